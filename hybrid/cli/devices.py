@@ -1,0 +1,59 @@
+"""``hybrid devices``: list and show catalog entries."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid.cli.output import echo_json, echo_table
+from hybrid.hardware.catalog import default_catalog
+
+
+@click.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--systems", is_flag=True, help="List systems (nodes, clusters) instead of devices.")
+@click.pass_context
+def devices(ctx: click.Context, as_json: bool, systems: bool) -> None:
+    """List the hardware catalog (add or override entries with a TOML file named in $HYBRID_CATALOG)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    cat = default_catalog()
+    if systems:
+        entries = [s.to_entry() for s in cat.systems.values()]
+        if as_json:
+            echo_json(entries)
+            return
+        echo_table(
+            [[e["key"], e["device"], e["gpus_per_node"], e["intra_node_gbps"], e["inter_node_gbps"], e["intra_fabric"]]
+             for e in entries],
+            ["system", "device", "gpus/node", "intra GB/s", "inter GB/s/GPU", "fabric"],
+        )
+        return
+    entries = [d.to_entry() for d in cat]
+    if as_json:
+        echo_json(entries)
+        return
+    rows = []
+    for e in entries:
+        p = e["peak_tflops"]
+        rows.append([e["key"], e["vendor"], e["arch"], p.get("fp32", ""), p.get("bf16", p.get("fp16", "")),
+                     p.get("fp8", "-"), e["mem_bw_gbps"], e["mem_gib"], e["sms"]])
+    echo_table(rows, ["device", "vendor", "arch", "fp32 TF", "bf16/fp16 TF", "fp8 TF", "mem GB/s", "mem GiB", "SMs"])
+
+
+@devices.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def show(name: str, as_json: bool) -> None:
+    """Show one device or system (any alias works: 'Tesla T4', 'sm_90', 'DGX H100', ...)."""
+    cat = default_catalog()
+    key = cat.resolve_system(name, missing_ok=True)
+    entry = cat.systems[key].to_entry() if key else cat.device(name).to_entry()
+    if as_json:
+        echo_json(entry)
+        return
+    for k, v in entry.items():
+        if isinstance(v, dict):
+            v = ", ".join(f"{dk}={dv:g}" for dk, dv in v.items())
+        elif isinstance(v, list):
+            v = ", ".join(map(str, v))
+        click.echo(f"{k:>18}: {v}")

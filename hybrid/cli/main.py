@@ -1,0 +1,71 @@
+"""Entry point of the ``hybrid`` command. Sub-commands are registered by module path and loaded lazily."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from hybrid import __version__
+from hybrid.errors import HybridError
+
+#: sub-command name -> "module:attribute" of its click command or group
+COMMANDS: dict[str, str] = {
+    "devices": "hybrid.cli.devices:devices",
+    "predict": "hybrid.cli.predict:predict",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose sub-commands are imported on first use, so ``hybrid --help`` stays fast."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="hybrid")
+def cli() -> None:
+    """hybrid: predict how long ML training and inference take on GPU systems.
+
+    Roofline estimates from hardware specs, corrected by models fitted to measurements
+    (tracked in MLflow), feeding a multi-rank critical-path engine.
+    """
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; :class:`HybridError` and other failures become one line on stderr and exit code 2/1."""
+    try:
+        cli.main(args=argv, prog_name="hybrid", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except HybridError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 2
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as exc:  # an unexpected failure: still one line, traceback on request
+        if os.environ.get("HYBRID_DEBUG"):
+            raise
+        click.echo(f"error: {type(exc).__name__}: {exc} (set HYBRID_DEBUG=1 for a traceback)", err=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

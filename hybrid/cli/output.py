@@ -1,0 +1,56 @@
+"""Small helpers shared by CLI commands: JSON output and plain-text tables."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import click
+import numpy as np
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return str(obj)
+
+
+def echo_json(obj: Any) -> None:
+    """Print ``obj`` as JSON (NaN becomes null)."""
+    click.echo(json.dumps(_clean(obj), indent=2, default=_default))
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _clean(obj.item())
+    return obj
+
+
+def echo_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:
+    """Print an aligned plain-text table."""
+    cells = [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    click.echo("  ".join("-" * w for w in widths))
+    for r in cells:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        if abs(v) >= 1e5 or abs(v) < 1e-2:
+            return f"{v:.3g}"
+        return f"{v:.2f}"
+    return str(v)

@@ -1,0 +1,73 @@
+"""``hybrid predict``: time one op on a device or system."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid.cli.output import echo_json
+from hybrid.hardware.catalog import default_catalog
+from hybrid.ops.roofline import resolve_system, roofline
+from hybrid.ops.spec import Collective, Gemm
+from hybrid.units import format_bytes, parse_size
+
+
+@click.group()
+def predict() -> None:
+    """Predict the runtime of one op (roofline, or a calibrated model with --model)."""
+
+
+def _report(result: dict, as_json: bool) -> None:
+    if as_json:
+        echo_json(result)
+        return
+    for k, v in result.items():
+        if isinstance(v, float):
+            v = f"{v:,.3f}" if abs(v) < 1e6 else f"{v:.4g}"
+        click.echo(f"{k:>16}: {v}")
+
+
+@predict.command("gemm")
+@click.option("--device", "-d", required=True, help="Catalog device (any alias).")
+@click.option("--dtype", default="bf16", show_default=True)
+@click.option("-m", type=int, required=True)
+@click.option("-n", type=int, required=True)
+@click.option("-k", type=int, required=True)
+@click.option("-b", "--batch", "b", type=int, default=1, show_default=True, help="Batch count (BMM).")
+@click.option("--json", "as_json", is_flag=True)
+def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool) -> None:
+    """C[b,m,n] = A[b,m,k] @ B[b,k,n]; GEMV when m or n is 1."""
+    cat = default_catalog()
+    spec = Gemm(m=m, n=n, k=k, b=b, dtype=dtype, op="bmm" if b > 1 else ("gemv" if 1 in (m, n) else "gemm"))
+    dev = cat.device(device)
+    row = roofline(spec.to_frame(), cat, device=dev.key).iloc[0]
+    t = float(row["time_us"])
+    _report({
+        "device": dev.key, "op": spec.op, "dtype": spec.dtype, "model": "roofline",
+        "time_us": t, "tflops_achieved": float(row["flops"]) / (t * 1e-6) / 1e12,
+        "bound": str(row["bound"]), "flops": float(row["flops"]), "bytes": float(row["bytes"]),
+        "arithmetic_intensity": float(row["flops"]) / float(row["bytes"]),
+    }, as_json)
+
+
+@predict.command("collective")
+@click.option("--system", "-s", required=True, help="Catalog system (or a device: a generic node of it).")
+@click.option("--op", "op", required=True,
+              type=click.Choice(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]))
+@click.option("--size", required=True, help="Message size as nccl-tests reports it: 4096, 64KiB, 64MiB, 1GB.")
+@click.option("--ranks", type=int, required=True)
+@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option("--dtype", default="fp32", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: str, as_json: bool) -> None:
+    """Collective time from the alpha-beta model (bus factor, intra-node fabric, NICs)."""
+    cat = default_catalog()
+    sys_ = resolve_system(cat, system)
+    spec = Collective(op=op, size_bytes=parse_size(size), n_ranks=ranks, n_nodes=nodes, dtype=dtype)
+    row = roofline(spec.to_frame(), cat, system=system).iloc[0]
+    t = float(row["time_us"])
+    _report({
+        "system": sys_.key, "op": op, "size_bytes": spec.size_bytes, "size": format_bytes(spec.size_bytes),
+        "ranks": ranks, "nodes": nodes, "model": "alpha-beta", "time_us": t,
+        "algbw_gbps": spec.size_bytes / (t * 1e-6) / 1e9, "busbw_gbps": float(row["bytes"]) / (t * 1e-6) / 1e9,
+        "bound": str(row["bound"]),
+    }, as_json)

@@ -1,0 +1,320 @@
+"""The canonical measurement table: one row per measured op, median runtime in microseconds.
+
+See ``docs/schema.md`` (rendered from :data:`COLUMNS` and :mod:`hybrid.ops.families`) for the full description.
+Every importer and the profiler write this table; calibration and evaluation read it. :func:`validate`
+rejects a bad table with an error naming the first bad row and column; :func:`write_table` writes atomically
+(a temporary file renamed into place), so a failed write leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError, SchemaError
+from hybrid.hardware.catalog import Catalog, default_catalog
+from hybrid.ops.families import FAMILIES, OP_TO_FAMILY
+from hybrid.units import normalize_dtype
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # "str", "int", "float", "bool"
+    description: str
+    positive: bool = False  # must be > 0 where present
+    nonneg: bool = False  # must be >= 0 where present
+
+
+_C = Column
+#: Every column the canonical table knows, in output order.
+COLUMNS: tuple[Column, ...] = (
+    _C("device", "str", "catalog device key (aliases are resolved on validation)"),
+    _C("op", "str", f"op name: {', '.join(sorted(OP_TO_FAMILY))}"),
+    _C("dtype", "str", "element type: fp64, fp32, tf32, fp16, bf16, fp8, int8 (default fp32)"),
+    _C("time_us", "float", "median runtime, microseconds", positive=True),
+    _C("time_us_std", "float", "standard deviation of the runtime, microseconds", nonneg=True),
+    _C("time_us_min", "float", "fastest repeat, microseconds", nonneg=True),
+    _C("time_us_max", "float", "slowest repeat, microseconds", nonneg=True),
+    _C("repeats", "int", "number of timed repeats behind the median", positive=True),
+    _C("variant", "str", "op sub-type: elementwise kind (add, gelu, ...), GEMM layout, kernel flavour"),
+    _C("direction", "str", "fwd or bwd (backward pass of norms, softmax, embeddings, attention)"),
+    # GEMM family
+    _C("b", "int", "GEMM batch count (1 for a plain GEMM)", positive=True),
+    _C("m", "int", "GEMM rows of A / C", positive=True),
+    _C("n", "int", "GEMM columns of B / C", positive=True),
+    _C("k", "int", "GEMM reduction dimension", positive=True),
+    # elementwise
+    _C("elements", "int", "elementwise: number of output elements", positive=True),
+    _C("n_inputs", "int", "elementwise: input tensors read", nonneg=True),
+    _C("n_outputs", "int", "elementwise: output tensors written", positive=True),
+    _C("flops_per_element", "float", "elementwise: FLOPs per output element", nonneg=True),
+    # norms, softmax
+    _C("rows", "int", "norm/softmax: number of rows", positive=True),
+    _C("hidden", "int", "norm/softmax: row length", positive=True),
+    # embedding bags
+    _C("num_tables", "int", "embedding: number of tables looked up by the kernel", positive=True),
+    _C("num_embeddings", "int", "embedding: rows per table", positive=True),
+    _C("embedding_dim", "int", "embedding: vector length", positive=True),
+    _C("pooling_factor", "float", "embedding: mean lookups per bag", positive=True),
+    _C("batch_size", "int", "embedding: bags per table (batch)", positive=True),
+    _C("index_dist", "str", "embedding: index distribution, uniform or zipf"),
+    _C("zipf_alpha", "float", "embedding: Zipf exponent (0 = uniform)", nonneg=True),
+    # attention
+    _C("batch", "int", "attention: batch", positive=True),
+    _C("heads", "int", "attention: query heads", positive=True),
+    _C("kv_heads", "int", "attention: key/value heads (GQA)", positive=True),
+    _C("q_len", "int", "attention: query length", positive=True),
+    _C("kv_len", "int", "attention: key/value length", positive=True),
+    _C("head_dim", "int", "attention: head dimension", positive=True),
+    _C("causal", "bool", "attention: causal mask"),
+    # collectives
+    _C("size_bytes", "int", "collective: message size as nccl-tests reports it (total buffer)", positive=True),
+    _C("n_ranks", "int", "collective: ranks taking part", positive=True),
+    _C("n_nodes", "int", "collective: nodes the ranks span", positive=True),
+    _C("system", "str", "collective: catalog system key (node type / cluster)"),
+    _C("in_place", "bool", "collective: in-place variant"),
+    _C("algorithm", "str", "collective: algorithm or library setting, if known"),
+    _C("wrong", "int", "collective: nccl-tests #wrong count (rows with > 0 are flagged)", nonneg=True),
+    # provenance
+    _C("source", "str", "where the row came from (dataset name / profiler run)"),
+    _C("framework", "str", "framework that ran the op (pytorch, xla, nccl-tests, ...)"),
+    _C("framework_version", "str", "its version"),
+    _C("library_version", "str", "kernel library version (CUDA, cuDNN, NCCL, ROCm, MKL, ...)"),
+    _C("kernel_name", "str", "kernel name, where known"),
+)
+COLUMN_BY_NAME = {c.name: c for c in COLUMNS}
+REQUIRED = ("device", "op", "time_us")
+DIRECTIONS = ("fwd", "bwd")
+INDEX_DISTS = ("uniform", "zipf")
+
+
+def required_columns(op: str) -> tuple[str, ...]:
+    """Columns a row of ``op`` must fill (common + its family's shape columns)."""
+    fam = FAMILIES[OP_TO_FAMILY[op]]
+    return REQUIRED + fam.shape_columns
+
+
+def _fail(df: pd.DataFrame, pos: int, column: str, problem: str, source: str) -> SchemaError:
+    where = f"{source}: " if source else ""
+    # +2: one for the header line, one for 1-based numbering, so it matches a CSV line number
+    return SchemaError(f"{where}row {pos + 1} (CSV line {pos + 2}), column {column!r}: {problem}")
+
+
+def validate(
+    table: pd.DataFrame,
+    catalog: Catalog | None = None,
+    *,
+    source: str = "",
+    resolve_devices: bool = True,
+) -> pd.DataFrame:
+    """Check ``table`` against the schema and return a normalised copy.
+
+    Normalisation: device names mapped to catalog keys, dtype names canonical, columns in schema order
+    (unknown extra columns are kept at the end), integer/float/bool columns typed. Raises
+    :class:`SchemaError` naming the first offending row and column.
+    """
+    if not isinstance(table, pd.DataFrame):
+        raise SchemaError(f"{source or 'table'}: expected a DataFrame, got {type(table).__name__}")
+    if len(table) == 0:
+        raise SchemaError(f"{source or 'table'}: table is empty (no rows)")
+    missing = [c for c in REQUIRED if c not in table.columns]
+    if missing:
+        raise SchemaError(f"{source or 'table'}: missing required column(s) {', '.join(missing)}")
+    df = table.reset_index(drop=True).copy()
+
+    # op names
+    ops = df["op"].astype("string").str.strip().str.lower()
+    unknown = ~ops.isin(list(OP_TO_FAMILY)) | ops.isna()
+    if unknown.any():
+        i = int(np.flatnonzero(unknown.to_numpy())[0])
+        raise _fail(df, i, "op", f"unknown op {_show(df['op'].iloc[i])}; known: {', '.join(sorted(OP_TO_FAMILY))}", source)
+    df["op"] = ops.astype(object)
+
+    # typed columns
+    for name in df.columns:
+        spec = COLUMN_BY_NAME.get(name)
+        if spec is None or spec.kind == "str":
+            continue
+        raw = df[name]
+        if spec.kind == "bool":
+            mapped = raw.map(_to_bool)
+            bad = mapped.isna() & raw.notna()
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raise _fail(df, i, name, f"expected true/false, got {_show(raw.iloc[i])}", source)
+            df[name] = mapped.astype("boolean")
+            continue
+        values = pd.to_numeric(raw, errors="coerce")
+        bad = values.isna() & raw.notna() & (raw.astype("string").str.strip().str.lower() != "nan")
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise _fail(df, i, name, f"expected a number, got {_show(raw.iloc[i])}", source)
+        arr = values.to_numpy(dtype=np.float64)
+        if np.isinf(arr).any():
+            i = int(np.flatnonzero(np.isinf(arr))[0])
+            raise _fail(df, i, name, "value is infinite", source)
+        present = ~np.isnan(arr)
+        if spec.positive and (present & ~(arr > 0)).any():
+            i = int(np.flatnonzero(present & ~(arr > 0))[0])
+            raise _fail(df, i, name, f"must be positive, got {_show(raw.iloc[i])}", source)
+        if spec.nonneg and (present & (arr < 0)).any():
+            i = int(np.flatnonzero(present & (arr < 0))[0])
+            raise _fail(df, i, name, f"must be >= 0, got {_show(raw.iloc[i])}", source)
+        if spec.kind == "int":
+            frac = present & (np.abs(arr - np.round(arr)) > 1e-6 * np.maximum(1.0, np.abs(arr)))
+            if frac.any():
+                i = int(np.flatnonzero(frac)[0])
+                raise _fail(df, i, name, f"expected an integer, got {_show(raw.iloc[i])}", source)
+            df[name] = pd.array(np.round(arr), dtype="Float64").astype("Int64") if (~present).any() \
+                else np.round(arr).astype(np.int64)
+        else:
+            df[name] = arr
+
+    # required values per family (NaN in a required column is an error for that row)
+    for op in pd.unique(df["op"]):
+        rows = (df["op"] == op).to_numpy()
+        for name in required_columns(str(op)):
+            if name not in df.columns:
+                i = int(np.flatnonzero(rows)[0])
+                raise _fail(df, i, name, f"column required for op {op!r} is missing", source)
+            nulls = rows & df[name].isna().to_numpy()
+            if nulls.any():
+                i = int(np.flatnonzero(nulls)[0])
+                raise _fail(df, i, name, f"missing value (NaN/empty) for op {op!r}", source)
+
+    # categorical values
+    if "dtype" not in df.columns:
+        df["dtype"] = "fp32"
+    dt = df["dtype"].astype("string").fillna("fp32")
+    mapping = {}
+    for u in pd.unique(dt):
+        try:
+            mapping[u] = normalize_dtype(str(u))
+        except InvalidInputError as exc:
+            i = int(np.flatnonzero((dt == u).to_numpy())[0])
+            raise _fail(df, i, "dtype", str(exc), source) from None
+    df["dtype"] = dt.map(mapping).astype(object)
+    for name, allowed in (("direction", DIRECTIONS), ("index_dist", INDEX_DISTS)):
+        if name in df.columns:
+            vals = df[name].astype("string").str.strip().str.lower()
+            bad = vals.notna() & ~vals.isin(list(allowed))
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raise _fail(df, i, name, f"must be one of {allowed}, got {_show(df[name].iloc[i])}", source)
+            df[name] = vals.astype(object)
+
+    # devices
+    dev = df["device"].astype("string").str.strip()
+    if dev.isna().any() or (dev == "").any():
+        i = int(np.flatnonzero((dev.isna() | (dev == "")).to_numpy())[0])
+        raise _fail(df, i, "device", "missing device name", source)
+    if resolve_devices:
+        cat = catalog or default_catalog()
+        keys = {}
+        for u in pd.unique(dev):
+            key = cat.resolve_device(str(u), missing_ok=True)
+            if key is None:
+                i = int(np.flatnonzero((dev == u).to_numpy())[0])
+                try:
+                    cat.resolve_device(str(u))
+                except Exception as exc:  # UnknownDeviceError with close matches
+                    raise _fail(df, i, "device", str(exc), source) from None
+            keys[u] = key
+        df["device"] = dev.map(keys).astype(object)
+    else:
+        df["device"] = dev.astype(object)
+
+    ordered = [c.name for c in COLUMNS if c.name in df.columns]
+    extra = [c for c in df.columns if c not in COLUMN_BY_NAME]
+    return df[ordered + extra]
+
+
+def _show(value: object) -> str:
+    """A cell value as a user would have typed it."""
+    if isinstance(value, (np.generic,)):
+        value = value.item()
+    return repr(value)
+
+
+def _to_bool(value: object) -> object:
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return pd.NA
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    s = str(value).strip().lower()
+    if s in ("1", "true", "t", "yes", "y", "1.0"):
+        return True
+    if s in ("0", "false", "f", "no", "n", "0.0"):
+        return False
+    if s in ("", "nan", "<na>", "none"):
+        return pd.NA
+    return None
+
+
+def read_table(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    catalog: Catalog | None = None,
+    *,
+    validate_rows: bool = True,
+) -> pd.DataFrame:
+    """Read one or more canonical tables (``.csv`` or ``.parquet``), validate and concatenate them."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    frames = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise SchemaError(f"measurement table not found: {p}")
+        try:
+            if p.suffix.lower() in (".parquet", ".pq"):
+                df = pd.read_parquet(p)
+            else:
+                df = pd.read_csv(p, comment=None, skipinitialspace=True)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as exc:
+            raise SchemaError(f"{p}: cannot parse as a table ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+        frames.append(validate(df, catalog, source=str(p)) if validate_rows else df)
+    if not frames:
+        raise SchemaError("no measurement tables given")
+    out = pd.concat(frames, ignore_index=True, sort=False)
+    ordered = [c.name for c in COLUMNS if c.name in out.columns]
+    return out[ordered + [c for c in out.columns if c not in COLUMN_BY_NAME]]
+
+
+def write_table(table: pd.DataFrame, path: str | os.PathLike, catalog: Catalog | None = None,
+                *, validate_rows: bool = True) -> Path:
+    """Validate and write ``table`` as CSV or Parquet (by suffix), atomically."""
+    p = Path(path)
+    df = validate(table, catalog, source=str(p)) if validate_rows else table
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    try:
+        if p.suffix.lower() in (".parquet", ".pq"):
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def schema_markdown() -> str:
+    """The schema as a markdown table (used to render ``docs/schema.md``)."""
+    lines = ["| column | type | description |", "|---|---|---|"]
+    for c in COLUMNS:
+        rng = " (> 0)" if c.positive else (" (>= 0)" if c.nonneg else "")
+        lines.append(f"| `{c.name}` | {c.kind}{rng} | {c.description} |")
+    lines += ["", "| op family | ops | required shape columns | optional |", "|---|---|---|---|"]
+    for fam in FAMILIES.values():
+        lines.append(f"| {fam.name} | {', '.join(fam.ops)} | {', '.join(fam.shape_columns)} | "
+                     f"{', '.join(fam.optional_columns) or '-'} |")
+    return "\n".join(lines)

@@ -1,0 +1,30 @@
+"""Exception types. Every user-facing failure is a :class:`HybridError` with a one-line message."""
+
+from __future__ import annotations
+
+
+class HybridError(Exception):
+    """Base class for errors the CLI reports as one clear line (no traceback)."""
+
+
+class UnknownDeviceError(HybridError, KeyError):
+    """A device or system name that is not in the catalog."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InvalidInputError(HybridError, ValueError):
+    """A size, dtype or parameter that is out of range or malformed."""
+
+
+class SchemaError(HybridError, ValueError):
+    """A measurement table that does not follow the canonical schema."""
+
+
+class ImportFormatError(HybridError, ValueError):
+    """A file that cannot be parsed by the importer it was given to."""
+
+
+class ModelNotFoundError(HybridError, LookupError):
+    """A calibrated model name or version that is not in the tracking store."""

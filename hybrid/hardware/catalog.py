@@ -1,0 +1,153 @@
+"""The device/system catalog: packaged TOML data, user overrides, and name resolution through aliases."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hybrid.errors import InvalidInputError, UnknownDeviceError
+from hybrid.hardware.device import Device, System
+
+#: Environment variable naming extra catalog files (``os.pathsep``-separated) that add or override entries.
+CATALOG_ENV = "HYBRID_CATALOG"
+
+
+def normalize_name(name: str) -> str:
+    """Canonical form for alias matching: lower case, vendor prefixes and separators removed."""
+    s = str(name).strip().lower()
+    s = re.sub(r"^(nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+", "", s)
+    s = re.sub(r"^(nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+", "", s)
+    return re.sub(r"[\s_\-./()]+", "", s)
+
+
+class Catalog:
+    """Devices and systems by key, with alias resolution.
+
+    >>> cat = default_catalog()
+    >>> cat.device("NVIDIA A100-PCIE-40GB").key
+    'A100-PCIE-40GB'
+    """
+
+    def __init__(self, devices: dict[str, Device], systems: dict[str, System]):
+        self.devices = dict(devices)
+        self.systems = dict(systems)
+        self._device_index = _build_index(self.devices.values(), "device")
+        self._system_index = _build_index(self.systems.values(), "system")
+        for sys in self.systems.values():
+            if self.resolve_device(sys.device, missing_ok=True) is None:
+                raise InvalidInputError(f"system {sys.key!r} names unknown device {sys.device!r}")
+
+    # ----------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, extra: Iterable[str | os.PathLike] = ()) -> Catalog:
+        """The packaged catalog, then each file in ``extra`` (later entries override earlier ones)."""
+        pkg = resources.files("hybrid.hardware")
+        devices_raw = tomllib.loads(pkg.joinpath("devices.toml").read_text(encoding="utf-8"))
+        systems_raw = tomllib.loads(pkg.joinpath("systems.toml").read_text(encoding="utf-8"))
+        dev_entries: dict[str, dict[str, Any]] = dict(devices_raw.get("devices", {}))
+        sys_entries: dict[str, dict[str, Any]] = dict(systems_raw.get("systems", {}))
+        for path in extra:
+            p = Path(path)
+            if not p.is_file():
+                raise InvalidInputError(f"catalog file not found: {p}")
+            try:
+                raw = tomllib.loads(p.read_text(encoding="utf-8"))
+            except tomllib.TOMLDecodeError as exc:
+                raise InvalidInputError(f"catalog file {p} is not valid TOML: {exc}") from None
+            unknown = set(raw) - {"devices", "systems"}
+            if unknown:
+                raise InvalidInputError(f"catalog file {p}: unknown top-level table(s) {sorted(unknown)}")
+            for key, entry in raw.get("devices", {}).items():
+                # An override may give only some fields of an existing device.
+                dev_entries[key] = {**dev_entries.get(key, {}), **entry}
+            for key, entry in raw.get("systems", {}).items():
+                sys_entries[key] = {**sys_entries.get(key, {}), **entry}
+        devices = {k: Device.from_entry(k, v) for k, v in dev_entries.items()}
+        systems = {k: System.from_entry(k, v) for k, v in sys_entries.items()}
+        return cls(devices, systems)
+
+    def with_device(self, device: Device) -> Catalog:
+        """A copy with ``device`` added (or replaced), e.g. a CPU whose ceilings were just measured."""
+        devices = dict(self.devices)
+        devices[device.key] = device
+        return Catalog(devices, self.systems)
+
+    # ----------------------------------------------------------------- lookup
+    def resolve_device(self, name: str, missing_ok: bool = False) -> str | None:
+        """Catalog key for a device name as tools print it (``Tesla T4``, ``sm_90``, ``gfx942``...)."""
+        key = self._device_index.get(normalize_name(name))
+        if key is None and not missing_ok:
+            raise UnknownDeviceError(_unknown("device", name, self._device_index, self.devices))
+        return key
+
+    def device(self, name: str) -> Device:
+        return self.devices[self.resolve_device(name)]  # type: ignore[index]
+
+    def resolve_system(self, name: str, missing_ok: bool = False) -> str | None:
+        key = self._system_index.get(normalize_name(name))
+        if key is None and not missing_ok:
+            raise UnknownDeviceError(_unknown("system", name, self._system_index, self.systems))
+        return key
+
+    def system(self, name: str) -> System:
+        return self.systems[self.resolve_system(name)]  # type: ignore[index]
+
+    def system_device(self, system: str | System) -> Device:
+        sys = system if isinstance(system, System) else self.system(system)
+        return self.device(sys.device)
+
+    def __iter__(self) -> Iterator[Device]:
+        return iter(self.devices.values())
+
+    def __len__(self) -> int:
+        return len(self.devices)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.resolve_device(name, missing_ok=True) is not None
+
+    def override(self, key: str, **fields: Any) -> Catalog:
+        """A copy where device ``key`` has some fields replaced (SI units, dataclass field names)."""
+        dev = self.device(key)
+        return self.with_device(replace(dev, **fields))
+
+
+def _build_index(entries: Iterable[Device | System], what: str) -> dict[str, str]:
+    index: dict[str, str] = {}
+    for entry in entries:
+        for name in (entry.key, *entry.aliases):
+            norm = normalize_name(name)
+            if not norm:
+                continue
+            other = index.get(norm)
+            if other is not None and other != entry.key:
+                raise InvalidInputError(f"{what} alias {name!r} is claimed by both {other!r} and {entry.key!r}")
+            index[norm] = entry.key
+    return index
+
+
+def _unknown(what: str, name: str, index: dict[str, str], entries: dict[str, Any]) -> str:
+    norm = normalize_name(name)
+    close = difflib.get_close_matches(norm, list(index), n=8, cutoff=0.5)
+    keys = list(dict.fromkeys(index[c] for c in close))[:5]
+    if not keys:
+        keys = difflib.get_close_matches(str(name), list(entries), n=5, cutoff=0.0)
+    hint = f"; closest known: {', '.join(keys)}" if keys else ""
+    return f"unknown {what} {name!r}{hint} (see `hybrid devices`, or add it with a catalog file via {CATALOG_ENV})"
+
+
+def default_catalog(extra: Iterable[str | os.PathLike] | None = None) -> Catalog:
+    """The packaged catalog plus the files named in ``$HYBRID_CATALOG`` (or ``extra`` if given).
+
+    Loading takes a few milliseconds; callers that need it repeatedly should keep the returned object.
+    """
+    if extra is None:
+        env = os.environ.get(CATALOG_ENV, "")
+        extra = [p for p in env.split(os.pathsep) if p]
+    return Catalog.load(extra)

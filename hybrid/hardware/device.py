@@ -1,0 +1,207 @@
+"""Device and system dataclasses. All quantities are stored in SI base units (FLOP/s, bytes/s, bytes, s)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hybrid.errors import InvalidInputError
+from hybrid.units import DTYPE_FALLBACK, normalize_dtype
+
+#: Fields a device entry must define (TOML names, human units).
+DEVICE_REQUIRED = ("vendor", "kind", "peak_tflops", "mem_bw_gbps", "mem_gib", "source")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator (or CPU socket) with its datasheet ceilings.
+
+    ``peak_flops`` maps canonical dtype names to *dense* peak FLOP/s (no 2:4 sparsity). For GPUs ``fp32``
+    is the non-tensor-core FP32 rate and ``tf32`` the tensor-core TF32 rate.
+    """
+
+    key: str
+    vendor: str
+    kind: str  # "gpu" or "cpu"
+    peak_flops: dict[str, float]
+    mem_bw: float  # bytes/s
+    mem_capacity: float  # bytes
+    source: str
+    arch: str = ""
+    l2_cache: float = 0.0  # bytes (last-level cache)
+    num_sms: int = 0  # SMs / CUs / cores
+    clock_mhz: float = 0.0  # boost clock
+    tdp_w: float = 0.0
+    link_bw: float = 0.0  # GPU-to-GPU (NVLink / Infinity Fabric) bytes/s per direction, all links of one GPU
+    link_name: str = ""
+    pcie_gen: int = 0
+    kernel_latency_us: float = 4.0  # fixed per-kernel cost (launch + ramp) used by the roofline
+    aliases: tuple[str, ...] = ()
+    notes: str = ""
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``, falling back to a slower dtype the hardware does run."""
+        name = normalize_dtype(dtype)
+        if name in self.peak_flops:
+            return self.peak_flops[name]
+        for alt in DTYPE_FALLBACK.get(name, ()):
+            if alt in self.peak_flops:
+                return self.peak_flops[alt]
+        raise InvalidInputError(f"device {self.key} has no peak for dtype {name} (known: {sorted(self.peak_flops)})")
+
+    def features(self) -> dict[str, float]:
+        """Numeric description used by learned corrections to transfer across devices."""
+        return {
+            "dev_peak_fp32": self.peak("fp32"),
+            "dev_peak_fp16": self.peak("fp16"),
+            "dev_mem_bw": self.mem_bw,
+            "dev_l2_cache": self.l2_cache,
+            "dev_num_sms": float(self.num_sms),
+            "dev_clock_mhz": self.clock_mhz,
+            "dev_mem_capacity": self.mem_capacity,
+        }
+
+    @classmethod
+    def from_entry(cls, key: str, entry: dict[str, Any]) -> Device:
+        """Build from a catalog entry in human units (TFLOP/s, GB/s, GiB, MiB)."""
+        missing = [f for f in DEVICE_REQUIRED if f not in entry]
+        if missing:
+            raise InvalidInputError(f"device {key!r}: missing field(s) {', '.join(missing)}")
+        peaks = {}
+        for dt, value in dict(entry["peak_tflops"]).items():
+            peaks[normalize_dtype(dt)] = _positive(key, f"peak_tflops.{dt}", value) * 1e12
+        if "fp32" not in peaks:
+            raise InvalidInputError(f"device {key!r}: peak_tflops must include fp32")
+        kind = str(entry["kind"]).lower()
+        if kind not in ("gpu", "cpu"):
+            raise InvalidInputError(f"device {key!r}: kind must be 'gpu' or 'cpu', got {kind!r}")
+        return cls(
+            key=key,
+            vendor=str(entry["vendor"]).lower(),
+            kind=kind,
+            arch=str(entry.get("arch", "")),
+            peak_flops=peaks,
+            mem_bw=_positive(key, "mem_bw_gbps", entry["mem_bw_gbps"]) * 1e9,
+            mem_capacity=_positive(key, "mem_gib", entry["mem_gib"]) * 2**30,
+            l2_cache=_nonneg(key, "l2_mib", entry.get("l2_mib", 0.0)) * 2**20,
+            num_sms=int(_nonneg(key, "sms", entry.get("sms", 0))),
+            clock_mhz=_nonneg(key, "boost_clock_mhz", entry.get("boost_clock_mhz", 0.0)),
+            tdp_w=_nonneg(key, "tdp_w", entry.get("tdp_w", 0.0)),
+            link_bw=_nonneg(key, "link_gbps", entry.get("link_gbps", 0.0)) * 1e9,
+            link_name=str(entry.get("link", "")),
+            pcie_gen=int(_nonneg(key, "pcie_gen", entry.get("pcie_gen", 0))),
+            kernel_latency_us=_nonneg(key, "kernel_latency_us", entry.get("kernel_latency_us", 4.0 if kind == "gpu" else 1.0)),
+            aliases=tuple(str(a) for a in entry.get("aliases", ())),
+            source=str(entry["source"]),
+            notes=str(entry.get("notes", "")),
+        )
+
+    def to_entry(self) -> dict[str, Any]:
+        """Inverse of :meth:`from_entry` (human units), for display and JSON output."""
+        return {
+            "key": self.key,
+            "vendor": self.vendor,
+            "kind": self.kind,
+            "arch": self.arch,
+            "peak_tflops": {k: v / 1e12 for k, v in self.peak_flops.items()},
+            "mem_bw_gbps": self.mem_bw / 1e9,
+            "mem_gib": self.mem_capacity / 2**30,
+            "l2_mib": self.l2_cache / 2**20,
+            "sms": self.num_sms,
+            "boost_clock_mhz": self.clock_mhz,
+            "tdp_w": self.tdp_w,
+            "link": self.link_name,
+            "link_gbps": self.link_bw / 1e9,
+            "pcie_gen": self.pcie_gen,
+            "kernel_latency_us": self.kernel_latency_us,
+            "aliases": list(self.aliases),
+            "source": self.source,
+            "notes": self.notes,
+        }
+
+
+#: Fields a system entry must define.
+SYSTEM_REQUIRED = ("device", "gpus_per_node", "intra_node_gbps", "source")
+
+
+@dataclass(frozen=True)
+class System:
+    """A node type (and optionally a cluster of them): GPUs per node, intra-node fabric, NICs.
+
+    Bandwidths are per GPU and per direction: ``intra_bw`` is what one GPU can push to its peers inside the node
+    (NVLink/NVSwitch or PCIe), ``inter_bw`` what one GPU can push out of the node (its share of the NICs).
+    """
+
+    key: str
+    device: str
+    gpus_per_node: int
+    intra_bw: float  # bytes/s per GPU per direction
+    source: str
+    intra_fabric: str = ""
+    inter_bw: float = 0.0  # bytes/s per GPU per direction (NIC share); 0 = single node only
+    inter_fabric: str = ""
+    intra_latency_us: float = 5.0  # per algorithm step inside a node
+    inter_latency_us: float = 10.0  # per algorithm step across nodes
+    max_nodes: int = 1
+    aliases: tuple[str, ...] = ()
+    notes: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_entry(cls, key: str, entry: dict[str, Any]) -> System:
+        missing = [f for f in SYSTEM_REQUIRED if f not in entry]
+        if missing:
+            raise InvalidInputError(f"system {key!r}: missing field(s) {', '.join(missing)}")
+        gpn = int(_positive(key, "gpus_per_node", entry["gpus_per_node"]))
+        return cls(
+            key=key,
+            device=str(entry["device"]),
+            gpus_per_node=gpn,
+            intra_bw=_positive(key, "intra_node_gbps", entry["intra_node_gbps"]) * 1e9,
+            intra_fabric=str(entry.get("intra_fabric", "")),
+            inter_bw=_nonneg(key, "inter_node_gbps", entry.get("inter_node_gbps", 0.0)) * 1e9,
+            inter_fabric=str(entry.get("inter_fabric", "")),
+            intra_latency_us=_nonneg(key, "intra_latency_us", entry.get("intra_latency_us", 5.0)),
+            inter_latency_us=_nonneg(key, "inter_latency_us", entry.get("inter_latency_us", 10.0)),
+            max_nodes=int(_positive(key, "max_nodes", entry.get("max_nodes", 1))),
+            aliases=tuple(str(a) for a in entry.get("aliases", ())),
+            source=str(entry["source"]),
+            notes=str(entry.get("notes", "")),
+        )
+
+    def to_entry(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "device": self.device,
+            "gpus_per_node": self.gpus_per_node,
+            "intra_fabric": self.intra_fabric,
+            "intra_node_gbps": self.intra_bw / 1e9,
+            "inter_fabric": self.inter_fabric,
+            "inter_node_gbps": self.inter_bw / 1e9,
+            "intra_latency_us": self.intra_latency_us,
+            "inter_latency_us": self.inter_latency_us,
+            "max_nodes": self.max_nodes,
+            "aliases": list(self.aliases),
+            "source": self.source,
+            "notes": self.notes,
+        }
+
+
+def _positive(key: str, name: str, value: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{key!r}: field {name} must be a number, got {value!r}") from None
+    if not v > 0:
+        raise InvalidInputError(f"{key!r}: field {name} must be positive, got {value!r}")
+    return v
+
+
+def _nonneg(key: str, name: str, value: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{key!r}: field {name} must be a number, got {value!r}") from None
+    if not v >= 0:
+        raise InvalidInputError(f"{key!r}: field {name} must be >= 0, got {value!r}")
+    return v

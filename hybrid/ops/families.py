@@ -1,0 +1,295 @@
+"""Op families: which canonical op names belong together, their shape columns, FLOPs and minimum bytes.
+
+Every function here takes a whole :class:`pandas.DataFrame` of ops of one family and returns numpy arrays, so
+costing a million ops is one call. Single ops are described by the dataclasses in :mod:`hybrid.ops.spec`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError
+from hybrid.units import DTYPE_BYTES, normalize_dtype
+
+Frame = pd.DataFrame
+Vector = np.ndarray
+
+
+def col(df: Frame, name: str, default: float | None = None) -> Vector:
+    """Column ``name`` as float64 (``default`` where the column is absent or NaN)."""
+    if name in df.columns:
+        values = pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=np.float64, copy=False)
+        if default is not None:
+            values = np.where(np.isnan(values), default, values)
+        return values
+    if default is None:
+        raise InvalidInputError(f"missing column {name!r}")
+    return np.full(len(df), float(default))
+
+
+def factor_map(values: pd.Series | np.ndarray, fn: Callable[[str], object], default: str | None = None) -> np.ndarray:
+    """``fn`` applied once per distinct value, broadcast back to every row (fast on millions of rows)."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    uniques = np.asarray(uniques, dtype=object)
+    if (codes < 0).any():
+        if default is None:
+            raise InvalidInputError("missing value in a categorical column")
+        uniques = np.append(uniques, default)
+        codes = np.where(codes < 0, len(uniques) - 1, codes)
+    mapped = np.array([fn(str(u)) for u in uniques])
+    return mapped[codes]
+
+
+def dtype_bytes_vec(df: Frame, column: str = "dtype", default: str = "fp32") -> Vector:
+    """Bytes per element for each row's dtype (vectorised over unique values)."""
+    if column not in df.columns:
+        return np.full(len(df), DTYPE_BYTES[default])
+    return factor_map(df[column], lambda d: DTYPE_BYTES[normalize_dtype(d)], default).astype(np.float64)
+
+
+def op_is(df: Frame, *names: str) -> Vector:
+    """Boolean mask of rows whose ``op`` is one of ``names``."""
+    if "op" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return factor_map(df["op"], lambda o: o in names, "").astype(bool)
+
+
+def is_backward(df: Frame) -> Vector:
+    if "direction" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return factor_map(df["direction"], lambda d: d.lower() == "bwd", "fwd").astype(bool)
+
+
+@dataclass(frozen=True)
+class OpFamily:
+    """A family of ops that share shape columns and a cost formula."""
+
+    name: str
+    ops: tuple[str, ...]
+    shape_columns: tuple[str, ...]
+    flops: Callable[[Frame], Vector]
+    bytes: Callable[[Frame], Vector]
+    optional_columns: dict[str, float | str] = field(default_factory=dict)
+    description: str = ""
+
+
+# --------------------------------------------------------------------------------------------- GEMM family
+def _gemm_flops(df: Frame) -> Vector:
+    return 2.0 * col(df, "b", 1) * col(df, "m") * col(df, "n") * col(df, "k")
+
+
+def _gemm_bytes(df: Frame) -> Vector:
+    b, m, n, k = col(df, "b", 1), col(df, "m"), col(df, "n"), col(df, "k")
+    eb = dtype_bytes_vec(df)
+    # `linear` shares one weight matrix [K, N] across the batch; gemm/bmm/gemv have one per batch entry.
+    shared = op_is(df, "linear")
+    weight = np.where(shared, k * n, b * k * n)
+    return eb * (b * m * k + weight + b * m * n)
+
+
+# --------------------------------------------------------------------------------------------- elementwise
+#: Per-variant (inputs, outputs, FLOPs per element) defaults, used where a table leaves them out.
+ELEMENTWISE_VARIANTS: dict[str, tuple[int, int, float]] = {
+    "add": (2, 1, 1), "sub": (2, 1, 1), "mul": (2, 1, 1), "div": (2, 1, 1), "residual": (2, 1, 1),
+    "relu": (1, 1, 1), "gelu": (1, 1, 8), "silu": (1, 1, 4), "swiglu": (2, 1, 5), "sigmoid": (1, 1, 4),
+    "tanh": (1, 1, 4), "exp": (1, 1, 2), "copy": (1, 1, 0), "scale": (1, 1, 1), "rope": (2, 1, 6),
+    "dropout": (1, 2, 2), "cast": (1, 1, 0), "fill": (0, 1, 0), "adam": (4, 3, 12), "sgd": (2, 1, 2),
+}
+
+
+def elementwise_defaults(df: Frame) -> tuple[Vector, Vector, Vector]:
+    """(inputs, outputs, flops/element) per row: explicit columns win, else the variant's defaults."""
+    variant = df["variant"].astype("string").fillna("add").str.lower() if "variant" in df.columns else None
+    if variant is not None:
+        table = pd.DataFrame.from_dict(ELEMENTWISE_VARIANTS, orient="index", columns=["i", "o", "f"])
+        looked = table.reindex(variant.to_numpy()).to_numpy(dtype=np.float64)
+        looked = np.where(np.isnan(looked), np.array([1.0, 1.0, 1.0]), looked)
+        d_in, d_out, d_f = looked[:, 0], looked[:, 1], looked[:, 2]
+    else:
+        d_in, d_out, d_f = (np.ones(len(df)),) * 3
+    n_in = col(df, "n_inputs", np.nan) if "n_inputs" in df.columns else np.full(len(df), np.nan)
+    n_out = col(df, "n_outputs", np.nan) if "n_outputs" in df.columns else np.full(len(df), np.nan)
+    fpe = col(df, "flops_per_element", np.nan) if "flops_per_element" in df.columns else np.full(len(df), np.nan)
+    return (np.where(np.isnan(n_in), d_in, n_in), np.where(np.isnan(n_out), d_out, n_out),
+            np.where(np.isnan(fpe), d_f, fpe))
+
+
+def _elementwise_flops(df: Frame) -> Vector:
+    _, _, fpe = elementwise_defaults(df)
+    return col(df, "elements") * fpe
+
+
+def _elementwise_bytes(df: Frame) -> Vector:
+    n_in, n_out, _ = elementwise_defaults(df)
+    return col(df, "elements") * (n_in + n_out) * dtype_bytes_vec(df)
+
+
+# --------------------------------------------------------------------------------------------- norms, softmax
+def _norm_flops(df: Frame) -> Vector:
+    per = np.where(op_is(df, "rmsnorm"), 5.0, 8.0)
+    bwd = is_backward(df)
+    return col(df, "rows") * col(df, "hidden") * per * np.where(bwd, 2.5, 1.0)
+
+
+def _norm_bytes(df: Frame) -> Vector:
+    rows, hidden, eb = col(df, "rows"), col(df, "hidden"), dtype_bytes_vec(df)
+    bwd = is_backward(df)
+    # fwd: read x, write y, read gamma/beta. bwd: read x, dy, write dx (+ weight grads).
+    return eb * (rows * hidden * np.where(bwd, 3.0, 2.0) + hidden * np.where(bwd, 4.0, 2.0))
+
+
+def _softmax_flops(df: Frame) -> Vector:
+    return 5.0 * col(df, "rows") * col(df, "hidden") * np.where(is_backward(df), 1.6, 1.0)
+
+
+def _softmax_bytes(df: Frame) -> Vector:
+    return dtype_bytes_vec(df) * col(df, "rows") * col(df, "hidden") * np.where(is_backward(df), 3.0, 2.0)
+
+
+# --------------------------------------------------------------------------------------------- embedding bags
+def expected_unique_rows(num_rows: Vector, lookups: Vector, zipf_alpha: Vector | None = None) -> Vector:
+    """Expected number of distinct rows touched by ``lookups`` draws from a table of ``num_rows`` rows.
+
+    Uniform: ``N (1 - (1 - 1/N)^L)``. Zipf(alpha) over ranks: ``sum_i 1 - (1 - p_i)^L`` evaluated on a
+    log-spaced grid of ranks (64 points, trapezoid rule), vectorised over rows.
+    """
+    n = np.maximum(np.asarray(num_rows, dtype=np.float64), 1.0)
+    lk = np.maximum(np.asarray(lookups, dtype=np.float64), 0.0)
+    uniform = n * -np.expm1(lk * np.log1p(-1.0 / np.maximum(n, 1.0000001)))
+    uniform = np.where(n <= 1, np.minimum(1.0, lk), uniform)
+    if zipf_alpha is None:
+        return uniform
+    alpha = np.nan_to_num(np.asarray(zipf_alpha, dtype=np.float64), nan=0.0)
+    skewed = alpha > 0
+    if not skewed.any():
+        return uniform
+    ns, ls, a = n[skewed], lk[skewed], alpha[skewed]
+    grid = np.linspace(0.0, 1.0, 64)
+    ranks = np.exp(grid[None, :] * np.log(ns)[:, None])  # 1 .. N, log-spaced
+    weights = ranks ** (-a[:, None])
+    # normaliser H_N(a) approximated by the same integral (sum ~ integral of r^-a dr plus the first term)
+    dr = np.gradient(ranks, axis=1)
+    h = np.sum(weights * dr, axis=1) + 0.5
+    p = weights / h[:, None]
+    touched = -np.expm1(ls[:, None] * np.log1p(-np.minimum(p, 1 - 1e-12)))
+    unique = np.sum(touched * dr, axis=1)
+    out = uniform.copy()
+    out[skewed] = np.clip(unique, np.minimum(1.0, ls), np.minimum(ns, ls))
+    return out
+
+
+def embedding_lookups(df: Frame) -> Vector:
+    """Total row gathers: tables x batch x pooling factor."""
+    return col(df, "num_tables", 1) * col(df, "batch_size") * col(df, "pooling_factor")
+
+
+def _embedding_flops(df: Frame) -> Vector:
+    return embedding_lookups(df) * col(df, "embedding_dim")
+
+
+def _embedding_bytes(df: Frame) -> Vector:
+    t, bs, dim = col(df, "num_tables", 1), col(df, "batch_size"), col(df, "embedding_dim")
+    eb = dtype_bytes_vec(df)
+    lookups = embedding_lookups(df)
+    index_bytes = lookups * 8.0
+    out_bytes = t * bs * dim * eb
+    fwd = lookups * dim * eb + index_bytes + out_bytes
+    alpha = col(df, "zipf_alpha", 0.0)
+    unique = t * expected_unique_rows(col(df, "num_embeddings"), bs * col(df, "pooling_factor"), alpha)
+    # bwd with fused optimizer: read output grads, read indices, read+write each touched row once
+    bwd = out_bytes + index_bytes + 2.0 * unique * dim * eb
+    return np.where(is_backward(df), bwd, fwd)
+
+
+# --------------------------------------------------------------------------------------------- attention
+def _attention_pairs(df: Frame) -> Vector:
+    q, kv = col(df, "q_len"), col(df, "kv_len")
+    causal = col(df, "causal", 0).astype(bool)
+    qq = np.minimum(q, kv)
+    causal_pairs = q * kv - qq * (qq - 1) / 2.0
+    return np.where(causal, causal_pairs, q * kv)
+
+
+def _attention_flops(df: Frame) -> Vector:
+    f = 4.0 * col(df, "batch") * col(df, "heads") * col(df, "head_dim") * _attention_pairs(df)
+    return f * np.where(is_backward(df), 2.5, 1.0)
+
+
+def _attention_bytes(df: Frame) -> Vector:
+    b, h, d = col(df, "batch"), col(df, "heads"), col(df, "head_dim")
+    kvh = col(df, "kv_heads", np.nan)
+    kvh = np.where(np.isnan(kvh), h, kvh)
+    q, kv = col(df, "q_len"), col(df, "kv_len")
+    eb = dtype_bytes_vec(df)
+    fwd = eb * b * d * (2.0 * q * h + 2.0 * kv * kvh)  # read Q, K, V; write O
+    return fwd * np.where(is_backward(df), 2.5, 1.0)
+
+
+# --------------------------------------------------------------------------------------------- collectives
+#: Bus factor per collective (nccl-tests convention): bytes each rank moves = size * factor(n).
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast", "reduce")
+
+
+def bus_factor(op: Vector | pd.Series, ranks: Vector) -> Vector:
+    n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
+    ops = np.asarray(op, dtype=object)
+    ring = (n - 1.0) / n
+    return np.select(
+        [ops == "all_reduce", np.isin(ops, ["all_gather", "reduce_scatter", "all_to_all"])],
+        [2.0 * ring, ring],
+        default=1.0,
+    )
+
+
+def _collective_flops(df: Frame) -> Vector:
+    ops = np.asarray(df["op"], dtype=object)
+    reduces = np.isin(ops, ["all_reduce", "reduce_scatter", "reduce"])
+    return np.where(reduces, col(df, "size_bytes") / dtype_bytes_vec(df), 0.0)
+
+
+def _collective_bytes(df: Frame) -> Vector:
+    return col(df, "size_bytes") * bus_factor(df["op"], col(df, "n_ranks"))
+
+
+FAMILIES: dict[str, OpFamily] = {
+    f.name: f
+    for f in (
+        OpFamily("gemm", ("gemm", "bmm", "linear", "gemv", "matmul"), ("m", "n", "k"), _gemm_flops, _gemm_bytes,
+                 {"b": 1}, "C[b,m,n] = A[b,m,k] @ B[b,k,n]; GEMV is m=1 or n=1; `linear` shares B across b"),
+        OpFamily("elementwise", ("elementwise",), ("elements",), _elementwise_flops, _elementwise_bytes,
+                 {"variant": "add", "n_inputs": np.nan, "n_outputs": np.nan, "flops_per_element": np.nan},
+                 "pointwise kernels; `variant` (add, gelu, ...) supplies inputs/outputs/FLOPs defaults"),
+        OpFamily("norm", ("layernorm", "rmsnorm"), ("rows", "hidden"), _norm_flops, _norm_bytes, {},
+                 "row-wise normalisation over `hidden`"),
+        OpFamily("softmax", ("softmax",), ("rows", "hidden"), _softmax_flops, _softmax_bytes, {},
+                 "row-wise softmax over `hidden`"),
+        OpFamily("embedding", ("embedding_bag",),
+                 ("num_embeddings", "embedding_dim", "pooling_factor", "batch_size"),
+                 _embedding_flops, _embedding_bytes, {"num_tables": 1, "index_dist": "uniform", "zipf_alpha": 0.0},
+                 "pooled embedding-bag lookups over `num_tables` tables; `direction` fwd/bwd"),
+        OpFamily("attention", ("attention",), ("batch", "heads", "q_len", "kv_len", "head_dim"),
+                 _attention_flops, _attention_bytes, {"kv_heads": np.nan, "causal": 0},
+                 "fused (flash) attention; GQA through `kv_heads`"),
+        OpFamily("collective", COLLECTIVE_OPS, ("size_bytes", "n_ranks"), _collective_flops, _collective_bytes,
+                 {"n_nodes": 1}, "collectives; `size_bytes` follows nccl-tests (total buffer size)"),
+    )
+}
+
+#: op name -> family name
+OP_TO_FAMILY: dict[str, str] = {op: fam.name for fam in FAMILIES.values() for op in fam.ops}
+
+
+def family_of(op: str) -> OpFamily:
+    try:
+        return FAMILIES[OP_TO_FAMILY[op]]
+    except KeyError:
+        raise InvalidInputError(f"unknown op {op!r}; known: {', '.join(sorted(OP_TO_FAMILY))}") from None
+
+
+def family_array(ops: pd.Series) -> np.ndarray:
+    """Family name per row (vectorised); raises on unknown ops."""
+    return factor_map(ops, lambda o: family_of(o).name)

@@ -1,0 +1,210 @@
+"""Vectorised roofline (compute ops) and alpha-beta (collectives) estimates for whole tables of ops.
+
+``time = max(FLOPs / peak(dtype), bytes / bandwidth) + kernel latency`` for kernels, and for collectives a
+hierarchical alpha-beta model: algorithm bus factor, intra-node fabric and per-GPU NIC bandwidth, and a
+per-step latency. Each row also reports which term bounds it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog, default_catalog
+from hybrid.hardware.device import Device, System
+from hybrid.ops.families import FAMILIES, bus_factor, col, factor_map, family_array
+from hybrid.units import normalize_dtype
+
+#: Output columns added by :func:`roofline`.
+ROOFLINE_COLUMNS = ("family", "flops", "bytes", "compute_us", "memory_us", "latency_us", "time_us", "bound")
+
+#: Categories of the ``bound`` column.
+BOUNDS = ("compute", "memory", "latency", "bandwidth")
+
+#: Effective PCIe bandwidth per direction (GB/s) by generation, used when a device has no GPU-to-GPU link.
+PCIE_GBPS = {0: 12.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}
+#: Default NIC share per GPU when a node description is synthesised from a bare device (100 Gb/s).
+DEFAULT_NIC_GBPS = 12.5
+
+
+def system_for_device(device: Device, gpus_per_node: int = 8) -> System:
+    """A generic node of ``device`` GPUs for collectives on a device that has no catalog system."""
+    intra = device.link_bw / 1e9 if device.link_bw > 0 else PCIE_GBPS.get(device.pcie_gen, 12.0)
+    return System.from_entry(
+        f"{device.key}-node",
+        {
+            "device": device.key,
+            "gpus_per_node": gpus_per_node,
+            "intra_node_gbps": intra,
+            "intra_fabric": device.link_name or f"PCIe gen{device.pcie_gen or 3}",
+            "inter_node_gbps": DEFAULT_NIC_GBPS,
+            "inter_fabric": "generic 100 Gb/s NIC per GPU",
+            "max_nodes": 1024,
+            "source": f"synthesised from device {device.key} (no system in catalog)",
+        },
+    )
+
+
+def resolve_system(catalog: Catalog, name: str) -> System:
+    """A catalog system by name, or a generic node built from a device name."""
+    key = catalog.resolve_system(name, missing_ok=True)
+    if key is not None:
+        return catalog.systems[key]
+    dev_key = catalog.resolve_device(name, missing_ok=True)
+    if dev_key is not None:
+        return system_for_device(catalog.devices[dev_key])
+    catalog.resolve_system(name)  # raises with the closest names
+    raise AssertionError("unreachable")
+
+
+def _positive(df: pd.DataFrame, columns: tuple[str, ...], family: str) -> None:
+    for c in columns:
+        values = col(df, c)
+        bad = ~(values > 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidInputError(
+                f"{family}: column {c!r} must be positive, got {df[c].iloc[i]!r} at row {df.index[i]!r}"
+            )
+
+
+def _per_row(names: pd.Series, lookup) -> tuple[np.ndarray, list]:
+    codes, uniques = pd.factorize(names, use_na_sentinel=True)
+    if (codes < 0).any():
+        raise InvalidInputError(f"missing {names.name!r} at row {names.index[int(np.flatnonzero(codes < 0)[0])]!r}")
+    return codes, [lookup(str(u)) for u in uniques]
+
+
+def _dtypes(df: pd.DataFrame) -> pd.Series:
+    if "dtype" not in df.columns:
+        return pd.Series(["fp32"] * len(df), index=df.index, name="dtype")
+    return df["dtype"].fillna("fp32").rename("dtype")
+
+
+def roofline(
+    table: pd.DataFrame,
+    catalog: Catalog | None = None,
+    *,
+    device: str | None = None,
+    system: str | None = None,
+) -> pd.DataFrame:
+    """Analytical estimate for every row of ``table`` (any mix of op families, devices and systems).
+
+    ``table`` needs an ``op`` column, the family's shape columns, ``dtype`` (default fp32) and ``device``
+    (or pass ``device=``). Collective rows use ``system`` (column or argument); a row with only a device
+    gets a generic node of that device. Returns a DataFrame with :data:`ROOFLINE_COLUMNS`, same index.
+    """
+    if "op" not in table.columns:
+        raise InvalidInputError("table has no 'op' column")
+    if len(table) == 0:
+        raise InvalidInputError("table is empty")
+    cat = catalog or default_catalog()
+    op_codes, op_uniques = pd.factorize(table["op"], use_na_sentinel=True)
+    if (op_codes < 0).any():
+        raise InvalidInputError(f"missing op at row {table.index[int(np.flatnonzero(op_codes < 0)[0])]!r}")
+    fam_of_unique = [FAMILIES[family_array(pd.Series([o]))[0]].name for o in op_uniques]
+    fam_names = list(dict.fromkeys(fam_of_unique))
+    fam_codes = np.array([fam_names.index(f) for f in fam_of_unique], dtype=np.int8)[op_codes]
+    n = len(table)
+    numeric = np.empty((n, 6))
+    bound = np.empty(n, dtype=np.int8)
+    for i, fam_name in enumerate(fam_names):
+        whole = len(fam_names) == 1
+        mask = slice(None) if whole else (fam_codes == i)
+        sub = table if whole else table.loc[mask]
+        fam = FAMILIES[str(fam_name)]
+        _positive(sub, fam.shape_columns, fam.name)
+        if fam.name == "collective":
+            res = _collective(sub, cat, system or device)
+        else:
+            res = _kernel(sub, fam.name, cat, device)
+        for j, c in enumerate(ROOFLINE_COLUMNS[1:-1]):
+            numeric[mask, j] = res[c]
+        bound[mask] = res["bound"]
+    out = pd.DataFrame(numeric, columns=list(ROOFLINE_COLUMNS[1:-1]), index=table.index, copy=False)
+    out.insert(0, "family", pd.Categorical.from_codes(fam_codes, categories=fam_names))
+    out["bound"] = pd.Categorical.from_codes(bound, categories=list(BOUNDS))
+    return out
+
+
+def _kernel(df: pd.DataFrame, family: str, cat: Catalog, device: str | None) -> dict[str, np.ndarray]:
+    fam = FAMILIES[family]
+    flops = fam.flops(df)
+    nbytes = fam.bytes(df)
+    if device is not None:
+        dev = cat.device(device)
+        peak = factor_map(_dtypes(df), dev.peak).astype(np.float64)
+        bw = np.full(len(df), dev.mem_bw)
+        lat = np.full(len(df), dev.kernel_latency_us)
+    else:
+        if "device" not in df.columns:
+            raise InvalidInputError("table has no 'device' column; pass device=")
+        dev_codes, devs = _per_row(df["device"], cat.device)
+        dt_codes, dts = _per_row(_dtypes(df), normalize_dtype)
+        peak_matrix = np.array([[d.peak(t) for t in dts] for d in devs])
+        peak = peak_matrix[dev_codes, dt_codes]
+        bw = np.array([d.mem_bw for d in devs])[dev_codes]
+        lat = np.array([d.kernel_latency_us for d in devs])[dev_codes]
+    compute_us = flops / peak * 1e6
+    memory_us = nbytes / bw * 1e6
+    body = np.maximum(compute_us, memory_us)
+    bound = np.where(lat > body, 2, np.where(compute_us >= memory_us, 0, 1)).astype(np.int8)
+    return {"flops": flops, "bytes": nbytes, "compute_us": compute_us, "memory_us": memory_us,
+            "latency_us": lat, "time_us": body + lat, "bound": bound}
+
+
+def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str, np.ndarray]:
+    if system is not None:
+        names = pd.Series([system] * len(df), index=df.index, name="system")
+    elif "system" in df.columns and df["system"].notna().all():
+        names = df["system"].rename("system")
+    elif "device" in df.columns:
+        names = df["system"].fillna(df["device"]) if "system" in df.columns else df["device"]
+        names = names.rename("system")
+    else:
+        raise InvalidInputError("collective rows need a 'system' (or 'device') column, or pass system=")
+    codes, systems = _per_row(names, lambda s: resolve_system(cat, s))
+    intra = np.array([s.intra_bw for s in systems])[codes]
+    inter = np.array([s.inter_bw if s.inter_bw > 0 else DEFAULT_NIC_GBPS * 1e9 for s in systems])[codes]
+    lat_intra = np.array([s.intra_latency_us for s in systems])[codes]
+    lat_inter = np.array([s.inter_latency_us for s in systems])[codes]
+    gpn_sys = np.array([s.gpus_per_node for s in systems], dtype=np.float64)[codes]
+
+    size = col(df, "size_bytes")
+    n = col(df, "n_ranks")
+    nodes = np.maximum(col(df, "n_nodes", 1.0), 1.0)
+    g = np.maximum(n / nodes, 1.0)  # GPUs per node taking part
+    if (nodes > 1).any() or (g > gpn_sys).any():
+        # more ranks than fit in one node of this system means several nodes
+        nodes = np.where((nodes == 1) & (n > gpn_sys), np.ceil(n / gpn_sys), nodes)
+        g = np.maximum(n / nodes, 1.0)
+    op = np.asarray(df["op"], dtype=object)
+    multi = nodes > 1
+    ring_g = (g - 1.0) / g
+    ring_n = (nodes - 1.0) / nodes
+    # bandwidth term (seconds): hierarchical over intra-node fabric and the GPUs' NICs
+    ar = 2.0 * ring_g * size / intra + np.where(multi, 2.0 * ring_n * size / (g * inter), 0.0)
+    ag = ring_g * size / intra + np.where(multi, ring_n * size / (g * inter), 0.0)
+    a2a = np.maximum((g - 1.0) / n * size / intra, np.where(multi, (n - g) / n * size / inter, 0.0))
+    p2p = size / np.where(multi, inter, intra)
+    bw_s = np.select(
+        [op == "all_reduce", np.isin(op, ["all_gather", "reduce_scatter"]), op == "all_to_all"],
+        [ar, ag, a2a],
+        default=np.where(np.isin(op, ["broadcast", "reduce"]), ag + size / intra / n, p2p),
+    )
+    # latency term: tree-like number of steps inside and across nodes; all_reduce pays it twice
+    steps = np.where(op == "all_reduce", 2.0, 1.0)
+    latency_us = steps * (lat_intra * np.ceil(np.log2(np.maximum(g, 2.0))) +
+                          np.where(multi, lat_inter * np.ceil(np.log2(np.maximum(nodes, 2.0))), 0.0))
+    latency_us = np.where(op == "all_to_all", latency_us + lat_intra * 0.25 * (n - 1), latency_us)
+    bw_us = bw_s * 1e6
+    return {
+        "flops": np.zeros(len(df)),
+        "bytes": size * bus_factor(op, n),
+        "compute_us": np.zeros(len(df)),
+        "memory_us": bw_us,
+        "latency_us": latency_us,
+        "time_us": bw_us + latency_us,
+        "bound": np.where(latency_us > bw_us, 2, 3).astype(np.int8),
+    }

@@ -1,0 +1,91 @@
+"""Data types and human-readable sizes."""
+
+from __future__ import annotations
+
+import re
+
+from hybrid.errors import InvalidInputError
+
+#: Canonical dtype names and their storage size in bytes.
+DTYPE_BYTES: dict[str, float] = {
+    "fp64": 8,
+    "fp32": 4,
+    "tf32": 4,
+    "fp16": 2,
+    "bf16": 2,
+    "fp8": 1,
+    "int8": 1,
+    "int32": 4,
+    "int64": 8,
+}
+
+_DTYPE_ALIASES: dict[str, str] = {
+    "float64": "fp64", "double": "fp64", "f64": "fp64",
+    "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "tensorfloat32": "tf32",
+    "float16": "fp16", "half": "fp16", "f16": "fp16",
+    "bfloat16": "bf16",
+    "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "e4m3": "fp8", "e5m2": "fp8", "f8e4m3fn": "fp8",
+    "f8e5m2": "fp8",
+    "i8": "int8", "s8": "int8", "int": "int32", "int32_t": "int32", "i32": "int32", "s32": "int32",
+    "uint8": "int8", "u8": "int8", "i64": "int64", "s64": "int64", "long": "int64",
+}
+
+#: When a device has no peak for a dtype, fall back along this chain (e.g. bf16 on V100 runs at fp32 rate).
+DTYPE_FALLBACK: dict[str, tuple[str, ...]] = {
+    "tf32": ("fp32",),
+    "bf16": ("fp16", "fp32"),
+    "fp16": ("fp32",),
+    "fp8": ("fp16", "bf16", "fp32"),
+    "int8": ("fp16", "fp32"),
+    "int32": ("fp32",),
+    "int64": ("fp64", "fp32"),
+    "fp64": ("fp32",),
+}
+
+
+def normalize_dtype(name: str) -> str:
+    """Return the canonical dtype name for ``name`` (``float16`` -> ``fp16``), or raise."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidInputError(f"dtype must be a non-empty string, got {name!r}")
+    key = name.strip().lower().replace("torch.", "")
+    if key in DTYPE_BYTES:
+        return key
+    if key in _DTYPE_ALIASES:
+        return _DTYPE_ALIASES[key]
+    raise InvalidInputError(f"unknown dtype {name!r}; known: {', '.join(sorted(DTYPE_BYTES))}")
+
+
+def dtype_bytes(name: str) -> float:
+    """Bytes per element of ``name``."""
+    return DTYPE_BYTES[normalize_dtype(name)]
+
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+def parse_size(text: str | int | float) -> int:
+    """Parse ``64MiB``, ``1.5GB``, ``4096`` into a positive number of bytes."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        match = _SIZE_RE.match(str(text))
+        if not match or match.group(2).lower() not in _SIZE_UNITS:
+            raise InvalidInputError(f"cannot parse size {text!r} (examples: 4096, 64KiB, 64MiB, 1GB)")
+        value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if not value > 0 or value != value:
+        raise InvalidInputError(f"size must be positive, got {text!r}")
+    return int(round(value))
+
+
+def format_bytes(n: float) -> str:
+    """``67108864`` -> ``64.0 MiB``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
