@@ -2,7 +2,17 @@
 
 from hybrid.ops.families import FAMILIES, OP_TO_FAMILY, OpFamily, family_of
 from hybrid.ops.roofline import ROOFLINE_COLUMNS, resolve_system, roofline, system_for_device
-from hybrid.ops.spec import Attention, Collective, Elementwise, EmbeddingBag, Gemm, Norm, OpSpec, Softmax, specs_to_frame
+from hybrid.ops.spec import (
+    Attention,
+    Collective,
+    Elementwise,
+    EmbeddingBag,
+    Gemm,
+    Norm,
+    OpSpec,
+    Softmax,
+    specs_to_frame,
+)
 
 __all__ = [
     "FAMILIES", "OP_TO_FAMILY", "ROOFLINE_COLUMNS", "Attention", "Collective", "Elementwise", "EmbeddingBag", "Gemm",

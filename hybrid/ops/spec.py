@@ -32,7 +32,7 @@ class OpSpec:
 
     @property
     def op_name(self) -> str:
-        return str(getattr(self, "op"))
+        return str(self.op)
 
     def to_row(self) -> dict[str, Any]:
         row = asdict(self)
