@@ -1,0 +1,408 @@
+"""DLRM workload description: model/table configuration, YAML/JSON loading and validation.
+
+The configuration format (YAML or JSON)::
+
+    name: example
+    system: DGX-A100          # catalog system (or a device -> generic node)
+    gpus: 8
+    batch_size_per_gpu: 2048
+    dtype: fp32
+    dense_features: 13
+    bottom_mlp: [512, 256, 64]   # last width must equal embedding_dim for dot interaction
+    top_mlp: [512, 256, 1]
+    interaction: dot          # or cat
+    embedding_dim: 64         # default for tables that omit it
+    optimizer: sgd            # sgd | adagrad
+    tables:                   # or num_tables + table_generator: {seed, rows: [lo, hi], pooling: [lo, hi], ...}
+      - {name: t0, num_embeddings: 1000000, pooling_factor: 20, index_dist: zipf, zipf_alpha: 1.05}
+    plan:                     # optional, see hybrid.sharding.plan
+      t0: {type: table_wise, ranks: [3]}
+
+The per-iteration task graph built from a config lives in :mod:`hybrid.workloads.dlrm_graph`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from hybrid.errors import InvalidInputError
+from hybrid.sharding.plan import ShardingPlan
+from hybrid.units import normalize_dtype
+
+INTERACTIONS = ("dot", "cat")
+OPTIMIZERS = ("sgd", "adagrad")
+INDEX_DISTS = ("uniform", "zipf")
+
+
+# ------------------------------------------------------------------------------------------------ file helpers
+def load_document(path: str | os.PathLike, what: str = "config") -> Any:
+    """Parse a YAML or JSON file (JSON is YAML); errors name the file and the problem in one line."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError(f"{what} file not found: {p}")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"cannot read {what} {p}: {exc}") from None
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        first = " ".join(str(exc).split())[:200]
+        raise InvalidInputError(f"malformed {what} {p}: {first}") from None
+    if data is None:
+        raise InvalidInputError(f"{what} {p} is empty")
+    return data
+
+
+def write_document(data: Any, path: str | os.PathLike) -> Path:
+    """Write ``data`` as YAML (``.yaml``/``.yml``) or JSON, through a temporary file and a rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if p.suffix.lower() in (".yaml", ".yml"):
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+    else:
+        text = json.dumps(data, indent=2) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def _positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or value is None:
+        raise InvalidInputError(f"{what} must be a positive integer, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{what} must be a positive integer, got {value!r}") from None
+    if not np.isfinite(number) or number <= 0 or number != int(number):
+        raise InvalidInputError(f"{what} must be a positive integer, got {value!r}")
+    return int(number)
+
+
+def _positive_float(value: Any, what: str, allow_zero: bool = False) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"{what} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not np.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
+        raise InvalidInputError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
+    return number
+
+
+def _check_keys(data: Mapping[str, Any], allowed: Sequence[str], what: str) -> None:
+    unknown = sorted(set(map(str, data)) - set(allowed))
+    if unknown:
+        raise InvalidInputError(f"{what}: unknown key(s) {unknown}; allowed: {', '.join(allowed)}")
+
+
+# ------------------------------------------------------------------------------------------------ tables
+@dataclass(frozen=True)
+class TableConfig:
+    """One embedding table: rows, width, mean lookups per sample (pooling) and index distribution."""
+
+    name: str
+    num_embeddings: int
+    embedding_dim: int = 64
+    pooling_factor: float = 1.0
+    index_dist: str = "uniform"
+    zipf_alpha: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InvalidInputError(f"table name must be a non-empty string, got {self.name!r}")
+        where = f"table {self.name!r}"
+        object.__setattr__(self, "num_embeddings", _positive_int(self.num_embeddings, f"{where}: num_embeddings"))
+        object.__setattr__(self, "embedding_dim", _positive_int(self.embedding_dim, f"{where}: embedding_dim"))
+        object.__setattr__(self, "pooling_factor", _positive_float(self.pooling_factor, f"{where}: pooling_factor"))
+        dist = str(self.index_dist).strip().lower()
+        if dist not in INDEX_DISTS:
+            raise InvalidInputError(f"{where}: index_dist must be one of {INDEX_DISTS}, got {self.index_dist!r}")
+        object.__setattr__(self, "index_dist", dist)
+        alpha = _positive_float(self.zipf_alpha, f"{where}: zipf_alpha", allow_zero=True)
+        object.__setattr__(self, "zipf_alpha", alpha if dist == "zipf" else 0.0)
+
+    FIELDS = ("name", "num_embeddings", "embedding_dim", "pooling_factor", "index_dist", "zipf_alpha")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], default_dim: int = 64, index: int = 0) -> TableConfig:
+        if not isinstance(data, Mapping):
+            raise InvalidInputError(f"table #{index} must be a mapping, got {type(data).__name__}")
+        _check_keys(data, cls.FIELDS, f"table #{index}")
+        if "num_embeddings" not in data:
+            raise InvalidInputError(f"table #{index} ({data.get('name', 'unnamed')}): missing num_embeddings")
+        kwargs = dict(data)
+        kwargs.setdefault("name", f"t{index}")
+        kwargs.setdefault("embedding_dim", default_dim)
+        if kwargs.get("index_dist") is None:
+            kwargs["index_dist"] = "zipf" if float(kwargs.get("zipf_alpha", 0) or 0) > 0 else "uniform"
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name, "num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim,
+            "pooling_factor": self.pooling_factor, "index_dist": self.index_dist,
+        }
+        if self.index_dist == "zipf":
+            out["zipf_alpha"] = self.zipf_alpha
+        return out
+
+    def bytes(self, dtype_bytes: float) -> float:
+        """Size of the full table in bytes."""
+        return float(self.num_embeddings) * self.embedding_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class TableGenerator:
+    """Synthetic tables: rows log-uniform in ``rows``, pooling uniform in ``pooling``, reproducible by ``seed``.
+
+    ``zipf_alpha`` may be a number or a ``[lo, hi]`` range (uniform); ``dims`` an optional list of embedding
+    dimensions to draw from (else the config default).
+    """
+
+    seed: int = 0
+    rows: tuple[int, int] = (1000, 10_000_000)
+    pooling: tuple[float, float] = (1.0, 50.0)
+    index_dist: str = "zipf"
+    zipf_alpha: tuple[float, float] = (1.05, 1.05)
+    dims: tuple[int, ...] = ()
+
+    FIELDS = ("seed", "rows", "pooling", "index_dist", "zipf_alpha", "dims")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TableGenerator:
+        if not isinstance(data, Mapping):
+            raise InvalidInputError("table_generator must be a mapping")
+        _check_keys(data, cls.FIELDS, "table_generator")
+
+        def pair(name: str, default: tuple[float, float], conv: type) -> tuple:
+            value = data.get(name, default)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = (value, value)
+            if not isinstance(value, (list, tuple)) or len(value) != 2:
+                raise InvalidInputError(f"table_generator.{name} must be [lo, hi], got {value!r}")
+            lo, hi = (conv(_positive_float(v, f"table_generator.{name}", allow_zero=name == "zipf_alpha"))
+                      for v in value)
+            if lo > hi:
+                raise InvalidInputError(f"table_generator.{name}: lo {lo} > hi {hi}")
+            return (lo, hi)
+
+        dims = data.get("dims", ())
+        if isinstance(dims, int):
+            dims = (dims,)
+        return cls(
+            seed=int(data.get("seed", 0)),
+            rows=pair("rows", cls.rows, int),
+            pooling=pair("pooling", cls.pooling, float),
+            index_dist=str(data.get("index_dist", "zipf")),
+            zipf_alpha=pair("zipf_alpha", cls.zipf_alpha, float),
+            dims=tuple(_positive_int(d, "table_generator.dims") for d in dims),
+        )
+
+    def generate(self, num_tables: int, default_dim: int) -> list[TableConfig]:
+        rng = np.random.default_rng(self.seed)
+        lo, hi = np.log(self.rows[0]), np.log(self.rows[1])
+        rows = np.maximum(1, np.round(np.exp(rng.uniform(lo, hi, num_tables)))).astype(np.int64)
+        pooling = np.round(rng.uniform(self.pooling[0], self.pooling[1], num_tables), 2)
+        pooling = np.maximum(pooling, 0.01)
+        alpha = rng.uniform(self.zipf_alpha[0], self.zipf_alpha[1], num_tables)
+        dims = rng.choice(np.asarray(self.dims), num_tables) if self.dims else np.full(num_tables, default_dim)
+        return [
+            TableConfig(f"t{i}", int(rows[i]), int(dims[i]), float(pooling[i]), self.index_dist,
+                        float(round(alpha[i], 4)) if self.index_dist == "zipf" else 0.0)
+            for i in range(num_tables)
+        ]
+
+
+# ------------------------------------------------------------------------------------------------ model
+@dataclass(frozen=True)
+class DLRMConfig:
+    """A DLRM training job: model shape, embedding tables, batch, ranks, system and an optional plan."""
+
+    tables: tuple[TableConfig, ...]
+    name: str = "dlrm"
+    system: str = "DGX-A100"
+    gpus: int = 8
+    batch_size_per_gpu: int = 2048
+    dtype: str = "fp32"
+    dense_features: int = 13
+    bottom_mlp: tuple[int, ...] = (512, 256, 64)
+    top_mlp: tuple[int, ...] = (512, 256, 1)
+    interaction: str = "dot"
+    embedding_dim: int = 64
+    optimizer: str = "sgd"
+    plan: ShardingPlan | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    FIELDS = ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features", "bottom_mlp", "top_mlp",
+              "interaction", "embedding_dim", "optimizer", "tables", "num_tables", "table_generator", "plan",
+              "description")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tables", tuple(self.tables))
+        object.__setattr__(self, "gpus", _positive_int(self.gpus, "gpus"))
+        object.__setattr__(self, "batch_size_per_gpu", _positive_int(self.batch_size_per_gpu, "batch_size_per_gpu"))
+        object.__setattr__(self, "dense_features", _positive_int(self.dense_features, "dense_features"))
+        object.__setattr__(self, "embedding_dim", _positive_int(self.embedding_dim, "embedding_dim"))
+        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
+        for name in ("bottom_mlp", "top_mlp"):
+            widths = getattr(self, name)
+            if isinstance(widths, (int, str)) or not isinstance(widths, Sequence) or len(widths) == 0:
+                raise InvalidInputError(f"{name} must be a non-empty list of layer widths, got {widths!r}")
+            object.__setattr__(self, name, tuple(_positive_int(w, f"{name} width") for w in widths))
+        inter = str(self.interaction).strip().lower()
+        if inter not in INTERACTIONS:
+            raise InvalidInputError(f"interaction must be one of {INTERACTIONS}, got {self.interaction!r}")
+        object.__setattr__(self, "interaction", inter)
+        opt = str(self.optimizer).strip().lower()
+        if opt not in OPTIMIZERS:
+            raise InvalidInputError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        object.__setattr__(self, "optimizer", opt)
+        if not self.system or not isinstance(self.system, str):
+            raise InvalidInputError(f"system must be a catalog system or device name, got {self.system!r}")
+        if not self.tables:
+            raise InvalidInputError("config has no embedding tables")
+        names = [t.name for t in self.tables]
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise InvalidInputError(f"duplicate table name(s) {dup[:5]}")
+        if inter == "dot":
+            out = self.bottom_mlp[-1]
+            bad = [t.name for t in self.tables if t.embedding_dim != out]
+            if bad:
+                raise InvalidInputError(
+                    f"dot interaction needs every table's embedding_dim == bottom_mlp[-1] ({out}); "
+                    f"table(s) {bad[:5]} differ")
+        if self.plan is not None:
+            plan = self.plan if isinstance(self.plan, ShardingPlan) else ShardingPlan.from_dict(self.plan)
+            object.__setattr__(self, "plan", plan.validate(self))
+
+    # derived sizes ---------------------------------------------------------------------------------------
+    @property
+    def num_tables(self) -> int:
+        return len(self.tables)
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size_per_gpu * self.gpus
+
+    @property
+    def dtype_bytes(self) -> float:
+        from hybrid.units import DTYPE_BYTES
+
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def interaction_features(self) -> int:
+        """Width of the top MLP's input."""
+        if self.interaction == "dot":
+            f = self.num_tables + 1
+            return self.bottom_mlp[-1] + f * (f - 1) // 2
+        return self.bottom_mlp[-1] + sum(t.embedding_dim for t in self.tables)
+
+    def table(self, name: str) -> TableConfig:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise InvalidInputError(f"no table named {name!r}")
+
+    def mlp_layers(self) -> list[tuple[str, int, int]]:
+        """Every dense linear layer as ``(name, in_features, out_features)``, bottom then top."""
+        layers: list[tuple[str, int, int]] = []
+        width = self.dense_features
+        for i, out in enumerate(self.bottom_mlp):
+            layers.append((f"bot{i}", width, out))
+            width = out
+        width = self.interaction_features
+        for i, out in enumerate(self.top_mlp):
+            layers.append((f"top{i}", width, out))
+            width = out
+        return layers
+
+    def dense_params(self) -> int:
+        """Parameters of the MLPs (weights + biases)."""
+        return sum(i * o + o for _, i, o in self.mlp_layers())
+
+    def with_(self, **changes: Any) -> DLRMConfig:
+        """A copy with fields replaced (re-validated); e.g. ``config.with_(gpus=16, plan=None)``."""
+        return replace(self, **changes)
+
+    def with_plan(self, plan: ShardingPlan | Mapping[str, Any] | None) -> DLRMConfig:
+        return replace(self, plan=plan)
+
+    # (de)serialisation -----------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], **overrides: Any) -> DLRMConfig:
+        """Build and validate a config; ``overrides`` (e.g. ``gpus=64``) replace document values."""
+        if not isinstance(data, Mapping):
+            raise InvalidInputError(f"a DLRM config must be a mapping, got {type(data).__name__}")
+        _check_keys(data, cls.FIELDS, "DLRM config")
+        doc = dict(data)
+        doc.update({k: v for k, v in overrides.items() if v is not None})
+        default_dim = _positive_int(doc.get("embedding_dim", 64), "embedding_dim")
+        if "tables" in doc and doc["tables"] is not None:
+            if "table_generator" in doc:
+                raise InvalidInputError("give either `tables` or `num_tables` + `table_generator`, not both")
+            raw = doc["tables"]
+            if not isinstance(raw, list):
+                raise InvalidInputError(f"tables must be a list, got {type(raw).__name__}")
+            tables = [TableConfig.from_dict(t, default_dim, i) for i, t in enumerate(raw)]
+        elif "num_tables" in doc:
+            n = _positive_int(doc["num_tables"], "num_tables")
+            tables = TableGenerator.from_dict(doc.get("table_generator") or {}).generate(n, default_dim)
+        else:
+            raise InvalidInputError("config needs `tables` or `num_tables` (+ `table_generator`)")
+        kwargs = {k: doc[k] for k in ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features",
+                                      "bottom_mlp", "top_mlp", "interaction", "embedding_dim", "optimizer")
+                  if k in doc and doc[k] is not None}
+        plan = doc.get("plan")
+        if plan is not None and not isinstance(plan, (Mapping, ShardingPlan)):
+            raise InvalidInputError("plan must be a mapping of table -> {type, ranks}")
+        extra = {"description": doc["description"]} if "description" in doc else {}
+        return cls(tables=tuple(tables), plan=ShardingPlan.from_dict(plan) if plan is not None else None,
+                   extra=extra, **kwargs)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **overrides: Any) -> DLRMConfig:
+        """Load a YAML or JSON config file."""
+        try:
+            return cls.from_dict(load_document(path, what="DLRM config"), **overrides)
+        except InvalidInputError as exc:
+            msg = str(exc)
+            raise InvalidInputError(msg if str(path) in msg else f"{path}: {msg}") from None
+
+    from_yaml = from_file
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (tables always explicit); ``from_dict(to_dict())`` gives an equal config."""
+        out: dict[str, Any] = {
+            "name": self.name, "system": self.system, "gpus": self.gpus,
+            "batch_size_per_gpu": self.batch_size_per_gpu, "dtype": self.dtype,
+            "dense_features": self.dense_features, "bottom_mlp": list(self.bottom_mlp),
+            "top_mlp": list(self.top_mlp), "interaction": self.interaction, "embedding_dim": self.embedding_dim,
+            "optimizer": self.optimizer, "tables": [t.to_dict() for t in self.tables],
+        }
+        out.update(self.extra)
+        if self.plan is not None:
+            out["plan"] = self.plan.to_dict()
+        return out
+
+    def save(self, path: str | os.PathLike) -> Path:
+        return write_document(self.to_dict(), path)
