@@ -19,9 +19,18 @@ from hybrid.hardware.device import Device, System
 CATALOG_ENV = "HYBRID_CATALOG"
 
 
+#: A board-power annotation some tools append to the name, e.g. MLPerf's ``NVIDIA A100-SXM4-80GB (400W)``.
+_POWER_SUFFIX = re.compile(r"\(\s*\d+(\.\d+)?\s*w\s*\)")
+
+
 def normalize_name(name: str) -> str:
-    """Canonical form for alias matching: lower case, vendor prefixes and separators removed."""
-    s = str(name).strip().lower()
+    """Canonical form for alias matching.
+
+    Lower case; a leading vendor word (nvidia, amd, tesla, geforce, radeon, instinct; up to two of them), a
+    power annotation such as ``(400W)`` and the separators `` _-./()`` are removed:
+    ``normalize_name("NVIDIA A100-SXM4-80GB (400W)") == "a100sxm480gb"``.
+    """
+    s = _POWER_SUFFIX.sub("", str(name).strip().lower()).strip()
     s = re.sub(r"^(nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+", "", s)
     s = re.sub(r"^(nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+", "", s)
     return re.sub(r"[\s_\-./()]+", "", s)
