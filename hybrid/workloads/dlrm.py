@@ -238,7 +238,7 @@ class DLRMConfig:
 
     tables: tuple[TableConfig, ...]
     name: str = "dlrm"
-    system: str = "DGX-A100"
+    system: str = "DGX-H100"
     gpus: int = 8
     batch_size_per_gpu: int = 2048
     dtype: str = "fp32"

@@ -1,0 +1,73 @@
+"""Op cost models for the engine: anything with ``predict(table) -> DataFrame[time_us, ...]``.
+
+The engine costs every op of an iteration (all ranks) in one call: it builds one table of the graph's unique op
+rows, calls :meth:`OpCostModel.predict` once and scatters the times back onto the nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog, default_catalog
+
+
+@runtime_checkable
+class OpCostModel(Protocol):
+    """What the engine needs from a predictor (:class:`hybrid.corrections.predictor.HybridPredictor` fits)."""
+
+    def predict(self, table: pd.DataFrame) -> pd.DataFrame:  # pragma: no cover - protocol
+        """Same index as ``table``; at least a ``time_us`` column (microseconds)."""
+        ...
+
+
+class RooflineCostModel:
+    """Pure analytical costs (:func:`hybrid.ops.roofline.roofline`) behind the :class:`OpCostModel` protocol."""
+
+    def __init__(self, catalog: Catalog | None = None):
+        self.catalog = catalog or default_catalog()
+
+    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
+        from hybrid.ops.roofline import roofline
+
+        out = roofline(table, self.catalog)
+        out["roofline_us"] = out["time_us"]
+        out["method"] = np.where(out["family"].astype(str) == "collective", "alpha-beta", "roofline")
+        return out
+
+
+def default_cost_model(catalog: Catalog | None = None) -> OpCostModel:
+    """``HybridPredictor.roofline_only(catalog)`` when the predictor package is present, else the roofline."""
+    try:
+        from hybrid.corrections.predictor import HybridPredictor
+    except ImportError:
+        return RooflineCostModel(catalog)
+    return HybridPredictor.roofline_only(catalog)
+
+
+def model_catalog(model: OpCostModel, fallback: Catalog | None = None) -> Catalog:
+    """The catalog a cost model predicts with (bundle devices included), else ``fallback`` or the default."""
+    cat = getattr(model, "catalog", None)
+    if isinstance(cat, Catalog):
+        return cat
+    return fallback or default_catalog()
+
+
+def predict_times(model: OpCostModel, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(``time_us``, ``method``) per op row from one ``predict`` call; rejects NaN/negative predictions."""
+    if len(ops) == 0:
+        return np.zeros(0), np.zeros(0, dtype=object)
+    result = model.predict(ops)
+    if "time_us" not in result.columns:
+        raise InvalidInputError(f"cost model {type(model).__name__} returned no 'time_us' column")
+    times = pd.to_numeric(result["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~(np.isfinite(times) & (times >= 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InvalidInputError(f"cost model gave time_us={times[i]!r} for op {ops.iloc[i].dropna().to_dict()}")
+    method = (result["method"].astype(str).to_numpy(dtype=object) if "method" in result.columns
+              else np.full(len(ops), type(model).__name__, dtype=object))
+    return times, method

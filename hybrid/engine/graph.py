@@ -1,0 +1,266 @@
+"""Per-rank task graphs: GPU kernels on streams, CPU launch work, data dependencies and collectives.
+
+A :class:`TaskGraph` is built node by node (cheap Python appends) and then :meth:`TaskGraph.compile`-d into
+flat numpy arrays that :func:`hybrid.engine.simulate.simulate` evaluates. Semantics:
+
+* every node belongs to one ``(rank, stream)``; nodes on a stream run in the order they were added
+  (stream order is an implicit dependency);
+* ``deps`` are explicit dependencies (data dependencies, or cross-stream waits inside a rank, like
+  ``cudaStreamWaitEvent``), possibly across ranks;
+* a node's duration is ``fixed_us`` + the predicted time of its ``op`` (a row of the canonical measurement
+  table, costed in one batch for the whole graph) + the calibrated overhead of its ``overhead`` category
+  (see :class:`hybrid.engine.overheads.Overheads`);
+* a *collective* is one node per participating rank; all of them start together once every participant
+  has reached it (its own stream order and dependencies are satisfied) and last as long as the slowest
+  member's estimate.
+* :meth:`TaskGraph.kernel` adds a GPU kernel together with its CPU-side launch on the rank's host stream,
+  so CPU-bound iterations (many small kernels) come out right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError
+
+#: Node kinds; the breakdown counts ``compute`` and ``comm`` GPU time and ``cpu`` host time.
+KINDS: tuple[str, ...] = ("compute", "comm", "cpu", "sync")
+COMPUTE, COMM, CPU, SYNC = range(4)
+
+#: Overhead categories a node can carry (index into the vector of :class:`Overheads`).
+OVERHEAD_CATEGORIES: tuple[str, ...] = ("none", "kernel_launch", "collective_launch", "optimizer_step",
+                                        "iteration")
+
+#: Default stream names.
+HOST, COMPUTE_STREAM, COMM_STREAM = "host", "compute", "comm"
+
+
+@dataclass
+class CompiledGraph:
+    """Flat arrays describing a task graph (node ``i`` is row ``i`` everywhere).
+
+    ``edges_src``/``edges_dst`` include stream order and collective synchronisation through virtual
+    ``sync`` nodes (kind ``SYNC``, rank -1). ``own_dst`` gives, for each edge, the member node it originally
+    pointed to (before collectives were redirected through their sync node), used to measure waiting.
+    """
+
+    names: list[str]
+    rank: np.ndarray  # int32, -1 for virtual sync nodes
+    stream: np.ndarray  # int32 index into ``stream_names`` (-1 for sync nodes)
+    stream_names: list[tuple[int, str]]  # (rank, stream name) per stream index
+    kind: np.ndarray  # int8, index into KINDS
+    fixed_us: np.ndarray  # float64
+    op_index: np.ndarray  # int64 index into ``ops`` (-1 = no op)
+    overhead: np.ndarray  # int8 index into OVERHEAD_CATEGORIES
+    group: np.ndarray  # int64 collective id (-1 = none)
+    edges_src: np.ndarray
+    edges_dst: np.ndarray
+    own_dst: np.ndarray
+    ops: pd.DataFrame  # unique op rows (canonical measurement-table columns)
+    args: list[dict[str, Any] | None]
+    n_ranks: int
+    n_real: int  # nodes before the virtual sync nodes
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+@dataclass
+class TaskGraph:
+    """Builder for a multi-rank task graph."""
+
+    n_ranks: int
+    _names: list[str] = field(default_factory=list)
+    _rank: list[int] = field(default_factory=list)
+    _stream: list[int] = field(default_factory=list)
+    _kind: list[int] = field(default_factory=list)
+    _fixed: list[float] = field(default_factory=list)
+    _op: list[int] = field(default_factory=list)
+    _overhead: list[int] = field(default_factory=list)
+    _group: list[int] = field(default_factory=list)
+    _args: list[dict[str, Any] | None] = field(default_factory=list)
+    _src: list[int] = field(default_factory=list)
+    _dst: list[int] = field(default_factory=list)
+    _streams: dict[tuple[int, str], int] = field(default_factory=dict)
+    _last_on_stream: list[int] = field(default_factory=list)
+    _ops: list[dict[str, Any]] = field(default_factory=list)
+    _op_keys: dict[tuple, int] = field(default_factory=dict)
+    _n_groups: int = 0
+
+    def __post_init__(self) -> None:
+        if int(self.n_ranks) <= 0:
+            raise InvalidInputError(f"a task graph needs at least one rank, got {self.n_ranks}")
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    # ---------------------------------------------------------------------------------------------- pieces
+    def stream_id(self, rank: int, stream: str) -> int:
+        key = (int(rank), str(stream))
+        sid = self._streams.get(key)
+        if sid is None:
+            if not 0 <= key[0] < self.n_ranks:
+                raise InvalidInputError(f"rank {rank} out of range for {self.n_ranks} ranks")
+            sid = self._streams[key] = len(self._streams)
+            self._last_on_stream.append(-1)
+        return sid
+
+    def op_id(self, op: Mapping[str, Any]) -> int:
+        """Index of ``op`` in the graph's table of unique ops (identical rows are costed once)."""
+        key = tuple(sorted(op.items()))
+        idx = self._op_keys.get(key)
+        if idx is None:
+            idx = self._op_keys[key] = len(self._ops)
+            self._ops.append(dict(op))
+        return idx
+
+    def add(
+        self,
+        rank: int,
+        stream: str,
+        name: str,
+        *,
+        op: Mapping[str, Any] | None = None,
+        duration_us: float = 0.0,
+        deps: Iterable[int] = (),
+        kind: str = "compute",
+        overhead: str = "none",
+        args: dict[str, Any] | None = None,
+        _group: int = -1,
+    ) -> int:
+        """Append a node on ``(rank, stream)`` after that stream's previous node; returns its id."""
+        if duration_us < 0 or not np.isfinite(duration_us):
+            raise InvalidInputError(f"node {name!r}: duration must be finite and >= 0, got {duration_us}")
+        sid = self.stream_id(rank, stream)
+        nid = len(self._names)
+        self._names.append(name)
+        self._rank.append(int(rank))
+        self._stream.append(sid)
+        self._kind.append(KINDS.index(kind))
+        self._fixed.append(float(duration_us))
+        self._op.append(self.op_id(op) if op is not None else -1)
+        self._overhead.append(OVERHEAD_CATEGORIES.index(overhead))
+        self._group.append(_group)
+        self._args.append(args)
+        prev = self._last_on_stream[sid]
+        if prev >= 0:
+            self._src.append(prev)
+            self._dst.append(nid)
+        self._last_on_stream[sid] = nid
+        for d in deps:
+            if d is None:
+                continue
+            if not 0 <= d < nid:
+                raise InvalidInputError(f"node {name!r}: dependency {d} does not exist yet")
+            self._src.append(int(d))
+            self._dst.append(nid)
+        return nid
+
+    def kernel(
+        self,
+        rank: int,
+        name: str,
+        op: Mapping[str, Any] | None = None,
+        *,
+        stream: str = COMPUTE_STREAM,
+        deps: Iterable[int] = (),
+        duration_us: float = 0.0,
+        host_deps: Iterable[int] = (),
+        args: dict[str, Any] | None = None,
+    ) -> int:
+        """A GPU kernel plus its CPU launch on the rank's host stream; returns the kernel's id.
+
+        ``host_deps`` are dependencies of the launch itself (e.g. a host synchronisation).
+        """
+        launch = self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="kernel_launch", deps=host_deps)
+        return self.add(rank, stream, name, op=op, duration_us=duration_us, deps=[launch, *deps], kind="compute",
+                        args=args)
+
+    def collective(
+        self,
+        name: str,
+        ranks: Sequence[int],
+        ops: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        deps: Mapping[int, Iterable[int]] | None = None,
+        stream: str = COMM_STREAM,
+        launch: bool = True,
+        args: dict[str, Any] | None = None,
+    ) -> dict[int, int]:
+        """One synchronised collective over ``ranks``; ``ops`` is one op row or one per rank.
+
+        Returns ``{rank: node id}``. Each member depends on its own ``deps[rank]`` and (if ``launch``) on a
+        CPU launch node on its host stream.
+        """
+        ranks = [int(r) for r in ranks]
+        if not ranks:
+            raise InvalidInputError(f"collective {name!r} has no participants")
+        if len(set(ranks)) != len(ranks):
+            raise InvalidInputError(f"collective {name!r} lists a rank twice")
+        per_rank = [ops] * len(ranks) if isinstance(ops, Mapping) else list(ops)
+        if len(per_rank) != len(ranks):
+            raise InvalidInputError(f"collective {name!r}: {len(per_rank)} op rows for {len(ranks)} ranks")
+        gid = self._n_groups
+        self._n_groups += 1
+        out: dict[int, int] = {}
+        for rank, op in zip(ranks, per_rank, strict=True):
+            own = list((deps or {}).get(rank, ()))
+            if launch:
+                own.append(self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="collective_launch"))
+            out[rank] = self.add(rank, stream, name, op=op, deps=own, kind="comm", args=args, _group=gid)
+        return out
+
+    def last(self, rank: int, stream: str) -> int | None:
+        """The most recent node on ``(rank, stream)`` (None if the stream is empty)."""
+        sid = self._streams.get((int(rank), str(stream)))
+        if sid is None or self._last_on_stream[sid] < 0:
+            return None
+        return self._last_on_stream[sid]
+
+    # ---------------------------------------------------------------------------------------------- compile
+    def compile(self) -> CompiledGraph:
+        """Freeze into arrays; collectives get a virtual sync node that all their members wait on."""
+        n = len(self._names)
+        if n == 0:
+            raise InvalidInputError("task graph is empty")
+        rank = np.asarray(self._rank, dtype=np.int32)
+        stream = np.asarray(self._stream, dtype=np.int32)
+        kind = np.asarray(self._kind, dtype=np.int8)
+        fixed = np.asarray(self._fixed, dtype=np.float64)
+        op_index = np.asarray(self._op, dtype=np.int64)
+        overhead = np.asarray(self._overhead, dtype=np.int8)
+        group = np.asarray(self._group, dtype=np.int64)
+        src = np.asarray(self._src, dtype=np.int64)
+        dst = np.asarray(self._dst, dtype=np.int64)
+        own = dst.copy()
+        names = list(self._names)
+        args = list(self._args)
+        n_groups = self._n_groups
+        if n_groups:
+            # edges into a collective member go to the group's sync node; sync -> every member
+            sync_of_group = n + np.arange(n_groups, dtype=np.int64)
+            member_group = group[dst]
+            into_member = member_group >= 0
+            dst = np.where(into_member, sync_of_group[np.maximum(member_group, 0)], dst)
+            members = np.flatnonzero(group >= 0)
+            src = np.concatenate([src, sync_of_group[group[members]]])
+            dst = np.concatenate([dst, members])
+            own = np.concatenate([own, members])
+            rank = np.concatenate([rank, np.full(n_groups, -1, np.int32)])
+            stream = np.concatenate([stream, np.full(n_groups, -1, np.int32)])
+            kind = np.concatenate([kind, np.full(n_groups, SYNC, np.int8)])
+            fixed = np.concatenate([fixed, np.zeros(n_groups)])
+            op_index = np.concatenate([op_index, np.full(n_groups, -1, np.int64)])
+            overhead = np.concatenate([overhead, np.zeros(n_groups, np.int8)])
+            group = np.concatenate([group, np.arange(n_groups, dtype=np.int64)])
+            names += [f"sync {i}" for i in range(n_groups)]
+            args += [None] * n_groups
+        stream_names = [key for key, _ in sorted(self._streams.items(), key=lambda kv: kv[1])]
+        ops = pd.DataFrame(self._ops) if self._ops else pd.DataFrame()
+        return CompiledGraph(names, rank, stream, stream_names, kind, fixed, op_index, overhead, group, src, dst,
+                             own, ops, args, int(self.n_ranks), n)

@@ -1,0 +1,393 @@
+"""One DLRM training iteration as a multi-rank task graph (TorchRec-style model parallel embeddings + DDP MLPs).
+
+Per rank, in host program order:
+
+1. per-iteration host work; input distribution (all-to-all of lookup indices to the table owners);
+2. embedding lookups: one fused ``embedding_bag`` kernel per (batch kind, embedding dim) group of the rank's
+   shards, like TorchRec's batched tables (sharded shards look up the global batch, data-parallel ones the
+   local batch);
+3. output distribution: all-to-all of pooled embeddings (table-/column-wise) and reduce-scatter of partial
+   sums (row-wise), overlapped with the bottom MLP on the compute stream;
+4. interaction (``bmm`` for dot, copies for cat), top MLP, loss;
+5. backward in reverse: top MLP (dgrad + wgrad GEMMs, activation backward), interaction, the embedding
+   gradient all-to-all / all-gather, bottom MLP, embedding backward + fused sparse update;
+6. DDP all-reduce of dense gradients in 25 MB buckets (the first one 1 MiB), reverse layer order, on the comm
+   stream as soon as each bucket's gradients exist; data-parallel tables' gradients join at the end;
+7. dense optimizer step (after every all-reduce).
+
+The collective sizes follow the nccl-tests ``size`` convention (total buffer per rank). An all-to-all whose
+per-rank send/receive volumes differ is costed per rank as ``max(send, recv) * n / (n - 1)`` and the
+collective lasts as long as its slowest member.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog, default_catalog
+from hybrid.hardware.device import Device
+from hybrid.ops.families import expected_unique_rows
+from hybrid.sharding.plan import ShardingPlan, split_evenly
+from hybrid.workloads.dlrm import DLRMConfig
+
+#: PyTorch DDP defaults: ``bucket_cap_mb=25`` and a first bucket of 1 MiB (``_DEFAULT_FIRST_BUCKET_BYTES``).
+DDP_BUCKET_BYTES = 25 * 2**20
+DDP_FIRST_BUCKET_BYTES = 2**20
+#: Bytes per lookup index sent in the input distribution (int64 values; lengths are negligible).
+INDEX_BYTES = 8
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the job runs: the device of every rank and the system (or bare device) for collectives."""
+
+    device: Device
+    system: str  # catalog system key, or the device key (-> generic node)
+    gpus_per_node: int
+
+    def nodes(self, ranks: int) -> int:
+        return max(1, math.ceil(ranks / self.gpus_per_node))
+
+
+def resolve_target(name: str, catalog: Catalog) -> Target:
+    """A catalog system (its device) or a bare device (a generic 8-GPU node of it)."""
+    key = catalog.resolve_system(name, missing_ok=True)
+    if key is not None:
+        system = catalog.systems[key]
+        return Target(catalog.device(system.device), key, system.gpus_per_node)
+    dev_key = catalog.resolve_device(name, missing_ok=True)
+    if dev_key is not None:
+        return Target(catalog.devices[dev_key], dev_key, 8)
+    catalog.resolve_system(name)  # raises UnknownDeviceError naming the closest systems
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class ShardPiece:
+    """One piece of a table on one rank, with the work it does per iteration."""
+
+    table: str
+    rank: int
+    type: str
+    rows: int
+    dim: int
+    batch: int  # samples it looks up (global batch for sharded tables, local batch for data-parallel)
+    pooling: float  # lookups per sample that land in this piece
+    zipf_alpha: float
+    fraction: float  # share of the table's lookups (row-wise) handled here
+
+
+def shard_pieces(config: DLRMConfig, plan: ShardingPlan) -> list[ShardPiece]:
+    """Every (table, rank) piece of ``plan`` with its lookup batch and pooling."""
+    plan.validate(config)
+    R, B = config.gpus, config.batch_size_per_gpu
+    pieces: list[ShardPiece] = []
+    for t in config.tables:
+        shard = plan[t.name]
+        if shard.type == "table_wise":
+            pieces.append(ShardPiece(t.name, shard.ranks[0], "table_wise", t.num_embeddings, t.embedding_dim,
+                                     B * R, t.pooling_factor, t.zipf_alpha, 1.0))
+        elif shard.type == "column_wise":
+            dim = t.embedding_dim // len(shard.ranks)
+            pieces += [ShardPiece(t.name, r, "column_wise", t.num_embeddings, dim, B * R, t.pooling_factor,
+                                  t.zipf_alpha, 1.0) for r in shard.ranks]
+        elif shard.type == "row_wise":
+            rows = split_evenly(t.num_embeddings, len(shard.ranks))
+            pieces += [ShardPiece(t.name, r, "row_wise", n, t.embedding_dim, B * R,
+                                  t.pooling_factor * n / t.num_embeddings, t.zipf_alpha, n / t.num_embeddings)
+                       for r, n in zip(shard.ranks, rows, strict=True)]
+        else:
+            pieces += [ShardPiece(t.name, r, "data_parallel", t.num_embeddings, t.embedding_dim, B,
+                                  t.pooling_factor, t.zipf_alpha, 1.0) for r in range(R)]
+    return pieces
+
+
+@dataclass
+class CommVolumes:
+    """Bytes each rank sends/receives in the embedding collectives of one iteration (forward direction)."""
+
+    input_send: np.ndarray
+    input_recv: np.ndarray
+    output_send: np.ndarray
+    output_recv: np.ndarray
+    row_wise_bytes: float  # reduce-scatter (fwd) / all-gather (bwd) buffer size, all ranks
+    dp_grad_bytes: float  # data-parallel table gradients joining the all-reduce
+
+    @staticmethod
+    def a2a_size(send: np.ndarray, recv: np.ndarray, ranks: int) -> np.ndarray:
+        """Per-rank nccl-tests equivalent all-to-all size for uneven volumes."""
+        return np.maximum(send, recv) * ranks / max(ranks - 1, 1)
+
+
+def comm_volumes(config: DLRMConfig, pieces: list[ShardPiece]) -> CommVolumes:
+    """Per-rank embedding communication volumes for ``pieces`` (see module docstring)."""
+    R, B, eb = config.gpus, config.batch_size_per_gpu, config.dtype_bytes
+    in_send, in_recv = np.zeros(R), np.zeros(R)
+    out_send, out_recv = np.zeros(R), np.zeros(R)
+    total_idx = 0.0
+    total_out = 0.0
+    rw_bytes = 0.0
+    dp_bytes = 0.0
+    rw_tables: set[str] = set()
+    for p in pieces:
+        if p.type == "data_parallel":
+            if p.rank == 0:
+                dp_bytes += p.rows * p.dim * eb
+            continue
+        idx = B * p.pooling * INDEX_BYTES  # indices of one source rank's batch that land here
+        in_recv[p.rank] += (R - 1) * idx
+        in_send[p.rank] -= idx  # its own share stays local
+        total_idx += idx
+        if p.type == "row_wise":
+            if p.table not in rw_tables:
+                rw_tables.add(p.table)
+                rw_bytes += B * R * p.dim * eb
+            continue
+        out = B * p.dim * eb  # pooled output of one destination rank's batch
+        out_send[p.rank] += (R - 1) * out
+        out_recv[p.rank] -= out
+        total_out += out
+    in_send += total_idx
+    out_recv += total_out
+    return CommVolumes(in_send, in_recv, out_send, out_recv, rw_bytes, dp_bytes)
+
+
+@dataclass
+class DLRMIteration:
+    """A built iteration: the task graph plus what it was built from."""
+
+    graph: TaskGraph
+    config: DLRMConfig
+    plan: ShardingPlan
+    target: Target
+    volumes: CommVolumes
+    pieces: list[ShardPiece]
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
+    """The fused lookup kernels of one rank: pieces grouped by (batch, dim), aggregated into one op row."""
+    groups: dict[tuple[int, int], list[ShardPiece]] = defaultdict(list)
+    for p in pieces:
+        if p.rank == rank:
+            groups[(p.batch, p.dim)].append(p)
+    out = []
+    for (batch, dim), members in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        T = len(members)
+        pooling = sum(m.pooling for m in members) / T
+        rows = sum(m.rows for m in members) / T
+        lookups = np.array([m.pooling for m in members])
+        alpha = float(np.average([m.zipf_alpha for m in members], weights=lookups)) if lookups.sum() else 0.0
+        out.append({
+            "num_tables": T, "batch_size": batch, "embedding_dim": dim, "pooling_factor": _round(pooling),
+            "num_embeddings": _round(max(rows, 1.0)), "zipf_alpha": _round(alpha),
+            "index_dist": "zipf" if alpha > 0 else "uniform",
+            "sharded": members[0].type != "data_parallel",
+            "unique_rows": float(sum(expected_unique_rows(np.array([m.rows]), np.array([m.batch * m.pooling]),
+                                                          np.array([m.zipf_alpha]))[0] for m in members)),
+            "tables": [m.table for m in members],
+        })
+    return out
+
+
+def build_dlrm_graph(
+    config: DLRMConfig,
+    plan: ShardingPlan | None = None,
+    catalog: Catalog | None = None,
+    *,
+    bucket_bytes: int = DDP_BUCKET_BYTES,
+    first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES,
+) -> DLRMIteration:
+    """The task graph of one training iteration of ``config`` sharded by ``plan`` (default: ``config.plan``)."""
+    plan = plan if plan is not None else config.plan
+    if plan is None:
+        raise InvalidInputError("no sharding plan: give one (or put `plan:` in the config)")
+    if bucket_bytes <= 0 or first_bucket_bytes <= 0:
+        raise InvalidInputError("DDP bucket sizes must be positive")
+    cat = catalog or default_catalog()
+    target = resolve_target(config.system, cat)
+    pieces = shard_pieces(config, plan)
+    vol = comm_volumes(config, pieces)
+    R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
+    dev = target.device.key
+    g = TaskGraph(R)
+    all_ranks = list(range(R))
+
+    def kop(op: str, **shape: Any) -> dict[str, Any]:
+        return {"op": op, "device": dev, "dtype": dt, **shape}
+
+    def cop(op: str, size: float, ranks: int) -> dict[str, Any]:
+        return {"op": op, "device": dev, "system": target.system, "dtype": dt, "size_bytes": _round(size),
+                "n_ranks": ranks, "n_nodes": target.nodes(ranks)}
+
+    groups = [lookup_groups(pieces, r) for r in all_ranks]
+    has_sharded = any(p.type != "data_parallel" for p in pieces)
+    has_rw = vol.row_wise_bytes > 0
+    layers = config.mlp_layers()
+    n_bottom = len(config.bottom_mlp)
+
+    # ---- forward: host work, input distribution, lookups -----------------------------------------------------
+    for r in all_ranks:
+        g.add(r, HOST, "iteration host work", kind="cpu", overhead="iteration")
+    input_a2a = {}
+    if R > 1 and has_sharded:
+        sizes = CommVolumes.a2a_size(vol.input_send, vol.input_recv, R)
+        input_a2a = g.collective("input_dist all_to_all", all_ranks, [cop("all_to_all", s, R) for s in sizes],
+                                 args={"what": "lookup indices"})
+    lookup_done: dict[int, int | None] = {}
+    dp_lookup: dict[int, int | None] = {}
+    for r in all_ranks:
+        last_sharded = None
+        for grp in groups[r]:
+            shape = {k: grp[k] for k in ("num_tables", "batch_size", "embedding_dim", "pooling_factor",
+                                         "num_embeddings", "zipf_alpha", "index_dist")}
+            deps = [input_a2a[r]] if grp["sharded"] and r in input_a2a else []
+            node = g.kernel(r, f"embedding fwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
+                            kop("embedding_bag", direction="fwd", **shape), deps=deps,
+                            args={"tables": ",".join(grp["tables"][:50])})
+            if grp["sharded"]:
+                last_sharded = node
+            else:
+                dp_lookup[r] = node
+        lookup_done[r] = last_sharded
+    out_a2a: dict[int, int] = {}
+    rs: dict[int, int] = {}
+    if R > 1 and has_sharded:
+        sizes = CommVolumes.a2a_size(vol.output_send, vol.output_recv, R)
+        if sizes.max() > 0:
+            out_a2a = g.collective("output_dist all_to_all", all_ranks, [cop("all_to_all", s, R) for s in sizes],
+                                   deps={r: [lookup_done[r]] for r in all_ranks}, args={"what": "pooled embeddings"})
+        if has_rw:
+            rs = g.collective("row_wise reduce_scatter", all_ranks, cop("reduce_scatter", vol.row_wise_bytes, R),
+                              deps={r: [lookup_done[r]] for r in all_ranks})
+
+    # ---- dense forward -----------------------------------------------------------------------------------------
+    def activation(i: int) -> str:
+        return "sigmoid" if i == len(layers) - 1 else "relu"
+
+    inter_fwd: dict[int, int] = {}
+    F = config.num_tables + 1
+    d_out = config.bottom_mlp[-1]
+    for r in all_ranks:
+        for i, (name, fin, fout) in enumerate(layers):
+            if i == n_bottom:  # interaction between bottom and top MLPs
+                deps = [n for n in (out_a2a.get(r), rs.get(r), dp_lookup.get(r), lookup_done.get(r)) if n is not None]
+                if config.interaction == "dot":
+                    inter_fwd[r] = g.kernel(r, "interaction bmm", kop("bmm", b=B, m=F, n=F, k=d_out), deps=deps)
+                    g.kernel(r, "interaction tril+cat", kop("elementwise", variant="copy",
+                                                            elements=B * config.interaction_features))
+                else:
+                    inter_fwd[r] = g.kernel(r, "interaction cat", kop("elementwise", variant="copy",
+                                                                     elements=B * config.interaction_features),
+                                            deps=deps)
+            g.kernel(r, f"{name} fwd linear", kop("linear", b=1, m=B, n=fout, k=fin, direction="fwd"))
+            g.kernel(r, f"{name} fwd {activation(i)}", kop("elementwise", variant=activation(i), elements=B * fout))
+        g.kernel(r, "loss fwd", kop("elementwise", variant="mul", elements=B))
+        g.kernel(r, "loss bwd", kop("elementwise", variant="mul", elements=B, direction="bwd"))
+
+    # ---- backward with DDP buckets ---------------------------------------------------------------------------
+    pending: list[dict[int, int]] = []  # per layer: rank -> wgrad node
+    pending_bytes = 0.0
+    allreduces: list[dict[int, int]] = []
+
+    def flush(force: bool = False) -> None:
+        nonlocal pending, pending_bytes
+        cap = first_bucket_bytes if not allreduces else bucket_bytes
+        if pending and (force or pending_bytes >= cap):
+            if R > 1:
+                last = pending[-1]
+                allreduces.append(g.collective(f"ddp all_reduce bucket {len(allreduces)}", all_ranks,
+                                               cop("all_reduce", pending_bytes, R),
+                                               deps={r: [last[r]] for r in all_ranks},
+                                               args={"bytes": pending_bytes}))
+            else:
+                allreduces.append({})
+            pending, pending_bytes = [], 0.0
+
+    inter_bwd: dict[int, int] = {}
+    a2a_bwd: dict[int, int] = {}
+    ag: dict[int, int] = {}
+    for i in range(len(layers) - 1, -1, -1):
+        name, fin, fout = layers[i]
+        wgrad: dict[int, int] = {}
+        for r in all_ranks:
+            g.kernel(r, f"{name} bwd {activation(i)}",
+                     kop("elementwise", variant="mul", elements=B * fout, direction="bwd"))
+            if i > 0:  # the first bottom layer's input is data: no dgrad
+                g.kernel(r, f"{name} bwd dgrad", kop("gemm", b=1, m=B, n=fin, k=fout, direction="bwd"))
+            wgrad[r] = g.kernel(r, f"{name} bwd wgrad", kop("gemm", b=1, m=fout, n=fin, k=B, direction="bwd"))
+        pending.append(wgrad)
+        pending_bytes += (fin * fout + fout) * eb
+        flush()
+        if i == n_bottom:  # interaction backward, then the embedding gradients go home
+            for r in all_ranks:
+                if config.interaction == "dot":
+                    g.kernel(r, "interaction bwd tril+cat", kop("elementwise", variant="copy",
+                                                                elements=B * config.interaction_features,
+                                                                direction="bwd"))
+                    g.kernel(r, "interaction bwd bmm", kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
+                    inter_bwd[r] = g.kernel(r, "interaction bwd bmm 2",
+                                            kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
+                else:
+                    inter_bwd[r] = g.kernel(r, "interaction bwd cat", kop("elementwise", variant="copy",
+                                                                          elements=B * config.interaction_features,
+                                                                          direction="bwd"))
+            if R > 1 and has_sharded:
+                sizes = CommVolumes.a2a_size(vol.output_recv, vol.output_send, R)
+                if sizes.max() > 0:
+                    a2a_bwd = g.collective("embedding grad all_to_all", all_ranks,
+                                           [cop("all_to_all", s, R) for s in sizes],
+                                           deps={r: [inter_bwd[r]] for r in all_ranks})
+                if has_rw:
+                    ag = g.collective("row_wise all_gather", all_ranks, cop("all_gather", vol.row_wise_bytes, R),
+                                      deps={r: [inter_bwd[r]] for r in all_ranks})
+
+    # ---- embedding backward + sparse update -------------------------------------------------------------------
+    dp_bwd: dict[int, int] = {}
+    for r in all_ranks:
+        for grp in groups[r]:
+            shape = {k: grp[k] for k in ("num_tables", "batch_size", "embedding_dim", "pooling_factor",
+                                         "num_embeddings", "zipf_alpha", "index_dist")}
+            if grp["sharded"]:
+                deps = [n for n in (a2a_bwd.get(r), ag.get(r)) if n is not None]
+            else:
+                deps = [inter_bwd[r]]
+            node = g.kernel(r, f"embedding bwd+update ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
+                            kop("embedding_bag", direction="bwd", **shape), deps=deps)
+            if config.optimizer == "adagrad" and grp["sharded"]:
+                node = g.kernel(r, "embedding adagrad state", kop(
+                    "elementwise", variant="mul", n_inputs=2, n_outputs=1, flops_per_element=3,
+                    elements=_round(grp["unique_rows"] * grp["embedding_dim"])))
+            if not grp["sharded"]:
+                dp_bwd[r] = node
+    flush(force=True)
+    if vol.dp_grad_bytes > 0 and R > 1:
+        remaining = vol.dp_grad_bytes
+        while remaining > 0:
+            chunk = min(remaining, bucket_bytes)
+            allreduces.append(g.collective(f"ddp all_reduce dp tables {len(allreduces)}", all_ranks,
+                                           cop("all_reduce", chunk, R), deps={r: [dp_bwd[r]] for r in all_ranks}))
+            remaining -= chunk
+
+    # ---- optimizer -------------------------------------------------------------------------------------------
+    dense_elems = config.dense_params() + vol.dp_grad_bytes / eb
+    opt = ({"variant": "sgd"} if config.optimizer == "sgd"
+           else {"variant": "adam", "n_inputs": 3, "n_outputs": 2, "flops_per_element": 5})
+    for r in all_ranks:
+        step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")
+        deps = [ar[r] for ar in allreduces if r in ar]
+        g.kernel(r, "dense optimizer step", kop("elementwise", elements=_round(dense_elems), **opt),
+                 deps=deps, host_deps=[step])
+    info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM]}
+    return DLRMIteration(g, config, plan, target, vol, pieces, info)
