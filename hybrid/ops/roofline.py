@@ -58,15 +58,50 @@ def resolve_system(catalog: Catalog, name: str) -> System:
     raise AssertionError("unreachable")
 
 
+#: Optional numeric columns that may be zero (``fill`` reads no input; a uniform index has zipf_alpha 0).
+NONNEGATIVE_OPTIONAL = frozenset({"n_inputs", "n_outputs", "flops_per_element", "zipf_alpha", "causal"})
+#: Accepted values of the ``direction`` column (case-insensitive; missing means fwd).
+DIRECTIONS = ("fwd", "bwd")
+
+
+def _raise_bad(df: pd.DataFrame, c: str, bad: np.ndarray, family: str, what: str) -> None:
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        value = df[c].iloc[i]
+        value = value.item() if isinstance(value, np.generic) else value
+        raise InvalidInputError(f"{family}: column {c!r} must be {what}, got {value!r} at row {df.index[i]!r}")
+
+
 def _positive(df: pd.DataFrame, columns: tuple[str, ...], family: str) -> None:
+    """Required shape columns: present, numeric, finite and > 0 on every row."""
     for c in columns:
         values = col(df, c)
-        bad = ~(values > 0)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise InvalidInputError(
-                f"{family}: column {c!r} must be positive, got {df[c].iloc[i]!r} at row {df.index[i]!r}"
-            )
+        _raise_bad(df, c, ~((values > 0) & (values < np.inf)), family, "positive and finite")
+
+
+def _optional(df: pd.DataFrame, fam) -> None:
+    """Optional numeric columns (``b``, ``n_nodes``, ``num_tables``...): NaN means "use the default", any other
+    value must be finite and positive (or >= 0 for :data:`NONNEGATIVE_OPTIONAL`). ``direction`` must be fwd/bwd."""
+    for c, default in fam.optional_columns.items():
+        if c not in df.columns or isinstance(default, str):
+            continue
+        raw = df[c]
+        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, copy=False)
+        if raw.dtype == bool:
+            continue
+        not_number = np.isnan(values) & raw.notna().to_numpy()
+        _raise_bad(df, c, not_number, fam.name, "a number")
+        present = ~np.isnan(values)
+        ok = (values >= 0) if c in NONNEGATIVE_OPTIONAL else (values > 0)
+        _raise_bad(df, c, present & ~(ok & (values < np.inf)), fam.name,
+                   "finite and >= 0" if c in NONNEGATIVE_OPTIONAL else "positive and finite")
+    if "direction" in df.columns:
+        codes, uniques = pd.factorize(df["direction"], use_na_sentinel=True)
+        valid = np.array([str(u).lower() in DIRECTIONS for u in uniques] + [True])
+        _raise_bad(df, "direction", ~valid[codes], fam.name, f"one of {DIRECTIONS}")
+    if fam.name == "collective" and "n_nodes" in df.columns:
+        nodes = col(df, "n_nodes", 1.0)
+        _raise_bad(df, "n_nodes", nodes > col(df, "n_ranks"), fam.name, "<= n_ranks")
 
 
 def _per_row(names: pd.Series, lookup) -> tuple[np.ndarray, list]:
@@ -111,17 +146,17 @@ def roofline(
     bound = np.empty(n, dtype=np.int8)
     for i, fam_name in enumerate(fam_names):
         whole = len(fam_names) == 1
-        mask = slice(None) if whole else (fam_codes == i)
-        sub = table if whole else table.loc[mask]
+        rows = slice(None) if whole else np.flatnonzero(fam_codes == i)
+        sub = table if whole else table.take(rows)
         fam = FAMILIES[str(fam_name)]
         _positive(sub, fam.shape_columns, fam.name)
+        _optional(sub, fam)
         if fam.name == "collective":
             res = _collective(sub, cat, system or device)
         else:
             res = _kernel(sub, fam.name, cat, device)
-        for j, c in enumerate(ROOFLINE_COLUMNS[1:-1]):
-            numeric[mask, j] = res[c]
-        bound[mask] = res["bound"]
+        numeric[rows] = np.column_stack([np.broadcast_to(res[c], len(sub)) for c in ROOFLINE_COLUMNS[1:-1]])
+        bound[rows] = res["bound"]
     out = pd.DataFrame(numeric, columns=list(ROOFLINE_COLUMNS[1:-1]), index=table.index, copy=False)
     out.insert(0, "family", pd.Categorical.from_codes(fam_codes, categories=fam_names))
     out["bound"] = pd.Categorical.from_codes(bound, categories=list(BOUNDS))
