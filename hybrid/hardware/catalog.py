@@ -21,18 +21,20 @@ CATALOG_ENV = "HYBRID_CATALOG"
 
 #: A board-power annotation some tools append to the name, e.g. MLPerf's ``NVIDIA A100-SXM4-80GB (400W)``.
 _POWER_SUFFIX = re.compile(r"\(\s*\d+(\.\d+)?\s*w\s*\)")
+#: Leading vendor/brand words (any number of them, each followed by a separator).
+_VENDOR_PREFIX = re.compile(r"^((nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+)+")
 
 
 def normalize_name(name: str) -> str:
     """Canonical form for alias matching.
 
-    Lower case; a leading vendor word (nvidia, amd, tesla, geforce, radeon, instinct; up to two of them), a
+    Lower case; leading vendor words (nvidia, amd, tesla, geforce, radeon, instinct, each followed by a
+    separator), a
     power annotation such as ``(400W)`` and the separators `` _-./()`` are removed:
     ``normalize_name("NVIDIA A100-SXM4-80GB (400W)") == "a100sxm480gb"``.
     """
     s = _POWER_SUFFIX.sub("", str(name).strip().lower()).strip()
-    s = re.sub(r"^(nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+", "", s)
-    s = re.sub(r"^(nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+", "", s)
+    s = _VENDOR_PREFIX.sub("", s)
     return re.sub(r"[\s_\-./()]+", "", s)
 
 

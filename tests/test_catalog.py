@@ -1,0 +1,391 @@
+"""The hardware catalog: every entry validates, every public data set's device/system names resolve, user
+override files add and replace entries, and bad names/files fail with clear errors."""
+
+from __future__ import annotations
+
+import csv
+import re
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybrid.errors import InvalidInputError, UnknownDeviceError
+from hybrid.hardware.catalog import Catalog, default_catalog, normalize_name
+from hybrid.hardware.cpu import LOCAL_CPU_KEY, describe_local_cpu, flops_per_cycle
+from hybrid.hardware.device import DEVICE_REQUIRED, SYSTEM_REQUIRED, Device
+
+RAW_DEVICES = tomllib.loads(resources.files("hybrid.hardware").joinpath("devices.toml").read_text())["devices"]
+RAW_SYSTEMS = tomllib.loads(resources.files("hybrid.hardware").joinpath("systems.toml").read_text())["systems"]
+
+#: Devices the brief requires by key (datasheet entries).
+REQUIRED_DEVICES = (
+    "P4", "P100-PCIE-16GB", "V100-PCIE-32GB", "V100-SXM2-32GB", "T4", "A10", "A40", "L4", "A100-PCIE-40GB",
+    "A100-PCIE-80GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-PCIE", "H100-SXM", "H200", "B200", "GB200",
+    "MI100", "MI210", "MI250X", "MI300X", "MI355X", "M40", "TitanX", "TitanX-Pascal", "TitanXp", "GTX-1080Ti",
+    "MI25", "Vega-FE",
+)
+
+#: MLPerf accelerators that are not GPUs (and "N/A" for CPU-only runs); the predictor targets GPU systems, so
+#: these stay unresolved on purpose.
+NON_GPU_ACCELERATORS = re.compile(r"^(TPU|Ascend|Graphcore|Habana|N/A$)", re.IGNORECASE)
+
+
+# ------------------------------------------------------------------------------------------------ entry validity
+@pytest.mark.parametrize("key", sorted(RAW_DEVICES))
+def test_device_entry_is_complete_and_positive(key: str, catalog) -> None:
+    raw = RAW_DEVICES[key]
+    assert not [f for f in DEVICE_REQUIRED if f not in raw]
+    dev = catalog.devices[key]
+    assert dev.kind == "gpu" and dev.vendor in ("nvidia", "amd")
+    assert "fp32" in dev.peak_flops
+    assert all(v > 0 for v in dev.peak_flops.values())
+    for field in ("mem_bw", "mem_capacity", "l2_cache", "num_sms", "clock_mhz", "tdp_w", "pcie_gen"):
+        assert getattr(dev, field) > 0, field
+    assert dev.arch.startswith("sm_" if dev.vendor == "nvidia" else "gfx")
+    assert len(dev.source) > 20
+
+
+@pytest.mark.parametrize("key", sorted(RAW_DEVICES))
+def test_device_peaks_are_ordered_like_real_hardware(key: str, catalog) -> None:
+    """Cheap physics checks that catch unit slips (TFLOPS vs GFLOPS, sparse vs dense, GB vs GiB)."""
+    dev = catalog.devices[key]
+    p = {k: v / 1e12 for k, v in dev.peak_flops.items()}
+    assert 3 <= p["fp32"] <= 200  # every catalog GPU lies in this range of FP32 TFLOP/s
+    assert p.get("fp64", 0) <= p["fp32"] * 1.01
+    for low, high in (("tf32", "fp16"), ("fp16", "fp8"), ("bf16", "fp8")):
+        if low in p and high in p:
+            assert p[low] <= p[high] * 1.01, (low, high)
+    if "tf32" in p:
+        assert p["tf32"] >= p["fp32"]
+    # dense tensor-core fp16 is at most 32x the fp32 rate on every generation so far (Blackwell: 28x)
+    assert p.get("fp16", p["fp32"]) <= 32 * p["fp32"]
+    assert 100e9 <= dev.mem_bw <= 10e12
+    assert 8 * 2**30 <= dev.mem_capacity <= 300 * 2**30
+    # FP32 rate implied by the clock: peak / (SMs x clock) FLOP per SM per cycle is a power-of-two-ish 64..512
+    per_sm_cycle = dev.peak_flops["fp32"] / (dev.num_sms * dev.clock_mhz * 1e6)
+    assert 60 <= per_sm_cycle <= 520, per_sm_cycle
+
+
+def test_required_devices_present(catalog) -> None:
+    missing = [k for k in REQUIRED_DEVICES if k not in catalog.devices]
+    assert not missing
+
+
+@pytest.mark.parametrize("key", sorted(RAW_SYSTEMS))
+def test_system_entry_is_complete(key: str, catalog) -> None:
+    raw = RAW_SYSTEMS[key]
+    assert not [f for f in SYSTEM_REQUIRED if f not in raw]
+    sys_ = catalog.systems[key]
+    dev = catalog.system_device(sys_)
+    assert dev.kind == "gpu"
+    assert sys_.gpus_per_node >= 1 and sys_.intra_bw > 0 and sys_.max_nodes >= 1
+    # one GPU cannot push more into its node than its own links (or PCIe when it has none) carry
+    assert sys_.intra_bw <= max(dev.link_bw, 64e9) * 1.001
+    if sys_.max_nodes > 1:
+        assert 0 < sys_.inter_bw < sys_.intra_bw
+    assert len(sys_.source) > 20
+
+
+def test_known_values_spot_check(catalog) -> None:
+    """A few datasheet numbers, converted to SI units by the loader."""
+    a100 = catalog.device("A100-SXM4-80GB")
+    assert a100.peak("bf16") == pytest.approx(312e12)
+    assert a100.mem_bw == pytest.approx(2039e9)
+    assert a100.mem_capacity == 80 * 2**30
+    assert catalog.device("T4").peak("fp16") == pytest.approx(65e12)
+    assert catalog.device("P100-PCIE-16GB").peak("fp16") == pytest.approx(2 * 9.3e12, rel=0.01)
+    # Pascal consumer/inference parts run fp16 at 1/64 of fp32
+    p4 = catalog.device("P4")
+    assert p4.peak("fp16") == pytest.approx(p4.peak("fp32") / 64, rel=0.01)
+    # dense, not sparse: H100 SXM bf16 989 TFLOP/s, MI300X 1307
+    assert catalog.device("H100-SXM").peak("bf16") == pytest.approx(989.4e12)
+    assert catalog.device("MI300X").peak("bf16") == pytest.approx(1307.4e12)
+    # bf16 on a GPU without bf16 hardware is not credited with the tensor-core fp16 rate
+    v100 = catalog.device("V100-SXM2-32GB")
+    assert v100.peak("bf16") == v100.peak("fp32") < v100.peak("fp16")
+    # tf32 falls back to fp32 where the hardware has none
+    assert catalog.device("T4").peak("tf32") == catalog.device("T4").peak("fp32")
+    dgx = catalog.system("DGX-A100")
+    assert (dgx.gpus_per_node, dgx.intra_bw, dgx.inter_bw) == (8, 300e9, 25e9)
+    assert catalog.system("GB200-NVL72").gpus_per_node == 72
+
+
+def test_aliases_unique_after_normalisation() -> None:
+    owners: dict[str, str] = {}
+    for key, raw in RAW_DEVICES.items():
+        for name in (key, *raw.get("aliases", ())):
+            norm = normalize_name(name)
+            assert owners.setdefault(norm, key) == key, f"{name!r}: {owners[norm]} vs {key}"
+    sys_owners: dict[str, str] = {}
+    for key, raw in RAW_SYSTEMS.items():
+        for name in (key, *raw.get("aliases", ())):
+            norm = normalize_name(name)
+            assert sys_owners.setdefault(norm, key) == key, f"{name!r}: {sys_owners[norm]} vs {key}"
+
+
+def test_duplicate_alias_in_user_file_is_rejected(tmp_path: Path) -> None:
+    f = tmp_path / "dup.toml"
+    f.write_text('[devices.MyGPU]\nvendor="nvidia"\nkind="gpu"\npeak_tflops={fp32=10}\nmem_bw_gbps=500\n'
+                 'mem_gib=16\nsource="test"\naliases=["Tesla T4"]\n')
+    with pytest.raises(InvalidInputError, match="claimed by both"):
+        Catalog.load([f])
+
+
+# ------------------------------------------------------------------------------------------------ name resolution
+@pytest.mark.parametrize(("name", "key"), [
+    ("Tesla T4", "T4"), ("Tesla_P100-PCIE-16GB", "P100-PCIE-16GB"), ("NVIDIA A100 80GB PCIe", "A100-PCIE-80GB"),
+    ("NVIDIA_A100-SXM4-40GB", "A100-SXM4-40GB"), ("sm_90", "H100-SXM"), ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+    ("NVIDIA H200", "H200"), ("NVIDIA B200", "B200"), ("sm_100_B200", "B200"), ("gfx942", "MI300X"),
+    ("gfx950", "MI355X"), ("gfx908", "MI100"), ("gfx90a", "MI210"), ("AMD_Instinct_MI250", "MI250"),
+    ("NV_TitanX_Pascal", "TitanX-Pascal"), ("NV_TitanXp", "TitanXp"), ("NV_TitanX", "TitanX"),
+    ("AMD_VegaFE", "Vega-FE"), ("a100", "A100-SXM4-80GB"), ("a40", "A40"),
+    ("NVIDIA A100-SXM4-80GB (400W)", "A100-SXM4-80GB"), ("NVIDIA A100-SXM4-80GB(400W)", "A100-SXM4-80GB"),
+    ("nvidia  a100-pcie-40gb", "A100-PCIE-40GB"),
+])
+def test_resolve_device_aliases(catalog, name: str, key: str) -> None:
+    assert catalog.resolve_device(name) == key
+
+
+@pytest.mark.parametrize(("name", "key"), [
+    ("a100_dgx", "Vidur-A100-DGX"), ("a100_pairwise_nvlink", "Vidur-A100-pairwise-NVLink"),
+    ("a40_pairwise_nvlink", "Vidur-A40-pairwise-NVLink"), ("xla-h100x8", "XLA-H100x8"), ("DGX A100", "DGX-A100"),
+    ("DGX-2 (V100)", "DGX-2"), ("polaris", "Polaris"), ("Sophia", "Sophia"), ("sirius", "Sirius"),
+    ("example-cluster01", "xxrjun-H100-NDR"), ("GB200 NVL72", "GB200-NVL72"),
+])
+def test_resolve_system_aliases(catalog, name: str, key: str) -> None:
+    assert catalog.resolve_system(name) == key
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.sampled_from(sorted(RAW_DEVICES)), data=st.data())
+def test_any_spelling_of_an_alias_resolves(catalog, key: str, data) -> None:
+    """Case, separators and a vendor prefix never change which device a name means (a vendor word keeps a
+    separator after it: ``NVIDIA A10``, not ``NVIDIAA10``)."""
+    name = data.draw(st.sampled_from([key, *RAW_DEVICES[key].get("aliases", ())]))
+    sep = data.draw(st.sampled_from(["-", "_", " ", ""]))
+    head = re.match(r"(?i)((nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+)*", name).group(0)
+    spelled = head + re.sub(r"[\s_\-]+", sep, name[len(head):])
+    spelled = data.draw(st.sampled_from([spelled.upper(), spelled.lower(), spelled]))
+    prefix = data.draw(st.sampled_from(["", "NVIDIA " if RAW_DEVICES[key]["vendor"] == "nvidia" else "AMD "]))
+    assert catalog.resolve_device(prefix + spelled) == key
+
+
+@pytest.mark.parametrize(("name", "close"), [("H900", "H100-SXM"), ("A100-SXM4-60GB", "A100-SXM4-40GB"),
+                                             ("MI310X", "MI300X"), ("Tesla V100-PCIE-64GB", "V100-PCIE-32GB")])
+def test_unknown_device_lists_close_names(catalog, name: str, close: str) -> None:
+    with pytest.raises(UnknownDeviceError) as info:
+        catalog.device(name)
+    msg = str(info.value)
+    assert repr(name) in msg and close in msg and "HYBRID_CATALOG" in msg
+
+
+def test_unknown_system_raises(catalog) -> None:
+    with pytest.raises(UnknownDeviceError, match="unknown system 'DGX-Z100'.*DGX"):
+        catalog.system("DGX-Z100")
+    assert catalog.resolve_system("DGX-Z100", missing_ok=True) is None
+    assert "nonsense-gpu" not in catalog and "Tesla T4" in catalog
+
+
+# ------------------------------------------------------------------------------------------------ public data sets
+def _csv_column_values(path: Path, column: str) -> set[str]:
+    with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+        lines = (line for line in fh if not line.startswith("#"))
+        reader = csv.DictReader(lines)
+        if reader.fieldnames is None or column not in reader.fieldnames:
+            return set()
+        return {row[column] for row in reader if row.get(column)}
+
+
+def _dataset_device_names(root: Path) -> dict[str, set[str]]:
+    """Every device string the public data sets use, with the files that use it."""
+    found: dict[str, set[str]] = {}
+
+    def add(name: str, where: Path) -> None:
+        found.setdefault(name.strip(), set()).add(str(where.relative_to(root)))
+
+    # NeuSight: `Device` column of every collection (and the per-GPU file names), `gpu` of the e2e labels
+    for path in (root / "neusight").rglob("*.csv"):
+        for v in _csv_column_values(path, "Device") | _csv_column_values(path, "gpu"):
+            add(v, path)
+        if "collect" in path.parts and path.parent.name.startswith("p2"):
+            add(path.stem, path)
+    for path in (root / "xla").glob("*.csv"):
+        for v in _csv_column_values(path, "device"):
+            add(v, path)
+    for path in (root / "deepbench").glob("*_tidy.csv"):
+        for v in _csv_column_values(path, "gpu"):
+            add(v, path)
+    for path in (root / "mlperf").glob("*.csv"):
+        for v in _csv_column_values(path, "accelerator"):
+            add(v, path)
+    for path in (root / "published").glob("*.csv"):
+        for v in _csv_column_values(path, "gpu"):
+            add(v, path)
+    # nccl-tests: "#  Rank  0 Group  0 Pid ... device  0 [0x07] NVIDIA A100-SXM4-40GB"
+    rank_line = re.compile(r"^#\s+Rank\s+\d+.*?device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+    for path in (root / "nccl-tests").rglob("*"):
+        if not path.is_file() or path.suffix in (".csv", ".md", ".txt") or path.name == "nodes.dat":
+            continue
+        with path.open(encoding="utf-8", errors="replace") as fh:
+            for i, line in enumerate(fh):
+                m = rank_line.match(line)
+                if m:
+                    add(m.group(1), path)
+                    break  # one header line per file is enough: all ranks of a run share the GPU model
+                if i > 60:
+                    break
+    # Vidur compute folders are device names; LLMCompass file names end in the device tag
+    for path in (root / "vidur" / "data" / "profiling" / "compute").iterdir():
+        add(path.name, path)
+    for path in (root / "llmcompass").glob("*.csv"):
+        add(path.stem.rsplit("_", 1)[-1], path)
+    return found
+
+
+def test_every_dataset_device_name_resolves(shared_datasets: Path, catalog) -> None:
+    names = _dataset_device_names(shared_datasets)
+    # the scan really read the files (guards against a silently empty walk)
+    for expected in ("Tesla P4", "sm_90", "NV_TitanXp", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "a100",
+                     "AMD Instinct MI210", "MI210"):
+        assert expected in names, expected
+    unresolved = {n: sorted(w)[:2] for n, w in names.items()
+                  if not NON_GPU_ACCELERATORS.match(n) and catalog.resolve_device(n, missing_ok=True) is None}
+    assert not unresolved, f"device names in the public data with no catalog entry: {unresolved}"
+
+
+def test_dataset_device_names_map_to_the_right_generation(shared_datasets: Path, catalog) -> None:
+    """Resolution is not only non-empty but right: the architecture in the name matches the entry."""
+    names = _dataset_device_names(shared_datasets)
+    arch_hint = {"P4": "sm_61", "P100": "sm_60", "V100": "sm_70", "T4": "sm_75", "A100": "sm_80", "H100": "sm_90",
+                 "MI100": "gfx908", "MI210": "gfx90a", "MI25": "gfx900"}
+    checked = 0
+    for name in names:
+        if NON_GPU_ACCELERATORS.match(name):
+            continue
+        for hint, arch in arch_hint.items():
+            if re.search(rf"(?<![0-9A-Za-z]){hint}(?![0-9])", name, re.IGNORECASE):
+                assert catalog.device(name).arch == arch, name
+                checked += 1
+    assert checked >= 20
+
+
+def test_dataset_system_names_resolve(shared_datasets: Path, catalog) -> None:
+    network = shared_datasets / "vidur" / "data" / "profiling" / "network"
+    folders = [p.name for p in network.iterdir() if p.is_dir()]
+    clusters = [p.name for p in (shared_datasets / "nccl-tests" / "argonne-lcf_alcf-nccl-tests").iterdir()]
+    clusters += [p.name for p in (shared_datasets / "nccl-tests" / "xxrjun_nccl-tests-cluster" / "benchmarks").iterdir()]
+    systems = set()
+    for path in (shared_datasets / "published").glob("*.csv"):
+        systems |= _csv_column_values(path, "system")
+    for name in [*folders, *clusters, *systems]:
+        assert catalog.resolve_system(name, missing_ok=True) is not None, name
+    assert len(folders) == 3 and len(clusters) >= 5
+
+
+def test_nccl_header_device_matches_system_device(shared_datasets: Path, catalog) -> None:
+    """The GPU printed in each cluster's nccl-tests header is the device its catalog system names."""
+    base = shared_datasets / "nccl-tests" / "argonne-lcf_alcf-nccl-tests"
+    for cluster in ("results_polaris", "results_sirius", "results_sophia"):
+        path = next(p for p in sorted((base / cluster).rglob("all_reduce_output.dat*")))
+        header = next(line for line in path.read_text(errors="replace").splitlines() if "device" in line and "Rank" in line)
+        printed = header.split("]", 1)[1].strip()
+        assert catalog.resolve_device(printed) == catalog.system(cluster).device
+
+
+# ------------------------------------------------------------------------------------------------ user overrides
+def test_user_file_adds_device_and_overrides_field(tmp_path: Path, monkeypatch) -> None:
+    f = tmp_path / "site.toml"
+    f.write_text(
+        "[devices.Lab-GPU]\n"
+        'vendor = "nvidia"\nkind = "gpu"\narch = "sm_89"\n'
+        "peak_tflops = { fp32 = 40, bf16 = 160 }\nmem_bw_gbps = 900\nmem_gib = 48\n"
+        'aliases = ["Lab GPU 48GB"]\nsource = "our own measurements"\n\n'
+        "[devices.H100-SXM]\nmem_bw_gbps = 3000\n\n"
+        "[systems.Lab-Node]\n"
+        'device = "Lab GPU 48GB"\ngpus_per_node = 4\nintra_node_gbps = 32\nsource = "lab"\n'
+    )
+    monkeypatch.setenv("HYBRID_CATALOG", str(f))
+    cat = default_catalog()
+    dev = cat.device("lab gpu 48gb")
+    assert dev.key == "Lab-GPU" and dev.peak("bf16") == 160e12 and dev.mem_capacity == 48 * 2**30
+    h100 = cat.device("H100")
+    assert h100.mem_bw == 3000e9
+    assert h100.peak("bf16") == pytest.approx(989.4e12)  # fields not in the override keep the packaged value
+    assert cat.system("Lab-Node").gpus_per_node == 4
+    # without the variable the packaged value is back
+    monkeypatch.delenv("HYBRID_CATALOG")
+    assert default_catalog().device("H100").mem_bw == 3350e9
+
+
+def test_user_file_cpu_entry(tmp_path: Path) -> None:
+    f = tmp_path / "cpu.toml"
+    f.write_text('[devices.Xeon-8480]\nvendor = "intel"\nkind = "cpu"\narch = "x86_64"\n'
+                 "peak_tflops = { fp32 = 6.9, bf16 = 55 }\nmem_bw_gbps = 307\nmem_gib = 512\nsms = 56\n"
+                 'source = "Intel Xeon Platinum 8480+ product brief"\n')
+    cat = Catalog.load([f])
+    dev = cat.device("xeon 8480")
+    assert dev.kind == "cpu" and dev.kernel_latency_us == 1.0 and dev.peak("fp16") == 6.9e12
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("[devices.X\nvendor='nvidia'", "not valid TOML"),
+    ("[gpus.X]\nvendor='nvidia'", "unknown top-level"),
+    ("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=1}\nmem_gib=8\nsource='s'", "missing field.*mem_bw_gbps"),
+    ("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp16=1}\nmem_bw_gbps=1\nmem_gib=8\nsource='s'",
+     "must include fp32"),
+    ("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=-1}\nmem_bw_gbps=1\nmem_gib=8\nsource='s'",
+     "must be positive"),
+    ("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=1}\nmem_bw_gbps='fast'\nmem_gib=8\nsource='s'",
+     "must be a number"),
+    ("[devices.X]\nvendor='nvidia'\nkind='tpu'\npeak_tflops={fp32=1}\nmem_bw_gbps=1\nmem_gib=8\nsource='s'",
+     "kind must be"),
+    ("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp13=1, fp32=1}\nmem_bw_gbps=1\nmem_gib=8\nsource='s'",
+     "unknown dtype"),
+    ("[systems.S]\ndevice='NoSuchGPU'\ngpus_per_node=8\nintra_node_gbps=100\nsource='s'", "unknown device"),
+    ("[systems.S]\ndevice='H100'\ngpus_per_node=0\nintra_node_gbps=100\nsource='s'", "gpus_per_node must be positive"),
+])
+def test_malformed_user_file_gives_clear_error(tmp_path: Path, text: str, match: str) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(text)
+    with pytest.raises(InvalidInputError, match=match):
+        Catalog.load([f])
+
+
+def test_missing_user_file(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="not found"):
+        Catalog.load([tmp_path / "nope.toml"])
+
+
+# ------------------------------------------------------------------------------------------------ local CPU
+def test_local_cpu_joins_a_catalog(catalog) -> None:
+    cpu = describe_local_cpu()
+    assert cpu.key == LOCAL_CPU_KEY and cpu.kind == "cpu"
+    assert cpu.peak("fp32") > 1e9 and cpu.mem_bw > 0 and cpu.num_sms >= 1 and cpu.l2_cache > 0
+    cat = catalog.with_device(cpu)
+    assert cat.device("local cpu") is cpu
+    assert LOCAL_CPU_KEY not in catalog.devices  # with_device returns a copy
+    measured = describe_local_cpu(measured_fp32_flops=2.5e11, measured_mem_bw=1.5e10, cores=4)
+    assert measured.peak("fp32") == 2.5e11 and measured.mem_bw == 1.5e10 and measured.num_sms == 4
+    assert measured.source.startswith("measured")
+    with pytest.raises(InvalidInputError):
+        describe_local_cpu(cores=0)
+
+
+@pytest.mark.parametrize(("info", "expected"), [
+    ({"flags": "sse avx avx2 fma avx512f", "vendor_id": "GenuineIntel", "cpu family": "6"}, 64.0),
+    ({"flags": "sse avx avx2 fma avx512f", "vendor_id": "AuthenticAMD", "cpu family": "25"}, 32.0),
+    ({"flags": "sse avx avx2 fma", "vendor_id": "AuthenticAMD", "cpu family": "23"}, 32.0),
+    ({"flags": "sse sse2", "vendor_id": "GenuineIntel"}, 8.0),
+])
+def test_cpu_flops_per_cycle(info: dict[str, str], expected: float) -> None:
+    assert flops_per_cycle(info) == expected
+
+
+def test_features_are_finite_for_every_device(catalog) -> None:
+    for dev in [*catalog, describe_local_cpu()]:
+        feats = Device.features(dev)
+        assert all(v > 0 for v in feats.values()), dev.key
