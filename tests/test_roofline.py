@@ -1,0 +1,260 @@
+"""The vectorised roofline / alpha-beta model: monotonicity, bound classification, hand-computed values,
+agreement between whole-table and row-by-row evaluation, and clean errors on bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hybrid.errors import InvalidInputError, UnknownDeviceError
+from hybrid.ops.roofline import ROOFLINE_COLUMNS, resolve_system, roofline, system_for_device
+
+GPUS = ("H100-SXM", "A100-SXM4-80GB", "T4", "V100-PCIE-32GB", "MI300X", "P4", "L4", "B200")
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+dim = st.integers(min_value=1, max_value=1 << 15)
+
+
+def gemm(m: int, n: int, k: int, b: int = 1, dtype: str = "bf16", op: str = "gemm") -> pd.DataFrame:
+    return pd.DataFrame({"op": [op], "b": [b], "m": [m], "n": [n], "k": [k], "dtype": [dtype]})
+
+
+def one(table: pd.DataFrame, catalog, **kw) -> pd.Series:
+    return roofline(table, catalog, **kw).iloc[0]
+
+
+# ------------------------------------------------------------------------------------------------ monotonicity
+@settings(max_examples=60, deadline=None)
+@given(m=dim, n=dim, k=dim, b=st.integers(1, 64), grow=st.integers(2, 64), axis=st.sampled_from("mnkb"),
+       device=st.sampled_from(GPUS), dtype=st.sampled_from(DTYPES))
+def test_gemm_time_non_decreasing_in_every_dimension(catalog, m, n, k, b, grow, axis, device, dtype) -> None:
+    base = {"m": m, "n": n, "k": k, "b": b}
+    bigger = dict(base)
+    bigger[axis] *= grow
+    table = pd.concat([gemm(**base, dtype=dtype), gemm(**bigger, dtype=dtype)], ignore_index=True)
+    t = roofline(table, catalog, device=device)["time_us"].to_numpy()
+    assert np.all(np.isfinite(t)) and t[1] >= t[0]
+    # the work itself grows strictly
+    out = roofline(table, catalog, device=device)
+    assert out["flops"].iloc[1] == pytest.approx(out["flops"].iloc[0] * grow)
+
+
+@settings(max_examples=40, deadline=None)
+@given(elements=st.integers(1, 1 << 30), grow=st.integers(2, 1000),
+       variant=st.sampled_from(["add", "gelu", "relu", "copy", "adam"]), device=st.sampled_from(GPUS))
+def test_elementwise_time_non_decreasing_in_size(catalog, elements, grow, variant, device) -> None:
+    table = pd.DataFrame({"op": "elementwise", "elements": [elements, elements * grow], "variant": variant,
+                          "dtype": "fp16"})
+    t = roofline(table, catalog, device=device)["time_us"].to_numpy()
+    assert t[1] >= t[0] > 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(size=st.integers(1, 1 << 34), grow=st.integers(2, 1024),
+       op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast"]),
+       ranks=st.sampled_from([2, 4, 8, 16, 64, 256]), system=st.sampled_from(["DGX-H100", "Polaris", "DGX-A100"]))
+def test_collective_time_grows_with_bytes(catalog, size, grow, op, ranks, system) -> None:
+    table = pd.DataFrame({"op": op, "size_bytes": [size, size * grow], "n_ranks": ranks})
+    t = roofline(table, catalog, system=system)["time_us"].to_numpy()
+    assert t[1] > t[0] > 0
+
+
+# ------------------------------------------------------------------------------------------------ classification
+def test_big_square_gemm_is_compute_bound_on_h100(catalog) -> None:
+    row = one(gemm(8192, 8192, 8192, dtype="bf16"), catalog, device="H100-SXM")
+    assert row["bound"] == "compute"
+    flops = 2 * 8192**3
+    assert row["flops"] == flops
+    assert row["bytes"] == 3 * 8192**2 * 2
+    assert row["compute_us"] == pytest.approx(flops / 989.4e12 * 1e6)
+    assert row["time_us"] == pytest.approx(flops / 989.4e12 * 1e6 + 4.0)  # + per-kernel latency
+
+
+def test_gemv_is_memory_bound(catalog) -> None:
+    row = one(gemm(1, 8192, 8192, dtype="bf16", op="gemv"), catalog, device="H100-SXM")
+    assert row["bound"] == "memory"
+    nbytes = (8192 + 8192 * 8192 + 8192) * 2
+    assert row["bytes"] == nbytes
+    assert row["memory_us"] == pytest.approx(nbytes / 3350e9 * 1e6)
+    assert row["memory_us"] > 10 * row["compute_us"]
+
+
+@pytest.mark.parametrize("device", GPUS)
+def test_small_elementwise_is_latency_bound_and_large_is_memory_bound(catalog, device) -> None:
+    table = pd.DataFrame({"op": "elementwise", "elements": [1024, 1 << 28], "variant": "add", "dtype": "fp32"})
+    out = roofline(table, catalog, device=device)
+    assert list(out["bound"]) == ["latency", "memory"]
+    dev = catalog.device(device)
+    assert out["memory_us"].iloc[1] == pytest.approx((1 << 28) * 3 * 4 / dev.mem_bw * 1e6)
+
+
+def test_dtype_changes_the_compute_ceiling(catalog) -> None:
+    table = pd.concat([gemm(8192, 8192, 8192, dtype=d) for d in ("fp32", "tf32", "bf16", "fp8")], ignore_index=True)
+    c = roofline(table, catalog, device="H100-SXM")["compute_us"].to_numpy()
+    assert c[0] > c[1] > c[2] > c[3]
+    assert c[0] / c[2] == pytest.approx(989.4 / 67, rel=1e-9)  # same FLOPs, ratio of the two peaks
+
+
+# ------------------------------------------------------------------------------------------------ collectives
+def test_all_reduce_slower_than_all_gather_same_size(catalog) -> None:
+    sizes = [1 << 10, 1 << 20, 1 << 26, 1 << 32]
+    for system in ("DGX-H100", "Polaris", "GB200-NVL72"):
+        for ranks in (8, 32):
+            table = pd.DataFrame({"op": ["all_reduce"] * 4 + ["all_gather"] * 4, "size_bytes": sizes * 2,
+                                  "n_ranks": ranks})
+            t = roofline(table, catalog, system=system)["time_us"].to_numpy()
+            assert np.all(t[:4] > t[4:]), (system, ranks)
+
+
+def test_multi_node_slower_than_single_node(catalog) -> None:
+    """The same 8 ranks and bytes: one DGX node vs spread over 2, 4 and 8 nodes (slower NICs, more steps)."""
+    table = pd.DataFrame({"op": "all_reduce", "size_bytes": 1 << 28, "n_ranks": 8, "n_nodes": [1, 2, 4, 8]})
+    t = roofline(table, catalog, system="DGX-A100")["time_us"].to_numpy()
+    assert np.all(np.diff(t) > 0)
+    # and ranks beyond one node's GPUs are placed on more nodes automatically
+    auto = pd.DataFrame({"op": "all_reduce", "size_bytes": 1 << 28, "n_ranks": [8, 16]})
+    t16 = roofline(auto, catalog, system="DGX-A100")["time_us"].to_numpy()
+    assert t16[1] > 1.5 * t16[0]  # hierarchical: intra-node ring + NIC share (25 vs 300 GB/s)
+
+
+def test_collective_bandwidth_term_matches_ring_formula(catalog) -> None:
+    size = 1 << 30
+    row = one(pd.DataFrame({"op": ["all_reduce"], "size_bytes": [size], "n_ranks": [8]}), catalog, system="DGX-H100")
+    assert row["bound"] == "bandwidth"
+    assert row["bytes"] == pytest.approx(size * 2 * 7 / 8)
+    assert row["memory_us"] == pytest.approx(2 * 7 / 8 * size / 450e9 * 1e6)
+    assert row["latency_us"] == pytest.approx(2 * 4 * 3)  # two passes x 4 us x log2(8) steps
+
+
+def test_collective_on_a_bare_device_uses_a_generic_node(catalog) -> None:
+    sys_ = resolve_system(catalog, "Tesla T4")
+    assert sys_.device == "T4" and sys_.intra_bw == 12e9  # PCIe gen3, no NVLink
+    assert resolve_system(catalog, "a100_dgx").key == "Vidur-A100-DGX"
+    generic = system_for_device(catalog.device("H100"))
+    assert generic.intra_bw == 450e9
+    table = pd.DataFrame({"op": ["all_reduce"], "size_bytes": [1 << 26], "n_ranks": [4], "device": ["Tesla T4"]})
+    assert roofline(table, catalog)["time_us"].iloc[0] > 0
+
+
+# ------------------------------------------------------------------------------------------------ vectorisation
+def _mixed(catalog) -> pd.DataFrame:
+    rows = [
+        {"op": "gemm", "m": 4096, "n": 4096, "k": 4096, "dtype": "bf16", "device": "H100"},
+        {"op": "linear", "b": 8, "m": 128, "n": 4096, "k": 1024, "dtype": "fp16", "device": "Tesla T4"},
+        {"op": "bmm", "b": 32, "m": 64, "n": 64, "k": 64, "dtype": "fp32", "device": "MI210"},
+        {"op": "elementwise", "elements": 1 << 24, "variant": "gelu", "dtype": "bf16", "device": "A100"},
+        {"op": "layernorm", "rows": 8192, "hidden": 4096, "dtype": "fp16", "device": "V100", "direction": "bwd"},
+        {"op": "softmax", "rows": 4096, "hidden": 2048, "dtype": "fp32", "device": "P100"},
+        {"op": "embedding_bag", "num_embeddings": 1_000_000, "embedding_dim": 128, "pooling_factor": 20,
+         "batch_size": 2048, "num_tables": 8, "zipf_alpha": 1.05, "dtype": "fp32", "device": "A100"},
+        {"op": "attention", "batch": 4, "heads": 32, "q_len": 2048, "kv_len": 2048, "head_dim": 128, "causal": 1,
+         "dtype": "bf16", "device": "H200"},
+        {"op": "all_to_all", "size_bytes": 1 << 24, "n_ranks": 16, "dtype": "fp32", "device": "H100",
+         "system": "DGX-H100"},
+        {"op": "gemm", "m": 2048, "n": 2048, "k": 2048, "dtype": "fp32", "device": "local-cpu"},
+    ]
+    return pd.DataFrame(rows, index=[f"r{i}" for i in range(len(rows))])
+
+
+def test_whole_table_equals_row_by_row(catalog) -> None:
+    from hybrid.hardware.cpu import describe_local_cpu
+
+    cat = catalog.with_device(describe_local_cpu())
+    table = _mixed(cat)
+    whole = roofline(table, cat)
+    assert list(whole.columns) == list(ROOFLINE_COLUMNS)
+    assert list(whole.index) == list(table.index)
+    for idx in table.index:
+        single = roofline(table.loc[[idx]].dropna(axis=1), cat)
+        for c in ROOFLINE_COLUMNS[1:-1]:
+            assert whole.loc[idx, c] == pytest.approx(single.loc[idx, c]), (idx, c)
+        assert whole.loc[idx, "bound"] == single.loc[idx, "bound"]
+        assert whole.loc[idx, "family"] == single.loc[idx, "family"]
+    assert np.isfinite(whole[list(ROOFLINE_COLUMNS[1:-1])].to_numpy()).all()
+
+
+def test_device_argument_equals_device_column(catalog) -> None:
+    rng = np.random.default_rng(3)
+    n = 2000
+    table = pd.DataFrame({"op": "gemm", "m": rng.integers(1, 9000, n), "n": rng.integers(1, 9000, n),
+                          "k": rng.integers(1, 9000, n), "dtype": rng.choice(DTYPES, n)})
+    by_arg = roofline(table, catalog, device="A100-SXM4-80GB")
+    by_col = roofline(table.assign(device="NVIDIA A100-SXM4-80GB (400W)"), catalog)
+    np.testing.assert_allclose(by_arg["time_us"], by_col["time_us"])
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+@pytest.mark.parametrize(("change", "match"), [
+    ({"m": 0}, "'m' must be positive"),
+    ({"k": -8}, "'k' must be positive"),
+    ({"n": np.nan}, "'n' must be positive"),
+    ({"n": np.inf}, "'n' must be positive"),
+    ({"m": "big"}, "'m' must be positive"),
+    ({"b": 0}, "'b' must be positive"),
+    ({"dtype": "fp13"}, "unknown dtype 'fp13'"),
+    ({"op": "conv9"}, "unknown op 'conv9'"),
+    ({"op": None}, "missing op"),
+])
+def test_bad_gemm_input_raises(catalog, change: dict, match: str) -> None:
+    table = gemm(64, 64, 64)
+    for c, v in change.items():
+        table[c] = pd.Series([v], dtype=object)
+    with pytest.raises(InvalidInputError, match=match):
+        roofline(table, catalog, device="H100")
+
+
+def test_bad_row_is_named(catalog) -> None:
+    table = pd.concat([gemm(64, 64, 64)] * 5, ignore_index=True)
+    table.index = ["a", "b", "c", "d", "e"]
+    table.loc["d", "k"] = -1
+    with pytest.raises(InvalidInputError, match="at row 'd'"):
+        roofline(table, catalog, device="H100")
+
+
+def test_unknown_device_raises(catalog) -> None:
+    with pytest.raises(UnknownDeviceError, match="H900.*closest known"):
+        roofline(gemm(64, 64, 64), catalog, device="H900")
+    with pytest.raises(UnknownDeviceError, match="Q100"):
+        roofline(gemm(64, 64, 64).assign(device="Q100"), catalog)
+    with pytest.raises(UnknownDeviceError, match="unknown system"):
+        roofline(pd.DataFrame({"op": ["all_reduce"], "size_bytes": [8], "n_ranks": [2]}), catalog, system="DGX-Z")
+
+
+@pytest.mark.parametrize(("table", "match"), [
+    (pd.DataFrame(columns=["op", "m", "n", "k"]), "empty"),
+    (pd.DataFrame({"m": [1]}), "no 'op' column"),
+    (pd.DataFrame({"op": ["gemm"], "m": [1], "n": [2]}), "missing column 'k'"),
+    (pd.DataFrame({"op": ["gemm"], "m": [1], "n": [2], "k": [3]}), "no 'device' column"),
+    (pd.DataFrame({"op": ["gemm"], "m": [1], "n": [2], "k": [3], "device": [None]}), "missing 'device'"),
+    (pd.DataFrame({"op": ["all_reduce"], "size_bytes": [0], "n_ranks": [8], "system": ["DGX-H100"]}),
+     "'size_bytes' must be positive"),
+    (pd.DataFrame({"op": ["all_reduce"], "size_bytes": [64], "n_ranks": [8], "n_nodes": [16],
+                   "system": ["DGX-H100"]}), "n_nodes' must be <= n_ranks"),
+    (pd.DataFrame({"op": ["all_reduce"], "size_bytes": [64], "n_ranks": [8], "n_nodes": [0],
+                   "system": ["DGX-H100"]}), "n_nodes' must be positive"),
+    (pd.DataFrame({"op": ["all_reduce"], "size_bytes": [64], "n_ranks": [8]}), "need a 'system'"),
+    (pd.DataFrame({"op": ["elementwise"], "elements": [64], "n_inputs": [-1], "device": ["H100"]}),
+     "'n_inputs' must be finite and >= 0"),
+    (pd.DataFrame({"op": ["layernorm"], "rows": [8], "hidden": [8], "direction": ["sideways"], "device": ["H100"]}),
+     "'direction' must be one of"),
+    (pd.DataFrame({"op": ["embedding_bag"], "num_embeddings": [10], "embedding_dim": [8], "pooling_factor": [2],
+                   "batch_size": [4], "num_tables": [0], "device": ["H100"]}), "'num_tables' must be positive"),
+])
+def test_bad_tables_raise(catalog, table: pd.DataFrame, match: str) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        roofline(table, catalog)
+
+
+def test_nan_in_optional_column_means_default(catalog) -> None:
+    table = pd.DataFrame({"op": "gemm", "m": [64, 64], "n": 64, "k": 64, "b": [np.nan, 1.0], "device": "H100"})
+    out = roofline(table, catalog)
+    assert out["time_us"].iloc[0] == out["time_us"].iloc[1]
+
+
+def test_fill_with_zero_inputs_is_allowed(catalog) -> None:
+    table = pd.DataFrame({"op": ["elementwise"], "elements": [1 << 20], "variant": ["fill"], "n_inputs": [0],
+                          "dtype": ["fp32"]})
+    row = one(table, catalog, device="H100")
+    assert row["bytes"] == (1 << 20) * 4
