@@ -1,0 +1,177 @@
+"""Importers: public measurement formats -> the canonical measurement table (:mod:`hybrid.data.schema`).
+
+Every importer is a function with the same signature::
+
+    fn(paths, device=None, catalog=None, system=None) -> pandas.DataFrame
+
+that reads the given files and returns a validated canonical table, raising
+:class:`~hybrid.errors.ImportFormatError` (message starting with the file name) on malformed input, and
+emitting :class:`DataImportWarning` for rows it skips on purpose. :data:`IMPORTERS` registers them with the
+glob patterns (relative to the public data directory) of the files they read; :func:`import_paths` accepts
+files and directories the way ``hybrid data import`` does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pandas as pd
+
+from hybrid.data.importers._common import DataImportWarning
+from hybrid.data.importers.deepbench import import_deepbench
+from hybrid.data.importers.nccl_tests import import_nccl_tests
+from hybrid.data.importers.neusight import import_neusight
+from hybrid.data.importers.vidur import import_vidur_compute, import_vidur_network
+from hybrid.data.importers.xla import import_xla_collectives, import_xla_matmul
+from hybrid.data.schema import validate
+from hybrid.errors import ImportFormatError, InvalidInputError
+from hybrid.hardware.catalog import Catalog, default_catalog
+
+ImportFunction = Callable[..., pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class Importer:
+    """One public format: its function, and where its files sit in the public data layout."""
+
+    name: str
+    description: str
+    function: ImportFunction
+    #: glob patterns relative to the public data directory (``**`` allowed)
+    globs: tuple[str, ...]
+    #: file-name pattern used inside a directory that does not follow the public layout
+    fallback: str
+    #: names of the :mod:`hybrid.data.sources` entries these files come from
+    sources: tuple[str, ...] = ()
+
+    def find(self, directory: str | os.PathLike) -> list[Path]:
+        """Files of this format under ``directory``: the public-layout globs if ``directory`` is a data root;
+        else every file below it whose path ends like one of the globs; else every ``fallback`` file."""
+        d = Path(directory)
+        found = sorted({p for g in self.globs for p in d.glob(g) if p.is_file()})
+        if found:
+            return found
+        tails = [g.rsplit("**/", 1)[-1] for g in self.globs]
+        files = [p for p in d.rglob("*") if p.is_file()]
+        found = sorted(p for p in files if any(PurePosixPath(p.as_posix()).match(t) for t in tails))
+        if found:
+            return found
+        return sorted(p for p in files if PurePosixPath(p.name).match(self.fallback))
+
+
+_NEUSIGHT = "neusight/scripts/asplos/data"
+#: Registered importers by format name.
+IMPORTERS: dict[str, Importer] = {
+    i.name: i
+    for i in (
+        Importer("neusight", "NeuSight FP32 PyTorch kernel CSVs (bmm, linear, layernorm, softmax, elementwise)",
+                 import_neusight,
+                 (f"{_NEUSIGHT}/dataset/train/*.csv", f"{_NEUSIGHT}/dataset/train/collect/*.csv",
+                  f"{_NEUSIGHT}/dataset/train/collect/*/p*/*.csv", f"{_NEUSIGHT}/dataset_amd/test/collect/*/p*/*.csv",
+                  "neusight/test-dev/*.csv"),
+                 "*.csv", ("neusight-train", "neusight-amd", "neusight-test-dev")),
+        Importer("xla-matmul", "XLA H100 matmul perf table (CSV or upstream .txtpb)", import_xla_matmul,
+                 ("xla/matmul_*.csv", "xla/*matmul_perf_table*.txtpb"), "*matmul*", ("xla-matmul",)),
+        Importer("xla-collectives", "XLA H100x8 collective perf table (CSV or upstream .txtpb)",
+                 import_xla_collectives, ("xla/collectives_*.csv", "xla/*collective_perf_table*.txtpb"),
+                 "*collective*", ("xla-collectives",)),
+        Importer("vidur-compute", "Vidur FP16 transformer-layer op profiles (mlp.csv)", import_vidur_compute,
+                 ("vidur/data/profiling/compute/*/*/*/mlp.csv",), "mlp.csv", ("vidur-compute",)),
+        Importer("vidur-network", "Vidur all_reduce / send_recv profiles", import_vidur_network,
+                 ("vidur/data/profiling/network/*/all_reduce.csv", "vidur/data/profiling/network/*/send_recv.csv"),
+                 "*.csv", ("vidur-network",)),
+        Importer("deepbench", "DeepBench GEMM and all-reduce results (tidy CSVs)", import_deepbench,
+                 ("deepbench/deepbench_gemm_tidy.csv", "deepbench/deepbench_allreduce_tidy.csv"),
+                 "deepbench_*_tidy.csv", ("deepbench-tidy",)),
+        Importer("nccl-tests", "raw nccl-tests stdout logs (*_perf output)", import_nccl_tests,
+                 ("nccl-tests/**/*.log", "nccl-tests/**/*output.dat", "nccl-tests/**/*output.dat.*"),
+                 "*", ("nccl-tests-alcf", "nccl-tests-xxrjun")),
+    )
+}
+
+
+def get_importer(name: str) -> Importer:
+    """The importer called ``name`` (``InvalidInputError`` listing the known ones otherwise)."""
+    key = str(name).strip().lower().replace("_", "-")
+    if key not in IMPORTERS:
+        raise InvalidInputError(f"unknown import format {name!r}; known: {', '.join(IMPORTERS)}")
+    return IMPORTERS[key]
+
+
+def expand_paths(importer: Importer, paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[Path]]:
+    """(explicit files, files found in directories); a path that does not exist is an error."""
+    explicit, found = [], []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_file():
+            explicit.append(p)
+        elif p.is_dir():
+            hits = importer.find(p)
+            if not hits:
+                raise ImportFormatError(f"{p}: no {importer.name} files found (patterns: "
+                                        f"{', '.join(importer.globs)})")
+            found.extend(hits)
+        else:
+            raise ImportFormatError(f"{p}: no such file or directory")
+    if not explicit and not found:
+        raise ImportFormatError("no input files given")
+    return explicit, found
+
+
+def import_paths(fmt: str, paths: Iterable[str | os.PathLike] | str | os.PathLike, *, device: str | None = None,
+                 system: str | None = None, catalog: Catalog | None = None, progress: bool = False,
+                 chunk: int = 64) -> pd.DataFrame:
+    """Import files and directories (searched with the importer's globs) of format ``fmt``.
+
+    Files found by searching directories may be skipped when they hold no measurements (nccl-tests logs of
+    failed jobs), with a warning; files named explicitly must parse. ``progress`` shows a tqdm bar (stderr).
+    """
+    importer = get_importer(fmt)
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    explicit, found = expand_paths(importer, paths)
+    cat = catalog if catalog is not None else default_catalog()
+    takes_skip = "skip_empty" in inspect.signature(importer.function).parameters
+    jobs: list[tuple[list[Path], bool]] = [(explicit[i:i + chunk], False) for i in range(0, len(explicit), chunk)]
+    jobs += [(found[i:i + chunk], True) for i in range(0, len(found), chunk)]
+    frames = []
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(explicit) + len(found), unit="file", desc=f"import {importer.name}",
+              disable=not progress or len(explicit) + len(found) < 2, leave=False) as bar:
+        for files, discovered in jobs:
+            kwargs = {"skip_empty": True} if discovered and takes_skip else {}
+            try:
+                frames.append(importer.function(files, device=device, catalog=cat, system=system, **kwargs))
+            except ImportFormatError as exc:
+                if discovered and takes_skip and str(exc).startswith("no nccl-tests data rows"):
+                    pass  # a whole chunk of failed-job logs: each was already reported as a warning
+                else:
+                    raise
+            bar.update(len(files))
+    if not frames:
+        raise ImportFormatError(f"no {importer.name} measurements in {len(explicit) + len(found)} file(s)")
+    table = pd.concat(frames, ignore_index=True, sort=False)
+    return validate(table, cat, source=f"{importer.name} import") if len(frames) > 1 else table
+
+
+__all__ = [
+    "IMPORTERS",
+    "DataImportWarning",
+    "ImportFunction",
+    "Importer",
+    "expand_paths",
+    "get_importer",
+    "import_deepbench",
+    "import_nccl_tests",
+    "import_neusight",
+    "import_paths",
+    "import_vidur_compute",
+    "import_vidur_network",
+    "import_xla_collectives",
+    "import_xla_matmul",
+]

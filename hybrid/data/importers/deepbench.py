@@ -1,0 +1,149 @@
+"""DeepBench results (baidu-research/DeepBench ``results/``), from the tidy CSVs of the public layout.
+
+``deepbench_gemm_tidy.csv``: ``gpu, precision, M, N, K, A_T, B_T, time_ms`` (``C[M,N] = op(A)[M,K] op(B)[K,N]``;
+``A_T``/``B_T`` = ``N`` or ``T`` give the BLAS layout, kept as ``variant`` ``nn``/``tn``/...). Precision strings:
+
+* ``Float`` -> fp32
+* ``16 bit inputs, 16 bit multiplication, 32 bit addition`` (tensor-core FP16, V100/T4) -> fp16
+* ``16 bit inputs, 32 bit multiplication, 32 bit addition`` (P100 "pseudo FP16") -> fp16 storage but FP32
+  arithmetic: dtype fp16, variant suffixed ``+fp32math`` so calibration can treat it apart
+* ``Int8 multiplication, 32 bit accumulation`` -> int8
+
+``deepbench_allreduce_tidy.csv``: ``gpu, num_floats, num_gpus, num_nodes (empty = 1), mean_time_ms, std_ms,
+algorithm`` -> ``all_reduce`` of ``4 * num_floats`` bytes in fp32 (the nccl-tests size). Rows left blank in the
+upstream sheets (no time) are skipped with a warning. Rows of devices that are not GPUs (iPhone, Raspberry
+Pi, Xeon Phi KNL) are skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.importers._common import (
+    as_paths,
+    catalog_or_default,
+    concat,
+    display_path,
+    finish,
+    numeric,
+    read_csv_checked,
+    resolve_system_name,
+    warn,
+)
+from hybrid.errors import ImportFormatError
+from hybrid.hardware.catalog import Catalog
+
+#: Device labels of DeepBench results that are not GPUs (the mobile/server CPU sheets).
+NON_GPU = re.compile(r"iphone|raspberry|knl|xeon|^ia[_ ]|arm|cpu", re.I)
+
+
+def precision_dtype(text: str) -> tuple[str, str]:
+    """(canonical dtype, variant suffix) for a DeepBench precision string."""
+    s = str(text).strip().lower()
+    if s in ("float", "fp32", "float32", "single"):
+        return "fp32", ""
+    if "int8" in s:
+        return "int8", ""
+    if s.startswith("16 bit inputs") and "32 bit multiplication" in s:
+        return "fp16", "+fp32math"
+    if s.startswith("16 bit inputs") or s in ("half", "fp16", "float16", "mixed precision"):
+        return "fp16", ""
+    raise KeyError(text)
+
+
+def _device_mask(gpus: pd.Series, device: str | None, catalog: Catalog, path: Path) -> np.ndarray:
+    """Rows to keep: GPUs (resolved later); non-GPU labels and catalog CPUs are skipped with a warning."""
+    if device is not None:
+        return np.ones(len(gpus), dtype=bool)
+    keep = np.ones(len(gpus), dtype=bool)
+    for name in pd.unique(gpus):
+        key = catalog.resolve_device(str(name), missing_ok=True)
+        non_gpu = (key is not None and catalog.devices[key].kind != "gpu") or (
+            key is None and NON_GPU.search(str(name)) is not None)
+        if non_gpu:
+            rows = (gpus == name).to_numpy()
+            keep &= ~rows
+            warn(path, f"skipped {int(rows.sum())} row(s) of {name!r}: not a GPU")
+    return keep
+
+
+def _gemm(df: pd.DataFrame, path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
+    for c in ("precision", "A_T", "B_T"):
+        if c not in df.columns:
+            raise ImportFormatError(f"{path}: missing column {c!r} for a DeepBench GEMM CSV")
+    gpus = df["gpu"].astype("string").str.strip()
+    keep = _device_mask(gpus, device, catalog, path)
+    df, gpus = df.loc[keep], gpus.loc[keep]
+    dims = {c.lower(): numeric(df, c, path, positive=True) for c in ("M", "N", "K")}
+    t = numeric(df, "time_ms", path, positive=True)
+    mapping = {}
+    for p in pd.unique(df["precision"].astype("string")):
+        try:
+            mapping[p] = precision_dtype(str(p))
+        except KeyError:
+            raise ImportFormatError(f"{path}: unknown precision {p!r}") from None
+    prec = df["precision"].astype("string").map(mapping)
+    layout = (df["A_T"].astype("string").str.strip().str.lower() + df["B_T"].astype("string").str.strip().str.lower())
+    bad = ~layout.isin(["nn", "nt", "tn", "tt"])
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ImportFormatError(f"{path}: row {i + 1}: A_T/B_T must be N or T, got {df['A_T'].iloc[i]!r}, "
+                                f"{df['B_T'].iloc[i]!r}")
+    out = pd.DataFrame({
+        "device": gpus.to_numpy(), "op": "gemm", "dtype": prec.map(lambda x: x[0]).to_numpy(),
+        "time_us": t * 1000.0, "variant": (layout + prec.map(lambda x: x[1])).to_numpy(), "b": 1, **dims,
+        "framework": "deepbench",
+    })
+    return finish(out, path, catalog, source=f"deepbench:{display_path(path)}", device=device)
+
+
+def _allreduce(df: pd.DataFrame, path: Path, device: str | None, system: str | None,
+               catalog: Catalog) -> pd.DataFrame:
+    gpus = df["gpu"].astype("string").str.strip()
+    keep = _device_mask(gpus, device, catalog, path)
+    blank = df["mean_time_ms"].isna().to_numpy() & keep
+    if blank.any():
+        warn(path, f"skipped {int(blank.sum())} row(s) with no time (left blank in the upstream sheets)")
+    keep &= ~blank
+    df, gpus = df.loc[keep], gpus.loc[keep]
+    t = numeric(df, "mean_time_ms", path, positive=True)
+    floats = numeric(df, "num_floats", path, positive=True)
+    ranks = numeric(df, "num_gpus", path, positive=True)
+    nodes = numeric(df, "num_nodes", path, required=False, positive=True) if "num_nodes" in df.columns \
+        else np.full(len(df), np.nan)
+    out = pd.DataFrame({
+        "device": gpus.to_numpy(), "op": "all_reduce", "dtype": "fp32", "time_us": t * 1000.0,
+        "size_bytes": floats * 4.0, "n_ranks": ranks, "n_nodes": np.where(np.isnan(nodes), 1.0, nodes),
+        "framework": "deepbench",
+    })
+    if "std_ms" in df.columns:
+        out["time_us_std"] = numeric(df, "std_ms", path, required=False) * 1000.0
+    if "algorithm" in df.columns:
+        out["algorithm"] = df["algorithm"].astype("string").str.strip().to_numpy()
+    if system is not None:
+        out["system"] = resolve_system_name(system, catalog, path)
+    return finish(out, path, catalog, source=f"deepbench:{display_path(path)}", device=device)
+
+
+def import_deepbench(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
+                     catalog: Catalog | None = None, system: str | None = None) -> pd.DataFrame:
+    """Import DeepBench tidy GEMM and all-reduce CSVs (the kind of each file is told by its columns)."""
+    cat = catalog_or_default(catalog)
+    frames = []
+    for p in as_paths(paths):
+        df = read_csv_checked(p, ("gpu",), what="DeepBench tidy")
+        if {"M", "N", "K", "time_ms"} <= set(df.columns):
+            frames.append(_gemm(df, p, device, cat))
+        elif {"num_floats", "num_gpus", "mean_time_ms"} <= set(df.columns):
+            frames.append(_allreduce(df, p, device, system, cat))
+        else:
+            raise ImportFormatError(
+                f"{p}: neither a DeepBench GEMM table (gpu, M, N, K, time_ms, ...) nor an all-reduce table "
+                "(gpu, num_floats, num_gpus, mean_time_ms, ...); conv and RNN tables are not imported")
+    return concat(frames, "DeepBench")

@@ -1,0 +1,335 @@
+"""Raw nccl-tests output (``all_reduce_perf``, ``all_gather_perf``, ``reduce_scatter_perf``, ``alltoall_perf``,
+``sendrecv_perf``, ``broadcast_perf``, ``reduce_perf``, ...) as users' clusters print it.
+
+A file may hold several tests (newer nccl-tests print ``# Collective test starting: <name>_perf`` before each)
+and any amount of Slurm/MPI/launcher noise. Each test section has a ``# nThread ...`` header, ``#  Rank  N
+Group G Pid P on HOST device D [BUSID] GPU NAME`` lines (``Group`` is absent in old versions), a column header
+(``size count type redop root time algbw busbw #wrong time algbw busbw #wrong``) and data rows. Every data row
+gives two canonical rows, out-of-place and in-place (``in_place``), each with ``time_us``, ``size_bytes`` (the
+nccl-tests ``size``), ``wrong`` (``#wrong``; ``N/A`` -> empty) and ``dtype``.
+
+* The collective comes from ``Collective test starting``, else a ``*_perf`` command line in the file, else the
+  file name (``all_reduce_output.dat.1``, ``nccl_alltoall.log``), else the data (root >= 0 -> broadcast/reduce;
+  count = size / type size -> all_reduce, or sendrecv without a reduction; ``size / (count x type size)`` =
+  ranks -> reduce_scatter with a reduction). A section whose collective stays ambiguous is an error.
+* ``n_ranks`` = number of Rank lines (else ``size / (count x type size)`` for gather-like tests), ``n_nodes`` =
+  number of distinct hosts, ``device`` = the GPU name the Rank lines print (``--device`` overrides).
+* ``system``: ``--system``, else the nearest directory whose name is a catalog system alias
+  (``results_polaris`` -> ``Polaris``), else empty.
+* Rows with ``#wrong > 0`` are kept (column ``wrong``); calibration drops them. Zero-byte rows are skipped.
+* Truncated sections (a job killed mid-run) keep their complete rows with a warning; a file without any data
+  row is an :class:`ImportFormatError` (when importing directories such files are skipped with a warning).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.importers._common import (
+    as_paths,
+    catalog_or_default,
+    display_path,
+    infer_system,
+    resolve_device_names,
+    resolve_system_name,
+    warn,
+)
+from hybrid.data.schema import validate
+from hybrid.errors import ImportFormatError
+from hybrid.hardware.catalog import Catalog
+from hybrid.units import DTYPE_BYTES
+
+#: nccl-tests binary stem -> canonical op.
+NCCL_TESTS: dict[str, str] = {
+    "all_reduce": "all_reduce", "allreduce": "all_reduce",
+    "all_gather": "all_gather", "allgather": "all_gather",
+    "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all", "all_to_all": "all_to_all",
+    "sendrecv": "send_recv", "send_recv": "send_recv",
+    "broadcast": "broadcast", "reduce": "reduce",
+}
+#: nccl-tests type names -> canonical dtype (unsigned types map to the signed type of the same size).
+NCCL_TYPES: dict[str, str] = {
+    "float": "fp32", "float32": "fp32", "half": "fp16", "float16": "fp16", "bfloat16": "bf16", "bf16": "bf16",
+    "double": "fp64", "float64": "fp64", "int8": "int8", "uint8": "int8", "char": "int8",
+    "int32": "int32", "int": "int32", "uint32": "int32", "int64": "int64", "uint64": "int64",
+    "f8e4m3": "fp8", "f8e5m2": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+}
+
+_STARTING = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf)?\b", re.I)
+_COMMAND = re.compile(r"(?:^|[/\s])(\w+?)_perf(?:_mpi)?\b")
+_NTHREAD = re.compile(r"^#\s*nThread\s+\d+")
+_RANK = re.compile(
+    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+_VERSION = re.compile(r"nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d+))?", re.I)
+_NCCL_DIR = re.compile(r"nccl[_\-.]?(\d+)[_\-.](\d+)(?:[_\-.](\d+))?", re.I)
+_SETUP = re.compile(r"_output\.dat\.(\d+)$")
+_NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+
+@dataclass
+class _Section:
+    start_line: int
+    name: str | None = None
+    ranks: dict[int, tuple[str, str]] = field(default_factory=dict)
+    columns: list[str] | None = None
+    rows: list[tuple[int, list[str]]] = field(default_factory=list)
+    bad_lines: list[int] = field(default_factory=list)
+    concluded: bool = False
+
+
+def _nccl_version(code: str) -> str:
+    """``22807`` -> ``2.28.7``; ``2708`` (pre-2.9 encoding) -> ``2.7.8``."""
+    v = int(code)
+    if v >= 10000:
+        return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    return f"{v // 1000}.{v // 100 % 10}.{v % 100}"
+
+
+def _name_from(text: str) -> str | None:
+    key = text.lower().replace("-", "_")
+    return NCCL_TESTS.get(key) or NCCL_TESTS.get(key.replace("_", ""))
+
+
+def _file_test_name(path: Path) -> str | None:
+    stem = path.name.lower()
+    for key in sorted(NCCL_TESTS, key=len, reverse=True):  # longest first: all_reduce before reduce
+        if re.search(rf"(^|[^a-z]){key}([^a-z]|$)", stem):
+            return NCCL_TESTS[key]
+    return None
+
+
+def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[str, str]]:
+    sections: list[_Section] = []
+    meta: dict[str, str] = {}
+    pending_name: str | None = None
+    cur: _Section | None = None
+    for no, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\n")
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("#"):
+            if m := _VERSION.search(s):
+                meta["framework_version"] = m.group(1)
+                if m.group(2):
+                    meta["library_version"] = f"NCCL {_nccl_version(m.group(2))}"
+                continue
+            if m := _STARTING.search(s):
+                pending_name = _name_from(m.group(1))
+                if cur is not None and not cur.rows and cur.name is None:
+                    cur.name = pending_name
+                continue
+            if "Collective test concluded" in s or s.lstrip("#").strip().lower().startswith("avg bus bandwidth"):
+                if cur is not None:
+                    cur.concluded = True
+                continue
+            if _NTHREAD.match(s):
+                cur = _Section(no, name=pending_name)
+                sections.append(cur)
+                pending_name = None
+                continue
+            if m := _RANK.match(s):
+                if cur is None:
+                    cur = _Section(no, name=pending_name)
+                    sections.append(cur)
+                cur.ranks[int(m.group(1))] = (m.group(2), m.group(3))
+                continue
+            toks = s.lstrip("#").split()
+            if "size" in toks and "count" in toks and "time" in toks:
+                if cur is None:
+                    cur = _Section(no, name=pending_name)
+                    sections.append(cur)
+                cur.columns = toks
+                continue
+            continue
+        toks = s.split()
+        if cur is not None and toks and toks[0].isdigit() and len(toks) >= 5 and toks[1].isdigit():
+            cur.rows.append((no, toks))
+            continue
+        if cur is not None and toks and toks[0].isdigit() and cur.columns is not None:
+            cur.bad_lines.append(no)  # a numeric line too short to be a row: truncated
+            continue
+        if pending_name is None and (m := _COMMAND.search(s)) and _name_from(m.group(1)):
+            pending_name = _name_from(m.group(1))
+            if cur is not None and not cur.rows and cur.name is None:
+                cur.name = pending_name
+    return sections, meta
+
+
+def _layout(columns: list[str] | None) -> tuple[int, list[tuple[int, bool]]]:
+    """(index of the first timing column, [(start index of a time/algbw/busbw/wrong group, in_place)])."""
+    if columns is None:  # modern default layout
+        return 5, [(5, False), (9, True)]
+    cols = [c.lower() for c in columns]
+    starts = [i for i, c in enumerate(cols) if c == "time"]
+    # column names include "size count type redop root": timings start after them
+    return (starts[0] if starts else 5), [(i, k == 1) for k, i in enumerate(starts[:2])]
+
+
+def _parse_number(tok: str) -> float:
+    if _NUM.match(tok):
+        return float(tok)
+    return np.nan
+
+
+_FIELDS = ("device", "op", "dtype", "time_us", "size_bytes", "n_ranks", "n_nodes", "in_place", "wrong",
+           "source_line", "framework", "framework_version", "library_version", "algorithm", "system", "source")
+
+
+def _section_rows(sec: _Section, path: Path) -> list[tuple]:
+    """(line, size, count, type, redop, root, in_place, time_us, wrong) per measured row of a section."""
+    header_cols = [c.lower() for c in sec.columns] if sec.columns else None
+    first_time, groups = _layout(sec.columns)
+    has_root = header_cols is None or "root" in header_cols
+    records: list[tuple] = []
+    bad = list(sec.bad_lines)
+    for no, toks in sec.rows:
+        if len(toks) < first_time + 2:
+            bad.append(no)
+            continue
+        size, count = int(toks[0]), int(toks[1])
+        dtype_name, redop = toks[2], toks[3]
+        root = int(toks[4]) if has_root and len(toks) > 4 and re.fullmatch(r"-?\d+", toks[4]) else -1
+        for start, in_place in groups:
+            chunk = toks[start:start + 4]
+            if len(chunk) < 3:
+                bad.append(no)
+                continue
+            t = _parse_number(chunk[0])
+            if not (t > 0):
+                continue
+            wrong_tok = chunk[3] if len(chunk) > 3 else "N/A"
+            wrong = float(wrong_tok) if wrong_tok.isdigit() else np.nan
+            if header_cols is not None and start + 3 < len(header_cols) and header_cols[start + 3] == "error":
+                wrong = np.nan  # old nccl-tests print the max error, not a count
+            records.append((no, size, count, dtype_name, redop, root, in_place, t, wrong))
+    if bad:
+        warn(path, f"section starting at line {sec.start_line}: skipped {len(bad)} incomplete data line(s) "
+                   f"(first: line {bad[0]}); truncated log?")
+    if records and not sec.concluded:
+        warn(path, f"section starting at line {sec.start_line} did not finish (no closing summary); kept its "
+                   f"{len({r[0] for r in records})} complete data row(s)")
+    return records
+
+
+def _infer_op(records: list[tuple], type_bytes: float, ranks: int | None) -> str | None:
+    nz = [r for r in records if r[2] > 0]
+    if not nz:
+        return None
+    per = np.array([r[1] / (r[2] * type_bytes) for r in nz])
+    reduces = str(nz[0][4]).lower() not in ("none", "-")
+    if all(r[5] >= 0 for r in nz):
+        return "reduce" if reduces else "broadcast"
+    if np.allclose(per, 1.0):
+        return "all_reduce" if reduces else "send_recv"
+    if reduces and ranks and np.allclose(per, ranks):
+        return "reduce_scatter"
+    return None
+
+
+def _one_file(path: Path, device: str | None, system: str | None, catalog: Catalog,
+              skip_empty: bool) -> list[tuple]:
+    """Rows of one log as tuples in :data:`_FIELDS` order (plain Python: hundreds of small files)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    lines = text.splitlines()
+    if lines and not text.endswith("\n"):
+        # the last line was cut off mid-write: even a complete-looking number in it may be truncated
+        last = lines.pop()
+        if re.match(r"^\s*\d+\s+\d+\s", last):
+            warn(path, f"line {len(lines) + 1}: last line has no newline (truncated log); data row dropped")
+    sections, meta = _split_sections(lines, path)
+    file_name = _file_test_name(path)
+    lib = meta.get("library_version")
+    if lib is None:
+        m = next((m for part in reversed(path.parent.parts) if (m := _NCCL_DIR.fullmatch(part))), None)
+        lib = "NCCL " + ".".join(g for g in m.groups() if g) if m else None
+    setup = _SETUP.search(path.name)
+    algorithm = f"env-setup-{setup.group(1)}" if setup else None
+    sys_key = resolve_system_name(system, catalog, path) if system else infer_system(path, catalog)
+    source = f"nccl-tests:{display_path(path)}"
+    out: list[tuple] = []
+    for sec in sections:
+        records = _section_rows(sec, path)
+        if not records:
+            if sec.columns is not None or sec.ranks:
+                warn(path, f"section starting at line {sec.start_line} has no complete data rows "
+                           "(the test failed or was killed)")
+            continue
+        types = []
+        for r in records:
+            t = NCCL_TYPES.get(r[3].lower())
+            if t is None:
+                raise ImportFormatError(f"{path}: line {r[0]}: unknown nccl-tests type {r[3]!r} "
+                                        f"(known: {', '.join(sorted(NCCL_TYPES))})")
+            types.append(t)
+        ranks = len(sec.ranks) or None
+        op = sec.name or file_name
+        if op is None:
+            op = _infer_op(records, DTYPE_BYTES[types[0]], ranks)
+            if op is None:
+                raise ImportFormatError(
+                    f"{path}: line {sec.start_line}: cannot tell which collective this section measured "
+                    "(no 'Collective test starting' line, no *_perf command, no collective in the file name); "
+                    "rename the file like all_gather_perf.log")
+        if ranks is None:
+            per = {round(r[1] / (r[2] * DTYPE_BYTES[types[0]])) for r in records if r[2] > 0}
+            if op in ("all_gather", "reduce_scatter", "all_to_all") and len(per) == 1:
+                ranks = int(per.pop())
+            else:
+                raise ImportFormatError(f"{path}: line {sec.start_line}: no '#  Rank ...' lines, so the number "
+                                        "of ranks is unknown")
+        hosts = {h for h, _ in sec.ranks.values()}
+        gpu_names = Counter(g for _, g in sec.ranks.values())
+        if device is None and not gpu_names:
+            raise ImportFormatError(f"{path}: line {sec.start_line}: no '#  Rank ... device' lines naming the "
+                                    "GPU; pass --device")
+        if len(gpu_names) > 1:
+            warn(path, f"section at line {sec.start_line} mixes GPUs {dict(gpu_names)}; using the most common")
+        dev_name = device or gpu_names.most_common(1)[0][0]
+        dev_key = resolve_device_names([dev_name], catalog, path)[dev_name]
+        nodes = max(1, len(hosts))
+        for r, t in zip(records, types, strict=True):
+            if r[1] > 0:  # zero-byte calls measure launch overhead only; size_bytes must be positive
+                out.append((dev_key, op, t, r[7], r[1], ranks, nodes, r[6], r[8], r[0], "nccl-tests",
+                            meta.get("framework_version"), lib, algorithm, sys_key, source))
+    if not out:
+        msg = f"{path}: no nccl-tests data rows found"
+        if not sections:
+            msg += " (no '# nThread' header: not an nccl-tests output file?)"
+        if skip_empty:
+            warn(path, msg.split(": ", 1)[1] + "; file skipped")
+            return []
+        raise ImportFormatError(msg)
+    return out
+
+
+def import_nccl_tests(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
+                      catalog: Catalog | None = None, system: str | None = None, *,
+                      skip_empty: bool = False) -> pd.DataFrame:
+    """Import raw nccl-tests logs; one canonical row per (test, size, in-place) with ``wrong`` kept.
+
+    ``skip_empty`` turns "no data rows" into a warning (used when whole directories are imported).
+    An extra column ``source_line`` gives the log line of each row.
+    """
+    cat = catalog_or_default(catalog)
+    files = as_paths(paths)
+    rows = [row for p in files for row in _one_file(p, device, system, cat, skip_empty)]
+    if not rows:
+        raise ImportFormatError(f"no nccl-tests data rows in {len(files)} file(s)")
+    table = pd.DataFrame.from_records(rows, columns=list(_FIELDS))
+    table = table.dropna(axis=1, how="all")
+    # one validation for all files (rows were built from parsed numbers; devices are already catalog keys)
+    where = str(files[0]) if len(files) == 1 else f"nccl-tests import of {len(files)} files"
+    return validate(table, cat, source=where)

@@ -1,0 +1,180 @@
+"""NeuSight per-op kernel CSVs (sitar-lab/NeuSight, ``scripts/asplos/data/dataset*``).
+
+Columns: ``OPName, Latency`` (milliseconds), ``Device``, ``Torch Version`` (``p2.1.0``), ``CUDNN Version``
+(``8902``), ``CUDA Version`` (``cu121``), ``Kernel Name``, launch geometry, and the shape: ``B,M,N,K`` for
+``bmm``/``linear`` (out ``[B,M,N] = [B,M,K] x [K,N]``) or ``B,H`` (rows x hidden) for layer norm, softmax and
+the elementwise ops. The AMD collections have no version columns; their version comes from the
+``p<torch version>`` directory. All kernels ran in FP32. Convolution rows have no canonical op and are
+skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.importers._common import (
+    as_paths,
+    catalog_or_default,
+    concat,
+    csv_line,
+    display_path,
+    finish,
+    numeric,
+    read_csv_checked,
+    warn,
+)
+from hybrid.errors import ImportFormatError
+from hybrid.hardware.catalog import Catalog
+
+#: NeuSight elementwise OPName -> (variant, inputs read, outputs written, FLOPs per element). A trailing
+#: ``u`` is NeuSight's "unary" form, tensor-op-scalar (the kernel names say ``CUDAFunctorOnSelf_add``,
+#: ``AUnaryFunctor<..MulFunctor>``, ``pow_tensor_scalar_kernel``), so it reads one tensor instead of two.
+#: FLOP counts are nominal (pow = exp(log(x) * y) ~ 8 flops; gelu/tanh as in ``hybrid.ops.families``).
+ELEMENTWISE_OPS: dict[str, tuple[str, int, int, float]] = {
+    "add": ("add", 2, 1, 1.0),
+    "addu": ("add_scalar", 1, 1, 1.0),
+    "mul": ("mul", 2, 1, 1.0),
+    "mulu": ("mul_scalar", 1, 1, 1.0),
+    "div": ("div", 2, 1, 1.0),
+    "divu": ("div_scalar", 1, 1, 1.0),
+    "sub": ("sub", 2, 1, 1.0),
+    "subu": ("sub_scalar", 1, 1, 1.0),
+    "pow": ("pow", 2, 1, 8.0),
+    "powu": ("pow_scalar", 1, 1, 8.0),
+    "relu": ("relu", 1, 1, 1.0),
+    "gelu": ("gelu", 1, 1, 8.0),
+    "tanh": ("tanh", 1, 1, 4.0),
+    "sigmoid": ("sigmoid", 1, 1, 4.0),
+    "silu": ("silu", 1, 1, 4.0),
+    "exp": ("exp", 1, 1, 2.0),
+}
+GEMM_OPS = {"bmm": "bmm", "linear": "linear", "matmul": "matmul"}
+ROW_OPS = {"ln": "layernorm", "layernorm": "layernorm", "softmax": "softmax"}
+SKIPPED_OPS = {"conv", "conv2d"}
+
+_TORCH_DIR = re.compile(r"^p(\d+(?:\.\d+)+)$")
+
+
+def _versions(df: pd.DataFrame, path: Path) -> tuple[object, object]:
+    """(framework_version, library_version) columns: ``p2.1.0`` -> ``2.1.0``; ``cu121`` + ``8902`` ->
+    ``CUDA 12.1; cuDNN 8.9.2``. Without version columns, the ``p2.4.1`` directory gives the torch version."""
+    if "Torch Version" in df.columns:
+        fw = df["Torch Version"].astype("string").str.strip().str.replace(r"^p", "", regex=True)
+    else:
+        match = next((m for part in reversed(path.parent.parts) if (m := _TORCH_DIR.match(part))), None)
+        fw = match.group(1) if match else None
+    parts = []
+    if "CUDA Version" in df.columns:
+        cu = df["CUDA Version"].astype("string").str.strip()
+        digits = cu.str.extract(r"^cu(\d+)(\d)$")
+        parts.append(("CUDA " + digits[0] + "." + digits[1]).fillna("CUDA " + cu))
+    if "CUDNN Version" in df.columns:
+        v = pd.to_numeric(df["CUDNN Version"], errors="coerce")
+        s = ("cuDNN " + (v // 1000).astype("Int64").astype("string") + "."
+             + ((v % 1000) // 100).astype("Int64").astype("string") + "."
+             + (v % 100).astype("Int64").astype("string"))
+        parts.append(s)
+    lib: object = None
+    if parts:
+        lib = parts[0] if len(parts) == 1 else parts[0].fillna("") + "; " + parts[1].fillna("")
+    return fw, lib
+
+
+def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
+    df = read_csv_checked(path, ("OPName", "Latency", "Device"), what="NeuSight")
+    ops = df["OPName"].astype("string").str.strip().str.lower()
+    if ops.isna().any():
+        i = int(np.flatnonzero(ops.isna().to_numpy())[0])
+        raise ImportFormatError(f"{path}: line {i + 2}, column 'OPName': missing op name")
+    known = set(ELEMENTWISE_OPS) | set(GEMM_OPS) | set(ROW_OPS) | SKIPPED_OPS
+    unknown = ~ops.isin(list(known))
+    if unknown.any():
+        i = int(np.flatnonzero(unknown.to_numpy())[0])
+        raise ImportFormatError(
+            f"{path}: line {csv_line(df, i)}: unknown NeuSight OPName {df['OPName'].iloc[i]!r} "
+            f"(known: {', '.join(sorted(known))})"
+        )
+    skip = ops.isin(list(SKIPPED_OPS)).to_numpy()
+    if skip.any():
+        warn(path, f"skipped {int(skip.sum())} convolution row(s): the canonical schema has no conv op")
+    if skip.all():
+        return df.iloc[:0]
+    df = df.loc[~skip]
+    ops = ops.loc[~skip]
+
+    latency_ms = numeric(df, "Latency", path, positive=True)
+    out = pd.DataFrame({"device": df["Device"].astype("string").str.strip(), "dtype": "fp32",
+                        "time_us": latency_ms * 1000.0, "direction": "fwd"}, index=df.index)
+    if device is None and out["device"].isna().any():
+        i = int(np.flatnonzero(out["device"].isna().to_numpy())[0])
+        raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column 'Device': missing device name")
+
+    is_gemm = ops.isin(list(GEMM_OPS)).to_numpy()
+    is_row = ops.isin(list(ROW_OPS)).to_numpy()
+    is_elem = ops.isin(list(ELEMENTWISE_OPS)).to_numpy()
+    op = np.empty(len(df), dtype=object)
+    if is_gemm.any():
+        missing = [c for c in ("B", "M", "N", "K") if c not in df.columns]
+        if missing:
+            raise ImportFormatError(f"{path}: GEMM rows need columns B, M, N, K; missing {', '.join(missing)}")
+        for src, dst in (("B", "b"), ("M", "m"), ("N", "n"), ("K", "k")):
+            vals = numeric(df, src, path, required=False, positive=True)
+            _require(vals, is_gemm, src, path, df)
+            out[dst] = np.where(is_gemm, vals, np.nan)
+        op[is_gemm] = ops[is_gemm].map(GEMM_OPS).to_numpy()
+    if is_row.any() or is_elem.any():
+        missing = [c for c in ("B", "H") if c not in df.columns]
+        if missing:
+            raise ImportFormatError(f"{path}: norm/softmax/elementwise rows need columns B, H; "
+                                    f"missing {', '.join(missing)}")
+        rows_b = numeric(df, "B", path, required=False, positive=True)
+        hid = numeric(df, "H", path, required=False, positive=True)
+        _require(rows_b, is_row | is_elem, "B", path, df)
+        _require(hid, is_row | is_elem, "H", path, df)
+        if is_row.any():
+            out["rows"] = np.where(is_row, rows_b, np.nan)
+            out["hidden"] = np.where(is_row, hid, np.nan)
+            op[is_row] = ops[is_row].map(ROW_OPS).to_numpy()
+        if is_elem.any():
+            table = pd.DataFrame.from_dict(ELEMENTWISE_OPS, orient="index",
+                                           columns=["variant", "n_inputs", "n_outputs", "flops_per_element"])
+            looked = table.reindex(ops.to_numpy())
+            out["elements"] = np.where(is_elem, rows_b * hid, np.nan)
+            out["variant"] = np.where(is_elem, looked["variant"].to_numpy(dtype=object), None)
+            for c in ("n_inputs", "n_outputs", "flops_per_element"):
+                out[c] = np.where(is_elem, looked[c].to_numpy(dtype=np.float64), np.nan)
+            op[is_elem] = "elementwise"
+    out.insert(1, "op", op)
+    fw, lib = _versions(df, path)
+    out["framework"] = "pytorch"
+    out["framework_version"] = fw
+    if lib is not None:
+        out["library_version"] = lib
+    if "Kernel Name" in df.columns:
+        out["kernel_name"] = df["Kernel Name"].astype("string").str.strip()
+    return finish(out, path, catalog, source=f"neusight:{display_path(path)}", device=device)
+
+
+def _require(values: np.ndarray, mask: np.ndarray, column: str, path: Path, df: pd.DataFrame) -> None:
+    bad = mask & np.isnan(values)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {column!r}: missing value (NaN/empty)")
+
+
+def import_neusight(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
+                    catalog: Catalog | None = None, system: str | None = None) -> pd.DataFrame:
+    """Import NeuSight kernel CSVs into the canonical table (one row per measured kernel).
+
+    ``device`` overrides the ``Device`` column (for files from GPUs the catalog does not know by that name).
+    ``system`` is accepted for a uniform signature and ignored (these are single-GPU kernels).
+    """
+    del system
+    cat = catalog_or_default(catalog)
+    return concat([_one_file(p, device, cat) for p in as_paths(paths)], "NeuSight")
