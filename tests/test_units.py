@@ -1,0 +1,59 @@
+"""Data types and human-readable sizes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hybrid.errors import InvalidInputError
+from hybrid.units import DTYPE_BYTES, DTYPE_FALLBACK, dtype_bytes, format_bytes, normalize_dtype, parse_size
+
+
+@pytest.mark.parametrize(("name", "canon"), [
+    ("float16", "fp16"), ("torch.float16", "fp16"), ("half", "fp16"), ("BF16", "bf16"), ("torch.bfloat16", "bf16"),
+    ("float", "fp32"), ("F32", "fp32"), ("double", "fp64"), ("fp8_e4m3", "fp8"), ("e5m2", "fp8"), (" int8 ", "int8"),
+    ("tf32", "tf32"), ("long", "int64"),
+])
+def test_normalize_dtype(name: str, canon: str) -> None:
+    assert normalize_dtype(name) == canon
+
+
+@pytest.mark.parametrize("bad", ["fp13", "", "   ", None, 16, "float17"])
+def test_normalize_dtype_rejects(bad) -> None:
+    with pytest.raises(InvalidInputError):
+        normalize_dtype(bad)
+
+
+def test_dtype_bytes_and_fallbacks() -> None:
+    assert [dtype_bytes(d) for d in ("fp64", "float32", "bf16", "fp8")] == [8, 4, 2, 1]
+    for dtype, chain in DTYPE_FALLBACK.items():
+        assert dtype in DTYPE_BYTES and all(alt in DTYPE_BYTES for alt in chain)
+        assert "fp32" in chain or dtype == "fp32" or chain[-1] in ("fp32", "fp64")
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("4096", 4096), (4096, 4096), ("64KiB", 65536), ("64MiB", 64 * 2**20), ("1GB", 10**9), ("1.5 GiB", 3 * 2**29),
+    ("2k", 2000), ("1e3", 1000), ("8 B", 8), (2.6, 3),
+])
+def test_parse_size(text, value: int) -> None:
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("bad", ["0", "-4", "abc", "12 parsecs", "", "nan", float("nan"), 0, -1, True])
+def test_parse_size_rejects(bad) -> None:
+    with pytest.raises(InvalidInputError):
+        parse_size(bad)
+
+
+@given(st.integers(min_value=1, max_value=2**50))
+def test_format_then_parse_round_trip(n: int) -> None:
+    text = format_bytes(n)
+    back = parse_size(text.replace(" ", ""))
+    assert abs(back - n) <= max(0.051 * n, 1)  # one decimal of the chosen unit
+
+
+def test_format_bytes() -> None:
+    assert format_bytes(67108864) == "64.0 MiB"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.5 KiB"
