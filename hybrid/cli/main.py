@@ -15,6 +15,10 @@ from hybrid.errors import HybridError
 COMMANDS: dict[str, str] = {
     "devices": "hybrid.cli.devices:devices",
     "predict": "hybrid.cli.predict:predict",
+    "calibrate": "hybrid.cli.calibrate:calibrate",
+    "evaluate": "hybrid.cli.evaluate:evaluate",
+    "report": "hybrid.cli.report:report",
+    "quickstart": "hybrid.cli.quickstart:quickstart",
 }
 
 

@@ -16,6 +16,14 @@ def predict() -> None:
     """Predict the runtime of one op (roofline, or a calibrated model with --model)."""
 
 
+def _model_options(fn):
+    """``--model`` / ``--tracking-uri`` shared by the predict sub-commands."""
+    fn = click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+                      help="MLflow store holding --model (default: local SQLite store).")(fn)
+    return click.option("--model", "model_ref", default=None,
+                        help="Calibrated model (NAME, NAME/3, models:/NAME/3); default: analytical only.")(fn)
+
+
 def _report(result: dict, as_json: bool) -> None:
     if as_json:
         echo_json(result)
@@ -34,18 +42,33 @@ def _report(result: dict, as_json: bool) -> None:
 @click.option("-k", type=int, required=True)
 @click.option("-b", "--batch", "b", type=int, default=1, show_default=True, help="Batch count (BMM).")
 @click.option("--json", "as_json", is_flag=True)
-def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool) -> None:
+@_model_options
+def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool, model_ref: str | None,
+         tracking_uri: str | None) -> None:
     """C[b,m,n] = A[b,m,k] @ B[b,k,n]; GEMV when m or n is 1."""
     cat = default_catalog()
     spec = Gemm(m=m, n=n, k=k, b=b, dtype=dtype, op="bmm" if b > 1 else ("gemv" if 1 in (m, n) else "gemm"))
+    frame = spec.to_frame()
+    extra: dict = {}
+    if model_ref:
+        # the model's catalog may know devices the packaged one does not (a profiled CPU, say)
+        from hybrid.tracking.registry import load_predictor
+
+        loaded = load_predictor(model_ref, tracking_uri=tracking_uri)
+        cat = loaded.predictor.catalog
+        dev = cat.device(device)
+        frame["device"] = dev.key
+        out = loaded.predictor.predict(frame).iloc[0]
+        extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"])}
     dev = cat.device(device)
-    row = roofline(spec.to_frame(), cat, device=dev.key).iloc[0]
-    t = float(row["time_us"])
+    row = roofline(frame, cat, device=dev.key).iloc[0]
+    t = float(out["time_us"]) if model_ref else float(row["time_us"])
     _report({
         "device": dev.key, "op": spec.op, "dtype": spec.dtype, "model": "roofline",
         "time_us": t, "tflops_achieved": float(row["flops"]) / (t * 1e-6) / 1e12,
-        "bound": str(row["bound"]), "flops": float(row["flops"]), "bytes": float(row["bytes"]),
-        "arithmetic_intensity": float(row["flops"]) / float(row["bytes"]),
+        "bound": str(out["bound"] if model_ref else row["bound"]), "flops": float(row["flops"]),
+        "bytes": float(row["bytes"]), "arithmetic_intensity": float(row["flops"]) / float(row["bytes"]),
+        **extra,
     }, as_json)
 
 
@@ -58,16 +81,33 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool)
 @click.option("--nodes", type=int, default=1, show_default=True)
 @click.option("--dtype", default="fp32", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: str, as_json: bool) -> None:
-    """Collective time from the alpha-beta model (bus factor, intra-node fabric, NICs)."""
+@_model_options
+def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: str, as_json: bool,
+               model_ref: str | None, tracking_uri: str | None) -> None:
+    """Collective time from the alpha-beta model (bus factor, intra-node fabric, NICs), or a calibrated model."""
     cat = default_catalog()
-    sys_ = resolve_system(cat, system)
     spec = Collective(op=op, size_bytes=parse_size(size), n_ranks=ranks, n_nodes=nodes, dtype=dtype)
-    row = roofline(spec.to_frame(), cat, system=system).iloc[0]
+    frame = spec.to_frame()
+    extra: dict = {}
+    if model_ref:
+        from hybrid.tracking.registry import load_predictor
+
+        loaded = load_predictor(model_ref, tracking_uri=tracking_uri)
+        cat = loaded.predictor.catalog
+    sys_ = resolve_system(cat, system)
+    row = roofline(frame, cat, system=system).iloc[0]
     t = float(row["time_us"])
+    bound = str(row["bound"])
+    if model_ref:
+        frame["device"] = sys_.device
+        if cat.resolve_system(system, missing_ok=True) is not None:
+            frame["system"] = sys_.key
+        out = loaded.predictor.predict(frame).iloc[0]
+        t, bound = float(out["time_us"]), str(out["bound"])
+        extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"])}
     _report({
         "system": sys_.key, "op": op, "size_bytes": spec.size_bytes, "size": format_bytes(spec.size_bytes),
         "ranks": ranks, "nodes": nodes, "model": "alpha-beta", "time_us": t,
         "algbw_gbps": spec.size_bytes / (t * 1e-6) / 1e9, "busbw_gbps": float(row["bytes"]) / (t * 1e-6) / 1e9,
-        "bound": str(row["bound"]),
+        "bound": bound, **extra,
     }, as_json)

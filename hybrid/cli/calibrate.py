@@ -1,0 +1,73 @@
+"""``hybrid calibrate``: fit corrections to measurements (or adapt a registered model to a new device), evaluate
+on held-out data, track the run in MLflow and register the model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from hybrid.cli.evaluate import echo_comparison
+from hybrid.cli.output import echo_json
+from hybrid.tracking.store import DEFAULT_EXPERIMENT
+
+
+def print_result(result: Any) -> None:
+    """Human-readable summary of a :class:`~hybrid.tracking.calibrate.CalibrationResult`."""
+    from hybrid.tracking.store import describe_store, open_store
+
+    click.echo(f"run {result.run_id}" + (f"  ->  registered {result.model_ref}" if result.version else ""))
+    fitted = ", ".join(result.summary.get("corrections", {})) or "none (too few rows: roofline only)"
+    click.echo(f"corrections fitted: {fitted}")
+    for split, summ in result.summaries.items():
+        click.echo("")
+        click.echo(f"[{split}] " + {"random": "random hold-out rows",
+                                    "lodo": "leave-one-device-out (device unseen in fitting)",
+                                    "train": "training rows (in-sample)",
+                                    "adapt": "new-device rows not used for adaptation"}.get(split, split))
+        echo_comparison(summ, groups=("by_op", "by_device") if split != "train" else ("by_op",))
+    click.echo("")
+    where = describe_store(open_store(result.tracking_uri))
+    click.echo(f"tracking store: {where['tracking_uri']}")
+    if "ui_command" in where:
+        click.echo(f"browse runs:    {where['ui_command']}")
+    click.echo(f"report command: hybrid report --run {result.run_id} -o report.html")
+
+
+@click.command()
+@click.argument("tables", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--name", required=True, help="Registered model name (a new version is added per run).")
+@click.option("--base", help="Adapt this registered model (NAME, NAME/3) to the new measurements (few-shot).")
+@click.option("--holdout-device", multiple=True,
+              help="Device(s) the leave-one-device-out split holds out (default: every device, if several).")
+@click.option("--exclude-device", multiple=True, help="Drop these devices' rows entirely.")
+@click.option("--no-lodo", is_flag=True, help="Skip the leave-one-device-out split.")
+@click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Random hold-out share.")
+@click.option("--max-rows", type=int, help="Calibrate on a sample of at most this many rows (per device/op).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--experiment", default=DEFAULT_EXPERIMENT, show_default=True, help="MLflow experiment.")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
+@click.option("--json", "as_json", is_flag=True, help="Print run id, version and error summaries as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_device: tuple[str, ...],
+              exclude_device: tuple[str, ...], no_lodo: bool, test_fraction: float, max_rows: int | None,
+              seed: int, experiment: str, tracking_uri: str | None, as_json: bool, quiet: bool) -> None:
+    """Calibrate on measured TABLES (canonical CSV/Parquet, or profiler bundle directories whose catalog.toml
+    is merged), evaluate on held-out rows (random split + leave-one-device-out), record the run in MLflow and
+    register the predictor as NAME. With --base, adapt an existing model to a new device from a few rows."""
+    from hybrid.tracking.calibrate import CalibrationConfig
+    from hybrid.tracking.calibrate import calibrate as run_calibration
+    from hybrid.tracking.inputs import load_measurements, subsample
+
+    config = CalibrationConfig(name=name, base=base, holdout_devices=holdout_device, exclude_devices=exclude_device,
+                               seed=seed, test_fraction=test_fraction, lodo=not no_lodo, experiment=experiment)
+    data = load_measurements(tables)
+    if max_rows:
+        data.table = subsample(data.table, max_rows, seed)
+    result = run_calibration(data, config, tracking_uri=tracking_uri, progress=not quiet)
+    if as_json:
+        echo_json({"run_id": result.run_id, "name": result.name, "version": result.version,
+                   "model": result.model_ref, "tracking_uri": result.tracking_uri,
+                   "corrections": list(result.summary.get("corrections", {})), "errors": result.summaries})
+        return
+    print_result(result)

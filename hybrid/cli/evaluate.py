@@ -1,0 +1,98 @@
+"""``hybrid evaluate``: predict every row of measured tables with a calibrated model (or roofline) and report
+the error per op family and device."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import pandas as pd
+
+from hybrid.cli.output import echo_json, echo_table
+
+_STATS = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
+
+
+def load_model_for(ref: str, tracking_uri: str | None, catalog: Any) -> Any:
+    """A predictor for ``ref`` (``roofline`` or a registry reference) that knows every device of ``catalog``."""
+    from hybrid.tracking.inputs import merge_catalog
+    from hybrid.tracking.registry import load_predictor
+
+    loaded = load_predictor(ref, tracking_uri=tracking_uri, catalog=catalog if ref == "roofline" else None)
+    if ref != "roofline":
+        loaded.predictor.catalog, _ = merge_catalog(loaded.predictor.catalog, catalog)
+    return loaded
+
+
+def echo_comparison(summaries: dict[str, dict[str, Any]], groups: tuple[str, ...] = ("by_op", "by_device")) -> None:
+    """Print error tables for one split: overall and per group, every compared model side by side."""
+    models = [m for m in ("model", "base", "roofline") if m in summaries]
+    label = {"model": "hybrid", "base": "base", "roofline": "roofline"}
+    headers = ["", "rows"] + [f"{label[m]} {s.replace('_pct', '')}%" for m in models for s in ("geomean", "mape")] \
+        + [f"{label[models[0]]} median%", f"{label[models[0]]} p90%"]
+
+    def row(name: str, per: dict[str, Any]) -> list[Any]:
+        first = per[models[0]]
+        cells: list[Any] = [name, first["n_rows"]]
+        for m in models:
+            cells += [per[m]["geomean_pct"], per[m]["mape_pct"]]
+        return cells + [first["median_pct"], first["p90_pct"]]
+
+    rows = [row("all rows", summaries)]
+    for g in groups:
+        for k in sorted(summaries[models[0]].get(g, {})):
+            rows.append(row(f"{g.replace('by_', '')}: {k}", {m: summaries[m][g][k] for m in models}))
+    echo_table(rows, headers)
+
+
+def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write a prediction frame as CSV atomically."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    try:
+        frame.to_csv(tmp, index=False)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+@click.command()
+@click.argument("tables", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--model", "-m", "model_ref", required=True,
+              help="Registered model (NAME, NAME/3, models:/NAME/3) or 'roofline' for the analytical baseline.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the error figures.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write per-row predictions (CSV).")
+@click.option("--max-rows", type=int, help="Evaluate on a random sample of at most this many rows.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --max-rows sampling.")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
+def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str | None, max_rows: int | None,
+             seed: int, tracking_uri: str | None) -> None:
+    """Predict every row of measured TABLES (canonical CSV/Parquet or profiler bundle directories) and report
+    |predicted - measured| / measured: geomean, mean (MAPE), median and p90, per op family and per device."""
+    from hybrid.tracking.evaluation import prediction_frame, summarize
+    from hybrid.tracking.inputs import load_measurements, subsample
+
+    data = load_measurements(tables)
+    table = subsample(data.table, max_rows, seed) if max_rows else data.table
+    loaded = load_model_for(model_ref, tracking_uri, data.catalog)
+    frame = prediction_frame(table, loaded.predictor.predict(table), "all")
+    result = summarize(frame, "model")
+    if output:
+        write_predictions(frame, output)
+    if as_json:
+        echo_json(result)
+        return
+    name = "roofline" if loaded.name == "roofline" else loaded.ref
+    click.echo(f"{len(frame):,} rows, model {name}")
+    summaries = {"model": result} if loaded.name == "roofline" else {"model": result,
+                                                                     "roofline": summarize(frame, "roofline")}
+    echo_comparison(summaries)
+    if output:
+        click.echo(f"predictions written to {output}")

@@ -1,0 +1,146 @@
+"""``hybrid quickstart``: calibrate from the measurements available locally, track and register the model,
+and show how well it predicts, in one command (no server needed)."""
+
+from __future__ import annotations
+
+import glob
+import warnings
+from pathlib import Path
+
+import click
+import pandas as pd
+from tqdm.auto import tqdm
+
+from hybrid.errors import HybridError, InvalidInputError
+
+#: Public subset imported when a data directory is available: (label, importer module:function, glob patterns
+#: relative to the data directory). Small on purpose: quickstart must finish in a few minutes on 2 cores.
+PUBLIC_SUBSET = (
+    ("NeuSight kernels (6 GPUs)", "hybrid.data.importers.neusight:import_neusight",
+     ("neusight/test-dev/*.csv",)),
+    ("nccl-tests Sophia (DGX A100, 2 nodes)", "hybrid.data.importers.nccl_tests:import_nccl_tests",
+     ("nccl-tests/argonne-lcf_alcf-nccl-tests/results_sophia/n2.g8/*/*_output.dat*",)),
+    ("nccl-tests Polaris (A100, 2 and 8 nodes)", "hybrid.data.importers.nccl_tests:import_nccl_tests",
+     ("nccl-tests/argonne-lcf_alcf-nccl-tests/results_polaris/nccl_2_21/n2.g4.*/*_output.dat*",
+      "nccl-tests/argonne-lcf_alcf-nccl-tests/results_polaris/nccl_2_21/n8.g4.*/*_output.dat*")),
+)
+#: Rows kept from the public subset (evenly over device/op groups).
+PUBLIC_MAX_ROWS = 6000
+
+
+def project_bundles() -> list[Path]:
+    """Committed measurement bundles (``datasets/*/`` with a ``measurements.csv``)."""
+    from hybrid.data.paths import project_datasets_dir
+
+    root = project_datasets_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "measurements.csv").is_file())
+
+
+def import_public_subset(data_dir: Path, catalog, seed: int = 0, progress: bool = True) -> tuple[pd.DataFrame, list[str]]:
+    """Import :data:`PUBLIC_SUBSET` from ``data_dir``; a source that is missing or fails is skipped with a
+    warning on stderr."""
+    import importlib
+
+    from hybrid.data.schema import validate
+    from hybrid.tracking.inputs import subsample
+
+    frames, used = [], []
+    for label, target, patterns in tqdm(PUBLIC_SUBSET, desc="import public data", unit="source",
+                                        disable=not progress, leave=False):
+        files = sorted(f for pat in patterns for f in glob.glob(str(data_dir / pat)))
+        if not files:
+            click.echo(f"note: {label}: no files under {data_dir}, skipped", err=True)
+            continue
+        module, fn = target.split(":")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                df = getattr(importlib.import_module(module), fn)(files, catalog=catalog)
+            df = df[pd.to_numeric(df.get("wrong", 0), errors="coerce").fillna(0) == 0] if "wrong" in df else df
+            frames.append(validate(df, catalog, source=label))
+            used.append(f"{label}: {len(df):,} rows")
+        except (HybridError, ImportError, OSError) as exc:
+            click.echo(f"note: {label}: skipped ({str(exc).splitlines()[0]})", err=True)
+    if not frames:
+        return pd.DataFrame(), used
+    table = pd.concat(frames, ignore_index=True, sort=False)
+    return subsample(table, PUBLIC_MAX_ROWS, seed), used
+
+
+def example_prediction(predictor, table: pd.DataFrame) -> list[tuple[str, str]]:
+    """One GEMM (and one collective, if the data had any) predicted by the calibrated model, with the
+    command that reproduces each."""
+    from hybrid.ops.spec import Collective, Gemm
+
+    out = []
+    gemm_rows = table[table["op"].isin(["gemm", "bmm", "linear", "matmul"])]
+    if len(gemm_rows):
+        dev = str(gemm_rows["device"].value_counts().index[0])
+        dtype = str(gemm_rows["dtype"].mode().iloc[0])
+        frame = Gemm(m=4096, n=4096, k=4096, dtype=dtype, op="gemm").to_frame().assign(device=dev)
+        r = predictor.predict(frame).iloc[0]
+        out.append((f"GEMM 4096^3 {dtype} on {dev}: {r['time_us']:,.1f} us ({r['method']}; roofline "
+                    f"{r['roofline_us']:,.1f} us)",
+                    f"hybrid predict gemm -d {dev} -m 4096 -n 4096 -k 4096 --dtype {dtype} --model {{model}}"))
+    coll = table[table["op"] == "all_reduce"]
+    if len(coll) and "system" in coll.columns and coll["system"].notna().any():
+        row = coll[coll["system"].notna()].iloc[0]
+        frame = Collective(op="all_reduce", size_bytes=64 * 2**20, n_ranks=int(row["n_ranks"]),
+                           n_nodes=int(row["n_nodes"])).to_frame().assign(device=row["device"], system=row["system"])
+        r = predictor.predict(frame).iloc[0]
+        out.append((f"all_reduce 64MiB over {int(row['n_ranks'])} ranks / {int(row['n_nodes'])} nodes on "
+                    f"{row['system']}: {r['time_us']:,.1f} us ({r['method']}; alpha-beta {r['roofline_us']:,.1f} us)",
+                    f"hybrid predict collective -s {row['system']} --op all_reduce --size 64MiB "
+                    f"--ranks {int(row['n_ranks'])} --nodes {int(row['n_nodes'])} --model {{model}}"))
+    return out
+
+
+@click.command()
+@click.option("--data-dir", type=click.Path(file_okay=False),
+              help="Public datasets directory (default: $HYBRID_DATA_DIR or ../shared/datasets if present).")
+@click.option("--no-public", is_flag=True, help="Use only the project's committed measurement bundles.")
+@click.option("--name", default="quickstart", show_default=True, help="Registered model name.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
+def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, tracking_uri: str | None) -> None:
+    """Calibrate from local measurements (committed bundles in datasets/, plus a NeuSight + nccl-tests subset
+    of the public data when available), track the run in MLflow, register the model, print its error
+    against measured runtimes (model vs roofline, per op family) and an example prediction."""
+    from hybrid.cli.calibrate import print_result
+    from hybrid.data.paths import public_data_dir
+    from hybrid.reports.html import write_report
+    from hybrid.tracking.calibrate import CalibrationConfig, calibrate
+    from hybrid.tracking.inputs import Measurements, load_measurements
+    from hybrid.tracking.store import hybrid_home
+
+    bundles = project_bundles()
+    if bundles:
+        data = load_measurements(bundles)
+        click.echo(f"project bundles: {', '.join(b.name for b in bundles)} ({len(data.table):,} rows)")
+    else:
+        from hybrid.hardware.catalog import default_catalog
+
+        data = Measurements(pd.DataFrame(), default_catalog(), [])
+    public = None if no_public else public_data_dir(data_dir, required=bool(data_dir))
+    if public is not None:
+        table, used = import_public_subset(public, data.catalog, seed)
+        if len(table):
+            click.echo(f"public data from {public}: " + "; ".join(used) + f" -> {len(table):,} rows sampled")
+            data.table = pd.concat([data.table, table], ignore_index=True, sort=False) if len(data.table) else table
+            data.sources += [f"{public}: {u}" for u in used]
+    if len(data.table) == 0:
+        raise InvalidInputError("no measurements found: no bundles in datasets/ and no public data directory "
+                                "(pass --data-dir or set HYBRID_DATA_DIR, or run `hybrid profile`)")
+    click.echo(f"calibrating on {len(data.table):,} rows, {data.table['device'].nunique()} devices ...")
+    result = calibrate(data, CalibrationConfig(name=name, seed=seed), tracking_uri=tracking_uri, progress=True)
+    print_result(result)
+    examples = example_prediction(result.predictor, data.table)
+    if examples:
+        click.echo("\nexample predictions:")
+        for text, cmd in examples:
+            click.echo(f"  {text}\n    $ {cmd.format(model=result.name)}")
+    report = hybrid_home() / "reports" / f"{name}-v{result.version}.html"
+    write_report(result.report_html, report)
+    click.echo(f"\nHTML report:    {report}")

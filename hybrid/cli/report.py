@@ -1,0 +1,50 @@
+"""``hybrid report``: a self-contained HTML report of a calibration run or registered model."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid.errors import InvalidInputError
+
+
+@click.command()
+@click.option("--model", "-m", "model_ref", help="Registered model (NAME, NAME/3, models:/NAME/3): its run.")
+@click.option("--run", "run_id", help="Calibration run id.")
+@click.option("--table", "tables", multiple=True, type=click.Path(exists=True),
+              help="Instead of the run's own evaluation, evaluate --model on these measured tables.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
+def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], output: str,
+           tracking_uri: str | None) -> None:
+    """Write an HTML report (plots inlined): predicted vs measured per family, error CDF model vs roofline,
+    error vs size and per-device tables, for each evaluation split of the run."""
+    from hybrid.reports.html import render_report, write_report
+    from hybrid.tracking.calibrate import report_meta
+    from hybrid.tracking.runs import read_run, run_of_model
+    from hybrid.tracking.store import open_store
+
+    if bool(model_ref) == bool(run_id):
+        raise InvalidInputError("give exactly one of --model NAME or --run RUN_ID")
+    store = open_store(tracking_uri)
+    if tables:
+        if not model_ref:
+            raise InvalidInputError("--table needs --model (the model to evaluate)")
+        from hybrid.cli.evaluate import load_model_for
+        from hybrid.tracking.evaluation import prediction_frame
+        from hybrid.tracking.inputs import load_measurements
+
+        data = load_measurements(tables)
+        loaded = load_model_for(model_ref, store.uri, data.catalog)
+        frame = prediction_frame(data.table, loaded.predictor.predict(data.table), "all")
+        title = f"hybrid evaluation: {loaded.ref if loaded.version else 'roofline'}"
+        meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(tables),
+                "rows": f"{len(frame):,}"}
+        text = render_report(frame, title=title, meta=meta)
+    else:
+        rid = run_id or run_of_model(model_ref or "", store=store)
+        rec = read_run(rid, store=store)
+        s = rec.summary
+        title = f"hybrid calibration: {s.get('name')}" + (f" v{s['version']}" if s.get("version") else "")
+        text = render_report(rec.predictions, title=title, meta=report_meta(s), summaries=s.get("errors"))
+    path = write_report(text, output)
+    click.echo(f"report written to {path} ({path.stat().st_size / 1e6:.1f} MB)")

@@ -1,0 +1,136 @@
+"""A self-contained HTML report of a calibration or evaluation: error tables per split, op family and device
+(calibrated model beside the roofline baseline) and the standard plots inlined as base64 PNGs.
+
+:func:`render_report` returns the HTML text; :func:`write_report` writes it atomically. The input is a
+prediction frame with a ``split`` column (see :mod:`hybrid.tracking.evaluation`).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hybrid.reports.plots import STYLE, figure_png, standard_figures
+
+_CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1300px;color:#222}
+h1{font-size:1.6em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}h3{margin-top:1.4em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}th{background:#f3f3f3}
+td:first-child,th:first-child{text-align:left}
+.better{background:#e6f4ea}.worse{background:#fdecea}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+.meta td{text-align:left}.note{color:#666;font-size:.9em}
+"""
+
+#: Explanation of each split a calibration run evaluates on.
+SPLIT_NOTES = {
+    "random": "random hold-out: the model was fitted without these rows (same devices as training).",
+    "lodo": "leave-one-device-out: each device's rows were predicted by a model fitted without that device.",
+    "train": "training rows (in-sample): how well the final model fits what it was calibrated on.",
+    "adapt": "few-shot adaptation hold-out: rows of the new device not used for adaptation.",
+    "all": "every row of the given tables.",
+}
+
+
+def plotted_splits(splits: list[str]) -> list[str]:
+    """Splits that get figures: the held-out ones when there are any (in-sample ``train`` plots add little
+    and cost time), else all."""
+    held = [s for s in splits if s != "train"]
+    return held or list(splits)
+
+
+def _esc(v: Any) -> str:
+    return html.escape(str(v))
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return "-" if v != v else (f"{v:,.1f}" if abs(v) < 1e5 else f"{v:.3g}")
+    return _esc(v)
+
+
+def _img(png: bytes, alt: str) -> str:
+    return f'<img alt="{_esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
+
+
+def error_table(summaries: Mapping[str, Mapping[str, Any]], group: str | None = None) -> str:
+    """HTML table: one row per group value (``by_op``/``by_device``) or one overall row, with geomean, MAPE,
+    median and p90 of each compared model side by side; the model's cell is green where it beats roofline."""
+    models = [m for m in ("model", "base", "roofline") if m in summaries]
+    keys = sorted(summaries[models[0]][group]) if group else ["all rows"]
+    stats = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
+    head = "".join(f"<th>{STYLE[m]['label']}<br>{s.replace('_pct', '')} %</th>" for s in stats for m in models)
+    out = [f"<table><tr><th>{_esc(group.replace('by_', '') if group else '')}</th><th>rows</th>{head}</tr>"]
+    for k in keys:
+        per = {m: (summaries[m][group].get(k) if group else summaries[m]) for m in models}
+        first = per[models[0]]
+        cells = []
+        for s in stats:
+            for m in models:
+                v = per[m][s] if per[m] else float("nan")
+                cls = ""
+                if m == "model" and "roofline" in per and per["roofline"]:
+                    cls = ' class="better"' if v < per["roofline"][s] else ' class="worse"'
+                cells.append(f"<td{cls}>{_fmt(float(v))}</td>")
+        out.append(f"<tr><td>{_esc(k)}</td><td>{first['n_rows']:,}</td>{''.join(cells)}</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, Any] | None = None,
+                  summaries: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+                  images: Mapping[str, Mapping[str, bytes]] | None = None) -> str:
+    """The whole report as one HTML string (no external files). ``meta`` is shown as a key/value table;
+    ``summaries`` (``{split: {model: error_summary}}``) is computed from ``predictions`` when not given;
+    ``images`` (``{split: {figure stem: PNG bytes}}``) are drawn when not given."""
+    from hybrid.tracking.evaluation import split_summaries
+
+    summaries = summaries or split_summaries(predictions)
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
+             f"<style>{_CSS}</style></head><body><h1>{_esc(title)}</h1>"]
+    if meta:
+        rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in meta.items())
+        parts.append(f"<table class='meta'>{rows}</table>")
+    parts.append("<p class='note'>Errors are |predicted - measured| / measured. Geomean is the geometric mean "
+                 "of the relative errors. Green: the calibrated model beats the roofline baseline.</p>")
+    splits = [str(s) for s in pd.unique(predictions["split"])]
+    with_figures = plotted_splits(splits)
+    for split, sub in predictions.groupby("split", sort=False):
+        split = str(split)
+        summ = summaries[split]
+        parts.append(f"<h2>Split: {_esc(split)}</h2><p class='note'>{_esc(SPLIT_NOTES.get(split, ''))}</p>")
+        parts.append("<h3>Overall</h3>" + error_table(summ))
+        parts.append("<h3>Per op family</h3>" + error_table(summ, "by_op"))
+        parts.append("<h3>Per device</h3>" + error_table(summ, "by_device"))
+        if split not in with_figures:
+            parts.append("<p class='note'>(figures are drawn for the held-out splits above)</p>")
+            continue
+        pngs = (images or {}).get(split) or {stem: figure_png(fig)
+                                             for stem, fig in standard_figures(sub, title=split).items()}
+        for stem, png in pngs.items():
+            parts.append(_img(png, f"{split} {stem}"))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(text: str, path: str | os.PathLike) -> Path:
+    """Write the report atomically (temporary file renamed into place)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p

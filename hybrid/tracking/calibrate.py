@@ -1,0 +1,454 @@
+"""One calibration run: fit every correction the data supports, evaluate on held-out data, record everything
+in MLflow and register the calibrated predictor.
+
+Evaluation splits (each reports the calibrated model beside the roofline-only baseline):
+
+- ``random``: a stratified random hold-out (``test_fraction`` of every device/op group), model fitted on the rest;
+- ``lodo``: leave-one-device-out where the data has several devices (or the devices named in
+  ``holdout_devices``): each device's rows are predicted by a model fitted without that device;
+- ``train``: the final model (fitted on all rows) on its own training rows.
+
+With ``base`` (a registered model), the run instead adapts that model to new measurements (usually a new
+device, 5..50 rows) with ``HybridPredictor.adapt``; the ``adapt`` split holds out part of the new rows and
+compares the adapted model, the unadapted base and roofline on them.
+
+The run records: parameters (name, seed, splits, correction hyper-parameters from ``describe()``), the input
+data digest (sha256 of the canonical table) and rows per op/device, metrics named
+``<split>.<model>.<statistic>``, ``<split>.<model>.op.<family>.<statistic>`` and
+``<split>.<model>.device.<device>.<statistic>`` (model = ``model``, ``roofline`` or ``base``), and artifacts
+``summary.json``, ``predictions/<split>.csv``, ``plots/<split>_*.png``, ``report.html`` and the pyfunc model
+``model/`` (see :mod:`hybrid.tracking.registry`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from hybrid import __version__
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog
+from hybrid.tracking.evaluation import prediction_frame, split_summaries
+from hybrid.tracking.inputs import Measurements, merge_catalog, table_digest
+from hybrid.tracking.registry import (
+    MODEL_ARTIFACT_PATH,
+    download_model,
+    parse_model_ref,
+    register_version,
+    resolve_version,
+    save_pyfunc,
+)
+from hybrid.tracking.store import (
+    DEFAULT_EXPERIMENT,
+    Store,
+    ensure_experiment,
+    open_store,
+    quiet_mlflow,
+    retry,
+    store_lock,
+)
+
+#: Fewest rows for a random hold-out split (below this every row is needed for fitting).
+MIN_ROWS_FOR_SPLIT = 10
+#: Fewest new-device rows for an adaptation hold-out split.
+MIN_ROWS_FOR_ADAPT_SPLIT = 6
+#: MLflow limits per log_batch call.
+_BATCH_METRICS, _BATCH_PARAMS = 1000, 100
+_PARAM_MAX_CHARS = 500
+
+
+@dataclass
+class CalibrationConfig:
+    """What a calibration run does. ``holdout_devices`` names the devices of the leave-one-device-out split
+    (empty: every device when there are several); ``exclude_devices`` drops devices from the data entirely
+    (e.g. to adapt to them later with ``base``)."""
+
+    name: str
+    base: str | None = None
+    holdout_devices: tuple[str, ...] = ()
+    exclude_devices: tuple[str, ...] = ()
+    seed: int = 0
+    test_fraction: float = 0.2
+    lodo: bool = True
+    max_lodo_devices: int = 8
+    experiment: str = DEFAULT_EXPERIMENT
+    register: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", self.name):
+            raise InvalidInputError(f"bad model name {self.name!r}: use letters, digits, '-', '_' and '.'")
+        if self.name == "roofline":
+            raise InvalidInputError("'roofline' is reserved for the analytical baseline")
+        if not 0 < self.test_fraction < 1:
+            raise InvalidInputError(f"test fraction must be in (0, 1), got {self.test_fraction}")
+        if self.base:
+            parse_model_ref(self.base)
+
+
+@dataclass
+class CalibrationResult:
+    """What a run produced: ids, the registered version, per-row predictions and error summaries."""
+
+    run_id: str
+    experiment_id: str
+    name: str
+    version: int | None
+    tracking_uri: str
+    predictor: Any
+    predictions: pd.DataFrame
+    summaries: dict[str, dict[str, dict[str, Any]]]
+    summary: dict[str, Any] = field(default_factory=dict)
+    #: the run's self-contained HTML report (also logged as ``report.html``)
+    report_html: str = ""
+
+    @property
+    def model_ref(self) -> str | None:
+        return f"models:/{self.name}/{self.version}" if self.version is not None else None
+
+
+# ------------------------------------------------------------------------------------------------- splits
+def stratified_split(table: pd.DataFrame, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions (train, test): ``test_fraction`` of every (device, op) group with at least 5 rows."""
+    rng = np.random.default_rng(seed)
+    test: list[np.ndarray] = []
+    for _, idx in sorted(table.groupby(["device", "op"], sort=True, dropna=False).indices.items(),
+                         key=lambda kv: str(kv[0])):
+        if len(idx) < 5:
+            continue
+        k = max(1, int(round(test_fraction * len(idx))))
+        test.append(rng.choice(idx, size=k, replace=False))
+    test_idx = np.sort(np.concatenate(test)) if test else np.array([], dtype=np.int64)
+    train_mask = np.ones(len(table), dtype=bool)
+    train_mask[test_idx] = False
+    return np.flatnonzero(train_mask), test_idx
+
+
+def lodo_devices(table: pd.DataFrame, config: CalibrationConfig, catalog: Catalog) -> list[str]:
+    """Devices the leave-one-device-out split holds out, one at a time."""
+    counts = table["device"].astype(str).value_counts()
+    if config.holdout_devices:
+        devs = [catalog.resolve_device(d) for d in config.holdout_devices]
+        missing = [d for d in devs if d not in counts.index]
+        if missing:
+            raise InvalidInputError(f"holdout device(s) {', '.join(map(str, missing))} have no rows; "
+                                    f"devices in the data: {', '.join(counts.index)}")
+        if set(devs) >= set(counts.index):
+            raise InvalidInputError("holding out every device leaves no rows to fit on")
+        return [str(d) for d in devs]
+    if not config.lodo or len(counts) < 2:
+        return []
+    return [str(d) for d in counts.index[: config.max_lodo_devices]]
+
+
+# ------------------------------------------------------------------------------------------------- the run
+def calibrate(
+    data: Measurements | pd.DataFrame,
+    config: CalibrationConfig,
+    *,
+    tracking_uri: str | None = None,
+    catalog: Catalog | None = None,
+    progress: bool = False,
+) -> CalibrationResult:
+    """Run one calibration (see the module doc) and return its result. ``data`` is a validated canonical
+    table or :class:`~hybrid.tracking.inputs.Measurements` (whose catalog includes bundle devices)."""
+    from hybrid.corrections.predictor import HybridPredictor
+
+    if isinstance(data, pd.DataFrame):
+        from hybrid.hardware.catalog import default_catalog
+
+        data = Measurements(data.reset_index(drop=True), catalog or default_catalog(), ["<table>"])
+    table, cat = data.table, data.catalog
+    if len(table) == 0:
+        raise InvalidInputError("no measured rows to calibrate on")
+    if "time_us" not in table.columns or table["time_us"].isna().any():
+        raise InvalidInputError("every row needs a measured time_us to calibrate on")
+    if config.exclude_devices:
+        drop = {cat.resolve_device(d) for d in config.exclude_devices}
+        table = table[~table["device"].isin(drop)].reset_index(drop=True)
+        if len(table) == 0:
+            raise InvalidInputError(f"excluding {', '.join(sorted(map(str, drop)))} leaves no rows")
+
+    store = open_store(tracking_uri)
+    client = store.client()
+    with store_lock(store):
+        exp_id = ensure_experiment(client, store, config.experiment)
+        run = retry(lambda: client.create_run(exp_id, run_name=f"calibrate-{config.name}", tags={
+            "hybrid.model_name": config.name, "hybrid.base": config.base or "", "hybrid.version": __version__,
+            "mlflow.source.name": "hybrid calibrate", "mlflow.source.type": "LOCAL"}))
+    run_id = run.info.run_id
+    t0 = time.time()
+    try:
+        if config.base:
+            predictor, frames, base_info = _adapt_run(client, store, table, cat, config, progress)
+        else:
+            predictor, frames = _fit_run(HybridPredictor, table, cat, config, progress)
+            base_info = None
+        predictions = pd.concat(frames, ignore_index=True)
+        summaries = split_summaries(predictions)
+        with store_lock(store), quiet_mlflow():
+            version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
+                                        summaries, base_info, time.time() - t0)
+            retry(lambda: client.set_terminated(run_id, "FINISHED"))
+    except BaseException:
+        try:
+            retry(lambda: client.set_terminated(run_id, "FAILED"))
+        except Exception:  # noqa: BLE001 - the original failure matters more
+            pass
+        raise
+    return CalibrationResult(run_id, exp_id, config.name, version, store.uri, predictor, predictions,
+                             summaries, summary, report_html)
+
+
+def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: CalibrationConfig,
+             progress: bool) -> tuple[Any, list[pd.DataFrame]]:
+    holdouts = lodo_devices(table, config, cat)
+    do_random = len(table) >= MIN_ROWS_FOR_SPLIT
+    steps = int(do_random) + len(holdouts) + 1
+    frames: list[pd.DataFrame] = []
+    bar = tqdm(total=steps, desc=f"calibrate {config.name}", unit="fit", disable=not progress, leave=False)
+    try:
+        if do_random:
+            bar.set_postfix_str("random hold-out")
+            tr, te = stratified_split(table, config.test_fraction, config.seed)
+            if len(te) and len(tr):
+                p = predictor_cls(catalog=cat).fit(table.iloc[tr].reset_index(drop=True))
+                test = table.iloc[te].reset_index(drop=True)
+                frames.append(prediction_frame(test, p.predict(test), "random"))
+            bar.update()
+        lodo = []
+        for dev in holdouts:
+            bar.set_postfix_str(f"leave out {dev}")
+            held = (table["device"] == dev).to_numpy()
+            p = predictor_cls(catalog=cat).fit(table.loc[~held].reset_index(drop=True))
+            test = table.loc[held].reset_index(drop=True)
+            lodo.append(prediction_frame(test, p.predict(test), "lodo"))
+            bar.update()
+        frames += lodo
+        bar.set_postfix_str("final fit (all rows)")
+        final = predictor_cls(catalog=cat).fit(table, progress=False)
+        frames.append(prediction_frame(table, final.predict(table), "train"))
+        bar.update()
+    finally:
+        bar.close()
+    return final, frames
+
+
+def _load_base(client: Any, config: CalibrationConfig, cat: Catalog, tmp: Path) -> tuple[Any, Any, Path]:
+    from hybrid.corrections.predictor import HybridPredictor
+
+    mv = resolve_version(client, config.base or "")
+    pred_dir = download_model(client, mv, tmp)
+
+    def load() -> Any:
+        p = HybridPredictor.load(pred_dir)
+        p.catalog, _ = merge_catalog(p.catalog, cat)
+        return p
+
+    return mv, load, pred_dir
+
+
+def _adapt_run(client: Any, store: Store, table: pd.DataFrame, cat: Catalog, config: CalibrationConfig,
+               progress: bool) -> tuple[Any, list[pd.DataFrame], dict[str, Any]]:
+    tmp = Path(tempfile.mkdtemp(prefix="hybrid-base-"))
+    try:
+        mv, load, _ = _load_base(client, config, cat, tmp)
+        frames = []
+        bar = tqdm(total=2, desc=f"adapt {mv.name}/{mv.version} -> {config.name}", unit="fit",
+                   disable=not progress, leave=False)
+        if len(table) >= MIN_ROWS_FOR_ADAPT_SPLIT:
+            rng = np.random.default_rng(config.seed)
+            perm = rng.permutation(len(table))
+            k = len(table) // 2
+            fit_rows, test = table.iloc[np.sort(perm[:k])], table.iloc[np.sort(perm[k:])].reset_index(drop=True)
+            base_pred = load().predict(test)["time_us"].to_numpy(np.float64)
+            adapted = load().adapt(fit_rows.reset_index(drop=True))
+            frames.append(prediction_frame(test, adapted.predict(test), "adapt", base=base_pred))
+        bar.update()
+        base_all = load().predict(table)["time_us"].to_numpy(np.float64)
+        final = load().adapt(table)
+        frames.append(prediction_frame(table, final.predict(table), "train", base=base_all))
+        bar.update()
+        bar.close()
+        info = {"name": mv.name, "version": int(mv.version), "run_id": mv.run_id}
+        return final, frames, info
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------- logging
+def _metric_key(*parts: str) -> str:
+    return ".".join(re.sub(r"[^\w\-. /]", "_", str(p)) for p in parts)
+
+
+def summary_metrics(summaries: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float]:
+    """Flatten ``{split: {model: error_summary}}`` into MLflow metric names (see the module doc)."""
+    out: dict[str, float] = {}
+    for split, models in summaries.items():
+        for model, s in models.items():
+            for k in ("geomean_pct", "mape_pct", "median_pct", "p90_pct"):
+                out[_metric_key(split, model, k)] = float(s[k])
+            out[_metric_key(split, "n_rows")] = float(s["n_rows"])
+            for group, label in (("by_op", "op"), ("by_device", "device")):
+                for name, g in s.get(group, {}).items():
+                    for k in ("geomean_pct", "mape_pct", "median_pct", "p90_pct"):
+                        out[_metric_key(split, model, label, name, k)] = float(g[k])
+                    out[_metric_key(split, label, name, "n_rows")] = float(g["n_rows"])
+    return out
+
+
+def flatten_params(prefix: str, obj: Any, out: dict[str, str] | None = None) -> dict[str, str]:
+    """Nested dicts (e.g. ``describe()``) as ``prefix.key.sub`` -> string value (long values truncated)."""
+    out = {} if out is None else out
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            flatten_params(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        text = obj if isinstance(obj, str) else json.dumps(obj, default=str)
+        out[_metric_key(prefix)[:250]] = text[:_PARAM_MAX_CHARS]
+    return out
+
+
+def data_profile(table: pd.DataFrame) -> dict[str, Any]:
+    """Row counts per op and per device (and per op family)."""
+    from hybrid.ops.families import family_array
+
+    return {
+        "n_rows": int(len(table)),
+        "rows_per_op": {str(k): int(v) for k, v in table["op"].value_counts().sort_index().items()},
+        "rows_per_family": {str(k): int(v) for k, v in
+                            pd.Series(family_array(table["op"])).value_counts().sort_index().items()},
+        "rows_per_device": {str(k): int(v) for k, v in table["device"].value_counts().sort_index().items()},
+    }
+
+
+def _describe_corrections(predictor: Any) -> dict[str, Any]:
+    out = {}
+    for c in getattr(predictor, "corrections", []) or []:
+        if not getattr(c, "fitted", True):
+            continue
+        try:
+            out[str(c.name)] = c.describe()
+        except Exception as exc:  # noqa: BLE001 - an unfitted correction may not describe itself
+            out[str(getattr(c, "name", type(c).__name__))] = {"error": str(exc)}
+    return out
+
+
+def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Measurements,
+             config: CalibrationConfig, predictor: Any, predictions: pd.DataFrame,
+             summaries: dict[str, Any], base_info: dict[str, Any] | None, elapsed_s: float
+             ) -> tuple[int | None, dict[str, Any], str]:
+    from mlflow.entities import Dataset, DatasetInput, Metric, Param, RunTag
+
+    from hybrid.reports.html import plotted_splits, render_report
+    from hybrid.reports.plots import figure_png, standard_figures
+
+    run_id = run.info.run_id
+    digest = table_digest(table)
+    profile = data_profile(table)
+    corrections = _describe_corrections(predictor)
+    cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()}
+    params = flatten_params("", {
+        "name": config.name, "base": config.base or "", "seed": config.seed, "test_fraction": config.test_fraction,
+        "holdout_devices": ",".join(sorted(set(predictions.loc[predictions["split"] == "lodo", "device"]
+                                               .astype(str)))),
+        "exclude_devices": ",".join(config.exclude_devices),
+        "splits": ",".join(summaries), "data_sha256": digest, "n_rows": len(table),
+        "sources": ",".join(data.sources),
+    })
+    params.update(flatten_params("rows.op", profile["rows_per_op"]))
+    params.update(flatten_params("rows.device", profile["rows_per_device"]))
+    params.update(flatten_params("correction", corrections))
+    metrics = summary_metrics(summaries)
+    metrics["calibration_seconds"] = elapsed_s
+    now = int(time.time() * 1000)
+    mlist = [Metric(k, v, now, 0) for k, v in metrics.items() if np.isfinite(v)]
+    plist = [Param(k, v) for k, v in params.items()]
+    retry(lambda: client.log_batch(run_id, tags=[RunTag("hybrid.data_sha256", digest)]))
+    for i in range(0, len(plist), _BATCH_PARAMS):
+        retry(lambda i=i: client.log_batch(run_id, params=plist[i:i + _BATCH_PARAMS]))
+    for i in range(0, len(mlist), _BATCH_METRICS):
+        retry(lambda i=i: client.log_batch(run_id, metrics=mlist[i:i + _BATCH_METRICS]))
+    dataset = Dataset(name="measurements", digest=digest[:32], source_type="local",
+                      source=json.dumps(data.sources), schema=json.dumps({"columns": list(table.columns)}),
+                      profile=json.dumps(profile))
+    retry(lambda: client.log_inputs(run_id, datasets=[DatasetInput(dataset)]))
+
+    summary: dict[str, Any] = {
+        "name": config.name, "run_id": run_id, "tracking_uri": store.uri, "hybrid_version": __version__,
+        "config": cfg, "base": base_info, "data": {"sha256": digest, "sources": data.sources, **profile},
+        "extra_devices": data.extra_devices, "errors": summaries, "corrections": corrections,
+        "predictor": _safe_summary(predictor), "calibration_seconds": elapsed_s,
+    }
+    tmp = Path(tempfile.mkdtemp(prefix="hybrid-run-"))
+    try:
+        save_pyfunc(predictor, tmp / "saved")
+        retry(lambda: client.log_artifacts(run_id, str(tmp / "saved" / MODEL_ARTIFACT_PATH), MODEL_ARTIFACT_PATH))
+        version = None
+        if config.register:
+            source = f"{run.info.artifact_uri}/{MODEL_ARTIFACT_PATH}"
+            version = register_version(
+                client, config.name, run_id, source,
+                tags={"data_sha256": digest, "base": config.base or "", "hybrid_version": __version__},
+                description=f"hybrid calibrate on {len(table):,} rows ({', '.join(profile['rows_per_device'])})")
+            retry(lambda: client.set_tag(run_id, "hybrid.registered_version", str(version)))
+        summary["version"] = version
+        out = tmp / "run"
+        (out / "predictions").mkdir(parents=True)
+        (out / "plots").mkdir()
+        images: dict[str, dict[str, bytes]] = {}
+        with_figures = plotted_splits([str(s) for s in pd.unique(predictions["split"])])
+        for split, sub in predictions.groupby("split", sort=False):
+            sub.to_csv(out / "predictions" / f"{split}.csv", index=False)
+            if split not in with_figures:
+                continue
+            images[str(split)] = {}
+            for stem, fig in standard_figures(sub, title=str(split)).items():
+                png = figure_png(fig)
+                images[str(split)][stem] = png
+                (out / "plots" / f"{split}_{stem}.png").write_bytes(png)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
+        title = f"hybrid calibration: {config.name}" + (f" v{version}" if version else "")
+        report_html = render_report(predictions, title=title, meta=report_meta(summary), summaries=summaries,
+                                    images=images)
+        (out / "report.html").write_text(report_html, encoding="utf-8")
+        retry(lambda: client.log_artifacts(run_id, str(out)))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return version, summary, report_html
+
+
+def _safe_summary(predictor: Any) -> dict[str, Any]:
+    try:
+        return predictor.summary()
+    except Exception as exc:  # noqa: BLE001
+        return {"error": str(exc)}
+
+
+def report_meta(summary: dict[str, Any]) -> dict[str, Any]:
+    """The key facts of a run for the top of its HTML report."""
+    data = summary.get("data", {})
+    meta = {
+        "model": f"{summary.get('name')}" + (f" (version {summary['version']})" if summary.get("version") else ""),
+        "run id": summary.get("run_id"),
+        "tracking URI": summary.get("tracking_uri"),
+        "rows": f"{data.get('n_rows', 0):,}",
+        "rows per device": ", ".join(f"{k}: {v:,}" for k, v in data.get("rows_per_device", {}).items()),
+        "rows per op": ", ".join(f"{k}: {v:,}" for k, v in data.get("rows_per_op", {}).items()),
+        "data sha256": data.get("sha256"),
+        "corrections fitted": ", ".join(summary.get("corrections", {})) or "none (roofline only)",
+        "hybrid version": summary.get("hybrid_version"),
+    }
+    if summary.get("base"):
+        b = summary["base"]
+        meta["adapted from"] = f"models:/{b['name']}/{b['version']}"
+    return meta

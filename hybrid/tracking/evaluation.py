@@ -1,0 +1,101 @@
+"""Predictions against measurements: the per-row prediction frame and its error figures.
+
+The *prediction frame* is what calibration runs store (``predictions/<split>.csv``), ``hybrid evaluate -o``
+writes and reports plot: one row per measured op with ``split``, ``device``, ``op``, ``family``, ``size`` (the
+natural problem size of the family: FLOPs for GEMM/attention, message bytes for collectives, bytes moved
+otherwise), ``measured_us``, ``predicted_us``, ``roofline_us``, ``method`` and, when a base model was adapted,
+``base_us``; plus the table's shape columns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError
+from hybrid.ops.families import FAMILIES, family_array
+from hybrid.reports.metrics import error_summary
+
+#: Columns of the prediction frame, in order (shape columns follow).
+PREDICTION_COLUMNS = ("split", "device", "system", "op", "family", "dtype", "direction", "size", "size_unit",
+                      "measured_us", "predicted_us", "roofline_us", "base_us", "method", "bound")
+#: Which prediction column each compared model lives in.
+MODEL_COLUMNS = {"model": "predicted_us", "roofline": "roofline_us", "base": "base_us"}
+#: Families whose size is counted in FLOPs (the others in bytes).
+_FLOP_FAMILIES = ("gemm", "attention")
+_SHAPE_COLUMNS = tuple(dict.fromkeys(c for f in FAMILIES.values() for c in (*f.shape_columns, *f.optional_columns)))
+
+
+def prediction_frame(table: pd.DataFrame, predicted: pd.DataFrame, split: str = "all",
+                     base: np.ndarray | None = None) -> pd.DataFrame:
+    """Join a measured canonical ``table`` with ``predicted`` (the output of ``HybridPredictor.predict`` for
+    it: same index, columns time_us, roofline_us, method, bound)."""
+    if "time_us" not in table.columns:
+        raise InvalidInputError("the table has no measured time_us column to compare against")
+    if len(predicted) != len(table):
+        raise InvalidInputError(f"{len(predicted)} predictions for {len(table)} rows")
+    fams = np.asarray(family_array(table["op"]), dtype=object)
+    out = pd.DataFrame(index=table.index)
+    out["split"] = split
+    for c in ("device", "system", "op"):
+        out[c] = table[c].astype(object) if c in table.columns else None
+    out["family"] = fams
+    out["dtype"] = table["dtype"].astype(object) if "dtype" in table.columns else "fp32"
+    out["direction"] = table["direction"].astype(object) if "direction" in table.columns else None
+    work = work_of(table, fams)
+    is_flops = np.isin(fams, _FLOP_FAMILIES)
+    is_coll = fams == "collective"
+    size_bytes = pd.to_numeric(table["size_bytes"], errors="coerce").to_numpy(np.float64) \
+        if "size_bytes" in table.columns else np.full(len(table), np.nan)
+    out["size"] = np.where(is_flops, work["flops"], np.where(is_coll, size_bytes, work["bytes"]))
+    out["size_unit"] = np.where(is_flops, "FLOP", "B")
+    out["measured_us"] = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(np.float64)
+    out["predicted_us"] = predicted["time_us"].to_numpy(np.float64)
+    out["roofline_us"] = predicted["roofline_us"].to_numpy(np.float64)
+    out["base_us"] = np.asarray(base, dtype=np.float64) if base is not None else np.nan
+    out["method"] = predicted["method"].astype(str).to_numpy() if "method" in predicted.columns else "roofline"
+    out["bound"] = predicted["bound"].astype(str).to_numpy() if "bound" in predicted.columns else None
+    for c in _SHAPE_COLUMNS:
+        if c in table.columns and c not in out.columns and table[c].notna().any():
+            out[c] = table[c].to_numpy()
+    return out.reset_index(drop=True)
+
+
+def work_of(table: pd.DataFrame, fams: np.ndarray) -> dict[str, np.ndarray]:
+    """FLOPs and bytes per row from the family formulas (no catalog lookups); ``fams`` = family per row."""
+    flops = np.full(len(table), np.nan)
+    nbytes = np.full(len(table), np.nan)
+    for name in pd.unique(fams):
+        mask = fams == name
+        sub = table.loc[mask]
+        flops[mask] = FAMILIES[str(name)].flops(sub)
+        nbytes[mask] = FAMILIES[str(name)].bytes(sub)
+    return {"flops": flops, "bytes": nbytes}
+
+
+def summarize(frame: pd.DataFrame, model: str = "model") -> dict[str, Any]:
+    """Error figures of one compared model (``model``, ``roofline`` or ``base``) over a prediction frame:
+    :func:`hybrid.reports.metrics.error_summary` with ``by_op`` (op family) and ``by_device``."""
+    column = MODEL_COLUMNS[model]
+    if len(frame) == 0:
+        raise InvalidInputError("no rows to evaluate")
+    if column not in frame.columns or frame[column].isna().all():
+        raise InvalidInputError(f"the prediction frame has no {model} predictions")
+    return error_summary(frame[column].to_numpy(np.float64), frame["measured_us"].to_numpy(np.float64),
+                         groups={"by_op": frame["family"].astype(str).to_numpy(),
+                                 "by_device": frame["device"].astype(str).to_numpy()})
+
+
+def compared_models(frame: pd.DataFrame) -> list[str]:
+    """The models a prediction frame holds predictions of (``model``, ``roofline``, and ``base`` if any)."""
+    return [m for m, c in MODEL_COLUMNS.items() if c in frame.columns and frame[c].notna().any()]
+
+
+def split_summaries(frame: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{split: {model: error_summary}}`` for every split and compared model in ``frame``."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for split, sub in frame.groupby("split", sort=False):
+        out[str(split)] = {m: summarize(sub, m) for m in compared_models(sub)}
+    return out

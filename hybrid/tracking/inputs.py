@@ -1,0 +1,102 @@
+"""Measurement inputs named on the command line: canonical CSV/Parquet tables and profiler bundle directories.
+
+A bundle directory (``measurements.csv`` + ``catalog.toml`` + ``meta.json``, written by ``hybrid profile``) is
+read with :func:`hybrid.data.bundle.load_bundle`; the devices its catalog describes (e.g. the CPU it was
+measured on) are merged into the catalog used for everything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, read_table
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog, default_catalog
+
+
+@dataclass
+class Measurements:
+    """Measured rows from one or more inputs, with the catalog that knows all their devices."""
+
+    table: pd.DataFrame
+    catalog: Catalog
+    sources: list[str] = field(default_factory=list)
+    #: devices that came from bundle catalogs (not in the packaged catalog)
+    extra_devices: list[str] = field(default_factory=list)
+
+    @property
+    def digest(self) -> str:
+        return table_digest(self.table)
+
+
+def merge_catalog(base: Catalog, other: Catalog) -> tuple[Catalog, list[str]]:
+    """``base`` plus every device of ``other`` that ``base`` lacks or describes differently."""
+    added = []
+    for dev in other.devices.values():
+        if base.devices.get(dev.key) != dev:
+            base = base.with_device(dev)
+            added.append(dev.key)
+    return base, added
+
+
+def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | None = None) -> Measurements:
+    """Read canonical tables and bundle directories, validate, and concatenate them."""
+    if not paths:
+        raise InvalidInputError("no measurement tables given")
+    cat = catalog or default_catalog()
+    bundles = [Path(p) for p in paths if Path(p).is_dir()]
+    files = [Path(p) for p in paths if not Path(p).is_dir()]
+    frames: list[pd.DataFrame] = []
+    extra: list[str] = []
+    for b in bundles:
+        from hybrid.data.bundle import load_bundle
+
+        table, bcat = load_bundle(b)
+        cat, added = merge_catalog(cat, bcat)
+        extra += added
+        frames.append(table)
+    if files:
+        frames.append(read_table(files, cat))
+    out = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0].reset_index(drop=True)
+    ordered = [c.name for c in COLUMNS if c.name in out.columns]
+    out = out[ordered + [c for c in out.columns if c not in COLUMN_BY_NAME]]
+    return Measurements(out, cat, [str(p) for p in paths], list(dict.fromkeys(extra)))
+
+
+def table_digest(table: pd.DataFrame) -> str:
+    """sha256 of the table as canonical CSV (column order as given, no index): the run's data fingerprint."""
+    return hashlib.sha256(table.to_csv(index=False).encode("utf-8")).hexdigest()
+
+
+def subsample(table: pd.DataFrame, max_rows: int, seed: int = 0) -> pd.DataFrame:
+    """At most ``max_rows`` rows, drawn evenly from every (device, op) group so small groups survive."""
+    if max_rows <= 0:
+        raise InvalidInputError(f"max rows must be positive, got {max_rows}")
+    if len(table) <= max_rows:
+        return table
+    groups = table.groupby(["device", "op"], sort=True, dropna=False).indices
+    # water-filling: equal share per group, leftovers to the groups that still have rows
+    sizes = {k: len(v) for k, v in groups.items()}
+    quota = dict.fromkeys(sizes, 0)
+    left = max_rows
+    open_groups = sorted(sizes)
+    while left > 0 and open_groups:
+        share = max(1, left // len(open_groups))
+        for k in list(open_groups):
+            take = min(share, sizes[k] - quota[k], left)
+            quota[k] += take
+            left -= take
+            if quota[k] >= sizes[k]:
+                open_groups.remove(k)
+            if left == 0:
+                break
+    rng = np.random.default_rng(seed)
+    keep = np.concatenate([rng.choice(groups[k], size=q, replace=False) for k, q in quota.items() if q > 0])
+    return table.iloc[np.sort(keep)].reset_index(drop=True)

@@ -1,0 +1,200 @@
+"""Calibrated predictors in the MLflow Model Registry: log, register, resolve ``NAME[/VERSION]``, load.
+
+A calibrated predictor is logged to its run as an MLflow pyfunc model under ``model/`` using the "models from
+code" form (:mod:`hybrid.tracking.pyfunc_model` is copied in as source; nothing is pickled), with the directory
+written by ``HybridPredictor.save`` (JSON manifest, XGBoost JSON/UBJ, sigmoid JSON) as its ``predictor``
+artifact. The registered version points at that ``model/`` folder. Loading downloads the folder and calls
+``HybridPredictor.load`` on the ``predictor`` artifact, so hybrid never needs the pyfunc wrapper itself.
+
+Model references accepted everywhere: ``NAME`` (latest version), ``NAME/3``, ``models:/NAME/3``,
+``models:/NAME/latest``, ``NAME@alias``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hybrid import __version__
+from hybrid.errors import InvalidInputError, ModelNotFoundError
+from hybrid.tracking.store import Store, open_store, quiet_mlflow, retry
+
+#: Artifact folder of a run holding the pyfunc model.
+MODEL_ARTIFACT_PATH = "model"
+#: Name of the pyfunc artifact holding the predictor's saved directory.
+PREDICTOR_ARTIFACT = "predictor"
+#: The pseudo model name for the analytical baseline (no store needed).
+ROOFLINE = "roofline"
+
+_REF = re.compile(r"^(?:models:/)?(?P<name>[^/@]+?)(?:/(?P<version>[^/@]+)|@(?P<alias>[^/@]+))?$")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A parsed model reference: ``name`` plus a version number, ``latest`` (None) or an alias."""
+
+    name: str
+    version: int | None = None
+    alias: str | None = None
+
+    def __str__(self) -> str:
+        if self.alias:
+            return f"{self.name}@{self.alias}"
+        return f"{self.name}/{self.version}" if self.version is not None else self.name
+
+
+def parse_model_ref(ref: str) -> ModelRef:
+    """Parse ``NAME``, ``NAME/3``, ``models:/NAME/3``, ``models:/NAME/latest`` or ``NAME@alias``."""
+    text = (ref or "").strip()
+    m = _REF.match(text)
+    if not text or m is None:
+        raise InvalidInputError(f"bad model reference {ref!r}; use NAME, NAME/VERSION or models:/NAME/VERSION")
+    version = m.group("version")
+    if version is None or version.lower() == "latest":
+        return ModelRef(m.group("name"), None, m.group("alias"))
+    if not version.isdigit() or int(version) < 1:
+        raise InvalidInputError(f"bad model version {version!r} in {ref!r}; versions are 1, 2, 3, ...")
+    return ModelRef(m.group("name"), int(version))
+
+
+@dataclass
+class LoadedModel:
+    """A predictor loaded from the registry, and where it came from."""
+
+    predictor: Any  # HybridPredictor
+    name: str
+    version: int
+    run_id: str | None
+    tracking_uri: str
+
+    @property
+    def ref(self) -> str:
+        return f"models:/{self.name}/{self.version}"
+
+
+def save_pyfunc(predictor: Any, directory: Path) -> Path:
+    """Write ``predictor`` as a pickle-free MLflow pyfunc model folder ``directory/model``."""
+    import mlflow.pyfunc
+
+    directory = Path(directory)
+    pred_dir = directory / PREDICTOR_ARTIFACT
+    predictor.save(pred_dir)
+    model_dir = directory / MODEL_ARTIFACT_PATH
+    code = Path(__file__).with_name("pyfunc_model.py")
+    with quiet_mlflow():
+        mlflow.pyfunc.save_model(
+            str(model_dir), python_model=str(code), artifacts={PREDICTOR_ARTIFACT: str(pred_dir)},
+            pip_requirements=[f"hybrid-perf=={__version__}"],
+            metadata={"hybrid_version": __version__},
+        )
+    return model_dir
+
+
+def register_version(client: Any, name: str, run_id: str, source: str, *, tags: dict[str, str] | None = None,
+                     description: str | None = None) -> int:
+    """Register ``source`` (a run's model folder) as a new version of ``name`` (created if missing)."""
+    try:
+        retry(lambda: client.get_registered_model(name))
+    except Exception as exc:
+        if "RESOURCE_DOES_NOT_EXIST" not in str(exc) and "not found" not in str(exc).lower():
+            raise
+        try:
+            retry(lambda: client.create_registered_model(
+                name, description="hybrid calibrated predictor (roofline + learned corrections)"))
+        except Exception as exc2:  # another process created it first
+            if "already exists" not in str(exc2).lower() and "RESOURCE_ALREADY_EXISTS" not in str(exc2):
+                raise
+    mv = retry(lambda: client.create_model_version(name, source, run_id=run_id, tags=tags or {},
+                                                   description=description))
+    return int(mv.version)
+
+
+def resolve_version(client: Any, ref: ModelRef | str) -> Any:
+    """The ``ModelVersion`` a reference names (latest = highest version number); raises
+    :class:`ModelNotFoundError` naming the known models or versions."""
+    ref = parse_model_ref(ref) if isinstance(ref, str) else ref
+    if ref.name == ROOFLINE:
+        raise InvalidInputError("'roofline' is the analytical baseline, not a registered model")
+    if ref.alias:
+        try:
+            return retry(lambda: client.get_model_version_by_alias(ref.name, ref.alias))
+        except Exception:
+            raise ModelNotFoundError(f"model {ref.name!r} has no alias {ref.alias!r}") from None
+    versions = retry(lambda: client.search_model_versions(f"name = '{_quote(ref.name)}'"))
+    if not versions:
+        known = sorted({m.name for m in retry(lambda: client.search_registered_models(max_results=1000))})
+        hint = f"; registered models: {', '.join(known)}" if known else "; no models are registered yet"
+        raise ModelNotFoundError(f"no registered model named {ref.name!r}{hint} (run `hybrid calibrate` first)")
+    by_number = {int(v.version): v for v in versions}
+    if ref.version is None:
+        return by_number[max(by_number)]
+    if ref.version not in by_number:
+        raise ModelNotFoundError(f"model {ref.name!r} has no version {ref.version}; "
+                                 f"versions: {', '.join(map(str, sorted(by_number)))}")
+    return by_number[ref.version]
+
+
+def _quote(name: str) -> str:
+    return name.replace("'", "\\'")
+
+
+def download_model(client: Any, version: Any, dst: Path) -> Path:
+    """Download a registered version's model folder into ``dst``; returns the predictor directory."""
+    with quiet_mlflow():
+        if version.run_id:
+            local = retry(lambda: client.download_artifacts(version.run_id, MODEL_ARTIFACT_PATH, str(dst)))
+        else:  # a version registered from a plain artifact URI
+            import mlflow.artifacts
+
+            local = mlflow.artifacts.download_artifacts(artifact_uri=version.source, dst_path=str(dst),
+                                                       tracking_uri=client.tracking_uri)
+    local = Path(local)
+    mlmodel = local / "MLmodel"
+    if not mlmodel.is_file():
+        raise ModelNotFoundError(f"models:/{version.name}/{version.version} has no MLmodel file at {version.source}")
+    spec = yaml.safe_load(mlmodel.read_text(encoding="utf-8")) or {}
+    arts = (spec.get("flavors", {}).get("python_function", {}) or {}).get("artifacts", {}) or {}
+    rel = (arts.get(PREDICTOR_ARTIFACT) or {}).get("path")
+    if not rel or not (local / rel).is_dir():
+        raise ModelNotFoundError(f"models:/{version.name}/{version.version} is not a hybrid predictor "
+                                 f"(no {PREDICTOR_ARTIFACT!r} artifact)")
+    return local / rel
+
+
+def load_predictor(ref: str, tracking_uri: str | None = None, catalog: Any = None,
+                   store: Store | None = None) -> LoadedModel:
+    """Load a calibrated predictor by reference (see module doc) from the tracking store. ``roofline`` gives
+    the analytical baseline without touching any store."""
+    from hybrid.corrections.predictor import HybridPredictor
+
+    parsed = parse_model_ref(ref)
+    if parsed.name == ROOFLINE and parsed.version is None and parsed.alias is None:
+        return LoadedModel(HybridPredictor.roofline_only(catalog), ROOFLINE, 0, None, "")
+    store = store or open_store(tracking_uri)
+    client = store.client()
+    version = resolve_version(client, parsed)
+    tmp = Path(tempfile.mkdtemp(prefix="hybrid-model-"))
+    try:
+        pred_dir = download_model(client, version, tmp)
+        predictor = HybridPredictor.load(pred_dir, catalog=catalog)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return LoadedModel(predictor, version.name, int(version.version), version.run_id, store.uri)
+
+
+def list_models(tracking_uri: str | None = None) -> list[dict[str, Any]]:
+    """Every registered model with its versions (number, run id, creation time, tags)."""
+    client = open_store(tracking_uri).client()
+    out = []
+    for rm in retry(lambda: client.search_registered_models(max_results=1000)):
+        versions = retry(lambda rm=rm: client.search_model_versions(f"name = '{_quote(rm.name)}'"))
+        out.append({"name": rm.name, "versions": [
+            {"version": int(v.version), "run_id": v.run_id, "created": v.creation_timestamp, "tags": dict(v.tags)}
+            for v in sorted(versions, key=lambda v: int(v.version))]})
+    return out

@@ -1,0 +1,238 @@
+"""Where calibration runs and registered models live: MLflow tracking-URI resolution and client creation.
+
+Resolution order for the tracking URI: an explicit URI (``--tracking-uri``) > ``$MLFLOW_TRACKING_URI`` > the
+default local store, a SQLite database ``mlflow.db`` with a sibling ``artifacts/`` folder in the per-user
+hybrid home (``$HYBRID_HOME``, else ``$XDG_DATA_HOME/hybrid``, else ``~/.local/share/hybrid``). No server is
+needed for the default. Nothing here touches MLflow's global state: every caller gets its own
+:class:`mlflow.MlflowClient` for the resolved URI.
+
+A local SQLite store may be written by several ``hybrid`` processes at once. MLflow creates the schema on first
+use, which is not safe to run twice at the same time, and SQLite serialises writers with a lock that can time
+out; so :func:`store_lock` (an advisory file lock beside the database) serialises the creation and each
+process's burst of writes, and :func:`retry` retries "database is locked" failures with backoff.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+from urllib.parse import unquote
+
+from hybrid.errors import HybridError, InvalidInputError
+
+#: Environment variable relocating the per-user hybrid home (the default store lives there).
+HOME_ENV = "HYBRID_HOME"
+#: MLflow's own environment variable naming a tracking URI.
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+#: Experiment that calibration runs are recorded in unless told otherwise.
+DEFAULT_EXPERIMENT = "hybrid-calibration"
+
+#: Retry policy for transient store failures (SQLite "database is locked", a server restarting).
+RETRY_ATTEMPTS = 8
+RETRY_BASE_DELAY_S = 0.2
+RETRY_MAX_DELAY_S = 5.0
+#: How long to wait for another process's store lock before giving up.
+LOCK_TIMEOUT_S = 300.0
+
+_T = TypeVar("_T")
+
+
+class TrackingError(HybridError):
+    """The tracking store cannot be reached or used."""
+
+
+def hybrid_home() -> Path:
+    """The per-user folder for hybrid's own state: ``$HYBRID_HOME``, ``$XDG_DATA_HOME/hybrid`` or
+    ``~/.local/share/hybrid`` (not created here)."""
+    if os.environ.get(HOME_ENV):
+        return Path(os.environ[HOME_ENV]).expanduser()
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return base / "hybrid"
+
+
+def default_tracking_uri() -> str:
+    """``sqlite:///<hybrid home>/mlflow.db``."""
+    return f"sqlite:///{(hybrid_home() / 'mlflow.db').resolve()}"
+
+
+def resolve_tracking_uri(explicit: str | None = None) -> str:
+    """``explicit`` > ``$MLFLOW_TRACKING_URI`` > :func:`default_tracking_uri`. A bare path to a ``.db`` file
+    is accepted as shorthand for a SQLite URI."""
+    uri = explicit or os.environ.get(TRACKING_URI_ENV) or default_tracking_uri()
+    uri = uri.strip()
+    if not uri:
+        raise InvalidInputError("empty tracking URI")
+    if "://" not in uri and uri.endswith(".db"):
+        uri = f"sqlite:///{Path(uri).expanduser().resolve()}"
+    return uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI, else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    # sqlite:///relative.db or sqlite:////absolute/path.db (SQLAlchemy's convention); drop any ?query
+    path = unquote(uri[len("sqlite:///"):].split("?", 1)[0])
+    if not path or path == ":memory:":
+        return None
+    return Path(path)
+
+
+def artifact_root_for(uri: str) -> str | None:
+    """Where runs of a local SQLite store put their artifacts (``artifacts/`` beside the database);
+    None for a server, which decides for itself."""
+    db = sqlite_path(uri)
+    if db is None:
+        return None
+    return (db.parent / "artifacts").resolve().as_uri()
+
+
+@dataclass(frozen=True)
+class Store:
+    """A resolved tracking store: its URI and, for local SQLite stores, the database file."""
+
+    uri: str
+    db_path: Path | None
+
+    @property
+    def is_local(self) -> bool:
+        return self.db_path is not None
+
+    @property
+    def artifact_root(self) -> str | None:
+        return artifact_root_for(self.uri)
+
+    def client(self):  # -> mlflow.MlflowClient (imported lazily: mlflow is slow to import)
+        """A client bound to this store (creating the SQLite schema under the store lock if needed)."""
+        from mlflow import MlflowClient
+
+        if self.db_path is not None:
+            self.db_path.parent.mkdir(parents=True, exist_ok=True)
+            with store_lock(self), quiet_mlflow():
+                client = retry(lambda: MlflowClient(tracking_uri=self.uri, registry_uri=self.uri))
+                # The first call creates the tables; do it while holding the lock.
+                retry(lambda: client.search_experiments(max_results=1))
+            return client
+        return MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+
+
+def open_store(tracking_uri: str | None = None) -> Store:
+    """Resolve ``tracking_uri`` (see :func:`resolve_tracking_uri`) into a :class:`Store`."""
+    uri = resolve_tracking_uri(tracking_uri)
+    return Store(uri=uri, db_path=sqlite_path(uri))
+
+
+@contextlib.contextmanager
+def store_lock(store: Store, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold an exclusive advisory lock on a local store (a no-op for servers and where ``fcntl`` is missing)."""
+    if store.db_path is None:
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        yield
+        return
+    lock_path = store.db_path.with_name(store.db_path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+") as fh:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TrackingError(f"timed out after {timeout_s:.0f}s waiting for the store lock {lock_path}") from None
+                time.sleep(0.1)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def quiet_mlflow() -> Iterator[None]:
+    """Silence MLflow's chatter (schema-migration INFO logs, artifact progress bars, signature warnings) for
+    the duration of the block; restores the previous settings after."""
+    import logging
+    import warnings
+
+    logger = logging.getLogger("mlflow")
+    level = logger.level
+    env = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    logger.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"mlflow(\..*)?")
+            warnings.filterwarnings("ignore", message=r".*type hint.*")
+            yield
+    finally:
+        logger.setLevel(level)
+        if env is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = env
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures worth retrying: a locked SQLite database, a busy or restarting server."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(s in text for s in ("database is locked", "database is busy", "connection refused",
+                                   "temporarily unavailable", "max retries exceeded"))
+
+
+def retry(fn: Callable[[], _T], attempts: int = RETRY_ATTEMPTS, base_delay_s: float = RETRY_BASE_DELAY_S) -> _T:
+    """Call ``fn``; on a transient failure (:func:`is_transient`) wait with jittered exponential backoff and
+    try again, up to ``attempts`` times."""
+    for i in range(attempts):
+        try:
+            return fn()
+        except Exception as exc:
+            if not is_transient(exc) or i == attempts - 1:
+                raise
+            delay = min(RETRY_MAX_DELAY_S, base_delay_s * 2**i) * (0.5 + random.random())
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def ensure_experiment(client, store: Store, name: str = DEFAULT_EXPERIMENT) -> str:
+    """The id of experiment ``name``, created if missing (artifacts of a local store go beside its database).
+    Safe when two processes create it at once."""
+    exp = retry(lambda: client.get_experiment_by_name(name))
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            retry(lambda: client.restore_experiment(exp.experiment_id))
+        return exp.experiment_id
+    location = None
+    if store.artifact_root is not None:
+        location = f"{store.artifact_root}/{name}"
+    try:
+        return retry(lambda: client.create_experiment(name, artifact_location=location))
+    except Exception as exc:
+        if "already exists" not in str(exc).lower() and "unique constraint" not in str(exc).lower():
+            raise
+        exp = retry(lambda: client.get_experiment_by_name(name))
+        if exp is None:
+            raise
+        return exp.experiment_id
+
+
+def describe_store(store: Store) -> dict[str, str]:
+    """Where a person finds the runs: the URI and the command that opens the MLflow UI on it."""
+    out = {"tracking_uri": store.uri}
+    if store.is_local:
+        root = artifact_root_for(store.uri) or ""
+        out["ui_command"] = f"mlflow ui --backend-store-uri {store.uri}"
+        out["artifacts"] = root
+    else:
+        out["ui_url"] = store.uri
+    return out

@@ -1,0 +1,135 @@
+"""Shared helpers of the tracking/calibration tests: small real measurement tables and an isolated store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+
+from hybrid.data.schema import write_table
+from hybrid.tracking.inputs import subsample
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def neusight_table(shared: Path, max_rows: int = 700, files: tuple[str, ...] = ("bmm.csv", "ln.csv", "softmax.csv"),
+                   seed: int = 0) -> pd.DataFrame:
+    """A real, sub-sampled canonical table of NeuSight kernels (several GPUs)."""
+    from hybrid.data.importers.neusight import import_neusight
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_neusight([shared / "neusight" / "test-dev" / f for f in files])
+    return subsample(table, max_rows, seed)
+
+
+def write_csv(table: pd.DataFrame, path: Path) -> Path:
+    return write_table(table, path)
+
+
+def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``hybrid ARGS`` in a fresh interpreter (the real entry point, as a user would)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "hybrid.cli.main", *args], capture_output=True, text=True,
+                          env=full_env, timeout=timeout, cwd=REPO)
+
+
+def last_json(text: str) -> dict:
+    """The JSON object a ``--json`` command printed (the last top-level object in ``text``)."""
+    start = text.index("{")
+    return json.loads(text[start:])
+
+
+# ----------------------------------------------------------------------------------------- unit tests
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from hybrid.errors import InvalidInputError  # noqa: E402
+from hybrid.tracking.inputs import table_digest  # noqa: E402
+from hybrid.tracking.registry import ModelRef, parse_model_ref  # noqa: E402
+from hybrid.tracking.store import (  # noqa: E402
+    artifact_root_for,
+    hybrid_home,
+    is_transient,
+    open_store,
+    resolve_tracking_uri,
+    retry,
+    sqlite_path,
+)
+
+
+def test_tracking_uri_precedence(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    default = resolve_tracking_uri()
+    assert default == f"sqlite:///{(tmp_path / 'home' / 'mlflow.db').resolve()}"
+    assert sqlite_path(default) == (tmp_path / "home" / "mlflow.db").resolve()
+    assert artifact_root_for(default) == (tmp_path / "home" / "artifacts").resolve().as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert resolve_tracking_uri() == "http://127.0.0.1:5999"
+    assert open_store().db_path is None and open_store().artifact_root is None
+    assert resolve_tracking_uri("sqlite:////x/y.db") == "sqlite:////x/y.db"
+    # a bare path to a .db file is shorthand for sqlite
+    assert resolve_tracking_uri(str(tmp_path / "s.db")) == f"sqlite:///{(tmp_path / 's.db').resolve()}"
+
+
+def test_hybrid_home_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv("HYBRID_HOME", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert hybrid_home() == tmp_path / "xdg" / "hybrid"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert hybrid_home() == Path.home() / ".local" / "share" / "hybrid"
+
+
+@pytest.mark.parametrize("ref,expected", [
+    ("kern", ModelRef("kern")),
+    ("kern/3", ModelRef("kern", 3)),
+    ("models:/kern/12", ModelRef("kern", 12)),
+    ("models:/kern/latest", ModelRef("kern")),
+    ("kern@champion", ModelRef("kern", None, "champion")),
+])
+def test_parse_model_ref(ref, expected):
+    assert parse_model_ref(ref) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "kern/0", "kern/x", "a/b/c", "models:/"])
+def test_parse_model_ref_rejects(bad):
+    with pytest.raises(InvalidInputError):
+        parse_model_ref(bad)
+
+
+def test_retry_backs_off_on_locked_database_only():
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        return "ok"
+
+    assert retry(flaky, base_delay_s=0.001) == "ok" and len(calls) == 3
+    assert is_transient(RuntimeError("database is locked")) and not is_transient(ValueError("bad column"))
+    with pytest.raises(ValueError):
+        retry(lambda: (_ for _ in ()).throw(ValueError("bad column")), base_delay_s=0.001)
+
+
+def test_subsample_keeps_every_group_and_digest_tracks_content(shared_datasets):
+    full = neusight_table(shared_datasets, max_rows=100_000)
+    small = subsample(full, 300, seed=1)
+    assert len(small) == 300
+    # every (device, op) group of the full table survives, and the draw is reproducible
+    assert set(map(tuple, full[["device", "op"]].drop_duplicates().to_numpy())) == \
+        set(map(tuple, small[["device", "op"]].drop_duplicates().to_numpy()))
+    pd.testing.assert_frame_equal(small, subsample(full, 300, seed=1))
+    assert table_digest(small) == table_digest(small.copy())
+    changed = small.copy()
+    changed.loc[0, "time_us"] = float(changed.loc[0, "time_us"]) * (1 + 1e-9) + 1e-6
+    assert table_digest(changed) != table_digest(small)
+    with pytest.raises(InvalidInputError):
+        subsample(full, 0)
+    assert np.isfinite(small["time_us"]).all()
