@@ -1,0 +1,117 @@
+"""The foundation's CLI commands: `hybrid devices`, `hybrid devices show`, `hybrid predict gemm|collective`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hybrid.cli.main import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_devices_table_lists_catalog(capsys, catalog) -> None:
+    code, out, err = run(capsys, "devices")
+    assert code == 0 and not err
+    lines = out.strip().splitlines()
+    assert len(lines) >= len(catalog.devices) + 1  # header (+ rule) + one line per device
+    for key in ("H100-SXM", "MI300X", "T4", "GTX-1080Ti"):
+        assert any(line.split()[0] == key for line in lines), key
+
+
+def test_devices_json(capsys, catalog) -> None:
+    code, out, _ = run(capsys, "devices", "--json")
+    assert code == 0
+    entries = json.loads(out)
+    assert {e["key"] for e in entries} == set(catalog.devices)
+    h100 = next(e for e in entries if e["key"] == "H100-SXM")
+    assert h100["peak_tflops"]["bf16"] == pytest.approx(989.4)
+    assert h100["mem_bw_gbps"] == pytest.approx(3350)
+
+
+def test_devices_systems_json(capsys, catalog) -> None:
+    code, out, _ = run(capsys, "devices", "--systems", "--json")
+    assert code == 0
+    entries = json.loads(out)
+    assert {e["key"] for e in entries} == set(catalog.systems)
+    assert next(e for e in entries if e["key"] == "DGX-A100")["inter_node_gbps"] == pytest.approx(25)
+
+
+def test_devices_show_alias(capsys) -> None:
+    code, out, _ = run(capsys, "devices", "show", "Tesla T4")
+    assert code == 0
+    assert "key: T4" in out and "65" in out
+    code, out, _ = run(capsys, "devices", "show", "Tesla T4", "--json")
+    entry = json.loads(out)
+    assert entry["key"] == "T4" and entry["peak_tflops"]["fp16"] == pytest.approx(65)
+    code, out, _ = run(capsys, "devices", "show", "a100_dgx", "--json")
+    assert code == 0 and json.loads(out)["device"] == "A100-SXM4-80GB"
+
+
+def test_predict_gemm_json(capsys) -> None:
+    code, out, err = run(capsys, "predict", "gemm", "-d", "H100", "-m", "8192", "-n", "8192", "-k", "8192",
+                         "--dtype", "bf16", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["device"] == "H100-SXM" and res["bound"] == "compute"
+    assert res["time_us"] == pytest.approx(2 * 8192**3 / 989.4e12 * 1e6 + 4.0)
+    code, out, _ = run(capsys, "predict", "gemm", "-d", "H100", "-m", "1", "-n", "8192", "-k", "8192", "--json")
+    res = json.loads(out)
+    assert res["op"] == "gemv" and res["bound"] == "memory"
+
+
+def test_predict_collective_json(capsys) -> None:
+    code, out, err = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1GiB",
+                         "--ranks", "8", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["system"] == "DGX-H100" and res["size_bytes"] == 2**30 and res["bound"] == "bandwidth"
+    assert 300 < res["busbw_gbps"] <= 450  # the model cannot beat the NVLink per-direction bandwidth
+    code, out, _ = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1GiB",
+                       "--ranks", "16", "--nodes", "2", "--json")
+    assert json.loads(out)["time_us"] > res["time_us"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["predict", "gemm", "-d", "H900", "-m", "8", "-n", "8", "-k", "8"],
+    ["devices", "show", "Z100"],
+    ["predict", "collective", "-s", "DGX-Z", "--op", "all_reduce", "--size", "1MiB", "--ranks", "8"],
+    ["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "-5", "--ranks", "8"],
+    ["predict", "gemm", "-d", "H100", "-m", "0", "-n", "8", "-k", "8"],
+    ["predict", "gemm", "-d", "H100", "-m", "8", "-n", "8", "-k", "8", "--dtype", "fp13"],
+])
+def test_bad_input_is_one_line_on_stderr(capsys, argv: list[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert not out
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_unknown_device_via_real_entry_point(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "hybrid.cli.main", "predict", "gemm", "-d", "H900", "-m", "8",
+                           "-n", "8", "-k", "8"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown device 'H900'" in lines[0] and "H100" in lines[0]
+
+
+def test_user_catalog_reaches_the_cli(capsys, tmp_path: Path, monkeypatch) -> None:
+    f = tmp_path / "site.toml"
+    f.write_text('[devices.Lab-GPU]\nvendor = "nvidia"\nkind = "gpu"\npeak_tflops = { fp32 = 10, bf16 = 100 }\n'
+                 'mem_bw_gbps = 1000\nmem_gib = 24\nsource = "lab"\n')
+    monkeypatch.setenv("HYBRID_CATALOG", str(f))
+    code, out, _ = run(capsys, "predict", "gemm", "-d", "lab-gpu", "-m", "4096", "-n", "4096", "-k", "4096", "--json")
+    assert code == 0
+    assert json.loads(out)["time_us"] == pytest.approx(2 * 4096**3 / 100e12 * 1e6 + 4.0)
+    f.write_text("[devices.Broken\n")
+    code, out, err = run(capsys, "devices")
+    assert code == 2 and "not valid TOML" in err
