@@ -194,8 +194,9 @@ def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
             "num_embeddings": _round(max(rows, 1.0)), "zipf_alpha": _round(alpha),
             "index_dist": "zipf" if alpha > 0 else "uniform",
             "sharded": members[0].type != "data_parallel",
-            "unique_rows": float(sum(expected_unique_rows(np.array([m.rows]), np.array([m.batch * m.pooling]),
-                                                          np.array([m.zipf_alpha]))[0] for m in members)),
+            "unique_rows": float(expected_unique_rows(np.array([m.rows for m in members], dtype=np.float64),
+                                                      np.array([m.batch * m.pooling for m in members]),
+                                                      np.array([m.zipf_alpha for m in members])).sum()),
             "tables": [m.table for m in members],
         })
     return out

@@ -1,0 +1,159 @@
+"""GPU memory per rank of a sharded DLRM training job, and the fit check that rejects plans.
+
+Per rank: embedding shards (+ optimizer state: adagrad keeps one accumulator per weight, doubling it; data-
+parallel tables also hold a dense gradient), MLP parameters + gradients + optimizer state + DDP bucket copies,
+activations kept for backward, all-to-all send/receive buffers, lookup indices, and a fixed runtime reserve
+(CUDA context, NCCL buffers, allocator fragmentation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from hybrid.sharding.plan import ShardingPlan
+from hybrid.units import format_bytes
+from hybrid.workloads.dlrm import DLRMConfig
+
+# Empirical constants: CUDA context + cuBLAS/NCCL workspaces ~1.5 GiB per process; the caching allocator loses
+# a few percent to fragmentation.
+RUNTIME_RESERVE_BYTES = 1.5 * 2**30
+FRAGMENTATION = 0.05
+#: Activation copies per MLP output kept for backward (pre- and post-activation).
+ACTIVATION_COPIES = 2.0
+
+MEMORY_COLUMNS = ("rank", "embeddings", "embedding_optimizer", "dense", "activations", "comm_buffers", "indices",
+                  "reserve", "total", "capacity", "fits")
+
+
+@dataclass
+class MemoryReport:
+    """Bytes per rank by category, the device capacity and whether every rank fits."""
+
+    per_rank: pd.DataFrame  # MEMORY_COLUMNS
+    capacity: float
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.per_rank["fits"].all())
+
+    @property
+    def peak(self) -> float:
+        return float(self.per_rank["total"].max())
+
+    @property
+    def reason(self) -> str:
+        """Why the plan does not fit ("" if it does): the worst rank and what fills it."""
+        if self.fits:
+            return ""
+        row = self.per_rank.loc[self.per_rank["total"].idxmax()]
+        over = int((~self.per_rank["fits"]).sum())
+        return (f"rank {int(row['rank'])} needs {format_bytes(row['total'])} > {format_bytes(self.capacity)} device "
+                f"memory (embeddings {format_bytes(row['embeddings'])} + optimizer state "
+                f"{format_bytes(row['embedding_optimizer'])} + activations {format_bytes(row['activations'])}); "
+                f"{over} of {len(self.per_rank)} ranks do not fit")
+
+    def to_dict(self) -> dict:
+        return {"fits": self.fits, "capacity": self.capacity, "peak": self.peak, "reason": self.reason,
+                "per_rank": [{k: (int(v) if k == "rank" else bool(v) if k == "fits" else float(v))
+                              for k, v in r.items()} for r in self.per_rank.to_dict(orient="records")]}
+
+
+def table_bytes(config: DLRMConfig) -> np.ndarray:
+    """Bytes of every table (weights only), in config order."""
+    eb = config.dtype_bytes
+    return np.array([float(t.num_embeddings) * t.embedding_dim * eb for t in config.tables])
+
+
+def optimizer_multiplier(config: DLRMConfig) -> float:
+    """Weights + optimizer state per weight byte (1 for plain SGD, 2 for adagrad)."""
+    return 2.0 if config.optimizer == "adagrad" else 1.0
+
+
+def dense_rank_bytes(config: DLRMConfig) -> tuple[float, float]:
+    """(dense model state, activations) every rank holds whatever the plan, in bytes.
+
+    Dense state: MLP parameters, gradients, optimizer state and DDP bucket copies. Activations: MLP outputs of
+    the local batch kept for backward, the interaction's inputs/outputs and the received pooled embeddings.
+    """
+    eb = config.dtype_bytes
+    B = config.batch_size_per_gpu
+    dense = config.dense_params() * eb * (2.0 + optimizer_multiplier(config))
+    widths = sum(o for _, _, o in config.mlp_layers()) + config.dense_features
+    F = config.num_tables + 1
+    inter = B * (F * config.bottom_mlp[-1] + (F * F if config.interaction == "dot" else 0)
+                 + config.interaction_features)
+    received = B * sum(t.embedding_dim for t in config.tables) * 2.0  # pooled embeddings + their gradients
+    return dense, (B * widths * ACTIVATION_COPIES + inter + received) * eb
+
+
+def fixed_rank_bytes(config: DLRMConfig) -> float:
+    """Plan-independent memory of one rank (dense state, activations, runtime reserve), in bytes."""
+    dense, acts = dense_rank_bytes(config)
+    return dense + acts + RUNTIME_RESERVE_BYTES
+
+
+def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | None = None) -> MemoryReport:
+    """Memory of every rank under ``plan``; ``capacity`` (bytes) defaults to the config system's device."""
+    from hybrid.workloads.dlrm_graph import comm_volumes, shard_pieces
+
+    R, eb = config.gpus, config.dtype_bytes
+    pieces = shard_pieces(config, plan)
+    emb = np.zeros(R)
+    emb_opt = np.zeros(R)
+    acts_emb = np.zeros(R)
+    indices = np.zeros(R)
+    mult = optimizer_multiplier(config)
+    for p in pieces:
+        w = float(p.rows) * p.dim * eb
+        emb[p.rank] += w
+        # adagrad state; data-parallel tables also keep a dense gradient of the full table
+        emb_opt[p.rank] += w * (mult - 1.0) + (w if p.type == "data_parallel" else 0.0)
+        acts_emb[p.rank] += p.batch * p.dim * eb * 2.0  # pooled outputs + their gradients
+        indices[p.rank] += p.batch * p.pooling * 8.0
+    vol = comm_volumes(config, pieces)
+    comm = 2.0 * (vol.output_send + vol.output_recv + vol.input_send + vol.input_recv) + 2.0 * vol.row_wise_bytes
+    dense, acts_dense = dense_rank_bytes(config)
+    acts = acts_emb + acts_dense
+    if capacity is None:
+        from hybrid.hardware.catalog import default_catalog
+        from hybrid.workloads.dlrm_graph import resolve_target
+
+        capacity = resolve_target(config.system, default_catalog()).device.mem_capacity
+    reserve = np.full(R, RUNTIME_RESERVE_BYTES)
+    total = (emb + emb_opt + dense + acts + comm + indices) * (1.0 + FRAGMENTATION) + reserve
+    df = pd.DataFrame({
+        "rank": np.arange(R), "embeddings": emb, "embedding_optimizer": emb_opt, "dense": np.full(R, dense),
+        "activations": acts, "comm_buffers": comm, "indices": indices, "reserve": reserve, "total": total,
+        "capacity": np.full(R, float(capacity)), "fits": total <= capacity,
+    })
+    return MemoryReport(df, float(capacity))
+
+
+def table_placement_bytes(config: DLRMConfig) -> np.ndarray:
+    """Per table, the memory it adds to the rank holding it table-wise (weights, optimizer state, outputs).
+
+    Includes the pooled outputs of the global batch and their gradients, the all-to-all buffers for them and the
+    lookup indices; scaled by the allocator fragmentation factor.
+    """
+    eb = config.dtype_bytes
+    Bg = config.global_batch
+    weights = table_bytes(config) * optimizer_multiplier(config)
+    dims = np.array([t.embedding_dim for t in config.tables], dtype=np.float64)
+    pooling = np.array([t.pooling_factor for t in config.tables])
+    outputs = Bg * dims * eb * (2.0 + 4.0)  # outputs + grads, fwd/bwd send/recv buffers
+    indices = Bg * pooling * 8.0 * 3.0
+    return (weights + outputs + indices) * (1.0 + FRAGMENTATION)
+
+
+def tablewise_budget(config: DLRMConfig, capacity: float | None = None) -> float:
+    """Bytes a rank can give to table-wise placed tables: capacity minus plan-independent memory."""
+    if capacity is None:
+        from hybrid.hardware.catalog import default_catalog
+        from hybrid.workloads.dlrm_graph import resolve_target
+
+        capacity = resolve_target(config.system, default_catalog()).device.mem_capacity
+    dense, acts = dense_rank_bytes(config)
+    return float(capacity) - RUNTIME_RESERVE_BYTES - (dense + acts) * (1.0 + FRAGMENTATION)
