@@ -14,6 +14,7 @@ from hybrid.errors import HybridError
 #: sub-command name -> "module:attribute" of its click command or group
 COMMANDS: dict[str, str] = {
     "devices": "hybrid.cli.devices:devices",
+    "data": "hybrid.cli.data:data",
     "predict": "hybrid.cli.predict:predict",
     "calibrate": "hybrid.cli.calibrate:calibrate",
     "evaluate": "hybrid.cli.evaluate:evaluate",

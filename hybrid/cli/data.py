@@ -1,0 +1,127 @@
+"""``hybrid data``: import public measurement formats, list and pull sources, validate tables, print the schema."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import click
+
+from hybrid.cli.output import echo_json, echo_table
+from hybrid.errors import InvalidInputError
+
+#: At most this many warnings are printed one per line; the rest are counted.
+MAX_WARNINGS = 20
+
+
+def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
+    msgs = list(dict.fromkeys(str(w.message) for w in caught))
+    for m in msgs[:MAX_WARNINGS]:
+        click.echo(f"warning: {m}", err=True)
+    if len(msgs) > MAX_WARNINGS:
+        click.echo(f"warning: ... and {len(msgs) - MAX_WARNINGS} more", err=True)
+
+
+@click.group()
+def data() -> None:
+    """Measurement data: import public formats into the canonical table, sources, validation, schema."""
+
+
+@data.command("formats")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def formats(as_json: bool) -> None:
+    """List the import formats and the files each reads in the public data layout."""
+    from hybrid.data.importers import IMPORTERS
+
+    rows = [{"format": i.name, "description": i.description, "globs": list(i.globs)} for i in IMPORTERS.values()]
+    if as_json:
+        echo_json(rows)
+        return
+    echo_table([[r["format"], r["description"]] for r in rows], ["format", "description"])
+
+
+@data.command("import")
+@click.argument("fmt", metavar="FORMAT")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
+              help="Output table (.csv or .parquet); written atomically.")
+@click.option("--device", default=None, help="Catalog device that ran the measurements (overrides the files).")
+@click.option("--system", default=None, help="Catalog system the collectives ran on (overrides inference).")
+@click.option("--quiet", is_flag=True, help="No progress bar, no warnings.")
+def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | None, system: str | None,
+               quiet: bool) -> None:
+    """Import FILES/DIRECTORIES of FORMAT into a canonical measurement table.
+
+    Directories are searched with the format's patterns (see `hybrid data formats`). Example:
+
+        hybrid data import nccl-tests ../shared/datasets/nccl-tests -o nccl.parquet
+    """
+    from hybrid.data.importers import import_paths
+    from hybrid.data.schema import write_table
+    from hybrid.hardware.catalog import default_catalog
+
+    if output.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise InvalidInputError(f"output {output}: use a .csv or .parquet file name")
+    cat = default_catalog()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = import_paths(fmt, list(paths), device=device, system=system, catalog=cat, progress=not quiet)
+    if not quiet:
+        _report_warnings(caught)
+    write_table(table, output, cat, validate_rows=False)
+    summary = table.groupby(["op", "device"], dropna=False).size()
+    click.echo(f"wrote {len(table)} rows ({summary.index.get_level_values(0).nunique()} ops, "
+               f"{table['device'].nunique()} devices) to {output}")
+
+
+@data.command("validate")
+@click.argument("tables", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
+    """Check measurement TABLES against the schema; print row counts per op and device."""
+    from hybrid.data.schema import read_table
+
+    df = read_table(list(tables))
+    counts = df.groupby(["op", "device"]).size().reset_index(name="rows")
+    if as_json:
+        echo_json({"rows": len(df), "by_op_device": counts.to_dict(orient="records")})
+        return
+    echo_table(counts.values.tolist(), ["op", "device", "rows"])
+    click.echo(f"ok: {len(df)} rows in {len(tables)} table(s)")
+
+
+@data.command("schema")
+def schema_cmd() -> None:
+    """Print the canonical table's columns and op families as markdown."""
+    from hybrid.data.schema import schema_markdown
+
+    click.echo(schema_markdown())
+
+
+@data.command("sources")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (with upstream URLs).")
+def sources_cmd(as_json: bool) -> None:
+    """List the public measurement sources with upstream repository, commit, license and importer."""
+    from hybrid.data.sources import load_sources
+
+    srcs = load_sources()
+    if as_json:
+        echo_json([{**s.to_dict(), "urls": s.urls()[:3]} for s in srcs.values()])
+        return
+    echo_table([[s.name, s.local_path, f"{s.repository}@{s.commit[:8]}" if s.repository else "-", s.license,
+                 s.importer or "-", len(s.files) or s.file_count, "derived" if s.derived else ""]
+                for s in srcs.values()], ["source", "local path", "upstream", "license", "importer", "files", ""])
+
+
+@data.command("pull")
+@click.argument("name")
+@click.option("--from", "from_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Local mirror in the public data layout (default: download from upstream at the pinned commit).")
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Directory to materialise the source in (public data layout).")
+def pull_cmd(name: str, from_dir: Path | None, out_dir: Path) -> None:
+    """Materialise source NAME under OUTPUT, verified by sha256 (nothing is written unless all files match)."""
+    from hybrid.data.sources import pull
+
+    target = pull(name, out_dir, from_dir=from_dir, progress=True)
+    click.echo(f"pulled {name} to {target}")
