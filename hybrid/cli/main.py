@@ -16,6 +16,8 @@ COMMANDS: dict[str, str] = {
     "devices": "hybrid.cli.devices:devices",
     "data": "hybrid.cli.data:data",
     "predict": "hybrid.cli.predict:predict",
+    "simulate": "hybrid.cli.simulate:simulate",
+    "shard": "hybrid.cli.shard:shard",
     "calibrate": "hybrid.cli.calibrate:calibrate",
     "evaluate": "hybrid.cli.evaluate:evaluate",
     "report": "hybrid.cli.report:report",

@@ -1,0 +1,59 @@
+"""``hybrid shard CONFIG``: rank sharding plans by predicted iteration time."""
+
+from __future__ import annotations
+
+import click
+
+from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.simulate import BREAKDOWN_HEADERS, breakdown_rows, load_config, load_cost_model, model_options
+
+
+@click.command("shard")
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.option("--gpus", type=int, default=None, help="Number of ranks (default: the config's).")
+@click.option("--system", default=None, help="Catalog system or device (default: the config's).")
+@click.option("--top", "top", type=int, default=5, show_default=True, help="How many plans to show.")
+@click.option("--strategy", "strategies", multiple=True,
+              help="Strategies to run (repeatable): size_greedy, lookup_greedy, size_lookup_greedy, random, "
+                   "greedy, search. Default: all.")
+@click.option("--time-budget", type=float, default=20.0, show_default=True, help="Seconds for local search.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random baseline.")
+@click.option("--output", "output", type=click.Path(dir_okay=False), default=None,
+              help="Write the best plan here (YAML or JSON by extension).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@model_options
+def shard(config_path: str, gpus: int | None, system: str | None, top: int, strategies: tuple[str, ...],
+          time_budget: float, seed: int, output: str | None, as_json: bool, model_ref: str | None,
+          tracking_uri: str | None) -> None:
+    """Search embedding sharding plans for the DLRM in CONFIG; show the fastest, with per-rank breakdown."""
+    from hybrid.errors import InvalidInputError
+    from hybrid.sharding.search import STRATEGIES, search_plans
+    if top <= 0:
+        raise InvalidInputError("--top must be positive")
+    names = [s for item in strategies for s in item.split(",") if s]
+    unknown = [s for s in names if s not in STRATEGIES]
+    if unknown:
+        raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")
+    config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
+    model, model_name = load_cost_model(model_ref, tracking_uri)
+    result = search_plans(config, model, strategies=names or None, time_budget_s=time_budget, seed=seed)
+    best = result.best
+    if output:
+        best.plan.save(output)
+    shown = result.evaluations[:top]
+    if as_json:
+        echo_json({"config": config.name, "gpus": config.gpus, "system": config.system, "model": model_name,
+                   "seconds": round(result.seconds, 3), "best": best.name, "best_plan_file": output,
+                   "plans": [e.to_dict(with_plan=i == 0 or e is best) for i, e in enumerate(shown)]})
+        return
+    click.echo(f"{config.name}: {config.num_tables} tables on {config.gpus} x {config.system}, model {model_name}; "
+               f"searched in {result.seconds:.2f} s")
+    echo_table([[i + 1, e.name, e.origin if e.origin and e.origin != e.name else "",
+                 e.iteration_us / 1e3 if e.fits else float("nan"), e.memory.peak / 2**30 if e.fits else "",
+                 ", ".join(f"{k} {v}" for k, v in e.plan.type_counts().items()),
+                 "" if e.fits else e.reason[:90]] for i, e in enumerate(shown)],
+               ["#", "strategy", "from", "iteration_ms", "peak_GiB", "tables", "rejected"])
+    click.echo(f"\nbest: {best.name} - per-rank breakdown")
+    echo_table(breakdown_rows(best.sim.summary()), BREAKDOWN_HEADERS)
+    if output:
+        click.echo(f"best plan written to {output}")

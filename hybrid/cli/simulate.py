@@ -1,0 +1,115 @@
+"""``hybrid simulate CONFIG``: one DLRM training iteration through the multi-rank critical-path engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from hybrid.cli.output import echo_json, echo_table
+
+
+def load_cost_model(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, str]:
+    """(cost model, its name): a calibrated predictor from the tracking store, else the roofline-only one."""
+    from hybrid.engine.costs import default_cost_model
+
+    if not model_ref:
+        return default_cost_model(), "roofline"
+    from hybrid.tracking.registry import load_predictor
+
+    loaded = load_predictor(model_ref, tracking_uri=tracking_uri)
+    return loaded.predictor, str(loaded.ref)
+
+
+def load_config(path: str, gpus: int | None = None, system: str | None = None, drop_plan: bool = False):
+    """A DLRM config with CLI overrides; ``drop_plan`` ignores the file's plan (e.g. when ranks change)."""
+    from hybrid.workloads.dlrm import DLRMConfig, load_document
+
+    doc = load_document(path, what="DLRM config")
+    if isinstance(doc, dict) and drop_plan:
+        doc = {k: v for k, v in doc.items() if k != "plan"}
+    try:
+        return DLRMConfig.from_dict(doc, gpus=gpus, system=system)
+    except Exception as exc:
+        from hybrid.errors import HybridError
+
+        if isinstance(exc, HybridError):
+            raise type(exc)(f"{path}: {exc}") from None
+        raise
+
+
+def model_options(fn):
+    fn = click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+                      help="MLflow store holding --model (default: local store).")(fn)
+    return click.option("--model", "model_ref", default=None,
+                        help="Calibrated model (NAME, NAME/3, models:/NAME/3); default: analytical only.")(fn)
+
+
+def breakdown_rows(summary: dict[str, Any], limit: int = 16) -> list[list[Any]]:
+    ranks = summary["ranks"]
+    shown = ranks if len(ranks) <= limit else sorted(ranks, key=lambda r: -r["compute_us"])[:limit]
+    return [[r["rank"], r["compute_us"], r["comm_us"], r["exposed_comm_us"], r["idle_us"], r["host_us"],
+             r["collective_wait_us"]] for r in shown]
+
+
+BREAKDOWN_HEADERS = ["rank", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "host_us", "wait_us"]
+
+
+@click.command("simulate")
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
+              help="Sharding plan (YAML/JSON); default: the config's `plan`, else size-lookup greedy.")
+@click.option("--gpus", type=int, default=None, help="Override the config's number of ranks.")
+@click.option("--system", default=None, help="Override the config's system (catalog system or device).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the timeline as Chrome trace JSON (open in Perfetto or chrome://tracing).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@model_options
+def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: str | None,
+             trace_path: str | None, as_json: bool, model_ref: str | None, tracking_uri: str | None) -> None:
+    """Predict one training iteration of the DLRM in CONFIG and show the per-rank breakdown."""
+    from hybrid.engine.costs import model_catalog
+    from hybrid.engine.simulate import simulate as run
+    from hybrid.engine.trace import write_chrome_trace
+    from hybrid.sharding.heuristics import default_plan
+    from hybrid.sharding.memory import memory_per_rank
+    from hybrid.sharding.plan import ShardingPlan
+    from hybrid.workloads.dlrm_graph import build_dlrm_graph, resolve_target
+
+    config = load_config(config_path, gpus=gpus, system=system, drop_plan=bool(plan_path) or gpus is not None)
+    model, model_name = load_cost_model(model_ref, tracking_uri)
+    catalog = model_catalog(model)
+    capacity = resolve_target(config.system, catalog).device.mem_capacity
+    if plan_path:
+        plan, plan_source = ShardingPlan.from_file(plan_path).validate(config), str(plan_path)
+    elif config.plan is not None:
+        plan, plan_source = config.plan, "config"
+    else:
+        plan, plan_source = default_plan(config.with_(plan=None), capacity), "size_lookup_greedy (default)"
+    memory = memory_per_rank(config.with_(plan=None), plan, capacity)
+    from hybrid.errors import InvalidInputError
+
+    if not memory.fits:
+        raise InvalidInputError(f"plan does not fit: {memory.reason}")
+    iteration = build_dlrm_graph(config.with_(plan=None), plan, catalog)
+    result = run(iteration.graph, model)
+    summary = result.summary()
+    summary.update({"config": config.name, "system": iteration.target.system, "device": iteration.target.device.key,
+                    "gpus": config.gpus, "model": model_name, "plan_source": plan_source,
+                    "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
+                    "samples_per_s": config.global_batch / (result.iteration_us * 1e-6)})
+    if trace_path:
+        write_chrome_trace(result, trace_path, name=f"{config.name} on {config.gpus}x {iteration.target.system}")
+        summary["trace"] = str(trace_path)
+    if as_json:
+        echo_json(summary)
+        return
+    click.echo(f"{config.name}: {config.gpus} x {iteration.target.device.key} ({iteration.target.system}), "
+               f"model {model_name}, plan {plan_source}")
+    click.echo(f"iteration: {result.iteration_us / 1e3:.3f} ms   throughput: {summary['samples_per_s']:.0f} samples/s"
+               f"   peak memory/rank: {memory.peak / 2**30:.2f} GiB")
+    cp = summary["critical_path"]
+    click.echo("critical path: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in cp.items()))
+    echo_table(breakdown_rows(summary), BREAKDOWN_HEADERS)
+    if trace_path:
+        click.echo(f"trace written to {trace_path}")
