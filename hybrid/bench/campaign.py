@@ -1,0 +1,333 @@
+"""Validation campaign: random DLRM configurations sized for the machine at hand, several sharding plans each,
+measured with the real harness (:mod:`hybrid.bench.dlrm_harness`) into a results table.
+
+Layout of a campaign directory (``datasets/dlrm-cpu-<name>/``)::
+
+    results.csv            one row per measured (config, plan): median/std/min/max ms, phases, provenance
+    configs/<config>.yaml  the exact DLRMConfig measured (``system`` is the config's nominal system)
+    plans/<config>/<plan>.yaml
+
+The campaign is resumable: (config, plan) pairs already in ``results.csv`` are skipped, and the table is
+rewritten atomically after every configuration.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError, SchemaError
+from hybrid.sharding.plan import Shard, ShardingPlan
+from hybrid.workloads.dlrm import DLRMConfig, TableConfig, write_document
+
+#: Columns every results table has (plus one ``<phase>_ms`` column per harness phase).
+RESULT_COLUMNS = ("config_name", "config_hash", "plan_name", "plan_hash", "ranks", "median_ms", "std_ms",
+                  "min_ms", "max_ms", "p10_ms", "p90_ms", "iters", "warmup", "threads_per_rank", "backend",
+                  "device", "config_file", "plan_file", "torch_version", "timestamp")
+
+
+@dataclass(frozen=True)
+class CampaignSpace:
+    """Ranges random configurations are drawn from (defaults: a 2-core, 24 GiB CPU machine, 2 ranks)."""
+
+    ranks: int = 2
+    tables: tuple[int, int] = (8, 40)
+    rows: tuple[float, float] = (1e3, 1e6)  #: log-uniform
+    dims: tuple[int, ...] = (16, 32, 64, 128)
+    pooling: tuple[float, float] = (1.0, 50.0)
+    batch_sizes: tuple[int, ...] = (256, 512, 1024, 2048)  #: per rank
+    dense_features: int = 13
+    max_table_bytes: float = 1.5 * 2**30  #: all tables of a config together
+    max_lookup_bytes: float = 96 * 2**20  #: pooled-lookup reads per iteration (global batch), bounds run time
+    dp_max_rows: int = 20_000  #: tables this small may be data-parallel
+    system: str = "local-cpu"
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1:
+            raise InvalidInputError(f"ranks must be >= 1, got {self.ranks}")
+        if self.tables[0] < 1 or self.tables[0] > self.tables[1]:
+            raise InvalidInputError(f"bad table-count range {self.tables}")
+        if self.rows[0] < 1 or self.rows[0] > self.rows[1]:
+            raise InvalidInputError(f"bad row range {self.rows}")
+
+
+def _lookup_bytes(tables: list[TableConfig], global_batch: int) -> float:
+    return float(global_batch) * sum(t.pooling_factor * t.embedding_dim * 4 for t in tables)
+
+
+def random_config(rng: np.random.Generator, name: str, space: CampaignSpace | None = None) -> DLRMConfig:
+    """One random DLRM configuration within ``space`` (memory and per-iteration work bounded)."""
+    sp = space or CampaignSpace()
+    n_tables = int(rng.integers(sp.tables[0], sp.tables[1] + 1))
+    interaction = "dot" if rng.random() < 0.5 else "cat"
+    if interaction == "dot":
+        dims = np.full(n_tables, int(rng.choice(sp.dims)))
+    else:
+        dims = rng.choice(np.asarray(sp.dims), n_tables)
+    rows = np.exp(rng.uniform(np.log(sp.rows[0]), np.log(sp.rows[1]), n_tables)).astype(np.int64)
+    # keep the total table size within budget (largest tables shrink first)
+    while float(np.sum(rows * dims * 4)) > sp.max_table_bytes:
+        i = int(np.argmax(rows * dims))
+        rows[i] = max(int(sp.rows[0]), rows[i] // 2)
+    pooling = np.round(rng.uniform(sp.pooling[0], sp.pooling[1], n_tables), 1)
+    zipf = rng.random(n_tables) < 0.5
+    alpha = np.round(rng.uniform(0.8, 1.2, n_tables), 3)
+    tables = [TableConfig(f"t{i}", int(rows[i]), int(dims[i]), float(pooling[i]),
+                          "zipf" if zipf[i] else "uniform", float(alpha[i]) if zipf[i] else 0.0)
+              for i in range(n_tables)]
+    batch = int(rng.choice(sp.batch_sizes))
+    while batch > min(sp.batch_sizes) and _lookup_bytes(tables, batch * sp.ranks) > sp.max_lookup_bytes:
+        batch //= 2
+    scale = sp.max_lookup_bytes / _lookup_bytes(tables, batch * sp.ranks)
+    if scale < 1:  # still too much work: thin the pooling factors
+        tables = [TableConfig(t.name, t.num_embeddings, t.embedding_dim,
+                              max(1.0, round(t.pooling_factor * scale, 1)), t.index_dist, t.zipf_alpha)
+                  for t in tables]
+    d_out = int(dims[0]) if interaction == "dot" else int(rng.choice(sp.dims))
+    hidden = int(rng.choice([64, 128, 256]))
+    bottom = [hidden, d_out] if rng.random() < 0.5 else [2 * hidden, hidden, d_out]
+    top = [hidden, hidden // 2, 1] if rng.random() < 0.5 else [2 * hidden, 1]
+    return DLRMConfig(
+        tables=tuple(tables), name=name, system=sp.system, gpus=sp.ranks, batch_size_per_gpu=batch,
+        dtype="fp32", dense_features=sp.dense_features, bottom_mlp=tuple(bottom), top_mlp=tuple(top),
+        interaction=interaction, embedding_dim=d_out, optimizer="adagrad" if rng.random() < 0.25 else "sgd")
+
+
+def generate_configs(n: int, seed: int = 0, space: CampaignSpace | None = None,
+                     prefix: str = "c") -> list[DLRMConfig]:
+    """``n`` random configurations, reproducible from ``seed`` (names ``c000``, ``c001``, ...)."""
+    if n < 1:
+        raise InvalidInputError(f"number of configs must be >= 1, got {n}")
+    rng = np.random.default_rng(seed)
+    return [random_config(rng, f"{prefix}{i:03d}", space) for i in range(n)]
+
+
+# ----------------------------------------------------------------------------------------------- plans
+
+
+def _greedy_table_wise(config: DLRMConfig, cost: Callable[[TableConfig], float]) -> ShardingPlan:
+    """Largest-cost-first onto the least-loaded rank (longest-processing-time heuristic)."""
+    load = np.zeros(config.gpus)
+    shards = {}
+    for t in sorted(config.tables, key=cost, reverse=True):
+        r = int(np.argmin(load))
+        load[r] += cost(t)
+        shards[t.name] = Shard("table_wise", (r,))
+    return ShardingPlan({t.name: shards[t.name] for t in config.tables})
+
+
+def _lookup_cost(t: TableConfig) -> float:
+    return t.pooling_factor * t.embedding_dim
+
+
+def _size_cost(t: TableConfig) -> float:
+    return float(t.num_embeddings) * t.embedding_dim
+
+
+def baseline_plans(config: DLRMConfig, seed: int = 0, dp_max_rows: int = 20_000) -> dict[str, ShardingPlan]:
+    """Plans built from the config alone, independent of any predictor:
+
+    ``tw_size_greedy`` / ``tw_lookup_greedy`` (table-wise, balancing bytes / lookup traffic), ``tw_random``,
+    ``row_wise_all`` (every table split by rows over all ranks), ``column_wise_all`` (split by columns where
+    the dimension divides), ``dp_small`` (tables up to ``dp_max_rows`` rows replicated, the rest lookup-greedy).
+    """
+    world = config.gpus
+    rng = np.random.default_rng([seed, world, len(config.tables)])
+    plans: dict[str, ShardingPlan] = {
+        "tw_size_greedy": _greedy_table_wise(config, _size_cost),
+        "tw_lookup_greedy": _greedy_table_wise(config, _lookup_cost),
+        "tw_random": ShardingPlan({t.name: Shard("table_wise", (int(rng.integers(world)),))
+                                   for t in config.tables}),
+    }
+    if world > 1:
+        everyone = tuple(range(world))
+        plans["row_wise_all"] = ShardingPlan({t.name: Shard("row_wise", everyone) for t in config.tables})
+        lookup = _greedy_table_wise(config, _lookup_cost)
+        plans["column_wise_all"] = ShardingPlan({
+            t.name: Shard("column_wise", everyone) if t.embedding_dim % world == 0 else lookup[t.name]
+            for t in config.tables})
+    small = [t for t in config.tables if t.num_embeddings <= dp_max_rows]
+    if small:
+        rest = [t for t in config.tables if t.num_embeddings > dp_max_rows]
+        sub = _greedy_table_wise(config.with_(tables=tuple(rest)), _lookup_cost) if rest else {}
+        plans["dp_small"] = ShardingPlan({t.name: Shard("data_parallel") if t.num_embeddings <= dp_max_rows
+                                          else sub[t.name] for t in config.tables})
+    for plan in plans.values():
+        plan.validate(config)
+    return plans
+
+
+def sharder_plans(config: DLRMConfig, predictor: Any = None, seed: int = 0) -> dict[str, ShardingPlan]:
+    """Plans from the project's sharders (:mod:`hybrid.sharding`), when that module provides them; the
+    predictor-searched plan needs ``predictor``. Returns ``{}`` where the sharders are not available."""
+    try:
+        import hybrid.sharding as sharding
+    except ImportError:  # pragma: no cover
+        return {}
+    out: dict[str, ShardingPlan] = {}
+    fn = getattr(sharding, "candidate_plans", None)
+    if fn is not None:
+        try:
+            plans = fn(config, predictor=predictor, seed=seed) if predictor is not None else fn(config, seed=seed)
+        except TypeError:
+            plans = fn(config)
+        for name, plan in dict(plans).items():
+            out[f"sharder_{name}"] = plan.validate(config)
+    return out
+
+
+def campaign_plans(config: DLRMConfig, seed: int = 0, predictor: Any = None,
+                   dp_max_rows: int = 20_000) -> dict[str, ShardingPlan]:
+    """Baseline plans plus any from the sharders, de-duplicated (first name of identical plans kept)."""
+    plans = {**baseline_plans(config, seed, dp_max_rows), **sharder_plans(config, predictor, seed)}
+    seen: dict[ShardingPlan, str] = {}
+    out = {}
+    for name, plan in plans.items():
+        if plan not in seen:
+            seen[plan] = name
+            out[name] = plan
+    return out
+
+
+# ------------------------------------------------------------------------------------------ results table
+
+
+def read_results(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a campaign results table (CSV), checking the required columns and values."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "results.csv"
+    if not p.is_file():
+        raise InvalidInputError(f"results table not found: {p}")
+    try:
+        df = pd.read_csv(p)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{p}: malformed results table: {' '.join(str(exc).split())[:200]}") from None
+    if df.empty:
+        raise SchemaError(f"{p}: results table has no rows")
+    need = ("config_name", "plan_name", "ranks", "median_ms", "std_ms")
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise SchemaError(f"{p}: results table lacks column(s) {missing}")
+    for c in ("median_ms", "std_ms"):
+        v = pd.to_numeric(df[c], errors="coerce")
+        bad = np.flatnonzero(~np.isfinite(v.to_numpy(dtype=float)) | (v.to_numpy(dtype=float) < 0)
+                             | ((v.to_numpy(dtype=float) == 0) & (c == "median_ms")))
+        if len(bad):
+            raise SchemaError(f"{p}: row {int(bad[0]) + 2}: column {c} must be a positive number, "
+                              f"got {df[c].iloc[bad[0]]!r}")
+        df[c] = v
+    dup = df.duplicated(["config_name", "plan_name"])
+    if dup.any():
+        i = int(np.flatnonzero(dup)[0])
+        raise SchemaError(f"{p}: row {i + 2}: duplicate (config, plan) "
+                          f"({df['config_name'].iloc[i]}, {df['plan_name'].iloc[i]})")
+    return df
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass
+class CampaignReport:
+    """What a campaign call did."""
+
+    out_dir: Path
+    measured: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+
+def run_campaign(
+    out_dir: str | os.PathLike,
+    n_configs: int = 20,
+    seed: int = 0,
+    space: CampaignSpace | None = None,
+    iters: int = 15,
+    warmup: int = 5,
+    threads_per_rank: int | None = None,
+    predictor: Any = None,
+    progress: bool = True,
+    configs: list[DLRMConfig] | None = None,
+) -> CampaignReport:
+    """Measure every (config, plan) of a seeded campaign with the harness, appending to
+    ``out_dir/results.csv`` (resumable). A failing configuration is recorded in the report and skipped."""
+    import torch
+    from tqdm import tqdm
+
+    from hybrid.bench.dlrm_harness import HarnessError, HarnessOptions, run_dlrm
+
+    sp = space or CampaignSpace()
+    out = Path(out_dir)
+    results_path = out / "results.csv"
+    existing = read_results(results_path) if results_path.is_file() else pd.DataFrame()
+    done = set(zip(existing.get("config_name", []), existing.get("plan_name", []), strict=True))
+    cfgs = configs if configs is not None else generate_configs(n_configs, seed, sp)
+    opts = HarnessOptions(iters=iters, warmup=warmup, threads_per_rank=threads_per_rank, seed=seed)
+    report = CampaignReport(out)
+    t0 = time.perf_counter()
+    rows = [existing] if len(existing) else []
+    bar = tqdm(cfgs, desc="dlrm campaign", unit="config", disable=not progress)
+    for cfg in bar:
+        plans = campaign_plans(cfg, seed, predictor, sp.dp_max_rows)
+        todo = {k: v for k, v in plans.items() if (cfg.name, k) not in done}
+        report.skipped += len(plans) - len(todo)
+        if not todo:
+            continue
+        cfg_file = Path("configs") / f"{cfg.name}.yaml"
+        write_document(cfg.to_dict(), out / cfg_file)
+        plan_files = {}
+        for name, plan in todo.items():
+            plan_files[name] = Path("plans") / cfg.name / f"{name}.yaml"
+            write_document(plan.to_dict(), out / plan_files[name])
+        bar.set_postfix_str(f"{cfg.name}: {len(todo)} plans, {len(cfg.tables)} tables")
+        try:
+            results = run_dlrm(cfg, todo, opts, ranks=sp.ranks)
+        except HarnessError as exc:
+            report.failures.append(f"{cfg.name}: {exc}")
+            continue
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        new = []
+        for res in results:
+            row = res.summary()
+            row.update(config_file=str(cfg_file), plan_file=str(plan_files[res.plan_name]),
+                       torch_version=torch.__version__, timestamp=stamp, num_tables=len(cfg.tables),
+                       batch_size_per_gpu=cfg.batch_size_per_gpu, python=platform.python_version())
+            new.append(row)
+        report.measured += len(new)
+        rows.append(pd.DataFrame(new))
+        table = pd.concat(rows, ignore_index=True)
+        _write_csv(table, results_path)
+        rows = [table]
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def load_pair(out_dir: str | os.PathLike, row: pd.Series | dict) -> tuple[DLRMConfig, ShardingPlan]:
+    """The exact config and plan of one results row (files stored beside the table)."""
+    base = Path(out_dir)
+    if base.is_file():
+        base = base.parent
+    cfg = DLRMConfig.from_file(base / str(row["config_file"]))
+    plan = ShardingPlan.from_file(base / str(row["plan_file"]))
+    return cfg, plan.validate(cfg)

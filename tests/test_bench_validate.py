@@ -1,0 +1,68 @@
+"""Sharding success and error figures on small hand-made tables with known answers."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from hybrid.bench.validate import evaluate, half_split, sharding_success
+from hybrid.errors import InvalidInputError
+
+
+def table() -> pd.DataFrame:
+    rows = [
+        # config A: predictor picks p2 (fastest measured) -> strict hit
+        ("A", "p1", 10.0, 12.0, 0.5), ("A", "p2", 8.0, 9.0, 0.5), ("A", "p3", 9.0, 11.0, 0.5),
+        # config B: predictor picks p1 (10.4) but p2 measures 10.0; p1 within spread 0.6 -> tolerant only
+        ("B", "p1", 10.4, 5.0, 0.6), ("B", "p2", 10.0, 6.0, 0.2),
+        # config C: predictor picks p2 (20) but p1 is much faster -> miss
+        ("C", "p1", 10.0, 30.0, 0.5), ("C", "p2", 20.0, 25.0, 0.5),
+        # config D: a single plan, no choice to make -> ignored
+        ("D", "p1", 5.0, 5.0, 0.1),
+    ]
+    return pd.DataFrame(rows, columns=["config_name", "plan_name", "median_ms", "predicted_ms", "std_ms"])
+
+
+def test_strict_and_tolerant_counts():
+    s = sharding_success(table())
+    assert s["n_configs"] == 3
+    assert s["strict"] == 1 and s["tolerant"] == 2
+    assert s["strict_pct"] == pytest.approx(100 / 3) and s["tolerant_pct"] == pytest.approx(200 / 3)
+    per = s["per_config"]
+    assert per.loc["B", "chosen_plan"] == "p1" and per.loc["B", "best_plan"] == "p2"
+    assert per.loc["C", "regret_pct"] == pytest.approx(100.0)
+    assert s["regret_pct"] == pytest.approx((0 + 4 + 100) / 3)
+
+
+def test_tolerance_scales_with_k():
+    assert sharding_success(table(), k=0.5)["tolerant"] == 1  # 10.4 > 10.0 + 0.3
+    assert sharding_success(table(), k=30)["tolerant"] == 3
+
+
+def test_bad_tables_rejected():
+    t = table()
+    with pytest.raises(InvalidInputError, match="lacks"):
+        sharding_success(t.drop(columns=["std_ms"]))
+    t2 = t.copy()
+    t2.loc[0, "predicted_ms"] = float("nan")
+    with pytest.raises(InvalidInputError, match="NaN"):
+        sharding_success(t2)
+    with pytest.raises(InvalidInputError, match="two or more"):
+        sharding_success(t[t.config_name == "D"])
+
+
+def test_evaluate_errors_by_plan():
+    errors, success = evaluate(table())
+    assert errors["n_rows"] == 8
+    # config D's p1 is predicted exactly; A/p1 is 20% off
+    assert errors["by_plan"]["p1"]["n_rows"] == 4
+    rel = [2 / 10, 1 / 8, 2 / 9, 5.4 / 10.4, 4 / 10, 20 / 10, 5 / 20, 0.0]
+    assert errors["mape_pct"] == pytest.approx(100 * sum(rel) / 8)
+    assert errors["by_plan"]["p1"]["mape_pct"] == pytest.approx(100 * (0.2 + 5.4 / 10.4 + 2.0 + 0) / 4)
+    assert success["strict"] == 1
+
+
+def test_half_split_deterministic_and_disjoint():
+    a, b = half_split([f"c{i}" for i in range(9)] * 2, seed=3)
+    assert half_split([f"c{i}" for i in range(9)], seed=3) == (a, b)
+    assert len(a) == 4 and len(b) == 5 and not set(a) & set(b)
