@@ -185,14 +185,16 @@ class TaskGraph:
         self,
         name: str,
         ranks: Sequence[int],
-        ops: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        ops: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         *,
+        duration_us: float = 0.0,
         deps: Mapping[int, Iterable[int]] | None = None,
         stream: str = COMM_STREAM,
         launch: bool = True,
         args: dict[str, Any] | None = None,
     ) -> dict[int, int]:
-        """One synchronised collective over ``ranks``; ``ops`` is one op row or one per rank.
+        """One synchronised collective over ``ranks``; ``ops`` is one op row or one per rank (or None: a
+        fixed ``duration_us``).
 
         Returns ``{rank: node id}``. Each member depends on its own ``deps[rank]`` and (if ``launch``) on a
         CPU launch node on its host stream.
@@ -202,7 +204,7 @@ class TaskGraph:
             raise InvalidInputError(f"collective {name!r} has no participants")
         if len(set(ranks)) != len(ranks):
             raise InvalidInputError(f"collective {name!r} lists a rank twice")
-        per_rank = [ops] * len(ranks) if isinstance(ops, Mapping) else list(ops)
+        per_rank = [ops] * len(ranks) if ops is None or isinstance(ops, Mapping) else list(ops)
         if len(per_rank) != len(ranks):
             raise InvalidInputError(f"collective {name!r}: {len(per_rank)} op rows for {len(ranks)} ranks")
         gid = self._n_groups
@@ -212,7 +214,8 @@ class TaskGraph:
             own = list((deps or {}).get(rank, ()))
             if launch:
                 own.append(self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="collective_launch"))
-            out[rank] = self.add(rank, stream, name, op=op, deps=own, kind="comm", args=args, _group=gid)
+            out[rank] = self.add(rank, stream, name, op=op or None, duration_us=duration_us, deps=own, kind="comm",
+                                 args=args, _group=gid)
         return out
 
     def last(self, rank: int, stream: str) -> int | None:

@@ -1,0 +1,159 @@
+"""Critical-path engine on hand-built graphs with known answers, and the Chrome trace export."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hybrid.engine import Overheads, TaskGraph, simulate, simulate_durations, write_chrome_trace
+from hybrid.engine.costs import RooflineCostModel
+from hybrid.errors import InvalidInputError
+
+NO = Overheads.zero()
+
+
+def test_serial_chain_is_the_sum():
+    g = TaskGraph(1)
+    for d in (3.0, 5.0, 7.5):
+        g.add(0, "compute", f"k{d}", duration_us=d)
+    r = simulate(g, overheads=NO)
+    assert r.iteration_us == pytest.approx(15.5)
+    assert r.breakdown.loc[0, "compute_us"] == pytest.approx(15.5)
+    assert r.breakdown.loc[0, "idle_us"] == pytest.approx(0.0)
+
+
+def test_two_independent_streams_overlap_to_the_max():
+    g = TaskGraph(1)
+    g.add(0, "compute", "a", duration_us=10.0)
+    g.add(0, "compute", "b", duration_us=10.0)
+    g.add(0, "comm", "c", duration_us=12.0, kind="comm")
+    r = simulate(g, overheads=NO)
+    assert r.iteration_us == pytest.approx(20.0)
+    row = r.breakdown.loc[0]
+    assert row["comm_us"] == pytest.approx(12.0)
+    assert row["exposed_comm_us"] == pytest.approx(0.0)
+    assert row["overlapped_comm_us"] == pytest.approx(12.0)
+
+
+def test_dependency_across_streams_serialises_and_exposes_comm():
+    g = TaskGraph(1)
+    a = g.add(0, "compute", "a", duration_us=10.0)
+    c = g.add(0, "comm", "c", duration_us=6.0, kind="comm", deps=[a])
+    g.add(0, "compute", "b", duration_us=4.0, deps=[c])
+    r = simulate(g, overheads=NO)
+    assert r.iteration_us == pytest.approx(20.0)
+    assert r.breakdown.loc[0, "exposed_comm_us"] == pytest.approx(6.0)
+    assert [r.graph.names[i] for i in r.critical_path()] == ["a", "c", "b"]
+
+
+def test_collective_waits_for_its_slowest_participant():
+    g = TaskGraph(3)
+    prev = {r: g.add(r, "compute", "work", duration_us=10.0 * (r + 1)) for r in range(3)}
+    coll = g.collective("sync", [0, 1, 2], duration_us=2.0, deps={r: [prev[r]] for r in range(3)}, launch=False)
+    for r in range(3):
+        g.add(r, "compute", "after", duration_us=1.0, deps=[coll[r]])
+    r = simulate(g, overheads=NO)
+    starts = r.start[list(coll.values())]
+    assert np.allclose(starts, 30.0)  # every member starts when rank 2 (the slowest) arrives
+    assert r.iteration_us == pytest.approx(33.0)
+    wait = r.breakdown["collective_wait_us"].to_numpy()
+    assert wait == pytest.approx([20.0, 10.0, 0.0])
+
+
+def test_collective_members_take_the_longest_estimate(catalog):
+    g = TaskGraph(2)
+    op = {"op": "all_reduce", "device": "H100-SXM", "system": "DGX-H100", "dtype": "fp32", "n_ranks": 2}
+    coll = g.collective("ar", [0, 1], [dict(op, size_bytes=1e6), dict(op, size_bytes=1e8)], launch=False)
+    r = simulate(g, RooflineCostModel(catalog), NO)
+    d0, d1 = r.durations[coll[0]], r.durations[coll[1]]
+    assert d0 == d1 > 0
+    # the 100 MB all-reduce on NVLink takes hundreds of microseconds: the big member sets the time
+    assert d0 > 100
+
+
+def test_ops_are_costed_in_one_batch_and_deduplicated(catalog):
+    calls = []
+
+    class Counting(RooflineCostModel):
+        def predict(self, table):
+            calls.append(len(table))
+            return super().predict(table)
+
+    g = TaskGraph(4)
+    for r in range(4):
+        for _ in range(3):
+            g.kernel(r, "gemm", {"op": "gemm", "device": "H100-SXM", "dtype": "fp16", "m": 1024, "n": 1024,
+                                 "k": 1024})
+    r = simulate(g, Counting(catalog), Overheads(kernel_launch_us=2.0, framework_us=0.0))
+    assert calls == [1]  # 12 identical kernels -> one row, one call
+    assert r.breakdown["kernels"].tolist() == [3, 3, 3, 3]
+    # each kernel waits for its 2 us launch; launches run ahead on the host stream
+    assert r.breakdown.loc[0, "host_us"] == pytest.approx(6.0)
+
+
+def test_cpu_bound_when_launches_dominate():
+    g = TaskGraph(1)
+    for i in range(10):
+        g.kernel(0, f"tiny{i}", duration_us=1.0)
+    r = simulate(g, overheads=Overheads(kernel_launch_us=5.0, framework_us=5.0))
+    assert r.iteration_us == pytest.approx(10 * 10.0 + 1.0)
+    assert r.critical_path_summary()["cpu"] == pytest.approx(100.0)
+
+
+def test_cycle_and_bad_input_are_errors():
+    g = TaskGraph(1)
+    a = g.add(0, "compute", "a", duration_us=1.0)
+    compiled = g.compile()
+    compiled.edges_src = np.append(compiled.edges_src, a)
+    compiled.edges_dst = np.append(compiled.edges_dst, a)
+    compiled.own_dst = np.append(compiled.own_dst, a)
+    with pytest.raises(InvalidInputError, match="cycle"):
+        simulate_durations(compiled, np.array([1.0]))
+    with pytest.raises(InvalidInputError):
+        g.add(0, "compute", "neg", duration_us=-1.0)
+    with pytest.raises(InvalidInputError):
+        g.add(5, "compute", "bad rank", duration_us=1.0)
+    with pytest.raises(InvalidInputError, match="empty"):
+        TaskGraph(2).compile()
+
+
+def test_chrome_trace_has_one_track_per_rank_and_stream(tmp_path, catalog):
+    g = TaskGraph(2)
+    for r in range(2):
+        k = g.kernel(r, "gemm", {"op": "gemm", "device": "H100-SXM", "dtype": "bf16", "m": 256, "n": 256, "k": 256})
+    g.collective("ar", [0, 1], {"op": "all_reduce", "device": "H100-SXM", "system": "DGX-H100", "dtype": "bf16",
+                                "size_bytes": 4e6, "n_ranks": 2}, deps={0: [k], 1: [k - 2]})
+    r = simulate(g, RooflineCostModel(catalog))
+    path = write_chrome_trace(r, tmp_path / "trace.json")
+    data = json.loads(path.read_text())
+    events = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == r.graph.n_real
+    tracks = {(e["pid"], e["tid"]) for e in events}
+    assert tracks == {(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)}  # host, compute, comm per rank
+    names = {(m["pid"], m["tid"]): m["args"]["name"] for m in data["traceEvents"]
+             if m["ph"] == "M" and m["name"] == "thread_name"}
+    assert names[(1, 2)] == "comm"
+    gemm = next(e for e in events if e["name"] == "gemm")
+    assert gemm["args"]["m"] == 256 and gemm["args"]["method"] in ("roofline", "kernel-xgb")
+    assert max(e["ts"] + e["dur"] for e in events) == pytest.approx(r.iteration_us, rel=1e-6)
+    assert not list(tmp_path.glob(".trace.json*"))  # no temp file left behind
+
+
+def test_overheads_fit_recovers_launch_cost(catalog):
+    model = RooflineCostModel(catalog)
+    graphs, measured = [], []
+    truth = Overheads(kernel_launch_us=12.0, framework_us=0.0, collective_launch_us=15.0, optimizer_step_us=80.0,
+                      iteration_us=50.0)
+    for n in (5, 20, 60):
+        g = TaskGraph(1)
+        g.add(0, "host", "iter", kind="cpu", overhead="iteration")
+        for i in range(n):
+            g.kernel(0, f"k{i}", {"op": "elementwise", "device": "H100-SXM", "dtype": "fp32", "elements": 1000})
+        c = g.compile()
+        graphs.append(c)
+        measured.append(simulate(c, model, truth).iteration_us)
+    fitted = Overheads.fit(graphs, measured, model, start=Overheads(framework_us=0.0))
+    assert fitted.kernel_launch_us + fitted.framework_us == pytest.approx(12.0, rel=0.05)
+    assert fitted.iteration_us == pytest.approx(50.0, rel=0.2)
