@@ -389,3 +389,15 @@ def test_features_are_finite_for_every_device(catalog) -> None:
     for dev in [*catalog, describe_local_cpu()]:
         feats = Device.features(dev)
         assert all(v > 0 for v in feats.values()), dev.key
+
+
+def test_docs_examples_load(tmp_path: Path) -> None:
+    """The TOML examples in docs/hardware.md are valid catalog files."""
+    doc = Path(__file__).resolve().parents[1] / "docs" / "hardware.md"
+    blocks = re.findall(r"```toml\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
+    assert len(blocks) >= 2
+    for i, block in enumerate(blocks):
+        f = tmp_path / f"example{i}.toml"
+        f.write_text(block)
+        cat = Catalog.load([f])
+        assert {"RTX-4090", "Xeon-8480"} & set(cat.devices)
