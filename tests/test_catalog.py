@@ -4,6 +4,7 @@ override files add and replace entries, and bad names/files fail with clear erro
 from __future__ import annotations
 
 import csv
+import functools
 import re
 import tomllib
 from importlib import resources
@@ -200,8 +201,9 @@ def _csv_column_values(path: Path, column: str) -> set[str]:
         return {row[column] for row in reader if row.get(column)}
 
 
+@functools.cache
 def _dataset_device_names(root: Path) -> dict[str, set[str]]:
-    """Every device string the public data sets use, with the files that use it."""
+    """Every device string the public data sets use, with the files that use it (scanned once per session)."""
     found: dict[str, set[str]] = {}
 
     def add(name: str, where: Path) -> None:
