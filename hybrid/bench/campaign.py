@@ -116,7 +116,7 @@ def generate_configs(n: int, seed: int = 0, space: CampaignSpace | None = None,
 
 
 def _greedy_table_wise(config: DLRMConfig, cost: Callable[[TableConfig], float]) -> ShardingPlan:
-    """Largest-cost-first onto the least-loaded rank (longest-processing-time heuristic)."""
+    """Largest-cost-first onto the least-loaded rank (longest-processing-time heuristic, no memory limit)."""
     load = np.zeros(config.gpus)
     shards = {}
     for t in sorted(config.tables, key=cost, reverse=True):
@@ -130,25 +130,32 @@ def _lookup_cost(t: TableConfig) -> float:
     return t.pooling_factor * t.embedding_dim
 
 
-def _size_cost(t: TableConfig) -> float:
-    return float(t.num_embeddings) * t.embedding_dim
+def rank_capacity(ranks: int) -> float:
+    """Memory per rank on this machine: physical memory shared evenly by the ranks."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 16 * 2**30
+    return float(total) / max(1, ranks)
 
 
-def baseline_plans(config: DLRMConfig, seed: int = 0, dp_max_rows: int = 20_000) -> dict[str, ShardingPlan]:
-    """Plans built from the config alone, independent of any predictor:
+def baseline_plans(config: DLRMConfig, seed: int = 0, dp_max_rows: int = 20_000,
+                   capacity: float | None = None) -> dict[str, ShardingPlan]:
+    """Plans that need no predictor.
 
-    ``tw_size_greedy`` / ``tw_lookup_greedy`` (table-wise, balancing bytes / lookup traffic), ``tw_random``,
-    ``row_wise_all`` (every table split by rows over all ranks), ``column_wise_all`` (split by columns where
-    the dimension divides), ``dp_small`` (tables up to ``dp_max_rows`` rows replicated, the rest lookup-greedy).
+    From :mod:`hybrid.sharding.heuristics` (table-wise, memory-aware): ``size_greedy``, ``lookup_greedy``,
+    ``size_lookup_greedy``, ``random``. Plus placements of other types: ``row_wise_all`` (every table split
+    by rows over all ranks), ``column_wise_all`` (split by columns where the dimension divides, else
+    lookup-greedy table-wise) and ``dp_small`` (tables of at most ``dp_max_rows`` rows replicated, the rest
+    lookup-greedy table-wise).
     """
+    from hybrid.sharding.heuristics import BASELINES
+
+    cap = capacity if capacity is not None else rank_capacity(config.gpus)
     world = config.gpus
-    rng = np.random.default_rng([seed, world, len(config.tables)])
-    plans: dict[str, ShardingPlan] = {
-        "tw_size_greedy": _greedy_table_wise(config, _size_cost),
-        "tw_lookup_greedy": _greedy_table_wise(config, _lookup_cost),
-        "tw_random": ShardingPlan({t.name: Shard("table_wise", (int(rng.integers(world)),))
-                                   for t in config.tables}),
-    }
+    plans: dict[str, ShardingPlan] = {}
+    for name, fn in BASELINES.items():
+        plans[name] = fn(config, cap, seed=seed) if name == "random" else fn(config, cap)
     if world > 1:
         everyone = tuple(range(world))
         plans["row_wise_all"] = ShardingPlan({t.name: Shard("row_wise", everyone) for t in config.tables})
@@ -167,34 +174,28 @@ def baseline_plans(config: DLRMConfig, seed: int = 0, dp_max_rows: int = 20_000)
     return plans
 
 
-def sharder_plans(config: DLRMConfig, predictor: Any = None, seed: int = 0) -> dict[str, ShardingPlan]:
-    """Plans from the project's sharders (:mod:`hybrid.sharding`), when that module provides them; the
-    predictor-searched plan needs ``predictor``. Returns ``{}`` where the sharders are not available."""
-    try:
-        import hybrid.sharding as sharding
-    except ImportError:  # pragma: no cover
-        return {}
-    out: dict[str, ShardingPlan] = {}
-    fn = getattr(sharding, "candidate_plans", None)
-    if fn is not None:
-        try:
-            plans = fn(config, predictor=predictor, seed=seed) if predictor is not None else fn(config, seed=seed)
-        except TypeError:
-            plans = fn(config)
-        for name, plan in dict(plans).items():
-            out[f"sharder_{name}"] = plan.validate(config)
-    return out
+def searched_plan(config: DLRMConfig, model: Any, capacity: float | None = None, seed: int = 0,
+                  time_budget_s: float = 5.0) -> ShardingPlan:
+    """The plan :func:`hybrid.sharding.search.search_plans` finds fastest with cost model ``model``."""
+    from hybrid.sharding.search import search_plans
+
+    cap = capacity if capacity is not None else rank_capacity(config.gpus)
+    return search_plans(config, model, strategies=["search"], capacity=cap, seed=seed,
+                        time_budget_s=time_budget_s).best.plan.validate(config)
 
 
 def campaign_plans(config: DLRMConfig, seed: int = 0, predictor: Any = None,
                    dp_max_rows: int = 20_000) -> dict[str, ShardingPlan]:
-    """Baseline plans plus any from the sharders, de-duplicated (first name of identical plans kept)."""
-    plans = {**baseline_plans(config, seed, dp_max_rows), **sharder_plans(config, predictor, seed)}
-    seen: dict[ShardingPlan, str] = {}
+    """Baseline plans plus, given a cost model ``predictor``, the predictor-searched one (``search``);
+    identical plans are measured once (the first name is kept)."""
+    plans = baseline_plans(config, seed, dp_max_rows)
+    if predictor is not None:
+        plans["search"] = searched_plan(config, predictor, seed=seed)
+    seen: set[ShardingPlan] = set()
     out = {}
     for name, plan in plans.items():
         if plan not in seen:
-            seen[plan] = name
+            seen.add(plan)
             out[name] = plan
     return out
 
@@ -247,6 +248,37 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
         raise
 
 
+def record_results(results_path: str | os.PathLike, config: DLRMConfig, plans: dict[str, ShardingPlan],
+                   results: list[Any], extra: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Store ``config`` and ``plans`` as YAML beside ``results_path`` (``configs/<config>.yaml``,
+    ``plans/<config>/<plan>.yaml``) and add one row per :class:`~hybrid.bench.dlrm_harness.RunResult` to the
+    table (a row of the same (config, plan) is replaced); the table is rewritten atomically. Returns it."""
+    import torch
+
+    path = Path(results_path)
+    base = path.parent
+    cfg_file = Path("configs") / f"{config.name}.yaml"
+    write_document(config.with_(plan=None).to_dict(), base / cfg_file)
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    new = []
+    for res in results:
+        plan_file = Path("plans") / config.name / f"{res.plan_name}.yaml"
+        write_document(plans[res.plan_name].to_dict(), base / plan_file)
+        row = res.summary()
+        row.update(config_file=str(cfg_file), plan_file=str(plan_file), torch_version=torch.__version__,
+                   timestamp=stamp, num_tables=len(config.tables), batch_size_per_gpu=config.batch_size_per_gpu,
+                   python=platform.python_version(), **(extra or {}))
+        new.append(row)
+    table = pd.DataFrame(new)
+    if path.is_file():
+        old = read_results(path)
+        keys = set(zip(table["config_name"], table["plan_name"], strict=True))
+        keep = [k not in keys for k in zip(old["config_name"], old["plan_name"], strict=True)]
+        table = pd.concat([old[keep], table], ignore_index=True)
+    _write_csv(table, path)
+    return table
+
+
 @dataclass
 class CampaignReport:
     """What a campaign call did."""
@@ -272,7 +304,6 @@ def run_campaign(
 ) -> CampaignReport:
     """Measure every (config, plan) of a seeded campaign with the harness, appending to
     ``out_dir/results.csv`` (resumable). A failing configuration is recorded in the report and skipped."""
-    import torch
     from tqdm import tqdm
 
     from hybrid.bench.dlrm_harness import HarnessError, HarnessOptions, run_dlrm
@@ -286,7 +317,6 @@ def run_campaign(
     opts = HarnessOptions(iters=iters, warmup=warmup, threads_per_rank=threads_per_rank, seed=seed)
     report = CampaignReport(out)
     t0 = time.perf_counter()
-    rows = [existing] if len(existing) else []
     bar = tqdm(cfgs, desc="dlrm campaign", unit="config", disable=not progress)
     for cfg in bar:
         plans = campaign_plans(cfg, seed, predictor, sp.dp_max_rows)
@@ -294,31 +324,14 @@ def run_campaign(
         report.skipped += len(plans) - len(todo)
         if not todo:
             continue
-        cfg_file = Path("configs") / f"{cfg.name}.yaml"
-        write_document(cfg.to_dict(), out / cfg_file)
-        plan_files = {}
-        for name, plan in todo.items():
-            plan_files[name] = Path("plans") / cfg.name / f"{name}.yaml"
-            write_document(plan.to_dict(), out / plan_files[name])
         bar.set_postfix_str(f"{cfg.name}: {len(todo)} plans, {len(cfg.tables)} tables")
         try:
             results = run_dlrm(cfg, todo, opts, ranks=sp.ranks)
         except HarnessError as exc:
             report.failures.append(f"{cfg.name}: {exc}")
             continue
-        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        new = []
-        for res in results:
-            row = res.summary()
-            row.update(config_file=str(cfg_file), plan_file=str(plan_files[res.plan_name]),
-                       torch_version=torch.__version__, timestamp=stamp, num_tables=len(cfg.tables),
-                       batch_size_per_gpu=cfg.batch_size_per_gpu, python=platform.python_version())
-            new.append(row)
-        report.measured += len(new)
-        rows.append(pd.DataFrame(new))
-        table = pd.concat(rows, ignore_index=True)
-        _write_csv(table, results_path)
-        rows = [table]
+        record_results(results_path, cfg, todo, results)
+        report.measured += len(results)
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -8,7 +8,6 @@ measured fastest (*strict*) or measured within the run-to-run spread of the fast
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,6 @@ from tqdm import tqdm
 
 from hybrid.errors import InvalidInputError
 from hybrid.reports.metrics import error_summary
-
-#: A predictor of one (config, plan): returns the predicted iteration time in milliseconds.
-PredictFn = Callable[[Any, Any], float]
 
 
 def sharding_success(
@@ -78,32 +74,6 @@ def sharding_success(
     }
 
 
-def predict_campaign(
-    results: pd.DataFrame,
-    campaign_dir: str | os.PathLike,
-    predict: PredictFn,
-    progress: bool = False,
-) -> pd.DataFrame:
-    """A copy of ``results`` with ``predicted_ms`` filled by ``predict(config, plan)`` for every row (the stored
-    config/plan files beside the table; the config's ``gpus`` set to the measured ``ranks``)."""
-    from hybrid.bench.campaign import load_pair
-
-    out = results.copy()
-    preds = np.empty(len(out))
-    base = Path(campaign_dir)
-    for i, (_, row) in enumerate(tqdm(out.iterrows(), total=len(out), desc="predict", disable=not progress)):
-        cfg, plan = load_pair(base, row)
-        if int(row["ranks"]) != cfg.gpus:
-            cfg = cfg.with_(gpus=int(row["ranks"]))
-        preds[i] = float(predict(cfg, plan))
-    if not np.all(np.isfinite(preds)) or np.any(preds <= 0):
-        bad = int(np.flatnonzero(~np.isfinite(preds) | (preds <= 0))[0])
-        raise InvalidInputError(f"predictor returned {preds[bad]!r} ms for row {bad} "
-                                f"({out['config_name'].iloc[bad]}, {out['plan_name'].iloc[bad]})")
-    out["predicted_ms"] = preds
-    return out
-
-
 @dataclass
 class ValidationReport:
     """End-to-end error and sharding success of one predictor on one campaign."""
@@ -132,3 +102,145 @@ def half_split(configs: list[str], seed: int = 0) -> tuple[list[str], list[str]]
     perm = rng.permutation(len(names))
     half = len(names) // 2
     return [names[i] for i in sorted(perm[:half])], [names[i] for i in sorted(perm[half:])]
+
+
+# ------------------------------------------------------------------------------------- engine predictions
+
+
+@dataclass
+class EnginePredictor:
+    """The critical-path engine with one op cost model: what predicts a (config, plan)."""
+
+    name: str
+    model: Any  #: OpCostModel (HybridPredictor, roofline, ...)
+    catalog: Any  #: catalog the model predicts with (bundle devices included)
+    system: str | None = None  #: system/device the configs are predicted on (None: each config's own)
+    overheads: Any = None  #: engine Overheads (None: engine defaults)
+
+    def graph(self, config: Any, plan: Any) -> Any:
+        """The compiled task graph of one iteration of ``config`` under ``plan``."""
+        from hybrid.workloads.dlrm_graph import build_dlrm_graph
+
+        cfg = config.with_(plan=None, system=self.system) if self.system else config.with_(plan=None)
+        return build_dlrm_graph(cfg, plan, self.catalog).graph.compile()
+
+    def predict_graphs(self, graphs: list[Any], overheads: Any = None) -> np.ndarray:
+        """Predicted iteration times (ms) of compiled graphs."""
+        from hybrid.engine.simulate import simulate
+
+        ov = overheads if overheads is not None else self.overheads
+        return np.array([simulate(g, self.model, ov).iteration_us / 1e3 for g in graphs])
+
+    def __call__(self, config: Any, plan: Any) -> float:
+        return float(self.predict_graphs([self.graph(config, plan)])[0])
+
+
+def _newest_cpu_bundle() -> Path | None:
+    from hybrid.data.paths import project_datasets_dir
+
+    found = sorted((p for p in project_datasets_dir().glob("cpu-*") if (p / "measurements.csv").is_file()),
+                   key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def _bundle_system(catalog: Any, bundle: Path) -> str | None:
+    """The system (else device) a bundle's catalog.toml adds to the packaged catalog."""
+    from hybrid.hardware.catalog import default_catalog
+
+    base = default_catalog([])
+    new_sys = [k for k in catalog.systems if k not in base.systems]
+    if len(new_sys) == 1:
+        return new_sys[0]
+    new_dev = [k for k in catalog.devices if k not in base.devices]
+    return new_dev[0] if len(new_dev) == 1 else None
+
+
+def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = None,
+                      bundle: str | os.PathLike | None = None, roofline: bool = False,
+                      system: str | None = None) -> EnginePredictor:
+    """The engine predictor to validate: a calibrated model from the tracking store (``model_ref``), the
+    roofline only (``roofline``), or a HybridPredictor fitted on a profile bundle (``bundle``, default the
+    newest ``datasets/cpu-*``). ``system`` defaults to the bundle's system for bundles."""
+    from hybrid.engine.costs import model_catalog
+
+    if model_ref:
+        from hybrid.cli.simulate import load_cost_model
+
+        model, name = load_cost_model(model_ref, tracking_uri)
+        return EnginePredictor(name, model, model_catalog(model), system)
+    path = Path(bundle) if bundle else _newest_cpu_bundle()
+    if path is None:
+        if not roofline:
+            raise InvalidInputError("no predictor: give --model, --bundle (a `hybrid profile` directory) or "
+                                    "--roofline; the checkout has no datasets/cpu-* bundle")
+        from hybrid.engine.costs import RooflineCostModel
+        from hybrid.hardware.catalog import default_catalog
+        from hybrid.hardware.cpu import describe_local_cpu
+
+        cat = default_catalog().with_device(describe_local_cpu())
+        return EnginePredictor("roofline", RooflineCostModel(cat), cat, system)
+    from hybrid.data.bundle import load_bundle
+
+    table, cat = load_bundle(path)
+    sys_name = system or _bundle_system(cat, path)
+    if roofline:
+        from hybrid.engine.costs import RooflineCostModel
+
+        return EnginePredictor(f"roofline ({path.name} catalog)", RooflineCostModel(cat), cat, sys_name)
+    from hybrid.corrections.predictor import HybridPredictor
+
+    model = HybridPredictor(catalog=cat).fit(table)
+    return EnginePredictor(f"HybridPredictor fitted on {path.name}", model, cat, sys_name)
+
+
+def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: EnginePredictor,
+                      campaign_dir: str | os.PathLike | None = None, k: float = 1.0, split_seed: int = 0,
+                      fit_overheads: bool = True, progress: bool = False) -> ValidationReport:
+    """Predict every row of a campaign results table with ``predictor`` and compare.
+
+    If ``fit_overheads``, the engine's host-overhead constants are also fitted (:meth:`Overheads.fit`) on a
+    random half of the configs and the other half is scored with them (``split``)."""
+    from hybrid.bench.campaign import load_pair, read_results
+
+    if isinstance(results, pd.DataFrame):
+        if campaign_dir is None:
+            raise InvalidInputError("a results DataFrame needs campaign_dir (where configs/ and plans/ are)")
+        table, base = results.copy(), Path(campaign_dir)
+    else:
+        p = Path(results)
+        table = read_results(p)
+        base = Path(campaign_dir) if campaign_dir else (p if p.is_dir() else p.parent)
+    graphs = []
+    for _, row in tqdm(table.iterrows(), total=len(table), desc="build graphs", disable=not progress):
+        cfg, plan = load_pair(base, row)
+        if int(row["ranks"]) != cfg.gpus:
+            cfg = cfg.with_(gpus=int(row["ranks"]))
+        graphs.append(predictor.graph(cfg, plan))
+    table["predicted_ms"] = predictor.predict_graphs(graphs)
+    errors, success = evaluate(table, k=k)
+    split: dict[str, Any] = {}
+    if fit_overheads and table["config_name"].nunique() >= 4:
+        split = _split_fit(table, graphs, predictor, k, split_seed)
+    return ValidationReport(table, errors, success, split)
+
+
+def _split_fit(table: pd.DataFrame, graphs: list[Any], predictor: EnginePredictor, k: float,
+               seed: int) -> dict[str, Any]:
+    from hybrid.engine.overheads import Overheads
+
+    fit_cfgs, test_cfgs = half_split(table["config_name"].tolist(), seed)
+    is_fit = table["config_name"].isin(fit_cfgs).to_numpy()
+    fit_idx, test_idx = np.flatnonzero(is_fit), np.flatnonzero(~is_fit)
+    fitted = Overheads.fit([graphs[i] for i in fit_idx], table["median_ms"].to_numpy()[fit_idx] * 1e3,
+                           predictor.model, start=predictor.overheads)
+    test = table.iloc[test_idx].copy()
+    before = error_summary(test["predicted_ms"], test["median_ms"])
+    test["predicted_ms"] = predictor.predict_graphs([graphs[i] for i in test_idx], fitted)
+    errors, success = evaluate(test, k=k)
+    return {
+        "n_fit_configs": len(fit_cfgs), "n_test_configs": len(test_cfgs), "fit_configs": fit_cfgs,
+        "overheads_us": fitted.to_dict(), "test_geomean_before_pct": before["geomean_pct"],
+        "test_geomean_pct": errors["geomean_pct"], "test_mape_pct": errors["mape_pct"],
+        "test_strict_pct": success["strict_pct"], "test_tolerant_pct": success["tolerant_pct"],
+        "test_regret_pct": success["regret_pct"],
+    }

@@ -1,0 +1,148 @@
+"""``hybrid bench``: measure real DLRM training (PyTorch, torch.distributed) and validate predictions against it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hybrid.cli.output import echo_json, echo_table
+
+
+@click.group("bench")
+def bench() -> None:
+    """Real DLRM training measurements and prediction-versus-measurement validation."""
+
+
+@bench.command("dlrm")
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
+              help="Sharding plan (YAML/JSON). Default: the config's `plan:`, else size-lookup greedy.")
+@click.option("--ranks", type=int, default=None, help="Processes (default: the config's gpus).")
+@click.option("--iters", type=int, default=15, show_default=True, help="Timed iterations.")
+@click.option("--warmup", type=int, default=5, show_default=True, help="Untimed warm-up iterations.")
+@click.option("--threads", type=int, default=None, help="Torch threads per rank (default: cores // ranks).")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cpu: gloo; cuda: one GPU per rank, NCCL.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic data.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+              help="Results CSV to add the row to; config and plan YAMLs are stored beside it.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int, warmup: int,
+         threads: int | None, device: str, seed: int, output: str | None, as_json: bool) -> None:
+    """Train the DLRM in CONFIG on local processes and report the measured iteration time."""
+    from hybrid.bench.campaign import rank_capacity, record_results
+    from hybrid.bench.dlrm_harness import HarnessOptions, run_dlrm
+    from hybrid.sharding.heuristics import default_plan
+    from hybrid.sharding.plan import ShardingPlan
+    from hybrid.workloads.dlrm import DLRMConfig, load_document
+
+    doc = load_document(config_path, what="DLRM config")
+    file_plan = doc.pop("plan", None) if isinstance(doc, dict) else None
+    config = DLRMConfig.from_dict(doc, gpus=ranks)
+    if plan_path:
+        plan, plan_name = ShardingPlan.from_file(plan_path), Path(plan_path).stem
+    elif file_plan is not None:
+        plan, plan_name = ShardingPlan.from_dict(file_plan), "config_plan"
+    else:
+        plan, plan_name = default_plan(config, rank_capacity(config.gpus)), "size_lookup_greedy"
+    plan.validate(config)
+    opts = HarnessOptions(iters=iters, warmup=warmup, threads_per_rank=threads, device=device, seed=seed)
+    (res,) = run_dlrm(config, {plan_name: plan}, opts)
+    row = res.summary()
+    if output:
+        record_results(output, config, {plan_name: plan}, [res])
+    if as_json:
+        echo_json({**row, "iter_ms": res.iter_ms.tolist(), "output": output})
+        return
+    click.echo(f"{config.name} / {plan_name}: {config.num_tables} tables, {res.ranks} ranks "
+               f"({row['backend']}, {row['threads_per_rank']} thread(s) each), {row['iters']} iterations")
+    echo_table([[row["median_ms"], row["std_ms"], row["min_ms"], row["max_ms"]]],
+               ["median_ms", "std_ms", "min_ms", "max_ms"])
+    click.echo("phases (ms, max over ranks of the median): "
+               + ", ".join(f"{k.removesuffix('_ms')} {row[k]:.2f}" for k in row if k.endswith("_ms")
+                           and k not in ("median_ms", "std_ms", "min_ms", "max_ms", "p10_ms", "p90_ms")))
+    if output:
+        click.echo(f"row added to {output}")
+
+
+@bench.command("campaign")
+@click.argument("out_dir", metavar="OUT_DIR", type=click.Path(file_okay=False))
+@click.option("--configs", "n_configs", type=int, default=20, show_default=True, help="Random configurations.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of configs, plans and data.")
+@click.option("--ranks", type=int, default=2, show_default=True, help="Processes per run.")
+@click.option("--iters", type=int, default=15, show_default=True, help="Timed iterations per run.")
+@click.option("--warmup", type=int, default=5, show_default=True, help="Warm-up iterations per run.")
+@click.option("--threads", type=int, default=None, help="Torch threads per rank (default: cores // ranks).")
+@click.option("--model", "model_ref", default=None,
+              help="Calibrated model: adds the plan its search finds fastest to each config's plans.")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
+def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, warmup: int, threads: int | None,
+             model_ref: str | None, tracking_uri: str | None) -> None:
+    """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable)."""
+    from hybrid.bench.campaign import CampaignSpace, run_campaign
+
+    predictor = None
+    if model_ref:
+        from hybrid.cli.simulate import load_cost_model
+
+        predictor, _ = load_cost_model(model_ref, tracking_uri)
+    report = run_campaign(out_dir, n_configs=n_configs, seed=seed, space=CampaignSpace(ranks=ranks),
+                          iters=iters, warmup=warmup, threads_per_rank=threads, predictor=predictor)
+    click.echo(f"{report.measured} runs measured, {report.skipped} already present, "
+               f"{len(report.failures)} config(s) failed, {report.seconds:.0f} s -> {Path(out_dir) / 'results.csv'}")
+    for f in report.failures:
+        click.echo(f"failed: {f}", err=True)
+
+
+@bench.command("validate")
+@click.argument("results_path", metavar="RESULTS", type=click.Path(exists=False))
+@click.option("--model", "model_ref", default=None,
+              help="Calibrated model from the tracking store (NAME, NAME/3). Default: fit a HybridPredictor "
+                   "on --bundle.")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
+@click.option("--bundle", "bundle", type=click.Path(file_okay=False), default=None,
+              help="Profile bundle directory (`hybrid profile` output) to fit the predictor on; default: the "
+                   "newest datasets/cpu-* of the checkout.")
+@click.option("--roofline", is_flag=True, help="Use the analytical roofline only (no corrections).")
+@click.option("--system", default=None, help="System/device to predict on (default: the bundle's, else the "
+                                                "configs').")
+@click.option("--k", "k", type=float, default=1.0, show_default=True,
+              help="Tolerant success: within k x the measured std of the fastest plan.")
+@click.option("--split-seed", type=int, default=0, show_default=True,
+              help="Seed of the half split for fitting the engine overheads.")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+              help="Write the per-row predictions (CSV).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def validate(results_path: str, model_ref: str | None, tracking_uri: str | None, bundle: str | None,
+             roofline: bool, system: str | None, k: float, split_seed: int, output: str | None,
+             as_json: bool) -> None:
+    """Predict every (config, plan) in RESULTS and report error and sharding success."""
+    from hybrid.bench.validate import resolve_predictor, validate_campaign
+
+    pred = resolve_predictor(model_ref=model_ref, tracking_uri=tracking_uri, bundle=bundle, roofline=roofline,
+                             system=system)
+    report = validate_campaign(results_path, pred, k=k, split_seed=split_seed, progress=not as_json)
+    if output:
+        from hybrid.bench.campaign import _write_csv
+
+        _write_csv(report.table, Path(output))
+    s = report.summary()
+    if as_json:
+        echo_json({"predictor": pred.name, **s})
+        return
+    e, sh = s["errors"], s["sharding"]
+    click.echo(f"predictor {pred.name} on {results_path}: {e['n_rows']} (config, plan) pairs, "
+               f"{sh['n_configs']} configs")
+    echo_table([["all", e["n_rows"], e["geomean_pct"], e["mape_pct"], e["median_pct"], e["p90_pct"]]]
+               + [[name, v["n_rows"], v["geomean_pct"], v["mape_pct"], v["median_pct"], v["p90_pct"]]
+                  for name, v in s["errors_by_plan"].items()],
+               ["plans", "n", "geomean_%", "mape_%", "median_%", "p90_%"])
+    click.echo(f"sharding success: strict {sh['strict']}/{sh['n_configs']} ({sh['strict_pct']:.1f}%), "
+               f"tolerant {sh['tolerant']}/{sh['n_configs']} ({sh['tolerant_pct']:.1f}%), "
+               f"mean regret {sh['regret_pct']:.1f}%")
+    if s["split"]:
+        sp = s["split"]
+        click.echo(f"overheads fitted on {sp['n_fit_configs']} configs, tested on {sp['n_test_configs']}: "
+                   f"geomean {sp['test_geomean_pct']:.1f}% (before fit {sp['test_geomean_before_pct']:.1f}%), "
+                   f"strict {sp['test_strict_pct']:.1f}%, tolerant {sp['test_tolerant_pct']:.1f}%")

@@ -1,0 +1,114 @@
+"""Campaign generation (deterministic, valid, bounded), the results table, a tiny resumable campaign, the CLI."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.bench.campaign import (
+    CampaignSpace,
+    campaign_plans,
+    generate_configs,
+    load_pair,
+    read_results,
+    run_campaign,
+)
+from hybrid.cli.main import main
+from hybrid.errors import InvalidInputError, SchemaError
+from hybrid.workloads.dlrm import DLRMConfig
+
+
+def test_generator_is_deterministic_for_a_seed():
+    a = [c.to_dict() for c in generate_configs(6, seed=7)]
+    b = [c.to_dict() for c in generate_configs(6, seed=7)]
+    c = [c.to_dict() for c in generate_configs(6, seed=8)]
+    assert a == b
+    assert a != c
+    plans_a = [campaign_plans(cfg, seed=7) for cfg in generate_configs(3, seed=7)]
+    plans_b = [campaign_plans(cfg, seed=7) for cfg in generate_configs(3, seed=7)]
+    assert [dict(p) for p in plans_a] == [dict(p) for p in plans_b]
+
+
+def test_configs_stay_in_the_space_and_budgets():
+    sp = CampaignSpace()
+    for cfg in generate_configs(20, seed=0, space=sp):
+        DLRMConfig.from_dict(cfg.to_dict())  # round-trips through validation
+        assert cfg.gpus == 2 and sp.tables[0] <= cfg.num_tables <= sp.tables[1]
+        assert cfg.batch_size_per_gpu in sp.batch_sizes
+        rows = np.array([t.num_embeddings for t in cfg.tables])
+        assert rows.min() >= sp.rows[0] and rows.max() <= sp.rows[1]
+        assert {t.embedding_dim for t in cfg.tables} <= set(sp.dims)
+        assert sum(t.num_embeddings * t.embedding_dim * 4 for t in cfg.tables) <= sp.max_table_bytes
+        lookups = cfg.global_batch * sum(t.pooling_factor * t.embedding_dim * 4 for t in cfg.tables)
+        assert lookups <= sp.max_lookup_bytes * 1.05
+        if cfg.interaction == "dot":
+            assert {t.embedding_dim for t in cfg.tables} == {cfg.bottom_mlp[-1]}
+
+
+def test_at_least_four_distinct_valid_plans_per_config():
+    for cfg in generate_configs(8, seed=3):
+        plans = campaign_plans(cfg, seed=3)
+        assert len(plans) >= 4
+        assert len(set(plans.values())) == len(plans)
+        for plan in plans.values():
+            plan.validate(cfg)
+        kinds = set().union(*(p.type_counts() for p in plans.values()))
+        assert {"table_wise", "row_wise"} <= kinds
+
+
+def test_bad_space_and_counts_rejected():
+    with pytest.raises(InvalidInputError):
+        generate_configs(0)
+    with pytest.raises(InvalidInputError):
+        CampaignSpace(tables=(10, 5))
+
+
+def test_read_results_rejects_bad_tables(tmp_path):
+    with pytest.raises(InvalidInputError, match="not found"):
+        read_results(tmp_path / "nope.csv")
+    good = pd.DataFrame({"config_name": ["a", "a"], "plan_name": ["p", "q"], "ranks": [2, 2],
+                         "median_ms": [1.0, 2.0], "std_ms": [0.1, 0.1]})
+    good.to_csv(tmp_path / "ok.csv", index=False)
+    assert len(read_results(tmp_path / "ok.csv")) == 2
+    good.drop(columns=["std_ms"]).to_csv(tmp_path / "cols.csv", index=False)
+    with pytest.raises(SchemaError, match="std_ms"):
+        read_results(tmp_path / "cols.csv")
+    bad = good.copy()
+    bad.loc[1, "median_ms"] = -3
+    bad.to_csv(tmp_path / "neg.csv", index=False)
+    with pytest.raises(SchemaError, match="row 3.*median_ms"):
+        read_results(tmp_path / "neg.csv")
+    pd.concat([good, good]).to_csv(tmp_path / "dup.csv", index=False)
+    with pytest.raises(SchemaError, match="duplicate"):
+        read_results(tmp_path / "dup.csv")
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(SchemaError):
+        read_results(tmp_path / "empty.csv")
+
+
+def test_tiny_campaign_is_resumable(tmp_path):
+    pytest.importorskip("torch")
+    sp = CampaignSpace(tables=(3, 4), rows=(500, 3000), batch_sizes=(32,), pooling=(1, 3))
+    cfgs = generate_configs(1, seed=5, space=sp)
+    rep = run_campaign(tmp_path, configs=cfgs, space=sp, iters=2, warmup=1, progress=False)
+    n_plans = len(campaign_plans(cfgs[0], seed=0))
+    assert rep.failures == [] and rep.measured == n_plans and rep.skipped == 0
+    table = read_results(tmp_path / "results.csv")
+    assert len(table) == n_plans and (table["median_ms"] > 0).all()
+    cfg, plan = load_pair(tmp_path, table.iloc[0])
+    assert cfg.to_dict() == cfgs[0].to_dict()
+    assert plan == campaign_plans(cfgs[0], seed=0)[table["plan_name"].iloc[0]]
+    again = run_campaign(tmp_path, configs=cfgs, space=sp, iters=2, warmup=1, progress=False)
+    assert again.measured == 0 and again.skipped == n_plans
+    assert len(read_results(tmp_path)) == n_plans
+
+
+def test_cli_help_and_one_line_errors(capsys, tmp_path):
+    assert main(["bench", "dlrm", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--plan" in out and "--ranks" in out and "--iters" in out
+    assert main(["bench", "dlrm", str(tmp_path / "missing.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not found" in err[0]
+    assert main(["bench", "validate", str(tmp_path / "none.csv"), "--roofline"]) == 2
