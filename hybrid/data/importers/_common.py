@@ -64,7 +64,8 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
         df = pd.read_csv(path, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ImportFormatError(f"{path}: not a readable {what} CSV ({first})") from None
+        hint = "; the file looks truncated (no final newline)" if not raw.endswith(b"\n") else ""
+        raise ImportFormatError(f"{path}: not a readable {what} CSV ({first}){hint}") from None
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in required if c not in df.columns]
     if missing:

@@ -104,7 +104,8 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
     if skip.any():
         warn(path, f"skipped {int(skip.sum())} convolution row(s): the canonical schema has no conv op")
     if skip.all():
-        return df.iloc[:0]
+        raise ImportFormatError(f"{path}: all {len(df)} rows are convolutions, which the canonical schema has "
+                                "no op for; nothing to import")
     df = df.loc[~skip]
     ops = ops.loc[~skip]
 

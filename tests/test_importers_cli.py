@@ -1,0 +1,71 @@
+"""`hybrid data ...` end to end through the real CLI entry point."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+
+from hybrid.cli.main import main
+from hybrid.data.schema import read_table
+
+
+def test_import_writes_a_valid_table(shared_datasets, tmp_path, capsys):
+    out = tmp_path / "out" / "vidur.parquet"
+    rc = main(["data", "import", "vidur-network", str(shared_datasets / "vidur/data/profiling/network"),
+               "-o", str(out), "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+    table = read_table(out)
+    assert len(table) == 17418 and set(table["op"]) == {"all_reduce", "send_recv"}
+    assert "wrote 17418 rows" in capsys.readouterr().out
+    rc = main(["data", "validate", str(out), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 0 and summary["rows"] == 17418
+
+
+def test_import_error_leaves_no_output(shared_datasets, tmp_path, capsys):
+    src = tmp_path / "softmax.csv"
+    lines = (shared_datasets / "neusight/test-dev/softmax.csv").read_text().splitlines(keepends=True)[:20]
+    src.write_text("".join(lines).replace(lines[10].split(",")[1], "nan", 1))
+    out_dir = tmp_path / "o"
+    out_dir.mkdir()
+    rc = main(["data", "import", "neusight", str(src), "-o", str(out_dir / "t.csv")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "softmax.csv: line 11, column 'Latency'" in err and "Traceback" not in err
+    assert list(out_dir.iterdir()) == []
+    rc = main(["data", "import", "no-such-format", str(src), "-o", str(out_dir / "t.csv")])
+    assert rc == 2 and "unknown import format" in capsys.readouterr().err
+
+
+def test_device_override_and_formats(shared_datasets, tmp_path, capsys):
+    src = tmp_path / "bmm.csv"
+    df = pd.read_csv(shared_datasets / "neusight/test-dev/bmm.csv", nrows=40)
+    df["Device"] = "Some Lab GPU"
+    df.to_csv(src, index=False)
+    out = tmp_path / "t.csv"
+    assert main(["data", "import", "neusight", str(src), "-o", str(out)]) == 2
+    assert "unknown device 'Some Lab GPU'" in capsys.readouterr().err and not out.exists()
+    assert main(["data", "import", "neusight", str(src), "-o", str(out), "--device", "Tesla V100-PCIE-32GB"]) == 0
+    assert set(read_table(out)["device"]) == {"V100-PCIE-32GB"}
+    capsys.readouterr()
+    assert main(["data", "formats", "--json"]) == 0
+    assert {f["format"] for f in json.loads(capsys.readouterr().out)} >= {"neusight", "nccl-tests", "deepbench"}
+
+
+def test_schema_sources_pull(shared_datasets, tmp_path, capsys):
+    assert main(["data", "schema"]) == 0
+    assert "| `size_bytes` |" in capsys.readouterr().out
+    assert main(["data", "sources", "--json"]) == 0
+    names = {s["name"] for s in json.loads(capsys.readouterr().out)}
+    assert {"neusight-train", "nccl-tests-alcf", "xla-collectives"} <= names
+    assert main(["data", "pull", "vidur-network", "--from", str(shared_datasets), "-o", str(tmp_path / "m")]) == 0
+    assert (tmp_path / "m/vidur/data/profiling/network/a100_dgx/all_reduce.csv").is_file()
+    mirror = tmp_path / "mirror"
+    shutil.copytree(shared_datasets / "xla", mirror / "xla")
+    with open(mirror / "xla/collectives_sm90_H100.csv", "a") as fh:
+        fh.write("sm_90,all-reduce,F32,1,4,1,8,0,1\n")
+    capsys.readouterr()
+    assert main(["data", "pull", "xla-collectives", "--from", str(mirror), "-o", str(tmp_path / "m2")]) == 2
+    assert "checksum mismatch" in capsys.readouterr().err
+    assert not (tmp_path / "m2/xla/collectives_sm90_H100.csv").exists()

@@ -1,0 +1,74 @@
+"""DeepBench importer on the real tidy GEMM and all-reduce tables."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.data.importers import IMPORTERS, DataImportWarning, import_deepbench
+from hybrid.data.importers.deepbench import precision_dtype
+from hybrid.errors import ImportFormatError
+from hybrid.ops.families import FAMILIES
+
+
+def test_gemm_table(shared_datasets, catalog):
+    path = shared_datasets / "deepbench/deepbench_gemm_tidy.csv"
+    raw = pd.read_csv(path)
+    df = import_deepbench(path, catalog=catalog)
+    assert len(df) == len(raw) and (df["op"] == "gemm").all() and (df["b"] == 1).all()
+    assert df.groupby("dtype").size().to_dict() == {"fp16": 480, "fp32": 1600, "int8": 300}
+    assert set(df["variant"]) <= {"nn", "nt", "tn", "tt", "nn+fp32math", "tn+fp32math", "nt+fp32math"}
+    np.testing.assert_allclose(df["time_us"], raw["time_ms"] * 1000)
+    # the published tflops column agrees with 2MNK / time
+    flops = FAMILIES["gemm"].flops(df) / (df["time_us"].to_numpy() * 1e-6)
+    np.testing.assert_allclose(flops / 1e12, raw["tflops"], rtol=0.02)
+    for dev, g in df.groupby("device"):
+        for dt, gg in g.groupby("dtype"):
+            f = FAMILIES["gemm"].flops(gg) / (gg["time_us"].to_numpy() * 1e-6)
+            math = "fp32" if gg["variant"].str.contains("fp32math").all() else dt
+            assert f.max() < 1.1 * catalog.devices[dev].peak(math), (dev, dt, f.max() / catalog.devices[dev].peak(math))
+
+
+def test_allreduce_table(shared_datasets, catalog):
+    path = shared_datasets / "deepbench/deepbench_allreduce_tidy.csv"
+    raw = pd.read_csv(path)
+    with pytest.warns(DataImportWarning, match=r"skipped 50 row\(s\) with no time"):
+        df = import_deepbench(path, catalog=catalog)
+    timed = raw[raw["mean_time_ms"].notna()]
+    assert len(df) == len(timed) and (df["op"] == "all_reduce").all()
+    np.testing.assert_array_equal(df["size_bytes"], timed["num_floats"] * 4)
+    np.testing.assert_array_equal(df["n_nodes"], timed["num_nodes"].fillna(1))
+    np.testing.assert_array_equal(df["n_ranks"], timed["num_gpus"])
+    assert df["algorithm"].notna().all() and (df["time_us_std"] >= 0).all()
+
+
+def test_registry_and_precision_strings(shared_datasets):
+    assert {p.name for p in IMPORTERS["deepbench"].find(shared_datasets)} == {
+        "deepbench_gemm_tidy.csv", "deepbench_allreduce_tidy.csv"}
+    assert precision_dtype("Float") == ("fp32", "")
+    assert precision_dtype("GEMM, Conv: Int8 multiplication, 32 bit accumulation") == ("int8", "")
+    assert precision_dtype("16 bit inputs, 16 bit multiplication, 32 bit addition") == ("fp16", "")
+    assert precision_dtype("16 bit inputs, 32 bit multiplication, 32 bit addition") == ("fp16", "+fp32math")
+
+
+def test_non_gpu_rows_and_broken_files(shared_datasets, tmp_path, catalog):
+    raw = pd.read_csv(shared_datasets / "deepbench/deepbench_gemm_tidy.csv").head(10)
+    raw["gpu"] = raw["gpu"].astype(object)
+    raw.loc[:3, "gpu"] = "iPhone_7"
+    p = tmp_path / "gemm.csv"
+    raw.to_csv(p, index=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = import_deepbench(p, catalog=catalog)
+    assert len(df) == 6 and any("iPhone_7" in str(w.message) and "not a GPU" in str(w.message) for w in caught)
+    raw["precision"] = raw["precision"].astype(object)
+    raw.loc[5, "precision"] = "4 bit magic"
+    raw.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"gemm\.csv: unknown precision '4 bit magic'"):
+        import_deepbench(p, catalog=catalog)
+    conv = shared_datasets / "deepbench/deepbench_conv_tidy.csv"
+    with pytest.raises(ImportFormatError, match=r"deepbench_conv_tidy\.csv: neither a DeepBench GEMM"):
+        import_deepbench(conv, catalog=catalog)

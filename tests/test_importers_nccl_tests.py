@@ -1,0 +1,160 @@
+"""nccl-tests importer on every real log under nccl-tests/, plus truncated, empty and foreign files."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+from hybrid.data.importers import IMPORTERS, DataImportWarning, import_nccl_tests, import_paths
+from hybrid.data.paths import public_data_dir
+from hybrid.errors import ImportFormatError
+
+_DATA = public_data_dir(required=False)
+FILES = IMPORTERS["nccl-tests"].find(_DATA) if _DATA else []
+# an independent, deliberately simple notion of "a data row": size, count, type, then numbers
+_ROW = re.compile(r"^\s*\d+\s+\d+\s+[a-z0-9_]+\s+\w+\s+-?\d+\s+[\d.eE+]+\s", re.M)
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(_DATA).as_posix() if _DATA else str(p)
+
+
+def _expected_layout(path: Path) -> tuple[int, int] | None:
+    """(nodes, gpus per node) from the directory (``n8.g4``) or file name (``nccl_N2_G8``)."""
+    for part in reversed(path.parts):
+        if m := re.match(r"n(\d+)\.g(\d+)", part):
+            return int(m.group(1)), int(m.group(2))
+        if m := re.search(r"N(\d+)_G(\d+)", part):
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def test_registry_finds_the_logs(shared_datasets):
+    files = IMPORTERS["nccl-tests"].find(shared_datasets)
+    assert len(files) == 745
+    assert not any(p.name in ("nodes.dat", "summary.csv") or "mpi_profile" in p.name for p in files)
+
+
+@pytest.mark.parametrize("path", FILES, ids=_rel)
+def test_every_log(path, catalog):
+    text = path.read_text(errors="replace")
+    if not _ROW.search(text):
+        with pytest.raises(ImportFormatError, match=re.escape(str(path)) + ": no nccl-tests data rows"):
+            import_nccl_tests(path, catalog=catalog)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataImportWarning)
+        df = import_nccl_tests(path, catalog=catalog)
+    assert len(df) > 0 and (df["size_bytes"] > 0).all() and (df["time_us"] > 0).all()
+    assert set(df["op"]) <= {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}
+    layout = _expected_layout(path)
+    assert layout is not None
+    nodes, gpus = layout
+    assert (df["n_ranks"] == nodes * gpus).all(), (nodes, gpus, df["n_ranks"].unique())
+    assert (df["n_nodes"] == nodes).all()
+    dev = "H100-SXM" if "xxrjun" in str(path) else "A100-SXM4-40GB"
+    assert (df["device"] == dev).all()
+    expected_system = {"results_polaris": "Polaris", "results_sophia": "Sophia", "results_sirius": "Sirius",
+                       "example-cluster00": "xxrjun-H100-cluster00", "example-cluster01": "xxrjun-H100-NDR"}
+    sys_name = next(v for k, v in expected_system.items() if k in path.parts)
+    assert (df["system"] == catalog.resolve_system(sys_name)).all()
+    # algorithm bandwidth = size / time is physical: below 1 TB/s per rank
+    assert (df["size_bytes"] / df["time_us"] * 1e-3 < 1000).all()
+    # every data row of the file gives an out-of-place row (zero-byte rows excepted)
+    n_rows = sum(1 for m in _ROW.finditer(text) if int(m.group(0).split()[0]) > 0)
+    assert (~df["in_place"]).sum() == n_rows
+    assert df["wrong"].dropna().ge(0).all()
+
+
+LOG = """\
+srun: job 1234 queued and waiting for resources
+# nccl-tests version 2.13.8 nccl-headers=21903 nccl-library=21903
+# Collective test starting: reduce_scatter_perf
+# nThread 1 nGpus 1 minBytes 1024 maxBytes 8192 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid  11 on node-a device  0 [0000:1b:00] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid  12 on node-a device  1 [0000:2b:00] NVIDIA H100 80GB HBM3
+#  Rank  2 Group  0 Pid  13 on node-b device  0 [0000:1b:00] NVIDIA H100 80GB HBM3
+#  Rank  3 Group  0 Pid  14 on node-b device  1 [0000:2b:00] NVIDIA H100 80GB HBM3
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
+        1024           128      half     sum      -1    20.10    0.05    0.04       0    19.90    0.05    0.04       0
+MPICH Slingshot Network Summary: 0 network timeouts
+        2048           256      half     sum      -1    21.00    0.10    0.07       3    20.50    0.10    0.07       0
+        4096           512      half     sum      -1    22.00    0.19    0.14       0    21.50    0.19    0.14       0
+        8192          1024      half     sum      -1    24.00    0.34    0.26       0    23.50    0.35    0.26       0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 0.12
+#
+# Collective test concluded: reduce_scatter_perf
+"""
+
+
+def test_synthetic_log_fields(tmp_path, catalog):
+    p = tmp_path / "results_polaris" / "my.log"
+    p.parent.mkdir()
+    p.write_text(LOG)
+    df = import_nccl_tests(p, catalog=catalog)
+    assert len(df) == 8 and (df["op"] == "reduce_scatter").all() and (df["dtype"] == "fp16").all()
+    assert (df["n_ranks"] == 4).all() and (df["n_nodes"] == 2).all() and (df["device"] == "H100-SXM").all()
+    assert (df["system"] == "Polaris").all()  # inferred from the directory name
+    assert df["library_version"].iloc[0] == "NCCL 2.19.3" and df["framework_version"].iloc[0] == "2.13.8"
+    flagged = df[df["wrong"] > 0]
+    assert len(flagged) == 1 and flagged["size_bytes"].iloc[0] == 2048 and not flagged["in_place"].iloc[0]
+    assert sorted(df.loc[df["in_place"], "time_us"]) == [19.9, 20.5, 21.5, 23.5]
+    # --system overrides the directory
+    assert (import_nccl_tests(p, catalog=catalog, system="Sophia")["system"] == "Sophia").all()
+
+
+def test_truncated_log_keeps_complete_rows(tmp_path, catalog):
+    p = tmp_path / "cut.log"
+    cut = LOG.index("        8192")
+    p.write_text(LOG[: cut + 40])  # killed while printing the 8192-byte row
+    with pytest.warns(DataImportWarning, match=r"cut\.log"):
+        df = import_nccl_tests(p, catalog=catalog)
+    assert sorted(df.loc[~df["in_place"], "size_bytes"]) == [1024, 2048, 4096]
+
+
+def test_collective_inferred_from_file_name_and_data(tmp_path, catalog):
+    body = LOG.replace("# Collective test starting: reduce_scatter_perf\n", "").replace(
+        "# Collective test concluded: reduce_scatter_perf\n", "")
+    named = tmp_path / "reduce_scatter_output.dat.3"
+    named.write_text(body)
+    df = import_nccl_tests(named, catalog=catalog)
+    assert (df["op"] == "reduce_scatter").all() and (df["algorithm"] == "env-setup-3").all()
+    anon = tmp_path / "job.out"
+    anon.write_text(body)  # sum reduction with count = size / (2 bytes x 4 ranks): reduce_scatter
+    assert (import_nccl_tests(anon, catalog=catalog)["op"] == "reduce_scatter").all()
+    ambiguous = tmp_path / "job2.out"
+    ambiguous.write_text(body.replace(" sum ", " none "))
+    with pytest.raises(ImportFormatError, match=r"job2\.out.*cannot tell which collective"):
+        import_nccl_tests(ambiguous, catalog=catalog)
+
+
+def test_empty_garbage_and_unknown_gpu(tmp_path, catalog):
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    with pytest.raises(ImportFormatError, match=r"empty\.log: no nccl-tests data rows"):
+        import_nccl_tests(empty, catalog=catalog)
+    garbage = tmp_path / "garbage.log"
+    garbage.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(ImportFormatError, match=r"garbage\.log"):
+        import_nccl_tests(garbage, catalog=catalog)
+    odd = tmp_path / "all_reduce.log"
+    odd.write_text(LOG.replace("NVIDIA H100 80GB HBM3", "Mystery Accelerator X"))
+    with pytest.raises(Exception, match=r"all_reduce\.log: unknown device 'Mystery Accelerator X'.*--device"):
+        import_nccl_tests(odd, catalog=catalog)
+    assert (import_nccl_tests(odd, device="H100", catalog=catalog)["device"] == "H100-SXM").all()
+
+
+def test_directory_import_skips_failed_jobs(shared_datasets, catalog):
+    d = shared_datasets / "nccl-tests/argonne-lcf_alcf-nccl-tests/results_sophia"
+    with pytest.warns(DataImportWarning, match="file skipped"):
+        df = import_paths("nccl-tests", [d], catalog=catalog)
+    assert set(df["system"]) == {"Sophia"} and (df["n_ranks"] == 16).all()

@@ -1,0 +1,183 @@
+"""NeuSight importer on every real NeuSight kernel file, plus deliberately broken copies."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.data.importers import IMPORTERS, DataImportWarning, import_neusight
+from hybrid.data.paths import public_data_dir
+from hybrid.errors import ImportFormatError, SchemaError, UnknownDeviceError
+from hybrid.ops.families import FAMILIES
+
+_DATA = public_data_dir(required=False)
+FILES = IMPORTERS["neusight"].find(_DATA) if _DATA else []
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(_DATA).as_posix() if _DATA else str(p)
+
+
+def test_registry_finds_all_neusight_kernel_files(shared_datasets):
+    files = IMPORTERS["neusight"].find(shared_datasets)
+    names = {_rel(p) for p in files}
+    assert len(files) == 34  # 39 CSVs minus the 5 convolution-only collections
+    assert "neusight/e2e_labels_dev.csv" not in names  # end-to-end labels are not kernel tables
+    assert any("dataset_amd" in n for n in names) and any("test-dev" in n for n in names)
+
+
+@pytest.mark.parametrize("path", FILES, ids=_rel)
+def test_every_file_imports_with_plausible_values(path, catalog):
+    raw = pd.read_csv(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = import_neusight(path, catalog=catalog)
+    n_conv = int((raw["OPName"] == "conv").sum())
+    assert len(df) == len(raw) - n_conv
+    if n_conv:
+        assert any(issubclass(w.category, DataImportWarning) and "convolution" in str(w.message) for w in caught)
+    assert (df["dtype"] == "fp32").all() and (df["framework"] == "pytorch").all()
+    assert set(df["device"]) <= set(catalog.devices)
+    # Latency is milliseconds: time_us is exactly 1000x the file's column (conv rows dropped)
+    lat = raw.loc[raw["OPName"] != "conv", "Latency"].to_numpy()
+    np.testing.assert_allclose(df["time_us"].to_numpy(), lat * 1000.0, rtol=1e-12)
+    for dev_key, g in df.groupby("device"):
+        dev = catalog.devices[dev_key]
+        fam = g["op"].map(lambda o: next(f for f in FAMILIES.values() if o in f.ops).name)
+        gemm = g[fam == "gemm"]
+        if len(gemm):
+            flops = FAMILIES["gemm"].flops(gemm)
+            achieved = flops / (gemm["time_us"].to_numpy() * 1e-6)
+            # FP32 SGEMM cannot beat the FP32 peak (5 % slack for boost clocks above the datasheet)
+            assert achieved.max() < 1.05 * dev.peak("fp32"), (dev_key, achieved.max() / dev.peak("fp32"))
+            assert achieved.max() > 0.2 * dev.peak("fp32")  # and big GEMMs get close to it
+        mem = g[fam.isin(["elementwise", "norm", "softmax"])]
+        for fname in ("elementwise", "norm", "softmax"):
+            sub = mem[fam[mem.index] == fname]
+            if len(sub):
+                bw = FAMILIES[fname].bytes(sub) / (sub["time_us"].to_numpy() * 1e-6)
+                assert bw.max() < 1.1 * dev.mem_bw, (dev_key, fname, bw.max() / dev.mem_bw)
+
+
+def test_shapes_map_to_canonical_columns(shared_datasets, catalog):
+    path = shared_datasets / "neusight/test-dev/bmm.csv"
+    raw = pd.read_csv(path, nrows=50)
+    df = import_neusight(path, catalog=catalog).head(50)
+    assert (df["op"] == "bmm").all()
+    for src, dst in (("B", "b"), ("M", "m"), ("N", "n"), ("K", "k")):
+        assert (df[dst].to_numpy() == raw[src].to_numpy()).all()
+    assert (df["framework_version"] == "2.1.0").all()
+    assert (df["library_version"] == "CUDA 12.1; cuDNN 8.9.2").all()
+    elem = import_neusight(shared_datasets / "neusight/scripts/asplos/data/dataset/train/elem.csv", catalog=catalog)
+    raw = pd.read_csv(shared_datasets / "neusight/scripts/asplos/data/dataset/train/elem.csv")
+    assert (elem["elements"].to_numpy() == (raw["B"] * raw["H"]).to_numpy()).all()
+    v = dict(zip(raw["OPName"], elem["variant"], strict=False))
+    assert v["addu"] == "add_scalar" and v["gelu"] == "gelu"
+    assert elem.loc[elem["variant"] == "add_scalar", "n_inputs"].eq(1).all()
+    amd = import_neusight(shared_datasets / "neusight/scripts/asplos/data/dataset_amd/test/collect/bmm/p2.4.1/"
+                          "AMD Instinct MI210.csv", catalog=catalog)
+    assert (amd["framework_version"] == "2.4.1").all() and (amd["device"] == "MI210").all()
+
+
+# ------------------------------------------------------------------------------------ broken copies
+@pytest.fixture
+def small_csv(shared_datasets, tmp_path) -> Path:
+    text = (shared_datasets / "neusight/test-dev/softmax.csv").read_text().splitlines(keepends=True)
+    path = tmp_path / "softmax.csv"
+    path.write_text("".join(text[:30]))
+    return path
+
+
+def test_valid_copy_imports(small_csv, catalog):
+    assert len(import_neusight(small_csv, catalog=catalog)) == 29
+
+
+def test_truncated_mid_row(small_csv, catalog):
+    text = small_csv.read_text()
+    small_csv.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])
+    with pytest.raises(ImportFormatError, match=r"softmax\.csv.*(truncated|missing value)"):
+        import_neusight(small_csv, catalog=catalog)
+
+
+def test_missing_column(small_csv, catalog):
+    df = pd.read_csv(small_csv).drop(columns=["Latency"])
+    df.to_csv(small_csv, index=False)
+    with pytest.raises(ImportFormatError, match=r"softmax\.csv: missing column\(s\) 'Latency'"):
+        import_neusight(small_csv, catalog=catalog)
+
+
+def test_missing_shape_column(small_csv, catalog):
+    pd.read_csv(small_csv).drop(columns=["H"]).to_csv(small_csv, index=False)
+    with pytest.raises(ImportFormatError, match=r"softmax\.csv.*missing H"):
+        import_neusight(small_csv, catalog=catalog)
+
+
+def test_nan_latency(small_csv, catalog):
+    df = pd.read_csv(small_csv)
+    df.loc[7, "Latency"] = np.nan
+    df.to_csv(small_csv, index=False)
+    with pytest.raises(ImportFormatError, match=r"softmax\.csv: line 9, column 'Latency': missing value"):
+        import_neusight(small_csv, catalog=catalog)
+
+
+def test_negative_and_garbage_values(small_csv, catalog):
+    df = pd.read_csv(small_csv)
+    df.loc[3, "Latency"] = -1.0
+    df.to_csv(small_csv, index=False)
+    with pytest.raises(ImportFormatError, match=r"line 5, column 'Latency': must be > 0"):
+        import_neusight(small_csv, catalog=catalog)
+    df["Latency"] = df["Latency"].astype(object)
+    df.loc[3, "Latency"] = "fast"
+    df.to_csv(small_csv, index=False)
+    with pytest.raises(ImportFormatError, match=r"line 5, column 'Latency': not a number"):
+        import_neusight(small_csv, catalog=catalog)
+
+
+def test_empty_and_garbage_files(tmp_path, catalog):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(ImportFormatError, match=r"empty\.csv: file is empty"):
+        import_neusight(empty, catalog=catalog)
+    header = tmp_path / "header.csv"
+    header.write_text("OPName,Latency,Device,B,H\n")
+    with pytest.raises(ImportFormatError, match=r"header\.csv: no data rows"):
+        import_neusight(header, catalog=catalog)
+    garbage = tmp_path / "garbage.csv"
+    garbage.write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(ImportFormatError, match=r"garbage\.csv"):
+        import_neusight(garbage, catalog=catalog)
+
+
+def test_unknown_op_and_device(small_csv, catalog):
+    df = pd.read_csv(small_csv)
+    df["OPName"] = df["OPName"].astype(object)
+    df.loc[2, "OPName"] = "fft"
+    df.to_csv(small_csv, index=False)
+    with pytest.raises(ImportFormatError, match=r"line 4: unknown NeuSight OPName 'fft'"):
+        import_neusight(small_csv, catalog=catalog)
+    df.loc[2, "OPName"] = "softmax"
+    df["Device"] = "Quantum GPU 9000"
+    df.to_csv(small_csv, index=False)
+    with pytest.raises(UnknownDeviceError, match=r"softmax\.csv: unknown device 'Quantum GPU 9000'.*--device"):
+        import_neusight(small_csv, catalog=catalog)
+    out = import_neusight(small_csv, device="Tesla T4", catalog=catalog)
+    assert (out["device"] == "T4").all()
+
+
+def test_schema_error_names_the_file(small_csv, catalog):
+    df = pd.read_csv(small_csv)
+    df["B"] = df["B"].astype(float)
+    df.loc[1, "B"] = 2.5  # a fractional row count passes the importer but not the schema
+    df.to_csv(small_csv, index=False)
+    with pytest.raises(SchemaError, match=r"softmax\.csv.*'rows'.*integer"):
+        import_neusight(small_csv, catalog=catalog)
+
+
+def test_convolution_only_file_is_a_clear_error(shared_datasets, catalog):
+    path = shared_datasets / "neusight/scripts/asplos/data/dataset/train/collect/conv/p2.1.0/Tesla T4.csv"
+    with pytest.raises(ImportFormatError, match=r"Tesla T4\.csv: all \d+ rows are convolutions"):
+        import_neusight(path, catalog=catalog)

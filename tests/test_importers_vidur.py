@@ -1,0 +1,87 @@
+"""Vidur compute and network importers on every real Vidur profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.data.importers import IMPORTERS, import_vidur_compute, import_vidur_network
+from hybrid.data.importers.vidur import MODEL_CONFIGS
+from hybrid.data.paths import public_data_dir
+from hybrid.errors import ImportFormatError
+from hybrid.ops.families import FAMILIES
+
+_DATA = public_data_dir(required=False)
+COMPUTE = IMPORTERS["vidur-compute"].find(_DATA) if _DATA else []
+NETWORK = IMPORTERS["vidur-network"].find(_DATA) if _DATA else []
+
+
+def _rel(p: Path) -> str:
+    return p.relative_to(_DATA).as_posix() if _DATA else str(p)
+
+
+@pytest.mark.parametrize("path", COMPUTE, ids=_rel)
+def test_every_compute_profile(path, catalog):
+    raw = pd.read_csv(path)
+    df = import_vidur_compute(path, catalog=catalog)
+    cfg = MODEL_CONFIGS[path.parent.name]
+    assert (df["dtype"] == "fp16").all() and (df["model"] == path.parent.name).all()
+    assert (df["device"] == catalog.resolve_device(path.parents[2].name)).all()
+    ops_in_file = {c.split(".")[1] for c in raw.columns if c.endswith(".median")} - {"emb"}
+    assert len(df) == len(raw) * len(ops_in_file)
+    # milliseconds -> microseconds, median of the attn_pre_proj column
+    qkv = df[df["variant"] == "attn_pre_proj"]
+    np.testing.assert_allclose(qkv["time_us"], raw["time_stats.attn_pre_proj.median"] * 1000)
+    d = cfg.hidden // cfg.heads
+    np.testing.assert_array_equal(qkv["n"], (cfg.heads + 2 * cfg.kv_heads) * d / raw["num_tensor_parallel_workers"])
+    assert (qkv["k"] == cfg.hidden).all() and (qkv["m"] == raw["num_tokens"]).all()
+    assert set(qkv.loc[qkv["m"] == 1, "op"]) <= {"gemv"} and set(qkv.loc[qkv["m"] > 1, "op"]) == {"gemm"}
+    up = df[df["variant"] == "mlp_up_proj"]
+    assert (up["n"] * up["tp"] == (2 if cfg.gated else 1) * cfg.intermediate).all()
+    assert set(df.loc[df["variant"].isin(["input_layernorm"]), "op"]) == {cfg.norm}
+    # FP16 GEMMs below the device's fp16 tensor peak; min <= median <= max
+    dev = catalog.devices[df["device"].iloc[0]]
+    g = df[df["op"].isin(["gemm", "gemv"])]
+    achieved = FAMILIES["gemm"].flops(g) / (g["time_us"].to_numpy() * 1e-6)
+    assert achieved.max() < dev.peak("fp16")
+    assert (df["time_us_min"] <= df["time_us"] + 1e-9).all() and (df["time_us"] <= df["time_us_max"] + 1e-9).all()
+
+
+@pytest.mark.parametrize("path", NETWORK, ids=_rel)
+def test_every_network_profile(path, catalog):
+    raw = pd.read_csv(path)
+    df = import_vidur_network(path, catalog=catalog)
+    assert len(df) == len(raw) and (df["op"] == path.stem).all()
+    sys_key = catalog.resolve_system(path.parent.name)
+    assert (df["system"] == sys_key).all() and (df["device"] == catalog.systems[sys_key].device).all()
+    np.testing.assert_array_equal(df["size_bytes"], raw["size"])
+    np.testing.assert_array_equal(df["n_nodes"], np.ceil(raw["num_workers"] / raw["devices_per_node"]))
+    np.testing.assert_allclose(df["time_us"], raw[f"time_stats.{path.stem}.median"] * 1000)
+    assert (df["size_bytes"] / (df["time_us"] * 1e-6) < 1e12).all()  # < 1 TB/s algorithm bandwidth
+
+
+def test_broken_profiles(shared_datasets, tmp_path, catalog):
+    src = shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv"
+    raw = pd.read_csv(src).head(20)
+    d = tmp_path / "a100" / "acme" / "Mystery-1B"
+    d.mkdir(parents=True)
+    raw.drop(columns=["n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp"]).to_csv(
+        d / "mlp.csv", index=False)
+    with pytest.raises(ImportFormatError, match=r"mlp\.csv: no model dimension columns.*'Mystery-1B'"):
+        import_vidur_compute(d / "mlp.csv", catalog=catalog)
+    raw.to_csv(d / "mlp.csv", index=False)  # with the columns, an unknown model is fine
+    assert len(import_vidur_compute(d / "mlp.csv", catalog=catalog)) == 20 * 9
+    bad = raw.copy()
+    bad.loc[5, "time_stats.mlp_act.median"] = np.nan
+    bad.to_csv(d / "mlp.csv", index=False)
+    with pytest.raises(ImportFormatError, match=r"mlp\.csv: line 7, column 'time_stats\.mlp_act\.median'"):
+        import_vidur_compute(d / "mlp.csv", catalog=catalog)
+    net = pd.read_csv(shared_datasets / "vidur/data/profiling/network/a100_dgx/all_reduce.csv").head(5)
+    p = tmp_path / "a100_dgx" / "all_reduce.csv"
+    p.parent.mkdir()
+    net.drop(columns=["num_workers"]).to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"all_reduce\.csv: missing column.*num_workers"):
+        import_vidur_network(p, catalog=catalog)

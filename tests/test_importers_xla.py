@@ -1,0 +1,138 @@
+"""XLA perf-table importers: the public CSVs, and the upstream text-proto format rebuilt from the same rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.data.importers import IMPORTERS, import_xla_collectives, import_xla_matmul
+from hybrid.data.importers.textproto import first, map_entries, parse
+from hybrid.errors import ImportFormatError
+
+
+def test_registry_files(shared_datasets):
+    assert [p.name for p in IMPORTERS["xla-matmul"].find(shared_datasets)] == ["matmul_sm90_H100.csv"]
+    assert [p.name for p in IMPORTERS["xla-collectives"].find(shared_datasets)] == ["collectives_sm90_H100.csv"]
+
+
+def test_matmul_csv(shared_datasets, catalog):
+    raw = pd.read_csv(shared_datasets / "xla/matmul_sm90_H100.csv")
+    df = import_xla_matmul(shared_datasets / "xla/matmul_sm90_H100.csv", catalog=catalog)
+    assert len(df) == len(raw) == 1875 and (df["device"] == "H100-SXM").all()
+    assert df.groupby("dtype").size().to_dict() == {"bf16": 375, "fp8": 1125, "tf32": 375}
+    assert (df["variant"] == raw["dtype"]).all()
+    assert set(df.loc[df["b"] > 1, "op"]) == {"bmm"} and set(df.loc[df["b"] == 1, "op"]) == {"gemm"}
+    flops = 2.0 * df["b"] * df["m"] * df["n"] * df["k"] / (df["time_us"] * 1e-6)
+    np.testing.assert_allclose(flops, raw["flops_per_s"], rtol=1e-6)
+    dev = catalog.device("H100-SXM")
+    for dt in ("bf16", "tf32"):  # achieved below the dense tensor-core peak
+        assert flops[df["dtype"] == dt].max() < dev.peak(dt)
+
+
+def test_collectives_csv_size_convention(shared_datasets, catalog):
+    raw = pd.read_csv(shared_datasets / "xla/collectives_sm90_H100.csv")
+    df = import_xla_collectives(shared_datasets / "xla/collectives_sm90_H100.csv", catalog=catalog)
+    assert len(df) == 330 and (df["size_bytes"] > 0).all() and (df["time_us"] > 0).all()
+    assert set(df["op"]) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}
+    assert (df["system"] == catalog.resolve_system("xla-h100x8")).all() and (df["n_nodes"] == 1).all()
+    rs = df["op"] == "reduce_scatter"
+    # reduce-scatter rows store the output shard; the sweep (nccl-tests size) is group x shard
+    np.testing.assert_array_equal(df.loc[rs, "size_bytes"], raw.loc[rs.to_numpy(), "bytes"]
+                                  * raw.loc[rs.to_numpy(), "num_devices_per_group"])
+    assert sorted(df.loc[rs, "size_bytes"].unique()) == sorted(df.loc[df["op"] == "all_gather", "size_bytes"].unique())
+    np.testing.assert_array_equal(df.loc[~rs, "size_bytes"], raw.loc[~rs.to_numpy(), "bytes"])
+    np.testing.assert_allclose(df["time_us"], df["size_bytes"] / raw["network_throughput_bytes_per_sec"] * 1e6)
+    # the permute patterns on 8 devices: 4 pairs = one-way, 8 pairs = two-way
+    sr = df[df["op"] == "send_recv"]
+    assert (sr["n_ranks"] == 8).all() and set(sr["variant"]) == {"one_way:pairs=4", "two_way:pairs=8"}
+    # all-reduce over 8 H100s: bus bandwidth below the NVLink bandwidth of one GPU
+    ar = df[(df["op"] == "all_reduce") & (df["n_ranks"] == 8)]
+    busbw = ar["size_bytes"] * 2 * 7 / 8 / (ar["time_us"] * 1e-6)
+    assert busbw.max() < catalog.device("H100-SXM").link_bw * 1.05
+
+
+def _matmul_txtpb(raw: pd.DataFrame) -> str:
+    lines = ["# proto-file: xla_data.proto", "# proto-message: xla.GemmPerfTable", "entries {", '  key: "sm_90"',
+             "  value {"]
+    for (b, m, n, k), g in raw.groupby(["b", "m", "n", "k"], sort=False):
+        lines += ["    entries {", f"      b: {b}", f"      m: {m}", f"      n: {n}", f"      k: {k}"]
+        lines += [f'      flops {{ key: "{d}" value: {f} }}' for d, f in zip(g["dtype"], g["flops_per_s"], strict=True)]
+        lines.append("    }")
+    return "\n".join(lines + ["  }", "}", ""])
+
+
+def test_matmul_txtpb_matches_csv(shared_datasets, tmp_path, catalog):
+    raw = pd.read_csv(shared_datasets / "xla/matmul_sm90_H100.csv").head(60)
+    p = tmp_path / "default_matmul_perf_table.txtpb"
+    p.write_text(_matmul_txtpb(raw))
+    got = import_xla_matmul(p, catalog=catalog)
+    want = import_xla_matmul(shared_datasets / "xla/matmul_sm90_H100.csv", catalog=catalog).head(60)
+    assert list(got["variant"]) == list(want["variant"]) and list(got["dtype"]) == list(want["dtype"])
+    np.testing.assert_allclose(got["time_us"], want["time_us"], rtol=1e-6)
+    p.write_text(_matmul_txtpb(raw)[:-30])  # truncated inside a message
+    with pytest.raises(ImportFormatError, match=r"default_matmul_perf_table\.txtpb: line \d+: file ends inside"):
+        import_xla_matmul(p, catalog=catalog)
+
+
+def _collectives_txtpb(raw: pd.DataFrame) -> str:
+    out = ['entries {', '  key: "sm_90"', '  value {']
+    for r in raw.itertuples():
+        n_out = r.bytes // 4
+        out += ["    entries {", "      instruction {", f'        opcode: "{r.opcode}"',
+                f"        shape {{ element_type: F32 dimensions: {n_out} layout {{ minor_to_major: 0 }} }}"]
+        if r.opcode == "collective-permute":
+            pairs = ([(i, i + 4) for i in range(4)] if r.source_target_pairs == 4
+                     else [(i, (i + 1) % 8) for i in range(8)])
+            out += [f"        source_target_pairs {{ {f'source: {s} ' if s else ''}target: {t} }}" for s, t in pairs]
+        else:
+            out += ["        iota_collective_device_list {", f"          num_replica_groups: {int(r.num_replica_groups)}",
+                    f"          num_devices_per_group: {int(r.num_devices_per_group)}", "          iota_reshape_dims: 8",
+                    "        }"]
+        out += ["      }", '      fingerprint: "abc\\"def"', f"      network_throughput_bytes_per_sec: "
+                f"{r.network_throughput_bytes_per_sec}", "    }"]
+    return "\n".join(out + ["  }", "}", ""])
+
+
+def test_collectives_txtpb_matches_csv(shared_datasets, tmp_path, catalog):
+    raw = pd.read_csv(shared_datasets / "xla/collectives_sm90_H100.csv")
+    p = tmp_path / "default_collective_perf_table.txtpb"
+    p.write_text(_collectives_txtpb(raw))
+    got = import_xla_collectives(p, catalog=catalog)
+    want = import_xla_collectives(shared_datasets / "xla/collectives_sm90_H100.csv", catalog=catalog)
+    for c in ("op", "size_bytes", "n_ranks"):
+        assert list(got[c]) == list(want[c]), c
+    np.testing.assert_allclose(got["time_us"], want["time_us"])
+    sr = got[got["op"] == "send_recv"]
+    assert set(sr["variant"]) == {"one_way:pairs=4", "ring:pairs=8"}
+
+
+def test_textproto_parser_details():
+    msg = parse('a: 1 b: "x\\ty" "z" c { d: [1, 2.5, -3] e: TRUE_ENUM } c < d: 0x10 >  # comment\n f: true;')
+    assert first(msg, "a") == 1 and first(msg, "b") == "x\tyz" and first(msg, "f") is True
+    assert msg["c"][0]["d"] == [1, 2.5, -3] and first(msg["c"][0], "e") == "TRUE_ENUM"
+    assert first(msg["c"][1], "d") == 16
+    assert map_entries(parse('m { key: "k" value: 3 } m { key: "j" value: 4 }'), "m") == {"k": 3, "j": 4}
+    with pytest.raises(ImportFormatError, match=r"t\.txtpb: line 2: unexpected character"):
+        parse("a: 1\nb: $", "t.txtpb")
+
+
+def test_broken_csvs(shared_datasets, tmp_path, catalog):
+    raw = pd.read_csv(shared_datasets / "xla/collectives_sm90_H100.csv").head(20)
+    p = tmp_path / "collectives.csv"
+    raw.drop(columns=["network_throughput_bytes_per_sec"]).to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"collectives\.csv: missing column.*network_throughput"):
+        import_xla_collectives(p, catalog=catalog)
+    bad = raw.copy()
+    bad["opcode"] = bad["opcode"].astype(object)
+    bad.loc[4, "opcode"] = "all-shuffle"
+    bad.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"collectives\.csv: row 5: unknown collective opcode 'all-shuffle'"):
+        import_xla_collectives(p, catalog=catalog)
+    m = pd.read_csv(shared_datasets / "xla/matmul_sm90_H100.csv").head(10)
+    m["dtype"] = m["dtype"].astype(object)
+    m.loc[2, "dtype"] = "q4xq4->f32"
+    p2 = tmp_path / "matmul.csv"
+    m.to_csv(p2, index=False)
+    with pytest.raises(ImportFormatError, match=r"matmul\.csv: unknown XLA dtype combination 'q4xq4->f32'"):
+        import_xla_matmul(p2, catalog=catalog)

@@ -1,0 +1,96 @@
+"""The canonical measurement table: validation, normalisation, atomic writing, reading."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.data.schema import COLUMNS, read_table, schema_markdown, validate, write_table
+from hybrid.errors import SchemaError
+
+
+def _table() -> pd.DataFrame:
+    return pd.DataFrame({
+        "device": ["Tesla T4", "NVIDIA H100 80GB HBM3", "sm_90"],
+        "op": ["GEMM", "all_reduce", "layernorm"],
+        "dtype": ["float16", "bfloat16", None],
+        "time_us": [10.0, 20.0, 5.0],
+        "m": [64, None, None], "n": [64, None, None], "k": [64, None, None],
+        "size_bytes": [None, 1 << 20, None], "n_ranks": [None, 8, None],
+        "rows": [None, None, 128], "hidden": [None, None, 1024],
+        "in_place": [None, "true", None], "my_note": ["a", "b", "c"],
+    })
+
+
+def test_validate_normalises(catalog):
+    df = validate(_table(), catalog)
+    assert list(df["device"]) == ["T4", "H100-SXM", "H100-SXM"]
+    assert list(df["op"]) == ["gemm", "all_reduce", "layernorm"]
+    assert list(df["dtype"]) == ["fp16", "bf16", "fp32"]
+    assert str(df["m"].dtype) == "Int64" and bool(df["in_place"].iloc[1]) is True
+    names = [c.name for c in COLUMNS]
+    assert list(df.columns[:-1]) == [c for c in names if c in df.columns[:-1]] and df.columns[-1] == "my_note"
+
+
+@pytest.mark.parametrize(("column", "value", "message"), [
+    ("op", "conv3d", r"row 2 \(CSV line 3\), column 'op': unknown op 'conv3d'"),
+    ("time_us", -1.0, r"row 2 \(CSV line 3\), column 'time_us': must be positive"),
+    ("n_ranks", 2.5, r"column 'n_ranks': expected an integer"),
+    ("size_bytes", np.nan, r"column 'size_bytes': missing value \(NaN/empty\) for op 'all_reduce'"),
+    ("device", "Voodoo 5", r"column 'device': unknown device 'Voodoo 5'"),
+    ("dtype", "fp7", r"column 'dtype': unknown dtype 'fp7'"),
+    ("time_us", np.inf, r"column 'time_us': value is infinite"),
+])
+def test_validate_names_row_and_column(catalog, column, value, message):
+    df = _table()
+    df[column] = df[column].astype(object)
+    df.loc[1, column] = value
+    with pytest.raises(SchemaError, match=message):
+        validate(df, catalog, source="t.csv")
+
+
+def test_empty_and_missing_required(catalog):
+    with pytest.raises(SchemaError, match="table is empty"):
+        validate(_table().iloc[:0], catalog)
+    with pytest.raises(SchemaError, match="missing required column"):
+        validate(_table().drop(columns=["time_us"]), catalog)
+    with pytest.raises(SchemaError, match=r"column 'k': column required for op 'gemm' is missing"):
+        validate(_table().drop(columns=["k"]), catalog)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_write_read_round_trip(tmp_path, catalog, suffix):
+    path = write_table(_table(), tmp_path / f"t{suffix}", catalog)
+    back = read_table(path, catalog)
+    pd.testing.assert_frame_equal(back.reset_index(drop=True), validate(_table(), catalog),
+                                  check_dtype=False, check_column_type=False)
+
+
+def test_failed_write_leaves_nothing(tmp_path, catalog):
+    bad = _table()
+    bad.loc[0, "time_us"] = 0.0
+    with pytest.raises(SchemaError, match="time_us"):
+        write_table(bad, tmp_path / "t.csv", catalog)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_read_table_errors(tmp_path, catalog):
+    with pytest.raises(SchemaError, match="not found"):
+        read_table(tmp_path / "missing.csv", catalog)
+    p = tmp_path / "t.csv"
+    write_table(_table(), p, catalog)
+    p.write_text(p.read_text()[:-25])  # truncated last row: a required value goes missing
+    with pytest.raises(SchemaError, match=r"t\.csv: row 3"):
+        read_table(p, catalog)
+    g = tmp_path / "g.parquet"
+    g.write_bytes(b"not parquet at all")
+    with pytest.raises(SchemaError, match=r"g\.parquet: cannot parse"):
+        read_table(g, catalog)
+
+
+def test_schema_markdown_lists_every_column():
+    md = schema_markdown()
+    for c in COLUMNS:
+        assert f"| `{c.name}` |" in md
+    assert "| collective |" in md

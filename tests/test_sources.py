@@ -1,0 +1,103 @@
+"""The sources registry against the real public files: checksums, manifests, pulling, URLs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from hybrid.data.importers import IMPORTERS
+from hybrid.data.sources import (
+    SourceError,
+    get_source,
+    load_sources,
+    manifest_sha256,
+    pull,
+    recompute,
+    render_toml,
+    verify_dir,
+)
+from hybrid.errors import InvalidInputError
+
+
+def test_every_source_verifies_against_the_public_files(shared_datasets):
+    sources = load_sources()
+    readme = (shared_datasets / "README.md").read_text()
+    for s in sources.values():
+        assert s.local_path.split("/")[0] in readme  # every README folder has an entry and vice versa
+        rels = verify_dir(s, shared_datasets / s.local_path)
+        assert len(rels) == (len(s.files) or s.file_count) > 0
+        assert s.license and s.description
+        if s.repository:
+            assert len(s.commit) >= 8 and s.commit in readme
+        if s.importer:
+            assert s.importer in IMPORTERS
+    assert sum(s.file_count for s in sources.values() if s.glob) == 148 + 622
+
+
+def test_every_importer_file_belongs_to_a_source(shared_datasets):
+    sources = load_sources()
+    covered = set()
+    for s in sources.values():
+        root = shared_datasets / s.local_path
+        covered |= {(root / r).resolve() for r in (s.files or {r: "" for r in verify_dir(s, root)})}
+    for imp in IMPORTERS.values():
+        for p in imp.find(shared_datasets):
+            assert p.resolve() in covered, p
+
+
+def test_registry_round_trips_and_recomputes(shared_datasets, tmp_path):
+    sources = load_sources()
+    p = tmp_path / "s.toml"
+    p.write_text(render_toml(sources, "# header"))
+    assert load_sources(p) == sources
+    assert recompute(sources, shared_datasets) == sources  # checksums are what the files hash to
+
+
+def test_manifest_is_order_independent_and_sensitive():
+    a = manifest_sha256([("b", "2"), ("a", "1")])
+    assert a == manifest_sha256([("a", "1"), ("b", "2")])
+    assert a != manifest_sha256([("a", "1"), ("b", "3")]) and a != manifest_sha256([("a", "1")])
+
+
+def test_pull_from_mirror_file_and_glob_sources(shared_datasets, tmp_path):
+    out = pull("neusight-amd", tmp_path, from_dir=shared_datasets)
+    assert out == tmp_path / "neusight/scripts/asplos/data/dataset_amd"
+    assert len(verify_dir(get_source("neusight-amd"), out)) == 4
+    out = pull("nccl-tests-alcf", tmp_path, from_dir=shared_datasets)
+    assert len(verify_dir(get_source("nccl-tests-alcf"), out)) == 148
+    pull("xla-matmul", tmp_path, from_dir=shared_datasets)
+    pull("xla-collectives", tmp_path, from_dir=shared_datasets)  # shares xla/ with xla-matmul
+    assert {p.name for p in (tmp_path / "xla").iterdir()} == {"matmul_sm90_H100.csv", "collectives_sm90_H100.csv"}
+    assert not [p for p in tmp_path.rglob(".pull-*")]
+
+
+def test_pull_errors_leave_nothing(shared_datasets, tmp_path):
+    mirror = tmp_path / "mirror"
+    shutil.copytree(shared_datasets / "vidur/data/profiling/network", mirror / "vidur/data/profiling/network")
+    (mirror / "vidur/data/profiling/network/a40_pairwise_nvlink/send_recv.csv").unlink()
+    with pytest.raises(SourceError, match=r"vidur-network: missing file .*send_recv\.csv"):
+        pull("vidur-network", tmp_path / "out", from_dir=mirror)
+    assert not (tmp_path / "out/vidur/data/profiling/network").exists()
+    shutil.copytree(shared_datasets / "nccl-tests/xxrjun_nccl-tests-cluster", mirror / "nccl-tests/xxrjun_nccl-tests-cluster")
+    victim = next((mirror / "nccl-tests/xxrjun_nccl-tests-cluster").rglob("*.log"))
+    victim.write_text(victim.read_text().replace("1", "2", 1))
+    with pytest.raises(SourceError, match=r"nccl-tests-xxrjun: manifest mismatch"):
+        pull("nccl-tests-xxrjun", tmp_path / "out", from_dir=mirror)
+    assert not (tmp_path / "out/nccl-tests").exists() or not any((tmp_path / "out/nccl-tests").rglob("*.log"))
+    with pytest.raises(SourceError, match=r"xla-matmul cannot be downloaded.*--from"):
+        pull("xla-matmul", tmp_path / "out")
+    with pytest.raises(InvalidInputError, match="unknown source 'nope'"):
+        pull("nope", tmp_path / "out", from_dir=mirror)
+
+
+def test_download_urls_are_pinned():
+    s = get_source("neusight-train")
+    url = s.file_url("collect/bmm/p2.1.0/Tesla P4.csv")
+    assert url == ("https://raw.githubusercontent.com/sitar-lab/NeuSight/6945927d9afcca2b9daf021f8395e53edc5b4eef/"
+                   "scripts/asplos/data/dataset/train/collect/bmm/p2.1.0/Tesla%20P4.csv")
+    assert len(s.urls()) == len(s.files) and all(s.commit in u for u in s.urls())
+    g = get_source("nccl-tests-xxrjun")
+    assert g.urls() == ["https://codeload.github.com/xxrjun/nccl-tests-cluster/tar.gz/"
+                        "455de4f8dee2fa94cd4044a7109fd8c576f9e6c1"]
+    assert get_source("xla-matmul").urls() == []  # derived: mirror only
