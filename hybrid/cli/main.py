@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "devices": "hybrid.cli.devices:devices",
     "data": "hybrid.cli.data:data",
     "predict": "hybrid.cli.predict:predict",
+    "profile": "hybrid.cli.profile:profile",
     "simulate": "hybrid.cli.simulate:simulate",
     "shard": "hybrid.cli.shard:shard",
     "calibrate": "hybrid.cli.calibrate:calibrate",

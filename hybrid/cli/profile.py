@@ -1,0 +1,53 @@
+"""``hybrid profile``: measure this machine (CUDA GPU if present, else the CPU) into a measurement bundle."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from hybrid.errors import InvalidInputError
+
+
+def _parse_ranks(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        ranks = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise InvalidInputError(f"--ranks takes integers like 2 or 2,4; got {value!r}") from None
+    if not ranks:
+        raise InvalidInputError("--ranks is empty")
+    return ranks
+
+
+@click.command("profile")
+@click.option("--quick", is_flag=True, help="Small sweeps (about a minute on 2 CPU cores); collectives with 2 ranks.")
+@click.option("-o", "--output", "outdir", type=click.Path(path_type=Path), default=None,
+              help="Bundle directory to create [default: ./profile-<device key>].")
+@click.option("--device-name", default=None,
+              help="Device key to record (CPU: replaces cpu-<model>-<cores>c; GPU: a catalog name or alias).")
+@click.option("--ranks", default=None, help="Local process counts for collectives, e.g. 2 or 2,4 [default: 2,4; quick: 2].")
+@click.option("--only", default=None,
+              help="Comma-separated op families: gemm,elementwise,norm,softmax,embedding,collective [default: all].")
+@click.option("--threads", type=int, default=None, help="torch.set_num_threads value [default: all available cores].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shape / embedding designs.")
+@click.option("--cpu", "force_cpu", is_flag=True, help="Profile the CPU even when a CUDA GPU is available.")
+@click.option("--force", is_flag=True, help="Replace an existing output directory.")
+@click.option("--no-progress", is_flag=True, help="No progress bars on stderr.")
+def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: str | None, only: str | None,
+            threads: int | None, seed: int, force_cpu: bool, force: bool, no_progress: bool) -> None:
+    """Measure GEMM/GEMV, elementwise, norms, softmax, embedding-bag lookups (fwd+bwd) and collectives on
+    this machine and write a bundle: measurements.csv (canonical table), catalog.toml (the measured
+    device/system), meta.json (machine, versions, ceilings, durations). Needs PyTorch (the `profile` extra)."""
+    from hybrid.data.profiler.cases import PROFILE_FAMILIES
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    families = tuple(only.split(",")) if only is not None else PROFILE_FAMILIES
+    opts = ProfileOptions(quick=quick, families=families, ranks=_parse_ranks(ranks), device_name=device_name,
+                          threads=threads, seed=seed, progress=not no_progress, force_cpu=force_cpu)
+    result = run_profile(opts, outdir, force=force, command=["hybrid", "profile", *sys.argv[2:]],
+                         log=lambda msg: click.echo(msg, err=True))
+    counts = ", ".join(f"{k} {v}" for k, v in result.meta["row_counts"].items())
+    click.echo(f"wrote {result.path} ({len(result.table)} rows: {counts}) in {result.meta['durations_s']['total']:.0f} s")

@@ -1,0 +1,154 @@
+"""Measurement bundles: a directory holding ``measurements.csv``, ``catalog.toml`` and ``meta.json``.
+
+``hybrid profile`` writes one per run. ``catalog.toml`` has the same format as the packaged
+``hybrid/hardware/devices.toml`` / ``systems.toml`` (``[devices.<key>]`` and ``[systems.<key>]`` tables) and
+describes the measured device (and, for collectives, the system), so the table validates against
+``default_catalog()`` plus that file. Bundles are written atomically: everything goes into a temporary sibling
+directory that is renamed into place, so a failed run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from hybrid.errors import InvalidInputError, SchemaError
+from hybrid.hardware.catalog import CATALOG_ENV, Catalog, default_catalog
+
+TABLE_FILE = "measurements.csv"
+CATALOG_FILE = "catalog.toml"
+META_FILE = "meta.json"
+
+
+def _catalog_file(path: Path) -> Path | None:
+    """The catalog.toml belonging to a bundle directory or to a table file inside one."""
+    candidate = path / CATALOG_FILE if path.is_dir() else path.parent / CATALOG_FILE
+    return candidate if candidate.is_file() else None
+
+
+def _table_file(path: Path) -> Path:
+    if path.is_dir():
+        table = path / TABLE_FILE
+        if not table.is_file():
+            raise SchemaError(f"{path} is not a measurement bundle: it has no {TABLE_FILE}")
+        return table
+    if not path.is_file():
+        raise SchemaError(f"measurement bundle or table not found: {path}")
+    return path
+
+
+def bundle_catalog(paths: str | os.PathLike | Iterable[str | os.PathLike], base_files: Iterable[str] | None = None
+                   ) -> Catalog:
+    """The default catalog (plus ``$HYBRID_CATALOG`` files, or ``base_files``) merged with the ``catalog.toml``
+    of each bundle in ``paths`` (a bundle directory, or a table file whose directory holds one)."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if base_files is None:
+        base_files = [p for p in os.environ.get(CATALOG_ENV, "").split(os.pathsep) if p]
+    extra = list(base_files)
+    for p in paths:
+        cat = _catalog_file(Path(p))
+        if cat is not None and str(cat) not in extra:
+            extra.append(str(cat))
+    return default_catalog(extra)
+
+
+def load_bundle(path: str | os.PathLike) -> tuple[pd.DataFrame, Catalog]:
+    """Read a bundle directory (or a plain table file) and return ``(validated table, catalog)``.
+
+    The catalog is :func:`default_catalog` merged with the bundle's ``catalog.toml`` (if any), so the bundle's
+    own device and system resolve.
+    """
+    from hybrid.data.schema import read_table
+
+    p = Path(path)
+    table_path = _table_file(p)
+    catalog = bundle_catalog([p])
+    return read_table(table_path, catalog), catalog
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    """The bundle's ``meta.json`` (empty dict if it has none)."""
+    meta = Path(path) / META_FILE
+    if not meta.is_file():
+        return {}
+    try:
+        return json.loads(meta.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{meta}: not valid JSON ({exc})") from None
+
+
+# ------------------------------------------------------------------------------------------------ writing
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"cannot write non-finite number {value!r} to a catalog file")
+        return repr(float(f"{value:.6g}"))
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise InvalidInputError(f"cannot write {type(value).__name__} to a catalog file")
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("-", "").replace("_", "").isalnum() else json.dumps(key)
+
+
+def catalog_toml(devices: Mapping[str, Mapping[str, Any]], systems: Mapping[str, Mapping[str, Any]] | None = None,
+                 header: str = "") -> str:
+    """Catalog entries (human units, as in ``devices.toml``) as TOML text that :class:`Catalog` can load."""
+    lines = [f"# {line}" for line in header.splitlines()] if header else []
+    for section, entries in (("devices", devices), ("systems", systems or {})):
+        for key, entry in entries.items():
+            lines += ["", f"[{section}.{_toml_key(key)}]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in entry.items() if v is not None]
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: str, meta: Mapping[str, Any], *,
+                 force: bool = False) -> Path:
+    """Write a bundle atomically: validate ``table`` against the default catalog plus ``catalog_text``, write
+    all three files into a temporary sibling directory, then rename it to ``outdir``.
+
+    An existing non-empty ``outdir`` is an error unless ``force`` (then it is replaced).
+    """
+    from hybrid.data.schema import write_table
+
+    out = Path(outdir)
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"output path {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise InvalidInputError(f"output directory {out} already exists and is not empty (use --force to replace it)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        (tmp / CATALOG_FILE).write_text(catalog_text, encoding="utf-8")
+        catalog = bundle_catalog([tmp])
+        write_table(table, tmp / TABLE_FILE, catalog)
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+        if out.exists():
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

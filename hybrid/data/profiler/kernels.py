@@ -1,0 +1,276 @@
+"""Compute-kernel sweeps: GEMM/BMM/GEMV/linear, elementwise, layernorm/rmsnorm and softmax (fwd and bwd).
+
+Each ``*_cases`` function returns :class:`~hybrid.data.profiler.cases.Case` objects; the runner times them.
+Shapes come from fixed structured grids (squares, GEMV, skinny, batched) plus a seeded log-uniform random
+sample, capped in FLOPs and bytes so a full CPU profile stays within minutes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hybrid.data.profiler.backend import Backend
+from hybrid.data.profiler.cases import Case, random_tensor, torch_dtype
+from hybrid.data.profiler.timing import rotation_sets
+
+#: Largest GEMM (FLOPs) in the sweep, per backend and mode.
+GEMM_FLOP_CAP = {("cpu", False): 1.8e10, ("cpu", True): 4e8, ("cuda", False): 2e12, ("cuda", True): 2e11}
+#: Largest elementwise / norm tensor (elements), per backend and mode.
+ELEMENT_CAP = {("cpu", False): 2**25, ("cpu", True): 2**21, ("cuda", False): 2**28, ("cuda", True): 2**24}
+#: FLOPs per element of the backward of a pointwise activation (derivative evaluation + product with grad).
+ACTIVATION_BWD_FLOPS = {"relu": 1.0, "gelu": 16.0, "silu": 8.0, "sigmoid": 3.0, "tanh": 3.0}
+#: Elementwise variants timed forward: name -> (inputs, outputs, FLOPs/element).
+ELEMENTWISE_FWD = {"add": (2, 1, 1.0), "mul": (2, 1, 1.0), "relu": (1, 1, 1.0), "gelu": (1, 1, 8.0),
+                   "silu": (1, 1, 4.0), "sigmoid": (1, 1, 4.0), "exp": (1, 1, 2.0), "copy": (1, 1, 0.0)}
+
+
+def kernel_dtypes(backend: Backend, quick: bool) -> tuple[str, ...]:
+    """dtypes swept for compute kernels: fp32 (+bf16 on CPUs; fp32/tf32/fp16/bf16 on GPUs).
+
+    fp16 is not swept on CPUs: PyTorch's CPU fp16 GEMM runs at well under 1 GFLOP/s on common x86 parts.
+    """
+    if backend.is_cuda:
+        return ("fp32", "bf16") if quick else ("fp32", "tf32", "fp16", "bf16")
+    return ("fp32",) if quick else ("fp32", "bf16")
+
+
+def _mode(backend: Backend, quick: bool) -> tuple[str, bool]:
+    return ("cuda" if backend.is_cuda else "cpu", quick)
+
+
+# ---------------------------------------------------------------------------------------------- GEMM
+def gemm_shapes(backend: Backend, quick: bool, seed: int) -> list[tuple[str, int, int, int, int]]:
+    """(op, b, m, n, k) shapes: squares, GEMV (m=1 / n=1), skinny, batched, linear, and a random sample."""
+    cap = GEMM_FLOP_CAP[_mode(backend, quick)]
+    shapes: list[tuple[str, int, int, int, int]] = []
+    squares = (64, 256, 1024) if quick else (32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096)
+    shapes += [("gemm", 1, s, s, s) for s in squares]
+    gemv = (256, 2048) if quick else (128, 512, 1024, 2048, 4096, 8192)
+    shapes += [("gemv", 1, 1, s, s) for s in gemv] + [("gemv", 1, s, 1, s) for s in gemv]
+    if not quick:
+        shapes += [("gemv", 1, 1, 4 * s, s) for s in (512, 1024, 2048)]
+        shapes += [("gemv", 1, 4 * s, 1, s) for s in (512, 1024, 2048)]
+    skinny = ((8, 1024, 1024), (16, 4096, 1024)) if quick else (
+        (2, 2048, 2048), (8, 1024, 1024), (8, 4096, 4096), (16, 4096, 1024), (32, 1024, 4096),
+        (64, 8192, 512), (4096, 16, 1024), (2048, 64, 2048), (1024, 1024, 16), (4096, 4096, 8))
+    shapes += [("gemm", 1, m, n, k) for m, n, k in skinny]
+    batched = ((8, 128, 128, 64),) if quick else (
+        (8, 128, 128, 64), (16, 256, 256, 64), (32, 512, 64, 512), (64, 128, 128, 128), (12, 512, 512, 64),
+        (4, 1024, 1024, 256))
+    shapes += [("bmm", b, m, n, k) for b, m, n, k in batched]
+    linear = ((4, 64, 512, 512),) if quick else (
+        (4, 128, 1024, 1024), (8, 512, 4096, 1024), (1, 2048, 1024, 4096), (16, 64, 512, 512), (32, 1, 1024, 1024))
+    shapes += [("linear", b, m, n, k) for b, m, n, k in linear]
+    rng = np.random.default_rng(seed)
+    n_random = 4 if quick else 40
+    lo, hi = np.log(1), np.log(8192)
+    while n_random > 0:
+        m, n, k = (int(round(float(np.exp(rng.uniform(lo, hi))))) for _ in range(3))
+        if 2.0 * m * n * k > cap or min(m, n) < 1 or k < 1:
+            continue
+        op = "gemv" if (m == 1 or n == 1) else "gemm"
+        shapes.append((op, 1, m, n, k))
+        n_random -= 1
+    return [s for s in dict.fromkeys(shapes) if 2.0 * s[1] * s[2] * s[3] * s[4] <= cap]
+
+
+def gemm_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> list[Case]:
+    """GEMM/BMM/GEMV/linear cases over :func:`gemm_shapes` x :func:`kernel_dtypes`."""
+    torch = backend.torch
+    cases = []
+    for dtype in kernel_dtypes(backend, quick):
+        shapes = gemm_shapes(backend, quick, seed)
+        if dtype != "fp32" and not quick:
+            shapes = shapes[::2]  # the other dtypes get every second shape
+        for op, b, m, n, k in shapes:
+            row = {"op": op, "dtype": dtype, "b": b, "m": m, "n": n, "k": k, "direction": "fwd",
+                   "variant": _gemm_variant(op, m, n)}
+            elem = 2 if dtype in ("bf16", "fp16") else 4
+            ws = elem * (b * m * k + (k * n if op == "linear" else b * k * n) + b * m * n)
+            cases.append(Case("gemm", row, _gemm_builder(backend, torch, op, b, m, n, k, dtype, ws, llc_bytes), ws))
+    return cases
+
+
+def _gemm_variant(op: str, m: int, n: int) -> str:
+    if op == "gemv":
+        return "mv" if n == 1 else "mm_m1"
+    return {"gemm": "mm", "bmm": "bmm", "linear": "linear_nobias"}[op]
+
+
+def _gemm_builder(backend: Backend, torch: Any, op: str, b: int, m: int, n: int, k: int, dtype: str,
+                  ws: float, llc: int):
+    def build():
+        dev = backend.torch_device
+        dt = torch_dtype(torch, dtype)
+        if backend.is_cuda:
+            torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        sets = rotation_sets(ws, llc)
+        if op == "bmm":
+            data = [(random_tensor(torch, (b, m, k), dt, dev), random_tensor(torch, (b, k, n), dt, dev))
+                    for _ in range(sets)]
+            return (lambda i: torch.bmm(*data[i % sets])), None
+        if op == "linear":
+            data = [(random_tensor(torch, (b, m, k), dt, dev), random_tensor(torch, (n, k), dt, dev))
+                    for _ in range(sets)]
+            return (lambda i: torch.nn.functional.linear(*data[i % sets])), None
+        if op == "gemv" and n == 1:
+            data = [(random_tensor(torch, (m, k), dt, dev), random_tensor(torch, (k,), dt, dev)) for _ in range(sets)]
+            return (lambda i: torch.mv(*data[i % sets])), None
+        data = [(random_tensor(torch, (m, k), dt, dev), random_tensor(torch, (k, n), dt, dev)) for _ in range(sets)]
+        return (lambda i: torch.mm(*data[i % sets])), None
+
+    return build
+
+
+# ---------------------------------------------------------------------------------------------- elementwise
+def elementwise_sizes(backend: Backend, quick: bool) -> list[int]:
+    cap = ELEMENT_CAP[_mode(backend, quick)]
+    step = 16 if quick else 4
+    sizes, s = [], 2**10
+    while s <= cap:
+        sizes.append(s)
+        s *= step
+    return sizes
+
+
+def elementwise_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> list[Case]:
+    """Pointwise ops forward (add, mul, relu, gelu, silu, sigmoid, exp, copy) and activation backwards."""
+    torch = backend.torch
+    F = torch.nn.functional
+    aten = torch.ops.aten
+    fwd = {
+        "add": lambda a, b: torch.add(a, b), "mul": lambda a, b: torch.mul(a, b), "relu": lambda a: torch.relu(a),
+        "gelu": lambda a: F.gelu(a), "silu": lambda a: F.silu(a), "sigmoid": lambda a: torch.sigmoid(a),
+        "exp": lambda a: torch.exp(a), "copy": lambda a: a.clone(),
+    }
+    bwd = {
+        "relu": lambda g, x: aten.threshold_backward(g, x, 0), "gelu": lambda g, x: aten.gelu_backward(g, x),
+        "silu": lambda g, x: aten.silu_backward(g, x), "sigmoid": lambda g, y: aten.sigmoid_backward(g, y),
+    }
+    variants = ("add", "mul", "relu", "gelu", "silu") if quick else tuple(fwd)
+    cases = []
+    for dtype in kernel_dtypes(backend, quick):
+        if dtype == "tf32":
+            continue  # TF32 only changes matmuls
+        elem = 2 if dtype in ("bf16", "fp16") else 4
+        sizes = elementwise_sizes(backend, quick)
+        if dtype != "fp32":
+            sizes = sizes[::2]
+        for size in sizes:
+            for variant in variants:
+                n_in, n_out, fpe = ELEMENTWISE_FWD[variant]
+                row = {"op": "elementwise", "dtype": dtype, "variant": variant, "direction": "fwd",
+                       "elements": size, "n_inputs": n_in, "n_outputs": n_out, "flops_per_element": fpe}
+                ws = float(size * elem * (n_in + n_out))
+                cases.append(Case("elementwise", row, _pointwise_builder(backend, fwd[variant], n_in, size, dtype,
+                                                                         ws, llc_bytes), ws))
+            for variant in (v for v in bwd if v in variants or not quick):
+                row = {"op": "elementwise", "dtype": dtype, "variant": variant, "direction": "bwd",
+                       "elements": size, "n_inputs": 2, "n_outputs": 1,
+                       "flops_per_element": ACTIVATION_BWD_FLOPS[variant]}
+                ws = float(size * elem * 3)
+                cases.append(Case("elementwise", row, _pointwise_builder(backend, bwd[variant], 2, size, dtype,
+                                                                         ws, llc_bytes), ws))
+    return cases
+
+
+def _pointwise_builder(backend: Backend, fn, n_in: int, size: int, dtype: str, ws: float, llc: int):
+    def build():
+        torch = backend.torch
+        dt = torch_dtype(torch, dtype)
+        sets = rotation_sets(ws, llc)
+        data = [tuple(random_tensor(torch, (size,), dt, backend.torch_device) for _ in range(n_in))
+                for _ in range(sets)]
+        return (lambda i: fn(*data[i % sets])), None
+
+    return build
+
+
+# ---------------------------------------------------------------------------------------------- norms, softmax
+def row_shapes(backend: Backend, quick: bool) -> list[tuple[int, int]]:
+    """(rows, hidden) pairs for norms and softmax, capped in elements."""
+    cap = ELEMENT_CAP[_mode(backend, quick)]
+    rows = (64, 2048) if quick else (16, 128, 512, 2048, 8192, 32768)
+    hidden = (256, 2048) if quick else (64, 256, 768, 1024, 2048, 4096, 8192)
+    return [(r, h) for r in rows for h in hidden if r * h <= cap]
+
+
+def norm_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> list[Case]:
+    """layernorm and rmsnorm (where ``torch.nn.functional.rms_norm`` exists), fwd and bwd."""
+    torch = backend.torch
+    ops = ["layernorm"] + (["rmsnorm"] if hasattr(torch.nn.functional, "rms_norm") else [])
+    return _rowwise_cases(backend, ops, "norm", quick, llc_bytes)
+
+
+def softmax_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> list[Case]:
+    """softmax over the last dimension, fwd and bwd."""
+    return _rowwise_cases(backend, ["softmax"], "softmax", quick, llc_bytes)
+
+
+def _rowwise_cases(backend: Backend, ops: list[str], family: str, quick: bool, llc: int) -> list[Case]:
+    cases = []
+    for dtype in kernel_dtypes(backend, quick):
+        if dtype == "tf32":
+            continue
+        elem = 2 if dtype in ("bf16", "fp16") else 4
+        shapes = row_shapes(backend, quick)
+        if dtype != "fp32":
+            shapes = shapes[::2]
+        for op in ops:
+            for rows, hidden in shapes:
+                for direction in ("fwd", "bwd"):
+                    row = {"op": op, "dtype": dtype, "rows": rows, "hidden": hidden, "direction": direction,
+                           "variant": "affine" if op == "layernorm" else ("weight" if op == "rmsnorm" else "lastdim")}
+                    ws = float(rows * hidden * elem * (3 if direction == "bwd" else 2))
+                    cases.append(Case(family, row, _rowwise_builder(backend, op, direction, rows, hidden, dtype,
+                                                                    ws, llc), ws))
+    return cases
+
+
+def _rowwise_builder(backend: Backend, op: str, direction: str, rows: int, hidden: int, dtype: str,
+                     ws: float, llc: int):
+    def build():
+        torch = backend.torch
+        F = torch.nn.functional
+        dt = torch_dtype(torch, dtype)
+        dev = backend.torch_device
+        sets = rotation_sets(ws, llc)
+        xs = [random_tensor(torch, (rows, hidden), dt, dev) for _ in range(sets)]
+        w = random_tensor(torch, (hidden,), dt, dev)
+        bias = random_tensor(torch, (hidden,), dt, dev)
+
+        if op == "layernorm":
+            def forward(x):
+                return F.layer_norm(x, (hidden,), w, bias)
+        elif op == "rmsnorm":
+            def forward(x):
+                return F.rms_norm(x, (hidden,), w)
+        else:
+            def forward(x):
+                return torch.softmax(x, dim=-1)
+
+        if direction == "fwd":
+            return (lambda i: forward(xs[i % sets])), None
+        grads = [random_tensor(torch, (rows, hidden), dt, dev) for _ in range(sets)]
+        if op == "softmax":
+            outs = [torch.softmax(x, dim=-1) for x in xs]
+            aten = torch.ops.aten
+            return (lambda i: aten._softmax_backward_data(grads[i % sets], outs[i % sets], -1, dt)), None
+        # norms: the forward graph is rebuilt untimed in prepare(); run() times the backward only
+        params = [w, bias] if op == "layernorm" else [w]
+        for p in params:
+            p.requires_grad_(True)
+        leaves = [x.requires_grad_(True) for x in xs]
+        state: dict[str, Any] = {}
+
+        def prepare(i: int) -> None:
+            state["y"] = forward(leaves[i % sets])
+
+        def run(i: int) -> Any:
+            return torch.autograd.grad(state["y"], [leaves[i % sets], *params], grads[i % sets])
+
+        return run, prepare
+
+    return build

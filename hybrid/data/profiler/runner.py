@@ -1,0 +1,386 @@
+"""Orchestration of ``hybrid profile``: options, device identity, sweeps, catalog entries, meta, the bundle.
+
+:func:`run_profile` measures on the machine at hand (a CUDA GPU if PyTorch sees one, else the CPU) and writes a
+measurement bundle (see :mod:`hybrid.data.bundle`). Options are checked before anything is measured or written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.bundle import catalog_toml, write_bundle
+from hybrid.data.profiler import collectives as coll
+from hybrid.data.profiler import embedding as emb
+from hybrid.data.profiler import kernels
+from hybrid.data.profiler.backend import Backend, available_cores, open_backend, require_torch
+from hybrid.data.profiler.cases import PROFILE_FAMILIES, Case
+from hybrid.data.profiler.ceilings import Ceilings, measure_ceilings
+from hybrid.data.profiler.timing import FULL_POLICY, QUICK_POLICY, last_level_cache_bytes, measure
+from hybrid.errors import HybridError, InvalidInputError
+
+#: ``source`` column of every profiler row.
+SOURCE = "hybrid-profile"
+#: Embedding weight arena: at most this many bytes, and at most this share of available memory.
+ARENA_MAX_BYTES = {False: 2 * 2**30, True: 64 * 2**20}
+ARENA_MEMORY_SHARE = 0.15
+
+
+@dataclass
+class ProfileOptions:
+    """What to measure. ``families`` is a subset of :data:`PROFILE_FAMILIES` (ceilings always run)."""
+
+    quick: bool = False
+    families: tuple[str, ...] = PROFILE_FAMILIES
+    ranks: tuple[int, ...] | None = None  # default: (2, 4), quick: (2,)
+    device_name: str | None = None
+    threads: int | None = None  # default: all cores in the affinity mask
+    seed: int = 0
+    progress: bool = True
+    force_cpu: bool = False
+
+    def checked(self) -> ProfileOptions:
+        """A copy with defaults filled in; raises :class:`InvalidInputError` on a bad option."""
+        fams = tuple(dict.fromkeys(f.strip().lower() for f in self.families if f.strip()))
+        unknown = [f for f in fams if f not in PROFILE_FAMILIES]
+        if unknown or not fams:
+            raise InvalidInputError(f"unknown op family {', '.join(unknown) or '(none given)'}; "
+                                    f"choose from {', '.join(PROFILE_FAMILIES)}")
+        ranks = self.ranks if self.ranks is not None else ((2,) if self.quick else (2, 4))
+        ranks = tuple(sorted(set(int(r) for r in ranks)))
+        if any(r < 2 for r in ranks):
+            raise InvalidInputError(f"--ranks must be >= 2 (collectives need peers), got {list(ranks)}")
+        if any(r > 64 for r in ranks):
+            raise InvalidInputError(f"--ranks {max(ranks)} is more local processes than sensible (max 64)")
+        if self.threads is not None and self.threads < 1:
+            raise InvalidInputError(f"--threads must be >= 1, got {self.threads}")
+        if self.device_name is not None and not self.device_name.strip():
+            raise InvalidInputError("--device-name must not be empty")
+        return ProfileOptions(self.quick, fams, ranks, self.device_name, self.threads, self.seed, self.progress,
+                              self.force_cpu)
+
+
+@dataclass
+class ProfileResult:
+    """What a run produced: the bundle path, its table, catalog text and meta."""
+
+    path: Path
+    table: pd.DataFrame
+    catalog_text: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def sanitize(name: str) -> str:
+    """A catalog-key-friendly form of a hardware name: ``AMD EPYC 7B13 64-Core Processor`` -> ``amd-epyc-7b13``."""
+    s = re.sub(r"\((r|tm|c)\)", "", name.lower())
+    s = re.sub(r"@.*$", "", s)
+    s = re.sub(r"\b(processor|cpu|\d+-core)\b", "", s)
+    s = re.sub(r"[^a-z0-9]+", "-", s).strip("-")
+    return s or "unknown"
+
+
+def cpu_device_key(model: str, cores: int) -> str:
+    """``cpu-<sanitised model>-<cores>c``; ``cores`` is the thread count the profile ran with."""
+    return f"cpu-{sanitize(model)}-{cores}c"
+
+
+def default_outdir(device_key: str) -> Path:
+    return Path.cwd() / f"profile-{device_key}"
+
+
+def check_outdir(outdir: Path | None, force: bool) -> None:
+    if outdir is None:
+        return
+    if outdir.exists() and not outdir.is_dir():
+        raise InvalidInputError(f"output path {outdir} exists and is not a directory")
+    if outdir.is_dir() and any(outdir.iterdir()) and not force:
+        raise InvalidInputError(f"output directory {outdir} already exists and is not empty (use --force to replace it)")
+
+
+def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None, *, force: bool = False,
+                command: Sequence[str] | None = None,
+                log: Callable[[str], None] | None = None) -> ProfileResult:
+    """Measure this machine and write a bundle to ``outdir`` (default ``./profile-<device key>``)."""
+    started = time.perf_counter()
+    opts = options.checked()
+    out = Path(outdir) if outdir is not None else None
+    check_outdir(out, force)
+    torch = require_torch()
+    backend = open_backend(torch, threads=opts.threads, force_cpu=opts.force_cpu)
+    say = log or (lambda _msg: None)
+    durations: dict[str, float] = {}
+
+    llc = last_level_cache_bytes(backend)
+    t0 = time.perf_counter()
+    say(f"measuring ceilings on {backend.kind} ({backend.device_name()}, {backend.threads} threads)")
+    ceilings = measure_ceilings(backend, quick=opts.quick, llc_bytes=llc)
+    durations["ceilings"] = time.perf_counter() - t0
+    device_key, device_entry = _device_identity(backend, opts, ceilings)
+    out = out or default_outdir(device_key)
+    check_outdir(out, force)
+
+    policy = QUICK_POLICY if opts.quick else FULL_POLICY
+    rows: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    builders = {
+        "gemm": lambda: kernels.gemm_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
+        "elementwise": lambda: kernels.elementwise_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
+        "norm": lambda: kernels.norm_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
+        "softmax": lambda: kernels.softmax_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
+        "embedding": lambda: emb.embedding_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
+                                                 arena_bytes=_arena_bytes(opts.quick)),
+    }
+    for family in opts.families:
+        if family == "collective":
+            continue
+        t0 = time.perf_counter()
+        cases = builders[family]()
+        rows += _measure_cases(backend, family, cases, policy, opts.progress, skipped)
+        durations[family] = time.perf_counter() - t0
+        _release(backend)
+
+    system_key, system_entry, coll_notes = None, None, {}
+    if "collective" in opts.families:
+        t0 = time.perf_counter()
+        system_key = f"{device_key}-{'nccl' if backend.is_cuda else 'gloo'}"
+        coll_rows: list[dict[str, Any]] = []
+        for world in opts.ranks or ():
+            if backend.is_cuda and torch.cuda.device_count() < world:
+                coll_notes[f"x{world}"] = f"skipped: {torch.cuda.device_count()} GPU(s) < {world} ranks"
+                continue
+            res = coll.run_collectives(backend, world, quick=opts.quick, progress=opts.progress)
+            coll_rows += [{**r, "system": system_key} for r in res.rows]
+            coll_notes[f"x{world}"] = {"calls": res.calls, "unsupported": res.unsupported}
+        if coll_rows:
+            system_entry = _system_entry(backend, device_key, coll_rows)
+            rows += coll_rows
+        else:
+            system_key = None
+        durations["collective"] = time.perf_counter() - t0
+
+    if not rows:
+        raise HybridError("the profile produced no measurements (every case was skipped; see the log)")
+    table = _finish_table(backend, device_key, rows)
+    devices = {device_key: device_entry} if device_entry is not None else {}
+    systems = {system_key: system_entry} if system_entry is not None else {}
+    header = (f"Written by `hybrid profile` on {_dt.date.today().isoformat()} "
+              f"({backend.device_name()}, {backend.threads} threads). Human units as in hybrid/hardware/devices.toml.")
+    text = catalog_toml(devices, systems, header=header)
+    durations["total"] = time.perf_counter() - started
+    meta = _meta(backend, opts, ceilings, device_key, system_key, durations, skipped, coll_notes, command, table)
+    path = write_bundle(out, table, text, meta, force=force)
+    return ProfileResult(path=path, table=table, catalog_text=text, meta=meta)
+
+
+def _arena_bytes(quick: bool) -> float:
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    cap = ARENA_MAX_BYTES[quick]
+    return float(min(cap, ARENA_MEMORY_SHARE * avail)) if avail else float(cap)
+
+
+def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any, progress: bool,
+                   skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from tqdm import tqdm
+
+    torch = backend.torch
+    oom = tuple(t for t in (MemoryError, getattr(torch, "OutOfMemoryError", None)) if t is not None)
+    rows = []
+    for case in tqdm(cases, desc=family, unit="cfg", disable=not progress, leave=False, file=sys.stderr):
+        try:
+            run, prepare = case.build()
+            timing = measure(backend, run, prepare=prepare, policy=policy)
+        except oom as exc:  # record, never drop silently
+            skipped.append({**case.row, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
+            _release(backend)
+            continue
+        finally:
+            run = prepare = None  # free the case's tensors before the next one
+        rows.append({**case.row, **timing.as_row()})
+    return rows
+
+
+def _release(backend: Backend) -> None:
+    if backend.is_cuda:
+        backend.torch.cuda.empty_cache()
+
+
+def _device_identity(backend: Backend, opts: ProfileOptions, ceilings: Ceilings) -> tuple[str, dict | None]:
+    """(device key, catalog entry to write or None when the catalog already knows the device)."""
+    from hybrid.hardware.catalog import default_catalog
+
+    catalog = default_catalog()
+    if backend.is_cuda:
+        name = opts.device_name or backend.device_name()
+        key = catalog.resolve_device(name, missing_ok=True)
+        if key is not None:
+            return key, None
+        return sanitize(name), _gpu_entry(backend, name, ceilings)
+    from hybrid.hardware.cpu import cpu_model_name
+
+    model = cpu_model_name()
+    key = sanitize(opts.device_name) if opts.device_name else cpu_device_key(model, backend.threads)
+    known = catalog.resolve_device(key, missing_ok=True)
+    if known is not None and catalog.devices[known].kind != "cpu":
+        raise InvalidInputError(f"--device-name {opts.device_name!r} is the catalog GPU {known!r}; "
+                                "this run measures the CPU")
+    return key, _cpu_entry(model, backend.threads, ceilings)
+
+
+def _cpu_entry(model: str, threads: int, c: Ceilings) -> dict[str, Any]:
+    from hybrid.hardware.cpu import describe_local_cpu
+
+    est = describe_local_cpu(cores=threads)
+    vendor = _cpu_vendor()
+    return {
+        "vendor": vendor, "kind": "cpu", "arch": platform.machine(),
+        "peak_tflops": {k: v / 1e12 for k, v in c.peak_flops.items()},
+        "mem_bw_gbps": c.mem_bw / 1e9,
+        "mem_gib": est.mem_capacity / 2**30,
+        "l2_mib": c.llc_bytes / 2**20,
+        "sms": threads,
+        "boost_clock_mhz": est.clock_mhz,
+        "kernel_latency_us": c.kernel_latency_us,
+        "source": f"measured by hybrid profile on {_dt.date.today().isoformat()}: {model}, {threads} threads "
+                  "(peaks = fastest large GEMM, mem_bw = large copy, latency = median one-element add)",
+        "notes": "l2_mib holds the last-level (L3) cache size; sms holds the threads used",
+    }
+
+
+def _cpu_vendor() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("vendor_id"):
+                v = line.split(":", 1)[1].strip()
+                return {"AuthenticAMD": "amd", "GenuineIntel": "intel"}.get(v, v.lower() or "cpu")
+    except OSError:
+        pass
+    return "arm" if platform.machine().lower() in ("aarch64", "arm64") else "cpu"
+
+
+def _gpu_entry(backend: Backend, name: str, c: Ceilings) -> dict[str, Any]:
+    torch = backend.torch
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    vendor = "amd" if getattr(torch.version, "hip", None) else "nvidia"
+    return {
+        "vendor": vendor, "kind": "gpu", "arch": f"sm_{props.major}{props.minor}" if vendor == "nvidia" else "",
+        "peak_tflops": {k: v / 1e12 for k, v in c.peak_flops.items()},
+        "mem_bw_gbps": c.mem_bw / 1e9, "mem_gib": props.total_memory / 2**30, "l2_mib": c.llc_bytes / 2**20,
+        "sms": int(props.multi_processor_count), "kernel_latency_us": c.kernel_latency_us, "aliases": [name],
+        "source": f"measured by hybrid profile on {_dt.date.today().isoformat()}: {name} (not in the catalog)",
+    }
+
+
+def _system_entry(backend: Backend, device_key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Local N-process system: bus bandwidth from the largest messages, step latency from the smallest."""
+    df = pd.DataFrame(rows)
+    ar = df[df["op"] == "all_reduce"] if (df["op"] == "all_reduce").any() else df
+    n = ar["n_ranks"].astype(float)
+    bus = ar["size_bytes"] * 2.0 * (n - 1) / n / (ar["time_us"] * 1e-6)
+    smallest = ar[ar["n_ranks"] == ar["n_ranks"].min()]
+    small = smallest.loc[smallest["size_bytes"].idxmin()]
+    steps = 2.0 * max(1.0, np.ceil(np.log2(max(float(small["n_ranks"]), 2.0))))
+    fabric = "NCCL between local GPUs" if backend.is_cuda else "gloo over shared memory / loopback between local processes"
+    return {
+        "device": device_key, "gpus_per_node": int(df["n_ranks"].max()), "intra_fabric": fabric,
+        "intra_node_gbps": float(bus.max()) / 1e9, "intra_latency_us": float(small["time_us"]) / steps,
+        "source": f"measured by hybrid profile on {_dt.date.today().isoformat()}: intra_node_gbps = best all_reduce "
+                  "bus bandwidth, intra_latency_us = smallest all_reduce / (2 log2 ranks)",
+    }
+
+
+def _library_version(backend: Backend, gloo: bool = False) -> str:
+    torch = backend.torch
+    if backend.is_cuda:
+        parts = [f"cuda {torch.version.cuda}"]
+        if torch.backends.cudnn.is_available():
+            parts.append(f"cudnn {torch.backends.cudnn.version()}")
+        try:
+            parts.append("nccl " + ".".join(str(x) for x in torch.cuda.nccl.version()))
+        except Exception:  # NCCL not built in
+            pass
+        return ", ".join(parts)
+    cfg = torch.__config__.show()
+    parts = []
+    for pat, label in ((r"Math Kernel Library Version ([\w.\-]+)", "mkl"), (r"MKL-DNN v([\w.]+)", "onednn")):
+        m = re.search(pat, cfg)
+        if m:
+            parts.append(f"{label} {m.group(1)}")
+    if gloo:
+        parts.append("gloo")
+    return ", ".join(parts) or "unknown"
+
+
+def _finish_table(backend: Backend, device_key: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    df.insert(0, "device", device_key)
+    df["source"] = SOURCE
+    df["framework"] = "pytorch"
+    df["framework_version"] = str(backend.torch.__version__)
+    lib = _library_version(backend)
+    coll_lib = _library_version(backend, gloo=not backend.is_cuda)
+    is_coll = df["op"].isin(coll.COLLECTIVE_OPS)
+    df["library_version"] = np.where(is_coll, coll_lib, lib)
+    return df
+
+
+def _meta(backend: Backend, opts: ProfileOptions, ceilings: Ceilings, device_key: str, system_key: str | None,
+          durations: dict[str, float], skipped: list[dict[str, Any]], coll_notes: dict[str, Any],
+          command: Sequence[str] | None, table: pd.DataFrame) -> dict[str, Any]:
+    torch = backend.torch
+    from hybrid.hardware.cpu import cpu_model_name
+
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        mem = None
+    counts = table.groupby("op").size().to_dict()
+    return {
+        "tool": "hybrid profile",
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join(command) if command is not None else shlex.join(sys.argv),
+        "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(opts).items()},
+        "device": device_key,
+        "system": system_key,
+        "backend": backend.kind,
+        "device_name": backend.device_name(),
+        "machine": {"hostname": platform.node(), "platform": platform.platform(), "arch": platform.machine(),
+                    "cpu_model": cpu_model_name(), "cores_available": available_cores(),
+                    "cpu_count": os.cpu_count(), "memory_bytes": mem,
+                    "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+        "versions": {"python": platform.python_version(), "torch": str(torch.__version__),
+                     "numpy": np.__version__, "pandas": pd.__version__,
+                     "library": _library_version(backend, gloo=not backend.is_cuda)},
+        "threads": {"torch_num_threads": torch.get_num_threads(),
+                    "torch_num_interop_threads": torch.get_num_interop_threads(),
+                    "requested": opts.threads, "policy": "torch.set_num_threads(--threads, default: all cores in "
+                    "the affinity mask); collective ranks get threads // ranks each (at least 1)",
+                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+                    "MKL_NUM_THREADS": os.environ.get("MKL_NUM_THREADS")},
+        "timing_policy": asdict(QUICK_POLICY if opts.quick else FULL_POLICY),
+        "ceilings": {"peak_tflops": {k: v / 1e12 for k, v in ceilings.peak_flops.items()},
+                     "mem_bw_gbps": ceilings.mem_bw / 1e9, "kernel_latency_us": ceilings.kernel_latency_us,
+                     "llc_bytes": ceilings.llc_bytes, **ceilings.details},
+        "collectives": coll_notes,
+        "skipped_cases": skipped,
+        "row_counts": {str(k): int(v) for k, v in counts.items()},
+        "n_rows": len(table),
+        "durations_s": {k: round(v, 2) for k, v in durations.items()},
+    }

@@ -1,0 +1,130 @@
+"""Measurement bundles: catalog.toml round trip, atomic writing, loading a directory or a table file."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hybrid.data.bundle import (
+    CATALOG_FILE,
+    META_FILE,
+    TABLE_FILE,
+    bundle_catalog,
+    catalog_toml,
+    load_bundle,
+    read_meta,
+    write_bundle,
+)
+from hybrid.errors import InvalidInputError, SchemaError
+from hybrid.hardware.catalog import Catalog
+
+
+def _device(key: str, fp32: float = 0.05) -> dict:
+    return {"vendor": "amd", "kind": "cpu", "arch": "x86_64", "peak_tflops": {"fp32": fp32, "bf16": 2 * fp32},
+            "mem_bw_gbps": 12.5, "mem_gib": 16.0, "l2_mib": 32.0, "sms": 2, "kernel_latency_us": 1.5,
+            "source": 'test entry with "quotes" and a backslash \\ in it'}
+
+
+def _system(key: str, device: str) -> dict:
+    return {"device": device, "gpus_per_node": 4, "intra_node_gbps": 1.25, "intra_latency_us": 120.0,
+            "source": "test"}
+
+
+def _table(device: str, system: str) -> pd.DataFrame:
+    return pd.DataFrame([
+        {"device": device, "op": "gemm", "dtype": "fp32", "m": 64, "n": 64, "k": 64, "time_us": 12.5,
+         "repeats": 10, "source": "hybrid-profile"},
+        {"device": device, "op": "embedding_bag", "num_embeddings": 1000, "embedding_dim": 16,
+         "pooling_factor": 3.5, "batch_size": 64, "num_tables": 2, "index_dist": "zipf", "zipf_alpha": 1.05,
+         "direction": "bwd", "variant": "sparse_sgd", "time_us": 80.0, "repeats": 5},
+        {"device": device, "op": "all_reduce", "size_bytes": 1024, "n_ranks": 2, "n_nodes": 1, "system": system,
+         "time_us": 300.0, "repeats": 20},
+    ])
+
+
+def test_catalog_toml_round_trips_through_the_catalog_loader(tmp_path):
+    text = catalog_toml({"cpu-test-2c": _device("cpu-test-2c")}, {"cpu-test-2c-gloo": _system("x", "cpu-test-2c")},
+                        header="two lines\nof header")
+    raw = tomllib.loads(text)
+    assert raw["devices"]["cpu-test-2c"]["peak_tflops"] == {"fp32": 0.05, "bf16": 0.1}
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    cat = Catalog.load([path])
+    dev = cat.device("cpu-test-2c")
+    assert dev.kind == "cpu" and dev.peak("fp32") == pytest.approx(0.05e12) and dev.mem_bw == pytest.approx(12.5e9)
+    assert dev.source.endswith("backslash \\ in it")
+    sys_ = cat.system("cpu-test-2c-gloo")
+    assert sys_.device == "cpu-test-2c" and sys_.gpus_per_node == 4 and sys_.intra_bw == pytest.approx(1.25e9)
+
+
+def test_catalog_toml_rejects_non_finite_numbers():
+    with pytest.raises(InvalidInputError, match="non-finite"):
+        catalog_toml({"x": {**_device("x"), "mem_bw_gbps": float("nan")}})
+
+
+def _write(tmp_path: Path, name: str = "bundle", key: str = "cpu-test-2c", **kw) -> Path:
+    text = catalog_toml({key: _device(key)}, {f"{key}-gloo": _system("s", key)})
+    return write_bundle(tmp_path / name, _table(key, f"{key}-gloo"), text, {"device": key, "n": 3}, **kw)
+
+
+def test_write_then_load_bundle_directory_and_table_file(tmp_path):
+    out = _write(tmp_path)
+    assert sorted(p.name for p in out.iterdir()) == sorted([TABLE_FILE, CATALOG_FILE, META_FILE])
+    table, cat = load_bundle(out)
+    assert len(table) == 3 and set(table["device"]) == {"cpu-test-2c"}
+    assert cat.device("cpu-test-2c").kind == "cpu"
+    assert cat.resolve_system("cpu-test-2c-gloo") == "cpu-test-2c-gloo"
+    # the packaged catalog is still there
+    assert cat.resolve_device("H100", missing_ok=True) == "H100-SXM"
+    # the table file alone also finds its catalog beside it
+    table2, _ = load_bundle(out / TABLE_FILE)
+    pd.testing.assert_frame_equal(table, table2)
+    assert read_meta(out) == {"device": "cpu-test-2c", "n": 3}
+
+
+def test_failed_write_leaves_nothing(tmp_path):
+    bad = _table("cpu-test-2c", "cpu-test-2c-gloo")
+    bad.loc[0, "time_us"] = -1.0
+    text = catalog_toml({"cpu-test-2c": _device("cpu-test-2c")})
+    with pytest.raises(SchemaError, match="time_us"):
+        write_bundle(tmp_path / "b", bad, text, {})
+    assert list(tmp_path.iterdir()) == []
+    # a device the bundle's catalog does not describe cannot validate either
+    with pytest.raises(SchemaError, match="unknown device"):
+        write_bundle(tmp_path / "b", _table("cpu-other-9c", "x"), text, {})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_output_needs_force(tmp_path):
+    out = _write(tmp_path)
+    with pytest.raises(InvalidInputError, match="already exists"):
+        _write(tmp_path)
+    _write(tmp_path, key="cpu-other-4c", force=True)
+    table, _ = load_bundle(out)
+    assert set(table["device"]) == {"cpu-other-4c"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]  # no temp or old directories left
+
+
+def test_bundle_catalog_merges_several_bundles(tmp_path):
+    a = _write(tmp_path, "a", key="cpu-a-2c")
+    b = _write(tmp_path, "b", key="cpu-b-8c")
+    cat = bundle_catalog([a, b / TABLE_FILE])
+    assert {"cpu-a-2c", "cpu-b-8c"} <= set(cat.devices)
+
+
+def test_load_bundle_errors(tmp_path):
+    with pytest.raises(SchemaError, match="not found"):
+        load_bundle(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SchemaError, match="no measurements.csv"):
+        load_bundle(tmp_path / "empty")
+    out = _write(tmp_path)
+    (out / META_FILE).write_text("{truncated")
+    with pytest.raises(SchemaError, match="not valid JSON"):
+        read_meta(out)
+    (out / CATALOG_FILE).write_text("[devices.x\n")
+    with pytest.raises(InvalidInputError, match="not valid TOML"):
+        load_bundle(out)

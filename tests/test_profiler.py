@@ -1,0 +1,212 @@
+"""The local profiler: a quick CPU run end to end into a bundle, the committed CPU profile, CLI behaviour."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hybrid.cli.main import main
+from hybrid.data.bundle import CATALOG_FILE, META_FILE, TABLE_FILE, load_bundle
+from hybrid.data.paths import project_datasets_dir
+from hybrid.data.profiler import backend as backend_mod
+from hybrid.data.profiler.timing import Timing, rotation_sets
+from hybrid.errors import InvalidInputError
+
+torch = pytest.importorskip("torch")
+
+
+# ------------------------------------------------------------------------------------------ unit pieces
+def test_rotation_sets_exceed_twice_the_cache():
+    llc = 32 * 2**20
+    n = rotation_sets(8 * 2**20, llc)
+    assert n * 8 * 2**20 > 2 * llc and n <= 16
+    assert rotation_sets(512 * 2**20, llc) == 1  # already larger than the cache
+    assert rotation_sets(1024, llc, max_sets=16) == 16  # capped
+    assert rotation_sets(300 * 2**20, llc, max_bytes=2**30) == 1
+
+
+def test_timing_summary():
+    t = Timing.from_samples([3.0, 1.0, 2.0, 10.0])
+    assert t.median_us == 2.5 and t.min_us == 1.0 and t.max_us == 10.0 and t.repeats == 4
+    assert t.std_us == pytest.approx(np.std([3.0, 1.0, 2.0, 10.0], ddof=1))
+
+
+def test_cpu_device_key():
+    from hybrid.data.profiler.runner import cpu_device_key
+
+    assert cpu_device_key("AMD EPYC 7B13 64-Core Processor", 8) == "cpu-amd-epyc-7b13-8c"
+    assert cpu_device_key("Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", 2) == "cpu-intel-xeon-platinum-8375c-2c"
+
+
+def test_embedding_design_and_zipf_indices():
+    from hybrid.data.profiler import embedding as emb
+
+    cfgs = emb.design(60, seed=3, arena_bytes=2**30, quick=False)
+    assert len(cfgs) >= 50
+    assert {c.index_dist for c in cfgs} == {"uniform", "zipf"}
+    assert {c.zipf_alpha for c in cfgs} == {0.0, 1.05, 1.2}
+    for c in cfgs:
+        assert 1 <= c.num_tables <= 32 and 16 <= c.embedding_dim <= 256 and c.table_bytes <= 2**30
+        # the cap holds for the expected pooling; realised bag lengths scatter around it
+        assert c.lookups * c.embedding_dim * 4 <= 1.1 * emb.LOOKUP_BYTES_CAP[False]
+    assert max(c.num_tables for c in cfgs) > 8 and min(c.num_tables for c in cfgs) <= 2
+    # the same seed gives the same design
+    again = emb.design(60, seed=3, arena_bytes=2**30, quick=False)
+    assert [(c.num_embeddings, c.batch_size) for c in again] == [(c.num_embeddings, c.batch_size) for c in cfgs]
+
+    base = dict(num_tables=2, num_embeddings=100_000, embedding_dim=16, batch_size=2000,
+                lengths=np.full(4000, 20), seed=0)
+    gen = torch.Generator().manual_seed(0)
+    shares = {}
+    for dist, alpha in (("uniform", 0.0), ("zipf", 1.2)):
+        cfg = emb.EmbeddingConfig(index_dist=dist, zipf_alpha=alpha, **base)
+        idx = emb.sample_indices(torch, cfg, gen, torch.device("cpu")).numpy()
+        assert len(idx) == 80_000
+        first, second = idx[:40_000], idx[40_000:]  # table 0 then table 1 (offset by num_embeddings)
+        assert first.min() >= 0 and first.max() < 100_000
+        assert second.min() >= 100_000 and second.max() < 200_000
+        counts = np.sort(np.bincount(first, minlength=100_000))[::-1]
+        shares[dist] = counts[:1000].sum() / counts.sum()  # traffic on the hottest 1% of rows
+    assert shares["uniform"] < 0.15 and shares["zipf"] > 0.5, shares
+
+
+def test_options_are_checked():
+    from hybrid.data.profiler.runner import ProfileOptions
+
+    with pytest.raises(InvalidInputError, match="unknown op family"):
+        ProfileOptions(families=("gemm", "bogus")).checked()
+    with pytest.raises(InvalidInputError, match="--ranks"):
+        ProfileOptions(ranks=(1,)).checked()
+    assert ProfileOptions(quick=True).checked().ranks == (2,)
+    assert ProfileOptions().checked().ranks == (2, 4)
+
+
+# ------------------------------------------------------------------------------------------ end to end
+@pytest.fixture(scope="module")
+def quick_bundle(tmp_path_factory) -> Path:
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    out = tmp_path_factory.mktemp("prof") / "bundle"
+    opts = ProfileOptions(quick=True, families=("gemm", "embedding", "collective"), threads=1, progress=False,
+                          force_cpu=True)
+    run_profile(opts, out, command=["pytest"])
+    return out
+
+
+def test_quick_profile_writes_a_valid_bundle(quick_bundle):
+    assert sorted(p.name for p in quick_bundle.iterdir()) == sorted([TABLE_FILE, CATALOG_FILE, META_FILE])
+    table, cat = load_bundle(quick_bundle)
+    key = table["device"].iloc[0]
+    assert key.startswith("cpu-") and key.endswith("-1c")
+    dev = cat.device(key)
+    assert dev.kind == "cpu" and dev.peak("fp32") > 1e8 and dev.mem_bw > 1e8
+    assert (table["time_us"] > 0).all() and table["time_us"].notna().all()
+    assert (table["time_us_min"] <= table["time_us"]).all() and (table["time_us"] <= table["time_us_max"]).all()
+    assert (table["source"] == "hybrid-profile").all() and (table["framework"] == "pytorch").all()
+    assert set(table["framework_version"]) == {str(torch.__version__)}
+    meta = json.loads((quick_bundle / META_FILE).read_text())
+    assert meta["threads"]["torch_num_threads"] == 1 and meta["command"] == "pytest"
+    assert meta["ceilings"]["peak_tflops"]["fp32"] == pytest.approx(dev.peak("fp32") / 1e12, rel=1e-4)
+    assert meta["n_rows"] == len(table)
+
+
+def test_quick_profile_gemm_times_are_plausible(quick_bundle):
+    table, _ = load_bundle(quick_bundle)
+    g = table[table["op"].isin(["gemm", "gemv", "bmm", "linear"])].copy()
+    assert {"gemm", "gemv"} <= set(g["op"])
+    assert ((g["m"] == 1) | (g["n"] == 1)).sum() >= 2  # GEMV both ways
+    flops = 2.0 * g["b"] * g["m"] * g["n"] * g["k"]
+    big, small = g.loc[flops.idxmax()], g.loc[flops.idxmin()]
+    assert flops.max() > 1000 * flops.min()
+    assert big["time_us_min"] > small["time_us_min"]
+    # nothing runs faster than a fraction of the measured fp32 ceiling allows (x2 slack for noise in the peak)
+    _, cat = load_bundle(quick_bundle)
+    peak = cat.device(g["device"].iloc[0]).peak("fp32")
+    assert (flops / (g["time_us_min"] * 1e-6)).max() < 2.0 * peak
+
+
+def test_quick_profile_embedding_rows(quick_bundle):
+    table, _ = load_bundle(quick_bundle)
+    e = table[table["op"] == "embedding_bag"]
+    for dist in ("uniform", "zipf"):
+        for direction in ("fwd", "bwd"):
+            assert ((e["index_dist"] == dist) & (e["direction"] == direction)).any(), (dist, direction)
+    assert set(e.loc[e["direction"] == "bwd", "variant"]) >= {"sparse_sgd"}
+    assert set(e.loc[e["index_dist"] == "zipf", "zipf_alpha"]) <= {1.05, 1.2}
+    assert (e.loc[e["index_dist"] == "uniform", "zipf_alpha"] == 0).all()
+    assert e["num_tables"].max() > 1
+
+
+def test_quick_profile_collective_rows(quick_bundle):
+    table, cat = load_bundle(quick_bundle)
+    c = table[table["op"].isin(["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])]
+    assert set(c["op"]) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}  # gloo supports all
+    assert (c["n_ranks"] == 2).all() and (c["n_nodes"] == 1).all()
+    system = cat.system(c["system"].iloc[0])
+    assert system.device == c["device"].iloc[0] and system.intra_bw > 0
+    for op, rows in c.groupby("op"):
+        assert rows["size_bytes"].nunique() >= 2
+        lo, hi = rows.loc[rows["size_bytes"].idxmin()], rows.loc[rows["size_bytes"].idxmax()]
+        assert hi["size_bytes"] >= 2**20 and hi["time_us"] > lo["time_us"], op
+
+
+# ------------------------------------------------------------------------------------------ committed profile
+def test_committed_cpu_profile_loads_and_covers_the_families():
+    bundles = sorted(p for p in project_datasets_dir().glob("cpu-*") if p.is_dir())
+    assert bundles, "datasets/cpu-*/ (the committed CPU profile) is missing"
+    for path in bundles:
+        table, cat = load_bundle(path)
+        key = table["device"].iloc[0]
+        assert cat.device(key).kind == "cpu"
+        e = table[table["op"] == "embedding_bag"]
+        assert len(e) >= 300 and set(e["direction"]) == {"fwd", "bwd"} and set(e["index_dist"]) == {"uniform", "zipf"}
+        c = table[table["size_bytes"].notna()]
+        assert set(c["n_ranks"]) >= {2, 4}
+        for name in c["system"].unique():
+            assert cat.system(name).device == key
+        assert {"gemm", "gemv", "elementwise", "layernorm", "softmax"} <= set(table["op"])
+        assert (path / "README.md").is_file()
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def test_cli_help(capsys):
+    assert main(["profile", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--quick" in out and "--only" in out and "--ranks" in out
+
+
+def test_cli_bad_option_leaves_no_output(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert main(["profile", "--quick", "--only", "gemm,bogus", "-o", str(out)]) == 2
+    assert "unknown op family bogus" in capsys.readouterr().err
+    assert main(["profile", "--quick", "--ranks", "1", "-o", str(out)]) == 2
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_cli_failure_mid_run_leaves_no_output(tmp_path, monkeypatch, capsys):
+    from hybrid.data.profiler import kernels
+
+    def boom(*args, **kwargs):
+        raise InvalidInputError("simulated failure in the gemm sweep")
+
+    monkeypatch.setattr(kernels, "gemm_cases", boom)
+    out = tmp_path / "half"
+    assert main(["profile", "--quick", "--threads", "1", "--only", "gemm", "--cpu", "--no-progress",
+                 "-o", str(out)]) == 2
+    assert "simulated failure" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_without_torch_gives_a_clear_error(tmp_path, monkeypatch, capsys):
+    def no_torch(name):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(backend_mod, "_import_module", no_torch)
+    out = tmp_path / "x"
+    assert main(["profile", "--quick", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "needs PyTorch" in err and "pip install" in err and "Traceback" not in err
+    assert not out.exists()
