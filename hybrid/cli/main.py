@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "evaluate": "hybrid.cli.evaluate:evaluate",
     "report": "hybrid.cli.report:report",
     "quickstart": "hybrid.cli.quickstart:quickstart",
+    "bench": "hybrid.cli.bench:bench",
 }
 
 
