@@ -1,0 +1,116 @@
+"""The interface every learned correction implements (scikit-learn style ``fit`` / ``predict``), plus helpers.
+
+A correction covers a group of op families. It learns how real runtimes deviate from the analytical baseline
+(:func:`hybrid.ops.roofline.roofline` for the same rows) and predicts ``time_us`` per row, NaN where it
+cannot (an unseen system for a collective, say), so the caller can fall back to the baseline.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog
+
+
+class Correction(abc.ABC):
+    """A learned correction on top of the roofline for some op families."""
+
+    #: registry name, also the ``method`` the predictor reports for rows it predicts
+    name: str = ""
+    #: op families (keys of :data:`hybrid.ops.families.FAMILIES`) this correction covers
+    families: tuple[str, ...] = ()
+    #: fewest training rows :meth:`HybridPredictor.fit` needs before it fits this correction
+    min_rows: int = 20
+
+    @property
+    def key(self) -> str:
+        """Directory name inside a saved predictor (unique per instance kind)."""
+        return self.name
+
+    @abc.abstractmethod
+    def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> Correction:
+        """Learn from measured rows (``time_us`` present) of this correction's families."""
+
+    @abc.abstractmethod
+    def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """``time_us`` per row (NaN where this correction cannot predict)."""
+
+    @abc.abstractmethod
+    def save(self, directory: Path) -> None:
+        """Write the fitted state in native formats (XGBoost JSON, JSON parameters) into ``directory``."""
+
+    @classmethod
+    @abc.abstractmethod
+    def load(cls, directory: Path) -> Correction:
+        """Inverse of :meth:`save`."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Parameters and a training summary (for MLflow params/tags and ``summary()``)."""
+
+    @property
+    def fitted(self) -> bool:
+        return bool(getattr(self, "_fitted", False))
+
+    def _check_fitted(self) -> None:
+        if not self.fitted:
+            raise InvalidInputError(f"correction {self.key} is not fitted; call fit() first")
+
+
+def family_mask(baseline: pd.DataFrame, families: tuple[str, ...]) -> np.ndarray:
+    """Rows of ``baseline`` (a roofline frame) whose family is one of ``families``."""
+    return np.asarray(baseline["family"].astype(str).isin(list(families)).to_numpy(), dtype=bool)
+
+
+def measured_log_ratio(table: pd.DataFrame, baseline: pd.DataFrame) -> np.ndarray:
+    """Target of the kernel/embedding models: ``log(measured / roofline)``; rejects bad measurements."""
+    if "time_us" not in table.columns:
+        raise InvalidInputError("training table has no 'time_us' column")
+    y = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~(np.isfinite(y) & (y > 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise InvalidInputError(f"time_us must be positive and finite, got {table['time_us'].iloc[i]!r} "
+                                f"at row {table.index[i]!r}")
+    return np.log(y) - np.log(baseline["time_us"].to_numpy(dtype=np.float64))
+
+
+def write_json(path: Path, payload: Any) -> None:
+    """Write JSON atomically (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=1, sort_keys=True, default=_json_default)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise InvalidInputError(f"missing file {path} (not a saved hybrid predictor?)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError(f"{path} is not valid JSON: {exc}") from None
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

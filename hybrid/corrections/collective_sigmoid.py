@@ -1,0 +1,295 @@
+"""Collectives: bus bandwidth as a sigmoid of log message size, per (system, collective, ranks, nodes).
+
+Model (nccl-tests conventions: ``busbw = size * bus_factor(op, ranks) / time``)::
+
+    busbw(s) = B / (1 + exp(-(ln s - x0) / w))         time(s) = s * bus_factor / busbw(s)
+
+With ``w = 1`` this is *exactly* the alpha-beta model ``time = alpha + s * bus_factor / B`` (alpha =
+``bus_factor * e^x0 / B``): bandwidth grows linearly with size while latency dominates and saturates at
+``B``. Letting ``w`` float (bounded to [0.3, 4]) absorbs the smoother or sharper transitions NCCL's protocol
+switches (LL / LL128 / Simple) produce, so the curve keeps the alpha-beta asymptotes but fits the knee.
+The three parameters are fitted with :func:`scipy.optimize.curve_fit` on ``log time`` (relative error),
+with bounds and an initial guess from the data (B from the largest sizes, x0 where half of it is reached).
+
+Unmeasured rank/node counts: within a (system, collective, GPUs per node) *ladder* the parameters
+``(ln B, x0, ln w)`` are interpolated linearly in ``log2(ranks)``; beyond the measured range they are
+extrapolated linearly from the two nearest points for at most :data:`EXTRAPOLATE_OCTAVES` doublings and held
+constant after that. A layout with no ladder (another GPUs-per-node split) borrows the nearest measured
+configuration of the same (system, collective) and rescales it by the alpha-beta model:
+``t = t_sigmoid(nearest) * alpha_beta(row) / alpha_beta(nearest)``. Systems or collectives never measured
+get NaN, which the predictor reports as the ``alpha-beta`` fallback; curve fits that fail (too few sizes, no
+convergence) are recorded with their reason and treated the same way.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import OptimizeWarning, curve_fit
+
+from hybrid.corrections.base import Correction, family_mask, read_json, write_json
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog
+from hybrid.ops.families import bus_factor, col
+
+#: Doublings of the rank count beyond the measured range over which parameters are still extrapolated.
+EXTRAPOLATE_OCTAVES = 1.0
+#: Fewest distinct message sizes a curve is fitted to.
+MIN_SIZES = 5
+#: Parameter bounds: B in GB/s, x0 in ln(bytes), w dimensionless.
+B_BOUNDS_GBPS = (1e-3, 1e4)
+X0_BOUNDS = (0.0, 40.0)
+W_BOUNDS = (0.3, 4.0)
+
+
+@dataclass
+class SigmoidFit:
+    """One fitted curve for one (system, collective, ranks, nodes) configuration."""
+
+    system: str
+    op: str
+    n_ranks: int
+    n_nodes: int
+    log_b: float  # ln(bytes/s)
+    x0: float
+    log_w: float
+    n_sizes: int
+    rmse_log: float  # RMS of log(pred/measured time) on its own data
+
+    @property
+    def gpn(self) -> float:
+        return self.n_ranks / max(self.n_nodes, 1)
+
+
+def _log_time(log_s: np.ndarray, log_b: float, x0: float, log_w: float, log_factor: float) -> np.ndarray:
+    """ln time(s) in seconds for the sigmoid busbw model."""
+    w = np.exp(log_w)
+    # ln busbw = ln B - ln(1 + exp(-(ln s - x0) / w)); logaddexp keeps it finite for tiny s
+    log_busbw = log_b - np.logaddexp(0.0, -(log_s - x0) / w)
+    return log_s + log_factor - log_busbw
+
+
+def _effective_factor(op: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    f = bus_factor(op, ranks)
+    return np.where(f > 0, f, 1.0)  # single-rank all_reduce: time = size / algbw
+
+
+def _group_key(table: pd.DataFrame) -> pd.Series:
+    if "system" in table.columns:
+        names = table["system"].astype("string").fillna(table["device"].astype("string"))
+    else:
+        names = table["device"].astype("string")
+    return names.astype(str)
+
+
+class CollectiveSigmoid(Correction):
+    """Per-configuration sigmoid busbw curves with interpolation over rank counts."""
+
+    name = "collective-sigmoid"
+    families = ("collective",)
+    min_rows = 10
+
+    def __init__(self) -> None:
+        self.fits: list[SigmoidFit] = []
+        self.failures: list[dict[str, Any]] = []
+        self.dropped_wrong = 0
+        self._fitted = False
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> CollectiveSigmoid:
+        mask = family_mask(baseline, self.families)
+        sub = table.loc[mask]
+        if len(sub) == 0:
+            raise InvalidInputError("collective-sigmoid: no collective rows to fit on")
+        if "time_us" not in sub.columns:
+            raise InvalidInputError("collective-sigmoid: training table has no 'time_us' column")
+        keep = np.ones(len(sub), dtype=bool)
+        if "wrong" in sub.columns:
+            keep &= ~(col(sub, "wrong", 0.0) > 0)
+        self.dropped_wrong = int((~keep).sum())
+        t = col(sub, "time_us")
+        bad = ~(np.isfinite(t) & (t > 0))
+        if (bad & keep).any():
+            i = int(np.flatnonzero(bad & keep)[0])
+            raise InvalidInputError(f"collective-sigmoid: time_us must be positive, got {sub['time_us'].iloc[i]!r} "
+                                    f"at row {sub.index[i]!r}")
+        sub = sub.loc[keep]
+        frame = pd.DataFrame({
+            "system": _group_key(sub).to_numpy(), "op": sub["op"].astype(str).to_numpy(),
+            "n_ranks": col(sub, "n_ranks").astype(np.int64), "n_nodes": col(sub, "n_nodes", 1.0).astype(np.int64),
+            "size": col(sub, "size_bytes"), "time_s": col(sub, "time_us") * 1e-6,
+        })
+        # one point per size: the median over repeats, in-place/out-of-place and environment variants
+        frame = frame.groupby(["system", "op", "n_ranks", "n_nodes", "size"], sort=True, as_index=False)["time_s"].median()
+        self.fits, self.failures = [], []
+        for (system, op, ranks, nodes), g in frame.groupby(["system", "op", "n_ranks", "n_nodes"], sort=True):
+            fit = self._fit_one(str(system), str(op), int(ranks), int(nodes), g["size"].to_numpy(), g["time_s"].to_numpy())
+            if isinstance(fit, SigmoidFit):
+                self.fits.append(fit)
+            else:
+                self.failures.append({"system": system, "op": op, "n_ranks": int(ranks), "n_nodes": int(nodes),
+                                      "reason": fit})
+        self._fitted = True
+        return self
+
+    @staticmethod
+    def _fit_one(system: str, op: str, ranks: int, nodes: int, size: np.ndarray, time_s: np.ndarray) -> SigmoidFit | str:
+        if len(size) < MIN_SIZES:
+            return f"only {len(size)} message sizes (need {MIN_SIZES})"
+        factor = float(_effective_factor(np.array([op]), np.array([ranks]))[0])
+        log_s, log_t = np.log(size), np.log(time_s)
+        busbw = size * factor / time_s
+        b0 = float(np.max(busbw))
+        half = np.flatnonzero(busbw >= 0.5 * b0)
+        x0_0 = float(log_s[half[0]]) if len(half) else float(np.median(log_s))
+        lo = [np.log(B_BOUNDS_GBPS[0] * 1e9), X0_BOUNDS[0], np.log(W_BOUNDS[0])]
+        hi = [np.log(B_BOUNDS_GBPS[1] * 1e9), X0_BOUNDS[1], np.log(W_BOUNDS[1])]
+        p0 = np.clip([np.log(b0 * 1.05), x0_0, 0.0], np.array(lo) + 1e-6, np.array(hi) - 1e-6)
+        lf = float(np.log(factor))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", OptimizeWarning)
+                popt, _ = curve_fit(lambda x, a, b, c: _log_time(x, a, b, c, lf), log_s, log_t, p0=p0,
+                                    bounds=(lo, hi), maxfev=4000)
+        except (RuntimeError, ValueError) as exc:
+            return f"curve_fit failed: {exc}"
+        resid = _log_time(log_s, *popt, lf) - log_t
+        if not np.all(np.isfinite(resid)):
+            return "curve_fit returned non-finite parameters"
+        return SigmoidFit(system, op, ranks, nodes, float(popt[0]), float(popt[1]), float(popt[2]), len(size),
+                          float(np.sqrt(np.mean(resid**2))))
+
+    # ------------------------------------------------------------------ prediction
+    def _params_for(self, system: str, op: str, ranks: float, nodes: float) -> tuple[np.ndarray, SigmoidFit] | None:
+        """(ln B, x0, ln w) for a configuration and the fit it is anchored on (None: not covered)."""
+        same = [f for f in self.fits if f.system == system and f.op == op]
+        if not same:
+            return None
+        gpn = ranks / max(nodes, 1.0)
+        ladder = sorted((f for f in same if np.isclose(f.gpn, gpn)), key=lambda f: f.n_ranks)
+        if not ladder:
+            return None
+        x = np.log2([f.n_ranks for f in ladder])
+        params = np.array([[f.log_b, f.x0, f.log_w] for f in ladder])
+        q = np.log2(ranks)
+        nearest = ladder[int(np.argmin(np.abs(x - q)))]
+        if len(ladder) == 1:
+            return params[0], nearest
+        if q <= x[0] or q >= x[-1]:
+            i, j = (0, 1) if q <= x[0] else (-2, -1)
+            qc = np.clip(q, x[0] - EXTRAPOLATE_OCTAVES, x[-1] + EXTRAPOLATE_OCTAVES)
+            slope = (params[j] - params[i]) / (x[j] - x[i])
+            anchor = params[0] if q <= x[0] else params[-1]
+            p = anchor + slope * (qc - (x[0] if q <= x[0] else x[-1]))
+        else:
+            p = np.array([np.interp(q, x, params[:, c]) for c in range(3)])
+        lo = [np.log(B_BOUNDS_GBPS[0] * 1e9), X0_BOUNDS[0], np.log(W_BOUNDS[0])]
+        hi = [np.log(B_BOUNDS_GBPS[1] * 1e9), X0_BOUNDS[1], np.log(W_BOUNDS[1])]
+        return np.clip(p, lo, hi), nearest
+
+    def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        self._check_fitted()
+        out = np.full(len(table), np.nan)
+        mask = family_mask(baseline, self.families)
+        if not mask.any() or not self.fits:
+            return out
+        sub = table.loc[mask]
+        system = _group_key(sub).to_numpy()
+        op = sub["op"].astype(str).to_numpy()
+        ranks = col(sub, "n_ranks")
+        nodes = col(sub, "n_nodes", 1.0)
+        size = col(sub, "size_bytes")
+        ab = baseline.loc[mask, "time_us"].to_numpy(dtype=np.float64)
+        res = np.full(len(sub), np.nan)
+        configs = pd.DataFrame({"s": system, "o": op, "r": ranks, "n": nodes})
+        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(configs))
+        for ci, (s, o, r, n) in enumerate(uniques):
+            rows = codes == ci
+            factor = np.log(_effective_factor(np.array([o]), np.array([r]))[0])
+            got = self._params_for(str(s), str(o), float(r), float(n))
+            if got is not None:
+                p, _ = got
+                res[rows] = np.exp(_log_time(np.log(size[rows]), p[0], p[1], p[2], factor)) * 1e6
+                continue
+            nearest = self._nearest_any_layout(str(s), str(o), float(r))
+            if nearest is None:
+                continue
+            # borrow the nearest measured layout, rescaled by the alpha-beta model
+            f = nearest
+            t_near = np.exp(_log_time(np.log(size[rows]), f.log_b, f.x0, f.log_w,
+                                      np.log(_effective_factor(np.array([o]), np.array([f.n_ranks]))[0]))) * 1e6
+            res[rows] = t_near * ab[rows] / self._alpha_beta(sub.loc[rows], catalog, f)
+        out[mask] = res
+        return out
+
+    def _nearest_any_layout(self, system: str, op: str, ranks: float) -> SigmoidFit | None:
+        same = [f for f in self.fits if f.system == system and f.op == op]
+        if not same:
+            return None
+        return min(same, key=lambda f: (abs(np.log2(f.n_ranks) - np.log2(ranks)), f.n_nodes))
+
+    @staticmethod
+    def _alpha_beta(rows: pd.DataFrame, catalog: Catalog, fit: SigmoidFit) -> np.ndarray:
+        from hybrid.ops.roofline import roofline
+
+        alt = rows.copy()
+        alt["n_ranks"] = fit.n_ranks
+        alt["n_nodes"] = fit.n_nodes
+        return roofline(alt, catalog)["time_us"].to_numpy(dtype=np.float64)
+
+    def coverage(self, table: pd.DataFrame) -> pd.Series:
+        """Per row: "sigmoid" (own ladder), "rescaled" (other layout of the same system/op) or the reason the
+        row falls back to alpha-beta ("unseen system", "unseen collective on this system")."""
+        system = _group_key(table).to_numpy()
+        op = table["op"].astype(str).to_numpy()
+        ranks, nodes = col(table, "n_ranks"), col(table, "n_nodes", 1.0)
+        seen_sys = {f.system for f in self.fits}
+        out = []
+        for s, o, r, n in zip(system, op, ranks, nodes, strict=True):
+            if s not in seen_sys:
+                out.append("alpha-beta: unseen system")
+            elif self._params_for(s, o, r, n) is not None:
+                out.append("sigmoid")
+            elif self._nearest_any_layout(s, o, r) is not None:
+                out.append("rescaled")
+            else:
+                out.append("alpha-beta: unseen collective on this system")
+        return pd.Series(out, index=table.index, name="coverage")
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, directory: Path) -> None:
+        self._check_fitted()
+        write_json(Path(directory) / "sigmoids.json", {
+            "class": type(self).__name__, "name": self.name, "families": list(self.families),
+            "model": "busbw = B / (1 + exp(-(ln s - x0) / w)); params stored as ln B (bytes/s), x0, ln w",
+            "extrapolate_octaves": EXTRAPOLATE_OCTAVES,
+            "fits": [asdict(f) for f in self.fits], "failures": self.failures, "dropped_wrong": self.dropped_wrong,
+        })
+
+    @classmethod
+    def load(cls, directory: Path) -> CollectiveSigmoid:
+        meta = read_json(Path(directory) / "sigmoids.json")
+        obj = cls()
+        obj.fits = [SigmoidFit(**f) for f in meta["fits"]]
+        obj.failures = list(meta["failures"])
+        obj.dropped_wrong = int(meta.get("dropped_wrong", 0))
+        obj._fitted = True
+        return obj
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "key": self.key, "families": list(self.families),
+                               "fitted": self.fitted}
+        if self.fitted:
+            out.update({
+                "n_curves": len(self.fits), "n_failed": len(self.failures), "dropped_wrong_rows": self.dropped_wrong,
+                "systems": sorted({f.system for f in self.fits}),
+                "ops": sorted({f.op for f in self.fits}),
+                "median_fit_rmse_log": float(np.median([f.rmse_log for f in self.fits])) if self.fits else None,
+                "failures": self.failures[:20],
+            })
+        return out

@@ -1,0 +1,197 @@
+"""Vectorised feature building for the learned kernel and embedding models.
+
+Features describe an op *relative to the device it runs on* (arithmetic intensity against the device's ridge
+point, fractional waves of output tiles over the SM count, working set against the L2 cache, roofline times),
+plus a few plain device descriptors, so a model fitted on some GPUs transfers to a GPU known only from its
+catalog entry. Everything is computed on whole columns; per-device values are looked up once per distinct
+(device, dtype) pair and broadcast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybrid.hardware.catalog import Catalog
+from hybrid.ops.families import col, dtype_bytes_vec, elementwise_defaults, expected_unique_rows, is_backward
+from hybrid.units import normalize_dtype
+
+#: Output tile edges (elements) used for the wave-quantisation features: common cuBLAS/rocBLAS tile sizes.
+TILE_EDGES = (64, 128)
+#: Elements one GPU block of a row-wise kernel typically handles per row chunk (vector loads of 4 x 32 lanes).
+ROW_CHUNK = 128
+
+#: Device descriptors (per row, via the row's device and dtype).
+DEVICE_FEATURES = ("dev_log_peak", "dev_log_bw", "dev_log_ridge", "dev_log_l2", "dev_sms", "dev_clock_ghz",
+                   "dev_amd", "dev_log_bw_per_sm")
+#: Roofline-derived features shared by every kernel.
+BASE_FEATURES = ("dtype_bytes", "log_flops", "log_bytes", "log_compute_us", "log_memory_us", "log_latency_us",
+                 "log_roofline_us", "log_intensity_over_ridge", "log_bytes_over_l2", "body_over_latency")
+#: GEMM-family features.
+GEMM_FEATURES = ("log_b", "log_m", "log_n", "log_k", "is_gemv", "is_bmm", "is_linear", "align8",
+                 "waves64", "wave_eff64", "waves128", "wave_eff128", "log_mn_over_k")
+#: Elementwise / norm / softmax / attention features.
+POINTWISE_FEATURES = ("op_code", "is_bwd", "log_elements", "log_rows", "log_hidden", "hidden_vec4", "n_inputs",
+                      "n_outputs", "flops_per_element", "row_waves", "row_wave_eff")
+#: Embedding-bag features.
+EMBEDDING_FEATURES = ("is_bwd", "log_num_embeddings", "log_dim", "log_pooling", "log_batch", "log_tables",
+                      "zipf_alpha", "log_lookups", "log_unique", "unique_fraction", "log_table_bytes_over_l2",
+                      "log_touched_over_l2", "log_row_bytes")
+
+#: Codes of the pointwise ops (a single ordinal feature; trees split it as needed).
+POINTWISE_OPS = {"elementwise": 0, "layernorm": 1, "rmsnorm": 2, "softmax": 3, "attention": 4}
+
+
+def _log(x: np.ndarray) -> np.ndarray:
+    return np.log(np.maximum(np.asarray(x, dtype=np.float64), 1e-30))
+
+
+def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Per-row device descriptors (:data:`DEVICE_FEATURES`) for each row's device and dtype."""
+    dev = table["device"].astype(str)
+    dt = table["dtype"].fillna("fp32").astype(str) if "dtype" in table.columns else pd.Series("fp32", index=table.index)
+    pair = dev + "\x00" + dt
+    codes, uniques = pd.factorize(pair)
+    rows = []
+    for u in uniques:
+        name, dtype = str(u).split("\x00")
+        d = catalog.device(name)
+        peak = d.peak(normalize_dtype(dtype))
+        sms = float(max(d.num_sms, 1))
+        rows.append([np.log(peak), np.log(d.mem_bw), np.log(peak / d.mem_bw), np.log(max(d.l2_cache, 1.0)),
+                     sms, d.clock_mhz / 1e3, float(d.vendor == "amd"), np.log(d.mem_bw / sms)])
+    values = np.asarray(rows, dtype=np.float64)[codes]
+    return pd.DataFrame(values, columns=list(DEVICE_FEATURES), index=table.index)
+
+
+def _sms(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    codes, uniques = pd.factorize(table["device"].astype(str))
+    return np.array([max(catalog.device(str(u)).num_sms, 1) for u in uniques], dtype=np.float64)[codes]
+
+
+def _l2(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    codes, uniques = pd.factorize(table["device"].astype(str))
+    return np.array([max(catalog.device(str(u)).l2_cache, 1.0) for u in uniques], dtype=np.float64)[codes]
+
+
+def base_columns(table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Roofline-derived features (:data:`BASE_FEATURES`)."""
+    flops = baseline["flops"].to_numpy(dtype=np.float64)
+    nbytes = baseline["bytes"].to_numpy(dtype=np.float64)
+    comp = baseline["compute_us"].to_numpy(dtype=np.float64)
+    mem = baseline["memory_us"].to_numpy(dtype=np.float64)
+    lat = baseline["latency_us"].to_numpy(dtype=np.float64)
+    # intensity / ridge == compute time / memory time
+    out = {
+        "dtype_bytes": dtype_bytes_vec(table),
+        "log_flops": _log(flops + 1.0),
+        "log_bytes": _log(nbytes),
+        "log_compute_us": _log(comp + 1e-6),
+        "log_memory_us": _log(mem),
+        "log_latency_us": _log(lat + 1e-3),
+        "log_roofline_us": _log(baseline["time_us"].to_numpy(dtype=np.float64)),
+        "log_intensity_over_ridge": _log(comp + 1e-6) - _log(mem),
+        "log_bytes_over_l2": _log(nbytes) - _log(_l2(table, catalog)),
+        "body_over_latency": np.maximum(comp, mem) / np.maximum(lat, 1e-3),
+    }
+    return pd.DataFrame(out, index=table.index)
+
+
+def gemm_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """GEMM shape features (:data:`GEMM_FEATURES`), including tile/wave quantisation over the SM count."""
+    b, m, n, k = col(table, "b", 1), col(table, "m"), col(table, "n"), col(table, "k")
+    sms = _sms(table, catalog)
+    ops = table["op"].astype(str).to_numpy() if "op" in table.columns else np.full(len(table), "gemm")
+    out = {
+        "log_b": _log(b), "log_m": _log(m), "log_n": _log(n), "log_k": _log(k),
+        "is_gemv": ((np.minimum(m, n) == 1) | (ops == "gemv")).astype(np.float64),
+        "is_bmm": (ops == "bmm").astype(np.float64),
+        "is_linear": (ops == "linear").astype(np.float64),
+        "align8": ((m % 8 == 0).astype(float) + (n % 8 == 0) + (k % 8 == 0)),
+        "log_mn_over_k": _log(m * n) - _log(k),
+    }
+    for t in TILE_EDGES:
+        tiles = b * np.ceil(m / t) * np.ceil(n / t)
+        waves = tiles / sms
+        out[f"waves{t}"] = _log(waves)
+        out[f"wave_eff{t}"] = waves / np.ceil(waves)
+    return pd.DataFrame(out, index=table.index)
+
+
+def pointwise_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Elementwise / norm / softmax / attention features (:data:`POINTWISE_FEATURES`)."""
+    ops = table["op"].astype(str)
+    op_code = ops.map(POINTWISE_OPS).fillna(-1).to_numpy(dtype=np.float64)
+    rows = col(table, "rows", np.nan)
+    hidden = col(table, "hidden", np.nan)
+    elements = col(table, "elements", np.nan)
+    if "batch" in table.columns:  # attention: rows = batch*heads*q_len, hidden = kv_len
+        att = (ops == "attention").to_numpy()
+        rows = np.where(att, col(table, "batch", 1) * col(table, "heads", 1) * col(table, "q_len", 1), rows)
+        hidden = np.where(att, col(table, "kv_len", 1), hidden)
+    elements = np.where(np.isnan(elements), rows * hidden, elements)
+    if "elements" in table.columns or (op_code == 0).any():
+        n_in, n_out, fpe = elementwise_defaults(table)
+        is_elem = op_code == 0
+        n_in, n_out, fpe = (np.where(is_elem, v, np.nan) for v in (n_in, n_out, fpe))
+    else:
+        n_in = n_out = fpe = np.full(len(table), np.nan)
+    sms = _sms(table, catalog)
+    # row-wise kernels put one block per row (or per chunk of rows); element-wise ones tile the flat range
+    blocks = np.where(np.isnan(rows), np.ceil(elements / (ROW_CHUNK * 4)), rows)
+    waves = blocks / sms
+    out = {
+        "op_code": op_code,
+        "is_bwd": is_backward(table).astype(np.float64),
+        "log_elements": _log(elements),
+        "log_rows": np.where(np.isnan(rows), np.nan, _log(rows)),
+        "log_hidden": np.where(np.isnan(hidden), np.nan, _log(hidden)),
+        "hidden_vec4": np.where(np.isnan(hidden), np.nan, (hidden % 4 == 0).astype(np.float64)),
+        "n_inputs": n_in, "n_outputs": n_out, "flops_per_element": fpe,
+        "row_waves": _log(waves),
+        "row_wave_eff": waves / np.ceil(np.maximum(waves, 1e-9)),
+    }
+    return pd.DataFrame(out, index=table.index)
+
+
+def embedding_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Embedding-bag features (:data:`EMBEDDING_FEATURES`): sizes, expected unique rows, bytes vs cache."""
+    t = col(table, "num_tables", 1)
+    rows = col(table, "num_embeddings")
+    dim = col(table, "embedding_dim")
+    pool = col(table, "pooling_factor")
+    batch = col(table, "batch_size")
+    alpha = col(table, "zipf_alpha", 0.0)
+    if "index_dist" in table.columns:
+        uniform = table["index_dist"].astype("string").fillna("uniform").str.lower().eq("uniform").to_numpy()
+        alpha = np.where(uniform, 0.0, alpha)
+    eb = dtype_bytes_vec(table)
+    lookups = t * batch * pool
+    unique = t * expected_unique_rows(rows, batch * pool, alpha)
+    l2 = _l2(table, catalog)
+    out = {
+        "is_bwd": is_backward(table).astype(np.float64),
+        "log_num_embeddings": _log(rows), "log_dim": _log(dim), "log_pooling": _log(pool),
+        "log_batch": _log(batch), "log_tables": _log(t), "zipf_alpha": alpha,
+        "log_lookups": _log(lookups), "log_unique": _log(unique),
+        "unique_fraction": unique / np.maximum(lookups, 1.0),
+        "log_table_bytes_over_l2": _log(t * rows * dim * eb) - _log(l2),
+        "log_touched_over_l2": _log(unique * dim * eb) - _log(l2),
+        "log_row_bytes": _log(dim * eb),
+    }
+    return pd.DataFrame(out, index=table.index)
+
+
+def build_features(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                   use_device: bool = True) -> pd.DataFrame:
+    """The full feature frame for ``kind`` in {"gemm", "pointwise", "embedding"} (float64, fixed order)."""
+    parts = {"gemm": gemm_columns, "pointwise": pointwise_columns, "embedding": embedding_columns}
+    frames = [parts[kind](table, catalog), base_columns(table, baseline, catalog)]
+    if use_device:
+        frames.append(device_columns(table, catalog))
+    return pd.concat(frames, axis=1).astype(np.float64)
+
+
+def feature_names(kind: str, use_device: bool = True) -> list[str]:
+    own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES}[kind]
+    return list(own) + list(BASE_FEATURES) + (list(DEVICE_FEATURES) if use_device else [])

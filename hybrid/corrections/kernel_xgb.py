@@ -1,0 +1,211 @@
+"""XGBoost kernel-efficiency corrections: learn ``log(measured / roofline)`` from op and device features.
+
+Two instances are used by default: one for the GEMM family (gemm, bmm, linear, gemv, matmul) and one for the
+bandwidth-bound row/pointwise kernels (elementwise, norm, softmax, attention). The target is the log of the
+ratio of the measured time to the roofline time, so the model only has to learn the *efficiency* of a kernel
+(which transfers across devices far better than absolute times), and the prediction is
+``roofline_us * exp(model(features))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+import xgboost as xgb
+
+from hybrid.corrections.base import Correction, family_mask, measured_log_ratio, read_json, write_json
+from hybrid.corrections.features import build_features, feature_names
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog
+
+#: Clip on the learned log-ratio: a kernel is never predicted faster than 1/20 of, or slower than 400x, the
+#: roofline (guards extrapolation far outside the training data).
+LOG_RATIO_CLIP = (np.log(1 / 20), np.log(400.0))
+
+
+@dataclass
+class XGBParams:
+    """Boosting hyper-parameters (defaults tuned lightly on NeuSight leave-one-GPU-out, see docs)."""
+
+    n_estimators: int = 400
+    max_depth: int = 7
+    learning_rate: float = 0.06
+    subsample: float = 0.8
+    colsample_bytree: float = 0.8
+    min_child_weight: float = 3.0
+    reg_lambda: float = 1.0
+    seed: int = 0
+    n_jobs: int = 2
+    #: fit on at most this many rows (uniform random sub-sample, seeded); None = all rows
+    max_rows: int | None = None
+
+    def booster_params(self) -> dict[str, Any]:
+        return {
+            "objective": "reg:squarederror", "tree_method": "hist", "max_depth": self.max_depth,
+            "eta": self.learning_rate, "subsample": self.subsample, "colsample_bytree": self.colsample_bytree,
+            "min_child_weight": self.min_child_weight, "lambda": self.reg_lambda, "seed": self.seed,
+            "nthread": self.n_jobs,
+        }
+
+
+@dataclass
+class _TrainingSummary:
+    rows: int = 0
+    devices: list[str] = field(default_factory=list)
+    ops: dict[str, int] = field(default_factory=dict)
+    train_rmse_log: float = float("nan")
+
+
+class XGBCorrection(Correction):
+    """Shared machinery of the XGBoost corrections: features -> log-ratio -> roofline * exp(prediction)."""
+
+    kind: ClassVar[str] = ""
+    name = "kernel-xgb"
+    families: tuple[str, ...] = ()
+
+    def __init__(self, params: XGBParams | None = None, use_device_features: bool = True):
+        self.params = params or XGBParams()
+        self.use_device_features = use_device_features
+        self.booster: xgb.Booster | None = None
+        self.summary = _TrainingSummary()
+        self._fitted = False
+
+    # ------------------------------------------------------------------ features
+    def features(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+        return build_features(self.kind, table, baseline, catalog, self.use_device_features)
+
+    @property
+    def feature_names(self) -> list[str]:
+        return feature_names(self.kind, self.use_device_features)
+
+    def _select(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        mask = family_mask(baseline, self.families)
+        return table.loc[mask], baseline.loc[mask]
+
+    # ------------------------------------------------------------------ fit / predict
+    def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+            sample_weight: np.ndarray | None = None) -> XGBCorrection:
+        sub, base = self._select(table, baseline)
+        if len(sub) == 0:
+            raise InvalidInputError(f"{self.key}: no rows of families {self.families} to fit on")
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[family_mask(baseline, self.families)]
+        if self.params.max_rows is not None and len(sub) > self.params.max_rows:
+            rng = np.random.default_rng(self.params.seed)
+            keep = np.sort(rng.choice(len(sub), self.params.max_rows, replace=False))
+            sub, base = sub.iloc[keep], base.iloc[keep]
+            w = None if w is None else w[keep]
+        y = measured_log_ratio(sub, base)
+        x = self.features(sub, base, catalog)
+        dtrain = xgb.DMatrix(x.to_numpy(), label=y, weight=w, feature_names=self.feature_names)
+        self.booster = xgb.train(self.params.booster_params(), dtrain, num_boost_round=self.params.n_estimators)
+        pred = self.booster.predict(dtrain)
+        self.summary = _TrainingSummary(
+            rows=len(sub), devices=sorted(map(str, pd.unique(sub["device"]))),
+            ops={str(k): int(v) for k, v in sub["op"].value_counts().items()},
+            train_rmse_log=float(np.sqrt(np.mean((pred - y) ** 2))),
+        )
+        self._fitted = True
+        return self
+
+    def predict_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Learned ``log(time / roofline)`` for every row (rows of other families get NaN)."""
+        self._check_fitted()
+        out = np.full(len(table), np.nan)
+        mask = family_mask(baseline, self.families)
+        if mask.any():
+            sub, base = table.loc[mask], baseline.loc[mask]
+            x = self.features(sub, base, catalog)
+            d = xgb.DMatrix(x.to_numpy(), feature_names=self.feature_names)
+            out[mask] = np.clip(self.booster.predict(d), *LOG_RATIO_CLIP)  # type: ignore[union-attr]
+        return out
+
+    def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        ratio = self.predict_log_ratio(table, baseline, catalog)
+        return baseline["time_us"].to_numpy(dtype=np.float64) * np.exp(ratio)
+
+    def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                          rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None) -> XGBCorrection:
+        """A copy with ``rounds`` more trees fitted to ``table`` (few-shot adaptation); ``self`` is unchanged."""
+        self._check_fitted()
+        sub, base = self._select(table, baseline)
+        if len(sub) == 0:
+            raise InvalidInputError(f"{self.key}: no rows of families {self.families} to adapt on")
+        y = measured_log_ratio(sub, base)
+        x = self.features(sub, base, catalog)
+        d = xgb.DMatrix(x.to_numpy(), label=y, weight=np.full(len(sub), weight), feature_names=self.feature_names)
+        params = self.params.booster_params()
+        params.update({"subsample": 1.0, "min_child_weight": 1.0, "max_depth": 3})
+        if learning_rate is not None:
+            params["eta"] = learning_rate
+        new = type(self)(XGBParams(**asdict(self.params)), self.use_device_features)
+        new.booster = xgb.train(params, d, num_boost_round=rounds, xgb_model=self.booster.copy())  # type: ignore[union-attr]
+        new.summary = self.summary
+        new._fitted = True
+        return new
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, directory: Path) -> None:
+        self._check_fitted()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.booster.save_model(str(directory / "model.json"))  # type: ignore[union-attr]
+        write_json(directory / "params.json", {
+            "class": type(self).__name__, "kind": self.kind, "name": self.name,
+            "families": list(self.families), "use_device_features": self.use_device_features,
+            "feature_names": self.feature_names, "params": asdict(self.params),
+            "summary": asdict(self.summary),
+        })
+
+    @classmethod
+    def load(cls, directory: Path) -> XGBCorrection:
+        directory = Path(directory)
+        meta = read_json(directory / "params.json")
+        obj = cls(XGBParams(**meta["params"]), bool(meta["use_device_features"]))
+        if meta["feature_names"] != obj.feature_names:
+            raise InvalidInputError(f"{directory}: saved feature names differ from this version's "
+                                    f"({len(meta['feature_names'])} vs {len(obj.feature_names)}); refit the model")
+        obj.booster = xgb.Booster()
+        obj.booster.load_model(str(directory / "model.json"))
+        obj.summary = _TrainingSummary(**meta["summary"])
+        obj._fitted = True
+        return obj
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "key": self.key, "families": list(self.families),
+                               "fitted": self.fitted, "use_device_features": self.use_device_features,
+                               "n_features": len(self.feature_names)}
+        out.update({f"param_{k}": v for k, v in asdict(self.params).items()})
+        if self.fitted:
+            out.update({"train_rows": self.summary.rows, "train_devices": self.summary.devices,
+                        "train_ops": self.summary.ops, "train_rmse_log": self.summary.train_rmse_log})
+        return out
+
+
+class GemmXGB(XGBCorrection):
+    """Kernel efficiency of the GEMM family (gemm, bmm, linear, gemv, matmul)."""
+
+    kind = "gemm"
+    name = "kernel-xgb"
+    families = ("gemm",)
+    min_rows = 50
+
+    @property
+    def key(self) -> str:
+        return "kernel-xgb-gemm"
+
+
+class PointwiseXGB(XGBCorrection):
+    """Kernel efficiency of memory-bound row/pointwise kernels (elementwise, norms, softmax, attention)."""
+
+    kind = "pointwise"
+    name = "kernel-xgb"
+    families = ("elementwise", "norm", "softmax", "attention")
+    min_rows = 50
+
+    @property
+    def key(self) -> str:
+        return "kernel-xgb-pointwise"
