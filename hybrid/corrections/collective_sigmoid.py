@@ -11,7 +11,11 @@ switches (LL / LL128 / Simple) produce, so the curve keeps the alpha-beta asympt
 The three parameters are fitted with :func:`scipy.optimize.curve_fit` on ``log time`` (relative error),
 with bounds and an initial guess from the data (B from the largest sizes, x0 where half of it is reached).
 
-Unmeasured rank/node counts: within a (system, collective, GPUs per node) *ladder* the parameters
+Curves are kept per library setting too (the ``algorithm`` column: nccl-tests environment set-ups differ
+by up to 10x on the same machine); rows that name no setting, or an unmeasured one, use the fastest measured
+setting of that (system, collective), i.e. what a tuned deployment reaches.
+
+Unmeasured rank/node counts: within a (system, collective, setting, GPUs per node) *ladder* the parameters
 ``(ln B, x0, ln w)`` are interpolated linearly in ``log2(ranks)``; beyond the measured range they are
 extrapolated linearly from the two nearest points for at most :data:`EXTRAPOLATE_OCTAVES` doublings and held
 constant after that. A layout with no ladder (another GPUs-per-node split) borrows the nearest measured
@@ -53,6 +57,7 @@ class SigmoidFit:
 
     system: str
     op: str
+    algorithm: str  # library setting / environment the curve was measured with ("" if not recorded)
     n_ranks: int
     n_nodes: int
     log_b: float  # ln(bytes/s)
@@ -79,6 +84,12 @@ def _effective_factor(op: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     return np.where(f > 0, f, 1.0)  # single-rank all_reduce: time = size / algbw
 
 
+def _algorithms(table: pd.DataFrame) -> np.ndarray:
+    if "algorithm" not in table.columns:
+        return np.full(len(table), "", dtype=object)
+    return table["algorithm"].astype("string").fillna("").astype(str).to_numpy(dtype=object)
+
+
 def _group_key(table: pd.DataFrame) -> pd.Series:
     if "system" in table.columns:
         names = table["system"].astype("string").fillna(table["device"].astype("string"))
@@ -98,6 +109,8 @@ class CollectiveSigmoid(Correction):
         self.fits: list[SigmoidFit] = []
         self.failures: list[dict[str, Any]] = []
         self.dropped_wrong = 0
+        #: (system, op) -> algorithm used for rows whose algorithm is missing or unseen: the fastest one
+        self.default_algorithm: dict[str, str] = {}
         self._fitted = False
 
     # ------------------------------------------------------------------ fitting
@@ -121,24 +134,45 @@ class CollectiveSigmoid(Correction):
         sub = sub.loc[keep]
         frame = pd.DataFrame({
             "system": _group_key(sub).to_numpy(), "op": sub["op"].astype(str).to_numpy(),
+            "algorithm": _algorithms(sub),
             "n_ranks": col(sub, "n_ranks").astype(np.int64), "n_nodes": col(sub, "n_nodes", 1.0).astype(np.int64),
             "size": col(sub, "size_bytes"), "time_s": col(sub, "time_us") * 1e-6,
         })
         # one point per size: the median over repeats, in-place/out-of-place and environment variants
-        frame = frame.groupby(["system", "op", "n_ranks", "n_nodes", "size"], sort=True, as_index=False)["time_s"].median()
+        keys = ["system", "op", "algorithm", "n_ranks", "n_nodes"]
+        frame = frame.groupby([*keys, "size"], sort=True, as_index=False)["time_s"].median()
         self.fits, self.failures = [], []
-        for (system, op, ranks, nodes), g in frame.groupby(["system", "op", "n_ranks", "n_nodes"], sort=True):
-            fit = self._fit_one(str(system), str(op), int(ranks), int(nodes), g["size"].to_numpy(), g["time_s"].to_numpy())
+        for (system, op, algo, ranks, nodes), g in frame.groupby(keys, sort=True):
+            fit = self._fit_one(str(system), str(op), str(algo), int(ranks), int(nodes), g["size"].to_numpy(),
+                                g["time_s"].to_numpy())
             if isinstance(fit, SigmoidFit):
                 self.fits.append(fit)
             else:
-                self.failures.append({"system": system, "op": op, "n_ranks": int(ranks), "n_nodes": int(nodes),
-                                      "reason": fit})
+                self.failures.append({"system": system, "op": op, "algorithm": algo, "n_ranks": int(ranks),
+                                      "n_nodes": int(nodes), "reason": fit})
+        self.default_algorithm = self._fastest_algorithms()
         self._fitted = True
         return self
 
+    def _fastest_algorithms(self) -> dict[str, str]:
+        """Per (system, op): the algorithm whose curves reach the highest median peak bus bandwidth."""
+        best: dict[str, tuple[float, str]] = {}
+        by: dict[tuple[str, str, str], list[float]] = {}
+        for f in self.fits:
+            by.setdefault((f.system, f.op, f.algorithm), []).append(f.log_b)
+        for (system, op, algo), values in by.items():
+            score = float(np.median(values))
+            key = f"{system}|{op}"
+            if key not in best or score > best[key][0]:
+                best[key] = (score, algo)
+        return {k: v[1] for k, v in best.items()}
+
+    def _algorithm_for(self, system: str, op: str, algorithm: str) -> str:
+        known = {f.algorithm for f in self.fits if f.system == system and f.op == op}
+        return algorithm if algorithm in known else self.default_algorithm.get(f"{system}|{op}", "")
+
     @staticmethod
-    def _fit_one(system: str, op: str, ranks: int, nodes: int, size: np.ndarray, time_s: np.ndarray) -> SigmoidFit | str:
+    def _fit_one(system: str, op: str, algo: str, ranks: int, nodes: int, size: np.ndarray, time_s: np.ndarray) -> SigmoidFit | str:
         if len(size) < MIN_SIZES:
             return f"only {len(size)} message sizes (need {MIN_SIZES})"
         factor = float(_effective_factor(np.array([op]), np.array([ranks]))[0])
@@ -161,13 +195,15 @@ class CollectiveSigmoid(Correction):
         resid = _log_time(log_s, *popt, lf) - log_t
         if not np.all(np.isfinite(resid)):
             return "curve_fit returned non-finite parameters"
-        return SigmoidFit(system, op, ranks, nodes, float(popt[0]), float(popt[1]), float(popt[2]), len(size),
+        return SigmoidFit(system, op, algo, ranks, nodes, float(popt[0]), float(popt[1]), float(popt[2]), len(size),
                           float(np.sqrt(np.mean(resid**2))))
 
     # ------------------------------------------------------------------ prediction
-    def _params_for(self, system: str, op: str, ranks: float, nodes: float) -> tuple[np.ndarray, SigmoidFit] | None:
+    def _params_for(self, system: str, op: str, algorithm: str, ranks: float,
+                    nodes: float) -> tuple[np.ndarray, SigmoidFit] | None:
         """(ln B, x0, ln w) for a configuration and the fit it is anchored on (None: not covered)."""
-        same = [f for f in self.fits if f.system == system and f.op == op]
+        algorithm = self._algorithm_for(system, op, algorithm)
+        same = [f for f in self.fits if f.system == system and f.op == op and f.algorithm == algorithm]
         if not same:
             return None
         gpn = ranks / max(nodes, 1.0)
@@ -201,22 +237,23 @@ class CollectiveSigmoid(Correction):
         sub = table.loc[mask]
         system = _group_key(sub).to_numpy()
         op = sub["op"].astype(str).to_numpy()
+        algo = _algorithms(sub)
         ranks = col(sub, "n_ranks")
         nodes = col(sub, "n_nodes", 1.0)
         size = col(sub, "size_bytes")
         ab = baseline.loc[mask, "time_us"].to_numpy(dtype=np.float64)
         res = np.full(len(sub), np.nan)
-        configs = pd.DataFrame({"s": system, "o": op, "r": ranks, "n": nodes})
+        configs = pd.DataFrame({"s": system, "o": op, "a": algo, "r": ranks, "n": nodes})
         codes, uniques = pd.factorize(pd.MultiIndex.from_frame(configs))
-        for ci, (s, o, r, n) in enumerate(uniques):
+        for ci, (s, o, a, r, n) in enumerate(uniques):
             rows = codes == ci
             factor = np.log(_effective_factor(np.array([o]), np.array([r]))[0])
-            got = self._params_for(str(s), str(o), float(r), float(n))
+            got = self._params_for(str(s), str(o), str(a), float(r), float(n))
             if got is not None:
                 p, _ = got
                 res[rows] = np.exp(_log_time(np.log(size[rows]), p[0], p[1], p[2], factor)) * 1e6
                 continue
-            nearest = self._nearest_any_layout(str(s), str(o), float(r))
+            nearest = self._nearest_any_layout(str(s), str(o), str(a), float(r))
             if nearest is None:
                 continue
             # borrow the nearest measured layout, rescaled by the alpha-beta model
@@ -227,8 +264,9 @@ class CollectiveSigmoid(Correction):
         out[mask] = res
         return out
 
-    def _nearest_any_layout(self, system: str, op: str, ranks: float) -> SigmoidFit | None:
-        same = [f for f in self.fits if f.system == system and f.op == op]
+    def _nearest_any_layout(self, system: str, op: str, algorithm: str, ranks: float) -> SigmoidFit | None:
+        algorithm = self._algorithm_for(system, op, algorithm)
+        same = [f for f in self.fits if f.system == system and f.op == op and f.algorithm == algorithm]
         if not same:
             return None
         return min(same, key=lambda f: (abs(np.log2(f.n_ranks) - np.log2(ranks)), f.n_nodes))
@@ -247,15 +285,16 @@ class CollectiveSigmoid(Correction):
         row falls back to alpha-beta ("unseen system", "unseen collective on this system")."""
         system = _group_key(table).to_numpy()
         op = table["op"].astype(str).to_numpy()
+        algo = _algorithms(table)
         ranks, nodes = col(table, "n_ranks"), col(table, "n_nodes", 1.0)
         seen_sys = {f.system for f in self.fits}
         out = []
-        for s, o, r, n in zip(system, op, ranks, nodes, strict=True):
+        for s, o, a, r, n in zip(system, op, algo, ranks, nodes, strict=True):
             if s not in seen_sys:
                 out.append("alpha-beta: unseen system")
-            elif self._params_for(s, o, r, n) is not None:
+            elif self._params_for(s, o, a, r, n) is not None:
                 out.append("sigmoid")
-            elif self._nearest_any_layout(s, o, r) is not None:
+            elif self._nearest_any_layout(s, o, a, r) is not None:
                 out.append("rescaled")
             else:
                 out.append("alpha-beta: unseen collective on this system")
@@ -269,6 +308,7 @@ class CollectiveSigmoid(Correction):
             "model": "busbw = B / (1 + exp(-(ln s - x0) / w)); params stored as ln B (bytes/s), x0, ln w",
             "extrapolate_octaves": EXTRAPOLATE_OCTAVES,
             "fits": [asdict(f) for f in self.fits], "failures": self.failures, "dropped_wrong": self.dropped_wrong,
+            "default_algorithm": self.default_algorithm,
         })
 
     @classmethod
@@ -278,6 +318,7 @@ class CollectiveSigmoid(Correction):
         obj.fits = [SigmoidFit(**f) for f in meta["fits"]]
         obj.failures = list(meta["failures"])
         obj.dropped_wrong = int(meta.get("dropped_wrong", 0))
+        obj.default_algorithm = dict(meta.get("default_algorithm", {}))
         obj._fitted = True
         return obj
 

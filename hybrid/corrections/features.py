@@ -189,7 +189,7 @@ def build_features(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catal
     frames = [parts[kind](table, catalog), base_columns(table, baseline, catalog)]
     if use_device:
         frames.append(device_columns(table, catalog))
-    return pd.concat(frames, axis=1).astype(np.float64)
+    return pd.concat(frames, axis=1)[feature_names(kind, use_device)].astype(np.float64)
 
 
 def feature_names(kind: str, use_device: bool = True) -> list[str]:

@@ -1,0 +1,99 @@
+"""Sigmoid bus-bandwidth curves fitted on real nccl-tests logs (Polaris, ALCF) and the alpha-beta fallback."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.corrections import CollectiveSigmoid, HybridPredictor
+from hybrid.ops.families import bus_factor
+from hybrid.ops.roofline import roofline
+
+
+@pytest.fixture(scope="module")
+def polaris(shared_datasets, catalog) -> pd.DataFrame:
+    from hybrid.data.importers import import_paths
+
+    root = shared_datasets / "nccl-tests" / "argonne-lcf_alcf-nccl-tests" / "results_polaris" / "nccl_2_18"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_paths("nccl-tests", root, catalog=catalog)
+    assert set(table["system"]) == {"Polaris"}
+    return table
+
+
+def _busbw(df: pd.DataFrame, time_us: np.ndarray) -> np.ndarray:
+    return df["size_bytes"].to_numpy() * bus_factor(df["op"], df["n_ranks"].to_numpy()) / (time_us * 1e-6)
+
+
+def test_sigmoid_reproduces_measured_busbw(polaris, catalog):
+    base = roofline(polaris, catalog)
+    model = CollectiveSigmoid().fit(polaris, base, catalog)
+    assert len(model.fits) >= 10
+    pred = model.predict(polaris, base, catalog)
+    assert np.isfinite(pred).all()
+    big = (polaris["size_bytes"] >= 1 << 20).to_numpy()
+    meas_bw = _busbw(polaris[big], polaris.loc[big, "time_us"].to_numpy())
+    pred_bw = _busbw(polaris[big], pred[big])
+    rel = np.abs(pred_bw - meas_bw) / meas_bw
+    assert np.median(rel) < 0.15, np.median(rel)
+    # the sigmoid beats the analytical alpha-beta model on its own data
+    err_fit = np.median(np.abs(np.log(pred / polaris["time_us"].to_numpy())))
+    err_ab = np.median(np.abs(np.log(base["time_us"].to_numpy() / polaris["time_us"].to_numpy())))
+    assert err_fit < err_ab
+
+
+def test_unseen_rank_count_lies_between_neighbours(polaris, catalog):
+    ar = polaris[(polaris["op"] == "all_reduce") & (polaris["algorithm"] == "env-setup-5")]
+    ranks = sorted(ar["n_ranks"].unique())
+    assert len(ranks) >= 3
+    mid = ranks[1]
+    train = ar[ar["n_ranks"] != mid]
+    model = CollectiveSigmoid().fit(train, roofline(train, catalog), catalog)
+    sizes = [1 << 16, 1 << 22, 1 << 28]
+    query = pd.DataFrame({"device": "A100-SXM4-40GB", "system": "Polaris", "op": "all_reduce",
+                          "algorithm": "env-setup-5", "size_bytes": sizes * 3, "n_ranks": [ranks[0]] * 3 + [mid] * 3 + [ranks[2]] * 3})
+    query["n_nodes"] = query["n_ranks"] // 4
+    t = model.predict(query, roofline(query, catalog), catalog).reshape(3, 3)
+    lo, hi = np.minimum(t[0], t[2]), np.maximum(t[0], t[2])
+    assert np.all(t[1] >= lo * 0.9) and np.all(t[1] <= hi * 1.1), t
+    # and it is close to what was measured at that rank count (held out)
+    held = ar[(ar["n_ranks"] == mid) & ar["size_bytes"].isin(sizes)].groupby("size_bytes")["time_us"].median()
+    ratio = t[1] / held.reindex(sizes).to_numpy()
+    assert np.all((ratio > 0.6) & (ratio < 1.6)), ratio
+    assert model.coverage(query).eq("sigmoid").all()
+
+
+def test_alpha_beta_fallback_for_unseen_system_and_collective(polaris, catalog):
+    pred = HybridPredictor(catalog, [CollectiveSigmoid()]).fit(polaris)
+    query = pd.DataFrame({
+        "device": ["A100-SXM4-40GB", "H100-SXM", "A100-SXM4-40GB"],
+        "system": ["Polaris", "DGX-H100", "Polaris"],
+        "op": ["all_reduce", "all_reduce", "broadcast"],
+        "size_bytes": [1 << 24] * 3, "n_ranks": [8, 8, 8], "n_nodes": [2, 1, 2],
+    })
+    out = pred.predict(query)
+    assert list(out["method"]) == ["collective-sigmoid", "alpha-beta", "alpha-beta"]
+    assert out["time_us"].iloc[1] == out["roofline_us"].iloc[1]
+    cov = pred.corrections[0].coverage(query)
+    assert cov.iloc[1] == "alpha-beta: unseen system"
+    assert cov.iloc[2] == "alpha-beta: unseen collective on this system"
+
+
+def test_wrong_rows_dropped_and_failures_recorded(polaris, catalog, tmp_path):
+    df = polaris.copy()
+    df["wrong"] = 0
+    df.loc[df.index[:7], "wrong"] = 3
+    # a configuration with only 3 sizes cannot be fitted: it is recorded, not fatal
+    few = df[(df["op"] == "all_gather") & (df["wrong"] == 0)].head(3).assign(n_ranks=4096, n_nodes=1024)
+    df = pd.concat([df, few], ignore_index=True)
+    model = CollectiveSigmoid().fit(df, roofline(df, catalog), catalog)
+    assert model.dropped_wrong == 7
+    assert any(f["n_ranks"] == 4096 and "message sizes" in f["reason"] for f in model.failures)
+    model.save(tmp_path)
+    again = CollectiveSigmoid.load(tmp_path)
+    base = roofline(polaris, catalog)
+    np.testing.assert_array_equal(again.predict(polaris, base, catalog), model.predict(polaris, base, catalog))
