@@ -1,0 +1,126 @@
+"""HybridPredictor: bad input, dispatch and fallbacks, few-shot adaptation, and the embedding model fitted on
+embedding-bag times measured here with real PyTorch on the CPU."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.corrections import EmbeddingXGB, GemmXGB, HybridPredictor, XGBParams
+from hybrid.errors import HybridError, InvalidInputError, UnknownDeviceError
+from hybrid.reports.metrics import error_summary
+
+
+@pytest.fixture(scope="module")
+def gemm_rows(shared_datasets, catalog) -> pd.DataFrame:
+    from hybrid.data.importers import import_paths
+
+    root = shared_datasets / "neusight" / "scripts" / "asplos" / "data" / "dataset" / "train" / "collect" / "bmm"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_paths("neusight", root, catalog=catalog)
+    return table.sample(frac=1.0, random_state=0).groupby("device").head(1200).reset_index(drop=True)
+
+
+def test_bad_input_raises_clear_errors(catalog, gemm_rows):
+    pred = HybridPredictor(catalog, [GemmXGB(XGBParams(n_estimators=20))])
+    with pytest.raises(InvalidInputError, match="empty"):
+        pred.fit(gemm_rows.iloc[:0])
+    with pytest.raises(InvalidInputError, match="time_us"):
+        pred.fit(gemm_rows.drop(columns="time_us"))
+    nan = gemm_rows.iloc[:50].copy()
+    nan.loc[nan.index[3], "m"] = np.nan
+    with pytest.raises(HybridError, match="'m'"):
+        pred.fit(nan)
+    unknown = gemm_rows.iloc[:5].assign(device="Quantum-GPU-9000")
+    with pytest.raises(UnknownDeviceError, match="Quantum-GPU-9000"):
+        HybridPredictor.roofline_only(catalog).predict(unknown)
+    neg = gemm_rows.iloc[:5].copy()
+    neg.loc[neg.index[0], "k"] = -4
+    with pytest.raises(HybridError, match="k"):
+        HybridPredictor.roofline_only(catalog).predict(neg)
+    with pytest.raises(InvalidInputError, match="strategy"):
+        pred.adapt(gemm_rows.iloc[:5], strategy="magic")
+
+
+def test_roofline_only_and_unfitted_families_fall_back(catalog, gemm_rows):
+    query = pd.DataFrame({"device": ["T4", "T4"], "op": ["layernorm", "all_reduce"], "rows": [1024, np.nan],
+                          "hidden": [4096, np.nan], "size_bytes": [np.nan, 1 << 20], "n_ranks": [np.nan, 4]})
+    pred = HybridPredictor(catalog, [GemmXGB(XGBParams(n_estimators=30))]).fit(gemm_rows)
+    out = pred.predict(query)
+    assert list(out["method"]) == ["roofline", "alpha-beta"]
+    np.testing.assert_allclose(out["time_us"], out["roofline_us"])
+    few = HybridPredictor(catalog).fit(gemm_rows.iloc[:30])  # below every correction's min_rows
+    assert not any(info["fitted"] for info in few.fit_info.values())
+    assert "need" in few.fit_info["kernel-xgb-gemm"]["reason"]
+
+
+def test_few_shot_adaptation_improves_held_out_gpu(catalog, gemm_rows, tmp_path):
+    held = "P4"
+    base = HybridPredictor(catalog, [GemmXGB(XGBParams(n_estimators=120, max_depth=6, learning_rate=0.1))])
+    base.fit(gemm_rows[gemm_rows["device"] != held])
+    target = gemm_rows[gemm_rows["device"] == held]
+    shots, test = target.iloc[:20], target.iloc[20:]
+    err0 = error_summary(base.predict_time(test), test["time_us"])["geomean_pct"]
+    for strategy in ("residual", "boost"):
+        adapted = base.adapt(shots, strategy=strategy)
+        err = error_summary(adapted.predict_time(test), test["time_us"])["geomean_pct"]
+        assert err < err0 * 1.05, (strategy, err, err0)
+        # the base predictor is untouched; other GPUs are not affected
+        other = gemm_rows[gemm_rows["device"] == "T4"].iloc[:200]
+        np.testing.assert_allclose(adapted.predict_time(other), base.predict_time(other))
+    residual = base.adapt(shots)
+    assert held in residual.offsets["kernel-xgb-gemm"]
+    residual.save(tmp_path / "adapted")
+    again = HybridPredictor.load(tmp_path / "adapted", catalog=catalog)
+    np.testing.assert_array_equal(again.predict_time(test), residual.predict_time(test))
+    assert again.summary()["adapted_devices"] == [held]
+
+
+def _time_embedding_bags(catalog):
+    torch = pytest.importorskip("torch")
+    from hybrid.hardware.cpu import describe_local_cpu
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    dev = describe_local_cpu()
+    cat = catalog.with_device(dev)
+    rng = np.random.default_rng(0)
+    rows = []
+    for _ in range(70):
+        n = int(rng.choice([1_000, 10_000, 100_000, 400_000]))
+        dim = int(rng.choice([16, 32, 64, 128]))
+        batch = int(rng.choice([64, 256, 1024]))
+        pool = int(rng.choice([1, 4, 16, 32]))
+        weight = torch.randn(n, dim)
+        idx = torch.randint(0, n, (batch * pool,))
+        offsets = torch.arange(0, batch * pool, pool)
+        times = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            torch.nn.functional.embedding_bag(idx, weight, offsets, mode="sum")
+            times.append(time.perf_counter() - t0)
+        rows.append({"device": dev.key, "op": "embedding_bag", "dtype": "fp32", "direction": "fwd",
+                     "num_tables": 1, "num_embeddings": n, "embedding_dim": dim, "pooling_factor": pool,
+                     "batch_size": batch, "index_dist": "uniform", "time_us": float(np.median(times[2:]) * 1e6)})
+    return pd.DataFrame(rows), cat
+
+
+def test_embedding_model_on_measured_cpu_lookups(catalog, tmp_path):
+    table, cat = _time_embedding_bags(catalog)
+    train, test = table.iloc[:50], table.iloc[50:]
+    pred = HybridPredictor(cat, [EmbeddingXGB()]).fit(train)
+    out = pred.predict(test)
+    assert set(out["method"]) == {"embedding-xgb"}
+    corrected = error_summary(out["time_us"], test["time_us"])["geomean_pct"]
+    roof = error_summary(out["roofline_us"], test["time_us"])["geomean_pct"]
+    assert corrected < roof, (corrected, roof)
+    assert corrected < 60.0
+    pred.save(tmp_path / "emb")
+    # the local CPU is not in the packaged catalog: the saved bundle carries it
+    loaded = HybridPredictor.load(tmp_path / "emb")
+    np.testing.assert_array_equal(loaded.predict_time(test), pred.predict_time(test))
