@@ -103,3 +103,25 @@ def test_engine_predictions_for_a_stored_campaign(tmp_path):
 
     cfg, plan = load_pair(tmp_path, rep.table.iloc[0])
     assert pred(cfg, plan) == pytest.approx(p.iloc[0])
+
+
+def test_integer_shapes_wrapper_rounds_only_integer_columns():
+    from hybrid.bench.validate import IntegerShapes
+
+    seen = {}
+
+    class Echo:
+        catalog = None
+
+        def predict(self, table):
+            seen["t"] = table
+            return pd.DataFrame({"time_us": np.ones(len(table))}, index=table.index)
+
+    t = pd.DataFrame({"op": ["embedding_bag", "gemm"], "num_embeddings": [12983.5, np.nan],
+                      "pooling_factor": [2.5, np.nan], "m": [np.nan, 0.2]})
+    IntegerShapes(Echo()).predict(t)
+    out = seen["t"]
+    assert out["num_embeddings"].iloc[0] == 12984 and np.isnan(out["num_embeddings"].iloc[1])
+    assert out["pooling_factor"].iloc[0] == 2.5  # float column untouched
+    assert out["m"].iloc[1] == 1  # rounded, at least 1
+    assert t["num_embeddings"].iloc[0] == 12983.5  # caller's table not modified
