@@ -15,13 +15,13 @@ Curves are kept per library setting too (the ``algorithm`` column: nccl-tests en
 by up to 10x on the same machine); rows that name no setting, or an unmeasured one, use the fastest measured
 setting of that (system, collective), i.e. what a tuned deployment reaches.
 
-Unmeasured rank/node counts: within a (system, collective, setting, GPUs per node) *ladder* the parameters
-``(ln B, x0, ln w)`` are interpolated linearly in ``log2(ranks)``; beyond the measured range they are
-extrapolated linearly from the two nearest points for at most :data:`EXTRAPOLATE_OCTAVES` doublings and held
-constant after that. A layout with no ladder (another GPUs-per-node split) borrows the nearest measured
-configuration of the same (system, collective) and rescales it by the alpha-beta model:
-``t = t_sigmoid(nearest) * alpha_beta(row) / alpha_beta(nearest)``. Systems or collectives never measured
-get NaN, which the predictor reports as the ``alpha-beta`` fallback; curve fits that fail (too few sizes, no
+Unmeasured rank/node counts: the alpha-beta model already knows how bus factors and latency steps scale with
+ranks and nodes, so what is interpolated is the *measured efficiency relative to it*: within a (system,
+collective, setting, GPUs per node) ladder, ``log(sigmoid / alpha_beta)`` of the two neighbouring measured
+rank counts (at the row's message size) is interpolated linearly in ``log2(ranks)``; beyond the measured range
+the nearest count's ratio is held constant (capped extrapolation). A layout with no ladder (another
+GPUs-per-node split) uses the nearest measured rank count of the same (system, collective) the same way.
+Systems or collectives never measured get NaN, which the predictor reports as the ``alpha-beta`` fallback; curve fits that fail (too few sizes, no
 convergence) are recorded with their reason and treated the same way.
 """
 
@@ -41,8 +41,6 @@ from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import bus_factor, col
 
-#: Doublings of the rank count beyond the measured range over which parameters are still extrapolated.
-EXTRAPOLATE_OCTAVES = 1.0
 #: Fewest distinct message sizes a curve is fitted to.
 MIN_SIZES = 5
 #: Parameter bounds: B in GB/s, x0 in ln(bytes), w dimensionless.
@@ -199,34 +197,17 @@ class CollectiveSigmoid(Correction):
                           float(np.sqrt(np.mean(resid**2))))
 
     # ------------------------------------------------------------------ prediction
-    def _params_for(self, system: str, op: str, algorithm: str, ranks: float,
-                    nodes: float) -> tuple[np.ndarray, SigmoidFit] | None:
-        """(ln B, x0, ln w) for a configuration and the fit it is anchored on (None: not covered)."""
+    def _ladder(self, system: str, op: str, algorithm: str, ranks: float, nodes: float) -> list[SigmoidFit]:
+        """Fits of the same (system, collective, setting, GPUs per node), sorted by rank count."""
         algorithm = self._algorithm_for(system, op, algorithm)
-        same = [f for f in self.fits if f.system == system and f.op == op and f.algorithm == algorithm]
-        if not same:
-            return None
         gpn = ranks / max(nodes, 1.0)
-        ladder = sorted((f for f in same if np.isclose(f.gpn, gpn)), key=lambda f: f.n_ranks)
-        if not ladder:
-            return None
-        x = np.log2([f.n_ranks for f in ladder])
-        params = np.array([[f.log_b, f.x0, f.log_w] for f in ladder])
-        q = np.log2(ranks)
-        nearest = ladder[int(np.argmin(np.abs(x - q)))]
-        if len(ladder) == 1:
-            return params[0], nearest
-        if q <= x[0] or q >= x[-1]:
-            i, j = (0, 1) if q <= x[0] else (-2, -1)
-            qc = np.clip(q, x[0] - EXTRAPOLATE_OCTAVES, x[-1] + EXTRAPOLATE_OCTAVES)
-            slope = (params[j] - params[i]) / (x[j] - x[i])
-            anchor = params[0] if q <= x[0] else params[-1]
-            p = anchor + slope * (qc - (x[0] if q <= x[0] else x[-1]))
-        else:
-            p = np.array([np.interp(q, x, params[:, c]) for c in range(3)])
-        lo = [np.log(B_BOUNDS_GBPS[0] * 1e9), X0_BOUNDS[0], np.log(W_BOUNDS[0])]
-        hi = [np.log(B_BOUNDS_GBPS[1] * 1e9), X0_BOUNDS[1], np.log(W_BOUNDS[1])]
-        return np.clip(p, lo, hi), nearest
+        return sorted((f for f in self.fits if f.system == system and f.op == op and f.algorithm == algorithm
+                       and np.isclose(f.gpn, gpn)), key=lambda f: f.n_ranks)
+
+    @staticmethod
+    def _curve_us(fit: SigmoidFit, size: np.ndarray) -> np.ndarray:
+        factor = np.log(_effective_factor(np.array([fit.op]), np.array([fit.n_ranks]))[0])
+        return np.exp(_log_time(np.log(size), fit.log_b, fit.x0, fit.log_w, factor)) * 1e6
 
     def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         self._check_fitted()
@@ -247,20 +228,29 @@ class CollectiveSigmoid(Correction):
         codes, uniques = pd.factorize(pd.MultiIndex.from_frame(configs))
         for ci, (s, o, a, r, n) in enumerate(uniques):
             rows = codes == ci
-            factor = np.log(_effective_factor(np.array([o]), np.array([r]))[0])
-            got = self._params_for(str(s), str(o), str(a), float(r), float(n))
-            if got is not None:
-                p, _ = got
-                res[rows] = np.exp(_log_time(np.log(size[rows]), p[0], p[1], p[2], factor)) * 1e6
+            ladder = self._ladder(str(s), str(o), str(a), float(r), float(n))
+            exact = [f for f in ladder if f.n_ranks == r]
+            if exact:
+                res[rows] = self._curve_us(exact[0], size[rows])
                 continue
-            nearest = self._nearest_any_layout(str(s), str(o), str(a), float(r))
-            if nearest is None:
-                continue
-            # borrow the nearest measured layout, rescaled by the alpha-beta model
-            f = nearest
-            t_near = np.exp(_log_time(np.log(size[rows]), f.log_b, f.x0, f.log_w,
-                                      np.log(_effective_factor(np.array([o]), np.array([f.n_ranks]))[0]))) * 1e6
-            res[rows] = t_near * ab[rows] / self._alpha_beta(sub.loc[rows], catalog, f)
+            below = [f for f in ladder if f.n_ranks < r]
+            above = [f for f in ladder if f.n_ranks > r]
+            anchors = ([below[-1]] if below else []) + ([above[0]] if above else [])
+            if not anchors:
+                nearest = self._nearest_any_layout(str(s), str(o), str(a), float(r))
+                if nearest is None:
+                    continue
+                anchors = [nearest]
+            # log(sigmoid / alpha-beta) at each anchor, interpolated in log2(ranks) (held constant outside)
+            ratios = [np.log(self._curve_us(f, size[rows])) - np.log(self._alpha_beta(sub.loc[rows], catalog, f))
+                      for f in anchors]
+            if len(anchors) == 2:
+                x0, x1 = np.log2(anchors[0].n_ranks), np.log2(anchors[1].n_ranks)
+                wt = (np.log2(r) - x0) / (x1 - x0)
+                log_ratio = (1 - wt) * ratios[0] + wt * ratios[1]
+            else:
+                log_ratio = ratios[0]
+            res[rows] = ab[rows] * np.exp(log_ratio)
         out[mask] = res
         return out
 
@@ -292,7 +282,7 @@ class CollectiveSigmoid(Correction):
         for s, o, a, r, n in zip(system, op, algo, ranks, nodes, strict=True):
             if s not in seen_sys:
                 out.append("alpha-beta: unseen system")
-            elif self._params_for(s, o, a, r, n) is not None:
+            elif self._ladder(s, o, a, r, n):
                 out.append("sigmoid")
             elif self._nearest_any_layout(s, o, a, r) is not None:
                 out.append("rescaled")
@@ -306,7 +296,7 @@ class CollectiveSigmoid(Correction):
         write_json(Path(directory) / "sigmoids.json", {
             "class": type(self).__name__, "name": self.name, "families": list(self.families),
             "model": "busbw = B / (1 + exp(-(ln s - x0) / w)); params stored as ln B (bytes/s), x0, ln w",
-            "extrapolate_octaves": EXTRAPOLATE_OCTAVES,
+            "rank_interpolation": "log(sigmoid/alpha-beta) linear in log2(ranks); constant outside",
             "fits": [asdict(f) for f in self.fits], "failures": self.failures, "dropped_wrong": self.dropped_wrong,
             "default_algorithm": self.default_algorithm,
         })
