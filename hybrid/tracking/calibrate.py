@@ -201,7 +201,8 @@ def calibrate(
             retry(lambda: client.set_terminated(run_id, "FINISHED"))
     except BaseException:
         try:
-            retry(lambda: client.set_terminated(run_id, "FAILED"))
+            with quiet_mlflow():
+                retry(lambda: client.set_terminated(run_id, "FAILED"))
         except Exception:  # noqa: BLE001 - the original failure matters more
             pass
         raise

@@ -10,6 +10,7 @@ Hybrid's own commands do not go through pyfunc: they download that directory and
 from __future__ import annotations
 
 import mlflow.pyfunc
+import pandas as pd
 from mlflow.models import set_model
 
 
@@ -21,7 +22,7 @@ class HybridPyfuncModel(mlflow.pyfunc.PythonModel):
 
         self.predictor = HybridPredictor.load(context.artifacts["predictor"])
 
-    def predict(self, context, model_input, params=None):  # no type hints: MLflow would try to infer a signature
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         return self.predictor.predict(model_input)
 
 

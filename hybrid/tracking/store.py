@@ -158,6 +158,11 @@ def store_lock(store: Store, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+#: MLflow settings applied while hybrid talks to a store: no progress bars, no "View run at" lines on stdout
+#: (which would corrupt ``--json`` output).
+_QUIET_ENV = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+
+
 @contextlib.contextmanager
 def quiet_mlflow() -> Iterator[None]:
     """Silence MLflow's chatter (schema-migration INFO logs, artifact progress bars, signature warnings) for
@@ -167,9 +172,9 @@ def quiet_mlflow() -> Iterator[None]:
 
     logger = logging.getLogger("mlflow")
     level = logger.level
-    env = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    logger.setLevel(logging.WARNING)
+    saved = {k: os.environ.get(k) for k in _QUIET_ENV}
+    os.environ.update(_QUIET_ENV)
+    logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", module=r"mlflow(\..*)?")
@@ -177,10 +182,11 @@ def quiet_mlflow() -> Iterator[None]:
             yield
     finally:
         logger.setLevel(level)
-        if env is None:
-            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
-        else:
-            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = env
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -1,0 +1,194 @@
+"""The calibrate -> registry -> evaluate / predict --model -> report flow through the real CLI, on real NeuSight
+measurements, with real XGBoost fits and a real MLflow SQLite store in a temporary directory."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_tracking_support import last_json, neusight_table, write_csv
+
+from hybrid.cli.main import main
+from hybrid.data.schema import read_table
+from hybrid.tracking.inputs import table_digest
+
+ERROR_KEYS = {"n_rows", "geomean_pct", "mape_pct", "median_pct", "p90_pct"}
+
+
+def cli(args: list[str]) -> tuple[int, str, str]:
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(args)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory, shared_datasets):
+    """Two calibrations of the same name in one store (versions 1 and 2)."""
+    root = tmp_path_factory.mktemp("calib")
+    uri = f"sqlite:///{root / 'store' / 'mlflow.db'}"
+    csv = write_csv(neusight_table(shared_datasets, max_rows=600), root / "neusight.csv")
+    rc, out1, err = cli(["calibrate", str(csv), "--name", "kern", "--tracking-uri", uri, "--json", "-q",
+                         "--holdout-device", "T4", "--holdout-device", "P100-PCIE-16GB"])
+    assert rc == 0, err
+    rc, out2, err = cli(["calibrate", str(csv), "--name", "kern", "--tracking-uri", uri, "--json", "-q",
+                         "--no-lodo", "--seed", "1"])
+    assert rc == 0, err
+    return {"root": root, "uri": uri, "csv": csv, "first": last_json(out1), "second": last_json(out2)}
+
+
+def test_calibrate_records_run_and_registers_versions(flow):
+    from mlflow import MlflowClient
+
+    first, second = flow["first"], flow["second"]
+    assert (first["version"], second["version"]) == (1, 2)
+    assert first["model"] == "models:/kern/1"
+    assert set(first["errors"]) == {"random", "lodo", "train"}
+    assert set(second["errors"]) == {"random", "train"}
+    assert "kernel-xgb" in first["corrections"]
+
+    client = MlflowClient(tracking_uri=flow["uri"], registry_uri=flow["uri"])
+    run = client.get_run(first["run_id"])
+    assert run.info.status == "FINISHED"
+    params, metrics = run.data.params, run.data.metrics
+    table = read_table(flow["csv"])
+    assert params["data_sha256"] == table_digest(table)
+    assert params["name"] == "kern" and params["seed"] == "0"
+    assert params["holdout_devices"] == "P100-PCIE-16GB,T4"
+    assert int(params["rows.op.bmm"]) == int((table["op"] == "bmm").sum())
+    assert int(params["rows.device.T4"]) == int((table["device"] == "T4").sum())
+    assert any(k.startswith("correction.kernel-xgb.") for k in params)
+    for key in ("random.model.geomean_pct", "random.roofline.geomean_pct", "random.model.p90_pct",
+                "random.model.op.gemm.mape_pct", "random.roofline.op.norm.median_pct",
+                "lodo.model.device.T4.geomean_pct", "lodo.roofline.device.T4.geomean_pct",
+                "train.model.op.softmax.geomean_pct"):
+        assert key in metrics, key
+        assert 0 <= metrics[key] < 1e4
+    assert metrics["lodo.n_rows"] == int(table["device"].isin(["T4", "P100-PCIE-16GB"]).sum())
+    assert run.inputs.dataset_inputs[0].dataset.digest == table_digest(table)[:32]
+
+    def walk(path: str = "") -> list[str]:
+        out = []
+        for f in client.list_artifacts(run.info.run_id, path):
+            out += walk(f.path) if f.is_dir else [f.path]
+        return out
+
+    arts = walk()
+    for a in ("summary.json", "report.html", "predictions/random.csv", "predictions/lodo.csv",
+              "plots/random_pred_vs_measured.png", "plots/lodo_error_cdf.png", "model/MLmodel",
+              "model/pyfunc_model.py"):
+        assert a in arts, a
+    assert any(a.startswith("model/artifacts/predictor/") for a in arts)
+    assert not [a for a in arts if a.endswith((".pkl", ".pickle", ".joblib"))], "artifacts must be pickle-free"
+
+    versions = {int(v.version): v for v in client.search_model_versions("name = 'kern'")}
+    assert set(versions) == {1, 2}
+    assert versions[1].run_id == first["run_id"] and versions[2].run_id == second["run_id"]
+
+
+def test_evaluate_json_keys_and_model_beats_roofline_on_its_training_family(flow):
+    rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "kern", "--json", "--tracking-uri", flow["uri"]])
+    assert rc == 0, err
+    model = json.loads(out)
+    assert set(model) == ERROR_KEYS | {"by_op", "by_device"}
+    n = len(read_table(flow["csv"]))
+    assert model["n_rows"] == n
+    assert {"gemm", "norm", "softmax"} <= set(model["by_op"])
+    assert len(model["by_device"]) >= 5
+    for group in (*model["by_op"].values(), *model["by_device"].values()):
+        assert set(group) == ERROR_KEYS
+    assert 0 < model["geomean_pct"] <= model["median_pct"] * 1.5 and model["median_pct"] <= model["p90_pct"]
+    assert sum(g["n_rows"] for g in model["by_op"].values()) == n
+
+    rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "roofline", "--json"])
+    assert rc == 0, err
+    roof = json.loads(out)
+    assert roof["n_rows"] == n
+    # the calibrated model beats the analytical baseline on the GEMMs it was fitted on
+    assert model["by_op"]["gemm"]["geomean_pct"] < roof["by_op"]["gemm"]["geomean_pct"]
+    assert model["geomean_pct"] < roof["geomean_pct"]
+
+    # an explicit older version gives different (but also sane) figures
+    rc, out, _ = cli(["evaluate", str(flow["csv"]), "--model", "models:/kern/1", "--json",
+                      "--tracking-uri", flow["uri"]])
+    assert rc == 0 and json.loads(out)["n_rows"] == n
+
+
+def test_evaluate_roofline_needs_no_store(flow, tmp_path, monkeypatch):
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    pred = tmp_path / "out" / "pred.csv"
+    rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "roofline", "-o", str(pred)])
+    assert rc == 0, err
+    assert "gemm" in out and "rows" in out
+    assert not (tmp_path / "home").exists(), "the roofline baseline must not create a tracking store"
+    frame = pd.read_csv(pred)
+    assert len(frame) == len(read_table(flow["csv"]))
+    assert np.allclose(frame["predicted_us"], frame["roofline_us"])
+    assert (frame["method"] == "roofline").all()
+    assert not list((tmp_path / "out").glob(".*tmp")), "no temporary files left behind"
+
+
+def test_unknown_model_is_one_line_error(flow):
+    for ref, needle in (("nope", "no registered model named 'nope'"), ("kern/9", "has no version 9"),
+                        ("kern/zero", "bad model version")):
+        rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", ref, "--tracking-uri", flow["uri"]])
+        assert rc == 2 and out == ""
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], err
+    rc, _, err = cli(["evaluate", str(flow["csv"]), "--model", "nope", "--tracking-uri", flow["uri"]])
+    assert "kern" in err  # the known names are listed
+
+
+def test_bad_inputs_are_clear_errors(flow, tmp_path):
+    truncated = tmp_path / "trunc.csv"
+    text = Path(flow["csv"]).read_text().splitlines()
+    truncated.write_text("\n".join(text[:5] + [text[5][: len(text[5]) // 3]]) + "\n")
+    rc, _, err = cli(["calibrate", str(truncated), "--name", "x", "--tracking-uri", flow["uri"], "-q"])
+    assert rc == 2 and err.startswith("error:") and "trunc.csv" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = cli(["calibrate", str(flow["csv"]), "--name", "roofline", "--tracking-uri", flow["uri"], "-q"])
+    assert rc == 2 and "reserved" in err
+    rc, _, err = cli(["calibrate", str(flow["csv"]), "--name", "k", "--holdout-device", "H100-SXM5-80GB",
+                      "--tracking-uri", flow["uri"], "-q"])
+    assert rc == 2 and "no rows" in err
+
+
+def test_predict_with_model_adds_roofline_and_method(flow):
+    base = ["predict", "gemm", "-d", "T4", "-m", "512", "-n", "1024", "-k", "768", "--dtype", "fp32", "--json"]
+    rc, out, err = cli(base)
+    assert rc == 0, err
+    plain = json.loads(out)
+    rc, out, err = cli([*base, "--model", "kern/2", "--tracking-uri", flow["uri"]])
+    assert rc == 0, err
+    corr = json.loads(out)
+    assert set(plain) <= set(corr) and {"roofline_us", "method"} <= set(corr)
+    assert corr["model"] == "models:/kern/2"
+    assert corr["method"] == "kernel-xgb"
+    assert corr["roofline_us"] == pytest.approx(plain["time_us"], rel=1e-9)
+    assert corr["time_us"] > 0 and corr["time_us"] != pytest.approx(plain["time_us"], rel=1e-6)
+
+
+def test_report_is_self_contained_html(flow, tmp_path):
+    out_html = tmp_path / "r" / "report.html"
+    rc, out, err = cli(["report", "--model", "kern/1", "-o", str(out_html), "--tracking-uri", flow["uri"]])
+    assert rc == 0, err
+    text = out_html.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "Per device" in text and "leave-one-device-out" in text
+    imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
+    assert len(imgs) >= 8  # 4 figures for each held-out split (random, lodo)
+    assert base64.b64decode(imgs[0])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "<script" not in text and "http://" not in text.split("<body>")[1].split("tracking URI")[0]
+
+    rc, _, err = cli(["report", "--run", flow["second"]["run_id"], "-o", str(tmp_path / "r2.html"),
+                      "--tracking-uri", flow["uri"]])
+    assert rc == 0, err
+    rc, _, err = cli(["report", "-o", str(tmp_path / "r3.html"), "--tracking-uri", flow["uri"]])
+    assert rc == 2 and "exactly one of" in err

@@ -1,0 +1,117 @@
+"""Calibration runs through the library API: the new-GPU workflow (fit without a device, register, then adapt
+the registered model to a few measurements of that device), the pickle-free model format, and reports."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_tracking_support import neusight_table
+
+from hybrid.errors import ModelNotFoundError
+from hybrid.reports.html import render_report, write_report
+from hybrid.tracking.calibrate import CalibrationConfig, calibrate, stratified_split, summary_metrics
+from hybrid.tracking.evaluation import prediction_frame, summarize
+from hybrid.tracking.registry import download_model, load_predictor, resolve_version
+from hybrid.tracking.store import open_store
+
+NEW_GPU = "T4"
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory, shared_datasets):
+    """A model calibrated on every GPU except the T4, and a T4 table it has never seen."""
+    root = tmp_path_factory.mktemp("adapt")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    table = neusight_table(shared_datasets, max_rows=700, files=("bmm.csv", "ln.csv"))
+    result = calibrate(table, CalibrationConfig(name="gpus", exclude_devices=(NEW_GPU,), lodo=False),
+                       tracking_uri=uri)
+    new = table[table["device"] == NEW_GPU].reset_index(drop=True)
+    return {"uri": uri, "result": result, "new": new, "root": root}
+
+
+def test_base_run_never_saw_the_new_gpu(base_run):
+    res = base_run["result"]
+    assert res.version == 1
+    assert NEW_GPU not in res.summary["data"]["rows_per_device"]
+    assert NEW_GPU not in set(res.predictions["device"])
+    assert res.summaries["random"]["model"]["n_rows"] > 0
+
+
+def test_adapting_the_registered_model_to_a_new_gpu(base_run):
+    new = base_run["new"]
+    few = new.sample(40, random_state=0).reset_index(drop=True)
+    rest = new.drop(new.sample(40, random_state=0).index).reset_index(drop=True)
+    res = calibrate(few, CalibrationConfig(name="gpus-t4", base="gpus"), tracking_uri=base_run["uri"])
+    assert res.version == 1 and res.summary["base"] == {"name": "gpus", "version": 1,
+                                                       "run_id": base_run["result"].run_id}
+    adapt = res.summaries["adapt"]
+    assert set(adapt) == {"model", "base", "roofline"}
+    assert adapt["model"]["n_rows"] == 20  # half the 40 rows held out from adaptation
+    metrics = summary_metrics(res.summaries)
+    assert {"adapt.base.geomean_pct", "adapt.model.device.T4.geomean_pct"} <= set(metrics)
+
+    # on T4 rows used by neither step, the adapted model beats the unadapted base model
+    base = load_predictor("gpus", tracking_uri=base_run["uri"]).predictor
+    adapted = load_predictor("gpus-t4/1", tracking_uri=base_run["uri"]).predictor
+    frame = prediction_frame(rest, adapted.predict(rest), "unseen", base=base.predict_time(rest))
+    assert summarize(frame, "model")["geomean_pct"] < summarize(frame, "base")["geomean_pct"]
+    # the registered base itself is untouched by the adaptation
+    again = load_predictor("gpus/1", tracking_uri=base_run["uri"]).predictor
+    assert np.allclose(again.predict_time(rest), base.predict_time(rest))
+
+
+def test_registered_model_is_pickle_free_and_loads_through_pyfunc(base_run):
+    import mlflow.pyfunc
+
+    store = open_store(base_run["uri"])
+    client = store.client()
+    mv = resolve_version(client, "models:/gpus/latest")
+    tmp = Path(tempfile.mkdtemp())
+    try:
+        pred_dir = download_model(client, mv, tmp)
+        files = [p for p in pred_dir.parent.parent.rglob("*") if p.is_file()]
+        assert files and not [p for p in files if p.suffix in (".pkl", ".pickle", ".joblib", ".cloudpickle")]
+        assert (pred_dir.parent.parent / "pyfunc_model.py").is_file()
+        model = mlflow.pyfunc.load_model(str(pred_dir.parent.parent))
+        new = base_run["new"].head(25)
+        out = model.predict(new)
+        direct = base_run["result"].predictor.predict(new)
+        assert np.allclose(out["time_us"].to_numpy(), direct["time_us"].to_numpy(), rtol=1e-6)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_missing_model_and_version_errors(base_run):
+    with pytest.raises(ModelNotFoundError, match="no registered model named 'other'.*gpus"):
+        load_predictor("other", tracking_uri=base_run["uri"])
+    with pytest.raises(ModelNotFoundError, match="no version 7; versions: 1"):
+        load_predictor("gpus/7", tracking_uri=base_run["uri"])
+
+
+def test_stratified_split_covers_groups_and_is_reproducible(base_run):
+    table = base_run["new"]
+    tr, te = stratified_split(table, 0.25, seed=3)
+    assert len(np.intersect1d(tr, te)) == 0 and len(tr) + len(te) == len(table)
+    assert set(table.iloc[te]["op"]) == set(table["op"])
+    tr2, te2 = stratified_split(table, 0.25, seed=3)
+    assert np.array_equal(te, te2)
+    assert abs(len(te) / len(table) - 0.25) < 0.05
+
+
+def test_report_renders_and_writes_atomically(base_run, tmp_path):
+    res = base_run["result"]
+    text = render_report(res.predictions, title="t", meta={"k": "<v>"})
+    assert text.count("data:image/png;base64,") == 4  # figures for the one held-out split
+    assert "&lt;v&gt;" in text and "<v>" not in text  # escaped
+    assert "class=\"better\"" in text
+    path = write_report(text, tmp_path / "sub" / "r.html")
+    assert path.read_text() == text and [p.name for p in path.parent.iterdir()] == ["r.html"]
+    # an empty split list is refused with a clear error rather than an empty page
+    with pytest.raises(Exception, match="no rows"):
+        summarize(res.predictions.iloc[:0])
+    assert isinstance(res.predictions, pd.DataFrame)
