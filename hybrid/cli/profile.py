@@ -47,7 +47,9 @@ def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: st
     families = tuple(only.split(",")) if only is not None else PROFILE_FAMILIES
     opts = ProfileOptions(quick=quick, families=families, ranks=_parse_ranks(ranks), device_name=device_name,
                           threads=threads, seed=seed, progress=not no_progress, force_cpu=force_cpu)
-    result = run_profile(opts, outdir, force=force, command=["hybrid", "profile", *sys.argv[2:]],
+    # the command line as typed (when called through main(argv) from Python, sys.argv is someone else's)
+    command = ["hybrid", *sys.argv[1:]] if sys.argv[1:2] == ["profile"] else None
+    result = run_profile(opts, outdir, force=force, command=command,
                          log=lambda msg: click.echo(msg, err=True))
     counts = ", ".join(f"{k} {v}" for k, v in result.meta["row_counts"].items())
     click.echo(f"wrote {result.path} ({len(result.table)} rows: {counts}) in {result.meta['durations_s']['total']:.0f} s")

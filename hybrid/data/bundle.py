@@ -87,6 +87,15 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ writing
+def _usual_permissions(directory: Path) -> None:
+    """mkdtemp/mkstemp create private (0700/0600) entries; give the bundle the permissions of a normal write."""
+    umask = os.umask(0)
+    os.umask(umask)
+    directory.chmod(0o777 & ~umask)
+    for f in directory.iterdir():
+        f.chmod(0o666 & ~umask)
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -141,6 +150,7 @@ def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: s
         catalog = bundle_catalog([tmp])
         write_table(table, tmp / TABLE_FILE, catalog)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+        _usual_permissions(tmp)
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
             os.replace(out, old)

@@ -355,7 +355,7 @@ def _meta(backend: Backend, opts: ProfileOptions, ceilings: Ceilings, device_key
     return {
         "tool": "hybrid profile",
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "command": shlex.join(command) if command is not None else shlex.join(sys.argv),
+        "command": shlex.join(command) if command is not None else "run_profile() called from Python",
         "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(opts).items()},
         "device": device_key,
         "system": system_key,
