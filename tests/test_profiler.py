@@ -73,6 +73,36 @@ def test_embedding_design_and_zipf_indices():
     assert shares["uniform"] < 0.15 and shares["zipf"] > 0.5, shares
 
 
+def test_kernel_cases_compute_the_right_results():
+    """Each quick elementwise/norm/softmax case (smallest shape) runs and computes what its row says."""
+    from hybrid.data.profiler import kernels
+    from hybrid.data.profiler.backend import open_backend
+
+    be = open_backend(torch, threads=1, force_cpu=True)
+    cases = (kernels.elementwise_cases(be, quick=True, seed=0, llc_bytes=2**20)
+             + kernels.norm_cases(be, quick=True, seed=0, llc_bytes=2**20)
+             + kernels.softmax_cases(be, quick=True, seed=0, llc_bytes=2**20))
+    seen = set()
+    for case in cases:
+        r = case.row
+        size = r.get("elements") or r["rows"] * r["hidden"]
+        if size > 2**17 or (r["op"], r.get("variant"), r["direction"]) in seen:
+            continue
+        seen.add((r["op"], r.get("variant"), r["direction"]))
+        run, prepare = case.build()
+        if prepare is not None:
+            prepare(0)
+        out = run(0)
+        first = out[0] if isinstance(out, tuple) else out
+        assert first.numel() == size and torch.isfinite(first).all(), r
+        if r["op"] == "softmax" and r["direction"] == "fwd":
+            assert torch.allclose(first.sum(-1), torch.ones(r["rows"]), atol=1e-4)
+        if r["op"] in ("layernorm", "rmsnorm") and r["direction"] == "bwd":
+            assert len(out) == (3 if r["op"] == "layernorm" else 2)  # input grad + weight (+ bias) grads
+    assert {"layernorm", "rmsnorm", "softmax", "elementwise"} <= {k[0] for k in seen}
+    assert ("elementwise", "gelu", "bwd") in seen and ("softmax", "lastdim", "bwd") in seen
+
+
 def test_options_are_checked():
     from hybrid.data.profiler.runner import ProfileOptions
 
@@ -122,10 +152,11 @@ def test_quick_profile_gemm_times_are_plausible(quick_bundle):
     big, small = g.loc[flops.idxmax()], g.loc[flops.idxmin()]
     assert flops.max() > 1000 * flops.min()
     assert big["time_us_min"] > small["time_us_min"]
-    # nothing runs faster than a fraction of the measured fp32 ceiling allows (x2 slack for noise in the peak)
-    _, cat = load_bundle(quick_bundle)
-    peak = cat.device(g["device"].iloc[0]).peak("fp32")
-    assert (flops / (g["time_us_min"] * 1e-6)).max() < 2.0 * peak
+    # no GEMM beats the hardware: 1 thread x clock x AVX FLOP/cycle from /proc/cpuinfo (x1.5 for turbo)
+    from hybrid.hardware.cpu import describe_local_cpu
+
+    hw_peak = describe_local_cpu(cores=1).peak("fp32")
+    assert (flops / (g["time_us_min"] * 1e-6)).max() < 1.5 * hw_peak
 
 
 def test_quick_profile_embedding_rows(quick_bundle):
@@ -150,7 +181,8 @@ def test_quick_profile_collective_rows(quick_bundle):
     for op, rows in c.groupby("op"):
         assert rows["size_bytes"].nunique() >= 2
         lo, hi = rows.loc[rows["size_bytes"].idxmin()], rows.loc[rows["size_bytes"].idxmax()]
-        assert hi["size_bytes"] >= 2**20 and hi["time_us"] > lo["time_us"], op
+        # fastest repeats: the medians of tiny messages carry scheduler noise on a shared machine
+        assert hi["size_bytes"] >= 2**20 and hi["time_us_min"] > lo["time_us_min"], op
 
 
 # ------------------------------------------------------------------------------------------ committed profile

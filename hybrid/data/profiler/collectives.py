@@ -30,9 +30,9 @@ from hybrid.errors import HybridError
 
 #: Collectives measured, in order.
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-#: Message sizes (bytes, nccl-tests convention): powers of 4 from 16 B to 64 MiB; quick: a subset to 4 MiB.
+#: Message sizes (bytes, nccl-tests convention): powers of 4 from 16 B to 64 MiB; quick: a subset to 16 MiB.
 FULL_SIZES = tuple(4**k for k in range(2, 14))
-QUICK_SIZES = (16, 1024, 65536, 2**20, 2**22)
+QUICK_SIZES = (16, 1024, 65536, 2**20, 2**24)
 #: Per-size timing budget: (min repeats, max repeats, target seconds), full / quick.
 REPEATS = {False: (5, 100, 0.25), True: (3, 20, 0.04)}
 #: How long a rank waits for its peers before giving up (a hung peer must not hang the profiler).
@@ -169,7 +169,8 @@ def _sync(torch: Any, cuda: bool) -> None:
 def _time_op(torch: Any, dist: Any, fn: Any, bufs: tuple[Any, ...], op: str, world: int, cuda: bool,
              quick: bool) -> Timing:
     lo, hi, target = REPEATS[quick]
-    fn(*bufs)  # warm-up (connections, buffers)
+    for _ in range(2):  # warm-up (connections, buffers)
+        fn(*bufs)
     _sync(torch, cuda)
     dist.barrier()
     t0 = time.perf_counter()
