@@ -25,7 +25,7 @@ def test_two_concurrent_calibrations_share_one_sqlite_store(tmp_path, shared_dat
     results = []
     for p in procs:
         try:
-            out, err = p.communicate(timeout=240)
+            out, err = p.communicate(timeout=480)
         finally:
             if p.poll() is None:
                 p.kill()

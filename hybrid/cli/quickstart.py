@@ -14,18 +14,22 @@ from tqdm.auto import tqdm
 from hybrid.errors import HybridError, InvalidInputError
 
 #: Public subset imported when a data directory is available: (label, importer module:function, glob patterns
-#: relative to the data directory). Small on purpose: quickstart must finish in a few minutes on 2 cores.
+#: relative to the data directory, importer keyword arguments). Small on purpose: quickstart must finish in a
+#: few minutes on 2 cores.
 PUBLIC_SUBSET = (
     ("NeuSight kernels (6 GPUs)", "hybrid.data.importers.neusight:import_neusight",
-     ("neusight/test-dev/*.csv",)),
+     ("neusight/test-dev/*.csv",), {}),
     ("nccl-tests Sophia (DGX A100, 2 nodes)", "hybrid.data.importers.nccl_tests:import_nccl_tests",
-     ("nccl-tests/argonne-lcf_alcf-nccl-tests/results_sophia/n2.g8/*/*_output.dat*",)),
+     ("nccl-tests/argonne-lcf_alcf-nccl-tests/results_sophia/n2.g8/*/*_output.dat*",), {"skip_empty": True}),
     ("nccl-tests Polaris (A100, 2 and 8 nodes)", "hybrid.data.importers.nccl_tests:import_nccl_tests",
      ("nccl-tests/argonne-lcf_alcf-nccl-tests/results_polaris/nccl_2_21/n2.g4.*/*_output.dat*",
-      "nccl-tests/argonne-lcf_alcf-nccl-tests/results_polaris/nccl_2_21/n8.g4.*/*_output.dat*")),
+      "nccl-tests/argonne-lcf_alcf-nccl-tests/results_polaris/nccl_2_21/n8.g4.*/*_output.dat*"),
+     {"skip_empty": True}),
 )
 #: Rows kept from the public subset (evenly over device/op groups).
-PUBLIC_MAX_ROWS = 6000
+PUBLIC_MAX_ROWS = 4000
+#: Devices quickstart holds out one at a time (the ones with the most rows): each costs a full fit.
+QUICKSTART_LODO_DEVICES = 2
 
 
 def project_bundles() -> list[Path]:
@@ -47,7 +51,7 @@ def import_public_subset(data_dir: Path, catalog, seed: int = 0, progress: bool 
     from hybrid.tracking.inputs import subsample
 
     frames, used = [], []
-    for label, target, patterns in tqdm(PUBLIC_SUBSET, desc="import public data", unit="source",
+    for label, target, patterns, kwargs in tqdm(PUBLIC_SUBSET, desc="import public data", unit="source",
                                         disable=not progress, leave=False):
         files = sorted(f for pat in patterns for f in glob.glob(str(data_dir / pat)))
         if not files:
@@ -57,7 +61,7 @@ def import_public_subset(data_dir: Path, catalog, seed: int = 0, progress: bool 
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                df = getattr(importlib.import_module(module), fn)(files, catalog=catalog)
+                df = getattr(importlib.import_module(module), fn)(files, catalog=catalog, **kwargs)
             df = df[pd.to_numeric(df.get("wrong", 0), errors="coerce").fillna(0) == 0] if "wrong" in df else df
             frames.append(validate(df, catalog, source=label))
             used.append(f"{label}: {len(df):,} rows")
@@ -134,7 +138,8 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
         raise InvalidInputError("no measurements found: no bundles in datasets/ and no public data directory "
                                 "(pass --data-dir or set HYBRID_DATA_DIR, or run `hybrid profile`)")
     click.echo(f"calibrating on {len(data.table):,} rows, {data.table['device'].nunique()} devices ...")
-    result = calibrate(data, CalibrationConfig(name=name, seed=seed), tracking_uri=tracking_uri, progress=True)
+    config = CalibrationConfig(name=name, seed=seed, max_lodo_devices=QUICKSTART_LODO_DEVICES)
+    result = calibrate(data, config, tracking_uri=tracking_uri, progress=True)
     print_result(result)
     examples = example_prediction(result.predictor, data.table)
     if examples:
