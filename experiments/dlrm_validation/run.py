@@ -49,6 +49,14 @@ def _busy_processes(limit: int = 8) -> list[str]:
     return [ln.strip() for ln in out if ln.strip() and float(ln.split()[0]) >= 5.0][:limit]
 
 
+def _quiet_note(*loads: str) -> str:
+    try:
+        busy = max(float(x.split()[0]) for x in loads) > (os.cpu_count() or 1)
+    except (ValueError, IndexError):
+        return ""
+    return ("NOT a quiet machine: other jobs shared the cores during the campaign; " if busy else "")
+
+
 def data_card(out: Path, args: argparse.Namespace, seconds: float, load_before: str, load_after: str,
               busy: list[str], command: str) -> str:
     import torch
@@ -75,7 +83,8 @@ def data_card(out: Path, args: argparse.Namespace, seconds: float, load_before: 
         "thread(s) per rank |",
         f"| noise | run-to-run std / median: median {100 * rel.median():.1f}%, p90 "
         f"{100 * rel.quantile(0.9):.1f}% |",
-        f"| machine load | load average {load_before} before, {load_after} after (2 cores). Other processes "
+        f"| machine load | {_quiet_note(load_before, load_after)}load average {load_before} before, {load_after} "
+        f"after ({os.cpu_count()} cores). Other processes "
         f"busy at the end: {', '.join(busy) if busy else 'none above 5% CPU'} |",
         "",
         "## Files",

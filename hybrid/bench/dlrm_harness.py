@@ -660,6 +660,9 @@ def _worker(rank: int, world: int, store_path: str, config: DLRMConfig, plans: l
 
     # torch 2.13 renames reduce_scatter_tensor / all_gather_into_tensor (same collectives); keep logs clean
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed.*")
+    # sparse gradients come from EmbeddingBag itself: opt out of the (default-off) invariant checks explicitly,
+    # which also silences the warning torch prints for every sparse optimizer step
+    torch.sparse.check_sparse_tensor_invariants.disable()
     torch.set_num_threads(threads)
     try:
         torch.set_num_interop_threads(1)
