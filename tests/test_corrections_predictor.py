@@ -73,12 +73,15 @@ def test_few_shot_adaptation_improves_held_out_gpu(catalog, gemm_rows, tmp_path)
         # the base predictor is untouched; other GPUs are not affected
         other = gemm_rows[gemm_rows["device"] == "T4"].iloc[:200]
         np.testing.assert_allclose(adapted.predict_time(other), base.predict_time(other))
-    residual = base.adapt(shots)
+    residual = base.adapt(shots, strategy="residual")
     assert held in residual.offsets["kernel-xgb-gemm"]
-    residual.save(tmp_path / "adapted")
-    again = HybridPredictor.load(tmp_path / "adapted", catalog=catalog)
-    np.testing.assert_array_equal(again.predict_time(test), residual.predict_time(test))
-    assert again.summary()["adapted_devices"] == [held]
+    boosted = base.adapt(shots)  # default strategy: per-device extra trees
+    assert ("kernel-xgb-gemm", held) in boosted.device_models
+    for i, adapted in enumerate((residual, boosted)):
+        adapted.save(tmp_path / f"adapted{i}")
+        again = HybridPredictor.load(tmp_path / f"adapted{i}", catalog=catalog)
+        np.testing.assert_array_equal(again.predict_time(test), adapted.predict_time(test))
+        assert again.summary()["adapted_devices"] == [held]
 
 
 def _time_embedding_bags(catalog):

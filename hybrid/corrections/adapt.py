@@ -6,7 +6,7 @@ Two strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md`
     Keep the transferred model and learn one multiplicative scale per (device, correction):
     ``offset = sum(log(measured / predicted)) / (n + SHRINK)``, i.e. the mean log residual shrunk towards 0
     when there are few rows. One parameter cannot over-fit 5 rows.
-``boost``
+``boost`` (the default; better from ~20 rows on, equal at 5)
     Continue boosting the transferred XGBoost model with the new rows (shallow trees, low learning rate,
     ``BOOST_ROUNDS`` rounds); the resulting model is used only for that device. Collective and roofline rows
     fall back to ``residual``.

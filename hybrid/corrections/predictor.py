@@ -177,11 +177,12 @@ class HybridPredictor:
         return self.predict(table)["time_us"].to_numpy()
 
     # ------------------------------------------------------------------ few-shot adaptation
-    def adapt(self, table: pd.DataFrame, strategy: str = "residual") -> HybridPredictor:
+    def adapt(self, table: pd.DataFrame, strategy: str = "boost") -> HybridPredictor:
         """A copy adapted to the device(s) in ``table`` (typically 5-50 measured rows of a new GPU).
 
-        ``strategy``: ``"residual"`` (one shrunken log-scale per device and correction) or ``"boost"``
-        (extra XGBoost trees for that device; other rows use ``residual``). ``self`` is not modified.
+        ``strategy``: ``"boost"`` (default: extra XGBoost trees for that device; rows of other corrections, or
+        fewer than 3 rows of a family, use ``residual``) or ``"residual"`` (one shrunken log-scale per device
+        and correction). See ``experiments/few_shot/results.md`` for the comparison. ``self`` is not modified.
         """
         if strategy not in adapt_mod.STRATEGIES:
             raise InvalidInputError(f"unknown adaptation strategy {strategy!r}; known: {adapt_mod.STRATEGIES}")
