@@ -1,6 +1,6 @@
 """Kernel-correction accuracy on NeuSight: leave-one-GPU-out and an in-distribution random split.
 
-    python experiments/kernel_accuracy/run.py [--data-dir DIR] [--rows-per-gpu 4000] [--out results.md]
+    python experiments/kernel_accuracy/run.py [--data-dir DIR] [--rows-per-gpu 6000] [--out results.md]
 
 GEMM family (bmm, linear) over P4, P100, T4, V100, A100-PCIE-40GB, MI100, MI210 (AMD: GEMM only) and the
 pointwise group (elementwise, layernorm, softmax) over the five NVIDIA GPUs. Each training set is
@@ -46,7 +46,7 @@ def fmt(s: dict) -> str:
     return f"{s['geomean_pct']:.1f} / {s['median_pct']:.1f} / {s['p90_pct']:.1f}"
 
 
-def evaluate(table: pd.DataFrame, group: str, use_device: bool, seed: int) -> list[dict]:
+def evaluate(table: pd.DataFrame, group: str, use_device: bool, seed: int, trees: int) -> list[dict]:
     cat = default_catalog()
     sub = table[table["group"] == group]
     base = roofline(sub, cat)
@@ -55,7 +55,7 @@ def evaluate(table: pd.DataFrame, group: str, use_device: bool, seed: int) -> li
     for held in sorted(sub["device"].unique()):
         train = (sub["device"] != held).to_numpy()
         t0 = time.time()
-        model = klass(XGBParams(seed=seed), use_device_features=use_device).fit(sub[train], base[train], cat)
+        model = klass(XGBParams(seed=seed, n_estimators=trees), use_device_features=use_device).fit(sub[train], base[train], cat)
         pred = model.predict(sub[~train], base[~train], cat)
         meas = sub.loc[~train, "time_us"]
         rows.append({"split": f"held-out {held}", "n": int((~train).sum()),
@@ -65,7 +65,7 @@ def evaluate(table: pd.DataFrame, group: str, use_device: bool, seed: int) -> li
     rng = np.random.default_rng(seed)
     test = rng.random(len(sub)) < 0.2
     t0 = time.time()
-    model = klass(XGBParams(seed=seed), use_device_features=use_device).fit(sub[~test], base[~test], cat)
+    model = klass(XGBParams(seed=seed, n_estimators=trees), use_device_features=use_device).fit(sub[~test], base[~test], cat)
     pred = model.predict(sub[test], base[test], cat)
     meas = sub.loc[test, "time_us"]
     rows.append({"split": "in-distribution (random 20%)", "n": int(test.sum()),
@@ -77,23 +77,26 @@ def evaluate(table: pd.DataFrame, group: str, use_device: bool, seed: int) -> li
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--rows-per-gpu", type=int, default=4000)
+    ap.add_argument("--rows-per-gpu", type=int, default=6000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trees", type=int, default=400)
+    ap.add_argument("--device-features", default="off,on", help="off, on or off,on (compare both)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     args = ap.parse_args()
     t_start = time.time()
     table = load(public_data_dir(args.data_dir), args.rows_per_gpu, args.seed)
     lines = [
         "# Kernel correction accuracy (NeuSight FP32 PyTorch kernels)", "",
-        f"Command: `python experiments/kernel_accuracy/run.py --rows-per-gpu {args.rows_per_gpu} --seed {args.seed}`",
+        f"Command: `python experiments/kernel_accuracy/run.py --rows-per-gpu {args.rows_per_gpu} --seed {args.seed} "
+        f"--trees {args.trees} --device-features {args.device_features}`",
         "", f"Rows used (after sub-sampling to {args.rows_per_gpu} per GPU and group): "
         + ", ".join(f"{g}={n}" for g, n in table.groupby("group").size().items()),
         "", "Errors are |pred - meas| / meas in %, shown as geomean / median / p90 "
         "(hybrid.reports.metrics.error_summary).", "",
     ]
     for group in ("gemm", "pointwise"):
-        for use_device in (False, True):
-            rows = evaluate(table, group, use_device, args.seed)
+        for use_device in [v.strip() == "on" for v in args.device_features.split(",")]:
+            rows = evaluate(table, group, use_device, args.seed, args.trees)
             lines += [f"## {group} family, device descriptors {'ON' if use_device else 'OFF'}", "",
                       "| split | rows | roofline only | corrected | fit s |", "|---|---|---|---|---|"]
             for r in rows:

@@ -34,7 +34,7 @@ GEMM_FEATURES = ("log_b", "log_m", "log_n", "log_k", "is_gemv", "is_bmm", "is_li
 POINTWISE_FEATURES = ("op_code", "is_bwd", "log_elements", "log_rows", "log_hidden", "hidden_vec4", "n_inputs",
                       "n_outputs", "flops_per_element", "row_waves", "row_wave_eff")
 #: Embedding-bag features.
-EMBEDDING_FEATURES = ("is_bwd", "log_num_embeddings", "log_dim", "log_pooling", "log_batch", "log_tables",
+EMBEDDING_FEATURES = ("is_bwd", "dense_grad", "log_num_embeddings", "log_dim", "log_pooling", "log_batch", "log_tables",
                       "zipf_alpha", "log_lookups", "log_unique", "unique_fraction", "log_table_bytes_over_l2",
                       "log_touched_over_l2", "log_row_bytes")
 
@@ -171,6 +171,9 @@ def embedding_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     l2 = _l2(table, catalog)
     out = {
         "is_bwd": is_backward(table).astype(np.float64),
+        # backward with a dense gradient (variant "dense_*") touches the whole table, sparse only the used rows
+        "dense_grad": (table["variant"].astype("string").fillna("").str.lower().str.contains("dense").to_numpy(
+            dtype=np.float64) if "variant" in table.columns else np.zeros(len(table))),
         "log_num_embeddings": _log(rows), "log_dim": _log(dim), "log_pooling": _log(pool),
         "log_batch": _log(batch), "log_tables": _log(t), "zipf_alpha": alpha,
         "log_lookups": _log(lookups), "log_unique": _log(unique),
