@@ -403,3 +403,20 @@ def test_docs_examples_load(tmp_path: Path) -> None:
         f.write_text(block)
         cat = Catalog.load([f])
         assert {"RTX-4090", "Xeon-8480"} & set(cat.devices)
+
+
+def test_merge_adds_devices_and_systems_and_other_wins(catalog):
+    from dataclasses import replace
+
+    from hybrid.hardware.catalog import Catalog
+    from hybrid.hardware.device import System
+
+    dev = replace(catalog.device("T4"), key="my-t4", aliases=("my t4 card",), mem_bw=1e9)
+    sys_ = System.from_entry("my-t4-box", {"device": "my-t4", "gpus_per_node": 4, "intra_node_gbps": 10,
+                                           "source": "test"})
+    other = Catalog({"my-t4": dev}, {"my-t4-box": sys_})
+    merged = catalog.merge(other)
+    assert merged.device("my t4 card").mem_bw == 1e9
+    assert merged.system("my-t4-box").gpus_per_node == 4
+    assert "my-t4" not in catalog and catalog.resolve_system("my-t4-box", missing_ok=True) is None
+    assert catalog.merge(Catalog({}, {})) is catalog

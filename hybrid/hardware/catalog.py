@@ -90,6 +90,20 @@ class Catalog:
         devices[device.key] = device
         return Catalog(devices, self.systems)
 
+    def with_system(self, system: System) -> Catalog:
+        """A copy with ``system`` added (or replaced); its device must be in the catalog."""
+        systems = dict(self.systems)
+        systems[system.key] = system
+        return Catalog(self.devices, systems)
+
+    def merge(self, other: Catalog) -> Catalog:
+        """A copy with every device and system of ``other`` added; ``other`` wins where both define a key."""
+        if all(self.devices.get(k) == d for k, d in other.devices.items()) and all(
+            self.systems.get(k) == s for k, s in other.systems.items()
+        ):
+            return self
+        return Catalog({**self.devices, **other.devices}, {**self.systems, **other.systems})
+
     # ----------------------------------------------------------------- lookup
     def resolve_device(self, name: str, missing_ok: bool = False) -> str | None:
         """Catalog key for a device name as tools print it (``Tesla T4``, ``sm_90``, ``gfx942``...)."""

@@ -37,13 +37,10 @@ class Measurements:
 
 
 def merge_catalog(base: Catalog, other: Catalog) -> tuple[Catalog, list[str]]:
-    """``base`` plus every device of ``other`` that ``base`` lacks or describes differently."""
-    added = []
-    for dev in other.devices.values():
-        if base.devices.get(dev.key) != dev:
-            base = base.with_device(dev)
-            added.append(dev.key)
-    return base, added
+    """``base`` plus every device and system of ``other``; also returns the device keys that were new or
+    differed (recorded with the run)."""
+    added = [k for k, dev in other.devices.items() if base.devices.get(k) != dev]
+    return base.merge(other), added
 
 
 def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | None = None) -> Measurements:
