@@ -105,8 +105,8 @@ def test_engine_predictions_for_a_stored_campaign(tmp_path):
     assert pred(cfg, plan) == pytest.approx(p.iloc[0])
 
 
-def test_integer_shapes_wrapper_rounds_only_integer_columns():
-    from hybrid.bench.validate import IntegerShapes
+def test_engine_rounds_integer_shape_columns_before_costing():
+    from hybrid.engine.costs import predict_times
 
     seen = {}
 
@@ -119,8 +119,9 @@ def test_integer_shapes_wrapper_rounds_only_integer_columns():
 
     t = pd.DataFrame({"op": ["embedding_bag", "gemm"], "num_embeddings": [12983.5, np.nan],
                       "pooling_factor": [2.5, np.nan], "m": [np.nan, 0.2]})
-    IntegerShapes(Echo()).predict(t)
+    times, _ = predict_times(Echo(), t)
     out = seen["t"]
+    assert list(times) == [1.0, 1.0]
     assert out["num_embeddings"].iloc[0] == 12984 and np.isnan(out["num_embeddings"].iloc[1])
     assert out["pooling_factor"].iloc[0] == 2.5  # float column untouched
     assert out["m"].iloc[1] == 1  # rounded, at least 1

@@ -175,22 +175,24 @@ def baseline_plans(config: DLRMConfig, seed: int = 0, dp_max_rows: int = 20_000,
 
 
 def searched_plan(config: DLRMConfig, model: Any, capacity: float | None = None, seed: int = 0,
-                  time_budget_s: float = 5.0) -> ShardingPlan:
-    """The plan :func:`hybrid.sharding.search.search_plans` finds fastest with cost model ``model``."""
+                  time_budget_s: float = 5.0, system: str | None = None) -> ShardingPlan:
+    """The plan :func:`hybrid.sharding.search.search_plans` finds fastest with cost model ``model``
+    (searching as if the job ran on ``system``, default the config's own)."""
     from hybrid.sharding.search import search_plans
 
     cap = capacity if capacity is not None else rank_capacity(config.gpus)
-    return search_plans(config, model, strategies=["search"], capacity=cap, seed=seed,
+    target = config.with_(system=system) if system else config
+    return search_plans(target, model, strategies=["search"], capacity=cap, seed=seed,
                         time_budget_s=time_budget_s).best.plan.validate(config)
 
 
 def campaign_plans(config: DLRMConfig, seed: int = 0, predictor: Any = None,
-                   dp_max_rows: int = 20_000) -> dict[str, ShardingPlan]:
-    """Baseline plans plus, given a cost model ``predictor``, the predictor-searched one (``search``);
-    identical plans are measured once (the first name is kept)."""
+                   dp_max_rows: int = 20_000, search_system: str | None = None) -> dict[str, ShardingPlan]:
+    """Baseline plans plus, given a cost model ``predictor``, the predictor-searched one (``search``, costed on
+    ``search_system``); identical plans are measured once (the first name is kept)."""
     plans = baseline_plans(config, seed, dp_max_rows)
     if predictor is not None:
-        plans["search"] = searched_plan(config, predictor, seed=seed)
+        plans["search"] = searched_plan(config, predictor, seed=seed, system=search_system)
     seen: set[ShardingPlan] = set()
     out = {}
     for name, plan in plans.items():
@@ -301,6 +303,7 @@ def run_campaign(
     predictor: Any = None,
     progress: bool = True,
     configs: list[DLRMConfig] | None = None,
+    search_system: str | None = None,
 ) -> CampaignReport:
     """Measure every (config, plan) of a seeded campaign with the harness, appending to
     ``out_dir/results.csv`` (resumable). A failing configuration is recorded in the report and skipped."""
@@ -319,7 +322,7 @@ def run_campaign(
     t0 = time.perf_counter()
     bar = tqdm(cfgs, desc="dlrm campaign", unit="config", disable=not progress)
     for cfg in bar:
-        plans = campaign_plans(cfg, seed, predictor, sp.dp_max_rows)
+        plans = campaign_plans(cfg, seed, predictor, sp.dp_max_rows, search_system)
         todo = {k: v for k, v in plans.items() if (cfg.name, k) not in done}
         report.skipped += len(plans) - len(todo)
         if not todo:

@@ -135,25 +135,6 @@ class EnginePredictor:
         return float(self.predict_graphs([self.graph(config, plan)])[0])
 
 
-class IntegerShapes:
-    """Cost-model wrapper rounding integer shape columns (the engine's fused lookup rows can average to a
-    fraction, e.g. ``num_embeddings`` = mean rows per table, which the predictor's schema check rejects)."""
-
-    def __init__(self, model: Any):
-        self.model = model
-        self.catalog = getattr(model, "catalog", None)
-
-    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        from hybrid.data.schema import COLUMNS
-
-        t = table.copy()
-        for c in COLUMNS:
-            if c.kind == "int" and c.name in t.columns:
-                v = pd.to_numeric(t[c.name], errors="coerce")
-                t[c.name] = np.where(v.notna(), np.maximum(np.round(v.fillna(0)), 1), np.nan)
-        return self.model.predict(t)
-
-
 def _newest_cpu_bundle() -> Path | None:
     from hybrid.data.paths import project_datasets_dir
 
@@ -186,7 +167,7 @@ def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = N
         from hybrid.cli.simulate import load_cost_model
 
         model, name = load_cost_model(model_ref, tracking_uri)
-        return EnginePredictor(name, IntegerShapes(model), model_catalog(model), system)
+        return EnginePredictor(name, model, model_catalog(model), system)
     path = Path(bundle) if bundle else _newest_cpu_bundle()
     if path is None:
         if not roofline:
@@ -209,7 +190,7 @@ def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = N
     from hybrid.corrections.predictor import HybridPredictor
 
     model = HybridPredictor(catalog=cat).fit(table)
-    return EnginePredictor(f"HybridPredictor fitted on {path.name}", IntegerShapes(model), cat, sys_name)
+    return EnginePredictor(f"HybridPredictor fitted on {path.name}", model, cat, sys_name)
 
 
 def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: EnginePredictor,

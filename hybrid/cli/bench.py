@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from hybrid.cli.output import echo_json, echo_table
+from hybrid.errors import InvalidInputError
 
 
 @click.group("bench")
@@ -77,18 +78,31 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
 @click.option("--model", "model_ref", default=None,
               help="Calibrated model: adds the plan its search finds fastest to each config's plans.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
+@click.option("--system", "search_system", default=None,
+              help="System the --model search costs plans on (default: the one system the model's profile "
+                   "bundle added, e.g. cpu-...-gloo).")
 def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, warmup: int, threads: int | None,
-             model_ref: str | None, tracking_uri: str | None) -> None:
+             model_ref: str | None, tracking_uri: str | None, search_system: str | None) -> None:
     """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable)."""
     from hybrid.bench.campaign import CampaignSpace, run_campaign
 
     predictor = None
     if model_ref:
         from hybrid.cli.simulate import load_cost_model
+        from hybrid.engine.costs import model_catalog
+        from hybrid.hardware.catalog import default_catalog
 
         predictor, _ = load_cost_model(model_ref, tracking_uri)
+        if search_system is None:
+            packaged = default_catalog([]).systems
+            added = [k for k in model_catalog(predictor).systems if k not in packaged]
+            if len(added) != 1:
+                raise InvalidInputError(f"cannot tell which system {model_ref} was measured on ({added or 'none'}); "
+                                        "pass --system")
+            search_system = added[0]
     report = run_campaign(out_dir, n_configs=n_configs, seed=seed, space=CampaignSpace(ranks=ranks),
-                          iters=iters, warmup=warmup, threads_per_rank=threads, predictor=predictor)
+                          iters=iters, warmup=warmup, threads_per_rank=threads, predictor=predictor,
+                          search_system=search_system)
     click.echo(f"{report.measured} runs measured, {report.skipped} already present, "
                f"{len(report.failures)} config(s) failed, {report.seconds:.0f} s -> {Path(out_dir) / 'results.csv'}")
     for f in report.failures:

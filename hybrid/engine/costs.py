@@ -56,11 +56,27 @@ def model_catalog(model: OpCostModel, fallback: Catalog | None = None) -> Catalo
     return fallback or default_catalog()
 
 
+def integral_shapes(ops: pd.DataFrame) -> pd.DataFrame:
+    """``ops`` with every integer column of the measurement schema rounded (at least 1 where present).
+
+    Workload builders legitimately produce fractional shapes (a fused lookup's mean rows per table, a per-rank
+    share of a message); predictors validate rows against the schema, where those columns are integers.
+    """
+    from hybrid.data.schema import COLUMNS
+
+    out = ops.copy()
+    for c in COLUMNS:
+        if c.kind == "int" and c.name in out.columns:
+            v = pd.to_numeric(out[c.name], errors="coerce")
+            out[c.name] = np.where(v.notna(), np.maximum(np.round(v.fillna(0.0)), 1.0), np.nan)
+    return out
+
+
 def predict_times(model: OpCostModel, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(``time_us``, ``method``) per op row from one ``predict`` call; rejects NaN/negative predictions."""
     if len(ops) == 0:
         return np.zeros(0), np.zeros(0, dtype=object)
-    result = model.predict(ops)
+    result = model.predict(integral_shapes(ops))
     if "time_us" not in result.columns:
         raise InvalidInputError(f"cost model {type(model).__name__} returned no 'time_us' column")
     times = pd.to_numeric(result["time_us"], errors="coerce").to_numpy(dtype=np.float64)
