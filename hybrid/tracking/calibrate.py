@@ -338,7 +338,7 @@ def _describe_corrections(predictor: Any) -> dict[str, Any]:
         if not getattr(c, "fitted", True):
             continue
         try:
-            out[str(c.name)] = c.describe()
+            out[str(getattr(c, "key", c.name))] = c.describe()
         except Exception as exc:  # noqa: BLE001 - an unfitted correction may not describe itself
             out[str(getattr(c, "name", type(c).__name__))] = {"error": str(exc)}
     return out
