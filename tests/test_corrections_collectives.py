@@ -64,7 +64,41 @@ def test_unseen_rank_count_lies_between_neighbours(polaris, catalog):
     held = ar[(ar["n_ranks"] == mid) & ar["size_bytes"].isin(sizes)].groupby("size_bytes")["time_us"].median()
     ratio = t[1] / held.reindex(sizes).to_numpy()
     assert np.all((ratio > 0.6) & (ratio < 1.6)), ratio
-    assert model.coverage(query).eq("sigmoid").all()
+    cov = model.coverage(query)
+    assert cov.iloc[[0, 1, 2, 6, 7, 8]].eq("sigmoid").all() and cov.iloc[3:6].eq("layout model").all(), cov
+
+
+def test_layout_model_fits_all_layouts_and_saved_ratio_models_still_load(polaris, catalog, tmp_path):
+    ar = polaris[(polaris["op"] == "all_reduce") & (polaris["algorithm"] == "env-setup-5")]
+    base = roofline(ar, catalog)
+    model = CollectiveSigmoid().fit(ar, base, catalog)
+    lm = model.layout_models["Polaris|all_reduce|env-setup-5"]
+    assert sorted(r for r, _ in lm.layouts) == sorted(ar["n_ranks"].unique())
+    # one smooth model over 2..540 nodes reproduces every layout's large-message time within a factor 1.5
+    big = ar[ar["size_bytes"] >= 1 << 26]
+    for (r, n), g in big.groupby(["n_ranks", "n_nodes"]):
+        t = model._layout_us(lm, "all_reduce", r, n, g["size_bytes"].to_numpy(dtype=float))
+        q = t / g["time_us"].to_numpy()
+        assert np.all((q > 1 / 1.5) & (q < 1.5)), (r, n, q)
+    # more nodes never make the modelled large all-reduce faster
+    ts = [model._layout_us(lm, "all_reduce", 4 * n, n, np.array([2.0**28]))[0] for n in (2, 8, 64, 256, 540)]
+    assert np.all(np.diff(ts) > 0), ts
+    # a model written by the previous version (no layout models) loads and predicts with the ratio rule
+    old = CollectiveSigmoid(rank_model="ratio").fit(ar, base, catalog)
+    assert old.layout_models == {}
+    old.save(tmp_path)
+    meta = (tmp_path / "sigmoids.json").read_text()
+    import json
+
+    payload = json.loads(meta)
+    for k in ("rank_model", "layout_model", "layout_models"):
+        payload.pop(k)
+    (tmp_path / "sigmoids.json").write_text(json.dumps(payload))
+    again = CollectiveSigmoid.load(tmp_path)
+    assert again.rank_model == "ratio"
+    np.testing.assert_allclose(again.predict(ar, base, catalog), old.predict(ar, base, catalog))
+    with pytest.raises(Exception, match="rank_model"):
+        CollectiveSigmoid(rank_model="spline")
 
 
 def test_alpha_beta_fallback_for_unseen_system_and_collective(polaris, catalog):

@@ -56,45 +56,54 @@ def held_out_sizes(table: pd.DataFrame, cat) -> pd.DataFrame:
     return out[np.isfinite(out["pred"])]
 
 
+def dataset(table: pd.DataFrame) -> np.ndarray:
+    """Reporting label: the system, with xxrjun's H100 NDR cluster split into 1-node and 10-node runs."""
+    sys_ = table["system"].astype(str).to_numpy()
+    multi = (table["n_nodes"].fillna(1) > 1).to_numpy()
+    return np.where(sys_ == "xxrjun-H100-NDR", np.where(multi, "xxrjun-H100-NDR multi-node", "xxrjun-H100-NDR 1 node"),
+                    sys_)
+
+
 def held_out_ranks(table: pd.DataFrame, cat) -> pd.DataFrame:
-    """Leave one rank count out per (system, collective, setting, GPUs per node) ladder."""
+    """Leave one rank count out per system (every layout with that count); both rank models predict it.
+
+    ``kind``: "interpolated" when the same (system, collective, setting) keeps measured rank counts below and
+    above the held-out one, "extrapolated" otherwise; rows of a (system, collective, setting) with no other
+    measured rank count are not scored (nothing to transfer from)."""
     base = roofline(table, cat)
-    gpn = (table["n_ranks"] / table["n_nodes"].fillna(1)).round(3)
-    ladder = table["system"].astype(str) + "|" + table["op"] + "|" + table["algorithm"].astype(str) + "|" + gpn.astype(str)
+    keys = ["system", "op", "algorithm"]
     results = []
     for system in sorted(table["system"].unique()):
         in_sys = (table["system"] == system).to_numpy()
         for r in sorted(table.loc[in_sys, "n_ranks"].unique()):
             test = in_sys & (table["n_ranks"] == r).to_numpy()
             train = in_sys & ~test
-            lad_test = set(ladder[test])
             if not train.any():
                 continue
-            model = CollectiveSigmoid().fit(table[train], base[train], cat)
-            pred = model.predict(table[test], base[test], cat)
-            out = table[test].assign(pred=pred, ab=base.loc[test, "time_us"].to_numpy(), ladder=ladder[test].to_numpy())
-            # interior: the ladder has measured rank counts on both sides of r
-            kinds = {}
-            for lad in lad_test:
-                others = table.loc[train & (ladder == lad).to_numpy(), "n_ranks"]
-                if len(others) == 0:
-                    kinds[lad] = "other layout (alpha-beta rescaled)"
-                elif others.min() < r < others.max():
-                    kinds[lad] = "interpolated"
-                else:
-                    kinds[lad] = "extrapolated"
-            out["kind"] = out["ladder"].map(kinds)
-            results.append(out[np.isfinite(out["pred"])])
-    return pd.concat(results, ignore_index=True)
+            preds = {}
+            for name in ("ratio", "joint"):
+                model = CollectiveSigmoid(rank_model=name).fit(table[train], base[train], cat)
+                preds[name] = model.predict(table[test], base[test], cat)
+            out = table[test].assign(ratio=preds["ratio"], pred=preds["joint"], ab=base.loc[test, "time_us"].to_numpy())
+            span = table[train].groupby(keys)["n_ranks"].agg(["min", "max"])
+            idx = pd.MultiIndex.from_frame(out[keys].astype(str))
+            span.index = pd.MultiIndex.from_frame(span.index.to_frame().astype(str))
+            lo, hi = span["min"].reindex(idx).to_numpy(), span["max"].reindex(idx).to_numpy()
+            out["kind"] = np.where(np.isnan(lo), "", np.where((lo < r) & (r < hi), "interpolated", "extrapolated"))
+            results.append(out[(out["kind"] != "") & np.isfinite(out["pred"]) & np.isfinite(out["ratio"])])
+    res = pd.concat(results, ignore_index=True)
+    res["dataset"] = dataset(res)
+    return res
 
 
-def section(title: str, df: pd.DataFrame, by: str) -> list[str]:
-    lines = [f"## {title}", "", f"| {by} | rows | alpha-beta (roofline) | sigmoid |", "|---|---|---|---|"]
+def section(title: str, df: pd.DataFrame, by: str, cols: dict[str, str]) -> list[str]:
+    lines = [f"## {title}", "", f"| {by} | rows | " + " | ".join(cols.values()) + " |",
+             "|---|---|" + "---|" * len(cols)]
     for key, g in df.groupby(by, sort=True):
-        lines.append(f"| {key} | {len(g)} | {fmt(error_summary(g['ab'], g['time_us']))} | "
-                     f"{fmt(error_summary(g['pred'], g['time_us']))} |")
-    lines.append(f"| **all** | {len(df)} | {fmt(error_summary(df['ab'], df['time_us']))} | "
-                 f"{fmt(error_summary(df['pred'], df['time_us']))} |")
+        lines.append(f"| {key} | {len(g)} | " + " | ".join(fmt(error_summary(g[c], g["time_us"])) for c in cols) + " |")
+    lines.append(f"| **all rows** | {len(df)} | " + " | ".join(fmt(error_summary(df[c], df["time_us"])) for c in cols) + " |")
+    means = [np.mean([error_summary(g[c], g["time_us"])["geomean_pct"] for _, g in df.groupby(by)]) for c in cols]
+    lines.append(f"| **mean over {by}s (geomean)** | | " + " | ".join(f"{m:.1f}" for m in means) + " |")
     return lines + [""]
 
 
@@ -112,12 +121,14 @@ def main() -> None:
              "Command: `python experiments/collectives_accuracy/run.py`", "",
              f"{len(table)} rows after dropping #wrong > 0; systems: {', '.join(sorted(table['system'].unique()))}.",
              "Errors: |pred - meas| / meas in %, geomean / median / p90.", ""]
-    lines += section("Held-out message sizes (every 3rd size of each curve)", sizes, "system")
-    lines += section("Held-out rank counts, by kind", ranks, "kind")
-    lines += section("Held-out rank counts, interpolated only, by system",
-                     ranks[ranks["kind"] == "interpolated"], "system")
-    lines += section("Held-out rank counts, extrapolated (capped at one doubling), by system",
-                     ranks[ranks["kind"] == "extrapolated"], "system")
+    lines += section("Held-out message sizes (every 3rd size of each curve)", sizes, "system",
+                     {"ab": "alpha-beta (roofline)", "pred": "sigmoid"})
+    rank_cols = {"ab": "alpha-beta (roofline)", "ratio": "previous: ratio interpolation",
+                 "pred": "layout model (default)"}
+    for kind in ("interpolated", "extrapolated"):
+        lines += section(f"Held-out rank counts, {kind}, by dataset", ranks[ranks["kind"] == kind], "dataset",
+                         rank_cols)
+    lines += section("Held-out rank counts, all, by kind", ranks, "kind", rank_cols)
     lines.append(f"Total wall time: {time.time() - t0:.0f} s")
     text = "\n".join(lines) + "\n"
     print(text)

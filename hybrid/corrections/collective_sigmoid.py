@@ -15,14 +15,18 @@ Curves are kept per library setting too (the ``algorithm`` column: nccl-tests en
 by up to 10x on the same machine); rows that name no setting, or an unmeasured one, use the fastest measured
 setting of that (system, collective), i.e. what a tuned deployment reaches.
 
-Unmeasured rank/node counts: the alpha-beta model already knows how bus factors and latency steps scale with
-ranks and nodes, so what is interpolated is the *measured efficiency relative to it*: within a (system,
-collective, setting, GPUs per node) ladder, ``log(sigmoid / alpha_beta)`` of the two neighbouring measured
-rank counts (at the row's message size) is interpolated linearly in ``log2(ranks)``; beyond the measured range
-the nearest count's ratio is held constant (capped extrapolation). A layout with no ladder (another
-GPUs-per-node split) uses the nearest measured rank count of the same (system, collective) the same way.
-Systems or collectives never measured get NaN, which the predictor reports as the ``alpha-beta`` fallback; curve fits that fail (too few sizes, no
-convergence) are recorded with their reason and treated the same way.
+Unmeasured rank/node counts (``rank_model="joint"``, the default): per (system, collective, setting) one
+*layout model* is fitted jointly over every measured (ranks, nodes) layout and size: a hierarchical alpha-beta
+whose latencies (constant, per intra-node step, per inter-node step) and seconds-per-byte (intra-node fabric,
+inter-node NIC share, local copy) are free, with the sigmoid's knee ``w``, fitted by robust least squares on log
+time with a weak prior at the catalog's values (so a system with one measured layout stays close to the
+catalog's scaling). Between measured rank counts the layout model is used as is; beyond them (extrapolation)
+it is multiplied by the nearest measured layout's residual ``sigmoid / layout model`` at the row's size
+(held constant, i.e. capped). ``rank_model="ratio"`` keeps the previous rule (interpolate
+``log(sigmoid / catalog alpha-beta)`` in ``log2(ranks)`` within a GPUs-per-node ladder) for comparison; a
+model saved before layout models existed predicts that way.
+Systems or collectives never measured get NaN, which the predictor reports as the ``alpha-beta`` fallback; curve
+fits that fail (too few sizes, no convergence) are recorded with their reason and treated the same way.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import OptimizeWarning, curve_fit
+from scipy.optimize import OptimizeWarning, curve_fit, least_squares
 
 from hybrid.corrections.base import Correction, family_mask, read_json, write_json
 from hybrid.errors import InvalidInputError
@@ -47,6 +51,19 @@ MIN_SIZES = 5
 B_BOUNDS_GBPS = (1e-3, 1e4)
 X0_BOUNDS = (0.0, 40.0)
 W_BOUNDS = (0.3, 4.0)
+#: Layout-model parameters (all stored as natural logs): latencies in us, seconds per byte, knee width.
+LAYOUT_PARAMS = ("lat0_us", "lat_intra_us", "lat_inter_us", "s_per_byte_intra", "s_per_byte_inter",
+                 "s_per_byte_local", "w")
+#: Prior standard deviations (ln units) of the layout-model parameters around the catalog values: loose, so
+#: measurements dominate wherever they constrain a parameter; the knee prior is tighter (w = 1 is alpha-beta).
+LAYOUT_PRIOR_SIGMA = (6.0, 4.5, 4.5, 3.0, 3.0, 6.0, 1.5)
+#: Prior constant latency (us) and local-copy share of device memory bandwidth for the layout model.
+LAYOUT_PRIOR_LAT0_US = 5.0
+LAYOUT_PRIOR_LOCAL_FRACTION = 0.05
+#: Assumed NIC bandwidth (bytes/s per GPU) for the prior of a system without an inter-node entry.
+LAYOUT_PRIOR_NIC = 12.5e9
+#: Robust loss scale (ln units): residuals beyond ~35% (protocol-switch bumps) count linearly, not squared.
+LAYOUT_LOSS_SCALE = 0.3
 
 
 @dataclass
@@ -67,6 +84,81 @@ class SigmoidFit:
     @property
     def gpn(self) -> float:
         return self.n_ranks / max(self.n_nodes, 1)
+
+
+@dataclass
+class LayoutFit:
+    """Hierarchical alpha-beta + sigmoid knee for one (system, collective, setting) over all its layouts."""
+
+    system: str
+    op: str
+    algorithm: str
+    log_params: list[float]  # ln of LAYOUT_PARAMS
+    layouts: list[list[int]]  # measured [ranks, nodes] it was fitted on
+    n_points: int
+    rmse_log: float
+
+
+def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Per row, the coefficients of the layout model: latency (1, intra steps, inter steps) and bytes moved
+    (intra-node fabric, inter-node NIC share, local copy) per byte of message, as in the alpha-beta model."""
+    op = np.asarray(op, dtype=object)
+    n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
+    nn = np.maximum(np.asarray(nodes, dtype=np.float64), 1.0)
+    g = np.maximum(n / nn, 1.0)
+    multi = nn > 1
+    rg, rn = (g - 1.0) / g, (nn - 1.0) / nn
+    ar, a2a = op == "all_reduce", op == "all_to_all"
+    agrs = np.isin(op, ["all_gather", "reduce_scatter"])
+    bc = np.isin(op, ["broadcast", "reduce"])
+    intra = np.select([ar, agrs, a2a, bc], [2 * rg, rg, (g - 1.0) / n, rg + 1.0 / n], default=np.where(multi, 0.0, 1.0))
+    inter = np.select([ar, agrs, a2a, bc], [2 * rn / g, rn / g, (n - g) / n, rn / g], default=1.0)
+    inter = np.where(multi, inter, 0.0)
+    steps = np.where(ar, 2.0, 1.0)
+    lat_intra = steps * np.log2(g) + np.where(a2a, 0.25 * (g - 1.0), 0.0)
+    lat_inter = np.where(multi, steps * np.log2(nn) + np.where(a2a, 0.25 * (nn - 1.0), 0.0), 0.0)
+    one = np.ones_like(n)
+    return np.stack([one, lat_intra, lat_inter, intra, inter, one], axis=1)
+
+
+def layout_log_time(log_params: np.ndarray, terms: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """ln time (s) of the layout model: ``t = bw + lat * (bw / lat)^(1 - 1/w)`` (``w = 1``: alpha + beta s),
+    the same knee as the sigmoid busbw curve."""
+    p = np.exp(np.asarray(log_params, dtype=np.float64))
+    log_lat = np.log(terms[:, :3] @ p[:3] * 1e-6)
+    log_bw = np.log(terms[:, 3:] @ p[3:6]) + np.log(size)
+    return np.logaddexp(log_bw, log_lat + (1.0 - 1.0 / p[6]) * (log_bw - log_lat))
+
+
+def layout_prior(catalog: Catalog, system: str) -> np.ndarray:
+    """Catalog values of the layout-model parameters (ln), the prior centre of the fit."""
+    from hybrid.ops.roofline import resolve_system
+
+    sysobj = resolve_system(catalog, system)
+    known = catalog.resolve_device(sysobj.device, missing_ok=True) is not None
+    mem_bw = catalog.device(sysobj.device).mem_bw if known else sysobj.intra_bw * 10
+    inter = sysobj.inter_bw if sysobj.inter_bw > 0 else LAYOUT_PRIOR_NIC
+    return np.log([LAYOUT_PRIOR_LAT0_US, max(sysobj.intra_latency_us, 0.5), max(sysobj.inter_latency_us, 0.5),
+                   1.0 / sysobj.intra_bw, 1.0 / inter, LAYOUT_PRIOR_LOCAL_FRACTION / mem_bw, 1.0])
+
+
+def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, layout_id: np.ndarray,
+                     prior: np.ndarray) -> tuple[np.ndarray, float]:
+    """Robust least squares on ln time, each layout weighted equally, plus the prior; returns (ln params, rmse)."""
+    counts = np.bincount(layout_id)
+    weight = 1.0 / np.sqrt(counts[layout_id])
+    log_t = np.log(time_s)
+    sigma = np.asarray(LAYOUT_PRIOR_SIGMA)
+
+    def resid(theta: np.ndarray) -> np.ndarray:
+        return np.concatenate([(layout_log_time(theta, terms, size) - log_t) * weight, (theta - prior) / sigma])
+
+    lo, hi = prior - 8.0, prior + 8.0
+    lo[6], hi[6] = np.log(W_BOUNDS[0]), np.log(W_BOUNDS[1])
+    start = np.clip(prior, lo + 1e-6, hi - 1e-6)
+    sol = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=LAYOUT_LOSS_SCALE)
+    err = layout_log_time(sol.x, terms, size) - log_t
+    return sol.x, float(np.sqrt(np.mean(err**2)))
 
 
 def _log_time(log_s: np.ndarray, log_b: float, x0: float, log_w: float, log_factor: float) -> np.ndarray:
@@ -103,8 +195,16 @@ class CollectiveSigmoid(Correction):
     families = ("collective",)
     min_rows = 10
 
-    def __init__(self) -> None:
+    #: how unmeasured rank/node counts are predicted: "joint" (layout model) or "ratio" (previous rule)
+    RANK_MODELS = ("joint", "ratio")
+
+    def __init__(self, rank_model: str = "joint") -> None:
+        if rank_model not in self.RANK_MODELS:
+            raise InvalidInputError(f"unknown rank_model {rank_model!r}; known: {self.RANK_MODELS}")
+        self.rank_model = rank_model
         self.fits: list[SigmoidFit] = []
+        #: "system|op|algorithm" -> layout model over all measured layouts of that key
+        self.layout_models: dict[str, LayoutFit] = {}
         self.failures: list[dict[str, Any]] = []
         self.dropped_wrong = 0
         #: (system, op) -> algorithm used for rows whose algorithm is missing or unseen: the fastest one
@@ -149,8 +249,27 @@ class CollectiveSigmoid(Correction):
                 self.failures.append({"system": system, "op": op, "algorithm": algo, "n_ranks": int(ranks),
                                       "n_nodes": int(nodes), "reason": fit})
         self.default_algorithm = self._fastest_algorithms()
+        self.layout_models = self._fit_layout_models(frame, keys, catalog) if self.rank_model == "joint" else {}
         self._fitted = True
         return self
+
+    def _fit_layout_models(self, frame: pd.DataFrame, keys: list[str], catalog: Catalog) -> dict[str, LayoutFit]:
+        out: dict[str, LayoutFit] = {}
+        for (system, op, algo), g in frame.groupby(keys[:3], sort=True):
+            terms = layout_terms(g["op"].to_numpy(), g["n_ranks"].to_numpy(), g["n_nodes"].to_numpy())
+            lay = g["n_ranks"].astype(str) + "/" + g["n_nodes"].astype(str)
+            layout_id = pd.factorize(lay)[0]
+            try:
+                theta, rmse = fit_layout_model(terms, g["size"].to_numpy(dtype=np.float64), g["time_s"].to_numpy(),
+                                               layout_id, layout_prior(catalog, str(system)))
+            except (ValueError, np.linalg.LinAlgError) as exc:  # recorded, the "ratio" rule is used instead
+                self.failures.append({"system": system, "op": op, "algorithm": algo, "n_ranks": 0, "n_nodes": 0,
+                                      "reason": f"layout model: {exc}"})
+                continue
+            layouts = sorted({(int(r), int(n)) for r, n in zip(g["n_ranks"], g["n_nodes"], strict=True)})
+            out[f"{system}|{op}|{algo}"] = LayoutFit(str(system), str(op), str(algo), [float(v) for v in theta],
+                                                     [list(x) for x in layouts], len(g), rmse)
+        return out
 
     def _fastest_algorithms(self) -> dict[str, str]:
         """Per (system, op): the algorithm whose curves reach the highest median peak bus bandwidth."""
@@ -233,6 +352,10 @@ class CollectiveSigmoid(Correction):
             if exact:
                 res[rows] = self._curve_us(exact[0], size[rows])
                 continue
+            lm = self._layout_model(str(s), str(o), str(a))
+            if lm is not None:
+                res[rows] = self._layout_predict(lm, str(o), float(r), float(n), size[rows])
+                continue
             below = [f for f in ladder if f.n_ranks < r]
             above = [f for f in ladder if f.n_ranks > r]
             anchors = ([below[-1]] if below else []) + ([above[0]] if above else [])
@@ -253,6 +376,33 @@ class CollectiveSigmoid(Correction):
             res[rows] = ab[rows] * np.exp(log_ratio)
         out[mask] = res
         return out
+
+    def _layout_model(self, system: str, op: str, algorithm: str) -> LayoutFit | None:
+        if self.rank_model != "joint" or not self.layout_models:
+            return None
+        return self.layout_models.get(f"{system}|{op}|{self._algorithm_for(system, op, algorithm)}")
+
+    @staticmethod
+    def _layout_us(lm: LayoutFit, op: str, ranks: float, nodes: float, size: np.ndarray) -> np.ndarray:
+        terms = layout_terms(np.full(len(size), op, dtype=object), np.full(len(size), ranks), np.full(len(size), nodes))
+        return np.exp(layout_log_time(np.asarray(lm.log_params), terms, size)) * 1e6
+
+    def _layout_extrapolates(self, lm: LayoutFit, ranks: float) -> bool:
+        measured = [r for r, _ in lm.layouts]
+        return not (min(measured) < ranks < max(measured))
+
+    def _layout_predict(self, lm: LayoutFit, op: str, ranks: float, nodes: float, size: np.ndarray) -> np.ndarray:
+        """Layout model at an unmeasured layout; beyond the measured rank counts times the nearest measured
+        layout's residual (its sigmoid over the layout model at the same sizes), held constant."""
+        pred = self._layout_us(lm, op, ranks, nodes, size)
+        if not self._layout_extrapolates(lm, ranks):
+            return pred
+        same = [f for f in self.fits if f.system == lm.system and f.op == lm.op and f.algorithm == lm.algorithm]
+        if not same:
+            return pred
+        near = min(same, key=lambda f: (abs(np.log2(f.n_ranks) - np.log2(ranks)), abs(f.n_nodes - nodes)))
+        resid = np.log(self._curve_us(near, size)) - np.log(self._layout_us(lm, op, near.n_ranks, near.n_nodes, size))
+        return pred * np.exp(resid)
 
     def _nearest_any_layout(self, system: str, op: str, algorithm: str, ranks: float) -> SigmoidFit | None:
         algorithm = self._algorithm_for(system, op, algorithm)
@@ -282,6 +432,10 @@ class CollectiveSigmoid(Correction):
         for s, o, a, r, n in zip(system, op, algo, ranks, nodes, strict=True):
             if s not in seen_sys:
                 out.append("alpha-beta: unseen system")
+            elif any(f.n_ranks == r and f.n_nodes == n for f in self._ladder(s, o, a, r, n)):
+                out.append("sigmoid")
+            elif (lm := self._layout_model(s, o, a)) is not None:
+                out.append("layout model (extrapolated)" if self._layout_extrapolates(lm, r) else "layout model")
             elif self._ladder(s, o, a, r, n):
                 out.append("sigmoid")
             elif self._nearest_any_layout(s, o, a, r) is not None:
@@ -298,14 +452,20 @@ class CollectiveSigmoid(Correction):
             "model": "busbw = B / (1 + exp(-(ln s - x0) / w)); params stored as ln B (bytes/s), x0, ln w",
             "rank_interpolation": "log(sigmoid/alpha-beta) linear in log2(ranks); constant outside",
             "fits": [asdict(f) for f in self.fits], "failures": self.failures, "dropped_wrong": self.dropped_wrong,
-            "default_algorithm": self.default_algorithm,
+            "default_algorithm": self.default_algorithm, "rank_model": self.rank_model,
+            "layout_model": "t = bw + lat * (bw / lat)^(1 - 1/w); lat = terms . (lat0, lat_intra, lat_inter) us, "
+                            "bw = size * terms . (s/B intra, inter, local); params stored as ln " + ", ".join(LAYOUT_PARAMS),
+            "layout_models": [asdict(m) for m in self.layout_models.values()],
         })
 
     @classmethod
     def load(cls, directory: Path) -> CollectiveSigmoid:
         meta = read_json(Path(directory) / "sigmoids.json")
-        obj = cls()
+        # files written before layout models existed have neither key: they predict with the "ratio" rule
+        obj = cls(str(meta.get("rank_model", "ratio")))
         obj.fits = [SigmoidFit(**f) for f in meta["fits"]]
+        obj.layout_models = {f"{m['system']}|{m['op']}|{m['algorithm']}": LayoutFit(**m)
+                             for m in meta.get("layout_models", [])}
         obj.failures = list(meta["failures"])
         obj.dropped_wrong = int(meta.get("dropped_wrong", 0))
         obj.default_algorithm = dict(meta.get("default_algorithm", {}))
@@ -317,7 +477,8 @@ class CollectiveSigmoid(Correction):
                                "fitted": self.fitted}
         if self.fitted:
             out.update({
-                "n_curves": len(self.fits), "n_failed": len(self.failures), "dropped_wrong_rows": self.dropped_wrong,
+                "n_curves": len(self.fits), "n_failed": len(self.failures), "rank_model": self.rank_model,
+                "n_layout_models": len(self.layout_models), "dropped_wrong_rows": self.dropped_wrong,
                 "systems": sorted({f.system for f in self.fits}),
                 "ops": sorted({f.op for f in self.fits}),
                 "median_fit_rmse_log": float(np.median([f.rmse_log for f in self.fits])) if self.fits else None,
