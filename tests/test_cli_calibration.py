@@ -53,7 +53,7 @@ def test_calibrate_records_run_and_registers_versions(flow):
     assert first["model"] == "models:/kern/1"
     assert set(first["errors"]) == {"random", "lodo", "train"}
     assert set(second["errors"]) == {"random", "train"}
-    assert "kernel-xgb" in first["corrections"]
+    assert {"kernel-xgb-gemm", "kernel-xgb-pointwise"} <= set(first["corrections"])
 
     client = MlflowClient(tracking_uri=flow["uri"], registry_uri=flow["uri"])
     run = client.get_run(first["run_id"])
@@ -65,7 +65,8 @@ def test_calibrate_records_run_and_registers_versions(flow):
     assert params["holdout_devices"] == "P100-PCIE-16GB,T4"
     assert int(params["rows.op.bmm"]) == int((table["op"] == "bmm").sum())
     assert int(params["rows.device.T4"]) == int((table["device"] == "T4").sum())
-    assert any(k.startswith("correction.kernel-xgb.") for k in params)
+    assert any(k.startswith("correction.kernel-xgb-gemm.") for k in params)
+    assert any(k.startswith("correction.kernel-xgb-pointwise.") for k in params)
     for key in ("random.model.geomean_pct", "random.roofline.geomean_pct", "random.model.p90_pct",
                 "random.model.op.gemm.mape_pct", "random.roofline.op.norm.median_pct",
                 "lodo.model.device.T4.geomean_pct", "lodo.roofline.device.T4.geomean_pct",
