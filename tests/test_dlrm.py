@@ -117,8 +117,9 @@ def test_all_to_all_volumes_match_hand_computation():
     assert vol.row_wise_bytes == pytest.approx(B * R * D * EB)
     assert vol.dp_grad_bytes == pytest.approx(1000 * D * EB)
     # index distribution: rank 0 sends 8-byte indices of its batch for big (10/sample), cw twice (2/sample
-    # to each of 2 holders), rw 3/4 of 8/sample
-    assert vol.input_send[0] == pytest.approx(B * 8 * (10 + 2 * 2 + 8 * 3 / 4))
+    # to each of 2 holders), rw 3/4 of 8/sample; plus one 8-byte bag length per sample for each of the 6 pieces
+    # held elsewhere (big, 2 cw halves, 3 rw quarters)
+    assert vol.input_send[0] == pytest.approx(B * 8 * (10 + 2 * 2 + 8 * 3 / 4 + 6), rel=1e-6)
 
 
 def test_iteration_simulates_with_a_sane_breakdown(catalog):

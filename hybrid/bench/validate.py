@@ -74,6 +74,35 @@ def sharding_success(
     }
 
 
+#: Harness phases compared one by one (``backward`` includes ``exchange_bwd``).
+PHASE_COLUMNS = ("input_dist", "lookup_fwd", "exchange_fwd", "dense_fwd", "backward", "exchange_bwd", "optimizer")
+#: Phases shorter than this (ms) on both sides are not scored (an absent exchange measures a few microseconds).
+PHASE_FLOOR_MS = 0.05
+
+
+def phase_errors(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per harness phase: geomean error, median predicted/measured ratio and the median times, from the
+    ``<phase>_ms`` (measured) and ``pred_<phase>_ms`` columns of a validated table."""
+    out: dict[str, dict[str, float]] = {}
+    for ph in PHASE_COLUMNS:
+        m_col, p_col = f"{ph}_ms", f"pred_{ph}_ms"
+        if m_col not in table.columns or p_col not in table.columns:
+            continue
+        m = pd.to_numeric(table[m_col], errors="coerce").to_numpy(dtype=float)
+        p = pd.to_numeric(table[p_col], errors="coerce").to_numpy(dtype=float)
+        keep = np.isfinite(m) & np.isfinite(p) & ((m > PHASE_FLOOR_MS) | (p > PHASE_FLOOR_MS))
+        if not keep.any():
+            continue
+        m, p = np.maximum(m[keep], 1e-3), np.maximum(p[keep], 1e-3)
+        e = error_summary(p, m)
+        ratio = p / m
+        out[ph] = {"n_rows": int(keep.sum()), "geomean_pct": e["geomean_pct"], "mape_pct": e["mape_pct"],
+                   "ratio_median": float(np.median(ratio)), "ratio_p10": float(np.quantile(ratio, 0.1)),
+                   "ratio_p90": float(np.quantile(ratio, 0.9)), "measured_median_ms": float(np.median(m)),
+                   "predicted_median_ms": float(np.median(p))}
+    return out
+
+
 @dataclass
 class ValidationReport:
     """End-to-end error and sharding success of one predictor on one campaign."""
@@ -82,11 +111,14 @@ class ValidationReport:
     errors: dict[str, Any]
     success: dict[str, Any]
     split: dict[str, Any] = field(default_factory=dict)  #: half-split fit of overheads, when available
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)  #: per-phase errors (:func:`phase_errors`)
+    in_sample: dict[str, Any] = field(default_factory=dict)  #: overheads fitted on ALL configs, scored on them
 
     def summary(self) -> dict[str, Any]:
         s = {k: v for k, v in self.success.items() if k != "per_config"}
         return {"errors": {k: v for k, v in self.errors.items() if not isinstance(v, dict)},
-                "errors_by_plan": self.errors.get("by_plan", {}), "sharding": s, "split": self.split}
+                "errors_by_plan": self.errors.get("by_plan", {}), "sharding": s, "split": self.split,
+                "phases": self.phases, "in_sample": self.in_sample}
 
 
 def evaluate(table: pd.DataFrame, k: float = 1.0) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -126,10 +158,21 @@ class EnginePredictor:
 
     def predict_graphs(self, graphs: list[Any], overheads: Any = None) -> np.ndarray:
         """Predicted iteration times (ms) of compiled graphs."""
+        return self.simulate_graphs(graphs, overheads)[0]
+
+    def simulate_graphs(self, graphs: list[Any], overheads: Any = None) -> tuple[np.ndarray, pd.DataFrame]:
+        """Predicted iteration times (ms) and per-phase times (ms, max over ranks, one row per graph; the
+        harness phases of :data:`hybrid.workloads.dlrm_graph.PHASES` plus ``exchange_bwd``)."""
         from hybrid.engine.simulate import simulate
+        from hybrid.workloads.dlrm_graph import NESTED_PHASES, PHASES
 
         ov = overheads if overheads is not None else self.overheads
-        return np.array([simulate(g, self.model, ov).iteration_us / 1e3 for g in graphs])
+        iters, phases = [], []
+        for g in graphs:
+            res = simulate(g, self.model, ov)
+            iters.append(res.iteration_us / 1e3)
+            phases.append(res.phase_times(PHASES, NESTED_PHASES, steady_state=True).max(axis=0) / 1e3)
+        return np.array(iters), pd.DataFrame(phases).reset_index(drop=True)
 
     def __call__(self, config: Any, plan: Any) -> float:
         return float(self.predict_graphs([self.graph(config, plan)])[0])
@@ -216,12 +259,30 @@ def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: Engi
         if int(row["ranks"]) != cfg.gpus:
             cfg = cfg.with_(gpus=int(row["ranks"]))
         graphs.append(predictor.graph(cfg, plan))
-    table["predicted_ms"] = predictor.predict_graphs(graphs)
+    iters, phases = predictor.simulate_graphs(graphs)
+    table["predicted_ms"] = iters
+    for c in phases.columns:
+        table[f"pred_{c}_ms"] = phases[c].to_numpy()
     errors, success = evaluate(table, k=k)
     split: dict[str, Any] = {}
+    in_sample: dict[str, Any] = {}
     if fit_overheads and table["config_name"].nunique() >= 4:
         split = _split_fit(table, graphs, predictor, k, split_seed)
-    return ValidationReport(table, errors, success, split)
+        in_sample = _in_sample_fit(table, graphs, predictor, k)
+    return ValidationReport(table, errors, success, split, phase_errors(table), in_sample)
+
+
+def _in_sample_fit(table: pd.DataFrame, graphs: list[Any], predictor: EnginePredictor, k: float) -> dict[str, Any]:
+    """Overheads fitted on every config and scored on the same rows (optimistic; reported separately)."""
+    from hybrid.engine.overheads import Overheads
+
+    fitted = Overheads.fit(graphs, table["median_ms"].to_numpy() * 1e3, predictor.model, start=predictor.overheads)
+    t = table.copy()
+    t["predicted_ms"] = predictor.predict_graphs(graphs, fitted)
+    errors, success = evaluate(t, k=k)
+    return {"overheads_us": fitted.to_dict(), "geomean_pct": errors["geomean_pct"], "mape_pct": errors["mape_pct"],
+            "strict_pct": success["strict_pct"], "tolerant_pct": success["tolerant_pct"],
+            "regret_pct": success["regret_pct"]}
 
 
 def _split_fit(table: pd.DataFrame, graphs: list[Any], predictor: EnginePredictor, k: float,

@@ -14,7 +14,13 @@ flat numpy arrays that :func:`hybrid.engine.simulate.simulate` evaluates. Semant
   has reached it (its own stream order and dependencies are satisfied) and last as long as the slowest
   member's estimate.
 * :meth:`TaskGraph.kernel` adds a GPU kernel together with its CPU-side launch on the rank's host stream,
-  so CPU-bound iterations (many small kernels) come out right.
+  so CPU-bound iterations (many small kernels) come out right;
+* every node carries the *phase* that was current when it was added (:attr:`TaskGraph.phase`, e.g.
+  ``"lookup_fwd"``), so a simulated timeline can be cut into the phases a real run times
+  (:meth:`hybrid.engine.simulate.SimResult.phase_times`);
+* ``comm_overlap`` of a collective (1 = fully hidden behind compute, like a GPU's separate comm stream; 0 =
+  compute and communication share the same cores, like gloo on a CPU) adds, per member, an *interference*
+  node on the compute stream that starts with the collective and lasts ``1 - comm_overlap`` of its time.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ class CompiledGraph:
     args: list[dict[str, Any] | None]
     n_ranks: int
     n_real: int  # nodes before the virtual sync nodes
+    phase: np.ndarray | None = None  # int16 index into ``phase_names`` (-1 = none)
+    phase_names: tuple[str, ...] = ()
+    scale: np.ndarray | None = None  # float64 multiplier of a node's op time (interference nodes: 1 - overlap)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -91,6 +100,14 @@ class TaskGraph:
     _ops: list[dict[str, Any]] = field(default_factory=list)
     _op_keys: dict[tuple, int] = field(default_factory=dict)
     _n_groups: int = 0
+    _phase: list[int] = field(default_factory=list)
+    _phase_ids: dict[str, int] = field(default_factory=dict)
+    _scale: list[float] = field(default_factory=list)
+    #: phase given to the nodes added from now on ("" = none); builders set it as they go
+    phase: str = ""
+    #: the host waits for every kernel it launches before launching the next (eager execution on a CPU device:
+    #: dispatch and compute share one thread); False: kernels queue on streams while the host runs ahead (GPU)
+    synchronous_host: bool = False
 
     def __post_init__(self) -> None:
         if int(self.n_ranks) <= 0:
@@ -131,9 +148,13 @@ class TaskGraph:
         kind: str = "compute",
         overhead: str = "none",
         args: dict[str, Any] | None = None,
+        phase: str | None = None,
         _group: int = -1,
+        _scale: float = 1.0,
     ) -> int:
-        """Append a node on ``(rank, stream)`` after that stream's previous node; returns its id."""
+        """Append a node on ``(rank, stream)`` after that stream's previous node; returns its id.
+
+        ``phase`` defaults to the builder's current :attr:`phase`."""
         if duration_us < 0 or not np.isfinite(duration_us):
             raise InvalidInputError(f"node {name!r}: duration must be finite and >= 0, got {duration_us}")
         sid = self.stream_id(rank, stream)
@@ -147,6 +168,13 @@ class TaskGraph:
         self._overhead.append(OVERHEAD_CATEGORIES.index(overhead))
         self._group.append(_group)
         self._args.append(args)
+        ph = self.phase if phase is None else phase
+        if ph:
+            pid = self._phase_ids.setdefault(str(ph), len(self._phase_ids))
+        else:
+            pid = -1
+        self._phase.append(pid)
+        self._scale.append(float(_scale))
         prev = self._last_on_stream[sid]
         if prev >= 0:
             self._src.append(prev)
@@ -177,6 +205,8 @@ class TaskGraph:
 
         ``host_deps`` are dependencies of the launch itself (e.g. a host synchronisation).
         """
+        if self.synchronous_host:
+            host_deps = [*host_deps, self.last(rank, stream)]
         launch = self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="kernel_launch", deps=host_deps)
         return self.add(rank, stream, name, op=op, duration_us=duration_us, deps=[launch, *deps], kind="compute",
                         args=args)
@@ -192,13 +222,19 @@ class TaskGraph:
         stream: str = COMM_STREAM,
         launch: bool = True,
         args: dict[str, Any] | None = None,
+        comm_overlap: float = 1.0,
     ) -> dict[int, int]:
         """One synchronised collective over ``ranks``; ``ops`` is one op row or one per rank (or None: a
         fixed ``duration_us``).
 
         Returns ``{rank: node id}``. Each member depends on its own ``deps[rank]`` and (if ``launch``) on a
-        CPU launch node on its host stream.
+        CPU launch node on its host stream. With ``comm_overlap < 1`` each member also gets an interference
+        node on its compute stream, in the same synchronisation group (it starts with the collective), lasting
+        ``1 - comm_overlap`` of the collective's time: the share of the communication that compute cannot
+        overlap with (progress threads on the compute cores).
         """
+        if not 0.0 <= float(comm_overlap) <= 1.0:
+            raise InvalidInputError(f"collective {name!r}: comm_overlap must be in [0, 1], got {comm_overlap}")
         ranks = [int(r) for r in ranks]
         if not ranks:
             raise InvalidInputError(f"collective {name!r} has no participants")
@@ -213,9 +249,14 @@ class TaskGraph:
         for rank, op in zip(ranks, per_rank, strict=True):
             own = list((deps or {}).get(rank, ()))
             if launch:
-                own.append(self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="collective_launch"))
+                sync = [self.last(rank, COMPUTE_STREAM)] if self.synchronous_host else []
+                own.append(self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="collective_launch",
+                                    deps=sync))
             out[rank] = self.add(rank, stream, name, op=op or None, duration_us=duration_us, deps=own, kind="comm",
                                  args=args, _group=gid)
+            if comm_overlap < 1.0 and stream != COMPUTE_STREAM:
+                self.add(rank, COMPUTE_STREAM, f"{name} (compute interference)", op=op or None,
+                         duration_us=duration_us, deps=own, kind="comm", _group=gid, _scale=1.0 - comm_overlap)
         return out
 
     def last(self, rank: int, stream: str) -> int | None:
@@ -265,5 +306,8 @@ class TaskGraph:
             args += [None] * n_groups
         stream_names = [key for key, _ in sorted(self._streams.items(), key=lambda kv: kv[1])]
         ops = pd.DataFrame(self._ops) if self._ops else pd.DataFrame()
+        phase = np.concatenate([np.asarray(self._phase, dtype=np.int16), np.full(n_groups, -1, np.int16)])
+        scale = np.concatenate([np.asarray(self._scale, dtype=np.float64), np.ones(n_groups)])
+        phase_names = tuple(k for k, _ in sorted(self._phase_ids.items(), key=lambda kv: kv[1]))
         return CompiledGraph(names, rank, stream, stream_names, kind, fixed, op_index, overhead, group, src, dst,
-                             own, ops, args, int(self.n_ranks), n)
+                             own, ops, args, int(self.n_ranks), n, phase, phase_names, scale)

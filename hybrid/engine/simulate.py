@@ -8,6 +8,7 @@ with numpy. A 64-rank DLRM iteration (~10k nodes) takes a few milliseconds; see 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,8 @@ def node_durations(graph: CompiledGraph, model: OpCostModel | None, overheads: O
         gmax = np.zeros(int(graph.group.max()) + 1)
         np.maximum.at(gmax, graph.group[grouped], dur[grouped])
         dur[grouped] = gmax[graph.group[grouped]]
+    if graph.scale is not None:
+        dur *= graph.scale
     return dur
 
 
@@ -153,6 +156,58 @@ class SimResult:
             "method": self.methods[:n] if self.methods is not None else "",
         })
 
+    def phase_times(self, order: Sequence[str] | None = None,
+                    nested: Mapping[str, str] | None = None, steady_state: bool = False) -> pd.DataFrame:
+        """Simulated time per phase and rank (us), cut the way a host-side timer cuts a real run.
+
+        Phases run one after the other in ``order`` (default: the order they first appear in the graph); the
+        end of phase ``p`` on a rank is the latest finish of that rank's nodes tagged ``p`` or an earlier phase,
+        and the phase lasts from the previous phase's end to its own (so waiting for a peer counts where it
+        happens). A *nested* phase (``{"exchange_bwd": "backward"}``) belongs to its parent for that cut and is
+        reported separately as the time its own nodes took (duration plus waiting inside collectives).
+        With ``steady_state``, iterations run back to back without a barrier (as a training loop does): a rank
+        that finishes early waits for the others in the next iteration's first phase, so its idle time at the
+        end (``iteration_us`` minus its last finish) is added to the first phase.
+        Returns a DataFrame indexed by rank with one column per phase (nested ones last).
+        """
+        g = self.graph
+        nested = dict(nested or {})
+        names = list(g.phase_names)
+        if g.phase is None or not names:
+            raise InvalidInputError("the graph has no phase tags (build it with TaskGraph.phase set)")
+        top = [p for p in (order if order is not None else names) if p not in nested]
+        unknown = [p for p in nested.values() if p not in top]
+        if unknown:
+            raise InvalidInputError(f"unknown phase(s) {unknown}; the graph has {names}")
+        R = g.n_ranks
+        real = (g.kind != SYNC) & (g.phase >= 0)
+        # position of every node's (parent) phase in the top-level order
+        pos_of = np.full(len(names), -1, dtype=np.int64)
+        for i, p in enumerate(names):
+            q = nested.get(p, p)
+            pos_of[i] = top.index(q) if q in top else -1
+        pos = np.where(real, pos_of[np.maximum(g.phase, 0)], -1)
+        keep = pos >= 0
+        ends = np.zeros((R, len(top)))
+        np.maximum.at(ends, (g.rank[keep].astype(np.int64), pos[keep]), self.finish[keep])
+        ends = np.maximum.accumulate(ends, axis=1)
+        out = pd.DataFrame(np.diff(ends, axis=1, prepend=0.0), columns=top)
+        if steady_state and top:
+            out[top[0]] += self.iteration_us - ends[:, -1]
+        own_ready = np.zeros(len(g))
+        not_sync_edge = g.kind[g.edges_src] != SYNC
+        np.maximum.at(own_ready, g.own_dst[not_sync_edge], self.finish[g.edges_src[not_sync_edge]])
+        has_pred = np.bincount(g.own_dst[not_sync_edge], minlength=len(g)) > 0
+        for child in nested:
+            if child not in names:
+                out[child] = 0.0
+                continue
+            sel = real & (g.phase == names.index(child)) & has_pred
+            took = self.durations[sel] + np.maximum(self.start[sel] - own_ready[sel], 0.0)
+            out[child] = np.bincount(g.rank[sel].astype(np.int64), took, minlength=R)
+        out.index.name = "rank"
+        return out
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready: iteration time, per-rank breakdown, critical-path composition."""
         ranks = self.breakdown.to_dict(orient="records")
@@ -193,6 +248,8 @@ def simulate_durations(graph: CompiledGraph, durations: np.ndarray) -> SimResult
     not_sync_edge = graph.kind[graph.edges_src] != SYNC
     np.maximum.at(own_ready, graph.own_dst[not_sync_edge], finish[graph.edges_src[not_sync_edge]])
     members = comm & (graph.group >= 0)
+    if graph.scale is not None:  # interference nodes (comm_overlap < 1) are not collectives of their own
+        members &= graph.scale == 1.0
     wait = np.bincount(rank[members], np.maximum(start[members] - own_ready[members], 0.0), minlength=R)
     breakdown = pd.DataFrame({
         "rank": np.arange(R),

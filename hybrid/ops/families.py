@@ -98,6 +98,8 @@ ELEMENTWISE_VARIANTS: dict[str, tuple[int, int, float]] = {
     "relu": (1, 1, 1), "gelu": (1, 1, 8), "silu": (1, 1, 4), "swiglu": (2, 1, 5), "sigmoid": (1, 1, 4),
     "tanh": (1, 1, 4), "exp": (1, 1, 2), "copy": (1, 1, 0), "scale": (1, 1, 1), "rope": (2, 1, 6),
     "dropout": (1, 2, 2), "cast": (1, 1, 0), "fill": (0, 1, 0), "adam": (4, 3, 12), "sgd": (2, 1, 2),
+    # optimizer steps (see hybrid.data.profiler.optimizer): dense Adagrad; sparse updates per gradient value
+    "adagrad": (7, 4, 5), "sparse_sgd": (3, 2, 2), "sparse_adagrad": (10, 8, 6),
 }
 
 

@@ -15,6 +15,10 @@ Per rank, in host program order:
    stream as soon as each bucket's gradients exist; data-parallel tables' gradients join at the end;
 7. dense optimizer step (after every all-reduce).
 
+Every node carries the harness phase it belongs to (:data:`PHASES`), so ``SimResult.phase_times`` compares
+with the per-phase times the harness measures. Collectives get the target's ``comm_overlap``
+(:data:`COMM_OVERLAP`): where compute and communication share cores they cannot hide behind each other.
+
 The collective sizes follow the nccl-tests ``size`` convention (total buffer per rank). An all-to-all whose
 per-rank send/receive volumes differ is costed per rank as ``max(send, recv) * n / (n - 1)`` and the
 collective lasts as long as its slowest member.
@@ -40,8 +44,16 @@ from hybrid.workloads.dlrm import DLRMConfig
 #: PyTorch DDP defaults: ``bucket_cap_mb=25`` and a first bucket of 1 MiB (``_DEFAULT_FIRST_BUCKET_BYTES``).
 DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 2**20
-#: Bytes per lookup index sent in the input distribution (int64 values; lengths are negligible).
+#: Bytes per lookup index and per bag length sent in the input distribution (int64).
 INDEX_BYTES = 8
+#: Phases of one iteration, in order, as :mod:`hybrid.bench.dlrm_harness` times them (``exchange_bwd`` is the
+#: gradient exchange inside ``backward``).
+PHASES = ("input_dist", "lookup_fwd", "exchange_fwd", "dense_fwd", "backward", "optimizer")
+NESTED_PHASES = {"exchange_bwd": "backward"}
+#: Share of a collective's time that compute can overlap with, by device kind: a GPU's comm stream runs beside
+#: the compute stream; on a CPU the communication library's progress threads share the cores that compute
+#: (gloo with one thread per rank: measured, no overlap at all).
+COMM_OVERLAP = {"gpu": 1.0, "cpu": 0.0}
 
 
 @dataclass(frozen=True)
@@ -141,7 +153,7 @@ def comm_volumes(config: DLRMConfig, pieces: list[ShardPiece]) -> CommVolumes:
             if p.rank == 0:
                 dp_bytes += p.rows * p.dim * eb
             continue
-        idx = B * p.pooling * INDEX_BYTES  # indices of one source rank's batch that land here
+        idx = B * (p.pooling + 1.0) * INDEX_BYTES  # indices + bag lengths of one source rank's batch
         in_recv[p.rank] += (R - 1) * idx
         in_send[p.rank] -= idx  # its own share stays local
         total_idx += idx
@@ -209,8 +221,12 @@ def build_dlrm_graph(
     *,
     bucket_bytes: int = DDP_BUCKET_BYTES,
     first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES,
+    comm_overlap: float | None = None,
 ) -> DLRMIteration:
-    """The task graph of one training iteration of ``config`` sharded by ``plan`` (default: ``config.plan``)."""
+    """The task graph of one training iteration of ``config`` sharded by ``plan`` (default: ``config.plan``).
+
+    ``comm_overlap`` (in [0, 1]) overrides the target device kind's :data:`COMM_OVERLAP`.
+    """
     plan = plan if plan is not None else config.plan
     if plan is None:
         raise InvalidInputError("no sharding plan: give one (or put `plan:` in the config)")
@@ -218,86 +234,133 @@ def build_dlrm_graph(
         raise InvalidInputError("DDP bucket sizes must be positive")
     cat = catalog or default_catalog()
     target = resolve_target(config.system, cat)
+    overlap = COMM_OVERLAP.get(target.device.kind, 1.0) if comm_overlap is None else float(comm_overlap)
+    if not 0.0 <= overlap <= 1.0:
+        raise InvalidInputError(f"comm_overlap must be in [0, 1], got {comm_overlap}")
     pieces = shard_pieces(config, plan)
     vol = comm_volumes(config, pieces)
     R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
     dev = target.device.key
-    g = TaskGraph(R)
+    g = TaskGraph(R, synchronous_host=target.device.kind == "cpu")
     all_ranks = list(range(R))
 
     def kop(op: str, **shape: Any) -> dict[str, Any]:
         return {"op": op, "device": dev, "dtype": dt, **shape}
 
+    def copy(elements: float, direction: str = "fwd") -> dict[str, Any]:
+        return kop("elementwise", variant="copy", elements=_round(max(elements, 1.0)), direction=direction)
+
     def cop(op: str, size: float, ranks: int) -> dict[str, Any]:
-        return {"op": op, "device": dev, "system": target.system, "dtype": dt, "size_bytes": _round(size),
+        return {"op": op, "device": dev, "system": target.system, "dtype": dt, "size_bytes": _round(max(size, 1.0)),
                 "n_ranks": ranks, "n_nodes": target.nodes(ranks)}
+
+    def coll(name: str, ops: Any, deps: dict[int, list[Any]] | None = None, **kw: Any) -> dict[int, int]:
+        deps = {r: [d for d in ds if d is not None] for r, ds in (deps or {}).items()}
+        return g.collective(name, all_ranks, ops, deps=deps, comm_overlap=overlap, **kw)
 
     groups = [lookup_groups(pieces, r) for r in all_ranks]
     has_sharded = any(p.type != "data_parallel" for p in pieces)
     has_rw = vol.row_wise_bytes > 0
     layers = config.mlp_layers()
     n_bottom = len(config.bottom_mlp)
+    n_layers = len(layers)
+    shape_keys = ("num_tables", "batch_size", "embedding_dim", "pooling_factor", "num_embeddings", "zipf_alpha",
+                  "index_dist")
+    # per rank: pooled columns it sends (table-/column-wise pieces) and the fused groups it holds
+    a2a_cols = np.zeros(R)
+    cw_cols = np.zeros(R)
+    n_groups_of = np.zeros(R)
+    for p in pieces:
+        if p.type in ("table_wise", "column_wise"):
+            a2a_cols[p.rank] += p.dim
+        if p.type == "column_wise":
+            cw_cols[:] += p.dim  # every rank reassembles the column-wise tables of its batch
+    for r in all_ranks:
+        n_groups_of[r] = sum(1 for grp in groups[r] if grp["sharded"])
+    rw_width = vol.row_wise_bytes / max(B * R * eb, 1e-9)
 
-    # ---- forward: host work, input distribution, lookups -----------------------------------------------------
+    # ---- input distribution: value counts, then lengths + indices (int64), unpacked per fused table ----------
+    g.phase = "input_dist"
     for r in all_ranks:
         g.add(r, HOST, "iteration host work", kind="cpu", overhead="iteration")
-    input_a2a = {}
+    unpacked: dict[int, int] = {}
     if R > 1 and has_sharded:
+        counts = coll("input_dist all_to_all (value counts)",
+                      [cop("all_to_all", R * max(n_groups_of[r], 1) * INDEX_BYTES, R) for r in all_ranks],
+                      args={"what": "values per fused table"})
         sizes = CommVolumes.a2a_size(vol.input_send, vol.input_recv, R)
-        input_a2a = g.collective("input_dist all_to_all", all_ranks, [cop("all_to_all", s, R) for s in sizes],
-                                 args={"what": "lookup indices"})
+        payload = coll("input_dist all_to_all", [cop("all_to_all", s, R) for s in sizes],
+                       deps={r: [counts[r]] for r in all_ranks}, args={"what": "bag lengths + lookup indices"})
+        for r in all_ranks:  # torch.cat of every source's chunk per fused table (int64 -> bytes as dtype elements)
+            recv = float(vol.input_recv[r]) + float(vol.input_send[r]) / max(R, 1)
+            unpacked[r] = g.kernel(r, "input_dist unpack", copy(recv / eb), deps=[payload[r]])
+
+    # ---- lookups of the sharded tables (global batch) -------------------------------------------------------
+    g.phase = "lookup_fwd"
     lookup_done: dict[int, int | None] = {}
-    dp_lookup: dict[int, int | None] = {}
     for r in all_ranks:
-        last_sharded = None
+        last = None
         for grp in groups[r]:
-            shape = {k: grp[k] for k in ("num_tables", "batch_size", "embedding_dim", "pooling_factor",
-                                         "num_embeddings", "zipf_alpha", "index_dist")}
-            deps = [input_a2a[r]] if grp["sharded"] and r in input_a2a else []
-            node = g.kernel(r, f"embedding fwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
-                            kop("embedding_bag", direction="fwd", **shape), deps=deps,
-                            args={"tables": ",".join(grp["tables"][:50])})
             if grp["sharded"]:
-                last_sharded = node
-            else:
-                dp_lookup[r] = node
-        lookup_done[r] = last_sharded
+                last = g.kernel(r, f"embedding fwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
+                                kop("embedding_bag", direction="fwd", **{k: grp[k] for k in shape_keys}),
+                                deps=[unpacked.get(r)] if r in unpacked else [],
+                                args={"tables": ",".join(grp["tables"][:50])})
+        lookup_done[r] = last
+
+    # ---- output distribution ---------------------------------------------------------------------------------
+    g.phase = "exchange_fwd"
     out_a2a: dict[int, int] = {}
     rs: dict[int, int] = {}
+    exchanged: dict[int, list[int]] = {r: [] for r in all_ranks}
     if R > 1 and has_sharded:
         sizes = CommVolumes.a2a_size(vol.output_send, vol.output_recv, R)
         if sizes.max() > 0:
-            out_a2a = g.collective("output_dist all_to_all", all_ranks, [cop("all_to_all", s, R) for s in sizes],
-                                   deps={r: [lookup_done[r]] for r in all_ranks}, args={"what": "pooled embeddings"})
+            packed = {r: g.kernel(r, "output_dist pack", copy(R * B * a2a_cols[r]), deps=[lookup_done[r]])
+                      for r in all_ranks if a2a_cols[r] > 0}
+            out_a2a = coll("output_dist all_to_all", [cop("all_to_all", s, R) for s in sizes],
+                           deps={r: [lookup_done[r], packed.get(r)] for r in all_ranks},
+                           args={"what": "pooled embeddings"})
         if has_rw:
-            rs = g.collective("row_wise reduce_scatter", all_ranks, cop("reduce_scatter", vol.row_wise_bytes, R),
-                              deps={r: [lookup_done[r]] for r in all_ranks})
+            packed_rw = {r: g.kernel(r, "row_wise pack", copy(R * B * rw_width), deps=[lookup_done[r]])
+                         for r in all_ranks}
+            rs = coll("row_wise reduce_scatter", cop("reduce_scatter", vol.row_wise_bytes, R),
+                      deps={r: [packed_rw[r]] for r in all_ranks})
+        for r in all_ranks:
+            exchanged[r] = [n for n in (out_a2a.get(r), rs.get(r)) if n is not None]
+            if cw_cols[r] > 0:
+                exchanged[r] = [g.kernel(r, "column_wise reassemble", copy(B * cw_cols[r]), deps=exchanged[r])]
 
-    # ---- dense forward -----------------------------------------------------------------------------------------
-    def activation(i: int) -> str:
-        return "sigmoid" if i == len(layers) - 1 else "relu"
+    # ---- dense forward (DDP module): bottom MLP, data-parallel lookups, interaction, top MLP, loss ----------
+    g.phase = "dense_fwd"
 
-    inter_fwd: dict[int, int] = {}
+    def has_act(i: int) -> bool:  # every layer but the last top one ends in a ReLU
+        return i != n_layers - 1
+
     F = config.num_tables + 1
     d_out = config.bottom_mlp[-1]
+    emb_cols = sum(t.embedding_dim for t in config.tables)
     for r in all_ranks:
         for i, (name, fin, fout) in enumerate(layers):
-            if i == n_bottom:  # interaction between bottom and top MLPs
-                deps = [n for n in (out_a2a.get(r), rs.get(r), dp_lookup.get(r), lookup_done.get(r)) if n is not None]
+            if i == n_bottom:
+                for grp in groups[r]:
+                    if not grp["sharded"]:
+                        g.kernel(r, f"embedding fwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
+                                 kop("embedding_bag", direction="fwd", **{k: grp[k] for k in shape_keys}))
+                deps = [*exchanged[r], lookup_done.get(r)]
                 if config.interaction == "dot":
-                    inter_fwd[r] = g.kernel(r, "interaction bmm", kop("bmm", b=B, m=F, n=F, k=d_out), deps=deps)
-                    g.kernel(r, "interaction tril+cat", kop("elementwise", variant="copy",
-                                                            elements=B * config.interaction_features))
+                    g.kernel(r, "interaction stack", copy(B * (d_out + emb_cols)), deps=deps)
+                    g.kernel(r, "interaction bmm", kop("bmm", b=B, m=F, n=F, k=d_out))
+                    g.kernel(r, "interaction tril+cat", copy(B * config.interaction_features))
                 else:
-                    inter_fwd[r] = g.kernel(r, "interaction cat", kop("elementwise", variant="copy",
-                                                                     elements=B * config.interaction_features),
-                                            deps=deps)
+                    g.kernel(r, "interaction cat", copy(B * config.interaction_features), deps=deps)
             g.kernel(r, f"{name} fwd linear", kop("linear", b=1, m=B, n=fout, k=fin, direction="fwd"))
-            g.kernel(r, f"{name} fwd {activation(i)}", kop("elementwise", variant=activation(i), elements=B * fout))
-        g.kernel(r, "loss fwd", kop("elementwise", variant="mul", elements=B))
-        g.kernel(r, "loss bwd", kop("elementwise", variant="mul", elements=B, direction="bwd"))
+            if has_act(i):
+                g.kernel(r, f"{name} fwd relu", kop("elementwise", variant="relu", elements=B * fout))
+        g.kernel(r, "loss fwd", kop("elementwise", variant="sigmoid", elements=B))
 
     # ---- backward with DDP buckets ---------------------------------------------------------------------------
+    g.phase = "backward"
     pending: list[dict[int, int]] = []  # per layer: rank -> wgrad node
     pending_bytes = 0.0
     allreduces: list[dict[int, int]] = []
@@ -308,87 +371,88 @@ def build_dlrm_graph(
         if pending and (force or pending_bytes >= cap):
             if R > 1:
                 last = pending[-1]
-                allreduces.append(g.collective(f"ddp all_reduce bucket {len(allreduces)}", all_ranks,
-                                               cop("all_reduce", pending_bytes, R),
-                                               deps={r: [last[r]] for r in all_ranks},
-                                               args={"bytes": pending_bytes}))
+                allreduces.append(coll(f"ddp all_reduce bucket {len(allreduces)}", cop("all_reduce", pending_bytes, R),
+                                       deps={r: [last[r]] for r in all_ranks}, args={"bytes": pending_bytes}))
             else:
                 allreduces.append({})
             pending, pending_bytes = [], 0.0
 
     inter_bwd: dict[int, int] = {}
-    a2a_bwd: dict[int, int] = {}
-    ag: dict[int, int] = {}
-    for i in range(len(layers) - 1, -1, -1):
+    for r in all_ranks:
+        g.kernel(r, "loss bwd", kop("elementwise", variant="sigmoid", elements=B, direction="bwd"))
+    for i in range(n_layers - 1, -1, -1):
         name, fin, fout = layers[i]
         wgrad: dict[int, int] = {}
         for r in all_ranks:
-            g.kernel(r, f"{name} bwd {activation(i)}",
-                     kop("elementwise", variant="mul", elements=B * fout, direction="bwd"))
+            if has_act(i):
+                g.kernel(r, f"{name} bwd relu", kop("elementwise", variant="relu", elements=B * fout, direction="bwd"))
             if i > 0:  # the first bottom layer's input is data: no dgrad
                 g.kernel(r, f"{name} bwd dgrad", kop("gemm", b=1, m=B, n=fin, k=fout, direction="bwd"))
             wgrad[r] = g.kernel(r, f"{name} bwd wgrad", kop("gemm", b=1, m=fout, n=fin, k=B, direction="bwd"))
         pending.append(wgrad)
         pending_bytes += (fin * fout + fout) * eb
         flush()
-        if i == n_bottom:  # interaction backward, then the embedding gradients go home
+        if i == n_bottom:  # interaction backward, the data-parallel tables, then the embedding gradients go home
             for r in all_ranks:
                 if config.interaction == "dot":
-                    g.kernel(r, "interaction bwd tril+cat", kop("elementwise", variant="copy",
-                                                                elements=B * config.interaction_features,
-                                                                direction="bwd"))
+                    g.kernel(r, "interaction bwd tril+cat", copy(B * config.interaction_features, "bwd"))
                     g.kernel(r, "interaction bwd bmm", kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
-                    inter_bwd[r] = g.kernel(r, "interaction bwd bmm 2",
-                                            kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
-                else:
-                    inter_bwd[r] = g.kernel(r, "interaction bwd cat", kop("elementwise", variant="copy",
-                                                                          elements=B * config.interaction_features,
-                                                                          direction="bwd"))
-            if R > 1 and has_sharded:
-                sizes = CommVolumes.a2a_size(vol.output_recv, vol.output_send, R)
-                if sizes.max() > 0:
-                    a2a_bwd = g.collective("embedding grad all_to_all", all_ranks,
-                                           [cop("all_to_all", s, R) for s in sizes],
-                                           deps={r: [inter_bwd[r]] for r in all_ranks})
-                if has_rw:
-                    ag = g.collective("row_wise all_gather", all_ranks, cop("all_gather", vol.row_wise_bytes, R),
-                                      deps={r: [inter_bwd[r]] for r in all_ranks})
+                    g.kernel(r, "interaction bwd bmm 2", kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
+                inter_bwd[r] = g.kernel(r, "interaction bwd split", copy(B * (d_out + emb_cols), "bwd"))
+    a2a_bwd: dict[int, int] = {}
+    ag: dict[int, int] = {}
+    if R > 1 and has_sharded:
+        g.phase = "exchange_bwd"
+        if has_rw:
+            ag = coll("row_wise all_gather", cop("all_gather", vol.row_wise_bytes, R),
+                      deps={r: [inter_bwd[r]] for r in all_ranks})
+        sizes = CommVolumes.a2a_size(vol.output_recv, vol.output_send, R)
+        if sizes.max() > 0:
+            a2a_bwd = coll("embedding grad all_to_all", [cop("all_to_all", s, R) for s in sizes],
+                           deps={r: [inter_bwd[r], ag.get(r)] for r in all_ranks})
+        g.phase = "backward"
 
-    # ---- embedding backward + sparse update -------------------------------------------------------------------
+    # ---- embedding backward: sparse gradients of the sharded tables, dense ones of the data-parallel tables ----
     dp_bwd: dict[int, int] = {}
+    sparse_variant = "sparse_sgd" if config.optimizer == "sgd" else f"sparse_{config.optimizer}"
     for r in all_ranks:
         for grp in groups[r]:
-            shape = {k: grp[k] for k in ("num_tables", "batch_size", "embedding_dim", "pooling_factor",
-                                         "num_embeddings", "zipf_alpha", "index_dist")}
+            shape = {k: grp[k] for k in shape_keys}
             if grp["sharded"]:
-                deps = [n for n in (a2a_bwd.get(r), ag.get(r)) if n is not None]
+                g.kernel(r, f"embedding bwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
+                                kop("embedding_bag", direction="bwd", variant="sparse_sgd", **shape),
+                                deps=[n for n in (a2a_bwd.get(r), ag.get(r)) if n is not None])
             else:
-                deps = [inter_bwd[r]]
-            node = g.kernel(r, f"embedding bwd+update ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
-                            kop("embedding_bag", direction="bwd", **shape), deps=deps)
-            if config.optimizer == "adagrad" and grp["sharded"]:
-                node = g.kernel(r, "embedding adagrad state", kop(
-                    "elementwise", variant="mul", n_inputs=2, n_outputs=1, flops_per_element=3,
-                    elements=_round(grp["unique_rows"] * grp["embedding_dim"])))
-            if not grp["sharded"]:
-                dp_bwd[r] = node
+                dp_bwd[r] = g.kernel(r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
+                                     kop("embedding_bag", direction="bwd", variant="dense_sgd", **shape),
+                                     deps=[inter_bwd[r]])
     flush(force=True)
     if vol.dp_grad_bytes > 0 and R > 1:
         remaining = vol.dp_grad_bytes
         while remaining > 0:
             chunk = min(remaining, bucket_bytes)
-            allreduces.append(g.collective(f"ddp all_reduce dp tables {len(allreduces)}", all_ranks,
-                                           cop("all_reduce", chunk, R), deps={r: [dp_bwd[r]] for r in all_ranks}))
+            allreduces.append(coll(f"ddp all_reduce dp tables {len(allreduces)}", cop("all_reduce", chunk, R),
+                                   deps={r: [dp_bwd[r]] for r in all_ranks}))
             remaining -= chunk
 
-    # ---- optimizer -------------------------------------------------------------------------------------------
-    dense_elems = config.dense_params() + vol.dp_grad_bytes / eb
-    opt = ({"variant": "sgd"} if config.optimizer == "sgd"
-           else {"variant": "adam", "n_inputs": 3, "n_outputs": 2, "flops_per_element": 5})
+    # ---- optimizer: sparse update of the sharded tables, then the dense step over every DDP parameter -------
+    g.phase = "optimizer"
+    dense_tensors = [float(fin * fout) for _, fin, fout in layers] + [float(fout) for _, _, fout in layers]
     for r in all_ranks:
         step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")
         deps = [ar[r] for ar in allreduces if r in ar]
-        g.kernel(r, "dense optimizer step", kop("elementwise", elements=_round(dense_elems), **opt),
-                 deps=deps, host_deps=[step])
-    info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM]}
+        if config.optimizer != "sgd":  # sparse SGD's update is part of the measured "sparse_sgd" backward
+            for grp in groups[r]:
+                if grp["sharded"]:  # the sparse gradient holds one row per lookup (uncoalesced)
+                    lookups = grp["num_tables"] * grp["batch_size"] * grp["pooling_factor"]
+                    g.kernel(r, f"embedding {config.optimizer} update", kop(
+                        "elementwise", variant=sparse_variant, elements=_round(lookups * grp["embedding_dim"])),
+                        deps=deps, host_deps=[step])
+        params = dense_tensors + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
+                                  for grp in groups[r] if not grp["sharded"]]
+        for j, n in enumerate(params):
+            g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n)),
+                     deps=deps if j == 0 else (), host_deps=[step] if j == 0 else ())
+    info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
+            "comm_overlap": overlap}
     return DLRMIteration(g, config, plan, target, vol, pieces, info)

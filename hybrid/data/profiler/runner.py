@@ -25,6 +25,7 @@ from hybrid.data.bundle import catalog_toml, write_bundle
 from hybrid.data.profiler import collectives as coll
 from hybrid.data.profiler import embedding as emb
 from hybrid.data.profiler import kernels
+from hybrid.data.profiler import optimizer as optim
 from hybrid.data.profiler.backend import Backend, available_cores, open_backend, require_torch
 from hybrid.data.profiler.cases import PROFILE_FAMILIES, Case
 from hybrid.data.profiler.ceilings import Ceilings, measure_ceilings
@@ -141,6 +142,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         "softmax": lambda: kernels.softmax_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
         "embedding": lambda: emb.embedding_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
                                                  arena_bytes=_arena_bytes(opts.quick)),
+        "optimizer": lambda: optim.optimizer_cases(backend, quick=opts.quick, seed=opts.seed,
+                                                   arena_bytes=_arena_bytes(opts.quick)),
     }
     for family in opts.families:
         if family == "collective":
