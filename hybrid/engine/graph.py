@@ -200,16 +200,20 @@ class TaskGraph:
         duration_us: float = 0.0,
         host_deps: Iterable[int] = (),
         args: dict[str, Any] | None = None,
+        scale: float = 1.0,
     ) -> int:
         """A GPU kernel plus its CPU launch on the rank's host stream; returns the kernel's id.
 
-        ``host_deps`` are dependencies of the launch itself (e.g. a host synchronisation).
+        ``host_deps`` are dependencies of the launch itself (e.g. a host synchronisation). ``scale`` multiplies
+        the op's predicted time (a measured op split over two nodes, say).
         """
+        if not (np.isfinite(scale) and scale >= 0):
+            raise InvalidInputError(f"kernel {name!r}: scale must be finite and >= 0, got {scale}")
         if self.synchronous_host:
             host_deps = [*host_deps, self.last(rank, stream)]
         launch = self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="kernel_launch", deps=host_deps)
         return self.add(rank, stream, name, op=op, duration_us=duration_us, deps=[launch, *deps], kind="compute",
-                        args=args)
+                        args=args, _scale=scale)
 
     def collective(
         self,
