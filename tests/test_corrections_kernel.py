@@ -100,3 +100,66 @@ def test_unfitted_model_and_missing_rows_raise(catalog, neusight):
         GemmXGB().predict(point, base, catalog)
     with pytest.raises(InvalidInputError, match="no rows"):
         GemmXGB().fit(point, base, catalog)
+
+
+def test_transfer_booster_serves_only_unseen_devices(neusight, catalog, tmp_path):
+    from hybrid.errors import InvalidInputError
+
+    gemm = neusight[neusight["op"].isin(["bmm", "linear"])].groupby("device").head(400)
+    base = roofline(gemm, catalog)
+    train = (gemm["device"] != HELD_OUT).to_numpy()
+    params = XGBParams(n_estimators=40, max_depth=5)
+    with_transfer = GemmXGB(params).fit(gemm[train], base[train], catalog)
+    single = GemmXGB(params, transfer=False).fit(gemm[train], base[train], catalog)
+    assert with_transfer.transfer_booster is not None and single.transfer_booster is None
+    a, b = (m.predict(gemm, base, catalog) for m in (with_transfer, single))
+    # same main booster for training GPUs, a different (descriptor-free) model for the held-out one
+    np.testing.assert_allclose(a[train], b[train], rtol=1e-6)
+    assert np.mean(np.abs(np.log(a[~train] / b[~train]))) > 1e-3
+    assert "dev_amd" in with_transfer.transfer_feature_names
+    assert not any(n.startswith("dev_") and n != "dev_amd" for n in with_transfer.transfer_feature_names)
+    # save / load keeps both boosters
+    with_transfer.save(tmp_path / "m")
+    np.testing.assert_array_equal(GemmXGB.load(tmp_path / "m").predict(gemm, base, catalog), a)
+    # few-shot on the unseen device grows the transfer booster; mixing devices in one call is refused
+    held = gemm[~train].iloc[:20]
+    adapted = with_transfer.continue_boosting(held, base[~train].iloc[:20], catalog, rounds=5)
+    assert adapted.transfer_booster.num_boosted_rounds() == with_transfer.transfer_booster.num_boosted_rounds() + 5
+    assert adapted.booster.num_boosted_rounds() == with_transfer.booster.num_boosted_rounds()
+    with pytest.raises(InvalidInputError, match="one device at a time"):
+        with_transfer.continue_boosting(gemm.iloc[:50], base.iloc[:50], catalog, rounds=2)
+
+
+def test_version1_saved_model_still_loads_and_newer_versions_are_refused(neusight, catalog, tmp_path):
+    import json
+
+    from hybrid.errors import InvalidInputError
+
+    gemm = neusight[neusight["op"].isin(["bmm", "linear"])].iloc[:600]
+    base = roofline(gemm, catalog)
+    old = GemmXGB(XGBParams(n_estimators=20), feature_version=1).fit(gemm, base, catalog)
+    assert old.transfer_booster is None and "log_traffic_over_bytes" not in old.feature_names
+    old.save(tmp_path / "old")
+    meta_path = tmp_path / "old" / "params.json"
+    meta = json.loads(meta_path.read_text())
+    for key in ("feature_version", "transfer"):  # what a model saved before feature versions looks like
+        meta.pop(key)
+    meta_path.write_text(json.dumps(meta))
+    loaded = GemmXGB.load(tmp_path / "old")
+    assert loaded.feature_version == 1
+    np.testing.assert_array_equal(loaded.predict(gemm, base, catalog), old.predict(gemm, base, catalog))
+    meta["feature_version"] = 99
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(InvalidInputError, match="feature version 99"):
+        GemmXGB.load(tmp_path / "old")
+
+
+def test_tiled_traffic_feature_tracks_cache_overflow(catalog):
+    from hybrid.corrections.features import tiled_traffic_ratio
+
+    one = np.ones(3)
+    # operands that fit in the cache are read once; large ones are re-read, more often for a smaller cache
+    small = tiled_traffic_ratio(one, 256 * one, 256 * one, 256 * one, 4 * one, np.array([4e6, 4e6, 4e6]))
+    np.testing.assert_allclose(small, 1.0)
+    big = tiled_traffic_ratio(one, 8192 * one, 8192 * one, 8192 * one, 4 * one, np.array([4e6, 40e6, 1e12]))
+    assert big[0] > big[1] > big[2] == pytest.approx(1.0)

@@ -16,8 +16,15 @@ from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import col, dtype_bytes_vec, elementwise_defaults, expected_unique_rows, is_backward
 from hybrid.units import normalize_dtype
 
+#: Version of the feature sets below. A saved model records the version it was fitted with and is rebuilt with
+#: exactly those features (``feature_names(kind, use_device, version)``); version 1 = before the transfer model.
+FEATURE_VERSION = 2
+
 #: Output tile edges (elements) used for the wave-quantisation features: common cuBLAS/rocBLAS tile sizes.
 TILE_EDGES = (64, 128)
+#: Output tile edge (elements) of the tiled-traffic estimate: every 128-column strip of C re-reads A (and every
+#: 128-row strip re-reads B) from DRAM unless both operands fit in the last-level cache.
+TRAFFIC_TILE = 128
 #: Elements one GPU block of a row-wise kernel typically handles per row chunk (vector loads of 4 x 32 lanes).
 ROW_CHUNK = 128
 
@@ -27,16 +34,28 @@ DEVICE_FEATURES = ("dev_log_peak", "dev_log_bw", "dev_log_ridge", "dev_log_l2", 
 #: Roofline-derived features shared by every kernel.
 BASE_FEATURES = ("dtype_bytes", "log_flops", "log_bytes", "log_compute_us", "log_memory_us", "log_latency_us",
                  "log_roofline_us", "log_intensity_over_ridge", "log_bytes_over_l2", "body_over_latency")
-#: GEMM-family features.
+#: GEMM-family features (version 1).
 GEMM_FEATURES = ("log_b", "log_m", "log_n", "log_k", "is_gemv", "is_bmm", "is_linear", "align8",
                  "waves64", "wave_eff64", "waves128", "wave_eff128", "log_mn_over_k")
+#: Added in version 2: estimated DRAM traffic of a tiled GEMM over the minimum bytes the roofline counts.
+GEMM_FEATURES_V2 = (*GEMM_FEATURES, "log_traffic_over_bytes")
+#: The only device descriptor of the *transfer* model (used for devices absent from the training data): the
+#: vendor, i.e. which BLAS library (cuBLAS / rocBLAS) runs the kernel. Raw descriptors (peak, bandwidth, SMs,
+#: L2, clock) identify each of the few training GPUs and hurt on an unseen one
+#: (``experiments/kernel_accuracy/results.md``).
+TRANSFER_DEVICE_FEATURES = ("dev_amd",)
 #: Elementwise / norm / softmax / attention features.
 POINTWISE_FEATURES = ("op_code", "is_bwd", "log_elements", "log_rows", "log_hidden", "hidden_vec4", "n_inputs",
                       "n_outputs", "flops_per_element", "row_waves", "row_wave_eff")
-#: Embedding-bag features.
+#: Embedding-bag features (version 1).
 EMBEDDING_FEATURES = ("is_bwd", "dense_grad", "log_num_embeddings", "log_dim", "log_pooling", "log_batch", "log_tables",
                       "zipf_alpha", "log_lookups", "log_unique", "unique_fraction", "log_table_bytes_over_l2",
                       "log_touched_over_l2", "log_row_bytes")
+#: Added in version 2: optimizer state words per row updated in backward (variant names: ``*adagrad*`` 1,
+#: ``*adam*`` 2, ``*momentum*`` 1, plain SGD / forward 0), so new optimizer variants get their own splits.
+EMBEDDING_FEATURES_V2 = (*EMBEDDING_FEATURES, "optimizer_state")
+#: Optimizer state words per variant-name fragment (first match wins; unknown variants have none).
+OPTIMIZER_STATE_WORDS = (("adam", 2.0), ("adagrad", 1.0), ("momentum", 1.0), ("rmsprop", 1.0))
 
 #: Codes of the pointwise ops (a single ordinal feature; trees split it as needed).
 POINTWISE_OPS = {"elementwise": 0, "layernorm": 1, "rmsnorm": 2, "softmax": 3, "attention": 4}
@@ -115,7 +134,22 @@ def gemm_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         waves = tiles / sms
         out[f"waves{t}"] = _log(waves)
         out[f"wave_eff{t}"] = waves / np.ceil(waves)
+    out["log_traffic_over_bytes"] = _log(tiled_traffic_ratio(b, m, n, k, dtype_bytes_vec(table), _l2(table, catalog)))
     return pd.DataFrame(out, index=table.index)
+
+
+def tiled_traffic_ratio(b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, elem_bytes: np.ndarray,
+                        l2: np.ndarray) -> np.ndarray:
+    """Estimated DRAM bytes of a :data:`TRAFFIC_TILE`-tiled GEMM over the minimum (A + B + C once).
+
+    A is re-read once per column strip of C and B once per row strip, but never more often than the operands
+    overflow the cache ((A + B) / L2); operands that fit in the cache are read once.
+    """
+    a_bytes, b_bytes, c_bytes = b * m * k * elem_bytes, b * k * n * elem_bytes, b * m * n * elem_bytes
+    overflow = np.maximum(1.0, (a_bytes + b_bytes) / l2)
+    reread_a = np.minimum(np.ceil(n / TRAFFIC_TILE), overflow)
+    reread_b = np.minimum(np.ceil(m / TRAFFIC_TILE), overflow)
+    return (a_bytes * reread_a + b_bytes * reread_b + c_bytes) / (a_bytes + b_bytes + c_bytes)
 
 
 def pointwise_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
@@ -172,8 +206,7 @@ def embedding_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     out = {
         "is_bwd": is_backward(table).astype(np.float64),
         # backward with a dense gradient (variant "dense_*") touches the whole table, sparse only the used rows
-        "dense_grad": (table["variant"].astype("string").fillna("").str.lower().str.contains("dense").to_numpy(
-            dtype=np.float64) if "variant" in table.columns else np.zeros(len(table))),
+        "dense_grad": _variant(table).str.contains("dense", regex=False).to_numpy(dtype=np.float64),
         "log_num_embeddings": _log(rows), "log_dim": _log(dim), "log_pooling": _log(pool),
         "log_batch": _log(batch), "log_tables": _log(t), "zipf_alpha": alpha,
         "log_lookups": _log(lookups), "log_unique": _log(unique),
@@ -181,20 +214,69 @@ def embedding_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         "log_table_bytes_over_l2": _log(t * rows * dim * eb) - _log(l2),
         "log_touched_over_l2": _log(unique * dim * eb) - _log(l2),
         "log_row_bytes": _log(dim * eb),
+        "optimizer_state": optimizer_state_words(table),
     }
     return pd.DataFrame(out, index=table.index)
 
 
+def _variant(table: pd.DataFrame) -> pd.Series:
+    if "variant" not in table.columns:
+        return pd.Series("", index=table.index, dtype="string")
+    return table["variant"].astype("string").fillna("").str.lower()
+
+
+def optimizer_state_words(table: pd.DataFrame) -> np.ndarray:
+    """Optimizer state words per updated row, from the variant name (:data:`OPTIMIZER_STATE_WORDS`); 0 in fwd."""
+    variant = _variant(table)
+    out = np.zeros(len(table))
+    unset = np.ones(len(table), dtype=bool)
+    for fragment, words in OPTIMIZER_STATE_WORDS:
+        hit = variant.str.contains(fragment, regex=False).to_numpy(dtype=bool) & unset
+        out[hit] = words
+        unset &= ~hit
+    return np.where(is_backward(table), out, 0.0)
+
+
+def dense_gradient(table: pd.DataFrame) -> np.ndarray:
+    """1.0 where a backward embedding row materialises a dense table-sized gradient (variant ``dense_*``)."""
+    dense = _variant(table).str.contains("dense", regex=False).to_numpy(dtype=bool)
+    return (dense & is_backward(table)).astype(np.float64)
+
+
+def table_pass_us(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    """Time (us) to stream every embedding table once at the device's memory bandwidth."""
+    nbytes = col(table, "num_tables", 1) * col(table, "num_embeddings") * col(table, "embedding_dim") * dtype_bytes_vec(table)
+    codes, uniques = pd.factorize(table["device"].astype(str))
+    bw = np.array([catalog.device(str(u)).mem_bw for u in uniques], dtype=np.float64)[codes]
+    return nbytes / bw * 1e6
+
+
 def build_features(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
-                   use_device: bool = True) -> pd.DataFrame:
-    """The full feature frame for ``kind`` in {"gemm", "pointwise", "embedding"} (float64, fixed order)."""
+                   use_device: bool = True, version: int = FEATURE_VERSION, transfer: bool = False) -> pd.DataFrame:
+    """The feature frame for ``kind`` in {"gemm", "pointwise", "embedding"} (float64, order of
+    :func:`feature_names` with the same arguments)."""
     parts = {"gemm": gemm_columns, "pointwise": pointwise_columns, "embedding": embedding_columns}
+    names = feature_names(kind, use_device, version, transfer)
     frames = [parts[kind](table, catalog), base_columns(table, baseline, catalog)]
-    if use_device:
+    if any(n.startswith("dev_") for n in names):
         frames.append(device_columns(table, catalog))
-    return pd.concat(frames, axis=1)[feature_names(kind, use_device)].astype(np.float64)
+    return pd.concat(frames, axis=1)[names].astype(np.float64)
 
 
-def feature_names(kind: str, use_device: bool = True) -> list[str]:
-    own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES}[kind]
+def feature_names(kind: str, use_device: bool = True, version: int = FEATURE_VERSION,
+                  transfer: bool = False) -> list[str]:
+    """Ordered feature names of ``kind`` for feature-set ``version`` (1 or 2).
+
+    ``transfer=True`` (version 2 only) is the set of the transfer model used for devices absent from the
+    training data: own and roofline features plus :data:`TRANSFER_DEVICE_FEATURES` instead of the device
+    descriptors.
+    """
+    if version not in (1, 2):
+        raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 and {FEATURE_VERSION})")
+    if version == 1:
+        own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES}[kind]
+    else:
+        own = {"gemm": GEMM_FEATURES_V2, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2}[kind]
+    if transfer:
+        return list(own) + list(BASE_FEATURES) + list(TRANSFER_DEVICE_FEATURES)
     return list(own) + list(BASE_FEATURES) + (list(DEVICE_FEATURES) if use_device else [])

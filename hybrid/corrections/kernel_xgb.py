@@ -4,7 +4,14 @@ Two instances are used by default: one for the GEMM family (gemm, bmm, linear, g
 bandwidth-bound row/pointwise kernels (elementwise, norm, softmax, attention). The target is the log of the
 ratio of the measured time to the roofline time, so the model only has to learn the *efficiency* of a kernel
 (which transfers across devices far better than absolute times), and the prediction is
-``roofline_us * exp(model(features))``.
+``roofline_us * exp(model(features))`` (or ``reference_us``: a subclass may refine the analytical reference the
+ratio is taken against, see :class:`~hybrid.corrections.embedding_xgb.EmbeddingXGB`).
+
+With ``transfer=True`` (the GEMM default) a second, *transfer* booster is fitted on features without the raw
+device descriptors (only the vendor); rows of devices absent from the training data are predicted by it, rows
+of training devices by the main booster. Device descriptors help in distribution but act as a device
+identifier on an unseen GPU (``experiments/kernel_accuracy/results.md``), so each device gets the model that
+is better for it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import pandas as pd
 import xgboost as xgb
 
 from hybrid.corrections.base import Correction, family_mask, measured_log_ratio, read_json, write_json
-from hybrid.corrections.features import build_features, feature_names
+from hybrid.corrections.features import FEATURE_VERSION, build_features, feature_names
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 
@@ -68,21 +75,48 @@ class XGBCorrection(Correction):
     kind: ClassVar[str] = ""
     name = "kernel-xgb"
     families: tuple[str, ...] = ()
+    #: default of the ``transfer`` argument (a second booster for devices absent from the training data)
+    default_transfer: ClassVar[bool] = False
 
-    def __init__(self, params: XGBParams | None = None, use_device_features: bool = True):
+    def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
+                 feature_version: int = FEATURE_VERSION, transfer: bool | None = None):
         self.params = params or XGBParams()
         self.use_device_features = use_device_features
+        self.feature_version = int(feature_version)
+        feature_names(self.kind, use_device_features, self.feature_version)  # validates the version
+        self.transfer = (self.default_transfer if transfer is None else bool(transfer)) and self.feature_version >= 2
         self.booster: xgb.Booster | None = None
+        self.transfer_booster: xgb.Booster | None = None
         self.summary = _TrainingSummary()
         self._fitted = False
 
     # ------------------------------------------------------------------ features
-    def features(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-        return build_features(self.kind, table, baseline, catalog, self.use_device_features)
+    def features(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                 transfer: bool = False) -> pd.DataFrame:
+        return build_features(self.kind, table, baseline, catalog, self.use_device_features, self.feature_version,
+                              transfer)
 
     @property
     def feature_names(self) -> list[str]:
-        return feature_names(self.kind, self.use_device_features)
+        return feature_names(self.kind, self.use_device_features, self.feature_version)
+
+    @property
+    def transfer_feature_names(self) -> list[str]:
+        return feature_names(self.kind, self.use_device_features, self.feature_version, transfer=True)
+
+    def reference_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Analytical time the learned log-ratio is relative to (the roofline here)."""
+        return baseline["time_us"].to_numpy(dtype=np.float64)
+
+    def _target(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        ref = self.reference_us(table, baseline, catalog)
+        return measured_log_ratio(table, baseline) + np.log(baseline["time_us"].to_numpy(dtype=np.float64)) - np.log(ref)
+
+    def _unseen(self, table: pd.DataFrame) -> np.ndarray:
+        """Rows whose device the main booster was not trained on (predicted by the transfer booster)."""
+        if self.transfer_booster is None:
+            return np.zeros(len(table), dtype=bool)
+        return ~table["device"].astype(str).isin(self.summary.devices).to_numpy()
 
     def _select(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         mask = family_mask(baseline, self.families)
@@ -100,11 +134,16 @@ class XGBCorrection(Correction):
             keep = np.sort(rng.choice(len(sub), self.params.max_rows, replace=False))
             sub, base = sub.iloc[keep], base.iloc[keep]
             w = None if w is None else w[keep]
-        y = measured_log_ratio(sub, base)
+        y = self._target(sub, base, catalog)
         x = self.features(sub, base, catalog)
         dtrain = xgb.DMatrix(x.to_numpy(), label=y, weight=w, feature_names=self.feature_names)
         self.booster = xgb.train(self.params.booster_params(), dtrain, num_boost_round=self.params.n_estimators)
         pred = self.booster.predict(dtrain)
+        self.transfer_booster = None
+        if self.transfer:
+            xt = self.features(sub, base, catalog, transfer=True)
+            dt = xgb.DMatrix(xt.to_numpy(), label=y, weight=w, feature_names=self.transfer_feature_names)
+            self.transfer_booster = xgb.train(self.params.booster_params(), dt, num_boost_round=self.params.n_estimators)
         self.summary = _TrainingSummary(
             rows=len(sub), devices=sorted(map(str, pd.unique(sub["device"]))),
             ops={str(k): int(v) for k, v in sub["op"].value_counts().items()},
@@ -114,37 +153,63 @@ class XGBCorrection(Correction):
         return self
 
     def predict_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-        """Learned ``log(time / roofline)`` for every row (rows of other families get NaN)."""
+        """Learned ``log(time / reference_us)`` for every row (rows of other families get NaN)."""
         self._check_fitted()
         out = np.full(len(table), np.nan)
         mask = family_mask(baseline, self.families)
         if mask.any():
             sub, base = table.loc[mask], baseline.loc[mask]
-            x = self.features(sub, base, catalog)
-            d = xgb.DMatrix(x.to_numpy(), feature_names=self.feature_names)
-            out[mask] = np.clip(self.booster.predict(d), *LOG_RATIO_CLIP)  # type: ignore[union-attr]
+            unseen = self._unseen(sub)
+            ratio = np.empty(len(sub))
+            if (~unseen).any():
+                x = self.features(sub.loc[~unseen], base.loc[~unseen], catalog)
+                ratio[~unseen] = self.booster.predict(  # type: ignore[union-attr]
+                    xgb.DMatrix(x.to_numpy(), feature_names=self.feature_names))
+            if unseen.any():
+                x = self.features(sub.loc[unseen], base.loc[unseen], catalog, transfer=True)
+                ratio[unseen] = self.transfer_booster.predict(  # type: ignore[union-attr]
+                    xgb.DMatrix(x.to_numpy(), feature_names=self.transfer_feature_names))
+            out[mask] = np.clip(ratio, *LOG_RATIO_CLIP)
         return out
 
     def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         ratio = self.predict_log_ratio(table, baseline, catalog)
-        return baseline["time_us"].to_numpy(dtype=np.float64) * np.exp(ratio)
+        mask = family_mask(baseline, self.families)
+        ref = baseline["time_us"].to_numpy(dtype=np.float64).copy()
+        if mask.any():
+            ref[mask] = self.reference_us(table.loc[mask], baseline.loc[mask], catalog)
+        return ref * np.exp(ratio)
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                           rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None) -> XGBCorrection:
-        """A copy with ``rounds`` more trees fitted to ``table`` (few-shot adaptation); ``self`` is unchanged."""
+        """A copy with ``rounds`` more trees fitted to ``table`` (few-shot adaptation); ``self`` is unchanged.
+
+        Rows of devices the main booster has not seen extend the transfer booster (the one that predicts them);
+        ``table`` must not mix seen and unseen devices.
+        """
         self._check_fitted()
         sub, base = self._select(table, baseline)
         if len(sub) == 0:
             raise InvalidInputError(f"{self.key}: no rows of families {self.families} to adapt on")
-        y = measured_log_ratio(sub, base)
-        x = self.features(sub, base, catalog)
-        d = xgb.DMatrix(x.to_numpy(), label=y, weight=np.full(len(sub), weight), feature_names=self.feature_names)
+        unseen = self._unseen(sub)
+        if unseen.any() and not unseen.all():
+            raise InvalidInputError(f"{self.key}: adapt one device at a time (rows mix training and new devices)")
+        use_transfer = bool(unseen.all() and len(unseen))
+        y = self._target(sub, base, catalog)
+        x = self.features(sub, base, catalog, transfer=use_transfer)
+        names = self.transfer_feature_names if use_transfer else self.feature_names
+        d = xgb.DMatrix(x.to_numpy(), label=y, weight=np.full(len(sub), weight), feature_names=names)
         params = self.params.booster_params()
         params.update({"subsample": 1.0, "min_child_weight": 1.0, "max_depth": 3})
         if learning_rate is not None:
             params["eta"] = learning_rate
-        new = type(self)(XGBParams(**asdict(self.params)), self.use_device_features)
-        new.booster = xgb.train(params, d, num_boost_round=rounds, xgb_model=self.booster.copy())  # type: ignore[union-attr]
+        new = type(self)(XGBParams(**asdict(self.params)), self.use_device_features, self.feature_version,
+                         self.transfer)
+        start = self.transfer_booster if use_transfer else self.booster
+        grown = xgb.train(params, d, num_boost_round=rounds, xgb_model=start.copy())  # type: ignore[union-attr]
+        new.booster = self.booster.copy() if use_transfer else grown  # type: ignore[union-attr]
+        new.transfer_booster = grown if use_transfer else (
+            None if self.transfer_booster is None else self.transfer_booster.copy())
         new.summary = self.summary
         new._fitted = True
         return new
@@ -155,23 +220,36 @@ class XGBCorrection(Correction):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.booster.save_model(str(directory / "model.json"))  # type: ignore[union-attr]
-        write_json(directory / "params.json", {
+        meta: dict[str, Any] = {
             "class": type(self).__name__, "kind": self.kind, "name": self.name,
             "families": list(self.families), "use_device_features": self.use_device_features,
-            "feature_names": self.feature_names, "params": asdict(self.params),
-            "summary": asdict(self.summary),
-        })
+            "feature_version": self.feature_version, "feature_names": self.feature_names,
+            "params": asdict(self.params), "summary": asdict(self.summary), "transfer": False,
+        }
+        if self.transfer_booster is not None:
+            self.transfer_booster.save_model(str(directory / "transfer.json"))
+            meta.update({"transfer": True, "transfer_feature_names": self.transfer_feature_names})
+        write_json(directory / "params.json", meta)
 
     @classmethod
     def load(cls, directory: Path) -> XGBCorrection:
+        """Inverse of :meth:`save`; models saved before feature versions existed load as version 1."""
         directory = Path(directory)
         meta = read_json(directory / "params.json")
-        obj = cls(XGBParams(**meta["params"]), bool(meta["use_device_features"]))
-        if meta["feature_names"] != obj.feature_names:
-            raise InvalidInputError(f"{directory}: saved feature names differ from this version's "
-                                    f"({len(meta['feature_names'])} vs {len(obj.feature_names)}); refit the model")
+        version = int(meta.get("feature_version", 1))
+        if version > FEATURE_VERSION:
+            raise InvalidInputError(f"{directory}: saved with feature version {version}, this hybrid knows up to "
+                                    f"{FEATURE_VERSION}; upgrade hybrid or refit the model")
+        obj = cls(XGBParams(**meta["params"]), bool(meta["use_device_features"]), version, bool(meta.get("transfer")))
+        if meta["feature_names"] != obj.feature_names or (
+                obj.transfer and meta.get("transfer_feature_names") != obj.transfer_feature_names):
+            raise InvalidInputError(f"{directory}: saved feature names (feature version {version}) differ from this "
+                                    f"hybrid's ({len(meta['feature_names'])} vs {len(obj.feature_names)}); refit the model")
         obj.booster = xgb.Booster()
         obj.booster.load_model(str(directory / "model.json"))
+        if obj.transfer:
+            obj.transfer_booster = xgb.Booster()
+            obj.transfer_booster.load_model(str(directory / "transfer.json"))
         obj.summary = _TrainingSummary(**meta["summary"])
         obj._fitted = True
         return obj
@@ -179,6 +257,7 @@ class XGBCorrection(Correction):
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "key": self.key, "families": list(self.families),
                                "fitted": self.fitted, "use_device_features": self.use_device_features,
+                               "feature_version": self.feature_version, "transfer_model": self.transfer,
                                "n_features": len(self.feature_names)}
         out.update({f"param_{k}": v for k, v in asdict(self.params).items()})
         if self.fitted:
@@ -194,6 +273,7 @@ class GemmXGB(XGBCorrection):
     name = "kernel-xgb"
     families = ("gemm",)
     min_rows = 50
+    default_transfer = True
 
     @property
     def key(self) -> str:
