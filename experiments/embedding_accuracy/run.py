@@ -4,7 +4,9 @@
 
 Two splits of the embedding_bag rows (fwd and bwd): a seeded random 25% hold-out, and a harder split that
 holds out every configuration whose table size (rows per table) is in the top 25% (the model must
-extrapolate to larger tables than it was trained on). Roofline-only error beside corrected error.
+extrapolate to larger tables than it was trained on). Roofline-only error beside corrected error, for the
+current model (feature version 2: optimizer-state feature, dense-gradient table passes in the reference) and
+the previous one (version 1), with a break-down by variant.
 """
 
 from __future__ import annotations
@@ -36,16 +38,20 @@ def fmt(s: dict) -> str:
     return f"{s['geomean_pct']:.1f} / {s['median_pct']:.1f} / {s['p90_pct']:.1f}"
 
 
-def score(table: pd.DataFrame, test: np.ndarray, catalog) -> dict:
-    pred = HybridPredictor(catalog, [EmbeddingXGB()]).fit(table[~test])
+def score(table: pd.DataFrame, test: np.ndarray, catalog, version: int) -> dict:
+    pred = HybridPredictor(catalog, [EmbeddingXGB(feature_version=version)]).fit(table[~test])
     out = pred.predict(table[test])
     meas = table.loc[test, "time_us"]
+    variants = table.loc[test, "variant"].astype("string").fillna("-")
+    by_variant = {v: fmt(error_summary(out["time_us"][m], meas[m]))
+                  for v in sorted(variants.unique()) if (m := (variants == v).to_numpy()).any()}
     by_dir = {d: (fmt(error_summary(out["roofline_us"][m], meas[m])), fmt(error_summary(out["time_us"][m], meas[m])))
               for d in ("fwd", "bwd") if (m := (table.loc[test, "direction"] == d).to_numpy()).any()}
     return {"n_train": int((~test).sum()), "n_test": int(test.sum()),
             "roofline": fmt(error_summary(out["roofline_us"], meas)),
             "corrected": fmt(error_summary(out["time_us"], meas)),
-            "corrected_geomean": error_summary(out["time_us"], meas)["geomean_pct"], "by_direction": by_dir}
+            "corrected_geomean": error_summary(out["time_us"], meas)["geomean_pct"], "by_direction": by_dir,
+            "by_variant": by_variant}
 
 
 def main() -> None:
@@ -69,14 +75,21 @@ def main() -> None:
         cut = float(np.quantile(table["num_embeddings"], 0.75))
         splits[f"held-out largest tables (rows/table > {cut:,.0f}, top 25%)"] = (table["num_embeddings"] > cut).to_numpy()
         lines += [f"## {bundle.name} ({len(table)} embedding_bag rows, {len(sizes)} table sizes)", "",
-                  "| split | train / test rows | roofline only | corrected | fwd (roofline -> corrected) | "
-                  "bwd (roofline -> corrected) |", "|---|---|---|---|---|---|"]
+                  "| split | model | train / test rows | roofline only | corrected | fwd (roofline -> corrected) | "
+                  "bwd (roofline -> corrected) |", "|---|---|---|---|---|---|---|"]
+        variant_lines = []
         for name, test in splits.items():
-            r = score(table, test, catalog)
-            d = r["by_direction"]
-            lines.append(f"| {name} | {r['n_train']} / {r['n_test']} | {r['roofline']} | {r['corrected']} | "
-                         f"{' -> '.join(d['fwd']) if 'fwd' in d else '-'} | {' -> '.join(d['bwd']) if 'bwd' in d else '-'} |")
-        lines.append("")
+            for version in (2, 1):
+                r = score(table, test, catalog, version)
+                d = r["by_direction"]
+                model = "current (v2)" if version == 2 else "previous (v1)"
+                lines.append(f"| {name} | {model} | {r['n_train']} / {r['n_test']} | {r['roofline']} | {r['corrected']} | "
+                             f"{' -> '.join(d['fwd']) if 'fwd' in d else '-'} | "
+                             f"{' -> '.join(d['bwd']) if 'bwd' in d else '-'} |")
+                variant_lines.append(f"| {name} | {model} | " + " | ".join(
+                    f"{v}: {e}" for v, e in r["by_variant"].items()) + " |")
+        lines += ["", "Corrected error by variant (geomean / median / p90):", "",
+                  "| split | model | variants |", "|---|---|---|", *variant_lines, ""]
     lines += ["Errors: |pred - meas| / meas in %, geomean / median / p90.", "",
               f"Total wall time: {time.time() - t0:.0f} s"]
     text = "\n".join(lines) + "\n"

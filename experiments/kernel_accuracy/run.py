@@ -2,6 +2,10 @@
 
     python experiments/kernel_accuracy/run.py [--data-dir DIR] [--rows-per-gpu 6000] [--out results.md]
 
+GEMM configurations compared: the current default (feature version 2: main booster with device descriptors
+for training GPUs, *transfer* booster without them for the held-out GPU) and the previous default (feature
+version 1, one booster, descriptors on) and version 1 with descriptors off.
+
 GEMM family (bmm, linear) over P4, P100, T4, V100, A100-PCIE-40GB, MI100, MI210 (AMD: GEMM only) and the
 pointwise group (elementwise, layernorm, softmax) over the five NVIDIA GPUs. Each training set is
 sub-sampled to ``--rows-per-gpu`` rows per GPU and family group (seeded) so the whole run takes a few minutes
@@ -46,26 +50,33 @@ def fmt(s: dict) -> str:
     return f"{s['geomean_pct']:.1f} / {s['median_pct']:.1f} / {s['p90_pct']:.1f}"
 
 
-def evaluate(table: pd.DataFrame, group: str, use_device: bool, seed: int, trees: int) -> list[dict]:
+#: name -> (use_device_features, feature_version)
+CONFIGS = {"default (v2: transfer model for unseen GPUs)": (True, 2),
+           "previous default (v1, device descriptors ON)": (True, 1),
+           "v1, device descriptors OFF": (False, 1)}
+
+
+def evaluate(table: pd.DataFrame, group: str, config: str, seed: int, trees: int) -> list[dict]:
     cat = default_catalog()
     sub = table[table["group"] == group]
     base = roofline(sub, cat)
     klass = GemmXGB if group == "gemm" else PointwiseXGB
+    use_device, version = CONFIGS[config]
     rows = []
     for held in sorted(sub["device"].unique()):
         train = (sub["device"] != held).to_numpy()
         t0 = time.time()
-        model = klass(XGBParams(seed=seed, n_estimators=trees), use_device_features=use_device).fit(sub[train], base[train], cat)
+        model = klass(XGBParams(seed=seed, n_estimators=trees), use_device, version).fit(sub[train], base[train], cat)
         pred = model.predict(sub[~train], base[~train], cat)
         meas = sub.loc[~train, "time_us"]
         rows.append({"split": f"held-out {held}", "n": int((~train).sum()),
                      "roofline": error_summary(base.loc[~train, "time_us"], meas),
                      "corrected": error_summary(pred, meas), "fit_s": time.time() - t0})
-        print(f"  {group} dev={use_device} {held}: {rows[-1]['corrected']['geomean_pct']:.1f}%", file=sys.stderr)
+        print(f"  {group} {config} {held}: {rows[-1]['corrected']['geomean_pct']:.1f}%", file=sys.stderr)
     rng = np.random.default_rng(seed)
     test = rng.random(len(sub)) < 0.2
     t0 = time.time()
-    model = klass(XGBParams(seed=seed, n_estimators=trees), use_device_features=use_device).fit(sub[~test], base[~test], cat)
+    model = klass(XGBParams(seed=seed, n_estimators=trees), use_device, version).fit(sub[~test], base[~test], cat)
     pred = model.predict(sub[test], base[test], cat)
     meas = sub.loc[test, "time_us"]
     rows.append({"split": "in-distribution (random 20%)", "n": int(test.sum()),
@@ -80,7 +91,8 @@ def main() -> None:
     ap.add_argument("--rows-per-gpu", type=int, default=6000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trees", type=int, default=400)
-    ap.add_argument("--device-features", default="off,on", help="off, on or off,on (compare both)")
+    ap.add_argument("--pointwise-configs", type=int, default=1,
+                    help="how many of the configurations to run for the pointwise group (1 = default only)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     args = ap.parse_args()
     t_start = time.time()
@@ -88,16 +100,16 @@ def main() -> None:
     lines = [
         "# Kernel correction accuracy (NeuSight FP32 PyTorch kernels)", "",
         f"Command: `python experiments/kernel_accuracy/run.py --rows-per-gpu {args.rows_per_gpu} --seed {args.seed} "
-        f"--trees {args.trees} --device-features {args.device_features}`",
+        f"--trees {args.trees} --pointwise-configs {args.pointwise_configs}`",
         "", f"Rows used (after sub-sampling to {args.rows_per_gpu} per GPU and group): "
         + ", ".join(f"{g}={n}" for g, n in table.groupby("group").size().items()),
         "", "Errors are |pred - meas| / meas in %, shown as geomean / median / p90 "
         "(hybrid.reports.metrics.error_summary).", "",
     ]
     for group in ("gemm", "pointwise"):
-        for use_device in [v.strip() == "on" for v in args.device_features.split(",")]:
-            rows = evaluate(table, group, use_device, args.seed, args.trees)
-            lines += [f"## {group} family, device descriptors {'ON' if use_device else 'OFF'}", "",
+        for config in list(CONFIGS)[: len(CONFIGS) if group == "gemm" else args.pointwise_configs]:
+            rows = evaluate(table, group, config, args.seed, args.trees)
+            lines += [f"## {group} family, {config}", "",
                       "| split | rows | roofline only | corrected | fit s |", "|---|---|---|---|---|"]
             for r in rows:
                 lines.append(f"| {r['split']} | {r['n']} | {fmt(r['roofline'])} | {fmt(r['corrected'])} | {r['fit_s']:.0f} |")
