@@ -98,11 +98,33 @@ def test_engine_predictions_for_a_stored_campaign(tmp_path):
     assert (p > 0).all() and p.nunique() > 4
     assert rep.errors["n_rows"] == 12 and rep.success["n_configs"] == 4
     assert rep.split["n_fit_configs"] == 2 and np.isfinite(rep.split["test_geomean_pct"])
+    assert np.isfinite(rep.in_sample["geomean_pct"]) and set(rep.in_sample["overheads_us"]) >= {"iteration_us"}
+    # per-phase predictions: the harness phases add up to the iteration (steady state, max over ranks per phase
+    # can only exceed it), the gradient exchange is inside the backward pass
+    from hybrid.workloads.dlrm_graph import PHASES
+
+    pred_phases = rep.table[[f"pred_{ph}_ms" for ph in PHASES]]
+    assert (pred_phases.sum(axis=1) >= p * (1 - 1e-9)).all()
+    assert (rep.table["pred_exchange_bwd_ms"] <= rep.table["pred_backward_ms"] + 1e-9).all()
+    assert rep.phases == {}  # the synthetic results table has no measured phases to compare with
     # a plan's prediction is the engine's: the same (config, plan) predicted directly agrees
     from hybrid.bench.campaign import load_pair
 
     cfg, plan = load_pair(tmp_path, rep.table.iloc[0])
     assert pred(cfg, plan) == pytest.approx(p.iloc[0])
+
+
+def test_phase_errors_per_phase():
+    from hybrid.bench.validate import phase_errors
+
+    t = pd.DataFrame({"input_dist_ms": [2.0, 4.0, 0.001], "pred_input_dist_ms": [1.0, 2.0, 0.002],
+                      "optimizer_ms": [10.0, 10.0, 10.0], "pred_optimizer_ms": [11.0, 9.0, 10.0]})
+    e = phase_errors(t)
+    assert set(e) == {"input_dist", "optimizer"}
+    # the 1-microsecond input phase is below the floor on both sides: not scored
+    assert e["input_dist"]["n_rows"] == 2 and e["input_dist"]["ratio_median"] == pytest.approx(0.5)
+    assert e["input_dist"]["geomean_pct"] == pytest.approx(50.0)
+    assert e["optimizer"]["mape_pct"] == pytest.approx(100 * (0.1 + 0.1 + 0.0) / 3)
 
 
 def test_engine_rounds_integer_shape_columns_before_costing():

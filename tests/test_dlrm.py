@@ -159,3 +159,75 @@ def test_plan_file_round_trip(tmp_path):
     # a full config file also loads as a plan
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(c.to_dict()))
     assert ShardingPlan.from_file(tmp_path / "c.yaml") == c.plan
+
+
+def _cpu_catalog(catalog):
+    """The packaged catalog plus a one-core CPU and its gloo system (like a `hybrid profile` bundle)."""
+    from hybrid.hardware.cpu import describe_local_cpu
+
+    return catalog.with_device(describe_local_cpu())
+
+
+def test_graph_nodes_carry_the_harness_phases(catalog):
+    from hybrid.workloads.dlrm_graph import NESTED_PHASES, PHASES
+
+    it = build_dlrm_graph(config(), catalog=catalog)
+    g = it.graph.compile()
+    assert set(g.phase_names) == set(PHASES) | set(NESTED_PHASES)
+    named = {}
+    for i in range(g.n_real):
+        named.setdefault(g.phase_names[g.phase[i]], set()).add(g.names[i])
+    assert {"input_dist all_to_all (value counts)", "input_dist all_to_all"} <= named["input_dist"]
+    assert "output_dist all_to_all" in named["exchange_fwd"] and "row_wise reduce_scatter" in named["exchange_fwd"]
+    assert {"embedding grad all_to_all", "row_wise all_gather"} <= named["exchange_bwd"]
+    assert any(n.startswith("embedding fwd dp") for n in named["dense_fwd"])  # dp tables live in the DDP module
+    assert "embedding sgd update" in named["optimizer"]
+    res = simulate(it.graph, RooflineCostModel(catalog))
+    pt = res.phase_times(PHASES, NESTED_PHASES, steady_state=True)
+    # steady state: every rank's phases add up to the iteration (waiting included)
+    assert np.allclose(pt[list(PHASES)].sum(axis=1), res.iteration_us)
+    assert (pt["exchange_bwd"] > 0).all() and (pt["exchange_bwd"] <= pt["backward"] + 1e-6).all()
+
+
+def test_gpu_overlaps_comm_and_cpu_does_not(catalog):
+    gpu = build_dlrm_graph(config(), catalog=catalog)
+    assert gpu.info["comm_overlap"] == 1.0 and not gpu.graph.synchronous_host
+    assert not any("interference" in n for n in gpu.graph.compile().names)
+    cat = _cpu_catalog(catalog)
+    cpu_key = [k for k, d in cat.devices.items() if d.kind == "cpu" and k not in catalog.devices][0]
+    cpu = build_dlrm_graph(config(system=cpu_key), catalog=cat)
+    assert cpu.info["comm_overlap"] == 0.0 and cpu.graph.synchronous_host
+    model, ov = RooflineCostModel(cat), Overheads.zero()
+    t_cpu = simulate(cpu.graph, model, ov).iteration_us
+    t_hidden = simulate(build_dlrm_graph(config(system=cpu_key), catalog=cat, comm_overlap=1.0).graph, model,
+                        ov).iteration_us
+    assert t_cpu > t_hidden  # the DDP all-reduces no longer hide behind the backward pass
+    with pytest.raises(InvalidInputError, match="comm_overlap"):
+        build_dlrm_graph(config(), catalog=catalog, comm_overlap=2.0)
+
+
+def test_optimizer_steps_follow_the_optimizer(catalog):
+    def opt_ops(**kw):
+        g = build_dlrm_graph(config(**kw), catalog=catalog).graph.compile()
+        rows = [(g.names[i], g.ops.iloc[g.op_index[i]]) for i in range(g.n_real)
+                if g.rank[i] == 0 and g.op_index[i] >= 0 and g.phase_names[g.phase[i]] == "optimizer"]
+        return rows, g
+
+    sgd, _ = opt_ops()
+    ada, g = opt_ops(optimizer="adagrad")
+    c = config()
+    n_dense = 2 * len(c.mlp_layers()) + 1  # weight + bias per layer, one fused data-parallel table group
+    assert sum(n == "dense optimizer step" for n, _ in sgd) == n_dense
+    assert {o["variant"] for n, o in sgd if n == "dense optimizer step"} == {"sgd"}
+    assert {o["variant"] for n, o in ada if n == "dense optimizer step"} == {"adagrad"}
+    # the dense step covers the data-parallel table: 1000 rows x 64
+    assert max(float(o["elements"]) for n, o in ada if n == "dense optimizer step") == 1000 * D
+    # sparse Adagrad: coalesce (embedding backward row) + Adagrad over the unique rows, per fused group
+    assert any(n == "embedding adagrad coalesce" and o["op"] == "embedding_bag" for n, o in ada)
+    upd = [o for n, o in ada if n == "embedding adagrad update"]
+    assert upd and all(o["variant"] == "adagrad" for o in upd)
+    model = RooflineCostModel(catalog)
+    zero = Overheads.zero()
+    t = {opt: simulate(build_dlrm_graph(config(optimizer=opt), catalog=catalog).graph, model, zero).iteration_us
+         for opt in ("sgd", "adagrad")}
+    assert t["adagrad"] > t["sgd"]

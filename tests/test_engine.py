@@ -157,3 +157,76 @@ def test_overheads_fit_recovers_launch_cost(catalog):
     fitted = Overheads.fit(graphs, measured, model, start=Overheads(framework_us=0.0))
     assert fitted.kernel_launch_us + fitted.framework_us == pytest.approx(12.0, rel=0.05)
     assert fitted.iteration_us == pytest.approx(50.0, rel=0.2)
+
+
+def _two_rank_phased_graph() -> TaskGraph:
+    """rank 0: a (p1, 10) then collective (p2, 5) then tail (p3, 7); rank 1: a (p1, 20) then the collective."""
+    g = TaskGraph(2)
+    g.phase = "p1"
+    a0 = g.add(0, "compute", "a", duration_us=10.0)
+    a1 = g.add(1, "compute", "a", duration_us=20.0)
+    g.phase = "p2"
+    c = g.collective("c", [0, 1], duration_us=5.0, deps={0: [a0], 1: [a1]}, launch=False)
+    g.phase = "p3"
+    g.add(0, "compute", "tail", duration_us=7.0, deps=[c[0]])
+    return g
+
+
+def test_phase_times_cut_the_timeline_like_a_host_timer():
+    r = simulate(_two_rank_phased_graph(), overheads=NO)
+    assert r.iteration_us == pytest.approx(32.0)
+    pt = r.phase_times(["p1", "p2", "p3"])
+    # rank 0 waits 10 us for rank 1 inside the collective: that wait belongs to p2, where it happens
+    assert pt.loc[0].tolist() == pytest.approx([10.0, 15.0, 7.0])
+    assert pt.loc[1].tolist() == pytest.approx([20.0, 5.0, 0.0])
+    # back to back iterations: rank 1 finishes 7 us early and waits in the next iteration's first phase
+    steady = r.phase_times(["p1", "p2", "p3"], steady_state=True)
+    assert steady.loc[1, "p1"] == pytest.approx(27.0) and steady.loc[0, "p1"] == pytest.approx(10.0)
+    # a nested phase is part of its parent for the cut and reported as its own nodes' time (+ their waiting)
+    nested = r.phase_times(["p1", "p3"], nested={"p2": "p1"})
+    assert nested.loc[0].tolist() == pytest.approx([25.0, 7.0, 15.0])
+    with pytest.raises(InvalidInputError, match="unknown phase"):
+        r.phase_times(["p1"], nested={"p2": "nope"})
+    with pytest.raises(InvalidInputError, match="no phase tags"):
+        g = TaskGraph(1)
+        g.add(0, "compute", "x", duration_us=1.0)
+        simulate(g, overheads=NO).phase_times()
+
+
+@pytest.mark.parametrize("overlap, expected", [(1.0, 20.0), (0.5, 26.0), (0.0, 32.0)])
+def test_comm_overlap_blocks_compute_for_the_unhidden_share(overlap, expected):
+    """20 us of compute beside a 12 us collective: hidden on a GPU, serialised where they share the cores."""
+    g = TaskGraph(1)
+    g.add(0, "compute", "a", duration_us=10.0)
+    g.collective("c", [0], duration_us=12.0, launch=False, comm_overlap=overlap)
+    g.add(0, "compute", "b", duration_us=10.0)
+    r = simulate(g, overheads=NO)
+    assert r.iteration_us == pytest.approx(expected)
+    assert r.breakdown.loc[0, "collectives"] == 1  # the interference node is not a second collective
+    with pytest.raises(InvalidInputError, match="comm_overlap"):
+        g.collective("bad", [0], duration_us=1.0, comm_overlap=1.5)
+
+
+def test_synchronous_host_waits_for_each_kernel():
+    """3 kernels of 10 us with 5 us launches: a GPU host runs ahead (5 + 30), a CPU's does not (3 x 15)."""
+    ov = Overheads(kernel_launch_us=5.0, framework_us=0.0, collective_launch_us=0.0, optimizer_step_us=0.0,
+                   iteration_us=0.0)
+    times = {}
+    for sync in (False, True):
+        g = TaskGraph(1, synchronous_host=sync)
+        for i in range(3):
+            g.kernel(0, f"k{i}", duration_us=10.0)
+        times[sync] = simulate(g, overheads=ov).iteration_us
+    assert times[False] == pytest.approx(35.0) and times[True] == pytest.approx(45.0)
+
+
+def test_kernel_scale_multiplies_the_op_time(catalog):
+    g = TaskGraph(1)
+    op = {"op": "gemm", "device": "H100-SXM", "dtype": "bf16", "b": 1, "m": 4096, "n": 4096, "k": 4096}
+    g.kernel(0, "full", op)
+    g.kernel(0, "share", op, scale=0.25)
+    r = simulate(g, RooflineCostModel(catalog), NO)
+    d = r.nodes().set_index("name")["duration_us"]
+    assert d["share"] == pytest.approx(0.25 * d["full"]) and d["full"] > 0
+    with pytest.raises(InvalidInputError, match="scale"):
+        g.kernel(0, "bad", op, scale=-1.0)

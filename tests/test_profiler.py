@@ -103,6 +103,44 @@ def test_kernel_cases_compute_the_right_results():
     assert ("elementwise", "gelu", "bwd") in seen and ("softmax", "lastdim", "bwd") in seen
 
 
+def test_optimizer_cases_step_real_optimizers():
+    """Quick optimizer cases: dense and sparse SGD/Adagrad rows whose ``elements`` match what they update, and
+    whose timed call really changes the parameters (the sparse ones only in the looked-up rows)."""
+    from hybrid.data.profiler import optimizer as optim
+    from hybrid.data.profiler.backend import open_backend
+
+    be = open_backend(torch, threads=1, force_cpu=True)
+    cases = optim.optimizer_cases(be, quick=True, seed=0, arena_bytes=2**26)
+    variants = {c.row["variant"] for c in cases}
+    assert variants == set(optim.DENSE_VARIANTS) | set(optim.SPARSE_VARIANTS)
+    for c in cases:
+        n_in, n_out, fpe = {**optim.DENSE_VARIANTS, **optim.SPARSE_VARIANTS}[c.row["variant"]]
+        assert (c.row["n_inputs"], c.row["n_outputs"], c.row["flops_per_element"]) == (n_in, n_out, fpe)
+        assert c.row["op"] == "elementwise" and c.row["elements"] > 0
+    dense = next(c for c in cases if c.row["variant"] == "adagrad")
+    sparse = next(c for c in cases if c.row["variant"] == "sparse_adagrad")
+    for case in (dense, sparse):
+        run, prepare = case.build()
+        assert prepare is None
+        p = run.optimizer.param_groups[0]["params"][0]
+        before = p.detach().clone()
+        run(0)
+        changed = (p.detach() != before).reshape(len(before), -1).any(dim=1) if p.dim() > 1 else p.detach() != before
+        if case is dense:
+            assert p.numel() == case.row["elements"] and bool(changed.all())
+        else:
+            g = p.grad
+            assert g.is_sparse and g._values().numel() == case.row["elements"]  # one row per lookup
+            touched = torch.zeros(len(p), dtype=torch.bool)
+            touched[g._indices()[0]] = True
+            assert bool(changed[touched].all()) and not bool(changed[~touched].any())
+    # the same triples describe the rows in the op families (bytes and FLOPs of the roofline)
+    from hybrid.ops.families import ELEMENTWISE_VARIANTS
+
+    for v, triple in {**optim.DENSE_VARIANTS, **optim.SPARSE_VARIANTS}.items():
+        assert tuple(float(x) for x in ELEMENTWISE_VARIANTS[v]) == tuple(float(x) for x in triple)
+
+
 def test_options_are_checked():
     from hybrid.data.profiler.runner import ProfileOptions
 
@@ -200,6 +238,15 @@ def test_committed_cpu_profile_loads_and_covers_the_families():
         for name in c["system"].unique():
             assert cat.system(name).device == key
         assert {"gemm", "gemv", "elementwise", "layernorm", "softmax"} <= set(table["op"])
+        # optimizer steps (hybrid profile --only optimizer): dense and sparse SGD/Adagrad, slower per element
+        # for Adagrad than for SGD at the same sizes
+        o = table[table["variant"].isin(["sgd", "adagrad", "sparse_sgd", "sparse_adagrad"])]
+        assert set(o["variant"]) == {"sgd", "adagrad", "sparse_sgd", "sparse_adagrad"}
+        for a, b in (("sgd", "adagrad"), ("sparse_sgd", "sparse_adagrad")):
+            ta = o[o["variant"] == a].set_index("elements")["time_us"]
+            tb = o[o["variant"] == b].set_index("elements")["time_us"]
+            both = ta.index.intersection(tb.index)
+            assert len(both) >= 5 and (tb[both] > ta[both]).mean() > 0.9
         assert (path / "README.md").is_file()
 
 

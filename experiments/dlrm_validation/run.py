@@ -109,6 +109,27 @@ def fmt(x: float) -> str:
     return f"{x:.1f}"
 
 
+def searched_vs_heuristics(table) -> None:
+    """Did the predictor-searched plan beat the heuristic plans in the MEASURED times?"""
+    if "search" not in set(table["plan_name"]):
+        return
+    rows = []
+    for cfg, grp in table.groupby("config_name"):
+        s = grp[grp["plan_name"] == "search"]
+        h = grp[grp["plan_name"] != "search"]
+        if len(s) and len(h):
+            best = h.loc[h["median_ms"].idxmin()]
+            rows.append((cfg, float(s["median_ms"].iloc[0]), float(best["median_ms"]), best["plan_name"]))
+    if not rows:
+        return
+    ratio = np.array([r[1] / r[2] for r in rows])
+    wins = int((ratio < 1).sum())
+    print(f"\nPredictor-searched plan (`search`, chosen by the campaign's model) vs the best HEURISTIC plan, in "
+          f"measured times: faster in {wins}/{len(rows)} configs; search / best heuristic median {np.median(ratio):.3f}"
+          f" (min {ratio.min():.3f}, max {ratio.max():.3f}); measured-fastest overall in "
+          f"{sum(1 for r in rows if r[1] <= r[2])}/{len(rows)}.")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="2rank", help="dataset name: datasets/dlrm-cpu-<name>")
@@ -171,6 +192,7 @@ def main() -> int:
               f"{s['tolerant']}/{s['n_configs']} ({fmt(s['tolerant_pct'])}%) | {fmt(s['regret_pct'])} | {split} | "
               f"{split_s} |")
         per_plan[pred.name] = (e["by_plan"], rep, dt_s)
+    searched_vs_heuristics(table)
     for name, (by_plan, rep, dt_s) in per_plan.items():
         print(f"\n## {name}\n")
         print(f"Validation time {dt_s:.1f} s. Error by plan type:\n")
@@ -183,9 +205,26 @@ def main() -> int:
         ratio = (t["predicted_ms"] / t["median_ms"]).to_numpy()
         print(f"\npredicted/measured: median {np.median(ratio):.3f}, p10 {np.quantile(ratio, 0.1):.3f}, "
               f"p90 {np.quantile(ratio, 0.9):.3f}")
+        if rep.phases:
+            print("\nPer harness phase (measured: max over ranks of the per-rank median; predicted: the simulated "
+                  "timeline cut at the same points, steady state, max over ranks; `backward` includes "
+                  "`exchange_bwd`; default overheads):\n")
+            print("| phase | n | geomean % | MAPE % | predicted/measured median (p10-p90) | measured median ms | "
+                  "predicted median ms |")
+            print("|---|---|---|---|---|---|---|")
+            for ph, v in rep.phases.items():
+                print(f"| {ph} | {v['n_rows']} | {fmt(v['geomean_pct'])} | {fmt(v['mape_pct'])} | "
+                      f"{v['ratio_median']:.2f} ({v['ratio_p10']:.2f}-{v['ratio_p90']:.2f}) | "
+                      f"{v['measured_median_ms']:.2f} | {v['predicted_median_ms']:.2f} |")
         if rep.split:
             ov = ", ".join(f"{k} {v:.1f}" for k, v in rep.split["overheads_us"].items())
             print(f"\nOverheads fitted on configs {', '.join(rep.split['fit_configs'])}: {ov} (us).")
+        if rep.in_sample:
+            ins = rep.in_sample
+            ov = ", ".join(f"{k} {v:.1f}" for k, v in ins["overheads_us"].items())
+            print(f"\nIn-sample (overheads fitted on ALL 20 configs and scored on the same runs; optimistic): geomean "
+                  f"{fmt(ins['geomean_pct'])}%, MAPE {fmt(ins['mape_pct'])}%, strict {fmt(ins['strict_pct'])}%, "
+                  f"tolerant {fmt(ins['tolerant_pct'])}%, regret {fmt(ins['regret_pct'])}%; overheads {ov} (us).")
         per = rep.success["per_config"]
         print("\n| config | chosen (predicted fastest) | measured fastest | chosen ms | best ms | tolerance ms |")
         print("|---|---|---|---|---|---|")

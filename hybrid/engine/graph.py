@@ -74,6 +74,7 @@ class CompiledGraph:
     phase: np.ndarray | None = None  # int16 index into ``phase_names`` (-1 = none)
     phase_names: tuple[str, ...] = ()
     scale: np.ndarray | None = None  # float64 multiplier of a node's op time (interference nodes: 1 - overlap)
+    interference: np.ndarray | None = None  # bool: compute-stream share of a collective (comm_overlap < 1)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -103,6 +104,7 @@ class TaskGraph:
     _phase: list[int] = field(default_factory=list)
     _phase_ids: dict[str, int] = field(default_factory=dict)
     _scale: list[float] = field(default_factory=list)
+    _interference: set[int] = field(default_factory=set)
     #: phase given to the nodes added from now on ("" = none); builders set it as they go
     phase: str = ""
     #: the host waits for every kernel it launches before launching the next (eager execution on a CPU device:
@@ -259,8 +261,9 @@ class TaskGraph:
             out[rank] = self.add(rank, stream, name, op=op or None, duration_us=duration_us, deps=own, kind="comm",
                                  args=args, _group=gid)
             if comm_overlap < 1.0 and stream != COMPUTE_STREAM:
-                self.add(rank, COMPUTE_STREAM, f"{name} (compute interference)", op=op or None,
-                         duration_us=duration_us, deps=own, kind="comm", _group=gid, _scale=1.0 - comm_overlap)
+                self._interference.add(self.add(rank, COMPUTE_STREAM, f"{name} (compute interference)", op=op or None,
+                                                duration_us=duration_us, deps=own, kind="comm", _group=gid,
+                                                _scale=1.0 - comm_overlap))
         return out
 
     def last(self, rank: int, stream: str) -> int | None:
@@ -313,5 +316,7 @@ class TaskGraph:
         phase = np.concatenate([np.asarray(self._phase, dtype=np.int16), np.full(n_groups, -1, np.int16)])
         scale = np.concatenate([np.asarray(self._scale, dtype=np.float64), np.ones(n_groups)])
         phase_names = tuple(k for k, _ in sorted(self._phase_ids.items(), key=lambda kv: kv[1]))
+        interference = np.zeros(len(rank), dtype=bool)
+        interference[list(self._interference)] = True
         return CompiledGraph(names, rank, stream, stream_names, kind, fixed, op_index, overhead, group, src, dst,
-                             own, ops, args, int(self.n_ranks), n, phase, phase_names, scale)
+                             own, ops, args, int(self.n_ranks), n, phase, phase_names, scale, interference)

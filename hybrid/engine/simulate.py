@@ -248,8 +248,8 @@ def simulate_durations(graph: CompiledGraph, durations: np.ndarray) -> SimResult
     not_sync_edge = graph.kind[graph.edges_src] != SYNC
     np.maximum.at(own_ready, graph.own_dst[not_sync_edge], finish[graph.edges_src[not_sync_edge]])
     members = comm & (graph.group >= 0)
-    if graph.scale is not None:  # interference nodes (comm_overlap < 1) are not collectives of their own
-        members &= graph.scale == 1.0
+    if graph.interference is not None:  # interference nodes (comm_overlap < 1) are not collectives of their own
+        members &= ~graph.interference
     wait = np.bincount(rank[members], np.maximum(start[members] - own_ready[members], 0.0), minlength=R)
     breakdown = pd.DataFrame({
         "rank": np.arange(R),

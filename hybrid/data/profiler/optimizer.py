@@ -91,6 +91,7 @@ def _dense_builder(backend: Backend, variant: str, size: int):
             p.grad = grad
             opt.step()
 
+        run.optimizer = opt  # type: ignore[attr-defined]  # for inspection (tests)
         return run, None
 
     return build
@@ -123,6 +124,7 @@ def _sparse_builder(backend: Backend, cfg: Any, variant: str):
             weight.grad = grads[i % len(grads)]
             opt.step()
 
+        run.optimizer = opt  # type: ignore[attr-defined]  # for inspection (tests)
         return run, None
 
     return build
