@@ -109,7 +109,7 @@ def test_transfer_booster_serves_only_unseen_devices(neusight, catalog, tmp_path
     base = roofline(gemm, catalog)
     train = (gemm["device"] != HELD_OUT).to_numpy()
     params = XGBParams(n_estimators=40, max_depth=5)
-    with_transfer = GemmXGB(params).fit(gemm[train], base[train], catalog)
+    with_transfer = GemmXGB(params, transfer=True).fit(gemm[train], base[train], catalog)
     single = GemmXGB(params, transfer=False).fit(gemm[train], base[train], catalog)
     assert with_transfer.transfer_booster is not None and single.transfer_booster is None
     a, b = (m.predict(gemm, base, catalog) for m in (with_transfer, single))

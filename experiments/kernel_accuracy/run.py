@@ -50,10 +50,11 @@ def fmt(s: dict) -> str:
     return f"{s['geomean_pct']:.1f} / {s['median_pct']:.1f} / {s['p90_pct']:.1f}"
 
 
-#: name -> (use_device_features, feature_version)
-CONFIGS = {"default (v2: transfer model for unseen GPUs)": (True, 2),
-           "previous default (v1, device descriptors ON)": (True, 1),
-           "v1, device descriptors OFF": (False, 1)}
+#: name -> (use_device_features, feature_version, transfer booster)
+CONFIGS = {"default (v2, device descriptors ON)": (True, 2, False),
+           "v2 + transfer booster for unseen GPUs": (True, 2, True),
+           "v1, device descriptors ON": (True, 1, False),
+           "v1, device descriptors OFF": (False, 1, False)}
 
 
 def evaluate(table: pd.DataFrame, group: str, config: str, seed: int, trees: int) -> list[dict]:
@@ -61,12 +62,13 @@ def evaluate(table: pd.DataFrame, group: str, config: str, seed: int, trees: int
     sub = table[table["group"] == group]
     base = roofline(sub, cat)
     klass = GemmXGB if group == "gemm" else PointwiseXGB
-    use_device, version = CONFIGS[config]
+    use_device, version, transfer = CONFIGS[config]
     rows = []
     for held in sorted(sub["device"].unique()):
         train = (sub["device"] != held).to_numpy()
         t0 = time.time()
-        model = klass(XGBParams(seed=seed, n_estimators=trees), use_device, version).fit(sub[train], base[train], cat)
+        model = klass(XGBParams(seed=seed, n_estimators=trees), use_device, version,
+                      transfer=transfer).fit(sub[train], base[train], cat)
         pred = model.predict(sub[~train], base[~train], cat)
         meas = sub.loc[~train, "time_us"]
         rows.append({"split": f"held-out {held}", "n": int((~train).sum()),
@@ -76,7 +78,8 @@ def evaluate(table: pd.DataFrame, group: str, config: str, seed: int, trees: int
     rng = np.random.default_rng(seed)
     test = rng.random(len(sub)) < 0.2
     t0 = time.time()
-    model = klass(XGBParams(seed=seed, n_estimators=trees), use_device, version).fit(sub[~test], base[~test], cat)
+    model = klass(XGBParams(seed=seed, n_estimators=trees), use_device, version,
+                      transfer=transfer).fit(sub[~test], base[~test], cat)
     pred = model.predict(sub[test], base[test], cat)
     meas = sub.loc[test, "time_us"]
     rows.append({"split": "in-distribution (random 20%)", "n": int(test.sum()),
