@@ -155,6 +155,14 @@ def validate(results_path: str, model_ref: str | None, tracking_uri: str | None,
     click.echo(f"sharding success: strict {sh['strict']}/{sh['n_configs']} ({sh['strict_pct']:.1f}%), "
                f"tolerant {sh['tolerant']}/{sh['n_configs']} ({sh['tolerant_pct']:.1f}%), "
                f"mean regret {sh['regret_pct']:.1f}%")
+    if s["phases"]:
+        echo_table([[ph, v["n_rows"], v["geomean_pct"], v["ratio_median"], v["measured_median_ms"],
+                     v["predicted_median_ms"]] for ph, v in s["phases"].items()],
+                   ["phase", "n", "geomean_%", "pred/meas", "measured_ms", "predicted_ms"])
+    if s["in_sample"]:
+        ins = s["in_sample"]
+        click.echo(f"overheads fitted on all configs (in-sample): geomean {ins['geomean_pct']:.1f}%, "
+                   f"strict {ins['strict_pct']:.1f}%, tolerant {ins['tolerant_pct']:.1f}%")
     if s["split"]:
         sp = s["split"]
         click.echo(f"overheads fitted on {sp['n_fit_configs']} configs, tested on {sp['n_test_configs']}: "
