@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hybrid.atomic import atomic_file
 from hybrid.errors import InvalidInputError, SchemaError
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig, TableConfig, write_document
@@ -239,15 +239,8 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_file(path) as tmp:
         df.to_csv(tmp, index=False, float_format="%.6g")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def record_results(results_path: str | os.PathLike, config: DLRMConfig, plans: dict[str, ShardingPlan],

@@ -4,13 +4,13 @@ the error per op family and device."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 import pandas as pd
 
+from hybrid.atomic import atomic_file
 from hybrid.cli.output import echo_json, echo_table
 
 _STATS = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
@@ -50,17 +50,9 @@ def echo_comparison(summaries: dict[str, dict[str, Any]], groups: tuple[str, ...
 
 def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write a prediction frame as CSV atomically."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    try:
+    with atomic_file(path) as tmp:
         frame.to_csv(tmp, index=False)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return Path(path)
 
 
 @click.command()

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import abc
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from hybrid.atomic import write_text
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 
@@ -86,15 +85,7 @@ def measured_log_ratio(table: pd.DataFrame, baseline: pd.DataFrame) -> np.ndarra
 
 def write_json(path: Path, payload: Any) -> None:
     """Write JSON atomically (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=1, sort_keys=True, default=_json_default)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, json.dumps(payload, indent=1, sort_keys=True, default=_json_default))
 
 
 def read_json(path: Path) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hybrid.atomic import atomic_directory
 from hybrid.corrections import adapt as adapt_mod
 from hybrid.corrections.base import Correction, family_mask, read_json, write_json
 from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
@@ -220,9 +220,7 @@ class HybridPredictor:
     def save(self, directory: str | os.PathLike) -> Path:
         """Write the predictor to ``directory`` (created or replaced atomically); returns its path."""
         target = Path(directory)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        try:
+        with atomic_directory(target) as tmp:
             entries = []
             for corr in self.corrections:
                 entry = {"class": type(corr).__name__, "key": corr.key, "name": corr.name,
@@ -245,16 +243,6 @@ class HybridPredictor:
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
             })
             write_json(tmp / "catalog.json", self._catalog_payload())
-            if target.exists():
-                old = target.with_name(f".{target.name}.old-{os.getpid()}")
-                os.replace(target, old)
-                os.replace(tmp, target)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return target
 
     def _catalog_payload(self) -> dict[str, Any]:

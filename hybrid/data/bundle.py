@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from hybrid.atomic import atomic_directory
 from hybrid.errors import InvalidInputError, SchemaError
 from hybrid.hardware.catalog import CATALOG_ENV, Catalog, default_catalog
 
@@ -143,22 +142,10 @@ def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: s
         raise InvalidInputError(f"output path {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise InvalidInputError(f"output directory {out} already exists and is not empty (use --force to replace it)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         (tmp / CATALOG_FILE).write_text(catalog_text, encoding="utf-8")
         catalog = bundle_catalog([tmp])
         write_table(table, tmp / TABLE_FILE, catalog)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
         _usual_permissions(tmp)
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

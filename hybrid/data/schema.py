@@ -9,7 +9,6 @@ rejects a bad table with an error naming the first bad row and column; :func:`wr
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybrid.atomic import atomic_file
 from hybrid.errors import InvalidInputError, SchemaError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import FAMILIES, OP_TO_FAMILY
@@ -292,18 +292,11 @@ def write_table(table: pd.DataFrame, path: str | os.PathLike, catalog: Catalog |
     """Validate and write ``table`` as CSV or Parquet (by suffix), atomically."""
     p = Path(path)
     df = validate(table, catalog, source=str(p)) if validate_rows else table
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    try:
+    with atomic_file(p) as tmp:
         if p.suffix.lower() in (".parquet", ".pq"):
             df.to_parquet(tmp, index=False)
         else:
             df.to_csv(tmp, index=False)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return p
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
+from hybrid.atomic import write_text
 from hybrid.errors import HybridError, InvalidInputError
 
 #: Packaged registry file.
@@ -299,10 +300,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - maintenanc
     text = path.read_text(encoding="utf-8")
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
     new = recompute(load_sources(path), Path(args[0]))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".sources.", suffix=".toml")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(render_toml(new, header))
-    os.replace(tmp, path)
+    write_text(path, render_toml(new, header))
     return 0
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import base64
 import html
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from hybrid.atomic import write_text
 from hybrid.reports.plots import STYLE, figure_png, standard_figures
 
 _CSS = """
@@ -123,14 +123,4 @@ def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, A
 
 def write_report(text: str, path: str | os.PathLike) -> Path:
     """Write the report atomically (temporary file renamed into place)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return write_text(path, text)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from hybrid.atomic import write_text
 from hybrid.errors import InvalidInputError
 from hybrid.sharding.plan import ShardingPlan
 from hybrid.units import normalize_dtype
@@ -69,20 +69,11 @@ def load_document(path: str | os.PathLike, what: str = "config") -> Any:
 def write_document(data: Any, path: str | os.PathLike) -> Path:
     """Write ``data`` as YAML (``.yaml``/``.yml``) or JSON, through a temporary file and a rename."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
     if p.suffix.lower() in (".yaml", ".yml"):
         text = yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
     else:
         text = json.dumps(data, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
+    return write_text(p, text)
 
 
 def _positive_int(value: Any, what: str) -> int:

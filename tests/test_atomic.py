@@ -1,0 +1,42 @@
+"""Atomic writes: complete results or nothing, never a half-written file or directory."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybrid.atomic import atomic_directory, atomic_file, write_text
+
+
+def test_write_text_creates_parents_and_replaces(tmp_path):
+    p = tmp_path / "a" / "b.txt"
+    write_text(p, "one")
+    write_text(p, "two")
+    assert p.read_text() == "two"
+    assert [x.name for x in p.parent.iterdir()] == ["b.txt"]  # no temporaries left
+
+
+def test_failed_file_write_keeps_old_content_and_leaves_no_temp(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("old")
+    with pytest.raises(RuntimeError), atomic_file(p) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
+    assert p.read_text() == "old"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_directory_swap_and_failure(tmp_path):
+    out = tmp_path / "bundle"
+    with atomic_directory(out) as tmp:
+        (tmp / "x").write_text("1")
+    with atomic_directory(out) as tmp:
+        (tmp / "y").write_text("2")
+    assert sorted(x.name for x in out.iterdir()) == ["y"]
+    with pytest.raises(ValueError), atomic_directory(out) as tmp:
+        (tmp / "z").write_text("3")
+        raise ValueError("bad")
+    assert sorted(x.name for x in out.iterdir()) == ["y"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["bundle"]
+    with pytest.raises(ValueError), atomic_directory(tmp_path / "new") as tmp:
+        raise ValueError("bad")
+    assert not (tmp_path / "new").exists()
