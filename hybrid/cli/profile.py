@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from hybrid.data.profiler.cases import PROFILE_FAMILIES
 from hybrid.errors import InvalidInputError
 
 
@@ -30,7 +31,7 @@ def _parse_ranks(value: str | None) -> tuple[int, ...] | None:
               help="Device key to record (CPU: replaces cpu-<model>-<cores>c; GPU: a catalog name or alias).")
 @click.option("--ranks", default=None, help="Local process counts for collectives, e.g. 2 or 2,4 [default: 2,4; quick: 2].")
 @click.option("--only", default=None,
-              help="Comma-separated op families: gemm,elementwise,norm,softmax,embedding,collective [default: all].")
+              help=f"Comma-separated op families: {','.join(PROFILE_FAMILIES)} [default: all].")
 @click.option("--threads", type=int, default=None, help="torch.set_num_threads value [default: all available cores].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shape / embedding designs.")
 @click.option("--cpu", "force_cpu", is_flag=True, help="Profile the CPU even when a CUDA GPU is available.")
@@ -41,7 +42,6 @@ def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: st
     """Measure GEMM/GEMV, elementwise, norms, softmax, embedding-bag lookups (fwd+bwd) and collectives on
     this machine and write a bundle: measurements.csv (canonical table), catalog.toml (the measured
     device/system), meta.json (machine, versions, ceilings, durations). Needs PyTorch (the `profile` extra)."""
-    from hybrid.data.profiler.cases import PROFILE_FAMILIES
     from hybrid.data.profiler.runner import ProfileOptions, run_profile
 
     families = tuple(only.split(",")) if only is not None else PROFILE_FAMILIES
