@@ -15,7 +15,7 @@ import time
 import urllib.request
 
 import pytest
-from test_tracking_support import REPO, last_json, neusight_table, write_csv
+from test_tracking_support import concurrent_calibrations, neusight_table, write_csv
 
 from hybrid.cli.main import main
 
@@ -85,19 +85,7 @@ def test_full_flow_against_mlflow_server(mlflow_server, tmp_path, shared_dataset
     csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")),
                     tmp_path / "t.csv")
     env = {**os.environ, "MLFLOW_TRACKING_URI": url}
-    procs = [subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", "calibrate", str(csv), "--name", "srv",
-                               "--no-lodo", "--seed", str(seed), "--json", "-q"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-             for seed in (0, 1)]
-    results = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=480)
-        finally:
-            if p.poll() is None:
-                p.kill()
-        assert p.returncode == 0, err
-        results.append(last_json(out))
+    results = concurrent_calibrations(csv, "srv", env)
     assert sorted(r["version"] for r in results) == [1, 2]
     assert all(r["tracking_uri"] == url for r in results)
 

@@ -4,11 +4,9 @@ race to create the schema, the experiment and the registered model) must both su
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
-from test_tracking_support import REPO, last_json, neusight_table, write_csv
+from test_tracking_support import concurrent_calibrations, neusight_table, write_csv
 
 
 @pytest.mark.slow
@@ -16,21 +14,7 @@ def test_two_concurrent_calibrations_share_one_sqlite_store(tmp_path, shared_dat
     csv = write_csv(neusight_table(shared_datasets, max_rows=300, files=("bmm.csv", "ln.csv")), tmp_path / "t.csv")
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     env = {**os.environ, "HYBRID_HOME": str(tmp_path / "home")}
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", "calibrate", str(csv), "--name", "shared",
-                          "--tracking-uri", uri, "--no-lodo", "--seed", str(seed), "--json", "-q"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-        for seed in (0, 1)
-    ]
-    results = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=480)
-        finally:
-            if p.poll() is None:
-                p.kill()
-        assert p.returncode == 0, err
-        results.append(last_json(out))
+    results = concurrent_calibrations(csv, "shared", env, extra=("--tracking-uri", uri))
     assert sorted(r["version"] for r in results) == [1, 2]
     assert len({r["run_id"] for r in results}) == 2
 

@@ -39,6 +39,27 @@ def run_cli(args: list[str], env: dict[str, str] | None = None, timeout: float =
                           env=full_env, timeout=timeout, cwd=REPO)
 
 
+def concurrent_calibrations(csv: Path, name: str, env: dict[str, str], extra: tuple[str, ...] = (),
+                            seeds: tuple[int, ...] = (0, 1), timeout: float = 480) -> list[dict]:
+    """Start one ``hybrid calibrate`` process per seed at the same time; wait for all, return their JSON
+    results (each must succeed). Processes still running at the timeout are killed."""
+    procs = [subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", "calibrate", str(csv), "--name", name,
+                               *extra, "--no-lodo", "--seed", str(seed), "--json", "-q"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+             for seed in seeds]
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            assert p.returncode == 0, err
+            results.append(last_json(out))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return results
+
+
 def last_json(text: str) -> dict:
     """The JSON object a ``--json`` command printed (the last top-level object in ``text``)."""
     start = text.index("{")
