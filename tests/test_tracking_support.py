@@ -139,6 +139,26 @@ def test_retry_backs_off_on_locked_database_only():
         retry(lambda: (_ for _ in ()).throw(ValueError("bad column")), base_delay_s=0.001)
 
 
+def test_lost_insert_race_is_retried_only_when_asked():
+    from hybrid.tracking.store import is_lost_insert_race
+
+    race = "RestException: BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: datasets.digest"
+    calls = []
+
+    def get_or_create():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError(race)
+        return "row"
+
+    assert is_lost_insert_race(RuntimeError(race)) and not is_lost_insert_race(RuntimeError("database is locked"))
+    assert retry(get_or_create, base_delay_s=0.001, also=is_lost_insert_race) == "row" and len(calls) == 2
+    calls.clear()
+    with pytest.raises(RuntimeError, match="UNIQUE"):
+        retry(get_or_create, base_delay_s=0.001)  # not a transient failure in general
+    assert len(calls) == 1
+
+
 def test_subsample_keeps_every_group_and_digest_tracks_content(shared_datasets):
     full = neusight_table(shared_datasets, max_rows=100_000)
     small = subsample(full, 300, seed=1)

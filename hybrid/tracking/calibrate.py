@@ -52,6 +52,7 @@ from hybrid.tracking.store import (
     DEFAULT_EXPERIMENT,
     Store,
     ensure_experiment,
+    is_lost_insert_race,
     open_store,
     quiet_mlflow,
     retry,
@@ -382,7 +383,8 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
     dataset = Dataset(name="measurements", digest=digest[:32], source_type="local",
                       source=json.dumps(data.sources), schema=json.dumps({"columns": list(table.columns)}),
                       profile=json.dumps(profile))
-    retry(lambda: client.log_inputs(run_id, datasets=[DatasetInput(dataset)]))
+    # the store creates the dataset row on first use: two runs logging the same data at once race on that insert
+    retry(lambda: client.log_inputs(run_id, datasets=[DatasetInput(dataset)]), also=is_lost_insert_race)
 
     summary: dict[str, Any] = {
         "name": config.name, "run_id": run_id, "tracking_uri": store.uri, "hybrid_version": __version__,

@@ -196,14 +196,22 @@ def is_transient(exc: BaseException) -> bool:
                                    "temporarily unavailable", "max retries exceeded"))
 
 
-def retry(fn: Callable[[], _T], attempts: int = RETRY_ATTEMPTS, base_delay_s: float = RETRY_BASE_DELAY_S) -> _T:
-    """Call ``fn``; on a transient failure (:func:`is_transient`) wait with jittered exponential backoff and
-    try again, up to ``attempts`` times."""
+def is_lost_insert_race(exc: BaseException) -> bool:
+    """True when a get-or-create lost a race to another writer (a unique-constraint violation): calling it again
+    finds the row the other writer created. Only retry idempotent get-or-create calls on this."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return "unique constraint" in text or "duplicate key" in text or "integrityerror" in text
+
+
+def retry(fn: Callable[[], _T], attempts: int = RETRY_ATTEMPTS, base_delay_s: float = RETRY_BASE_DELAY_S,
+          also: Callable[[BaseException], bool] | None = None) -> _T:
+    """Call ``fn``; on a transient failure (:func:`is_transient`, or ``also``) wait with jittered exponential
+    backoff and try again, up to ``attempts`` times."""
     for i in range(attempts):
         try:
             return fn()
         except Exception as exc:
-            if not is_transient(exc) or i == attempts - 1:
+            if not (is_transient(exc) or (also is not None and also(exc))) or i == attempts - 1:
                 raise
             delay = min(RETRY_MAX_DELAY_S, base_delay_s * 2**i) * (0.5 + random.random())
             time.sleep(delay)
