@@ -174,3 +174,16 @@ def test_subsample_keeps_every_group_and_digest_tracks_content(shared_datasets):
     with pytest.raises(InvalidInputError):
         subsample(full, 0)
     assert np.isfinite(small["time_us"]).all()
+
+
+def test_lodo_holds_out_only_devices_whose_kind_remains_in_the_fit(catalog):
+    from hybrid.hardware.cpu import describe_local_cpu
+    from hybrid.tracking.calibrate import CalibrationConfig, lodo_devices
+
+    cat = catalog.with_device(describe_local_cpu(key="cpu-test"))
+    table = pd.DataFrame({"device": ["cpu-test"] * 5 + ["T4"] * 3 + ["V100-PCIE-32GB"] * 2})
+    cfg = CalibrationConfig(name="x")
+    assert lodo_devices(table, cfg, cat) == ["T4", "V100-PCIE-32GB"]  # the lone CPU is not held out
+    assert lodo_devices(table[table.device != "V100-PCIE-32GB"], cfg, cat) == []
+    explicit = CalibrationConfig(name="x", holdout_devices=("cpu-test",))
+    assert lodo_devices(table, explicit, cat) == ["cpu-test"]  # an explicit choice is honoured

@@ -148,7 +148,13 @@ def lodo_devices(table: pd.DataFrame, config: CalibrationConfig, catalog: Catalo
         return [str(d) for d in devs]
     if not config.lodo or len(counts) < 2:
         return []
-    return [str(d) for d in counts.index[: config.max_lodo_devices]]
+    # By default a device is held out only if another device of its kind (GPU / CPU) stays in the fit: a CPU
+    # predicted from GPU-only data (or the reverse) measures nothing a user would do. Explicit
+    # --holdout-device choices above are honoured as given.
+    kinds = {d: catalog.device(d).kind for d in counts.index}
+    per_kind = pd.Series(kinds).value_counts()
+    eligible = [str(d) for d in counts.index if per_kind[kinds[d]] >= 2]
+    return eligible[: config.max_lodo_devices]
 
 
 # ------------------------------------------------------------------------------------------------- the run
