@@ -8,7 +8,7 @@
    sharding success (strict / tolerant), and the error after fitting the engine's host-overhead constants on
    half of the configs (tested on the other half).
 
-    python experiments/dlrm_validation/run.py --name <name> > experiments/dlrm_validation/results.md
+    python experiments/dlrm_validation/run.py --name <name>      # prints and writes results.md (--out)
 
 ``--skip-campaign`` only validates an existing campaign directory.
 """
@@ -16,7 +16,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import io
 import os
 import platform
 import subprocess
@@ -30,6 +32,7 @@ from hybrid.bench.campaign import CampaignSpace, read_results, run_campaign
 from hybrid.bench.validate import resolve_predictor, validate_campaign
 from hybrid.data.paths import project_datasets_dir
 from hybrid.hardware.cpu import cpu_model_name
+from hybrid.reports.markdown import write_benchmark_results
 
 
 def _loadavg() -> str:
@@ -140,6 +143,8 @@ def main() -> int:
     ap.add_argument("--skip-campaign", action="store_true")
     ap.add_argument("--bundle", default=None, help="CPU profile bundle (default: newest datasets/cpu-*)")
     ap.add_argument("--out-dir", default=None, help="campaign directory (default: datasets/dlrm-cpu-<name>)")
+    ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")),
+                    help="report file (its hand-written Notes section is kept)")
     args = ap.parse_args()
     out = Path(args.out_dir) if args.out_dir else project_datasets_dir() / f"dlrm-cpu-{args.name}"
     command = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
@@ -155,6 +160,16 @@ def main() -> int:
         card = data_card(out, args, seconds, load_before, _loadavg(), _busy_processes(), command)
         (out / "README.md").write_text(card)
 
+    report = io.StringIO()
+    with contextlib.redirect_stdout(report):
+        _report(args, out, command)
+    print(report.getvalue(), end="")
+    write_benchmark_results(args.out, report.getvalue())
+    return 0
+
+
+def _report(args: argparse.Namespace, out: Path, command: str) -> None:
+    """Validate the campaign in ``out`` and print the markdown report."""
     table = read_results(out)
     print("# DLRM end-to-end validation: engine predictions vs real 2-rank CPU training\n")
     print(f"Command: `{command}`  ")
@@ -231,7 +246,6 @@ def main() -> int:
         for cfg, r in per.iterrows():
             print(f"| {cfg} | {r['chosen_plan']} | {r['best_plan']} | {r['chosen_ms']:.1f} | {r['best_ms']:.1f} | "
                   f"{r['tolerance_ms']:.1f} |")
-    return 0
 
 
 if __name__ == "__main__":

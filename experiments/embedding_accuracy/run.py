@@ -22,6 +22,7 @@ from hybrid.corrections import EmbeddingXGB, HybridPredictor
 from hybrid.data.bundle import load_bundle
 from hybrid.data.paths import project_datasets_dir
 from hybrid.errors import InvalidInputError
+from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import error_summary
 
 
@@ -94,7 +95,7 @@ def main() -> None:
               f"Total wall time: {time.time() - t0:.0f} s"]
     text = "\n".join(lines) + "\n"
     print(text)
-    Path(args.out).write_text(text, encoding="utf-8")
+    write_benchmark_results(args.out, text)
 
 
 if __name__ == "__main__":

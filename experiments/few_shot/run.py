@@ -22,6 +22,7 @@ from hybrid.corrections import GemmXGB, HybridPredictor, XGBParams
 from hybrid.data.importers import import_paths
 from hybrid.data.paths import public_data_dir
 from hybrid.hardware.catalog import default_catalog
+from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import error_summary
 
 GPUS = ("P4", "P100-PCIE-16GB", "T4", "V100-PCIE-32GB", "A100-PCIE-40GB", "MI100", "MI210")
@@ -79,7 +80,7 @@ def main() -> None:
     lines += ["", f"Total wall time: {time.time() - t0:.0f} s"]
     text = "\n".join(lines) + "\n"
     print(text)
-    Path(args.out).write_text(text, encoding="utf-8")
+    write_benchmark_results(args.out, text)
 
 
 if __name__ == "__main__":

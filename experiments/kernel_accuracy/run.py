@@ -28,6 +28,7 @@ from hybrid.data.importers import import_paths
 from hybrid.data.paths import public_data_dir
 from hybrid.hardware.catalog import default_catalog
 from hybrid.ops.roofline import roofline
+from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import error_summary
 
 GEMM_OPS = ("bmm", "linear")
@@ -121,7 +122,7 @@ def main() -> None:
     lines.append(f"Total wall time: {time.time() - t_start:.0f} s")
     text = "\n".join(lines) + "\n"
     print(text)
-    Path(args.out).write_text(text, encoding="utf-8")
+    write_benchmark_results(args.out, text)
 
 
 if __name__ == "__main__":
