@@ -281,7 +281,6 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
     t = m["tp"].to_numpy(np.float64)
     pp = m["pp"].to_numpy(np.float64)
     ep = m["ep"].to_numpy(np.float64)
-    L = model.num_layers
     expert_total = 0.0
     if model.is_moe:
         per_expert = model._mlp_params(int(model.moe_ffn_hidden_size))  # noqa: SLF001
