@@ -14,7 +14,7 @@ from hybrid.ops.families import FAMILIES, family_array
 from hybrid.workloads.llm.config import TrainingConfig
 from hybrid.workloads.llm.model import load_model
 from hybrid.workloads.llm.schedule import schedule_order
-from hybrid.workloads.llm.train import memory_only, model_flops, predict_training, search
+from hybrid.workloads.llm.train import memory_only, model_flops, predict_training, search, search_base
 
 GIB = 2**30
 
@@ -168,13 +168,13 @@ def test_cli_json_fields(capsys, tmp_path):
 
 def test_search_returns_fitting_mappings_fastest_first():
     model = load_model("gpt3-2.7b")
-    base = TrainingConfig(gpus=16, global_batch=64)
+    base = search_base(16, 64)
     res = search(model, base, "DGX-A100", top=5, engine_top=2)
     assert len(res) == 5 and res["fits"].all()
     assert (np.diff(res["iteration_s"].to_numpy()) >= 0).all()
     assert res["engine_s"].iloc[0] == pytest.approx(res["iteration_s"].iloc[0], rel=0.1)
     # the chosen mapping is no slower than a plain data-parallel one that fits
-    plain = predict_training(model, base.with_(distributed_optimizer=True), "DGX-A100", engine=False)
+    plain = predict_training(model, base.with_(tp=1, distributed_optimizer=True), "DGX-A100", engine=False)
     assert res["iteration_s"].iloc[0] <= plain.closed_form_iteration_s * 1.0001
 
 

@@ -167,15 +167,13 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                tracking_uri: str | None) -> None:
     """Every (tp, pp, dp, micro-batch, vp, recompute, SP, distributed optimizer) mapping that fits, fastest first."""
     from hybrid.errors import InvalidInputError
-    from hybrid.workloads.llm.config import TrainingConfig
     from hybrid.workloads.llm.model import load_model
-    from hybrid.workloads.llm.train import search
+    from hybrid.workloads.llm.train import search, search_base
 
     if top <= 0:
         raise InvalidInputError(f"--top must be positive, got {top}")
     model = load_model(model_name)
-    base = TrainingConfig(gpus=gpus, global_batch=global_batch, seq_length=seq, dtype=dtype,
-                          flash_attention=not no_flash_attention)
+    base = search_base(gpus, global_batch, seq_length=seq, dtype=dtype, flash_attention=not no_flash_attention)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
     res = search(model, base, system, cost_model, top=top)
     if as_json:
