@@ -66,7 +66,7 @@ def memory_study(p) -> None:
               f"{'yes' if mem.fits[0] else 'no'} |")
     memory_bars(rows, 80 * 1e9 / 2**30, HERE / "memory_breakdown.png",
                 title="Memory per GPU, Megatron GPT (TP 8), A100 80 GB line")
-    p("\nPlot: `memory_breakdown.png` (log scale; dashed line = 80 GB = 74.5 GiB).\n")
+    p("\nPlot: `memory_breakdown.png` (dashed line = 80 GB = 74.5 GiB).\n")
 
 
 def generations_study(p, cal) -> None:

@@ -45,7 +45,7 @@ class Target:
     device: str
     system: str
     gpus_per_node: int
-    peak_flops: float  # dense peak of the compute dtype (for MFU)
+    peak_flops: float  # dense peak of the compute dtype (for MFU; the fp8 peak for fp8 GEMMs)
     mem_capacity: float  # bytes per GPU
     #: system whose collective measurements cost the communication (default: ``system``), e.g. a measured
     #: cluster of the same node type when the target itself was never measured
@@ -63,8 +63,8 @@ def resolve_target(system: str, catalog: Any, dtype: str = "bf16", comm_system: 
     sysobj = resolve_system(catalog, system)
     dev = catalog.device(sysobj.device)
     comm = resolve_system(catalog, comm_system).key if comm_system else sysobj.key
-    return Target(dev.key, sysobj.key, int(sysobj.gpus_per_node), float(dev.peak("bf16" if dtype == "fp8" else dtype)),
-                  float(dev.mem_capacity), comm)
+    return Target(dev.key, sysobj.key, int(sysobj.gpus_per_node), float(dev.peak(dtype)), float(dev.mem_capacity),
+                  comm)
 
 
 def mappings_frame(cfg: TrainingConfig) -> pd.DataFrame:
