@@ -186,3 +186,25 @@ def test_gqa_moe_and_cp_ep_run():
     assert pred.breakdown_s["ep_comm"] > 0 and pred.iteration_s > 0
     with pytest.raises(InvalidInputError, match="experts"):
         predict_training(mx, cfg.with_(ep=16, gpus=64, tp=1, cp=1), "DGX-H100")
+
+
+def test_fp32_training_keeps_no_master_copy():
+    m = load_model("gpt2-large")
+    cfg = TrainingConfig(gpus=1, global_batch=4, micro_batch=4, dtype="fp32", make_vocab_size_divisible_by=1)
+    mem, _ = memory_only(m, cfg, "A100-PCIE-80GB")
+    assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(16 * m.num_params, rel=1e-6)
+
+
+def test_cli_models_memory_plot_and_search(capsys, tmp_path):
+    assert main(["llm", "models", "--json"]) == 0
+    names = {r["name"] for r in json.loads(capsys.readouterr().out)}
+    assert {"gpt3-175b", "llama3-8b", "mixtral-8x7b", "bert-large"} <= names
+    plot = tmp_path / "mem.png"
+    assert main(["llm", "memory", "megatron-175b", "--system", "DGX-A100", "--gpus", "64", "--tp", "8", "--pp", "8",
+                 "--global-batch", "64", "--recompute", "full", "--plot", str(plot), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fits"] is True and plot.stat().st_size > 1000
+    assert main(["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32",
+                 "--top", "3", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert len(res["mappings"]) == 3 and res["fitting"] >= 3
