@@ -1,0 +1,604 @@
+"""Transformer model description: one frozen dataclass, loaders for Megatron-style and Hugging Face configs,
+and a built-in library of published architectures (``models.toml`` next to this module).
+
+Field names follow Megatron-LM's command-line arguments (``--num-layers`` -> ``num_layers``), so a Megatron
+YAML/JSON (hyphens or underscores) loads as it is; a Hugging Face ``config.json`` (Llama, Mistral, Mixtral,
+Qwen2/3 (MoE), GPT-2, GPT-J, MPT, Falcon, BERT) loads as it is too (:func:`from_dict` tells them apart by
+``model_type``).
+
+>>> m = load_model("llama2-7b")
+>>> round(m.num_params / 1e9, 2)
+6.74
+
+Parameter counting (``param_counts``) is exact for the architectures in the library: per layer the
+Q/K/V/output projections (GQA: K and V have ``num_query_groups * kv_channels`` columns), the MLP (two
+matrices, three when gated: SwiGLU/GeGLU), biases when ``add_bias_linear`` (Q/K/V only when
+``add_qkv_bias``), norms (LayerNorm: weight and bias, RMSNorm: weight), QK-norms; MoE layers hold
+``num_experts`` MLPs of ``moe_ffn_hidden_size`` plus a router (and an optional shared expert); the word
+embedding, learned position embedding, token-type embedding, the final norm, and an untied output layer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hybrid.errors import InvalidInputError
+
+ACTIVATIONS = ("gelu", "relu", "squared_relu", "swiglu", "geglu")
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+NORMALIZATIONS = ("LayerNorm", "RMSNorm")
+POSITION_EMBEDDINGS = ("learned_absolute", "rope", "alibi", "none")
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """A decoder-only (GPT/Llama/MoE) or encoder-only (BERT) transformer.
+
+    ``None`` fields take Megatron-LM's defaults in ``__post_init__``: ``num_query_groups`` = heads (MHA),
+    ``kv_channels`` = hidden / heads, ``ffn_hidden_size`` = 4 * hidden (gated: 8/3 * hidden rounded down to a
+    multiple of 64), ``max_position_embeddings`` = ``seq_length``, ``moe_ffn_hidden_size`` =
+    ``ffn_hidden_size``.
+    """
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    name: str = "custom"
+    num_query_groups: int | None = None
+    kv_channels: int | None = None
+    ffn_hidden_size: int | None = None
+    activation: str = "gelu"
+    normalization: str = "LayerNorm"
+    vocab_size: int = 51200
+    seq_length: int = 2048
+    max_position_embeddings: int | None = None
+    position_embedding_type: str = "learned_absolute"
+    untie_embeddings_and_output_weights: bool = False
+    add_bias_linear: bool = True
+    add_qkv_bias: bool = False
+    qk_layernorm: bool = False
+    #: attention and MLP read the same normalised input (GPT-J, Falcon): one norm per layer instead of two
+    #: (Falcon's new decoder architecture keeps two norms: ``parallel_attn_norms = 2``).
+    parallel_attn: bool = False
+    parallel_attn_norms: int = 1
+    #: attention window (Mistral's sliding window); ``None`` = full causal attention
+    window_size: int | None = None
+    num_experts: int | None = None
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int | None = None
+    moe_shared_expert_intermediate_size: int | None = None
+    #: every ``moe_layer_freq``-th layer is a MoE layer (1 = all)
+    moe_layer_freq: int = 1
+    #: BERT-style: bidirectional attention, MLM head (dense + norm + output bias), pooler, token types
+    encoder_only: bool = False
+    num_tokentypes: int = 0
+    source: str = ""
+
+    # ----------------------------------------------------------------------------------- validation
+    def __post_init__(self) -> None:
+        def pos(value: Any, what: str, allow_none: bool = False) -> None:
+            if value is None and allow_none:
+                return
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidInputError(
+                    f"model {self.name!r}: {what} must be a positive integer, got {value!r}"
+                )
+
+        for f in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length",
+                  "moe_router_topk", "moe_layer_freq", "parallel_attn_norms"):
+            pos(getattr(self, f), f)
+        for f in ("num_query_groups", "kv_channels", "ffn_hidden_size", "max_position_embeddings",
+                  "window_size", "num_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"):
+            pos(getattr(self, f), f, allow_none=True)
+        if isinstance(self.num_tokentypes, bool) or not isinstance(self.num_tokentypes, int) \
+                or self.num_tokentypes < 0:
+            raise InvalidInputError(f"model {self.name!r}: num_tokentypes must be >= 0, got {self.num_tokentypes!r}")
+        act = str(self.activation).lower()
+        if act not in ACTIVATIONS:
+            raise InvalidInputError(f"model {self.name!r}: unknown activation {self.activation!r} "
+                                    f"(one of {', '.join(ACTIVATIONS)})")
+        norm = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}.get(str(self.normalization).lower())
+        if norm is None:
+            raise InvalidInputError(f"model {self.name!r}: unknown normalization {self.normalization!r} "
+                                    f"(LayerNorm or RMSNorm)")
+        pe = str(self.position_embedding_type).lower()
+        if pe not in POSITION_EMBEDDINGS:
+            raise InvalidInputError(f"model {self.name!r}: unknown position_embedding_type "
+                                    f"{self.position_embedding_type!r} (one of {', '.join(POSITION_EMBEDDINGS)})")
+        set_ = object.__setattr__
+        set_(self, "activation", act)
+        set_(self, "normalization", norm)
+        set_(self, "position_embedding_type", pe)
+        heads = self.num_attention_heads
+        if self.num_query_groups is None:
+            set_(self, "num_query_groups", heads)
+        if heads % self.num_query_groups:
+            raise InvalidInputError(f"model {self.name!r}: num_attention_heads ({heads}) must be divisible by "
+                                    f"num_query_groups ({self.num_query_groups})")
+        if self.kv_channels is None:
+            if self.hidden_size % heads:
+                raise InvalidInputError(f"model {self.name!r}: hidden_size ({self.hidden_size}) must be "
+                                        f"divisible by num_attention_heads ({heads}) unless kv_channels is given")
+            set_(self, "kv_channels", self.hidden_size // heads)
+        if self.ffn_hidden_size is None:
+            ffn = 4 * self.hidden_size
+            if act in GATED_ACTIVATIONS:  # Megatron-LM's default for --swiglu
+                ffn = int(ffn * 2 / 3) // 64 * 64
+            set_(self, "ffn_hidden_size", ffn)
+        if self.max_position_embeddings is None:
+            set_(self, "max_position_embeddings", self.seq_length)
+        if self.num_experts is not None:
+            if self.num_experts == 1:
+                set_(self, "num_experts", None)
+            elif self.moe_router_topk > self.num_experts:
+                raise InvalidInputError(f"model {self.name!r}: moe_router_topk ({self.moe_router_topk}) exceeds "
+                                        f"num_experts ({self.num_experts})")
+        if self.moe_ffn_hidden_size is None and self.num_experts is not None:
+            set_(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+        if self.encoder_only and self.num_experts is not None:
+            raise InvalidInputError(f"model {self.name!r}: encoder-only MoE models are not supported")
+
+    # ----------------------------------------------------------------------------------- derived shapes
+    @property
+    def head_dim(self) -> int:
+        return int(self.kv_channels)  # type: ignore[arg-type]
+
+    @property
+    def num_kv_heads(self) -> int:
+        return int(self.num_query_groups)  # type: ignore[arg-type]
+
+    @property
+    def q_width(self) -> int:
+        """Columns of the query projection (= heads x head dim; differs from hidden for e.g. Qwen3)."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Columns of the key (and of the value) projection."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def gated(self) -> bool:
+        """Gated MLP (SwiGLU/GeGLU): three weight matrices instead of two."""
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
+    def swiglu(self) -> bool:
+        return self.activation == "swiglu"
+
+    @property
+    def tied_embeddings(self) -> bool:
+        return not self.untie_embeddings_and_output_weights
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None
+
+    @property
+    def causal(self) -> bool:
+        return not self.encoder_only
+
+    @property
+    def num_moe_layers(self) -> int:
+        if not self.is_moe:
+            return 0
+        return len(range(0, self.num_layers, self.moe_layer_freq))
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    # ----------------------------------------------------------------------------------- parameters
+    def _mlp_params(self, ffn: int) -> int:
+        h = self.hidden_size
+        mats = 3 if self.gated else 2
+        bias = (ffn * (2 if self.gated else 1) + h) if self.add_bias_linear else 0
+        return mats * h * ffn + bias
+
+    def _norm_params(self) -> int:
+        return self.hidden_size * (2 if self.normalization == "LayerNorm" else 1)
+
+    def param_counts(self) -> dict[str, int]:
+        """Parameters by part; ``total`` counts every expert, ``active`` only ``moe_router_topk`` of them."""
+        h, d = self.hidden_size, self.head_dim
+        qkv = h * (self.q_width + 2 * self.kv_width)
+        if self.add_bias_linear or self.add_qkv_bias:
+            qkv += self.q_width + 2 * self.kv_width
+        out = self.q_width * h + (h if self.add_bias_linear else 0)
+        qk_norm = 2 * d * (2 if self.normalization == "LayerNorm" else 1) if self.qk_layernorm else 0
+        attention = qkv + out + qk_norm
+        n_norms = self.parallel_attn_norms if self.parallel_attn else 2
+        layer_norms = n_norms * self._norm_params()
+        dense_mlp = self._mlp_params(int(self.ffn_hidden_size))  # type: ignore[arg-type]
+        moe_total = moe_active = 0
+        if self.is_moe:
+            expert = self._mlp_params(int(self.moe_ffn_hidden_size))  # type: ignore[arg-type]
+            shared = (self._mlp_params(self.moe_shared_expert_intermediate_size)
+                      + h if self.moe_shared_expert_intermediate_size else 0)  # shared expert + its gate
+            router = h * int(self.num_experts)  # type: ignore[arg-type]
+            moe_total = int(self.num_experts) * expert + shared + router  # type: ignore[arg-type]
+            moe_active = self.moe_router_topk * expert + shared + router
+        embedding = self.vocab_size * h
+        position = self.max_position_embeddings * h if self.position_embedding_type == "learned_absolute" else 0
+        tokentype = self.num_tokentypes * h
+        embedding_norm = self._norm_params() if self.encoder_only else 0
+        final_norm = 0 if self.encoder_only else self._norm_params()  # BERT is post-LN: norms are in layers
+        output_layer = 0 if self.tied_embeddings else self.vocab_size * h
+        head = 0
+        if self.encoder_only:  # MLM head (dense + norm + vocab bias) and pooler
+            head = (h * h + h) + self._norm_params() + self.vocab_size + (h * h + h)
+        per_layer_dense = attention + layer_norms + dense_mlp
+        per_layer_moe_total = attention + layer_norms + moe_total
+        per_layer_moe_active = attention + layer_norms + moe_active
+        layers_total = self.num_dense_layers * per_layer_dense + self.num_moe_layers * per_layer_moe_total
+        layers_active = self.num_dense_layers * per_layer_dense + self.num_moe_layers * per_layer_moe_active
+        other = embedding + position + tokentype + embedding_norm + final_norm + output_layer + head
+        return {
+            "attention_per_layer": attention,
+            "norms_per_layer": layer_norms,
+            "mlp_per_layer": dense_mlp,
+            "moe_per_layer_total": moe_total,
+            "moe_per_layer_active": moe_active,
+            "layers_total": layers_total,
+            "layers_active": layers_active,
+            "word_embedding": embedding,
+            "position_embedding": position + tokentype + embedding_norm,
+            "final_norm": final_norm,
+            "output_layer": output_layer,
+            "head": head,
+            "total": layers_total + other,
+            "active": layers_active + other,
+        }
+
+    @property
+    def num_params(self) -> int:
+        """Total parameters (all experts)."""
+        return self.param_counts()["total"]
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters one token passes through (``moe_router_topk`` experts per MoE layer)."""
+        return self.param_counts()["active"]
+
+    def params_per_layer(self, active: bool = False) -> float:
+        """Mean parameters per transformer layer (embedding/output excluded)."""
+        c = self.param_counts()
+        return (c["layers_active"] if active else c["layers_total"]) / self.num_layers
+
+    # ----------------------------------------------------------------------------------- FLOPs, KV cache
+    def attention_span(self, seq_len: int) -> float:
+        """Mean number of keys a query attends to in a causal sequence of ``seq_len`` (window-limited)."""
+        s = float(seq_len)
+        if not self.causal:
+            return s
+        w = self.window_size
+        if w is None or w >= s:
+            return (s + 1) / 2
+        return (w * (w + 1) / 2 + (s - w) * w) / s
+
+    def forward_flops_per_token(self, seq_len: int | None = None, causal_skip: bool = False,
+                                active: bool = True) -> float:
+        """Forward matmul FLOPs per token: 2 x (layer matmul weights) + 2 x hidden x vocab (logits)
+        + attention 4 x seq x q_width per layer (QK^T and AV).
+
+        ``causal_skip=False`` counts the full seq x seq score matrix (Megatron-LM's and llm-foundry's
+        MFU convention); ``True`` counts only the unmasked half (what FlashAttention executes).
+        """
+        s = self.seq_length if seq_len is None else int(seq_len)
+        c = self.param_counts()
+        h = self.hidden_size
+        norms = self.num_layers * c["norms_per_layer"]
+        layer_weights = (c["layers_active"] if active else c["layers_total"]) - norms
+        if self.add_bias_linear:  # biases are additions, not matmul weights
+            layer_weights -= self.num_layers * (self.q_width + 2 * self.kv_width + h)
+        span = self.attention_span(s) if causal_skip else float(
+            min(s, self.window_size) if self.window_size else s)
+        attention = 4.0 * span * self.q_width * self.num_layers
+        head = 2.0 * h * h if self.encoder_only else 0.0
+        return 2.0 * layer_weights + 2.0 * h * self.vocab_size + attention + head
+
+    def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
+        """Bytes of K and V cached per token over all layers."""
+        return 2.0 * self.num_layers * self.kv_width * bytes_per_element
+
+    # ----------------------------------------------------------------------------------- I/O
+    def to_dict(self) -> dict[str, Any]:
+        """Megatron-style keys (what :func:`from_dict` reads back)."""
+        return asdict(self)
+
+    def summary(self) -> dict[str, Any]:
+        """One row for listings: shapes and parameter counts."""
+        return {
+            "name": self.name,
+            "params_b": round(self.num_params / 1e9, 3),
+            "active_params_b": round(self.num_active_params / 1e9, 3),
+            "layers": self.num_layers,
+            "hidden": self.hidden_size,
+            "heads": self.num_attention_heads,
+            "kv_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "ffn": self.moe_ffn_hidden_size if self.is_moe else self.ffn_hidden_size,
+            "activation": self.activation,
+            "norm": self.normalization,
+            "vocab": self.vocab_size,
+            "seq": self.seq_length,
+            "experts": f"{self.num_experts}x top-{self.moe_router_topk}" if self.is_moe else "",
+            "source": self.source,
+        }
+
+
+# ======================================================================================= loaders
+_FIELD_NAMES = {f.name for f in fields(TransformerConfig)}
+
+#: Megatron-LM argument spellings that map onto a field or a flag
+_MEGATRON_ALIASES = {
+    "max_position_embeddings": "max_position_embeddings",
+    "group_query_attention": None,  # implied by num_query_groups
+    "window_size": "window_size",
+    "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+}
+
+
+def _as_bool(value: Any, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+        return value.lower() in ("true", "yes", "1")
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise InvalidInputError(f"model config: {what} must be true or false, got {value!r}")
+
+
+def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
+    kw: dict[str, Any] = {}
+    for key, value in d.items():
+        k = str(key).lstrip("-").replace("-", "_")
+        if k in ("swiglu",):
+            if _as_bool(value, k):
+                kw["activation"] = "swiglu"
+        elif k == "squared_relu":
+            if _as_bool(value, k):
+                kw["activation"] = "squared_relu"
+        elif k == "disable_bias_linear":
+            kw["add_bias_linear"] = not _as_bool(value, k)
+        elif k == "use_rotary_position_embeddings":
+            if _as_bool(value, k):
+                kw["position_embedding_type"] = "rope"
+        elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
+            kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
+        elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
+                   "parallel_attn", "encoder_only"):
+            kw[k] = _as_bool(value, k)
+        elif k == "group_query_attention":
+            continue
+        elif k in _FIELD_NAMES:
+            kw[k] = value
+    if name is not None:
+        kw["name"] = name
+    missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if k not in kw]
+    if missing:
+        raise InvalidInputError(f"model config {kw.get('name', '')!r} lacks {', '.join(missing)}")
+    try:
+        return TransformerConfig(**kw)
+    except TypeError as exc:  # wrong value types reach here only through odd YAML
+        raise InvalidInputError(f"model config: {exc}") from None
+
+
+def _get(d: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if k in d and d[k] is not None:
+            return d[k]
+    return default
+
+
+def _act(hidden_act: Any, gated: bool) -> str:
+    a = str(hidden_act or "gelu").lower()
+    if gated:
+        return "swiglu" if a in ("silu", "swish", "swiglu") else "geglu"
+    if a.startswith("gelu"):
+        return "gelu"
+    if a == "relu":
+        return "relu"
+    return "gelu"
+
+
+def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
+    mt = str(d.get("model_type", "")).lower()
+    nm = name or str(_get(d, "_name_or_path", default=mt or "hf-model")).split("/")[-1].lower() or mt
+    kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt})"}
+    if mt in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        heads = int(_get(d, "num_attention_heads"))
+        kw.update(
+            num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
+            num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
+            kv_channels=_get(d, "head_dim"), ffn_hidden_size=_get(d, "intermediate_size"),
+            activation=_act(d.get("hidden_act", "silu"), gated=True), normalization="RMSNorm",
+            vocab_size=_get(d, "vocab_size"),
+            max_position_embeddings=_get(d, "max_position_embeddings"),
+            seq_length=min(int(_get(d, "max_position_embeddings", default=4096)), 8192),
+            position_embedding_type="rope",
+            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+            add_bias_linear=False,
+            add_qkv_bias=bool(d.get("attention_bias", mt in ("qwen2", "qwen2_moe"))),
+            qk_layernorm=mt in ("qwen3", "qwen3_moe"),
+        )
+        if mt in ("mistral", "mixtral", "qwen2", "qwen3") and d.get("sliding_window") \
+                and d.get("use_sliding_window", True):
+            kw["window_size"] = _get(d, "sliding_window")
+        if mt == "mixtral":
+            kw.update(num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok"))
+        if mt in ("qwen2_moe", "qwen3_moe"):
+            if d.get("mlp_only_layers"):
+                raise InvalidInputError(f"model {nm!r}: mlp_only_layers (dense layers among MoE layers) "
+                                        "is not supported")
+            kw.update(num_experts=_get(d, "num_experts"), moe_router_topk=_get(d, "num_experts_per_tok"),
+                      moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
+                      moe_shared_expert_intermediate_size=_get(d, "shared_expert_intermediate_size") or None,
+                      moe_layer_freq=_get(d, "decoder_sparse_step", default=1))
+    elif mt == "gpt2":
+        h = int(_get(d, "n_embd", "hidden_size"))
+        kw.update(num_layers=_get(d, "n_layer", "num_hidden_layers"), hidden_size=h,
+                  num_attention_heads=_get(d, "n_head", "num_attention_heads"),
+                  ffn_hidden_size=_get(d, "n_inner", default=4 * h),
+                  activation=_act(d.get("activation_function"), False), normalization="LayerNorm",
+                  vocab_size=_get(d, "vocab_size"), seq_length=_get(d, "n_positions", "n_ctx"),
+                  position_embedding_type="learned_absolute",
+                  untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+    elif mt == "gptj":
+        h = int(_get(d, "n_embd"))
+        kw.update(num_layers=_get(d, "n_layer"), hidden_size=h, num_attention_heads=_get(d, "n_head"),
+                  ffn_hidden_size=_get(d, "n_inner", default=4 * h), activation="gelu",
+                  normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+                  seq_length=_get(d, "n_positions"), position_embedding_type="rope",
+                  untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+                  parallel_attn=True)
+    elif mt == "mpt":
+        attn = d.get("attn_config") or {}
+        ffn_cfg = d.get("ffn_config") or {}
+        h = int(_get(d, "d_model"))
+        kw.update(num_layers=_get(d, "n_layers"), hidden_size=h, num_attention_heads=_get(d, "n_heads"),
+                  num_query_groups=attn.get("kv_n_heads"),
+                  ffn_hidden_size=ffn_cfg.get("ffn_hidden_size") or int(float(d.get("expansion_ratio", 4)) * h),
+                  activation="gelu", normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+                  seq_length=_get(d, "max_seq_len", default=2048),
+                  position_embedding_type=("alibi" if attn.get("alibi") else
+                                           "learned_absolute" if d.get("learned_pos_emb", True) else "none"),
+                  add_bias_linear=not bool(d.get("no_bias", False)),
+                  untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+    elif mt in ("falcon", "refinedweb", "refinedwebmodel"):
+        h = int(_get(d, "hidden_size", "n_embd"))
+        heads = int(_get(d, "num_attention_heads", "n_head"))
+        new_arch = bool(d.get("new_decoder_architecture", False))
+        kv = _get(d, "num_kv_heads", "n_head_kv") if new_arch else (1 if d.get("multi_query", True) else heads)
+        kw.update(num_layers=_get(d, "num_hidden_layers", "n_layer"), hidden_size=h, num_attention_heads=heads,
+                  num_query_groups=kv, ffn_hidden_size=_get(d, "ffn_hidden_size", default=4 * h),
+                  activation="gelu", normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+                  seq_length=_get(d, "max_position_embeddings", default=2048),
+                  position_embedding_type="alibi" if d.get("alibi") else "rope",
+                  add_bias_linear=bool(d.get("bias", False)),
+                  untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)),
+                  parallel_attn=bool(d.get("parallel_attn", True)),
+                  parallel_attn_norms=2 if new_arch else 1)
+    elif mt == "bert":
+        kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
+                  num_attention_heads=_get(d, "num_attention_heads"),
+                  ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act"), False),
+                  normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+                  seq_length=_get(d, "max_position_embeddings", default=512),
+                  position_embedding_type="learned_absolute", encoder_only=True,
+                  num_tokentypes=_get(d, "type_vocab_size", default=2))
+    else:
+        raise InvalidInputError(f"Hugging Face model_type {mt!r} is not supported (llama, mistral, mixtral, "
+                                "qwen2, qwen3, qwen2_moe, qwen3_moe, gpt2, gptj, mpt, falcon, bert)")
+    kw = {k: v for k, v in kw.items() if v is not None}
+    missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in kw]
+    if missing:
+        raise InvalidInputError(f"Hugging Face config ({mt}) lacks the fields for {', '.join(missing)}")
+    return TransformerConfig(**kw)
+
+
+def from_dict(d: Mapping[str, Any], name: str | None = None) -> TransformerConfig:
+    """A model from a Megatron-style mapping or a Hugging Face ``config.json`` mapping (has ``model_type``)."""
+    if not isinstance(d, Mapping):
+        raise InvalidInputError(f"model config must be a mapping, got {type(d).__name__}")
+    if "model" in d and isinstance(d["model"], Mapping) and "num_layers" not in d:
+        d = d["model"]
+    if "model_type" in d:
+        return _from_hf(d, name)
+    return _from_megatron(d, name)
+
+
+# ======================================================================================= library
+#: Other spellings of library names (normalised: lower case, no spaces/underscores)
+_ALIASES = {
+    "gpt2-l": "gpt2-large", "gpt-2-large": "gpt2-large", "gpt3": "gpt3-175b", "gpt-3-175b": "gpt3-175b",
+    "mt-nlg-530b": "megatron-530b", "llama3-405b": "llama3.1-405b", "llama-3.1-405b": "llama3.1-405b",
+    "bert-large-uncased": "bert-large", "gpt-j-6b": "gptj-6b", "qwen3-moe-235b": "qwen3-235b-a22b",
+}
+
+
+def _norm_key(name: str) -> str:
+    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
+
+
+@cache
+def _library() -> dict[str, TransformerConfig]:
+    text = resources.files("hybrid.workloads.llm").joinpath("models.toml").read_text(encoding="utf-8")
+    data = tomllib.loads(text)
+    out: dict[str, TransformerConfig] = {}
+    for key, entry in data.get("models", {}).items():
+        out[key] = _from_megatron(dict(entry), name=key)
+    return out
+
+
+def library() -> dict[str, TransformerConfig]:
+    """The built-in models by name (a copy; entries are frozen)."""
+    return dict(_library())
+
+
+def model_names() -> list[str]:
+    return list(_library())
+
+
+def load_model(name_or_path: str | os.PathLike | Mapping[str, Any]) -> TransformerConfig:
+    """A library name (``gpt3-175b``, case-insensitive), a YAML/JSON file (Megatron keys or HF config.json),
+    or a mapping."""
+    if isinstance(name_or_path, Mapping):
+        return from_dict(name_or_path)
+    if isinstance(name_or_path, TransformerConfig):
+        return name_or_path
+    s = str(name_or_path)
+    lib = _library()
+    key = _norm_key(s)
+    key = _ALIASES.get(key, key)
+    if key in lib:
+        return lib[key]
+    p = Path(s)
+    if p.suffix.lower() in (".json", ".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise InvalidInputError(f"model file not found: {p}")
+        try:
+            text = p.read_text(encoding="utf-8")
+            data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
+            first = " ".join(str(exc).split())[:160]
+            raise InvalidInputError(f"malformed model config {p}: {first}") from None
+        if data is None:
+            raise InvalidInputError(f"model config {p} is empty")
+        stem = p.stem if p.stem.lower() != "config" else p.parent.name or p.stem
+        return from_dict(data, name=None if isinstance(data, Mapping) and "model_type" in data
+                         and data.get("_name_or_path") else stem)
+    import difflib
+
+    near = difflib.get_close_matches(key, list(lib), n=3)
+    hint = f" (did you mean {', '.join(near)}?)" if near else " (`hybrid llm models` lists them)"
+    raise InvalidInputError(f"unknown model {s!r}: not a library name nor a file{hint}")
+
+
+def with_overrides(model: TransformerConfig, **changes: Any) -> TransformerConfig:
+    """A copy with some fields changed (validated again)."""
+    bad = [k for k in changes if k not in _FIELD_NAMES]
+    if bad:
+        raise InvalidInputError(f"unknown model field(s): {', '.join(bad)}")
+    return replace(model, **changes)
+
+
+def round_up(x: int, multiple: int) -> int:
+    return int(math.ceil(x / multiple) * multiple)
+
+
+__all__ = [
+    "ACTIVATIONS", "NORMALIZATIONS", "POSITION_EMBEDDINGS", "TransformerConfig", "from_dict", "library",
+    "load_model", "model_names", "round_up", "with_overrides",
+]

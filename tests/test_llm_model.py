@@ -1,0 +1,139 @@
+"""Transformer model library: parameter counts against published figures, loaders, validation errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hybrid.errors import InvalidInputError
+from hybrid.workloads.llm.model import TransformerConfig, from_dict, library, load_model
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "active", "rel"),
+    [
+        ("gpt3-175b", 174.6e9, None, 0.002),     # GPT-3 paper: 175B (Megatron-style count 174.6e9)
+        ("llama2-7b", 6.738e9, None, 0.001),     # HF model card: 6,738,415,616
+        ("llama2-70b", 68.98e9, None, 0.001),
+        ("llama3-8b", 8.030e9, None, 0.001),     # 8,030,261,248
+        ("llama3-70b", 70.55e9, None, 0.001),
+        ("llama3.1-405b", 405.85e9, None, 0.001),
+        ("mixtral-8x7b", 46.70e9, 12.88e9, 0.002),  # Mixtral paper: 46.7B total, 12.9B active
+        ("qwen3-235b-a22b", 235.1e9, 22.2e9, 0.005),
+        ("mistral-7b", 7.24e9, None, 0.002),
+        ("gptj-6b", 6.05e9, None, 0.002),
+        ("gpt2-large", 774.03e6, None, 0.001),
+        ("bert-large", 336.2e6, None, 0.002),
+        ("megatron-530b", 529.6e9, None, 0.001),  # Narayanan 2021 weak-scaling table: 529.6
+        ("megatron-1t", 1008.0e9, None, 0.001),   # 1008.0
+    ],
+)
+def test_parameter_counts_match_published(name: str, total: float, active: float | None, rel: float) -> None:
+    m = load_model(name)
+    assert m.num_params == pytest.approx(total, rel=rel)
+    assert m.num_active_params == pytest.approx(active if active else total, rel=rel)
+
+
+def test_mpt_counts_match_llm_foundry_numparams_exactly() -> None:
+    # NumParams column of the llm-foundry benchmarking table at seq 2048
+    assert load_model("mpt-70b").num_params == 64862437376
+    assert load_model("mpt-7b").num_params == 6658859008
+    assert load_model("mpt-1b").num_params == 1315950592
+    # the learned position table grows with max_seq_len: 30b at 8192 = 30019254272
+    from dataclasses import replace
+
+    assert replace(load_model("mpt-30b"), seq_length=8192, max_position_embeddings=8192).num_params == 30019254272
+
+
+def test_library_entries_have_sources_and_lower_case_names() -> None:
+    lib = library()
+    for required in ("gpt3-125m", "gpt3-175b", "megatron-22b", "megatron-175b", "megatron-530b", "megatron-1t",
+                     "llama2-7b", "llama2-13b", "llama3-8b", "llama3.1-405b", "mpt-125m", "mpt-70b",
+                     "bert-large", "gpt2-large", "mixtral-8x7b", "gptj-6b", "mistral-7b", "falcon-180b",
+                     "qwen3-235b-a22b"):
+        assert required in lib
+    for name, m in lib.items():
+        assert name == name.lower() and m.name == name and m.source
+
+
+def test_aliases_and_case() -> None:
+    assert load_model("GPT3-175B").name == "gpt3-175b"
+    assert load_model("gpt2-l").name == "gpt2-large"
+
+
+def test_megatron_yaml_with_hyphens(tmp_path) -> None:
+    p = tmp_path / "m.yaml"
+    p.write_text("--num-layers: 32\n--hidden-size: 4096\n--num-attention-heads: 32\n--num-query-groups: 8\n"
+                 "--ffn-hidden-size: 14336\nswiglu: true\nnormalization: RMSNorm\nvocab_size: 128256\n"
+                 "untie_embeddings_and_output_weights: true\ndisable_bias_linear: true\nseq_length: 8192\n"
+                 "use_rotary_position_embeddings: true\n")
+    m = load_model(p)
+    assert m.num_params == load_model("llama3-8b").num_params
+    assert m.name == "m"
+
+
+def test_hf_configs_load_as_they_are(tmp_path) -> None:
+    llama = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+             "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000, "hidden_act": "silu",
+             "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}
+    assert from_dict(llama).num_params == 6738415616
+    gpt2 = {"model_type": "gpt2", "n_embd": 1280, "n_layer": 36, "n_head": 20, "n_positions": 1024,
+            "vocab_size": 50257, "activation_function": "gelu_new"}
+    assert from_dict(gpt2).num_params == 774030080
+    mixtral = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+               "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000, "num_local_experts": 8,
+               "num_experts_per_tok": 2, "max_position_embeddings": 32768, "hidden_act": "silu"}
+    mx = from_dict(mixtral)
+    assert mx.num_params == load_model("mixtral-8x7b").num_params and mx.moe_router_topk == 2
+    mpt = {"model_type": "mpt", "d_model": 8192, "n_heads": 64, "n_layers": 80, "expansion_ratio": 4,
+           "max_seq_len": 2048, "vocab_size": 50368, "attn_config": {"alibi": False}}
+    assert from_dict(mpt).num_params == 64862437376
+    bert = {"model_type": "bert", "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+            "intermediate_size": 4096, "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2,
+            "hidden_act": "gelu"}
+    assert from_dict(bert).num_params == load_model("bert-large").num_params
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(llama))
+    assert load_model(f).num_params == 6738415616
+
+
+def test_flops_per_token_near_6n_plus_attention() -> None:
+    m = load_model("gpt3-175b")
+    s, h, L = 2048, 12288, 96
+    # Narayanan et al. 2021: forward = 24 L h^2 (1 + s/(6h)) + 2 h V per token
+    expected = 24 * L * h * h * (1 + s / (6 * h)) + 2 * h * 50257
+    assert m.forward_flops_per_token(s) == pytest.approx(expected, rel=1e-3)
+    # causal skipping halves (plus one diagonal) the score work
+    full, causal = m.forward_flops_per_token(s), m.forward_flops_per_token(s, causal_skip=True)
+    assert full - causal == pytest.approx(4 * L * 12288 * (s - (s + 1) / 2), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_layers": 2, "hidden_size": 100, "num_attention_heads": 3}, "divisible by num_attention_heads"),
+        ({"num_layers": 2, "hidden_size": 128, "num_attention_heads": 8, "num_query_groups": 3},
+         "divisible by num_query_groups"),
+        ({"num_layers": 0, "hidden_size": 128, "num_attention_heads": 8}, "num_layers must be a positive"),
+        ({"num_layers": 2, "hidden_size": 128, "num_attention_heads": 8, "activation": "tanh"}, "activation"),
+        ({"num_layers": 2, "hidden_size": 128, "num_attention_heads": 8, "num_experts": 4, "moe_router_topk": 5},
+         "exceeds num_experts"),
+    ],
+)
+def test_bad_configs_raise_clear_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        TransformerConfig(**kwargs)
+
+
+def test_unknown_name_and_bad_files(tmp_path) -> None:
+    with pytest.raises(InvalidInputError, match="did you mean"):
+        load_model("gpt3-175")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InvalidInputError, match="malformed"):
+        load_model(bad)
+    with pytest.raises(InvalidInputError, match="not supported"):
+        from_dict({"model_type": "t5", "d_model": 512})
+    with pytest.raises(InvalidInputError, match="lacks"):
+        from_dict({"hidden_size": 512})
