@@ -184,7 +184,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     n_ar = 1 if m.parallel_block else 2
     if tp > 1:
         coll("tp_all_reduce", "all_reduce", T * h * ab, tp, L * n_ar)
-    if not m.parallel_block:
+    if m.norms_per_layer > 1:
         norm("post_attention_layernorm", T, L)
     elem("add", "elementwise", T * h, "add", L * (1 if m.parallel_block else 2))
     f = m.ffn_hidden_size / tp
