@@ -57,6 +57,8 @@ from hybrid.workloads.llm.precision import Precision, parse_precision
 COST_COLUMNS = ("device", "op", "dtype", "variant", "b", "m", "n", "k", "elements", "rows", "hidden", "batch",
                 "heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "size_bytes", "n_ranks", "n_nodes",
                 "system")
+#: Decode attention kernels (see :attr:`InferenceSetup.attention_kernel`).
+ATTENTION_KERNELS = ("grouped", "per_query_head")
 #: Op categories of the breakdown.
 CATEGORIES = ("gemm", "attention", "moe", "norm", "elementwise", "comm", "lm_head", "sampling")
 
@@ -72,6 +74,14 @@ class InferenceSetup:
     tp: int = 1
     pp: int = 1
     reserve_gib: float = DEFAULT_RESERVE_GIB
+    #: decode attention over the KV cache: ``grouped`` (FlashDecoding / TensorRT-LLM XQA / vLLM paged attention
+    #: read each KV head once for its group of query heads) or ``per_query_head`` (masked-MHA kernels with one
+    #: thread block per query head read a KV head once per query head: GQA saves memory, not bandwidth)
+    attention_kernel: str = "grouped"
+
+    def __post_init__(self) -> None:
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise InvalidInputError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
 
     @property
     def gpus(self) -> int:
@@ -84,7 +94,7 @@ class InferenceSetup:
 
 def make_setup(model: str | ModelDims | Any, device: str | None = None, system: str | None = None, *,
                dtype: str = "fp16", weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
-               pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB,
+               pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB, attention_kernel: str = "grouped",
                catalog: Catalog | None = None) -> InferenceSetup:
     """Resolve names into an :class:`InferenceSetup` (``system`` defaults to the catalog system of ``device``,
     else a generic node of it); checks TP/PP against the model and the dtype against the device."""
@@ -109,7 +119,7 @@ def make_setup(model: str | ModelDims | Any, device: str | None = None, system: 
         raise InvalidInputError(f"tp x pp = {tp * pp} GPUs exceeds system {sys_obj.key}")
     if tp > sys_obj.gpus_per_node:
         raise InvalidInputError(f"tp={tp} exceeds the {sys_obj.gpus_per_node} GPUs of one {sys_obj.key} node")
-    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib)
+    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel)
 
 
 # ------------------------------------------------------------------------------------------------ op tables
@@ -174,10 +184,12 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     if m.rotary_fraction > 0:
         elem("attn_rope", "elementwise", T * (qh + kvh) * d * m.rotary_fraction, "rope", L)
     kv_att = cached_tokens(m, kvn)
-    att_row_bytes = cb * B * d * (2.0 * qn * qh + 2.0 * kv_att * kvh)
-    att_real = B * d * (2.0 * qn * qh * ab + 2.0 * kv_att * kvh * p.kv_bytes)
+    # decode kernels that run one thread block per query head (masked MHA) read a KV head once per query head
+    kv_read = np.where((qn <= 1) & (s.attention_kernel == "per_query_head"), float(qh), float(kvh))
+    att_row_bytes = cb * B * d * (2.0 * qn * qh + 2.0 * kv_att * kv_read)
+    att_real = B * d * (2.0 * qn * qh * ab + 2.0 * kv_att * kv_read * p.kv_bytes)
     blocks.append(_block(n_scen, scenario=scen, phase=ph, name="attention", category="attention", count=L, op="attention",
-                         dtype=cdt, batch=B, heads=float(qh), kv_heads=float(kvh), q_len=qn, kv_len=kv_att,
+                         dtype=cdt, batch=B, heads=float(qh), kv_heads=kv_read, q_len=qn, kv_len=kv_att,
                          head_dim=float(d), causal=(qn > 1).astype(float),
                          bytes_actual=np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real)))
     gemm("attn_post_proj", "gemm", T, h, qh * d, L)
@@ -197,9 +209,10 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         per = T * k / active
         gemm("moe_router", "moe", T, E, h, L)
         elem("moe_permute", "moe", 2 * T * k * h, "copy", L)
-        gemm("mlp_up_proj", "moe", per, up, h, L, b=active)
+        # the active experts' GEMMs (grouped-GEMM kernels run them as independent tiles of one launch)
+        gemm("mlp_up_proj", "moe", per, up, h, L * active)
         elem("mlp_act", "elementwise", T * k * f, act, L)
-        gemm("mlp_down_proj", "moe", per, h, f, L, b=active)
+        gemm("mlp_down_proj", "moe", per, h, f, L * active)
     else:
         gemm("mlp_up_proj", "gemm", T, up, h, L)
         elem("mlp_act", "elementwise", T * f, act, L)
