@@ -254,12 +254,14 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     floor = base["compute_us"].to_numpy() + base["latency_us"].to_numpy()
     roof = base["time_us"].to_numpy(dtype=np.float64)
     adj_roof = np.maximum(base["memory_us"].to_numpy() * ratio, base["compute_us"].to_numpy()) + base["latency_us"].to_numpy()
-    time = np.where(has, np.maximum(time * ratio, floor), time)
     roof = np.where(has, adj_roof, roof)
+    time = roof.copy() if cost_model is None else np.where(has, np.maximum(time * ratio, floor), time)
     memory_us = base["memory_us"].to_numpy() * ratio
     compute_us = base["compute_us"].to_numpy()
     fam = base["family"].astype(str).to_numpy()
-    bound = np.where(fam == "collective", "comm", np.where(compute_us >= memory_us, "compute", "memory"))
+    lat = base["latency_us"].to_numpy()
+    bound = np.where(fam == "collective", "comm", np.where(lat > np.maximum(compute_us, memory_us), "latency",
+                                                           np.where(compute_us >= memory_us, "compute", "memory")))
     out = table.copy()
     out["flops"] = flops
     out["bytes"] = np.where(has, real, nbytes)
