@@ -78,6 +78,8 @@ class InferenceSetup:
     #: read each KV head once for its group of query heads) or ``per_query_head`` (masked-MHA kernels with one
     #: thread block per query head read a KV head once per query head: GQA saves memory, not bandwidth)
     attention_kernel: str = "grouped"
+    #: the catalog the device came from (devices added by the user, or what-if variants, are costed from it)
+    catalog: Catalog | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -119,7 +121,7 @@ def make_setup(model: str | ModelDims | Any, device: str | None = None, system: 
         raise InvalidInputError(f"tp x pp = {tp * pp} GPUs exceeds system {sys_obj.key}")
     if tp > sys_obj.gpus_per_node:
         raise InvalidInputError(f"tp={tp} exceeds the {sys_obj.gpus_per_node} GPUs of one {sys_obj.key} node")
-    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel)
+    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, cat)
 
 
 # ------------------------------------------------------------------------------------------------ op tables
@@ -236,7 +238,7 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
              ) -> pd.DataFrame:
     """``table`` plus ``time_us`` (per call of the op), ``roofline_us``, ``flops``, ``bytes``, ``bound``,
     ``method``: one roofline call and one ``cost_model.predict`` call for all rows."""
-    cat = catalog or getattr(cost_model, "catalog", None) or default_catalog()
+    cat = getattr(cost_model, "catalog", None) or catalog or default_catalog()
     cols = [c for c in COST_COLUMNS if c in table.columns]
     rows = integral_shapes(table[cols])
     base = roofline(rows, cat)
@@ -360,7 +362,7 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
     q_len = np.concatenate([[input_len], np.ones(g)]).astype(np.float64)
     kv_len = np.concatenate([[input_len], ctx]).astype(np.float64)
     phase = np.array(["prefill"] + ["decode"] * g, dtype=object)
-    costed = cost_ops(pass_ops(s, tokens, seqs, q_len, kv_len, phase), cost_model)
+    costed = cost_ops(pass_ops(s, tokens, seqs, q_len, kv_len, phase), cost_model, s.catalog)
     res = {}
     for col in ("time_us", "roofline_us"):
         stage, cats = _stage_times(costed, g + 1, col)
@@ -414,7 +416,7 @@ def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.
         frames.append(tab)
         meta.append((offset, g, w, micro))
         offset += g + 1
-    costed = cost_ops(pd.concat(frames, ignore_index=True), cost_model)
+    costed = cost_ops(pd.concat(frames, ignore_index=True), cost_model, setups[0].catalog if setups else None)
     rows = []
     stage_t, _ = _stage_times(costed, offset, "time_us")
     stage_r, _ = _stage_times(costed, offset, "roofline_us")

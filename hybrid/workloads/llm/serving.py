@@ -184,7 +184,7 @@ class StepCosts:
             f["scenario"] += off
             off += len(t)
             frames.append(f)
-        costed = cost_ops(pd.concat(frames, ignore_index=True), cost_model)
+        costed = cost_ops(pd.concat(frames, ignore_index=True), cost_model, s.catalog)
         t_all = costed["time_us"].to_numpy() * costed["count"].to_numpy()
         name = costed["name"].to_numpy()
         ph = costed["phase"].to_numpy()
