@@ -5,7 +5,6 @@ The commands are registered on the ``hybrid llm`` group with :func:`register`.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +118,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                         for _, r in b.iterrows()],
                        ["phase", "op", "kind", "count", "FLOP/B", "time_us", "roofline_us", "bound"])
     if not res.memory.fits:
-        click.echo(f"error: does not fit: {res.memory.reason}", err=True)
-        sys.exit(2)
+        raise InvalidInputError(f"does not fit: {res.memory.reason}")
 
 
 @click.command("capacity")
