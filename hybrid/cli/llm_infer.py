@@ -250,10 +250,3 @@ def register(group: click.Group) -> None:
     for cmd in (infer, serve, capacity):
         group.add_command(cmd)
 
-
-@click.group("llm")
-def llm() -> None:
-    """LLM inference (this group is replaced by the shared ``hybrid llm`` group when present)."""
-
-
-register(llm)

@@ -24,7 +24,7 @@ COMMANDS: dict[str, str] = {
     "report": "hybrid.cli.report:report",
     "quickstart": "hybrid.cli.quickstart:quickstart",
     "bench": "hybrid.cli.bench:bench",
-    "llm": "hybrid.cli.llm_infer:llm",
+    "llm": "hybrid.cli.llm:llm",
 }
 
 

@@ -1,0 +1,195 @@
+"""``hybrid llm models|train|memory|search``: transformer training on Megatron-style parallel mappings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.simulate import load_cost_model, model_options
+
+
+@click.group("llm")
+def llm() -> None:
+    """LLM training: model library, iteration time, memory per GPU, mapping search."""
+
+
+@llm.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def models(as_json: bool) -> None:
+    """List the built-in transformer models (parameters, shapes, source)."""
+    from hybrid.workloads.llm.model import library
+
+    rows = [m.summary() for m in library().values()]
+    if as_json:
+        echo_json(rows)
+        return
+    echo_table([[r["name"], r["params_b"], r["active_params_b"] if r["experts"] else "", r["layers"], r["hidden"],
+                 r["heads"], r["kv_heads"], r["ffn"], r["activation"], r["vocab"], r["seq"], r["experts"]]
+                for r in rows],
+               ["name", "params_b", "active_b", "layers", "hidden", "heads", "kv", "ffn", "act", "vocab", "seq",
+                "experts"])
+
+
+def job_options(fn: Any) -> Any:
+    opts = [
+        click.argument("model_name", metavar="MODEL_OR_FILE"),
+        click.option("--system", required=True, help="Catalog system (DGX-A100, DGX-H100, DGX-B200, GB200-NVL72...)."),
+        click.option("--gpus", type=int, required=True, help="Total GPUs (multi-node implied)."),
+        click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallel size."),
+        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline parallel size."),
+        click.option("--cp", type=int, default=1, show_default=True, help="Context parallel size."),
+        click.option("--ep", type=int, default=1, show_default=True, help="Expert parallel size (MoE)."),
+        click.option("--vp", type=int, default=1, show_default=True,
+                     help="Virtual pipeline stages per rank (interleaved 1F1B)."),
+        click.option("--global-batch", type=int, required=True, help="Sequences per iteration."),
+        click.option("--micro-batch", type=int, default=1, show_default=True),
+        click.option("--seq", type=int, default=None, help="Sequence length (default: the model's)."),
+        click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none",
+                     show_default=True),
+        click.option("--sp", is_flag=True, help="Sequence parallelism."),
+        click.option("--distributed-optimizer", is_flag=True, help="Shard optimizer states over DP (ZeRO-1)."),
+        click.option("--fsdp", is_flag=True, help="FSDP / ZeRO-3: shard parameters, gradients, optimizer."),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
+        click.option("--no-flash-attention", is_flag=True, help="Unfused attention (s x s scores in memory)."),
+        click.option("--no-dropout", is_flag=True, help="No dropout (Llama-style training)."),
+        click.option("--no-overlap-grad-reduce", is_flag=True, help="DP gradient reduce after the backward."),
+        click.option("--no-overlap-param-gather", is_flag=True, help="Parameter all-gathers not prefetched."),
+        click.option("--tp-comm-overlap", is_flag=True, help="Hide TP collectives behind the GEMMs."),
+        click.option("--reserve-gib", type=float, default=3.0, show_default=True,
+                     help="Framework reserve per GPU (CUDA context, NCCL, fragmentation)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
+    from hybrid.workloads.llm.config import TrainingConfig
+    from hybrid.workloads.llm.model import load_model
+
+    model = load_model(kw["model_name"])
+    cfg = TrainingConfig(
+        gpus=kw["gpus"], global_batch=kw["global_batch"], micro_batch=kw["micro_batch"], tp=kw["tp"], pp=kw["pp"],
+        cp=kw["cp"], ep=kw["ep"], vp=kw["vp"], seq_length=kw["seq"], sp=kw["sp"],
+        distributed_optimizer=kw["distributed_optimizer"], fsdp=kw["fsdp"], recompute=kw["recompute"],
+        dtype=kw["dtype"], flash_attention=not kw["no_flash_attention"], dropout=not kw["no_dropout"],
+        overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
+        tp_comm_overlap=kw["tp_comm_overlap"], reserve_gib=kw["reserve_gib"])
+    return model, cfg
+
+
+@llm.command("train")
+@job_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Chrome trace of the pipeline (one process per stage).")
+@click.option("--allow-oom", is_flag=True, help="Predict even when the mapping does not fit in memory.")
+@model_options
+def train(as_json: bool, trace_path: str | None, allow_oom: bool, model_ref: str | None, tracking_uri: str | None,
+          **kw: Any) -> None:
+    """Predict one training iteration: time, tokens/s, MFU/HFU, breakdown, memory per GPU."""
+    from hybrid.errors import InvalidInputError
+    from hybrid.workloads.llm.train import predict_training
+
+    model, cfg = _job(kw)
+    cost_model, name = load_cost_model(model_ref, tracking_uri)
+    pred = predict_training(model, cfg, kw["system"], cost_model, name)
+    if not pred.fits and not allow_oom:
+        raise InvalidInputError(f"mapping does not fit: {pred.fit_reason} (--allow-oom predicts anyway)")
+    summary = pred.summary()
+    if trace_path:
+        from hybrid.engine.trace import write_chrome_trace
+
+        assert pred.sim is not None
+        write_chrome_trace(pred.sim, trace_path, name=f"{model.name} tp{cfg.tp} pp{cfg.pp} dp{cfg.dp}")
+        summary["trace"] = str(trace_path)
+    if as_json:
+        echo_json(summary)
+        return
+    click.echo(f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {pred.target.device} "
+               f"({pred.target.system}); tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} vp {cfg.vp}, "
+               f"micro {cfg.micro_batch} x {cfg.num_microbatches}, recompute {cfg.recompute}, cost model {name}")
+    click.echo(f"iteration: {pred.iteration_s:.3f} s (closed form {pred.closed_form_iteration_s:.3f} s)   "
+               f"tokens/s: {pred.tokens_per_s:,.0f} ({pred.tokens_per_s / cfg.gpus:,.0f} per GPU)   "
+               f"MFU {pred.mfu * 100:.1f}%  HFU {pred.hfu * 100:.1f}%")
+    echo_table([[k, v, v / pred.iteration_s * 100] for k, v in pred.breakdown_s.items()],
+               ["part", "seconds", "% of iteration"])
+    click.echo(f"closed-form bubble (pp-1)/vp x t_stage: {pred.bubble_closed_form_s:.3f} s")
+    click.echo(f"memory per GPU: {pred.memory['total']:.1f} GiB of {pred.memory['capacity']:.0f} "
+               f"({pred.fit_reason})")
+    click.echo("placement: " + "; ".join(f"{k}: {v}" for k, v in pred.placement.items() if v != "none"))
+    click.echo(f"FLOPs: {summary['flops_formula']}")
+    if trace_path:
+        click.echo(f"trace written to {trace_path}")
+
+
+@llm.command("memory")
+@job_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Bar plot of the breakdown (PNG/SVG/PDF).")
+def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
+    """Memory per GPU of a training job (weights, gradients, optimizer, activations, ...), and whether it fits."""
+    from hybrid.workloads.llm.train import memory_only
+
+    model, cfg = _job(kw)
+    mem, tgt = memory_only(model, cfg, kw["system"])
+    row = mem.row(0)
+    out = {"model": model.name, "device": tgt.device, "memory_gib": row, "fits": bool(mem.fits[0]),
+           "reason": mem.reason(0)}
+    if plot_path:
+        from hybrid.workloads.llm.plots import memory_bars
+
+        memory_bars({f"{model.name} {cfg.recompute}": row}, row["capacity"], plot_path)
+        out["plot"] = plot_path
+    if as_json:
+        echo_json(out)
+        return
+    echo_table([[k, v] for k, v in row.items()], ["part", "GiB"])
+    click.echo(out["reason"])
+
+
+@llm.command("search")
+@click.argument("model_name", metavar="MODEL_OR_FILE")
+@click.option("--system", required=True)
+@click.option("--gpus", type=int, required=True)
+@click.option("--global-batch", type=int, required=True)
+@click.option("--seq", type=int, default=None)
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
+@click.option("--no-flash-attention", is_flag=True)
+@click.option("--top", type=int, default=10, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@model_options
+def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: int | None, dtype: str,
+               no_flash_attention: bool, top: int, as_json: bool, model_ref: str | None,
+               tracking_uri: str | None) -> None:
+    """Every (tp, pp, dp, micro-batch, vp, recompute, SP, distributed optimizer) mapping that fits, fastest first."""
+    from hybrid.errors import InvalidInputError
+    from hybrid.workloads.llm.config import TrainingConfig
+    from hybrid.workloads.llm.model import load_model
+    from hybrid.workloads.llm.train import search
+
+    if top <= 0:
+        raise InvalidInputError(f"--top must be positive, got {top}")
+    model = load_model(model_name)
+    base = TrainingConfig(gpus=gpus, global_batch=global_batch, seq_length=seq, dtype=dtype,
+                          flash_attention=not no_flash_attention)
+    cost_model, name = load_cost_model(model_ref, tracking_uri)
+    res = search(model, base, system, cost_model, top=top)
+    if as_json:
+        echo_json({"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
+                   "fitting": res.attrs.get("n_fit"), "mappings": res.to_dict(orient="records")})
+        return
+    click.echo(f"{model.name} on {gpus} GPUs ({system}), global batch {global_batch}: "
+               f"{res.attrs.get('n_candidates')} mappings, {res.attrs.get('n_fit')} fit; cost model {name}")
+    echo_table([[r.tp, r.pp, r.dp, r.mb, r.vp, r.recompute, "y" if r.sp else "", "y" if r.distopt else "",
+                 r.iteration_s, r.engine_s, r.mfu * 100, r.memory_gib] for r in res.itertuples()],
+               ["tp", "pp", "dp", "mb", "vp", "recompute", "sp", "distopt", "iter_s", "engine_s", "mfu%", "mem_gib"])
+
+
+# inference commands (infer, serve, capacity) live in their own module
+from hybrid.cli.llm_infer import register as _register_inference  # noqa: E402
+
+_register_inference(llm)

@@ -1,0 +1,155 @@
+"""LLM training job description: the parallel mapping (Megatron-LM style) and the switches that change cost.
+
+DP = GPUs / (TP x PP x CP). Rank order is Megatron-LM's default ``tp-cp-ep-dp-pp`` (TP fastest), so a TP group
+is ``tp`` consecutive GPUs (inside one node when ``tp <= gpus_per_node``), CP groups stride ``tp``, DP groups
+stride ``tp x cp`` and pipeline neighbours are ``tp x cp x dp`` GPUs apart (:func:`group_nodes`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from hybrid.errors import InvalidInputError
+from hybrid.units import normalize_dtype
+
+RECOMPUTE = ("none", "selective", "full")
+DTYPES = ("bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """One training job. ``seq_length`` None = the model's; ``dp`` is derived."""
+
+    gpus: int
+    global_batch: int
+    micro_batch: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vp: int = 1  # virtual pipeline stages (model chunks) per rank: interleaved 1F1B when > 1
+    seq_length: int | None = None
+    sp: bool = False  # sequence parallelism (norms/dropout split over TP; RS+AG instead of AR)
+    distributed_optimizer: bool = False  # ZeRO-1: optimizer states sharded over DP
+    fsdp: bool = False  # ZeRO-3: parameters/gradients/optimizer sharded over DP, gathered per layer
+    recompute: str = "none"
+    dtype: str = "bf16"  # compute dtype of GEMMs; fp8 = fp8 GEMMs, bf16 everything else
+    flash_attention: bool = True
+    dropout: bool = True  # Megatron GPT default (hidden/attention dropout 0.1); Llama-style runs use none
+    overlap_grad_reduce: bool = True  # DP gradient reduce in buckets during the last backward
+    overlap_param_gather: bool = True  # distributed optimizer / FSDP parameter all-gather prefetch
+    tp_comm_overlap: bool = False  # TP collectives hidden behind the adjacent GEMMs (userbuffers)
+    grad_reduce_dtype: str = "fp32"  # Megatron accumulates and reduces gradients in fp32 by default
+    fsdp_param_dtype: str = "bf16"  # dtype of FSDP-gathered parameters (fp32 for PyTorch "DEFAULT" mixed prec.)
+    reserve_gib: float = 3.0  # CUDA context, NCCL buffers, allocator fragmentation (stated assumption)
+    #: Megatron pads the vocabulary to a multiple of this x TP
+    make_vocab_size_divisible_by: int = 128
+
+    def __post_init__(self) -> None:
+        for f in ("gpus", "global_batch", "micro_batch", "tp", "pp", "cp", "ep", "vp",
+                  "make_vocab_size_divisible_by"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+                raise InvalidInputError(f"training config: {f} must be a positive integer, got {v!r}")
+        if self.seq_length is not None and (not isinstance(self.seq_length, (int, np.integer))
+                                            or self.seq_length <= 0):
+            raise InvalidInputError(f"training config: seq_length must be a positive integer, got {self.seq_length!r}")
+        rc = str(self.recompute).lower()
+        if rc not in RECOMPUTE:
+            raise InvalidInputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        object.__setattr__(self, "recompute", rc)
+        dt = normalize_dtype(self.dtype)
+        if dt not in DTYPES:
+            raise InvalidInputError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        object.__setattr__(self, "dtype", dt)
+        object.__setattr__(self, "grad_reduce_dtype", normalize_dtype(self.grad_reduce_dtype))
+        object.__setattr__(self, "fsdp_param_dtype", normalize_dtype(self.fsdp_param_dtype))
+        if not (np.isfinite(self.reserve_gib) and self.reserve_gib >= 0):
+            raise InvalidInputError(f"reserve_gib must be >= 0, got {self.reserve_gib!r}")
+        model_par = self.tp * self.pp * self.cp
+        if self.gpus % model_par:
+            raise InvalidInputError(f"gpus ({self.gpus}) must be divisible by tp x pp x cp "
+                                    f"({self.tp} x {self.pp} x {self.cp} = {model_par})")
+        dp = self.gpus // model_par
+        if self.global_batch % (self.micro_batch * dp):
+            raise InvalidInputError(f"global batch ({self.global_batch}) must be divisible by micro batch x DP "
+                                    f"({self.micro_batch} x {dp} = {self.micro_batch * dp})")
+        if self.vp > 1 and self.pp == 1:
+            raise InvalidInputError("virtual pipeline stages (vp > 1) need pipeline parallelism (pp > 1)")
+        if self.vp > 1 and self.num_microbatches % self.pp:
+            raise InvalidInputError(f"the interleaved schedule needs the number of microbatches "
+                                    f"({self.num_microbatches}) divisible by pp ({self.pp})")
+        if self.fsdp and self.distributed_optimizer:
+            raise InvalidInputError("choose one of --fsdp and --distributed-optimizer (FSDP already shards "
+                                    "the optimizer)")
+        if (dp * self.cp) % self.ep:
+            raise InvalidInputError(f"expert parallelism ep ({self.ep}) must divide DP x CP ({dp * self.cp})")
+
+    # ---------------------------------------------------------------------------------------------- derived
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    def seq(self, model: Any) -> int:
+        return int(self.seq_length or model.seq_length)
+
+    def validate_for(self, model: Any) -> None:
+        """Model-dependent checks (clear one-line errors)."""
+        t = self.tp
+        if model.num_attention_heads % t:
+            raise InvalidInputError(f"attention heads ({model.num_attention_heads}) must be divisible by "
+                                    f"tensor parallel size ({t})")
+        if model.num_kv_heads % t and t % model.num_kv_heads:
+            raise InvalidInputError(f"KV heads ({model.num_kv_heads}) and tensor parallel size ({t}) must divide "
+                                    "one another")
+        if model.num_layers % (self.pp * self.vp):
+            raise InvalidInputError(f"layers ({model.num_layers}) must be divisible by pp x vp "
+                                    f"({self.pp} x {self.vp} = {self.pp * self.vp})")
+        s = self.seq(model)
+        if s % (2 * self.cp) and self.cp > 1:
+            raise InvalidInputError(f"sequence length ({s}) must be divisible by 2 x cp ({2 * self.cp})")
+        if model.is_moe and model.num_experts % self.ep:
+            raise InvalidInputError(f"experts ({model.num_experts}) must be divisible by ep ({self.ep})")
+        if not model.is_moe and self.ep > 1:
+            raise InvalidInputError(f"expert parallelism (ep={self.ep}) needs a mixture-of-experts model")
+        if model.encoder_only and self.pp > 1:
+            raise InvalidInputError("pipeline parallelism is supported for decoder models only")
+
+    def padded_vocab(self, model: Any) -> int:
+        m = self.make_vocab_size_divisible_by * self.tp
+        return int(math.ceil(model.vocab_size / m) * m)
+
+    def with_(self, **changes: Any) -> TrainingConfig:
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["dp"] = self.dp
+        d["num_microbatches"] = self.num_microbatches
+        return d
+
+
+def group_nodes(size: int, stride: int, gpus_per_node: int) -> int:
+    """Nodes spanned by a group of ``size`` ranks ``stride`` apart (ranks packed ``gpus_per_node`` per node)."""
+    if size <= 1:
+        return 1
+    if stride >= gpus_per_node:
+        return size
+    per_node = max(1, gpus_per_node // stride)
+    return int(math.ceil(size / per_node))
+
+
+def group_nodes_vec(size: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> np.ndarray:
+    size = np.asarray(size, dtype=np.int64)
+    stride = np.asarray(stride, dtype=np.int64)
+    per_node = np.maximum(1, gpus_per_node // np.maximum(stride, 1))
+    out = np.where(stride >= gpus_per_node, size, np.ceil(size / per_node)).astype(np.int64)
+    return np.where(size <= 1, 1, out)

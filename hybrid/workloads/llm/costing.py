@@ -1,0 +1,430 @@
+"""Per-layer op shapes after the TP/SP/CP/EP split, costed for many mappings in ONE predictor call.
+
+A *mapping* is one row of a DataFrame with columns ``tp, pp, dp, cp, ep, vp, mb, sp, recompute, distopt, fsdp``
+(the rest of the job comes from a :class:`~hybrid.workloads.llm.config.TrainingConfig`). Layer ops depend only on
+``(tp, cp, ep, mb, sp)``, so they are built once per distinct combination (*layer key*), vectorised over keys; the
+per-mapping collectives (DP, FSDP, pipeline, tied-embedding sync) and the optimizer step are one row set per
+mapping. All rows go through ``model.predict`` once (duplicates removed first); :func:`cost_mappings` returns the
+summed per-layer / per-stage times per mapping (seconds), which :mod:`hybrid.workloads.llm.schedule` turns into
+an iteration.
+
+Op shapes per transformer layer and microbatch on one rank (T = micro_batch x seq / cp tokens, t = TP, Megatron
+layout): norm (T/t rows with SP), QKV ``linear`` [T, h] x [h, (q + 2 kv)/t], RoPE, core attention (fused
+FlashAttention, causal, GQA; or unfused: QK^T ``bmm``, softmax, dropout, AV ``bmm``), output projection
+[T, q/t] x [q/t, h], bias-dropout-add, norm, FC1 [T, h] x [h, f/t] (x2 gated), activation, FC2, bias-dropout-add.
+Backward: data- and weight-gradient GEMMs per linear, attention/norm/elementwise backward. MoE layers: router
+GEMM, ``E/ep`` local experts as one batched GEMM over ``T x topk x ep / E`` tokens each, all-to-all dispatch and
+combine. TP collectives: all-reduce of [T, h] after attention and MLP (forward and backward), or all-gather +
+reduce-scatter with SP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.engine.costs import OpCostModel, predict_times
+from hybrid.units import DTYPE_BYTES
+from hybrid.workloads.llm.config import TrainingConfig, group_nodes_vec
+from hybrid.workloads.llm.model import TransformerConfig
+
+MAPPING_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "recompute", "distopt", "fsdp")
+#: Op-table columns that identify an op for the predictor (duplicates are costed once).
+_OP_COLUMNS = ("device", "system", "op", "dtype", "direction", "variant", "b", "m", "n", "k", "elements",
+               "n_inputs", "n_outputs", "rows", "hidden", "batch", "heads", "q_len", "kv_len", "head_dim",
+               "kv_heads", "causal", "size_bytes", "n_ranks", "n_nodes")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Device + system the job runs on."""
+
+    device: str
+    system: str
+    gpus_per_node: int
+    peak_flops: float  # dense peak of the compute dtype (for MFU)
+    mem_capacity: float  # bytes per GPU
+
+
+def resolve_target(system: str, catalog: Any, dtype: str = "bf16") -> Target:
+    from hybrid.ops.roofline import resolve_system
+
+    sysobj = resolve_system(catalog, system)
+    dev = catalog.device(sysobj.device)
+    return Target(dev.key, sysobj.key, int(sysobj.gpus_per_node), float(dev.peak("bf16" if dtype == "fp8" else dtype)),
+                  float(dev.mem_capacity))
+
+
+def mappings_frame(cfg: TrainingConfig) -> pd.DataFrame:
+    """The one mapping of ``cfg`` as a one-row frame."""
+    return pd.DataFrame([{"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "cp": cfg.cp, "ep": cfg.ep, "vp": cfg.vp,
+                          "mb": cfg.micro_batch, "sp": bool(cfg.sp and cfg.tp > 1), "recompute": cfg.recompute,
+                          "distopt": cfg.distributed_optimizer, "fsdp": cfg.fsdp}])
+
+
+# ================================================================================================ op rows
+class _Rows:
+    """Accumulates op rows (dicts of equal-length arrays) with the per-row key, role and count."""
+
+    def __init__(self) -> None:
+        self.parts: list[pd.DataFrame] = []
+
+    def add(self, key: np.ndarray, role: str, count: Any, op: str, **cols: Any) -> None:
+        n = len(key)
+        if n == 0:
+            return
+        cnt = np.broadcast_to(np.asarray(count, dtype=np.float64), (n,))
+        keep = cnt > 0
+        if not keep.any():
+            return
+        data = {"key": key[keep], "role": role, "count": cnt[keep], "op": op}
+        for c, v in cols.items():
+            arr = np.broadcast_to(np.asarray(v), (n,))
+            data[c] = arr[keep]
+        self.parts.append(pd.DataFrame(data))
+
+    def frame(self) -> pd.DataFrame:
+        return pd.concat(self.parts, ignore_index=True, sort=False) if self.parts else pd.DataFrame()
+
+
+def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFrame, tgt: Target) -> pd.DataFrame:
+    """Per-layer ops for every layer key (``tp, cp, ep, mb, sp``), plus embedding and head ops."""
+    R = _Rows()
+    kid = keys.index.to_numpy()
+    t = keys["tp"].to_numpy(np.int64)
+    cp = keys["cp"].to_numpy(np.int64)
+    ep = keys["ep"].to_numpy(np.int64)
+    b = keys["mb"].to_numpy(np.int64)
+    sp = keys["sp"].to_numpy(bool)
+    s_full = cfg.seq(model)
+    s = s_full // cp  # local sequence
+    T = b * s  # tokens per rank per microbatch
+    Tn = np.where(sp, T // t, T)  # tokens of norms/dropout/residual ops (SP splits them over TP)
+    h = model.hidden_size
+    q, kv, d = model.q_width, model.kv_width, model.head_dim
+    heads = model.num_attention_heads // t
+    kvh = np.maximum(model.num_kv_heads // t, 1)
+    gdt = cfg.dtype  # GEMM dtype
+    adt = "bf16" if cfg.dtype == "fp8" else cfg.dtype  # everything else
+    eb = DTYPE_BYTES[adt]
+    norm_op = "rmsnorm" if model.normalization == "RMSNorm" else "layernorm"
+    dev = tgt.device
+    gated = model.gated
+    L = model.num_layers
+    moe_frac = model.num_moe_layers / L
+    dense_frac = 1.0 - moe_frac
+
+    def lin(role_f: str, role_b: str, m: Any, n: Any, k: Any, cnt: Any = 1.0, sub: str = "gemm") -> None:
+        """A linear layer: forward GEMM, backward data- and weight-gradient GEMMs."""
+        R.add(kid, role_f, cnt, "linear", b=1, m=m, n=n, k=k, dtype=gdt, direction="fwd", device=dev, sub=sub)
+        R.add(kid, role_b, cnt, "gemm", b=1, m=m, n=k, k=n, dtype=gdt, direction="bwd", device=dev, sub=sub)
+        R.add(kid, role_b, cnt, "gemm", b=1, m=k, n=n, k=m, dtype=gdt, direction="bwd", device=dev, sub=sub)
+
+    def ew(role: str, variant: str, elements: Any, cnt: Any = 1.0, direction: str = "fwd", **kw: Any) -> None:
+        R.add(kid, role, cnt, "elementwise", variant=variant, elements=elements, dtype=adt, direction=direction,
+              device=dev, sub="other", **kw)
+
+    def norm(role_f: str, role_b: str, rows: Any, cnt: Any = 1.0) -> None:
+        R.add(kid, role_f, cnt, norm_op, rows=rows, hidden=h, dtype=adt, direction="fwd", device=dev, sub="other")
+        R.add(kid, role_b, cnt, norm_op, rows=rows, hidden=h, dtype=adt, direction="bwd", device=dev, sub="other")
+
+    n_norms = model.parallel_attn_norms if model.parallel_attn else 2
+    # ---------------------------------------------------------------- attention block
+    norm("f", "b", Tn, n_norms)
+    lin("f", "b", T, (q + 2 * kv) // t, h)
+    if model.position_embedding_type == "rope":
+        ew("f", "rope", T * (q + kv) // t)
+        ew("b", "rope", T * (q + kv) // t, direction="bwd")
+    if model.qk_layernorm:
+        R.add(kid, "f", 1.0, "rmsnorm", rows=T * (heads + kvh), hidden=d, dtype=adt, direction="fwd", device=dev,
+              sub="other")
+        R.add(kid, "b", 1.0, "rmsnorm", rows=T * (heads + kvh), hidden=d, dtype=adt, direction="bwd", device=dev,
+              sub="other")
+    causal = 1 if model.causal else 0
+    span = model.window_size or s_full
+    if cfg.flash_attention:
+        # CP: each rank's s/cp queries attend over the whole (causal, load-balanced) sequence: pairs / cp
+        kv_len = np.minimum(span, s_full) if cp.max() == 1 else s_full
+        for role, direction in (("f", "fwd"), ("b", "bwd")):
+            R.add(kid, role, 1.0 / cp, "attention", batch=b, heads=heads, q_len=s_full, kv_len=kv_len,
+                  head_dim=d, kv_heads=kvh, causal=causal, dtype=adt, direction=direction, device=dev, sub="attn")
+    else:
+        bh = b * heads
+        sc = s_full  # unfused attention materialises s x s scores (CP not supported unfused: full seq per rank)
+        for role in ("f", "s"):
+            R.add(kid, role, 1.0, "bmm", b=bh, m=sc, n=sc, k=d, dtype=adt, direction="fwd", device=dev, sub="attn")
+            R.add(kid, role, 1.0, "softmax", rows=bh * sc, hidden=sc, dtype=adt, direction="fwd", device=dev,
+                  sub="attn")
+            if cfg.dropout:
+                ew(role, "dropout", bh * sc * sc)
+            R.add(kid, role, 1.0, "bmm", b=bh, m=sc, n=d, k=sc, dtype=adt, direction="fwd", device=dev, sub="attn")
+        # backward: dS = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q (4 bmm), softmax (+dropout) backward
+        for m_, n_, k_ in ((sc, sc, d), (sc, d, sc), (sc, d, sc), (sc, d, sc)):
+            R.add(kid, "b", 1.0, "bmm", b=bh, m=m_, n=n_, k=k_, dtype=adt, direction="bwd", device=dev, sub="attn")
+        R.add(kid, "b", 1.0, "softmax", rows=bh * sc, hidden=sc, dtype=adt, direction="bwd", device=dev, sub="attn")
+        if cfg.dropout:
+            ew("b", "dropout", bh * sc * sc, direction="bwd")
+    lin("f", "b", T, h, q // t)
+    # bias-dropout-add after attention and after MLP (one fused kernel each way)
+    dvar = "dropout" if cfg.dropout else "add"
+    ew("f", dvar, Tn * h, 1 if model.parallel_attn else 2, n_inputs=2, n_outputs=1)
+    ew("b", dvar, Tn * h, 1 if model.parallel_attn else 2, direction="bwd", n_inputs=2, n_outputs=1)
+    # ---------------------------------------------------------------- MLP (dense layers)
+    f = int(model.ffn_hidden_size)
+    if dense_frac > 0:
+        lin("f", "b", T, (2 if gated else 1) * f // t, h, dense_frac)
+        act = "swiglu" if gated else ("relu" if model.activation == "relu" else "gelu")
+        ew("f", act, T * f // t, dense_frac)
+        ew("b", act, T * f // t, dense_frac, direction="bwd", n_inputs=3 if gated else 2,
+           n_outputs=2 if gated else 1)
+        lin("f", "b", T, h, f // t, dense_frac)
+    # ---------------------------------------------------------------- MoE layers
+    if moe_frac > 0:
+        E, k = int(model.num_experts), model.moe_router_topk
+        fm = int(model.moe_ffn_hidden_size)
+        local = E // ep
+        tok = np.maximum(T * k * ep // E, 1)  # tokens per local expert (balanced routing)
+        lin("f", "b", T, E, h, moe_frac)
+        for role, direction in (("f", "fwd"), ("b", "bwd")):
+            R.add(kid, role, moe_frac, "gemm", b=local, m=tok, n=(2 if gated else 1) * fm // t, k=h, dtype=gdt,
+                  direction=direction, device=dev, sub="gemm")
+            R.add(kid, role, moe_frac, "gemm", b=local, m=tok, n=h, k=fm // t, dtype=gdt, direction=direction,
+                  device=dev, sub="gemm")
+        # weight gradients of the two expert GEMMs
+        R.add(kid, "b", moe_frac, "gemm", b=local, m=h, n=(2 if gated else 1) * fm // t, k=tok, dtype=gdt,
+              direction="bwd", device=dev, sub="gemm")
+        R.add(kid, "b", moe_frac, "gemm", b=local, m=fm // t, n=h, k=tok, dtype=gdt, direction="bwd", device=dev,
+              sub="gemm")
+        ew("f", "swiglu" if gated else "gelu", T * k * fm // t, moe_frac)
+        ew("b", "swiglu" if gated else "gelu", T * k * fm // t, moe_frac, direction="bwd")
+        ew("f", "copy", T * k * h, 2 * moe_frac)  # permute / unpermute
+        ew("b", "copy", T * k * h, 2 * moe_frac, direction="bwd")
+        if ep.max() > 1:
+            a2a = (T * k * h * eb).astype(np.float64)
+            nodes = group_nodes_vec(ep, t * cp, tgt.gpus_per_node)
+            for role in ("epf", "epb"):
+                R.add(kid[ep > 1], role, 2 * moe_frac, "all_to_all", size_bytes=a2a[ep > 1], n_ranks=ep[ep > 1],
+                      n_nodes=nodes[ep > 1], dtype=adt, device=dev, system=tgt.system, sub="comm")
+    # ---------------------------------------------------------------- TP collectives (per layer)
+    multi = t > 1
+    if multi.any():
+        size = (T * h * eb).astype(np.float64)
+        nodes = group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node)
+        km = kid[multi]
+        n_coll = 1 if model.parallel_attn else 2
+        for role in ("tpf", "tpb"):
+            ar = multi & ~sp
+            if ar.any():
+                R.add(kid[ar], role, n_coll, "all_reduce", size_bytes=size[ar], n_ranks=t[ar], n_nodes=nodes[ar],
+                      dtype=adt, device=dev, system=tgt.system, sub="comm")
+            rs = multi & sp
+            if rs.any():
+                for op in ("all_gather", "reduce_scatter"):
+                    R.add(kid[rs], role, n_coll, op, size_bytes=size[rs], n_ranks=t[rs], n_nodes=nodes[rs],
+                          dtype=adt, device=dev, system=tgt.system, sub="comm")
+        del km
+    # ---------------------------------------------------------------- CP: ring exchange of K and V
+    if cp.max() > 1:
+        m_ = cp > 1
+        kvbytes = (b * s * 2 * kv // np.maximum(t, 1) * eb).astype(np.float64) * (cp - 1)
+        nodes = group_nodes_vec(cp, t, tgt.gpus_per_node)
+        for role, mult in (("cpf", 1.0), ("cpb", 2.0)):
+            R.add(kid[m_], role, mult, "send_recv", size_bytes=kvbytes[m_], n_ranks=2,
+                  n_nodes=np.minimum(nodes[m_], 2), dtype=adt, device=dev, system=tgt.system, sub="comm")
+    # ---------------------------------------------------------------- embedding (first stage), head (last stage)
+    V = cfg.padded_vocab(model)
+    ew("ef", "copy", Tn * h, n_inputs=1, n_outputs=1)  # gather of embedding rows
+    if model.position_embedding_type == "learned_absolute":
+        ew("ef", "add", Tn * h)
+    if cfg.dropout:
+        ew("ef", "dropout", Tn * h)
+    ew("eb", "add", Tn * h, 2, direction="bwd")  # scatter-add of row gradients (+ dropout backward)
+    R.add(kid, "hf", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="fwd", device=dev, sub="other")
+    R.add(kid, "hb", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="bwd", device=dev, sub="other")
+    R.add(kid, "hf", 1.0, "linear", b=1, m=T, n=V // t, k=h, dtype=gdt, direction="fwd", device=dev, sub="gemm")
+    R.add(kid, "hb", 1.0, "gemm", b=1, m=T, n=h, k=V // t, dtype=gdt, direction="bwd", device=dev, sub="gemm")
+    R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=V // t, k=T, dtype=gdt, direction="bwd", device=dev, sub="gemm")
+    # vocab-parallel cross entropy in fp32: softmax over V/t columns, backward (softmax - one-hot)
+    R.add(kid, "hf", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="fwd", device=dev, sub="other")
+    R.add(kid, "hb", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="bwd", device=dev, sub="other")
+    if multi.any():
+        nodes = group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node)
+        # logits max/sum all-reduces (tiny) + with SP the all-gather of the final norm output
+        R.add(kid[multi], "htpf", 2.0, "all_reduce", size_bytes=(T * 4.0)[multi], n_ranks=t[multi],
+              n_nodes=nodes[multi], dtype="fp32", device=dev, system=tgt.system, sub="comm")
+        spm = multi & sp
+        if spm.any():
+            R.add(kid[spm], "htpf", 1.0, "all_gather", size_bytes=(T * h * eb * 1.0)[spm], n_ranks=t[spm],
+                  n_nodes=nodes[spm], dtype=adt, device=dev, system=tgt.system, sub="comm")
+            R.add(kid[spm], "htpb", 1.0, "reduce_scatter", size_bytes=(T * h * eb * 1.0)[spm], n_ranks=t[spm],
+                  n_nodes=nodes[spm], dtype=adt, device=dev, system=tgt.system, sub="comm")
+    return R.frame()
+
+
+# ================================================================================================ parameters
+def padded_vocab_vec(model: TransformerConfig, cfg: TrainingConfig, tp: np.ndarray) -> np.ndarray:
+    """Megatron's padded vocabulary (multiple of ``make_vocab_size_divisible_by x tp``) per TP degree."""
+    mult = cfg.make_vocab_size_divisible_by * np.asarray(tp, dtype=np.float64)
+    return np.ceil(model.vocab_size / mult) * mult
+
+
+def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Parameters held by one rank of the most loaded stage, per mapping (before DP/FSDP sharding).
+
+    ``layers``: transformer-layer parameters per rank (dense parts / TP, experts / (TP x EP));
+    ``first``/``last``: embedding (+ positions) on the first stage, output layer (or the tied copy) on the last.
+    """
+    c = model.param_counts()
+    t = m["tp"].to_numpy(np.float64)
+    pp = m["pp"].to_numpy(np.float64)
+    ep = m["ep"].to_numpy(np.float64)
+    expert_total = 0.0
+    if model.is_moe:
+        per_expert = model._mlp_params(int(model.moe_ffn_hidden_size))  # noqa: SLF001
+        expert_total = model.num_moe_layers * int(model.num_experts) * per_expert
+    non_expert = c["layers_total"] - expert_total
+    layers = (non_expert / t + expert_total / (t * ep)) / pp
+    V = padded_vocab_vec(model, cfg, t)
+    h = model.hidden_size
+    emb = V * h / t + c["position_embedding"]
+    out = np.where(pp > 1, V * h / t, 0.0) if model.tied_embeddings else V * h / t
+    out = out + c["final_norm"]
+    first = layers + emb + np.where(pp > 1, 0.0, out)
+    last = layers + out
+    return {"layers": layers, "first": first, "last": np.where(pp > 1, last, first),
+            "max": np.maximum(first, last), "expert_share": (expert_total / (t * ep) / pp) / np.maximum(layers, 1)}
+
+
+# ================================================================================================ costing
+def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, tgt: Target,
+                params: dict[str, np.ndarray]) -> pd.DataFrame:
+    """Per-mapping collectives (DP, FSDP, PP, tied embedding) and the optimizer step."""
+    R = _Rows()
+    idx = m.index.to_numpy()
+    t, pp, dp, cp = (m[c].to_numpy(np.int64) for c in ("tp", "pp", "dp", "cp"))
+    mb = m["mb"].to_numpy(np.int64)
+    sp = m["sp"].to_numpy(bool)
+    distopt = m["distopt"].to_numpy(bool)
+    fsdp = m["fsdp"].to_numpy(bool)
+    adt = "bf16" if cfg.dtype == "fp8" else cfg.dtype
+    eb = DTYPE_BYTES[adt]
+    gb = DTYPE_BYTES[cfg.grad_reduce_dtype]
+    gpn = tgt.gpus_per_node
+    dev, sysk = tgt.device, tgt.system
+    P = params["max"]
+    dp_nodes = group_nodes_vec(dp, t * cp, gpn)
+    has_dp = dp > 1
+    plain = has_dp & ~distopt & ~fsdp
+    R.add(idx[plain], "dp_ar", 1.0, "all_reduce", size_bytes=(P * gb)[plain], n_ranks=dp[plain],
+          n_nodes=dp_nodes[plain], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+    dop = has_dp & distopt
+    R.add(idx[dop], "dp_rs", 1.0, "reduce_scatter", size_bytes=(P * gb)[dop], n_ranks=dp[dop],
+          n_nodes=dp_nodes[dop], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+    R.add(idx[dop], "dp_ag", 1.0, "all_gather", size_bytes=(P * eb)[dop], n_ranks=dp[dop], n_nodes=dp_nodes[dop],
+          dtype=adt, device=dev, system=sysk)
+    fs = has_dp & fsdp
+    if fs.any():
+        per_layer = params["layers"] * pp / model.num_layers  # one layer's parameters per TP rank
+        pb = DTYPE_BYTES[cfg.fsdp_param_dtype]
+        R.add(idx[fs], "fsdp_ag", 1.0, "all_gather", size_bytes=(per_layer * pb)[fs], n_ranks=dp[fs],
+              n_nodes=dp_nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
+        R.add(idx[fs], "fsdp_rs", 1.0, "reduce_scatter", size_bytes=(per_layer * gb)[fs], n_ranks=dp[fs],
+              n_nodes=dp_nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+        emb = (params["max"] - params["layers"])
+        R.add(idx[fs], "fsdp_emb", 1.0, "all_gather", size_bytes=(np.maximum(emb, 1.0) * pb)[fs], n_ranks=dp[fs],
+              n_nodes=dp_nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
+        R.add(idx[fs], "fsdp_emb", 1.0, "reduce_scatter", size_bytes=(np.maximum(emb, 1.0) * gb)[fs],
+              n_ranks=dp[fs], n_nodes=dp_nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+    # pipeline send/recv of [b, s/cp, h] (split over TP: Megatron's scatter-gather / SP)
+    pipe = pp > 1
+    s = cfg.seq(model) // cp
+    act = mb * s * model.hidden_size * eb / t
+    pp_nodes = np.where(t * cp * dp >= gpn, 2, 1)
+    R.add(idx[pipe], "p2p", 1.0, "send_recv", size_bytes=act[pipe].astype(np.float64), n_ranks=2,
+          n_nodes=pp_nodes[pipe], dtype=adt, device=dev, system=sysk)
+    # tied embedding: gradient all-reduce between the first and last stage
+    if model.tied_embeddings:
+        V = padded_vocab_vec(model, cfg, t.astype(np.float64))
+        R.add(idx[pipe], "emb_ar", 1.0, "all_reduce",
+              size_bytes=(V * model.hidden_size / t * gb)[pipe].astype(np.float64), n_ranks=2,
+              n_nodes=pp_nodes[pipe], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+    # optimizer: Adam over this rank's shard of fp32 master weights, plus the gradient-norm pass
+    shard = np.where(distopt | fsdp, P / dp, P)
+    R.add(idx, "opt", 1.0, "elementwise", variant="adam", elements=np.maximum(shard, 1.0), dtype="fp32", device=dev)
+    R.add(idx, "opt", 1.0, "elementwise", variant="scale", elements=np.maximum(P, 1.0), dtype="fp32", device=dev,
+          n_inputs=1, n_outputs=0)
+    out = R.frame()
+    del sp
+    return out
+
+
+def predict_rows(model: OpCostModel, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, method) per row through one ``model.predict`` call over the distinct op rows."""
+    cols = [c for c in _OP_COLUMNS if c in rows.columns]
+    ops = rows[cols]
+    key = pd.util.hash_pandas_object(ops.astype("string").fillna(""), index=False).to_numpy()
+    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    unique_ops = ops.iloc[first].reset_index(drop=True)
+    unique_ops = unique_ops.dropna(axis=1, how="all")
+    times, method = predict_times(model, unique_ops)
+    del uniq
+    return times[inverse] * 1e-6, method[inverse]
+
+
+@dataclass
+class MappingCosts:
+    """Per-mapping times in seconds (arrays aligned with ``mappings``) and the costed op table."""
+
+    mappings: pd.DataFrame
+    layer: dict[str, np.ndarray]  # per-layer, per-microbatch: f, b, sel, tpf, tpb, ... on one rank
+    stage: dict[str, np.ndarray]  # per-iteration collectives and optimizer: dp_ar, dp_rs, p2p, opt, ...
+    params: dict[str, np.ndarray]
+    ops: pd.DataFrame  # every op row with its predicted time (seconds) and method
+    n_predicted: int
+
+
+def cost_mappings(model: TransformerConfig, cfg: TrainingConfig, mappings: pd.DataFrame, tgt: Target,
+                  cost_model: OpCostModel) -> MappingCosts:
+    """Cost every mapping's layer ops and per-iteration collectives in ONE predictor call."""
+    m = mappings.reset_index(drop=True)
+    m["sp"] = m["sp"].astype(bool) & (m["tp"] > 1)
+    keys = m[["tp", "cp", "ep", "mb", "sp"]].drop_duplicates().reset_index(drop=True)
+    key_of = m[["tp", "cp", "ep", "mb", "sp"]].merge(keys.reset_index(), how="left",
+                                                      on=["tp", "cp", "ep", "mb", "sp"])["index"].to_numpy()
+    lrows = _layer_rows(model, cfg, keys, tgt)
+    lrows["scope"] = "layer"
+    params = stage_params(model, cfg, m)
+    srows = _stage_rows(model, cfg, m, tgt, params)
+    srows["scope"] = "mapping"
+    rows = pd.concat([lrows, srows], ignore_index=True, sort=False)
+    secs, method = predict_rows(cost_model, rows)
+    rows["time_s"] = secs
+    rows["method"] = method
+    rows["total_s"] = secs * rows["count"].to_numpy()
+    # per layer key and role
+    lr = rows[rows["scope"] == "layer"]
+    roles = ("f", "b", "s", "tpf", "tpb", "epf", "epb", "cpf", "cpb", "ef", "eb", "hf", "hb", "htpf", "htpb")
+    nk = len(keys)
+    table = {r: np.zeros(nk) for r in roles}
+    g = lr.groupby(["key", "role"])["total_s"].sum()
+    for (k, r), v in g.items():
+        table[str(r)][int(k)] = float(v)
+    for sub, role, name in (("gemm", "f", "gemm_f"), ("gemm", "b", "gemm_b"), ("attn", "f", "attn_f"),
+                            ("attn", "b", "attn_b")):
+        sel = lr[(lr["sub"] == sub) & (lr["role"] == role)].groupby("key")["total_s"].sum()
+        arr = np.zeros(nk)
+        arr[sel.index.to_numpy(np.int64)] = sel.to_numpy()
+        table[name] = arr
+    layer = {k: v[key_of] for k, v in table.items()}
+    sr = rows[rows["scope"] == "mapping"]
+    n = len(m)
+    stage = {}
+    for r in ("dp_ar", "dp_rs", "dp_ag", "fsdp_ag", "fsdp_rs", "fsdp_emb", "p2p", "emb_ar", "opt"):
+        sel = sr[sr["role"] == r].groupby("key")["total_s"].sum()
+        arr = np.zeros(n)
+        arr[sel.index.to_numpy(np.int64)] = sel.to_numpy()
+        stage[r] = arr
+    return MappingCosts(m, layer, stage, params, rows, int(len(np.unique(secs))))

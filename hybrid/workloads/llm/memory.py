@@ -1,0 +1,162 @@
+"""Memory per rank of LLM training, vectorised over mappings.
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+Section 4): per layer and microbatch, in bytes, with ``s`` tokens, batch ``b``, hidden ``h``, ``a`` heads,
+TP ``t`` (16-bit activations, 1-byte dropout masks)::
+
+    no parallelism          s b h (34 + 5 a s / h)
+    TP, no SP               s b h (10 + 24 / t + 5 a s / (h t))
+    TP + SP                 s b h (34 + 5 a s / h) / t
+    TP + SP + selective     s b h 34 / t
+    full recomputation      2 s b h (/ t with SP)  per layer, + one layer's activations while it is recomputed
+
+The 34 is built from its parts so other shapes fit (GQA narrows K/V, SwiGLU widens the MLP, no dropout drops
+the masks): layer norms 4h, QKV input 2h, Q and K 2q + 2kv, V 2kv, output-projection input 2q, attention dropout
+mask h, MLP input 2h, activation input 2f (4f gated) and output 2f, MLP dropout mask h. The ``5 a s`` score
+term (softmax output 2, dropout mask 1, dropout output 2) is absent with FlashAttention and with selective
+recomputation. Of these, with TP and no SP, the norms, the QKV and MLP inputs and the two dropout masks
+(10h for MHA) are replicated on every TP rank; the rest is split.
+
+In flight on the first pipeline stage (Korthikanti eq. 5, Narayanan et al. 2021): 1F1B holds ``min(pp, m)``
+microbatches of its ``L/pp`` layers; the interleaved schedule ``(pp - 1) x 2 + (vp - 1) x pp + 1`` model chunks
+of ``L/(pp vp)`` layers (``L (1 + (pp - 1)/(pp vp))`` layers' worth). The last stage adds the output layer and
+the fp32 cross-entropy (``4 s b h / t (1 + v / h)``).
+
+Model states per parameter (mixed precision, Adam): 16-bit weights 2 + fp32 gradient 4 + fp32 master weights 4 +
+Adam moments 8 = 18 bytes; the distributed optimizer shards the last 12 over DP (``6 + 12/dp``); FSDP shards all
+16 bytes of fp32 state over DP and adds two gathered layers (current + prefetched) of 16-bit weights and their
+gradients. A stated framework reserve (CUDA context, NCCL buffers, allocator fragmentation) is added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from hybrid.workloads.llm.config import TrainingConfig
+from hybrid.workloads.llm.model import TransformerConfig
+
+GIB = 2.0**30
+
+
+def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp: np.ndarray, sp: np.ndarray,
+                               recompute: np.ndarray, seq: int) -> tuple[np.ndarray, np.ndarray]:
+    """(stored bytes per token per layer, one layer's full activations per token) on one TP rank."""
+    t = np.asarray(tp, dtype=np.float64)
+    sp = np.asarray(sp, dtype=bool)
+    h, q, kv = model.hidden_size, model.q_width, model.kv_width
+    f = model.ffn_hidden_size
+    a = model.num_attention_heads
+    mask = 1.0 if cfg.dropout else 0.0
+    n_norms = model.parallel_attn_norms if model.parallel_attn else 2
+    if model.is_moe:
+        k = model.moe_router_topk
+        fm = model.moe_ffn_hidden_size
+        mlp_split_moe = k * ((4 if model.gated else 2) * fm + 2 * fm) + 2 * k * h  # expert acts + dispatched copy
+        frac = model.num_moe_layers / model.num_layers
+        mlp_split = (1 - frac) * ((4 if model.gated else 2) * f + 2 * f) + frac * mlp_split_moe
+    else:
+        mlp_split = (4 if model.gated else 2) * f + 2 * f
+    replicated = 2.0 * h * n_norms + 2 * h + mask * h + 2 * h + mask * h  # norms, QKV/MLP inputs, dropout masks
+    split = (2 * q + 2 * kv) + 2 * kv + 2 * q + mlp_split  # Q,K  V  attention output  MLP activations
+    scores = 0.0 if cfg.flash_attention else (2.0 + mask + 2.0 * mask) * a * seq  # 5 a s with dropout
+    if model.qk_layernorm:
+        split += 2 * q + 2 * kv
+    scores_kept = np.where(np.isin(recompute, ["selective", "full"]), 0.0, scores)
+    full_layer = np.where(sp, (replicated + split + scores) / t, replicated + (split + scores) / t)
+    stored = np.where(sp, (replicated + split + scores_kept) / t, replicated + (split + scores_kept) / t)
+    ckpt = np.where(sp, 2.0 * h / t, 2.0 * h)
+    stored = np.where(recompute == "full", ckpt, stored)
+    return stored, full_layer
+
+
+@dataclass
+class MemoryBreakdown:
+    """Bytes per rank (arrays aligned with the mappings), most loaded stage."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    activations: np.ndarray
+    logits: np.ndarray
+    gathered: np.ndarray  # FSDP unsharded layers
+    reserve: np.ndarray
+    capacity: float
+
+    @property
+    def total(self) -> np.ndarray:
+        return (self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.gathered
+                + self.reserve)
+
+    @property
+    def fits(self) -> np.ndarray:
+        return self.total <= self.capacity
+
+    def row(self, i: int = 0) -> dict[str, float]:
+        parts = {k: float(getattr(self, k)[i]) / GIB for k in
+                 ("weights", "gradients", "optimizer", "activations", "logits", "gathered", "reserve")}
+        parts["total"] = float(self.total[i]) / GIB
+        parts["capacity"] = self.capacity / GIB
+        return parts
+
+    def reason(self, i: int = 0) -> str:
+        r = self.row(i)
+        if r["total"] <= r["capacity"]:
+            return f"fits: {r['total']:.1f} of {r['capacity']:.1f} GiB"
+        big = max(("weights", "gradients", "optimizer", "activations", "logits", "gathered"), key=lambda k: r[k])
+        return (f"needs {r['total']:.1f} GiB per GPU, capacity {r['capacity']:.1f} GiB "
+                f"(largest part: {big} {r[big]:.1f} GiB)")
+
+
+def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, params: dict[str, np.ndarray],
+                    capacity: float) -> MemoryBreakdown:
+    """Memory of the most loaded pipeline stage for every mapping row of ``m``."""
+    tp = m["tp"].to_numpy(np.float64)
+    pp = m["pp"].to_numpy(np.int64)
+    dp = m["dp"].to_numpy(np.float64)
+    cp = m["cp"].to_numpy(np.float64)
+    vp = m["vp"].to_numpy(np.int64)
+    mb = m["mb"].to_numpy(np.float64)
+    sp = m["sp"].to_numpy(bool) & (tp > 1)
+    rc = m["recompute"].to_numpy(dtype=object).astype(str)
+    distopt = m["distopt"].to_numpy(bool)
+    fsdp = m["fsdp"].to_numpy(bool)
+    seq = cfg.seq(model)
+    n_micro = cfg.global_batch / (mb * dp)
+    L = model.num_layers
+    wb = 2.0  # 16-bit weights (fp8 training keeps bf16 weights; the fp8 copies are transient)
+    # ------------------------------------------------------------------ model states
+    P_first, P_last = params["first"], params["last"]
+    P = np.maximum(P_first, P_last)
+    # FSDP: the fp32 flat-parameter shard is the master copy (4/dp), gradients 4/dp, Adam moments 8/dp
+    weights = np.where(fsdp, 4.0 * P / dp, wb * P)
+    grads = np.where(fsdp, 4.0 * P / dp, 4.0 * P)
+    optim = np.where(fsdp, 8.0 * P / dp, np.where(distopt, 12.0 * P / dp, 12.0 * P))
+    layer_p = params["layers"] * pp / L
+    gathered = np.where(fsdp, 2 * layer_p * (2.0 + 2.0), 0.0)
+    # ------------------------------------------------------------------ activations
+    stored, full_layer = activation_bytes_per_token(model, cfg, tp, sp, rc, seq)
+    tokens = mb * seq / cp
+    layers_pp = L / pp
+    inflight_1f1b = np.minimum(pp, n_micro) * layers_pp
+    chunks = np.minimum((pp - 1) * 2 + (vp - 1) * pp + 1, n_micro * vp)
+    inflight_int = chunks * L / (pp * vp)
+    inflight = np.where(vp > 1, inflight_int, inflight_1f1b)
+    acts = tokens * stored * inflight + np.where(rc == "full", tokens * full_layer, 0.0)
+    # embedding dropout mask per in-flight microbatch on the first stage
+    h = model.hidden_size
+    n_inflight_mb = np.where(vp > 1, chunks / vp, np.minimum(pp, n_micro))
+    acts = acts + (1.0 if cfg.dropout else 0.0) * tokens * h * np.where(sp, 1 / tp, 1.0) * n_inflight_mb
+    # ------------------------------------------------------------------ output layer + loss (last stage)
+    V = np.ceil(model.vocab_size / (cfg.make_vocab_size_divisible_by * tp)) * cfg.make_vocab_size_divisible_by * tp
+    logits = 4.0 * tokens * h / tp * (1.0 + V / h)
+    # the logits live on the last stage; when pp > 1 the first stage's activations usually dominate
+    last_acts = tokens * stored * layers_pp + logits
+    first_total = acts
+    pick_last = (pp > 1) & (last_acts > first_total)
+    activations = np.where(pp > 1, np.where(pick_last, tokens * stored * layers_pp, acts), acts)
+    logits_part = np.where(pp > 1, np.where(pick_last, logits, 0.0), logits)
+    reserve = np.full(len(m), cfg.reserve_gib * GIB)
+    return MemoryBreakdown(weights, grads, optim, activations, logits_part, gathered, reserve, capacity)

@@ -1,0 +1,72 @@
+"""Plots of LLM training predictions: memory per GPU (stacked bars against the capacity line) and the
+iteration-time breakdown across systems. Figures use the Agg canvas (no pyplot state); files are written
+atomically."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from hybrid.atomic import atomic_file
+
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "gathered", "reserve")
+
+
+def _save(fig: Figure, path: str | os.PathLike) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fmt = p.suffix.lstrip(".").lower() or "png"
+    with atomic_file(p) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=120)
+    return p
+
+
+def memory_bars(rows: Mapping[str, Mapping[str, float]], capacity_gib: float, path: str | os.PathLike,
+                title: str = "Memory per GPU") -> Path:
+    """Stacked bars (GiB) per labelled configuration with a horizontal capacity line."""
+    labels = list(rows)
+    fig = Figure(figsize=(max(6.0, 0.7 * len(labels) + 2), 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    x = np.arange(len(labels))
+    bottom = np.zeros(len(labels))
+    for part in MEMORY_PARTS:
+        vals = np.array([float(rows[k].get(part, 0.0)) for k in labels])
+        if vals.any():
+            ax.bar(x, vals, bottom=bottom, label=part)
+            bottom += vals
+    ax.axhline(capacity_gib, color="k", ls="--", lw=1, label=f"{capacity_gib:.0f} GiB capacity")
+    ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("GiB per GPU")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(title)
+    return _save(fig, path)
+
+
+def breakdown_bars(rows: Mapping[str, Mapping[str, float]], path: str | os.PathLike,
+                   title: str = "Iteration time (normalised to the fastest)") -> Path:
+    """Stacked bars of compute / communication / other per labelled system, normalised to the fastest."""
+    labels = list(rows)
+    totals = np.array([sum(rows[k].values()) for k in labels])
+    ref = totals.min()
+    fig = Figure(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    x = np.arange(len(labels))
+    bottom = np.zeros(len(labels))
+    parts = list(dict.fromkeys(p for k in labels for p in rows[k]))
+    for part in parts:
+        vals = np.array([float(rows[k].get(part, 0.0)) for k in labels]) / ref
+        ax.bar(x, vals, bottom=bottom, label=part)
+        bottom += vals
+    ax.set_xticks(x, labels, rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("time / fastest")
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    return _save(fig, path)

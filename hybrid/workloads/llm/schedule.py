@@ -1,0 +1,290 @@
+"""From per-layer costs to an iteration: exposed communication, the pipeline schedule on the engine, the tail.
+
+Per layer and microbatch on one rank (seconds)::
+
+    fwd = compute_fwd + exposed TP comm + MoE all-to-all + exposed CP exchange
+    bwd = compute_bwd + exposed TP comm + all-to-all + CP + recompute (selective: the re-run core attention
+          ops of unfused attention; with FlashAttention nothing, its backward already recomputes the scores;
+          full: the whole forward again, its TP comm included)
+
+TP comm is exposed (Megatron runs it on the compute stream) unless ``tp_comm_overlap``, where it hides behind
+the layer's GEMMs (``max(0, comm - gemm)``). CP's ring exchange overlaps with attention compute. FSDP gathers
+the next layer's parameters while this one computes (``overlap_param_gather``): a layer lasts
+``max(compute, gather)``; backward adds the re-gather and the gradient reduce-scatter.
+
+The pipeline runs on :mod:`hybrid.engine` with one rank per stage (DP/TP ranks of a stage are symmetric): each
+rank's compute stream runs its 1F1B or interleaved order of (chunk, microbatch) forward/backward nodes (first
+stage's first chunk with the embedding, last stage's last chunk with the output layer and loss); activations
+and gradients travel as send nodes between neighbouring stages; the DP gradient reduction of each chunk goes on
+a separate stream in per-layer buckets behind the chunk's last backward (``overlap_grad_reduce``) or after the
+pipeline flush; then the tied-embedding all-reduce (first/last stage), the optimizer step and (distributed
+optimizer without ``overlap_param_gather``) the parameter all-gather. The closed-form bubble
+``(pp - 1) / vp x (t_f + t_b)`` of a microbatch is reported beside the engine's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hybrid.engine.graph import TaskGraph
+from hybrid.engine.simulate import SimResult, simulate_durations
+from hybrid.workloads.llm.config import TrainingConfig
+from hybrid.workloads.llm.costing import MappingCosts
+from hybrid.workloads.llm.model import TransformerConfig
+
+#: Megatron-LM caps gradient buckets; a bucket per layer is close to its 40M-parameter default for large layers.
+MAX_BUCKETS_PER_CHUNK = 8
+
+
+@dataclass
+class StageTimes:
+    """Per-mapping times (seconds, arrays)."""
+
+    layer_f: np.ndarray
+    layer_b: np.ndarray
+    compute_f: np.ndarray  # pure compute per layer (no comm)
+    compute_b: np.ndarray  # incl. recompute compute
+    tp_exposed: np.ndarray  # per layer, fwd + bwd (+ recompute)
+    ep_exposed: np.ndarray
+    cp_exposed: np.ndarray
+    fsdp_exposed: np.ndarray
+    embed_f: np.ndarray
+    embed_b: np.ndarray
+    head_f: np.ndarray
+    head_b: np.ndarray
+    p2p: np.ndarray
+    dp_reduce: np.ndarray  # gradient reduce (all-reduce or reduce-scatter) of the whole stage
+    dp_gather: np.ndarray  # distributed-optimizer parameter all-gather
+    emb_sync: np.ndarray
+    optimizer: np.ndarray
+    fsdp_tail: np.ndarray  # embedding gather/reduce and the last layer's reduce-scatter (FSDP)
+    n_micro: np.ndarray
+    layers_per_chunk: np.ndarray
+
+
+def stage_times(model: TransformerConfig, cfg: TrainingConfig, c: MappingCosts) -> StageTimes:
+    m = c.mappings
+    L = c.layer
+    S = c.stage
+    rc = m["recompute"].to_numpy(dtype=object).astype(str)
+    fsdp = m["fsdp"].to_numpy(bool)
+    pp = m["pp"].to_numpy(np.int64)
+    vp = m["vp"].to_numpy(np.int64)
+    dp = m["dp"].to_numpy(np.int64)
+    mb = m["mb"].to_numpy(np.int64)
+    tpf, tpb = L["tpf"], L["tpb"]
+    if cfg.tp_comm_overlap:
+        tpf = np.maximum(0.0, tpf - L["gemm_f"])
+        tpb = np.maximum(0.0, tpb - L["gemm_b"])
+    cpf = np.maximum(0.0, L["cpf"] - L["attn_f"])
+    cpb = np.maximum(0.0, L["cpb"] - L["attn_b"])
+    fwd_compute = L["f"]
+    fwd = fwd_compute + tpf + L["epf"] + cpf
+    recomp_compute = np.where(rc == "full", fwd_compute, np.where(rc == "selective", L["s"], 0.0))
+    recomp_comm = np.where(rc == "full", fwd - fwd_compute, 0.0)
+    bwd_compute = L["b"] + recomp_compute
+    bwd = bwd_compute + tpb + L["epb"] + cpb + recomp_comm
+    # FSDP per-layer gathers / reduce-scatters
+    ag, rs = S["fsdp_ag"], S["fsdp_rs"]
+    if cfg.overlap_param_gather:
+        fwd_f = np.maximum(fwd, ag)
+        bwd_f = np.maximum(bwd, ag + rs)
+    else:
+        fwd_f = fwd + ag
+        bwd_f = bwd + ag + rs
+    fsdp_exposed = np.where(fsdp, (fwd_f - fwd) + (bwd_f - bwd), 0.0)
+    fwd = np.where(fsdp, fwd_f, fwd)
+    bwd = np.where(fsdp, bwd_f, bwd)
+    return StageTimes(
+        layer_f=fwd, layer_b=bwd, compute_f=fwd_compute, compute_b=bwd_compute,
+        tp_exposed=tpf + tpb + np.where(rc == "full", tpf, 0.0), ep_exposed=L["epf"] + L["epb"] * 1.0
+        + np.where(rc == "full", L["epf"], 0.0), cp_exposed=cpf + cpb + np.where(rc == "full", cpf, 0.0),
+        fsdp_exposed=fsdp_exposed,
+        embed_f=L["ef"], embed_b=L["eb"], head_f=L["hf"] + L["htpf"], head_b=L["hb"] + L["htpb"],
+        p2p=S["p2p"], dp_reduce=S["dp_ar"] + S["dp_rs"], dp_gather=S["dp_ag"], emb_sync=S["emb_ar"],
+        optimizer=S["opt"], fsdp_tail=np.where(fsdp, S["fsdp_emb"] + rs, 0.0),
+        n_micro=cfg.global_batch // (mb * dp), layers_per_chunk=model.num_layers // (pp * vp),
+    )
+
+
+def closed_form(st: StageTimes, m: Any, cfg: TrainingConfig) -> dict[str, np.ndarray]:
+    """Iteration time per mapping without the engine: ``m x t_max + (pp - 1)/vp x t_mean`` + tail."""
+    pp = m["pp"].to_numpy(np.float64)
+    vp = m["vp"].to_numpy(np.float64)
+    distopt = m["distopt"].to_numpy(bool)
+    n = st.n_micro.astype(np.float64)
+    per_layer = st.layer_f + st.layer_b
+    layers_stage = st.layers_per_chunk * vp
+    body = layers_stage * per_layer
+    extra_first = st.embed_f + st.embed_b
+    extra_last = st.head_f + st.head_b
+    t_max = np.where(pp > 1, body + np.maximum(extra_first, extra_last), body + extra_first + extra_last)
+    t_mean = body + (extra_first + extra_last) / pp
+    bubble = (pp - 1) / vp * t_mean + np.where(pp > 1, 2 * (pp - 1) * st.p2p, 0.0)
+    pipeline = n * t_max + bubble
+    # DP: overlapped with the last backward of the stage (all but the last bucket) when overlap_grad_reduce
+    last_bwd = layers_stage * st.layer_b
+    buckets = np.minimum(st.layers_per_chunk, MAX_BUCKETS_PER_CHUNK) * vp
+    if cfg.overlap_grad_reduce:
+        dp_exposed = np.maximum(st.dp_reduce - (last_bwd - last_bwd / np.maximum(buckets, 1)),
+                                st.dp_reduce / np.maximum(buckets, 1))
+    else:
+        dp_exposed = st.dp_reduce
+    dp_exposed = np.where(st.dp_reduce > 0, dp_exposed, 0.0)
+    first_fwd = st.layers_per_chunk * st.layer_f
+    gather = np.where(distopt, np.where(cfg.overlap_param_gather, np.maximum(0.0, st.dp_gather - first_fwd),
+                                        st.dp_gather), 0.0)
+    tail = dp_exposed + st.emb_sync + st.optimizer + gather + st.fsdp_tail
+    return {"iteration_s": pipeline + tail, "pipeline_s": pipeline, "bubble_s": bubble,
+            "bubble_closed_form_s": (pp - 1) / vp * t_mean, "dp_exposed_s": dp_exposed, "gather_s": gather,
+            "stage_max_s": t_max}
+
+
+# ============================================================================================ engine schedule
+def schedule_order(pp: int, vp: int, n_micro: int, rank: int) -> list[tuple[str, int, int]]:
+    """Megatron-LM's order of (``"F"``/``"B"``, chunk, microbatch) on pipeline ``rank``."""
+    if vp == 1:
+        warm = min(pp - rank - 1, n_micro)
+        order = [("F", 0, i) for i in range(warm)]
+        for i in range(n_micro - warm):
+            order += [("F", 0, warm + i), ("B", 0, i)]
+        order += [("B", 0, i) for i in range(n_micro - warm, n_micro)]
+        return order
+    total = n_micro * vp
+
+    def fwd(k: int) -> tuple[str, int, int]:
+        return ("F", (k // pp) % vp, (k // (pp * vp)) * pp + k % pp)
+
+    def bwd(k: int) -> tuple[str, int, int]:
+        return ("B", vp - 1 - (k // pp) % vp, (k // (pp * vp)) * pp + k % pp)
+
+    warm = min((pp - rank - 1) * 2 + (vp - 1) * pp, total)
+    order = [fwd(k) for k in range(warm)]
+    steady = total - warm
+    for i in range(steady):
+        order += [fwd(warm + i), bwd(i)]
+    order += [bwd(k) for k in range(steady, total)]
+    return order
+
+
+def build_pipeline_graph(st: StageTimes, i: int, m: Any, cfg: TrainingConfig) -> tuple[TaskGraph, dict[str, Any]]:
+    """The engine graph of mapping ``i``: one rank per pipeline stage."""
+    pp = int(m["pp"].iloc[i])
+    vp = int(m["vp"].iloc[i])
+    distopt = bool(m["distopt"].iloc[i])
+    n = int(st.n_micro[i])
+    lpc = int(st.layers_per_chunk[i])
+    us = 1e6
+    lf, lb = st.layer_f[i] * lpc * us, st.layer_b[i] * lpc * us
+    p2p = st.p2p[i] * us
+    g = TaskGraph(pp)
+    done: dict[tuple[str, int, int, int], int] = {}  # (kind, stage, chunk, mb) -> compute node
+    sent: dict[tuple[str, int, int, int], int] = {}  # (kind, stage, chunk, mb) -> send node (to the consumer)
+    orders = [schedule_order(pp, vp, n, r) for r in range(pp)]
+    pos = [0] * pp
+    n_buckets = max(1, min(lpc, MAX_BUCKETS_PER_CHUNK))
+    dp_chunk = st.dp_reduce[i] * us / vp
+    last_b_of_chunk = {(r, c): max(mb for k, cc, mb in orders[r] if k == "B" and cc == c) for r in range(pp)
+                       for c in range(vp)}
+    dp_nodes: dict[int, list[int]] = {r: [] for r in range(pp)}
+
+    def dur(kind: str, r: int, c: int) -> float:
+        d = lf if kind == "F" else lb
+        if r == 0 and c == 0:
+            d += (st.embed_f[i] if kind == "F" else st.embed_b[i]) * us
+        if r == pp - 1 and c == vp - 1:
+            d += (st.head_f[i] if kind == "F" else st.head_b[i]) * us
+        return float(d)
+
+    def producer(kind: str, r: int, c: int, mb: int) -> tuple[str, int, int, int] | None:
+        if kind == "F":
+            if r > 0:
+                return ("F", r - 1, c, mb)
+            return ("F", pp - 1, c - 1, mb) if c > 0 else None
+        if r < pp - 1:
+            return ("B", r + 1, c, mb)
+        return ("B", 0, c + 1, mb) if c < vp - 1 else ("F", pp - 1, vp - 1, mb)
+
+    # round-robin over ranks, adding each node once its producer exists (the schedule is deadlock-free)
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for r in range(pp):
+            while pos[r] < len(orders[r]):
+                kind, c, mb = orders[r][pos[r]]
+                prod = producer(kind, r, c, mb)
+                deps: list[int] = []
+                if prod is not None:
+                    same_rank = prod[1] == r
+                    key = prod
+                    if same_rank:
+                        if key not in done:
+                            break
+                        deps.append(done[key])
+                    else:
+                        if key not in sent:
+                            break
+                        deps.append(sent[key])
+                name = f"{'fwd' if kind == 'F' else 'bwd'} chunk {c} mb {mb}"
+                final_b = kind == "B" and mb == last_b_of_chunk[(r, c)] and dp_chunk > 0
+                if final_b and cfg.overlap_grad_reduce:
+                    piece = dur(kind, r, c) / n_buckets
+                    nid = None
+                    for j in range(n_buckets):
+                        nid = g.add(r, "compute", f"{name} part {j}", duration_us=piece,
+                                    deps=deps if j == 0 else ())
+                        dp_nodes[r].append(g.add(r, "dp", f"dp grad reduce chunk {c} bucket {j}",
+                                                 duration_us=dp_chunk / n_buckets, deps=[nid], kind="comm"))
+                    assert nid is not None
+                else:
+                    nid = g.add(r, "compute", name, duration_us=dur(kind, r, c), deps=deps)
+                done[(kind, r, c, mb)] = nid
+                # send to the consumer on another rank
+                if kind == "F":
+                    to = r + 1 if r < pp - 1 else (0 if c < vp - 1 else None)
+                else:
+                    to = r - 1 if r > 0 else (pp - 1 if c > 0 else None)
+                if to is not None and to != r:
+                    sent[(kind, r, c, mb)] = g.add(r, "send", f"send {name} -> stage {to}", duration_us=p2p,
+                                                   deps=[nid], kind="comm")
+                pos[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # pragma: no cover - the schedules above never deadlock
+            raise RuntimeError("pipeline schedule deadlocked")
+    pipe_end = {r: g.last(r, "compute") for r in range(pp)}
+    if dp_chunk > 0 and not cfg.overlap_grad_reduce:
+        for r in range(pp):
+            dp_nodes[r].append(g.add(r, "dp", "dp grad reduce", duration_us=dp_chunk * vp, deps=[pipe_end[r]],
+                                     kind="comm"))
+    tail_deps = {r: [pipe_end[r], *dp_nodes[r][-1:]] for r in range(pp)}
+    if pp > 1 and st.emb_sync[i] > 0:
+        ids = g.collective("tied embedding grad all-reduce", [0, pp - 1], None, duration_us=st.emb_sync[i] * us,
+                           deps={0: tail_deps[0], pp - 1: tail_deps[pp - 1]}, stream="dp", launch=False)
+        for r, nid in ids.items():
+            tail_deps[r] = [nid]
+    if st.fsdp_tail[i] > 0:
+        for r in range(pp):
+            tail_deps[r] = [g.add(r, "dp", "fsdp embedding/last-layer comm", duration_us=st.fsdp_tail[i] * us,
+                                  deps=tail_deps[r], kind="comm")]
+    for r in range(pp):
+        opt = g.add(r, "compute", "optimizer step", duration_us=st.optimizer[i] * us, deps=tail_deps[r])
+        if distopt and st.dp_gather[i] > 0:
+            gather = st.dp_gather[i] * us
+            if cfg.overlap_param_gather:  # hidden behind the next iteration's first forward chunk
+                gather = max(0.0, gather - lf)
+            if gather > 0:
+                g.add(r, "dp", "param all-gather (exposed)", duration_us=gather, deps=[opt], kind="comm")
+    return g, {"pipe_end_nodes": pipe_end}
+
+
+def simulate_mapping(st: StageTimes, i: int, m: Any, cfg: TrainingConfig) -> tuple[SimResult, dict[str, float]]:
+    """Engine simulation of mapping ``i``; returns the result and pipeline figures (seconds)."""
+    g, info = build_pipeline_graph(st, i, m, cfg)
+    compiled = g.compile()
+    res = simulate_durations(compiled, compiled.fixed_us.copy())
+    pipe_end = max(float(res.finish[nid]) for nid in info["pipe_end_nodes"].values()) * 1e-6
+    return res, {"pipeline_s": pipe_end, "iteration_s": res.iteration_us * 1e-6}

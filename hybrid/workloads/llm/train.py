@@ -1,0 +1,266 @@
+"""LLM training prediction: iteration time, throughput, MFU/HFU, breakdown, memory; and the mapping search.
+
+FLOPs (stated with every result): model FLOPs per iteration = 3 x forward FLOPs x tokens, with forward FLOPs per
+token = 2 x (matmul weights of the layers, active experts only) + 2 h V (logits) + 4 s q_width L (attention
+scores and values, full s x s as in Megatron-LM's and llm-foundry's formulas, Narayanan et al. 2021:
+``72 B s L h^2 (1 + s/(6h) + V/(12 L h))`` for GPT). Hardware FLOPs add the recomputed forward: all of it
+with full recomputation, the attention-score part (``4 s q_width L``) with selective recomputation.
+``MFU = model FLOPs / (iteration time x GPUs x dense peak of the dtype)``; HFU likewise.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.engine.costs import OpCostModel, default_cost_model, model_catalog
+from hybrid.engine.simulate import SimResult
+from hybrid.errors import InvalidInputError
+from hybrid.workloads.llm.config import TrainingConfig
+from hybrid.workloads.llm.costing import Target, cost_mappings, mappings_frame, resolve_target
+from hybrid.workloads.llm.memory import GIB, MemoryBreakdown, memory_per_rank
+from hybrid.workloads.llm.model import TransformerConfig
+from hybrid.workloads.llm.schedule import closed_form, simulate_mapping, stage_times
+
+FLOP_FORMULA = ("model FLOPs = 3 x tokens x [2 x layer matmul weights (active) + 2 h V + 4 s q_width L]; "
+                "HFU adds the recomputed forward (full) or 4 s q_width L per token (selective); "
+                "MFU = model FLOPs / (iteration s x GPUs x dense peak)")
+
+
+def model_flops(model: TransformerConfig, cfg: TrainingConfig) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one iteration (see the module docstring)."""
+    s = cfg.seq(model)
+    tokens = cfg.global_batch * s
+    fwd = model.forward_flops_per_token(s, causal_skip=False)
+    mf = 3.0 * fwd * tokens
+    if cfg.recompute == "full":
+        hf = 4.0 * fwd * tokens
+    elif cfg.recompute == "selective":
+        hf = mf + 4.0 * s * model.q_width * model.num_layers * tokens
+    else:
+        hf = mf
+    return mf, hf
+
+
+@dataclass
+class TrainingPrediction:
+    """Everything predicted for one training job."""
+
+    model: TransformerConfig
+    config: TrainingConfig
+    target: Target
+    cost_model: str
+    iteration_s: float
+    closed_form_iteration_s: float
+    breakdown_s: dict[str, float]
+    bubble_closed_form_s: float
+    memory: dict[str, float]
+    fits: bool
+    fit_reason: str
+    model_flops: float
+    hardware_flops: float
+    placement: dict[str, str]
+    sim: SimResult | None = None
+    ops: pd.DataFrame | None = field(default=None, repr=False)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.config.global_batch * self.config.seq(self.model) / self.iteration_s
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flops / (self.iteration_s * self.config.gpus * self.target.peak_flops)
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flops / (self.iteration_s * self.config.gpus * self.target.peak_flops)
+
+    def summary(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "model": self.model.name, "params_b": round(self.model.num_params / 1e9, 3),
+            "system": self.target.system, "device": self.target.device, "gpus": cfg.gpus,
+            "tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp, "cp": cfg.cp, "ep": cfg.ep, "vp": cfg.vp,
+            "micro_batch": cfg.micro_batch, "global_batch": cfg.global_batch, "seq_length": cfg.seq(self.model),
+            "num_microbatches": cfg.num_microbatches, "sp": cfg.sp, "recompute": cfg.recompute,
+            "distributed_optimizer": cfg.distributed_optimizer, "fsdp": cfg.fsdp, "dtype": cfg.dtype,
+            "flash_attention": cfg.flash_attention, "cost_model": self.cost_model,
+            "iteration_s": self.iteration_s, "closed_form_iteration_s": self.closed_form_iteration_s,
+            "tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s / cfg.gpus,
+            "mfu": self.mfu, "hfu": self.hfu, "flops_formula": FLOP_FORMULA,
+            "model_tflops_per_gpu": self.model_flops / self.iteration_s / cfg.gpus / 1e12,
+            "breakdown_s": self.breakdown_s, "bubble_closed_form_s": self.bubble_closed_form_s,
+            "memory_gib_per_rank": self.memory["total"], "memory_breakdown_gib": self.memory,
+            "fits": self.fits, "fit_reason": self.fit_reason, "placement": self.placement,
+        }
+
+
+def placement(cfg: TrainingConfig, tgt: Target) -> dict[str, str]:
+    """Where each group's collectives run (rank order tp-cp-dp-pp)."""
+    from hybrid.workloads.llm.config import group_nodes
+
+    g = tgt.gpus_per_node
+
+    def where(size: int, stride: int) -> str:
+        if size <= 1:
+            return "none"
+        nodes = group_nodes(size, stride, g)
+        return f"{size} ranks, {'1 node (' + tgt.system + ' intra-node fabric)' if nodes == 1 else f'{nodes} nodes (NICs)'}"
+
+    return {"tp": where(cfg.tp, 1), "cp": where(cfg.cp, cfg.tp), "dp": where(cfg.dp, cfg.tp * cfg.cp),
+            "pp": "none" if cfg.pp == 1 else ("across nodes" if cfg.tp * cfg.cp * cfg.dp >= g else "inside a node"),
+            "ep": where(cfg.ep, cfg.tp * cfg.cp)}
+
+
+def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
+             cost_model: OpCostModel | None) -> tuple[OpCostModel, Target]:
+    cfg.validate_for(model)
+    cm = cost_model if cost_model is not None else default_cost_model()
+    tgt = resolve_target(system, model_catalog(cm), cfg.dtype)
+    if cfg.tp > tgt.gpus_per_node:
+        raise InvalidInputError(f"tensor parallel size {cfg.tp} exceeds the {tgt.gpus_per_node} GPUs of one "
+                                f"{tgt.system} node")
+    return cm, tgt
+
+
+def memory_only(model: TransformerConfig, cfg: TrainingConfig, system: str, catalog: Any = None
+                ) -> tuple[MemoryBreakdown, Target]:
+    """Memory per rank of one job (no costing)."""
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.llm.costing import stage_params
+
+    cfg.validate_for(model)
+    tgt = resolve_target(system, catalog or default_catalog(), cfg.dtype)
+    m = mappings_frame(cfg)
+    return memory_per_rank(model, cfg, m, stage_params(model, cfg, m), tgt.mem_capacity), tgt
+
+
+def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
+                     cost_model: OpCostModel | None = None, cost_model_name: str = "roofline",
+                     engine: bool = True) -> TrainingPrediction:
+    """Predict one training iteration of ``model`` under ``cfg`` on ``system``."""
+    cm, tgt = _prepare(model, cfg, system, cost_model)
+    m = mappings_frame(cfg)
+    costs = cost_mappings(model, cfg, m, tgt, cm)
+    st = stage_times(model, cfg, costs)
+    cf = closed_form(st, costs.mappings, cfg)
+    mem = memory_per_rank(model, cfg, costs.mappings, costs.params, tgt.mem_capacity)
+    sim = None
+    if engine:
+        sim, fig = simulate_mapping(st, 0, costs.mappings, cfg)
+        iteration, pipeline = fig["iteration_s"], fig["pipeline_s"]
+    else:
+        iteration, pipeline = float(cf["iteration_s"][0]), float(cf["pipeline_s"][0])
+    n = float(st.n_micro[0])
+    lps = float(st.layers_per_chunk[0] * cfg.vp)
+    pp = cfg.pp
+    # time the busiest stage spends per part (first stage with the embedding, last with the head)
+    first_extra = float(st.embed_f[0] + st.embed_b[0])
+    last_extra = float(st.head_f[0] + st.head_b[0])
+    extra = first_extra + last_extra if pp == 1 else max(first_extra, last_extra)
+    compute = n * (lps * float(st.compute_f[0] + st.compute_b[0]) + extra)
+    tp = n * lps * float(st.tp_exposed[0])
+    ep = n * lps * float(st.ep_exposed[0])
+    cpx = n * lps * float(st.cp_exposed[0])
+    fsdp = n * lps * float(st.fsdp_exposed[0])
+    busy = compute + tp + ep + cpx + fsdp
+    bubble = max(0.0, pipeline - busy)
+    tail = iteration - pipeline
+    opt = float(st.optimizer[0])
+    emb = float(st.emb_sync[0]) if pp > 1 else 0.0
+    breakdown = {"compute": compute, "tp_comm": tp, "ep_comm": ep, "cp_comm": cpx, "fsdp_comm": fsdp,
+                 "pipeline_bubble": bubble, "dp_comm": max(0.0, tail - opt - emb),
+                 "embedding_sync": emb, "optimizer": opt}
+    mf, hf = model_flops(model, cfg)
+    return TrainingPrediction(
+        model=model, config=cfg, target=tgt, cost_model=cost_model_name, iteration_s=iteration,
+        closed_form_iteration_s=float(cf["iteration_s"][0]), breakdown_s=breakdown,
+        bubble_closed_form_s=float(cf["bubble_closed_form_s"][0] * n / max(n, 1)),
+        memory=mem.row(0), fits=bool(mem.fits[0]), fit_reason=mem.reason(0), model_flops=mf, hardware_flops=hf,
+        placement=placement(cfg, tgt), sim=sim, ops=costs.ops)
+
+
+# ============================================================================================== search
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Target,
+                       micro_batches: tuple[int, ...] = (1, 2, 4, 8), max_vp: int = 8,
+                       recompute: tuple[str, ...] = ("none", "selective", "full")) -> pd.DataFrame:
+    """Every valid (tp, pp, dp, mb, vp, recompute, sp, distributed optimizer) for ``base.gpus`` GPUs
+    (CP = EP = 1, no FSDP)."""
+    G = base.gpus
+    L = model.num_layers
+    tps = [t for t in _divisors(G) if t <= tgt.gpus_per_node and model.num_attention_heads % t == 0
+           and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]
+    rows = []
+    for t in tps:
+        for p in _divisors(G // t):
+            if L % p:
+                continue
+            d = G // (t * p)
+            for mb in micro_batches:
+                if base.global_batch % (mb * d):
+                    continue
+                nm = base.global_batch // (mb * d)
+                vps = [1] + ([v for v in range(2, max_vp + 1) if L % (p * v) == 0 and nm % p == 0] if p > 1 else [])
+                for v, rc, sp, do in itertools.product(vps, recompute, (False, True) if t > 1 else (False,),
+                                                       (False, True) if d > 1 else (False,)):
+                    rows.append((t, p, d, 1, 1, v, mb, sp, rc, do, False))
+    if not rows:
+        raise InvalidInputError(f"no valid mapping of {model.name} on {G} GPUs with global batch {base.global_batch}")
+    return pd.DataFrame(rows, columns=["tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "recompute", "distopt",
+                                       "fsdp"])
+
+
+def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_model: OpCostModel | None = None,
+           top: int = 10, engine_top: int = 5, **space: Any) -> pd.DataFrame:
+    """All fitting mappings, fastest first. Every candidate is costed in one predictor call and timed by the
+    closed form (vectorised); the ``engine_top`` fastest are re-timed on the engine (column ``engine_s``)."""
+    cm = cost_model if cost_model is not None else default_cost_model()
+    tgt = resolve_target(system, model_catalog(cm), base.dtype)
+    cand = candidate_mappings(model, base, tgt, **space)
+    costs = cost_mappings(model, base, cand, tgt, cm)
+    st = stage_times(model, base, costs)
+    cf = closed_form(st, costs.mappings, base)
+    mem = memory_per_rank(model, base, costs.mappings, costs.params, tgt.mem_capacity)
+    out = costs.mappings.copy()
+    out["iteration_s"] = cf["iteration_s"]
+    out["bubble_s"] = cf["bubble_s"]
+    out["memory_gib"] = mem.total / GIB
+    out["fits"] = mem.fits
+    s = base.seq(model)
+    out["tokens_per_s_per_gpu"] = base.global_batch * s / out["iteration_s"] / base.gpus
+    mf = 3.0 * model.forward_flops_per_token(s) * base.global_batch * s
+    out["mfu"] = mf / (out["iteration_s"] * base.gpus * tgt.peak_flops)
+    fit = out[out["fits"]].sort_values("iteration_s", kind="stable")
+    if fit.empty:
+        best = out.sort_values("memory_gib").iloc[0]
+        raise InvalidInputError(f"no mapping fits in {tgt.mem_capacity / GIB:.0f} GiB per GPU (smallest needs "
+                                f"{best['memory_gib']:.1f} GiB: tp {best['tp']}, pp {best['pp']}, "
+                                f"recompute {best['recompute']})")
+    fit = fit.head(max(top, engine_top)).copy()
+    eng = np.full(len(fit), np.nan)
+    for j, i in enumerate(fit.index[:engine_top]):
+        cfg_i = mapping_config(base, fit.loc[i])
+        _, fig = simulate_mapping(st, int(i), costs.mappings, cfg_i)
+        eng[j] = fig["iteration_s"]
+    fit["engine_s"] = eng
+    fit.attrs["n_candidates"] = len(out)
+    fit.attrs["n_fit"] = int(out["fits"].sum())
+    fit.attrs["n_predicted_ops"] = costs.n_predicted
+    return fit.head(top).reset_index(drop=True)
+
+
+def mapping_config(base: TrainingConfig, row: Any) -> TrainingConfig:
+    """``base`` with the mapping of a search row."""
+    gpus = int(row["tp"]) * int(row["pp"]) * int(row["dp"]) * int(row["cp"])
+    return base.with_(gpus=gpus, tp=int(row["tp"]), pp=int(row["pp"]), cp=int(row["cp"]), ep=int(row["ep"]),
+                      vp=int(row["vp"]), micro_batch=int(row["mb"]), sp=bool(row["sp"]),
+                      recompute=str(row["recompute"]), distributed_optimizer=bool(row["distopt"]),
+                      fsdp=bool(row["fsdp"]))

@@ -1,0 +1,188 @@
+"""LLM training: memory against Korthikanti et al. 2022 by hand, FLOPs against 6NT + attention, invariants across
+mappings, the pipeline schedule on the engine, refusals and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hybrid.cli.main import main
+from hybrid.errors import InvalidInputError
+from hybrid.ops.families import FAMILIES, family_array
+from hybrid.workloads.llm.config import TrainingConfig
+from hybrid.workloads.llm.model import load_model
+from hybrid.workloads.llm.schedule import schedule_order
+from hybrid.workloads.llm.train import memory_only, model_flops, predict_training, search
+
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def gpt175():
+    return load_model("megatron-175b")
+
+
+def _cfg(**kw):
+    base = dict(gpus=64, global_batch=64, micro_batch=1, tp=8, pp=8, dtype="fp16", flash_attention=False)
+    base.update(kw)
+    return TrainingConfig(**base)
+
+
+def test_activation_memory_matches_korthikanti_by_hand(gpt175):
+    s, b, h, a, t, L = 2048, 1, 12288, 96, 8, 96
+    # TP + SP + selective recompute: 34 s b h / t per layer; the first stage holds pp microbatches of L/pp layers
+    mem, _ = memory_only(gpt175, _cfg(sp=True, recompute="selective"), "DGX-A100")
+    expected = 34 * s * b * h / t * L + s * b * h / t * 8  # + embedding dropout masks of 8 microbatches
+    assert mem.activations[0] == pytest.approx(expected, rel=1e-9)
+    # TP without SP, no recompute: s b h (10 + 24/t + 5 a s / (h t)) per layer
+    mem, _ = memory_only(gpt175, _cfg(sp=False, recompute="none"), "DGX-A100")
+    expected = s * b * h * (10 + 24 / t + 5 * a * s / (h * t)) * L + s * b * h * 8
+    assert mem.activations[0] == pytest.approx(expected, rel=1e-9)
+    # TP + SP, no recompute: s b h (34 + 5 a s / h) / t per layer
+    mem, _ = memory_only(gpt175, _cfg(sp=True, recompute="none"), "DGX-A100")
+    expected = s * b * h * (34 + 5 * a * s / h) / t * L + s * b * h / t * 8
+    assert mem.activations[0] == pytest.approx(expected, rel=1e-9)
+    # full recomputation: 2 s b h per layer (input checkpoint) + one layer's activations during recompute
+    mem, _ = memory_only(gpt175, _cfg(sp=False, recompute="full"), "DGX-A100")
+    one_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t))
+    assert mem.activations[0] == pytest.approx(2 * s * b * h * L + one_layer + s * b * h * 8, rel=1e-9)
+
+
+def test_interleaving_raises_in_flight_activations_by_korthikanti_factor(gpt175):
+    base = _cfg(sp=True, recompute="selective", global_batch=64)
+    one, _ = memory_only(gpt175, base, "DGX-A100")
+    inter, _ = memory_only(gpt175, base.with_(vp=3), "DGX-A100")
+    layer_bytes = 34 * 2048 * 12288 / 8
+    p, v = 8, 3
+    assert (inter.activations[0] - one.activations[0]) == pytest.approx(
+        layer_bytes * 96 * (p - 1) / (p * v) + 2048 * 12288 / 8 * (
+            ((p - 1) * 2 + (v - 1) * p + 1) / v - p), rel=1e-6)
+
+
+def test_model_states_18_bytes_and_distributed_optimizer():
+    m = load_model("llama2-7b")
+    cfg = TrainingConfig(gpus=8, global_batch=64, micro_batch=1, dropout=False)
+    mem, _ = memory_only(m, cfg, "DGX-A100")
+    P = m.num_params  # TP = PP = 1: the whole model, padded vocab (32000 is a multiple of 128)
+    assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(18 * P, rel=1e-6)
+    mem, _ = memory_only(m, cfg.with_(distributed_optimizer=True), "DGX-A100")
+    assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx((6 + 12 / 8) * P, rel=1e-6)
+    mem, _ = memory_only(m, cfg.with_(fsdp=True), "DGX-A100")
+    assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(16 * P / 8, rel=1e-6)
+
+
+def test_flops_match_megatron_formula_and_6nt(gpt175):
+    cfg = _cfg()
+    mf, hf = model_flops(gpt175, cfg.with_(recompute="full"))
+    B, s, L, h, V = 64, 2048, 96, 12288, 51200
+    assert mf == pytest.approx(72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h)), rel=2e-3)
+    assert hf == pytest.approx(mf * 4 / 3, rel=1e-12)
+    n_tokens = B * s
+    six_nt = 6 * gpt175.num_params * n_tokens
+    attention = 3 * 4 * s * h * L * n_tokens
+    assert mf == pytest.approx(six_nt + attention, rel=0.01)
+
+
+def test_compute_is_conserved_across_tensor_parallel_splits():
+    model = load_model("gpt3-1.3b")
+    totals = []
+    for tp in (1, 2, 4, 8):
+        cfg = TrainingConfig(gpus=8, global_batch=16, micro_batch=2, tp=tp, flash_attention=True)
+        pred = predict_training(model, cfg, "DGX-A100", engine=False)
+        ops = pred.ops
+        layer = ops[(ops["scope"] == "layer") & ops["role"].isin(["f", "b"])]
+        flops = np.zeros(len(layer))
+        fam = family_array(layer["op"])
+        for name in ("gemm", "attention"):
+            rows = fam == name
+            flops[rows] = FAMILIES[name].flops(layer[rows])
+        totals.append(float((flops * layer["count"].to_numpy()).sum()) * tp)
+    assert max(totals) / min(totals) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_engine_pipeline_matches_closed_form_bubble(gpt175):
+    cfg = _cfg(sp=True, recompute="selective", global_batch=32)
+    pred = predict_training(gpt175, cfg, "DGX-A100")
+    assert pred.iteration_s == pytest.approx(pred.closed_form_iteration_s, rel=0.03)
+    assert pred.breakdown_s["pipeline_bubble"] == pytest.approx(pred.bubble_closed_form_s, rel=0.15)
+    assert sum(pred.breakdown_s.values()) == pytest.approx(pred.iteration_s, rel=1e-6)
+    inter = predict_training(gpt175, cfg.with_(vp=3), "DGX-A100")
+    assert inter.breakdown_s["pipeline_bubble"] < pred.breakdown_s["pipeline_bubble"] / 2
+
+
+@pytest.mark.parametrize(("pp", "vp", "m"), [(4, 1, 8), (4, 2, 8), (8, 3, 16), (2, 4, 2)])
+def test_schedule_order_runs_every_chunk_once(pp, vp, m):
+    for r in range(pp):
+        order = schedule_order(pp, vp, m, r)
+        assert sorted(order) == sorted([(k, c, i) for k in "FB" for c in range(vp) for i in range(m)])
+        warm = next(i for i, o in enumerate(order) if o[0] == "B")
+        w = min((pp - r - 1) * 2 + (vp - 1) * pp, m * vp) if vp > 1 else min(pp - r - 1, m)
+        assert warm == w + (1 if w < m * vp else 0)  # warm-up forwards, then one more before the first backward
+
+
+def test_mapping_that_does_not_fit_is_refused_with_reason(capsys):
+    model = load_model("megatron-1t")
+    cfg = TrainingConfig(gpus=8, global_batch=8, tp=8)
+    pred = predict_training(model, cfg, "DGX-A100", engine=False)
+    assert not pred.fits and "needs" in pred.fit_reason and "optimizer" in pred.fit_reason
+    rc = main(["llm", "train", "megatron-1t", "--system", "DGX-A100", "--gpus", "8", "--tp", "8",
+               "--global-batch", "8"])
+    assert rc == 2
+    assert "does not fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpus", "64", "--tp", "5", "--global-batch", "64"], "divisible by tp x pp x cp"),
+        (["--gpus", "80", "--tp", "5", "--global-batch", "80"], "divisible by tensor parallel"),
+        (["--gpus", "40", "--tp", "8", "--pp", "5", "--global-batch", "40"], "divisible by pp x vp"),
+        (["--gpus", "64", "--tp", "8", "--pp", "4", "--vp", "5", "--global-batch", "64"], "divisible by pp x vp"),
+        (["--gpus", "64", "--tp", "8", "--global-batch", "60"], "global batch (60) must be divisible"),
+        (["--gpus", "64", "--tp", "8", "--ep", "2", "--global-batch", "64"], "mixture-of-experts"),
+    ],
+)
+def test_bad_configs_give_clear_errors(args, message, capsys):
+    rc = main(["llm", "train", "gpt3-175b", "--system", "DGX-A100", *args])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert message in err and err.count("\n") == 1
+
+
+def test_cli_json_fields(capsys, tmp_path):
+    trace = tmp_path / "t.json"
+    rc = main(["llm", "train", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "16", "--tp", "2", "--pp", "2",
+               "--global-batch", "64", "--micro-batch", "2", "--json", "--trace", str(trace)])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    for k in ("iteration_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_gib_per_rank", "fits",
+              "breakdown_s"):
+        assert k in out
+    assert 0 < out["mfu"] < 1 and out["fits"] is True
+    assert out["tokens_per_s"] == pytest.approx(64 * 2048 / out["iteration_s"])
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["pid"] for e in events if e["ph"] == "X"} == {0, 1}
+
+
+def test_search_returns_fitting_mappings_fastest_first():
+    model = load_model("gpt3-2.7b")
+    base = TrainingConfig(gpus=16, global_batch=64)
+    res = search(model, base, "DGX-A100", top=5, engine_top=2)
+    assert len(res) == 5 and res["fits"].all()
+    assert (np.diff(res["iteration_s"].to_numpy()) >= 0).all()
+    assert res["engine_s"].iloc[0] == pytest.approx(res["iteration_s"].iloc[0], rel=0.1)
+    # the chosen mapping is no slower than a plain data-parallel one that fits
+    plain = predict_training(model, base.with_(distributed_optimizer=True), "DGX-A100", engine=False)
+    assert res["iteration_s"].iloc[0] <= plain.closed_form_iteration_s * 1.0001
+
+
+def test_gqa_moe_and_cp_ep_run():
+    mx = load_model("mixtral-8x7b")
+    cfg = TrainingConfig(gpus=64, global_batch=64, tp=2, pp=4, ep=4, cp=2, sp=True, recompute="selective",
+                         distributed_optimizer=True, dropout=False, seq_length=4096)
+    pred = predict_training(mx, cfg, "DGX-H100")
+    assert pred.breakdown_s["ep_comm"] > 0 and pred.iteration_s > 0
+    with pytest.raises(InvalidInputError, match="experts"):
+        predict_training(mx, cfg.with_(ep=16, gpus=64, tp=1, cp=1), "DGX-H100")
