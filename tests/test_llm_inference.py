@@ -216,3 +216,18 @@ def test_vendor_table_predicted_row_by_row(shared_datasets):
     ratio = p["roofline"] / p["measured"]
     # the roofline is an upper bound on throughput for nearly every row (kernels never beat the datasheet)
     assert (ratio > 0.6).all() and np.median(ratio) > 1.0
+
+
+def test_serve_replays_a_trace_file_and_rejects_bad_ones(capsys, tmp_path):
+    good = tmp_path / "trace.csv"
+    good.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.4,300,40\n0,100,20\n0.2,50,10\n")
+    code, out, _ = run(capsys, "llm", "serve", "llama2-7b", "-d", "A100", "--trace", str(good), "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["requests"] == 3 and d["ttft_ms"]["p50"] > 0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_s,input_len,output_len\n0,100,20\n0.5,-3,40\n")
+    code, _, err = run(capsys, "llm", "serve", "llama2-7b", "-d", "A100", "--trace", str(bad))
+    assert code == 2 and "line 3" in err and "input_len" in err
+    code, _, err = run(capsys, "llm", "serve", "llama2-7b", "-d", "A100", "--trace", str(tmp_path / "none.csv"))
+    assert code == 2 and "does not exist" in err

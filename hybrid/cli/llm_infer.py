@@ -182,6 +182,8 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
               help="Prompt lengths: 512, 64-1024 (uniform), exp:512, normal:512,128, lognormal:300,0.8.")
 @click.option("--output-dist", default="128", show_default=True, help="Output lengths (same forms).")
 @click.option("--arrival", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True)
+@click.option("--trace", "trace_file", type=click.Path(dir_okay=False), default=None,
+              help="Replay a request trace (CSV: arrival_s,input_len,output_len) instead of --rate/--*-dist.")
 @click.option("--slo-ttft", default=None, help="TTFT target, e.g. 200ms.")
 @click.option("--slo-tpot", default=None, help="Time-per-output-token target, e.g. 50ms.")
 @click.option("--slo-latency", default=None, help="End-to-end latency target, e.g. 10s.")
@@ -192,7 +194,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
-          arrival: str, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
+          arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
           max_batched_tokens: int, max_seqs: int, seed: int) -> None:
     """Continuous batching at a request rate: TTFT/TPOT/latency percentiles and the highest rate meeting the SLO."""
     from hybrid.workloads.llm.serving import (
@@ -204,6 +206,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         parse_dist,
         parse_rate,
         parse_time_ms,
+        read_trace,
         simulate,
     )
 
@@ -215,27 +218,32 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     r_s = parse_rate(rate)
     idist, odist = parse_dist(input_dist), parse_dist(output_dist)
     sched = SchedulerConfig(max_batched_tokens, max_seqs)
-    trace = make_trace(r_s, n_requests, idist, odist, seed, arrival)
+    trace = read_trace(trace_file) if trace_file else make_trace(r_s, n_requests, idist, odist, seed, arrival)
     costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
                             int((trace.input_len + trace.output_len).max()), cost)
     res = simulate(s, trace, cost, sched, costs)
     out: dict[str, Any] = {"model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": tp,
                            "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
                            **res.to_dict()}
-    out["rate_per_s"] = r_s
+    if trace_file:
+        out.update(trace=trace_file, input_dist=None, output_dist=None)
+    else:
+        out["rate_per_s"] = r_s
     slo = SLO(parse_time_ms(slo_ttft) if slo_ttft else None, parse_time_ms(slo_tpot) if slo_tpot else None,
               parse_time_ms(slo_latency) if slo_latency else None, slo_percentile)
     if not slo.empty:
         out["slo"] = {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "latency_ms": slo.latency_ms,
                       "percentile": slo_percentile, "met_at_rate": slo.met(res)}
-        best, best_res = max_rate(s, slo, n_requests, idist, odist, cost, sched, seed)
+        best, best_res = max_rate(s, slo, n_requests, idist, odist, cost, sched, seed,
+                                  trace=trace if trace_file else None)
         out["max_rate_meeting_slo_per_s"] = best
         out["at_max_rate"] = best_res.to_dict() if best_res is not None else None
     if as_json:
         echo_json(out)
         return
-    click.echo(f"{s.model.name} on {s.device.key} x{tp} ({s.precision.label}), {n_requests} requests at "
-               f"{r_s:g}/s, input {input_dist}, output {output_dist}")
+    what = (f"trace {trace_file} ({len(trace)} requests)" if trace_file else
+            f"{n_requests} requests at {r_s:g}/s, input {input_dist}, output {output_dist}")
+    click.echo(f"{s.model.name} on {s.device.key} x{tp} ({s.precision.label}), {what}")
     pct = res.percentiles()
     echo_table([(k, v["p50"], v["p90"], v["p99"], v["mean"]) for k, v in pct.items()],
                ["metric", "p50", "p90", "p99", "mean"])

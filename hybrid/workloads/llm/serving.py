@@ -16,8 +16,10 @@ that finishes its prompt. Tensor parallelism only (one model replica; pipeline p
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -139,6 +141,45 @@ def make_trace(rate: float, n: int, input_dist: LengthDist, output_dist: LengthD
     else:
         raise InvalidInputError(f"arrival must be poisson or uniform, got {arrival!r}")
     return Trace(t - t[0], input_dist.sample(n, rng), output_dist.sample(n, rng))
+
+
+#: Accepted column names of a trace file: canonical first, then Vidur / common trace spellings.
+TRACE_COLUMNS = {
+    "arrival_s": ("arrival_s", "arrived_at", "arrival_time", "timestamp"),
+    "input_len": ("input_len", "num_prefill_tokens", "prompt_tokens", "input_tokens"),
+    "output_len": ("output_len", "num_decode_tokens", "completion_tokens", "output_tokens"),
+}
+
+
+def read_trace(path: str | os.PathLike) -> Trace:
+    """A request trace from CSV: arrival time (s) and prompt/output token counts per request (Vidur's
+    ``arrived_at, num_prefill_tokens, num_decode_tokens`` are accepted too). Requests are sorted by arrival."""
+    p = Path(path)
+    try:
+        df = pd.read_csv(p, comment="#")
+    except FileNotFoundError:
+        raise InvalidInputError(f"trace file {p} does not exist") from None
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"trace file {p}: cannot read ({' '.join(str(exc).split())[:120]})") from None
+    cols, src = {}, {}
+    for key, names in TRACE_COLUMNS.items():
+        found = next((c for c in names if c in df.columns), None)
+        if found is None:
+            raise InvalidInputError(f"trace file {p}: no {key} column (one of {', '.join(names)})")
+        src[key] = found
+        cols[key] = pd.to_numeric(df[found], errors="coerce").to_numpy(dtype=np.float64)
+    if len(df) == 0:
+        raise InvalidInputError(f"trace file {p} has no requests")
+    for key, v in cols.items():
+        bad = ~np.isfinite(v) | (v < 0 if key == "arrival_s" else v < 1)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidInputError(f"trace file {p}, line {i + 2}: {key} must be "
+                                    f"{'a time >= 0' if key == 'arrival_s' else 'a token count >= 1'}, got "
+                                    f"{str(df[src[key]].iloc[i])!r}")
+    order = np.argsort(cols["arrival_s"], kind="stable")
+    return Trace(cols["arrival_s"][order], np.round(cols["input_len"][order]).astype(np.int64),
+                 np.round(cols["output_len"][order]).astype(np.int64))
 
 
 # ------------------------------------------------------------------------------------------------ step costs
@@ -383,20 +424,28 @@ class SLO:
         return self.ttft_ms is None and self.tpot_ms is None and self.latency_ms is None
 
 
-def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist, output_dist: LengthDist,
+def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None, output_dist: LengthDist | None,
              cost_model: OpCostModel | None = None, sched: SchedulerConfig | None = None, seed: int = 0,
-             iterations: int = 10) -> tuple[float, ServeResult | None]:
+             iterations: int = 10, trace: Trace | None = None) -> tuple[float, ServeResult | None]:
     """The highest Poisson arrival rate (req/s) whose simulated percentiles meet ``slo`` (bisection on a log
-    scale; the same random draws at every rate). Returns (0, None) when even a trickle misses it."""
+    scale; the same random draws at every rate). With ``trace``, its arrival times are compressed or stretched
+    instead (same requests, same order). Returns (0, None) when even a trickle misses it."""
     if slo.empty:
         raise InvalidInputError("give at least one SLO (--slo-ttft, --slo-tpot or --slo-latency)")
     sched = sched or SchedulerConfig()
-    probe = make_trace(1.0, n, input_dist, output_dist, seed)
+    if trace is None and (input_dist is None or output_dist is None):
+        raise InvalidInputError("give length distributions or a trace")
+    probe = trace if trace is not None else make_trace(1.0, n, input_dist, output_dist, seed)
     costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
                             int((probe.input_len + probe.output_len).max()), cost_model)
+    base = trace_rate(probe) if trace is not None and len(trace) > 1 else 1.0
 
     def run(rate: float) -> ServeResult:
-        return simulate(s, make_trace(rate, n, input_dist, output_dist, seed), cost_model, sched, costs)
+        if trace is not None:
+            t = Trace(trace.arrival_s * (base / rate), trace.input_len, trace.output_len)
+        else:
+            t = make_trace(rate, n, input_dist, output_dist, seed)
+        return simulate(s, t, cost_model, sched, costs)
 
     lo_rate = 1e-3
     lo = run(lo_rate)
@@ -404,7 +453,8 @@ def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist, output
         return 0.0, None
     # the saturated throughput bounds the useful rates
     sat = run(1e6)
-    hi_rate = max(sat.output_tokens_per_s_per_gpu * s.gpus / max(output_dist.mean, 1.0) * 1.5, lo_rate * 2)
+    mean_out = float(np.mean(probe.output_len))
+    hi_rate = max(sat.output_tokens_per_s_per_gpu * s.gpus / max(mean_out, 1.0) * 1.5, lo_rate * 2)
     best = lo
     lo_r = lo_rate
     for _ in range(iterations):
