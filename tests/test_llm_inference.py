@@ -231,3 +231,20 @@ def test_serve_replays_a_trace_file_and_rejects_bad_ones(capsys, tmp_path):
     assert code == 2 and "line 3" in err and "input_len" in err
     code, _, err = run(capsys, "llm", "serve", "llama2-7b", "-d", "A100", "--trace", str(tmp_path / "none.csv"))
     assert code == 2 and "does not exist" in err
+
+
+def test_pipeline_parallel_schedule_on_the_engine_matches_the_closed_form():
+    from hybrid.workloads.llm.inference import pipeline_on_engine
+
+    for pp, m in ((2, 2), (4, 4), (4, 1), (3, 5)):
+        p = pipeline_on_engine(pp, m, 100.0, 10.0, 0.0)
+        assert p["ttft_us"] == pytest.approx(p["closed_form_ttft_us"])
+        assert p["token_period_us"] == pytest.approx(p["closed_form_period_us"])
+    # sends between stages lengthen the pipeline: each token of a microbatch crosses pp links
+    p = pipeline_on_engine(4, 4, 100.0, 10.0, 1.0)
+    assert p["token_period_us"] == pytest.approx(4 * 10.0 + 4 * 1.0)
+    r = predict_static(make_setup("llama2-70b", "A100", tp=2, pp=2), 16, 512, 64)
+    assert any("pipeline on the engine" in n for n in r.notes)
+    one = predict_static(make_setup("llama2-70b", "A100", tp=2, pp=1), 16, 512, 64)
+    # two stages of half the layers: per-token latency about the same, 2x the GPUs
+    assert r.tpot_ms == pytest.approx(one.tpot_ms, rel=0.1)

@@ -342,6 +342,45 @@ def _stage_times(costed: pd.DataFrame, n: int, col: str = "time_us") -> tuple[np
     return per, cats
 
 
+#: Decode steps simulated on the engine to measure the pipeline's steady-state token period.
+PIPELINE_STEPS = 6
+
+
+def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stage_us: float, send_us: float,
+                       steps: int = PIPELINE_STEPS) -> dict[str, float]:
+    """Pipeline-parallel inference on :mod:`hybrid.engine`: one rank per stage, ``micro`` microbatches; the
+    prefill of every microbatch, then ``steps`` decode steps where a microbatch's next token starts on stage 0
+    once its previous token left the last stage (sampled tokens travel back as a send). Returns the time to the
+    last microbatch's first token and the steady-state time between tokens of one microbatch (us), beside the
+    closed forms ``(m + pp - 1) t`` and ``max(m, pp) t``."""
+    from hybrid.engine.graph import TaskGraph
+    from hybrid.engine.simulate import simulate_durations
+
+    g = TaskGraph(pp)
+    last_send: dict[int, int | None] = {mb: None for mb in range(micro)}
+    finish_nodes: dict[tuple[int, int], int] = {}
+    for step in range(steps + 1):
+        dur = prefill_stage_us if step == 0 else decode_stage_us
+        for mb in range(micro):
+            dep = last_send[mb]
+            for r in range(pp):
+                node = g.add(r, "compute", f"{'prefill' if step == 0 else f'decode{step}'} mb{mb} stage{r}",
+                             duration_us=dur, deps=[dep] if dep is not None else [], phase="prefill" if step == 0
+                             else "decode")
+                if r == pp - 1:
+                    finish_nodes[(step, mb)] = node
+                dep = g.add(r, "send", f"send mb{mb} from stage{r}", duration_us=send_us, deps=[node], kind="comm")
+            last_send[mb] = dep
+    compiled = g.compile()
+    res = simulate_durations(compiled, np.asarray(compiled.fixed_us, dtype=np.float64))
+    fin = res.finish
+    ttft = max(float(fin[finish_nodes[(0, mb)]]) for mb in range(micro))
+    period = (float(fin[finish_nodes[(steps, 0)]]) - float(fin[finish_nodes[(1, 0)]])) / max(steps - 1, 1)
+    return {"ttft_us": ttft, "token_period_us": period,
+            "closed_form_ttft_us": (micro + pp - 1) * prefill_stage_us,
+            "closed_form_period_us": max(micro, pp) * decode_stage_us}
+
+
 def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: int,
                    cost_model: OpCostModel | None = None, *, decode_points: int = 48,
                    check_memory: bool = True) -> InferenceResult:
@@ -364,10 +403,18 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
     phase = np.array(["prefill"] + ["decode"] * g, dtype=object)
     costed = cost_ops(pass_ops(s, tokens, seqs, q_len, kv_len, phase), cost_model, s.catalog)
     res = {}
+    pipe: dict[str, float] = {}
     for col in ("time_us", "roofline_us"):
         stage, cats = _stage_times(costed, g + 1, col)
         ttft = (micro + s.pp - 1) * stage[0]
         per_step = max(micro, s.pp) * stage[1:]
+        if s.pp > 1 and col == "time_us":
+            # the pipeline schedule from the engine (sends included); the closed form kept beside it
+            send = costed[(costed["scenario"] == 1) & (costed["name"] == "pp_send_recv")]["time_us"]
+            mean_stage = float(np.dot(stage[1:], w) / w.sum()) if g else stage[0]
+            pipe = pipeline_on_engine(s.pp, micro, stage[0], mean_stage, float(send.iloc[0]) if len(send) else 0.0)
+            ttft = pipe["ttft_us"]
+            per_step = per_step * (pipe["token_period_us"] / pipe["closed_form_period_us"])
         decode = float(np.dot(per_step, w))
         res[col] = (ttft, decode, cats)
     ttft_us, decode_us, cats = res["time_us"]
@@ -389,7 +436,10 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
         output_tokens_per_s=batch * output_len / (latency_us / 1e6), memory=mem, breakdown_ms=breakdown, ops=ops,
         roofline_latency_ms=(res["roofline_us"][0] + res["roofline_us"][1]) / 1e3, method=method,
         notes=[f"static batching: whole batch prefilled at once; {micro} microbatch(es)",
-               f"memory: {mem.reason}"])
+               f"memory: {mem.reason}"] + ([
+                   f"pipeline on the engine: TTFT {pipe['ttft_us'] / 1e3:.2f} ms (closed form "
+                   f"{pipe['closed_form_ttft_us'] / 1e3:.2f}), token period {pipe['token_period_us'] / 1e3:.2f} ms "
+                   f"(closed form {pipe['closed_form_period_us'] / 1e3:.2f})"] if pipe else []))
 
 
 def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.ndarray, output_len: np.ndarray,
