@@ -159,9 +159,9 @@ def main() -> None:
             f"Wall time {time.time() - t0:.0f} s on the shared 2-core machine (loaded; timings indicative only).", "",
             "Calibrated predictor: fitted on Vidur's A100/A40 per-layer op timings and collective timings "
             f"({len(comp)} + {len(net)} rows, {fit_s:.0f} s including import). The TensorRT-LLM tables were not used "
-            "to fit or tune any constant (held out); one structural choice was revisited after a first look at them "
-            "(MoE experts costed as per-expert GEMMs, the shapes the predictor was trained on, instead of one batched "
-            "GEMM; it did not improve the Mixtral rows). Target: <= 5% geomean per table.", "",
+            "to fit or tune any constant (held out). MoE experts are costed as one grouped GEMM (batch = active "
+            "experts); a per-expert-GEMM variant was tried after a first look at the tables and dropped (no gain on "
+            "Mixtral, and a launch per expert for 128-expert models). Target: <= 5% geomean per table.", "",
             "## Summary", "", "| table | rows | roofline geomean % | calibrated geomean % | calibrated max % | target |",
             "|---|---|---|---|---|---|"]
     for s in summaries:

@@ -211,10 +211,10 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         per = T * k / active
         gemm("moe_router", "moe", T, E, h, L)
         elem("moe_permute", "moe", 2 * T * k * h, "copy", L)
-        # the active experts' GEMMs (grouped-GEMM kernels run them as independent tiles of one launch)
-        gemm("mlp_up_proj", "moe", per, up, h, L * active)
+        # the active experts' GEMMs as one grouped GEMM (one launch, each expert's weights read once)
+        gemm("mlp_up_proj", "moe", per, up, h, L, b=active)
         elem("mlp_act", "elementwise", T * k * f, act, L)
-        gemm("mlp_down_proj", "moe", per, h, f, L * active)
+        gemm("mlp_down_proj", "moe", per, h, f, L, b=active)
     else:
         gemm("mlp_up_proj", "gemm", T, up, h, L)
         elem("mlp_act", "elementwise", T * f, act, L)
