@@ -273,6 +273,14 @@ class StepCosts:
             t += float(self._interp2(chunks, chunk_ctx, self.pre_c, self.pre_ctx, self.pre_us).sum())
         return t
 
+    def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray) -> np.ndarray:
+        """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised)."""
+        k = len(mean_ctx)
+        t = self._interp1(np.full(k, float(n_dec)), self.tokens, self.dense_us)
+        t = t + self._interp1(np.full(k, float(n_dec)), self.seqs, self.head_us)
+        return t + self._interp2(np.full(k, float(n_dec)), np.asarray(mean_ctx, dtype=np.float64), self.dec_b,
+                                 self.dec_ctx, self.dec_us)
+
 
 # ------------------------------------------------------------------------------------------------ simulation
 @dataclass
@@ -360,6 +368,25 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         max_running = max(max_running, len(running))
         run = np.array(running, dtype=np.int64)
         dec = run[prefilled[run] >= inp[run]]
+        if len(dec) == len(run):
+            # decode-only stretch: nothing changes until a request finishes or an admissible one arrives, so the
+            # steps up to that event are costed at once (contexts grow by one token per step)
+            k = int((out[run] - generated[run]).min())
+            base_ctx = float(np.mean(inp[run] + generated[run]))
+            dts = costs.decode_steps_us(len(run), base_ctx + np.arange(k)) / 1e6
+            ends = now + np.cumsum(dts)
+            if nxt < n and len(running) < sched.max_seqs and used + need[nxt] <= cap and arr[nxt] < ends[-1]:
+                k = int(np.searchsorted(ends, arr[nxt], side="left")) + 1
+            now = float(ends[k - 1])
+            steps += k
+            generated[run] += k
+            done = run[generated[run] >= out[run]]
+            if len(done):
+                finish[done] = now
+                used -= int(need[done].sum())
+                done_set = set(done.tolist())
+                running = [r for r in running if r not in done_set]
+            continue
         budget = sched.max_batched_tokens - len(dec)
         pre_ids, chunks = [], []
         for r in run[prefilled[run] < inp[run]]:  # prompt chunks, FCFS, within the token budget
