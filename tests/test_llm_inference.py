@@ -264,3 +264,14 @@ def test_moe_decode_reads_only_the_routed_experts():
     q = predict_static(make_setup("qwen3-235b-a22b", "H200", tp=8, dtype="fp8"), 64, 1024, 64)
     lat = q.ops[(q.ops["phase"] == "decode") & (q.ops["name"] == "mlp_up_proj")]
     assert len(lat) == 1 and q.tpot_ms < 40
+
+
+def test_serve_compare_ranks_systems_by_slo_rate_per_gpu(capsys):
+    code, out, _ = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--requests", "80",
+                       "--input-dist", "128-512", "--output-dist", "64", "--slo-tpot", "30ms",
+                       "--compare", "DGX-A100,DGX-H100,DGX-1", "--json")
+    assert code == 0
+    ranks = json.loads(out)["compare"]
+    per_gpu = {r["system"]: r["rate_per_gpu"] for r in ranks}
+    # decode is memory-bound: the ranking follows HBM bandwidth (H100 3.35, A100 2.04, V100 0.9 TB/s)
+    assert [r["system"] for r in ranks] == ["DGX-H100", "DGX-A100", "DGX-1"] and per_gpu["DGX-1"] > 0

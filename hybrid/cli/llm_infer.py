@@ -191,11 +191,14 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 @click.option("--max-batched-tokens", type=int, default=2048, show_default=True, help="Tokens per engine step.")
 @click.option("--max-seqs", type=int, default=256, show_default=True, help="Requests running at once.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--compare", default=None,
+              help="Comma-separated systems to rank by the SLO-meeting rate per GPU (which serves the target most "
+                   "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200.")
 def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
           arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
-          max_batched_tokens: int, max_seqs: int, seed: int) -> None:
+          max_batched_tokens: int, max_seqs: int, seed: int, compare: str | None) -> None:
     """Continuous batching at a request rate: TTFT/TPOT/latency percentiles and the highest rate meeting the SLO."""
     from hybrid.workloads.llm.serving import (
         SLO,
@@ -238,6 +241,23 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                                   trace=trace if trace_file else None)
         out["max_rate_meeting_slo_per_s"] = best
         out["at_max_rate"] = best_res.to_dict() if best_res is not None else None
+    if compare:
+        if slo.empty:
+            raise InvalidInputError("--compare needs an SLO (--slo-ttft, --slo-tpot or --slo-latency)")
+        ranking = []
+        for name in [c.strip() for c in compare.split(",") if c.strip()]:
+            try:
+                other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
+                               reserve_gib, cat)
+                r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
+                                     trace=trace if trace_file else None)
+                ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,
+                                "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus, "note": ""})
+            except InvalidInputError as exc:  # does not fit / no fp8 there: ranked last, with the reason
+                ranking.append({"system": name, "device": "", "gpus": tp * pp, "max_rate_per_s": 0.0,
+                                "rate_per_gpu": 0.0, "note": str(exc)})
+        ranking.sort(key=lambda r: -r["rate_per_gpu"])
+        out["compare"] = ranking
     if as_json:
         echo_json(out)
         return
@@ -251,6 +271,10 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                f"{res.steps} steps, up to {res.max_running} running, KV capacity {res.kv_capacity_tokens} tokens")
     if "max_rate_meeting_slo_per_s" in out:
         click.echo(f"highest rate meeting the SLO (p{slo_percentile:g}): {out['max_rate_meeting_slo_per_s']:.3g}/s")
+    if "compare" in out:
+        click.echo("\nsystems by SLO-meeting requests/s per GPU (highest first):")
+        echo_table([(r["system"], r["device"], r["gpus"], r["max_rate_per_s"], r["rate_per_gpu"], r["note"])
+                    for r in out["compare"]], ["system", "device", "gpus", "max rate/s", "per GPU", "note"])
 
 
 def register(group: click.Group) -> None:
