@@ -83,6 +83,8 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     cost, cat = _predictor(model_ref, tracking_uri)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, reserve_gib, cat)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
+    if not res.memory.fits and not as_json:  # refused; --json still reports the prediction with fits: false
+        raise InvalidInputError(f"does not fit: {res.memory.reason}")
     if roofline_plot:
         from hybrid.atomic import atomic_file
         from hybrid.reports.plots import figure_png
