@@ -14,7 +14,7 @@ from hybrid.ops.families import FAMILIES, family_array
 from hybrid.workloads.llm.config import TrainingConfig
 from hybrid.workloads.llm.model import load_model
 from hybrid.workloads.llm.schedule import schedule_order
-from hybrid.workloads.llm.train import memory_only, model_flops, predict_training, search
+from hybrid.workloads.llm.train import memory_only, model_flops, predict_training, search, search_base
 
 GIB = 2**30
 
@@ -168,13 +168,13 @@ def test_cli_json_fields(capsys, tmp_path):
 
 def test_search_returns_fitting_mappings_fastest_first():
     model = load_model("gpt3-2.7b")
-    base = TrainingConfig(gpus=16, global_batch=64)
+    base = search_base(16, 64)
     res = search(model, base, "DGX-A100", top=5, engine_top=2)
     assert len(res) == 5 and res["fits"].all()
     assert (np.diff(res["iteration_s"].to_numpy()) >= 0).all()
     assert res["engine_s"].iloc[0] == pytest.approx(res["iteration_s"].iloc[0], rel=0.1)
     # the chosen mapping is no slower than a plain data-parallel one that fits
-    plain = predict_training(model, base.with_(distributed_optimizer=True), "DGX-A100", engine=False)
+    plain = predict_training(model, base.with_(tp=1, distributed_optimizer=True), "DGX-A100", engine=False)
     assert res["iteration_s"].iloc[0] <= plain.closed_form_iteration_s * 1.0001
 
 
@@ -186,3 +186,25 @@ def test_gqa_moe_and_cp_ep_run():
     assert pred.breakdown_s["ep_comm"] > 0 and pred.iteration_s > 0
     with pytest.raises(InvalidInputError, match="experts"):
         predict_training(mx, cfg.with_(ep=16, gpus=64, tp=1, cp=1), "DGX-H100")
+
+
+def test_fp32_training_keeps_no_master_copy():
+    m = load_model("gpt2-large")
+    cfg = TrainingConfig(gpus=1, global_batch=4, micro_batch=4, dtype="fp32", make_vocab_size_divisible_by=1)
+    mem, _ = memory_only(m, cfg, "A100-PCIE-80GB")
+    assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(16 * m.num_params, rel=1e-6)
+
+
+def test_cli_models_memory_plot_and_search(capsys, tmp_path):
+    assert main(["llm", "models", "--json"]) == 0
+    names = {r["name"] for r in json.loads(capsys.readouterr().out)}
+    assert {"gpt3-175b", "llama3-8b", "mixtral-8x7b", "bert-large"} <= names
+    plot = tmp_path / "mem.png"
+    assert main(["llm", "memory", "megatron-175b", "--system", "DGX-A100", "--gpus", "64", "--tp", "8", "--pp", "8",
+                 "--global-batch", "64", "--recompute", "full", "--plot", str(plot), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fits"] is True and plot.stat().st_size > 1000
+    assert main(["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32",
+                 "--top", "3", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert len(res["mappings"]) == 3 and res["fitting"] >= 3

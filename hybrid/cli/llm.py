@@ -51,7 +51,7 @@ def job_options(fn: Any) -> Any:
         click.option("--sp", is_flag=True, help="Sequence parallelism."),
         click.option("--distributed-optimizer", is_flag=True, help="Shard optimizer states over DP (ZeRO-1)."),
         click.option("--fsdp", is_flag=True, help="FSDP / ZeRO-3: shard parameters, gradients, optimizer."),
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True),
         click.option("--no-flash-attention", is_flag=True, help="Unfused attention (s x s scores in memory)."),
         click.option("--no-dropout", is_flag=True, help="No dropout (Llama-style training)."),
         click.option("--no-overlap-grad-reduce", is_flag=True, help="DP gradient reduce after the backward."),
@@ -144,6 +144,8 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 
         memory_bars({f"{model.name} {cfg.recompute}": row}, row["capacity"], plot_path)
         out["plot"] = plot_path
+        if not as_json:
+            click.echo(f"plot written to {plot_path}")
     if as_json:
         echo_json(out)
         return
@@ -167,15 +169,13 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                tracking_uri: str | None) -> None:
     """Every (tp, pp, dp, micro-batch, vp, recompute, SP, distributed optimizer) mapping that fits, fastest first."""
     from hybrid.errors import InvalidInputError
-    from hybrid.workloads.llm.config import TrainingConfig
     from hybrid.workloads.llm.model import load_model
-    from hybrid.workloads.llm.train import search
+    from hybrid.workloads.llm.train import search, search_base
 
     if top <= 0:
         raise InvalidInputError(f"--top must be positive, got {top}")
     model = load_model(model_name)
-    base = TrainingConfig(gpus=gpus, global_batch=global_batch, seq_length=seq, dtype=dtype,
-                          flash_attention=not no_flash_attention)
+    base = search_base(gpus, global_batch, seq_length=seq, dtype=dtype, flash_attention=not no_flash_attention)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
     res = search(model, base, system, cost_model, top=top)
     if as_json:

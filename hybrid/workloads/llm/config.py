@@ -17,7 +17,7 @@ from hybrid.errors import InvalidInputError
 from hybrid.units import normalize_dtype
 
 RECOMPUTE = ("none", "selective", "full")
-DTYPES = ("bf16", "fp16", "fp8")
+DTYPES = ("bf16", "fp16", "fp8", "fp32")
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class TrainingConfig:
     distributed_optimizer: bool = False  # ZeRO-1: optimizer states sharded over DP
     fsdp: bool = False  # ZeRO-3: parameters/gradients/optimizer sharded over DP, gathered per layer
     recompute: str = "none"
-    dtype: str = "bf16"  # compute dtype of GEMMs; fp8 = fp8 GEMMs, bf16 everything else
+    dtype: str = "bf16"  # compute dtype of GEMMs; fp8 = fp8 GEMMs, bf16 everything else; fp32 = no mixed precision
     flash_attention: bool = True
     dropout: bool = True  # Megatron GPT default (hidden/attention dropout 0.1); Llama-style runs use none
     overlap_grad_reduce: bool = True  # DP gradient reduce in buckets during the last backward

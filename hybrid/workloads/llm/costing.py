@@ -45,17 +45,26 @@ class Target:
     device: str
     system: str
     gpus_per_node: int
-    peak_flops: float  # dense peak of the compute dtype (for MFU)
+    peak_flops: float  # dense peak of the compute dtype (for MFU; the fp8 peak for fp8 GEMMs)
     mem_capacity: float  # bytes per GPU
+    #: system whose collective measurements cost the communication (default: ``system``), e.g. a measured
+    #: cluster of the same node type when the target itself was never measured
+    comm_system: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.comm_system:
+            object.__setattr__(self, "comm_system", self.system)
 
 
-def resolve_target(system: str, catalog: Any, dtype: str = "bf16") -> Target:
+def resolve_target(system: str, catalog: Any, dtype: str = "bf16", comm_system: str | None = None) -> Target:
+    """Device, node size, peak and capacity of ``system`` (catalog system or bare device)."""
     from hybrid.ops.roofline import resolve_system
 
     sysobj = resolve_system(catalog, system)
     dev = catalog.device(sysobj.device)
-    return Target(dev.key, sysobj.key, int(sysobj.gpus_per_node), float(dev.peak("bf16" if dtype == "fp8" else dtype)),
-                  float(dev.mem_capacity))
+    comm = resolve_system(catalog, comm_system).key if comm_system else sysobj.key
+    return Target(dev.key, sysobj.key, int(sysobj.gpus_per_node), float(dev.peak(dtype)), float(dev.mem_capacity),
+                  comm)
 
 
 def mappings_frame(cfg: TrainingConfig) -> pd.DataFrame:
@@ -67,10 +76,11 @@ def mappings_frame(cfg: TrainingConfig) -> pd.DataFrame:
 
 # ================================================================================================ op rows
 class _Rows:
-    """Accumulates op rows (dicts of equal-length arrays) with the per-row key, role and count."""
+    """Accumulates op rows (columns of equal-length arrays) with the per-row key, role and count; one
+    DataFrame is built at the end (building many small frames costs more than the costing itself)."""
 
     def __init__(self) -> None:
-        self.parts: list[pd.DataFrame] = []
+        self.chunks: list[tuple[int, dict[str, np.ndarray]]] = []
 
     def add(self, key: np.ndarray, role: str, count: Any, op: str, **cols: Any) -> None:
         n = len(key)
@@ -78,16 +88,30 @@ class _Rows:
             return
         cnt = np.broadcast_to(np.asarray(count, dtype=np.float64), (n,))
         keep = cnt > 0
-        if not keep.any():
+        k = int(keep.sum())
+        if k == 0:
             return
-        data = {"key": key[keep], "role": role, "count": cnt[keep], "op": op}
+        data: dict[str, np.ndarray] = {"key": np.asarray(key)[keep], "count": cnt[keep],
+                                       "role": np.full(k, role, dtype=object), "op": np.full(k, op, dtype=object)}
         for c, v in cols.items():
-            arr = np.broadcast_to(np.asarray(v), (n,))
-            data[c] = arr[keep]
-        self.parts.append(pd.DataFrame(data))
+            arr = np.asarray(v)
+            if arr.dtype.kind in "UO":
+                data[c] = np.broadcast_to(arr.astype(object), (n,))[keep]
+            else:
+                data[c] = np.broadcast_to(arr, (n,))[keep].astype(np.float64)
+        self.chunks.append((k, data))
 
     def frame(self) -> pd.DataFrame:
-        return pd.concat(self.parts, ignore_index=True, sort=False) if self.parts else pd.DataFrame()
+        if not self.chunks:
+            return pd.DataFrame()
+        names = list(dict.fromkeys(c for _, d in self.chunks for c in d))
+        out: dict[str, np.ndarray] = {}
+        for c in names:
+            kind = next(d[c].dtype.kind for _, d in self.chunks if c in d)
+            fill = None if kind == "O" else np.nan
+            out[c] = np.concatenate([d[c] if c in d else np.full(n, fill, dtype=object if kind == "O" else np.float64)
+                                     for n, d in self.chunks])
+        return pd.DataFrame(out)
 
 
 def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFrame, tgt: Target) -> pd.DataFrame:
@@ -207,7 +231,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             nodes = group_nodes_vec(ep, t * cp, tgt.gpus_per_node)
             for role in ("epf", "epb"):
                 R.add(kid[ep > 1], role, 2 * moe_frac, "all_to_all", size_bytes=a2a[ep > 1], n_ranks=ep[ep > 1],
-                      n_nodes=nodes[ep > 1], dtype=adt, device=dev, system=tgt.system, sub="comm")
+                      n_nodes=nodes[ep > 1], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
     # ---------------------------------------------------------------- TP collectives (per layer)
     multi = t > 1
     if multi.any():
@@ -219,12 +243,12 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             ar = multi & ~sp
             if ar.any():
                 R.add(kid[ar], role, n_coll, "all_reduce", size_bytes=size[ar], n_ranks=t[ar], n_nodes=nodes[ar],
-                      dtype=adt, device=dev, system=tgt.system, sub="comm")
+                      dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
             rs = multi & sp
             if rs.any():
                 for op in ("all_gather", "reduce_scatter"):
                     R.add(kid[rs], role, n_coll, op, size_bytes=size[rs], n_ranks=t[rs], n_nodes=nodes[rs],
-                          dtype=adt, device=dev, system=tgt.system, sub="comm")
+                          dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
         del km
     # ---------------------------------------------------------------- CP: ring exchange of K and V
     if cp.max() > 1:
@@ -233,7 +257,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         nodes = group_nodes_vec(cp, t, tgt.gpus_per_node)
         for role, mult in (("cpf", 1.0), ("cpb", 2.0)):
             R.add(kid[m_], role, mult, "send_recv", size_bytes=kvbytes[m_], n_ranks=2,
-                  n_nodes=np.minimum(nodes[m_], 2), dtype=adt, device=dev, system=tgt.system, sub="comm")
+                  n_nodes=np.minimum(nodes[m_], 2), dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
     # ---------------------------------------------------------------- embedding (first stage), head (last stage)
     V = cfg.padded_vocab(model)
     ew("ef", "copy", Tn * h, n_inputs=1, n_outputs=1)  # gather of embedding rows
@@ -254,13 +278,13 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         nodes = group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node)
         # logits max/sum all-reduces (tiny) + with SP the all-gather of the final norm output
         R.add(kid[multi], "htpf", 2.0, "all_reduce", size_bytes=(T * 4.0)[multi], n_ranks=t[multi],
-              n_nodes=nodes[multi], dtype="fp32", device=dev, system=tgt.system, sub="comm")
+              n_nodes=nodes[multi], dtype="fp32", device=dev, system=tgt.comm_system, sub="comm")
         spm = multi & sp
         if spm.any():
             R.add(kid[spm], "htpf", 1.0, "all_gather", size_bytes=(T * h * eb * 1.0)[spm], n_ranks=t[spm],
-                  n_nodes=nodes[spm], dtype=adt, device=dev, system=tgt.system, sub="comm")
+                  n_nodes=nodes[spm], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
             R.add(kid[spm], "htpb", 1.0, "reduce_scatter", size_bytes=(T * h * eb * 1.0)[spm], n_ranks=t[spm],
-                  n_nodes=nodes[spm], dtype=adt, device=dev, system=tgt.system, sub="comm")
+                  n_nodes=nodes[spm], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
     return R.frame()
 
 
@@ -313,7 +337,7 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
     eb = DTYPE_BYTES[adt]
     gb = DTYPE_BYTES[cfg.grad_reduce_dtype]
     gpn = tgt.gpus_per_node
-    dev, sysk = tgt.device, tgt.system
+    dev, sysk = tgt.device, tgt.comm_system
     P = params["max"]
     dp_nodes = group_nodes_vec(dp, t * cp, gpn)
     has_dp = dp > 1
@@ -364,13 +388,12 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
 def predict_rows(model: OpCostModel, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, method) per row through one ``model.predict`` call over the distinct op rows."""
     cols = [c for c in _OP_COLUMNS if c in rows.columns]
-    ops = rows[cols]
-    key = pd.util.hash_pandas_object(ops.astype("string").fillna(""), index=False).to_numpy()
-    uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    unique_ops = ops.iloc[first].reset_index(drop=True)
-    unique_ops = unique_ops.dropna(axis=1, how="all")
+    codes = np.column_stack([pd.factorize(rows[c].to_numpy(dtype=object), use_na_sentinel=False)[0]
+                             for c in cols])
+    _, first, inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)
+    unique_ops = rows[cols].iloc[first].reset_index(drop=True).dropna(axis=1, how="all")
     times, method = predict_times(model, unique_ops)
-    del uniq
+    inverse = np.asarray(inverse).reshape(-1)
     return times[inverse] * 1e-6, method[inverse]
 
 

@@ -126,18 +126,22 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     seq = cfg.seq(model)
     n_micro = cfg.global_batch / (mb * dp)
     L = model.num_layers
-    wb = 2.0  # 16-bit weights (fp8 training keeps bf16 weights; the fp8 copies are transient)
+    fp32 = cfg.dtype == "fp32"
+    wb = 4.0 if fp32 else 2.0  # 16-bit weights (fp8 training keeps bf16 weights; the fp8 copies are transient)
+    master = 0.0 if fp32 else 4.0  # fp32 training needs no separate master copy
     # ------------------------------------------------------------------ model states
     P_first, P_last = params["first"], params["last"]
     P = np.maximum(P_first, P_last)
     # FSDP: the fp32 flat-parameter shard is the master copy (4/dp), gradients 4/dp, Adam moments 8/dp
     weights = np.where(fsdp, 4.0 * P / dp, wb * P)
     grads = np.where(fsdp, 4.0 * P / dp, 4.0 * P)
-    optim = np.where(fsdp, 8.0 * P / dp, np.where(distopt, 12.0 * P / dp, 12.0 * P))
+    optim = np.where(fsdp, 8.0 * P / dp, np.where(distopt, (8.0 + master) * P / dp, (8.0 + master) * P))
     layer_p = params["layers"] * pp / L
     gathered = np.where(fsdp, 2 * layer_p * (2.0 + 2.0), 0.0)
     # ------------------------------------------------------------------ activations
     stored, full_layer = activation_bytes_per_token(model, cfg, tp, sp, rc, seq)
+    if fp32:  # the formulas count 2-byte activations (dropout masks are counted twice here: a small excess)
+        stored, full_layer = 2.0 * stored, 2.0 * full_layer
     tokens = mb * seq / cp
     layers_pp = L / pp
     inflight_1f1b = np.minimum(pp, n_micro) * layers_pp

@@ -40,10 +40,9 @@ def memory_bars(rows: Mapping[str, Mapping[str, float]], capacity_gib: float, pa
         if vals.any():
             ax.bar(x, vals, bottom=bottom, label=part)
             bottom += vals
-    ax.axhline(capacity_gib, color="k", ls="--", lw=1, label=f"{capacity_gib:.0f} GiB capacity")
+    ax.axhline(capacity_gib, color="k", ls="--", lw=1, label=f"capacity {capacity_gib:.1f} GiB")
     ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("GiB per GPU")
-    ax.set_yscale("log")
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(title)
     return _save(fig, path)

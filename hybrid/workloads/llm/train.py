@@ -117,10 +117,10 @@ def placement(cfg: TrainingConfig, tgt: Target) -> dict[str, str]:
 
 
 def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
-             cost_model: OpCostModel | None) -> tuple[OpCostModel, Target]:
+             cost_model: OpCostModel | None, comm_system: str | None = None) -> tuple[OpCostModel, Target]:
     cfg.validate_for(model)
     cm = cost_model if cost_model is not None else default_cost_model()
-    tgt = resolve_target(system, model_catalog(cm), cfg.dtype)
+    tgt = resolve_target(system, model_catalog(cm), cfg.dtype, comm_system)
     if cfg.tp > tgt.gpus_per_node:
         raise InvalidInputError(f"tensor parallel size {cfg.tp} exceeds the {tgt.gpus_per_node} GPUs of one "
                                 f"{tgt.system} node")
@@ -141,9 +141,10 @@ def memory_only(model: TransformerConfig, cfg: TrainingConfig, system: str, cata
 
 def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
                      cost_model: OpCostModel | None = None, cost_model_name: str = "roofline",
-                     engine: bool = True) -> TrainingPrediction:
-    """Predict one training iteration of ``model`` under ``cfg`` on ``system``."""
-    cm, tgt = _prepare(model, cfg, system, cost_model)
+                     engine: bool = True, comm_system: str | None = None) -> TrainingPrediction:
+    """Predict one training iteration of ``model`` under ``cfg`` on ``system`` (collectives costed as on
+    ``comm_system`` when given: a measured cluster of the same node type)."""
+    cm, tgt = _prepare(model, cfg, system, cost_model, comm_system)
     m = mappings_frame(cfg)
     costs = cost_mappings(model, cfg, m, tgt, cm)
     st = stage_times(model, cfg, costs)
@@ -196,6 +197,8 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
     (CP = EP = 1, no FSDP)."""
     G = base.gpus
     L = model.num_layers
+    if base.flash_attention:  # FlashAttention never stores the scores: selective = none, in time and memory
+        recompute = tuple(r for r in recompute if r != "selective") or ("none",)
     tps = [t for t in _divisors(G) if t <= tgt.gpus_per_node and model.num_attention_heads % t == 0
            and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]
     rows = []
@@ -219,11 +222,11 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
 
 
 def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_model: OpCostModel | None = None,
-           top: int = 10, engine_top: int = 5, **space: Any) -> pd.DataFrame:
+           top: int = 10, engine_top: int = 5, comm_system: str | None = None, **space: Any) -> pd.DataFrame:
     """All fitting mappings, fastest first. Every candidate is costed in one predictor call and timed by the
     closed form (vectorised); the ``engine_top`` fastest are re-timed on the engine (column ``engine_s``)."""
     cm = cost_model if cost_model is not None else default_cost_model()
-    tgt = resolve_target(system, model_catalog(cm), base.dtype)
+    tgt = resolve_target(system, model_catalog(cm), base.dtype, comm_system)
     cand = candidate_mappings(model, base, tgt, **space)
     costs = cost_mappings(model, base, cand, tgt, cm)
     st = stage_times(model, base, costs)
@@ -255,6 +258,12 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     fit.attrs["n_fit"] = int(out["fits"].sum())
     fit.attrs["n_predicted_ops"] = costs.n_predicted
     return fit.head(top).reset_index(drop=True)
+
+
+def search_base(gpus: int, global_batch: int, **knobs: Any) -> TrainingConfig:
+    """A base config for :func:`search` (its own mapping is a placeholder: all GPUs in one model-parallel group,
+    so any global batch is valid; the search replaces tp/pp/dp/mb/vp/recompute/SP/optimizer)."""
+    return TrainingConfig(gpus=gpus, global_batch=global_batch, tp=gpus, **knobs)
 
 
 def mapping_config(base: TrainingConfig, row: Any) -> TrainingConfig:
