@@ -4,8 +4,8 @@
 Megatron-LM argument names (``num_layers``, ``hidden_size``, ``num_attention_heads``, ``num_query_groups``,
 ``kv_channels``, ``ffn_hidden_size``, ``vocab_size``, ``swiglu``, ``normalization``, ``num_experts``,
 ``moe_router_topk``, ...), which is what the LLM model library (:mod:`hybrid.workloads.llm.model`) holds, and
-:func:`resolve_model` finds a model by library name, by a built-in inference name, or from a Hugging Face
-``config.json``.
+:func:`resolve_model` finds a model by library name or reads a Megatron YAML/JSON or Hugging Face ``config.json``
+through the library's loader.
 
 The model library defines every model (with its source); :data:`INFERENCE_EXTRAS` adds the few inference
 details it does not carry (GPT-J's partial rotary embedding).
@@ -43,6 +43,7 @@ class ModelDims:
     rotary_fraction: float = 1.0  # share of the head dimension that is rotated (GPT-J: 64/256)
     tied_embeddings: bool = False
     sliding_window: int = 0  # attention window (Mistral); 0 = none
+    shared_expert_ffn: int = 0  # MoE: width of an always-active shared expert (Qwen2-MoE, DeepSeek); 0 = none
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -75,16 +76,19 @@ class ModelDims:
     def attention_params(self) -> int:
         return self.hidden_size * (self.q_width + 2 * self.kv_width) + self.q_width * self.hidden_size
 
+    def _shared_params(self) -> int:
+        return (3 if self.swiglu else 2) * self.hidden_size * self.shared_expert_ffn
+
     def mlp_params(self) -> int:
-        """One layer's MLP weights (all experts for MoE, plus the router)."""
+        """One layer's MLP weights (all experts and a shared expert for MoE, plus the router)."""
         per = (3 if self.swiglu else 2) * self.hidden_size * self.ffn_hidden_size
         if self.is_moe:
-            return self.num_experts * per + self.hidden_size * self.num_experts
+            return self.num_experts * per + self.hidden_size * self.num_experts + self._shared_params()
         return per
 
     def active_mlp_params(self) -> int:
         per = (3 if self.swiglu else 2) * self.hidden_size * self.ffn_hidden_size
-        return per * (self.moe_router_topk if self.is_moe else 1)
+        return per * (self.moe_router_topk if self.is_moe else 1) + (self._shared_params() if self.is_moe else 0)
 
     def layer_params(self) -> int:
         return self.attention_params() + self.mlp_params() + 2 * self.hidden_size
@@ -138,6 +142,7 @@ class ModelDims:
             rotary_fraction=float(extra.get("rotary_fraction", 1.0 if rope else 0.0)),
             tied_embeddings=not bool(get("untie_embeddings_and_output_weights", True)),
             sliding_window=int(get("window_size") or 0), source=str(get("source", "") or ""),
+            shared_expert_ffn=int(get("moe_shared_expert_intermediate_size") or 0) if experts else 0,
         )
 
     def with_name(self, name: str) -> ModelDims:

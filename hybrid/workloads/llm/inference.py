@@ -215,6 +215,11 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         gemm("mlp_up_proj", "moe", per, up, h, L, b=active)
         elem("mlp_act", "elementwise", T * k * f, act, L)
         gemm("mlp_down_proj", "moe", per, h, f, L, b=active)
+        if m.shared_expert_ffn:  # an always-active dense expert beside the routed ones
+            fs = m.shared_expert_ffn / tp
+            gemm("shared_expert_up_proj", "moe", T, (2 if m.swiglu else 1) * fs, h, L)
+            elem("shared_expert_act", "elementwise", T * fs, act, L)
+            gemm("shared_expert_down_proj", "moe", T, h, fs, L)
     else:
         gemm("mlp_up_proj", "gemm", T, up, h, L)
         elem("mlp_act", "elementwise", T * f, act, L)

@@ -75,7 +75,8 @@ def activation_bytes(model: ModelDims, precision: Precision, tokens: float | np.
     """Peak activation working set on one GPU for ``tokens`` processed in one forward pass."""
     h = model.hidden_size
     qkv = (model.q_width + 2 * model.kv_width) / tp
-    ffn = model.ffn_hidden_size / tp * ((3 if model.swiglu else 2) if True else 1)
+    # gated: gate+up output (2f) and the activation (f); GeLU: up output and activation (2f)
+    ffn = model.ffn_hidden_size / tp * (3 if model.swiglu else 2)
     if model.is_moe:
         ffn *= model.moe_router_topk
     per_token = precision.act_bytes * (2 * h + max(qkv, ffn))

@@ -84,9 +84,7 @@ class Precision:
                                     "(optionally with weight-only int8/int4 weights)")
         if self.compute == "bf16" and "bf16" not in device.peak_flops:
             raise InvalidInputError(f"{device.key} has no bf16 rate in the catalog")
-        if self.kv == "fp8" and "fp8" not in device.peak_flops and self.compute != "fp8":
-            # an fp8 KV cache is a storage format; attention dequantises it, so any device can hold one
-            return
+        # an fp8/int8 KV cache or weight-only format is storage only (dequantised in the kernel): any GPU
 
 
 def parse_precision(dtype: str, weights: str | None = None, kv: str | None = None) -> Precision:
