@@ -44,6 +44,7 @@ class ModelDims:
     tied_embeddings: bool = False
     sliding_window: int = 0  # attention window (Mistral); 0 = none
     shared_expert_ffn: int = 0  # MoE: width of an always-active shared expert (Qwen2-MoE, DeepSeek); 0 = none
+    max_positions: int = 0  # longest context the model was built for (max_position_embeddings); 0 = unknown
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -143,7 +144,16 @@ class ModelDims:
             tied_embeddings=not bool(get("untie_embeddings_and_output_weights", True)),
             sliding_window=int(get("window_size") or 0), source=str(get("source", "") or ""),
             shared_expert_ffn=int(get("moe_shared_expert_intermediate_size") or 0) if experts else 0,
+            max_positions=int(get("max_position_embeddings") or 0),
         )
+
+    def context_note(self, tokens: int | float) -> str:
+        """A warning when a context is longer than the model was built for ('' otherwise). Not refused: rotary
+        models run past it (vendor tables do, e.g. GPT-J at 4096 tokens), at the cost of quality, not speed."""
+        if self.max_positions and tokens > self.max_positions:
+            return (f"a context of {int(tokens)} tokens exceeds the {self.max_positions} positions {self.name} was "
+                    "built for")
+        return ""
 
     def with_name(self, name: str) -> ModelDims:
         return replace(self, name=name)

@@ -441,7 +441,7 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
         output_tokens_per_s=batch * output_len / (latency_us / 1e6), memory=mem, breakdown_ms=breakdown, ops=ops,
         roofline_latency_ms=(res["roofline_us"][0] + res["roofline_us"][1]) / 1e3, method=method,
         notes=[f"static batching: whole batch prefilled at once; {micro} microbatch(es)",
-               f"memory: {mem.reason}"] + ([
+               f"memory: {mem.reason}"] + [n for n in [s.model.context_note(input_len + output_len)] if n] + ([
                    f"pipeline on the engine: TTFT {pipe['ttft_us'] / 1e3:.2f} ms (closed form "
                    f"{pipe['closed_form_ttft_us'] / 1e3:.2f}), token period {pipe['token_period_us'] / 1e3:.2f} ms "
                    f"(closed form {pipe['closed_form_period_us'] / 1e3:.2f})"] if pipe else []))

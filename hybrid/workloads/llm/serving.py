@@ -423,7 +423,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     thr = float(out.sum()) / duration / s.gpus if duration > 0 else float("nan")
     return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
                        notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step, "
-                              f"<= {sched.max_seqs} running, whole-request KV reservation ({cap} tokens/GPU)"])
+                              f"<= {sched.max_seqs} running, whole-request KV reservation ({cap} tokens/GPU)"]
+                       + [x for x in [s.model.context_note(int((inp + out).max()))] if x])
 
 
 def trace_rate(trace: Trace) -> float:
