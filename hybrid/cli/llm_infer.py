@@ -242,7 +242,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         out["slo"] = {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "latency_ms": slo.latency_ms,
                       "percentile": slo_percentile, "met_at_rate": slo.met(res)}
         best, best_res = max_rate(s, slo, n_requests, idist, odist, cost, sched, seed,
-                                  trace=trace if trace_file else None)
+                                  trace=trace if trace_file else None, progress=True)
         out["max_rate_meeting_slo_per_s"] = best
         out["at_max_rate"] = best_res.to_dict() if best_res is not None else None
     if compare:
@@ -254,7 +254,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                 other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
                                reserve_gib, cat)
                 r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
-                                     trace=trace if trace_file else None)
+                                     trace=trace if trace_file else None, progress=True)
                 ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,
                                 "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus, "note": ""})
             except InvalidInputError as exc:  # does not fit / no fp8 there: ranked last, with the reason

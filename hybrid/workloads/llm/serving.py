@@ -454,7 +454,8 @@ class SLO:
 
 def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None, output_dist: LengthDist | None,
              cost_model: OpCostModel | None = None, sched: SchedulerConfig | None = None, seed: int = 0,
-             iterations: int = 10, trace: Trace | None = None) -> tuple[float, ServeResult | None]:
+             iterations: int = 10, trace: Trace | None = None, progress: bool = False
+             ) -> tuple[float, ServeResult | None]:
     """The highest Poisson arrival rate (req/s) whose simulated percentiles meet ``slo`` (bisection on a log
     scale; the same random draws at every rate). With ``trace``, its arrival times are compressed or stretched
     instead (same requests, same order). Returns (0, None) when even a trickle misses it."""
@@ -485,7 +486,10 @@ def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None,
     hi_rate = max(sat.output_tokens_per_s_per_gpu * s.gpus / max(mean_out, 1.0) * 1.5, lo_rate * 2)
     best = lo
     lo_r = lo_rate
-    for _ in range(iterations):
+    from tqdm.auto import tqdm
+
+    for _ in tqdm(range(iterations), desc=f"SLO rate search ({s.system.key})", unit="sim", disable=not progress,
+                  leave=False):
         mid = math.sqrt(lo_r * hi_rate)
         r = run(mid)
         if slo.met(r):
