@@ -187,3 +187,9 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     echo_table([[r.tp, r.pp, r.dp, r.mb, r.vp, r.recompute, "y" if r.sp else "", "y" if r.distopt else "",
                  r.iteration_s, r.engine_s, r.mfu * 100, r.memory_gib] for r in res.itertuples()],
                ["tp", "pp", "dp", "mb", "vp", "recompute", "sp", "distopt", "iter_s", "engine_s", "mfu%", "mem_gib"])
+
+
+# inference commands (infer, serve, capacity) live in their own module
+from hybrid.cli.llm_infer import register as _register_inference  # noqa: E402
+
+_register_inference(llm)

@@ -1,0 +1,288 @@
+"""``hybrid llm infer | serve | capacity``: LLM inference latency, throughput, serving limits and memory.
+
+The commands are registered on the ``hybrid llm`` group with :func:`register`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hybrid.cli.output import echo_json, echo_table
+from hybrid.errors import InvalidInputError
+
+
+def _predictor(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, Any]:
+    """(cost model or None for the roofline, catalog)."""
+    from hybrid.hardware.catalog import default_catalog
+
+    if not model_ref:
+        return None, default_catalog()
+    from hybrid.tracking.registry import load_predictor
+
+    loaded = load_predictor(model_ref, tracking_uri=tracking_uri)
+    return loaded.predictor, loaded.predictor.catalog
+
+
+def _deploy_options(fn):
+    opts = [
+        click.option("--device", "-d", default=None, help="Catalog GPU (default: the system's GPU)."),
+        click.option("--system", "-s", default=None, help="Catalog system (TP collectives run on its fabric)."),
+        click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
+        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--dtype", default="fp16", show_default=True,
+                     help="Compute dtype fp16/bf16/fp8, or weight-only shorthand w8a16 / w4a16."),
+        click.option("--weights", default=None, help="Weight-only storage: int8, int4, fp4 (compute stays 16 bit)."),
+        click.option("--kv-dtype", default=None, help="KV-cache dtype (default: fp8 with --dtype fp8, else the dtype)."),
+        click.option("--attention-kernel", type=click.Choice(["grouped", "per_query_head"]), default="grouped",
+                     show_default=True, help="Decode attention: KV read once per KV head, or once per query head."),
+        click.option("--reserve-gib", type=float, default=2.0, show_default=True,
+                     help="Memory kept back per GPU for the runtime (CUDA context, workspaces)."),
+        click.option("--model", "model_ref", default=None,
+                     help="Calibrated model (NAME, NAME/3, models:/NAME/3); default: roofline only."),
+        click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store holding --model."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return click.argument("model_name", metavar="MODEL")(fn)
+
+
+def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
+           weights: str | None, kv_dtype: str | None, attention_kernel: str, reserve_gib: float, catalog: Any):
+    from hybrid.workloads.llm.inference import make_setup
+
+    return make_setup(model_name, device, system, dtype=dtype, weights=weights, kv_dtype=kv_dtype, tp=tp, pp=pp,
+                      reserve_gib=reserve_gib, attention_kernel=attention_kernel, catalog=catalog)
+
+
+def _positive(**values: int) -> None:
+    for k, v in values.items():
+        if v is None or v < 1:
+            raise InvalidInputError(f"--{k.replace('_', '-')} must be a positive integer, got {v!r}")
+
+
+@click.command("infer")
+@_deploy_options
+@click.option("--batch", "-b", type=int, default=1, show_default=True, help="Requests in the static batch.")
+@click.option("--input", "input_len", type=int, default=128, show_default=True, help="Prompt tokens per request.")
+@click.option("--output", "output_len", type=int, default=128, show_default=True, help="Generated tokens per request.")
+@click.option("--ops", "show_ops", is_flag=True, help="Also print the per-op table (compute- or memory-bound).")
+@click.option("--roofline-plot", type=click.Path(dir_okay=False), default=None,
+              help="Write a roofline plot (PNG) of the prefill and decode ops.")
+def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str, weights: str | None,
+          kv_dtype: str | None, attention_kernel: str, reserve_gib: float, model_ref: str | None,
+          tracking_uri: str | None, as_json: bool, batch: int, input_len: int, output_len: int, show_ops: bool,
+          roofline_plot: str | None) -> None:
+    """Static-batch inference: TTFT, TPOT, latency, throughput, memory and a per-category breakdown."""
+    from hybrid.workloads.llm.inference import boundedness, predict_static
+
+    _positive(batch=batch, input=input_len, output=output_len)
+    cost, cat = _predictor(model_ref, tracking_uri)
+    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, reserve_gib, cat)
+    res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
+    if not res.memory.fits and not as_json:  # refused; --json still reports the prediction with fits: false
+        raise InvalidInputError(f"does not fit: {res.memory.reason}")
+    if roofline_plot:
+        from hybrid.atomic import atomic_file
+        from hybrid.reports.plots import figure_png
+        from hybrid.reports.roofline_plot import op_roofline
+
+        fig = op_roofline(boundedness(res), [s.device], s.precision.compute,
+                          title=f"{s.model.name} on {s.device.key}: batch {batch}, {input_len}/{output_len} tokens")
+        with atomic_file(Path(roofline_plot)) as tmp:
+            tmp.write_bytes(figure_png(fig))
+    out = res.to_dict()
+    if not show_ops:
+        out.pop("ops")
+    if as_json:
+        echo_json(out)
+    else:
+        rows = [(k, out[k]) for k in ("model", "device", "system", "tp", "pp", "precision", "batch", "input_len",
+                                      "output_len", "ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s",
+                                      "output_tokens_per_s_per_gpu", "roofline_latency_ms", "method", "max_batch",
+                                      "fits")]
+        echo_table(rows, ["", "value"])
+        mem = res.memory.to_dict()
+        click.echo(f"\nmemory per GPU: weights {mem['weights_gib']:.1f} GiB, KV cache {mem['kv_cache_gib']:.1f} GiB, "
+                   f"activations {mem['activations_gib']:.1f} GiB, reserve {mem['reserve_gib']:.1f} GiB "
+                   f"of {mem['capacity_gib']:.0f} GiB ({mem['reason']})")
+        for phase, cats in res.breakdown_ms.items():
+            tot = sum(cats.values()) or 1.0
+            click.echo(f"{phase:>8}: " + ", ".join(f"{c} {v:.1f} ms ({100 * v / tot:.0f}%)"
+                                                   for c, v in sorted(cats.items(), key=lambda kv: -kv[1])))
+        if show_ops:
+            b = boundedness(res)
+            echo_table([(r["phase"], r["name"], r["op"], int(r["count"]), r["intensity"], r["time_us"], r["roofline_us"],
+                         r["bound"])
+                        for _, r in b.iterrows()],
+                       ["phase", "op", "kind", "count", "FLOP/B", "time_us", "roofline_us", "bound"])
+    if not res.memory.fits:
+        raise InvalidInputError(f"does not fit: {res.memory.reason}")
+
+
+@click.command("capacity")
+@_deploy_options
+@click.option("--input", "input_len", type=int, default=None, help="Prompt tokens (with --output: one context).")
+@click.option("--output", "output_len", type=int, default=None, help="Generated tokens.")
+@click.option("--batch", "-b", type=int, default=None, help="Batch for the longest-context question.")
+def capacity(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
+             weights: str | None, kv_dtype: str | None, attention_kernel: str, reserve_gib: float,
+             model_ref: str | None, tracking_uri: str | None, as_json: bool, input_len: int | None,
+             output_len: int | None, batch: int | None) -> None:
+    """The largest batch that fits per context length (and the longest context for --batch)."""
+    from hybrid.workloads.llm.kv_cache import (
+        GIB,
+        kv_bytes_per_token,
+        max_context,
+        memory_plan,
+        weight_bytes_per_gpu,
+    )
+
+    _, cat = _predictor(model_ref, tracking_uri)
+    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, reserve_gib, cat)
+    if (input_len is None) != (output_len is None):
+        raise InvalidInputError("give both --input and --output (or neither)")
+    contexts = [(input_len, output_len)] if input_len else [(c // 2, c - c // 2) for c in
+                                                            (1024, 2048, 4096, 8192, 16384, 32768, 131072)]
+    rows = []
+    for i, o in contexts:
+        _positive(input=i, output=o)
+        plan = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, input_len=i, output_len=o, tp=tp,
+                           pp=pp, reserve_gib=reserve_gib)
+        reason = plan.reason if plan.max_batch < 1 else f"KV cache {plan.kv_per_request / 2**20:.0f} MiB per request"
+        if s.model.max_positions and i + o > s.model.max_positions:
+            reason += f"; beyond the model's {s.model.max_positions} positions"
+        rows.append({"context": i + o, "input_len": i, "output_len": o, "max_batch": plan.max_batch,
+                     "fits": plan.max_batch >= 1, "reason": reason})
+    out = {"model": s.model.name, "device": s.device.key, "tp": tp, "pp": pp, "precision": s.precision.label,
+           "capacity_gib": s.device.mem_capacity / GIB,
+           "weights_gib_per_gpu": weight_bytes_per_gpu(s.model, s.precision, tp, pp) / GIB,
+           "kv_bytes_per_token_per_gpu": kv_bytes_per_token(s.model, s.precision, tp, pp),
+           "reserve_gib": reserve_gib, "max_batch": rows[0]["max_batch"] if input_len else None,
+           "fits": rows[0]["fits"] if input_len else any(r["fits"] for r in rows), "by_context": rows}
+    if batch is not None:
+        _positive(batch=batch)
+        out["max_context_for_batch"] = {"batch": batch, "max_context": max_context(
+            s.model, s.precision, s.device.mem_capacity, batch=batch, tp=tp, pp=pp, reserve_gib=reserve_gib)}
+    if as_json:
+        echo_json(out)
+        return
+    click.echo(f"{s.model.name} on {s.device.key} x{tp * pp} ({s.precision.label}): weights "
+               f"{out['weights_gib_per_gpu']:.1f} GiB/GPU, KV {out['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB per "
+               f"token per GPU, reserve {reserve_gib} GiB")
+    echo_table([(r["context"], r["max_batch"], r["reason"]) for r in rows], ["context", "max batch", "note"])
+    if batch is not None:
+        click.echo(f"longest context for batch {batch}: {out['max_context_for_batch']['max_context']} tokens")
+
+
+@click.command("serve")
+@_deploy_options
+@click.option("--rate", default="10/s", show_default=True, help="Arrival rate: 10, 10/s, 600/min.")
+@click.option("--requests", "n_requests", type=int, default=500, show_default=True, help="Requests simulated.")
+@click.option("--input-dist", default="512", show_default=True,
+              help="Prompt lengths: 512, 64-1024 (uniform), exp:512, normal:512,128, lognormal:300,0.8.")
+@click.option("--output-dist", default="128", show_default=True, help="Output lengths (same forms).")
+@click.option("--arrival", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True)
+@click.option("--trace", "trace_file", type=click.Path(dir_okay=False), default=None,
+              help="Replay a request trace (CSV: arrival_s,input_len,output_len) instead of --rate/--*-dist.")
+@click.option("--slo-ttft", default=None, help="TTFT target, e.g. 200ms.")
+@click.option("--slo-tpot", default=None, help="Time-per-output-token target, e.g. 50ms.")
+@click.option("--slo-latency", default=None, help="End-to-end latency target, e.g. 10s.")
+@click.option("--slo-percentile", type=float, default=99.0, show_default=True)
+@click.option("--max-batched-tokens", type=int, default=2048, show_default=True, help="Tokens per engine step.")
+@click.option("--max-seqs", type=int, default=256, show_default=True, help="Requests running at once.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--compare", default=None,
+              help="Comma-separated systems to rank by the SLO-meeting rate per GPU (which serves the target most "
+                   "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200.")
+def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str, weights: str | None,
+          kv_dtype: str | None, attention_kernel: str, reserve_gib: float, model_ref: str | None,
+          tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
+          arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
+          max_batched_tokens: int, max_seqs: int, seed: int, compare: str | None) -> None:
+    """Continuous batching at a request rate: TTFT/TPOT/latency percentiles and the highest rate meeting the SLO."""
+    from hybrid.workloads.llm.serving import (
+        SLO,
+        SchedulerConfig,
+        StepCosts,
+        make_trace,
+        max_rate,
+        parse_dist,
+        parse_rate,
+        parse_time_ms,
+        read_trace,
+        simulate,
+    )
+
+    _positive(requests=n_requests)
+    if not 0 < slo_percentile <= 100:
+        raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
+    cost, cat = _predictor(model_ref, tracking_uri)
+    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, reserve_gib, cat)
+    r_s = parse_rate(rate)
+    idist, odist = parse_dist(input_dist), parse_dist(output_dist)
+    sched = SchedulerConfig(max_batched_tokens, max_seqs)
+    trace = read_trace(trace_file) if trace_file else make_trace(r_s, n_requests, idist, odist, seed, arrival)
+    costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
+                            int((trace.input_len + trace.output_len).max()), cost)
+    res = simulate(s, trace, cost, sched, costs)
+    out: dict[str, Any] = {"model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": tp,
+                           "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
+                           **res.to_dict()}
+    if trace_file:
+        out.update(trace=trace_file, input_dist=None, output_dist=None)
+    else:
+        out["rate_per_s"] = r_s
+    slo = SLO(parse_time_ms(slo_ttft) if slo_ttft else None, parse_time_ms(slo_tpot) if slo_tpot else None,
+              parse_time_ms(slo_latency) if slo_latency else None, slo_percentile)
+    if not slo.empty:
+        out["slo"] = {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "latency_ms": slo.latency_ms,
+                      "percentile": slo_percentile, "met_at_rate": slo.met(res)}
+        best, best_res = max_rate(s, slo, n_requests, idist, odist, cost, sched, seed,
+                                  trace=trace if trace_file else None, progress=True)
+        out["max_rate_meeting_slo_per_s"] = best
+        out["at_max_rate"] = best_res.to_dict() if best_res is not None else None
+    if compare:
+        if slo.empty:
+            raise InvalidInputError("--compare needs an SLO (--slo-ttft, --slo-tpot or --slo-latency)")
+        ranking = []
+        for name in [c.strip() for c in compare.split(",") if c.strip()]:
+            try:
+                other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
+                               reserve_gib, cat)
+                r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
+                                     trace=trace if trace_file else None, progress=True)
+                ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,
+                                "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus, "note": ""})
+            except InvalidInputError as exc:  # does not fit / no fp8 there: ranked last, with the reason
+                ranking.append({"system": name, "device": "", "gpus": tp * pp, "max_rate_per_s": 0.0,
+                                "rate_per_gpu": 0.0, "note": str(exc)})
+        ranking.sort(key=lambda r: -r["rate_per_gpu"])
+        out["compare"] = ranking
+    if as_json:
+        echo_json(out)
+        return
+    what = (f"trace {trace_file} ({len(trace)} requests)" if trace_file else
+            f"{n_requests} requests at {r_s:g}/s, input {input_dist}, output {output_dist}")
+    click.echo(f"{s.model.name} on {s.device.key} x{tp} ({s.precision.label}), {what}")
+    pct = res.percentiles()
+    echo_table([(k, v["p50"], v["p90"], v["p99"], v["mean"]) for k, v in pct.items()],
+               ["metric", "p50", "p90", "p99", "mean"])
+    click.echo(f"throughput {res.output_tokens_per_s_per_gpu:.0f} output tokens/s per GPU; "
+               f"{res.steps} steps, up to {res.max_running} running, KV capacity {res.kv_capacity_tokens} tokens")
+    if "max_rate_meeting_slo_per_s" in out:
+        click.echo(f"highest rate meeting the SLO (p{slo_percentile:g}): {out['max_rate_meeting_slo_per_s']:.3g}/s")
+    if "compare" in out:
+        click.echo("\nsystems by SLO-meeting requests/s per GPU (highest first):")
+        echo_table([(r["system"], r["device"], r["gpus"], r["max_rate_per_s"], r["rate_per_gpu"], r["note"])
+                    for r in out["compare"]], ["system", "device", "gpus", "max rate/s", "per GPU", "note"])
+
+
+def register(group: click.Group) -> None:
+    """Add ``infer``, ``serve`` and ``capacity`` to the ``hybrid llm`` group."""
+    for cmd in (infer, serve, capacity):
+        group.add_command(cmd)
+

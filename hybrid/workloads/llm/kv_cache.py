@@ -1,0 +1,179 @@
+"""Inference memory per GPU: weights, KV cache, activations, a stated reserve; the largest batch that fits.
+
+KV cache per token (whole model): ``2 (K and V) x layers x kv_heads x head_dim x kv_bytes``; per GPU it is split
+over tensor parallelism by KV heads (a rank holds ``ceil(kv_heads / tp)`` heads, so MQA/GQA with fewer KV
+heads than ranks replicates them) and over pipeline stages by layers. Mistral's sliding window caps the cached
+tokens per request. Weights per GPU: the layers of one pipeline stage split over TP, the embedding and the
+output layer (vocab-parallel) on the first/last stage (both counted on the bottleneck stage when pp = 1).
+Activations: the prefill working set of the largest batch of tokens processed at once (the widest intermediate:
+QKV or the MLP's up/gate output, plus the residual stream twice) and the fp32 logits of the last tokens.
+Reserve: CUDA context, cuBLAS/NCCL workspaces and allocator slack, ``reserve_gib`` (default 2 GiB), stated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hybrid.errors import InvalidInputError
+from hybrid.workloads.llm.dims import ModelDims
+from hybrid.workloads.llm.precision import Precision
+
+GIB = 2.0**30
+#: Memory kept back for the runtime (CUDA context, library workspaces, fragmentation), GiB.
+DEFAULT_RESERVE_GIB = 2.0
+
+
+def check_parallel(model: ModelDims, tp: int, pp: int) -> None:
+    """TP must divide the attention heads (and the FFN width), PP must not exceed the layers."""
+    for name, v in (("tp", tp), ("pp", pp)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+    if model.num_attention_heads % tp:
+        raise InvalidInputError(f"tp={tp} does not divide the {model.num_attention_heads} attention heads of "
+                                f"{model.name}")
+    if model.ffn_hidden_size % tp:
+        raise InvalidInputError(f"tp={tp} does not divide the FFN width {model.ffn_hidden_size} of {model.name}")
+    if model.num_query_groups % tp and tp % model.num_query_groups:
+        raise InvalidInputError(f"tp={tp} and the {model.num_query_groups} KV heads of {model.name} do not divide "
+                                "one another")
+    if pp > model.num_layers:
+        raise InvalidInputError(f"pp={pp} exceeds the {model.num_layers} layers of {model.name}")
+
+
+def kv_heads_per_rank(model: ModelDims, tp: int) -> int:
+    return math.ceil(model.num_query_groups / tp)
+
+
+def kv_bytes_per_token(model: ModelDims, precision: Precision, tp: int = 1, pp: int = 1) -> float:
+    """KV-cache bytes one token occupies on one GPU (``tp = pp = 1``: the whole model)."""
+    layers = math.ceil(model.num_layers / pp)
+    return 2.0 * layers * kv_heads_per_rank(model, tp) * model.kv_channels * precision.kv_bytes
+
+
+def cached_tokens(model: ModelDims, context: int | np.ndarray) -> np.ndarray:
+    """Tokens a request of ``context`` tokens keeps in the cache (sliding window caps it)."""
+    c = np.asarray(context, dtype=np.float64)
+    return np.minimum(c, model.sliding_window) if model.sliding_window else c
+
+
+def weight_bytes_per_gpu(model: ModelDims, precision: Precision, tp: int = 1, pp: int = 1) -> float:
+    """Bytes of weights on the most loaded GPU (the bottleneck pipeline stage)."""
+    layers = math.ceil(model.num_layers / pp)
+    per_layer = (model.attention_params() + model.mlp_params()) / tp * precision.weight_bytes + \
+        2 * model.hidden_size * precision.act_bytes  # norms stay 16 bit, replicated
+    embed = model.vocab_size * model.hidden_size / tp * precision.act_bytes  # lookup table stays 16 bit
+    head = 0.0 if model.tied_embeddings else model.vocab_size * model.hidden_size / tp * precision.weight_bytes
+    ends = embed + head if pp == 1 else max(embed, head)
+    return layers * per_layer + ends
+
+
+def activation_bytes(model: ModelDims, precision: Precision, tokens: float | np.ndarray, sequences: float | np.ndarray,
+                     tp: int = 1) -> np.ndarray:
+    """Peak activation working set on one GPU for ``tokens`` processed in one forward pass."""
+    h = model.hidden_size
+    qkv = (model.q_width + 2 * model.kv_width) / tp
+    # gated: gate+up output (2f) and the activation (f); GeLU: up output and activation (2f)
+    ffn = model.ffn_hidden_size / tp * (3 if model.swiglu else 2)
+    if model.is_moe:
+        ffn *= model.moe_router_topk
+    per_token = precision.act_bytes * (2 * h + max(qkv, ffn))
+    logits = np.asarray(sequences, dtype=np.float64) * model.vocab_size / tp * 4.0
+    return np.asarray(tokens, dtype=np.float64) * per_token + logits
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Memory per GPU for one configuration (bytes) and whether it fits."""
+
+    capacity: float
+    weights: float
+    kv_cache: float
+    activations: float
+    reserve: float
+    kv_per_token: float
+    kv_per_request: float
+    max_batch: int
+    fits: bool
+    reason: str
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.activations + self.reserve
+
+    def to_dict(self) -> dict[str, float | int | bool | str]:
+        g = {k: getattr(self, k) / GIB for k in ("capacity", "weights", "kv_cache", "activations", "reserve")}
+        return {**{f"{k}_gib": v for k, v in g.items()}, "total_gib": self.total / GIB,
+                "kv_per_token_bytes": self.kv_per_token, "kv_per_request_mib": self.kv_per_request / 2**20,
+                "max_batch": self.max_batch, "fits": self.fits, "reason": self.reason}
+
+
+def memory_plan(model: ModelDims, precision: Precision, capacity: float, *, batch: int, input_len: int,
+                output_len: int, tp: int = 1, pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB,
+                prefill_tokens: int | None = None) -> MemoryPlan:
+    """Memory for ``batch`` requests of ``input_len + output_len`` tokens (static batching: all prefilled at once,
+    or at most ``prefill_tokens`` tokens per forward pass) and the largest batch that fits."""
+    for name, v in (("batch", batch), ("input_len", input_len), ("output_len", output_len)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+    if reserve_gib < 0:
+        raise InvalidInputError(f"reserve must be >= 0 GiB, got {reserve_gib}")
+    check_parallel(model, tp, pp)
+    w = weight_bytes_per_gpu(model, precision, tp, pp)
+    per_tok = kv_bytes_per_token(model, precision, tp, pp)
+    per_req = per_tok * float(cached_tokens(model, input_len + output_len))
+    reserve = reserve_gib * GIB
+    micro = max(1, pp)  # microbatches in flight share the stage's memory; the batch is what is cached
+
+    def act(b: float | np.ndarray) -> np.ndarray:
+        tokens = np.asarray(b, dtype=np.float64) * input_len / micro
+        if prefill_tokens:
+            tokens = np.minimum(tokens, prefill_tokens)
+        return activation_bytes(model, precision, np.maximum(tokens, input_len), np.asarray(b) / micro, tp)
+
+    free = capacity - reserve - w
+    # largest b with b * per_req + act(b) <= free (act is increasing in b): solve on a doubling grid then bisect
+    if free <= 0 or per_req + float(act(1)) > free:
+        max_b = 0
+    else:
+        lo, hi = 1, 2
+        while hi * per_req + float(act(hi)) <= free and hi < 1 << 24:
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if mid * per_req + float(act(mid)) <= free else (lo, mid)
+        max_b = lo
+    kv = batch * per_req
+    a = float(act(batch))
+    fits = w + kv + a + reserve <= capacity
+    gib = lambda x: f"{x / GIB:.1f} GiB"  # noqa: E731
+    if fits:
+        reason = f"fits: {gib(w + kv + a + reserve)} of {gib(capacity)} per GPU"
+    elif w + reserve > capacity:
+        reason = (f"weights alone need {gib(w)} per GPU (+{gib(reserve)} reserve) of {gib(capacity)}; "
+                  f"use more tensor/pipeline parallelism or smaller weights")
+    elif max_b == 0:
+        reason = (f"one request's KV cache ({gib(per_req)}) and activations do not fit beside {gib(w)} of weights "
+                  f"in {gib(capacity)}")
+    else:
+        reason = (f"batch {batch} needs {gib(kv)} of KV cache + {gib(a)} of activations beside {gib(w)} of "
+                  f"weights; {gib(capacity)} per GPU holds at most batch {max_b}")
+    return MemoryPlan(capacity, w, kv, a, reserve, per_tok, per_req, int(max_b), bool(fits), reason)
+
+
+def max_context(model: ModelDims, precision: Precision, capacity: float, *, batch: int = 1, tp: int = 1, pp: int = 1,
+                reserve_gib: float = DEFAULT_RESERVE_GIB) -> int:
+    """The longest context (input + output tokens) ``batch`` requests can each hold (0 if none)."""
+    check_parallel(model, tp, pp)
+    free = capacity - reserve_gib * GIB - weight_bytes_per_gpu(model, precision, tp, pp)
+    per_tok = kv_bytes_per_token(model, precision, tp, pp)
+    act_tok = float(activation_bytes(model, precision, 1.0, 0.0, tp))
+    logits = float(activation_bytes(model, precision, 0.0, batch / max(pp, 1), tp))
+    denom = batch * (per_tok + act_tok / max(pp, 1))
+    ctx = int((free - logits) // denom) if free > logits else 0
+    if model.sliding_window and ctx >= model.sliding_window:
+        # past the window the cache stops growing; only activations grow (prefill in chunks would cap them too)
+        ctx = int(max(ctx, (free - logits - batch * per_tok * model.sliding_window) // (batch * act_tok / max(pp, 1))))
+    return max(ctx, 0)

@@ -1,0 +1,101 @@
+"""Inference precisions: compute dtype, weight storage (weight-only int8/int4/fp4) and KV-cache dtype.
+
+``compute`` is the dtype GEMMs and attention run in (``fp16``, ``bf16``, ``fp8``); it must have a rate in the
+catalog for the device (fp8 only where the device lists an fp8 tensor-core rate). ``weights`` is the storage of
+the weight matrices: ``None`` (same as compute) or a weight-only format dequantised in the GEMM kernel
+(``int8``, ``int4``, ``fp4``: 1, 0.5, 0.5 bytes plus one fp16 scale per group of 128). ``kv`` is the KV-cache
+element type (``fp16``, ``bf16``, ``fp8``, ``int8``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.device import Device
+from hybrid.units import DTYPE_BYTES, normalize_dtype
+
+#: Compute dtypes an inference GEMM can run in.
+COMPUTE_DTYPES = ("fp16", "bf16", "fp8")
+#: Weight-only storage formats: bytes per weight (group-wise fp16 scale per 128 weights included).
+WEIGHT_ONLY_BYTES = {"int8": 1.0 + 2.0 / 128, "int4": 0.5 + 2.0 / 128, "fp4": 0.5 + 2.0 / 128}
+#: KV-cache element types.
+KV_DTYPES = ("fp16", "bf16", "fp8", "int8")
+
+
+@dataclass(frozen=True)
+class Precision:
+    compute: str = "fp16"
+    weights: str | None = None
+    kv: str | None = None
+
+    def __post_init__(self) -> None:
+        c = normalize_dtype(self.compute) if self.compute not in WEIGHT_ONLY_BYTES else self.compute
+        if c not in COMPUTE_DTYPES:
+            raise InvalidInputError(f"compute dtype must be one of {COMPUTE_DTYPES}, got {self.compute!r} "
+                                    "(weight-only formats go in weights=)")
+        object.__setattr__(self, "compute", c)
+        if self.weights is not None:
+            w = str(self.weights).lower()
+            if w in ("none", "same", ""):
+                w = None
+            elif w not in WEIGHT_ONLY_BYTES:
+                try:
+                    w = normalize_dtype(w)
+                except InvalidInputError:
+                    raise InvalidInputError(f"weights must be one of {sorted(WEIGHT_ONLY_BYTES)} or the compute "
+                                            f"dtype, got {self.weights!r}") from None
+                if w != c:
+                    raise InvalidInputError(f"weights must be one of {sorted(WEIGHT_ONLY_BYTES)} or the compute "
+                                            f"dtype, got {self.weights!r}")
+                w = None
+            object.__setattr__(self, "weights", w)
+        kv = normalize_dtype(self.kv) if self.kv else ("fp8" if c == "fp8" else c)
+        if kv not in KV_DTYPES:
+            raise InvalidInputError(f"KV-cache dtype must be one of {KV_DTYPES}, got {self.kv!r}")
+        object.__setattr__(self, "kv", kv)
+
+    @property
+    def act_bytes(self) -> float:
+        """Activations stay in 16 bit (fp8 GEMMs take fp8 inputs but norms/residuals run in 16 bit)."""
+        return 2.0
+
+    @property
+    def weight_bytes(self) -> float:
+        return WEIGHT_ONLY_BYTES[self.weights] if self.weights else DTYPE_BYTES[self.compute]
+
+    @property
+    def kv_bytes(self) -> float:
+        return DTYPE_BYTES[str(self.kv)]
+
+    @property
+    def label(self) -> str:
+        s = self.compute
+        if self.weights:
+            s += f"/w-{self.weights}"
+        if self.kv != self.compute:
+            s += f"/kv-{self.kv}"
+        return s
+
+    def check_device(self, device: Device) -> None:
+        """Refuse a compute dtype the device has no rate for (fp8 on A100, say)."""
+        if self.compute == "fp8" and "fp8" not in device.peak_flops:
+            raise InvalidInputError(f"{device.key} has no fp8 tensor-core rate in the catalog; use --dtype fp16/bf16 "
+                                    "(optionally with weight-only int8/int4 weights)")
+        if self.compute == "bf16" and "bf16" not in device.peak_flops:
+            raise InvalidInputError(f"{device.key} has no bf16 rate in the catalog")
+        # an fp8/int8 KV cache or weight-only format is storage only (dequantised in the kernel): any GPU
+
+
+def parse_precision(dtype: str, weights: str | None = None, kv: str | None = None) -> Precision:
+    """``--dtype`` accepts ``fp16``, ``bf16``, ``fp8`` or a weight-only shorthand ``w8a16``/``w4a16``/``int4``..."""
+    d = str(dtype).strip().lower()
+    short = {"w8a16": "int8", "int8-weight": "int8", "w4a16": "int4", "int4": "int4", "int4-awq": "int4",
+             "fp4-weight": "fp4", "w4a16-fp4": "fp4"}
+    if d in short:
+        if weights is not None:
+            raise InvalidInputError(f"--dtype {dtype} already names the weight format; drop --weights")
+        return Precision("fp16", short[d], kv)
+    if d == "fp4":
+        raise InvalidInputError("no catalog device has an fp4 compute rate; weight-only fp4 is --weights fp4")
+    return Precision(d, weights, kv)

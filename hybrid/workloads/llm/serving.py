@@ -1,0 +1,499 @@
+"""Continuous batching (vLLM / Sarathi / Vidur style): requests arrive at a rate, every engine step mixes the
+decode tokens of the running requests with chunks of waiting prompts, and latency percentiles come out.
+
+Costs: each step is one forward pass whose time is ``dense(T) + head(B) + decode_attention(n, mean context) +
+sum prefill_attention(chunk, context)`` for ``T`` tokens of ``B`` sequences. Those four functions are tabulated
+once per deployment on log-spaced grids with ONE batched cost-model call (:func:`StepCosts.build`) and then
+interpolated, so simulating thousands of steps costs no further predictions.
+
+Scheduler (stated, close to vLLM's with chunked prefill): first come, first served; a request is admitted when
+its whole KV cache (prompt + output tokens) fits in the free KV memory and fewer than ``max_seqs`` requests run
+(no preemption, as TensorRT-LLM's guaranteed-no-evict policy); each step carries one decode token per running
+request plus prompt chunks up to ``max_batched_tokens``; a request's first token comes at the end of the step
+that finishes its prompt. Tensor parallelism only (one model replica; pipeline parallelism is refused).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.engine.costs import OpCostModel
+from hybrid.errors import InvalidInputError
+from hybrid.workloads.llm.inference import InferenceSetup, cost_ops, pass_ops
+from hybrid.workloads.llm.kv_cache import GIB, activation_bytes, kv_bytes_per_token, weight_bytes_per_gpu
+
+#: Ops whose cost depends on the number of sequences (the output layer), not on the tokens of a step.
+HEAD_OPS = ("final_layernorm", "lm_head", "logits_all_gather", "sampling")
+
+
+# ------------------------------------------------------------------------------------------------ workload
+@dataclass(frozen=True)
+class LengthDist:
+    """Token-length distribution: ``fixed``, ``uniform`` (lo..hi), ``exp`` (mean), ``normal`` (mean, std),
+    ``lognormal`` (median, sigma). Samples are clipped to [1, ``cap``] and rounded."""
+
+    kind: str
+    a: float
+    b: float = 0.0
+    cap: int = 1 << 20
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.kind == "fixed":
+            x = np.full(n, self.a)
+        elif self.kind == "uniform":
+            x = rng.integers(int(self.a), int(self.b) + 1, size=n)
+        elif self.kind == "exp":
+            x = rng.exponential(self.a, size=n)
+        elif self.kind == "normal":
+            x = rng.normal(self.a, self.b, size=n)
+        elif self.kind == "lognormal":
+            x = np.exp(rng.normal(np.log(self.a), self.b, size=n))
+        else:  # pragma: no cover - parse_dist guards
+            raise InvalidInputError(f"unknown distribution {self.kind!r}")
+        return np.clip(np.round(x), 1, self.cap).astype(np.int64)
+
+    @property
+    def mean(self) -> float:
+        return {"fixed": self.a, "uniform": (self.a + self.b) / 2, "exp": self.a, "normal": self.a,
+                "lognormal": self.a * math.exp(self.b ** 2 / 2)}[self.kind]
+
+
+def parse_dist(text: str | int) -> LengthDist:
+    """``128`` (fixed), ``64-512`` (uniform), ``exp:256``, ``normal:512,128``, ``lognormal:300,0.8``."""
+    s = str(text).strip().lower()
+    try:
+        if re.fullmatch(r"\d+", s):
+            v = int(s)
+            if v < 1:
+                raise ValueError
+            return LengthDist("fixed", v)
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", s)
+        if m:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if not 1 <= lo <= hi:
+                raise ValueError
+            return LengthDist("uniform", lo, hi)
+        kind, _, args = s.partition(":")
+        vals = [float(x) for x in args.split(",")] if args else []
+        if kind == "exp" and len(vals) == 1 and vals[0] >= 1:
+            return LengthDist("exp", vals[0])
+        if kind in ("normal", "lognormal") and len(vals) == 2 and vals[0] >= 1 and vals[1] >= 0:
+            return LengthDist(kind, vals[0], vals[1])
+    except ValueError:
+        pass
+    raise InvalidInputError(f"bad length distribution {text!r} (examples: 128, 64-512, exp:256, normal:512,128, "
+                            "lognormal:300,0.8; lengths >= 1)")
+
+
+def parse_rate(text: str | float) -> float:
+    """``10``, ``10/s``, ``600/min``, ``36000/h`` -> requests per second (> 0)."""
+    s = str(text).strip().lower().replace(" ", "")
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)(?:/(s|sec|min|m|h|hr))?", s)
+    if not m:
+        raise InvalidInputError(f"bad rate {text!r} (examples: 10, 10/s, 600/min)")
+    v = float(m.group(1)) / {None: 1, "s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600, "hr": 3600}[m.group(2)]
+    if not v > 0:
+        raise InvalidInputError(f"rate must be positive, got {text!r}")
+    return v
+
+
+def parse_time_ms(text: str | float) -> float:
+    """``200ms``, ``0.2s``, ``200`` (ms) -> milliseconds (> 0)."""
+    s = str(text).strip().lower()
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(ms|s|us)?", s)
+    if not m or not float(m.group(1)) > 0:
+        raise InvalidInputError(f"bad time {text!r} (examples: 200ms, 0.5s)")
+    return float(m.group(1)) * {None: 1.0, "ms": 1.0, "s": 1e3, "us": 1e-3}[m.group(2)]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests: arrival time (s), prompt and output lengths."""
+
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+
+def make_trace(rate: float, n: int, input_dist: LengthDist, output_dist: LengthDist, seed: int = 0,
+               arrival: str = "poisson") -> Trace:
+    """``n`` requests at ``rate``/s (Poisson or evenly spaced arrivals)."""
+    if n < 1:
+        raise InvalidInputError(f"need at least one request, got {n}")
+    if not rate > 0:
+        raise InvalidInputError(f"rate must be positive, got {rate}")
+    rng = np.random.default_rng(seed)
+    if arrival == "poisson":
+        t = np.cumsum(rng.exponential(1.0 / rate, size=n))
+    elif arrival == "uniform":
+        t = np.arange(n) / rate
+    else:
+        raise InvalidInputError(f"arrival must be poisson or uniform, got {arrival!r}")
+    return Trace(t - t[0], input_dist.sample(n, rng), output_dist.sample(n, rng))
+
+
+#: Accepted column names of a trace file: canonical first, then Vidur / common trace spellings.
+TRACE_COLUMNS = {
+    "arrival_s": ("arrival_s", "arrived_at", "arrival_time", "timestamp"),
+    "input_len": ("input_len", "num_prefill_tokens", "prompt_tokens", "input_tokens"),
+    "output_len": ("output_len", "num_decode_tokens", "completion_tokens", "output_tokens"),
+}
+
+
+def read_trace(path: str | os.PathLike) -> Trace:
+    """A request trace from CSV: arrival time (s) and prompt/output token counts per request (Vidur's
+    ``arrived_at, num_prefill_tokens, num_decode_tokens`` are accepted too). Requests are sorted by arrival."""
+    p = Path(path)
+    try:
+        df = pd.read_csv(p, comment="#")
+    except FileNotFoundError:
+        raise InvalidInputError(f"trace file {p} does not exist") from None
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"trace file {p}: cannot read ({' '.join(str(exc).split())[:120]})") from None
+    cols, src = {}, {}
+    for key, names in TRACE_COLUMNS.items():
+        found = next((c for c in names if c in df.columns), None)
+        if found is None:
+            raise InvalidInputError(f"trace file {p}: no {key} column (one of {', '.join(names)})")
+        src[key] = found
+        cols[key] = pd.to_numeric(df[found], errors="coerce").to_numpy(dtype=np.float64)
+    if len(df) == 0:
+        raise InvalidInputError(f"trace file {p} has no requests")
+    for key, v in cols.items():
+        bad = ~np.isfinite(v) | (v < 0 if key == "arrival_s" else v < 1)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidInputError(f"trace file {p}, line {i + 2}: {key} must be "
+                                    f"{'a time >= 0' if key == 'arrival_s' else 'a token count >= 1'}, got "
+                                    f"{str(df[src[key]].iloc[i])!r}")
+    order = np.argsort(cols["arrival_s"], kind="stable")
+    return Trace(cols["arrival_s"][order], np.round(cols["input_len"][order]).astype(np.int64),
+                 np.round(cols["output_len"][order]).astype(np.int64))
+
+
+# ------------------------------------------------------------------------------------------------ step costs
+def _log_grid(hi: float, points: int) -> np.ndarray:
+    return np.unique(np.round(np.geomspace(1, max(hi, 2), points)))
+
+
+@dataclass
+class StepCosts:
+    """Interpolated per-step costs (microseconds) of one deployment."""
+
+    tokens: np.ndarray
+    dense_us: np.ndarray
+    seqs: np.ndarray
+    head_us: np.ndarray
+    dec_b: np.ndarray
+    dec_ctx: np.ndarray
+    dec_us: np.ndarray  # [len(dec_b), len(dec_ctx)]
+    pre_c: np.ndarray
+    pre_ctx: np.ndarray
+    pre_us: np.ndarray  # [len(pre_c), len(pre_ctx)]
+
+    @classmethod
+    def build(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
+              cost_model: OpCostModel | None = None, points: int = 24) -> StepCosts:
+        tok = _log_grid(max_tokens + max_seqs, points)
+        seq = _log_grid(max_seqs, points // 2)
+        db, dc = _log_grid(max_seqs, points // 2), _log_grid(max_ctx, points // 2)
+        pc, px = _log_grid(max_tokens, points // 2), _log_grid(max_ctx, points // 2)
+        DB, DC = np.meshgrid(db, dc, indexing="ij")
+        PC, PX = np.meshgrid(pc, px, indexing="ij")
+        PX = np.maximum(PX, PC)
+        # one table: dense passes (T tokens, 1 sequence), heads (B sequences), decode and prefill attention
+        parts = [
+            (tok, np.ones_like(tok), np.ones_like(tok), np.ones_like(tok)),  # dense(T): q_len 1 (attention dropped)
+            (seq, seq, np.ones_like(seq), np.ones_like(seq)),  # head(B)
+            (DB.ravel(), DB.ravel(), np.ones(DB.size), DC.ravel()),  # decode attention
+            (PC.ravel(), np.ones(PC.size), PC.ravel(), PX.ravel()),  # prefill attention (one chunk)
+        ]
+        frames, off = [], 0
+        for i, (t, b, q, kv) in enumerate(parts):
+            f = pass_ops(s, t, b, q, kv, phase=f"part{i}")
+            f["scenario"] += off
+            off += len(t)
+            frames.append(f)
+        costed = cost_ops(pd.concat(frames, ignore_index=True), cost_model, s.catalog)
+        t_all = costed["time_us"].to_numpy() * costed["count"].to_numpy()
+        name = costed["name"].to_numpy()
+        ph = costed["phase"].to_numpy()
+        sc = costed["scenario"].to_numpy(dtype=np.int64)
+
+        def total(mask: np.ndarray) -> np.ndarray:
+            return np.bincount(sc[mask], weights=t_all[mask], minlength=off)
+
+        is_att = name == "attention"
+        is_head = np.isin(name, HEAD_OPS)
+        dense = total((ph == "part0") & ~is_att & ~is_head)[: len(tok)]
+        head = total((ph == "part1") & is_head)[len(tok): len(tok) + len(seq)]
+        o2 = len(tok) + len(seq)
+        dec = total((ph == "part2") & is_att)[o2: o2 + DB.size].reshape(DB.shape)
+        o3 = o2 + DB.size
+        pre = total((ph == "part3") & is_att)[o3: o3 + PC.size].reshape(PC.shape)
+        return cls(tok, dense, seq, head, db, dc, dec, pc, px, pre)
+
+    @staticmethod
+    def _interp1(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+        return np.interp(np.log(np.maximum(x, 1.0)), np.log(xs), ys)
+
+    @staticmethod
+    def _interp2(x: np.ndarray, y: np.ndarray, xs: np.ndarray, ys: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """Bilinear in (log x, log y), extrapolating linearly in y beyond the grid (attention grows with context)."""
+        lx, ly = np.log(np.maximum(x, 1.0)), np.log(np.maximum(y, 1.0))
+        gx, gy = np.log(xs), np.log(ys)
+        i = np.clip(np.searchsorted(gx, lx) - 1, 0, len(gx) - 2) if len(gx) > 1 else np.zeros_like(lx, dtype=int)
+        j = np.clip(np.searchsorted(gy, ly) - 1, 0, len(gy) - 2) if len(gy) > 1 else np.zeros_like(ly, dtype=int)
+        if len(gx) == 1 or len(gy) == 1:
+            return np.full(np.shape(lx), float(z.ravel()[0]))
+        tx = np.clip((lx - gx[i]) / (gx[i + 1] - gx[i]), 0, 1)
+        ty = (ly - gy[j]) / (gy[j + 1] - gy[j])
+        z00, z01, z10, z11 = z[i, j], z[i, j + 1], z[i + 1, j], z[i + 1, j + 1]
+        return np.maximum((1 - tx) * ((1 - ty) * z00 + ty * z01) + tx * ((1 - ty) * z10 + ty * z11), 0.0)
+
+    def step_us(self, tokens: float, seqs_out: float, n_dec: int, mean_ctx: float, chunks: np.ndarray,
+                chunk_ctx: np.ndarray) -> float:
+        t = float(self._interp1(np.array([tokens]), self.tokens, self.dense_us)[0])
+        if seqs_out > 0:
+            t += float(self._interp1(np.array([seqs_out]), self.seqs, self.head_us)[0])
+        if n_dec > 0:
+            t += float(self._interp2(np.array([n_dec]), np.array([mean_ctx]), self.dec_b, self.dec_ctx, self.dec_us)[0])
+        if len(chunks):
+            t += float(self._interp2(chunks, chunk_ctx, self.pre_c, self.pre_ctx, self.pre_us).sum())
+        return t
+
+    def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray) -> np.ndarray:
+        """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised)."""
+        k = len(mean_ctx)
+        t = self._interp1(np.full(k, float(n_dec)), self.tokens, self.dense_us)
+        t = t + self._interp1(np.full(k, float(n_dec)), self.seqs, self.head_us)
+        return t + self._interp2(np.full(k, float(n_dec)), np.asarray(mean_ctx, dtype=np.float64), self.dec_b,
+                                 self.dec_ctx, self.dec_us)
+
+
+# ------------------------------------------------------------------------------------------------ simulation
+@dataclass
+class ServeResult:
+    """Per-request latencies (ms) and aggregate throughput of one simulated trace."""
+
+    rate: float
+    ttft_ms: np.ndarray
+    tpot_ms: np.ndarray
+    latency_ms: np.ndarray
+    output_tokens_per_s_per_gpu: float
+    duration_s: float
+    steps: int
+    kv_capacity_tokens: int
+    max_running: int
+    notes: list[str] = field(default_factory=list)
+
+    def percentiles(self, qs: tuple[float, ...] = (50, 90, 99)) -> dict[str, dict[str, float]]:
+        return {name: {f"p{int(q)}": float(np.percentile(v, q)) for q in qs} | {"mean": float(np.mean(v))}
+                for name, v in (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms), ("latency_ms", self.latency_ms))}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rate_per_s": self.rate, "requests": len(self.ttft_ms), **self.percentiles(),
+                "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu, "duration_s": self.duration_s,
+                "steps": self.steps, "kv_capacity_tokens": self.kv_capacity_tokens, "max_running": self.max_running,
+                "notes": self.notes}
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_batched_tokens: int = 2048  # tokens per step (decode tokens + prompt chunks)
+    max_seqs: int = 256  # running requests
+
+    def __post_init__(self) -> None:
+        if self.max_batched_tokens < 1 or self.max_seqs < 1:
+            raise InvalidInputError("max_batched_tokens and max_seqs must be >= 1")
+
+
+def kv_capacity_tokens(s: InferenceSetup, sched: SchedulerConfig) -> int:
+    """Tokens of KV cache that fit beside the weights, the step's activations and the reserve (per GPU)."""
+    free = (s.device.mem_capacity - s.reserve_gib * GIB - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp)
+            - float(activation_bytes(s.model, s.precision, sched.max_batched_tokens, sched.max_seqs, s.tp)))
+    return int(max(free, 0) // kv_bytes_per_token(s.model, s.precision, s.tp, s.pp))
+
+
+def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = None,
+             sched: SchedulerConfig | None = None, costs: StepCosts | None = None) -> ServeResult:
+    """Run the trace through the continuous-batching scheduler; see the module docstring for the policy."""
+    if s.pp != 1:
+        raise InvalidInputError("continuous-batching simulation supports tensor parallelism only (pp = 1)")
+    sched = sched or SchedulerConfig()
+    cap = kv_capacity_tokens(s, sched)
+    need = (trace.input_len + trace.output_len).astype(np.int64)
+    if s.model.sliding_window:
+        need = np.minimum(need, s.model.sliding_window)
+    if cap <= 0:
+        raise InvalidInputError("does not fit: no memory left for the KV cache beside weights and activations")
+    if need.max() > cap:
+        raise InvalidInputError(f"does not fit: a request of {int(need.max())} tokens needs more KV cache than the "
+                                f"{cap} tokens that fit per GPU")
+    if costs is None:
+        costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
+                                int((trace.input_len + trace.output_len).max()), cost_model)
+    n = len(trace)
+    arr, inp, out = trace.arrival_s, trace.input_len.astype(np.int64), trace.output_len.astype(np.int64)
+    prefilled = np.zeros(n, dtype=np.int64)
+    generated = np.zeros(n, dtype=np.int64)
+    first = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    running: list[int] = []
+    nxt = 0  # next request not yet admitted (FCFS)
+    used = 0
+    now = 0.0
+    steps = 0
+    max_running = 0
+    while nxt < n or running:
+        # admit arrived requests in order while their whole KV cache fits
+        while nxt < n and arr[nxt] <= now and len(running) < sched.max_seqs and used + need[nxt] <= cap:
+            running.append(nxt)
+            used += int(need[nxt])
+            nxt += 1
+        if not running:
+            now = max(now, float(arr[nxt]))
+            continue
+        max_running = max(max_running, len(running))
+        run = np.array(running, dtype=np.int64)
+        dec = run[prefilled[run] >= inp[run]]
+        if len(dec) == len(run):
+            # decode-only stretch: nothing changes until a request finishes or an admissible one arrives, so the
+            # steps up to that event are costed at once (contexts grow by one token per step)
+            k = int((out[run] - generated[run]).min())
+            base_ctx = float(np.mean(inp[run] + generated[run]))
+            dts = costs.decode_steps_us(len(run), base_ctx + np.arange(k)) / 1e6
+            ends = now + np.cumsum(dts)
+            if nxt < n and len(running) < sched.max_seqs and used + need[nxt] <= cap and arr[nxt] < ends[-1]:
+                k = int(np.searchsorted(ends, arr[nxt], side="left")) + 1
+            now = float(ends[k - 1])
+            steps += k
+            generated[run] += k
+            done = run[generated[run] >= out[run]]
+            if len(done):
+                finish[done] = now
+                used -= int(need[done].sum())
+                done_set = set(done.tolist())
+                running = [r for r in running if r not in done_set]
+            continue
+        budget = sched.max_batched_tokens - len(dec)
+        pre_ids, chunks = [], []
+        for r in run[prefilled[run] < inp[run]]:  # prompt chunks, FCFS, within the token budget
+            if budget <= 0:
+                break
+            c = int(min(inp[r] - prefilled[r], budget))
+            pre_ids.append(r)
+            chunks.append(c)
+            budget -= c
+        chunks_a = np.array(chunks, dtype=np.float64)
+        pre_a = np.array(pre_ids, dtype=np.int64)
+        ctx_chunk = prefilled[pre_a] + chunks_a if len(pre_a) else np.zeros(0)
+        mean_ctx = float(np.mean(inp[dec] + generated[dec])) if len(dec) else 0.0
+        completes = pre_a[prefilled[pre_a] + chunks_a.astype(np.int64) >= inp[pre_a]] if len(pre_a) else pre_a
+        tokens = len(dec) + float(chunks_a.sum())
+        dt = costs.step_us(tokens, len(dec) + len(completes), len(dec), mean_ctx, chunks_a, ctx_chunk) / 1e6
+        now += dt
+        steps += 1
+        if len(pre_a):
+            prefilled[pre_a] += chunks_a.astype(np.int64)
+        generated[dec] += 1
+        generated[completes] += 1
+        first[completes] = now
+        done = run[generated[run] >= out[run]]
+        if len(done):
+            finish[done] = now
+            used -= int(need[done].sum())
+            done_set = set(done.tolist())
+            running = [r for r in running if r not in done_set]
+    ttft = (first - arr) * 1e3
+    lat = (finish - arr) * 1e3
+    tpot = np.where(out > 1, (finish - first) * 1e3 / np.maximum(out - 1, 1), 0.0)
+    duration = float(np.nanmax(finish) - arr[0])
+    thr = float(out.sum()) / duration / s.gpus if duration > 0 else float("nan")
+    return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
+                       notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step, "
+                              f"<= {sched.max_seqs} running, whole-request KV reservation ({cap} tokens/GPU)"]
+                       + [x for x in [s.model.context_note(int((inp + out).max()))] if x])
+
+
+def trace_rate(trace: Trace) -> float:
+    span = float(trace.arrival_s[-1] - trace.arrival_s[0])
+    return (len(trace) - 1) / span if span > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class SLO:
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    latency_ms: float | None = None
+    percentile: float = 99.0
+
+    def met(self, r: ServeResult) -> bool:
+        q = self.percentile
+        ok = True
+        for val, arr in ((self.ttft_ms, r.ttft_ms), (self.tpot_ms, r.tpot_ms), (self.latency_ms, r.latency_ms)):
+            if val is not None:
+                ok &= float(np.percentile(arr, q)) <= val
+        return bool(ok)
+
+    @property
+    def empty(self) -> bool:
+        return self.ttft_ms is None and self.tpot_ms is None and self.latency_ms is None
+
+
+def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None, output_dist: LengthDist | None,
+             cost_model: OpCostModel | None = None, sched: SchedulerConfig | None = None, seed: int = 0,
+             iterations: int = 10, trace: Trace | None = None, progress: bool = False
+             ) -> tuple[float, ServeResult | None]:
+    """The highest Poisson arrival rate (req/s) whose simulated percentiles meet ``slo`` (bisection on a log
+    scale; the same random draws at every rate). With ``trace``, its arrival times are compressed or stretched
+    instead (same requests, same order). Returns (0, None) when even a trickle misses it."""
+    if slo.empty:
+        raise InvalidInputError("give at least one SLO (--slo-ttft, --slo-tpot or --slo-latency)")
+    sched = sched or SchedulerConfig()
+    if trace is None and (input_dist is None or output_dist is None):
+        raise InvalidInputError("give length distributions or a trace")
+    probe = trace if trace is not None else make_trace(1.0, n, input_dist, output_dist, seed)
+    costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
+                            int((probe.input_len + probe.output_len).max()), cost_model)
+    base = trace_rate(probe) if trace is not None and len(trace) > 1 else 1.0
+
+    def run(rate: float) -> ServeResult:
+        if trace is not None:
+            t = Trace(trace.arrival_s * (base / rate), trace.input_len, trace.output_len)
+        else:
+            t = make_trace(rate, n, input_dist, output_dist, seed)
+        return simulate(s, t, cost_model, sched, costs)
+
+    lo_rate = 1e-3
+    lo = run(lo_rate)
+    if not slo.met(lo):
+        return 0.0, None
+    # the saturated throughput bounds the useful rates
+    sat = run(1e6)
+    mean_out = float(np.mean(probe.output_len))
+    hi_rate = max(sat.output_tokens_per_s_per_gpu * s.gpus / max(mean_out, 1.0) * 1.5, lo_rate * 2)
+    best = lo
+    lo_r = lo_rate
+    from tqdm.auto import tqdm
+
+    for _ in tqdm(range(iterations), desc=f"SLO rate search ({s.system.key})", unit="sim", disable=not progress,
+                  leave=False):
+        mid = math.sqrt(lo_r * hi_rate)
+        r = run(mid)
+        if slo.met(r):
+            lo_r, best = mid, r
+        else:
+            hi_rate = mid
+    return lo_r, best
