@@ -264,18 +264,21 @@ def geomean(e: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log(e)))) if e.size else float("nan")
 
 
-def fit_constants(runs: pd.DataFrame, graphs_by_key: dict, model, fit_mask: np.ndarray) -> dict[str, tuple]:
-    """Per framework family (and ``all`` as the fall-back): Overheads fitted on the ``fit_mask`` runs."""
+def fit_constants(runs: pd.DataFrame, graphs_by_key: dict, models: dict, fit_mask: np.ndarray) -> dict[str, tuple]:
+    """Per framework family (and ``all`` as the fall-back), on the ``fit_mask`` runs only: the kernel model
+    (``roofline`` or ``calibrated``, whichever has the lower geomean error there) and the two framework constants
+    fitted with it. Returns ``family -> (model name, Overheads, fit report, runs, systems)``."""
     out = {}
     for fam in ("all", *sorted(runs.loc[fit_mask, "family"].unique())):
         sel = fit_mask & ((runs["family"] == fam).to_numpy() if fam != "all" else True)
         if sel.sum() == 0:
             continue
         sub = runs[sel]
+        name = min(("roofline", "calibrated"), key=lambda n: geomean(sub[f"err_{n}_pct"]))
         gs = [graphs_by_key[k] for k in sub["key"]]
-        ov, rep = Overheads.fit_report(gs, sub["measured_ms"].to_numpy() * 1e3, model,
+        ov, rep = Overheads.fit_report(gs, sub["measured_ms"].to_numpy() * 1e3, models[name],
                                        fit=("launch_us", "iteration_us"))
-        out[fam] = (ov, rep, int(sel.sum()), int(sub["system_label"].nunique()))
+        out[fam] = (name, ov, rep, int(sel.sum()), int(sub["system_label"].nunique()))
     return out
 
 
@@ -286,23 +289,25 @@ def score(runs: pd.DataFrame, catalog: Catalog, calibrated, fit_round: str | Non
     uniq = list(key.unique())
     by_key = dict(zip(uniq, graphs, strict=True))
     roof = HybridPredictor.roofline_only(cat)
-    preds = {"roofline": predict(graphs, roof, None), "calibrated": predict(graphs, calibrated, None)}
+    models = {"roofline": roof, "calibrated": calibrated}
+    preds = {name: predict(graphs, m, None) for name, m in models.items()}
     idx = pd.Index(uniq)
     for name, p in preds.items():
         runs[f"pred_{name}_ms"] = p[idx.get_indexer(runs["key"])]
+        runs[f"err_{name}_pct"] = err_pct(runs[f"pred_{name}_ms"], runs["measured_ms"])
     fits: dict = {}
     runs["pred_fit_ms"] = runs["pred_calibrated_ms"]
     runs["fit_set"] = False
     if fit_round is not None:
         mask = (runs["round"] == fit_round).to_numpy()
         if mask.any():
-            fits = fit_constants(runs, by_key, calibrated, mask)
+            fits = fit_constants(runs, by_key, models, mask)
             runs["fit_set"] = mask
             for fam in runs["family"].unique():
-                ov = fits.get(fam, fits.get("all"))[0]
+                name, ov = fits.get(fam, fits.get("all"))[:2]
                 sel = (runs["family"] == fam).to_numpy()
                 ks = runs.loc[sel, "key"].unique()
-                p = dict(zip(ks, predict([by_key[k] for k in ks], calibrated, ov), strict=True))
+                p = dict(zip(ks, predict([by_key[k] for k in ks], models[name], ov), strict=True))
                 runs.loc[sel, "pred_fit_ms"] = runs.loc[sel, "key"].map(p).to_numpy()
     for name in ("roofline", "calibrated", "fit"):
         runs[f"err_{name}_pct"] = err_pct(runs[f"pred_{name}_ms"], runs["measured_ms"])
@@ -318,7 +323,7 @@ def summary_json(runs: pd.DataFrame, skipped: Counter, n_input: int, fit_note: s
                 "predicted_ms_median": round(float(g["pred_fit_ms"].median()), 4)}
 
     out = {"n_input": n_input, "n_rows": int(len(runs)), "n_skipped": int(sum(skipped.values())),
-           "skipped": dict(skipped), "predictor": "calibrated + framework constants", "fit": fit_note}
+           "skipped": dict(skipped), "predictor": "kernel model + framework constants per family", "fit": fit_note}
     if len(runs):
         out.update(geomean_pct=round(geomean(runs["err_fit_pct"]), 2),
                    max_pct=round(float(runs["err_fit_pct"].max()), 2),
@@ -395,14 +400,17 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
          "Error = |predicted - measured| / measured of the per-iteration time (throughput = global batch / time, "
          "so the throughput error is the same); geomean and max over runs.", "",
          f"Calibration (public kernel and collective data only, no end-to-end data): {calib_note}.", "",
-         f"Fitted: two framework constants per framework family, on the MLPerf {fit_round} runs only "
-         f"({len(fitted)} runs); scored on everything else ({len(held)} runs: other rounds and "
-         "DeepLearningExamples). Rows of the fit round are in-sample for `calibrated + fit`.", "",
+         f"Fitted (`calibrated + fit` column), on the MLPerf {fit_round} runs only ({len(fitted)} runs), per "
+         "framework family (HugeCTR, PyTorch, other): which kernel model to use (roofline or calibrated, the one "
+         "with the lower geomean error on that family's fit-round runs) and two framework constants with it; "
+         f"scored on everything else ({len(held)} runs: the other MLPerf rounds and DeepLearningExamples, whose "
+         "PyTorch rows use the PyTorch family's choice). Rows of the fit round are in-sample for that column.", "",
          "## Headline", "",
          "| runs | n | roofline geomean / max % | calibrated geomean / max % | calibrated + fit geomean / max % | "
          f"target (< {TARGET_PCT:.0f}% geomean) |", "|---|---|---|---|---|---|"]
-    for label, g in (("held out (not the fit round)", held), (f"fit round {fit_round} (in-sample)", fitted),
-                     ("all", runs)):
+    single = runs["nodes"] == 1
+    for label, g in (("held out (not the fit round)", held), ("held out, single-node runs", held[single[~runs["fit_set"]]]),
+                     (f"fit round {fit_round} (in-sample)", fitted), ("all", runs)):
         if len(g) == 0:
             continue
         cells = [f"{geomean(g[f'err_{n}_pct']):.1f} / {g[f'err_{n}_pct'].max():.1f}"
@@ -417,12 +425,13 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
           "Fitted with `Overheads.fit_report(..., fit=('launch_us', 'iteration_us'))`: log error of the iteration "
           "+ a weak prior at the engine defaults (launch 15 us, iteration 100 us); `se` from the Jacobian; "
           "`identified` = the data determine it (se < half the value). Unidentified constants are the prior's.", "",
-          "| family | fit runs (systems) | launch_us (se, identified) | iteration_us (se, identified) | rms log error |",
-          "|---|---|---|---|---|"]
-    for fam, (ov, rep, n, nsys) in fits.items():
+          "| family | fit runs (systems) | kernel model chosen on the fit round | launch_us (se, identified) | "
+          "iteration_us (se, identified) | median abs log error |",
+          "|---|---|---|---|---|---|"]
+    for fam, (name, ov, rep, n, nsys) in fits.items():
         cells = [f"{rep['params'][p]:.1f} ({rep['se_us'][p]:.1f}, {'yes' if rep['identified'][p] else 'no'})"
                  for p in ("launch_us", "iteration_us")]
-        L.append(f"| {fam} | {n} ({nsys}) | " + " | ".join(cells) + f" | {rep['rms_log_error']:.3f} |")
+        L.append(f"| {fam} | {n} ({nsys}) | {name} | " + " | ".join(cells) + f" | {rep['median_abs_log_error']:.3f} |")
     L += ["", f"## Scaling curve", "", f"![predicted vs measured throughput]({plot})", "",
           "| series | GPUs | global batch | measured ms | calibrated + fit ms | roofline ms |", "|---|---|---|---|---|---|"]
     sc = runs[(runs["source"] == "DeepLearningExamples") | (runs["system_label"].str.contains("NVIDIA dgxa100")
