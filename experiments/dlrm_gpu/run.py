@@ -125,7 +125,7 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
     skipped: Counter = Counter()
     rows = []
     for r in df.itertuples(index=False):
-        ms = pd.to_numeric(getattr(r, "median_ms_per_iteration"), errors="coerce")
+        ms = pd.to_numeric(r.median_ms_per_iteration, errors="coerce")
         gpn = pd.to_numeric(r.acc_per_node, errors="coerce")
         nodes = pd.to_numeric(r.nodes, errors="coerce")
         batch = pd.to_numeric(r.global_batch_size, errors="coerce")
@@ -369,7 +369,9 @@ def scaling_plot(runs: pd.DataFrame, path: Path) -> str:
         g = g.groupby("gpus").agg(measured=("measured_ms", "median"), pred=("pred_fit_ms", "median"),
                                   roof=("pred_roofline_ms", "median"), batch=("global_batch", "median")).reset_index()
         c = colors[i % len(colors)]
-        thr = lambda ms: g["batch"] / (ms / 1e3) / 1e6  # noqa: E731 - samples/s in millions
+        def thr(ms: pd.Series, batch: pd.Series = g["batch"]) -> pd.Series:  # M samples/s
+            return batch / (ms / 1e3) / 1e6
+
         ax.plot(g["gpus"], thr(g["measured"]), "o", color=c, label=f"{name}: measured")
         ax.plot(g["gpus"], thr(g["pred"]), "-", color=c, label=f"{name}: predicted (calibrated + fit)")
         ax.plot(g["gpus"], thr(g["roof"]), ":", color=c, alpha=0.6)
@@ -428,11 +430,11 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
           "| family | fit runs (systems) | kernel model chosen on the fit round | launch_us (se, identified) | "
           "iteration_us (se, identified) | median abs log error |",
           "|---|---|---|---|---|---|"]
-    for fam, (name, ov, rep, n, nsys) in fits.items():
+    for fam, (name, _ov, rep, n, nsys) in fits.items():
         cells = [f"{rep['params'][p]:.1f} ({rep['se_us'][p]:.1f}, {'yes' if rep['identified'][p] else 'no'})"
                  for p in ("launch_us", "iteration_us")]
         L.append(f"| {fam} | {n} ({nsys}) | {name} | " + " | ".join(cells) + f" | {rep['median_abs_log_error']:.3f} |")
-    L += ["", f"## Scaling curve", "", f"![predicted vs measured throughput]({plot})", "",
+    L += ["", "## Scaling curve", "", f"![predicted vs measured throughput]({plot})", "",
           "| series | GPUs | global batch | measured ms | calibrated + fit ms | roofline ms |", "|---|---|---|---|---|---|"]
     sc = runs[(runs["source"] == "DeepLearningExamples") | (runs["system_label"].str.contains("NVIDIA dgxa100")
                                                              & (runs["family"] == "hugectr"))]

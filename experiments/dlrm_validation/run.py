@@ -21,6 +21,7 @@ import datetime as dt
 import io
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -158,7 +159,10 @@ def held_out_report(dirs: list[Path], per_plan: dict) -> None:
     for d in dirs:
         table = read_results(d)
         card = (d / "README.md").read_text(encoding="utf-8") if (d / "README.md").is_file() else ""
-        load = next((ln.split("|")[2].strip() for ln in card.splitlines() if ln.startswith("| machine load")), "n/a")
+        row = next((ln.split("|")[2].strip() for ln in card.splitlines() if ln.startswith("| machine load")), "")
+        m = re.search(r"load average ([\d.]+) before,? and ([\d.]+) after", row)
+        load = (f"{'not quiet: ' if 'NOT a quiet' in row else ''}load average {m.group(1)} before, {m.group(2)} after"
+                if m else (row[:60] or "n/a"))
         for name, (_, rep, _, pred) in per_plan.items():
             base = validate_campaign(d, pred, fit_overheads=False)
             ov = Overheads.from_dict(rep.in_sample["overheads_us"]) if rep.in_sample else None
