@@ -123,3 +123,14 @@ def test_gpu_benchmark_scores_an_mlperf_table_and_counts_what_it_skips(shared_da
     bad.write_text("a,b\n1,2\n")
     assert bench.main(["--data-dir", str(tmp_path / "none"), "--mlperf", str(bad), "--json"]) == 2
     assert "not an MLPerf DLRM runs table" in capsys.readouterr().err
+
+
+def test_config_files_can_name_a_variant(tmp_path):
+    path = tmp_path / "mlperf.yaml"
+    path.write_text("variant: mlperf\nsystem: DGX-H100\ngpus: 16\nbatch_size_per_gpu: 4096\ndtype: bf16\n")
+    cfg = DLRMConfig.from_file(path)
+    assert cfg.num_tables == 26 and cfg.gpus == 16 and cfg.system == "DGX-H100" and cfg.dtype == "bf16"
+    assert cfg.tables == dlrm_variant("mlperf").tables
+    path.write_text("variant: nope\n")
+    with pytest.raises(InvalidInputError, match="unknown DLRM variant 'nope'"):
+        DLRMConfig.from_file(path)

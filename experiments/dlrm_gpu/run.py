@@ -363,7 +363,7 @@ def scaling_plot(runs: pd.DataFrame, path: Path) -> str:
     ml["series"] = ml["source"] + " NVIDIA DGX A100 HugeCTR"
     series.append(ml)
     data = pd.concat(series, ignore_index=True)
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig, ax = plt.subplots(figsize=(13, 5.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, g) in enumerate(data.groupby("series", sort=True)):
         g = g.groupby("gpus").agg(measured=("measured_ms", "median"), pred=("pred_fit_ms", "median"),
@@ -380,7 +380,7 @@ def scaling_plot(runs: pd.DataFrame, path: Path) -> str:
     ax.set_xlabel("GPUs")
     ax.set_ylabel("training throughput (M samples/s)")
     ax.set_title("DLRM scaling: published (points) vs predicted (lines; dotted = roofline)")
-    ax.legend(fontsize=6, loc="upper left", ncol=1)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -399,8 +399,8 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
          f"(MLPerf {int((runs['source'] != 'DeepLearningExamples').sum())}, DeepLearningExamples "
          f"{int((runs['source'] == 'DeepLearningExamples').sum())} = 7 systems x 2 precisions). Skipped (MLPerf): "
          + (", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "none") + ".", "",
-         "Error = |predicted - measured| / measured of the per-iteration time (throughput = global batch / time, "
-         "so the throughput error is the same); geomean and max over runs.", "",
+         "Error = |predicted - measured| / measured of the per-iteration time (throughput = global batch / time; "
+         "errors here are on the time); geomean and max over runs.", "",
          f"Calibration (public kernel and collective data only, no end-to-end data): {calib_note}.", "",
          f"Fitted (`calibrated + fit` column), on the MLPerf {fit_round} runs only ({len(fitted)} runs), per "
          "framework family (HugeCTR, PyTorch, other): which kernel model to use (roofline or calibrated, the one "

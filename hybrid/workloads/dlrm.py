@@ -14,6 +14,7 @@ The configuration format (YAML or JSON)::
     embedding_dim: 64         # default for tables that omit it
     embedding_dtype: fp32     # storage/lookup dtype of the tables (default: dtype); mixed precision = fp16 + fp32
     embedding_placement: hbm  # hbm | host | auto (tables that do not fit a GPU's memory live in host memory)
+    # or `variant: mlperf` (mlperf | mlperf-dcnv2 | dle-small | dle-large): a published model, other keys override
     optimizer: sgd            # sgd | adagrad
     tables:                   # or num_tables + table_generator: {seed, rows: [lo, hi], pooling: [lo, hi], ...}
       - {name: t0, num_embeddings: 1000000, pooling_factor: 20, index_dist: zipf, zipf_alpha: 1.05}
@@ -384,8 +385,16 @@ class DLRMConfig:
         """Build and validate a config; ``overrides`` (e.g. ``gpus=64``) replace document values."""
         if not isinstance(data, Mapping):
             raise InvalidInputError(f"a DLRM config must be a mapping, got {type(data).__name__}")
-        _check_keys(data, cls.FIELDS, "DLRM config")
+        _check_keys(data, (*cls.FIELDS, "variant"), "DLRM config")
         doc = dict(data)
+        if "variant" in doc:  # a published model by name (hybrid.workloads.dlrm_variants); other keys override
+            from hybrid.workloads.dlrm_variants import dlrm_variant
+
+            base = dlrm_variant(str(doc.pop("variant"))).to_dict()
+            if "tables" in doc or "num_tables" in doc:
+                base.pop("tables")
+            base.update(doc)
+            doc = base
         doc.update({k: v for k, v in overrides.items() if v is not None})
         default_dim = _positive_int(doc.get("embedding_dim", 64), "embedding_dim")
         if "tables" in doc and doc["tables"] is not None:
