@@ -29,6 +29,27 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In CI, a test parametrized over data files that found none (pytest's "got empty parameter set" skip)
+    fails instead of skipping."""
+    if not in_ci():
+        return
+    for item in items:
+        empty = [m for m in item.own_markers
+                 if m.name == "skip" and "empty parameter set" in str(m.kwargs.get("reason", ""))]
+        if empty:
+            item.own_markers = [m for m in item.own_markers if m not in empty]
+            reason = str(empty[0].kwargs["reason"]).split(",")[0]
+            item.user_properties.append(("missing_data", reason))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    reason = dict(item.user_properties).get("missing_data")
+    if reason:
+        pytest.fail(f"{reason}: no data files found (CI=true: required data must be present)", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def shared_datasets() -> Path:
     """``../shared/datasets`` (or ``$HYBRID_DATA_DIR``). CI must have it (a failure there); elsewhere tests

@@ -144,10 +144,13 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
             skipped["no global batch"] += 1
             continue
         family = framework_family(getattr(r, "framework", ""))
+        # DLRM-DCNv2 rounds (v3.0 on) name the benchmark "dlrm_dcnv2" (column or file name)
+        bench_name = f"{getattr(r, 'benchmark', '')} {getattr(r, 'file_name', '')} {getattr(r, 'file', '')}".lower()
+        variant = "mlperf-dcnv2" if "dcnv2" in bench_name else "mlperf"
         rows.append({"source": f"MLPerf {r.mlperf_version}", "round": str(r.mlperf_version),
                      "system_label": f"{r.mlperf_version} {r.org} {r.system}", "device": dev,
                      "gpn": int(gpn), "nodes": int(nodes), "gpus": int(gpn * nodes), "global_batch": int(batch),
-                     "family": family, "variant": "mlperf", "dtype": "fp16", "embedding_dtype": "fp16",
+                     "family": family, "variant": variant, "dtype": "fp16", "embedding_dtype": "fp16",
                      "measured_ms": float(ms)})
     return pd.DataFrame(rows), skipped
 
