@@ -134,3 +134,24 @@ def test_config_files_can_name_a_variant(tmp_path):
     path.write_text("variant: nope\n")
     with pytest.raises(InvalidInputError, match="unknown DLRM variant 'nope'"):
         DLRMConfig.from_file(path)
+
+
+def test_model_parallel_bottom_mlp_runs_on_one_rank_with_the_global_batch():
+    dle = dlrm_variant("dle-large", system="DGX-1", gpus=8, batch_size_per_gpu=8192)
+    assert dle.bottom_mlp_placement == "model_parallel"
+    dp = dle.with_(bottom_mlp_placement="data_parallel")
+    it = build_dlrm_graph(dle, size_lookup_greedy(dle, capacity=1e18))
+    ops = it.graph.compile().ops
+    bottom = ops[(ops["op"] == "linear") & (ops["k"] == 13)]
+    assert len(bottom) == 1 and int(bottom["m"].iloc[0]) == 8 * 8192  # one rank, global batch
+    base = build_dlrm_graph(dp, size_lookup_greedy(dp, capacity=1e18))
+    # its output (8192 x 128 per destination) joins the pooled-embedding all-to-all from rank 0
+    extra = it.volumes.output_send[0] - base.volumes.output_send[0]
+    assert extra == pytest.approx(7 * 8192 * 128 * 4)
+    t_mp, _ = _time_ms(dle)
+    t_dp, _ = _time_ms(dp)
+    assert t_mp > t_dp  # rank 0 does 8x the bottom MLP work on the critical path
+    one = dle.with_(gpus=1, batch_size_per_gpu=65536)
+    assert _time_ms(one)[0] == pytest.approx(_time_ms(one.with_(bottom_mlp_placement="data_parallel"))[0])
+    with pytest.raises(InvalidInputError, match="bottom_mlp_placement"):
+        dle.with_(bottom_mlp_placement="pipeline")

@@ -58,6 +58,10 @@ COLLECTIVE_STAND_IN = {("A100", 8): "Sophia", ("H100", 8): "xxrjun-H100-NDR"}
 #: GPU, as in DGX A100).
 DEFAULT_NIC_BW = 25e9
 TARGET_PCT = 5.0
+#: Where each framework family runs the bottom MLP. NVIDIA's PyTorch DLRM (DeepLearningExamples, the NGC PyTorch
+#: container the MLPerf PyTorch submissions use) is "hybrid parallel": tables AND the bottom MLP model-parallel
+#: (one GPU, global batch), the top MLP data-parallel. HugeCTR and the others: data-parallel MLPs.
+BOTTOM_BY_FAMILY = {"pytorch": "model_parallel"}
 
 
 # --------------------------------------------------------------------------------------------- mapping
@@ -151,6 +155,7 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
                      "system_label": f"{r.mlperf_version} {r.org} {r.system}", "device": dev,
                      "gpn": int(gpn), "nodes": int(nodes), "gpus": int(gpn * nodes), "global_batch": int(batch),
                      "family": family, "variant": variant, "dtype": "fp16", "embedding_dtype": "fp16",
+                     "bottom": BOTTOM_BY_FAMILY.get(family, "data_parallel"),
                      "measured_ms": float(ms)})
     return pd.DataFrame(rows), skipped
 
@@ -177,6 +182,7 @@ def map_dle(path: Path, catalog: Catalog) -> pd.DataFrame:
                          "system_label": f"DLE {r.system} {label} ({fp.upper() if label == 'full' else 'AMP'})",
                          "device": s.device, "gpn": s.gpus_per_node, "nodes": 1, "gpus": gpus, "global_batch": 65536,
                          "family": "pytorch", "variant": variant, "dtype": dtype, "embedding_dtype": emb,
+                         "bottom": "model_parallel",
                          "measured_ms": 65536 / float(thr) * 1e3, "system_key": sys_key})
     return pd.DataFrame(rows)
 
@@ -204,7 +210,8 @@ def with_node_systems(runs: pd.DataFrame, catalog: Catalog) -> Catalog:
 
 def build_graphs(runs: pd.DataFrame, catalog: Catalog) -> tuple[pd.Series, list, Catalog]:
     """One compiled graph per distinct configuration; ``key`` per run row."""
-    keys = runs[["variant", "device", "gpn", "nodes", "gpus", "global_batch", "dtype", "embedding_dtype"]].astype(str)
+    keys = runs[["variant", "device", "gpn", "nodes", "gpus", "global_batch", "dtype", "embedding_dtype",
+                 "bottom"]].astype(str)
     key = keys.agg("|".join, axis=1)
     graphs, cat = {}, catalog
     for k, r in zip(key, runs.itertuples(index=False), strict=True):
@@ -218,7 +225,8 @@ def build_graphs(runs: pd.DataFrame, catalog: Catalog) -> tuple[pd.Series, list,
             stand_in = COLLECTIVE_STAND_IN[("H100" if r.device.startswith("H100") else "A100", 8)]
         cfg = dlrm_variant(r.variant, system=system, gpus=int(r.gpus),
                            batch_size_per_gpu=max(1, int(round(r.global_batch / r.gpus))), dtype=r.dtype,
-                           embedding_dtype=r.embedding_dtype, embedding_placement="auto")
+                           embedding_dtype=r.embedding_dtype, embedding_placement="auto",
+                           bottom_mlp_placement=r.bottom)
         it = build_dlrm_graph(cfg, hybrid_parallel_plan(cfg), cat, collective_system=stand_in)
         graphs[k] = it.graph.compile()
     return key, [graphs[k] for k in key.unique()], cat

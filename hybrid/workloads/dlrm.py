@@ -45,6 +45,7 @@ from hybrid.units import normalize_dtype
 
 INTERACTIONS = ("dot", "cat", "dcn")
 PLACEMENTS = ("hbm", "host", "auto")
+BOTTOM_PLACEMENTS = ("data_parallel", "model_parallel")
 OPTIMIZERS = ("sgd", "adagrad")
 INDEX_DISTS = ("uniform", "zipf")
 
@@ -251,14 +252,18 @@ class DLRMConfig:
     dcn_low_rank: int = 512  #: rank of each cross layer's weight (U V^T); 0 = full rank
     embedding_dtype: str | None = None  #: table storage/lookup dtype (None: ``dtype``)
     embedding_placement: str = "hbm"  #: hbm | host | auto (overflow of a GPU's memory goes to host memory)
+    #: data_parallel (DDP, like TorchRec) | model_parallel (rank 0 runs it on the global batch and sends its output
+    #: in the embedding all-to-all, like NVIDIA DeepLearningExamples' hybrid parallel DLRM)
+    bottom_mlp_placement: str = "data_parallel"
 
     FIELDS = ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features", "bottom_mlp", "top_mlp",
               "interaction", "embedding_dim", "optimizer", "tables", "num_tables", "table_generator", "plan",
-              "description", "dcn_layers", "dcn_low_rank", "embedding_dtype", "embedding_placement")
+              "description", "dcn_layers", "dcn_low_rank", "embedding_dtype", "embedding_placement",
+              "bottom_mlp_placement")
     #: Scalar fields copied from a document (besides tables and plan).
     SCALARS = ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features", "bottom_mlp", "top_mlp",
                "interaction", "embedding_dim", "optimizer", "dcn_layers", "dcn_low_rank", "embedding_dtype",
-               "embedding_placement")
+               "embedding_placement", "bottom_mlp_placement")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tables", tuple(self.tables))
@@ -276,6 +281,11 @@ class DLRMConfig:
         if placement not in PLACEMENTS:
             raise InvalidInputError(f"embedding_placement must be one of {PLACEMENTS}, got {self.embedding_placement!r}")
         object.__setattr__(self, "embedding_placement", placement)
+        bottom = str(self.bottom_mlp_placement).strip().lower()
+        if bottom not in BOTTOM_PLACEMENTS:
+            raise InvalidInputError(f"bottom_mlp_placement must be one of {BOTTOM_PLACEMENTS}, got "
+                                    f"{self.bottom_mlp_placement!r}")
+        object.__setattr__(self, "bottom_mlp_placement", bottom)
         for name in ("bottom_mlp", "top_mlp"):
             widths = getattr(self, name)
             if isinstance(widths, (int, str)) or not isinstance(widths, Sequence) or len(widths) == 0:
@@ -443,6 +453,8 @@ class DLRMConfig:
             out["embedding_dtype"] = self.embedding_dtype
         if self.embedding_placement != "hbm":
             out["embedding_placement"] = self.embedding_placement
+        if self.bottom_mlp_placement != "data_parallel":
+            out["bottom_mlp_placement"] = self.bottom_mlp_placement
         out.update(self.extra)
         if self.plan is not None:
             out["plan"] = self.plan.to_dict()

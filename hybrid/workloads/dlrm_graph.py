@@ -341,6 +341,21 @@ def build_dlrm_graph(
     for r in all_ranks:
         n_groups_of[r] = sum(1 for grp in groups[r] if grp["sharded"])
     rw_width = vol.row_wise_bytes / max(B * R * eb, 1e-9)
+    # model-parallel bottom MLP: rank 0 runs it on the global batch; dense features travel with the indices and
+    # its output with the pooled embeddings (a table-wise piece of width bottom_mlp[-1])
+    mp_bottom = config.bottom_mlp_placement == "model_parallel" and R > 1 and has_sharded
+    if mp_bottom:
+        d_bot, dense_in = config.bottom_mlp[-1], B * config.dense_features * 4.0
+        vol.input_send += dense_in
+        vol.input_send[0] -= dense_in
+        vol.input_recv[0] += (R - 1) * dense_in
+        out = B * d_bot * eb
+        vol.output_send[0] += (R - 1) * out
+        vol.output_recv += out
+        vol.output_recv[0] -= out
+        a2a_cols[0] += d_bot
+    bottom_ranks = [0] if mp_bottom else all_ranks
+    Bb = B * R if mp_bottom else B  # batch of the bottom MLP
 
     # ---- input distribution: value counts, then lengths + indices (int64), unpacked per fused table ----------
     g.phase = "input_dist"
@@ -370,6 +385,12 @@ def build_dlrm_graph(
                                 deps=[unpacked.get(r)] if r in unpacked else [],
                                 args={"tables": ",".join(grp["tables"][:50])}, scale=where(grp))
         lookup_done[r] = last
+    if mp_bottom:
+        for i in range(n_bottom):
+            name, fin, fout = layers[i]
+            g.kernel(0, f"{name} fwd linear (global batch)", kop("linear", b=1, m=Bb, n=fout, k=fin, direction="fwd"))
+            lookup_done[0] = g.kernel(0, f"{name} fwd relu (global batch)",
+                                      kop("elementwise", variant="relu", elements=Bb * fout))
 
     # ---- output distribution ---------------------------------------------------------------------------------
     g.phase = "exchange_fwd"
@@ -408,6 +429,8 @@ def build_dlrm_graph(
     emb_cols = sum(t.embedding_dim for t in config.tables)
     for r in all_ranks:
         for i, (name, fin, fout) in enumerate(layers):
+            if mp_bottom and i < n_bottom:
+                continue
             if i == n_bottom:
                 for grp in groups[r]:
                     if not grp["sharded"]:
@@ -470,6 +493,8 @@ def build_dlrm_graph(
     for i in range(n_layers - 1, -1, -1):
         name, fin, fout = layers[i]
         wgrad: dict[int, int] = {}
+        if mp_bottom and i < n_bottom:
+            continue
         for r in all_ranks:
             if has_act(i):
                 g.kernel(r, f"{name} bwd relu", kop("elementwise", variant="relu", elements=B * fout, direction="bwd"))
@@ -506,6 +531,16 @@ def build_dlrm_graph(
             a2a_bwd = coll("embedding grad all_to_all", [cop("all_to_all", s, R) for s in sizes],
                            deps={r: [inter_bwd[r], ag.get(r)] for r in all_ranks})
         g.phase = "backward"
+    if mp_bottom:  # the model-parallel bottom MLP gets its output gradient from the all-to-all
+        prev = [n for n in (a2a_bwd.get(0),) if n is not None]
+        for i in range(n_bottom - 1, -1, -1):
+            name, fin, fout = layers[i]
+            g.kernel(0, f"{name} bwd relu (global batch)",
+                     kop("elementwise", variant="relu", elements=Bb * fout, direction="bwd"), deps=prev)
+            prev = []
+            if i > 0:
+                g.kernel(0, f"{name} bwd dgrad (global batch)", kop("gemm", b=1, m=Bb, n=fin, k=fout, direction="bwd"))
+            g.kernel(0, f"{name} bwd wgrad (global batch)", kop("gemm", b=1, m=fout, n=fin, k=Bb, direction="bwd"))
     for r in all_ranks:
         for grp in groups[r]:
             if grp["sharded"]:  # the profiled row includes an SGD update: only the backward share here
@@ -516,7 +551,10 @@ def build_dlrm_graph(
 
     # ---- optimizer: sparse update of the sharded tables, then the dense step over every DDP parameter -------
     g.phase = "optimizer"
-    dense_tensors = [float(fin * fout) for _, fin, fout in layers] + [float(fout) for _, _, fout in layers]
+    def dense_tensors(r: int) -> list[float]:
+        mine = [lay for i, lay in enumerate(layers) if not (mp_bottom and i < n_bottom and r not in bottom_ranks)]
+        return [float(fin * fout) for _, fin, fout in mine] + [float(fout) for _, _, fout in mine]
+
     for r in all_ranks:
         step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")
         deps = [ar[r] for ar in allreduces if r in ar]
@@ -532,11 +570,11 @@ def build_dlrm_graph(
                 g.kernel(r, f"embedding {config.optimizer} update", kop(
                     "elementwise", variant=config.optimizer, dtype=emb_dt,
                     elements=_round(grp["unique_rows"] * grp["embedding_dim"])), scale=where(grp))
-        params = dense_tensors + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
+        params = dense_tensors(r) + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
                                   for grp in groups[r] if not grp["sharded"]]
         for j, n in enumerate(params):
             g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n)),
                      deps=deps if j == 0 else (), host_deps=[step] if j == 0 else ())
     info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
-            "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces)}
+            "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom}
     return DLRMIteration(g, config, plan, target, vol, pieces, info)

@@ -17,7 +17,10 @@
 DeepLearningExamples publishes the total model size of its two variants, not the per-table row counts (they
 come out of its preprocessing). The built-in tables keep the MLPerf cardinalities of every table below
 :data:`DLE_ROW_CAP` and give the big tables the rows that make the total match the published size; their
-lookup cost (one-hot, 128-wide rows) does not depend on how the rows split, only placement does.
+lookup cost (one-hot, 128-wide rows) does not depend on how the rows split, only placement does. Their parallelism
+is the README's "hybrid parallel": tables and the bottom MLP model-parallel (``bottom_mlp_placement:
+model_parallel``: one GPU runs the bottom MLP on the global batch and sends its output in the all-to-all), the
+top MLP data-parallel.
 
 ``dlrm_variant("mlperf", gpus=8, system="DGX-A100", ...)`` returns a :class:`DLRMConfig`; every keyword is a
 config field. Mixed precision is ``dtype="fp16"`` (MLP GEMMs and exchanges in half precision) with
@@ -58,6 +61,7 @@ class Variant:
     source: str
     interaction: str = "dot"
     optimizer: str = "sgd"
+    bottom_mlp_placement: str = "data_parallel"
 
     def tables(self) -> list[TableConfig]:
         if self.name == "mlperf":
@@ -80,9 +84,11 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("mlperf-dcnv2", "MLPerf Training DLRM-DCNv2 (Criteo 1TB multi-hot, 3 low-rank cross layers, Adagrad)",
             "mlcommons/training recommendation_v2/torchrec_dlrm README", interaction="dcn", optimizer="adagrad"),
     Variant("dle-small", "NVIDIA DeepLearningExamples PyTorch DLRM, frequency threshold 15 (~15 GB FP32 tables)",
-            "NVIDIA/DeepLearningExamples PyTorch/Recommendation/DLRM README (model sizes; per-table rows derived)"),
+            "NVIDIA/DeepLearningExamples PyTorch/Recommendation/DLRM README (model sizes; per-table rows derived)",
+            bottom_mlp_placement="model_parallel"),
     Variant("dle-large", "NVIDIA DeepLearningExamples PyTorch DLRM, frequency threshold 3 (~82 GB FP32 tables)",
-            "NVIDIA/DeepLearningExamples PyTorch/Recommendation/DLRM README (model sizes; per-table rows derived)"),
+            "NVIDIA/DeepLearningExamples PyTorch/Recommendation/DLRM README (model sizes; per-table rows derived)",
+            bottom_mlp_placement="model_parallel"),
 )}
 ALIASES = {"mlperf-dlrm": "mlperf", "dlrm-dcnv2": "mlperf-dcnv2", "dcnv2": "mlperf-dcnv2", "fl15": "dle-small",
            "fl3": "dle-large", "dle-fl15": "dle-small", "dle-fl3": "dle-large"}
@@ -106,6 +112,7 @@ def dlrm_variant(name: str, **fields: Any) -> DLRMConfig:
         "name": v.name, "system": "DGX-A100", "gpus": 8, "batch_size_per_gpu": 55296 // 8, "dtype": "fp32",
         "dense_features": 13, "bottom_mlp": list(MLP_BOTTOM), "top_mlp": list(MLP_TOP), "interaction": v.interaction,
         "embedding_dim": 128, "optimizer": v.optimizer, "dcn_layers": 3, "dcn_low_rank": 512,
+        "bottom_mlp_placement": v.bottom_mlp_placement,
         "tables": [t.to_dict() for t in v.tables()], "description": f"{v.description}. Source: {v.source}",
     }
     doc.update({k: val for k, val in fields.items() if val is not None})
