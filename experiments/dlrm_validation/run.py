@@ -136,9 +136,9 @@ def searched_vs_heuristics(table) -> None:
 
 def fit_text(fit: dict) -> str:
     """Fitted constants with their standard errors and whether the data identify them."""
-    parts = [f"{k} {v:.1f} us (se {fit['se_us'][k]:.1f}{'' if fit['identified'][k] else ', not identified'}"
-             f"{', at a bound' if fit['at_bound'][k] else ''})" for k, v in fit["params"].items()]
-    return ", ".join(parts) + f"; median |log error| on the fit runs {fit['median_abs_log_error']:.3f}"
+    from hybrid.engine.overheads import Overheads
+
+    return Overheads.describe_fit(fit)
 
 
 def held_out_report(dirs: list[Path], per_plan: dict) -> None:

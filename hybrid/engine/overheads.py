@@ -192,3 +192,11 @@ class Overheads:
             "median_abs_log_error": float(np.median(np.abs(data_res))), "loss": loss,
         }
         return fitted, report
+
+    @staticmethod
+    def describe_fit(report: dict[str, Any]) -> str:
+        """One line for a :meth:`fit_report` report: each constant with its standard error and whether the
+        data identify it."""
+        parts = [f"{k} {v:.1f} us (se {report['se_us'][k]:.1f}{'' if report['identified'][k] else ', not identified'}"
+                 f"{', at a bound' if report['at_bound'][k] else ''})" for k, v in report["params"].items()]
+        return ", ".join(parts) + f"; median |log error| on the fit runs {report['median_abs_log_error']:.3f}"
