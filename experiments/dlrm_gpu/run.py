@@ -15,9 +15,10 @@ Predictors, side by side:
 - ``calibrated``: a HybridPredictor fitted on public kernel and collective measurements only (NeuSight,
   XLA H100 matmuls, Vidur A100 ops; nccl-tests Sophia DGX A100 and xxrjun H100, Vidur and XLA collectives),
   default host overheads;
-- ``calibrated + fit``: the same, plus two framework constants per framework family (the per-kernel launch
-  gap and a per-iteration constant, :meth:`hybrid.engine.overheads.Overheads.fit_report`) fitted on ONE
-  MLPerf round (``--fit-round``, default v1.0) and scored on the other rounds and on DeepLearningExamples.
+- ``fitted``: per framework family, the kernel model (roofline or calibrated) with the lower error on ONE
+  MLPerf round (``--fit-round``, default v1.0) plus two framework constants fitted on that round (the
+  per-kernel launch gap and a per-iteration constant, :meth:`hybrid.engine.overheads.Overheads.fit_report`),
+  scored on the other rounds and on DeepLearningExamples.
 """
 
 from __future__ import annotations
@@ -350,7 +351,7 @@ def summary_json(runs: pd.DataFrame, skipped: Counter, n_input: int, fit_note: s
 # --------------------------------------------------------------------------------------------- report
 def table_lines(runs: pd.DataFrame, by: str) -> list[str]:
     lines = [f"| {by} | runs | measured ms (median) | roofline geomean / max % | calibrated geomean / max % | "
-             "calibrated + fit geomean / max % | in fit set |", "|---|---|---|---|---|---|---|"]
+             "fitted geomean / max % | in fit set |", "|---|---|---|---|---|---|---|"]
     for k, g in runs.groupby(by, sort=True):
         cells = [f"{geomean(g[f'err_{n}_pct']):.1f} / {g[f'err_{n}_pct'].max():.1f}"
                  for n in ("roofline", "calibrated", "fit")]
@@ -378,19 +379,21 @@ def scaling_plot(runs: pd.DataFrame, path: Path) -> str:
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, g) in enumerate(data.groupby("series", sort=True)):
         g = g.groupby("gpus").agg(measured=("measured_ms", "median"), pred=("pred_fit_ms", "median"),
-                                  roof=("pred_roofline_ms", "median"), batch=("global_batch", "median")).reset_index()
+                                  roof=("pred_roofline_ms", "median"), cal=("pred_calibrated_ms", "median"),
+                                  batch=("global_batch", "median")).reset_index()
         c = colors[i % len(colors)]
         def thr(ms: pd.Series, batch: pd.Series = g["batch"]) -> pd.Series:  # M samples/s
             return batch / (ms / 1e3) / 1e6
 
         ax.plot(g["gpus"], thr(g["measured"]), "o", color=c, label=f"{name}: measured")
-        ax.plot(g["gpus"], thr(g["pred"]), "-", color=c, label=f"{name}: predicted (calibrated + fit)")
-        ax.plot(g["gpus"], thr(g["roof"]), ":", color=c, alpha=0.6)
+        ax.plot(g["gpus"], thr(g["pred"]), "-", color=c, label=f"{name}: predicted (fitted)")
+        ax.plot(g["gpus"], thr(g["cal"]), "--", color=c, alpha=0.7)
+        ax.plot(g["gpus"], thr(g["roof"]), ":", color=c, alpha=0.5)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("GPUs")
     ax.set_ylabel("training throughput (M samples/s)")
-    ax.set_title("DLRM scaling: published (points) vs predicted (lines; dotted = roofline)")
+    ax.set_title("DLRM scaling: published (points) vs predicted (solid: fitted, dashed: calibrated, dotted: roofline)")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -413,13 +416,13 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
          "Error = |predicted - measured| / measured of the per-iteration time (throughput = global batch / time; "
          "errors here are on the time); geomean and max over runs.", "",
          f"Calibration (public kernel and collective data only, no end-to-end data): {calib_note}.", "",
-         f"Fitted (`calibrated + fit` column), on the MLPerf {fit_round} runs only ({len(fitted)} runs), per "
+         f"Fitted (`fitted` column), on the MLPerf {fit_round} runs only ({len(fitted)} runs), per "
          "framework family (HugeCTR, PyTorch, other): which kernel model to use (roofline or calibrated, the one "
          "with the lower geomean error on that family's fit-round runs) and two framework constants with it; "
          f"scored on everything else ({len(held)} runs: the other MLPerf rounds and DeepLearningExamples, whose "
          "PyTorch rows use the PyTorch family's choice). Rows of the fit round are in-sample for that column.", "",
          "## Headline", "",
-         "| runs | n | roofline geomean / max % | calibrated geomean / max % | calibrated + fit geomean / max % | "
+         "| runs | n | roofline geomean / max % | calibrated geomean / max % | fitted geomean / max % | "
          f"target (< {TARGET_PCT:.0f}% geomean) |", "|---|---|---|---|---|---|"]
     single = runs["nodes"] == 1
     for label, g in (("held out (not the fit round)", held), ("held out, single-node runs", held[single[~runs["fit_set"]]]),
@@ -446,13 +449,14 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
                  for p in ("launch_us", "iteration_us")]
         L.append(f"| {fam} | {n} ({nsys}) | {name} | " + " | ".join(cells) + f" | {rep['median_abs_log_error']:.3f} |")
     L += ["", "## Scaling curve", "", f"![predicted vs measured throughput]({plot})", "",
-          "| series | GPUs | global batch | measured ms | calibrated + fit ms | roofline ms |", "|---|---|---|---|---|---|"]
+          "| series | GPUs | global batch | measured ms | fitted ms | calibrated ms | roofline ms |", "|---|---|---|---|---|---|---|"]
     sc = runs[(runs["source"] == "DeepLearningExamples") | (runs["system_label"].str.contains("NVIDIA dgxa100")
                                                              & (runs["family"] == "hugectr"))]
     for (lab, gpus), g in sc.groupby([np.where(sc["source"] == "DeepLearningExamples", sc["system_label"],
                                                sc["source"] + " NVIDIA DGX A100 HugeCTR"), "gpus"], sort=True):
         L.append(f"| {lab} | {gpus} | {int(g['global_batch'].median())} | {g['measured_ms'].median():.3f} | "
-                 f"{g['pred_fit_ms'].median():.3f} | {g['pred_roofline_ms'].median():.3f} |")
+                 f"{g['pred_fit_ms'].median():.3f} | {g['pred_calibrated_ms'].median():.3f} | "
+                 f"{g['pred_roofline_ms'].median():.3f} |")
     return "\n".join(L) + "\n"
 
 
