@@ -113,20 +113,38 @@ def _time_embedding_bags(catalog):
     return pd.DataFrame(rows), cat
 
 
-def test_embedding_model_on_measured_cpu_lookups(catalog, tmp_path):
+def test_embedding_model_on_live_cpu_lookups_round_trips(catalog, tmp_path):
+    """Live timings (this machine, any load): the fit/predict/save/load pipeline works on them. Accuracy is
+    not asserted here: on a shared, loaded machine the timings of 7 repeats are too noisy for a fixed bound
+    (this assertion failed once in a full run); it is asserted on the committed profile below."""
     table, cat = _time_embedding_bags(catalog)
     train, test = table.iloc[:50], table.iloc[50:]
     pred = HybridPredictor(cat, [EmbeddingXGB()]).fit(train)
     out = pred.predict(test)
     assert set(out["method"]) == {"embedding-xgb"}
-    corrected = error_summary(out["time_us"], test["time_us"])["geomean_pct"]
-    roof = error_summary(out["roofline_us"], test["time_us"])["geomean_pct"]
-    assert corrected < roof, (corrected, roof)
-    assert corrected < 60.0
+    assert np.isfinite(out["time_us"]).all() and (out["time_us"] > 0).all()
     pred.save(tmp_path / "emb")
     # the local CPU is not in the packaged catalog: the saved bundle carries it
     loaded = HybridPredictor.load(tmp_path / "emb")
     np.testing.assert_array_equal(loaded.predict_time(test), pred.predict_time(test))
+
+
+def test_embedding_model_beats_roofline_on_measured_cpu_lookups(cpu_profile):
+    """Deterministic: real PyTorch embedding-bag times measured on a quiet CPU and committed
+    (``datasets/cpu-amd-epyc-1c``); XGBoost is seeded and single-threaded, so the numbers are reproducible."""
+    table, cat = cpu_profile
+    fwd = table[table["direction"] == "fwd"].reset_index(drop=True)
+    assert len(fwd) >= 60
+    test = (np.arange(len(fwd)) % 4 == 0)
+    pred = HybridPredictor(cat, [EmbeddingXGB()]).fit(fwd[~test])
+    out = pred.predict(fwd[test])
+    assert set(out["method"]) == {"embedding-xgb"}
+    corrected = error_summary(out["time_us"], fwd.loc[test, "time_us"])["geomean_pct"]
+    roof = error_summary(out["roofline_us"], fwd.loc[test, "time_us"])["geomean_pct"]
+    assert corrected < roof / 2, (corrected, roof)
+    assert corrected < 40.0
+    again = HybridPredictor(cat, [EmbeddingXGB()]).fit(fwd[~test]).predict_time(fwd[test])
+    np.testing.assert_allclose(again, out["time_us"].to_numpy(), rtol=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +154,9 @@ def cpu_profile():
 
     bundle = project_datasets_dir() / "cpu-amd-epyc-1c"
     if not (bundle / "measurements.csv").is_file():
-        pytest.skip("committed CPU profile bundle absent")
+        from conftest import skip_or_fail
+
+        skip_or_fail("committed CPU profile bundle absent")
     table, cat = load_bundle(bundle)
     table = table[table["op"] == "embedding_bag"].reset_index(drop=True)
     return table.assign(direction=table["direction"].fillna("fwd")), cat

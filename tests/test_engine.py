@@ -230,3 +230,29 @@ def test_kernel_scale_multiplies_the_op_time(catalog):
     assert d["share"] == pytest.approx(0.25 * d["full"]) and d["full"] > 0
     with pytest.raises(InvalidInputError, match="scale"):
         g.kernel(0, "bad", op, scale=-1.0)
+
+
+def test_overheads_fit_report_says_what_the_data_identify(catalog):
+    model = RooflineCostModel(catalog)
+    truth = Overheads(kernel_launch_us=12.0, framework_us=0.0, collective_launch_us=15.0, optimizer_step_us=80.0,
+                      iteration_us=50.0)
+    graphs, measured = [], []
+    for n in (5, 20, 60):  # no collectives, no optimizer step: those constants touch no critical path
+        g = TaskGraph(1)
+        g.add(0, "host", "iter", kind="cpu", overhead="iteration")
+        for i in range(n):
+            g.kernel(0, f"k{i}", {"op": "elementwise", "device": "H100-SXM", "dtype": "fp32", "elements": 1000})
+        c = g.compile()
+        graphs.append(c)
+        measured.append(simulate(c, model, truth).iteration_us)
+    start = Overheads(framework_us=0.0, collective_launch_us=40.0)
+    fitted, rep = Overheads.fit_report(graphs, measured, model, start=start)
+    assert rep["identified"]["launch_us"] and rep["params"]["launch_us"] == pytest.approx(12.0, rel=0.05)
+    assert not rep["identified"]["collective_launch_us"] and not rep["identified"]["optimizer_step_us"]
+    assert fitted.collective_launch_us == pytest.approx(40.0, rel=1e-3)  # stays at its prior
+    assert rep["se_us"]["optimizer_step_us"] == float("inf")
+    # a per-iteration constant can never exceed half the shortest measured iteration
+    _, rep2 = Overheads.fit_report(graphs, np.array(measured) * 20, model, start=start, fit=("iteration_us",))
+    assert rep2["params"]["iteration_us"] <= 0.5 * min(measured) * 20 + 1e-6
+    with pytest.raises(InvalidInputError, match="unknown overhead"):
+        Overheads.fit_report(graphs, measured, model, fit=("gpu_speed",))

@@ -765,6 +765,9 @@ def run_dlrm(
         unknown = set(plan) - {t.name for t in config.tables}
         if unknown:
             raise InvalidInputError(f"plan {name!r} names unknown table(s) {sorted(unknown)[:5]}")
+        if str(config.interaction) == "dcn":
+            raise InvalidInputError("the harness runs dot and cat interactions; dcn (DCNv2) configs are predicted "
+                                    "by the engine only")
         if str(config.interaction) == "dot" and any(d != int(config.bottom_mlp[-1]) for d in
                                                       (int(t.embedding_dim) for t in config.tables)):
             raise InvalidInputError("dot interaction needs every embedding_dim equal to bottom_mlp[-1]")

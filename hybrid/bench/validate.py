@@ -276,11 +276,13 @@ def _in_sample_fit(table: pd.DataFrame, graphs: list[Any], predictor: EnginePred
     """Overheads fitted on every config and scored on the same rows (optimistic; reported separately)."""
     from hybrid.engine.overheads import Overheads
 
-    fitted = Overheads.fit(graphs, table["median_ms"].to_numpy() * 1e3, predictor.model, start=predictor.overheads)
+    fitted, fit = Overheads.fit_report(graphs, table["median_ms"].to_numpy() * 1e3, predictor.model,
+                                       start=predictor.overheads)
     t = table.copy()
     t["predicted_ms"] = predictor.predict_graphs(graphs, fitted)
     errors, success = evaluate(t, k=k)
-    return {"overheads_us": fitted.to_dict(), "geomean_pct": errors["geomean_pct"], "mape_pct": errors["mape_pct"],
+    return {"overheads_us": fitted.to_dict(), "fit": fit, "geomean_pct": errors["geomean_pct"],
+            "mape_pct": errors["mape_pct"],
             "strict_pct": success["strict_pct"], "tolerant_pct": success["tolerant_pct"],
             "regret_pct": success["regret_pct"]}
 
@@ -292,15 +294,15 @@ def _split_fit(table: pd.DataFrame, graphs: list[Any], predictor: EnginePredicto
     fit_cfgs, test_cfgs = half_split(table["config_name"].tolist(), seed)
     is_fit = table["config_name"].isin(fit_cfgs).to_numpy()
     fit_idx, test_idx = np.flatnonzero(is_fit), np.flatnonzero(~is_fit)
-    fitted = Overheads.fit([graphs[i] for i in fit_idx], table["median_ms"].to_numpy()[fit_idx] * 1e3,
-                           predictor.model, start=predictor.overheads)
+    fitted, fit = Overheads.fit_report([graphs[i] for i in fit_idx], table["median_ms"].to_numpy()[fit_idx] * 1e3,
+                                       predictor.model, start=predictor.overheads)
     test = table.iloc[test_idx].copy()
     before = error_summary(test["predicted_ms"], test["median_ms"])
     test["predicted_ms"] = predictor.predict_graphs([graphs[i] for i in test_idx], fitted)
     errors, success = evaluate(test, k=k)
     return {
         "n_fit_configs": len(fit_cfgs), "n_test_configs": len(test_cfgs), "fit_configs": fit_cfgs,
-        "overheads_us": fitted.to_dict(), "test_geomean_before_pct": before["geomean_pct"],
+        "overheads_us": fitted.to_dict(), "fit": fit, "test_geomean_before_pct": before["geomean_pct"],
         "test_geomean_pct": errors["geomean_pct"], "test_mape_pct": errors["mape_pct"],
         "test_strict_pct": success["strict_pct"], "test_tolerant_pct": success["tolerant_pct"],
         "test_regret_pct": success["regret_pct"],

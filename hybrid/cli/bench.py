@@ -163,6 +163,10 @@ def validate(results_path: str, model_ref: str | None, tracking_uri: str | None,
         ins = s["in_sample"]
         click.echo(f"overheads fitted on all configs (in-sample): geomean {ins['geomean_pct']:.1f}%, "
                    f"strict {ins['strict_pct']:.1f}%, tolerant {ins['tolerant_pct']:.1f}%")
+        if ins.get("fit"):
+            from hybrid.engine.overheads import Overheads
+
+            click.echo(f"  fitted constants: {Overheads.describe_fit(ins['fit'])}")
     if s["split"]:
         sp = s["split"]
         click.echo(f"overheads fitted on {sp['n_fit_configs']} configs, tested on {sp['n_test_configs']}: "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,8 @@ DEFAULT_FRAMEWORK_US = 10.0
 DEFAULT_COLLECTIVE_LAUNCH_US = 15.0
 DEFAULT_OPTIMIZER_STEP_US = 80.0
 DEFAULT_ITERATION_US = 100.0
+#: Log error beyond which :meth:`Overheads.fit_report`'s robust loss grows linearly (0.1 ~ 10%).
+ROBUST_SCALE = 0.1
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,16 @@ class Overheads:
     def zero(cls) -> Overheads:
         return cls(0.0, 0.0, 0.0, 0.0, 0.0)
 
+    #: Fitted constants (the framework share of a launch follows ``kernel_launch_us``, see :meth:`fit`).
+    FIT_PARAMS = ("launch_us", "collective_launch_us", "optimizer_step_us", "iteration_us")
+    #: Physical upper bounds (us) of the fitted constants: one kernel launch + dispatch, the host side of one
+    #: collective call and of one optimizer.step(); the per-iteration constant is bounded separately by the
+    #: shortest measured iteration (host work cannot exceed the whole iteration).
+    FIT_UPPER_US = (1_000.0, 10_000.0, 100_000.0)
+    #: Weight of the prior (the start values) per constant: a 100% move from the start costs as much as a 10%
+    #: error on one measured iteration. Keeps constants the data cannot identify at their start values.
+    PRIOR_WEIGHT = 0.1
+
     @classmethod
     def fit(
         cls,
@@ -73,12 +85,38 @@ class Overheads:
         measured_us: Sequence[float],
         model: OpCostModel,
         start: Overheads | None = None,
+        fit: Sequence[str] | None = None,
     ) -> Overheads:
-        """Overheads that make simulated iteration times match ``measured_us`` (least squares in log space).
+        """Overheads that make simulated iteration times match ``measured_us``; see :meth:`fit_report`."""
+        return cls.fit_report(graphs, measured_us, model, start, fit)[0]
 
-        Kernel times come from ``model`` (costed once per graph); only the host constants move. The
-        framework share of a launch is kept at its ratio to ``kernel_launch_us`` in ``start`` (the two are not
-        separately identifiable from iteration times).
+    @classmethod
+    def fit_report(
+        cls,
+        graphs: Sequence[CompiledGraph],
+        measured_us: Sequence[float],
+        model: OpCostModel,
+        start: Overheads | None = None,
+        fit: Sequence[str] | None = None,
+        loss: str = "soft_l1",
+    ) -> tuple[Overheads, dict[str, Any]]:
+        """Fit the host constants and say how well the data determine each.
+
+        Objective: relative (log) error of the simulated iterations, plus a weak prior pulling each constant
+        towards ``start`` (:data:`PRIOR_WEIGHT`). Constants are fitted in microseconds (linear, not log: an
+        iteration is close to linear in them, and a log parameter that reaches a tiny value has no gradient
+        left to come back), between 0 and physical bounds (:data:`FIT_UPPER_US`; ``iteration_us`` at most
+        half the shortest measured iteration). ``fit`` names the constants to move (default all of
+        :data:`FIT_PARAMS`). The framework share of a launch keeps its ratio to ``kernel_launch_us`` in
+        ``start`` (the two are not separately identifiable from iteration times).
+
+        The report gives, per fitted constant, the standard error from the Jacobian at the solution (``se_us``)
+        and whether the data determine it (``identified``: standard error below half the value, or below 1 us);
+        a constant that is not identified mostly reflects the prior, not the measurements.
+
+        ``loss`` is SciPy's robust loss on the log errors (``soft_l1``: quadratic up to :data:`ROBUST_SCALE`, i.e.
+        ~10%, linear beyond, so a few runs the graph cannot represent do not drag every constant; ``linear`` is
+        plain least squares).
         """
         from scipy.optimize import least_squares
 
@@ -89,23 +127,76 @@ class Overheads:
         y = np.asarray(measured_us, dtype=np.float64)
         if not np.all(np.isfinite(y) & (y > 0)):
             raise InvalidInputError("measured iteration times must be positive numbers")
+        names = tuple(fit) if fit is not None else cls.FIT_PARAMS
+        unknown = sorted(set(names) - set(cls.FIT_PARAMS))
+        if unknown or not names:
+            raise InvalidInputError(f"unknown overhead(s) to fit {unknown}; known: {', '.join(cls.FIT_PARAMS)}")
         base = start or cls()
         zero = cls.zero()
         kernel_parts = [node_durations(g, model, zero) for g in graphs]
         share = base.framework_us / max(base.kernel_launch_us + base.framework_us, 1e-9)
+        full0 = np.array([base.kernel_launch_us + base.framework_us, base.collective_launch_us,
+                          base.optimizer_step_us, base.iteration_us])
+        upper = np.array([*cls.FIT_UPPER_US, 0.5 * float(y.min())])
+        idx = np.array([cls.FIT_PARAMS.index(n) for n in names])
+        theta0 = np.clip(full0[idx], 0.0, upper[idx])
+        scale = np.maximum(theta0, np.array([1.0, 5.0, 10.0, 10.0])[idx])  # prior widths (us)
 
         def make(theta: np.ndarray) -> Overheads:
-            launch, coll, opt, it = np.exp(theta)
+            full = full0.copy()
+            full[idx] = theta
+            launch, coll, opt, it = full
             return cls(launch * (1 - share), launch * share, coll, opt, it)
 
-        def residual(theta: np.ndarray) -> np.ndarray:
+        def sims(theta: np.ndarray) -> np.ndarray:
             o = make(theta).vector()
-            sims = np.array([simulate_durations(g, d + o[g.overhead]).iteration_us
+            return np.array([simulate_durations(g, d + o[g.overhead]).iteration_us
                              for g, d in zip(graphs, kernel_parts, strict=True)])
-            return np.log(sims) - np.log(y)
 
-        theta0 = np.log(np.maximum([base.kernel_launch_us + base.framework_us, base.collective_launch_us,
-                                    base.optimizer_step_us, base.iteration_us], 1e-3))
-        res = least_squares(residual, theta0, method="trf", diff_step=0.05, max_nfev=200,
-                            bounds=(np.log(1e-3), np.log(1e5)))
-        return make(res.x)
+        def residual(theta: np.ndarray) -> np.ndarray:
+            data = np.log(np.maximum(sims(theta), 1e-9)) - np.log(y)
+            prior = cls.PRIOR_WEIGHT * (theta - theta0) / scale
+            return np.concatenate([data, prior])
+
+        def jac(theta: np.ndarray) -> np.ndarray:  # forward differences with steps on the prior's scale
+            r0 = residual(theta)
+            out = np.empty((r0.size, theta.size))
+            for j in range(theta.size):
+                h = 0.05 * scale[j]
+                t = theta.copy()
+                t[j] = t[j] + h if t[j] + h <= upper[idx][j] else t[j] - h
+                out[:, j] = (residual(t) - r0) / (t[j] - theta[j])
+            return out
+
+        lo, hi = np.zeros(idx.size), upper[idx]
+        res = least_squares(residual, theta0, jac=jac, method="trf", bounds=(lo, np.maximum(hi, 1e-9)),
+                            x_scale=scale, max_nfev=100, loss=loss, f_scale=ROBUST_SCALE)
+        theta = res.x
+        J = jac(theta)[: len(y)]
+        data_res = residual(theta)[: len(y)]
+        # sensitivity of the iterations to each constant: ~0 means the constant is not on any critical path
+        sensitive = np.linalg.norm(J, axis=0) * scale > 1e-6
+        se = np.full(idx.size, np.inf)
+        if sensitive.any():
+            Js = J[:, sensitive]
+            cov = np.linalg.pinv(Js.T @ Js) * max(float(np.mean(data_res ** 2)), 1e-12)
+            se[sensitive] = np.sqrt(np.maximum(np.diag(cov), 0.0))
+        fitted = make(theta)
+        report = {
+            "params": {n: float(v) for n, v in zip(names, theta, strict=True)},
+            "se_us": {n: float(v) for n, v in zip(names, se, strict=True)},
+            "identified": {n: bool(s < max(0.5 * v, 1.0)) for n, s, v in zip(names, se, theta, strict=True)},
+            "at_bound": {n: bool(v <= 1e-9 or v >= u * (1 - 1e-6))
+                         for n, v, u in zip(names, theta, upper[idx], strict=True)},
+            "n": len(y), "rms_log_error": float(np.sqrt(np.mean(data_res ** 2))),
+            "median_abs_log_error": float(np.median(np.abs(data_res))), "loss": loss,
+        }
+        return fitted, report
+
+    @staticmethod
+    def describe_fit(report: dict[str, Any]) -> str:
+        """One line for a :meth:`fit_report` report: each constant with its standard error and whether the
+        data identify it."""
+        parts = [f"{k} {v:.1f} us (se {report['se_us'][k]:.1f}{'' if report['identified'][k] else ', not identified'}"
+                 f"{', at a bound' if report['at_bound'][k] else ''})" for k, v in report["params"].items()]
+        return ", ".join(parts) + f"; median |log error| on the fit runs {report['median_abs_log_error']:.3f}"

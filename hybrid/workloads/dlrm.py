@@ -10,15 +10,20 @@ The configuration format (YAML or JSON)::
     dense_features: 13
     bottom_mlp: [512, 256, 64]   # last width must equal embedding_dim for dot interaction
     top_mlp: [512, 256, 1]
-    interaction: dot          # or cat
+    interaction: dot          # dot | cat | dcn (DCNv2 cross layers: dcn_layers, dcn_low_rank)
     embedding_dim: 64         # default for tables that omit it
+    embedding_dtype: fp32     # storage/lookup dtype of the tables (default: dtype); mixed precision = fp16 + fp32
+    embedding_placement: hbm  # hbm | host | auto (tables that do not fit a GPU's memory live in host memory)
+    # or `variant: mlperf` (mlperf | mlperf-dcnv2 | dle-small | dle-large): a published model, other keys override
     optimizer: sgd            # sgd | adagrad
     tables:                   # or num_tables + table_generator: {seed, rows: [lo, hi], pooling: [lo, hi], ...}
       - {name: t0, num_embeddings: 1000000, pooling_factor: 20, index_dist: zipf, zipf_alpha: 1.05}
     plan:                     # optional, see hybrid.sharding.plan
       t0: {type: table_wise, ranks: [3]}
 
-The per-iteration task graph built from a config lives in :mod:`hybrid.workloads.dlrm_graph`.
+The per-iteration task graph built from a config lives in :mod:`hybrid.workloads.dlrm_graph`; published model
+variants (MLPerf DLRM, DLRM-DCNv2, DeepLearningExamples small/large) are built in by name in
+:mod:`hybrid.workloads.dlrm_variants`.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ from hybrid.errors import InvalidInputError
 from hybrid.sharding.plan import ShardingPlan
 from hybrid.units import normalize_dtype
 
-INTERACTIONS = ("dot", "cat")
+INTERACTIONS = ("dot", "cat", "dcn")
+PLACEMENTS = ("hbm", "host", "auto")
+BOTTOM_PLACEMENTS = ("data_parallel", "model_parallel")
 OPTIMIZERS = ("sgd", "adagrad")
 INDEX_DISTS = ("uniform", "zipf")
 
@@ -241,10 +248,22 @@ class DLRMConfig:
     optimizer: str = "sgd"
     plan: ShardingPlan | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    dcn_layers: int = 3  #: DCNv2 cross layers (``interaction: dcn``)
+    dcn_low_rank: int = 512  #: rank of each cross layer's weight (U V^T); 0 = full rank
+    embedding_dtype: str | None = None  #: table storage/lookup dtype (None: ``dtype``)
+    embedding_placement: str = "hbm"  #: hbm | host | auto (overflow of a GPU's memory goes to host memory)
+    #: data_parallel (DDP, like TorchRec) | model_parallel (rank 0 runs it on the global batch and sends its output
+    #: in the embedding all-to-all, like NVIDIA DeepLearningExamples' hybrid parallel DLRM)
+    bottom_mlp_placement: str = "data_parallel"
 
     FIELDS = ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features", "bottom_mlp", "top_mlp",
               "interaction", "embedding_dim", "optimizer", "tables", "num_tables", "table_generator", "plan",
-              "description")
+              "description", "dcn_layers", "dcn_low_rank", "embedding_dtype", "embedding_placement",
+              "bottom_mlp_placement")
+    #: Scalar fields copied from a document (besides tables and plan).
+    SCALARS = ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features", "bottom_mlp", "top_mlp",
+               "interaction", "embedding_dim", "optimizer", "dcn_layers", "dcn_low_rank", "embedding_dtype",
+               "embedding_placement", "bottom_mlp_placement")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tables", tuple(self.tables))
@@ -253,6 +272,20 @@ class DLRMConfig:
         object.__setattr__(self, "dense_features", _positive_int(self.dense_features, "dense_features"))
         object.__setattr__(self, "embedding_dim", _positive_int(self.embedding_dim, "embedding_dim"))
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
+        object.__setattr__(self, "embedding_dtype",
+                           normalize_dtype(self.embedding_dtype) if self.embedding_dtype else self.dtype)
+        object.__setattr__(self, "dcn_layers", _positive_int(self.dcn_layers, "dcn_layers"))
+        rank = self.dcn_low_rank
+        object.__setattr__(self, "dcn_low_rank", 0 if rank in (0, None) else _positive_int(rank, "dcn_low_rank"))
+        placement = str(self.embedding_placement).strip().lower()
+        if placement not in PLACEMENTS:
+            raise InvalidInputError(f"embedding_placement must be one of {PLACEMENTS}, got {self.embedding_placement!r}")
+        object.__setattr__(self, "embedding_placement", placement)
+        bottom = str(self.bottom_mlp_placement).strip().lower()
+        if bottom not in BOTTOM_PLACEMENTS:
+            raise InvalidInputError(f"bottom_mlp_placement must be one of {BOTTOM_PLACEMENTS}, got "
+                                    f"{self.bottom_mlp_placement!r}")
+        object.__setattr__(self, "bottom_mlp_placement", bottom)
         for name in ("bottom_mlp", "top_mlp"):
             widths = getattr(self, name)
             if isinstance(widths, (int, str)) or not isinstance(widths, Sequence) or len(widths) == 0:
@@ -274,12 +307,12 @@ class DLRMConfig:
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
             raise InvalidInputError(f"duplicate table name(s) {dup[:5]}")
-        if inter == "dot":
+        if inter in ("dot", "dcn"):
             out = self.bottom_mlp[-1]
             bad = [t.name for t in self.tables if t.embedding_dim != out]
             if bad:
                 raise InvalidInputError(
-                    f"dot interaction needs every table's embedding_dim == bottom_mlp[-1] ({out}); "
+                    f"{inter} interaction needs every table's embedding_dim == bottom_mlp[-1] ({out}); "
                     f"table(s) {bad[:5]} differ")
         if self.plan is not None:
             plan = self.plan if isinstance(self.plan, ShardingPlan) else ShardingPlan.from_dict(self.plan)
@@ -301,12 +334,23 @@ class DLRMConfig:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def embedding_dtype_bytes(self) -> float:
+        from hybrid.units import DTYPE_BYTES
+
+        return DTYPE_BYTES[self.embedding_dtype or self.dtype]
+
+    @property
     def interaction_features(self) -> int:
-        """Width of the top MLP's input."""
+        """Width of the top MLP's input (dot: bottom output + pairwise dots; cat and dcn: every feature)."""
         if self.interaction == "dot":
             f = self.num_tables + 1
             return self.bottom_mlp[-1] + f * (f - 1) // 2
         return self.bottom_mlp[-1] + sum(t.embedding_dim for t in self.tables)
+
+    @staticmethod
+    def is_cross_layer(name: str) -> bool:
+        """True for the DCNv2 cross-layer linears of :meth:`mlp_layers` (no ReLU after them)."""
+        return name.startswith("dcn")
 
     def table(self, name: str) -> TableConfig:
         for t in self.tables:
@@ -322,6 +366,13 @@ class DLRMConfig:
             layers.append((f"bot{i}", width, out))
             width = out
         width = self.interaction_features
+        if self.interaction == "dcn":  # x_{l+1} = x_0 * (U (V x_l) + b) + x_l: two linears per layer (low rank)
+            rank = self.dcn_low_rank or width
+            for i in range(self.dcn_layers):
+                if self.dcn_low_rank:
+                    layers += [(f"dcn{i}_v", width, rank), (f"dcn{i}_u", rank, width)]
+                else:
+                    layers.append((f"dcn{i}_u", width, width))
         for i, out in enumerate(self.top_mlp):
             layers.append((f"top{i}", width, out))
             width = out
@@ -344,8 +395,16 @@ class DLRMConfig:
         """Build and validate a config; ``overrides`` (e.g. ``gpus=64``) replace document values."""
         if not isinstance(data, Mapping):
             raise InvalidInputError(f"a DLRM config must be a mapping, got {type(data).__name__}")
-        _check_keys(data, cls.FIELDS, "DLRM config")
+        _check_keys(data, (*cls.FIELDS, "variant"), "DLRM config")
         doc = dict(data)
+        if "variant" in doc:  # a published model by name (hybrid.workloads.dlrm_variants); other keys override
+            from hybrid.workloads.dlrm_variants import dlrm_variant
+
+            base = dlrm_variant(str(doc.pop("variant"))).to_dict()
+            if "tables" in doc or "num_tables" in doc:
+                base.pop("tables")
+            base.update(doc)
+            doc = base
         doc.update({k: v for k, v in overrides.items() if v is not None})
         default_dim = _positive_int(doc.get("embedding_dim", 64), "embedding_dim")
         if "tables" in doc and doc["tables"] is not None:
@@ -360,9 +419,7 @@ class DLRMConfig:
             tables = TableGenerator.from_dict(doc.get("table_generator") or {}).generate(n, default_dim)
         else:
             raise InvalidInputError("config needs `tables` or `num_tables` (+ `table_generator`)")
-        kwargs = {k: doc[k] for k in ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features",
-                                      "bottom_mlp", "top_mlp", "interaction", "embedding_dim", "optimizer")
-                  if k in doc and doc[k] is not None}
+        kwargs = {k: doc[k] for k in cls.SCALARS if k in doc and doc[k] is not None}
         plan = doc.get("plan")
         if plan is not None and not isinstance(plan, (Mapping, ShardingPlan)):
             raise InvalidInputError("plan must be a mapping of table -> {type, ranks}")
@@ -390,6 +447,14 @@ class DLRMConfig:
             "top_mlp": list(self.top_mlp), "interaction": self.interaction, "embedding_dim": self.embedding_dim,
             "optimizer": self.optimizer, "tables": [t.to_dict() for t in self.tables],
         }
+        if self.interaction == "dcn":
+            out.update(dcn_layers=self.dcn_layers, dcn_low_rank=self.dcn_low_rank)
+        if self.embedding_dtype != self.dtype:
+            out["embedding_dtype"] = self.embedding_dtype
+        if self.embedding_placement != "hbm":
+            out["embedding_placement"] = self.embedding_placement
+        if self.bottom_mlp_placement != "data_parallel":
+            out["bottom_mlp_placement"] = self.bottom_mlp_placement
         out.update(self.extra)
         if self.plan is not None:
             out["plan"] = self.plan.to_dict()

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -104,6 +104,7 @@ class ShardPiece:
     pooling: float  # lookups per sample that land in this piece
     zipf_alpha: float
     fraction: float  # share of the table's lookups (row-wise) handled here
+    host: bool = False  # stored in host memory (looked up over PCIe), not in the GPU's memory
 
 
 def shard_pieces(config: DLRMConfig, plan: ShardingPlan) -> list[ShardPiece]:
@@ -129,6 +130,42 @@ def shard_pieces(config: DLRMConfig, plan: ShardingPlan) -> list[ShardPiece]:
             pieces += [ShardPiece(t.name, r, "data_parallel", t.num_embeddings, t.embedding_dim, B,
                                   t.pooling_factor, t.zipf_alpha, 1.0) for r in range(R)]
     return pieces
+
+
+#: Nominal PCIe x16 bandwidth per direction (bytes/s) by generation (PCI-SIG: 8/16/32 GT/s per lane, 128b/130b).
+PCIE_X16_BW = {3: 15.75e9, 4: 31.5e9, 5: 63.0e9, 6: 121.0e9}
+#: Share of a GPU's memory that embedding tables (+ optimizer state) may take when placement is ``auto``; the
+#: rest holds the MLPs, activations, communication buffers and the framework's workspace.
+EMBEDDING_MEMORY_SHARE = 0.8
+
+
+def host_link_bw(device: Device) -> float:
+    """Bytes/s a GPU reads host memory at (its PCIe generation, x16; gen 4 when the catalog does not say)."""
+    return PCIE_X16_BW.get(int(device.pcie_gen or 4), PCIE_X16_BW[4])
+
+
+def place_pieces(config: DLRMConfig, pieces: list[ShardPiece], device: Device) -> list[ShardPiece]:
+    """Mark the pieces stored in host memory: all sharded pieces (``host``), none (``hbm``), or per rank the
+    largest pieces until the rest fits :data:`EMBEDDING_MEMORY_SHARE` of the GPU's memory (``auto``)."""
+    placement = config.embedding_placement
+    if placement == "hbm" or device.kind != "gpu":
+        return pieces
+    if placement == "host":
+        return [replace(p, host=p.type != "data_parallel") for p in pieces]
+    state = 2.0 if config.optimizer == "adagrad" else 1.0  # weights (+ Adagrad accumulator, same size)
+    budget = EMBEDDING_MEMORY_SHARE * device.mem_capacity
+    size = np.array([p.rows * p.dim * config.embedding_dtype_bytes * state for p in pieces])
+    host = np.zeros(len(pieces), dtype=bool)
+    ranks = np.array([p.rank for p in pieces])
+    for r in np.unique(ranks):
+        mine = np.flatnonzero((ranks == r) & np.array([p.type != "data_parallel" for p in pieces]))
+        used = float(size[ranks == r].sum())
+        for i in mine[np.argsort(-size[mine], kind="stable")]:
+            if used <= budget:
+                break
+            host[i] = True
+            used -= size[i]
+    return [replace(p, host=bool(h)) if h else p for p, h in zip(pieces, host, strict=True)]
 
 
 @dataclass
@@ -161,7 +198,7 @@ def comm_volumes(config: DLRMConfig, pieces: list[ShardPiece]) -> CommVolumes:
     for p in pieces:
         if p.type == "data_parallel":
             if p.rank == 0:
-                dp_bytes += p.rows * p.dim * eb
+                dp_bytes += p.rows * p.dim * config.embedding_dtype_bytes
             continue
         idx = B * (p.pooling + 1.0) * INDEX_BYTES  # indices + bag lengths of one source rank's batch
         in_recv[p.rank] += (R - 1) * idx
@@ -200,12 +237,12 @@ def _round(x: float) -> float:
 
 def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
     """The fused lookup kernels of one rank: pieces grouped by (batch, dim), aggregated into one op row."""
-    groups: dict[tuple[int, int], list[ShardPiece]] = defaultdict(list)
+    groups: dict[tuple[int, int, bool], list[ShardPiece]] = defaultdict(list)
     for p in pieces:
         if p.rank == rank:
-            groups[(p.batch, p.dim)].append(p)
+            groups[(p.batch, p.dim, p.host)].append(p)
     out = []
-    for (batch, dim), members in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+    for (batch, dim, host), members in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1], kv[0][2])):
         T = len(members)
         pooling = sum(m.pooling for m in members) / T
         rows = sum(m.rows for m in members) / T
@@ -219,7 +256,7 @@ def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
             "unique_rows": float(expected_unique_rows(np.array([m.rows for m in members], dtype=np.float64),
                                                       np.array([m.batch * m.pooling for m in members]),
                                                       np.array([m.zipf_alpha for m in members])).sum()),
-            "tables": [m.table for m in members],
+            "tables": [m.table for m in members], "host": host,
         })
     return out
 
@@ -232,10 +269,13 @@ def build_dlrm_graph(
     bucket_bytes: int = DDP_BUCKET_BYTES,
     first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES,
     comm_overlap: float | None = None,
+    collective_system: str | None = None,
 ) -> DLRMIteration:
     """The task graph of one training iteration of ``config`` sharded by ``plan`` (default: ``config.plan``).
 
     ``comm_overlap`` (in [0, 1]) overrides the target device kind's :data:`COMM_OVERLAP`.
+    ``collective_system`` costs the collectives as on another catalog system (e.g. a measured system with the
+    same fabric, whose calibrated curves stand in for an unmeasured one); default: the config's system.
     """
     plan = plan if plan is not None else config.plan
     if plan is None:
@@ -247,10 +287,16 @@ def build_dlrm_graph(
     overlap = COMM_OVERLAP.get(target.device.kind, 1.0) if comm_overlap is None else float(comm_overlap)
     if not 0.0 <= overlap <= 1.0:
         raise InvalidInputError(f"comm_overlap must be in [0, 1], got {comm_overlap}")
-    pieces = shard_pieces(config, plan)
+    pieces = place_pieces(config, shard_pieces(config, plan), target.device)
     vol = comm_volumes(config, pieces)
     R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
+    emb_dt = config.embedding_dtype
+    # a lookup from host memory streams the same bytes over PCIe instead of HBM (zero-copy / UVM gathers)
+    host_scale = target.device.mem_bw / host_link_bw(target.device)
     dev = target.device.key
+    coll_system = target.system
+    if collective_system is not None:
+        coll_system = cat.resolve_system(collective_system)
     g = TaskGraph(R, synchronous_host=target.device.kind == "cpu")
     all_ranks = list(range(R))
 
@@ -261,7 +307,7 @@ def build_dlrm_graph(
         return kop("elementwise", variant="copy", elements=_round(max(elements, 1.0)), direction=direction)
 
     def cop(op: str, size: float, ranks: int) -> dict[str, Any]:
-        return {"op": op, "device": dev, "system": target.system, "dtype": dt, "size_bytes": _round(max(size, 1.0)),
+        return {"op": op, "device": dev, "system": coll_system, "dtype": dt, "size_bytes": _round(max(size, 1.0)),
                 "n_ranks": ranks, "n_nodes": target.nodes(ranks)}
 
     def coll(name: str, ops: Any, deps: dict[int, list[Any]] | None = None, **kw: Any) -> dict[int, int]:
@@ -276,6 +322,13 @@ def build_dlrm_graph(
     n_layers = len(layers)
     shape_keys = ("num_tables", "batch_size", "embedding_dim", "pooling_factor", "num_embeddings", "zipf_alpha",
                   "index_dist")
+
+    def emb(grp: dict[str, Any], direction: str, variant: str | None = None) -> dict[str, Any]:
+        extra = {"variant": variant} if variant else {}
+        return kop("embedding_bag", direction=direction, **extra, **{k: grp[k] for k in shape_keys}, dtype=emb_dt)
+
+    def where(grp: dict[str, Any]) -> float:
+        return host_scale if grp["host"] else 1.0
     # per rank: pooled columns it sends (table-/column-wise pieces) and the fused groups it holds
     a2a_cols = np.zeros(R)
     cw_cols = np.zeros(R)
@@ -288,6 +341,21 @@ def build_dlrm_graph(
     for r in all_ranks:
         n_groups_of[r] = sum(1 for grp in groups[r] if grp["sharded"])
     rw_width = vol.row_wise_bytes / max(B * R * eb, 1e-9)
+    # model-parallel bottom MLP: rank 0 runs it on the global batch; dense features travel with the indices and
+    # its output with the pooled embeddings (a table-wise piece of width bottom_mlp[-1])
+    mp_bottom = config.bottom_mlp_placement == "model_parallel" and R > 1 and has_sharded
+    if mp_bottom:
+        d_bot, dense_in = config.bottom_mlp[-1], B * config.dense_features * 4.0
+        vol.input_send += dense_in
+        vol.input_send[0] -= dense_in
+        vol.input_recv[0] += (R - 1) * dense_in
+        out = B * d_bot * eb
+        vol.output_send[0] += (R - 1) * out
+        vol.output_recv += out
+        vol.output_recv[0] -= out
+        a2a_cols[0] += d_bot
+    bottom_ranks = [0] if mp_bottom else all_ranks
+    Bb = B * R if mp_bottom else B  # batch of the bottom MLP
 
     # ---- input distribution: value counts, then lengths + indices (int64), unpacked per fused table ----------
     g.phase = "input_dist"
@@ -312,11 +380,17 @@ def build_dlrm_graph(
         last = None
         for grp in groups[r]:
             if grp["sharded"]:
-                last = g.kernel(r, f"embedding fwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
-                                kop("embedding_bag", direction="fwd", **{k: grp[k] for k in shape_keys}),
+                last = g.kernel(r, f"embedding fwd ({grp['num_tables']} tables, dim {grp['embedding_dim']}"
+                                f"{', host memory' if grp['host'] else ''})", emb(grp, "fwd"),
                                 deps=[unpacked.get(r)] if r in unpacked else [],
-                                args={"tables": ",".join(grp["tables"][:50])})
+                                args={"tables": ",".join(grp["tables"][:50])}, scale=where(grp))
         lookup_done[r] = last
+    if mp_bottom:
+        for i in range(n_bottom):
+            name, fin, fout = layers[i]
+            g.kernel(0, f"{name} fwd linear (global batch)", kop("linear", b=1, m=Bb, n=fout, k=fin, direction="fwd"))
+            lookup_done[0] = g.kernel(0, f"{name} fwd relu (global batch)",
+                                      kop("elementwise", variant="relu", elements=Bb * fout))
 
     # ---- output distribution ---------------------------------------------------------------------------------
     g.phase = "exchange_fwd"
@@ -344,19 +418,24 @@ def build_dlrm_graph(
     # ---- dense forward (DDP module): bottom MLP, data-parallel lookups, interaction, top MLP, loss ----------
     g.phase = "dense_fwd"
 
-    def has_act(i: int) -> bool:  # every layer but the last top one ends in a ReLU
-        return i != n_layers - 1
+    def has_act(i: int) -> bool:  # every layer but the last top one and the DCN cross layers ends in a ReLU
+        return i != n_layers - 1 and not config.is_cross_layer(layers[i][0])
+
+    def cross_end(i: int) -> bool:  # the layer that closes a DCNv2 cross layer: then x0 * y + x_l
+        return layers[i][0].startswith("dcn") and layers[i][0].endswith("_u")
 
     F = config.num_tables + 1
     d_out = config.bottom_mlp[-1]
     emb_cols = sum(t.embedding_dim for t in config.tables)
     for r in all_ranks:
         for i, (name, fin, fout) in enumerate(layers):
+            if mp_bottom and i < n_bottom:
+                continue
             if i == n_bottom:
                 for grp in groups[r]:
                     if not grp["sharded"]:
                         g.kernel(r, f"embedding fwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
-                                 kop("embedding_bag", direction="fwd", **{k: grp[k] for k in shape_keys}))
+                                 emb(grp, "fwd"))
                 deps = [*exchanged[r], lookup_done.get(r)]
                 if config.interaction == "dot":
                     g.kernel(r, "interaction stack", copy(B * (d_out + emb_cols)), deps=deps)
@@ -365,6 +444,9 @@ def build_dlrm_graph(
                 else:
                     g.kernel(r, "interaction cat", copy(B * config.interaction_features), deps=deps)
             g.kernel(r, f"{name} fwd linear", kop("linear", b=1, m=B, n=fout, k=fin, direction="fwd"))
+            if cross_end(i):
+                g.kernel(r, f"{name} cross x0*y+x", kop("elementwise", variant="mul", elements=B * fout, n_inputs=3,
+                                                         flops_per_element=2))
             if has_act(i):
                 g.kernel(r, f"{name} fwd relu", kop("elementwise", variant="relu", elements=B * fout))
         g.kernel(r, "loss fwd", kop("elementwise", variant="sigmoid", elements=B))
@@ -398,8 +480,7 @@ def build_dlrm_graph(
                 if not grp["sharded"]:
                     dp_bwd[r] = g.kernel(
                         r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
-                        kop("embedding_bag", direction="bwd", variant="dense_sgd", **{k: grp[k] for k in shape_keys}),
-                        deps=[inter_bwd[r]])
+                        emb(grp, "bwd", "dense_sgd"), deps=[inter_bwd[r]])
         remaining = vol.dp_grad_bytes if R > 1 else 0.0
         while remaining > 0:
             chunk = min(remaining, bucket_bytes)
@@ -412,9 +493,14 @@ def build_dlrm_graph(
     for i in range(n_layers - 1, -1, -1):
         name, fin, fout = layers[i]
         wgrad: dict[int, int] = {}
+        if mp_bottom and i < n_bottom:
+            continue
         for r in all_ranks:
             if has_act(i):
                 g.kernel(r, f"{name} bwd relu", kop("elementwise", variant="relu", elements=B * fout, direction="bwd"))
+            if cross_end(i):  # grads of x0 * y + x: to y, to x0 (accumulated) and through the skip
+                g.kernel(r, f"{name} bwd cross", kop("elementwise", variant="mul", elements=B * fout, n_inputs=3,
+                                                      n_outputs=2, flops_per_element=3, direction="bwd"))
             if i > 0:  # the first bottom layer's input is data: no dgrad
                 g.kernel(r, f"{name} bwd dgrad", kop("gemm", b=1, m=B, n=fin, k=fout, direction="bwd"))
             wgrad[r] = g.kernel(r, f"{name} bwd wgrad", kop("gemm", b=1, m=fout, n=fin, k=B, direction="bwd"))
@@ -445,39 +531,50 @@ def build_dlrm_graph(
             a2a_bwd = coll("embedding grad all_to_all", [cop("all_to_all", s, R) for s in sizes],
                            deps={r: [inter_bwd[r], ag.get(r)] for r in all_ranks})
         g.phase = "backward"
+    if mp_bottom:  # the model-parallel bottom MLP gets its output gradient from the all-to-all
+        prev = [n for n in (a2a_bwd.get(0),) if n is not None]
+        for i in range(n_bottom - 1, -1, -1):
+            name, fin, fout = layers[i]
+            g.kernel(0, f"{name} bwd relu (global batch)",
+                     kop("elementwise", variant="relu", elements=Bb * fout, direction="bwd"), deps=prev)
+            prev = []
+            if i > 0:
+                g.kernel(0, f"{name} bwd dgrad (global batch)", kop("gemm", b=1, m=Bb, n=fin, k=fout, direction="bwd"))
+            g.kernel(0, f"{name} bwd wgrad (global batch)", kop("gemm", b=1, m=fout, n=fin, k=Bb, direction="bwd"))
     for r in all_ranks:
         for grp in groups[r]:
             if grp["sharded"]:  # the profiled row includes an SGD update: only the backward share here
                 g.kernel(r, f"embedding bwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
-                         kop("embedding_bag", direction="bwd", variant="sparse_sgd", **{k: grp[k] for k in shape_keys}),
+                         emb(grp, "bwd", "sparse_sgd"),
                          deps=[n for n in (a2a_bwd.get(r), ag.get(r)) if n is not None],
-                         scale=1.0 - SPARSE_SGD_UPDATE_SHARE)
+                         scale=(1.0 - SPARSE_SGD_UPDATE_SHARE) * where(grp))
 
     # ---- optimizer: sparse update of the sharded tables, then the dense step over every DDP parameter -------
     g.phase = "optimizer"
-    dense_tensors = [float(fin * fout) for _, fin, fout in layers] + [float(fout) for _, _, fout in layers]
+    def dense_tensors(r: int) -> list[float]:
+        mine = [lay for i, lay in enumerate(layers) if not (mp_bottom and i < n_bottom and r not in bottom_ranks)]
+        return [float(fin * fout) for _, fin, fout in mine] + [float(fout) for _, _, fout in mine]
+
     for r in all_ranks:
         step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")
         deps = [ar[r] for ar in allreduces if r in ar]
         for grp in groups[r]:
             if not grp["sharded"]:
                 continue
-            shape = {k: grp[k] for k in shape_keys}
             if config.optimizer == "sgd":  # weight.add_(sparse grad): the update share of the profiled row
-                g.kernel(r, "embedding sgd update", kop("embedding_bag", direction="bwd", variant="sparse_sgd",
-                                                        **shape), deps=deps, host_deps=[step],
-                         scale=SPARSE_SGD_UPDATE_SHARE)
+                g.kernel(r, "embedding sgd update", emb(grp, "bwd", "sparse_sgd"), deps=deps, host_deps=[step],
+                         scale=SPARSE_SGD_UPDATE_SHARE * where(grp))
             else:  # coalesce (like the index-add of the backward) + dense Adagrad math over the coalesced rows
-                g.kernel(r, f"embedding {config.optimizer} coalesce",
-                         kop("embedding_bag", direction="bwd", variant="sparse_sgd", **shape), deps=deps,
-                         host_deps=[step], scale=ADAGRAD_COALESCE_SCALE)
+                g.kernel(r, f"embedding {config.optimizer} coalesce", emb(grp, "bwd", "sparse_sgd"), deps=deps,
+                         host_deps=[step], scale=ADAGRAD_COALESCE_SCALE * where(grp))
                 g.kernel(r, f"embedding {config.optimizer} update", kop(
-                    "elementwise", variant=config.optimizer, elements=_round(grp["unique_rows"] * grp["embedding_dim"])))
-        params = dense_tensors + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
+                    "elementwise", variant=config.optimizer, dtype=emb_dt,
+                    elements=_round(grp["unique_rows"] * grp["embedding_dim"])), scale=where(grp))
+        params = dense_tensors(r) + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
                                   for grp in groups[r] if not grp["sharded"]]
         for j, n in enumerate(params):
             g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n)),
                      deps=deps if j == 0 else (), host_deps=[step] if j == 0 else ())
     info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
-            "comm_overlap": overlap}
+            "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom}
     return DLRMIteration(g, config, plan, target, vol, pieces, info)

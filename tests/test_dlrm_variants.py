@@ -1,0 +1,157 @@
+"""Built-in DLRM variants (MLPerf, DLRM-DCNv2, DeepLearningExamples), DCN cross layers, mixed-precision tables,
+host-memory placement, and the GPU benchmark's MLPerf-table scoring (``experiments/dlrm_gpu/run.py``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.engine.overheads import Overheads
+from hybrid.engine.simulate import simulate
+from hybrid.errors import InvalidInputError
+from hybrid.sharding.heuristics import size_lookup_greedy
+from hybrid.workloads.dlrm import DLRMConfig
+from hybrid.workloads.dlrm_graph import build_dlrm_graph
+from hybrid.workloads.dlrm_variants import DCNV2_MULTI_HOT, DLE_MODEL_BYTES, dlrm_variant
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _time_ms(cfg: DLRMConfig, **kw) -> tuple[float, dict]:
+    it = build_dlrm_graph(cfg, size_lookup_greedy(cfg, capacity=1e18), **kw)
+    return simulate(it.graph.compile(), None, Overheads.zero()).iteration_us / 1e3, it.info
+
+
+def test_mlperf_variant_matches_the_reference_shapes():
+    cfg = dlrm_variant("MLPerf-DLRM")
+    assert cfg.num_tables == 26 and {t.embedding_dim for t in cfg.tables} == {128}
+    assert sum(t.num_embeddings for t in cfg.tables) == 187_767_399
+    # the reference's top MLP input (ln_top[0] = 479): 128 + 27*26/2
+    assert cfg.interaction_features == 479
+    assert [o for _, _, o in cfg.mlp_layers()] == [512, 256, 128, 1024, 1024, 512, 256, 1]
+    with pytest.raises(InvalidInputError, match="unknown DLRM variant .*mlperf"):
+        dlrm_variant("dlrm-xl")
+
+
+def test_dcnv2_variant_has_cross_layers_and_multi_hot_lookups():
+    cfg = dlrm_variant("dcnv2", gpus=8, batch_size_per_gpu=8192, dtype="fp16")
+    assert cfg.interaction == "dcn" and cfg.optimizer == "adagrad"
+    assert [t.pooling_factor for t in cfg.tables] == [float(h) for h in DCNV2_MULTI_HOT]
+    cross = [(n, i, o) for n, i, o in cfg.mlp_layers() if cfg.is_cross_layer(n)]
+    shapes = {"v": (3456, 512), "u": (512, 3456)}
+    assert cross == [(f"dcn{k}_{x}", *shapes[x]) for k in range(3) for x in "vu"]
+    assert cfg.mlp_layers()[len(cfg.bottom_mlp) + 6] == ("top0", 3456, 1024)
+    again = DLRMConfig.from_dict(cfg.to_dict())
+    assert again.mlp_layers() == cfg.mlp_layers() and again.dcn_low_rank == 512
+    ops = build_dlrm_graph(cfg, size_lookup_greedy(cfg, capacity=1e18)).graph.compile().ops
+    assert ((ops["op"] == "linear") & (ops["k"] == 3456) & (ops["n"] == 512)).any()
+    t_dcn, _ = _time_ms(cfg)
+    t_dot, _ = _time_ms(dlrm_variant("mlperf", gpus=8, batch_size_per_gpu=8192, dtype="fp16"))
+    assert t_dcn > t_dot  # 6 extra 3456x512 GEMMs and 214 lookups per sample instead of 26
+    with pytest.raises(InvalidInputError, match="dcn_layers"):
+        dlrm_variant("dcnv2", dcn_layers=0)
+
+
+def test_dle_variants_have_the_published_model_sizes():
+    for name, size in DLE_MODEL_BYTES.items():
+        cfg = dlrm_variant(name)
+        total = sum(t.bytes(4) for t in cfg.tables)
+        assert total == pytest.approx(size, rel=0.01)
+
+
+def test_mixed_precision_tables_and_host_memory_placement():
+    base = dlrm_variant("dle-large", system="DGX-1", gpus=1, batch_size_per_gpu=65536, dtype="fp16")
+    t_fp32, info = _time_ms(base.with_(embedding_dtype="fp32"))
+    assert info["host_pieces"] == 0  # hbm placement: memory is not checked
+    t_fp16, _ = _time_ms(base.with_(embedding_dtype="fp16"))
+    assert t_fp16 < t_fp32
+    # 82 GB of tables on one 32 GB V100: auto placement moves the largest tables to host memory (PCIe 3)
+    t_auto, info = _time_ms(base.with_(embedding_dtype="fp32", embedding_placement="auto"))
+    assert info["host_pieces"] >= 2 and t_auto > 1.5 * t_fp32
+    t_host, info_host = _time_ms(base.with_(embedding_dtype="fp32", embedding_placement="host"))
+    assert info_host["host_pieces"] == 26 and t_host > t_auto
+    # the same model over 8 GPUs fits: nothing goes to host memory
+    _, info8 = _time_ms(base.with_(gpus=8, batch_size_per_gpu=8192, embedding_placement="auto"))
+    assert info8["host_pieces"] == 0
+    with pytest.raises(InvalidInputError, match="embedding_placement"):
+        base.with_(embedding_placement="ssd")
+
+
+def test_multi_node_costs_collectives_on_the_nics():
+    one = dlrm_variant("mlperf", system="DGX-A100", gpus=8, batch_size_per_gpu=6912, dtype="fp16")
+    two = one.with_(gpus=16, batch_size_per_gpu=3456)
+    it = build_dlrm_graph(two, size_lookup_greedy(two, capacity=1e18))
+    ops = it.graph.compile().ops
+    coll = ops[ops["op"].isin(["all_to_all", "all_reduce"])]
+    assert (coll["n_nodes"] == 2).all() and (coll["n_ranks"] == 16).all()
+    t1, _ = _time_ms(one)
+    t2, _ = _time_ms(two)
+    assert t2 > t1  # same global batch: the exchanges now cross 25 GB/s NICs instead of 300 GB/s NVLink
+
+
+def _gpu_bench():
+    spec = importlib.util.spec_from_file_location("dlrm_gpu_run", ROOT / "experiments" / "dlrm_gpu" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_benchmark_scores_an_mlperf_table_and_counts_what_it_skips(shared_datasets, tmp_path, capsys):
+    bench = _gpu_bench()
+    v10 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v1.0_dlrm_runs.csv")
+    pick = pd.concat([v10[v10["system"] == "dgxa100_ngc21.05_merlin_hugectr"].head(2),
+                      v10[v10["accelerator"] == "TPU"].head(2), v10[v10["acc_per_node"] == 0].head(1)])
+    table = tmp_path / "round.csv"
+    pick.to_csv(table, index=False)
+    # no public data directory: the roofline predictor, no fitted constants (fast)
+    rc = bench.main(["--data-dir", str(tmp_path / "none"), "--mlperf", str(table), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["n_input"] == 5 and out["n_rows"] == 2 and out["n_skipped"] == 3
+    assert out["skipped"] == {"not a GPU (TPU)": 2, "no accelerators (CPU-only run)": 1}
+    assert list(out["by_system"]) == ["v1.0 NVIDIA dgxa100_ngc21.05_merlin_hugectr"]
+    measured = pick["median_ms_per_iteration"].head(2).to_numpy()
+    pred = out["by_system"]["v1.0 NVIDIA dgxa100_ngc21.05_merlin_hugectr"]["predicted_ms_median"]
+    assert out["geomean_pct"] == pytest.approx(np.exp(np.mean(np.log(np.abs(pred - measured) / measured * 100))),
+                                               rel=0.02)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert bench.main(["--data-dir", str(tmp_path / "none"), "--mlperf", str(bad), "--json"]) == 2
+    assert "not an MLPerf DLRM runs table" in capsys.readouterr().err
+
+
+def test_config_files_can_name_a_variant(tmp_path):
+    path = tmp_path / "mlperf.yaml"
+    path.write_text("variant: mlperf\nsystem: DGX-H100\ngpus: 16\nbatch_size_per_gpu: 4096\ndtype: bf16\n")
+    cfg = DLRMConfig.from_file(path)
+    assert cfg.num_tables == 26 and cfg.gpus == 16 and cfg.system == "DGX-H100" and cfg.dtype == "bf16"
+    assert cfg.tables == dlrm_variant("mlperf").tables
+    path.write_text("variant: nope\n")
+    with pytest.raises(InvalidInputError, match="unknown DLRM variant 'nope'"):
+        DLRMConfig.from_file(path)
+
+
+def test_model_parallel_bottom_mlp_runs_on_one_rank_with_the_global_batch():
+    dle = dlrm_variant("dle-large", system="DGX-1", gpus=8, batch_size_per_gpu=8192)
+    assert dle.bottom_mlp_placement == "model_parallel"
+    dp = dle.with_(bottom_mlp_placement="data_parallel")
+    it = build_dlrm_graph(dle, size_lookup_greedy(dle, capacity=1e18))
+    ops = it.graph.compile().ops
+    bottom = ops[(ops["op"] == "linear") & (ops["k"] == 13)]
+    assert len(bottom) == 1 and int(bottom["m"].iloc[0]) == 8 * 8192  # one rank, global batch
+    base = build_dlrm_graph(dp, size_lookup_greedy(dp, capacity=1e18))
+    # its output (8192 x 128 per destination) joins the pooled-embedding all-to-all from rank 0
+    extra = it.volumes.output_send[0] - base.volumes.output_send[0]
+    assert extra == pytest.approx(7 * 8192 * 128 * 4)
+    t_mp, _ = _time_ms(dle)
+    t_dp, _ = _time_ms(dp)
+    assert t_mp > t_dp  # rank 0 does 8x the bottom MLP work on the critical path
+    one = dle.with_(gpus=1, batch_size_per_gpu=65536)
+    assert _time_ms(one)[0] == pytest.approx(_time_ms(one.with_(bottom_mlp_placement="data_parallel"))[0])
+    with pytest.raises(InvalidInputError, match="bottom_mlp_placement"):
+        dle.with_(bottom_mlp_placement="pipeline")
