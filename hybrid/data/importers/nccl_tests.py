@@ -17,6 +17,8 @@ nccl-tests ``size``), ``wrong`` (``#wrong``; ``N/A`` -> empty) and ``dtype``.
 * ``system``: ``--system``, else the nearest directory whose name is a catalog system alias
   (``results_polaris`` -> ``Polaris``), else empty.
 * Rows with ``#wrong > 0`` are kept (column ``wrong``); calibration drops them. Zero-byte rows are skipped.
+* A time that is not a positive finite number (``nan``, ``inf``, ``0``, ``-12.5``) drops that measurement with
+  a warning listing each one (line, in-place or not, token, reason) and the count.
 * Truncated sections (a job killed mid-run) keep their complete rows with a warning; a file without any data
   row is an :class:`ImportFormatError` (when importing directories such files are skipped with a warning).
 """
@@ -192,6 +194,7 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
     has_root = header_cols is None or "root" in header_cols
     records: list[tuple] = []
     bad = list(sec.bad_lines)
+    unusable: list[str] = []  # timings that are not a positive finite number, as "line N (place): token"
     for no, toks in sec.rows:
         if len(toks) < first_time + 2:
             bad.append(no)
@@ -205,7 +208,10 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
                 bad.append(no)
                 continue
             t = _parse_number(chunk[0])
-            if not (t > 0):
+            if not (t > 0) or not np.isfinite(t):
+                reason = "not a number" if np.isnan(t) else ("infinite" if np.isinf(t) else "not positive")
+                unusable.append(f"line {no} {'in-place' if in_place else 'out-of-place'} time "
+                                f"{chunk[0]!r} ({reason})")
                 continue
             wrong_tok = chunk[3] if len(chunk) > 3 else "N/A"
             wrong = float(wrong_tok) if wrong_tok.isdigit() else np.nan
@@ -215,6 +221,10 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
     if bad:
         warn(path, f"section starting at line {sec.start_line}: skipped {len(bad)} incomplete data line(s) "
                    f"(first: line {bad[0]}); truncated log?")
+    if unusable:
+        shown = "; ".join(unusable[:5]) + (f"; ... and {len(unusable) - 5} more" if len(unusable) > 5 else "")
+        warn(path, f"section starting at line {sec.start_line}: dropped {len(unusable)} measurement(s) whose "
+                   f"time is not a positive finite number: {shown}")
     if records and not sec.concluded:
         warn(path, f"section starting at line {sec.start_line} did not finish (no closing summary); kept its "
                    f"{len({r[0] for r in records})} complete data row(s)")
