@@ -160,6 +160,9 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
         if cur is not None and toks and toks[0].isdigit() and cur.columns is not None:
             cur.bad_lines.append(no)  # a numeric line too short to be a row: truncated
             continue
+        if cur is not None and cur.columns is not None and len(toks) >= 5 and toks[2].lower() in NCCL_TYPES:
+            cur.bad_lines.append(no)  # a data row whose size or count is not a whole number: malformed
+            continue
         if pending_name is None and (m := _COMMAND.search(s)) and _name_from(m.group(1)):
             pending_name = _name_from(m.group(1))
             if cur is not None and not cur.rows and cur.name is None:
@@ -219,8 +222,8 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
                 wrong = np.nan  # old nccl-tests print the max error, not a count
             records.append((no, size, count, dtype_name, redop, root, in_place, t, wrong))
     if bad:
-        warn(path, f"section starting at line {sec.start_line}: skipped {len(bad)} incomplete data line(s) "
-                   f"(first: line {bad[0]}); truncated log?")
+        warn(path, f"section starting at line {sec.start_line}: skipped {len(bad)} incomplete or malformed data "
+                   f"line(s) (first: line {bad[0]}); truncated log?")
     if unusable:
         shown = "; ".join(unusable[:5]) + (f"; ... and {len(unusable) - 5} more" if len(unusable) > 5 else "")
         warn(path, f"section starting at line {sec.start_line}: dropped {len(unusable)} measurement(s) whose "
@@ -259,6 +262,8 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
         last = lines.pop()
         if re.match(r"^\s*\d+\s+\d+\s", last):
             warn(path, f"line {len(lines) + 1}: last line has no newline (truncated log); data row dropped")
+        elif last.strip():
+            warn(path, f"line {len(lines) + 1}: last line has no newline (truncated log?); ignored")
     sections, meta = _split_sections(lines, path)
     file_name = _file_test_name(path)
     lib = meta.get("library_version")
