@@ -185,6 +185,10 @@ def test_unwritable_output_names_the_users_path(tmp_path, shared_datasets):
     out = blocker / "out.csv"
     rc, _, err = cli(["data", "import", "xla-matmul", shared_datasets / "xla/matmul_sm90_H100.csv", "-o", out])
     assert rc == 2 and err.strip() == f"error: cannot write output {out}: a parent is a file, not a directory"
+    rc, _, err = cli(["data", "pull", "xla-matmul", "--from", shared_datasets, "-o", blocker / "mirror"])
+    assert rc == 2 and err.strip() == (f"error: cannot write output {blocker / 'mirror'}: a parent is a file, "
+                                       "not a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
 def test_sigterm_removes_the_temporary_file(tmp_path):

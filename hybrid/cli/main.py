@@ -101,12 +101,22 @@ def _run(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
+    except OSError as exc:
+        if exc.filename is None or os.environ.get("HYBRID_DEBUG"):
+            return _unexpected(exc)
+        # a path the user gave (or one derived from it) that cannot be read or written
+        click.echo(f"error: {exc.filename}: {(exc.strerror or type(exc).__name__).lower()}", err=True)
+        return 2
     except Exception as exc:  # an unexpected failure: still one line, traceback on request
-        if os.environ.get("HYBRID_DEBUG"):
-            raise
-        click.echo(f"error: {type(exc).__name__}: {exc} (set HYBRID_DEBUG=1 for a traceback)", err=True)
-        return 1
+        return _unexpected(exc)
     return 0
+
+
+def _unexpected(exc: BaseException) -> int:
+    if os.environ.get("HYBRID_DEBUG"):
+        raise exc
+    click.echo(f"error: {type(exc).__name__}: {exc} (set HYBRID_DEBUG=1 for a traceback)", err=True)
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -90,7 +90,8 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     if not as_json:
         click.echo(f"searching sharding plans for {config.gpus} ranks ({', '.join(names or STRATEGIES)}; local "
                    f"search budget {time_budget:g} s; about {need / 2**30:,.2f} GiB) ...", err=True)
-    result = search_plans(config, model, strategies=names or None, time_budget_s=time_budget, seed=seed)
+    result = search_plans(config, model, strategies=names or None, time_budget_s=time_budget, seed=seed,
+                          progress=not as_json)
     best = result.best
     if output:
         best.plan.save(output)

@@ -236,8 +236,13 @@ def pull(name: str, out_dir: str | os.PathLike, *, from_dir: str | os.PathLike |
         raise SourceError(f"source {name} cannot be downloaded file-for-file ({why}); pull it from a mirror "
                           "with --from DIR")
     target = Path(out_dir) / source.local_path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".pull-{name}-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".pull-{name}-", dir=target.parent))
+    except OSError as exc:
+        from hybrid.atomic import output_error
+
+        raise output_error(out_dir, exc) from None
     try:
         if from_dir is not None:
             _copy_into(source, Path(from_dir), staging)
