@@ -396,6 +396,12 @@ BAD_COMMANDS = [
     ["shard", CONFIG, "--gpus", "100000"],
     ["shard", CONFIG, "--top", "0"],
     ["data", "validate", "no-such-table.csv"],
+    ["devices", "show", "NoSuchGPU"],
+    ["report", "--model", "x", "--run", "y", "-o", "r.html"],
+    ["bench", "dlrm", CONFIG, "--ranks", "0"],
+    ["bench", "dlrm", CONFIG, "--iters", "-1"],
+    ["profile", "--threads", "0", "-o", "p"],
+    ["quickstart", "--data-dir", "/nonexistent/hybrid-data"],
     ["data", "import", "no-such-format", "x.csv", "-o", "x.csv"],
 ]
 
@@ -403,9 +409,23 @@ BAD_COMMANDS = [
 @pytest.mark.parametrize("args", BAD_COMMANDS, ids=[" ".join(map(str, a[:2] + a[-2:])) for a in BAD_COMMANDS])
 def test_bad_command_arguments(args, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))  # must stay uncreated
     rc, out, err = cli(args)
     assert_one_clear_line(rc, err)
     assert out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_files_that_are_not_what_the_command_expects(tmp_path, monkeypatch):
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n")
+    for args in (["bench", "validate", bad, "--roofline"], ["calibrate", bad, "--name", "x"],
+                 ["evaluate", bad, "--model", "roofline"], ["data", "validate", bad], ["simulate", bad],
+                 ["shard", bad], ["data", "import", "neusight", bad, "-o", tmp_path / "o.csv"]):
+        rc, out, err = cli(args)
+        assert_one_clear_line(rc, err)
+        assert str(bad) in err, (args, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv"]
 
 
 @pytest.mark.parametrize("value", ["nan", "-3.5", "0", "inf", "", "abc"])

@@ -135,6 +135,7 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
     from hybrid.tracking.inputs import Measurements, load_measurements
     from hybrid.tracking.store import hybrid_home
 
+    public = None if no_public else public_data_dir(data_dir, required=bool(data_dir))  # a bad --data-dir first
     bundles = project_bundles()
     if bundles:
         data = load_measurements(bundles)
@@ -143,7 +144,6 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
         from hybrid.hardware.catalog import default_catalog
 
         data = Measurements(pd.DataFrame(), default_catalog(), [])
-    public = None if no_public else public_data_dir(data_dir, required=bool(data_dir))
     if public is not None:
         table, used = import_public_subset(public, data.catalog, seed)
         if len(table):
