@@ -80,7 +80,10 @@ def test_predict_collective_accepts_real_layouts():
     rc, out, err = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB",
                         "--ranks", "16", "--nodes", "2", "--json"])
     assert rc == 0, err
-    assert json.loads(out)["ranks"] == 16
+    assert json.loads(out)["ranks"] == 16 and "note" not in json.loads(out)
+    rc, out, err = cli(["predict", "collective", "-s", "H100-SXM", "--op", "all_reduce", "--size", "1MiB",
+                        "--ranks", "16", "--nodes", "2", "--json"])
+    assert rc == 0 and "a hypothetical node of 8 x H100-SXM" in json.loads(out)["note"]
 
 
 def test_predict_gemm_states_a_dtype_fallback():

@@ -135,7 +135,12 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
         loaded = load_predictor(model_ref, tracking_uri=tracking_uri)
         cat = loaded.predictor.catalog
     sys_ = resolve_system(cat, system)
-    check_layout(sys_, ranks, nodes, generic=cat.resolve_system(system, missing_ok=True) is None)
+    generic = cat.resolve_system(system, missing_ok=True) is None
+    check_layout(sys_, ranks, nodes, generic=generic)
+    if generic:
+        extra["note"] = (f"{system!r} is a device, not a catalog system: a hypothetical node of "
+                         f"{sys_.gpus_per_node} x {sys_.device} ({sys_.intra_fabric}, {sys_.inter_fabric} between "
+                         "nodes); name a catalog system (hybrid devices --systems) for a real one")
     row = roofline(frame, cat, system=system).iloc[0]
     t = float(row["time_us"])
     bound = str(row["bound"])
@@ -145,7 +150,7 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
             frame["system"] = sys_.key
         out = loaded.predictor.predict(frame).iloc[0]
         t, bound = float(out["time_us"]), str(out["bound"])
-        extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"])}
+        extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"])})
     _report({
         "system": sys_.key, "op": op, "size_bytes": spec.size_bytes, "size": format_bytes(spec.size_bytes),
         "ranks": ranks, "nodes": nodes, "model": "alpha-beta", "time_us": t,
