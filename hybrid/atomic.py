@@ -2,16 +2,70 @@
 
 Everything the tool writes for a user (tables, bundles, saved predictors, reports, traces, configs) goes through
 these helpers, so an interrupted or failing write never leaves a half-written result behind.
+
+* The result gets the permissions of an ordinary write (``0666``/``0777`` less the umask), not the private
+  ``0600``/``0700`` of the temporary it was written to.
+* An output path that cannot be written (no permission, a file where a directory should be, a read-only file
+  system) is an :class:`~hybrid.errors.OutputPathError` naming the path the user gave and the reason, never a
+  raw ``PermissionError`` about a temporary name.
+* The temporary is removed on any exception, including ``KeyboardInterrupt`` and the ``SIGTERM`` the CLI turns
+  into an exception (:func:`hybrid.cli.main.main`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from hybrid.errors import OutputPathError
+
+_REASONS = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only file system",
+    errno.ENOTDIR: "a parent is a file, not a directory",
+    errno.EEXIST: "a parent is a file, not a directory",
+    errno.ENOENT: "the directory cannot be created there",
+    errno.ENOSPC: "no space left on device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EISDIR: "it is a directory",
+    errno.ENAMETOOLONG: "file name too long",
+}
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where the OS allows (Linux ``/proc``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def output_error(path: str | os.PathLike, exc: OSError) -> OutputPathError:
+    """A one-line :class:`OutputPathError` for an ``OSError`` met while writing ``path``."""
+    reason = _REASONS.get(exc.errno or -1) or (exc.strerror or type(exc).__name__).lower()
+    return OutputPathError(f"cannot write output {os.fspath(path)}: {reason}")
+
+
+def _prepare_parent(target: Path) -> None:
+    if target.exists() and target.is_dir() and not target.is_symlink():
+        raise OutputPathError(f"cannot write output {target}: it is a directory")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise output_error(target, exc) from None
+    if not target.parent.is_dir():
+        raise OutputPathError(f"cannot write output {target}: a parent is a file, not a directory")
 
 
 @contextmanager
@@ -22,12 +76,27 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     ...     frame.to_csv(tmp, index=False)
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    _prepare_parent(target)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS):
+            raise OutputPathError(f"cannot write output {target}: no permission to create files in "
+                                  f"{target.parent}") from None
+        raise output_error(target, exc) from None
     os.close(fd)
     try:
-        yield Path(tmp)
-        os.replace(tmp, target)
+        try:
+            yield Path(tmp)
+        except OSError as exc:
+            if exc.filename is not None and os.fspath(exc.filename) in (tmp, os.fspath(target)):
+                raise output_error(target, exc) from None
+            raise
+        os.chmod(tmp, 0o666 & ~current_umask())
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise output_error(target, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -45,17 +114,24 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary directory beside ``path``; on success it replaces ``path`` (an existing
     directory there is moved aside first and deleted after the swap), on error it is deleted."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    except OSError as exc:
+        raise output_error(target, exc) from None
     try:
         yield tmp
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        tmp.chmod(0o777 & ~current_umask())
+        try:
+            if target.exists():
+                old = target.with_name(f".{target.name}.old-{os.getpid()}")
+                os.replace(target, old)
+                os.replace(tmp, target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, target)
+        except OSError as exc:
+            raise output_error(target, exc) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -28,3 +28,7 @@ class ImportFormatError(HybridError, ValueError):
 
 class ModelNotFoundError(HybridError, LookupError):
     """A calibrated model name or version that is not in the tracking store."""
+
+
+class OutputPathError(HybridError, OSError):
+    """An output path the user gave that cannot be written (missing permission, a file in the way, ...)."""

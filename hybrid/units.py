@@ -80,6 +80,8 @@ def parse_size(text: str | int | float) -> int:
         value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
     if not value > 0 or value != value:
         raise InvalidInputError(f"size must be positive, got {text!r}")
+    if value == float("inf"):
+        raise InvalidInputError(f"size {text!r} is too large (not a finite number of bytes)")
     return int(round(value))
 
 

@@ -99,9 +99,10 @@ def test_evaluate_json_keys_and_model_beats_roofline_on_its_training_family(flow
     rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "kern", "--json", "--tracking-uri", flow["uri"]])
     assert rc == 0, err
     model = json.loads(out)
-    assert set(model) == ERROR_KEYS | {"by_op", "by_device"}
+    assert set(model) == ERROR_KEYS | {"by_op", "by_device", "rows_in_training_data"}
     n = len(read_table(flow["csv"]))
     assert model["n_rows"] == n
+    assert model["rows_in_training_data"] == n  # kern/2's final fit used every row of this table
     assert {"gemm", "norm", "softmax"} <= set(model["by_op"])
     assert len(model["by_device"]) >= 5
     for group in (*model["by_op"].values(), *model["by_device"].values()):
@@ -121,6 +122,23 @@ def test_evaluate_json_keys_and_model_beats_roofline_on_its_training_family(flow
     rc, out, _ = cli(["evaluate", str(flow["csv"]), "--model", "models:/kern/1", "--json",
                       "--tracking-uri", flow["uri"]])
     assert rc == 0 and json.loads(out)["n_rows"] == n
+
+
+def test_evaluate_warns_when_rows_were_in_the_training_data(flow, tmp_path):
+    rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "kern", "--tracking-uri", flow["uri"]])
+    n = len(read_table(flow["csv"]))
+    assert rc == 0
+    warning = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and f"{n:,} of {n:,} rows (100%) were in the training data of models:/kern/2" \
+        in warning[0], err
+    # half the rows with other measured times: only the untouched half is flagged
+    table = read_table(flow["csv"])
+    table.loc[table.index[: n // 2], "time_us"] *= 1.37
+    other = write_csv(table, tmp_path / "other.csv")
+    rc, out, err = cli(["evaluate", str(other), "--model", "kern", "--json", "--tracking-uri", flow["uri"]])
+    assert rc == 0 and json.loads(out)["rows_in_training_data"] == n - n // 2
+    rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "roofline", "--json"])
+    assert rc == 0 and "rows_in_training_data" not in json.loads(out) and "warning" not in err
 
 
 def test_evaluate_roofline_needs_no_store(flow, tmp_path, monkeypatch):

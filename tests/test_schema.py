@@ -81,6 +81,9 @@ def test_read_table_errors(tmp_path, catalog):
     p = tmp_path / "t.csv"
     write_table(_table(), p, catalog)
     p.write_text(p.read_text()[:-25])  # truncated last row: a required value goes missing
+    with pytest.raises(SchemaError, match=r"t\.csv: the last line has no final newline"):
+        read_table(p, catalog)
+    p.write_text(p.read_text() + "\n")  # the same cut with a newline: the missing value is named
     with pytest.raises(SchemaError, match=r"t\.csv: row 3"):
         read_table(p, catalog)
     g = tmp_path / "g.parquet"

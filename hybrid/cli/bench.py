@@ -7,7 +7,18 @@ from pathlib import Path
 import click
 
 from hybrid.cli.output import echo_json, echo_table
-from hybrid.errors import InvalidInputError
+from hybrid.errors import HybridError, InvalidInputError
+
+
+def require_torch(command: str) -> None:
+    """A one-line error naming the extra to install when PyTorch is missing (as `hybrid profile` does)."""
+    from hybrid.data.profiler.backend import TORCH_HINT, _import_module
+
+    try:
+        _import_module("torch")
+    except ImportError as exc:
+        raise HybridError(f"`hybrid bench {command}` trains a real DLRM with PyTorch, which is not installed "
+                          f"({exc}); {TORCH_HINT}") from None
 
 
 @click.group("bench")
@@ -32,6 +43,7 @@ def bench() -> None:
 def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int, warmup: int,
          threads: int | None, device: str, seed: int, output: str | None, as_json: bool) -> None:
     """Train the DLRM in CONFIG on local processes and report the measured iteration time."""
+    require_torch("dlrm")
     from hybrid.bench.campaign import rank_capacity, record_results
     from hybrid.bench.dlrm_harness import HarnessOptions, run_dlrm
     from hybrid.sharding.heuristics import default_plan
@@ -84,6 +96,7 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
 def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, warmup: int, threads: int | None,
              model_ref: str | None, tracking_uri: str | None, search_system: str | None) -> None:
     """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable)."""
+    require_torch("campaign")
     from hybrid.bench.campaign import CampaignSpace, run_campaign
 
     predictor = None
@@ -134,8 +147,15 @@ def validate(results_path: str, model_ref: str | None, tracking_uri: str | None,
     """Predict every (config, plan) in RESULTS and report error and sharding success."""
     from hybrid.bench.validate import resolve_predictor, validate_campaign
 
+    if not as_json:
+        what = (f"loading {model_ref}" if model_ref else "building the roofline predictor" if roofline
+                else f"fitting a HybridPredictor on {bundle or 'the newest datasets/cpu-* bundle'}")
+        click.echo(f"[1/2] {what} ...", err=True)
     pred = resolve_predictor(model_ref=model_ref, tracking_uri=tracking_uri, bundle=bundle, roofline=roofline,
                              system=system)
+    if not as_json:
+        click.echo(f"[2/2] predicting every (config, plan) of {results_path} and fitting the engine overheads "
+                   "...", err=True)
     report = validate_campaign(results_path, pred, k=k, split_seed=split_seed, progress=not as_json)
     if output:
         from hybrid.bench.campaign import _write_csv

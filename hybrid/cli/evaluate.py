@@ -27,6 +27,25 @@ def load_model_for(ref: str, tracking_uri: str | None, catalog: Any) -> Any:
     return loaded
 
 
+def training_overlap(loaded: Any, frame: pd.DataFrame) -> Any:
+    """Mask of the rows of ``frame`` that the registered model was fitted on (from the ``train`` split its run
+    recorded), or None for the roofline / a model without a readable run."""
+    import numpy as np
+
+    from hybrid.errors import HybridError
+    from hybrid.tracking.evaluation import in_training_data
+    from hybrid.tracking.runs import read_run
+
+    if loaded.name == "roofline" or not loaded.run_id:
+        return None
+    try:
+        rec = read_run(loaded.run_id, tracking_uri=loaded.tracking_uri)
+    except HybridError:
+        return None
+    train = rec.predictions[rec.predictions["split"] == "train"]
+    return np.asarray(in_training_data(frame, train), dtype=bool)
+
+
 def echo_comparison(summaries: dict[str, dict[str, Any]], groups: tuple[str, ...] = ("by_op", "by_device")) -> None:
     """Print error tables for one split: overall and per group, every compared model side by side."""
     models = [m for m in ("model", "base", "roofline") if m in summaries]
@@ -76,8 +95,15 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     loaded = load_model_for(model_ref, tracking_uri, data.catalog)
     frame = prediction_frame(table, loaded.predictor.predict(table), "all")
     result = summarize(frame, "model")
+    seen = training_overlap(loaded, frame)
+    if seen is not None:
+        result = {**result, "rows_in_training_data": int(seen.sum())}
     if output:
         write_predictions(frame, output)
+    if seen is not None and seen.any():
+        click.echo(f"warning: {int(seen.sum()):,} of {len(frame):,} rows ({100 * seen.mean():.0f}%) were in the "
+                   f"training data of {loaded.ref} (run {loaded.run_id}): their errors are in-sample, not a test "
+                   "of the model; evaluate on held-out measurements", err=True)
     if as_json:
         echo_json(result)
         return

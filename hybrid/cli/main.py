@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
+import threading
 
 import click
 
@@ -51,13 +53,41 @@ def cli() -> None:
     """
 
 
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM so that, as for Ctrl-C, every ``with`` block unwinds: atomic
+    writes delete their temporaries and MLflow runs are closed."""
+
+
+def _on_sigterm(signum, frame) -> None:  # pragma: no cover - exercised through a subprocess
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; :class:`HybridError` and other failures become one line on stderr and exit code 2/1."""
+    """Run the CLI; :class:`HybridError` and other failures become one line on stderr and exit code 2/1.
+
+    SIGTERM is handled like SIGINT while the command runs (cleanup, then exit code 143)."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    from hybrid.tracking.store import bounded_http
+
+    try:
+        with bounded_http():  # MLflow's HTTP retries/timeouts bounded for this command only
+            return _run(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         cli.main(args=argv, prog_name="hybrid", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, Terminated):
+            click.echo("terminated", err=True)
+            return 143
         click.echo("aborted", err=True)
         return 130
     except click.ClickException as exc:
@@ -66,15 +96,28 @@ def main(argv: list[str] | None = None) -> int:
     except HybridError as exc:
         click.echo(f"error: {exc}", err=True)
         return 2
+    except Terminated:
+        click.echo("terminated", err=True)
+        return 143
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
+    except OSError as exc:
+        if exc.filename is None or os.environ.get("HYBRID_DEBUG"):
+            return _unexpected(exc)
+        # a path the user gave (or one derived from it) that cannot be read or written
+        click.echo(f"error: {exc.filename}: {(exc.strerror or type(exc).__name__).lower()}", err=True)
+        return 2
     except Exception as exc:  # an unexpected failure: still one line, traceback on request
-        if os.environ.get("HYBRID_DEBUG"):
-            raise
-        click.echo(f"error: {type(exc).__name__}: {exc} (set HYBRID_DEBUG=1 for a traceback)", err=True)
-        return 1
+        return _unexpected(exc)
     return 0
+
+
+def _unexpected(exc: BaseException) -> int:
+    if os.environ.get("HYBRID_DEBUG"):
+        raise exc
+    click.echo(f"error: {type(exc).__name__}: {exc} (set HYBRID_DEBUG=1 for a traceback)", err=True)
+    return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -73,6 +73,22 @@ def import_public_subset(data_dir: Path, catalog, seed: int = 0, progress: bool 
     return subsample(table, PUBLIC_MAX_ROWS, seed), used
 
 
+def lodo_coverage(data, config) -> str:
+    """One line saying how many of the data's devices the leave-one-device-out table covers, and why."""
+    from hybrid.tracking.calibrate import lodo_devices
+
+    n_devices = int(data.table["device"].nunique())
+    held = lodo_devices(data.table, config, data.catalog)
+    if not held:
+        return ""
+    if len(held) == n_devices:
+        return f"leave-one-device-out covers all {n_devices} devices."
+    return (f"note: leave-one-device-out covers {len(held)} of {n_devices} devices ({', '.join(held)}: the "
+            f"devices with the most rows; each costs a full fit, and a device is held out only if another "
+            f"of its kind stays in the fit). For more: hybrid calibrate TABLES --name NAME "
+            f"--holdout-device DEVICE ...")
+
+
 def example_prediction(predictor, table: pd.DataFrame) -> list[tuple[str, str]]:
     """One GEMM (and one collective, if the data had any) predicted by the calibrated model, with the
     command that reproduces each."""
@@ -119,6 +135,7 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
     from hybrid.tracking.inputs import Measurements, load_measurements
     from hybrid.tracking.store import hybrid_home
 
+    public = None if no_public else public_data_dir(data_dir, required=bool(data_dir))  # a bad --data-dir first
     bundles = project_bundles()
     if bundles:
         data = load_measurements(bundles)
@@ -127,7 +144,6 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
         from hybrid.hardware.catalog import default_catalog
 
         data = Measurements(pd.DataFrame(), default_catalog(), [])
-    public = None if no_public else public_data_dir(data_dir, required=bool(data_dir))
     if public is not None:
         table, used = import_public_subset(public, data.catalog, seed)
         if len(table):
@@ -137,10 +153,14 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
     if len(data.table) == 0:
         raise InvalidInputError("no measurements found: no bundles in datasets/ and no public data directory "
                                 "(pass --data-dir or set HYBRID_DATA_DIR, or run `hybrid profile`)")
-    click.echo(f"calibrating on {len(data.table):,} rows, {data.table['device'].nunique()} devices ...")
+    n_devices = data.table["device"].nunique()
+    click.echo(f"calibrating on {len(data.table):,} rows, {n_devices} devices ...")
     config = CalibrationConfig(name=name, seed=seed, max_lodo_devices=QUICKSTART_LODO_DEVICES)
+    lodo_note = lodo_coverage(data, config)
     result = calibrate(data, config, tracking_uri=tracking_uri, progress=True)
     print_result(result)
+    if lodo_note:
+        click.echo(lodo_note)
     examples = example_prediction(result.predictor, data.table)
     if examples:
         click.echo("\nexample predictions:")

@@ -7,6 +7,54 @@ import click
 from hybrid.cli.output import echo_json, echo_table
 from hybrid.cli.simulate import BREAKDOWN_HEADERS, breakdown_rows, load_config, load_cost_model, model_options
 
+#: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml, 1024 and
+#: 2048 ranks): the greedy/search candidate matrices (placements x 6 x ranks floats, several temporaries) grow
+#: with ranks^2; the baselines and the simulation of each plan grow with ranks.
+SEARCH_BYTES_PER_RANK2 = 150.0
+BASELINE_BYTES_PER_RANK = 140e3
+FIXED_BYTES = 64 * 2**20
+#: Share of the available memory a search may plan to use.
+MEMORY_SHARE = 0.8
+BASELINE_STRATEGIES = ("size_greedy", "lookup_greedy", "size_lookup_greedy", "random")
+
+
+def estimate_search_bytes(gpus: int, strategies: list[str] | tuple[str, ...]) -> float:
+    """Rough peak memory of ``search_plans`` for ``gpus`` ranks and these strategies (all when empty)."""
+    quadratic = not strategies or any(s in ("greedy", "search") for s in strategies)
+    return FIXED_BYTES + BASELINE_BYTES_PER_RANK * gpus + (SEARCH_BYTES_PER_RANK2 * gpus**2 if quadratic else 0.0)
+
+
+def available_memory_bytes() -> float | None:
+    """MemAvailable from /proc/meminfo (Linux), else None (unknown)."""
+    try:
+        for line in open("/proc/meminfo", encoding="ascii"):
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_search_size(gpus: int, strategies: list[str], available: float | None) -> float:
+    """The estimated bytes of the search; :class:`InvalidInputError` naming a way out when it does not fit in
+    :data:`MEMORY_SHARE` of ``available`` memory."""
+    from hybrid.errors import InvalidInputError
+
+    need = estimate_search_bytes(gpus, strategies)
+    if available is None or need <= MEMORY_SHARE * available:
+        return need
+    gib = 2**30
+    msg = (f"--gpus {gpus}: the plan search would need about {need / gib:,.1f} GiB of memory, more than the "
+           f"{available / gib:,.1f} GiB available")
+    base = estimate_search_bytes(gpus, list(BASELINE_STRATEGIES))
+    if base <= MEMORY_SHARE * available and base < need:
+        msg += (f" (the greedy/search candidate matrices grow with gpus^2); the baseline strategies need about "
+                f"{base / gib:,.1f} GiB (and time in proportion to gpus): "
+                f"--strategy {','.join(BASELINE_STRATEGIES)}")
+    else:
+        msg += "; use fewer --gpus"
+    raise InvalidInputError(msg)
+
 
 @click.command("shard")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
@@ -34,9 +82,16 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     unknown = [s for s in names if s not in STRATEGIES]
     if unknown:
         raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")
+    if gpus is not None and gpus <= 0:
+        raise InvalidInputError(f"--gpus must be positive, got {gpus}")
     config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
+    need = check_search_size(config.gpus, names, available_memory_bytes())
     model, model_name = load_cost_model(model_ref, tracking_uri)
-    result = search_plans(config, model, strategies=names or None, time_budget_s=time_budget, seed=seed)
+    if not as_json:
+        click.echo(f"searching sharding plans for {config.gpus} ranks ({', '.join(names or STRATEGIES)}; local "
+                   f"search budget {time_budget:g} s; about {need / 2**30:,.2f} GiB) ...", err=True)
+    result = search_plans(config, model, strategies=names or None, time_budget_s=time_budget, seed=seed,
+                          progress=not as_json)
     best = result.best
     if output:
         best.plan.save(output)

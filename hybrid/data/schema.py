@@ -276,6 +276,11 @@ def read_table(
             if p.suffix.lower() in (".parquet", ".pq"):
                 df = pd.read_parquet(p)
             else:
+                raw = p.read_bytes()
+                if raw.strip() and not raw.endswith(b"\n"):
+                    # tables are written with a final newline: without it the last value may be cut short
+                    raise SchemaError(f"{p}: the last line has no final newline (truncated file?); its last "
+                                      "value may be cut short. Add the newline if the file is complete")
                 df = pd.read_csv(p, comment=None, skipinitialspace=True)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as exc:
             raise SchemaError(f"{p}: cannot parse as a table ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None

@@ -118,6 +118,8 @@ def load_sources(path: str | os.PathLike | None = None) -> dict[str, Source]:
     raw = tomllib.loads(text)
     out = {}
     for name, entry in raw.get("sources", {}).items():
+        if not isinstance(entry, dict):
+            raise InvalidInputError(f"sources.toml: entry {name!r} is not a table")
         try:
             out[name] = Source(name=name, **entry)
         except TypeError as exc:
@@ -134,33 +136,40 @@ def get_source(name: str, sources: dict[str, Source] | None = None) -> Source:
 
 # --------------------------------------------------------------------------------------------- verification
 def verify_dir(source: Source, root: Path) -> list[str]:
-    """Check the files of ``source`` under ``root`` (the folder holding :attr:`Source.local_path`'s files).
+    """Check the files ``source`` lists under ``root`` (the folder holding :attr:`Source.local_path`'s files).
 
     Returns the relative paths verified; raises :class:`SourceError` naming the first missing or mismatching
-    file.
+    file. Files under ``root`` that the source does not list are ignored (see :func:`unlisted_files`).
     """
     if not root.is_dir():
         raise SourceError(f"source {source.name}: directory not found: {root}")
-    if source.glob:
-        rels = _glob_files(root, source.glob)
-        if not rels:
-            raise SourceError(f"source {source.name}: no files matching {source.glob!r} under {root}")
-        entries = [(rel, sha256_file(root / rel)) for rel in rels]
-        digest = manifest_sha256(entries)
-        if len(rels) != source.file_count or digest != source.manifest_sha256:
-            raise SourceError(
-                f"source {source.name}: manifest mismatch under {root}: {len(rels)} files (expected "
-                f"{source.file_count}), manifest sha256 {digest[:12]}... (expected {source.manifest_sha256[:12]}...)")
-        return rels
+    if not source.files:
+        raise SourceError(f"source {source.name}: the registry lists no files for it")
+    entries = []
     for rel, expected in sorted(source.files.items()):
         p = root / rel
         if not p.is_file():
             raise SourceError(f"source {source.name}: missing file {p}")
         got = sha256_file(p)
         if got != expected:
-            raise SourceError(f"source {source.name}: checksum mismatch for {p}: sha256 {got[:16]}... "
+            what = "manifest mismatch" if source.glob else "checksum mismatch"
+            raise SourceError(f"source {source.name}: {what}: {p}: sha256 {got[:16]}... "
                               f"(expected {expected[:16]}...)")
+        entries.append((rel, got))
+    if source.manifest_sha256 and (manifest_sha256(entries) != source.manifest_sha256
+                                   or len(entries) != source.file_count):
+        raise SourceError(f"source {source.name}: the registry's file list does not match its manifest_sha256 / "
+                          "file_count (regenerate with python -m hybrid.data.sources DATA_DIR)")
     return sorted(source.files)
+
+
+def unlisted_files(source: Source, root: Path) -> list[str]:
+    """Files under ``root`` that match the source's ``glob``/``include`` pattern but that it does not list
+    (e.g. added upstream after the pinned commit): not verified, not pulled, reported for a registry update."""
+    pattern = source.glob or source.include
+    if not pattern or not root.is_dir():
+        return []
+    return [rel for rel in _glob_files(root, pattern) if rel not in source.files]
 
 
 # --------------------------------------------------------------------------------------------- pulling
@@ -186,7 +195,7 @@ def _download_into(source: Source, staging: Path, progress: bool) -> None:
                 if not member.isfile() or (base and not rest.startswith(base + "/")):
                     continue
                 rel = rest[len(base) + 1:] if base else rest
-                if not PurePosixPath(rel).match(source.glob.rsplit("**/", 1)[-1]) or ".." in rel.split("/"):
+                if rel not in source.files or ".." in rel.split("/"):
                     continue
                 target = staging / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -206,8 +215,7 @@ def _copy_into(source: Source, mirror_root: Path, staging: Path) -> None:
     if not src.is_dir():
         raise SourceError(f"source {source.name}: {src} not found in the mirror {mirror_root} "
                           f"(expected the public data layout: {source.local_path}/...)")
-    rels = _glob_files(src, source.glob) if source.glob else sorted(source.files)
-    for rel in rels:
+    for rel in sorted(source.files):
         if not (src / rel).is_file():
             raise SourceError(f"source {source.name}: missing file {src / rel}")
         (staging / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -228,8 +236,13 @@ def pull(name: str, out_dir: str | os.PathLike, *, from_dir: str | os.PathLike |
         raise SourceError(f"source {name} cannot be downloaded file-for-file ({why}); pull it from a mirror "
                           "with --from DIR")
     target = Path(out_dir) / source.local_path
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".pull-{name}-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".pull-{name}-", dir=target.parent))
+    except OSError as exc:
+        from hybrid.atomic import output_error
+
+        raise output_error(out_dir, exc) from None
     try:
         if from_dir is not None:
             _copy_into(source, Path(from_dir), staging)
@@ -274,19 +287,17 @@ def render_toml(sources: dict[str, Source], header: str = "") -> str:
     return "\n".join(out)
 
 
-def recompute(sources: dict[str, Source], data_dir: Path) -> dict[str, Source]:
-    """Checksums of every source recomputed from the files under ``data_dir`` (public layout)."""
+def recompute(sources: dict[str, Source], data_dir: Path, *, add_new: bool = True) -> dict[str, Source]:
+    """Checksums of every source recomputed from the files under ``data_dir`` (public layout): the listed
+    files, plus (``add_new``) every file matching the source's ``glob``/``include`` pattern."""
     new = {}
     for s in sources.values():
         root = data_dir / s.local_path
-        if s.glob:
-            rels = _glob_files(root, s.glob)
-            entries = [(rel, sha256_file(root / rel)) for rel in rels]
-            new[s.name] = Source(**{**s.__dict__, "manifest_sha256": manifest_sha256(entries),
-                                    "file_count": len(rels)})
-        else:
-            rels = _glob_files(root, s.include) if s.include else list(s.files)
-            new[s.name] = Source(**{**s.__dict__, "files": {rel: sha256_file(root / rel) for rel in rels}})
+        pattern = s.glob or s.include
+        rels = sorted(set(s.files) | (set(_glob_files(root, pattern)) if add_new and pattern else set()))
+        files = {rel: sha256_file(root / rel) for rel in rels}
+        extra = {"manifest_sha256": manifest_sha256(files.items()), "file_count": len(files)} if s.glob else {}
+        new[s.name] = Source(**{**s.__dict__, "files": files, **extra})
     return new
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from hybrid.atomic import atomic_file
 from hybrid.engine.graph import KINDS, SYNC
 from hybrid.engine.simulate import SimResult
 
@@ -69,15 +69,10 @@ def chrome_trace(result: SimResult, name: str = "hybrid simulation") -> dict[str
 
 
 def write_chrome_trace(result: SimResult, path: str | os.PathLike, name: str = "hybrid simulation") -> Path:
-    """Write :func:`chrome_trace` to ``path`` atomically (temporary file, then rename)."""
+    """Write :func:`chrome_trace` to ``path`` atomically (:func:`hybrid.atomic.atomic_file`: usual permissions,
+    a clear error for an unwritable path, no temporary left behind)."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(chrome_trace(result, name), fh, separators=(",", ":"))
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    trace = chrome_trace(result, name)
+    with atomic_file(p) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(trace, fh, separators=(",", ":"))
     return p

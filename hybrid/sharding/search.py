@@ -530,12 +530,16 @@ def search_plans(
     time_budget_s: float = 20.0,
     seed: int = 0,
     search_seeds: int = 2,
+    progress: bool = False,
 ) -> SearchResult:
     """Build plans with each strategy, rank them by simulated iteration time (fitting plans first).
 
     ``greedy`` is the predicted-cost greedy placement; ``search`` runs local search from it and from every
     baseline plan and simulates the ``simulate_top`` best estimates. Baselines are simulated as they are.
+    ``progress`` shows the stage and the simulations on a tqdm bar (stderr).
     """
+    from tqdm.auto import tqdm
+
     t0 = time.perf_counter()
     strategies = tuple(strategies or STRATEGIES)
     unknown = [s for s in strategies if s not in STRATEGIES]
@@ -546,7 +550,11 @@ def search_plans(
     target = resolve_target(config.system, catalog)
     capacity = float(capacity if capacity is not None else target.device.mem_capacity)
     config = config.with_(plan=None)
+    stages = tqdm(total=4, desc=f"shard {config.gpus} ranks", unit="stage", disable=not progress, leave=False)
+    stages.set_postfix_str("cost tables")
     costs = estimate_costs(config, model, target, capacity)
+    stages.update()
+    stages.set_postfix_str("baselines")
 
     baselines: dict[str, ShardingPlan] = {}
     errors: dict[str, str] = {}
@@ -562,6 +570,8 @@ def search_plans(
         if name in strategies:
             candidates.append((name, plan, _Search(config, costs).load_plan(plan).objective()))
     greedy_plan = None
+    stages.update()
+    stages.set_postfix_str("greedy")
     if "greedy" in strategies or "search" in strategies:
         try:
             g = _Search(config, costs).greedy()
@@ -570,6 +580,8 @@ def search_plans(
                 candidates.append(("greedy", greedy_plan, g.objective()))
         except InvalidInputError as exc:
             errors["greedy"] = str(exc)
+    stages.update()
+    stages.set_postfix_str(f"local search (budget {time_budget_s:g} s)")
     if "search" in strategies:
         deadline = t0 + time_budget_s
         # local search from the predicted-cost greedy plan and the best `seeds` baselines by the estimate
@@ -585,8 +597,12 @@ def search_plans(
         ranked = sorted(found.items(), key=lambda kv: kv[1][1])[:max(1, simulate_top)]
         candidates += [(name, plan, obj) for plan, (name, obj) in ranked]
 
+    stages.update()
+    stages.close()
     evaluations = [evaluate_plan(config, plan, model, overheads=overheads, capacity=capacity, name=name,
-                                 estimate_us=obj) for name, plan, obj in candidates]
+                                 estimate_us=obj)
+                   for name, plan, obj in tqdm(candidates, desc="simulate plans", unit="plan", disable=not progress,
+                                               leave=False)]
     for name, msg in errors.items():
         if name in strategies:
             evaluations.append(PlanEvaluation(name, ShardingPlan(), float("nan"),

@@ -202,7 +202,9 @@ def calibrate(
             base_info = None
         predictions = pd.concat(frames, ignore_index=True)
         summaries = split_summaries(predictions)
-        with store_lock(store), quiet_mlflow():
+        publishing = tqdm(total=1, desc="record the run and register the model", unit="step",
+                          disable=not progress, leave=False, bar_format="{desc} ...")
+        with publishing, store_lock(store), quiet_mlflow():
             version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
                                         summaries, base_info, time.time() - t0)
             retry(lambda: client.set_terminated(run_id, "FINISHED"))

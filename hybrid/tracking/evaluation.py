@@ -99,3 +99,33 @@ def split_summaries(frame: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]
     for split, sub in frame.groupby("split", sort=False):
         out[str(split)] = {m: summarize(sub, m) for m in compared_models(sub)}
     return out
+
+
+#: Columns of a prediction frame that identify a measured row (shape, device, measured time).
+ROW_KEY_COLUMNS = ("device", "op", "dtype", "direction", "size", "measured_us")
+
+
+def row_keys(frame: pd.DataFrame) -> pd.Series:
+    """One hashable key per row of a prediction frame (numbers to 12 significant digits, so a CSV round trip
+    of the run's artifacts gives the same key)."""
+    parts = []
+    for c in ROW_KEY_COLUMNS:
+        if c not in frame.columns:
+            continue
+        col = frame[c]
+        if pd.api.types.is_numeric_dtype(col):
+            parts.append(col.map(lambda v: "" if v != v else f"{float(v):.12g}"))
+        else:
+            parts.append(col.astype("string").fillna("").astype(str))
+    key = parts[0]
+    for p in parts[1:]:
+        key = key + "\x1f" + p
+    return key
+
+
+def in_training_data(frame: pd.DataFrame, training: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of the rows of ``frame`` (a prediction frame) that are also rows of ``training`` (the
+    ``train`` split of the run that fitted the model)."""
+    if len(frame) == 0 or len(training) == 0:
+        return np.zeros(len(frame), dtype=bool)
+    return row_keys(frame).isin(set(row_keys(training))).to_numpy()

@@ -177,7 +177,7 @@ def load_predictor(ref: str, tracking_uri: str | None = None, catalog: Any = Non
     if parsed.name == ROOFLINE and parsed.version is None and parsed.alias is None:
         return LoadedModel(HybridPredictor.roofline_only(catalog), ROOFLINE, 0, None, "")
     store = store or open_store(tracking_uri)
-    client = store.client()
+    client = store.client(create=False)
     version = resolve_version(client, parsed)
     tmp = Path(tempfile.mkdtemp(prefix="hybrid-model-"))
     try:
@@ -190,7 +190,7 @@ def load_predictor(ref: str, tracking_uri: str | None = None, catalog: Any = Non
 
 def list_models(tracking_uri: str | None = None) -> list[dict[str, Any]]:
     """Every registered model with its versions (number, run id, creation time, tags)."""
-    client = open_store(tracking_uri).client()
+    client = open_store(tracking_uri).client(create=False)
     out = []
     for rm in retry(lambda: client.search_registered_models(max_results=1000)):
         versions = retry(lambda rm=rm: client.search_model_versions(f"name = '{_quote(rm.name)}'"))

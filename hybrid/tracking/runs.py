@@ -29,7 +29,7 @@ class RunRecord:
 def read_run(run_id: str, tracking_uri: str | None = None, store: Store | None = None) -> RunRecord:
     """Fetch a calibration run's ``summary.json`` and ``predictions/*.csv``."""
     store = store or open_store(tracking_uri)
-    client = store.client()
+    client = store.client(create=False)
     try:
         run = retry(lambda: client.get_run(run_id))
     except Exception as exc:
@@ -60,7 +60,7 @@ def read_run(run_id: str, tracking_uri: str | None = None, store: Store | None =
 def run_of_model(ref: str, tracking_uri: str | None = None, store: Store | None = None) -> str:
     """The run that produced a registered model version."""
     store = store or open_store(tracking_uri)
-    mv = resolve_version(store.client(), ref)
+    mv = resolve_version(store.client(create=False), ref)
     if not mv.run_id:
         raise ModelNotFoundError(f"models:/{mv.name}/{mv.version} is not linked to a run")
     return str(mv.run_id)

@@ -6,6 +6,15 @@ hybrid home (``$HYBRID_HOME``, else ``$XDG_DATA_HOME/hybrid``, else ``~/.local/s
 needed for the default. Nothing here touches MLflow's global state: every caller gets its own
 :class:`mlflow.MlflowClient` for the resolved URI.
 
+A server store (``http(s)://``) is probed with a plain TCP connection before any MLflow call, so an address
+where nothing listens fails within seconds (:data:`PROBE_TIMEOUT_ENV`, default
+:data:`DEFAULT_PROBE_TIMEOUT_S`) instead of after MLflow's minutes of retries; MLflow's own HTTP retries and
+timeouts are bounded while hybrid talks to a store (:func:`bounded_http`; a user's own
+``MLFLOW_HTTP_REQUEST_*`` settings win).
+
+Read-only commands (evaluate, report, predict/simulate/shard ``--model``) open a store with
+``client(create=False)``: a local store that does not exist is an error, never a new empty database.
+
 A local SQLite store may be written by several ``hybrid`` processes at once. MLflow creates the schema on first
 use, which is not safe to run twice at the same time, and SQLite serialises writers with a lock that can time
 out; so :func:`store_lock` (an advisory file lock beside the database) serialises the creation and each
@@ -39,6 +48,14 @@ RETRY_BASE_DELAY_S = 0.2
 RETRY_MAX_DELAY_S = 5.0
 #: How long to wait for another process's store lock before giving up.
 LOCK_TIMEOUT_S = 300.0
+
+#: Seconds to wait for a tracking server to accept a connection (environment override of the default).
+PROBE_TIMEOUT_ENV = "HYBRID_TRACKING_TIMEOUT"
+DEFAULT_PROBE_TIMEOUT_S = 5.0
+#: MLflow HTTP settings used while hybrid talks to a server, unless the user set them: MLflow's defaults
+#: (7 retries with exponential backoff, 120 s timeout) keep a command silent for many minutes.
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+               "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
 
 _T = TypeVar("_T")
 
@@ -109,18 +126,84 @@ class Store:
     def artifact_root(self) -> str | None:
         return artifact_root_for(self.uri)
 
-    def client(self):  # -> mlflow.MlflowClient (imported lazily: mlflow is slow to import)
-        """A client bound to this store (creating the SQLite schema under the store lock if needed)."""
+    def client(self, create: bool = True):  # -> mlflow.MlflowClient (imported lazily: mlflow is slow)
+        """A client bound to this store (creating the SQLite schema under the store lock if needed).
+
+        ``create=False`` (read-only use) makes a missing local store an error instead of creating it. A server
+        is probed first (:func:`probe_server`)."""
         from mlflow import MlflowClient
 
         if self.db_path is not None:
-            self.db_path.parent.mkdir(parents=True, exist_ok=True)
+            if not create and not self.db_path.is_file():
+                raise TrackingError(f"no tracking store at {self.db_path} (nothing was calibrated into it); "
+                                    "check --tracking-uri / $MLFLOW_TRACKING_URI, or run `hybrid calibrate` first")
+            try:
+                self.db_path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise TrackingError(f"cannot create the tracking store directory {self.db_path.parent}: "
+                                    f"{exc.strerror or exc}") from None
             with store_lock(self), quiet_mlflow():
                 client = retry(lambda: MlflowClient(tracking_uri=self.uri, registry_uri=self.uri))
                 # The first call creates the tables; do it while holding the lock.
                 retry(lambda: client.search_experiments(max_results=1))
             return client
+        probe_server(self.uri)
         return MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+
+
+def probe_timeout_s() -> float:
+    """:data:`PROBE_TIMEOUT_ENV` seconds (default :data:`DEFAULT_PROBE_TIMEOUT_S`)."""
+    raw = os.environ.get(PROBE_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_PROBE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidInputError(f"${PROBE_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise InvalidInputError(f"${PROBE_TIMEOUT_ENV} must be positive, got {raw!r}")
+    return value
+
+
+def probe_server(uri: str, timeout_s: float | None = None) -> None:
+    """Fail fast with a :class:`TrackingError` when an ``http(s)://`` tracking server does not accept a TCP
+    connection within ``timeout_s``; other URI schemes are left to MLflow."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    timeout = probe_timeout_s() if timeout_s is None else timeout_s
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise TrackingError(f"tracking URI {uri!r} has an invalid port") from None
+    if not parts.hostname:
+        raise TrackingError(f"tracking URI {uri!r} names no host")
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            pass
+    except TimeoutError:
+        raise TrackingError(f"cannot reach the tracking server {uri}: no answer within {timeout:g} s "
+                            f"(set ${PROBE_TIMEOUT_ENV} to wait longer; check --tracking-uri / "
+                            "$MLFLOW_TRACKING_URI)") from None
+    except OSError as exc:
+        reason = (exc.strerror or str(exc) or type(exc).__name__).lower()
+        raise TrackingError(f"cannot reach the tracking server {uri}: {reason} (is the server running? "
+                            "check --tracking-uri / $MLFLOW_TRACKING_URI)") from None
+
+
+@contextlib.contextmanager
+def bounded_http() -> Iterator[None]:
+    """Apply :data:`HTTP_LIMITS` (only those the user has not set) for the duration of the block."""
+    added = {k: v for k, v in HTTP_LIMITS.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 def open_store(tracking_uri: str | None = None) -> Store:
@@ -176,7 +259,7 @@ def quiet_mlflow() -> Iterator[None]:
     os.environ.update(_QUIET_ENV)
     logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), bounded_http():
             warnings.filterwarnings("ignore", module=r"mlflow(\..*)?")
             warnings.filterwarnings("ignore", message=r".*type hint.*")
             yield

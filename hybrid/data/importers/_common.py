@@ -76,17 +76,28 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
     if len(df) == 0:
         raise ImportFormatError(f"{path}: no data rows (header only)")
     if not raw.endswith(b"\n"):
+        # The file was cut mid-write, or its writer left out the final newline: the last value may be a
+        # prefix of the real one (9752380952 cut to 975), which no parser can tell. Missing fields are an
+        # error; a complete-looking last row is dropped with a warning rather than imported with a number
+        # that may be wrong.
         last = raw.rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
         header_fields = len(df.columns)
         try:
             fields = len(next(csv.reader([last])))
         except (csv.Error, StopIteration):
             fields = 0
+        line = len(df) + 1
         if fields < header_fields:
             raise ImportFormatError(
-                f"{path}: truncated last line (line {len(df) + 1}: {fields} of {header_fields} fields, "
+                f"{path}: truncated last line (line {line}: {fields} of {header_fields} fields, "
                 "no final newline)"
             )
+        df = df.iloc[:-1]
+        warn(path, f"line {line} has no final newline (truncated file?): that row was not imported; "
+                   "add the newline if the file is complete")
+        if len(df) == 0:
+            raise ImportFormatError(f"{path}: no complete data rows (the only row, line {line}, has no "
+                                    "final newline: truncated file?)")
     return df
 
 

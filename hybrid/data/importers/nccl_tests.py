@@ -17,6 +17,8 @@ nccl-tests ``size``), ``wrong`` (``#wrong``; ``N/A`` -> empty) and ``dtype``.
 * ``system``: ``--system``, else the nearest directory whose name is a catalog system alias
   (``results_polaris`` -> ``Polaris``), else empty.
 * Rows with ``#wrong > 0`` are kept (column ``wrong``); calibration drops them. Zero-byte rows are skipped.
+* A time that is not a positive finite number (``nan``, ``inf``, ``0``, ``-12.5``) drops that measurement with
+  a warning listing each one (line, in-place or not, token, reason) and the count.
 * Truncated sections (a job killed mid-run) keep their complete rows with a warning; a file without any data
   row is an :class:`ImportFormatError` (when importing directories such files are skipped with a warning).
 """
@@ -158,6 +160,9 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
         if cur is not None and toks and toks[0].isdigit() and cur.columns is not None:
             cur.bad_lines.append(no)  # a numeric line too short to be a row: truncated
             continue
+        if cur is not None and cur.columns is not None and len(toks) >= 5 and toks[2].lower() in NCCL_TYPES:
+            cur.bad_lines.append(no)  # a data row whose size or count is not a whole number: malformed
+            continue
         if pending_name is None and (m := _COMMAND.search(s)) and _name_from(m.group(1)):
             pending_name = _name_from(m.group(1))
             if cur is not None and not cur.rows and cur.name is None:
@@ -192,6 +197,7 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
     has_root = header_cols is None or "root" in header_cols
     records: list[tuple] = []
     bad = list(sec.bad_lines)
+    unusable: list[str] = []  # timings that are not a positive finite number, as "line N (place): token"
     for no, toks in sec.rows:
         if len(toks) < first_time + 2:
             bad.append(no)
@@ -205,7 +211,10 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
                 bad.append(no)
                 continue
             t = _parse_number(chunk[0])
-            if not (t > 0):
+            if not (t > 0) or not np.isfinite(t):
+                reason = "not a number" if np.isnan(t) else ("infinite" if np.isinf(t) else "not positive")
+                unusable.append(f"line {no} {'in-place' if in_place else 'out-of-place'} time "
+                                f"{chunk[0]!r} ({reason})")
                 continue
             wrong_tok = chunk[3] if len(chunk) > 3 else "N/A"
             wrong = float(wrong_tok) if wrong_tok.isdigit() else np.nan
@@ -213,8 +222,12 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
                 wrong = np.nan  # old nccl-tests print the max error, not a count
             records.append((no, size, count, dtype_name, redop, root, in_place, t, wrong))
     if bad:
-        warn(path, f"section starting at line {sec.start_line}: skipped {len(bad)} incomplete data line(s) "
-                   f"(first: line {bad[0]}); truncated log?")
+        warn(path, f"section starting at line {sec.start_line}: skipped {len(bad)} incomplete or malformed data "
+                   f"line(s) (first: line {bad[0]}); truncated log?")
+    if unusable:
+        shown = "; ".join(unusable[:5]) + (f"; ... and {len(unusable) - 5} more" if len(unusable) > 5 else "")
+        warn(path, f"section starting at line {sec.start_line}: dropped {len(unusable)} measurement(s) whose "
+                   f"time is not a positive finite number: {shown}")
     if records and not sec.concluded:
         warn(path, f"section starting at line {sec.start_line} did not finish (no closing summary); kept its "
                    f"{len({r[0] for r in records})} complete data row(s)")
@@ -249,6 +262,8 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
         last = lines.pop()
         if re.match(r"^\s*\d+\s+\d+\s", last):
             warn(path, f"line {len(lines) + 1}: last line has no newline (truncated log); data row dropped")
+        elif last.strip():
+            warn(path, f"line {len(lines) + 1}: last line has no newline (truncated log?); ignored")
     sections, meta = _split_sections(lines, path)
     file_name = _file_test_name(path)
     lib = meta.get("library_version")

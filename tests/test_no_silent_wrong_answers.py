@@ -1,0 +1,280 @@
+"""Issue 9, item by item: each case a new user hit that gave a wrong number, hung, left something behind or said
+nothing. Every test here failed before the fix."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hybrid.cli.main import main
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "experiments" / "configs" / "dlrm_example.yaml"
+
+
+def cli(args: list) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([str(a) for a in args])
+    return rc, out.getvalue(), err.getvalue()
+
+
+# ------------------------------------------------------------------------------ truncated files, importers
+@pytest.mark.parametrize("fmt, rel, column", [
+    ("xla-collectives", "xla/collectives_sm90_H100.csv", "network_throughput_bytes_per_sec"),
+    ("xla-matmul", "xla/matmul_sm90_H100.csv", "time_us"),
+    ("deepbench", "deepbench/deepbench_gemm_tidy.csv", "tflops"),  # cut inside a column nobody reads
+])
+def test_a_row_cut_inside_its_last_value_is_not_imported(fmt, rel, column, shared_datasets, tmp_path, catalog):
+    from hybrid.data.importers import import_paths
+
+    lines = (shared_datasets / rel).read_text().splitlines(keepends=True)
+    assert lines[0].rstrip().split(",")[-1] == column
+    path = tmp_path / Path(rel).name
+    path.write_text("".join(lines[:6]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = import_paths(fmt, [path], catalog=catalog)
+    last = lines[6].rstrip("\n")
+    path.write_text("".join(lines[:6]) + last[: len(last) - 4])  # 9752380952 -> 975238 (a wrong number)
+    with pytest.warns(UserWarning, match=r"line 7 has no final newline \(truncated file\?\)"):
+        cut = import_paths(fmt, [path], catalog=catalog)
+    pd.testing.assert_frame_equal(cut, full)  # the cut row is dropped, the others are exactly the full import
+
+
+def test_read_table_refuses_a_table_cut_inside_its_last_value(tmp_path, shared_datasets):
+    from hybrid.data.schema import SchemaError, read_table
+
+    out = tmp_path / "t.csv"
+    assert cli(["data", "import", "xla-matmul", shared_datasets / "xla/matmul_sm90_H100.csv", "-o", out])[0] == 0
+    out.write_text(out.read_text()[:-3])
+    with pytest.raises(SchemaError, match="no final newline"):
+        read_table(out)
+
+
+# ------------------------------------------------------------------------------ impossible layouts, dtypes
+@pytest.mark.parametrize("ranks, nodes, needle", [
+    (64, 1, "64 ranks do not fit on 1 node(s) of system DGX-H100 (8 GPUs per node): use --nodes 8"),
+    (16, 3, "16 ranks do not split evenly over 3 nodes"),
+    (16, 32, "n_nodes (32) cannot exceed n_ranks (16)"),
+])
+def test_predict_collective_rejects_layouts_the_system_cannot_have(ranks, nodes, needle):
+    rc, out, err = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB",
+                        "--ranks", ranks, "--nodes", nodes])
+    assert rc == 2 and out == "" and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_predict_collective_accepts_real_layouts():
+    rc, out, err = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB",
+                        "--ranks", "16", "--nodes", "2", "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["ranks"] == 16 and "note" not in json.loads(out)
+    rc, out, err = cli(["predict", "collective", "-s", "H100-SXM", "--op", "all_reduce", "--size", "1MiB",
+                        "--ranks", "16", "--nodes", "2", "--json"])
+    assert rc == 0 and "a hypothetical node of 8 x H100-SXM" in json.loads(out)["note"]
+
+
+def test_predict_gemm_states_a_dtype_fallback():
+    rc, out, err = cli(["predict", "gemm", "--device", "P4", "--dtype", "fp8", "-m", "1024", "-n", "1024", "-k",
+                        "1024", "--json"])
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["dtype"] == "fp8" and res["peak_dtype"] == "fp16" and "P4 has no fp8 units" in res["note"]
+    rc, out, err = cli(["predict", "gemm", "--device", "P4", "--dtype", "fp8", "-m", "1024", "-n", "1024", "-k",
+                        "1024"])
+    assert rc == 0 and "warning: P4 has no fp8 units: timed at its fp16 peak" in err
+    rc, out, err = cli(["predict", "gemm", "--device", "H100", "--dtype", "fp8", "-m", "1024", "-n", "1024", "-k",
+                        "1024", "--json"])
+    assert rc == 0 and "peak_dtype" not in json.loads(out) and err == ""
+
+
+# ------------------------------------------------------------------------------ tracking stores
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_tracking_server_fails_within_seconds(tmp_path, shared_datasets):
+    table = tmp_path / "t.csv"
+    assert cli(["data", "import", "xla-matmul", shared_datasets / "xla/matmul_sm90_H100.csv", "-o", table])[0] == 0
+    uri = f"http://127.0.0.1:{_closed_port()}"
+    for args in (["evaluate", table, "--model", "kern"], ["calibrate", table, "--name", "k", "-q"],
+                 ["predict", "gemm", "-d", "H100", "-m", "8", "-n", "8", "-k", "8", "--model", "kern"]):
+        t0 = time.monotonic()
+        rc, out, err = cli([*args, "--tracking-uri", uri])
+        assert time.monotonic() - t0 < 15
+        assert rc == 2 and f"cannot reach the tracking server {uri}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_probe_timeout_is_configurable(monkeypatch):
+    from hybrid.errors import InvalidInputError
+    from hybrid.tracking.store import PROBE_TIMEOUT_ENV, probe_timeout_s
+
+    monkeypatch.setenv(PROBE_TIMEOUT_ENV, "0.5")
+    assert probe_timeout_s() == 0.5
+    monkeypatch.setenv(PROBE_TIMEOUT_ENV, "soon")
+    with pytest.raises(InvalidInputError, match=PROBE_TIMEOUT_ENV):
+        probe_timeout_s()
+
+
+def test_mlflow_http_retries_are_bounded_only_while_hybrid_runs(monkeypatch):
+    from hybrid.tracking.store import HTTP_LIMITS, bounded_http
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "7")  # the user's own setting wins
+    with bounded_http():
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == HTTP_LIMITS["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "7"
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ and os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "7"
+
+
+def test_read_only_commands_never_create_a_store(tmp_path, shared_datasets):
+    table = tmp_path / "t.csv"
+    assert cli(["data", "import", "xla-matmul", shared_datasets / "xla/matmul_sm90_H100.csv", "-o", table])[0] == 0
+    store = tmp_path / "nonexistent" / "dir" / "mlflow.db"
+    for args in (["evaluate", table, "--model", "kern"], ["report", "--model", "kern", "-o", tmp_path / "r.html"],
+                 ["predict", "gemm", "-d", "H100", "-m", "8", "-n", "8", "-k", "8", "--model", "kern"],
+                 ["simulate", CONFIG, "--model", "kern"]):
+        rc, out, err = cli([*args, "--tracking-uri", f"sqlite:///{store}"])
+        assert rc == 2 and f"no tracking store at {store}" in err, (args, err)
+        assert not (tmp_path / "nonexistent").exists()
+
+
+# ------------------------------------------------------------------------------ outputs
+def test_outputs_get_the_permissions_of_an_ordinary_write(tmp_path):
+    from hybrid.atomic import atomic_directory, write_text
+
+    old = os.umask(0o027)
+    try:
+        f = write_text(tmp_path / "a.txt", "x")
+        with atomic_directory(tmp_path / "d") as d:
+            (d / "x").write_text("1")
+    finally:
+        os.umask(old)
+    assert f.stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o750
+
+
+def test_chrome_trace_honours_the_umask(tmp_path):
+    """The simulate --trace writer (engine/trace.py) used mkstemp's 0600."""
+    rc, _, err = cli(["simulate", CONFIG, "--trace", tmp_path / "t.json"])
+    assert rc == 0, err
+    assert (tmp_path / "t.json").stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_unwritable_output_names_the_users_path(tmp_path, shared_datasets):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = blocker / "out.csv"
+    rc, _, err = cli(["data", "import", "xla-matmul", shared_datasets / "xla/matmul_sm90_H100.csv", "-o", out])
+    assert rc == 2 and err.strip() == f"error: cannot write output {out}: a parent is a file, not a directory"
+    rc, _, err = cli(["data", "pull", "xla-matmul", "--from", shared_datasets, "-o", blocker / "mirror"])
+    assert rc == 2 and err.strip() == (f"error: cannot write output {blocker / 'mirror'}: a parent is a file, "
+                                       "not a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_sigterm_removes_the_temporary_file(tmp_path):
+    """SIGTERM in the middle of a write: the temporary goes away as on Ctrl-C, exit 143."""
+    script = f"""
+import os, signal, sys, time
+import click
+from hybrid.atomic import atomic_file
+from hybrid.cli.main import cli, main
+
+@cli.command("slow-write")
+def slow_write():
+    with atomic_file({str(tmp_path / 'out.csv')!r}) as tmp:
+        tmp.write_text("half")
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+
+sys.exit(main(["slow-write"]))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "terminated"
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------ sizes, extras, progress
+def test_shard_refuses_a_search_that_cannot_fit_in_memory():
+    t0 = time.monotonic()
+    rc, out, err = cli(["shard", CONFIG, "--gpus", "100000"])
+    assert time.monotonic() - t0 < 10
+    assert rc == 2 and "--gpus 100000: the plan search would need about" in err and "GiB" in err
+    assert "--strategy size_greedy,lookup_greedy,size_lookup_greedy,random" in err
+
+
+def test_search_size_estimate():
+    from hybrid.cli.shard import check_search_size, estimate_search_bytes
+
+    assert estimate_search_bytes(8192, []) > 3.5 * estimate_search_bytes(4096, [])  # quadratic in ranks
+    assert estimate_search_bytes(4096, ["size_greedy"]) < 2.5 * estimate_search_bytes(2048, ["size_greedy"])
+    assert check_search_size(8, [], available=2.0**30) > 0
+    assert check_search_size(8, [], available=None) > 0
+    from hybrid.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="use fewer --gpus"):
+        check_search_size(10**6, ["size_greedy"], available=2.0**30)
+
+
+def test_shard_shows_what_it_is_doing(monkeypatch):
+    rc, out, err = cli(["shard", CONFIG, "--strategy", "size_greedy"])
+    assert rc == 0 and "searching sharding plans for 8 ranks (size_greedy" in err
+
+
+def test_bench_without_torch_names_the_extra(monkeypatch):
+    from hybrid.data.profiler import backend
+
+    def missing(name):
+        raise ModuleNotFoundError(f"No module named {name!r}")
+
+    monkeypatch.setattr(backend, "_import_module", missing)
+    for args in (["bench", "dlrm", CONFIG], ["bench", "campaign", "/nonexistent/out"]):
+        rc, out, err = cli(args)
+        assert rc == 2 and "pip install 'hybrid-perf[profile]'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_validate_says_what_it_is_doing(tmp_path):
+    rc, out, err = cli(["bench", "validate", tmp_path / "missing.csv", "--roofline"])
+    assert "[1/2] building the roofline predictor" in err and "[2/2] predicting every (config, plan)" in err
+    assert rc == 2
+
+
+def test_quickstart_says_how_many_devices_leave_one_out_covers(shared_datasets, catalog):
+    from hybrid.cli.quickstart import QUICKSTART_LODO_DEVICES, lodo_coverage
+    from hybrid.data.importers import import_paths
+    from hybrid.tracking.calibrate import CalibrationConfig
+    from hybrid.tracking.inputs import Measurements
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_paths("neusight", [shared_datasets / "neusight/test-dev/softmax.csv"], catalog=catalog)
+    n = table["device"].nunique()
+    assert n > QUICKSTART_LODO_DEVICES
+    note = lodo_coverage(Measurements(table, catalog, []),
+                         CalibrationConfig(name="q", max_lodo_devices=QUICKSTART_LODO_DEVICES))
+    assert f"covers {QUICKSTART_LODO_DEVICES} of {n} devices" in note
+    assert lodo_coverage(Measurements(table, catalog, []), CalibrationConfig(name="q")).startswith(
+        f"leave-one-device-out covers all {n} devices")
