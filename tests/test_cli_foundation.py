@@ -115,3 +115,23 @@ def test_user_catalog_reaches_the_cli(capsys, tmp_path: Path, monkeypatch) -> No
     f.write_text("[devices.Broken\n")
     code, out, err = run(capsys, "devices")
     assert code == 2 and "not valid TOML" in err
+
+
+def test_exit_code_of_ctx_exit_is_returned() -> None:
+    """click without standalone mode returns ``ctx.exit(code)``'s code; ``main`` must pass it on."""
+    import click
+
+    from hybrid.cli.main import cli, main
+
+    @click.command("exit-with")
+    @click.argument("code", type=int)
+    @click.pass_context
+    def exit_with(ctx: click.Context, code: int) -> None:
+        ctx.exit(code)
+
+    cli.add_command(exit_with)
+    try:
+        assert main(["exit-with", "3"]) == 3
+        assert main(["exit-with", "0"]) == 0
+    finally:
+        cli.commands.pop("exit-with", None)

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     try:
-        cli.main(args=argv, prog_name="hybrid", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="hybrid", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.exceptions.Abort as exc:
@@ -110,7 +110,8 @@ def _run(argv: list[str] | None) -> int:
         return 2
     except Exception as exc:  # an unexpected failure: still one line, traceback on request
         return _unexpected(exc)
-    return 0
+    # Without standalone mode click returns ``ctx.exit(code)``'s code instead of raising it.
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
 def _unexpected(exc: BaseException) -> int:
