@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "report": "hybrid.cli.report:report",
     "quickstart": "hybrid.cli.quickstart:quickstart",
     "bench": "hybrid.cli.bench:bench",
+    "trace": "hybrid.cli.trace:trace",
 }
 
 

@@ -182,12 +182,18 @@ def _is_same_device(traces: list[RankTrace], target: Target, catalog: Catalog) -
 
 
 def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | None = None, *,
-                      same_device: bool | None = None) -> TraceIteration:
+                      same_device: bool | None = None, host_scale: float | list[float] = 1.0) -> TraceIteration:
     """The task graph of the traced step on ``target`` (a catalog device or system; see module docstring).
 
     ``same_device`` says whether ``target`` is the hardware the traces were recorded on (default: decided from
     the traces: a CPU trace and a CPU target, or a GPU trace whose device name resolves to the target device).
+    ``host_scale`` (one value, or one per rank) multiplies every host time taken from the trace (gaps, views,
+    unmodelled ops): the share of the traced wall time the traced process actually ran on a core, when the
+    trace was recorded on a shared, loaded machine (CPU time / wall time of the traced step; 1 = idle machine).
     """
+    scales = [float(host_scale)] * len(traces) if np.isscalar(host_scale) else [float(x) for x in host_scale]
+    if len(scales) != len(traces) or not all(np.isfinite(x) and 0 < x <= 1.5 for x in scales):
+        raise InvalidInputError(f"host_scale must be one value in (0, 1.5] or one per rank, got {host_scale!r}")
     if not traces:
         raise InvalidInputError("no traces given")
     cat = catalog or default_catalog()
@@ -233,7 +239,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
             return
         key = (rank, stream)
         start = prev_end.get(key, trace_of[rank].window[0] if stream == HOST else ts)
-        gap = ts - start
+        gap = (ts - start) * scales[rank]
         if gap > 0:
             add(rank, stream, "host gap", GAP_LABEL, gap, duration_us=gap, kind="cpu")
 
@@ -276,7 +282,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
             if kind == "unmodelled" and not same:
                 dur = 0.0
             else:
-                dur = float(u["dur"]) if np.isfinite(u["dur"]) else 0.0
+                dur = float(u["dur"]) * scales[rank] if np.isfinite(u["dur"]) else 0.0
             host_kind = "cpu" if kind == "view" or on_cpu else "compute"
             if not on_cpu and name in SYNC_OPS and g.last(rank, COMPUTE_STREAM) is not None:
                 deps = [*deps, g.last(rank, COMPUTE_STREAM)]
@@ -377,8 +383,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
         for tr in traces:
             end = prev_end.get((tr.rank, HOST))
             if end is not None and tr.window[1] - end > 0:
-                add(tr.rank, HOST, "host gap", GAP_LABEL, tr.window[1] - end, duration_us=tr.window[1] - end,
-                    kind="cpu")
+                add(tr.rank, HOST, "host gap", GAP_LABEL, tr.window[1] - end,
+                    duration_us=(tr.window[1] - end) * scales[tr.rank], kind="cpu")
     if len(g) == 0:
         raise InvalidInputError("the traces hold no ops to simulate")
     return TraceIteration(g, traces, tgt, same, units, labels, measured,
@@ -426,7 +432,7 @@ class TracePrediction:
         if it.same_device and np.isfinite(meas):
             out["measured_ms"] = meas / 1e3
             out["error_pct"] = (self.predicted_us / meas - 1.0) * 100.0
-        if self.measured is not None:
+        if self.measured is not None and it.same_device:
             out["resimulated_measured_ms"] = float(self.measured.iteration_us) / 1e3
         unm = it.unmodelled()
         out["unmodelled"] = {"ops": int(unm["count"].sum()) if len(unm) else 0,

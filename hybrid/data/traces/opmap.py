@@ -55,9 +55,6 @@ for _names, _label, _var, _f in (
     ("mse_loss mse_loss_backward l1_loss smooth_l1_loss binary_cross_entropy "
      "binary_cross_entropy_with_logits nll_loss_forward nll_loss_backward nll_loss2d_forward "
      "nll_loss2d_backward", "elementwise", "add", 2.0),
-    ("max_pool2d_with_indices max_pool2d_with_indices_backward avg_pool2d avg_pool2d_backward "
-     "adaptive_avg_pool2d _adaptive_avg_pool2d _adaptive_avg_pool2d_backward upsample_nearest2d "
-     "upsample_bilinear2d", "elementwise", "add", 1.0),
 ):
     for _n in _names.split():
         ELEMENTWISE[_n] = (_label, _var, _f)
@@ -209,7 +206,10 @@ def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
             and len(dims) >= 3 and len(dims[0]) >= 3:
         g, x, w = dims[0], dims[1], dims[2]
         m, n, k = g[0] * math.prod(g[2:]), w[0], w[1] * math.prod(w[2:])
-        mp = _gemm(m, n, k, 2, dtype, "conv_bwd")  # data grad + weight grad: two GEMMs of the forward's size
+        # data grad and/or weight grad (output_mask, the last argument): one GEMM of the forward's size each
+        mask = re.findall(r"True|False", _concrete(extra, len(dims) - 1))
+        grads = max(1, sum(v == "True" for v in mask[:2])) if len(mask) >= 2 else 2
+        mp = _gemm(m, n, k, grads, dtype, "conv_bwd")
         return OpMapping("op", "conv", mp.row) if mp else None
     return None
 
@@ -302,16 +302,11 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
                "kv_heads": k[1], "causal": int(causal), "dtype": dtype, "direction": "bwd" if bwd else "fwd"}
         return OpMapping("op", "attention", row)
     if plain in ("layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "native_layer_norm_backward",
-                 "_fused_rms_norm_backward", "group_norm", "native_group_norm", "native_group_norm_backward",
-                 "batch_norm", "native_batch_norm", "_native_batch_norm_legit", "native_batch_norm_backward",
-                 "_batch_norm_impl_index", "_batch_norm_with_update", "batch_norm_backward") and tdims:
+                 "_fused_rms_norm_backward") and tdims:
+        # (batch/group norm normalise across rows of an NCHW tensor: no family models that layout; unmodelled)
         x = tdims[0]
         bwd = "backward" in plain
-        if "batch_norm" in plain or "group_norm" in plain:
-            hidden = x[1] if len(x) > 1 else 1
-            rows = max(1, numel(x) // max(hidden, 1))
-        else:
-            rows, hidden = _rows_hidden(x)
+        rows, hidden = _rows_hidden(x)
         op = "rmsnorm" if "rms" in plain else "layernorm"
         return OpMapping("op", "norm", {"op": op, "rows": rows, "hidden": hidden, "dtype": dtype,
                                         "direction": "bwd" if bwd else "fwd"})

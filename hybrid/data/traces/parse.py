@@ -97,7 +97,8 @@ def read_json(path: str | os.PathLike) -> Any:
     except UnicodeDecodeError:
         raise TraceFormatError(f"{p}: not a JSON text file (binary content)") from None
     except json.JSONDecodeError as exc:
-        end = exc.pos >= len(raw.rstrip()) - 1
+        end = exc.pos >= len(raw.rstrip()) - 1 or (exc.msg.startswith("Unterminated")
+                                                   and exc.pos >= len(raw.rstrip()) - 4096)
         why = "truncated JSON (the file ends early)" if end else f"invalid JSON at line {exc.lineno} column {exc.colno}"
         raise TraceFormatError(f"{p}: {why}: {exc.msg}") from None
 
@@ -219,8 +220,10 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
     device = "cuda" if len(kernels) else str(doc.get("hybrid_traced_device") or "cpu")
     props = doc.get("deviceProperties") or []
     device_name = str(props[0].get("name", "")) if props and isinstance(props[0], dict) else ""
+    pid = next((e.get("pid") for e in events if isinstance(e, dict) and e.get("ph") == "X"
+                and e.get("cat") in HOST_CATEGORIES), None)
     tr = RankTrace(path, "kineto", rank, world, device, device_name, ops, kernels, groups,
-                   meta={k: v for k, v in doc.items() if k != "traceEvents"})
+                   meta={**{k: v for k, v in doc.items() if k != "traceEvents"}, "pid": pid})
     return _finish(tr, step)
 
 
@@ -280,7 +283,7 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
     tr = RankTrace(path, "et", int(dist.get("rank", 0) or 0), world, device, "",
                    et[list(OP_COLUMNS)].copy(), pd.DataFrame(columns=["name", "cat", "stream", "ts", "dur", "ext_id",
                                                                        "device", "op"]),
-                   {"0": tuple(range(world))} if world > 1 else {}, (np.nan, np.nan), {"schema": doc.get("schema")})
+                   {"0": tuple(range(world))} if world > 1 else {}, (np.nan, np.nan), {"schema": doc.get("schema"), "pid": doc.get("pid")})
     tr.meta["et_ops"] = et
     return tr
 
@@ -378,12 +381,18 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
     kin = [t for t in loaded if t.format == "kineto"]
     ets = [t for t in loaded if t.format == "et"]
     if kin and ets:
-        by_rank = {t.rank: t for t in ets}
-        if len(by_rank) != len(ets):
-            raise TraceFormatError("two execution traces claim the same rank")
-        out = [link(k, by_rank.pop(k.rank)) if k.rank in by_rank else k for k in kin]
-        if by_rank:
-            raise TraceFormatError(f"execution trace(s) of rank(s) {sorted(by_rank)} have no Chrome trace to link to")
+        # an execution trace has no rank of its own: pair it with the Chrome trace of the same process (pid)
+        by_pid = {t.meta.get("pid"): t for t in ets}
+        if len(by_pid) != len(ets) or None in by_pid:
+            raise TraceFormatError("cannot pair the execution traces with the Chrome traces (two share a process "
+                                   "id, or one has none)")
+        out = []
+        for k in kin:
+            e = by_pid.pop(k.meta.get("pid"), None)
+            out.append(link(k, e) if e is not None else k)
+        if by_pid:
+            raise TraceFormatError(f"execution trace(s) {[t.path for t in by_pid.values()]} have no Chrome trace of "
+                                   "the same process to link to")
         loaded = out
     ranks = [t.rank for t in loaded]
     if len(set(ranks)) != len(ranks):
