@@ -182,7 +182,8 @@ def _is_same_device(traces: list[RankTrace], target: Target, catalog: Catalog) -
 
 
 def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | None = None, *,
-                      same_device: bool | None = None, host_scale: float | list[float] = 1.0) -> TraceIteration:
+                      same_device: bool | None = None, host_scale: float | list[float] = 1.0,
+                      host: str = "auto", transform: Any = None) -> TraceIteration:
     """The task graph of the traced step on ``target`` (a catalog device or system; see module docstring).
 
     ``same_device`` says whether ``target`` is the hardware the traces were recorded on (default: decided from
@@ -190,7 +191,15 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     ``host_scale`` (one value, or one per rank) multiplies every host time taken from the trace (gaps, views,
     unmodelled ops): the share of the traced wall time the traced process actually ran on a core, when the
     trace was recorded on a shared, loaded machine (CPU time / wall time of the traced step; 1 = idle machine).
+    ``host``: ``"trace"`` keeps the traced host time (gaps, views) as the target's host time (right when the
+    target host is the traced one: same device, or a GPU trace for another GPU of the same kind of host);
+    ``"model"`` drops it and lets the engine's per-launch overheads stand for the target's host (a trace recorded
+    on a CPU or on the meta device for a GPU target); ``"auto"`` picks ``"trace"`` for the same device or a GPU
+    trace, else ``"model"``. ``transform(trace, units) -> units`` may rewrite each rank's units first (parallel
+    modes, see :mod:`hybrid.workloads.trace_parallel`).
     """
+    if host not in ("auto", "trace", "model"):
+        raise InvalidInputError(f"host must be auto, trace or model, got {host!r}")
     scales = [float(host_scale)] * len(traces) if np.isscalar(host_scale) else [float(x) for x in host_scale]
     if len(scales) != len(traces) or not all(np.isfinite(x) and 0 < x <= 1.5 for x in scales):
         raise InvalidInputError(f"host_scale must be one value in (0, 1.5] or one per rank, got {host_scale!r}")
@@ -204,6 +213,9 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 "(link it with the Chrome trace of the same step, or predict another device)")
     n_ranks = len(traces)
     on_cpu = tgt.device.kind == "cpu"
+    if host == "auto":
+        host = "trace" if same or all(t.device == "cuda" for t in traces) else "model"
+    keep_host = host == "trace"
     g = TaskGraph(n_ranks=n_ranks)
     labels: list[str] = []
     measured: list[float] = []
@@ -211,6 +223,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     seqs: list[list[dict[str, Any]]] = []
     for tr in traces:
         u = trace_units(tr)
+        if transform is not None:
+            u = transform(tr, u).reset_index(drop=True)
         u["rank"] = tr.rank
         main = _main_tid(tr, u)
         u["stream"] = np.where(u["tid"].astype(str) == main, HOST, "host:" + u["tid"].astype(str))
@@ -235,7 +249,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     has_times = all(t.has_times for t in traces)
 
     def host_gap(rank: int, stream: str, ts: float) -> None:
-        if not has_times:
+        if not has_times or not keep_host:
             return
         key = (rank, stream)
         start = prev_end.get(key, trace_of[rank].window[0] if stream == HOST else ts)
@@ -279,7 +293,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                 units.loc[idx, "node"] = nid
                 return
         else:  # view / unmodelled: host time (unmodelled: the trace's time only on the traced device)
-            if kind == "unmodelled" and not same:
+            if (kind == "unmodelled" and not same) or (kind == "view" and not keep_host):
                 dur = 0.0
             else:
                 dur = float(u["dur"]) * scales[rank] if np.isfinite(u["dur"]) else 0.0
@@ -338,8 +352,9 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                 um = seqs[m][pos[m]]
                 stream = um["stream"]
                 host_gap(m, stream, um["ts"])
-                rows.append({**um["row"], "device": dev_key, "system": system, "n_ranks": len(members),
-                             "n_nodes": tgt.nodes(len(members))})
+                n_coll = max(len(members), int(um["row"].get("n_ranks", 1)))
+                rows.append({**um["row"], "device": dev_key, "system": system, "n_ranks": n_coll,
+                             "n_nodes": tgt.nodes(n_coll)})
                 d = cross_deps(m, stream, um["ts"]) if has_times else []
                 if not on_cpu and g.last(m, COMPUTE_STREAM) is not None:
                     d.append(g.last(m, COMPUTE_STREAM))
@@ -379,7 +394,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                for r, (pg, k) in sorted(waiting.items()))
             raise InvalidInputError(f"collectives do not match across the ranks' traces ({detail})")
     # trailing host time of the measured step on each rank's main thread
-    if has_times:
+    if has_times and keep_host:
         for tr in traces:
             end = prev_end.get((tr.rank, HOST))
             if end is not None and tr.window[1] - end > 0:
@@ -388,7 +403,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     if len(g) == 0:
         raise InvalidInputError("the traces hold no ops to simulate")
     return TraceIteration(g, traces, tgt, same, units, labels, measured,
-                          info={"target": tgt.system, "device": dev_key, "same_device": same,
+                          info={"target": tgt.system, "device": dev_key, "same_device": same, "host": host,
                                 "traced_device": sorted({t.device for t in traces})})
 
 
@@ -474,8 +489,10 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
     if overheads is None:
         if iteration.target.device.kind == "cpu":
             overheads = Overheads.zero()
-        else:
+        elif iteration.info.get("host") == "trace":
             overheads = Overheads(framework_us=0.0, optimizer_step_us=0.0, iteration_us=0.0)
+        else:  # the traced host time was dropped: dispatch + launch per kernel from the engine's defaults
+            overheads = Overheads(optimizer_step_us=0.0, iteration_us=0.0)
     compiled = iteration.graph.compile()
     pred = simulate(compiled, model, overheads)
     meas = None

@@ -277,7 +277,10 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return map_collective(name, [d for d in dims if isinstance(d, list)], dtype, group_size, extra)
     if not name.startswith("aten::"):
         # the bare inner half of a view (``aten::detach`` calls ``detach``)
-        return OpMapping("view", "view") if leaf and "::" not in name and name in VIEW_OPS else None
+        if leaf and ((("::" not in name) and name in VIEW_OPS) or re.search(r"Backward\d*$", name)
+                     or name == "torch::autograd::AccumulateGrad"):
+            return OpMapping("view", "view")  # autograd bookkeeping that launched no kernel
+        return None
     base = base_name(name)
     plain = base.rstrip("_") if base.endswith("_") and not base.startswith("_") else base
     inplace = plain != base
