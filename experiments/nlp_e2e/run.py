@@ -204,7 +204,7 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
 def skip_reason(row: pd.Series, catalog) -> str | None:
     if row["extra"] == "fusion":
         return "fusion (torch.compile kernels: not traced here)"
-    if row["extra"] and not row["extra"][:2] in ("dp", "tp", "pp"):
+    if row["extra"] and row["extra"][:2] not in ("dp", "tp", "pp"):
         return f"unknown extra {row['extra']!r}"
     if row["mode"] not in ("inf", "train"):
         return f"unknown mode {row['mode']!r}"

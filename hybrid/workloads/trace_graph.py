@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.data.traces.opmap import map_op
+from hybrid.data.traces.opmap import VIEW_OPS, OpMapping, base_name, map_op
 from hybrid.data.traces.parse import RankTrace
 from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
@@ -60,6 +60,13 @@ def _phase_of(ops: pd.DataFrame) -> np.ndarray:
     return phase
 
 
+def _view_named(name: str) -> bool:
+    """An op that launches no kernel by itself: ATen views/allocations and autograd bookkeeping."""
+    if name.startswith("aten::"):
+        return base_name(name) in VIEW_OPS or base_name(name).rstrip("_") in VIEW_OPS
+    return "::" not in name and (name in VIEW_OPS or name.endswith("Backward0") or name.endswith("Backward1"))
+
+
 def trace_units(trace: RankTrace) -> pd.DataFrame:
     """The units of one rank's trace (see the module docstring), in time order per thread.
 
@@ -81,6 +88,26 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
         ops["extra"].to_numpy()
     has_c10d = bool(np.any(np.char.startswith(names.astype(str), "c10d::")))
     group_size = max([len(v) for v in trace.process_groups.values()] + [trace.world_size])
+    transparent = np.array([c in ("user_annotation", "python_function") or nm.startswith("ProfilerStep#")
+                            for c, nm in zip(cats, names, strict=True)])
+    mapped: list[Any] = [None if transparent[i] else
+                         map_op(names[i], dims[i] or [], types[i] or [], outs[i] or [], extra[i] or {},
+                                leaf=not children[i], group_size=group_size) for i in range(n)]
+    # does an op's subtree hold anything the families cost? (children come after their parent)
+    costed = np.array([m is not None and m.kind in ("op", "collective") for m in mapped])
+    # ... or work nobody models (a leaf that is neither mapped nor a view)?
+    opaque = np.array([mapped[i] is None and not transparent[i] and not _view_named(names[i]) for i in range(n)])
+    parent = ops["parent"].to_numpy()
+    for i in range(n - 1, -1, -1):
+        if parent[i] >= 0:
+            costed[parent[i]] |= costed[i]
+            opaque[parent[i]] |= opaque[i]
+    dur = ops["dur"].to_numpy(dtype=np.float64)
+    child_sum = np.zeros(n)
+    has_parent = parent >= 0
+    np.add.at(child_sum, parent[has_parent], dur[has_parent])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        self_share = np.where(dur > 0, 1.0 - child_sum / dur, 0.0)
     units: list[dict[str, Any]] = []
     roots = [i for i in range(n) if ops["parent"].iat[i] < 0]
     stack = list(reversed(roots))
@@ -88,16 +115,23 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
         i = stack.pop()
         name = names[i]
         kids = children[i]
-        if cats[i] in ("user_annotation", "python_function") or name.startswith("ProfilerStep#"):
+        if transparent[i]:
             stack.extend(reversed(kids))
             continue
         if has_c10d and (name.startswith("gloo:") or name.startswith("nccl:")):
             continue  # backend work of a c10d collective that is a unit on the calling thread (kept there)
-        mp = map_op(name, dims[i] or [], types[i] or [], outs[i] or [], extra[i] or {}, leaf=not kids,
-                    group_size=group_size)
+        mp = mapped[i]
         if mp is None and kids:
-            stack.extend(reversed(kids))
-            continue
+            aten = name.startswith("aten::")
+            # an ATen op that spends most of its time outside its children is a kernel with helpers (a pooling
+            # backward that zeroes its output first): one unit; a composite that only calls others is looked into
+            own = self_share[i] > 0.5 and aten and not _view_named(name)
+            if (costed[i] and not own) or (opaque[i] and not aten):
+                stack.extend(reversed(kids))  # look inside (wrappers like autograd nodes are looked through)
+                continue
+            if not opaque[i] or _view_named(name):
+                mp = OpMapping("view", "view")  # views and wrappers of views: host time only
+        # else an ATen op nobody maps whose inside holds nothing costable is ONE unmodelled unit (its whole time)
         kind, label, row = ("unmodelled", UNMODELLED_LABEL, None) if mp is None else (mp.kind, mp.label, mp.row)
         if kind == "view":
             label = VIEW_LABEL

@@ -114,7 +114,9 @@ def tensor_parallel(ranks: int, tokens: int, hidden: int):
             if wide:
                 d = max(wide, key=lambda x: int(r[x]))
             elif dims:
-                d = "k" if phase == "forward" and "k" in dims else dims[-1]
+                # hidden x hidden projection: row-parallel in forward (split the contraction), its data
+                # gradient in backward comes out split (split the output)
+                d = "k" if phase == "forward" and "k" in dims else ("n" if "n" in dims else dims[-1])
             else:
                 return r, False
             r[d] = max(1, int(np.ceil(int(r[d]) / ranks)))
