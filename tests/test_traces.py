@@ -338,3 +338,49 @@ def test_meta_trace_parallel_modes(meta_gpt2_trace):
     p1 = predict_trace(single, RooflineCostModel()).predicted_us
     p4 = predict_trace(pp, RooflineCostModel()).predicted_us
     assert p4 > p1
+
+
+def _gpu_trace(path: Path) -> Path:
+    """A small hand-written Chrome trace of a CUDA step in Kineto's layout (ops, launches, kernels, sync)."""
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 20,
+         "args": {"External id": 5, "Record function id": 5, "Input Dims": [[1024, 1024], [1024, 1024]],
+                  "Input type": ["float", "float"]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 15, "dur": 5,
+         "args": {"External id": 5, "correlation": 11}},
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": 30, "dur": 400,
+         "args": {"External id": 5, "stream": 7, "device": 0, "correlation": 11}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::my_custom_op", "pid": 1, "tid": 1, "ts": 40, "dur": 10,
+         "args": {"External id": 6, "Record function id": 6, "Input Dims": [[1024, 1024]], "Input type": ["float"]}},
+        {"ph": "X", "cat": "kernel", "name": "custom_kernel", "pid": 0, "tid": 7, "ts": 430, "dur": 100,
+         "args": {"External id": 6, "stream": 7, "device": 0}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1, "ts": 60, "dur": 475,
+         "args": {"External id": 7, "Record function id": 7, "Input Dims": [[]], "Input type": ["float"]}},
+    ]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
+           "record_shapes": 1, "traceEvents": ev}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_gpu_trace_kernels_streams_and_sync(tmp_path):
+    tr = load_trace(_gpu_trace(tmp_path / "gpu.json"))
+    assert tr.device == "cuda" and tr.device_name == "NVIDIA A100-SXM4-80GB" and len(tr.kernels) == 2
+    u = trace_units(tr)
+    mm = u[u["name"] == "aten::mm"].iloc[0]
+    assert mm["device_us"] == 400 and mm["kstream"] == "7" and mm["label"] == "gemm"
+    it = build_trace_graph([tr], "A100-SXM4-80GB")
+    assert it.same_device and it.info["host"] == "trace"
+    unm = it.unmodelled()
+    assert list(unm["name"]) == ["aten::my_custom_op"]
+    pred = predict_trace(it, RooflineCostModel())
+    # replay with traced times: both kernels back to back on stream 7 (10 + 400 + 100), item waits for them,
+    # then the rest of the step on the host
+    assert pred.measured.iteration_us == pytest.approx(510 + (1000 - 535), rel=0.02)
+    s = pred.summary()
+    assert s["measured_ms"] == pytest.approx(1.0) and s["breakdown_ms"]["unmodelled"] == pytest.approx(0.1)
+    # on another GPU the custom kernel is listed as unmodelled and costs nothing; the GEMM is re-costed
+    other = predict_trace(build_trace_graph([tr], "H100-SXM"), RooflineCostModel()).summary()
+    assert other["unmodelled"]["costed_as"] == "not costed (0)" and other["breakdown_ms"]["unmodelled"] == 0
+    assert 0 < other["breakdown_ms"]["gemm"] < 0.4

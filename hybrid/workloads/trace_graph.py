@@ -71,7 +71,7 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     """The units of one rank's trace (see the module docstring), in time order per thread.
 
     Columns: ``op_id, tid, name, ts, dur, kind, label, row, phase, pg, device_us`` (``device_us``: measured
-    time of the unit's GPU kernels; NaN where the trace has no kernels) and ``stream`` (its kernels' stream).
+    time of the unit's GPU kernels; NaN where the trace has no kernels) and ``kstream`` (its kernels' stream).
     """
     ops = trace.ops
     if ops.empty:
@@ -140,7 +140,7 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
                       "phase": phase[i], "pg": str(ops["pg"].iat[i] or "")})
     out = pd.DataFrame(units, columns=["op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg"])
     out["device_us"] = np.nan
-    out["stream"] = ""
+    out["kstream"] = ""
     if len(trace.kernels) and len(out):
         # kernels of a unit: those launched by the unit's op or any op inside it
         top = np.arange(n)
@@ -160,7 +160,7 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
         has = np.bincount(ku[ok], minlength=len(out)) > 0
         out["device_us"] = np.where(has, sums, np.nan)
         first_stream = pd.Series(k["stream"].to_numpy()[ok]).groupby(ku[ok]).first()
-        out.loc[first_stream.index, "stream"] = first_stream.to_numpy()
+        out.loc[first_stream.index, "kstream"] = first_stream.astype(str).to_numpy()
     return out.sort_values(["tid", "ts"], kind="stable").reset_index(drop=True)
 
 
@@ -242,6 +242,9 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     cat = catalog or default_catalog()
     tgt = resolve_target(target, cat)
     same = _is_same_device(traces, tgt, cat) if same_device is None else bool(same_device)
+    if same and any(t.device == "meta" for t in traces):
+        raise InvalidInputError("a trace recorded on the meta device has no hardware to compare with: predict a real "
+                                "device (not --same-device)")
     if same and not all(t.has_times for t in traces):
         raise InvalidInputError("an execution trace alone has no times: it cannot be costed as the traced device "
                                 "(link it with the Chrome trace of the same step, or predict another device)")
@@ -320,7 +323,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                 kdeps = [launch]
                 if u["phase"] == "optimizer" and last_comm[rank] is not None:
                     kdeps.append(last_comm[rank])
-                nid = add(rank, COMPUTE_STREAM, name, u["label"], meas, op=row, kind="compute", deps=kdeps,
+                kstream = f"stream {u['kstream']}" if u.get("kstream") else COMPUTE_STREAM
+                nid = add(rank, kstream, name, u["label"], meas, op=row, kind="compute", deps=kdeps,
                           phase=u["phase"])
                 node_ends[(rank, stream)].append((u["ts"] + u["dur"], launch))
                 prev_end[(rank, stream)] = u["ts"] + u["dur"]
@@ -332,14 +336,22 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
             else:
                 dur = float(u["dur"]) * scales[rank] if np.isfinite(u["dur"]) else 0.0
             host_kind = "cpu" if kind == "view" or on_cpu else "compute"
-            if not on_cpu and name in SYNC_OPS and g.last(rank, COMPUTE_STREAM) is not None:
-                deps = [*deps, g.last(rank, COMPUTE_STREAM)]
+            host_meas = u["dur"]
+            if not on_cpu and name in SYNC_OPS:
+                # the host waits for the device: the wait comes from the dependency (its traced time is that wait)
+                waits = [g.last(rank, s_) for (r_, s_) in g._streams if r_ == rank and s_ != stream
+                         and not s_.startswith("host")]
+                deps = [*deps, *[w for w in waits if w is not None]]
+                dur = host_meas = 0.0
             if kind == "unmodelled" and not on_cpu and np.isfinite(u.get("device_us", np.nan)):
                 # a GPU op nobody maps: its kernels' measured time on the compute stream (traced device only)
-                nid = add(rank, COMPUTE_STREAM, name, u["label"], meas, duration_us=meas if same else 0.0,
-                          kind="compute", deps=deps, phase=u["phase"])
+                kstream = f"stream {u['kstream']}" if u.get("kstream") else COMPUTE_STREAM
+                launch = add(rank, stream, f"launch {name}", "launch", 0.0, kind="cpu", overhead="kernel_launch",
+                             deps=deps, phase=u["phase"])
+                nid = add(rank, kstream, name, u["label"], meas, duration_us=meas if same else 0.0,
+                          kind="compute", deps=[launch], phase=u["phase"])
             else:
-                nid = add(rank, stream, name, u["label"] if kind == "unmodelled" else VIEW_LABEL, u["dur"],
+                nid = add(rank, stream, name, u["label"] if kind == "unmodelled" else VIEW_LABEL, host_meas,
                           duration_us=dur, kind=host_kind, deps=deps, phase=u["phase"])
         node_ends[(rank, stream)].append((u["ts"] + u["dur"], nid))
         prev_end[(rank, stream)] = u["ts"] + u["dur"]

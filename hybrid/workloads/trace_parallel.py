@@ -57,7 +57,7 @@ def _collective_unit(after: pd.Series, op: str, size: float, ranks: int, phase: 
     return {"op_id": -1, "tid": after["tid"], "name": name, "ts": float(after["ts"] + after["dur"]) + 1e-3,
             "dur": 0.0, "kind": "collective", "label": "collective",
             "row": {"op": op, "size_bytes": int(max(size, 1)), "n_ranks": int(ranks), "dtype": "fp32"},
-            "phase": phase, "pg": "0", "device_us": np.nan, "stream": ""}
+            "phase": phase, "pg": "0", "device_us": np.nan, "kstream": ""}
 
 
 def _insert(units: pd.DataFrame, new: list[dict[str, Any]]) -> pd.DataFrame:
