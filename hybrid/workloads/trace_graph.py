@@ -290,9 +290,9 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
             return
         key = (rank, stream)
         start = prev_end.get(key, trace_of[rank].window[0] if stream == HOST else ts)
-        gap = (ts - start) * scales[rank]
-        if gap > 0:
-            add(rank, stream, "host gap", GAP_LABEL, gap, duration_us=gap, kind="cpu")
+        gap = ts - start
+        if gap > 0:  # measured: the traced gap; predicted: deflated by host_scale
+            add(rank, stream, "host gap", GAP_LABEL, gap, duration_us=gap * scales[rank], kind="cpu")
 
     def cross_deps(rank: int, stream: str, ts: float) -> list[int]:
         """Latest node of each other thread of the rank that ended before ``ts`` (trace order across threads)."""

@@ -154,6 +154,8 @@ def _dtype_of(t: Any) -> str | None:
     s = t
     if s.startswith("Tensor(") and s.endswith(")"):
         s = s[7:-1]
+    elif s[:1].isupper():
+        return None  # "Scalar", "ScalarList" (Chrome trace); "Int", "Double", "GenericList[...]" (ET)
     s = s.replace("c10::", "").strip().lower()
     return {"float": "fp32", "double": "fp64", "half": "fp16", "bfloat16": "bf16", "long int": "int64",
             "long": "int64", "int": "int32", "bool": "bool", "signed char": "int8", "unsigned char": "uint8",
