@@ -73,11 +73,11 @@ def hidden_size(cfg) -> int:
 
 def record_trace(name: str, mode: str, seq: int, batch: int, out: Path) -> Path:
     """Trace one NeuSight-style step of ``name`` on the meta device (cached in ``out``)."""
+    import hashlib
+
     import torch
 
     from hybrid.data.traces.record import trace_step
-
-    import hashlib
 
     classes, cfg = model_builder(name, None)
     digest = hashlib.sha256((cfg.to_json_string() + torch.__version__).encode()).hexdigest()[:10]
