@@ -199,7 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", default=None, help="keep the traces in this directory")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--from-json", default=None, help="re-write results.md from the --json output of a run")
     args = ap.parse_args(argv)
+    if args.from_json:
+        from hybrid.reports.markdown import write_benchmark_results
+
+        rows = json.loads(Path(args.from_json).read_text())
+        write_benchmark_results(args.out, write_report(rows, args, float(rows[0].get("total_seconds", 0.0))))
+        return 0
 
     from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.bundle import load_bundle
@@ -240,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:6s} {mode:6s} measured {row['measured_ms']:9.1f} ms  traced {row['traced_ms']:9.1f}  "
                   f"predicted {row['predicted_ms']:9.1f} ({row['error_pct']:+.1f}%)  roofline "
                   f"{row['roofline_ms']:9.1f} ({row['roofline_error_pct']:+.1f}%)", file=sys.stderr)
+    for r in rows:
+        r["total_seconds"] = time.time() - t_start
     if args.json:
         print(json.dumps(rows, indent=1))
     lines = write_report(rows, args, time.time() - t_start)
@@ -258,9 +267,11 @@ def write_report(rows: list[dict], args: argparse.Namespace, seconds: float) -> 
            f"{' --ddp' if args.ddp else ''}{' --no-single' if args.no_single else ''} --steps {args.steps}` "
            f"(hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {seconds:.0f} s).",
            "", "Predictor: HybridPredictor fitted on `datasets/cpu-amd-epyc-1c` (held out: nothing from these models "
-           "is in it); roofline on the same catalog for comparison. Measured = median of untraced steps; traced = "
-           "the profiled step (profiler overhead included); re-sim = the graph with every node at its traced time "
-           "(checks the graph, not the model).", "",
+           "is in it); roofline on the same catalog for comparison. Measured = median on-core (CPU) time of "
+           f"{args.steps} untraced steps (`time.process_time`; the machine was shared, wall times are in the JSON); "
+           "traced = the profiled step's wall time (profiler overhead and waiting for the core included); re-sim = "
+           "the graph with every node at its traced time (checks the graph, not the cost model). Predictions "
+           "deflate the traced host time by the traced step's CPU-time share.", "",
            "| model | mode | measured ms | traced ms | re-sim ms | predicted ms | error % | roofline ms | roofline "
            "error % | unmodelled ops (ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -268,6 +279,8 @@ def write_report(rows: list[dict], args: argparse.Namespace, seconds: float) -> 
                    f"{r['resim_ms']:.1f} | {r['predicted_ms']:.1f} | {r['error_pct']:+.1f} | {r['roofline_ms']:.1f} | "
                    f"{r['roofline_error_pct']:+.1f} | {r['unmodelled_ops']} ({r['unmodelled_ms']:.2f}) |")
     if len(err):
+        rerr = np.array([abs(r["roofline_error_pct"]) for r in rows])
+        out += ["", f"Roofline: mean |error| {rerr.mean():.1f}%, max {rerr.max():.1f}%."]
         gm = float(np.exp(np.mean(np.log1p(err / 100))) - 1) * 100
         out += ["", f"Mean |error| {err.mean():.1f}%, geomean {gm:.1f}%, max {err.max():.1f}% over {len(rows)} runs "
                 f"(target: within 5%: {'met' if err.max() <= 5 else 'MISSED'} for "
