@@ -111,6 +111,8 @@ def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step
     sys.argv = [str(p), *(args or [])]
     try:
         ns = runpy.run_path(str(p), run_name="__hybrid_trace__")
+    except SyntaxError as exc:
+        raise InvalidInputError(f"{p}: not a Python script ({exc.msg}, line {exc.lineno})") from None
     finally:
         sys.argv = old_argv
     fn = ns.get(step_fn)
