@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "quickstart": "hybrid.cli.quickstart:quickstart",
     "bench": "hybrid.cli.bench:bench",
     "llm": "hybrid.cli.llm:llm",
+    "trace": "hybrid.cli.trace:trace",
 }
 
 

@@ -106,7 +106,10 @@ class HybridPredictor:
         norm.index = table.index
         if "system" in norm.columns:  # catalog keys for systems too (curves are keyed by system)
             sys_codes, sys_uniques = pd.factorize(norm["system"].astype("string"))
-            keys = np.array([resolve_system(self.catalog, str(s)).key for s in sys_uniques] + [None], dtype=object)
+            # catalog keys; a bare device (a generic node of it) keeps its device key, which resolves again later
+            keys = np.array([resolve_system(self.catalog, str(s)).key if self.catalog.resolve_system(
+                str(s), missing_ok=True) else self.catalog.resolve_device(str(s)) for s in sys_uniques] + [None],
+                dtype=object)
             norm["system"] = keys[np.where(sys_codes < 0, len(sys_uniques), sys_codes)]
         return norm, roofline(norm, self.catalog)
 

@@ -1,0 +1,147 @@
+"""``hybrid trace``: predict a PyTorch model from its own traces (torch.profiler Chrome trace / execution trace)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hybrid.cli.output import echo_json, echo_table
+
+
+@click.group()
+def trace() -> None:
+    """Import, predict and record PyTorch traces (one per rank).
+
+    \b
+    hybrid trace record train.py -o traces/            # runs train.py's step() and traces one call
+    hybrid trace predict traces/*.json --device cpu-amd-epyc-1c --bundle datasets/cpu-amd-epyc-1c
+    hybrid trace predict traces/*.json --device A100-SXM4-80GB --model kernels
+    hybrid trace import traces/*.json -o graph.json
+    """
+
+
+def _load(paths: tuple[str, ...], step: int | None) -> list[Any]:
+    from hybrid.data.traces import load_traces
+
+    files: list[str] = []
+    for p in paths:
+        q = Path(p)
+        files += sorted(str(f) for f in q.glob("*.json")) if q.is_dir() else [p]
+    return load_traces(files, step=step)
+
+
+@trace.command("import")
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the parsed graph (JSON).")
+@click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
+def import_(traces: tuple[str, ...], output: str, step: int | None) -> None:
+    """Parse TRACE... (Chrome/Kineto and/or execution traces, one per rank) into a graph of op units (JSON)."""
+    from hybrid.atomic import write_text
+    from hybrid.workloads.trace_graph import trace_units
+
+    loaded = _load(traces, step)
+    ranks = []
+    for tr in loaded:
+        u = trace_units(tr)
+        counts = u.groupby(["kind", "label"]).size()
+        ranks.append({
+            "rank": tr.rank, "path": tr.path, "format": tr.format, "traced_device": tr.device,
+            "step_us": tr.step_us if tr.has_times else None, "process_groups": tr.process_groups,
+            "counts": {f"{k}/{lab}": int(v) for (k, lab), v in counts.items()},
+            "units": [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+                      for r in u.drop(columns=["op_id"]).to_dict(orient="records")],
+        })
+    doc = {"format": "hybrid-trace-graph", "version": 1, "world_size": len(loaded), "ranks": ranks}
+    write_text(output, json.dumps(doc, default=str) + "\n")
+    total = sum(len(r["units"]) for r in ranks)
+    click.echo(f"{len(loaded)} rank(s), {total} op units -> {output}")
+
+
+def resolve_trace_model(model_ref: str | None, tracking_uri: str | None, bundle: str | None, roofline: bool
+                        ) -> tuple[Any, Any, str]:
+    """(cost model, catalog, name): --model from the tracking store, a predictor fitted on --bundle, else roofline."""
+    from hybrid.engine.costs import RooflineCostModel, model_catalog
+    from hybrid.hardware.catalog import default_catalog
+
+    if model_ref:
+        from hybrid.cli.simulate import load_cost_model
+
+        model, name = load_cost_model(model_ref, tracking_uri)
+        return model, model_catalog(model), name
+    if bundle:
+        from hybrid.data.bundle import load_bundle
+
+        table, cat = load_bundle(bundle)
+        if roofline:
+            return RooflineCostModel(cat), cat, f"roofline ({Path(bundle).name} catalog)"
+        from hybrid.corrections.predictor import HybridPredictor
+
+        return HybridPredictor(catalog=cat).fit(table), cat, f"HybridPredictor fitted on {Path(bundle).name}"
+    cat = default_catalog()
+    return RooflineCostModel(cat), cat, "roofline"
+
+
+@trace.command("predict")
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.option("--device", default=None, help="Target device (catalog key or alias).")
+@click.option("--system", default=None, help="Target system (collectives use its fabric).")
+@click.option("--model", "model_ref", default=None, help="Calibrated model from the tracking store (NAME[/VERSION]).")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
+@click.option("--bundle", default=None, type=click.Path(file_okay=False),
+              help="Fit the predictor on this profile bundle (e.g. datasets/cpu-amd-epyc-1c) and use its catalog.")
+@click.option("--roofline", is_flag=True, help="Analytical roofline only.")
+@click.option("--same-device/--other-device", "same", default=None,
+              help="Whether the target is the traced hardware (default: decided from the traces).")
+@click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
+            tracking_uri: str | None, bundle: str | None, roofline: bool, same: bool | None, step: int | None,
+            as_json: bool) -> None:
+    """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
+    traced hardware."""
+    from hybrid.errors import InvalidInputError
+    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
+
+    if bool(device) == bool(system):
+        raise InvalidInputError("give exactly one of --device or --system")
+    model, cat, name = resolve_trace_model(model_ref, tracking_uri, bundle, roofline)
+    loaded = _load(traces, step)
+    it = build_trace_graph(loaded, device or system, cat, same_device=same)
+    pred = predict_trace(it, model, model_name=name)
+    s = pred.summary()
+    if as_json:
+        echo_json(s)
+        return
+    line = f"{s['target']} ({name}): predicted {s['predicted_ms']:.3f} ms per step over {s['ranks']} rank(s)"
+    if "measured_ms" in s:
+        line += f"; measured {s['measured_ms']:.3f} ms ({s['error_pct']:+.1f}%)"
+    click.echo(line)
+    bd = pred.breakdown()
+    rows = [[r["label"], int(r["nodes"]), r["predicted_us"] / 1e3]
+            + ([r["measured_us"] / 1e3] if "measured_us" in bd.columns and it.same_device else [])
+            for _, r in bd.iterrows()]
+    echo_table(rows, ["family", "nodes", "predicted_ms"] + (["measured_ms"] if len(rows[0]) > 3 else []))
+    unm = s["unmodelled"]
+    if unm["ops"]:
+        click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms in the trace, costed as "
+                   f"{unm['costed_as']}: " + ", ".join(f"{r['name']} x{r['count']}" for r in unm["by_name"][:8]))
+
+
+@trace.command("record")
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.argument("script_args", nargs=-1)
+@click.option("-o", "--output", "out_dir", default="traces", show_default=True, type=click.Path(file_okay=False))
+@click.option("--step-fn", default="step", show_default=True, help="Function of SCRIPT that runs one step.")
+@click.option("--warmup", type=int, default=2, show_default=True, help="Untraced steps first.")
+@click.option("--no-et", is_flag=True, help="Chrome trace only (no execution trace).")
+def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str, warmup: int, no_et: bool) -> None:
+    """Run SCRIPT (its top level builds the model), then trace one call of its step function."""
+    from hybrid.data.traces.record import record_script
+
+    paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
+                          args=list(script_args))
+    click.echo("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -1,0 +1,410 @@
+"""Read PyTorch's own traces: the profiler's Chrome/Kineto JSON and the execution trace (ET), alone or linked.
+
+* **Kineto** (``torch.profiler.profile(record_shapes=True)`` + ``export_chrome_trace``): complete (``"X"``)
+  events. ``cpu_op`` / ``user_annotation`` events on host threads carry ``Input Dims`` / ``Input type`` and a
+  ``Record function id``; ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` events run on GPU streams and point back
+  to their CPU op through ``External id``; ``distributedInfo`` names the rank, the world size and the process
+  groups (``pg_config``); ``record_param_comms`` events (NCCL) name a collective's process group.
+* **Execution trace** (``torch.profiler.ExecutionTraceObserver``, the format Chakra converts): ``nodes`` with a
+  parent (``ctrl_deps``), input and output shapes and types, and attributes (``rf_id``, ``tid``). It has no
+  times of its own; linked with a Kineto trace of the same run (``rf_id`` = ``Record function id``) it adds
+  the output shapes, alone it gives the structure and shapes (predictions only, nothing measured).
+
+Everything is normalised into one table of host ops per rank (:class:`RankTrace`), nested by time on each
+thread, plus a table of device kernels. Files that are not JSON, truncated JSON, or JSON of another kind
+raise :class:`TraceFormatError` naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import ImportFormatError
+
+#: Host-side Kineto event categories that are ops or annotations.
+HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function", "cpu_instant_event")
+#: Device-side categories.
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+#: Columns of :attr:`RankTrace.ops`.
+OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
+              "rf_id", "ext_id", "pg", "extra")
+#: Names of an ET's synthetic root nodes.
+_ET_ROOTS = ("[pytorch|profiler|execution_trace|process]", "[pytorch|profiler|execution_trace|thread]")
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+class TraceFormatError(ImportFormatError):
+    """A trace file that cannot be read: not JSON, truncated, or JSON of another kind."""
+
+
+@dataclass
+class RankTrace:
+    """One rank's trace, normalised.
+
+    ``ops``: one row per host op / annotation (:data:`OP_COLUMNS`; times in microseconds from the trace start,
+    NaN when the trace has no times, ``parent`` = row position of the enclosing op or -1); ``kernels``: device
+    kernels (``name, stream, ts, dur, op`` = row position of the launching op or -1).
+    """
+
+    path: str
+    format: str  # "kineto", "et" or "kineto+et"
+    rank: int
+    world_size: int
+    device: str  # "cpu", "cuda" or "meta" (where the traced ops ran)
+    device_name: str  # GPU name from deviceProperties, else ""
+    ops: pd.DataFrame
+    kernels: pd.DataFrame
+    process_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    window: tuple[float, float] = (0.0, 0.0)  # the measured step: [start, end) in us (NaN without times)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_times(self) -> bool:
+        return bool(np.isfinite(self.window[1] - self.window[0]))
+
+    @property
+    def step_us(self) -> float:
+        """Measured length of the traced step (NaN for an execution trace alone)."""
+        return float(self.window[1] - self.window[0])
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+def read_json(path: str | os.PathLike) -> Any:
+    """JSON of ``path`` (``.gz`` transparently); a clear :class:`TraceFormatError` for anything unreadable."""
+    p = Path(path)
+    if not p.is_file():
+        raise TraceFormatError(f"trace file not found: {p}")
+    try:
+        raw = p.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError) as exc:
+        raise TraceFormatError(f"{p}: cannot read ({exc})") from None
+    if not raw.strip():
+        raise TraceFormatError(f"{p}: file is empty")
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise TraceFormatError(f"{p}: not a JSON text file (binary content)") from None
+    except json.JSONDecodeError as exc:
+        end = exc.pos >= len(raw.rstrip()) - 1 or (exc.msg.startswith("Unterminated")
+                                                   and exc.pos >= len(raw.rstrip()) - 4096)
+        why = "truncated JSON (the file ends early)" if end else f"invalid JSON at line {exc.lineno} column {exc.colno}"
+        raise TraceFormatError(f"{p}: {why}: {exc.msg}") from None
+
+
+def trace_kind(doc: Any) -> str:
+    """``"kineto"`` or ``"et"`` for a loaded JSON document; :class:`TraceFormatError` for anything else."""
+    if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
+        return "kineto"
+    if isinstance(doc, dict) and isinstance(doc.get("nodes"), list) and ("schema" in doc or "pid" in doc):
+        return "et"
+    what = type(doc).__name__ if not isinstance(doc, dict) else f"an object with keys {sorted(doc)[:6]}"
+    raise TraceFormatError(f"not a PyTorch trace: expected a torch.profiler Chrome trace (with 'traceEvents') or an "
+                           f"execution trace (with 'nodes'), got {what}")
+
+
+def _num(v: Any, what: str, path: str) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise TraceFormatError(f"{path}: event {what} is not a number ({v!r})") from None
+    if not np.isfinite(x):
+        raise TraceFormatError(f"{path}: event {what} is not finite ({v!r})")
+    return x
+
+
+def _nest(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Parent row and depth of every op, by time containment on its thread (ops sorted by tid, ts, -dur)."""
+    n = len(ops)
+    parent = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    tids = ops["tid"].to_numpy()
+    ts = ops["ts"].to_numpy(dtype=np.float64)
+    end = ts + ops["dur"].to_numpy(dtype=np.float64)
+    stack: list[int] = []
+    last_tid: Any = object()
+    for i in range(n):
+        if tids[i] != last_tid:
+            stack, last_tid = [], tids[i]
+        while stack and ts[i] >= end[stack[-1]]:
+            stack.pop()
+        # an op that starts inside the top of the stack but ends after it is clipped into it (timer rounding)
+        if stack:
+            parent[i] = stack[-1]
+            depth[i] = depth[stack[-1]] + 1
+        stack.append(i)
+    return parent, depth
+
+
+def _dtype_of(t: Any) -> str | None:
+    """Kineto/ET input type -> our dtype name (None for non-tensors)."""
+    if not isinstance(t, str) or not t:
+        return None
+    s = t
+    if s.startswith("Tensor(") and s.endswith(")"):
+        s = s[7:-1]
+    elif s[:1].isupper():
+        return None  # "Scalar", "ScalarList" (Chrome trace); "Int", "Double", "GenericList[...]" (ET)
+    s = s.replace("c10::", "").strip().lower()
+    return {"float": "fp32", "double": "fp64", "half": "fp16", "bfloat16": "bf16", "long int": "int64",
+            "long": "int64", "int": "int32", "bool": "bool", "signed char": "int8", "unsigned char": "uint8",
+            "float8_e4m3fn": "fp8", "float8_e5m2": "fp8"}.get(s)
+
+
+def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
+    events = doc["traceEvents"]
+    dist = doc.get("distributedInfo") or {}
+    rank = int(dist.get("rank", 0) or 0)
+    world = int(dist.get("world_size", 1) or 1)
+    groups: dict[str, tuple[int, ...]] = {}
+    for pg in dist.get("pg_config", []) or []:
+        try:
+            groups[str(pg.get("pg_name"))] = tuple(int(r) for r in pg.get("ranks", []))
+        except (TypeError, ValueError):
+            continue
+    if world > 1 and not groups:
+        groups["0"] = tuple(range(world))
+    host_rows: list[dict[str, Any]] = []
+    kern_rows: list[dict[str, Any]] = []
+    comm_params: list[dict[str, Any]] = []
+    for k, e in enumerate(events):
+        if not isinstance(e, dict):
+            raise TraceFormatError(f"{path}: traceEvents[{k}] is not an object")
+        if e.get("ph") != "X":
+            continue
+        cat = str(e.get("cat", ""))
+        if "ts" not in e or "dur" not in e:
+            raise TraceFormatError(f"{path}: traceEvents[{k}] ({e.get('name')!r}) has no 'ts'/'dur'")
+        ts, dur = _num(e["ts"], "ts", path), _num(e["dur"], "dur", path)
+        if dur < 0:
+            raise TraceFormatError(f"{path}: traceEvents[{k}] ({e.get('name')!r}) has a negative duration")
+        args = e.get("args") or {}
+        if cat in DEVICE_CATEGORIES:
+            kern_rows.append({"name": str(e.get("name", "")), "cat": cat, "stream": str(args.get("stream", e.get("tid"))),
+                              "ts": ts, "dur": dur, "ext_id": args.get("External id", -1),
+                              "device": args.get("device", 0)})
+            continue
+        if cat not in HOST_CATEGORIES:
+            continue
+        name = str(e.get("name", ""))
+        if name == "record_param_comms":
+            comm_params.append({"ts": ts, "tid": e.get("tid"), **args})
+        dims = args.get("Input Dims")
+        types = args.get("Input type")
+        host_rows.append({"tid": str(e.get("tid")), "name": name, "cat": cat, "ts": ts, "dur": dur,
+                          "dims": dims if isinstance(dims, list) else [],
+                          "types": [_dtype_of(t) for t in types] if isinstance(types, list) else [],
+                          "out_dims": [], "rf_id": args.get("Record function id", -1),
+                          "ext_id": args.get("External id", -1), "pg": "",
+                          "extra": {"concrete": args["Concrete Inputs"]} if "Concrete Inputs" in args else {}})
+    if not host_rows and not kern_rows:
+        raise TraceFormatError(f"{path}: the Chrome trace has no op events (was it recorded by torch.profiler with "
+                               "activities=[CPU]?)")
+    if host_rows and not doc.get("record_shapes", 1) and all(not r["dims"] for r in host_rows):
+        raise TraceFormatError(f"{path}: recorded without shapes; record with torch.profiler.profile(record_shapes=True)")
+    ops = pd.DataFrame(host_rows, columns=[c for c in OP_COLUMNS if c not in ("id", "parent", "depth")])
+    ops = ops.sort_values(["tid", "ts", "dur"], ascending=[True, True, False], kind="stable").reset_index(drop=True)
+    # record_param_comms (NCCL): attach the process group to the enclosing collective op
+    if comm_params:
+        _attach_comm_params(ops, comm_params)
+    kernels = pd.DataFrame(kern_rows, columns=["name", "cat", "stream", "ts", "dur", "ext_id", "device"])
+    device = "cuda" if len(kernels) else str(doc.get("hybrid_traced_device") or "cpu")
+    props = doc.get("deviceProperties") or []
+    device_name = str(props[0].get("name", "")) if props and isinstance(props[0], dict) else ""
+    pid = next((e.get("pid") for e in events if isinstance(e, dict) and e.get("ph") == "X"
+                and e.get("cat") in HOST_CATEGORIES), None)
+    tr = RankTrace(path, "kineto", rank, world, device, device_name, ops, kernels, groups,
+                   meta={**{k: v for k, v in doc.items() if k != "traceEvents"}, "pid": pid})
+    return _finish(tr, step)
+
+
+def _attach_comm_params(ops: pd.DataFrame, params: list[dict[str, Any]]) -> None:
+    ts = ops["ts"].to_numpy()
+    end = ts + ops["dur"].to_numpy()
+    names = ops["name"].to_numpy()
+    tids = ops["tid"].to_numpy()
+    for p in params:
+        inside = np.flatnonzero((tids == str(p.get("tid"))) & (ts <= p["ts"]) & (end >= p["ts"])
+                                & np.char.startswith(names.astype(str), "c10d::"))
+        if inside.size:
+            i = int(inside[-1])
+            ops.at[i, "pg"] = str(p.get("Process Group Name", ""))
+            ops.at[i, "extra"] = {**ops.at[i, "extra"], "comm": {k: p[k] for k in p if k not in ("ts", "tid")}}
+
+
+def _parse_et(doc: dict, path: str) -> RankTrace:
+    nodes = doc["nodes"]
+    rows: list[dict[str, Any]] = []
+    ids: dict[int, int] = {}
+    for k, nd in enumerate(nodes):
+        if not isinstance(nd, dict) or "id" not in nd or "name" not in nd:
+            raise TraceFormatError(f"{path}: nodes[{k}] is not an execution-trace node (needs 'id' and 'name')")
+        attrs = {a.get("name"): a.get("value") for a in nd.get("attrs", []) if isinstance(a, dict)}
+        inputs = nd.get("inputs") or {}
+        outputs = nd.get("outputs") or {}
+        if isinstance(inputs, list):  # older ET schema: flat lists
+            inputs = {"shapes": nd.get("input_shapes", []), "types": nd.get("input_types", [])}
+            outputs = {"shapes": nd.get("output_shapes", []), "types": nd.get("output_types", [])}
+        ids[int(nd["id"])] = len(rows)
+        rows.append({"et_id": int(nd["id"]), "et_parent": int(nd.get("ctrl_deps", nd.get("parent", -1)) or -1),
+                     "tid": str(attrs.get("tid", nd.get("tid", 0))), "name": str(nd["name"]),
+                     "cat": "cpu_op" if "::" in str(nd["name"]) else "user_annotation",
+                     "dims": list(inputs.get("shapes", [])),
+                     "types": [_dtype_of(t) for t in inputs.get("types", [])],
+                     "out_dims": list(outputs.get("shapes", [])), "rf_id": attrs.get("rf_id", -1), "ext_id": -1,
+                     "pg": str(attrs.get("pg_name", "") or ""),
+                     "extra": {"values": inputs.get("values", [])} if "values" in inputs else {},
+                     "dur": float(attrs["dur"]) if "dur" in attrs else np.nan})
+    if not rows:
+        raise TraceFormatError(f"{path}: the execution trace has no nodes")
+    et = pd.DataFrame(rows)
+    et = et[~et["name"].isin(_ET_ROOTS)].sort_values("et_id", kind="stable").reset_index(drop=True)
+    pos = {int(i): k for k, i in enumerate(et["et_id"])}
+    parent = np.array([pos.get(int(p), -1) for p in et["et_parent"]], dtype=np.int64)
+    depth = np.zeros(len(et), dtype=np.int64)
+    for i in range(len(et)):  # ids increase from parent to child
+        if parent[i] >= 0:
+            depth[i] = depth[parent[i]] + 1
+    et["parent"], et["depth"], et["id"] = parent, depth, np.arange(len(et))
+    et["ts"] = et["et_id"].astype(np.float64)  # order only
+    dist = doc.get("distributedInfo") or {}
+    world = int(dist.get("world_size", 1) or 1)
+    devices = {str(v[5]) for vals in et["extra"] for v in vals.get("values", []) if isinstance(v, list) and len(v) == 6}
+    device = "meta" if devices == {"meta"} else ("cuda" if any(d.startswith("cuda") for d in devices) else "cpu")
+    tr = RankTrace(path, "et", int(dist.get("rank", 0) or 0), world, device, "",
+                   et[list(OP_COLUMNS)].copy(), pd.DataFrame(columns=["name", "cat", "stream", "ts", "dur", "ext_id",
+                                                                       "device", "op"]),
+                   {"0": tuple(range(world))} if world > 1 else {}, (np.nan, np.nan), {"schema": doc.get("schema"), "pid": doc.get("pid")})
+    tr.meta["et_ops"] = et
+    return tr
+
+
+def _finish(tr: RankTrace, step: int | None) -> RankTrace:
+    """Nest ops, pick the measured step window, link kernels to their ops."""
+    ops = tr.ops
+    parent, depth = _nest(ops)
+    ops.insert(0, "id", np.arange(len(ops)))
+    ops["parent"], ops["depth"] = parent, depth
+    names = ops["name"].astype(str)
+    steps = ops[names.str.match(_STEP_RE) & (ops["depth"] == 0)]
+    if step is not None:
+        steps = steps[names[steps.index].str.extract(_STEP_RE)[0].astype(int) == int(step)]
+        if steps.empty:
+            raise TraceFormatError(f"{tr.path}: no ProfilerStep#{step} in the trace")
+    if len(steps):
+        s = steps.iloc[0]
+        lo, hi = float(s["ts"]), float(s["ts"] + s["dur"])
+        tr.meta["step"] = str(s["name"])
+    else:
+        top = ops[(ops["depth"] == 0) & (ops["cat"] != "python_function")]
+        lo, hi = float(top["ts"].min()), float((top["ts"] + top["dur"]).max())
+    if len(tr.kernels):
+        k = tr.kernels
+        ext = dict(zip(ops["ext_id"], ops["id"], strict=False))
+        k["op"] = [int(ext.get(e, -1)) for e in k["ext_id"]]
+        inside = (k["ts"] >= lo) & (k["op"] >= 0)
+        inside &= k["op"].map(lambda i: lo <= ops.at[i, "ts"] < hi if i >= 0 else False).astype(bool)
+        tr.kernels = k[inside].reset_index(drop=True)
+        if len(tr.kernels):
+            hi = max(hi, float((tr.kernels["ts"] + tr.kernels["dur"]).max()))
+    tr.window = (lo, hi)
+    # keep only ops inside the window (the step annotation itself stays as a root)
+    keep = (ops["ts"] >= lo - 1e-3) & (ops["ts"] < hi)
+    tr.ops = _reindex(ops[keep])
+    return tr
+
+
+def _reindex(ops: pd.DataFrame) -> pd.DataFrame:
+    """Renumber ``id``/``parent`` after dropping rows (a parent that was dropped becomes -1)."""
+    old = ops["id"].to_numpy()
+    new_of = pd.Series(np.arange(len(ops)), index=old)
+    out = ops.copy()
+    out["id"] = np.arange(len(ops))
+    par = out["parent"].to_numpy()
+    out["parent"] = new_of.reindex(par).fillna(-1).astype(np.int64).to_numpy()
+    return out.reset_index(drop=True)
+
+
+def link(kineto: RankTrace, et: RankTrace) -> RankTrace:
+    """Kineto times with the execution trace's output shapes (matched by record-function id)."""
+    if kineto.format != "kineto" or et.format != "et":
+        raise TraceFormatError("link needs one Chrome (Kineto) trace and one execution trace")
+    et_ops = et.meta.get("et_ops", et.ops)
+    by_rf = {int(r): (o, p, v) for r, o, p, v in zip(et_ops["rf_id"], et_ops["out_dims"], et_ops["pg"],
+                                                     et_ops["extra"], strict=True) if int(r or -1) > 0}
+    ops = kineto.ops.copy()
+    matched = 0
+    outs, pgs = [], []
+    for rf, od, pg in zip(ops["rf_id"], ops["out_dims"], ops["pg"], strict=True):
+        hit = by_rf.get(int(rf)) if rf is not None and int(rf) > 0 else None
+        if hit:
+            matched += 1
+            outs.append(hit[0])
+            pgs.append(pg or hit[1])
+        else:
+            outs.append(od)
+            pgs.append(pg)
+    if matched == 0:
+        raise TraceFormatError(f"{kineto.path} and {et.path} share no record-function ids: they are not from the same "
+                               "profiled step (record both inside the same profiler window)")
+    ops["out_dims"], ops["pg"] = outs, pgs
+    meta = {**kineto.meta, "linked_et": et.path, "et_matched": matched}
+    return RankTrace(kineto.path, "kineto+et", kineto.rank, kineto.world_size, kineto.device, kineto.device_name, ops,
+                     kineto.kernels, kineto.process_groups or et.process_groups, kineto.window, meta)
+
+
+def load_trace(path: str | os.PathLike, step: int | None = None) -> RankTrace:
+    """One trace file (Kineto or ET, detected from its content)."""
+    doc = read_json(path)
+    try:
+        kind = trace_kind(doc)
+    except TraceFormatError as exc:
+        raise TraceFormatError(f"{path}: {exc}") from None
+    return _parse_kineto(doc, str(path), step) if kind == "kineto" else _parse_et(doc, str(path))
+
+
+def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike], step: int | None = None
+                ) -> list[RankTrace]:
+    """Traces of one job: one per rank. A Kineto and an ET file of the same rank are linked."""
+    loaded = [load_trace(p, step) for p in paths]
+    if not loaded:
+        raise TraceFormatError("no trace files given")
+    kin = [t for t in loaded if t.format == "kineto"]
+    ets = [t for t in loaded if t.format == "et"]
+    if kin and ets:
+        # an execution trace has no rank of its own: pair it with the Chrome trace of the same process (pid)
+        by_pid = {t.meta.get("pid"): t for t in ets}
+        if len(by_pid) != len(ets) or None in by_pid:
+            raise TraceFormatError("cannot pair the execution traces with the Chrome traces (two share a process "
+                                   "id, or one has none)")
+        out = []
+        for k in kin:
+            e = by_pid.pop(k.meta.get("pid"), None)
+            out.append(link(k, e) if e is not None else k)
+        if by_pid:
+            raise TraceFormatError(f"execution trace(s) {[t.path for t in by_pid.values()]} have no Chrome trace of "
+                                   "the same process to link to")
+        loaded = out
+    ranks = [t.rank for t in loaded]
+    if len(set(ranks)) != len(ranks):
+        if len(loaded) > 1:
+            # several single-process traces without distributedInfo: number them in order
+            if all(t.world_size == 1 for t in loaded):
+                raise TraceFormatError("several traces of a single-process job given; give one trace per rank of "
+                                       "one distributed job")
+            raise TraceFormatError(f"two traces claim the same rank ({ranks})")
+    world = max(t.world_size for t in loaded)
+    if sorted(ranks) != list(range(len(loaded))) or (world != len(loaded)):
+        raise TraceFormatError(f"traces cover rank(s) {sorted(ranks)} of a {world}-rank job; give one trace per rank")
+    return sorted(loaded, key=lambda t: t.rank)

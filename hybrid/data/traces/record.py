@@ -1,0 +1,124 @@
+"""Record the traces ``hybrid trace`` reads, for one step of a user's training (or inference) loop.
+
+>>> from hybrid.data.traces.record import trace_step          # doctest: +SKIP
+>>> for i in range(3):                                          # doctest: +SKIP
+...     step()                                                  # warm-up: caches, allocator, autotuning
+>>> with trace_step("traces/"):                                 # doctest: +SKIP
+...     step()                                                  # the recorded step
+>>> # traces/kineto_rank0.json (+ traces/et_rank0.json)
+
+Under ``torch.distributed`` every rank records its own files (``..._rank<r>.json``); the Chrome trace then names
+the rank, the world size and the process groups. ``device="meta"`` marks a step whose tensors live on the meta
+device (shapes without data: a model too big to run here), so the trace is never taken as measured hardware.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hybrid.errors import InvalidInputError
+
+
+def _rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except ImportError:  # pragma: no cover
+        pass
+    return int(os.environ.get("RANK", 0))
+
+
+@contextmanager
+def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, device: str | None = None,
+               name: str = "ProfilerStep#0", cuda: bool | None = None) -> Iterator[dict[str, Path]]:
+    """Profile the enclosed step: Chrome trace with shapes (and an execution trace) written to ``out_dir``.
+
+    Yields a dict that holds, after the block, ``{"kineto": path, "et": path}``. Files are written to a
+    temporary name and renamed, so an interrupted step leaves nothing half-written.
+    """
+    import torch
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rank = _rank()
+    kin = out / f"kineto_rank{rank}.json"
+    etp = out / f"et_rank{rank}.json"
+    acts = [ProfilerActivity.CPU]
+    if cuda if cuda is not None else torch.cuda.is_available():
+        acts.append(ProfilerActivity.CUDA)
+    paths: dict[str, Path] = {}
+    et = None
+    tmp_et = etp.with_name(f".{etp.name}.tmp")
+    if execution_trace:
+        et = ExecutionTraceObserver().register_callback(str(tmp_et))
+    try:
+        with profile(activities=acts, record_shapes=True) as prof:
+            if device:
+                prof.add_metadata("hybrid_traced_device", str(device))
+            if et is not None:
+                et.start()
+            with record_function(name):
+                yield paths
+            if et is not None:
+                et.stop()
+        tmp_k = kin.with_name(f".{kin.name}.tmp")
+        prof.export_chrome_trace(str(tmp_k))
+        os.replace(tmp_k, kin)
+        paths["kineto"] = kin
+        if et is not None:
+            et.unregister_callback()
+            et = None
+            os.replace(tmp_et, etp)
+            paths["et"] = etp
+    finally:
+        if et is not None:
+            try:
+                et.unregister_callback()
+            except Exception:  # pragma: no cover - best effort cleanup
+                pass
+        for p in (tmp_et, kin.with_name(f".{kin.name}.tmp")):
+            p.unlink(missing_ok=True)
+
+
+def record_step(step: Callable[[], Any], out_dir: str | os.PathLike, *, warmup: int = 2,
+                execution_trace: bool = True, device: str | None = None) -> dict[str, Path]:
+    """Run ``step`` ``warmup`` times, then once under :func:`trace_step`; returns the written paths."""
+    if warmup < 0:
+        raise InvalidInputError(f"warmup must be >= 0, got {warmup}")
+    for _ in range(warmup):
+        step()
+    with trace_step(out_dir, execution_trace=execution_trace, device=device) as paths:
+        step()
+    return paths
+
+
+def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step_fn: str = "step",
+                  warmup: int = 2, execution_trace: bool = True, args: list[str] | None = None) -> dict[str, Path]:
+    """Run ``script`` as ``__main__``-less module (its top level sets things up), then trace its ``step_fn()``."""
+    p = Path(script)
+    if not p.is_file():
+        raise InvalidInputError(f"script not found: {p}")
+    old_argv = sys.argv
+    sys.argv = [str(p), *(args or [])]
+    try:
+        ns = runpy.run_path(str(p), run_name="__hybrid_trace__")
+    except SyntaxError as exc:
+        raise InvalidInputError(f"{p}: not a Python script ({exc.msg}, line {exc.lineno})") from None
+    finally:
+        sys.argv = old_argv
+    fn = ns.get(step_fn)
+    if not callable(fn):
+        raise InvalidInputError(f"{p} defines no function {step_fn!r} to trace (define `def {step_fn}(): ...` that "
+                                "runs one training step, or pass --step-fn)")
+    device = ns.get("TRACE_DEVICE")
+    return record_step(fn, out_dir, warmup=warmup, execution_trace=execution_trace,
+                       device=str(device) if device else None)

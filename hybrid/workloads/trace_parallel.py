@@ -1,0 +1,182 @@
+"""Parallel modes of a single-device trace: data, tensor (Megatron) and pipeline parallelism as unit rewrites.
+
+A trace of one device running the whole model becomes the per-rank work of an N-way parallel job by rewriting
+its units (:func:`hybrid.workloads.trace_graph.trace_units`) before the graph is built
+(``build_trace_graph(..., transform=...)``) and, for data/tensor parallelism, replicating the trace over N ranks
+(:func:`replicate`):
+
+* **data parallel** (:func:`data_parallel`): each rank runs the trace (recorded at the per-rank batch); DDP
+  all-reduces the gradients in buckets (25 MiB, the first 1 MiB) as backward produces them, read from the
+  ``AccumulateGrad`` ops of the trace (gradient shapes);
+* **tensor parallel** (:func:`tensor_parallel`, Megatron-LM style for GPT blocks): GEMMs whose non-token
+  dimension is wider than the hidden size (QKV, MLP up, LM head) are split column-wise, the hidden x hidden
+  projection and MLP down row-wise; attention batches (heads), softmax rows and the activations of the split
+  layers shrink by N; ops on the replicated hidden state (layer norms, residual adds, dropout after a
+  projection) stay whole; one all-reduce of the hidden state follows every row-parallel forward GEMM and
+  every backward GEMM that produces a full activation gradient from a split one;
+* **pipeline parallel** (:func:`pipeline_parallel`, one micro-batch): the stages run one after another, so the
+  rank-0 timeline is the whole trace plus a point-to-point activation transfer at each of the N-1 stage
+  boundaries in forward and in backward.
+
+These rewrites use shapes only (the token count ``batch x seq`` and the hidden size), so they apply to any
+trace of a transformer whose blocks use fused QKV (GPT-2 style); separate Q/K/V projections are split the same
+way but their forward all-reduce count is then overstated (see docs/traces.md).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.traces.opmap import numel
+from hybrid.data.traces.parse import RankTrace
+from hybrid.errors import InvalidInputError
+
+DDP_BUCKET_BYTES = 25 * 2**20
+DDP_FIRST_BUCKET_BYTES = 2**20
+_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
+
+
+def replicate(trace: RankTrace, ranks: int) -> list[RankTrace]:
+    """``ranks`` copies of one trace as ranks 0..N-1 of one job (default process group = all of them)."""
+    if ranks < 1:
+        raise InvalidInputError(f"ranks must be >= 1, got {ranks}")
+    out = []
+    for r in range(ranks):
+        t = copy.copy(trace)
+        t.rank, t.world_size = r, ranks
+        t.process_groups = {"0": tuple(range(ranks))}
+        out.append(t)
+    return out
+
+
+def _collective_unit(after: pd.Series, op: str, size: float, ranks: int, phase: str, name: str) -> dict[str, Any]:
+    return {"op_id": -1, "tid": after["tid"], "name": name, "ts": float(after["ts"] + after["dur"]) + 1e-3,
+            "dur": 0.0, "kind": "collective", "label": "collective",
+            "row": {"op": op, "size_bytes": int(max(size, 1)), "n_ranks": int(ranks), "dtype": "fp32"},
+            "phase": phase, "pg": "0", "device_us": np.nan, "kstream": ""}
+
+
+def _insert(units: pd.DataFrame, new: list[dict[str, Any]]) -> pd.DataFrame:
+    if not new:
+        return units
+    out = pd.concat([units, pd.DataFrame(new, columns=units.columns)], ignore_index=True)
+    return out.sort_values(["tid", "ts"], kind="stable").reset_index(drop=True)
+
+
+def data_parallel(ranks: int, bucket_bytes: int = DDP_BUCKET_BYTES, first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES):
+    """A ``transform`` adding DDP's bucketed gradient all-reduces (see the module docstring)."""
+
+    def transform(trace: RankTrace, units: pd.DataFrame) -> pd.DataFrame:
+        if ranks <= 1:
+            return units
+        ops = trace.ops
+        names = ops["name"].astype(str)
+        grads = ops[(names == "torch::autograd::AccumulateGrad")].sort_values("ts", kind="stable")
+        new, pending, cap, last = [], 0.0, first_bucket_bytes, None
+        for _, g in grads.iterrows():
+            dims, types = g["dims"] or [], g["types"] or []
+            eb = _BYTES.get(next((t for t in types if t in _BYTES), "fp32"), 4)
+            pending += numel(dims[0]) * eb if dims else 0.0
+            last = g
+            if pending >= cap:
+                new.append(_collective_unit(g, "all_reduce", pending, ranks, "backward", "DDP all_reduce bucket"))
+                pending, cap = 0.0, bucket_bytes
+        if pending > 0 and last is not None:
+            new.append(_collective_unit(last, "all_reduce", pending, ranks, "backward", "DDP all_reduce bucket"))
+        if not new:
+            raise InvalidInputError(f"{trace.path}: no gradients (AccumulateGrad) in the trace: data parallelism "
+                                    "needs a training step")
+        return _insert(units, new)
+
+    return transform
+
+
+def tensor_parallel(ranks: int, tokens: int, hidden: int):
+    """A ``transform`` splitting a transformer's work Megatron-style over ``ranks`` (see the module docstring)."""
+    if ranks < 1 or tokens < 1 or hidden < 1:
+        raise InvalidInputError("tensor_parallel needs positive ranks, tokens and hidden size")
+    act_bytes = tokens * hidden
+
+    def split_row(row: dict[str, Any], phase: str) -> tuple[dict[str, Any], bool]:
+        """(per-rank row, whether an all-reduce of the hidden state follows)."""
+        r = dict(row)
+        op = r.get("op")
+        if op in ("gemm", "bmm"):
+            if int(r.get("b", 1)) > 1:  # attention score / context batches: heads split
+                r["b"] = max(1, int(np.ceil(int(r["b"]) / ranks)))
+                return r, False
+            dims = [d for d in ("m", "n", "k") if int(r[d]) != tokens]
+            wide = [d for d in dims if int(r[d]) > hidden]
+            if wide:
+                d = max(wide, key=lambda x: int(r[x]))
+            elif dims:
+                # hidden x hidden projection: row-parallel in forward (split the contraction), its data
+                # gradient in backward comes out split (split the output)
+                d = "k" if phase == "forward" and "k" in dims else ("n" if "n" in dims else dims[-1])
+            else:
+                return r, False
+            r[d] = max(1, int(np.ceil(int(r[d]) / ranks)))
+            # a full [tokens, hidden] output computed from a split contraction is a partial sum
+            reduce = d == "k" and int(r["m"]) == tokens and int(r["n"]) == hidden
+            return r, reduce
+        if op == "attention":
+            r["heads"] = max(1, int(np.ceil(int(r["heads"]) / ranks)))
+            if not np.isnan(float(r.get("kv_heads", np.nan) or np.nan)):
+                r["kv_heads"] = max(1, int(np.ceil(int(r["kv_heads"]) / ranks)))
+            return r, False
+        if op == "softmax":
+            if int(r["hidden"]) > hidden:  # vocabulary-parallel loss
+                r["hidden"] = max(1, int(np.ceil(int(r["hidden"]) / ranks)))
+            else:
+                r["rows"] = max(1, int(np.ceil(int(r["rows"]) / ranks)))
+            return r, False
+        if op == "elementwise":
+            if int(r["elements"]) != act_bytes and int(r["elements"]) > tokens:
+                r["elements"] = max(1, int(np.ceil(int(r["elements"]) / ranks)))
+            return r, False
+        return r, False
+
+    def transform(trace: RankTrace, units: pd.DataFrame) -> pd.DataFrame:
+        if ranks <= 1:
+            return units
+        out = units.copy()
+        new = []
+        rows = list(out["row"])
+        for i, u in out.iterrows():
+            if u["kind"] != "op" or not isinstance(u["row"], dict):
+                continue
+            rows[i], reduce = split_row(u["row"], u["phase"])
+            if reduce:
+                new.append(_collective_unit(u, "all_reduce", act_bytes * 4, ranks, u["phase"],
+                                            "TP all_reduce (hidden state)"))
+        out["row"] = rows
+        return _insert(out, new)
+
+    return transform
+
+
+def pipeline_parallel(stages: int, tokens: int, hidden: int):
+    """A ``transform`` adding the N-1 forward and N-1 backward activation transfers of a one-micro-batch
+    pipeline (the stages run one after another: see the module docstring)."""
+    if stages < 1:
+        raise InvalidInputError(f"stages must be >= 1, got {stages}")
+
+    def transform(trace: RankTrace, units: pd.DataFrame) -> pd.DataFrame:
+        if stages <= 1:
+            return units
+        new = []
+        for phase in ("forward", "backward"):
+            work = units[(units["phase"] == phase) & (units["kind"] == "op")]
+            if work.empty:
+                continue
+            cut = np.linspace(0, len(work), stages + 1)[1:-1].astype(int)
+            for c in cut:
+                new.append(_collective_unit(work.iloc[max(c - 1, 0)], "send_recv", tokens * hidden * 4, 2, phase,
+                                            "PP send/recv (activations)"))
+        return _insert(units, new)
+
+    return transform

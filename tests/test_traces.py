@@ -1,0 +1,400 @@
+"""PyTorch traces: real traces recorded here (tiny models on the CPU), parsed, mapped and re-simulated."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hybrid.cli.main import main as cli_main  # noqa: E402
+from hybrid.data.bundle import load_bundle  # noqa: E402
+from hybrid.data.traces import TraceFormatError, load_trace, load_traces  # noqa: E402
+from hybrid.data.traces.opmap import map_op  # noqa: E402
+from hybrid.data.traces.record import record_step, trace_step  # noqa: E402
+from hybrid.engine.costs import RooflineCostModel  # noqa: E402
+from hybrid.workloads.trace_graph import build_trace_graph, predict_trace, trace_units  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "datasets" / "cpu-amd-epyc-1c"
+CPU = "cpu-amd-epyc-1c"
+
+
+class TinyBlock(torch.nn.Module):
+    """Linear -> GELU -> LayerNorm -> self-attention (SDPA) -> Linear: every family the tracer maps."""
+
+    def __init__(self, d: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(100, d)
+        self.fc1 = torch.nn.Linear(d, 2 * d)
+        self.fc2 = torch.nn.Linear(2 * d, d)
+        self.norm = torch.nn.LayerNorm(d)
+        self.heads = heads
+        self.out = torch.nn.Linear(d, 10)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.emb(ids)
+        x = self.norm(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+        b, s, d = x.shape
+        q = x.view(b, s, self.heads, d // self.heads).transpose(1, 2)
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        x = x + a.transpose(1, 2).reshape(b, s, d)
+        return torch.softmax(self.out(x), dim=-1)
+
+
+def _tiny_step():
+    torch.manual_seed(0)
+    model = TinyBlock()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 100, (4, 16))
+
+    def step() -> None:
+        opt.zero_grad()
+        model(ids).sum().backward()
+        opt.step()
+    return step
+
+
+@pytest.fixture(scope="module")
+def tiny_trace(tmp_path_factory) -> dict:
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("trace")
+    return record_step(_tiny_step(), out, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def cpu_catalog():
+    return load_bundle(BUNDLE)[1]
+
+
+def test_recorded_trace_parses_links_and_maps_every_family(tiny_trace):
+    assert set(tiny_trace) == {"kineto", "et"}
+    kin = load_trace(tiny_trace["kineto"])
+    assert kin.format == "kineto" and kin.device == "cpu" and kin.rank == 0 and kin.step_us > 0
+    linked = load_traces([tiny_trace["kineto"], tiny_trace["et"]])[0]
+    assert linked.format == "kineto+et" and linked.meta["et_matched"] > 50
+    # the execution trace adds output shapes that the Chrome trace lacks
+    lin = linked.ops[linked.ops["name"] == "aten::linear"].iloc[0]
+    assert lin["out_dims"] == [[4, 16, 128]]
+    u = trace_units(linked)
+    labels = set(u["label"])
+    assert {"gemm", "norm", "softmax", "attention", "embedding", "elementwise"} <= labels
+    # forward: 3 linears; backward: their mm's (dgrad + wgrad, no dgrad into the embedding output of fc1? yes)
+    gemm = u[u["label"] == "gemm"]
+    fwd = gemm[gemm["phase"] == "forward"]
+    assert len(fwd) == 3 and sorted(r["n"] for r in fwd["row"]) == [10, 64, 128]
+    assert (gemm["phase"] == "backward").sum() == 6
+    att = u[u["label"] == "attention"]
+    assert list(att["phase"]) == ["forward", "backward"]
+    assert att["row"].iloc[0] == {"op": "attention", "batch": 4, "heads": 4, "q_len": 16, "kv_len": 16,
+                                  "head_dim": 16, "kv_heads": 4, "causal": 1, "dtype": "fp32", "direction": "fwd"}
+    assert (u["phase"] == "optimizer").sum() > 5  # AdamW's per-parameter ops
+    # units never overlap on a thread and lie inside the step
+    assert (u["ts"].diff().fillna(1) >= 0).all()
+    assert u["ts"].min() >= kin.window[0] - 1e-3 and (u["ts"] + u["dur"]).max() <= kin.window[1] + 1e-3
+
+
+def test_resimulating_with_measured_times_reproduces_the_step(tiny_trace, cpu_catalog):
+    traces = load_traces([tiny_trace["kineto"], tiny_trace["et"]])
+    it = build_trace_graph(traces, CPU, cpu_catalog)
+    assert it.same_device
+    pred = predict_trace(it, RooflineCostModel(cpu_catalog))
+    measured = it.measured_step_us
+    # every microsecond of the step is in a unit or a gap: the critical path is the step
+    assert pred.measured.iteration_us == pytest.approx(measured, rel=0.02)
+    s = pred.summary()
+    assert s["measured_ms"] == pytest.approx(measured / 1e3)
+    assert 0 < s["predicted_ms"] < 10 * s["measured_ms"]
+    bd = pred.breakdown()
+    assert "gemm" in set(bd["label"]) and (bd["predicted_us"] >= 0).all()
+    # the host gaps are measured time on the traced device: identical in both simulations
+    gaps = bd.set_index("label").loc["host gaps"]
+    assert gaps["predicted_us"] == pytest.approx(gaps["measured_us"])
+
+
+def test_other_device_drops_traced_host_time_and_reports_unmodelled(tiny_trace, cpu_catalog):
+    traces = load_traces([tiny_trace["kineto"]])
+    it = build_trace_graph(traces, "A100-SXM4-80GB", cpu_catalog)
+    assert not it.same_device and it.info["host"] == "model"
+    pred = predict_trace(it, RooflineCostModel(cpu_catalog))
+    s = pred.summary()
+    assert "measured_ms" not in s and "host gaps" not in s["breakdown_ms"]
+    assert s["breakdown_ms"]["launch"] > 0  # the engine's per-kernel launch overhead stands in for the host
+    unm = it.unmodelled()
+    assert list(unm.columns) == ["name", "count", "measured_us", "costed_as"]
+    if len(unm):
+        assert (unm["costed_as"] == "unmodelled (0 us)").all()
+
+
+def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalog):
+    # a CNN's pooling and batch norm have no family: listed, and costed at their traced time on the same CPU
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 4))
+    x = torch.randn(2, 3, 16, 16)
+    paths = record_step(lambda: model(x).sum().backward(), tmp_path, warmup=1, execution_trace=False)
+    it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
+    unm = it.unmodelled()
+    names = set(unm["name"])
+    assert {"aten::max_pool2d", "aten::batch_norm", "aten::native_batch_norm_backward",
+            "aten::max_pool2d_with_indices_backward"} <= names, names
+    assert not any(n.startswith("autograd::") for n in names)
+    assert (unm["measured_us"] > 0).all() and (unm["costed_as"].str.startswith("trace time")).all()
+    conv = it.units[it.units["label"] == "conv"]
+    fwd = conv[conv["phase"] == "forward"]["row"].iloc[0]
+    assert (fwd["m"], fwd["n"], fwd["k"]) == (2 * 16 * 16, 8, 27)
+    pred = predict_trace(it, RooflineCostModel(cpu_catalog))
+    bd = pred.breakdown().set_index("label")
+    assert bd.loc["unmodelled", "predicted_us"] == pytest.approx(unm["measured_us"].sum(), rel=1e-6)
+
+
+@pytest.mark.parametrize("name,dims,types,expect", [
+    ("aten::mm", [[8, 16], [16, 32]], ["fp32"] * 2, {"op": "gemm", "m": 8, "n": 32, "k": 16}),
+    ("aten::addmm", [[32], [8, 16], [16, 32], [], []], ["fp32"] * 3 + [None, None],
+     {"op": "gemm", "m": 8, "n": 32, "k": 16}),
+    ("aten::bmm", [[4, 8, 16], [4, 16, 32]], ["fp32"] * 2, {"op": "bmm", "b": 4, "m": 8, "n": 32, "k": 16}),
+    ("aten::linear", [[2, 5, 16], [32, 16], [32]], ["bf16"] * 3,
+     {"op": "gemm", "m": 10, "n": 32, "k": 16, "dtype": "bf16"}),
+    ("aten::matmul", [[2, 3, 8, 16], [3, 16, 4]], ["fp32"] * 2, {"op": "bmm", "b": 6, "m": 8, "n": 4, "k": 16}),
+    ("aten::layer_norm", [[4, 6, 64], [], [64], [64], [], []], ["fp32", None, "fp32", "fp32", None,
+                                                                 None],
+     {"op": "layernorm", "rows": 24, "hidden": 64, "direction": "fwd"}),
+    ("aten::_softmax_backward_data", [[4, 128], [4, 128], [], []], ["fp32", "fp32", None, None],
+     {"op": "softmax", "rows": 4, "hidden": 128, "direction": "bwd"}),
+    ("aten::embedding", [[1000, 64], [4, 16], [], [], []], ["fp32", "int64", None, None, None],
+     {"op": "embedding_bag", "num_embeddings": 1000, "embedding_dim": 64, "batch_size": 64}),
+    ("aten::add_", [[4, 128], [4, 128], []], ["fp32", "fp32", None],
+     {"op": "elementwise", "elements": 512, "n_inputs": 2.0}),
+])
+def test_op_mapping_shapes(name, dims, types, expect):
+    mp = map_op(name, dims, types)
+    assert mp is not None and mp.kind == "op"
+    for k, v in expect.items():
+        assert mp.row[k] == v, (k, mp.row)
+
+
+def test_collective_and_view_mapping():
+    mp = map_op("c10d::allreduce_", [[[1000]], [], [], [], [], []], [None, "", "", "", None, None],
+                group_size=4)
+    assert mp.kind == "collective" and mp.row["op"] == "all_reduce" and mp.row["size_bytes"] == 4000
+    assert mp.row["n_ranks"] == 4
+    assert map_op("aten::view", [[4, 4], []], ["fp32", None]).kind == "view"
+    # a composite view-named op that did copy is looked into, not taken as free
+    assert map_op("aten::reshape", [[4, 4], []], ["fp32", None], leaf=False) is None
+    assert map_op("aten::some_new_op", [[4]], ["fp32"]) is None
+
+
+@pytest.mark.parametrize("content,match", [
+    (b"", "empty"),
+    (b'{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur"', "truncated"),
+    (b'{"a": 1}', "not a PyTorch trace"),
+    (b"[1, 2, 3]", "not a PyTorch trace"),
+    (b'{"traceEvents": []}', "no op events"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1}]}', "no 'ts'/'dur'"),
+    (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": -4}]}', "negative"),
+    (b"\x00\x01\x02\xff\xfe", "JSON"),
+    (b'{"nodes": [{"name": "x"}], "schema": "1.0"}', "execution-trace node"),
+])
+def test_bad_files_get_clear_errors(tmp_path, content, match):
+    p = tmp_path / "t.json"
+    p.write_bytes(content)
+    with pytest.raises(TraceFormatError, match=match):
+        load_trace(p)
+
+
+def test_truncated_real_trace_and_cli_exit_code(tiny_trace, tmp_path, capsys):
+    raw = Path(tiny_trace["kineto"]).read_bytes()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(TraceFormatError, match="truncated"):
+        load_trace(cut)
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(raw))
+    assert load_trace(gz).step_us == pytest.approx(load_trace(tiny_trace["kineto"]).step_us)
+    assert cli_main(["trace", "predict", str(cut), "--device", "T4"]) == 2
+    assert "truncated" in capsys.readouterr().err
+    assert cli_main(["trace", "predict", str(tiny_trace["kineto"])]) == 2  # no target given
+    assert cli_main(["trace", "predict", str(tiny_trace["kineto"]), "--device", "no-such-gpu"]) == 2
+
+
+def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
+    out = tmp_path / "graph.json"
+    assert cli_main(["trace", "import", str(tiny_trace["kineto"]), str(tiny_trace["et"]), "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["world_size"] == 1 and doc["ranks"][0]["format"] == "kineto+et"
+    assert sum(doc["ranks"][0]["counts"].values()) == len(doc["ranks"][0]["units"])
+    capsys.readouterr()
+    assert cli_main(["trace", "predict", str(Path(tiny_trace["kineto"]).parent), "--device", CPU,
+                     "--bundle", str(BUNDLE), "--roofline", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["same_device"] and s["measured_ms"] > 0 and s["predicted_ms"] > 0 and "gemm" in s["breakdown_ms"]
+
+
+def test_trace_step_writes_nothing_when_the_step_fails(tmp_path):
+    with pytest.raises(RuntimeError), trace_step(tmp_path / "t"):
+        raise RuntimeError("boom")
+    assert not any((tmp_path / "t").iterdir())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ddp_rank(rank: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
+    x = torch.randn(8, 32)
+    record_step(lambda: model(x).sum().backward(), out, warmup=1)
+    dist.destroy_process_group()
+
+
+def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_ddp_rank, args=(_free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+    traces = load_traces(sorted(str(p) for p in tmp_path.glob("*.json")))
+    assert [t.rank for t in traces] == [0, 1] and all(t.format == "kineto+et" for t in traces)
+    assert traces[0].process_groups == {"0": (0, 1)}
+    it = build_trace_graph(traces, "cpu-amd-epyc-1c-gloo", cpu_catalog)
+    colls = it.units[it.units["kind"] == "collective"]
+    per_rank = colls.groupby("rank").size()
+    assert list(per_rank.index) == [0, 1] and per_rank.iloc[0] == per_rank.iloc[1]  # matched one to one
+    ar = colls[[r["op"] == "all_reduce" for r in colls["row"]]]
+    assert len(ar) == 2  # DDP's one gradient bucket, on each rank
+    assert ar["row"].iloc[0]["size_bytes"] == 4 * (32 * 64 + 64 + 64 * 4 + 4)
+    # every collective is one synchronised group of both ranks in the compiled graph
+    g = it.graph.compile()
+    members = np.bincount(g.group[(g.group >= 0) & (g.kind != 3)])
+    assert (members == 2).all() and len(members) == per_rank.iloc[0]
+    pred = predict_trace(it, RooflineCostModel(cpu_catalog))
+    assert pred.measured.graph.n_ranks == 2
+    # measured re-simulation: at least every rank's own work outside collectives, and about the slower rank's
+    # traced step (gloo waits that hide in host gaps, not in the collective op, can count twice: docs/traces.md)
+    own = max(t.step_us - colls.loc[colls["rank"] == t.rank, "dur"].sum() for t in traces)
+    assert own * 0.99 <= pred.measured.iteration_us <= it.measured_step_us * 1.35
+    assert np.isfinite(pred.predicted_us) and pred.summary()["breakdown_ms"]["collective"] > 0
+
+
+@pytest.fixture(scope="module")
+def meta_gpt2_trace(tmp_path_factory):
+    """A 2-layer GPT-2 training step traced on the meta device (shapes only)."""
+    tf = pytest.importorskip("transformers")
+    cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=64, attn_implementation="eager")
+    with torch.device("meta"):
+        model = tf.GPT2LMHeadModel(cfg)
+    ids = torch.ones((2, 16), dtype=torch.long, device="meta")
+
+    def step() -> None:
+        logits = model(input_ids=ids)["logits"]
+        torch.nn.functional.cross_entropy(logits.view(-1, 128), ids.view(-1)).backward()
+    out = tmp_path_factory.mktemp("meta")
+    record_step(step, out, warmup=0, execution_trace=False, device="meta")
+    return load_trace(out / "kineto_rank0.json")
+
+
+def test_meta_trace_parallel_modes(meta_gpt2_trace):
+    from hybrid.workloads import trace_parallel as tp
+
+    tr = meta_gpt2_trace
+    assert tr.device == "meta"
+    single = build_trace_graph([tr], "A100-SXM4-80GB")
+    assert not single.same_device and single.info["host"] == "model"
+    base_units = single.units
+    tokens, hidden = 2 * 16, 64
+    # data parallel: all gradient bytes all-reduced once, in buckets, during backward
+    dp = build_trace_graph(tp.replicate(tr, 4), "A100-SXM4-80GB", transform=tp.data_parallel(4))
+    ar = dp.units[(dp.units["kind"] == "collective") & (dp.units["rank"] == 0)]
+    n_params = 128 * 64 + 64 * 64 + 2 * (2 * 64 + 64 * 192 + 192 + 64 * 64 + 64 + 2 * 64 + 64 * 256 + 256
+                                         + 256 * 64 + 64) + 2 * 64
+    assert sum(r["size_bytes"] for r in ar["row"]) == 4 * n_params
+    assert set(ar["phase"]) == {"backward"}
+    # tensor parallel: 2 all-reduces per layer forward, 2 per layer backward + the LM head's data gradient
+    tpi = build_trace_graph(tp.replicate(tr, 4), "A100-SXM4-80GB", transform=tp.tensor_parallel(4, tokens, hidden))
+    coll = tpi.units[(tpi.units["kind"] == "collective") & (tpi.units["rank"] == 0)]
+    assert (coll["phase"] == "forward").sum() == 4 and (coll["phase"] == "backward").sum() == 5
+    assert all(r["size_bytes"] == tokens * hidden * 4 for r in coll["row"])
+
+    def gemm_flops(units):
+        g = units[(units["label"] == "gemm") & (units["rank"] == 0)]
+        return sum(2 * r.get("b", 1) * r["m"] * r["n"] * r["k"] for r in g["row"])
+    assert gemm_flops(tpi.units) == pytest.approx(gemm_flops(base_units) / 4, rel=0.01)
+    # pipeline: 3 activation transfers each way, serial with the work
+    pp = build_trace_graph([tr], "A100-SXM4-80GB", transform=tp.pipeline_parallel(4, tokens, hidden))
+    sends = pp.units[pp.units["kind"] == "collective"]
+    assert list(sends.groupby("phase").size()) == [3, 3]
+    p1 = predict_trace(single, RooflineCostModel()).predicted_us
+    p4 = predict_trace(pp, RooflineCostModel()).predicted_us
+    assert p4 > p1
+
+
+def _gpu_trace(path: Path) -> Path:
+    """A small hand-written Chrome trace of a CUDA step in Kineto's layout (ops, launches, kernels, sync)."""
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 20,
+         "args": {"External id": 5, "Record function id": 5, "Input Dims": [[1024, 1024], [1024, 1024]],
+                  "Input type": ["float", "float"]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 15, "dur": 5,
+         "args": {"External id": 5, "correlation": 11}},
+        {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": 30, "dur": 400,
+         "args": {"External id": 5, "stream": 7, "device": 0, "correlation": 11}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::my_custom_op", "pid": 1, "tid": 1, "ts": 40, "dur": 10,
+         "args": {"External id": 6, "Record function id": 6, "Input Dims": [[1024, 1024]], "Input type": ["float"]}},
+        {"ph": "X", "cat": "kernel", "name": "custom_kernel", "pid": 0, "tid": 7, "ts": 430, "dur": 100,
+         "args": {"External id": 6, "stream": 7, "device": 0}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1, "ts": 60, "dur": 475,
+         "args": {"External id": 7, "Record function id": 7, "Input Dims": [[]], "Input type": ["float"]}},
+    ]
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
+           "record_shapes": 1, "traceEvents": ev}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_gpu_trace_kernels_streams_and_sync(tmp_path):
+    tr = load_trace(_gpu_trace(tmp_path / "gpu.json"))
+    assert tr.device == "cuda" and tr.device_name == "NVIDIA A100-SXM4-80GB" and len(tr.kernels) == 2
+    u = trace_units(tr)
+    mm = u[u["name"] == "aten::mm"].iloc[0]
+    assert mm["device_us"] == 400 and mm["kstream"] == "7" and mm["label"] == "gemm"
+    it = build_trace_graph([tr], "A100-SXM4-80GB")
+    assert it.same_device and it.info["host"] == "trace"
+    unm = it.unmodelled()
+    assert list(unm["name"]) == ["aten::my_custom_op"]
+    pred = predict_trace(it, RooflineCostModel())
+    # replay with traced times: both kernels back to back on stream 7 (10 + 400 + 100), item waits for them,
+    # then the rest of the step on the host
+    assert pred.measured.iteration_us == pytest.approx(510 + (1000 - 535), rel=0.02)
+    s = pred.summary()
+    assert s["measured_ms"] == pytest.approx(1.0) and s["breakdown_ms"]["unmodelled"] == pytest.approx(0.1)
+    # on another GPU the custom kernel is listed as unmodelled and costs nothing; the GEMM is re-costed
+    other = predict_trace(build_trace_graph([tr], "H100-SXM"), RooflineCostModel()).summary()
+    assert other["unmodelled"]["costed_as"] == "not costed (0)" and other["breakdown_ms"]["unmodelled"] == 0
+    assert 0 < other["breakdown_ms"]["gemm"] < 0.4
+
+
+def test_execution_trace_alone_predicts_other_devices_only(tiny_trace, cpu_catalog):
+    et = load_trace(tiny_trace["et"])
+    assert et.format == "et" and not et.has_times
+    linked = load_traces([tiny_trace["kineto"], tiny_trace["et"]])[0]
+    # the same op units from the execution trace alone as from the linked pair
+    a, b = trace_units(et), trace_units(linked)
+    assert list(a.loc[a["kind"] == "op", "label"]) == list(b.loc[b["kind"] == "op", "label"])
+    assert list(a.loc[a["kind"] == "op", "row"]) == list(b.loc[b["kind"] == "op", "row"])
+    s = predict_trace(build_trace_graph([et], "H100-SXM"), RooflineCostModel()).summary()
+    assert s["predicted_ms"] > 0 and "measured_ms" not in s
+    with pytest.raises(Exception, match="no times"):
+        build_trace_graph([et], CPU, cpu_catalog, same_device=True)
