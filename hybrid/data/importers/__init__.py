@@ -23,6 +23,7 @@ import pandas as pd
 
 from hybrid.data.importers._common import DataImportWarning
 from hybrid.data.importers.deepbench import import_deepbench
+from hybrid.data.importers.llmcompass import import_llmcompass
 from hybrid.data.importers.nccl_tests import import_nccl_tests
 from hybrid.data.importers.neusight import drop_cross_file_duplicates, import_neusight
 from hybrid.data.importers.vidur import import_vidur_compute, import_vidur_network
@@ -90,6 +91,8 @@ IMPORTERS: dict[str, Importer] = {
         Importer("deepbench", "DeepBench GEMM and all-reduce results (tidy CSVs)", import_deepbench,
                  ("deepbench/deepbench_gemm_tidy.csv", "deepbench/deepbench_allreduce_tidy.csv"),
                  "deepbench_*_tidy.csv", ("deepbench-tidy",)),
+        Importer("llmcompass", "LLMCompass A100 / MI210 FP16 matmul tables (figure 5 real hardware)",
+                 import_llmcompass, ("llmcompass/*matmul_*.csv",), "*matmul_*.csv", ("llmcompass",)),
         Importer("nccl-tests", "raw nccl-tests stdout logs (*_perf output)", import_nccl_tests,
                  ("nccl-tests/**/*.log", "nccl-tests/**/*output.dat", "nccl-tests/**/*output.dat.*"),
                  "*", ("nccl-tests-alcf", "nccl-tests-xxrjun")),
@@ -172,6 +175,7 @@ __all__ = [
     "expand_paths",
     "get_importer",
     "import_deepbench",
+    "import_llmcompass",
     "import_nccl_tests",
     "import_neusight",
     "import_paths",
