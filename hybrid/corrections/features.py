@@ -19,6 +19,8 @@ from hybrid.units import normalize_dtype
 #: Version of the feature sets below. A saved model records the version it was fitted with and is rebuilt with
 #: exactly those features (``feature_names(kind, use_device, version)``); version 1 = before the transfer model.
 FEATURE_VERSION = 2
+#: Highest version :func:`feature_names` knows (3 adds :data:`DEVICE_FEATURES_V3`).
+LATEST_FEATURE_VERSION = 3
 
 #: Output tile edges (elements) used for the wave-quantisation features: common cuBLAS/rocBLAS tile sizes.
 TILE_EDGES = (64, 128)
@@ -31,6 +33,11 @@ ROW_CHUNK = 128
 #: Device descriptors (per row, via the row's device and dtype).
 DEVICE_FEATURES = ("dev_log_peak", "dev_log_bw", "dev_log_ridge", "dev_log_l2", "dev_sms", "dev_clock_ghz",
                    "dev_amd", "dev_log_bw_per_sm")
+#: Added in version 3: why a device falls short of its datasheet. ``dev_log_path_ratio`` = log(peak of the
+#: row's dtype / FP32 peak): 0 on the CUDA-core path, log 8-16 on the tensor-core path, whose kernels need larger
+#: tiles to reach their peak; ``dev_log_tdp_per_sm`` = log(board power / SMs): watts each SM may draw, low on
+#: 70-75 W cards that cannot hold their boost clock under load; ``dev_cpu`` = a CPU (library: oneDNN/MKL).
+DEVICE_FEATURES_V3 = (*DEVICE_FEATURES, "dev_log_path_ratio", "dev_log_tdp_per_sm", "dev_cpu")
 #: Roofline-derived features shared by every kernel.
 BASE_FEATURES = ("dtype_bytes", "log_flops", "log_bytes", "log_compute_us", "log_memory_us", "log_latency_us",
                  "log_roofline_us", "log_intensity_over_ridge", "log_bytes_over_l2", "body_over_latency")
@@ -44,6 +51,9 @@ GEMM_FEATURES_V2 = (*GEMM_FEATURES, "log_traffic_over_bytes")
 #: L2, clock) identify each of the few training GPUs and hurt on an unseen one
 #: (``experiments/kernel_accuracy/results.md``).
 TRANSFER_DEVICE_FEATURES = ("dev_amd",)
+#: Version-3 transfer descriptors: the library (vendor, CPU), the dtype's path and power per SM: ratios that
+#: describe a class of devices rather than naming one.
+TRANSFER_DEVICE_FEATURES_V3 = ("dev_amd", "dev_cpu", "dev_log_path_ratio", "dev_log_tdp_per_sm")
 #: Elementwise / norm / softmax / attention features.
 POINTWISE_FEATURES = ("op_code", "is_bwd", "log_elements", "log_rows", "log_hidden", "hidden_vec4", "n_inputs",
                       "n_outputs", "flops_per_element", "row_waves", "row_wave_eff")
@@ -66,7 +76,7 @@ def _log(x: np.ndarray) -> np.ndarray:
 
 
 def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    """Per-row device descriptors (:data:`DEVICE_FEATURES`) for each row's device and dtype."""
+    """Per-row device descriptors (:data:`DEVICE_FEATURES_V3`) for each row's device and dtype."""
     dev = table["device"].astype(str)
     dt = table["dtype"].fillna("fp32").astype(str) if "dtype" in table.columns else pd.Series("fp32", index=table.index)
     pair = dev + "\x00" + dt
@@ -77,10 +87,13 @@ def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         d = catalog.device(name)
         peak = d.peak(normalize_dtype(dtype))
         sms = float(max(d.num_sms, 1))
+        fp32 = d.peak("fp32")
+        tdp = d.tdp_w if d.tdp_w > 0 else np.nan
         rows.append([np.log(peak), np.log(d.mem_bw), np.log(peak / d.mem_bw), np.log(max(d.l2_cache, 1.0)),
-                     sms, d.clock_mhz / 1e3, float(d.vendor == "amd"), np.log(d.mem_bw / sms)])
-    values = np.asarray(rows, dtype=np.float64)[codes]
-    return pd.DataFrame(values, columns=list(DEVICE_FEATURES), index=table.index)
+                     sms, d.clock_mhz / 1e3, float(d.vendor == "amd"), np.log(d.mem_bw / sms),
+                     np.log(peak / fp32), np.log(tdp / sms), float(d.kind == "cpu")])
+    values = np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(DEVICE_FEATURES_V3))[codes]
+    return pd.DataFrame(values, columns=list(DEVICE_FEATURES_V3), index=table.index)
 
 
 def _sms(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
@@ -271,12 +284,14 @@ def feature_names(kind: str, use_device: bool = True, version: int = FEATURE_VER
     training data: own and roofline features plus :data:`TRANSFER_DEVICE_FEATURES` instead of the device
     descriptors.
     """
-    if version not in (1, 2):
-        raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 and {FEATURE_VERSION})")
+    if version not in (1, 2, 3):
+        raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 to {LATEST_FEATURE_VERSION})")
     if version == 1:
         own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES}[kind]
     else:
         own = {"gemm": GEMM_FEATURES_V2, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2}[kind]
     if transfer:
-        return list(own) + list(BASE_FEATURES) + list(TRANSFER_DEVICE_FEATURES)
-    return list(own) + list(BASE_FEATURES) + (list(DEVICE_FEATURES) if use_device else [])
+        dev = TRANSFER_DEVICE_FEATURES_V3 if version >= 3 else TRANSFER_DEVICE_FEATURES
+        return list(own) + list(BASE_FEATURES) + list(dev)
+    dev = DEVICE_FEATURES_V3 if version >= 3 else DEVICE_FEATURES
+    return list(own) + list(BASE_FEATURES) + (list(dev) if use_device else [])

@@ -25,7 +25,7 @@ import pandas as pd
 import xgboost as xgb
 
 from hybrid.corrections.base import Correction, family_mask, measured_log_ratio, read_json, write_json
-from hybrid.corrections.features import FEATURE_VERSION, build_features, feature_names
+from hybrid.corrections.features import FEATURE_VERSION, LATEST_FEATURE_VERSION, build_features, feature_names
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 
@@ -237,9 +237,9 @@ class XGBCorrection(Correction):
         directory = Path(directory)
         meta = read_json(directory / "params.json")
         version = int(meta.get("feature_version", 1))
-        if version > FEATURE_VERSION:
+        if version > LATEST_FEATURE_VERSION:
             raise InvalidInputError(f"{directory}: saved with feature version {version}, this hybrid knows up to "
-                                    f"{FEATURE_VERSION}; upgrade hybrid or refit the model")
+                                    f"{LATEST_FEATURE_VERSION}; upgrade hybrid or refit the model")
         obj = cls(XGBParams(**meta["params"]), bool(meta["use_device_features"]), version, bool(meta.get("transfer")))
         if meta["feature_names"] != obj.feature_names or (
                 obj.transfer and meta.get("transfer_feature_names") != obj.transfer_feature_names):
