@@ -126,8 +126,9 @@ class IntervalCalibration:
         """(log low factor, log high factor, calibrated) per row, vectorised over distinct (key, seen)."""
         key = np.asarray(key, dtype=object)
         seen = np.asarray(seen, dtype=bool)
-        codes, uniques = pd.factorize(pd.Series(key.astype(str)) + np.where(seen, "\x01", "\x00"))
-        table = np.array([self._band(u[:-1], u[-1] == "\x01") for u in uniques], dtype=np.float64).reshape(-1, 3)
+        # (numpy drops trailing NUL characters from strings, so the flag is a printable suffix)
+        codes, uniques = pd.factorize(pd.Series(key.astype(str)) + np.where(seen, "|1", "|0"))
+        table = np.array([self._band(u[:-2], u[-1] == "1") for u in uniques], dtype=np.float64).reshape(-1, 3)
         rows = table[codes]
         return rows[:, 0], rows[:, 1], rows[:, 2].astype(bool)
 
