@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from hybrid.corrections.base import str_codes
 from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import col, dtype_bytes_vec, elementwise_defaults, expected_unique_rows, is_backward
 from hybrid.units import normalize_dtype
@@ -77,13 +78,17 @@ def _log(x: np.ndarray) -> np.ndarray:
 
 def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Per-row device descriptors (:data:`DEVICE_FEATURES_V3`) for each row's device and dtype."""
-    dev = table["device"].astype(str)
-    dt = table["dtype"].fillna("fp32").astype(str) if "dtype" in table.columns else pd.Series("fp32", index=table.index)
-    pair = dev + "\x00" + dt
-    codes, uniques = pd.factorize(pair)
+    dev_codes, dev_names = str_codes(table["device"])
+    if "dtype" in table.columns:
+        dt_codes, dt_names = str_codes(table["dtype"].fillna("fp32"))
+    else:
+        dt_codes, dt_names = np.zeros(len(table), dtype=np.int64), ["fp32"]
+    # one lookup per distinct (device, dtype) pair, combined from the two factorizations
+    codes, pairs = np.unique(dev_codes.astype(np.int64) * len(dt_names) + dt_codes, return_inverse=True)
+    uniques = [(dev_names[int(c) // len(dt_names)], dt_names[int(c) % len(dt_names)]) for c in codes]
+    codes = pairs.reshape(-1)
     rows = []
-    for u in uniques:
-        name, dtype = str(u).split("\x00")
+    for name, dtype in uniques:
         d = catalog.device(name)
         peak = d.peak(normalize_dtype(dtype))
         sms = float(max(d.num_sms, 1))
@@ -97,12 +102,12 @@ def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
 
 
 def _sms(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-    codes, uniques = pd.factorize(table["device"].astype(str))
+    codes, uniques = pd.factorize(table["device"])
     return np.array([max(catalog.device(str(u)).num_sms, 1) for u in uniques], dtype=np.float64)[codes]
 
 
 def _l2(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-    codes, uniques = pd.factorize(table["device"].astype(str))
+    codes, uniques = pd.factorize(table["device"])
     return np.array([max(catalog.device(str(u)).l2_cache, 1.0) for u in uniques], dtype=np.float64)[codes]
 
 
@@ -133,7 +138,11 @@ def gemm_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """GEMM shape features (:data:`GEMM_FEATURES`), including tile/wave quantisation over the SM count."""
     b, m, n, k = col(table, "b", 1), col(table, "m"), col(table, "n"), col(table, "k")
     sms = _sms(table, catalog)
-    ops = table["op"].astype(str).to_numpy() if "op" in table.columns else np.full(len(table), "gemm")
+    if "op" in table.columns:
+        op_codes, op_names = str_codes(table["op"])
+        ops = np.asarray(op_names + ["gemm"], dtype=object)[op_codes]
+    else:
+        ops = np.full(len(table), "gemm", dtype=object)
     out = {
         "log_b": _log(b), "log_m": _log(m), "log_n": _log(n), "log_k": _log(k),
         "is_gemv": ((np.minimum(m, n) == 1) | (ops == "gemv")).astype(np.float64),

@@ -132,6 +132,22 @@ class IntervalCalibration:
         rows = table[codes]
         return rows[:, 0], rows[:, 1], rows[:, 2].astype(bool)
 
+    def row_bounds(self, method: np.ndarray, family: pd.Series | np.ndarray, seen: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`bounds` for rows given as ``method`` and ``family`` columns: keys are built once per
+        distinct (method, family, seen) combination, not per row."""
+        m_codes, m_uniques = pd.factorize(np.asarray(method, dtype=object))
+        f_codes, f_uniques = pd.factorize(family)
+        nf = max(len(f_uniques), 1)
+        combo = (m_codes.astype(np.int64) * nf + f_codes) * 2 + np.asarray(seen, dtype=np.int64)
+        uniq, inverse = np.unique(combo, return_inverse=True)
+        mi, rest = np.divmod(uniq, 2 * nf)
+        fi, si = np.divmod(rest, 2)
+        keys = np.array([f"{m_uniques[a]}:{f_uniques[b]}" for a, b in zip(mi, fi, strict=True)], dtype=object)
+        lo, hi, ok = self.bounds(keys, si.astype(bool))
+        inverse = inverse.reshape(-1)
+        return lo[inverse], hi[inverse], ok[inverse]
+
     # ------------------------------------------------------------------ persistence
     def to_json(self) -> dict[str, Any]:
         return {"coverage": self.coverage, "bands": self.bands}

@@ -24,7 +24,14 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from hybrid.corrections.base import Correction, family_mask, measured_log_ratio, read_json, write_json
+from hybrid.corrections.base import (
+    Correction,
+    family_mask,
+    isin_fast,
+    measured_log_ratio,
+    read_json,
+    write_json,
+)
 from hybrid.corrections.features import FEATURE_VERSION, LATEST_FEATURE_VERSION, build_features, feature_names
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
@@ -67,6 +74,13 @@ class _TrainingSummary:
     devices: list[str] = field(default_factory=list)
     ops: dict[str, int] = field(default_factory=dict)
     train_rmse_log: float = float("nan")
+
+
+def _booster_predict(booster: xgb.Booster, x: pd.DataFrame) -> np.ndarray:
+    """Booster output for a feature frame (columns in the booster's feature order): ``inplace_predict`` on a
+    contiguous float32 array, without building a DMatrix (about a third of the predict time on 200k rows)."""
+    arr = np.ascontiguousarray(x.to_numpy(dtype=np.float32))
+    return np.asarray(booster.inplace_predict(arr, validate_features=False), dtype=np.float64)
 
 
 class XGBCorrection(Correction):
@@ -116,7 +130,7 @@ class XGBCorrection(Correction):
         """Rows whose device the main booster was not trained on (predicted by the transfer booster)."""
         if self.transfer_booster is None:
             return np.zeros(len(table), dtype=bool)
-        return ~table["device"].astype(str).isin(self.summary.devices).to_numpy()
+        return ~isin_fast(table["device"], self.summary.devices)
 
     def _select(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         mask = family_mask(baseline, self.families)
@@ -163,12 +177,10 @@ class XGBCorrection(Correction):
             ratio = np.empty(len(sub))
             if (~unseen).any():
                 x = self.features(sub.loc[~unseen], base.loc[~unseen], catalog)
-                ratio[~unseen] = self.booster.predict(  # type: ignore[union-attr]
-                    xgb.DMatrix(x.to_numpy(), feature_names=self.feature_names))
+                ratio[~unseen] = _booster_predict(self.booster, x)  # type: ignore[arg-type]
             if unseen.any():
                 x = self.features(sub.loc[unseen], base.loc[unseen], catalog, transfer=True)
-                ratio[unseen] = self.transfer_booster.predict(  # type: ignore[union-attr]
-                    xgb.DMatrix(x.to_numpy(), feature_names=self.transfer_feature_names))
+                ratio[unseen] = _booster_predict(self.transfer_booster, x)  # type: ignore[arg-type]
             out[mask] = np.clip(ratio, *LOG_RATIO_CLIP)
         return out
 

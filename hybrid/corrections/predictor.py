@@ -26,7 +26,7 @@ import pandas as pd
 
 from hybrid.atomic import atomic_directory
 from hybrid.corrections import adapt as adapt_mod
-from hybrid.corrections.base import Correction, family_mask, read_json, write_json
+from hybrid.corrections.base import Correction, family_mask, isin_fast, read_json, write_json
 from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
 from hybrid.corrections.intervals import DEFAULT_COVERAGE, IntervalCalibration, interval_keys
@@ -184,14 +184,13 @@ class HybridPredictor:
     def _seen(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
         """Rows whose device (and system, for collectives) the corrections were fitted on, not adapted."""
         adapted = {d for per in self.offsets.values() for d in per} | {d for _, d in self.device_models}
-        known = set(self.devices_seen) - adapted
-        dev_codes, dev_uniques = pd.factorize(norm["device"].astype(str))
-        seen = np.array([d in known for d in dev_uniques] + [False], dtype=bool)[dev_codes]
-        is_coll = (base["family"].astype(str) == "collective").to_numpy()
+        seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
+        is_coll = isin_fast(base["family"], ("collective",))
         if is_coll.any():
-            systems = norm["system"] if "system" in norm.columns else pd.Series(None, index=norm.index)
-            sys_codes, sys_uniques = pd.factorize(systems.astype("string"))
-            sys_seen = np.array([str(s) in self.systems_seen for s in sys_uniques] + [False], dtype=bool)[sys_codes]
+            if "system" in norm.columns:
+                sys_seen = isin_fast(norm["system"], self.systems_seen)
+            else:
+                sys_seen = np.zeros(len(norm), dtype=bool)
             seen = np.where(is_coll, seen & sys_seen, seen)
         return seen
 
@@ -199,10 +198,10 @@ class HybridPredictor:
     def _raw(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(time_us, method, group key used for offsets) before few-shot offsets."""
         time = base["time_us"].to_numpy(dtype=np.float64).copy()
-        is_coll = (base["family"].astype(str) == "collective").to_numpy()
+        is_coll = isin_fast(base["family"], ("collective",))
         method = np.where(is_coll, ALPHA_BETA, ROOFLINE).astype(object)
         group = np.full(len(norm), ROOFLINE, dtype=object)
-        devices = norm["device"].astype(str).to_numpy()
+        devices = norm["device"].to_numpy(dtype=object) if self.device_models else None
         for corr in self.corrections:
             if not corr.fitted:
                 continue
@@ -211,7 +210,7 @@ class HybridPredictor:
                 continue
             pred = corr.predict(norm, base, self.catalog)
             for (key, dev), model in self.device_models.items():
-                rows = mask & (devices == dev)
+                rows = mask & (devices == dev)  # type: ignore[operator]
                 if key == corr.key and rows.any():
                     pred[rows] = model.predict(norm.loc[rows], base.loc[rows], self.catalog)
             ok = mask & np.isfinite(pred)
@@ -227,20 +226,19 @@ class HybridPredictor:
         norm, base = self._prepare(table, training=False)
         time, method, group = self._raw(norm, base)
         if self.offsets:
-            devices = norm["device"].astype(str).to_numpy()
+            devices = norm["device"].to_numpy(dtype=object)
             scale = np.zeros(len(norm))
             for key, per_dev in self.offsets.items():
                 for dev, off in per_dev.items():
                     scale[(group == key) & (devices == dev)] = off
             time = time * np.exp(scale)
         out = {"time_us": time, "roofline_us": base["time_us"].to_numpy(dtype=np.float64),
-               "method": method, "bound": base["bound"].astype(str).to_numpy()}
+               "method": method, "bound": base["bound"].to_numpy(dtype=object)}
         if intervals:
             if self.intervals is None:
                 out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
             else:
-                keys = interval_keys(method, base["family"].astype(str).to_numpy())
-                lo, hi, _ = self.intervals.bounds(keys, self._seen(norm, base))
+                lo, hi, _ = self.intervals.row_bounds(method, base["family"], self._seen(norm, base))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
         return pd.DataFrame(out, index=table.index)
 
