@@ -47,6 +47,9 @@ GEMM_FEATURES = ("log_b", "log_m", "log_n", "log_k", "is_gemv", "is_bmm", "is_li
                  "waves64", "wave_eff64", "waves128", "wave_eff128", "log_mn_over_k")
 #: Added in version 2: estimated DRAM traffic of a tiled GEMM over the minimum bytes the roofline counts.
 GEMM_FEATURES_V2 = (*GEMM_FEATURES, "log_traffic_over_bytes")
+#: Added in version 3: integer arithmetic (int8 dot products: DP4A on Pascal, IMMA on tensor cores), so 1-byte
+#: floating point (fp8 on Hopper tensor cores) is not learned from int8 rows.
+GEMM_FEATURES_V3 = (*GEMM_FEATURES_V2, "is_int")
 #: The only device descriptor of the *transfer* model (used for devices absent from the training data): the
 #: vendor, i.e. which BLAS library (cuBLAS / rocBLAS) runs the kernel. Raw descriptors (peak, bandwidth, SMs,
 #: L2, clock) identify each of the few training GPUs and hurt on an unseen one
@@ -156,6 +159,12 @@ def gemm_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         waves = tiles / sms
         out[f"waves{t}"] = _log(waves)
         out[f"wave_eff{t}"] = waves / np.ceil(waves)
+    if "dtype" in table.columns:
+        dt_codes, dt_names = str_codes(table["dtype"].fillna("fp32"))
+        out["is_int"] = np.array([normalize_dtype(d).startswith("int") for d in dt_names] + [False],
+                                 dtype=np.float64)[dt_codes]
+    else:
+        out["is_int"] = np.zeros(len(table))
     out["log_traffic_over_bytes"] = _log(tiled_traffic_ratio(b, m, n, k, dtype_bytes_vec(table), _l2(table, catalog)))
     return pd.DataFrame(out, index=table.index)
 
@@ -297,6 +306,8 @@ def feature_names(kind: str, use_device: bool = True, version: int = FEATURE_VER
         raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 to {LATEST_FEATURE_VERSION})")
     if version == 1:
         own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES}[kind]
+    elif version >= 3:
+        own = {"gemm": GEMM_FEATURES_V3, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2}[kind]
     else:
         own = {"gemm": GEMM_FEATURES_V2, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2}[kind]
     if transfer:
