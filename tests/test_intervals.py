@@ -123,3 +123,37 @@ def test_cli_predict_evaluate_report_carry_intervals(shared_datasets, tmp_path):
     rc, out, err = cli(["report", "--model", "iv", "--tracking-uri", uri, "--table", str(t4), "-o", str(tmp_path / "r.html")])
     assert rc == 0, err
     assert "80% prediction intervals" in (tmp_path / "r.html").read_text()
+
+
+def test_engine_iteration_interval_and_sharding_overlap_flags(fitted):
+    """The E2E engine turns per-op intervals into an iteration-time interval; the sharding search flags plans
+    whose intervals overlap the best plan's."""
+    from hybrid.engine.simulate import simulate
+    from hybrid.sharding.search import search_plans
+    from hybrid.workloads.dlrm import DLRMConfig
+    from hybrid.workloads.dlrm_graph import build_dlrm_graph
+
+    pred, _, _ = fitted
+    config = DLRMConfig.from_dict({
+        "name": "iv", "system": "DGX-A100", "gpus": 4, "batch_size_per_gpu": 1024,
+        "num_tables": 12, "table_generator": {"seed": 3, "rows": [1000, 2e6], "pooling": [1, 30]}})
+    res = search_plans(config, pred, strategies=["size_lookup_greedy", "size_greedy", "greedy"], time_budget_s=5)
+    best = res.best
+    lo, hi = best.iteration_interval_us
+    assert lo < best.iteration_us < hi
+    d = best.to_dict(with_plan=False)
+    assert d["iteration_us_low"] == pytest.approx(lo, abs=1e-3) and d["overlaps_best"] is None
+    others = [e for e in res.evaluations if e.fits and e is not best]
+    assert others and all(isinstance(e.overlaps_best, bool) for e in others)
+    for e in others:  # the flag is exactly interval overlap
+        e_lo, e_hi = e.iteration_interval_us
+        assert e.overlaps_best == (e_lo <= hi and lo <= e_hi)
+    assert res.info["overlapping_best"] == [e.name for e in others if e.overlaps_best]
+    # the simulation of a plan directly: the interval brackets the point estimate, and a roofline-only
+    # model (no intervals) leaves it out
+    graph = build_dlrm_graph(config, best.plan, pred.catalog).graph
+    sim = simulate(graph, pred)
+    assert sim.iteration_us_low < sim.iteration_us < sim.iteration_us_high
+    assert "iteration_us_low" in sim.summary()
+    plain = simulate(graph, HybridPredictor.roofline_only(pred.catalog))
+    assert "iteration_us_low" not in plain.summary() and np.isnan(plain.iteration_us_low)
