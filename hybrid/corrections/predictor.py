@@ -109,6 +109,18 @@ class HybridPredictor:
             work = table.assign(time_us=t.where(t > 0, 1.0).fillna(1.0))
         norm = validate(work, self.catalog, source="fit" if training else "predict")
         norm.index = table.index
+        if not training:
+            # Prediction path only: text columns (few distinct values in many rows) become categoricals, so every
+            # later factorize / isin / row selection works on integer codes; nullable integer columns become
+            # float64 (the op formulas and features compute in float anyway). Values are unchanged.
+            for c in norm.columns:
+                kind = norm[c].dtype
+                if isinstance(kind, pd.CategoricalDtype) or c == "time_us":
+                    continue
+                if pd.api.types.is_object_dtype(kind) or pd.api.types.is_string_dtype(kind):
+                    norm[c] = norm[c].astype("category")
+                elif isinstance(kind, pd.Int64Dtype):
+                    norm[c] = norm[c].astype("float64")
         if "system" in norm.columns:  # catalog keys for systems too (curves are keyed by system)
             sys_codes, sys_uniques = pd.factorize(norm["system"].astype("string"))
             keys = np.array([resolve_system(self.catalog, str(s)).key for s in sys_uniques] + [None], dtype=object)
