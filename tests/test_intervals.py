@@ -124,6 +124,45 @@ def test_cli_predict_evaluate_report_carry_intervals(shared_datasets, tmp_path):
     assert rc == 0, err
     assert "80% prediction intervals" in (tmp_path / "r.html").read_text()
 
+    # the fast registry path: a local store's model loads without importing MLflow, and gives the same
+    # predictor as the MLflow path (a second version and references by number / latest)
+    import subprocess
+    import sys
+
+    from hybrid.tracking.registry import _sqlite_version, parse_model_ref
+    from hybrid.tracking.store import open_store
+
+    rc, out, err = cli(["calibrate", str(csv), "--name", "iv", "--tracking-uri", uri, "--json", "-q", "--no-lodo"])
+    assert rc == 0, err
+    code = ("import sys; from hybrid.tracking.registry import load_predictor; "
+            f"a = load_predictor('iv', tracking_uri={uri!r}); b = load_predictor('iv/1', tracking_uri={uri!r}); "
+            "print(a.version, b.version, 'mlflow' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.split() == ["2", "1", "False"]
+    store = open_store(uri)
+    assert _sqlite_version(store.db_path, parse_model_ref("iv@nope")) is None  # unknown alias: MLflow path
+    from hybrid.tracking.registry import download_model, resolve_version
+
+    client = store.client()
+    mv = resolve_version(client, parse_model_ref("iv/1"))
+    slow = HybridPredictor.load(download_model(client, mv, tmp_path / "dl"))
+    fast = HybridPredictor.load(_sqlite_version(store.db_path, parse_model_ref("iv/1"))[3])
+    frame = table[table["device"] == "T4"]
+    pd.testing.assert_frame_equal(slow.predict(frame), fast.predict(frame))
+
+
+def test_cli_imports_xgboost_without_scikit_learn():
+    """The CLI's XGBoost import skips the optional scikit-learn integration; scikit-learn stays importable."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from hybrid.cli.main import main; "
+            "rc = main(['predict', 'gemm', '--device', 'T4', '--dtype', 'fp32', '-m', '64', '-n', '64', '-k', '64', "
+            "'--json']); loaded = 'sklearn' in sys.modules; import xgboost; "
+            "print(rc, loaded, 'xgboost' in sys.modules, xgboost.Booster is not None)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip().splitlines()[-1].split() == ["0", "False", "True", "True"]
+
 
 def test_engine_iteration_interval_and_sharding_overlap_flags(fitted):
     """The E2E engine turns per-op intervals into an iteration-time interval; the sharding search flags plans
