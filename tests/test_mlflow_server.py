@@ -94,7 +94,8 @@ def test_full_flow_against_mlflow_server(mlflow_server, tmp_path, shared_dataset
     rc, out, err = cli(["evaluate", str(csv), "--model", "srv", "--json"])
     assert rc == 0, err
     res = json.loads(out)
-    assert set(res) == {"n_rows", "geomean_pct", "mape_pct", "median_pct", "p90_pct", "by_op", "by_device"}
+    assert set(res) == {"n_rows", "geomean_pct", "mape_pct", "median_pct", "p90_pct", "by_op", "by_device",
+                        "coverage_pct"}
     assert res["n_rows"] == 200 and set(res["by_op"]) == {"gemm", "softmax"}
 
     rc, out, err = cli(["predict", "gemm", "-d", "V100", "-m", "256", "-n", "256", "-k", "4096", "--dtype", "fp32",
