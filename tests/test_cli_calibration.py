@@ -99,14 +99,17 @@ def test_evaluate_json_keys_and_model_beats_roofline_on_its_training_family(flow
     rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "kern", "--json", "--tracking-uri", flow["uri"]])
     assert rc == 0, err
     model = json.loads(out)
-    assert set(model) == ERROR_KEYS | {"by_op", "by_device", "rows_in_training_data"}
+    assert set(model) == ERROR_KEYS | {"by_op", "by_device", "rows_in_training_data", "coverage_pct"}
+    assert 0 <= model["coverage_pct"] <= 100  # share of rows inside their 80% interval
     n = len(read_table(flow["csv"]))
     assert model["n_rows"] == n
     assert model["rows_in_training_data"] == n  # kern/2's final fit used every row of this table
     assert {"gemm", "norm", "softmax"} <= set(model["by_op"])
     assert len(model["by_device"]) >= 5
-    for group in (*model["by_op"].values(), *model["by_device"].values()):
+    for group in model["by_op"].values():
         assert set(group) == ERROR_KEYS
+    for group in model["by_device"].values():
+        assert set(group) == ERROR_KEYS | {"coverage_pct"}
     assert 0 < model["geomean_pct"] <= model["median_pct"] * 1.5 and model["median_pct"] <= model["p90_pct"]
     assert sum(g["n_rows"] for g in model["by_op"].values()) == n
 

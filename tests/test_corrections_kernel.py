@@ -117,7 +117,11 @@ def test_transfer_booster_serves_only_unseen_devices(neusight, catalog, tmp_path
     np.testing.assert_allclose(a[train], b[train], rtol=1e-6)
     assert np.mean(np.abs(np.log(a[~train] / b[~train]))) > 1e-3
     assert "dev_amd" in with_transfer.transfer_feature_names
-    assert not any(n.startswith("dev_") and n != "dev_amd" for n in with_transfer.transfer_feature_names)
+    # only class descriptors (vendor, CPU, dtype path, power per SM), none that names one GPU
+    from hybrid.corrections.features import TRANSFER_DEVICE_FEATURES_V3
+
+    assert {n for n in with_transfer.transfer_feature_names if n.startswith("dev_")} == set(TRANSFER_DEVICE_FEATURES_V3)
+    assert not {"dev_log_peak", "dev_log_bw", "dev_sms", "dev_log_l2"} & set(with_transfer.transfer_feature_names)
     # save / load keeps both boosters
     with_transfer.save(tmp_path / "m")
     np.testing.assert_array_equal(GemmXGB.load(tmp_path / "m").predict(gemm, base, catalog), a)
@@ -163,3 +167,25 @@ def test_tiled_traffic_feature_tracks_cache_overflow(catalog):
     np.testing.assert_allclose(small, 1.0)
     big = tiled_traffic_ratio(one, 8192 * one, 8192 * one, 8192 * one, 4 * one, np.array([4e6, 40e6, 1e12]))
     assert big[0] > big[1] > big[2] == pytest.approx(1.0)
+
+
+def test_feature_version_3_descriptors_are_physical(catalog):
+    """Version 3 adds the dtype path (tensor vs CUDA core), power per SM, CPU and integer flags; the values are
+    the datasheet ratios."""
+    import pandas as pd
+
+    from hybrid.corrections.features import build_features, feature_names
+
+    rows = pd.DataFrame({"op": ["gemm"] * 4, "device": ["H100-SXM", "H100-SXM", "T4", "T4"],
+                         "dtype": ["bf16", "fp32", "fp16", "int8"], "b": 1, "m": 4096, "n": 4096, "k": 4096})
+    base = roofline(rows, catalog)
+    x = build_features("gemm", rows, base, catalog, True, 3)
+    assert list(x.columns) == feature_names("gemm", True, 3)
+    h100, t4 = catalog.device("H100-SXM"), catalog.device("T4")
+    np.testing.assert_allclose(np.exp(x["dev_log_path_ratio"]),
+                               [h100.peak("bf16") / h100.peak("fp32"), 1.0, t4.peak("fp16") / t4.peak("fp32"),
+                                t4.peak("int8") / t4.peak("fp32")], rtol=1e-9)
+    np.testing.assert_allclose(np.exp(x["dev_log_tdp_per_sm"]), [h100.tdp_w / h100.num_sms] * 2
+                               + [t4.tdp_w / t4.num_sms] * 2, rtol=1e-9)
+    assert x["is_int"].tolist() == [0.0, 0.0, 0.0, 1.0] and (x["dev_cpu"] == 0).all()
+    assert GemmXGB().feature_version == 3 and GemmXGB(feature_version=2).feature_version == 2

@@ -181,3 +181,37 @@ def test_convolution_only_file_is_a_clear_error(shared_datasets, catalog):
     path = shared_datasets / "neusight/scripts/asplos/data/dataset/train/collect/conv/p2.1.0/Tesla T4.csv"
     with pytest.raises(ImportFormatError, match=r"Tesla T4\.csv: all \d+ rows are convolutions"):
         import_neusight(path, catalog=catalog)
+
+
+def test_directory_import_drops_cross_file_copies(shared_datasets, catalog):
+    """collect/ln.csv and collect/softmax.csv repeat the per-GPU files; the import keeps one copy."""
+    from hybrid.data.importers import import_paths
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_paths("neusight", shared_datasets, catalog=catalog)
+    pw = table[table["op"].isin(["elementwise", "layernorm", "softmax"])]
+    key = ["device", "op", "rows", "hidden", "elements", "variant"]
+    rounded = pw["time_us"].map("{:.5g}".format)
+    # no measurement (shape and time) appears in two files any more
+    spans = pw.assign(t=rounded).groupby(key + ["t"], dropna=False)["source"].nunique()
+    assert spans.max() == 1
+    # the per-GPU collections are what is kept, the aggregated copies are gone
+    assert not table["source"].str.endswith("collect/ln.csv").any()
+    assert not table["source"].str.endswith("collect/softmax.csv").any()
+    assert len(pw) == 28793 and len(table) == 170457
+    # GEMM rows had no copies: every bmm/linear row of every file is still there
+    assert (table["op"].isin(["bmm", "linear"])).sum() == 141664
+
+
+def test_drop_cross_file_duplicates_keeps_repeats_within_a_file():
+    from hybrid.data.importers.neusight import drop_cross_file_duplicates
+
+    rows = pd.DataFrame({"device": ["T4"] * 5, "op": ["softmax"] * 5, "rows": [8.0, 8.0, 8.0, 8.0, 16.0],
+                         "hidden": [64.0] * 5, "time_us": [10.0, 10.0, 10.000001, 11.0, 10.0],
+                         "source": ["a/x/T4.csv", "a/x/T4.csv", "a/all.csv", "a/all.csv", "a/all.csv"]})
+    out = drop_cross_file_duplicates(rows)
+    # the two within-file repeats stay, the aggregated copy (same time to 5 digits) goes; a different
+    # time (11 us) or a different shape is another measurement
+    assert out["time_us"].tolist() == [10.0, 10.0, 11.0, 10.0]
+    assert out["source"].tolist() == ["a/x/T4.csv", "a/x/T4.csv", "a/all.csv", "a/all.csv"]

@@ -1,49 +1,48 @@
 """Few-shot adaptation curve: error on a held-out GPU vs number of its measurements used (GEMM family).
 
-    python experiments/few_shot/run.py [--data-dir DIR] [--rows-per-gpu 2500] [--seeds 3] [--out results.md]
+    python experiments/few_shot/run.py [--data-dir DIR] [--rows-per-group 400] [--seeds 3] [--out results.md]
 
-For each held-out GPU, the GEMM-family model is fitted on the other NeuSight GPUs (sub-sampled to
-``--rows-per-gpu`` rows each), then adapted with k = 0, 5, 10, 20, 50 random rows of the held-out GPU by the
-two strategies of ``HybridPredictor.adapt`` (``residual``: one shrunken log-scale per device; ``boost``:
-extra XGBoost trees for that device), and scored on the held-out GPU's remaining rows. Mean over seeds.
+Training data: every public kernel source together (the loader of ``experiments/kernel_accuracy``: NeuSight
+de-duplicated, XLA H100, Vidur A100/A40, DeepBench, LLMCompass, own CPU profile), GEMM family, sub-sampled to
+``--rows-per-group`` rows per (source, device, dtype). For each held-out GPU (three NeuSight GPUs as before, plus
+Vidur's A40 and XLA's H100), the default GEMM model is fitted on every other device, then adapted with k = 0,
+5, 10, 20, 50 random rows of the held-out GPU by the two strategies of ``HybridPredictor.adapt``
+(``residual``: one shrunken log-scale per device; ``boost``: extra XGBoost trees for that device), and scored on
+the held-out GPU's remaining rows. Mean over seeds.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from hybrid.corrections import GemmXGB, HybridPredictor, XGBParams
-from hybrid.data.importers import import_paths
-from hybrid.data.paths import public_data_dir
-from hybrid.hardware.catalog import default_catalog
-from hybrid.reports.markdown import write_benchmark_results
-from hybrid.reports.metrics import error_summary
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_accuracy"))
+import run as kernel_run  # noqa: E402  (the shared all-sources loader)
 
-GPUS = ("P4", "P100-PCIE-16GB", "T4", "V100-PCIE-32GB", "A100-PCIE-40GB", "MI100", "MI210")
-HELD_OUT = ("T4", "V100-PCIE-32GB", "MI210")
+from hybrid.corrections import GemmXGB, HybridPredictor, XGBParams  # noqa: E402
+from hybrid.data.paths import public_data_dir  # noqa: E402
+from hybrid.reports.markdown import write_benchmark_results  # noqa: E402
+from hybrid.reports.metrics import error_summary  # noqa: E402
+
+HELD_OUT = ("T4", "V100-PCIE-32GB", "MI210", "A40", "H100-SXM")
 SHOTS = (0, 5, 10, 20, 50)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--rows-per-gpu", type=int, default=2500)
+    ap.add_argument("--rows-per-group", type=int, default=400)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     args = ap.parse_args()
     t0 = time.time()
-    cat = default_catalog()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        table = import_paths("neusight", public_data_dir(args.data_dir), catalog=cat)
-    table = table[table["device"].isin(GPUS) & table["op"].isin(["bmm", "linear"])]
-    table = table.sample(frac=1.0, random_state=0).groupby("device").head(args.rows_per_gpu).reset_index(drop=True)
+    table, cat = kernel_run.load(public_data_dir(args.data_dir), args.rows_per_group, 0)
+    table = table[table["group"] == "gemm"].drop(columns=["group", "family", "src"]).reset_index(drop=True)
     results = []
     for held in HELD_OUT:
         base = HybridPredictor(cat, [GemmXGB(XGBParams(seed=0))]).fit(table[table["device"] != held])
@@ -59,11 +58,14 @@ def main() -> None:
                     model = base if k == 0 else base.adapt(pool.iloc[:k], strategy=strategy)
                     err = error_summary(model.predict_time(test), test["time_us"])["geomean_pct"]
                     results.append({"gpu": held, "seed": seed, "k": k, "strategy": strategy, "err": err, "roof": roof})
-        print(f"{held} done ({time.time() - t0:.0f} s)")
+        print(f"{held} done ({time.time() - t0:.0f} s)", file=sys.stderr)
     df = pd.DataFrame(results)
     piv = df.groupby(["gpu", "strategy", "k"])["err"].agg(["mean", "std"]).reset_index()
-    lines = ["# Few-shot adaptation to a held-out GPU (GEMM family, NeuSight)", "",
-             f"Command: `python experiments/few_shot/run.py --rows-per-gpu {args.rows_per_gpu} --seeds {args.seeds}`",
+    lines = ["# Few-shot adaptation to a held-out GPU (GEMM family, all public kernel sources)", "",
+             f"Command: `python experiments/few_shot/run.py --rows-per-group {args.rows_per_group} --seeds {args.seeds}`",
+             "", f"Training rows (GEMM family, every device but the held-out one): {len(table):,} in all. The default "
+             "GEMM model (feature version 3, one booster) is the base; adaptation rows are drawn at random from "
+             "the held-out GPU, scoring uses its other rows.",
              "", "Geomean % error on the held-out GPU's rows not used for adaptation; mean (std) over "
              f"{args.seeds} seeds drawing the k adaptation rows.", "",
              "| held-out GPU | roofline only | strategy | " + " | ".join(f"k={k}" for k in SHOTS) + " |",

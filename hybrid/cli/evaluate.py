@@ -86,8 +86,9 @@ def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str | None, max_rows: int | None,
              seed: int, tracking_uri: str | None) -> None:
     """Predict every row of measured TABLES (canonical CSV/Parquet or profiler bundle directories) and report
-    |predicted - measured| / measured: geomean, mean (MAPE), median and p90, per op family and per device."""
-    from hybrid.tracking.evaluation import prediction_frame, summarize
+    |predicted - measured| / measured: geomean, mean (MAPE), median and p90, per op family and per device, and
+    how many measurements fall inside their 80% prediction interval (``coverage_pct``, overall and per device)."""
+    from hybrid.tracking.evaluation import interval_coverage, prediction_frame, summarize
     from hybrid.tracking.inputs import load_measurements, subsample
 
     data = load_measurements(tables)
@@ -98,6 +99,10 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     seen = training_overlap(loaded, frame)
     if seen is not None:
         result = {**result, "rows_in_training_data": int(seen.sum())}
+    cov = interval_coverage(frame)
+    result["coverage_pct"] = cov["coverage_pct"]
+    for dev, pct in cov["coverage_by_device"].items():
+        result["by_device"][dev]["coverage_pct"] = pct
     if output:
         write_predictions(frame, output)
     if seen is not None and seen.any():
@@ -112,5 +117,8 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     summaries = {"model": result} if loaded.name == "roofline" else {"model": result,
                                                                      "roofline": summarize(frame, "roofline")}
     echo_comparison(summaries)
+    if cov["coverage_by_device"]:
+        per = ", ".join(f"{d} {p:.0f}%" for d, p in cov["coverage_by_device"].items())
+        click.echo(f"80% interval coverage: {cov['coverage_pct']:.1f}% of rows ({per})")
     if output:
         click.echo(f"predictions written to {output}")

@@ -67,6 +67,14 @@ def _report(result: dict, as_json: bool) -> None:
         click.echo(f"{k:>16}: {v}")
 
 
+def _interval(row) -> dict:
+    """``time_us_low`` / ``time_us_high``: the model's 80% prediction interval (None when it has none)."""
+    lo, hi = float(row.get("time_us_low", float("nan"))), float(row.get("time_us_high", float("nan")))
+    if not (lo == lo and hi == hi):  # NaN: a model saved without interval calibration
+        return {"time_us_low": None, "time_us_high": None}
+    return {"time_us_low": lo, "time_us_high": hi}
+
+
 @predict.command("gemm")
 @click.option("--device", "-d", required=True, help="Catalog device (any alias).")
 @click.option("--dtype", default="bf16", show_default=True)
@@ -92,7 +100,8 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         dev = cat.device(device)
         frame["device"] = dev.key
         out = loaded.predictor.predict(frame).iloc[0]
-        extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"])}
+        extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
+                 **_interval(out)}
     dev = cat.device(device)
     used = peak_dtype_used(dev, spec.dtype)
     if used != spec.dtype:
@@ -150,7 +159,8 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
             frame["system"] = sys_.key
         out = loaded.predictor.predict(frame).iloc[0]
         t, bound = float(out["time_us"]), str(out["bound"])
-        extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"])})
+        extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
+                      **_interval(out)})
     _report({
         "system": sys_.key, "op": op, "size_bytes": spec.size_bytes, "size": format_bytes(spec.size_bytes),
         "ranks": ranks, "nodes": nodes, "model": "alpha-beta", "time_us": t,

@@ -99,15 +99,27 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     if as_json:
         echo_json({"config": config.name, "gpus": config.gpus, "system": config.system, "model": model_name,
                    "seconds": round(result.seconds, 3), "best": best.name, "best_plan_file": output,
+                   "overlapping_best": result.info.get("overlapping_best", []),
                    "plans": [e.to_dict(with_plan=i == 0 or e is best) for i, e in enumerate(shown)]})
         return
     click.echo(f"{config.name}: {config.num_tables} tables on {config.gpus} x {config.system}, model {model_name}; "
                f"searched in {result.seconds:.2f} s")
+    def interval(e) -> str:
+        lo, hi = e.iteration_interval_us
+        if not e.fits or lo != lo:
+            return ""
+        return f"{lo / 1e3:.3f}-{hi / 1e3:.3f}" + (" ~best" if e.overlaps_best else "")
+
     echo_table([[i + 1, e.name, e.origin if e.origin and e.origin != e.name else "",
-                 e.iteration_us / 1e3 if e.fits else float("nan"), e.memory.peak / 2**30 if e.fits else "",
+                 e.iteration_us / 1e3 if e.fits else float("nan"), interval(e),
+                 e.memory.peak / 2**30 if e.fits else "",
                  ", ".join(f"{k} {v}" for k, v in e.plan.type_counts().items()),
                  "" if e.fits else e.reason[:90]] for i, e in enumerate(shown)],
-               ["#", "strategy", "from", "iteration_ms", "peak_GiB", "tables", "rejected"])
+               ["#", "strategy", "from", "iteration_ms", "80% interval ms", "peak_GiB", "tables", "rejected"])
+    overlapping = result.info.get("overlapping_best", [])
+    if overlapping:
+        click.echo(f"note: the 80% intervals of {', '.join(overlapping)} overlap the best plan's: the model cannot "
+                   "rank them apart with confidence (measure them)")
     click.echo(f"\nbest: {best.name} - per-rank breakdown")
     echo_table(breakdown_rows(best.sim.summary()), BREAKDOWN_HEADERS)
     if output:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from hybrid.corrections.base import str_codes
 from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import col, dtype_bytes_vec, elementwise_defaults, expected_unique_rows, is_backward
 from hybrid.units import normalize_dtype
@@ -19,6 +20,8 @@ from hybrid.units import normalize_dtype
 #: Version of the feature sets below. A saved model records the version it was fitted with and is rebuilt with
 #: exactly those features (``feature_names(kind, use_device, version)``); version 1 = before the transfer model.
 FEATURE_VERSION = 2
+#: Highest version :func:`feature_names` knows (3 adds :data:`DEVICE_FEATURES_V3`).
+LATEST_FEATURE_VERSION = 3
 
 #: Output tile edges (elements) used for the wave-quantisation features: common cuBLAS/rocBLAS tile sizes.
 TILE_EDGES = (64, 128)
@@ -31,6 +34,11 @@ ROW_CHUNK = 128
 #: Device descriptors (per row, via the row's device and dtype).
 DEVICE_FEATURES = ("dev_log_peak", "dev_log_bw", "dev_log_ridge", "dev_log_l2", "dev_sms", "dev_clock_ghz",
                    "dev_amd", "dev_log_bw_per_sm")
+#: Added in version 3: why a device falls short of its datasheet. ``dev_log_path_ratio`` = log(peak of the
+#: row's dtype / FP32 peak): 0 on the CUDA-core path, log 8-16 on the tensor-core path, whose kernels need larger
+#: tiles to reach their peak; ``dev_log_tdp_per_sm`` = log(board power / SMs): watts each SM may draw, low on
+#: 70-75 W cards that cannot hold their boost clock under load; ``dev_cpu`` = a CPU (library: oneDNN/MKL).
+DEVICE_FEATURES_V3 = (*DEVICE_FEATURES, "dev_log_path_ratio", "dev_log_tdp_per_sm", "dev_cpu")
 #: Roofline-derived features shared by every kernel.
 BASE_FEATURES = ("dtype_bytes", "log_flops", "log_bytes", "log_compute_us", "log_memory_us", "log_latency_us",
                  "log_roofline_us", "log_intensity_over_ridge", "log_bytes_over_l2", "body_over_latency")
@@ -39,11 +47,17 @@ GEMM_FEATURES = ("log_b", "log_m", "log_n", "log_k", "is_gemv", "is_bmm", "is_li
                  "waves64", "wave_eff64", "waves128", "wave_eff128", "log_mn_over_k")
 #: Added in version 2: estimated DRAM traffic of a tiled GEMM over the minimum bytes the roofline counts.
 GEMM_FEATURES_V2 = (*GEMM_FEATURES, "log_traffic_over_bytes")
+#: Added in version 3: integer arithmetic (int8 dot products: DP4A on Pascal, IMMA on tensor cores), so 1-byte
+#: floating point (fp8 on Hopper tensor cores) is not learned from int8 rows.
+GEMM_FEATURES_V3 = (*GEMM_FEATURES_V2, "is_int")
 #: The only device descriptor of the *transfer* model (used for devices absent from the training data): the
 #: vendor, i.e. which BLAS library (cuBLAS / rocBLAS) runs the kernel. Raw descriptors (peak, bandwidth, SMs,
 #: L2, clock) identify each of the few training GPUs and hurt on an unseen one
 #: (``experiments/kernel_accuracy/results.md``).
 TRANSFER_DEVICE_FEATURES = ("dev_amd",)
+#: Version-3 transfer descriptors: the library (vendor, CPU), the dtype's path and power per SM: ratios that
+#: describe a class of devices rather than naming one.
+TRANSFER_DEVICE_FEATURES_V3 = ("dev_amd", "dev_cpu", "dev_log_path_ratio", "dev_log_tdp_per_sm")
 #: Elementwise / norm / softmax / attention features.
 POINTWISE_FEATURES = ("op_code", "is_bwd", "log_elements", "log_rows", "log_hidden", "hidden_vec4", "n_inputs",
                       "n_outputs", "flops_per_element", "row_waves", "row_wave_eff")
@@ -66,30 +80,37 @@ def _log(x: np.ndarray) -> np.ndarray:
 
 
 def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    """Per-row device descriptors (:data:`DEVICE_FEATURES`) for each row's device and dtype."""
-    dev = table["device"].astype(str)
-    dt = table["dtype"].fillna("fp32").astype(str) if "dtype" in table.columns else pd.Series("fp32", index=table.index)
-    pair = dev + "\x00" + dt
-    codes, uniques = pd.factorize(pair)
+    """Per-row device descriptors (:data:`DEVICE_FEATURES_V3`) for each row's device and dtype."""
+    dev_codes, dev_names = str_codes(table["device"])
+    if "dtype" in table.columns:
+        dt_codes, dt_names = str_codes(table["dtype"].fillna("fp32"))
+    else:
+        dt_codes, dt_names = np.zeros(len(table), dtype=np.int64), ["fp32"]
+    # one lookup per distinct (device, dtype) pair, combined from the two factorizations
+    codes, pairs = np.unique(dev_codes.astype(np.int64) * len(dt_names) + dt_codes, return_inverse=True)
+    uniques = [(dev_names[int(c) // len(dt_names)], dt_names[int(c) % len(dt_names)]) for c in codes]
+    codes = pairs.reshape(-1)
     rows = []
-    for u in uniques:
-        name, dtype = str(u).split("\x00")
+    for name, dtype in uniques:
         d = catalog.device(name)
         peak = d.peak(normalize_dtype(dtype))
         sms = float(max(d.num_sms, 1))
+        fp32 = d.peak("fp32")
+        tdp = d.tdp_w if d.tdp_w > 0 else np.nan
         rows.append([np.log(peak), np.log(d.mem_bw), np.log(peak / d.mem_bw), np.log(max(d.l2_cache, 1.0)),
-                     sms, d.clock_mhz / 1e3, float(d.vendor == "amd"), np.log(d.mem_bw / sms)])
-    values = np.asarray(rows, dtype=np.float64)[codes]
-    return pd.DataFrame(values, columns=list(DEVICE_FEATURES), index=table.index)
+                     sms, d.clock_mhz / 1e3, float(d.vendor == "amd"), np.log(d.mem_bw / sms),
+                     np.log(peak / fp32), np.log(tdp / sms), float(d.kind == "cpu")])
+    values = np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(DEVICE_FEATURES_V3))[codes]
+    return pd.DataFrame(values, columns=list(DEVICE_FEATURES_V3), index=table.index)
 
 
 def _sms(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-    codes, uniques = pd.factorize(table["device"].astype(str))
+    codes, uniques = pd.factorize(table["device"])
     return np.array([max(catalog.device(str(u)).num_sms, 1) for u in uniques], dtype=np.float64)[codes]
 
 
 def _l2(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-    codes, uniques = pd.factorize(table["device"].astype(str))
+    codes, uniques = pd.factorize(table["device"])
     return np.array([max(catalog.device(str(u)).l2_cache, 1.0) for u in uniques], dtype=np.float64)[codes]
 
 
@@ -120,7 +141,11 @@ def gemm_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """GEMM shape features (:data:`GEMM_FEATURES`), including tile/wave quantisation over the SM count."""
     b, m, n, k = col(table, "b", 1), col(table, "m"), col(table, "n"), col(table, "k")
     sms = _sms(table, catalog)
-    ops = table["op"].astype(str).to_numpy() if "op" in table.columns else np.full(len(table), "gemm")
+    if "op" in table.columns:
+        op_codes, op_names = str_codes(table["op"])
+        ops = np.asarray(op_names + ["gemm"], dtype=object)[op_codes]
+    else:
+        ops = np.full(len(table), "gemm", dtype=object)
     out = {
         "log_b": _log(b), "log_m": _log(m), "log_n": _log(n), "log_k": _log(k),
         "is_gemv": ((np.minimum(m, n) == 1) | (ops == "gemv")).astype(np.float64),
@@ -134,6 +159,12 @@ def gemm_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         waves = tiles / sms
         out[f"waves{t}"] = _log(waves)
         out[f"wave_eff{t}"] = waves / np.ceil(waves)
+    if "dtype" in table.columns:
+        dt_codes, dt_names = str_codes(table["dtype"].fillna("fp32"))
+        out["is_int"] = np.array([normalize_dtype(d).startswith("int") for d in dt_names] + [False],
+                                 dtype=np.float64)[dt_codes]
+    else:
+        out["is_int"] = np.zeros(len(table))
     out["log_traffic_over_bytes"] = _log(tiled_traffic_ratio(b, m, n, k, dtype_bytes_vec(table), _l2(table, catalog)))
     return pd.DataFrame(out, index=table.index)
 
@@ -271,12 +302,16 @@ def feature_names(kind: str, use_device: bool = True, version: int = FEATURE_VER
     training data: own and roofline features plus :data:`TRANSFER_DEVICE_FEATURES` instead of the device
     descriptors.
     """
-    if version not in (1, 2):
-        raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 and {FEATURE_VERSION})")
+    if version not in (1, 2, 3):
+        raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 to {LATEST_FEATURE_VERSION})")
     if version == 1:
         own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES}[kind]
+    elif version >= 3:
+        own = {"gemm": GEMM_FEATURES_V3, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2}[kind]
     else:
         own = {"gemm": GEMM_FEATURES_V2, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2}[kind]
     if transfer:
-        return list(own) + list(BASE_FEATURES) + list(TRANSFER_DEVICE_FEATURES)
-    return list(own) + list(BASE_FEATURES) + (list(DEVICE_FEATURES) if use_device else [])
+        dev = TRANSFER_DEVICE_FEATURES_V3 if version >= 3 else TRANSFER_DEVICE_FEATURES
+        return list(own) + list(BASE_FEATURES) + list(dev)
+    dev = DEVICE_FEATURES_V3 if version >= 3 else DEVICE_FEATURES
+    return list(own) + list(BASE_FEATURES) + (list(dev) if use_device else [])

@@ -24,8 +24,15 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
-from hybrid.corrections.base import Correction, family_mask, measured_log_ratio, read_json, write_json
-from hybrid.corrections.features import FEATURE_VERSION, build_features, feature_names
+from hybrid.corrections.base import (
+    Correction,
+    family_mask,
+    isin_fast,
+    measured_log_ratio,
+    read_json,
+    write_json,
+)
+from hybrid.corrections.features import FEATURE_VERSION, LATEST_FEATURE_VERSION, build_features, feature_names
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 
@@ -69,6 +76,13 @@ class _TrainingSummary:
     train_rmse_log: float = float("nan")
 
 
+def _booster_predict(booster: xgb.Booster, x: pd.DataFrame) -> np.ndarray:
+    """Booster output for a feature frame (columns in the booster's feature order): ``inplace_predict`` on a
+    contiguous float32 array, without building a DMatrix (about a third of the predict time on 200k rows)."""
+    arr = np.ascontiguousarray(x.to_numpy(dtype=np.float32))
+    return np.asarray(booster.inplace_predict(arr, validate_features=False), dtype=np.float64)
+
+
 class XGBCorrection(Correction):
     """Shared machinery of the XGBoost corrections: features -> log-ratio -> roofline * exp(prediction)."""
 
@@ -77,12 +91,14 @@ class XGBCorrection(Correction):
     families: tuple[str, ...] = ()
     #: default of the ``transfer`` argument (a second booster for devices absent from the training data)
     default_transfer: ClassVar[bool] = False
+    #: default of the ``feature_version`` argument
+    default_feature_version: ClassVar[int] = FEATURE_VERSION
 
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
-                 feature_version: int = FEATURE_VERSION, transfer: bool | None = None):
+                 feature_version: int | None = None, transfer: bool | None = None):
         self.params = params or XGBParams()
         self.use_device_features = use_device_features
-        self.feature_version = int(feature_version)
+        self.feature_version = int(self.default_feature_version if feature_version is None else feature_version)
         feature_names(self.kind, use_device_features, self.feature_version)  # validates the version
         self.transfer = (self.default_transfer if transfer is None else bool(transfer)) and self.feature_version >= 2
         self.booster: xgb.Booster | None = None
@@ -116,7 +132,7 @@ class XGBCorrection(Correction):
         """Rows whose device the main booster was not trained on (predicted by the transfer booster)."""
         if self.transfer_booster is None:
             return np.zeros(len(table), dtype=bool)
-        return ~table["device"].astype(str).isin(self.summary.devices).to_numpy()
+        return ~isin_fast(table["device"], self.summary.devices)
 
     def _select(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         mask = family_mask(baseline, self.families)
@@ -163,12 +179,10 @@ class XGBCorrection(Correction):
             ratio = np.empty(len(sub))
             if (~unseen).any():
                 x = self.features(sub.loc[~unseen], base.loc[~unseen], catalog)
-                ratio[~unseen] = self.booster.predict(  # type: ignore[union-attr]
-                    xgb.DMatrix(x.to_numpy(), feature_names=self.feature_names))
+                ratio[~unseen] = _booster_predict(self.booster, x)  # type: ignore[arg-type]
             if unseen.any():
                 x = self.features(sub.loc[unseen], base.loc[unseen], catalog, transfer=True)
-                ratio[unseen] = self.transfer_booster.predict(  # type: ignore[union-attr]
-                    xgb.DMatrix(x.to_numpy(), feature_names=self.transfer_feature_names))
+                ratio[unseen] = _booster_predict(self.transfer_booster, x)  # type: ignore[arg-type]
             out[mask] = np.clip(ratio, *LOG_RATIO_CLIP)
         return out
 
@@ -237,9 +251,9 @@ class XGBCorrection(Correction):
         directory = Path(directory)
         meta = read_json(directory / "params.json")
         version = int(meta.get("feature_version", 1))
-        if version > FEATURE_VERSION:
+        if version > LATEST_FEATURE_VERSION:
             raise InvalidInputError(f"{directory}: saved with feature version {version}, this hybrid knows up to "
-                                    f"{FEATURE_VERSION}; upgrade hybrid or refit the model")
+                                    f"{LATEST_FEATURE_VERSION}; upgrade hybrid or refit the model")
         obj = cls(XGBParams(**meta["params"]), bool(meta["use_device_features"]), version, bool(meta.get("transfer")))
         if meta["feature_names"] != obj.feature_names or (
                 obj.transfer and meta.get("transfer_feature_names") != obj.transfer_feature_names):
@@ -273,9 +287,11 @@ class GemmXGB(XGBCorrection):
     name = "kernel-xgb"
     families = ("gemm",)
     min_rows = 50
-    # The transfer booster is available (transfer=True) but off by default: on the leave-one-GPU-out benchmark it
-    # moved error between GPUs without lowering the mean (16.1% either way) and doubled the fit time.
+    # Feature version 3 (dtype path, power per SM, integer arithmetic) with one booster: the lowest mean
+    # leave-one-GPU-out error over all public sources (experiments/kernel_accuracy/results.md). The transfer
+    # booster (transfer=True) moves error between sources without lowering the mean.
     default_transfer = False
+    default_feature_version = 3
 
     @property
     def key(self) -> str:
@@ -289,6 +305,9 @@ class PointwiseXGB(XGBCorrection):
     name = "kernel-xgb"
     families = ("elementwise", "norm", "softmax", "attention")
     min_rows = 50
+    # version 3 with the transfer booster for unseen GPUs: lowest leave-one-GPU-out mean on the pointwise ops
+    default_transfer = True
+    default_feature_version = 3
 
     @property
     def key(self) -> str:

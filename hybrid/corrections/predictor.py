@@ -13,6 +13,7 @@ correction in its native format. No pickles.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import tempfile
@@ -25,14 +26,16 @@ import pandas as pd
 
 from hybrid.atomic import atomic_directory
 from hybrid.corrections import adapt as adapt_mod
-from hybrid.corrections.base import Correction, family_mask, read_json, write_json
+from hybrid.corrections.base import Correction, family_mask, isin_fast, read_json, write_json
 from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
+from hybrid.corrections.intervals import DEFAULT_COVERAGE, IntervalCalibration, interval_keys
 from hybrid.corrections.kernel_xgb import GemmXGB, PointwiseXGB, XGBCorrection, XGBParams
 from hybrid.data.schema import validate
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
+from hybrid.ops.families import family_array
 from hybrid.ops.roofline import resolve_system, roofline
 
 #: Format version of a saved predictor directory.
@@ -75,6 +78,8 @@ class HybridPredictor:
         self.data_digest: str = ""
         self.devices_seen: list[str] = []
         self.systems_seen: list[str] = []
+        #: conformal prediction-interval bands (:mod:`hybrid.corrections.intervals`); None = not calibrated
+        self.intervals: IntervalCalibration | None = None
 
     @classmethod
     def roofline_only(cls, catalog: Catalog | None = None) -> HybridPredictor:
@@ -104,6 +109,18 @@ class HybridPredictor:
             work = table.assign(time_us=t.where(t > 0, 1.0).fillna(1.0))
         norm = validate(work, self.catalog, source="fit" if training else "predict")
         norm.index = table.index
+        if not training:
+            # Prediction path only: text columns (few distinct values in many rows) become categoricals, so every
+            # later factorize / isin / row selection works on integer codes; nullable integer columns become
+            # float64 (the op formulas and features compute in float anyway). Values are unchanged.
+            for c in norm.columns:
+                kind = norm[c].dtype
+                if isinstance(kind, pd.CategoricalDtype) or c == "time_us":
+                    continue
+                if pd.api.types.is_object_dtype(kind) or pd.api.types.is_string_dtype(kind):
+                    norm[c] = norm[c].astype("category")
+                elif isinstance(kind, pd.Int64Dtype):
+                    norm[c] = norm[c].astype("float64")
         if "system" in norm.columns:  # catalog keys for systems too (curves are keyed by system)
             sys_codes, sys_uniques = pd.factorize(norm["system"].astype("string"))
             # catalog keys; a bare device (a generic node of it) keeps its device key, which resolves again later
@@ -114,8 +131,11 @@ class HybridPredictor:
         return norm, roofline(norm, self.catalog)
 
     # ------------------------------------------------------------------ fit
-    def fit(self, table: pd.DataFrame, progress: bool = False) -> HybridPredictor:
-        """Fit every correction the data supports (at least its ``min_rows`` rows); records what was fitted."""
+    def fit(self, table: pd.DataFrame, progress: bool = False, intervals: bool = False) -> HybridPredictor:
+        """Fit every correction the data supports (at least its ``min_rows`` rows); records what was fitted.
+
+        ``intervals=True`` also calibrates 80% prediction intervals (:meth:`calibrate_intervals`: one extra fit
+        per held-out device plus one random split, so several times the fit cost)."""
         if isinstance(table, pd.DataFrame) and len(table) and "time_us" not in table.columns:
             raise InvalidInputError("training table has no 'time_us' column")
         norm, base = self._prepare(table, training=True)
@@ -134,16 +154,69 @@ class HybridPredictor:
         self.data_digest = table_digest(norm)
         self.devices_seen = sorted(map(str, pd.unique(norm["device"])))
         self.systems_seen = sorted(map(str, pd.unique(norm["system"].dropna()))) if "system" in norm.columns else []
+        self.intervals = None
+        if intervals:
+            self.calibrate_intervals(table, progress=progress)
         return self
+
+    def calibrate_intervals(self, table: pd.DataFrame, coverage: float = DEFAULT_COVERAGE, max_devices: int = 8,
+                            test_fraction: float = 0.2, seed: int | None = None,
+                            progress: bool = False) -> HybridPredictor:
+        """Calibrate the prediction intervals on ``table`` (normally the training table) by refitting copies of
+        this predictor's corrections: one random ``test_fraction`` hold-out (bands of seen devices) and one fit
+        per held-out device, at most ``max_devices`` of them, holding out only devices whose kind (GPU/CPU)
+        remains in the fit (bands of unseen devices). ``self``'s fitted models are not changed."""
+        from tqdm.auto import tqdm
+
+        seed = self.seed if seed is None else seed
+        work = table.reset_index(drop=True)
+        rng = np.random.default_rng(seed)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        devices = work["device"].astype(str)
+        keys = {d: self.catalog.device(d).key for d in pd.unique(devices)}
+        kinds = {d: self.catalog.device(d).kind for d in keys}
+        kind_counts = pd.Series(list(kinds.values())).value_counts()
+        held = [d for d in keys if kind_counts[kinds[d]] >= 2][:max_devices]
+        test = rng.random(len(work)) < test_fraction
+        jobs = [("random", test)] + [("lodo", (devices == d).to_numpy()) for d in held]
+        for split, mask in tqdm(jobs, desc="calibrate intervals", unit="fit", disable=not progress, leave=False):
+            if mask.all() or not mask.any():
+                continue
+            clone = HybridPredictor(self.catalog, [copy.deepcopy(c) for c in self.corrections], seed=self.seed)
+            clone.fit(work.loc[~mask])
+            sub = work.loc[mask]
+            pred = clone.predict(sub, intervals=False)
+            resid = np.log(pd.to_numeric(sub["time_us"]).to_numpy(np.float64)) - np.log(pred["time_us"].to_numpy())
+            keys = interval_keys(pred["method"].to_numpy(), family_array(sub["op"]))
+            parts.append((resid, keys, np.full(len(sub), split == "random"), devices[mask].to_numpy()))
+        if parts:
+            r, k, seen, dev = (np.concatenate(x) for x in zip(*parts, strict=True))
+            self.intervals = IntervalCalibration.from_residuals(r, k, seen, dev, coverage)
+        else:
+            self.intervals = IntervalCalibration(coverage, {})
+        return self
+
+    def _seen(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
+        """Rows whose device (and system, for collectives) the corrections were fitted on, not adapted."""
+        adapted = {d for per in self.offsets.values() for d in per} | {d for _, d in self.device_models}
+        seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
+        is_coll = isin_fast(base["family"], ("collective",))
+        if is_coll.any():
+            if "system" in norm.columns:
+                sys_seen = isin_fast(norm["system"], self.systems_seen)
+            else:
+                sys_seen = np.zeros(len(norm), dtype=bool)
+            seen = np.where(is_coll, seen & sys_seen, seen)
+        return seen
 
     # ------------------------------------------------------------------ predict
     def _raw(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(time_us, method, group key used for offsets) before few-shot offsets."""
         time = base["time_us"].to_numpy(dtype=np.float64).copy()
-        is_coll = (base["family"].astype(str) == "collective").to_numpy()
+        is_coll = isin_fast(base["family"], ("collective",))
         method = np.where(is_coll, ALPHA_BETA, ROOFLINE).astype(object)
         group = np.full(len(norm), ROOFLINE, dtype=object)
-        devices = norm["device"].astype(str).to_numpy()
+        devices = norm["device"].to_numpy(dtype=object) if self.device_models else None
         for corr in self.corrections:
             if not corr.fitted:
                 continue
@@ -152,7 +225,7 @@ class HybridPredictor:
                 continue
             pred = corr.predict(norm, base, self.catalog)
             for (key, dev), model in self.device_models.items():
-                rows = mask & (devices == dev)
+                rows = mask & (devices == dev)  # type: ignore[operator]
                 if key == corr.key and rows.any():
                     pred[rows] = model.predict(norm.loc[rows], base.loc[rows], self.catalog)
             ok = mask & np.isfinite(pred)
@@ -161,23 +234,32 @@ class HybridPredictor:
             group[ok] = corr.key
         return time, method, group
 
-    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        """Per row (same index): ``time_us``, ``roofline_us``, ``method``, ``bound``."""
+    def predict(self, table: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
+        """Per row (same index): ``time_us``, ``roofline_us``, ``method``, ``bound`` and, with ``intervals``,
+        ``time_us_low`` / ``time_us_high`` (the calibrated 80% interval; NaN when the predictor has no interval
+        calibration, see :meth:`calibrate_intervals`)."""
         norm, base = self._prepare(table, training=False)
         time, method, group = self._raw(norm, base)
         if self.offsets:
-            devices = norm["device"].astype(str).to_numpy()
+            devices = norm["device"].to_numpy(dtype=object)
             scale = np.zeros(len(norm))
             for key, per_dev in self.offsets.items():
                 for dev, off in per_dev.items():
                     scale[(group == key) & (devices == dev)] = off
             time = time * np.exp(scale)
-        return pd.DataFrame({"time_us": time, "roofline_us": base["time_us"].to_numpy(dtype=np.float64),
-                             "method": method, "bound": base["bound"].astype(str).to_numpy()}, index=table.index)
+        out = {"time_us": time, "roofline_us": base["time_us"].to_numpy(dtype=np.float64),
+               "method": method, "bound": base["bound"].to_numpy(dtype=object)}
+        if intervals:
+            if self.intervals is None:
+                out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
+            else:
+                lo, hi, _ = self.intervals.row_bounds(method, base["family"], self._seen(norm, base))
+                out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
+        return pd.DataFrame(out, index=table.index)
 
     def predict_time(self, table: pd.DataFrame) -> np.ndarray:
         """Predicted ``time_us`` per row as a numpy array."""
-        return self.predict(table)["time_us"].to_numpy()
+        return self.predict(table, intervals=False)["time_us"].to_numpy()
 
     # ------------------------------------------------------------------ few-shot adaptation
     def adapt(self, table: pd.DataFrame, strategy: str = "boost") -> HybridPredictor:
@@ -244,6 +326,7 @@ class HybridPredictor:
                 "corrections": entries, "device_models": dev_models, "offsets": self.offsets,
                 "fit_info": self.fit_info, "data_digest": self.data_digest,
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
+                "intervals": None if self.intervals is None else self.intervals.to_json(),
             })
             write_json(tmp / "catalog.json", self._catalog_payload())
         return target
@@ -292,6 +375,7 @@ class HybridPredictor:
         obj.data_digest = manifest.get("data_digest", "")
         obj.devices_seen = list(manifest.get("devices_seen", []))
         obj.systems_seen = list(manifest.get("systems_seen", []))
+        obj.intervals = IntervalCalibration.from_json(manifest.get("intervals"))
         return obj
 
     # ------------------------------------------------------------------ reporting

@@ -107,6 +107,22 @@ def _fail(df: pd.DataFrame, pos: int, column: str, problem: str, source: str) ->
     return SchemaError(f"{where}row {pos + 1} (CSV line {pos + 2}), column {column!r}: {problem}")
 
 
+def _clean_text(values: pd.Series, lower: bool = True) -> pd.Series:
+    """``values.astype("string").str.strip()`` (and ``.str.lower()``) as a categorical Series, computed once per
+    distinct value, so a million-row table with a few distinct ops/devices costs a factorize, not a million
+    string operations. Missing values stay missing."""
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    cleaned = pd.Series(uniques, dtype="object").astype("string").str.strip()
+    if lower:
+        cleaned = cleaned.str.lower()
+    # distinct raw values may clean to the same text (" Bmm", "bmm"): categories must be unique
+    c_codes, c_uniques = pd.factorize(cleaned.to_numpy(dtype=object), use_na_sentinel=True)
+    mapped = np.append(c_codes, -1)[codes]
+    cat = pd.Categorical.from_codes(mapped, categories=pd.Index(c_uniques, dtype=object)) if len(c_uniques) \
+        else pd.Categorical(np.full(len(values), np.nan, dtype=object))
+    return pd.Series(cat, index=values.index)
+
+
 def validate(
     table: pd.DataFrame,
     catalog: Catalog | None = None,
@@ -130,7 +146,7 @@ def validate(
     df = table.reset_index(drop=True).copy()
 
     # op names
-    ops = df["op"].astype("string").str.strip().str.lower()
+    ops = _clean_text(df["op"])
     unknown = ~ops.isin(list(OP_TO_FAMILY)) | ops.isna()
     if unknown.any():
         i = int(np.flatnonzero(unknown.to_numpy())[0])
@@ -144,7 +160,9 @@ def validate(
             continue
         raw = df[name]
         if spec.kind == "bool":
-            mapped = raw.map(_to_bool)
+            codes, uniques = pd.factorize(raw)  # decide each distinct value once
+            lookup = np.array([_to_bool(u) for u in uniques] + [None], dtype=object)
+            mapped = pd.Series(lookup[codes], index=raw.index, dtype=object)
             bad = mapped.isna() & raw.notna()
             if bad.any():
                 i = int(np.flatnonzero(bad.to_numpy())[0])
@@ -152,7 +170,9 @@ def validate(
             df[name] = mapped.astype("boolean")
             continue
         values = pd.to_numeric(raw, errors="coerce")
-        bad = values.isna() & raw.notna() & (raw.astype("string").str.strip().str.lower() != "nan")
+        bad = values.isna() & raw.notna()
+        if bad.any():  # text "nan" counts as missing; only rows that failed to parse are looked at as text
+            bad &= raw.astype("string").str.strip().str.lower() != "nan"
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise _fail(df, i, name, f"expected a number, got {_show(raw.iloc[i])}", source)
@@ -177,14 +197,19 @@ def validate(
         else:
             df[name] = arr
 
-    # required values per family (NaN in a required column is an error for that row)
-    for op in pd.unique(df["op"]):
-        rows = (df["op"] == op).to_numpy()
+    # required values per family (NaN in a required column is an error for that row); each column's NaN mask
+    # and each op's rows are computed once
+    op_codes, op_uniques = pd.factorize(df["op"])
+    null_masks: dict[str, np.ndarray] = {}
+    for code, op in enumerate(op_uniques):
+        rows = op_codes == code
         for name in required_columns(str(op)):
             if name not in df.columns:
                 i = int(np.flatnonzero(rows)[0])
                 raise _fail(df, i, name, f"column required for op {op!r} is missing", source)
-            nulls = rows & df[name].isna().to_numpy()
+            if name not in null_masks:
+                null_masks[name] = df[name].isna().to_numpy()
+            nulls = rows & null_masks[name]
             if nulls.any():
                 i = int(np.flatnonzero(nulls)[0])
                 raise _fail(df, i, name, f"missing value (NaN/empty) for op {op!r}", source)
@@ -192,18 +217,18 @@ def validate(
     # categorical values
     if "dtype" not in df.columns:
         df["dtype"] = "fp32"
-    dt = df["dtype"].astype("string").fillna("fp32")
-    mapping = {}
-    for u in pd.unique(dt):
+    dt_codes, dt_uniques = pd.factorize(df["dtype"], use_na_sentinel=True)
+    canonical = []
+    for j, u in enumerate(dt_uniques):
         try:
-            mapping[u] = normalize_dtype(str(u))
+            canonical.append(normalize_dtype(str(u)))
         except InvalidInputError as exc:
-            i = int(np.flatnonzero((dt == u).to_numpy())[0])
+            i = int(np.flatnonzero(dt_codes == j)[0])
             raise _fail(df, i, "dtype", str(exc), source) from None
-    df["dtype"] = dt.map(mapping).astype(object)
+    df["dtype"] = np.array(canonical + ["fp32"], dtype=object)[dt_codes]  # missing dtype: fp32
     for name, allowed in (("direction", DIRECTIONS), ("index_dist", INDEX_DISTS)):
         if name in df.columns:
-            vals = df[name].astype("string").str.strip().str.lower()
+            vals = _clean_text(df[name])
             bad = vals.notna() & ~vals.isin(list(allowed))
             if bad.any():
                 i = int(np.flatnonzero(bad.to_numpy())[0])
@@ -211,23 +236,25 @@ def validate(
             df[name] = vals.astype(object)
 
     # devices
-    dev = df["device"].astype("string").str.strip()
-    if dev.isna().any() or (dev == "").any():
-        i = int(np.flatnonzero((dev.isna() | (dev == "")).to_numpy())[0])
+    dev = _clean_text(df["device"], lower=False)
+    empty = (dev.isna() | (dev == "")).to_numpy()
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
         raise _fail(df, i, "device", "missing device name", source)
     if resolve_devices:
         cat = catalog or default_catalog()
-        keys = {}
-        for u in pd.unique(dev):
+        names = list(dev.cat.categories)
+        keys = []
+        for j, u in enumerate(names):
             key = cat.resolve_device(str(u), missing_ok=True)
             if key is None:
-                i = int(np.flatnonzero((dev == u).to_numpy())[0])
+                i = int(np.flatnonzero(dev.cat.codes.to_numpy() == j)[0])
                 try:
                     cat.resolve_device(str(u))
                 except Exception as exc:  # UnknownDeviceError with close matches
                     raise _fail(df, i, "device", str(exc), source) from None
-            keys[u] = key
-        df["device"] = dev.map(keys).astype(object)
+            keys.append(key)
+        df["device"] = np.array(keys, dtype=object)[dev.cat.codes.to_numpy()]
     else:
         df["device"] = dev.astype(object)
 

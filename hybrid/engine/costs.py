@@ -74,8 +74,17 @@ def integral_shapes(ops: pd.DataFrame) -> pd.DataFrame:
 
 def predict_times(model: OpCostModel, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(``time_us``, ``method``) per op row from one ``predict`` call; rejects NaN/negative predictions."""
+    times, _, _, method = predict_bounds(model, ops)
+    return times, method
+
+
+def predict_bounds(model: OpCostModel, ops: pd.DataFrame
+                   ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
+    """(``time_us``, ``time_us_low``, ``time_us_high``, ``method``) per op row from one ``predict`` call. The
+    interval columns are None when the model gives none (or not for every row: a roofline-only or uncalibrated
+    predictor)."""
     if len(ops) == 0:
-        return np.zeros(0), np.zeros(0, dtype=object)
+        return np.zeros(0), None, None, np.zeros(0, dtype=object)
     result = model.predict(integral_shapes(ops))
     if "time_us" not in result.columns:
         raise InvalidInputError(f"cost model {type(model).__name__} returned no 'time_us' column")
@@ -86,4 +95,10 @@ def predict_times(model: OpCostModel, ops: pd.DataFrame) -> tuple[np.ndarray, np
         raise InvalidInputError(f"cost model gave time_us={times[i]!r} for op {ops.iloc[i].dropna().to_dict()}")
     method = (result["method"].astype(str).to_numpy(dtype=object) if "method" in result.columns
               else np.full(len(ops), type(model).__name__, dtype=object))
-    return times, method
+    low = high = None
+    if "time_us_low" in result.columns and "time_us_high" in result.columns:
+        lo = pd.to_numeric(result["time_us_low"], errors="coerce").to_numpy(dtype=np.float64)
+        hi = pd.to_numeric(result["time_us_high"], errors="coerce").to_numpy(dtype=np.float64)
+        if np.isfinite(lo).all() and np.isfinite(hi).all():
+            low, high = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
+    return times, low, high, method

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.engine.costs import OpCostModel, default_cost_model, predict_times
+from hybrid.engine.costs import OpCostModel, default_cost_model, predict_bounds, predict_times
 from hybrid.engine.graph import COMM, COMPUTE, CPU, KINDS, SYNC, CompiledGraph, TaskGraph
 from hybrid.engine.overheads import Overheads
 from hybrid.errors import InvalidInputError
@@ -26,15 +26,20 @@ BREAKDOWN_COLUMNS = ("rank", "iteration_us", "compute_us", "comm_us", "exposed_c
 
 
 def node_durations(graph: CompiledGraph, model: OpCostModel | None, overheads: Overheads | None = None,
-                   _methods: list | None = None) -> np.ndarray:
+                   _methods: list | None = None,
+                   _times: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Duration (us) of every node: fixed part + predicted op time + host overhead of its category.
 
-    All op rows of the graph are predicted in ONE ``model.predict`` call. Members of a collective all take the
-    longest member's time (a collective completes together).
+    All op rows of the graph are predicted in ONE ``model.predict`` call (or taken from ``_times``: per op row
+    of ``graph.ops``, (time_us, method)). Members of a collective all take the longest member's time (a
+    collective completes together).
     """
     dur = graph.fixed_us.copy()
     if len(graph.ops):
-        times, method = predict_times(model if model is not None else default_cost_model(), graph.ops)
+        if _times is not None:
+            times, method = _times
+        else:
+            times, method = predict_times(model if model is not None else default_cost_model(), graph.ops)
         has = graph.op_index >= 0
         dur[has] += times[graph.op_index[has]]
         if _methods is not None:
@@ -113,6 +118,10 @@ class SimResult:
     breakdown: pd.DataFrame
     methods: np.ndarray | None = None  # per node: how its op was costed ("" if no op)
     info: dict[str, Any] = field(default_factory=dict)
+    #: 80% interval of the iteration time: the schedule re-run with every op at the low / high end of its own
+    #: interval (errors on one system are strongly correlated, so the ends move together); NaN without intervals
+    iteration_us_low: float = float("nan")
+    iteration_us_high: float = float("nan")
 
     def critical_path(self) -> list[int]:
         """Node ids on one critical path, first to last (a predecessor that finishes exactly at the start)."""
@@ -211,8 +220,11 @@ class SimResult:
     def summary(self) -> dict[str, Any]:
         """JSON-ready: iteration time, per-rank breakdown, critical-path composition."""
         ranks = self.breakdown.to_dict(orient="records")
+        interval = {} if not np.isfinite(self.iteration_us_low) else {
+            "iteration_us_low": float(self.iteration_us_low), "iteration_us_high": float(self.iteration_us_high)}
         return {
             "iteration_us": float(self.iteration_us),
+            **interval,
             "n_ranks": int(self.graph.n_ranks),
             "n_nodes": int(self.graph.n_real),
             "critical_path": self.critical_path_summary(),
@@ -275,12 +287,24 @@ def simulate(
     """Cost every op of ``graph`` with ``model`` (one batch), add host ``overheads`` and schedule it.
 
     ``model`` defaults to :func:`hybrid.engine.costs.default_cost_model` (roofline-only predictor),
-    ``overheads`` to :class:`Overheads` defaults.
+    ``overheads`` to :class:`Overheads` defaults. When the model gives 80% intervals for every op, the result
+    also carries ``iteration_us_low`` / ``iteration_us_high`` (two more schedules, no more predictions).
     """
     compiled = graph.compile() if isinstance(graph, TaskGraph) else graph
     methods: list = []
-    dur = node_durations(compiled, model, overheads if overheads is not None else Overheads(), methods)
+    over = overheads if overheads is not None else Overheads()
+    low = high = None
+    times = None
+    if len(compiled.ops):
+        t, low, high, method = predict_bounds(model if model is not None else default_cost_model(), compiled.ops)
+        times = (t, method)
+    dur = node_durations(compiled, model, over, methods, _times=times)
     result = simulate_durations(compiled, dur)
+    if low is not None and high is not None and times is not None:
+        result.iteration_us_low = simulate_durations(
+            compiled, node_durations(compiled, model, over, _times=(low, times[1]))).iteration_us
+        result.iteration_us_high = simulate_durations(
+            compiled, node_durations(compiled, model, over, _times=(high, times[1]))).iteration_us
     node_method = np.full(len(compiled), "", dtype=object)
     if methods:
         has = compiled.op_index >= 0

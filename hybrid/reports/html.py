@@ -85,6 +85,27 @@ def error_table(summaries: Mapping[str, Mapping[str, Any]], group: str | None = 
     return "\n".join(out)
 
 
+def interval_table(frame: pd.DataFrame) -> str:
+    """HTML table of the 80% prediction intervals of one split: per device, the share of measurements inside
+    their interval (nominal 80%) and the median interval width (high / low); empty without intervals."""
+    from hybrid.tracking.evaluation import interval_coverage
+
+    cov = interval_coverage(frame)
+    if not cov["coverage_by_device"]:
+        return ""
+    ratio = frame["predicted_us_high"] / frame["predicted_us_low"]
+    out = ["<table><tr><th>device</th><th>rows</th><th>inside 80% interval %</th>"
+           "<th>median width (high / low)</th></tr>"]
+    for dev, g in frame.groupby("device", sort=True):
+        pct = cov["coverage_by_device"].get(str(dev), float("nan"))
+        cls = ' class="better"' if 70 <= pct <= 90 else ' class="worse"'
+        out.append(f"<tr><td>{_esc(dev)}</td><td>{len(g):,}</td><td{cls}>{_fmt(float(pct))}</td>"
+                   f"<td>{float(ratio[g.index].median()):.2f}x</td></tr>")
+    out.append(f"<tr><td>all rows</td><td>{len(frame):,}</td><td>{_fmt(float(cov['coverage_pct']))}</td>"
+               f"<td>{float(ratio.median()):.2f}x</td></tr></table>")
+    return "\n".join(out)
+
+
 def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, Any] | None = None,
                   summaries: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
                   images: Mapping[str, Mapping[str, bytes]] | None = None) -> str:
@@ -110,6 +131,11 @@ def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, A
         parts.append("<h3>Overall</h3>" + error_table(summ))
         parts.append("<h3>Per op family</h3>" + error_table(summ, "by_op"))
         parts.append("<h3>Per device</h3>" + error_table(summ, "by_device"))
+        intervals = interval_table(sub)
+        if intervals:
+            parts.append("<h3>80% prediction intervals</h3><p class='note'>Share of measurements inside their "
+                         "predicted interval (nominal 80%; green within 70-90%). Intervals are conformal bands "
+                         "of held-out residuals, wider for devices the model was not fitted on.</p>" + intervals)
         if split not in with_figures:
             parts.append("<p class='note'>(figures are drawn for the held-out splits above)</p>")
             continue

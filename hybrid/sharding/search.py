@@ -450,6 +450,15 @@ class PlanEvaluation:
     sim: SimResult | None = None
     error: str = ""
     origin: str = ""  # for "search": which seed's local search produced it
+    #: whether this plan's 80% iteration-time interval overlaps the best plan's (None: no intervals / the best)
+    overlaps_best: bool | None = None
+
+    @property
+    def iteration_interval_us(self) -> tuple[float, float]:
+        """80% interval of the simulated iteration (NaN, NaN when the cost model gives no intervals)."""
+        if self.sim is None:
+            return float("nan"), float("nan")
+        return float(self.sim.iteration_us_low), float(self.sim.iteration_us_high)
 
     @property
     def fits(self) -> bool:
@@ -465,6 +474,7 @@ class PlanEvaluation:
             "iteration_us": None if not np.isfinite(self.iteration_us) else round(self.iteration_us, 3),
             "estimate_us": None if not np.isfinite(self.estimate_us) else round(self.estimate_us, 3),
             "reason": self.reason, "shard_types": self.plan.type_counts(),
+            **_interval_dict(self),
             "peak_memory_bytes": self.memory.peak,
             "memory_per_rank_bytes": [float(x) for x in self.memory.per_rank["total"]],
         }
@@ -474,6 +484,30 @@ class PlanEvaluation:
         if with_plan:
             out["plan"] = self.plan.to_dict()
         return out
+
+
+def _interval_dict(ev: PlanEvaluation) -> dict[str, Any]:
+    lo, hi = ev.iteration_interval_us
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return {}
+    return {"iteration_us_low": round(lo, 3), "iteration_us_high": round(hi, 3), "overlaps_best": ev.overlaps_best}
+
+
+def flag_overlaps(evaluations: list[PlanEvaluation]) -> list[str]:
+    """Mark every fitting plan whose 80% iteration interval overlaps the best (first fitting) plan's interval:
+    the model cannot tell them apart at that confidence. Returns the names of the overlapping plans."""
+    fitting = [e for e in evaluations if e.fits and np.isfinite(e.iteration_interval_us[0])]
+    if not fitting:
+        return []
+    best = fitting[0]
+    b_lo, b_hi = best.iteration_interval_us
+    out = []
+    for e in fitting[1:]:
+        lo, hi = e.iteration_interval_us
+        e.overlaps_best = bool(lo <= b_hi and b_lo <= hi)
+        if e.overlaps_best:
+            out.append(e.name)
+    return out
 
 
 @dataclass
@@ -626,6 +660,7 @@ def search_plans(
                               origin=best.name)
         evaluations.append(best)
     evaluations.sort(key=lambda e: (not e.fits, e.iteration_us if np.isfinite(e.iteration_us) else np.inf))
+    overlapping = flag_overlaps(evaluations)
     return SearchResult(evaluations, time.perf_counter() - t0,
                         {"tables": len(config.tables), "gpus": config.gpus, "options": len(costs.options),
-                         "simulated": len(candidates)})
+                         "simulated": len(candidates), "overlapping_best": overlapping})

@@ -36,6 +36,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from hybrid import __version__
+from hybrid.corrections.intervals import IntervalCalibration
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.tracking.evaluation import prediction_frame, split_summaries
@@ -246,6 +247,9 @@ def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: Cali
         frames += lodo
         bar.set_postfix_str("final fit (all rows)")
         final = predictor_cls(catalog=cat).fit(table, progress=False)
+        # 80% intervals from the held-out residuals above: random split = seen devices, lodo = unseen ones
+        final.intervals = IntervalCalibration.from_prediction_frames(pd.concat(frames, ignore_index=True)) \
+            if frames else IntervalCalibration()
         frames.append(prediction_frame(table, final.predict(table), "train"))
         bar.update()
     finally:

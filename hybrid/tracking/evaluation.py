@@ -3,8 +3,9 @@
 The *prediction frame* is what calibration runs store (``predictions/<split>.csv``), ``hybrid evaluate -o``
 writes and reports plot: one row per measured op with ``split``, ``device``, ``op``, ``family``, ``size`` (the
 natural problem size of the family: FLOPs for GEMM/attention, message bytes for collectives, bytes moved
-otherwise), ``measured_us``, ``predicted_us``, ``roofline_us``, ``method`` and, when a base model was adapted,
-``base_us``; plus the table's shape columns.
+otherwise), ``measured_us``, ``predicted_us``, ``predicted_us_low`` / ``predicted_us_high`` (the 80% interval, NaN when the
+model has none), ``roofline_us``, ``method`` and, when a base model was adapted, ``base_us``; plus the table's
+shape columns.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from hybrid.reports.metrics import error_summary
 
 #: Columns of the prediction frame, in order (shape columns follow).
 PREDICTION_COLUMNS = ("split", "device", "system", "op", "family", "dtype", "direction", "size", "size_unit",
-                      "measured_us", "predicted_us", "roofline_us", "base_us", "method", "bound")
+                      "measured_us", "predicted_us", "predicted_us_low", "predicted_us_high", "roofline_us", "base_us",
+                      "method", "bound")
 #: Which prediction column each compared model lives in.
 MODEL_COLUMNS = {"model": "predicted_us", "roofline": "roofline_us", "base": "base_us"}
 #: Families whose size is counted in FLOPs (the others in bytes).
@@ -53,6 +55,8 @@ def prediction_frame(table: pd.DataFrame, predicted: pd.DataFrame, split: str = 
     out["size_unit"] = np.where(is_flops, "FLOP", "B")
     out["measured_us"] = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(np.float64)
     out["predicted_us"] = predicted["time_us"].to_numpy(np.float64)
+    for src, dst in (("time_us_low", "predicted_us_low"), ("time_us_high", "predicted_us_high")):
+        out[dst] = predicted[src].to_numpy(np.float64) if src in predicted.columns else np.nan
     out["roofline_us"] = predicted["roofline_us"].to_numpy(np.float64)
     out["base_us"] = np.asarray(base, dtype=np.float64) if base is not None else np.nan
     out["method"] = predicted["method"].astype(str).to_numpy() if "method" in predicted.columns else "roofline"
@@ -86,6 +90,18 @@ def summarize(frame: pd.DataFrame, model: str = "model") -> dict[str, Any]:
     return error_summary(frame[column].to_numpy(np.float64), frame["measured_us"].to_numpy(np.float64),
                          groups={"by_op": frame["family"].astype(str).to_numpy(),
                                  "by_device": frame["device"].astype(str).to_numpy()})
+
+
+def interval_coverage(frame: pd.DataFrame) -> dict[str, Any]:
+    """``coverage_pct`` (share of rows whose measurement is inside its 80% interval) overall and
+    ``coverage_by_device``; NaN / empty when the frame has no intervals."""
+    from hybrid.corrections.intervals import coverage_pct
+
+    if "predicted_us_low" not in frame.columns or frame["predicted_us_low"].isna().all():
+        return {"coverage_pct": float("nan"), "coverage_by_device": {}}
+    cols = ("measured_us", "predicted_us_low", "predicted_us_high")
+    by_dev = {str(d): coverage_pct(*(g[c].to_numpy() for c in cols)) for d, g in frame.groupby("device", sort=True)}
+    return {"coverage_pct": coverage_pct(*(frame[c].to_numpy() for c in cols)), "coverage_by_device": by_dev}
 
 
 def compared_models(frame: pd.DataFrame) -> list[str]:

@@ -8,16 +8,24 @@ artifact. The registered version points at that ``model/`` folder. Loading downl
 
 Model references accepted everywhere: ``NAME`` (latest version), ``NAME/3``, ``models:/NAME/3``,
 ``models:/NAME/latest``, ``NAME@alias``.
+
+Fast path: importing MLflow and opening a client costs seconds, which every ``--model`` CLI call would pay. For a
+local SQLite store with local artifacts (the default store), :func:`load_predictor` resolves the reference with
+a read-only SQL query on the registry tables (``model_versions``, ``registered_model_aliases``, ``runs``) and
+loads the predictor straight from the run's artifact folder, without importing MLflow. Anything unexpected (a
+server URI, remote artifacts, another schema, no match) takes the MLflow path, which gives the proper errors.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import yaml
 
@@ -167,6 +175,67 @@ def download_model(client: Any, version: Any, dst: Path) -> Path:
     return local / rel
 
 
+def _sqlite_version(db: Path, ref: ModelRef) -> tuple[str, int, str, Path] | None:
+    """(name, version, run id, predictor directory) of ``ref`` read straight from a local MLflow SQLite
+    registry whose run artifacts are local files; None when it cannot be answered that way."""
+    if not db.is_file():
+        return None
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            cols = {r[1] for r in con.execute("PRAGMA table_info(model_versions)")}
+            if not {"name", "version", "run_id", "current_stage"} <= cols:
+                return None
+            where = "name = ? AND (current_stage IS NULL OR current_stage != 'Deleted_Internal')"
+            args: list[Any] = [ref.name]
+            if "workspace" in cols:
+                where += " AND workspace = 'default'"
+            if ref.alias:
+                acols = {r[1] for r in con.execute("PRAGMA table_info(registered_model_aliases)")}
+                if not {"name", "alias", "version"} <= acols:
+                    return None
+                row = con.execute("SELECT version FROM registered_model_aliases WHERE name = ? AND alias = ?"
+                                  + (" AND workspace = 'default'" if "workspace" in acols else ""),
+                                  (ref.name, ref.alias)).fetchone()
+                if row is None:
+                    return None
+                where += " AND version = ?"
+                args.append(int(row[0]))
+            elif ref.version is not None:
+                where += " AND version = ?"
+                args.append(ref.version)
+            row = con.execute(f"SELECT version, run_id FROM model_versions WHERE {where} "
+                              "ORDER BY version DESC LIMIT 1", args).fetchone()
+            if row is None or not row[1]:
+                return None
+            art = con.execute("SELECT artifact_uri FROM runs WHERE run_uuid = ?", (row[1],)).fetchone()
+        finally:
+            con.close()
+    except (sqlite3.Error, ValueError):
+        return None
+    if art is None or not str(art[0] or "").startswith("file://"):
+        return None
+    model_dir = Path(unquote(urlparse(str(art[0])).path)) / MODEL_ARTIFACT_PATH
+    try:
+        pred_dir = _predictor_dir(model_dir)
+    except (OSError, yaml.YAMLError):
+        return None
+    if pred_dir is None or not (pred_dir / "manifest.json").is_file():
+        return None
+    return ref.name, int(row[0]), str(row[1]), pred_dir
+
+
+def _predictor_dir(model_dir: Path) -> Path | None:
+    """The predictor artifact folder named by a pyfunc model folder's ``MLmodel`` file (None if absent)."""
+    mlmodel = model_dir / "MLmodel"
+    if not mlmodel.is_file():
+        return None
+    spec = yaml.safe_load(mlmodel.read_text(encoding="utf-8")) or {}
+    arts = (spec.get("flavors", {}).get("python_function", {}) or {}).get("artifacts", {}) or {}
+    rel = (arts.get(PREDICTOR_ARTIFACT) or {}).get("path")
+    return model_dir / rel if rel and (model_dir / rel).is_dir() else None
+
+
 def load_predictor(ref: str, tracking_uri: str | None = None, catalog: Any = None,
                    store: Store | None = None) -> LoadedModel:
     """Load a calibrated predictor by reference (see module doc) from the tracking store. ``roofline`` gives
@@ -177,6 +246,11 @@ def load_predictor(ref: str, tracking_uri: str | None = None, catalog: Any = Non
     if parsed.name == ROOFLINE and parsed.version is None and parsed.alias is None:
         return LoadedModel(HybridPredictor.roofline_only(catalog), ROOFLINE, 0, None, "")
     store = store or open_store(tracking_uri)
+    if store.db_path is not None:
+        fast = _sqlite_version(store.db_path, parsed)
+        if fast is not None:
+            predictor = HybridPredictor.load(fast[3], catalog=catalog)
+            return LoadedModel(predictor, fast[0], fast[1], fast[2], store.uri)
     client = store.client(create=False)
     version = resolve_version(client, parsed)
     tmp = Path(tempfile.mkdtemp(prefix="hybrid-model-"))

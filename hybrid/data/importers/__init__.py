@@ -23,8 +23,9 @@ import pandas as pd
 
 from hybrid.data.importers._common import DataImportWarning
 from hybrid.data.importers.deepbench import import_deepbench
+from hybrid.data.importers.llmcompass import import_llmcompass
 from hybrid.data.importers.nccl_tests import import_nccl_tests
-from hybrid.data.importers.neusight import import_neusight
+from hybrid.data.importers.neusight import drop_cross_file_duplicates, import_neusight
 from hybrid.data.importers.vidur import import_vidur_compute, import_vidur_network
 from hybrid.data.importers.xla import import_xla_collectives, import_xla_matmul
 from hybrid.data.schema import validate
@@ -47,6 +48,8 @@ class Importer:
     fallback: str
     #: names of the :mod:`hybrid.data.sources` entries these files come from
     sources: tuple[str, ...] = ()
+    #: applied to the concatenated table of all files (drops copies of one measurement in several files)
+    dedupe: Callable[[pd.DataFrame], pd.DataFrame] | None = None
 
     def find(self, directory: str | os.PathLike) -> list[Path]:
         """Files of this format under ``directory``: the public-layout globs if ``directory`` is a data root;
@@ -74,7 +77,7 @@ IMPORTERS: dict[str, Importer] = {
                   *(f"{_NEUSIGHT}/dataset/train/collect/{op}/p*/*.csv" for op in ("bmm", "linear", "ln", "softmax")),
                   f"{_NEUSIGHT}/dataset_amd/test/collect/*/p*/*.csv",
                   "neusight/test-dev/*.csv"),
-                 "*.csv", ("neusight-train", "neusight-amd", "neusight-test-dev")),
+                 "*.csv", ("neusight-train", "neusight-amd", "neusight-test-dev"), drop_cross_file_duplicates),
         Importer("xla-matmul", "XLA H100 matmul perf table (CSV or upstream .txtpb)", import_xla_matmul,
                  ("xla/matmul_*.csv", "xla/*matmul_perf_table*.txtpb"), "*matmul*", ("xla-matmul",)),
         Importer("xla-collectives", "XLA H100x8 collective perf table (CSV or upstream .txtpb)",
@@ -88,6 +91,8 @@ IMPORTERS: dict[str, Importer] = {
         Importer("deepbench", "DeepBench GEMM and all-reduce results (tidy CSVs)", import_deepbench,
                  ("deepbench/deepbench_gemm_tidy.csv", "deepbench/deepbench_allreduce_tidy.csv"),
                  "deepbench_*_tidy.csv", ("deepbench-tidy",)),
+        Importer("llmcompass", "LLMCompass A100 / MI210 FP16 matmul tables (figure 5 real hardware)",
+                 import_llmcompass, ("llmcompass/*matmul_*.csv",), "*matmul_*.csv", ("llmcompass",)),
         Importer("nccl-tests", "raw nccl-tests stdout logs (*_perf output)", import_nccl_tests,
                  ("nccl-tests/**/*.log", "nccl-tests/**/*output.dat", "nccl-tests/**/*output.dat.*"),
                  "*", ("nccl-tests-alcf", "nccl-tests-xxrjun")),
@@ -157,6 +162,8 @@ def import_paths(fmt: str, paths: Iterable[str | os.PathLike] | str | os.PathLik
     if not frames:
         raise ImportFormatError(f"no {importer.name} measurements in {len(explicit) + len(found)} file(s)")
     table = pd.concat(frames, ignore_index=True, sort=False)
+    if len(frames) > 1 and importer.dedupe is not None:
+        table = importer.dedupe(table)
     return validate(table, cat, source=f"{importer.name} import") if len(frames) > 1 else table
 
 
@@ -168,6 +175,7 @@ __all__ = [
     "expand_paths",
     "get_importer",
     "import_deepbench",
+    "import_llmcompass",
     "import_nccl_tests",
     "import_neusight",
     "import_paths",

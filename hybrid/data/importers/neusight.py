@@ -6,6 +6,12 @@ Columns: ``OPName, Latency`` (milliseconds), ``Device``, ``Torch Version`` (``p2
 the elementwise ops. The AMD collections have no version columns; their version comes from the
 ``p<torch version>`` directory. All kernels ran in FP32. Convolution rows have no canonical op and are
 skipped with a warning.
+
+The upstream tree holds the same measurements more than once: ``collect/ln.csv`` and ``collect/softmax.csv``
+concatenate the per-GPU ``collect/<op>/p2.1.0/<GPU>.csv`` files, and ``dataset/train/ln.csv`` /
+``softmax.csv`` repeat subsets of them (18,755 of the 47,548 pointwise rows). Reading several files drops rows
+that repeat a row of another file (:func:`drop_cross_file_duplicates`), so a random split never tests on a
+copy of a training row. Repeats *within* one file (re-measured shapes) are kept.
 """
 
 from __future__ import annotations
@@ -169,6 +175,36 @@ def _require(values: np.ndarray, mask: np.ndarray, column: str, path: Path, df: 
         raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {column!r}: missing value (NaN/empty)")
 
 
+#: Columns that identify one NeuSight measurement (with the time, see :func:`drop_cross_file_duplicates`).
+DUPLICATE_KEY = ("device", "op", "dtype", "direction", "b", "m", "n", "k", "rows", "hidden", "elements", "variant")
+
+
+def drop_cross_file_duplicates(table: pd.DataFrame) -> pd.DataFrame:
+    """Drop rows that repeat a measurement of another file: same device, op, shape and variant, and the same
+    time to 5 significant digits (the aggregated CSVs print the per-GPU values with other rounding).
+
+    Of each such group the rows of one file are kept: the file with the deepest path (the per-GPU
+    collections rather than the aggregated copies), ties broken by name. Repeats within one file stay.
+    """
+    if len(table) == 0 or "source" not in table.columns:
+        return table
+    key = [c for c in DUPLICATE_KEY if c in table.columns]
+    t5 = pd.Series(table["time_us"].to_numpy(dtype=np.float64), index=table.index)
+    exponent = np.floor(np.log10(np.maximum(t5.to_numpy(), 1e-300)))
+    t5 = np.round(t5.to_numpy() / 10.0 ** (exponent - 4)) * 10.0 ** (exponent - 4)
+    frame = table[key].astype("string").fillna("")
+    frame["_t5"] = pd.Series(t5, index=table.index).map("{:.5g}".format)
+    src = table["source"].astype("string").fillna("")
+    # rank files: deeper path first, then name; the group's best-ranked file keeps its rows
+    files = pd.Series(pd.unique(src))
+    order = sorted(files, key=lambda s: (-s.count("/"), s))
+    rank = src.map({s: i for i, s in enumerate(order)}).to_numpy()
+    frame["_rank"] = rank
+    best = frame.groupby(list(frame.columns[:-1]), sort=False, dropna=False)["_rank"].transform("min").to_numpy()
+    keep = rank == best
+    return table.loc[keep].reset_index(drop=True)
+
+
 def import_neusight(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
                     catalog: Catalog | None = None, system: str | None = None) -> pd.DataFrame:
     """Import NeuSight kernel CSVs into the canonical table (one row per measured kernel).
@@ -178,4 +214,4 @@ def import_neusight(paths: Iterable[str | os.PathLike] | str | os.PathLike, devi
     """
     del system
     cat = catalog_or_default(catalog)
-    return concat([_one_file(p, device, cat) for p in as_paths(paths)], "NeuSight")
+    return drop_cross_file_duplicates(concat([_one_file(p, device, cat) for p in as_paths(paths)], "NeuSight"))

@@ -1,0 +1,179 @@
+"""Speed of corrected predictions (with 80% intervals) and of loading a registered model.
+
+    python experiments/corrected_throughput/run.py [--rows 200000] [--repeats 3] [--out results.md]
+
+A predictor with every default correction (GEMM and pointwise XGBoost with default hyper-parameters, embedding
+XGBoost, collective sigmoids) is calibrated with ``hybrid.tracking.calibrate`` (random split + final fit,
+intervals from the random split) on real measurements: NeuSight (de-duplicated, sub-sampled) and the project's
+CPU profile (``datasets/cpu-amd-epyc-1c``: embedding lookups, gloo collectives), and registered in a
+temporary local MLflow store. Then:
+
+* throughput of ``HybridPredictor.predict`` (intervals included) on ``--rows`` rows: GEMM rows; a GEMM /
+  elementwise / norm / softmax mix; every family (adds embedding lookups and collectives); best of
+  ``--repeats``, and the same without intervals;
+* registered-model load: ``load_predictor(NAME)`` in a fresh interpreter (the imports it triggers included,
+  interpreter start-up excluded), and the wall time of a whole ``hybrid predict gemm ... --model NAME``
+  process; best of ``--repeats``.
+
+The machine is shared with other jobs, so every figure is a best-of-N and the load average is printed.
+Targets (issue 13): >= 2e5 corrected predictions/s for any family mix, intervals included; a model loaded in
+under 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.bundle import load_bundle
+from hybrid.data.importers import import_paths
+from hybrid.data.paths import public_data_dir
+from hybrid.reports.markdown import write_benchmark_results
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET_ROWS_PER_S = 2e5
+TARGET_LOAD_S = 1.0
+
+
+def training_table(data_dir: Path, per_group: int) -> tuple[pd.DataFrame, object]:
+    cpu, catalog = load_bundle(ROOT / "datasets" / "cpu-amd-epyc-1c")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ns = import_paths("neusight", data_dir, catalog=catalog)
+    ns = ns.sample(frac=1.0, random_state=0).groupby(["device", "op"]).head(per_group)
+    return pd.concat([ns, cpu], ignore_index=True, sort=False), catalog
+
+
+def workload(kind: str, n: int, train: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """``n`` rows resampled from the training shapes with per-row devices (also GPUs the model never saw)."""
+    rng = np.random.default_rng(seed)
+    ops = {"gemm": ["bmm", "linear", "gemm", "gemv"],
+           "mixed": ["bmm", "linear", "gemm", "elementwise", "layernorm", "rmsnorm", "softmax"],
+           "all": None}[kind]
+    pool = train if ops is None else train[train["op"].isin(ops)]
+    out = pool.sample(n, replace=True, random_state=seed).reset_index(drop=True).drop(columns=["time_us"])
+    gpu = ~out["device"].astype(str).str.startswith("cpu")
+    unseen = rng.random(n) < 0.25  # a quarter of the GPU rows on GPUs absent from the training data
+    out.loc[gpu & unseen, "device"] = rng.choice(["H100-SXM", "A10", "L4", "MI250X"], int((gpu & unseen).sum()))
+    return out
+
+
+def best_of(fn, repeats: int, cpu: bool = False) -> float:
+    """Best wall time of ``repeats`` calls, or (``cpu``) the best CPU time of this process: on a shared machine
+    the CPU time of this single-threaded work is close to what it takes on an idle one."""
+    clock = time.process_time if cpu else time.perf_counter
+    times = []
+    for _ in range(repeats):
+        t0 = clock()
+        fn()
+        times.append(clock() - t0)
+    return min(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--per-group", type=int, default=400, help="training rows per NeuSight (device, op)")
+    ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
+    args = ap.parse_args()
+    from hybrid.tracking.calibrate import CalibrationConfig, calibrate
+    from hybrid.tracking.inputs import Measurements
+    from hybrid.tracking.registry import load_predictor
+
+    load0 = os.getloadavg()[0]
+    train, catalog = training_table(public_data_dir(args.data_dir), args.per_group)
+    tmp = Path(tempfile.mkdtemp(prefix="hybrid-throughput-"))
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    t0 = time.time()
+    result = calibrate(Measurements(train, catalog, ["neusight", "cpu-amd-epyc-1c"]),
+                       CalibrationConfig(name="speed", lodo=False), tracking_uri=uri)
+    fit_s = time.time() - t0
+    pred = load_predictor("speed", tracking_uri=uri, catalog=catalog).predictor
+    print(f"calibrated in {fit_s:.0f} s; corrections: {sorted(result.summary['corrections'])}", file=sys.stderr)
+
+    rows = []
+    for kind, label in (("gemm", "GEMM family"), ("mixed", "GEMM + elementwise + norm + softmax"),
+                        ("all", "every family (+ embedding lookups, collectives)")):
+        table = workload(kind, args.rows, train, seed=1)
+        out = pred.predict(table)
+        assert np.isfinite(out["time_us_low"]).all() and (out["time_us_low"] <= out["time_us"]).all()
+        with_iv = best_of(lambda t=table: pred.predict(t), args.repeats)
+        without = best_of(lambda t=table: pred.predict(t, intervals=False), args.repeats)
+        cpu_iv = best_of(lambda t=table: pred.predict(t), args.repeats, cpu=True)
+        rows.append((label, len(table), with_iv, without, cpu_iv))
+        print(f"{label}: {len(table) / with_iv:,.0f}/s with intervals, {len(table) / without:,.0f}/s without",
+              file=sys.stderr)
+
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    code = ("import time; t = time.perf_counter(); c = time.process_time(); "
+            "from hybrid.tracking.registry import load_predictor; "
+            "load_predictor('speed'); print(time.perf_counter() - t, time.process_time() - c)")
+
+    def run_load(src: str) -> tuple[float, float]:
+        out = subprocess.run([sys.executable, "-c", src], env=env, capture_output=True, text=True, check=True)
+        wall, cpu_s = out.stdout.strip().splitlines()[-1].split()
+        return float(wall), float(cpu_s)
+
+    loads_both = [run_load(code) for _ in range(args.repeats)]
+    loads, loads_cpu = [w for w, _ in loads_both], [c for _, c in loads_both]
+    # as the CLI does it: XGBoost imported without its optional scikit-learn integration
+    code_cli = code.replace("c = time.process_time(); ", "c = time.process_time(); from hybrid.cli.main import "
+                            "preload_xgboost; preload_xgboost(); ")
+    cli_both = [run_load(code_cli) for _ in range(args.repeats)]
+    loads_cli, loads_cli_cpu = [w for w, _ in cli_both], [c for _, c in cli_both]
+    cli = []
+    for _ in range(args.repeats):
+        t1 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "hybrid.cli.main", "predict", "gemm", "--device", "T4", "--dtype",
+                        "fp32", "-m", "1024", "-n", "1024", "-k", "1024", "--model", "speed", "--json"],
+                       env=env, capture_output=True, check=True)
+        cli.append(time.perf_counter() - t1)
+    bare = best_of(lambda: subprocess.run([sys.executable, "-c", "pass"], capture_output=True, check=True),
+                   args.repeats)
+
+    ok_rate = min(n / c for _, n, _, _, c in rows) >= TARGET_ROWS_PER_S
+    ok_load = min(loads_cli_cpu) < TARGET_LOAD_S
+    lines = [
+        "# Corrected-prediction throughput and model load time", "",
+        f"Command: `python experiments/corrected_throughput/run.py --rows {args.rows} --repeats {args.repeats} "
+        f"--per-group {args.per_group}`", "",
+        f"Model: default corrections calibrated on {len(train):,} real rows (NeuSight + own CPU profile) in "
+        f"{fit_s:.0f} s; intervals calibrated from the random hold-out. Rows: resampled training shapes, a quarter "
+        "of the GPU rows on GPUs the model never saw (H100-SXM, A10, L4, MI250X: the unseen-device band).", "",
+        f"**Loaded machine**: 2 cores shared with other helpers' jobs; load average {load0:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end. Every figure is the best of {args.repeats}; on a quiet machine "
+        "expect them faster.", "",
+        "Wall-clock figures suffer from the load; the *CPU-time* columns (this single-threaded work's own CPU "
+        "seconds) approximate an idle machine and are what the targets are judged on.", "",
+        "| rows | count | predictions/s with intervals (wall) | without intervals (wall) | with intervals (CPU time) |",
+        "|---|---|---|---|---|",
+        *[f"| {label} | {n:,} | {n / s:,.0f} | {n / w:,.0f} | {n / c:,.0f} |" for label, n, s, w, c in rows], "",
+        f"| registered-model load, best of {args.repeats} | wall s | CPU s |", "|---|---|---|",
+        f"| `load_predictor('speed')` in a fresh interpreter (imports included), as the CLI imports XGBoost "
+        f"(no scikit-learn) | {min(loads_cli):.2f} | {min(loads_cli_cpu):.2f} |",
+        f"| the same as a library user imports it (XGBoost pulls in scikit-learn) | {min(loads):.2f} | "
+        f"{min(loads_cpu):.2f} |",
+        f"| whole `hybrid predict gemm ... --model speed --json` process | {min(cli):.2f} | |",
+        f"| bare `python -c pass` (interpreter start-up, for reference) | {bare:.2f} | |", "",
+        f"Targets (CPU time): >= {TARGET_ROWS_PER_S:,.0f} predictions/s for every mix with intervals: "
+        f"**{'met' if ok_rate else 'NOT met'}** (slowest {min(n / c for _, n, _, _, c in rows):,.0f}/s); model load "
+        f"< {TARGET_LOAD_S:.0f} s: **{'met' if ok_load else 'NOT met'}** ({min(loads_cli_cpu):.2f} s CPU, CLI path).",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    write_benchmark_results(args.out, text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""Prediction intervals: split-conformal bands on the log residuals of held-out predictions.
+
+A corrected prediction ``t`` gets the interval ``[t * exp(q_lo), t * exp(q_hi)]`` where ``q_lo`` / ``q_hi`` are
+the ``(1 - coverage) / 2`` and ``(1 + coverage) / 2`` quantiles of ``log(measured / predicted)`` over rows the
+model had *not* been fitted on, taken separately for
+
+* the model that answered and the op family (``method:family``, e.g. ``kernel-xgb:gemm``,
+  ``collective-sigmoid:collective``, ``alpha-beta:collective``, ``roofline:embedding``), and
+* whether the row's device (and system, for collectives) was in the training data (``seen``: residuals of a
+  random hold-out split) or not (``unseen``: residuals of leave-one-device-out fits).
+
+So a GPU the model never measured gets the wider leave-one-device-out band, a measured one the narrow band.
+Within the unseen residuals every held-out device carries the same total weight (a GPU with 30,000 rows does
+not set the band alone). Quantiles use the conformal finite-sample level ``ceil((n + 1) q) / n``.
+
+Where a key has no residuals the band falls back to the same method on any family, then to the widest band
+calibrated (flagged ``calibrated=False`` in :meth:`IntervalCalibration.bounds`). Devices adapted with a few
+rows (``HybridPredictor.adapt``) are given the unseen band: conservative, see ``docs/corrections.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError
+
+#: Nominal coverage of the intervals.
+DEFAULT_COVERAGE = 0.8
+#: Band used when nothing at all was calibrated: a factor 2 either way.
+UNCALIBRATED_LOG = (float(np.log(0.5)), float(np.log(2.0)))
+#: Fewest residuals for a key's own band (fewer: the fall-back chain).
+MIN_RESIDUALS = 10
+#: Prediction-frame splits whose rows count as seen / unseen devices.
+SEEN_SPLITS = ("random",)
+UNSEEN_SPLITS = ("lodo",)
+
+
+def weighted_quantile(values: np.ndarray, q: float, weights: np.ndarray | None = None) -> float:
+    """Quantile ``q`` of ``values`` (with conformal finite-sample correction ``ceil((n + 1) q) / n`` towards the
+    tail) under ``weights`` (normalised; default equal)."""
+    v = np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(v)
+    v = v[ok]
+    if len(v) == 0:
+        return float("nan")
+    w = np.ones(len(v)) if weights is None else np.asarray(weights, dtype=np.float64)[ok]
+    n = len(v)
+    level = min(1.0, np.ceil((n + 1) * q) / n) if q >= 0.5 else max(0.0, np.floor((n + 1) * q) / n)
+    order = np.argsort(v)
+    v, w = v[order], w[order]
+    cum = (np.cumsum(w) - 0.5 * w) / w.sum()
+    return float(np.interp(level, cum, v))
+
+
+@dataclass
+class IntervalCalibration:
+    """Conformal log-residual quantiles per ``method:family`` key and seen/unseen device."""
+
+    coverage: float = DEFAULT_COVERAGE
+    #: key -> {"seen": [lo, hi], "unseen": [lo, hi], "n_seen": int, "n_unseen": int, "devices_unseen": int}
+    bands: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ calibration
+    @classmethod
+    def from_residuals(cls, log_residual: np.ndarray, key: np.ndarray, seen: np.ndarray, device: np.ndarray,
+                       coverage: float = DEFAULT_COVERAGE) -> IntervalCalibration:
+        """Bands from held-out log residuals ``log(measured / predicted)`` with their key, whether the row's
+        device was in the fit, and the device (unseen rows are weighted 1 / rows of their device)."""
+        if not 0 < coverage < 1:
+            raise InvalidInputError(f"coverage must be in (0, 1), got {coverage}")
+        frame = pd.DataFrame({"r": np.asarray(log_residual, dtype=np.float64), "key": np.asarray(key, dtype=str),
+                              "seen": np.asarray(seen, dtype=bool), "device": np.asarray(device, dtype=str)})
+        frame = frame[np.isfinite(frame["r"])]
+        lo_q, hi_q = (1 - coverage) / 2, (1 + coverage) / 2
+        bands: dict[str, dict[str, Any]] = {}
+        for k, g in frame.groupby("key", sort=True):
+            entry: dict[str, Any] = {}
+            for flag, name in ((True, "seen"), (False, "unseen")):
+                sub = g[g["seen"] == flag]
+                entry[f"n_{name}"] = int(len(sub))
+                if len(sub) < MIN_RESIDUALS:
+                    continue
+                w = None
+                if not flag:
+                    w = 1.0 / sub.groupby("device")["r"].transform("size").to_numpy(dtype=np.float64)
+                    entry["devices_unseen"] = int(sub["device"].nunique())
+                entry[name] = [weighted_quantile(sub["r"].to_numpy(), lo_q, w),
+                               weighted_quantile(sub["r"].to_numpy(), hi_q, w)]
+            bands[str(k)] = entry
+        return cls(coverage, bands)
+
+    @classmethod
+    def from_prediction_frames(cls, frame: pd.DataFrame, coverage: float = DEFAULT_COVERAGE) -> IntervalCalibration:
+        """Bands from a calibration run's prediction frame (:mod:`hybrid.tracking.evaluation`): rows of the
+        ``random`` split are seen devices, rows of the ``lodo`` split unseen ones."""
+        use = frame[frame["split"].isin(SEEN_SPLITS + UNSEEN_SPLITS)]
+        if len(use) == 0:
+            return cls(coverage, {})
+        r = np.log(use["measured_us"].to_numpy(np.float64)) - np.log(use["predicted_us"].to_numpy(np.float64))
+        key = interval_keys(use["method"].to_numpy(), use["family"].to_numpy())
+        return cls.from_residuals(r, key, use["split"].isin(SEEN_SPLITS).to_numpy(), use["device"].astype(str).to_numpy(),
+                                  coverage)
+
+    # ------------------------------------------------------------------ prediction
+    def _band(self, key: str, seen: bool) -> tuple[float, float, bool]:
+        name = "seen" if seen else "unseen"
+        entry = self.bands.get(key, {})
+        if name in entry:
+            return float(entry[name][0]), float(entry[name][1]), True
+        if seen and "unseen" in entry:  # a seen device with no random-split residuals: the wider band
+            return float(entry["unseen"][0]), float(entry["unseen"][1]), True
+        method = key.split(":", 1)[0]
+        same = [e[name] for k, e in self.bands.items() if k.split(":", 1)[0] == method and name in e]
+        if same:
+            return min(b[0] for b in same), max(b[1] for b in same), False
+        every = [e[n] for e in self.bands.values() for n in ("seen", "unseen") if n in e]
+        if every:
+            return min(b[0] for b in every), max(b[1] for b in every), False
+        return UNCALIBRATED_LOG[0], UNCALIBRATED_LOG[1], False
+
+    def bounds(self, key: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(log low factor, log high factor, calibrated) per row, vectorised over distinct (key, seen)."""
+        key = np.asarray(key, dtype=object)
+        seen = np.asarray(seen, dtype=bool)
+        # (numpy drops trailing NUL characters from strings, so the flag is a printable suffix)
+        codes, uniques = pd.factorize(pd.Series(key.astype(str)) + np.where(seen, "|1", "|0"))
+        table = np.array([self._band(u[:-2], u[-1] == "1") for u in uniques], dtype=np.float64).reshape(-1, 3)
+        rows = table[codes]
+        return rows[:, 0], rows[:, 1], rows[:, 2].astype(bool)
+
+    def row_bounds(self, method: np.ndarray, family: pd.Series | np.ndarray, seen: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`bounds` for rows given as ``method`` and ``family`` columns: keys are built once per
+        distinct (method, family, seen) combination, not per row."""
+        m_codes, m_uniques = pd.factorize(np.asarray(method, dtype=object))
+        f_codes, f_uniques = pd.factorize(family)
+        nf = max(len(f_uniques), 1)
+        combo = (m_codes.astype(np.int64) * nf + f_codes) * 2 + np.asarray(seen, dtype=np.int64)
+        uniq, inverse = np.unique(combo, return_inverse=True)
+        mi, rest = np.divmod(uniq, 2 * nf)
+        fi, si = np.divmod(rest, 2)
+        keys = np.array([f"{m_uniques[a]}:{f_uniques[b]}" for a, b in zip(mi, fi, strict=True)], dtype=object)
+        lo, hi, ok = self.bounds(keys, si.astype(bool))
+        inverse = inverse.reshape(-1)
+        return lo[inverse], hi[inverse], ok[inverse]
+
+    # ------------------------------------------------------------------ persistence
+    def to_json(self) -> dict[str, Any]:
+        return {"coverage": self.coverage, "bands": self.bands}
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any] | None) -> IntervalCalibration | None:
+        if not payload:
+            return None
+        return cls(float(payload.get("coverage", DEFAULT_COVERAGE)), dict(payload.get("bands", {})))
+
+
+def interval_keys(method: np.ndarray, family: np.ndarray) -> np.ndarray:
+    """``method:family`` per row."""
+    return (pd.Series(np.asarray(method, dtype=str)) + ":" + pd.Series(np.asarray(family, dtype=str))).to_numpy(dtype=object)
+
+
+def coverage_pct(measured: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:
+    """Share (%) of rows whose measurement lies inside ``[low, high]`` (rows without an interval ignored)."""
+    m, lo, hi = (np.asarray(a, dtype=np.float64) for a in (measured, low, high))
+    ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(m)
+    if not ok.any():
+        return float("nan")
+    return float(np.mean((m[ok] >= lo[ok]) & (m[ok] <= hi[ok])) * 100.0)

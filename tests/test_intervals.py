@@ -1,0 +1,198 @@
+"""80% prediction intervals: conformal quantiles, the predictor's seen/unseen bands, persistence, and the CLI keys
+(predict --json, evaluate --json / -o, the HTML report), on real NeuSight measurements with real XGBoost fits."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_tracking_support import last_json, neusight_table, write_csv
+
+from hybrid.cli.main import main
+from hybrid.corrections import GemmXGB, HybridPredictor, PointwiseXGB, XGBParams
+from hybrid.corrections.intervals import IntervalCalibration, coverage_pct, weighted_quantile
+
+
+def cli(args: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(args)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_weighted_quantile_is_conformal_and_weighted():
+    v = np.arange(1, 101, dtype=float)
+    # the conformal level ceil((n+1) q) / n sits just beyond the plain quantile
+    assert 90.0 <= weighted_quantile(v, 0.9) <= 91.5
+    assert 9.5 <= weighted_quantile(v, 0.1) <= 11.0
+    # weight on the large values pulls the median up
+    w = np.where(v > 50, 9.0, 1.0)
+    assert weighted_quantile(v, 0.5, w) > 70
+    assert np.isnan(weighted_quantile(np.array([np.nan]), 0.5))
+
+
+def test_bands_separate_seen_and_unseen_and_fall_back():
+    rng = np.random.default_rng(0)
+    seen = np.r_[np.ones(400, bool), np.zeros(400, bool)]
+    resid = np.r_[rng.normal(0, 0.05, 400), rng.normal(0, 0.3, 400)]
+    dev = np.r_[np.repeat(["A", "B"], 200), np.repeat(["C", "D"], 200)]
+    cal = IntervalCalibration.from_residuals(resid, np.full(800, "kernel-xgb:gemm"), seen, dev)
+    band = cal.bands["kernel-xgb:gemm"]
+    assert band["n_seen"] == 400 and band["devices_unseen"] == 2
+    assert band["seen"][1] - band["seen"][0] < 0.5 * (band["unseen"][1] - band["unseen"][0])
+    lo, hi, ok = cal.bounds(np.array(["kernel-xgb:gemm", "kernel-xgb:gemm", "kernel-xgb:norm", "x:y"]),
+                            np.array([True, False, True, True]))
+    assert ok.tolist() == [True, True, False, False]
+    assert hi[1] - lo[1] > hi[0] - lo[0]
+    assert (lo < 0).all() and (hi > 0).all()
+    # round trip through JSON
+    again = IntervalCalibration.from_json(json.loads(json.dumps(cal.to_json())))
+    assert again is not None and again.bands == cal.bands
+    assert coverage_pct(np.array([1.0, 2.0, 3.0]), np.array([0.5, 2.5, 2.0]), np.array([1.5, 3.0, 4.0])) == pytest.approx(200 / 3)
+
+
+@pytest.fixture(scope="module")
+def fitted(shared_datasets):
+    table = neusight_table(shared_datasets, max_rows=900, files=("bmm.csv", "softmax.csv"))
+    table = table[table["device"] != "A100-PCIE-80GB"].reset_index(drop=True)
+    new = "T4"
+    train = table[table["device"] != new].reset_index(drop=True)
+    params = XGBParams(n_estimators=60, max_depth=5)
+    pred = HybridPredictor(corrections=[GemmXGB(params), PointwiseXGB(params)]).fit(train, intervals=True)
+    return pred, train, table[table["device"] == new].reset_index(drop=True)
+
+
+def test_unseen_gpu_gets_wider_interval_that_covers_its_rows(fitted, tmp_path):
+    pred, train, new = fitted
+    seen_rows = train.groupby("device").head(40)
+    out_seen, out_new = pred.predict(seen_rows), pred.predict(new)
+    for out in (out_seen, out_new):
+        assert {"time_us_low", "time_us_high"} <= set(out.columns)
+        assert (out["time_us_low"] < out["time_us"]).all() and (out["time_us"] < out["time_us_high"]).all()
+    width_seen = np.median(np.log(out_seen["time_us_high"] / out_seen["time_us_low"]))
+    width_new = np.median(np.log(out_new["time_us_high"] / out_new["time_us_low"]))
+    assert width_new > 1.3 * width_seen
+    # nominal 80%: a held-out GPU is covered neither almost never nor always (loose: one GPU, small fits)
+    cov = coverage_pct(new["time_us"].to_numpy(), out_new["time_us_low"].to_numpy(), out_new["time_us_high"].to_numpy())
+    assert 45 <= cov <= 100
+    # the calibration survives save / load and copy (few-shot adaptation copies the predictor)
+    again = HybridPredictor.load(pred.save(tmp_path / "p"))
+    pd.testing.assert_frame_equal(again.predict(new), out_new)
+    adapted = pred.adapt(new.head(20))
+    out_adapted = adapted.predict(new)
+    # an adapted device keeps the (conservative) unseen band
+    np.testing.assert_allclose(np.log(out_adapted["time_us_high"] / out_adapted["time_us_low"]),
+                               np.log(out_new["time_us_high"] / out_new["time_us_low"]))
+    # the interval-free path is unchanged and still available
+    assert list(pred.predict(new, intervals=False).columns) == ["time_us", "roofline_us", "method", "bound"]
+
+
+def test_uncalibrated_predictor_gives_nan_interval(shared_datasets):
+    table = neusight_table(shared_datasets, max_rows=200, files=("softmax.csv",))
+    pred = HybridPredictor(corrections=[PointwiseXGB(XGBParams(n_estimators=10))]).fit(table)
+    out = pred.predict(table)
+    assert out["time_us_low"].isna().all() and out["time_us_high"].isna().all()
+
+
+def test_cli_predict_evaluate_report_carry_intervals(shared_datasets, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    table = neusight_table(shared_datasets, max_rows=500, files=("bmm.csv",))
+    csv = write_csv(table[table["device"] != "T4"], tmp_path / "train.csv")
+    t4 = write_csv(table[table["device"] == "T4"], tmp_path / "t4.csv")
+    rc, out, err = cli(["calibrate", str(csv), "--name", "iv", "--tracking-uri", uri, "--json", "-q",
+                         "--holdout-device", "P4", "--holdout-device", "V100-PCIE-32GB"])
+    assert rc == 0, err
+    assert last_json(out)["version"] == 1
+    rc, out, err = cli(["predict", "gemm", "--device", "T4", "--dtype", "fp32", "-m", "512", "-n", "512", "-k", "512",
+                        "--model", "iv", "--tracking-uri", uri, "--json"])
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["time_us_low"] < res["time_us"] < res["time_us_high"]
+    rc, out, err = cli(["evaluate", str(t4), "--model", "iv", "--tracking-uri", uri, "--json", "-o",
+                        str(tmp_path / "pred.csv")])
+    assert rc == 0, err
+    ev = json.loads(out)
+    assert 0 <= ev["coverage_pct"] <= 100 and 0 <= ev["by_device"]["T4"]["coverage_pct"] <= 100
+    frame = pd.read_csv(tmp_path / "pred.csv")
+    inside = (frame["measured_us"] >= frame["predicted_us_low"]) & (frame["measured_us"] <= frame["predicted_us_high"])
+    assert inside.mean() * 100 == pytest.approx(ev["coverage_pct"])
+    rc, out, err = cli(["report", "--model", "iv", "--tracking-uri", uri, "--table", str(t4), "-o", str(tmp_path / "r.html")])
+    assert rc == 0, err
+    assert "80% prediction intervals" in (tmp_path / "r.html").read_text()
+
+    # the fast registry path: a local store's model loads without importing MLflow, and gives the same
+    # predictor as the MLflow path (a second version and references by number / latest)
+    import subprocess
+    import sys
+
+    from hybrid.tracking.registry import _sqlite_version, parse_model_ref
+    from hybrid.tracking.store import open_store
+
+    rc, out, err = cli(["calibrate", str(csv), "--name", "iv", "--tracking-uri", uri, "--json", "-q", "--no-lodo"])
+    assert rc == 0, err
+    code = ("import sys; from hybrid.tracking.registry import load_predictor; "
+            f"a = load_predictor('iv', tracking_uri={uri!r}); b = load_predictor('iv/1', tracking_uri={uri!r}); "
+            "print(a.version, b.version, 'mlflow' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.split() == ["2", "1", "False"]
+    store = open_store(uri)
+    assert _sqlite_version(store.db_path, parse_model_ref("iv@nope")) is None  # unknown alias: MLflow path
+    from hybrid.tracking.registry import download_model, resolve_version
+
+    client = store.client()
+    mv = resolve_version(client, parse_model_ref("iv/1"))
+    slow = HybridPredictor.load(download_model(client, mv, tmp_path / "dl"))
+    fast = HybridPredictor.load(_sqlite_version(store.db_path, parse_model_ref("iv/1"))[3])
+    frame = table[table["device"] == "T4"]
+    pd.testing.assert_frame_equal(slow.predict(frame), fast.predict(frame))
+
+
+def test_cli_imports_xgboost_without_scikit_learn():
+    """The CLI's XGBoost import skips the optional scikit-learn integration; scikit-learn stays importable."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from hybrid.cli.main import main; "
+            "rc = main(['predict', 'gemm', '--device', 'T4', '--dtype', 'fp32', '-m', '64', '-n', '64', '-k', '64', "
+            "'--json']); loaded = 'sklearn' in sys.modules; import xgboost; "
+            "print(rc, loaded, 'xgboost' in sys.modules, xgboost.Booster is not None)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip().splitlines()[-1].split() == ["0", "False", "True", "True"]
+
+
+def test_engine_iteration_interval_and_sharding_overlap_flags(fitted):
+    """The E2E engine turns per-op intervals into an iteration-time interval; the sharding search flags plans
+    whose intervals overlap the best plan's."""
+    from hybrid.engine.simulate import simulate
+    from hybrid.sharding.search import search_plans
+    from hybrid.workloads.dlrm import DLRMConfig
+    from hybrid.workloads.dlrm_graph import build_dlrm_graph
+
+    pred, _, _ = fitted
+    config = DLRMConfig.from_dict({
+        "name": "iv", "system": "DGX-A100", "gpus": 4, "batch_size_per_gpu": 1024,
+        "num_tables": 12, "table_generator": {"seed": 3, "rows": [1000, 2e6], "pooling": [1, 30]}})
+    res = search_plans(config, pred, strategies=["size_lookup_greedy", "size_greedy", "greedy"], time_budget_s=5)
+    best = res.best
+    lo, hi = best.iteration_interval_us
+    assert lo < best.iteration_us < hi
+    d = best.to_dict(with_plan=False)
+    assert d["iteration_us_low"] == pytest.approx(lo, abs=1e-3) and d["overlaps_best"] is None
+    others = [e for e in res.evaluations if e.fits and e is not best]
+    assert others and all(isinstance(e.overlaps_best, bool) for e in others)
+    for e in others:  # the flag is exactly interval overlap
+        e_lo, e_hi = e.iteration_interval_us
+        assert e.overlaps_best == (e_lo <= hi and lo <= e_hi)
+    assert res.info["overlapping_best"] == [e.name for e in others if e.overlaps_best]
+    # the simulation of a plan directly: the interval brackets the point estimate, and a roofline-only
+    # model (no intervals) leaves it out
+    graph = build_dlrm_graph(config, best.plan, pred.catalog).graph
+    sim = simulate(graph, pred)
+    assert sim.iteration_us_low < sim.iteration_us < sim.iteration_us_high
+    assert "iteration_us_low" in sim.summary()
+    plain = simulate(graph, HybridPredictor.roofline_only(pred.catalog))
+    assert "iteration_us_low" not in plain.summary() and np.isnan(plain.iteration_us_low)
