@@ -5,7 +5,9 @@
 
 Every row gets the analytical estimate; rows of a family whose correction is fitted get the correction's
 prediction instead (per family, vectorised). ``method`` says which was used: ``kernel-xgb``,
-``embedding-xgb``, ``collective-sigmoid``, ``alpha-beta`` (a collective no curve covers) or ``roofline``.
+``embedding-xgb``, ``collective-sigmoid`` (curves of a measured system), ``collective-transfer`` (the
+cross-system model, for a system or collective never measured), ``alpha-beta`` (a collective no model covers)
+or ``roofline``.
 Saved predictors are a directory: ``manifest.json`` (versions, feature names, training-data digest,
 few-shot offsets), ``catalog.json`` (the devices and systems it was fitted on) and one sub-directory per
 correction in its native format. No pickles.
@@ -147,14 +149,18 @@ class HybridPredictor:
             mask = family_mask(base, corr.families)
             if not mask.any():
                 continue
-            pred = corr.predict(norm, base, self.catalog)
+            source = None
+            if isinstance(corr, CollectiveSigmoid):  # per row: per-system curves or the cross-system model
+                pred, source = corr.predict_with_source(norm, base, self.catalog)
+            else:
+                pred = corr.predict(norm, base, self.catalog)
             for (key, dev), model in self.device_models.items():
                 rows = mask & (devices == dev)
                 if key == corr.key and rows.any():
                     pred[rows] = model.predict(norm.loc[rows], base.loc[rows], self.catalog)
             ok = mask & np.isfinite(pred)
             time[ok] = pred[ok]
-            method[ok] = corr.name
+            method[ok] = corr.name if source is None else source[ok]
             group[ok] = corr.key
         return time, method, group
 
