@@ -22,8 +22,8 @@ all of it, ``time = max(lat, bw)``); all-to-all also pays a set-up latency per p
 Fabric classes are read from the catalog's fabric strings (:func:`intra_class`, :func:`inter_class`). Every
 class parameter is a shared value times a per-class factor with a prior at 1 (ln-normal, sigma
 :data:`CLASS_PRIOR_SIGMA`), so a class no measured system has (say Slingshot when Polaris is held out) falls
-back to the shared value instead of being unconstrained. Topology rule: on a node whose GPUs are bridged in pairs
-(``intra_fabric`` says "pair" or "bridge"), a 2-rank collective runs over the bridge (the device's ``link_gbps``)
+back to the shared value instead of being unconstrained. Topology rule: on a PCIe node whose GPUs are bridged in
+pairs (``intra_fabric`` says PCIe and "pair" or "bridge"), a 2-rank collective runs over the bridge (the device's ``link_gbps``)
 and larger ones over PCIe (the system's ``intra_node_gbps``).
 
 Fitting: robust least squares (soft-L1) on ln time over the fastest library setting of every (system,
@@ -65,7 +65,7 @@ LOSS_SCALE = 0.1
 def intra_class(system: System) -> str:
     """Fabric class of the intra-node links from the catalog text."""
     text = system.intra_fabric.lower()
-    if "pair" in text or "bridge" in text:
+    if "pcie" in text and ("pair" in text or "bridge" in text):
         return "pcie-pairs"
     if "nvswitch" in text or "nvlink switch" in text or "nvl72" in text:
         return "nvswitch"
