@@ -51,11 +51,13 @@ _DIGEST_COLUMNS = ("device", "op", "dtype", "time_us", "b", "m", "n", "k", "elem
                    "n_nodes", "system", "direction", "variant")
 
 
-def default_corrections(seed: int = 0) -> list[Correction]:
-    """One correction per family group: GEMM XGBoost, pointwise XGBoost, embedding XGBoost, collective sigmoids."""
+def default_corrections(seed: int = 0, collective_transfer: bool = False) -> list[Correction]:
+    """One correction per family group: GEMM XGBoost, pointwise XGBoost, embedding XGBoost, collective sigmoids
+    (``collective_transfer``: with the cross-system transfer model for systems never measured)."""
     emb = EmbeddingXGB()
     emb.params.seed = seed
-    return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), emb, CollectiveSigmoid()]
+    return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), emb,
+            CollectiveSigmoid(transfer=collective_transfer)]
 
 
 class HybridPredictor:
