@@ -27,7 +27,6 @@ from hybrid.errors import InvalidInputError
 from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import error_summary
 
-
 #: Split seeds of the repeated random split.
 SEEDS = 5
 
