@@ -60,6 +60,8 @@ DEFAULT_NIC_BPS = 12.5e9
 #: Bounds of the latency/bandwidth overlap exponent p of ``time = (lat^p + bw^p)^(1/p)``.
 P_BOUNDS = (0.5, 4.0)
 LOSS_SCALE = 0.1
+#: Prior sigma (ln units) of a training system's own efficiency factors (random effects).
+SYSTEM_EFFECT_SIGMA = 0.7
 
 
 def intra_class(system: System) -> str:
@@ -79,8 +81,8 @@ def intra_class(system: System) -> str:
 def inter_class(system: System) -> str:
     """Fabric class of the scale-out network from the catalog text."""
     text = system.inter_fabric.lower()
-    if not text.strip():
-        return "unspecified"  # a single-node entry measured across hosts anyway (Vidur's pairwise set-ups)
+    if not text.strip() or "not published" in text or "unknown" in text:
+        return "unspecified"  # no fabric given (Vidur's pairwise set-ups across hosts, DeepBench's cluster)
     if "infiniband" in text or "hdr" in text or "ndr" in text or "edr" in text or " ib" in f" {text}":
         return "infiniband"
     if "slingshot" in text:
@@ -148,8 +150,11 @@ def system_features(catalog: Catalog, systems: np.ndarray, ranks: np.ndarray, no
     icls = np.array([INTRA_CLASSES.index(intra_class(s)) for s in sys_objs])[codes]
     ecls = np.array([INTER_CLASSES.index(inter_class(s)) for s in sys_objs])[codes]
     gpn = np.asarray(ranks, dtype=np.float64) / np.maximum(np.asarray(nodes, dtype=np.float64), 1.0)
-    pair = (icls == INTRA_CLASSES.index("pcie-pairs")) & (gpn <= 2.0) & (link > 0)
+    pairs = icls == INTRA_CLASSES.index("pcie-pairs")
+    pair = pairs & (gpn <= 2.0) & (link > 0)
     intra = np.where(pair, np.maximum(link, intra), intra)
+    # the class is that of the link the collective runs over: the NVLink bridge for a bridged pair, PCIe beyond
+    icls = np.where(pair, INTRA_CLASSES.index("nvlink"), np.where(pairs, INTRA_CLASSES.index("pcie"), icls))
     return SystemFeatures(intra, inter, mem, icls, ecls)
 
 
@@ -198,16 +203,20 @@ def _bounds(centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def transfer_log_time(theta: np.ndarray, terms: np.ndarray, size: np.ndarray, feats: SystemFeatures,
-                      opc: np.ndarray, peers: np.ndarray) -> np.ndarray:
+                      opc: np.ndarray, peers: np.ndarray, sys_offset: np.ndarray | None = None) -> np.ndarray:
     """ln time (s) of the transfer model for rows with layout ``terms`` (:func:`layout_terms`); ``peers``: the
     number of peers an all-to-all rank exchanges with (n - 1; 0 for other collectives), each costing
-    ``lat_peer_us`` of message set-up."""
+    ``lat_peer_us`` of message set-up. ``sys_offset`` (fitting only): per row, ln factors on the intra-node and
+    NIC efficiency of the row's training system (random effects, see :meth:`CollectiveTransfer.fit`)."""
     th = np.asarray(theta, dtype=np.float64)
     g = {k: th[s] for k, s in _SLICES.items()}
     m_op = np.concatenate([[0.0], g["m_op"]])[opc]
     lat0 = g["lat0_us"][0] + np.concatenate([[0.0], g["lat0_op"]])[opc]
     log_eta_i = g["eta_intra"][0] + g["eta_intra_cls"][feats.intra_cls] + m_op
     log_eta_e = g["eta_inter"][0] + g["eta_inter_cls"][feats.inter_cls] + m_op
+    if sys_offset is not None:
+        log_eta_i = log_eta_i + sys_offset[:, 0]
+        log_eta_e = log_eta_e + sys_offset[:, 1]
     # a pipelined ring / tree is bound by its slowest link: intra-node and NIC shares overlap (max, not sum)
     s_per_byte = (np.maximum(terms[:, 3] * np.exp(-log_eta_i) / feats.intra_bw,
                              terms[:, 4] * np.exp(-log_eta_e) / feats.inter_bw)
@@ -229,6 +238,8 @@ class CollectiveTransfer:
     systems: list[str] = field(default_factory=list)
     n_points: int = 0
     rmse_log: float = float("nan")
+    #: per training system, fitted ln factors on its [intra-node, NIC] efficiency (diagnostic; not used to predict)
+    system_effects: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def fitted(self) -> bool:
@@ -253,17 +264,34 @@ class CollectiveTransfer:
         weight = np.sqrt(1.0 / (n_curve * np.sqrt(curves_per_sys)))
         weight *= np.sqrt(len(frame) / np.sum(weight**2))  # rows' total weight = row count (prior stays weak)
         centre, sigma = _prior()
-        # per-class factors of classes no system has stay at the prior (zero residual, no data)
+        # per-class factors of classes no system has stay at the prior (zero residual, no data).
+        # Random effects: every training system gets its own ln factor on its intra-node and its NIC efficiency
+        # (prior sigma SYSTEM_EFFECT_SIGMA): a catalog entry that misstates a system's links (Vidur's DGX reaches
+        # an eighth of its datasheet NICs) is absorbed there instead of biasing the shared constants. An unseen
+        # system has effect 0 (the typical system).
+        sys_codes, sys_names = pd.factorize(sys_s)
+        n_sys = len(sys_names)
+        centre = np.concatenate([centre, np.zeros(2 * n_sys)])
+        sigma = np.concatenate([sigma, np.full(2 * n_sys, SYSTEM_EFFECT_SIGMA)])
+
+        def split(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return theta[:N_PARAMS], theta[N_PARAMS:].reshape(n_sys, 2)[sys_codes]
 
         def resid(theta: np.ndarray) -> np.ndarray:
-            return np.concatenate([(transfer_log_time(theta, terms, size, feats, opc, peers) - log_t) * weight,
+            base, eff = split(theta)
+            return np.concatenate([(transfer_log_time(base, terms, size, feats, opc, peers, eff) - log_t) * weight,
                                    (theta - centre) / sigma])
 
-        lo, hi = _bounds(centre)
+        lo, hi = _bounds(centre[:N_PARAMS])
+        lo = np.concatenate([lo, np.full(2 * n_sys, -4.0)])
+        hi = np.concatenate([hi, np.full(2 * n_sys, 4.0)])
         start = np.clip(centre, lo + 1e-6, hi - 1e-6)
         sol = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, max_nfev=400)
-        err = transfer_log_time(sol.x, terms, size, feats, opc, peers) - log_t
-        self.log_params = [float(v) for v in sol.x]
+        base, eff = split(sol.x)
+        err = transfer_log_time(base, terms, size, feats, opc, peers, eff) - log_t
+        self.system_effects = {str(n): [float(v) for v in e] for n, e in zip(sys_names, sol.x[N_PARAMS:].reshape(n_sys, 2),
+                                                                            strict=True)}
+        self.log_params = [float(v) for v in base]
         self.systems = sorted(set(systems))
         self.n_points = len(frame)
         self.rmse_log = float(np.sqrt(np.mean(err**2)))
@@ -307,4 +335,4 @@ class CollectiveTransfer:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CollectiveTransfer:
         return cls(list(d.get("log_params", [])), list(d.get("systems", [])), int(d.get("n_points", 0)),
-                   float(d.get("rmse_log", float("nan"))))
+                   float(d.get("rmse_log", float("nan"))), dict(d.get("system_effects", {})))
