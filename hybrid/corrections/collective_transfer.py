@@ -2,17 +2,17 @@
 
 The per-system sigmoid curves (:mod:`hybrid.corrections.collective_sigmoid`) need measurements of the system
 they predict. This *transfer model* needs only the system's catalog entry (GPUs per node, intra-node fabric and
-bandwidth per GPU, NIC share per GPU, fabric names, the device's memory bandwidth and links). It is the same
-hierarchical alpha-beta with a sigmoid knee as the per-system layout model::
+bandwidth per GPU, NIC share per GPU, fabric names, the device's memory bandwidth and links). It is an
+alpha-beta model whose constants are learned across systems::
 
-    bw   = size * (c_intra / (eta_intra[fabric] * m_op * B_intra)       # intra-node bytes per message byte
-                   + c_inter / (eta_inter[nic] * m_op * B_inter)         # NIC-share bytes per message byte
+    bw   = size * (max(c_intra / (eta_intra[fabric] * m_op * B_intra),  # intra-node bytes per message byte
+                       c_inter / (eta_inter[nic] * m_op * B_inter))      # NIC-share bytes (pipelined: max)
                    + c_local * f_local / B_mem)                          # local copies
-    lat  = lat0_us[op] + s_intra * L_intra_us[fabric] + s_inter * L_inter_us[nic]
+    lat  = lat0_us[op] + s_intra * L_intra_us[fabric] + s_inter * L_inter_us[nic] + peers * L_peer_us
     time = (lat^p + bw^p)^(1/p)                                           # p = 1: exactly alpha + beta * size
 
-``c_*`` and ``s_*`` are the algorithm's bytes and latency steps (:func:`layout_terms`, ring/tree counts of
-nccl-tests' bus-bandwidth conventions), ``B_*`` the catalog bandwidths. The fitted constants are physical:
+``c_*`` and ``s_*`` are the algorithm's bytes and latency steps (:func:`ring_terms`: NCCL flat-ring byte
+counts, log2 step counts), ``B_*`` the catalog bandwidths. The fitted constants are physical:
 ``eta`` is the fraction of the catalog link bandwidth a collective reaches (bus-bandwidth efficiency), per
 fabric class; ``m_op`` how an operation's bandwidth compares with all-reduce's (all-to-all moves through more
 links at once, so it differs); ``L`` are per-step latency floors in microseconds per fabric class; ``lat0`` a
@@ -23,12 +23,17 @@ Fabric classes are read from the catalog's fabric strings (:func:`intra_class`, 
 class parameter is a shared value times a per-class factor with a prior at 1 (ln-normal, sigma
 :data:`CLASS_PRIOR_SIGMA`), so a class no measured system has (say Slingshot when Polaris is held out) falls
 back to the shared value instead of being unconstrained. Topology rule: on a PCIe node whose GPUs are bridged in
-pairs (``intra_fabric`` says PCIe and "pair" or "bridge"), a 2-rank collective runs over the bridge (the device's ``link_gbps``)
-and larger ones over PCIe (the system's ``intra_node_gbps``).
+pairs (``intra_fabric`` says PCIe and "pair" or "bridge"), a 2-rank collective runs over the bridge (the
+device's ``link_gbps``, NVLink class) and larger ones over PCIe (``intra_node_gbps``, PCIe class).
 
 Fitting: robust least squares (soft-L1) on ln time over the fastest library setting of every (system,
-collective), one point per size (the median over repeats); each system weighs the same in total, and within a
-system each (collective, layout) curve weighs the same.
+collective), one point per size (the median over repeats); each system's curves are weighted by
+1/sqrt(number of its curves). Every training system also gets its own ln factors on its intra-node and NIC
+efficiencies (random effects with prior sigma :data:`SYSTEM_EFFECT_SIGMA`), so a catalog entry that misstates
+a system's links does not bias the shared constants; an unseen system is predicted with effect 0.
+Leave-one-system-out accuracy: ``experiments/collectives_accuracy/results.md`` (about equal to alpha-beta on
+average, so :class:`~hybrid.corrections.collective_sigmoid.CollectiveSigmoid` uses it only with
+``transfer=True``).
 """
 
 from __future__ import annotations
