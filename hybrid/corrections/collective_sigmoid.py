@@ -28,7 +28,7 @@ model saved before layout models existed predicts that way.
 Systems or collectives never measured get the *transfer model* with ``transfer=True``
 (:class:`hybrid.corrections.collective_transfer.CollectiveTransfer`): one physical model fitted across every
 measured system that reads only the catalog entry of the system it predicts. It is NOT the default: on
-leave-one-system-out it is only about as good as alpha-beta on average (``experiments/collectives_accuracy``).
+leave-one-system-out it beats alpha-beta on the mean over systems but not over all rows (``experiments/collectives_accuracy``).
 :meth:`CollectiveSigmoid.predict_with_source` says per row which model answered (``collective-sigmoid`` or
 ``collective-transfer``). With ``transfer=False`` (the default, or a model saved before it existed) those rows get NaN,
 which the predictor reports as the ``alpha-beta`` fallback; curve fits that fail (too few sizes, no

@@ -31,8 +31,8 @@ collective), one point per size (the median over repeats); each system's curves 
 1/sqrt(number of its curves). Every training system also gets its own ln factors on its intra-node and NIC
 efficiencies (random effects with prior sigma :data:`SYSTEM_EFFECT_SIGMA`), so a catalog entry that misstates
 a system's links does not bias the shared constants; an unseen system is predicted with effect 0.
-Leave-one-system-out accuracy: ``experiments/collectives_accuracy/results.md`` (about equal to alpha-beta on
-average, so :class:`~hybrid.corrections.collective_sigmoid.CollectiveSigmoid` uses it only with
+Leave-one-system-out accuracy: ``experiments/collectives_accuracy/results.md`` (better than alpha-beta on the
+mean over systems, worse over all rows, so :class:`~hybrid.corrections.collective_sigmoid.CollectiveSigmoid` uses it only with
 ``transfer=True``).
 """
 
@@ -66,7 +66,7 @@ DEFAULT_NIC_BPS = 12.5e9
 P_BOUNDS = (0.5, 4.0)
 LOSS_SCALE = 0.1
 #: Prior sigma (ln units) of a training system's own efficiency factors (random effects).
-SYSTEM_EFFECT_SIGMA = 0.7
+SYSTEM_EFFECT_SIGMA = 1.5
 
 
 def intra_class(system: System) -> str:
