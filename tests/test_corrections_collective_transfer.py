@@ -84,6 +84,8 @@ def test_transfer_survives_save_and_load_and_default_stays_alpha_beta(fitted, me
     np.testing.assert_allclose(after["time_us"], before["time_us"], rtol=1e-9)
     default = HybridPredictor(catalog, [CollectiveSigmoid()]).fit(measured).predict(q)
     assert default["method"].iloc[0] == "alpha-beta"
+    opted = HybridPredictor(catalog, collective_transfer=True)
+    assert [c for c in opted.corrections if isinstance(c, CollectiveSigmoid)][0].use_transfer
     assert default["time_us"].iloc[0] == pytest.approx(roofline(q, catalog)["time_us"].iloc[0])
 
 

@@ -64,9 +64,12 @@ class HybridPredictor:
     """Analytical baseline + learned corrections, scikit-learn style (``fit`` / ``predict``)."""
 
     def __init__(self, catalog: Catalog | None = None, corrections: Sequence[Correction] | None = None,
-                 seed: int = 0):
+                 seed: int = 0, collective_transfer: bool = False):
+        """``collective_transfer`` (only without explicit ``corrections``): collectives of systems never measured
+        get the cross-system transfer model instead of alpha-beta (see ``CollectiveSigmoid(transfer=True)``)."""
         self.catalog: Catalog = catalog if catalog is not None else default_catalog()
-        self.corrections: list[Correction] = list(corrections) if corrections is not None else default_corrections(seed)
+        self.corrections: list[Correction] = (list(corrections) if corrections is not None
+                                              else default_corrections(seed, collective_transfer))
         keys = [c.key for c in self.corrections]
         if len(set(keys)) != len(keys):
             raise InvalidInputError(f"corrections must have distinct keys, got {keys}")
