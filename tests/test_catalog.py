@@ -27,7 +27,8 @@ REQUIRED_DEVICES = (
     "P4", "P100-PCIE-16GB", "V100-PCIE-32GB", "V100-SXM2-32GB", "T4", "A10", "A40", "L4", "A100-PCIE-40GB",
     "A100-PCIE-80GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-PCIE", "H100-SXM", "H200", "B200", "GB200",
     "MI100", "MI210", "MI250X", "MI300X", "MI355X", "M40", "TitanX", "TitanX-Pascal", "TitanXp", "GTX-1080Ti",
-    "MI25", "Vega-FE",
+    "MI25", "Vega-FE", "B300", "GB300", "H20", "L40S", "L40", "H800-SXM", "A800-SXM4-80GB", "H100-NVL", "H200-NVL",
+    "MI300A", "MI325X", "MI350X",
 )
 
 #: MLPerf accelerators that are not GPUs (and "N/A" for CPU-only runs); the predictor targets GPU systems, so
@@ -146,6 +147,13 @@ def test_duplicate_alias_in_user_file_is_rejected(tmp_path: Path) -> None:
     ("AMD_VegaFE", "Vega-FE"), ("a100", "A100-SXM4-80GB"), ("a40", "A40"),
     ("NVIDIA A100-SXM4-80GB (400W)", "A100-SXM4-80GB"), ("NVIDIA A100-SXM4-80GB(400W)", "A100-SXM4-80GB"),
     ("nvidia  a100-pcie-40gb", "A100-PCIE-40GB"),
+    # issue 13: 2020-2025 data-center GPUs by the strings tools print
+    ("sm_103", "B300"), ("NVIDIA B300 SXM6 AC", "B300"), ("NVIDIA GB300", "GB300"), ("sm_120", "RTX-PRO-6000-Blackwell"),
+    ("NVIDIA H20", "H20"), ("NVIDIA L40S", "L40S"), ("NVIDIA L40", "L40"), ("NVIDIA H800", "H800-SXM"),
+    ("NVIDIA H800 PCIe", "H800-PCIE"), ("NVIDIA A800-SXM4-80GB", "A800-SXM4-80GB"), ("NVIDIA A800 80GB PCIe", "A800-PCIE-80GB"),
+    ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA H200 NVL", "H200-NVL"), ("NVIDIA GH200 480GB", "GH200"),
+    ("gfx942:sramecc+:xnack-", "MI300X"), ("gfx950:sramecc+:xnack-", "MI355X"), ("gfx90a:sramecc+:xnack-", "MI210"),
+    ("AMD Instinct MI300A", "MI300A"), ("AMD Instinct MI325X", "MI325X"), ("AMD Instinct MI350X", "MI350X"),
 ])
 def test_resolve_device_aliases(catalog, name: str, key: str) -> None:
     assert catalog.resolve_device(name) == key
@@ -156,6 +164,8 @@ def test_resolve_device_aliases(catalog, name: str, key: str) -> None:
     ("a40_pairwise_nvlink", "Vidur-A40-pairwise-NVLink"), ("xla-h100x8", "XLA-H100x8"), ("DGX A100", "DGX-A100"),
     ("DGX-2 (V100)", "DGX-2"), ("polaris", "Polaris"), ("Sophia", "Sophia"), ("sirius", "Sirius"),
     ("example-cluster01", "xxrjun-H100-NDR"), ("GB200 NVL72", "GB200-NVL72"),
+    ("GB300 NVL72", "GB300-NVL72"), ("HGX B300", "HGX-B300"), ("HGX H20", "HGX-H20"),
+    ("AMD Instinct MI325X Platform", "MI325X-Platform"), ("MI355X 8-GPU", "MI355X-Platform"),
 ])
 def test_resolve_system_aliases(catalog, name: str, key: str) -> None:
     assert catalog.resolve_system(name) == key

@@ -3,9 +3,11 @@
     python experiments/collectives_accuracy/run.py [--data-dir DIR] [--out results.md]
 
 Data: nccl-tests logs (ALCF Polaris 2..540 nodes, Sophia DGX A100, Sirius; xxrjun H100 1 and 10 nodes),
-Vidur A100 DGX / pairwise NVLink / A40, and the XLA H100x8 collective table, via the project importers.
+Vidur A100 DGX / pairwise NVLink / A40, the XLA H100x8 collective table and DeepBench's all-reduce sheets
+(5 GPU models, 8 per node, 1-4 nodes; system ``DeepBench-<GPU>``), via the project importers.
 Rows with nccl-tests #wrong > 0 are dropped by the model. Each split prints the alpha-beta (roofline) error
-beside the sigmoid error.
+beside the sigmoid error. The last sections hold out one whole *system* at a time: the per-system curves cannot
+predict it, so the transfer model (``hybrid/corrections/collective_transfer.py``) answers from its catalog entry.
 """
 
 from __future__ import annotations
@@ -34,11 +36,32 @@ def load(data_dir: Path) -> pd.DataFrame:
         warnings.simplefilter("ignore")
         for fmt in ("nccl-tests", "vidur-network", "xla-collectives"):
             frames.append(import_paths(fmt, data_dir, catalog=cat))
+        frames.append(deepbench(data_dir, cat))
     table = pd.concat(frames, ignore_index=True, sort=False)
     if "wrong" in table.columns:
         table = table[~(pd.to_numeric(table["wrong"], errors="coerce").fillna(0) > 0)]
     table["algorithm"] = table["algorithm"].astype("string").fillna("") if "algorithm" in table else ""
     return table.reset_index(drop=True)
+
+
+#: DeepBench GPU (catalog device key) -> catalog system of its all-reduce set-up.
+DEEPBENCH_SYSTEMS = {"M40": "DeepBench-M40", "TitanX": "DeepBench-TitanX", "TitanX-Pascal": "DeepBench-TitanX-Pascal",
+                     "GTX-1080Ti": "DeepBench-1080Ti", "P100-PCIE-16GB": "DeepBench-P100"}
+
+
+def deepbench(data_dir: Path, cat) -> pd.DataFrame:
+    """DeepBench all-reduce rows with their system; the ``algorithm`` column there names the fastest library per
+    size (not a setting measured at every size), so it is dropped: one curve per (GPU, ranks, nodes)."""
+    from hybrid.data.importers.deepbench import import_deepbench
+
+    path = data_dir / "deepbench" / "deepbench_allreduce_tidy.csv"
+    if not path.is_file():
+        return pd.DataFrame()
+    t = import_deepbench(path, catalog=cat)
+    t = t[t["device"].isin(list(DEEPBENCH_SYSTEMS))].copy()
+    t["system"] = t["device"].map(DEEPBENCH_SYSTEMS)
+    t["algorithm"] = ""
+    return t
 
 
 def fmt(s: dict) -> str:
@@ -97,6 +120,35 @@ def held_out_ranks(table: pd.DataFrame, cat) -> pd.DataFrame:
     return res
 
 
+def held_out_systems(table: pd.DataFrame, cat) -> pd.DataFrame:
+    """Leave one system out: fit on every other system, predict all rows of the held-out one (transfer model)."""
+    from tqdm.auto import tqdm
+
+    base = roofline(table, cat)
+    results = []
+    for system in tqdm(sorted(table["system"].unique()), desc="leave-one-system-out", unit="system"):
+        test = (table["system"] == system).to_numpy()
+        model = CollectiveSigmoid(transfer=True).fit(table[~test], base[~test], cat)
+        pred, source = model.predict_with_source(table[test], base[test], cat)
+        results.append(table[test].assign(pred=pred, source=source, ab=base.loc[test, "time_us"].to_numpy()))
+    res = pd.concat(results, ignore_index=True)
+    return res[np.isfinite(res["pred"])]
+
+
+def transfer_constants(table: pd.DataFrame, cat) -> list[str]:
+    """The transfer model fitted on every system: its physical constants."""
+    base = roofline(table, cat)
+    tr = CollectiveSigmoid(transfer=True).fit(table, base, cat).transfer
+    c = tr.constants()
+    lines = ["## Transfer model fitted on all systems: constants", "",
+             f"{tr.n_points} points (median per size, fastest setting), {len(tr.systems)} systems, in-sample RMS "
+             f"ln error {tr.rmse_log:.2f}.", "", "| constant | values |", "|---|---|"]
+    for key, val in c.items():
+        text = ", ".join(f"{k}: {v:.3g}" for k, v in val.items()) if isinstance(val, dict) else f"{val:.3g}"
+        lines.append(f"| {key} | {text} |")
+    return lines + [""]
+
+
 def section(title: str, df: pd.DataFrame, by: str, cols: dict[str, str]) -> list[str]:
     lines = [f"## {title}", "", f"| {by} | rows | " + " | ".join(cols.values()) + " |",
              "|---|---|" + "---|" * len(cols)]
@@ -130,6 +182,10 @@ def main() -> None:
         lines += section(f"Held-out rank counts, {kind}, by dataset", ranks[ranks["kind"] == kind], "dataset",
                          rank_cols)
     lines += section("Held-out rank counts, all, by kind", ranks, "kind", rank_cols)
+    loso = held_out_systems(table, cat)
+    lines += section("Held-out systems (leave one system out; transfer model from the catalog entry)", loso, "system",
+                     {"ab": "alpha-beta (roofline)", "pred": "transfer model"})
+    lines += transfer_constants(table, cat)
     lines.append(f"Total wall time: {time.time() - t0:.0f} s")
     text = "\n".join(lines) + "\n"
     print(text)

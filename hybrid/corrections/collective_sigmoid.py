@@ -25,8 +25,14 @@ it is multiplied by the nearest measured layout's residual ``sigmoid / layout mo
 (held constant, i.e. capped). ``rank_model="ratio"`` keeps the previous rule (interpolate
 ``log(sigmoid / catalog alpha-beta)`` in ``log2(ranks)`` within a GPUs-per-node ladder) for comparison; a
 model saved before layout models existed predicts that way.
-Systems or collectives never measured get NaN, which the predictor reports as the ``alpha-beta`` fallback; curve
-fits that fail (too few sizes, no convergence) are recorded with their reason and treated the same way.
+Systems or collectives never measured get the *transfer model* with ``transfer=True``
+(:class:`hybrid.corrections.collective_transfer.CollectiveTransfer`): one physical model fitted across every
+measured system that reads only the catalog entry of the system it predicts. It is NOT the default: on
+leave-one-system-out it beats alpha-beta on the mean over systems but not over all rows (``experiments/collectives_accuracy``).
+:meth:`CollectiveSigmoid.predict_with_source` says per row which model answered (``collective-sigmoid`` or
+``collective-transfer``). With ``transfer=False`` (the default, or a model saved before it existed) those rows get NaN,
+which the predictor reports as the ``alpha-beta`` fallback; curve fits that fail (too few sizes, no
+convergence) are recorded with their reason and treated the same way.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import pandas as pd
 from scipy.optimize import OptimizeWarning, curve_fit, least_squares
 
 from hybrid.corrections.base import Correction, family_mask, read_json, write_json
+from hybrid.corrections.collective_transfer import CollectiveTransfer
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import bus_factor, col
@@ -198,10 +205,16 @@ class CollectiveSigmoid(Correction):
     #: how unmeasured rank/node counts are predicted: "joint" (layout model) or "ratio" (previous rule)
     RANK_MODELS = ("joint", "ratio")
 
-    def __init__(self, rank_model: str = "joint") -> None:
+    #: ``method`` names of the two models that answer (per row, see :meth:`predict_with_source`)
+    SIGMOID, TRANSFER = "collective-sigmoid", "collective-transfer"
+
+    def __init__(self, rank_model: str = "joint", transfer: bool = False) -> None:
         if rank_model not in self.RANK_MODELS:
             raise InvalidInputError(f"unknown rank_model {rank_model!r}; known: {self.RANK_MODELS}")
         self.rank_model = rank_model
+        self.use_transfer = bool(transfer)
+        #: cross-system model for systems / collectives never measured (None: not fitted)
+        self.transfer: CollectiveTransfer | None = None
         self.fits: list[SigmoidFit] = []
         #: "system|op|algorithm" -> layout model over all measured layouts of that key
         self.layout_models: dict[str, LayoutFit] = {}
@@ -250,8 +263,33 @@ class CollectiveSigmoid(Correction):
                                       "n_nodes": int(nodes), "reason": fit})
         self.default_algorithm = self._fastest_algorithms()
         self.layout_models = self._fit_layout_models(frame, keys, catalog) if self.rank_model == "joint" else {}
+        self.transfer = self._fit_transfer(frame, catalog) if self.use_transfer else None
         self._fitted = True
         return self
+
+    def _fit_transfer(self, frame: pd.DataFrame, catalog: Catalog) -> CollectiveTransfer | None:
+        """The cross-system model on the fastest setting of every (system, collective) whose system the catalog
+        describes (rows keyed by a name the catalog cannot resolve are left out)."""
+        from hybrid.ops.roofline import resolve_system
+
+        best = (frame["system"] + "|" + frame["op"]).map(self.default_algorithm)
+        sub = frame[(frame["algorithm"] == best.fillna("")).to_numpy()]
+        known = {}
+        for name in pd.unique(sub["system"]):
+            try:
+                resolve_system(catalog, str(name))
+                known[name] = True
+            except InvalidInputError:
+                known[name] = False
+        sub = sub[sub["system"].map(known).to_numpy(dtype=bool)]
+        if len(sub) < self.min_rows:
+            return None
+        try:
+            return CollectiveTransfer().fit(sub.reset_index(drop=True), catalog)
+        except (ValueError, np.linalg.LinAlgError) as exc:
+            self.failures.append({"system": "*", "op": "*", "algorithm": "", "n_ranks": 0, "n_nodes": 0,
+                                  "reason": f"transfer model: {exc}"})
+            return None
 
     def _fit_layout_models(self, frame: pd.DataFrame, keys: list[str], catalog: Catalog) -> dict[str, LayoutFit]:
         out: dict[str, LayoutFit] = {}
@@ -329,7 +367,26 @@ class CollectiveSigmoid(Correction):
         return np.exp(_log_time(np.log(size), fit.log_b, fit.x0, fit.log_w, factor)) * 1e6
 
     def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        return self.predict_with_source(table, baseline, catalog)[0]
+
+    def predict_with_source(self, table: pd.DataFrame, baseline: pd.DataFrame,
+                            catalog: Catalog) -> tuple[np.ndarray, np.ndarray]:
+        """(time_us, source) per row: the per-system curves where the system and collective were measured
+        (source ``collective-sigmoid``), else the transfer model (``collective-transfer``); NaN and source
+        ``""`` where neither applies (not a collective, or no transfer model)."""
         self._check_fitted()
+        out = self._predict_measured(table, baseline, catalog)
+        source = np.where(np.isfinite(out), self.SIGMOID, "").astype(object)
+        mask = family_mask(baseline, self.families)
+        todo = mask & ~np.isfinite(out)
+        if todo.any() and self.transfer is not None and self.transfer.fitted:
+            sub = table.loc[todo]
+            out[todo] = self.transfer.predict_us(catalog, _group_key(sub).to_numpy(), sub["op"].astype(str).to_numpy(),
+                                                 col(sub, "n_ranks"), col(sub, "n_nodes", 1.0), col(sub, "size_bytes"))
+            source[todo & np.isfinite(out)] = self.TRANSFER
+        return out, source
+
+    def _predict_measured(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         out = np.full(len(table), np.nan)
         mask = family_mask(baseline, self.families)
         if not mask.any() or not self.fits:
@@ -428,10 +485,11 @@ class CollectiveSigmoid(Correction):
         algo = _algorithms(table)
         ranks, nodes = col(table, "n_ranks"), col(table, "n_nodes", 1.0)
         seen_sys = {f.system for f in self.fits}
+        transfer = self.transfer is not None and self.transfer.fitted
         out = []
         for s, o, a, r, n in zip(system, op, algo, ranks, nodes, strict=True):
             if s not in seen_sys:
-                out.append("alpha-beta: unseen system")
+                out.append("transfer model: unseen system" if transfer else "alpha-beta: unseen system")
             elif any(f.n_ranks == r and f.n_nodes == n for f in self._ladder(s, o, a, r, n)):
                 out.append("sigmoid")
             elif (lm := self._layout_model(s, o, a)) is not None:
@@ -441,7 +499,8 @@ class CollectiveSigmoid(Correction):
             elif self._nearest_any_layout(s, o, a, r) is not None:
                 out.append("rescaled")
             else:
-                out.append("alpha-beta: unseen collective on this system")
+                out.append("transfer model: unseen collective on this system" if transfer
+                           else "alpha-beta: unseen collective on this system")
         return pd.Series(out, index=table.index, name="coverage")
 
     # ------------------------------------------------------------------ persistence
@@ -456,13 +515,17 @@ class CollectiveSigmoid(Correction):
             "layout_model": "t = bw + lat * (bw / lat)^(1 - 1/w); lat = terms . (lat0, lat_intra, lat_inter) us, "
                             "bw = size * terms . (s/B intra, inter, local); params stored as ln " + ", ".join(LAYOUT_PARAMS),
             "layout_models": [asdict(m) for m in self.layout_models.values()],
+            "use_transfer": self.use_transfer,
+            "transfer_model": self.transfer.to_dict() if self.transfer is not None else None,
         })
 
     @classmethod
     def load(cls, directory: Path) -> CollectiveSigmoid:
         meta = read_json(Path(directory) / "sigmoids.json")
         # files written before layout models existed have neither key: they predict with the "ratio" rule
-        obj = cls(str(meta.get("rank_model", "ratio")))
+        obj = cls(str(meta.get("rank_model", "ratio")), transfer=bool(meta.get("use_transfer", False)))
+        if meta.get("transfer_model"):
+            obj.transfer = CollectiveTransfer.from_dict(meta["transfer_model"])
         obj.fits = [SigmoidFit(**f) for f in meta["fits"]]
         obj.layout_models = {f"{m['system']}|{m['op']}|{m['algorithm']}": LayoutFit(**m)
                              for m in meta.get("layout_models", [])}
@@ -482,6 +545,9 @@ class CollectiveSigmoid(Correction):
                 "systems": sorted({f.system for f in self.fits}),
                 "ops": sorted({f.op for f in self.fits}),
                 "median_fit_rmse_log": float(np.median([f.rmse_log for f in self.fits])) if self.fits else None,
+                "transfer_model": ({"systems": self.transfer.systems, "n_points": self.transfer.n_points,
+                                    "rmse_log": self.transfer.rmse_log, "constants": self.transfer.constants()}
+                                   if self.transfer is not None and self.transfer.fitted else None),
                 "failures": self.failures[:20],
             })
         return out

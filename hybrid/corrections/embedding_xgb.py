@@ -4,27 +4,97 @@ Same recipe as the kernel models (learn ``log(measured / reference)``), with fea
 lookup pattern: table rows, embedding dim, pooling factor, batch, number of tables, dtype, index
 distribution, the expected number of distinct rows touched
 (:func:`hybrid.ops.families.expected_unique_rows`), the bytes touched against the device's cache and the
-optimizer variant. The reference is the roofline, except for backward passes with a *dense* gradient
-(variant ``dense_*``): PyTorch materialises a table-sized gradient (zero-fill, scatter, then the optimizer reads
-and writes every row), which the sparse roofline ignores and which grows with the table, not the lookups. For
-those rows the reference adds :data:`DENSE_GRAD_TABLE_PASSES` passes over the tables at memory bandwidth, so
-the model extrapolates to tables larger than it was trained on instead of saturating.
+optimizer variant.
+
+The reference the ratio is taken against (``reference="linear"``, the default since issue 13) is a *fitted
+physical cost model*: per (direction, optimizer variant), a non-negative combination of device-normalised cost
+terms (:func:`cost_terms`): kernel launches, table / bag / lookup counts, bytes gathered, distinct bytes
+touched, table-sized dense-gradient bytes, the index sort of a backward pass (``lookups * log2``) and lookups that
+miss the last-level cache. Byte terms are in microseconds at the device's memory bandwidth and count terms in
+microseconds of one 64-byte cache line at that bandwidth, so each fitted coefficient is a dimensionless number
+of "passes" or "cache-line transfers per event" (:meth:`EmbeddingXGB.reference_constants`), fitted with
+non-negative least squares on relative error. The boosted trees then learn only what that model misses.
+Optionally (``select=True``), a cross-validation inside the training rows decides per group whether the cost
+model or the previous reference is used (on the CPU profile it picks the roofline reference for forward ``sum``).
+A (direction, variant) group that was not in the training data, or not selected, uses the previous reference: the roofline, plus
+:data:`DENSE_GRAD_TABLE_PASSES` table passes for backward passes with a *dense* gradient (variant
+``dense_*``), which PyTorch materialises table-sized. ``reference="roofline"`` keeps that reference for every
+row (models saved before issue 13 load that way).
 The training data is the project's own profiler output (CPU bundles under ``datasets/``; GPU bundles where a
 GPU was available), as there are no public embedding-bag measurements.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pandas as pd
+from scipy.optimize import nnls
 
+from hybrid.corrections.base import read_json, write_json
 from hybrid.corrections.features import FEATURE_VERSION, dense_gradient, table_pass_us
 from hybrid.corrections.kernel_xgb import XGBCorrection, XGBParams
+from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
+from hybrid.ops.families import col, dtype_bytes_vec, expected_unique_rows
 
 #: Full passes over the tables a dense-gradient backward makes (write zeros into the gradient, read it and
 #: read + write the weights in the SGD update counts as ~3 streamed table sizes).
 DENSE_GRAD_TABLE_PASSES = 3.0
+#: Reference models: fitted physical cost terms ("linear") or the roofline (+ dense passes).
+REFERENCES = ("linear", "roofline")
+#: Names of the cost terms of the fitted reference (see :func:`cost_terms`).
+COST_TERMS = ("launches", "tables", "bags", "lookups", "gathered_bytes", "distinct_bytes", "dense_grad_bytes",
+              "index_sort", "llc_miss_lookups", "llc_miss_bytes")
+#: Cache line (bytes) that count terms are expressed in.
+LINE_BYTES = 64.0
+#: Folds of the cross-validation (inside the training rows) that decides, per group, whether the fitted cost
+#: model or the roofline reference is used.
+SELECT_FOLDS = 3
+
+
+def _device_values(table: pd.DataFrame, catalog: Catalog) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    codes, uniques = pd.factorize(table["device"].astype(str))
+    devs = [catalog.device(str(u)) for u in uniques]
+    bw = np.array([d.mem_bw for d in devs], dtype=np.float64)[codes]
+    llc = np.array([max(d.l2_cache, 1.0) for d in devs], dtype=np.float64)[codes]
+    lat = np.array([d.kernel_latency_us for d in devs], dtype=np.float64)[codes]
+    return bw, llc, lat
+
+
+def cost_terms(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    """Per row, the :data:`COST_TERMS` in microseconds on that row's device (see the module docstring)."""
+    t = col(table, "num_tables", 1)
+    rows, dim = col(table, "num_embeddings"), col(table, "embedding_dim")
+    pool, batch = col(table, "pooling_factor"), col(table, "batch_size")
+    alpha = col(table, "zipf_alpha", 0.0)
+    if "index_dist" in table.columns:
+        uniform = table["index_dist"].astype("string").fillna("uniform").str.lower().eq("uniform").to_numpy()
+        alpha = np.where(uniform, 0.0, alpha)
+    eb = dtype_bytes_vec(table)
+    bw, llc, lat = _device_values(table, catalog)
+    line_us = LINE_BYTES / bw * 1e6
+    byte_us = 1e6 / bw
+    lookups = t * batch * pool
+    distinct = t * expected_unique_rows(rows, batch * pool, alpha)
+    table_bytes = t * rows * dim * eb
+    miss = np.clip(1.0 - llc / np.maximum(table_bytes, 1.0), 0.0, 1.0)  # share of lookups missing the LLC (uniform)
+    return np.stack([
+        lat, t * line_us, t * batch * line_us, lookups * line_us, lookups * dim * eb * byte_us,
+        distinct * dim * eb * byte_us, dense_gradient(table) * table_bytes * byte_us,
+        lookups * np.log2(np.maximum(batch * pool, 2.0)) * line_us, lookups * miss * line_us,
+        lookups * miss * dim * eb * byte_us,
+    ], axis=1)
+
+
+def _groups(table: pd.DataFrame) -> np.ndarray:
+    direction = table["direction"].astype("string").fillna("fwd").str.lower() if "direction" in table.columns \
+        else pd.Series("fwd", index=table.index, dtype="string")
+    variant = table["variant"].astype("string").fillna("").str.lower() if "variant" in table.columns \
+        else pd.Series("", index=table.index, dtype="string")
+    return (direction + "|" + variant).to_numpy(dtype=object)
 
 
 def default_embedding_params() -> XGBParams:
@@ -41,13 +111,132 @@ class EmbeddingXGB(XGBCorrection):
     min_rows = 20
 
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
-                 feature_version: int = FEATURE_VERSION, transfer: bool | None = None):
+                 feature_version: int = FEATURE_VERSION, transfer: bool | None = None, reference: str = "linear",
+                 select: bool = False):
         super().__init__(params or default_embedding_params(), use_device_features, feature_version, transfer)
+        if reference not in REFERENCES:
+            raise InvalidInputError(f"unknown embedding reference {reference!r}; known: {REFERENCES}")
+        self.reference = reference
+        #: choose the reference per group by cross-validation inside the training rows (off by default: on the
+        #: CPU profile it helps held-out configurations slightly and hurts the largest-table split)
+        self.select = bool(select)
+        #: "direction|variant" -> non-negative coefficients of COST_TERMS (fitted reference)
+        self.coefficients: dict[str, list[float]] = {}
+        #: per group, the cross-validated errors that chose between the cost model and the roofline reference
+        self.selection: dict[str, dict[str, float]] = {}
 
-    def reference_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    def roofline_reference_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Roofline time, plus :data:`DENSE_GRAD_TABLE_PASSES` table passes for dense-gradient backward rows
         (feature version 2 on; version-1 models were fitted against the plain roofline)."""
         roof = baseline["time_us"].to_numpy(dtype=np.float64)
         if self.feature_version < 2:
             return roof
         return roof + DENSE_GRAD_TABLE_PASSES * dense_gradient(table) * table_pass_us(table, catalog)
+
+    def reference_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """The fitted cost model where its (direction, variant) group was fitted, else the roofline reference."""
+        ref = self.roofline_reference_us(table, baseline, catalog)
+        if self.reference != "linear" or not self.coefficients:
+            return ref
+        groups = _groups(table)
+        known = np.isin(groups, list(self.coefficients))
+        if known.any():
+            terms = cost_terms(table.loc[known], catalog)
+            coef = np.array([self.coefficients[g] for g in groups[known]])
+            ref = ref.copy()
+            ref[known] = np.maximum(np.sum(terms * coef, axis=1), 1e-3)
+        return ref
+
+    def fit_reference(self, table: pd.DataFrame, catalog: Catalog) -> dict[str, list[float]]:
+        """Non-negative least squares of the cost terms on measured time, relative error, per group."""
+        terms = cost_terms(table, catalog)
+        y = table["time_us"].to_numpy(dtype=np.float64)
+        groups = _groups(table)
+        out: dict[str, list[float]] = {}
+        for g in pd.unique(groups):
+            m = groups == g
+            if m.sum() < 2 * len(COST_TERMS):
+                continue  # too few rows to pin the terms: the group keeps the roofline reference
+            w = 1.0 / y[m]
+            coef, _ = nnls(terms[m] * w[:, None], y[m] * w)
+            out[str(g)] = [float(c) for c in coef]
+        return out
+
+    def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+            sample_weight: np.ndarray | None = None, select: bool | None = None) -> EmbeddingXGB:
+        """Fit the cost model (``reference="linear"``) and the trees. With ``select`` the groups whose
+        :data:`SELECT_FOLDS`-fold cross-validated error (inside ``table``) is lower with the roofline reference
+        keep the roofline reference (``self.selection`` records both errors per group)."""
+        select = self.select if select is None else select
+        self.coefficients, self.selection = {}, {}
+        if self.reference == "linear":
+            sub, base = self._select(table, baseline)
+            if len(sub):
+                self.coefficients = self.fit_reference(sub, catalog)
+                if select and len(sub) >= 10 * SELECT_FOLDS:
+                    self._select_groups(sub, base, catalog)
+        super().fit(table, baseline, catalog, sample_weight)
+        return self
+
+    def _select_groups(self, sub: pd.DataFrame, base: pd.DataFrame, catalog: Catalog) -> None:
+        fold = np.random.default_rng(self.params.seed).integers(0, SELECT_FOLDS, len(sub))
+        err = {"linear": np.full(len(sub), np.nan), "roofline": np.full(len(sub), np.nan)}
+        for k in range(SELECT_FOLDS):
+            tr, te = fold != k, fold == k
+            if not tr.any() or not te.any():
+                continue
+            for ref in err:
+                m = EmbeddingXGB(self.params, self.use_device_features, self.feature_version, self.transfer, ref)
+                m.fit(sub.loc[tr], base.loc[tr], catalog, select=False)
+                pred = m.predict(sub.loc[te], base.loc[te], catalog)
+                err[ref][te] = np.abs(np.log(pred / sub.loc[te, "time_us"].to_numpy(dtype=np.float64)))
+        groups = _groups(sub)
+        for g in list(self.coefficients):
+            m = (groups == g) & np.isfinite(err["linear"]) & np.isfinite(err["roofline"])
+            lin, roof = float(np.mean(err["linear"][m])), float(np.mean(err["roofline"][m]))
+            self.selection[g] = {"cv_mean_abs_log_err_linear": lin, "cv_mean_abs_log_err_roofline": roof}
+            if roof < lin:
+                del self.coefficients[g]
+
+    def reference_constants(self) -> dict[str, dict[str, float]]:
+        """The fitted reference per group: coefficient of each cost term (dimensionless passes / line transfers;
+        ``launches`` in kernel launches)."""
+        return {g: dict(zip(COST_TERMS, c, strict=True)) for g, c in self.coefficients.items()}
+
+    def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                          rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None) -> EmbeddingXGB:
+        new = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate)
+        new.reference, new.coefficients = self.reference, dict(self.coefficients)  # type: ignore[attr-defined]
+        return new  # type: ignore[return-value]
+
+    def save(self, directory: Path) -> None:
+        super().save(directory)
+        write_json(Path(directory) / "reference.json", {
+            "reference": self.reference, "cost_terms": list(COST_TERMS), "coefficients": self.coefficients,
+            "selection": self.selection,
+            "units": "byte terms: us at device memory bandwidth; count terms: us of one 64-byte line at it; "
+                     "launches: device kernel latency"})
+
+    @classmethod
+    def load(cls, directory: Path) -> EmbeddingXGB:
+        obj = super().load(directory)
+        path = Path(directory) / "reference.json"
+        if path.is_file():
+            meta = read_json(path)
+            if list(meta.get("cost_terms", [])) != list(COST_TERMS):
+                raise InvalidInputError(f"{directory}: saved embedding cost terms differ from this hybrid's; refit")
+            obj.reference = str(meta.get("reference", "linear"))  # type: ignore[attr-defined]
+            obj.coefficients = {str(k): [float(x) for x in v] for k, v in meta.get("coefficients", {}).items()}  # type: ignore[attr-defined]
+            obj.selection = dict(meta.get("selection", {}))  # type: ignore[attr-defined]
+        else:  # saved before the fitted reference existed
+            obj.reference, obj.coefficients = "roofline", {}  # type: ignore[attr-defined]
+        return obj  # type: ignore[return-value]
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["reference"] = self.reference
+        if self.selection:
+            out["reference_selection"] = self.selection
+        if self.coefficients:
+            out["reference_constants"] = self.reference_constants()
+        return out

@@ -5,7 +5,9 @@
 
 Every row gets the analytical estimate; rows of a family whose correction is fitted get the correction's
 prediction instead (per family, vectorised). ``method`` says which was used: ``kernel-xgb``,
-``embedding-xgb``, ``collective-sigmoid``, ``alpha-beta`` (a collective no curve covers) or ``roofline``.
+``embedding-xgb``, ``collective-sigmoid`` (curves of a measured system), ``collective-transfer`` (the
+cross-system model, for a system or collective never measured), ``alpha-beta`` (a collective no model covers)
+or ``roofline``.
 Saved predictors are a directory: ``manifest.json`` (versions, feature names, training-data digest,
 few-shot offsets), ``catalog.json`` (the devices and systems it was fitted on) and one sub-directory per
 correction in its native format. No pickles.
@@ -52,20 +54,25 @@ _DIGEST_COLUMNS = ("device", "op", "dtype", "time_us", "b", "m", "n", "k", "elem
                    "n_nodes", "system", "direction", "variant")
 
 
-def default_corrections(seed: int = 0) -> list[Correction]:
-    """One correction per family group: GEMM XGBoost, pointwise XGBoost, embedding XGBoost, collective sigmoids."""
+def default_corrections(seed: int = 0, collective_transfer: bool = False) -> list[Correction]:
+    """One correction per family group: GEMM XGBoost, pointwise XGBoost, embedding XGBoost, collective sigmoids
+    (``collective_transfer``: with the cross-system transfer model for systems never measured)."""
     emb = EmbeddingXGB()
     emb.params.seed = seed
-    return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), emb, CollectiveSigmoid()]
+    return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), emb,
+            CollectiveSigmoid(transfer=collective_transfer)]
 
 
 class HybridPredictor:
     """Analytical baseline + learned corrections, scikit-learn style (``fit`` / ``predict``)."""
 
     def __init__(self, catalog: Catalog | None = None, corrections: Sequence[Correction] | None = None,
-                 seed: int = 0):
+                 seed: int = 0, collective_transfer: bool = False):
+        """``collective_transfer`` (only without explicit ``corrections``): collectives of systems never measured
+        get the cross-system transfer model instead of alpha-beta (see ``CollectiveSigmoid(transfer=True)``)."""
         self.catalog: Catalog = catalog if catalog is not None else default_catalog()
-        self.corrections: list[Correction] = list(corrections) if corrections is not None else default_corrections(seed)
+        self.corrections: list[Correction] = (list(corrections) if corrections is not None
+                                              else default_corrections(seed, collective_transfer))
         keys = [c.key for c in self.corrections]
         if len(set(keys)) != len(keys):
             raise InvalidInputError(f"corrections must have distinct keys, got {keys}")
@@ -223,14 +230,18 @@ class HybridPredictor:
             mask = family_mask(base, corr.families)
             if not mask.any():
                 continue
-            pred = corr.predict(norm, base, self.catalog)
+            source = None
+            if isinstance(corr, CollectiveSigmoid):  # per row: per-system curves or the cross-system model
+                pred, source = corr.predict_with_source(norm, base, self.catalog)
+            else:
+                pred = corr.predict(norm, base, self.catalog)
             for (key, dev), model in self.device_models.items():
                 rows = mask & (devices == dev)  # type: ignore[operator]
                 if key == corr.key and rows.any():
                     pred[rows] = model.predict(norm.loc[rows], base.loc[rows], self.catalog)
             ok = mask & np.isfinite(pred)
             time[ok] = pred[ok]
-            method[ok] = corr.name
+            method[ok] = corr.name if source is None else source[ok]
             group[ok] = corr.key
         return time, method, group
 

@@ -1,0 +1,101 @@
+"""The cross-system collective model: answers for systems never measured, from their catalog entry only."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.corrections import CollectiveSigmoid, HybridPredictor
+from hybrid.corrections.collective_transfer import INTER_CLASSES, INTRA_CLASSES, inter_class, intra_class
+from hybrid.ops.roofline import roofline
+
+
+@pytest.fixture(scope="module")
+def measured(shared_datasets, catalog) -> pd.DataFrame:
+    """Two measured systems of different fabrics: Sophia (DGX A100, 2 nodes, IB) and the XLA H100x8 node."""
+    from hybrid.data.importers import import_paths
+
+    root = shared_datasets / "nccl-tests" / "argonne-lcf_alcf-nccl-tests" / "results_sophia"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sophia = import_paths("nccl-tests", root, catalog=catalog)
+        xla = import_paths("xla-collectives", shared_datasets / "xla", catalog=catalog)
+    table = pd.concat([sophia, xla], ignore_index=True, sort=False)
+    table = table[~(pd.to_numeric(table.get("wrong", 0), errors="coerce").fillna(0) > 0)].reset_index(drop=True)
+    assert set(table["system"]) == {"Sophia", "XLA-H100x8"}
+    return table
+
+
+@pytest.fixture(scope="module")
+def fitted(measured, catalog) -> HybridPredictor:
+    return HybridPredictor(catalog, [CollectiveSigmoid(transfer=True)]).fit(measured)
+
+
+def _query(system: str, device: str, sizes: list[float], ranks: int = 8, nodes: int = 1, op: str = "all_reduce"):
+    return pd.DataFrame({"device": device, "system": system, "op": op, "size_bytes": sizes, "n_ranks": ranks,
+                         "n_nodes": nodes})
+
+
+def test_unseen_system_gets_the_transfer_model_and_says_so(fitted, measured):
+    q = pd.concat([_query("DGX-H100", "H100-SXM", [1 << 20, 1 << 30]),
+                   measured[measured["system"] == "Sophia"].head(2)[["device", "system", "op", "size_bytes", "n_ranks",
+                                                                       "n_nodes"]]], ignore_index=True)
+    out = fitted.predict(q)
+    assert list(out["method"]) == ["collective-transfer"] * 2 + ["collective-sigmoid"] * 2
+    assert np.isfinite(out["time_us"]).all() and (out["time_us"] > 0).all()
+    # the transfer model is not the alpha-beta estimate
+    assert not np.allclose(out["time_us"].iloc[:2], out["roofline_us"].iloc[:2])
+    cov = fitted.corrections[0].coverage(q)
+    assert cov.iloc[0] == "transfer model: unseen system"
+
+
+def test_transfer_follows_the_catalog_bandwidth(fitted):
+    """1 GiB all-reduce on 8 GPUs: a B200 node (900 GB/s NVLink) is faster than an H100 node (450), which is faster
+    than a PCIe node; time grows with size."""
+    sizes = [1 << 16, 1 << 24, 1 << 30]
+    b200 = fitted.predict(_query("DGX-B200", "B200", sizes))["time_us"].to_numpy()
+    h100 = fitted.predict(_query("DGX-H100", "H100-SXM", sizes))["time_us"].to_numpy()
+    pcie = fitted.predict(_query("DeepBench-P100", "P100-PCIE-16GB", sizes))["time_us"].to_numpy()
+    assert np.all(np.diff(h100) > 0)
+    assert b200[-1] < h100[-1] < pcie[-1]
+    busbw = (1 << 30) * 2 * 7 / 8 / (h100[-1] * 1e-6) / 1e9
+    assert 150 < busbw < 600  # GB/s: an H100 NVSwitch node's bus bandwidth, not a unit slip
+
+
+def test_constants_are_physical(fitted):
+    c = fitted.corrections[0].transfer.constants()
+    for eff in (*c["bus_bw_efficiency_intra"].values(), *c["bus_bw_efficiency_inter"].values()):
+        assert 0.002 < eff < 25
+    for lat in (*c["latency_per_intra_step_us"].values(), *c["latency_per_inter_step_us"].values(),
+                *c["launch_floor_us"].values()):
+        assert 0.005 < lat < 5000  # microseconds
+    assert 0.5 <= c["latency_bandwidth_overlap_p"] <= 4.0
+
+
+def test_transfer_survives_save_and_load_and_default_stays_alpha_beta(fitted, measured, catalog, tmp_path):
+    q = _query("HGX-B300", "B300", [1 << 26], ranks=16, nodes=2)
+    before = fitted.predict(q)
+    again = HybridPredictor.load(fitted.save(tmp_path / "p"))
+    after = again.predict(q)
+    assert after["method"].iloc[0] == "collective-transfer"
+    np.testing.assert_allclose(after["time_us"], before["time_us"], rtol=1e-9)
+    default = HybridPredictor(catalog, [CollectiveSigmoid()]).fit(measured).predict(q)
+    assert default["method"].iloc[0] == "alpha-beta"
+    opted = HybridPredictor(catalog, collective_transfer=True)
+    assert [c for c in opted.corrections if isinstance(c, CollectiveSigmoid)][0].use_transfer
+    assert default["time_us"].iloc[0] == pytest.approx(roofline(q, catalog)["time_us"].iloc[0])
+
+
+def test_fabric_classes_from_catalog_text(catalog):
+    assert intra_class(catalog.systems["DGX-H100"]) == "nvswitch"
+    assert intra_class(catalog.systems["Polaris"]) == "nvlink"
+    assert intra_class(catalog.systems["Vidur-A40-pairwise-NVLink"]) == "pcie-pairs"
+    assert intra_class(catalog.systems["MI300X-Platform"]) == "infinity-fabric"
+    assert inter_class(catalog.systems["Polaris"]) == "slingshot"
+    assert inter_class(catalog.systems["DGX-A100"]) == "infiniband"
+    assert inter_class(catalog.systems["XLA-H100x8"]) == "unspecified"
+    for s in catalog.systems.values():
+        assert intra_class(s) in INTRA_CLASSES and inter_class(s) in INTER_CLASSES
