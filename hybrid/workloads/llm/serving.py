@@ -326,6 +326,18 @@ def kv_capacity_tokens(s: InferenceSetup, sched: SchedulerConfig) -> int:
     return int(max(free, 0) // kv_bytes_per_token(s.model, s.precision, s.tp, s.pp))
 
 
+
+def _retire(run: np.ndarray, generated: np.ndarray, out: np.ndarray, need: np.ndarray, finish: np.ndarray,
+            now: float, used: int, running: list[int]) -> tuple[int, list[int]]:
+    """Finish the requests of ``run`` that have produced all their tokens: stamp ``finish``, free their KV cache.
+    Returns the KV tokens still in use and the requests still running."""
+    done = run[generated[run] >= out[run]]
+    if not len(done):
+        return used, running
+    finish[done] = now
+    done_set = set(done.tolist())
+    return used - int(need[done].sum()), [r for r in running if r not in done_set]
+
 def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = None,
              sched: SchedulerConfig | None = None, costs: StepCosts | None = None) -> ServeResult:
     """Run the trace through the continuous-batching scheduler; see the module docstring for the policy."""
@@ -380,12 +392,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             now = float(ends[k - 1])
             steps += k
             generated[run] += k
-            done = run[generated[run] >= out[run]]
-            if len(done):
-                finish[done] = now
-                used -= int(need[done].sum())
-                done_set = set(done.tolist())
-                running = [r for r in running if r not in done_set]
+            used, running = _retire(run, generated, out, need, finish, now, used, running)
             continue
         budget = sched.max_batched_tokens - len(dec)
         pre_ids, chunks = [], []
@@ -410,12 +417,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         generated[dec] += 1
         generated[completes] += 1
         first[completes] = now
-        done = run[generated[run] >= out[run]]
-        if len(done):
-            finish[done] = now
-            used -= int(need[done].sum())
-            done_set = set(done.tolist())
-            running = [r for r in running if r not in done_set]
+        used, running = _retire(run, generated, out, need, finish, now, used, running)
     ttft = (first - arr) * 1e3
     lat = (finish - arr) * 1e3
     tpot = np.where(out > 1, (finish - first) * 1e3 / np.maximum(out - 1, 1), 0.0)
