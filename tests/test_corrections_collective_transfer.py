@@ -99,3 +99,51 @@ def test_fabric_classes_from_catalog_text(catalog):
     assert inter_class(catalog.systems["XLA-H100x8"]) == "unspecified"
     for s in catalog.systems.values():
         assert intra_class(s) in INTRA_CLASSES and inter_class(s) in INTER_CLASSES
+
+
+def test_calibrate_cli_collective_transfer_flag(measured, tmp_path):
+    """``hybrid calibrate --collective-transfer`` on the two measured systems: the choice is an MLflow param, and
+    the registered model answers a system never measured with the transfer model (``method``), while a model
+    calibrated without the flag keeps alpha-beta there; a measured system keeps its sigmoid curves."""
+    import contextlib
+    import io
+
+    from mlflow import MlflowClient
+    from test_tracking_support import last_json, write_csv
+
+    from hybrid.cli.main import main
+
+    def cli(args: list[str]) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(args)
+        return rc, out.getvalue(), err.getvalue()
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    csv = write_csv(measured, tmp_path / "collectives.csv")
+    runs = {}
+    for name, flag in (("coll-transfer", ["--collective-transfer"]), ("coll-plain", [])):
+        rc, out, err = cli(["calibrate", str(csv), "--name", name, "--tracking-uri", uri, "--no-lodo", "--json",
+                            "-q", *flag])
+        assert rc == 0, err
+        runs[name] = last_json(out)
+    assert runs["coll-transfer"]["collective_transfer"] is True
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    assert client.get_run(runs["coll-transfer"]["run_id"]).data.params["collective_transfer"] == "true"
+    assert client.get_run(runs["coll-plain"]["run_id"]).data.params["collective_transfer"] == "false"
+
+    def ask(name: str, system: str, ranks: int = 8) -> dict:
+        rc, out, err = cli(["predict", "collective", "--system", system, "--op", "all_reduce", "--size", "64MiB",
+                            "--ranks", str(ranks), "--model", name, "--tracking-uri", uri, "--json"])
+        assert rc == 0, err
+        return last_json(out)
+
+    unseen = ask("coll-transfer", "DGX-H100")
+    assert unseen["method"] == "collective-transfer"
+    assert unseen["time_us_low"] < unseen["time_us"] < unseen["time_us_high"]
+    assert unseen["time_us"] != pytest.approx(unseen["roofline_us"], rel=1e-3)
+    assert ask("coll-plain", "DGX-H100")["method"] == "alpha-beta"
+    assert ask("coll-transfer", "XLA-H100x8")["method"] == "collective-sigmoid"
+    rc, _, err = cli(["calibrate", str(csv), "--name", "x", "--tracking-uri", uri, "--base", "coll-plain",
+                      "--collective-transfer", "-q"])
+    assert rc == 2 and "base" in err and len(err.strip().splitlines()) == 1

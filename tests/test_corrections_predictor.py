@@ -188,3 +188,53 @@ def test_unseen_embedding_variant_is_predicted_gracefully(cpu_profile):
     out = pred.predict(new)
     assert set(out["method"]) == {"embedding-xgb"}
     assert np.isfinite(out["time_us"]).all() and (out["time_us"] > 0).all()
+
+
+def test_identical_rows_are_predicted_once_with_unchanged_answers(gemm_rows):
+    """``predict`` reduces a table with repeated rows to its distinct rows; every column of the answer, the
+    intervals included, is identical to the row-by-row path (``_predict_rows``, the path before the change),
+    computed here in the same run on a mix of families, seen and unseen devices and a measured system."""
+    from hybrid.corrections import PointwiseXGB
+    from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
+    from hybrid.corrections.predictor import distinct_rows
+    from hybrid.data.bundle import load_bundle
+    from hybrid.data.paths import project_datasets_dir
+
+    bundle = project_datasets_dir() / "cpu-amd-epyc-1c"
+    if not (bundle / "measurements.csv").is_file():
+        from conftest import skip_or_fail
+
+        skip_or_fail("committed CPU profile bundle absent")
+    cpu, cat = load_bundle(bundle)
+    train = pd.concat([gemm_rows, cpu], ignore_index=True, sort=False)
+    small = XGBParams(n_estimators=25, max_depth=4)
+    pred = HybridPredictor(cat, [GemmXGB(small), PointwiseXGB(small), EmbeddingXGB(XGBParams(n_estimators=25)),
+                                 CollectiveSigmoid()])
+    pred.fit(train, intervals=True)
+    pool = train.groupby("op").head(40)  # every op, few distinct shapes: repeated as in a model's layers
+    query = pool.sample(3000, replace=True, random_state=1).drop(columns="time_us").reset_index(drop=True)
+    gpu = ~query["device"].astype(str).str.startswith("cpu")
+    query.loc[gpu & (np.arange(len(query)) % 4 == 0), "device"] = "H100-SXM"  # a GPU the model never saw
+    query.index = query.index * 3 + 7  # a non-default index is kept
+    found = distinct_rows(query)
+    assert found is not None and len(found[0]) < len(query) / 2
+    out = pred.predict(query)
+    old = pred._predict_rows(query, True)
+    assert set(out["method"]) >= {"kernel-xgb", "embedding-xgb", "collective-sigmoid"}
+    assert out["time_us_low"].notna().all()
+    pd.testing.assert_frame_equal(out, old, check_exact=True)
+    pd.testing.assert_frame_equal(pred.predict(query, intervals=False), pred._predict_rows(query, False),
+                                  check_exact=True)
+    # rows that are all distinct take the row-by-row path; errors name the same row as without de-duplication
+    assert distinct_rows(query.assign(row_id=np.arange(len(query)))) is None
+    bad = query.copy()
+    bad.loc[bad.index[gpu.to_numpy()][5], "k"] = -4
+    with pytest.raises(HybridError) as dedup_err:
+        pred.predict(bad)
+    with pytest.raises(HybridError) as row_err:
+        pred._predict_rows(bad, True)
+    assert str(dedup_err.value) == str(row_err.value)
+    # an object column where 1 and 1.0 would compare equal is not merged
+    mixed = pd.DataFrame({"a": pd.Series([1, 1.0] * 40, dtype=object), "b": ["x"] * 80})
+    assert distinct_rows(mixed) is None
+    assert distinct_rows(mixed.assign(a="s")) is not None

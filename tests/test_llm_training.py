@@ -224,3 +224,70 @@ def test_pipeline_and_data_parallel_conserve_compute(gpt175):
     two = predict_training(gpt175, _cfg(gpus=128, global_batch=128), "DGX-A100", engine=False)
     assert two.breakdown_s["compute"] == pytest.approx(one.breakdown_s["compute"], rel=1e-9)
     assert two.breakdown_s["dp_comm"] > 0 == one.breakdown_s["dp_comm"]
+
+
+@pytest.fixture(scope="module")
+def calibrated_store(tmp_path_factory, shared_datasets):
+    """A predictor calibrated with 80% intervals on real NeuSight kernels (GEMM, layernorm, softmax), registered in
+    a temporary MLflow store."""
+    from test_tracking_support import neusight_table
+
+    from hybrid.tracking.calibrate import CalibrationConfig, calibrate
+
+    uri = f"sqlite:///{tmp_path_factory.mktemp('llm-store') / 'mlflow.db'}"
+    result = calibrate(neusight_table(shared_datasets, max_rows=250), CalibrationConfig(name="llm-kern", lodo=False),
+                       tracking_uri=uri)
+    assert result.predictor.intervals is not None and result.predictor.intervals.bands
+    return uri, result.predictor
+
+
+class _LowEnd:
+    """A cost model answering every op at the low end of ``pred``'s interval (and no interval of its own)."""
+
+    def __init__(self, pred):
+        self.pred, self.catalog = pred, pred.catalog
+
+    def predict(self, table):
+        out = self.pred.predict(table)
+        return out.assign(time_us=out["time_us_low"]).drop(columns=["time_us_low", "time_us_high"])
+
+
+def test_search_with_intervals_flags_mappings_overlapping_the_fastest(calibrated_store):
+    _, pred = calibrated_store
+    model = load_model("gpt3-2.7b")
+    base = search_base(16, 64)
+    plain = search(model, base, "DGX-A100", top=8, engine_top=1)
+    assert "iteration_s_low" not in plain.columns and "overlaps_fastest" not in plain.columns  # roofline: none
+    res = search(model, base, "DGX-A100", pred, top=8, engine_top=1)
+    lo, mid, hi = (res[c].to_numpy() for c in ("iteration_s_low", "iteration_s", "iteration_s_high"))
+    assert (lo <= mid).all() and (mid <= hi).all() and (lo < hi).all()
+    assert (np.diff(mid) >= 0).all()
+    flags = res["overlaps_fastest"].to_numpy()
+    assert not flags[0]
+    np.testing.assert_array_equal(flags[1:], (lo[1:] <= hi[0]) & (hi[1:] >= lo[0]))
+    assert res.attrs["overlapping_fastest"] == int(flags.sum())
+    # the low end is the closed form re-run with every op at its low end: the same as a model answering the lows
+    low = search(model, base, "DGX-A100", _LowEnd(pred), top=10_000, engine_top=0)
+    keys = ["tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "recompute", "distopt", "fsdp"]
+    both = res.merge(low[keys + ["iteration_s"]].rename(columns={"iteration_s": "at_low"}), on=keys)
+    assert len(both) == len(res)
+    assert (both["iteration_s_low"] <= both["at_low"] * (1 + 1e-9)).all()
+    unclipped = both["at_low"] <= both["iteration_s"]
+    assert unclipped.any()
+    np.testing.assert_allclose(both.loc[unclipped, "iteration_s_low"], both.loc[unclipped, "at_low"], rtol=1e-9)
+
+
+def test_cli_search_with_a_calibrated_model_shows_intervals(calibrated_store, capsys):
+    uri, _ = calibrated_store
+    args = ["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--top", "5",
+            "--model", "llm-kern", "--tracking-uri", uri]
+    assert main([*args, "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    rows = res["mappings"]
+    assert res["cost_model"].startswith("models:/llm-kern/") and len(rows) == 5
+    assert all(r["iteration_s_low"] <= r["iteration_s"] <= r["iteration_s_high"] for r in rows)
+    assert rows[0]["overlaps_fastest"] is False
+    assert res["overlapping_fastest"] == sum(r["overlaps_fastest"] for r in rows)
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "iter_low" in text and "overlaps the fastest pick" in text

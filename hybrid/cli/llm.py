@@ -167,7 +167,10 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: int | None, dtype: str,
                no_flash_attention: bool, top: int, as_json: bool, model_ref: str | None,
                tracking_uri: str | None) -> None:
-    """Every (tp, pp, dp, micro-batch, vp, recompute, SP, distributed optimizer) mapping that fits, fastest first."""
+    """Every (tp, pp, dp, micro-batch, vp, recompute, SP, distributed optimizer) mapping that fits, fastest first.
+
+    With a calibrated --model (80% intervals), each mapping carries iteration_s_low / iteration_s_high and the
+    picks whose interval overlaps the fastest pick's are flagged (overlaps_fastest; '~' in the table)."""
     from hybrid.errors import InvalidInputError
     from hybrid.workloads.llm.model import load_model
     from hybrid.workloads.llm.train import search, search_base
@@ -179,14 +182,24 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     cost_model, name = load_cost_model(model_ref, tracking_uri)
     res = search(model, base, system, cost_model, top=top)
     if as_json:
-        echo_json({"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
-                   "fitting": res.attrs.get("n_fit"), "mappings": res.to_dict(orient="records")})
+        payload = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
+                   "fitting": res.attrs.get("n_fit"), "mappings": res.to_dict(orient="records")}
+        if "overlapping_fastest" in res.attrs:
+            payload["overlapping_fastest"] = res.attrs["overlapping_fastest"]
+        echo_json(payload)
         return
     click.echo(f"{model.name} on {gpus} GPUs ({system}), global batch {global_batch}: "
                f"{res.attrs.get('n_candidates')} mappings, {res.attrs.get('n_fit')} fit; cost model {name}")
+    intervals = "iteration_s_low" in res.columns
     echo_table([[r.tp, r.pp, r.dp, r.mb, r.vp, r.recompute, "y" if r.sp else "", "y" if r.distopt else "",
-                 r.iteration_s, r.engine_s, r.mfu * 100, r.memory_gib] for r in res.itertuples()],
-               ["tp", "pp", "dp", "mb", "vp", "recompute", "sp", "distopt", "iter_s", "engine_s", "mfu%", "mem_gib"])
+                 r.iteration_s, *([r.iteration_s_low, r.iteration_s_high, "~" if r.overlaps_fastest else ""]
+                                  if intervals else []), r.engine_s, r.mfu * 100, r.memory_gib]
+                for r in res.itertuples()],
+               ["tp", "pp", "dp", "mb", "vp", "recompute", "sp", "distopt", "iter_s",
+                *(["iter_low", "iter_high", "overlap"] if intervals else []), "engine_s", "mfu%", "mem_gib"])
+    if intervals:
+        click.echo(f"~: 80% interval overlaps the fastest pick's ({res.attrs.get('overlapping_fastest', 0)} of "
+                   f"{len(res) - 1}): the model cannot tell them apart at that confidence")
 
 
 # inference commands (infer, serve, capacity) live in their own module

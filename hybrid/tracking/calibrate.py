@@ -85,6 +85,9 @@ class CalibrationConfig:
     max_lodo_devices: int = 8
     experiment: str = DEFAULT_EXPERIMENT
     register: bool = True
+    #: collectives of systems never measured get the cross-system transfer model (``collective-transfer``)
+    #: instead of the alpha-beta estimate; every fit of the run (hold-outs included) uses it
+    collective_transfer: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", self.name):
@@ -95,6 +98,9 @@ class CalibrationConfig:
             raise InvalidInputError(f"test fraction must be in (0, 1), got {self.test_fraction}")
         if self.base:
             parse_model_ref(self.base)
+            if self.collective_transfer:
+                raise InvalidInputError("collective_transfer applies to a new calibration; an adapted model (base) "
+                                        "keeps the collective model of its base")
 
 
 @dataclass
@@ -222,6 +228,9 @@ def calibrate(
 
 def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: CalibrationConfig,
              progress: bool) -> tuple[Any, list[pd.DataFrame]]:
+    def new() -> Any:
+        return predictor_cls(catalog=cat, collective_transfer=config.collective_transfer)
+
     holdouts = lodo_devices(table, config, cat)
     do_random = len(table) >= MIN_ROWS_FOR_SPLIT
     steps = int(do_random) + len(holdouts) + 1
@@ -232,7 +241,7 @@ def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: Cali
             bar.set_postfix_str("random hold-out")
             tr, te = stratified_split(table, config.test_fraction, config.seed)
             if len(te) and len(tr):
-                p = predictor_cls(catalog=cat).fit(table.iloc[tr].reset_index(drop=True))
+                p = new().fit(table.iloc[tr].reset_index(drop=True))
                 test = table.iloc[te].reset_index(drop=True)
                 frames.append(prediction_frame(test, p.predict(test), "random"))
             bar.update()
@@ -240,13 +249,13 @@ def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: Cali
         for dev in holdouts:
             bar.set_postfix_str(f"leave out {dev}")
             held = (table["device"] == dev).to_numpy()
-            p = predictor_cls(catalog=cat).fit(table.loc[~held].reset_index(drop=True))
+            p = new().fit(table.loc[~held].reset_index(drop=True))
             test = table.loc[held].reset_index(drop=True)
             lodo.append(prediction_frame(test, p.predict(test), "lodo"))
             bar.update()
         frames += lodo
         bar.set_postfix_str("final fit (all rows)")
-        final = predictor_cls(catalog=cat).fit(table, progress=False)
+        final = new().fit(table, progress=False)
         # 80% intervals from the held-out residuals above: random split = seen devices, lodo = unseen ones
         final.intervals = IntervalCalibration.from_prediction_frames(pd.concat(frames, ignore_index=True)) \
             if frames else IntervalCalibration()
@@ -377,7 +386,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
                                                .astype(str)))),
         "exclude_devices": ",".join(config.exclude_devices),
         "splits": ",".join(summaries), "data_sha256": digest, "n_rows": len(table),
-        "sources": ",".join(data.sources),
+        "sources": ",".join(data.sources), "collective_transfer": bool(config.collective_transfer),
     })
     params.update(flatten_params("rows.op", profile["rows_per_op"]))
     params.update(flatten_params("rows.device", profile["rows_per_device"]))

@@ -20,13 +20,13 @@ reduce-scatter with SP.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from hybrid.engine.costs import OpCostModel, predict_times
+from hybrid.engine.costs import OpCostModel, predict_bounds
 from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.llm.config import TrainingConfig, group_nodes_vec
 from hybrid.workloads.llm.model import TransformerConfig
@@ -387,14 +387,24 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
 
 def predict_rows(model: OpCostModel, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, method) per row through one ``model.predict`` call over the distinct op rows."""
+    secs, _, _, method = predict_rows_bounds(model, rows)
+    return secs, method
+
+
+def predict_rows_bounds(model: OpCostModel, rows: pd.DataFrame
+                        ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
+    """(seconds, low seconds, high seconds, method) per row through one ``model.predict`` call over the distinct
+    op rows; the bounds (the model's 80% interval) are None when the model gives no interval for every row."""
     cols = [c for c in _OP_COLUMNS if c in rows.columns]
     codes = np.column_stack([pd.factorize(rows[c].to_numpy(dtype=object), use_na_sentinel=False)[0]
                              for c in cols])
     _, first, inverse = np.unique(codes, axis=0, return_index=True, return_inverse=True)
     unique_ops = rows[cols].iloc[first].reset_index(drop=True).dropna(axis=1, how="all")
-    times, method = predict_times(model, unique_ops)
+    times, low, high, method = predict_bounds(model, unique_ops)
     inverse = np.asarray(inverse).reshape(-1)
-    return times[inverse] * 1e-6, method[inverse]
+    lo = None if low is None else low[inverse] * 1e-6
+    hi = None if high is None else high[inverse] * 1e-6
+    return times[inverse] * 1e-6, lo, hi, method[inverse]
 
 
 @dataclass
@@ -407,6 +417,18 @@ class MappingCosts:
     params: dict[str, np.ndarray]
     ops: pd.DataFrame  # every op row with its predicted time (seconds) and method
     n_predicted: int
+    #: the same ``(layer, stage)`` times with every op at the low / high end of its 80% interval ("low", "high");
+    #: empty when the cost model gives no intervals
+    ends: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = field(default_factory=dict)
+
+    def at(self, end: str) -> MappingCosts | None:
+        """These costs with every op at the ``"low"`` or ``"high"`` end of its interval (None without intervals).
+        Errors on one system are strongly correlated, so all ops move together, as in the engine's
+        ``iteration_us_low`` / ``iteration_us_high``."""
+        if end not in self.ends:
+            return None
+        layer, stage = self.ends[end]
+        return replace(self, layer=layer, stage=stage, ends={})
 
 
 def cost_mappings(model: TransformerConfig, cfg: TrainingConfig, mappings: pd.DataFrame, tgt: Target,
@@ -423,14 +445,26 @@ def cost_mappings(model: TransformerConfig, cfg: TrainingConfig, mappings: pd.Da
     srows = _stage_rows(model, cfg, m, tgt, params)
     srows["scope"] = "mapping"
     rows = pd.concat([lrows, srows], ignore_index=True, sort=False)
-    secs, method = predict_rows(cost_model, rows)
+    secs, low, high, method = predict_rows_bounds(cost_model, rows)
     rows["time_s"] = secs
     rows["method"] = method
-    rows["total_s"] = secs * rows["count"].to_numpy()
+    count = rows["count"].to_numpy()
+    rows["total_s"] = secs * count
+    layer, stage = _aggregate(rows, secs * count, len(keys), key_of, len(m))
+    ends = {}
+    if low is not None and high is not None:
+        ends = {"low": _aggregate(rows, low * count, len(keys), key_of, len(m)),
+                "high": _aggregate(rows, high * count, len(keys), key_of, len(m))}
+    return MappingCosts(m, layer, stage, params, rows, int(len(np.unique(secs))), ends)
+
+
+def _aggregate(rows: pd.DataFrame, total_s: np.ndarray, nk: int, key_of: np.ndarray, n: int
+               ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Per-mapping (layer, stage) sums of ``total_s`` (seconds per op row, times its count)."""
+    rows = rows.assign(total_s=total_s)
     # per layer key and role
     lr = rows[rows["scope"] == "layer"]
     roles = ("f", "b", "s", "tpf", "tpb", "epf", "epb", "cpf", "cpb", "ef", "eb", "hf", "hb", "htpf", "htpb")
-    nk = len(keys)
     table = {r: np.zeros(nk) for r in roles}
     g = lr.groupby(["key", "role"])["total_s"].sum()
     for (k, r), v in g.items():
@@ -443,11 +477,10 @@ def cost_mappings(model: TransformerConfig, cfg: TrainingConfig, mappings: pd.Da
         table[name] = arr
     layer = {k: v[key_of] for k, v in table.items()}
     sr = rows[rows["scope"] == "mapping"]
-    n = len(m)
     stage = {}
     for r in ("dp_ar", "dp_rs", "dp_ag", "fsdp_ag", "fsdp_rs", "fsdp_emb", "p2p", "emb_ar", "opt"):
         sel = sr[sr["role"] == r].groupby("key")["total_s"].sum()
         arr = np.zeros(n)
         arr[sel.index.to_numpy(np.int64)] = sel.to_numpy()
         stage[r] = arr
-    return MappingCosts(m, layer, stage, params, rows, int(len(np.unique(secs))))
+    return layer, stage

@@ -224,7 +224,13 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
 def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_model: OpCostModel | None = None,
            top: int = 10, engine_top: int = 5, comm_system: str | None = None, **space: Any) -> pd.DataFrame:
     """All fitting mappings, fastest first. Every candidate is costed in one predictor call and timed by the
-    closed form (vectorised); the ``engine_top`` fastest are re-timed on the engine (column ``engine_s``)."""
+    closed form (vectorised); the ``engine_top`` fastest are re-timed on the engine (column ``engine_s``).
+
+    With a cost model that gives 80% intervals for every op (a calibrated predictor), each mapping also gets
+    ``iteration_s_low`` / ``iteration_s_high`` (the closed form with every op at the low / high end of its
+    interval: the ends move together, as in the engine) and ``overlaps_fastest``: whether its interval overlaps
+    the fastest mapping's, i.e. the model cannot tell the two apart at that confidence (False for the fastest
+    itself); ``attrs["overlapping_fastest"]`` counts them among the returned rows."""
     cm = cost_model if cost_model is not None else default_cost_model()
     tgt = resolve_target(system, model_catalog(cm), base.dtype, comm_system)
     cand = candidate_mappings(model, base, tgt, **space)
@@ -234,6 +240,13 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     mem = memory_per_rank(model, base, costs.mappings, costs.params, tgt.mem_capacity)
     out = costs.mappings.copy()
     out["iteration_s"] = cf["iteration_s"]
+    low, high = costs.at("low"), costs.at("high")
+    if low is not None and high is not None:
+        # (a max() in the schedule, exposed communication, say, can make an end cross the centre: clipped)
+        lo = closed_form(stage_times(model, base, low), costs.mappings, base)["iteration_s"]
+        hi = closed_form(stage_times(model, base, high), costs.mappings, base)["iteration_s"]
+        out["iteration_s_low"] = np.minimum(lo, out["iteration_s"])
+        out["iteration_s_high"] = np.maximum(hi, out["iteration_s"])
     out["bubble_s"] = cf["bubble_s"]
     out["memory_gib"] = mem.total / GIB
     out["fits"] = mem.fits
@@ -257,7 +270,14 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     fit.attrs["n_candidates"] = len(out)
     fit.attrs["n_fit"] = int(out["fits"].sum())
     fit.attrs["n_predicted_ops"] = costs.n_predicted
-    return fit.head(top).reset_index(drop=True)
+    fit = fit.head(top).reset_index(drop=True)
+    if "iteration_s_low" in fit.columns:
+        b_lo, b_hi = float(fit["iteration_s_low"].iloc[0]), float(fit["iteration_s_high"].iloc[0])
+        overlap = (fit["iteration_s_low"].to_numpy() <= b_hi) & (fit["iteration_s_high"].to_numpy() >= b_lo)
+        overlap[0] = False
+        fit["overlaps_fastest"] = overlap
+        fit.attrs["overlapping_fastest"] = int(overlap.sum())
+    return fit
 
 
 def search_base(gpus: int, global_batch: int, **knobs: Any) -> TrainingConfig:
