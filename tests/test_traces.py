@@ -233,6 +233,33 @@ def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
                      "--bundle", str(BUNDLE), "--roofline", "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["same_device"] and s["measured_ms"] > 0 and s["predicted_ms"] > 0 and "gemm" in s["breakdown_ms"]
+    assert "warnings" not in s  # traced with 1 thread, like the bundle
+
+
+def test_thread_count_is_recorded_and_a_bundle_mismatch_is_warned(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nm = torch.nn.Linear(32, 32)\nx = torch.randn(8, 32)\n"
+                      "def step():\n    m(x).sum().backward()\n")
+    before = torch.get_num_threads()
+    try:
+        for threads in (2, 1):
+            out = tmp_path / f"t{threads}"
+            assert cli_main(["trace", "record", str(script), "-o", str(out), "--threads", str(threads),
+                             "--warmup", "0", "--no-et"]) == 0
+            assert json.loads((out / "kineto_rank0.json").read_text())["hybrid_torch_threads"] == str(threads)
+            capsys.readouterr()
+            assert cli_main(["trace", "predict", str(out), "--device", CPU, "--bundle", str(BUNDLE), "--roofline",
+                             "--json"]) == 0
+            res = capsys.readouterr()
+            s = json.loads(res.out)
+            if threads == 2:  # the bundle was profiled with 1 thread
+                assert len(s["warnings"]) == 1 and "2 PyTorch thread(s)" in s["warnings"][0]
+                assert "--threads 1" in res.err
+            else:
+                assert "warnings" not in s and "warning" not in res.err
+        assert cli_main(["trace", "record", str(script), "-o", str(tmp_path / "t0"), "--threads", "0"]) == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_trace_step_writes_nothing_when_the_step_fails(tmp_path):

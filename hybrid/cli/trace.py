@@ -85,6 +85,22 @@ def resolve_trace_model(model_ref: str | None, tracking_uri: str | None, bundle:
     return RooflineCostModel(cat), cat, "roofline"
 
 
+def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
+    """A warning when the traces ran with another PyTorch thread count than the --bundle was profiled with (CPU
+    op times then differ by up to the thread ratio, and two threads on a shared machine stall unpredictably)."""
+    if not bundle:
+        return None
+    from hybrid.data.bundle import read_meta
+
+    prof = (read_meta(bundle).get("options") or {}).get("threads")
+    traced = {str(t.meta.get("hybrid_torch_threads")) for t in loaded if t.meta.get("hybrid_torch_threads")}
+    if prof is None or not traced or traced == {str(prof)}:
+        return None
+    return (f"the traces ran with {'/'.join(sorted(traced))} PyTorch thread(s) but {Path(bundle).name} was "
+            f"profiled with {prof}: the measured and predicted times are not comparable (record with "
+            f"`hybrid trace record --threads {prof}`)")
+
+
 @trace.command("predict")
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("--device", default=None, help="Target device (catalog key or alias).")
@@ -113,6 +129,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     it = build_trace_graph(loaded, device or system, cat, same_device=same)
     pred = predict_trace(it, model, model_name=name)
     s = pred.summary()
+    warning = thread_mismatch(loaded, bundle) if it.same_device else None
+    if warning:
+        s["warnings"] = [warning]
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         echo_json(s)
         return
@@ -138,10 +158,13 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 @click.option("--step-fn", default="step", show_default=True, help="Function of SCRIPT that runs one step.")
 @click.option("--warmup", type=int, default=2, show_default=True, help="Untraced steps first.")
 @click.option("--no-et", is_flag=True, help="Chrome trace only (no execution trace).")
-def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str, warmup: int, no_et: bool) -> None:
+@click.option("--threads", type=int, default=None,
+              help="PyTorch intra-op threads for the step (match the profile bundle you predict with, e.g. 1).")
+def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str, warmup: int, no_et: bool,
+           threads: int | None) -> None:
     """Run SCRIPT (its top level builds the model), then trace one call of its step function."""
     from hybrid.data.traces.record import record_script
 
     paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
-                          args=list(script_args))
+                          args=list(script_args), threads=threads)
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -64,6 +64,8 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
         with profile(activities=acts, record_shapes=True) as prof:
             if device:
                 prof.add_metadata("hybrid_traced_device", str(device))
+            # intra-op threads of the traced step: a CPU profile bundle is only comparable at the same count
+            prof.add_metadata("hybrid_torch_threads", str(torch.get_num_threads()))
             if et is not None:
                 et.start()
             with record_function(name):
@@ -102,11 +104,21 @@ def record_step(step: Callable[[], Any], out_dir: str | os.PathLike, *, warmup: 
 
 
 def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step_fn: str = "step",
-                  warmup: int = 2, execution_trace: bool = True, args: list[str] | None = None) -> dict[str, Path]:
-    """Run ``script`` as ``__main__``-less module (its top level sets things up), then trace its ``step_fn()``."""
+                  warmup: int = 2, execution_trace: bool = True, args: list[str] | None = None,
+                  threads: int | None = None) -> dict[str, Path]:
+    """Run ``script`` as ``__main__``-less module (its top level sets things up), then trace its ``step_fn()``.
+
+    ``threads`` sets PyTorch's intra-op thread count first (to match the profile bundle the trace is predicted
+    with, e.g. 1 for ``datasets/cpu-amd-epyc-1c``); the script may still change it."""
     p = Path(script)
     if not p.is_file():
         raise InvalidInputError(f"script not found: {p}")
+    if threads is not None:
+        if threads < 1:
+            raise InvalidInputError(f"threads must be >= 1, got {threads}")
+        import torch
+
+        torch.set_num_threads(threads)
     old_argv = sys.argv
     sys.argv = [str(p), *(args or [])]
     try:
