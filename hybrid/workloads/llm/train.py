@@ -10,7 +10,6 @@ with full recomputation, the attention-score part (``4 s q_width L``) with selec
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -192,39 +191,64 @@ def _divisors(n: int) -> list[int]:
 
 def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Target,
                        micro_batches: tuple[int, ...] = (1, 2, 4, 8), max_vp: int = 8,
-                       recompute: tuple[str, ...] = ("none", "selective", "full")) -> pd.DataFrame:
-    """Every valid (tp, pp, dp, mb, vp, recompute, sp, distributed optimizer) for ``base.gpus`` GPUs
-    (CP = EP = 1, no FSDP)."""
+                       recompute: tuple[str, ...] = ("none", "selective", "full"), max_cp: int = 8,
+                       fsdp: bool = True, expert_parallel: bool = True) -> pd.DataFrame:
+    """Every valid (tp, pp, cp, dp, ep, mb, vp, recompute, sp, distributed optimizer or FSDP) for ``base.gpus``
+    GPUs, built as one cartesian product filtered with array masks.
+
+    CP: degrees up to ``max_cp`` dividing the GPUs with the sequence divisible by 2 x CP (load-balanced causal
+    ring), FlashAttention only (1 disables CP). EP: MoE models only, degrees dividing the number of experts and
+    the DP x CP group (the ranks experts are spread over, as ``train`` checks). Optimizer states: replicated,
+    the distributed optimizer (ZeRO-1) or, with ``fsdp``, FSDP / ZeRO-3 (both need DP > 1).
+    """
     G = base.gpus
     L = model.num_layers
+    s = base.seq(model)
+    if max_cp < 1:
+        raise InvalidInputError(f"max CP must be a positive integer, got {max_cp}")
     if base.flash_attention:  # FlashAttention never stores the scores: selective = none, in time and memory
         recompute = tuple(r for r in recompute if r != "selective") or ("none",)
-    tps = [t for t in _divisors(G) if t <= tgt.gpus_per_node and model.num_attention_heads % t == 0
+    divs = _divisors(G)
+    tps = [t for t in divs if t <= tgt.gpus_per_node and model.num_attention_heads % t == 0
            and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]
-    rows = []
-    for t in tps:
-        for p in _divisors(G // t):
-            if L % p:
-                continue
-            d = G // (t * p)
-            for mb in micro_batches:
-                if base.global_batch % (mb * d):
-                    continue
-                nm = base.global_batch // (mb * d)
-                vps = [1] + ([v for v in range(2, max_vp + 1) if L % (p * v) == 0 and nm % p == 0] if p > 1 else [])
-                for v, rc, sp, do in itertools.product(vps, recompute, (False, True) if t > 1 else (False,),
-                                                       (False, True) if d > 1 else (False,)):
-                    rows.append((t, p, d, 1, 1, v, mb, sp, rc, do, False))
-    if not rows:
+    cps = [1] + ([c for c in divs if 1 < c <= max_cp and s % (2 * c) == 0] if base.flash_attention else [])
+    pps = [p for p in divs if L % p == 0]
+    eps = _divisors(int(model.num_experts)) if (model.is_moe and expert_parallel) else [1]
+    vps = list(range(1, max(max_vp, 1) + 1))
+    opts = ("none", "distopt", "fsdp") if fsdp else ("none", "distopt")
+    # nesting order tp, pp, mb, vp, recompute, sp, optimizer (the CP = EP = 1, no-FSDP rows keep their order)
+    grid = pd.MultiIndex.from_product([tps, pps, cps, list(micro_batches), vps, list(recompute), [False, True],
+                                       list(opts), eps],
+                                      names=["tp", "pp", "cp", "mb", "vp", "recompute", "sp", "opt", "ep"]
+                                      ).to_frame(index=False)
+    t, p, c, mb, v, e = (grid[k].to_numpy(np.int64) for k in ("tp", "pp", "cp", "mb", "vp", "ep"))
+    sp = grid["sp"].to_numpy(bool)
+    opt = grid["opt"].to_numpy(dtype=object)
+    ok = G % (t * p * c) == 0
+    d = np.where(ok, G // np.maximum(t * p * c, 1), 1)
+    ok &= base.global_batch % (mb * d) == 0
+    nm = base.global_batch // (mb * d)
+    ok &= (v == 1) | ((p > 1) & (L % (p * v) == 0) & (nm % p == 0))
+    ok &= ~sp | (t > 1)
+    ok &= (opt == "none") | (d > 1)
+    ok &= (d * c) % e == 0
+    if not ok.any():
         raise InvalidInputError(f"no valid mapping of {model.name} on {G} GPUs with global batch {base.global_batch}")
-    return pd.DataFrame(rows, columns=["tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "recompute", "distopt",
-                                       "fsdp"])
+    g = grid[ok]
+    out = pd.DataFrame({"tp": g["tp"].to_numpy(np.int64), "pp": g["pp"].to_numpy(np.int64), "dp": d[ok],
+                        "cp": g["cp"].to_numpy(np.int64), "ep": g["ep"].to_numpy(np.int64),
+                        "vp": g["vp"].to_numpy(np.int64), "mb": g["mb"].to_numpy(np.int64),
+                        "sp": g["sp"].to_numpy(bool), "recompute": g["recompute"].to_numpy(dtype=object),
+                        "distopt": (g["opt"] == "distopt").to_numpy(), "fsdp": (g["opt"] == "fsdp").to_numpy()})
+    return out
 
 
 def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_model: OpCostModel | None = None,
            top: int = 10, engine_top: int = 5, comm_system: str | None = None, **space: Any) -> pd.DataFrame:
-    """All fitting mappings, fastest first. Every candidate is costed in one predictor call and timed by the
-    closed form (vectorised); the ``engine_top`` fastest are re-timed on the engine (column ``engine_s``).
+    """All fitting mappings, fastest first. Every candidate of :func:`candidate_mappings` (``space``: its
+    ``micro_batches``, ``max_vp``, ``recompute``, ``max_cp``, ``fsdp``, ``expert_parallel``) is costed in one
+    predictor call and timed by the closed form (vectorised); the ``engine_top`` fastest are re-timed on the
+    engine (column ``engine_s``).
 
     With a cost model that gives 80% intervals for every op (a calibrated predictor), each mapping also gets
     ``iteration_s_low`` / ``iteration_s_high`` (the closed form with every op at the low / high end of its
@@ -282,7 +306,7 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
 
 def search_base(gpus: int, global_batch: int, **knobs: Any) -> TrainingConfig:
     """A base config for :func:`search` (its own mapping is a placeholder: all GPUs in one model-parallel group,
-    so any global batch is valid; the search replaces tp/pp/dp/mb/vp/recompute/SP/optimizer)."""
+    so any global batch is valid; the search replaces tp/pp/cp/dp/ep/mb/vp/recompute/SP/optimizer/FSDP)."""
     return TrainingConfig(gpus=gpus, global_batch=global_batch, tp=gpus, **knobs)
 
 
