@@ -392,3 +392,35 @@ def test_cli_search_switches(capsys):
     assert main([*args, "--max-cp", "0"]) == 2
     assert "--max-cp" in capsys.readouterr().err
 
+
+# ------------------------------------------------------------------ iteration interval of `llm train`
+def test_train_interval_is_the_search_interval(calibrated_store):
+    _, pred = calibrated_store
+    model = load_model("gpt3-2.7b")
+    base = search_base(16, 64)
+    res = search(model, base, "DGX-A100", pred, top=3, engine_top=0)
+    cfg = mapping_config(base, res.iloc[0])
+    cf = predict_training(model, cfg, "DGX-A100", pred, engine=False)
+    assert cf.iteration_s == pytest.approx(res["iteration_s"].iloc[0], rel=1e-9)
+    assert cf.iteration_s_low == pytest.approx(res["iteration_s_low"].iloc[0], rel=1e-9)
+    assert cf.iteration_s_high == pytest.approx(res["iteration_s_high"].iloc[0], rel=1e-9)
+    assert cf.iteration_s_low < cf.iteration_s < cf.iteration_s_high
+    eng = predict_training(model, cfg, "DGX-A100", pred)  # engine: the same ratios around its own figure
+    assert eng.iteration_s_low / eng.iteration_s == pytest.approx(cf.iteration_s_low / cf.iteration_s, rel=1e-9)
+    assert eng.iteration_s_high / eng.iteration_s == pytest.approx(cf.iteration_s_high / cf.iteration_s, rel=1e-9)
+    roof = predict_training(model, cfg, "DGX-A100", engine=False)
+    assert roof.iteration_s_low is None and "iteration_s_low" not in roof.summary()
+
+
+def test_cli_train_shows_the_interval(calibrated_store, capsys):
+    uri, _ = calibrated_store
+    args = ["llm", "train", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--tp", "2", "--global-batch", "32"]
+    cal = ["--model", "llm-kern", "--tracking-uri", uri]
+    assert main([*args, *cal, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["iteration_s_low"] < out["iteration_s"] < out["iteration_s_high"]
+    assert main([*args, *cal]) == 0
+    text = capsys.readouterr().out
+    assert "80% interval" in text and f"{out['iteration_s_low']:.3f} - {out['iteration_s_high']:.3f} s" in text
+    assert main([*args, "--json"]) == 0
+    assert "iteration_s_low" not in json.loads(capsys.readouterr().out)

@@ -65,6 +65,9 @@ class TrainingPrediction:
     placement: dict[str, str]
     sim: SimResult | None = None
     ops: pd.DataFrame | None = field(default=None, repr=False)
+    #: 80% interval of ``iteration_s`` (a cost model with intervals for every op only; see predict_training)
+    iteration_s_low: float | None = None
+    iteration_s_high: float | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -95,6 +98,8 @@ class TrainingPrediction:
             "breakdown_s": self.breakdown_s, "bubble_closed_form_s": self.bubble_closed_form_s,
             "memory_gib_per_rank": self.memory["total"], "memory_breakdown_gib": self.memory,
             "fits": self.fits, "fit_reason": self.fit_reason, "placement": self.placement,
+            **({"iteration_s_low": self.iteration_s_low, "iteration_s_high": self.iteration_s_high}
+               if self.iteration_s_low is not None and self.iteration_s_high is not None else {}),
         }
 
 
@@ -142,7 +147,13 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
                      cost_model: OpCostModel | None = None, cost_model_name: str = "roofline",
                      engine: bool = True, comm_system: str | None = None) -> TrainingPrediction:
     """Predict one training iteration of ``model`` under ``cfg`` on ``system`` (collectives costed as on
-    ``comm_system`` when given: a measured cluster of the same node type)."""
+    ``comm_system`` when given: a measured cluster of the same node type).
+
+    With a cost model that gives 80% intervals for every op (a calibrated predictor), ``iteration_s_low`` /
+    ``iteration_s_high`` are set as :func:`search` computes them: the closed form re-run with every op at the low
+    / high end of its interval (the ends move together), clipped at the closed-form centre; on the engine the
+    iteration is scaled by the same ratios (end / closed-form centre), so without the engine they are exactly the
+    search's numbers."""
     cm, tgt = _prepare(model, cfg, system, cost_model, comm_system)
     m = mappings_frame(cfg)
     costs = cost_mappings(model, cfg, m, tgt, cm)
@@ -176,12 +187,20 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
                  "pipeline_bubble": bubble, "dp_comm": max(0.0, tail - opt - emb),
                  "embedding_sync": emb, "optimizer": opt}
     mf, hf = model_flops(model, cfg)
+    it_low = it_high = None
+    low, high = costs.at("low"), costs.at("high")
+    if low is not None and high is not None:
+        centre = float(cf["iteration_s"][0])
+        lo = float(closed_form(stage_times(model, cfg, low), costs.mappings, cfg)["iteration_s"][0])
+        hi = float(closed_form(stage_times(model, cfg, high), costs.mappings, cfg)["iteration_s"][0])
+        it_low = iteration * min(lo, centre) / centre
+        it_high = iteration * max(hi, centre) / centre
     return TrainingPrediction(
         model=model, config=cfg, target=tgt, cost_model=cost_model_name, iteration_s=iteration,
         closed_form_iteration_s=float(cf["iteration_s"][0]), breakdown_s=breakdown,
         bubble_closed_form_s=float(cf["bubble_closed_form_s"][0] * n / max(n, 1)),
         memory=mem.row(0), fits=bool(mem.fits[0]), fit_reason=mem.reason(0), model_flops=mf, hardware_flops=hf,
-        placement=placement(cfg, tgt), sim=sim, ops=costs.ops)
+        placement=placement(cfg, tgt), sim=sim, ops=costs.ops, iteration_s_low=it_low, iteration_s_high=it_high)
 
 
 # ============================================================================================== search
