@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas.testing as pd_testing
 import pytest
 
 from hybrid.cli.main import main
@@ -14,7 +15,14 @@ from hybrid.ops.families import FAMILIES, family_array
 from hybrid.workloads.llm.config import TrainingConfig
 from hybrid.workloads.llm.model import load_model
 from hybrid.workloads.llm.schedule import schedule_order
-from hybrid.workloads.llm.train import memory_only, model_flops, predict_training, search, search_base
+from hybrid.workloads.llm.train import (
+    mapping_config,
+    memory_only,
+    model_flops,
+    predict_training,
+    search,
+    search_base,
+)
 
 GIB = 2**30
 
@@ -291,3 +299,128 @@ def test_cli_search_with_a_calibrated_model_shows_intervals(calibrated_store, ca
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "iter_low" in text and "overlaps the fastest pick" in text
+
+
+# ------------------------------------------------------------------ CP, EP and FSDP in the search space
+_KEYS = ["tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "recompute", "distopt", "fsdp"]
+
+
+def _space(model, gpus, batch, system="DGX-A100", **kw):
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.llm.costing import resolve_target
+    from hybrid.workloads.llm.train import candidate_mappings
+
+    base = search_base(gpus, batch, **kw.pop("base", {}))
+    return candidate_mappings(model, base, resolve_target(system, default_catalog(), base.dtype), **kw)
+
+
+def test_search_space_adds_cp_ep_fsdp_and_keeps_the_old_space():
+    dense, moe = load_model("gpt3-2.7b"), load_model("mixtral-8x7b")
+    full = _space(dense, 16, 64)
+    old = _space(dense, 16, 64, max_cp=1, fsdp=False, expert_parallel=False)
+    assert full["cp"].max() > 1 and full["fsdp"].any() and (full["ep"] == 1).all()  # dense: no EP
+    assert not (full["fsdp"] & full["distopt"]).any() and (full.loc[full["fsdp"], "dp"] > 1).all()
+    assert (full["tp"] * full["pp"] * full["cp"] * full["dp"] == 16).all()
+    assert (2048 % (2 * full.loc[full["cp"] > 1, "cp"]) == 0).all() and full["cp"].max() <= 8
+    sub = full[(full["cp"] == 1) & (full["ep"] == 1) & ~full["fsdp"]].reset_index(drop=True)
+    pd_testing.assert_frame_equal(sub, old)  # the old space, in the old order
+    assert _space(dense, 16, 64, base={"flash_attention": False})["cp"].max() == 1  # ring attention needs flash
+    ex = _space(moe, 16, 64)
+    assert ex["ep"].max() > 1
+    assert (moe.num_experts % ex["ep"] == 0).all() and ((ex["dp"] * ex["cp"]) % ex["ep"] == 0).all()
+    assert (_space(moe, 16, 64, expert_parallel=False)["ep"] == 1).all()
+
+
+def test_search_costs_expert_parallel_mappings_for_mixtral():
+    mx = load_model("mixtral-8x7b")
+    base = search_base(16, 32, seq_length=2048, dropout=False)
+    res = search(mx, base, "DGX-H100", top=100_000, engine_top=0, max_cp=1, fsdp=False)
+    assert (res["ep"] > 1).any()
+    # EP shards the expert weights: the same mapping needs less memory than without EP
+    on = ["tp", "pp", "dp", "cp", "vp", "mb", "sp", "recompute", "distopt", "fsdp"]
+    both = res[res["ep"] > 1].merge(res[res["ep"] == 1], on=on, suffixes=("", "_ep1"))
+    assert len(both) > 0 and (both["memory_gib"] < both["memory_gib_ep1"]).all()
+
+
+def test_search_picks_context_parallelism_when_memory_forces_it():
+    model = load_model("llama3-8b")
+    base = search_base(16, 1, seq_length=1_048_576, dropout=False)
+    with pytest.raises(InvalidInputError, match="no mapping fits"):
+        search(model, base, "DGX-H100", top=3, engine_top=0, max_cp=1)
+    res = search(model, base, "DGX-H100", top=3, engine_top=1)
+    assert (res["cp"] > 1).all() and res["fits"].all()
+    best = mapping_config(base, res.iloc[0])
+    mem, tgt = memory_only(model, best, "DGX-H100")
+    assert mem.fits[0] and res["memory_gib"].iloc[0] == pytest.approx(mem.total[0] / GIB, rel=1e-9)
+    # the same mapping without CP (half the GPUs, DP unchanged) holds twice the tokens per rank and does not fit
+    no_cp, _ = memory_only(model, best.with_(cp=1, gpus=best.gpus // best.cp), "DGX-H100")
+    assert not no_cp.fits[0] and no_cp.activations[0] > 1.5 * mem.activations[0]
+    assert res["engine_s"].iloc[0] == pytest.approx(res["iteration_s"].iloc[0], rel=0.1)
+
+
+def test_search_offers_fsdp_where_the_plain_mapping_does_not_fit():
+    model = load_model("llama2-13b")
+    base = search_base(8, 64, dropout=False)
+    res = search(model, base, "DGX-A100", top=100_000, engine_top=0)
+    pure_dp = res[(res["tp"] == 1) & (res["pp"] == 1) & (res["cp"] == 1)]
+    assert len(pure_dp) > 0 and pure_dp["fsdp"].all()  # only FSDP fits 13B on 8-way data parallelism
+    cfg = mapping_config(base, pure_dp.iloc[0])
+    assert memory_only(model, cfg, "DGX-A100")[0].fits[0]
+    for other in ({"fsdp": False}, {"fsdp": False, "distributed_optimizer": True}):
+        assert not memory_only(model, cfg.with_(**other), "DGX-A100")[0].fits[0]
+    no_fsdp = search(model, base, "DGX-A100", top=100_000, engine_top=0, fsdp=False)
+    assert not no_fsdp["fsdp"].any()
+    assert no_fsdp[(no_fsdp["tp"] == 1) & (no_fsdp["pp"] == 1) & (no_fsdp["cp"] == 1)].empty
+    # the search row is the single prediction of that mapping, FSDP's per-layer gathers costed
+    pred = predict_training(model, cfg, "DGX-A100", engine=False)
+    assert pred.closed_form_iteration_s == pytest.approx(pure_dp["iteration_s"].iloc[0], rel=1e-9)
+    gathers = pred.ops[pred.ops["role"].isin(["fsdp_ag", "fsdp_rs"])]
+    assert len(gathers) == 2 and (gathers["total_s"] > 0).all()
+
+
+def test_cli_search_switches(capsys):
+    args = ["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--json"]
+    assert main([*args, "--top", "1000"]) == 0
+    rows = json.loads(capsys.readouterr().out)["mappings"]
+    assert any(r["cp"] > 1 for r in rows) and any(r["fsdp"] for r in rows)
+    assert main([*args, "--top", "1000", "--max-cp", "1", "--no-fsdp"]) == 0
+    rows = json.loads(capsys.readouterr().out)["mappings"]
+    assert all(r["cp"] == 1 and not r["fsdp"] for r in rows)
+    assert main([*args[:-1], "--top", "3"]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert all(c in header.split() for c in ("cp", "ep", "optim"))
+    assert main([*args, "--max-cp", "0"]) == 2
+    assert "--max-cp" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ iteration interval of `llm train`
+def test_train_interval_is_the_search_interval(calibrated_store):
+    _, pred = calibrated_store
+    model = load_model("gpt3-2.7b")
+    base = search_base(16, 64)
+    res = search(model, base, "DGX-A100", pred, top=3, engine_top=0)
+    cfg = mapping_config(base, res.iloc[0])
+    cf = predict_training(model, cfg, "DGX-A100", pred, engine=False)
+    assert cf.iteration_s == pytest.approx(res["iteration_s"].iloc[0], rel=1e-9)
+    assert cf.iteration_s_low == pytest.approx(res["iteration_s_low"].iloc[0], rel=1e-9)
+    assert cf.iteration_s_high == pytest.approx(res["iteration_s_high"].iloc[0], rel=1e-9)
+    assert cf.iteration_s_low < cf.iteration_s < cf.iteration_s_high
+    eng = predict_training(model, cfg, "DGX-A100", pred)  # engine: the same ratios around its own figure
+    assert eng.iteration_s_low / eng.iteration_s == pytest.approx(cf.iteration_s_low / cf.iteration_s, rel=1e-9)
+    assert eng.iteration_s_high / eng.iteration_s == pytest.approx(cf.iteration_s_high / cf.iteration_s, rel=1e-9)
+    roof = predict_training(model, cfg, "DGX-A100", engine=False)
+    assert roof.iteration_s_low is None and "iteration_s_low" not in roof.summary()
+
+
+def test_cli_train_shows_the_interval(calibrated_store, capsys):
+    uri, _ = calibrated_store
+    args = ["llm", "train", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--tp", "2", "--global-batch", "32"]
+    cal = ["--model", "llm-kern", "--tracking-uri", uri]
+    assert main([*args, *cal, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["iteration_s_low"] < out["iteration_s"] < out["iteration_s_high"]
+    assert main([*args, *cal]) == 0
+    text = capsys.readouterr().out
+    assert "80% interval" in text and f"{out['iteration_s_low']:.3f} - {out['iteration_s_high']:.3f} s" in text
+    assert main([*args, "--json"]) == 0
+    assert "iteration_s_low" not in json.loads(capsys.readouterr().out)

@@ -114,6 +114,9 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, model_ref: str
     click.echo(f"iteration: {pred.iteration_s:.3f} s (closed form {pred.closed_form_iteration_s:.3f} s)   "
                f"tokens/s: {pred.tokens_per_s:,.0f} ({pred.tokens_per_s / cfg.gpus:,.0f} per GPU)   "
                f"MFU {pred.mfu * 100:.1f}%  HFU {pred.hfu * 100:.1f}%")
+    if pred.iteration_s_low is not None and pred.iteration_s_high is not None:
+        click.echo(f"iteration 80% interval: {pred.iteration_s_low:.3f} - {pred.iteration_s_high:.3f} s "
+                   "(every op at the low / high end of its interval)")
     echo_table([[k, v, v / pred.iteration_s * 100] for k, v in pred.breakdown_s.items()],
                ["part", "seconds", "% of iteration"])
     click.echo(f"closed-form bubble (pp-1)/vp x t_stage: {pred.bubble_closed_form_s:.3f} s")
@@ -162,12 +165,17 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
 @click.option("--no-flash-attention", is_flag=True)
 @click.option("--top", type=int, default=10, show_default=True)
+@click.option("--max-cp", type=int, default=8, show_default=True,
+              help="Largest context-parallel degree searched (1: no CP).")
+@click.option("--no-fsdp", is_flag=True, help="Leave FSDP / ZeRO-3 out of the search.")
+@click.option("--no-ep", is_flag=True, help="Leave expert parallelism out of the search (MoE models).")
 @click.option("--json", "as_json", is_flag=True)
 @model_options
 def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: int | None, dtype: str,
-               no_flash_attention: bool, top: int, as_json: bool, model_ref: str | None,
-               tracking_uri: str | None) -> None:
-    """Every (tp, pp, dp, micro-batch, vp, recompute, SP, distributed optimizer) mapping that fits, fastest first.
+               no_flash_attention: bool, top: int, max_cp: int, no_fsdp: bool, no_ep: bool, as_json: bool,
+               model_ref: str | None, tracking_uri: str | None) -> None:
+    """Every (tp, pp, cp, dp, ep, micro-batch, vp, recompute, SP, distributed optimizer or FSDP) mapping that
+    fits, fastest first (CP up to --max-cp, EP for MoE models only).
 
     With a calibrated --model (80% intervals), each mapping carries iteration_s_low / iteration_s_high and the
     picks whose interval overlaps the fastest pick's are flagged (overlaps_fastest; '~' in the table)."""
@@ -180,7 +188,10 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     model = load_model(model_name)
     base = search_base(gpus, global_batch, seq_length=seq, dtype=dtype, flash_attention=not no_flash_attention)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
-    res = search(model, base, system, cost_model, top=top)
+    if max_cp <= 0:
+        raise InvalidInputError(f"--max-cp must be positive, got {max_cp}")
+    res = search(model, base, system, cost_model, top=top, max_cp=max_cp, fsdp=not no_fsdp,
+                 expert_parallel=not no_ep)
     if as_json:
         payload = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
                    "fitting": res.attrs.get("n_fit"), "mappings": res.to_dict(orient="records")}
@@ -191,11 +202,11 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     click.echo(f"{model.name} on {gpus} GPUs ({system}), global batch {global_batch}: "
                f"{res.attrs.get('n_candidates')} mappings, {res.attrs.get('n_fit')} fit; cost model {name}")
     intervals = "iteration_s_low" in res.columns
-    echo_table([[r.tp, r.pp, r.dp, r.mb, r.vp, r.recompute, "y" if r.sp else "", "y" if r.distopt else "",
-                 r.iteration_s, *([r.iteration_s_low, r.iteration_s_high, "~" if r.overlaps_fastest else ""]
+    echo_table([[r.tp, r.pp, r.cp, r.dp, r.ep, r.mb, r.vp, r.recompute, "y" if r.sp else "",
+                 "dist" if r.distopt else ("fsdp" if r.fsdp else ""), r.iteration_s, *([r.iteration_s_low, r.iteration_s_high, "~" if r.overlaps_fastest else ""]
                                   if intervals else []), r.engine_s, r.mfu * 100, r.memory_gib]
                 for r in res.itertuples()],
-               ["tp", "pp", "dp", "mb", "vp", "recompute", "sp", "distopt", "iter_s",
+               ["tp", "pp", "cp", "dp", "ep", "mb", "vp", "recompute", "sp", "optim", "iter_s",
                 *(["iter_low", "iter_high", "overlap"] if intervals else []), "engine_s", "mfu%", "mem_gib"])
     if intervals:
         click.echo(f"~: 80% interval overlaps the fastest pick's ({res.attrs.get('overlapping_fastest', 0)} of "

@@ -171,7 +171,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     span = model.window_size or s_full
     if cfg.flash_attention:
         # CP: each rank's s/cp queries attend over the whole (causal, load-balanced) sequence: pairs / cp
-        kv_len = np.minimum(span, s_full) if cp.max() == 1 else s_full
+        # (per key: a search mixes CP degrees, and a CP = 1 key keeps the sliding window)
+        kv_len = np.where(cp == 1, min(span, s_full), s_full)
         for role, direction in (("f", "fwd"), ("b", "bwd")):
             R.add(kid, role, 1.0 / cp, "attention", batch=b, heads=heads, q_len=s_full, kv_len=kv_len,
                   head_dim=d, kv_heads=kvh, causal=causal, dtype=adt, direction=direction, device=dev, sub="attn")
@@ -259,7 +260,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             R.add(kid[m_], role, mult, "send_recv", size_bytes=kvbytes[m_], n_ranks=2,
                   n_nodes=np.minimum(nodes[m_], 2), dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
     # ---------------------------------------------------------------- embedding (first stage), head (last stage)
-    V = cfg.padded_vocab(model)
+    # padded per key's TP (the search's base config carries a placeholder TP)
+    V = padded_vocab_vec(model, cfg, t).astype(np.int64)
     ew("ef", "copy", Tn * h, n_inputs=1, n_outputs=1)  # gather of embedding rows
     if model.position_embedding_type == "learned_absolute":
         ew("ef", "add", Tn * h)

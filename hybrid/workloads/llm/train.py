@@ -10,7 +10,6 @@ with full recomputation, the attention-score part (``4 s q_width L``) with selec
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +65,9 @@ class TrainingPrediction:
     placement: dict[str, str]
     sim: SimResult | None = None
     ops: pd.DataFrame | None = field(default=None, repr=False)
+    #: 80% interval of ``iteration_s`` (a cost model with intervals for every op only; see predict_training)
+    iteration_s_low: float | None = None
+    iteration_s_high: float | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -96,6 +98,8 @@ class TrainingPrediction:
             "breakdown_s": self.breakdown_s, "bubble_closed_form_s": self.bubble_closed_form_s,
             "memory_gib_per_rank": self.memory["total"], "memory_breakdown_gib": self.memory,
             "fits": self.fits, "fit_reason": self.fit_reason, "placement": self.placement,
+            **({"iteration_s_low": self.iteration_s_low, "iteration_s_high": self.iteration_s_high}
+               if self.iteration_s_low is not None and self.iteration_s_high is not None else {}),
         }
 
 
@@ -143,7 +147,13 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
                      cost_model: OpCostModel | None = None, cost_model_name: str = "roofline",
                      engine: bool = True, comm_system: str | None = None) -> TrainingPrediction:
     """Predict one training iteration of ``model`` under ``cfg`` on ``system`` (collectives costed as on
-    ``comm_system`` when given: a measured cluster of the same node type)."""
+    ``comm_system`` when given: a measured cluster of the same node type).
+
+    With a cost model that gives 80% intervals for every op (a calibrated predictor), ``iteration_s_low`` /
+    ``iteration_s_high`` are set as :func:`search` computes them: the closed form re-run with every op at the low
+    / high end of its interval (the ends move together), clipped at the closed-form centre; on the engine the
+    iteration is scaled by the same ratios (end / closed-form centre), so without the engine they are exactly the
+    search's numbers."""
     cm, tgt = _prepare(model, cfg, system, cost_model, comm_system)
     m = mappings_frame(cfg)
     costs = cost_mappings(model, cfg, m, tgt, cm)
@@ -177,12 +187,20 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
                  "pipeline_bubble": bubble, "dp_comm": max(0.0, tail - opt - emb),
                  "embedding_sync": emb, "optimizer": opt}
     mf, hf = model_flops(model, cfg)
+    it_low = it_high = None
+    low, high = costs.at("low"), costs.at("high")
+    if low is not None and high is not None:
+        centre = float(cf["iteration_s"][0])
+        lo = float(closed_form(stage_times(model, cfg, low), costs.mappings, cfg)["iteration_s"][0])
+        hi = float(closed_form(stage_times(model, cfg, high), costs.mappings, cfg)["iteration_s"][0])
+        it_low = iteration * min(lo, centre) / centre
+        it_high = iteration * max(hi, centre) / centre
     return TrainingPrediction(
         model=model, config=cfg, target=tgt, cost_model=cost_model_name, iteration_s=iteration,
         closed_form_iteration_s=float(cf["iteration_s"][0]), breakdown_s=breakdown,
         bubble_closed_form_s=float(cf["bubble_closed_form_s"][0] * n / max(n, 1)),
         memory=mem.row(0), fits=bool(mem.fits[0]), fit_reason=mem.reason(0), model_flops=mf, hardware_flops=hf,
-        placement=placement(cfg, tgt), sim=sim, ops=costs.ops)
+        placement=placement(cfg, tgt), sim=sim, ops=costs.ops, iteration_s_low=it_low, iteration_s_high=it_high)
 
 
 # ============================================================================================== search
@@ -192,39 +210,64 @@ def _divisors(n: int) -> list[int]:
 
 def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Target,
                        micro_batches: tuple[int, ...] = (1, 2, 4, 8), max_vp: int = 8,
-                       recompute: tuple[str, ...] = ("none", "selective", "full")) -> pd.DataFrame:
-    """Every valid (tp, pp, dp, mb, vp, recompute, sp, distributed optimizer) for ``base.gpus`` GPUs
-    (CP = EP = 1, no FSDP)."""
+                       recompute: tuple[str, ...] = ("none", "selective", "full"), max_cp: int = 8,
+                       fsdp: bool = True, expert_parallel: bool = True) -> pd.DataFrame:
+    """Every valid (tp, pp, cp, dp, ep, mb, vp, recompute, sp, distributed optimizer or FSDP) for ``base.gpus``
+    GPUs, built as one cartesian product filtered with array masks.
+
+    CP: degrees up to ``max_cp`` dividing the GPUs with the sequence divisible by 2 x CP (load-balanced causal
+    ring), FlashAttention only (1 disables CP). EP: MoE models only, degrees dividing the number of experts and
+    the DP x CP group (the ranks experts are spread over, as ``train`` checks). Optimizer states: replicated,
+    the distributed optimizer (ZeRO-1) or, with ``fsdp``, FSDP / ZeRO-3 (both need DP > 1).
+    """
     G = base.gpus
     L = model.num_layers
+    s = base.seq(model)
+    if max_cp < 1:
+        raise InvalidInputError(f"max CP must be a positive integer, got {max_cp}")
     if base.flash_attention:  # FlashAttention never stores the scores: selective = none, in time and memory
         recompute = tuple(r for r in recompute if r != "selective") or ("none",)
-    tps = [t for t in _divisors(G) if t <= tgt.gpus_per_node and model.num_attention_heads % t == 0
+    divs = _divisors(G)
+    tps = [t for t in divs if t <= tgt.gpus_per_node and model.num_attention_heads % t == 0
            and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]
-    rows = []
-    for t in tps:
-        for p in _divisors(G // t):
-            if L % p:
-                continue
-            d = G // (t * p)
-            for mb in micro_batches:
-                if base.global_batch % (mb * d):
-                    continue
-                nm = base.global_batch // (mb * d)
-                vps = [1] + ([v for v in range(2, max_vp + 1) if L % (p * v) == 0 and nm % p == 0] if p > 1 else [])
-                for v, rc, sp, do in itertools.product(vps, recompute, (False, True) if t > 1 else (False,),
-                                                       (False, True) if d > 1 else (False,)):
-                    rows.append((t, p, d, 1, 1, v, mb, sp, rc, do, False))
-    if not rows:
+    cps = [1] + ([c for c in divs if 1 < c <= max_cp and s % (2 * c) == 0] if base.flash_attention else [])
+    pps = [p for p in divs if L % p == 0]
+    eps = _divisors(int(model.num_experts)) if (model.is_moe and expert_parallel) else [1]
+    vps = list(range(1, max(max_vp, 1) + 1))
+    opts = ("none", "distopt", "fsdp") if fsdp else ("none", "distopt")
+    # nesting order tp, pp, mb, vp, recompute, sp, optimizer (the CP = EP = 1, no-FSDP rows keep their order)
+    grid = pd.MultiIndex.from_product([tps, pps, cps, list(micro_batches), vps, list(recompute), [False, True],
+                                       list(opts), eps],
+                                      names=["tp", "pp", "cp", "mb", "vp", "recompute", "sp", "opt", "ep"]
+                                      ).to_frame(index=False)
+    t, p, c, mb, v, e = (grid[k].to_numpy(np.int64) for k in ("tp", "pp", "cp", "mb", "vp", "ep"))
+    sp = grid["sp"].to_numpy(bool)
+    opt = grid["opt"].to_numpy(dtype=object)
+    ok = G % (t * p * c) == 0
+    d = np.where(ok, G // np.maximum(t * p * c, 1), 1)
+    ok &= base.global_batch % (mb * d) == 0
+    nm = base.global_batch // (mb * d)
+    ok &= (v == 1) | ((p > 1) & (L % (p * v) == 0) & (nm % p == 0))
+    ok &= ~sp | (t > 1)
+    ok &= (opt == "none") | (d > 1)
+    ok &= (d * c) % e == 0
+    if not ok.any():
         raise InvalidInputError(f"no valid mapping of {model.name} on {G} GPUs with global batch {base.global_batch}")
-    return pd.DataFrame(rows, columns=["tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "recompute", "distopt",
-                                       "fsdp"])
+    g = grid[ok]
+    out = pd.DataFrame({"tp": g["tp"].to_numpy(np.int64), "pp": g["pp"].to_numpy(np.int64), "dp": d[ok],
+                        "cp": g["cp"].to_numpy(np.int64), "ep": g["ep"].to_numpy(np.int64),
+                        "vp": g["vp"].to_numpy(np.int64), "mb": g["mb"].to_numpy(np.int64),
+                        "sp": g["sp"].to_numpy(bool), "recompute": g["recompute"].to_numpy(dtype=object),
+                        "distopt": (g["opt"] == "distopt").to_numpy(), "fsdp": (g["opt"] == "fsdp").to_numpy()})
+    return out
 
 
 def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_model: OpCostModel | None = None,
            top: int = 10, engine_top: int = 5, comm_system: str | None = None, **space: Any) -> pd.DataFrame:
-    """All fitting mappings, fastest first. Every candidate is costed in one predictor call and timed by the
-    closed form (vectorised); the ``engine_top`` fastest are re-timed on the engine (column ``engine_s``).
+    """All fitting mappings, fastest first. Every candidate of :func:`candidate_mappings` (``space``: its
+    ``micro_batches``, ``max_vp``, ``recompute``, ``max_cp``, ``fsdp``, ``expert_parallel``) is costed in one
+    predictor call and timed by the closed form (vectorised); the ``engine_top`` fastest are re-timed on the
+    engine (column ``engine_s``).
 
     With a cost model that gives 80% intervals for every op (a calibrated predictor), each mapping also gets
     ``iteration_s_low`` / ``iteration_s_high`` (the closed form with every op at the low / high end of its
@@ -282,7 +325,7 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
 
 def search_base(gpus: int, global_batch: int, **knobs: Any) -> TrainingConfig:
     """A base config for :func:`search` (its own mapping is a placeholder: all GPUs in one model-parallel group,
-    so any global batch is valid; the search replaces tp/pp/dp/mb/vp/recompute/SP/optimizer)."""
+    so any global batch is valid; the search replaces tp/pp/cp/dp/ep/mb/vp/recompute/SP/optimizer/FSDP)."""
     return TrainingConfig(gpus=gpus, global_batch=global_batch, tp=gpus, **knobs)
 
 
