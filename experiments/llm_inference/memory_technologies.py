@@ -19,10 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.atomic import atomic_file
 from hybrid.hardware.catalog import default_catalog
 from hybrid.reports.markdown import write_benchmark_results
-from hybrid.reports.plots import _new_figure, figure_png
+from hybrid.reports.plots import new_figure, save_png
 from hybrid.reports.roofline_plot import op_roofline
 from hybrid.workloads.llm.inference import boundedness, make_setup, predict_static
 
@@ -70,7 +69,7 @@ def study() -> pd.DataFrame:
 
 
 def plot_latency(df: pd.DataFrame):
-    fig = _new_figure(10, 3.6)
+    fig = new_figure(10, 3.6)
     for i, (model, batch) in enumerate(CASES):
         ax = fig.add_subplot(1, len(CASES), i + 1)
         sub = df[(df.model == model) & (df.batch == batch)]
@@ -111,12 +110,9 @@ def main() -> None:
     args = ap.parse_args()
     out = Path(args.out_dir)
     df = study()
-    for name, fig in (("memory_technologies.png", plot_latency(df)),):
-        with atomic_file(out / name) as tmp:
-            tmp.write_bytes(figure_png(fig))
+    save_png(plot_latency(df), out / "memory_technologies.png")
     fig, points = roofline_figure()
-    with atomic_file(out / "roofline_gpus.png") as tmp:
-        tmp.write_bytes(figure_png(fig))
+    save_png(fig, out / "roofline_gpus.png")
     lines = ["# Optimus inference case study: memory technologies at fixed compute", "",
              "Command: `python experiments/llm_inference/memory_technologies.py` (roofline cost model; no data).", "",
              f"H100-SXM compute (989 TFLOP/s fp16 dense) and NVLink node, TP{TP}, FP16 weights and KV cache, prompt "

@@ -26,10 +26,10 @@ from run import fit_calibrated  # noqa: E402
 
 from hybrid.corrections.predictor import HybridPredictor  # noqa: E402
 from hybrid.data.paths import public_data_dir  # noqa: E402
+from hybrid.reports.llm_plots import breakdown_bars, memory_bars  # noqa: E402
 from hybrid.reports.markdown import write_benchmark_results  # noqa: E402
 from hybrid.workloads.llm.config import TrainingConfig  # noqa: E402
 from hybrid.workloads.llm.model import load_model  # noqa: E402
-from hybrid.workloads.llm.plots import breakdown_bars, memory_bars  # noqa: E402
 from hybrid.workloads.llm.train import (  # noqa: E402
     mapping_config,
     memory_only,

@@ -143,7 +143,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     out = {"model": model.name, "device": tgt.device, "memory_gib": row, "fits": bool(mem.fits[0]),
            "reason": mem.reason(0)}
     if plot_path:
-        from hybrid.workloads.llm.plots import memory_bars
+        from hybrid.reports.llm_plots import memory_bars
 
         memory_bars({f"{model.name} {cfg.recompute}": row}, row["capacity"], plot_path)
         out["plot"] = plot_path

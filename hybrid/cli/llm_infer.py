@@ -5,7 +5,6 @@ The commands are registered on the ``hybrid llm`` group with :func:`register`.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -86,14 +85,12 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if not res.memory.fits and not as_json:  # refused; --json still reports the prediction with fits: false
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
     if roofline_plot:
-        from hybrid.atomic import atomic_file
-        from hybrid.reports.plots import figure_png
+        from hybrid.reports.plots import save_png
         from hybrid.reports.roofline_plot import op_roofline
 
-        fig = op_roofline(boundedness(res), [s.device], s.precision.compute,
-                          title=f"{s.model.name} on {s.device.key}: batch {batch}, {input_len}/{output_len} tokens")
-        with atomic_file(Path(roofline_plot)) as tmp:
-            tmp.write_bytes(figure_png(fig))
+        save_png(op_roofline(boundedness(res), [s.device], s.precision.compute,
+                             title=f"{s.model.name} on {s.device.key}: batch {batch}, {input_len}/{output_len} tokens"),
+                 roofline_plot)
     out = res.to_dict()
     if not show_ops:
         out.pop("ops")

@@ -9,6 +9,8 @@ state (or display) is involved; :func:`figure_png` turns one into PNG bytes.
 from __future__ import annotations
 
 import io
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -41,7 +43,8 @@ def _grid(n: int, ncols: int = 3) -> tuple[int, int]:
     return (n + ncols - 1) // ncols, ncols
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
+    """A figure on the Agg canvas (no pyplot state), constrained layout."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -52,7 +55,7 @@ def predicted_vs_measured(frame: pd.DataFrame, title: str = "Predicted vs measur
     a factor-of-2 band; the calibrated model over the roofline baseline."""
     fams = sorted(frame["family"].astype(str).unique())
     rows, cols = _grid(len(fams))
-    fig = _new_figure(4.2 * cols, 3.8 * rows)
+    fig = new_figure(4.2 * cols, 3.8 * rows)
     models = _models(frame)
     for i, fam in enumerate(fams):
         ax = fig.add_subplot(rows, cols, i + 1)
@@ -93,7 +96,7 @@ def relative_error(frame: pd.DataFrame, model: str) -> np.ndarray:
 def error_cdf(frame: pd.DataFrame, title: str = "Error distribution") -> Figure:
     """Cumulative distribution of the relative error, model against roofline: overall (left) and per op
     family for the calibrated model (right)."""
-    fig = _new_figure(11, 4.2)
+    fig = new_figure(11, 4.2)
     ax, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for m in _models(frame):
         err = np.sort(relative_error(frame, m)) * 100
@@ -124,7 +127,7 @@ def error_vs_size(frame: pd.DataFrame, title: str = "Error vs problem size") -> 
     panel per op family: shows where each model over- or under-predicts."""
     fams = sorted(frame["family"].astype(str).unique())
     rows, cols = _grid(len(fams))
-    fig = _new_figure(4.2 * cols, 3.6 * rows)
+    fig = new_figure(4.2 * cols, 3.6 * rows)
     models = _models(frame)
     for i, fam in enumerate(fams):
         ax = fig.add_subplot(rows, cols, i + 1)
@@ -175,7 +178,7 @@ def error_by_device(frame: pd.DataFrame, title: str = "Geomean error per device"
     """Bar chart of the geometric-mean relative error per device, for each compared model."""
     devices = sorted(frame["device"].astype(str).unique())
     models = _models(frame)
-    fig = _new_figure(max(6.0, 1.1 * len(devices) + 2), 4.0)
+    fig = new_figure(max(6.0, 1.1 * len(devices) + 2), 4.0)
     ax = fig.add_subplot(1, 1, 1)
     width = 0.8 / max(len(models), 1)
     x = np.arange(len(devices))
@@ -200,6 +203,17 @@ def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return buf.getvalue()
+
+
+def save_png(fig: Figure, path: str | os.PathLike) -> Path:
+    """Write the figure as a PNG file atomically (nothing half-written on failure); returns the path."""
+    from hybrid.atomic import atomic_file
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(p) as tmp:
+        tmp.write_bytes(figure_png(fig))
+    return p
 
 
 #: The standard set of report figures: file stem -> function.

@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from hybrid.hardware.device import Device
-from hybrid.reports.plots import _new_figure
+from hybrid.reports.plots import new_figure
 
 MARKERS = {"prefill": "o", "decode": "^"}
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
@@ -21,7 +21,7 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17
 def op_roofline(points: pd.DataFrame, devices: list[Device], dtype: str = "fp16",
                 title: str = "Roofline of prefill and decode ops") -> Figure:
     """Roofs ``min(peak, intensity x bandwidth)`` of ``devices`` and the ops as points (label = op name)."""
-    fig = _new_figure(7.5, 5.0)
+    fig = new_figure(7.5, 5.0)
     ax = fig.add_subplot(1, 1, 1)
     pts = points[np.isfinite(points["intensity"]) & (points["intensity"] > 0) & (points["achieved_tflops"] > 0)]
     lo = max(min(float(pts["intensity"].min()) / 2, 0.5), 0.05) if len(pts) else 0.1

@@ -1,6 +1,5 @@
 """Plots of LLM training predictions: memory per GPU (stacked bars against the capacity line) and the
-iteration-time breakdown across systems. Figures use the Agg canvas (no pyplot state); files are written
-atomically."""
+iteration-time breakdown across systems (PNG files, written atomically)."""
 
 from __future__ import annotations
 
@@ -9,29 +8,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
-from hybrid.atomic import atomic_file
+from hybrid.reports.plots import new_figure, save_png
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "gathered", "reserve")
 
-
-def _save(fig: Figure, path: str | os.PathLike) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fmt = p.suffix.lstrip(".").lower() or "png"
-    with atomic_file(p) as tmp:
-        fig.savefig(tmp, format=fmt, dpi=120)
-    return p
 
 
 def memory_bars(rows: Mapping[str, Mapping[str, float]], capacity_gib: float, path: str | os.PathLike,
                 title: str = "Memory per GPU") -> Path:
     """Stacked bars (GiB) per labelled configuration with a horizontal capacity line."""
     labels = list(rows)
-    fig = Figure(figsize=(max(6.0, 0.7 * len(labels) + 2), 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = new_figure(max(6.0, 0.7 * len(labels) + 2), 4.5)
     ax = fig.add_subplot()
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
@@ -45,7 +33,7 @@ def memory_bars(rows: Mapping[str, Mapping[str, float]], capacity_gib: float, pa
     ax.set_ylabel("GiB per GPU")
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(title)
-    return _save(fig, path)
+    return save_png(fig, path)
 
 
 def breakdown_bars(rows: Mapping[str, Mapping[str, float]], path: str | os.PathLike,
@@ -54,8 +42,7 @@ def breakdown_bars(rows: Mapping[str, Mapping[str, float]], path: str | os.PathL
     labels = list(rows)
     totals = np.array([sum(rows[k].values()) for k in labels])
     ref = totals.min()
-    fig = Figure(figsize=(max(6.0, 0.9 * len(labels) + 2), 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = new_figure(max(6.0, 0.9 * len(labels) + 2), 4.5)
     ax = fig.add_subplot()
     x = np.arange(len(labels))
     bottom = np.zeros(len(labels))
@@ -68,4 +55,4 @@ def breakdown_bars(rows: Mapping[str, Mapping[str, float]], path: str | os.PathL
     ax.set_ylabel("time / fastest")
     ax.legend(fontsize=8)
     ax.set_title(title)
-    return _save(fig, path)
+    return save_png(fig, path)
