@@ -98,6 +98,21 @@ def test_hf_configs_load_as_they_are(tmp_path) -> None:
     assert load_model(f).num_params == 6738415616
 
 
+def test_partial_rotary_is_a_model_field_from_any_source() -> None:
+    """GPT-J rotates 64 of its 256 head dimensions: the library entry and its HF config.json agree, and both the
+    inference dims and the training rope rows see it (not a per-name inference special case)."""
+    from hybrid.workloads.llm.dims import ModelDims
+
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 16, "n_positions": 2048,
+            "rotary_dim": 64, "vocab_size": 50400}
+    hf, lib = from_dict(gptj), load_model("gptj-6b")
+    assert hf.rotary_percent == lib.rotary_percent == 0.25
+    assert ModelDims.from_config(hf).rotary_fraction == 0.25
+    assert load_model("llama2-7b").rotary_percent == 1.0
+    with pytest.raises(InvalidInputError, match="rotary_percent"):
+        TransformerConfig(num_layers=2, hidden_size=128, num_attention_heads=8, rotary_percent=0.0)
+
+
 def test_flops_per_token_near_6n_plus_attention() -> None:
     m = load_model("gpt3-175b")
     s, h, L = 2048, 12288, 96

@@ -159,9 +159,10 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     # ---------------------------------------------------------------- attention block
     norm("f", "b", Tn, n_norms)
     lin("f", "b", T, (q + 2 * kv) // t, h)
-    if model.position_embedding_type == "rope":
-        ew("f", "rope", T * (q + kv) // t)
-        ew("b", "rope", T * (q + kv) // t, direction="bwd")
+    if model.position_embedding_type == "rope":  # rotates rotary_percent of each head's dimensions
+        rope = np.round(T * (q + kv) * model.rotary_percent) // t
+        ew("f", "rope", rope)
+        ew("b", "rope", rope, direction="bwd")
     if model.qk_layernorm:
         R.add(kid, "f", 1.0, "rmsnorm", rows=T * (heads + kvh), hidden=d, dtype=adt, direction="fwd", device=dev,
               sub="other")

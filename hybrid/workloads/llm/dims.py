@@ -7,8 +7,8 @@ Megatron-LM argument names (``num_layers``, ``hidden_size``, ``num_attention_hea
 :func:`resolve_model` finds a model by library name or reads a Megatron YAML/JSON or Hugging Face ``config.json``
 through the library's loader.
 
-The model library defines every model (with its source); :data:`INFERENCE_EXTRAS` adds the few inference
-details it does not carry (GPT-J's partial rotary embedding).
+The model library defines every model (with its source), including GPT-J's partial rotary embedding
+(``rotary_percent``).
 """
 
 from __future__ import annotations
@@ -129,7 +129,6 @@ class ModelDims:
         act = str(get("activation", "swiglu" if get("swiglu", False) else "gelu")).lower()
         norm = "rmsnorm" if "rms" in str(get("normalization", "LayerNorm")).lower() else "layernorm"
         key = str(name or get("name", "") or "model")
-        extra = INFERENCE_EXTRAS.get(key, {})
         rope = str(get("position_embedding_type", "rope")).lower() == "rope"
         return cls(
             name=key, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
@@ -140,7 +139,7 @@ class ModelDims:
             moe_router_topk=int(get("moe_router_topk") or 2) if experts else 0,
             parallel_block=bool(get("parallel_attn", False)),
             norms_per_layer=int(get("parallel_attn_norms", 1) or 1) if get("parallel_attn", False) else 2,
-            rotary_fraction=float(extra.get("rotary_fraction", 1.0 if rope else 0.0)),
+            rotary_fraction=float(get("rotary_percent", 1.0) or 1.0) if rope else 0.0,
             tied_embeddings=not bool(get("untie_embeddings_and_output_weights", True)),
             sliding_window=int(get("window_size") or 0), source=str(get("source", "") or ""),
             shared_expert_ffn=int(get("moe_shared_expert_intermediate_size") or 0) if experts else 0,
@@ -158,11 +157,6 @@ class ModelDims:
     def with_name(self, name: str) -> ModelDims:
         return replace(self, name=name)
 
-
-#: Inference-relevant details the model library does not carry, by library name.
-INFERENCE_EXTRAS: dict[str, dict[str, Any]] = {
-    "gptj-6b": {"rotary_fraction": 64 / 256},  # EleutherAI/gpt-j-6b config.json: rotary_dim 64 of head dim 256
-}
 
 #: The model names vendor inference tables use (all in the model library).
 INFERENCE_MODEL_NAMES = ("gptj-6b", "mistral-7b", "mixtral-8x7b", "llama2-7b", "llama2-70b", "falcon-180b",

@@ -64,6 +64,8 @@ class TransformerConfig:
     seq_length: int = 2048
     max_position_embeddings: int | None = None
     position_embedding_type: str = "learned_absolute"
+    #: share of each head's dimensions that rotary embeddings rotate (Megatron-LM ``--rotary-percent``; GPT-J 0.25)
+    rotary_percent: float = 1.0
     untie_embeddings_and_output_weights: bool = False
     add_bias_linear: bool = True
     add_qkv_bias: bool = False
@@ -116,7 +118,11 @@ class TransformerConfig:
         if pe not in POSITION_EMBEDDINGS:
             raise InvalidInputError(f"model {self.name!r}: unknown position_embedding_type "
                                     f"{self.position_embedding_type!r} (one of {', '.join(POSITION_EMBEDDINGS)})")
+        rp = self.rotary_percent
+        if isinstance(rp, bool) or not isinstance(rp, int | float) or not 0 < rp <= 1:
+            raise InvalidInputError(f"model {self.name!r}: rotary_percent must be in (0, 1], got {rp!r}")
         set_ = object.__setattr__
+        set_(self, "rotary_percent", float(rp))
         set_(self, "activation", act)
         set_(self, "normalization", norm)
         set_(self, "position_embedding_type", pe)
@@ -461,6 +467,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   ffn_hidden_size=_get(d, "n_inner", default=4 * h), activation="gelu",
                   normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
                   seq_length=_get(d, "n_positions"), position_embedding_type="rope",
+                  rotary_percent=(float(d["rotary_dim"]) / (h // int(_get(d, "n_head")))
+                                  if d.get("rotary_dim") else 1.0),
                   untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
                   parallel_attn=True)
     elif mt == "mpt":
