@@ -82,6 +82,19 @@ def test_mixed_precision_tables_and_host_memory_placement():
         base.with_(embedding_placement="ssd")
 
 
+def test_memory_counts_tables_in_their_own_dtype_and_not_on_the_gpu_when_in_host_memory():
+    from hybrid.sharding.memory import memory_per_rank, table_bytes
+
+    base = dlrm_variant("dle-small", system="DGX-1", gpus=1, batch_size_per_gpu=8192, dtype="fp16",
+                        embedding_dtype="fp32")
+    assert table_bytes(base).sum() == pytest.approx(DLE_MODEL_BYTES["dle-small"], rel=0.01)  # fp32, not fp16
+    plan = size_lookup_greedy(base, capacity=1e18)
+    hbm = memory_per_rank(base, plan).per_rank.iloc[0]
+    host = memory_per_rank(base.with_(embedding_placement="host"), plan).per_rank.iloc[0]
+    assert hbm["embeddings"] == pytest.approx(table_bytes(base).sum(), rel=1e-9)
+    assert host["embeddings"] == 0 and host["total"] < hbm["total"] - 0.9 * hbm["embeddings"]
+
+
 def test_multi_node_costs_collectives_on_the_nics():
     one = dlrm_variant("mlperf", system="DGX-A100", gpus=8, batch_size_per_gpu=6912, dtype="fp16")
     two = one.with_(gpus=16, batch_size_per_gpu=3456)
@@ -131,6 +144,13 @@ def test_config_files_can_name_a_variant(tmp_path):
     cfg = DLRMConfig.from_file(path)
     assert cfg.num_tables == 26 and cfg.gpus == 16 and cfg.system == "DGX-H100" and cfg.dtype == "bf16"
     assert cfg.tables == dlrm_variant("mlperf").tables
+    # a variant with generated tables instead of its own
+    # a variant with generated tables instead of its own: the generator needs its table count
+    path.write_text("variant: mlperf\ntable_generator: {seed: 1}\n")
+    with pytest.raises(InvalidInputError, match="num_tables"):
+        DLRMConfig.from_file(path)
+    path.write_text("variant: mlperf\nnum_tables: 4\ntable_generator: {seed: 1}\n")
+    assert DLRMConfig.from_file(path).num_tables == 4
     path.write_text("variant: nope\n")
     with pytest.raises(InvalidInputError, match="unknown DLRM variant 'nope'"):
         DLRMConfig.from_file(path)

@@ -62,8 +62,8 @@ class MemoryReport:
 
 
 def table_bytes(config: DLRMConfig) -> np.ndarray:
-    """Bytes of every table (weights only), in config order."""
-    eb = config.dtype_bytes
+    """Bytes of every table (weights only, in the tables' own dtype), in config order."""
+    eb = config.embedding_dtype_bytes
     return np.array([float(t.num_embeddings) * t.embedding_dim * eb for t in config.tables])
 
 
@@ -97,17 +97,20 @@ def fixed_rank_bytes(config: DLRMConfig) -> float:
 
 def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | None = None) -> MemoryReport:
     """Memory of every rank under ``plan``; ``capacity`` (bytes) defaults to the config system's device."""
-    from hybrid.workloads.dlrm_graph import comm_volumes, shard_pieces
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.dlrm_graph import comm_volumes, place_pieces, resolve_target, shard_pieces
 
-    R, eb = config.gpus, config.dtype_bytes
-    pieces = shard_pieces(config, plan)
+    R, eb, teb = config.gpus, config.dtype_bytes, config.embedding_dtype_bytes
+    device = resolve_target(config.system, default_catalog()).device
+    # pieces placed in host memory (embedding_placement host/auto) hold no GPU memory for weights or state
+    pieces = place_pieces(config, shard_pieces(config, plan), device)
     emb = np.zeros(R)
     emb_opt = np.zeros(R)
     acts_emb = np.zeros(R)
     indices = np.zeros(R)
     mult = optimizer_multiplier(config)
     for p in pieces:
-        w = float(p.rows) * p.dim * eb
+        w = 0.0 if p.host else float(p.rows) * p.dim * teb
         emb[p.rank] += w
         # adagrad state; data-parallel tables also keep a dense gradient of the full table
         emb_opt[p.rank] += w * (mult - 1.0) + (w if p.type == "data_parallel" else 0.0)
@@ -118,10 +121,7 @@ def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | No
     dense, acts_dense = dense_rank_bytes(config)
     acts = acts_emb + acts_dense
     if capacity is None:
-        from hybrid.hardware.catalog import default_catalog
-        from hybrid.workloads.dlrm_graph import resolve_target
-
-        capacity = resolve_target(config.system, default_catalog()).device.mem_capacity
+        capacity = device.mem_capacity
     reserve = np.full(R, RUNTIME_RESERVE_BYTES)
     total = (emb + emb_opt + dense + acts + comm + indices) * (1.0 + FRAGMENTATION) + reserve
     df = pd.DataFrame({

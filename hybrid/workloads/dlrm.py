@@ -401,7 +401,7 @@ class DLRMConfig:
             from hybrid.workloads.dlrm_variants import dlrm_variant
 
             base = dlrm_variant(str(doc.pop("variant"))).to_dict()
-            if "tables" in doc or "num_tables" in doc:
+            if "tables" in doc or "num_tables" in doc or "table_generator" in doc:
                 base.pop("tables")
             base.update(doc)
             doc = base
