@@ -286,12 +286,24 @@ def _ddp_rank(rank: int, port: int, out: str) -> None:
     x = torch.randn(8, 32)
     record_step(lambda: model(x).sum().backward(), out, warmup=1)
     dist.destroy_process_group()
+    # The traces are written. Leave without the interpreter's teardown: the profiler's and gloo's native state
+    # occasionally crashes it (SIGSEGV after the step, seen in about 1 of 3 runs under pytest), which would fail
+    # the spawn although every file is complete.
+    os._exit(0)
 
 
 def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):
     import torch.multiprocessing as mp
 
-    mp.start_processes(_ddp_rank, args=(_free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+    for attempt in range(2):  # a native crash of a gloo child (rare after os._exit) gets one clean retry
+        for f in tmp_path.glob("*.json"):
+            f.unlink()
+        try:
+            mp.start_processes(_ddp_rank, args=(_free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
+            break
+        except mp.ProcessExitedException:
+            if attempt:
+                raise
     traces = load_traces(sorted(str(p) for p in tmp_path.glob("*.json")))
     assert [t.rank for t in traces] == [0, 1] and all(t.format == "kineto+et" for t in traces)
     assert traces[0].process_groups == {"0": (0, 1)}
@@ -353,6 +365,12 @@ def test_meta_trace_parallel_modes(meta_gpt2_trace):
     coll = tpi.units[(tpi.units["kind"] == "collective") & (tpi.units["rank"] == 0)]
     assert (coll["phase"] == "forward").sum() == 4 and (coll["phase"] == "backward").sum() == 5
     assert all(r["size_bytes"] == tokens * hidden * 4 for r in coll["row"])
+    # the hidden state travels in the ops' dtype: a bf16 step all-reduces half the bytes
+    half = single.units.copy()
+    half["row"] = [dict(r, dtype="bf16") if isinstance(r, dict) and "dtype" in r else r for r in half["row"]]
+    added = tp.tensor_parallel(4, tokens, hidden)(tr, half)
+    hc = added[added["kind"] == "collective"]
+    assert len(hc) == 9 and all(r["size_bytes"] == tokens * hidden * 2 and r["dtype"] == "bf16" for r in hc["row"])
 
     def gemm_flops(units):
         g = units[(units["label"] == "gemm") & (units["rank"] == 0)]
@@ -384,6 +402,11 @@ def _gpu_trace(path: Path) -> Path:
          "args": {"External id": 6, "stream": 7, "device": 0}},
         {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1, "ts": 60, "dur": 475,
          "args": {"External id": 7, "Record function id": 7, "Input Dims": [[]], "Input type": ["float"]}},
+        # neither a host event without an External id nor a GPU-side annotation span is a kernel of some op
+        {"ph": "X", "cat": "python_function", "name": "train.py(12): step", "pid": 1, "tid": 1, "ts": 5, "dur": 600},
+        {"ph": "X", "cat": "kernel", "name": "stray_kernel", "pid": 0, "tid": 7, "ts": 540, "dur": 50,
+         "args": {"stream": 7, "device": 0}},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#0", "pid": 0, "tid": 7, "ts": 30, "dur": 900},
     ]
     doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
            "record_shapes": 1, "traceEvents": ev}

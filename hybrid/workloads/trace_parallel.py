@@ -34,10 +34,10 @@ import pandas as pd
 from hybrid.data.traces.opmap import numel
 from hybrid.data.traces.parse import RankTrace
 from hybrid.errors import InvalidInputError
+from hybrid.units import DTYPE_BYTES
 
 DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 2**20
-_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
 
 
 def replicate(trace: RankTrace, ranks: int) -> list[RankTrace]:
@@ -53,10 +53,18 @@ def replicate(trace: RankTrace, ranks: int) -> list[RankTrace]:
     return out
 
 
-def _collective_unit(after: pd.Series, op: str, size: float, ranks: int, phase: str, name: str) -> dict[str, Any]:
+def _row_dtype(unit: pd.Series) -> str:
+    """The dtype of a unit's op row (what its activations travel in); fp32 when the trace did not say."""
+    row = unit["row"] if isinstance(unit["row"], dict) else {}
+    dt = str(row.get("dtype") or "fp32")
+    return dt if dt in DTYPE_BYTES else "fp32"
+
+
+def _collective_unit(after: pd.Series, op: str, size: float, ranks: int, phase: str, name: str,
+                     dtype: str = "fp32") -> dict[str, Any]:
     return {"op_id": -1, "tid": after["tid"], "name": name, "ts": float(after["ts"] + after["dur"]) + 1e-3,
             "dur": 0.0, "kind": "collective", "label": "collective",
-            "row": {"op": op, "size_bytes": int(max(size, 1)), "n_ranks": int(ranks), "dtype": "fp32"},
+            "row": {"op": op, "size_bytes": int(max(size, 1)), "n_ranks": int(ranks), "dtype": dtype},
             "phase": phase, "pg": "0", "device_us": np.nan, "kstream": ""}
 
 
@@ -79,7 +87,7 @@ def data_parallel(ranks: int, bucket_bytes: int = DDP_BUCKET_BYTES, first_bucket
         new, pending, cap, last = [], 0.0, first_bucket_bytes, None
         for _, g in grads.iterrows():
             dims, types = g["dims"] or [], g["types"] or []
-            eb = _BYTES.get(next((t for t in types if t in _BYTES), "fp32"), 4)
+            eb = DTYPE_BYTES.get(next((t for t in types if t in DTYPE_BYTES), "fp32"), 4)
             pending += numel(dims[0]) * eb if dims else 0.0
             last = g
             if pending >= cap:
@@ -99,7 +107,7 @@ def tensor_parallel(ranks: int, tokens: int, hidden: int):
     """A ``transform`` splitting a transformer's work Megatron-style over ``ranks`` (see the module docstring)."""
     if ranks < 1 or tokens < 1 or hidden < 1:
         raise InvalidInputError("tensor_parallel needs positive ranks, tokens and hidden size")
-    act_bytes = tokens * hidden
+    act_bytes = tokens * hidden  # elements of the hidden state
 
     def split_row(row: dict[str, Any], phase: str) -> tuple[dict[str, Any], bool]:
         """(per-rank row, whether an all-reduce of the hidden state follows)."""
@@ -151,8 +159,9 @@ def tensor_parallel(ranks: int, tokens: int, hidden: int):
                 continue
             rows[i], reduce = split_row(u["row"], u["phase"])
             if reduce:
-                new.append(_collective_unit(u, "all_reduce", act_bytes * 4, ranks, u["phase"],
-                                            "TP all_reduce (hidden state)"))
+                dt = _row_dtype(u)
+                new.append(_collective_unit(u, "all_reduce", act_bytes * DTYPE_BYTES[dt], ranks, u["phase"],
+                                            "TP all_reduce (hidden state)", dt))
         out["row"] = rows
         return _insert(out, new)
 
@@ -175,8 +184,10 @@ def pipeline_parallel(stages: int, tokens: int, hidden: int):
                 continue
             cut = np.linspace(0, len(work), stages + 1)[1:-1].astype(int)
             for c in cut:
-                new.append(_collective_unit(work.iloc[max(c - 1, 0)], "send_recv", tokens * hidden * 4, 2, phase,
-                                            "PP send/recv (activations)"))
+                at = work.iloc[max(c - 1, 0)]
+                dt = _row_dtype(at)
+                new.append(_collective_unit(at, "send_recv", tokens * hidden * DTYPE_BYTES[dt], 2, phase,
+                                            "PP send/recv (activations)", dt))
         return _insert(units, new)
 
     return transform

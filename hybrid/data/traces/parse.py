@@ -33,8 +33,9 @@ from hybrid.errors import ImportFormatError
 
 #: Host-side Kineto event categories that are ops or annotations.
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function", "cpu_instant_event")
-#: Device-side categories.
-DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+#: Device-side categories that are work on a stream (``gpu_user_annotation`` spans only mirror host annotations
+#: on the GPU timeline: counting them would double device time and stretch the step window).
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 #: Columns of :attr:`RankTrace.ops`.
 OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
               "rf_id", "ext_id", "pg", "extra")
@@ -311,7 +312,8 @@ def _finish(tr: RankTrace, step: int | None) -> RankTrace:
         lo, hi = float(top["ts"].min()), float((top["ts"] + top["dur"]).max())
     if len(tr.kernels):
         k = tr.kernels
-        ext = dict(zip(ops["ext_id"], ops["id"], strict=False))
+        linked = ops["ext_id"] >= 0  # ops without an External id launch nothing we can attribute
+        ext = dict(zip(ops.loc[linked, "ext_id"], ops.loc[linked, "id"], strict=False))
         k["op"] = [int(ext.get(e, -1)) for e in k["ext_id"]]
         inside = (k["ts"] >= lo) & (k["op"] >= 0)
         inside &= k["op"].map(lambda i: lo <= ops.at[i, "ts"] < hi if i >= 0 else False).astype(bool)
