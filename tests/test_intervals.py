@@ -49,6 +49,11 @@ def test_bands_separate_seen_and_unseen_and_fall_back():
     assert ok.tolist() == [True, True, False, False]
     assert hi[1] - lo[1] > hi[0] - lo[0]
     assert (lo < 0).all() and (hi > 0).all()
+    # rows given as columns: a missing family is its own (band-less) key, never another family's band
+    lo2, hi2, ok2 = cal.row_bounds(np.array(["kernel-xgb", "kernel-xgb", "kernel-xgb"], dtype=object),
+                                   pd.Series(["gemm", None, "gemm"]), np.array([True, True, False]))
+    assert ok2.tolist() == [True, False, True]
+    assert (lo2[0], hi2[0]) == (lo[0], hi[0]) and (lo2[2], hi2[2]) == (lo[1], hi[1])
     # round trip through JSON
     again = IntervalCalibration.from_json(json.loads(json.dumps(cal.to_json())))
     assert again is not None and again.bands == cal.bands

@@ -136,8 +136,9 @@ class IntervalCalibration:
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`bounds` for rows given as ``method`` and ``family`` columns: keys are built once per
         distinct (method, family, seen) combination, not per row."""
-        m_codes, m_uniques = pd.factorize(np.asarray(method, dtype=object))
-        f_codes, f_uniques = pd.factorize(family)
+        # NaN is a value of its own here (code -1 would decode to another key)
+        m_codes, m_uniques = pd.factorize(np.asarray(method, dtype=object), use_na_sentinel=False)
+        f_codes, f_uniques = pd.factorize(family, use_na_sentinel=False)
         nf = max(len(f_uniques), 1)
         combo = (m_codes.astype(np.int64) * nf + f_codes) * 2 + np.asarray(seen, dtype=np.int64)
         uniq, inverse = np.unique(combo, return_inverse=True)

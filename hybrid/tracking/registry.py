@@ -181,7 +181,8 @@ def _sqlite_version(db: Path, ref: ModelRef) -> tuple[str, int, str, Path] | Non
     if not db.is_file():
         return None
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        # as a URI (read-only mode), with '?', '#' and '%' in the path escaped
+        con = sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True, timeout=5)
         try:
             cols = {r[1] for r in con.execute("PRAGMA table_info(model_versions)")}
             if not {"name", "version", "run_id", "current_stage"} <= cols:
