@@ -113,6 +113,14 @@ def test_partial_rotary_is_a_model_field_from_any_source() -> None:
         TransformerConfig(num_layers=2, hidden_size=128, num_attention_heads=8, rotary_percent=0.0)
 
 
+def test_inference_refuses_interleaved_moe_layers_instead_of_making_every_layer_moe() -> None:
+    from hybrid.workloads.llm.dims import ModelDims
+
+    mixed = dict(load_model("mixtral-8x7b").__dict__, moe_layer_freq=2)
+    with pytest.raises(InvalidInputError, match="moe_layer_freq"):
+        ModelDims.from_config(TransformerConfig(**mixed))
+
+
 def test_flops_per_token_near_6n_plus_attention() -> None:
     m = load_model("gpt3-175b")
     s, h, L = 2048, 12288, 96

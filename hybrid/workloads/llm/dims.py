@@ -125,6 +125,10 @@ class ModelDims:
         if get("encoder_only", False):
             raise InvalidInputError(f"model {get('name', name)!r} is encoder-only; inference here is decoder-only")
         experts = int(get("num_experts") or 0)
+        if experts and int(get("moe_layer_freq", 1) or 1) > 1:  # ModelDims has one layer type: say so, not guess
+            raise InvalidInputError(f"model {get('name', name)!r}: inference models every layer alike; MoE layers "
+                                    f"interleaved with dense ones (moe_layer_freq = {get('moe_layer_freq')}) "
+                                    "are not supported")
         ffn = get("moe_ffn_hidden_size") if experts and get("moe_ffn_hidden_size") else get("ffn_hidden_size")
         act = str(get("activation", "swiglu" if get("swiglu", False) else "gelu")).lower()
         norm = "rmsnorm" if "rms" in str(get("normalization", "LayerNorm")).lower() else "layernorm"
