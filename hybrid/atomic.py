@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -80,10 +81,10 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS):
+        if exc.errno in (errno.EACCES, errno.EPERM):
             raise OutputPathError(f"cannot write output {target}: no permission to create files in "
                                   f"{target.parent}") from None
-        raise output_error(target, exc) from None
+        raise output_error(target, exc) from None  # read-only file system, missing directory, ...: say which
     os.close(fd)
     try:
         try:
@@ -92,7 +93,12 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
             if exc.filename is not None and os.fspath(exc.filename) in (tmp, os.fspath(target)):
                 raise output_error(target, exc) from None
             raise
-        os.chmod(tmp, 0o666 & ~current_umask())
+        # a new file gets the umask's mode (mkstemp's is 0600); a replaced file keeps its own
+        try:
+            mode = stat.S_IMODE(os.stat(target).st_mode)
+        except OSError:
+            mode = 0o666 & ~current_umask()
+        os.chmod(tmp, mode)
         try:
             os.replace(tmp, target)
         except OSError as exc:

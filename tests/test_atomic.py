@@ -15,6 +15,14 @@ def test_write_text_creates_parents_and_replaces(tmp_path):
     assert [x.name for x in p.parent.iterdir()] == ["b.txt"]  # no temporaries left
 
 
+def test_replacing_a_file_keeps_its_mode(tmp_path):
+    p = tmp_path / "private.txt"
+    write_text(p, "one")
+    p.chmod(0o600)
+    write_text(p, "two")
+    assert p.read_text() == "two" and p.stat().st_mode & 0o777 == 0o600
+
+
 def test_failed_file_write_keeps_old_content_and_leaves_no_temp(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text("old")

@@ -15,7 +15,6 @@ BASELINE_BYTES_PER_RANK = 140e3
 FIXED_BYTES = 64 * 2**20
 #: Share of the available memory a search may plan to use.
 MEMORY_SHARE = 0.8
-BASELINE_STRATEGIES = ("size_greedy", "lookup_greedy", "size_lookup_greedy", "random")
 
 
 def estimate_search_bytes(gpus: int, strategies: list[str] | tuple[str, ...]) -> float:
@@ -39,6 +38,7 @@ def check_search_size(gpus: int, strategies: list[str], available: float | None)
     """The estimated bytes of the search; :class:`InvalidInputError` naming a way out when it does not fit in
     :data:`MEMORY_SHARE` of ``available`` memory."""
     from hybrid.errors import InvalidInputError
+    from hybrid.sharding.heuristics import BASELINES
 
     need = estimate_search_bytes(gpus, strategies)
     if available is None or need <= MEMORY_SHARE * available:
@@ -46,11 +46,11 @@ def check_search_size(gpus: int, strategies: list[str], available: float | None)
     gib = 2**30
     msg = (f"--gpus {gpus}: the plan search would need about {need / gib:,.1f} GiB of memory, more than the "
            f"{available / gib:,.1f} GiB available")
-    base = estimate_search_bytes(gpus, list(BASELINE_STRATEGIES))
+    base = estimate_search_bytes(gpus, list(BASELINES))
     if base <= MEMORY_SHARE * available and base < need:
         msg += (f" (the greedy/search candidate matrices grow with gpus^2); the baseline strategies need about "
                 f"{base / gib:,.1f} GiB (and time in proportion to gpus): "
-                f"--strategy {','.join(BASELINE_STRATEGIES)}")
+                f"--strategy {','.join(BASELINES)}")
     else:
         msg += "; use fewer --gpus"
     raise InvalidInputError(msg)
