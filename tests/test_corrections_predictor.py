@@ -225,6 +225,9 @@ def test_identical_rows_are_predicted_once_with_unchanged_answers(gemm_rows):
     pd.testing.assert_frame_equal(out, old, check_exact=True)
     pd.testing.assert_frame_equal(pred.predict(query, intervals=False), pred._predict_rows(query, False),
                                   check_exact=True)
+    # measured columns do not make rows distinct: a measured table is predicted exactly as the query
+    measured = query.assign(time_us=np.arange(len(query), dtype=float) + 1.0, repeats=5)
+    pd.testing.assert_frame_equal(pred.predict(measured), out, check_exact=True)
     # rows that are all distinct take the row-by-row path; errors name the same row as without de-duplication
     assert distinct_rows(query.assign(row_id=np.arange(len(query)))) is None
     bad = query.copy()

@@ -77,9 +77,6 @@ def preload_xgboost() -> None:
     is left alone. No effect when either package is already imported."""
     if "xgboost" in sys.modules or "sklearn" in sys.modules:
         return
-    hidden = [k for k in sys.modules if k == "sklearn" or k.startswith("sklearn.")]
-    if hidden:
-        return
     sys.modules["sklearn"] = None  # type: ignore[assignment]  # makes `import sklearn` raise ImportError
     try:
         import xgboost  # noqa: F401

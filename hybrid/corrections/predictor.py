@@ -258,7 +258,8 @@ class HybridPredictor:
         most :data:`DEDUP_MAX_FRACTION` of the rows are distinct (repeated layers, ranks, search candidates) is
         reduced to its distinct rows first, see :func:`distinct_rows`."""
         if isinstance(table, pd.DataFrame) and len(table) >= DEDUP_MIN_ROWS:
-            found = distinct_rows(table)
+            # measured columns are not inputs: a measured table (evaluate, hold-outs) de-duplicates too
+            found = distinct_rows(table.drop(columns=[c for c in MEASURED_COLUMNS if c in table.columns]))
             if found is not None:
                 first, codes = found
                 try:
@@ -426,6 +427,10 @@ class HybridPredictor:
             "data_digest": self.data_digest,
             "versions": versions(),
         }
+
+
+#: Columns of a measurement table that prediction never reads (the measured outcome and its spread).
+MEASURED_COLUMNS = ("time_us", "time_us_std", "time_us_min", "time_us_max", "repeats")
 
 
 def distinct_rows(table: pd.DataFrame, max_fraction: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
