@@ -49,11 +49,31 @@ def test_kv_cache_bytes_by_hand_mha_and_gqa():
 
 
 def test_every_inference_model_resolves_with_sensible_size():
-    sizes = {n: resolve_model(n).num_params() / 1e9 for n in INFERENCE_MODEL_NAMES}
+    sizes = {n: resolve_model(n).num_params / 1e9 for n in INFERENCE_MODEL_NAMES}
     for name, approx in (("gptj-6b", 6.05), ("llama2-70b", 69), ("falcon-180b", 179), ("llama3-405b", 406),
                          ("mixtral-8x7b", 46.7), ("qwen3-235b-a22b", 235)):
         assert sizes[name] == pytest.approx(approx, rel=0.02)
-    assert resolve_model("qwen3-235b-a22b").active_params() / 1e9 == pytest.approx(22, rel=0.05)
+    assert resolve_model("qwen3-235b-a22b").num_active_params / 1e9 == pytest.approx(22, rel=0.05)
+
+
+@pytest.mark.parametrize("name,published", [("gptj-6b", None), ("llama2-7b", 6_738_415_616),
+                                            ("mixtral-8x7b", 46_702_792_704), ("gpt2-large", 774_030_080)])
+def test_inference_weight_bytes_are_the_library_parameter_count(name, published):
+    """One source of truth: fp16 weights on one GPU are 2 bytes x the library's exact count (GPT-J's biases,
+    GPT-2's learned position embedding included); split over TP they add back up to it (norms/biases and the
+    position table replicated)."""
+    m = resolve_model(name)
+    if published is not None:  # Hugging Face's parameter count of the released checkpoint
+        assert m.num_params == published
+    published = m.num_params
+    fp16 = Precision("fp16")
+    assert weight_bytes_per_gpu(m, fp16) == 2 * published
+    if m.num_attention_heads % 2 == 0 and m.num_query_groups % 2 == 0:
+        half = weight_bytes_per_gpu(m, fp16, tp=2)
+        assert published <= half < 1.01 * published  # half the bytes, plus the replicated norms and biases
+    # weight-only int4 shrinks the GEMM weights only: norms, biases, embedding table stay 16 bit
+    w4 = weight_bytes_per_gpu(m, Precision("fp16", weights="int4"))
+    assert 0.25 * 2 * published < w4 < 0.5 * 2 * published
 
 
 # ------------------------------------------------------------------------------------------------ decode physics

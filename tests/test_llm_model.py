@@ -101,24 +101,24 @@ def test_hf_configs_load_as_they_are(tmp_path) -> None:
 def test_partial_rotary_is_a_model_field_from_any_source() -> None:
     """GPT-J rotates 64 of its 256 head dimensions: the library entry and its HF config.json agree, and both the
     inference dims and the training rope rows see it (not a per-name inference special case)."""
-    from hybrid.workloads.llm.dims import ModelDims
+    from hybrid.workloads.llm.dims import resolve_model
 
     gptj = {"model_type": "gptj", "n_embd": 4096, "n_layer": 28, "n_head": 16, "n_positions": 2048,
             "rotary_dim": 64, "vocab_size": 50400}
     hf, lib = from_dict(gptj), load_model("gptj-6b")
     assert hf.rotary_percent == lib.rotary_percent == 0.25
-    assert ModelDims.from_config(hf).rotary_fraction == 0.25
+    assert resolve_model(hf).rotary_percent == 0.25
     assert load_model("llama2-7b").rotary_percent == 1.0
     with pytest.raises(InvalidInputError, match="rotary_percent"):
         TransformerConfig(num_layers=2, hidden_size=128, num_attention_heads=8, rotary_percent=0.0)
 
 
 def test_inference_refuses_interleaved_moe_layers_instead_of_making_every_layer_moe() -> None:
-    from hybrid.workloads.llm.dims import ModelDims
+    from hybrid.workloads.llm.dims import resolve_model
 
     mixed = dict(load_model("mixtral-8x7b").__dict__, moe_layer_freq=2)
     with pytest.raises(InvalidInputError, match="moe_layer_freq"):
-        ModelDims.from_config(TransformerConfig(**mixed))
+        resolve_model(TransformerConfig(**mixed))
 
 
 def test_flops_per_token_near_6n_plus_attention() -> None:

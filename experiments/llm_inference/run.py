@@ -26,8 +26,8 @@ from hybrid.data.importers.vidur import MODEL_CONFIGS
 from hybrid.data.paths import public_data_dir
 from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import relative_errors
-from hybrid.workloads.llm.dims import ModelDims
 from hybrid.workloads.llm.inference import cost_ops, make_setup, pass_ops, predict_many
+from hybrid.workloads.llm.model import TransformerConfig
 from hybrid.workloads.llm.vendor_tables import predict_table, read_table
 
 TABLES = ("trtllm_v0.9.0_static_batch_throughput_A100.csv", "trtllm_v0.9.0_first_token_latency_bs1_A100.csv",
@@ -57,11 +57,14 @@ def vidur_name(df: pd.DataFrame) -> np.ndarray:
                       np.isin(var, ["add", "add3"])], [var, "attn_rope", "add"], default="mlp_act")
 
 
-def dims_for(model: str) -> ModelDims:
+def dims_for(model: str) -> TransformerConfig:
+    """One layer of a Vidur-profiled model (its shapes as Vidur ran them) as a library config."""
     c = MODEL_CONFIGS[model]
-    return ModelDims(model, 1, c.hidden, c.heads, c.kv_heads, c.hidden // c.heads, c.intermediate, 32000,
-                     swiglu=c.gated, normalization=c.norm, parallel_block=c.parallel_block,
-                     norms_per_layer=1 if c.parallel_block else 2, source=c.source)
+    return TransformerConfig(num_layers=1, hidden_size=c.hidden, num_attention_heads=c.heads, name=model,
+                             num_query_groups=c.kv_heads, ffn_hidden_size=c.intermediate,
+                             activation="swiglu" if c.gated else "gelu", normalization=c.norm, vocab_size=32000,
+                             position_embedding_type="rope", add_bias_linear=False, parallel_attn=c.parallel_block,
+                             source=c.source)
 
 
 def vidur_predictions(comp: pd.DataFrame, cost_model) -> pd.DataFrame:

@@ -150,8 +150,8 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         plan = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, input_len=i, output_len=o, tp=tp,
                            pp=pp, reserve_gib=reserve_gib)
         reason = plan.reason if plan.max_batch < 1 else f"KV cache {plan.kv_per_request / 2**20:.0f} MiB per request"
-        if s.model.max_positions and i + o > s.model.max_positions:
-            reason += f"; beyond the model's {s.model.max_positions} positions"
+        if s.model.max_position_embeddings and i + o > s.model.max_position_embeddings:
+            reason += f"; beyond the model's {s.model.max_position_embeddings} positions"
         rows.append({"context": i + o, "input_len": i, "output_len": o, "max_batch": plan.max_batch,
                      "fits": plan.max_batch >= 1, "reason": reason})
     out = {"model": s.model.name, "device": s.device.key, "tp": tp, "pp": pp, "precision": s.precision.label,

@@ -42,7 +42,7 @@ from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
 from hybrid.ops.roofline import resolve_system, roofline, system_for_device
-from hybrid.workloads.llm.dims import ModelDims, resolve_model
+from hybrid.workloads.llm.dims import context_note, expert_ffn, resolve_model
 from hybrid.workloads.llm.kv_cache import (
     DEFAULT_RESERVE_GIB,
     MemoryPlan,
@@ -51,6 +51,7 @@ from hybrid.workloads.llm.kv_cache import (
     kv_heads_per_rank,
     memory_plan,
 )
+from hybrid.workloads.llm.model import TransformerConfig
 from hybrid.workloads.llm.precision import Precision, parse_precision
 
 #: Columns of the op table the cost model sees (the canonical measurement-table columns).
@@ -67,7 +68,7 @@ CATEGORIES = ("gemm", "attention", "moe", "norm", "elementwise", "comm", "lm_hea
 class InferenceSetup:
     """Model, hardware, precision and parallelism of one deployment (one model replica)."""
 
-    model: ModelDims
+    model: TransformerConfig
     device: Device
     system: System
     precision: Precision
@@ -94,14 +95,14 @@ class InferenceSetup:
         return math.ceil(self.model.num_layers / self.pp)
 
 
-def make_setup(model: str | ModelDims | Any, device: str | None = None, system: str | None = None, *,
+def make_setup(model: str | TransformerConfig | Any, device: str | None = None, system: str | None = None, *,
                dtype: str = "fp16", weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
                pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB, attention_kernel: str = "grouped",
                catalog: Catalog | None = None) -> InferenceSetup:
     """Resolve names into an :class:`InferenceSetup` (``system`` defaults to the catalog system of ``device``,
     else a generic node of it); checks TP/PP against the model and the dtype against the device."""
     cat = catalog or default_catalog()
-    dims = model if isinstance(model, ModelDims) else resolve_model(model)
+    dims = resolve_model(model)
     if device is None and system is None:
         raise InvalidInputError("give a device or a system")
     if system is not None:
@@ -149,7 +150,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         raise InvalidInputError("token and sequence counts must be positive")
     scen = np.arange(n)
     ph = np.broadcast_to(np.asarray(phase, dtype=object), (n_scen,))
-    h, d = m.hidden_size, m.kv_channels
+    h, d = m.hidden_size, m.head_dim
     qh, kvh = m.num_attention_heads // tp, kv_heads_per_rank(m, tp)
     L = float(s.layers_per_stage)
     cdt = p.compute
@@ -171,7 +172,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
                              dtype=adt, elements=np.maximum(elements, 1.0), variant=variant, bytes_actual=np.nan))
 
     def norm(name: str, rows: np.ndarray, count: float) -> None:
-        blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category="norm", count=count, op=m.normalization,
+        blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category="norm", count=count, op=m.normalization.lower(),
                              dtype=adt, rows=rows, hidden=float(h), bytes_actual=np.nan))
 
     def coll(name: str, op: str, size: np.ndarray, ranks: int, count: float) -> None:
@@ -183,8 +184,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     # ---- one transformer layer (count = layers of the stage)
     norm("input_layernorm", T, L)
     gemm("attn_pre_proj", "gemm", T, (qh + 2 * kvh) * d, h, L)
-    if m.rotary_fraction > 0:
-        elem("attn_rope", "elementwise", T * (qh + kvh) * d * m.rotary_fraction, "rope", L)
+    if m.position_embedding_type == "rope":
+        elem("attn_rope", "elementwise", T * (qh + kvh) * d * m.rotary_percent, "rope", L)
     kv_att = cached_tokens(m, kvn)
     # decode kernels that run one thread block per query head (masked MHA) read a KV head once per query head
     kv_read = np.where((qn <= 1) & (s.attention_kernel == "per_query_head"), float(qh), float(kvh))
@@ -195,15 +196,15 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
                          head_dim=float(d), causal=(qn > 1).astype(float),
                          bytes_actual=np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real)))
     gemm("attn_post_proj", "gemm", T, h, qh * d, L)
-    n_ar = 1 if m.parallel_block else 2
+    n_ar = 1 if m.parallel_attn else 2
     if tp > 1:
         coll("tp_all_reduce", "all_reduce", T * h * ab, tp, L * n_ar)
-    if m.norms_per_layer > 1:
+    if not m.parallel_attn or m.parallel_attn_norms > 1:
         norm("post_attention_layernorm", T, L)
-    elem("add", "elementwise", T * h, "add", L * (1 if m.parallel_block else 2))
-    f = m.ffn_hidden_size / tp
-    up = (2 if m.swiglu else 1) * f
-    act = "swiglu" if m.swiglu else "gelu"
+    elem("add", "elementwise", T * h, "add", L * (1 if m.parallel_attn else 2))
+    f = expert_ffn(m) / tp
+    up = (2 if m.gated else 1) * f
+    act = "swiglu" if m.gated else ("relu" if m.activation == "relu" else "gelu")
     if m.is_moe:
         E, k = float(m.num_experts), float(m.moe_router_topk)
         active = E * -np.expm1(T * np.log1p(-k / E))  # expected distinct experts hit by T tokens x top-k
@@ -215,9 +216,9 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         gemm("mlp_up_proj", "moe", per, up, h, L, b=active)
         elem("mlp_act", "elementwise", T * k * f, act, L)
         gemm("mlp_down_proj", "moe", per, h, f, L, b=active)
-        if m.shared_expert_ffn:  # an always-active dense expert beside the routed ones
-            fs = m.shared_expert_ffn / tp
-            gemm("shared_expert_up_proj", "moe", T, (2 if m.swiglu else 1) * fs, h, L)
+        if m.moe_shared_expert_intermediate_size:  # an always-active dense expert beside the routed ones
+            fs = m.moe_shared_expert_intermediate_size / tp
+            gemm("shared_expert_up_proj", "moe", T, (2 if m.gated else 1) * fs, h, L)
             elem("shared_expert_act", "elementwise", T * fs, act, L)
             gemm("shared_expert_down_proj", "moe", T, h, fs, L)
     else:
@@ -226,6 +227,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         gemm("mlp_down_proj", "gemm", T, h, f, L)
     # ---- once per pass on the bottleneck stage (pp = 1: both ends)
     elem("embedding", "elementwise", T * h, "copy", 1.0)
+    if m.position_embedding_type == "learned_absolute":  # GPT-2/MPT-style learned positions added to the input
+        elem("position_embedding", "elementwise", T * h, "add", 1.0)
     norm("final_layernorm", B, 1.0)
     gemm("lm_head", "lm_head", B, m.vocab_size / tp, h, 1.0)
     if tp > 1:
@@ -441,7 +444,7 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
         output_tokens_per_s=batch * output_len / (latency_us / 1e6), memory=mem, breakdown_ms=breakdown, ops=ops,
         roofline_latency_ms=(res["roofline_us"][0] + res["roofline_us"][1]) / 1e3, method=method,
         notes=[f"static batching: whole batch prefilled at once; {micro} microbatch(es)",
-               f"memory: {mem.reason}"] + [n for n in [s.model.context_note(input_len + output_len)] if n] + ([
+               f"memory: {mem.reason}"] + [n for n in [context_note(s.model, input_len + output_len)] if n] + ([
                    f"pipeline on the engine: TTFT {pipe['ttft_us'] / 1e3:.2f} ms (closed form "
                    f"{pipe['closed_form_ttft_us'] / 1e3:.2f}), token period {pipe['token_period_us'] / 1e3:.2f} ms "
                    f"(closed form {pipe['closed_form_period_us'] / 1e3:.2f})"] if pipe else []))

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from hybrid.errors import InvalidInputError
-from hybrid.workloads.llm.dims import ModelDims
+from hybrid.workloads.llm.dims import expert_ffn
+from hybrid.workloads.llm.model import TransformerConfig
 from hybrid.workloads.llm.precision import Precision
 
 GIB = 2.0**30
@@ -26,7 +27,7 @@ GIB = 2.0**30
 DEFAULT_RESERVE_GIB = 2.0
 
 
-def check_parallel(model: ModelDims, tp: int, pp: int) -> None:
+def check_parallel(model: TransformerConfig, tp: int, pp: int) -> None:
     """TP must divide the attention heads (and the FFN width), PP must not exceed the layers."""
     for name, v in (("tp", tp), ("pp", pp)):
         if not isinstance(v, (int, np.integer)) or v < 1:
@@ -34,8 +35,8 @@ def check_parallel(model: ModelDims, tp: int, pp: int) -> None:
     if model.num_attention_heads % tp:
         raise InvalidInputError(f"tp={tp} does not divide the {model.num_attention_heads} attention heads of "
                                 f"{model.name}")
-    if model.ffn_hidden_size % tp:
-        raise InvalidInputError(f"tp={tp} does not divide the FFN width {model.ffn_hidden_size} of {model.name}")
+    if expert_ffn(model) % tp:
+        raise InvalidInputError(f"tp={tp} does not divide the FFN width {expert_ffn(model)} of {model.name}")
     if model.num_query_groups % tp and tp % model.num_query_groups:
         raise InvalidInputError(f"tp={tp} and the {model.num_query_groups} KV heads of {model.name} do not divide "
                                 "one another")
@@ -43,40 +44,58 @@ def check_parallel(model: ModelDims, tp: int, pp: int) -> None:
         raise InvalidInputError(f"pp={pp} exceeds the {model.num_layers} layers of {model.name}")
 
 
-def kv_heads_per_rank(model: ModelDims, tp: int) -> int:
+def kv_heads_per_rank(model: TransformerConfig, tp: int) -> int:
     return math.ceil(model.num_query_groups / tp)
 
 
-def kv_bytes_per_token(model: ModelDims, precision: Precision, tp: int = 1, pp: int = 1) -> float:
+def kv_bytes_per_token(model: TransformerConfig, precision: Precision, tp: int = 1, pp: int = 1) -> float:
     """KV-cache bytes one token occupies on one GPU (``tp = pp = 1``: the whole model)."""
     layers = math.ceil(model.num_layers / pp)
     return 2.0 * layers * kv_heads_per_rank(model, tp) * model.kv_channels * precision.kv_bytes
 
 
-def cached_tokens(model: ModelDims, context: int | np.ndarray) -> np.ndarray:
+def cached_tokens(model: TransformerConfig, context: int | np.ndarray) -> np.ndarray:
     """Tokens a request of ``context`` tokens keeps in the cache (sliding window caps it)."""
     c = np.asarray(context, dtype=np.float64)
-    return np.minimum(c, model.sliding_window) if model.sliding_window else c
+    return np.minimum(c, model.window_size) if model.window_size else c
 
 
-def weight_bytes_per_gpu(model: ModelDims, precision: Precision, tp: int = 1, pp: int = 1) -> float:
-    """Bytes of weights on the most loaded GPU (the bottleneck pipeline stage)."""
+def layer_matrix_params(model: TransformerConfig) -> int:
+    """One layer's GEMM weights (the part weight-only formats store compressed): Q/K/V/output projections and the
+    MLP matrices (MoE: every expert, the router and a shared expert with its gate). The rest of the layer's
+    parameters (biases, norms, QK-norms) are :meth:`TransformerConfig.param_counts` minus these."""
+    h, mats = model.hidden_size, (3 if model.gated else 2)
+    attention = h * (model.q_width + 2 * model.kv_width) + model.q_width * h
+    if not model.is_moe:
+        return attention + mats * h * int(model.ffn_hidden_size)  # type: ignore[arg-type]
+    e = int(model.num_experts)  # type: ignore[arg-type]
+    shared = model.moe_shared_expert_intermediate_size or 0
+    return attention + e * mats * h * expert_ffn(model) + h * e + (mats * h * shared + h if shared else 0)
+
+
+def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int = 1, pp: int = 1) -> float:
+    """Bytes of weights on the most loaded GPU (the bottleneck pipeline stage), from the model's exact parameter
+    count (:meth:`TransformerConfig.param_counts`): GEMM weights in the weight format split over TP; biases and
+    norms in 16 bit (counted whole on every rank); the word embedding (vocab-parallel) and a learned position
+    embedding stay 16 bit on the first stage, the final norm and an untied output layer on the last."""
+    c = model.param_counts()
     layers = math.ceil(model.num_layers / pp)
-    per_layer = (model.attention_params() + model.mlp_params()) / tp * precision.weight_bytes + \
-        2 * model.hidden_size * precision.act_bytes  # norms stay 16 bit, replicated
-    embed = model.vocab_size * model.hidden_size / tp * precision.act_bytes  # lookup table stays 16 bit
-    head = 0.0 if model.tied_embeddings else model.vocab_size * model.hidden_size / tp * precision.weight_bytes
+    matrix = layer_matrix_params(model)
+    per_layer_total = c["layers_total"] / model.num_layers
+    per_layer = matrix / tp * precision.weight_bytes + (per_layer_total - matrix) * precision.act_bytes
+    embed = (c["word_embedding"] / tp + c["position_embedding"]) * precision.act_bytes
+    head = c["output_layer"] / tp * precision.weight_bytes + c["final_norm"] * precision.act_bytes
     ends = embed + head if pp == 1 else max(embed, head)
     return layers * per_layer + ends
 
 
-def activation_bytes(model: ModelDims, precision: Precision, tokens: float | np.ndarray, sequences: float | np.ndarray,
+def activation_bytes(model: TransformerConfig, precision: Precision, tokens: float | np.ndarray, sequences: float | np.ndarray,
                      tp: int = 1) -> np.ndarray:
     """Peak activation working set on one GPU for ``tokens`` processed in one forward pass."""
     h = model.hidden_size
     qkv = (model.q_width + 2 * model.kv_width) / tp
     # gated: gate+up output (2f) and the activation (f); GeLU: up output and activation (2f)
-    ffn = model.ffn_hidden_size / tp * (3 if model.swiglu else 2)
+    ffn = expert_ffn(model) / tp * (3 if model.gated else 2)
     if model.is_moe:
         ffn *= model.moe_router_topk
     per_token = precision.act_bytes * (2 * h + max(qkv, ffn))
@@ -110,7 +129,7 @@ class MemoryPlan:
                 "max_batch": self.max_batch, "fits": self.fits, "reason": self.reason}
 
 
-def memory_plan(model: ModelDims, precision: Precision, capacity: float, *, batch: int, input_len: int,
+def memory_plan(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int, input_len: int,
                 output_len: int, tp: int = 1, pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB,
                 prefill_tokens: int | None = None) -> MemoryPlan:
     """Memory for ``batch`` requests of ``input_len + output_len`` tokens (static batching: all prefilled at once,
@@ -163,7 +182,7 @@ def memory_plan(model: ModelDims, precision: Precision, capacity: float, *, batc
     return MemoryPlan(capacity, w, kv, a, reserve, per_tok, per_req, int(max_b), bool(fits), reason)
 
 
-def max_context(model: ModelDims, precision: Precision, capacity: float, *, batch: int = 1, tp: int = 1, pp: int = 1,
+def max_context(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int = 1, tp: int = 1, pp: int = 1,
                 reserve_gib: float = DEFAULT_RESERVE_GIB) -> int:
     """The longest context (input + output tokens) ``batch`` requests can each hold (0 if none)."""
     check_parallel(model, tp, pp)
@@ -173,7 +192,8 @@ def max_context(model: ModelDims, precision: Precision, capacity: float, *, batc
     logits = float(activation_bytes(model, precision, 0.0, batch / max(pp, 1), tp))
     denom = batch * (per_tok + act_tok / max(pp, 1))
     ctx = int((free - logits) // denom) if free > logits else 0
-    if model.sliding_window and ctx >= model.sliding_window:
+    window = model.window_size or 0
+    if window and ctx >= window:
         # past the window the cache stops growing; only activations grow (prefill in chunks would cap them too)
-        ctx = int(max(ctx, (free - logits - batch * per_tok * model.sliding_window) // (batch * act_tok / max(pp, 1))))
+        ctx = int(max(ctx, (free - logits - batch * per_tok * window) // (batch * act_tok / max(pp, 1))))
     return max(ctx, 0)

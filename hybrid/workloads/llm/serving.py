@@ -27,6 +27,7 @@ import pandas as pd
 
 from hybrid.engine.costs import OpCostModel
 from hybrid.errors import InvalidInputError
+from hybrid.workloads.llm.dims import context_note
 from hybrid.workloads.llm.inference import InferenceSetup, cost_ops, pass_ops
 from hybrid.workloads.llm.kv_cache import GIB, activation_bytes, kv_bytes_per_token, weight_bytes_per_gpu
 
@@ -346,8 +347,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     sched = sched or SchedulerConfig()
     cap = kv_capacity_tokens(s, sched)
     need = (trace.input_len + trace.output_len).astype(np.int64)
-    if s.model.sliding_window:
-        need = np.minimum(need, s.model.sliding_window)
+    if s.model.window_size:
+        need = np.minimum(need, s.model.window_size)
     if cap <= 0:
         raise InvalidInputError("does not fit: no memory left for the KV cache beside weights and activations")
     if need.max() > cap:
@@ -426,7 +427,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
                        notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step, "
                               f"<= {sched.max_seqs} running, whole-request KV reservation ({cap} tokens/GPU)"]
-                       + [x for x in [s.model.context_note(int((inp + out).max()))] if x])
+                       + [x for x in [context_note(s.model, int((inp + out).max()))] if x])
 
 
 def trace_rate(trace: Trace) -> float:
