@@ -260,11 +260,24 @@ def test_pipeline_parallel_schedule_on_the_engine_matches_the_closed_form():
         p = pipeline_on_engine(pp, m, 100.0, 10.0, 0.0)
         assert p["ttft_us"] == pytest.approx(p["closed_form_ttft_us"])
         assert p["token_period_us"] == pytest.approx(p["closed_form_period_us"])
-    # sends between stages lengthen the pipeline: each token of a microbatch crosses pp links
+    # sends between stages lengthen the pipeline: each token of a microbatch crosses pp links; the closed form
+    # with sends is what the engine simulates, for any mix of stage and send times
     p = pipeline_on_engine(4, 4, 100.0, 10.0, 1.0)
     assert p["token_period_us"] == pytest.approx(4 * 10.0 + 4 * 1.0)
-    r = predict_static(make_setup("llama2-70b", "A100", tp=2, pp=2), 16, 512, 64)
-    assert any("pipeline on the engine" in n for n in r.notes)
+    for pp, m, t0, t1, snd in ((3, 3, 50.0, 7.0, 20.0), (2, 1, 80.0, 30.0, 5.0), (4, 4, 10.0, 1.0, 3.0)):
+        p = pipeline_on_engine(pp, m, t0, t1, snd)
+        assert p["ttft_us"] == pytest.approx(p["closed_form_ttft_us"])
+        assert p["token_period_us"] == pytest.approx(p["closed_form_period_us"])
+    s = make_setup("llama2-70b", "A100", tp=2, pp=2)
+    r = predict_static(s, 16, 512, 64)
+    assert any("on the engine" in n for n in r.notes)
+    # the breakdown is the schedule the totals come from: per phase it sums to TTFT and to the decode time
+    assert sum(r.breakdown_ms["prefill"].values()) == pytest.approx(r.ttft_ms, rel=1e-9)
+    assert sum(r.breakdown_ms["decode"].values()) == pytest.approx(r.latency_ms - r.ttft_ms, rel=1e-9)
+    assert r.breakdown_ms["prefill"]["pipeline"] > 0  # the stage-to-stage send
+    many = predict_many([s], [16], [512], [64], decode_points=48)
+    assert many["ttft_ms"].iloc[0] == pytest.approx(r.ttft_ms, rel=1e-9)
+    assert many["latency_ms"].iloc[0] == pytest.approx(r.latency_ms, rel=1e-9)
     one = predict_static(make_setup("llama2-70b", "A100", tp=2, pp=1), 16, 512, 64)
     # two stages of half the layers: per-token latency about the same, 2x the GPUs
     assert r.tpot_ms == pytest.approx(one.tpot_ms, rel=0.1)
@@ -295,3 +308,49 @@ def test_serve_compare_ranks_systems_by_slo_rate_per_gpu(capsys):
     per_gpu = {r["system"]: r["rate_per_gpu"] for r in ranks}
     # decode is memory-bound: the ranking follows HBM bandwidth (H100 3.35, A100 2.04, V100 0.9 TB/s)
     assert [r["system"] for r in ranks] == ["DGX-H100", "DGX-A100", "DGX-1"] and per_gpu["DGX-1"] > 0
+
+
+class _Counting:
+    """A cost model that counts its predict calls (wrapping the engine's default, roofline-only predictor)."""
+
+    def __init__(self) -> None:
+        from hybrid.engine.costs import default_cost_model
+
+        self.inner = default_cost_model()
+        self.catalog = self.inner.catalog
+        self.calls = 0
+
+    def predict(self, table):
+        self.calls += 1
+        return self.inner.predict(table)
+
+
+def test_one_predictor_path_and_one_call_for_many_configurations():
+    """No cost model = the engine's default predictor (no separate roofline branch); predict_many costs every
+    configuration (several deployments, pp = 1 and 2) in ONE predict call and agrees with predict_static."""
+    setups = [make_setup("llama2-7b", "A100"), make_setup("llama2-70b", "A100", tp=4),
+              make_setup("llama2-70b", "A100", tp=2, pp=2), make_setup("llama2-7b", "A100")]
+    batch, inp, out = np.array([8, 32, 16, 1]), np.array([128, 512, 256, 2048]), np.array([64, 1, 100, 3])
+    counting = _Counting()
+    many = predict_many(setups, batch, inp, out, counting, decode_points=48)
+    assert counting.calls == 1
+    default = predict_many(setups, batch, inp, out, decode_points=48)
+    np.testing.assert_allclose(many["latency_ms"], default["latency_ms"], rtol=1e-12)
+    for i, s in enumerate(setups):
+        one = predict_static(s, int(batch[i]), int(inp[i]), int(out[i]), counting, check_memory=False)
+        assert one.ttft_ms == pytest.approx(many["ttft_ms"].iloc[i], rel=1e-9)
+        assert one.latency_ms == pytest.approx(many["latency_ms"].iloc[i], rel=1e-9)
+        assert one.output_tokens_per_s_per_gpu == pytest.approx(many["output_tokens_per_s_per_gpu"].iloc[i],
+                                                                rel=1e-9)
+    assert counting.calls == 1 + len(setups)
+
+
+def test_decode_grid_integrates_every_step_exactly_when_short():
+    from hybrid.workloads.llm.inference import _decode_grids
+
+    ctx, w = _decode_grids(np.array([100, 100, 100, 7]), np.array([1, 4, 21, 1000]), 24)
+    assert w[0].sum() == 0  # output 1: no decode step
+    for i, steps in ((1, 3), (2, 20)):  # fewer steps than points: each context 101..100+steps weighs one step
+        per = {c: w[i][ctx[i] == c].sum() for c in np.unique(ctx[i])}
+        assert sorted(per) == list(100.0 + np.arange(1, steps + 1)) and np.allclose(list(per.values()), 1.0)
+    assert w[3].sum() == pytest.approx(999) and ctx[3].min() == 8 and ctx[3].max() == 7 + 999

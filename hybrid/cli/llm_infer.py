@@ -14,15 +14,13 @@ from hybrid.errors import InvalidInputError
 
 
 def _predictor(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, Any]:
-    """(cost model or None for the roofline, catalog)."""
-    from hybrid.hardware.catalog import default_catalog
+    """(cost model, its catalog): the one loader every simulate/llm command uses
+    (:func:`hybrid.cli.simulate.load_cost_model`: a calibrated predictor, else the roofline-only one)."""
+    from hybrid.cli.simulate import load_cost_model
+    from hybrid.engine.costs import model_catalog
 
-    if not model_ref:
-        return None, default_catalog()
-    from hybrid.tracking.registry import load_predictor
-
-    loaded = load_predictor(model_ref, tracking_uri=tracking_uri)
-    return loaded.predictor, loaded.predictor.catalog
+    cost, _ = load_cost_model(model_ref, tracking_uri)
+    return cost, model_catalog(cost)
 
 
 def _deploy_options(fn):

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.engine.costs import OpCostModel, integral_shapes, predict_times
+from hybrid.engine.costs import OpCostModel, default_cost_model, integral_shapes, model_catalog, predict_times
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
@@ -61,7 +61,7 @@ COST_COLUMNS = ("device", "op", "dtype", "variant", "b", "m", "n", "k", "element
 #: Decode attention kernels (see :attr:`InferenceSetup.attention_kernel`).
 ATTENTION_KERNELS = ("grouped", "per_query_head")
 #: Op categories of the breakdown.
-CATEGORIES = ("gemm", "attention", "moe", "norm", "elementwise", "comm", "lm_head", "sampling")
+CATEGORIES = ("gemm", "attention", "moe", "norm", "elementwise", "comm", "lm_head", "sampling", "pipeline")
 
 
 @dataclass(frozen=True)
@@ -175,9 +175,10 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category="norm", count=count, op=m.normalization.lower(),
                              dtype=adt, rows=rows, hidden=float(h), bytes_actual=np.nan))
 
-    def coll(name: str, op: str, size: np.ndarray, ranks: int, count: float) -> None:
+    def coll(name: str, op: str, size: np.ndarray, ranks: int, count: float, category: str = "comm") -> None:
         nodes = max(1, math.ceil(ranks / s.system.gpus_per_node))
-        blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category="comm", count=count, op=op, dtype=adt,
+        blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category=category, count=count, op=op,
+                             dtype=adt,
                              size_bytes=size, n_ranks=float(ranks), n_nodes=float(nodes), system=s.system.key,
                              bytes_actual=np.nan))
 
@@ -236,7 +237,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     blocks.append(_block(n_scen, scenario=scen, phase=ph, name="sampling", category="sampling", count=1.0, op="softmax",
                          dtype="fp32", rows=B, hidden=float(m.vocab_size), bytes_actual=np.nan))
     if s.pp > 1:
-        coll("pp_send_recv", "send_recv", T * h * ab, 2, 1.0)
+        coll("pp_send_recv", "send_recv", T * h * ab, 2, 1.0, category="pipeline")
     table = pd.concat([pd.DataFrame(b) for b in blocks], ignore_index=True, sort=False)
     table["device"] = s.device.key
     return table.sort_values(["scenario"], kind="stable").reset_index(drop=True)
@@ -245,16 +246,16 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
 def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog: Catalog | None = None
              ) -> pd.DataFrame:
     """``table`` plus ``time_us`` (per call of the op), ``roofline_us``, ``flops``, ``bytes``, ``bound``,
-    ``method``: one roofline call and one ``cost_model.predict`` call for all rows."""
-    cat = getattr(cost_model, "catalog", None) or catalog or default_catalog()
+    ``method``: one ``cost_model.predict`` call for all rows (``None``: the engine's default, roofline-only
+    predictor, :func:`hybrid.engine.costs.default_cost_model`), with the analytical roofline of every row beside
+    it (FLOPs, bytes, compute/memory/latency terms, boundedness)."""
+    if cost_model is None:
+        cost_model = default_cost_model(catalog)
+    cat = model_catalog(cost_model, catalog)
     cols = [c for c in COST_COLUMNS if c in table.columns]
     rows = integral_shapes(table[cols])
     base = roofline(rows, cat)
-    if cost_model is None:
-        time = base["time_us"].to_numpy(dtype=np.float64).copy()
-        method = np.where(base["family"].astype(str) == "collective", "alpha-beta", "roofline").astype(object)
-    else:
-        time, method = predict_times(cost_model, rows)
+    time, method = predict_times(cost_model, rows)
     flops = base["flops"].to_numpy(dtype=np.float64)
     nbytes = base["bytes"].to_numpy(dtype=np.float64)
     real = table["bytes_actual"].to_numpy(dtype=np.float64) if "bytes_actual" in table.columns else np.full(len(table),
@@ -265,7 +266,7 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     roof = base["time_us"].to_numpy(dtype=np.float64)
     adj_roof = np.maximum(base["memory_us"].to_numpy() * ratio, base["compute_us"].to_numpy()) + base["latency_us"].to_numpy()
     roof = np.where(has, adj_roof, roof)
-    time = roof.copy() if cost_model is None else np.where(has, np.maximum(time * ratio, floor), time)
+    time = np.where(has, np.maximum(time * ratio, floor), time)
     memory_us = base["memory_us"].to_numpy() * ratio
     compute_us = base["compute_us"].to_numpy()
     fam = base["family"].astype(str).to_numpy()
@@ -323,35 +324,41 @@ class InferenceResult:
         }
 
 
-def _decode_grid(input_len: int, output_len: int, points: int) -> tuple[np.ndarray, np.ndarray]:
-    """Context lengths of the ``output_len - 1`` decode steps, sampled at <= ``points`` nodes, with the weights
-    that integrate a function of the context over all steps (trapezoid; exact where every step is a node)."""
-    steps = output_len - 1
-    if steps <= 0:
-        return np.zeros(0), np.zeros(0)
-    ctx_all = input_len + np.arange(1, steps + 1, dtype=np.float64)
-    if steps <= points:
-        return ctx_all, np.ones(steps)
-    nodes = np.unique(np.round(np.linspace(1, steps, points))).astype(np.float64)
-    w = np.zeros(len(nodes))
-    gaps = np.diff(nodes)
-    w[:-1] += gaps / 2
-    w[1:] += gaps / 2
-    w[0] += 0.5
-    w[-1] += 0.5  # the end steps count fully: total weight = steps
-    return input_len + nodes, w * steps / w.sum()
+def _decode_grids(input_len: np.ndarray, output_len: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Context lengths of every configuration's ``output_len - 1`` decode steps, sampled at ``points`` nodes
+    (arrays ``[configs, points]``), with the weights that integrate a function of the context over all steps
+    (trapezoid; exact where every step is a node: with fewer steps than points the rounded nodes repeat and their
+    weights add up to one per step). A configuration without decode steps has zero weights."""
+    steps = np.asarray(output_len, dtype=np.float64) - 1.0
+    pts = max(int(points), 2)
+    frac = np.arange(pts, dtype=np.float64) / (pts - 1)
+    nodes = np.round(1.0 + frac[None, :] * np.maximum(steps - 1.0, 0.0)[:, None])
+    gaps = np.diff(nodes, axis=1)
+    w = np.zeros_like(nodes)
+    w[:, :-1] += gaps / 2
+    w[:, 1:] += gaps / 2
+    w[:, 0] += 0.5
+    w[:, -1] += 0.5  # the end steps count fully: total weight = steps
+    w = w * (np.maximum(steps, 0.0) / w.sum(axis=1))[:, None]
+    return np.asarray(input_len, dtype=np.float64)[:, None] + nodes, w
 
 
-def _stage_times(costed: pd.DataFrame, n: int, col: str = "time_us") -> tuple[np.ndarray, pd.DataFrame]:
-    t = costed[col].to_numpy() * costed["count"].to_numpy()
-    per = np.bincount(costed["scenario"].to_numpy(dtype=np.int64), weights=t, minlength=n)
-    cats = costed.assign(_t=t).pivot_table(index="scenario", columns="category", values="_t", aggfunc="sum",
-                                           fill_value=0.0)
-    return per, cats
+#: Decode steps simulated on the engine to check the pipeline's steady-state token period.
+PIPELINE_STEPS = 24
 
 
-#: Decode steps simulated on the engine to measure the pipeline's steady-state token period.
-PIPELINE_STEPS = 6
+def pipeline_times(pp: np.ndarray | int, micro: np.ndarray | int, prefill_stage_us: np.ndarray | float,
+                   decode_stage_us: np.ndarray | float, prefill_send_us: np.ndarray | float = 0.0,
+                   decode_send_us: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Pipeline-parallel inference in closed form (vectorised): ``pp`` stages of equal op time per microbatch
+    (sends excluded), ``micro`` microbatches, a send of ``*_send_us`` after every stage (the last one returns the
+    sampled token to stage 0). Returns (time to the last microbatch's first token, steady-state time between two
+    tokens of one microbatch): ``(m + pp - 1) t + (pp - 1) s`` and ``max(m t, pp (t + s))``. This is the
+    schedule :func:`pipeline_on_engine` simulates on :mod:`hybrid.engine` (tests check they agree)."""
+    pp_, m = np.asarray(pp, dtype=np.float64), np.asarray(micro, dtype=np.float64)
+    t0, t1 = np.asarray(prefill_stage_us, dtype=np.float64), np.asarray(decode_stage_us, dtype=np.float64)
+    s0, s1 = np.asarray(prefill_send_us, dtype=np.float64), np.asarray(decode_send_us, dtype=np.float64)
+    return (m + pp_ - 1) * t0 + (pp_ - 1) * s0, np.maximum(m * t1, pp_ * (t1 + s1))
 
 
 def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stage_us: float, send_us: float,
@@ -359,8 +366,8 @@ def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stag
     """Pipeline-parallel inference on :mod:`hybrid.engine`: one rank per stage, ``micro`` microbatches; the
     prefill of every microbatch, then ``steps`` decode steps where a microbatch's next token starts on stage 0
     once its previous token left the last stage (sampled tokens travel back as a send). Returns the time to the
-    last microbatch's first token and the steady-state time between tokens of one microbatch (us), beside the
-    closed forms ``(m + pp - 1) t`` and ``max(m, pp) t``."""
+    last microbatch's first token and the steady-state time between tokens of one microbatch (us, measured over
+    the second half of the steps), beside :func:`pipeline_times`' closed forms."""
     from hybrid.engine.graph import TaskGraph
     from hybrid.engine.simulate import simulate_durations
 
@@ -383,10 +390,89 @@ def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stag
     res = simulate_durations(compiled, np.asarray(compiled.fixed_us, dtype=np.float64))
     fin = res.finish
     ttft = max(float(fin[finish_nodes[(0, mb)]]) for mb in range(micro))
-    period = (float(fin[finish_nodes[(steps, 0)]]) - float(fin[finish_nodes[(1, 0)]])) / max(steps - 1, 1)
-    return {"ttft_us": ttft, "token_period_us": period,
-            "closed_form_ttft_us": (micro + pp - 1) * prefill_stage_us,
-            "closed_form_period_us": max(micro, pp) * decode_stage_us}
+    half = max(steps // 2, 1)
+    period = (float(fin[finish_nodes[(steps, 0)]]) - float(fin[finish_nodes[(steps - half, 0)]])) / half
+    cf_ttft, cf_period = pipeline_times(pp, micro, prefill_stage_us, decode_stage_us, send_us, send_us)
+    return {"ttft_us": ttft, "token_period_us": period, "closed_form_ttft_us": float(cf_ttft),
+            "closed_form_period_us": float(cf_period)}
+
+
+def _setup_key(s: InferenceSetup) -> tuple:
+    return (s.model, s.device.key, s.system.key, s.precision, s.tp, s.pp, s.attention_kernel)
+
+
+@dataclass
+class _Static:
+    """Vectorised static-batch predictions of many configurations (arrays per configuration, times in us)."""
+
+    costed: pd.DataFrame  # every op row of every scenario, with ``config`` and ``weight``
+    micro: np.ndarray
+    ttft: dict[str, np.ndarray]  # by cost column ("time_us", "roofline_us")
+    decode: dict[str, np.ndarray]  # summed over all decode steps
+    categories: pd.DataFrame  # per configuration x phase x category (ms, "pipeline" = sends and bubbles)
+
+
+def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.ndarray, output_len: np.ndarray,
+                  cost_model: OpCostModel | None, decode_points: int) -> _Static:
+    """Every configuration's prefill pass and sampled decode steps, built per distinct deployment (one
+    :func:`pass_ops` call each, vectorised over scenarios) and costed in ONE :func:`cost_ops` call."""
+    n = len(setups)
+    pp = np.array([s.pp for s in setups], dtype=np.int64)
+    micro = np.where(pp > 1, np.minimum(pp, batch), 1)
+    bm = np.ceil(batch / micro)
+    ctx, w = _decode_grids(input_len, output_len, decode_points)
+    P = ctx.shape[1]
+    # scenarios: per configuration one prefill, then the decode nodes with weight > 0
+    keep = np.concatenate([np.ones((n, 1), bool), w > 0], axis=1)
+    cfg = np.repeat(np.arange(n), P + 1).reshape(n, P + 1)[keep]
+    is_pre = np.concatenate([np.ones((n, 1), bool), np.zeros((n, P), bool)], axis=1)[keep]
+    weight = np.concatenate([np.ones((n, 1)), w], axis=1)[keep]
+    kv = np.concatenate([np.asarray(input_len, float)[:, None], ctx], axis=1)[keep]
+    tokens = np.where(is_pre, bm[cfg] * input_len[cfg], bm[cfg])
+    q_len = np.where(is_pre, input_len[cfg], 1).astype(np.float64)
+    phase = np.where(is_pre, "prefill", "decode").astype(object)
+    group = pd.factorize(pd.Series([_setup_key(s) for s in setups], dtype=object))[0]
+    frames = []
+    for gi in np.unique(group):  # one op table per distinct deployment, vectorised over its scenarios
+        sc = np.flatnonzero(group[cfg] == gi)
+        f = pass_ops(setups[int(np.flatnonzero(group == gi)[0])], tokens[sc], bm[cfg[sc]], q_len[sc], kv[sc],
+                     phase[sc])
+        f["scenario"] = sc[f["scenario"].to_numpy()]
+        frames.append(f)
+    table = pd.concat(frames, ignore_index=True)
+    costed = cost_ops(table, cost_model, setups[0].catalog)
+    sc = costed["scenario"].to_numpy(dtype=np.int64)
+    costed["config"] = cfg[sc]
+    costed["weight"] = weight[sc]
+    costed["context"] = kv[sc]
+    send = (costed["category"] == "pipeline").to_numpy()
+    m_, p_ = micro.astype(np.float64), pp.astype(np.float64)
+    n_sc = len(cfg)
+    ttft, decode, cats = {}, {}, []
+    for col in ("time_us", "roofline_us"):
+        t = costed[col].to_numpy() * costed["count"].to_numpy()
+        stage = np.bincount(sc, weights=np.where(send, 0.0, t), minlength=n_sc)
+        sends = np.bincount(sc, weights=np.where(send, t, 0.0), minlength=n_sc)
+        pre_sc = np.flatnonzero(is_pre)  # one per configuration, in order
+        ttft[col], _ = pipeline_times(pp, micro, stage[pre_sc], 0.0, sends[pre_sc], 0.0)
+        _, period = pipeline_times(pp[cfg], micro[cfg], 0.0, stage, 0.0, sends)
+        decode[col] = np.bincount(cfg, weights=np.where(is_pre, 0.0, period * weight), minlength=n)
+        if col == "time_us":
+            # per category: op time x stage passes; "pipeline" = what the schedule adds (sends, bubbles)
+            ops_mult = np.where(is_pre, (m_ + p_ - 1)[cfg], np.maximum(m_, p_)[cfg])
+            ops_t = np.where(send, 0.0, t) * (ops_mult * np.where(is_pre, 1.0, weight))[sc]
+            cat = pd.DataFrame({"config": cfg[sc], "phase": costed["phase"].to_numpy(),
+                                "category": costed["category"].to_numpy(), "ms": ops_t / 1e3})
+            cat = cat[~send]
+            pre_pipe = ttft[col] - (m_ + p_ - 1) * stage[pre_sc]
+            dec_pipe = np.bincount(cfg, weights=np.where(is_pre, 0.0, (period - np.maximum(m_, p_)[cfg] * stage)
+                                                         * weight), minlength=n)
+            pipe = pd.DataFrame({"config": np.concatenate([np.arange(n), np.arange(n)]),
+                                 "phase": ["prefill"] * n + ["decode"] * n, "category": "pipeline",
+                                 "ms": np.concatenate([pre_pipe, dec_pipe]) / 1e3})
+            cats = pd.concat([cat, pipe[(p_ > 1)[pipe["config"].to_numpy()]]], ignore_index=True) \
+                .groupby(["config", "phase", "category"], as_index=False)["ms"].sum()
+    return _Static(costed, micro, ttft, decode, cats)
 
 
 def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: int,
@@ -400,54 +486,47 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
                       output_len=output_len, tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib)
     if check_memory and not mem.fits:
         raise InvalidInputError(f"does not fit: {mem.reason}")
-    micro = min(s.pp, batch) if s.pp > 1 else 1
-    bm = math.ceil(batch / micro)
-    ctx, w = _decode_grid(input_len, output_len, decode_points)
-    g = len(ctx)
-    tokens = np.concatenate([[bm * input_len], np.full(g, bm)]).astype(np.float64)
-    seqs = np.full(g + 1, float(bm))
-    q_len = np.concatenate([[input_len], np.ones(g)]).astype(np.float64)
-    kv_len = np.concatenate([[input_len], ctx]).astype(np.float64)
-    phase = np.array(["prefill"] + ["decode"] * g, dtype=object)
-    costed = cost_ops(pass_ops(s, tokens, seqs, q_len, kv_len, phase), cost_model, s.catalog)
-    res = {}
-    pipe: dict[str, float] = {}
-    for col in ("time_us", "roofline_us"):
-        stage, cats = _stage_times(costed, g + 1, col)
-        ttft = (micro + s.pp - 1) * stage[0]
-        per_step = max(micro, s.pp) * stage[1:]
-        if s.pp > 1 and col == "time_us":
-            # the pipeline schedule from the engine (sends included); the closed form kept beside it
-            send = costed[(costed["scenario"] == 1) & (costed["name"] == "pp_send_recv")]["time_us"]
-            mean_stage = float(np.dot(stage[1:], w) / w.sum()) if g else stage[0]
-            pipe = pipeline_on_engine(s.pp, micro, stage[0], mean_stage, float(send.iloc[0]) if len(send) else 0.0)
-            ttft = pipe["ttft_us"]
-            per_step = per_step * (pipe["token_period_us"] / pipe["closed_form_period_us"])
-        decode = float(np.dot(per_step, w))
-        res[col] = (ttft, decode, cats)
-    ttft_us, decode_us, cats = res["time_us"]
+    r = _static_batch([s], np.array([batch]), np.array([input_len]), np.array([output_len]), cost_model,
+                      decode_points)
+    micro = int(r.micro[0])
+    ttft_us, decode_us = float(r.ttft["time_us"][0]), float(r.decode["time_us"][0])
     steps = max(output_len - 1, 0)
     latency_us = ttft_us + decode_us
-    breakdown = {
-        "prefill": {c: float(cats.loc[0, c]) * (micro + s.pp - 1) / 1e3 for c in cats.columns},
-        "decode": {c: float(np.dot(cats[c].to_numpy()[1:], w)) * max(micro, s.pp) / 1e3 for c in cats.columns}
-        if g else {},
-    }
+    breakdown: dict[str, dict[str, float]] = {"prefill": {}, "decode": {}}
+    for row in r.categories.itertuples(index=False):
+        breakdown[str(row.phase)][str(row.category)] = float(row.ms)
+    costed = r.costed
     # per-op view: the prefill pass and the decode step at mid-generation
-    mid = 1 + int(np.argmin(np.abs(ctx - (input_len + output_len / 2)))) if g else None
-    keep = costed["scenario"].isin([0] if mid is None else [0, mid])
-    ops = costed[keep].reset_index(drop=True)
+    dec = costed[costed["phase"] == "decode"]
+    keep = costed["phase"] == "prefill"
+    if len(dec):
+        kv = dec["context"].to_numpy(dtype=np.float64)
+        mid = int(dec["scenario"].to_numpy()[np.argmin(np.abs(kv - (input_len + output_len / 2)))])
+        keep = keep | (costed["scenario"] == mid)
+    ops = costed[keep].drop(columns=["config", "weight", "context"]).reset_index(drop=True)
     method = "+".join(sorted(set(map(str, costed["method"]))))
+    notes = [f"static batching: whole batch prefilled at once; {micro} microbatch(es)", f"memory: {mem.reason}"]
+    notes += [n for n in [context_note(s.model, input_len + output_len)] if n]
+    if s.pp > 1:
+        pre, dec_ = costed[costed["phase"] == "prefill"], costed[costed["phase"] == "decode"]
+
+        def stage_us(f: pd.DataFrame, pipeline: bool) -> float:
+            sel = (f["category"] == "pipeline") == pipeline
+            t = (f["time_us"] * f["count"] * f["weight"])[sel].sum()
+            return float(t / (f["weight"].groupby(f["scenario"]).first().sum() if len(f) else 1.0))
+
+        pipe = pipeline_on_engine(s.pp, micro, stage_us(pre, False), stage_us(dec_, False) if len(dec_) else 0.0,
+                                  stage_us(pre, True))
+        notes.append(f"pipeline schedule (closed form, breakdown category 'pipeline' = sends and bubbles): TTFT "
+                     f"{ttft_us / 1e3:.2f} ms; the same schedule on the engine: TTFT {pipe['ttft_us'] / 1e3:.2f} ms "
+                     f"(closed form {pipe['closed_form_ttft_us'] / 1e3:.2f}), token period at mean context "
+                     f"{pipe['token_period_us'] / 1e3:.2f} ms (closed form {pipe['closed_form_period_us'] / 1e3:.2f})")
     return InferenceResult(
         setup=s, batch=batch, input_len=input_len, output_len=output_len, ttft_ms=ttft_us / 1e3,
         tpot_ms=decode_us / steps / 1e3 if steps else 0.0, latency_ms=latency_us / 1e3,
         output_tokens_per_s=batch * output_len / (latency_us / 1e6), memory=mem, breakdown_ms=breakdown, ops=ops,
-        roofline_latency_ms=(res["roofline_us"][0] + res["roofline_us"][1]) / 1e3, method=method,
-        notes=[f"static batching: whole batch prefilled at once; {micro} microbatch(es)",
-               f"memory: {mem.reason}"] + [n for n in [context_note(s.model, input_len + output_len)] if n] + ([
-                   f"pipeline on the engine: TTFT {pipe['ttft_us'] / 1e3:.2f} ms (closed form "
-                   f"{pipe['closed_form_ttft_us'] / 1e3:.2f}), token period {pipe['token_period_us'] / 1e3:.2f} ms "
-                   f"(closed form {pipe['closed_form_period_us'] / 1e3:.2f})"] if pipe else []))
+        roofline_latency_ms=float(r.ttft["roofline_us"][0] + r.decode["roofline_us"][0]) / 1e3, method=method,
+        notes=notes)
 
 
 def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.ndarray, output_len: np.ndarray,
@@ -457,43 +536,28 @@ def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.
     Returns one row per configuration: ``ttft_ms``, ``tpot_ms``, ``latency_ms``, ``output_tokens_per_s_per_gpu``
     (and ``roofline_*`` beside them), ``max_batch``, ``fits``."""
     batch, input_len, output_len = (np.asarray(x, dtype=np.int64) for x in (batch, input_len, output_len))
-    if not len(setups) == len(batch) == len(input_len) == len(output_len):
-        raise InvalidInputError("one setup, batch, input and output length per configuration")
-    frames, meta = [], []
-    offset = 0
-    for i, s in enumerate(setups):  # per configuration: a handful of numpy blocks; costing is one call below
-        micro = min(s.pp, int(batch[i])) if s.pp > 1 else 1
-        bm = math.ceil(int(batch[i]) / micro)
-        ctx, w = _decode_grid(int(input_len[i]), int(output_len[i]), decode_points)
-        g = len(ctx)
-        tab = pass_ops(s, np.concatenate([[bm * input_len[i]], np.full(g, bm)]).astype(float),
-                       np.full(g + 1, float(bm)), np.concatenate([[input_len[i]], np.ones(g)]).astype(float),
-                       np.concatenate([[input_len[i]], ctx]).astype(float),
-                       np.array(["prefill"] + ["decode"] * g, dtype=object))
-        tab["scenario"] += offset
-        frames.append(tab)
-        meta.append((offset, g, w, micro))
-        offset += g + 1
-    costed = cost_ops(pd.concat(frames, ignore_index=True), cost_model, setups[0].catalog if setups else None)
-    rows = []
-    stage_t, _ = _stage_times(costed, offset, "time_us")
-    stage_r, _ = _stage_times(costed, offset, "roofline_us")
-    for i, s in enumerate(setups):
-        off, g, w, micro = meta[i]
-        out = {}
-        for key, st in (("", stage_t), ("roofline_", stage_r)):
-            ttft = (micro + s.pp - 1) * st[off]
-            dec = float(np.dot(max(micro, s.pp) * st[off + 1: off + 1 + g], w))
-            lat = ttft + dec
-            out[f"{key}ttft_ms"] = ttft / 1e3
-            out[f"{key}tpot_ms"] = dec / max(int(output_len[i]) - 1, 1) / 1e3
-            out[f"{key}latency_ms"] = lat / 1e3
-            out[f"{key}output_tokens_per_s_per_gpu"] = batch[i] * output_len[i] / (lat / 1e6) / s.gpus
-        mem = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=int(batch[i]), input_len=int(input_len[i]),
-                          output_len=int(output_len[i]), tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib)
-        out.update(max_batch=mem.max_batch, fits=mem.fits, memory_reason=mem.reason)
-        rows.append(out)
-    return pd.DataFrame(rows)
+    if not len(setups) == len(batch) == len(input_len) == len(output_len) or not len(setups):
+        raise InvalidInputError("one setup, batch, input and output length per configuration (at least one)")
+    if (batch < 1).any() or (input_len < 1).any() or (output_len < 1).any():
+        raise InvalidInputError("batch, input and output lengths must be positive integers")
+    r = _static_batch(setups, batch, input_len, output_len, cost_model, decode_points)
+    gpus = np.array([s.gpus for s in setups], dtype=np.float64)
+    out: dict[str, np.ndarray] = {}
+    for key, col in (("", "time_us"), ("roofline_", "roofline_us")):
+        ttft, dec = r.ttft[col], r.decode[col]
+        lat = ttft + dec
+        out[f"{key}ttft_ms"] = ttft / 1e3
+        out[f"{key}tpot_ms"] = dec / np.maximum(output_len - 1, 1) / 1e3
+        out[f"{key}latency_ms"] = lat / 1e3
+        out[f"{key}output_tokens_per_s_per_gpu"] = batch * output_len / (lat / 1e6) / gpus
+    plans = [memory_plan(s.model, s.precision, s.device.mem_capacity, batch=int(b), input_len=int(i),
+                         output_len=int(o), tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib)
+             for s, b, i, o in zip(setups, batch, input_len, output_len, strict=True)]
+    res = pd.DataFrame(out)
+    res["max_batch"] = [p.max_batch for p in plans]
+    res["fits"] = [p.fits for p in plans]
+    res["memory_reason"] = [p.reason for p in plans]
+    return res
 
 
 def boundedness(result: InferenceResult) -> pd.DataFrame:
