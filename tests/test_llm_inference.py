@@ -354,3 +354,12 @@ def test_decode_grid_integrates_every_step_exactly_when_short():
         per = {c: w[i][ctx[i] == c].sum() for c in np.unique(ctx[i])}
         assert sorted(per) == list(100.0 + np.arange(1, steps + 1)) and np.allclose(list(per.values()), 1.0)
     assert w[3].sum() == pytest.approx(999) and ctx[3].min() == 8 and ctx[3].max() == 7 + 999
+
+
+def test_prompt_chunks_fill_the_token_budget_first_come_first_served():
+    from hybrid.workloads.llm.serving import prompt_chunks
+
+    assert prompt_chunks(np.array([300, 500, 2000, 10]), 1000).tolist() == [300, 500, 200, 0]
+    assert prompt_chunks(np.array([300, 500]), 5000).tolist() == [300, 500]
+    assert prompt_chunks(np.array([300, 500]), 0).tolist() == [0, 0]
+    assert prompt_chunks(np.array([], dtype=np.int64), 100).tolist() == []

@@ -339,6 +339,14 @@ def _retire(run: np.ndarray, generated: np.ndarray, out: np.ndarray, need: np.nd
     done_set = set(done.tolist())
     return used - int(need[done].sum()), [r for r in running if r not in done_set]
 
+def prompt_chunks(left: np.ndarray, budget: int) -> np.ndarray:
+    """Prompt tokens each waiting request gets this step, first come first served: request ``i`` takes up to its
+    ``left[i]`` remaining tokens from what the requests before it left of ``budget`` (vectorised)."""
+    left = np.asarray(left, dtype=np.int64)
+    before = np.concatenate([[0], np.cumsum(left)[:-1]]) if len(left) else left
+    return np.clip(int(budget) - before, 0, left)
+
+
 def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = None,
              sched: SchedulerConfig | None = None, costs: StepCosts | None = None) -> ServeResult:
     """Run the trace through the continuous-batching scheduler; see the module docstring for the policy."""
@@ -396,16 +404,11 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             used, running = _retire(run, generated, out, need, finish, now, used, running)
             continue
         budget = sched.max_batched_tokens - len(dec)
-        pre_ids, chunks = [], []
-        for r in run[prefilled[run] < inp[run]]:  # prompt chunks, FCFS, within the token budget
-            if budget <= 0:
-                break
-            c = int(min(inp[r] - prefilled[r], budget))
-            pre_ids.append(r)
-            chunks.append(c)
-            budget -= c
-        chunks_a = np.array(chunks, dtype=np.float64)
-        pre_a = np.array(pre_ids, dtype=np.int64)
+        # prompt chunks, FCFS, within the token budget: each waiting prompt takes what the ones before it left
+        waiting = run[prefilled[run] < inp[run]]
+        take = prompt_chunks(inp[waiting] - prefilled[waiting], budget)
+        pre_a = waiting[take > 0].astype(np.int64)
+        chunks_a = take[take > 0].astype(np.float64)
         ctx_chunk = prefilled[pre_a] + chunks_a if len(pre_a) else np.zeros(0)
         mean_ctx = float(np.mean(inp[dec] + generated[dec])) if len(dec) else 0.0
         completes = pre_a[prefilled[pre_a] + chunks_a.astype(np.int64) >= inp[pre_a]] if len(pre_a) else pre_a
