@@ -363,3 +363,13 @@ def test_prompt_chunks_fill_the_token_budget_first_come_first_served():
     assert prompt_chunks(np.array([300, 500]), 5000).tolist() == [300, 500]
     assert prompt_chunks(np.array([300, 500]), 0).tolist() == [0, 0]
     assert prompt_chunks(np.array([], dtype=np.int64), 100).tolist() == []
+
+
+def test_fused_rope_drops_the_separate_rotary_kernel_only():
+    plain, fused = make_setup("llama2-7b", "A100"), make_setup("llama2-7b", "A100", fused_rope=True)
+    a, b = predict_static(plain, 8, 512, 16), predict_static(fused, 8, 512, 16)
+    assert "attn_rope" in set(a.ops["name"]) and "attn_rope" not in set(b.ops["name"])
+    rope = a.ops[a.ops["name"] == "attn_rope"]
+    saved = float((rope["time_us"] * rope["count"])[rope["phase"] == "prefill"].sum()) / 1e3
+    assert saved > 0 and a.ttft_ms - b.ttft_ms == pytest.approx(saved, rel=1e-6)
+    assert set(a.ops["name"]) - set(b.ops["name"]) == {"attn_rope"}

@@ -79,6 +79,9 @@ class InferenceSetup:
     #: read each KV head once for its group of query heads) or ``per_query_head`` (masked-MHA kernels with one
     #: thread block per query head read a KV head once per query head: GQA saves memory, not bandwidth)
     attention_kernel: str = "grouped"
+    #: rotary embedding applied inside the attention kernels (TensorRT-LLM's gpt_attention plugin rotates q and k
+    #: in its QKV pre-processing / masked-MHA kernels) instead of a separate elementwise kernel (PyTorch, Vidur)
+    fused_rope: bool = False
     #: the catalog the device came from (devices added by the user, or what-if variants, are costed from it)
     catalog: Catalog | None = field(default=None, compare=False, repr=False)
 
@@ -98,7 +101,7 @@ class InferenceSetup:
 def make_setup(model: str | TransformerConfig | Any, device: str | None = None, system: str | None = None, *,
                dtype: str = "fp16", weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
                pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB, attention_kernel: str = "grouped",
-               catalog: Catalog | None = None) -> InferenceSetup:
+               fused_rope: bool = False, catalog: Catalog | None = None) -> InferenceSetup:
     """Resolve names into an :class:`InferenceSetup` (``system`` defaults to the catalog system of ``device``,
     else a generic node of it); checks TP/PP against the model and the dtype against the device."""
     cat = catalog or default_catalog()
@@ -122,7 +125,7 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
         raise InvalidInputError(f"tp x pp = {tp * pp} GPUs exceeds system {sys_obj.key}")
     if tp > sys_obj.gpus_per_node:
         raise InvalidInputError(f"tp={tp} exceeds the {sys_obj.gpus_per_node} GPUs of one {sys_obj.key} node")
-    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, cat)
+    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, fused_rope, cat)
 
 
 # ------------------------------------------------------------------------------------------------ op tables
@@ -185,7 +188,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     # ---- one transformer layer (count = layers of the stage)
     norm("input_layernorm", T, L)
     gemm("attn_pre_proj", "gemm", T, (qh + 2 * kvh) * d, h, L)
-    if m.position_embedding_type == "rope":
+    if m.position_embedding_type == "rope" and not s.fused_rope:
         elem("attn_rope", "elementwise", T * (qh + kvh) * d * m.rotary_percent, "rope", L)
     kv_att = cached_tokens(m, kvn)
     # decode kernels that run one thread block per query head (masked MHA) read a KV head once per query head
@@ -398,7 +401,7 @@ def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stag
 
 
 def _setup_key(s: InferenceSetup) -> tuple:
-    return (s.model, s.device.key, s.system.key, s.precision, s.tp, s.pp, s.attention_kernel)
+    return (s.model, s.device.key, s.system.key, s.precision, s.tp, s.pp, s.attention_kernel, s.fused_rope)
 
 
 @dataclass

@@ -57,12 +57,13 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
 
 def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, device: str = "A100",
                   system: str | None = None, attention_kernel: str | dict[str, str] = "grouped",
-                  decode_points: int = 24) -> pd.DataFrame:
+                  decode_points: int = 24, fused_rope: bool = True) -> pd.DataFrame:
     """``df`` plus ``predicted`` and ``roofline`` (tokens/s per GPU, or first-token ms) and ``fits``/``max_batch``,
-    all rows in one cost-model call. ``attention_kernel`` may map model names to kernels."""
+    all rows in one cost-model call. ``attention_kernel`` may map model names to kernels; ``fused_rope``: the
+    tables are TensorRT-LLM's, whose attention plugin applies rotary embedding inside its kernels."""
     kern = (lambda m: attention_kernel.get(m, "grouped")) if isinstance(attention_kernel, dict) else (
         lambda m: attention_kernel)
-    setups = [make_setup(m, device, system, tp=int(tp), attention_kernel=kern(m))
+    setups = [make_setup(m, device, system, tp=int(tp), attention_kernel=kern(m), fused_rope=fused_rope)
               for m, tp in zip(df["model_name"], df["tp"], strict=True)]
     res = predict_many(setups, df["batch_size"].to_numpy(), df["input_len"].to_numpy(), df["output_len"].to_numpy(),
                        cost_model, decode_points=decode_points)
