@@ -29,6 +29,7 @@ import pandas as pd
 from hybrid.engine.costs import OpCostModel, predict_bounds
 from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.llm.config import TrainingConfig, group_nodes_vec
+from hybrid.workloads.llm.layer_ops import forward_layer_ops
 from hybrid.workloads.llm.model import TransformerConfig
 
 MAPPING_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "recompute", "distopt", "fsdp")
@@ -128,7 +129,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     T = b * s  # tokens per rank per microbatch
     Tn = np.where(sp, T // t, T)  # tokens of norms/dropout/residual ops (SP splits them over TP)
     h = model.hidden_size
-    q, kv, d = model.q_width, model.kv_width, model.head_dim
+    kv, d = model.kv_width, model.head_dim
     heads = model.num_attention_heads // t
     kvh = np.maximum(model.num_kv_heads // t, 1)
     gdt = cfg.dtype  # GEMM dtype
@@ -136,47 +137,23 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     eb = DTYPE_BYTES[adt]
     norm_op = "rmsnorm" if model.normalization == "RMSNorm" else "layernorm"
     dev = tgt.device
-    gated = model.gated
     L = model.num_layers
     moe_frac = model.num_moe_layers / L
     dense_frac = 1.0 - moe_frac
-
-    def lin(role_f: str, role_b: str, m: Any, n: Any, k: Any, cnt: Any = 1.0, sub: str = "gemm") -> None:
-        """A linear layer: forward GEMM, backward data- and weight-gradient GEMMs."""
-        R.add(kid, role_f, cnt, "linear", b=1, m=m, n=n, k=k, dtype=gdt, direction="fwd", device=dev, sub=sub)
-        R.add(kid, role_b, cnt, "gemm", b=1, m=m, n=k, k=n, dtype=gdt, direction="bwd", device=dev, sub=sub)
-        R.add(kid, role_b, cnt, "gemm", b=1, m=k, n=n, k=m, dtype=gdt, direction="bwd", device=dev, sub=sub)
 
     def ew(role: str, variant: str, elements: Any, cnt: Any = 1.0, direction: str = "fwd", **kw: Any) -> None:
         R.add(kid, role, cnt, "elementwise", variant=variant, elements=elements, dtype=adt, direction=direction,
               device=dev, sub="other", **kw)
 
-    def norm(role_f: str, role_b: str, rows: Any, cnt: Any = 1.0) -> None:
-        R.add(kid, role_f, cnt, norm_op, rows=rows, hidden=h, dtype=adt, direction="fwd", device=dev, sub="other")
-        R.add(kid, role_b, cnt, norm_op, rows=rows, hidden=h, dtype=adt, direction="bwd", device=dev, sub="other")
-
-    n_norms = model.parallel_attn_norms if model.parallel_attn else 2
-    # ---------------------------------------------------------------- attention block
-    norm("f", "b", Tn, n_norms)
-    lin("f", "b", T, (q + 2 * kv) // t, h)
-    if model.position_embedding_type == "rope":  # rotates rotary_percent of each head's dimensions
-        rope = np.round(T * (q + kv) * model.rotary_percent) // t
-        ew("f", "rope", rope)
-        ew("b", "rope", rope, direction="bwd")
-    if model.qk_layernorm:
-        R.add(kid, "f", 1.0, "rmsnorm", rows=T * (heads + kvh), hidden=d, dtype=adt, direction="fwd", device=dev,
-              sub="other")
-        R.add(kid, "b", 1.0, "rmsnorm", rows=T * (heads + kvh), hidden=d, dtype=adt, direction="bwd", device=dev,
-              sub="other")
     causal = 1 if model.causal else 0
     span = model.window_size or s_full
+    attention = None
     if cfg.flash_attention:
         # CP: each rank's s/cp queries attend over the whole (causal, load-balanced) sequence: pairs / cp
         # (per key: a search mixes CP degrees, and a CP = 1 key keeps the sliding window)
         kv_len = np.where(cp == 1, min(span, s_full), s_full)
-        for role, direction in (("f", "fwd"), ("b", "bwd")):
-            R.add(kid, role, 1.0 / cp, "attention", batch=b, heads=heads, q_len=s_full, kv_len=kv_len,
-                  head_dim=d, kv_heads=kvh, causal=causal, dtype=adt, direction=direction, device=dev, sub="attn")
+        attention = {"count": 1.0 / cp, "batch": b, "heads": heads, "q_len": s_full, "kv_len": kv_len,
+                     "head_dim": d, "kv_heads": kvh, "causal": causal, "dtype": adt}
     else:
         bh = b * heads
         sc = s_full  # unfused attention materialises s x s scores (CP not supported unfused: full seq per rank)
@@ -193,65 +170,39 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         R.add(kid, "b", 1.0, "softmax", rows=bh * sc, hidden=sc, dtype=adt, direction="bwd", device=dev, sub="attn")
         if cfg.dropout:
             ew("b", "dropout", bh * sc * sc, direction="bwd")
-    lin("f", "b", T, h, q // t)
-    # bias-dropout-add after attention and after MLP (one fused kernel each way)
-    dvar = "dropout" if cfg.dropout else "add"
-    ew("f", dvar, Tn * h, 1 if model.parallel_attn else 2, n_inputs=2, n_outputs=1)
-    ew("b", dvar, Tn * h, 1 if model.parallel_attn else 2, direction="bwd", n_inputs=2, n_outputs=1)
-    # ---------------------------------------------------------------- MLP (dense layers)
-    f = int(model.ffn_hidden_size)
-    if dense_frac > 0:
-        lin("f", "b", T, (2 if gated else 1) * f // t, h, dense_frac)
-        act = "swiglu" if gated else ("relu" if model.activation == "relu" else "gelu")
-        ew("f", act, T * f // t, dense_frac)
-        ew("b", act, T * f // t, dense_frac, direction="bwd", n_inputs=3 if gated else 2,
-           n_outputs=2 if gated else 1)
-        lin("f", "b", T, h, f // t, dense_frac)
-    # ---------------------------------------------------------------- MoE layers
-    if moe_frac > 0:
-        E, k = int(model.num_experts), model.moe_router_topk
-        fm = int(model.moe_ffn_hidden_size)
-        local = E // ep
-        tok = np.maximum(T * k * ep // E, 1)  # tokens per local expert (balanced routing)
-        lin("f", "b", T, E, h, moe_frac)
-        for role, direction in (("f", "fwd"), ("b", "bwd")):
-            R.add(kid, role, moe_frac, "gemm", b=local, m=tok, n=(2 if gated else 1) * fm // t, k=h, dtype=gdt,
-                  direction=direction, device=dev, sub="gemm")
-            R.add(kid, role, moe_frac, "gemm", b=local, m=tok, n=h, k=fm // t, dtype=gdt, direction=direction,
-                  device=dev, sub="gemm")
-        # weight gradients of the two expert GEMMs
-        R.add(kid, "b", moe_frac, "gemm", b=local, m=h, n=(2 if gated else 1) * fm // t, k=tok, dtype=gdt,
-              direction="bwd", device=dev, sub="gemm")
-        R.add(kid, "b", moe_frac, "gemm", b=local, m=fm // t, n=h, k=tok, dtype=gdt, direction="bwd", device=dev,
-              sub="gemm")
-        ew("f", "swiglu" if gated else "gelu", T * k * fm // t, moe_frac)
-        ew("b", "swiglu" if gated else "gelu", T * k * fm // t, moe_frac, direction="bwd")
-        ew("f", "copy", T * k * h, 2 * moe_frac)  # permute / unpermute
-        ew("b", "copy", T * k * h, 2 * moe_frac, direction="bwd")
-        if ep.max() > 1:
-            a2a = (T * k * h * eb).astype(np.float64)
-            nodes = group_nodes_vec(ep, t * cp, tgt.gpus_per_node)
-            for role in ("epf", "epb"):
-                R.add(kid[ep > 1], role, 2 * moe_frac, "all_to_all", size_bytes=a2a[ep > 1], n_ranks=ep[ep > 1],
-                      n_nodes=nodes[ep > 1], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
-    # ---------------------------------------------------------------- TP collectives (per layer)
+
+    roles = {"compute": ("f", "b"), "tp": ("tpf", "tpb"), "ep": ("epf", "epb")}
+
+    def emit(part: str, name: str, category: str, count: Any, op: str, bwd: str, bwd_cols: Any = None,
+             **cols: Any) -> None:
+        """The shared builder's forward op, its training backward rows, roles and sub-totals."""
+        del name, category
+        fwd_role, bwd_role = roles[part]
+        sub = {"linear": "gemm", "gemm": "gemm", "attention": "attn"}.get(op, "comm" if part != "compute" else "other")
+        if op == "linear":  # forward GEMM, backward data- and weight-gradient GEMMs
+            m, n, k = cols["m"], cols["n"], cols["k"]
+            R.add(kid, fwd_role, count, "linear", b=1, m=m, n=n, k=k, dtype=gdt, direction="fwd", device=dev, sub=sub)
+            R.add(kid, bwd_role, count, "gemm", b=1, m=m, n=k, k=n, dtype=gdt, direction="bwd", device=dev, sub=sub)
+            R.add(kid, bwd_role, count, "gemm", b=1, m=k, n=n, k=m, dtype=gdt, direction="bwd", device=dev, sub=sub)
+            return
+        if part != "compute":
+            cols = {**cols, "system": tgt.comm_system}
+            R.add(kid, fwd_role, count, op, device=dev, sub=sub, **cols)
+            R.add(kid, bwd_role, count, op, device=dev, sub=sub, **cols)
+            return
+        R.add(kid, fwd_role, count, op, direction="fwd", device=dev, sub=sub, **cols)
+        if bwd in ("same", "experts"):
+            R.add(kid, bwd_role, count, op, direction="bwd", device=dev, sub=sub, **{**cols, **(bwd_cols or {})})
+        if bwd == "experts":  # weight gradient of a grouped GEMM
+            R.add(kid, bwd_role, count, op, direction="bwd", device=dev, sub=sub,
+                  **{**cols, "m": cols["k"], "k": cols["m"]})
+
+    forward_layer_ops(model, emit, tokens=T, norm_tokens=Tn, tp=t, gemm_dtype=gdt, act_dtype=adt, act_bytes=eb,
+                      attention=attention, ep=ep, sp=sp, dropout=bool(cfg.dropout),
+                      tp_nodes=group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node),
+                      ep_nodes=group_nodes_vec(ep, t * cp, tgt.gpus_per_node), dense_count=dense_frac,
+                      moe_count=moe_frac)
     multi = t > 1
-    if multi.any():
-        size = (T * h * eb).astype(np.float64)
-        nodes = group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node)
-        km = kid[multi]
-        n_coll = 1 if model.parallel_attn else 2
-        for role in ("tpf", "tpb"):
-            ar = multi & ~sp
-            if ar.any():
-                R.add(kid[ar], role, n_coll, "all_reduce", size_bytes=size[ar], n_ranks=t[ar], n_nodes=nodes[ar],
-                      dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
-            rs = multi & sp
-            if rs.any():
-                for op in ("all_gather", "reduce_scatter"):
-                    R.add(kid[rs], role, n_coll, op, size_bytes=size[rs], n_ranks=t[rs], n_nodes=nodes[rs],
-                          dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
-        del km
     # ---------------------------------------------------------------- CP: ring exchange of K and V
     if cp.max() > 1:
         m_ = cp > 1

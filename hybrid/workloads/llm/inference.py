@@ -42,7 +42,7 @@ from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
 from hybrid.ops.roofline import resolve_system, roofline, system_for_device
-from hybrid.workloads.llm.dims import context_note, expert_ffn, resolve_model
+from hybrid.workloads.llm.dims import context_note, resolve_model
 from hybrid.workloads.llm.kv_cache import (
     DEFAULT_RESERVE_GIB,
     MemoryPlan,
@@ -51,6 +51,7 @@ from hybrid.workloads.llm.kv_cache import (
     kv_heads_per_rank,
     memory_plan,
 )
+from hybrid.workloads.llm.layer_ops import forward_layer_ops
 from hybrid.workloads.llm.model import TransformerConfig
 from hybrid.workloads.llm.precision import Precision, parse_precision
 
@@ -60,6 +61,9 @@ COST_COLUMNS = ("device", "op", "dtype", "variant", "b", "m", "n", "k", "element
                 "system")
 #: Decode attention kernels (see :attr:`InferenceSetup.attention_kernel`).
 ATTENTION_KERNELS = ("grouped", "per_query_head")
+#: Ops that run once per forward pass (not per layer).
+PASS_OPS = ("embedding", "position_embedding", "final_layernorm", "lm_head", "logits_all_gather", "sampling",
+            "pp_send_recv")
 #: Op categories of the breakdown.
 CATEGORIES = ("gemm", "attention", "moe", "norm", "elementwise", "comm", "lm_head", "sampling", "pipeline")
 
@@ -161,74 +165,50 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     wb, ab, cb = p.weight_bytes, p.act_bytes, (1.0 if cdt == "fp8" else 2.0)
     blocks: list[dict[str, np.ndarray]] = []
 
-    def gemm(name: str, cat: str, mm: np.ndarray, nn: float, kk: float, count: float, b: np.ndarray | float = 1.0
-             ) -> None:
-        mm = np.maximum(mm, 1.0)
-        op = np.where((mm <= 1) & (np.asarray(b) <= 1), "gemv", "gemm")
-        real = cb * np.asarray(b) * (mm * kk + mm * nn) + np.asarray(b) * kk * nn * wb
-        blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category=cat, count=count, op=op, dtype=cdt,
-                             b=np.broadcast_to(np.asarray(b, dtype=float), (n_scen,)), m=mm, n=float(nn), k=float(kk),
-                             bytes_actual=real))
+    def gemm(name: str, cat: str, mm: np.ndarray, nn: float, kk: float, count: float) -> None:
+        emit("compute", name, cat, count, "linear", "linear", b=1.0, m=mm, n=nn, k=kk, dtype=cdt)
 
     def elem(name: str, cat: str, elements: np.ndarray, variant: str, count: float) -> None:
-        blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category=cat, count=count, op="elementwise",
-                             dtype=adt, elements=np.maximum(elements, 1.0), variant=variant, bytes_actual=np.nan))
+        emit("compute", name, cat, count, "elementwise", "same", variant=variant, elements=elements, dtype=adt)
 
     def norm(name: str, rows: np.ndarray, count: float) -> None:
-        blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category="norm", count=count, op=m.normalization.lower(),
-                             dtype=adt, rows=rows, hidden=float(h), bytes_actual=np.nan))
+        emit("compute", name, "norm", count, m.normalization.lower(), "same", rows=rows, hidden=float(h), dtype=adt)
 
     def coll(name: str, op: str, size: np.ndarray, ranks: int, count: float, category: str = "comm") -> None:
         nodes = max(1, math.ceil(ranks / s.system.gpus_per_node))
-        blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category=category, count=count, op=op,
-                             dtype=adt,
-                             size_bytes=size, n_ranks=float(ranks), n_nodes=float(nodes), system=s.system.key,
-                             bytes_actual=np.nan))
+        emit("tp", name, category, count, op, "same", size_bytes=size, n_ranks=float(ranks), n_nodes=float(nodes),
+             dtype=adt, system=s.system.key)
 
-    # ---- one transformer layer (count = layers of the stage)
-    norm("input_layernorm", T, L)
-    gemm("attn_pre_proj", "gemm", T, (qh + 2 * kvh) * d, h, L)
-    if m.position_embedding_type == "rope" and not s.fused_rope:
-        elem("attn_rope", "elementwise", T * (qh + kvh) * d * m.rotary_percent, "rope", L)
+    def emit(part: str, name: str, category: str, count: Any, op: str, bwd: str, bwd_cols: Any = None,
+             **cols: Any) -> None:
+        """One op row per scenario (count per pass: per-layer ops x the stage's layers), with the bytes the op
+        moves in the deployment's weight-only / KV formats (``bytes_actual``) beside the 16-bit row's."""
+        del part, bwd, bwd_cols
+        per_layer = name not in PASS_OPS
+        cnt = np.broadcast_to(np.asarray(count, dtype=np.float64) * (L if per_layer else 1.0), (n_scen,))
+        if op in ("linear", "gemm"):
+            mm = np.maximum(np.asarray(cols["m"], dtype=np.float64), 1.0)
+            bb = np.asarray(cols.get("b", 1.0), dtype=np.float64)
+            weights = 1.0 if op == "linear" else bb  # a grouped GEMM reads each expert's weights
+            cols = {**cols, "m": mm, "b": np.broadcast_to(bb, (n_scen,)),
+                    "bytes_actual": cb * bb * (mm * cols["k"] + mm * cols["n"]) + weights * cols["k"] * cols["n"] * wb}
+        elif op == "elementwise":
+            cols = {**cols, "elements": np.maximum(np.asarray(cols["elements"], dtype=np.float64), 1.0)}
+        cols.setdefault("bytes_actual", np.nan)
+        blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category=category, count=cnt, op=op, **cols))
+
+    # ---- one transformer layer (count = layers of the stage): the ops training uses too
     kv_att = cached_tokens(m, kvn)
     # decode kernels that run one thread block per query head (masked MHA) read a KV head once per query head
     kv_read = np.where((qn <= 1) & (s.attention_kernel == "per_query_head"), float(qh), float(kvh))
     att_row_bytes = cb * B * d * (2.0 * qn * qh + 2.0 * kv_att * kv_read)
     att_real = B * d * (2.0 * qn * qh * ab + 2.0 * kv_att * kv_read * p.kv_bytes)
-    blocks.append(_block(n_scen, scenario=scen, phase=ph, name="attention", category="attention", count=L, op="attention",
-                         dtype=cdt, batch=B, heads=float(qh), kv_heads=kv_read, q_len=qn, kv_len=kv_att,
-                         head_dim=float(d), causal=(qn > 1).astype(float),
-                         bytes_actual=np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real)))
-    gemm("attn_post_proj", "gemm", T, h, qh * d, L)
-    n_ar = 1 if m.parallel_attn else 2
-    if tp > 1:
-        coll("tp_all_reduce", "all_reduce", T * h * ab, tp, L * n_ar)
-    if not m.parallel_attn or m.parallel_attn_norms > 1:
-        norm("post_attention_layernorm", T, L)
-    elem("add", "elementwise", T * h, "add", L * (1 if m.parallel_attn else 2))
-    f = expert_ffn(m) / tp
-    up = (2 if m.gated else 1) * f
-    act = "swiglu" if m.gated else ("relu" if m.activation == "relu" else "gelu")
-    if m.is_moe:
-        E, k = float(m.num_experts), float(m.moe_router_topk)
-        active = E * -np.expm1(T * np.log1p(-k / E))  # expected distinct experts hit by T tokens x top-k
-        active = np.clip(np.round(active), 1, E)
-        per = T * k / active
-        gemm("moe_router", "moe", T, E, h, L)
-        elem("moe_permute", "moe", 2 * T * k * h, "copy", L)
-        # the active experts' GEMMs as one grouped GEMM (one launch, each expert's weights read once)
-        gemm("mlp_up_proj", "moe", per, up, h, L, b=active)
-        elem("mlp_act", "elementwise", T * k * f, act, L)
-        gemm("mlp_down_proj", "moe", per, h, f, L, b=active)
-        if m.moe_shared_expert_intermediate_size:  # an always-active dense expert beside the routed ones
-            fs = m.moe_shared_expert_intermediate_size / tp
-            gemm("shared_expert_up_proj", "moe", T, (2 if m.gated else 1) * fs, h, L)
-            elem("shared_expert_act", "elementwise", T * fs, act, L)
-            gemm("shared_expert_down_proj", "moe", T, h, fs, L)
-    else:
-        gemm("mlp_up_proj", "gemm", T, up, h, L)
-        elem("mlp_act", "elementwise", T * f, act, L)
-        gemm("mlp_down_proj", "gemm", T, h, f, L)
+    attention = {"batch": B, "heads": float(qh), "kv_heads": kv_read, "q_len": qn, "kv_len": kv_att,
+                 "head_dim": float(d), "causal": (qn > 1).astype(float), "dtype": cdt,
+                 "bytes_actual": np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real)}
+    forward_layer_ops(m, emit, tokens=T, tp=tp, gemm_dtype=cdt, act_dtype=adt, act_bytes=ab, attention=attention,
+                      tp_nodes=max(1, math.ceil(tp / s.system.gpus_per_node)), system=s.system.key,
+                      fused_rope=s.fused_rope, dense_count=0.0 if m.is_moe else 1.0, moe_count=1.0 if m.is_moe else 0.0)
     # ---- once per pass on the bottleneck stage (pp = 1: both ends)
     elem("embedding", "elementwise", T * h, "copy", 1.0)
     if m.position_embedding_type == "learned_absolute":  # GPT-2/MPT-style learned positions added to the input
@@ -242,6 +222,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     if s.pp > 1:
         coll("pp_send_recv", "send_recv", T * h * ab, 2, 1.0, category="pipeline")
     table = pd.concat([pd.DataFrame(b) for b in blocks], ignore_index=True, sort=False)
+    table = table[table["count"].to_numpy(dtype=np.float64) > 0].copy()
     table["device"] = s.device.key
     return table.sort_values(["scenario"], kind="stable").reset_index(drop=True)
 

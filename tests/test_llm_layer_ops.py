@@ -1,0 +1,69 @@
+"""One forward-layer op builder for training and inference: the same layer gives the same forward ops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.hardware.catalog import default_catalog
+from hybrid.workloads.llm.config import TrainingConfig
+from hybrid.workloads.llm.costing import _layer_rows, resolve_target
+from hybrid.workloads.llm.inference import make_setup, pass_ops
+from hybrid.workloads.llm.layer_ops import forward_layer_ops, moe_routing
+from hybrid.workloads.llm.model import load_model
+
+SHAPE = ["op", "b", "m", "n", "k", "elements", "variant", "rows", "hidden", "size_bytes", "n_ranks"]
+
+
+def _shapes(df: pd.DataFrame) -> list[tuple]:
+    cols = [c for c in SHAPE if c in df.columns]
+    out = pd.DataFrame({c: (df[c].astype(float).fillna(-1.0) if pd.api.types.is_numeric_dtype(df[c]) else df[c].fillna("").astype(str))
+                        for c in cols})
+    out["count"] = df["count"].to_numpy(dtype=float)
+    out = out.groupby(cols)["count"].sum().reset_index()
+    return sorted(tuple(r) for r in out.itertuples(index=False))
+
+
+@pytest.mark.parametrize("name,tp", [("llama2-7b", 2), ("mixtral-8x7b", 2), ("gptj-6b", 1)])
+def test_training_forward_rows_are_the_inference_prefill_rows(name, tp):
+    """A training microbatch of one 2048-token sequence and an inference prefill of it run the same layer ops
+    (linear GEMMs, norms, RoPE, activation, residual adds, MoE routing, TP all-reduce) with the same shapes."""
+    model = load_model(name)
+    cat = default_catalog()
+    cfg = TrainingConfig(gpus=tp, global_batch=1, micro_batch=1, tp=tp, seq_length=2048, dtype="fp16", dropout=False)
+    keys = pd.DataFrame({"tp": [tp], "cp": [1], "ep": [1], "mb": [1], "sp": [False]})
+    tgt = resolve_target("A100", cat, "fp16")
+    train = _layer_rows(model, cfg, keys, tgt)
+    layer = train[train["role"].isin(["f", "tpf"]) & (train["op"] != "attention")].copy()
+    s = make_setup(name, "A100", tp=tp)
+    inf = pass_ops(s, np.array([2048.0]), np.array([1.0]), np.array([2048.0]), np.array([2048.0]))
+    per_layer = inf[~inf["name"].isin(["embedding", "position_embedding", "final_layernorm", "lm_head",
+                                       "logits_all_gather", "sampling", "attention"])].copy()
+    per_layer["count"] = per_layer["count"] / model.num_layers
+    assert _shapes(layer) == _shapes(per_layer)
+
+
+def test_builder_emits_each_op_once_with_its_backward_kind():
+    ops: list[tuple] = []
+
+    def emit(part, name, category, count, op, bwd, bwd_cols=None, **cols):
+        ops.append((part, name, op, bwd))
+
+    model = load_model("qwen3-235b-a22b")
+    forward_layer_ops(model, emit, tokens=np.array([64.0]), tp=4, gemm_dtype="bf16", act_dtype="bf16", act_bytes=2,
+                      attention=None, ep=np.array([2]), dense_count=0.0, moe_count=1.0)
+    names = [o[1] for o in ops]
+    assert len(names) == len(set(names))  # one row per op
+    assert {"attn_qk_norm", "moe_router", "moe_permute", "ep_all_to_all", "tp_all_reduce"} <= set(names)
+    kinds = {o[1]: o[3] for o in ops}
+    assert kinds["attn_pre_proj"] == "linear" and kinds["mlp_up_proj"] == "experts" and kinds["add"] == "same"
+
+
+def test_moe_routing_expected_experts_and_tokens():
+    # a training batch hits every expert: E/ep local experts of T k ep / E tokens each
+    local, per = moe_routing(np.array([4096.0]), 64, 2, np.array([4]))
+    assert local[0] == 16 and per[0] == 4096 * 2 * 4 / 64
+    # one decode token hits exactly top-k experts; 8 tokens on Mixtral hit E (1 - (6/8)^8) = 7.2 -> 7
+    l1, p1 = moe_routing(np.array([1.0, 8.0]), 8, 2)
+    assert l1.tolist() == [2.0, 7.0] and p1[0] == 1.0 and p1[1] == np.floor(16 / 7)
