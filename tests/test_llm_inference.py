@@ -373,3 +373,25 @@ def test_fused_rope_drops_the_separate_rotary_kernel_only():
     saved = float((rope["time_us"] * rope["count"])[rope["phase"] == "prefill"].sum()) / 1e3
     assert saved > 0 and a.ttft_ms - b.ttft_ms == pytest.approx(saved, rel=1e-6)
     assert set(a.ops["name"]) - set(b.ops["name"]) == {"attn_rope"}
+
+
+def test_memory_table_matches_one_plan_per_configuration():
+    """The vectorised memory table (one bisection over all rows) gives each configuration's plan."""
+    from hybrid.workloads.llm.kv_cache import memory_table
+
+    m, fp16 = resolve_model("llama2-70b"), Precision("fp16")
+    batch, inp, out = np.array([1, 64, 4096, 300]), np.array([128, 2048, 2048, 100]), np.array([128, 2048, 128, 1])
+    tab = memory_table(m, fp16, 80 * 2**30, batch=batch, input_len=inp, output_len=out, tp=4)
+    for i in range(len(batch)):
+        one = memory_plan(m, fp16, 80 * 2**30, batch=int(batch[i]), input_len=int(inp[i]), output_len=int(out[i]), tp=4)
+        assert tab["max_batch"].iloc[i] == one.max_batch and tab["fits"].iloc[i] == one.fits
+        assert tab["reason"].iloc[i] == one.reason
+        # max_batch is the largest batch that fits: it fits, one more does not
+        if one.max_batch:
+            kw = dict(input_len=int(inp[i]), output_len=int(out[i]), tp=4)
+            assert memory_plan(m, fp16, 80 * 2**30, batch=one.max_batch, **kw).fits
+            assert not memory_plan(m, fp16, 80 * 2**30, batch=one.max_batch + 1, **kw).fits
+    assert not tab["fits"].iloc[2] and "holds at most batch" in tab["reason"].iloc[2]
+    # weights alone: Llama-2-70B on one 80 GB GPU
+    alone = memory_table(m, fp16, 80 * 2**30, batch=np.array([1]), input_len=np.array([8]), output_len=np.array([8]))
+    assert alone["max_batch"].iloc[0] == 0 and "weights alone" in alone["reason"].iloc[0]

@@ -50,6 +50,7 @@ from hybrid.workloads.llm.kv_cache import (
     check_parallel,
     kv_heads_per_rank,
     memory_plan,
+    memory_table,
 )
 from hybrid.workloads.llm.layer_ops import forward_layer_ops
 from hybrid.workloads.llm.model import TransformerConfig
@@ -534,13 +535,19 @@ def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.
         out[f"{key}tpot_ms"] = dec / np.maximum(output_len - 1, 1) / 1e3
         out[f"{key}latency_ms"] = lat / 1e3
         out[f"{key}output_tokens_per_s_per_gpu"] = batch * output_len / (lat / 1e6) / gpus
-    plans = [memory_plan(s.model, s.precision, s.device.mem_capacity, batch=int(b), input_len=int(i),
-                         output_len=int(o), tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib)
-             for s, b, i, o in zip(setups, batch, input_len, output_len, strict=True)]
     res = pd.DataFrame(out)
-    res["max_batch"] = [p.max_batch for p in plans]
-    res["fits"] = [p.fits for p in plans]
-    res["memory_reason"] = [p.reason for p in plans]
+    res["max_batch"], res["fits"], res["memory_reason"] = 0, False, ""
+    group = pd.factorize(pd.Series([(_setup_key(s), s.reserve_gib) for s in setups], dtype=object))[0]
+    for gi in np.unique(group):  # one vectorised memory table per distinct deployment
+        rows = np.flatnonzero(group == gi)
+        s = setups[int(rows[0])]
+        mem = memory_table(s.model, s.precision, s.device.mem_capacity, batch=batch[rows], input_len=input_len[rows],
+                           output_len=output_len[rows], tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib)
+        res.loc[rows, "max_batch"] = mem["max_batch"].to_numpy()
+        res.loc[rows, "fits"] = mem["fits"].to_numpy()
+        res.loc[rows, "memory_reason"] = mem["reason"].to_numpy()
+    res["max_batch"] = res["max_batch"].astype(np.int64)
+    res["fits"] = res["fits"].astype(bool)
     return res
 
 

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from hybrid.errors import InvalidInputError
 from hybrid.workloads.llm.dims import expert_ffn
@@ -129,57 +130,83 @@ class MemoryPlan:
                 "max_batch": self.max_batch, "fits": self.fits, "reason": self.reason}
 
 
-def memory_plan(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int, input_len: int,
-                output_len: int, tp: int = 1, pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB,
-                prefill_tokens: int | None = None) -> MemoryPlan:
-    """Memory for ``batch`` requests of ``input_len + output_len`` tokens (static batching: all prefilled at once,
-    or at most ``prefill_tokens`` tokens per forward pass) and the largest batch that fits."""
-    for name, v in (("batch", batch), ("input_len", input_len), ("output_len", output_len)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+def _gib(x: np.ndarray) -> np.ndarray:
+    return np.char.add(np.char.mod("%.1f", np.asarray(x, dtype=np.float64) / GIB), " GiB")
+
+
+def memory_table(model: TransformerConfig, precision: Precision, capacity: float, *, batch: np.ndarray,
+                 input_len: np.ndarray, output_len: np.ndarray, tp: int = 1, pp: int = 1,
+                 reserve_gib: float = DEFAULT_RESERVE_GIB, prefill_tokens: int | None = None) -> pd.DataFrame:
+    """Memory for many configurations of one deployment at once (arrays of batch, input and output lengths): the
+    columns of :class:`MemoryPlan` per row. The largest batch is found by a vectorised bisection (memory grows
+    with the batch)."""
+    bt, inp, out = (np.asarray(x, dtype=np.int64).reshape(-1) for x in (batch, input_len, output_len))
+    for name, v in (("batch", bt), ("input_len", inp), ("output_len", out)):
+        if (v < 1).any():
+            raise InvalidInputError(f"{name} must be a positive integer, got {int(v.min())}")
     if reserve_gib < 0:
         raise InvalidInputError(f"reserve must be >= 0 GiB, got {reserve_gib}")
     check_parallel(model, tp, pp)
     w = weight_bytes_per_gpu(model, precision, tp, pp)
     per_tok = kv_bytes_per_token(model, precision, tp, pp)
-    per_req = per_tok * float(cached_tokens(model, input_len + output_len))
+    per_req = per_tok * cached_tokens(model, inp + out)
     reserve = reserve_gib * GIB
     micro = max(1, pp)  # microbatches in flight share the stage's memory; the batch is what is cached
 
-    def act(b: float | np.ndarray) -> np.ndarray:
-        tokens = np.asarray(b, dtype=np.float64) * input_len / micro
+    def act(b: np.ndarray) -> np.ndarray:
+        tokens = np.asarray(b, dtype=np.float64) * inp / micro
         if prefill_tokens:
             tokens = np.minimum(tokens, prefill_tokens)
-        return activation_bytes(model, precision, np.maximum(tokens, input_len), np.asarray(b) / micro, tp)
+        return activation_bytes(model, precision, np.maximum(tokens, inp), np.asarray(b) / micro, tp)
 
     free = capacity - reserve - w
-    # largest b with b * per_req + act(b) <= free (act is increasing in b): solve on a doubling grid then bisect
-    if free <= 0 or per_req + float(act(1)) > free:
-        max_b = 0
-    else:
-        lo, hi = 1, 2
-        while hi * per_req + float(act(hi)) <= free and hi < 1 << 24:
-            lo, hi = hi, hi * 2
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if mid * per_req + float(act(mid)) <= free else (lo, mid)
-        max_b = lo
-    kv = batch * per_req
-    a = float(act(batch))
-    fits = w + kv + a + reserve <= capacity
-    gib = lambda x: f"{x / GIB:.1f} GiB"  # noqa: E731
-    if fits:
-        reason = f"fits: {gib(w + kv + a + reserve)} of {gib(capacity)} per GPU"
-    elif w + reserve > capacity:
-        reason = (f"weights alone need {gib(w)} per GPU (+{gib(reserve)} reserve) of {gib(capacity)}; "
-                  f"use more tensor/pipeline parallelism or smaller weights")
-    elif max_b == 0:
-        reason = (f"one request's KV cache ({gib(per_req)}) and activations do not fit beside {gib(w)} of weights "
-                  f"in {gib(capacity)}")
-    else:
-        reason = (f"batch {batch} needs {gib(kv)} of KV cache + {gib(a)} of activations beside {gib(w)} of "
-                  f"weights; {gib(capacity)} per GPU holds at most batch {max_b}")
-    return MemoryPlan(capacity, w, kv, a, reserve, per_tok, per_req, int(max_b), bool(fits), reason)
+    need = lambda b: b * per_req + act(b)  # noqa: E731  (increasing in b)
+    lo = np.where((free > 0) & (need(np.ones_like(inp)) <= free), 1, 0)
+    hi = np.full_like(lo, 1 << 24)
+    hi = np.where(need(hi) <= free, hi + 1, hi)  # the cap itself fits: report it
+    for _ in range(25):  # bisection on every row at once: need(lo) <= free < need(hi)
+        mid = (lo + hi) // 2
+        ok = need(np.maximum(mid, 1)) <= free
+        lo, hi = np.where(ok & (lo > 0), mid, lo), np.where(ok & (lo > 0), hi, mid)
+    max_b = np.where(lo > 0, np.minimum(lo, 1 << 24), 0)
+    kv = bt * per_req
+    a = act(bt)
+    total = w + kv + a + reserve
+    fits = total <= capacity
+    cap = np.full(len(bt), capacity)
+    reason = np.where(
+        fits, np.char.add(np.char.add(np.char.add("fits: ", _gib(total)), " of "), np.char.add(_gib(cap), " per GPU")),
+        np.where(w + reserve > capacity,
+                 f"weights alone need {_gib(np.array([w]))[0]} per GPU (+{_gib(np.array([reserve]))[0]} reserve) "
+                 f"of {_gib(np.array([capacity]))[0]}; use more tensor/pipeline parallelism or smaller weights",
+                 np.where(max_b == 0,
+                          np.char.add(np.char.add("one request's KV cache (", _gib(per_req)),
+                                      f") and activations do not fit beside {_gib(np.array([w]))[0]} of weights in "
+                                      f"{_gib(np.array([capacity]))[0]}"),
+                          np.char.add(np.char.add(np.char.add(np.char.add(np.char.add(
+                              np.char.add("batch ", bt.astype(str)), " needs "), _gib(kv)), " of KV cache + "),
+                              _gib(a)), np.char.add(f" of activations beside {_gib(np.array([w]))[0]} of weights; "
+                                                    f"{_gib(np.array([capacity]))[0]} per GPU holds at most batch ",
+                                                    max_b.astype(str))))))
+    return pd.DataFrame({"capacity": cap, "weights": w, "kv_cache": kv.astype(np.float64), "activations": a,
+                         "reserve": reserve, "kv_per_token": per_tok, "kv_per_request": per_req,
+                         "max_batch": max_b.astype(np.int64), "fits": fits, "reason": reason.astype(object)})
+
+
+def memory_plan(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int, input_len: int,
+                output_len: int, tp: int = 1, pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB,
+                prefill_tokens: int | None = None) -> MemoryPlan:
+    """Memory for ``batch`` requests of ``input_len + output_len`` tokens (static batching: all prefilled at once,
+    or at most ``prefill_tokens`` tokens per forward pass) and the largest batch that fits
+    (:func:`memory_table` for one configuration)."""
+    for name, v in (("batch", batch), ("input_len", input_len), ("output_len", output_len)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+    r = memory_table(model, precision, capacity, batch=np.array([batch]), input_len=np.array([input_len]),
+                     output_len=np.array([output_len]), tp=tp, pp=pp, reserve_gib=reserve_gib,
+                     prefill_tokens=prefill_tokens).iloc[0]
+    return MemoryPlan(float(r.capacity), float(r.weights), float(r.kv_cache), float(r.activations), float(r.reserve),
+                      float(r.kv_per_token), float(r.kv_per_request), int(r.max_batch), bool(r.fits), str(r.reason))
 
 
 def max_context(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int = 1, tp: int = 1, pp: int = 1,
