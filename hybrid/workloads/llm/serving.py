@@ -220,13 +220,10 @@ class StepCosts:
             (DB.ravel(), DB.ravel(), np.ones(DB.size), DC.ravel()),  # decode attention
             (PC.ravel(), np.ones(PC.size), PC.ravel(), PX.ravel()),  # prefill attention (one chunk)
         ]
-        frames, off = [], 0
-        for i, (t, b, q, kv) in enumerate(parts):
-            f = pass_ops(s, t, b, q, kv, phase=f"part{i}")
-            f["scenario"] += off
-            off += len(t)
-            frames.append(f)
-        costed = cost_ops(pd.concat(frames, ignore_index=True), cost_model, s.catalog)
+        cat = [np.concatenate([p[j] for p in parts]) for j in range(4)]
+        phase = np.concatenate([np.full(len(p[0]), f"part{i}", dtype=object) for i, p in enumerate(parts)])
+        off = len(phase)
+        costed = cost_ops(pass_ops(s, *cat, phase=phase), cost_model, s.catalog)
         t_all = costed["time_us"].to_numpy() * costed["count"].to_numpy()
         name = costed["name"].to_numpy()
         ph = costed["phase"].to_numpy()
