@@ -395,3 +395,16 @@ def test_memory_table_matches_one_plan_per_configuration():
     # weights alone: Llama-2-70B on one 80 GB GPU
     alone = memory_table(m, fp16, 80 * 2**30, batch=np.array([1]), input_len=np.array([8]), output_len=np.array([8]))
     assert alone["max_batch"].iloc[0] == 0 and "weights alone" in alone["reason"].iloc[0]
+
+
+def test_cli_infer_pipeline_breakdown_sums_to_its_totals(capsys):
+    code, out, _ = run(capsys, "llm", "infer", "llama2-70b", "--device", "A100", "--tp", "2", "--pp", "2", "--batch",
+                       "8", "--input", "256", "--output", "16", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert sum(d["breakdown_ms"]["prefill"].values()) == pytest.approx(d["ttft_ms"], rel=1e-9)
+    assert sum(d["breakdown_ms"]["decode"].values()) == pytest.approx(d["latency_ms"] - d["ttft_ms"], rel=1e-9)
+    assert "pipeline" in d["breakdown_ms"]["prefill"] and any("on the engine" in n for n in d["notes"])
+    code, text, _ = run(capsys, "llm", "infer", "llama2-70b", "--device", "A100", "--tp", "2", "--pp", "2", "--batch",
+                        "8", "--input", "256", "--output", "16")
+    assert code == 0 and "pipeline schedule (closed form" in text

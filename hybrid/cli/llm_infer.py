@@ -108,6 +108,9 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
             tot = sum(cats.values()) or 1.0
             click.echo(f"{phase:>8}: " + ", ".join(f"{c} {v:.1f} ms ({100 * v / tot:.0f}%)"
                                                    for c, v in sorted(cats.items(), key=lambda kv: -kv[1])))
+        for note in res.notes:
+            if note.startswith("pipeline"):  # the schedule the totals use, and the engine's run of it
+                click.echo(note)
         if show_ops:
             b = boundedness(res)
             echo_table([(r["phase"], r["name"], r["op"], int(r["count"]), r["intensity"], r["time_us"], r["roofline_us"],
