@@ -254,6 +254,7 @@ def test_bench_without_torch_names_the_extra(monkeypatch):
     for args in (["bench", "dlrm", CONFIG], ["bench", "campaign", "/nonexistent/out"]):
         rc, out, err = cli(args)
         assert rc == 2 and "pip install 'hybrid-perf[profile]'" in err and len(err.strip().splitlines()) == 1
+        assert f"`hybrid bench {args[1]}` needs PyTorch" in err  # the one helper, naming the command
 
 
 def test_bench_validate_says_what_it_is_doing(tmp_path):
