@@ -175,3 +175,21 @@ def test_model_parallel_bottom_mlp_runs_on_one_rank_with_the_global_batch():
     assert _time_ms(one)[0] == pytest.approx(_time_ms(one.with_(bottom_mlp_placement="data_parallel"))[0])
     with pytest.raises(InvalidInputError, match="bottom_mlp_placement"):
         dle.with_(bottom_mlp_placement="pipeline")
+
+
+def test_variants_are_dlrm_configs_not_a_copy_of_their_fields():
+    from dataclasses import fields
+
+    from hybrid.workloads.dlrm_variants import VARIANTS
+
+    own = {f.name for f in fields(next(iter(VARIANTS.values())))}
+    assert own == {"name", "description", "source", "config"}  # model fields live in the DLRMConfig only
+    for name, v in VARIANTS.items():
+        assert isinstance(v.config, DLRMConfig)
+        built = dlrm_variant(name, gpus=16, dtype="fp16")
+        # everything the model is comes from the variant's config; only the job fields were overridden
+        assert built.with_(gpus=v.config.gpus, dtype=v.config.dtype, embedding_dtype=v.config.embedding_dtype,
+                           extra={}) == v.config.with_(extra={})
+        assert built.gpus == 16 and built.dtype == "fp16" and built.embedding_dtype == "fp16"
+    assert VARIANTS["dle-small"].config.bottom_mlp_placement == "model_parallel"
+    assert VARIANTS["mlperf-dcnv2"].config.optimizer == "adagrad"
