@@ -10,27 +10,19 @@ import pandas as pd
 import pytest
 
 from hybrid.data.importers import IMPORTERS, DataImportWarning, import_neusight
-from hybrid.data.paths import public_data_dir
 from hybrid.errors import ImportFormatError, SchemaError, UnknownDeviceError
 from hybrid.ops.families import FAMILIES
-
-_DATA = public_data_dir(required=False)
-FILES = IMPORTERS["neusight"].find(_DATA) if _DATA else []
-
-
-def _rel(p: Path) -> str:
-    return p.relative_to(_DATA).as_posix() if _DATA else str(p)
 
 
 def test_registry_finds_all_neusight_kernel_files(shared_datasets):
     files = IMPORTERS["neusight"].find(shared_datasets)
-    names = {_rel(p) for p in files}
+    names = {p.relative_to(shared_datasets).as_posix() for p in files}
     assert len(files) == 34  # 39 CSVs minus the 5 convolution-only collections
     assert "neusight/e2e_labels_dev.csv" not in names  # end-to-end labels are not kernel tables
     assert any("dataset_amd" in n for n in names) and any("test-dev" in n for n in names)
 
 
-@pytest.mark.parametrize("path", FILES, ids=_rel)
+@pytest.mark.data_files("neusight")
 def test_every_file_imports_with_plausible_values(path, catalog):
     raw = pd.read_csv(path)
     with warnings.catch_warnings(record=True) as caught:
