@@ -109,8 +109,8 @@ def map_device(name: str, catalog: Catalog) -> str | None:
 
 def node_system(catalog: Catalog, device: str, gpn: int) -> tuple[Catalog, str, str | None]:
     """A catalog system for ``gpn`` GPUs of ``device`` per node (an existing one, else a generic node: NVLink for
-    SXM parts, PCIe otherwise; NICs :data:`DEFAULT_NIC_BW` per GPU), and the measured system whose collective
-    curves stand in for it (or None: alpha-beta)."""
+    SXM parts, PCIe for PCIe cards, NVLink-bridged ones included; NICs :data:`DEFAULT_NIC_BW` per GPU), and the
+    measured system whose collective curves stand in for it (or None: alpha-beta)."""
     dev = catalog.devices[device]
     family = "H100" if device.startswith("H100") else "A100" if device.startswith("A100-SXM") else device
     stand_in = COLLECTIVE_STAND_IN.get((family, gpn))
@@ -120,7 +120,9 @@ def node_system(catalog: Catalog, device: str, gpn: int) -> tuple[Catalog, str, 
     key = f"{device}-x{gpn}-node"
     if key in catalog.systems:
         return catalog, key, stand_in
-    nvlink = dev.link_bw > 0 and "PCIE" not in device.upper()
+    # a GPU-to-GPU fabric for the whole node: NVLink/NVSwitch on SXM parts; a PCIe card's NVLink *bridge* joins
+    # pairs (or 4) of cards only, so its node-wide collectives run over PCIe
+    nvlink = dev.link_bw > 0 and "PCIE" not in device.upper() and "bridge" not in dev.link_name.lower()
     intra = dev.link_bw if nvlink else PCIE_X16_BW.get(int(dev.pcie_gen or 4), PCIE_X16_BW[4])
     system = System(key=key, device=device, gpus_per_node=gpn, intra_bw=intra, inter_bw=DEFAULT_NIC_BW,
                     source="generic node built by experiments/dlrm_gpu (not a datasheet entry)",
