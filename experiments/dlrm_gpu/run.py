@@ -78,7 +78,7 @@ HUGECTR_GROUPED_WGRAD = 1 << 40
 #: Zipf exponents tried for the Criteo category counts behind the hybrid embedding split (fitted on one round).
 ZIPF_GRID = (0.0, 0.6, 0.8, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.4, 1.6)
 #: Exponent used when no fit round is available (the value the default fit round, v1.0, selects; results.md).
-DEFAULT_ZIPF_ALPHA = 1.0
+DEFAULT_ZIPF_ALPHA = 0.6
 
 
 def family_overheads(family: str) -> Overheads | None:
@@ -492,7 +492,8 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
     L += ["", "## Per system", ""] + table_lines(runs, "system_label")
     L += ["", "## Fitted framework constants (us)", "",
           "Fitted with `Overheads.fit_report(..., fit=('launch_us', 'iteration_us'))`: log error of the iteration "
-          "+ a weak prior at the engine defaults (launch 15 us, iteration 100 us); `se` from the Jacobian; "
+          "+ a weak prior at the family's host overheads (engine defaults, launch 15 us and iteration 100 us; "
+          "HugeCTR: its CUDA-graph values, launch 1 us, iteration 20 us); `se` from the Jacobian; "
           "`identified` = the data determine it (se < half the value). Unidentified constants are the prior's.", "",
           "| family | fit runs (systems) | kernel model chosen on the fit round | launch_us (se, identified) | "
           "iteration_us (se, identified) | median abs log error |",

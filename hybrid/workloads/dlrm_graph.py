@@ -531,6 +531,13 @@ def build_dlrm_graph(
                     dp_bwd[r] = g.kernel(
                         r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
                         emb(grp, "bwd", "dense_sgd"), deps=[inter_bwd[r]])
+        if hybrid_embedding is not None and R > 1 and dp_bwd:
+            # HugeCTR reduces the frequent embeddings' gradients in its grouped weight-gradient buffer, in the
+            # same all-reduce as the dense layers
+            nonlocal pending_bytes
+            pending.append(dict(dp_bwd))
+            pending_bytes += vol.dp_grad_bytes
+            return
         remaining = vol.dp_grad_bytes if R > 1 else 0.0
         while remaining > 0:
             chunk = min(remaining, bucket_bytes)
