@@ -63,6 +63,9 @@ def test_multi_node_iteration_exchanges_less_and_crosses_nodes_per_rail():
     assert set(a2a.loc[a2a["n_ranks"] == 4, "n_nodes"]) == {4}
     assert float(hy.volumes.input_send.max()) == 0.0  # the reader hands every GPU the keys: no index exchange
     assert hy.volumes.dp_grad_bytes < 5e6 < mp.volumes.row_wise_bytes  # only frequent rows are all-reduced
+    names = hy.graph.compile().names
+    # the frequent rows' gradients ride in the dense all-reduce (HugeCTR's grouped buffer), not one of their own
+    assert not any("dp tables" in n for n in names) and any("dp tables" in n for n in mp.graph.compile().names)
     t_mp = simulate(mp.graph.compile(), None, Overheads.zero()).iteration_us
     t_hy = simulate(hy.graph.compile(), None, Overheads.zero()).iteration_us
     assert t_hy < 0.5 * t_mp
