@@ -1,8 +1,10 @@
 """Shared fixtures: the real public datasets beside the checkout, and an isolated MLflow/tmp environment.
 
-Tests that need data the checkout may lack (``../shared/datasets``, a committed profile bundle) call
+Tests that need data the checkout may lack (``../shared/datasets``, a committed profile bundle) use the
+``shared_datasets`` fixture, the ``data_files(fmt)`` marker (one case per data file) or call
 :func:`skip_or_fail`: on a developer's machine they skip; in CI (``CI`` set to a true value, as GitHub Actions
-and most CI systems do) a missing dataset is a failure, so a broken data mount cannot pass silently.
+and most CI systems do) a missing dataset is a failure, so a broken data mount cannot pass silently. Only
+pytest's public hooks and markers are used (``pytest_generate_tests``, ``pytest_runtest_setup``).
 """
 
 from __future__ import annotations
@@ -29,25 +31,35 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In CI, a test parametrized over data files that found none (pytest's "got empty parameter set" skip)
-    fails instead of skipping."""
-    if not in_ci():
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "data_files(fmt): parametrize the test's `path` argument over every public "
+                            "data file of importer format `fmt` (none found: skip locally, fail in CI)")
+    config.addinivalue_line("markers", "missing_data(reason): the data this test needs is missing "
+                            "(skip locally, fail in CI)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``@pytest.mark.data_files(fmt)``: one test per data file of importer ``fmt``; when there are none, a single
+    ``no-data`` case marked ``missing_data`` (pytest's own empty parameter set would always skip)."""
+    marker = metafunc.definition.get_closest_marker("data_files")
+    if marker is None:
         return
-    for item in items:
-        empty = [m for m in item.own_markers
-                 if m.name == "skip" and "empty parameter set" in str(m.kwargs.get("reason", ""))]
-        if empty:
-            item.own_markers = [m for m in item.own_markers if m not in empty]
-            reason = str(empty[0].kwargs["reason"]).split(",")[0]
-            item.user_properties.append(("missing_data", reason))
+    from hybrid.data.importers import IMPORTERS
+
+    fmt = marker.args[0]
+    root = public_data_dir(required=False)
+    files = IMPORTERS[fmt].find(root) if root is not None else []
+    if files:
+        metafunc.parametrize("path", files, ids=[p.relative_to(root).as_posix() for p in files])
+    else:
+        reason = f"no {fmt} data files (public datasets not available: set HYBRID_DATA_DIR)"
+        metafunc.parametrize("path", [pytest.param(None, id="no-data", marks=pytest.mark.missing_data(reason))])
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    reason = dict(item.user_properties).get("missing_data")
-    if reason:
-        pytest.fail(f"{reason}: no data files found (CI=true: required data must be present)", pytrace=False)
+    marker = item.get_closest_marker("missing_data")
+    if marker is not None:
+        skip_or_fail(marker.args[0])
 
 
 @pytest.fixture(scope="session")

@@ -175,3 +175,39 @@ def test_model_parallel_bottom_mlp_runs_on_one_rank_with_the_global_batch():
     assert _time_ms(one)[0] == pytest.approx(_time_ms(one.with_(bottom_mlp_placement="data_parallel"))[0])
     with pytest.raises(InvalidInputError, match="bottom_mlp_placement"):
         dle.with_(bottom_mlp_placement="pipeline")
+
+
+def test_variants_are_dlrm_configs_not_a_copy_of_their_fields():
+    from dataclasses import fields
+
+    from hybrid.workloads.dlrm_variants import VARIANTS
+
+    own = {f.name for f in fields(next(iter(VARIANTS.values())))}
+    assert own == {"name", "description", "source", "config"}  # model fields live in the DLRMConfig only
+    for name, v in VARIANTS.items():
+        assert isinstance(v.config, DLRMConfig)
+        built = dlrm_variant(name, gpus=16, dtype="fp16")
+        # everything the model is comes from the variant's config; only the job fields were overridden
+        assert built.with_(gpus=v.config.gpus, dtype=v.config.dtype, embedding_dtype=v.config.embedding_dtype,
+                           extra={}) == v.config.with_(extra={})
+        assert built.gpus == 16 and built.dtype == "fp16" and built.embedding_dtype == "fp16"
+    assert VARIANTS["dle-small"].config.bottom_mlp_placement == "model_parallel"
+    assert VARIANTS["mlperf-dcnv2"].config.optimizer == "adagrad"
+
+
+def test_gpu_benchmark_maps_hugectr_rounds_and_bridged_pcie_cards(catalog):
+    bench = _gpu_bench()
+    rows = pd.DataFrame({
+        "mlperf_version": ["v0.7", "v2.1", "v2.1"], "org": ["NVIDIA"] * 3, "system": ["a", "b", "c"],
+        "accelerator": ["NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A30"], "nodes": [1, 14, 1],
+        "acc_per_node": [8, 8, 8], "global_batch_size": [55296, 71680, 27648],
+        "median_ms_per_iteration": [2.7, 0.56, 5.4],
+        "framework": ["Merlin HugeCTR", "merlin_hugectr NVIDIA Release 22.04", "PyTorch NVIDIA Release 22.04"]})
+    runs, skipped = bench.map_mlperf(rows, catalog)
+    assert not skipped and runs["hybrid_emb"].tolist() == [False, True, False]  # hybrid embedding: HugeCTR >= v1.0
+    cat, key, _ = bench.node_system(catalog, "A30", 8)
+    s = cat.systems[key]
+    assert s.intra_fabric == "PCIe" and s.intra_bw < 40e9  # an NVLink bridge joins pairs, not the 8-GPU node
+    cat, key, _ = bench.node_system(catalog, "A100-SXM4-80GB", 8)
+    assert cat.systems[key].intra_bw >= 300e9
+    assert bench.family_overheads("hugectr").kernel_launch_us <= 1.0 and bench.family_overheads("pytorch") is None

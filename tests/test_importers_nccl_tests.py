@@ -9,17 +9,11 @@ from pathlib import Path
 import pytest
 
 from hybrid.data.importers import IMPORTERS, DataImportWarning, import_nccl_tests, import_paths
-from hybrid.data.paths import public_data_dir
 from hybrid.errors import ImportFormatError
 
-_DATA = public_data_dir(required=False)
-FILES = IMPORTERS["nccl-tests"].find(_DATA) if _DATA else []
 # an independent, deliberately simple notion of "a data row": size, count, type, then numbers
 _ROW = re.compile(r"^\s*\d+\s+\d+\s+[a-z0-9_]+\s+\w+\s+-?\d+\s+[\d.eE+]+\s", re.M)
 
-
-def _rel(p: Path) -> str:
-    return p.relative_to(_DATA).as_posix() if _DATA else str(p)
 
 
 def _expected_layout(path: Path) -> tuple[int, int] | None:
@@ -38,7 +32,7 @@ def test_registry_finds_the_logs(shared_datasets):
     assert not any(p.name in ("nodes.dat", "summary.csv") or "mpi_profile" in p.name for p in files)
 
 
-@pytest.mark.parametrize("path", FILES, ids=_rel)
+@pytest.mark.data_files("nccl-tests")
 def test_every_log(path, catalog):
     text = path.read_text(errors="replace")
     if not _ROW.search(text):

@@ -10,27 +10,19 @@ import pandas as pd
 import pytest
 
 from hybrid.data.importers import IMPORTERS, DataImportWarning, import_neusight
-from hybrid.data.paths import public_data_dir
 from hybrid.errors import ImportFormatError, SchemaError, UnknownDeviceError
 from hybrid.ops.families import FAMILIES
-
-_DATA = public_data_dir(required=False)
-FILES = IMPORTERS["neusight"].find(_DATA) if _DATA else []
-
-
-def _rel(p: Path) -> str:
-    return p.relative_to(_DATA).as_posix() if _DATA else str(p)
 
 
 def test_registry_finds_all_neusight_kernel_files(shared_datasets):
     files = IMPORTERS["neusight"].find(shared_datasets)
-    names = {_rel(p) for p in files}
+    names = {p.relative_to(shared_datasets).as_posix() for p in files}
     assert len(files) == 34  # 39 CSVs minus the 5 convolution-only collections
     assert "neusight/e2e_labels_dev.csv" not in names  # end-to-end labels are not kernel tables
     assert any("dataset_amd" in n for n in names) and any("test-dev" in n for n in names)
 
 
-@pytest.mark.parametrize("path", FILES, ids=_rel)
+@pytest.mark.data_files("neusight")
 def test_every_file_imports_with_plausible_values(path, catalog):
     raw = pd.read_csv(path)
     with warnings.catch_warnings(record=True) as caught:
@@ -215,3 +207,27 @@ def test_drop_cross_file_duplicates_keeps_repeats_within_a_file():
     # time (11 us) or a different shape is another measurement
     assert out["time_us"].tolist() == [10.0, 10.0, 11.0, 10.0]
     assert out["source"].tolist() == ["a/x/T4.csv", "a/x/T4.csv", "a/all.csv", "a/all.csv"]
+
+
+def test_copies_across_files_are_dropped_once_over_all_chunks(shared_datasets, catalog, monkeypatch):
+    import dataclasses
+
+    from hybrid.data import importers as imp
+
+    base = shared_datasets / "neusight" / "scripts" / "asplos" / "data" / "dataset" / "train" / "collect"
+    files = [base / "ln.csv", *sorted((base / "ln" / "p2.1.0").glob("*.csv"))]  # the aggregate + its per-GPU parts
+    calls = []
+
+    def counted(table):
+        calls.append(len(table))
+        return imp.drop_cross_file_duplicates(table)
+
+    monkeypatch.setitem(imp.IMPORTERS, "neusight", dataclasses.replace(imp.IMPORTERS["neusight"], dedupe=counted))
+    one_chunk = imp.import_paths("neusight", files, catalog=catalog)
+    assert len(calls) == 1  # once, at import (the per-file-set pass inside import_neusight is off)
+    raw = calls[0]
+    two_chunks = imp.import_paths("neusight", files, catalog=catalog, chunk=2)
+    assert len(calls) == 2 and calls[1] == raw  # chunked: still one pass, over every file
+    assert len(one_chunk) == len(two_chunks) < raw  # the aggregated file's copies are gone
+    assert len(one_chunk) == len(import_neusight(files, catalog=catalog))  # same as the importer on its own
+    assert not one_chunk["source"].astype(str).str.endswith("collect/ln.csv").any()  # per-GPU files kept

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 
-from hybrid.data.importers import IMPORTERS, import_vidur_compute, import_vidur_network
+from hybrid.data.importers import import_vidur_compute, import_vidur_network
 from hybrid.data.importers.vidur import MODEL_CONFIGS
-from hybrid.data.paths import public_data_dir
 from hybrid.errors import ImportFormatError
 from hybrid.ops.families import FAMILIES
 
-_DATA = public_data_dir(required=False)
-COMPUTE = IMPORTERS["vidur-compute"].find(_DATA) if _DATA else []
-NETWORK = IMPORTERS["vidur-network"].find(_DATA) if _DATA else []
 
-
-def _rel(p: Path) -> str:
-    return p.relative_to(_DATA).as_posix() if _DATA else str(p)
-
-
-@pytest.mark.parametrize("path", COMPUTE, ids=_rel)
+@pytest.mark.data_files("vidur-compute")
 def test_every_compute_profile(path, catalog):
     raw = pd.read_csv(path)
     df = import_vidur_compute(path, catalog=catalog)
@@ -50,7 +39,7 @@ def test_every_compute_profile(path, catalog):
     assert (df["time_us_min"] <= df["time_us"] + 1e-9).all() and (df["time_us"] <= df["time_us_max"] + 1e-9).all()
 
 
-@pytest.mark.parametrize("path", NETWORK, ids=_rel)
+@pytest.mark.data_files("vidur-network")
 def test_every_network_profile(path, catalog):
     raw = pd.read_csv(path)
     df = import_vidur_network(path, catalog=catalog)

@@ -227,7 +227,7 @@ def test_shard_refuses_a_search_that_cannot_fit_in_memory():
 
 
 def test_search_size_estimate():
-    from hybrid.cli.shard import check_search_size, estimate_search_bytes
+    from hybrid.sharding.search import check_search_size, estimate_search_bytes
 
     assert estimate_search_bytes(8192, []) > 3.5 * estimate_search_bytes(4096, [])  # quadratic in ranks
     assert estimate_search_bytes(4096, ["size_greedy"]) < 2.5 * estimate_search_bytes(2048, ["size_greedy"])
@@ -236,7 +236,7 @@ def test_search_size_estimate():
     from hybrid.errors import InvalidInputError
 
     with pytest.raises(InvalidInputError, match="use fewer --gpus"):
-        check_search_size(10**6, ["size_greedy"], available=2.0**30)
+        check_search_size(10**6, ["size_greedy"], available=2.0**30, cli=True)
 
 
 def test_shard_shows_what_it_is_doing(monkeypatch):
@@ -254,6 +254,7 @@ def test_bench_without_torch_names_the_extra(monkeypatch):
     for args in (["bench", "dlrm", CONFIG], ["bench", "campaign", "/nonexistent/out"]):
         rc, out, err = cli(args)
         assert rc == 2 and "pip install 'hybrid-perf[profile]'" in err and len(err.strip().splitlines()) == 1
+        assert f"`hybrid bench {args[1]}` needs PyTorch" in err  # the one helper, naming the command
 
 
 def test_bench_validate_says_what_it_is_doing(tmp_path):

@@ -90,6 +90,29 @@ def test_unknown_strategy_and_device():
         search_plans(c.with_(system="DGX-Z9000"))
 
 
+def test_search_refuses_to_outgrow_host_memory_as_a_library_call(tmp_path):
+    c = synthetic(4, 8, seed=1)
+    t0 = time.monotonic()
+    with pytest.raises(InvalidInputError, match=r"100000 ranks: the plan search would need about .* GiB") as exc:
+        search_plans(c.with_(gpus=100_000), host_memory=2.0**30)
+    assert time.monotonic() - t0 < 5  # refused before building any cost table
+    assert "strategies=size_greedy,lookup_greedy,size_lookup_greedy,random" not in str(exc.value)  # 1 GiB: none
+    with pytest.raises(InvalidInputError, match="strategies=size_greedy,lookup_greedy,size_lookup_greedy,random"):
+        search_plans(c.with_(gpus=20_000), host_memory=64 * 2.0**30)
+    assert search_plans(c, strategies=["size_greedy"], host_memory=float("inf")).best.fits
+
+
+def test_available_memory_reads_meminfo(tmp_path):
+    from hybrid.hardware.cpu import available_memory_bytes
+
+    f = tmp_path / "meminfo"
+    f.write_text("MemTotal:       16000000 kB\nMemFree:  100 kB\nMemAvailable:    8000000 kB\n")
+    assert available_memory_bytes(f) == 8000000 * 1024
+    f.write_text("MemTotal:       16000000 kB\n")
+    assert available_memory_bytes(f) is None
+    assert available_memory_bytes(tmp_path / "missing") is None
+
+
 # ---------------------------------------------------------------------------------------------------- CLI
 @pytest.fixture()
 def small_config(tmp_path):

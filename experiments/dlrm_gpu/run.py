@@ -47,6 +47,7 @@ from hybrid.reports.markdown import write_benchmark_results
 from hybrid.sharding.heuristics import size_lookup_greedy
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm_graph import PCIE_X16_BW, build_dlrm_graph
+from hybrid.workloads.dlrm_hybrid_embedding import HybridEmbedding
 from hybrid.workloads.dlrm_variants import dlrm_variant
 
 MLPERF_GLOB = "mlperf/mlperf_training_v*_dlrm_runs.csv"
@@ -63,6 +64,25 @@ TARGET_PCT = 5.0
 #: container the MLPerf PyTorch submissions use) is "hybrid parallel": tables AND the bottom MLP model-parallel
 #: (one GPU, global batch), the top MLP data-parallel. HugeCTR and the others: data-parallel MLPs.
 BOTTOM_BY_FAMILY = {"pytorch": "model_parallel"}
+#: Host overheads by framework family, known from how the framework runs (not fitted): HugeCTR's MLPerf DLRM
+#: captures the whole training step in CUDA graphs (``use_cuda_graph``), so a kernel costs the host no launch
+#: of its own (~1 us per graph node on the GPU's front end) and there is no Python optimizer loop. The other
+#: families keep the engine's eager-PyTorch defaults.
+OVERHEADS_BY_FAMILY = {"hugectr": Overheads(kernel_launch_us=1.0, framework_us=0.0, collective_launch_us=1.0,
+                                            optimizer_step_us=0.0, iteration_us=20.0)}
+#: Rounds whose HugeCTR ran the hybrid embedding (HugeCTR 3.1, MLPerf v1.0 on); v0.7's HugeCTR placed whole
+#: tables model-parallel.
+NO_HYBRID_EMBEDDING_ROUNDS = ("v0.7",)
+#: HugeCTR's grouped weight-gradient buffer: one all-reduce for every dense gradient (a bucket of any size).
+HUGECTR_GROUPED_WGRAD = 1 << 40
+#: Zipf exponents tried for the Criteo category counts behind the hybrid embedding split (fitted on one round).
+ZIPF_GRID = (0.0, 0.6, 0.8, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.4, 1.6)
+#: Exponent used when no fit round is available (the value the default fit round, v1.0, selects; results.md).
+DEFAULT_ZIPF_ALPHA = 0.6
+
+
+def family_overheads(family: str) -> Overheads | None:
+    return OVERHEADS_BY_FAMILY.get(family)
 
 
 # --------------------------------------------------------------------------------------------- mapping
@@ -89,8 +109,8 @@ def map_device(name: str, catalog: Catalog) -> str | None:
 
 def node_system(catalog: Catalog, device: str, gpn: int) -> tuple[Catalog, str, str | None]:
     """A catalog system for ``gpn`` GPUs of ``device`` per node (an existing one, else a generic node: NVLink for
-    SXM parts, PCIe otherwise; NICs :data:`DEFAULT_NIC_BW` per GPU), and the measured system whose collective
-    curves stand in for it (or None: alpha-beta)."""
+    SXM parts, PCIe for PCIe cards, NVLink-bridged ones included; NICs :data:`DEFAULT_NIC_BW` per GPU), and the
+    measured system whose collective curves stand in for it (or None: alpha-beta)."""
     dev = catalog.devices[device]
     family = "H100" if device.startswith("H100") else "A100" if device.startswith("A100-SXM") else device
     stand_in = COLLECTIVE_STAND_IN.get((family, gpn))
@@ -100,7 +120,9 @@ def node_system(catalog: Catalog, device: str, gpn: int) -> tuple[Catalog, str, 
     key = f"{device}-x{gpn}-node"
     if key in catalog.systems:
         return catalog, key, stand_in
-    nvlink = dev.link_bw > 0 and "PCIE" not in device.upper()
+    # a GPU-to-GPU fabric for the whole node: NVLink/NVSwitch on SXM parts; a PCIe card's NVLink *bridge* joins
+    # pairs (or 4) of cards only, so its node-wide collectives run over PCIe
+    nvlink = dev.link_bw > 0 and "PCIE" not in device.upper() and "bridge" not in dev.link_name.lower()
     intra = dev.link_bw if nvlink else PCIE_X16_BW.get(int(dev.pcie_gen or 4), PCIE_X16_BW[4])
     system = System(key=key, device=device, gpus_per_node=gpn, intra_bw=intra, inter_bw=DEFAULT_NIC_BW,
                     source="generic node built by experiments/dlrm_gpu (not a datasheet entry)",
@@ -157,6 +179,7 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
                      "gpn": int(gpn), "nodes": int(nodes), "gpus": int(gpn * nodes), "global_batch": int(batch),
                      "family": family, "variant": variant, "dtype": "fp16", "embedding_dtype": "fp16",
                      "bottom": BOTTOM_BY_FAMILY.get(family, "data_parallel"),
+                     "hybrid_emb": family == "hugectr" and str(r.mlperf_version) not in NO_HYBRID_EMBEDDING_ROUNDS,
                      "measured_ms": float(ms)})
     return pd.DataFrame(rows), skipped
 
@@ -183,7 +206,7 @@ def map_dle(path: Path, catalog: Catalog) -> pd.DataFrame:
                          "system_label": f"DLE {r.system} {label} ({fp.upper() if label == 'full' else 'AMP'})",
                          "device": s.device, "gpn": s.gpus_per_node, "nodes": 1, "gpus": gpus, "global_batch": 65536,
                          "family": "pytorch", "variant": variant, "dtype": dtype, "embedding_dtype": emb,
-                         "bottom": "model_parallel",
+                         "bottom": "model_parallel", "hybrid_emb": False,
                          "measured_ms": 65536 / float(thr) * 1e3, "system_key": sys_key})
     return pd.DataFrame(rows)
 
@@ -209,10 +232,12 @@ def with_node_systems(runs: pd.DataFrame, catalog: Catalog) -> Catalog:
     return catalog
 
 
-def build_graphs(runs: pd.DataFrame, catalog: Catalog) -> tuple[pd.Series, list, Catalog]:
-    """One compiled graph per distinct configuration; ``key`` per run row."""
+def build_graphs(runs: pd.DataFrame, catalog: Catalog, zipf_alpha: float = DEFAULT_ZIPF_ALPHA
+                 ) -> tuple[pd.Series, list, Catalog]:
+    """One compiled graph per distinct configuration; ``key`` per run row. Runs flagged ``hybrid_emb`` get
+    HugeCTR's hybrid embedding with Criteo categories of Zipf exponent ``zipf_alpha``."""
     keys = runs[["variant", "device", "gpn", "nodes", "gpus", "global_batch", "dtype", "embedding_dtype",
-                 "bottom"]].astype(str)
+                 "bottom", "hybrid_emb"]].astype(str)
     key = keys.agg("|".join, axis=1)
     graphs, cat = {}, catalog
     for k, r in zip(key, runs.itertuples(index=False), strict=True):
@@ -228,13 +253,36 @@ def build_graphs(runs: pd.DataFrame, catalog: Catalog) -> tuple[pd.Series, list,
                            batch_size_per_gpu=max(1, int(round(r.global_batch / r.gpus))), dtype=r.dtype,
                            embedding_dtype=r.embedding_dtype, embedding_placement="auto",
                            bottom_mlp_placement=r.bottom)
-        it = build_dlrm_graph(cfg, hybrid_parallel_plan(cfg), cat, collective_system=stand_in)
+        he = HybridEmbedding(zipf_alpha) if bool(r.hybrid_emb) else None
+        # HugeCTR all-reduces every dense weight gradient at once from one grouped buffer (no DDP buckets)
+        buckets = {"bucket_bytes": HUGECTR_GROUPED_WGRAD, "first_bucket_bytes": HUGECTR_GROUPED_WGRAD} if he else {}
+        it = build_dlrm_graph(cfg, hybrid_parallel_plan(cfg), cat, collective_system=stand_in, hybrid_embedding=he,
+                              **buckets)
         graphs[k] = it.graph.compile()
     return key, [graphs[k] for k in key.unique()], cat
 
 
-def predict(graphs: list, model, overheads: Overheads | None) -> np.ndarray:
-    return np.array([simulate(g, model, overheads).iteration_us / 1e3 for g in graphs])
+def predict(graphs: list, model, overheads: Overheads | list | None) -> np.ndarray:
+    """Iteration ms per graph; ``overheads`` one for all or one per graph."""
+    ovs = overheads if isinstance(overheads, list) else [overheads] * len(graphs)
+    return np.array([simulate(g, model, ov).iteration_us / 1e3 for g, ov in zip(graphs, ovs, strict=True)])
+
+
+def choose_zipf_alpha(runs: pd.DataFrame, catalog: Catalog, fit_mask: np.ndarray) -> tuple[float, dict]:
+    """The Criteo Zipf exponent that best predicts (roofline kernels, the family's host overheads; lowest
+    geomean error) the hybrid-embedding runs of the fit round; ``(alpha, {alpha: geomean %})``."""
+    sel = runs[fit_mask & runs["hybrid_emb"].astype(bool).to_numpy()]
+    if len(sel) == 0:
+        return DEFAULT_ZIPF_ALPHA, {}
+    scores = {}
+    for a in ZIPF_GRID:
+        key, graphs, cat = build_graphs(sel, catalog, a)
+        roof = HybridPredictor.roofline_only(cat)
+        fams = sel.assign(key=key.to_numpy()).drop_duplicates("key")["family"]
+        p = predict(graphs, roof, [family_overheads(f) for f in fams])
+        pred = pd.Series(p, index=key.unique())[key].to_numpy()
+        scores[a] = geomean(err_pct(pred, sel["measured_ms"].to_numpy()))
+    return min(scores, key=scores.get), scores
 
 
 def public_calibration(data_dir: Path, catalog: Catalog, max_rows: int = 12000) -> tuple[HybridPredictor, str]:
@@ -289,34 +337,39 @@ def fit_constants(runs: pd.DataFrame, graphs_by_key: dict, models: dict, fit_mas
         name = min(("roofline", "calibrated"), key=lambda n: geomean(sub[f"err_{n}_pct"]))
         gs = [graphs_by_key[k] for k in sub["key"]]
         ov, rep = Overheads.fit_report(gs, sub["measured_ms"].to_numpy() * 1e3, models[name],
-                                       fit=("launch_us", "iteration_us"))
+                                       start=family_overheads(fam), fit=("launch_us", "iteration_us"))
         out[fam] = (name, ov, rep, int(sel.sum()), int(sub["system_label"].nunique()))
     return out
 
 
 def score(runs: pd.DataFrame, catalog: Catalog, calibrated, fit_round: str | None) -> tuple[pd.DataFrame, dict]:
-    """Predictions of every run by the three predictors; the fitted constants."""
-    key, graphs, cat = build_graphs(runs, catalog)
+    """Predictions of every run by the three predictors; the fitted constants (``fits["zipf"]``: the Criteo Zipf
+    exponent chosen on the fit round and the score of each tried)."""
+    fit_mask = (runs["round"] == fit_round).to_numpy() if fit_round is not None else np.zeros(len(runs), bool)
+    alpha, alpha_scores = choose_zipf_alpha(runs, catalog, fit_mask)
+    key, graphs, cat = build_graphs(runs, catalog, alpha)
     runs = runs.assign(key=key.to_numpy())
     uniq = list(key.unique())
     by_key = dict(zip(uniq, graphs, strict=True))
+    fam_of = runs.drop_duplicates("key").set_index("key")["family"]
     roof = HybridPredictor.roofline_only(cat)
     models = {"roofline": roof, "calibrated": calibrated}
-    preds = {name: predict(graphs, m, None) for name, m in models.items()}
+    ovs = [family_overheads(fam_of[k]) for k in uniq]
+    preds = {name: predict(graphs, m, ovs) for name, m in models.items()}
     idx = pd.Index(uniq)
     for name, p in preds.items():
         runs[f"pred_{name}_ms"] = p[idx.get_indexer(runs["key"])]
         runs[f"err_{name}_pct"] = err_pct(runs[f"pred_{name}_ms"], runs["measured_ms"])
-    fits: dict = {}
+    fits: dict = {"zipf": (alpha, alpha_scores)}
     runs["pred_fit_ms"] = runs["pred_calibrated_ms"]
     runs["fit_set"] = False
     if fit_round is not None:
         mask = (runs["round"] == fit_round).to_numpy()
         if mask.any():
-            fits = fit_constants(runs, by_key, models, mask)
+            fits.update(fit_constants(runs, by_key, models, mask))
             runs["fit_set"] = mask
             for fam in runs["family"].unique():
-                name, ov = fits.get(fam, fits.get("all"))[:2]
+                name, ov = fits.get(fam, fits["all"])[:2]
                 sel = (runs["family"] == fam).to_numpy()
                 ks = runs.loc[sel, "key"].unique()
                 p = dict(zip(ks, predict([by_key[k] for k in ks], models[name], ov), strict=True))
@@ -439,15 +492,31 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
     L += ["", "## Per system", ""] + table_lines(runs, "system_label")
     L += ["", "## Fitted framework constants (us)", "",
           "Fitted with `Overheads.fit_report(..., fit=('launch_us', 'iteration_us'))`: log error of the iteration "
-          "+ a weak prior at the engine defaults (launch 15 us, iteration 100 us); `se` from the Jacobian; "
+          "+ a weak prior at the family's host overheads (engine defaults, launch 15 us and iteration 100 us; "
+          "HugeCTR: its CUDA-graph values, launch 1 us, iteration 20 us); `se` from the Jacobian; "
           "`identified` = the data determine it (se < half the value). Unidentified constants are the prior's.", "",
           "| family | fit runs (systems) | kernel model chosen on the fit round | launch_us (se, identified) | "
           "iteration_us (se, identified) | median abs log error |",
           "|---|---|---|---|---|---|"]
-    for fam, (name, _ov, rep, n, nsys) in fits.items():
+    for fam, val in fits.items():
+        if fam == "zipf":
+            continue
+        name, _ov, rep, n, nsys = val
         cells = [f"{rep['params'][p]:.1f} ({rep['se_us'][p]:.1f}, {'yes' if rep['identified'][p] else 'no'})"
                  for p in ("launch_us", "iteration_us")]
         L.append(f"| {fam} | {n} ({nsys}) | {name} | " + " | ".join(cells) + f" | {rep['median_abs_log_error']:.3f} |")
+    if fits.get("zipf") and fits["zipf"][1]:
+        alpha, scores = fits["zipf"]
+        L += ["", "## Hybrid embedding: Criteo category skew (fitted on the fit round)", "",
+              f"HugeCTR runs from v1.0 on are built with its hybrid embedding "
+              "(`hybrid.workloads.dlrm_hybrid_embedding`: frequent categories replicated, infrequent ones spread "
+              "over all GPUs, HugeCTR's own frequency thresholds; hierarchical all-to-all across nodes; one grouped "
+              "all-reduce; CUDA-graph host overheads). The one unknown, the Zipf exponent of every table's category "
+              f"counts, is chosen on the {fit_round} HugeCTR runs (roofline kernels, lowest geomean error) and used "
+              f"unchanged everywhere else: **alpha = {alpha:g}**.", "",
+              "| zipf alpha | " + " | ".join(f"{a:g}" for a in scores) + " |",
+              "|---|" + "---|" * len(scores),
+              f"| {fit_round} HugeCTR geomean % | " + " | ".join(f"{v:.1f}" for v in scores.values()) + " |"]
     L += ["", "## Scaling curve", "", f"![predicted vs measured throughput]({plot})", "",
           "| series | GPUs | global batch | measured ms | fitted ms | calibrated ms | roofline ms |", "|---|---|---|---|---|---|---|"]
     sc = runs[(runs["source"] == "DeepLearningExamples") | (runs["system_label"].str.contains("NVIDIA dgxa100")

@@ -7,18 +7,8 @@ from pathlib import Path
 import click
 
 from hybrid.cli.output import echo_json, echo_table
-from hybrid.errors import HybridError, InvalidInputError
-
-
-def require_torch(command: str) -> None:
-    """A one-line error naming the extra to install when PyTorch is missing (as `hybrid profile` does)."""
-    from hybrid.data.profiler.backend import TORCH_HINT, _import_module
-
-    try:
-        _import_module("torch")
-    except ImportError as exc:
-        raise HybridError(f"`hybrid bench {command}` trains a real DLRM with PyTorch, which is not installed "
-                          f"({exc}); {TORCH_HINT}") from None
+from hybrid.data.profiler.backend import require_torch
+from hybrid.errors import InvalidInputError
 
 
 @click.group("bench")
@@ -43,7 +33,7 @@ def bench() -> None:
 def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int, warmup: int,
          threads: int | None, device: str, seed: int, output: str | None, as_json: bool) -> None:
     """Train the DLRM in CONFIG on local processes and report the measured iteration time."""
-    require_torch("dlrm")
+    require_torch("hybrid bench dlrm")
     from hybrid.bench.campaign import rank_capacity, record_results
     from hybrid.bench.dlrm_harness import HarnessOptions, run_dlrm
     from hybrid.sharding.heuristics import default_plan
@@ -96,7 +86,7 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
 def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, warmup: int, threads: int | None,
              model_ref: str | None, tracking_uri: str | None, search_system: str | None) -> None:
     """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable)."""
-    require_torch("campaign")
+    require_torch("hybrid bench campaign")
     from hybrid.bench.campaign import CampaignSpace, run_campaign
 
     predictor = None

@@ -7,54 +7,6 @@ import click
 from hybrid.cli.output import echo_json, echo_table
 from hybrid.cli.simulate import BREAKDOWN_HEADERS, breakdown_rows, load_config, load_cost_model, model_options
 
-#: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml, 1024 and
-#: 2048 ranks): the greedy/search candidate matrices (placements x 6 x ranks floats, several temporaries) grow
-#: with ranks^2; the baselines and the simulation of each plan grow with ranks.
-SEARCH_BYTES_PER_RANK2 = 150.0
-BASELINE_BYTES_PER_RANK = 140e3
-FIXED_BYTES = 64 * 2**20
-#: Share of the available memory a search may plan to use.
-MEMORY_SHARE = 0.8
-
-
-def estimate_search_bytes(gpus: int, strategies: list[str] | tuple[str, ...]) -> float:
-    """Rough peak memory of ``search_plans`` for ``gpus`` ranks and these strategies (all when empty)."""
-    quadratic = not strategies or any(s in ("greedy", "search") for s in strategies)
-    return FIXED_BYTES + BASELINE_BYTES_PER_RANK * gpus + (SEARCH_BYTES_PER_RANK2 * gpus**2 if quadratic else 0.0)
-
-
-def available_memory_bytes() -> float | None:
-    """MemAvailable from /proc/meminfo (Linux), else None (unknown)."""
-    try:
-        for line in open("/proc/meminfo", encoding="ascii"):
-            if line.startswith("MemAvailable:"):
-                return float(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def check_search_size(gpus: int, strategies: list[str], available: float | None) -> float:
-    """The estimated bytes of the search; :class:`InvalidInputError` naming a way out when it does not fit in
-    :data:`MEMORY_SHARE` of ``available`` memory."""
-    from hybrid.errors import InvalidInputError
-    from hybrid.sharding.heuristics import BASELINES
-
-    need = estimate_search_bytes(gpus, strategies)
-    if available is None or need <= MEMORY_SHARE * available:
-        return need
-    gib = 2**30
-    msg = (f"--gpus {gpus}: the plan search would need about {need / gib:,.1f} GiB of memory, more than the "
-           f"{available / gib:,.1f} GiB available")
-    base = estimate_search_bytes(gpus, list(BASELINES))
-    if base <= MEMORY_SHARE * available and base < need:
-        msg += (f" (the greedy/search candidate matrices grow with gpus^2); the baseline strategies need about "
-                f"{base / gib:,.1f} GiB (and time in proportion to gpus): "
-                f"--strategy {','.join(BASELINES)}")
-    else:
-        msg += "; use fewer --gpus"
-    raise InvalidInputError(msg)
-
 
 @click.command("shard")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
@@ -75,7 +27,8 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
           tracking_uri: str | None) -> None:
     """Search embedding sharding plans for the DLRM in CONFIG; show the fastest, with per-rank breakdown."""
     from hybrid.errors import InvalidInputError
-    from hybrid.sharding.search import STRATEGIES, search_plans
+    from hybrid.hardware.cpu import available_memory_bytes
+    from hybrid.sharding.search import STRATEGIES, check_search_size, search_plans
     if top <= 0:
         raise InvalidInputError("--top must be positive")
     names = [s for item in strategies for s in item.split(",") if s]
@@ -85,7 +38,8 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     if gpus is not None and gpus <= 0:
         raise InvalidInputError(f"--gpus must be positive, got {gpus}")
     config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
-    need = check_search_size(config.gpus, names, available_memory_bytes())
+    # checked here too (search_plans checks again) to spell the way out as this command's options
+    need = check_search_size(config.gpus, names, available_memory_bytes(), cli=True)
     model, model_name = load_cost_model(model_ref, tracking_uri)
     if not as_json:
         click.echo(f"searching sharding plans for {config.gpus} ranks ({', '.join(names or STRATEGIES)}; local "

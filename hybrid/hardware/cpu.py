@@ -18,6 +18,18 @@ from hybrid.hardware.device import Device
 LOCAL_CPU_KEY = "local-cpu"
 
 
+def available_memory_bytes(meminfo: str | Path = "/proc/meminfo") -> float | None:
+    """Host memory available to a new allocation (``MemAvailable`` of ``/proc/meminfo``, Linux), in bytes;
+    None when unknown (no such file, or no parseable entry)."""
+    try:
+        for line in Path(meminfo).read_text(encoding="ascii", errors="replace").splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def _cpuinfo() -> dict[str, str]:
     info: dict[str, str] = {}
     path = Path("/proc/cpuinfo")

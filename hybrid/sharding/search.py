@@ -40,6 +40,45 @@ from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig
 from hybrid.workloads.dlrm_graph import INDEX_BYTES, Target, build_dlrm_graph, resolve_target
 
+#: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml, 1024 and
+#: 2048 ranks): the greedy/search candidate matrices (placements x 6 x ranks floats, several temporaries) grow
+#: with ranks^2; the baselines and the simulation of each plan grow with ranks.
+SEARCH_BYTES_PER_RANK2 = 150.0
+BASELINE_BYTES_PER_RANK = 140e3
+SEARCH_FIXED_BYTES = 64 * 2**20
+#: Share of the available host memory a search may plan to use.
+SEARCH_MEMORY_SHARE = 0.8
+
+
+def estimate_search_bytes(gpus: int, strategies: list[str] | tuple[str, ...] | None) -> float:
+    """Rough peak host memory of :func:`search_plans` for ``gpus`` ranks and these strategies (all when empty)."""
+    quadratic = not strategies or any(s in ("greedy", "search") for s in strategies)
+    return (SEARCH_FIXED_BYTES + BASELINE_BYTES_PER_RANK * gpus
+            + (SEARCH_BYTES_PER_RANK2 * gpus**2 if quadratic else 0.0))
+
+
+def check_search_size(gpus: int, strategies: list[str] | tuple[str, ...] | None, available: float | None, *,
+                      cli: bool = False) -> float:
+    """The estimated bytes of the search; :class:`InvalidInputError` naming a way out when it does not fit in
+    :data:`SEARCH_MEMORY_SHARE` of ``available`` host memory (None: unknown, no check). ``cli`` spells the way
+    out as ``hybrid shard`` options."""
+    need = estimate_search_bytes(gpus, strategies)
+    if available is None or need <= SEARCH_MEMORY_SHARE * available:
+        return need
+    gib = 2**30
+    what = f"--gpus {gpus}" if cli else f"{gpus} ranks"
+    msg = (f"{what}: the plan search would need about {need / gib:,.1f} GiB of memory, more than the "
+           f"{available / gib:,.1f} GiB available")
+    base = estimate_search_bytes(gpus, list(BASELINES))
+    if base <= SEARCH_MEMORY_SHARE * available and base < need:
+        names = ",".join(BASELINES)
+        msg += (f" (the greedy/search candidate matrices grow with gpus^2); the baseline strategies need about "
+                f"{base / gib:,.1f} GiB (and time in proportion to gpus): "
+                + (f"--strategy {names}" if cli else f"strategies={names}"))
+    else:
+        msg += "; use fewer --gpus" if cli else "; use fewer ranks"
+    raise InvalidInputError(msg)
+
 #: Coefficients of one placement option (see :func:`_coefficients`).
 _EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP = range(10)
 #: Size grid (bytes) on which collective times are predicted once and interpolated.
@@ -565,8 +604,13 @@ def search_plans(
     seed: int = 0,
     search_seeds: int = 2,
     progress: bool = False,
+    host_memory: float | None = None,
 ) -> SearchResult:
     """Build plans with each strategy, rank them by simulated iteration time (fitting plans first).
+
+    Before any work, the search's own host memory is estimated (:func:`estimate_search_bytes`) and checked
+    against ``host_memory`` bytes (default: what this machine has available, ``/proc/meminfo``; ``math.inf``
+    skips the check): :class:`InvalidInputError` naming the cheaper strategies when it would not fit.
 
     ``greedy`` is the predicted-cost greedy placement; ``search`` runs local search from it and from every
     baseline plan and simulates the ``simulate_top`` best estimates. Baselines are simulated as they are.
@@ -579,6 +623,9 @@ def search_plans(
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")
+    from hybrid.hardware.cpu import available_memory_bytes
+
+    check_search_size(config.gpus, strategies, available_memory_bytes() if host_memory is None else host_memory)
     model = model if model is not None else default_cost_model()
     catalog = model_catalog(model)
     target = resolve_target(config.system, catalog)

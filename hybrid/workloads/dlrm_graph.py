@@ -40,6 +40,7 @@ from hybrid.hardware.device import Device
 from hybrid.ops.families import expected_unique_rows
 from hybrid.sharding.plan import ShardingPlan, split_evenly
 from hybrid.workloads.dlrm import DLRMConfig
+from hybrid.workloads.dlrm_hybrid_embedding import HybridEmbedding
 
 #: PyTorch DDP defaults: ``bucket_cap_mb=25`` and a first bucket of 1 MiB (``_DEFAULT_FIRST_BUCKET_BYTES``).
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -132,6 +133,29 @@ def shard_pieces(config: DLRMConfig, plan: ShardingPlan) -> list[ShardPiece]:
     return pieces
 
 
+def hybrid_embedding_pieces(config: DLRMConfig, frequent_rows: np.ndarray, frequent_share: np.ndarray) -> list[ShardPiece]:
+    """HugeCTR hybrid embedding pieces (:mod:`hybrid.workloads.dlrm_hybrid_embedding`): per table, its frequent
+    rows replicated on every rank (``data_parallel``, local batch, ``frequent_share`` of the lookups) and its
+    infrequent rows spread evenly over all ranks (``hybrid``: each rank looks up its 1/R of the global batch's
+    infrequent lookups and sends the vectors to their samples' ranks by all-to-all)."""
+    R, B = config.gpus, config.batch_size_per_gpu
+    pieces: list[ShardPiece] = []
+    for t, nf, share in zip(config.tables, frequent_rows, frequent_share, strict=True):
+        nf, share = int(nf), float(share)
+        if nf > 0 and share > 0:
+            pieces += [ShardPiece(t.name, r, "data_parallel", nf, t.embedding_dim, B, t.pooling_factor * share,
+                                  t.zipf_alpha, share) for r in range(R)]
+        if share < 1.0 and nf < t.num_embeddings:
+            rows = split_evenly(t.num_embeddings - nf, R)
+            frac = (1.0 - share) / R
+            # a rank gathers its 1/R of the global batch's infrequent lookups: B*R*frac bags, each of full pooling
+            # (the output is one vector per infrequent lookup, not one per sample of the global batch)
+            bags = max(int(round(B * R * frac)), 1)
+            pieces += [ShardPiece(t.name, r, "hybrid", max(n, 1), t.embedding_dim, bags, t.pooling_factor,
+                                  t.zipf_alpha, frac) for r, n in zip(range(R), rows, strict=True)]
+    return pieces
+
+
 #: Nominal PCIe x16 bandwidth per direction (bytes/s) by generation (PCI-SIG: 8/16/32 GT/s per lane, 128b/130b).
 PCIE_X16_BW = {3: 15.75e9, 4: 31.5e9, 5: 63.0e9, 6: 121.0e9}
 #: Share of a GPU's memory that embedding tables (+ optimizer state) may take when placement is ``auto``; the
@@ -200,7 +224,9 @@ def comm_volumes(config: DLRMConfig, pieces: list[ShardPiece]) -> CommVolumes:
             if p.rank == 0:
                 dp_bytes += p.rows * p.dim * config.embedding_dtype_bytes
             continue
-        idx = B * (p.pooling + 1.0) * INDEX_BYTES  # indices + bag lengths of one source rank's batch
+        # indices + bag lengths of one source rank's batch (hybrid: HugeCTR's data reader gives every GPU the
+        # global batch's keys, nothing is exchanged)
+        idx = 0.0 if p.type == "hybrid" else B * (p.pooling + 1.0) * INDEX_BYTES
         in_recv[p.rank] += (R - 1) * idx
         in_send[p.rank] -= idx  # its own share stays local
         total_idx += idx
@@ -209,7 +235,7 @@ def comm_volumes(config: DLRMConfig, pieces: list[ShardPiece]) -> CommVolumes:
                 rw_tables.add(p.table)
                 rw_bytes += B * R * p.dim * eb
             continue
-        out = B * p.dim * eb  # pooled output of one destination rank's batch
+        out = B * p.dim * eb * p.fraction  # pooled output for one destination rank's batch (hybrid: its share)
         out_send[p.rank] += (R - 1) * out
         out_recv[p.rank] -= out
         total_out += out
@@ -237,12 +263,12 @@ def _round(x: float) -> float:
 
 def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
     """The fused lookup kernels of one rank: pieces grouped by (batch, dim), aggregated into one op row."""
-    groups: dict[tuple[int, int, bool], list[ShardPiece]] = defaultdict(list)
+    groups: dict[tuple[int, int, bool, bool], list[ShardPiece]] = defaultdict(list)
     for p in pieces:
-        if p.rank == rank:
-            groups[(p.batch, p.dim, p.host)].append(p)
+        if p.rank == rank:  # replicated and sharded pieces never fuse (their batches may coincide)
+            groups[(p.batch, p.dim, p.host, p.type == "data_parallel")].append(p)
     out = []
-    for (batch, dim, host), members in sorted(groups.items(), key=lambda kv: (-kv[0][0], kv[0][1], kv[0][2])):
+    for (batch, dim, host, _), members in sorted(groups.items(), key=lambda kv: (-kv[0][0], *kv[0][1:])):
         T = len(members)
         pooling = sum(m.pooling for m in members) / T
         rows = sum(m.rows for m in members) / T
@@ -270,12 +296,15 @@ def build_dlrm_graph(
     first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES,
     comm_overlap: float | None = None,
     collective_system: str | None = None,
+    hybrid_embedding: HybridEmbedding | None = None,
 ) -> DLRMIteration:
     """The task graph of one training iteration of ``config`` sharded by ``plan`` (default: ``config.plan``).
 
     ``comm_overlap`` (in [0, 1]) overrides the target device kind's :data:`COMM_OVERLAP`.
     ``collective_system`` costs the collectives as on another catalog system (e.g. a measured system with the
     same fabric, whose calibrated curves stand in for an unmeasured one); default: the config's system.
+    ``hybrid_embedding`` replaces the plan's placement of every table by HugeCTR's hybrid embedding (frequent
+    categories replicated, infrequent ones spread over all ranks; the plan is still validated).
     """
     plan = plan if plan is not None else config.plan
     if plan is None:
@@ -287,7 +316,14 @@ def build_dlrm_graph(
     overlap = COMM_OVERLAP.get(target.device.kind, 1.0) if comm_overlap is None else float(comm_overlap)
     if not 0.0 <= overlap <= 1.0:
         raise InvalidInputError(f"comm_overlap must be in [0, 1], got {comm_overlap}")
-    pieces = place_pieces(config, shard_pieces(config, plan), target.device)
+    pieces = shard_pieces(config, plan)
+    if hybrid_embedding is not None:
+        nf, share = hybrid_embedding.split(np.array([t.num_embeddings for t in config.tables]),
+                                           np.array([t.pooling_factor for t in config.tables]),
+                                           config.batch_size_per_gpu * config.gpus, config.gpus,
+                                           target.nodes(config.gpus))
+        pieces = hybrid_embedding_pieces(config, nf, share)
+    pieces = place_pieces(config, pieces, target.device)
     vol = comm_volumes(config, pieces)
     R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
     emb_dt = config.embedding_dtype
@@ -306,9 +342,23 @@ def build_dlrm_graph(
     def copy(elements: float, direction: str = "fwd") -> dict[str, Any]:
         return kop("elementwise", variant="copy", elements=_round(max(elements, 1.0)), direction=direction)
 
-    def cop(op: str, size: float, ranks: int) -> dict[str, Any]:
+    def cop(op: str, size: float, ranks: int, nodes: int | None = None) -> dict[str, Any]:
         return {"op": op, "device": dev, "system": coll_system, "dtype": dt, "size_bytes": _round(max(size, 1.0)),
-                "n_ranks": ranks, "n_nodes": target.nodes(ranks)}
+                "n_ranks": ranks, "n_nodes": target.nodes(ranks) if nodes is None else nodes}
+
+    n_nodes = target.nodes(R)
+    gpn = max(R // n_nodes, 1)
+    hier = hybrid_embedding is not None and n_nodes > 1 and gpn * n_nodes == R
+
+    def a2a(name: str, sizes: np.ndarray, deps: dict[int, list[Any]], **kw: Any) -> dict[int, int]:
+        """An all-to-all; with the hybrid embedding on several nodes HugeCTR's hierarchical one
+        (``IB_NVLink_Hier``): an NVLink all-to-all inside each node that gathers every destination node's data
+        on the GPU of the same local rank, then one all-to-all per rail across the nodes (each GPU's own NIC)."""
+        if not hier:
+            return coll(name, [cop("all_to_all", s, R) for s in sizes], deps=deps, **kw)
+        intra = coll(f"{name} (intra-node)", [cop("all_to_all", s, gpn, 1) for s in sizes], deps=deps, **kw)
+        return coll(f"{name} (inter-node, per rail)", [cop("all_to_all", s, n_nodes, n_nodes) for s in sizes],
+                    deps={r: [intra[r]] for r in all_ranks}, **kw)
 
     def coll(name: str, ops: Any, deps: dict[int, list[Any]] | None = None, **kw: Any) -> dict[int, int]:
         deps = {r: [d for d in ds if d is not None] for r, ds in (deps or {}).items()}
@@ -334,8 +384,8 @@ def build_dlrm_graph(
     cw_cols = np.zeros(R)
     n_groups_of = np.zeros(R)
     for p in pieces:
-        if p.type in ("table_wise", "column_wise"):
-            a2a_cols[p.rank] += p.dim
+        if p.type in ("table_wise", "column_wise", "hybrid"):
+            a2a_cols[p.rank] += p.dim * p.fraction
         if p.type == "column_wise":
             cw_cols[:] += p.dim  # every rank reassembles the column-wise tables of its batch
     for r in all_ranks:
@@ -362,7 +412,7 @@ def build_dlrm_graph(
     for r in all_ranks:
         g.add(r, HOST, "iteration host work", kind="cpu", overhead="iteration")
     unpacked: dict[int, int] = {}
-    if R > 1 and has_sharded:
+    if R > 1 and has_sharded and float(vol.input_send.max()) > 0:
         counts = coll("input_dist all_to_all (value counts)",
                       [cop("all_to_all", R * max(n_groups_of[r], 1) * INDEX_BYTES, R) for r in all_ranks],
                       args={"what": "values per fused table"})
@@ -402,9 +452,9 @@ def build_dlrm_graph(
         if sizes.max() > 0:
             packed = {r: g.kernel(r, "output_dist pack", copy(R * B * a2a_cols[r]), deps=[lookup_done[r]])
                       for r in all_ranks if a2a_cols[r] > 0}
-            out_a2a = coll("output_dist all_to_all", [cop("all_to_all", s, R) for s in sizes],
-                           deps={r: [lookup_done[r], packed.get(r)] for r in all_ranks},
-                           args={"what": "pooled embeddings"})
+            out_a2a = a2a("output_dist all_to_all", sizes,
+                          deps={r: [lookup_done[r], packed.get(r)] for r in all_ranks},
+                          args={"what": "pooled embeddings"})
         if has_rw:
             packed_rw = {r: g.kernel(r, "row_wise pack", copy(R * B * rw_width), deps=[lookup_done[r]])
                          for r in all_ranks}
@@ -481,6 +531,13 @@ def build_dlrm_graph(
                     dp_bwd[r] = g.kernel(
                         r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
                         emb(grp, "bwd", "dense_sgd"), deps=[inter_bwd[r]])
+        if hybrid_embedding is not None and R > 1 and dp_bwd:
+            # HugeCTR reduces the frequent embeddings' gradients in its grouped weight-gradient buffer, in the
+            # same all-reduce as the dense layers
+            nonlocal pending_bytes
+            pending.append(dict(dp_bwd))
+            pending_bytes += vol.dp_grad_bytes
+            return
         remaining = vol.dp_grad_bytes if R > 1 else 0.0
         while remaining > 0:
             chunk = min(remaining, bucket_bytes)
@@ -528,8 +585,7 @@ def build_dlrm_graph(
                       deps={r: [inter_bwd[r]] for r in all_ranks})
         sizes = CommVolumes.a2a_size(vol.output_recv, vol.output_send, R)
         if sizes.max() > 0:
-            a2a_bwd = coll("embedding grad all_to_all", [cop("all_to_all", s, R) for s in sizes],
-                           deps={r: [inter_bwd[r], ag.get(r)] for r in all_ranks})
+            a2a_bwd = a2a("embedding grad all_to_all", sizes, deps={r: [inter_bwd[r], ag.get(r)] for r in all_ranks})
         g.phase = "backward"
     if mp_bottom:  # the model-parallel bottom MLP gets its output gradient from the all-to-all
         prev = [n for n in (a2a_bwd.get(0),) if n is not None]

@@ -52,43 +52,59 @@ MLP_BOTTOM = (512, 256, 128)
 MLP_TOP = (1024, 1024, 512, 256, 1)
 
 
+def _mlperf_tables() -> list[TableConfig]:
+    return [TableConfig(f"C{i + 1}", n, 128, 1.0) for i, n in enumerate(CRITEO_TB_40M)]
+
+
+def _dcnv2_tables() -> list[TableConfig]:
+    return [TableConfig(f"C{i + 1}", n, 128, float(h))
+            for i, (n, h) in enumerate(zip(CRITEO_1TB_DCNV2, DCNV2_MULTI_HOT, strict=True))]
+
+
+def _dle_tables(name: str) -> list[TableConfig]:
+    total_rows = DLE_MODEL_BYTES[name] / (128 * 4)
+    small = sum(n for n in CRITEO_TB_40M if n < DLE_ROW_CAP)
+    big = sum(n for n in CRITEO_TB_40M if n >= DLE_ROW_CAP)
+    scale = (total_rows - small) / big
+    return [TableConfig(f"C{i + 1}", n if n < DLE_ROW_CAP else max(int(round(n * scale)), 1), 128, 1.0)
+            for i, n in enumerate(CRITEO_TB_40M)]
+
+
+def _model(name: str, tables: list[TableConfig], **model: Any) -> DLRMConfig:
+    """The published model as a :class:`DLRMConfig`; the job fields (system, GPUs, batch, dtype) are defaults that
+    :func:`dlrm_variant` overrides: 8 GPUs of a DGX A100, 55296 / 8 samples per GPU, FP32."""
+    return DLRMConfig(tables=tuple(tables), name=name, system="DGX-A100", gpus=8, batch_size_per_gpu=55296 // 8,
+                      dtype="fp32", dense_features=13, bottom_mlp=MLP_BOTTOM, top_mlp=MLP_TOP, embedding_dim=128,
+                      dcn_layers=3, dcn_low_rank=512, **model)
+
+
 @dataclass(frozen=True)
 class Variant:
-    """A named DLRM model: how to build its tables, its interaction and optimizer, and where it comes from."""
+    """A named DLRM model: the :class:`DLRMConfig` it is (tables, MLPs, interaction, optimizer, placement of the
+    bottom MLP) and where it comes from."""
 
     name: str
     description: str
     source: str
-    interaction: str = "dot"
-    optimizer: str = "sgd"
-    bottom_mlp_placement: str = "data_parallel"
+    config: DLRMConfig
 
     def tables(self) -> list[TableConfig]:
-        if self.name == "mlperf":
-            return [TableConfig(f"C{i + 1}", n, 128, 1.0) for i, n in enumerate(CRITEO_TB_40M)]
-        if self.name == "mlperf-dcnv2":
-            return [TableConfig(f"C{i + 1}", n, 128, float(h))
-                    for i, (n, h) in enumerate(zip(CRITEO_1TB_DCNV2, DCNV2_MULTI_HOT, strict=True))]
-        total_rows = DLE_MODEL_BYTES[self.name] / (128 * 4)
-        small = sum(n for n in CRITEO_TB_40M if n < DLE_ROW_CAP)
-        big = sum(n for n in CRITEO_TB_40M if n >= DLE_ROW_CAP)
-        scale = (total_rows - small) / big
-        return [TableConfig(f"C{i + 1}", n if n < DLE_ROW_CAP else max(int(round(n * scale)), 1), 128, 1.0)
-                for i, n in enumerate(CRITEO_TB_40M)]
+        return list(self.config.tables)
 
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("mlperf", "MLPerf Training DLRM (Criteo Terabyte, 26 one-hot tables, dot interaction)",
             "facebookresearch/dlrm dlrm_s_pytorch.py + bench/run_and_time.sh (--max-ind-range=40000000); "
-            "MLCommons training_results_v0.7-v2.1"),
+            "MLCommons training_results_v0.7-v2.1", _model("mlperf", _mlperf_tables())),
     Variant("mlperf-dcnv2", "MLPerf Training DLRM-DCNv2 (Criteo 1TB multi-hot, 3 low-rank cross layers, Adagrad)",
-            "mlcommons/training recommendation_v2/torchrec_dlrm README", interaction="dcn", optimizer="adagrad"),
+            "mlcommons/training recommendation_v2/torchrec_dlrm README",
+            _model("mlperf-dcnv2", _dcnv2_tables(), interaction="dcn", optimizer="adagrad")),
     Variant("dle-small", "NVIDIA DeepLearningExamples PyTorch DLRM, frequency threshold 15 (~15 GB FP32 tables)",
             "NVIDIA/DeepLearningExamples PyTorch/Recommendation/DLRM README (model sizes; per-table rows derived)",
-            bottom_mlp_placement="model_parallel"),
+            _model("dle-small", _dle_tables("dle-small"), bottom_mlp_placement="model_parallel")),
     Variant("dle-large", "NVIDIA DeepLearningExamples PyTorch DLRM, frequency threshold 3 (~82 GB FP32 tables)",
             "NVIDIA/DeepLearningExamples PyTorch/Recommendation/DLRM README (model sizes; per-table rows derived)",
-            bottom_mlp_placement="model_parallel"),
+            _model("dle-large", _dle_tables("dle-large"), bottom_mlp_placement="model_parallel")),
 )}
 ALIASES = {"mlperf-dlrm": "mlperf", "dlrm-dcnv2": "mlperf-dcnv2", "dcnv2": "mlperf-dcnv2", "fl15": "dle-small",
            "fl3": "dle-large", "dle-fl15": "dle-small", "dle-fl3": "dle-large"}
@@ -108,13 +124,8 @@ def dlrm_variant(name: str, **fields: Any) -> DLRMConfig:
     """The config of a published DLRM variant; ``fields`` (gpus, system, batch_size_per_gpu, dtype, plan, ...)
     override the defaults (8 GPUs of a DGX A100, 55296 / 8 samples per GPU, FP32)."""
     v = resolve_variant(name)
-    doc: dict[str, Any] = {
-        "name": v.name, "system": "DGX-A100", "gpus": 8, "batch_size_per_gpu": 55296 // 8, "dtype": "fp32",
-        "dense_features": 13, "bottom_mlp": list(MLP_BOTTOM), "top_mlp": list(MLP_TOP), "interaction": v.interaction,
-        "embedding_dim": 128, "optimizer": v.optimizer, "dcn_layers": 3, "dcn_low_rank": 512,
-        "bottom_mlp_placement": v.bottom_mlp_placement,
-        "tables": [t.to_dict() for t in v.tables()], "description": f"{v.description}. Source: {v.source}",
-    }
+    doc = v.config.to_dict()
+    doc["description"] = f"{v.description}. Source: {v.source}"
     doc.update({k: val for k, val in fields.items() if val is not None})
     plan = doc.pop("plan", None)
     config = DLRMConfig.from_dict(doc)

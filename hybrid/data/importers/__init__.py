@@ -141,7 +141,10 @@ def import_paths(fmt: str, paths: Iterable[str | os.PathLike] | str | os.PathLik
         paths = [paths]
     explicit, found = expand_paths(importer, paths)
     cat = catalog if catalog is not None else default_catalog()
-    takes_skip = "skip_empty" in inspect.signature(importer.function).parameters
+    params = inspect.signature(importer.function).parameters
+    takes_skip = "skip_empty" in params
+    # an importer that de-duplicates across files does it once here, over every chunk, not per chunk as well
+    once = {"dedupe": False} if importer.dedupe is not None and "dedupe" in params else {}
     jobs: list[tuple[list[Path], bool]] = [(explicit[i:i + chunk], False) for i in range(0, len(explicit), chunk)]
     jobs += [(found[i:i + chunk], True) for i in range(0, len(found), chunk)]
     frames = []
@@ -150,7 +153,7 @@ def import_paths(fmt: str, paths: Iterable[str | os.PathLike] | str | os.PathLik
     with tqdm(total=len(explicit) + len(found), unit="file", desc=f"import {importer.name}",
               disable=not progress or len(explicit) + len(found) < 2, leave=False) as bar:
         for files, discovered in jobs:
-            kwargs = {"skip_empty": True} if discovered and takes_skip else {}
+            kwargs = {**once, **({"skip_empty": True} if discovered and takes_skip else {})}
             try:
                 frames.append(importer.function(files, device=device, catalog=cat, system=system, **kwargs))
             except ImportFormatError as exc:
@@ -162,7 +165,7 @@ def import_paths(fmt: str, paths: Iterable[str | os.PathLike] | str | os.PathLik
     if not frames:
         raise ImportFormatError(f"no {importer.name} measurements in {len(explicit) + len(found)} file(s)")
     table = pd.concat(frames, ignore_index=True, sort=False)
-    if len(frames) > 1 and importer.dedupe is not None:
+    if importer.dedupe is not None and (once or len(frames) > 1):
         table = importer.dedupe(table)
     return validate(table, cat, source=f"{importer.name} import") if len(frames) > 1 else table
 

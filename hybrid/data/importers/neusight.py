@@ -206,12 +206,15 @@ def drop_cross_file_duplicates(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def import_neusight(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
-                    catalog: Catalog | None = None, system: str | None = None) -> pd.DataFrame:
+                    catalog: Catalog | None = None, system: str | None = None, dedupe: bool = True) -> pd.DataFrame:
     """Import NeuSight kernel CSVs into the canonical table (one row per measured kernel).
 
     ``device`` overrides the ``Device`` column (for files from GPUs the catalog does not know by that name).
-    ``system`` is accepted for a uniform signature and ignored (these are single-GPU kernels).
+    ``system`` is accepted for a uniform signature and ignored (these are single-GPU kernels). ``dedupe=False``
+    leaves the rows that repeat another file's (:func:`drop_cross_file_duplicates`) to the caller:
+    :func:`hybrid.data.importers.import_paths` reads files in chunks and de-duplicates once over all of them.
     """
     del system
     cat = catalog_or_default(catalog)
-    return drop_cross_file_duplicates(concat([_one_file(p, device, cat) for p in as_paths(paths)], "NeuSight"))
+    table = concat([_one_file(p, device, cat) for p in as_paths(paths)], "NeuSight")
+    return drop_cross_file_duplicates(table) if dedupe else table

@@ -23,12 +23,13 @@ def _import_module(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
-def require_torch() -> ModuleType:
-    """Import and return :mod:`torch`, or raise a one-line :class:`HybridError` saying how to install it."""
+def require_torch(command: str = "hybrid profile") -> ModuleType:
+    """Import and return :mod:`torch`, or raise a one-line :class:`HybridError` saying that ``command`` needs it
+    and how to install it."""
     try:
         return _import_module("torch")
     except ImportError as exc:
-        raise HybridError(f"`hybrid profile` needs PyTorch, which is not installed ({exc}); {TORCH_HINT}") from None
+        raise HybridError(f"`{command}` needs PyTorch, which is not installed ({exc}); {TORCH_HINT}") from None
 
 
 def available_cores() -> int:

@@ -188,13 +188,9 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
 
 
 def _arena_bytes(quick: bool) -> float:
-    avail = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                avail = float(line.split()[1]) * 1024
-    except OSError:
-        pass
+    from hybrid.hardware.cpu import available_memory_bytes
+
+    avail = available_memory_bytes()
     cap = ARENA_MAX_BYTES[quick]
     return float(min(cap, ARENA_MEMORY_SHARE * avail)) if avail else float(cap)
 
