@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
-import time
 
 import numpy as np
+from host_gap import median_us
 
 
 def _ops(rows: int, dim: int, lookups: int, seed: int) -> dict:
@@ -38,22 +38,11 @@ def _ops(rows: int, dim: int, lookups: int, seed: int) -> dict:
     }
 
 
-def _time(fn, repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    t = np.empty(repeats)
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        t[i] = time.perf_counter() - t0
-    return float(np.median(t) * 1e6)
-
-
 def _worker(args: tuple, start, out) -> None:
     rows, dim, lookups, repeats, seed = args
     ops = _ops(rows, dim, lookups, seed)
     start.wait()
-    out.put({name: _time(fn, repeats) for name, fn in ops.items()})
+    out.put({name: median_us(fn, repeats, warmup=3) for name, fn in ops.items()})
 
 
 def measure(rows: int, dim: int, lookups: int, repeats: int, procs: int) -> list[dict]:
