@@ -77,8 +77,8 @@ def gemm_shapes(backend: Backend, quick: bool, seed: int) -> list[tuple[str, int
 
 
 #: Vocabulary-sized GEMMs of a language-model head: vocabulary V, model width d, tokens t (per backend, mode).
-VOCAB_DESIGN = {False: {"vocab": (8192, 16384, 32000, 50257, 65536), "width": (512, 768, 1024, 2048, 4096),
-                        "tokens": (64, 256, 1024), "random": 24},
+VOCAB_DESIGN = {False: {"vocab": (8192, 16384, 32000, 50257, 65536), "width": (512, 1024, 2048, 4096),
+                        "tokens": (64, 256, 1024), "random": 16},
                 True: {"vocab": (8192, 32000), "width": (512,), "tokens": (64,), "random": 0}}
 #: Layouts of the three GEMMs of ``linear`` with a [V, d] weight: forward ``x @ W^T`` (``linear``), input gradient
 #: ``dy @ W`` (``mm``: both operands row-major), weight gradient ``dy^T @ x`` (``mm_tn``: A is a transposed view).

@@ -304,7 +304,9 @@ def _map_pool(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
     elif out_dims and _is_shape(out_dims[0]):
         y = out_dims[0]
     else:
-        return None
+        y = _pool_out(base, x, extra, k_arg)  # a Chrome trace records no output shapes
+        if y is None:
+            return None
     n_in, n_out = numel(x), numel(y)
     if n_in <= 0 or n_out <= 0:
         return None
@@ -317,6 +319,36 @@ def _map_pool(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
         indices = True  # calls max_pool2d_with_indices (training)
     row = pool_row(kind, "bwd" if bwd else "fwd", n_in, n_out, int(window), dtype, indices)
     return OpMapping("op", "pool", row)
+
+
+def _pool_out(base: str, x: list[int], extra: dict, k_arg: int) -> list[int] | None:
+    """Output shape of a forward pooling from its arguments: kernel, stride (default: the kernel), padding,
+    dilation (max pooling) and ceil mode; adaptive pooling: its output size."""
+    spatial = len(x) - 2
+    if k_arg < 0:
+        size = _ints(_concrete(extra, 1))
+        if not size:
+            return None
+        size = (size * spatial)[:spatial] if len(size) < spatial else size[:spatial]
+        return list(x[:2]) + size
+    k = _ints(_concrete(extra, 1))
+    if not k:
+        return None
+    st = _ints(_concrete(extra, 2)) or k
+    pad = _ints(_concrete(extra, 3)) or [0]
+    is_max = base.startswith("max") or base.startswith("mkldnn_max")
+    dil = (_ints(_concrete(extra, 4)) or [1]) if is_max else [1]
+    ceil = _concrete(extra, 5 if is_max else 4) == "True"
+
+    def pick(v: list[int], i: int) -> int:
+        return v[i] if i < len(v) else v[-1]
+
+    out = []
+    for i in range(spatial):
+        span = x[2 + i] + 2 * pick(pad, i) - pick(dil, i) * (pick(k, i) - 1) - 1
+        o = (-(-span // pick(st, i)) if ceil else span // pick(st, i)) + 1
+        out.append(max(o, 1))
+    return list(x[:2]) + out
 
 
 def dropout_row(elements: int, dtype: str, backward: bool = False) -> dict[str, Any]:
