@@ -241,6 +241,12 @@ INPLACE_VARIANTS = {"add_": (2, 1.0), "mul_": (1, 1.0), "div_": (1, 1.0), "lerp_
                     "addcdiv_": (3, 2.0), "copy_": (1, 0.0)}
 #: Hidden sizes of the broadcast cases (a [rows, hidden] tensor with a [hidden] bias / a [rows, 1] mask)
 BROADCAST_HIDDEN = (768, 1024)
+#: Sizes above the elementwise grid for the ops an optimizer step runs over a whole embedding / LM-head matrix
+#: (BERT's 31 M, GPT-2's 39 M values): trees do not extrapolate, so the largest matrices are measured.
+LARGE_ELEMENTS = {("cpu", False): (2**25, 3 * 2**24), ("cpu", True): (), ("cuda", False): (2**29,),
+                  ("cuda", True): ()}
+#: Ops measured at :data:`LARGE_ELEMENTS` (in-place updates, out-of-place add / scalar scale / sqrt, zero fill).
+LARGE_VARIANTS = frozenset({*INPLACE_VARIANTS, "add", "mul", "sqrt", "zeros"})
 
 
 def _model_elementwise_cases(backend: Backend, quick: bool, llc: int) -> list[Case]:
@@ -253,15 +259,25 @@ def _model_elementwise_cases(backend: Backend, quick: bool, llc: int) -> list[Ca
     sizes = elementwise_sizes(backend, quick)
     cases: list[Case] = []
 
+    large_sizes = set(LARGE_ELEMENTS[_mode(backend, quick)])
+
     def add(variant: str, size: int, shapes: list[tuple[int, ...]], fn, n_in: float, fpe: float,
             direction: str = "fwd", n_out: float = 1.0, dtypes: tuple[Any, ...] = ()) -> None:
+        if size in large_sizes and not (variant in LARGE_VARIANTS and direction == "fwd"
+                                        and all(len(sh) == 1 for sh in shapes)):
+            return  # above the grid: only what optimizer steps run over a whole large matrix
         row = {"op": "elementwise", "dtype": "fp32", "variant": variant, "direction": direction, "elements": size,
                "n_inputs": round(float(n_in), 4), "n_outputs": float(n_out), "flops_per_element": float(fpe)}
         ws = float(size * 4 * (n_in + n_out))
         cases.append(Case("elementwise", row, _shaped_builder(backend, fn, shapes, ws, llc, dtypes), ws))
 
-    for size in sizes:
+    large = LARGE_ELEMENTS[_mode(backend, quick)]
+    for size in [*sizes, *large]:
         flat = [(size,)]
+        # a zero-filled new tensor (a dense gradient, zeros_like): allocation + fill, nothing read
+        add("zeros", size, [], lambda n=size: torch.zeros(n, device=backend.torch_device), 0, 0.0)
+        if size in large:
+            add("add", size, flat * 2, lambda a, b: a + b, 2, 1.0)
         for variant, (n_in, fpe) in INPLACE_VARIANTS.items():
             fn = {"add_": lambda a, b: a.add_(b, alpha=1e-6), "mul_": lambda a: a.mul_(0.99999),
                   "div_": lambda a: a.div_(0.99999), "lerp_": lambda a, b: a.lerp_(b, 0.1),
@@ -277,7 +293,7 @@ def _model_elementwise_cases(backend: Backend, quick: bool, llc: int) -> list[Ca
         add("sqrt", size, flat, lambda a: torch.sqrt(a), 1, 2.0)
         add("dropout", size, flat, lambda a: F.dropout(a, 0.1, training=True), 1, 2.0, n_out=2.0)
         add("dropout", size, flat * 2, lambda g, m: g * m, 2, 1.0, direction="bwd")
-        for hidden in BROADCAST_HIDDEN:
+        for hidden in (BROADCAST_HIDDEN if size not in large else ()):
             rows = size // hidden
             if rows < 1:
                 continue

@@ -173,7 +173,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         if family == "collective":
             continue
         t0 = time.perf_counter()
-        cases = builders[family]()
+        cases = _unique_cases(builders[family]())
         if known:
             fresh = [c for c in cases if config_key(c.row) not in known]
             n_known += len(cases) - len(fresh)
@@ -225,6 +225,19 @@ _CLOCK_DOC = {
     "wall": "time.perf_counter_ns around each repeat (wall clock)",
     "cuda-events": "CUDA events around each repeat, after a device synchronise",
 }
+
+
+def _unique_cases(cases: list[Case]) -> list[Case]:
+    """``cases`` without repeats of a configuration the table cannot tell apart (two NCHW maps with the same
+    channels and N x H x W are one batch-norm row): the first of each is kept."""
+    seen: set[frozenset] = set()
+    out = []
+    for c in cases:
+        key = config_key(c.row)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
 
 
 def _existing_keys(paths: Sequence[str]) -> set[frozenset]:
