@@ -157,6 +157,8 @@ def test_dropout_variants_map_to_one_row_and_map_op_is_memoised():
     a = map_op("aten::dropout", [[4, 64], [], []], ["fp32", None, None], [], {"concrete": ["", "0.1", "True"]})
     b = map_op("aten::native_dropout", [[4, 64], [], []], ["fp32", None, None], [], {"concrete": ["", "0.1", "True"]})
     assert a.row == b.row and a.label == b.label == "dropout"
+    assert map_op("aten::dropout", [[4, 64], [], []], ["fp32", None, None], [],
+                  {"concrete": ["", "0.0", "True"]}).kind == "view"  # p = 0 returns the input
     inference = map_op("aten::feature_dropout", [[4, 64], [], []], ["fp32", None, None], [],
                        {"concrete": ["", "0.1", "False"]})
     assert inference.kind == "view"

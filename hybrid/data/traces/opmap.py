@@ -351,6 +351,14 @@ def _pool_out(base: str, x: list[int], extra: dict, k_arg: int) -> list[int] | N
     return list(x[:2]) + out
 
 
+def _zero_p(extra: dict) -> bool:
+    """Dropout probability 0 (argument 1): PyTorch returns the input, no kernel runs."""
+    try:
+        return float(_concrete(extra, 1)) == 0.0
+    except ValueError:
+        return False
+
+
 def dropout_row(elements: int, dtype: str, backward: bool = False) -> dict[str, Any]:
     """The one canonical row of a training dropout (forward: draw the mask, scale, multiply; backward: multiply
     the gradient by the mask), whichever ATen op the trace shows: the passes are the ``dropout`` variant's in
@@ -471,8 +479,8 @@ def _map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequ
     plain = base.rstrip("_") if base.endswith("_") and not base.startswith("_") else base
     inplace = plain != base
     if base in VIEW_OPS or plain in VIEW_OPS:
-        if base == "dropout" and _concrete(extra, 2) == "True" and tdims:  # training dropout: one unit
-            return OpMapping("op", "dropout", dropout_row(numel(tdims[0]), dtype))
+        if base == "dropout" and _concrete(extra, 2) == "True" and tdims and not _zero_p(extra):
+            return OpMapping("op", "dropout", dropout_row(numel(tdims[0]), dtype))  # training dropout: one unit
         return OpMapping("view", "view") if leaf else None
     mp = (_map_gemm(plain, tdims, dtype, out_dims) or _map_conv(plain, dims_all, dtype, extra, out_dims)
           or _map_batch_norm(plain, dims_all, dtype, extra) or _map_pool(plain, dims_all, dtype, extra, out_dims, leaf))
@@ -505,7 +513,7 @@ def _map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequ
         return OpMapping("op", "softmax", {"op": "softmax", "rows": rows, "hidden": hidden, "dtype": dtype,
                                            "direction": "bwd" if "backward" in plain else "fwd"})
     if plain in ("native_dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout") and tdims:
-        if plain != "native_dropout" and _concrete(extra, 2) == "False":
+        if (plain != "native_dropout" and _concrete(extra, 2) == "False") or _zero_p(extra):
             return OpMapping("view", "view") if leaf else None  # inference: the identity
         return OpMapping("op", "dropout", dropout_row(numel(tdims[0]), dtype))
     if plain == "native_dropout_backward" and tdims:
