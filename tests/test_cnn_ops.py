@@ -164,6 +164,11 @@ def test_dropout_variants_map_to_one_row_and_map_op_is_memoised():
     assert inference.kind == "view"
     back = map_op("aten::native_dropout_backward", [[4, 64], [4, 64], []], ["fp32", "bool", None])
     assert back.row["direction"] == "bwd" and back.row["variant"] == "dropout"
+    # a factory op sized by its argument: zero elements launch nothing; otherwise an allocate-and-fill row
+    assert map_op("aten::zeros", [[], [], [], [], []], [None] * 5, [], {"concrete": ["[0]", "6", "0", "", ""]}
+                  ).kind == "view"
+    z = map_op("aten::zeros", [[], [], [], [], []], [None] * 5, [], {"concrete": ["[4, 8]", "6", "0", "", ""]})
+    assert z.row["elements"] == 32 and z.row["n_inputs"] == 0.0
     # memoised, but every caller gets its own row
     a.row["elements"] = -1
     again = map_op("aten::dropout", [[4, 64], [], []], ["fp32", None, None], [], {"concrete": ["", "0.1", "True"]})

@@ -558,6 +558,16 @@ def _map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequ
         label, variant, fpe = entry
         if label == "copy" and plain in ("copy", "_to_copy", "clone") and len(tdims) >= 1:
             tdims = tdims[-1:] if plain == "copy" else tdims[:1]
+        if not tdims and plain in CREATION_OPS and not any(_is_shape(d) and d for d in out_dims):
+            # a factory op (zeros, ones, full, ...) given its size as an argument: allocate and fill
+            size = _ints(_concrete(extra, 0))
+            if not size or math.prod(size) <= 0:
+                return OpMapping("view", "view") if leaf else None  # empty tensor: no kernel
+            out_dims = [size]
         mp = _elementwise(label, variant, fpe, tdims, out_dims, dtype, inplace)
         return mp
     return None
+
+
+#: Factory ops whose size is their first argument (no tensor input).
+CREATION_OPS = frozenset({"zeros", "ones", "full", "rand", "randn"})
