@@ -54,7 +54,8 @@ COLUMNS: tuple[Column, ...] = (
     _C("elements", "int", "elementwise: number of output elements", positive=True),
     _C("n_inputs", "float", "elementwise: input tensors read (passes over `elements`; a broadcast operand counts "
        "its share, e.g. 1.001 for a bias add)", nonneg=True),
-    _C("n_outputs", "float", "elementwise: output tensors written (passes over `elements`)", positive=True),
+    _C("n_outputs", "float", "elementwise: output tensors written (passes over `elements`; a reduction writes a "
+       "small share, 0 for a scalar)", nonneg=True),
     _C("flops_per_element", "float", "elementwise: FLOPs per output element", nonneg=True),
     # norms, softmax
     _C("rows", "int", "norm/softmax: number of rows (batchnorm: channels)", positive=True),
