@@ -133,21 +133,24 @@ def test_other_device_drops_traced_host_time_and_reports_unmodelled(tiny_trace, 
 
 
 def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalog):
-    # a CNN's pooling and batch norm have no family: listed, and costed at their traced time on the same CPU
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                                torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 4))
+    # group norm has no family: listed, and costed at its traced time on the same CPU; the convolution, batch
+    # norm and pooling around it are costed by their families (conv, norm, pool)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(2, 8), torch.nn.ReLU(),
+                                torch.nn.BatchNorm2d(8), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 8 * 8, 4))
     x = torch.randn(2, 3, 16, 16)
     paths = record_step(lambda: model(x).sum().backward(), tmp_path, warmup=1, execution_trace=False)
     it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
     unm = it.unmodelled()
     names = set(unm["name"])
-    assert {"aten::max_pool2d", "aten::batch_norm", "aten::native_batch_norm_backward",
-            "aten::max_pool2d_with_indices_backward"} <= names, names
+    assert names and all("group_norm" in n for n in names), names
     assert not any(n.startswith("autograd::") for n in names)
     assert (unm["measured_us"] > 0).all() and (unm["costed_as"].str.startswith("trace time")).all()
+    assert {"conv", "norm", "pool"} <= set(it.units["label"])
     conv = it.units[it.units["label"] == "conv"]
     fwd = conv[conv["phase"] == "forward"]["row"].iloc[0]
-    assert (fwd["m"], fwd["n"], fwd["k"]) == (2 * 16 * 16, 8, 27)
+    assert (fwd["op"], fwd["batch"], fwd["in_channels"], fwd["out_channels"], fwd["height"], fwd["kernel_h"],
+            fwd["padding"]) == ("conv2d", 2, 3, 8, 16, 3, 1)
     pred = predict_trace(it, RooflineCostModel(cpu_catalog))
     bd = pred.breakdown().set_index("label")
     assert bd.loc["unmodelled", "predicted_us"] == pytest.approx(unm["measured_us"].sum(), rel=1e-6)

@@ -35,18 +35,27 @@ def _parse_ranks(value: str | None) -> tuple[int, ...] | None:
 @click.option("--threads", type=int, default=None, help="torch.set_num_threads value [default: all available cores].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the shape / embedding designs.")
 @click.option("--cpu", "force_cpu", is_flag=True, help="Profile the CPU even when a CUDA GPU is available.")
+@click.option("--clock", type=click.Choice(["auto", "wall", "thread"]), default="auto", show_default=True,
+              help="CPU timer: thread = on-core time of the measuring thread (needs --threads 1; robust to other "
+                   "processes on the machine), wall = wall clock; auto = thread with --threads 1, else wall. "
+                   "GPUs always use CUDA events.")
+@click.option("--skip-existing", "skip_existing", multiple=True, type=click.Path(path_type=Path),
+              help="Bundle or table whose configurations are not measured again (extend a bundle); repeatable.")
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @click.option("--no-progress", is_flag=True, help="No progress bars on stderr.")
 def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: str | None, only: str | None,
-            threads: int | None, seed: int, force_cpu: bool, force: bool, no_progress: bool) -> None:
-    """Measure GEMM/GEMV, elementwise, norms, softmax, embedding-bag lookups (fwd+bwd) and collectives on
+            threads: int | None, seed: int, force_cpu: bool, clock: str, skip_existing: tuple[Path, ...],
+            force: bool, no_progress: bool) -> None:
+    """Measure GEMM/GEMV, elementwise, norms, softmax, convolutions, batch norm and pooling, embedding-bag lookups
+    (fwd+bwd), optimizer steps and collectives on
     this machine and write a bundle: measurements.csv (canonical table), catalog.toml (the measured
     device/system), meta.json (machine, versions, ceilings, durations). Needs PyTorch (the `profile` extra)."""
     from hybrid.data.profiler.runner import ProfileOptions, run_profile
 
     families = tuple(only.split(",")) if only is not None else PROFILE_FAMILIES
     opts = ProfileOptions(quick=quick, families=families, ranks=_parse_ranks(ranks), device_name=device_name,
-                          threads=threads, seed=seed, progress=not no_progress, force_cpu=force_cpu)
+                          threads=threads, seed=seed, progress=not no_progress, force_cpu=force_cpu, clock=clock,
+                          skip_existing=tuple(str(p) for p in skip_existing))
     # the command line as typed (when called through main(argv) from Python, sys.argv is someone else's)
     command = ["hybrid", *sys.argv[1:]] if sys.argv[1:2] == ["profile"] else None
     result = run_profile(opts, outdir, force=force, command=command,

@@ -14,7 +14,15 @@ import pandas as pd
 
 from hybrid.corrections.base import str_codes
 from hybrid.hardware.catalog import Catalog
-from hybrid.ops.families import col, dtype_bytes_vec, elementwise_defaults, expected_unique_rows, is_backward
+from hybrid.ops.families import (
+    col,
+    dtype_bytes_vec,
+    elementwise_defaults,
+    expected_unique_rows,
+    factor_map,
+    is_backward,
+    is_inplace_variant,
+)
 from hybrid.units import normalize_dtype
 
 #: Version of the feature sets below. A saved model records the version it was fitted with and is rebuilt with
@@ -71,8 +79,18 @@ EMBEDDING_FEATURES_V2 = (*EMBEDDING_FEATURES, "optimizer_state")
 #: Optimizer state words per variant-name fragment (first match wins; unknown variants have none).
 OPTIMIZER_STATE_WORDS = (("adam", 2.0), ("adagrad", 1.0), ("momentum", 1.0), ("rmsprop", 1.0))
 
+#: Convolution features: the implicit GEMM (M = batch x output pixels, N = out channels / groups, K = in channels
+#: / groups x kernel area), the layer's own sizes, which gradients a backward computes, channel blocking (oneDNN
+#: and cuDNN tile channels by 8/16) and depthwise grouping.
+CONV_FEATURES = ("is_bwd", "grad_input", "grad_weight", "log_m", "log_n", "log_k", "log_mn_over_k", "log_groups",
+                 "depthwise", "log_batch", "log_in_channels", "log_out_channels", "log_out_pixels", "log_kernel_area",
+                 "stride", "channels_align16")
+
 #: Codes of the pointwise ops (a single ordinal feature; trees split it as needed).
-POINTWISE_OPS = {"elementwise": 0, "layernorm": 1, "rmsnorm": 2, "softmax": 3, "attention": 4}
+POINTWISE_OPS = {"elementwise": 0, "layernorm": 1, "rmsnorm": 2, "softmax": 3, "attention": 4, "batchnorm": 5}
+#: Code of an in-place elementwise kernel (variant ending in ``_``, e.g. ``mul_``): it allocates no output, which
+#: on a CPU saves the page faults of a fresh output buffer (several times the kernel's own time for large tensors)
+INPLACE_ELEMENTWISE_CODE = 6
 
 
 def _log(x: np.ndarray) -> np.ndarray:
@@ -187,6 +205,9 @@ def pointwise_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Elementwise / norm / softmax / attention features (:data:`POINTWISE_FEATURES`)."""
     ops = table["op"].astype(str)
     op_code = ops.map(POINTWISE_OPS).fillna(-1).to_numpy(dtype=np.float64)
+    if "variant" in table.columns and (op_code == 0).any():
+        inplace = factor_map(table["variant"], lambda v: is_inplace_variant(v), "").astype(bool)
+        op_code = np.where((op_code == 0) & inplace, INPLACE_ELEMENTWISE_CODE, op_code)
     rows = col(table, "rows", np.nan)
     hidden = col(table, "hidden", np.nan)
     elements = col(table, "elements", np.nan)
@@ -215,6 +236,26 @@ def pointwise_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         "n_inputs": n_in, "n_outputs": n_out, "flops_per_element": fpe,
         "row_waves": _log(waves),
         "row_wave_eff": waves / np.ceil(np.maximum(waves, 1e-9)),
+    }
+    return pd.DataFrame(out, index=table.index)
+
+
+def conv_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """Convolution features (:data:`CONV_FEATURES`)."""
+    from hybrid.ops.families import conv_grads, conv_implicit_gemm, conv_output_hw
+
+    g, m, n, k = conv_implicit_gemm(table)
+    oh, ow = conv_output_hw(table)
+    gin, gw = conv_grads(table)
+    cin, cout = col(table, "in_channels"), col(table, "out_channels")
+    out = {
+        "is_bwd": is_backward(table).astype(np.float64), "grad_input": gin, "grad_weight": gw,
+        "log_m": _log(m), "log_n": _log(n), "log_k": _log(k), "log_mn_over_k": _log(m * n) - _log(k),
+        "log_groups": _log(g), "depthwise": ((g > 1) & (g == cin)).astype(np.float64),
+        "log_batch": _log(col(table, "batch")), "log_in_channels": _log(cin), "log_out_channels": _log(cout),
+        "log_out_pixels": _log(oh * ow), "log_kernel_area": _log(col(table, "kernel_h") * col(table, "kernel_w")),
+        "stride": col(table, "stride", 1),
+        "channels_align16": ((cin % 16 == 0).astype(np.float64) + (cout % 16 == 0)),
     }
     return pd.DataFrame(out, index=table.index)
 
@@ -286,7 +327,8 @@ def build_features(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catal
                    use_device: bool = True, version: int = FEATURE_VERSION, transfer: bool = False) -> pd.DataFrame:
     """The feature frame for ``kind`` in {"gemm", "pointwise", "embedding"} (float64, order of
     :func:`feature_names` with the same arguments)."""
-    parts = {"gemm": gemm_columns, "pointwise": pointwise_columns, "embedding": embedding_columns}
+    parts = {"gemm": gemm_columns, "pointwise": pointwise_columns, "embedding": embedding_columns,
+             "conv": conv_columns}
     names = feature_names(kind, use_device, version, transfer)
     frames = [parts[kind](table, catalog), base_columns(table, baseline, catalog)]
     if any(n.startswith("dev_") for n in names):
@@ -305,11 +347,14 @@ def feature_names(kind: str, use_device: bool = True, version: int = FEATURE_VER
     if version not in (1, 2, 3):
         raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 to {LATEST_FEATURE_VERSION})")
     if version == 1:
-        own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES}[kind]
+        own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES,
+               "conv": CONV_FEATURES}[kind]
     elif version >= 3:
-        own = {"gemm": GEMM_FEATURES_V3, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2}[kind]
+        own = {"gemm": GEMM_FEATURES_V3, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2,
+               "conv": CONV_FEATURES}[kind]
     else:
-        own = {"gemm": GEMM_FEATURES_V2, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2}[kind]
+        own = {"gemm": GEMM_FEATURES_V2, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2,
+               "conv": CONV_FEATURES}[kind]
     if transfer:
         dev = TRANSFER_DEVICE_FEATURES_V3 if version >= 3 else TRANSFER_DEVICE_FEATURES
         return list(own) + list(BASE_FEATURES) + list(dev)

@@ -312,3 +312,19 @@ class PointwiseXGB(XGBCorrection):
     @property
     def key(self) -> str:
         return "kernel-xgb-pointwise"
+
+
+class ConvXGB(XGBCorrection):
+    """Kernel efficiency of 2-D convolutions (forward and backward) against their roofline: the library's
+    algorithm choice (direct, implicit GEMM, Winograd; oneDNN on CPUs, cuDNN on GPUs) is what it learns."""
+
+    kind = "conv"
+    name = "kernel-xgb"
+    families = ("conv",)
+    min_rows = 30
+    default_transfer = False
+    default_feature_version = 3
+
+    @property
+    def key(self) -> str:
+        return "kernel-xgb-conv"

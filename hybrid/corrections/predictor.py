@@ -32,7 +32,7 @@ from hybrid.corrections.base import Correction, family_mask, isin_fast, read_jso
 from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
 from hybrid.corrections.intervals import DEFAULT_COVERAGE, IntervalCalibration, interval_keys
-from hybrid.corrections.kernel_xgb import GemmXGB, PointwiseXGB, XGBCorrection, XGBParams
+from hybrid.corrections.kernel_xgb import ConvXGB, GemmXGB, PointwiseXGB, XGBCorrection, XGBParams
 from hybrid.data.schema import validate
 from hybrid.errors import HybridError, InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
@@ -44,7 +44,7 @@ from hybrid.ops.roofline import resolve_system, roofline
 FORMAT_VERSION = 1
 #: Correction classes a saved predictor may name.
 CORRECTION_CLASSES: dict[str, type[Correction]] = {
-    c.__name__: c for c in (GemmXGB, PointwiseXGB, EmbeddingXGB, CollectiveSigmoid)
+    c.__name__: c for c in (GemmXGB, PointwiseXGB, ConvXGB, EmbeddingXGB, CollectiveSigmoid)
 }
 #: :meth:`HybridPredictor.predict` predicts identical rows once when at most this share of rows is distinct
 DEDUP_MAX_FRACTION = 0.7
@@ -55,15 +55,17 @@ ROOFLINE, ALPHA_BETA = "roofline", "alpha-beta"
 #: Columns of the training table that define the data digest.
 _DIGEST_COLUMNS = ("device", "op", "dtype", "time_us", "b", "m", "n", "k", "elements", "rows", "hidden",
                    "num_embeddings", "embedding_dim", "pooling_factor", "batch_size", "size_bytes", "n_ranks",
-                   "n_nodes", "system", "direction", "variant")
+                   "n_nodes", "system", "direction", "variant", "in_channels", "out_channels", "height", "width",
+                   "kernel_h", "kernel_w", "stride", "padding", "groups")
 
 
 def default_corrections(seed: int = 0, collective_transfer: bool = False) -> list[Correction]:
-    """One correction per family group: GEMM XGBoost, pointwise XGBoost, embedding XGBoost, collective sigmoids
-    (``collective_transfer``: with the cross-system transfer model for systems never measured)."""
+    """One correction per family group: GEMM XGBoost, pointwise XGBoost, convolution XGBoost (fitted only where
+    the data has convolution rows), embedding XGBoost, collective sigmoids (``collective_transfer``: with the
+    cross-system transfer model for systems never measured)."""
     emb = EmbeddingXGB()
     emb.params.seed = seed
-    return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), emb,
+    return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), ConvXGB(XGBParams(seed=seed)), emb,
             CollectiveSigmoid(transfer=collective_transfer)]
 
 

@@ -52,12 +52,14 @@ COLUMNS: tuple[Column, ...] = (
     _C("k", "int", "GEMM reduction dimension", positive=True),
     # elementwise
     _C("elements", "int", "elementwise: number of output elements", positive=True),
-    _C("n_inputs", "int", "elementwise: input tensors read", nonneg=True),
-    _C("n_outputs", "int", "elementwise: output tensors written", positive=True),
+    _C("n_inputs", "float", "elementwise: input tensors read (passes over `elements`; a broadcast operand counts "
+       "its share, e.g. 1.001 for a bias add)", nonneg=True),
+    _C("n_outputs", "float", "elementwise: output tensors written (passes over `elements`; a reduction writes a "
+       "small share, 0 for a scalar)", nonneg=True),
     _C("flops_per_element", "float", "elementwise: FLOPs per output element", nonneg=True),
     # norms, softmax
-    _C("rows", "int", "norm/softmax: number of rows", positive=True),
-    _C("hidden", "int", "norm/softmax: row length", positive=True),
+    _C("rows", "int", "norm/softmax: number of rows (batchnorm: channels)", positive=True),
+    _C("hidden", "int", "norm/softmax: row length (batchnorm: N x H x W values per channel)", positive=True),
     # embedding bags
     _C("num_tables", "int", "embedding: number of tables looked up by the kernel", positive=True),
     _C("num_embeddings", "int", "embedding: rows per table", positive=True),
@@ -67,13 +69,24 @@ COLUMNS: tuple[Column, ...] = (
     _C("index_dist", "str", "embedding: index distribution, uniform or zipf"),
     _C("zipf_alpha", "float", "embedding: Zipf exponent (0 = uniform)", nonneg=True),
     # attention
-    _C("batch", "int", "attention: batch", positive=True),
+    _C("batch", "int", "attention / conv: batch", positive=True),
     _C("heads", "int", "attention: query heads", positive=True),
     _C("kv_heads", "int", "attention: key/value heads (GQA)", positive=True),
     _C("q_len", "int", "attention: query length", positive=True),
     _C("kv_len", "int", "attention: key/value length", positive=True),
     _C("head_dim", "int", "attention: head dimension", positive=True),
     _C("causal", "bool", "attention: causal mask"),
+    # convolution
+    _C("in_channels", "int", "conv: input channels", positive=True),
+    _C("out_channels", "int", "conv: output channels", positive=True),
+    _C("height", "int", "conv: input height", positive=True),
+    _C("width", "int", "conv: input width (1 for a 1-D convolution)", positive=True),
+    _C("kernel_h", "int", "conv: kernel height", positive=True),
+    _C("kernel_w", "int", "conv: kernel width", positive=True),
+    _C("stride", "int", "conv: stride (both dimensions; default 1)", positive=True),
+    _C("padding", "int", "conv: zero padding each side (default 0)", nonneg=True),
+    _C("dilation", "int", "conv: dilation (default 1)", positive=True),
+    _C("groups", "int", "conv: groups (default 1; in_channels for a depthwise convolution)", positive=True),
     # collectives
     _C("size_bytes", "int", "collective: message size as nccl-tests reports it (total buffer)", positive=True),
     _C("n_ranks", "int", "collective: ranks taking part", positive=True),

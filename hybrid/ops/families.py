@@ -100,7 +100,46 @@ ELEMENTWISE_VARIANTS: dict[str, tuple[int, int, float]] = {
     "dropout": (1, 2, 2), "cast": (1, 1, 0), "fill": (0, 1, 0), "adam": (4, 3, 12), "sgd": (2, 1, 2),
     # optimizer steps (see hybrid.data.profiler.optimizer): dense Adagrad; sparse updates per gradient value
     "adagrad": (7, 4, 5), "sparse_sgd": (3, 2, 2), "sparse_adagrad": (10, 8, 6),
+    # pooling over a 2x2 window with stride 2 (``elements`` = input elements; see :func:`pool_row`)
+    "maxpool": (1, 0.75, 1), "avgpool": (1, 0.25, 1),
 }
+
+
+def variant_base(variant: str) -> str:
+    """An elementwise variant without its in-place marker: ``mul_`` -> ``mul`` (``_`` = the op writes into its
+    first input, as PyTorch names in-place ops: no new output tensor is allocated)."""
+    return variant[:-1] if variant.endswith("_") and len(variant) > 1 else variant
+
+
+def is_inplace_variant(variant: object) -> bool:
+    """True for an elementwise variant marked in-place (trailing ``_``, see :func:`variant_base`)."""
+    return isinstance(variant, str) and len(variant) > 1 and variant.endswith("_")
+
+
+def pool_row(kind: str, direction: str, in_elements: int, out_elements: int, window: int, dtype: str = "fp32",
+             indices: bool = True) -> dict[str, object]:
+    """The canonical ``elementwise`` row of a 2-D max/avg pooling (``kind`` = "max" or "avg") or its backward.
+
+    ``elements`` is the input (feature-map) size; the passes over it: fwd reads the input once and writes the
+    output (``out/in`` of it, plus the int64 argmax indices of a max pool); bwd reads the output gradient (and
+    the indices) and writes (zeroes, then scatters into) the input gradient. FLOPs per element: ``window`` /
+    (in/out) comparisons or additions per input element. The profiler and the trace mapping both build rows with
+    this function, so measured and traced pooling rows describe the same passes.
+    """
+    if in_elements <= 0 or out_elements <= 0 or window <= 0:
+        raise InvalidInputError(f"pool_row: sizes must be positive, got in={in_elements} out={out_elements} "
+                                f"window={window}")
+    eb = DTYPE_BYTES[normalize_dtype(dtype)]
+    share = out_elements / in_elements
+    idx = (8.0 / eb) if (kind == "max" and indices) else 0.0
+    fpe = window * share
+    if direction == "bwd":
+        n_in, n_out = share * (1.0 + idx), 1.0
+    else:
+        n_in, n_out = 1.0, share * (1.0 + idx)
+    return {"op": "elementwise", "variant": f"{kind}pool", "direction": direction, "elements": int(in_elements),
+            "n_inputs": round(n_in, 4), "n_outputs": round(n_out, 4), "flops_per_element": round(fpe, 4),
+            "dtype": normalize_dtype(dtype)}
 
 
 def elementwise_defaults(df: Frame) -> tuple[Vector, Vector, Vector]:
@@ -108,7 +147,8 @@ def elementwise_defaults(df: Frame) -> tuple[Vector, Vector, Vector]:
     variant = df["variant"].astype("string").fillna("add").str.lower() if "variant" in df.columns else None
     if variant is not None:
         table = pd.DataFrame.from_dict(ELEMENTWISE_VARIANTS, orient="index", columns=["i", "o", "f"])
-        looked = table.reindex(variant.to_numpy()).to_numpy(dtype=np.float64)
+        base = variant.str.replace(r"(?<=.)_$", "", regex=True)
+        looked = table.reindex(base.to_numpy()).to_numpy(dtype=np.float64)
         looked = np.where(np.isnan(looked), np.array([1.0, 1.0, 1.0]), looked)
         d_in, d_out, d_f = looked[:, 0], looked[:, 1], looked[:, 2]
     else:
@@ -140,8 +180,12 @@ def _norm_flops(df: Frame) -> Vector:
 def _norm_bytes(df: Frame) -> Vector:
     rows, hidden, eb = col(df, "rows"), col(df, "hidden"), dtype_bytes_vec(df)
     bwd = is_backward(df)
+    # layer/RMS norm normalise each of `rows` rows over `hidden`: gamma/beta have `hidden` values. Batch norm
+    # (training) normalises each of `rows` = C channels over `hidden` = N x H x W values: gamma/beta (and the
+    # saved mean / inverse std) have `rows` values.
+    params = np.where(op_is(df, "batchnorm"), rows, hidden)
     # fwd: read x, write y, read gamma/beta. bwd: read x, dy, write dx (+ weight grads).
-    return eb * (rows * hidden * np.where(bwd, 3.0, 2.0) + hidden * np.where(bwd, 4.0, 2.0))
+    return eb * (rows * hidden * np.where(bwd, 3.0, 2.0) + params * np.where(bwd, 4.0, 2.0))
 
 
 def _softmax_flops(df: Frame) -> Vector:
@@ -231,6 +275,69 @@ def _attention_bytes(df: Frame) -> Vector:
     return fwd * np.where(is_backward(df), 2.5, 1.0)
 
 
+# --------------------------------------------------------------------------------------------- convolution
+#: Gradients a convolution backward computes, by ``variant`` (``input_weight`` when absent): the data gradient
+#: (``input``), the weight (+ bias) gradient (``weight``) or both (``input_weight``, the usual case; the first
+#: layer of a network needs no input gradient).
+CONV_BWD_VARIANTS = {"input_weight": (1.0, 1.0), "input": (1.0, 0.0), "weight": (0.0, 1.0)}
+
+
+def conv_output_hw(df: Frame) -> tuple[Vector, Vector]:
+    """Output height and width: ``(size + 2 padding - dilation (kernel - 1) - 1) // stride + 1`` (at least 1)."""
+    s, p, d = col(df, "stride", 1), col(df, "padding", 0), col(df, "dilation", 1)
+
+    def out(size: Vector, k: Vector) -> Vector:
+        return np.maximum(1.0, np.floor((size + 2 * p - d * (k - 1) - 1) / s) + 1)
+
+    return out(col(df, "height"), col(df, "kernel_h")), out(col(df, "width"), col(df, "kernel_w"))
+
+
+def conv_implicit_gemm(df: Frame) -> tuple[Vector, Vector, Vector, Vector]:
+    """(groups, M, N, K) of the implicit GEMM of a convolution's forward: M = batch x output pixels,
+    N = out_channels / groups, K = in_channels / groups x kernel area (one GEMM per group)."""
+    g = col(df, "groups", 1)
+    oh, ow = conv_output_hw(df)
+    m = col(df, "batch") * oh * ow
+    n = col(df, "out_channels") / g
+    k = col(df, "in_channels") / g * col(df, "kernel_h") * col(df, "kernel_w")
+    return g, m, n, k
+
+
+def conv_grads(df: Frame) -> tuple[Vector, Vector]:
+    """(input-gradient, weight-gradient) flags (0/1) per row from :data:`CONV_BWD_VARIANTS`; (0, 0) on forward
+    rows."""
+    bwd = is_backward(df)
+    if "variant" in df.columns:
+        flags = factor_map(df["variant"], lambda v: CONV_BWD_VARIANTS.get(v.lower(), (1.0, 1.0)), "input_weight")
+        flags = np.asarray(flags, dtype=np.float64).reshape(len(df), 2)
+        gin, gw = flags[:, 0], flags[:, 1]
+    else:
+        gin, gw = np.ones(len(df)), np.ones(len(df))
+    return np.where(bwd, gin, 0.0), np.where(bwd, gw, 0.0)
+
+
+def _conv_flops(df: Frame) -> Vector:
+    g, m, n, k = conv_implicit_gemm(df)
+    one = 2.0 * g * m * n * k
+    gin, gw = conv_grads(df)
+    # each gradient is a GEMM of the forward's size (data: dY W^T, weight: X^T dY)
+    return np.where(is_backward(df), one * (gin + gw), one)
+
+
+def _conv_bytes(df: Frame) -> Vector:
+    eb = dtype_bytes_vec(df)
+    b, h, w = col(df, "batch"), col(df, "height"), col(df, "width")
+    oh, ow = conv_output_hw(df)
+    x = b * col(df, "in_channels") * h * w
+    y = b * col(df, "out_channels") * oh * ow
+    wt = col(df, "out_channels") * col(df, "in_channels") / col(df, "groups", 1) * col(df, "kernel_h") * \
+        col(df, "kernel_w")
+    gin, gw = conv_grads(df)
+    # fwd: read x, w; write y. bwd: read dy; data grad reads w, writes dx; weight grad reads x, writes dw
+    bwd = y + gin * (wt + x) + gw * (x + wt)
+    return eb * np.where(is_backward(df), bwd, x + wt + y)
+
+
 # --------------------------------------------------------------------------------------------- collectives
 #: Bus factor per collective (nccl-tests convention): bytes each rank moves = size * factor(n).
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast", "reduce")
@@ -265,8 +372,8 @@ FAMILIES: dict[str, OpFamily] = {
         OpFamily("elementwise", ("elementwise",), ("elements",), _elementwise_flops, _elementwise_bytes,
                  {"variant": "add", "n_inputs": np.nan, "n_outputs": np.nan, "flops_per_element": np.nan},
                  "pointwise kernels; `variant` (add, gelu, ...) supplies inputs/outputs/FLOPs defaults"),
-        OpFamily("norm", ("layernorm", "rmsnorm"), ("rows", "hidden"), _norm_flops, _norm_bytes, {},
-                 "row-wise normalisation over `hidden`"),
+        OpFamily("norm", ("layernorm", "rmsnorm", "batchnorm"), ("rows", "hidden"), _norm_flops, _norm_bytes, {},
+                 "row-wise normalisation over `hidden` (batchnorm: `rows` = channels, `hidden` = N x H x W)"),
         OpFamily("softmax", ("softmax",), ("rows", "hidden"), _softmax_flops, _softmax_bytes, {},
                  "row-wise softmax over `hidden`"),
         OpFamily("embedding", ("embedding_bag",),
@@ -276,6 +383,11 @@ FAMILIES: dict[str, OpFamily] = {
         OpFamily("attention", ("attention",), ("batch", "heads", "q_len", "kv_len", "head_dim"),
                  _attention_flops, _attention_bytes, {"kv_heads": np.nan, "causal": 0},
                  "fused (flash) attention; GQA through `kv_heads`"),
+        OpFamily("conv", ("conv2d",), ("batch", "in_channels", "out_channels", "height", "width", "kernel_h",
+                                       "kernel_w"), _conv_flops, _conv_bytes,
+                 {"stride": 1, "padding": 0, "dilation": 1, "groups": 1},
+                 "2-D convolution (NCHW; 1-D as width 1); `direction` bwd with `variant` input_weight / input / "
+                 "weight = which gradients"),
         OpFamily("collective", COLLECTIVE_OPS, ("size_bytes", "n_ranks"), _collective_flops, _collective_bytes,
                  {"n_nodes": 1}, "collectives; `size_bytes` follows nccl-tests (total buffer size)"),
     )

@@ -59,7 +59,7 @@ def resolve_system(catalog: Catalog, name: str) -> System:
 
 
 #: Optional numeric columns that may be zero (``fill`` reads no input; a uniform index has zipf_alpha 0).
-NONNEGATIVE_OPTIONAL = frozenset({"n_inputs", "n_outputs", "flops_per_element", "zipf_alpha", "causal"})
+NONNEGATIVE_OPTIONAL = frozenset({"n_inputs", "n_outputs", "flops_per_element", "zipf_alpha", "causal", "padding"})
 #: Accepted values of the ``direction`` column (case-insensitive; missing means fwd).
 DIRECTIONS = ("fwd", "bwd")
 

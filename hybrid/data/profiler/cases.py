@@ -10,7 +10,7 @@ from typing import Any
 Builder = Callable[[], tuple[Callable[[int], Any], Callable[[int], Any] | None]]
 
 #: Profiler op families, in the order a full run measures them (``ceilings`` always runs).
-PROFILE_FAMILIES = ("gemm", "elementwise", "norm", "softmax", "embedding", "optimizer", "collective")
+PROFILE_FAMILIES = ("gemm", "elementwise", "norm", "softmax", "conv", "pool", "embedding", "optimizer", "collective")
 
 
 @dataclass
@@ -35,3 +35,33 @@ def random_tensor(torch: Any, shape: tuple[int, ...], dtype: Any, device: Any, g
     t = torch.rand(shape, dtype=torch.float32, device=device, generator=generator)
     t.add_(0.5)
     return t.to(dtype) if dtype != torch.float32 else t
+
+
+#: Columns that identify a measured configuration (everything but the device, timings and provenance).
+_NOT_KEY = frozenset({"device", "time_us", "time_us_std", "time_us_min", "time_us_max", "repeats", "source",
+                      "framework", "framework_version", "library_version", "kernel_name", "system", "wrong"})
+
+
+def _canon(value: Any) -> Any:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(f"{float(value):.6g}")
+    try:
+        return float(f"{float(value):.6g}") if str(value).strip() not in ("",) else None
+    except (TypeError, ValueError):
+        return str(value).strip().lower()
+
+
+def config_key(row: dict[str, Any]) -> frozenset:
+    """What identifies one measured configuration: its op, dtype, variant, direction and shape columns (missing
+    and NaN values left out, numbers to 6 significant digits), so a case and a table row compare equal."""
+    out = []
+    for k, v in row.items():
+        if k in _NOT_KEY or v is None or (isinstance(v, float) and v != v):
+            continue
+        c = _canon(v)
+        if c is None or (isinstance(c, float) and c != c):
+            continue
+        out.append((k, c))
+    return frozenset(out)

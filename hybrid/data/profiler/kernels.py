@@ -76,6 +76,38 @@ def gemm_shapes(backend: Backend, quick: bool, seed: int) -> list[tuple[str, int
     return [s for s in dict.fromkeys(shapes) if 2.0 * s[1] * s[2] * s[3] * s[4] <= cap]
 
 
+#: Vocabulary-sized GEMMs of a language-model head: vocabulary V, model width d, tokens t (per backend, mode).
+VOCAB_DESIGN = {False: {"vocab": (8192, 16384, 32000, 50257, 65536), "width": (512, 1024, 2048, 4096),
+                        "tokens": (64, 256, 1024), "random": 16},
+                True: {"vocab": (8192, 32000), "width": (512,), "tokens": (64,), "random": 0}}
+#: Layouts of the three GEMMs of ``linear`` with a [V, d] weight: forward ``x @ W^T`` (``linear``), input gradient
+#: ``dy @ W`` (``mm``: both operands row-major), weight gradient ``dy^T @ x`` (``mm_tn``: A is a transposed view).
+VOCAB_LAYOUTS = ("linear", "mm", "mm_tn")
+
+
+def vocab_gemm_shapes(backend: Backend, quick: bool, seed: int) -> list[tuple[str, int, int, int]]:
+    """(layout, m, n, k) of the GEMMs a vocabulary-sized ``linear`` (LM head, tied embedding) runs forward and
+    backward: a grid over vocabulary x width x tokens plus a seeded log-uniform sample (V 8k-64k, d 512-4096,
+    t 64-1024), capped like :func:`gemm_shapes`."""
+    cap = GEMM_FLOP_CAP[_mode(backend, quick)]
+    design = VOCAB_DESIGN[quick]
+    triples = [(v, d, t) for v in design["vocab"] for d in design["width"] for t in design["tokens"]]
+    rng = np.random.default_rng(seed + 1)
+    n_random = design["random"]
+    while n_random > 0:
+        v, d, t = (int(round(float(np.exp(rng.uniform(np.log(lo), np.log(hi))))))
+                   for lo, hi in ((8192, 65536), (512, 4096), (64, 1024)))
+        if 2.0 * v * d * t <= cap:
+            triples.append((v, d, t))
+            n_random -= 1
+    out = []
+    for v, d, t in dict.fromkeys(triples):
+        if 2.0 * v * d * t > cap:
+            continue
+        out += [("linear", t, v, d), ("mm", t, d, v), ("mm_tn", v, d, t)]
+    return out
+
+
 def gemm_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> list[Case]:
     """GEMM/BMM/GEMV/linear cases over :func:`gemm_shapes` x :func:`kernel_dtypes`."""
     torch = backend.torch
@@ -90,7 +122,33 @@ def gemm_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> l
             elem = 2 if dtype in ("bf16", "fp16") else 4
             ws = elem * (b * m * k + (k * n if op == "linear" else b * k * n) + b * m * n)
             cases.append(Case("gemm", row, _gemm_builder(backend, torch, op, b, m, n, k, dtype, ws, llc_bytes), ws))
+    # vocabulary-sized GEMMs, in the layouts linear forward/backward run (fp32 only: the models traced run fp32)
+    for layout, m, n, k in vocab_gemm_shapes(backend, quick, seed):
+        row = {"op": "gemm", "dtype": "fp32", "b": 1, "m": m, "n": n, "k": k, "direction": "fwd", "variant": layout}
+        ws = 4.0 * (m * k + k * n + m * n)
+        cases.append(Case("gemm", row, _layout_builder(backend, layout, m, n, k, ws, llc_bytes), ws))
     return cases
+
+
+def _layout_builder(backend: Backend, layout: str, m: int, n: int, k: int, ws: float, llc: int):
+    """``linear``: ``F.linear(x[m,k], W[n,k])``; ``mm``: ``A[m,k] @ B[k,n]``; ``mm_tn``: ``A[k,m].t() @ B[k,n]``."""
+    def build():
+        torch = backend.torch
+        dev = backend.torch_device
+        sets = rotation_sets(ws, llc)
+        f32 = torch.float32
+        if layout == "linear":
+            data = [(random_tensor(torch, (m, k), f32, dev), random_tensor(torch, (n, k), f32, dev))
+                    for _ in range(sets)]
+            return (lambda i: torch.nn.functional.linear(*data[i % sets])), None
+        if layout == "mm_tn":
+            data = [(random_tensor(torch, (k, m), f32, dev), random_tensor(torch, (k, n), f32, dev))
+                    for _ in range(sets)]
+            return (lambda i: torch.mm(data[i % sets][0].t(), data[i % sets][1])), None
+        data = [(random_tensor(torch, (m, k), f32, dev), random_tensor(torch, (k, n), f32, dev)) for _ in range(sets)]
+        return (lambda i: torch.mm(*data[i % sets])), None
+
+    return build
 
 
 def _gemm_variant(op: str, m: int, n: int) -> str:
@@ -173,7 +231,98 @@ def elementwise_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: in
                 ws = float(size * elem * 3)
                 cases.append(Case("elementwise", row, _pointwise_builder(backend, bwd[variant], 2, size, dtype,
                                                                          ws, llc_bytes), ws))
+    cases += _model_elementwise_cases(backend, quick, llc_bytes)
     return cases
+
+
+#: In-place updates (variant ends in ``_``: no output is allocated), as optimizers and residual streams run them:
+#: variant -> (tensor inputs incl. self, FLOPs/element). Values stay in range over thousands of repeats.
+INPLACE_VARIANTS = {"add_": (2, 1.0), "mul_": (1, 1.0), "div_": (1, 1.0), "lerp_": (2, 2.0), "addcmul_": (3, 2.0),
+                    "addcdiv_": (3, 2.0), "copy_": (1, 0.0)}
+#: Hidden sizes of the broadcast cases (a [rows, hidden] tensor with a [hidden] bias / a [rows, 1] mask)
+BROADCAST_HIDDEN = (768, 1024)
+#: Sizes above the elementwise grid for the ops an optimizer step runs over a whole embedding / LM-head matrix
+#: (BERT's 31 M, GPT-2's 39 M values): trees do not extrapolate, so the largest matrices are measured.
+LARGE_ELEMENTS = {("cpu", False): (2**25, 3 * 2**24), ("cpu", True): (), ("cuda", False): (2**29,),
+                  ("cuda", True): ()}
+#: Ops measured at :data:`LARGE_ELEMENTS` (in-place updates, out-of-place add / scalar scale / sqrt, zero fill).
+LARGE_VARIANTS = frozenset({*INPLACE_VARIANTS, "add", "mul", "sqrt", "zeros"})
+
+
+def _model_elementwise_cases(backend: Backend, quick: bool, llc: int) -> list[Case]:
+    """What transformer and CNN training steps run besides the plain pointwise ops (fp32): in-place updates,
+    broadcast operands (bias add, scalar scale, attention-mask fill), tanh/pow (GPT-2's GELU), sqrt and training
+    dropout (forward: mask + scale + multiply; backward: gradient x mask). The row columns are the ones
+    :func:`hybrid.data.traces.opmap.map_op` gives the same ops in a trace."""
+    torch = backend.torch
+    F = torch.nn.functional
+    sizes = elementwise_sizes(backend, quick)
+    cases: list[Case] = []
+
+    large_sizes = set(LARGE_ELEMENTS[_mode(backend, quick)])
+
+    def add(variant: str, size: int, shapes: list[tuple[int, ...]], fn, n_in: float, fpe: float,
+            direction: str = "fwd", n_out: float = 1.0, dtypes: tuple[Any, ...] = ()) -> None:
+        if size in large_sizes and not (variant in LARGE_VARIANTS and direction == "fwd"
+                                        and all(len(sh) == 1 for sh in shapes)):
+            return  # above the grid: only what optimizer steps run over a whole large matrix
+        row = {"op": "elementwise", "dtype": "fp32", "variant": variant, "direction": direction, "elements": size,
+               "n_inputs": round(float(n_in), 4), "n_outputs": float(n_out), "flops_per_element": float(fpe)}
+        ws = float(size * 4 * (n_in + n_out))
+        cases.append(Case("elementwise", row, _shaped_builder(backend, fn, shapes, ws, llc, dtypes), ws))
+
+    large = LARGE_ELEMENTS[_mode(backend, quick)]
+    for size in [*sizes, *large]:
+        flat = [(size,)]
+        # a zero-filled new tensor (a dense gradient, zeros_like): allocation + fill, nothing read
+        add("zeros", size, [], lambda n=size: torch.zeros(n, device=backend.torch_device), 0, 0.0)
+        if size in large:
+            add("add", size, flat * 2, lambda a, b: a + b, 2, 1.0)
+        for variant, (n_in, fpe) in INPLACE_VARIANTS.items():
+            fn = {"add_": lambda a, b: a.add_(b, alpha=1e-6), "mul_": lambda a: a.mul_(0.99999),
+                  "div_": lambda a: a.div_(0.99999), "lerp_": lambda a, b: a.lerp_(b, 0.1),
+                  "addcmul_": lambda a, b, c: a.addcmul_(b, c, value=1e-6),
+                  "addcdiv_": lambda a, b, c: a.addcdiv_(b, c, value=1e-6), "copy_": None}[variant]
+            if variant == "copy_":
+                add(variant, size, flat * 2, lambda a, b: a.copy_(b), n_in, fpe)
+            else:
+                add(variant, size, flat * n_in, fn, n_in, fpe)
+        add("mul", size, flat, lambda a: a * 0.125, 1, 1.0)  # scalar scale (out of place)
+        add("tanh", size, flat, lambda a: torch.tanh(a), 1, 4.0)
+        add("pow", size, flat, lambda a: torch.pow(a, 3.0), 1, 2.0)
+        add("sqrt", size, flat, lambda a: torch.sqrt(a), 1, 2.0)
+        add("dropout", size, flat, lambda a: F.dropout(a, 0.1, training=True), 1, 2.0, n_out=2.0)
+        add("dropout", size, flat * 2, lambda g, m: g * m, 2, 1.0, direction="bwd")
+        for hidden in (BROADCAST_HIDDEN if size not in large else ()):
+            rows = size // hidden
+            if rows < 1:
+                continue
+            el = rows * hidden
+            # bias add: x[rows, hidden] + b[hidden]; mask fill: x.masked_fill(mask[rows, 1], v)
+            add("add", el, [(rows, hidden), (hidden,)], lambda a, b: a + b, 1 + 1 / rows, 1.0)
+            add("relu", el, [(rows, hidden), (rows, 1)], lambda a, m: a.masked_fill(m, -1e4), 1 + 1 / hidden, 1.0,
+                dtypes=(None, torch.bool))
+    return cases
+
+
+def _shaped_builder(backend: Backend, fn, shapes: list[tuple[int, ...]], ws: float, llc: int,
+                    dtypes: tuple[Any, ...] = ()):
+    """Builder for ``fn(*tensors)`` over tensors of ``shapes`` (fp32, or ``dtypes[i]``: bool draws a 50% mask)."""
+    def build():
+        torch = backend.torch
+        dev = backend.torch_device
+        sets = rotation_sets(ws, llc)
+
+        def tensor(i: int, shape: tuple[int, ...]) -> Any:
+            dt = dtypes[i] if i < len(dtypes) and dtypes[i] is not None else torch.float32
+            if dt == torch.bool:
+                return torch.rand(shape, device=dev) < 0.5
+            return random_tensor(torch, shape, dt, dev)
+
+        data = [tuple(tensor(i, sh) for i, sh in enumerate(shapes)) for _ in range(sets)]
+        return (lambda i: fn(*data[i % sets])), None
+
+    return build
 
 
 def _pointwise_builder(backend: Backend, fn, n_in: int, size: int, dtype: str, ws: float, llc: int):

@@ -23,13 +23,20 @@ import pandas as pd
 
 from hybrid.data.bundle import catalog_toml, write_bundle
 from hybrid.data.profiler import collectives as coll
+from hybrid.data.profiler import conv as cnn
 from hybrid.data.profiler import embedding as emb
 from hybrid.data.profiler import kernels
 from hybrid.data.profiler import optimizer as optim
 from hybrid.data.profiler.backend import Backend, available_cores, open_backend, require_torch
-from hybrid.data.profiler.cases import PROFILE_FAMILIES, Case
+from hybrid.data.profiler.cases import PROFILE_FAMILIES, Case, config_key
 from hybrid.data.profiler.ceilings import Ceilings, measure_ceilings
-from hybrid.data.profiler.timing import FULL_POLICY, QUICK_POLICY, last_level_cache_bytes, measure
+from hybrid.data.profiler.timing import (
+    FULL_POLICY,
+    QUICK_POLICY,
+    choose_clock,
+    last_level_cache_bytes,
+    measure,
+)
 from hybrid.errors import HybridError, InvalidInputError
 
 #: ``source`` column of every profiler row.
@@ -51,6 +58,9 @@ class ProfileOptions:
     seed: int = 0
     progress: bool = True
     force_cpu: bool = False
+    clock: str = "auto"  # auto (CPU with 1 thread: on-core thread time; else wall / CUDA events), wall, thread
+    #: measurement table(s) whose configurations are not measured again (extending a bundle)
+    skip_existing: tuple[str, ...] = ()
 
     def checked(self) -> ProfileOptions:
         """A copy with defaults filled in; raises :class:`InvalidInputError` on a bad option."""
@@ -69,8 +79,17 @@ class ProfileOptions:
             raise InvalidInputError(f"--threads must be >= 1, got {self.threads}")
         if self.device_name is not None and not self.device_name.strip():
             raise InvalidInputError("--device-name must not be empty")
+        clock = (self.clock or "auto").strip().lower()
+        if clock not in ("auto", "wall", "thread"):
+            raise InvalidInputError(f"--clock must be auto, wall or thread, got {self.clock!r}")
+        if clock == "thread" and self.threads != 1:
+            raise InvalidInputError("--clock thread measures the calling thread only: it needs --threads 1")
+        skip = tuple(str(p) for p in self.skip_existing)
+        for p in skip:
+            if not Path(p).exists():
+                raise InvalidInputError(f"--skip-existing: {p} not found")
         return ProfileOptions(self.quick, fams, ranks, self.device_name, self.threads, self.seed, self.progress,
-                              self.force_cpu)
+                              self.force_cpu, clock, skip)
 
 
 @dataclass
@@ -133,6 +152,9 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     check_outdir(out, force)
 
     policy = QUICK_POLICY if opts.quick else FULL_POLICY
+    clock = choose_clock(backend, opts.clock)
+    known = _existing_keys(opts.skip_existing)
+    n_known = 0
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     builders = {
@@ -144,13 +166,19 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                                                  arena_bytes=_arena_bytes(opts.quick)),
         "optimizer": lambda: optim.optimizer_cases(backend, quick=opts.quick, seed=opts.seed,
                                                    arena_bytes=_arena_bytes(opts.quick)),
+        "conv": lambda: cnn.conv_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
+        "pool": lambda: cnn.pool_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
     }
     for family in opts.families:
         if family == "collective":
             continue
         t0 = time.perf_counter()
-        cases = builders[family]()
-        rows += _measure_cases(backend, family, cases, policy, opts.progress, skipped)
+        cases = _unique_cases(builders[family]())
+        if known:
+            fresh = [c for c in cases if config_key(c.row) not in known]
+            n_known += len(cases) - len(fresh)
+            cases = fresh
+        rows += _measure_cases(backend, family, cases, policy, opts.progress, skipped, clock)
         durations[family] = time.perf_counter() - t0
         _release(backend)
 
@@ -174,7 +202,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         durations["collective"] = time.perf_counter() - t0
 
     if not rows:
-        raise HybridError("the profile produced no measurements (every case was skipped; see the log)")
+        raise HybridError("the profile produced no measurements (every case was skipped or already in "
+                          "--skip-existing; see the log)")
     table = _finish_table(backend, device_key, rows)
     devices = {device_key: device_entry} if device_entry is not None else {}
     systems = {system_key: system_entry} if system_entry is not None else {}
@@ -183,8 +212,46 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     text = catalog_toml(devices, systems, header=header)
     durations["total"] = time.perf_counter() - started
     meta = _meta(backend, opts, ceilings, device_key, system_key, durations, skipped, coll_notes, command, table)
+    meta["clock"] = {"name": clock, "what": _CLOCK_DOC[clock]}
+    if opts.skip_existing:
+        meta["skip_existing"] = {"tables": list(opts.skip_existing), "cases_not_measured_again": n_known}
     path = write_bundle(out, table, text, meta, force=force)
     return ProfileResult(path=path, table=table, catalog_text=text, meta=meta)
+
+
+_CLOCK_DOC = {
+    "thread": "time.thread_time_ns around each repeat: time the measuring thread spent on a core (1 intra-op "
+              "thread, so the op runs on it); robust to other processes sharing the cores",
+    "wall": "time.perf_counter_ns around each repeat (wall clock)",
+    "cuda-events": "CUDA events around each repeat, after a device synchronise",
+}
+
+
+def _unique_cases(cases: list[Case]) -> list[Case]:
+    """``cases`` without repeats of a configuration the table cannot tell apart (two NCHW maps with the same
+    channels and N x H x W are one batch-norm row): the first of each is kept."""
+    seen: set[frozenset] = set()
+    out = []
+    for c in cases:
+        key = config_key(c.row)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def _existing_keys(paths: Sequence[str]) -> set[frozenset]:
+    """Configuration keys (:func:`~hybrid.data.profiler.cases.config_key`) of the rows of measurement tables /
+    bundles ``paths`` (rows of any device: a bundle is extended for its own device)."""
+    if not paths:
+        return set()
+    from hybrid.data.bundle import _table_file
+
+    keys: set[frozenset] = set()
+    for p in paths:
+        df = pd.read_csv(_table_file(Path(p)))
+        keys.update(config_key(r) for r in df.to_dict("records"))
+    return keys
 
 
 def _arena_bytes(quick: bool) -> float:
@@ -196,7 +263,7 @@ def _arena_bytes(quick: bool) -> float:
 
 
 def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any, progress: bool,
-                   skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                   skipped: list[dict[str, Any]], clock: str = "wall") -> list[dict[str, Any]]:
     from tqdm import tqdm
 
     torch = backend.torch
@@ -205,7 +272,7 @@ def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any
     for case in tqdm(cases, desc=family, unit="cfg", disable=not progress, leave=False, file=sys.stderr):
         try:
             run, prepare = case.build()
-            timing = measure(backend, run, prepare=prepare, policy=policy)
+            timing = measure(backend, run, prepare=prepare, policy=policy, clock=clock)
         except oom as exc:  # record, never drop silently
             skipped.append({**case.row, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
             _release(backend)

@@ -1,8 +1,10 @@
 """Timing discipline: warm-up, adaptive repeats, median and spread, cache-busting buffer rotation.
 
 Every profiler measurement goes through :func:`measure`. On the CPU each repeat is bracketed by
-``time.perf_counter_ns``; on a GPU by CUDA events, after synchronising so queued work is not counted and before
-reading the elapsed time. Repeats continue until ``policy.target_s`` of timed work and ``policy.min_repeats``
+``time.perf_counter_ns`` (``clock="wall"``) or by ``time.thread_time_ns`` (``clock="thread"``: the time the
+measuring thread spent on a core, so a profile on a shared machine does not count the time a neighbour held the
+core; only meaningful with one intra-op thread, where the op runs on the calling thread); on a GPU by CUDA
+events, after synchronising so queued work is not counted and before reading the elapsed time. Repeats continue until ``policy.target_s`` of timed work and ``policy.min_repeats``
 are reached (or ``policy.max_repeats`` / ``policy.max_s``). Callers pass ``run(i)``, which should use input
 set ``i % n_sets`` from :func:`rotation_sets`, so small working sets are not timed as cache hits.
 """
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from hybrid.data.profiler.backend import Backend
+from hybrid.errors import InvalidInputError
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,25 @@ class TimingPolicy:
 #: Full-profile and ``--quick`` policies.
 FULL_POLICY = TimingPolicy()
 QUICK_POLICY = TimingPolicy(warmup=1, min_repeats=3, max_repeats=40, target_s=0.02, max_s=0.3)
+
+#: Clocks :func:`measure` knows: CUDA events (GPU), wall clock, on-core time of the calling thread (CPU).
+CLOCKS = ("cuda-events", "wall", "thread")
+
+
+def choose_clock(backend: Backend, requested: str = "auto") -> str:
+    """The clock a profile uses: CUDA events on a GPU; on a CPU the on-core ``thread`` clock when one intra-op
+    thread runs the ops (``auto``), else the wall clock. ``requested`` = auto, wall or thread."""
+    req = requested.strip().lower()
+    if req not in ("auto", "wall", "thread"):
+        raise InvalidInputError(f"--clock must be auto, wall or thread, got {requested!r}")
+    if backend.is_cuda:
+        return "cuda-events"
+    if req == "thread" and backend.threads != 1:
+        raise InvalidInputError(f"--clock thread measures the calling thread only: it needs --threads 1 (got "
+                                f"{backend.threads} threads)")
+    if req == "auto":
+        return "thread" if backend.threads == 1 else "wall"
+    return req
 
 
 @dataclass(frozen=True)
@@ -69,11 +91,14 @@ def measure(
     *,
     prepare: Callable[[int], Any] | None = None,
     policy: TimingPolicy = FULL_POLICY,
+    clock: str = "wall",
 ) -> Timing:
     """Time ``run(i)`` for i = 0, 1, ...; ``prepare(i)`` (untimed) runs before each call if given.
 
-    Warm-up calls are not recorded. Returns the median and spread of the timed repeats.
+    Warm-up calls are not recorded. Returns the median and spread of the timed repeats. ``clock`` (CPU only):
+    ``wall`` or ``thread`` (see the module docstring); a GPU always uses CUDA events.
     """
+    now = time.thread_time_ns if clock == "thread" else time.perf_counter_ns
     for i in range(policy.warmup):
         if prepare is not None:
             prepare(i)
@@ -96,9 +121,9 @@ def measure(
             end.synchronize()
             dt_us = start.elapsed_time(end) * 1e3
         else:
-            t0 = time.perf_counter_ns()
+            t0 = now()
             run(i)
-            dt_us = (time.perf_counter_ns() - t0) / 1e3
+            dt_us = (now() - t0) / 1e3
         samples.append(dt_us)
         total += dt_us * 1e-6
         i += 1

@@ -45,7 +45,6 @@ for _names, _label, _var, _f in (
     ("silu_backward sigmoid_backward tanh_backward threshold_backward hardtanh_backward leaky_relu_backward "
      "elu_backward softplus_backward", "elementwise", "relu", 2.0),
     ("lerp addcmul addcdiv", "elementwise", "add", 2.0),
-    ("native_dropout_backward", "dropout", "mul", 1.0),
     ("copy _to_copy clone _copy_from _copy_from_and_resize cat stack index_select gather scatter scatter_add "
      "index_add index index_put _index_put_impl masked_select repeat constant_pad_nd pad fill zero "
      "zeros_like ones_like full full_like zeros ones fill_ zero_ arange bernoulli uniform normal randn rand "
@@ -173,45 +172,203 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
     return None
 
 
-def _conv_out(size: int, k: int, stride: int, pad: int, dil: int) -> int:
-    return max(1, (size + 2 * pad - dil * (k - 1) - 1) // stride + 1)
+#: Convolution ops: name -> (argument index of stride, padding, dilation, groups, transposed flag or -1)
+CONV_ARGS: dict[str, tuple[int, int, int, int, int]] = {
+    "conv1d": (3, 4, 5, 6, -1), "conv2d": (3, 4, 5, 6, -1), "convolution": (3, 4, 5, 8, 6),
+    "_convolution": (3, 4, 5, 8, 6), "mkldnn_convolution": (4, 3, 5, 6, -1), "cudnn_convolution": (3, 2, 4, 5, -1),
+    "convolution_backward": (4, 5, 6, 9, 7), "mkldnn_convolution_backward": (4, 3, 5, 6, -1),
+}
+#: Backward convolutions: name -> (index of grad_output, input, weight among the tensor arguments, output_mask arg)
+CONV_BWD: dict[str, tuple[int, int, int, int]] = {
+    "convolution_backward": (0, 1, 2, 10), "mkldnn_convolution_backward": (1, 0, 2, 7),
+}
+
+
+def _first_int(s: str, default: int) -> int:
+    v = _ints(s)
+    return v[0] if v else default
+
+
+def _pad_for(size: int, out: int, k: int, stride: int, dil: int, pad: int) -> int:
+    """``pad`` if it gives ``out`` output pixels, else the smallest symmetric padding that does (``'same'``
+    padding, asymmetric padding folded into one side)."""
+    def o(p: int) -> int:
+        return (size + 2 * p - dil * (k - 1) - 1) // stride + 1
+
+    if out <= 0 or o(max(pad, 0)) == out:
+        return max(pad, 0)
+    for p in range(0, dil * (k - 1) + stride + 1):
+        if o(p) >= out:
+            return p
+    return max(pad, 0)
 
 
 def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dims: Sequence[Any]
               ) -> OpMapping | None:
-    """Convolutions as the implicit GEMM they are: M = N x output pixels, N = C_out, K = C_in/groups x kernel."""
-    if base in ("conv1d", "conv2d", "conv3d", "convolution", "_convolution", "mkldnn_convolution",
-                "cudnn_convolution", "thnn_conv2d") and len(dims) >= 2 and len(dims[0]) >= 3:
-        x, w = dims[0], dims[1]
-        if len(w) != len(x):
+    """1-D/2-D convolutions (and their backward) as rows of the ``conv`` family; 3-D and transposed ones are
+    not mapped (unmodelled)."""
+    if base not in CONV_ARGS:
+        return None
+    bwd = base in CONV_BWD
+    gi, xi, wi, mask_arg = CONV_BWD.get(base, (-1, 0, 1, -1))
+    if len(dims) <= max(xi, wi, gi):
+        return None
+    x, w = dims[xi], dims[wi]
+    if len(x) not in (3, 4) or len(w) != len(x):
+        return None
+    s_i, p_i, d_i, g_i, t_i = CONV_ARGS[base]
+    if t_i >= 0 and _concrete(extra, t_i) == "True":
+        return None  # transposed convolution: no family
+    stride = _first_int(_concrete(extra, s_i), 1)
+    pad = _first_int(_concrete(extra, p_i), 0)
+    dil = _first_int(_concrete(extra, d_i), 1)
+    groups = _first_int(_concrete(extra, g_i), 0)
+    if groups <= 0:
+        groups = max(1, x[1] // max(w[1], 1))
+    height, width = x[2], (x[3] if len(x) == 4 else 1)
+    kh, kw = w[2], (w[3] if len(w) == 4 else 1)
+    # output size: the forward's output, or the gradient of it
+    y = dims[gi] if bwd else (out_dims[0] if out_dims and _is_shape(out_dims[0]) else None)
+    if y is not None and len(y) == len(x):
+        pad = _pad_for(height, y[2], kh, stride, dil, pad)
+    if min(x[0], x[1], w[0], height, width, kh, kw, stride, dil) <= 0:
+        return None
+    row: dict[str, Any] = {"op": "conv2d", "batch": x[0], "in_channels": x[1], "out_channels": w[0],
+                           "height": height, "width": width, "kernel_h": kh, "kernel_w": kw, "stride": stride,
+                           "padding": pad, "dilation": dil, "groups": groups, "dtype": dtype,
+                           "direction": "bwd" if bwd else "fwd"}
+    if bwd:
+        mask = re.findall(r"True|False", _concrete(extra, mask_arg))
+        gin, gw = (mask[0] == "True", mask[1] == "True") if len(mask) >= 2 else (True, True)
+        if not (gin or gw):
+            return None  # only the bias gradient: a reduction (left to the children)
+        row["variant"] = "input_weight" if gin and gw else ("input" if gin else "weight")
+    return OpMapping("op", "conv", row)
+
+
+#: Batch norm (training statistics): name -> (index of the ``training`` flag or -1 = always training, backward)
+BATCH_NORM = {"batch_norm": (5, False), "_batch_norm_impl_index": (5, False), "native_batch_norm": (5, False),
+              "_native_batch_norm_legit": (5, False), "_native_batch_norm_legit_functional": (5, False),
+              "cudnn_batch_norm": (5, False), "miopen_batch_norm": (5, False),
+              "native_batch_norm_backward": (7, True), "batch_norm_backward": (6, True),
+              "cudnn_batch_norm_backward": (-1, True), "miopen_batch_norm_backward": (-1, True)}
+
+
+def _map_batch_norm(base: str, dims: list[list[int]], dtype: str, extra: dict) -> OpMapping | None:
+    """Batch norm over NC[...]: ``batchnorm`` rows (rows = channels, hidden = the values per channel) when it
+    computes batch statistics (training); in inference it is a per-channel scale and shift (elementwise)."""
+    if base not in BATCH_NORM or not dims or len(dims[0]) < 2:
+        return None
+    flag, bwd = BATCH_NORM[base]
+    x = dims[1] if bwd and len(dims) > 1 and len(dims[1]) >= 2 else dims[0]
+    channels = x[1]
+    elements = numel(x)
+    if channels <= 0 or elements <= 0:
+        return None
+    training = flag < 0 or _concrete(extra, flag) != "False"
+    if not training and not bwd:
+        return OpMapping("op", "norm", {"op": "elementwise", "elements": int(elements), "variant": "scale",
+                                        "n_inputs": 1.0, "n_outputs": 1.0, "flops_per_element": 2.0,
+                                        "dtype": dtype})
+    return OpMapping("op", "norm", {"op": "batchnorm", "rows": int(channels), "hidden": int(elements // channels),
+                                    "dtype": dtype, "direction": "bwd" if bwd else "fwd"})
+
+
+#: 2-D pooling: name -> (kind, index of the input among tensor args, index of kernel_size arg or -1 = adaptive,
+#: backward, returns/reads argmax indices)
+POOLS = {
+    "max_pool2d": ("max", 0, 1, False, False), "max_pool2d_with_indices": ("max", 0, 1, False, True),
+    "mkldnn_max_pool2d": ("max", 0, 1, False, False), "max_pool1d": ("max", 0, 1, False, False),
+    "max_pool2d_with_indices_backward": ("max", 1, 2, True, True), "max_pool2d_backward": ("max", 1, 2, True, False),
+    "avg_pool2d": ("avg", 0, 1, False, False), "avg_pool2d_backward": ("avg", 1, 2, True, False),
+    "avg_pool1d": ("avg", 0, 1, False, False),
+    "adaptive_avg_pool2d": ("avg", 0, -1, False, False), "_adaptive_avg_pool2d": ("avg", 0, -1, False, False),
+    "_adaptive_avg_pool2d_backward": ("avg", 1, -1, True, False),
+    "adaptive_max_pool2d": ("max", 0, -1, False, True), "adaptive_max_pool2d_backward": ("max", 1, -1, True, True),
+}
+
+
+def _map_pool(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dims: Sequence[Any],
+              leaf: bool) -> OpMapping | None:
+    """Pooling (and its backward) as an ``elementwise`` row built by :func:`hybrid.ops.families.pool_row`."""
+    from hybrid.ops.families import pool_row
+
+    if base not in POOLS:
+        return None
+    kind, xi, k_arg, bwd, indices = POOLS[base]
+    if len(dims) <= xi or len(dims[xi]) < 3:
+        return None
+    x = dims[xi]
+    if bwd:
+        y = dims[0]
+    elif out_dims and _is_shape(out_dims[0]):
+        y = out_dims[0]
+    else:
+        y = _pool_out(base, x, extra, k_arg)  # a Chrome trace records no output shapes
+        if y is None:
             return None
-        spatial = len(x) - 2
-        off = 3 if len(dims) > 2 or base != "conv2d" else 2
-        stride = _ints(_concrete(extra, off)) or [1] * spatial
-        pad = _ints(_concrete(extra, off + 1)) or [0] * spatial
-        dil = _ints(_concrete(extra, off + 2)) or [1] * spatial
-        groups = (_ints(_concrete(extra, off + 3)) or [1])[0] if base in ("conv1d", "conv2d", "conv3d") else 1
-        if out_dims and _is_shape(out_dims[0]) and len(out_dims[0]) == len(x):
-            opix = math.prod(out_dims[0][2:])
-        else:
-            def pick(v: list[int], i: int, d: int) -> int:
-                return v[i] if i < len(v) else (v[0] if v else d)
-            opix = math.prod(_conv_out(x[2 + i], w[2 + i], pick(stride, i, 1), pick(pad, i, 0), pick(dil, i, 1))
-                             for i in range(spatial))
-        groups = max(1, groups if groups > 0 else x[1] // max(w[1], 1))
-        m, n, k = x[0] * opix, w[0], w[1] * math.prod(w[2:])
-        mp = _gemm(m, n // groups if groups > 1 else n, k, groups, dtype, "conv")
-        return OpMapping("op", "conv", mp.row) if mp else None
-    if base in ("convolution_backward", "mkldnn_convolution_backward", "cudnn_convolution_backward") \
-            and len(dims) >= 3 and len(dims[0]) >= 3:
-        g, x, w = dims[0], dims[1], dims[2]
-        m, n, k = g[0] * math.prod(g[2:]), w[0], w[1] * math.prod(w[2:])
-        # data grad and/or weight grad (output_mask, the last argument): one GEMM of the forward's size each
-        mask = re.findall(r"True|False", _concrete(extra, len(dims) - 1))
-        grads = max(1, sum(v == "True" for v in mask[:2])) if len(mask) >= 2 else 2
-        mp = _gemm(m, n, k, grads, dtype, "conv_bwd")
-        return OpMapping("op", "conv", mp.row) if mp else None
-    return None
+    n_in, n_out = numel(x), numel(y)
+    if n_in <= 0 or n_out <= 0:
+        return None
+    if k_arg >= 0:
+        k = _ints(_concrete(extra, k_arg))
+        window = math.prod(k) if len(k) >= 2 else (k[0] ** (len(x) - 2) if k else max(1, n_in // n_out))
+    else:
+        window = max(1, round(n_in / n_out))
+    if base == "max_pool2d" and not leaf:
+        indices = True  # calls max_pool2d_with_indices (training)
+    row = pool_row(kind, "bwd" if bwd else "fwd", n_in, n_out, int(window), dtype, indices)
+    return OpMapping("op", "pool", row)
+
+
+def _pool_out(base: str, x: list[int], extra: dict, k_arg: int) -> list[int] | None:
+    """Output shape of a forward pooling from its arguments: kernel, stride (default: the kernel), padding,
+    dilation (max pooling) and ceil mode; adaptive pooling: its output size."""
+    spatial = len(x) - 2
+    if k_arg < 0:
+        size = _ints(_concrete(extra, 1))
+        if not size:
+            return None
+        size = (size * spatial)[:spatial] if len(size) < spatial else size[:spatial]
+        return list(x[:2]) + size
+    k = _ints(_concrete(extra, 1))
+    if not k:
+        return None
+    st = _ints(_concrete(extra, 2)) or k
+    pad = _ints(_concrete(extra, 3)) or [0]
+    is_max = base.startswith("max") or base.startswith("mkldnn_max")
+    dil = (_ints(_concrete(extra, 4)) or [1]) if is_max else [1]
+    ceil = _concrete(extra, 5 if is_max else 4) == "True"
+
+    def pick(v: list[int], i: int) -> int:
+        return v[i] if i < len(v) else v[-1]
+
+    out = []
+    for i in range(spatial):
+        span = x[2 + i] + 2 * pick(pad, i) - pick(dil, i) * (pick(k, i) - 1) - 1
+        o = (-(-span // pick(st, i)) if ceil else span // pick(st, i)) + 1
+        out.append(max(o, 1))
+    return list(x[:2]) + out
+
+
+def _zero_p(extra: dict) -> bool:
+    """Dropout probability 0 (argument 1): PyTorch returns the input, no kernel runs."""
+    try:
+        return float(_concrete(extra, 1)) == 0.0
+    except ValueError:
+        return False
+
+
+def dropout_row(elements: int, dtype: str, backward: bool = False) -> dict[str, Any]:
+    """The one canonical row of a training dropout (forward: draw the mask, scale, multiply; backward: multiply
+    the gradient by the mask), whichever ATen op the trace shows: the passes are the ``dropout`` variant's in
+    :data:`hybrid.ops.families.ELEMENTWISE_VARIANTS` (forward) and a two-input product (backward)."""
+    from hybrid.ops.families import ELEMENTWISE_VARIANTS
+
+    n_in, n_out, fpe = (2, 1, 1.0) if backward else ELEMENTWISE_VARIANTS["dropout"]
+    return {"op": "elementwise", "elements": int(elements), "variant": "dropout",
+            "direction": "bwd" if backward else "fwd", "n_inputs": float(n_in), "n_outputs": float(n_out),
+            "flops_per_element": float(fpe), "dtype": dtype}
 
 
 def _rows_hidden(x: list[int]) -> tuple[int, int]:
@@ -237,6 +394,8 @@ def _elementwise(label: str, variant: str, fpe: float, in_dims: list[list[int]],
     else:
         n_in = sum(sizes) / elements
         n_out = 1.0
+    if inplace and label != "reduction":
+        variant += "_"  # writes into its first input: no new output tensor (see families.variant_base)
     return OpMapping("op", label, {"op": "elementwise", "elements": int(elements), "variant": variant,
                                    "n_inputs": round(float(n_in), 4), "n_outputs": round(float(n_out), 4),
                                    "flops_per_element": float(fpe), "dtype": dtype})
@@ -267,11 +426,46 @@ def map_collective(name: str, dims: list[list[int]], dtype: str, group_size: int
                                                   "dtype": dt if dt in _FLOATS else "fp32"})
 
 
+#: Distinct ops :func:`map_op` remembers (a training step has a few hundred distinct (name, shapes) keys).
+MAP_CACHE_SIZE = 65536
+
+
 def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequence[Any] = (),
            extra: dict[str, Any] | None = None, *, leaf: bool = True, group_size: int = 1) -> OpMapping | None:
-    """The family mapping of one traced op (see the module docstring)."""
+    """The family mapping of one traced op (see the module docstring).
+
+    Memoised: a trace repeats the same op with the same shapes many times (every layer, every step), so each
+    distinct (name, shapes, types, output shapes, arguments, leaf, group size) is mapped once; the answer is a
+    fresh :class:`OpMapping` (its row a new dict) every call, so callers may change it.
+    """
+    key = (name, repr(dims), repr(types), repr(out_dims), repr(extra) if extra else "", bool(leaf), int(group_size))
+    mp = _map_cached(key, name, dims, types, out_dims, extra, leaf, group_size)
+    return None if mp is None else OpMapping(mp.kind, mp.label, dict(mp.row))
+
+
+def _map_cached(key: tuple, name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequence[Any],
+                extra: dict[str, Any] | None, leaf: bool, group_size: int) -> OpMapping | None:
+    cache = _MAP_CACHE
+    hit = cache.get(key, _MISSING)
+    if hit is not _MISSING:
+        return hit  # type: ignore[return-value]
+    mp = _map_op(name, dims, types, out_dims, extra, leaf=leaf, group_size=group_size)
+    if len(cache) >= MAP_CACHE_SIZE:
+        cache.clear()
+    cache[key] = mp
+    return mp
+
+
+_MISSING = object()
+#: key -> mapping (bounded by MAP_CACHE_SIZE; cleared when full). Holds only immutable answers of a pure function.
+_MAP_CACHE: dict[tuple, OpMapping | None] = {}
+
+
+def _map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequence[Any] = (),
+            extra: dict[str, Any] | None = None, *, leaf: bool = True, group_size: int = 1) -> OpMapping | None:
     extra = extra or {}
     tdims = _tensor_dims(dims, types)
+    dims_all = [d if isinstance(d, list) else [] for d in dims]
     dtype = _dtype(types)
     if _COLLECTIVE_RE.match(name):
         return map_collective(name, [d for d in dims if isinstance(d, list)], dtype, group_size, extra)
@@ -285,11 +479,11 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
     plain = base.rstrip("_") if base.endswith("_") and not base.startswith("_") else base
     inplace = plain != base
     if base in VIEW_OPS or plain in VIEW_OPS:
-        if base == "dropout" and _concrete(extra, 2) == "True" and tdims:  # training dropout without children
-            return OpMapping("op", "dropout", {"op": "elementwise", "elements": numel(tdims[0]), "variant": "dropout",
-                                               "dtype": dtype})
+        if base == "dropout" and _concrete(extra, 2) == "True" and tdims and not _zero_p(extra):
+            return OpMapping("op", "dropout", dropout_row(numel(tdims[0]), dtype))  # training dropout: one unit
         return OpMapping("view", "view") if leaf else None
-    mp = _map_gemm(plain, tdims, dtype, out_dims) or _map_conv(plain, tdims, dtype, extra, out_dims)
+    mp = (_map_gemm(plain, tdims, dtype, out_dims) or _map_conv(plain, dims_all, dtype, extra, out_dims)
+          or _map_batch_norm(plain, dims_all, dtype, extra) or _map_pool(plain, dims_all, dtype, extra, out_dims, leaf))
     if mp:
         return mp
     if "scaled_dot_product" in base or base in ("_flash_attention_forward", "_efficient_attention_forward",
@@ -306,7 +500,7 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "attention", row)
     if plain in ("layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "native_layer_norm_backward",
                  "_fused_rms_norm_backward") and tdims:
-        # (batch/group norm normalise across rows of an NCHW tensor: no family models that layout; unmodelled)
+        # (batch norm: _map_batch_norm above; group/instance norm: no family, unmodelled)
         x = tdims[0]
         bwd = "backward" in plain
         rows, hidden = _rows_hidden(x)
@@ -318,10 +512,12 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         rows, hidden = _rows_hidden(tdims[0])
         return OpMapping("op", "softmax", {"op": "softmax", "rows": rows, "hidden": hidden, "dtype": dtype,
                                            "direction": "bwd" if "backward" in plain else "fwd"})
-    if plain in ("native_dropout", "feature_dropout", "alpha_dropout") and tdims:
-        return OpMapping("op", "dropout", {"op": "elementwise", "elements": numel(tdims[0]), "variant": "dropout",
-                                           "n_inputs": 1.0, "n_outputs": 1.25, "flops_per_element": 4.0,
-                                           "dtype": dtype})
+    if plain in ("native_dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout") and tdims:
+        if (plain != "native_dropout" and _concrete(extra, 2) == "False") or _zero_p(extra):
+            return OpMapping("view", "view") if leaf else None  # inference: the identity
+        return OpMapping("op", "dropout", dropout_row(numel(tdims[0]), dtype))
+    if plain == "native_dropout_backward" and tdims:
+        return OpMapping("op", "dropout", dropout_row(numel(tdims[0]), dtype, backward=True))
     if plain == "embedding" and len(tdims) >= 2 and len(tdims[0]) == 2:
         v, d = tdims[0]
         return OpMapping("op", "embedding", {"op": "embedding_bag", "num_embeddings": v, "embedding_dim": d,
@@ -362,6 +558,16 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         label, variant, fpe = entry
         if label == "copy" and plain in ("copy", "_to_copy", "clone") and len(tdims) >= 1:
             tdims = tdims[-1:] if plain == "copy" else tdims[:1]
+        if not tdims and plain in CREATION_OPS and not any(_is_shape(d) and d for d in out_dims):
+            # a factory op (zeros, ones, full, ...) given its size as an argument: allocate and fill
+            size = _ints(_concrete(extra, 0))
+            if not size or math.prod(size) <= 0:
+                return OpMapping("view", "view") if leaf else None  # empty tensor: no kernel
+            out_dims = [size]
         mp = _elementwise(label, variant, fpe, tdims, out_dims, dtype, inplace)
         return mp
     return None
+
+
+#: Factory ops whose size is their first argument (no tensor input).
+CREATION_OPS = frozenset({"zeros", "ones", "full", "rand", "randn"})
