@@ -121,27 +121,31 @@ def rank_schedule(trace: RankTrace, units: pd.DataFrame) -> pd.DataFrame:
     u.attrs["main_tid"] = main
     if not has_times or n == 0:
         return u
-    # host gaps: time on the unit's thread since the previous unit there ended (main thread: since the step began)
+    xdeps = _cross_thread_deps(tid, ts, end)
+    u["xdeps"] = pd.Series(xdeps, dtype=object)
+    src = np.fromiter((i for i, d in enumerate(xdeps) for _ in d), dtype=np.int64)
+    dst = np.fromiter((j for d in xdeps for j in d), dtype=np.int64)
+    dep_end = np.full(n, -np.inf)
+    np.maximum.at(dep_end, src, end[dst])
+    # host gaps: time on the unit's thread since the previous unit there ended (main thread: since the step began;
+    # another thread's first unit: since the other thread's work it waits for ended, e.g. the autograd thread
+    # picking up the backward that the main thread started)
     gap = np.zeros(n)
     prev_end = np.full(n, np.nan)
     for t in pd.unique(tid):
         rows = np.flatnonzero(tid == t)
         pe = np.empty(len(rows))
         pe[1:] = np.maximum.accumulate(end[rows])[:-1]
-        pe[0] = trace.window[0] if t == main else ts[rows[0]]
+        first = rows[0]
+        pe[0] = trace.window[0] if t == main else min(ts[first], dep_end[first]) if np.isfinite(dep_end[first]) \
+            else ts[first]
         prev_end[rows] = pe
         gap[rows] = np.maximum(ts[rows] - pe, 0.0)
     u["gap_us"] = gap
     main_rows = np.flatnonzero(tid == main)
     if len(main_rows):
         u.attrs["trailing_gap_us"] = max(float(trace.window[1] - end[main_rows].max()), 0.0)
-    xdeps = _cross_thread_deps(tid, ts, end)
-    u["xdeps"] = pd.Series(xdeps, dtype=object)
     # the part of a gap before the last cross-thread dependency ended is waiting for that thread
-    src = np.fromiter((i for i, d in enumerate(xdeps) for _ in d), dtype=np.int64)
-    dst = np.fromiter((j for d in xdeps for j in d), dtype=np.int64)
-    dep_end = np.full(n, -np.inf)
-    np.maximum.at(dep_end, src, end[dst])
     u["wait_us"] = np.clip(dep_end - prev_end, 0.0, gap)
     _async_collectives(trace, u, tid, ts, end, prev_end)
     return u

@@ -139,10 +139,10 @@ class _Builder:
             # the wait lasts until what it waits for ends (its dependencies), in the re-simulation too
             on = [*comms, *deps]
             self.add(rank, u["stream"], "wait", WAIT_LABEL, 0.0 if on else wait, duration_us=0.0, kind="cpu", deps=on)
-        rest = gap - wait
+        rest = gap - wait  # host work after what the thread waited for (dependencies) had ended
         if self.cost.keep_host and rest > 0:
             self.add(rank, u["stream"], "host gap", GAP_LABEL, rest, duration_us=self.cost.host_us(rank, rest),
-                     kind="cpu")
+                     kind="cpu", deps=deps)
 
     def kernel_stream(self, rank: int, u: dict[str, Any]) -> str:
         s = f"stream {u['kstream']}" if u.get("kstream") else COMPUTE_STREAM
@@ -213,7 +213,7 @@ class _Builder:
                 if asynchronous:  # gloo's thread picks the work up as the call starts
                     prev = g.last(m, um["stream"])
                     d += [prev] if prev is not None else []
-                    meas.append(um["backend_end"] - um["backend_ts"])
+                    meas.append(um["backend_end"] - um["ts"])  # from the call on: pick-up + work
                 else:
                     meas.append(um["dur"])
             else:
