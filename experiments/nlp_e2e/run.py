@@ -250,11 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     labels = read_labels(args.labels)
     cat = default_catalog([CATALOG_OVERLAY])
     if args.model:
-        from hybrid.cli.simulate import load_cost_model
-        from hybrid.engine.costs import model_catalog
+        from hybrid.bench.validate import resolve_predictor
 
-        model, mname = load_cost_model(args.model, args.tracking_uri)
-        calib, ccat, fitted_on, n_fit = model, model_catalog(model), getattr(model, "devices_seen", []), None
+        engine = resolve_predictor(args.model, args.tracking_uri, default_bundle=False)
+        model, mname = engine.model, engine.name
+        calib, ccat, fitted_on, n_fit = model, engine.catalog, getattr(model, "devices_seen", []), None
     else:
         calib, ccat, fitted_on, n_fit = calibrated_model(args.data_dir, args.rows_per_gpu, args.seed)
         mname = f"HybridPredictor fitted on NeuSight kernel training data ({n_fit} rows)"
