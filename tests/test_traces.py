@@ -320,9 +320,13 @@ def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):
     assert (members == 2).all() and len(members) == per_rank.iloc[0]
     pred = predict_trace(it, RooflineCostModel(cpu_catalog))
     assert pred.measured.graph.n_ranks == 2
-    # measured re-simulation: the slower rank's traced step (a wait for the peer or for gloo's thread inside a host
-    # gap is a wait node, not host work that would count twice)
-    assert pred.measured.iteration_us == pytest.approx(it.measured_step_us, rel=0.05)
+    # measured re-simulation: at least every rank's busy time on its main thread (a wait for the peer or for gloo's
+    # thread inside a host gap is a wait node, not host work), at most about the slower rank's traced step (which
+    # also holds the ranks' skew at the start: the re-simulation starts them together)
+    measured = np.asarray(it.node_measured_us)
+    busy = [measured[[i for i in range(len(measured)) if g.stream_names[g.stream[i]] == (r, "host")]].sum()
+            for r in range(2)]
+    assert max(busy) * 0.99 <= pred.measured.iteration_us <= it.measured_step_us * 1.1
     assert np.isfinite(pred.predicted_us) and pred.summary()["breakdown_ms"]["collective"] > 0
 
 
