@@ -435,6 +435,10 @@ def test_gpu_trace_kernels_streams_and_sync(tmp_path):
     assert pred.measured.iteration_us == pytest.approx(tr.step_us, rel=0.01)
     s = pred.summary()
     assert s["measured_ms"] == pytest.approx(1.0) and s["breakdown_ms"]["unmodelled"] == pytest.approx(0.1)
+    # host_scale deflates traced host time (launches), never the traced GPU kernels
+    half = predict_trace(build_trace_graph([tr], "A100-SXM4-80GB", host_scale=0.5), RooflineCostModel()).summary()
+    assert half["breakdown_ms"]["unmodelled"] == pytest.approx(0.1)
+    assert half["breakdown_ms"]["launch"] == pytest.approx(s["breakdown_ms"]["launch"] / 2)
     # on another GPU the custom kernel is listed as unmodelled and costs nothing; the GEMM is re-costed
     other = predict_trace(build_trace_graph([tr], "H100-SXM"), RooflineCostModel()).summary()
     assert other["unmodelled"]["costed_as"] == "not costed (0)" and other["breakdown_ms"]["unmodelled"] == 0

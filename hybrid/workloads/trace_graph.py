@@ -180,7 +180,7 @@ class _Builder:
             # a GPU op nobody maps: its kernels' measured time on its stream (traced device only)
             host = self.launch(rank, u, deps)
             nid = self.add(rank, self.kernel_stream(rank, u), name, u["label"], meas,
-                           duration_us=self.cost.unmodelled_us(rank, meas), kind="compute", deps=[host],
+                           duration_us=meas if self.cost.same_device else 0.0, kind="compute", deps=[host],
                            phase=u["phase"])
         else:  # view / unmodelled: host time (unmodelled: the trace's time only on the traced device)
             dur = self.cost.unmodelled_us(rank, u["dur"]) if kind == "unmodelled" else self.cost.host_us(rank, u["dur"])
