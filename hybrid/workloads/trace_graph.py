@@ -195,7 +195,7 @@ class _Builder:
                                   deps=deps, phase=u["phase"])
         self.node[rank][i], self.host_node[rank][i] = nid, host
 
-    def collective(self, members: tuple[int, ...], pos: list[int], group_of: Any) -> None:
+    def collective(self, members: tuple[int, ...], pos: list[int]) -> None:
         """The collective every member of a group has reached (unit ``pos[m]`` of each member ``m``)."""
         g, tgt = self.g, self.tgt
         us = {m: self.rows[m][pos[m]] for m in members}
@@ -335,7 +335,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
             members = tuple(m for m in group(r)[1] if m < n_ranks)
             if not all(waiting.get(m) == (pg, k) for m in members):
                 continue
-            b.collective(members, pos, group)
+            b.collective(members, pos)
             for m in members:
                 coll_count[(m, pg)] += 1
                 pos[m] += 1
