@@ -1,6 +1,6 @@
 """End-to-end NLP latencies on GPUs predicted from PyTorch traces recorded on this CPU (meta device).
 
-    python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--json] [--out results.md]
+    python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--with-test-kernels] [--json] [--out results.md]
 
 ``FILE`` has NeuSight's end-to-end label format (``../shared/datasets/neusight/e2e_labels_dev.csv``: columns
 ``gpu, config, model, mode, seqlen, batch, extra, e2e_latency`` in ms). For every labelled (model, mode,
