@@ -1,6 +1,6 @@
 """End-to-end NLP latencies on GPUs predicted from PyTorch traces recorded on this CPU (meta device).
 
-    python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--json] [--out results.md]
+    python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--with-test-kernels] [--json] [--out results.md]
 
 ``FILE`` has NeuSight's end-to-end label format (``../shared/datasets/neusight/e2e_labels_dev.csv``: columns
 ``gpu, config, model, mode, seqlen, batch, extra, e2e_latency`` in ms). For every labelled (model, mode,
@@ -157,8 +157,10 @@ def read_labels(path: str) -> pd.DataFrame:
     return df
 
 
-def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int):
-    """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group)."""
+def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = False):
+    """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group); with
+    ``with_test_kernels`` also on NeuSight's kernel *test* collections (``neusight/test-dev``: larger shapes, and
+    the A100 80GB PCIe), which are kernel measurements, not end-to-end labels."""
     from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.importers import import_paths
     from hybrid.data.paths import public_data_dir
@@ -168,8 +170,9 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int):
     cat = default_catalog([CATALOG_OVERLAY])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        table = import_paths("neusight", [base / "neusight" / "scripts" / "asplos" / "data" / "dataset" / "train",
-                                          base / "neusight" / "scripts" / "asplos" / "data" / "dataset_amd"],
+        dirs = [base / "neusight" / "scripts" / "asplos" / "data" / "dataset" / "train",
+                base / "neusight" / "scripts" / "asplos" / "data" / "dataset_amd"]
+        table = import_paths("neusight", dirs + ([base / "neusight" / "test-dev"] if with_test_kernels else []),
                              catalog=cat)
     grp = np.where(table["op"].isin(["bmm", "linear", "gemm", "matmul"]), "gemm", "pointwise")
     table = table.assign(_g=grp).sample(frac=1.0, random_state=seed).groupby(["device", "_g"]).head(rows_per_gpu)
@@ -235,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=None, help="public data directory (default ../shared/datasets)")
     ap.add_argument("--rows-per-gpu", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--with-test-kernels", action="store_true",
+                    help="also fit the kernel model on NeuSight's kernel test collections (neusight/test-dev)")
     ap.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "hybrid-nlp-e2e-traces"))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="write results markdown here (default: results.md beside this "
@@ -250,14 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     labels = read_labels(args.labels)
     cat = default_catalog([CATALOG_OVERLAY])
     if args.model:
-        from hybrid.cli.simulate import load_cost_model
-        from hybrid.engine.costs import model_catalog
+        from hybrid.bench.validate import resolve_predictor
 
-        model, mname = load_cost_model(args.model, args.tracking_uri)
-        calib, ccat, fitted_on, n_fit = model, model_catalog(model), getattr(model, "devices_seen", []), None
+        engine = resolve_predictor(args.model, args.tracking_uri, default_bundle=False)
+        model, mname = engine.model, engine.name
+        calib, ccat, fitted_on, n_fit = model, engine.catalog, getattr(model, "devices_seen", []), None
     else:
-        calib, ccat, fitted_on, n_fit = calibrated_model(args.data_dir, args.rows_per_gpu, args.seed)
-        mname = f"HybridPredictor fitted on NeuSight kernel training data ({n_fit} rows)"
+        calib, ccat, fitted_on, n_fit = calibrated_model(args.data_dir, args.rows_per_gpu, args.seed,
+                                                         args.with_test_kernels)
+        mname = (f"HybridPredictor fitted on NeuSight kernel training data"
+                 f"{' + kernel test collections' if args.with_test_kernels else ''} ({n_fit} rows)")
     models = {"roofline": (RooflineCostModel(cat), cat), "calibrated": (calib, ccat)}
     trace_dir = Path(args.trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -315,7 +322,7 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
     c, r = result["calibrated"], result["roofline"]
     out = ["# NLP end-to-end latency on GPUs, predicted from traces recorded on the CPU", "",
            f"Command: `python experiments/nlp_e2e/run.py --labels {Path(args.labels).name} --rows-per-gpu "
-           f"{args.rows_per_gpu}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+           f"{args.rows_per_gpu}{' --with-test-kernels' if getattr(args, 'with_test_kernels', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
            f"Labels: {result['n_label_rows']} rows, {c['n_rows']} predicted, skipped: "
            + (", ".join(f"{v} x {k}" for k, v in result["skipped"].items()) or "none") + ".",

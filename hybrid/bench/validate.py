@@ -200,17 +200,25 @@ def _bundle_system(catalog: Any, bundle: Path) -> str | None:
 
 def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = None,
                       bundle: str | os.PathLike | None = None, roofline: bool = False,
-                      system: str | None = None) -> EnginePredictor:
-    """The engine predictor to validate: a calibrated model from the tracking store (``model_ref``), the
-    roofline only (``roofline``), or a HybridPredictor fitted on a profile bundle (``bundle``, default the
-    newest ``datasets/cpu-*``). ``system`` defaults to the bundle's system for bundles."""
+                      system: str | None = None, default_bundle: bool = True) -> EnginePredictor:
+    """The op cost model the engine predicts with (the one resolver for ``hybrid bench validate`` and
+    ``hybrid trace predict``): a calibrated model from the tracking store (``model_ref``), the roofline only
+    (``roofline``), or a HybridPredictor fitted on a profile bundle (``bundle``; without one, the newest
+    ``datasets/cpu-*`` if ``default_bundle``, else the roofline on the packaged catalog). ``system`` defaults
+    to the bundle's system for bundles."""
     from hybrid.engine.costs import model_catalog
 
     if model_ref:
-        from hybrid.cli.simulate import load_cost_model
+        from hybrid.tracking.registry import load_predictor
 
-        model, name = load_cost_model(model_ref, tracking_uri)
-        return EnginePredictor(name, model, model_catalog(model), system)
+        loaded = load_predictor(model_ref, tracking_uri=tracking_uri)
+        return EnginePredictor(str(loaded.ref), loaded.predictor, model_catalog(loaded.predictor), system)
+    if not bundle and not default_bundle:
+        from hybrid.engine.costs import RooflineCostModel
+        from hybrid.hardware.catalog import default_catalog
+
+        cat = default_catalog()
+        return EnginePredictor("roofline", RooflineCostModel(cat), cat, system)
     path = Path(bundle) if bundle else _newest_cpu_bundle()
     if path is None:
         if not roofline:

@@ -61,30 +61,6 @@ def import_(traces: tuple[str, ...], output: str, step: int | None) -> None:
     click.echo(f"{len(loaded)} rank(s), {total} op units -> {output}")
 
 
-def resolve_trace_model(model_ref: str | None, tracking_uri: str | None, bundle: str | None, roofline: bool
-                        ) -> tuple[Any, Any, str]:
-    """(cost model, catalog, name): --model from the tracking store, a predictor fitted on --bundle, else roofline."""
-    from hybrid.engine.costs import RooflineCostModel, model_catalog
-    from hybrid.hardware.catalog import default_catalog
-
-    if model_ref:
-        from hybrid.cli.simulate import load_cost_model
-
-        model, name = load_cost_model(model_ref, tracking_uri)
-        return model, model_catalog(model), name
-    if bundle:
-        from hybrid.data.bundle import load_bundle
-
-        table, cat = load_bundle(bundle)
-        if roofline:
-            return RooflineCostModel(cat), cat, f"roofline ({Path(bundle).name} catalog)"
-        from hybrid.corrections.predictor import HybridPredictor
-
-        return HybridPredictor(catalog=cat).fit(table), cat, f"HybridPredictor fitted on {Path(bundle).name}"
-    cat = default_catalog()
-    return RooflineCostModel(cat), cat, "roofline"
-
-
 def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
     """A warning when the traces ran with another PyTorch thread count than the --bundle was profiled with (CPU
     op times then differ by up to the thread ratio, and two threads on a shared machine stall unpredictably)."""
@@ -124,7 +100,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 
     if bool(device) == bool(system):
         raise InvalidInputError("give exactly one of --device or --system")
-    model, cat, name = resolve_trace_model(model_ref, tracking_uri, bundle, roofline)
+    from hybrid.bench.validate import resolve_predictor
+
+    engine = resolve_predictor(model_ref, tracking_uri, bundle, roofline, default_bundle=False)
+    model, cat, name = engine.model, engine.catalog, engine.name
     loaded = _load(traces, step)
     it = build_trace_graph(loaded, device or system, cat, same_device=same)
     pred = predict_trace(it, model, model_name=name)

@@ -1,7 +1,7 @@
 """Parallel modes of a single-device trace: data, tensor (Megatron) and pipeline parallelism as unit rewrites.
 
 A trace of one device running the whole model becomes the per-rank work of an N-way parallel job by rewriting
-its units (:func:`hybrid.workloads.trace_graph.trace_units`) before the graph is built
+its units (:func:`hybrid.workloads.trace_units.trace_units`) before the graph is built
 (``build_trace_graph(..., transform=...)``) and, for data/tensor parallelism, replicating the trace over N ranks
 (:func:`replicate`):
 

@@ -1,0 +1,175 @@
+"""Costing a traced step on a target: what each node of the trace graph costs there, and the prediction.
+
+Retargeting decisions (used by :func:`hybrid.workloads.trace_graph.build_trace_graph`):
+
+* **same device** (:func:`is_same_device`): a CPU trace and a CPU target, or a GPU trace whose device name
+  resolves to the target device. Only then is the trace's own time a measurement of the target: unmodelled ops
+  are costed at their traced time (elsewhere at zero, and listed either way).
+* **host time** (:class:`HostCosting`): ``"trace"`` keeps the traced host time (gaps, views, each op's own
+  dispatch + launch on the host) as the target's host time, deflated by ``host_scale`` (the CPU-time share of a
+  step traced on a loaded machine); ``"model"`` drops it and lets the engine's per-launch overheads stand for
+  the target's host (a CPU or meta-device trace predicted for a GPU).
+
+Costed ops carry a canonical op row for the target device, predicted in one batch by any
+:class:`~hybrid.engine.costs.OpCostModel` (:func:`predict_trace`); :func:`measured_durations` gives every node
+its traced time instead, which re-simulates the traced step (a check of the graph, not of the cost model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.traces.parse import RankTrace
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog
+from hybrid.workloads.dlrm_graph import Target
+
+if TYPE_CHECKING:
+    from hybrid.workloads.trace_graph import TraceIteration
+
+HOST_MODES = ("auto", "trace", "model")
+
+
+def is_same_device(traces: list[RankTrace], target: Target, catalog: Catalog) -> bool:
+    """Whether ``target`` is the hardware the traces were recorded on (see the module docstring)."""
+    dev = {t.device for t in traces}
+    if dev == {"cpu"}:
+        return target.device.kind == "cpu"
+    if dev == {"cuda"}:
+        names = {t.device_name for t in traces}
+        if len(names) != 1 or not next(iter(names)):
+            return False
+        key = catalog.resolve_device(next(iter(names)).replace("NVIDIA ", ""), missing_ok=True)
+        return key == target.device.key
+    return False
+
+
+@dataclass(frozen=True)
+class HostCosting:
+    """How traced host and unmodelled time is costed on the target (see the module docstring)."""
+
+    same_device: bool
+    keep_host: bool
+    scales: tuple[float, ...]  # host_scale per rank
+
+    @classmethod
+    def resolve(cls, traces: list[RankTrace], same: bool, host: str, host_scale: float | list[float]
+                ) -> tuple[HostCosting, str]:
+        """The costing for ``traces`` and the resolved host mode (``"trace"`` or ``"model"``)."""
+        if host not in HOST_MODES:
+            raise InvalidInputError(f"host must be auto, trace or model, got {host!r}")
+        scales = [float(host_scale)] * len(traces) if np.isscalar(host_scale) else [float(x) for x in host_scale]
+        if len(scales) != len(traces) or not all(np.isfinite(x) and 0 < x <= 1.5 for x in scales):
+            raise InvalidInputError(f"host_scale must be one value in (0, 1.5] or one per rank, got {host_scale!r}")
+        if host == "auto":
+            host = "trace" if same or all(t.device == "cuda" for t in traces) else "model"
+        return cls(same, host == "trace", tuple(scales)), host
+
+    def host_us(self, rank: int, traced_us: float) -> float:
+        """Predicted host time of traced host work (gaps, views, an op's dispatch + launch): the traced time
+        deflated by the rank's ``host_scale`` when the traced host is kept, else 0 (the engine's overheads)."""
+        if not self.keep_host or not np.isfinite(traced_us):
+            return 0.0
+        return float(traced_us) * self.scales[rank]
+
+    def unmodelled_us(self, rank: int, traced_us: float) -> float:
+        """Predicted time of an op no family covers: its traced time on the traced device, else 0."""
+        if not self.same_device or not np.isfinite(traced_us):
+            return 0.0
+        return float(traced_us) * self.scales[rank]
+
+
+@dataclass
+class TracePrediction:
+    """A predicted (and, where the trace has times, re-simulated with measured times) traced step."""
+
+    iteration: TraceIteration
+    predicted: Any  # SimResult with the cost model's op times
+    measured: Any | None  # SimResult with every node at its traced time (None without times)
+    model_name: str = ""
+
+    @property
+    def predicted_us(self) -> float:
+        return float(self.predicted.iteration_us)
+
+    def breakdown(self) -> pd.DataFrame:
+        """Predicted (and measured) time per breakdown label summed over nodes, plus node counts (rank 0..n)."""
+        lab = np.asarray(self.iteration.node_label + [""] * (len(self.predicted.durations)
+                                                               - len(self.iteration.node_label)), dtype=object)
+        n = self.predicted.graph.n_real
+        df = pd.DataFrame({"label": lab[:n], "predicted_us": self.predicted.durations[:n]})
+        if self.measured is not None:
+            df["measured_us"] = self.measured.durations[:n]
+        out = df.groupby("label").agg(nodes=("predicted_us", "size"), predicted_us=("predicted_us", "sum"),
+                                      **({"measured_us": ("measured_us", "sum")} if self.measured is not None
+                                         else {}))
+        empty = (out[["predicted_us"] + (["measured_us"] if self.measured is not None else [])] == 0).all(axis=1)
+        out = out[~empty]
+        return out.sort_values("predicted_us", ascending=False).reset_index()
+
+    def summary(self) -> dict[str, Any]:
+        it = self.iteration
+        meas = it.measured_step_us
+        out: dict[str, Any] = {
+            "target": it.info["target"], "device": it.info["device"], "model": self.model_name,
+            "ranks": it.graph.n_ranks, "nodes": int(self.predicted.graph.n_real),
+            "predicted_ms": self.predicted_us / 1e3,
+            "traced_device": it.info["traced_device"], "same_device": it.same_device,
+        }
+        if it.same_device and np.isfinite(meas):
+            out["measured_ms"] = meas / 1e3
+            out["error_pct"] = (self.predicted_us / meas - 1.0) * 100.0
+        if self.measured is not None and it.same_device:
+            out["resimulated_measured_ms"] = float(self.measured.iteration_us) / 1e3
+        unm = it.unmodelled()
+        out["unmodelled"] = {"ops": int(unm["count"].sum()) if len(unm) else 0,
+                             "measured_ms": float(unm["measured_us"].sum()) / 1e3 if len(unm) else 0.0,
+                             "costed_as": ("trace time" if it.same_device else "not costed (0)"),
+                             "by_name": unm.head(20).to_dict(orient="records")}
+        bd = self.breakdown()
+        out["breakdown_ms"] = {str(r["label"]): round(float(r["predicted_us"]) / 1e3, 6) for _, r in bd.iterrows()}
+        if self.measured is not None and it.same_device:
+            out["breakdown_measured_ms"] = {str(r["label"]): round(float(r["measured_us"]) / 1e3, 6)
+                                            for _, r in bd.iterrows()}
+        out["critical_path_ms"] = {k: v / 1e3 for k, v in self.predicted.critical_path_summary().items()}
+        return out
+
+
+def measured_durations(iteration: TraceIteration) -> np.ndarray:
+    """Every node of the compiled graph at its traced time (collective members: the fastest member's time, so
+    that waiting for the slowest rank comes out of the synchronisation, not twice)."""
+    compiled = iteration.graph.compile()
+    dur = np.zeros(len(compiled))
+    dur[: len(iteration.node_measured_us)] = iteration.node_measured_us
+    grouped = (compiled.group >= 0) & (compiled.kind != 3)
+    if grouped.any():
+        gmin = np.full(int(compiled.group.max()) + 1, np.inf)
+        np.minimum.at(gmin, compiled.group[grouped], dur[grouped])
+        dur[grouped] = gmin[compiled.group[grouped]]
+    return dur
+
+
+def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None = None,
+                  model_name: str = "") -> TracePrediction:
+    """Simulate ``iteration`` with ``model``'s op times (and, if the trace has times, with measured ones).
+
+    ``overheads`` default: none on a CPU target or where the traced host time is kept (it already holds every
+    op's dispatch and launch); the engine's kernel-launch and collective-launch costs where it was dropped."""
+    from hybrid.engine.overheads import Overheads
+    from hybrid.engine.simulate import simulate, simulate_durations
+
+    if overheads is None:
+        if iteration.target.device.kind == "cpu" or iteration.info.get("host") == "trace":
+            overheads = Overheads.zero()
+        else:  # the traced host time was dropped: dispatch + launch per kernel from the engine's defaults
+            overheads = Overheads(optimizer_step_us=0.0, iteration_us=0.0)
+    compiled = iteration.graph.compile()
+    pred = simulate(compiled, model, overheads)
+    meas = None
+    if all(t.has_times for t in iteration.traces):
+        meas = simulate_durations(compiled, measured_durations(iteration))
+    return TracePrediction(iteration, pred, meas, model_name)

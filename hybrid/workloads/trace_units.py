@@ -1,0 +1,197 @@
+"""From parsed trace events to *units*: the ops of one rank's trace that become nodes of the task graph.
+
+Walking each thread's op tree from the top (:func:`trace_units`), an op the family mapping
+(:mod:`hybrid.data.traces.opmap`) can cost becomes one unit (``aten::linear`` is one GEMM, whatever it calls
+inside); an op it cannot cost is looked into, and only a leaf nobody maps is an *unmodelled* unit. Views and
+allocations are host-only units; collectives are units that synchronise ranks. Whatever time on a thread is not
+inside a unit (Python, the autograd engine, dispatch of composite ops) is kept as measured host *gaps* between
+units by the graph builder (:mod:`hybrid.workloads.trace_graph`).
+
+Everything here is per op or per tree level in numpy; only the walk that decides where to cut the tree visits
+ops one by one (each op once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.traces.opmap import VIEW_OPS, OpMapping, base_name, map_op
+from hybrid.data.traces.parse import RankTrace
+from hybrid.errors import InvalidInputError
+
+#: Phase of an op, from its nearest enclosing marker (name prefix -> phase).
+PHASE_MARKERS = (("Optimizer.step", "optimizer"), ("Optimizer.zero_grad", "zero_grad"),
+                 ("autograd::engine::evaluate_function", "backward"), ("DistributedDataParallel.forward", "forward"))
+#: Unit kinds.
+UNIT_KINDS = ("op", "collective", "view", "unmodelled")
+#: Breakdown labels of host time that is not an op.
+GAP_LABEL, VIEW_LABEL, UNMODELLED_LABEL = "host gaps", "view/host ops", "unmodelled"
+#: Columns of :func:`trace_units`.
+UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg", "device_us", "kstream")
+
+
+def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
+    """Row positions per tree depth, shallowest first (every op's parent sits one level above it)."""
+    if not len(depth):
+        return []
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max()) + 2))
+    return [order[bounds[d]:bounds[d + 1]] for d in range(int(depth.max()) + 1)]
+
+
+def _depths(ops: pd.DataFrame, parent: np.ndarray) -> np.ndarray:
+    """Depth of every op (the parser's ``depth`` column; recomputed from the parent pointers where it does not
+    put every parent one level above its child)."""
+    depth = ops["depth"].to_numpy(dtype=np.int64) if "depth" in ops.columns else np.zeros(len(parent), np.int64)
+    has = parent >= 0
+    if np.array_equal(depth[has], depth[parent[has]] + 1):
+        return depth
+    depth = np.zeros(len(parent), dtype=np.int64)
+    for i in np.flatnonzero(has):  # parent-first order: one pass settles every row
+        depth[i] = depth[parent[i]] + 1
+    return depth
+
+
+def _phase_of(names: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]) -> np.ndarray:
+    """Phase per op: its own marker, else its parent's (``"forward"`` at the roots)."""
+    s = pd.Series(names, dtype=object)
+    own = np.full(len(names), None, dtype=object)
+    for prefix, ph in reversed(PHASE_MARKERS):  # the first marker of the list wins
+        own[s.str.startswith(prefix).to_numpy(dtype=bool)] = ph
+    phase = own.copy()
+    for lvl in levels:
+        unset = lvl[pd.isna(phase[lvl])]
+        par = parent[unset]
+        phase[unset] = np.where(par >= 0, phase[np.maximum(par, 0)], "forward")
+    return phase
+
+
+def _view_named(name: str) -> bool:
+    """An op that launches no kernel by itself: ATen views/allocations and autograd bookkeeping."""
+    if name.startswith("aten::"):
+        return base_name(name) in VIEW_OPS or base_name(name).rstrip("_") in VIEW_OPS
+    return "::" not in name and (name in VIEW_OPS or name.endswith("Backward0") or name.endswith("Backward1"))
+
+
+def _map_all(names: np.ndarray, dims: np.ndarray, types: np.ndarray, outs: np.ndarray, extra: np.ndarray,
+             leaf: np.ndarray, skip: np.ndarray, group_size: int) -> list[OpMapping | None]:
+    """:func:`map_op` of every op, each distinct (name, shapes, types, arguments, leaf) mapped once (a model's
+    layers repeat the same ops)."""
+    cache: dict[tuple, OpMapping | None] = {}
+    out: list[OpMapping | None] = [None] * len(names)
+    for i in np.flatnonzero(~skip):
+        key = (names[i], repr(dims[i]), repr(types[i]), repr(outs[i]), repr(extra[i]), bool(leaf[i]))
+        hit = cache.get(key, cache)
+        if hit is cache:
+            hit = cache[key] = map_op(names[i], dims[i] or [], types[i] or [], outs[i] or [], extra[i] or {},
+                                      leaf=bool(leaf[i]), group_size=group_size)
+        out[i] = hit
+    return out
+
+
+def trace_units(trace: RankTrace) -> pd.DataFrame:
+    """The units of one rank's trace (see the module docstring), in time order per thread.
+
+    Columns (:data:`UNIT_COLUMNS`): ``op_id, tid, name, ts, dur, kind, label, row, phase, pg, device_us`` (measured
+    time of the unit's GPU kernels; NaN where the trace has no kernels) and ``kstream`` (its kernels' stream).
+    """
+    ops = trace.ops
+    if ops.empty:
+        raise InvalidInputError(f"{trace.path}: no ops inside the traced step")
+    n = len(ops)
+    parent = ops["parent"].to_numpy(dtype=np.int64)
+    levels = _by_depth(_depths(ops, parent))
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    cats = ops["cat"].astype(str).to_numpy(dtype=object)
+    tids = ops["tid"].to_numpy(dtype=object)
+    ts_all = ops["ts"].to_numpy(dtype=np.float64)
+    dur = ops["dur"].to_numpy(dtype=np.float64)
+    pgs = ops["pg"].to_numpy(dtype=object)
+    has_parent = parent >= 0
+    n_children = np.bincount(parent[has_parent], minlength=n)
+    phase = _phase_of(names, parent, levels)
+    sname = pd.Series(names, dtype=object)
+    has_c10d = bool(sname.str.startswith("c10d::").any())
+    group_size = max([len(v) for v in trace.process_groups.values()] + [trace.world_size])
+    transparent = np.isin(cats, ["user_annotation", "python_function"]) \
+        | sname.str.startswith("ProfilerStep#").to_numpy(dtype=bool)
+    mapped = _map_all(names, ops["dims"].to_numpy(), ops["types"].to_numpy(), ops["out_dims"].to_numpy(),
+                      ops["extra"].to_numpy(), n_children == 0, transparent, group_size)
+    view_named = np.fromiter((_view_named(x) for x in names), dtype=bool, count=n)
+    is_mapped = np.fromiter((m is not None for m in mapped), dtype=bool, count=n)
+    # does an op's subtree hold anything the families cost? ... or work nobody models (a leaf that is neither
+    # mapped nor a view)? Children pass it up, deepest level first.
+    costed = np.fromiter((m is not None and m.kind in ("op", "collective") for m in mapped), dtype=bool, count=n)
+    opaque = ~is_mapped & ~transparent & ~view_named
+    for lvl in reversed(levels[1:]):
+        np.logical_or.at(costed, parent[lvl], costed[lvl])
+        np.logical_or.at(opaque, parent[lvl], opaque[lvl])
+    child_sum = np.bincount(parent[has_parent], dur[has_parent], minlength=n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        self_share = np.where(dur > 0, 1.0 - child_sum / np.where(dur > 0, dur, 1.0), 0.0)
+    is_aten = sname.str.startswith("aten::").to_numpy(dtype=bool)
+    backend = (sname.str.startswith("gloo:") | sname.str.startswith("nccl:")).to_numpy(dtype=bool) & has_c10d
+    # children lists in row order (rows are parent-first, time-ordered per thread)
+    kids_order = np.argsort(parent, kind="stable")
+    starts = np.searchsorted(parent[kids_order], np.arange(n + 1))
+    units: list[int] = []
+    kinds: list[str] = []
+    labels: list[str] = []
+    rows: list[Any] = []
+    stack = list(reversed(np.flatnonzero(~has_parent).tolist()))
+    while stack:
+        i = stack.pop()
+        kids = kids_order[starts[i]:starts[i + 1]]
+        if transparent[i]:
+            stack.extend(reversed(kids.tolist()))
+            continue
+        if backend[i]:
+            continue  # backend work of a c10d collective that is a unit on the calling thread (kept there)
+        mp = mapped[i]
+        if mp is None and len(kids):
+            # an ATen op that spends most of its time outside its children is a kernel with helpers (a pooling
+            # backward that zeroes its output first): one unit; a composite that only calls others is looked into
+            own = self_share[i] > 0.5 and is_aten[i] and not view_named[i]
+            if (costed[i] and not own) or (opaque[i] and not is_aten[i]):
+                stack.extend(reversed(kids.tolist()))  # look inside (wrappers like autograd nodes are looked through)
+                continue
+            if not opaque[i] or view_named[i]:
+                mp = OpMapping("view", "view")  # views and wrappers of views: host time only
+        # else an ATen op nobody maps whose inside holds nothing costable is ONE unmodelled unit (its whole time)
+        if mp is None:
+            kind, label, row = "unmodelled", UNMODELLED_LABEL, None
+        else:
+            kind, label, row = mp.kind, (VIEW_LABEL if mp.kind == "view" else mp.label), mp.row
+        units.append(i)
+        kinds.append(kind)
+        labels.append(label)
+        rows.append(dict(row) if isinstance(row, dict) else row)
+    idx = np.asarray(units, dtype=np.int64)
+    out = pd.DataFrame({"op_id": idx, "tid": tids[idx], "name": names[idx], "ts": ts_all[idx], "dur": dur[idx],
+                        "kind": kinds, "label": labels, "row": pd.Series(rows, dtype=object),
+                        "phase": phase[idx], "pg": [str(p or "") for p in pgs[idx]]},
+                       columns=list(UNIT_COLUMNS[:-2]))
+    out["device_us"] = np.nan
+    out["kstream"] = ""
+    if len(trace.kernels) and len(out):
+        # kernels of a unit: those launched by the unit's op or any op inside it (inherited level by level)
+        owner = np.full(n, -1, dtype=np.int64)
+        owner[idx] = np.arange(len(out))
+        for lvl in levels[1:]:
+            inherit = lvl[owner[lvl] < 0]
+            owner[inherit] = owner[parent[inherit]]
+        k = trace.kernels
+        kop = k["op"].to_numpy(dtype=np.int64)
+        ku = np.where(kop >= 0, owner[np.clip(kop, 0, n - 1)], -1)
+        ok = ku >= 0
+        sums = np.bincount(ku[ok], k["dur"].to_numpy(dtype=np.float64)[ok], minlength=len(out))
+        has = np.bincount(ku[ok], minlength=len(out)) > 0
+        out["device_us"] = np.where(has, sums, np.nan)
+        first_stream = pd.Series(k["stream"].to_numpy()[ok]).groupby(ku[ok]).first()
+        ks = out["kstream"].to_numpy(dtype=object).copy()
+        ks[first_stream.index.to_numpy()] = first_stream.astype(str).to_numpy()
+        out["kstream"] = ks
+    return out.sort_values(["tid", "ts"], kind="stable").reset_index(drop=True)
