@@ -79,8 +79,13 @@ class _TrainingSummary:
 def _booster_predict(booster: xgb.Booster, x: pd.DataFrame) -> np.ndarray:
     """Booster output for a feature frame (columns in the booster's feature order): ``inplace_predict`` on a
     contiguous float32 array, without building a DMatrix (about a third of the predict time on 200k rows)."""
-    arr = np.ascontiguousarray(x.to_numpy(dtype=np.float32))
-    return np.asarray(booster.inplace_predict(arr, validate_features=False), dtype=np.float64)
+    return _booster_array_predict(booster, np.ascontiguousarray(x.to_numpy(dtype=np.float32)))
+
+
+def _booster_array_predict(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:
+    """Booster output for a float32 feature block (columns in the booster's feature order)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return np.asarray(booster.inplace_predict(x, validate_features=False), dtype=np.float64)
 
 
 class XGBCorrection(Correction):
@@ -168,31 +173,58 @@ class XGBCorrection(Correction):
         self._fitted = True
         return self
 
+    def _family_rows(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame,
+                                                                             pd.DataFrame]:
+        """(mask of this correction's rows, those rows of ``table``, of ``baseline``); no copy when every row is
+        of this correction's families."""
+        mask = family_mask(baseline, self.families)
+        if mask.all():
+            return mask, table, baseline
+        return mask, table.loc[mask], baseline.loc[mask]
+
+    def _log_ratio_rows(self, sub: pd.DataFrame, base: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Clipped learned log-ratio for rows that are all of this correction's families.
+
+        One feature block is built for every row (float32, the booster's input) when the transfer booster's
+        features are a subset of the main booster's (always with device features); each booster then reads its
+        rows and columns of that block, so no row subset of the input frames is copied."""
+        unseen = self._unseen(sub)
+        names, tnames = self.feature_names, self.transfer_feature_names
+        ratio = np.empty(len(sub))
+        if not unseen.any() or set(tnames) <= set(names):
+            x = np.ascontiguousarray(self.features(sub, base, catalog).to_numpy(dtype=np.float32))
+            if not unseen.any():
+                ratio[:] = _booster_array_predict(self.booster, x)  # type: ignore[arg-type]
+            else:
+                pos = {n: i for i, n in enumerate(names)}
+                if (~unseen).any():
+                    ratio[~unseen] = _booster_array_predict(self.booster, x[~unseen])  # type: ignore[arg-type]
+                ratio[unseen] = _booster_array_predict(
+                    self.transfer_booster, x[np.ix_(unseen, [pos[n] for n in tnames])])  # type: ignore[arg-type]
+        else:
+            if (~unseen).any():
+                x = self.features(sub.loc[~unseen], base.loc[~unseen], catalog)
+                ratio[~unseen] = _booster_predict(self.booster, x)  # type: ignore[arg-type]
+            x = self.features(sub.loc[unseen], base.loc[unseen], catalog, transfer=True)
+            ratio[unseen] = _booster_predict(self.transfer_booster, x)  # type: ignore[arg-type]
+        return np.clip(ratio, *LOG_RATIO_CLIP)
+
     def predict_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Learned ``log(time / reference_us)`` for every row (rows of other families get NaN)."""
         self._check_fitted()
         out = np.full(len(table), np.nan)
-        mask = family_mask(baseline, self.families)
+        mask, sub, base = self._family_rows(table, baseline)
         if mask.any():
-            sub, base = table.loc[mask], baseline.loc[mask]
-            unseen = self._unseen(sub)
-            ratio = np.empty(len(sub))
-            if (~unseen).any():
-                x = self.features(sub.loc[~unseen], base.loc[~unseen], catalog)
-                ratio[~unseen] = _booster_predict(self.booster, x)  # type: ignore[arg-type]
-            if unseen.any():
-                x = self.features(sub.loc[unseen], base.loc[unseen], catalog, transfer=True)
-                ratio[unseen] = _booster_predict(self.transfer_booster, x)  # type: ignore[arg-type]
-            out[mask] = np.clip(ratio, *LOG_RATIO_CLIP)
+            out[mask] = self._log_ratio_rows(sub, base, catalog)
         return out
 
     def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-        ratio = self.predict_log_ratio(table, baseline, catalog)
-        mask = family_mask(baseline, self.families)
-        ref = baseline["time_us"].to_numpy(dtype=np.float64).copy()
-        if mask.any():
-            ref[mask] = self.reference_us(table.loc[mask], baseline.loc[mask], catalog)
-        return ref * np.exp(ratio)
+        self._check_fitted()
+        out = np.full(len(table), np.nan)
+        mask, sub, base = self._family_rows(table, baseline)
+        if mask.any():  # the rows of this correction's families are selected once, for ratio and reference
+            out[mask] = self.reference_us(sub, base, catalog) * np.exp(self._log_ratio_rows(sub, base, catalog))
+        return out
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                           rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None) -> XGBCorrection:
