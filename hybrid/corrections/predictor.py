@@ -234,18 +234,16 @@ class HybridPredictor:
             mask = family_mask(base, corr.families)
             if not mask.any():
                 continue
-            source = None
-            if isinstance(corr, CollectiveSigmoid):  # per row: per-system curves or the cross-system model
-                pred, source = corr.predict_with_source(norm, base, self.catalog)
-            else:
-                pred = corr.predict(norm, base, self.catalog)
+            # every correction names the model that answered each row (one name, or several: per-system curves
+            # and the cross-system model of the collectives)
+            pred, source = corr.predict_with_source(norm, base, self.catalog)
             for (key, dev), model in self.device_models.items():
                 rows = mask & (devices == dev)  # type: ignore[operator]
                 if key == corr.key and rows.any():
-                    pred[rows] = model.predict(norm.loc[rows], base.loc[rows], self.catalog)
+                    pred[rows], source[rows] = model.predict_with_source(norm.loc[rows], base.loc[rows], self.catalog)
             ok = mask & np.isfinite(pred)
             time[ok] = pred[ok]
-            method[ok] = corr.name if source is None else source[ok]
+            method[ok] = source[ok]
             group[ok] = corr.key
         return time, method, group
 
