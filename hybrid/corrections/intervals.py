@@ -11,7 +11,11 @@ model had *not* been fitted on, taken separately for
 
 So a GPU the model never measured gets the wider leave-one-device-out band, a measured one the narrow band.
 Within the unseen residuals every held-out device carries the same total weight (a GPU with 30,000 rows does
-not set the band alone). Quantiles use the conformal finite-sample level ``ceil((n + 1) q) / n``.
+not set the band alone). Quantiles use the conformal finite-sample level ``ceil((n + 1) q) / n``, where ``n``
+counts the exchangeable units: rows for the seen band, held-out *devices* for the unseen band (a new GPU is
+one more device, not one more row). With few held-out devices the unseen band therefore reaches the extreme
+residuals (with D devices, the level of the upper 90% quantile is ``ceil(0.9 (D + 1)) / D``: the largest
+residual for D <= 9).
 
 Where a key has no residuals the band falls back to the same method on any family, then to the widest band
 calibrated (flagged ``calibrated=False`` in :meth:`IntervalCalibration.bounds`). Devices adapted with a few
@@ -39,16 +43,19 @@ SEEN_SPLITS = ("random",)
 UNSEEN_SPLITS = ("lodo",)
 
 
-def weighted_quantile(values: np.ndarray, q: float, weights: np.ndarray | None = None) -> float:
+def weighted_quantile(values: np.ndarray, q: float, weights: np.ndarray | None = None,
+                      n: int | None = None) -> float:
     """Quantile ``q`` of ``values`` (with conformal finite-sample correction ``ceil((n + 1) q) / n`` towards the
-    tail) under ``weights`` (normalised; default equal)."""
+    tail) under ``weights`` (normalised; default equal). ``n``: the number of exchangeable units the sample
+    holds (default: the number of values); with weights that give each of D groups the same total weight (the
+    devices of a leave-one-device-out band) the units are the D groups, not the rows."""
     v = np.asarray(values, dtype=np.float64)
     ok = np.isfinite(v)
     v = v[ok]
     if len(v) == 0:
         return float("nan")
     w = np.ones(len(v)) if weights is None else np.asarray(weights, dtype=np.float64)[ok]
-    n = len(v)
+    n = len(v) if n is None else max(int(n), 1)
     level = min(1.0, np.ceil((n + 1) * q) / n) if q >= 0.5 else max(0.0, np.floor((n + 1) * q) / n)
     order = np.argsort(v)
     v, w = v[order], w[order]
@@ -84,12 +91,13 @@ class IntervalCalibration:
                 entry[f"n_{name}"] = int(len(sub))
                 if len(sub) < MIN_RESIDUALS:
                     continue
-                w = None
-                if not flag:
+                w, units = None, None
+                if not flag:  # every held-out device weighs the same: the exchangeable units are devices
                     w = 1.0 / sub.groupby("device")["r"].transform("size").to_numpy(dtype=np.float64)
-                    entry["devices_unseen"] = int(sub["device"].nunique())
-                entry[name] = [weighted_quantile(sub["r"].to_numpy(), lo_q, w),
-                               weighted_quantile(sub["r"].to_numpy(), hi_q, w)]
+                    units = int(sub["device"].nunique())
+                    entry["devices_unseen"] = units
+                entry[name] = [weighted_quantile(sub["r"].to_numpy(), lo_q, w, units),
+                               weighted_quantile(sub["r"].to_numpy(), hi_q, w, units)]
             bands[str(k)] = entry
         return cls(coverage, bands)
 
@@ -158,6 +166,42 @@ class IntervalCalibration:
         if not payload:
             return None
         return cls(float(payload.get("coverage", DEFAULT_COVERAGE)), dict(payload.get("bands", {})))
+
+
+# ------------------------------------------------------------------------------------------ calibration splits
+#: Fewest rows for the random hold-out split (below it, only leave-one-device-out residuals are used).
+MIN_ROWS_FOR_SPLIT = 10
+
+
+def stratified_split(table: pd.DataFrame, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row positions (train, test): ``test_fraction`` of every (device, op) group with at least 5 rows.
+
+    The random hold-out of both ``hybrid calibrate`` (:mod:`hybrid.tracking.calibrate`) and
+    :meth:`HybridPredictor.calibrate_intervals <hybrid.corrections.predictor.HybridPredictor.calibrate_intervals>`,
+    so the two calibrate the seen-device band on the same rows."""
+    rng = np.random.default_rng(seed)
+    test: list[np.ndarray] = []
+    for _, idx in sorted(table.groupby(["device", "op"], sort=True, dropna=False).indices.items(),
+                         key=lambda kv: str(kv[0])):
+        if len(idx) < 5:
+            continue
+        k = max(1, int(round(test_fraction * len(idx))))
+        test.append(rng.choice(idx, size=k, replace=False))
+    test_idx = np.sort(np.concatenate(test)) if test else np.array([], dtype=np.int64)
+    train_mask = np.ones(len(table), dtype=bool)
+    train_mask[test_idx] = False
+    return np.flatnonzero(train_mask), test_idx
+
+
+def default_lodo_devices(devices: pd.Series, kinds: dict[str, str], max_devices: int) -> list[str]:
+    """Devices held out one at a time (most rows first): only a device whose kind (``kinds[device]``: GPU /
+    CPU) keeps another device in the fit (a CPU predicted from GPU-only data measures nothing a user would do),
+    at most ``max_devices``. Shared by ``hybrid calibrate`` and ``calibrate_intervals``."""
+    counts = devices.astype(str).value_counts()
+    if len(counts) < 2:
+        return []
+    per_kind = pd.Series({d: kinds[d] for d in counts.index}).value_counts()
+    return [str(d) for d in counts.index if per_kind[kinds[d]] >= 2][:max_devices]
 
 
 def interval_keys(method: np.ndarray, family: np.ndarray) -> np.ndarray:
