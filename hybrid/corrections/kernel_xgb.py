@@ -32,9 +32,17 @@ from hybrid.corrections.base import (
     read_json,
     write_json,
 )
-from hybrid.corrections.features import FEATURE_VERSION, LATEST_FEATURE_VERSION, build_features, feature_names
+from hybrid.corrections.features import LATEST_FEATURE_VERSION, build_features, feature_names
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
+
+#: Feature-set version (:func:`~hybrid.corrections.features.feature_names`) each kernel model is fitted with
+#: by default: one constant per model. Version 3 (dtype path, power per SM, integer arithmetic) gave the lowest
+#: mean leave-one-GPU-out error on every public source (``experiments/kernel_accuracy/results.md``). A saved
+#: model records its own version and is rebuilt with it. (The embedding model's is
+#: :data:`hybrid.corrections.embedding_xgb.EMBEDDING_FEATURE_VERSION`.)
+GEMM_FEATURE_VERSION = 3
+POINTWISE_FEATURE_VERSION = 3
 
 #: Clip on the learned log-ratio: a kernel is never predicted faster than 1/20 of, or slower than 400x, the
 #: roofline (guards extrapolation far outside the training data).
@@ -96,8 +104,9 @@ class XGBCorrection(Correction):
     families: tuple[str, ...] = ()
     #: default of the ``transfer`` argument (a second booster for devices absent from the training data)
     default_transfer: ClassVar[bool] = False
-    #: default of the ``feature_version`` argument
-    default_feature_version: ClassVar[int] = FEATURE_VERSION
+    #: default of the ``feature_version`` argument: each model class names its own constant
+    #: (:data:`GEMM_FEATURE_VERSION`, :data:`POINTWISE_FEATURE_VERSION`, ``EMBEDDING_FEATURE_VERSION``)
+    default_feature_version: ClassVar[int] = LATEST_FEATURE_VERSION
 
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
                  feature_version: int | None = None, transfer: bool | None = None):
@@ -323,7 +332,7 @@ class GemmXGB(XGBCorrection):
     # leave-one-GPU-out error over all public sources (experiments/kernel_accuracy/results.md). The transfer
     # booster (transfer=True) moves error between sources without lowering the mean.
     default_transfer = False
-    default_feature_version = 3
+    default_feature_version = GEMM_FEATURE_VERSION
 
     @property
     def key(self) -> str:
@@ -339,7 +348,7 @@ class PointwiseXGB(XGBCorrection):
     min_rows = 50
     # version 3 with the transfer booster for unseen GPUs: lowest leave-one-GPU-out mean on the pointwise ops
     default_transfer = True
-    default_feature_version = 3
+    default_feature_version = POINTWISE_FEATURE_VERSION
 
     @property
     def key(self) -> str:
