@@ -65,9 +65,10 @@ _DIGEST_COLUMNS = ("device", "op", "dtype", "time_us", "b", "m", "n", "k", "elem
                    "n_nodes", "system", "direction", "variant")
 
 
-def default_corrections(seed: int = 0, collective_transfer: bool = False) -> list[Correction]:
+def default_corrections(seed: int = 0, collective_transfer: bool = True) -> list[Correction]:
     """One correction per family group: GEMM XGBoost, pointwise XGBoost, embedding XGBoost, collective sigmoids
-    (``collective_transfer``: with the cross-system transfer model for systems never measured)."""
+    (``collective_transfer``, default on: with the cross-system transfer model for systems never measured, which
+    beats the alpha-beta estimate on leave-one-system-out, ``experiments/collectives_accuracy/results.md``)."""
     emb = EmbeddingXGB()
     emb.params.seed = seed
     return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), emb,
@@ -78,9 +79,10 @@ class HybridPredictor:
     """Analytical baseline + learned corrections, scikit-learn style (``fit`` / ``predict``)."""
 
     def __init__(self, catalog: Catalog | None = None, corrections: Sequence[Correction] | None = None,
-                 seed: int = 0, collective_transfer: bool = False):
-        """``collective_transfer`` (only without explicit ``corrections``): collectives of systems never measured
-        get the cross-system transfer model instead of alpha-beta (see ``CollectiveSigmoid(transfer=True)``)."""
+                 seed: int = 0, collective_transfer: bool = True):
+        """``collective_transfer`` (only without explicit ``corrections``; default on): collectives of systems
+        never measured get the cross-system transfer model instead of alpha-beta (``CollectiveSigmoid(transfer=
+        True)``); False keeps the alpha-beta estimate for them."""
         self.catalog: Catalog = catalog if catalog is not None else default_catalog()
         self.corrections: list[Correction] = (list(corrections) if corrections is not None
                                               else default_corrections(seed, collective_transfer))

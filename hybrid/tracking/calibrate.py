@@ -90,8 +90,10 @@ class CalibrationConfig:
     experiment: str = DEFAULT_EXPERIMENT
     register: bool = True
     #: collectives of systems never measured get the cross-system transfer model (``collective-transfer``)
-    #: instead of the alpha-beta estimate; every fit of the run (hold-outs included) uses it
-    collective_transfer: bool = False
+    #: instead of the alpha-beta estimate; every fit of the run (hold-outs included) uses it. None (default): on
+    #: for a new calibration (it beats alpha-beta on leave-one-system-out, experiments/collectives_accuracy),
+    #: off for an adaptation (``base``: the base's collective model is kept); resolved in ``__post_init__``
+    collective_transfer: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", self.name):
@@ -105,6 +107,8 @@ class CalibrationConfig:
             if self.collective_transfer:
                 raise InvalidInputError("collective_transfer applies to a new calibration; an adapted model (base) "
                                         "keeps the collective model of its base")
+        if self.collective_transfer is None:
+            self.collective_transfer = not self.base
 
 
 @dataclass
