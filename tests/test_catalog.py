@@ -430,3 +430,40 @@ def test_merge_adds_devices_and_systems_and_other_wins(catalog):
     assert merged.system("my-t4-box").gpus_per_node == 4
     assert "my-t4" not in catalog and catalog.resolve_system("my-t4-box", missing_ok=True) is None
     assert catalog.merge(Catalog({}, {})) is catalog
+
+
+def test_peak_dtype_names_the_units_peak_uses(catalog):
+    m40 = catalog.device("M40")  # Maxwell: no fp16 / tf32 units, fp8 falls back to its (fp32-rate) bf16 entry
+    assert m40.peak_dtype("fp16") == "fp32" and m40.peak("fp16") == m40.peak_flops["fp32"]
+    assert m40.peak_dtype("half") == "fp32" and m40.peak_dtype("fp8") == "bf16"
+    assert catalog.device("P4").peak_dtype("fp8") == "fp16"
+    for dt in ("fp32", "fp16", "bf16", "tf32", "fp8"):
+        for name in ("A100-SXM4-80GB", "T4", "P4", "M40", "H100-SXM"):
+            d = catalog.device(name)
+            assert d.peak(dt) == d.peak_flops[d.peak_dtype(dt)]
+    with pytest.raises(InvalidInputError):
+        m40.peak_dtype("no-such-type")
+
+
+def test_system_check_layout(catalog):
+    sys_ = catalog.systems["Polaris"]  # 4 GPUs per node, 560 nodes
+    sys_.check_layout(8, 2)
+    for ranks, nodes, msg in ((0, 1, "must be positive"), (2, 3, "cannot span 3 nodes"),
+                              (9, 2, "use --nodes 3 or more"), (6, 4, "split evenly"),
+                              (4 * 561, 561, "at most 560 node")):
+        with pytest.raises(InvalidInputError, match=msg):
+            sys_.check_layout(ranks, nodes)
+    with pytest.raises(InvalidInputError, match="a generic node of"):
+        sys_.check_layout(5, 1, generic=True)
+
+
+def test_measured_links_round_trip_and_are_checked(catalog):
+    from hybrid.hardware.device import System
+
+    c00 = catalog.systems["xxrjun-H100-cluster00"]
+    assert c00.measured_links == ("inter",) and catalog.systems["Polaris"].measured_links == ()
+    again = System.from_entry(c00.key, c00.to_entry())
+    assert again.measured_links == ("inter",) and again.inter_bw == c00.inter_bw
+    assert "measured_links" not in catalog.systems["Polaris"].to_entry()
+    with pytest.raises(InvalidInputError, match="measured_links may name"):
+        System.from_entry("x", {**c00.to_entry(), "measured_links": ["nic"]})

@@ -99,7 +99,10 @@ def test_evaluate_json_keys_and_model_beats_roofline_on_its_training_family(flow
     rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "kern", "--json", "--tracking-uri", flow["uri"]])
     assert rc == 0, err
     model = json.loads(out)
-    assert set(model) == ERROR_KEYS | {"by_op", "by_device", "rows_in_training_data", "coverage_pct"}
+    assert set(model) == ERROR_KEYS | {"by_op", "by_device", "by_method", "rows_in_training_data", "coverage_pct"}
+    assert sum(g["n_rows"] for g in model["by_method"].values()) == model["n_rows"]
+    assert set(model["by_method"]) <= {"kernel-xgb", "roofline", "alpha-beta", "collective-sigmoid",
+                                       "collective-transfer", "embedding-xgb"}
     assert 0 <= model["coverage_pct"] <= 100  # share of rows inside their 80% interval
     n = len(read_table(flow["csv"]))
     assert model["n_rows"] == n
@@ -214,3 +217,40 @@ def test_report_is_self_contained_html(flow, tmp_path):
     assert rc == 0, err
     rc, _, err = cli(["report", "-o", str(tmp_path / "r3.html"), "--tracking-uri", flow["uri"]])
     assert rc == 2 and "exactly one of" in err
+
+
+def test_training_overlap_keys_are_formatted_per_distinct_value(tmp_path):
+    """``row_keys`` (what ``evaluate`` matches against a run's training rows) formats each distinct number once:
+    the same keys as formatting every row, NaN / <NA> as empty, stable through a CSV round trip."""
+    from hybrid.tracking.evaluation import in_training_data, row_keys
+
+    rng = np.random.default_rng(0)
+    n = 5000
+    frame = pd.DataFrame({
+        "device": rng.choice(["T4", "P4"], n), "op": rng.choice(["bmm", "linear", None], n),
+        "dtype": "fp32", "size": pd.array(np.where(rng.random(n) < 0.1, None, rng.integers(1, 50, n)), dtype="Int64"),
+        "measured_us": np.where(rng.random(n) < 0.05, np.nan, rng.random(n) * 1000 / 3)})
+
+    def per_row(f: pd.DataFrame) -> pd.Series:
+        parts = []
+        for c in ("device", "op", "dtype", "direction", "size", "measured_us"):
+            if c not in f.columns:
+                continue
+            col = f[c]
+            if pd.api.types.is_numeric_dtype(col):
+                parts.append(col.map(lambda v: "" if v is pd.NA or v != v else f"{float(v):.12g}"))
+            else:
+                parts.append(col.astype("string").fillna("").astype(str))
+        key = parts[0]
+        for p in parts[1:]:
+            key = key + "\x1f" + p
+        return key
+
+    keys = row_keys(frame)
+    pd.testing.assert_series_equal(keys, per_row(frame), check_names=False)
+    assert keys.str.endswith("\x1f").sum() == int(frame["measured_us"].isna().sum())
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    again = pd.read_csv(tmp_path / "t.csv")
+    assert in_training_data(frame, again).all()
+    assert not in_training_data(frame.assign(measured_us=frame["measured_us"] * 1.001), again)[
+        frame["measured_us"].notna().to_numpy()].any()

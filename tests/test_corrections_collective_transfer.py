@@ -75,7 +75,7 @@ def test_constants_are_physical(fitted):
     assert 0.5 <= c["latency_bandwidth_overlap_p"] <= 4.0
 
 
-def test_transfer_survives_save_and_load_and_default_stays_alpha_beta(fitted, measured, catalog, tmp_path):
+def test_transfer_survives_save_and_load_and_is_the_predictor_default(fitted, measured, catalog, tmp_path):
     q = _query("HGX-B300", "B300", [1 << 26], ranks=16, nodes=2)
     before = fitted.predict(q)
     again = HybridPredictor.load(fitted.save(tmp_path / "p"))
@@ -84,8 +84,10 @@ def test_transfer_survives_save_and_load_and_default_stays_alpha_beta(fitted, me
     np.testing.assert_allclose(after["time_us"], before["time_us"], rtol=1e-9)
     default = HybridPredictor(catalog, [CollectiveSigmoid()]).fit(measured).predict(q)
     assert default["method"].iloc[0] == "alpha-beta"
-    opted = HybridPredictor(catalog, collective_transfer=True)
-    assert [c for c in opted.corrections if isinstance(c, CollectiveSigmoid)][0].use_transfer
+    # the predictor's default corrections include the transfer model; False keeps alpha-beta
+    for kwargs, on in (({}, True), ({"collective_transfer": True}, True), ({"collective_transfer": False}, False)):
+        made = HybridPredictor(catalog, **kwargs)
+        assert [c for c in made.corrections if isinstance(c, CollectiveSigmoid)][0].use_transfer is on
     assert default["time_us"].iloc[0] == pytest.approx(roofline(q, catalog)["time_us"].iloc[0])
 
 
@@ -102,9 +104,9 @@ def test_fabric_classes_from_catalog_text(catalog):
 
 
 def test_calibrate_cli_collective_transfer_flag(measured, tmp_path):
-    """``hybrid calibrate --collective-transfer`` on the two measured systems: the choice is an MLflow param, and
-    the registered model answers a system never measured with the transfer model (``method``), while a model
-    calibrated without the flag keeps alpha-beta there; a measured system keeps its sigmoid curves."""
+    """``hybrid calibrate`` on the two measured systems: the transfer model is the default (an MLflow param), the
+    registered model answers a system never measured with it (``method``), while a model calibrated with
+    ``--no-collective-transfer`` keeps alpha-beta there; a measured system keeps its sigmoid curves."""
     import contextlib
     import io
 
@@ -122,12 +124,12 @@ def test_calibrate_cli_collective_transfer_flag(measured, tmp_path):
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     csv = write_csv(measured, tmp_path / "collectives.csv")
     runs = {}
-    for name, flag in (("coll-transfer", ["--collective-transfer"]), ("coll-plain", [])):
+    for name, flag in (("coll-transfer", []), ("coll-plain", ["--no-collective-transfer"])):
         rc, out, err = cli(["calibrate", str(csv), "--name", name, "--tracking-uri", uri, "--no-lodo", "--json",
                             "-q", *flag])
         assert rc == 0, err
         runs[name] = last_json(out)
-    assert runs["coll-transfer"]["collective_transfer"] is True
+    assert runs["coll-transfer"]["collective_transfer"] is True and runs["coll-plain"]["collective_transfer"] is False
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     assert client.get_run(runs["coll-transfer"]["run_id"]).data.params["collective_transfer"] == "true"
     assert client.get_run(runs["coll-plain"]["run_id"]).data.params["collective_transfer"] == "false"
@@ -147,3 +149,29 @@ def test_calibrate_cli_collective_transfer_flag(measured, tmp_path):
     rc, _, err = cli(["calibrate", str(csv), "--name", "x", "--tracking-uri", uri, "--base", "coll-plain",
                       "--collective-transfer", "-q"])
     assert rc == 2 and "base" in err and len(err.strip().splitlines()) == 1
+    from hybrid.tracking.calibrate import CalibrationConfig
+
+    assert CalibrationConfig(name="a").collective_transfer is True  # default: on for a new calibration
+    assert CalibrationConfig(name="a", base="coll-plain").collective_transfer is False  # adaptation keeps the base's
+
+
+def test_measured_bus_bandwidth_is_not_discounted_again(fitted, catalog):
+    """A catalog bandwidth flagged in ``measured_links`` is what collectives reached there: the transfer model uses
+    it at efficiency 1, so a NIC-bound collective is faster, by exactly the fitted NIC efficiency, than on the same
+    entry read as a datasheet rate."""
+    import dataclasses
+
+    from hybrid.hardware.catalog import Catalog
+
+    tr = fitted.corrections[0].transfer
+    c00 = catalog.systems["xxrjun-H100-cluster00"]
+    assert c00.measured_links == ("inter",)
+    plain = dataclasses.replace(c00, key="c00-datasheet", aliases=(), measured_links=())
+    cat = Catalog(dict(catalog.devices), {**catalog.systems, plain.key: plain})
+    size = np.array([float(1 << 30)])
+    args = (np.array(["send_recv"], dtype=object), np.array([2.0]), np.array([2.0]), size)
+    t_meas = tr.predict_us(cat, np.array([c00.key]), *args)[0]
+    t_sheet = tr.predict_us(cat, np.array([plain.key]), *args)[0]
+    eta = tr.constants()["bus_bw_efficiency_inter"]["other"]
+    assert t_meas < t_sheet
+    assert t_meas / t_sheet == pytest.approx(eta, rel=0.05)  # bandwidth-bound at 1 GiB: time ~ 1 / efficiency

@@ -77,3 +77,35 @@ def test_reference_is_saved_and_old_saves_load_with_the_roofline_reference(cpu_p
 def test_unknown_reference_is_rejected():
     with pytest.raises(Exception, match="unknown embedding reference"):
         EmbeddingXGB(reference="magic")
+
+
+def test_reference_uses_each_rows_group_coefficients(cpu_profile):
+    """The fitted reference of a row is its (direction, variant) group's cost model (looked up per group, not
+    per row); rows of a group without coefficients keep the roofline reference."""
+    from hybrid.corrections.embedding_xgb import EMBEDDING_FEATURE_VERSION, _groups
+    from hybrid.corrections.kernel_xgb import (
+        GEMM_FEATURE_VERSION,
+        POINTWISE_FEATURE_VERSION,
+        GemmXGB,
+        PointwiseXGB,
+    )
+    from hybrid.ops.roofline import roofline
+
+    table, cat = cpu_profile
+    model = EmbeddingXGB(XGBParams(n_estimators=5))
+    assert (model.feature_version, GemmXGB().feature_version, PointwiseXGB().feature_version) == \
+        (EMBEDDING_FEATURE_VERSION, GEMM_FEATURE_VERSION, POINTWISE_FEATURE_VERSION)
+    model.coefficients = model.fit_reference(table, cat)
+    groups = _groups(table)
+    assert len(model.coefficients) >= 2
+    dropped = sorted(model.coefficients)[0]
+    del model.coefficients[dropped]
+    base = roofline(table, cat)
+    got = model.reference_us(table, base, cat)
+    terms = cost_terms(table, cat)
+    roof = model.roofline_reference_us(table, base, cat)
+    for i in range(len(table)):
+        g = groups[i]
+        want = max(float(terms[i] @ np.asarray(model.coefficients[g])), 1e-3) if g in model.coefficients else roof[i]
+        assert got[i] == pytest.approx(want, rel=1e-12)
+    assert (groups == dropped).any()

@@ -189,3 +189,29 @@ def test_feature_version_3_descriptors_are_physical(catalog):
                                + [t4.tdp_w / t4.num_sms] * 2, rtol=1e-9)
     assert x["is_int"].tolist() == [0.0, 0.0, 0.0, 1.0] and (x["dev_cpu"] == 0).all()
     assert GemmXGB().feature_version == 3 and GemmXGB(feature_version=2).feature_version == 2
+
+
+def test_one_feature_block_serves_both_boosters_exactly(neusight, catalog):
+    """Seen and unseen rows are predicted from one float32 feature block (rows and columns picked per booster):
+    exactly what each booster gives on its own rows' feature frame; rows of other families stay NaN."""
+    import xgboost as xgb
+
+    from hybrid.corrections.kernel_xgb import LOG_RATIO_CLIP
+
+    base = roofline(neusight, catalog)
+    train = (neusight["device"] != HELD_OUT).to_numpy()
+    params = XGBParams(n_estimators=30, max_depth=4)
+    for use_device in (True, False):
+        model = PointwiseXGB(params, use_device_features=use_device, transfer=True)
+        model.fit(neusight[train], base[train], catalog)
+        got = model.predict_log_ratio(neusight, base, catalog)
+        fam = np.isin(base["family"].astype(str), model.families)
+        assert np.isnan(got[~fam]).all() and np.isfinite(got[fam]).all()
+        for unseen, booster in ((~train, model.transfer_booster), (train, model.booster)):
+            rows = fam & unseen
+            x = model.features(neusight[rows], base[rows], catalog, transfer=booster is model.transfer_booster)
+            want = booster.predict(xgb.DMatrix(x.to_numpy(np.float32), feature_names=list(x.columns)))
+            np.testing.assert_allclose(got[rows], np.clip(want, *LOG_RATIO_CLIP), rtol=1e-6, atol=1e-6)
+        t = model.predict(neusight, base, catalog)
+        np.testing.assert_allclose(t[fam], base["time_us"].to_numpy()[fam] * np.exp(got[fam]), rtol=1e-12)
+        assert np.isnan(t[~fam]).all()

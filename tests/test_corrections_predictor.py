@@ -241,3 +241,57 @@ def test_identical_rows_are_predicted_once_with_unchanged_answers(gemm_rows):
     mixed = pd.DataFrame({"a": pd.Series([1, 1.0] * 40, dtype=object), "b": ["x"] * 80})
     assert distinct_rows(mixed) is None
     assert distinct_rows(mixed.assign(a="s")) is not None
+
+
+def test_method_comes_from_each_correction_not_a_special_case(catalog, gemm_rows):
+    """The predictor asks every correction which model answered each row (``predict_with_source``): a
+    correction made of two models reports both names, with no type check in the predictor; rows a correction
+    leaves NaN fall back to the roofline."""
+    from hybrid.corrections.base import Correction
+
+    class TwoModels(Correction):
+        name = "two-models"
+        families = ("gemm",)
+        min_rows = 1
+
+        def fit(self, table, baseline, catalog):
+            self._fitted = True
+            return self
+
+        def predict(self, table, baseline, catalog):
+            return self.predict_with_source(table, baseline, catalog)[0]
+
+        def predict_with_source(self, table, baseline, catalog):
+            m = table["m"].to_numpy(dtype=np.float64)
+            t = np.where(m % 2 == 0, 2.0, np.where(m % 3 == 0, np.nan, 3.0)) * baseline["time_us"].to_numpy()
+            return t, np.where(m % 2 == 0, "model-even", np.where(np.isfinite(t), "model-odd", "")).astype(object)
+
+        def save(self, directory):
+            pass
+
+        @classmethod
+        def load(cls, directory):
+            return cls()
+
+        def describe(self):
+            return {}
+
+    rows = gemm_rows.iloc[:300].reset_index(drop=True)
+    out = HybridPredictor(catalog, [TwoModels()]).fit(rows).predict(rows, intervals=False)
+    m = rows["m"].to_numpy()
+    even, nan = m % 2 == 0, (m % 2 != 0) & (m % 3 == 0)
+    assert even.any() and nan.any() and (~even & ~nan).any()
+    assert (out["method"][even] == "model-even").all() and (out["method"][~even & ~nan] == "model-odd").all()
+    assert (out["method"][nan] == "roofline").all()
+    np.testing.assert_allclose(out["time_us"][even], 2 * out["roofline_us"][even])
+    np.testing.assert_allclose(out["time_us"][nan], out["roofline_us"][nan])
+    # a correction with one model names itself through the base-class default
+    g = GemmXGB(XGBParams(n_estimators=5)).fit(*_prepared(catalog, rows))
+    t, src = g.predict_with_source(*_prepared(catalog, rows))
+    assert np.isfinite(t).all() and set(src) == {"kernel-xgb"}
+
+
+def _prepared(catalog, rows):
+    from hybrid.ops.roofline import roofline
+
+    return rows, roofline(rows, catalog), catalog

@@ -201,3 +201,55 @@ def test_engine_iteration_interval_and_sharding_overlap_flags(fitted):
     assert "iteration_us_low" in sim.summary()
     plain = simulate(graph, HybridPredictor.roofline_only(pred.catalog))
     assert "iteration_us_low" not in plain.summary() and np.isnan(plain.iteration_us_low)
+
+
+def test_unseen_band_can_count_devices_not_rows():
+    """``unseen_units="devices"``: the conformal level of the unseen band uses the number of held-out devices (4:
+    ceil(0.9 * 5) / 4 > 1, so the band spans the extreme residuals, however many rows each has); the default
+    counts rows (an interior quantile); the seen band always counts rows."""
+    rng = np.random.default_rng(1)
+    dev = np.repeat(["A", "B", "C", "D"], 500)
+    resid = rng.normal(0, 0.2, 2000) + np.repeat([-0.3, -0.1, 0.1, 0.3], 500)
+    key = np.full(2000, "kernel-xgb:gemm")
+    strict = IntervalCalibration.from_residuals(resid, key, np.zeros(2000, bool), dev,
+                                                unseen_units="devices").bands["kernel-xgb:gemm"]
+    assert strict["devices_unseen"] == 4
+    assert strict["unseen"] == pytest.approx([resid.min(), resid.max()])
+    rows = IntervalCalibration.from_residuals(resid, key, np.zeros(2000, bool), dev).bands["kernel-xgb:gemm"]
+    assert resid.min() < rows["unseen"][0] < np.quantile(resid, 0.12)
+    assert np.quantile(resid, 0.88) < rows["unseen"][1] < resid.max()
+    seen = IntervalCalibration.from_residuals(resid, key, np.ones(2000, bool), dev,
+                                              unseen_units="devices").bands["kernel-xgb:gemm"]
+    assert resid.min() < seen["seen"][0] and seen["seen"][1] < resid.max()
+    # many held-out devices: an interior quantile again (20 devices: level ceil(18.9) / 20 = 0.95)
+    dev20 = np.repeat([f"d{i}" for i in range(20)], 100)
+    r20 = rng.normal(0, 0.2, 2000)
+    band = IntervalCalibration.from_residuals(r20, key, np.zeros(2000, bool), dev20,
+                                              unseen_units="devices").bands["kernel-xgb:gemm"]
+    assert np.quantile(r20, 0.93) < band["unseen"][1] < np.quantile(r20, 0.97) < r20.max()
+    assert weighted_quantile(np.arange(10.0), 0.9, n=4) == 9.0
+    with pytest.raises(Exception, match="unseen_units"):
+        IntervalCalibration.from_residuals(resid, key, np.zeros(2000, bool), dev, unseen_units="gpus")
+
+
+def test_calibrate_intervals_uses_the_hold_outs_of_hybrid_calibrate(catalog):
+    """Same stratified random hold-out rows and the same held-out devices as ``hybrid calibrate`` (same seed
+    and fraction); device aliases resolve to the same devices."""
+    from hybrid.tracking.calibrate import CalibrationConfig, lodo_devices, stratified_split
+
+    rng = np.random.default_rng(0)
+    n = 600
+    table = pd.DataFrame({"device": rng.choice(["T4", "P4", "V100-PCIE-32GB", "A100-PCIE-40GB"], n, p=[.4, .3, .2, .1]),
+                          "op": rng.choice(["bmm", "linear"], n), "time_us": 1.0})
+    cfg = CalibrationConfig(name="x")
+    pred = HybridPredictor(catalog)
+    jobs = pred.calibration_splits(table, cfg.max_lodo_devices, cfg.test_fraction, cfg.seed)
+    _, test = stratified_split(table, cfg.test_fraction, cfg.seed)
+    assert jobs[0][0] == "random" and np.flatnonzero(jobs[0][1]).tolist() == test.tolist()
+    held = [table["device"][m].iloc[0] for s, m in jobs[1:]]
+    assert [s for s, _ in jobs[1:]] == ["lodo"] * 4 and held == lodo_devices(table, cfg, catalog)
+    assert held[0] == "T4"  # most rows first
+    aliased = table.assign(device=table["device"].replace({"T4": "Tesla T4"}))
+    again = pred.calibration_splits(aliased, cfg.max_lodo_devices, cfg.test_fraction, cfg.seed)
+    assert all((a[1] == b[1]).all() for a, b in zip(jobs, again, strict=True))
+    assert len(pred.calibration_splits(table, 2)) == 3

@@ -97,3 +97,44 @@ def test_schema_markdown_lists_every_column():
     for c in COLUMNS:
         assert f"| `{c.name}` |" in md
     assert "| collective |" in md
+
+
+def test_final_newline_check_reads_only_the_tail(tmp_path, monkeypatch):
+    """The truncation check looks at the end of the file (a few bytes), whatever its size; trailing whitespace
+    after the last line is looked through; empty and whitespace-only files are not 'truncated'."""
+    import builtins
+
+    from hybrid.data import schema
+
+    cases = {b"": False, b"   \n": False, b"  \t ": False, b"a,b\n1,2\n": False, b"a,b\n1,2": True,
+             b"a,b\n1,2   ": True, b"a,b\n1,2\n  ": True, b"x" + b" " * 10_000: True, b" " * 10_000: False}
+    for i, (data, want) in enumerate(cases.items()):
+        p = tmp_path / f"c{i}.csv"
+        p.write_bytes(data)
+        assert schema.lacks_final_newline(p) is want, data[:20]
+    big = tmp_path / "big.csv"
+    big.write_bytes(b"a,b\n" + b"1,2\n" * 500_000)  # 2 MB
+    read = []
+    real_open = builtins.open
+
+    class Counting:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def seek(self, *a):
+            return self.fh.seek(*a)
+
+        def read(self, n=-1):
+            out = self.fh.read(n)
+            read.append(len(out))
+            return out
+
+    monkeypatch.setattr(builtins, "open", lambda *a, **k: Counting(real_open(*a, **k)))
+    assert schema.lacks_final_newline(big) is False
+    assert sum(read) == 1

@@ -45,16 +45,17 @@ def print_result(result: Any) -> None:
 @click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Random hold-out share.")
 @click.option("--max-rows", type=int, help="Calibrate on a sample of at most this many rows (per device/op).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--collective-transfer", is_flag=True,
+@click.option("--collective-transfer/--no-collective-transfer", default=None,
               help="Collectives of systems never measured get the cross-system transfer model (method "
-                   "collective-transfer) instead of the alpha-beta estimate. Not with --base.")
+                   "collective-transfer; the default for a new calibration) or the alpha-beta estimate "
+                   "(--no-collective-transfer). Not with --base (an adapted model keeps its base's).")
 @click.option("--experiment", default=DEFAULT_EXPERIMENT, show_default=True, help="MLflow experiment.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
 @click.option("--json", "as_json", is_flag=True, help="Print run id, version and error summaries as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_device: tuple[str, ...],
               exclude_device: tuple[str, ...], no_lodo: bool, test_fraction: float, max_rows: int | None,
-              seed: int, collective_transfer: bool, experiment: str, tracking_uri: str | None, as_json: bool,
+              seed: int, collective_transfer: bool | None, experiment: str, tracking_uri: str | None, as_json: bool,
               quiet: bool) -> None:
     """Calibrate on measured TABLES (canonical CSV/Parquet, or profiler bundle directories whose catalog.toml
     is merged), evaluate on held-out rows (random split + leave-one-device-out), record the run in MLflow and
@@ -74,6 +75,6 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
         echo_json({"run_id": result.run_id, "name": result.name, "version": result.version,
                    "model": result.model_ref, "tracking_uri": result.tracking_uri,
                    "corrections": list(result.summary.get("corrections", {})),
-                   "collective_transfer": collective_transfer, "errors": result.summaries})
+                   "collective_transfer": bool(config.collective_transfer), "errors": result.summaries})
         return
     print_result(result)

@@ -46,6 +46,18 @@ def training_overlap(loaded: Any, frame: pd.DataFrame) -> Any:
     return np.asarray(in_training_data(frame, train), dtype=bool)
 
 
+def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Error figures per model that answered (the prediction frame's ``method``: ``kernel-xgb``,
+    ``collective-sigmoid`` (curves of a measured system), ``collective-transfer`` (the cross-system model),
+    ``alpha-beta``, ``roofline``, ...)."""
+    import numpy as np
+
+    from hybrid.reports.metrics import error_summary
+
+    return error_summary(frame["predicted_us"].to_numpy(np.float64), frame["measured_us"].to_numpy(np.float64),
+                         groups={"by_method": frame["method"].astype(str).to_numpy()})["by_method"]
+
+
 def echo_comparison(summaries: dict[str, dict[str, Any]], groups: tuple[str, ...] = ("by_op", "by_device")) -> None:
     """Print error tables for one split: overall and per group, every compared model side by side."""
     models = [m for m in ("model", "base", "roofline") if m in summaries]
@@ -87,7 +99,9 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
              seed: int, tracking_uri: str | None) -> None:
     """Predict every row of measured TABLES (canonical CSV/Parquet or profiler bundle directories) and report
     |predicted - measured| / measured: geomean, mean (MAPE), median and p90, per op family and per device, and
-    how many measurements fall inside their 80% prediction interval (``coverage_pct``, overall and per device)."""
+    how many measurements fall inside their 80% prediction interval (``coverage_pct``, overall and per device),
+    and which model answered how many rows (``by_method``: per-system collective curves, the cross-system
+    transfer model, alpha-beta, the kernel models or the roofline)."""
     from hybrid.tracking.evaluation import interval_coverage, prediction_frame, summarize
     from hybrid.tracking.inputs import load_measurements, subsample
 
@@ -99,6 +113,7 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     seen = training_overlap(loaded, frame)
     if seen is not None:
         result = {**result, "rows_in_training_data": int(seen.sum())}
+    result["by_method"] = by_method(frame)
     cov = interval_coverage(frame)
     result["coverage_pct"] = cov["coverage_pct"]
     for dev, pct in cov["coverage_by_device"].items():
@@ -117,6 +132,8 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     summaries = {"model": result} if loaded.name == "roofline" else {"model": result,
                                                                      "roofline": summarize(frame, "roofline")}
     echo_comparison(summaries)
+    per_method = ", ".join(f"{m} {g['n_rows']:,} rows ({g['geomean_pct']:.1f}%)" for m, g in result["by_method"].items())
+    click.echo(f"answered by: {per_method}")
     if cov["coverage_by_device"]:
         per = ", ".join(f"{d} {p:.0f}%" for d, p in cov["coverage_by_device"].items())
         click.echo(f"80% interval coverage: {cov['coverage_pct']:.1f}% of rows ({per})")

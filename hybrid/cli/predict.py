@@ -24,39 +24,6 @@ def _model_options(fn):
                         help="Calibrated model (NAME, NAME/3, models:/NAME/3); default: analytical only.")(fn)
 
 
-def peak_dtype_used(dev, dtype: str) -> str:
-    """The dtype whose peak the roofline uses for ``dtype`` on ``dev`` (itself, or the fallback that
-    :meth:`~hybrid.hardware.device.Device.peak` takes when the device has no units for it)."""
-    from hybrid.units import DTYPE_FALLBACK, normalize_dtype
-
-    name = normalize_dtype(dtype)
-    if name in dev.peak_flops:
-        return name
-    return next((alt for alt in DTYPE_FALLBACK.get(name, ()) if alt in dev.peak_flops), name)
-
-
-def check_layout(sys_, ranks: int, nodes: int, generic: bool) -> None:
-    """A collective's ``ranks`` over ``nodes`` must fit the system: at most ``gpus_per_node`` ranks per
-    node, the same number on every node, at most ``max_nodes`` nodes. Raise :class:`InvalidInputError`."""
-    from hybrid.errors import InvalidInputError
-
-    what = (f"a generic node of {sys_.device} ({sys_.gpus_per_node} GPUs per node, no catalog system)"
-            if generic else f"system {sys_.key} ({sys_.gpus_per_node} GPUs per node)")
-    if ranks < 1 or nodes < 1:
-        raise InvalidInputError(f"--ranks and --nodes must be positive, got {ranks} and {nodes}")
-    if ranks < nodes:
-        raise InvalidInputError(f"{ranks} rank(s) cannot span {nodes} nodes: every node needs a rank")
-    if ranks > nodes * sys_.gpus_per_node:
-        need = -(-ranks // sys_.gpus_per_node)
-        raise InvalidInputError(f"{ranks} ranks do not fit on {nodes} node(s) of {what}: "
-                                f"use --nodes {need} or more")
-    if ranks % nodes:
-        raise InvalidInputError(f"{ranks} ranks do not split evenly over {nodes} nodes of {what}; the model "
-                                "assumes the same number of ranks on every node")
-    if nodes > sys_.max_nodes:
-        raise InvalidInputError(f"{what} has at most {sys_.max_nodes} node(s); got --nodes {nodes}")
-
-
 def _report(result: dict, as_json: bool) -> None:
     if as_json:
         echo_json(result)
@@ -103,7 +70,7 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
                  **_interval(out)}
     dev = cat.device(device)
-    used = peak_dtype_used(dev, spec.dtype)
+    used = dev.peak_dtype(spec.dtype)
     if used != spec.dtype:
         extra["peak_dtype"] = used
         extra["note"] = (f"{dev.key} has no {spec.dtype} units: timed at its {used} peak "
@@ -145,7 +112,7 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
         cat = loaded.predictor.catalog
     sys_ = resolve_system(cat, system)
     generic = cat.resolve_system(system, missing_ok=True) is None
-    check_layout(sys_, ranks, nodes, generic=generic)
+    sys_.check_layout(ranks, nodes, generic=generic)
     if generic:
         extra["note"] = (f"{system!r} is a device, not a catalog system: a hypothetical node of "
                          f"{sys_.gpus_per_node} x {sys_.device} ({sys_.intra_fabric}, {sys_.inter_fabric} between "

@@ -43,6 +43,14 @@ class Correction(abc.ABC):
     def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """``time_us`` per row (NaN where this correction cannot predict)."""
 
+    def predict_with_source(self, table: pd.DataFrame, baseline: pd.DataFrame,
+                            catalog: Catalog) -> tuple[np.ndarray, np.ndarray]:
+        """(``time_us``, ``method``) per row: the name of the model that answered each row (``""`` where none
+        did, i.e. NaN). One model answers here (this correction's :attr:`name`); a correction made of several
+        (per-system curves and a cross-system model, say) overrides this to name each row's."""
+        pred = self.predict(table, baseline, catalog)
+        return pred, np.where(np.isfinite(pred), self.name, "").astype(object)
+
     @abc.abstractmethod
     def save(self, directory: Path) -> None:
         """Write the fitted state in native formats (XGBoost JSON, JSON parameters) into ``directory``."""

@@ -27,8 +27,9 @@ it is multiplied by the nearest measured layout's residual ``sigmoid / layout mo
 model saved before layout models existed predicts that way.
 Systems or collectives never measured get the *transfer model* with ``transfer=True``
 (:class:`hybrid.corrections.collective_transfer.CollectiveTransfer`): one physical model fitted across every
-measured system that reads only the catalog entry of the system it predicts. It is NOT the default: on
-leave-one-system-out it beats alpha-beta on the mean over systems but not over all rows (``experiments/collectives_accuracy``).
+measured system that reads only the catalog entry of the system it predicts. The predictor's default corrections
+turn it on (it beats alpha-beta on leave-one-system-out, ``experiments/collectives_accuracy``); this class on its
+own defaults to ``transfer=False``.
 :meth:`CollectiveSigmoid.predict_with_source` says per row which model answered (``collective-sigmoid`` or
 ``collective-transfer``). With ``transfer=False`` (the default, or a model saved before it existed) those rows get NaN,
 which the predictor reports as the ``alpha-beta`` fallback; curve fits that fail (too few sizes, no

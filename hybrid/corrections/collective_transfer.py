@@ -31,9 +31,10 @@ collective), one point per size (the median over repeats); each system's curves 
 1/sqrt(number of its curves). Every training system also gets its own ln factors on its intra-node and NIC
 efficiencies (random effects with prior sigma :data:`SYSTEM_EFFECT_SIGMA`), so a catalog entry that misstates
 a system's links does not bias the shared constants; an unseen system is predicted with effect 0.
-Leave-one-system-out accuracy: ``experiments/collectives_accuracy/results.md`` (better than alpha-beta on the
-mean over systems, worse over all rows, so :class:`~hybrid.corrections.collective_sigmoid.CollectiveSigmoid` uses it only with
-``transfer=True``).
+A catalog bandwidth named in the system's ``measured_links`` is a measured bus bandwidth (an entry estimated from
+that system's logs): its efficiency is 1, not the fitted ``eta``.
+Leave-one-system-out accuracy: ``experiments/collectives_accuracy/results.md`` (better than alpha-beta over all
+rows and on the mean over systems; the predictor's default collectives use it, ``CollectiveSigmoid(transfer=True)``).
 """
 
 from __future__ import annotations
@@ -139,6 +140,9 @@ class SystemFeatures:
     mem_bw: np.ndarray  # bytes/s device memory
     intra_cls: np.ndarray  # index into INTRA_CLASSES
     inter_cls: np.ndarray  # index into INTER_CLASSES
+    #: the catalog's bandwidth is a measured bus bandwidth (``System.measured_links``): efficiency 1, not eta
+    intra_measured: np.ndarray | None = None
+    inter_measured: np.ndarray | None = None
 
 
 def system_features(catalog: Catalog, systems: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> SystemFeatures:
@@ -154,13 +158,15 @@ def system_features(catalog: Catalog, systems: np.ndarray, ranks: np.ndarray, no
     link = np.array([d.link_bw if d is not None and d.link_bw > 0 else 0.0 for d in devs])[codes]
     icls = np.array([INTRA_CLASSES.index(intra_class(s)) for s in sys_objs])[codes]
     ecls = np.array([INTER_CLASSES.index(inter_class(s)) for s in sys_objs])[codes]
+    imeas = np.array([("intra" in s.measured_links) for s in sys_objs], dtype=bool)[codes]
+    emeas = np.array([("inter" in s.measured_links and s.inter_bw > 0) for s in sys_objs], dtype=bool)[codes]
     gpn = np.asarray(ranks, dtype=np.float64) / np.maximum(np.asarray(nodes, dtype=np.float64), 1.0)
     pairs = icls == INTRA_CLASSES.index("pcie-pairs")
     pair = pairs & (gpn <= 2.0) & (link > 0)
     intra = np.where(pair, np.maximum(link, intra), intra)
     # the class is that of the link the collective runs over: the NVLink bridge for a bridged pair, PCIe beyond
     icls = np.where(pair, INTRA_CLASSES.index("nvlink"), np.where(pairs, INTRA_CLASSES.index("pcie"), icls))
-    return SystemFeatures(intra, inter, mem, icls, ecls)
+    return SystemFeatures(intra, inter, mem, icls, ecls, imeas & ~pair, emeas)
 
 
 # parameter vector layout (all ln): shared values first, then per-class factors
@@ -217,8 +223,14 @@ def transfer_log_time(theta: np.ndarray, terms: np.ndarray, size: np.ndarray, fe
     g = {k: th[s] for k, s in _SLICES.items()}
     m_op = np.concatenate([[0.0], g["m_op"]])[opc]
     lat0 = g["lat0_us"][0] + np.concatenate([[0.0], g["lat0_op"]])[opc]
-    log_eta_i = g["eta_intra"][0] + g["eta_intra_cls"][feats.intra_cls] + m_op
-    log_eta_e = g["eta_inter"][0] + g["eta_inter_cls"][feats.inter_cls] + m_op
+    log_eta_i = g["eta_intra"][0] + g["eta_intra_cls"][feats.intra_cls]
+    log_eta_e = g["eta_inter"][0] + g["eta_inter_cls"][feats.inter_cls]
+    # a measured bus bandwidth already is what collectives reach: efficiency 1 (ln 0) instead of the fitted one
+    if feats.intra_measured is not None:
+        log_eta_i = np.where(feats.intra_measured, 0.0, log_eta_i)
+    if feats.inter_measured is not None:
+        log_eta_e = np.where(feats.inter_measured, 0.0, log_eta_e)
+    log_eta_i, log_eta_e = log_eta_i + m_op, log_eta_e + m_op
     if sys_offset is not None:
         log_eta_i = log_eta_i + sys_offset[:, 0]
         log_eta_e = log_eta_e + sys_offset[:, 1]

@@ -34,11 +34,17 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from hybrid.corrections.base import read_json, write_json
-from hybrid.corrections.features import FEATURE_VERSION, dense_gradient, table_pass_us
+from hybrid.corrections.features import dense_gradient, table_pass_us
 from hybrid.corrections.kernel_xgb import XGBCorrection, XGBParams
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import col, dtype_bytes_vec, expected_unique_rows
+
+#: Feature-set version (:func:`~hybrid.corrections.features.feature_names`) the embedding model is fitted with
+#: by default: version 2 adds the optimizer-state feature and the dense-gradient table passes of the reference
+#: (version 3 changes only device descriptors, which the CPU-only embedding data cannot inform). A saved model
+#: records its own version.
+EMBEDDING_FEATURE_VERSION = 2
 
 #: Full passes over the tables a dense-gradient backward makes (write zeros into the gradient, read it and
 #: read + write the weights in the SGD update counts as ~3 streamed table sizes).
@@ -109,9 +115,10 @@ class EmbeddingXGB(XGBCorrection):
     name = "embedding-xgb"
     families = ("embedding",)
     min_rows = 20
+    default_feature_version = EMBEDDING_FEATURE_VERSION
 
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
-                 feature_version: int = FEATURE_VERSION, transfer: bool | None = None, reference: str = "linear",
+                 feature_version: int | None = None, transfer: bool | None = None, reference: str = "linear",
                  select: bool = False):
         super().__init__(params or default_embedding_params(), use_device_features, feature_version, transfer)
         if reference not in REFERENCES:
@@ -142,7 +149,8 @@ class EmbeddingXGB(XGBCorrection):
         known = np.isin(groups, list(self.coefficients))
         if known.any():
             terms = cost_terms(table.loc[known], catalog)
-            coef = np.array([self.coefficients[g] for g in groups[known]])
+            codes, uniques = pd.factorize(groups[known])  # one coefficient row per group, not per table row
+            coef = np.array([self.coefficients[g] for g in uniques], dtype=np.float64)[codes]
             ref = ref.copy()
             ref[known] = np.maximum(np.sum(terms * coef, axis=1), 1e-3)
         return ref

@@ -32,9 +32,18 @@ from hybrid.corrections.base import (
     read_json,
     write_json,
 )
-from hybrid.corrections.features import FEATURE_VERSION, LATEST_FEATURE_VERSION, build_features, feature_names
+from hybrid.corrections.features import LATEST_FEATURE_VERSION, build_features, feature_names
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
+
+#: Feature-set version (:func:`~hybrid.corrections.features.feature_names`) each kernel model is fitted with
+#: by default: one constant per model. Version 3 (dtype path, power per SM, integer arithmetic) gave the lowest
+#: mean leave-one-GPU-out error on every public source (``experiments/kernel_accuracy/results.md``). A saved
+#: model records its own version and is rebuilt with it. (The embedding model's is
+#: :data:`hybrid.corrections.embedding_xgb.EMBEDDING_FEATURE_VERSION`.)
+GEMM_FEATURE_VERSION = 3
+POINTWISE_FEATURE_VERSION = 3
+CONV_FEATURE_VERSION = 3
 
 #: Clip on the learned log-ratio: a kernel is never predicted faster than 1/20 of, or slower than 400x, the
 #: roofline (guards extrapolation far outside the training data).
@@ -79,8 +88,13 @@ class _TrainingSummary:
 def _booster_predict(booster: xgb.Booster, x: pd.DataFrame) -> np.ndarray:
     """Booster output for a feature frame (columns in the booster's feature order): ``inplace_predict`` on a
     contiguous float32 array, without building a DMatrix (about a third of the predict time on 200k rows)."""
-    arr = np.ascontiguousarray(x.to_numpy(dtype=np.float32))
-    return np.asarray(booster.inplace_predict(arr, validate_features=False), dtype=np.float64)
+    return _booster_array_predict(booster, np.ascontiguousarray(x.to_numpy(dtype=np.float32)))
+
+
+def _booster_array_predict(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:
+    """Booster output for a float32 feature block (columns in the booster's feature order)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    return np.asarray(booster.inplace_predict(x, validate_features=False), dtype=np.float64)
 
 
 class XGBCorrection(Correction):
@@ -91,8 +105,9 @@ class XGBCorrection(Correction):
     families: tuple[str, ...] = ()
     #: default of the ``transfer`` argument (a second booster for devices absent from the training data)
     default_transfer: ClassVar[bool] = False
-    #: default of the ``feature_version`` argument
-    default_feature_version: ClassVar[int] = FEATURE_VERSION
+    #: default of the ``feature_version`` argument: each model class names its own constant
+    #: (:data:`GEMM_FEATURE_VERSION`, :data:`POINTWISE_FEATURE_VERSION`, ``EMBEDDING_FEATURE_VERSION``)
+    default_feature_version: ClassVar[int] = LATEST_FEATURE_VERSION
 
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
                  feature_version: int | None = None, transfer: bool | None = None):
@@ -168,31 +183,58 @@ class XGBCorrection(Correction):
         self._fitted = True
         return self
 
+    def _family_rows(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame,
+                                                                             pd.DataFrame]:
+        """(mask of this correction's rows, those rows of ``table``, of ``baseline``); no copy when every row is
+        of this correction's families."""
+        mask = family_mask(baseline, self.families)
+        if mask.all():
+            return mask, table, baseline
+        return mask, table.loc[mask], baseline.loc[mask]
+
+    def _log_ratio_rows(self, sub: pd.DataFrame, base: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Clipped learned log-ratio for rows that are all of this correction's families.
+
+        One feature block is built for every row (float32, the booster's input) when the transfer booster's
+        features are a subset of the main booster's (always with device features); each booster then reads its
+        rows and columns of that block, so no row subset of the input frames is copied."""
+        unseen = self._unseen(sub)
+        names, tnames = self.feature_names, self.transfer_feature_names
+        ratio = np.empty(len(sub))
+        if not unseen.any() or set(tnames) <= set(names):
+            x = np.ascontiguousarray(self.features(sub, base, catalog).to_numpy(dtype=np.float32))
+            if not unseen.any():
+                ratio[:] = _booster_array_predict(self.booster, x)  # type: ignore[arg-type]
+            else:
+                pos = {n: i for i, n in enumerate(names)}
+                if (~unseen).any():
+                    ratio[~unseen] = _booster_array_predict(self.booster, x[~unseen])  # type: ignore[arg-type]
+                ratio[unseen] = _booster_array_predict(
+                    self.transfer_booster, x[np.ix_(unseen, [pos[n] for n in tnames])])  # type: ignore[arg-type]
+        else:
+            if (~unseen).any():
+                x = self.features(sub.loc[~unseen], base.loc[~unseen], catalog)
+                ratio[~unseen] = _booster_predict(self.booster, x)  # type: ignore[arg-type]
+            x = self.features(sub.loc[unseen], base.loc[unseen], catalog, transfer=True)
+            ratio[unseen] = _booster_predict(self.transfer_booster, x)  # type: ignore[arg-type]
+        return np.clip(ratio, *LOG_RATIO_CLIP)
+
     def predict_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Learned ``log(time / reference_us)`` for every row (rows of other families get NaN)."""
         self._check_fitted()
         out = np.full(len(table), np.nan)
-        mask = family_mask(baseline, self.families)
+        mask, sub, base = self._family_rows(table, baseline)
         if mask.any():
-            sub, base = table.loc[mask], baseline.loc[mask]
-            unseen = self._unseen(sub)
-            ratio = np.empty(len(sub))
-            if (~unseen).any():
-                x = self.features(sub.loc[~unseen], base.loc[~unseen], catalog)
-                ratio[~unseen] = _booster_predict(self.booster, x)  # type: ignore[arg-type]
-            if unseen.any():
-                x = self.features(sub.loc[unseen], base.loc[unseen], catalog, transfer=True)
-                ratio[unseen] = _booster_predict(self.transfer_booster, x)  # type: ignore[arg-type]
-            out[mask] = np.clip(ratio, *LOG_RATIO_CLIP)
+            out[mask] = self._log_ratio_rows(sub, base, catalog)
         return out
 
     def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-        ratio = self.predict_log_ratio(table, baseline, catalog)
-        mask = family_mask(baseline, self.families)
-        ref = baseline["time_us"].to_numpy(dtype=np.float64).copy()
-        if mask.any():
-            ref[mask] = self.reference_us(table.loc[mask], baseline.loc[mask], catalog)
-        return ref * np.exp(ratio)
+        self._check_fitted()
+        out = np.full(len(table), np.nan)
+        mask, sub, base = self._family_rows(table, baseline)
+        if mask.any():  # the rows of this correction's families are selected once, for ratio and reference
+            out[mask] = self.reference_us(sub, base, catalog) * np.exp(self._log_ratio_rows(sub, base, catalog))
+        return out
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                           rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None) -> XGBCorrection:
@@ -291,7 +333,7 @@ class GemmXGB(XGBCorrection):
     # leave-one-GPU-out error over all public sources (experiments/kernel_accuracy/results.md). The transfer
     # booster (transfer=True) moves error between sources without lowering the mean.
     default_transfer = False
-    default_feature_version = 3
+    default_feature_version = GEMM_FEATURE_VERSION
 
     @property
     def key(self) -> str:
@@ -307,7 +349,7 @@ class PointwiseXGB(XGBCorrection):
     min_rows = 50
     # version 3 with the transfer booster for unseen GPUs: lowest leave-one-GPU-out mean on the pointwise ops
     default_transfer = True
-    default_feature_version = 3
+    default_feature_version = POINTWISE_FEATURE_VERSION
 
     @property
     def key(self) -> str:
@@ -323,7 +365,7 @@ class ConvXGB(XGBCorrection):
     families = ("conv",)
     min_rows = 30
     default_transfer = False
-    default_feature_version = 3
+    default_feature_version = CONV_FEATURE_VERSION
 
     @property
     def key(self) -> str:

@@ -31,7 +31,14 @@ from hybrid.corrections import adapt as adapt_mod
 from hybrid.corrections.base import Correction, family_mask, isin_fast, read_json, write_json
 from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
-from hybrid.corrections.intervals import DEFAULT_COVERAGE, IntervalCalibration, interval_keys
+from hybrid.corrections.intervals import (
+    DEFAULT_COVERAGE,
+    MIN_ROWS_FOR_SPLIT,
+    IntervalCalibration,
+    default_lodo_devices,
+    interval_keys,
+    stratified_split,
+)
 from hybrid.corrections.kernel_xgb import ConvXGB, GemmXGB, PointwiseXGB, XGBCorrection, XGBParams
 from hybrid.data.schema import validate
 from hybrid.errors import HybridError, InvalidInputError
@@ -59,10 +66,11 @@ _DIGEST_COLUMNS = ("device", "op", "dtype", "time_us", "b", "m", "n", "k", "elem
                    "kernel_h", "kernel_w", "stride", "padding", "groups")
 
 
-def default_corrections(seed: int = 0, collective_transfer: bool = False) -> list[Correction]:
+def default_corrections(seed: int = 0, collective_transfer: bool = True) -> list[Correction]:
     """One correction per family group: GEMM XGBoost, pointwise XGBoost, convolution XGBoost (fitted only where
-    the data has convolution rows), embedding XGBoost, collective sigmoids (``collective_transfer``: with the
-    cross-system transfer model for systems never measured)."""
+    the data has convolution rows), embedding XGBoost, collective sigmoids (``collective_transfer``, default on:
+    with the cross-system transfer model for systems never measured, which beats the alpha-beta estimate on
+    leave-one-system-out, ``experiments/collectives_accuracy/results.md``)."""
     emb = EmbeddingXGB()
     emb.params.seed = seed
     return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), ConvXGB(XGBParams(seed=seed)), emb,
@@ -73,9 +81,10 @@ class HybridPredictor:
     """Analytical baseline + learned corrections, scikit-learn style (``fit`` / ``predict``)."""
 
     def __init__(self, catalog: Catalog | None = None, corrections: Sequence[Correction] | None = None,
-                 seed: int = 0, collective_transfer: bool = False):
-        """``collective_transfer`` (only without explicit ``corrections``): collectives of systems never measured
-        get the cross-system transfer model instead of alpha-beta (see ``CollectiveSigmoid(transfer=True)``)."""
+                 seed: int = 0, collective_transfer: bool = True):
+        """``collective_transfer`` (only without explicit ``corrections``; default on): collectives of systems
+        never measured get the cross-system transfer model instead of alpha-beta (``CollectiveSigmoid(transfer=
+        True)``); False keeps the alpha-beta estimate for them."""
         self.catalog: Catalog = catalog if catalog is not None else default_catalog()
         self.corrections: list[Correction] = (list(corrections) if corrections is not None
                                               else default_corrections(seed, collective_transfer))
@@ -176,22 +185,15 @@ class HybridPredictor:
                             test_fraction: float = 0.2, seed: int | None = None,
                             progress: bool = False) -> HybridPredictor:
         """Calibrate the prediction intervals on ``table`` (normally the training table) by refitting copies of
-        this predictor's corrections: one random ``test_fraction`` hold-out (bands of seen devices) and one fit
-        per held-out device, at most ``max_devices`` of them, holding out only devices whose kind (GPU/CPU)
-        remains in the fit (bands of unseen devices). ``self``'s fitted models are not changed."""
+        this predictor's corrections on the hold-outs ``hybrid calibrate`` uses (:meth:`calibration_splits`):
+        the stratified random ``test_fraction`` hold-out (bands of seen devices) and one fit per held-out device,
+        at most ``max_devices`` of them (bands of unseen devices). ``self``'s fitted models are not changed."""
         from tqdm.auto import tqdm
 
-        seed = self.seed if seed is None else seed
         work = table.reset_index(drop=True)
-        rng = np.random.default_rng(seed)
+        devices = self._device_keys(work["device"])
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        devices = work["device"].astype(str)
-        keys = {d: self.catalog.device(d).key for d in pd.unique(devices)}
-        kinds = {d: self.catalog.device(d).kind for d in keys}
-        kind_counts = pd.Series(list(kinds.values())).value_counts()
-        held = [d for d in keys if kind_counts[kinds[d]] >= 2][:max_devices]
-        test = rng.random(len(work)) < test_fraction
-        jobs = [("random", test)] + [("lodo", (devices == d).to_numpy()) for d in held]
+        jobs = self.calibration_splits(work, max_devices, test_fraction, seed)
         for split, mask in tqdm(jobs, desc="calibrate intervals", unit="fit", disable=not progress, leave=False):
             if mask.all() or not mask.any():
                 continue
@@ -201,13 +203,39 @@ class HybridPredictor:
             pred = clone.predict(sub, intervals=False)
             resid = np.log(pd.to_numeric(sub["time_us"]).to_numpy(np.float64)) - np.log(pred["time_us"].to_numpy())
             keys = interval_keys(pred["method"].to_numpy(), family_array(sub["op"]))
-            parts.append((resid, keys, np.full(len(sub), split == "random"), devices[mask].to_numpy()))
+            parts.append((resid, keys, np.full(len(sub), split == "random"), devices[mask]))
         if parts:
             r, k, seen, dev = (np.concatenate(x) for x in zip(*parts, strict=True))
             self.intervals = IntervalCalibration.from_residuals(r, k, seen, dev, coverage)
         else:
             self.intervals = IntervalCalibration(coverage, {})
         return self
+
+    def _device_keys(self, devices: pd.Series) -> np.ndarray:
+        """Catalog key per row (aliases resolved once per distinct name)."""
+        codes, uniques = pd.factorize(devices.astype(str))
+        return np.array([self.catalog.device(str(u)).key for u in uniques], dtype=object)[codes]
+
+    def calibration_splits(self, table: pd.DataFrame, max_devices: int = 8, test_fraction: float = 0.2,
+                           seed: int | None = None) -> list[tuple[str, np.ndarray]]:
+        """The hold-outs of :meth:`calibrate_intervals` as (split, held-out row mask) for the rows of ``table``:
+        ``("random", ...)``: :func:`~hybrid.corrections.intervals.stratified_split` (``test_fraction`` of every
+        (device, op) group), then ``("lodo", ...)`` per device of
+        :func:`~hybrid.corrections.intervals.default_lodo_devices`: the same rules, seed and defaults as
+        ``hybrid calibrate``, so both calibrate their bands on the same rows."""
+        seed = self.seed if seed is None else seed
+        work = table.reset_index(drop=True)
+        devices = pd.Series(self._device_keys(work["device"]))
+        jobs: list[tuple[str, np.ndarray]] = []
+        if len(work) >= MIN_ROWS_FOR_SPLIT:
+            _, test = stratified_split(work.assign(device=devices.to_numpy()), test_fraction, seed)
+            mask = np.zeros(len(work), dtype=bool)
+            mask[test] = True
+            jobs.append(("random", mask))
+        kinds = {d: self.catalog.device(d).kind for d in pd.unique(devices)}
+        for d in default_lodo_devices(devices, kinds, max_devices):
+            jobs.append(("lodo", (devices == d).to_numpy()))
+        return jobs
 
     def _seen(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
         """Rows whose device (and system, for collectives) the corrections were fitted on, not adapted."""
@@ -236,18 +264,16 @@ class HybridPredictor:
             mask = family_mask(base, corr.families)
             if not mask.any():
                 continue
-            source = None
-            if isinstance(corr, CollectiveSigmoid):  # per row: per-system curves or the cross-system model
-                pred, source = corr.predict_with_source(norm, base, self.catalog)
-            else:
-                pred = corr.predict(norm, base, self.catalog)
+            # every correction names the model that answered each row (one name, or several: per-system curves
+            # and the cross-system model of the collectives)
+            pred, source = corr.predict_with_source(norm, base, self.catalog)
             for (key, dev), model in self.device_models.items():
                 rows = mask & (devices == dev)  # type: ignore[operator]
                 if key == corr.key and rows.any():
-                    pred[rows] = model.predict(norm.loc[rows], base.loc[rows], self.catalog)
+                    pred[rows], source[rows] = model.predict_with_source(norm.loc[rows], base.loc[rows], self.catalog)
             ok = mask & np.isfinite(pred)
             time[ok] = pred[ok]
-            method[ok] = corr.name if source is None else source[ok]
+            method[ok] = source[ok]
             group[ok] = corr.key
         return time, method, group
 

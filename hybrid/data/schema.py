@@ -298,6 +298,31 @@ def _to_bool(value: object) -> object:
     return None
 
 
+#: Bytes :func:`lacks_final_newline` reads per step backwards from the end of a file.
+_TAIL_CHUNK = 4096
+
+
+def lacks_final_newline(path: str | os.PathLike) -> bool:
+    """True when a file with some non-whitespace content does not end with a newline (a truncated table).
+
+    Reads from the end only (one small block for any normal file), not the whole file: the last byte decides
+    unless it is other whitespace, in which case blocks are read backwards until content is found."""
+    with open(path, "rb") as fh:
+        pos = fh.seek(0, os.SEEK_END)
+        if pos == 0:
+            return False
+        fh.seek(pos - 1)
+        if fh.read(1) == b"\n":
+            return False
+        while pos > 0:  # the file does not end with a newline: is there anything but whitespace?
+            start = max(0, pos - _TAIL_CHUNK)
+            fh.seek(start)
+            if fh.read(pos - start).strip():
+                return True
+            pos = start
+        return False
+
+
 def read_table(
     paths: str | os.PathLike | Iterable[str | os.PathLike],
     catalog: Catalog | None = None,
@@ -316,8 +341,7 @@ def read_table(
             if p.suffix.lower() in (".parquet", ".pq"):
                 df = pd.read_parquet(p)
             else:
-                raw = p.read_bytes()
-                if raw.strip() and not raw.endswith(b"\n"):
+                if lacks_final_newline(p):
                     # tables are written with a final newline: without it the last value may be cut short
                     raise SchemaError(f"{p}: the last line has no final newline (truncated file?); its last "
                                       "value may be cut short. Add the newline if the file is complete")

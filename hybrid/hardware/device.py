@@ -39,15 +39,21 @@ class Device:
     aliases: tuple[str, ...] = ()
     notes: str = ""
 
-    def peak(self, dtype: str) -> float:
-        """Dense peak FLOP/s for ``dtype``, falling back to a slower dtype the hardware does run."""
+    def peak_dtype(self, dtype: str) -> str:
+        """The dtype whose peak :meth:`peak` uses for ``dtype``: itself, or the first fallback of
+        :data:`~hybrid.units.DTYPE_FALLBACK` (a slower dtype) the device has units for."""
         name = normalize_dtype(dtype)
         if name in self.peak_flops:
-            return self.peak_flops[name]
+            return name
         for alt in DTYPE_FALLBACK.get(name, ()):
             if alt in self.peak_flops:
-                return self.peak_flops[alt]
+                return alt
         raise InvalidInputError(f"device {self.key} has no peak for dtype {name} (known: {sorted(self.peak_flops)})")
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``, falling back to a slower dtype the hardware does run
+        (:meth:`peak_dtype` says which)."""
+        return self.peak_flops[self.peak_dtype(dtype)]
 
     def features(self) -> dict[str, float]:
         """Numeric description used by learned corrections to transfer across devices."""
@@ -130,6 +136,9 @@ class System:
 
     Bandwidths are per GPU and per direction: ``intra_bw`` is what one GPU can push to its peers inside the node
     (NVLink/NVSwitch or PCIe), ``inter_bw`` what one GPU can push out of the node (its share of the NICs).
+    They are datasheet link rates unless ``measured_links`` names them (``"intra"``, ``"inter"``): then the entry
+    gives the bus bandwidth collectives were measured to reach on this system (nccl-tests ``busbw``), which
+    already includes the protocol efficiency a datasheet rate does not.
     """
 
     key: str
@@ -145,7 +154,29 @@ class System:
     max_nodes: int = 1
     aliases: tuple[str, ...] = ()
     notes: str = ""
+    #: which of the two bandwidths ("intra", "inter") are measured bus bandwidths rather than datasheet rates
+    measured_links: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def check_layout(self, ranks: int, nodes: int, generic: bool = False) -> None:
+        """A collective's ``ranks`` over ``nodes`` must fit this system: at most ``gpus_per_node`` ranks per
+        node, the same number on every node, at most ``max_nodes`` nodes; else :class:`InvalidInputError`
+        (``generic``: the system is a generic node of its device, not a catalog entry, and says so)."""
+        what = (f"a generic node of {self.device} ({self.gpus_per_node} GPUs per node, no catalog system)"
+                if generic else f"system {self.key} ({self.gpus_per_node} GPUs per node)")
+        if ranks < 1 or nodes < 1:
+            raise InvalidInputError(f"--ranks and --nodes must be positive, got {ranks} and {nodes}")
+        if ranks < nodes:
+            raise InvalidInputError(f"{ranks} rank(s) cannot span {nodes} nodes: every node needs a rank")
+        if ranks > nodes * self.gpus_per_node:
+            need = -(-ranks // self.gpus_per_node)
+            raise InvalidInputError(f"{ranks} ranks do not fit on {nodes} node(s) of {what}: "
+                                    f"use --nodes {need} or more")
+        if ranks % nodes:
+            raise InvalidInputError(f"{ranks} ranks do not split evenly over {nodes} nodes of {what}; the model "
+                                    "assumes the same number of ranks on every node")
+        if nodes > self.max_nodes:
+            raise InvalidInputError(f"{what} has at most {self.max_nodes} node(s); got --nodes {nodes}")
 
     @classmethod
     def from_entry(cls, key: str, entry: dict[str, Any]) -> System:
@@ -153,6 +184,9 @@ class System:
         if missing:
             raise InvalidInputError(f"system {key!r}: missing field(s) {', '.join(missing)}")
         gpn = int(_positive(key, "gpus_per_node", entry["gpus_per_node"]))
+        measured = tuple(str(x) for x in entry.get("measured_links", ()))
+        if set(measured) - {"intra", "inter"}:
+            raise InvalidInputError(f"system {key!r}: measured_links may name 'intra' and 'inter', got {list(measured)}")
         return cls(
             key=key,
             device=str(entry["device"]),
@@ -167,6 +201,7 @@ class System:
             aliases=tuple(str(a) for a in entry.get("aliases", ())),
             source=str(entry["source"]),
             notes=str(entry.get("notes", "")),
+            measured_links=measured,
         )
 
     def to_entry(self) -> dict[str, Any]:
@@ -184,6 +219,7 @@ class System:
             "aliases": list(self.aliases),
             "source": self.source,
             "notes": self.notes,
+            **({"measured_links": list(self.measured_links)} if self.measured_links else {}),
         }
 
 

@@ -36,7 +36,12 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from hybrid import __version__
-from hybrid.corrections.intervals import IntervalCalibration
+from hybrid.corrections.intervals import (  # noqa: F401  (stratified_split: re-exported)
+    MIN_ROWS_FOR_SPLIT,
+    IntervalCalibration,
+    default_lodo_devices,
+    stratified_split,
+)
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.tracking.evaluation import prediction_frame, split_summaries
@@ -61,7 +66,6 @@ from hybrid.tracking.store import (
 )
 
 #: Fewest rows for a random hold-out split (below this every row is needed for fitting).
-MIN_ROWS_FOR_SPLIT = 10
 #: Fewest new-device rows for an adaptation hold-out split.
 MIN_ROWS_FOR_ADAPT_SPLIT = 6
 #: MLflow limits per log_batch call.
@@ -86,8 +90,10 @@ class CalibrationConfig:
     experiment: str = DEFAULT_EXPERIMENT
     register: bool = True
     #: collectives of systems never measured get the cross-system transfer model (``collective-transfer``)
-    #: instead of the alpha-beta estimate; every fit of the run (hold-outs included) uses it
-    collective_transfer: bool = False
+    #: instead of the alpha-beta estimate; every fit of the run (hold-outs included) uses it. None (default): on
+    #: for a new calibration (it beats alpha-beta on leave-one-system-out, experiments/collectives_accuracy),
+    #: off for an adaptation (``base``: the base's collective model is kept); resolved in ``__post_init__``
+    collective_transfer: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", self.name):
@@ -101,6 +107,8 @@ class CalibrationConfig:
             if self.collective_transfer:
                 raise InvalidInputError("collective_transfer applies to a new calibration; an adapted model (base) "
                                         "keeps the collective model of its base")
+        if self.collective_transfer is None:
+            self.collective_transfer = not self.base
 
 
 @dataclass
@@ -125,22 +133,6 @@ class CalibrationResult:
 
 
 # ------------------------------------------------------------------------------------------------- splits
-def stratified_split(table: pd.DataFrame, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row positions (train, test): ``test_fraction`` of every (device, op) group with at least 5 rows."""
-    rng = np.random.default_rng(seed)
-    test: list[np.ndarray] = []
-    for _, idx in sorted(table.groupby(["device", "op"], sort=True, dropna=False).indices.items(),
-                         key=lambda kv: str(kv[0])):
-        if len(idx) < 5:
-            continue
-        k = max(1, int(round(test_fraction * len(idx))))
-        test.append(rng.choice(idx, size=k, replace=False))
-    test_idx = np.sort(np.concatenate(test)) if test else np.array([], dtype=np.int64)
-    train_mask = np.ones(len(table), dtype=bool)
-    train_mask[test_idx] = False
-    return np.flatnonzero(train_mask), test_idx
-
-
 def lodo_devices(table: pd.DataFrame, config: CalibrationConfig, catalog: Catalog) -> list[str]:
     """Devices the leave-one-device-out split holds out, one at a time."""
     counts = table["device"].astype(str).value_counts()
@@ -153,15 +145,12 @@ def lodo_devices(table: pd.DataFrame, config: CalibrationConfig, catalog: Catalo
         if set(devs) >= set(counts.index):
             raise InvalidInputError("holding out every device leaves no rows to fit on")
         return [str(d) for d in devs]
-    if not config.lodo or len(counts) < 2:
+    if not config.lodo:
         return []
-    # By default a device is held out only if another device of its kind (GPU / CPU) stays in the fit: a CPU
-    # predicted from GPU-only data (or the reverse) measures nothing a user would do. Explicit
-    # --holdout-device choices above are honoured as given.
-    kinds = {d: catalog.device(d).kind for d in counts.index}
-    per_kind = pd.Series(kinds).value_counts()
-    eligible = [str(d) for d in counts.index if per_kind[kinds[d]] >= 2]
-    return eligible[: config.max_lodo_devices]
+    # by default only devices whose kind (GPU / CPU) keeps another device in the fit; explicit
+    # --holdout-device choices above are honoured as given
+    return default_lodo_devices(table["device"], {d: catalog.device(d).kind for d in counts.index},
+                                config.max_lodo_devices)
 
 
 # ------------------------------------------------------------------------------------------------- the run

@@ -129,8 +129,10 @@ def row_keys(frame: pd.DataFrame) -> pd.Series:
         if c not in frame.columns:
             continue
         col = frame[c]
-        if pd.api.types.is_numeric_dtype(col):
-            parts.append(col.map(lambda v: "" if v != v else f"{float(v):.12g}"))
+        if pd.api.types.is_numeric_dtype(col):  # formatted once per distinct value, not per row
+            codes, uniques = pd.factorize(col, use_na_sentinel=True)
+            text = np.array([f"{float(v):.12g}" for v in uniques] + [""], dtype=object)
+            parts.append(pd.Series(text[codes], index=col.index))
         else:
             parts.append(col.astype("string").fillna("").astype(str))
     key = parts[0]
