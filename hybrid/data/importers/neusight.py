@@ -4,8 +4,10 @@ Columns: ``OPName, Latency`` (milliseconds), ``Device``, ``Torch Version`` (``p2
 (``8902``), ``CUDA Version`` (``cu121``), ``Kernel Name``, launch geometry, and the shape: ``B,M,N,K`` for
 ``bmm``/``linear`` (out ``[B,M,N] = [B,M,K] x [K,N]``) or ``B,H`` (rows x hidden) for layer norm, softmax and
 the elementwise ops. The AMD collections have no version columns; their version comes from the
-``p<torch version>`` directory. All kernels ran in FP32. Convolution rows have no canonical op and are
-skipped with a warning.
+``p<torch version>`` directory. All kernels ran in FP32. Convolution rows (``OPName`` ``conv``, the
+``collect/conv/p2.1.0/<GPU>.csv`` collections) have ``B, Input_Channel, Output_Channel, Kernel_Szie`` (sic),
+``Input_Size, Stride, Padding``: square ``nn.Conv2d`` forward passes on ``[B, C_in, S, S]`` inputs, imported as
+op ``conv2d``, direction ``fwd`` (``variant`` ``fwd``, as the profiler writes it), dilation 1, groups 1.
 
 The upstream tree holds the same measurements more than once: ``collect/ln.csv`` and ``collect/softmax.csv``
 concatenate the per-GPU ``collect/<op>/p2.1.0/<GPU>.csv`` files, and ``dataset/train/ln.csv`` /
@@ -33,7 +35,6 @@ from hybrid.data.importers._common import (
     finish,
     numeric,
     read_csv_checked,
-    warn,
 )
 from hybrid.errors import ImportFormatError
 from hybrid.hardware.catalog import Catalog
@@ -62,7 +63,10 @@ ELEMENTWISE_OPS: dict[str, tuple[str, int, int, float]] = {
 }
 GEMM_OPS = {"bmm": "bmm", "linear": "linear", "matmul": "matmul"}
 ROW_OPS = {"ln": "layernorm", "layernorm": "layernorm", "softmax": "softmax"}
-SKIPPED_OPS = {"conv", "conv2d"}
+CONV_OPS = {"conv": "conv2d", "conv2d": "conv2d"}
+#: NeuSight conv column -> canonical column (``Kernel_Szie`` is upstream's spelling; ``Kernel_Size`` accepted)
+CONV_COLUMNS = {"B": "batch", "Input_Channel": "in_channels", "Output_Channel": "out_channels",
+                "Input_Size": "height", "Kernel_Szie": "kernel_h", "Stride": "stride", "Padding": "padding"}
 
 _TORCH_DIR = re.compile(r"^p(\d+(?:\.\d+)+)$")
 
@@ -98,7 +102,7 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
     if ops.isna().any():
         i = int(np.flatnonzero(ops.isna().to_numpy())[0])
         raise ImportFormatError(f"{path}: line {i + 2}, column 'OPName': missing op name")
-    known = set(ELEMENTWISE_OPS) | set(GEMM_OPS) | set(ROW_OPS) | SKIPPED_OPS
+    known = set(ELEMENTWISE_OPS) | set(GEMM_OPS) | set(ROW_OPS) | set(CONV_OPS)
     unknown = ~ops.isin(list(known))
     if unknown.any():
         i = int(np.flatnonzero(unknown.to_numpy())[0])
@@ -106,14 +110,6 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
             f"{path}: line {csv_line(df, i)}: unknown NeuSight OPName {df['OPName'].iloc[i]!r} "
             f"(known: {', '.join(sorted(known))})"
         )
-    skip = ops.isin(list(SKIPPED_OPS)).to_numpy()
-    if skip.any():
-        warn(path, f"skipped {int(skip.sum())} convolution row(s): the canonical schema has no conv op")
-    if skip.all():
-        raise ImportFormatError(f"{path}: all {len(df)} rows are convolutions, which the canonical schema has "
-                                "no op for; nothing to import")
-    df = df.loc[~skip]
-    ops = ops.loc[~skip]
 
     latency_ms = numeric(df, "Latency", path, positive=True)
     out = pd.DataFrame({"device": df["Device"].astype("string").str.strip(), "dtype": "fp32",
@@ -125,6 +121,7 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
     is_gemm = ops.isin(list(GEMM_OPS)).to_numpy()
     is_row = ops.isin(list(ROW_OPS)).to_numpy()
     is_elem = ops.isin(list(ELEMENTWISE_OPS)).to_numpy()
+    is_conv = ops.isin(list(CONV_OPS)).to_numpy()
     op = np.empty(len(df), dtype=object)
     if is_gemm.any():
         missing = [c for c in ("B", "M", "N", "K") if c not in df.columns]
@@ -157,6 +154,9 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
             for c in ("n_inputs", "n_outputs", "flops_per_element"):
                 out[c] = np.where(is_elem, looked[c].to_numpy(dtype=np.float64), np.nan)
             op[is_elem] = "elementwise"
+    if is_conv.any():
+        _conv_columns(df, is_conv, path, out)
+        op[is_conv] = "conv2d"
     out.insert(1, "op", op)
     fw, lib = _versions(df, path)
     out["framework"] = "pytorch"
@@ -168,6 +168,40 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
     return finish(out, path, catalog, source=f"neusight:{display_path(path)}", device=device)
 
 
+def _conv_columns(df: pd.DataFrame, is_conv: np.ndarray, path: Path, out: pd.DataFrame) -> None:
+    """Fill the canonical conv columns of the ``is_conv`` rows of ``out`` (square input and kernel, groups 1)."""
+    if "Kernel_Szie" not in df.columns and "Kernel_Size" in df.columns:
+        df = df.rename(columns={"Kernel_Size": "Kernel_Szie"})
+    missing = [c for c in CONV_COLUMNS if c not in df.columns]
+    if missing:
+        raise ImportFormatError(f"{path}: convolution rows need columns {', '.join(CONV_COLUMNS)}; "
+                                f"missing {', '.join(missing)}")
+    vals = {}
+    for src, dst in CONV_COLUMNS.items():
+        v = numeric(df, src, path, required=False, positive=src != "Padding")
+        _require(v, is_conv, src, path, df)
+        bad = is_conv & ((v < 0) | (v != np.round(v)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {src!r}: must be a non-negative "
+                                    f"whole number, got {df[src].iloc[i]!r}")
+        vals[dst] = v
+    # a kernel wider than the padded input has no output (PyTorch refuses it): the row cannot be a measurement
+    bad = is_conv & (vals["kernel_h"] > vals["height"] + 2 * vals["padding"])
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ImportFormatError(f"{path}: line {csv_line(df, i)}: convolution kernel {vals['kernel_h'][i]:g} is "
+                                f"larger than the padded input {vals['height'][i]:g} + 2 x {vals['padding'][i]:g}")
+    vals["width"], vals["kernel_w"] = vals["height"], vals["kernel_h"]
+    vals["dilation"] = np.ones(len(df))
+    vals["groups"] = np.ones(len(df))
+    for c in ("batch", "in_channels", "out_channels", "height", "width", "kernel_h", "kernel_w", "stride",
+              "padding", "dilation", "groups"):
+        out[c] = np.where(is_conv, vals[c], np.nan)
+    variant = out["variant"].to_numpy(dtype=object) if "variant" in out.columns else np.full(len(df), None)
+    out["variant"] = np.where(is_conv, "fwd", variant)
+
+
 def _require(values: np.ndarray, mask: np.ndarray, column: str, path: Path, df: pd.DataFrame) -> None:
     bad = mask & np.isnan(values)
     if bad.any():
@@ -176,7 +210,9 @@ def _require(values: np.ndarray, mask: np.ndarray, column: str, path: Path, df: 
 
 
 #: Columns that identify one NeuSight measurement (with the time, see :func:`drop_cross_file_duplicates`).
-DUPLICATE_KEY = ("device", "op", "dtype", "direction", "b", "m", "n", "k", "rows", "hidden", "elements", "variant")
+DUPLICATE_KEY = ("device", "op", "dtype", "direction", "b", "m", "n", "k", "rows", "hidden", "elements", "variant",
+                 "batch", "in_channels", "out_channels", "height", "width", "kernel_h", "kernel_w", "stride",
+                 "padding", "dilation", "groups")
 
 
 def drop_cross_file_duplicates(table: pd.DataFrame) -> pd.DataFrame:
