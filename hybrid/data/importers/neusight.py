@@ -184,7 +184,7 @@ def _conv_columns(df: pd.DataFrame, is_conv: np.ndarray, path: Path, out: pd.Dat
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {src!r}: must be a non-negative "
-                                    f"whole number, got {df[src].iloc[i]!r}")
+                                    f"whole number, got {v[i]:g}")
         vals[dst] = v
     # a kernel wider than the padded input has no output (PyTorch refuses it): the row cannot be a measurement
     bad = is_conv & (vals["kernel_h"] > vals["height"] + 2 * vals["padding"])
