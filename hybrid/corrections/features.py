@@ -39,6 +39,8 @@ DEVICE_FEATURES = ("dev_log_peak", "dev_log_bw", "dev_log_ridge", "dev_log_l2", 
 #: tiles to reach their peak; ``dev_log_tdp_per_sm`` = log(board power / SMs): watts each SM may draw, low on
 #: 70-75 W cards that cannot hold their boost clock under load; ``dev_cpu`` = a CPU (library: oneDNN/MKL).
 DEVICE_FEATURES_V3 = (*DEVICE_FEATURES, "dev_log_path_ratio", "dev_log_tdp_per_sm", "dev_cpu")
+#: Every column :func:`device_columns` computes (a superset of each version's device descriptors).
+DEVICE_COLUMNS = DEVICE_FEATURES_V3
 #: Roofline-derived features shared by every kernel.
 BASE_FEATURES = ("dtype_bytes", "log_flops", "log_bytes", "log_compute_us", "log_memory_us", "log_latency_us",
                  "log_roofline_us", "log_intensity_over_ridge", "log_bytes_over_l2", "body_over_latency")
@@ -109,8 +111,8 @@ def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         rows.append([np.log(peak), np.log(d.mem_bw), np.log(peak / d.mem_bw), np.log(max(d.l2_cache, 1.0)),
                      sms, d.clock_mhz / 1e3, float(d.vendor == "amd"), np.log(d.mem_bw / sms),
                      np.log(peak / fp32), np.log(tdp / sms), float(d.kind == "cpu")])
-    values = np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(DEVICE_FEATURES_V3))[codes]
-    return pd.DataFrame(values, columns=list(DEVICE_FEATURES_V3), index=table.index)
+    values = np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(DEVICE_COLUMNS))[codes]
+    return pd.DataFrame(values, columns=list(DEVICE_COLUMNS), index=table.index)
 
 
 def _sms(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:

@@ -204,8 +204,12 @@ class XGBCorrection(Correction):
         return ref * np.exp(ratio)
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
-                          rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None) -> XGBCorrection:
+                          rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None,
+                          target_offset: float = 0.0) -> XGBCorrection:
         """A copy with ``rounds`` more trees fitted to ``table`` (few-shot adaptation); ``self`` is unchanged.
+
+        ``target_offset`` (log units) is subtracted from the targets first: the trees then learn what is left
+        after a device-wide scale the caller applies on top (strategy ``auto`` of ``HybridPredictor.adapt``).
 
         Rows of devices the main booster has not seen extend the transfer booster (the one that predicts them);
         ``table`` must not mix seen and unseen devices.
@@ -218,7 +222,7 @@ class XGBCorrection(Correction):
         if unseen.any() and not unseen.all():
             raise InvalidInputError(f"{self.key}: adapt one device at a time (rows mix training and new devices)")
         use_transfer = bool(unseen.all() and len(unseen))
-        y = self._target(sub, base, catalog)
+        y = self._target(sub, base, catalog) - float(target_offset)
         x = self.features(sub, base, catalog, transfer=use_transfer)
         names = self.transfer_feature_names if use_transfer else self.feature_names
         d = xgb.DMatrix(x.to_numpy(), label=y, weight=np.full(len(sub), weight), feature_names=names)
@@ -351,8 +355,9 @@ class GemmXGB(XGBCorrection):
         return self
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
-                          rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None) -> GemmXGB:
-        grown = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate)
+                          rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None,
+                          target_offset: float = 0.0) -> GemmXGB:
+        grown = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate, target_offset)
         grown.dispatch_us = self.dispatch_us  # type: ignore[attr-defined]
         return grown  # type: ignore[return-value]
 
