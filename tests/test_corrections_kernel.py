@@ -223,6 +223,10 @@ def test_feature_version_4_timing_method_and_dispatch_overhead(catalog, tmp_path
     again = GemmXGB.load(tmp_path / "m")
     assert again.dispatch_us == model.dispatch_us
     np.testing.assert_allclose(again.predict(rows, base, catalog), model.predict(rows, base, catalog))
+    assert model.describe()["dispatch_us"] == model.dispatch_us
+    # the pointwise model (version 4) shares the dispatch reference; version 3 models and embeddings do not
+    assert PointwiseXGB().uses_dispatch and not PointwiseXGB(feature_version=3).uses_dispatch
+    assert not GemmXGB(feature_version=3).uses_dispatch
     (tmp_path / "m" / "dispatch.json").unlink()
     with pytest.raises(Exception, match="dispatch"):
         GemmXGB.load(tmp_path / "m")

@@ -293,30 +293,25 @@ class XGBCorrection(Correction):
         return out
 
 
-class GemmXGB(XGBCorrection):
-    """Kernel efficiency of the GEMM family (gemm, bmm, linear, gemv, matmul)."""
+class DispatchXGB(XGBCorrection):
+    """Kernel corrections whose reference (from feature version 4) adds the framework's per-op host dispatch
+    overhead to the roofline of GPU rows timed through a framework (:func:`~hybrid.corrections.features.
+    kernel_timing` = 0): a fitted constant in microseconds (:meth:`fit_dispatch`), so the trees need not learn
+    the 20-50 us floor of eager-framework timings, and learned it as a property of the devices before."""
 
-    kind = "gemm"
-    name = "kernel-xgb"
-    families = ("gemm",)
-    min_rows = 50
-    # Feature version 4 (version 3's dtype path, power per SM, integer arithmetic, plus the timing method and a
-    # fitted host-dispatch overhead in the reference) with one booster: the lowest mean leave-one-GPU-out error
-    # over all public sources (experiments/kernel_accuracy/results.md). The transfer booster (transfer=True)
-    # moves error between sources without lowering the mean.
-    default_transfer = False
-    default_feature_version = 4
+    #: first feature version whose reference includes the dispatch overhead
+    dispatch_from_version: ClassVar[int] = 4
 
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
                  feature_version: int | None = None, transfer: bool | None = None):
         super().__init__(params, use_device_features, feature_version, transfer)
-        #: per-op host dispatch + synchronisation overhead (us) of framework-timed GPU rows (feature version 4 on;
+        #: per-op host dispatch + synchronisation overhead (us) of framework-timed GPU rows (:attr:`dispatch_from_version` on;
         #: fitted by :meth:`fit_dispatch`), added to their roofline reference so the trees need not learn it
         self.dispatch_us = 0.0
 
     @property
-    def key(self) -> str:
-        return "kernel-xgb-gemm"
+    def uses_dispatch(self) -> bool:
+        return self.feature_version >= self.dispatch_from_version
 
     def _dispatched(self, table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """GPU rows timed through a framework (not kernel-only): they pay :attr:`dispatch_us`."""
@@ -326,7 +321,7 @@ class GemmXGB(XGBCorrection):
 
     def reference_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         roof = baseline["time_us"].to_numpy(dtype=np.float64)
-        if self.feature_version < 4 or self.dispatch_us <= 0:
+        if not self.uses_dispatch or self.dispatch_us <= 0:
             return roof
         # added, not overlapped (max(body, overhead) was worse leave-one-GPU-out: experiments/kernel_accuracy)
         return roof + self._dispatched(table, catalog) * self.dispatch_us
@@ -345,9 +340,9 @@ class GemmXGB(XGBCorrection):
         return float(max(np.nanmedian(per.to_numpy()), 0.0))
 
     def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
-            sample_weight: np.ndarray | None = None) -> GemmXGB:
+            sample_weight: np.ndarray | None = None) -> DispatchXGB:
         self.dispatch_us = 0.0
-        if self.feature_version >= 4:
+        if self.uses_dispatch:
             sub, base = self._select(table, baseline)
             if len(sub):
                 self.dispatch_us = self.fit_dispatch(sub, base, catalog)
@@ -356,26 +351,27 @@ class GemmXGB(XGBCorrection):
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                           rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None,
-                          target_offset: float = 0.0) -> GemmXGB:
+                          target_offset: float = 0.0) -> DispatchXGB:
         grown = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate, target_offset)
         grown.dispatch_us = self.dispatch_us  # type: ignore[attr-defined]
         return grown  # type: ignore[return-value]
 
     def save(self, directory: Path) -> None:
         super().save(directory)
-        if self.feature_version >= 4:
+        if self.uses_dispatch:
             write_json(Path(directory) / "dispatch.json", {
                 "dispatch_us": self.dispatch_us,
                 "units": "us per op, added to the roofline of GPU rows timed through a framework"})
 
     @classmethod
-    def load(cls, directory: Path) -> GemmXGB:
+    def load(cls, directory: Path) -> DispatchXGB:
         obj = super().load(directory)
         obj.dispatch_us = 0.0  # type: ignore[attr-defined]
         path = Path(directory) / "dispatch.json"
-        if obj.feature_version >= 4:
+        if obj.uses_dispatch:  # type: ignore[attr-defined]
             if not path.is_file():
-                raise InvalidInputError(f"{directory}: feature version 4 model without dispatch.json; refit the model")
+                raise InvalidInputError(f"{directory}: feature version {obj.feature_version} model without "
+                                        "dispatch.json; refit the model")
             meta = read_json(path)
             value = float(meta.get("dispatch_us", float("nan")))
             if not (np.isfinite(value) and value >= 0):
@@ -385,21 +381,41 @@ class GemmXGB(XGBCorrection):
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
-        if self.feature_version >= 4:
+        if self.uses_dispatch:
             out["dispatch_us"] = self.dispatch_us
         return out
 
 
-class PointwiseXGB(XGBCorrection):
+class GemmXGB(DispatchXGB):
+    """Kernel efficiency of the GEMM family (gemm, bmm, linear, gemv, matmul)."""
+
+    kind = "gemm"
+    name = "kernel-xgb"
+    families = ("gemm",)
+    min_rows = 50
+    # Feature version 4 (version 3's dtype path, power per SM, integer arithmetic, plus the timing method and a
+    # fitted host-dispatch overhead in the reference) with one booster: the lowest mean leave-one-GPU-out error
+    # over all public sources (experiments/kernel_accuracy/results.md). The transfer booster (transfer=True)
+    # moves error between sources without lowering the mean.
+    default_transfer = False
+    default_feature_version = 4
+
+    @property
+    def key(self) -> str:
+        return "kernel-xgb-gemm"
+
+
+class PointwiseXGB(DispatchXGB):
     """Kernel efficiency of memory-bound row/pointwise kernels (elementwise, norms, softmax, attention)."""
 
     kind = "pointwise"
     name = "kernel-xgb"
     families = ("elementwise", "norm", "softmax", "attention")
     min_rows = 50
-    # version 3 with the transfer booster for unseen GPUs: lowest leave-one-GPU-out mean on the pointwise ops
+    # version 4 (version 3's features; the reference adds the fitted host-dispatch overhead) with the transfer
+    # booster for unseen GPUs: lowest leave-one-GPU-out mean on the pointwise ops (kernel_accuracy/results.md)
     default_transfer = True
-    default_feature_version = 3
+    default_feature_version = 4
 
     @property
     def key(self) -> str:
