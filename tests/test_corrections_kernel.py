@@ -224,8 +224,8 @@ def test_feature_version_4_timing_method_and_dispatch_overhead(catalog, tmp_path
     assert again.dispatch_us == model.dispatch_us
     np.testing.assert_allclose(again.predict(rows, base, catalog), model.predict(rows, base, catalog))
     assert model.describe()["dispatch_us"] == model.dispatch_us
-    # the pointwise model (version 4) shares the dispatch reference; version 3 models and embeddings do not
-    assert PointwiseXGB().uses_dispatch and not PointwiseXGB(feature_version=3).uses_dispatch
+    # the pointwise model shares the dispatch reference at version 4 (optional there); version 3 models do not
+    assert PointwiseXGB(feature_version=4).uses_dispatch and not PointwiseXGB().uses_dispatch
     assert not GemmXGB(feature_version=3).uses_dispatch
     (tmp_path / "m" / "dispatch.json").unlink()
     with pytest.raises(Exception, match="dispatch"):

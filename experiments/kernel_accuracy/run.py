@@ -54,10 +54,10 @@ GEMM_CONFIGS = {
     "v2, one booster": (True, 2, False),
 }
 POINTWISE_CONFIGS = {
-    "v4 + transfer booster (default)": (True, 4, True),
-    "v4, one booster": (True, 4, False),
-    "v3 + transfer booster (previous default)": (True, 3, True),
+    "v3 + transfer booster (default)": (True, 3, True),
     "v3, one booster": (True, 3, False),
+    "v4 + transfer booster": (True, 4, True),
+    "v4, one booster": (True, 4, False),
     "v2, one booster": (True, 2, False),
 }
 
