@@ -224,6 +224,11 @@ def test_feature_version_4_timing_method_and_dispatch_overhead(catalog, tmp_path
     assert again.dispatch_us == model.dispatch_us
     np.testing.assert_allclose(again.predict(rows, base, catalog), model.predict(rows, base, catalog))
     assert model.describe()["dispatch_us"] == model.dispatch_us
+    # version 4 GEMMs are never predicted faster than their roofline (a physical bound); version 3 had no bound
+    fast = rows.assign(time_us=0.3 * base["time_us"].to_numpy())
+    quick = GemmXGB(XGBParams(n_estimators=60, max_depth=4)).fit(fast, base, catalog)
+    assert quick.roofline_floor == 1.0 and GemmXGB(feature_version=3).roofline_floor is None
+    assert (quick.predict(fast, base, catalog) >= base["time_us"].to_numpy() * (1 - 1e-12)).all()
     # the pointwise model shares the dispatch reference at version 4 (optional there); version 3 models do not
     assert PointwiseXGB(feature_version=4).uses_dispatch and not PointwiseXGB().uses_dispatch
     assert not GemmXGB(feature_version=3).uses_dispatch

@@ -48,6 +48,8 @@ LOG_RATIO_CLIP = (np.log(1 / 20), np.log(400.0))
 #: Quantile of (measured - roofline) over the framework-timed GPU rows of one (device, framework) that estimates
 #: the host dispatch overhead: the smallest kernels are almost pure overhead.
 DISPATCH_QUANTILE = 0.05
+#: GEMM predictions (feature version 4 on) are at least this multiple of the roofline time.
+GEMM_ROOFLINE_FLOOR = 1.0
 
 
 @dataclass
@@ -201,7 +203,16 @@ class XGBCorrection(Correction):
         ref = baseline["time_us"].to_numpy(dtype=np.float64).copy()
         if mask.any():
             ref[mask] = self.reference_us(table.loc[mask], baseline.loc[mask], catalog)
-        return ref * np.exp(ratio)
+        out = ref * np.exp(ratio)
+        floor = self.roofline_floor
+        if floor is not None:  # never faster than the roofline (times a factor): a physical bound
+            out = np.maximum(out, floor * baseline["time_us"].to_numpy(dtype=np.float64))
+        return out
+
+    @property
+    def roofline_floor(self) -> float | None:
+        """Lowest predicted time as a multiple of the roofline time, or None (no bound)."""
+        return None
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                           rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None,
@@ -403,6 +414,12 @@ class GemmXGB(DispatchXGB):
     @property
     def key(self) -> str:
         return "kernel-xgb-gemm"
+
+    @property
+    def roofline_floor(self) -> float | None:
+        """From feature version 4: :data:`GEMM_ROOFLINE_FLOOR` (a GEMM does not beat its peak FLOP/s or bandwidth
+        plus launch latency; 98.5% of the public GEMM rows obey it, experiments/kernel_accuracy/results.md)."""
+        return GEMM_ROOFLINE_FLOOR if self.feature_version >= 4 else None
 
 
 class PointwiseXGB(DispatchXGB):
