@@ -69,7 +69,7 @@ def main() -> None:
     lines = ["# Few-shot adaptation to a held-out GPU (GEMM family, all public kernel sources)", "",
              f"Command: `python experiments/few_shot/run.py --rows-per-group {args.rows_per_group} --seeds {args.seeds}`",
              "", f"Training rows (GEMM family, every device but the held-out one): {len(table):,} in all. The default "
-             "GEMM model (feature version 3, one booster) is the base; adaptation rows are drawn at random from "
+             "GEMM model (feature version 4, one booster) is the base; adaptation rows are drawn at random from "
              "the held-out GPU, scoring uses its other rows.",
              "", "Geomean % error on the held-out GPU's rows not used for adaptation; mean (std) over "
              f"{args.seeds} seeds drawing the k adaptation rows.", "",
