@@ -317,11 +317,13 @@ def build_features(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catal
 
 def feature_names(kind: str, use_device: bool = True, version: int = FEATURE_VERSION,
                   transfer: bool = False) -> list[str]:
-    """Ordered feature names of ``kind`` for feature-set ``version`` (1 or 2).
+    """Ordered feature names of ``kind`` for feature-set ``version`` (1 to :data:`LATEST_FEATURE_VERSION`).
 
-    ``transfer=True`` (version 2 only) is the set of the transfer model used for devices absent from the
-    training data: own and roofline features plus :data:`TRANSFER_DEVICE_FEATURES` instead of the device
-    descriptors.
+    ``transfer=True`` (version 2 on) is the set of the transfer model used for devices absent from the
+    training data: own and roofline features plus :data:`TRANSFER_DEVICE_FEATURES` (version 3 on:
+    :data:`TRANSFER_DEVICE_FEATURES_V3`) instead of the device descriptors. Version 4 adds
+    :data:`GEMM_FEATURES_V4` for GEMMs (the other kinds keep their version-3 sets here; the embedding model adds
+    its cost-term shares itself).
     """
     if version not in (1, 2, 3, 4):
         raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 to {LATEST_FEATURE_VERSION})")
