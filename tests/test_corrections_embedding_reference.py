@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from hybrid.corrections import EmbeddingXGB, HybridPredictor, XGBParams
-from hybrid.corrections.embedding_xgb import COST_TERMS, cost_terms
+from hybrid.corrections.embedding_xgb import (
+    COST_TERMS,
+    SHARE_FEATURES,
+    cost_terms,
+    generalized_harmonic,
+    llc_hit_fraction,
+)
 from hybrid.reports.metrics import error_summary
 
 
@@ -109,3 +115,37 @@ def test_reference_uses_each_rows_group_coefficients(cpu_profile):
         want = max(float(terms[i] @ np.asarray(model.coefficients[g])), 1e-3) if g in model.coefficients else roof[i]
         assert got[i] == pytest.approx(want, rel=1e-12)
     assert (groups == dropped).any()
+
+
+def test_generalized_harmonic_matches_the_sum():
+    for n in (1, 2, 7, 100, 5000):
+        for a in (0.5, 1.0, 1.05, 1.2, 2.0):
+            exact = float(np.sum(np.arange(1, n + 1, dtype=float) ** -a))
+            assert generalized_harmonic(np.array([n]), np.array([a]))[0] == pytest.approx(exact, rel=3e-2)
+
+
+def test_zipf_cache_hit_fraction_and_version_4_features(cpu_profile, tmp_path):
+    """Version 4: with Zipf indices the cache holds the hottest rows, so far more lookups hit than the cached share
+    of the table; uniform indices hit with that share. The trees see each cost term's share of the reference."""
+    table, cat = cpu_profile
+    llc = cat.device(table["device"].iloc[0]).l2_cache
+    rows = int(20 * llc / (64 * 4))  # one table 20x the cache, 64-float rows
+    probe = table.iloc[:3].assign(num_tables=1, num_embeddings=rows, embedding_dim=64, dtype="fp32",
+                                  index_dist=["uniform", "zipf", "zipf"], zipf_alpha=[0.0, 1.05, 1.2])
+    hit = llc_hit_fraction(probe, cat)
+    assert hit[0] == pytest.approx(1 / 20, rel=1e-3)
+    assert 0.5 < hit[1] < hit[2] < 1.0
+    np.testing.assert_allclose(llc_hit_fraction(probe, cat, zipf=False), 1 / 20, rtol=1e-3)
+    miss = COST_TERMS.index("llc_miss_lookups")
+    assert (cost_terms(probe, cat)[1:, miss] < cost_terms(probe, cat, False)[1:, miss]).all()
+    model = EmbeddingXGB(XGBParams(n_estimators=20, max_depth=3))
+    assert model.feature_version == 4 and model.feature_names[-len(SHARE_FEATURES):] == list(SHARE_FEATURES)
+    pred = HybridPredictor(cat, [model]).fit(table)
+    x = model.features(table, __import__("hybrid.ops.roofline", fromlist=["roofline"]).roofline(table, cat), cat)
+    shares = x[[f"share_{t}" for t in COST_TERMS]].to_numpy()
+    np.testing.assert_allclose(shares.sum(axis=1), 1.0)
+    path = pred.save(tmp_path / "p")
+    np.testing.assert_allclose(HybridPredictor.load(path).predict_time(table), pred.predict_time(table), rtol=1e-6)
+    # a version-2 model keeps the uniform-cache terms and no share features
+    old = EmbeddingXGB(XGBParams(n_estimators=20, max_depth=3), feature_version=2)
+    assert not set(SHARE_FEATURES) & set(old.feature_names)

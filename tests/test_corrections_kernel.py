@@ -188,7 +188,7 @@ def test_feature_version_3_descriptors_are_physical(catalog):
     np.testing.assert_allclose(np.exp(x["dev_log_tdp_per_sm"]), [h100.tdp_w / h100.num_sms] * 2
                                + [t4.tdp_w / t4.num_sms] * 2, rtol=1e-9)
     assert x["is_int"].tolist() == [0.0, 0.0, 0.0, 1.0] and (x["dev_cpu"] == 0).all()
-    assert GemmXGB().feature_version == 3 and GemmXGB(feature_version=2).feature_version == 2
+    assert GemmXGB(feature_version=3).feature_version == 3 and GemmXGB(feature_version=2).feature_version == 2
 
 
 def test_one_feature_block_serves_both_boosters_exactly(neusight, catalog):
@@ -215,3 +215,51 @@ def test_one_feature_block_serves_both_boosters_exactly(neusight, catalog):
         t = model.predict(neusight, base, catalog)
         np.testing.assert_allclose(t[fam], base["time_us"].to_numpy()[fam] * np.exp(got[fam]), rtol=1e-12)
         assert np.isnan(t[~fam]).all()
+
+
+
+
+def test_feature_version_4_timing_method_and_dispatch_overhead(catalog, tmp_path):
+    """Version 4: ``kernel_timing`` says whether a row's time is the kernel alone (XLA, DeepBench) or includes
+    the framework's host dispatch (PyTorch, or no framework given); the GEMM model fits that overhead from the
+    smallest framework-timed GPU kernels, adds it to their reference only, and saves / loads it."""
+    from hybrid.corrections.features import kernel_timing
+
+    frame = pd.DataFrame({"framework": ["xla", "DeepBench", "pytorch", None]})
+    assert kernel_timing(frame).tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert kernel_timing(pd.DataFrame(index=range(2))).tolist() == [0.0, 0.0]
+    rng = np.random.default_rng(0)
+    n = 240
+    size = rng.choice([64, 128, 256, 512, 1024, 2048], n).astype(float)
+    rows = pd.DataFrame({"op": "gemm", "device": rng.choice(["A100-SXM4-80GB", "V100-PCIE-32GB"], n),
+                         "dtype": "fp16", "b": 1, "m": size, "n": size, "k": size,
+                         "framework": np.where(np.arange(n) % 2 == 0, "pytorch", "deepbench")})
+    base = roofline(rows, catalog)
+    # synthetic truth: 2x the roofline, plus 20 us of dispatch on the framework-timed rows
+    rows["time_us"] = 2.0 * base["time_us"].to_numpy() + 20.0 * (rows["framework"] == "pytorch").to_numpy()
+    model = GemmXGB(XGBParams(n_estimators=60, max_depth=4))
+    assert model.feature_version == 4 and "kernel_timing" in model.feature_names
+    model.fit(rows, base, catalog)
+    assert 15.0 < model.dispatch_us < 25.0
+    ref = model.reference_us(rows, base, catalog)
+    torch_rows = (rows["framework"] == "pytorch").to_numpy()
+    np.testing.assert_allclose(ref[~torch_rows], base["time_us"].to_numpy()[~torch_rows])
+    np.testing.assert_allclose(ref[torch_rows] - base["time_us"].to_numpy()[torch_rows], model.dispatch_us)
+    err = error_summary(model.predict(rows, base, catalog), rows["time_us"])["geomean_pct"]
+    assert err < 10.0
+    model.save(tmp_path / "m")
+    again = GemmXGB.load(tmp_path / "m")
+    assert again.dispatch_us == model.dispatch_us
+    np.testing.assert_allclose(again.predict(rows, base, catalog), model.predict(rows, base, catalog))
+    assert model.describe()["dispatch_us"] == model.dispatch_us
+    # version 4 GEMMs are never predicted faster than their roofline (a physical bound); version 3 had no bound
+    fast = rows.assign(time_us=0.3 * base["time_us"].to_numpy())
+    quick = GemmXGB(XGBParams(n_estimators=60, max_depth=4)).fit(fast, base, catalog)
+    assert quick.roofline_floor == 1.0 and GemmXGB(feature_version=3).roofline_floor is None
+    assert (quick.predict(fast, base, catalog) >= base["time_us"].to_numpy() * (1 - 1e-12)).all()
+    # the pointwise model shares the dispatch reference at version 4 (optional there); version 3 models do not
+    assert PointwiseXGB(feature_version=4).uses_dispatch and not PointwiseXGB().uses_dispatch
+    assert not GemmXGB(feature_version=3).uses_dispatch
+    (tmp_path / "m" / "dispatch.json").unlink()
+    with pytest.raises(Exception, match="dispatch"):
+        GemmXGB.load(tmp_path / "m")

@@ -66,7 +66,7 @@ def test_few_shot_adaptation_improves_held_out_gpu(catalog, gemm_rows, tmp_path)
     target = gemm_rows[gemm_rows["device"] == held]
     shots, test = target.iloc[:20], target.iloc[20:]
     err0 = error_summary(base.predict_time(test), test["time_us"])["geomean_pct"]
-    for strategy in ("residual", "boost"):
+    for strategy in ("residual", "scale", "boost", "auto"):
         adapted = base.adapt(shots, strategy=strategy)
         err = error_summary(adapted.predict_time(test), test["time_us"])["geomean_pct"]
         assert err < err0 * 1.05, (strategy, err, err0)
@@ -75,13 +75,31 @@ def test_few_shot_adaptation_improves_held_out_gpu(catalog, gemm_rows, tmp_path)
         np.testing.assert_allclose(adapted.predict_time(other), base.predict_time(other))
     residual = base.adapt(shots, strategy="residual")
     assert held in residual.offsets["kernel-xgb-gemm"]
-    boosted = base.adapt(shots)  # default strategy: per-device extra trees
-    assert ("kernel-xgb-gemm", held) in boosted.device_models
-    for i, adapted in enumerate((residual, boosted)):
+    boosted = base.adapt(shots, strategy="boost")  # per-device extra trees, no scale on top
+    assert ("kernel-xgb-gemm", held) in boosted.device_models and held not in boosted.offsets.get("kernel-xgb-gemm", {})
+    auto = base.adapt(shots)  # default: robust scale, plus trees on its residuals from 20 rows of a family
+    assert ("kernel-xgb-gemm", held) in auto.device_models and held in auto.offsets["kernel-xgb-gemm"]
+    few = base.adapt(shots.iloc[:10])  # below 20 rows: the scale alone
+    assert not few.device_models and held in few.offsets["kernel-xgb-gemm"]
+    for i, adapted in enumerate((residual, boosted, auto)):
         adapted.save(tmp_path / f"adapted{i}")
         again = HybridPredictor.load(tmp_path / f"adapted{i}", catalog=catalog)
         np.testing.assert_array_equal(again.predict_time(test), adapted.predict_time(test))
         assert again.summary()["adapted_devices"] == [held]
+
+
+def test_robust_offset_resists_an_outlier_and_shrinks_towards_one():
+    from hybrid.corrections.adapt import SHRINK, residual_offsets, robust_offset
+
+    r = np.array([0.30, 0.32, 0.28, 0.31, 2.5])  # four rows agree on +0.3, one shape is far off
+    robust = robust_offset(r, shrink=0.0)
+    assert abs(robust - 0.30) < 0.1 and robust_offset(r) < robust  # shrunk towards 0 (scale 1)
+    mean = residual_offsets(r, pd.Series(["g"] * 5), shrink=0.0)["g"]
+    assert mean > 0.7  # the plain mean follows the outlier
+    # many rows: the shrinkage fades; no rows: no scale
+    many = np.full(200, 0.2)
+    assert robust_offset(many) == pytest.approx(0.2 * 200 / (200 + SHRINK))
+    assert robust_offset(np.array([np.nan])) == 0.0
 
 
 def _time_embedding_bags(catalog):

@@ -19,16 +19,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.corrections import EmbeddingXGB, HybridPredictor
-from hybrid.corrections.embedding_xgb import COST_TERMS
+from hybrid.corrections import EmbeddingXGB, HybridPredictor, XGBParams
+from hybrid.corrections.embedding_xgb import COST_TERMS, EMBEDDING_FEATURE_VERSION, default_embedding_params
 from hybrid.data.bundle import load_bundle
 from hybrid.data.paths import project_datasets_dir
 from hybrid.errors import InvalidInputError
 from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import error_summary
 
+#: (label, reference, select, feature version) of the models compared; the first is the default
+MODELS = (("current (version 4: Zipf-aware cache terms, cost-term shares)", "linear", False, 4),
+          ("variant: version 4, cost model or roofline per group by inner CV (select=True)", "linear", True, 4),
+          ("previous (version 2, fitted cost model)", "linear", False, 2),
+          ("roofline reference (version 2)", "roofline", False, 2))
 #: Split seeds of the repeated random split.
 SEEDS = 5
+#: Further split seeds never used to choose a model (confirmation of the 0..SEEDS-1 figures).
+CONFIRM_SEEDS = range(5, 10)
 
 
 def find_bundles(explicit: list[str]) -> list[Path]:
@@ -44,8 +51,12 @@ def fmt(s: dict) -> str:
     return f"{s['geomean_pct']:.1f} / {s['median_pct']:.1f} / {s['p90_pct']:.1f}"
 
 
-def score(table: pd.DataFrame, test: np.ndarray, catalog, reference: str, select: bool = False) -> dict:
-    pred = HybridPredictor(catalog, [EmbeddingXGB(reference=reference, select=select)]).fit(table[~test])
+def score(table: pd.DataFrame, test: np.ndarray, catalog, reference: str, select: bool = False,
+          version: int = EMBEDDING_FEATURE_VERSION) -> dict:
+    params = default_embedding_params() if version >= 4 else XGBParams(n_estimators=300, max_depth=5,
+                                                                        learning_rate=0.06, min_child_weight=2.0)
+    model = EmbeddingXGB(params, feature_version=version, reference=reference, select=select)
+    pred = HybridPredictor(catalog, [model]).fit(table[~test])
     out = pred.predict(table[test])
     meas = table.loc[test, "time_us"]
     variants = table.loc[test, "variant"].astype("string").fillna("-")
@@ -86,13 +97,10 @@ def main() -> None:
                   "bwd (roofline -> corrected) |", "|---|---|---|---|---|---|---|"]
         variant_lines = []
         for name, test in splits.items():
-            for reference, select in (("linear", False), ("linear", True), ("roofline", False)):
-                r = score(table, test, catalog, reference, select)
+            for model, reference, select, version in MODELS:
+                r = score(table, test, catalog, reference, select, version)
                 d = r["by_direction"]
-                model = {("linear", False): "current (fitted cost model)",
-                         ("linear", True): "variant: cost model or roofline per group by inner CV (select=True)",
-                         ("roofline", False): "previous (roofline reference)"}[(reference, select)]
-                if reference == "linear" and name.startswith("random"):
+                if reference == "linear" and version >= 4 and name.startswith("random"):
                     if select:
                         selection = r["selection"]
                     else:
@@ -102,15 +110,20 @@ def main() -> None:
                              f"{' -> '.join(d['bwd']) if 'bwd' in d else '-'} |")
                 variant_lines.append(f"| {name} | {model} | " + " | ".join(
                     f"{v}: {e}" for v, e in r["by_variant"].items()) + " |")
-        seed_rows = []
-        for reference in ("linear", "roofline"):
-            vals = [score(table, np.random.default_rng(sd).random(len(table)) < 0.25, catalog, reference)["corrected_geomean"]
-                    for sd in range(SEEDS)]
-            seed_rows.append(f"| {'current (fitted cost model)' if reference == 'linear' else 'previous (roofline reference)'}"
-                             f" | " + " | ".join(f"{v:.1f}" for v in vals) + f" | **{np.mean(vals):.1f}** |")
+        seed_rows, confirm_rows = [], []
+        for label, reference, select, version in MODELS:
+            if select:
+                continue
+            for seeds, out in ((range(SEEDS), seed_rows), (CONFIRM_SEEDS, confirm_rows)):
+                vals = [score(table, np.random.default_rng(sd).random(len(table)) < 0.25, catalog, reference,
+                              version=version)["corrected_geomean"] for sd in seeds]
+                out.append(f"| {label} | " + " | ".join(f"{v:.1f}" for v in vals) + f" | **{np.mean(vals):.1f}** |")
         lines += ["", f"Random 25% split repeated with split seeds 0-{SEEDS - 1} (corrected geomean %; the first table uses "
                   f"seed {args.seed}):", "", "| model | " + " | ".join(f"seed {i}" for i in range(SEEDS)) + " | mean |",
                   "|---|" + "---|" * (SEEDS + 1), *seed_rows]
+        lines += ["", f"Confirmation: split seeds {CONFIRM_SEEDS.start}-{CONFIRM_SEEDS.stop - 1}, never used to choose "
+                  "the model:", "", "| model | " + " | ".join(f"seed {i}" for i in CONFIRM_SEEDS) + " | mean |",
+                  "|---|" + "---|" * (len(CONFIRM_SEEDS) + 1), *confirm_rows]
         lines += ["", "Corrected error by variant (geomean / median / p90):", "",
                   "| split | model | variants |", "|---|---|---|", *variant_lines, ""]
         lines += ["Fitted cost model of the current model on the random split's training rows (coefficients of the "

@@ -6,9 +6,10 @@ Training data: every public kernel source together (the loader of ``experiments/
 de-duplicated, XLA H100, Vidur A100/A40, DeepBench, LLMCompass, own CPU profile), GEMM family, sub-sampled to
 ``--rows-per-group`` rows per (source, device, dtype). For each held-out GPU (three NeuSight GPUs as before, plus
 Vidur's A40 and XLA's H100), the default GEMM model is fitted on every other device, then adapted with k = 0,
-5, 10, 20, 50 random rows of the held-out GPU by the two strategies of ``HybridPredictor.adapt``
-(``residual``: one shrunken log-scale per device; ``boost``: extra XGBoost trees for that device), and scored on
-the held-out GPU's remaining rows. Mean over seeds.
+5, 10, 20, 50 random rows of the held-out GPU by each strategy of ``HybridPredictor.adapt`` (``auto``: robust
+shrunken scale, plus trees on its residuals from 20 rows; ``scale``: that scale alone; ``boost``: extra XGBoost
+trees for that device; ``residual``: one shrunken mean log-scale), and scored on the held-out GPU's remaining
+rows. Mean (std) over seeds.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from hybrid.reports.metrics import error_summary  # noqa: E402
 
 HELD_OUT = ("T4", "V100-PCIE-32GB", "MI210", "A40", "H100-SXM")
 SHOTS = (0, 5, 10, 20, 50)
+#: strategies of HybridPredictor.adapt, the default first
+STRATEGIES = ("auto", "scale", "boost", "residual")
 
 
 def main() -> None:
@@ -54,31 +57,36 @@ def main() -> None:
             if roof is None:
                 roof = error_summary(base.predict(test)["roofline_us"], test["time_us"])["geomean_pct"]
             for k in SHOTS:
-                for strategy in ("residual", "boost"):
+                for strategy in STRATEGIES:
                     model = base if k == 0 else base.adapt(pool.iloc[:k], strategy=strategy)
                     err = error_summary(model.predict_time(test), test["time_us"])["geomean_pct"]
                     results.append({"gpu": held, "seed": seed, "k": k, "strategy": strategy, "err": err, "roof": roof})
         print(f"{held} done ({time.time() - t0:.0f} s)", file=sys.stderr)
     df = pd.DataFrame(results)
+    order = {s: i for i, s in enumerate(STRATEGIES)}
     piv = df.groupby(["gpu", "strategy", "k"])["err"].agg(["mean", "std"]).reset_index()
+    piv = piv.sort_values(["gpu", "strategy"], key=lambda c: c.map(order) if c.name == "strategy" else c)
     lines = ["# Few-shot adaptation to a held-out GPU (GEMM family, all public kernel sources)", "",
              f"Command: `python experiments/few_shot/run.py --rows-per-group {args.rows_per_group} --seeds {args.seeds}`",
              "", f"Training rows (GEMM family, every device but the held-out one): {len(table):,} in all. The default "
-             "GEMM model (feature version 3, one booster) is the base; adaptation rows are drawn at random from "
+             "GEMM model (feature version 4, one booster) is the base; adaptation rows are drawn at random from "
              "the held-out GPU, scoring uses its other rows.",
              "", "Geomean % error on the held-out GPU's rows not used for adaptation; mean (std) over "
              f"{args.seeds} seeds drawing the k adaptation rows.", "",
              "| held-out GPU | roofline only | strategy | " + " | ".join(f"k={k}" for k in SHOTS) + " |",
              "|---|---|---|" + "---|" * len(SHOTS)]
-    for (gpu, strategy), g in piv.groupby(["gpu", "strategy"]):
+    for (gpu, strategy), g in piv.groupby(["gpu", "strategy"], sort=False):
         cells = [f"{r['mean']:.1f} ({r['std']:.1f})" for _, r in g.sort_values("k").iterrows()]
         roof = df[df["gpu"] == gpu]["roof"].iloc[0]
         lines.append(f"| {gpu} | {roof:.1f} | {strategy} | " + " | ".join(cells) + " |")
-    mean = df.groupby(["strategy", "k"])["err"].mean().unstack()
-    lines += ["", "Mean over GPUs:", "", "| strategy | " + " | ".join(f"k={k}" for k in SHOTS) + " |",
+    mean = df.groupby(["strategy", "k"])["err"].mean().unstack().loc[list(STRATEGIES)]
+    # spread over seeds of the mean-over-GPUs error (how much one draw of k rows moves the headline)
+    per_seed = df.groupby(["strategy", "k", "seed"])["err"].mean().groupby(["strategy", "k"]).std().unstack()
+    lines += ["", "Mean over GPUs (std over seeds of that mean):", "", "| strategy | " + " | ".join(f"k={k}" for k in SHOTS) + " |",
               "|---|" + "---|" * len(SHOTS)]
     for strategy, row in mean.iterrows():
-        lines.append(f"| {strategy} | " + " | ".join(f"{v:.1f}" for v in row) + " |")
+        lines.append(f"| {strategy} | " + " | ".join(
+            f"{v:.1f} ({sd:.1f})" for v, sd in zip(row, per_seed.loc[strategy].reindex(row.index), strict=True)) + " |")
     lines += ["", f"Total wall time: {time.time() - t0:.0f} s"]
     text = "\n".join(lines) + "\n"
     print(text)

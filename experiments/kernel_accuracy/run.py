@@ -46,15 +46,19 @@ POINTWISE_FAMILIES = ("elementwise", "norm", "softmax")
 
 #: name -> (use_device_features, feature_version, transfer booster)
 GEMM_CONFIGS = {
-    "v3, one booster (default)": (True, 3, False),
+    "v4, one booster (default)": (True, 4, False),
+    "v4 + transfer booster": (True, 4, True),
+    "v3, one booster (previous default)": (True, 3, False),
     "v3 + transfer booster": (True, 3, True),
     "v2 + transfer booster": (True, 2, True),
-    "v2, one booster (previous default)": (True, 2, False),
+    "v2, one booster": (True, 2, False),
 }
 POINTWISE_CONFIGS = {
     "v3 + transfer booster (default)": (True, 3, True),
     "v3, one booster": (True, 3, False),
-    "v2, one booster (previous default)": (True, 2, False),
+    "v4 + transfer booster": (True, 4, True),
+    "v4, one booster": (True, 4, False),
+    "v2, one booster": (True, 2, False),
 }
 
 

@@ -1,15 +1,23 @@
 """Few-shot adaptation of a fitted predictor to a new device from a handful (5-50) of its measurements.
 
-Two strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md``):
+Four strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md``):
 
 ``residual``
     Keep the transferred model and learn one multiplicative scale per (device, correction):
     ``offset = sum(log(measured / predicted)) / (n + SHRINK)``, i.e. the mean log residual shrunk towards 0
     when there are few rows. One parameter cannot over-fit 5 rows.
-``boost`` (the default; better from ~20 rows on, equal at 5)
+``scale``
+    The same single efficiency scale, estimated robustly: a Huber M-estimate of the log residual (outlying rows
+    get weight ``HUBER_C * spread / |r - offset|``), shrunk towards 0 (scale 1) by ``SHRINK`` pseudo-rows. One
+    badly predicted shape among 5 rows moves it far less than the mean.
+``boost``
     Continue boosting the transferred XGBoost model with the new rows (shallow trees, low learning rate,
     ``BOOST_ROUNDS`` rounds); the resulting model is used only for that device. Collective and roofline rows
     fall back to ``residual``.
+``auto`` (the default)
+    ``scale`` first; with at least ``AUTO_BOOST_MIN_ROWS`` rows of a family, extra trees are then grown on the
+    residuals left after the scale (the scale absorbs the device-wide bias, the trees only the shape-dependent
+    part). Below that, the scale alone: low variance where there is little data.
 """
 
 from __future__ import annotations
@@ -23,8 +31,14 @@ SHRINK = 2.0
 BOOST_ROUNDS = 30
 #: Learning rate of those trees.
 BOOST_LEARNING_RATE = 0.1
+#: Huber threshold of the ``scale`` strategy, in units of the residuals' robust spread (1.4826 x MAD).
+HUBER_C = 1.5
+#: Floor of that spread (log units): below it every row counts fully (a near-uniform bias is just averaged).
+MIN_SPREAD = 0.05
+#: Rows of one family from which ``auto`` also grows trees on the residuals left after the scale.
+AUTO_BOOST_MIN_ROWS = 20
 #: Strategies :meth:`HybridPredictor.adapt` accepts.
-STRATEGIES = ("residual", "boost")
+STRATEGIES = ("residual", "scale", "boost", "auto")
 
 
 def residual_offsets(log_residual: np.ndarray, groups: pd.Series, shrink: float = SHRINK) -> dict[str, float]:
@@ -33,3 +47,36 @@ def residual_offsets(log_residual: np.ndarray, groups: pd.Series, shrink: float 
     frame = frame[np.isfinite(frame["r"])]
     agg = frame.groupby("g")["r"].agg(["sum", "count"])
     return {str(g): float(row["sum"] / (row["count"] + shrink)) for g, row in agg.iterrows()}
+
+
+def robust_offset(log_residual: np.ndarray, shrink: float = SHRINK, c: float = HUBER_C,
+                  iterations: int = 20) -> float:
+    """Huber M-estimate of the location of ``log_residual``, shrunk towards 0 by ``shrink`` pseudo-rows.
+
+    Iteratively re-weighted from the median: weight ``min(1, c * spread / |r - offset|)`` with spread the
+    residuals' 1.4826 x median absolute deviation (at least :data:`MIN_SPREAD`); the result is
+    ``sum(w r) / (sum(w) + shrink)``, so few (or down-weighted) rows pull the scale towards 1.
+    """
+    r = np.asarray(log_residual, dtype=np.float64)
+    r = r[np.isfinite(r)]
+    if len(r) == 0:
+        return 0.0
+    mu = float(np.median(r))
+    spread = max(1.4826 * float(np.median(np.abs(r - mu))), MIN_SPREAD)
+    w = np.ones(len(r))
+    for _ in range(iterations):
+        w = np.minimum(1.0, c * spread / np.maximum(np.abs(r - mu), 1e-12))
+        new = float(np.sum(w * r) / np.sum(w))
+        if abs(new - mu) < 1e-9:
+            mu = new
+            break
+        mu = new
+    return float(np.sum(w * r) / (np.sum(w) + shrink))
+
+
+def robust_offsets(log_residual: np.ndarray, groups: pd.Series, shrink: float = SHRINK) -> dict[str, float]:
+    """:func:`robust_offset` per group label."""
+    r = np.asarray(log_residual, dtype=np.float64)
+    labels = groups.astype(str).to_numpy()
+    codes, uniques = pd.factorize(labels)
+    return {str(g): robust_offset(r[codes == i], shrink) for i, g in enumerate(uniques)}

@@ -28,8 +28,8 @@ from hybrid.units import normalize_dtype
 #: Version of the feature sets below. A saved model records the version it was fitted with and is rebuilt with
 #: exactly those features (``feature_names(kind, use_device, version)``); version 1 = before the transfer model.
 FEATURE_VERSION = 2
-#: Highest version :func:`feature_names` knows (3 adds :data:`DEVICE_FEATURES_V3`).
-LATEST_FEATURE_VERSION = 3
+#: Highest version :func:`feature_names` knows (3 adds :data:`DEVICE_FEATURES_V3`, 4 :data:`GEMM_FEATURES_V4`).
+LATEST_FEATURE_VERSION = 4
 
 #: Output tile edges (elements) used for the wave-quantisation features: common cuBLAS/rocBLAS tile sizes.
 TILE_EDGES = (64, 128)
@@ -47,6 +47,8 @@ DEVICE_FEATURES = ("dev_log_peak", "dev_log_bw", "dev_log_ridge", "dev_log_l2", 
 #: tiles to reach their peak; ``dev_log_tdp_per_sm`` = log(board power / SMs): watts each SM may draw, low on
 #: 70-75 W cards that cannot hold their boost clock under load; ``dev_cpu`` = a CPU (library: oneDNN/MKL).
 DEVICE_FEATURES_V3 = (*DEVICE_FEATURES, "dev_log_path_ratio", "dev_log_tdp_per_sm", "dev_cpu")
+#: Every column :func:`device_columns` computes (a superset of each version's device descriptors).
+DEVICE_COLUMNS = DEVICE_FEATURES_V3
 #: Roofline-derived features shared by every kernel.
 BASE_FEATURES = ("dtype_bytes", "log_flops", "log_bytes", "log_compute_us", "log_memory_us", "log_latency_us",
                  "log_roofline_us", "log_intensity_over_ridge", "log_bytes_over_l2", "body_over_latency")
@@ -58,6 +60,15 @@ GEMM_FEATURES_V2 = (*GEMM_FEATURES, "log_traffic_over_bytes")
 #: Added in version 3: integer arithmetic (int8 dot products: DP4A on Pascal, IMMA on tensor cores), so 1-byte
 #: floating point (fp8 on Hopper tensor cores) is not learned from int8 rows.
 GEMM_FEATURES_V3 = (*GEMM_FEATURES_V2, "is_int")
+#: Added in version 4: how the row was timed. ``kernel_timing`` = 1 when the time is the kernel alone (XLA's
+#: profiled perf tables, DeepBench's back-to-back library calls), 0 when it includes the framework's per-op
+#: host dispatch (eager PyTorch: ~5-30 us per op, which dominates small GEMMs). The quantity being predicted
+#: differs, not the device, so it is an input (column ``framework``), see :data:`KERNEL_TIMING_FRAMEWORKS`.
+GEMM_FEATURES_V4 = (*GEMM_FEATURES_V3, "kernel_timing")
+#: Values of the ``framework`` column whose times are kernel-only (lower case); anything else, or no
+#: ``framework`` column, counts as framework-dispatched (what the project's own PyTorch profiler measures).
+KERNEL_TIMING_FRAMEWORKS = frozenset({"xla", "deepbench", "cublas", "rocblas", "hipblaslt", "cutlass", "cupti",
+                                      "nsight", "kernel"})
 #: The only device descriptor of the *transfer* model (used for devices absent from the training data): the
 #: vendor, i.e. which BLAS library (cuBLAS / rocBLAS) runs the kernel. Raw descriptors (peak, bandwidth, SMs,
 #: L2, clock) identify each of the few training GPUs and hurt on an unseen one
@@ -118,8 +129,8 @@ def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         rows.append([np.log(peak), np.log(d.mem_bw), np.log(peak / d.mem_bw), np.log(max(d.l2_cache, 1.0)),
                      sms, d.clock_mhz / 1e3, float(d.vendor == "amd"), np.log(d.mem_bw / sms),
                      np.log(peak / fp32), np.log(tdp / sms), float(d.kind == "cpu")])
-    values = np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(DEVICE_FEATURES_V3))[codes]
-    return pd.DataFrame(values, columns=list(DEVICE_FEATURES_V3), index=table.index)
+    values = np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(DEVICE_COLUMNS))[codes]
+    return pd.DataFrame(values, columns=list(DEVICE_COLUMNS), index=table.index)
 
 
 def _sms(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
@@ -183,8 +194,18 @@ def gemm_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
                                  dtype=np.float64)[dt_codes]
     else:
         out["is_int"] = np.zeros(len(table))
+    out["kernel_timing"] = kernel_timing(table)
     out["log_traffic_over_bytes"] = _log(tiled_traffic_ratio(b, m, n, k, dtype_bytes_vec(table), _l2(table, catalog)))
     return pd.DataFrame(out, index=table.index)
+
+
+def kernel_timing(table: pd.DataFrame) -> np.ndarray:
+    """1.0 where the row's ``framework`` times the kernel alone (:data:`KERNEL_TIMING_FRAMEWORKS`), else 0.0."""
+    if "framework" not in table.columns:
+        return np.zeros(len(table))
+    codes, names = str_codes(table["framework"].astype("string").fillna(""))
+    kernel = np.array([str(n).strip().lower() in KERNEL_TIMING_FRAMEWORKS for n in names] + [False], dtype=np.float64)
+    return kernel[codes]
 
 
 def tiled_traffic_ratio(b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, elem_bytes: np.ndarray,
@@ -338,18 +359,23 @@ def build_features(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catal
 
 def feature_names(kind: str, use_device: bool = True, version: int = FEATURE_VERSION,
                   transfer: bool = False) -> list[str]:
-    """Ordered feature names of ``kind`` for feature-set ``version`` (1 or 2).
+    """Ordered feature names of ``kind`` for feature-set ``version`` (1 to :data:`LATEST_FEATURE_VERSION`).
 
-    ``transfer=True`` (version 2 only) is the set of the transfer model used for devices absent from the
-    training data: own and roofline features plus :data:`TRANSFER_DEVICE_FEATURES` instead of the device
-    descriptors.
+    ``transfer=True`` (version 2 on) is the set of the transfer model used for devices absent from the
+    training data: own and roofline features plus :data:`TRANSFER_DEVICE_FEATURES` (version 3 on:
+    :data:`TRANSFER_DEVICE_FEATURES_V3`) instead of the device descriptors. Version 4 adds
+    :data:`GEMM_FEATURES_V4` for GEMMs (the other kinds keep their version-3 sets here; the embedding model adds
+    its cost-term shares itself).
     """
-    if version not in (1, 2, 3):
+    if version not in (1, 2, 3, 4):
         raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 to {LATEST_FEATURE_VERSION})")
     if version == 1:
         own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES,
                "conv": CONV_FEATURES}[kind]
-    elif version >= 3:
+    elif version >= 4:
+        own = {"gemm": GEMM_FEATURES_V4, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2,
+               "conv": CONV_FEATURES}[kind]
+    elif version == 3:
         own = {"gemm": GEMM_FEATURES_V3, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES_V2,
                "conv": CONV_FEATURES}[kind]
     else:

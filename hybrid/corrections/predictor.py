@@ -324,38 +324,55 @@ class HybridPredictor:
         return self.predict(table, intervals=False)["time_us"].to_numpy()
 
     # ------------------------------------------------------------------ few-shot adaptation
-    def adapt(self, table: pd.DataFrame, strategy: str = "boost") -> HybridPredictor:
+    def adapt(self, table: pd.DataFrame, strategy: str = "auto") -> HybridPredictor:
         """A copy adapted to the device(s) in ``table`` (typically 5-50 measured rows of a new GPU).
 
-        ``strategy``: ``"boost"`` (default: extra XGBoost trees for that device; rows of other corrections, or
-        fewer than 3 rows of a family, use ``residual``) or ``"residual"`` (one shrunken log-scale per device
-        and correction). See ``experiments/few_shot/results.md`` for the comparison. ``self`` is not modified.
+        ``strategy`` (see :mod:`hybrid.corrections.adapt` and ``experiments/few_shot/results.md``): ``"auto"``
+        (default: a robust shrunken scale per device and correction, plus extra trees on what it leaves from
+        ``AUTO_BOOST_MIN_ROWS`` rows of a family on), ``"scale"`` (that scale alone), ``"boost"`` (extra
+        XGBoost trees for that device; other corrections, or fewer than 3 rows of a family, use ``residual``)
+        or ``"residual"`` (one shrunken mean log-scale). ``self`` is not modified.
         """
         if strategy not in adapt_mod.STRATEGIES:
             raise InvalidInputError(f"unknown adaptation strategy {strategy!r}; known: {adapt_mod.STRATEGIES}")
         norm, base = self._prepare(table, training=True)
         new = self.copy()
         devices = norm["device"].astype(str)
-        if strategy == "boost":
-            for corr in new.corrections:
-                if not (isinstance(corr, XGBCorrection) and corr.fitted):
-                    continue
-                for dev in pd.unique(devices):
-                    rows = (devices == dev).to_numpy() & family_mask(base, corr.families)
-                    if rows.sum() >= 3:
-                        base_model = new.device_models.get((corr.key, str(dev)), corr)
-                        new.device_models[(corr.key, str(dev))] = base_model.continue_boosting(
-                            norm.loc[rows], base.loc[rows], new.catalog, rounds=adapt_mod.BOOST_ROUNDS,
-                            learning_rate=adapt_mod.BOOST_LEARNING_RATE)
-        time, _, group = new._raw(norm, base)
-        resid = np.log(norm["time_us"].to_numpy(dtype=np.float64)) - np.log(time)
-        boosted = np.array([(g, d) in new.device_models for g, d in zip(group, devices, strict=True)], dtype=bool)
-        labels = pd.Series(group.astype(str), index=norm.index) + "\x00" + devices
-        offs = adapt_mod.residual_offsets(resid[~boosted], labels[~boosted])
+        if strategy in ("scale", "auto"):
+            time, _, group = new._raw(norm, base)
+            resid = np.log(norm["time_us"].to_numpy(dtype=np.float64)) - np.log(time)
+            labels = pd.Series(group.astype(str), index=norm.index) + "\x00" + devices
+            offs = adapt_mod.robust_offsets(resid, labels)
+            if strategy == "auto":
+                new._boost_devices(norm, base, devices, adapt_mod.AUTO_BOOST_MIN_ROWS, offs)
+        else:
+            if strategy == "boost":
+                new._boost_devices(norm, base, devices, 3, None)
+            time, _, group = new._raw(norm, base)
+            resid = np.log(norm["time_us"].to_numpy(dtype=np.float64)) - np.log(time)
+            boosted = np.array([(g, d) in new.device_models for g, d in zip(group, devices, strict=True)], dtype=bool)
+            labels = pd.Series(group.astype(str), index=norm.index) + "\x00" + devices
+            offs = adapt_mod.residual_offsets(resid[~boosted], labels[~boosted])
         for label, off in offs.items():
             key, dev = label.split("\x00")
             new.offsets.setdefault(key, {})[dev] = off
         return new
+
+    def _boost_devices(self, norm: pd.DataFrame, base: pd.DataFrame, devices: pd.Series, min_rows: int,
+                       offsets: dict[str, float] | None) -> None:
+        """Per (XGBoost correction, device) with at least ``min_rows`` rows: a device model with extra trees,
+        fitted to the residuals left after ``offsets[key + NUL + device]`` (log scale) when given."""
+        for corr in self.corrections:
+            if not (isinstance(corr, XGBCorrection) and corr.fitted):
+                continue
+            for dev in pd.unique(devices):
+                rows = (devices == dev).to_numpy() & family_mask(base, corr.families)
+                if rows.sum() >= min_rows:
+                    shift = 0.0 if offsets is None else offsets.get(f"{corr.key}\x00{dev}", 0.0)
+                    base_model = self.device_models.get((corr.key, str(dev)), corr)
+                    self.device_models[(corr.key, str(dev))] = base_model.continue_boosting(
+                        norm.loc[rows], base.loc[rows], self.catalog, rounds=adapt_mod.BOOST_ROUNDS,
+                        learning_rate=adapt_mod.BOOST_LEARNING_RATE, target_offset=shift)
 
     def copy(self) -> HybridPredictor:
         """An independent copy (through the save format, so it is exactly what ``load`` would give)."""
