@@ -71,7 +71,7 @@ _NEUSIGHT = "neusight/scripts/asplos/data"
 IMPORTERS: dict[str, Importer] = {
     i.name: i
     for i in (
-        Importer("neusight", "NeuSight FP32 PyTorch kernel CSVs (bmm, linear, layernorm, softmax, elementwise)",
+        Importer("neusight", "NeuSight FP32 PyTorch kernel CSVs (bmm, linear, layernorm, softmax, elementwise; conv2d from a conv collection named by path)",
                  import_neusight,
                  (f"{_NEUSIGHT}/dataset/train/*.csv", f"{_NEUSIGHT}/dataset/train/collect/*.csv",
                   *(f"{_NEUSIGHT}/dataset/train/collect/{op}/p*/*.csv" for op in ("bmm", "linear", "ln", "softmax")),
