@@ -6,6 +6,7 @@ step recorded here whose backward is moved to a second thread (as CUDA's autogra
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -242,21 +243,12 @@ def _tiny_step():
 
 def _backward_to_second_thread(src: Path, dst: Path) -> int:
     """Move every op inside a top-level autograd node of a recorded CPU trace to another thread id (as the autograd
-    device thread of a CUDA job runs them); the main thread then idles in a gap meanwhile."""
-    doc = json.loads(src.read_text())
-    ev = doc["traceEvents"]
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X"
-                   and str(e.get("name", "")).startswith("autograd::engine::evaluate_function"))
-    lo, hi = np.array([a for a, _ in spans]), np.array([b for _, b in spans])
-    moved = 0
-    for e in ev:
-        if e.get("ph") == "X" and e.get("cat") == "cpu_op":
-            k = np.searchsorted(lo, e["ts"], side="right") - 1
-            if k >= 0 and e["ts"] + e["dur"] <= hi[k] + 1e-3:
-                e["tid"] = f"{e['tid']}-autograd"
-                moved += 1
-    dst.write_text(json.dumps(doc))
-    return moved
+    device thread of a CUDA job runs them): the speed benchmark's own transform, loaded from its script."""
+    path = Path(__file__).resolve().parents[1] / "experiments" / "trace_engine_speed" / "run.py"
+    spec = importlib.util.spec_from_file_location("trace_engine_speed_run", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.backward_to_second_thread(src, dst)
 
 
 def test_backward_on_another_thread_predicts_like_one_thread(tmp_path, cpu_catalog):
