@@ -47,6 +47,9 @@ DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 2**20
 #: Bytes per lookup index and per bag length sent in the input distribution (int64).
 INDEX_BYTES = 8
+#: ``variant`` of the forward lookup rows: sum pooling (the harness's ``EmbeddingBag(mode="sum")`` and what the
+#: profiler measures as ``("fwd", "sum")``); every embedding row names its variant like the profiler's rows.
+LOOKUP_FWD_VARIANT = "sum"
 #: Phases of one iteration, in order, as :mod:`hybrid.bench.dlrm_harness` times them (``exchange_bwd`` is the
 #: gradient exchange inside ``backward``).
 PHASES = ("input_dist", "lookup_fwd", "exchange_fwd", "dense_fwd", "backward", "optimizer")
@@ -373,9 +376,11 @@ def build_dlrm_graph(
     shape_keys = ("num_tables", "batch_size", "embedding_dim", "pooling_factor", "num_embeddings", "zipf_alpha",
                   "index_dist")
 
-    def emb(grp: dict[str, Any], direction: str, variant: str | None = None) -> dict[str, Any]:
-        extra = {"variant": variant} if variant else {}
-        return kop("embedding_bag", direction=direction, **extra, **{k: grp[k] for k in shape_keys}, dtype=emb_dt)
+    def emb(grp: dict[str, Any], direction: str, variant: str = LOOKUP_FWD_VARIANT) -> dict[str, Any]:
+        # every row names its variant like the profiler's rows do: the embedding model's fitted reference is
+        # keyed by (direction, variant), and a forward row without one fell back to the roofline reference
+        return kop("embedding_bag", direction=direction, variant=variant, **{k: grp[k] for k in shape_keys},
+                   dtype=emb_dt)
 
     def where(grp: dict[str, Any]) -> float:
         return host_scale if grp["host"] else 1.0
