@@ -6,6 +6,7 @@ import json
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from hybrid.cli.main import main
@@ -162,3 +163,25 @@ def test_cli_bad_configs_are_one_line_errors(tmp_path, capsys, content, message)
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and message in err and "\n" not in err
     assert main(["shard", str(path)]) == 2
+
+
+def test_search_forward_lookups_name_the_engines_variant(catalog):
+    """The search's forward embedding rows carry the engine's forward variant (sum pooling), so a predictor whose
+    embedding reference is keyed by (direction, variant) prices them like the engine's graph does."""
+    from hybrid.sharding.search import estimate_costs
+    from hybrid.workloads.dlrm_graph import LOOKUP_FWD_VARIANT, resolve_target
+
+    seen = []
+
+    class Recording(RooflineCostModel):
+        def predict(self, table):
+            seen.append(table.copy())
+            return super().predict(table)
+
+    c = synthetic(4, 12, seed=7)
+    estimate_costs(c, Recording(catalog), resolve_target(c.system, catalog), capacity=80e9)
+    table = pd.concat(seen, ignore_index=True)
+    emb = table[table["op"] == "embedding_bag"]
+    assert len(emb) > 0
+    fwd = emb[emb["direction"] == "fwd"]
+    assert len(fwd) == len(emb) / 2 and (fwd["variant"] == LOOKUP_FWD_VARIANT).all()

@@ -38,7 +38,13 @@ from hybrid.sharding.memory import (
 )
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig
-from hybrid.workloads.dlrm_graph import INDEX_BYTES, Target, build_dlrm_graph, resolve_target
+from hybrid.workloads.dlrm_graph import (
+    INDEX_BYTES,
+    LOOKUP_FWD_VARIANT,
+    Target,
+    build_dlrm_graph,
+    resolve_target,
+)
 
 #: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml, 1024 and
 #: 2048 ranks): the greedy/search candidate matrices (placements x 6 x ranks floats, several temporaries) grow
@@ -168,10 +174,15 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         "pooling_factor": np.maximum(piece_pool.ravel(), 1e-3), "batch_size": piece_batch.ravel(),
         "zipf_alpha": np.repeat(alpha, n_opt), "index_dist": np.where(np.repeat(alpha, n_opt) > 0, "zipf", "uniform"),
     })
-    emb = pd.concat([emb.assign(direction="fwd"), emb.assign(direction="bwd")], ignore_index=True)
+    # forward rows name their variant (sum pooling) as the engine's and the profiler's rows do, so the embedding
+    # model's fitted (fwd, sum) reference prices them; backward rows keep no variant (the search adds the
+    # data-parallel / optimizer update separately, which a profiled sparse_sgd backward would count again)
+    emb = pd.concat([emb.assign(direction="fwd", variant=LOOKUP_FWD_VARIANT), emb.assign(direction="bwd")],
+                    ignore_index=True)
     floor = pd.DataFrame({"op": "embedding_bag", "device": target.device.key, "dtype": dt, "num_tables": 1,
                           "num_embeddings": 1.0, "embedding_dim": 1.0, "pooling_factor": 1e-3, "batch_size": 1.0,
-                          "zipf_alpha": 0.0, "index_dist": "uniform", "direction": ["fwd", "bwd"]})
+                          "zipf_alpha": 0.0, "index_dist": "uniform", "direction": ["fwd", "bwd"],
+                          "variant": [LOOKUP_FWD_VARIANT, None]})
     coll_ops = ["all_to_all", "reduce_scatter", "all_gather", "all_reduce"] if R > 1 else []
     coll = pd.DataFrame([{"op": op, "device": target.device.key, "system": target.system, "dtype": dt,
                           "size_bytes": float(s), "n_ranks": R, "n_nodes": target.nodes(R)}
