@@ -141,11 +141,13 @@ def test_chrome_trace_has_one_track_per_rank_and_stream(tmp_path, catalog):
     assert not list(tmp_path.glob(".trace.json*"))  # no temp file left behind
 
 
-def test_overheads_fit_recovers_launch_cost(catalog):
-    model = RooflineCostModel(catalog)
-    graphs, measured = [], []
+def _launch_bound_runs(model: RooflineCostModel) -> tuple[list, list[float]]:
+    """Graphs of 5, 20 and 60 tiny kernels after an iteration overhead, and their iterations simulated with known
+    overheads (launch 12 us, iteration 50 us; no collectives or optimizer step: those constants touch no critical
+    path)."""
     truth = Overheads(kernel_launch_us=12.0, framework_us=0.0, collective_launch_us=15.0, optimizer_step_us=80.0,
                       iteration_us=50.0)
+    graphs, measured = [], []
     for n in (5, 20, 60):
         g = TaskGraph(1)
         g.add(0, "host", "iter", kind="cpu", overhead="iteration")
@@ -154,6 +156,12 @@ def test_overheads_fit_recovers_launch_cost(catalog):
         c = g.compile()
         graphs.append(c)
         measured.append(simulate(c, model, truth).iteration_us)
+    return graphs, measured
+
+
+def test_overheads_fit_recovers_launch_cost(catalog):
+    model = RooflineCostModel(catalog)
+    graphs, measured = _launch_bound_runs(model)
     fitted = Overheads.fit(graphs, measured, model, start=Overheads(framework_us=0.0))
     assert fitted.kernel_launch_us + fitted.framework_us == pytest.approx(12.0, rel=0.05)
     assert fitted.iteration_us == pytest.approx(50.0, rel=0.2)
@@ -234,17 +242,7 @@ def test_kernel_scale_multiplies_the_op_time(catalog):
 
 def test_overheads_fit_report_says_what_the_data_identify(catalog):
     model = RooflineCostModel(catalog)
-    truth = Overheads(kernel_launch_us=12.0, framework_us=0.0, collective_launch_us=15.0, optimizer_step_us=80.0,
-                      iteration_us=50.0)
-    graphs, measured = [], []
-    for n in (5, 20, 60):  # no collectives, no optimizer step: those constants touch no critical path
-        g = TaskGraph(1)
-        g.add(0, "host", "iter", kind="cpu", overhead="iteration")
-        for i in range(n):
-            g.kernel(0, f"k{i}", {"op": "elementwise", "device": "H100-SXM", "dtype": "fp32", "elements": 1000})
-        c = g.compile()
-        graphs.append(c)
-        measured.append(simulate(c, model, truth).iteration_us)
+    graphs, measured = _launch_bound_runs(model)
     start = Overheads(framework_us=0.0, collective_launch_us=40.0)
     fitted, rep = Overheads.fit_report(graphs, measured, model, start=start)
     assert rep["identified"]["launch_us"] and rep["params"]["launch_us"] == pytest.approx(12.0, rel=0.05)

@@ -426,43 +426,10 @@ def map_collective(name: str, dims: list[list[int]], dtype: str, group_size: int
                                                   "dtype": dt if dt in _FLOATS else "fp32"})
 
 
-#: Distinct ops :func:`map_op` remembers (a training step has a few hundred distinct (name, shapes) keys).
-MAP_CACHE_SIZE = 65536
-
-
 def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequence[Any] = (),
            extra: dict[str, Any] | None = None, *, leaf: bool = True, group_size: int = 1) -> OpMapping | None:
-    """The family mapping of one traced op (see the module docstring).
-
-    Memoised: a trace repeats the same op with the same shapes many times (every layer, every step), so each
-    distinct (name, shapes, types, output shapes, arguments, leaf, group size) is mapped once; the answer is a
-    fresh :class:`OpMapping` (its row a new dict) every call, so callers may change it.
-    """
-    key = (name, repr(dims), repr(types), repr(out_dims), repr(extra) if extra else "", bool(leaf), int(group_size))
-    mp = _map_cached(key, name, dims, types, out_dims, extra, leaf, group_size)
-    return None if mp is None else OpMapping(mp.kind, mp.label, dict(mp.row))
-
-
-def _map_cached(key: tuple, name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequence[Any],
-                extra: dict[str, Any] | None, leaf: bool, group_size: int) -> OpMapping | None:
-    cache = _MAP_CACHE
-    hit = cache.get(key, _MISSING)
-    if hit is not _MISSING:
-        return hit  # type: ignore[return-value]
-    mp = _map_op(name, dims, types, out_dims, extra, leaf=leaf, group_size=group_size)
-    if len(cache) >= MAP_CACHE_SIZE:
-        cache.clear()
-    cache[key] = mp
-    return mp
-
-
-_MISSING = object()
-#: key -> mapping (bounded by MAP_CACHE_SIZE; cleared when full). Holds only immutable answers of a pure function.
-_MAP_CACHE: dict[tuple, OpMapping | None] = {}
-
-
-def _map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequence[Any] = (),
-            extra: dict[str, Any] | None = None, *, leaf: bool = True, group_size: int = 1) -> OpMapping | None:
+    """The family mapping of one traced op (see the module docstring). A pure function: callers that map many
+    ops map each distinct one once (:func:`hybrid.workloads.trace_units.trace_units` does)."""
     extra = extra or {}
     tdims = _tensor_dims(dims, types)
     dims_all = [d if isinstance(d, list) else [] for d in dims]
