@@ -46,6 +46,32 @@ def test_configs_stay_in_the_space_and_budgets():
             assert {t.embedding_dim for t in cfg.tables} == {cfg.bottom_mlp[-1]}
 
 
+def test_gpu_space_draws_larger_configs_within_its_budgets():
+    cpu, gpu = CampaignSpace(ranks=1), CampaignSpace.for_gpu(1)
+    assert gpu.ranks == 1 and gpu.system == "local-cuda"
+    g = generate_configs(12, seed=7, space=gpu)
+    c = generate_configs(12, seed=7, space=cpu)
+    for cfg in g:
+        DLRMConfig.from_dict(cfg.to_dict())
+        assert cfg.gpus == 1 and cfg.batch_size_per_gpu in gpu.batch_sizes
+        assert sum(t.num_embeddings * t.embedding_dim * 4 for t in cfg.tables) <= gpu.max_table_bytes
+        lookups = cfg.global_batch * sum(t.pooling_factor * t.embedding_dim * 4 for t in cfg.tables)
+        assert lookups <= gpu.max_lookup_bytes * 1.05
+    # the GPU space is the larger one: its smallest batch is the CPU space's largest
+    assert min(x.batch_size_per_gpu for x in g) >= max(x.batch_size_per_gpu for x in c)
+    assert np.median([t.num_embeddings for x in g for t in x.tables]) > np.median(
+        [t.num_embeddings for x in c for t in x.tables])
+
+
+def test_campaign_cuda_without_a_gpu_is_a_clear_failure(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    rc = main(["bench", "campaign", str(tmp_path / "c"), "--device", "cuda", "--ranks", "1", "--configs", "1"])
+    assert rc != 0
+    assert not (tmp_path / "c" / "results.csv").exists()
+
+
 def test_at_least_four_distinct_valid_plans_per_config():
     for cfg in generate_configs(8, seed=3):
         plans = campaign_plans(cfg, seed=3)

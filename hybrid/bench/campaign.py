@@ -60,6 +60,13 @@ class CampaignSpace:
         if self.rows[0] < 1 or self.rows[0] > self.rows[1]:
             raise InvalidInputError(f"bad row range {self.rows}")
 
+    @classmethod
+    def for_gpu(cls, ranks: int = 1) -> CampaignSpace:
+        """Ranges for one GPU per rank (tens of GiB of HBM at TB/s): larger batches, tables and lookup volume, so
+        that an iteration is not all kernel-launch overhead."""
+        return cls(ranks=ranks, rows=(1e4, 1e7), batch_sizes=(2048, 4096, 8192, 16384),
+                   max_table_bytes=12.0 * 2**30, max_lookup_bytes=2.0 * 2**30, system="local-cuda")
+
 
 def _lookup_bytes(tables: list[TableConfig], global_batch: int) -> float:
     return float(global_batch) * sum(t.pooling_factor * t.embedding_dim * 4 for t in tables)
@@ -297,9 +304,11 @@ def run_campaign(
     progress: bool = True,
     configs: list[DLRMConfig] | None = None,
     search_system: str | None = None,
+    device: str = "cpu",
 ) -> CampaignReport:
     """Measure every (config, plan) of a seeded campaign with the harness, appending to
-    ``out_dir/results.csv`` (resumable). A failing configuration is recorded in the report and skipped."""
+    ``out_dir/results.csv`` (resumable). A failing configuration is recorded in the report and skipped.
+    ``device``: ``"cpu"`` (gloo) or ``"cuda"`` (one GPU per rank, NCCL)."""
     from tqdm import tqdm
 
     from hybrid.bench.dlrm_harness import HarnessError, HarnessOptions, run_dlrm
@@ -310,7 +319,7 @@ def run_campaign(
     existing = read_results(results_path) if results_path.is_file() else pd.DataFrame()
     done = set(zip(existing.get("config_name", []), existing.get("plan_name", []), strict=True))
     cfgs = configs if configs is not None else generate_configs(n_configs, seed, sp)
-    opts = HarnessOptions(iters=iters, warmup=warmup, threads_per_rank=threads_per_rank, seed=seed)
+    opts = HarnessOptions(iters=iters, warmup=warmup, threads_per_rank=threads_per_rank, seed=seed, device=device)
     report = CampaignReport(out)
     t0 = time.perf_counter()
     bar = tqdm(cfgs, desc="dlrm campaign", unit="config", disable=not progress)

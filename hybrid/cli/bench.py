@@ -83,8 +83,11 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
 @click.option("--system", "search_system", default=None,
               help="System the --model search costs plans on (default: the one system the model's profile "
                    "bundle added, e.g. cpu-...-gloo).")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
+              help="cpu: gloo processes; cuda: one GPU per rank, NCCL, with GPU-sized configurations "
+                   "(larger batches and tables).")
 def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, warmup: int, threads: int | None,
-             model_ref: str | None, tracking_uri: str | None, search_system: str | None) -> None:
+             model_ref: str | None, tracking_uri: str | None, search_system: str | None, device: str) -> None:
     """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable)."""
     require_torch("hybrid bench campaign")
     from hybrid.bench.campaign import CampaignSpace, run_campaign
@@ -103,9 +106,10 @@ def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, wa
                 raise InvalidInputError(f"cannot tell which system {model_ref} was measured on ({added or 'none'}); "
                                         "pass --system")
             search_system = added[0]
-    report = run_campaign(out_dir, n_configs=n_configs, seed=seed, space=CampaignSpace(ranks=ranks),
+    space = CampaignSpace.for_gpu(ranks) if device == "cuda" else CampaignSpace(ranks=ranks)
+    report = run_campaign(out_dir, n_configs=n_configs, seed=seed, space=space,
                           iters=iters, warmup=warmup, threads_per_rank=threads, predictor=predictor,
-                          search_system=search_system)
+                          search_system=search_system, device=device)
     click.echo(f"{report.measured} runs measured, {report.skipped} already present, "
                f"{len(report.failures)} config(s) failed, {report.seconds:.0f} s -> {Path(out_dir) / 'results.csv'}")
     for f in report.failures:
