@@ -81,6 +81,18 @@ def test_deterministic_vectorised_and_round_trips(neusight, catalog, tmp_path):
     assert out.index.equals(big.index)
 
 
+def test_default_feature_sets_are_the_models_current_ones():
+    """feature_names/build_features without a version give what a freshly constructed model fits with."""
+    from hybrid.corrections.embedding_xgb import EmbeddingXGB
+    from hybrid.corrections.kernel_xgb import ConvXGB, GemmXGB, PointwiseXGB
+
+    for kind, model in (("gemm", GemmXGB()), ("pointwise", PointwiseXGB()), ("conv", ConvXGB())):
+        assert feature_names(kind) == model.feature_names, kind
+    assert "kernel_timing" in feature_names("gemm")
+    emb = EmbeddingXGB()
+    assert set(feature_names("embedding")) <= set(emb.feature_names)
+
+
 def test_features_are_finite_and_ordered(neusight, catalog):
     gemm = neusight[neusight["op"].isin(["bmm", "linear"])].iloc[:500]
     feats = build_features("gemm", gemm, roofline(gemm, catalog), catalog)

@@ -25,10 +25,11 @@ from hybrid.ops.families import (
 )
 from hybrid.units import normalize_dtype
 
-#: Version of the feature sets below. A saved model records the version it was fitted with and is rebuilt with
-#: exactly those features (``feature_names(kind, use_device, version)``); version 1 = before the transfer model.
-FEATURE_VERSION = 2
-#: Highest version :func:`feature_names` knows (3 adds :data:`DEVICE_FEATURES_V3`, 4 :data:`GEMM_FEATURES_V4`).
+#: Highest version of the feature sets below (1 = before the transfer model, 2 adds the transfer set, 3
+#: :data:`DEVICE_FEATURES_V3`, 4 :data:`GEMM_FEATURES_V4`); also the default of :func:`build_features` and
+#: :func:`feature_names`, whose version-4 sets are every model's current one (pointwise, conv and embedding keep
+#: their version-3 sets at 4). A saved model records the version it was fitted with and is rebuilt with exactly
+#: those features (``feature_names(kind, use_device, version)``).
 LATEST_FEATURE_VERSION = 4
 
 #: Output tile edges (elements) used for the wave-quantisation features: common cuBLAS/rocBLAS tile sizes.
@@ -345,7 +346,7 @@ def table_pass_us(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
 
 
 def build_features(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
-                   use_device: bool = True, version: int = FEATURE_VERSION, transfer: bool = False) -> pd.DataFrame:
+                   use_device: bool = True, version: int = LATEST_FEATURE_VERSION, transfer: bool = False) -> pd.DataFrame:
     """The feature frame for ``kind`` in {"gemm", "pointwise", "embedding"} (float64, order of
     :func:`feature_names` with the same arguments)."""
     parts = {"gemm": gemm_columns, "pointwise": pointwise_columns, "embedding": embedding_columns,
@@ -357,7 +358,7 @@ def build_features(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catal
     return pd.concat(frames, axis=1)[names].astype(np.float64)
 
 
-def feature_names(kind: str, use_device: bool = True, version: int = FEATURE_VERSION,
+def feature_names(kind: str, use_device: bool = True, version: int = LATEST_FEATURE_VERSION,
                   transfer: bool = False) -> list[str]:
     """Ordered feature names of ``kind`` for feature-set ``version`` (1 to :data:`LATEST_FEATURE_VERSION`).
 
