@@ -24,13 +24,9 @@ def trace() -> None:
 
 
 def _load(paths: tuple[str, ...], step: int | None) -> list[Any]:
-    from hybrid.data.traces import load_traces
+    from hybrid.data.traces import load_traces, trace_files
 
-    files: list[str] = []
-    for p in paths:
-        q = Path(p)
-        files += sorted(str(f) for f in q.glob("*.json")) if q.is_dir() else [p]
-    return load_traces(files, step=step)
+    return load_traces(trace_files(paths), step=step)
 
 
 @trace.command("import")
