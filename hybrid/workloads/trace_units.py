@@ -202,4 +202,9 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
         ks = out["kstream"].to_numpy(dtype=object).copy()
         ks[first_stream.index.to_numpy()] = first_stream.astype(str).to_numpy()
         out["kstream"] = ks
+        # on a GPU trace, an op that launched no kernel ran on the host (a CPU tensor's op: AdamW's step counters,
+        # a mask built on the CPU): host time only, whatever its family
+        cpu_side = ~has & out["kind"].isin(["op", "unmodelled"]).to_numpy()
+        out.loc[cpu_side, "kind"] = "view"
+        out.loc[cpu_side, "label"] = VIEW_LABEL
     return out.sort_values(["tid", "ts"], kind="stable").reset_index(drop=True)

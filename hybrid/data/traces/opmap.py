@@ -514,6 +514,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
             return None
         elements = numel(lists[0])
         variant = "adam" if "adam" in base else base.replace("_foreach_", "").rstrip("_")
+        if base.endswith("_") and "adam" not in base:
+            variant += "_"  # updates its first list in place (no new tensors), like ``mul_``
         fpe = 12.0 if "adam" in base else 1.0
         n_in = len(lists) if "adam" not in base else 4.0
         n_out = 1.0 if "adam" not in base else 3.0
