@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybrid.data.traces.parse import CUDA_SYNC_CALLS
+
 #: Ops that launch no kernel when they are leaves (views, allocation, metadata); a composite op of these names
 #: (``aten::reshape`` that copies, ``aten::to`` that converts) is looked into instead.
 VIEW_OPS = frozenset(
@@ -436,6 +438,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
     dtype = _dtype(types)
     if _COLLECTIVE_RE.match(name):
         return map_collective(name, [d for d in dims if isinstance(d, list)], dtype, group_size, extra)
+    if name in CUDA_SYNC_CALLS:
+        return OpMapping("view", "view")  # the host waits for the device (the graph makes it wait for the streams)
     if not name.startswith("aten::"):
         # the bare inner half of a view (``aten::detach`` calls ``detach``)
         if leaf and ((("::" not in name) and name in VIEW_OPS) or re.search(r"Backward\d*$", name)

@@ -36,6 +36,10 @@ HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function", "cpu_instant_
 #: Device-side categories that are work on a stream (``gpu_user_annotation`` spans only mirror host annotations
 #: on the GPU timeline: counting them would double device time and stretch the step window).
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+#: CUDA runtime calls that block the host until the device is done: kept as host ops (the engine makes them wait
+#: for the rank's streams). Other runtime calls (launches, memsets) stay inside the ATen op that made them.
+CUDA_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+                             "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
 #: Columns of :attr:`RankTrace.ops`.
 OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
               "rf_id", "ext_id", "pg", "extra")
@@ -198,9 +202,9 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                               "ts": ts, "dur": dur, "ext_id": args.get("External id", -1),
                               "device": args.get("device", 0)})
             continue
-        if cat not in HOST_CATEGORIES:
-            continue
         name = str(e.get("name", ""))
+        if cat not in HOST_CATEGORIES and not (cat in ("cuda_runtime", "cuda_driver") and name in CUDA_SYNC_CALLS):
+            continue
         if name == "record_param_comms":
             comm_params.append({"ts": ts, "tid": e.get("tid"), **args})
         dims = args.get("Input Dims")
@@ -209,7 +213,8 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                           "dims": dims if isinstance(dims, list) else [],
                           "types": [_dtype_of(t) for t in types] if isinstance(types, list) else [],
                           "out_dims": [], "rf_id": args.get("Record function id", -1),
-                          "ext_id": args.get("External id", -1), "pg": "",
+                          # a runtime call shares its op's External id: only the op owns the kernels
+                          "ext_id": -1 if cat.startswith("cuda_") else args.get("External id", -1), "pg": "",
                           "extra": {"concrete": args["Concrete Inputs"]} if "Concrete Inputs" in args else {}})
     if not host_rows and not kern_rows:
         raise TraceFormatError(f"{path}: the Chrome trace has no op events (was it recorded by torch.profiler with "
@@ -326,6 +331,12 @@ def _finish(tr: RankTrace, step: int | None) -> RankTrace:
     # keep only ops inside the window (the step annotation itself stays as a root)
     keep = (ops["ts"] >= lo - 1e-3) & (ops["ts"] < hi)
     tr.ops = _reindex(ops[keep])
+    if len(tr.kernels):
+        # kernels point at their op's row: renumber them like the ops (an op dropped before the window shifts rows)
+        new_of = pd.Series(np.arange(int(keep.sum())), index=ops.loc[keep, "id"].to_numpy())
+        k = tr.kernels
+        k["op"] = new_of.reindex(k["op"].to_numpy()).fillna(-1).astype(np.int64).to_numpy()
+        tr.kernels = k[k["op"] >= 0].reset_index(drop=True)
     return tr
 
 

@@ -20,7 +20,8 @@ OUT = Path(__file__).resolve().parent
 SNIPPETS = {"autocast-linear": ("bert-bf16", "aten::linear", 0, None),
             "foreach-mul": ("bert-bf16", "aten::_foreach_mul_", 0, None),
             "foreach-add-cpu": ("bert-bf16", "aten::_foreach_add_", 0, "aten::_foreach_mul_"),
-            "cudnn-conv": ("cnn-fp32", "aten::conv2d", 1, None)}
+            "cudnn-conv": ("cnn-fp32", "aten::conv2d", 1, None),
+            "final-sync": ("gpt2-fp32", "aten::_foreach_addcdiv_", 0, "cudaDeviceSynchronize")}
 
 
 def cut(trace: str, op: str, nth: int, until: str | None) -> tuple[dict, dict]:
@@ -35,7 +36,7 @@ def cut(trace: str, op: str, nth: int, until: str | None) -> tuple[dict, dict]:
     top = outer[nth]
     lo, hi = top["ts"], top["ts"] + top["dur"]
     if until:
-        last = min((e for e in ev if e.get("cat") == "cpu_op" and e["name"] == until and e["tid"] == top["tid"]
+        last = min((e for e in ev if e.get("cat") in ("cpu_op", "cuda_runtime") and e["name"] == until
                     and e["ts"] >= hi), key=lambda e: e["ts"])
         hi = last["ts"] + last["dur"]
     host = [e for e in ev if e.get("cat") in ("cpu_op", "cuda_runtime", "cuda_driver") and e["tid"] == top["tid"]
