@@ -153,3 +153,28 @@ def test_whole_trace_costs_every_gemm_in_its_dtype_and_resimulates_the_step(name
     # the traced host time is the profiler's; dropping it (host=model) never predicts above the traced step
     model = predict_trace(build_trace_graph(traces, "H100-SXM", host="model"), RooflineCostModel())
     assert model.predicted_us < tr.step_us
+
+
+def test_loss_and_cast_rows_count_the_bytes_they_move():
+    """Shapes as GPT-2's and Llama's traces record them: ``nll_loss_forward`` gathers one value per target (not the
+    [N, vocab] input); its backward zero-fills the [N, vocab] gradient; autocast's casts write the target dtype."""
+    from hybrid.data.traces.opmap import map_op
+
+    n, vocab = 8192, 50257
+    fwd = map_op("aten::nll_loss_forward", [[n, vocab], [n], [], [], []], ["fp32", "int64", None, None, None])
+    assert fwd.row["elements"] == n
+    bwd = map_op("aten::nll_loss_backward", [[], [n, vocab], [n], [], [], [], []],
+                 ["fp32", "fp32", "int64", None, None, None, "fp32"])
+    assert bwd.row["elements"] == n * vocab and bwd.row["n_outputs"] == 1 and bwd.row["n_inputs"] < 0.001
+    down = map_op("aten::_to_copy", [[4, 1024, 2048], []], ["fp32", None], extra={"concrete": ["", "15"]})
+    up = map_op("aten::_to_copy", [[4, 1024, 2048], []], ["bf16", None], extra={"concrete": ["", "6"]})
+    same = map_op("aten::_to_copy", [[4, 1024, 2048], []], ["fp32", None], extra={"concrete": ["", "6"]})
+    assert (down.row["dtype"], down.row["n_outputs"]) == ("fp32", 0.5)
+    assert (up.row["dtype"], up.row["n_outputs"]) == ("bf16", 2.0)
+    assert same.row["n_outputs"] == 1.0
+    # bytes moved (roofline): fp32 -> bf16 moves 6 bytes per element, as bf16 -> fp32 does
+    import pandas as pd
+
+    t = RooflineCostModel().predict(pd.DataFrame([{**down.row, "device": "H100-SXM"},
+                                                  {**up.row, "device": "H100-SXM"}]))["time_us"]
+    assert t.iat[0] == pytest.approx(t.iat[1], rel=0.01)
