@@ -111,6 +111,10 @@ def test_cli_predicts_a_directory_of_gzipped_traces(tmp_path, capsys):
     assert cli_main(["trace", "predict", *map(str, sorted(d.iterdir())), "--device", "H100-SXM", "--roofline",
                      "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["predicted_ms"] == pytest.approx(s["predicted_ms"])
+    # --host model drops the profiler's host time: the 1-op step predicts below its traced length
+    assert cli_main(["trace", "predict", str(d), "--device", "H100-SXM", "--roofline", "--host", "model",
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_ms"] < s["predicted_ms"]
     empty = tmp_path / "empty"
     empty.mkdir()
     assert cli_main(["trace", "predict", str(empty), "--device", "H100-SXM"]) == 2
