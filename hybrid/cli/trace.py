@@ -19,18 +19,15 @@ def trace() -> None:
     hybrid trace record train.py -o traces/            # runs train.py's step() and traces one call
     hybrid trace predict traces/*.json --device cpu-amd-epyc-1c --bundle datasets/cpu-amd-epyc-1c
     hybrid trace predict traces/*.json --device A100-SXM4-80GB --model kernels
+    hybrid trace predict datasets/traces-h100/bert-bf16/ --device H100-SXM --bundle datasets/H100-SXM --host model
     hybrid trace import traces/*.json -o graph.json
     """
 
 
 def _load(paths: tuple[str, ...], step: int | None) -> list[Any]:
-    from hybrid.data.traces import load_traces
+    from hybrid.data.traces import load_traces, trace_files
 
-    files: list[str] = []
-    for p in paths:
-        q = Path(p)
-        files += sorted(str(f) for f in q.glob("*.json")) if q.is_dir() else [p]
-    return load_traces(files, step=step)
+    return load_traces(trace_files(paths), step=step)
 
 
 @trace.command("import")
@@ -88,11 +85,14 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--roofline", is_flag=True, help="Analytical roofline only.")
 @click.option("--same-device/--other-device", "same", default=None,
               help="Whether the target is the traced hardware (default: decided from the traces).")
+@click.option("--host", "host", type=click.Choice(["auto", "trace", "model"]), default="auto", show_default=True,
+              help="Host time: the trace's (trace), the engine's launch overheads (model; a GPU trace's host time is "
+                   "inflated by the profiler, ~10-25 us per recorded op), or auto (trace on the traced device).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
-            tracking_uri: str | None, bundle: str | None, roofline: bool, same: bool | None, step: int | None,
-            as_json: bool) -> None:
+            tracking_uri: str | None, bundle: str | None, roofline: bool, same: bool | None, host: str,
+            step: int | None, as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
     from hybrid.errors import InvalidInputError
@@ -105,7 +105,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     engine = resolve_predictor(model_ref, tracking_uri, bundle, roofline, default_bundle=False)
     model, cat, name = engine.model, engine.catalog, engine.name
     loaded = _load(traces, step)
-    it = build_trace_graph(loaded, device or system, cat, same_device=same)
+    it = build_trace_graph(loaded, device or system, cat, same_device=same, host=host)
     pred = predict_trace(it, model, model_name=name)
     s = pred.summary()
     warning = thread_mismatch(loaded, bundle) if it.same_device else None
@@ -117,7 +117,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         return
     line = f"{s['target']} ({name}): predicted {s['predicted_ms']:.3f} ms per step over {s['ranks']} rank(s)"
     if "measured_ms" in s:
-        line += f"; measured {s['measured_ms']:.3f} ms ({s['error_pct']:+.1f}%)"
+        line += f"; traced step {s['measured_ms']:.3f} ms ({s['error_pct']:+.1f}%)"
     click.echo(line)
     bd = pred.breakdown()
     rows = [[r["label"], int(r["nodes"]), r["predicted_us"] / 1e3]

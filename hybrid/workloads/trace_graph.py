@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.data.traces.parse import RankTrace
+from hybrid.data.traces.parse import CUDA_SYNC_CALLS, RankTrace
 from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
@@ -59,8 +59,7 @@ __all__ = ["GAP_LABEL", "PHASE_MARKERS", "SYNC_OPS", "UNIT_KINDS", "UNMODELLED_L
            "predict_trace", "trace_units"]
 
 #: Host ops that wait for the device (a GPU target's host stream waits for its kernel and comm streams).
-SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero", "cudaDeviceSynchronize",
-                      "cudaStreamSynchronize"})
+SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense", "aten::nonzero"}) | CUDA_SYNC_CALLS
 #: Breakdown label of traced time a thread spent waiting (for another thread, or for an asynchronous collective's
 #: work): measured, never predicted as host work (the dependency stands for it).
 WAIT_LABEL = "waiting"

@@ -129,6 +129,11 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     for lvl in reversed(levels[1:]):
         np.logical_or.at(costed, parent[lvl], costed[lvl])
         np.logical_or.at(opaque, parent[lvl], opaque[lvl])
+    # an op that calls itself (autocast re-dispatches ``aten::linear`` in fp32 as casts + ``aten::linear`` in bf16;
+    # ``aten::softmax`` with a dtype argument likewise) is a wrapper: its inner call and the casts are the units
+    kid = np.flatnonzero(has_parent)
+    redispatch = np.zeros(n, dtype=bool)
+    redispatch[parent[kid[names[kid] == names[parent[kid]]]]] = True
     child_sum = np.bincount(parent[has_parent], dur[has_parent], minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
         self_share = np.where(dur > 0, 1.0 - child_sum / np.where(dur > 0, dur, 1.0), 0.0)
@@ -151,6 +156,9 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
         if backend[i]:
             continue  # backend work of a c10d collective that is a unit on the calling thread (kept there)
         mp = mapped[i]
+        if redispatch[i]:
+            stack.extend(reversed(kids.tolist()))
+            continue
         if mp is None and len(kids):
             # an ATen op that spends most of its time outside its children is a kernel with helpers (a pooling
             # backward that zeroes its output first): one unit; a composite that only calls others is looked into
@@ -194,4 +202,9 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
         ks = out["kstream"].to_numpy(dtype=object).copy()
         ks[first_stream.index.to_numpy()] = first_stream.astype(str).to_numpy()
         out["kstream"] = ks
+        # on a GPU trace, an op that launched no kernel ran on the host (a CPU tensor's op: AdamW's step counters,
+        # a mask built on the CPU): host time only, whatever its family
+        cpu_side = ~has & out["kind"].isin(["op", "unmodelled"]).to_numpy()
+        out.loc[cpu_side, "kind"] = "view"
+        out.loc[cpu_side, "label"] = VIEW_LABEL
     return out.sort_values(["tid", "ts"], kind="stable").reset_index(drop=True)

@@ -94,6 +94,10 @@ def _conv_builder(backend: Backend, cfg: dict[str, int], direction: str, variant
         torch = backend.torch
         dev = backend.torch_device
         f32 = torch.float32
+        if backend.is_cuda:
+            # rows are labelled fp32: cuDNN must not use TF32 tensor cores (PyTorch's default allows them, which
+            # made the conv rows of datasets/H100-SXM TF32 times: 3x faster than the fp32 convs of real traces)
+            torch.backends.cudnn.allow_tf32 = False
         sets = rotation_sets(ws, llc)
         b, cin, cout, g = cfg["batch"], cfg["in_channels"], cfg["out_channels"], cfg["groups"]
         k, s, p = cfg["kernel_h"], cfg["stride"], cfg["padding"]

@@ -3,6 +3,6 @@
 The task graph a trace becomes is built by :mod:`hybrid.workloads.trace_graph`.
 """
 
-from hybrid.data.traces.parse import RankTrace, TraceFormatError, link, load_trace, load_traces
+from hybrid.data.traces.parse import RankTrace, TraceFormatError, link, load_trace, load_traces, trace_files
 
-__all__ = ["RankTrace", "TraceFormatError", "link", "load_trace", "load_traces"]
+__all__ = ["RankTrace", "TraceFormatError", "link", "load_trace", "load_traces", "trace_files"]

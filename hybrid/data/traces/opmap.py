@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybrid.data.traces.parse import CUDA_SYNC_CALLS
+
 #: Ops that launch no kernel when they are leaves (views, allocation, metadata); a composite op of these names
 #: (``aten::reshape`` that copies, ``aten::to`` that converts) is looked into instead.
 VIEW_OPS = frozenset(
@@ -436,6 +438,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
     dtype = _dtype(types)
     if _COLLECTIVE_RE.match(name):
         return map_collective(name, [d for d in dims if isinstance(d, list)], dtype, group_size, extra)
+    if name in CUDA_SYNC_CALLS:
+        return OpMapping("view", "view")  # the host waits for the device (the graph makes it wait for the streams)
     if not name.startswith("aten::"):
         # the bare inner half of a view (``aten::detach`` calls ``detach``)
         if leaf and ((("::" not in name) and name in VIEW_OPS) or re.search(r"Backward\d*$", name)
@@ -514,12 +518,23 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
             return None
         elements = numel(lists[0])
         variant = "adam" if "adam" in base else base.replace("_foreach_", "").rstrip("_")
+        if base.endswith("_") and "adam" not in base:
+            variant += "_"  # updates its first list in place (no new tensors), like ``mul_``
         fpe = 12.0 if "adam" in base else 1.0
         n_in = len(lists) if "adam" not in base else 4.0
         n_out = 1.0 if "adam" not in base else 3.0
         return OpMapping("op", "optimizer", {"op": "elementwise", "elements": int(max(elements, 1)),
                                              "variant": variant, "n_inputs": float(n_in), "n_outputs": n_out,
                                              "flops_per_element": fpe, "dtype": dtype})
+    if plain in ("nll_loss_forward", "nll_loss2d_forward") and len(tdims) >= 2 and numel(tdims[1]) > 0:
+        # picks one log-probability per target (a gather): target-sized, not the [N, C] input's size
+        return _elementwise("elementwise", "add", 1.0, [tdims[1], tdims[1]], [], dtype, False)
+    if plain in ("nll_loss_backward", "nll_loss2d_backward") and len(tdims) >= 3 and numel(tdims[1]) > 0:
+        # zero-fills the [N, C] input gradient, then scatters one value per target
+        n, t = numel(tdims[1]), numel(tdims[2])
+        return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(n), "variant": "copy",
+                                               "n_inputs": round(2.0 * t / n, 4), "n_outputs": 1.0,
+                                               "flops_per_element": 0.0, "dtype": dtype})
     entry = ELEMENTWISE.get(plain) or ELEMENTWISE.get(base)
     if entry is not None:
         label, variant, fpe = entry
@@ -532,8 +547,28 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
                 return OpMapping("view", "view") if leaf else None  # empty tensor: no kernel
             out_dims = [size]
         mp = _elementwise(label, variant, fpe, tdims, out_dims, dtype, inplace)
+        if mp is not None and plain == "_to_copy":
+            mp = _cast(mp, types, _concrete(extra, 1))
         return mp
     return None
+
+
+#: ATen ScalarType codes (``Concrete Inputs`` of ``aten::_to_copy``'s dtype argument) -> dtype name
+SCALAR_TYPES = {"0": "uint8", "1": "int8", "3": "int32", "4": "int64", "5": "fp16", "6": "fp32", "7": "fp64",
+                "11": "bool", "15": "bf16"}
+
+
+def _cast(mp: OpMapping, types: Sequence[Any], code: str) -> OpMapping:
+    """A ``_to_copy`` that converts (autocast's fp32 -> bf16 casts): the output is written in the target dtype, so
+    its passes count in the input dtype's bytes (``n_outputs`` = output bytes / input bytes per element)."""
+    src = next((t for t in types if t in _BYTES), None)
+    dst = SCALAR_TYPES.get(code.strip())
+    if src is None or dst is None or dst == src or dst not in _BYTES:
+        return mp
+    row = dict(mp.row)
+    row["dtype"] = src if src in _FLOATS else row["dtype"]
+    row["n_outputs"] = round(float(row["n_outputs"]) * _BYTES[dst] / _BYTES.get(row["dtype"], 4), 4)
+    return OpMapping(mp.kind, mp.label, row)
 
 
 #: Factory ops whose size is their first argument (no tensor input).

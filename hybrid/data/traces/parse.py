@@ -36,6 +36,10 @@ HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function", "cpu_instant_
 #: Device-side categories that are work on a stream (``gpu_user_annotation`` spans only mirror host annotations
 #: on the GPU timeline: counting them would double device time and stretch the step window).
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+#: CUDA runtime calls that block the host until the device is done: kept as host ops (the engine makes them wait
+#: for the rank's streams). Other runtime calls (launches, memsets) stay inside the ATen op that made them.
+CUDA_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+                             "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
 #: Columns of :attr:`RankTrace.ops`.
 OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
               "rf_id", "ext_id", "pg", "extra")
@@ -153,6 +157,8 @@ def _dtype_of(t: Any) -> str | None:
     if not isinstance(t, str) or not t:
         return None
     s = t
+    if s.startswith("GenericList[Tensor(") and s.endswith(")]"):
+        s = s[len("GenericList["):].split(",", 1)[0].rstrip("]")  # a TensorList: its first tensor's dtype
     if s.startswith("Tensor(") and s.endswith(")"):
         s = s[7:-1]
     elif s[:1].isupper():
@@ -196,9 +202,9 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                               "ts": ts, "dur": dur, "ext_id": args.get("External id", -1),
                               "device": args.get("device", 0)})
             continue
-        if cat not in HOST_CATEGORIES:
-            continue
         name = str(e.get("name", ""))
+        if cat not in HOST_CATEGORIES and not (cat in ("cuda_runtime", "cuda_driver") and name in CUDA_SYNC_CALLS):
+            continue
         if name == "record_param_comms":
             comm_params.append({"ts": ts, "tid": e.get("tid"), **args})
         dims = args.get("Input Dims")
@@ -207,7 +213,8 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                           "dims": dims if isinstance(dims, list) else [],
                           "types": [_dtype_of(t) for t in types] if isinstance(types, list) else [],
                           "out_dims": [], "rf_id": args.get("Record function id", -1),
-                          "ext_id": args.get("External id", -1), "pg": "",
+                          # a runtime call shares its op's External id: only the op owns the kernels
+                          "ext_id": -1 if cat.startswith("cuda_") else args.get("External id", -1), "pg": "",
                           "extra": {"concrete": args["Concrete Inputs"]} if "Concrete Inputs" in args else {}})
     if not host_rows and not kern_rows:
         raise TraceFormatError(f"{path}: the Chrome trace has no op events (was it recorded by torch.profiler with "
@@ -324,6 +331,12 @@ def _finish(tr: RankTrace, step: int | None) -> RankTrace:
     # keep only ops inside the window (the step annotation itself stays as a root)
     keep = (ops["ts"] >= lo - 1e-3) & (ops["ts"] < hi)
     tr.ops = _reindex(ops[keep])
+    if len(tr.kernels):
+        # kernels point at their op's row: renumber them like the ops (an op dropped before the window shifts rows)
+        new_of = pd.Series(np.arange(int(keep.sum())), index=ops.loc[keep, "id"].to_numpy())
+        k = tr.kernels
+        k["op"] = new_of.reindex(k["op"].to_numpy()).fillna(-1).astype(np.int64).to_numpy()
+        tr.kernels = k[k["op"] >= 0].reset_index(drop=True)
     return tr
 
 
@@ -338,29 +351,55 @@ def _reindex(ops: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def _is_shape_list(d: Any) -> bool:
+    return isinstance(d, list) and bool(d) and all(isinstance(x, list) and all(isinstance(v, int) for v in x)
+                                                   for x in d)
+
+
+def _fill_lists(dims: list, types: list, et_dims: list, et_types: list) -> tuple[list, list]:
+    """Kineto records a TensorList argument (the parameter lists of ``_foreach_*`` and fused optimizer ops) as
+    ``[]``; the execution trace has its shapes. Those arguments take the ET's shapes (and dtype)."""
+    if not isinstance(et_dims, list) or not any(_is_shape_list(x) for x in et_dims):
+        return dims, types
+    if len(dims) != len(et_dims):
+        return dims, types
+    d_out, t_out = list(dims), list(types) + [None] * max(0, len(dims) - len(types))
+    for i, (d, e) in enumerate(zip(dims, et_dims, strict=True)):
+        if d == [] and _is_shape_list(e):
+            d_out[i] = e
+            if i < len(et_types) and et_types[i] is not None:
+                t_out[i] = et_types[i]
+    return d_out, t_out[:max(len(types), len(dims))]
+
+
 def link(kineto: RankTrace, et: RankTrace) -> RankTrace:
-    """Kineto times with the execution trace's output shapes (matched by record-function id)."""
+    """Kineto times with the execution trace's output shapes, and the shapes of TensorList inputs Kineto leaves
+    empty (matched by record-function id)."""
     if kineto.format != "kineto" or et.format != "et":
         raise TraceFormatError("link needs one Chrome (Kineto) trace and one execution trace")
     et_ops = et.meta.get("et_ops", et.ops)
-    by_rf = {int(r): (o, p, v) for r, o, p, v in zip(et_ops["rf_id"], et_ops["out_dims"], et_ops["pg"],
-                                                     et_ops["extra"], strict=True) if int(r or -1) > 0}
+    by_rf = {int(r): (o, p, d, t) for r, o, p, d, t in zip(et_ops["rf_id"], et_ops["out_dims"], et_ops["pg"],
+                                                          et_ops["dims"], et_ops["types"], strict=True)
+             if int(r or -1) > 0}
     ops = kineto.ops.copy()
     matched = 0
-    outs, pgs = [], []
-    for rf, od, pg in zip(ops["rf_id"], ops["out_dims"], ops["pg"], strict=True):
+    outs, pgs, dims, types = [], [], [], []
+    for rf, od, pg, d, t in zip(ops["rf_id"], ops["out_dims"], ops["pg"], ops["dims"], ops["types"], strict=True):
         hit = by_rf.get(int(rf)) if rf is not None and int(rf) > 0 else None
         if hit:
             matched += 1
             outs.append(hit[0])
             pgs.append(pg or hit[1])
+            d, t = _fill_lists(d, t, hit[2], hit[3])
         else:
             outs.append(od)
             pgs.append(pg)
+        dims.append(d)
+        types.append(t)
     if matched == 0:
         raise TraceFormatError(f"{kineto.path} and {et.path} share no record-function ids: they are not from the same "
                                "profiled step (record both inside the same profiler window)")
-    ops["out_dims"], ops["pg"] = outs, pgs
+    ops["out_dims"], ops["pg"], ops["dims"], ops["types"] = outs, pgs, dims, types
     meta = {**kineto.meta, "linked_et": et.path, "et_matched": matched}
     return RankTrace(kineto.path, "kineto+et", kineto.rank, kineto.world_size, kineto.device, kineto.device_name, ops,
                      kineto.kernels, kineto.process_groups or et.process_groups, kineto.window, meta)
@@ -374,6 +413,26 @@ def load_trace(path: str | os.PathLike, step: int | None = None) -> RankTrace:
     except TraceFormatError as exc:
         raise TraceFormatError(f"{path}: {exc}") from None
     return _parse_kineto(doc, str(path), step) if kind == "kineto" else _parse_et(doc, str(path))
+
+
+#: File names a trace directory is searched for (gzipped traces are read transparently).
+TRACE_GLOBS = ("*.json", "*.json.gz")
+
+
+def trace_files(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """Files of ``paths``: a file as given, a directory's ``*.json`` and ``*.json.gz`` files (sorted); a directory
+    without any is an error naming it."""
+    files: list[str] = []
+    for p in paths:
+        q = Path(p)
+        if q.is_dir():
+            found = sorted({str(f) for g in TRACE_GLOBS for f in q.glob(g) if f.is_file()})
+            if not found:
+                raise TraceFormatError(f"{q}: no trace files (*.json, *.json.gz) in this directory")
+            files += found
+        else:
+            files.append(str(p))
+    return files
 
 
 def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike], step: int | None = None

@@ -1,0 +1,184 @@
+"""GPU traces: what the real H100 traces of ``datasets/traces-h100`` need from the trace path.
+
+The fixtures in ``tests/data/traces-h100-snippets`` are cut out of those traces by the ``make.py`` beside them (one
+op each, its host events, kernels and execution-trace nodes; 1-2 KB each); one test reads a whole committed trace.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hybrid.cli.main import main as cli_main
+from hybrid.data.traces import TraceFormatError, load_traces, trace_files
+from hybrid.engine.costs import RooflineCostModel
+from hybrid.workloads.trace_graph import build_trace_graph, predict_trace, trace_units
+
+ROOT = Path(__file__).resolve().parents[1]
+SNIPPETS = ROOT / "tests" / "data" / "traces-h100-snippets"
+TRACES = ROOT / "datasets" / "traces-h100"
+
+
+def _units(name: str, et: bool = True):
+    files = trace_files([SNIPPETS / name])
+    if not et:
+        files = [f for f in files if "kineto" in f]
+    tr = load_traces(files)[0]
+    return tr, trace_units(tr)
+
+
+def _et_node(name: str, op: str) -> dict:
+    doc = json.loads(gzip.decompress((SNIPPETS / name / "et_rank0.json.gz").read_bytes()))
+    return next(n for n in doc["nodes"] if n["name"] == op)
+
+
+def test_autocast_linear_is_casts_plus_a_bf16_gemm():
+    """Under autocast, the fp32 ``aten::linear`` re-dispatches to casts + a bf16 ``aten::linear``: the GEMM is
+    costed in bf16 (not as one fp32 GEMM), and the casts are copies of their own."""
+    tr, u = _units("autocast-linear")
+    gemm = u[u["label"] == "gemm"]
+    assert len(gemm) == 1
+    row = gemm["row"].iat[0]
+    assert (row["m"], row["n"], row["k"], row["dtype"]) == (8 * 512, 1024, 1024, "bf16")
+    casts = u[u["label"] == "copy"]
+    assert sorted(r["elements"] for r in casts["row"]) == [1024, 1024 * 1024, 8 * 512 * 1024]
+    # every kernel of the snippet belongs to a unit: the cuBLAS GEMM to the GEMM, the cast kernels to the casts
+    assert u["device_us"].sum() == pytest.approx(tr.kernels["dur"].sum())
+    assert gemm["device_us"].iat[0] == pytest.approx(
+        tr.kernels.loc[tr.kernels["name"].str.contains("gemm|nvjet|cutlass"), "dur"].sum())
+    # the bf16 GEMM's roofline is well under the fp32 one of the same shape
+    rf = RooflineCostModel().predict
+    import pandas as pd
+
+    t = rf(pd.DataFrame([{**row, "device": "H100-SXM"}, {**row, "dtype": "fp32", "device": "H100-SXM"}]))["time_us"]
+    assert t.iat[0] < t.iat[1] / 4
+
+
+def test_foreach_optimizer_op_takes_its_tensor_lists_from_the_execution_trace():
+    node = _et_node("foreach-mul", "aten::_foreach_mul_")
+    params = node["inputs"]["shapes"][0]
+    expected = sum(math.prod(s) for s in params)
+    assert len(params) > 50 and expected > 80_000_000  # BERT-large x4's parameters
+    _, u = _units("foreach-mul")
+    assert list(u["kind"]) == ["op"] and list(u["label"]) == ["optimizer"]
+    row = u["row"].iat[0]
+    assert row["elements"] == expected and row["variant"] == "mul_" and row["dtype"] == "fp32"
+    # the Chrome trace alone records the TensorList as []: nothing to cost, listed as unmodelled (its kernels kept)
+    _, alone = _units("foreach-mul", et=False)
+    assert list(alone["kind"]) == ["unmodelled"] and alone["device_us"].iat[0] > 0
+
+
+def test_op_on_cpu_tensors_in_a_gpu_trace_is_host_time():
+    """AdamW's step counters are CPU tensors: their ``_foreach_add_`` launches no kernel, so it is host time, not a
+    GPU kernel to re-cost (the ``_foreach_mul_`` after it, on the GPU parameters, is a kernel)."""
+    node = _et_node("foreach-add-cpu", "aten::_foreach_add_")
+    assert all(v[-1] == "cpu" for v in node["inputs"]["values"][0])  # the ET: every tensor on the CPU
+    tr, u = _units("foreach-add-cpu")
+    assert tr.device == "cuda" and len(tr.kernels) > 0
+    add = u[u["name"] == "aten::_foreach_add_"]
+    assert list(add["kind"]) == ["view"] and add["device_us"].isna().all()
+    mul = u[u["name"] == "aten::_foreach_mul_"]
+    assert list(mul["kind"]) == ["op"] and list(mul["label"]) == ["optimizer"]
+    it = build_trace_graph([tr], "H100-SXM", host="model")
+    names = it.graph.compile().names
+    costed = {names[i] for i, lab in enumerate(it.node_label) if lab == "optimizer"}
+    assert costed == {"aten::_foreach_mul_"}
+
+
+def test_cudnn_convolution_keeps_all_its_kernels():
+    tr, u = _units("cudnn-conv")
+    assert list(u["label"]) == ["conv"]
+    row = u["row"].iat[0]
+    assert (row["batch"], row["in_channels"], row["out_channels"], row["height"], row["kernel_h"], row["padding"]) \
+        == (64, 64, 128, 64, 3, 1)
+    assert len(tr.kernels) > 1  # cuDNN runs several kernels for one convolution (here FFT-based)
+    assert u["device_us"].iat[0] == pytest.approx(tr.kernels["dur"].sum())
+
+
+def test_cli_predicts_a_directory_of_gzipped_traces(tmp_path, capsys):
+    d = tmp_path / "autocast"
+    shutil.copytree(SNIPPETS / "autocast-linear", d)
+    assert sorted(p.name for p in d.iterdir()) == ["et_rank0.json.gz", "kineto_rank0.json.gz"]
+    assert cli_main(["trace", "predict", str(d), "--device", "H100-SXM", "--roofline", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["same_device"] and s["measured_ms"] > 0 and s["breakdown_ms"]["gemm"] > 0
+    # the files named one by one give the same
+    assert cli_main(["trace", "predict", *map(str, sorted(d.iterdir())), "--device", "H100-SXM", "--roofline",
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_ms"] == pytest.approx(s["predicted_ms"])
+    # --host model drops the profiler's host time: the 1-op step predicts below its traced length
+    assert cli_main(["trace", "predict", str(d), "--device", "H100-SXM", "--roofline", "--host", "model",
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_ms"] < s["predicted_ms"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli_main(["trace", "predict", str(empty), "--device", "H100-SXM"]) == 2
+    assert "no trace files" in capsys.readouterr().err
+    with pytest.raises(TraceFormatError, match="no trace files"):
+        trace_files([empty])
+
+
+def test_a_device_synchronize_is_a_wait_not_host_work():
+    """``torch.cuda.synchronize()`` at the end of a GPU-bound step: the host's 53 ms in ``cudaDeviceSynchronize`` is
+    waiting for the GPU; the graph makes the host wait for the streams instead of adding 53 ms of host time."""
+    tr, u = _units("final-sync")
+    sync = u[u["name"] == "cudaDeviceSynchronize"]
+    assert list(sync["kind"]) == ["view"] and sync["dur"].iat[0] > 50_000
+    pred = predict_trace(build_trace_graph([tr], "H100-SXM"), RooflineCostModel())
+    # the snippet holds only the last optimizer op's kernels (the GPU's older queue, which the host waited for, is
+    # not in it): the re-simulated step ends when the host's op and those kernels do, not 53 ms of host time later
+    own = float(u["dur"].iat[0] + tr.kernels["dur"].sum())
+    assert pred.measured.iteration_us < 0.05 * tr.step_us and pred.measured.iteration_us < 2 * own
+
+
+@pytest.mark.parametrize("name", ["bert-bf16", "gpt2-fp32"])
+def test_whole_trace_costs_every_gemm_in_its_dtype_and_resimulates_the_step(name):
+    """A host-bound bf16 step and a GPU-bound fp32 one: every GEMM kernel belongs to a GEMM unit of the run's dtype,
+    nothing is unmodelled, and the graph with traced times reproduces the traced step."""
+    traces = load_traces(trace_files([TRACES / name]))
+    tr = traces[0]
+    u = trace_units(tr)
+    gemm = u[u["label"] == "gemm"]
+    assert len(gemm) > 50 and {r["dtype"] for r in gemm["row"]} == {name.split("-")[1]}
+    assert not (u["kind"] == "unmodelled").any()
+    k = tr.kernels
+    gemm_kernels = k["name"].str.contains("nvjet|gemm|cutlass") & ~k["name"].str.contains("elementwise|reduce")
+    # (a GEMM unit may also hold its layout copies: matmul's contiguous() before bmm)
+    assert k.loc[gemm_kernels, "dur"].sum() <= gemm["device_us"].sum() <= 1.1 * k.loc[gemm_kernels, "dur"].sum()
+    opt = u[u["label"] == "optimizer"]
+    assert len(opt) >= 8 and opt["device_us"].notna().all()  # AdamW's foreach ops, on the GPU
+    kept = predict_trace(build_trace_graph(traces, "H100-SXM"), RooflineCostModel())
+    assert kept.measured.iteration_us == pytest.approx(tr.step_us, rel=0.05)
+    # the traced host time is the profiler's; dropping it (host=model) never predicts above the traced step
+    model = predict_trace(build_trace_graph(traces, "H100-SXM", host="model"), RooflineCostModel())
+    assert model.predicted_us < tr.step_us
+
+
+def test_loss_and_cast_rows_count_the_bytes_they_move():
+    """Shapes as GPT-2's and Llama's traces record them: ``nll_loss_forward`` gathers one value per target (not the
+    [N, vocab] input); its backward zero-fills the [N, vocab] gradient; autocast's casts write the target dtype."""
+    from hybrid.data.traces.opmap import map_op
+
+    n, vocab = 8192, 50257
+    fwd = map_op("aten::nll_loss_forward", [[n, vocab], [n], [], [], []], ["fp32", "int64", None, None, None])
+    assert fwd.row["elements"] == n
+    bwd = map_op("aten::nll_loss_backward", [[], [n, vocab], [n], [], [], [], []],
+                 ["fp32", "fp32", "int64", None, None, None, "fp32"])
+    assert bwd.row["elements"] == n * vocab and bwd.row["n_outputs"] == 1 and bwd.row["n_inputs"] < 0.001
+    down = map_op("aten::_to_copy", [[4, 1024, 2048], []], ["fp32", None], extra={"concrete": ["", "15"]})
+    up = map_op("aten::_to_copy", [[4, 1024, 2048], []], ["bf16", None], extra={"concrete": ["", "6"]})
+    same = map_op("aten::_to_copy", [[4, 1024, 2048], []], ["fp32", None], extra={"concrete": ["", "6"]})
+    assert (down.row["dtype"], down.row["n_outputs"]) == ("fp32", 0.5)
+    assert (up.row["dtype"], up.row["n_outputs"]) == ("bf16", 2.0)
+    assert same.row["n_outputs"] == 1.0
+    # bytes moved (roofline): fp32 -> bf16 moves 6 bytes per element, as bf16 -> fp32 does
+    import pandas as pd
+
+    t = RooflineCostModel().predict(pd.DataFrame([{**down.row, "device": "H100-SXM"},
+                                                  {**up.row, "device": "H100-SXM"}]))["time_us"]
+    assert t.iat[0] == pytest.approx(t.iat[1], rel=0.01)
