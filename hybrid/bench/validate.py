@@ -150,11 +150,12 @@ class EnginePredictor:
     overheads: Any = None  #: engine Overheads (None: engine defaults)
 
     def graph(self, config: Any, plan: Any) -> Any:
-        """The compiled task graph of one iteration of ``config`` under ``plan``."""
+        """The compiled task graph of one iteration of ``config`` under ``plan`` as the harness runs it
+        (``build_dlrm_graph(..., harness=True)``: what :mod:`hybrid.bench.dlrm_harness` adds on GPUs)."""
         from hybrid.workloads.dlrm_graph import build_dlrm_graph
 
         cfg = config.with_(plan=None, system=self.system) if self.system else config.with_(plan=None)
-        return build_dlrm_graph(cfg, plan, self.catalog).graph.compile()
+        return build_dlrm_graph(cfg, plan, self.catalog, harness=True).graph.compile()
 
     def predict_graphs(self, graphs: list[Any], overheads: Any = None) -> np.ndarray:
         """Predicted iteration times (ms) of compiled graphs."""
@@ -171,7 +172,9 @@ class EnginePredictor:
         for g in graphs:
             res = simulate(g, self.model, ov)
             iters.append(res.iteration_us / 1e3)
-            phases.append(res.phase_times(PHASES, NESTED_PHASES, steady_state=True).max(axis=0) / 1e3)
+            # a GPU run's phases are cut by the harness's host clock (no synchronisation inside an iteration)
+            phases.append(res.phase_times(PHASES, NESTED_PHASES, steady_state=True,
+                                          host_clock=not g.synchronous_host).max(axis=0) / 1e3)
         return np.array(iters), pd.DataFrame(phases).reset_index(drop=True)
 
     def __call__(self, config: Any, plan: Any) -> float:
