@@ -148,6 +148,7 @@ class EnginePredictor:
     catalog: Any  #: catalog the model predicts with (bundle devices included)
     system: str | None = None  #: system/device the configs are predicted on (None: each config's own)
     overheads: Any = None  #: engine Overheads (None: engine defaults)
+    target_note: str = ""  #: why no system could be taken from the bundle (said when a run needs one)
 
     def graph(self, config: Any, plan: Any) -> Any:
         """The compiled task graph of one iteration of ``config`` under ``plan`` as the harness runs it
@@ -227,7 +228,7 @@ def _bundle_system(catalog: Any, bundle: Path, table: pd.DataFrame | None = None
 LOCAL_SYSTEMS = ("local-cpu", "local-cuda")
 
 
-def _check_target(catalog: Any, configs: list[Any], system: str | None, devices: set[str]) -> None:
+def _check_target(catalog: Any, configs: list[Any], system: str | None, devices: set[str], note: str = "") -> None:
     """A clear error if the runs cannot be mapped onto a catalog system: a config system the catalog does not
     know (e.g. ``local-cuda``) with no ``system`` given, or a CPU target for runs measured on CUDA (or back)."""
     from hybrid.workloads.dlrm_graph import resolve_target
@@ -235,6 +236,8 @@ def _check_target(catalog: Any, configs: list[Any], system: str | None, devices:
     names = {system} if system else {c.system for c in configs}
     for name in sorted(names):
         if catalog.resolve_system(name, missing_ok=True) is None and catalog.resolve_device(name, missing_ok=True) is None:
+            if note:
+                raise InvalidInputError(note)
             hint = (" (the machine the campaign ran on)" if name in LOCAL_SYSTEMS else "")
             raise InvalidInputError(f"the runs name system {name!r}{hint}, which the catalog does not know: pass "
                                     "--system (e.g. H100-SXM) or --bundle with a `hybrid profile` of that machine")
@@ -281,15 +284,20 @@ def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = N
     from hybrid.data.bundle import load_bundle
 
     table, cat = load_bundle(path)
-    sys_name = system or _bundle_system(cat, path, table)
+    note = ""
+    try:
+        sys_name = system or _bundle_system(cat, path, table)
+    except InvalidInputError as exc:  # only an error where a run needs the target (not for trace predictions)
+        sys_name, note = None, str(exc)
     if roofline:
         from hybrid.engine.costs import RooflineCostModel
 
-        return EnginePredictor(f"roofline ({path.name} catalog)", RooflineCostModel(cat), cat, sys_name)
+        return EnginePredictor(f"roofline ({path.name} catalog)", RooflineCostModel(cat), cat, sys_name,
+                               target_note=note)
     from hybrid.corrections.predictor import HybridPredictor
 
     model = HybridPredictor(catalog=cat).fit(table)
-    return EnginePredictor(f"HybridPredictor fitted on {path.name}", model, cat, sys_name)
+    return EnginePredictor(f"HybridPredictor fitted on {path.name}", model, cat, sys_name, target_note=note)
 
 
 def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: EnginePredictor,
@@ -316,7 +324,7 @@ def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: Engi
             cfg = cfg.with_(gpus=int(row["ranks"]))
         pairs.append((cfg, plan))
     devices = set(table["device"].dropna().astype(str)) if "device" in table.columns else set()
-    _check_target(predictor.catalog, [c for c, _ in pairs], predictor.system, devices)
+    _check_target(predictor.catalog, [c for c, _ in pairs], predictor.system, devices, predictor.target_note)
     graphs = [predictor.graph(cfg, plan) for cfg, plan in tqdm(pairs, desc="build graphs", disable=not progress)]
     iters, phases = predictor.simulate_graphs(graphs)
     table["predicted_ms"] = iters
