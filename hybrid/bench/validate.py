@@ -148,13 +148,15 @@ class EnginePredictor:
     catalog: Any  #: catalog the model predicts with (bundle devices included)
     system: str | None = None  #: system/device the configs are predicted on (None: each config's own)
     overheads: Any = None  #: engine Overheads (None: engine defaults)
+    target_note: str = ""  #: why no system could be taken from the bundle (said when a run needs one)
 
     def graph(self, config: Any, plan: Any) -> Any:
-        """The compiled task graph of one iteration of ``config`` under ``plan``."""
+        """The compiled task graph of one iteration of ``config`` under ``plan`` as the harness runs it
+        (``build_dlrm_graph(..., harness=True)``: what :mod:`hybrid.bench.dlrm_harness` adds on GPUs)."""
         from hybrid.workloads.dlrm_graph import build_dlrm_graph
 
         cfg = config.with_(plan=None, system=self.system) if self.system else config.with_(plan=None)
-        return build_dlrm_graph(cfg, plan, self.catalog).graph.compile()
+        return build_dlrm_graph(cfg, plan, self.catalog, harness=True).graph.compile()
 
     def predict_graphs(self, graphs: list[Any], overheads: Any = None) -> np.ndarray:
         """Predicted iteration times (ms) of compiled graphs."""
@@ -171,7 +173,9 @@ class EnginePredictor:
         for g in graphs:
             res = simulate(g, self.model, ov)
             iters.append(res.iteration_us / 1e3)
-            phases.append(res.phase_times(PHASES, NESTED_PHASES, steady_state=True).max(axis=0) / 1e3)
+            # a GPU run's phases are cut by the harness's host clock (no synchronisation inside an iteration)
+            phases.append(res.phase_times(PHASES, NESTED_PHASES, steady_state=True,
+                                          host_clock=not g.synchronous_host).max(axis=0) / 1e3)
         return np.array(iters), pd.DataFrame(phases).reset_index(drop=True)
 
     def __call__(self, config: Any, plan: Any) -> float:
@@ -186,8 +190,12 @@ def _newest_cpu_bundle() -> Path | None:
     return found[-1] if found else None
 
 
-def _bundle_system(catalog: Any, bundle: Path) -> str | None:
-    """The system (else device) a bundle's catalog.toml adds to the packaged catalog."""
+def _bundle_system(catalog: Any, bundle: Path, table: pd.DataFrame | None = None) -> str | None:
+    """The system (else device) a bundle was measured on: the one system, else the one device, its
+    ``catalog.toml`` adds to the packaged catalog; else (a GPU the catalog already knows, e.g. ``H100-SXM``) the
+    system/device its ``meta.json`` names; else the one device of its measurements. None if the bundle names
+    none; :class:`InvalidInputError` if it names several (the caller must say which: ``--system``)."""
+    from hybrid.data.bundle import read_meta
     from hybrid.hardware.catalog import default_catalog
 
     base = default_catalog([])
@@ -195,7 +203,50 @@ def _bundle_system(catalog: Any, bundle: Path) -> str | None:
     if len(new_sys) == 1:
         return new_sys[0]
     new_dev = [k for k in catalog.devices if k not in base.devices]
-    return new_dev[0] if len(new_dev) == 1 else None
+    if len(new_sys) > 1 or len(new_dev) > 1:
+        raise InvalidInputError(f"bundle {bundle} describes several machines ({', '.join(new_sys or new_dev)}): "
+                                "pass --system to say which one the runs were measured on")
+    if new_dev:
+        return new_dev[0]
+    meta = read_meta(bundle) if Path(bundle).is_dir() else {}
+    for key, resolve in (("system", catalog.resolve_system), ("device", catalog.resolve_device)):
+        name = meta.get(key)
+        if isinstance(name, str) and name and resolve(name, missing_ok=True) is not None:
+            return name
+    if table is not None and "device" in table.columns:
+        devices = sorted(set(table["device"].dropna().astype(str)))
+        if len(devices) > 1:
+            raise InvalidInputError(f"bundle {bundle} holds measurements of several devices ({', '.join(devices)}) "
+                                    "and its meta.json names none: pass --system")
+        if devices and catalog.resolve_device(devices[0], missing_ok=True) is not None:
+            return devices[0]
+    return None
+
+
+#: System names a campaign writes for "the machine this ran on" (:class:`hybrid.bench.campaign.CampaignSpace`):
+#: they name no catalog entry, so a prediction needs ``--system`` or a profile bundle of that machine.
+LOCAL_SYSTEMS = ("local-cpu", "local-cuda")
+
+
+def _check_target(catalog: Any, configs: list[Any], system: str | None, devices: set[str], note: str = "") -> None:
+    """A clear error if the runs cannot be mapped onto a catalog system: a config system the catalog does not
+    know (e.g. ``local-cuda``) with no ``system`` given, or a CPU target for runs measured on CUDA (or back)."""
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    names = {system} if system else {c.system for c in configs}
+    for name in sorted(names):
+        if catalog.resolve_system(name, missing_ok=True) is None and catalog.resolve_device(name, missing_ok=True) is None:
+            if note:
+                raise InvalidInputError(note)
+            hint = (" (the machine the campaign ran on)" if name in LOCAL_SYSTEMS else "")
+            raise InvalidInputError(f"the runs name system {name!r}{hint}, which the catalog does not know: pass "
+                                    "--system (e.g. H100-SXM) or --bundle with a `hybrid profile` of that machine")
+        kind = resolve_target(name, catalog).device.kind
+        want = {"cuda": "gpu", "cpu": "cpu"}
+        bad = [d for d in devices if d in want and want[d] != kind]
+        if bad:
+            raise InvalidInputError(f"the runs were measured on {bad[0]!r} but {name!r} is a {kind}: pass --system "
+                                    "naming the device they ran on")
 
 
 def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = None,
@@ -233,15 +284,20 @@ def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = N
     from hybrid.data.bundle import load_bundle
 
     table, cat = load_bundle(path)
-    sys_name = system or _bundle_system(cat, path)
+    note = ""
+    try:
+        sys_name = system or _bundle_system(cat, path, table)
+    except InvalidInputError as exc:  # only an error where a run needs the target (not for trace predictions)
+        sys_name, note = None, str(exc)
     if roofline:
         from hybrid.engine.costs import RooflineCostModel
 
-        return EnginePredictor(f"roofline ({path.name} catalog)", RooflineCostModel(cat), cat, sys_name)
+        return EnginePredictor(f"roofline ({path.name} catalog)", RooflineCostModel(cat), cat, sys_name,
+                               target_note=note)
     from hybrid.corrections.predictor import HybridPredictor
 
     model = HybridPredictor(catalog=cat).fit(table)
-    return EnginePredictor(f"HybridPredictor fitted on {path.name}", model, cat, sys_name)
+    return EnginePredictor(f"HybridPredictor fitted on {path.name}", model, cat, sys_name, target_note=note)
 
 
 def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: EnginePredictor,
@@ -261,12 +317,15 @@ def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: Engi
         p = Path(results)
         table = read_results(p)
         base = Path(campaign_dir) if campaign_dir else (p if p.is_dir() else p.parent)
-    graphs = []
-    for _, row in tqdm(table.iterrows(), total=len(table), desc="build graphs", disable=not progress):
+    pairs = []
+    for _, row in table.iterrows():
         cfg, plan = load_pair(base, row)
         if int(row["ranks"]) != cfg.gpus:
             cfg = cfg.with_(gpus=int(row["ranks"]))
-        graphs.append(predictor.graph(cfg, plan))
+        pairs.append((cfg, plan))
+    devices = set(table["device"].dropna().astype(str)) if "device" in table.columns else set()
+    _check_target(predictor.catalog, [c for c, _ in pairs], predictor.system, devices, predictor.target_note)
+    graphs = [predictor.graph(cfg, plan) for cfg, plan in tqdm(pairs, desc="build graphs", disable=not progress)]
     iters, phases = predictor.simulate_graphs(graphs)
     table["predicted_ms"] = iters
     for c in phases.columns:

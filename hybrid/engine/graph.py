@@ -75,6 +75,7 @@ class CompiledGraph:
     phase_names: tuple[str, ...] = ()
     scale: np.ndarray | None = None  # float64 multiplier of a node's op time (interference nodes: 1 - overlap)
     interference: np.ndarray | None = None  # bool: compute-stream share of a collective (comm_overlap < 1)
+    synchronous_host: bool = False  # built with TaskGraph.synchronous_host (the host waits for every kernel)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -319,4 +320,5 @@ class TaskGraph:
         interference = np.zeros(len(rank), dtype=bool)
         interference[list(self._interference)] = True
         return CompiledGraph(names, rank, stream, stream_names, kind, fixed, op_index, overhead, group, src, dst,
-                             own, ops, args, int(self.n_ranks), n, phase, phase_names, scale, interference)
+                             own, ops, args, int(self.n_ranks), n, phase, phase_names, scale, interference,
+                             bool(self.synchronous_host))

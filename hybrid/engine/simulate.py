@@ -166,7 +166,8 @@ class SimResult:
         })
 
     def phase_times(self, order: Sequence[str] | None = None,
-                    nested: Mapping[str, str] | None = None, steady_state: bool = False) -> pd.DataFrame:
+                    nested: Mapping[str, str] | None = None, steady_state: bool = False,
+                    host_clock: bool = False) -> pd.DataFrame:
         """Simulated time per phase and rank (us), cut the way a host-side timer cuts a real run.
 
         Phases run one after the other in ``order`` (default: the order they first appear in the graph); the
@@ -177,6 +178,11 @@ class SimResult:
         With ``steady_state``, iterations run back to back without a barrier (as a training loop does): a rank
         that finishes early waits for the others in the next iteration's first phase, so its idle time at the
         end (``iteration_us`` minus its last finish) is added to the first phase.
+        With ``host_clock`` (a GPU job timed by a host-side clock that does not synchronise inside the
+        iteration), a phase ends when the rank's HOST has finished that phase's nodes (launches, host work, host
+        waits), not when the GPU has run them: GPU work still queued spills into the later phases, and the last
+        phase ends with the iteration (the end-of-iteration synchronisation). A nested phase is then the time of
+        its own host nodes.
         Returns a DataFrame indexed by rank with one column per phase (nested ones last).
         """
         g = self.graph
@@ -197,8 +203,12 @@ class SimResult:
             pos_of[i] = top.index(q) if q in top else -1
         pos = np.where(real, pos_of[np.maximum(g.phase, 0)], -1)
         keep = pos >= 0
+        if host_clock:
+            keep &= g.kind == CPU
         ends = np.zeros((R, len(top)))
         np.maximum.at(ends, (g.rank[keep].astype(np.int64), pos[keep]), self.finish[keep])
+        if host_clock and top:
+            ends[:, -1] = self.iteration_us
         ends = np.maximum.accumulate(ends, axis=1)
         out = pd.DataFrame(np.diff(ends, axis=1, prepend=0.0), columns=top)
         if steady_state and top:
@@ -211,8 +221,12 @@ class SimResult:
             if child not in names:
                 out[child] = 0.0
                 continue
-            sel = real & (g.phase == names.index(child)) & has_pred
-            took = self.durations[sel] + np.maximum(self.start[sel] - own_ready[sel], 0.0)
+            if host_clock:
+                sel = real & (g.phase == names.index(child)) & (g.kind == CPU)
+                took = self.durations[sel]
+            else:
+                sel = real & (g.phase == names.index(child)) & has_pred
+                took = self.durations[sel] + np.maximum(self.start[sel] - own_ready[sel], 0.0)
             out[child] = np.bincount(g.rank[sel].astype(np.int64), took, minlength=R)
         out.index.name = "rank"
         return out

@@ -159,6 +159,25 @@ def hybrid_embedding_pieces(config: DLRMConfig, frequent_rows: np.ndarray, frequ
     return pieces
 
 
+#: What ``build_dlrm_graph(..., harness=True)`` adds on a GPU, because :mod:`hybrid.bench.dlrm_harness` does it
+#: (measured: ``datasets/dlrm-h100-1gpu``; ``experiments/dlrm_validation/h100``), none of it fitted:
+#:
+#: * the input distribution and the pooled-embedding all-to-all run on one rank too (NCCL copies the rank's own
+#:   chunk), and the value counts are copied to the host (``.cpu()``) before the payload can be sized: the host
+#:   waits for them;
+#: * ``torch.optim`` SGD/Adagrad on a sparse COO gradient coalesces it on the GPU and reads the number of unique
+#:   rows back to the host: one host wait per fused table, so the GPU's backlog drains there and the launches
+#:   after it are exposed;
+#: * every model-parallel table's pooled output is a column view of the received block (``block[:, a:b]``) and
+#:   every data-parallel one a view of its group's output: in the backward pass autograd materialises one
+#:   gradient of the WHOLE block per view (``zeros`` + slice copy) and accumulates them (``add_``), three kernels
+#:   per table over the whole block.
+#:
+#: The CPU graph of the harness was developed without these (its host is synchronous, see ``synchronous_host``);
+#: they are not applied there.
+HARNESS_GPU_WORK = ("single-rank input distribution and exchange", "value-count host wait",
+                    "sparse coalesce host waits", "per-table view gradients")
+
 #: Nominal PCIe x16 bandwidth per direction (bytes/s) by generation (PCI-SIG: 8/16/32 GT/s per lane, 128b/130b).
 PCIE_X16_BW = {3: 15.75e9, 4: 31.5e9, 5: 63.0e9, 6: 121.0e9}
 #: Share of a GPU's memory that embedding tables (+ optimizer state) may take when placement is ``auto``; the
@@ -300,6 +319,7 @@ def build_dlrm_graph(
     comm_overlap: float | None = None,
     collective_system: str | None = None,
     hybrid_embedding: HybridEmbedding | None = None,
+    harness: bool = False,
 ) -> DLRMIteration:
     """The task graph of one training iteration of ``config`` sharded by ``plan`` (default: ``config.plan``).
 
@@ -308,6 +328,10 @@ def build_dlrm_graph(
     same fabric, whose calibrated curves stand in for an unmeasured one); default: the config's system.
     ``hybrid_embedding`` replaces the plan's placement of every table by HugeCTR's hybrid embedding (frequent
     categories replicated, infrequent ones spread over all ranks; the plan is still validated).
+    ``harness`` adds, on GPUs, what :mod:`hybrid.bench.dlrm_harness` runs beyond the TorchRec-style iteration
+    (see :data:`HARNESS_GPU_WORK`): the input distribution and the pooled exchange also on one rank, the host
+    waiting for the value counts and for every sparse-gradient coalesce, and the per-table views of the
+    received block with their backward (zeros + accumulate of the whole block per table).
     """
     plan = plan if plan is not None else config.plan
     if plan is None:
@@ -417,13 +441,29 @@ def build_dlrm_graph(
     for r in all_ranks:
         g.add(r, HOST, "iteration host work", kind="cpu", overhead="iteration")
     unpacked: dict[int, int] = {}
+    gpu_harness = harness and target.device.kind == "gpu"
+    if R == 1 and has_sharded and gpu_harness:  # NCCL on one rank: its own chunk is copied, counts read back
+        own_idx = sum(B * (p.pooling + 1.0) * INDEX_BYTES for p in pieces if p.type != "data_parallel")
+        g.add(0, HOST, "launch input_dist all_to_all (value counts, one rank)", kind="cpu",
+              overhead="collective_launch")
+        counts_k = g.kernel(0, "input_dist value counts (local copy)", copy(max(n_groups_of[0], 1) * INDEX_BYTES / eb))
+        g.add(0, HOST, "input_dist value counts to host (.cpu(): waits for the GPU)", kind="cpu",
+              overhead="kernel_launch", deps=[counts_k])
+        g.add(0, HOST, "launch input_dist all_to_all (one rank)", kind="cpu", overhead="collective_launch")
+        payload_k = g.kernel(0, "input_dist payload (local copy)", copy(own_idx / eb))
+        unpacked[0] = g.kernel(0, "input_dist unpack", copy(own_idx / eb), deps=[payload_k])
     if R > 1 and has_sharded and float(vol.input_send.max()) > 0:
         counts = coll("input_dist all_to_all (value counts)",
                       [cop("all_to_all", R * max(n_groups_of[r], 1) * INDEX_BYTES, R) for r in all_ranks],
                       args={"what": "values per fused table"})
+        waited: dict[int, list[int]] = {r: [] for r in all_ranks}
+        if gpu_harness:  # the receiver sizes the payload from the counts on the host (.cpu())
+            waited = {r: [g.add(r, HOST, "input_dist value counts to host (.cpu(): waits for the GPU)", kind="cpu",
+                                overhead="kernel_launch", deps=[counts[r]])] for r in all_ranks}
         sizes = CommVolumes.a2a_size(vol.input_send, vol.input_recv, R)
         payload = coll("input_dist all_to_all", [cop("all_to_all", s, R) for s in sizes],
-                       deps={r: [counts[r]] for r in all_ranks}, args={"what": "bag lengths + lookup indices"})
+                       deps={r: [counts[r], *waited[r]] for r in all_ranks},
+                       args={"what": "bag lengths + lookup indices"})
         for r in all_ranks:  # torch.cat of every source's chunk per fused table (int64 -> bytes as dtype elements)
             recv = float(vol.input_recv[r]) + float(vol.input_send[r]) / max(R, 1)
             unpacked[r] = g.kernel(r, "input_dist unpack", copy(recv / eb), deps=[payload[r]])
@@ -469,6 +509,15 @@ def build_dlrm_graph(
             exchanged[r] = [n for n in (out_a2a.get(r), rs.get(r)) if n is not None]
             if cw_cols[r] > 0:
                 exchanged[r] = [g.kernel(r, "column_wise reassemble", copy(B * cw_cols[r]), deps=exchanged[r])]
+    elif R == 1 and has_sharded and gpu_harness and a2a_cols[0] > 0:
+        # one rank: the pooled outputs are still packed (permute+reshape per fused table, then one cat) and sent
+        # to itself by NCCL (a local copy)
+        n_mp_groups = int(n_groups_of[0])
+        last = g.kernel(0, "output_dist pack", copy(B * a2a_cols[0]), deps=[lookup_done[0]])
+        if n_mp_groups > 1:
+            last = g.kernel(0, "output_dist pack (cat)", copy(B * a2a_cols[0]))
+        g.add(0, HOST, "launch output_dist all_to_all (one rank)", kind="cpu", overhead="collective_launch")
+        exchanged[0] = [g.kernel(0, "output_dist all_to_all (local copy)", copy(B * a2a_cols[0]), deps=[last])]
 
     # ---- dense forward (DDP module): bottom MLP, data-parallel lookups, interaction, top MLP, loss ----------
     g.phase = "dense_fwd"
@@ -526,6 +575,31 @@ def build_dlrm_graph(
 
     inter_bwd: dict[int, int] = {}
     dp_bwd: dict[int, int] = {}
+    # per source rank: the table-/column-wise pieces whose pooled outputs arrive in its block (harness views)
+    views_from = np.zeros(R)
+    for p in pieces:
+        if p.type in ("table_wise", "column_wise"):
+            views_from[p.rank] += 1
+
+    def view_gradients(r: int) -> int:
+        """Backward of the harness's per-table views: per view, a zero gradient of the whole block it views,
+        the slice copied in, accumulated into the block's gradient (the first one is taken as is). These are the
+        same fill/copy/add kernels as in a forward pass, so their rows say ``direction="fwd"`` (the profile's)."""
+        last = inter_bwd[r]
+        blocks = [(f"block from rank {s}", int(views_from[s]), B * a2a_cols[s]) for s in all_ranks
+                  if views_from[s] > 0 and a2a_cols[s] > 0]
+        blocks += [(f"dp group dim {grp['embedding_dim']}", int(grp["num_tables"]),
+                    B * grp["num_tables"] * grp["embedding_dim"]) for grp in groups[r] if not grp["sharded"]]
+        for what, n_views, elems in blocks:
+            for j in range(n_views):
+                g.kernel(r, f"feature slice bwd zeros ({what})", kop("elementwise", variant="zeros", n_inputs=0,
+                                                                     n_outputs=1, flops_per_element=0,
+                                                                     elements=_round(elems)))
+                last = g.kernel(r, f"feature slice bwd copy ({what})", copy(elems / max(n_views, 1)))
+                if j > 0:
+                    last = g.kernel(r, f"feature slice bwd accumulate ({what})",
+                                    kop("elementwise", variant="add_", elements=_round(elems)))
+        return last
 
     def dp_tables_backward() -> None:
         """Dense gradients of the data-parallel tables (autograd reaches them before the bottom MLP) and their
@@ -576,6 +650,8 @@ def build_dlrm_graph(
                     g.kernel(r, "interaction bwd bmm", kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
                     g.kernel(r, "interaction bwd bmm 2", kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
                 inter_bwd[r] = g.kernel(r, "interaction bwd split", copy(B * (d_out + emb_cols), "bwd"))
+                if gpu_harness:
+                    inter_bwd[r] = view_gradients(r)
             dp_tables_backward()
     flush(force=True)
 
@@ -592,6 +668,13 @@ def build_dlrm_graph(
         if sizes.max() > 0:
             a2a_bwd = a2a("embedding grad all_to_all", sizes, deps={r: [inter_bwd[r], ag.get(r)] for r in all_ranks})
         g.phase = "backward"
+    elif R == 1 and has_sharded and gpu_harness and a2a_cols[0] > 0:
+        g.phase = "exchange_bwd"
+        g.add(0, HOST, "launch embedding grad all_to_all (one rank)", kind="cpu", overhead="collective_launch")
+        a2a_bwd[0] = g.kernel(0, "embedding grad all_to_all (local copy)", copy(B * a2a_cols[0]),
+                              deps=[inter_bwd[0]])
+        g.phase = "backward"
+        a2a_bwd[0] = g.kernel(0, "output_dist pack bwd", copy(B * a2a_cols[0]))
     if mp_bottom:  # the model-parallel bottom MLP gets its output gradient from the all-to-all
         prev = [n for n in (a2a_bwd.get(0),) if n is not None]
         for i in range(n_bottom - 1, -1, -1):
@@ -623,14 +706,17 @@ def build_dlrm_graph(
             if not grp["sharded"]:
                 continue
             if config.optimizer == "sgd":  # weight.add_(sparse grad): the update share of the profiled row
-                g.kernel(r, "embedding sgd update", emb(grp, "bwd", "sparse_sgd"), deps=deps, host_deps=[step],
-                         scale=SPARSE_SGD_UPDATE_SHARE * where(grp))
+                done = g.kernel(r, "embedding sgd update", emb(grp, "bwd", "sparse_sgd"), deps=deps,
+                                host_deps=[step], scale=SPARSE_SGD_UPDATE_SHARE * where(grp))
             else:  # coalesce (like the index-add of the backward) + dense Adagrad math over the coalesced rows
                 g.kernel(r, f"embedding {config.optimizer} coalesce", emb(grp, "bwd", "sparse_sgd"), deps=deps,
                          host_deps=[step], scale=ADAGRAD_COALESCE_SCALE * where(grp))
-                g.kernel(r, f"embedding {config.optimizer} update", kop(
+                done = g.kernel(r, f"embedding {config.optimizer} update", kop(
                     "elementwise", variant=config.optimizer, dtype=emb_dt,
                     elements=_round(grp["unique_rows"] * grp["embedding_dim"])), scale=where(grp))
+            if gpu_harness:  # coalescing reads the unique-row count back: the host waits for the GPU
+                step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)", kind="cpu",
+                             overhead="kernel_launch", deps=[done])
         params = dense_tensors(r) + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
                                   for grp in groups[r] if not grp["sharded"]]
         for j, n in enumerate(params):

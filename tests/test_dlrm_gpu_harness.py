@@ -1,0 +1,152 @@
+"""GPU runs of the DLRM harness: mapping ``local-cuda`` onto the bundle's GPU, the harness-specific work the
+graph adds on GPUs (and not on CPUs), and phases cut by the host clock."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from hybrid.bench.campaign import load_pair, read_results
+from hybrid.bench.validate import EnginePredictor, _bundle_system, validate_campaign
+from hybrid.data.bundle import load_bundle
+from hybrid.engine.costs import RooflineCostModel
+from hybrid.engine.graph import HOST, TaskGraph
+from hybrid.engine.simulate import simulate
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import default_catalog
+from hybrid.workloads.dlrm_graph import build_dlrm_graph
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "datasets" / "dlrm-h100-1gpu"
+BUNDLE = ROOT / "datasets" / "H100-SXM"
+
+
+def small_campaign(tmp_path: Path, configs: tuple[str, ...] = ("c000", "c002")) -> Path:
+    """A copy of two configs of the committed H100 campaign (both plans each)."""
+    table = read_results(RUNS / "results.csv")
+    table = table[table["config_name"].isin(configs)]
+    for c in configs:
+        (tmp_path / "configs").mkdir(exist_ok=True)
+        shutil.copy(RUNS / "configs" / f"{c}.yaml", tmp_path / "configs" / f"{c}.yaml")
+        shutil.copytree(RUNS / "plans" / c, tmp_path / "plans" / c)
+    table.to_csv(tmp_path / "results.csv", index=False)
+    return tmp_path / "results.csv"
+
+
+def test_bundle_of_a_known_gpu_names_it_from_meta():
+    table, cat = load_bundle(BUNDLE)
+    assert _bundle_system(cat, BUNDLE, table) == "H100-SXM"
+
+
+def test_bundle_with_two_devices_and_no_meta_is_ambiguous(tmp_path):
+    m = pd.read_csv(BUNDLE / "measurements.csv", low_memory=False).head(4).copy()
+    m.loc[m.index[:2], "device"] = "A100-SXM4-80GB"
+    m.to_csv(tmp_path / "measurements.csv", index=False)
+    table, cat = load_bundle(tmp_path)
+    with pytest.raises(InvalidInputError, match="several devices"):
+        _bundle_system(cat, tmp_path, table)
+    m["device"] = "A100-SXM4-80GB"  # one device: that one
+    m.to_csv(tmp_path / "measurements.csv", index=False)
+    table, cat = load_bundle(tmp_path)
+    assert _bundle_system(cat, tmp_path, table) == "A100-SXM4-80GB"
+
+
+def test_local_cuda_runs_need_a_target(tmp_path):
+    results = small_campaign(tmp_path)
+    cat = default_catalog()
+    with pytest.raises(InvalidInputError, match="local-cuda.*--system"):
+        validate_campaign(results, EnginePredictor("roofline", RooflineCostModel(cat), cat, None))
+    cat, cpu = cpu_catalog()
+    with pytest.raises(InvalidInputError, match="measured on 'cuda'"):
+        validate_campaign(results, EnginePredictor("roofline", RooflineCostModel(cat), cat, cpu))
+    rep = validate_campaign(results, EnginePredictor("roofline", RooflineCostModel(cat), cat, "H100-SXM"),
+                            fit_overheads=False)
+    assert (rep.table["predicted_ms"] > 0).all() and rep.success["n_configs"] == 2
+    # host-clock phases: the last phase runs to the end of the iteration, every phase is non-negative
+    assert (rep.table["pred_optimizer_ms"] > 0).all()
+    phases = rep.table[[f"pred_{p}_ms" for p in ("input_dist", "lookup_fwd", "exchange_fwd", "dense_fwd",
+                                                 "backward", "optimizer")]]
+    assert (phases >= 0).all().all()
+    assert phases.sum(axis=1).to_numpy() == pytest.approx(rep.table["predicted_ms"].to_numpy(), rel=1e-9)
+
+
+def test_cli_rejects_a_cpu_target_for_gpu_runs(tmp_path, capsys):
+    from hybrid.cli.main import main
+
+    results = small_campaign(tmp_path, ("c002",))
+    # --roofline without a bundle predicts on the newest CPU bundle's system: not what these runs ran on
+    assert main(["bench", "validate", str(results), "--roofline", "--json"]) == 2
+    assert "measured on 'cuda'" in capsys.readouterr().err
+
+
+def cpu_catalog():
+    """The packaged catalog plus the committed CPU profile's device (the packaged one lists GPUs only)."""
+    _, cat = load_bundle(ROOT / "datasets" / "cpu-amd-epyc-1c")
+    return cat, next(k for k, d in cat.devices.items() if d.kind == "cpu")
+
+
+def _names(config, plan, system: str, harness: bool, catalog=None) -> Counter:
+    it = build_dlrm_graph(config.with_(system=system), plan, catalog or default_catalog(), harness=harness)
+    return Counter(it.graph._names)
+
+
+def test_harness_work_on_one_gpu():
+    table = read_results(RUNS / "results.csv")
+    row = table[(table["config_name"] == "c000") & (table["plan_name"] == "size_greedy")].iloc[0]
+    cfg, plan = load_pair(RUNS, row)
+    plain = _names(cfg, plan, "H100-SXM", False)
+    harness = _names(cfg, plan, "H100-SXM", True)
+    T = cfg.num_tables  # size_greedy: every table model-parallel, one view each of the received block
+    dims = len({t.embedding_dim for t in cfg.tables})  # one fused table per dim
+    assert not any("feature slice" in n for n in plain)
+    assert harness["feature slice bwd zeros (block from rank 0)"] == T
+    assert harness["feature slice bwd accumulate (block from rank 0)"] == T - 1  # the first gradient is taken
+    assert harness["input_dist value counts to host (.cpu(): waits for the GPU)"] == 1
+    assert harness["sparse grad coalesce: unique rows to host (waits for the GPU)"] == dims
+    assert harness["output_dist all_to_all (local copy)"] == 1 and harness["input_dist payload (local copy)"] == 1
+    # the added work makes the iteration longer, never shorter
+    cat = default_catalog()
+    a = simulate(build_dlrm_graph(cfg.with_(system="H100-SXM"), plan, cat).graph).iteration_us
+    b = simulate(build_dlrm_graph(cfg.with_(system="H100-SXM"), plan, cat, harness=True).graph).iteration_us
+    assert b > a
+
+
+def test_harness_work_not_added_on_cpus():
+    table = read_results(RUNS / "results.csv")
+    row = table[(table["config_name"] == "c002") & (table["plan_name"] == "dp_small")].iloc[0]
+    cfg, plan = load_pair(RUNS, row)
+    cat, cpu = cpu_catalog()
+    assert _names(cfg, plan, cpu, True, cat) == _names(cfg, plan, cpu, False, cat)
+
+
+def test_coalesce_wait_exposes_the_gpu_backlog_to_the_host():
+    """The host cannot launch the dense optimizer step before the sparse coalesce of every fused table has
+    finished on the GPU."""
+    table = read_results(RUNS / "results.csv")
+    row = table[(table["config_name"] == "c000") & (table["plan_name"] == "size_greedy")].iloc[0]
+    cfg, plan = load_pair(RUNS, row)
+    res = simulate(build_dlrm_graph(cfg.with_(system="H100-SXM"), plan, default_catalog(), harness=True).graph)
+    n = res.nodes()
+    last_update = n.loc[n["name"] == "embedding sgd update", "end_us"].max()
+    dense_launch = n.loc[n["name"] == "launch dense optimizer step", "start_us"].min()
+    assert dense_launch >= last_update
+
+
+def test_host_clock_phases():
+    """A kernel still running when its phase's host work ends counts in the next phase on the host clock."""
+    g = TaskGraph(1)
+    g.phase = "a"
+    g.add(0, HOST, "host a", kind="cpu", duration_us=10.0)
+    g.kernel(0, "long kernel", duration_us=100.0)
+    g.phase = "b"
+    g.add(0, HOST, "host b", kind="cpu", duration_us=5.0)
+    res = simulate(g, overheads=None)
+    dev = res.phase_times(["a", "b"])
+    host = res.phase_times(["a", "b"], host_clock=True)
+    assert dev.loc[0, "a"] == pytest.approx(res.finish.max() - 0.0 - dev.loc[0, "b"])  # a ends with the kernel
+    assert host.loc[0, "a"] < dev.loc[0, "a"]
+    assert host.loc[0, "a"] + host.loc[0, "b"] == pytest.approx(res.iteration_us)
