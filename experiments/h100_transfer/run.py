@@ -28,26 +28,41 @@ Scenarios 1-2 never see a row of the bundle; nothing in this experiment is tuned
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_accuracy"))
-import conv_logo  # noqa: E402  (NeuSight's GPU conv rows)
-import run as kernel_run  # noqa: E402  (the shared all-sources loader)
+from hybrid.corrections import HybridPredictor
+from hybrid.data.bundle import load_bundle, read_meta
+from hybrid.data.paths import public_data_dir
+from hybrid.hardware.catalog import Catalog
+from hybrid.ops.families import family_array
+from hybrid.ops.roofline import roofline
+from hybrid.reports.markdown import write_benchmark_results
+from hybrid.reports.metrics import relative_errors
 
-from hybrid.corrections import HybridPredictor  # noqa: E402
-from hybrid.data.bundle import load_bundle, read_meta  # noqa: E402
-from hybrid.data.paths import public_data_dir  # noqa: E402
-from hybrid.hardware.catalog import Catalog  # noqa: E402
-from hybrid.ops.families import family_array  # noqa: E402
-from hybrid.ops.roofline import roofline  # noqa: E402
-from hybrid.reports.markdown import write_benchmark_results  # noqa: E402
-from hybrid.reports.metrics import relative_errors  # noqa: E402
+
+def _experiment(name: str, path: Path) -> ModuleType:
+    """Another experiment's module, by file (under a unique name: every experiment's script is ``run.py``)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+_KERNEL_ACCURACY = Path(__file__).resolve().parents[1] / "kernel_accuracy"
+kernel_run = _experiment("kernel_accuracy_run", _KERNEL_ACCURACY / "run.py")  # the shared all-sources loader
+conv_logo = _experiment("kernel_accuracy_conv_logo", _KERNEL_ACCURACY / "conv_logo.py")  # NeuSight GPU convs
+
 
 ROOT = Path(__file__).resolve().parents[2]
 H100_BUNDLE = ROOT / "datasets" / "H100-SXM"
@@ -169,7 +184,9 @@ def seed_mean_table(preds: np.ndarray, meas: np.ndarray, groups: np.ndarray) -> 
     for row in preds:
         ok = np.isfinite(row)
         tables.append(error_table(row[ok], meas[ok], groups[ok]))
-    return sum(tables) / len(tables)  # type: ignore[return-value]
+    mean = pd.concat(tables).groupby(level=0).mean()
+    return mean.loc[[g for g in (*GROUP_ORDER, "all") if g in mean.index]
+                    + sorted(set(mean.index) - set(GROUP_ORDER) - {"all"})]
 
 
 def cross_validate(public: pd.DataFrame, target: pd.DataFrame, catalog: Catalog, folds: int, seed: int,
@@ -194,10 +211,11 @@ def comparison_lines(tables: dict[str, pd.DataFrame], bold_best: bool = True) ->
     """One markdown table: per group, rows then geomean % of each named column (median % in brackets)."""
     names = list(tables)
     first = tables[names[0]]
+    tables = {n: t.reindex(first.index) for n, t in tables.items()}  # a group a few-shot draw left out: NaN
     lines = ["| group | rows | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
     for g in first.index:
         vals = [tables[n].loc[g, "geomean_pct"] for n in names]
-        best = int(np.argmin(vals))
+        best = int(np.nanargmin(vals))
         cells = []
         for i, n in enumerate(names):
             c = f"{_pct(vals[i])} ({_pct(tables[n].loc[g, 'median_pct'])})"
@@ -232,12 +250,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=3, help="few-shot draws")
     ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--target-rows", type=int, default=0,
+                    help="score a seeded sample of this many bundle rows (0 = all; for quick checks)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     args = ap.parse_args(argv)
     t0 = time.time()
     say = lambda s: print(f"[{time.time() - t0:.0f} s] {s}", file=sys.stderr)  # noqa: E731
     public, catalog = load_public(public_data_dir(args.data_dir), args.rows_per_group, args.seed)
     target = load_h100()
+    if 0 < args.target_rows < len(target):
+        target = target.sample(n=args.target_rows, random_state=args.seed).reset_index(drop=True)
     assert h100_rows(target, catalog).all(), "the H100 bundle has rows of another device"
     is_h100 = h100_rows(public, catalog)
     never = public[~is_h100].reset_index(drop=True)
@@ -281,8 +303,8 @@ def main(argv: list[str] | None = None) -> None:
         f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
     lines = [
         "# Prediction on a GPU the model never saw: the project's H100 SXM profile", "",
-        f"Command: `{cmd}` (defaults: `--rows-per-group {args.rows_per_group} --seed {args.seed} --seeds "
-        f"{args.seeds} --folds {args.folds}`)", "",
+        f"Command: `{cmd}` (settings: `--rows-per-group {args.rows_per_group} --seed {args.seed} --seeds "
+        f"{args.seeds} --folds {args.folds} --target-rows {args.target_rows}`)", "",
         f"Test data: `datasets/H100-SXM/measurements.csv`, {len(target)} rows of eager PyTorch ops on one H100 SXM5 "
         "80GB timed with CUDA events (`framework = pytorch`: host dispatch included, 13-18 us floor). Training data: "
         f"{len(public)} public kernel rows (each (source, device, dtype, family) sub-sampled to {args.rows_per_group}; "
