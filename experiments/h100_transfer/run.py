@@ -76,7 +76,7 @@ OPTIMIZER_VARIANTS = ("sgd", "adagrad", "sparse_sgd", "sparse_adagrad")
 POOL_VARIANTS = ("avgpool", "maxpool")
 SHOTS = (20, 50)
 POOL_SIZE = 50
-STRATEGIES = ("scale", "auto")
+STRATEGIES = ("scale", "auto", "shift")
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -328,12 +328,13 @@ def main(argv: list[str] | None = None) -> None:
         "## Summary: every scenario", "",
         "Columns: roofline (catalog datasheet peaks); 1 = never seen (every H100 row removed, "
         f"{len(never)} training rows); 2 = public H100 seen (XLA kernel-only GEMMs kept); 3 = few-shot from model "
-        f"1, strategy `auto` with k = 20 / 50 random bundle rows (mean of {args.seeds} seeds, scored on the "
+        f"1, strategy `auto` (the default) or `shift` with k = 20 / 50 random bundle rows (mean of {args.seeds} seeds, scored on the "
         f"{len(target) - POOL_SIZE} rows outside the {POOL_SIZE}-row pool); 4 = {args.folds}-fold CV with the "
         "other folds in training (upper bound).", "",
     ]
     lines += comparison_lines({"roofline": roof, "1 never seen": never_t, "2 public H100 seen": public_t,
                                "3 auto k=20": shot_t["auto k=20"], "3 auto k=50": shot_t["auto k=50"],
+                               "3 shift k=20": shot_t["shift k=20"], "3 shift k=50": shot_t["shift k=50"],
                                "4 in distribution": cv_t})
     lines += ["", "## 1. Never seen: roofline vs corrected, all figures", "",
               "Which model answered (method): " + methods_line(p_never, groups) + ".", ""]
@@ -347,7 +348,8 @@ def main(argv: list[str] | None = None) -> None:
     lines += ["", "## 3. Few-shot adaptation of model 1 (mean over seeds)", "",
               "k random rows of the whole bundle (all families mixed, as a user measuring a handful of ops would); "
               "`scale`: a robust shrunken scale per (correction, device); `auto`: that plus extra trees from "
-              "20 rows of a family on; `family scale` (a diagnostic, not a library strategy): the same robust "
+              "20 rows of a family on; `shift`: one additive per-op time (us) per (correction, device), "
+              "`hybrid.corrections.adapt.robust_shift`; `family scale` (a diagnostic, not a library strategy): the same robust "
               "shrunken scale (`hybrid.corrections.adapt.robust_offsets`) fitted per op family instead of per "
               "correction. k=0 is model 1 on the same scoring rows.", ""]
     lines += comparison_lines({n: shot_t[n] for n in ("k=0", *(f"{s} k={k}" for k in SHOTS
