@@ -73,3 +73,17 @@ def test_shift_adapts_a_new_host(catalog, pointwise, tmp_path):
     scaled = adapted.adapt(shots, strategy="scale")
     assert "H100-SXM" not in scaled.shifts.get("kernel-xgb-pointwise", {})
     assert "H100-SXM" in scaled.offsets["kernel-xgb-pointwise"]
+
+
+def test_calibrate_offers_every_strategy_and_checks_it():
+    from hybrid.cli.calibrate import ADAPT_STRATEGIES
+    from hybrid.corrections.adapt import STRATEGIES
+    from hybrid.errors import InvalidInputError
+    from hybrid.tracking.calibrate import CalibrationConfig
+
+    assert set(ADAPT_STRATEGIES) == set(STRATEGIES)
+    assert CalibrationConfig(name="x", base="m", adapt_strategy="shift").adapt_strategy == "shift"
+    with pytest.raises(InvalidInputError, match="magic"):
+        CalibrationConfig(name="x", base="m", adapt_strategy="magic")
+    with pytest.raises(InvalidInputError, match="base"):
+        CalibrationConfig(name="x", adapt_strategy="shift")
