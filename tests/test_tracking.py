@@ -65,6 +65,14 @@ def test_adapting_the_registered_model_to_a_new_gpu(base_run):
     assert np.allclose(again.predict_time(rest), base.predict_time(rest))
 
 
+def test_adapting_with_the_shift_strategy(base_run):
+    few = base_run["new"].sample(40, random_state=1).reset_index(drop=True)
+    calibrate(few, CalibrationConfig(name="gpus-t4-shift", base="gpus", adapt_strategy="shift"),
+              tracking_uri=base_run["uri"])
+    adapted = load_predictor("gpus-t4-shift/1", tracking_uri=base_run["uri"]).predictor
+    assert NEW_GPU in {d for per in adapted.shifts.values() for d in per} and not adapted.offsets
+
+
 def test_registered_model_is_pickle_free_and_loads_through_pyfunc(base_run):
     import mlflow.pyfunc
 

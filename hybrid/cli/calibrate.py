@@ -11,6 +11,10 @@ from hybrid.cli.evaluate import echo_comparison
 from hybrid.cli.output import echo_json
 from hybrid.tracking.store import DEFAULT_EXPERIMENT
 
+#: ``--strategy`` choices: :data:`hybrid.corrections.adapt.STRATEGIES` (listed here so that ``--help`` does not
+#: import the numerical stack; a test keeps the two equal)
+ADAPT_STRATEGIES = ("auto", "scale", "boost", "residual", "shift")
+
 
 def print_result(result: Any) -> None:
     """Human-readable summary of a :class:`~hybrid.tracking.calibrate.CalibrationResult`."""
@@ -49,14 +53,18 @@ def print_result(result: Any) -> None:
               help="Collectives of systems never measured get the cross-system transfer model (method "
                    "collective-transfer; the default for a new calibration) or the alpha-beta estimate "
                    "(--no-collective-transfer). Not with --base (an adapted model keeps its base's).")
+@click.option("--strategy", "adapt_strategy", default="auto", show_default=True,
+              type=click.Choice(ADAPT_STRATEGIES),
+              help="With --base: the few-shot adaptation (shift: one additive per-op time per device and "
+                   "correction, for a new host whose framework dispatch differs; see docs/corrections.md).")
 @click.option("--experiment", default=DEFAULT_EXPERIMENT, show_default=True, help="MLflow experiment.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
 @click.option("--json", "as_json", is_flag=True, help="Print run id, version and error summaries as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_device: tuple[str, ...],
               exclude_device: tuple[str, ...], no_lodo: bool, test_fraction: float, max_rows: int | None,
-              seed: int, collective_transfer: bool | None, experiment: str, tracking_uri: str | None, as_json: bool,
-              quiet: bool) -> None:
+              seed: int, collective_transfer: bool | None, adapt_strategy: str, experiment: str,
+              tracking_uri: str | None, as_json: bool, quiet: bool) -> None:
     """Calibrate on measured TABLES (canonical CSV/Parquet, or profiler bundle directories whose catalog.toml
     is merged), evaluate on held-out rows (random split + leave-one-device-out), record the run in MLflow and
     register the predictor as NAME. With --base, adapt an existing model to a new device from a few rows."""
@@ -66,7 +74,7 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
 
     config = CalibrationConfig(name=name, base=base, holdout_devices=holdout_device, exclude_devices=exclude_device,
                                seed=seed, test_fraction=test_fraction, lodo=not no_lodo, experiment=experiment,
-                               collective_transfer=collective_transfer)
+                               collective_transfer=collective_transfer, adapt_strategy=adapt_strategy)
     data = load_measurements(tables)
     if max_rows:
         data.table = subsample(data.table, max_rows, seed)

@@ -18,6 +18,14 @@ Four strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md
     ``scale`` first; with at least ``AUTO_BOOST_MIN_ROWS`` rows of a family, extra trees are then grown on the
     residuals left after the scale (the scale absorbs the device-wide bias, the trees only the shape-dependent
     part). Below that, the scale alone: low variance where there is little data.
+``shift``
+    One *additive* time per (device, correction), in microseconds: the per-op host cost (framework dispatch,
+    launch, synchronise) of the new machine minus what the model learned from the training hosts. Eager-framework
+    timings of small ops are mostly that cost, which differs by host (13-18 us on the project's H100 VM, 14-67 us
+    on the public hosts), so a multiplicative scale fitted on a mix of small and large ops fits neither
+    (``experiments/h100_transfer``). :func:`robust_shift`: the shift on :data:`SHIFT_GRID_US` minimising a capped
+    absolute log error, shrunk towards 0 like the scale; a shifted prediction never drops below the row's
+    roofline.
 """
 
 from __future__ import annotations
@@ -38,7 +46,12 @@ MIN_SPREAD = 0.05
 #: Rows of one family from which ``auto`` also grows trees on the residuals left after the scale.
 AUTO_BOOST_MIN_ROWS = 20
 #: Strategies :meth:`HybridPredictor.adapt` accepts.
-STRATEGIES = ("residual", "scale", "boost", "auto")
+STRATEGIES = ("residual", "scale", "boost", "auto", "shift")
+#: Additive shifts (us) the ``shift`` strategy chooses from: host per-op costs differ by tens of microseconds.
+SHIFT_GRID_US = np.arange(-100.0, 100.0 + 0.125, 0.25)
+#: Absolute log error at which one row's loss stops growing in :func:`robust_shift` (a badly predicted shape
+#: among a few rows cannot drag the shift).
+SHIFT_LOSS_CAP = 1.0
 
 
 def residual_offsets(log_residual: np.ndarray, groups: pd.Series, shrink: float = SHRINK) -> dict[str, float]:
@@ -80,3 +93,28 @@ def robust_offsets(log_residual: np.ndarray, groups: pd.Series, shrink: float = 
     labels = groups.astype(str).to_numpy()
     codes, uniques = pd.factorize(labels)
     return {str(g): robust_offset(r[codes == i], shrink) for i, g in enumerate(uniques)}
+
+
+def robust_shift(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, shrink: float = SHRINK) -> float:
+    """Additive time (us) that best moves ``predicted`` onto ``measured``: the ``a`` of :data:`SHIFT_GRID_US`
+    minimising ``sum(min(|log(measured / max(predicted + a, floor))|, SHIFT_LOSS_CAP))`` (ties: the smallest
+    ``|a|``), shrunk towards 0 by ``n / (n + shrink)``. ``floor`` (the roofline) bounds a negative shift.
+    Rows with a non-positive or non-finite value are ignored; none left gives 0."""
+    m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
+    ok = np.isfinite(m) & np.isfinite(p) & np.isfinite(f) & (m > 0) & (p > 0)
+    m, p, f = m[ok], p[ok], np.maximum(np.where(f[ok] > 0, f[ok], 0.0), 1e-6)
+    if len(m) == 0:
+        return 0.0
+    cand = np.maximum(p[None, :] + SHIFT_GRID_US[:, None], f[None, :])
+    loss = np.minimum(np.abs(np.log(m)[None, :] - np.log(cand)), SHIFT_LOSS_CAP).sum(axis=1)
+    best = np.flatnonzero(loss <= loss.min() + 1e-9)
+    a = float(SHIFT_GRID_US[best[np.argmin(np.abs(SHIFT_GRID_US[best]))]])
+    return a * len(m) / (len(m) + shrink)
+
+
+def robust_shifts(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, groups: pd.Series,
+                  shrink: float = SHRINK) -> dict[str, float]:
+    """:func:`robust_shift` per group label."""
+    m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
+    codes, uniques = pd.factorize(groups.astype(str).to_numpy())
+    return {str(g): robust_shift(m[codes == i], p[codes == i], f[codes == i], shrink) for i, g in enumerate(uniques)}

@@ -94,6 +94,8 @@ class HybridPredictor:
         self.seed = seed
         #: few-shot residual offsets: correction key (or "roofline") -> device -> log scale
         self.offsets: dict[str, dict[str, float]] = {}
+        #: few-shot additive host shifts (strategy ``shift``): correction key (or "roofline") -> device -> us
+        self.shifts: dict[str, dict[str, float]] = {}
         #: few-shot boosted models used for one device only: (correction key, device) -> correction
         self.device_models: dict[tuple[str, str], XGBCorrection] = {}
         self.fit_info: dict[str, dict[str, Any]] = {}
@@ -172,7 +174,7 @@ class HybridPredictor:
                 continue
             corr.fit(norm, base, self.catalog)
             self.fit_info[corr.key] = {"fitted": True, "rows": n}
-        self.offsets, self.device_models = {}, {}
+        self.offsets, self.device_models, self.shifts = {}, {}, {}
         self.data_digest = table_digest(norm)
         self.devices_seen = sorted(map(str, pd.unique(norm["device"])))
         self.systems_seen = sorted(map(str, pd.unique(norm["system"].dropna()))) if "system" in norm.columns else []
@@ -239,7 +241,7 @@ class HybridPredictor:
 
     def _seen(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
         """Rows whose device (and system, for collectives) the corrections were fitted on, not adapted."""
-        adapted = {d for per in self.offsets.values() for d in per} | {d for _, d in self.device_models}
+        adapted = self._adapted_devices()
         seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
         is_coll = isin_fast(base["family"], ("collective",))
         if is_coll.any():
@@ -249,6 +251,11 @@ class HybridPredictor:
                 sys_seen = np.zeros(len(norm), dtype=bool)
             seen = np.where(is_coll, seen & sys_seen, seen)
         return seen
+
+    def _adapted_devices(self) -> set[str]:
+        """Devices with a few-shot scale, shift or device model."""
+        return ({d for per in self.offsets.values() for d in per} | {d for per in self.shifts.values() for d in per}
+                | {d for _, d in self.device_models})
 
     # ------------------------------------------------------------------ predict
     def _raw(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -309,6 +316,13 @@ class HybridPredictor:
                 for dev, off in per_dev.items():
                     scale[(group == key) & (devices == dev)] = off
             time = time * np.exp(scale)
+        if self.shifts:
+            devices = norm["device"].to_numpy(dtype=object)
+            roof = base["time_us"].to_numpy(dtype=np.float64)
+            for key, per_dev in self.shifts.items():
+                for dev, shift in per_dev.items():
+                    rows = (group == key) & (devices == dev)
+                    time[rows] = np.maximum(time[rows] + shift, roof[rows])  # never below the roofline
         out = {"time_us": time, "roofline_us": base["time_us"].to_numpy(dtype=np.float64),
                "method": method, "bound": base["bound"].to_numpy(dtype=object)}
         if intervals:
@@ -331,13 +345,25 @@ class HybridPredictor:
         (default: a robust shrunken scale per device and correction, plus extra trees on what it leaves from
         ``AUTO_BOOST_MIN_ROWS`` rows of a family on), ``"scale"`` (that scale alone), ``"boost"`` (extra
         XGBoost trees for that device; other corrections, or fewer than 3 rows of a family, use ``residual``)
-        or ``"residual"`` (one shrunken mean log-scale). ``self`` is not modified.
+        ``"residual"`` (one shrunken mean log-scale) or ``"shift"`` (one additive per-op time in us per
+        device and correction, for a new *host* whose framework dispatch differs from the training hosts';
+        :func:`hybrid.corrections.adapt.robust_shift`). ``self`` is not modified.
         """
         if strategy not in adapt_mod.STRATEGIES:
             raise InvalidInputError(f"unknown adaptation strategy {strategy!r}; known: {adapt_mod.STRATEGIES}")
         norm, base = self._prepare(table, training=True)
         new = self.copy()
         devices = norm["device"].astype(str)
+        if strategy == "shift":
+            time, _, group = new._raw(norm, base)
+            labels = pd.Series(group.astype(str), index=norm.index) + "\x00" + devices
+            shifts = adapt_mod.robust_shifts(norm["time_us"].to_numpy(dtype=np.float64), time,
+                                             base["time_us"].to_numpy(dtype=np.float64), labels)
+            for label, shift in shifts.items():
+                key, dev = label.split("\x00")
+                new.shifts.setdefault(key, {})[dev] = shift
+                new.offsets.get(key, {}).pop(dev, None)  # the shift replaces an earlier scale of that pair
+            return new
         if strategy in ("scale", "auto"):
             time, _, group = new._raw(norm, base)
             resid = np.log(norm["time_us"].to_numpy(dtype=np.float64)) - np.log(time)
@@ -356,6 +382,7 @@ class HybridPredictor:
         for label, off in offs.items():
             key, dev = label.split("\x00")
             new.offsets.setdefault(key, {})[dev] = off
+            new.shifts.get(key, {}).pop(dev, None)  # the scale replaces an earlier shift of that pair
         return new
 
     def _boost_devices(self, norm: pd.DataFrame, base: pd.DataFrame, devices: pd.Series, min_rows: int,
@@ -402,7 +429,7 @@ class HybridPredictor:
                 dev_models.append({"key": key, "device": dev, "class": type(model).__name__, "dir": sub})
             write_json(tmp / "manifest.json", {
                 "format_version": FORMAT_VERSION, "versions": versions(), "seed": self.seed,
-                "corrections": entries, "device_models": dev_models, "offsets": self.offsets,
+                "corrections": entries, "device_models": dev_models, "offsets": self.offsets, "shifts": self.shifts,
                 "fit_info": self.fit_info, "data_digest": self.data_digest,
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
                 "intervals": None if self.intervals is None else self.intervals.to_json(),
@@ -411,8 +438,7 @@ class HybridPredictor:
         return target
 
     def _catalog_payload(self) -> dict[str, Any]:
-        devs = set(self.devices_seen) | {d for per in self.offsets.values() for d in per}
-        devs |= {d for _, d in self.device_models}
+        devs = set(self.devices_seen) | self._adapted_devices()
         systems = [self.catalog.systems[s] for s in self.systems_seen if s in self.catalog.systems]
         devs |= {s.device for s in systems}
         devices = [self.catalog.device(d) for d in sorted(devs) if self.catalog.resolve_device(d, missing_ok=True)]
@@ -450,6 +476,7 @@ class HybridPredictor:
             klass = CORRECTION_CLASSES[entry["class"]]
             obj.device_models[(entry["key"], entry["device"])] = klass.load(d / entry["dir"])  # type: ignore[assignment]
         obj.offsets = {k: {dk: float(v) for dk, v in per.items()} for k, per in manifest.get("offsets", {}).items()}
+        obj.shifts = {k: {dk: float(v) for dk, v in per.items()} for k, per in manifest.get("shifts", {}).items()}
         obj.fit_info = manifest.get("fit_info", {})
         obj.data_digest = manifest.get("data_digest", "")
         obj.devices_seen = list(manifest.get("devices_seen", []))
@@ -467,8 +494,7 @@ class HybridPredictor:
             "fit_info": self.fit_info,
             "devices_seen": self.devices_seen,
             "systems_seen": self.systems_seen,
-            "adapted_devices": sorted({d for per in self.offsets.values() for d in per} |
-                                      {d for _, d in self.device_models}),
+            "adapted_devices": sorted(self._adapted_devices()),
             "data_digest": self.data_digest,
             "versions": versions(),
         }

@@ -94,6 +94,10 @@ class CalibrationConfig:
     #: for a new calibration (it beats alpha-beta on leave-one-system-out, experiments/collectives_accuracy),
     #: off for an adaptation (``base``: the base's collective model is kept); resolved in ``__post_init__``
     collective_transfer: bool | None = None
+    #: few-shot strategy of an adaptation (``base``): one of :data:`hybrid.corrections.adapt.STRATEGIES`
+    #: (``auto``, the default; ``shift`` for a new host whose per-op framework cost differs, see
+    #: experiments/h100_transfer)
+    adapt_strategy: str = "auto"
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", self.name):
@@ -109,6 +113,13 @@ class CalibrationConfig:
                                         "keeps the collective model of its base")
         if self.collective_transfer is None:
             self.collective_transfer = not self.base
+        from hybrid.corrections.adapt import STRATEGIES
+
+        if self.adapt_strategy not in STRATEGIES:
+            raise InvalidInputError(f"unknown adaptation strategy {self.adapt_strategy!r}; known: "
+                                    f"{', '.join(STRATEGIES)}")
+        if self.adapt_strategy != "auto" and not self.base:
+            raise InvalidInputError("an adaptation strategy applies to adapting a registered model (base)")
 
 
 @dataclass
@@ -283,11 +294,11 @@ def _adapt_run(client: Any, store: Store, table: pd.DataFrame, cat: Catalog, con
             k = len(table) // 2
             fit_rows, test = table.iloc[np.sort(perm[:k])], table.iloc[np.sort(perm[k:])].reset_index(drop=True)
             base_pred = load().predict(test)["time_us"].to_numpy(np.float64)
-            adapted = load().adapt(fit_rows.reset_index(drop=True))
+            adapted = load().adapt(fit_rows.reset_index(drop=True), strategy=config.adapt_strategy)
             frames.append(prediction_frame(test, adapted.predict(test), "adapt", base=base_pred))
         bar.update()
         base_all = load().predict(table)["time_us"].to_numpy(np.float64)
-        final = load().adapt(table)
+        final = load().adapt(table, strategy=config.adapt_strategy)
         frames.append(prediction_frame(table, final.predict(table), "train", base=base_all))
         bar.update()
         bar.close()
@@ -376,6 +387,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
         "exclude_devices": ",".join(config.exclude_devices),
         "splits": ",".join(summaries), "data_sha256": digest, "n_rows": len(table),
         "sources": ",".join(data.sources), "collective_transfer": bool(config.collective_transfer),
+        "adapt_strategy": config.adapt_strategy if config.base else "",
     })
     params.update(flatten_params("rows.op", profile["rows_per_op"]))
     params.update(flatten_params("rows.device", profile["rows_per_device"]))
