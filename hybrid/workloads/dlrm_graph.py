@@ -172,7 +172,11 @@ def hybrid_embedding_pieces(config: DLRMConfig, frequent_rows: np.ndarray, frequ
 #: * ``per-table view gradients``: every model-parallel table's pooled output is a column view of the received
 #:   block (``block[:, a:b]``) and every data-parallel one a view of its group's output: in the backward pass
 #:   autograd materialises one gradient of the WHOLE block per view (``zeros`` + slice copy) and accumulates them
-#:   (``add_``), three kernels per table over the whole block.
+#:   (``add_``), three kernels per table over the whole block;
+#: * ``row-wise view gradients``: the same for the row-wise tables (two ranks or more): every rank's row-wise
+#:   features are column views of the reduce-scatter output (one per row-wise table), and the owner takes one
+#:   ``out[:, j]`` select of its fused lookup output (global batch) per row-wise piece, plus one ``out[:, keep]``
+#:   of the table-/column-wise pieces when the group holds both: each a zero gradient of the whole fused output.
 #:
 #: The two host waits do not exist on a CPU device: ``.cpu()`` of a CPU tensor is a no-op and the host is
 #: synchronous anyway (``TaskGraph.synchronous_host``: every kernel has finished when the next is launched).
@@ -180,8 +184,8 @@ def hybrid_embedding_pieces(config: DLRMConfig, frequent_rows: np.ndarray, frequ
 #: work on CPUs") for what each does to the CPU validation.
 HARNESS_WORK: dict[str, tuple[str, ...]] = {
     "gpu": ("single-rank input distribution and exchange", "value-count host wait", "sparse coalesce host waits",
-            "per-table view gradients"),
-    "cpu": ("single-rank input distribution and exchange", "per-table view gradients"),
+            "per-table view gradients", "row-wise view gradients"),
+    "cpu": ("single-rank input distribution and exchange", "per-table view gradients", "row-wise view gradients"),
 }
 HARNESS_GPU_WORK = HARNESS_WORK["gpu"]
 
