@@ -1,5 +1,5 @@
 """GPU runs of the DLRM harness: mapping ``local-cuda`` onto the bundle's GPU, the harness-specific work the
-graph adds on GPUs (and not on CPUs), and phases cut by the host clock."""
+graph adds on GPUs (and, as data, on CPUs), and phases cut by the host clock."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hybrid.engine.graph import HOST, TaskGraph
 from hybrid.engine.simulate import simulate
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
-from hybrid.workloads.dlrm_graph import build_dlrm_graph
+from hybrid.workloads.dlrm_graph import HARNESS_WORK, build_dlrm_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "datasets" / "dlrm-h100-1gpu"
@@ -115,12 +115,50 @@ def test_harness_work_on_one_gpu():
     assert b > a
 
 
-def test_harness_work_not_added_on_cpus():
+def test_harness_work_on_cpus_is_data():
+    """On a CPU target the harness graph adds the work listed for CPUs in HARNESS_WORK (the view gradients) and
+    never the GPU's host waits (``.cpu()`` of a CPU tensor is a no-op, the host is synchronous)."""
     table = read_results(RUNS / "results.csv")
-    row = table[(table["config_name"] == "c002") & (table["plan_name"] == "dp_small")].iloc[0]
+    row = table[(table["config_name"] == "c000") & (table["plan_name"] == "size_greedy")].iloc[0]
     cfg, plan = load_pair(RUNS, row)
     cat, cpu = cpu_catalog()
-    assert _names(cfg, plan, cpu, True, cat) == _names(cfg, plan, cpu, False, cat)
+    plain, harness = _names(cfg, plan, cpu, False, cat), _names(cfg, plan, cpu, True, cat)
+    assert not any("waits for the GPU" in n for n in harness)
+    views = sum(v for n, v in harness.items() if n.startswith("feature slice bwd zeros"))
+    assert views == (cfg.num_tables if "per-table view gradients" in HARNESS_WORK["cpu"] else 0)
+    assert set(harness) - set(plain) <= {n for n in harness if "feature slice" in n or "one rank" in n
+                                         or "local copy" in n or "output_dist pack" in n or "unpack" in n}
+
+
+def test_row_wise_view_gradients_on_two_ranks(monkeypatch):
+    """Row-wise tables: one view per table of the reduce-scatter output on every rank, and on the owner one
+    select per row-wise piece of its fused lookup output (plus one index view when the group also holds
+    table-/column-wise pieces); each a zero gradient of the whole tensor, a copy and (but the first) an add."""
+    from dataclasses import replace
+
+    from hybrid.sharding.plan import Shard, ShardingPlan
+    from hybrid.workloads import dlrm_graph
+
+    table = read_results(RUNS / "results.csv")
+    row = table[(table["config_name"] == "c000") & (table["plan_name"] == "size_greedy")].iloc[0]
+    cfg, _ = load_pair(RUNS, row)
+    cat, cpu = cpu_catalog()
+    names = [t.name for t in cfg.tables]
+    rw = names[:3]  # three row-wise tables over both ranks, the rest table-wise on rank 0 (same dim: one group)
+    plan = ShardingPlan({n: Shard("row_wise", (0, 1)) if n in rw else Shard("table_wise", (0,)) for n in names})
+    cfg = cfg.with_(gpus=2, tables=[replace(t, embedding_dim=16) for t in cfg.tables])
+    monkeypatch.setitem(dlrm_graph.HARNESS_WORK, "cpu", ("per-table view gradients", "row-wise view gradients"))
+    got = _names(cfg, plan, cpu, True, cat)
+    assert got["feature slice bwd zeros (row_wise reduce_scatter output)"] == 2 * len(rw)
+    assert got["feature slice bwd accumulate (row_wise reduce_scatter output)"] == 2 * (len(rw) - 1)
+    dims = {t.embedding_dim for t in cfg.tables}
+    assert len(dims) == 1
+    d = dims.pop()
+    # rank 0 holds row-wise and table-wise pieces (3 selects + 1 index view), rank 1 only row-wise ones (3)
+    assert got[f"feature slice bwd zeros (fused output dim {d})"] == (len(rw) + 1) + len(rw)
+    monkeypatch.setitem(dlrm_graph.HARNESS_WORK, "cpu", ("per-table view gradients",))
+    assert not any("row_wise reduce_scatter output" in n or "fused output" in n
+                   for n in _names(cfg, plan, cpu, True, cat))
 
 
 def test_coalesce_wait_exposes_the_gpu_backlog_to_the_host():

@@ -184,4 +184,11 @@ def test_search_forward_lookups_name_the_engines_variant(catalog):
     emb = table[table["op"] == "embedding_bag"]
     assert len(emb) > 0
     fwd = emb[emb["direction"] == "fwd"]
-    assert len(fwd) == len(emb) / 2 and (fwd["variant"] == LOOKUP_FWD_VARIANT).all()
+    assert (fwd["variant"] == LOOKUP_FWD_VARIANT).all()
+    assert (emb["direction"] == "bwd").sum() == len(fwd) + 1  # one floor row per backward variant
+    # backward rows name the graph's backward variants: sparse gradient + SGD update for sharded pieces, dense
+    # gradient + update for data-parallel ones (full-batch rows are the sharded pieces, local-batch the replicas)
+    bwd = emb[(emb["direction"] == "bwd") & (emb["num_embeddings"] > 1)]
+    assert set(bwd["variant"]) == {"sparse_sgd", "dense_sgd"}
+    local = bwd["batch_size"] == c.batch_size_per_gpu
+    assert (bwd.loc[local, "variant"] == "dense_sgd").all() and (bwd.loc[~local, "variant"] == "sparse_sgd").all()

@@ -174,15 +174,18 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         "pooling_factor": np.maximum(piece_pool.ravel(), 1e-3), "batch_size": piece_batch.ravel(),
         "zipf_alpha": np.repeat(alpha, n_opt), "index_dist": np.where(np.repeat(alpha, n_opt) > 0, "zipf", "uniform"),
     })
-    # forward rows name their variant (sum pooling) as the engine's and the profiler's rows do, so the embedding
-    # model's fitted (fwd, sum) reference prices them; backward rows keep no variant (the search adds the
-    # data-parallel / optimizer update separately, which a profiled sparse_sgd backward would count again)
-    emb = pd.concat([emb.assign(direction="fwd", variant=LOOKUP_FWD_VARIANT), emb.assign(direction="bwd")],
-                    ignore_index=True)
+    # every row names its variant as the engine's DLRM graph and the profiler's rows do, so the embedding model's
+    # fitted (direction, variant) reference prices them: forward = sum pooling; backward = the sparse gradient plus
+    # its SGD update (``sparse_sgd``, the graph's backward + update of a sharded table) for sharded options, the
+    # dense gradient plus update (``dense_sgd``) for the data-parallel one (its dense all-reduce and optimizer
+    # pass are added separately, as in the graph)
+    bwd_variant = np.array(["dense_sgd" if o.type == "data_parallel" else "sparse_sgd" for o in options])
+    emb = pd.concat([emb.assign(direction="fwd", variant=LOOKUP_FWD_VARIANT),
+                     emb.assign(direction="bwd", variant=np.tile(bwd_variant, T))], ignore_index=True)
     floor = pd.DataFrame({"op": "embedding_bag", "device": target.device.key, "dtype": dt, "num_tables": 1,
                           "num_embeddings": 1.0, "embedding_dim": 1.0, "pooling_factor": 1e-3, "batch_size": 1.0,
-                          "zipf_alpha": 0.0, "index_dist": "uniform", "direction": ["fwd", "bwd"],
-                          "variant": [LOOKUP_FWD_VARIANT, None]})
+                          "zipf_alpha": 0.0, "index_dist": "uniform", "direction": ["fwd", "bwd", "bwd"],
+                          "variant": [LOOKUP_FWD_VARIANT, "sparse_sgd", "dense_sgd"]})
     coll_ops = ["all_to_all", "reduce_scatter", "all_gather", "all_reduce"] if R > 1 else []
     coll = pd.DataFrame([{"op": op, "device": target.device.key, "system": target.system, "dtype": dt,
                           "size_bytes": float(s), "n_ranks": R, "n_nodes": target.nodes(R)}
@@ -190,9 +193,11 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     table = pd.concat([emb, floor, coll], ignore_index=True)
     times, _ = predict_times(model, table)
     fwd, bwd = times[:n].reshape(T, n_opt), times[n:2 * n].reshape(T, n_opt)
-    f_floor, b_floor = times[2 * n], times[2 * n + 1]
+    f_floor = times[2 * n]
+    b_floor = np.where(bwd_variant == "dense_sgd", times[2 * n + 2], times[2 * n + 1])  # per option [n_opt]
     emb_us = np.maximum(fwd - f_floor, 0.0) + np.maximum(bwd - b_floor, 0.0)
-    grids = {op: np.maximum(times[2 * n + 2 + i * len(_GRID): 2 * n + 2 + (i + 1) * len(_GRID)], 1e-6)
+    c0 = 2 * n + 3
+    grids = {op: np.maximum(times[c0 + i * len(_GRID): c0 + (i + 1) * len(_GRID)], 1e-6)
              for i, op in enumerate(coll_ops)}
     valid = _valid(config, options)
     emb_us = np.where(valid, emb_us, np.inf)

@@ -159,24 +159,35 @@ def hybrid_embedding_pieces(config: DLRMConfig, frequent_rows: np.ndarray, frequ
     return pieces
 
 
-#: What ``build_dlrm_graph(..., harness=True)`` adds on a GPU, because :mod:`hybrid.bench.dlrm_harness` does it
-#: (measured: ``datasets/dlrm-h100-1gpu``; ``experiments/dlrm_validation/h100``), none of it fitted:
+#: What ``build_dlrm_graph(..., harness=True)`` adds, by device kind, because :mod:`hybrid.bench.dlrm_harness`
+#: does it (GPU: measured on ``datasets/dlrm-h100-1gpu``, ``experiments/dlrm_validation/h100``), none of it fitted:
 #:
-#: * the input distribution and the pooled-embedding all-to-all run on one rank too (NCCL copies the rank's own
-#:   chunk), and the value counts are copied to the host (``.cpu()``) before the payload can be sized: the host
-#:   waits for them;
-#: * ``torch.optim`` SGD/Adagrad on a sparse COO gradient coalesces it on the GPU and reads the number of unique
-#:   rows back to the host: one host wait per fused table, so the GPU's backlog drains there and the launches
-#:   after it are exposed;
-#: * every model-parallel table's pooled output is a column view of the received block (``block[:, a:b]``) and
-#:   every data-parallel one a view of its group's output: in the backward pass autograd materialises one
-#:   gradient of the WHOLE block per view (``zeros`` + slice copy) and accumulates them (``add_``), three kernels
-#:   per table over the whole block.
+#: * ``single-rank input distribution and exchange``: the input distribution and the pooled-embedding all-to-all
+#:   run on one rank too (NCCL and gloo copy the rank's own chunk);
+#: * ``value-count host wait``: the value counts are copied to the host (``.cpu()``) before the payload can be
+#:   sized: the host waits for them;
+#: * ``sparse coalesce host waits``: ``torch.optim`` SGD/Adagrad on a sparse COO gradient coalesces it on the GPU
+#:   and reads the number of unique rows back to the host: one host wait per fused table, so the GPU's backlog
+#:   drains there and the launches after it are exposed;
+#: * ``per-table view gradients``: every model-parallel table's pooled output is a column view of the received
+#:   block (``block[:, a:b]``) and every data-parallel one a view of its group's output: in the backward pass
+#:   autograd materialises one gradient of the WHOLE block per view (``zeros`` + slice copy) and accumulates them
+#:   (``add_``), three kernels per table over the whole block;
+#: * ``row-wise view gradients``: the same for the row-wise tables (two ranks or more): every rank's row-wise
+#:   features are column views of the reduce-scatter output (one per row-wise table), and the owner takes one
+#:   ``out[:, j]`` select of its fused lookup output (global batch) per row-wise piece, plus one ``out[:, keep]``
+#:   of the table-/column-wise pieces when the group holds both: each a zero gradient of the whole fused output.
 #:
-#: The CPU graph of the harness was developed without these (its host is synchronous, see ``synchronous_host``);
-#: they are not applied there.
-HARNESS_GPU_WORK = ("single-rank input distribution and exchange", "value-count host wait",
-                    "sparse coalesce host waits", "per-table view gradients")
+#: The two host waits do not exist on a CPU device: ``.cpu()`` of a CPU tensor is a no-op and the host is
+#: synchronous anyway (``TaskGraph.synchronous_host``: every kernel has finished when the next is launched).
+#: Which of the rest a CPU target gets is data here, see ``experiments/dlrm_validation/results.md`` ("Harness
+#: work on CPUs") for what each does to the CPU validation.
+HARNESS_WORK: dict[str, tuple[str, ...]] = {
+    "gpu": ("single-rank input distribution and exchange", "value-count host wait", "sparse coalesce host waits",
+            "per-table view gradients", "row-wise view gradients"),
+    "cpu": ("single-rank input distribution and exchange", "per-table view gradients", "row-wise view gradients"),
+}
+HARNESS_GPU_WORK = HARNESS_WORK["gpu"]
 
 #: Nominal PCIe x16 bandwidth per direction (bytes/s) by generation (PCI-SIG: 8/16/32 GT/s per lane, 128b/130b).
 PCIE_X16_BW = {3: 15.75e9, 4: 31.5e9, 5: 63.0e9, 6: 121.0e9}
@@ -305,6 +316,7 @@ def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
                                                       np.array([m.batch * m.pooling for m in members]),
                                                       np.array([m.zipf_alpha for m in members])).sum()),
             "tables": [m.table for m in members], "host": host,
+            "row_wise_pieces": sum(m.type == "row_wise" for m in members),
         })
     return out
 
@@ -420,6 +432,7 @@ def build_dlrm_graph(
     for r in all_ranks:
         n_groups_of[r] = sum(1 for grp in groups[r] if grp["sharded"])
     rw_width = vol.row_wise_bytes / max(B * R * eb, 1e-9)
+    n_rw_tables = len({p.table for p in pieces if p.type == "row_wise"})
     # model-parallel bottom MLP: rank 0 runs it on the global batch; dense features travel with the indices and
     # its output with the pooled embeddings (a table-wise piece of width bottom_mlp[-1])
     mp_bottom = config.bottom_mlp_placement == "model_parallel" and R > 1 and has_sharded
@@ -441,14 +454,16 @@ def build_dlrm_graph(
     for r in all_ranks:
         g.add(r, HOST, "iteration host work", kind="cpu", overhead="iteration")
     unpacked: dict[int, int] = {}
-    gpu_harness = harness and target.device.kind == "gpu"
-    if R == 1 and has_sharded and gpu_harness:  # NCCL on one rank: its own chunk is copied, counts read back
+    work = set(HARNESS_WORK.get(target.device.kind, ())) if harness else set()
+    one_rank = R == 1 and has_sharded and "single-rank input distribution and exchange" in work
+    if one_rank:  # NCCL / gloo on one rank: its own chunk is copied (and on a GPU the counts read back)
         own_idx = sum(B * (p.pooling + 1.0) * INDEX_BYTES for p in pieces if p.type != "data_parallel")
         g.add(0, HOST, "launch input_dist all_to_all (value counts, one rank)", kind="cpu",
               overhead="collective_launch")
         counts_k = g.kernel(0, "input_dist value counts (local copy)", copy(max(n_groups_of[0], 1) * INDEX_BYTES / eb))
-        g.add(0, HOST, "input_dist value counts to host (.cpu(): waits for the GPU)", kind="cpu",
-              overhead="kernel_launch", deps=[counts_k])
+        if "value-count host wait" in work:
+            g.add(0, HOST, "input_dist value counts to host (.cpu(): waits for the GPU)", kind="cpu",
+                  overhead="kernel_launch", deps=[counts_k])
         g.add(0, HOST, "launch input_dist all_to_all (one rank)", kind="cpu", overhead="collective_launch")
         payload_k = g.kernel(0, "input_dist payload (local copy)", copy(own_idx / eb))
         unpacked[0] = g.kernel(0, "input_dist unpack", copy(own_idx / eb), deps=[payload_k])
@@ -457,7 +472,7 @@ def build_dlrm_graph(
                       [cop("all_to_all", R * max(n_groups_of[r], 1) * INDEX_BYTES, R) for r in all_ranks],
                       args={"what": "values per fused table"})
         waited: dict[int, list[int]] = {r: [] for r in all_ranks}
-        if gpu_harness:  # the receiver sizes the payload from the counts on the host (.cpu())
+        if "value-count host wait" in work:  # the receiver sizes the payload from the counts on the host (.cpu())
             waited = {r: [g.add(r, HOST, "input_dist value counts to host (.cpu(): waits for the GPU)", kind="cpu",
                                 overhead="kernel_launch", deps=[counts[r]])] for r in all_ranks}
         sizes = CommVolumes.a2a_size(vol.input_send, vol.input_recv, R)
@@ -509,7 +524,7 @@ def build_dlrm_graph(
             exchanged[r] = [n for n in (out_a2a.get(r), rs.get(r)) if n is not None]
             if cw_cols[r] > 0:
                 exchanged[r] = [g.kernel(r, "column_wise reassemble", copy(B * cw_cols[r]), deps=exchanged[r])]
-    elif R == 1 and has_sharded and gpu_harness and a2a_cols[0] > 0:
+    elif one_rank and a2a_cols[0] > 0:
         # one rank: the pooled outputs are still packed (permute+reshape per fused table, then one cat) and sent
         # to itself by NCCL (a local copy)
         n_mp_groups = int(n_groups_of[0])
@@ -581,25 +596,45 @@ def build_dlrm_graph(
         if p.type in ("table_wise", "column_wise"):
             views_from[p.rank] += 1
 
-    def view_gradients(r: int) -> int:
-        """Backward of the harness's per-table views: per view, a zero gradient of the whole block it views,
-        the slice copied in, accumulated into the block's gradient (the first one is taken as is). These are the
-        same fill/copy/add kernels as in a forward pass, so their rows say ``direction="fwd"`` (the profile's)."""
-        last = inter_bwd[r]
-        blocks = [(f"block from rank {s}", int(views_from[s]), B * a2a_cols[s]) for s in all_ranks
-                  if views_from[s] > 0 and a2a_cols[s] > 0]
-        blocks += [(f"dp group dim {grp['embedding_dim']}", int(grp["num_tables"]),
-                    B * grp["num_tables"] * grp["embedding_dim"]) for grp in groups[r] if not grp["sharded"]]
+    def slice_gradients(r: int, blocks: list[tuple[str, int, float]], last: int | None) -> int | None:
+        """Per view of a block (``(what, views, elements of the whole block)``): a zero gradient of the whole
+        block, the slice copied in, accumulated into the block's gradient (the first one is taken as is). These
+        are the same fill/copy/add kernels as in a forward pass, so their rows say ``direction="fwd"`` (the
+        profile's)."""
         for what, n_views, elems in blocks:
             for j in range(n_views):
                 g.kernel(r, f"feature slice bwd zeros ({what})", kop("elementwise", variant="zeros", n_inputs=0,
                                                                      n_outputs=1, flops_per_element=0,
-                                                                     elements=_round(elems)))
+                                                                     elements=_round(elems)), deps=[last])
                 last = g.kernel(r, f"feature slice bwd copy ({what})", copy(elems / max(n_views, 1)))
                 if j > 0:
                     last = g.kernel(r, f"feature slice bwd accumulate ({what})",
                                     kop("elementwise", variant="add_", elements=_round(elems)))
         return last
+
+    def view_gradients(r: int) -> int:
+        """Backward of the harness's per-table views of the blocks the rank received (and, with row-wise view
+        gradients, of the reduce-scatter output: one view per row-wise table)."""
+        blocks = [(f"block from rank {s}", int(views_from[s]), B * a2a_cols[s]) for s in all_ranks
+                  if views_from[s] > 0 and a2a_cols[s] > 0]
+        blocks += [(f"dp group dim {grp['embedding_dim']}", int(grp["num_tables"]),
+                    B * grp["num_tables"] * grp["embedding_dim"]) for grp in groups[r] if not grp["sharded"]]
+        if "row-wise view gradients" in work and has_rw and R > 1:
+            blocks.append(("row_wise reduce_scatter output", n_rw_tables, B * rw_width))
+        return slice_gradients(r, blocks, inter_bwd[r])
+
+    def owner_view_gradients(r: int, last: int | None) -> int | None:
+        """Backward of the owner's views of its fused lookup output: ``out[:, j]`` per row-wise piece, plus
+        ``out[:, keep]`` when the group also holds table-/column-wise pieces: each a zero gradient of the whole
+        fused output (global batch) and an accumulation."""
+        blocks = []
+        for grp in groups[r]:
+            n_rw = int(grp.get("row_wise_pieces", 0))
+            if grp["sharded"] and n_rw:
+                n_sel = n_rw + (1 if n_rw < grp["num_tables"] else 0)
+                blocks.append((f"fused output dim {grp['embedding_dim']}", n_sel,
+                               grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"]))
+        return slice_gradients(r, blocks, last)
 
     def dp_tables_backward() -> None:
         """Dense gradients of the data-parallel tables (autograd reaches them before the bottom MLP) and their
@@ -650,7 +685,7 @@ def build_dlrm_graph(
                     g.kernel(r, "interaction bwd bmm", kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
                     g.kernel(r, "interaction bwd bmm 2", kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
                 inter_bwd[r] = g.kernel(r, "interaction bwd split", copy(B * (d_out + emb_cols), "bwd"))
-                if gpu_harness:
+                if "per-table view gradients" in work:
                     inter_bwd[r] = view_gradients(r)
             dp_tables_backward()
     flush(force=True)
@@ -668,7 +703,7 @@ def build_dlrm_graph(
         if sizes.max() > 0:
             a2a_bwd = a2a("embedding grad all_to_all", sizes, deps={r: [inter_bwd[r], ag.get(r)] for r in all_ranks})
         g.phase = "backward"
-    elif R == 1 and has_sharded and gpu_harness and a2a_cols[0] > 0:
+    elif one_rank and a2a_cols[0] > 0:
         g.phase = "exchange_bwd"
         g.add(0, HOST, "launch embedding grad all_to_all (one rank)", kind="cpu", overhead="collective_launch")
         a2a_bwd[0] = g.kernel(0, "embedding grad all_to_all (local copy)", copy(B * a2a_cols[0]),
@@ -686,11 +721,14 @@ def build_dlrm_graph(
                 g.kernel(0, f"{name} bwd dgrad (global batch)", kop("gemm", b=1, m=Bb, n=fin, k=fout, direction="bwd"))
             g.kernel(0, f"{name} bwd wgrad (global batch)", kop("gemm", b=1, m=fout, n=fin, k=Bb, direction="bwd"))
     for r in all_ranks:
+        arrived = [n for n in (a2a_bwd.get(r), ag.get(r)) if n is not None]
+        if "row-wise view gradients" in work and R > 1 and has_rw:
+            arrived = [owner_view_gradients(r, ag.get(r)), *arrived]
         for grp in groups[r]:
             if grp["sharded"]:  # the profiled row includes an SGD update: only the backward share here
                 g.kernel(r, f"embedding bwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
                          emb(grp, "bwd", "sparse_sgd"),
-                         deps=[n for n in (a2a_bwd.get(r), ag.get(r)) if n is not None],
+                         deps=arrived,
                          scale=(1.0 - SPARSE_SGD_UPDATE_SHARE) * where(grp))
 
     # ---- optimizer: sparse update of the sharded tables, then the dense step over every DDP parameter -------
@@ -714,7 +752,7 @@ def build_dlrm_graph(
                 done = g.kernel(r, f"embedding {config.optimizer} update", kop(
                     "elementwise", variant=config.optimizer, dtype=emb_dt,
                     elements=_round(grp["unique_rows"] * grp["embedding_dim"])), scale=where(grp))
-            if gpu_harness:  # coalescing reads the unique-row count back: the host waits for the GPU
+            if "sparse coalesce host waits" in work:  # coalescing reads the unique-row count back to the host
                 step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)", kind="cpu",
                              overhead="kernel_launch", deps=[done])
         params = dense_tensors(r) + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
