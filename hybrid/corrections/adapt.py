@@ -1,6 +1,6 @@
 """Few-shot adaptation of a fitted predictor to a new device from a handful (5-50) of its measurements.
 
-Four strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md``):
+Six strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md``):
 
 ``residual``
     Keep the transferred model and learn one multiplicative scale per (device, correction):
@@ -14,10 +14,19 @@ Four strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md
     Continue boosting the transferred XGBoost model with the new rows (shallow trees, low learning rate,
     ``BOOST_ROUNDS`` rounds); the resulting model is used only for that device. Collective and roofline rows
     fall back to ``residual``.
-``auto`` (the default)
+``scale-trees`` (the default until the form choice below)
     ``scale`` first; with at least ``AUTO_BOOST_MIN_ROWS`` rows of a family, extra trees are then grown on the
     residuals left after the scale (the scale absorbs the device-wide bias, the trees only the shape-dependent
     part). Below that, the scale alone: low variance where there is little data.
+``auto`` (the default)
+    Per (device, correction), the form of the error is chosen from the adaptation rows alone
+    (:func:`choose_form`): ``scale`` (efficiency ratio a: time = a * pred), ``shift`` (per-op host time b in
+    us: time = max(pred + b, roofline)) or ``affine`` (both: time = max(a * pred + b, roofline), a joint grid
+    fit :func:`robust_affine`), whichever has the lowest leave-one-out (10-fold beyond 10 rows) capped log
+    error, ties to the simpler; every constant is shrunk towards the identity by ``SHRINK`` pseudo-rows. Then,
+    like ``scale-trees``, extra trees on what that form leaves from ``AUTO_BOOST_MIN_ROWS`` rows of a family.
+    A new GPU on a familiar host mostly needs the scale, a new host (another framework dispatch cost) the shift;
+    the error on a new device is a mix of the two (``experiments/few_shot``, ``experiments/h100_transfer``).
 ``shift``
     One *additive* time per (device, correction), in microseconds: the per-op host cost (framework dispatch,
     launch, synchronise) of the new machine minus what the model learned from the training hosts. Eager-framework
@@ -29,6 +38,9 @@ Four strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,10 +55,10 @@ BOOST_LEARNING_RATE = 0.1
 HUBER_C = 1.5
 #: Floor of that spread (log units): below it every row counts fully (a near-uniform bias is just averaged).
 MIN_SPREAD = 0.05
-#: Rows of one family from which ``auto`` also grows trees on the residuals left after the scale.
+#: Rows of one family from which ``auto`` (and ``scale-trees``) also grow trees on what the fitted form leaves.
 AUTO_BOOST_MIN_ROWS = 20
 #: Strategies :meth:`HybridPredictor.adapt` accepts.
-STRATEGIES = ("residual", "scale", "boost", "auto", "shift")
+STRATEGIES = ("residual", "scale", "boost", "auto", "shift", "scale-trees")
 #: Additive shifts (us) the ``shift`` strategy chooses from: host per-op costs differ by tens of microseconds.
 SHIFT_GRID_US = np.arange(-100.0, 100.0 + 0.125, 0.25)
 #: Absolute log error at which one row's loss stops growing in :func:`robust_shift` (a badly predicted shape
@@ -118,3 +130,144 @@ def robust_shifts(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray
     m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
     codes, uniques = pd.factorize(groups.astype(str).to_numpy())
     return {str(g): robust_shift(m[codes == i], p[codes == i], f[codes == i], shrink) for i, g in enumerate(uniques)}
+
+
+# ------------------------------------------------------------------------------------ chosen form (strategy auto)
+#: Forms :func:`choose_form` picks from per (correction, device), simplest first (ties go to the earlier one):
+#: ``scale`` (efficiency ratio ``a``, time = a * pred), ``shift`` (per-op host time ``b`` in us,
+#: time = max(pred + b, roofline)) and ``affine`` (both, time = max(a * pred + b, roofline)).
+FORMS = ("scale", "shift", "affine")
+#: log(a) grid of the ``affine`` form's joint fit (a from 0.1x to 10x).
+AFFINE_LOG_SCALE_GRID = np.arange(-2.3, 2.3 + 1e-9, 0.05)
+#: b grid (us) of the ``affine`` form's joint fit (coarser than :data:`SHIFT_GRID_US`: the two axes together).
+AFFINE_SHIFT_GRID_US = np.arange(-100.0, 100.0 + 1e-9, 0.5)
+#: Fewest rows of a (correction, device) pair from which the form is chosen by cross-validation; below, ``scale``.
+MIN_SELECT_ROWS = 3
+#: Folds of that cross-validation: leave-one-out up to this many rows, this many folds beyond.
+CV_FOLDS = 10
+
+
+@dataclass(frozen=True)
+class AffineFit:
+    """One (correction, device) pair's adaptation: time = max(exp(log_scale) * pred + shift_us, roofline).
+
+    ``form`` is the one chosen; ``cv_loss`` the mean held-out capped absolute log error of each form tried
+    (empty when there were too few rows to cross-validate); ``rows`` the rows it was fitted on."""
+
+    form: str
+    log_scale: float
+    shift_us: float
+    rows: int
+    cv_loss: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def scale(self) -> float:
+        """The efficiency ratio ``a`` (measured / predicted for large ops)."""
+        return float(np.exp(self.log_scale))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"form": self.form, "scale": self.scale, "shift_us": self.shift_us, "rows": self.rows,
+                "cv_loss": dict(self.cv_loss)}
+
+
+def _clean(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, ...]:
+    m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
+    ok = np.isfinite(m) & np.isfinite(p) & np.isfinite(f) & (m > 0) & (p > 0)
+    return m[ok], p[ok], np.maximum(np.where(f[ok] > 0, f[ok], 0.0), 1e-6)
+
+
+def apply_form(predicted: np.ndarray, floor: np.ndarray, log_scale: float, shift_us: float) -> np.ndarray:
+    """What :meth:`HybridPredictor.predict` does with a scale and a shift: ``a * pred``, then ``+ b`` bounded
+    below by the roofline (only when there is a shift)."""
+    t = np.asarray(predicted, dtype=np.float64) * np.exp(log_scale)
+    return np.maximum(t + shift_us, floor) if shift_us != 0.0 else t
+
+
+def _capped_loss(measured: np.ndarray, time: np.ndarray) -> np.ndarray:
+    return np.minimum(np.abs(np.log(measured) - np.log(time)), SHIFT_LOSS_CAP)
+
+
+def _affine_loss_grid(m: np.ndarray, p: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Summed capped log loss of the rows for every (log a, b) of the affine grids, shape (A, B)."""
+    a = np.exp(AFFINE_LOG_SCALE_GRID)[:, None, None]
+    b = AFFINE_SHIFT_GRID_US[None, :, None]
+    t = np.maximum(a * p[None, None, :] + b, f[None, None, :])
+    return _capped_loss(m[None, None, :], t).sum(axis=2)
+
+
+def _affine_argmin(loss: np.ndarray, n: int, shrink: float) -> tuple[float, float]:
+    """Grid minimiser of ``loss`` (ties: nearest the identity), shrunk towards (a=1, b=0) by n / (n + shrink)."""
+    best = np.argwhere(loss <= loss.min() + 1e-9)
+    la, b = AFFINE_LOG_SCALE_GRID[best[:, 0]], AFFINE_SHIFT_GRID_US[best[:, 1]]
+    i = int(np.argmin(np.abs(la) / AFFINE_LOG_SCALE_GRID.max() + np.abs(b) / AFFINE_SHIFT_GRID_US.max()))
+    w = n / (n + shrink)
+    return float(la[i]) * w, float(b[i]) * w
+
+
+def robust_affine(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray,
+                  shrink: float = SHRINK) -> tuple[float, float]:
+    """Joint ``(log a, b)`` minimising ``sum(min(|log(measured / max(a * predicted + b, floor))|, SHIFT_LOSS_CAP))``
+    over :data:`AFFINE_LOG_SCALE_GRID` x :data:`AFFINE_SHIFT_GRID_US`, both shrunk towards the identity by
+    ``n / (n + shrink)``. No usable row gives (0, 0)."""
+    m, p, f = _clean(measured, predicted, floor)
+    if len(m) == 0:
+        return 0.0, 0.0
+    return _affine_argmin(_affine_loss_grid(m, p, f), len(m), shrink)
+
+
+def _fit(form: str, m: np.ndarray, p: np.ndarray, f: np.ndarray, shrink: float) -> tuple[float, float]:
+    if form == "scale":
+        return robust_offset(np.log(m) - np.log(p), shrink), 0.0
+    if form == "shift":
+        return 0.0, robust_shift(m, p, f, shrink)
+    return robust_affine(m, p, f, shrink)
+
+
+def choose_form(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, shrink: float = SHRINK,
+                forms: tuple[str, ...] = FORMS) -> AffineFit:
+    """Fit each of ``forms`` on the rows and keep the one with the lowest cross-validated error.
+
+    Error: mean capped absolute log error (:data:`SHIFT_LOSS_CAP`) of the held-out rows, each form refitted
+    (shrinkage included) without them; leave-one-out up to :data:`CV_FOLDS` rows, :data:`CV_FOLDS` folds beyond.
+    Ties go to the simpler form (order of ``forms``). Fewer than :data:`MIN_SELECT_ROWS` usable rows: the first
+    form, not cross-validated. The chosen form is then refitted on all rows."""
+    unknown = set(forms) - set(FORMS)
+    if unknown or not forms:
+        raise ValueError(f"forms must be among {FORMS}, got {forms}")
+    m, p, f = _clean(measured, predicted, floor)
+    n = len(m)
+    if n < MIN_SELECT_ROWS or len(forms) == 1:
+        ls, b = _fit(forms[0], m, p, f, shrink) if n else (0.0, 0.0)
+        return AffineFit(forms[0], ls, b, n)
+    folds = np.arange(n) % min(n, CV_FOLDS)
+    k = int(folds.max()) + 1
+    losses = {form: 0.0 for form in forms}
+    grid_total = grid_folds = None
+    if "affine" in forms:  # the grid losses of each fold, summed once: a fold's fit is the total minus its own
+        grid_folds = np.stack([_affine_loss_grid(m[folds == j], p[folds == j], f[folds == j]) for j in range(k)])
+        grid_total = grid_folds.sum(axis=0)
+    for j in range(k):
+        test, train = folds == j, folds != j
+        n_train = int(train.sum())
+        for form in forms:
+            if form == "affine":
+                ls, b = _affine_argmin(grid_total - grid_folds[j], n_train, shrink)  # type: ignore[operator,index]
+            else:
+                ls, b = _fit(form, m[train], p[train], f[train], shrink)
+            losses[form] += float(_capped_loss(m[test], apply_form(p[test], f[test], ls, b)).sum())
+    cv = {form: loss / n for form, loss in losses.items()}
+    best = min(forms, key=lambda fm: (round(cv[fm], 9), forms.index(fm)))
+    if best == "affine":
+        ls, b = _affine_argmin(grid_total, n, shrink)  # type: ignore[arg-type]
+    else:
+        ls, b = _fit(best, m, p, f, shrink)
+    return AffineFit(best, ls, b, n, cv)
+
+
+def choose_forms(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, groups: pd.Series,
+                 shrink: float = SHRINK, forms: tuple[str, ...] = FORMS) -> dict[str, AffineFit]:
+    """:func:`choose_form` per group label."""
+    m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
+    codes, uniques = pd.factorize(groups.astype(str).to_numpy())
+    return {str(g): choose_form(m[codes == i], p[codes == i], f[codes == i], shrink, forms)
+            for i, g in enumerate(uniques)}
