@@ -22,8 +22,10 @@ Six strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md`
     Per (device, correction), the form of the error is chosen from the adaptation rows alone
     (:func:`choose_form`): ``scale`` (efficiency ratio a: time = a * pred), ``shift`` (per-op host time b in
     us: time = max(pred + b, roofline)) or ``affine`` (both: time = max(a * pred + b, roofline), a joint grid
-    fit :func:`robust_affine`), whichever has the lowest leave-one-out (10-fold beyond 10 rows) capped log
-    error, ties to the simpler; every constant is shrunk towards the identity by ``SHRINK`` pseudo-rows. Then,
+    fit :func:`robust_affine`), by leave-one-out (10-fold beyond 10 rows) capped log error with the
+    one-standard-error rule (the simpler form unless the other is clearly better); every constant is shrunk
+    towards the identity by ``SHRINK`` pseudo-rows and ``b`` kept physical (:func:`shift_bounds`: at most the
+    fastest measured op, at least minus the model's own overhead above the roofline on the lightest op). Then,
     like ``scale-trees``, extra trees on what that form leaves from ``AUTO_BOOST_MIN_ROWS`` rows of a family.
     A new GPU on a familiar host mostly needs the scale, a new host (another framework dispatch cost) the shift;
     the error on a new device is a mix of the two (``experiments/few_shot``, ``experiments/h100_transfer``).
@@ -107,21 +109,35 @@ def robust_offsets(log_residual: np.ndarray, groups: pd.Series, shrink: float = 
     return {str(g): robust_offset(r[codes == i], shrink) for i, g in enumerate(uniques)}
 
 
-def robust_shift(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, shrink: float = SHRINK) -> float:
+def robust_shift(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, shrink: float = SHRINK,
+                 bounded: bool = False) -> float:
     """Additive time (us) that best moves ``predicted`` onto ``measured``: the ``a`` of :data:`SHIFT_GRID_US`
     minimising ``sum(min(|log(measured / max(predicted + a, floor))|, SHIFT_LOSS_CAP))`` (ties: the smallest
     ``|a|``), shrunk towards 0 by ``n / (n + shrink)``. ``floor`` (the roofline) bounds a negative shift.
-    Rows with a non-positive or non-finite value are ignored; none left gives 0."""
-    m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
-    ok = np.isfinite(m) & np.isfinite(p) & np.isfinite(f) & (m > 0) & (p > 0)
-    m, p, f = m[ok], p[ok], np.maximum(np.where(f[ok] > 0, f[ok], 0.0), 1e-6)
+    Rows with a non-positive or non-finite value are ignored; none left gives 0. ``bounded``: only physical
+    shifts, :func:`shift_bounds` (used by strategy ``auto``)."""
+    m, p, f = _clean(measured, predicted, floor)
     if len(m) == 0:
         return 0.0
     cand = np.maximum(p[None, :] + SHIFT_GRID_US[:, None], f[None, :])
     loss = np.minimum(np.abs(np.log(m)[None, :] - np.log(cand)), SHIFT_LOSS_CAP).sum(axis=1)
+    if bounded:
+        lo, hi = shift_bounds(m, p, f)
+        loss[(SHIFT_GRID_US < lo) | (SHIFT_GRID_US > hi)] = np.inf
     best = np.flatnonzero(loss <= loss.min() + 1e-9)
     a = float(SHIFT_GRID_US[best[np.argmin(np.abs(SHIFT_GRID_US[best]))]])
     return a * len(m) / (len(m) + shrink)
+
+
+def shift_bounds(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray,
+                 scale: float | np.ndarray = 1.0) -> tuple[np.ndarray, float]:
+    """Physical range of a per-op host time ``b`` added to ``scale * predicted``: at most the fastest measured
+    op (every op pays it), at least minus the predicted time above the roofline of the lightest op (the model's
+    own per-op overhead cannot be removed twice). Lower bound per scale (array when ``scale`` is), 0 included."""
+    a = np.atleast_1d(np.asarray(scale, dtype=np.float64))
+    lo = -np.maximum((a[:, None] * predicted[None, :] - floor[None, :]).min(axis=1), 0.0)
+    hi = max(float(measured.min()), 0.0)
+    return (lo if np.ndim(scale) else lo[0]), hi
 
 
 def robust_shifts(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, groups: pd.Series,
@@ -137,10 +153,13 @@ def robust_shifts(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray
 #: ``scale`` (efficiency ratio ``a``, time = a * pred), ``shift`` (per-op host time ``b`` in us,
 #: time = max(pred + b, roofline)) and ``affine`` (both, time = max(a * pred + b, roofline)).
 FORMS = ("scale", "shift", "affine")
-#: log(a) grid of the ``affine`` form's joint fit (a from 0.1x to 10x).
-AFFINE_LOG_SCALE_GRID = np.arange(-2.3, 2.3 + 1e-9, 0.05)
+#: log(a) grid of the ``affine`` form's joint fit (a from 0.1x to 10x, 1% steps: a coarser grid lets the joint
+#: fit trade grid rounding of a against a spurious b).
+AFFINE_LOG_SCALE_GRID = np.arange(-2.3, 2.3 + 1e-9, 0.01)
 #: b grid (us) of the ``affine`` form's joint fit (coarser than :data:`SHIFT_GRID_US`: the two axes together).
 AFFINE_SHIFT_GRID_US = np.arange(-100.0, 100.0 + 1e-9, 0.5)
+#: Rows per block of the affine grid evaluation (memory ~ 40 x this many MB).
+AFFINE_BLOCK_ROWS = 8
 #: Fewest rows of a (correction, device) pair from which the form is chosen by cross-validation; below, ``scale``.
 MIN_SELECT_ROWS = 3
 #: Folds of that cross-validation: leave-one-out up to this many rows, this many folds beyond.
@@ -188,15 +207,25 @@ def _capped_loss(measured: np.ndarray, time: np.ndarray) -> np.ndarray:
 
 
 def _affine_loss_grid(m: np.ndarray, p: np.ndarray, f: np.ndarray) -> np.ndarray:
-    """Summed capped log loss of the rows for every (log a, b) of the affine grids, shape (A, B)."""
+    """Summed capped log loss of the rows for every (log a, b) of the affine grids, shape (A, B); rows are taken
+    :data:`AFFINE_BLOCK_ROWS` at a time (bounded memory for any number of rows)."""
     a = np.exp(AFFINE_LOG_SCALE_GRID)[:, None, None]
     b = AFFINE_SHIFT_GRID_US[None, :, None]
-    t = np.maximum(a * p[None, None, :] + b, f[None, None, :])
-    return _capped_loss(m[None, None, :], t).sum(axis=2)
+    total = np.zeros((len(AFFINE_LOG_SCALE_GRID), len(AFFINE_SHIFT_GRID_US)))
+    for i in range(0, len(m), AFFINE_BLOCK_ROWS):
+        sl = slice(i, i + AFFINE_BLOCK_ROWS)
+        t = np.maximum(a * p[None, None, sl] + b, f[None, None, sl])
+        total += _capped_loss(m[None, None, sl], t).sum(axis=2)
+    return total
 
 
-def _affine_argmin(loss: np.ndarray, n: int, shrink: float) -> tuple[float, float]:
-    """Grid minimiser of ``loss`` (ties: nearest the identity), shrunk towards (a=1, b=0) by n / (n + shrink)."""
+def _affine_argmin(loss: np.ndarray, n: int, shrink: float, m: np.ndarray, p: np.ndarray,
+                   f: np.ndarray) -> tuple[float, float]:
+    """Grid minimiser of ``loss`` within :func:`shift_bounds` of the fit rows ``m, p, f`` (ties: nearest the
+    identity), shrunk towards (a=1, b=0) by n / (n + shrink)."""
+    lo, hi = shift_bounds(m, p, f, np.exp(AFFINE_LOG_SCALE_GRID))
+    b = AFFINE_SHIFT_GRID_US[None, :]
+    loss = np.where((b >= lo[:, None]) & (b <= hi), loss, np.inf)
     best = np.argwhere(loss <= loss.min() + 1e-9)
     la, b = AFFINE_LOG_SCALE_GRID[best[:, 0]], AFFINE_SHIFT_GRID_US[best[:, 1]]
     i = int(np.argmin(np.abs(la) / AFFINE_LOG_SCALE_GRID.max() + np.abs(b) / AFFINE_SHIFT_GRID_US.max()))
@@ -208,18 +237,18 @@ def robust_affine(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray
                   shrink: float = SHRINK) -> tuple[float, float]:
     """Joint ``(log a, b)`` minimising ``sum(min(|log(measured / max(a * predicted + b, floor))|, SHIFT_LOSS_CAP))``
     over :data:`AFFINE_LOG_SCALE_GRID` x :data:`AFFINE_SHIFT_GRID_US`, both shrunk towards the identity by
-    ``n / (n + shrink)``. No usable row gives (0, 0)."""
+    ``n / (n + shrink)``; only physical ``b`` (:func:`shift_bounds`). No usable row gives (0, 0)."""
     m, p, f = _clean(measured, predicted, floor)
     if len(m) == 0:
         return 0.0, 0.0
-    return _affine_argmin(_affine_loss_grid(m, p, f), len(m), shrink)
+    return _affine_argmin(_affine_loss_grid(m, p, f), len(m), shrink, m, p, f)
 
 
 def _fit(form: str, m: np.ndarray, p: np.ndarray, f: np.ndarray, shrink: float) -> tuple[float, float]:
     if form == "scale":
         return robust_offset(np.log(m) - np.log(p), shrink), 0.0
     if form == "shift":
-        return 0.0, robust_shift(m, p, f, shrink)
+        return 0.0, robust_shift(m, p, f, shrink, bounded=True)
     return robust_affine(m, p, f, shrink)
 
 
@@ -228,8 +257,10 @@ def choose_form(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, 
     """Fit each of ``forms`` on the rows and keep the one with the lowest cross-validated error.
 
     Error: mean capped absolute log error (:data:`SHIFT_LOSS_CAP`) of the held-out rows, each form refitted
-    (shrinkage included) without them; leave-one-out up to :data:`CV_FOLDS` rows, :data:`CV_FOLDS` folds beyond.
-    Ties go to the simpler form (order of ``forms``). Fewer than :data:`MIN_SELECT_ROWS` usable rows: the first
+    (shrinkage and :func:`shift_bounds` included) without them; leave-one-out up to :data:`CV_FOLDS` rows,
+    :data:`CV_FOLDS` folds beyond. One-standard-error rule: the simplest form (order of ``forms``) whose mean
+    per-row error exceeds the lowest by at most the standard error of that difference wins, so a form with
+    more constants must be clearly better on the few rows there are. Fewer than :data:`MIN_SELECT_ROWS` usable rows: the first
     form, not cross-validated. The chosen form is then refitted on all rows."""
     unknown = set(forms) - set(FORMS)
     if unknown or not forms:
@@ -241,7 +272,7 @@ def choose_form(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, 
         return AffineFit(forms[0], ls, b, n)
     folds = np.arange(n) % min(n, CV_FOLDS)
     k = int(folds.max()) + 1
-    losses = {form: 0.0 for form in forms}
+    losses = {form: np.zeros(n) for form in forms}
     grid_total = grid_folds = None
     if "affine" in forms:  # the grid losses of each fold, summed once: a fold's fit is the total minus its own
         grid_folds = np.stack([_affine_loss_grid(m[folds == j], p[folds == j], f[folds == j]) for j in range(k)])
@@ -251,17 +282,26 @@ def choose_form(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, 
         n_train = int(train.sum())
         for form in forms:
             if form == "affine":
-                ls, b = _affine_argmin(grid_total - grid_folds[j], n_train, shrink)  # type: ignore[operator,index]
+                ls, b = _affine_argmin(grid_total - grid_folds[j], n_train, shrink,  # type: ignore[operator,index]
+                                       m[train], p[train], f[train])
             else:
                 ls, b = _fit(form, m[train], p[train], f[train], shrink)
-            losses[form] += float(_capped_loss(m[test], apply_form(p[test], f[test], ls, b)).sum())
-    cv = {form: loss / n for form, loss in losses.items()}
-    best = min(forms, key=lambda fm: (round(cv[fm], 9), forms.index(fm)))
+            losses[form][test] = _capped_loss(m[test], apply_form(p[test], f[test], ls, b))
+    cv = {form: float(loss.mean()) for form, loss in losses.items()}
+    lowest = min(forms, key=lambda fm: (cv[fm], forms.index(fm)))
+    best = next(fm for fm in forms if _within_one_se(losses[fm] - losses[lowest]))
     if best == "affine":
-        ls, b = _affine_argmin(grid_total, n, shrink)  # type: ignore[arg-type]
+        ls, b = _affine_argmin(grid_total, n, shrink, m, p, f)  # type: ignore[arg-type]
     else:
         ls, b = _fit(best, m, p, f, shrink)
     return AffineFit(best, ls, b, n, cv)
+
+
+def _within_one_se(diff: np.ndarray) -> bool:
+    """One-standard-error rule: the mean per-row loss difference to the lowest form is within its standard error."""
+    mean = float(diff.mean())
+    se = float(diff.std(ddof=1)) / np.sqrt(len(diff)) if len(diff) > 1 else 0.0
+    return mean <= se + 1e-12
 
 
 def choose_forms(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, groups: pd.Series,
