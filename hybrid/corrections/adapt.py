@@ -214,7 +214,8 @@ def _affine_loss_grid(m: np.ndarray, p: np.ndarray, f: np.ndarray) -> np.ndarray
     total = np.zeros((len(AFFINE_LOG_SCALE_GRID), len(AFFINE_SHIFT_GRID_US)))
     for i in range(0, len(m), AFFINE_BLOCK_ROWS):
         sl = slice(i, i + AFFINE_BLOCK_ROWS)
-        t = np.maximum(a * p[None, None, sl] + b, f[None, None, sl])
+        t = a * p[None, None, sl] + b
+        t = np.where(b != 0.0, np.maximum(t, f[None, None, sl]), t)  # the roofline bounds a shift (as in predict)
         total += _capped_loss(m[None, None, sl], t).sum(axis=2)
     return total
 
