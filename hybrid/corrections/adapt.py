@@ -170,7 +170,8 @@ CV_FOLDS = 10
 class AffineFit:
     """One (correction, device) pair's adaptation: time = max(exp(log_scale) * pred + shift_us, roofline).
 
-    ``form`` is the one chosen; ``cv_loss`` the mean held-out capped absolute log error of each form tried
+    ``form`` is the one chosen (an ``affine`` fit that kept b = 0 or a = 1 is named ``scale`` / ``shift``);
+    ``cv_loss`` the mean held-out capped absolute log error of each form tried
     (empty when there were too few rows to cross-validate); ``rows`` the rows it was fitted on."""
 
     form: str
@@ -293,6 +294,8 @@ def choose_form(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, 
     best = next(fm for fm in forms if _within_one_se(losses[fm] - losses[lowest]))
     if best == "affine":
         ls, b = _affine_argmin(grid_total, n, shrink, m, p, f)  # type: ignore[arg-type]
+        # named by what was fitted: a joint fit that kept one constant at the identity is that simpler form
+        best = "scale" if b == 0.0 else "shift" if ls == 0.0 else best
     else:
         ls, b = _fit(best, m, p, f, shrink)
     return AffineFit(best, ls, b, n, cv)
