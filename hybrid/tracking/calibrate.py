@@ -95,8 +95,8 @@ class CalibrationConfig:
     #: off for an adaptation (``base``: the base's collective model is kept); resolved in ``__post_init__``
     collective_transfer: bool | None = None
     #: few-shot strategy of an adaptation (``base``): one of :data:`hybrid.corrections.adapt.STRATEGIES`
-    #: (``auto``, the default; ``shift`` for a new host whose per-op framework cost differs, see
-    #: experiments/h100_transfer)
+    #: (``auto``, the default: scale, per-op shift or both per correction, chosen by cross-validation on the new
+    #: rows; see experiments/few_shot and experiments/h100_transfer)
     adapt_strategy: str = "auto"
 
     def __post_init__(self) -> None:
