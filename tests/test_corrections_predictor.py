@@ -66,7 +66,7 @@ def test_few_shot_adaptation_improves_held_out_gpu(catalog, gemm_rows, tmp_path)
     target = gemm_rows[gemm_rows["device"] == held]
     shots, test = target.iloc[:20], target.iloc[20:]
     err0 = error_summary(base.predict_time(test), test["time_us"])["geomean_pct"]
-    for strategy in ("residual", "scale", "boost", "auto"):
+    for strategy in ("residual", "scale", "boost", "scale-trees", "auto"):
         adapted = base.adapt(shots, strategy=strategy)
         err = error_summary(adapted.predict_time(test), test["time_us"])["geomean_pct"]
         assert err < err0 * 1.05, (strategy, err, err0)
@@ -77,10 +77,13 @@ def test_few_shot_adaptation_improves_held_out_gpu(catalog, gemm_rows, tmp_path)
     assert held in residual.offsets["kernel-xgb-gemm"]
     boosted = base.adapt(shots, strategy="boost")  # per-device extra trees, no scale on top
     assert ("kernel-xgb-gemm", held) in boosted.device_models and held not in boosted.offsets.get("kernel-xgb-gemm", {})
-    auto = base.adapt(shots)  # default: robust scale, plus trees on its residuals from 20 rows of a family
-    assert ("kernel-xgb-gemm", held) in auto.device_models and held in auto.offsets["kernel-xgb-gemm"]
-    few = base.adapt(shots.iloc[:10])  # below 20 rows: the scale alone
-    assert not few.device_models and held in few.offsets["kernel-xgb-gemm"]
+    trees = base.adapt(shots, strategy="scale-trees")  # robust scale, plus trees on its residuals from 20 rows
+    assert ("kernel-xgb-gemm", held) in trees.device_models and held in trees.offsets["kernel-xgb-gemm"]
+    auto = base.adapt(shots)  # default: scale, shift or both (chosen by cross-validation), plus those trees
+    state = auto.adaptation()["kernel-xgb-gemm"][held]
+    assert ("kernel-xgb-gemm", held) in auto.device_models and state["form"] in ("scale", "shift", "affine")
+    few = base.adapt(shots.iloc[:10])  # below 20 rows: the chosen form alone
+    assert not few.device_models and few.adaptation()["kernel-xgb-gemm"][held]["rows"] == 10
     for i, adapted in enumerate((residual, boosted, auto)):
         adapted.save(tmp_path / f"adapted{i}")
         again = HybridPredictor.load(tmp_path / f"adapted{i}", catalog=catalog)

@@ -54,6 +54,13 @@ def test_adapting_the_registered_model_to_a_new_gpu(base_run):
     assert adapt["model"]["n_rows"] == 20  # half the 40 rows held out from adaptation
     metrics = summary_metrics(res.summaries)
     assert {"adapt.base.geomean_pct", "adapt.model.device.T4.geomean_pct"} <= set(metrics)
+    # the fitted few-shot constants (scale, per-op shift, chosen form) are MLflow params of the run
+    params = open_store(base_run["uri"]).client().get_run(res.run_id).data.params
+    forms = {k: v for k, v in params.items() if k.startswith("adapt.") and k.endswith(f".{NEW_GPU}.form")}
+    assert forms and set(forms.values()) <= {"scale", "shift", "affine"}, params
+    key = next(iter(forms))[: -len(".form")]
+    assert float(params[f"{key}.scale"]) > 0 and np.isfinite(float(params[f"{key}.shift_us"]))
+    assert res.summary["predictor"]["adaptation"]
 
     # on T4 rows used by neither step, the adapted model beats the unadapted base model
     base = load_predictor("gpus", tracking_uri=base_run["uri"]).predictor

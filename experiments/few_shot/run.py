@@ -6,10 +6,11 @@ Training data: every public kernel source together (the loader of ``experiments/
 de-duplicated, XLA H100, Vidur A100/A40, DeepBench, LLMCompass, own CPU profile), GEMM family, sub-sampled to
 ``--rows-per-group`` rows per (source, device, dtype). For each held-out GPU (three NeuSight GPUs as before, plus
 Vidur's A40 and XLA's H100), the default GEMM model is fitted on every other device, then adapted with k = 0,
-5, 10, 20, 50 random rows of the held-out GPU by each strategy of ``HybridPredictor.adapt`` (``auto``: robust
-shrunken scale, plus trees on its residuals from 20 rows; ``scale``: that scale alone; ``boost``: extra XGBoost
-trees for that device; ``residual``: one shrunken mean log-scale), and scored on the held-out GPU's remaining
-rows. Mean (std) over seeds.
+5, 10, 20, 50 random rows of the held-out GPU by each strategy of ``HybridPredictor.adapt`` (``auto``: a scale,
+a per-op shift or both, chosen by cross-validation on the k rows, plus trees on what it leaves from 20 rows;
+``scale-trees``: the previous default, a robust shrunken scale plus those trees; ``scale``: that scale alone;
+``boost``: extra XGBoost trees for that device; ``residual``: one shrunken mean log-scale; ``shift``: one
+additive per-op time), and scored on the held-out GPU's remaining rows. Mean (std) over seeds.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from hybrid.reports.metrics import error_summary  # noqa: E402
 HELD_OUT = ("T4", "V100-PCIE-32GB", "MI210", "A40", "H100-SXM")
 SHOTS = (0, 5, 10, 20, 50)
 #: strategies of HybridPredictor.adapt, the default first
-STRATEGIES = ("auto", "scale", "boost", "residual")
+STRATEGIES = ("auto", "scale-trees", "scale", "boost", "residual", "shift")
 
 
 def main() -> None:

@@ -17,8 +17,8 @@ GEMM v4 one booster with the fitted dispatch constant, pointwise v3 + transfer b
 1. never seen: every H100 row (any catalog device whose key starts with ``H100``, from every source) removed
    before fitting; the whole bundle predicted;
 2. public H100 seen: the same fit keeping XLA's kernel-only H100 GEMMs; the whole bundle predicted;
-3. few-shot: the never-seen model adapted (``HybridPredictor.adapt``, strategies ``scale`` and ``auto``) with
-   k = 20 / 50 random rows of the bundle, scored on the bundle rows outside the 50-row pool; mean over seeds;
+3. few-shot: the never-seen model adapted (``HybridPredictor.adapt``, strategies ``scale``, ``scale-trees``,
+   ``shift`` and ``auto``) with k = 20 / 50 random rows of the bundle, scored on the bundle rows outside the 50-row pool; mean over seeds;
 4. in distribution: ``--folds``-fold cross-validation over the bundle with the other folds (and every public row,
    XLA H100 included) in training: an upper bound.
 
@@ -34,6 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -76,7 +77,7 @@ OPTIMIZER_VARIANTS = ("sgd", "adagrad", "sparse_sgd", "sparse_adagrad")
 POOL_VARIANTS = ("avgpool", "maxpool")
 SHOTS = (20, 50)
 POOL_SIZE = 50
-STRATEGIES = ("scale", "auto", "shift")
+STRATEGIES = ("scale", "scale-trees", "shift", "auto")
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -164,7 +165,8 @@ def fit(train: pd.DataFrame, catalog: Catalog, seed: int) -> HybridPredictor:
 
 
 def few_shot(base: HybridPredictor, target: pd.DataFrame, seeds: int,
-             progress: Callable[[str], None] = lambda s: None) -> dict[str, np.ndarray]:
+             progress: Callable[[str], None] = lambda s: None,
+             forms: list[dict[str, Any]] | None = None) -> dict[str, np.ndarray]:
     """Predictions of ``base`` adapted with k rows of ``target`` per (strategy, k), and unadapted (``k=0``), on
     the rows outside each seed's pool; returned as name -> (seeds, len(target)) arrays with NaN on pool rows."""
     out: dict[str, np.ndarray] = {}
@@ -172,6 +174,11 @@ def few_shot(base: HybridPredictor, target: pd.DataFrame, seeds: int,
         order = np.random.default_rng(seed).permutation(len(target))
         pool, test = target.iloc[order[:POOL_SIZE]], target.iloc[order[POOL_SIZE:]]
         runs = {"k=0": base, **{f"{s} k={k}": base.adapt(pool.iloc[:k], strategy=s) for k in SHOTS for s in STRATEGIES}}
+        if forms is not None:  # what strategy auto chose per correction (the constants it fitted)
+            for k in SHOTS:
+                for key, per in runs[f"auto k={k}"].adaptation().items():
+                    for fit in per.values():
+                        forms.append({"k": k, "seed": seed, "correction": key, **fit})
         for name, model in runs.items():
             arr = out.setdefault(name, np.full((seeds, len(target)), np.nan))
             arr[seed, order[POOL_SIZE:]] = model.predict_time(test)
@@ -291,7 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     timings["fit public-H100"] = time.time() - t
     say("public-H100 fit done")
     t = time.time()
-    shots = few_shot(m_never, target, args.seeds, say)
+    chosen: list[dict[str, Any]] = []
+    shots = few_shot(m_never, target, args.seeds, say, chosen)
     timings["few-shot"] = time.time() - t
     t = time.time()
     cv = cross_validate(public, target, catalog, args.folds, args.seed, say)
@@ -328,12 +336,14 @@ def main(argv: list[str] | None = None) -> None:
         "## Summary: every scenario", "",
         "Columns: roofline (catalog datasheet peaks); 1 = never seen (every H100 row removed, "
         f"{len(never)} training rows); 2 = public H100 seen (XLA kernel-only GEMMs kept); 3 = few-shot from model "
-        f"1, strategy `auto` (the default) or `shift` with k = 20 / 50 random bundle rows (mean of {args.seeds} seeds, scored on the "
+        f"1, strategy `auto` (the default: scale, shift or both per correction, chosen by cross-validation on the k rows), `scale-trees` (the default before) or `shift` with k = 20 / 50 random bundle rows (mean of {args.seeds} seeds, scored on the "
         f"{len(target) - POOL_SIZE} rows outside the {POOL_SIZE}-row pool); 4 = {args.folds}-fold CV with the "
         "other folds in training (upper bound).", "",
     ]
     lines += comparison_lines({"roofline": roof, "1 never seen": never_t, "2 public H100 seen": public_t,
                                "3 auto k=20": shot_t["auto k=20"], "3 auto k=50": shot_t["auto k=50"],
+                               "3 scale-trees k=20": shot_t["scale-trees k=20"],
+                               "3 scale-trees k=50": shot_t["scale-trees k=50"],
                                "3 shift k=20": shot_t["shift k=20"], "3 shift k=50": shot_t["shift k=50"],
                                "4 in distribution": cv_t})
     lines += ["", "## 1. Never seen: roofline vs corrected, all figures", "",
@@ -347,13 +357,26 @@ def main(argv: list[str] | None = None) -> None:
     lines += detail_lines({"1 never seen": never_t, "2 public H100 seen": public_t})
     lines += ["", "## 3. Few-shot adaptation of model 1 (mean over seeds)", "",
               "k random rows of the whole bundle (all families mixed, as a user measuring a handful of ops would); "
-              "`scale`: a robust shrunken scale per (correction, device); `auto`: that plus extra trees from "
-              "20 rows of a family on; `shift`: one additive per-op time (us) per (correction, device), "
-              "`hybrid.corrections.adapt.robust_shift`; `family scale` (a diagnostic, not a library strategy): the same robust "
+              "`scale`: a robust shrunken scale per (correction, device); `scale-trees` (the default before): that "
+              "plus extra trees from 20 rows of a family on; `shift`: one additive per-op time (us) per (correction, "
+              "device), `hybrid.corrections.adapt.robust_shift`; `auto` (the default): scale, shift or both "
+              "(time = a * pred + b) per (correction, device), the form chosen by cross-validation on the k rows "
+              "(`hybrid.corrections.adapt.choose_form`), plus the trees of `scale-trees`; `family scale` (a diagnostic, not a library strategy): the same robust "
               "shrunken scale (`hybrid.corrections.adapt.robust_offsets`) fitted per op family instead of per "
               "correction. k=0 is model 1 on the same scoring rows.", ""]
     lines += comparison_lines({n: shot_t[n] for n in ("k=0", *(f"{s} k={k}" for k in SHOTS
                                                                 for s in (*STRATEGIES, "family scale")))})
+    lines += ["", "Forms `auto` chose (per seed and correction; scale = efficiency ratio a, shift = per-op host time "
+              "b in us, rows = adaptation rows of that correction; a correction with fewer than "
+              f"{adapt_mod.MIN_SELECT_ROWS} rows keeps the scale without cross-validation):", "",
+              "| k | correction | rows (mean) | forms chosen | scale a (median) | shift b us (median) |",
+              "|---|---|---|---|---|---|"]
+    ch = pd.DataFrame(chosen)
+    for (k, key), g in ch.groupby(["k", "correction"]):
+        counts = g["form"].fillna("none").value_counts()
+        lines.append(f"| {k} | {key} | {g['rows'].mean():.1f} | "
+                     + ", ".join(f"{f} {n}" for f, n in counts.items())
+                     + f" | {g['scale'].median():.2f} | {g['shift_us'].median():.1f} |")
     lines += ["", "## 4. In distribution: bundle rows in training", ""]
     lines += detail_lines({"4 in distribution": cv_t})
     lines += ["", "## Fitted constants and ceilings", "",

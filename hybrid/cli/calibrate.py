@@ -13,7 +13,7 @@ from hybrid.tracking.store import DEFAULT_EXPERIMENT
 
 #: ``--strategy`` choices: :data:`hybrid.corrections.adapt.STRATEGIES` (listed here so that ``--help`` does not
 #: import the numerical stack; a test keeps the two equal)
-ADAPT_STRATEGIES = ("auto", "scale", "boost", "residual", "shift")
+ADAPT_STRATEGIES = ("auto", "scale", "boost", "residual", "shift", "scale-trees")
 
 
 def print_result(result: Any) -> None:
@@ -55,8 +55,9 @@ def print_result(result: Any) -> None:
                    "(--no-collective-transfer). Not with --base (an adapted model keeps its base's).")
 @click.option("--strategy", "adapt_strategy", default="auto", show_default=True,
               type=click.Choice(ADAPT_STRATEGIES),
-              help="With --base: the few-shot adaptation (shift: one additive per-op time per device and "
-                   "correction, for a new host whose framework dispatch differs; see docs/corrections.md).")
+              help="With --base: the few-shot adaptation (auto: per device and correction a scale, an additive "
+                   "per-op time or both, chosen by cross-validation on the new rows, plus trees from 20 rows; "
+                   "see docs/corrections.md).")
 @click.option("--experiment", default=DEFAULT_EXPERIMENT, show_default=True, help="MLflow experiment.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
 @click.option("--json", "as_json", is_flag=True, help="Print run id, version and error summaries as JSON.")

@@ -1,6 +1,6 @@
 """Few-shot adaptation of a fitted predictor to a new device from a handful (5-50) of its measurements.
 
-Four strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md``):
+Six strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md``):
 
 ``residual``
     Keep the transferred model and learn one multiplicative scale per (device, correction):
@@ -14,10 +14,21 @@ Four strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md
     Continue boosting the transferred XGBoost model with the new rows (shallow trees, low learning rate,
     ``BOOST_ROUNDS`` rounds); the resulting model is used only for that device. Collective and roofline rows
     fall back to ``residual``.
-``auto`` (the default)
+``scale-trees`` (the default until the form choice below)
     ``scale`` first; with at least ``AUTO_BOOST_MIN_ROWS`` rows of a family, extra trees are then grown on the
     residuals left after the scale (the scale absorbs the device-wide bias, the trees only the shape-dependent
     part). Below that, the scale alone: low variance where there is little data.
+``auto`` (the default)
+    Per (device, correction), the form of the error is chosen from the adaptation rows alone
+    (:func:`choose_form`): ``scale`` (efficiency ratio a: time = a * pred), ``shift`` (per-op host time b in
+    us: time = max(pred + b, roofline)) or ``affine`` (both: time = max(a * pred + b, roofline), a joint grid
+    fit :func:`robust_affine`), by leave-one-out (10-fold beyond 10 rows) capped log error with the
+    one-standard-error rule (the simpler form unless the other is clearly better); every constant is shrunk
+    towards the identity by ``SHRINK`` pseudo-rows and ``b`` kept physical (:func:`shift_bounds`: at most the
+    fastest measured op, at least minus the model's own overhead above the roofline on the lightest op). Then,
+    like ``scale-trees``, extra trees on what that form leaves from ``AUTO_BOOST_MIN_ROWS`` rows of a family.
+    A new GPU on a familiar host mostly needs the scale, a new host (another framework dispatch cost) the shift;
+    the error on a new device is a mix of the two (``experiments/few_shot``, ``experiments/h100_transfer``).
 ``shift``
     One *additive* time per (device, correction), in microseconds: the per-op host cost (framework dispatch,
     launch, synchronise) of the new machine minus what the model learned from the training hosts. Eager-framework
@@ -29,6 +40,9 @@ Four strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -43,10 +57,10 @@ BOOST_LEARNING_RATE = 0.1
 HUBER_C = 1.5
 #: Floor of that spread (log units): below it every row counts fully (a near-uniform bias is just averaged).
 MIN_SPREAD = 0.05
-#: Rows of one family from which ``auto`` also grows trees on the residuals left after the scale.
+#: Rows of one family from which ``auto`` (and ``scale-trees``) also grow trees on what the fitted form leaves.
 AUTO_BOOST_MIN_ROWS = 20
 #: Strategies :meth:`HybridPredictor.adapt` accepts.
-STRATEGIES = ("residual", "scale", "boost", "auto", "shift")
+STRATEGIES = ("residual", "scale", "boost", "auto", "shift", "scale-trees")
 #: Additive shifts (us) the ``shift`` strategy chooses from: host per-op costs differ by tens of microseconds.
 SHIFT_GRID_US = np.arange(-100.0, 100.0 + 0.125, 0.25)
 #: Absolute log error at which one row's loss stops growing in :func:`robust_shift` (a badly predicted shape
@@ -95,21 +109,35 @@ def robust_offsets(log_residual: np.ndarray, groups: pd.Series, shrink: float = 
     return {str(g): robust_offset(r[codes == i], shrink) for i, g in enumerate(uniques)}
 
 
-def robust_shift(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, shrink: float = SHRINK) -> float:
+def robust_shift(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, shrink: float = SHRINK,
+                 bounded: bool = False) -> float:
     """Additive time (us) that best moves ``predicted`` onto ``measured``: the ``a`` of :data:`SHIFT_GRID_US`
     minimising ``sum(min(|log(measured / max(predicted + a, floor))|, SHIFT_LOSS_CAP))`` (ties: the smallest
     ``|a|``), shrunk towards 0 by ``n / (n + shrink)``. ``floor`` (the roofline) bounds a negative shift.
-    Rows with a non-positive or non-finite value are ignored; none left gives 0."""
-    m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
-    ok = np.isfinite(m) & np.isfinite(p) & np.isfinite(f) & (m > 0) & (p > 0)
-    m, p, f = m[ok], p[ok], np.maximum(np.where(f[ok] > 0, f[ok], 0.0), 1e-6)
+    Rows with a non-positive or non-finite value are ignored; none left gives 0. ``bounded``: only physical
+    shifts, :func:`shift_bounds` (used by strategy ``auto``)."""
+    m, p, f = _clean(measured, predicted, floor)
     if len(m) == 0:
         return 0.0
     cand = np.maximum(p[None, :] + SHIFT_GRID_US[:, None], f[None, :])
     loss = np.minimum(np.abs(np.log(m)[None, :] - np.log(cand)), SHIFT_LOSS_CAP).sum(axis=1)
+    if bounded:
+        lo, hi = shift_bounds(m, p, f)
+        loss[(SHIFT_GRID_US < lo) | (SHIFT_GRID_US > hi)] = np.inf
     best = np.flatnonzero(loss <= loss.min() + 1e-9)
     a = float(SHIFT_GRID_US[best[np.argmin(np.abs(SHIFT_GRID_US[best]))]])
     return a * len(m) / (len(m) + shrink)
+
+
+def shift_bounds(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray,
+                 scale: float | np.ndarray = 1.0) -> tuple[np.ndarray, float]:
+    """Physical range of a per-op host time ``b`` added to ``scale * predicted``: at most the fastest measured
+    op (every op pays it), at least minus the predicted time above the roofline of the lightest op (the model's
+    own per-op overhead cannot be removed twice). Lower bound per scale (array when ``scale`` is), 0 included."""
+    a = np.atleast_1d(np.asarray(scale, dtype=np.float64))
+    lo = -np.maximum((a[:, None] * predicted[None, :] - floor[None, :]).min(axis=1), 0.0)
+    hi = max(float(measured.min()), 0.0)
+    return (lo if np.ndim(scale) else lo[0]), hi
 
 
 def robust_shifts(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, groups: pd.Series,
@@ -118,3 +146,172 @@ def robust_shifts(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray
     m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
     codes, uniques = pd.factorize(groups.astype(str).to_numpy())
     return {str(g): robust_shift(m[codes == i], p[codes == i], f[codes == i], shrink) for i, g in enumerate(uniques)}
+
+
+# ------------------------------------------------------------------------------------ chosen form (strategy auto)
+#: Forms :func:`choose_form` picks from per (correction, device), simplest first (ties go to the earlier one):
+#: ``scale`` (efficiency ratio ``a``, time = a * pred), ``shift`` (per-op host time ``b`` in us,
+#: time = max(pred + b, roofline)) and ``affine`` (both, time = max(a * pred + b, roofline)).
+FORMS = ("scale", "shift", "affine")
+#: log(a) grid of the ``affine`` form's joint fit (a from 0.1x to 10x, 1% steps: a coarser grid lets the joint
+#: fit trade grid rounding of a against a spurious b).
+AFFINE_LOG_SCALE_GRID = np.arange(-2.3, 2.3 + 1e-9, 0.01)
+#: b grid (us) of the ``affine`` form's joint fit (coarser than :data:`SHIFT_GRID_US`: the two axes together).
+AFFINE_SHIFT_GRID_US = np.arange(-100.0, 100.0 + 1e-9, 0.5)
+#: Rows per block of the affine grid evaluation (memory ~ 40 x this many MB).
+AFFINE_BLOCK_ROWS = 8
+#: Fewest rows of a (correction, device) pair from which the form is chosen by cross-validation; below, ``scale``.
+MIN_SELECT_ROWS = 3
+#: Folds of that cross-validation: leave-one-out up to this many rows, this many folds beyond.
+CV_FOLDS = 10
+
+
+@dataclass(frozen=True)
+class AffineFit:
+    """One (correction, device) pair's adaptation: time = max(exp(log_scale) * pred + shift_us, roofline).
+
+    ``form`` is the one chosen (an ``affine`` fit that kept b = 0 or a = 1 is named ``scale`` / ``shift``);
+    ``cv_loss`` the mean held-out capped absolute log error of each form tried
+    (empty when there were too few rows to cross-validate); ``rows`` the rows it was fitted on."""
+
+    form: str
+    log_scale: float
+    shift_us: float
+    rows: int
+    cv_loss: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def scale(self) -> float:
+        """The efficiency ratio ``a`` (measured / predicted for large ops)."""
+        return float(np.exp(self.log_scale))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"form": self.form, "scale": self.scale, "shift_us": self.shift_us, "rows": self.rows,
+                "cv_loss": dict(self.cv_loss)}
+
+
+def _clean(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, ...]:
+    m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
+    ok = np.isfinite(m) & np.isfinite(p) & np.isfinite(f) & (m > 0) & (p > 0)
+    return m[ok], p[ok], np.maximum(np.where(f[ok] > 0, f[ok], 0.0), 1e-6)
+
+
+def apply_form(predicted: np.ndarray, floor: np.ndarray, log_scale: float, shift_us: float) -> np.ndarray:
+    """What :meth:`HybridPredictor.predict` does with a scale and a shift: ``a * pred``, then ``+ b`` bounded
+    below by the roofline (only when there is a shift)."""
+    t = np.asarray(predicted, dtype=np.float64) * np.exp(log_scale)
+    return np.maximum(t + shift_us, floor) if shift_us != 0.0 else t
+
+
+def _capped_loss(measured: np.ndarray, time: np.ndarray) -> np.ndarray:
+    return np.minimum(np.abs(np.log(measured) - np.log(time)), SHIFT_LOSS_CAP)
+
+
+def _affine_loss_grid(m: np.ndarray, p: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Summed capped log loss of the rows for every (log a, b) of the affine grids, shape (A, B); rows are taken
+    :data:`AFFINE_BLOCK_ROWS` at a time (bounded memory for any number of rows)."""
+    a = np.exp(AFFINE_LOG_SCALE_GRID)[:, None, None]
+    b = AFFINE_SHIFT_GRID_US[None, :, None]
+    total = np.zeros((len(AFFINE_LOG_SCALE_GRID), len(AFFINE_SHIFT_GRID_US)))
+    for i in range(0, len(m), AFFINE_BLOCK_ROWS):
+        sl = slice(i, i + AFFINE_BLOCK_ROWS)
+        t = a * p[None, None, sl] + b
+        t = np.where(b != 0.0, np.maximum(t, f[None, None, sl]), t)  # the roofline bounds a shift (as in predict)
+        total += _capped_loss(m[None, None, sl], t).sum(axis=2)
+    return total
+
+
+def _affine_argmin(loss: np.ndarray, n: int, shrink: float, m: np.ndarray, p: np.ndarray,
+                   f: np.ndarray) -> tuple[float, float]:
+    """Grid minimiser of ``loss`` within :func:`shift_bounds` of the fit rows ``m, p, f`` (ties: nearest the
+    identity), shrunk towards (a=1, b=0) by n / (n + shrink)."""
+    lo, hi = shift_bounds(m, p, f, np.exp(AFFINE_LOG_SCALE_GRID))
+    b = AFFINE_SHIFT_GRID_US[None, :]
+    loss = np.where((b >= lo[:, None]) & (b <= hi), loss, np.inf)
+    best = np.argwhere(loss <= loss.min() + 1e-9)
+    la, b = AFFINE_LOG_SCALE_GRID[best[:, 0]], AFFINE_SHIFT_GRID_US[best[:, 1]]
+    i = int(np.argmin(np.abs(la) / AFFINE_LOG_SCALE_GRID.max() + np.abs(b) / AFFINE_SHIFT_GRID_US.max()))
+    w = n / (n + shrink)
+    return float(la[i]) * w, float(b[i]) * w
+
+
+def robust_affine(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray,
+                  shrink: float = SHRINK) -> tuple[float, float]:
+    """Joint ``(log a, b)`` minimising ``sum(min(|log(measured / max(a * predicted + b, floor))|, SHIFT_LOSS_CAP))``
+    over :data:`AFFINE_LOG_SCALE_GRID` x :data:`AFFINE_SHIFT_GRID_US`, both shrunk towards the identity by
+    ``n / (n + shrink)``; only physical ``b`` (:func:`shift_bounds`). No usable row gives (0, 0)."""
+    m, p, f = _clean(measured, predicted, floor)
+    if len(m) == 0:
+        return 0.0, 0.0
+    return _affine_argmin(_affine_loss_grid(m, p, f), len(m), shrink, m, p, f)
+
+
+def _fit(form: str, m: np.ndarray, p: np.ndarray, f: np.ndarray, shrink: float) -> tuple[float, float]:
+    if form == "scale":
+        return robust_offset(np.log(m) - np.log(p), shrink), 0.0
+    if form == "shift":
+        return 0.0, robust_shift(m, p, f, shrink, bounded=True)
+    return robust_affine(m, p, f, shrink)
+
+
+def choose_form(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, shrink: float = SHRINK,
+                forms: tuple[str, ...] = FORMS) -> AffineFit:
+    """Fit each of ``forms`` on the rows and keep the one with the lowest cross-validated error.
+
+    Error: mean capped absolute log error (:data:`SHIFT_LOSS_CAP`) of the held-out rows, each form refitted
+    (shrinkage and :func:`shift_bounds` included) without them; leave-one-out up to :data:`CV_FOLDS` rows,
+    :data:`CV_FOLDS` folds beyond. One-standard-error rule: the simplest form (order of ``forms``) whose mean
+    per-row error exceeds the lowest by at most the standard error of that difference wins, so a form with
+    more constants must be clearly better on the few rows there are. Fewer than :data:`MIN_SELECT_ROWS` usable rows: the first
+    form, not cross-validated. The chosen form is then refitted on all rows."""
+    unknown = set(forms) - set(FORMS)
+    if unknown or not forms:
+        raise ValueError(f"forms must be among {FORMS}, got {forms}")
+    m, p, f = _clean(measured, predicted, floor)
+    n = len(m)
+    if n < MIN_SELECT_ROWS or len(forms) == 1:
+        ls, b = _fit(forms[0], m, p, f, shrink) if n else (0.0, 0.0)
+        return AffineFit(forms[0], ls, b, n)
+    folds = np.arange(n) % min(n, CV_FOLDS)
+    k = int(folds.max()) + 1
+    losses = {form: np.zeros(n) for form in forms}
+    grid_total = grid_folds = None
+    if "affine" in forms:  # the grid losses of each fold, summed once: a fold's fit is the total minus its own
+        grid_folds = np.stack([_affine_loss_grid(m[folds == j], p[folds == j], f[folds == j]) for j in range(k)])
+        grid_total = grid_folds.sum(axis=0)
+    for j in range(k):
+        test, train = folds == j, folds != j
+        n_train = int(train.sum())
+        for form in forms:
+            if form == "affine":
+                ls, b = _affine_argmin(grid_total - grid_folds[j], n_train, shrink,  # type: ignore[operator,index]
+                                       m[train], p[train], f[train])
+            else:
+                ls, b = _fit(form, m[train], p[train], f[train], shrink)
+            losses[form][test] = _capped_loss(m[test], apply_form(p[test], f[test], ls, b))
+    cv = {form: float(loss.mean()) for form, loss in losses.items()}
+    lowest = min(forms, key=lambda fm: (cv[fm], forms.index(fm)))
+    best = next(fm for fm in forms if _within_one_se(losses[fm] - losses[lowest]))
+    if best == "affine":
+        ls, b = _affine_argmin(grid_total, n, shrink, m, p, f)  # type: ignore[arg-type]
+        # named by what was fitted: a joint fit that kept one constant at the identity is that simpler form
+        best = "scale" if b == 0.0 else "shift" if ls == 0.0 else best
+    else:
+        ls, b = _fit(best, m, p, f, shrink)
+    return AffineFit(best, ls, b, n, cv)
+
+
+def _within_one_se(diff: np.ndarray) -> bool:
+    """One-standard-error rule: the mean per-row loss difference to the lowest form is within its standard error."""
+    mean = float(diff.mean())
+    se = float(diff.std(ddof=1)) / np.sqrt(len(diff)) if len(diff) > 1 else 0.0
+    return mean <= se + 1e-12
+
+
+def choose_forms(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, groups: pd.Series,
+                 shrink: float = SHRINK, forms: tuple[str, ...] = FORMS) -> dict[str, AffineFit]:
+    """:func:`choose_form` per group label."""
+    m, p, f = (np.asarray(x, dtype=np.float64) for x in (measured, predicted, floor))
+    codes, uniques = pd.factorize(groups.astype(str).to_numpy())
+    return {str(g): choose_form(m[codes == i], p[codes == i], f[codes == i], shrink, forms)
+            for i, g in enumerate(uniques)}

@@ -267,7 +267,8 @@ class XGBCorrection(Correction):
         """A copy with ``rounds`` more trees fitted to ``table`` (few-shot adaptation); ``self`` is unchanged.
 
         ``target_offset`` (log units) is subtracted from the targets first: the trees then learn what is left
-        after a device-wide scale the caller applies on top (strategy ``auto`` of ``HybridPredictor.adapt``).
+        after a device-wide scale the caller applies on top (strategies ``auto`` and ``scale-trees`` of
+        ``HybridPredictor.adapt``; ``auto`` also subtracts its per-op shift from the measured times first).
 
         Rows of devices the main booster has not seen extend the transfer booster (the one that predicts them);
         ``table`` must not mix seen and unseen devices.

@@ -96,6 +96,9 @@ class HybridPredictor:
         self.offsets: dict[str, dict[str, float]] = {}
         #: few-shot additive host shifts (strategy ``shift``): correction key (or "roofline") -> device -> us
         self.shifts: dict[str, dict[str, float]] = {}
+        #: few-shot form chosen by strategy ``auto``: correction key -> device -> AffineFit.to_json() (form,
+        #: scale, shift_us, rows, cross-validated loss per form)
+        self.adapt_forms: dict[str, dict[str, dict[str, Any]]] = {}
         #: few-shot boosted models used for one device only: (correction key, device) -> correction
         self.device_models: dict[tuple[str, str], XGBCorrection] = {}
         self.fit_info: dict[str, dict[str, Any]] = {}
@@ -174,7 +177,7 @@ class HybridPredictor:
                 continue
             corr.fit(norm, base, self.catalog)
             self.fit_info[corr.key] = {"fitted": True, "rows": n}
-        self.offsets, self.device_models, self.shifts = {}, {}, {}
+        self.offsets, self.device_models, self.shifts, self.adapt_forms = {}, {}, {}, {}
         self.data_digest = table_digest(norm)
         self.devices_seen = sorted(map(str, pd.unique(norm["device"])))
         self.systems_seen = sorted(map(str, pd.unique(norm["system"].dropna()))) if "system" in norm.columns else []
@@ -341,13 +344,16 @@ class HybridPredictor:
     def adapt(self, table: pd.DataFrame, strategy: str = "auto") -> HybridPredictor:
         """A copy adapted to the device(s) in ``table`` (typically 5-50 measured rows of a new GPU).
 
-        ``strategy`` (see :mod:`hybrid.corrections.adapt` and ``experiments/few_shot/results.md``): ``"auto"``
-        (default: a robust shrunken scale per device and correction, plus extra trees on what it leaves from
-        ``AUTO_BOOST_MIN_ROWS`` rows of a family on), ``"scale"`` (that scale alone), ``"boost"`` (extra
-        XGBoost trees for that device; other corrections, or fewer than 3 rows of a family, use ``residual``)
-        ``"residual"`` (one shrunken mean log-scale) or ``"shift"`` (one additive per-op time in us per
-        device and correction, for a new *host* whose framework dispatch differs from the training hosts';
-        :func:`hybrid.corrections.adapt.robust_shift`). ``self`` is not modified.
+        ``strategy`` (see :mod:`hybrid.corrections.adapt`, ``experiments/few_shot`` and
+        ``experiments/h100_transfer``): ``"auto"`` (default: per device and correction, a scale, an additive per-op
+        time or both, time = max(a * pred + b, roofline), the form chosen by cross-validation on ``table``'s
+        rows, :func:`hybrid.corrections.adapt.choose_form`; plus extra trees on what it leaves from
+        ``AUTO_BOOST_MIN_ROWS`` rows of a family on), ``"scale-trees"`` (the default before: a robust shrunken
+        scale, plus those trees), ``"scale"`` (the scale alone), ``"boost"`` (extra XGBoost trees for that
+        device; other corrections, or fewer than 3 rows of a family, use ``residual``), ``"residual"`` (one
+        shrunken mean log-scale) or ``"shift"`` (one additive per-op time in us, for a new *host* whose framework
+        dispatch differs from the training hosts'; :func:`hybrid.corrections.adapt.robust_shift`). The fitted
+        constants are in :meth:`adaptation` and the saved manifest. ``self`` is not modified.
         """
         if strategy not in adapt_mod.STRATEGIES:
             raise InvalidInputError(f"unknown adaptation strategy {strategy!r}; known: {adapt_mod.STRATEGIES}")
@@ -363,13 +369,31 @@ class HybridPredictor:
                 key, dev = label.split("\x00")
                 new.shifts.setdefault(key, {})[dev] = shift
                 new.offsets.get(key, {}).pop(dev, None)  # the shift replaces an earlier scale of that pair
+                new.adapt_forms.get(key, {}).pop(dev, None)
             return new
-        if strategy in ("scale", "auto"):
+        if strategy == "auto":
+            time, _, group = new._raw(norm, base)
+            labels = pd.Series(group.astype(str), index=norm.index) + "\x00" + devices
+            fits = adapt_mod.choose_forms(norm["time_us"].to_numpy(dtype=np.float64), time,
+                                          base["time_us"].to_numpy(dtype=np.float64), labels)
+            new._boost_devices(norm, base, devices, adapt_mod.AUTO_BOOST_MIN_ROWS,
+                               {lab: f.log_scale for lab, f in fits.items()},
+                               {lab: f.shift_us for lab, f in fits.items()})
+            for label, fit in fits.items():
+                key, dev = label.split("\x00")
+                for store, value in ((new.offsets, fit.log_scale), (new.shifts, fit.shift_us)):
+                    if value != 0.0:
+                        store.setdefault(key, {})[dev] = value
+                    else:
+                        store.get(key, {}).pop(dev, None)
+                new.adapt_forms.setdefault(key, {})[dev] = fit.to_json()
+            return new
+        if strategy in ("scale", "scale-trees"):
             time, _, group = new._raw(norm, base)
             resid = np.log(norm["time_us"].to_numpy(dtype=np.float64)) - np.log(time)
             labels = pd.Series(group.astype(str), index=norm.index) + "\x00" + devices
             offs = adapt_mod.robust_offsets(resid, labels)
-            if strategy == "auto":
+            if strategy == "scale-trees":
                 new._boost_devices(norm, base, devices, adapt_mod.AUTO_BOOST_MIN_ROWS, offs)
         else:
             if strategy == "boost":
@@ -383,12 +407,15 @@ class HybridPredictor:
             key, dev = label.split("\x00")
             new.offsets.setdefault(key, {})[dev] = off
             new.shifts.get(key, {}).pop(dev, None)  # the scale replaces an earlier shift of that pair
+            new.adapt_forms.get(key, {}).pop(dev, None)
         return new
 
     def _boost_devices(self, norm: pd.DataFrame, base: pd.DataFrame, devices: pd.Series, min_rows: int,
-                       offsets: dict[str, float] | None) -> None:
+                       offsets: dict[str, float] | None, shifts: dict[str, float] | None = None) -> None:
         """Per (XGBoost correction, device) with at least ``min_rows`` rows: a device model with extra trees,
-        fitted to the residuals left after ``offsets[key + NUL + device]`` (log scale) when given."""
+        fitted to the residuals left after ``offsets[key + NUL + device]`` (log scale) when given, and after
+        ``shifts[key + NUL + device]`` (us, subtracted from the measured time first, which is kept above a tenth
+        of itself) when given: prediction = trees * scale + shift."""
         for corr in self.corrections:
             if not (isinstance(corr, XGBCorrection) and corr.fitted):
                 continue
@@ -396,9 +423,14 @@ class HybridPredictor:
                 rows = (devices == dev).to_numpy() & family_mask(base, corr.families)
                 if rows.sum() >= min_rows:
                     shift = 0.0 if offsets is None else offsets.get(f"{corr.key}\x00{dev}", 0.0)
+                    add = 0.0 if shifts is None else shifts.get(f"{corr.key}\x00{dev}", 0.0)
+                    fit_rows = norm.loc[rows]
+                    if add != 0.0:
+                        meas = fit_rows["time_us"].to_numpy(dtype=np.float64)
+                        fit_rows = fit_rows.assign(time_us=np.maximum(meas - add, 0.1 * meas))
                     base_model = self.device_models.get((corr.key, str(dev)), corr)
                     self.device_models[(corr.key, str(dev))] = base_model.continue_boosting(
-                        norm.loc[rows], base.loc[rows], self.catalog, rounds=adapt_mod.BOOST_ROUNDS,
+                        fit_rows, base.loc[rows], self.catalog, rounds=adapt_mod.BOOST_ROUNDS,
                         learning_rate=adapt_mod.BOOST_LEARNING_RATE, target_offset=shift)
 
     def copy(self) -> HybridPredictor:
@@ -430,6 +462,7 @@ class HybridPredictor:
             write_json(tmp / "manifest.json", {
                 "format_version": FORMAT_VERSION, "versions": versions(), "seed": self.seed,
                 "corrections": entries, "device_models": dev_models, "offsets": self.offsets, "shifts": self.shifts,
+                "adapt_forms": self.adapt_forms,
                 "fit_info": self.fit_info, "data_digest": self.data_digest,
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
                 "intervals": None if self.intervals is None else self.intervals.to_json(),
@@ -477,6 +510,7 @@ class HybridPredictor:
             obj.device_models[(entry["key"], entry["device"])] = klass.load(d / entry["dir"])  # type: ignore[assignment]
         obj.offsets = {k: {dk: float(v) for dk, v in per.items()} for k, per in manifest.get("offsets", {}).items()}
         obj.shifts = {k: {dk: float(v) for dk, v in per.items()} for k, per in manifest.get("shifts", {}).items()}
+        obj.adapt_forms = manifest.get("adapt_forms", {})
         obj.fit_info = manifest.get("fit_info", {})
         obj.data_digest = manifest.get("data_digest", "")
         obj.devices_seen = list(manifest.get("devices_seen", []))
@@ -485,6 +519,30 @@ class HybridPredictor:
         return obj
 
     # ------------------------------------------------------------------ reporting
+    def adaptation(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Few-shot state per correction key and device: ``scale`` (efficiency ratio), ``shift_us`` (per-op host
+        time, us), ``boosted`` (extra trees) and, for strategy ``auto``, the chosen ``form`` and ``cv_loss``."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for key, per in self.offsets.items():
+            for dev, off in per.items():
+                out.setdefault(key, {}).setdefault(dev, {})["scale"] = float(np.exp(off))
+        for key, per in self.shifts.items():
+            for dev, b in per.items():
+                out.setdefault(key, {}).setdefault(dev, {})["shift_us"] = float(b)
+        for key, dev in self.device_models:
+            out.setdefault(key, {}).setdefault(dev, {})["boosted"] = True
+        for key, per in self.adapt_forms.items():
+            for dev, fit in per.items():
+                if dev in out.get(key, {}) or fit.get("form"):
+                    entry = out.setdefault(key, {}).setdefault(dev, {})
+                    entry.update({"form": fit.get("form"), "rows": fit.get("rows"), "cv_loss": fit.get("cv_loss", {})})
+        for per in out.values():
+            for entry in per.values():
+                entry.setdefault("scale", 1.0)
+                entry.setdefault("shift_us", 0.0)
+                entry.setdefault("boosted", False)
+        return out
+
     def summary(self) -> dict[str, Any]:
         """What is fitted: families, devices and systems seen, row counts, adaptation state, versions."""
         fitted = [c for c in self.corrections if c.fitted]
@@ -495,6 +553,7 @@ class HybridPredictor:
             "devices_seen": self.devices_seen,
             "systems_seen": self.systems_seen,
             "adapted_devices": sorted(self._adapted_devices()),
+            "adaptation": self.adaptation(),
             "data_digest": self.data_digest,
             "versions": versions(),
         }

@@ -95,8 +95,8 @@ class CalibrationConfig:
     #: off for an adaptation (``base``: the base's collective model is kept); resolved in ``__post_init__``
     collective_transfer: bool | None = None
     #: few-shot strategy of an adaptation (``base``): one of :data:`hybrid.corrections.adapt.STRATEGIES`
-    #: (``auto``, the default; ``shift`` for a new host whose per-op framework cost differs, see
-    #: experiments/h100_transfer)
+    #: (``auto``, the default: scale, per-op shift or both per correction, chosen by cross-validation on the new
+    #: rows; see experiments/few_shot and experiments/h100_transfer)
     adapt_strategy: str = "auto"
 
     def __post_init__(self) -> None:
@@ -392,6 +392,12 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
     params.update(flatten_params("rows.op", profile["rows_per_op"]))
     params.update(flatten_params("rows.device", profile["rows_per_device"]))
     params.update(flatten_params("correction", corrections))
+    if config.base and hasattr(predictor, "adaptation"):
+        # few-shot constants per (correction, device): scale (efficiency ratio), shift_us (per-op host time),
+        # boosted, and the form strategy ``auto`` chose
+        params.update(flatten_params("adapt", {k: {d: {n: v for n, v in e.items() if n != "cv_loss"}
+                                                   for d, e in per.items()}
+                                               for k, per in predictor.adaptation().items()}))
     metrics = summary_metrics(summaries)
     metrics["calibration_seconds"] = elapsed_s
     now = int(time.time() * 1000)
