@@ -15,6 +15,7 @@ from hybrid.data.bundle import (
     bundle_catalog,
     catalog_toml,
     load_bundle,
+    load_project_bundles,
     project_bundles,
     read_meta,
     write_bundle,
@@ -145,6 +146,13 @@ def test_project_bundles_selects_by_device_kind(tmp_path):
     assert project_bundles("gpu", root=tmp_path / "missing") == []
     with pytest.raises(InvalidInputError, match="unknown bundle kind 'tpu'"):
         project_bundles("tpu", root=tmp_path)
+    table, catalog = load_project_bundles("cpu", root=tmp_path)
+    assert list(table["bundle"]) == ["b-cpu"] and list(table["device"]) == ["TEST-CPU-X"]
+    assert catalog.device("TEST-CPU-X").kind == "cpu"
+    both, _ = load_project_bundles(root=tmp_path)
+    assert sorted(both["bundle"]) == ["a-gpu", "b-cpu"]
+    empty, _ = load_project_bundles("gpu", root=tmp_path / "missing")
+    assert empty.empty
 
 
 def test_committed_gpu_bundles_are_the_h100_profile():

@@ -62,9 +62,18 @@ POINTWISE_CONFIGS = {
 }
 
 
-def load(data_dir: Path, rows_per_group: int, seed: int):
+def load(data_dir: Path, rows_per_group: int, seed: int, gpu_bundles: bool = False):
+    """Every source's GEMM and pointwise rows, sub-sampled per (source, device, dtype, group); ``gpu_bundles``
+    adds the project's GPU bundles (``datasets/``, source ``profile:<bundle>``), held out with their device."""
     cpu, catalog = load_bundle(CPU_BUNDLE)
     frames = []
+    if gpu_bundles:
+        from hybrid.data.bundle import bundle_catalog, load_project_bundles, project_bundles
+
+        gpu, _ = load_project_bundles("gpu")
+        catalog = bundle_catalog([CPU_BUNDLE, *project_bundles("gpu")])
+        if len(gpu):
+            frames.append(gpu.assign(src="profile:" + gpu["bundle"].astype(str)).drop(columns="bundle"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for fmt, label in SOURCES.items():
@@ -128,14 +137,18 @@ def main() -> None:
     ap.add_argument("--trees", type=int, default=400)
     ap.add_argument("--groups", default="gemm,pointwise")
     ap.add_argument("--configs", type=int, default=99, help="run only the first N configurations per group")
+    ap.add_argument("--with-gpu-bundles", action="store_true",
+                    help="also use the project's GPU bundles (datasets/; off by default, "
+                         "experiments/gpu_bundles/results.md says why)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     args = ap.parse_args()
     t_start = time.time()
-    table, catalog = load(public_data_dir(args.data_dir), args.rows_per_group, args.seed)
+    table, catalog = load(public_data_dir(args.data_dir), args.rows_per_group, args.seed, args.with_gpu_bundles)
     lines = [
         "# Kernel correction accuracy: every public kernel source, leave-one-GPU-out per source and dtype", "",
         f"Command: `python experiments/kernel_accuracy/run.py --rows-per-group {args.rows_per_group} --seed "
-        f"{args.seed} --trees {args.trees} --groups {args.groups} --configs {args.configs}`", "",
+        f"{args.seed} --trees {args.trees} --groups {args.groups} --configs {args.configs}"
+        f"{' --with-gpu-bundles' if args.with_gpu_bundles else ''}`", "",
         "Data: NeuSight (de-duplicated), XLA H100 matmul, Vidur A100/A40, DeepBench, LLMCompass, own CPU profile; "
         f"each (source, device, dtype, group) sub-sampled to {args.rows_per_group} rows (seed {args.seed}). "
         "Rows: " + ", ".join(f"{g}={n}" for g, n in table.groupby("group").size().items()) + ". "

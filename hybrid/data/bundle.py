@@ -105,6 +105,18 @@ def project_bundles(kind: str | None = None, root: str | os.PathLike | None = No
     return out
 
 
+def load_project_bundles(kind: str | None = None, root: str | os.PathLike | None = None
+                         ) -> tuple[pd.DataFrame, Catalog]:
+    """Every bundle of :func:`project_bundles` (``kind``, ``root``) as one validated table (a ``bundle`` column
+    names its directory) and the catalog of them all; an empty table when there is none."""
+    paths = project_bundles(kind, root)
+    catalog = bundle_catalog(paths)
+    if not paths:
+        return pd.DataFrame(), catalog
+    frames = [load_bundle(p)[0].assign(bundle=p.name) for p in paths]
+    return pd.concat(frames, ignore_index=True, sort=False), catalog
+
+
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     """The bundle's ``meta.json`` (empty dict if it has none)."""
     meta = Path(path) / META_FILE
