@@ -332,7 +332,8 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
     c, r = result["calibrated"], result["roofline"]
     out = ["# NLP end-to-end latency on GPUs, predicted from traces recorded on the CPU", "",
            f"Command: `python experiments/nlp_e2e/run.py --labels {Path(args.labels).name} --rows-per-gpu "
-           f"{args.rows_per_gpu}{' --with-test-kernels' if getattr(args, 'with_test_kernels', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+           f"{args.rows_per_gpu}{' --with-test-kernels' if getattr(args, 'with_test_kernels', False) else ''}"
+           f"{' --with-gpu-bundles' if getattr(args, 'with_gpu_bundles', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
            f"Labels: {result['n_label_rows']} rows, {c['n_rows']} predicted, skipped: "
            + (", ".join(f"{v} x {k}" for k, v in result["skipped"].items()) or "none") + ".",
