@@ -79,3 +79,18 @@ def test_broken_profiles(shared_datasets, tmp_path, catalog):
     net.drop(columns=["num_workers"]).to_csv(p, index=False)
     with pytest.raises(ImportFormatError, match=r"all_reduce\.csv: missing column.*num_workers"):
         import_vidur_network(p, catalog=catalog)
+
+
+def test_kernel_only_rows_fit_no_dispatch_overhead(shared_datasets, catalog):
+    """Vidur's rows are kernel times: a GEMM model fitted on them adds no host-dispatch constant, while the same
+    rows marked as eager PyTorch timings made it fit one (the spurious overhead LLM predictions used to carry)."""
+    from hybrid.corrections import GemmXGB, XGBParams
+    from hybrid.ops.roofline import roofline
+
+    df = import_vidur_compute(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv",
+                              catalog=catalog)
+    gemms = df[df["op"].isin(["gemm", "gemv"])].reset_index(drop=True)
+    base = roofline(gemms, catalog)
+    assert GemmXGB(XGBParams(n_estimators=5)).fit(gemms, base, catalog).dispatch_us == 0.0
+    eager = gemms.assign(framework="pytorch")
+    assert GemmXGB(XGBParams(n_estimators=5)).fit(eager, base, catalog).dispatch_us > 1.0
