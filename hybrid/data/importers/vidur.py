@@ -17,10 +17,6 @@ of one transformer layer, profiled in FP16 by ``vidur/profiling/mlp/mlp_impl.py`
 ``emb``                     vocab-parallel embedding gather with masking: not a canonical op, not imported
 ==========================  ==================================================================================
 
-The times are kernel durations (Vidur's ``record_function`` profiling reads them from the PyTorch profiler's CUPTI
-trace), so the rows carry ``framework = "cupti"``: kernel-only timing, no host dispatch (see
-:data:`hybrid.corrections.features.KERNEL_TIMING_FRAMEWORKS`).
-
 (``T`` tokens, ``h`` hidden size, ``q``/``kv`` query/key-value heads, ``d = h / q`` head dim, ``f`` MLP size,
 ``tp`` tensor-parallel degree.) GEMMs with ``T = 1`` are recorded as ``gemv``. The model dimensions come from
 the CSV's own ``n_head, n_kv_head, n_embd, n_expanded_embd, use_gated_mlp`` columns and are checked against
@@ -193,10 +189,7 @@ def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFr
         raise ImportFormatError(f"{path}: tensor-parallel degree does not divide the model dimensions ({frac})")
     table["dtype"] = "fp16"
     table["direction"] = "fwd"
-    # Vidur's MLP profiling (default ``--profile_method record_function``) reads each op's *kernel* durations from
-    # the PyTorch profiler's CUPTI trace, so these times exclude PyTorch's host dispatch (the smallest ops take
-    # 1-7 us; an eager op timed from the host takes 10 us or more): kernel-only rows (``kernel_timing`` = 1).
-    table["framework"] = "cupti"
+    table["framework"] = "pytorch"
     table["model"] = path.parent.name
     return finish(table, path, catalog, source=f"vidur-compute:{display_path(path)}", device=None)
 
