@@ -68,25 +68,34 @@ def load(data_dir: Path, rows_per_group: int, seed: int, gpu_bundles: bool = Fal
     cpu, catalog = load_bundle(CPU_BUNDLE)
     frames = []
     if gpu_bundles:
-        from hybrid.data.bundle import bundle_catalog, load_project_bundles, project_bundles
+        from hybrid.data.bundle import bundle_catalog, project_bundles
 
-        gpu, _ = load_project_bundles("gpu")
         catalog = bundle_catalog([CPU_BUNDLE, *project_bundles("gpu")])
-        if len(gpu):
-            frames.append(gpu.assign(src="profile:" + gpu["bundle"].astype(str)).drop(columns="bundle"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for fmt, label in SOURCES.items():
             frames.append(import_paths(fmt, data_dir, catalog=catalog).assign(src=label))
     frames.append(cpu.assign(src="cpu-profile"))
-    table = pd.concat(frames, ignore_index=True, sort=False)
+    table = _groups(pd.concat(frames, ignore_index=True, sort=False), rows_per_group, seed)
+    if gpu_bundles:  # sampled on their own, so the public rows are the same with and without them
+        from hybrid.data.bundle import load_project_bundles
+
+        gpu, _ = load_project_bundles("gpu")
+        if len(gpu):
+            gpu = gpu.assign(src="profile:" + gpu["bundle"].astype(str)).drop(columns="bundle")
+            table = pd.concat([table, _groups(gpu, rows_per_group, seed)], ignore_index=True, sort=False)
+    return table.reset_index(drop=True), catalog
+
+
+def _groups(table: pd.DataFrame, rows_per_group: int, seed: int) -> pd.DataFrame:
+    """GEMM and pointwise rows with their ``family`` and ``group``, at most ``rows_per_group`` per (source, device,
+    dtype, group) (seeded)."""
     fam = pd.Series(family_array(table["op"]), index=table.index)
     table = table.assign(family=fam)
     table = table[fam.isin(GEMM_FAMILIES + POINTWISE_FAMILIES)]
     table = table.assign(group=np.where(table["family"].isin(GEMM_FAMILIES), "gemm", "pointwise"))
-    table = (table.sample(frac=1.0, random_state=seed)
-             .groupby(["src", "device", "dtype", "group"], sort=False).head(rows_per_group))
-    return table.reset_index(drop=True), catalog
+    return (table.sample(frac=1.0, random_state=seed)
+            .groupby(["src", "device", "dtype", "group"], sort=False).head(rows_per_group))
 
 
 def logo_predictions(sub: pd.DataFrame, base: pd.DataFrame, catalog, klass, config, seed: int, trees: int,
