@@ -15,6 +15,8 @@ from hybrid.data.bundle import (
     bundle_catalog,
     catalog_toml,
     load_bundle,
+    load_project_bundles,
+    project_bundles,
     read_meta,
     write_bundle,
 )
@@ -128,3 +130,32 @@ def test_load_bundle_errors(tmp_path):
     (out / CATALOG_FILE).write_text("[devices.x\n")
     with pytest.raises(InvalidInputError, match="not valid TOML"):
         load_bundle(out)
+
+
+def test_project_bundles_selects_by_device_kind(tmp_path):
+    cpu = write_bundle(tmp_path / "b-cpu", _table("TEST-CPU-X", "TEST-SYS-X").iloc[:1],
+                       catalog_toml({"TEST-CPU-X": _device("TEST-CPU-X")}), {})
+    gpu_rows = pd.DataFrame([{"device": "H100-SXM", "op": "gemm", "dtype": "bf16", "m": 64, "n": 64, "k": 64,
+                              "time_us": 20.0, "repeats": 10, "source": "hybrid-profile"}])
+    gpu = write_bundle(tmp_path / "a-gpu", gpu_rows, "", {})
+    (tmp_path / "not-a-bundle").mkdir()  # no measurements.csv: ignored
+    (tmp_path / "notes.md").write_text("x")
+    assert project_bundles(root=tmp_path) == [gpu, cpu]
+    assert project_bundles("gpu", root=tmp_path) == [gpu]
+    assert project_bundles("cpu", root=tmp_path) == [cpu]
+    assert project_bundles("gpu", root=tmp_path / "missing") == []
+    with pytest.raises(InvalidInputError, match="unknown bundle kind 'tpu'"):
+        project_bundles("tpu", root=tmp_path)
+    table, catalog = load_project_bundles("cpu", root=tmp_path)
+    assert list(table["bundle"]) == ["b-cpu"] and list(table["device"]) == ["TEST-CPU-X"]
+    assert catalog.device("TEST-CPU-X").kind == "cpu"
+    both, _ = load_project_bundles(root=tmp_path)
+    assert sorted(both["bundle"]) == ["a-gpu", "b-cpu"]
+    empty, _ = load_project_bundles("gpu", root=tmp_path / "missing")
+    assert empty.empty
+
+
+def test_committed_gpu_bundles_are_the_h100_profile():
+    names = [p.name for p in project_bundles("gpu")]
+    assert "H100-SXM" in names
+    assert not any(n.startswith("cpu-") for n in names)

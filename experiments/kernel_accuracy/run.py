@@ -62,22 +62,40 @@ POINTWISE_CONFIGS = {
 }
 
 
-def load(data_dir: Path, rows_per_group: int, seed: int):
+def load(data_dir: Path, rows_per_group: int, seed: int, gpu_bundles: bool = False):
+    """Every source's GEMM and pointwise rows, sub-sampled per (source, device, dtype, group); ``gpu_bundles``
+    adds the project's GPU bundles (``datasets/``, source ``profile:<bundle>``), held out with their device."""
     cpu, catalog = load_bundle(CPU_BUNDLE)
     frames = []
+    if gpu_bundles:
+        from hybrid.data.bundle import bundle_catalog, project_bundles
+
+        catalog = bundle_catalog([CPU_BUNDLE, *project_bundles("gpu")])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for fmt, label in SOURCES.items():
             frames.append(import_paths(fmt, data_dir, catalog=catalog).assign(src=label))
     frames.append(cpu.assign(src="cpu-profile"))
-    table = pd.concat(frames, ignore_index=True, sort=False)
+    table = _groups(pd.concat(frames, ignore_index=True, sort=False), rows_per_group, seed)
+    if gpu_bundles:  # sampled on their own, so the public rows are the same with and without them
+        from hybrid.data.bundle import load_project_bundles
+
+        gpu, _ = load_project_bundles("gpu")
+        if len(gpu):
+            gpu = gpu.assign(src="profile:" + gpu["bundle"].astype(str)).drop(columns="bundle")
+            table = pd.concat([table, _groups(gpu, rows_per_group, seed)], ignore_index=True, sort=False)
+    return table.reset_index(drop=True), catalog
+
+
+def _groups(table: pd.DataFrame, rows_per_group: int, seed: int) -> pd.DataFrame:
+    """GEMM and pointwise rows with their ``family`` and ``group``, at most ``rows_per_group`` per (source, device,
+    dtype, group) (seeded)."""
     fam = pd.Series(family_array(table["op"]), index=table.index)
     table = table.assign(family=fam)
     table = table[fam.isin(GEMM_FAMILIES + POINTWISE_FAMILIES)]
     table = table.assign(group=np.where(table["family"].isin(GEMM_FAMILIES), "gemm", "pointwise"))
-    table = (table.sample(frac=1.0, random_state=seed)
-             .groupby(["src", "device", "dtype", "group"], sort=False).head(rows_per_group))
-    return table.reset_index(drop=True), catalog
+    return (table.sample(frac=1.0, random_state=seed)
+            .groupby(["src", "device", "dtype", "group"], sort=False).head(rows_per_group))
 
 
 def logo_predictions(sub: pd.DataFrame, base: pd.DataFrame, catalog, klass, config, seed: int, trees: int,
@@ -128,14 +146,18 @@ def main() -> None:
     ap.add_argument("--trees", type=int, default=400)
     ap.add_argument("--groups", default="gemm,pointwise")
     ap.add_argument("--configs", type=int, default=99, help="run only the first N configurations per group")
+    ap.add_argument("--with-gpu-bundles", action="store_true",
+                    help="also use the project's GPU bundles (datasets/; off by default, "
+                         "experiments/gpu_bundles/results.md says why)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     args = ap.parse_args()
     t_start = time.time()
-    table, catalog = load(public_data_dir(args.data_dir), args.rows_per_group, args.seed)
+    table, catalog = load(public_data_dir(args.data_dir), args.rows_per_group, args.seed, args.with_gpu_bundles)
     lines = [
         "# Kernel correction accuracy: every public kernel source, leave-one-GPU-out per source and dtype", "",
         f"Command: `python experiments/kernel_accuracy/run.py --rows-per-group {args.rows_per_group} --seed "
-        f"{args.seed} --trees {args.trees} --groups {args.groups} --configs {args.configs}`", "",
+        f"{args.seed} --trees {args.trees} --groups {args.groups} --configs {args.configs}"
+        f"{' --with-gpu-bundles' if args.with_gpu_bundles else ''}`", "",
         "Data: NeuSight (de-duplicated), XLA H100 matmul, Vidur A100/A40, DeepBench, LLMCompass, own CPU profile; "
         f"each (source, device, dtype, group) sub-sampled to {args.rows_per_group} rows (seed {args.seed}). "
         "Rows: " + ", ".join(f"{g}={n}" for g, n in table.groupby("group").size().items()) + ". "

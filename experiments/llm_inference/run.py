@@ -88,7 +88,7 @@ def vidur_predictions(comp: pd.DataFrame, cost_model) -> pd.DataFrame:
 def vidur_section(comp: pd.DataFrame, net: pd.DataFrame) -> tuple[str, dict]:
     t0 = time.time()
     rows = []
-    for model in sorted(comp["model"].unique()):
+    for model in sorted(comp["model"].dropna().unique()):
         train = comp[comp["model"] != model]
         pred = HybridPredictor().fit(pd.concat([train, net], ignore_index=True))
         rows.append(vidur_predictions(comp[comp["model"] == model], pred))
@@ -183,19 +183,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
+    ap.add_argument("--with-gpu-bundles", action="store_true",
+                    help="also fit on the project's GPU bundles (datasets/: eager PyTorch ops; off by default, "
+                         "experiments/gpu_bundles/results.md says why)")
     args = ap.parse_args()
     data_dir = public_data_dir(args.data_dir)
     t0 = time.time()
     comp, net = load_vidur(data_dir)
+    if args.with_gpu_bundles:  # the bundles' rows join every fit below, as Vidur's compute rows do
+        from hybrid.data.bundle import load_project_bundles
+
+        comp = pd.concat([comp, load_project_bundles("gpu")[0]], ignore_index=True, sort=False)
     pred = HybridPredictor().fit(pd.concat([comp, net], ignore_index=True))
     fit_s = time.time() - t0
     trt, summaries = trt_section(data_dir, pred)
     vid, vsum = vidur_section(comp, net)
     xla = xla_section(data_dir, comp, net, pred)
     head = ["# LLM inference: TensorRT-LLM A100 tables and Vidur per-layer timings", "",
-            "Command: `python experiments/llm_inference/run.py` (data: `../shared/datasets`). "
+            f"Command: `python experiments/llm_inference/run.py{' --with-gpu-bundles' if args.with_gpu_bundles else ''}` "
+            "(data: `../shared/datasets`). "
             f"Wall time {time.time() - t0:.0f} s on the shared 2-core machine (loaded; timings indicative only).", "",
-            "Calibrated predictor: fitted on Vidur's A100/A40 per-layer op timings and collective timings "
+            "Calibrated predictor: fitted on Vidur's A100/A40 per-layer op timings "
+            f"{'(plus the project GPU bundles) ' if args.with_gpu_bundles else ''}and collective timings "
             f"({len(comp)} + {len(net)} rows, {fit_s:.0f} s including import). The TensorRT-LLM tables were not used "
             "to fit or tune any constant (held out). MoE experts are costed as one grouped GEMM (batch = active "
             "experts); a per-expert-GEMM variant was tried after a first look at the tables and dropped (no gain on "

@@ -52,7 +52,10 @@ def pct(x: Any) -> float:
 
 
 # ============================================================================================ calibrated model
-def fit_calibrated(data_dir: Path, rows: int, seed: int) -> tuple[HybridPredictor, dict[str, Any]]:
+def fit_calibrated(data_dir: Path, rows: int, seed: int, extra: pd.DataFrame | None = None
+                   ) -> tuple[HybridPredictor, dict[str, Any]]:
+    """The calibrated predictor; ``extra`` rows (the project's GPU bundles with ``--with-gpu-bundles``) are added
+    whole, after the public kernels are sub-sampled."""
     from hybrid.data.importers import import_paths
     from hybrid.tracking.inputs import subsample
 
@@ -68,10 +71,12 @@ def fit_calibrated(data_dir: Path, rows: int, seed: int) -> tuple[HybridPredicto
     table = pd.concat(parts, ignore_index=True, sort=False)
     coll = table["op"].isin(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"])
     kernels = subsample(table[~coll].reset_index(drop=True), rows, seed=seed)
-    train = pd.concat([kernels, table[coll]], ignore_index=True, sort=False)
+    train = pd.concat([kernels, table[coll]] + ([extra] if extra is not None and len(extra) else []),
+                      ignore_index=True, sort=False)
     t1 = time.perf_counter()
     pred = HybridPredictor(seed=seed).fit(train)
     info = {"kernel_rows": len(kernels), "collective_rows": int(coll.sum()), "import_s": t1 - t0,
+            "extra_rows": 0 if extra is None else len(extra),
             "fit_s": time.perf_counter() - t1, "fit_info": pred.fit_info}
     return pred, info
 
@@ -246,8 +251,9 @@ def neusight_cases(d: Path) -> list[Case]:
     return out
 
 
-def fit_neusight(data_dir: Path, rows: int, seed: int) -> HybridPredictor:
-    """A predictor fitted on NeuSight's fp32 kernel collections (train split) + the public collectives."""
+def fit_neusight(data_dir: Path, rows: int, seed: int, extra: pd.DataFrame | None = None) -> HybridPredictor:
+    """A predictor fitted on NeuSight's fp32 kernel collections (train split) + the public collectives (+ ``extra``
+    rows whole)."""
     from hybrid.data.importers import import_paths
     from hybrid.tracking.inputs import subsample
 
@@ -257,7 +263,8 @@ def fit_neusight(data_dir: Path, rows: int, seed: int) -> HybridPredictor:
     c = pd.concat([import_paths("vidur-network", [data_dir / "vidur/data/profiling/network/a100_dgx"]),
                    import_paths("nccl-tests", [data_dir / "nccl-tests/argonne-lcf_alcf-nccl-tests"])],
                   ignore_index=True, sort=False)
-    return HybridPredictor(seed=seed).fit(pd.concat([k, c], ignore_index=True, sort=False))
+    extra_parts = [extra] if extra is not None and len(extra) else []
+    return HybridPredictor(seed=seed).fit(pd.concat([k, c, *extra_parts], ignore_index=True, sort=False))
 
 
 # ============================================================================================ scoring
@@ -312,6 +319,9 @@ def report(df: pd.DataFrame, mfu: list[tuple[Case, float, float]], cal_info: dic
       f"{', '.join(k for k, v in cal_info['fit_info'].items() if v.get('fitted'))}. Attention (FlashAttention) "
       "and norms/softmax without measurements stay at the roofline. The NeuSight table's calibrated column uses a "
       "predictor fitted on NeuSight's fp32 kernel collections (train split) plus the collectives instead.  ")
+    if cal_info.get("extra_rows"):
+        p(f"Both predictors also fitted on {cal_info['extra_rows']} rows of the project's GPU bundles "
+          "(`--with-gpu-bundles`).  ")
     p("Errors: |pred - published| / published of the iteration time. *spread*: the calibrated prediction over "
       "the plausible values of knobs the table does not state (listed per row).\n")
     p("## Summary per table\n")
@@ -356,14 +366,22 @@ def main() -> int:
     ap.add_argument("--kernel-rows", type=int, default=30000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-rows-per-table", type=int, default=None, help="quick runs: score fewer MosaicML rows")
+    ap.add_argument("--with-gpu-bundles", action="store_true",
+                    help="also fit on the project's GPU bundles (datasets/: eager PyTorch ops; off by default, "
+                         "experiments/gpu_bundles/results.md says why)")
     args = ap.parse_args()
     d = public_data_dir(args.data_dir)
     command = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     t0 = time.perf_counter()
-    cal, info = fit_calibrated(d, args.kernel_rows, args.seed)
+    extra = None
+    if args.with_gpu_bundles:
+        from hybrid.data.bundle import load_project_bundles
+
+        extra = load_project_bundles("gpu")[0]
+    cal, info = fit_calibrated(d, args.kernel_rows, args.seed, extra)
     print(f"calibrated predictor fitted in {info['fit_s']:.0f} s", file=sys.stderr)
     roof = HybridPredictor.roofline_only()
-    neu = fit_neusight(d, args.kernel_rows, args.seed)
+    neu = fit_neusight(d, args.kernel_rows, args.seed, extra)
     cases = (korthikanti_cases(d) + narayanan_cases(d) + jan2021_cases(d)
              + mosaic_cases(d, args.max_rows_per_table) + neusight_cases(d))
     df = score(cases, roof, {"default": cal, "neusight": neu}, lambda s: print(s, file=sys.stderr))

@@ -157,10 +157,12 @@ def read_labels(path: str) -> pd.DataFrame:
     return df
 
 
-def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = False):
+def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = False,
+                     gpu_bundles: bool = False):
     """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group); with
     ``with_test_kernels`` also on NeuSight's kernel *test* collections (``neusight/test-dev``: larger shapes, and
-    the A100 80GB PCIe), which are kernel measurements, not end-to-end labels."""
+    the A100 80GB PCIe), which are kernel measurements, not end-to-end labels; with ``gpu_bundles`` also on the
+    project's GPU bundles (``datasets/``, whole)."""
     from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.importers import import_paths
     from hybrid.data.paths import public_data_dir
@@ -177,6 +179,10 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
     grp = np.where(table["op"].isin(["bmm", "linear", "gemm", "matmul"]), "gemm", "pointwise")
     table = table.assign(_g=grp).sample(frac=1.0, random_state=seed).groupby(["device", "_g"]).head(rows_per_gpu)
     table = table.drop(columns="_g").reset_index(drop=True)
+    if gpu_bundles:
+        from hybrid.data.bundle import load_project_bundles
+
+        table = pd.concat([table, load_project_bundles("gpu")[0]], ignore_index=True, sort=False)
     model = HybridPredictor(catalog=cat, seed=seed).fit(table)
     return model, cat, sorted(table["device"].unique()), len(table)
 
@@ -240,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--with-test-kernels", action="store_true",
                     help="also fit the kernel model on NeuSight's kernel test collections (neusight/test-dev)")
+    ap.add_argument("--with-gpu-bundles", action="store_true",
+                    help="also fit on the project's GPU bundles (datasets/; off by default, "
+                         "experiments/gpu_bundles/results.md says why)")
     ap.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "hybrid-nlp-e2e-traces"))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="write results markdown here (default: results.md beside this "
@@ -262,9 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         calib, ccat, fitted_on, n_fit = model, engine.catalog, getattr(model, "devices_seen", []), None
     else:
         calib, ccat, fitted_on, n_fit = calibrated_model(args.data_dir, args.rows_per_gpu, args.seed,
-                                                         args.with_test_kernels)
+                                                         args.with_test_kernels, args.with_gpu_bundles)
         mname = (f"HybridPredictor fitted on NeuSight kernel training data"
-                 f"{' + kernel test collections' if args.with_test_kernels else ''} ({n_fit} rows)")
+                 f"{' + kernel test collections' if args.with_test_kernels else ''}"
+                 f"{' + the project GPU bundles' if args.with_gpu_bundles else ''} ({n_fit} rows)")
     models = {"roofline": (RooflineCostModel(cat), cat), "calibrated": (calib, ccat)}
     trace_dir = Path(args.trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -322,7 +332,8 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
     c, r = result["calibrated"], result["roofline"]
     out = ["# NLP end-to-end latency on GPUs, predicted from traces recorded on the CPU", "",
            f"Command: `python experiments/nlp_e2e/run.py --labels {Path(args.labels).name} --rows-per-gpu "
-           f"{args.rows_per_gpu}{' --with-test-kernels' if getattr(args, 'with_test_kernels', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+           f"{args.rows_per_gpu}{' --with-test-kernels' if getattr(args, 'with_test_kernels', False) else ''}"
+           f"{' --with-gpu-bundles' if getattr(args, 'with_gpu_bundles', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
            f"Labels: {result['n_label_rows']} rows, {c['n_rows']} predicted, skipped: "
            + (", ".join(f"{v} x {k}" for k, v in result["skipped"].items()) or "none") + ".",

@@ -33,13 +33,11 @@ QUICKSTART_LODO_DEVICES = 2
 
 
 def project_bundles() -> list[Path]:
-    """Committed measurement bundles (``datasets/*/`` with a ``measurements.csv``)."""
-    from hybrid.data.paths import project_datasets_dir
+    """Committed measurement bundles (``datasets/*/`` with a ``measurements.csv``): every kind, GPU bundles
+    included (quickstart calibrates on all local measurements; :func:`hybrid.data.bundle.project_bundles`)."""
+    from hybrid.data.bundle import project_bundles as committed
 
-    root = project_datasets_dir()
-    if not root.is_dir():
-        return []
-    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "measurements.csv").is_file())
+    return committed()
 
 
 def import_public_subset(data_dir: Path, catalog, seed: int = 0, progress: bool = True) -> tuple[pd.DataFrame, list[str]]:

@@ -74,6 +74,49 @@ def load_bundle(path: str | os.PathLike) -> tuple[pd.DataFrame, Catalog]:
     return read_table(table_path, catalog), catalog
 
 
+#: Device kinds :func:`project_bundles` can select.
+BUNDLE_KINDS = ("gpu", "cpu")
+
+
+def project_bundles(kind: str | None = None, root: str | os.PathLike | None = None) -> list[Path]:
+    """The committed measurement bundles (``datasets/*/`` holding a ``measurements.csv``; ``root`` instead of the
+    checkout's ``datasets/``), sorted by name. ``kind`` (``"gpu"`` or ``"cpu"``) keeps the bundles whose measured
+    devices are all of that kind in the bundle's catalog.
+
+    These are the project's own measurements (``hybrid profile`` runs). The LLM and kernel benchmarks calibrate
+    on public data only unless asked (``--with-gpu-bundles``): the GPU bundles time eager PyTorch ops (host
+    dispatch included) and made the held-out figures worse (``experiments/gpu_bundles/results.md``)."""
+    from hybrid.data.paths import project_datasets_dir
+
+    if kind is not None and kind not in BUNDLE_KINDS:
+        raise InvalidInputError(f"unknown bundle kind {kind!r}; expected one of {', '.join(BUNDLE_KINDS)}")
+    base = Path(root) if root is not None else project_datasets_dir()
+    if not base.is_dir():
+        return []
+    found = sorted((p for p in base.iterdir() if p.is_dir() and (p / TABLE_FILE).is_file()), key=lambda p: p.name)
+    if kind is None:
+        return found
+    out = []
+    for p in found:
+        devices = pd.read_csv(p / TABLE_FILE, usecols=["device"])["device"].dropna().astype(str).unique()
+        catalog = bundle_catalog([p])
+        if len(devices) and all(catalog.device(d).kind == kind for d in devices):
+            out.append(p)
+    return out
+
+
+def load_project_bundles(kind: str | None = None, root: str | os.PathLike | None = None
+                         ) -> tuple[pd.DataFrame, Catalog]:
+    """Every bundle of :func:`project_bundles` (``kind``, ``root``) as one validated table (a ``bundle`` column
+    names its directory) and the catalog of them all; an empty table when there is none."""
+    paths = project_bundles(kind, root)
+    catalog = bundle_catalog(paths)
+    if not paths:
+        return pd.DataFrame(), catalog
+    frames = [load_bundle(p)[0].assign(bundle=p.name) for p in paths]
+    return pd.concat(frames, ignore_index=True, sort=False), catalog
+
+
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     """The bundle's ``meta.json`` (empty dict if it has none)."""
     meta = Path(path) / META_FILE
