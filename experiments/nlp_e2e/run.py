@@ -187,7 +187,8 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
     return model, cat, sorted(table["device"].unique()), len(table)
 
 
-def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cache: dict) -> dict:
+def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cache: dict,
+                kernel_times: bool = True) -> dict:
     from hybrid.data.traces import load_trace
     from hybrid.workloads import trace_parallel as tp
     from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
@@ -216,7 +217,7 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
     out = {}
     for label, (model, cat) in models.items():
         it = build_trace_graph(traces, device, cat, same_device=False, transform=transform)
-        pred = predict_trace(it, model)
+        pred = predict_trace(it, model, kernel_times=kernel_times)
         out[label] = pred.predicted_us / 1e3
         out[f"{label}_unmodelled_ops"] = int((it.units["kind"] == "unmodelled").sum())
     return out
@@ -249,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-gpu-bundles", action="store_true",
                     help="also fit on the project's GPU bundles (datasets/; off by default, "
                          "experiments/gpu_bundles/results.md says why)")
+    ap.add_argument("--as-fitted", action="store_true",
+                    help="cost GPU ops with the kernel model's eager per-op times (its fitted dispatch included), "
+                         "as before kernel times were the default")
     ap.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "hybrid-nlp-e2e-traces"))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="write results markdown here (default: results.md beside this "
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             skipped[why] = skipped.get(why, 0) + 1
             continue
         dev = resolve_gpu(str(r["gpu"]), cat)
-        pred = predict_row(trace_dir, r, dev, models, cache)
+        pred = predict_row(trace_dir, r, dev, models, cache, kernel_times=not args.as_fitted)
         rows.append({"gpu": r["gpu"], "device": dev, "model": r["model"], "mode": r["mode"],
                      "parallel": r["extra"] or "single", "seqlen": int(r["seqlen"]), "batch": int(r["batch"]),
                      "measured_ms": float(r["e2e_latency"]), **pred,
@@ -333,7 +337,8 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
     out = ["# NLP end-to-end latency on GPUs, predicted from traces recorded on the CPU", "",
            f"Command: `python experiments/nlp_e2e/run.py --labels {Path(args.labels).name} --rows-per-gpu "
            f"{args.rows_per_gpu}{' --with-test-kernels' if getattr(args, 'with_test_kernels', False) else ''}"
-           f"{' --with-gpu-bundles' if getattr(args, 'with_gpu_bundles', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+           f"{' --with-gpu-bundles' if getattr(args, 'with_gpu_bundles', False) else ''}"
+           f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
            f"Labels: {result['n_label_rows']} rows, {c['n_rows']} predicted, skipped: "
            + (", ".join(f"{v} x {k}" for k, v in result["skipped"].items()) or "none") + ".",

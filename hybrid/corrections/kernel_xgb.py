@@ -385,6 +385,18 @@ class DispatchXGB(XGBCorrection):
         # added, not overlapped (max(body, overhead) was worse leave-one-GPU-out: experiments/kernel_accuracy)
         return roof + self._dispatched(table, catalog) * self.dispatch_us
 
+    def host_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row, the host dispatch time that :meth:`predict` includes (:attr:`dispatch_us` on framework-timed
+        GPU rows of this correction's families, 0 elsewhere): what a workload that models host time itself
+        takes off to get the GPU kernel time (:class:`hybrid.engine.costs.KernelTimeModel`)."""
+        out = np.zeros(len(table))
+        if not self.uses_dispatch or self.dispatch_us <= 0:
+            return out
+        mask, sub, _ = self._family_rows(table, baseline)
+        if mask.any():
+            out[mask] = self._dispatched(sub, catalog) * self.dispatch_us
+        return out
+
     def fit_dispatch(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> float:
         """Median over (device, framework) groups of the :data:`DISPATCH_QUANTILE` quantile of measured minus
         roofline time, over framework-timed GPU rows (0 when there are none)."""

@@ -288,9 +288,11 @@ class HybridPredictor:
         return time, method, group
 
     def predict(self, table: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
-        """Per row (same index): ``time_us``, ``roofline_us``, ``method``, ``bound`` and, with ``intervals``,
-        ``time_us_low`` / ``time_us_high`` (the calibrated 80% interval; NaN when the predictor has no interval
-        calibration, see :meth:`calibrate_intervals`).
+        """Per row (same index): ``time_us``, ``roofline_us``, ``method``, ``bound``, ``host_us`` (the part of
+        ``time_us`` that is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the
+        kernel models with a dispatch constant; 0 elsewhere; see :class:`hybrid.engine.costs.KernelTimeModel`)
+        and, with ``intervals``, ``time_us_low`` / ``time_us_high`` (the calibrated 80% interval; NaN when the
+        predictor has no interval calibration, see :meth:`calibrate_intervals`).
 
         Identical rows are predicted once (every step is row-wise, so the answer is the same): a table where at
         most :data:`DEDUP_MAX_FRACTION` of the rows are distinct (repeated layers, ranks, search candidates) is
@@ -327,7 +329,8 @@ class HybridPredictor:
                     rows = (group == key) & (devices == dev)
                     time[rows] = np.maximum(time[rows] + shift, roof[rows])  # never below the roofline
         out = {"time_us": time, "roofline_us": base["time_us"].to_numpy(dtype=np.float64),
-               "method": method, "bound": base["bound"].to_numpy(dtype=object)}
+               "method": method, "bound": base["bound"].to_numpy(dtype=object),
+               "host_us": np.minimum(self._host(norm, base, group), time)}
         if intervals:
             if self.intervals is None:
                 out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
@@ -335,6 +338,18 @@ class HybridPredictor:
                 lo, hi, _ = self.intervals.row_bounds(method, base["family"], self._seen(norm, base))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
         return pd.DataFrame(out, index=table.index)
+
+    def _host(self, norm: pd.DataFrame, base: pd.DataFrame, group: np.ndarray) -> np.ndarray:
+        """Per row, the fitted framework host dispatch (us) included in the prediction of the correction that
+        answered it (``DispatchXGB.host_us``; 0 for the others and for kernel-only or CPU rows)."""
+        host = np.zeros(len(norm))
+        for corr in self.corrections:
+            if not corr.fitted or not hasattr(corr, "host_us"):
+                continue
+            rows = group == corr.key
+            if rows.any():
+                host[rows] = corr.host_us(norm, base, self.catalog)[rows]
+        return host
 
     def predict_time(self, table: pd.DataFrame) -> np.ndarray:
         """Predicted ``time_us`` per row as a numpy array."""

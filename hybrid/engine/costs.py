@@ -39,6 +39,44 @@ class RooflineCostModel:
         return out
 
 
+class KernelTimeModel:
+    """A cost model's GPU kernel times: its ``time_us`` less the host dispatch the prediction includes.
+
+    Kernel models fitted on eager-framework timings (one op timed alone with CUDA events: host dispatch, launch
+    and kernel) predict ``time_us`` = dispatch + kernel and say how much is dispatch (``host_us``, the fitted
+    ``DispatchXGB.dispatch_us``). A workload that puts host work on its own host stream (the trace engine's
+    launch nodes or traced host time) must cost only the kernel on the GPU stream, or it counts the dispatch
+    twice. Kernel time = ``time_us - host_us``, never below the roofline (nor above the original prediction);
+    the interval, if any, moves by the same ratio. Models that report no ``host_us`` pass through unchanged.
+    """
+
+    def __init__(self, model: OpCostModel):
+        self.model = model
+
+    @property
+    def catalog(self) -> Catalog | None:
+        cat = getattr(self.model, "catalog", None)
+        return cat if isinstance(cat, Catalog) else None
+
+    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
+        out = self.model.predict(table)
+        if "host_us" not in out.columns or "time_us" not in out.columns:
+            return out
+        out = out.copy()
+        time = pd.to_numeric(out["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+        host = np.nan_to_num(pd.to_numeric(out["host_us"], errors="coerce").to_numpy(dtype=np.float64))
+        floor = (np.minimum(pd.to_numeric(out["roofline_us"], errors="coerce").to_numpy(dtype=np.float64), time)
+                 if "roofline_us" in out.columns else np.zeros(len(time)))
+        kernel = np.where(host > 0, np.maximum(time - host, np.nan_to_num(floor)), time)
+        ratio = np.divide(kernel, time, out=np.ones_like(time), where=time > 0)
+        out["time_us"] = kernel
+        for c in ("time_us_low", "time_us_high"):
+            if c in out.columns:
+                out[c] = pd.to_numeric(out[c], errors="coerce").to_numpy(dtype=np.float64) * ratio
+        out["host_us"] = 0.0
+        return out
+
+
 def default_cost_model(catalog: Catalog | None = None) -> OpCostModel:
     """``HybridPredictor.roofline_only(catalog)`` when the predictor package is present, else the roofline."""
     try:

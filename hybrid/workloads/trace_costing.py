@@ -154,13 +154,24 @@ def measured_durations(iteration: TraceIteration) -> np.ndarray:
 
 
 def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None = None,
-                  model_name: str = "") -> TracePrediction:
+                  model_name: str = "", kernel_times: bool | None = None) -> TracePrediction:
     """Simulate ``iteration`` with ``model``'s op times (and, if the trace has times, with measured ones).
 
     ``overheads`` default: none on a CPU target or where the traced host time is kept (it already holds every
-    op's dispatch and launch); the engine's kernel-launch and collective-launch costs where it was dropped."""
+    op's dispatch and launch); the engine's kernel-launch and collective-launch costs where it was dropped.
+
+    ``kernel_times`` (default: on for GPU targets): cost GPU-stream ops with the model's kernel time, its
+    prediction less the framework dispatch it includes (:class:`~hybrid.engine.costs.KernelTimeModel`), since
+    the graph's host stream already carries every op's dispatch and launch (traced, or the engine's overheads).
+    Off, a model fitted on eager per-op timings counts the dispatch twice."""
+    from hybrid.engine.costs import KernelTimeModel
     from hybrid.engine.overheads import Overheads
     from hybrid.engine.simulate import simulate, simulate_durations
+
+    if kernel_times is None:
+        kernel_times = iteration.target.device.kind == "gpu"
+    if kernel_times:
+        model = KernelTimeModel(model)
 
     if overheads is None:
         if iteration.target.device.kind == "cpu" or iteration.info.get("host") == "trace":
