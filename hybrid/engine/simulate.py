@@ -15,7 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.engine.costs import OpCostModel, default_cost_model, predict_bounds, predict_times
+from hybrid.engine.costs import (
+    KernelTimeModel,
+    OpCostModel,
+    default_cost_model,
+    predict_bounds,
+    predict_times,
+)
 from hybrid.engine.graph import COMM, COMPUTE, CPU, KINDS, SYNC, CompiledGraph, TaskGraph
 from hybrid.engine.overheads import Overheads
 from hybrid.errors import InvalidInputError
@@ -297,18 +303,26 @@ def simulate(
     graph: TaskGraph | CompiledGraph,
     model: OpCostModel | None = None,
     overheads: Overheads | None = None,
+    kernel_times: bool = True,
 ) -> SimResult:
     """Cost every op of ``graph`` with ``model`` (one batch), add host ``overheads`` and schedule it.
 
     ``model`` defaults to :func:`hybrid.engine.costs.default_cost_model` (roofline-only predictor),
     ``overheads`` to :class:`Overheads` defaults. When the model gives 80% intervals for every op, the result
     also carries ``iteration_us_low`` / ``iteration_us_high`` (two more schedules, no more predictions).
+
+    ``kernel_times`` (default): op nodes cost the model's kernel time, its prediction less the per-op framework
+    dispatch it includes (:class:`~hybrid.engine.costs.KernelTimeModel`; only kernel models fitted on eager
+    per-op GPU timings include one), because the graph puts that host work on its host stream (``overheads``,
+    or traced host time). False costs ops as the model predicts them (the dispatch counted twice on GPUs).
     """
     compiled = graph.compile() if isinstance(graph, TaskGraph) else graph
     methods: list = []
     over = overheads if overheads is not None else Overheads()
     low = high = None
     times = None
+    if kernel_times and model is not None:
+        model = KernelTimeModel(model)
     if len(compiled.ops):
         t, low, high, method = predict_bounds(model if model is not None else default_cost_model(), compiled.ops)
         times = (t, method)

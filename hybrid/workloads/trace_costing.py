@@ -154,24 +154,19 @@ def measured_durations(iteration: TraceIteration) -> np.ndarray:
 
 
 def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None = None,
-                  model_name: str = "", kernel_times: bool | None = None) -> TracePrediction:
+                  model_name: str = "", kernel_times: bool = True) -> TracePrediction:
     """Simulate ``iteration`` with ``model``'s op times (and, if the trace has times, with measured ones).
 
     ``overheads`` default: none on a CPU target or where the traced host time is kept (it already holds every
     op's dispatch and launch); the engine's kernel-launch and collective-launch costs where it was dropped.
 
-    ``kernel_times`` (default: on for GPU targets): cost GPU-stream ops with the model's kernel time, its
-    prediction less the framework dispatch it includes (:class:`~hybrid.engine.costs.KernelTimeModel`), since
-    the graph's host stream already carries every op's dispatch and launch (traced, or the engine's overheads).
-    Off, a model fitted on eager per-op timings counts the dispatch twice."""
-    from hybrid.engine.costs import KernelTimeModel
+    ``kernel_times`` (default on; see :func:`hybrid.engine.simulate.simulate`): GPU ops cost the model's kernel
+    time, its prediction less the framework dispatch it includes, since the graph's host stream already carries
+    every op's dispatch and launch (traced, or the engine's overheads). Off, a model fitted on eager per-op GPU
+    timings counts the dispatch twice. CPU rows include no dispatch, so CPU targets are the same either way."""
     from hybrid.engine.overheads import Overheads
     from hybrid.engine.simulate import simulate, simulate_durations
 
-    if kernel_times is None:
-        kernel_times = iteration.target.device.kind == "gpu"
-    if kernel_times:
-        model = KernelTimeModel(model)
 
     if overheads is None:
         if iteration.target.device.kind == "cpu" or iteration.info.get("host") == "trace":
@@ -179,7 +174,7 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
         else:  # the traced host time was dropped: dispatch + launch per kernel from the engine's defaults
             overheads = Overheads(optimizer_step_us=0.0, iteration_us=0.0)
     compiled = iteration.graph.compile()
-    pred = simulate(compiled, model, overheads)
+    pred = simulate(compiled, model, overheads, kernel_times=kernel_times)
     meas = None
     if all(t.has_times for t in iteration.traces):
         meas = simulate_durations(compiled, measured_durations(iteration))
