@@ -24,6 +24,7 @@ from hybrid.corrections.predictor import HybridPredictor
 from hybrid.data.importers import import_paths
 from hybrid.data.importers.vidur import MODEL_CONFIGS
 from hybrid.data.paths import public_data_dir
+from hybrid.engine.costs import OpCostModel
 from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import relative_errors
 from hybrid.workloads.llm.inference import cost_ops, make_setup, pass_ops, predict_many
@@ -116,7 +117,7 @@ def vidur_section(comp: pd.DataFrame, net: pd.DataFrame) -> tuple[str, dict]:
     return "\n".join(lines), summary
 
 
-def trt_section(data_dir: Path, pred: HybridPredictor) -> tuple[str, list[dict]]:
+def trt_section(data_dir: Path, pred: OpCostModel) -> tuple[str, list[dict]]:
     lines, summaries = [], []
     for fn in TABLES:
         df = read_table(data_dir / "published" / fn)
@@ -186,6 +187,10 @@ def main() -> None:
     ap.add_argument("--with-gpu-bundles", action="store_true",
                     help="also fit on the project's GPU bundles (datasets/: eager PyTorch ops; off by default, "
                          "experiments/gpu_bundles/results.md says why)")
+    ap.add_argument("--kernel-times", action="store_true",
+                    help="cost the TensorRT-LLM tables' ops with kernel times (the fitted per-op dispatch taken "
+                         "off, hybrid.engine.costs.KernelTimeModel); off by default: the builder models no per-op "
+                         "host time, see the notes")
     args = ap.parse_args()
     data_dir = public_data_dir(args.data_dir)
     t0 = time.time()
@@ -196,11 +201,17 @@ def main() -> None:
         comp = pd.concat([comp, load_project_bundles("gpu")[0]], ignore_index=True, sort=False)
     pred = HybridPredictor().fit(pd.concat([comp, net], ignore_index=True))
     fit_s = time.time() - t0
-    trt, summaries = trt_section(data_dir, pred)
+    if args.kernel_times:
+        from hybrid.engine.costs import KernelTimeModel
+
+        trt, summaries = trt_section(data_dir, KernelTimeModel(pred))
+    else:
+        trt, summaries = trt_section(data_dir, pred)
     vid, vsum = vidur_section(comp, net)
     xla = xla_section(data_dir, comp, net, pred)
     head = ["# LLM inference: TensorRT-LLM A100 tables and Vidur per-layer timings", "",
-            f"Command: `python experiments/llm_inference/run.py{' --with-gpu-bundles' if args.with_gpu_bundles else ''}` "
+            f"Command: `python experiments/llm_inference/run.py{' --with-gpu-bundles' if args.with_gpu_bundles else ''}"
+            f"{' --kernel-times' if args.kernel_times else ''}` "
             "(data: `../shared/datasets`). "
             f"Wall time {time.time() - t0:.0f} s on the shared 2-core machine (loaded; timings indicative only).", "",
             "Calibrated predictor: fitted on Vidur's A100/A40 per-layer op timings "
