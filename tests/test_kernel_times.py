@@ -43,7 +43,8 @@ def test_kernel_time_recovers_the_kernel_of_eager_timings():
     assert 15.0 < dispatch < 25.0
 
     query = rows.drop(columns="time_us")
-    out = model.predict(query)
+    assert "host_us" not in model.predict(query).columns  # only when asked: the plain prediction pays nothing
+    out = model.predict(query, host=True)
     assert (out["host_us"].to_numpy() <= out["time_us"].to_numpy()).all()
     np.testing.assert_allclose(out.loc[eager, "host_us"], dispatch)
     assert (out.loc[~eager, "host_us"] == 0).all()
@@ -63,7 +64,7 @@ def test_kernel_time_recovers_the_kernel_of_eager_timings():
         np.testing.assert_allclose(k[c].to_numpy(), out[c].to_numpy() * ratio, equal_nan=True)
     # a CPU row pays no GPU dispatch: nothing to take off
     on_cpu = query.iloc[:4].assign(device=cpu, dtype="fp32")
-    assert (model.predict(on_cpu)["host_us"] == 0).all()
+    assert (model.predict(on_cpu, host=True)["host_us"] == 0).all()
     # a cost model that reports no host part passes through unchanged
     roof = RooflineCostModel(catalog)
     pd.testing.assert_frame_equal(KernelTimeModel(roof).predict(query), roof.predict(query))

@@ -287,12 +287,12 @@ class HybridPredictor:
             group[ok] = corr.key
         return time, method, group
 
-    def predict(self, table: pd.DataFrame, intervals: bool = True) -> pd.DataFrame:
-        """Per row (same index): ``time_us``, ``roofline_us``, ``method``, ``bound``, ``host_us`` (the part of
-        ``time_us`` that is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the
-        kernel models with a dispatch constant; 0 elsewhere; see :class:`hybrid.engine.costs.KernelTimeModel`)
-        and, with ``intervals``, ``time_us_low`` / ``time_us_high`` (the calibrated 80% interval; NaN when the
-        predictor has no interval calibration, see :meth:`calibrate_intervals`).
+    def predict(self, table: pd.DataFrame, intervals: bool = True, host: bool = False) -> pd.DataFrame:
+        """Per row (same index): ``time_us``, ``roofline_us``, ``method``, ``bound``; with ``intervals``,
+        ``time_us_low`` / ``time_us_high`` (the calibrated 80% interval; NaN when the predictor has no interval
+        calibration, see :meth:`calibrate_intervals`); with ``host``, ``host_us`` (the part of ``time_us`` that
+        is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the kernel models
+        with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off).
 
         Identical rows are predicted once (every step is row-wise, so the answer is the same): a table where at
         most :data:`DEDUP_MAX_FRACTION` of the rows are distinct (repeated layers, ranks, search candidates) is
@@ -303,14 +303,14 @@ class HybridPredictor:
             if found is not None:
                 first, codes = found
                 try:
-                    unique = self._predict_rows(table.iloc[first], intervals)
+                    unique = self._predict_rows(table.iloc[first], intervals, host)
                 except HybridError:
                     pass  # bad input: the full table below raises the error naming the offending row exactly
                 else:
                     return pd.DataFrame({c: unique[c].to_numpy()[codes] for c in unique.columns}, index=table.index)
-        return self._predict_rows(table, intervals)
+        return self._predict_rows(table, intervals, host)
 
-    def _predict_rows(self, table: pd.DataFrame, intervals: bool) -> pd.DataFrame:
+    def _predict_rows(self, table: pd.DataFrame, intervals: bool, host: bool = False) -> pd.DataFrame:
         """:meth:`predict` without the de-duplication of identical rows."""
         norm, base = self._prepare(table, training=False)
         time, method, group = self._raw(norm, base)
@@ -329,14 +329,15 @@ class HybridPredictor:
                     rows = (group == key) & (devices == dev)
                     time[rows] = np.maximum(time[rows] + shift, roof[rows])  # never below the roofline
         out = {"time_us": time, "roofline_us": base["time_us"].to_numpy(dtype=np.float64),
-               "method": method, "bound": base["bound"].to_numpy(dtype=object),
-               "host_us": np.minimum(self._host(norm, base, group), time)}
+               "method": method, "bound": base["bound"].to_numpy(dtype=object)}
         if intervals:
             if self.intervals is None:
                 out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
             else:
                 lo, hi, _ = self.intervals.row_bounds(method, base["family"], self._seen(norm, base))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
+        if host:
+            out["host_us"] = np.minimum(self._host(norm, base, group), time)
         return pd.DataFrame(out, index=table.index)
 
     def _host(self, norm: pd.DataFrame, base: pd.DataFrame, group: np.ndarray) -> np.ndarray:

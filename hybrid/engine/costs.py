@@ -6,6 +6,7 @@ rows, calls :meth:`OpCostModel.predict` once and scatters the times back onto th
 
 from __future__ import annotations
 
+import inspect
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -52,6 +53,8 @@ class KernelTimeModel:
 
     def __init__(self, model: OpCostModel):
         self.model = model
+        # a model whose ``predict`` takes ``host=True`` (HybridPredictor) adds ``host_us`` only when asked
+        self._ask_host = "host" in inspect.signature(model.predict).parameters
 
     @property
     def catalog(self) -> Catalog | None:
@@ -59,7 +62,7 @@ class KernelTimeModel:
         return cat if isinstance(cat, Catalog) else None
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        out = self.model.predict(table)
+        out = self.model.predict(table, host=True) if self._ask_host else self.model.predict(table)  # type: ignore[call-arg]
         if "host_us" not in out.columns or "time_us" not in out.columns:
             return out
         out = out.copy()
