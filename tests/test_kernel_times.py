@@ -102,3 +102,22 @@ def test_trace_engine_costs_gpu_kernels_without_the_fitted_dispatch(h100_gemm_pr
     roof = RooflineCostModel(model.catalog)
     assert predict_trace(it, roof, kernel_times=True).predicted_us == predict_trace(it, roof,
                                                                                     kernel_times=False).predicted_us
+
+
+def test_cli_trace_predict_kernel_times_flag(tmp_path, capsys):
+    """`hybrid trace predict --kernel-times` (default) and `--as-fitted` on a one-GEMM H100 snippet with the
+    H100 profile: the kernel-time step is shorter by at most the fitted dispatch, and the JSON says which."""
+    import json
+
+    from hybrid.cli.main import main as cli_main
+
+    snippet = str(ROOT / "tests" / "data" / "traces-h100-snippets" / "autocast-linear")
+    args = ["trace", "predict", snippet, "--device", "H100-SXM", "--bundle", str(ROOT / "datasets" / "H100-SXM"),
+            "--host", "model", "--json"]
+    assert cli_main(args) == 0
+    kernel = json.loads(capsys.readouterr().out)
+    assert cli_main([*args, "--as-fitted"]) == 0
+    fitted = json.loads(capsys.readouterr().out)
+    assert kernel["kernel_times"] is True and fitted["kernel_times"] is False
+    gap_us = (fitted["predicted_ms"] - kernel["predicted_ms"]) * 1e3
+    assert 0.0 < gap_us < 40.0  # one GEMM's dispatch (the casts are pointwise: no dispatch constant)

@@ -88,11 +88,14 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--host", "host", type=click.Choice(["auto", "trace", "model"]), default="auto", show_default=True,
               help="Host time: the trace's (trace), the engine's launch overheads (model; a GPU trace's host time is "
                    "inflated by the profiler, ~10-25 us per recorded op), or auto (trace on the traced device).")
+@click.option("--kernel-times/--as-fitted", "kernel_times", default=True, show_default=True,
+              help="Cost GPU kernels with the model's kernel time (its fitted per-op framework dispatch taken off: "
+                   "the graph's host stream carries it), or as the model predicts them (dispatch counted twice).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
             tracking_uri: str | None, bundle: str | None, roofline: bool, same: bool | None, host: str,
-            step: int | None, as_json: bool) -> None:
+            kernel_times: bool, step: int | None, as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
     from hybrid.errors import InvalidInputError
@@ -106,8 +109,9 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     model, cat, name = engine.model, engine.catalog, engine.name
     loaded = _load(traces, step)
     it = build_trace_graph(loaded, device or system, cat, same_device=same, host=host)
-    pred = predict_trace(it, model, model_name=name)
+    pred = predict_trace(it, model, model_name=name, kernel_times=kernel_times)
     s = pred.summary()
+    s["kernel_times"] = kernel_times
     warning = thread_mismatch(loaded, bundle) if it.same_device else None
     if warning:
         s["warnings"] = [warning]
