@@ -14,6 +14,9 @@ DTYPE_BYTES: dict[str, float] = {
     "fp16": 2,
     "bf16": 2,
     "fp8": 1,
+    # fp4 (e2m1) with its block scales: NVFP4 keeps one fp8 scale per 16 values (0.5 + 1/16 bytes); OCP MXFP4
+    # (AMD CDNA4, also on Blackwell) one 8-bit scale per 32 (0.53125). The larger, NVFP4, is the storage here.
+    "fp4": 0.5 + 1.0 / 16,
     "int8": 1,
     "int32": 4,
     "int64": 8,
@@ -27,6 +30,7 @@ _DTYPE_ALIASES: dict[str, str] = {
     "bfloat16": "bf16",
     "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "e4m3": "fp8", "e5m2": "fp8", "f8e4m3fn": "fp8",
     "f8e5m2": "fp8",
+    "nvfp4": "fp4", "mxfp4": "fp4", "float4": "fp4", "fp4_e2m1": "fp4", "e2m1": "fp4", "f4e2m1fn": "fp4",
     "i8": "int8", "s8": "int8", "int": "int32", "int32_t": "int32", "i32": "int32", "s32": "int32",
     "uint8": "int8", "u8": "int8", "i64": "int64", "s64": "int64", "long": "int64",
 }
@@ -37,6 +41,7 @@ DTYPE_FALLBACK: dict[str, tuple[str, ...]] = {
     "bf16": ("fp16", "fp32"),
     "fp16": ("fp32",),
     "fp8": ("fp16", "bf16", "fp32"),
+    "fp4": ("fp8", "fp16", "bf16", "fp32"),  # no FP4 units: dequantised to the next narrowest path the device has
     "int8": ("fp16", "fp32"),
     "int32": ("fp32",),
     "int64": ("fp64", "fp32"),

@@ -127,8 +127,68 @@ def test_fp8_needs_a_device_with_an_fp8_rate():
     h = predict_static(make_setup("llama2-70b", "H100-SXM", dtype="fp8", tp=2), 8, 512, 64)
     b = predict_static(make_setup("llama2-70b", "H100-SXM", dtype="bf16", tp=2), 8, 512, 64)
     assert h.ttft_ms < b.ttft_ms and h.tpot_ms < b.tpot_ms
-    with pytest.raises(InvalidInputError, match="fp4"):
-        parse_precision("fp4")
+
+
+# ------------------------------------------------------------------------------------------------ fp4
+def test_fp4_precision_bytes_and_defaults():
+    p = parse_precision("fp4")
+    assert p == parse_precision("nvfp4") == parse_precision("mxfp4") == Precision("fp4", weights="fp4")
+    # NVFP4: a 4-bit value plus one fp8 scale per 16 values
+    assert p.weight_bytes == 0.5 + 1 / 16 and p.gemm_input_bytes == 0.5625 and p.gemm_output_bytes == 2.0
+    assert p.kv == "fp8" and p.attention_dtype == "fp8" and p.label == "fp4/kv-fp8"
+    assert Precision("fp4", kv="fp4").kv_bytes == 0.5625
+    with pytest.raises(InvalidInputError, match="weight-only int4 storage with fp4 compute"):
+        Precision("fp4", weights="int4")
+    # weight-only fp4 storage with 16-bit compute is still its own format (group-wise fp16 scales)
+    assert parse_precision("fp16", weights="fp4").weight_bytes == 0.5 + 2 / 128
+
+
+def test_fp4_needs_fp4_tensor_cores(catalog):
+    with_fp4 = sorted(d.key for d in catalog if "fp4" in d.peak_flops)
+    assert {"B200", "GB200", "B300", "GB300", "MI355X", "MI350X"} <= set(with_fp4)
+    for key in with_fp4:  # dense FP4 is 2x dense FP8 (3x on Blackwell Ultra, which kept FP8 at B200's rate)
+        dev = catalog.device(key)
+        assert 1.9 <= dev.peak("fp4") / dev.peak("fp8") <= 3.1, key
+    for key in ("H100-SXM", "H200", "A100", "MI300X"):
+        with pytest.raises(InvalidInputError, match="no fp4 tensor-core rate"):
+            make_setup("llama2-7b", key, dtype="fp4")
+        assert catalog.device(key).peak_dtype("fp4") in ("fp8", "fp16")  # the roofline's fall-back path
+
+
+def test_fp4_halves_compute_bound_prefill_and_shrinks_memory_bound_decode():
+    fp8 = predict_static(make_setup("llama3-70b", "B200", dtype="fp8"), 64, 2048, 64)
+    fp4 = predict_static(make_setup("llama3-70b", "B200", dtype="fp4"), 64, 2048, 64)
+    pre8 = fp8.ops[(fp8.ops["phase"] == "prefill") & (fp8.ops["op"] == "linear")]
+    pre4 = fp4.ops[(fp4.ops["phase"] == "prefill") & (fp4.ops["op"] == "linear")]
+    big = pre8["name"].isin(["mlp_up_proj", "mlp_down_proj", "attn_pre_proj"])
+    assert (pre8.loc[big, "bound"] == "compute").all() and (pre4.loc[big.to_numpy(), "bound"] == "compute").all()
+    # FP4 tensor cores run twice the FP8 rate: the big prefill GEMMs take half the time (16-bit outputs do not
+    # make a compute-bound GEMM slower)
+    ratio = pre4.loc[big.to_numpy(), "time_us"].to_numpy() / pre8.loc[big, "time_us"].to_numpy()
+    assert np.allclose(ratio, 0.5, rtol=0.02), ratio
+    assert 0.5 < fp4.ttft_ms / fp8.ttft_ms < 0.7
+    # decode at batch 1 streams the weights: 0.5625 bytes per weight instead of 1
+    one8 = predict_static(make_setup("llama3-70b", "B200", dtype="fp8"), 1, 128, 64)
+    one4 = predict_static(make_setup("llama3-70b", "B200", dtype="fp4"), 1, 128, 64)
+    s4 = make_setup("llama3-70b", "B200", dtype="fp4")
+    ideal_ms = weight_bytes_per_gpu(s4.model, s4.precision) / s4.device.mem_bw * 1e3
+    ops = one4.ops[one4.ops["phase"] == "decode"]
+    launch_ms = float((ops["latency_us"] * ops["count"]).sum()) / 1e3
+    assert 0.95 <= (one4.tpot_ms - launch_ms) / ideal_ms < 1.25
+    assert 1.45 < one8.tpot_ms / one4.tpot_ms < 1.78
+    # less weight memory, so a larger batch fits
+    assert one4.memory.weights / one8.memory.weights == pytest.approx(0.5625, rel=0.03)
+    assert one4.memory.max_batch > one8.memory.max_batch
+
+
+def test_cli_infer_fp4(capsys):
+    code, out, _ = run(capsys, "llm", "infer", "llama3-8b", "--device", "B200", "--dtype", "fp4", "--batch", "8",
+                       "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["precision"] == "fp4/kv-fp8" and d["fits"] and d["tpot_ms"] > 0
+    code, _, err = run(capsys, "llm", "infer", "llama3-8b", "--device", "H100-SXM", "--dtype", "fp4")
+    assert code == 2 and "no fp4 tensor-core rate" in err and len(err.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------------------------------------ refusals

@@ -13,7 +13,7 @@ from hybrid.units import DTYPE_BYTES, DTYPE_FALLBACK, dtype_bytes, format_bytes,
 @pytest.mark.parametrize(("name", "canon"), [
     ("float16", "fp16"), ("torch.float16", "fp16"), ("half", "fp16"), ("BF16", "bf16"), ("torch.bfloat16", "bf16"),
     ("float", "fp32"), ("F32", "fp32"), ("double", "fp64"), ("fp8_e4m3", "fp8"), ("e5m2", "fp8"), (" int8 ", "int8"),
-    ("tf32", "tf32"), ("long", "int64"),
+    ("tf32", "tf32"), ("long", "int64"), ("NVFP4", "fp4"), ("mxfp4", "fp4"), ("fp4_e2m1", "fp4"),
 ])
 def test_normalize_dtype(name: str, canon: str) -> None:
     assert normalize_dtype(name) == canon
@@ -27,6 +27,8 @@ def test_normalize_dtype_rejects(bad) -> None:
 
 def test_dtype_bytes_and_fallbacks() -> None:
     assert [dtype_bytes(d) for d in ("fp64", "float32", "bf16", "fp8")] == [8, 4, 2, 1]
+    assert dtype_bytes("nvfp4") == 0.5 + 1 / 16  # 4-bit values and one fp8 scale per 16
+    assert DTYPE_FALLBACK["fp4"][0] == "fp8"
     for dtype, chain in DTYPE_FALLBACK.items():
         assert dtype in DTYPE_BYTES and all(alt in DTYPE_BYTES for alt in chain)
         assert "fp32" in chain or dtype == "fp32" or chain[-1] in ("fp32", "fp64")

@@ -153,6 +153,33 @@ H100_CASES = [("llama2-7b", "H100-SXM", 1, 512, 128, 128), ("llama2-70b", "H100-
               ("llama3-8b", "H100-SXM", 1, 64, 2048, 128)]
 
 
+#: FP4 (W4A4, fp8 KV cache) on FP4 tensor cores, beside FP8 on the same GPU: predictions only (no published figure
+#: in the data directory; no calibration row is fp4 or Blackwell/CDNA4, so the calibrated column is a transfer).
+FP4_CASES = [("llama3-8b", "B200", 1, 64, 2048, 128), ("llama3-70b", "B200", 1, 1024, 128, 128),
+             ("llama3-70b", "B200", 1, 64, 2048, 2048), ("llama3-405b", "B200", 4, 256, 128, 2048),
+             ("mixtral-8x7b", "B200", 1, 512, 128, 128), ("llama3-70b", "GB200", 1, 1024, 128, 128),
+             ("llama3-70b", "B300", 1, 1024, 128, 128), ("llama3-70b", "MI355X", 1, 1024, 128, 128)]
+
+
+def fp4_lines(base: HybridPredictor) -> list[str]:
+    """FP4 against FP8 on the FP4-capable GPUs: roofline and calibrated, tokens/s per GPU, with the batch that
+    fits."""
+    lines = ["", "FP4 (W4A4 NVFP4/MXFP4 GEMMs, fp8 attention and KV cache) on FP4 tensor cores, beside FP8 on the same "
+             "GPU (no published figure in the data directory; predictions only, tokens/s per GPU; no calibration "
+             "row is fp4 or from these GPUs, so the calibrated columns transfer the A100/A40 FP16 corrections):", "",
+             "| model | GPU | TP | batch | in | out | roofline fp8 | roofline fp4 | calibrated fp8 | calibrated fp4 | "
+             "fp4 / fp8 (calibrated) | max batch fp8 / fp4 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for model, dev, tp, b, i, o in FP4_CASES:
+        r = {dt: predict_many([make_setup(model, dev, tp=tp, dtype=dt)], [b], [i], [o], base).iloc[0]
+             for dt in ("fp8", "fp4")}
+        c8, c4 = r["fp8"]["output_tokens_per_s_per_gpu"], r["fp4"]["output_tokens_per_s_per_gpu"]
+        lines.append(f"| {model} | {dev} | {tp} | {b} | {i} | {o} | "
+                     f"{r['fp8']['roofline_output_tokens_per_s_per_gpu']:.0f} | "
+                     f"{r['fp4']['roofline_output_tokens_per_s_per_gpu']:.0f} | {c8:.0f} | {c4:.0f} | {c4 / c8:.2f} | "
+                     f"{int(r['fp8']['max_batch'])} / {int(r['fp4']['max_batch'])} |")
+    return lines
+
+
 def xla_section(data_dir: Path, comp: pd.DataFrame, net: pd.DataFrame, base: HybridPredictor) -> str:
     """The same tables with H100 GEMMs (bf16/fp8, XLA) and H100 collectives added to the calibration data."""
     with warnings.catch_warnings():
@@ -177,6 +204,7 @@ def xla_section(data_dir: Path, comp: pd.DataFrame, net: pd.DataFrame, base: Hyb
         lines.append(f"| {model} | {dev} | {tp} | {b} | {i} | {o} | "
                      f"{r[0]['roofline_output_tokens_per_s_per_gpu'].iloc[0]:.0f} | "
                      f"{r[0]['output_tokens_per_s_per_gpu'].iloc[0]:.0f} | {r[1]['output_tokens_per_s_per_gpu'].iloc[0]:.0f} |")
+    lines += fp4_lines(base)
     return "\n".join(lines) + "\n"
 
 

@@ -30,9 +30,11 @@ def _deploy_options(fn):
         click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option("--dtype", default="fp16", show_default=True,
-                     help="Compute dtype fp16/bf16/fp8, or weight-only shorthand w8a16 / w4a16."),
+                     help="Compute dtype fp16/bf16/fp8/fp4 (fp4: W4A4 on FP4 tensor cores), or weight-only "
+                          "shorthand w8a16 / w4a16."),
         click.option("--weights", default=None, help="Weight-only storage: int8, int4, fp4 (compute stays 16 bit)."),
-        click.option("--kv-dtype", default=None, help="KV-cache dtype (default: fp8 with --dtype fp8, else the dtype)."),
+        click.option("--kv-dtype", default=None,
+                     help="KV-cache dtype (default: fp8 with --dtype fp8 or fp4, else the dtype)."),
         click.option("--attention-kernel", type=click.Choice(["grouped", "per_query_head"]), default="grouped",
                      show_default=True, help="Decode attention: KV read once per KV head, or once per query head."),
         click.option("--reserve-gib", type=float, default=2.0, show_default=True,

@@ -37,7 +37,7 @@ _C = Column
 COLUMNS: tuple[Column, ...] = (
     _C("device", "str", "catalog device key (aliases are resolved on validation)"),
     _C("op", "str", f"op name: {', '.join(sorted(OP_TO_FAMILY))}"),
-    _C("dtype", "str", "element type: fp64, fp32, tf32, fp16, bf16, fp8, int8 (default fp32)"),
+    _C("dtype", "str", "element type: fp64, fp32, tf32, fp16, bf16, fp8, fp4, int8 (default fp32)"),
     _C("time_us", "float", "median runtime, microseconds", positive=True),
     _C("time_us_std", "float", "standard deviation of the runtime, microseconds", nonneg=True),
     _C("time_us_min", "float", "fastest repeat, microseconds", nonneg=True),

@@ -163,7 +163,10 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     L = float(s.layers_per_stage)
     cdt = p.compute
     adt = "bf16" if cdt == "bf16" else "fp16"  # activations (norms, adds, rope) in 16 bit
-    wb, ab, cb = p.weight_bytes, p.act_bytes, (1.0 if cdt == "fp8" else 2.0)
+    wb, ab = p.weight_bytes, p.act_bytes
+    in_b, out_b = p.gemm_input_bytes, p.gemm_output_bytes
+    att_dt = p.attention_dtype
+    cb = 1.0 if att_dt == "fp8" else 2.0  # attention's q/k/v element bytes as its op row counts them
     blocks: list[dict[str, np.ndarray]] = []
 
     def gemm(name: str, cat: str, mm: np.ndarray, nn: float, kk: float, count: float) -> None:
@@ -192,7 +195,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
             bb = np.asarray(cols.get("b", 1.0), dtype=np.float64)
             weights = 1.0 if op == "linear" else bb  # a grouped GEMM reads each expert's weights
             cols = {**cols, "m": mm, "b": np.broadcast_to(bb, (n_scen,)),
-                    "bytes_actual": cb * bb * (mm * cols["k"] + mm * cols["n"]) + weights * cols["k"] * cols["n"] * wb}
+                    "bytes_actual": bb * (in_b * mm * cols["k"] + out_b * mm * cols["n"])
+                    + weights * cols["k"] * cols["n"] * wb}
         elif op == "elementwise":
             cols = {**cols, "elements": np.maximum(np.asarray(cols["elements"], dtype=np.float64), 1.0)}
         cols.setdefault("bytes_actual", np.nan)
@@ -205,7 +209,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     att_row_bytes = cb * B * d * (2.0 * qn * qh + 2.0 * kv_att * kv_read)
     att_real = B * d * (2.0 * qn * qh * ab + 2.0 * kv_att * kv_read * p.kv_bytes)
     attention = {"batch": B, "heads": float(qh), "kv_heads": kv_read, "q_len": qn, "kv_len": kv_att,
-                 "head_dim": float(d), "causal": (qn > 1).astype(float), "dtype": cdt,
+                 "head_dim": float(d), "causal": (qn > 1).astype(float), "dtype": att_dt,
                  "bytes_actual": np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real)}
     forward_layer_ops(m, emit, tokens=T, tp=tp, gemm_dtype=cdt, act_dtype=adt, act_bytes=ab, attention=attention,
                       tp_nodes=max(1, math.ceil(tp / s.system.gpus_per_node)), system=s.system.key,
@@ -250,8 +254,11 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     floor = base["compute_us"].to_numpy() + base["latency_us"].to_numpy()
     roof = base["time_us"].to_numpy(dtype=np.float64)
     adj_roof = np.maximum(base["memory_us"].to_numpy() * ratio, base["compute_us"].to_numpy()) + base["latency_us"].to_numpy()
+    # the prediction moves with the roofline under the real storage: a memory-bound op by the bytes ratio, a
+    # compute-bound one (an fp4 GEMM writing 16-bit outputs, say) not at all
+    scale = np.where(has, adj_roof / np.where(roof > 0, roof, 1.0), 1.0)
     roof = np.where(has, adj_roof, roof)
-    time = np.where(has, np.maximum(time * ratio, floor), time)
+    time = np.where(has, np.maximum(time * scale, floor), time)
     memory_us = base["memory_us"].to_numpy() * ratio
     compute_us = base["compute_us"].to_numpy()
     fam = base["family"].astype(str).to_numpy()

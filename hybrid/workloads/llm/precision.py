@@ -1,10 +1,12 @@
 """Inference precisions: compute dtype, weight storage (weight-only int8/int4/fp4) and KV-cache dtype.
 
-``compute`` is the dtype GEMMs and attention run in (``fp16``, ``bf16``, ``fp8``); it must have a rate in the
-catalog for the device (fp8 only where the device lists an fp8 tensor-core rate). ``weights`` is the storage of
-the weight matrices: ``None`` (same as compute) or a weight-only format dequantised in the GEMM kernel
-(``int8``, ``int4``, ``fp4``: 1, 0.5, 0.5 bytes plus one fp16 scale per group of 128). ``kv`` is the KV-cache
-element type (``fp16``, ``bf16``, ``fp8``, ``int8``).
+``compute`` is the dtype GEMMs run in (``fp16``, ``bf16``, ``fp8``, ``fp4``); it must have a rate in the catalog
+for the device (fp8 only where the device lists an fp8 tensor-core rate, fp4 only on FP4 tensor cores: Blackwell,
+CDNA4). ``fp4`` is W4A4 block-scaled FP4 (NVFP4/MXFP4): weights stored in it, each GEMM's input activations
+quantised to it, outputs in 16 bit, attention in fp8 over an fp8 KV cache (the TensorRT-LLM / vLLM FP4
+recipes). ``weights`` is the storage of the weight matrices: ``None`` (same as compute) or a weight-only format
+dequantised in the GEMM kernel (``int8``, ``int4``, ``fp4``: 1, 0.5, 0.5 bytes plus one fp16 scale per group of
+128). ``kv`` is the KV-cache element type (``fp16``, ``bf16``, ``fp8``, ``int8``, ``fp4``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from hybrid.hardware.device import Device
 from hybrid.units import DTYPE_BYTES, normalize_dtype
 
 #: Compute dtypes an inference GEMM can run in.
-COMPUTE_DTYPES = ("fp16", "bf16", "fp8")
+COMPUTE_DTYPES = ("fp16", "bf16", "fp8", "fp4")
 #: Weight-only storage formats: bytes per weight (group-wise fp16 scale per 128 weights included).
 WEIGHT_ONLY_BYTES = {"int8": 1.0 + 2.0 / 128, "int4": 0.5 + 2.0 / 128, "fp4": 0.5 + 2.0 / 128}
 #: KV-cache element types.
-KV_DTYPES = ("fp16", "bf16", "fp8", "int8")
+KV_DTYPES = ("fp16", "bf16", "fp8", "int8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,11 @@ class Precision:
             w = str(self.weights).lower()
             if w in ("none", "same", ""):
                 w = None
+            elif c == "fp4" and w in ("fp4", "nvfp4", "mxfp4"):
+                w = None  # W4A4: the weights are already fp4
+            elif c == "fp4":
+                raise InvalidInputError(f"weight-only {w} storage with fp4 compute makes no sense (the weights "
+                                        "of an fp4 GEMM are fp4); drop --weights")
             elif w not in WEIGHT_ONLY_BYTES:
                 try:
                     w = normalize_dtype(w)
@@ -50,7 +57,7 @@ class Precision:
                                             f"dtype, got {self.weights!r}")
                 w = None
             object.__setattr__(self, "weights", w)
-        kv = normalize_dtype(self.kv) if self.kv else ("fp8" if c == "fp8" else c)
+        kv = normalize_dtype(self.kv) if self.kv else ("fp8" if c in ("fp8", "fp4") else c)
         if kv not in KV_DTYPES:
             raise InvalidInputError(f"KV-cache dtype must be one of {KV_DTYPES}, got {self.kv!r}")
         object.__setattr__(self, "kv", kv)
@@ -59,6 +66,23 @@ class Precision:
     def act_bytes(self) -> float:
         """Activations stay in 16 bit (fp8 GEMMs take fp8 inputs but norms/residuals run in 16 bit)."""
         return 2.0
+
+    @property
+    def attention_dtype(self) -> str:
+        """The dtype attention runs in: the compute dtype, but fp8 under fp4 compute (FP4 attention kernels are
+        not what the FP4 recipes run)."""
+        return "fp8" if self.compute == "fp4" else self.compute
+
+    @property
+    def gemm_input_bytes(self) -> float:
+        """Bytes per activation element a GEMM reads (quantised to the compute dtype under fp8/fp4)."""
+        return DTYPE_BYTES[self.compute] if self.compute in ("fp8", "fp4") else 2.0
+
+    @property
+    def gemm_output_bytes(self) -> float:
+        """Bytes per output element a GEMM writes: 16 bit under fp4 (the next op re-quantises), else as its
+        inputs (fp8 GEMMs counted as writing fp8, as before)."""
+        return 1.0 if self.compute == "fp8" else 2.0
 
     @property
     def weight_bytes(self) -> float:
@@ -82,13 +106,18 @@ class Precision:
         if self.compute == "fp8" and "fp8" not in device.peak_flops:
             raise InvalidInputError(f"{device.key} has no fp8 tensor-core rate in the catalog; use --dtype fp16/bf16 "
                                     "(optionally with weight-only int8/int4 weights)")
+        if self.compute == "fp4" and "fp4" not in device.peak_flops:
+            raise InvalidInputError(f"{device.key} has no fp4 tensor-core rate in the catalog (FP4 tensor cores: "
+                                    "Blackwell B200/GB200/B300/GB300/RTX PRO 6000, AMD MI350X/MI355X); use --dtype "
+                                    "fp8 where the device has it, or weight-only fp4 storage with --weights fp4")
         if self.compute == "bf16" and "bf16" not in device.peak_flops:
             raise InvalidInputError(f"{device.key} has no bf16 rate in the catalog")
         # an fp8/int8 KV cache or weight-only format is storage only (dequantised in the kernel): any GPU
 
 
 def parse_precision(dtype: str, weights: str | None = None, kv: str | None = None) -> Precision:
-    """``--dtype`` accepts ``fp16``, ``bf16``, ``fp8`` or a weight-only shorthand ``w8a16``/``w4a16``/``int4``..."""
+    """``--dtype`` accepts ``fp16``, ``bf16``, ``fp8``, ``fp4`` (also ``nvfp4``/``mxfp4``: W4A4 on FP4 tensor cores)
+    or a weight-only shorthand ``w8a16``/``w4a16``/``int4``..."""
     d = str(dtype).strip().lower()
     short = {"w8a16": "int8", "int8-weight": "int8", "w4a16": "int4", "int4": "int4", "int4-awq": "int4",
              "fp4-weight": "fp4", "w4a16-fp4": "fp4"}
@@ -96,6 +125,4 @@ def parse_precision(dtype: str, weights: str | None = None, kv: str | None = Non
         if weights is not None:
             raise InvalidInputError(f"--dtype {dtype} already names the weight format; drop --weights")
         return Precision("fp16", short[d], kv)
-    if d == "fp4":
-        raise InvalidInputError("no catalog device has an fp4 compute rate; weight-only fp4 is --weights fp4")
     return Precision(d, weights, kv)
