@@ -194,6 +194,27 @@ def test_unknown_device_lists_close_names(catalog, name: str, close: str) -> Non
     assert repr(name) in msg and close in msg and "HYBRID_CATALOG" in msg
 
 
+@pytest.mark.parametrize(("name", "key"), [
+    # MLPerf v3.0+ and cloud spellings: a memory size, a memory kind, packaging words around the GPU's name
+    ("NVIDIA B200-SXM-180GB", "B200"), ("NVIDIA B300-SXM-288GB", "B300"), ("AMD MI300X-192GB", "MI300X"),
+    ("AMD Instinct MI300X 192GB HBM3", "MI300X"), ("AMD MI325X-256GB", "MI325X"), ("MI355X 288GB HBM3E", "MI355X"),
+    ("NVIDIA GH200 Grace Hopper Superchip 96GB", "GH200"), ("NVIDIA GB200 NVL72", "GB200"),
+    ("NVIDIA H200-SXM-141GB", "H200"),
+])
+def test_names_with_memory_and_packaging_words_resolve(catalog, name: str, key: str) -> None:
+    assert catalog.resolve_device(name) == key
+
+
+@pytest.mark.parametrize("name", ["NVIDIA H100-SXM5-94GB", "NVIDIA GH200 Grace Hopper Superchip 144GB",
+                                  "A100-SXM 16GB", "NVIDIA B200-SXM-96GB"])
+def test_a_stated_memory_size_must_match_the_part(catalog, name: str) -> None:
+    # the loose match drops the size only when it agrees with the catalog part's capacity (a 94 GB H100 is
+    # another memory configuration, with another bandwidth, than the 80 GB one)
+    assert catalog.resolve_device(name, missing_ok=True) is None
+    with pytest.raises(UnknownDeviceError, match="unknown device"):
+        catalog.device(name)
+
+
 def test_unknown_system_raises(catalog) -> None:
     with pytest.raises(UnknownDeviceError, match="unknown system 'DGX-Z100'.*DGX"):
         catalog.system("DGX-Z100")

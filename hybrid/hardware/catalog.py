@@ -23,6 +23,15 @@ CATALOG_ENV = "HYBRID_CATALOG"
 _POWER_SUFFIX = re.compile(r"\(\s*\d+(\.\d+)?\s*w\s*\)")
 #: Leading vendor/brand words (any number of them, each followed by a separator).
 _VENDOR_PREFIX = re.compile(r"^((nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+)+")
+#: A memory size in a product string (``-180GB``, ``192GB``, ``HBM3e``): MLPerf and cloud tools append them.
+_MEMORY_SIZE = re.compile(r"(?<![a-z0-9])(\d+(?:\.\d+)?)\s*(gb|gib|g)(?![a-z0-9])")
+_MEMORY_KIND = re.compile(r"(?<![a-z0-9])(hbm\d*e?|gddr\d*x?|lpddr\d*x?)(?![a-z0-9])")
+#: Packaging words around a GPU's name (``GH200 Grace Hopper Superchip``, ``GB200 NVL72``, ``B200-SXM``), tried
+#: off only after the exact name and the name without its memory size found nothing.
+_PACKAGING = re.compile(r"(?<![a-z0-9])(grace[\s_-]*(hopper|blackwell)|superchip|nvl\d+|nvbridge|cts|oam|"
+                        r"sxm\d?|mezzanine|module)(?![a-z0-9])")
+#: A name that states its memory matches a device only within this relative distance of its capacity (GB or GiB).
+MEMORY_MATCH_TOLERANCE = 0.05
 
 
 def normalize_name(name: str) -> str:
@@ -106,11 +115,34 @@ class Catalog:
 
     # ----------------------------------------------------------------- lookup
     def resolve_device(self, name: str, missing_ok: bool = False) -> str | None:
-        """Catalog key for a device name as tools print it (``Tesla T4``, ``sm_90``, ``gfx942``...)."""
+        """Catalog key for a device name as tools print it (``Tesla T4``, ``sm_90``, ``gfx942``...).
+
+        A name no alias matches is tried again without a memory size and memory kind (``NVIDIA B200-SXM-180GB``,
+        ``AMD MI300X-192GB``), then also without packaging words (``GH200 Grace Hopper Superchip 96GB``,
+        ``GB200 NVL72``), as later MLPerf rounds and cloud tools print them; a stated memory size must then agree
+        with the device's capacity (:data:`MEMORY_MATCH_TOLERANCE`), so ``H100 SXM5 94GB`` is not taken for the
+        80 GB part."""
         key = self._device_index.get(normalize_name(name))
+        if key is None:
+            key = self._loose_device(name)
         if key is None and not missing_ok:
             raise UnknownDeviceError(_unknown("device", name, self._device_index, self.devices))
         return key
+
+    def _loose_device(self, name: str) -> str | None:
+        text = _VENDOR_PREFIX.sub("", _POWER_SUFFIX.sub("", str(name).strip().lower()).strip())
+        sizes = [float(m.group(1)) for m in _MEMORY_SIZE.finditer(text)]
+        bare = _MEMORY_KIND.sub(" ", _MEMORY_SIZE.sub(" ", text))
+        for cand in (bare, _PACKAGING.sub(" ", bare)):
+            key = self._device_index.get(normalize_name(cand))
+            if key is None:
+                continue
+            if sizes:
+                cap_gib = self.devices[key].mem_capacity / 2**30
+                if not any(abs(x - c) <= MEMORY_MATCH_TOLERANCE * c for x in sizes for c in (cap_gib, cap_gib * 1.073741824)):
+                    return None  # a different memory configuration than the catalog's part
+            return key
+        return None
 
     def device(self, name: str) -> Device:
         return self.devices[self.resolve_device(name)]  # type: ignore[index]
