@@ -468,3 +468,35 @@ def test_cli_infer_pipeline_breakdown_sums_to_its_totals(capsys):
     code, text, _ = run(capsys, "llm", "infer", "llama2-70b", "--device", "A100", "--tp", "2", "--pp", "2", "--batch",
                         "8", "--input", "256", "--output", "16")
     assert code == 0 and "pipeline schedule (closed form" in text
+
+
+def test_vendor_table_rows_run_on_their_gpu_and_precision_and_unmappable_rows_are_counted(tmp_path):
+    from hybrid.errors import ImportFormatError
+    from hybrid.workloads.llm.vendor_tables import predict_table, read_table, vendor_model
+
+    assert vendor_model("LLaMA v3.1 70B") == vendor_model("Llama 3.3 70B") == "llama3-70b"
+    assert vendor_model("LLaMA 70B") == "llama2-70b" and vendor_model("DeepSeek R1") is None
+    path = tmp_path / "t.csv"
+    path.write_text("# upstream-format rows (values invented)\n"
+                    "trtllm_version,gpu,precision,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "v0,H100,FP8,LLaMA 7B,256,1,128,128,10000\n"
+                    "v0,B200,FP4,Llama 3.1 8B,256,1,128,128,30000\n"
+                    "v0,A100,FP16,LLaMA 7B,256,1,128,128,5000\n"
+                    "v0,H100,FP8,DeepSeek R1,64,8,128,128,1000\n"
+                    "v0,Gaudi3,BF16,LLaMA 7B,64,1,128,128,1000\n")
+    t = read_table(path)
+    assert list(t["device"]) == ["H100-SXM", "B200", "A100-SXM4-80GB"]
+    assert t.attrs["skipped"] == {"model not in the library: DeepSeek R1": 1, "GPU not in the catalog: Gaudi3": 1}
+    p = predict_table(t)
+    # each row is the prediction of its own GPU and precision
+    for i, (dev, dt) in enumerate([("H100-SXM", "fp8"), ("B200", "fp4"), ("A100", "fp16")]):
+        ref = predict_many([make_setup(t["model_name"][i], dev, dtype=dt, fused_rope=True)], [256], [128], [128])
+        assert p["predicted"][i] == pytest.approx(ref["output_tokens_per_s_per_gpu"].iloc[0], rel=1e-9)
+    path.write_text("gpu,precision,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "H100,FP7,LLaMA 7B,8,1,128,128,100\n")
+    with pytest.raises(ImportFormatError, match="unknown precision label 'FP7'"):
+        read_table(path)
+    path.write_text("gpu,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "Gaudi3,LLaMA 7B,8,1,128,128,100\n")
+    with pytest.raises(ImportFormatError, match="no row with a known model and GPU"):
+        read_table(path)

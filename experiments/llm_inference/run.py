@@ -1,6 +1,7 @@
 """LLM inference validation: TensorRT-LLM A100 tables and Vidur per-layer op timings, roofline beside calibrated.
 
     python experiments/llm_inference/run.py [--data-dir DIR] [--out results.md]
+    python experiments/llm_inference/run.py --tables FILE... [--with-xla] [--json]   # score any table of this format
 
 Calibrated = ``HybridPredictor`` (GEMM and pointwise XGBoost, collective sigmoids) fitted on the Vidur A100/A40
 per-layer op timings and Vidur collective timings (``vidur-compute``, ``vidur-network``). The TensorRT-LLM rows are
@@ -12,6 +13,7 @@ writes a markdown report (per table, per row; geomean and max |error|).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import warnings
@@ -208,6 +210,42 @@ def xla_section(data_dir: Path, comp: pd.DataFrame, net: pd.DataFrame, base: Hyb
     return "\n".join(lines) + "\n"
 
 
+def score_tables(files: list[str], pred: OpCostModel) -> dict:
+    """Predicted vs published for every row of ``files`` (TensorRT-LLM table format, any GPU and precision the
+    ``gpu``/``precision`` columns name): geomean |error| overall and per table, GPU, precision and kind, rows that
+    cannot be mapped counted per reason."""
+    frames, skipped = [], {}
+    for f in files:
+        df = read_table(f)
+        for k, v in df.attrs.get("skipped", {}).items():
+            skipped[k] = skipped.get(k, 0) + v
+        kern_system = SYSTEM["A100"]  # measured NVLink curves for the A100 rows; other GPUs get their catalog node
+        t = predict_table(df, pred, system=kern_system)
+        t["table"] = Path(f).name
+        t["precision_label"] = [pa["dtype"] + (f"/w-{pa['weights']}" if pa.get("weights") else "")
+                                for pa in t["precision_args"]]
+        frames.append(t)
+    res = pd.concat(frames, ignore_index=True)
+    res["err"] = res["predicted"] / res["measured"] - 1
+    res["err_roof"] = res["roofline"] / res["measured"] - 1
+
+    def block(g: pd.DataFrame) -> dict:
+        return {"n_rows": int(len(g)), "geomean_pct": round(gm(g["err"]), 2),
+                "roofline_geomean_pct": round(gm(g["err_roof"]), 2),
+                "max_pct": round(100 * float(np.abs(g["err"]).max()), 1)}
+
+    out = {**block(res), "n_skipped": int(sum(skipped.values())), "skipped": skipped}
+    for name, col in (("by_table", "table"), ("by_gpu", "device"), ("by_precision", "precision_label"),
+                      ("by_kind", "kind")):
+        out[name] = {str(k): block(g) for k, g in res.groupby(col)}
+    out["rows"] = [{"table": r.table, "gpu": r.device, "precision": r.precision_label, "model": r.model_name,
+                    "batch": int(r.batch_size), "tp": int(r.tp), "input": int(r.input_len),
+                    "output": int(r.output_len), "kind": r.kind, "measured": float(r.measured),
+                    "predicted": float(r.predicted), "roofline": float(r.roofline), "fits": bool(r.fits)}
+                   for r in res.itertuples(index=False)]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
@@ -219,10 +257,31 @@ def main() -> None:
                     help="cost the TensorRT-LLM tables' ops with kernel times (the fitted per-op dispatch taken "
                          "off, hybrid.engine.costs.KernelTimeModel); off by default: the builder models no per-op "
                          "host time, see the notes")
+    ap.add_argument("--tables", nargs="+", default=None,
+                    help="score these TensorRT-LLM-format tables (gpu/precision columns honoured) instead of the "
+                         "report; writes nothing")
+    ap.add_argument("--with-xla", action="store_true",
+                    help="with --tables: also calibrate on XLA's H100 GEMMs (bf16/fp8) and collectives")
+    ap.add_argument("--json", action="store_true", help="with --tables: print the JSON summary")
     args = ap.parse_args()
     data_dir = public_data_dir(args.data_dir)
     t0 = time.time()
     comp, net = load_vidur(data_dir)
+    if args.tables:
+        fit = [comp, net]
+        if args.with_xla:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fit += [import_paths("xla-matmul", data_dir / "xla"), import_paths("xla-collectives", data_dir / "xla")]
+        summary = score_tables(args.tables, HybridPredictor().fit(pd.concat(fit, ignore_index=True)))
+        if args.json:
+            print(json.dumps(summary, indent=2))
+        else:
+            print(f"{summary['n_rows']} rows ({summary['n_skipped']} skipped): calibrated geomean "
+                  f"{summary['geomean_pct']:.1f}%, roofline {summary['roofline_geomean_pct']:.1f}%")
+            for k, v in summary["by_gpu"].items():
+                print(f"  {k}: {v['n_rows']} rows, {v['geomean_pct']:.1f}% (roofline {v['roofline_geomean_pct']:.1f}%)")
+        return
     if args.with_gpu_bundles:  # the bundles' rows join every fit below, as Vidur's compute rows do
         from hybrid.data.bundle import load_project_bundles
 

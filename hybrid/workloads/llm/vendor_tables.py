@@ -1,24 +1,42 @@
 """Published inference benchmark tables (TensorRT-LLM performance pages) read and predicted row by row.
 
 The files live in the public data directory (``published/trtllm_*.csv``; first comment lines name the source).
-Vendor model labels map to model-library names (:data:`VENDOR_MODELS`), vendor GPU labels to catalog devices
-(``A100`` is the 80 GB SXM part, see the catalog note). Static-batch rows carry ``batch_size, tp, input_len,
-output_len`` and a throughput; first-token rows ``batch_size, tp, input_len`` and a latency (output length 1).
+Vendor model labels map to model-library names (:func:`vendor_model`: ``LLaMA 70B``, ``LLaMA v3.1 70B``,
+``Llama 3.3 70B``...), the ``gpu`` column to catalog devices (``A100`` is the 80 GB SXM part, see the catalog note;
+``H100``, ``H200``, ``B200`` and every other catalog spelling work) and the ``precision`` column to an inference
+precision (``FP16``, ``BF16``, ``FP8``: fp8 GEMMs and KV cache, ``FP4``/``NVFP4``: W4A4, ``INT8``/``INT4``
+weight-only). A table without those columns is A100 FP16 (the first tables' DERIVED copies). Rows whose model or
+GPU cannot be mapped are dropped and counted (``df.attrs["skipped"]``), never guessed. Static-batch rows carry
+``batch_size, tp, input_len, output_len`` and a throughput; first-token rows ``batch_size, tp, input_len`` and a
+latency (output length 1).
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from hybrid.engine.costs import OpCostModel
-from hybrid.errors import ImportFormatError
+from hybrid.errors import ImportFormatError, InvalidInputError
+from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.workloads.llm.inference import make_setup, predict_many
 
-#: TensorRT-LLM performance-page labels -> model-library names (LLaMA 7B/70B are Llama-2, the page says so).
+#: TensorRT-LLM performance-page labels -> model-library names, keyed by the label in lower case with every
+#: separator, dot and version letter ("v2", "v3.1") folded (:func:`vendor_model`). LLaMA 7B/70B are Llama-2 (the
+#: page says so); Llama 3.1/3.3 8B/70B have the Llama-3 architecture (a longer context changes no op shape).
+_VENDOR_KEYS = {
+    "gptj6b": "gptj-6b", "mistral7b": "mistral-7b", "mixtral8x7b": "mixtral-8x7b", "falcon180b": "falcon-180b",
+    "llama7b": "llama2-7b", "llama27b": "llama2-7b", "llama70b": "llama2-70b", "llama270b": "llama2-70b",
+    "llama38b": "llama3-8b", "llama318b": "llama3-8b", "llama370b": "llama3-70b", "llama3170b": "llama3-70b",
+    "llama3370b": "llama3-70b", "llama3405b": "llama3-405b", "llama31405b": "llama3-405b",
+    "qwen3235ba22b": "qwen3-235b-a22b",
+}
+#: The labels of the first TensorRT-LLM tables, kept for reference (all of them fold into :data:`_VENDOR_KEYS`).
 VENDOR_MODELS = {"GPT-J 6B": "gptj-6b", "Mistral 7B": "mistral-7b", "Mixtral 8x7B": "mixtral-8x7b",
                  "LLaMA 7B": "llama2-7b", "LLaMA 70B": "llama2-70b", "Falcon 180B": "falcon-180b",
                  "LLaMA 2 7B": "llama2-7b", "LLaMA 2 70B": "llama2-70b", "LLaMA 3 8B": "llama3-8b",
@@ -26,10 +44,38 @@ VENDOR_MODELS = {"GPT-J 6B": "gptj-6b", "Mistral 7B": "mistral-7b", "Mixtral 8x7
 #: Measured-value column per table kind.
 THROUGHPUT_COLUMNS = ("output_tokens_per_s_per_gpu", "throughput_out_tok_per_s")
 LATENCY_COLUMN = "first_token_latency_ms"
+#: GPU of a table without a ``gpu`` column (the A100 tables of the data directory).
+DEFAULT_GPU = "A100"
 
 
-def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """A published table with ``kind`` (throughput/first_token), ``model_name`` and ``measured`` columns added."""
+def vendor_model(label: str) -> str | None:
+    """Model-library name of a vendor table's model label, or None (``LLaMA v3.1 70B`` -> ``llama3-70b``)."""
+    s = re.sub(r"\b(meta|instruct|chat|hf|base)\b", "", str(label).lower())
+    s = re.sub(r"\bv(?=\d)", "", s)  # "LLaMA v2 7B" -> "llama 2 7b"
+    return _VENDOR_KEYS.get(re.sub(r"[^a-z0-9]", "", s))
+
+
+def table_precision(label: object) -> dict[str, str | None]:
+    """``make_setup`` precision arguments for a table's ``precision`` label (``FP16``, ``FP8``, ``FP4``...)."""
+    s = str(label).strip().lower() if isinstance(label, str) and label.strip() else "fp16"
+    if "fp4" in s:
+        return {"dtype": "fp4"}
+    if "fp8" in s:
+        return {"dtype": "fp8"}
+    if "int4" in s or "w4a16" in s:
+        return {"dtype": "fp16", "weights": "int4"}
+    if "int8" in s or "w8a16" in s:
+        return {"dtype": "fp16", "weights": "int8"}
+    if "bf16" in s:
+        return {"dtype": "bf16"}
+    if "fp16" in s or "float16" in s or "half" in s:
+        return {"dtype": "fp16"}
+    raise InvalidInputError(f"unknown precision label {label!r}")
+
+
+def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.DataFrame:
+    """A published table with ``kind`` (throughput/first_token), ``model_name``, ``device`` (catalog key) and
+    ``measured`` columns added; rows it cannot map are dropped and counted in ``df.attrs["skipped"]``."""
     p = Path(path)
     try:
         df = pd.read_csv(p, comment="#")
@@ -39,32 +85,62 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     missing = [c for c in need if c not in df.columns]
     if missing or len(df) == 0:
         raise ImportFormatError(f"{p}: not a published inference table (missing {missing or 'rows'})")
-    unknown = sorted(set(df["model"]) - set(VENDOR_MODELS))
-    if unknown:
-        raise ImportFormatError(f"{p}: unknown model label(s) {unknown}")
-    df["model_name"] = df["model"].map(VENDOR_MODELS)
+    cat = catalog or default_catalog()
     if LATENCY_COLUMN in df.columns:
-        df["kind"], df["measured"], df["output_len"] = "first_token", df[LATENCY_COLUMN].astype(float), 1
+        df["kind"], df["measured"], df["output_len"] = "first_token", pd.to_numeric(df[LATENCY_COLUMN], "coerce"), 1
     else:
         col = next((c for c in THROUGHPUT_COLUMNS if c in df.columns), None)
         if col is None or "output_len" not in df.columns:
             raise ImportFormatError(f"{p}: no throughput column ({', '.join(THROUGHPUT_COLUMNS)}) or output_len")
-        df["kind"], df["measured"] = "throughput", df[col].astype(float)
+        df["kind"], df["measured"] = "throughput", pd.to_numeric(df[col], errors="coerce")
     if not (np.isfinite(df["measured"]) & (df["measured"] > 0)).all():
         raise ImportFormatError(f"{p}: measured values must be positive numbers")
-    return df
+    for c in ("batch_size", "tp", "input_len", "output_len"):
+        v = pd.to_numeric(df[c], errors="coerce")
+        if not (np.isfinite(v) & (v > 0) & (v == np.round(v))).all():
+            raise ImportFormatError(f"{p}: column {c} must hold positive integers")
+        df[c] = v.astype(np.int64)
+    df["model_name"] = df["model"].map(vendor_model)
+    gpus = df["gpu"].astype(str) if "gpu" in df.columns else pd.Series(DEFAULT_GPU, index=df.index)
+    dev = {g: cat.resolve_device(g, missing_ok=True) for g in gpus.unique()}
+    df["device"] = gpus.map(dev)
+    precision = df["precision"] if "precision" in df.columns else pd.Series("FP16", index=df.index)
+    try:
+        df["precision_args"] = [table_precision(x) for x in precision]
+    except InvalidInputError as exc:
+        raise ImportFormatError(f"{p}: {exc}") from None
+    skipped: Counter = Counter()
+    for label in df.loc[df["model_name"].isna(), "model"]:
+        skipped[f"model not in the library: {label}"] += 1
+    for g in gpus[df["model_name"].notna() & df["device"].isna()]:
+        skipped[f"GPU not in the catalog: {g}"] += 1
+    keep = df["model_name"].notna() & df["device"].notna()
+    if not keep.any():
+        raise ImportFormatError(f"{p}: no row with a known model and GPU ({dict(skipped)})")
+    out = df[keep].reset_index(drop=True)
+    out.attrs["skipped"] = dict(skipped)
+    return out
 
 
-def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, device: str = "A100",
+def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, device: str | None = None,
                   system: str | None = None, attention_kernel: str | dict[str, str] = "grouped",
                   decode_points: int = 24, fused_rope: bool = True) -> pd.DataFrame:
     """``df`` plus ``predicted`` and ``roofline`` (tokens/s per GPU, or first-token ms) and ``fits``/``max_batch``,
-    all rows in one cost-model call. ``attention_kernel`` may map model names to kernels; ``fused_rope``: the
+    all rows in one cost-model call. Each row runs on its ``device`` column (``device`` overrides it; neither:
+    :data:`DEFAULT_GPU`) in its ``precision_args``; ``system`` is used for the rows whose GPU is the system's
+    (others get their catalog node). ``attention_kernel`` may map model names to kernels; ``fused_rope``: the
     tables are TensorRT-LLM's, whose attention plugin applies rotary embedding inside its kernels."""
     kern = (lambda m: attention_kernel.get(m, "grouped")) if isinstance(attention_kernel, dict) else (
         lambda m: attention_kernel)
-    setups = [make_setup(m, device, system, tp=int(tp), attention_kernel=kern(m), fused_rope=fused_rope)
-              for m, tp in zip(df["model_name"], df["tp"], strict=True)]
+    cat = default_catalog()
+    devices = ([device] * len(df) if device is not None else
+               list(df["device"]) if "device" in df.columns else [DEFAULT_GPU] * len(df))
+    devices = [cat.resolve_device(d) for d in devices]
+    sys_dev = cat.system(system).device if system is not None else None
+    precs = list(df["precision_args"]) if "precision_args" in df.columns else [{"dtype": "fp16"}] * len(df)
+    setups = [make_setup(m, d, system if d == sys_dev else None, tp=int(tp), attention_kernel=kern(m),
+                         fused_rope=fused_rope, **pa)
+              for m, d, tp, pa in zip(df["model_name"], devices, df["tp"], precs, strict=True)]
     res = predict_many(setups, df["batch_size"].to_numpy(), df["input_len"].to_numpy(), df["output_len"].to_numpy(),
                        cost_model, decode_points=decode_points)
     out = df.copy()
