@@ -424,3 +424,34 @@ def test_cli_train_shows_the_interval(calibrated_store, capsys):
     assert "80% interval" in text and f"{out['iteration_s_low']:.3f} - {out['iteration_s_high']:.3f} s" in text
     assert main([*args, "--json"]) == 0
     assert "iteration_s_low" not in json.loads(capsys.readouterr().out)
+
+
+def test_llm_foundry_rows_run_on_their_gpu_and_precision(tmp_path):
+    """The MosaicML benchmark reads each row's GPU and precision (the data directory keeps only the A100 sections;
+    the upstream table's H100 sections are FP8)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("llm_training_run", root / "experiments" / "llm_training" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    head = ("section,Model,SeqLen (T),# GPUs,GPU,MFU,HFU,Model TFLOP,MicroBatchSize,GradAccum,GlobalBatchSize,"
+            "Throughput (S/s),Throughput (T/s),Throughput (T/s/GPU),GlobalBatchSize (T),Precision,MP Mode,"
+            "Sharding Strategy,Activation Checkpointing,Activation CPUOffload,NumParams")
+    row = "{sec},125m,2048,8,{gpu},40,40,125,16,1,128,100,204800,25600,262144,{prec},PURE,FULL_SHARD,False,False,1"
+    path = tmp_path / "mosaic.csv"
+    path.write_text("\n".join([head, row.format(sec="A100 40GB", gpu="a100_40gb", prec="bf16"),
+                               row.format(sec="A100 80GB", gpu="a100_80gb", prec="amp_bf16"),
+                               row.format(sec="H100 80GB", gpu="h100_80gb", prec="amp_fp8"),
+                               row.format(sec="B200", gpu="b200", prec="amp_bf16")]) + "\n")
+    cases = mod.mosaic_cases(tmp_path, None, path)
+    assert [c.system for c in cases] == ["Sophia", "DGX-A100", "DGX-H100", "DGX-B200"]
+    assert [c.cfg.dtype for c in cases] == ["bf16", "bf16", "fp8", "bf16"]
+    # measured DGX A100 collective curves for A100 rows only; the others use their own catalog system
+    assert [c.comm_system for c in cases] == ["Sophia", "Sophia", None, None]
+    assert cases[0].table == "MosaicML llm-foundry MPT (A100 40GB, FSDP, FlashAttention)"
+    assert cases[2].table == "MosaicML llm-foundry MPT (H100 80GB, FP8, FSDP, FlashAttention)"
+    assert cases[2].published_s == pytest.approx(128 * 2048 / 204800)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import sys
 import time
 import warnings
@@ -183,8 +184,36 @@ def jan2021_cases(d: Path) -> list[Case]:
     return out
 
 
-def mosaic_cases(d: Path, max_rows: int | None) -> list[Case]:
-    t = read_published(d / "published/mosaicml_llm_foundry_mpt_training_A100.csv")
+#: llm-foundry ``GPU`` labels -> (catalog system, label); other labels resolve through the catalog (the first
+#: system built of that GPU, as ``make_setup`` picks it).
+MOSAIC_GPUS = {"a100_40gb": ("Sophia", "A100 40GB"), "a100_80gb": ("DGX-A100", "A100 80GB"),
+               "h100_80gb": ("DGX-H100", "H100 80GB")}
+MOSAIC_FILE = "published/mosaicml_llm_foundry_mpt_training_A100.csv"
+
+
+def mosaic_system(gpu: str, section: str) -> tuple[str, str]:
+    """(catalog system, label) of an llm-foundry row's ``GPU`` (and ``section``, which names 40 vs 80 GB)."""
+    g = str(gpu).strip().lower()
+    if g in MOSAIC_GPUS:
+        return MOSAIC_GPUS[g]
+    if g == "a100" or g == "nan":  # an older table without the size in the GPU column
+        return MOSAIC_GPUS["a100_40gb" if "40GB" in section else "a100_80gb"]
+    from hybrid.hardware.catalog import default_catalog
+
+    cat = default_catalog()
+    dev = cat.resolve_device(g.replace("_", " "))
+    systems = sorted((s for s in cat.systems.values() if s.device == dev), key=lambda s: (s.inter_bw <= 0, s.key))
+    if not systems:
+        raise ValueError(f"no catalog system of {dev} for llm-foundry GPU {gpu!r}")
+    return systems[0].key, dev
+
+
+def mosaic_cases(d: Path, max_rows: int | None, path: Path | None = None) -> list[Case]:
+    """llm-foundry MPT rows (FSDP FULL_SHARD, FlashAttention), on the GPU and in the precision each row names:
+    ``GPU`` (``a100_40gb``, ``a100_80gb``, ``h100_80gb``, any catalog GPU) and ``Precision`` (``bf16``,
+    ``amp_bf16``, ``amp_fp8``...). A100 rows use the measured DGX A100 cluster's collective curves (Sophia);
+    other GPUs the transfer model from their catalog system."""
+    t = read_published(path or d / MOSAIC_FILE)
     out = []
     for r in t.to_dict(orient="records"):
         s = int(r["SeqLen (T)"])
@@ -195,16 +224,20 @@ def mosaic_cases(d: Path, max_rows: int | None) -> list[Case]:
         gpus = int(r["# GPUs"])
         B = int(r["GlobalBatchSize"])
         pure = str(r["MP Mode"]).upper() == "PURE"
+        prec = str(r.get("Precision", "bf16")).lower()
+        dtype = "fp8" if "fp8" in prec else "fp16" if "fp16" in prec else "bf16"
         cfg = TrainingConfig(gpus=gpus, global_batch=B, micro_batch=int(r["MicroBatchSize"]), fsdp=True,
-                             recompute="full" if bool(r["Activation Checkpointing"]) else "none", dtype="bf16",
+                             recompute="full" if bool(r["Activation Checkpointing"]) else "none", dtype=dtype,
                              flash_attention=True, dropout=False, grad_reduce_dtype="bf16" if pure else "fp32",
                              fsdp_param_dtype="bf16", make_vocab_size_divisible_by=1)
         published = B * s / float(r["Throughput (T/s)"])
-        forty = "40GB" in str(r["section"])
+        system, gpu_label = mosaic_system(r.get("GPU", "nan"), str(r["section"]))
+        a100 = gpu_label.startswith("A100")
         var = {"no prefetch": cfg.with_(overlap_param_gather=False)}
-        out.append(Case(f"MosaicML llm-foundry MPT ({'A100 40GB' if forty else 'A100 80GB'}, FSDP, FlashAttention)",
+        prec_label = "" if dtype == "bf16" else f", {dtype.upper()}"
+        out.append(Case(f"MosaicML llm-foundry MPT ({gpu_label}{prec_label}, FSDP, FlashAttention)",
                         f"{r['Model']} s={s} {gpus} GPUs mb={r['MicroBatchSize']}{' ckpt' if cfg.recompute == 'full' else ''}",
-                        model, cfg, "Sophia" if forty else "DGX-A100", published, variants=var))
+                        model, cfg, system, published, comm_system="Sophia" if a100 else None, variants=var))
     if max_rows:
         out = out[:max_rows]
     return out
@@ -358,6 +391,17 @@ def report(df: pd.DataFrame, mfu: list[tuple[Case, float, float]], cal_info: dic
     return o.getvalue()
 
 
+def mosaic_summary(df: pd.DataFrame) -> dict[str, Any]:
+    """JSON summary of scored rows: overall, per table (GPU and precision) and the rows."""
+    def block(g: pd.DataFrame) -> dict[str, Any]:
+        return {"n_rows": int(len(g)), "geomean_pct": round(geomean(g["err_calibrated"].to_numpy()), 2),
+                "roofline_geomean_pct": round(geomean(g["err_roofline"].to_numpy()), 2),
+                "max_pct": round(100 * float(g["err_calibrated"].max()), 1)}
+
+    return {**block(df), "by_table": {k: block(g) for k, g in df.groupby("table")},
+            "rows": df[["table", "row", "published_s", "calibrated_s", "roofline_s", "fits"]].to_dict(orient="records")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
@@ -369,6 +413,10 @@ def main() -> int:
     ap.add_argument("--with-gpu-bundles", action="store_true",
                     help="also fit on the project's GPU bundles (datasets/: eager PyTorch ops; off by default, "
                          "experiments/gpu_bundles/results.md says why)")
+    ap.add_argument("--mosaic", nargs="+", default=None,
+                    help="score only these llm-foundry-format tables (any GPU/precision the rows name); writes "
+                         "nothing")
+    ap.add_argument("--json", action="store_true", help="with --mosaic: print the JSON summary")
     args = ap.parse_args()
     d = public_data_dir(args.data_dir)
     command = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
@@ -381,6 +429,14 @@ def main() -> int:
     cal, info = fit_calibrated(d, args.kernel_rows, args.seed, extra)
     print(f"calibrated predictor fitted in {info['fit_s']:.0f} s", file=sys.stderr)
     roof = HybridPredictor.roofline_only()
+    if args.mosaic:
+        cases = [c for f in args.mosaic for c in mosaic_cases(d, None, Path(f))]
+        df = score(cases, roof, {"default": cal}, lambda s: print(s, file=sys.stderr))
+        summary = mosaic_summary(df)
+        print(json.dumps(summary, indent=2) if args.json else
+              f"{summary['n_rows']} rows: calibrated geomean {summary['geomean_pct']:.1f}%, roofline "
+              f"{summary['roofline_geomean_pct']:.1f}%")
+        return 0
     neu = fit_neusight(d, args.kernel_rows, args.seed, extra)
     cases = (korthikanti_cases(d) + narayanan_cases(d) + jan2021_cases(d)
              + mosaic_cases(d, args.max_rows_per_table) + neusight_cases(d))
