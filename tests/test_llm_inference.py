@@ -475,18 +475,18 @@ def test_vendor_table_rows_run_on_their_gpu_and_precision_and_unmappable_rows_ar
     from hybrid.workloads.llm.vendor_tables import predict_table, read_table, vendor_model
 
     assert vendor_model("LLaMA v3.1 70B") == vendor_model("Llama 3.3 70B") == "llama3-70b"
-    assert vendor_model("LLaMA 70B") == "llama2-70b" and vendor_model("DeepSeek R1") is None
+    assert vendor_model("LLaMA 70B") == "llama2-70b" and vendor_model("Grok 1") is None
     path = tmp_path / "t.csv"
     path.write_text("# upstream-format rows (values invented)\n"
                     "trtllm_version,gpu,precision,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
                     "v0,H100,FP8,LLaMA 7B,256,1,128,128,10000\n"
                     "v0,B200,FP4,Llama 3.1 8B,256,1,128,128,30000\n"
                     "v0,A100,FP16,LLaMA 7B,256,1,128,128,5000\n"
-                    "v0,H100,FP8,DeepSeek R1,64,8,128,128,1000\n"
+                    "v0,H100,FP8,Grok 1,64,8,128,128,1000\n"
                     "v0,Gaudi3,BF16,LLaMA 7B,64,1,128,128,1000\n")
     t = read_table(path)
     assert list(t["device"]) == ["H100-SXM", "B200", "A100-SXM4-80GB"]
-    assert t.attrs["skipped"] == {"model not in the library: DeepSeek R1": 1, "GPU not in the catalog: Gaudi3": 1}
+    assert t.attrs["skipped"] == {"model not in the library: Grok 1": 1, "GPU not in the catalog: Gaudi3": 1}
     p = predict_table(t)
     # each row is the prediction of its own GPU and precision
     for i, (dev, dt) in enumerate([("H100-SXM", "fp8"), ("B200", "fp4"), ("A100", "fp16")]):
@@ -500,3 +500,34 @@ def test_vendor_table_rows_run_on_their_gpu_and_precision_and_unmappable_rows_ar
                     "Gaudi3,LLaMA 7B,8,1,128,128,100\n")
     with pytest.raises(ImportFormatError, match="no row with a known model and GPU"):
         read_table(path)
+
+
+# ------------------------------------------------------------------------------------------------ MLA (DeepSeek)
+def test_mla_decode_attends_in_the_latent_and_prefill_expands_it():
+    s = make_setup("deepseek-v3", "H200", tp=8, dtype="fp8")
+    r = predict_static(s, 32, 2048, 64)
+    pre, dec = (r.ops[r.ops["phase"] == ph].set_index("name") for ph in ("prefill", "decode"))
+    # prefill up-projects the latent to per-head keys and values; decode absorbs those matrices into the query
+    # and output (per-head GEMMs over the 512-wide latent) and never expands the cache
+    assert "attn_kv_b_proj" in pre.index and "attn_q_absorb" not in pre.index
+    assert {"attn_q_absorb", "attn_v_absorb"} <= set(dec.index) and "attn_kv_b_proj" not in dec.index
+    att = dec.loc["attention"]
+    latent = 32 * att["kv_len"] * 576 * 1.0  # fp8 cache: 512 latent + 64 rotary key per token and layer
+    assert latent <= att["bytes"] <= 1.1 * latent
+    assert att["bound"] == "memory"
+    # every TP rank holds the whole latent cache: per-token bytes do not shrink with TP
+    assert kv_bytes_per_token(s.model, s.precision, tp=8) == kv_bytes_per_token(s.model, s.precision) == 61 * 576
+    assert r.memory.kv_per_token == 61 * 576
+
+
+def test_deepseek_memory_and_dense_first_layers():
+    with pytest.raises(InvalidInputError, match="weights alone"):  # 671B in 16 bit is 1.3 TB > 8 x 80 GB
+        predict_static(make_setup("deepseek-v3", "H100-SXM", tp=8), 1, 128, 16)
+    r = predict_static(make_setup("deepseek-v3", "H200", tp=8, dtype="fp8"), 64, 1024, 64)
+    assert r.memory.fits and r.memory.weights / 2**30 == pytest.approx(671.03e9 / 8 / 2**30, rel=0.04)
+    pre = r.ops[r.ops["phase"] == "prefill"].set_index(["name", "op"])["count"]
+    assert pre[("mlp_up_proj", "linear")] == pytest.approx(3)  # 3 dense layers
+    assert pre[("mlp_up_proj", "gemm")] == pre[("shared_expert_up_proj", "linear")] == pytest.approx(58)  # 58 MoE
+    code = main(["llm", "train", "deepseek-v3", "--system", "DGX-H100", "--gpus", "64", "--tp", "8",
+                 "--global-batch", "64"])
+    assert code == 2

@@ -113,12 +113,19 @@ def test_partial_rotary_is_a_model_field_from_any_source() -> None:
         TransformerConfig(num_layers=2, hidden_size=128, num_attention_heads=8, rotary_percent=0.0)
 
 
-def test_inference_refuses_interleaved_moe_layers_instead_of_making_every_layer_moe() -> None:
-    from hybrid.workloads.llm.dims import resolve_model
+def test_inference_costs_interleaved_moe_layers_as_the_share_of_each_kind() -> None:
+    from hybrid.workloads.llm.inference import make_setup, predict_static
 
-    mixed = dict(load_model("mixtral-8x7b").__dict__, moe_layer_freq=2)
-    with pytest.raises(InvalidInputError, match="moe_layer_freq"):
-        resolve_model(TransformerConfig(**mixed))
+    base = load_model("mixtral-8x7b")
+    mixed = TransformerConfig(**dict(base.__dict__, moe_layer_freq=2))
+    assert mixed.num_moe_layers == 16 and mixed.num_dense_layers == 16
+    ops = predict_static(make_setup(mixed, "H100-SXM", tp=2), 8, 256, 16).ops
+    pre = ops[ops["phase"] == "prefill"].set_index(["name", "op"])["count"]
+    # 16 dense MLPs (linear) and 16 routed-expert MLPs (grouped gemm), and attention in all 32 layers
+    assert pre[("mlp_up_proj", "linear")] == 16 and pre[("mlp_up_proj", "gemm")] == 16
+    assert pre[("attn_pre_proj", "linear")] == 32 and pre[("moe_router", "linear")] == 16
+    with pytest.raises(InvalidInputError, match="moe_first_k_dense"):
+        TransformerConfig(**dict(base.__dict__, moe_first_k_dense=32))
 
 
 def test_flops_per_token_near_6n_plus_attention() -> None:
@@ -160,3 +167,43 @@ def test_unknown_name_and_bad_files(tmp_path) -> None:
         from_dict({"model_type": "t5", "d_model": 512})
     with pytest.raises(InvalidInputError, match="lacks"):
         from_dict({"hidden_size": 512})
+
+
+# ------------------------------------------------------------------------------------------------ MLA (DeepSeek)
+DEEPSEEK_V3_CONFIG = {  # deepseek-ai/DeepSeek-V3 config.json, the fields the loader reads
+    "model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+    "num_key_value_heads": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+    "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1,
+    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "vocab_size": 129280, "max_position_embeddings": 163840, "hidden_act": "silu", "tie_word_embeddings": False,
+}
+
+
+def test_deepseek_v3_parameters_and_latent_kv_cache_by_hand() -> None:
+    m = load_model("deepseek-v3")
+    assert load_model("deepseek-r1") == m and m.is_mla and m.num_dense_layers == 3 and m.num_moe_layers == 58
+    h, heads = 7168, 128
+    attention = (h * 1536 + 1536 * heads * 192 + h * 576 + 512 * heads * 256 + heads * 128 * h) + 1536 + 512
+    expert = 3 * h * 2048
+    moe_total = 256 * expert + expert + h * 256  # routed, one shared (no gate), router
+    layers = 3 * (attention + 3 * h * 18432 + 2 * h) + 58 * (attention + moe_total + 2 * h)
+    assert m.num_params == layers + 2 * 129280 * h + h  # untied embedding and output, final norm
+    # DeepSeek's own figures: 671B parameters, 37B activated per token
+    assert m.num_params / 1e9 == pytest.approx(671, rel=0.002)
+    assert m.num_active_params / 1e9 == pytest.approx(37.5, rel=0.02)
+    # the cache holds one 512-wide latent and one 64-wide rotary key per token and layer, shared by all heads
+    assert m.kv_cache_bytes_per_token(2.0) == 61 * 576 * 2
+    hf = from_dict(DEEPSEEK_V3_CONFIG)
+    assert hf.num_params == m.num_params and hf.kv_cache_bytes_per_token(1.0) == 61 * 576
+    # attention FLOPs: QK^T over 192 dims and AV over 128 per head
+    assert m.forward_flops_per_token(4096) - m.forward_flops_per_token(2048) == pytest.approx(
+        2.0 * 2048 * heads * (192 + 128) * 61)
+
+
+def test_mla_is_inference_only() -> None:
+    from hybrid.workloads.llm.config import TrainingConfig
+
+    with pytest.raises(InvalidInputError, match="multi-latent attention"):
+        TrainingConfig(gpus=64, global_batch=64, tp=8, pp=1).validate_for(load_model("deepseek-v3"))
+    with pytest.raises(InvalidInputError, match="needs qk_head_dim"):
+        TransformerConfig(num_layers=2, hidden_size=256, num_attention_heads=4, kv_lora_rank=64)

@@ -152,7 +152,7 @@ def trt_section(data_dir: Path, pred: OpCostModel) -> tuple[str, list[dict]]:
 #: directory; these rows only show what each calibration predicts beside the roofline).
 H100_CASES = [("llama2-7b", "H100-SXM", 1, 512, 128, 128), ("llama2-70b", "H100-SXM", 4, 1024, 128, 128),
               ("llama2-70b", "H200", 2, 1024, 128, 2048), ("mixtral-8x7b", "H100-SXM", 2, 512, 128, 128),
-              ("llama3-8b", "H100-SXM", 1, 64, 2048, 128)]
+              ("llama3-8b", "H100-SXM", 1, 64, 2048, 128), ("deepseek-v3", "H200", 8, 64, 1024, 1024)]
 
 
 #: FP4 (W4A4, fp8 KV cache) on FP4 tensor cores, beside FP8 on the same GPU: predictions only (no published figure
@@ -160,7 +160,8 @@ H100_CASES = [("llama2-7b", "H100-SXM", 1, 512, 128, 128), ("llama2-70b", "H100-
 FP4_CASES = [("llama3-8b", "B200", 1, 64, 2048, 128), ("llama3-70b", "B200", 1, 1024, 128, 128),
              ("llama3-70b", "B200", 1, 64, 2048, 2048), ("llama3-405b", "B200", 4, 256, 128, 2048),
              ("mixtral-8x7b", "B200", 1, 512, 128, 128), ("llama3-70b", "GB200", 1, 1024, 128, 128),
-             ("llama3-70b", "B300", 1, 1024, 128, 128), ("llama3-70b", "MI355X", 1, 1024, 128, 128)]
+             ("llama3-70b", "B300", 1, 1024, 128, 128), ("llama3-70b", "MI355X", 1, 1024, 128, 128),
+             ("deepseek-v3", "B200", 8, 256, 1024, 1024), ("deepseek-v3", "GB200", 4, 64, 1024, 1024)]
 
 
 def fp4_lines(base: HybridPredictor) -> list[str]:

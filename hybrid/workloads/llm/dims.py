@@ -19,7 +19,7 @@ from hybrid.workloads.llm.model import TransformerConfig, load_model, with_overr
 
 #: The model names vendor inference tables use (all in the model library).
 INFERENCE_MODEL_NAMES = ("gptj-6b", "mistral-7b", "mixtral-8x7b", "llama2-7b", "llama2-70b", "falcon-180b",
-                         "llama3-8b", "llama3-70b", "llama3-405b", "qwen3-235b-a22b")
+                         "llama3-8b", "llama3-70b", "llama3-405b", "qwen3-235b-a22b", "deepseek-v3")
 
 
 def expert_ffn(model: TransformerConfig) -> int:
@@ -28,13 +28,10 @@ def expert_ffn(model: TransformerConfig) -> int:
 
 
 def check_inference_model(model: TransformerConfig) -> TransformerConfig:
-    """``model`` if the inference op graphs can represent it, else a one-line ``InvalidInputError``."""
+    """``model`` if the inference op graphs can represent it, else a one-line ``InvalidInputError``. MoE models
+    with dense layers (interleaved, or DeepSeek's first dense layers) are costed as the share of each kind."""
     if model.encoder_only:
         raise InvalidInputError(f"model {model.name!r} is encoder-only; inference here is decoder-only")
-    if model.is_moe and model.moe_layer_freq > 1:  # the op graph has one layer type: say so, not guess
-        raise InvalidInputError(f"model {model.name!r}: inference models every layer alike; MoE layers "
-                                f"interleaved with dense ones (moe_layer_freq = {model.moe_layer_freq}) "
-                                "are not supported")
     return model
 
 

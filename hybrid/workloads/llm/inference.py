@@ -204,16 +204,32 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
 
     # ---- one transformer layer (count = layers of the stage): the ops training uses too
     kv_att = cached_tokens(m, kvn)
+    moe_share = m.num_moe_layers / m.num_layers  # MoE layers among the layers (dense ones: the rest)
     # decode kernels that run one thread block per query head (masked MHA) read a KV head once per query head
     kv_read = np.where((qn <= 1) & (s.attention_kernel == "per_query_head"), float(qh), float(kvh))
+    att_d = np.full(n, float(d))
     att_row_bytes = cb * B * d * (2.0 * qn * qh + 2.0 * kv_att * kv_read)
     att_real = B * d * (2.0 * qn * qh * ab + 2.0 * kv_att * kv_read * p.kv_bytes)
+    absorb = qn <= 1  # MLA: decode steps attend in the latent space (absorbed), passes with new keys do not
+    if m.is_mla:
+        nope, rope, vd = int(m.qk_head_dim), int(m.qk_pos_emb_head_dim), int(m.v_head_dim)  # type: ignore[arg-type]
+        kvl = int(m.kv_lora_rank)  # type: ignore[arg-type]
+        # one row per pass with the FLOPs of QK^T over the score width and AV over the value width (their mean
+        # as head_dim): a prefill pass is multi-head attention over per-head keys (nope + rope) and values; a
+        # decode step is multi-query attention of every head over the one cached latent (+ rotary key)
+        att_d = np.where(absorb, (2 * kvl + rope) / 2.0, (nope + rope + vd) / 2.0)
+        kv_read = np.where(absorb, 1.0, float(qh))
+        att_row_bytes = cb * B * att_d * (2.0 * qn * qh + 2.0 * kv_att * kv_read)
+        # decode reads the latent cache once (kv_lora + rope elements per token) and the queries/outputs of all
+        # heads in 16 bit; prefill is counted as its row
+        att_real = np.where(absorb, B * (qn * qh * ((kvl + rope) + kvl) * ab + kv_att * (kvl + rope) * p.kv_bytes),
+                            att_row_bytes)
     attention = {"batch": B, "heads": float(qh), "kv_heads": kv_read, "q_len": qn, "kv_len": kv_att,
-                 "head_dim": float(d), "causal": (qn > 1).astype(float), "dtype": att_dt,
+                 "head_dim": att_d, "causal": (qn > 1).astype(float), "dtype": att_dt,
                  "bytes_actual": np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real)}
     forward_layer_ops(m, emit, tokens=T, tp=tp, gemm_dtype=cdt, act_dtype=adt, act_bytes=ab, attention=attention,
                       tp_nodes=max(1, math.ceil(tp / s.system.gpus_per_node)), system=s.system.key,
-                      fused_rope=s.fused_rope, dense_count=0.0 if m.is_moe else 1.0, moe_count=1.0 if m.is_moe else 0.0)
+                      fused_rope=s.fused_rope, dense_count=1.0 - moe_share, moe_count=moe_share, mla_absorb=absorb)
     # ---- once per pass on the bottleneck stage (pp = 1: both ends)
     elem("embedding", "elementwise", T * h, "copy", 1.0)
     if m.position_embedding_type == "learned_absolute":  # GPT-2/MPT-style learned positions added to the input

@@ -2,7 +2,9 @@
 
 KV cache per token (whole model): ``2 (K and V) x layers x kv_heads x head_dim x kv_bytes``; per GPU it is split
 over tensor parallelism by KV heads (a rank holds ``ceil(kv_heads / tp)`` heads, so MQA/GQA with fewer KV
-heads than ranks replicates them) and over pipeline stages by layers. Mistral's sliding window caps the cached
+heads than ranks replicates them) and over pipeline stages by layers. Multi-head latent attention (DeepSeek)
+caches one latent plus one rotary key per token and layer (``kv_lora_rank + qk_pos_emb_head_dim`` elements,
+576 for DeepSeek-V3), shared by all heads, so every TP rank holds all of it. Mistral's sliding window caps the cached
 tokens per request. Weights per GPU: the layers of one pipeline stage split over TP, the embedding and the
 output layer (vocab-parallel) on the first/last stage (both counted on the bottleneck stage when pp = 1).
 Activations: the prefill working set of the largest batch of tokens processed at once (the widest intermediate:
@@ -46,12 +48,15 @@ def check_parallel(model: TransformerConfig, tp: int, pp: int) -> None:
 
 
 def kv_heads_per_rank(model: TransformerConfig, tp: int) -> int:
-    return math.ceil(model.num_query_groups / tp)
+    """KV heads a TP rank keeps (MLA: 1, the shared latent)."""
+    return 1 if model.is_mla else math.ceil(model.num_query_groups / tp)
 
 
 def kv_bytes_per_token(model: TransformerConfig, precision: Precision, tp: int = 1, pp: int = 1) -> float:
     """KV-cache bytes one token occupies on one GPU (``tp = pp = 1``: the whole model)."""
     layers = math.ceil(model.num_layers / pp)
+    if model.is_mla:  # the latent and the rotary key, replicated on every TP rank
+        return float(layers * model.mla_latent_width * precision.kv_bytes)
     return 2.0 * layers * kv_heads_per_rank(model, tp) * model.kv_channels * precision.kv_bytes
 
 
@@ -66,12 +71,16 @@ def layer_matrix_params(model: TransformerConfig) -> int:
     MLP matrices (MoE: every expert, the router and a shared expert with its gate). The rest of the layer's
     parameters (biases, norms, QK-norms) are :meth:`TransformerConfig.param_counts` minus these."""
     h, mats = model.hidden_size, (3 if model.gated else 2)
-    attention = h * (model.q_width + 2 * model.kv_width) + model.q_width * h
+    attention = model.mla_matrix_params() if model.is_mla else h * (model.q_width + 2 * model.kv_width) + model.q_width * h
+    dense = attention + mats * h * int(model.ffn_hidden_size)  # type: ignore[arg-type]
     if not model.is_moe:
-        return attention + mats * h * int(model.ffn_hidden_size)  # type: ignore[arg-type]
+        return dense
     e = int(model.num_experts)  # type: ignore[arg-type]
     shared = model.moe_shared_expert_intermediate_size or 0
-    return attention + e * mats * h * expert_ffn(model) + h * e + (mats * h * shared + h if shared else 0)
+    gate = h if model.moe_shared_expert_gate else 0
+    moe = attention + e * mats * h * expert_ffn(model) + h * e + (mats * h * shared + gate if shared else 0)
+    # a mean over the layers when some are dense (DeepSeek's first layers, interleaved MoE)
+    return round((model.num_moe_layers * moe + model.num_dense_layers * dense) / model.num_layers)
 
 
 def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int = 1, pp: int = 1) -> float:
@@ -94,7 +103,11 @@ def activation_bytes(model: TransformerConfig, precision: Precision, tokens: flo
                      tp: int = 1) -> np.ndarray:
     """Peak activation working set on one GPU for ``tokens`` processed in one forward pass."""
     h = model.hidden_size
-    qkv = (model.q_width + 2 * model.kv_width) / tp
+    if model.is_mla:  # queries, the latent, and the per-head keys and values it expands to (prefill)
+        heads = model.num_attention_heads / tp
+        qkv = heads * (model.head_dim + int(model.qk_head_dim) + int(model.v_head_dim)) + model.mla_latent_width  # type: ignore[arg-type]
+    else:
+        qkv = (model.q_width + 2 * model.kv_width) / tp
     # gated: gate+up output (2f) and the activation (f); GeLU: up output and activation (2f)
     ffn = expert_ffn(model) / tp * (3 if model.gated else 2)
     if model.is_moe:

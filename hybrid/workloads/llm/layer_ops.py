@@ -13,6 +13,13 @@ Ops (``name``: Vidur's ``mlp.csv`` names where it has them), per layer:
 ``input_layernorm``                   norm over ``[Tn, h]`` (``Tn``: tokens after a sequence-parallel split)
 ``attn_pre_proj``                     QKV ``linear`` ``[T, h] x [h, (q + 2 kv) d / tp]`` (KV heads replicated
                                       when fewer than TP ranks)
+``attn_q_a_proj``, ``attn_q_a_norm``,  multi-head latent attention (DeepSeek) instead of ``attn_pre_proj``: the
+``attn_q_b_proj`` (or                 query bottleneck (down-projection and its RMSNorm replicated on every TP
+``attn_q_proj``), ``attn_kv_a_proj``,   rank, up-projection split by heads), the KV latent and rotary key
+``attn_kv_a_norm``, then              (replicated); in a pass that computes new keys (prefill) the latent's
+``attn_kv_b_proj`` or                 up-projection to per-head keys and values, in a decode step the absorbed
+``attn_q_absorb`` / ``attn_v_absorb``   per-head GEMMs that map queries into the latent and the latent output
+                                      back to value space (``mla_absorb`` per scenario)
 ``attn_rope``                         rotary embedding of q and k (``rotary_percent`` of each head); skipped when
                                       the attention kernel applies it (``fused_rope``)
 ``attn_qk_norm``                      per-head RMSNorm of q and k (Qwen3, ``qk_layernorm``)
@@ -72,7 +79,8 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
                       norm_tokens: np.ndarray | None = None, ep: np.ndarray | int = 1,
                       sp: np.ndarray | bool = False, tp_nodes: np.ndarray | int = 1, ep_nodes: np.ndarray | int = 1,
                       system: str = "", dropout: bool = False, fused_rope: bool = False,
-                      dense_count: float = 1.0, moe_count: float = 0.0) -> None:
+                      dense_count: float = 1.0, moe_count: float = 0.0,
+                      mla_absorb: np.ndarray | bool = False) -> None:
     """Emit one layer's forward ops for every scenario (see the module docstring). ``tokens``: tokens through the
     layer's GEMMs on one rank; ``attention``: the attention row's columns (``count`` among them) or ``None``;
     ``dense_count`` / ``moe_count``: the share of dense and MoE MLP layers (training averages interleaved layers;
@@ -100,15 +108,39 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
 
     # ---------------------------------------------------------------- attention block
     norm("input_layernorm", Tn)
-    linear("attn_pre_proj", "gemm", T, (heads + 2 * kvh) * d, h)
-    if model.position_embedding_type == "rope" and not fused_rope:  # rotates rotary_percent of each head
-        ew("attn_rope", "elementwise", "rope", np.round(T * (heads + kvh) * t * d * model.rotary_percent) // t)
-    if model.qk_layernorm:
-        emit("compute", "attn_qk_norm", "norm", 1.0, "rmsnorm", "same", rows=T * (heads + kvh), hidden=d, dtype=ad)
+    if model.is_mla:
+        nope, rope, v = int(model.qk_head_dim), int(model.qk_pos_emb_head_dim), int(model.v_head_dim)  # type: ignore[arg-type]
+        ql, kvl = model.q_lora_rank, int(model.kv_lora_rank)  # type: ignore[arg-type]
+        absorb = np.asarray(mla_absorb, dtype=np.float64) * one
+        if ql:
+            linear("attn_q_a_proj", "gemm", T, ql, h)
+            norm("attn_q_a_norm", T, hidden=ql)
+            linear("attn_q_b_proj", "gemm", T, heads * (nope + rope), ql)
+        else:
+            linear("attn_q_proj", "gemm", T, heads * (nope + rope), h)
+        linear("attn_kv_a_proj", "gemm", T, kvl + rope, h)
+        norm("attn_kv_a_norm", T, hidden=kvl)
+        if model.position_embedding_type == "rope" and not fused_rope:  # the query heads' and the shared key's
+            ew("attn_rope", "elementwise", "rope", T * (heads + 1) * rope)
+        linear("attn_kv_b_proj", "gemm", T, heads * (nope + v), kvl, 1.0 - absorb)
+        emit("compute", "attn_q_absorb", "gemm", absorb, "gemm", "experts", b=heads * one, m=T, n=kvl, k=nope,
+             dtype=gd)
+    else:
+        linear("attn_pre_proj", "gemm", T, (heads + 2 * kvh) * d, h)
+        if model.position_embedding_type == "rope" and not fused_rope:  # rotates rotary_percent of each head
+            ew("attn_rope", "elementwise", "rope", np.round(T * (heads + kvh) * t * d * model.rotary_percent) // t)
+        if model.qk_layernorm:
+            emit("compute", "attn_qk_norm", "norm", 1.0, "rmsnorm", "same", rows=T * (heads + kvh), hidden=d,
+                 dtype=ad)
     if attention is not None:
         att = dict(attention)
         emit("compute", "attention", "attention", att.pop("count", 1.0), "attention", "same", **att)
-    linear("attn_post_proj", "gemm", T, h, heads * d)
+    if model.is_mla:
+        emit("compute", "attn_v_absorb", "gemm", absorb, "gemm", "experts", b=heads * one, m=T, n=v, k=kvl,
+             dtype=gd)
+        linear("attn_post_proj", "gemm", T, h, heads * v)
+    else:
+        linear("attn_post_proj", "gemm", T, h, heads * d)
     n_blocks = 1 if model.parallel_attn else 2
     if not model.parallel_attn or model.parallel_attn_norms > 1:
         norm("post_attention_layernorm", Tn)

@@ -82,6 +82,19 @@ class TransformerConfig:
     moe_shared_expert_intermediate_size: int | None = None
     #: every ``moe_layer_freq``-th layer is a MoE layer (1 = all)
     moe_layer_freq: int = 1
+    #: the first ``moe_first_k_dense`` layers are dense (DeepSeek-V3's ``first_k_dense_replace`` = 3)
+    moe_first_k_dense: int = 0
+    #: a sigmoid gate (one ``hidden``-wide vector) scales the shared expert (Qwen2-MoE); DeepSeek has none
+    moe_shared_expert_gate: bool = True
+    #: Multi-head latent attention (DeepSeek-V2/V3; Megatron-Core names): queries through a rank-``q_lora_rank``
+    #: bottleneck (``None``: a direct projection), keys and values from one cached latent of ``kv_lora_rank``
+    #: plus a shared rotary key of ``qk_pos_emb_head_dim``; per head ``qk_head_dim`` (no rotary) +
+    #: ``qk_pos_emb_head_dim`` query/key dims and ``v_head_dim`` value dims. ``kv_lora_rank`` set = MLA.
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_head_dim: int | None = None
+    qk_pos_emb_head_dim: int | None = None
+    v_head_dim: int | None = None
     #: BERT-style: bidirectional attention, MLM head (dense + norm + output bias), pooler, token types
     encoder_only: bool = False
     num_tokentypes: int = 0
@@ -101,8 +114,19 @@ class TransformerConfig:
                   "moe_router_topk", "moe_layer_freq", "parallel_attn_norms"):
             pos(getattr(self, f), f)
         for f in ("num_query_groups", "kv_channels", "ffn_hidden_size", "max_position_embeddings",
-                  "window_size", "num_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"):
+                  "window_size", "num_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+                  "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             pos(getattr(self, f), f, allow_none=True)
+        k_dense = self.moe_first_k_dense
+        if isinstance(k_dense, bool) or not isinstance(k_dense, int) or not 0 <= k_dense < self.num_layers:
+            raise InvalidInputError(f"model {self.name!r}: moe_first_k_dense must be in [0, num_layers), "
+                                    f"got {k_dense!r}")
+        mla = ("qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+        if self.kv_lora_rank is not None and any(getattr(self, f) is None for f in mla):
+            raise InvalidInputError(f"model {self.name!r}: multi-latent attention (kv_lora_rank) needs "
+                                    f"{', '.join(mla)}")
+        if self.kv_lora_rank is None and self.q_lora_rank is not None:
+            raise InvalidInputError(f"model {self.name!r}: q_lora_rank is only meaningful with kv_lora_rank (MLA)")
         if isinstance(self.num_tokentypes, bool) or not isinstance(self.num_tokentypes, int) \
                 or self.num_tokentypes < 0:
             raise InvalidInputError(f"model {self.name!r}: num_tokentypes must be >= 0, got {self.num_tokentypes!r}")
@@ -132,6 +156,8 @@ class TransformerConfig:
         if heads % self.num_query_groups:
             raise InvalidInputError(f"model {self.name!r}: num_attention_heads ({heads}) must be divisible by "
                                     f"num_query_groups ({self.num_query_groups})")
+        if self.kv_channels is None and self.kv_lora_rank is not None:  # MLA: the query/key head width
+            set_(self, "kv_channels", int(self.qk_head_dim) + int(self.qk_pos_emb_head_dim))  # type: ignore[arg-type]
         if self.kv_channels is None:
             if self.hidden_size % heads:
                 raise InvalidInputError(f"model {self.name!r}: hidden_size ({self.hidden_size}) must be "
@@ -196,10 +222,20 @@ class TransformerConfig:
         return not self.encoder_only
 
     @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def mla_latent_width(self) -> int:
+        """Elements cached per token and layer under MLA: the KV latent and the shared rotary key."""
+        return int(self.kv_lora_rank) + int(self.qk_pos_emb_head_dim)  # type: ignore[arg-type]
+
+    @property
     def num_moe_layers(self) -> int:
         if not self.is_moe:
             return 0
-        return len(range(0, self.num_layers, self.moe_layer_freq))
+        return len([i for i in range(self.moe_first_k_dense, self.num_layers) if i % self.moe_layer_freq == 0])
 
     @property
     def num_dense_layers(self) -> int:
@@ -215,15 +251,27 @@ class TransformerConfig:
     def _norm_params(self) -> int:
         return self.hidden_size * (2 if self.normalization == "LayerNorm" else 1)
 
+    def mla_matrix_params(self) -> int:
+        """MLA's projection weights per layer: query (through its low-rank bottleneck or direct), the KV latent
+        and rotary key (``kv_a``), the latent's up-projection to per-head keys and values (``kv_b``), output."""
+        h, heads = self.hidden_size, self.num_attention_heads
+        nope, rope, v = int(self.qk_head_dim), int(self.qk_pos_emb_head_dim), int(self.v_head_dim)  # type: ignore[arg-type]
+        ql, kvl = self.q_lora_rank, int(self.kv_lora_rank)  # type: ignore[arg-type]
+        q = (h * ql + ql * heads * (nope + rope)) if ql else h * heads * (nope + rope)
+        return q + h * (kvl + rope) + kvl * heads * (nope + v) + heads * v * h
+
     def param_counts(self) -> dict[str, int]:
         """Parameters by part; ``total`` counts every expert, ``active`` only ``moe_router_topk`` of them."""
         h, d = self.hidden_size, self.head_dim
-        qkv = h * (self.q_width + 2 * self.kv_width)
-        if self.add_bias_linear or self.add_qkv_bias:
-            qkv += self.q_width + 2 * self.kv_width
-        out = self.q_width * h + (h if self.add_bias_linear else 0)
-        qk_norm = 2 * d * (2 if self.normalization == "LayerNorm" else 1) if self.qk_layernorm else 0
-        attention = qkv + out + qk_norm
+        if self.is_mla:  # projections plus the RMSNorms of the query bottleneck and the KV latent
+            attention = self.mla_matrix_params() + (self.q_lora_rank or 0) + int(self.kv_lora_rank)  # type: ignore[arg-type]
+        else:
+            qkv = h * (self.q_width + 2 * self.kv_width)
+            if self.add_bias_linear or self.add_qkv_bias:
+                qkv += self.q_width + 2 * self.kv_width
+            out = self.q_width * h + (h if self.add_bias_linear else 0)
+            qk_norm = 2 * d * (2 if self.normalization == "LayerNorm" else 1) if self.qk_layernorm else 0
+            attention = qkv + out + qk_norm
         n_norms = self.parallel_attn_norms if self.parallel_attn else 2
         layer_norms = n_norms * self._norm_params()
         dense_mlp = self._mlp_params(int(self.ffn_hidden_size))  # type: ignore[arg-type]
@@ -231,7 +279,8 @@ class TransformerConfig:
         if self.is_moe:
             expert = self._mlp_params(int(self.moe_ffn_hidden_size))  # type: ignore[arg-type]
             shared = (self._mlp_params(self.moe_shared_expert_intermediate_size)
-                      + h if self.moe_shared_expert_intermediate_size else 0)  # shared expert + its gate
+                      + (h if self.moe_shared_expert_gate else 0)
+                      if self.moe_shared_expert_intermediate_size else 0)  # shared expert + its gate
             router = h * int(self.num_experts)  # type: ignore[arg-type]
             moe_total = int(self.num_experts) * expert + shared + router  # type: ignore[arg-type]
             moe_active = self.moe_router_topk * expert + shared + router
@@ -310,12 +359,16 @@ class TransformerConfig:
             layer_weights -= self.num_layers * (self.q_width + 2 * self.kv_width + h)
         span = self.attention_span(s) if causal_skip else float(
             min(s, self.window_size) if self.window_size else s)
-        attention = 4.0 * span * self.q_width * self.num_layers
+        # QK^T over the query/key head width and AV over the value width (both the head dim but under MLA)
+        v_width = self.num_attention_heads * int(self.v_head_dim) if self.is_mla else self.q_width  # type: ignore[arg-type]
+        attention = 2.0 * span * (self.q_width + v_width) * self.num_layers
         head = 2.0 * h * h if self.encoder_only else 0.0
         return 2.0 * layer_weights + 2.0 * h * self.vocab_size + attention + head
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
-        """Bytes of K and V cached per token over all layers."""
+        """Bytes of K and V cached per token over all layers (MLA: the latent and the rotary key, once)."""
+        if self.is_mla:
+            return float(self.num_layers * self.mla_latent_width * bytes_per_element)
         return 2.0 * self.num_layers * self.kv_width * bytes_per_element
 
     # ----------------------------------------------------------------------------------- I/O
@@ -332,14 +385,15 @@ class TransformerConfig:
             "layers": self.num_layers,
             "hidden": self.hidden_size,
             "heads": self.num_attention_heads,
-            "kv_heads": self.num_kv_heads,
+            "kv_heads": f"MLA {self.kv_lora_rank}+{self.qk_pos_emb_head_dim}" if self.is_mla else self.num_kv_heads,
             "head_dim": self.head_dim,
             "ffn": self.moe_ffn_hidden_size if self.is_moe else self.ffn_hidden_size,
             "activation": self.activation,
             "norm": self.normalization,
             "vocab": self.vocab_size,
             "seq": self.seq_length,
-            "experts": f"{self.num_experts}x top-{self.moe_router_topk}" if self.is_moe else "",
+            "experts": (f"{self.num_experts}x top-{self.moe_router_topk}"
+                        + (f", {self.num_dense_layers} dense" if self.num_dense_layers else "")) if self.is_moe else "",
             "source": self.source,
         }
 
@@ -384,7 +438,7 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
             kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
         elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
-                   "parallel_attn", "encoder_only"):
+                   "parallel_attn", "encoder_only", "moe_shared_expert_gate"):
             kw[k] = _as_bool(value, k)
         elif k == "group_query_attention":
             continue
@@ -452,6 +506,27 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                       moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
                       moe_shared_expert_intermediate_size=_get(d, "shared_expert_intermediate_size") or None,
                       moe_layer_freq=_get(d, "decoder_sparse_step", default=1))
+    elif mt in ("deepseek_v2", "deepseek_v3"):
+        heads = int(_get(d, "num_attention_heads"))
+        n_shared = int(_get(d, "n_shared_experts", default=0) or 0)
+        moe_ffn = _get(d, "moe_intermediate_size")
+        kw.update(
+            num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
+            num_attention_heads=heads, num_query_groups=heads,
+            ffn_hidden_size=_get(d, "intermediate_size"), activation="swiglu", normalization="RMSNorm",
+            vocab_size=_get(d, "vocab_size"), max_position_embeddings=_get(d, "max_position_embeddings"),
+            seq_length=min(int(_get(d, "max_position_embeddings", default=4096)), 8192),
+            position_embedding_type="rope", add_bias_linear=False,
+            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+            q_lora_rank=_get(d, "q_lora_rank"), kv_lora_rank=_get(d, "kv_lora_rank"),
+            qk_head_dim=_get(d, "qk_nope_head_dim"), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim"),
+            v_head_dim=_get(d, "v_head_dim"),
+            num_experts=_get(d, "n_routed_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=2),
+            moe_ffn_hidden_size=moe_ffn,
+            moe_shared_expert_intermediate_size=(n_shared * int(moe_ffn)) if n_shared and moe_ffn else None,
+            moe_shared_expert_gate=False, moe_layer_freq=_get(d, "moe_layer_freq", default=1),
+            moe_first_k_dense=_get(d, "first_k_dense_replace", default=0),
+        )
     elif mt == "gpt2":
         h = int(_get(d, "n_embd", "hidden_size"))
         kw.update(num_layers=_get(d, "n_layer", "num_hidden_layers"), hidden_size=h,
@@ -508,7 +583,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   num_tokentypes=_get(d, "type_vocab_size", default=2))
     else:
         raise InvalidInputError(f"Hugging Face model_type {mt!r} is not supported (llama, mistral, mixtral, "
-                                "qwen2, qwen3, qwen2_moe, qwen3_moe, gpt2, gptj, mpt, falcon, bert)")
+                                "qwen2, qwen3, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt2, gptj, mpt, "
+                                "falcon, bert)")
     kw = {k: v for k, v in kw.items() if v is not None}
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in kw]
     if missing:
@@ -533,6 +609,7 @@ _ALIASES = {
     "gpt2-l": "gpt2-large", "gpt-2-large": "gpt2-large", "gpt3": "gpt3-175b", "gpt-3-175b": "gpt3-175b",
     "mt-nlg-530b": "megatron-530b", "llama3-405b": "llama3.1-405b", "llama-3.1-405b": "llama3.1-405b",
     "bert-large-uncased": "bert-large", "gpt-j-6b": "gptj-6b", "qwen3-moe-235b": "qwen3-235b-a22b",
+    "deepseek-r1": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3",
 }
 
 
