@@ -207,3 +207,21 @@ def test_mla_is_inference_only() -> None:
         TrainingConfig(gpus=64, global_batch=64, tp=8, pp=1).validate_for(load_model("deepseek-v3"))
     with pytest.raises(InvalidInputError, match="needs qk_head_dim"):
         TransformerConfig(num_layers=2, hidden_size=256, num_attention_heads=4, kv_lora_rank=64)
+
+
+def test_llama4_from_its_nested_config_and_parameter_counts() -> None:
+    text = {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+            "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+            "vocab_size": 202048, "max_position_embeddings": 1048576, "tie_word_embeddings": False}
+    hf = from_dict({"model_type": "llama4", "_name_or_path": "meta-llama/Llama-4-Maverick-17B-128E",
+                    "text_config": text})
+    lib = load_model("llama4-maverick")
+    assert hf.name == "llama-4-maverick-17b-128e" and hf.num_params == lib.num_params
+    assert (lib.num_moe_layers, lib.num_dense_layers) == (24, 24)
+    # Meta's figures: 400B total / 17B active (Maverick), 109B with the vision encoder / 17B active (Scout)
+    assert lib.num_params / 1e9 == pytest.approx(400, rel=0.01)
+    assert lib.num_active_params / 1e9 == pytest.approx(17, rel=0.02)
+    scout = load_model("llama4-scout")
+    assert scout.num_moe_layers == 48 and scout.num_params / 1e9 == pytest.approx(107.8, rel=0.01)
+    assert scout.num_active_params == pytest.approx(lib.num_active_params, rel=0.01)

@@ -19,7 +19,8 @@ from hybrid.workloads.llm.model import TransformerConfig, load_model, with_overr
 
 #: The model names vendor inference tables use (all in the model library).
 INFERENCE_MODEL_NAMES = ("gptj-6b", "mistral-7b", "mixtral-8x7b", "llama2-7b", "llama2-70b", "falcon-180b",
-                         "llama3-8b", "llama3-70b", "llama3-405b", "qwen3-235b-a22b", "deepseek-v3")
+                         "llama3-8b", "llama3-70b", "llama3-405b", "qwen3-235b-a22b", "deepseek-v3",
+                         "llama4-scout", "llama4-maverick")
 
 
 def expert_ffn(model: TransformerConfig) -> int:

@@ -475,6 +475,9 @@ def _act(hidden_act: Any, gated: bool) -> str:
 
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     mt = str(d.get("model_type", "")).lower()
+    if mt == "llama4" and isinstance(d.get("text_config"), Mapping):  # multimodal wrapper: the language model
+        name = name or str(_get(d, "_name_or_path", default="llama4")).split("/")[-1].lower()
+        d, mt = d["text_config"], "llama4_text"
     nm = name or str(_get(d, "_name_or_path", default=mt or "hf-model")).split("/")[-1].lower() or mt
     kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt})"}
     if mt in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
@@ -506,6 +509,24 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                       moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
                       moe_shared_expert_intermediate_size=_get(d, "shared_expert_intermediate_size") or None,
                       moe_layer_freq=_get(d, "decoder_sparse_step", default=1))
+    elif mt == "llama4_text":
+        heads = int(_get(d, "num_attention_heads"))
+        expert_ffn = _get(d, "intermediate_size")
+        kw.update(
+            num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
+            num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
+            kv_channels=_get(d, "head_dim"), ffn_hidden_size=_get(d, "intermediate_size_mlp", default=expert_ffn),
+            activation="swiglu", normalization="RMSNorm", vocab_size=_get(d, "vocab_size"),
+            max_position_embeddings=_get(d, "max_position_embeddings"),
+            seq_length=min(int(_get(d, "max_position_embeddings", default=8192)), 8192),
+            position_embedding_type="rope", add_bias_linear=False,
+            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+            qk_layernorm=bool(d.get("use_qk_norm", False)),
+            # every layer's MoE: routed experts plus one always-active shared expert of the same width, no gate
+            num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=1),
+            moe_ffn_hidden_size=expert_ffn, moe_shared_expert_intermediate_size=expert_ffn,
+            moe_shared_expert_gate=False, moe_layer_freq=_get(d, "interleave_moe_layer_step", default=1),
+        )
     elif mt in ("deepseek_v2", "deepseek_v3"):
         heads = int(_get(d, "num_attention_heads"))
         n_shared = int(_get(d, "n_shared_experts", default=0) or 0)
@@ -583,8 +604,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   num_tokentypes=_get(d, "type_vocab_size", default=2))
     else:
         raise InvalidInputError(f"Hugging Face model_type {mt!r} is not supported (llama, mistral, mixtral, "
-                                "qwen2, qwen3, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt2, gptj, mpt, "
-                                "falcon, bert)")
+                                "qwen2, qwen3, qwen2_moe, qwen3_moe, llama4, deepseek_v2, deepseek_v3, gpt2, gptj, "
+                                "mpt, falcon, bert)")
     kw = {k: v for k, v in kw.items() if v is not None}
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in kw]
     if missing:
@@ -610,6 +631,8 @@ _ALIASES = {
     "mt-nlg-530b": "megatron-530b", "llama3-405b": "llama3.1-405b", "llama-3.1-405b": "llama3.1-405b",
     "bert-large-uncased": "bert-large", "gpt-j-6b": "gptj-6b", "qwen3-moe-235b": "qwen3-235b-a22b",
     "deepseek-r1": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3",
+    "llama-4-scout-17b-16e": "llama4-scout", "llama4-scout-17b-16e": "llama4-scout",
+    "llama-4-maverick-17b-128e": "llama4-maverick", "llama4-maverick-17b-128e": "llama4-maverick",
 }
 
 

@@ -35,6 +35,7 @@ _VENDOR_KEYS = {
     "llama38b": "llama3-8b", "llama318b": "llama3-8b", "llama370b": "llama3-70b", "llama3170b": "llama3-70b",
     "llama3370b": "llama3-70b", "llama3405b": "llama3-405b", "llama31405b": "llama3-405b",
     "qwen3235ba22b": "qwen3-235b-a22b", "deepseekr1": "deepseek-v3", "deepseekv3": "deepseek-v3",
+    "llama4scout": "llama4-scout", "llama4maverick": "llama4-maverick",
 }
 #: The labels of the first TensorRT-LLM tables, kept for reference (all of them fold into :data:`_VENDOR_KEYS`).
 VENDOR_MODELS = {"GPT-J 6B": "gptj-6b", "Mistral 7B": "mistral-7b", "Mixtral 8x7B": "mixtral-8x7b",
