@@ -28,6 +28,7 @@ mapped (``fusion`` = torch.compile, Switch-Transformer MoE, unknown models or GP
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -60,6 +61,16 @@ def model_builder(name: str, n_layer: int | None):
         h, n, heads, pos = gpt[name]
         cfg = tf.GPT2Config(n_embd=h, n_layer=n_layer or n, n_head=heads, vocab_size=50257, n_positions=pos, **eager)
         return {"inf": tf.GPT2LMHeadModel, "train": tf.GPT2LMHeadModel}, cfg
+    if name == "switchxl4":
+        # NeuSight's switchxl4.json: Switch-Transformer encoder-decoder, 24 + 24 layers of width 1024, every other
+        # layer's MLP a 4-expert top-1 MoE (d_ff 16384) with an expert capacity of 64 tokens per sequence
+        cfg = tf.SwitchTransformersConfig(
+            d_model=1024, d_ff=16384, d_kv=128, num_heads=32, num_layers=n_layer or 24, num_decoder_layers=24,
+            num_experts=4, expert_capacity=64, encoder_sparse_step=2, decoder_sparse_step=2,
+            num_sparse_encoder_layers=12, num_sparse_decoder_layers=12, vocab_size=32128, router_bias=False,
+            dense_act_fn="relu", feed_forward_proj="relu", is_gated_act=False, dropout_rate=0.1, **eager)
+        cls = tf.SwitchTransformersForConditionalGeneration
+        return {"inf": cls, "train": cls}, cfg
     if name == "opt_13":
         cfg = tf.OPTConfig(hidden_size=2048, num_hidden_layers=n_layer or 24, num_attention_heads=32, ffn_dim=8192,
                            vocab_size=50272, max_position_embeddings=2048, word_embed_proj_dim=2048, **eager)
@@ -68,7 +79,50 @@ def model_builder(name: str, n_layer: int | None):
 
 
 def hidden_size(cfg) -> int:
-    return int(getattr(cfg, "hidden_size", None) or cfg.n_embd)
+    return int(getattr(cfg, "d_model", None) or getattr(cfg, "hidden_size", None) or cfg.n_embd)
+
+
+@contextlib.contextmanager
+def static_switch_routing(identical_tokens: bool = True):
+    """Switch-Transformer experts with static shapes, so the model traces on the meta device (its own routing
+    gathers each expert's tokens with data-dependent ``nonzero``/``where``), with the same gather, expert GEMMs,
+    scaling and ``index_add_`` scatter per expert that the real layer runs.
+
+    How many tokens each expert gets depends on the input. NeuSight's labels run the model on ``input_ids`` of all
+    ones (``neusight/Tracing/trace.py``: ``torch.ones(batch, seq)`` for encoder and decoder): every position
+    then carries the same hidden state (T5's relative attention bias only reweights identical values), so the
+    top-1 router sends every token of a sequence to one expert, which keeps ``expert_capacity`` of them (HF's
+    ``tokens_masked`` router drops the rest; the other experts get none). ``identical_tokens=False`` is the
+    uniform routing of real text: each expert gets ``seq / experts`` tokens per sequence, capped at capacity."""
+    import math
+
+    import torch
+    from transformers.models.switch_transformers import modeling_switch_transformers as sw
+
+    original = sw.SwitchTransformersSparseMLP.forward
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        batch, seq, width = hidden_states.shape
+        _, routing_weights, _ = self.router(hidden_states)
+        flat = hidden_states.view(-1, width)
+        weights = routing_weights.view(-1, 1)
+        experts, cap = self.router.num_experts, int(self.router.expert_capacity)
+        per_seq = [min(cap, seq)] + [0] * (experts - 1) if identical_tokens else \
+            [min(cap, math.ceil(seq / experts))] * experts
+        out = torch.zeros_like(flat)
+        for e, n in enumerate(per_seq):
+            if n == 0:
+                continue
+            rows = (torch.arange(batch * n, device=flat.device) + e * n) % flat.shape[0]
+            y = self.experts[f"expert_{e}"](flat[rows]) * weights[rows]
+            out.index_add_(0, rows, y.to(flat.dtype))
+        return out.view(batch, seq, width)
+
+    sw.SwitchTransformersSparseMLP.forward = forward
+    try:
+        yield
+    finally:
+        sw.SwitchTransformersSparseMLP.forward = original
 
 
 def record_trace(name: str, mode: str, seq: int, batch: int, out: Path) -> Path:
@@ -88,23 +142,27 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path) -> Path:
     with torch.device("meta"):
         model = classes[mode](cfg)
     ids = torch.ones((batch, seq), dtype=torch.long, device="meta")
+    # encoder-decoder models (Switch) take the same sequence on both sides
+    inputs = {"input_ids": ids, "decoder_input_ids": ids} if getattr(cfg, "is_encoder_decoder", False) else \
+        {"input_ids": ids}
     if mode == "inf":
         model.eval()
 
         def step() -> None:
             with torch.no_grad():
-                model(input_ids=ids)
+                model(**inputs)
     else:
         model.train()
 
         def step() -> None:
-            res = model(input_ids=ids)
+            res = model(**inputs)
             logits = res["prediction_logits"] if "prediction_logits" in res else res["logits"]
             loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), ids.view(-1))
             loss.backward()
+    routing = static_switch_routing() if name.startswith("switch") else contextlib.nullcontext()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with trace_step(path, execution_trace=False, device="meta", cuda=False):
+        with routing, trace_step(path, execution_trace=False, device="meta", cuda=False):
             step()
     return kin
 
