@@ -254,3 +254,36 @@ def test_overheads_fit_report_says_what_the_data_identify(catalog):
     assert rep2["params"]["iteration_us"] <= 0.5 * min(measured) * 20 + 1e-6
     with pytest.raises(InvalidInputError, match="unknown overhead"):
         Overheads.fit_report(graphs, measured, model, fit=("gpu_speed",))
+
+
+def test_ranks_sharing_a_cpu_memory_system_split_its_bandwidth():
+    """SharedMemoryBandwidth: streaming ops of ranks on one CPU share the measured all-core bandwidth; ops that
+    fit in cache, latency-bound ops, collectives and devices without a measurement are left alone."""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from hybrid.engine.costs import RooflineCostModel, SharedMemoryBandwidth
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.hardware.cpu import describe_local_cpu
+
+    cpu = describe_local_cpu(cores=1, measured_mem_bw=20e9)
+    cat = default_catalog().with_device(replace(cpu, mem_bw_shared=24e9, l2_cache=32 * 2**20))
+    rows = pd.DataFrame({
+        "op": ["elementwise", "elementwise", "gemm", "elementwise"],
+        "variant": ["copy", "copy", None, "copy"],
+        "elements": [2**27, 2**18, None, 2**27],  # 1 GiB streamed, 2 MiB (in cache), a GEMM, the same on a GPU
+        "m": [None, None, 2048, None], "n": [None, None, 2048, None], "k": [None, None, 2048, None],
+        "dtype": "fp32", "device": [cpu.key, cpu.key, cpu.key, "A100-SXM4-80GB"]})
+    base = RooflineCostModel(cat)
+    alone = base.predict(rows)["time_us"].to_numpy()
+    two = SharedMemoryBandwidth(base, 2).predict(rows)
+    # the streaming copy runs at the single-core 20 GB/s alone; two ranks want 40 GB/s of the 24 GB/s there is
+    assert two["time_us"].iloc[0] == pytest.approx(alone[0] * 2 * 20 / 24, rel=0.02)
+    assert two["memory_sharing"].iloc[0] == pytest.approx(40 / 24, rel=0.02)
+    # in-cache copy, compute-bound GEMM (low DRAM demand) and the GPU row: unchanged
+    assert np.allclose(two["time_us"].to_numpy()[1:], alone[1:])
+    assert np.allclose(SharedMemoryBandwidth(base, 1).predict(rows)["time_us"], alone)
+    # without a measured shared bandwidth nothing changes
+    plain = RooflineCostModel(default_catalog().with_device(cpu))
+    assert np.allclose(SharedMemoryBandwidth(plain, 2).predict(rows)["time_us"], plain.predict(rows)["time_us"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,12 @@ def test_quick_profile_writes_a_valid_bundle(quick_bundle):
     assert meta["threads"]["torch_num_threads"] == 1 and meta["command"] == "pytest"
     assert meta["ceilings"]["peak_tflops"]["fp32"] == pytest.approx(dev.peak("fp32") / 1e12, rel=1e-4)
     assert meta["n_rows"] == len(table)
+    # the copy ceiling again with every core streaming: the whole memory system's bandwidth, at least one
+    # core's worth (the lone stream still runs) and at most every core's lone stream (on a 2-core VM: 1.0-2.0x)
+    if len(os.sched_getaffinity(0)) >= 2:
+        ratio = meta["ceilings"]["shared_ratio"]
+        assert 0.8 < ratio < meta["ceilings"]["shared_procs"] + 0.3
+        assert dev.mem_bw_shared == pytest.approx(dev.mem_bw * ratio, rel=1e-3)
 
 
 def test_quick_profile_gemm_times_are_plausible(quick_bundle):

@@ -80,6 +80,67 @@ class KernelTimeModel:
         return out
 
 
+class SharedMemoryBandwidth:
+    """Ranks that share one CPU's memory system: each streaming op gets its share of the socket's bandwidth.
+
+    A CPU profile times every op in one process alone, so its memory-bound ops run at one core's stream bandwidth
+    (the device's ``mem_bw``). When ``ranks`` processes of an iteration run on one host at once (the DLRM harness,
+    DDP on CPU), their DRAM streams share the bandwidth the whole memory system sustains (``mem_bw_shared``,
+    measured by ``hybrid profile`` with every core streaming). Mean-field: every rank runs the same kind of op at
+    the same time (SPMD), so an op that pulls ``demand = DRAM bytes / time`` alone is slowed by
+    ``max(1, ranks x demand / mem_bw_shared)``. Only traffic that leaves the last-level cache counts: an op whose
+    bytes fit in the rank's share of it (``l2_cache / ranks``) is left alone, and so are latency-bound ops
+    (random gathers, small kernels: low demand) and collectives (their curves were measured with every rank
+    running). Devices without a measured ``mem_bw_shared`` (GPUs: each has its own memory) pass through.
+    """
+
+    def __init__(self, model: OpCostModel, ranks: int):
+        self.model = model
+        self.ranks = int(ranks)
+        self._ask_host = "host" in inspect.signature(model.predict).parameters
+
+    @property
+    def catalog(self) -> Catalog | None:
+        cat = getattr(self.model, "catalog", None)
+        return cat if isinstance(cat, Catalog) else None
+
+    def predict(self, table: pd.DataFrame, host: bool = False) -> pd.DataFrame:
+        out = self.model.predict(table, host=host) if self._ask_host else self.model.predict(table)  # type: ignore[call-arg]
+        if self.ranks < 2 or "device" not in table.columns or "time_us" not in out.columns:
+            return out
+        cat = model_catalog(self.model)
+        devices = table["device"].astype(str).to_numpy()
+        shared = {d: cat.device(d) for d in pd.unique(devices) if d in cat}
+        shared = {k: v for k, v in shared.items() if v.kind == "cpu" and v.mem_bw_shared > 0}
+        if not shared:
+            return out
+        from hybrid.ops.roofline import roofline
+
+        rows = np.isin(devices, list(shared))
+        base = roofline(integral_shapes(table[rows]), cat)
+        nbytes = base["bytes"].to_numpy(dtype=np.float64)
+        fam = base["family"].astype(str).to_numpy()
+        sub_dev = devices[rows]
+        bw = np.array([shared[d].mem_bw_shared for d in sub_dev])
+        llc = np.array([shared[d].l2_cache for d in sub_dev]) / self.ranks
+        time = pd.to_numeric(out["time_us"], errors="coerce").to_numpy(dtype=np.float64).copy()
+        t = time[rows]
+        dram = np.where((fam != "collective") & (nbytes > llc), nbytes, 0.0)
+        demand = np.divide(dram, t * 1e-6, out=np.zeros_like(t), where=t > 0)
+        factor = np.maximum(1.0, self.ranks * demand / bw)
+        out = out.copy()
+        time[rows] = t * factor
+        out["time_us"] = time
+        for c in ("time_us_low", "time_us_high"):
+            if c in out.columns:
+                v = pd.to_numeric(out[c], errors="coerce").to_numpy(dtype=np.float64).copy()
+                v[rows] = v[rows] * factor
+                out[c] = v
+        out["memory_sharing"] = 1.0
+        out.loc[rows, "memory_sharing"] = factor
+        return out
+
+
 def default_cost_model(catalog: Catalog | None = None) -> OpCostModel:
     """``HybridPredictor.roofline_only(catalog)`` when the predictor package is present, else the roofline."""
     try:

@@ -18,6 +18,7 @@ import pandas as pd
 from hybrid.engine.costs import (
     KernelTimeModel,
     OpCostModel,
+    SharedMemoryBandwidth,
     default_cost_model,
     predict_bounds,
     predict_times,
@@ -304,6 +305,7 @@ def simulate(
     model: OpCostModel | None = None,
     overheads: Overheads | None = None,
     kernel_times: bool = True,
+    shared_memory: bool = True,
 ) -> SimResult:
     """Cost every op of ``graph`` with ``model`` (one batch), add host ``overheads`` and schedule it.
 
@@ -315,12 +317,18 @@ def simulate(
     dispatch it includes (:class:`~hybrid.engine.costs.KernelTimeModel`; only kernel models fitted on eager
     per-op GPU timings include one), because the graph puts that host work on its host stream (``overheads``,
     or traced host time). False costs ops as the model predicts them (the dispatch counted twice on GPUs).
+
+    ``shared_memory`` (default): when several ranks run on one CPU whose catalog entry has a measured
+    ``mem_bw_shared``, their streaming ops share that bandwidth (:class:`~hybrid.engine.costs.SharedMemoryBandwidth`:
+    all ranks of a graph on a CPU device are taken to share one host). GPU devices are unaffected.
     """
     compiled = graph.compile() if isinstance(graph, TaskGraph) else graph
     methods: list = []
     over = overheads if overheads is not None else Overheads()
     low = high = None
     times = None
+    if shared_memory and compiled.n_ranks > 1:
+        model = SharedMemoryBandwidth(model if model is not None else default_cost_model(), compiled.n_ranks)
     if kernel_times and model is not None:
         model = KernelTimeModel(model)
     if len(compiled.ops):

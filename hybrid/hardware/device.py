@@ -36,6 +36,9 @@ class Device:
     link_name: str = ""
     pcie_gen: int = 0
     kernel_latency_us: float = 4.0  # fixed per-kernel cost (launch + ramp) used by the roofline
+    #: bytes/s the whole memory system sustains with every core streaming at once (0 = not measured). A CPU's
+    #: ``mem_bw`` is one core's stream; ranks sharing the socket share this (``hybrid.engine.costs``).
+    mem_bw_shared: float = 0.0
     aliases: tuple[str, ...] = ()
     notes: str = ""
 
@@ -97,6 +100,7 @@ class Device:
             link_name=str(entry.get("link", "")),
             pcie_gen=int(_nonneg(key, "pcie_gen", entry.get("pcie_gen", 0))),
             kernel_latency_us=_nonneg(key, "kernel_latency_us", entry.get("kernel_latency_us", 4.0 if kind == "gpu" else 1.0)),
+            mem_bw_shared=_nonneg(key, "mem_bw_shared_gbps", entry.get("mem_bw_shared_gbps", 0.0)) * 1e9,
             aliases=tuple(str(a) for a in entry.get("aliases", ())),
             source=str(entry["source"]),
             notes=str(entry.get("notes", "")),
@@ -120,6 +124,7 @@ class Device:
             "link_gbps": self.link_bw / 1e9,
             "pcie_gen": self.pcie_gen,
             "kernel_latency_us": self.kernel_latency_us,
+            "mem_bw_shared_gbps": self.mem_bw_shared / 1e9,
             "aliases": list(self.aliases),
             "source": self.source,
             "notes": self.notes,

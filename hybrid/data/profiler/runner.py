@@ -146,6 +146,15 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     t0 = time.perf_counter()
     say(f"measuring ceilings on {backend.kind} ({backend.device_name()}, {backend.threads} threads)")
     ceilings = measure_ceilings(backend, quick=opts.quick, llc_bytes=llc)
+    if not backend.is_cuda and backend.threads == 1:  # one-thread ranks: how they share the memory system
+        from hybrid.data.profiler.memory_sharing import measure_shared_bandwidth
+
+        say("measuring memory bandwidth with every core streaming")
+        shared = measure_shared_bandwidth(int(ceilings.details["copy_bytes"]), repeats=5 if opts.quick else 10,
+                                          trials=1 if opts.quick else 3)
+        if shared is not None:
+            ceilings.details.update(shared_procs=shared.procs, shared_ratio=shared.ratio,
+                                    mem_bw_shared=ceilings.mem_bw * shared.ratio)
     durations["ceilings"] = time.perf_counter() - t0
     device_key, device_entry = _device_identity(backend, opts, ceilings)
     out = out or default_outdir(device_key)
@@ -324,8 +333,11 @@ def _cpu_entry(model: str, threads: int, c: Ceilings) -> dict[str, Any]:
         "sms": threads,
         "boost_clock_mhz": est.clock_mhz,
         "kernel_latency_us": c.kernel_latency_us,
+        **({"mem_bw_shared_gbps": float(c.details["mem_bw_shared"]) / 1e9} if "mem_bw_shared" in c.details else {}),
         "source": f"measured by hybrid profile on {_dt.date.today().isoformat()}: {model}, {threads} threads "
-                  "(peaks = fastest large GEMM, mem_bw = large copy, latency = median one-element add)",
+                  "(peaks = fastest large GEMM, mem_bw = large copy, latency = median one-element add"
+                  + (f", mem_bw_shared = the copy in {c.details['shared_procs']} processes at once"
+                     if "mem_bw_shared" in c.details else "") + ")",
         "notes": "l2_mib holds the last-level (L3) cache size; sms holds the threads used",
     }
 
