@@ -460,3 +460,32 @@ def test_execution_trace_alone_predicts_other_devices_only(tiny_trace, cpu_catal
     assert s["predicted_ms"] > 0 and "measured_ms" not in s
     with pytest.raises(Exception, match="no times"):
         build_trace_graph([et], CPU, cpu_catalog, same_device=True)
+
+
+def test_compiled_fusion_runs_and_cost(meta_gpt2_trace):
+    """torch.compile-style fusion: pointwise runs between library calls become one kernel (their largest
+    member); GEMMs, attention and collectives are untouched; forward and backward never fuse together."""
+    import pandas as pd
+
+    from hybrid.corrections.predictor import HybridPredictor
+    from hybrid.workloads.trace_fusion import compiled_fusion, fusible_runs
+
+    units = pd.DataFrame({
+        "tid": [1, 1, 1, 1, 1, 1, 1, 2, 1],
+        "kind": ["op", "view", "op", "op", "op", "op", "op", "op", "op"],
+        "label": ["elementwise", "view/host ops", "norm", "gemm", "softmax", "dropout", "elementwise",
+                  "elementwise", "elementwise"],
+        "phase": ["forward"] * 6 + ["backward", "backward", "backward"]})
+    # [add, view, norm] fuse across the view; the GEMM ends the run; [softmax, dropout] fuse; the backward add
+    # starts a new run with the next backward add of its own thread (thread 2's op does not break it)
+    assert list(fusible_runs(units)) == [0, -1, 0, -1, 4, 4, 6, -1, 6]
+    eager = build_trace_graph([meta_gpt2_trace], "A100-SXM4-80GB")
+    fused = build_trace_graph([meta_gpt2_trace], "A100-SXM4-80GB", transform=compiled_fusion())
+    e, f = eager.units, fused.units
+    pointwise = e["label"].isin(["elementwise", "norm", "softmax", "dropout", "reduction", "copy"])
+    assert ((f["kind"] == "op") & pointwise).sum() < 0.6 * ((e["kind"] == "op") & pointwise).sum()
+    gemms = [((u["kind"] == "op") & (u["label"] == "gemm")).sum() for u in (e, f)]
+    assert gemms[0] == gemms[1] > 0  # library calls keep their kernels
+    model = HybridPredictor.roofline_only()
+    t_eager, t_fused = predict_trace(eager, model).predicted_us, predict_trace(fused, model).predicted_us
+    assert 0.3 * t_eager < t_fused < t_eager

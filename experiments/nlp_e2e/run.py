@@ -21,8 +21,10 @@ host, the engine's launch overheads stand in) and every op is costed
 
 Parallel rows (``extra`` = dp4 / tp4 / pp4_1 on 4 x A100-SXM4-40GB) rewrite the single-GPU trace
 (``hybrid.workloads.trace_parallel``): DP = 4 ranks at batch/4 with DDP bucketed all-reduces, TP = Megatron
-splitting with 2 all-reduces per layer and direction, PP = 4 stages with one micro-batch. Rows that cannot be
-mapped (``fusion`` = torch.compile, Switch-Transformer MoE, unknown models or GPUs) are skipped and counted.
+splitting with 2 all-reduces per layer and direction, PP = 4 stages with one micro-batch. ``fusion`` rows
+(torch.compile) are the eager trace with its pointwise runs fused (``hybrid.workloads.trace_fusion``); the
+Switch-Transformer MoE traces with static-shape routing (:func:`static_switch_routing`). Rows that cannot be
+mapped (unknown models, GPUs or modes) are skipped and counted.
 """
 
 from __future__ import annotations
@@ -197,7 +199,9 @@ def read_labels(path: str) -> pd.DataFrame:
     if not p.is_file():
         raise InvalidInputError(f"labels file not found: {p}")
     try:
-        df = pd.read_csv(p, keep_default_na=False)
+        # text columns as text: a file of inference rows only would otherwise read mode "inf" as infinity
+        df = pd.read_csv(p, keep_default_na=False,
+                         dtype={c: str for c in ("gpu", "config", "model", "mode", "extra", "source_path")})
     except Exception as exc:  # pandas parser errors: one line
         raise InvalidInputError(f"{p}: not a readable CSV ({exc})") from None
     missing = [c for c in LABEL_COLUMNS if c not in df.columns]
@@ -272,6 +276,10 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
     elif extra.startswith("pp"):
         n = int(extra[2:].split("_")[0])
         transform = tp.pipeline_parallel(n, batch * seq, hidden_size(cfg))
+    elif extra == "fusion":  # torch.compile: the eager trace with its pointwise runs fused
+        from hybrid.workloads.trace_fusion import compiled_fusion
+
+        transform = compiled_fusion()
     out = {}
     for label, (model, cat) in models.items():
         it = build_trace_graph(traces, device, cat, same_device=False, transform=transform)
@@ -282,9 +290,7 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
 
 
 def skip_reason(row: pd.Series, catalog) -> str | None:
-    if row["extra"] == "fusion":
-        return "fusion (torch.compile kernels: not traced here)"
-    if row["extra"] and row["extra"][:2] not in ("dp", "tp", "pp"):
+    if row["extra"] and row["extra"] != "fusion" and row["extra"][:2] not in ("dp", "tp", "pp"):
         return f"unknown extra {row['extra']!r}"
     if row["mode"] not in ("inf", "train"):
         return f"unknown mode {row['mode']!r}"

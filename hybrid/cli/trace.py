@@ -91,11 +91,14 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--kernel-times/--as-fitted", "kernel_times", default=True, show_default=True,
               help="Cost GPU kernels with the model's kernel time (its fitted per-op framework dispatch taken off: "
                    "the graph's host stream carries it), or as the model predicts them (dispatch counted twice).")
+@click.option("--compiled", is_flag=True,
+              help="Predict the step as torch.compile would run it: each run of pointwise ops between library "
+                   "calls fused into one kernel (docs/traces.md).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
             tracking_uri: str | None, bundle: str | None, roofline: bool, same: bool | None, host: str,
-            kernel_times: bool, step: int | None, as_json: bool) -> None:
+            kernel_times: bool, compiled: bool, step: int | None, as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
     from hybrid.errors import InvalidInputError
@@ -108,10 +111,16 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     engine = resolve_predictor(model_ref, tracking_uri, bundle, roofline, default_bundle=False)
     model, cat, name = engine.model, engine.catalog, engine.name
     loaded = _load(traces, step)
-    it = build_trace_graph(loaded, device or system, cat, same_device=same, host=host)
+    transform = None
+    if compiled:
+        from hybrid.workloads.trace_fusion import compiled_fusion
+
+        transform = compiled_fusion()
+    it = build_trace_graph(loaded, device or system, cat, same_device=same, host=host, transform=transform)
     pred = predict_trace(it, model, model_name=name, kernel_times=kernel_times)
     s = pred.summary()
     s["kernel_times"] = kernel_times
+    s["compiled"] = compiled
     warning = thread_mismatch(loaded, bundle) if it.same_device else None
     if warning:
         s["warnings"] = [warning]

@@ -1,0 +1,98 @@
+"""Compiled (fused) execution of an eagerly traced step: ``torch.compile``-style fusion as a unit rewrite.
+
+A trace records the eager program: every pointwise op, norm, softmax, dropout, reduction and copy is its own
+kernel, reading its inputs from and writing its outputs to memory, each launched by its own dispatch. A compiler
+such as TorchInductor fuses each run of such ops between two library calls (GEMMs, convolutions, attention,
+embeddings, collectives) into one generated kernel that streams the run's tensors once. :func:`compiled_fusion`
+rewrites the units of a trace (:func:`hybrid.workloads.trace_units.trace_units`) that way before the graph is built
+(``build_trace_graph(..., transform=compiled_fusion())``):
+
+* a *fusible run* is a maximal sequence of op units whose breakdown label is in :data:`FUSIBLE_LABELS`, on one
+  thread and in one phase (forward and backward are compiled as separate graphs), with only view/host units
+  between them; a GEMM, convolution, attention, embedding, collective or unmodelled op ends it;
+* the run becomes one kernel costed as its member that moves the most bytes (one pass over the largest tensors:
+  the fused kernel reads its external inputs and writes its outputs once, and its largest member already reads
+  and writes tensors of that size); the other members become host-only units (no kernel, no launch of their
+  own). Views stay host-only as in eager mode.
+
+This is a first-order model of fusion (no epilogue fusion into GEMMs, no recomputation or layout changes the
+compiler may choose); ``experiments/nlp_e2e`` scores it on NeuSight's ``torch.compile`` labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from hybrid.data.traces.parse import RankTrace
+from hybrid.ops.families import family_of
+
+#: Breakdown labels of the units a compiler fuses (pointwise and row-wise kernels).
+FUSIBLE_LABELS = frozenset({"elementwise", "norm", "softmax", "dropout", "reduction", "copy"})
+#: Unit kind of a fused-away member (host only, as a view).
+FUSED_KIND = "view"
+
+
+def _unit_bytes(rows: list[dict]) -> np.ndarray:
+    """Bytes each op row moves (its family's roofline byte count)."""
+    out = np.zeros(len(rows))
+    frame = pd.DataFrame(rows)
+    if frame.empty or "op" not in frame.columns:
+        return out
+    for op, idx in frame.groupby("op").groups.items():
+        sub = frame.loc[idx]
+        out[np.asarray(idx)] = np.asarray(family_of(str(op)).bytes(sub), dtype=np.float64)
+    return out
+
+
+def fusible_runs(units: pd.DataFrame) -> np.ndarray:
+    """Run id per unit (the position of the run's first member; -1: not fused). A run stays open across view
+    units and the other threads' units; a non-fusible unit of its thread or a phase change closes it. Runs of
+    one member are not fused."""
+    kind = units["kind"].to_numpy()
+    fusible = (kind == "op") & units["label"].isin(FUSIBLE_LABELS).to_numpy()
+    tid = units["tid"].to_numpy()
+    phase = units["phase"].astype(str).to_numpy()
+    run = np.full(len(units), -1, dtype=np.int64)
+    open_run: dict = {}  # thread -> (phase, first member)
+    for i in range(len(units)):  # one pass in trace order
+        if kind[i] == "view":
+            continue
+        t = tid[i]
+        cur = open_run.get(t)
+        if not fusible[i]:
+            open_run.pop(t, None)
+            continue
+        if cur is None or cur[0] != phase[i]:
+            cur = (phase[i], i)
+            open_run[t] = cur
+        run[i] = cur[1]
+    ids, counts = np.unique(run[run >= 0], return_counts=True)
+    run[np.isin(run, ids[counts < 2])] = -1
+    return run
+
+
+def compiled_fusion() -> Callable[[RankTrace, pd.DataFrame], pd.DataFrame]:
+    """A ``build_trace_graph`` transform that fuses the trace's pointwise runs (see the module docstring)."""
+
+    def transform(trace: RankTrace, units: pd.DataFrame) -> pd.DataFrame:
+        del trace
+        if units.empty:
+            return units
+        u = units.reset_index(drop=True).copy()
+        run = fusible_runs(u)
+        if not (run >= 0).any():
+            return u
+        members = np.flatnonzero(run >= 0)
+        nbytes = np.zeros(len(u))
+        nbytes[members] = _unit_bytes([u.at[i, "row"] for i in members])
+        frame = pd.DataFrame({"run": run[members], "bytes": nbytes[members], "pos": members})
+        keep = frame.loc[frame.groupby("run")["bytes"].idxmax(), "pos"].to_numpy()
+        fused_away = np.setdiff1d(members, keep)
+        u.loc[fused_away, "kind"] = FUSED_KIND
+        u.loc[fused_away, "device_us"] = np.nan
+        return u
+
+    return transform
