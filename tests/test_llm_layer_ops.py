@@ -67,3 +67,15 @@ def test_moe_routing_expected_experts_and_tokens():
     # one decode token hits exactly top-k experts; 8 tokens on Mixtral hit E (1 - (6/8)^8) = 7.2 -> 7
     l1, p1 = moe_routing(np.array([1.0, 8.0]), 8, 2)
     assert l1.tolist() == [2.0, 7.0] and p1[0] == 1.0 and p1[1] == np.floor(16 / 7)
+
+
+def test_sandwich_norms_add_two_norm_kernels_per_layer():
+    from hybrid.workloads.llm.inference import make_setup, predict_static
+    from hybrid.workloads.llm.model import TransformerConfig
+
+    base = dict(num_layers=4, hidden_size=256, num_attention_heads=4, activation="geglu", normalization="RMSNorm",
+                position_embedding_type="rope", add_bias_linear=False, vocab_size=1024)
+    plain = predict_static(make_setup(TransformerConfig(**base), "A100"), 2, 64, 4).ops
+    sandwich = predict_static(make_setup(TransformerConfig(**base, sandwich_norm=True), "A100"), 2, 64, 4).ops
+    extra = sandwich[(sandwich["phase"] == "prefill") & (sandwich["name"] == "sandwich_norms")]
+    assert len(extra) == 1 and extra["count"].iloc[0] == 4 * 2 and "sandwich_norms" not in set(plain["name"])

@@ -225,3 +225,31 @@ def test_llama4_from_its_nested_config_and_parameter_counts() -> None:
     scout = load_model("llama4-scout")
     assert scout.num_moe_layers == 48 and scout.num_params / 1e9 == pytest.approx(107.8, rel=0.01)
     assert scout.num_active_params == pytest.approx(lib.num_active_params, rel=0.01)
+
+
+def test_gemma_and_phi_configs_load_with_local_global_windows() -> None:
+    from hybrid.workloads.llm.kv_cache import memory_plan
+    from hybrid.workloads.llm.precision import Precision
+
+    text = {"model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62,
+            "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "vocab_size": 262208,
+            "sliding_window": 1024, "sliding_window_pattern": 6, "max_position_embeddings": 131072,
+            "hidden_activation": "gelu_pytorch_tanh"}
+    g3 = from_dict({"model_type": "gemma3", "_name_or_path": "google/gemma-3-27b-it", "text_config": text})
+    assert g3.name == "gemma-3-27b-it" and g3.activation == "geglu" and g3.sandwich_norm and g3.qk_layernorm
+    assert g3.tied_embeddings and g3.window_size == 1024 and g3.window_layer_share == pytest.approx(5 / 6)
+    assert g3.num_params / 1e9 == pytest.approx(27.0, rel=0.01)  # Google: 27B (the text model)
+    # 5 of 6 layers keep 1024 tokens, the global ones the whole context
+    plan = memory_plan(g3, Precision("bf16"), 80 * 2**30, batch=1, input_len=8000, output_len=192)
+    assert plan.kv_per_request == pytest.approx((5 / 6 * 1024 + 1 / 6 * 8192) * plan.kv_per_token)
+    assert g3.attention_span(8192) < 0.5 * (8192 + 1) / 2
+    g2 = from_dict({"model_type": "gemma2", "hidden_size": 4608, "intermediate_size": 36864, "num_hidden_layers": 46,
+                    "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "vocab_size": 256000,
+                    "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"})
+    assert g2.window_layer_share == 0.5 and g2.num_params / 1e9 == pytest.approx(27.2, rel=0.01)
+    phi4 = from_dict({"model_type": "phi3", "hidden_size": 5120, "intermediate_size": 17920, "num_hidden_layers": 40,
+                      "num_attention_heads": 40, "num_key_value_heads": 10, "vocab_size": 100352,
+                      "max_position_embeddings": 16384, "hidden_act": "silu", "tie_word_embeddings": False})
+    assert phi4.swiglu and phi4.num_params / 1e9 == pytest.approx(14.7, rel=0.01)  # Microsoft: 14.7B
+    with pytest.raises(InvalidInputError, match="window_layer_share"):
+        TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, window_size=16, window_layer_share=0)

@@ -63,7 +63,10 @@ def kv_bytes_per_token(model: TransformerConfig, precision: Precision, tp: int =
 def cached_tokens(model: TransformerConfig, context: int | np.ndarray) -> np.ndarray:
     """Tokens a request of ``context`` tokens keeps in the cache (sliding window caps it)."""
     c = np.asarray(context, dtype=np.float64)
-    return np.minimum(c, model.window_size) if model.window_size else c
+    if not model.window_size:
+        return c
+    share = model.window_layer_share  # local layers keep the window, global ones everything
+    return share * np.minimum(c, model.window_size) + (1.0 - share) * c
 
 
 def layer_matrix_params(model: TransformerConfig) -> int:
@@ -232,7 +235,7 @@ def max_context(model: TransformerConfig, precision: Precision, capacity: float,
     logits = float(activation_bytes(model, precision, 0.0, batch / max(pp, 1), tp))
     denom = batch * (per_tok + act_tok / max(pp, 1))
     ctx = int((free - logits) // denom) if free > logits else 0
-    window = model.window_size or 0
+    window = model.window_size if model.window_size and model.window_layer_share >= 1.0 else 0
     if window and ctx >= window:
         # past the window the cache stops growing; only activations grow (prefill in chunks would cap them too)
         ctx = int(max(ctx, (free - logits - batch * per_tok * window) // (batch * act_tok / max(pp, 1))))

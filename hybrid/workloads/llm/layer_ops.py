@@ -144,6 +144,8 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
     n_blocks = 1 if model.parallel_attn else 2
     if not model.parallel_attn or model.parallel_attn_norms > 1:
         norm("post_attention_layernorm", Tn)
+    if model.sandwich_norm:  # Gemma 2/3: norms after the attention output and after the MLP as well
+        norm("sandwich_norms", Tn, 2.0)
     ew("add", "elementwise", "dropout" if dropout else "add", Tn * h, n_blocks, n_inputs=2, n_outputs=1)
     # ---------------------------------------------------------------- MLP
     act = activation_variant(model)

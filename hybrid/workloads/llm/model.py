@@ -76,6 +76,11 @@ class TransformerConfig:
     parallel_attn_norms: int = 1
     #: attention window (Mistral's sliding window); ``None`` = full causal attention
     window_size: int | None = None
+    #: share of the layers that use ``window_size`` (Gemma 2: 1/2, Gemma 3: 5/6 local layers); the others attend
+    #: to the whole context. Costs and cache sizes are the layer-weighted mean of both kinds.
+    window_layer_share: float = 1.0
+    #: Gemma 2/3 "sandwich" norms: a second RMSNorm after the attention block and after the MLP (4 per layer)
+    sandwich_norm: bool = False
     num_experts: int | None = None
     moe_router_topk: int = 2
     moe_ffn_hidden_size: int | None = None
@@ -145,6 +150,10 @@ class TransformerConfig:
         rp = self.rotary_percent
         if isinstance(rp, bool) or not isinstance(rp, int | float) or not 0 < rp <= 1:
             raise InvalidInputError(f"model {self.name!r}: rotary_percent must be in (0, 1], got {rp!r}")
+        ws = self.window_layer_share
+        if isinstance(ws, bool) or not isinstance(ws, int | float) or not 0 < ws <= 1:
+            raise InvalidInputError(f"model {self.name!r}: window_layer_share must be in (0, 1], got {ws!r}")
+        object.__setattr__(self, "window_layer_share", float(ws))
         set_ = object.__setattr__
         set_(self, "rotary_percent", float(rp))
         set_(self, "activation", act)
@@ -272,7 +281,7 @@ class TransformerConfig:
             out = self.q_width * h + (h if self.add_bias_linear else 0)
             qk_norm = 2 * d * (2 if self.normalization == "LayerNorm" else 1) if self.qk_layernorm else 0
             attention = qkv + out + qk_norm
-        n_norms = self.parallel_attn_norms if self.parallel_attn else 2
+        n_norms = (self.parallel_attn_norms if self.parallel_attn else 2) + (2 if self.sandwich_norm else 0)
         layer_norms = n_norms * self._norm_params()
         dense_mlp = self._mlp_params(int(self.ffn_hidden_size))  # type: ignore[arg-type]
         moe_total = moe_active = 0
@@ -333,14 +342,25 @@ class TransformerConfig:
 
     # ----------------------------------------------------------------------------------- FLOPs, KV cache
     def attention_span(self, seq_len: int) -> float:
-        """Mean number of keys a query attends to in a causal sequence of ``seq_len`` (window-limited)."""
+        """Mean number of keys a query attends to in a causal sequence of ``seq_len`` (window-limited; with
+        local and global layers, their layer-weighted mean)."""
         s = float(seq_len)
         if not self.causal:
             return s
         w = self.window_size
+        full = (s + 1) / 2
         if w is None or w >= s:
-            return (s + 1) / 2
-        return (w * (w + 1) / 2 + (s - w) * w) / s
+            return full
+        local = (w * (w + 1) / 2 + (s - w) * w) / s
+        return self.window_layer_share * local + (1.0 - self.window_layer_share) * full
+
+    def window_keys(self, context: float) -> float:
+        """Keys the last query of a ``context``-token sequence attends to, or the tokens a request keeps cached,
+        as the layer-weighted mean over local (windowed) and global layers."""
+        c = float(context)
+        if not self.window_size:
+            return c
+        return self.window_layer_share * min(c, self.window_size) + (1.0 - self.window_layer_share) * c
 
     def forward_flops_per_token(self, seq_len: int | None = None, causal_skip: bool = False,
                                 active: bool = True) -> float:
@@ -357,8 +377,7 @@ class TransformerConfig:
         layer_weights = (c["layers_active"] if active else c["layers_total"]) - norms
         if self.add_bias_linear:  # biases are additions, not matmul weights
             layer_weights -= self.num_layers * (self.q_width + 2 * self.kv_width + h)
-        span = self.attention_span(s) if causal_skip else float(
-            min(s, self.window_size) if self.window_size else s)
+        span = self.attention_span(s) if causal_skip else self.window_keys(s)
         # QK^T over the query/key head width and AV over the value width (both the head dim but under MLA)
         v_width = self.num_attention_heads * int(self.v_head_dim) if self.is_mla else self.q_width  # type: ignore[arg-type]
         attention = 2.0 * span * (self.q_width + v_width) * self.num_layers
@@ -438,7 +457,7 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
             kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
         elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
-                   "parallel_attn", "encoder_only", "moe_shared_expert_gate"):
+                   "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm"):
             kw[k] = _as_bool(value, k)
         elif k == "group_query_attention":
             continue
@@ -475,12 +494,31 @@ def _act(hidden_act: Any, gated: bool) -> str:
 
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     mt = str(d.get("model_type", "")).lower()
-    if mt == "llama4" and isinstance(d.get("text_config"), Mapping):  # multimodal wrapper: the language model
-        name = name or str(_get(d, "_name_or_path", default="llama4")).split("/")[-1].lower()
-        d, mt = d["text_config"], "llama4_text"
+    wrapped = {"llama4": "llama4_text", "gemma3": "gemma3_text"}  # multimodal configs: their language model
+    if mt in wrapped and isinstance(d.get("text_config"), Mapping):
+        name = name or str(_get(d, "_name_or_path", default=mt)).split("/")[-1].lower()
+        d, mt = d["text_config"], wrapped[mt]
     nm = name or str(_get(d, "_name_or_path", default=mt or "hf-model")).split("/")[-1].lower() or mt
     kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt})"}
-    if mt in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+    if mt in ("gemma", "gemma2", "gemma3_text"):
+        heads = int(_get(d, "num_attention_heads"))
+        kw.update(
+            num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
+            num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
+            kv_channels=_get(d, "head_dim", default=256), ffn_hidden_size=_get(d, "intermediate_size"),
+            activation=_act(d.get("hidden_activation") or d.get("hidden_act") or "gelu_pytorch_tanh", gated=True),
+            normalization="RMSNorm", vocab_size=_get(d, "vocab_size"),
+            max_position_embeddings=_get(d, "max_position_embeddings"),
+            seq_length=min(int(_get(d, "max_position_embeddings", default=8192)), 8192),
+            position_embedding_type="rope", add_bias_linear=False,
+            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)),
+            qk_layernorm=mt == "gemma3_text", sandwich_norm=mt != "gemma",
+        )
+        if mt != "gemma" and d.get("sliding_window"):
+            # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one
+            pattern = int(_get(d, "sliding_window_pattern", default=2 if mt == "gemma2" else 6))
+            kw.update(window_size=_get(d, "sliding_window"), window_layer_share=(pattern - 1) / pattern)
+    elif mt in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3"):
         heads = int(_get(d, "num_attention_heads"))
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
@@ -496,7 +534,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             add_qkv_bias=bool(d.get("attention_bias", mt in ("qwen2", "qwen2_moe"))),
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
         )
-        if mt in ("mistral", "mixtral", "qwen2", "qwen3") and d.get("sliding_window") \
+        if mt in ("mistral", "mixtral", "qwen2", "qwen3", "phi3") and d.get("sliding_window") \
                 and d.get("use_sliding_window", True):
             kw["window_size"] = _get(d, "sliding_window")
         if mt == "mixtral":
@@ -604,8 +642,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   num_tokentypes=_get(d, "type_vocab_size", default=2))
     else:
         raise InvalidInputError(f"Hugging Face model_type {mt!r} is not supported (llama, mistral, mixtral, "
-                                "qwen2, qwen3, qwen2_moe, qwen3_moe, llama4, deepseek_v2, deepseek_v3, gpt2, gptj, "
-                                "mpt, falcon, bert)")
+                                "qwen2, qwen3, qwen2_moe, qwen3_moe, phi3, gemma, gemma2, gemma3, llama4, deepseek_v2, "
+                                "deepseek_v3, gpt2, gptj, mpt, falcon, bert)")
     kw = {k: v for k, v in kw.items() if v is not None}
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in kw]
     if missing:

@@ -29,7 +29,13 @@ from hybrid.engine.costs import OpCostModel
 from hybrid.errors import InvalidInputError
 from hybrid.workloads.llm.dims import context_note
 from hybrid.workloads.llm.inference import InferenceSetup, cost_ops, pass_ops
-from hybrid.workloads.llm.kv_cache import GIB, activation_bytes, kv_bytes_per_token, weight_bytes_per_gpu
+from hybrid.workloads.llm.kv_cache import (
+    GIB,
+    activation_bytes,
+    cached_tokens,
+    kv_bytes_per_token,
+    weight_bytes_per_gpu,
+)
 
 #: Ops whose cost depends on the number of sequences (the output layer), not on the tokens of a step.
 HEAD_OPS = ("final_layernorm", "lm_head", "logits_all_gather", "sampling")
@@ -353,7 +359,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     cap = kv_capacity_tokens(s, sched)
     need = (trace.input_len + trace.output_len).astype(np.int64)
     if s.model.window_size:
-        need = np.minimum(need, s.model.window_size)
+        need = np.ceil(cached_tokens(s.model, need)).astype(np.int64)
     if cap <= 0:
         raise InvalidInputError("does not fit: no memory left for the KV cache beside weights and activations")
     if need.max() > cap:
