@@ -455,3 +455,21 @@ def test_llm_foundry_rows_run_on_their_gpu_and_precision(tmp_path):
     assert cases[0].table == "MosaicML llm-foundry MPT (A100 40GB, FSDP, FlashAttention)"
     assert cases[2].table == "MosaicML llm-foundry MPT (H100 80GB, FP8, FSDP, FlashAttention)"
     assert cases[2].published_s == pytest.approx(128 * 2048 / 204800)
+
+
+def test_inference_with_a_calibrated_model_carries_80pct_intervals(calibrated_store):
+    from hybrid.workloads.llm.inference import make_setup, predict_static
+
+    _, pred = calibrated_store
+    s = make_setup("llama2-7b", "A100", tp=1)
+    assert not any(k.endswith(("_low", "_high")) for k in predict_static(s, 8, 512, 32).to_dict())  # roofline
+    r = predict_static(s, 8, 512, 32, pred)
+    iv = r.interval
+    for key, point in (("ttft_ms", r.ttft_ms), ("tpot_ms", r.tpot_ms), ("latency_ms", r.latency_ms),
+                       ("output_tokens_per_s_per_gpu", r.output_tokens_per_s_per_gpu)):
+        assert iv[f"{key}_low"] <= point * (1 + 1e-9) and point <= iv[f"{key}_high"] * (1 + 1e-9), key
+    assert iv["latency_ms_high"] > iv["latency_ms_low"]
+    # the low end is the prediction with every op at its interval's low end (floors at the roofline aside)
+    low = predict_static(s, 8, 512, 32, _LowEnd(pred))
+    assert iv["ttft_ms_low"] == pytest.approx(low.ttft_ms, rel=1e-6)
+    assert r.to_dict()["latency_ms_high"] == iv["latency_ms_high"]

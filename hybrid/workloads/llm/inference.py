@@ -37,7 +37,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.engine.costs import OpCostModel, default_cost_model, integral_shapes, model_catalog, predict_times
+from hybrid.engine.costs import (
+    OpCostModel,
+    default_cost_model,
+    integral_shapes,
+    model_catalog,
+    predict_bounds,
+)
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
@@ -260,7 +266,7 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     cols = [c for c in COST_COLUMNS if c in table.columns]
     rows = integral_shapes(table[cols])
     base = roofline(rows, cat)
-    time, method = predict_times(cost_model, rows)
+    time, low, high, method = predict_bounds(cost_model, rows)
     flops = base["flops"].to_numpy(dtype=np.float64)
     nbytes = base["bytes"].to_numpy(dtype=np.float64)
     real = table["bytes_actual"].to_numpy(dtype=np.float64) if "bytes_actual" in table.columns else np.full(len(table),
@@ -275,6 +281,9 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     scale = np.where(has, adj_roof / np.where(roof > 0, roof, 1.0), 1.0)
     roof = np.where(has, adj_roof, roof)
     time = np.where(has, np.maximum(time * scale, floor), time)
+    bounds = {} if low is None or high is None else {
+        "time_us_low": np.where(has, np.maximum(low * scale, floor), low),
+        "time_us_high": np.where(has, np.maximum(high * scale, floor), high)}
     memory_us = base["memory_us"].to_numpy() * ratio
     compute_us = base["compute_us"].to_numpy()
     fam = base["family"].astype(str).to_numpy()
@@ -287,6 +296,8 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     out["compute_us"], out["memory_us"], out["latency_us"] = compute_us, memory_us, base["latency_us"].to_numpy()
     out["roofline_us"] = roof
     out["time_us"] = time
+    for c, v in bounds.items():  # the calibrated 80% interval of each op (calibrated predictors only)
+        out[c] = v
     out["bound"] = bound
     out["method"] = method
     return out
@@ -311,6 +322,8 @@ class InferenceResult:
     roofline_latency_ms: float = float("nan")
     method: str = "roofline"
     notes: list[str] = field(default_factory=list)
+    #: the 80% interval (``ttft_ms_low`` ... ``output_tokens_per_s_per_gpu_high``) with a calibrated predictor
+    interval: dict[str, float] = field(default_factory=dict)
 
     @property
     def output_tokens_per_s_per_gpu(self) -> float:
@@ -326,7 +339,7 @@ class InferenceResult:
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
             "roofline_latency_ms": self.roofline_latency_ms, "method": self.method,
             "max_batch": self.memory.max_batch, "fits": self.memory.fits, "memory": self.memory.to_dict(),
-            "breakdown_ms": self.breakdown_ms, "notes": self.notes,
+            **self.interval, "breakdown_ms": self.breakdown_ms, "notes": self.notes,
             "ops": self.ops[["phase", "name", "op", "count", "flops", "bytes", "time_us", "roofline_us",
                              "bound"]].to_dict(orient="records"),
         }
@@ -457,7 +470,8 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
     m_, p_ = micro.astype(np.float64), pp.astype(np.float64)
     n_sc = len(cfg)
     ttft, decode, cats = {}, {}, []
-    for col in ("time_us", "roofline_us"):
+    cols = ["time_us", "roofline_us"] + [c for c in ("time_us_low", "time_us_high") if c in costed.columns]
+    for col in cols:
         t = costed[col].to_numpy() * costed["count"].to_numpy()
         stage = np.bincount(sc, weights=np.where(send, 0.0, t), minlength=n_sc)
         sends = np.bincount(sc, weights=np.where(send, t, 0.0), minlength=n_sc)
@@ -481,6 +495,23 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
             cats = pd.concat([cat, pipe[(p_ > 1)[pipe["config"].to_numpy()]]], ignore_index=True) \
                 .groupby(["config", "phase", "category"], as_index=False)["ms"].sum()
     return _Static(costed, micro, ttft, decode, cats)
+
+
+def _interval_columns(r: _Static, batch: np.ndarray, output_len: np.ndarray, gpus: np.ndarray
+                      ) -> dict[str, np.ndarray]:
+    """The 80% interval of TTFT, TPOT, latency (``*_low`` / ``*_high``, ms) and throughput (low = at the high
+    latency) from every op at its interval's end (a calibrated predictor's; empty without one)."""
+    if "time_us_low" not in r.ttft or "time_us_high" not in r.ttft:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    for end in ("low", "high"):
+        ttft, dec = r.ttft[f"time_us_{end}"], r.decode[f"time_us_{end}"]
+        out[f"ttft_ms_{end}"] = ttft / 1e3
+        out[f"tpot_ms_{end}"] = dec / np.maximum(output_len - 1, 1) / 1e3
+        out[f"latency_ms_{end}"] = (ttft + dec) / 1e3
+    for end, other in (("low", "high"), ("high", "low")):
+        out[f"output_tokens_per_s_per_gpu_{end}"] = batch * output_len / (out[f"latency_ms_{other}"] / 1e3) / gpus
+    return out
 
 
 def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: int,
@@ -534,7 +565,8 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
         tpot_ms=decode_us / steps / 1e3 if steps else 0.0, latency_ms=latency_us / 1e3,
         output_tokens_per_s=batch * output_len / (latency_us / 1e6), memory=mem, breakdown_ms=breakdown, ops=ops,
         roofline_latency_ms=float(r.ttft["roofline_us"][0] + r.decode["roofline_us"][0]) / 1e3, method=method,
-        notes=notes)
+        notes=notes, interval={k: float(v[0]) for k, v in _interval_columns(
+            r, np.array([batch]), np.array([output_len]), np.array([float(s.gpus)])).items()})
 
 
 def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.ndarray, output_len: np.ndarray,
@@ -558,6 +590,7 @@ def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.
         out[f"{key}tpot_ms"] = dec / np.maximum(output_len - 1, 1) / 1e3
         out[f"{key}latency_ms"] = lat / 1e3
         out[f"{key}output_tokens_per_s_per_gpu"] = batch * output_len / (lat / 1e6) / gpus
+    out.update(_interval_columns(r, batch, output_len, gpus))
     res = pd.DataFrame(out)
     res["max_batch"], res["fits"], res["memory_reason"] = 0, False, ""
     group = pd.factorize(pd.Series([(_setup_key(s), s.reserve_gib) for s in setups], dtype=object))[0]
