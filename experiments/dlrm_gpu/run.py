@@ -213,13 +213,16 @@ def map_dle(path: Path, catalog: Catalog) -> pd.DataFrame:
 
 def hybrid_parallel_plan(config) -> ShardingPlan:
     """Tables model-parallel: table-wise, balanced by lookups x log(rows), when there are at least as many tables
-    as GPUs; else the tables of 1M+ rows row-wise over every GPU and the rest replicated (data-parallel), like
-    HugeCTR's hybrid embedding at scale."""
+    as GPUs; else every table row-wise over every GPU except those cheaper to replicate: a replicated
+    (data-parallel) table all-reduces its whole gradient every iteration, a sharded one exchanges its pooled
+    lookups (global batch x dim, forward and backward), so a table is replicated only when it has fewer rows than
+    twice the global batch (the same bytes either way; with dim 128 and a 55k batch, tables under ~110k rows)."""
     if config.gpus <= config.num_tables:
         return size_lookup_greedy(config, capacity=1e18)
     ranks = tuple(range(config.gpus))
-    return ShardingPlan({t.name: Shard("row_wise", ranks) if t.num_embeddings >= 1_000_000
-                         else Shard("data_parallel", ranks) for t in config.tables})
+    global_batch = config.batch_size_per_gpu * config.gpus
+    return ShardingPlan({t.name: Shard("data_parallel", ranks) if t.num_embeddings <= 2 * global_batch
+                         else Shard("row_wise", ranks) for t in config.tables})
 
 
 # --------------------------------------------------------------------------------------------- prediction
