@@ -1,7 +1,7 @@
 """LLM inference validation: TensorRT-LLM A100 tables and Vidur per-layer op timings, roofline beside calibrated.
 
     python experiments/llm_inference/run.py [--data-dir DIR] [--out results.md]
-    python experiments/llm_inference/run.py --tables FILE... [--with-xla] [--json]   # score any table of this format
+    python experiments/llm_inference/run.py --tables FILE... [--vidur-only] [--json]   # score any table of this format
 
 Calibrated = ``HybridPredictor`` (GEMM and pointwise XGBoost, collective sigmoids) fitted on the Vidur A100/A40
 per-layer op timings and Vidur collective timings (``vidur-compute``, ``vidur-network``). The TensorRT-LLM rows are
@@ -262,8 +262,9 @@ def main() -> None:
     ap.add_argument("--tables", nargs="+", default=None,
                     help="score these TensorRT-LLM-format tables (gpu/precision columns honoured) instead of the "
                          "report; writes nothing")
-    ap.add_argument("--with-xla", action="store_true",
-                    help="with --tables: also calibrate on XLA's H100 GEMMs (bf16/fp8) and collectives")
+    ap.add_argument("--vidur-only", action="store_true",
+                    help="with --tables: calibrate on Vidur's A100/A40 data only (default: also XLA's H100 GEMMs in "
+                         "bf16/fp8 and H100 collectives, the public measurements of the GPUs newer tables use)")
     ap.add_argument("--json", action="store_true", help="with --tables: print the JSON summary")
     args = ap.parse_args()
     data_dir = public_data_dir(args.data_dir)
@@ -271,7 +272,7 @@ def main() -> None:
     comp, net = load_vidur(data_dir)
     if args.tables:
         fit = [comp, net]
-        if args.with_xla:
+        if not args.vidur_only:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fit += [import_paths("xla-matmul", data_dir / "xla"), import_paths("xla-collectives", data_dir / "xla")]
