@@ -528,6 +528,3 @@ def test_deepseek_memory_and_dense_first_layers():
     pre = r.ops[r.ops["phase"] == "prefill"].set_index(["name", "op"])["count"]
     assert pre[("mlp_up_proj", "linear")] == pytest.approx(3)  # 3 dense layers
     assert pre[("mlp_up_proj", "gemm")] == pre[("shared_expert_up_proj", "linear")] == pytest.approx(58)  # 58 MoE
-    code = main(["llm", "train", "deepseek-v3", "--system", "DGX-H100", "--gpus", "64", "--tp", "8",
-                 "--global-batch", "64"])
-    assert code == 2

@@ -200,11 +200,31 @@ def test_deepseek_v3_parameters_and_latent_kv_cache_by_hand() -> None:
         2.0 * 2048 * heads * (192 + 128) * 61)
 
 
-def test_mla_is_inference_only() -> None:
-    from hybrid.workloads.llm.config import TrainingConfig
+def test_mla_training_costs_unabsorbed_attention() -> None:
+    import pandas as pd
 
-    with pytest.raises(InvalidInputError, match="multi-latent attention"):
-        TrainingConfig(gpus=64, global_batch=64, tp=8, pp=1).validate_for(load_model("deepseek-v3"))
+    from hybrid.workloads.llm.config import TrainingConfig
+    from hybrid.workloads.llm.costing import _layer_rows, resolve_target
+    from hybrid.workloads.llm.train import model_flops, predict_training
+
+    m = load_model("deepseek-v3")
+    assert m.attention_head_dim == (192 + 128) / 2 and m.value_width == 128 * 128
+    cfg = TrainingConfig(gpus=512, global_batch=1024, tp=1, ep=8, fsdp=True, recompute="full", dtype="fp8")
+    cfg.validate_for(m)
+    keys = pd.DataFrame({"tp": [1], "cp": [1], "ep": [8], "mb": [1], "sp": [False]})
+    from hybrid.hardware.catalog import default_catalog
+
+    rows = _layer_rows(m, cfg, keys, resolve_target("DGX-H100", default_catalog()))
+    att = rows[rows["op"] == "attention"].iloc[0]
+    # multi-head attention over 192-dim scores and 128-dim values: FLOPs as 4 x pairs x heads x 160
+    assert att["head_dim"] == 160 and att["heads"] == 128 and att["kv_heads"] == 128
+    # the latent is expanded to per-head keys and values (kv_b: 512 -> 128 x 256); no absorbed per-head GEMMs
+    lin = rows[rows["op"] == "linear"]
+    assert ((lin["k"] == 512) & (lin["n"] == 128 * 256)).any() and not (rows["b"] == 128).any()
+    res = predict_training(m, cfg, "DGX-H100", engine=False)
+    assert res.fits and res.iteration_s > 0
+    mf, hf = model_flops(m, cfg)
+    assert hf == pytest.approx(4 / 3 * mf)  # full recomputation: one more forward
     with pytest.raises(InvalidInputError, match="needs qk_head_dim"):
         TransformerConfig(num_layers=2, hidden_size=256, num_attention_heads=4, kv_lora_rank=64)
 

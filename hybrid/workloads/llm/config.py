@@ -103,9 +103,6 @@ class TrainingConfig:
 
     def validate_for(self, model: Any) -> None:
         """Model-dependent checks (clear one-line errors)."""
-        if getattr(model, "is_mla", False):
-            raise InvalidInputError(f"model {model.name!r} uses multi-latent attention (DeepSeek), which is modelled "
-                                    "for inference only (hybrid llm infer/serve/capacity), not for training")
         t = self.tp
         if model.num_attention_heads % t:
             raise InvalidInputError(f"attention heads ({model.num_attention_heads}) must be divisible by "

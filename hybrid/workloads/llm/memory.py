@@ -47,6 +47,10 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
     t = np.asarray(tp, dtype=np.float64)
     sp = np.asarray(sp, dtype=bool)
     h, q, kv = model.hidden_size, model.q_width, model.kv_width
+    latent = 0.0
+    if model.is_mla:  # K and V of every head (scores and values widths), plus the stored latents
+        kv = (model.q_width + model.value_width) / 2.0
+        latent = 2.0 * ((model.q_lora_rank or 0) + model.mla_latent_width)
     f = model.ffn_hidden_size
     a = model.num_attention_heads
     mask = 1.0 if cfg.dropout else 0.0
@@ -59,7 +63,7 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
         mlp_split = (1 - frac) * ((4 if model.gated else 2) * f + 2 * f) + frac * mlp_split_moe
     else:
         mlp_split = (4 if model.gated else 2) * f + 2 * f
-    replicated = 2.0 * h * n_norms + 2 * h + mask * h + 2 * h + mask * h  # norms, QKV/MLP inputs, dropout masks
+    replicated = 2.0 * h * n_norms + 2 * h + mask * h + 2 * h + mask * h + latent  # norms, inputs, masks, latents
     split = (2 * q + 2 * kv) + 2 * kv + 2 * q + mlp_split  # Q,K  V  attention output  MLP activations
     scores = 0.0 if cfg.flash_attention else (2.0 + mask + 2.0 * mask) * a * seq  # 5 a s with dropout
     if model.qk_layernorm:

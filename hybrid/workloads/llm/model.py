@@ -241,6 +241,17 @@ class TransformerConfig:
         return int(self.kv_lora_rank) + int(self.qk_pos_emb_head_dim)  # type: ignore[arg-type]
 
     @property
+    def value_width(self) -> int:
+        """Columns of the attention values of all heads (MLA: heads x ``v_head_dim``; else the query width)."""
+        return self.num_attention_heads * int(self.v_head_dim) if self.is_mla else self.q_width  # type: ignore[arg-type]
+
+    @property
+    def attention_head_dim(self) -> float:
+        """Per-head width that gives attention's FLOPs as ``4 x pairs x heads x width``: the mean of the score
+        (query/key) and value widths (MLA: (192 + 128) / 2 for DeepSeek-V3; the head dim otherwise)."""
+        return (self.head_dim + self.value_width / self.num_attention_heads) / 2.0
+
+    @property
     def num_moe_layers(self) -> int:
         if not self.is_moe:
             return 0
@@ -379,8 +390,7 @@ class TransformerConfig:
             layer_weights -= self.num_layers * (self.q_width + 2 * self.kv_width + h)
         span = self.attention_span(s) if causal_skip else self.window_keys(s)
         # QK^T over the query/key head width and AV over the value width (both the head dim but under MLA)
-        v_width = self.num_attention_heads * int(self.v_head_dim) if self.is_mla else self.q_width  # type: ignore[arg-type]
-        attention = 2.0 * span * (self.q_width + v_width) * self.num_layers
+        attention = 2.0 * span * (self.q_width + self.value_width) * self.num_layers
         head = 2.0 * h * h if self.encoder_only else 0.0
         return 2.0 * layer_weights + 2.0 * h * self.vocab_size + attention + head
 

@@ -25,8 +25,9 @@ from hybrid.workloads.llm.memory import GIB, MemoryBreakdown, memory_per_rank
 from hybrid.workloads.llm.model import TransformerConfig
 from hybrid.workloads.llm.schedule import closed_form, simulate_mapping, stage_times
 
-FLOP_FORMULA = ("model FLOPs = 3 x tokens x [2 x layer matmul weights (active) + 2 h V + 4 s q_width L]; "
-                "HFU adds the recomputed forward (full) or 4 s q_width L per token (selective); "
+FLOP_FORMULA = ("model FLOPs = 3 x tokens x [2 x layer matmul weights (active) + 2 h V + 4 s q_width L "
+                "(MLA: 2 s (q_width + value_width) L)]; "
+                "HFU adds the recomputed forward (full) or that attention term per token (selective); "
                 "MFU = model FLOPs / (iteration s x GPUs x dense peak)")
 
 
@@ -39,7 +40,7 @@ def model_flops(model: TransformerConfig, cfg: TrainingConfig) -> tuple[float, f
     if cfg.recompute == "full":
         hf = 4.0 * fwd * tokens
     elif cfg.recompute == "selective":
-        hf = mf + 4.0 * s * model.q_width * model.num_layers * tokens
+        hf = mf + 2.0 * s * (model.q_width + model.value_width) * model.num_layers * tokens
     else:
         hf = mf
     return mf, hf
