@@ -12,8 +12,8 @@ rewrites the units of a trace (:func:`hybrid.workloads.trace_units.trace_units`)
   between them; a GEMM, convolution, attention, embedding, collective or unmodelled op ends it;
 * the run becomes one kernel costed as its member that moves the most bytes (one pass over the largest tensors:
   the fused kernel reads its external inputs and writes its outputs once, and its largest member already reads
-  and writes tensors of that size); the other members become host-only units (no kernel, no launch of their
-  own). Views stay host-only as in eager mode.
+  and writes tensors of that size); the other members become host-only units with no time (no kernel, no
+  dispatch or launch of their own). Views stay host-only as in eager mode.
 
 This is a first-order model of fusion (no epilogue fusion into GEMMs, no recomputation or layout changes the
 compiler may choose); ``experiments/nlp_e2e`` scores it on NeuSight's ``torch.compile`` labels.
@@ -93,6 +93,7 @@ def compiled_fusion() -> Callable[[RankTrace, pd.DataFrame], pd.DataFrame]:
         fused_away = np.setdiff1d(members, keep)
         u.loc[fused_away, "kind"] = FUSED_KIND
         u.loc[fused_away, "device_us"] = np.nan
+        u.loc[fused_away, "dur"] = 0.0  # compiled code does not dispatch them: no host time of their own
         return u
 
     return transform
