@@ -89,9 +89,15 @@ def test_unseen_gpu_gets_wider_interval_that_covers_its_rows(fitted, tmp_path):
     pd.testing.assert_frame_equal(again.predict(new), out_new)
     adapted = pred.adapt(new.head(20))
     out_adapted = adapted.predict(new)
-    # an adapted device keeps the (conservative) unseen band
-    np.testing.assert_allclose(np.log(out_adapted["time_us_high"] / out_adapted["time_us_low"]),
-                               np.log(out_new["time_us_high"] / out_new["time_us_low"]))
+    # an adapted device keeps the (conservative) unseen band (the low end may stop at the GEMM roofline, the
+    # physical floor, which the adapted and unadapted predictions reach on different rows)
+    np.testing.assert_allclose(np.log(out_adapted["time_us_high"] / out_adapted["time_us"]),
+                               np.log(out_new["time_us_high"] / out_new["time_us"]))
+    free = (out_adapted["time_us_low"] > out_adapted["roofline_us"] * (1 + 1e-9)) & (
+        out_new["time_us_low"] > out_new["roofline_us"] * (1 + 1e-9))
+    assert free.any()
+    np.testing.assert_allclose(np.log(out_adapted["time_us"] / out_adapted["time_us_low"])[free],
+                               np.log(out_new["time_us"] / out_new["time_us_low"])[free])
     # the interval-free path is unchanged and still available
     assert list(pred.predict(new, intervals=False).columns) == ["time_us", "roofline_us", "method", "bound"]
 
@@ -253,3 +259,17 @@ def test_calibrate_intervals_uses_the_hold_outs_of_hybrid_calibrate(catalog):
     again = pred.calibration_splits(aliased, cfg.max_lodo_devices, cfg.test_fraction, cfg.seed)
     assert all((a[1] == b[1]).all() for a, b in zip(jobs, again, strict=True))
     assert len(pred.calibration_splits(table, 2)) == 3
+
+
+def test_gpu_gemm_interval_stops_at_the_roofline(fitted):
+    """A GPU GEMM cannot beat its datasheet roofline: the interval's low end stops there (the point estimate
+    already does); elsewhere (CPU rows) the band is untouched."""
+    pred, train, new = fitted
+    rows = pd.concat([train.groupby("device").head(40), new], ignore_index=True)
+    out = pred.predict(rows)
+    gemm = rows["op"].isin(["bmm", "gemm", "linear", "matmul"]).to_numpy()  # every device here is a GPU
+    assert gemm.any() and (~gemm).any()
+    assert (out.loc[gemm, "time_us_low"] >= out.loc[gemm, "roofline_us"] * (1 - 1e-9)).all()
+    # the clamp engages on some GEMM rows (their band reached below the roofline)
+    assert np.isclose(out.loc[gemm, "time_us_low"], out.loc[gemm, "roofline_us"]).any()
+    assert (out["time_us_low"] <= out["time_us"] * (1 + 1e-9)).all()

@@ -336,9 +336,27 @@ class HybridPredictor:
             else:
                 lo, hi, _ = self.intervals.row_bounds(method, base["family"], self._seen(norm, base))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
+                floor = self._interval_floor(norm, base, group)
+                out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])
         if host:
             out["host_us"] = np.minimum(self._host(norm, base, group), time)
         return pd.DataFrame(out, index=table.index)
+
+    def _interval_floor(self, norm: pd.DataFrame, base: pd.DataFrame, group: np.ndarray) -> np.ndarray:
+        """Per row, the physical lower bound of the interval (us): the roofline times the floor of a correction
+        that bounds its GPU predictions by it (a GPU GEMM does not beat its datasheet roofline); 0 elsewhere."""
+        floor = np.zeros(len(norm))
+        bounded = {c.key: c.roofline_floor for c in self.corrections if getattr(c, "roofline_floor", None)}
+        if not bounded:
+            return floor
+        codes, uniques = pd.factorize(norm["device"].astype(str))
+        gpu = np.array([self.catalog.device(str(u)).kind == "gpu" if str(u) in self.catalog else False
+                        for u in uniques], dtype=bool)[codes]
+        roof = base["time_us"].to_numpy(dtype=np.float64)
+        for key, mult in bounded.items():
+            rows = (group == key) & gpu
+            floor[rows] = mult * roof[rows]
+        return floor
 
     def _host(self, norm: pd.DataFrame, base: pd.DataFrame, group: np.ndarray) -> np.ndarray:
         """Per row, the fitted framework host dispatch (us) included in the prediction of the correction that
