@@ -221,8 +221,8 @@ def score_tables(files: list[str], pred: OpCostModel) -> dict:
         df = read_table(f)
         for k, v in df.attrs.get("skipped", {}).items():
             skipped[k] = skipped.get(k, 0) + v
-        kern_system = SYSTEM["A100"]  # measured NVLink curves for the A100 rows; other GPUs get their catalog node
-        t = predict_table(df, pred, system=kern_system)
+        a100_system = SYSTEM["A100"]  # measured NVLink curves for the A100 rows; other GPUs get their catalog node
+        t = predict_table(df, pred, system=a100_system)
         t["table"] = Path(f).name
         t["precision_label"] = [pa["dtype"] + (f"/w-{pa['weights']}" if pa.get("weights") else "")
                                 for pa in t["precision_args"]]

@@ -245,21 +245,25 @@ class XGBCorrection(Correction):
         out = np.full(len(table), np.nan)
         mask, sub, base = self._family_rows(table, baseline)
         if mask.any():  # the rows of this correction's families are selected once, for ratio and reference
-            out[mask] = self.reference_us(sub, base, catalog) * np.exp(self._log_ratio_rows(sub, base, catalog))
-            floor = self.roofline_floor
-            if floor is not None:
-                # a GPU kernel does not beat its datasheet roofline (times a factor): a physical bound. Not on
-                # CPUs, whose peaks are estimates of the local machine (hybrid.hardware.cpu).
-                codes, uniques = pd.factorize(sub["device"].astype(str))
-                gpu = np.array([catalog.device(str(u)).kind == "gpu" for u in uniques], dtype=bool)[codes]
-                rows = np.flatnonzero(mask)[gpu]
-                out[rows] = np.maximum(out[rows], floor * base["time_us"].to_numpy(dtype=np.float64)[gpu])
+            pred = self.reference_us(sub, base, catalog) * np.exp(self._log_ratio_rows(sub, base, catalog))
+            out[mask] = np.maximum(pred, self.floor_us(sub, base, catalog))
         return out
 
     @property
     def roofline_floor(self) -> float | None:
         """Lowest predicted time as a multiple of the roofline time, or None (no bound)."""
         return None
+
+    def floor_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row, the lowest time this correction predicts (us): :attr:`roofline_floor` x the roofline on GPUs,
+        0 elsewhere. A GPU kernel does not beat its datasheet roofline: a physical bound; not on CPUs, whose
+        peaks are estimates of the local machine (hybrid.hardware.cpu). The predictor's intervals stop there too."""
+        floor = self.roofline_floor
+        if floor is None or len(table) == 0:
+            return np.zeros(len(table))
+        codes, uniques = pd.factorize(table["device"].astype(str))
+        gpu = np.array([catalog.device(str(u)).kind == "gpu" for u in uniques], dtype=bool)[codes]
+        return np.where(gpu, floor * baseline["time_us"].to_numpy(dtype=np.float64), 0.0)
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                           rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None,

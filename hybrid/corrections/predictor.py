@@ -343,19 +343,15 @@ class HybridPredictor:
         return pd.DataFrame(out, index=table.index)
 
     def _interval_floor(self, norm: pd.DataFrame, base: pd.DataFrame, group: np.ndarray) -> np.ndarray:
-        """Per row, the physical lower bound of the interval (us): the roofline times the floor of a correction
-        that bounds its GPU predictions by it (a GPU GEMM does not beat its datasheet roofline); 0 elsewhere."""
+        """Per row, the physical lower bound of the interval (us): the floor of the correction that answered it
+        (``floor_us``: a GPU GEMM does not beat its datasheet roofline); 0 elsewhere."""
         floor = np.zeros(len(norm))
-        bounded = {c.key: c.roofline_floor for c in self.corrections if getattr(c, "roofline_floor", None)}
-        if not bounded:
-            return floor
-        codes, uniques = pd.factorize(norm["device"].astype(str))
-        gpu = np.array([self.catalog.device(str(u)).kind == "gpu" if str(u) in self.catalog else False
-                        for u in uniques], dtype=bool)[codes]
-        roof = base["time_us"].to_numpy(dtype=np.float64)
-        for key, mult in bounded.items():
-            rows = (group == key) & gpu
-            floor[rows] = mult * roof[rows]
+        for corr in self.corrections:
+            if getattr(corr, "roofline_floor", None) is None:
+                continue
+            rows = group == corr.key
+            if rows.any():
+                floor[rows] = corr.floor_us(norm[rows], base[rows], self.catalog)
         return floor
 
     def _host(self, norm: pd.DataFrame, base: pd.DataFrame, group: np.ndarray) -> np.ndarray:

@@ -120,9 +120,9 @@ class SharedMemoryBandwidth:
         base = roofline(integral_shapes(table[rows]), cat)
         nbytes = base["bytes"].to_numpy(dtype=np.float64)
         fam = base["family"].astype(str).to_numpy()
-        sub_dev = devices[rows]
-        bw = np.array([shared[d].mem_bw_shared for d in sub_dev])
-        llc = np.array([shared[d].l2_cache for d in sub_dev]) / self.ranks
+        codes, uniques = pd.factorize(devices[rows])
+        bw = np.array([shared[d].mem_bw_shared for d in uniques])[codes]
+        llc = np.array([shared[d].l2_cache for d in uniques])[codes] / self.ranks
         time = pd.to_numeric(out["time_us"], errors="coerce").to_numpy(dtype=np.float64).copy()
         t = time[rows]
         dram = np.where((fam != "collective") & (nbytes > llc), nbytes, 0.0)

@@ -134,7 +134,6 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     kvh = np.maximum(model.num_kv_heads // t, 1)
     if model.is_mla:  # training runs MLA unabsorbed: multi-head attention over 192-dim scores, 128-dim values
         d = model.attention_head_dim
-        kv = (model.q_width + model.value_width) // 2  # K and V widths together, as 2 x kv
     gdt = cfg.dtype  # GEMM dtype
     adt = "bf16" if cfg.dtype == "fp8" else cfg.dtype  # everything else
     eb = DTYPE_BYTES[adt]

@@ -218,12 +218,11 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     att_real = B * d * (2.0 * qn * qh * ab + 2.0 * kv_att * kv_read * p.kv_bytes)
     absorb = qn <= 1  # MLA: decode steps attend in the latent space (absorbed), passes with new keys do not
     if m.is_mla:
-        nope, rope, vd = int(m.qk_head_dim), int(m.qk_pos_emb_head_dim), int(m.v_head_dim)  # type: ignore[arg-type]
-        kvl = int(m.kv_lora_rank)  # type: ignore[arg-type]
+        rope, kvl = int(m.qk_pos_emb_head_dim), int(m.kv_lora_rank)  # type: ignore[arg-type]
         # one row per pass with the FLOPs of QK^T over the score width and AV over the value width (their mean
         # as head_dim): a prefill pass is multi-head attention over per-head keys (nope + rope) and values; a
         # decode step is multi-query attention of every head over the one cached latent (+ rotary key)
-        att_d = np.where(absorb, (2 * kvl + rope) / 2.0, (nope + rope + vd) / 2.0)
+        att_d = np.where(absorb, (2 * kvl + rope) / 2.0, m.attention_head_dim)
         kv_read = np.where(absorb, 1.0, float(qh))
         att_row_bytes = cb * B * att_d * (2.0 * qn * qh + 2.0 * kv_att * kv_read)
         # decode reads the latent cache once (kv_lora + rope elements per token) and the queries/outputs of all

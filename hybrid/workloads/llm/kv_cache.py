@@ -106,11 +106,9 @@ def activation_bytes(model: TransformerConfig, precision: Precision, tokens: flo
                      tp: int = 1) -> np.ndarray:
     """Peak activation working set on one GPU for ``tokens`` processed in one forward pass."""
     h = model.hidden_size
-    if model.is_mla:  # queries, the latent, and the per-head keys and values it expands to (prefill)
-        heads = model.num_attention_heads / tp
-        qkv = heads * (model.head_dim + int(model.qk_head_dim) + int(model.v_head_dim)) + model.mla_latent_width  # type: ignore[arg-type]
-    else:
-        qkv = (model.q_width + 2 * model.kv_width) / tp
+    qkv = (model.q_width + 2 * model.kv_width) / tp
+    if model.is_mla:  # the latent the keys and values are expanded from (prefill), on every rank
+        qkv += model.mla_latent_width
     # gated: gate+up output (2f) and the activation (f); GeLU: up output and activation (2f)
     ffn = expert_ffn(model) / tp * (3 if model.gated else 2)
     if model.is_moe:

@@ -47,10 +47,8 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
     t = np.asarray(tp, dtype=np.float64)
     sp = np.asarray(sp, dtype=bool)
     h, q, kv = model.hidden_size, model.q_width, model.kv_width
-    latent = 0.0
-    if model.is_mla:  # K and V of every head (scores and values widths), plus the stored latents
-        kv = (model.q_width + model.value_width) / 2.0
-        latent = 2.0 * ((model.q_lora_rank or 0) + model.mla_latent_width)
+    # MLA also stores its latents (query bottleneck, KV latent and rotary key) for the backward pass
+    latent = 2.0 * ((model.q_lora_rank or 0) + model.mla_latent_width) if model.is_mla else 0.0
     f = model.ffn_hidden_size
     a = model.num_attention_heads
     mask = 1.0 if cfg.dropout else 0.0

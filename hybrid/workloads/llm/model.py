@@ -206,7 +206,10 @@ class TransformerConfig:
 
     @property
     def kv_width(self) -> int:
-        """Columns of the key (and of the value) projection."""
+        """Columns of the key (and of the value) projection; under MLA (per-head keys of ``head_dim`` and values
+        of ``v_head_dim``, expanded from the latent) the mean of the two, so ``2 x kv_width`` is K and V."""
+        if self.is_mla:
+            return (self.q_width + self.value_width) // 2
         return self.num_kv_heads * self.head_dim
 
     @property
