@@ -528,3 +528,40 @@ def test_deepseek_memory_and_dense_first_layers():
     pre = r.ops[r.ops["phase"] == "prefill"].set_index(["name", "op"])["count"]
     assert pre[("mlp_up_proj", "linear")] == pytest.approx(3)  # 3 dense layers
     assert pre[("mlp_up_proj", "gemm")] == pre[("shared_expert_up_proj", "linear")] == pytest.approx(58)  # 58 MoE
+
+
+def test_trtllm_version_picks_the_decode_kernel_it_shipped():
+    from hybrid.workloads.llm.vendor_tables import trtllm_decode_kernel
+
+    # before 0.7 only masked MHA; 0.7-0.10 XQA for 8 query heads per KV head and head size 128/256 only
+    assert trtllm_decode_kernel("v0.6.1", "llama2-70b", 4) == "per_query_head"
+    assert trtllm_decode_kernel("v0.9.0", "llama2-70b", 4) == trtllm_decode_kernel("0.9.0", "llama2-70b", 8) == "grouped"
+    assert trtllm_decode_kernel("v0.9.0", "mistral-7b", 1) == "per_query_head"  # 4 query heads per KV head
+    assert trtllm_decode_kernel("v0.9.0", "falcon-180b", 8) == "per_query_head"  # 29 per KV head, head size 64
+    assert trtllm_decode_kernel("v0.12.0", "mistral-7b") == trtllm_decode_kernel(None, "mistral-7b") == "grouped"
+    assert trtllm_decode_kernel("nightly", "falcon-180b", 8) == "grouped"
+
+
+def test_masked_mha_decode_reads_dram_once_and_l2_once_per_query_head(catalog):
+    dev = catalog.device("A100")
+    assert dev.l2_bandwidth() == pytest.approx(5120 * 1410e6, rel=1e-3)  # the whitepaper's 5120 B/clk
+    h100 = catalog.device("H100-SXM")
+    assert h100.l2_bandwidth() == pytest.approx(5120 / 108 * h100.num_sms * h100.clock_mhz * 1e6)
+    B, ctx = 32, 2048
+    att = {}
+    for kern in ("grouped", "per_query_head"):
+        r = predict_static(make_setup("llama2-70b", "A100", tp=4, attention_kernel=kern), B, ctx, 2)
+        att[kern] = r.ops[(r.ops["name"] == "attention") & (r.ops["phase"] == "decode")].iloc[0]
+    g, m = att["grouped"], att["per_query_head"]
+    assert g["bytes"] == m["bytes"]  # DRAM traffic: each KV head once either way
+    cfg = resolve_model("llama2-70b")
+    qh, d = cfg.num_attention_heads // 4, cfg.head_dim
+    l2_us = B * d * 2.0 * m["kv_len"] * qh * 2.0 / dev.l2_bandwidth() * 1e6  # fp16 K and V, once per query head
+    # the roofline gains the L2 roof; the prediction moves with it (the same kernel efficiency on the longer roof)
+    assert m["roofline_us"] == pytest.approx(max(g["roofline_us"], l2_us + m["latency_us"]), rel=1e-9)
+    assert m["time_us"] == pytest.approx(g["time_us"] * m["roofline_us"] / g["roofline_us"], rel=1e-9)
+    assert m["time_us"] > 1.5 * g["time_us"] and m["bound"] == "l2"
+    # an MHA model (one query head per KV head) runs the same either way
+    t = [predict_static(make_setup("llama2-7b", "A100", attention_kernel=k), B, ctx, 2).tpot_ms
+         for k in ("grouped", "per_query_head")]
+    assert t[0] == t[1]

@@ -10,6 +10,9 @@ from hybrid.units import DTYPE_FALLBACK, normalize_dtype
 
 #: Fields a device entry must define (TOML names, human units).
 DEVICE_REQUIRED = ("vendor", "kind", "peak_tflops", "mem_bw_gbps", "mem_gib", "source")
+#: L2 bytes per clock per SM of the A100 whitepaper (5120 B/clk, 108 SMs): the estimate :meth:`Device.l2_bandwidth`
+#: uses for GPUs whose L2 bandwidth is not published.
+L2_BYTES_PER_CLK_PER_SM = 5120 / 108
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,8 @@ class Device:
     source: str
     arch: str = ""
     l2_cache: float = 0.0  # bytes (last-level cache)
+    #: L2 read bandwidth, bytes/s, where the vendor publishes it (0: :meth:`l2_bandwidth` estimates it)
+    l2_bw: float = 0.0
     num_sms: int = 0  # SMs / CUs / cores
     clock_mhz: float = 0.0  # boost clock
     tdp_w: float = 0.0
@@ -57,6 +62,14 @@ class Device:
         """Dense peak FLOP/s for ``dtype``, falling back to a slower dtype the hardware does run
         (:meth:`peak_dtype` says which)."""
         return self.peak_flops[self.peak_dtype(dtype)]
+
+    def l2_bandwidth(self) -> float:
+        """L2 read bandwidth in bytes/s: the catalog's published figure, else an estimate from the SMs and clock at
+        A100's published rate per SM (5120 B/clk over 108 SMs; a rough figure across generations: V100's published
+        2048 B/clk is half that rate per SM); 0 where neither is known."""
+        if self.l2_bw > 0:
+            return self.l2_bw
+        return L2_BYTES_PER_CLK_PER_SM * self.num_sms * self.clock_mhz * 1e6
 
     def features(self) -> dict[str, float]:
         """Numeric description used by learned corrections to transfer across devices."""
@@ -93,6 +106,7 @@ class Device:
             mem_bw=_positive(key, "mem_bw_gbps", entry["mem_bw_gbps"]) * 1e9,
             mem_capacity=_positive(key, "mem_gib", entry["mem_gib"]) * 2**30,
             l2_cache=_nonneg(key, "l2_mib", entry.get("l2_mib", 0.0)) * 2**20,
+            l2_bw=_nonneg(key, "l2_bw_gbps", entry.get("l2_bw_gbps", 0.0)) * 1e9,
             num_sms=int(_nonneg(key, "sms", entry.get("sms", 0))),
             clock_mhz=_nonneg(key, "boost_clock_mhz", entry.get("boost_clock_mhz", 0.0)),
             tdp_w=_nonneg(key, "tdp_w", entry.get("tdp_w", 0.0)),
@@ -117,6 +131,7 @@ class Device:
             "mem_bw_gbps": self.mem_bw / 1e9,
             "mem_gib": self.mem_capacity / 2**30,
             "l2_mib": self.l2_cache / 2**20,
+            "l2_bw_gbps": self.l2_bw / 1e9,
             "sms": self.num_sms,
             "boost_clock_mhz": self.clock_mhz,
             "tdp_w": self.tdp_w,

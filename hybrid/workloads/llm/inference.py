@@ -87,8 +87,10 @@ class InferenceSetup:
     pp: int = 1
     reserve_gib: float = DEFAULT_RESERVE_GIB
     #: decode attention over the KV cache: ``grouped`` (FlashDecoding / TensorRT-LLM XQA / vLLM paged attention
-    #: read each KV head once for its group of query heads) or ``per_query_head`` (masked-MHA kernels with one
-    #: thread block per query head read a KV head once per query head: GQA saves memory, not bandwidth)
+    #: read each KV head once for its group of query heads) or ``per_query_head`` (masked-MHA kernels run one
+    #: thread block per query head; the blocks of one KV group run side by side, so a KV head comes from DRAM once
+    #: but through L2 once per query head: the step costs the larger of its DRAM roofline and that L2 traffic at
+    #: the device's L2 bandwidth, :meth:`~hybrid.hardware.device.Device.l2_bandwidth`)
     attention_kernel: str = "grouped"
     #: rotary embedding applied inside the attention kernels (TensorRT-LLM's gpt_attention plugin rotates q and k
     #: in its QKV pre-processing / masked-MHA kernels) instead of a separate elementwise kernel (PyTorch, Vidur)
@@ -206,13 +208,17 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         elif op == "elementwise":
             cols = {**cols, "elements": np.maximum(np.asarray(cols["elements"], dtype=np.float64), 1.0)}
         cols.setdefault("bytes_actual", np.nan)
+        cols.setdefault("l2_bytes", np.nan)
         blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category=category, count=cnt, op=op, **cols))
 
     # ---- one transformer layer (count = layers of the stage): the ops training uses too
     kv_att = cached_tokens(m, kvn)
     moe_share = m.num_moe_layers / m.num_layers  # MoE layers among the layers (dense ones: the rest)
-    # decode kernels that run one thread block per query head (masked MHA) read a KV head once per query head
-    kv_read = np.where((qn <= 1) & (s.attention_kernel == "per_query_head"), float(qh), float(kvh))
+    kv_read = np.full(n, float(kvh))  # DRAM reads each cached KV head once per step
+    # decode kernels that run one thread block per query head (masked MHA) read a KV head through L2 once per
+    # query head (the group's blocks share its DRAM reads in L2)
+    masked = (qn <= 1) & (s.attention_kernel == "per_query_head") & (qh > kvh)
+    l2_bytes = np.where(masked, B * d * 2.0 * kv_att * qh * p.kv_bytes, np.nan)
     att_d = np.full(n, float(d))
     att_row_bytes = cb * B * d * (2.0 * qn * qh + 2.0 * kv_att * kv_read)
     att_real = B * d * (2.0 * qn * qh * ab + 2.0 * kv_att * kv_read * p.kv_bytes)
@@ -224,6 +230,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         # decode step is multi-query attention of every head over the one cached latent (+ rotary key)
         att_d = np.where(absorb, (2 * kvl + rope) / 2.0, m.attention_head_dim)
         kv_read = np.where(absorb, 1.0, float(qh))
+        l2_bytes = np.full(n, np.nan)  # MLA decode reads its one latent per token for every head from DRAM once
         att_row_bytes = cb * B * att_d * (2.0 * qn * qh + 2.0 * kv_att * kv_read)
         # decode reads the latent cache once (kv_lora + rope elements per token) and the queries/outputs of all
         # heads in 16 bit; prefill is counted as its row
@@ -231,7 +238,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
                             att_row_bytes)
     attention = {"batch": B, "heads": float(qh), "kv_heads": kv_read, "q_len": qn, "kv_len": kv_att,
                  "head_dim": att_d, "causal": (qn > 1).astype(float), "dtype": att_dt,
-                 "bytes_actual": np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real)}
+                 "bytes_actual": np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real),
+                 "l2_bytes": l2_bytes}
     forward_layer_ops(m, emit, tokens=T, tp=tp, gemm_dtype=cdt, act_dtype=adt, act_bytes=ab, attention=attention,
                       tp_nodes=max(1, math.ceil(tp / s.system.gpus_per_node)), system=s.system.key,
                       fused_rope=s.fused_rope, dense_count=1.0 - moe_share, moe_count=moe_share, mla_absorb=absorb)
@@ -270,29 +278,41 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     nbytes = base["bytes"].to_numpy(dtype=np.float64)
     real = table["bytes_actual"].to_numpy(dtype=np.float64) if "bytes_actual" in table.columns else np.full(len(table),
                                                                                                           np.nan)
-    has = np.isfinite(real) & (nbytes > 0)
-    ratio = np.where(has, real / np.where(nbytes > 0, nbytes, 1.0), 1.0)
-    floor = base["compute_us"].to_numpy() + base["latency_us"].to_numpy()
+    has_real = np.isfinite(real) & (nbytes > 0)
+    ratio = np.where(has_real, real / np.where(nbytes > 0, nbytes, 1.0), 1.0)
+    memory_us = base["memory_us"].to_numpy() * ratio
+    compute_us = base["compute_us"].to_numpy()
+    lat = base["latency_us"].to_numpy()
+    # ops whose reads repeat through L2 (masked-MHA decode attention): that traffic at the device's L2 bandwidth is
+    # one more roof
+    l2_bytes = table["l2_bytes"].to_numpy(dtype=np.float64) if "l2_bytes" in table.columns else np.full(len(table),
+                                                                                                        np.nan)
+    has_l2 = np.isfinite(l2_bytes)
+    l2_us = np.zeros(len(table))
+    if has_l2.any():
+        dev = table["device"].astype(str).to_numpy()
+        l2_bw = pd.Series({d: cat.device(d).l2_bandwidth() for d in np.unique(dev)})[dev].to_numpy(dtype=np.float64)
+        l2_us = np.where(has_l2 & (l2_bw > 0), l2_bytes / np.where(l2_bw > 0, l2_bw, 1.0) * 1e6, 0.0)
+    has = has_real | has_l2
+    floor = compute_us + lat
     roof = base["time_us"].to_numpy(dtype=np.float64)
-    adj_roof = np.maximum(base["memory_us"].to_numpy() * ratio, base["compute_us"].to_numpy()) + base["latency_us"].to_numpy()
-    # the prediction moves with the roofline under the real storage: a memory-bound op by the bytes ratio, a
-    # compute-bound one (an fp4 GEMM writing 16-bit outputs, say) not at all
+    adj_roof = np.maximum(np.maximum(memory_us, compute_us), l2_us) + lat
+    # the prediction moves with the roofline under the real storage and L2 traffic: a memory-bound op by the bytes
+    # ratio, a compute-bound one (an fp4 GEMM writing 16-bit outputs, say) not at all
     scale = np.where(has, adj_roof / np.where(roof > 0, roof, 1.0), 1.0)
     roof = np.where(has, adj_roof, roof)
     time = np.where(has, np.maximum(time * scale, floor), time)
     bounds = {} if low is None or high is None else {
         "time_us_low": np.where(has, np.maximum(low * scale, floor), low),
         "time_us_high": np.where(has, np.maximum(high * scale, floor), high)}
-    memory_us = base["memory_us"].to_numpy() * ratio
-    compute_us = base["compute_us"].to_numpy()
     fam = base["family"].astype(str).to_numpy()
-    lat = base["latency_us"].to_numpy()
     bound = np.where(fam == "collective", "comm", np.where(lat > np.maximum(compute_us, memory_us), "latency",
                                                            np.where(compute_us >= memory_us, "compute", "memory")))
+    bound = np.where(l2_us > np.maximum(np.maximum(compute_us, memory_us), lat), "l2", bound)
     out = table.copy()
     out["flops"] = flops
-    out["bytes"] = np.where(has, real, nbytes)
-    out["compute_us"], out["memory_us"], out["latency_us"] = compute_us, memory_us, base["latency_us"].to_numpy()
+    out["bytes"] = np.where(has_real, real, nbytes)
+    out["compute_us"], out["memory_us"], out["latency_us"] = compute_us, memory_us, lat
     out["roofline_us"] = roof
     out["time_us"] = time
     for c, v in bounds.items():  # the calibrated 80% interval of each op (calibrated predictors only)

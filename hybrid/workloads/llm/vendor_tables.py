@@ -24,7 +24,9 @@ import pandas as pd
 from hybrid.engine.costs import OpCostModel
 from hybrid.errors import ImportFormatError, InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
+from hybrid.workloads.llm.dims import resolve_model
 from hybrid.workloads.llm.inference import make_setup, predict_many
+from hybrid.workloads.llm.kv_cache import kv_heads_per_rank
 
 #: TensorRT-LLM performance-page labels -> model-library names, keyed by the label in lower case with every
 #: separator, dot and version letter ("v2", "v3.1") folded (:func:`vendor_model`). LLaMA 7B/70B are Llama-2 (the
@@ -72,6 +74,25 @@ def table_precision(label: object) -> dict[str, str | None]:
     if "fp16" in s or "float16" in s or "half" in s:
         return {"dtype": "fp16"}
     raise InvalidInputError(f"unknown precision label {label!r}")
+
+
+def trtllm_decode_kernel(version: object, model: str, tp: int = 1) -> str:
+    """Decode-attention kernel (:data:`~hybrid.workloads.llm.inference.ATTENTION_KERNELS`) TensorRT-LLM ``version``
+    ran for ``model`` at tensor parallelism ``tp``: releases before 0.7 had only the masked-MHA kernel (one thread
+    block per query head: ``per_query_head``); 0.7 to 0.10 added XQA as precompiled kernels for 8 query heads per KV
+    head and head sizes 128/256 only (the ``nqpkv_8`` cubins of ``xqa_kernel_cubin.h``), masked MHA otherwise; later
+    releases compile XQA for other groups, so they and tables without a version get ``grouped``."""
+    match = re.search(r"(\d+)\.(\d+)", str(version)) if version is not None else None
+    if match is None:
+        return "grouped"
+    ver = (int(match.group(1)), int(match.group(2)))
+    if ver >= (0, 11):
+        return "grouped"
+    if ver < (0, 7):
+        return "per_query_head"
+    m = resolve_model(model)
+    group = (m.num_attention_heads // tp) / kv_heads_per_rank(m, tp)
+    return "grouped" if group == 8 and m.head_dim in (128, 256) else "per_query_head"
 
 
 def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.DataFrame:
@@ -124,24 +145,32 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
 
 
 def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, device: str | None = None,
-                  system: str | None = None, attention_kernel: str | dict[str, str] = "grouped",
+                  system: str | None = None, attention_kernel: str | dict[str, str] | None = None,
                   decode_points: int = 24, fused_rope: bool = True) -> pd.DataFrame:
-    """``df`` plus ``predicted`` and ``roofline`` (tokens/s per GPU, or first-token ms) and ``fits``/``max_batch``,
-    all rows in one cost-model call. Each row runs on its ``device`` column (``device`` overrides it; neither:
-    :data:`DEFAULT_GPU`) in its ``precision_args``; ``system`` is used for the rows whose GPU is the system's
-    (others get their catalog node). ``attention_kernel`` may map model names to kernels; ``fused_rope``: the
-    tables are TensorRT-LLM's, whose attention plugin applies rotary embedding inside its kernels."""
-    kern = (lambda m: attention_kernel.get(m, "grouped")) if isinstance(attention_kernel, dict) else (
-        lambda m: attention_kernel)
+    """``df`` plus ``predicted`` and ``roofline`` (tokens/s per GPU, or first-token ms) and ``fits``/``max_batch``
+    and the ``decode_kernel`` used, all rows in one cost-model call. Each row runs on its ``device`` column
+    (``device`` overrides it; neither: :data:`DEFAULT_GPU`) in its ``precision_args``; ``system`` is used for the
+    rows whose GPU is the system's (others get their catalog node). ``attention_kernel``: one kernel for every row,
+    a map from model names to kernels (others ``grouped``), or ``None``: the kernel the row's ``trtllm_version``
+    ran (:func:`trtllm_decode_kernel`; ``grouped`` without that column); ``fused_rope``: the tables are
+    TensorRT-LLM's, whose attention plugin applies rotary embedding inside its kernels."""
+    versions = list(df["trtllm_version"]) if "trtllm_version" in df.columns else [None] * len(df)
+    if attention_kernel is None:
+        kernels = [trtllm_decode_kernel(v, m, int(tp)) for v, m, tp in zip(versions, df["model_name"], df["tp"],
+                                                                           strict=True)]
+    elif isinstance(attention_kernel, dict):
+        kernels = [attention_kernel.get(m, "grouped") for m in df["model_name"]]
+    else:
+        kernels = [attention_kernel] * len(df)
     cat = default_catalog()
     devices = ([device] * len(df) if device is not None else
                list(df["device"]) if "device" in df.columns else [DEFAULT_GPU] * len(df))
     devices = [cat.resolve_device(d) for d in devices]
     sys_dev = cat.system(system).device if system is not None else None
     precs = list(df["precision_args"]) if "precision_args" in df.columns else [{"dtype": "fp16"}] * len(df)
-    setups = [make_setup(m, d, system if d == sys_dev else None, tp=int(tp), attention_kernel=kern(m),
+    setups = [make_setup(m, d, system if d == sys_dev else None, tp=int(tp), attention_kernel=k,
                          fused_rope=fused_rope, **pa)
-              for m, d, tp, pa in zip(df["model_name"], devices, df["tp"], precs, strict=True)]
+              for m, d, tp, pa, k in zip(df["model_name"], devices, df["tp"], precs, kernels, strict=True)]
     res = predict_many(setups, df["batch_size"].to_numpy(), df["input_len"].to_numpy(), df["output_len"].to_numpy(),
                        cost_model, decode_points=decode_points)
     out = df.copy()
@@ -149,4 +178,5 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     out["predicted"] = np.where(thr, res["output_tokens_per_s_per_gpu"], res["ttft_ms"])
     out["roofline"] = np.where(thr, res["roofline_output_tokens_per_s_per_gpu"], res["roofline_ttft_ms"])
     out["fits"], out["max_batch"] = res["fits"].to_numpy(), res["max_batch"].to_numpy()
+    out["decode_kernel"] = kernels
     return out
