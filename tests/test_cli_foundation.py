@@ -52,6 +52,10 @@ def test_devices_show_alias(capsys) -> None:
     code, out, _ = run(capsys, "devices", "show", "Tesla T4", "--json")
     entry = json.loads(out)
     assert entry["key"] == "T4" and entry["peak_tflops"]["fp16"] == pytest.approx(65)
+    # T4's L2 bandwidth is not published: the estimate (A100's bytes/clk per SM x 40 SMs x 1590 MHz) is shown
+    assert entry["l2_bw_gbps"] == 0 and entry["l2_bw_gbps_estimated"] == pytest.approx(5120 / 108 * 40 * 1.59, rel=0.01)
+    code, out, _ = run(capsys, "devices", "show", "A100-SXM4-40GB", "--json")
+    assert json.loads(out)["l2_bw_gbps"] == pytest.approx(7219) and "l2_bw_gbps_estimated" not in json.loads(out)
     code, out, _ = run(capsys, "devices", "show", "a100_dgx", "--json")
     assert code == 0 and json.loads(out)["device"] == "A100-SXM4-80GB"
 

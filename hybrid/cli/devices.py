@@ -49,6 +49,8 @@ def show(name: str, as_json: bool) -> None:
     cat = default_catalog()
     key = cat.resolve_system(name, missing_ok=True)
     entry = cat.systems[key].to_entry() if key else cat.device(name).to_entry()
+    if not key and not entry.get("l2_bw_gbps"):  # not published: the estimate the cost models use
+        entry["l2_bw_gbps_estimated"] = round(cat.device(name).l2_bandwidth() / 1e9, 1)
     if as_json:
         echo_json(entry)
         return
