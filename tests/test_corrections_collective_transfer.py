@@ -175,3 +175,34 @@ def test_measured_bus_bandwidth_is_not_discounted_again(fitted, catalog):
     eta = tr.constants()["bus_bw_efficiency_inter"]["other"]
     assert t_meas < t_sheet
     assert t_meas / t_sheet == pytest.approx(eta, rel=0.05)  # bandwidth-bound at 1 GiB: time ~ 1 / efficiency
+
+
+def test_latency_steps_are_nccls():
+    """NCCL's step counts (tuning.cc): a ring all-gather takes n - 1 steps (nodes - 1 across the network, the rest
+    paced by a network post on more than one node); a tree all-reduce 2 (GPUs per node - 1) + 2 log2(nodes)."""
+    from hybrid.corrections.collective_transfer import ring_terms
+
+    t = ring_terms(np.array(["all_gather", "all_gather", "all_reduce", "reduce_scatter"], dtype=object),
+                   np.array([8.0, 2160.0, 16.0, 32.0]), np.array([1.0, 540.0, 2.0, 8.0]))
+    assert t.shape[1] == 7
+    assert list(t[:, 1]) == [7.0, 0.0, 14.0, 0.0]  # intra-node steps (not paced)
+    assert list(t[:, 2]) == [0.0, 539.0, 2.0, 7.0]  # network steps
+    assert list(t[:, 6]) == [0.0, 1620.0, 0.0, 24.0]  # intra-node steps of a multi-node ring
+
+
+def test_all_gather_latency_grows_linearly_with_nodes(fitted):
+    """A small all-gather on 4-GPU nodes: ring steps grow with the ranks, so 540 nodes take several times as
+    long as 128 (the log-step form predicted 10-30x too fast on ALCF Polaris at that scale)."""
+    t = [fitted.predict(_query("Polaris", "A100-SXM4-40GB", [1 << 12], ranks=4 * nn, nodes=nn,
+                               op="all_gather"))["time_us"].iloc[0] for nn in (2, 128, 540)]
+    assert t[0] < t[1] < t[2] and t[2] / t[1] > 2.5
+
+
+def test_layout_model_counts_ring_all_gather_steps_linearly():
+    """The per-system layout model too: a ring all-gather / reduce-scatter takes n - nodes intra-node and
+    nodes - 1 network steps; all-reduce keeps its log2 (tree) steps."""
+    from hybrid.corrections.collective_sigmoid import layout_terms
+
+    t = layout_terms(np.array(["all_gather", "reduce_scatter", "all_reduce"], dtype=object),
+                     np.array([2160.0, 8.0, 16.0]), np.array([540.0, 1.0, 2.0]))
+    assert list(t[:, 1]) == [1620.0, 7.0, 6.0] and list(t[:, 2]) == [539.0, 0.0, 2.0]

@@ -123,8 +123,11 @@ def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> np.nda
     inter = np.select([ar, agrs, a2a, bc], [2 * rn / g, rn / g, (n - g) / n, rn / g], default=1.0)
     inter = np.where(multi, inter, 0.0)
     steps = np.where(ar, 2.0, 1.0)
-    lat_intra = steps * np.log2(g) + np.where(a2a, 0.25 * (g - 1.0), 0.0)
-    lat_inter = np.where(multi, steps * np.log2(nn) + np.where(a2a, 0.25 * (nn - 1.0), 0.0), 0.0)
+    # latency steps: log2 (tree-like) for all-reduce and the rest; a ring all-gather / reduce-scatter takes n - 1
+    # steps, nodes - 1 of them across the network (NCCL has no tree for them, src/graph/tuning.cc)
+    lat_intra = np.where(agrs, n - nn, steps * np.log2(g) + np.where(a2a, 0.25 * (g - 1.0), 0.0))
+    lat_inter = np.where(multi, np.where(agrs, nn - 1.0, steps * np.log2(nn) + np.where(a2a, 0.25 * (nn - 1.0), 0.0)),
+                         0.0)
     one = np.ones_like(n)
     return np.stack([one, lat_intra, lat_inter, intra, inter, one], axis=1)
 

@@ -9,10 +9,13 @@ alpha-beta model whose constants are learned across systems::
                        c_inter / (eta_inter[nic] * m_op * B_inter))      # NIC-share bytes (pipelined: max)
                    + c_local * f_local / B_mem)                          # local copies
     lat  = lat0_us[op] + s_intra * L_intra_us[fabric] + s_inter * L_inter_us[nic] + peers * L_peer_us
+           + s_paced * max(L_intra_us[fabric], L_post_us)                    # steps of a multi-node ring
     time = (lat^p + bw^p)^(1/p)                                           # p = 1: exactly alpha + beta * size
 
 ``c_*`` and ``s_*`` are the algorithm's bytes and latency steps (:func:`ring_terms`: NCCL flat-ring byte
-counts, log2 step counts), ``B_*`` the catalog bandwidths. The fitted constants are physical:
+counts; NCCL's step counts: a ring all-gather / reduce-scatter n - 1 steps, every one of them paced by a network
+post on more than one node, a tree all-reduce 2 (GPUs per node - 1) + 2 log2(nodes)), ``B_*`` the catalog
+bandwidths. The fitted constants are physical:
 ``eta`` is the fraction of the catalog link bandwidth a collective reaches (bus-bandwidth efficiency), per
 fabric class; ``m_op`` how an operation's bandwidth compares with all-reduce's (all-to-all moves through more
 links at once, so it differs); ``L`` are per-step latency floors in microseconds per fabric class; ``lat0`` a
@@ -25,6 +28,9 @@ class parameter is a shared value times a per-class factor with a prior at 1 (ln
 back to the shared value instead of being unconstrained. Topology rule: on a PCIe node whose GPUs are bridged in
 pairs (``intra_fabric`` says PCIe and "pair" or "bridge"), a 2-rank collective runs over the bridge (the
 device's ``link_gbps``, NVLink class) and larger ones over PCIe (``intra_node_gbps``, PCIe class).
+
+The shared efficiencies have a physical prior (0.8, sigma :data:`PRIOR_SD_ETA` in ln units): a system whose
+logs fall far below its catalog links (Vidur's DGX) moves its own random effect, not the typical system's value.
 
 Fitting: robust least squares (soft-L1) on ln time over the fastest library setting of every (system,
 collective), one point per size (the median over repeats); each system's curves are weighted by
@@ -61,6 +67,13 @@ PRIOR_ETA_INTRA, PRIOR_ETA_INTER = 0.8, 0.8
 PRIOR_LAT_INTRA_US, PRIOR_LAT_INTER_US, PRIOR_LAT0_US = 4.0, 8.0, 10.0
 PRIOR_LOCAL_FRACTION = 0.05
 PRIOR_LAT_PEER_US = 0.5
+#: Prior sigma (ln units) of the shared bus-bandwidth efficiencies around PRIOR_ETA_*: NCCL's bus bandwidth on a
+#: healthy fabric reaches roughly 0.6-0.95 of the link rate (nccl-tests on NVSwitch, NVLink, PCIe and InfiniBand),
+#: so a system far below that (a catalog entry that overstates its links) moves its own random effect, not the
+#: value a system never measured is predicted with.
+PRIOR_SD_ETA = 0.3
+#: Prior centre (us) of the network post overhead that paces every step of a multi-node ring.
+PRIOR_LAT_NETPOST_US = 2.0
 #: NIC bandwidth (bytes/s per GPU) assumed for a multi-node row on a system whose entry has no inter-node link.
 DEFAULT_NIC_BPS = 12.5e9
 #: Bounds of the latency/bandwidth overlap exponent p of ``time = (lat^p + bw^p)^(1/p)``.
@@ -109,7 +122,9 @@ def ring_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> np.ndarr
     """:func:`layout_terms` with NCCL's flat-ring byte counts for all-reduce / all-gather / reduce-scatter: one
     ring per NIC, so every GPU's intra-node link and its NIC share carry ``bus_factor(op, n)`` bytes per message
     byte (bus bandwidth ~ GPUs per node x NIC share across nodes, as nccl-tests shows), instead of the
-    hierarchical counts (which predict twice that across 2 nodes)."""
+    hierarchical counts (which predict twice that across 2 nodes); NCCL's latency step counts (ring all-gather /
+    reduce-scatter linear in ranks, tree all-reduce) and a seventh column: the intra-node steps of a multi-node
+    ring, each no faster than a network post."""
     from hybrid.corrections.collective_sigmoid import layout_terms
     from hybrid.ops.families import bus_factor
 
@@ -122,7 +137,18 @@ def ring_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> np.ndarr
     bf = bus_factor(op, n)
     terms[:, 3] = np.where(ring & (g > 1), bf, terms[:, 3])
     terms[:, 4] = np.where(ring & (nn > 1), bf / g, terms[:, 4])
-    return terms
+    # latency steps as NCCL's own tuning model counts them (src/graph/tuning.cc). A ring all-gather /
+    # reduce-scatter takes n - 1 steps (no tree exists for them), nodes - 1 of them across the network; on more
+    # than one node every other step is paced by a network post too (NCCL: intra-step latency = max(intra hop,
+    # network overhead)), column 6. An all-reduce runs the tree where latency matters: 2 (GPUs per node - 1)
+    # intra-node and 2 log2(nodes) network steps.
+    agrs = np.isin(op, ["all_gather", "reduce_scatter"])
+    ar = op == "all_reduce"
+    multi_ring = agrs & (nn > 1)
+    paced = np.where(multi_ring, n - nn, 0.0)
+    terms[:, 1] = np.where(agrs, np.where(multi_ring, 0.0, n - nn), np.where(ar, 2.0 * (g - 1.0), terms[:, 1]))
+    terms[:, 2] = np.where(agrs, nn - 1.0, np.where(ar, 2.0 * np.log2(nn), terms[:, 2]))
+    return np.column_stack([terms, paced])
 
 
 def a2a_peers(op: np.ndarray, ranks: np.ndarray) -> np.ndarray:
@@ -174,7 +200,7 @@ _N_I, _N_E, _N_O = len(INTRA_CLASSES), len(INTER_CLASSES), len(OP_CLASSES)
 _SLICES: dict[str, slice] = {}
 _pos = 0
 for _name, _n in (("eta_intra", 1), ("eta_inter", 1), ("lat_intra_us", 1), ("lat_inter_us", 1), ("lat0_us", 1),
-                  ("overlap_p", 1), ("local_fraction", 1), ("lat_peer_us", 1), ("eta_intra_cls", _N_I), ("eta_inter_cls", _N_E),
+                  ("overlap_p", 1), ("local_fraction", 1), ("lat_peer_us", 1), ("lat_netpost_us", 1), ("eta_intra_cls", _N_I), ("eta_inter_cls", _N_E),
                   ("lat_intra_cls", _N_I), ("lat_inter_cls", _N_E), ("m_op", _N_O - 1), ("lat0_op", _N_O - 1)):
     _SLICES[_name] = slice(_pos, _pos + _n)
     _pos += _n
@@ -184,9 +210,9 @@ N_PARAMS = _pos
 def _prior() -> tuple[np.ndarray, np.ndarray]:
     centre = np.zeros(N_PARAMS)
     sigma = np.full(N_PARAMS, CLASS_PRIOR_SIGMA)
-    for name, value, sd in (("eta_intra", PRIOR_ETA_INTRA, 2.0), ("eta_inter", PRIOR_ETA_INTER, 2.0),
+    for name, value, sd in (("eta_intra", PRIOR_ETA_INTRA, PRIOR_SD_ETA), ("eta_inter", PRIOR_ETA_INTER, PRIOR_SD_ETA),
                             ("lat_intra_us", PRIOR_LAT_INTRA_US, 3.0), ("lat_inter_us", PRIOR_LAT_INTER_US, 3.0),
-                            ("lat0_us", PRIOR_LAT0_US, 3.0), ("lat_peer_us", PRIOR_LAT_PEER_US, 3.0), ("overlap_p", 1.0, 1.0), ("local_fraction", PRIOR_LOCAL_FRACTION, 1.0)):
+                            ("lat0_us", PRIOR_LAT0_US, 3.0), ("lat_peer_us", PRIOR_LAT_PEER_US, 3.0), ("lat_netpost_us", PRIOR_LAT_NETPOST_US, 3.0), ("overlap_p", 1.0, 1.0), ("local_fraction", PRIOR_LOCAL_FRACTION, 1.0)):
         centre[_SLICES[name]] = np.log(value)
         sigma[_SLICES[name]] = sd
     sigma[_SLICES["m_op"]] = 0.3  # nccl-tests bus factors already put collectives on one bandwidth scale
@@ -206,6 +232,7 @@ CLASS_BOUND = 3.0
 def _bounds(centre: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = np.full(N_PARAMS, -CLASS_BOUND), np.full(N_PARAMS, CLASS_BOUND)
     for name, (a, b) in (("eta_intra", ETA_BOUNDS), ("eta_inter", ETA_BOUNDS), ("lat_intra_us", LAT_BOUNDS_US),
+                         ("lat_netpost_us", (0.1, 50.0)),
                          ("lat_inter_us", LAT_BOUNDS_US), ("lat0_us", LAT0_BOUNDS_US), ("lat_peer_us", (0.01, 50.0)), ("overlap_p", P_BOUNDS),
                          ("local_fraction", LOCAL_BOUNDS), ("m_op", M_OP_BOUNDS)):
         lo[_SLICES[name]], hi[_SLICES[name]] = np.log(a), np.log(b)
@@ -238,9 +265,12 @@ def transfer_log_time(theta: np.ndarray, terms: np.ndarray, size: np.ndarray, fe
     s_per_byte = (np.maximum(terms[:, 3] * np.exp(-log_eta_i) / feats.intra_bw,
                              terms[:, 4] * np.exp(-log_eta_e) / feats.inter_bw)
                   + terms[:, 5] * np.exp(g["local_fraction"][0]) / feats.mem_bw)
-    lat_us = (np.exp(lat0) + terms[:, 1] * np.exp(g["lat_intra_us"][0] + g["lat_intra_cls"][feats.intra_cls])
+    lat_step = np.exp(g["lat_intra_us"][0] + g["lat_intra_cls"][feats.intra_cls])
+    lat_us = (np.exp(lat0) + terms[:, 1] * lat_step
               + terms[:, 2] * np.exp(g["lat_inter_us"][0] + g["lat_inter_cls"][feats.inter_cls])
               + peers * np.exp(g["lat_peer_us"][0]))
+    if terms.shape[1] > 6:  # ring steps inside nodes of a multi-node ring: no faster than a network post
+        lat_us = lat_us + terms[:, 6] * np.maximum(lat_step, np.exp(g["lat_netpost_us"][0]))
     log_lat = np.log(lat_us * 1e-6)
     log_bw = np.log(s_per_byte) + np.log(size)
     p = np.exp(g["overlap_p"][0])  # (lat^p + bw^p)^(1/p): p = 1 alpha-beta, larger p = latency hidden behind data
@@ -342,6 +372,7 @@ class CollectiveTransfer:
                                 for i, c in enumerate(OP_CLASSES)},
             "latency_bandwidth_overlap_p": float(np.exp(g["overlap_p"][0])),
             "all_to_all_latency_per_peer_us": float(np.exp(g["lat_peer_us"][0])),
+            "network_post_per_ring_step_us": float(np.exp(g["lat_netpost_us"][0])),
             "local_copy_passes_at_mem_bw": float(np.exp(g["local_fraction"][0])),
         }
 
