@@ -246,7 +246,7 @@ def score_tables(files: list[str], pred: OpCostModel) -> dict:
                     "batch": int(r.batch_size), "tp": int(r.tp), "input": int(r.input_len),
                     "output": int(r.output_len), "kind": r.kind, "measured": float(r.measured),
                     "predicted": float(r.predicted), "roofline": float(r.roofline), "fits": bool(r.fits),
-                    "decode_kernel": r.decode_kernel}
+                    "decode_kernel": r.decode_kernel, "allreduce": r.allreduce}
                    for r in res.itertuples(index=False)]
     return out
 
@@ -338,6 +338,15 @@ def main() -> None:
              "versions of this report had shown the per-query-head spread on these tables (the model form was "
              "chosen with them in view, so for the GQA throughput rows the tables are no longer fully held out). "
              "The last error column shows every model with XQA-style attention, the previous default.",
+             "- Tensor-parallel all-reduce: the one `trtllm_allreduce` says the version ran (from the library's "
+             "sources, not these tables). v0.9.0 (`trtllm-build`, custom all-reduce on by default on NVLink nodes) "
+             "runs TensorRT-LLM's one-shot / two-shot kernels by its `AUTO` rule (NCCL above the 8 MB workspace, "
+             "16 MB on 2 GPUs; one-shot below 1 MB on up to 4 GPUs, 500 kB beyond, else two-shot), costed "
+             "analytically (`hybrid.ops.p2p_allreduce`: bytes over the GPU's NVLink at the collective transfer "
+             "model's NVSwitch efficiency, plus launch and barrier latencies; no constant from these tables); v0.6.1's "
+             "per-model `build.py` had it off (store-true flag), so NCCL (Vidur's DGX-A100 curves). Effect on v0.9.0: "
+             "throughput 7.4 -> 6.6%, first-token 12.5 -> 14.2% (the 128-token prompts of Llama-2-70B and Falcon-180B "
+             "fall further short: the ring's cost had been standing in for time the prefill model misses).",
              "- Rotary embedding: applied inside TensorRT-LLM's gpt_attention plugin (QKV pre-processing in the "
              "context phase, the masked-MHA/XQA kernel in generation), so no separate RoPE kernel is costed "
              "(`fused_rope`; the Vidur comparison keeps PyTorch's separate kernel). Effect on the tables: "

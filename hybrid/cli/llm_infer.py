@@ -37,6 +37,9 @@ def _deploy_options(fn):
                      help="KV-cache dtype (default: fp8 with --dtype fp8 or fp4, else the dtype)."),
         click.option("--attention-kernel", type=click.Choice(["grouped", "per_query_head"]), default="grouped",
                      show_default=True, help="Decode attention: KV read once per KV head, or once per query head."),
+        click.option("--allreduce", type=click.Choice(["nccl", "custom"]), default="nccl", show_default=True,
+                     help="TP all-reduce: NCCL (the collective model), or the one-/two-shot NVLink kernels of "
+                          "TensorRT-LLM / vLLM for small messages inside a node."),
         click.option("--reserve-gib", type=float, default=2.0, show_default=True,
                      help="Memory kept back per GPU for the runtime (CUDA context, workspaces)."),
         click.option("--model", "model_ref", default=None,
@@ -50,11 +53,12 @@ def _deploy_options(fn):
 
 
 def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
-           weights: str | None, kv_dtype: str | None, attention_kernel: str, reserve_gib: float, catalog: Any):
+           weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, catalog: Any):
     from hybrid.workloads.llm.inference import make_setup
 
     return make_setup(model_name, device, system, dtype=dtype, weights=weights, kv_dtype=kv_dtype, tp=tp, pp=pp,
-                      reserve_gib=reserve_gib, attention_kernel=attention_kernel, catalog=catalog)
+                      reserve_gib=reserve_gib, attention_kernel=attention_kernel, allreduce=allreduce,
+                      catalog=catalog)
 
 
 def _positive(**values: int) -> None:
@@ -72,7 +76,7 @@ def _positive(**values: int) -> None:
 @click.option("--roofline-plot", type=click.Path(dir_okay=False), default=None,
               help="Write a roofline plot (PNG) of the prefill and decode ops.")
 def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str, weights: str | None,
-          kv_dtype: str | None, attention_kernel: str, reserve_gib: float, model_ref: str | None,
+          kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, batch: int, input_len: int, output_len: int, show_ops: bool,
           roofline_plot: str | None) -> None:
     """Static-batch inference: TTFT, TPOT, latency, throughput, memory and a per-category breakdown."""
@@ -80,7 +84,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 
     _positive(batch=batch, input=input_len, output=output_len)
     cost, cat = _predictor(model_ref, tracking_uri)
-    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, reserve_gib, cat)
+    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
     if not res.memory.fits and not as_json:  # refused; --json still reports the prediction with fits: false
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
@@ -129,7 +133,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 @click.option("--output", "output_len", type=int, default=None, help="Generated tokens.")
 @click.option("--batch", "-b", type=int, default=None, help="Batch for the longest-context question.")
 def capacity(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
-             weights: str | None, kv_dtype: str | None, attention_kernel: str, reserve_gib: float,
+             weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float,
              model_ref: str | None, tracking_uri: str | None, as_json: bool, input_len: int | None,
              output_len: int | None, batch: int | None) -> None:
     """The largest batch that fits per context length (and the longest context for --batch)."""
@@ -142,7 +146,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
     )
 
     _, cat = _predictor(model_ref, tracking_uri)
-    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, reserve_gib, cat)
+    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat)
     if (input_len is None) != (output_len is None):
         raise InvalidInputError("give both --input and --output (or neither)")
     contexts = [(input_len, output_len)] if input_len else [(c // 2, c - c // 2) for c in
@@ -199,7 +203,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
               help="Comma-separated systems to rank by the SLO-meeting rate per GPU (which serves the target most "
                    "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200.")
 def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str, weights: str | None,
-          kv_dtype: str | None, attention_kernel: str, reserve_gib: float, model_ref: str | None,
+          kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
           arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
           max_batched_tokens: int, max_seqs: int, seed: int, compare: str | None) -> None:
@@ -221,7 +225,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if not 0 < slo_percentile <= 100:
         raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
     cost, cat = _predictor(model_ref, tracking_uri)
-    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, reserve_gib, cat)
+    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat)
     r_s = parse_rate(rate)
     idist, odist = parse_dist(input_dist), parse_dist(output_dist)
     sched = SchedulerConfig(max_batched_tokens, max_seqs)
@@ -252,7 +256,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         for name in [c.strip() for c in compare.split(",") if c.strip()]:
             try:
                 other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
-                               reserve_gib, cat)
+                               allreduce, reserve_gib, cat)
                 r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
                                      trace=trace if trace_file else None, progress=True)
                 ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,

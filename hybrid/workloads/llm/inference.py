@@ -37,6 +37,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hybrid.corrections.collective_transfer import (
+    PRIOR_ETA_INTRA,
+    PRIOR_LAT_INTRA_US,
+    CollectiveTransfer,
+    intra_class,
+)
 from hybrid.engine.costs import (
     OpCostModel,
     default_cost_model,
@@ -47,6 +53,7 @@ from hybrid.engine.costs import (
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
+from hybrid.ops.p2p_allreduce import p2p_allreduce_us, trtllm_strategy
 from hybrid.ops.roofline import resolve_system, roofline, system_for_device
 from hybrid.workloads.llm.dims import context_note, resolve_model
 from hybrid.workloads.llm.kv_cache import (
@@ -68,6 +75,8 @@ COST_COLUMNS = ("device", "op", "dtype", "variant", "b", "m", "n", "k", "element
                 "system")
 #: Decode attention kernels (see :attr:`InferenceSetup.attention_kernel`).
 ATTENTION_KERNELS = ("grouped", "per_query_head")
+#: Tensor-parallel all-reduce implementations (see :attr:`InferenceSetup.allreduce`).
+ALLREDUCE_KINDS = ("nccl", "custom")
 #: Ops that run once per forward pass (not per layer).
 PASS_OPS = ("embedding", "position_embedding", "final_layernorm", "lm_head", "logits_all_gather", "sampling",
             "pp_send_recv")
@@ -95,12 +104,18 @@ class InferenceSetup:
     #: rotary embedding applied inside the attention kernels (TensorRT-LLM's gpt_attention plugin rotates q and k
     #: in its QKV pre-processing / masked-MHA kernels) instead of a separate elementwise kernel (PyTorch, Vidur)
     fused_rope: bool = False
+    #: tensor-parallel all-reduce: ``nccl`` (the collective model) or ``custom`` (TensorRT-LLM's / vLLM's one-shot
+    #: and two-shot kernels over NVLink inside one node, :mod:`hybrid.ops.p2p_allreduce`; larger messages, other
+    #: fabrics and multi-node groups stay on NCCL)
+    allreduce: str = "nccl"
     #: the catalog the device came from (devices added by the user, or what-if variants, are costed from it)
     catalog: Catalog | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise InvalidInputError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
+        if self.allreduce not in ALLREDUCE_KINDS:
+            raise InvalidInputError(f"allreduce must be one of {ALLREDUCE_KINDS}, got {self.allreduce!r}")
 
     @property
     def gpus(self) -> int:
@@ -114,7 +129,7 @@ class InferenceSetup:
 def make_setup(model: str | TransformerConfig | Any, device: str | None = None, system: str | None = None, *,
                dtype: str = "fp16", weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
                pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB, attention_kernel: str = "grouped",
-               fused_rope: bool = False, catalog: Catalog | None = None) -> InferenceSetup:
+               fused_rope: bool = False, allreduce: str = "nccl", catalog: Catalog | None = None) -> InferenceSetup:
     """Resolve names into an :class:`InferenceSetup` (``system`` defaults to the catalog system of ``device``,
     else a generic node of it); checks TP/PP against the model and the dtype against the device."""
     cat = catalog or default_catalog()
@@ -138,7 +153,7 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
         raise InvalidInputError(f"tp x pp = {tp * pp} GPUs exceeds system {sys_obj.key}")
     if tp > sys_obj.gpus_per_node:
         raise InvalidInputError(f"tp={tp} exceeds the {sys_obj.gpus_per_node} GPUs of one {sys_obj.key} node")
-    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, fused_rope, cat)
+    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, fused_rope, allreduce, cat)
 
 
 # ------------------------------------------------------------------------------------------------ op tables
@@ -176,6 +191,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     att_dt = p.attention_dtype
     cb = 1.0 if att_dt == "fp8" else 2.0  # attention's q/k/v element bytes as its op row counts them
     blocks: list[dict[str, np.ndarray]] = []
+    p2p_ok = s.allreduce == "custom" and intra_class(s.system) in ("nvswitch", "nvlink") and s.device.link_bw > 0
 
     def gemm(name: str, cat: str, mm: np.ndarray, nn: float, kk: float, count: float) -> None:
         emit("compute", name, cat, count, "linear", "linear", b=1.0, m=mm, n=nn, k=kk, dtype=cdt)
@@ -209,6 +225,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
             cols = {**cols, "elements": np.maximum(np.asarray(cols["elements"], dtype=np.float64), 1.0)}
         cols.setdefault("bytes_actual", np.nan)
         cols.setdefault("l2_bytes", np.nan)
+        # the custom (one-/two-shot) all-reduce runs inside one NVLink node only
+        cols["p2p_allreduce"] = float(op == "all_reduce" and p2p_ok and float(cols.get("n_nodes", 1.0)) <= 1.0)
         blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category=category, count=cnt, op=op, **cols))
 
     # ---- one transformer layer (count = layers of the stage): the ops training uses too
@@ -305,6 +323,18 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     bounds = {} if low is None or high is None else {
         "time_us_low": np.where(has, np.maximum(low * scale, floor), low),
         "time_us_high": np.where(has, np.maximum(high * scale, floor), high)}
+    method = np.asarray(method, dtype=object)
+    p2p = (table["p2p_allreduce"].to_numpy(dtype=np.float64) > 0) if "p2p_allreduce" in table.columns else None
+    if p2p is not None and p2p.any():
+        custom = _p2p_allreduce_times(table, p2p, cost_model, cat)
+        use = np.isfinite(custom)
+        if use.any():
+            ratio_t = np.where(use, custom / np.where(time > 0, time, 1.0), 1.0)
+            for key in list(bounds):
+                bounds[key] = np.where(use, bounds[key] * ratio_t, bounds[key])
+            time = np.where(use, custom, time)
+            roof = np.where(use, custom, roof)
+            method = np.where(use, "p2p-allreduce", method)
     fam = base["family"].astype(str).to_numpy()
     bound = np.where(fam == "collective", "comm", np.where(lat > np.maximum(compute_us, memory_us), "latency",
                                                            np.where(compute_us >= memory_us, "compute", "memory")))
@@ -320,6 +350,34 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     out["bound"] = bound
     out["method"] = method
     return out
+
+
+def _p2p_allreduce_times(table: pd.DataFrame, rows: np.ndarray, cost_model: OpCostModel, cat: Catalog) -> np.ndarray:
+    """Per row, the one-/two-shot all-reduce time (us) where ``rows`` asks for it and TensorRT-LLM's rule picks it
+    (NaN elsewhere: NCCL). Link efficiency and per-step latency are the collective transfer model's fitted values
+    for the system's fabric class when the cost model has one, else its priors."""
+    out = np.full(len(table), np.nan)
+    sizes = table["size_bytes"].to_numpy(dtype=np.float64)
+    ranks = table["n_ranks"].to_numpy(dtype=np.float64)
+    keys = pd.DataFrame({"d": table["device"].astype(str), "s": table["system"].astype(str), "n": ranks})[rows]
+    for (dev_key, sys_key, n), grp in keys.groupby(["d", "s", "n"]):
+        idx = grp.index.to_numpy()
+        dev, system = cat.device(dev_key), cat.systems[sys_key]
+        eta, step_us = _fabric_constants(cost_model, intra_class(system))
+        strat = trtllm_strategy(sizes[idx], int(n))
+        out[idx] = p2p_allreduce_us(sizes[idx], int(n), dev.link_bw, eta, step_us, dev.kernel_latency_us, strat)
+    return out
+
+
+def _fabric_constants(cost_model: OpCostModel, fabric: str) -> tuple[float, float]:
+    """(bus-bandwidth efficiency, per-step latency us) of an intra-node fabric class: the fitted transfer model's
+    when the cost model carries one, else its prior centres."""
+    for corr in getattr(cost_model, "corrections", ()) or ():
+        tr = getattr(corr, "transfer", None)
+        if isinstance(tr, CollectiveTransfer) and tr.fitted:
+            c = tr.constants()
+            return float(c["bus_bw_efficiency_intra"][fabric]), float(c["latency_per_intra_step_us"][fabric])
+    return PRIOR_ETA_INTRA, PRIOR_LAT_INTRA_US
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -438,7 +496,8 @@ def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stag
 
 
 def _setup_key(s: InferenceSetup) -> tuple:
-    return (s.model, s.device.key, s.system.key, s.precision, s.tp, s.pp, s.attention_kernel, s.fused_rope)
+    return (s.model, s.device.key, s.system.key, s.precision, s.tp, s.pp, s.attention_kernel, s.fused_rope,
+            s.allreduce)
 
 
 @dataclass

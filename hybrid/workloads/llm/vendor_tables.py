@@ -95,6 +95,17 @@ def trtllm_decode_kernel(version: object, model: str, tp: int = 1) -> str:
     return "grouped" if group == 8 and m.head_dim in (128, 256) else "per_query_head"
 
 
+def trtllm_allreduce(version: object) -> str:
+    """Tensor-parallel all-reduce (:data:`~hybrid.workloads.llm.inference.ALLREDUCE_KINDS`) TensorRT-LLM ``version``
+    ran by default: ``trtllm-build`` (0.8 on) enables its one-/two-shot custom all-reduce on NVLink nodes unless
+    told otherwise; the per-model ``build.py`` of earlier releases had it off (``--use_custom_all_reduce``, a
+    store-true flag). Tables without a version are taken as current (``custom``)."""
+    match = re.search(r"(\d+)\.(\d+)", str(version)) if version is not None else None
+    if match is None:
+        return "custom"
+    return "custom" if (int(match.group(1)), int(match.group(2))) >= (0, 8) else "nccl"
+
+
 def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.DataFrame:
     """A published table with ``kind`` (throughput/first_token), ``model_name``, ``device`` (catalog key) and
     ``measured`` columns added; rows it cannot map are dropped and counted in ``df.attrs["skipped"]``."""
@@ -146,14 +157,15 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
 
 def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, device: str | None = None,
                   system: str | None = None, attention_kernel: str | dict[str, str] | None = None,
-                  decode_points: int = 24, fused_rope: bool = True) -> pd.DataFrame:
+                  decode_points: int = 24, fused_rope: bool = True, allreduce: str | None = None) -> pd.DataFrame:
     """``df`` plus ``predicted`` and ``roofline`` (tokens/s per GPU, or first-token ms) and ``fits``/``max_batch``
     and the ``decode_kernel`` used, all rows in one cost-model call. Each row runs on its ``device`` column
     (``device`` overrides it; neither: :data:`DEFAULT_GPU`) in its ``precision_args``; ``system`` is used for the
     rows whose GPU is the system's (others get their catalog node). ``attention_kernel``: one kernel for every row,
     a map from model names to kernels (others ``grouped``), or ``None``: the kernel the row's ``trtllm_version``
     ran (:func:`trtllm_decode_kernel`; ``grouped`` without that column); ``fused_rope``: the tables are
-    TensorRT-LLM's, whose attention plugin applies rotary embedding inside its kernels."""
+    TensorRT-LLM's, whose attention plugin applies rotary embedding inside its kernels; ``allreduce``: the
+    tensor-parallel all-reduce for every row, or ``None``: the one the row's version ran (:func:`trtllm_allreduce`)."""
     versions = list(df["trtllm_version"]) if "trtllm_version" in df.columns else [None] * len(df)
     if attention_kernel is None:
         kernels = [trtllm_decode_kernel(v, m, int(tp)) for v, m, tp in zip(versions, df["model_name"], df["tp"],
@@ -168,9 +180,11 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     devices = [cat.resolve_device(d) for d in devices]
     sys_dev = cat.system(system).device if system is not None else None
     precs = list(df["precision_args"]) if "precision_args" in df.columns else [{"dtype": "fp16"}] * len(df)
+    reducers = [allreduce or trtllm_allreduce(v) for v in versions]
     setups = [make_setup(m, d, system if d == sys_dev else None, tp=int(tp), attention_kernel=k,
-                         fused_rope=fused_rope, **pa)
-              for m, d, tp, pa, k in zip(df["model_name"], devices, df["tp"], precs, kernels, strict=True)]
+                         fused_rope=fused_rope, allreduce=ar, **pa)
+              for m, d, tp, pa, k, ar in zip(df["model_name"], devices, df["tp"], precs, kernels, reducers,
+                                             strict=True)]
     res = predict_many(setups, df["batch_size"].to_numpy(), df["input_len"].to_numpy(), df["output_len"].to_numpy(),
                        cost_model, decode_points=decode_points)
     out = df.copy()
@@ -179,4 +193,5 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     out["roofline"] = np.where(thr, res["roofline_output_tokens_per_s_per_gpu"], res["roofline_ttft_ms"])
     out["fits"], out["max_batch"] = res["fits"].to_numpy(), res["max_batch"].to_numpy()
     out["decode_kernel"] = kernels
+    out["allreduce"] = reducers
     return out
