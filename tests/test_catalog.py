@@ -433,7 +433,7 @@ def test_docs_examples_load(tmp_path: Path) -> None:
         f = tmp_path / f"example{i}.toml"
         f.write_text(block)
         cat = Catalog.load([f])
-        assert {"RTX-4090", "Xeon-8480"} & set(cat.devices)
+        assert {"RTX-5090", "Xeon-8480"} & set(cat.devices)
 
 
 def test_merge_adds_devices_and_systems_and_other_wins(catalog):
@@ -488,3 +488,16 @@ def test_measured_links_round_trip_and_are_checked(catalog):
     assert "measured_links" not in catalog.systems["Polaris"].to_entry()
     with pytest.raises(InvalidInputError, match="measured_links may name"):
         System.from_entry("x", {**c00.to_entry(), "measured_links": ["nic"]})
+
+
+@pytest.mark.parametrize("name,key", [
+    ("NVIDIA GeForce RTX 3090", "RTX-3090"), ("NVIDIA_GeForce_RTX_4090", "RTX-4090"), ("NVIDIA RTX A6000", "RTX-A6000"),
+    ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"), ("Quadro RTX 8000", "Quadro-RTX-8000"),
+    ("Tesla V100-PCIE-16GB", "V100-PCIE-16GB"),
+])
+def test_workstation_and_consumer_gpus_resolve_from_their_nvidia_smi_names(catalog, name, key):
+    dev = catalog.device(name)
+    assert dev.key == key
+    # GeForce tensor cores accumulate FP32 at half rate: the catalog's fp16 is the rate frameworks get
+    if key == "RTX-4090":
+        assert dev.peak("fp16") == pytest.approx(2 * dev.peak("fp32"))
