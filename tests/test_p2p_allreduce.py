@@ -60,3 +60,16 @@ def test_cli_allreduce_option(capsys):
                      "512", "--output", "64", "--allreduce", ar, "--json"]) == 0
         tpot[ar] = json.loads(capsys.readouterr().out)["tpot_ms"]
     assert tpot["custom"] < tpot["nccl"]
+
+
+def test_bridged_pairs_get_it_at_two_gpus_only_and_generic_nodes_work():
+    """A GPU with no catalog system gets a generic node (``<device>-node``), which every cost path resolves; on
+    NVLink bridges between pairs only a 2-GPU group has NVLink between all its members."""
+    methods = {}
+    for tp in (2, 4):
+        r = predict_static(make_setup("llama3-8b", "RTX-A6000", tp=tp, allreduce="custom"), 8, 512, 16)
+        assert r.setup.system.key == "RTX-A6000-node"
+        methods[tp] = set(r.ops.loc[r.ops["name"] == "tp_all_reduce", "method"])
+    assert "p2p-allreduce" in methods[2] and "p2p-allreduce" not in methods[4]
+    r = predict_static(make_setup("llama3-8b", "A10", tp=2), 8, 512, 16)  # PCIe-only generic node: NCCL
+    assert r.tpot_ms > 0 and "p2p-allreduce" not in set(r.ops["method"])

@@ -150,10 +150,11 @@ class HybridPredictor:
                     norm[c] = norm[c].astype("float64")
         if "system" in norm.columns:  # catalog keys for systems too (curves are keyed by system)
             sys_codes, sys_uniques = pd.factorize(norm["system"].astype("string"))
-            # catalog keys; a bare device (a generic node of it) keeps its device key, which resolves again later
+            # catalog keys; a generic node (a bare device name, or the "<device>-node" key of
+            # hybrid.ops.roofline.system_for_device) keeps its device key, which resolves again later
             keys = np.array([resolve_system(self.catalog, str(s)).key if self.catalog.resolve_system(
-                str(s), missing_ok=True) else self.catalog.resolve_device(str(s)) for s in sys_uniques] + [None],
-                dtype=object)
+                str(s), missing_ok=True) else resolve_system(self.catalog, str(s)).device for s in sys_uniques]
+                + [None], dtype=object)
             norm["system"] = keys[np.where(sys_codes < 0, len(sys_uniques), sys_codes)]
         return norm, roofline(norm, self.catalog)
 

@@ -52,6 +52,8 @@ def resolve_system(catalog: Catalog, name: str) -> System:
     if key is not None:
         return catalog.systems[key]
     dev_key = catalog.resolve_device(name, missing_ok=True)
+    if dev_key is None and name.endswith("-node"):  # the key of a generic node (system_for_device) names its device
+        dev_key = catalog.resolve_device(name[: -len("-node")], missing_ok=True)
     if dev_key is not None:
         return system_for_device(catalog.devices[dev_key])
     catalog.resolve_system(name)  # raises with the closest names

@@ -191,7 +191,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     att_dt = p.attention_dtype
     cb = 1.0 if att_dt == "fp8" else 2.0  # attention's q/k/v element bytes as its op row counts them
     blocks: list[dict[str, np.ndarray]] = []
-    p2p_ok = s.allreduce == "custom" and intra_class(s.system) in ("nvswitch", "nvlink") and s.device.link_bw > 0
+    p2p_ok = s.allreduce == "custom" and s.device.link_bw > 0 and _all_pairs_nvlink(s.system, tp)
 
     def gemm(name: str, cat: str, mm: np.ndarray, nn: float, kk: float, count: float) -> None:
         emit("compute", name, cat, count, "linear", "linear", b=1.0, m=mm, n=nn, k=kk, dtype=cdt)
@@ -352,6 +352,14 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     return out
 
 
+def _all_pairs_nvlink(system: System, ranks: int) -> bool:
+    """Whether every pair of ``ranks`` GPUs of one ``system`` node talks over NVLink (the custom all-reduce's
+    condition): an NVSwitch node always; direct NVLink unless the links are bridges between pairs (then 2 GPUs)."""
+    cls, text = intra_class(system), system.intra_fabric.lower()
+    bridged = any(w in text for w in ("bridge", "pair", "2-way"))
+    return cls == "nvswitch" or (cls == "nvlink" and (ranks <= 2 or not bridged))
+
+
 def _p2p_allreduce_times(table: pd.DataFrame, rows: np.ndarray, cost_model: OpCostModel, cat: Catalog) -> np.ndarray:
     """Per row, the one-/two-shot all-reduce time (us) where ``rows`` asks for it and TensorRT-LLM's rule picks it
     (NaN elsewhere: NCCL). Link efficiency and per-step latency are the collective transfer model's fitted values
@@ -359,10 +367,11 @@ def _p2p_allreduce_times(table: pd.DataFrame, rows: np.ndarray, cost_model: OpCo
     out = np.full(len(table), np.nan)
     sizes = table["size_bytes"].to_numpy(dtype=np.float64)
     ranks = table["n_ranks"].to_numpy(dtype=np.float64)
-    keys = pd.DataFrame({"d": table["device"].astype(str), "s": table["system"].astype(str), "n": ranks})[rows]
+    keys = pd.DataFrame({"d": table["device"].astype(str).to_numpy(), "s": table["system"].astype(str).to_numpy(),
+                         "n": ranks})[rows]
     for (dev_key, sys_key, n), grp in keys.groupby(["d", "s", "n"]):
         idx = grp.index.to_numpy()
-        dev, system = cat.device(dev_key), cat.systems[sys_key]
+        dev, system = cat.device(dev_key), resolve_system(cat, sys_key)
         eta, step_us = _fabric_constants(cost_model, intra_class(system))
         strat = trtllm_strategy(sizes[idx], int(n))
         out[idx] = p2p_allreduce_us(sizes[idx], int(n), dev.link_bw, eta, step_us, dev.kernel_latency_us, strat)
