@@ -565,3 +565,22 @@ def test_masked_mha_decode_reads_dram_once_and_l2_once_per_query_head(catalog):
     t = [predict_static(make_setup("llama2-7b", "A100", attention_kernel=k), B, ctx, 2).tpot_ms
          for k in ("grouped", "per_query_head")]
     assert t[0] == t[1]
+
+
+def test_vendor_table_pipeline_column_multi_node_tp_and_rows_that_cannot_deploy(tmp_path):
+    from hybrid.workloads.llm.vendor_tables import predict_table, read_table
+
+    f = tmp_path / "t.csv"
+    f.write_text("gpu,precision,model,batch_size,tp_size,pp_size,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                 "H100,FP8,LLaMA v3.1 405B,64,8,2,128,128,100\n"
+                 "H100,FP8,LLaMA v3.1 405B,64,16,1,128,128,100\n"
+                 "H100,FP8,LLaMA v3.1 70B,64,3,1,128,128,100\n")
+    t = read_table(f)
+    assert list(t["pp"]) == [2, 1, 1] and list(t["tp"]) == [8, 16, 3]
+    p = predict_table(t)
+    assert p["skip_reason"].iloc[:2].eq("").all() and np.isfinite(p["predicted"].iloc[:2]).all()
+    assert "does not divide" in p["skip_reason"].iloc[2] and np.isnan(p["predicted"].iloc[2])
+    # TP 16 spans two 8-GPU nodes: its all-reduces cross the network
+    r = predict_static(make_setup("llama3-405b", "H100", tp=16, dtype="fp8"), 64, 128, 4)
+    ar = r.ops[r.ops["name"] == "tp_all_reduce"]
+    assert (ar["n_ranks"] == 16).all() and (ar["n_nodes"] == 2).all()

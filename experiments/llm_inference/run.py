@@ -225,6 +225,9 @@ def score_tables(files: list[str], pred: OpCostModel) -> dict:
             skipped[k] = skipped.get(k, 0) + v
         a100_system = SYSTEM["A100"]  # measured NVLink curves for the A100 rows; other GPUs get their catalog node
         t = predict_table(df, pred, system=a100_system)
+        for reason in t.loc[t["skip_reason"] != "", "skip_reason"]:
+            skipped[reason] = skipped.get(reason, 0) + 1
+        t = t[t["skip_reason"] == ""]
         t["table"] = Path(f).name
         t["precision_label"] = [pa["dtype"] + (f"/w-{pa['weights']}" if pa.get("weights") else "")
                                 for pa in t["precision_args"]]
@@ -243,7 +246,7 @@ def score_tables(files: list[str], pred: OpCostModel) -> dict:
                       ("by_kind", "kind")):
         out[name] = {str(k): block(g) for k, g in res.groupby(col)}
     out["rows"] = [{"table": r.table, "gpu": r.device, "precision": r.precision_label, "model": r.model_name,
-                    "batch": int(r.batch_size), "tp": int(r.tp), "input": int(r.input_len),
+                    "batch": int(r.batch_size), "tp": int(r.tp), "pp": int(r.pp), "input": int(r.input_len),
                     "output": int(r.output_len), "kind": r.kind, "measured": float(r.measured),
                     "predicted": float(r.predicted), "roofline": float(r.roofline), "fits": bool(r.fits),
                     "decode_kernel": r.decode_kernel, "allreduce": r.allreduce}

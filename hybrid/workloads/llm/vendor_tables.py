@@ -8,7 +8,9 @@ precision (``FP16``, ``BF16``, ``FP8``: fp8 GEMMs and KV cache, ``FP4``/``NVFP4`
 weight-only). A table without those columns is A100 FP16 (the first tables' DERIVED copies). Rows whose model or
 GPU cannot be mapped are dropped and counted (``df.attrs["skipped"]``), never guessed. Static-batch rows carry
 ``batch_size, tp, input_len, output_len`` and a throughput; first-token rows ``batch_size, tp, input_len`` and a
-latency (output length 1).
+latency (output length 1). An optional ``pp`` column (or ``tp_size`` / ``pp_size``) gives pipeline parallelism. A
+row the library cannot deploy (tensor parallelism beyond a node, heads not divisible) gets NaN predictions and its
+reason in ``skip_reason``.
 """
 
 from __future__ import annotations
@@ -114,6 +116,8 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
         df = pd.read_csv(p, comment="#")
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ImportFormatError(f"{p}: cannot read ({exc})") from None
+    df = df.rename(columns={c: a for c, a in (("tp_size", "tp"), ("pp_size", "pp")) if c in df.columns
+                            and a not in df.columns})
     need = ("model", "batch_size", "tp", "input_len")
     missing = [c for c in need if c not in df.columns]
     if missing or len(df) == 0:
@@ -128,7 +132,9 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
         df["kind"], df["measured"] = "throughput", pd.to_numeric(df[col], errors="coerce")
     if not (np.isfinite(df["measured"]) & (df["measured"] > 0)).all():
         raise ImportFormatError(f"{p}: measured values must be positive numbers")
-    for c in ("batch_size", "tp", "input_len", "output_len"):
+    if "pp" not in df.columns:
+        df["pp"] = 1
+    for c in ("batch_size", "tp", "pp", "input_len", "output_len"):
         v = pd.to_numeric(df[c], errors="coerce")
         if not (np.isfinite(v) & (v > 0) & (v == np.round(v))).all():
             raise ImportFormatError(f"{p}: column {c} must hold positive integers")
@@ -181,17 +187,32 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     sys_dev = cat.system(system).device if system is not None else None
     precs = list(df["precision_args"]) if "precision_args" in df.columns else [{"dtype": "fp16"}] * len(df)
     reducers = [allreduce or trtllm_allreduce(v) for v in versions]
-    setups = [make_setup(m, d, system if d == sys_dev else None, tp=int(tp), attention_kernel=k,
-                         fused_rope=fused_rope, allreduce=ar, **pa)
-              for m, d, tp, pa, k, ar in zip(df["model_name"], devices, df["tp"], precs, kernels, reducers,
-                                             strict=True)]
-    res = predict_many(setups, df["batch_size"].to_numpy(), df["input_len"].to_numpy(), df["output_len"].to_numpy(),
-                       cost_model, decode_points=decode_points)
+    pps = df["pp"].to_numpy() if "pp" in df.columns else np.ones(len(df), dtype=np.int64)
+    setups, reasons = [], []
+    for m, d, tp, pp, pa, k, ar in zip(df["model_name"], devices, df["tp"], pps, precs, kernels, reducers,
+                                       strict=True):
+        try:  # a row the library cannot deploy (TP beyond a node, heads not divisible...) is skipped, not fatal
+            setups.append(make_setup(m, d, system if d == sys_dev else None, tp=int(tp), pp=int(pp),
+                                     attention_kernel=k, fused_rope=fused_rope, allreduce=ar, **pa))
+            reasons.append("")
+        except InvalidInputError as exc:
+            setups.append(None)
+            reasons.append(f"cannot deploy: {exc}")
+    ok = np.array([st is not None for st in setups])
     out = df.copy()
-    thr = (df["kind"] == "throughput").to_numpy()
-    out["predicted"] = np.where(thr, res["output_tokens_per_s_per_gpu"], res["ttft_ms"])
-    out["roofline"] = np.where(thr, res["roofline_output_tokens_per_s_per_gpu"], res["roofline_ttft_ms"])
-    out["fits"], out["max_batch"] = res["fits"].to_numpy(), res["max_batch"].to_numpy()
+    for c in ("predicted", "roofline"):
+        out[c] = np.nan
+    out["fits"], out["max_batch"] = False, 0
+    if ok.any():
+        res = predict_many([st for st in setups if st is not None], df["batch_size"].to_numpy()[ok],
+                           df["input_len"].to_numpy()[ok], df["output_len"].to_numpy()[ok], cost_model,
+                           decode_points=decode_points)
+        thr = (df["kind"] == "throughput").to_numpy()[ok]
+        out.loc[ok, "predicted"] = np.where(thr, res["output_tokens_per_s_per_gpu"], res["ttft_ms"])
+        out.loc[ok, "roofline"] = np.where(thr, res["roofline_output_tokens_per_s_per_gpu"], res["roofline_ttft_ms"])
+        out.loc[ok, "fits"] = res["fits"].to_numpy()
+        out.loc[ok, "max_batch"] = res["max_batch"].to_numpy()
     out["decode_kernel"] = kernels
     out["allreduce"] = reducers
+    out["skip_reason"] = reasons
     return out
