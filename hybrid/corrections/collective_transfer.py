@@ -384,3 +384,14 @@ class CollectiveTransfer:
     def from_dict(cls, d: dict[str, Any]) -> CollectiveTransfer:
         return cls(list(d.get("log_params", [])), list(d.get("systems", [])), int(d.get("n_points", 0)),
                    float(d.get("rmse_log", float("nan"))), dict(d.get("system_effects", {})))
+
+
+def intra_fabric_constants(cost_model: Any, fabric: str) -> tuple[float, float]:
+    """(bus-bandwidth efficiency, per-step latency us) of intra-node fabric class ``fabric``: the fitted transfer
+    model's when ``cost_model`` (a predictor) carries one among its corrections, else the priors."""
+    for corr in getattr(cost_model, "corrections", ()) or ():
+        tr = getattr(corr, "transfer", None)
+        if isinstance(tr, CollectiveTransfer) and tr.fitted:
+            c = tr.constants()
+            return float(c["bus_bw_efficiency_intra"][fabric]), float(c["latency_per_intra_step_us"][fabric])
+    return PRIOR_ETA_INTRA, PRIOR_LAT_INTRA_US

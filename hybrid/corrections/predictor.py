@@ -152,9 +152,9 @@ class HybridPredictor:
             sys_codes, sys_uniques = pd.factorize(norm["system"].astype("string"))
             # catalog keys; a generic node (a bare device name, or the "<device>-node" key of
             # hybrid.ops.roofline.system_for_device) keeps its device key, which resolves again later
-            keys = np.array([resolve_system(self.catalog, str(s)).key if self.catalog.resolve_system(
-                str(s), missing_ok=True) else resolve_system(self.catalog, str(s)).device for s in sys_uniques]
-                + [None], dtype=object)
+            systems = [resolve_system(self.catalog, str(s)) for s in sys_uniques]
+            keys = np.array([so.key if so.key in self.catalog.systems else so.device for so in systems] + [None],
+                            dtype=object)
             norm["system"] = keys[np.where(sys_codes < 0, len(sys_uniques), sys_codes)]
         return norm, roofline(norm, self.catalog)
 

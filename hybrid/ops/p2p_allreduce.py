@@ -31,11 +31,8 @@ def workspace_bytes(ranks: int) -> float:
 def trtllm_strategy(size_bytes: np.ndarray, ranks: int) -> np.ndarray:
     """Per message, :data:`NCCL`, :data:`ONESHOT` or :data:`TWOSHOT` by TensorRT-LLM's ``AUTO`` rule."""
     size = np.asarray(size_bytes, dtype=np.float64)
-    small = 1e6 if ranks <= 4 else 5e5
-    one = np.full(size.shape, ONESHOT if ranks <= 2 else TWOSHOT, dtype=np.int64)
-    if ranks > 2:
-        one = np.where(size < small, ONESHOT, TWOSHOT)
-    return np.where(size > workspace_bytes(ranks), NCCL, one)
+    oneshot_below = np.inf if ranks <= 2 else 1e6 if ranks <= 4 else 5e5
+    return np.where(size > workspace_bytes(ranks), NCCL, np.where(size < oneshot_below, ONESHOT, TWOSHOT))
 
 
 def p2p_allreduce_us(size_bytes: np.ndarray, ranks: int, link_bw: float, efficiency: float, step_latency_us: float,

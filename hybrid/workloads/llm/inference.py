@@ -37,12 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.corrections.collective_transfer import (
-    PRIOR_ETA_INTRA,
-    PRIOR_LAT_INTRA_US,
-    CollectiveTransfer,
-    intra_class,
-)
+from hybrid.corrections.collective_transfer import intra_class, intra_fabric_constants
 from hybrid.engine.costs import (
     OpCostModel,
     default_cost_model,
@@ -361,8 +356,8 @@ def _all_pairs_nvlink(system: System, ranks: int) -> bool:
 
 def _p2p_allreduce_times(table: pd.DataFrame, rows: np.ndarray, cost_model: OpCostModel, cat: Catalog) -> np.ndarray:
     """Per row, the one-/two-shot all-reduce time (us) where ``rows`` asks for it and TensorRT-LLM's rule picks it
-    (NaN elsewhere: NCCL). Link efficiency and per-step latency are the collective transfer model's fitted values
-    for the system's fabric class when the cost model has one, else its priors."""
+    (NaN elsewhere: NCCL). Link efficiency and per-step latency: :func:`intra_fabric_constants` of the system's
+    fabric class."""
     out = np.full(len(table), np.nan)
     sizes = table["size_bytes"].to_numpy(dtype=np.float64)
     ranks = table["n_ranks"].to_numpy(dtype=np.float64)
@@ -371,21 +366,10 @@ def _p2p_allreduce_times(table: pd.DataFrame, rows: np.ndarray, cost_model: OpCo
     for (dev_key, sys_key, n), grp in keys.groupby(["d", "s", "n"]):
         idx = grp.index.to_numpy()
         dev, system = cat.device(dev_key), resolve_system(cat, sys_key)
-        eta, step_us = _fabric_constants(cost_model, intra_class(system))
+        eta, step_us = intra_fabric_constants(cost_model, intra_class(system))
         strat = trtllm_strategy(sizes[idx], int(n))
         out[idx] = p2p_allreduce_us(sizes[idx], int(n), dev.link_bw, eta, step_us, dev.kernel_latency_us, strat)
     return out
-
-
-def _fabric_constants(cost_model: OpCostModel, fabric: str) -> tuple[float, float]:
-    """(bus-bandwidth efficiency, per-step latency us) of an intra-node fabric class: the fitted transfer model's
-    when the cost model carries one, else its prior centres."""
-    for corr in getattr(cost_model, "corrections", ()) or ():
-        tr = getattr(corr, "transfer", None)
-        if isinstance(tr, CollectiveTransfer) and tr.fitted:
-            c = tr.constants()
-            return float(c["bus_bw_efficiency_intra"][fabric]), float(c["latency_per_intra_step_us"][fabric])
-    return PRIOR_ETA_INTRA, PRIOR_LAT_INTRA_US
 
 
 # ------------------------------------------------------------------------------------------------ results

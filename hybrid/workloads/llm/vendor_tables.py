@@ -9,8 +9,8 @@ weight-only). A table without those columns is A100 FP16 (the first tables' DERI
 GPU cannot be mapped are dropped and counted (``df.attrs["skipped"]``), never guessed. Static-batch rows carry
 ``batch_size, tp, input_len, output_len`` and a throughput; first-token rows ``batch_size, tp, input_len`` and a
 latency (output length 1). An optional ``pp`` column (or ``tp_size`` / ``pp_size``) gives pipeline parallelism. A
-row the library cannot deploy (tensor parallelism beyond a node, heads not divisible) gets NaN predictions and its
-reason in ``skip_reason``.
+row the library cannot deploy (heads not divisible by the TP degree, more GPUs than the system has) gets NaN
+predictions and its reason in ``skip_reason``.
 """
 
 from __future__ import annotations
@@ -78,17 +78,20 @@ def table_precision(label: object) -> dict[str, str | None]:
     raise InvalidInputError(f"unknown precision label {label!r}")
 
 
+def trtllm_version(version: object) -> tuple[int, int] | None:
+    """(major, minor) of a TensorRT-LLM version label (``v0.9.0``, ``0.12``), or None without one."""
+    match = re.search(r"(\d+)\.(\d+)", str(version)) if version is not None else None
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
 def trtllm_decode_kernel(version: object, model: str, tp: int = 1) -> str:
     """Decode-attention kernel (:data:`~hybrid.workloads.llm.inference.ATTENTION_KERNELS`) TensorRT-LLM ``version``
     ran for ``model`` at tensor parallelism ``tp``: releases before 0.7 had only the masked-MHA kernel (one thread
     block per query head: ``per_query_head``); 0.7 to 0.10 added XQA as precompiled kernels for 8 query heads per KV
     head and head sizes 128/256 only (the ``nqpkv_8`` cubins of ``xqa_kernel_cubin.h``), masked MHA otherwise; later
     releases compile XQA for other groups, so they and tables without a version get ``grouped``."""
-    match = re.search(r"(\d+)\.(\d+)", str(version)) if version is not None else None
-    if match is None:
-        return "grouped"
-    ver = (int(match.group(1)), int(match.group(2)))
-    if ver >= (0, 11):
+    ver = trtllm_version(version)
+    if ver is None or ver >= (0, 11):
         return "grouped"
     if ver < (0, 7):
         return "per_query_head"
@@ -102,10 +105,8 @@ def trtllm_allreduce(version: object) -> str:
     ran by default: ``trtllm-build`` (0.8 on) enables its one-/two-shot custom all-reduce on NVLink nodes unless
     told otherwise; the per-model ``build.py`` of earlier releases had it off (``--use_custom_all_reduce``, a
     store-true flag). Tables without a version are taken as current (``custom``)."""
-    match = re.search(r"(\d+)\.(\d+)", str(version)) if version is not None else None
-    if match is None:
-        return "custom"
-    return "custom" if (int(match.group(1)), int(match.group(2))) >= (0, 8) else "nccl"
+    ver = trtllm_version(version)
+    return "custom" if ver is None or ver >= (0, 8) else "nccl"
 
 
 def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.DataFrame:
@@ -191,7 +192,7 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     setups, reasons = [], []
     for m, d, tp, pp, pa, k, ar in zip(df["model_name"], devices, df["tp"], pps, precs, kernels, reducers,
                                        strict=True):
-        try:  # a row the library cannot deploy (TP beyond a node, heads not divisible...) is skipped, not fatal
+        try:  # a row the library cannot deploy (heads not divisible, too many GPUs...) is skipped, not fatal
             setups.append(make_setup(m, d, system if d == sys_dev else None, tp=int(tp), pp=int(pp),
                                      attention_kernel=k, fused_rope=fused_rope, allreduce=ar, **pa))
             reasons.append("")
