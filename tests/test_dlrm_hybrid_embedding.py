@@ -69,3 +69,22 @@ def test_multi_node_iteration_exchanges_less_and_crosses_nodes_per_rail():
     t_mp = simulate(mp.graph.compile(), None, Overheads.zero()).iteration_us
     t_hy = simulate(hy.graph.compile(), None, Overheads.zero()).iteration_us
     assert t_hy < 0.5 * t_mp
+
+
+def test_hierarchical_all_to_all_without_the_hybrid_embedding():
+    """HugeCTR's embedding collection (DCNv2 rounds, ``hier_auto``) crosses nodes per rail too: the option puts the
+    hierarchical all-to-all on any plan; the default keeps it with the hybrid embedding only."""
+    cfg = dlrm_variant("mlperf-dcnv2", system="DGX-A100", gpus=16, batch_size_per_gpu=1024, dtype="fp16",
+                       embedding_dtype="fp16")
+    plan = ShardingPlan({t.name: Shard("table_wise", (i % 16,)) for i, t in enumerate(cfg.tables)})
+    flat = build_dlrm_graph(cfg, plan).graph.compile().ops
+    hier = build_dlrm_graph(cfg, plan, hierarchical_all_to_all=True).graph.compile().ops
+    assert set(flat.loc[flat["op"] == "all_to_all", "n_ranks"]) == {16}
+    hier_a2a = hier[hier["op"] == "all_to_all"]
+    assert {8, 2} <= set(hier_a2a["n_ranks"])  # 8 GPUs over NVLink, then 2 nodes per rail
+    assert set(hier_a2a.loc[hier_a2a["n_ranks"] == 2, "n_nodes"]) == {2}
+    one_node = dlrm_variant("mlperf-dcnv2", system="DGX-A100", gpus=8, batch_size_per_gpu=1024, dtype="fp16",
+                            embedding_dtype="fp16")
+    plan8 = ShardingPlan({t.name: Shard("table_wise", (i % 8,)) for i, t in enumerate(one_node.tables)})
+    ops8 = build_dlrm_graph(one_node, plan8, hierarchical_all_to_all=True).graph.compile().ops
+    assert set(ops8.loc[ops8["op"] == "all_to_all", "n_ranks"]) == {8}  # one node: nothing to split

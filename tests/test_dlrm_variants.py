@@ -211,3 +211,30 @@ def test_gpu_benchmark_maps_hugectr_rounds_and_bridged_pcie_cards(catalog):
     cat, key, _ = bench.node_system(catalog, "A100-SXM4-80GB", 8)
     assert cat.systems[key].intra_bw >= 300e9
     assert bench.family_overheads("hugectr").kernel_launch_us <= 1.0 and bench.family_overheads("pytorch") is None
+
+
+def test_gpu_benchmark_runs_dcnv2_rounds_on_hugectrs_embedding_collection(catalog):
+    """DLRM-DCNv2 rounds (multi-hot, v3.0 on) run HugeCTR's embedding collection, whose planner places whole
+    tables, not the one-hot hybrid embedding's frequency split: no hybrid embedding, a cost-model plan (tiny
+    tables replicated, the 100-hot table split), and the hierarchical all-to-all across nodes."""
+    bench = _gpu_bench()
+    rows = pd.DataFrame({
+        "mlperf_version": ["v3.0", "v3.0", "v3.0"], "org": ["NVIDIA"] * 3, "system": ["a", "b", "c"],
+        "file": ["NVIDIA/results/a/dlrm_dcnv2/result_0.txt", "NVIDIA/results/b/dlrm_dcnv2/result_0.txt",
+                 "NVIDIA/results/c/dlrm/result_0.txt"],
+        "accelerator": ["NVIDIA H100-SXM5-80GB"] * 3, "nodes": [1, 2, 1], "acc_per_node": [8] * 3,
+        "global_batch_size": [55296, 55296, 55296], "median_ms_per_iteration": [4.0, 2.5, 1.0],
+        "framework": ["NVIDIA Release 23.04 HugeCTR"] * 3})
+    runs, skipped = bench.map_mlperf(rows, catalog)
+    assert not skipped and runs["variant"].tolist() == ["mlperf-dcnv2", "mlperf-dcnv2", "mlperf"]
+    assert runs["hybrid_emb"].tolist() == [False, False, True]
+    key, graphs, cat = bench.build_graphs(runs, catalog)
+    assert len(graphs) == 3
+    ops_two_nodes = graphs[1].ops
+    a2a = ops_two_nodes[ops_two_nodes["op"] == "all_to_all"]
+    assert 2 in set(a2a["n_ranks"])  # the pooled exchange crosses the 2 nodes per rail
+    one = bench.dlrm_variant("mlperf-dcnv2", system=bench.node_system(cat, "H100-SXM", 8)[1], gpus=8,
+                             batch_size_per_gpu=6912, dtype="fp16", embedding_dtype="fp16")
+    plan = bench.run_plan(one, "mlperf-dcnv2", cat)
+    assert plan[max(one.tables, key=lambda t: t.pooling_factor).name].type != "table_wise"
+    assert bench.run_plan(one, "mlperf", cat) == bench.hybrid_parallel_plan(one)

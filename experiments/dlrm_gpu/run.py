@@ -46,6 +46,7 @@ from hybrid.hardware.device import System
 from hybrid.reports.markdown import write_benchmark_results
 from hybrid.sharding.heuristics import size_lookup_greedy
 from hybrid.sharding.plan import Shard, ShardingPlan
+from hybrid.sharding.search import greedy_plan
 from hybrid.workloads.dlrm_graph import PCIE_X16_BW, build_dlrm_graph
 from hybrid.workloads.dlrm_hybrid_embedding import HybridEmbedding
 from hybrid.workloads.dlrm_variants import dlrm_variant
@@ -179,7 +180,10 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
                      "gpn": int(gpn), "nodes": int(nodes), "gpus": int(gpn * nodes), "global_batch": int(batch),
                      "family": family, "variant": variant, "dtype": "fp16", "embedding_dtype": "fp16",
                      "bottom": BOTTOM_BY_FAMILY.get(family, "data_parallel"),
-                     "hybrid_emb": family == "hugectr" and str(r.mlperf_version) not in NO_HYBRID_EMBEDDING_ROUNDS,
+                     # the hybrid embedding splits one-hot categories by frequency; DCNv2's multi-hot rounds run
+                     # HugeCTR's embedding collection instead (tables placed by its planner, ``run_plan``)
+                     "hybrid_emb": (family == "hugectr" and variant == "mlperf"
+                                    and str(r.mlperf_version) not in NO_HYBRID_EMBEDDING_ROUNDS),
                      "measured_ms": float(ms)})
     return pd.DataFrame(rows), skipped
 
@@ -225,6 +229,16 @@ def hybrid_parallel_plan(config) -> ShardingPlan:
                          else Shard("row_wise", ranks) for t in config.tables})
 
 
+def run_plan(config, variant: str, catalog: Catalog) -> ShardingPlan:
+    """The plan a run's framework uses: DLRM-DCNv2 rounds (HugeCTR's embedding collection with its ``auto`` /
+    ``hier_auto`` planner, TorchRec's planner) place tables by a cost model, modelled as the predicted-cost greedy
+    placement on the roofline (:func:`hybrid.sharding.search.greedy_plan`: data-parallel small tables, heavy
+    ones split); the one-hot DLRM rounds the fixed hybrid-parallel layout (:func:`hybrid_parallel_plan`)."""
+    if variant == "mlperf-dcnv2":
+        return greedy_plan(config, HybridPredictor.roofline_only(catalog))
+    return hybrid_parallel_plan(config)
+
+
 # --------------------------------------------------------------------------------------------- prediction
 def with_node_systems(runs: pd.DataFrame, catalog: Catalog) -> Catalog:
     """``catalog`` plus a generic node system for every (device, GPUs per node) of ``runs`` it lacks."""
@@ -240,7 +254,7 @@ def build_graphs(runs: pd.DataFrame, catalog: Catalog, zipf_alpha: float = DEFAU
     """One compiled graph per distinct configuration; ``key`` per run row. Runs flagged ``hybrid_emb`` get
     HugeCTR's hybrid embedding with Criteo categories of Zipf exponent ``zipf_alpha``."""
     keys = runs[["variant", "device", "gpn", "nodes", "gpus", "global_batch", "dtype", "embedding_dtype",
-                 "bottom", "hybrid_emb"]].astype(str)
+                 "bottom", "hybrid_emb", "family"]].astype(str)
     key = keys.agg("|".join, axis=1)
     graphs, cat = {}, catalog
     for k, r in zip(key, runs.itertuples(index=False), strict=True):
@@ -257,10 +271,12 @@ def build_graphs(runs: pd.DataFrame, catalog: Catalog, zipf_alpha: float = DEFAU
                            embedding_dtype=r.embedding_dtype, embedding_placement="auto",
                            bottom_mlp_placement=r.bottom)
         he = HybridEmbedding(zipf_alpha) if bool(r.hybrid_emb) else None
+        ec = r.variant == "mlperf-dcnv2" and r.family == "hugectr"  # HugeCTR's embedding collection (DCNv2 rounds)
         # HugeCTR all-reduces every dense weight gradient at once from one grouped buffer (no DDP buckets)
-        buckets = {"bucket_bytes": HUGECTR_GROUPED_WGRAD, "first_bucket_bytes": HUGECTR_GROUPED_WGRAD} if he else {}
-        it = build_dlrm_graph(cfg, hybrid_parallel_plan(cfg), cat, collective_system=stand_in, hybrid_embedding=he,
-                              **buckets)
+        buckets = ({"bucket_bytes": HUGECTR_GROUPED_WGRAD, "first_bucket_bytes": HUGECTR_GROUPED_WGRAD}
+                   if he or ec else {})
+        it = build_dlrm_graph(cfg, run_plan(cfg, r.variant, cat), cat, collective_system=stand_in,
+                              hybrid_embedding=he, hierarchical_all_to_all=True if ec else None, **buckets)
         graphs[k] = it.graph.compile()
     return key, [graphs[k] for k in key.unique()], cat
 

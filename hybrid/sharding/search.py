@@ -605,6 +605,24 @@ def evaluate_plan(config: DLRMConfig, plan: ShardingPlan, model: OpCostModel | N
     return ev
 
 
+def greedy_plan(config: DLRMConfig, model: OpCostModel | None = None, *, capacity: float | None = None,
+                local_search: bool = False, time_budget_s: float = 2.0) -> ShardingPlan:
+    """The predicted-cost greedy placement (stage 2 of the search), optionally refined by local search (stage 3),
+    without simulating anything: a cost-model planner's plan, as a framework's own planner would make it.
+
+    Every table gets the option (data-parallel, table-wise, column- or row-wise over the least-loaded ranks)
+    that minimises the additive estimate of the iteration; ``capacity`` (bytes per rank) defaults to the
+    device's memory. Raises :class:`InvalidInputError` when a table fits nowhere."""
+    model = model if model is not None else default_cost_model()
+    target = resolve_target(config.system, model_catalog(model))
+    capacity = float(capacity if capacity is not None else target.device.mem_capacity)
+    config = config.with_(plan=None)
+    s = _Search(config, estimate_costs(config, model, target, capacity)).greedy()
+    if local_search:
+        s = s.local_search(deadline=time.perf_counter() + time_budget_s)
+    return s.plan()
+
+
 STRATEGIES = (*BASELINES, "greedy", "search")
 
 

@@ -331,6 +331,7 @@ def build_dlrm_graph(
     comm_overlap: float | None = None,
     collective_system: str | None = None,
     hybrid_embedding: HybridEmbedding | None = None,
+    hierarchical_all_to_all: bool | None = None,
     harness: bool = False,
 ) -> DLRMIteration:
     """The task graph of one training iteration of ``config`` sharded by ``plan`` (default: ``config.plan``).
@@ -340,6 +341,8 @@ def build_dlrm_graph(
     same fabric, whose calibrated curves stand in for an unmeasured one); default: the config's system.
     ``hybrid_embedding`` replaces the plan's placement of every table by HugeCTR's hybrid embedding (frequent
     categories replicated, infrequent ones spread over all ranks; the plan is still validated).
+    ``hierarchical_all_to_all`` runs every all-to-all on several nodes as HugeCTR's hierarchical one (NVLink inside
+    each node, then one all-to-all per rail across the nodes); default: with the hybrid embedding only.
     ``harness`` adds, on GPUs, what :mod:`hybrid.bench.dlrm_harness` runs beyond the TorchRec-style iteration
     (see :data:`HARNESS_GPU_WORK`): the input distribution and the pooled exchange also on one rank, the host
     waiting for the value counts and for every sparse-gradient coalesce, and the per-table views of the
@@ -387,10 +390,11 @@ def build_dlrm_graph(
 
     n_nodes = target.nodes(R)
     gpn = max(R // n_nodes, 1)
-    hier = hybrid_embedding is not None and n_nodes > 1 and gpn * n_nodes == R
+    hier_wanted = hybrid_embedding is not None if hierarchical_all_to_all is None else bool(hierarchical_all_to_all)
+    hier = hier_wanted and n_nodes > 1 and gpn * n_nodes == R
 
     def a2a(name: str, sizes: np.ndarray, deps: dict[int, list[Any]], **kw: Any) -> dict[int, int]:
-        """An all-to-all; with the hybrid embedding on several nodes HugeCTR's hierarchical one
+        """An all-to-all; hierarchical on several nodes (``hierarchical_all_to_all``) as HugeCTR's
         (``IB_NVLink_Hier``): an NVLink all-to-all inside each node that gathers every destination node's data
         on the GPU of the same local rank, then one all-to-all per rail across the nodes (each GPU's own NIC)."""
         if not hier:
