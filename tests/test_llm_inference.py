@@ -476,6 +476,14 @@ def test_vendor_table_rows_run_on_their_gpu_and_precision_and_unmappable_rows_ar
 
     assert vendor_model("LLaMA v3.1 70B") == vendor_model("Llama 3.3 70B") == "llama3-70b"
     assert vendor_model("LLaMA 70B") == "llama2-70b" and vendor_model("Grok 1") is None
+    assert vendor_model("Mixtral 8x22B") == "mixtral-8x22b" and vendor_model("Qwen3-30B-A3B") == "qwen3-30b-a3b"
+    assert vendor_model("gpt-oss-120b") == "gpt-oss-120b" and vendor_model("GPT-OSS 20B") == "gpt-oss-20b"
+    from hybrid.workloads.llm.vendor_tables import device_precision
+
+    # a 4-bit float checkpoint (gpt-oss MXFP4) on Hopper runs weight-only 4-bit with 16-bit activations
+    assert device_precision({"dtype": "fp4"}, {"fp16": 989.0, "fp8": 1979.0}) == {"dtype": "fp16", "weights": "fp4"}
+    assert device_precision({"dtype": "fp4"}, {"fp8": 1.0, "fp4": 2.0}) == {"dtype": "fp4"}
+    assert device_precision({"dtype": "fp8"}, {"fp16": 1.0}) == {"dtype": "fp8"}  # refused later, with the reason
     path = tmp_path / "t.csv"
     path.write_text("# upstream-format rows (values invented)\n"
                     "trtllm_version,gpu,precision,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"

@@ -21,6 +21,12 @@ from hybrid.workloads.llm.model import TransformerConfig, from_dict, library, lo
         ("llama3.1-405b", 405.85e9, None, 0.001),
         ("mixtral-8x7b", 46.70e9, 12.88e9, 0.002),  # Mixtral paper: 46.7B total, 12.9B active
         ("qwen3-235b-a22b", 235.1e9, 22.2e9, 0.005),
+        ("mixtral-8x22b", 140.6e9, 39.15e9, 0.002),   # HF model card: 141B total, 39B active
+        ("qwen3-30b-a3b", 30.53e9, 3.35e9, 0.005),    # Qwen3 report: 30.5B total, 3.3B activated
+        # gpt-oss model card: 116.83B / 20.91B total, 5.13B / 3.61B active without the input embedding table
+        # (201,088 x 2,880 = 0.579B), which this library counts as active (a lookup of it runs every token)
+        ("gpt-oss-120b", 116.83e9, 5.13e9 + 0.579e9, 0.002),
+        ("gpt-oss-20b", 20.91e9, 3.61e9 + 0.579e9, 0.003),
         ("mistral-7b", 7.24e9, None, 0.002),
         ("gptj-6b", 6.05e9, None, 0.002),
         ("gpt2-large", 774.03e6, None, 0.001),

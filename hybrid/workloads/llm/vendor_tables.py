@@ -4,8 +4,8 @@ The files live in the public data directory (``published/trtllm_*.csv``; first c
 Vendor model labels map to model-library names (:func:`vendor_model`: ``LLaMA 70B``, ``LLaMA v3.1 70B``,
 ``Llama 3.3 70B``...), the ``gpu`` column to catalog devices (``A100`` is the 80 GB SXM part, see the catalog note;
 ``H100``, ``H200``, ``B200`` and every other catalog spelling work) and the ``precision`` column to an inference
-precision (``FP16``, ``BF16``, ``FP8``: fp8 GEMMs and KV cache, ``FP4``/``NVFP4``: W4A4, ``INT8``/``INT4``
-weight-only). A table without those columns is A100 FP16 (the first tables' DERIVED copies). Rows whose model or
+precision (``FP16``, ``BF16``, ``FP8``: fp8 GEMMs and KV cache, ``FP4``/``NVFP4``: W4A4 on FP4 tensor cores, W4A16 elsewhere
+(:func:`device_precision`), ``INT8``/``INT4`` weight-only). A table without those columns is A100 FP16 (the first tables' DERIVED copies). Rows whose model or
 GPU cannot be mapped are dropped and counted (``df.attrs["skipped"]``), never guessed. Static-batch rows carry
 ``batch_size, tp, input_len, output_len`` and a throughput; first-token rows ``batch_size, tp, input_len`` and a
 latency (output length 1). An optional ``pp`` column (or ``tp_size`` / ``pp_size``) gives pipeline parallelism. A
@@ -39,7 +39,8 @@ _VENDOR_KEYS = {
     "llama38b": "llama3-8b", "llama318b": "llama3-8b", "llama370b": "llama3-70b", "llama3170b": "llama3-70b",
     "llama3370b": "llama3-70b", "llama3405b": "llama3-405b", "llama31405b": "llama3-405b",
     "qwen3235ba22b": "qwen3-235b-a22b", "deepseekr1": "deepseek-v3", "deepseekv3": "deepseek-v3",
-    "llama4scout": "llama4-scout", "llama4maverick": "llama4-maverick",
+    "llama4scout": "llama4-scout", "llama4maverick": "llama4-maverick", "mixtral8x22b": "mixtral-8x22b",
+    "qwen330ba3b": "qwen3-30b-a3b", "gptoss120b": "gpt-oss-120b", "gptoss20b": "gpt-oss-20b",
 }
 #: The labels of the first TensorRT-LLM tables, kept for reference (all of them fold into :data:`_VENDOR_KEYS`).
 VENDOR_MODELS = {"GPT-J 6B": "gptj-6b", "Mistral 7B": "mistral-7b", "Mixtral 8x7B": "mixtral-8x7b",
@@ -76,6 +77,15 @@ def table_precision(label: object) -> dict[str, str | None]:
     if "fp16" in s or "float16" in s or "half" in s:
         return {"dtype": "fp16"}
     raise InvalidInputError(f"unknown precision label {label!r}")
+
+
+def device_precision(args: dict[str, str | None], peak_flops: dict[str, float]) -> dict[str, str | None]:
+    """A table precision as the GPU can run it: a 4-bit float format (``FP4``, ``MXFP4``) on a GPU without FP4
+    tensor cores (Hopper, Ampere: gpt-oss's MXFP4 checkpoints served there) is weight-only 4-bit storage with 16-bit
+    activations (W4A16: the weights are dequantised in the GEMM); every other precision is kept."""
+    if args.get("dtype") == "fp4" and "fp4" not in peak_flops:
+        return {**args, "dtype": "fp16", "weights": "fp4"}
+    return args
 
 
 def trtllm_version(version: object) -> tuple[int, int] | None:
@@ -192,6 +202,7 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     setups, reasons = [], []
     for m, d, tp, pp, pa, k, ar in zip(df["model_name"], devices, df["tp"], pps, precs, kernels, reducers,
                                        strict=True):
+        pa = device_precision(pa, cat.devices[d].peak_flops)
         try:  # a row the library cannot deploy (heads not divisible, too many GPUs...) is skipped, not fatal
             setups.append(make_setup(m, d, system if d == sys_dev else None, tp=int(tp), pp=int(pp),
                                      attention_kernel=k, fused_rope=fused_rope, allreduce=ar, **pa))
