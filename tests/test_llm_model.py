@@ -279,3 +279,21 @@ def test_gemma_and_phi_configs_load_with_local_global_windows() -> None:
     assert phi4.swiglu and phi4.num_params / 1e9 == pytest.approx(14.7, rel=0.01)  # Microsoft: 14.7B
     with pytest.raises(InvalidInputError, match="window_layer_share"):
         TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, window_size=16, window_layer_share=0)
+
+
+def test_gpt_oss_config_json_loads_like_the_library_entry(tmp_path) -> None:
+    """openai/gpt-oss-120b's config.json fields: alternating sliding/full layers, 128 experts top-4, biases."""
+    cfg = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "hidden_size": 2880,
+           "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+           "intermediate_size": 2880, "num_local_experts": 128, "experts_per_token": 4, "num_experts_per_tok": 4,
+           "vocab_size": 201088, "max_position_embeddings": 131072, "sliding_window": 128,
+           "layer_types": ["sliding_attention", "full_attention"] * 18, "attention_bias": True,
+           "tie_word_embeddings": False, "hidden_act": "silu"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = load_model(str(path))
+    lib = load_model("gpt-oss-120b")
+    assert m.num_params == lib.num_params and m.num_active_params == lib.num_active_params
+    assert m.window_size == 128 and m.window_layer_share == 0.5 and m.num_experts == 128 and m.moe_router_topk == 4
+    # half the layers see at most 128 keys: a 32k context reads ~half the KV of full attention
+    assert m.window_keys(32768) == pytest.approx(0.5 * 128 + 0.5 * 32768)

@@ -599,6 +599,25 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             moe_shared_expert_gate=False, moe_layer_freq=_get(d, "moe_layer_freq", default=1),
             moe_first_k_dense=_get(d, "first_k_dense_replace", default=0),
         )
+    elif mt == "gpt_oss":
+        heads = int(_get(d, "num_attention_heads"))
+        layers = int(_get(d, "num_hidden_layers"))
+        kinds = list(d.get("layer_types") or [])  # "sliding_attention" / "full_attention" per layer
+        local = sum(1 for k in kinds if "sliding" in str(k)) / len(kinds) if kinds else 0.5
+        kw.update(
+            num_layers=layers, hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
+            num_query_groups=_get(d, "num_key_value_heads", default=heads), kv_channels=_get(d, "head_dim"),
+            ffn_hidden_size=_get(d, "intermediate_size"), activation="swiglu", normalization="RMSNorm",
+            vocab_size=_get(d, "vocab_size"), max_position_embeddings=_get(d, "max_position_embeddings"),
+            seq_length=min(int(_get(d, "max_position_embeddings", default=4096)), 8192),
+            position_embedding_type="rope",
+            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+            add_bias_linear=bool(d.get("attention_bias", True)),
+            num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", "experts_per_token"),
+            moe_ffn_hidden_size=_get(d, "intermediate_size"),
+        )
+        if d.get("sliding_window") and local > 0:
+            kw.update(window_size=_get(d, "sliding_window"), window_layer_share=local)
     elif mt == "gpt2":
         h = int(_get(d, "n_embd", "hidden_size"))
         kw.update(num_layers=_get(d, "n_layer", "num_hidden_layers"), hidden_size=h,
@@ -656,7 +675,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     else:
         raise InvalidInputError(f"Hugging Face model_type {mt!r} is not supported (llama, mistral, mixtral, "
                                 "qwen2, qwen3, qwen2_moe, qwen3_moe, phi3, gemma, gemma2, gemma3, llama4, deepseek_v2, "
-                                "deepseek_v3, gpt2, gptj, mpt, falcon, bert)")
+                                "deepseek_v3, gpt_oss, gpt2, gptj, mpt, falcon, bert)")
     kw = {k: v for k, v in kw.items() if v is not None}
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in kw]
     if missing:
@@ -684,6 +703,7 @@ _ALIASES = {
     "deepseek-r1": "deepseek-v3", "deepseek-v3-0324": "deepseek-v3", "deepseek-r1-0528": "deepseek-v3",
     "llama-4-scout-17b-16e": "llama4-scout", "llama4-scout-17b-16e": "llama4-scout",
     "llama-4-maverick-17b-128e": "llama4-maverick", "llama4-maverick-17b-128e": "llama4-maverick",
+    "gptoss-120b": "gpt-oss-120b", "gptoss-20b": "gpt-oss-20b", "mixtral-8x22b-v0.1": "mixtral-8x22b",
 }
 
 
