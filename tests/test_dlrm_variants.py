@@ -238,3 +238,12 @@ def test_gpu_benchmark_runs_dcnv2_rounds_on_hugectrs_embedding_collection(catalo
     plan = bench.run_plan(one, "mlperf-dcnv2", cat)
     assert plan[max(one.tables, key=lambda t: t.pooling_factor).name].type != "table_wise"
     assert bench.run_plan(one, "mlperf", cat) == bench.hybrid_parallel_plan(one)
+
+
+def test_gpu_benchmark_puts_nvl72_trays_in_their_rack(catalog):
+    """MLPerf lists a GB200 NVL72 run as trays of 4 GPUs; they share the rack's NVLink fabric, not NICs."""
+    bench = _gpu_bench()
+    cat, key, _ = bench.node_system(catalog, "GB200", 4)
+    assert key == "GB200-NVL72" and cat.systems[key].gpus_per_node == 72
+    cat, key, _ = bench.node_system(catalog, "B200", 8)
+    assert cat.systems[key].gpus_per_node == 8  # an 8-GPU HGX node stays one

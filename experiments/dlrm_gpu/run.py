@@ -118,6 +118,11 @@ def node_system(catalog: Catalog, device: str, gpn: int) -> tuple[Catalog, str, 
     for key, s in catalog.systems.items():
         if s.device == device and s.gpus_per_node == gpn and not key.startswith(("Vidur", "XLA", "xxrjun")):
             return catalog, key, stand_in
+    # rack-scale NVLink domains (GB200 / GB300 NVL72): MLPerf counts a tray of 4 GPUs as a node, but every GPU of
+    # the rack shares one NVLink switch fabric, so the run is costed on the rack system (its NICs only between racks)
+    for key, s in catalog.systems.items():
+        if s.device == device and s.gpus_per_node > gpn and s.gpus_per_node % gpn == 0 and "NVL" in key.upper():
+            return catalog, key, stand_in
     key = f"{device}-x{gpn}-node"
     if key in catalog.systems:
         return catalog, key, stand_in
