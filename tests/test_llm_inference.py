@@ -510,6 +510,36 @@ def test_vendor_table_rows_run_on_their_gpu_and_precision_and_unmappable_rows_ar
         read_table(path)
 
 
+def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path):
+    """trtllm-bench pages (in-flight batching, max throughput) give no batch size: each row runs the largest batch
+    the KV cache holds at full length, capped at trtllm-build's max_batch_size (or the table's own column)."""
+    from hybrid.workloads.llm.kv_cache import memory_table
+    from hybrid.workloads.llm.vendor_tables import INFLIGHT_MAX_BATCH, predict_table, read_table
+
+    path = tmp_path / "ifb.csv"
+    path.write_text("trtllm_version,gpu,precision,model,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "v0.17,H100,FP8,Llama 3.1 8B,1,128,128,20000\n"
+                    "v0.17,H100,FP8,Llama 3.1 70B,2,2048,2048,2000\n")
+    t = read_table(path)
+    assert list(t["batch_size"]) == [0, 0]
+    p = predict_table(t)
+    s70 = make_setup("llama3-70b", "H100-SXM", tp=2, dtype="fp8")
+    fit70 = int(memory_table(s70.model, s70.precision, s70.device.mem_capacity, batch=np.array([1]),
+                             input_len=np.array([2048]), output_len=np.array([2048]), tp=2, pp=1,
+                             reserve_gib=s70.reserve_gib)["max_batch"].iloc[0])
+    assert 1 < fit70 < INFLIGHT_MAX_BATCH and list(p["batch_size"]) == [INFLIGHT_MAX_BATCH, fit70]
+    assert p["fits"].all() and np.isfinite(p["predicted"]).all()
+    ref = predict_many([make_setup("llama3-70b", "H100-SXM", tp=2, dtype="fp8", fused_rope=True,
+                                   allreduce="custom")], [fit70], [2048], [2048])
+    assert p["predicted"].iloc[1] == pytest.approx(ref["output_tokens_per_s_per_gpu"].iloc[0], rel=1e-9)
+    # a max_batch_size column caps it; a latency table without a batch size is batch 1
+    path.write_text("gpu,precision,model,tp,input_len,output_len,max_batch_size,output_tokens_per_s_per_gpu\n"
+                    "H100,FP8,Llama 3.1 8B,1,128,128,256,20000\n")
+    assert list(predict_table(read_table(path))["batch_size"]) == [256]
+    path.write_text("gpu,precision,model,tp,input_len,first_token_latency_ms\nH100,FP8,Llama 3.1 8B,1,128,10\n")
+    assert list(read_table(path)["batch_size"]) == [1]
+
+
 # ------------------------------------------------------------------------------------------------ MLA (DeepSeek)
 def test_mla_decode_attends_in_the_latent_and_prefill_expands_it():
     s = make_setup("deepseek-v3", "H200", tp=8, dtype="fp8")

@@ -8,7 +8,9 @@ precision (``FP16``, ``BF16``, ``FP8``: fp8 GEMMs and KV cache, ``FP4``/``NVFP4`
 (:func:`device_precision`), ``INT8``/``INT4`` weight-only). A table without those columns is A100 FP16 (the first tables' DERIVED copies). Rows whose model or
 GPU cannot be mapped are dropped and counted (``df.attrs["skipped"]``), never guessed. Static-batch rows carry
 ``batch_size, tp, input_len, output_len`` and a throughput; first-token rows ``batch_size, tp, input_len`` and a
-latency (output length 1). An optional ``pp`` column (or ``tp_size`` / ``pp_size``) gives pipeline parallelism. A
+latency (output length 1). A throughput table without ``batch_size`` (later pages: trtllm-bench, in-flight
+batching, highest throughput) runs each row at the largest batch that fits (:func:`inflight_batch`). An optional
+``pp`` column (or ``tp_size`` / ``pp_size``) gives pipeline parallelism. A
 row the library cannot deploy (heads not divisible by the TP degree, more GPUs than the system has) gets NaN
 predictions and its reason in ``skip_reason``.
 """
@@ -19,6 +21,7 @@ import os
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,7 +31,7 @@ from hybrid.errors import ImportFormatError, InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.workloads.llm.dims import resolve_model
 from hybrid.workloads.llm.inference import make_setup, predict_many
-from hybrid.workloads.llm.kv_cache import kv_heads_per_rank
+from hybrid.workloads.llm.kv_cache import kv_heads_per_rank, memory_table
 
 #: TensorRT-LLM performance-page labels -> model-library names, keyed by the label in lower case with every
 #: separator, dot and version letter ("v2", "v3.1") folded (:func:`vendor_model`). LLaMA 7B/70B are Llama-2 (the
@@ -88,6 +91,23 @@ def device_precision(args: dict[str, str | None], peak_flops: dict[str, float]) 
     return args
 
 
+#: Largest batch assumed for an in-flight-batching row without a batch size (trtllm-bench's engines are built with
+#: ``max_batch_size`` 2048 unless the table has a ``max_batch_size`` column): the row runs as many requests as fit
+#: in memory, at most this many (:func:`inflight_batch`).
+INFLIGHT_MAX_BATCH = 2048
+
+
+def inflight_batch(setup: Any, input_len: int, output_len: int, cap: int = INFLIGHT_MAX_BATCH) -> int:
+    """Requests in flight for a max-throughput row (no batch size: trtllm-bench with in-flight batching): as many
+    as the KV cache holds beside the weights at full length, at most ``cap``; at least 1. Static batching at that
+    batch stands for the in-flight steady state: the same prefill and decode work per request, every decode step
+    at the full concurrency."""
+    mem = memory_table(setup.model, setup.precision, setup.device.mem_capacity, batch=np.array([1]),
+                       input_len=np.array([input_len]), output_len=np.array([output_len]), tp=setup.tp,
+                       pp=setup.pp, reserve_gib=setup.reserve_gib)
+    return int(max(1, min(int(mem["max_batch"].iloc[0]), int(cap))))
+
+
 def trtllm_version(version: object) -> tuple[int, int] | None:
     """(major, minor) of a TensorRT-LLM version label (``v0.9.0``, ``0.12``), or None without one."""
     match = re.search(r"(\d+)\.(\d+)", str(version)) if version is not None else None
@@ -129,10 +149,14 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
         raise ImportFormatError(f"{p}: cannot read ({exc})") from None
     df = df.rename(columns={c: a for c, a in (("tp_size", "tp"), ("pp_size", "pp")) if c in df.columns
                             and a not in df.columns})
-    need = ("model", "batch_size", "tp", "input_len")
+    need = ("model", "tp", "input_len")
     missing = [c for c in need if c not in df.columns]
     if missing or len(df) == 0:
         raise ImportFormatError(f"{p}: not a published inference table (missing {missing or 'rows'})")
+    # later pages (trtllm-bench, in-flight batching) give the highest throughput without a batch size: those rows
+    # get batch 0 = "as many requests as fit" (:func:`inflight_batch`); a latency table without one is batch 1
+    if "batch_size" not in df.columns:
+        df["batch_size"] = 1 if LATENCY_COLUMN in df.columns else 0
     cat = catalog or default_catalog()
     if LATENCY_COLUMN in df.columns:
         df["kind"], df["measured"], df["output_len"] = "first_token", pd.to_numeric(df[LATENCY_COLUMN], "coerce"), 1
@@ -147,7 +171,12 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
         df["pp"] = 1
     for c in ("batch_size", "tp", "pp", "input_len", "output_len"):
         v = pd.to_numeric(df[c], errors="coerce")
-        if not (np.isfinite(v) & (v > 0) & (v == np.round(v))).all():
+        if c == "batch_size" and df["kind"].iloc[0] == "throughput":  # empty / 0: in-flight, as many as fit
+            v = v.fillna(0)
+            ok = np.isfinite(v) & (v >= 0) & (v == np.round(v))
+        else:
+            ok = np.isfinite(v) & (v > 0) & (v == np.round(v))
+        if not ok.all():
             raise ImportFormatError(f"{p}: column {c} must hold positive integers")
         df[c] = v.astype(np.int64)
     df["model_name"] = df["model"].map(vendor_model)
@@ -211,12 +240,19 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
             setups.append(None)
             reasons.append(f"cannot deploy: {exc}")
     ok = np.array([st is not None for st in setups])
+    batch = df["batch_size"].to_numpy(dtype=np.int64).copy()
+    caps = (pd.to_numeric(df["max_batch_size"], errors="coerce").fillna(INFLIGHT_MAX_BATCH).to_numpy()
+            if "max_batch_size" in df.columns else np.full(len(df), INFLIGHT_MAX_BATCH))
+    for i in np.flatnonzero(ok & (batch == 0)):
+        batch[i] = inflight_batch(setups[i], int(df["input_len"].iloc[i]), int(df["output_len"].iloc[i]),
+                                  int(caps[i]))
     out = df.copy()
+    out["batch_size"] = batch
     for c in ("predicted", "roofline"):
         out[c] = np.nan
     out["fits"], out["max_batch"] = False, 0
     if ok.any():
-        res = predict_many([st for st in setups if st is not None], df["batch_size"].to_numpy()[ok],
+        res = predict_many([st for st in setups if st is not None], batch[ok],
                            df["input_len"].to_numpy()[ok], df["output_len"].to_numpy()[ok], cost_model,
                            decode_points=decode_points)
         thr = (df["kind"] == "throughput").to_numpy()[ok]
