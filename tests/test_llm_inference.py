@@ -536,7 +536,7 @@ def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path
     path.write_text("gpu,precision,model,tp,input_len,output_len,max_batch_size,output_tokens_per_s_per_gpu\n"
                     "H100,FP8,Llama 3.1 8B,1,128,128,256,20000\n")
     assert list(predict_table(read_table(path))["batch_size"]) == [256]
-    path.write_text("gpu,precision,model,tp,input_len,first_token_latency_ms\nH100,FP8,Llama 3.1 8B,1,128,10\n")
+    path.write_text("gpu,precision,model,tp_size,isl,first_token_latency_ms\nH100,FP8,Llama 3.1 8B,1,128,10\n")
     assert list(read_table(path)["batch_size"]) == [1]
 
 

@@ -50,6 +50,9 @@ VENDOR_MODELS = {"GPT-J 6B": "gptj-6b", "Mistral 7B": "mistral-7b", "Mixtral 8x7
                  "LLaMA 7B": "llama2-7b", "LLaMA 70B": "llama2-70b", "Falcon 180B": "falcon-180b",
                  "LLaMA 2 7B": "llama2-7b", "LLaMA 2 70B": "llama2-70b", "LLaMA 3 8B": "llama3-8b",
                  "LLaMA 3 70B": "llama3-70b"}
+#: Other spellings of the columns (trtllm-bench's ISL / OSL, TP / PP sizes), renamed on reading.
+COLUMN_ALIASES = (("tp_size", "tp"), ("pp_size", "pp"), ("isl", "input_len"), ("osl", "output_len"),
+                  ("input_length", "input_len"), ("output_length", "output_len"), ("batch", "batch_size"))
 #: Measured-value column per table kind.
 THROUGHPUT_COLUMNS = ("output_tokens_per_s_per_gpu", "throughput_out_tok_per_s")
 LATENCY_COLUMN = "first_token_latency_ms"
@@ -147,8 +150,7 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
         df = pd.read_csv(p, comment="#")
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ImportFormatError(f"{p}: cannot read ({exc})") from None
-    df = df.rename(columns={c: a for c, a in (("tp_size", "tp"), ("pp_size", "pp")) if c in df.columns
-                            and a not in df.columns})
+    df = df.rename(columns={c: a for c, a in COLUMN_ALIASES if c in df.columns and a not in df.columns})
     need = ("model", "tp", "input_len")
     missing = [c for c in need if c not in df.columns]
     if missing or len(df) == 0:
