@@ -538,6 +538,14 @@ def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path
     assert list(predict_table(read_table(path))["batch_size"]) == [256]
     path.write_text("gpu,precision,model,tp_size,isl,first_token_latency_ms\nH100,FP8,Llama 3.1 8B,1,128,10\n")
     assert list(read_table(path)["batch_size"]) == [1]
+    # an expert-parallel column reaches the deployment (here EP 8 inside TP 8), and a bad one skips its row
+    path.write_text("gpu,precision,model,batch_size,tp,ep_size,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "H200,FP8,Qwen3-235B-A22B,64,8,8,1024,1024,1000\n"
+                    "H200,FP8,Qwen3-235B-A22B,64,8,1,1024,1024,1000\n"
+                    "H200,FP8,Qwen3-235B-A22B,64,4,8,1024,1024,1000\n")
+    t = predict_table(read_table(path))
+    assert list(t["ep"]) == [8, 1, 8] and t["predicted"].iloc[0] != t["predicted"].iloc[1]
+    assert "must divide tp" in t["skip_reason"].iloc[2] and np.isnan(t["predicted"].iloc[2])
 
 
 # ------------------------------------------------------------------------------------------------ MLA (DeepSeek)
@@ -622,3 +630,35 @@ def test_vendor_table_pipeline_column_multi_node_tp_and_rows_that_cannot_deploy(
     r = predict_static(make_setup("llama3-405b", "H100", tp=16, dtype="fp8"), 64, 128, 4)
     ar = r.ops[r.ops["name"] == "tp_all_reduce"]
     assert (ar["n_ranks"] == 16).all() and (ar["n_nodes"] == 2).all()
+
+
+# ------------------------------------------------------------------------------------------------ expert parallelism
+def test_expert_parallelism_inside_tp_moves_expert_shapes_not_memory_or_collectives():
+    """TensorRT-LLM-style MoE parallelism (moe_ep x moe_tp = tp): whole experts on fewer ranks, same weights per GPU,
+    no all-to-all (every rank has the tokens); a small decode step waits for the rank whose experts got most hits."""
+    from hybrid.workloads.llm.layer_ops import busiest_rank_experts
+
+    tp_only = make_setup("qwen3-235b-a22b", "H200", tp=8, dtype="fp8")
+    ep8 = make_setup("qwen3-235b-a22b", "H200", tp=8, ep=8, dtype="fp8")
+    big = [predict_static(s, 256, 1024, 64) for s in (tp_only, ep8)]
+    assert big[0].memory.to_dict()["weights_gib"] == big[1].memory.to_dict()["weights_gib"]
+    ops = [r.ops[(r.ops["phase"] == "prefill") & (r.ops["name"] == "mlp_up_proj")].iloc[0] for r in big]
+    assert (int(ops[0]["b"]), int(ops[0]["n"])) == (128, 2 * 1536 // 8)  # all 128 experts, an eighth of each
+    assert (int(ops[1]["b"]), int(ops[1]["n"])) == (16, 2 * 1536)  # 16 whole experts
+    assert ops[0]["b"] * ops[0]["m"] == pytest.approx(ops[1]["b"] * ops[1]["m"] * 8, rel=0.01)  # same routed rows
+    assert not any("all_to_all" in str(op) for op in big[1].ops["op"])
+    assert set(big[1].ops.loc[big[1].ops["category"] == "comm", "name"]) == \
+        set(big[0].ops.loc[big[0].ops["category"] == "comm", "name"])
+    # decode of one request: 8 of 128 experts hit; spread over 8 ranks the busiest holds ~3, so EP is slower
+    one = [predict_static(s, 1, 1024, 64) for s in (tp_only, ep8)]
+    assert one[1].tpot_ms > one[0].tpot_ms
+    assert busiest_rank_experts(np.array([8.0, 128.0]), 128, 8).tolist() == [3.0, 16.0]
+    assert busiest_rank_experts(np.array([8.0]), 128, 1).tolist() == [8.0]
+    with pytest.raises(InvalidInputError, match="mixture-of-experts"):
+        make_setup("llama3-70b", "H200", tp=8, ep=8, dtype="fp8")
+    with pytest.raises(InvalidInputError, match="must divide tp"):
+        make_setup("qwen3-235b-a22b", "H200", tp=4, ep=8, dtype="fp8")
+    from dataclasses import replace
+
+    with pytest.raises(InvalidInputError, match="must divide the 8 experts"):
+        replace(make_setup("mixtral-8x22b", "H200", tp=4, dtype="fp8"), tp=6, ep=3)

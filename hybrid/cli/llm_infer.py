@@ -29,6 +29,9 @@ def _deploy_options(fn):
         click.option("--system", "-s", default=None, help="Catalog system (TP collectives run on its fabric)."),
         click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--ep", type=int, default=1, show_default=True,
+                     help="Expert parallelism of an MoE model inside the TP group (experts spread over ep of the TP "
+                          "ranks, each split tp/ep ways; TensorRT-LLM's moe_ep_size)."),
         click.option("--dtype", default="fp16", show_default=True,
                      help="Compute dtype fp16/bf16/fp8/fp4 (fp4: W4A4 on FP4 tensor cores), or weight-only "
                           "shorthand w8a16 / w4a16."),
@@ -53,12 +56,13 @@ def _deploy_options(fn):
 
 
 def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
-           weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, catalog: Any):
+           weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float,
+           catalog: Any, ep: int = 1):
     from hybrid.workloads.llm.inference import make_setup
 
     return make_setup(model_name, device, system, dtype=dtype, weights=weights, kv_dtype=kv_dtype, tp=tp, pp=pp,
                       reserve_gib=reserve_gib, attention_kernel=attention_kernel, allreduce=allreduce,
-                      catalog=catalog)
+                      catalog=catalog, ep=ep)
 
 
 def _positive(**values: int) -> None:
@@ -75,7 +79,7 @@ def _positive(**values: int) -> None:
 @click.option("--ops", "show_ops", is_flag=True, help="Also print the per-op table (compute- or memory-bound).")
 @click.option("--roofline-plot", type=click.Path(dir_okay=False), default=None,
               help="Write a roofline plot (PNG) of the prefill and decode ops.")
-def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str, weights: str | None,
+def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int, dtype: str, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, batch: int, input_len: int, output_len: int, show_ops: bool,
           roofline_plot: str | None) -> None:
@@ -84,7 +88,8 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 
     _positive(batch=batch, input=input_len, output=output_len)
     cost, cat = _predictor(model_ref, tracking_uri)
-    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat)
+    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
+               ep=ep)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
     if not res.memory.fits and not as_json:  # refused; --json still reports the prediction with fits: false
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
@@ -132,7 +137,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 @click.option("--input", "input_len", type=int, default=None, help="Prompt tokens (with --output: one context).")
 @click.option("--output", "output_len", type=int, default=None, help="Generated tokens.")
 @click.option("--batch", "-b", type=int, default=None, help="Batch for the longest-context question.")
-def capacity(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
+def capacity(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int, dtype: str,
              weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float,
              model_ref: str | None, tracking_uri: str | None, as_json: bool, input_len: int | None,
              output_len: int | None, batch: int | None) -> None:
@@ -146,7 +151,8 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
     )
 
     _, cat = _predictor(model_ref, tracking_uri)
-    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat)
+    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
+               ep=ep)
     if (input_len is None) != (output_len is None):
         raise InvalidInputError("give both --input and --output (or neither)")
     contexts = [(input_len, output_len)] if input_len else [(c // 2, c - c // 2) for c in
@@ -202,7 +208,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 @click.option("--compare", default=None,
               help="Comma-separated systems to rank by the SLO-meeting rate per GPU (which serves the target most "
                    "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200.")
-def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str, weights: str | None,
+def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int, dtype: str, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
           arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
@@ -225,7 +231,8 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if not 0 < slo_percentile <= 100:
         raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
     cost, cat = _predictor(model_ref, tracking_uri)
-    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat)
+    s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
+               ep=ep)
     r_s = parse_rate(rate)
     idist, odist = parse_dist(input_dist), parse_dist(output_dist)
     sched = SchedulerConfig(max_batched_tokens, max_seqs)
@@ -256,7 +263,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         for name in [c.strip() for c in compare.split(",") if c.strip()]:
             try:
                 other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
-                               allreduce, reserve_gib, cat)
+                               allreduce, reserve_gib, cat, ep=ep)
                 r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
                                      trace=trace if trace_file else None, progress=True)
                 ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,

@@ -105,12 +105,27 @@ class InferenceSetup:
     allreduce: str = "nccl"
     #: the catalog the device came from (devices added by the user, or what-if variants, are costed from it)
     catalog: Catalog | None = field(default=None, compare=False, repr=False)
+    #: expert parallelism of an MoE model inside the TP group (TensorRT-LLM's / vLLM's ``moe_ep_size``; the experts'
+    #: own TP is ``tp / ep``): each rank holds ``num_experts / ep`` whole-width-``tp / ep`` experts and all tokens, so
+    #: the weights per GPU and the collectives are those of TP; the expert GEMMs are fewer and wider
+    ep: int = 1
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
             raise InvalidInputError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         if self.allreduce not in ALLREDUCE_KINDS:
             raise InvalidInputError(f"allreduce must be one of {ALLREDUCE_KINDS}, got {self.allreduce!r}")
+        if not isinstance(self.ep, int) or self.ep < 1:
+            raise InvalidInputError(f"ep must be a positive integer, got {self.ep!r}")
+        if self.ep > 1:
+            if not self.model.is_moe:
+                raise InvalidInputError(f"ep = {self.ep} needs a mixture-of-experts model; {self.model.name} has none")
+            if self.tp % self.ep:
+                raise InvalidInputError(f"ep = {self.ep} must divide tp = {self.tp} (experts are spread over the TP "
+                                        "ranks, tp / ep ways each)")
+            if int(self.model.num_experts) % self.ep:  # type: ignore[arg-type]
+                raise InvalidInputError(f"ep = {self.ep} must divide the {self.model.num_experts} experts of "
+                                        f"{self.model.name}")
 
     @property
     def gpus(self) -> int:
@@ -124,7 +139,8 @@ class InferenceSetup:
 def make_setup(model: str | TransformerConfig | Any, device: str | None = None, system: str | None = None, *,
                dtype: str = "fp16", weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
                pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB, attention_kernel: str = "grouped",
-               fused_rope: bool = False, allreduce: str = "nccl", catalog: Catalog | None = None) -> InferenceSetup:
+               fused_rope: bool = False, allreduce: str = "nccl", catalog: Catalog | None = None,
+               ep: int = 1) -> InferenceSetup:
     """Resolve names into an :class:`InferenceSetup` (``system`` defaults to the catalog system of ``device``,
     else a generic node of it); checks TP/PP against the model and the dtype against the device."""
     cat = catalog or default_catalog()
@@ -147,7 +163,8 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
     if tp * pp > sys_obj.gpus_per_node * sys_obj.max_nodes:
         raise InvalidInputError(f"tp x pp = {tp * pp} GPUs exceeds system {sys_obj.key}")
     # tensor parallelism may span nodes (its all-reduces then cross the NICs: costed with n_nodes > 1)
-    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, fused_rope, allreduce, cat)
+    return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, fused_rope, allreduce, cat,
+                          ep)
 
 
 # ------------------------------------------------------------------------------------------------ op tables
@@ -254,7 +271,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
                  "l2_bytes": l2_bytes}
     forward_layer_ops(m, emit, tokens=T, tp=tp, gemm_dtype=cdt, act_dtype=adt, act_bytes=ab, attention=attention,
                       tp_nodes=max(1, math.ceil(tp / s.system.gpus_per_node)), system=s.system.key,
-                      fused_rope=s.fused_rope, dense_count=1.0 - moe_share, moe_count=moe_share, mla_absorb=absorb)
+                      fused_rope=s.fused_rope, dense_count=1.0 - moe_share, moe_count=moe_share, mla_absorb=absorb,
+                      ep=s.ep, ep_within_tp=True)
     # ---- once per pass on the bottleneck stage (pp = 1: both ends)
     elem("embedding", "elementwise", T * h, "copy", 1.0)
     if m.position_embedding_type == "learned_absolute":  # GPT-2/MPT-style learned positions added to the input
@@ -401,7 +419,7 @@ class InferenceResult:
     def to_dict(self) -> dict[str, Any]:
         s = self.setup
         return {
-            "model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": s.tp, "pp": s.pp,
+            "model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": s.tp, "pp": s.pp, "ep": s.ep,
             "gpus": s.gpus, "precision": s.precision.label, "batch": self.batch, "input_len": self.input_len,
             "output_len": self.output_len, "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms,
             "latency_ms": self.latency_ms, "output_tokens_per_s": self.output_tokens_per_s,
@@ -489,7 +507,7 @@ def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stag
 
 def _setup_key(s: InferenceSetup) -> tuple:
     return (s.model, s.device.key, s.system.key, s.precision, s.tp, s.pp, s.attention_kernel, s.fused_rope,
-            s.allreduce)
+            s.allreduce, s.ep)
 
 
 @dataclass

@@ -69,6 +69,20 @@ def moe_routing(tokens: np.ndarray, experts: int, topk: int, ep: np.ndarray | in
     return local, per
 
 
+def busiest_rank_experts(hit: np.ndarray, experts: int, ep: np.ndarray | int) -> np.ndarray:
+    """Hit experts on the busiest of ``ep`` ranks holding ``experts / ep`` experts each, when ``hit`` of the
+    ``experts`` are hit at random (uniform routing): a rank's count is hypergeometric (mean ``hit / ep``); the
+    step waits for the busiest rank, taken as mean + sd x sqrt(2 ln ep) (the Gaussian extreme of ``ep`` draws),
+    between the mean and ``min(experts / ep, hit)``. All experts hit: exactly ``experts / ep`` everywhere."""
+    H = np.asarray(hit, dtype=np.float64)
+    n = np.asarray(ep, dtype=np.float64) * np.ones_like(H)
+    E = float(experts)
+    mean = H / n
+    var = H * (1.0 / n) * (1.0 - 1.0 / n) * np.maximum(E - H, 0.0) / max(E - 1.0, 1.0)
+    top = mean + np.sqrt(var) * np.sqrt(2.0 * np.log(np.maximum(n, 1.0)))
+    return np.clip(np.ceil(top - 1e-9), np.maximum(np.ceil(mean - 1e-9), 1.0), np.minimum(E / n, H))
+
+
 def activation_variant(model: TransformerConfig) -> str:
     """The MLP activation kernel's elementwise variant."""
     return "swiglu" if model.gated else ("relu" if model.activation == "relu" else "gelu")
@@ -80,11 +94,14 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
                       sp: np.ndarray | bool = False, tp_nodes: np.ndarray | int = 1, ep_nodes: np.ndarray | int = 1,
                       system: str = "", dropout: bool = False, fused_rope: bool = False,
                       dense_count: float = 1.0, moe_count: float = 0.0,
-                      mla_absorb: np.ndarray | bool = False) -> None:
+                      mla_absorb: np.ndarray | bool = False, ep_within_tp: bool = False) -> None:
     """Emit one layer's forward ops for every scenario (see the module docstring). ``tokens``: tokens through the
     layer's GEMMs on one rank; ``attention``: the attention row's columns (``count`` among them) or ``None``;
     ``dense_count`` / ``moe_count``: the share of dense and MoE MLP layers (training averages interleaved layers;
-    inference has one kind)."""
+    inference has one kind). ``ep_within_tp`` (inference engines' MoE parallelism, TensorRT-LLM's ``moe_ep_size``
+    x ``moe_tp_size`` = TP): the ``ep`` expert-parallel ranks are the TP ranks themselves, each holding whole
+    experts split ``tp / ep`` ways and the same tokens, so no all-to-all (the MoE output joins the TP all-reduce)
+    and only the rank's experts that its ``tokens`` hit are computed."""
     T = np.asarray(tokens)
     Tn = T if norm_tokens is None else np.asarray(norm_tokens)
     t = np.asarray(tp)
@@ -159,13 +176,22 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
     if moe_count > 0 and model.is_moe:
         E, k = int(model.num_experts), int(model.moe_router_topk)  # type: ignore[arg-type]
         fm = int(model.moe_ffn_hidden_size)  # type: ignore[arg-type]
-        local, per = moe_routing(T, E, k, ep)
+        if ep_within_tp:  # every rank sees all T tokens; its E / ep experts are split tp / ep ways
+            et = np.maximum(t // np.asarray(ep), 1)
+            hit, _ = moe_routing(T, E, k, 1)
+            local = busiest_rank_experts(hit, E, ep)
+            per = np.maximum(np.floor(T * k / hit), 1.0)
+            routed = local * per  # routed token rows the busiest rank's experts take
+        else:
+            et = t
+            local, per = moe_routing(T, E, k, ep)
+            routed = T * k
         linear("moe_router", "moe", T, E, h, moe_count)
         ew("moe_permute", "moe", "copy", T * k * h, 2 * moe_count)  # permute and unpermute
-        emit("compute", "mlp_up_proj", "moe", moe_count, "gemm", "experts", b=local, m=per, n=up_mult * fm // t,
+        emit("compute", "mlp_up_proj", "moe", moe_count, "gemm", "experts", b=local, m=per, n=up_mult * fm // et,
              k=h, dtype=gd)
-        ew("mlp_act", "moe", act, T * k * fm // t, moe_count)
-        emit("compute", "mlp_down_proj", "moe", moe_count, "gemm", "experts", b=local, m=per, n=h, k=fm // t,
+        ew("mlp_act", "moe", act, routed * fm // et, moe_count)
+        emit("compute", "mlp_down_proj", "moe", moe_count, "gemm", "experts", b=local, m=per, n=h, k=fm // et,
              dtype=gd)
         fs = model.moe_shared_expert_intermediate_size
         if fs:  # an always-active dense expert beside the routed ones
@@ -173,7 +199,7 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
             ew("shared_expert_act", "moe", act, T * fs // t, moe_count)
             linear("shared_expert_down_proj", "moe", T, h, fs // t, moe_count)
         ep_ = np.asarray(ep) * one
-        if (ep_ > 1).any():
+        if (ep_ > 1).any() and not ep_within_tp:
             emit("ep", "ep_all_to_all", "comm", 2 * moe_count * (ep_ > 1), "all_to_all", "same",
                  size_bytes=(T * k * h * act_bytes).astype(np.float64), n_ranks=ep_, n_nodes=ep_nodes, dtype=ad,
                  system=system)

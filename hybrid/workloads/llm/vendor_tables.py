@@ -9,8 +9,9 @@ precision (``FP16``, ``BF16``, ``FP8``: fp8 GEMMs and KV cache, ``FP4``/``NVFP4`
 GPU cannot be mapped are dropped and counted (``df.attrs["skipped"]``), never guessed. Static-batch rows carry
 ``batch_size, tp, input_len, output_len`` and a throughput; first-token rows ``batch_size, tp, input_len`` and a
 latency (output length 1). A throughput table without ``batch_size`` (later pages: trtllm-bench, in-flight
-batching, highest throughput) runs each row at the largest batch that fits (:func:`inflight_batch`). An optional
-``pp`` column (or ``tp_size`` / ``pp_size``) gives pipeline parallelism. A
+batching, highest throughput) runs each row at the largest batch that fits (:func:`inflight_batch`). Optional
+columns ``pp`` (or ``pp_size``: pipeline parallelism) and ``ep`` (``ep_size``, ``moe_ep_size``: expert
+parallelism inside the TP group; ``tp_size`` is read as ``tp``). A
 row the library cannot deploy (heads not divisible by the TP degree, more GPUs than the system has) gets NaN
 predictions and its reason in ``skip_reason``.
 """
@@ -51,7 +52,8 @@ VENDOR_MODELS = {"GPT-J 6B": "gptj-6b", "Mistral 7B": "mistral-7b", "Mixtral 8x7
                  "LLaMA 2 7B": "llama2-7b", "LLaMA 2 70B": "llama2-70b", "LLaMA 3 8B": "llama3-8b",
                  "LLaMA 3 70B": "llama3-70b"}
 #: Other spellings of the columns (trtllm-bench's ISL / OSL, TP / PP sizes), renamed on reading.
-COLUMN_ALIASES = (("tp_size", "tp"), ("pp_size", "pp"), ("isl", "input_len"), ("osl", "output_len"),
+COLUMN_ALIASES = (("tp_size", "tp"), ("pp_size", "pp"), ("ep_size", "ep"), ("moe_ep_size", "ep"),
+                  ("isl", "input_len"), ("osl", "output_len"),
                   ("input_length", "input_len"), ("output_length", "output_len"), ("batch", "batch_size"))
 #: Measured-value column per table kind.
 THROUGHPUT_COLUMNS = ("output_tokens_per_s_per_gpu", "throughput_out_tok_per_s")
@@ -169,9 +171,10 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
         df["kind"], df["measured"] = "throughput", pd.to_numeric(df[col], errors="coerce")
     if not (np.isfinite(df["measured"]) & (df["measured"] > 0)).all():
         raise ImportFormatError(f"{p}: measured values must be positive numbers")
-    if "pp" not in df.columns:
-        df["pp"] = 1
-    for c in ("batch_size", "tp", "pp", "input_len", "output_len"):
+    for c in ("pp", "ep"):
+        if c not in df.columns:
+            df[c] = 1
+    for c in ("batch_size", "tp", "pp", "ep", "input_len", "output_len"):
         v = pd.to_numeric(df[c], errors="coerce")
         if c == "batch_size" and df["kind"].iloc[0] == "throughput":  # empty / 0: in-flight, as many as fit
             v = v.fillna(0)
@@ -230,12 +233,13 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     precs = list(df["precision_args"]) if "precision_args" in df.columns else [{"dtype": "fp16"}] * len(df)
     reducers = [allreduce or trtllm_allreduce(v) for v in versions]
     pps = df["pp"].to_numpy() if "pp" in df.columns else np.ones(len(df), dtype=np.int64)
+    eps = df["ep"].to_numpy() if "ep" in df.columns else np.ones(len(df), dtype=np.int64)
     setups, reasons = [], []
-    for m, d, tp, pp, pa, k, ar in zip(df["model_name"], devices, df["tp"], pps, precs, kernels, reducers,
-                                       strict=True):
+    for m, d, tp, pp, ep, pa, k, ar in zip(df["model_name"], devices, df["tp"], pps, eps, precs, kernels, reducers,
+                                           strict=True):
         pa = device_precision(pa, cat.devices[d].peak_flops)
         try:  # a row the library cannot deploy (heads not divisible, too many GPUs...) is skipped, not fatal
-            setups.append(make_setup(m, d, system if d == sys_dev else None, tp=int(tp), pp=int(pp),
+            setups.append(make_setup(m, d, system if d == sys_dev else None, tp=int(tp), pp=int(pp), ep=int(ep),
                                      attention_kernel=k, fused_rope=fused_rope, allreduce=ar, **pa))
             reasons.append("")
         except InvalidInputError as exc:
