@@ -181,7 +181,7 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
             hit, _ = moe_routing(T, E, k, 1)
             local = busiest_rank_experts(hit, E, ep)
             per = np.maximum(np.floor(T * k / hit), 1.0)
-            routed = local * per  # routed token rows the busiest rank's experts take
+            routed = local * T * k / hit  # routed token rows the busiest rank's experts take (T k with ep = 1)
         else:
             et = t
             local, per = moe_routing(T, E, k, ep)
