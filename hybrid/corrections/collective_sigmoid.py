@@ -45,7 +45,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import OptimizeWarning, curve_fit, least_squares
 
 from hybrid.corrections.base import Correction, family_mask, read_json, write_json
 from hybrid.corrections.collective_transfer import CollectiveTransfer
@@ -167,6 +166,9 @@ def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, la
     lo, hi = prior - 8.0, prior + 8.0
     lo[6], hi[6] = np.log(W_BOUNDS[0]), np.log(W_BOUNDS[1])
     start = np.clip(prior, lo + 1e-6, hi - 1e-6)
+    # fitting only: predicting a saved model does not import SciPy
+    from scipy.optimize import least_squares
+
     sol = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=LAYOUT_LOSS_SCALE)
     err = layout_log_time(sol.x, terms, size) - log_t
     return sol.x, float(np.sqrt(np.mean(err**2)))
@@ -332,6 +334,8 @@ class CollectiveSigmoid(Correction):
 
     @staticmethod
     def _fit_one(system: str, op: str, algo: str, ranks: int, nodes: int, size: np.ndarray, time_s: np.ndarray) -> SigmoidFit | str:
+        from scipy.optimize import OptimizeWarning, curve_fit
+
         if len(size) < MIN_SIZES:
             return f"only {len(size)} message sizes (need {MIN_SIZES})"
         factor = float(_effective_factor(np.array([op]), np.array([ranks]))[0])

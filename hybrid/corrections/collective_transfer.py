@@ -50,7 +50,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from hybrid.hardware.catalog import Catalog
 from hybrid.hardware.device import System
@@ -333,6 +332,9 @@ class CollectiveTransfer:
         lo = np.concatenate([lo, np.full(2 * n_sys, -4.0)])
         hi = np.concatenate([hi, np.full(2 * n_sys, 4.0)])
         start = np.clip(centre, lo + 1e-6, hi - 1e-6)
+        # fitting only: predicting a saved model does not import SciPy
+        from scipy.optimize import least_squares
+
         sol = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, max_nfev=400)
         base, eff = split(sol.x)
         err = transfer_log_time(base, terms, size, feats, opc, peers, eff) - log_t

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import nnls
 
 from hybrid.corrections.base import read_json, write_json
 from hybrid.corrections.features import dense_gradient, table_pass_us
@@ -231,6 +230,8 @@ class EmbeddingXGB(XGBCorrection):
             if m.sum() < 2 * len(COST_TERMS):
                 continue  # too few rows to pin the terms: the group keeps the roofline reference
             w = 1.0 / y[m]
+            from scipy.optimize import nnls
+
             coef, _ = nnls(terms[m] * w[:, None], y[m] * w)
             out[str(g)] = [float(c) for c in coef]
         return out
