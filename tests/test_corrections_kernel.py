@@ -68,10 +68,20 @@ def test_deterministic_vectorised_and_round_trips(neusight, catalog, tmp_path):
     b = HybridPredictor(catalog, [GemmXGB(_small()), PointwiseXGB(_small())], seed=3).fit(sub)
     np.testing.assert_array_equal(a.predict_time(sub), b.predict_time(sub))
     a.save(tmp_path / "model")
-    assert (tmp_path / "model" / "kernel-xgb-gemm" / "model.json").is_file()
+    assert (tmp_path / "model" / "kernel-xgb-gemm" / "model.ubj").is_file()
     assert not list(tmp_path.rglob("*.pkl"))
     loaded = HybridPredictor.load(tmp_path / "model", catalog=catalog)
     np.testing.assert_array_equal(loaded.predict_time(sub), a.predict_time(sub))
+    # a model saved before the binary format (XGBoost JSON boosters) loads to the same predictions
+    import xgboost as xgb
+
+    for ubj in (tmp_path / "model").rglob("*.ubj"):
+        booster = xgb.Booster()
+        booster.load_model(str(ubj))
+        booster.save_model(str(ubj.with_suffix(".json")))
+        ubj.unlink()
+    legacy = HybridPredictor.load(tmp_path / "model", catalog=catalog)
+    np.testing.assert_array_equal(legacy.predict_time(sub), a.predict_time(sub))
     # one call over a large table: vectorised (well under a millisecond per 100 rows)
     big = sub[sub["op"].isin(["bmm", "linear"])].sample(50_000, replace=True, random_state=0)
     t0 = time.perf_counter()

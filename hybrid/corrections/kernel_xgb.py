@@ -103,6 +103,17 @@ def _booster_predict(booster: xgb.Booster, x: pd.DataFrame) -> np.ndarray:
     return _booster_array_predict(booster, np.ascontiguousarray(x.to_numpy(dtype=np.float32)))
 
 
+def _booster_file(directory: Path, stem: str) -> Path:
+    """A saved booster: ``STEM.ubj`` (binary, written since 2026-11-25), else ``STEM.json`` (older saves)."""
+    ubj = Path(directory) / f"{stem}.ubj"
+    if ubj.is_file():
+        return ubj
+    legacy = Path(directory) / f"{stem}.json"
+    if legacy.is_file():
+        return legacy
+    raise InvalidInputError(f"{directory}: no saved booster {stem}.ubj (or {stem}.json)")
+
+
 def _booster_array_predict(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:
     """Booster output for a float32 feature block (columns in the booster's feature order)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
@@ -309,7 +320,8 @@ class XGBCorrection(Correction):
         self._check_fitted()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.booster.save_model(str(directory / "model.json"))  # type: ignore[union-attr]
+        # Universal Binary JSON: the same model as XGBoost's JSON, loaded ~10x faster (every ``--model`` call pays it)
+        self.booster.save_model(str(directory / "model.ubj"))  # type: ignore[union-attr]
         meta: dict[str, Any] = {
             "class": type(self).__name__, "kind": self.kind, "name": self.name,
             "families": list(self.families), "use_device_features": self.use_device_features,
@@ -317,7 +329,7 @@ class XGBCorrection(Correction):
             "params": asdict(self.params), "summary": asdict(self.summary), "transfer": False,
         }
         if self.transfer_booster is not None:
-            self.transfer_booster.save_model(str(directory / "transfer.json"))
+            self.transfer_booster.save_model(str(directory / "transfer.ubj"))
             meta.update({"transfer": True, "transfer_feature_names": self.transfer_feature_names})
         write_json(directory / "params.json", meta)
 
@@ -336,10 +348,10 @@ class XGBCorrection(Correction):
             raise InvalidInputError(f"{directory}: saved feature names (feature version {version}) differ from this "
                                     f"hybrid's ({len(meta['feature_names'])} vs {len(obj.feature_names)}); refit the model")
         obj.booster = xgb.Booster()
-        obj.booster.load_model(str(directory / "model.json"))
+        obj.booster.load_model(str(_booster_file(directory, "model")))
         if obj.transfer:
             obj.transfer_booster = xgb.Booster()
-            obj.transfer_booster.load_model(str(directory / "transfer.json"))
+            obj.transfer_booster.load_model(str(_booster_file(directory, "transfer")))
         obj.summary = _TrainingSummary(**meta["summary"])
         obj._fitted = True
         return obj
