@@ -106,7 +106,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if as_json:
         echo_json(out)
     else:
-        rows = [(k, out[k]) for k in ("model", "device", "system", "tp", "pp", "precision", "batch", "input_len",
+        rows = [(k, out[k]) for k in ("model", "device", "system", "tp", "pp", "ep", "precision", "batch", "input_len",
                                       "output_len", "ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s",
                                       "output_tokens_per_s_per_gpu", "roofline_latency_ms", "method", "max_batch",
                                       "fits")]
@@ -167,7 +167,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
             reason += f"; beyond the model's {s.model.max_position_embeddings} positions"
         rows.append({"context": i + o, "input_len": i, "output_len": o, "max_batch": plan.max_batch,
                      "fits": plan.max_batch >= 1, "reason": reason})
-    out = {"model": s.model.name, "device": s.device.key, "tp": tp, "pp": pp, "precision": s.precision.label,
+    out = {"model": s.model.name, "device": s.device.key, "tp": tp, "pp": pp, "ep": ep, "precision": s.precision.label,
            "capacity_gib": s.device.mem_capacity / GIB,
            "weights_gib_per_gpu": weight_bytes_per_gpu(s.model, s.precision, tp, pp) / GIB,
            "kv_bytes_per_token_per_gpu": kv_bytes_per_token(s.model, s.precision, tp, pp),
@@ -241,7 +241,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                             int((trace.input_len + trace.output_len).max()), cost)
     res = simulate(s, trace, cost, sched, costs)
     out: dict[str, Any] = {"model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": tp,
-                           "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
+                           "ep": ep, "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
                            **res.to_dict()}
     if trace_file:
         out.update(trace=trace_file, input_dist=None, output_dist=None)
