@@ -546,6 +546,13 @@ def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path
     t = predict_table(read_table(path))
     assert list(t["ep"]) == [8, 1, 8] and t["predicted"].iloc[0] != t["predicted"].iloc[1]
     assert "must divide tp" in t["skip_reason"].iloc[2] and np.isnan(t["predicted"].iloc[2])
+    # attention data parallelism as a flag column (TensorRT-LLM's enable_attention_dp)
+    path.write_text("gpu,precision,model,batch_size,tp,ep,enable_attention_dp,input_len,output_len,"
+                    "output_tokens_per_s_per_gpu\n"
+                    "H200,FP8,DeepSeek-R1,512,8,8,true,1024,1024,1000\n"
+                    "H200,FP8,DeepSeek-R1,512,8,8,false,1024,1024,1000\n")
+    t = predict_table(read_table(path))
+    assert t["skip_reason"].tolist() == ["", ""] and t["predicted"].iloc[0] > t["predicted"].iloc[1]
 
 
 # ------------------------------------------------------------------------------------------------ MLA (DeepSeek)
@@ -662,3 +669,42 @@ def test_expert_parallelism_inside_tp_moves_expert_shapes_not_memory_or_collecti
 
     with pytest.raises(InvalidInputError, match="must divide the 8 experts"):
         replace(make_setup("mixtral-8x22b", "H200", tp=4, dtype="fp8"), tp=6, ep=3)
+
+
+def test_attention_data_parallelism_splits_requests_not_heads():
+    """Attention DP (TensorRT-LLM's enable_attention_dp): each of the 8 ranks runs its eighth of the requests with
+    every head and the whole dense weights; experts spread over the ranks, tokens sent by all-to-all. MLA's latent
+    cache is no longer replicated per TP rank, so 8x the requests fit and large-batch decode reads less KV."""
+    from hybrid.workloads.llm.kv_cache import kv_bytes_per_token, routed_expert_params, weight_bytes_per_gpu
+
+    tp8 = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8")
+    adp = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    m, p = adp.model, adp.precision
+    # weights: only the routed experts are split; everything else whole on every rank
+    diff = weight_bytes_per_gpu(m, p, 8, 1, attention_dp=True) - weight_bytes_per_gpu(m, p, 8, 1)
+    assert diff > 0
+    experts_total = routed_expert_params(m) * m.num_layers * p.weight_bytes
+    assert weight_bytes_per_gpu(m, p, 8, 1, attention_dp=True) > experts_total / 8
+    assert kv_bytes_per_token(m, p, 8, 1, attention_dp=True) == kv_bytes_per_token(m, p, 1, 1)
+    r_tp, r_adp = (predict_static(s, 512, 1024, 256, check_memory=False) for s in (tp8, adp))
+    assert r_adp.memory.max_batch > 2 * r_tp.memory.max_batch  # the latent cache is no longer on every rank
+    ops = r_adp.ops
+    att = ops[(ops["phase"] == "decode") & (ops["name"] == "attention")].iloc[0]
+    assert att["batch"] == 512 / 8 and att["heads"] == m.num_attention_heads
+    names = set(ops["name"])
+    assert "ep_all_to_all" in names and "tp_all_reduce" not in names and "logits_all_gather" not in names
+    assert r_adp.tpot_ms < r_tp.tpot_ms and r_adp.output_tokens_per_s_per_gpu > r_tp.output_tokens_per_s_per_gpu
+    with pytest.raises(InvalidInputError, match="attention data parallelism needs"):
+        make_setup("llama3-70b", "H200", tp=8, attention_dp=True)
+    with pytest.raises(InvalidInputError, match="ep = tp"):
+        make_setup("deepseek-v3", "H200", tp=8, ep=4, dtype="fp8", attention_dp=True)
+
+
+def test_serving_kv_capacity_with_attention_data_parallelism():
+    from hybrid.workloads.llm.serving import SchedulerConfig, kv_capacity_tokens
+
+    sched = SchedulerConfig()
+    tp8 = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8")
+    adp = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    # every TP rank replicates the latent cache; with attention DP the 8 ranks hold different requests
+    assert kv_capacity_tokens(adp, sched) > 4 * kv_capacity_tokens(tp8, sched)

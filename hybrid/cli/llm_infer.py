@@ -32,6 +32,9 @@ def _deploy_options(fn):
         click.option("--ep", type=int, default=1, show_default=True,
                      help="Expert parallelism of an MoE model inside the TP group (experts spread over ep of the TP "
                           "ranks, each split tp/ep ways; TensorRT-LLM's moe_ep_size)."),
+        click.option("--attention-dp", is_flag=True,
+                     help="Attention data parallelism (MoE, with --ep equal to --tp): each rank runs attention and the "
+                          "dense layers whole on its own share of the requests; experts over all ranks."),
         click.option("--dtype", default="fp16", show_default=True,
                      help="Compute dtype fp16/bf16/fp8/fp4 (fp4: W4A4 on FP4 tensor cores), or weight-only "
                           "shorthand w8a16 / w4a16."),
@@ -57,12 +60,12 @@ def _deploy_options(fn):
 
 def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
            weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float,
-           catalog: Any, ep: int = 1):
+           catalog: Any, ep: int = 1, attention_dp: bool = False):
     from hybrid.workloads.llm.inference import make_setup
 
     return make_setup(model_name, device, system, dtype=dtype, weights=weights, kv_dtype=kv_dtype, tp=tp, pp=pp,
                       reserve_gib=reserve_gib, attention_kernel=attention_kernel, allreduce=allreduce,
-                      catalog=catalog, ep=ep)
+                      catalog=catalog, ep=ep, attention_dp=attention_dp)
 
 
 def _positive(**values: int) -> None:
@@ -79,7 +82,8 @@ def _positive(**values: int) -> None:
 @click.option("--ops", "show_ops", is_flag=True, help="Also print the per-op table (compute- or memory-bound).")
 @click.option("--roofline-plot", type=click.Path(dir_okay=False), default=None,
               help="Write a roofline plot (PNG) of the prefill and decode ops.")
-def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int, dtype: str, weights: str | None,
+def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
+          attention_dp: bool, dtype: str, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, batch: int, input_len: int, output_len: int, show_ops: bool,
           roofline_plot: str | None) -> None:
@@ -89,7 +93,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     _positive(batch=batch, input=input_len, output=output_len)
     cost, cat = _predictor(model_ref, tracking_uri)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
-               ep=ep)
+               ep=ep, attention_dp=attention_dp)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
     if not res.memory.fits and not as_json:  # refused; --json still reports the prediction with fits: false
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
@@ -106,7 +110,8 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if as_json:
         echo_json(out)
     else:
-        rows = [(k, out[k]) for k in ("model", "device", "system", "tp", "pp", "ep", "precision", "batch", "input_len",
+        rows = [(k, out[k]) for k in ("model", "device", "system", "tp", "pp", "ep", "attention_dp", "precision", "batch",
+                                      "input_len",
                                       "output_len", "ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s",
                                       "output_tokens_per_s_per_gpu", "roofline_latency_ms", "method", "max_batch",
                                       "fits")]
@@ -137,7 +142,8 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 @click.option("--input", "input_len", type=int, default=None, help="Prompt tokens (with --output: one context).")
 @click.option("--output", "output_len", type=int, default=None, help="Generated tokens.")
 @click.option("--batch", "-b", type=int, default=None, help="Batch for the longest-context question.")
-def capacity(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int, dtype: str,
+def capacity(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
+             attention_dp: bool, dtype: str,
              weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float,
              model_ref: str | None, tracking_uri: str | None, as_json: bool, input_len: int | None,
              output_len: int | None, batch: int | None) -> None:
@@ -152,7 +158,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 
     _, cat = _predictor(model_ref, tracking_uri)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
-               ep=ep)
+               ep=ep, attention_dp=attention_dp)
     if (input_len is None) != (output_len is None):
         raise InvalidInputError("give both --input and --output (or neither)")
     contexts = [(input_len, output_len)] if input_len else [(c // 2, c - c // 2) for c in
@@ -161,22 +167,25 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
     for i, o in contexts:
         _positive(input=i, output=o)
         plan = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, input_len=i, output_len=o, tp=tp,
-                           pp=pp, reserve_gib=reserve_gib)
+                           pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp)
         reason = plan.reason if plan.max_batch < 1 else f"KV cache {plan.kv_per_request / 2**20:.0f} MiB per request"
         if s.model.max_position_embeddings and i + o > s.model.max_position_embeddings:
             reason += f"; beyond the model's {s.model.max_position_embeddings} positions"
         rows.append({"context": i + o, "input_len": i, "output_len": o, "max_batch": plan.max_batch,
                      "fits": plan.max_batch >= 1, "reason": reason})
-    out = {"model": s.model.name, "device": s.device.key, "tp": tp, "pp": pp, "ep": ep, "precision": s.precision.label,
-           "capacity_gib": s.device.mem_capacity / GIB,
-           "weights_gib_per_gpu": weight_bytes_per_gpu(s.model, s.precision, tp, pp) / GIB,
-           "kv_bytes_per_token_per_gpu": kv_bytes_per_token(s.model, s.precision, tp, pp),
+    out = {"model": s.model.name, "device": s.device.key, "tp": tp, "pp": pp, "ep": ep, "attention_dp": attention_dp,
+           "precision": s.precision.label, "capacity_gib": s.device.mem_capacity / GIB,
+           "weights_gib_per_gpu": weight_bytes_per_gpu(s.model, s.precision, tp, pp, attention_dp) / GIB,
+           "kv_bytes_per_token_per_gpu": kv_bytes_per_token(s.model, s.precision, tp, pp, attention_dp),
            "reserve_gib": reserve_gib, "max_batch": rows[0]["max_batch"] if input_len else None,
            "fits": rows[0]["fits"] if input_len else any(r["fits"] for r in rows), "by_context": rows}
     if batch is not None:
         _positive(batch=batch)
+        # with attention data parallelism a rank holds ceil(batch / tp) requests whole: the context per request
+        # is that of those requests on one GPU with the experts' share of the weights
         out["max_context_for_batch"] = {"batch": batch, "max_context": max_context(
-            s.model, s.precision, s.device.mem_capacity, batch=batch, tp=tp, pp=pp, reserve_gib=reserve_gib)}
+            s.model, s.precision, s.device.mem_capacity, batch=-(-batch // tp) if attention_dp else batch,
+            tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp)}
     if as_json:
         echo_json(out)
         return
@@ -208,7 +217,8 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 @click.option("--compare", default=None,
               help="Comma-separated systems to rank by the SLO-meeting rate per GPU (which serves the target most "
                    "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200.")
-def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int, dtype: str, weights: str | None,
+def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
+          attention_dp: bool, dtype: str, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
           arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
@@ -232,7 +242,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
     cost, cat = _predictor(model_ref, tracking_uri)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
-               ep=ep)
+               ep=ep, attention_dp=attention_dp)
     r_s = parse_rate(rate)
     idist, odist = parse_dist(input_dist), parse_dist(output_dist)
     sched = SchedulerConfig(max_batched_tokens, max_seqs)
@@ -263,7 +273,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         for name in [c.strip() for c in compare.split(",") if c.strip()]:
             try:
                 other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
-                               allreduce, reserve_gib, cat, ep=ep)
+                               allreduce, reserve_gib, cat, ep=ep, attention_dp=attention_dp)
                 r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
                                      trace=trace if trace_file else None, progress=True)
                 ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,

@@ -109,6 +109,10 @@ class InferenceSetup:
     #: own TP is ``tp / ep``): each rank holds ``num_experts / ep`` whole-width-``tp / ep`` experts and all tokens, so
     #: the weights per GPU and the collectives are those of TP; the expert GEMMs are fewer and wider
     ep: int = 1
+    #: attention data parallelism (TensorRT-LLM's ``enable_attention_dp``, SGLang's DP attention): every TP rank runs
+    #: attention and the dense layers whole on its own ``batch / tp`` requests (its own KV cache, no replication),
+    #: the routed experts are spread over the ranks (``ep = tp``) and tokens reach them by all-to-all
+    attention_dp: bool = False
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -126,6 +130,10 @@ class InferenceSetup:
             if int(self.model.num_experts) % self.ep:  # type: ignore[arg-type]
                 raise InvalidInputError(f"ep = {self.ep} must divide the {self.model.num_experts} experts of "
                                         f"{self.model.name}")
+        if self.attention_dp and (not self.model.is_moe or self.tp < 2 or self.ep != self.tp):
+            raise InvalidInputError("attention data parallelism needs a mixture-of-experts model with tp > 1 and "
+                                    f"ep = tp (the experts spread over the ranks); got {self.model.name}, "
+                                    f"tp = {self.tp}, ep = {self.ep}")
 
     @property
     def gpus(self) -> int:
@@ -140,7 +148,7 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
                dtype: str = "fp16", weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
                pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB, attention_kernel: str = "grouped",
                fused_rope: bool = False, allreduce: str = "nccl", catalog: Catalog | None = None,
-               ep: int = 1) -> InferenceSetup:
+               ep: int = 1, attention_dp: bool = False) -> InferenceSetup:
     """Resolve names into an :class:`InferenceSetup` (``system`` defaults to the catalog system of ``device``,
     else a generic node of it); checks TP/PP against the model and the dtype against the device."""
     cat = catalog or default_catalog()
@@ -164,7 +172,7 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
         raise InvalidInputError(f"tp x pp = {tp * pp} GPUs exceeds system {sys_obj.key}")
     # tensor parallelism may span nodes (its all-reduces then cross the NICs: costed with n_nodes > 1)
     return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, fused_rope, allreduce, cat,
-                          ep)
+                          ep, attention_dp)
 
 
 # ------------------------------------------------------------------------------------------------ op tables
@@ -184,6 +192,12 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     m, p, tp = s.model, s.precision, s.tp
     T = np.asarray(tokens, dtype=np.float64)
     B = np.asarray(seqs, dtype=np.float64)
+    ep_ranks = 1
+    if s.attention_dp:  # one rank's share of the requests, run whole; only the experts are spread (all-to-all)
+        per_seq = T / np.maximum(B, 1.0)
+        B = np.ceil(B / tp)
+        T = B * per_seq
+        ep_ranks, tp = tp, 1
     qn, kvn = np.asarray(q_len, dtype=np.float64), np.asarray(kv_len, dtype=np.float64)
     n_scen = n = len(T)
     if not (len(B) == len(qn) == len(kvn) == n) or n == 0:
@@ -269,10 +283,15 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
                  "head_dim": att_d, "causal": (qn > 1).astype(float), "dtype": att_dt,
                  "bytes_actual": np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real),
                  "l2_bytes": l2_bytes}
+    if s.attention_dp:  # experts over all the ranks, each with its own tokens: dispatch and combine all-to-alls
+        moe_par = {"ep": ep_ranks, "ep_within_tp": False,
+                   "ep_nodes": max(1, math.ceil(ep_ranks / s.system.gpus_per_node))}
+    else:
+        moe_par = {"ep": s.ep, "ep_within_tp": True}
     forward_layer_ops(m, emit, tokens=T, tp=tp, gemm_dtype=cdt, act_dtype=adt, act_bytes=ab, attention=attention,
                       tp_nodes=max(1, math.ceil(tp / s.system.gpus_per_node)), system=s.system.key,
                       fused_rope=s.fused_rope, dense_count=1.0 - moe_share, moe_count=moe_share, mla_absorb=absorb,
-                      ep=s.ep, ep_within_tp=True)
+                      **moe_par)
     # ---- once per pass on the bottleneck stage (pp = 1: both ends)
     elem("embedding", "elementwise", T * h, "copy", 1.0)
     if m.position_embedding_type == "learned_absolute":  # GPT-2/MPT-style learned positions added to the input
@@ -420,6 +439,7 @@ class InferenceResult:
         s = self.setup
         return {
             "model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": s.tp, "pp": s.pp, "ep": s.ep,
+            "attention_dp": s.attention_dp,
             "gpus": s.gpus, "precision": s.precision.label, "batch": self.batch, "input_len": self.input_len,
             "output_len": self.output_len, "ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms,
             "latency_ms": self.latency_ms, "output_tokens_per_s": self.output_tokens_per_s,
@@ -507,7 +527,7 @@ def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stag
 
 def _setup_key(s: InferenceSetup) -> tuple:
     return (s.model, s.device.key, s.system.key, s.precision, s.tp, s.pp, s.attention_kernel, s.fused_rope,
-            s.allreduce, s.ep)
+            s.allreduce, s.ep, s.attention_dp)
 
 
 @dataclass
@@ -610,7 +630,7 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
     Refuses (``InvalidInputError`` with the reason) a configuration whose memory does not fit unless
     ``check_memory`` is False (then ``memory.fits`` says so)."""
     mem = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=batch, input_len=input_len,
-                      output_len=output_len, tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib)
+                      output_len=output_len, tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib, attention_dp=s.attention_dp)
     if check_memory and not mem.fits:
         raise InvalidInputError(f"does not fit: {mem.reason}")
     r = _static_batch([s], np.array([batch]), np.array([input_len]), np.array([output_len]), cost_model,
@@ -686,7 +706,8 @@ def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.
         rows = np.flatnonzero(group == gi)
         s = setups[int(rows[0])]
         mem = memory_table(s.model, s.precision, s.device.mem_capacity, batch=batch[rows], input_len=input_len[rows],
-                           output_len=output_len[rows], tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib)
+                           output_len=output_len[rows], tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib,
+                           attention_dp=s.attention_dp)
         res.loc[rows, "max_batch"] = mem["max_batch"].to_numpy()
         res.loc[rows, "fits"] = mem["fits"].to_numpy()
         res.loc[rows, "memory_reason"] = mem["reason"].to_numpy()

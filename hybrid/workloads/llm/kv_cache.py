@@ -52,8 +52,12 @@ def kv_heads_per_rank(model: TransformerConfig, tp: int) -> int:
     return 1 if model.is_mla else math.ceil(model.num_query_groups / tp)
 
 
-def kv_bytes_per_token(model: TransformerConfig, precision: Precision, tp: int = 1, pp: int = 1) -> float:
-    """KV-cache bytes one token occupies on one GPU (``tp = pp = 1``: the whole model)."""
+def kv_bytes_per_token(model: TransformerConfig, precision: Precision, tp: int = 1, pp: int = 1,
+                       attention_dp: bool = False) -> float:
+    """KV-cache bytes one token occupies on one GPU (``tp = pp = 1``: the whole model). ``attention_dp``: attention
+    runs data-parallel over the TP ranks, each rank caching every head of its own requests' tokens."""
+    if attention_dp:
+        tp = 1
     layers = math.ceil(model.num_layers / pp)
     if model.is_mla:  # the latent and the rotary key, replicated on every TP rank
         return float(layers * model.mla_latent_width * precision.kv_bytes)
@@ -86,18 +90,37 @@ def layer_matrix_params(model: TransformerConfig) -> int:
     return round((model.num_moe_layers * moe + model.num_dense_layers * dense) / model.num_layers)
 
 
-def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int = 1, pp: int = 1) -> float:
+def routed_expert_params(model: TransformerConfig) -> float:
+    """One layer's routed-expert GEMM weights (a mean over the layers when some are dense); 0 for dense models."""
+    if not model.is_moe:
+        return 0.0
+    mats = 3 if model.gated else 2
+    per_moe_layer = int(model.num_experts) * mats * model.hidden_size * expert_ffn(model)  # type: ignore[arg-type]
+    return per_moe_layer * model.num_moe_layers / model.num_layers
+
+
+def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int = 1, pp: int = 1,
+                         attention_dp: bool = False) -> float:
     """Bytes of weights on the most loaded GPU (the bottleneck pipeline stage), from the model's exact parameter
     count (:meth:`TransformerConfig.param_counts`): GEMM weights in the weight format split over TP; biases and
     norms in 16 bit (counted whole on every rank); the word embedding (vocab-parallel) and a learned position
-    embedding stay 16 bit on the first stage, the final norm and an untied output layer on the last."""
+    embedding stay 16 bit on the first stage, the final norm and an untied output layer on the last.
+    ``attention_dp``: only the routed experts are split over the TP ranks (expert parallelism); attention, dense
+    layers, embeddings and the output layer are whole on every rank."""
     c = model.param_counts()
     layers = math.ceil(model.num_layers / pp)
     matrix = layer_matrix_params(model)
     per_layer_total = c["layers_total"] / model.num_layers
-    per_layer = matrix / tp * precision.weight_bytes + (per_layer_total - matrix) * precision.act_bytes
-    embed = (c["word_embedding"] / tp + c["position_embedding"]) * precision.act_bytes
-    head = c["output_layer"] / tp * precision.weight_bytes + c["final_norm"] * precision.act_bytes
+    split = tp
+    if attention_dp:
+        experts = routed_expert_params(model)
+        matrix_bytes = (experts / tp + (matrix - experts)) * precision.weight_bytes
+        split = 1
+    else:
+        matrix_bytes = matrix / tp * precision.weight_bytes
+    per_layer = matrix_bytes + (per_layer_total - matrix) * precision.act_bytes
+    embed = (c["word_embedding"] / split + c["position_embedding"]) * precision.act_bytes
+    head = c["output_layer"] / split * precision.weight_bytes + c["final_norm"] * precision.act_bytes
     ends = embed + head if pp == 1 else max(embed, head)
     return layers * per_layer + ends
 
@@ -150,10 +173,12 @@ def _gib(x: np.ndarray) -> np.ndarray:
 
 def memory_table(model: TransformerConfig, precision: Precision, capacity: float, *, batch: np.ndarray,
                  input_len: np.ndarray, output_len: np.ndarray, tp: int = 1, pp: int = 1,
-                 reserve_gib: float = DEFAULT_RESERVE_GIB, prefill_tokens: int | None = None) -> pd.DataFrame:
+                 reserve_gib: float = DEFAULT_RESERVE_GIB, prefill_tokens: int | None = None,
+                 attention_dp: bool = False) -> pd.DataFrame:
     """Memory for many configurations of one deployment at once (arrays of batch, input and output lengths): the
     columns of :class:`MemoryPlan` per row. The largest batch is found by a vectorised bisection (memory grows
-    with the batch)."""
+    with the batch). ``attention_dp``: the batch is spread over the TP ranks (each caches and runs its
+    ``ceil(batch / tp)`` requests whole), only the experts are split (:func:`weight_bytes_per_gpu`)."""
     bt, inp, out = (np.asarray(x, dtype=np.int64).reshape(-1) for x in (batch, input_len, output_len))
     for name, v in (("batch", bt), ("input_len", inp), ("output_len", out)):
         if (v < 1).any():
@@ -161,20 +186,24 @@ def memory_table(model: TransformerConfig, precision: Precision, capacity: float
     if reserve_gib < 0:
         raise InvalidInputError(f"reserve must be >= 0 GiB, got {reserve_gib}")
     check_parallel(model, tp, pp)
-    w = weight_bytes_per_gpu(model, precision, tp, pp)
-    per_tok = kv_bytes_per_token(model, precision, tp, pp)
+    w = weight_bytes_per_gpu(model, precision, tp, pp, attention_dp)
+    per_tok = kv_bytes_per_token(model, precision, tp, pp, attention_dp)
     per_req = per_tok * cached_tokens(model, inp + out)
     reserve = reserve_gib * GIB
     micro = max(1, pp)  # microbatches in flight share the stage's memory; the batch is what is cached
+    act_tp = 1 if attention_dp else tp
+
+    def on_rank(b: np.ndarray) -> np.ndarray:  # requests one GPU holds
+        return np.ceil(np.asarray(b, dtype=np.float64) / tp) if attention_dp else np.asarray(b, dtype=np.float64)
 
     def act(b: np.ndarray) -> np.ndarray:
-        tokens = np.asarray(b, dtype=np.float64) * inp / micro
+        tokens = on_rank(b) * inp / micro
         if prefill_tokens:
             tokens = np.minimum(tokens, prefill_tokens)
-        return activation_bytes(model, precision, np.maximum(tokens, inp), np.asarray(b) / micro, tp)
+        return activation_bytes(model, precision, np.maximum(tokens, inp), on_rank(b) / micro, act_tp)
 
     free = capacity - reserve - w
-    need = lambda b: b * per_req + act(b)  # noqa: E731  (increasing in b)
+    need = lambda b: on_rank(b) * per_req + act(b)  # noqa: E731  (increasing in b)
     lo = np.where((free > 0) & (need(np.ones_like(inp)) <= free), 1, 0)
     hi = np.full_like(lo, 1 << 24)
     hi = np.where(need(hi) <= free, hi + 1, hi)  # the cap itself fits: report it
@@ -183,7 +212,7 @@ def memory_table(model: TransformerConfig, precision: Precision, capacity: float
         ok = need(np.maximum(mid, 1)) <= free
         lo, hi = np.where(ok & (lo > 0), mid, lo), np.where(ok & (lo > 0), hi, mid)
     max_b = np.where(lo > 0, np.minimum(lo, 1 << 24), 0)
-    kv = bt * per_req
+    kv = on_rank(bt) * per_req
     a = act(bt)
     total = w + kv + a + reserve
     fits = total <= capacity
@@ -209,7 +238,7 @@ def memory_table(model: TransformerConfig, precision: Precision, capacity: float
 
 def memory_plan(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int, input_len: int,
                 output_len: int, tp: int = 1, pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB,
-                prefill_tokens: int | None = None) -> MemoryPlan:
+                prefill_tokens: int | None = None, attention_dp: bool = False) -> MemoryPlan:
     """Memory for ``batch`` requests of ``input_len + output_len`` tokens (static batching: all prefilled at once,
     or at most ``prefill_tokens`` tokens per forward pass) and the largest batch that fits
     (:func:`memory_table` for one configuration)."""
@@ -218,17 +247,20 @@ def memory_plan(model: TransformerConfig, precision: Precision, capacity: float,
             raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
     r = memory_table(model, precision, capacity, batch=np.array([batch]), input_len=np.array([input_len]),
                      output_len=np.array([output_len]), tp=tp, pp=pp, reserve_gib=reserve_gib,
-                     prefill_tokens=prefill_tokens).iloc[0]
+                     prefill_tokens=prefill_tokens, attention_dp=attention_dp).iloc[0]
     return MemoryPlan(float(r.capacity), float(r.weights), float(r.kv_cache), float(r.activations), float(r.reserve),
                       float(r.kv_per_token), float(r.kv_per_request), int(r.max_batch), bool(r.fits), str(r.reason))
 
 
 def max_context(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int = 1, tp: int = 1, pp: int = 1,
-                reserve_gib: float = DEFAULT_RESERVE_GIB) -> int:
-    """The longest context (input + output tokens) ``batch`` requests can each hold (0 if none)."""
+                reserve_gib: float = DEFAULT_RESERVE_GIB, attention_dp: bool = False) -> int:
+    """The longest context (input + output tokens) ``batch`` requests on one GPU can each hold (0 if none);
+    ``attention_dp``: ``batch`` is one rank's requests, run whole beside its share of the experts."""
     check_parallel(model, tp, pp)
-    free = capacity - reserve_gib * GIB - weight_bytes_per_gpu(model, precision, tp, pp)
-    per_tok = kv_bytes_per_token(model, precision, tp, pp)
+    free = capacity - reserve_gib * GIB - weight_bytes_per_gpu(model, precision, tp, pp, attention_dp)
+    per_tok = kv_bytes_per_token(model, precision, tp, pp, attention_dp)
+    if attention_dp:
+        tp = 1
     act_tok = float(activation_bytes(model, precision, 1.0, 0.0, tp))
     logits = float(activation_bytes(model, precision, 0.0, batch / max(pp, 1), tp))
     denom = batch * (per_tok + act_tok / max(pp, 1))

@@ -10,8 +10,9 @@ GPU cannot be mapped are dropped and counted (``df.attrs["skipped"]``), never gu
 ``batch_size, tp, input_len, output_len`` and a throughput; first-token rows ``batch_size, tp, input_len`` and a
 latency (output length 1). A throughput table without ``batch_size`` (later pages: trtllm-bench, in-flight
 batching, highest throughput) runs each row at the largest batch that fits (:func:`inflight_batch`). Optional
-columns ``pp`` (or ``pp_size``: pipeline parallelism) and ``ep`` (``ep_size``, ``moe_ep_size``: expert
-parallelism inside the TP group; ``tp_size`` is read as ``tp``). A
+columns ``pp`` (or ``pp_size``: pipeline parallelism), ``ep`` (``ep_size``, ``moe_ep_size``: expert
+parallelism inside the TP group; ``tp_size`` is read as ``tp``) and ``attention_dp`` (``enable_attention_dp``:
+attention data parallelism, true/false). A
 row the library cannot deploy (heads not divisible by the TP degree, more GPUs than the system has) gets NaN
 predictions and its reason in ``skip_reason``.
 """
@@ -54,7 +55,8 @@ VENDOR_MODELS = {"GPT-J 6B": "gptj-6b", "Mistral 7B": "mistral-7b", "Mixtral 8x7
 #: Other spellings of the columns (trtllm-bench's ISL / OSL, TP / PP sizes), renamed on reading.
 COLUMN_ALIASES = (("tp_size", "tp"), ("pp_size", "pp"), ("ep_size", "ep"), ("moe_ep_size", "ep"),
                   ("isl", "input_len"), ("osl", "output_len"),
-                  ("input_length", "input_len"), ("output_length", "output_len"), ("batch", "batch_size"))
+                  ("input_length", "input_len"), ("output_length", "output_len"), ("batch", "batch_size"),
+                  ("enable_attention_dp", "attention_dp"), ("attn_dp", "attention_dp"), ("adp", "attention_dp"))
 #: Measured-value column per table kind.
 THROUGHPUT_COLUMNS = ("output_tokens_per_s_per_gpu", "throughput_out_tok_per_s")
 LATENCY_COLUMN = "first_token_latency_ms"
@@ -85,6 +87,11 @@ def table_precision(label: object) -> dict[str, str | None]:
     if "fp16" in s or "float16" in s or "half" in s:
         return {"dtype": "fp16"}
     raise InvalidInputError(f"unknown precision label {label!r}")
+
+
+def _truthy(value: object) -> bool:
+    """A table flag: true / yes / 1 / on (any case); empty or anything else is false."""
+    return str(value).strip().lower() in ("true", "yes", "1", "on", "y", "t")
 
 
 def device_precision(args: dict[str, str | None], peak_flops: dict[str, float]) -> dict[str, str | None]:
@@ -234,13 +241,16 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     reducers = [allreduce or trtllm_allreduce(v) for v in versions]
     pps = df["pp"].to_numpy() if "pp" in df.columns else np.ones(len(df), dtype=np.int64)
     eps = df["ep"].to_numpy() if "ep" in df.columns else np.ones(len(df), dtype=np.int64)
+    adps = (df["attention_dp"].map(_truthy).to_numpy() if "attention_dp" in df.columns
+            else np.zeros(len(df), dtype=bool))
     setups, reasons = [], []
-    for m, d, tp, pp, ep, pa, k, ar in zip(df["model_name"], devices, df["tp"], pps, eps, precs, kernels, reducers,
-                                           strict=True):
+    for m, d, tp, pp, ep, adp, pa, k, ar in zip(df["model_name"], devices, df["tp"], pps, eps, adps, precs, kernels,
+                                                reducers, strict=True):
         pa = device_precision(pa, cat.devices[d].peak_flops)
         try:  # a row the library cannot deploy (heads not divisible, too many GPUs...) is skipped, not fatal
             setups.append(make_setup(m, d, system if d == sys_dev else None, tp=int(tp), pp=int(pp), ep=int(ep),
-                                     attention_kernel=k, fused_rope=fused_rope, allreduce=ar, **pa))
+                                     attention_dp=bool(adp), attention_kernel=k, fused_rope=fused_rope, allreduce=ar,
+                                     **pa))
             reasons.append("")
         except InvalidInputError as exc:
             setups.append(None)
