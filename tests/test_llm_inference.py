@@ -514,7 +514,12 @@ def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path
     """trtllm-bench pages (in-flight batching, max throughput) give no batch size: each row runs the largest batch
     the KV cache holds at full length, capped at trtllm-build's max_batch_size (or the table's own column)."""
     from hybrid.workloads.llm.kv_cache import memory_table
-    from hybrid.workloads.llm.vendor_tables import INFLIGHT_MAX_BATCH, predict_table, read_table
+    from hybrid.workloads.llm.vendor_tables import (
+        INFLIGHT_MAX_BATCH,
+        INFLIGHT_MAX_NUM_TOKENS,
+        predict_table,
+        read_table,
+    )
 
     path = tmp_path / "ifb.csv"
     path.write_text("trtllm_version,gpu,precision,model,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
@@ -526,7 +531,7 @@ def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path
     s70 = make_setup("llama3-70b", "H100-SXM", tp=2, dtype="fp8")
     fit70 = int(memory_table(s70.model, s70.precision, s70.device.mem_capacity, batch=np.array([1]),
                              input_len=np.array([2048]), output_len=np.array([2048]), tp=2, pp=1,
-                             reserve_gib=s70.reserve_gib)["max_batch"].iloc[0])
+                             reserve_gib=s70.reserve_gib, prefill_tokens=INFLIGHT_MAX_NUM_TOKENS)["max_batch"].iloc[0])
     assert 1 < fit70 < INFLIGHT_MAX_BATCH and list(p["batch_size"]) == [INFLIGHT_MAX_BATCH, fit70]
     assert p["fits"].all() and np.isfinite(p["predicted"]).all()
     ref = predict_many([make_setup("llama3-70b", "H100-SXM", tp=2, dtype="fp8", fused_rope=True,

@@ -107,16 +107,21 @@ def device_precision(args: dict[str, str | None], peak_flops: dict[str, float]) 
 #: ``max_batch_size`` 2048 unless the table has a ``max_batch_size`` column): the row runs as many requests as fit
 #: in memory, at most this many (:func:`inflight_batch`).
 INFLIGHT_MAX_BATCH = 2048
+#: Tokens per forward pass of an in-flight-batching engine (trtllm-build's default ``max_num_tokens``): prompts are
+#: prefilled in chunks of at most this many tokens, so the activations do not grow with the batch's prompts.
+INFLIGHT_MAX_NUM_TOKENS = 8192
 
 
 def inflight_batch(setup: Any, input_len: int, output_len: int, cap: int = INFLIGHT_MAX_BATCH) -> int:
     """Requests in flight for a max-throughput row (no batch size: trtllm-bench with in-flight batching): as many
-    as the KV cache holds beside the weights at full length, at most ``cap``; at least 1. Static batching at that
+    as the KV cache holds beside the weights at full length (prompts prefilled in chunks of
+    :data:`INFLIGHT_MAX_NUM_TOKENS`), at most ``cap``; at least 1. Static batching at that
     batch stands for the in-flight steady state: the same prefill and decode work per request, every decode step
     at the full concurrency."""
     mem = memory_table(setup.model, setup.precision, setup.device.mem_capacity, batch=np.array([1]),
                        input_len=np.array([input_len]), output_len=np.array([output_len]), tp=setup.tp,
-                       pp=setup.pp, reserve_gib=setup.reserve_gib)
+                       pp=setup.pp, reserve_gib=setup.reserve_gib, prefill_tokens=INFLIGHT_MAX_NUM_TOKENS,
+                       attention_dp=setup.attention_dp)
     return int(max(1, min(int(mem["max_batch"].iloc[0]), int(cap))))
 
 
@@ -276,6 +281,14 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
         out.loc[ok, "roofline"] = np.where(thr, res["roofline_output_tokens_per_s_per_gpu"], res["roofline_ttft_ms"])
         out.loc[ok, "fits"] = res["fits"].to_numpy()
         out.loc[ok, "max_batch"] = res["max_batch"].to_numpy()
+        for i in np.flatnonzero(ok & (df["batch_size"].to_numpy() == 0)):  # in-flight rows: chunked prefill memory
+            st = setups[i]
+            mem = memory_table(st.model, st.precision, st.device.mem_capacity, batch=np.array([batch[i]]),
+                               input_len=np.array([int(df["input_len"].iloc[i])]),
+                               output_len=np.array([int(df["output_len"].iloc[i])]), tp=st.tp, pp=st.pp,
+                               reserve_gib=st.reserve_gib, prefill_tokens=INFLIGHT_MAX_NUM_TOKENS,
+                               attention_dp=st.attention_dp).iloc[0]
+            out.loc[i, "fits"], out.loc[i, "max_batch"] = bool(mem["fits"]), int(mem["max_batch"])
     out["decode_kernel"] = kernels
     out["allreduce"] = reducers
     out["skip_reason"] = reasons
