@@ -154,7 +154,10 @@ def trt_section(data_dir: Path, pred: OpCostModel) -> tuple[str, list[dict]]:
 #: directory; these rows only show what each calibration predicts beside the roofline).
 H100_CASES = [("llama2-7b", "H100-SXM", 1, 512, 128, 128), ("llama2-70b", "H100-SXM", 4, 1024, 128, 128),
               ("llama2-70b", "H200", 2, 1024, 128, 2048), ("mixtral-8x7b", "H100-SXM", 2, 512, 128, 128),
-              ("llama3-8b", "H100-SXM", 1, 64, 2048, 128), ("deepseek-v3", "H200", 8, 64, 1024, 1024)]
+              ("llama3-8b", "H100-SXM", 1, 64, 2048, 128), ("deepseek-v3", "H200", 8, 64, 1024, 1024),
+              ("deepseek-v3", "H200", 8, 512, 1024, 1024), ("qwen3-235b-a22b", "H200", 8, 512, 1024, 1024)]
+#: The MoE parallelism variants shown beside TP for those rows (label -> make_setup arguments).
+MOE_VARIANTS = {"TP": {}, "EP": {"ep": 8}, "attention DP + EP": {"ep": 8, "attention_dp": True}}
 
 
 #: FP4 (W4A4, fp8 KV cache) on FP4 tensor cores, beside FP8 on the same GPU: predictions only (no published figure
@@ -210,6 +213,18 @@ def xla_section(data_dir: Path, comp: pd.DataFrame, net: pd.DataFrame, base: Hyb
         lines.append(f"| {model} | {dev} | {tp} | {b} | {i} | {o} | "
                      f"{r[0]['roofline_output_tokens_per_s_per_gpu'].iloc[0]:.0f} | "
                      f"{r[0]['output_tokens_per_s_per_gpu'].iloc[0]:.0f} | {r[1]['output_tokens_per_s_per_gpu'].iloc[0]:.0f} |")
+    lines += ["", "MoE parallelism on 8 H200 (fp8, calibrated with Vidur + XLA H100; predictions only, tokens/s per GPU; "
+              "`--ep`, `--attention-dp`):", "",
+              "| model | batch | in | out | " + " | ".join(MOE_VARIANTS) + " | max batch " + " / ".join(MOE_VARIANTS) + " |",
+              "|---|---|---|---|" + "---|" * (len(MOE_VARIANTS) + 1)]
+    for model, dev, tp, b, i, o in H100_CASES:
+        if not model.startswith(("deepseek", "qwen3")) or b < 512:
+            continue
+        res = [predict_many([make_setup(model, dev, tp=tp, dtype="fp8", **kw)], [b], [i], [o], pred).iloc[0]
+               for kw in MOE_VARIANTS.values()]
+        lines.append(f"| {model} | {b} | {i} | {o} | " + " | ".join(f"{r['output_tokens_per_s_per_gpu']:.0f}"
+                                                                  for r in res)
+                     + " | " + " / ".join(str(int(r["max_batch"])) for r in res) + " |")
     lines += fp4_lines(base)
     return "\n".join(lines) + "\n"
 
