@@ -251,7 +251,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                             int((trace.input_len + trace.output_len).max()), cost)
     res = simulate(s, trace, cost, sched, costs)
     out: dict[str, Any] = {"model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": tp,
-                           "ep": ep, "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
+                           "ep": ep, "attention_dp": attention_dp, "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
                            **res.to_dict()}
     if trace_file:
         out.update(trace=trace_file, input_dist=None, output_dist=None)
