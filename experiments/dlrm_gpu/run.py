@@ -184,7 +184,10 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
                      "system_label": f"{r.mlperf_version} {r.org} {r.system}", "device": dev,
                      "gpn": int(gpn), "nodes": int(nodes), "gpus": int(gpn * nodes), "global_batch": int(batch),
                      "family": family, "variant": variant, "dtype": "fp16", "embedding_dtype": "fp16",
-                     "bottom": BOTTOM_BY_FAMILY.get(family, "data_parallel"),
+                     # NVIDIA's PyTorch DLRM (one-hot rounds) runs the bottom MLP model-parallel; the DCNv2
+                     # rounds' TorchRec reference and HugeCTR keep every dense layer data-parallel
+                     "bottom": ("data_parallel" if variant == "mlperf-dcnv2"
+                                else BOTTOM_BY_FAMILY.get(family, "data_parallel")),
                      # the hybrid embedding splits one-hot categories by frequency; DCNv2's multi-hot rounds run
                      # HugeCTR's embedding collection instead (tables placed by its planner, ``run_plan``)
                      "hybrid_emb": (family == "hugectr" and variant == "mlperf"
