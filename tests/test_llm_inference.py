@@ -513,6 +513,7 @@ def test_vendor_table_rows_run_on_their_gpu_and_precision_and_unmappable_rows_ar
 def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path):
     """trtllm-bench pages (in-flight batching, max throughput) give no batch size: each row runs the largest batch
     the KV cache holds at full length, capped at trtllm-build's max_batch_size (or the table's own column)."""
+    from hybrid.errors import ImportFormatError
     from hybrid.workloads.llm.kv_cache import memory_table
     from hybrid.workloads.llm.vendor_tables import (
         INFLIGHT_MAX_BATCH,
@@ -551,6 +552,14 @@ def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path
     t = predict_table(read_table(path))
     assert list(t["ep"]) == [8, 1, 8] and t["predicted"].iloc[0] != t["predicted"].iloc[1]
     assert "must divide tp" in t["skip_reason"].iloc[2] and np.isnan(t["predicted"].iloc[2])
+    # an empty ep cell (a dense model's row in a mixed table) is no expert parallelism; a bad one is an error
+    path.write_text("gpu,precision,model,batch_size,tp,ep,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "H200,FP8,Llama 3.1 70B,64,8,,1024,1024,1000\nH200,FP8,Qwen3-235B-A22B,64,8,8,1024,1024,1000\n")
+    assert list(read_table(path)["ep"]) == [1, 8]
+    path.write_text("gpu,precision,model,batch_size,tp,ep,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "H200,FP8,Qwen3-235B-A22B,64,8,two,1024,1024,1000\n")
+    with pytest.raises(ImportFormatError, match="column ep must hold positive integers"):
+        read_table(path)
     # attention data parallelism as a flag column (TensorRT-LLM's enable_attention_dp)
     path.write_text("gpu,precision,model,batch_size,tp,ep,enable_attention_dp,input_len,output_len,"
                     "output_tokens_per_s_per_gpu\n"

@@ -188,6 +188,8 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
             df[c] = 1
     for c in ("batch_size", "tp", "pp", "ep", "input_len", "output_len"):
         v = pd.to_numeric(df[c], errors="coerce")
+        if c in ("pp", "ep"):  # an empty cell is no pipeline / expert parallelism (dense rows of a mixed table)
+            v = v.where(df[c].notna() & (df[c].astype(str).str.strip() != ""), 1)
         if c == "batch_size" and df["kind"].iloc[0] == "throughput":  # empty / 0: in-flight, as many as fit
             v = v.fillna(0)
             ok = np.isfinite(v) & (v >= 0) & (v == np.round(v))
