@@ -326,16 +326,12 @@ class SchedulerConfig:
 def kv_capacity_tokens(s: InferenceSetup, sched: SchedulerConfig) -> int:
     """Tokens of KV cache that fit beside the weights, the step's activations and the reserve (per GPU); with
     attention data parallelism the tokens the whole replica holds (each rank caches its own requests)."""
-    if s.attention_dp:
-        ranks = s.tp
-        free = (s.device.mem_capacity - s.reserve_gib * GIB
-                - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, attention_dp=True)
-                - float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
-                                         math.ceil(sched.max_seqs / ranks), 1)))
-        return ranks * int(max(free, 0) // kv_bytes_per_token(s.model, s.precision, 1, s.pp))
-    free = (s.device.mem_capacity - s.reserve_gib * GIB - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp)
-            - float(activation_bytes(s.model, s.precision, sched.max_batched_tokens, sched.max_seqs, s.tp)))
-    return int(max(free, 0) // kv_bytes_per_token(s.model, s.precision, s.tp, s.pp))
+    ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)  # ranks holding different requests
+    free = (s.device.mem_capacity - s.reserve_gib * GIB
+            - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp)
+            - float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
+                                     math.ceil(sched.max_seqs / ranks), act_tp)))
+    return ranks * int(max(free, 0) // kv_bytes_per_token(s.model, s.precision, s.tp, s.pp, s.attention_dp))
 
 
 

@@ -112,17 +112,18 @@ INFLIGHT_MAX_BATCH = 2048
 INFLIGHT_MAX_NUM_TOKENS = 8192
 
 
-def inflight_batch(setup: Any, input_len: int, output_len: int, cap: int = INFLIGHT_MAX_BATCH) -> int:
-    """Requests in flight for a max-throughput row (no batch size: trtllm-bench with in-flight batching): as many
-    as the KV cache holds beside the weights at full length (prompts prefilled in chunks of
-    :data:`INFLIGHT_MAX_NUM_TOKENS`), at most ``cap``; at least 1. Static batching at that
-    batch stands for the in-flight steady state: the same prefill and decode work per request, every decode step
-    at the full concurrency."""
+def inflight_batch(setup: Any, input_len: int, output_len: int, cap: int = INFLIGHT_MAX_BATCH) -> tuple[int, int]:
+    """(requests in flight, the most that fit) for a max-throughput row (no batch size: trtllm-bench with in-flight
+    batching): as many as the KV cache holds beside the weights at full length (prompts prefilled in chunks of
+    :data:`INFLIGHT_MAX_NUM_TOKENS`), at most ``cap``; at least 1 (then it does not fit when none fits). Static
+    batching at that batch stands for the in-flight steady state: the same prefill and decode work per request,
+    every decode step at the full concurrency."""
     mem = memory_table(setup.model, setup.precision, setup.device.mem_capacity, batch=np.array([1]),
                        input_len=np.array([input_len]), output_len=np.array([output_len]), tp=setup.tp,
                        pp=setup.pp, reserve_gib=setup.reserve_gib, prefill_tokens=INFLIGHT_MAX_NUM_TOKENS,
                        attention_dp=setup.attention_dp)
-    return int(max(1, min(int(mem["max_batch"].iloc[0]), int(cap))))
+    most = int(mem["max_batch"].iloc[0])
+    return max(1, min(most, int(cap))), most
 
 
 def trtllm_version(version: object) -> tuple[int, int] | None:
@@ -266,9 +267,11 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     batch = df["batch_size"].to_numpy(dtype=np.int64).copy()
     caps = (pd.to_numeric(df["max_batch_size"], errors="coerce").fillna(INFLIGHT_MAX_BATCH).to_numpy()
             if "max_batch_size" in df.columns else np.full(len(df), INFLIGHT_MAX_BATCH))
-    for i in np.flatnonzero(ok & (batch == 0)):
-        batch[i] = inflight_batch(setups[i], int(df["input_len"].iloc[i]), int(df["output_len"].iloc[i]),
-                                  int(caps[i]))
+    inflight = np.flatnonzero(ok & (batch == 0))
+    most = np.zeros(len(df), dtype=np.int64)  # in-flight rows: the most that fit with chunked prefill
+    for i in inflight:
+        batch[i], most[i] = inflight_batch(setups[i], int(df["input_len"].iloc[i]), int(df["output_len"].iloc[i]),
+                                           int(caps[i]))
     out = df.copy()
     out["batch_size"] = batch
     for c in ("predicted", "roofline"):
@@ -283,14 +286,9 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
         out.loc[ok, "roofline"] = np.where(thr, res["roofline_output_tokens_per_s_per_gpu"], res["roofline_ttft_ms"])
         out.loc[ok, "fits"] = res["fits"].to_numpy()
         out.loc[ok, "max_batch"] = res["max_batch"].to_numpy()
-        for i in np.flatnonzero(ok & (df["batch_size"].to_numpy() == 0)):  # in-flight rows: chunked prefill memory
-            st = setups[i]
-            mem = memory_table(st.model, st.precision, st.device.mem_capacity, batch=np.array([batch[i]]),
-                               input_len=np.array([int(df["input_len"].iloc[i])]),
-                               output_len=np.array([int(df["output_len"].iloc[i])]), tp=st.tp, pp=st.pp,
-                               reserve_gib=st.reserve_gib, prefill_tokens=INFLIGHT_MAX_NUM_TOKENS,
-                               attention_dp=st.attention_dp).iloc[0]
-            out.loc[i, "fits"], out.loc[i, "max_batch"] = bool(mem["fits"]), int(mem["max_batch"])
+        # in-flight rows: their memory is that of chunked prefill (the batch was chosen to fit it)
+        out.loc[inflight, "max_batch"] = most[inflight]
+        out.loc[inflight, "fits"] = most[inflight] >= 1
     out["decode_kernel"] = kernels
     out["allreduce"] = reducers
     out["skip_reason"] = reasons
