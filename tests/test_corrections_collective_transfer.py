@@ -206,3 +206,62 @@ def test_layout_model_counts_ring_all_gather_steps_linearly():
     t = layout_terms(np.array(["all_gather", "reduce_scatter", "all_reduce"], dtype=object),
                      np.array([2160.0, 8.0, 16.0]), np.array([540.0, 1.0, 2.0]))
     assert list(t[:, 1]) == [1620.0, 7.0, 6.0] and list(t[:, 2]) == [539.0, 0.0, 2.0]
+
+
+def test_nvls_is_decided_from_the_hardware_and_the_entry_can_say_otherwise(catalog):
+    """NVLink SHARP needs a third-generation (Hopper) or later NVSwitch: DGX H100 / B200 and a GB200 NVL72 rack have
+    it, a DGX A100, a PCIe node and a bridged pair do not; ``nvls = false`` in an entry turns it off."""
+    import dataclasses
+
+    from hybrid.corrections.collective_transfer import nvls_capable
+    from hybrid.hardware.device import System
+
+    def cap(key: str) -> bool:
+        s = catalog.systems[key]
+        return nvls_capable(s, catalog.device(s.device))
+
+    assert cap("DGX-H100") and cap("DGX-B200") and cap("HGX-H200")
+    assert not cap("DGX-A100") and not cap("Sophia") and not cap("DeepBench-P100")
+    assert not cap("Vidur-A100-pairwise-NVLink")
+    off = dataclasses.replace(catalog.systems["DGX-H100"], nvls=False)
+    assert not nvls_capable(off, catalog.device(off.device))
+    entry = {**catalog.systems["DGX-A100"].to_entry(), "nvls": True}
+    assert System.from_entry("a100-forced", entry).nvls is True
+    with pytest.raises(Exception, match="nvls"):
+        System.from_entry("bad", {**entry, "nvls": "yes"})
+
+
+def test_nvls_all_reduce_moves_fewer_bytes_per_link_than_the_ring():
+    """NVLS: (g + 1) / g bytes per message byte on a GPU's link against the ring's 2 (n - 1) / n, taken where it
+    is fewer (from 4 GPUs per node on); other collectives, 2-GPU all-reduces and nodes without NVLS keep the ring."""
+    from hybrid.corrections.collective_transfer import nvls_terms, ring_terms
+
+    op = np.array(["all_reduce", "all_reduce", "all_reduce", "all_gather", "all_reduce", "all_reduce"], dtype=object)
+    ranks = np.array([8.0, 4.0, 2.0, 8.0, 80.0, 8.0])
+    nodes = np.array([1.0, 1.0, 1.0, 1.0, 10.0, 1.0])
+    nvls = np.array([True, True, True, True, True, False])
+    ring = ring_terms(op, ranks, nodes)
+    t = nvls_terms(ring, op, ranks, nodes, nvls)
+    assert t[:, 3] == pytest.approx([9 / 8, 5 / 4, 1.0, 7 / 8, 9 / 8, 7 / 4])
+    assert np.array_equal(t[:, 4], ring[:, 4])  # NIC bytes of the multi-node row unchanged
+    assert np.array_equal(np.delete(t, 3, axis=1), np.delete(ring, 3, axis=1))
+
+
+def test_nvls_makes_an_h100_node_all_reduce_faster_than_its_ring(fitted, catalog):
+    """A 1 GiB all-reduce on 8 H100s (NVLS) is predicted 1.75 / 1.125 = 1.56x the bus bandwidth of the same node
+    without NVLS (bandwidth-bound at that size; the measured 8-GPU H100 NVSwitch node in ../shared reaches ~480 GB/s
+    all-reduce against ~366 GB/s all-gather), while all-gather is unchanged."""
+    import dataclasses
+
+    from hybrid.hardware.catalog import Catalog
+
+    tr = fitted.corrections[0].transfer
+    h = catalog.systems["DGX-H100"]
+    off = dataclasses.replace(h, key="h100-no-nvls", aliases=(), nvls=False)
+    cat = Catalog(dict(catalog.devices), {**catalog.systems, off.key: off})
+    size = np.array([float(1 << 30)])
+    for op, ratio in (("all_reduce", 1.75 / 1.125), ("all_gather", 1.0)):
+        args = (np.array([op], dtype=object), np.array([8.0]), np.array([1.0]), size)
+        t_nvls = tr.predict_us(cat, np.array([h.key]), *args)[0]
+        t_ring = tr.predict_us(cat, np.array([off.key]), *args)[0]
+        assert t_ring / t_nvls == pytest.approx(ratio, rel=0.03)

@@ -151,6 +151,40 @@ def independent_entries(loso: pd.DataFrame, cat) -> list[str]:
             "| mean over systems (geomean) | " + " | ".join(f"{m:.1f}" for m in means) + " |", ""]
 
 
+#: ALCF runs in which NCCL used its TCP socket transport: the default environment and set-ups 1-2 of
+#: argonne-lcf/alcf-nccl-tests (README: set-up 3 on load the "AWS Libfabric" plugin, NCCL's path to Slingshot's
+#: RDMA). A catalog entry describes the links, not which transport a job's environment picks: these runs reach
+#: 3-10 GB/s on 25 GB/s NICs, which no hardware description predicts.
+SOCKET_TRANSPORT = {"Polaris": ("", "env-setup-1", "env-setup-2"), "Sirius": ("", "env-setup-1", "env-setup-2")}
+
+
+def socket_transport_rows(frame: pd.DataFrame) -> np.ndarray:
+    """Rows of :data:`SOCKET_TRANSPORT` runs (system and set-up)."""
+    alg = frame["algorithm"].astype("string").fillna("")
+    mask = np.zeros(len(frame), dtype=bool)
+    for system, setups in SOCKET_TRANSPORT.items():
+        mask |= ((frame["system"] == system) & alg.isin(list(setups))).to_numpy()
+    return mask
+
+
+def without_socket_transport(loso: pd.DataFrame) -> list[str]:
+    """Leave-one-system-out figures on the runs whose NCCL used the fabric's RDMA transport."""
+    sock = socket_transport_rows(loso)
+    rest = loso[~sock]
+    cols = {"ab": "alpha-beta (roofline)", "pred": "transfer model"}
+    pooled = [fmt(error_summary(rest[c], rest["time_us"])) for c in cols]
+    means = [np.mean([error_summary(g[c], g["time_us"])["geomean_pct"] for _, g in rest.groupby("system")])
+             for c in cols]
+    on_sock = [fmt(error_summary(loso.loc[sock, c], loso.loc[sock, "time_us"])) for c in cols]
+    return [f"Without the ALCF runs over NCCL's TCP socket transport (Polaris and Sirius, default environment and "
+            f"set-ups 1-2: no libfabric plugin, 3-10 GB/s on 25 GB/s Slingshot NICs): {int(sock.sum())} of "
+            f"{len(loso)} rows left out, {rest['system'].nunique()} systems.", "",
+            "| | " + " | ".join(cols.values()) + " |", "|---|" + "---|" * len(cols),
+            "| all rows | " + " | ".join(pooled) + " |",
+            "| mean over systems (geomean) | " + " | ".join(f"{m:.1f}" for m in means) + " |",
+            "| the socket-transport rows alone | " + " | ".join(on_sock) + " |", ""]
+
+
 def transfer_constants(table: pd.DataFrame, cat) -> list[str]:
     """The transfer model fitted on every system: its physical constants."""
     base = roofline(table, cat)
@@ -202,6 +236,9 @@ def main() -> None:
     lines += section("Held-out systems (leave one system out; transfer model from the catalog entry)", loso, "system",
                      {"ab": "alpha-beta (roofline)", "pred": "transfer model"})
     lines += independent_entries(loso, cat)
+    lines += without_socket_transport(loso)
+    lines += section("Held-out systems by collective (transfer model, all systems' rows)", loso, "op",
+                     {"ab": "alpha-beta (roofline)", "pred": "transfer model"})
     lines += transfer_constants(table, cat)
     lines.append(f"Total wall time: {time.time() - t0:.0f} s")
     text = "\n".join(lines) + "\n"

@@ -14,7 +14,8 @@ alpha-beta model whose constants are learned across systems::
 
 ``c_*`` and ``s_*`` are the algorithm's bytes and latency steps (:func:`ring_terms`: NCCL flat-ring byte
 counts; NCCL's step counts: a ring all-gather / reduce-scatter n - 1 steps, every one of them paced by a network
-post on more than one node, a tree all-reduce 2 (GPUs per node - 1) + 2 log2(nodes)), ``B_*`` the catalog
+post on more than one node, a tree all-reduce 2 (GPUs per node - 1) + 2 log2(nodes); on an NVSwitch node with
+NVLink SHARP the all-reduce's in-node bytes of NCCL's NVLS algorithm, :func:`nvls_terms`), ``B_*`` the catalog
 bandwidths. The fitted constants are physical:
 ``eta`` is the fraction of the catalog link bandwidth a collective reaches (bus-bandwidth efficiency), per
 fabric class; ``m_op`` how an operation's bandwidth compares with all-reduce's (all-to-all moves through more
@@ -150,6 +151,36 @@ def ring_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> np.ndarr
     return np.column_stack([terms, paced])
 
 
+def nvls_capable(system: System, device: Any | None) -> bool:
+    """Whether NCCL's NVLS all-reduce (NVLink SHARP: the NVSwitch reduces and multicasts) runs on ``system``: the
+    entry's ``nvls`` where given, else an NVSwitch node of NVIDIA GPUs of compute capability 9.0 or later (Hopper:
+    third-generation NVSwitch, the first with SHARP; NCCL 2.17+ picks NVLS there by default)."""
+    if system.nvls is not None:
+        return bool(system.nvls)
+    if device is None or str(getattr(device, "vendor", "")).lower() != "nvidia":
+        return False
+    arch = str(getattr(device, "arch", "")).lower()
+    digits = arch[3:] if arch.startswith("sm_") else ""
+    return digits.isdigit() and int(digits) >= 90 and intra_class(system) == "nvswitch"
+
+
+def nvls_terms(terms: np.ndarray, op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray,
+               nvls: np.ndarray) -> np.ndarray:
+    """``terms`` (:func:`ring_terms`) with NVLS all-reduce where it moves fewer bytes per GPU link than the ring.
+
+    NVLS reduce-scatters with in-switch loads (each GPU sends its whole buffer once, receives its reduced 1/g) and
+    all-gathers with multicast stores (sends its 1/g once, receives the other (g - 1)/g): (g + 1)/g bytes per
+    message byte on the busier direction of a GPU's link, against the ring's 2 (n - 1)/n. NCCL takes the better:
+    NVLS from 4 GPUs per node on (8 GPUs: 1.125 vs 1.75), the ring for 2. Across nodes (NVLS-tree) only the
+    intra-node share changes; the NIC bytes stay. Same fitted link efficiency as the ring: no new constant."""
+    op = np.asarray(op, dtype=object)
+    g = np.maximum(np.asarray(ranks, np.float64) / np.maximum(np.asarray(nodes, np.float64), 1.0), 1.0)
+    use = np.asarray(nvls, dtype=bool) & (op == "all_reduce") & (g > 2.0)
+    out = terms.copy()
+    out[:, 3] = np.where(use, np.minimum(terms[:, 3], (g + 1.0) / g), terms[:, 3])
+    return out
+
+
 def a2a_peers(op: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     """Peers each rank exchanges with in an all-to-all (n - 1), 0 for other collectives."""
     n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
@@ -168,6 +199,8 @@ class SystemFeatures:
     #: the catalog's bandwidth is a measured bus bandwidth (``System.measured_links``): efficiency 1, not eta
     intra_measured: np.ndarray | None = None
     inter_measured: np.ndarray | None = None
+    #: NCCL's NVLS all-reduce runs on the row's node (:func:`nvls_capable`)
+    nvls: np.ndarray | None = None
 
 
 def system_features(catalog: Catalog, systems: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> SystemFeatures:
@@ -185,13 +218,14 @@ def system_features(catalog: Catalog, systems: np.ndarray, ranks: np.ndarray, no
     ecls = np.array([INTER_CLASSES.index(inter_class(s)) for s in sys_objs])[codes]
     imeas = np.array([("intra" in s.measured_links) for s in sys_objs], dtype=bool)[codes]
     emeas = np.array([("inter" in s.measured_links and s.inter_bw > 0) for s in sys_objs], dtype=bool)[codes]
+    nvls = np.array([nvls_capable(s, d) for s, d in zip(sys_objs, devs, strict=True)], dtype=bool)[codes]
     gpn = np.asarray(ranks, dtype=np.float64) / np.maximum(np.asarray(nodes, dtype=np.float64), 1.0)
     pairs = icls == INTRA_CLASSES.index("pcie-pairs")
     pair = pairs & (gpn <= 2.0) & (link > 0)
     intra = np.where(pair, np.maximum(link, intra), intra)
     # the class is that of the link the collective runs over: the NVLink bridge for a bridged pair, PCIe beyond
     icls = np.where(pair, INTRA_CLASSES.index("nvlink"), np.where(pairs, INTRA_CLASSES.index("pcie"), icls))
-    return SystemFeatures(intra, inter, mem, icls, ecls, imeas & ~pair, emeas)
+    return SystemFeatures(intra, inter, mem, icls, ecls, imeas & ~pair, emeas, nvls)
 
 
 # parameter vector layout (all ln): shared values first, then per-class factors
@@ -297,8 +331,8 @@ class CollectiveTransfer:
         ranks, nodes = frame["n_ranks"].to_numpy(np.float64), frame["n_nodes"].to_numpy(np.float64)
         size, log_t = frame["size"].to_numpy(np.float64), np.log(frame["time_s"].to_numpy(np.float64))
         systems = frame["system"].astype(str).to_numpy()
-        terms = ring_terms(op, ranks, nodes)
         feats = system_features(catalog, systems, ranks, nodes)
+        terms = nvls_terms(ring_terms(op, ranks, nodes), op, ranks, nodes, feats.nvls)
         opc = op_class(op)
         peers = a2a_peers(op, ranks)
         # weights: each system 1 in total, each (op, layout) curve equal within its system
@@ -350,8 +384,8 @@ class CollectiveTransfer:
                    nodes: np.ndarray, size: np.ndarray) -> np.ndarray:
         """Predicted time (us) per row from the catalog entries of ``systems``."""
         op = np.asarray(op, dtype=object)
-        terms = ring_terms(op, ranks, nodes)
         feats = system_features(catalog, systems, ranks, nodes)
+        terms = nvls_terms(ring_terms(op, ranks, nodes), op, ranks, nodes, feats.nvls)
         return np.exp(transfer_log_time(np.asarray(self.log_params), terms, np.asarray(size, np.float64), feats,
                                         op_class(op), a2a_peers(op, ranks))) * 1e6
 

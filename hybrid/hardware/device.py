@@ -176,6 +176,9 @@ class System:
     notes: str = ""
     #: which of the two bandwidths ("intra", "inter") are measured bus bandwidths rather than datasheet rates
     measured_links: tuple[str, ...] = ()
+    #: NVLink SHARP (in-switch reduction, NCCL's NVLS algorithm) on the intra-node fabric: None = decided from the
+    #: hardware (an NVSwitch node of Hopper or later NVIDIA GPUs), True / False = the entry says so (``nvls``)
+    nvls: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def check_layout(self, ranks: int, nodes: int, generic: bool = False) -> None:
@@ -222,6 +225,7 @@ class System:
             source=str(entry["source"]),
             notes=str(entry.get("notes", "")),
             measured_links=measured,
+            nvls=_optional_bool(key, "nvls", entry.get("nvls")),
         )
 
     def to_entry(self) -> dict[str, Any]:
@@ -240,7 +244,14 @@ class System:
             "source": self.source,
             "notes": self.notes,
             **({"measured_links": list(self.measured_links)} if self.measured_links else {}),
+            **({"nvls": self.nvls} if self.nvls is not None else {}),
         }
+
+
+def _optional_bool(key: str, name: str, value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise InvalidInputError(f"{key!r}: field {name} must be true or false, got {value!r}")
 
 
 def _positive(key: str, name: str, value: Any) -> float:
