@@ -265,3 +265,21 @@ def test_nvls_makes_an_h100_node_all_reduce_faster_than_its_ring(fitted, catalog
         t_nvls = tr.predict_us(cat, np.array([h.key]), *args)[0]
         t_ring = tr.predict_us(cat, np.array([off.key]), *args)[0]
         assert t_ring / t_nvls == pytest.approx(ratio, rel=0.03)
+
+
+def test_no_collective_beats_a_measured_bus_bandwidth(fitted, catalog):
+    """On a link whose catalog value is a measured bus bandwidth, every collective is at most that fast: the op
+    multipliers fitted on datasheet links (all-to-all, send/recv above 1) do not apply on top of it. At 1 GiB
+    (bandwidth-bound) the time is at least the NIC bytes over the measured bandwidth."""
+    from hybrid.corrections.collective_transfer import ring_terms
+
+    tr = fitted.corrections[0].transfer
+    assert max(tr.constants()["op_bandwidth_multiplier"].values()) > 1.0  # the cap has something to cap
+    c00 = catalog.systems["xxrjun-H100-cluster00"]
+    size = float(1 << 30)
+    for op in ("all_to_all", "send_recv", "all_gather", "all_reduce"):
+        ops = np.array([op], dtype=object)
+        t_us = tr.predict_us(catalog, np.array([c00.key]), ops, np.array([16.0]), np.array([2.0]),
+                             np.array([size]))[0]
+        floor_us = size * ring_terms(ops, np.array([16.0]), np.array([2.0]))[0, 4] / c00.inter_bw * 1e6
+        assert t_us >= floor_us * 0.999, op

@@ -39,7 +39,8 @@ collective), one point per size (the median over repeats); each system's curves 
 efficiencies (random effects with prior sigma :data:`SYSTEM_EFFECT_SIGMA`), so a catalog entry that misstates
 a system's links does not bias the shared constants; an unseen system is predicted with effect 0.
 A catalog bandwidth named in the system's ``measured_links`` is a measured bus bandwidth (an entry estimated from
-that system's logs): its efficiency is 1, not the fitted ``eta``.
+that system's logs): its efficiency is 1, not the fitted ``eta``, and no collective exceeds it (``m_op`` only
+where below 1).
 Leave-one-system-out accuracy: ``experiments/collectives_accuracy/results.md`` (better than alpha-beta over all
 rows and on the mean over systems; the predictor's default collectives use it, ``CollectiveSigmoid(transfer=True)``).
 """
@@ -291,6 +292,12 @@ def transfer_log_time(theta: np.ndarray, terms: np.ndarray, size: np.ndarray, fe
     if feats.inter_measured is not None:
         log_eta_e = np.where(feats.inter_measured, 0.0, log_eta_e)
     log_eta_i, log_eta_e = log_eta_i + m_op, log_eta_e + m_op
+    # a measured bus bandwidth is what the system's collectives reach: no collective exceeds it (an op multiplier
+    # above 1, fitted on datasheet links, does not apply on top of it)
+    if feats.intra_measured is not None:
+        log_eta_i = np.where(feats.intra_measured, np.minimum(log_eta_i, 0.0), log_eta_i)
+    if feats.inter_measured is not None:
+        log_eta_e = np.where(feats.inter_measured, np.minimum(log_eta_e, 0.0), log_eta_e)
     if sys_offset is not None:
         log_eta_i = log_eta_i + sys_offset[:, 0]
         log_eta_e = log_eta_e + sys_offset[:, 1]
