@@ -78,7 +78,9 @@ def test_predict_collective_json(capsys) -> None:
     assert code == 0, err
     res = json.loads(out)
     assert res["system"] == "DGX-H100" and res["size_bytes"] == 2**30 and res["bound"] == "bandwidth"
-    assert 300 < res["busbw_gbps"] <= 450  # the model cannot beat the NVLink per-direction bandwidth
+    # NVLS (the H100 NVSwitch reduces): bus bandwidth above the 450 GB/s link rate, as NCCL measures on such a node
+    # (483 GB/s in ../shared), but no more than NVLS's (g + 1)/g bytes per link at that rate allow
+    assert 450 < res["busbw_gbps"] <= 450 * (2 * 7 / 8) / (9 / 8) * 1.0001
     code, out, _ = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1GiB",
                        "--ranks", "16", "--nodes", "2", "--json")
     assert json.loads(out)["time_us"] > res["time_us"]

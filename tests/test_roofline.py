@@ -121,11 +121,35 @@ def test_multi_node_slower_than_single_node(catalog) -> None:
 
 def test_collective_bandwidth_term_matches_ring_formula(catalog) -> None:
     size = 1 << 30
-    row = one(pd.DataFrame({"op": ["all_reduce"], "size_bytes": [size], "n_ranks": [8]}), catalog, system="DGX-H100")
+    row = one(pd.DataFrame({"op": ["all_reduce"], "size_bytes": [size], "n_ranks": [8]}), catalog, system="DGX-A100")
     assert row["bound"] == "bandwidth"
-    assert row["bytes"] == pytest.approx(size * 2 * 7 / 8)
-    assert row["memory_us"] == pytest.approx(2 * 7 / 8 * size / 450e9 * 1e6)
-    assert row["latency_us"] == pytest.approx(2 * 4 * 3)  # two passes x 4 us x log2(8) steps
+    assert row["bytes"] == pytest.approx(size * 2 * 7 / 8)  # bus bytes, nccl-tests' convention
+    assert row["memory_us"] == pytest.approx(2 * 7 / 8 * size / 300e9 * 1e6)
+    assert row["latency_us"] == pytest.approx(2 * catalog.systems["DGX-A100"].intra_latency_us * 3)  # 2 x log2(8)
+
+
+def test_all_reduce_bound_on_an_nvls_node_is_nvls(catalog) -> None:
+    """A Hopper NVSwitch node reduces in the switch (NVLS): (g + 1)/g bytes per link instead of the ring's
+    2 (g - 1)/g, so the roofline stays a bound where NCCL's measured 8-GPU all-reduce (483 GB/s bus bandwidth on
+    an H100 node, ../shared xxrjun logs) beats a ring at the full 450 GB/s link rate. 2 GPUs keep the ring; an
+    A100 node (no SHARP in its NVSwitch) and all-gather are unchanged; ``nvls = false`` turns it off."""
+    import dataclasses
+
+    from hybrid.hardware.catalog import Catalog
+
+    size = 1 << 30
+    q = pd.DataFrame({"op": ["all_reduce", "all_reduce", "all_gather"], "size_bytes": size, "n_ranks": [8, 2, 8]})
+    h100 = roofline(q, catalog, system="DGX-H100")
+    assert h100["memory_us"].iloc[0] == pytest.approx(9 / 8 * size / 450e9 * 1e6)
+    assert h100["memory_us"].iloc[1] == pytest.approx(1 * size / 450e9 * 1e6)
+    assert h100["memory_us"].iloc[2] == pytest.approx(7 / 8 * size / 450e9 * 1e6)
+    assert 2 * 7 / 8 * size / (h100["memory_us"].iloc[0] * 1e-6) > 483e9  # bus bandwidth bound above the measured
+    off = dataclasses.replace(catalog.systems["DGX-H100"], key="h100-ring", aliases=(), nvls=False)
+    cat = Catalog(dict(catalog.devices), {**catalog.systems, off.key: off})
+    ring = roofline(q, cat, system="h100-ring")
+    assert ring["memory_us"].iloc[0] == pytest.approx(2 * 7 / 8 * size / 450e9 * 1e6)
+    a100 = roofline(q, catalog, system="DGX-A100")
+    assert a100["memory_us"].iloc[0] == pytest.approx(2 * 7 / 8 * size / 300e9 * 1e6)
 
 
 def test_collective_on_a_bare_device_uses_a_generic_node(catalog) -> None:

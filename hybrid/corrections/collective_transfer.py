@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware.catalog import Catalog
-from hybrid.hardware.device import System
+from hybrid.hardware.device import System, nvls_bus_factor, nvls_capable  # noqa: F401 (nvls_capable: re-exported)
 
 #: Intra-node fabric classes (by catalog ``intra_fabric`` text) and inter-node classes (``inter_fabric``).
 INTRA_CLASSES = ("nvswitch", "nvlink", "pcie-pairs", "pcie", "infinity-fabric")
@@ -152,19 +152,6 @@ def ring_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> np.ndarr
     return np.column_stack([terms, paced])
 
 
-def nvls_capable(system: System, device: Any | None) -> bool:
-    """Whether NCCL's NVLS all-reduce (NVLink SHARP: the NVSwitch reduces and multicasts) runs on ``system``: the
-    entry's ``nvls`` where given, else an NVSwitch node of NVIDIA GPUs of compute capability 9.0 or later (Hopper:
-    third-generation NVSwitch, the first with SHARP; NCCL 2.17+ picks NVLS there by default)."""
-    if system.nvls is not None:
-        return bool(system.nvls)
-    if device is None or str(getattr(device, "vendor", "")).lower() != "nvidia":
-        return False
-    arch = str(getattr(device, "arch", "")).lower()
-    digits = arch[3:] if arch.startswith("sm_") else ""
-    return digits.isdigit() and int(digits) >= 90 and intra_class(system) == "nvswitch"
-
-
 def nvls_terms(terms: np.ndarray, op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray,
                nvls: np.ndarray) -> np.ndarray:
     """``terms`` (:func:`ring_terms`) with NVLS all-reduce where it moves fewer bytes per GPU link than the ring.
@@ -178,7 +165,7 @@ def nvls_terms(terms: np.ndarray, op: np.ndarray, ranks: np.ndarray, nodes: np.n
     g = np.maximum(np.asarray(ranks, np.float64) / np.maximum(np.asarray(nodes, np.float64), 1.0), 1.0)
     use = np.asarray(nvls, dtype=bool) & (op == "all_reduce") & (g > 2.0)
     out = terms.copy()
-    out[:, 3] = np.where(use, np.minimum(terms[:, 3], (g + 1.0) / g), terms[:, 3])
+    out[:, 3] = np.where(use, np.minimum(terms[:, 3], nvls_bus_factor(g)), terms[:, 3])
     return out
 
 

@@ -248,6 +248,35 @@ class System:
         }
 
 
+def nvls_capable(system: System, device: Device | None) -> bool:
+    """Whether NCCL's NVLS all-reduce (NVLink SHARP: the NVSwitch reduces and multicasts) runs on ``system``: the
+    entry's ``nvls`` where given, else an NVSwitch node (``intra_fabric`` names NVSwitch, an NVLink switch or an
+    NVL72 rack; not NVLink-bridged PCIe pairs) of NVIDIA GPUs of compute capability 9.0 or later (Hopper:
+    third-generation NVSwitch, the first with SHARP; NCCL 2.17+ picks NVLS there by default)."""
+    if system.nvls is not None:
+        return bool(system.nvls)
+    if device is None or str(device.vendor).lower() != "nvidia":
+        return False
+    text = system.intra_fabric.lower()
+    if "pcie" in text and ("pair" in text or "bridge" in text):
+        return False
+    if not any(w in text for w in ("nvswitch", "nvlink switch", "nvl72")):
+        return False
+    arch = str(device.arch).lower()
+    digits = arch[3:] if arch.startswith("sm_") else ""
+    return digits.isdigit() and int(digits) >= 90
+
+
+def nvls_bus_factor(ranks_per_node: Any) -> Any:
+    """Bytes per message byte on a GPU's busier link direction for NVLS all-reduce with ``g`` GPUs of a node:
+    reduce-scatter by in-switch loads (send the whole buffer once, receive the reduced 1/g), all-gather by multicast
+    stores (send 1/g once, receive the other (g - 1)/g): (g + 1)/g, against the ring's 2 (g - 1)/g."""
+    import numpy as np
+
+    g = np.maximum(np.asarray(ranks_per_node, dtype=np.float64), 1.0)
+    return (g + 1.0) / g
+
+
 def _optional_bool(key: str, name: str, value: Any) -> bool | None:
     if value is None or isinstance(value, bool):
         return value

@@ -12,7 +12,7 @@ import pandas as pd
 
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
-from hybrid.hardware.device import Device, System
+from hybrid.hardware.device import Device, System, nvls_bus_factor, nvls_capable
 from hybrid.ops.families import FAMILIES, bus_factor, col, factor_map, family_array
 from hybrid.units import normalize_dtype
 
@@ -207,6 +207,8 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
     lat_intra = np.array([s.intra_latency_us for s in systems])[codes]
     lat_inter = np.array([s.inter_latency_us for s in systems])[codes]
     gpn_sys = np.array([s.gpus_per_node for s in systems], dtype=np.float64)[codes]
+    nvls = np.array([nvls_capable(s, cat.device(s.device) if cat.resolve_device(s.device, missing_ok=True) else None)
+                     for s in systems], dtype=bool)[codes]
 
     size = col(df, "size_bytes")
     n = col(df, "n_ranks")
@@ -221,7 +223,10 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
     ring_g = (g - 1.0) / g
     ring_n = (nodes - 1.0) / nodes
     # bandwidth term (seconds): hierarchical over intra-node fabric and the GPUs' NICs
-    ar = 2.0 * ring_g * size / intra + np.where(multi, 2.0 * ring_n * size / (g * inter), 0.0)
+    # all-reduce inside a node: the ring's 2 (g - 1)/g bytes per link, or NCCL's NVLS where the NVSwitch reduces
+    # ((g + 1)/g, fewer from 4 GPUs on; Hopper-or-later NVSwitch nodes, hybrid.hardware.device.nvls_capable)
+    ar_intra = np.where(nvls & (g > 2.0), np.minimum(2.0 * ring_g, nvls_bus_factor(g)), 2.0 * ring_g)
+    ar = ar_intra * size / intra + np.where(multi, 2.0 * ring_n * size / (g * inter), 0.0)
     ag = ring_g * size / intra + np.where(multi, ring_n * size / (g * inter), 0.0)
     a2a = np.maximum((g - 1.0) / n * size / intra, np.where(multi, (n - g) / n * size / inter, 0.0))
     p2p = size / np.where(multi, inter, intra)
