@@ -152,6 +152,23 @@ def test_all_reduce_bound_on_an_nvls_node_is_nvls(catalog) -> None:
     assert a100["memory_us"].iloc[0] == pytest.approx(2 * 7 / 8 * size / 300e9 * 1e6)
 
 
+def test_generic_node_of_an_sxm_part_is_an_nvswitch_board(catalog) -> None:
+    """8 Ampere-or-later SXM GPUs sit on an HGX board's NVSwitch (so Hopper-or-later get NVLS); bridged PCIe
+    cards and Volta's SXM2 (DGX-1 cube mesh) do not."""
+    from hybrid.hardware.device import nvls_capable
+
+    def node(name: str):
+        s = resolve_system(catalog, name)
+        return s, nvls_capable(s, catalog.device(s.device))
+
+    for name, switch, nvls in (("H200", True, True), ("B200", True, True), ("A100-SXM4-80GB", True, False),
+                               ("H100-PCIE", False, False), ("A100-PCIE-40GB", False, False),
+                               ("V100-SXM2-32GB", False, False), ("GB200", True, True)):
+        s, has_nvls = node(name)
+        assert ("switch" in s.intra_fabric.lower()) == switch, (name, s.intra_fabric)
+        assert has_nvls == nvls, name
+
+
 def test_collective_on_a_bare_device_uses_a_generic_node(catalog) -> None:
     sys_ = resolve_system(catalog, "Tesla T4")
     assert sys_.device == "T4" and sys_.intra_bw == 12e9  # PCIe gen3, no NVLink

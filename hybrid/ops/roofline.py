@@ -28,16 +28,32 @@ PCIE_GBPS = {0: 12.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}
 DEFAULT_NIC_GBPS = 12.5
 
 
+def _on_hgx_switch(device: Device) -> bool:
+    """An NVIDIA SXM-class part of Ampere or later with NVLink to a switch, not a bridge: its 8-GPU boards (HGX
+    A100 / A800 / H100 / H800 / H20 / H200 / B200 / B300) connect every GPU to NVSwitch chips. Volta's SXM2 parts
+    are excluded (DGX-1's hybrid cube mesh has no switch)."""
+    link = device.link_name.lower()
+    if str(device.vendor).lower() != "nvidia" or "nvlink" not in link or "bridge" in link:
+        return False
+    arch = str(device.arch).lower()
+    digits = arch[3:] if arch.startswith("sm_") else ""
+    return digits.isdigit() and int(digits) >= 80
+
+
 def system_for_device(device: Device, gpus_per_node: int = 8) -> System:
-    """A generic node of ``device`` GPUs for collectives on a device that has no catalog system."""
+    """A generic node of ``device`` GPUs for collectives on a device that has no catalog system: its NVLink (to
+    the NVSwitch of an 8-GPU HGX board for Ampere-or-later SXM parts, so Hopper-or-later ones get NVLS) or PCIe."""
     intra = device.link_bw / 1e9 if device.link_bw > 0 else PCIE_GBPS.get(device.pcie_gen, 12.0)
+    fabric = device.link_name or f"PCIe gen{device.pcie_gen or 3}"
+    if _on_hgx_switch(device) and "switch" not in fabric.lower():
+        fabric = f"{fabric} + NVSwitch (generic 8-GPU HGX board)"
     return System.from_entry(
         f"{device.key}-node",
         {
             "device": device.key,
             "gpus_per_node": gpus_per_node,
             "intra_node_gbps": intra,
-            "intra_fabric": device.link_name or f"PCIe gen{device.pcie_gen or 3}",
+            "intra_fabric": fabric,
             "inter_node_gbps": DEFAULT_NIC_GBPS,
             "inter_fabric": "generic 100 Gb/s NIC per GPU",
             "max_nodes": 1024,
