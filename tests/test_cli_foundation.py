@@ -58,6 +58,9 @@ def test_devices_show_alias(capsys) -> None:
     assert json.loads(out)["l2_bw_gbps"] == pytest.approx(7219) and "l2_bw_gbps_estimated" not in json.loads(out)
     code, out, _ = run(capsys, "devices", "show", "a100_dgx", "--json")
     assert code == 0 and json.loads(out)["device"] == "A100-SXM4-80GB"
+    assert json.loads(out)["nvls_all_reduce"] is False  # A100's NVSwitch has no SHARP
+    code, out, _ = run(capsys, "devices", "show", "DGX H100", "--json")
+    assert json.loads(out)["nvls_all_reduce"] is True and "nvls" not in json.loads(out)  # decided, not entered
 
 
 def test_predict_gemm_json(capsys) -> None:
