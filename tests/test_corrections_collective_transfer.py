@@ -213,8 +213,7 @@ def test_nvls_is_decided_from_the_hardware_and_the_entry_can_say_otherwise(catal
     it, a DGX A100, a PCIe node and a bridged pair do not; ``nvls = false`` in an entry turns it off."""
     import dataclasses
 
-    from hybrid.corrections.collective_transfer import nvls_capable
-    from hybrid.hardware.device import System
+    from hybrid.hardware.device import System, nvls_capable
 
     def cap(key: str) -> bool:
         s = catalog.systems[key]

@@ -135,20 +135,33 @@ def held_out_systems(table: pd.DataFrame, cat) -> pd.DataFrame:
     return res[np.isfinite(res["pred"])]
 
 
+#: The two columns of the leave-one-system-out subset tables.
+LOSO_COLS = {"ab": "alpha-beta (roofline)", "pred": "transfer model"}
+
+
+def subset_table(intro: str, rest: pd.DataFrame, extra: list[tuple[str, pd.DataFrame]] = ()) -> list[str]:
+    """A leave-one-system-out subset: pooled and mean-over-systems errors of ``rest``, plus pooled rows of each
+    ``extra`` (label, rows)."""
+    pooled = [fmt(error_summary(rest[c], rest["time_us"])) for c in LOSO_COLS]
+    means = [np.mean([error_summary(g[c], g["time_us"])["geomean_pct"] for _, g in rest.groupby("system")])
+             for c in LOSO_COLS]
+    lines = [intro, "", "| | " + " | ".join(LOSO_COLS.values()) + " |", "|---|" + "---|" * len(LOSO_COLS),
+             "| all rows | " + " | ".join(pooled) + " |",
+             "| mean over systems (geomean) | " + " | ".join(f"{m:.1f}" for m in means) + " |"]
+    for label, rows in extra:
+        lines.append(f"| {label} | " + " | ".join(fmt(error_summary(rows[c], rows["time_us"])) for c in LOSO_COLS)
+                     + " |")
+    return lines + [""]
+
+
 def independent_entries(loso: pd.DataFrame, cat) -> list[str]:
     """Leave-one-system-out figures without the systems whose catalog bandwidths were estimated from the very
     logs scored here (``measured_links``): there both alpha-beta and the transfer model read the answer."""
     flagged = sorted(s for s in loso["system"].unique() if cat.systems[str(s)].measured_links)
     rest = loso[~loso["system"].isin(flagged)]
-    cols = {"ab": "alpha-beta (roofline)", "pred": "transfer model"}
-    pooled = [fmt(error_summary(rest[c], rest["time_us"])) for c in cols]
-    means = [np.mean([error_summary(g[c], g["time_us"])["geomean_pct"] for _, g in rest.groupby("system")])
-             for c in cols]
-    return [f"Without the systems whose catalog bandwidths were estimated from their own logs ({', '.join(flagged)}; "
-            f"`measured_links` in `systems.toml`): {rest['system'].nunique()} systems, {len(rest)} rows.", "",
-            "| | " + " | ".join(cols.values()) + " |", "|---|" + "---|" * len(cols),
-            "| all rows | " + " | ".join(pooled) + " |",
-            "| mean over systems (geomean) | " + " | ".join(f"{m:.1f}" for m in means) + " |", ""]
+    return subset_table(f"Without the systems whose catalog bandwidths were estimated from their own logs "
+                        f"({', '.join(flagged)}; `measured_links` in `systems.toml`): {rest['system'].nunique()} "
+                        f"systems, {len(rest)} rows.", rest)
 
 
 #: ALCF runs in which NCCL used its TCP socket transport: the default environment and set-ups 1-2 of
@@ -171,18 +184,10 @@ def without_socket_transport(loso: pd.DataFrame) -> list[str]:
     """Leave-one-system-out figures on the runs whose NCCL used the fabric's RDMA transport."""
     sock = socket_transport_rows(loso)
     rest = loso[~sock]
-    cols = {"ab": "alpha-beta (roofline)", "pred": "transfer model"}
-    pooled = [fmt(error_summary(rest[c], rest["time_us"])) for c in cols]
-    means = [np.mean([error_summary(g[c], g["time_us"])["geomean_pct"] for _, g in rest.groupby("system")])
-             for c in cols]
-    on_sock = [fmt(error_summary(loso.loc[sock, c], loso.loc[sock, "time_us"])) for c in cols]
-    return [f"Without the ALCF runs over NCCL's TCP socket transport (Polaris and Sirius, default environment and "
-            f"set-ups 1-2: no libfabric plugin, 3-10 GB/s on 25 GB/s Slingshot NICs): {int(sock.sum())} of "
-            f"{len(loso)} rows left out, {rest['system'].nunique()} systems.", "",
-            "| | " + " | ".join(cols.values()) + " |", "|---|" + "---|" * len(cols),
-            "| all rows | " + " | ".join(pooled) + " |",
-            "| mean over systems (geomean) | " + " | ".join(f"{m:.1f}" for m in means) + " |",
-            "| the socket-transport rows alone | " + " | ".join(on_sock) + " |", ""]
+    return subset_table(f"Without the ALCF runs over NCCL's TCP socket transport (Polaris and Sirius, default "
+                        f"environment and set-ups 1-2: no libfabric plugin, 3-10 GB/s on 25 GB/s Slingshot NICs): "
+                        f"{int(sock.sum())} of {len(loso)} rows left out, {rest['system'].nunique()} systems.", rest,
+                        [("the socket-transport rows alone", loso[sock])])
 
 
 def transfer_constants(table: pd.DataFrame, cat) -> list[str]:

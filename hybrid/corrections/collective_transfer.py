@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware.catalog import Catalog
-from hybrid.hardware.device import System, nvls_bus_factor, nvls_capable  # noqa: F401 (nvls_capable: re-exported)
+from hybrid.hardware.device import System, intra_fabric_class, nvls_bus_factor, nvls_capable
 
 #: Intra-node fabric classes (by catalog ``intra_fabric`` text) and inter-node classes (``inter_fabric``).
 INTRA_CLASSES = ("nvswitch", "nvlink", "pcie-pairs", "pcie", "infinity-fabric")
@@ -84,18 +84,8 @@ LOSS_SCALE = 0.1
 SYSTEM_EFFECT_SIGMA = 1.5
 
 
-def intra_class(system: System) -> str:
-    """Fabric class of the intra-node links from the catalog text."""
-    text = system.intra_fabric.lower()
-    if "pcie" in text and ("pair" in text or "bridge" in text):
-        return "pcie-pairs"
-    if "nvswitch" in text or "nvlink switch" in text or "nvl72" in text:
-        return "nvswitch"
-    if "nvlink" in text:
-        return "nvlink"
-    if "infinity" in text or "xgmi" in text:
-        return "infinity-fabric"
-    return "pcie"
+#: Fabric class of a system's intra-node links (one classifier, in the hardware layer).
+intra_class = intra_fabric_class
 
 
 def inter_class(system: System) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from hybrid.errors import InvalidInputError
 from hybrid.units import DTYPE_FALLBACK, normalize_dtype
 
@@ -62,6 +64,13 @@ class Device:
         """Dense peak FLOP/s for ``dtype``, falling back to a slower dtype the hardware does run
         (:meth:`peak_dtype` says which)."""
         return self.peak_flops[self.peak_dtype(dtype)]
+
+    @property
+    def compute_capability(self) -> int:
+        """NVIDIA compute capability as an integer (``arch`` ``sm_90`` -> 90); 0 for other vendors or no ``arch``."""
+        arch = str(self.arch).lower()
+        digits = arch[3:] if arch.startswith("sm_") else ""
+        return int(digits) if str(self.vendor).lower() == "nvidia" and digits.isdigit() else 0
 
     def l2_bandwidth(self) -> float:
         """L2 read bandwidth in bytes/s: the catalog's published figure, else an estimate from the SMs and clock at
@@ -248,31 +257,36 @@ class System:
         }
 
 
-def nvls_capable(system: System, device: Device | None) -> bool:
-    """Whether NCCL's NVLS all-reduce (NVLink SHARP: the NVSwitch reduces and multicasts) runs on ``system``: the
-    entry's ``nvls`` where given, else an NVSwitch node (``intra_fabric`` names NVSwitch, an NVLink switch or an
-    NVL72 rack; not NVLink-bridged PCIe pairs) of NVIDIA GPUs of compute capability 9.0 or later (Hopper:
-    third-generation NVSwitch, the first with SHARP; NCCL 2.17+ picks NVLS there by default)."""
-    if system.nvls is not None:
-        return bool(system.nvls)
-    if device is None or str(device.vendor).lower() != "nvidia":
-        return False
+def intra_fabric_class(system: System) -> str:
+    """Class of a system's intra-node links from its catalog text: ``pcie-pairs`` (PCIe cards bridged in pairs),
+    ``nvswitch`` (NVSwitch, an NVLink switch, an NVL72 rack), ``nvlink``, ``infinity-fabric`` or ``pcie``."""
     text = system.intra_fabric.lower()
     if "pcie" in text and ("pair" in text or "bridge" in text):
-        return False
-    if not any(w in text for w in ("nvswitch", "nvlink switch", "nvl72")):
-        return False
-    arch = str(device.arch).lower()
-    digits = arch[3:] if arch.startswith("sm_") else ""
-    return digits.isdigit() and int(digits) >= 90
+        return "pcie-pairs"
+    if "nvswitch" in text or "nvlink switch" in text or "nvl72" in text:
+        return "nvswitch"
+    if "nvlink" in text:
+        return "nvlink"
+    if "infinity" in text or "xgmi" in text:
+        return "infinity-fabric"
+    return "pcie"
+
+
+def nvls_capable(system: System, device: Device | None) -> bool:
+    """Whether NCCL's NVLS all-reduce (NVLink SHARP: the NVSwitch reduces and multicasts) runs on ``system``: the
+    entry's ``nvls`` where given, else an NVSwitch node (:func:`intra_fabric_class`) of NVIDIA GPUs of compute
+    capability 9.0 or later (Hopper: third-generation NVSwitch, the first with SHARP; NCCL 2.17+ picks NVLS there
+    by default)."""
+    if system.nvls is not None:
+        return bool(system.nvls)
+    return (device is not None and device.compute_capability >= 90
+            and intra_fabric_class(system) == "nvswitch")
 
 
 def nvls_bus_factor(ranks_per_node: Any) -> Any:
     """Bytes per message byte on a GPU's busier link direction for NVLS all-reduce with ``g`` GPUs of a node:
     reduce-scatter by in-switch loads (send the whole buffer once, receive the reduced 1/g), all-gather by multicast
     stores (send 1/g once, receive the other (g - 1)/g): (g + 1)/g, against the ring's 2 (g - 1)/g."""
-    import numpy as np
-
     g = np.maximum(np.asarray(ranks_per_node, dtype=np.float64), 1.0)
     return (g + 1.0) / g
 

@@ -33,11 +33,7 @@ def _on_hgx_switch(device: Device) -> bool:
     A100 / A800 / H100 / H800 / H20 / H200 / B200 / B300) connect every GPU to NVSwitch chips. Volta's SXM2 parts
     are excluded (DGX-1's hybrid cube mesh has no switch)."""
     link = device.link_name.lower()
-    if str(device.vendor).lower() != "nvidia" or "nvlink" not in link or "bridge" in link:
-        return False
-    arch = str(device.arch).lower()
-    digits = arch[3:] if arch.startswith("sm_") else ""
-    return digits.isdigit() and int(digits) >= 80
+    return device.compute_capability >= 80 and "nvlink" in link and "bridge" not in link
 
 
 def system_for_device(device: Device, gpus_per_node: int = 8) -> System:
