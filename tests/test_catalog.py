@@ -4,6 +4,7 @@ override files add and replace entries, and bad names/files fail with clear erro
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import re
 import tomllib
@@ -501,3 +502,12 @@ def test_workstation_and_consumer_gpus_resolve_from_their_nvidia_smi_names(catal
     # GeForce tensor cores accumulate FP32 at half rate: the catalog's fp16 is the rate frameworks get
     if key == "RTX-4090":
         assert dev.peak("fp16") == pytest.approx(2 * dev.peak("fp32"))
+
+
+def test_system_device_names_the_gpu_or_none_when_the_catalog_lacks_it(catalog) -> None:
+    assert catalog.system_device("Sophia").key == "A100-SXM4-40GB"
+    system = catalog.system("Sophia")
+    orphan = dataclasses.replace(system, key="orphan", device="no-such-gpu")
+    assert catalog.system_device(orphan, missing_ok=True) is None
+    with pytest.raises(UnknownDeviceError):
+        catalog.system_device(orphan)

@@ -52,9 +52,7 @@ def show(name: str, as_json: bool) -> None:
     if key:  # what the collective models assume, whether the entry says so or the hardware decides
         from hybrid.hardware.device import nvls_capable
 
-        sys_ = cat.systems[key]
-        dev = cat.device(sys_.device) if cat.resolve_device(sys_.device, missing_ok=True) else None
-        entry["nvls_all_reduce"] = nvls_capable(sys_, dev)
+        entry["nvls_all_reduce"] = nvls_capable(cat.systems[key], cat.system_device(key, missing_ok=True))
     if not key and not entry.get("l2_bw_gbps"):  # not published: the estimate the cost models use
         entry["l2_bw_gbps_estimated"] = round(cat.device(name).l2_bandwidth() / 1e9, 1)
     if as_json:

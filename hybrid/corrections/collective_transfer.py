@@ -189,7 +189,7 @@ def system_features(catalog: Catalog, systems: np.ndarray, ranks: np.ndarray, no
     sys_objs = [resolve_system(catalog, str(u)) for u in uniques]
     intra = np.array([s.intra_bw for s in sys_objs])[codes]
     inter = np.array([s.inter_bw if s.inter_bw > 0 else DEFAULT_NIC_BPS for s in sys_objs])[codes]
-    devs = [catalog.device(s.device) if catalog.resolve_device(s.device, missing_ok=True) else None for s in sys_objs]
+    devs = [catalog.system_device(s, missing_ok=True) for s in sys_objs]
     mem = np.array([d.mem_bw if d is not None else s.intra_bw * 10 for d, s in zip(devs, sys_objs, strict=True)])[codes]
     link = np.array([d.link_bw if d is not None and d.link_bw > 0 else 0.0 for d in devs])[codes]
     icls = np.array([INTRA_CLASSES.index(intra_class(s)) for s in sys_objs])[codes]

@@ -156,8 +156,11 @@ class Catalog:
     def system(self, name: str) -> System:
         return self.systems[self.resolve_system(name)]  # type: ignore[index]
 
-    def system_device(self, system: str | System) -> Device:
+    def system_device(self, system: str | System, missing_ok: bool = False) -> Device | None:
+        """The GPU (or CPU) of ``system``; with ``missing_ok``, None when the catalog lacks that device."""
         sys = system if isinstance(system, System) else self.system(system)
+        if missing_ok and self.resolve_device(sys.device, missing_ok=True) is None:
+            return None
         return self.device(sys.device)
 
     def __iter__(self) -> Iterator[Device]:
