@@ -201,6 +201,10 @@ def test_unknown_device_lists_close_names(catalog, name: str, close: str) -> Non
     ("AMD Instinct MI300X 192GB HBM3", "MI300X"), ("AMD MI325X-256GB", "MI325X"), ("MI355X 288GB HBM3E", "MI355X"),
     ("NVIDIA GH200 Grace Hopper Superchip 96GB", "GH200"), ("NVIDIA GB200 NVL72", "GB200"),
     ("NVIDIA H200-SXM-141GB", "H200"),
+    # architecture and marketing words some result tables put around the name
+    ("NVIDIA Blackwell B200-SXM-180GB", "B200"), ("NVIDIA Hopper H100 80GB HBM3", "H100-SXM"),
+    ("NVIDIA H100 Tensor Core GPU", "H100-SXM"), ("NVIDIA Ampere A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("Tesla V100-SXM2-32GB GPU", "V100-SXM2-32GB"), ("AMD Instinct MI300X Accelerator", "MI300X"),
 ])
 def test_names_with_memory_and_packaging_words_resolve(catalog, name: str, key: str) -> None:
     assert catalog.resolve_device(name) == key

@@ -28,8 +28,12 @@ _MEMORY_SIZE = re.compile(r"(?<![a-z0-9])(\d+(?:\.\d+)?)\s*(gb|gib|g)(?![a-z0-9]
 _MEMORY_KIND = re.compile(r"(?<![a-z0-9])(hbm\d*e?|gddr\d*x?|lpddr\d*x?)(?![a-z0-9])")
 #: Packaging words around a GPU's name (``GH200 Grace Hopper Superchip``, ``GB200 NVL72``, ``B200-SXM``), tried
 #: off only after the exact name and the name without its memory size found nothing.
-_PACKAGING = re.compile(r"(?<![a-z0-9])(grace[\s_-]*(hopper|blackwell)|superchip|nvl\d+|nvbridge|cts|oam|"
+_PACKAGING = re.compile(r"(?<![a-z0-9])(grace([\s_-]*(hopper|blackwell))?|superchip|nvl\d+|nvbridge|cts|oam|"
                         r"sxm\d?|mezzanine|module)(?![a-z0-9])")
+#: Architecture and marketing words some result tables put around the name (``Blackwell B200``, ``H100 Tensor
+#: Core GPU``, ``MI300X Accelerator``): never part of a catalog name, so tried off first.
+_MARKETING = re.compile(r"(?<![a-z0-9])(blackwell|hopper|ampere|volta|turing|pascal|tensor[\s_-]*core|gpu|"
+                        r"accelerator)(?![a-z0-9])")
 #: A name that states its memory matches a device only within this relative distance of its capacity (GB or GiB).
 MEMORY_MATCH_TOLERANCE = 0.05
 
@@ -117,7 +121,8 @@ class Catalog:
     def resolve_device(self, name: str, missing_ok: bool = False) -> str | None:
         """Catalog key for a device name as tools print it (``Tesla T4``, ``sm_90``, ``gfx942``...).
 
-        A name no alias matches is tried again without a memory size and memory kind (``NVIDIA B200-SXM-180GB``,
+        A name no alias matches is tried again without architecture and marketing words (``NVIDIA Blackwell
+        B200``, ``H100 Tensor Core GPU``), then without a memory size and memory kind (``NVIDIA B200-SXM-180GB``,
         ``AMD MI300X-192GB``), then also without packaging words (``GH200 Grace Hopper Superchip 96GB``,
         ``GB200 NVL72``), as later MLPerf rounds and cloud tools print them; a stated memory size must then agree
         with the device's capacity (:data:`MEMORY_MATCH_TOLERANCE`), so ``H100 SXM5 94GB`` is not taken for the
@@ -131,6 +136,10 @@ class Catalog:
 
     def _loose_device(self, name: str) -> str | None:
         text = _VENDOR_PREFIX.sub("", _POWER_SUFFIX.sub("", str(name).strip().lower()).strip())
+        text = _VENDOR_PREFIX.sub("", _MARKETING.sub(" ", text).strip())
+        key = self._device_index.get(normalize_name(text))
+        if key is not None:
+            return key
         sizes = [float(m.group(1)) for m in _MEMORY_SIZE.finditer(text)]
         bare = _MEMORY_KIND.sub(" ", _MEMORY_SIZE.sub(" ", text))
         for cand in (bare, _PACKAGING.sub(" ", bare)):
