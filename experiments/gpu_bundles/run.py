@@ -155,7 +155,8 @@ def nlp(data_dir: str | None) -> list[str]:
     ne = benchmark("nlp_e2e")
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, flags in (("public only (default)", []), ("public + GPU bundles", ["--with-gpu-bundles"])):
+        for label, flags in (("public only", ["--no-with-gpu-bundles"]),
+                             ("public + GPU bundles (default)", ["--with-gpu-bundles"])):
             buf = io.StringIO()
             argv = ["--rows-per-gpu", "4000", "--json", "--out", str(Path(tmp) / "r.md"), *flags]
             if data_dir:

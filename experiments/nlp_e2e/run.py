@@ -1,6 +1,6 @@
 """End-to-end NLP latencies on GPUs predicted from PyTorch traces recorded on this CPU (meta device).
 
-    python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--with-test-kernels] [--json] [--out results.md]
+    python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--no-with-test-kernels] [--no-with-gpu-bundles] [--json] [--out results.md]
 
 ``FILE`` has NeuSight's end-to-end label format (``../shared/datasets/neusight/e2e_labels_dev.csv``: columns
 ``gpu, config, model, mode, seqlen, batch, extra, e2e_latency`` in ms). For every labelled (model, mode,
@@ -13,11 +13,13 @@ heads), no optimizer step. The trace becomes the engine's task graph for the lab
 host, the engine's launch overheads stand in) and every op is costed
 
 * by the roofline (catalog specs), and
-* by the calibrated predictor: a HybridPredictor fitted on NeuSight's public *kernel* training data
-  (``scripts/asplos/data/dataset/train``, FP32 PyTorch kernels of P4, P100, T4, V100, A100-PCIE-40GB, and the
-  AMD MI100/MI210 GEMMs) -- the **same GPUs** as most label rows, so those rows are not held-out hardware; rows
-  on A100-SXM4-40GB, A100 80GB PCIe and MI250 are. ``--model NAME`` uses a calibrated model from the tracking
-  store instead.
+* by the calibrated predictor: a HybridPredictor fitted on every eager-PyTorch kernel collection at hand:
+  NeuSight's public *kernel* training and test collections (``scripts/asplos/data/dataset/train`` and
+  ``neusight/test-dev``: FP32 PyTorch kernels of P4, P100, T4, V100, A100-PCIE-40GB, A100 80GB PCIe, and the AMD
+  MI100/MI210 GEMMs) and the project's own GPU bundles (``datasets/``: one H100 SXM) -- the **same GPUs** as most
+  label rows, so those rows are not held-out hardware; rows on A100-SXM4-40GB and MI250 are.
+  ``--no-with-test-kernels`` / ``--no-with-gpu-bundles`` leave either out (before 2026-11-25 both were opt-in);
+  ``--model NAME`` uses a calibrated model from the tracking store instead.
 
 Parallel rows (``extra`` = dp4 / tp4 / pp4_1 on 4 x A100-SXM4-40GB) rewrite the single-GPU trace
 (``hybrid.workloads.trace_parallel``): DP = 4 ranks at batch/4 with DDP bucketed all-reduces, TP = Megatron
@@ -219,8 +221,8 @@ def read_labels(path: str) -> pd.DataFrame:
     return df
 
 
-def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = False,
-                     gpu_bundles: bool = False):
+def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = True,
+                     gpu_bundles: bool = True):
     """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group); with
     ``with_test_kernels`` also on NeuSight's kernel *test* collections (``neusight/test-dev``: larger shapes, and
     the A100 80GB PCIe), which are kernel measurements, not end-to-end labels; with ``gpu_bundles`` also on the
@@ -309,11 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=None, help="public data directory (default ../shared/datasets)")
     ap.add_argument("--rows-per-gpu", type=int, default=4000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--with-test-kernels", action="store_true",
-                    help="also fit the kernel model on NeuSight's kernel test collections (neusight/test-dev)")
-    ap.add_argument("--with-gpu-bundles", action="store_true",
-                    help="also fit on the project's GPU bundles (datasets/; off by default, "
-                         "experiments/gpu_bundles/results.md says why)")
+    ap.add_argument("--with-test-kernels", action=argparse.BooleanOptionalAction, default=True,
+                    help="also fit the kernel model on NeuSight's kernel test collections (neusight/test-dev; "
+                         "default: on, every public eager-PyTorch kernel collection)")
+    ap.add_argument("--with-gpu-bundles", action=argparse.BooleanOptionalAction, default=True,
+                    help="also fit on the project's GPU bundles (datasets/: its own eager-PyTorch op timings, "
+                         "the same kind as NeuSight's; default: on)")
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU ops with the kernel model's eager per-op times (its fitted dispatch included), "
                          "as before kernel times were the default")
@@ -400,8 +403,8 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
     c, r = result["calibrated"], result["roofline"]
     out = ["# NLP end-to-end latency on GPUs, predicted from traces recorded on the CPU", "",
            f"Command: `python experiments/nlp_e2e/run.py --labels {Path(args.labels).name} --rows-per-gpu "
-           f"{args.rows_per_gpu}{' --with-test-kernels' if getattr(args, 'with_test_kernels', False) else ''}"
-           f"{' --with-gpu-bundles' if getattr(args, 'with_gpu_bundles', False) else ''}"
+           f"{args.rows_per_gpu}{'' if getattr(args, 'with_test_kernels', True) else ' --no-with-test-kernels'}"
+           f"{'' if getattr(args, 'with_gpu_bundles', True) else ' --no-with-gpu-bundles'}"
            f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
            f"Labels: {result['n_label_rows']} rows, {c['n_rows']} predicted, skipped: "
