@@ -1,11 +1,11 @@
-"""LLMCompass matmul importer on the real tables, plus broken copies."""
+"""LLMCompass matmul and pointwise importers on the real tables, plus broken copies."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hybrid.data.importers import IMPORTERS, import_llmcompass, import_paths
+from hybrid.data.importers import IMPORTERS, import_llmcompass, import_llmcompass_pointwise, import_paths
 from hybrid.errors import ImportFormatError
 
 
@@ -32,7 +32,7 @@ def test_broken_tables_fail_with_file_and_line(tmp_path, catalog):
         import_llmcompass(bad, catalog=catalog)
     other = tmp_path / "figure5__cf__softmax_A100.csv"
     other.write_text("4096, 32, 9.99\n")
-    with pytest.raises(ImportFormatError, match="not an LLMCompass matmul table"):
+    with pytest.raises(ImportFormatError, match="not an LLMCompass matmul table.*llmcompass-pointwise"):
         import_llmcompass(other, catalog=catalog)
     unknown = tmp_path / "figure5__ab__matmul_TPUv3.csv"
     unknown.write_text("64, 64, 64, 0.01ms, 0.0524Tflops\n")
@@ -40,3 +40,52 @@ def test_broken_tables_fail_with_file_and_line(tmp_path, catalog):
         import_llmcompass(unknown, catalog=catalog)
     t = import_llmcompass(unknown, device="H100-SXM", catalog=catalog)
     np.testing.assert_allclose(t["time_us"], [10.0])
+
+
+def test_real_pointwise_tables_import_as_giga_elements_per_second(shared_datasets, catalog):
+    files = IMPORTERS["llmcompass-pointwise"].find(shared_datasets)
+    assert len(files) == 6 and not any("matmul" in p.name for p in files)
+    t = import_paths("llmcompass-pointwise", shared_datasets, catalog=catalog)
+    assert set(t["device"]) == {"A100-SXM4-80GB", "MI210"} and (t["dtype"] == "fp16").all()
+    assert t.groupby(["device", "op"]).size().to_dict() == {
+        ("A100-SXM4-80GB", "elementwise"): 20, ("A100-SXM4-80GB", "layernorm"): 22, ("A100-SXM4-80GB", "softmax"): 22,
+        ("MI210", "elementwise"): 20, ("MI210", "layernorm"): 22, ("MI210", "softmax"): 22}
+    # first line of the A100 softmax file: "4096, 32, 9.99556025250909" G elements/s -> 13.1 us
+    first = t[(t["device"] == "A100-SXM4-80GB") & (t["op"] == "softmax")].iloc[0]
+    assert (first["rows"], first["hidden"]) == (4096, 32)
+    np.testing.assert_allclose(first["time_us"], 4096 * 32 / 9.99556025250909e9 * 1e6)
+    # large ops: the bytes an FP16 op reads and writes over the time stay below the datasheet bandwidth and
+    # above a tenth of it (a unit mix-up, e.g. elements/s for G elements/s, would break either bound)
+    big = t[t[["rows", "elements"]].max(axis=1).fillna(0) > 0]
+    elems = big["elements"].fillna(big["rows"] * big["hidden"])
+    big = big[elems >= 2**26]
+    bw = 2 * 2 * elems[big.index] / (big["time_us"] * 1e-6)
+    for dev, b in bw.groupby(big["device"]):
+        assert 0.1 * catalog.devices[dev].mem_bw < b.max() < catalog.devices[dev].mem_bw, dev
+    gelu = t[t["op"] == "elementwise"]
+    assert (gelu["variant"] == "gelu").all() and (gelu["n_inputs"] == 1).all()
+
+
+def test_broken_pointwise_tables_fail_with_file_and_line(tmp_path, catalog):
+    bad = tmp_path / "figure5__cf__softmax_A100.csv"
+    bad.write_text("4096, 32, 10.0\n4096, 64\n")
+    with pytest.raises(ImportFormatError, match=r"line 2: expected 'M, N, <G elements/s>'"):
+        import_llmcompass_pointwise(bad, catalog=catalog)
+    bad.write_text("4096, 32, 0\n")
+    with pytest.raises(ImportFormatError, match="line 1: sizes and throughput must be positive"):
+        import_llmcompass_pointwise(bad, catalog=catalog)
+    bad.write_text("\n")
+    with pytest.raises(ImportFormatError, match="no data lines"):
+        import_llmcompass_pointwise(bad, catalog=catalog)
+    gelu = tmp_path / "gelu_MI210.csv"
+    gelu.write_text("1024, 1024, 5.0\n")
+    with pytest.raises(ImportFormatError, match="expected 'M, <G elements/s>'"):
+        import_llmcompass_pointwise(gelu, catalog=catalog)
+    gelu.write_text("1000000, 2.0\n")
+    np.testing.assert_allclose(import_llmcompass_pointwise(gelu, catalog=catalog)["time_us"], [500.0])
+    matmul = tmp_path / "figure5__ab__matmul_A100.csv"
+    matmul.write_text("64, 64, 64, 0.01ms, 0.0524Tflops\n")
+    with pytest.raises(ImportFormatError, match="not an LLMCompass softmax/layernorm/GELU table"):
+        import_llmcompass_pointwise(matmul, catalog=catalog)
+    with pytest.raises(ImportFormatError, match="unknown LLMCompass GPU"):
+        import_llmcompass_pointwise(tmp_path / "softmax_TPUv3.csv", catalog=catalog)

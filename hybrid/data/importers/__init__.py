@@ -23,7 +23,7 @@ import pandas as pd
 
 from hybrid.data.importers._common import DataImportWarning
 from hybrid.data.importers.deepbench import import_deepbench
-from hybrid.data.importers.llmcompass import import_llmcompass
+from hybrid.data.importers.llmcompass import import_llmcompass, import_llmcompass_pointwise
 from hybrid.data.importers.nccl_tests import import_nccl_tests
 from hybrid.data.importers.neusight import drop_cross_file_duplicates, import_neusight
 from hybrid.data.importers.vidur import import_vidur_compute, import_vidur_network
@@ -93,6 +93,10 @@ IMPORTERS: dict[str, Importer] = {
                  "deepbench_*_tidy.csv", ("deepbench-tidy",)),
         Importer("llmcompass", "LLMCompass A100 / MI210 FP16 matmul tables (figure 5 real hardware)",
                  import_llmcompass, ("llmcompass/*matmul_*.csv",), "*matmul_*.csv", ("llmcompass",)),
+        Importer("llmcompass-pointwise", "LLMCompass A100 / MI210 FP16 softmax, layernorm and GELU tables (figure 5 "
+                 "real hardware)", import_llmcompass_pointwise,
+                 ("llmcompass/*softmax_*.csv", "llmcompass/*layernorm_*.csv", "llmcompass/*gelu_*.csv"),
+                 "*_*.csv", ("llmcompass",)),
         Importer("nccl-tests", "raw nccl-tests stdout logs (*_perf output)", import_nccl_tests,
                  ("nccl-tests/**/*.log", "nccl-tests/**/*output.dat", "nccl-tests/**/*output.dat.*"),
                  "*", ("nccl-tests-alcf", "nccl-tests-xxrjun")),
@@ -179,6 +183,7 @@ __all__ = [
     "get_importer",
     "import_deepbench",
     "import_llmcompass",
+    "import_llmcompass_pointwise",
     "import_nccl_tests",
     "import_neusight",
     "import_paths",

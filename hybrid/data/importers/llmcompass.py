@@ -6,8 +6,16 @@ A100 rows reach 258 TFLOP/s, above the 19.5 TFLOP/s FP32 peak, so they are tenso
 from the file name: ``A100`` is LLMCompass's ``A100_80GB`` (SXM4) model, ``MI210`` the AMD Instinct MI210.
 The time column is checked against the throughput column (2MNK / time) so a column mix-up fails loudly.
 
-The softmax, layernorm and GELU tables of the same figure give a throughput whose unit the files do not state,
-so they are not imported (``hybrid data import llmcompass`` on them fails with a message saying so).
+The softmax, layernorm and GELU tables of the same figure (``figure5__cf__softmax_<GPU>.csv``,
+``figure5__de__layernorm_<GPU>.csv``, ``figure5__g__gelu_<GPU>.csv``) are a second format,
+``llmcompass-pointwise`` (:func:`import_llmcompass_pointwise`): header-less lines ``M, N, <throughput>`` (softmax,
+layernorm over ``[M, N]``) or ``M, <throughput>`` (GELU over ``M`` elements), where the throughput is giga-elements
+per second. The files do not say so; the upstream scripts that wrote them do: ``ae/figure5/{cf,de,g}/test_*.py``
+print ``M*N/latency/1e9`` (GELU ``M/latency/1e9``) and the plotting scripts label the axis "G Elements/s". The
+real-hardware latency is ``run_on_gpu`` of ``software_model/{softmax,layernorm,gelu}.py``: eager PyTorch on an FP16
+tensor from ``torch.randn``, host-timed (``time.time`` around the op and a synchronise), median of the
+iterations, so a time includes the op's dispatch, as NeuSight's collections do. So ``time_us = elements /
+throughput / 1e3``.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
     match = _NAME.search(path.name)
     if match is None:
         raise ImportFormatError(f"{path}: not an LLMCompass matmul table (expected figure5__*matmul_<GPU>.csv; the "
-                                "softmax/layernorm/GELU tables state no unit and are not imported)")
+                                "softmax/layernorm/GELU tables are the 'llmcompass-pointwise' format)")
     gpu = device or DEVICES.get(match.group("gpu"))
     if gpu is None:
         raise ImportFormatError(f"{path}: unknown LLMCompass GPU label {match.group('gpu')!r} (known: "
@@ -75,3 +83,60 @@ def import_llmcompass(paths: Iterable[str | os.PathLike] | str | os.PathLike, de
     del system
     cat = catalog_or_default(catalog)
     return concat([_one_file(p, device, cat) for p in as_paths(paths)], "LLMCompass")
+
+
+#: Pointwise table kind (from the file name) -> (op, number of shape columns before the throughput).
+POINTWISE_KINDS = {"softmax": ("softmax", 2), "layernorm": ("layernorm", 2), "gelu": ("elementwise", 1)}
+_PW_NAME = re.compile(r"(?P<kind>softmax|layernorm|gelu)_(?P<gpu>[A-Za-z0-9]+)\.csv$")
+_NUM = r"\s*([0-9.eE+-]+)\s*"
+
+
+def _pointwise_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
+    match = _PW_NAME.search(path.name)
+    if match is None:
+        raise ImportFormatError(f"{path}: not an LLMCompass softmax/layernorm/GELU table (expected "
+                                "figure5__*{softmax,layernorm,gelu}_<GPU>.csv)")
+    gpu = device or DEVICES.get(match.group("gpu"))
+    if gpu is None:
+        raise ImportFormatError(f"{path}: unknown LLMCompass GPU label {match.group('gpu')!r} (known: "
+                                f"{', '.join(DEVICES)}); pass --device")
+    op, n_shape = POINTWISE_KINDS[match.group("kind")]
+    line_re = re.compile("^" + ",".join([_NUM] * (n_shape + 1)) + "$")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    rows = []
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        m = line_re.match(line)
+        if m is None:
+            want = "M, N, <G elements/s>" if n_shape == 2 else "M, <G elements/s>"
+            raise ImportFormatError(f"{path}: line {i}: expected '{want}', got {line.strip()[:60]!r}")
+        rows.append([float(m.group(j)) for j in range(1, n_shape + 2)])
+    if not rows:
+        raise ImportFormatError(f"{path}: no data lines")
+    a = np.asarray(rows)
+    if not np.isfinite(a).all() or (a <= 0).any():
+        i = int(np.flatnonzero(~(np.isfinite(a) & (a > 0)).all(axis=1))[0])
+        raise ImportFormatError(f"{path}: line {i + 1}: sizes and throughput must be positive numbers")
+    elements = a[:, :n_shape].prod(axis=1)
+    out = pd.DataFrame({"device": gpu, "op": op, "dtype": "fp16", "direction": "fwd",
+                        "time_us": elements / a[:, -1] / 1e3, "framework": "pytorch"})
+    if n_shape == 2:
+        out["rows"], out["hidden"] = a[:, 0], a[:, 1]
+    else:
+        out["elements"] = elements
+        out["variant"], out["n_inputs"], out["n_outputs"], out["flops_per_element"] = "gelu", 1, 1, 8.0
+    # the M = N = 4096 point is in both sweeps of a softmax/layernorm file: two measurements, both kept
+    return finish(out, path, catalog, source=f"llmcompass-pointwise:{display_path(path)}", device=device)
+
+
+def import_llmcompass_pointwise(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
+                                catalog: Catalog | None = None, system: str | None = None) -> pd.DataFrame:
+    """Import LLMCompass real-hardware softmax, layernorm and GELU tables (FP16, eager PyTorch, one row per
+    measured shape; see the module docstring for the unit)."""
+    del system
+    cat = catalog_or_default(catalog)
+    return concat([_pointwise_file(p, device, cat) for p in as_paths(paths)], "LLMCompass pointwise")
