@@ -222,11 +222,12 @@ def read_labels(path: str) -> pd.DataFrame:
 
 
 def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = True,
-                     gpu_bundles: bool = True):
+                     gpu_bundles: bool = True, llmcompass: bool = True):
     """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group); with
     ``with_test_kernels`` also on NeuSight's kernel *test* collections (``neusight/test-dev``: larger shapes, and
     the A100 80GB PCIe), which are kernel measurements, not end-to-end labels; with ``gpu_bundles`` also on the
-    project's GPU bundles (``datasets/``, whole)."""
+    project's GPU bundles (``datasets/``, whole); with ``llmcompass`` also on LLMCompass's A100/MI210 FP16 eager
+    softmax table (the only AMD pointwise measurements at hand; its layernorm and GELU ran compiled)."""
     from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.importers import import_paths
     from hybrid.data.paths import public_data_dir
@@ -247,6 +248,13 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
         from hybrid.data.bundle import load_project_bundles
 
         table = pd.concat([table, load_project_bundles("gpu")[0]], ignore_index=True, sort=False)
+    if llmcompass:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lc = import_paths("llmcompass-pointwise", base, catalog=cat)
+        # the eager softmax rows only: its layernorm and GELU ran under torch.compile (another kernel, another
+        # host path), which the labels' eager runs do not use
+        table = pd.concat([table, lc[lc["framework"] == "pytorch"]], ignore_index=True, sort=False)
     model = HybridPredictor(catalog=cat, seed=seed).fit(table)
     return model, cat, sorted(table["device"].unique()), len(table)
 
@@ -317,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-gpu-bundles", action=argparse.BooleanOptionalAction, default=True,
                     help="also fit on the project's GPU bundles (datasets/: its own eager-PyTorch op timings, "
                          "the same kind as NeuSight's; default: on)")
+    ap.add_argument("--with-llmcompass", action=argparse.BooleanOptionalAction, default=True,
+                    help="also fit on LLMCompass's A100/MI210 FP16 eager softmax rows (llmcompass-pointwise; "
+                         "default: on)")
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU ops with the kernel model's eager per-op times (its fitted dispatch included), "
                          "as before kernel times were the default")
@@ -342,10 +353,12 @@ def main(argv: list[str] | None = None) -> int:
         calib, ccat, fitted_on, n_fit = model, engine.catalog, getattr(model, "devices_seen", []), None
     else:
         calib, ccat, fitted_on, n_fit = calibrated_model(args.data_dir, args.rows_per_gpu, args.seed,
-                                                         args.with_test_kernels, args.with_gpu_bundles)
+                                                         args.with_test_kernels, args.with_gpu_bundles,
+                                                         args.with_llmcompass)
         mname = (f"HybridPredictor fitted on NeuSight kernel training data"
                  f"{' + kernel test collections' if args.with_test_kernels else ''}"
-                 f"{' + the project GPU bundles' if args.with_gpu_bundles else ''} ({n_fit} rows)")
+                 f"{' + the project GPU bundles' if args.with_gpu_bundles else ''}"
+                 f"{' + LLMCompass softmax tables' if args.with_llmcompass else ''} ({n_fit} rows)")
     models = {"roofline": (RooflineCostModel(cat), cat), "calibrated": (calib, ccat)}
     trace_dir = Path(args.trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -405,6 +418,7 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
            f"Command: `python experiments/nlp_e2e/run.py --labels {Path(args.labels).name} --rows-per-gpu "
            f"{args.rows_per_gpu}{'' if getattr(args, 'with_test_kernels', True) else ' --no-with-test-kernels'}"
            f"{'' if getattr(args, 'with_gpu_bundles', True) else ' --no-with-gpu-bundles'}"
+           f"{'' if getattr(args, 'with_llmcompass', True) else ' --no-with-llmcompass'}"
            f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
            f"Labels: {result['n_label_rows']} rows, {c['n_rows']} predicted, skipped: "
