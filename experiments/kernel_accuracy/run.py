@@ -77,6 +77,14 @@ def load(data_dir: Path, rows_per_group: int, seed: int, gpu_bundles: bool = Fal
             frames.append(import_paths(fmt, data_dir, catalog=catalog).assign(src=label))
     frames.append(cpu.assign(src="cpu-profile"))
     table = _groups(pd.concat(frames, ignore_index=True, sort=False), rows_per_group, seed)
+    # LLMCompass's eager softmax rows (A100, MI210: the only AMD pointwise data; its layernorm and GELU ran under
+    # torch.compile and are left out), sampled on their own so the other sources' rows are the same as before
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lc = import_paths("llmcompass-pointwise", data_dir, catalog=catalog)
+    lc = lc[lc["framework"] == "pytorch"].assign(src="llmcompass")
+    if len(lc):
+        table = pd.concat([table, _groups(lc, rows_per_group, seed)], ignore_index=True, sort=False)
     if gpu_bundles:  # sampled on their own, so the public rows are the same with and without them
         from hybrid.data.bundle import load_project_bundles
 
