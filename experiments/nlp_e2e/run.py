@@ -247,13 +247,7 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
     if gpu_bundles:
         from hybrid.data.bundle import load_project_bundles
 
-        gpu = load_project_bundles("gpu")[0]
-        # pooling rows (CNN ops no NLP model runs) are elementwise rows whose outputs are a sliver of their inputs
-        # (global average pooling: n_outputs ~ 2e-4), the same corner of the feature space as a reduction (a bias
-        # gradient's sum); the H100's slow pooling kernels would price every GPU's reductions at 4-19x their
-        # roofline, so they stay out of this fit
-        pool = gpu["variant"].astype("string").str.contains("pool", na=False) if "variant" in gpu else False
-        table = pd.concat([table, gpu[~pool]], ignore_index=True, sort=False)
+        table = pd.concat([table, load_project_bundles("gpu")[0]], ignore_index=True, sort=False)
     if llmcompass:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

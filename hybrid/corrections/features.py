@@ -22,6 +22,7 @@ from hybrid.ops.families import (
     factor_map,
     is_backward,
     is_inplace_variant,
+    is_pool_variant,
 )
 from hybrid.units import normalize_dtype
 
@@ -103,6 +104,11 @@ POINTWISE_OPS = {"elementwise": 0, "layernorm": 1, "rmsnorm": 2, "softmax": 3, "
 #: Code of an in-place elementwise kernel (variant ending in ``_``, e.g. ``mul_``): it allocates no output, which
 #: on a CPU saves the page faults of a fresh output buffer (several times the kernel's own time for large tensors)
 INPLACE_ELEMENTWISE_CODE = 6
+#: Code of a pooling row (variant ``maxpool``/``avgpool``, :func:`hybrid.ops.families.pool_row`). Its output is a
+#: sliver of its input (global average pooling: ``n_outputs`` ~ 2e-4), the same corner of the elementwise features
+#: as a reduction's (a bias gradient's ``sum``); with its own code, and no ``n_inputs``/``n_outputs`` features
+#: (as the in-place code), a slow pooling kernel no longer prices every reduction of the device class.
+POOL_ELEMENTWISE_CODE = 7
 
 
 def _log(x: np.ndarray) -> np.ndarray:
@@ -229,7 +235,9 @@ def pointwise_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     op_code = ops.map(POINTWISE_OPS).fillna(-1).to_numpy(dtype=np.float64)
     if "variant" in table.columns and (op_code == 0).any():
         inplace = factor_map(table["variant"], lambda v: is_inplace_variant(v), "").astype(bool)
-        op_code = np.where((op_code == 0) & inplace, INPLACE_ELEMENTWISE_CODE, op_code)
+        pool = factor_map(table["variant"], lambda v: is_pool_variant(v), "").astype(bool)
+        op_code = np.where((op_code == 0) & pool, POOL_ELEMENTWISE_CODE,
+                           np.where((op_code == 0) & inplace, INPLACE_ELEMENTWISE_CODE, op_code))
     rows = col(table, "rows", np.nan)
     hidden = col(table, "hidden", np.nan)
     elements = col(table, "elements", np.nan)

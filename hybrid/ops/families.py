@@ -116,6 +116,15 @@ def is_inplace_variant(variant: object) -> bool:
     return isinstance(variant, str) and len(variant) > 1 and variant.endswith("_")
 
 
+#: Elementwise variants of pooling rows (:func:`pool_row`).
+POOL_VARIANTS = ("maxpool", "avgpool")
+
+
+def is_pool_variant(variant: object) -> bool:
+    """True for the elementwise variant of a pooling row (:func:`pool_row`)."""
+    return isinstance(variant, str) and variant_base(variant) in POOL_VARIANTS
+
+
 def pool_row(kind: str, direction: str, in_elements: int, out_elements: int, window: int, dtype: str = "fp32",
              indices: bool = True) -> dict[str, object]:
     """The canonical ``elementwise`` row of a 2-D max/avg pooling (``kind`` = "max" or "avg") or its backward.
