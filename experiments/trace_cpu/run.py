@@ -196,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--bundle", default=str(BUNDLE))
+    ap.add_argument("--fresh-profile", action="store_true",
+                    help="profile this machine first (`hybrid profile --threads 1`, every family, ~12 min on 2 cores) "
+                         "and predict with that bundle instead of --bundle: profile and measured steps from one "
+                         "session, as a user calibrates their own machine")
     ap.add_argument("--keep", default=None, help="keep the traces in this directory")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     ap.add_argument("--json", action="store_true")
@@ -214,6 +218,18 @@ def main(argv: list[str] | None = None) -> int:
     from hybrid.reports.markdown import write_benchmark_results
 
     t_start = time.time()
+    bundle_label = f"`{Path(args.bundle).resolve().relative_to(ROOT) if Path(args.bundle).resolve().is_relative_to(ROOT) else args.bundle}`"
+    if args.fresh_profile:
+        from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+        prof_dir = Path(tempfile.mkdtemp(prefix="trace_cpu_profile_")) / "cpu"
+        print(f"profiling this machine into {prof_dir} (one thread, every family) ...", file=sys.stderr)
+        t0 = time.time()
+        run_profile(ProfileOptions(threads=1, progress=False), prof_dir,
+                    command=["hybrid", "profile", "--threads", "1", "-o", str(prof_dir)])
+        args.bundle = str(prof_dir)
+        bundle_label = (f"a profile of this machine taken at the start of this run (`--fresh-profile`: "
+                        f"`hybrid profile --threads 1`, every family, {time.time() - t0:.0f} s)")
     table, cat = load_bundle(args.bundle)
     fitted = HybridPredictor(catalog=cat).fit(table)
     models = {"hybrid": (fitted, cat), "roofline": (RooflineCostModel(cat), cat)}
@@ -249,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['roofline_ms']:9.1f} ({row['roofline_error_pct']:+.1f}%)", file=sys.stderr)
     for r in rows:
         r["total_seconds"] = time.time() - t_start
+        r["bundle_label"] = bundle_label
     if args.json:
         print(json.dumps(rows, indent=1))
     lines = write_report(rows, args, time.time() - t_start)
@@ -264,10 +281,12 @@ def write_report(rows: list[dict], args: argparse.Namespace, seconds: float) -> 
     err = np.array([abs(r["error_pct"]) for r in rows])
     out = ["# Trace-based prediction on this CPU (self-check)", "",
            f"Command: `python experiments/trace_cpu/run.py --models {args.models}"
-           f"{' --ddp' if args.ddp else ''}{' --no-single' if args.no_single else ''} --steps {args.steps}` "
+           f"{' --ddp' if args.ddp else ''}{' --no-single' if args.no_single else ''} --steps {args.steps}"
+           f"{' --fresh-profile' if getattr(args, 'fresh_profile', False) else ''}` "
            f"(hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {seconds:.0f} s).",
-           "", "Predictor: HybridPredictor fitted on `datasets/cpu-amd-epyc-1c` (held out: nothing from these models "
-           "is in it); roofline on the same catalog for comparison. Measured = median on-core (CPU) time of "
+           "", f"Predictor: HybridPredictor fitted on {(rows or [{}])[0].get('bundle_label', '`datasets/cpu-amd-epyc-1c`')} "
+           "(held out: nothing from these models is in it: generic op grids); roofline on the same catalog for "
+           "comparison. Measured = median on-core (CPU) time of "
            f"{args.steps} untraced steps (`time.process_time`; the machine was shared, wall times are in the JSON); "
            "traced = the profiled step's wall time (profiler overhead and waiting for the core included); re-sim = "
            "the graph with every node at its traced time (checks the graph, not the cost model). Predictions "
