@@ -42,15 +42,18 @@ _NAME = re.compile(r"matmul_(?P<gpu>[A-Za-z0-9]+)\.csv$")
 _LINE = re.compile(r"^\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*([0-9.eE+-]+)\s*ms\s*,\s*([0-9.eE+-]+)\s*Tflops\s*$")
 
 
-def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
-    match = _NAME.search(path.name)
-    if match is None:
-        raise ImportFormatError(f"{path}: not an LLMCompass matmul table (expected figure5__*matmul_<GPU>.csv; the "
-                                "softmax/layernorm/GELU tables are the 'llmcompass-pointwise' format)")
-    gpu = device or DEVICES.get(match.group("gpu"))
+def _gpu(path: Path, label: str, device: str | None) -> str:
+    """The catalog device of a file: ``device`` if given, else the file name's GPU label."""
+    gpu = device or DEVICES.get(label)
     if gpu is None:
-        raise ImportFormatError(f"{path}: unknown LLMCompass GPU label {match.group('gpu')!r} (known: "
-                                f"{', '.join(DEVICES)}); pass --device")
+        raise ImportFormatError(f"{path}: unknown LLMCompass GPU label {label!r} (known: {', '.join(DEVICES)}); "
+                                "pass --device")
+    return gpu
+
+
+def _numeric_lines(path: Path, line_re: re.Pattern, groups: int, want: str) -> np.ndarray:
+    """The first ``groups`` groups of every non-blank line of ``path`` as floats (one row per line); a line that
+    does not match ``line_re`` fails naming its number and the expected form ``want``."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -59,13 +62,22 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        m = _LINE.match(line)
+        m = line_re.match(line)
         if m is None:
-            raise ImportFormatError(f"{path}: line {i}: expected 'M, N, K, <t>ms, <x>Tflops', got {line.strip()[:60]!r}")
-        rows.append([float(m.group(j)) for j in range(1, 6)])
+            raise ImportFormatError(f"{path}: line {i}: expected '{want}', got {line.strip()[:60]!r}")
+        rows.append([float(m.group(j)) for j in range(1, groups + 1)])
     if not rows:
         raise ImportFormatError(f"{path}: no data lines")
-    a = np.asarray(rows)
+    return np.asarray(rows)
+
+
+def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
+    match = _NAME.search(path.name)
+    if match is None:
+        raise ImportFormatError(f"{path}: not an LLMCompass matmul table (expected figure5__*matmul_<GPU>.csv; the "
+                                "softmax/layernorm/GELU tables are the 'llmcompass-pointwise' format)")
+    gpu = _gpu(path, match.group("gpu"), device)
+    a = _numeric_lines(path, _LINE, 5, "M, N, K, <t>ms, <x>Tflops")
     mm, nn, kk, ms, tflops = a.T
     if (a[:, :4] <= 0).any():
         i = int(np.flatnonzero((a[:, :4] <= 0).any(axis=1))[0])
@@ -100,28 +112,10 @@ def _pointwise_file(path: Path, device: str | None, catalog: Catalog) -> pd.Data
     if match is None:
         raise ImportFormatError(f"{path}: not an LLMCompass softmax/layernorm/GELU table (expected "
                                 "figure5__*{softmax,layernorm,gelu}_<GPU>.csv)")
-    gpu = device or DEVICES.get(match.group("gpu"))
-    if gpu is None:
-        raise ImportFormatError(f"{path}: unknown LLMCompass GPU label {match.group('gpu')!r} (known: "
-                                f"{', '.join(DEVICES)}); pass --device")
+    gpu = _gpu(path, match.group("gpu"), device)
     op, n_shape = POINTWISE_KINDS[match.group("kind")]
     line_re = re.compile("^" + ",".join([_NUM] * (n_shape + 1)) + "$")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    rows = []
-    for i, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        m = line_re.match(line)
-        if m is None:
-            want = "M, N, <G elements/s>" if n_shape == 2 else "M, <G elements/s>"
-            raise ImportFormatError(f"{path}: line {i}: expected '{want}', got {line.strip()[:60]!r}")
-        rows.append([float(m.group(j)) for j in range(1, n_shape + 2)])
-    if not rows:
-        raise ImportFormatError(f"{path}: no data lines")
-    a = np.asarray(rows)
+    a = _numeric_lines(path, line_re, n_shape + 1, "M, N, <G elements/s>" if n_shape == 2 else "M, <G elements/s>")
     if not np.isfinite(a).all() or (a <= 0).any():
         i = int(np.flatnonzero(~(np.isfinite(a) & (a > 0)).all(axis=1))[0])
         raise ImportFormatError(f"{path}: line {i + 1}: sizes and throughput must be positive numbers")
@@ -140,8 +134,8 @@ def _pointwise_file(path: Path, device: str | None, catalog: Catalog) -> pd.Data
 
 def import_llmcompass_pointwise(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
                                 catalog: Catalog | None = None, system: str | None = None) -> pd.DataFrame:
-    """Import LLMCompass real-hardware softmax, layernorm and GELU tables (FP16, eager PyTorch, one row per
-    measured shape; see the module docstring for the unit)."""
+    """Import LLMCompass real-hardware softmax, layernorm and GELU tables (FP16, one row per measured shape;
+    softmax eager, layernorm and GELU compiled: ``framework``; see the module docstring for the unit)."""
     del system
     cat = catalog_or_default(catalog)
     return concat([_pointwise_file(p, device, cat) for p in as_paths(paths)], "LLMCompass pointwise")
