@@ -1,6 +1,7 @@
 """End-to-end NLP latencies on GPUs predicted from PyTorch traces recorded on this CPU (meta device).
 
-    python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--no-with-test-kernels] [--no-with-gpu-bundles] [--json] [--out results.md]
+    python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--no-with-test-kernels] [--no-with-gpu-bundles]
+        [--no-with-llmcompass] [--json] [--out results.md]
 
 ``FILE`` has NeuSight's end-to-end label format (``../shared/datasets/neusight/e2e_labels_dev.csv``: columns
 ``gpu, config, model, mode, seqlen, batch, extra, e2e_latency`` in ms). For every labelled (model, mode,
@@ -16,9 +17,11 @@ host, the engine's launch overheads stand in) and every op is costed
 * by the calibrated predictor: a HybridPredictor fitted on every eager-PyTorch kernel collection at hand:
   NeuSight's public *kernel* training and test collections (``scripts/asplos/data/dataset/train`` and
   ``neusight/test-dev``: FP32 PyTorch kernels of P4, P100, T4, V100, A100-PCIE-40GB, A100 80GB PCIe, and the AMD
-  MI100/MI210 GEMMs) and the project's own GPU bundles (``datasets/``: one H100 SXM) -- the **same GPUs** as most
-  label rows, so those rows are not held-out hardware; rows on A100-SXM4-40GB and MI250 are.
-  ``--no-with-test-kernels`` / ``--no-with-gpu-bundles`` leave either out (before 2026-11-25 both were opt-in);
+  MI100/MI210 GEMMs), the project's own GPU bundles (``datasets/``: one H100 SXM) and LLMCompass's eager FP16
+  softmax rows of A100 and MI210 (``llmcompass-pointwise``; its compiled layernorm/GELU rows are left out) -- the
+  **same GPUs** as most label rows, so those rows are not held-out hardware; rows on A100-SXM4-40GB and MI250 are.
+  ``--no-with-test-kernels`` / ``--no-with-gpu-bundles`` / ``--no-with-llmcompass`` leave one out (before
+  2026-11-25 the first two were opt-in and the third did not exist);
   ``--model NAME`` uses a calibrated model from the tracking store instead.
 
 Parallel rows (``extra`` = dp4 / tp4 / pp4_1 on 4 x A100-SXM4-40GB) rewrite the single-GPU trace

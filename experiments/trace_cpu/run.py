@@ -218,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     from hybrid.reports.markdown import write_benchmark_results
 
     t_start = time.time()
-    bundle_label = f"`{Path(args.bundle).resolve().relative_to(ROOT) if Path(args.bundle).resolve().is_relative_to(ROOT) else args.bundle}`"
+    bundle = Path(args.bundle).resolve()
+    bundle_label = f"`{bundle.relative_to(ROOT) if bundle.is_relative_to(ROOT) else bundle}`"
     if args.fresh_profile:
         from hybrid.data.profiler.runner import ProfileOptions, run_profile
 

@@ -236,8 +236,9 @@ def pointwise_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     if "variant" in table.columns and (op_code == 0).any():
         inplace = factor_map(table["variant"], lambda v: is_inplace_variant(v), "").astype(bool)
         pool = factor_map(table["variant"], lambda v: is_pool_variant(v), "").astype(bool)
-        op_code = np.where((op_code == 0) & pool, POOL_ELEMENTWISE_CODE,
-                           np.where((op_code == 0) & inplace, INPLACE_ELEMENTWISE_CODE, op_code))
+        elementwise = op_code == 0
+        op_code = np.where(elementwise & inplace, INPLACE_ELEMENTWISE_CODE, op_code)
+        op_code = np.where(elementwise & pool, POOL_ELEMENTWISE_CODE, op_code)
     rows = col(table, "rows", np.nan)
     hidden = col(table, "hidden", np.nan)
     elements = col(table, "elements", np.nan)
