@@ -29,7 +29,7 @@ REQUIRED_DEVICES = (
     "A100-PCIE-80GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-PCIE", "H100-SXM", "H200", "B200", "GB200",
     "MI100", "MI210", "MI250X", "MI300X", "MI355X", "M40", "TitanX", "TitanX-Pascal", "TitanXp", "GTX-1080Ti",
     "MI25", "Vega-FE", "B300", "GB300", "H20", "L40S", "L40", "H800-SXM", "A800-SXM4-80GB", "H100-NVL", "H200-NVL",
-    "MI300A", "MI325X", "MI350X",
+    "MI300A", "MI325X", "MI350X", "V100S-PCIE-32GB", "MI50", "MI60", "B100",
 )
 
 #: MLPerf accelerators that are not GPUs (and "N/A" for CPU-only runs); the predictor targets GPU systems, so
@@ -155,6 +155,8 @@ def test_duplicate_alias_in_user_file_is_rejected(tmp_path: Path) -> None:
     ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA H200 NVL", "H200-NVL"), ("NVIDIA GH200 480GB", "GH200"),
     ("gfx942:sramecc+:xnack-", "MI300X"), ("gfx950:sramecc+:xnack-", "MI355X"), ("gfx90a:sramecc+:xnack-", "MI210"),
     ("AMD Instinct MI300A", "MI300A"), ("AMD Instinct MI325X", "MI325X"), ("AMD Instinct MI350X", "MI350X"),
+    ("Tesla V100S-PCIE-32GB", "V100S-PCIE-32GB"), ("Tesla V100-PCIE-32GB", "V100-PCIE-32GB"), ("NVIDIA B100", "B100"),
+    ("AMD Instinct MI50", "MI50"), ("gfx906:sramecc+:xnack-", "MI50"), ("Radeon Instinct MI60", "MI60"),
 ])
 def test_resolve_device_aliases(catalog, name: str, key: str) -> None:
     assert catalog.resolve_device(name) == key
@@ -165,7 +167,7 @@ def test_resolve_device_aliases(catalog, name: str, key: str) -> None:
     ("a40_pairwise_nvlink", "Vidur-A40-pairwise-NVLink"), ("xla-h100x8", "XLA-H100x8"), ("DGX A100", "DGX-A100"),
     ("DGX-2 (V100)", "DGX-2"), ("polaris", "Polaris"), ("Sophia", "Sophia"), ("sirius", "Sirius"),
     ("example-cluster01", "xxrjun-H100-NDR"), ("GB200 NVL72", "GB200-NVL72"),
-    ("GB300 NVL72", "GB300-NVL72"), ("HGX B300", "HGX-B300"), ("HGX H20", "HGX-H20"),
+    ("GB300 NVL72", "GB300-NVL72"), ("HGX B300", "HGX-B300"), ("HGX B100", "HGX-B100"), ("HGX H20", "HGX-H20"),
     ("AMD Instinct MI325X Platform", "MI325X-Platform"), ("MI355X 8-GPU", "MI355X-Platform"),
 ])
 def test_resolve_system_aliases(catalog, name: str, key: str) -> None:
