@@ -228,6 +228,9 @@ def test_gpu_benchmark_runs_dcnv2_rounds_on_hugectrs_embedding_collection(catalo
     runs, skipped = bench.map_mlperf(rows, catalog)
     assert not skipped and runs["variant"].tolist() == ["mlperf-dcnv2", "mlperf-dcnv2", "mlperf"]
     assert runs["hybrid_emb"].tolist() == [False, False, True]
+    # a table without result paths or a benchmark column: the round decides (DCNv2 from v3.0 on)
+    bare = rows.drop(columns="file").assign(mlperf_version=["v2.1", "v3.0", "v4.1"])
+    assert bench.map_mlperf(bare, catalog)[0]["variant"].tolist() == ["mlperf", "mlperf-dcnv2", "mlperf-dcnv2"]
     key, graphs, cat = bench.build_graphs(runs, catalog)
     assert len(graphs) == 3
     ops_two_nodes = graphs[1].ops

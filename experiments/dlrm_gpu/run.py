@@ -153,6 +153,25 @@ def read_mlperf(files: list[Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True, sort=False)
 
 
+def round_number(version: object) -> float:
+    """``v3.1`` -> 3.1 (NaN when the string names no round)."""
+    m = re.search(r"(\d+)\.(\d+)", str(version))
+    return float(f"{m.group(1)}.{m.group(2)}") if m else float("nan")
+
+
+def mlperf_variant(r) -> str:
+    """``mlperf-dcnv2`` or ``mlperf`` for one run: the benchmark's name where the row gives it (a ``benchmark``
+    column, the file name, or the result path: ``.../dlrm_dcnv2/result_0.txt`` vs ``.../dlrm/result_0.txt``),
+    else the round (MLPerf Training replaced DLRM by DLRM-DCNv2 from v3.0 on)."""
+    text = f"{getattr(r, 'benchmark', '')} {getattr(r, 'file_name', '')} {getattr(r, 'file', '')}".lower()
+    if "dcnv2" in text:
+        return "mlperf-dcnv2"
+    if re.search(r"(^|[/\s])dlrm([/\s]|$)", str(getattr(r, "benchmark", "")).lower() + " "
+                 + str(getattr(r, "file", "")).lower().replace("/", " / ")):
+        return "mlperf"
+    return "mlperf-dcnv2" if round_number(r.mlperf_version) >= 3.0 else "mlperf"
+
+
 def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counter]:
     """Mappable GPU runs (one row per run) and the count of skipped runs per reason."""
     skipped: Counter = Counter()
@@ -177,9 +196,7 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
             skipped["no global batch"] += 1
             continue
         family = framework_family(getattr(r, "framework", ""))
-        # DLRM-DCNv2 rounds (v3.0 on) name the benchmark "dlrm_dcnv2" (column or file name)
-        bench_name = f"{getattr(r, 'benchmark', '')} {getattr(r, 'file_name', '')} {getattr(r, 'file', '')}".lower()
-        variant = "mlperf-dcnv2" if "dcnv2" in bench_name else "mlperf"
+        variant = mlperf_variant(r)
         rows.append({"source": f"MLPerf {r.mlperf_version}", "round": str(r.mlperf_version),
                      "system_label": f"{r.mlperf_version} {r.org} {r.system}", "device": dev,
                      "gpn": int(gpn), "nodes": int(nodes), "gpus": int(gpn * nodes), "global_batch": int(batch),
