@@ -19,6 +19,7 @@ import copy
 import hashlib
 import os
 import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,7 @@ class HybridPredictor:
         from tqdm.auto import tqdm
 
         self.fit_info = {}
+        norm, base = self._drop_implausible(norm, base)
         for corr in tqdm(self.corrections, desc="fit corrections", unit="model", disable=not progress, leave=False):
             n = int(family_mask(base, corr.families).sum())
             if n < corr.min_rows:
@@ -187,6 +189,24 @@ class HybridPredictor:
             self.calibrate_intervals(table, progress=progress)
         return self
 
+    def _drop_implausible(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """``norm``/``base`` without GPU GEMM groups that beat the datasheet peak (:mod:`hybrid.data.quality`),
+        with a warning naming them; recorded in ``fit_info['implausible']`` (rows left out, the groups)."""
+        from hybrid.data.quality import describe, group_mask, implausible_groups
+
+        bad = implausible_groups(norm, base, self.catalog)
+        if len(bad) == 0:
+            return norm, base
+        drop = group_mask(norm, base, bad)
+        if drop.all():
+            raise InvalidInputError("every training row is a GEMM faster than its device's datasheet peak ("
+                                    f"{describe(bad)}); check the device names and dtypes")
+        warnings.warn(f"left out of the fit, GEMMs faster than the datasheet peak allows: {describe(bad)}",
+                      stacklevel=3)
+        self.fit_info["implausible"] = {"fitted": False, "rows": int(drop.sum()), "groups": bad.to_dict("records"),
+                                        "reason": "GEMMs faster than the datasheet peak allows (hybrid.data.quality)"}
+        return norm.loc[~drop], base.loc[~drop]
+
     def calibrate_intervals(self, table: pd.DataFrame, coverage: float = DEFAULT_COVERAGE, max_devices: int = 8,
                             test_fraction: float = 0.2, seed: int | None = None,
                             progress: bool = False) -> HybridPredictor:
@@ -197,6 +217,12 @@ class HybridPredictor:
         from tqdm.auto import tqdm
 
         work = table.reset_index(drop=True)
+        norm, base = self._prepare(work, training=True)  # the rows a fit leaves out are not scored either
+        from hybrid.data.quality import group_mask, implausible_groups
+
+        bad = implausible_groups(norm, base, self.catalog)
+        if len(bad):
+            work = work.loc[~group_mask(norm, base, bad)].reset_index(drop=True)
         devices = self._device_keys(work["device"])
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         jobs = self.calibration_splits(work, max_devices, test_fraction, seed)

@@ -1,0 +1,76 @@
+"""GEMM measurements faster than the datasheet peak are left out of fits (hybrid.data.quality)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.corrections.predictor import HybridPredictor
+from hybrid.data.importers import import_paths
+from hybrid.data.paths import public_data_dir
+from hybrid.data.quality import PEAK_TOLERANCE, implausible_groups
+
+
+def _xla() -> pd.DataFrame:
+    path = public_data_dir(None) / "xla"
+    if not path.exists():
+        pytest.skip("public data directory not available")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return import_paths("xla-matmul", path)
+
+
+def test_xla_fp8_rows_beat_the_h100_peak_and_are_left_out_with_a_warning():
+    """XLA's H100 table times fp8 GEMMs up to 1.3x faster than the fp8 dense peak (and 3x bf16 on the same shapes,
+    where the hardware gives 2x): the fit warns, names the group and fits on bf16/tf32 only."""
+    table = _xla()
+    with pytest.warns(UserWarning, match=r"H100-SXM fp8 \(xla\): 1125 rows"):
+        pred = HybridPredictor().fit(table)
+    info = pred.fit_info["implausible"]
+    assert info["rows"] == 1125 and [g["dtype"] for g in info["groups"]] == ["fp8"]
+    assert info["groups"][0]["fastest_over_roofline"] > 1.25
+    # bf16 and tf32 are physical (bf16 reaches 76-79% of its peak) and stay in
+    norm, base = pred._prepare(table, training=True)
+    assert set(implausible_groups(norm, base, pred.catalog)["dtype"]) == {"fp8"}
+
+
+def test_fp8_predictions_stay_under_the_peak_once_the_group_is_left_out():
+    """With the fp8 rows out, a large fp8 GEMM on the H100 is predicted at a physical rate: slower than its dense
+    peak, and no faster than twice the predicted bf16 rate on the same shape (the hardware's ratio)."""
+    with pytest.warns(UserWarning):
+        pred = HybridPredictor().fit(_xla())
+    q = pd.DataFrame({"op": "gemm", "device": "H100-SXM", "dtype": ["fp8", "bf16"], "m": 4096, "n": 4096, "k": 4096,
+                      "framework": "xla"})
+    out = pred.predict(q)
+    t8, t16 = out["time_us"].to_numpy()
+    assert t8 >= out["roofline_us"].iloc[0] * 0.999
+    assert t8 >= 0.5 * t16 * 0.95  # XLA's own fp8 row: 56.7 us against 176.2 us bf16 (0.32x)
+
+
+def test_physical_tables_keep_every_row():
+    """A GEMM at 80% of the peak is kept; the same rows 2x faster than the peak are flagged."""
+    flops = 2.0 * np.array([4096, 8192]) * 4096 * 4096
+    gpu = pd.DataFrame({"op": "gemm", "device": "A100-SXM4-80GB", "dtype": "fp16", "m": [4096, 8192], "n": 4096,
+                        "k": 4096, "time_us": flops / (0.8 * 312e12) * 1e6})
+    pred = HybridPredictor()
+    norm, base = pred._prepare(gpu, training=True)
+    assert implausible_groups(norm, base, pred.catalog).empty
+    # the same rows 2x faster than the peak are flagged by (device, dtype, framework)
+    fast = gpu.assign(time_us=gpu["time_us"] * 0.8 / 2)
+    norm, base = pred._prepare(fast, training=True)
+    bad = implausible_groups(norm, base, pred.catalog)
+    assert bad[["device", "dtype"]].values.tolist() == [["A100-SXM4-80GB", "fp16"]]
+    assert np.isclose(bad["fastest_over_roofline"].iloc[0], 2.0, rtol=0.02)
+    assert PEAK_TOLERANCE < 2.0
+
+
+def test_a_table_of_only_implausible_rows_is_refused():
+    fast = pd.DataFrame({"op": "gemm", "device": "A100-SXM4-80GB", "dtype": "fp16", "m": 4096, "n": 4096,
+                         "k": 4096, "time_us": [1.0, 2.0]})
+    from hybrid.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="faster than its device's datasheet peak"):
+        HybridPredictor().fit(fast)
