@@ -32,3 +32,7 @@ class ModelNotFoundError(HybridError, LookupError):
 
 class OutputPathError(HybridError, OSError):
     """An output path the user gave that cannot be written (missing permission, a file in the way, ...)."""
+
+
+class DataQualityWarning(UserWarning):
+    """Measurements a fit leaves out because they cannot be physical (``hybrid.data.quality``)."""

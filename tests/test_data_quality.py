@@ -27,7 +27,7 @@ def test_xla_fp8_rows_beat_the_h100_peak_and_are_left_out_with_a_warning():
     """XLA's H100 table times fp8 GEMMs up to 1.3x faster than the fp8 dense peak (and 3x bf16 on the same shapes,
     where the hardware gives 2x): the fit warns, names the group and fits on bf16/tf32 only."""
     table = _xla()
-    with pytest.warns(UserWarning, match=r"H100-SXM fp8 \(xla\): 1125 rows"):
+    with pytest.warns(UserWarning, match=r"H100-SXM fp8 \(xla\): up to 1\.3\dx faster"):
         pred = HybridPredictor().fit(table)
     info = pred.fit_info["implausible"]
     assert info["rows"] == 1125 and [g["dtype"] for g in info["groups"]] == ["fp8"]
@@ -74,3 +74,24 @@ def test_a_table_of_only_implausible_rows_is_refused():
 
     with pytest.raises(InvalidInputError, match="faster than its device's datasheet peak"):
         HybridPredictor().fit(fast)
+
+
+def test_cli_calibrate_names_the_left_out_group_once(tmp_path):
+    """`hybrid calibrate` on XLA's H100 table: one `warning:` line naming the fp8 group (not one Python warning
+    per fit of the calibration's splits), and the model is still registered."""
+    import contextlib
+    import io
+
+    from hybrid.cli.main import main
+    from hybrid.data.schema import write_table
+
+    csv = tmp_path / "xla.csv"
+    write_table(_xla(), csv, validate_rows=False)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["calibrate", str(csv), "--name", "xla", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}", "-q",
+                   "--json"])
+    assert rc == 0, err.getvalue()
+    lines = [ln for ln in err.getvalue().splitlines() if "datasheet peak" in ln]
+    assert lines == [lines[0]] and lines[0].startswith("warning: ") and "H100-SXM fp8 (xla)" in lines[0]
+    assert "UserWarning" not in err.getvalue()

@@ -3,12 +3,14 @@ on held-out data, track the run in MLflow and register the model."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import click
 
 from hybrid.cli.evaluate import echo_comparison
-from hybrid.cli.output import echo_json
+from hybrid.cli.output import echo_json, report_warnings
+from hybrid.errors import DataQualityWarning
 from hybrid.tracking.store import DEFAULT_EXPERIMENT
 
 #: ``--strategy`` choices: :data:`hybrid.corrections.adapt.STRATEGIES` (listed here so that ``--help`` does not
@@ -79,7 +81,14 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
     data = load_measurements(tables)
     if max_rows:
         data.table = subsample(data.table, max_rows, seed)
-    result = run_calibration(data, config, tracking_uri=tracking_uri, progress=not quiet)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataQualityWarning)
+        result = run_calibration(data, config, tracking_uri=tracking_uri, progress=not quiet)
+    quality = [w for w in caught if issubclass(w.category, DataQualityWarning)]
+    for w in caught:  # every other warning goes on as it would have
+        if not issubclass(w.category, DataQualityWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    report_warnings(quality)
     if as_json:
         echo_json({"run_id": result.run_id, "name": result.name, "version": result.version,
                    "model": result.model_ref, "tracking_uri": result.tracking_uri,

@@ -8,18 +8,8 @@ from pathlib import Path
 import click
 
 from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import report_warnings as _report_warnings
 from hybrid.errors import InvalidInputError
-
-#: At most this many warnings are printed one per line; the rest are counted.
-MAX_WARNINGS = 20
-
-
-def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
-    msgs = list(dict.fromkeys(str(w.message) for w in caught))
-    for m in msgs[:MAX_WARNINGS]:
-        click.echo(f"warning: {m}", err=True)
-    if len(msgs) > MAX_WARNINGS:
-        click.echo(f"warning: ... and {len(msgs) - MAX_WARNINGS} more", err=True)
 
 
 @click.group()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,3 +55,16 @@ def _fmt(v: Any) -> str:
             return f"{v:.3g}"
         return f"{v:.2f}"
     return str(v)
+
+
+#: At most this many warnings are printed one per line; the rest are counted.
+MAX_WARNINGS = 20
+
+
+def report_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """Print caught warnings as ``warning:`` lines on stderr, each distinct message once."""
+    msgs = list(dict.fromkeys(str(w.message) for w in caught))
+    for m in msgs[:MAX_WARNINGS]:
+        click.echo(f"warning: {m}", err=True)
+    if len(msgs) > MAX_WARNINGS:
+        click.echo(f"warning: ... and {len(msgs) - MAX_WARNINGS} more", err=True)

@@ -42,7 +42,7 @@ from hybrid.corrections.intervals import (
 )
 from hybrid.corrections.kernel_xgb import ConvXGB, GemmXGB, PointwiseXGB, XGBCorrection, XGBParams
 from hybrid.data.schema import validate
-from hybrid.errors import HybridError, InvalidInputError
+from hybrid.errors import DataQualityWarning, HybridError, InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
 from hybrid.ops.families import family_array
@@ -201,8 +201,8 @@ class HybridPredictor:
         if drop.all():
             raise InvalidInputError("every training row is a GEMM faster than its device's datasheet peak ("
                                     f"{describe(bad)}); check the device names and dtypes")
-        warnings.warn(f"left out of the fit, GEMMs faster than the datasheet peak allows: {describe(bad)}",
-                      stacklevel=3)
+        warnings.warn("left out of the fit, GEMMs faster than the datasheet peak allows (hybrid.data.quality): "
+                      f"{describe(bad, rows=False)}", DataQualityWarning, stacklevel=3)
         self.fit_info["implausible"] = {"fitted": False, "rows": int(drop.sum()), "groups": bad.to_dict("records"),
                                         "reason": "GEMMs faster than the datasheet peak allows (hybrid.data.quality)"}
         return norm.loc[~drop], base.loc[~drop]
