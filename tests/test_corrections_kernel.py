@@ -285,3 +285,55 @@ def test_feature_version_4_timing_method_and_dispatch_overhead(catalog, tmp_path
     (tmp_path / "m" / "dispatch.json").unlink()
     with pytest.raises(Exception, match="dispatch"):
         GemmXGB.load(tmp_path / "m")
+
+
+def test_gemm_blends_both_boosters_on_an_unseen_gpu_only(neusight, catalog, tmp_path):
+    """By default a GPU the GEMM model never saw gets the mean of the main and the transfer booster's log-ratios;
+    trained GPUs get the main booster alone. The choice survives save/load, and a save without it (older
+    models) predicts unseen GPUs with the transfer booster alone, as it did."""
+    import xgboost as xgb
+
+    from hybrid.corrections.kernel_xgb import LOG_RATIO_CLIP
+    from hybrid.corrections.kernel_xgb import GemmXGB as G
+
+    gemm = neusight[neusight["op"].isin(["bmm", "linear"])].reset_index(drop=True)
+    base = roofline(gemm, catalog)
+    train = (gemm["device"] != HELD_OUT).to_numpy()
+    model = GemmXGB(_small()).fit(gemm[train], base[train], catalog)
+    assert model.transfer and model.blend and model.transfer_booster is not None
+    x = model.features(gemm, base, catalog)
+    main = model.booster.predict(xgb.DMatrix(x.to_numpy(), feature_names=model.feature_names))
+    xt = model.features(gemm, base, catalog, transfer=True)
+    other = model.transfer_booster.predict(xgb.DMatrix(xt.to_numpy(), feature_names=model.transfer_feature_names))
+    got = model.predict_log_ratio(gemm, base, catalog)
+    assert np.allclose(got[train], np.clip(main[train], *LOG_RATIO_CLIP), atol=1e-5)
+    assert np.allclose(got[~train], 0.5 * (main[~train] + other[~train]), atol=1e-5)
+    assert not np.allclose(got[~train], other[~train], atol=1e-3)  # the blend is not the transfer booster alone
+
+    model.save(tmp_path / "g")
+    again = G.load(tmp_path / "g")
+    assert again.blend and np.allclose(again.predict_log_ratio(gemm, base, catalog), got)
+    import json
+
+    meta = json.loads((tmp_path / "g" / "params.json").read_text())
+    meta.pop("blend")
+    (tmp_path / "g" / "params.json").write_text(json.dumps(meta))
+    old = G.load(tmp_path / "g")
+    assert not old.blend
+    assert np.allclose(old.predict_log_ratio(gemm, base, catalog)[~train], other[~train], atol=1e-5)
+
+
+def test_few_shot_trees_fit_the_blend_of_an_unseen_gpu(neusight, catalog):
+    """Adapting a blended model to a new GPU grows the transfer booster towards 2 y - main, so the blend (what the
+    new GPU is predicted with) moves onto the adaptation rows."""
+    gemm = neusight[neusight["op"].isin(["bmm", "linear"])].reset_index(drop=True)
+    base = roofline(gemm, catalog)
+    train = (gemm["device"] != HELD_OUT).to_numpy()
+    model = GemmXGB(_small()).fit(gemm[train], base[train], catalog)
+    rows = np.flatnonzero(~train)[:40]
+    sub, sb = gemm.iloc[rows], base.iloc[rows]
+    y = model._target(sub, sb, catalog)
+    before = np.abs(model.predict_log_ratio(sub, sb, catalog) - y).mean()
+    grown = model.continue_boosting(sub, sb, catalog, rounds=60)
+    after = np.abs(grown.predict_log_ratio(sub, sb, catalog) - y).mean()
+    assert grown.blend and after < 0.5 * before, (before, after)

@@ -44,11 +44,13 @@ CPU_BUNDLE = ROOT / "datasets" / "cpu-amd-epyc-1c"
 GEMM_FAMILIES = ("gemm",)
 POINTWISE_FAMILIES = ("elementwise", "norm", "softmax")
 
-#: name -> (use_device_features, feature_version, transfer booster)
+#: name -> (use_device_features, feature_version, transfer booster[, blend: unseen GPUs get the mean of both
+#: boosters' log-ratios])
 GEMM_CONFIGS = {
-    "v4, one booster (default)": (True, 4, False),
+    "v4, both boosters blended (default)": (True, 4, True, True),
+    "v4, one booster (previous default)": (True, 4, False),
     "v4 + transfer booster": (True, 4, True),
-    "v3, one booster (previous default)": (True, 3, False),
+    "v3, one booster": (True, 3, False),
     "v3 + transfer booster": (True, 3, True),
     "v2 + transfer booster": (True, 2, True),
     "v2, one booster": (True, 2, False),
@@ -59,7 +61,15 @@ POINTWISE_CONFIGS = {
     "v4 + transfer booster": (True, 4, True),
     "v4, one booster": (True, 4, False),
     "v2, one booster": (True, 2, False),
+    "v3, both boosters blended": (True, 3, True, True),
 }
+
+
+def make_model(klass, config, seed: int, trees: int):
+    """The correction of ``config`` (see :data:`GEMM_CONFIGS`), every flag explicit."""
+    use_device, version, transfer, *rest = config
+    return klass(XGBParams(seed=seed, n_estimators=trees), use_device, version, transfer=transfer,
+                 blend=bool(rest and rest[0]))
 
 
 def load(data_dir: Path, rows_per_group: int, seed: int, gpu_bundles: bool = False):
@@ -121,13 +131,12 @@ def _groups(table: pd.DataFrame, rows_per_group: int, seed: int) -> pd.DataFrame
 def logo_predictions(sub: pd.DataFrame, base: pd.DataFrame, catalog, klass, config, seed: int, trees: int,
                      label: str) -> np.ndarray:
     """Leave-one-device-out predictions for every row of ``sub``."""
-    use_device, version, transfer = config
     pred = np.full(len(sub), np.nan)
     devices = sub["device"].to_numpy()
     gpus = [d for d in sorted(pd.unique(devices)) if catalog.device(d).kind == "gpu"]
     for held in gpus:  # the CPU profile is the only CPU: it stays in training, never held out
         test = devices == held
-        model = klass(XGBParams(seed=seed, n_estimators=trees), use_device, version, transfer=transfer)
+        model = make_model(klass, config, seed, trees)
         model.fit(sub[~test], base[~test], catalog)
         pred[test] = model.predict(sub[test], base[test], catalog)
         print(f"  {label}: held-out {held} done", file=sys.stderr)
@@ -135,9 +144,8 @@ def logo_predictions(sub: pd.DataFrame, base: pd.DataFrame, catalog, klass, conf
 
 
 def in_distribution(sub: pd.DataFrame, base: pd.DataFrame, catalog, klass, config, seed: int, trees: int):
-    use_device, version, transfer = config
     test = np.random.default_rng(seed).random(len(sub)) < 0.2
-    model = klass(XGBParams(seed=seed, n_estimators=trees), use_device, version, transfer=transfer)
+    model = make_model(klass, config, seed, trees)
     model.fit(sub[~test], base[~test], catalog)
     err = relative_errors(model.predict(sub[test], base[test], catalog), sub.loc[test, "time_us"])
     return _geo(err)
