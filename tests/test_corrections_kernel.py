@@ -288,9 +288,9 @@ def test_feature_version_4_timing_method_and_dispatch_overhead(catalog, tmp_path
 
 
 def test_gemm_blends_both_boosters_on_an_unseen_gpu_only(neusight, catalog, tmp_path):
-    """By default a GPU the GEMM model never saw gets the mean of the main and the transfer booster's log-ratios;
-    trained GPUs get the main booster alone. The choice survives save/load, and a save without it (older
-    models) predicts unseen GPUs with the transfer booster alone, as it did."""
+    """With ``blend=True`` a GPU the GEMM model never saw gets the mean of the main and the transfer booster's
+    log-ratios; trained GPUs get the main booster alone. The choice survives save/load, and a save without it
+    (older models) predicts unseen GPUs with the transfer booster alone, as it did. The default is one booster."""
     import xgboost as xgb
 
     from hybrid.corrections.kernel_xgb import LOG_RATIO_CLIP
@@ -299,7 +299,8 @@ def test_gemm_blends_both_boosters_on_an_unseen_gpu_only(neusight, catalog, tmp_
     gemm = neusight[neusight["op"].isin(["bmm", "linear"])].reset_index(drop=True)
     base = roofline(gemm, catalog)
     train = (gemm["device"] != HELD_OUT).to_numpy()
-    model = GemmXGB(_small()).fit(gemm[train], base[train], catalog)
+    assert not GemmXGB().transfer and not GemmXGB().blend and not GemmXGB(transfer=False, blend=True).blend
+    model = GemmXGB(_small(), transfer=True, blend=True).fit(gemm[train], base[train], catalog)
     assert model.transfer and model.blend and model.transfer_booster is not None
     x = model.features(gemm, base, catalog)
     main = model.booster.predict(xgb.DMatrix(x.to_numpy(), feature_names=model.feature_names))
@@ -329,7 +330,7 @@ def test_few_shot_trees_fit_the_blend_of_an_unseen_gpu(neusight, catalog):
     gemm = neusight[neusight["op"].isin(["bmm", "linear"])].reset_index(drop=True)
     base = roofline(gemm, catalog)
     train = (gemm["device"] != HELD_OUT).to_numpy()
-    model = GemmXGB(_small()).fit(gemm[train], base[train], catalog)
+    model = GemmXGB(_small(), transfer=True, blend=True).fit(gemm[train], base[train], catalog)
     rows = np.flatnonzero(~train)[:40]
     sub, sb = gemm.iloc[rows], base.iloc[rows]
     y = model._target(sub, sb, catalog)

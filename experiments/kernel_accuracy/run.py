@@ -47,8 +47,8 @@ POINTWISE_FAMILIES = ("elementwise", "norm", "softmax")
 #: name -> (use_device_features, feature_version, transfer booster[, blend: unseen GPUs get the mean of both
 #: boosters' log-ratios])
 GEMM_CONFIGS = {
-    "v4, both boosters blended (default)": (True, 4, True, True),
-    "v4, one booster (previous default)": (True, 4, False),
+    "v4, one booster (default)": (True, 4, False),
+    "v4, both boosters blended (not adopted)": (True, 4, True, True),
     "v4 + transfer booster": (True, 4, True),
     "v3, one booster": (True, 3, False),
     "v3 + transfer booster": (True, 3, True),

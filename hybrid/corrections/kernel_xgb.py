@@ -7,12 +7,12 @@ ratio of the measured time to the roofline time, so the model only has to learn 
 ``roofline_us * exp(model(features))`` (or ``reference_us``: a subclass may refine the analytical reference the
 ratio is taken against, see :class:`~hybrid.corrections.embedding_xgb.EmbeddingXGB`).
 
-With ``transfer=True`` (the GEMM and pointwise defaults) a second, *transfer* booster is fitted on features
+With ``transfer=True`` (the pointwise default) a second, *transfer* booster is fitted on features
 without the raw device descriptors (only the vendor); rows of devices absent from the training data are
 predicted by it, rows of training devices by the main booster. Device descriptors help in distribution but act
 as a device identifier on an unseen GPU (``experiments/kernel_accuracy/results.md``), so each device gets the
-model that is better for it. With ``blend=True`` (the GEMM default) an unseen device gets the mean of both
-boosters' log-ratios: the two feature views err differently per GPU, and their mean is better than either.
+model that is better for it. With ``blend=True`` (no default uses it) an unseen device gets the mean of both
+boosters' log-ratios: better on average over older GPUs, worse on the H100 (docs/corrections.md).
 """
 
 from __future__ import annotations
@@ -501,13 +501,11 @@ class GemmXGB(DispatchXGB):
     families = ("gemm",)
     min_rows = 50
     # Feature version 4 (version 3's dtype path, power per SM, integer arithmetic, plus the timing method and a
-    # fitted host-dispatch overhead in the reference). Devices the model was trained on get the main booster;
-    # a device it never saw gets the mean of the main and the transfer booster's log-ratios (blend): alone
-    # each is ~14.4% leave-one-GPU-out over all public sources, their errors differ by GPU, and the blend is
-    # 13.2% (two XGBoost seeds agree; averaging two seeds of one booster does not help, so it is the two
-    # feature views, not variance: experiments/kernel_accuracy/results.md).
-    default_transfer = True
-    default_blend = True
+    # fitted host-dispatch overhead in the reference) with one booster: the lowest mean leave-one-GPU-out error
+    # over all public sources but for the blend of both boosters (``transfer=True, blend=True``: 13.2 against
+    # 14.4%), which was not adopted because it makes the newest GPU worse (H100 bf16 8.5 -> 14.3%, never-seen
+    # eager H100 tensor-core GEMMs 39 -> 85%): experiments/kernel_accuracy/results.md, docs/corrections.md.
+    default_transfer = False
     default_feature_version = GEMM_FEATURE_VERSION
 
     @property
