@@ -146,12 +146,20 @@ class Catalog:
             key = self._device_index.get(normalize_name(cand))
             if key is None:
                 continue
-            if sizes:
-                cap_gib = self.devices[key].mem_capacity / 2**30
-                if not any(abs(x - c) <= MEMORY_MATCH_TOLERANCE * c for x in sizes for c in (cap_gib, cap_gib * 1.073741824)):
-                    return None  # a different memory configuration than the catalog's part
+            if sizes and not self._memory_agrees(key, sizes):
+                # another memory configuration of the part: its own entry, named with the size (``GH200 144GB``)
+                for x in sizes:
+                    other = self._device_index.get(normalize_name(f"{cand} {x:g}gb"))
+                    if other is not None and self._memory_agrees(other, [x]):
+                        return other
+                return None  # a configuration the catalog lacks
             return key
         return None
+
+    def _memory_agrees(self, key: str, sizes: list[float]) -> bool:
+        """Whether one of the stated sizes (GB or GiB) matches the device's capacity."""
+        cap_gib = self.devices[key].mem_capacity / 2**30
+        return any(abs(x - c) <= MEMORY_MATCH_TOLERANCE * c for x in sizes for c in (cap_gib, cap_gib * 1.073741824))
 
     def device(self, name: str) -> Device:
         return self.devices[self.resolve_device(name)]  # type: ignore[index]
