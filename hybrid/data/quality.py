@@ -43,8 +43,10 @@ def implausible_groups(norm: pd.DataFrame, base: pd.DataFrame, catalog: Catalog,
         return empty
     fam = base["family"].astype(str).to_numpy()
     dev = norm["device"].astype(str)
-    gpu_keys = {k for k, d in catalog.devices.items() if d.kind == "gpu"}
-    is_gpu = dev.map(lambda name: catalog.resolve_device(name, missing_ok=True) in gpu_keys).to_numpy(dtype=bool)
+    codes, names = pd.factorize(dev)  # one catalog lookup per distinct device name
+    gpu_names = np.array([(key := catalog.resolve_device(str(n), missing_ok=True)) is not None
+                          and catalog.devices[key].kind == "gpu" for n in names] + [False], dtype=bool)
+    is_gpu = gpu_names[codes]
     checked = np.isin(fam, CHECKED_FAMILIES) & is_gpu
     if not checked.any():
         return empty
