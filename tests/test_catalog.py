@@ -29,7 +29,7 @@ REQUIRED_DEVICES = (
     "A100-PCIE-80GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-PCIE", "H100-SXM", "H200", "B200", "GB200",
     "MI100", "MI210", "MI250X", "MI300X", "MI355X", "M40", "TitanX", "TitanX-Pascal", "TitanXp", "GTX-1080Ti",
     "MI25", "Vega-FE", "B300", "GB300", "H20", "L40S", "L40", "H800-SXM", "A800-SXM4-80GB", "H100-NVL", "H200-NVL",
-    "MI300A", "MI325X", "MI350X", "V100S-PCIE-32GB", "MI50", "MI60", "B100",
+    "MI300A", "MI325X", "MI350X", "V100S-PCIE-32GB", "MI50", "MI60", "B100", "A16",
 )
 
 #: MLPerf accelerators that are not GPUs (and "N/A" for CPU-only runs); the predictor targets GPU systems, so
@@ -156,7 +156,7 @@ def test_duplicate_alias_in_user_file_is_rejected(tmp_path: Path) -> None:
     ("gfx942:sramecc+:xnack-", "MI300X"), ("gfx950:sramecc+:xnack-", "MI355X"), ("gfx90a:sramecc+:xnack-", "MI210"),
     ("AMD Instinct MI300A", "MI300A"), ("AMD Instinct MI325X", "MI325X"), ("AMD Instinct MI350X", "MI350X"),
     ("Tesla V100S-PCIE-32GB", "V100S-PCIE-32GB"), ("Tesla V100-PCIE-32GB", "V100-PCIE-32GB"), ("NVIDIA B100", "B100"),
-    ("AMD Instinct MI50", "MI50"), ("gfx906:sramecc+:xnack-", "MI50"), ("Radeon Instinct MI60", "MI60"),
+    ("AMD Instinct MI50", "MI50"), ("gfx906:sramecc+:xnack-", "MI50"), ("Radeon Instinct MI60", "MI60"), ("NVIDIA A16", "A16"),
 ])
 def test_resolve_device_aliases(catalog, name: str, key: str) -> None:
     assert catalog.resolve_device(name) == key
