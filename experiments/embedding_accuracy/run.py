@@ -1,6 +1,10 @@
-"""Embedding-lookup correction accuracy on the project's committed CPU profile bundle(s).
+"""Embedding-lookup correction accuracy on the project's committed profile bundles (CPU and GPU).
 
     python experiments/embedding_accuracy/run.py [--bundle datasets/cpu-...] [--out results.md]
+
+Default bundles: every committed CPU profile (``datasets/cpu-*``) and every committed GPU profile with
+embedding_bag rows (``datasets/H100-SXM``). With two or more bundles, a last section fits on every bundle but
+one and predicts all rows of the one left out (a device the model never saw), beside the roofline.
 
 Two splits of the embedding_bag rows (fwd and bwd): a seeded random 25% hold-out, and a harder split that
 holds out every configuration whose table size (rows per table) is in the top 25% (the model must
@@ -39,12 +43,51 @@ CONFIRM_SEEDS = range(5, 10)
 
 
 def find_bundles(explicit: list[str]) -> list[Path]:
+    """``explicit`` bundles, else the committed CPU profiles then the GPU profiles with embedding_bag rows."""
     if explicit:
         return [Path(p) for p in explicit]
+    from hybrid.data.bundle import project_bundles
+
     found = sorted(p for p in project_datasets_dir().glob("cpu-*") if (p / "measurements.csv").is_file())
     if not found:
         raise InvalidInputError("no CPU profile bundle under datasets/cpu-* (run `hybrid profile` first)")
-    return found
+    gpus = [p for p in project_bundles("gpu") if (embedding_rows(p)[0]["op"] == "embedding_bag").any()]
+    return found + gpus
+
+
+def embedding_rows(bundle: Path):
+    """(embedding_bag rows of ``bundle`` with a ``direction``, the bundle's catalog)."""
+    table, catalog = load_bundle(bundle)
+    table = table[table["op"] == "embedding_bag"].reset_index(drop=True)
+    if "direction" not in table.columns:
+        table["direction"] = "fwd"
+    table["direction"] = table["direction"].fillna("fwd")
+    return table, catalog
+
+
+def transfer_lines(bundles: list[Path]) -> list[str]:
+    """Fit the default model on every bundle but one, predict every row of the one left out."""
+    from hybrid.data.bundle import bundle_catalog
+
+    catalog = bundle_catalog(bundles)
+    tables = {b.name: embedding_rows(b)[0] for b in bundles}
+    lines = ["## A device the model never saw: fit on the other bundles, predict every row of this one", "",
+             "Default model (`EmbeddingXGB()`, version 4: the fitted cost model in device-normalised units plus "
+             "trees), fitted on every other bundle's embedding_bag rows. Nothing of the held-out device is used.", "",
+             "| held-out device (bundle) | fitted on | rows | roofline only | corrected | fwd (roofline -> corrected) | "
+             "bwd (roofline -> corrected) |", "|---|---|---|---|---|---|---|"]
+    for held, test in tables.items():
+        train = pd.concat([t for n, t in tables.items() if n != held], ignore_index=True, sort=False)
+        pred = HybridPredictor(catalog, [EmbeddingXGB()]).fit(train)
+        out = pred.predict(test)
+        meas = test["time_us"]
+        d = {k: (fmt(error_summary(out["roofline_us"][m], meas[m])), fmt(error_summary(out["time_us"][m], meas[m])))
+             for k in ("fwd", "bwd") if (m := (test["direction"] == k).to_numpy()).any()}
+        lines.append(f"| {test['device'].iloc[0]} ({held}) | {', '.join(n for n in tables if n != held)} | "
+                     f"{len(test)} | {fmt(error_summary(out['roofline_us'], meas))} | "
+                     f"{fmt(error_summary(out['time_us'], meas))} | {' -> '.join(d['fwd']) if 'fwd' in d else '-'} | "
+                     f"{' -> '.join(d['bwd']) if 'bwd' in d else '-'} |")
+    return [*lines, ""]
 
 
 def fmt(s: dict) -> str:
@@ -79,14 +122,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     args = ap.parse_args()
     t0 = time.time()
-    lines = ["# Embedding-bag correction accuracy (project CPU profile)", "",
+    bundles = find_bundles(args.bundle)
+    lines = ["# Embedding-bag correction accuracy (project CPU and GPU profiles)", "",
              "Command: `python experiments/embedding_accuracy/run.py`", ""]
-    for bundle in find_bundles(args.bundle):
-        table, catalog = load_bundle(bundle)
-        table = table[table["op"] == "embedding_bag"].reset_index(drop=True)
-        if "direction" not in table.columns:
-            table["direction"] = "fwd"
-        table["direction"] = table["direction"].fillna("fwd")
+    for bundle in bundles:
+        table, catalog = embedding_rows(bundle)
         sizes = np.sort(table["num_embeddings"].unique())
         rng = np.random.default_rng(args.seed)
         splits = {"random 25%": rng.random(len(table)) < 0.25}
@@ -140,6 +180,8 @@ def main() -> None:
             lines.append(f"| {group.replace('|', ' / ')} | {lin:.3f} | {roof:.3f} | "
                          f"{'cost model' if lin <= roof else 'roofline'} |")
         lines.append("")
+    if len(bundles) > 1:
+        lines += transfer_lines(bundles)
     lines += ["Errors: |pred - meas| / meas in %, geomean / median / p90.", "",
               f"Total wall time: {time.time() - t0:.0f} s"]
     text = "\n".join(lines) + "\n"
