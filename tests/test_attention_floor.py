@@ -1,0 +1,60 @@
+"""Decode attention streams its KV cache from DRAM: the pointwise correction never predicts it faster than the
+roofline, whatever the trees extrapolate (no training source has attention timings)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.corrections import HybridPredictor, PointwiseXGB, XGBParams
+from hybrid.corrections.kernel_xgb import ATTENTION_DRAM_FLOOR_L2
+from hybrid.ops.roofline import roofline
+
+
+@pytest.fixture(scope="module")
+def vidur_pointwise(shared_datasets, catalog) -> pd.DataFrame:
+    from hybrid.data.importers import import_paths
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_paths("vidur-compute", shared_datasets / "vidur", catalog=catalog)
+    table = table[table["op"].isin(["elementwise", "rmsnorm", "layernorm"])]
+    return table.sample(n=min(20000, len(table)), random_state=0).reset_index(drop=True)
+
+
+def _attention(device: str, batch: int, kv_len: int) -> pd.DataFrame:
+    """One decode step of Llama-2-7B's attention (32 heads of 128, one new token per sequence), fp16."""
+    return pd.DataFrame({"op": ["attention"], "device": device, "dtype": "fp16", "batch": batch, "heads": 32,
+                         "kv_heads": 32, "q_len": 1, "kv_len": kv_len, "head_dim": 128, "causal": True})
+
+
+def test_large_decode_attention_is_never_faster_than_its_roofline(vidur_pointwise, catalog):
+    model = PointwiseXGB(XGBParams(n_estimators=120, max_depth=6))
+    pred = HybridPredictor(catalog, [model]).fit(vidur_pointwise)
+    rows = pd.concat([_attention(d, b, kv) for d in ("A100-SXM4-80GB", "H100-SXM", "H200", "B200")
+                      for b, kv in ((32, 1100), (8, 4000), (256, 200))], ignore_index=True)
+    out = pred.predict(rows)
+    base = roofline(rows, catalog)
+    l2 = np.array([catalog.device(d).l2_cache for d in rows["device"]])
+    big = base["bytes"].to_numpy() > ATTENTION_DRAM_FLOOR_L2 * l2
+    assert big.all()  # hundreds of MB of KV cache against tens of MB of L2
+    ratio = out["time_us"].to_numpy() / base["time_us"].to_numpy()
+    assert (ratio >= 1 - 1e-9).all(), ratio
+    # the floor is a bound, not the prediction: the A100, like the Vidur rows it was fitted on, stays above it
+    assert ratio[(rows["device"] == "A100-SXM4-80GB").to_numpy()].min() > 1.05
+
+
+def test_small_attention_and_other_pointwise_ops_are_not_floored(vidur_pointwise, catalog):
+    """A KV cache that fits in L2, and elementwise ops (whose roofline bytes a cache may serve), keep the trees'
+    prediction: the floor is only for DRAM streams."""
+    model = PointwiseXGB(XGBParams(n_estimators=120, max_depth=6)).fit(
+        vidur_pointwise, roofline(vidur_pointwise, catalog), catalog)
+    small = _attention("H100-SXM", 1, 16)
+    base = roofline(small, catalog)
+    assert base["bytes"].iloc[0] < ATTENTION_DRAM_FLOOR_L2 * catalog.device("H100-SXM").l2_cache
+    assert model.floor_us(small, base, catalog)[0] == 0.0
+    ew = vidur_pointwise.head(200)
+    assert not model.floor_us(ew, roofline(ew, catalog), catalog).any()
