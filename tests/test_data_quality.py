@@ -11,7 +11,7 @@ import pytest
 from hybrid.corrections.predictor import HybridPredictor
 from hybrid.data.importers import import_paths
 from hybrid.data.paths import public_data_dir
-from hybrid.data.quality import PEAK_TOLERANCE, implausible_groups
+from hybrid.data.quality import PEAK_TOLERANCE, implausible_rows
 
 
 def _xla() -> pd.DataFrame:
@@ -33,8 +33,8 @@ def test_xla_fp8_rows_beat_the_h100_peak_and_are_left_out_with_a_warning():
     assert info["rows"] == 1125 and [g["dtype"] for g in info["groups"]] == ["fp8"]
     assert info["groups"][0]["fastest_over_roofline"] > 1.25
     # bf16 and tf32 are physical (bf16 reaches 76-79% of its peak) and stay in
-    norm, base = pred._prepare(table, training=True)
-    assert set(implausible_groups(norm, base, pred.catalog)["dtype"]) == {"fp8"}
+    drop, groups = pred.implausible(table)
+    assert set(groups["dtype"]) == {"fp8"} and drop.sum() == 1125 and (table.loc[drop, "dtype"] == "fp8").all()
 
 
 def test_fp8_predictions_stay_under_the_peak_once_the_group_is_left_out():
@@ -57,11 +57,13 @@ def test_physical_tables_keep_every_row():
                         "k": 4096, "time_us": flops / (0.8 * 312e12) * 1e6})
     pred = HybridPredictor()
     norm, base = pred._prepare(gpu, training=True)
-    assert implausible_groups(norm, base, pred.catalog).empty
+    drop, groups = implausible_rows(norm, base, pred.catalog)
+    assert groups.empty and not drop.any()
     # the same rows 2x faster than the peak are flagged by (device, dtype, framework)
     fast = gpu.assign(time_us=gpu["time_us"] * 0.8 / 2)
     norm, base = pred._prepare(fast, training=True)
-    bad = implausible_groups(norm, base, pred.catalog)
+    drop, bad = implausible_rows(norm, base, pred.catalog)
+    assert drop.all()
     assert bad[["device", "dtype"]].values.tolist() == [["A100-SXM4-80GB", "fp16"]]
     assert np.isclose(bad["fastest_over_roofline"].iloc[0], 2.0, rtol=0.02)
     assert PEAK_TOLERANCE < 2.0

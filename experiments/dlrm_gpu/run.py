@@ -166,8 +166,8 @@ def mlperf_variant(r) -> str:
     text = f"{getattr(r, 'benchmark', '')} {getattr(r, 'file_name', '')} {getattr(r, 'file', '')}".lower()
     if "dcnv2" in text:
         return "mlperf-dcnv2"
-    if re.search(r"(^|[/\s])dlrm([/\s]|$)", str(getattr(r, "benchmark", "")).lower() + " "
-                 + str(getattr(r, "file", "")).lower().replace("/", " / ")):
+    named = f"{getattr(r, 'benchmark', '')} {getattr(r, 'file', '')}".lower()
+    if "dlrm" in re.split(r"[/\s]+", named):  # a benchmark column or result directory named plain "dlrm"
         return "mlperf"
     return "mlperf-dcnv2" if round_number(r.mlperf_version) >= 3.0 else "mlperf"
 

@@ -44,11 +44,9 @@ CPU_BUNDLE = ROOT / "datasets" / "cpu-amd-epyc-1c"
 GEMM_FAMILIES = ("gemm",)
 POINTWISE_FAMILIES = ("elementwise", "norm", "softmax")
 
-#: name -> (use_device_features, feature_version, transfer booster[, blend: unseen GPUs get the mean of both
-#: boosters' log-ratios])
+#: name -> (use_device_features, feature_version, transfer booster)
 GEMM_CONFIGS = {
     "v4, one booster (default)": (True, 4, False),
-    "v4, both boosters blended (not adopted)": (True, 4, True, True),
     "v4 + transfer booster": (True, 4, True),
     "v3, one booster": (True, 3, False),
     "v3 + transfer booster": (True, 3, True),
@@ -61,15 +59,13 @@ POINTWISE_CONFIGS = {
     "v4 + transfer booster": (True, 4, True),
     "v4, one booster": (True, 4, False),
     "v2, one booster": (True, 2, False),
-    "v3, both boosters blended": (True, 3, True, True),
 }
 
 
 def make_model(klass, config, seed: int, trees: int):
     """The correction of ``config`` (see :data:`GEMM_CONFIGS`), every flag explicit."""
-    use_device, version, transfer, *rest = config
-    return klass(XGBParams(seed=seed, n_estimators=trees), use_device, version, transfer=transfer,
-                 blend=bool(rest and rest[0]))
+    use_device, version, transfer = config
+    return klass(XGBParams(seed=seed, n_estimators=trees), use_device, version, transfer=transfer)
 
 
 def load(data_dir: Path, rows_per_group: int, seed: int, gpu_bundles: bool = False):
@@ -108,11 +104,10 @@ def load(data_dir: Path, rows_per_group: int, seed: int, gpu_bundles: bool = Fal
 def drop_implausible(table: pd.DataFrame, catalog) -> pd.DataFrame:
     """``table`` without the GPU GEMM groups every fit leaves out (faster than the datasheet peak allows,
     :mod:`hybrid.data.quality`), so they are not scored either; ``attrs['implausible']`` describes them."""
-    from hybrid.data.quality import describe, group_mask, implausible_groups
+    from hybrid.data.quality import describe
 
-    norm, base = HybridPredictor(catalog)._prepare(table, training=True)
-    bad = implausible_groups(norm, base, catalog)
-    out = table.loc[~group_mask(norm, base, bad)].reset_index(drop=True) if len(bad) else table
+    drop, bad = HybridPredictor(catalog).implausible(table)
+    out = table.loc[~drop].reset_index(drop=True)
     out.attrs["implausible"] = describe(bad) if len(bad) else ""
     return out
 

@@ -7,12 +7,11 @@ ratio of the measured time to the roofline time, so the model only has to learn 
 ``roofline_us * exp(model(features))`` (or ``reference_us``: a subclass may refine the analytical reference the
 ratio is taken against, see :class:`~hybrid.corrections.embedding_xgb.EmbeddingXGB`).
 
-With ``transfer=True`` (the pointwise default) a second, *transfer* booster is fitted on features
-without the raw device descriptors (only the vendor); rows of devices absent from the training data are
-predicted by it, rows of training devices by the main booster. Device descriptors help in distribution but act
-as a device identifier on an unseen GPU (``experiments/kernel_accuracy/results.md``), so each device gets the
-model that is better for it. With ``blend=True`` (no default uses it) an unseen device gets the mean of both
-boosters' log-ratios: better on average over older GPUs, worse on the H100 (docs/corrections.md).
+With ``transfer=True`` (off by default) a second, *transfer* booster is fitted on features without the raw
+device descriptors (only the vendor); rows of devices absent from the training data are predicted by it, rows
+of training devices by the main booster. Device descriptors help in distribution but act as a device
+identifier on an unseen GPU (``experiments/kernel_accuracy/results.md``), so each device gets the model that
+is better for it.
 """
 
 from __future__ import annotations
@@ -124,6 +123,11 @@ def _booster_array_predict(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:
     return np.asarray(booster.inplace_predict(x, validate_features=False), dtype=np.float64)
 
 
+def _gpu_rows(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    """True for the rows of ``table`` on a GPU."""
+    return catalog.device_column(table["device"], lambda d: d.kind == "gpu", False).astype(bool)
+
+
 class XGBCorrection(Correction):
     """Shared machinery of the XGBoost corrections: features -> log-ratio -> roofline * exp(prediction)."""
 
@@ -132,21 +136,17 @@ class XGBCorrection(Correction):
     families: tuple[str, ...] = ()
     #: default of the ``transfer`` argument (a second booster for devices absent from the training data)
     default_transfer: ClassVar[bool] = False
-    #: default of the ``blend`` argument: rows of unseen devices get the mean of both boosters' log-ratios
-    #: instead of the transfer booster's alone (needs ``transfer``)
-    default_blend: ClassVar[bool] = False
     #: default of the ``feature_version`` argument: each model class names its own constant
     #: (:data:`GEMM_FEATURE_VERSION`, :data:`POINTWISE_FEATURE_VERSION`, ``EMBEDDING_FEATURE_VERSION``)
     default_feature_version: ClassVar[int] = LATEST_FEATURE_VERSION
 
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
-                 feature_version: int | None = None, transfer: bool | None = None, blend: bool | None = None):
+                 feature_version: int | None = None, transfer: bool | None = None):
         self.params = params or XGBParams()
         self.use_device_features = use_device_features
         self.feature_version = int(self.default_feature_version if feature_version is None else feature_version)
         feature_names(self.kind, use_device_features, self.feature_version)  # validates the version
         self.transfer = (self.default_transfer if transfer is None else bool(transfer)) and self.feature_version >= 2
-        self.blend = (self.default_blend if blend is None else bool(blend)) and self.transfer
         self.booster: xgb.Booster | None = None
         self.transfer_booster: xgb.Booster | None = None
         self.summary = _TrainingSummary()
@@ -238,23 +238,16 @@ class XGBCorrection(Correction):
                 ratio[:] = _booster_array_predict(self.booster, x)  # type: ignore[arg-type]
             else:
                 pos = {n: i for i, n in enumerate(names)}
-                main = self.blend  # unseen rows need the main booster too
-                if main or (~unseen).any():
-                    every = _booster_array_predict(self.booster, x if main else x[~unseen])  # type: ignore[arg-type]
-                    ratio[~unseen] = every[~unseen] if main else every
+                if (~unseen).any():
+                    ratio[~unseen] = _booster_array_predict(self.booster, x[~unseen])  # type: ignore[arg-type]
                 ratio[unseen] = _booster_array_predict(
                     self.transfer_booster, x[np.ix_(unseen, [pos[n] for n in tnames])])  # type: ignore[arg-type]
-                if main:
-                    ratio[unseen] = 0.5 * (ratio[unseen] + every[unseen])
         else:
             if (~unseen).any():
                 x = self.features(sub.loc[~unseen], base.loc[~unseen], catalog)
                 ratio[~unseen] = _booster_predict(self.booster, x)  # type: ignore[arg-type]
             x = self.features(sub.loc[unseen], base.loc[unseen], catalog, transfer=True)
             ratio[unseen] = _booster_predict(self.transfer_booster, x)  # type: ignore[arg-type]
-            if self.blend:
-                x = self.features(sub.loc[unseen], base.loc[unseen], catalog)
-                ratio[unseen] = 0.5 * (ratio[unseen] + _booster_predict(self.booster, x))  # type: ignore[arg-type]
         return np.clip(ratio, *LOG_RATIO_CLIP)
 
     def predict_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
@@ -287,8 +280,7 @@ class XGBCorrection(Correction):
         floor = self.roofline_floor
         if floor is None or len(table) == 0:
             return np.zeros(len(table))
-        codes, uniques = pd.factorize(table["device"].astype(str))
-        gpu = np.array([catalog.device(str(u)).kind == "gpu" for u in uniques], dtype=bool)[codes]
+        gpu = _gpu_rows(table, catalog)
         return np.where(gpu, floor * baseline["time_us"].to_numpy(dtype=np.float64), 0.0)
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
@@ -300,8 +292,7 @@ class XGBCorrection(Correction):
         after a device-wide scale the caller applies on top (strategies ``auto`` and ``scale-trees`` of
         ``HybridPredictor.adapt``; ``auto`` also subtracts its per-op shift from the measured times first).
 
-        Rows of devices the main booster has not seen extend the transfer booster (the one that predicts them;
-        with :attr:`blend`, its new trees aim at ``2 y - main`` so that the blend of both boosters fits ``y``);
+        Rows of devices the main booster has not seen extend the transfer booster (the one that predicts them);
         ``table`` must not mix seen and unseen devices.
         """
         self._check_fitted()
@@ -313,8 +304,6 @@ class XGBCorrection(Correction):
             raise InvalidInputError(f"{self.key}: adapt one device at a time (rows mix training and new devices)")
         use_transfer = bool(unseen.all() and len(unseen))
         y = self._target(sub, base, catalog) - float(target_offset)
-        if use_transfer and self.blend:
-            y = 2.0 * y - _booster_predict(self.booster, self.features(sub, base, catalog))  # type: ignore[arg-type]
         x = self.features(sub, base, catalog, transfer=use_transfer)
         names = self.transfer_feature_names if use_transfer else self.feature_names
         d = xgb.DMatrix(x.to_numpy(), label=y, weight=np.full(len(sub), weight), feature_names=names)
@@ -324,7 +313,6 @@ class XGBCorrection(Correction):
             params["eta"] = learning_rate
         new = type(self)(XGBParams(**asdict(self.params)), self.use_device_features, self.feature_version,
                          self.transfer)
-        new.blend = self.blend
         start = self.transfer_booster if use_transfer else self.booster
         grown = xgb.train(params, d, num_boost_round=rounds, xgb_model=start.copy())  # type: ignore[union-attr]
         new.booster = self.booster.copy() if use_transfer else grown  # type: ignore[union-attr]
@@ -349,8 +337,7 @@ class XGBCorrection(Correction):
         }
         if self.transfer_booster is not None:
             self.transfer_booster.save_model(str(directory / "transfer.ubj"))
-            meta.update({"transfer": True, "transfer_feature_names": self.transfer_feature_names,
-                         "blend": self.blend})
+            meta.update({"transfer": True, "transfer_feature_names": self.transfer_feature_names})
         write_json(directory / "params.json", meta)
 
     @classmethod
@@ -362,9 +349,7 @@ class XGBCorrection(Correction):
         if version > LATEST_FEATURE_VERSION:
             raise InvalidInputError(f"{directory}: saved with feature version {version}, this hybrid knows up to "
                                     f"{LATEST_FEATURE_VERSION}; upgrade hybrid or refit the model")
-        # saves from before ``blend`` existed predicted unseen devices with the transfer booster alone
         obj = cls(XGBParams(**meta["params"]), bool(meta["use_device_features"]), version, bool(meta.get("transfer")))
-        obj.blend = bool(meta.get("blend", False)) and obj.transfer
         if meta["feature_names"] != obj.feature_names or (
                 obj.transfer and meta.get("transfer_feature_names") != obj.transfer_feature_names):
             raise InvalidInputError(f"{directory}: saved feature names (feature version {version}) differ from this "
@@ -382,7 +367,6 @@ class XGBCorrection(Correction):
         out: dict[str, Any] = {"name": self.name, "key": self.key, "families": list(self.families),
                                "fitted": self.fitted, "use_device_features": self.use_device_features,
                                "feature_version": self.feature_version, "transfer_model": self.transfer,
-                               "blend_unseen": self.blend,
                                "n_features": len(self.feature_names)}
         out.update({f"param_{k}": v for k, v in asdict(self.params).items()})
         if self.fitted:
@@ -401,8 +385,8 @@ class DispatchXGB(XGBCorrection):
     dispatch_from_version: ClassVar[int] = 4
 
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
-                 feature_version: int | None = None, transfer: bool | None = None, blend: bool | None = None):
-        super().__init__(params, use_device_features, feature_version, transfer, blend)
+                 feature_version: int | None = None, transfer: bool | None = None):
+        super().__init__(params, use_device_features, feature_version, transfer)
         #: per-op host dispatch + synchronisation overhead (us) of framework-timed GPU rows (:attr:`dispatch_from_version` on;
         #: fitted by :meth:`fit_dispatch`), added to their roofline reference so the trees need not learn it
         self.dispatch_us = 0.0
@@ -413,9 +397,7 @@ class DispatchXGB(XGBCorrection):
 
     def _dispatched(self, table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """GPU rows timed through a framework (not kernel-only): they pay :attr:`dispatch_us`."""
-        codes, uniques = pd.factorize(table["device"].astype(str))
-        gpu = np.array([catalog.device(str(u)).kind == "gpu" for u in uniques] + [False], dtype=bool)[codes]
-        return gpu & (kernel_timing(table) == 0)
+        return _gpu_rows(table, catalog) & (kernel_timing(table) == 0)
 
     def reference_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         roof = baseline["time_us"].to_numpy(dtype=np.float64)
@@ -505,9 +487,9 @@ class GemmXGB(DispatchXGB):
     min_rows = 50
     # Feature version 4 (version 3's dtype path, power per SM, integer arithmetic, plus the timing method and a
     # fitted host-dispatch overhead in the reference) with one booster: the lowest mean leave-one-GPU-out error
-    # over all public sources but for the blend of both boosters (``transfer=True, blend=True``: 13.2 against
-    # 14.4%), which was not adopted because it makes the newest GPU worse (H100 bf16 8.5 -> 14.3%, never-seen
-    # eager H100 tensor-core GEMMs 39 -> 85%): experiments/kernel_accuracy/results.md, docs/corrections.md.
+    # over all public sources (experiments/kernel_accuracy/results.md). The transfer booster (transfer=True)
+    # moves error between sources without lowering the mean; averaging both boosters on unseen GPUs lowered it
+    # (13.2 vs 14.4%) but made the H100 worse, and was not kept (docs/corrections.md).
     default_transfer = False
     default_feature_version = GEMM_FEATURE_VERSION
 
@@ -551,12 +533,10 @@ class PointwiseXGB(DispatchXGB):
         att = (baseline["family"].astype(str) == "attention").to_numpy() if len(table) else np.zeros(0, dtype=bool)
         if not att.any():
             return floor
-        codes, uniques = pd.factorize(table["device"].astype(str))
-        devs = [catalog.device(str(u)) for u in uniques]
-        gpu = np.array([d.kind == "gpu" for d in devs] + [False], dtype=bool)[codes]
-        l2 = np.array([float(d.l2_cache) for d in devs] + [np.inf])[codes]
+        l2 = catalog.device_column(table["device"], lambda d: float(d.l2_cache), np.inf).astype(np.float64)
         dram = baseline["bytes"].to_numpy(dtype=np.float64) > ATTENTION_DRAM_FLOOR_L2 * l2
-        return np.where(att & gpu & dram, np.maximum(floor, baseline["time_us"].to_numpy(dtype=np.float64)), floor)
+        return np.where(att & _gpu_rows(table, catalog) & dram,
+                        np.maximum(floor, baseline["time_us"].to_numpy(dtype=np.float64)), floor)
 
 
 class ConvXGB(XGBCorrection):

@@ -189,15 +189,22 @@ class HybridPredictor:
             self.calibrate_intervals(table, progress=progress)
         return self
 
+    def implausible(self, table: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+        """(mask of the rows of ``table`` a fit leaves out, their groups): GPU GEMMs faster than the datasheet peak
+        allows (:func:`hybrid.data.quality.implausible_rows`)."""
+        from hybrid.data.quality import implausible_rows
+
+        norm, base = self._prepare(table, training=True)
+        return implausible_rows(norm, base, self.catalog)
+
     def _drop_implausible(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``norm``/``base`` without GPU GEMM groups that beat the datasheet peak (:mod:`hybrid.data.quality`),
         with a warning naming them; recorded in ``fit_info['implausible']`` (rows left out, the groups)."""
-        from hybrid.data.quality import describe, group_mask, implausible_groups
+        from hybrid.data.quality import describe, implausible_rows
 
-        bad = implausible_groups(norm, base, self.catalog)
-        if len(bad) == 0:
+        drop, bad = implausible_rows(norm, base, self.catalog)
+        if not drop.any():
             return norm, base
-        drop = group_mask(norm, base, bad)
         if drop.all():
             raise InvalidInputError("every training row is a GEMM faster than its device's datasheet peak ("
                                     f"{describe(bad)}); check the device names and dtypes")
@@ -217,12 +224,9 @@ class HybridPredictor:
         from tqdm.auto import tqdm
 
         work = table.reset_index(drop=True)
-        norm, base = self._prepare(work, training=True)  # the rows a fit leaves out are not scored either
-        from hybrid.data.quality import group_mask, implausible_groups
-
-        bad = implausible_groups(norm, base, self.catalog)
-        if len(bad):
-            work = work.loc[~group_mask(norm, base, bad)].reset_index(drop=True)
+        drop, _ = self.implausible(work)  # the rows a fit leaves out are not scored either
+        if drop.any():
+            work = work.loc[~drop].reset_index(drop=True)
         devices = self._device_keys(work["device"])
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         jobs = self.calibration_splits(work, max_devices, test_fraction, seed)

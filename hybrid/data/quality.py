@@ -29,50 +29,35 @@ CHECKED_FAMILIES = ("gemm",)
 GROUP_COLUMNS = ("device", "dtype", "framework")
 
 
-def implausible_groups(norm: pd.DataFrame, base: pd.DataFrame, catalog: Catalog,
-                       tolerance: float = PEAK_TOLERANCE) -> pd.DataFrame:
-    """Groups (device, dtype, framework) of GPU GEMM rows with at least one row faster than ``tolerance`` x its
-    roofline, with their row count and fastest speed-up over the roofline; empty when every group is plausible.
+def implausible_rows(norm: pd.DataFrame, base: pd.DataFrame, catalog: Catalog,
+                     tolerance: float = PEAK_TOLERANCE) -> tuple[np.ndarray, pd.DataFrame]:
+    """(mask of the rows to leave out, their groups). A group (device, dtype, framework) of GPU GEMM rows is left
+    out when one of its rows is more than ``tolerance`` x faster than its roofline; the groups frame has the
+    row count and the fastest speed-up over the roofline of each, and is empty when every group is plausible.
 
     ``norm`` is a validated measurement table (``time_us``, ``device``, ``dtype``, optional ``framework``) and
     ``base`` its roofline frame (``family``, ``time_us``), as :meth:`HybridPredictor._prepare` returns them."""
     if tolerance <= 1:
         raise ValueError(f"tolerance must be > 1, got {tolerance}")
-    empty = pd.DataFrame(columns=[*GROUP_COLUMNS, "rows", "fastest_over_roofline"])
+    none = (np.zeros(len(norm), dtype=bool), pd.DataFrame(columns=[*GROUP_COLUMNS, "rows", "fastest_over_roofline"]))
     if len(norm) == 0 or "time_us" not in norm.columns:
-        return empty
-    fam = base["family"].astype(str).to_numpy()
-    dev = norm["device"].astype(str)
-    codes, names = pd.factorize(dev)  # one catalog lookup per distinct device name
-    gpu_names = np.array([(key := catalog.resolve_device(str(n), missing_ok=True)) is not None
-                          and catalog.devices[key].kind == "gpu" for n in names] + [False], dtype=bool)
-    is_gpu = gpu_names[codes]
-    checked = np.isin(fam, CHECKED_FAMILIES) & is_gpu
+        return none
+    checked = (np.isin(base["family"].astype(str).to_numpy(), CHECKED_FAMILIES)
+               & catalog.device_column(norm["device"], lambda d: d.kind == "gpu", False).astype(bool))
     if not checked.any():
-        return empty
+        return none
     measured = pd.to_numeric(norm["time_us"], errors="coerce").to_numpy(dtype=np.float64)
     roof = pd.to_numeric(base["time_us"], errors="coerce").to_numpy(dtype=np.float64)
-    speedup = np.divide(roof, measured, out=np.zeros_like(roof), where=measured > 0)
-    frame = pd.DataFrame({"device": dev.to_numpy(), "dtype": norm["dtype"].astype(str).to_numpy(),
-                          "framework": (norm["framework"].astype("string").fillna("").to_numpy()
+    frame = pd.DataFrame({"device": norm["device"].astype(str).to_numpy(), "dtype": norm["dtype"].astype(str).to_numpy(),
+                          "framework": (norm["framework"].astype("string").fillna("").astype(str).to_numpy()
                                         if "framework" in norm.columns else np.full(len(norm), "")),
-                          "speedup": speedup})[checked]
-    g = frame.groupby(list(GROUP_COLUMNS), sort=True)["speedup"].agg(rows="size", fastest_over_roofline="max")
+                          "speedup": np.divide(roof, measured, out=np.zeros_like(roof), where=measured > 0)})
+    g = frame[checked].groupby(list(GROUP_COLUMNS), sort=True)["speedup"].agg(rows="size", fastest_over_roofline="max")
     bad = g[g["fastest_over_roofline"] > tolerance].reset_index()
-    return bad if len(bad) else empty
-
-
-def group_mask(norm: pd.DataFrame, base: pd.DataFrame, groups: pd.DataFrame) -> np.ndarray:
-    """True for the GEMM rows of ``norm`` that belong to one of ``groups`` (from :func:`implausible_groups`)."""
-    out = np.zeros(len(norm), dtype=bool)
-    if len(groups) == 0:
-        return out
-    fam = np.isin(base["family"].astype(str).to_numpy(), CHECKED_FAMILIES)
-    fw = (norm["framework"].astype("string").fillna("") if "framework" in norm.columns
-          else pd.Series("", index=norm.index))
-    keys = pd.MultiIndex.from_arrays([norm["device"].astype(str), norm["dtype"].astype(str), fw.astype(str)])
-    bad = pd.MultiIndex.from_frame(groups[list(GROUP_COLUMNS)].astype(str))
-    return fam & keys.isin(bad)
+    if len(bad) == 0:
+        return none
+    keys = pd.MultiIndex.from_frame(frame[list(GROUP_COLUMNS)])
+    return checked & keys.isin(pd.MultiIndex.from_frame(bad[list(GROUP_COLUMNS)])), bad
 
 
 def describe(groups: pd.DataFrame, rows: bool = True) -> str:

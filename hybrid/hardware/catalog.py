@@ -6,7 +6,7 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -163,6 +163,16 @@ class Catalog:
 
     def device(self, name: str) -> Device:
         return self.devices[self.resolve_device(name)]  # type: ignore[index]
+
+    def device_column(self, names: Any, value: Callable[[Device], Any], missing: Any = None) -> Any:
+        """``value(device)`` for every entry of ``names`` (a pandas Series or array of device names) as a numpy
+        array, each distinct name resolved once; names the catalog lacks (and missing entries) get ``missing``."""
+        import numpy as np
+        import pandas as pd
+
+        codes, uniques = pd.factorize(pd.Series(names).astype(str))
+        keys = [self.resolve_device(str(u), missing_ok=True) for u in uniques]
+        return np.array([value(self.devices[k]) if k is not None else missing for k in keys] + [missing])[codes]
 
     def resolve_system(self, name: str, missing_ok: bool = False) -> str | None:
         key = self._system_index.get(normalize_name(name))

@@ -71,6 +71,13 @@ def _numeric_lines(path: Path, line_re: re.Pattern, groups: int, want: str) -> n
     return np.asarray(rows)
 
 
+def _require_positive(path: Path, values: np.ndarray, what: str) -> None:
+    """Raise naming the first data line of ``path`` whose ``values`` are not all finite and positive."""
+    bad = ~(np.isfinite(values) & (values > 0)).all(axis=1)
+    if bad.any():
+        raise ImportFormatError(f"{path}: line {int(np.flatnonzero(bad)[0]) + 1}: {what} must be positive numbers")
+
+
 def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
     match = _NAME.search(path.name)
     if match is None:
@@ -79,9 +86,7 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
     gpu = _gpu(path, match.group("gpu"), device)
     a = _numeric_lines(path, _LINE, 5, "M, N, K, <t>ms, <x>Tflops")
     mm, nn, kk, ms, tflops = a.T
-    if (a[:, :4] <= 0).any():
-        i = int(np.flatnonzero((a[:, :4] <= 0).any(axis=1))[0])
-        raise ImportFormatError(f"{path}: line {i + 1}: sizes and time must be positive")
+    _require_positive(path, a[:, :4], "sizes and time")
     implied = 2 * mm * nn * kk / (ms * 1e-3) / 1e12
     off = np.abs(implied / tflops - 1) > 0.02
     if off.any():
@@ -116,9 +121,7 @@ def _pointwise_file(path: Path, device: str | None, catalog: Catalog) -> pd.Data
     op, n_shape = POINTWISE_KINDS[match.group("kind")]
     line_re = re.compile("^" + ",".join([_NUM] * (n_shape + 1)) + "$")
     a = _numeric_lines(path, line_re, n_shape + 1, "M, N, <G elements/s>" if n_shape == 2 else "M, <G elements/s>")
-    if not np.isfinite(a).all() or (a <= 0).any():
-        i = int(np.flatnonzero(~(np.isfinite(a) & (a > 0)).all(axis=1))[0])
-        raise ImportFormatError(f"{path}: line {i + 1}: sizes and throughput must be positive numbers")
+    _require_positive(path, a, "sizes and throughput")
     elements = a[:, :n_shape].prod(axis=1)
     out = pd.DataFrame({"device": gpu, "op": op, "dtype": "fp16", "direction": "fwd",
                         "time_us": elements / a[:, -1] / 1e3,
