@@ -16,7 +16,7 @@ import pytest
 from hybrid.corrections import GemmXGB, HybridPredictor, XGBParams
 from hybrid.data.bundle import load_bundle
 from hybrid.data.traces import load_traces, trace_files
-from hybrid.engine.costs import KernelTimeModel, RooflineCostModel, SharedMemoryBandwidth
+from hybrid.engine.costs import KernelTimeModel, RooflineCostModel
 from hybrid.ops.roofline import roofline
 from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
 
@@ -99,9 +99,6 @@ def test_a_model_that_learned_kernel_timings_is_asked_for_them():
     sel = gpu & eager
     assert np.median(np.abs(k.loc[sel, "time_us"].to_numpy() / (1.5 * base[sel]) - 1)) < 0.1
     np.testing.assert_allclose(k.loc[~gpu, "time_us"], both.predict(query)["time_us"][~gpu])  # CPU: untouched
-    # the multi-rank engine wraps the model for shared CPU memory first: the request still reaches the model
-    shared = KernelTimeModel(SharedMemoryBandwidth(both, 8)).predict(query.loc[gpu])
-    np.testing.assert_allclose(shared["time_us"], k.loc[gpu, "time_us"])
     # eager-only model: nothing learned about kernels alone, so the dispatch is taken off as before
     only = HybridPredictor(catalog, corrections=[GemmXGB(params)]).fit(rows[eager])
     assert not only.learned_kernel_timing and only.corrections[0].kernel_timed_rows == 0

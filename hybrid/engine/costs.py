@@ -124,11 +124,6 @@ class SharedMemoryBandwidth:
         cat = getattr(self.model, "catalog", None)
         return cat if isinstance(cat, Catalog) else None
 
-    @property
-    def learned_kernel_timing(self) -> bool:
-        """The wrapped model's (a :class:`KernelTimeModel` around this wrapper asks it for kernel times)."""
-        return bool(getattr(self.model, "learned_kernel_timing", False))
-
     def predict(self, table: pd.DataFrame, host: bool = False) -> pd.DataFrame:
         out = self.model.predict(table, host=host) if self._ask_host else self.model.predict(table)  # type: ignore[call-arg]
         if self.ranks < 2 or "device" not in table.columns or "time_us" not in out.columns:
