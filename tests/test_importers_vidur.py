@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybrid.corrections.features import kernel_timing
 from hybrid.data.importers import import_vidur_compute, import_vidur_network
 from hybrid.data.importers.vidur import MODEL_CONFIGS
 from hybrid.errors import ImportFormatError
@@ -38,10 +37,6 @@ def test_every_compute_profile(path, catalog):
     achieved = FAMILIES["gemm"].flops(g) / (g["time_us"].to_numpy() * 1e-6)
     assert achieved.max() < dev.peak("fp16")
     assert (df["time_us_min"] <= df["time_us"] + 1e-9).all() and (df["time_us"] <= df["time_us_max"] + 1e-9).all()
-    # kernel times (Vidur's profiler sums the CUDA kernels under each op): labelled so, and the data agree (no
-    # eager op that pays host dispatch takes a few microseconds; these go down to 1-7 us)
-    assert (df["framework"] == "vidur").all() and (kernel_timing(df) == 1).all()
-    assert df["time_us"].min() < 8.0
 
 
 @pytest.mark.data_files("vidur-network")

@@ -70,66 +70,6 @@ def test_kernel_time_recovers_the_kernel_of_eager_timings():
     pd.testing.assert_frame_equal(KernelTimeModel(roof).predict(query), roof.predict(query))
 
 
-def test_a_model_that_learned_kernel_timings_is_asked_for_them():
-    """A model that saw kernel-only GPU rows (here DeepBench-labelled) answers GPU rows with its kernel branch:
-    KernelTimeModel tags them ``framework = "kernel"`` (the answer equals the model's own prediction of the
-    tagged rows, no fitted dispatch subtracted), leaves CPU rows as they are, and a model fitted on eager rows
-    only falls back to taking the dispatch off. The count of kernel-timed rows is saved with the model."""
-    catalog = load_bundle(ROOT / "datasets" / "cpu-amd-epyc-1c")[1]
-    cpu = next(k for k, d in catalog.devices.items() if d.kind == "cpu")
-    rng = np.random.default_rng(3)
-    n = 400
-    size = rng.choice([64, 128, 256, 512, 1024, 2048], n).astype(float)
-    rows = pd.DataFrame({"op": "gemm", "device": np.where(np.arange(n) % 4 == 3, cpu, "A100-SXM4-80GB"),
-                         "dtype": np.where(np.arange(n) % 4 == 3, "fp32", "fp16"), "b": 1, "m": size, "n": size,
-                         "k": size, "framework": np.where(np.arange(n) % 2 == 0, "pytorch", "deepbench")})
-    base = roofline(rows, catalog)["time_us"].to_numpy()
-    eager = (rows["framework"] == "pytorch").to_numpy()
-    rows["time_us"] = 1.5 * base + 30.0 * eager
-    params = XGBParams(n_estimators=80, max_depth=4)
-    both = HybridPredictor(catalog, corrections=[GemmXGB(params)]).fit(rows)
-    gpu_kernel = (rows["device"] != cpu).to_numpy() & ~eager
-    assert both.learned_kernel_timing and both.corrections[0].kernel_timed_rows == int(gpu_kernel.sum())
-    query = rows.drop(columns="time_us")
-    k = KernelTimeModel(both).predict(query)
-    gpu = (query["device"] != cpu).to_numpy()
-    tagged = both.predict(query.assign(framework=np.where(gpu, "kernel", query["framework"])))
-    np.testing.assert_allclose(k["time_us"], tagged["time_us"])
-    # the eager GPU rows come out as kernels (1.5x roofline), not eager time less a median dispatch
-    sel = gpu & eager
-    assert np.median(np.abs(k.loc[sel, "time_us"].to_numpy() / (1.5 * base[sel]) - 1)) < 0.1
-    np.testing.assert_allclose(k.loc[~gpu, "time_us"], both.predict(query)["time_us"][~gpu])  # CPU: untouched
-    # eager-only model: nothing learned about kernels alone, so the dispatch is taken off as before
-    only = HybridPredictor(catalog, corrections=[GemmXGB(params)]).fit(rows[eager])
-    assert not only.learned_kernel_timing and only.corrections[0].kernel_timed_rows == 0
-    out = only.predict(query, host=True)
-    expect = np.maximum(out["time_us"] - out["host_us"], np.minimum(out["roofline_us"], out["time_us"]))
-    np.testing.assert_allclose(KernelTimeModel(only).predict(query)["time_us"], expect)
-
-
-def test_kernel_timed_rows_round_trip_and_older_saves(tmp_path):
-    import json
-
-    catalog = load_bundle(ROOT / "datasets" / "cpu-amd-epyc-1c")[1]
-    rows = pd.DataFrame({"op": "gemm", "device": "A100-SXM4-80GB", "dtype": "fp16", "b": 1,
-                         "m": [256.0, 512.0, 1024.0, 2048.0] * 10, "n": 512.0, "k": 512.0,
-                         "framework": ["xla", "pytorch"] * 20})
-    base = roofline(rows, catalog)
-    rows["time_us"] = 2.0 * base["time_us"].to_numpy()
-    model = GemmXGB(XGBParams(n_estimators=20, max_depth=3)).fit(rows, base, catalog)
-    assert model.kernel_timed_rows == 20 and model.describe()["kernel_timed_rows"] == 20
-    model.save(tmp_path / "m")
-    assert GemmXGB.load(tmp_path / "m").kernel_timed_rows == 20
-    meta = json.loads((tmp_path / "m" / "dispatch.json").read_text())
-    meta.pop("kernel_timed_rows")  # a save from before the count was recorded
-    (tmp_path / "m" / "dispatch.json").write_text(json.dumps(meta))
-    assert GemmXGB.load(tmp_path / "m").kernel_timed_rows == 0
-    meta["kernel_timed_rows"] = -3
-    (tmp_path / "m" / "dispatch.json").write_text(json.dumps(meta))
-    with pytest.raises(Exception, match="kernel_timed_rows"):
-        GemmXGB.load(tmp_path / "m")
-
-
 @pytest.fixture(scope="module")
 def h100_gemm_predictor():
     table, cat = load_bundle(ROOT / "datasets" / "H100-SXM")

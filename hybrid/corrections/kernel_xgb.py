@@ -390,10 +390,6 @@ class DispatchXGB(XGBCorrection):
         #: per-op host dispatch + synchronisation overhead (us) of framework-timed GPU rows (:attr:`dispatch_from_version` on;
         #: fitted by :meth:`fit_dispatch`), added to their roofline reference so the trees need not learn it
         self.dispatch_us = 0.0
-        #: GPU training rows timed kernel-only (``kernel_timing`` = 1): when > 0 the trees learned what a kernel
-        #: alone takes, and a workload that wants kernel times asks for them directly
-        #: (:class:`hybrid.engine.costs.KernelTimeModel`) instead of taking :attr:`dispatch_us` off
-        self.kernel_timed_rows = 0
 
     @property
     def uses_dispatch(self) -> bool:
@@ -438,12 +434,10 @@ class DispatchXGB(XGBCorrection):
     def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
             sample_weight: np.ndarray | None = None) -> DispatchXGB:
         self.dispatch_us = 0.0
-        self.kernel_timed_rows = 0
         if self.uses_dispatch:
             sub, base = self._select(table, baseline)
             if len(sub):
                 self.dispatch_us = self.fit_dispatch(sub, base, catalog)
-                self.kernel_timed_rows = int((_gpu_rows(sub, catalog) & (kernel_timing(sub) == 1)).sum())
         super().fit(table, baseline, catalog, sample_weight)
         return self
 
@@ -452,21 +446,19 @@ class DispatchXGB(XGBCorrection):
                           target_offset: float = 0.0) -> DispatchXGB:
         grown = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate, target_offset)
         grown.dispatch_us = self.dispatch_us  # type: ignore[attr-defined]
-        grown.kernel_timed_rows = self.kernel_timed_rows  # type: ignore[attr-defined]
         return grown  # type: ignore[return-value]
 
     def save(self, directory: Path) -> None:
         super().save(directory)
         if self.uses_dispatch:
             write_json(Path(directory) / "dispatch.json", {
-                "dispatch_us": self.dispatch_us, "kernel_timed_rows": self.kernel_timed_rows,
+                "dispatch_us": self.dispatch_us,
                 "units": "us per op, added to the roofline of GPU rows timed through a framework"})
 
     @classmethod
     def load(cls, directory: Path) -> DispatchXGB:
         obj = super().load(directory)
         obj.dispatch_us = 0.0  # type: ignore[attr-defined]
-        obj.kernel_timed_rows = 0  # type: ignore[attr-defined]
         path = Path(directory) / "dispatch.json"
         if obj.uses_dispatch:  # type: ignore[attr-defined]
             if not path.is_file():
@@ -477,17 +469,12 @@ class DispatchXGB(XGBCorrection):
             if not (np.isfinite(value) and value >= 0):
                 raise InvalidInputError(f"{directory}/dispatch.json: bad dispatch overhead {meta!r}; refit the model")
             obj.dispatch_us = value  # type: ignore[attr-defined]
-            rows = meta.get("kernel_timed_rows", 0)  # absent in saves before it was recorded: 0
-            if not (isinstance(rows, int) and rows >= 0):
-                raise InvalidInputError(f"{directory}/dispatch.json: bad kernel_timed_rows {rows!r}; refit the model")
-            obj.kernel_timed_rows = rows  # type: ignore[attr-defined]
         return obj  # type: ignore[return-value]
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         if self.uses_dispatch:
             out["dispatch_us"] = self.dispatch_us
-            out["kernel_timed_rows"] = self.kernel_timed_rows
         return out
 
 

@@ -397,13 +397,6 @@ class HybridPredictor:
                 host[rows] = corr.host_us(norm, base, self.catalog)[rows]
         return host
 
-    @property
-    def learned_kernel_timing(self) -> bool:
-        """True when a fitted kernel correction saw GPU rows timed kernel-only (XLA, DeepBench, Vidur: the
-        ``kernel_timing`` feature): rows tagged ``framework = "kernel"`` are then predicted as the kernel alone,
-        which :class:`hybrid.engine.costs.KernelTimeModel` asks for."""
-        return any(c.fitted and getattr(c, "kernel_timed_rows", 0) > 0 for c in self.corrections)
-
     def predict_time(self, table: pd.DataFrame) -> np.ndarray:
         """Predicted ``time_us`` per row as a numpy array."""
         return self.predict(table, intervals=False)["time_us"].to_numpy()

@@ -49,11 +49,6 @@ class KernelTimeModel:
     launch nodes or traced host time) must cost only the kernel on the GPU stream, or it counts the dispatch
     twice. Kernel time = ``time_us - host_us``, never below the roofline (nor above the original prediction);
     the interval, if any, moves by the same ratio. Models that report no ``host_us`` pass through unchanged.
-
-    A model that learned kernel-only timings (``learned_kernel_timing``: its GEMM correction saw kernel-timed GPU
-    rows, e.g. Vidur's or XLA's) is asked for them directly: GPU rows go in tagged ``framework = "kernel"``, so
-    the trees answer from what kernels alone took (not a framework-timed answer less a median dispatch, which
-    routes an fp16 A100 GEMM to the fp32 eager rows of the same GPU). CPU rows are never retagged.
     """
 
     def __init__(self, model: OpCostModel):
@@ -67,7 +62,6 @@ class KernelTimeModel:
         return cat if isinstance(cat, Catalog) else None
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        table = self._kernel_rows(table)
         out = self.model.predict(table, host=True) if self._ask_host else self.model.predict(table)  # type: ignore[call-arg]
         if "host_us" not in out.columns or "time_us" not in out.columns:
             return out
@@ -83,20 +77,6 @@ class KernelTimeModel:
             if c in out.columns:
                 out[c] = pd.to_numeric(out[c], errors="coerce").to_numpy(dtype=np.float64) * ratio
         out["host_us"] = 0.0
-        return out
-
-    def _kernel_rows(self, table: pd.DataFrame) -> pd.DataFrame:
-        """``table`` with its GPU rows tagged kernel-timed, for a model that learned kernel timings (else as is)."""
-        cat = self.catalog
-        if not getattr(self.model, "learned_kernel_timing", False) or cat is None or "device" not in table.columns:
-            return table
-        gpu = cat.device_column(table["device"], lambda d: d.kind == "gpu", False).astype(bool)
-        if not gpu.any():
-            return table
-        out = table.copy()
-        fw = (out["framework"].astype(object).to_numpy() if "framework" in out.columns
-              else np.full(len(out), None, dtype=object))
-        out["framework"] = np.where(gpu, "kernel", fw)
         return out
 
 

@@ -189,9 +189,7 @@ def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFr
         raise ImportFormatError(f"{path}: tensor-parallel degree does not divide the model dimensions ({frac})")
     table["dtype"] = "fp16"
     table["direction"] = "fwd"
-    # kernel times: Vidur's profiler sums the CUDA kernels the PyTorch profiler records under each op
-    # (``record_function``, its default), so the per-op host dispatch is not in them (KERNEL_TIMING_FRAMEWORKS)
-    table["framework"] = "vidur"
+    table["framework"] = "pytorch"
     table["model"] = path.parent.name
     return finish(table, path, catalog, source=f"vidur-compute:{display_path(path)}", device=None)
 
