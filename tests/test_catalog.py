@@ -29,7 +29,7 @@ REQUIRED_DEVICES = (
     "A100-PCIE-80GB", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-PCIE", "H100-SXM", "H200", "B200", "GB200",
     "MI100", "MI210", "MI250X", "MI300X", "MI355X", "M40", "TitanX", "TitanX-Pascal", "TitanXp", "GTX-1080Ti",
     "MI25", "Vega-FE", "B300", "GB300", "H20", "L40S", "L40", "H800-SXM", "A800-SXM4-80GB", "H100-NVL", "H200-NVL",
-    "MI300A", "MI325X", "MI350X", "V100S-PCIE-32GB", "MI50", "MI60", "B100", "A16",
+    "MI300A", "MI325X", "MI350X", "V100S-PCIE-32GB", "MI50", "MI60", "B100", "A16", "A10G",
 )
 
 #: MLPerf accelerators that are not GPUs (and "N/A" for CPU-only runs); the predictor targets GPU systems, so
@@ -157,6 +157,7 @@ def test_duplicate_alias_in_user_file_is_rejected(tmp_path: Path) -> None:
     ("AMD Instinct MI300A", "MI300A"), ("AMD Instinct MI325X", "MI325X"), ("AMD Instinct MI350X", "MI350X"),
     ("Tesla V100S-PCIE-32GB", "V100S-PCIE-32GB"), ("Tesla V100-PCIE-32GB", "V100-PCIE-32GB"), ("NVIDIA B100", "B100"),
     ("AMD Instinct MI50", "MI50"), ("gfx906:sramecc+:xnack-", "MI50"), ("Radeon Instinct MI60", "MI60"), ("NVIDIA A16", "A16"),
+    ("NVIDIA A10G", "A10G"), ("NVIDIA A10", "A10"),  # AWS's variant is not the A10 (80 SMs, half-rate tensor cores)
     # compute capabilities as compilers and XLA print them: the data-center part of each target
     ("sm_80", "A100-SXM4-80GB"), ("sm_86", "A10"), ("sm_89", "L4"), ("sm_75", "T4"), ("sm_70", "V100-SXM2-16GB"),
     ("sm_90a", "H100-SXM"), ("sm_100a", "B200"), ("sm_103a", "B300"), ("sm_120a", "RTX-PRO-6000-Blackwell"),
@@ -522,3 +523,12 @@ def test_system_device_names_the_gpu_or_none_when_the_catalog_lacks_it(catalog) 
     assert catalog.system_device(orphan, missing_ok=True) is None
     with pytest.raises(UnknownDeviceError):
         catalog.system_device(orphan)
+
+
+def test_a10g_is_not_the_a10(catalog) -> None:
+    """AWS's A10G: more SMs at a higher clock (more FP32) but half-rate tensor cores (less FP16) than the A10;
+    the same memory; its FP16 rate is its SMs x 512 FLOP/clock x boost clock."""
+    a10, a10g = catalog.device("A10"), catalog.device("NVIDIA A10G")
+    assert a10g.peak("fp32") > a10.peak("fp32") and a10g.peak("fp16") < 0.6 * a10.peak("fp16")
+    assert a10g.mem_bw == a10.mem_bw
+    assert abs(a10g.peak("fp16") - a10g.num_sms * 512 * a10g.clock_mhz * 1e6) < 0.01 * a10g.peak("fp16")
