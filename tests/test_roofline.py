@@ -299,3 +299,18 @@ def test_fill_with_zero_inputs_is_allowed(catalog) -> None:
                           "dtype": ["fp32"]})
     row = one(table, catalog, device="H100")
     assert row["bytes"] == (1 << 20) * 4
+
+
+def test_elementwise_variant_defaults_per_distinct_value():
+    """Inputs / outputs / FLOPs per element from the variant: case-insensitive, an in-place "_" suffix
+    dropped, missing means "add", unknown variants 1 / 1 / 1, explicit columns win."""
+    from hybrid.ops.families import ELEMENTWISE_VARIANTS, elementwise_defaults
+
+    df = pd.DataFrame({"variant": ["GELU", "relu_", None, "no-such-op", "_", "swiglu", "gelu"],
+                       "n_inputs": [np.nan, np.nan, np.nan, np.nan, np.nan, 7.0, np.nan]})
+    n_in, n_out, fpe = elementwise_defaults(df)
+    gelu, relu, add, swiglu = (ELEMENTWISE_VARIANTS[k] for k in ("gelu", "relu", "add", "swiglu"))
+    assert n_in.tolist() == [gelu[0], relu[0], add[0], 1.0, 1.0, 7.0, gelu[0]]
+    assert fpe.tolist() == [gelu[2], relu[2], add[2], 1.0, 1.0, swiglu[2], gelu[2]]
+    assert n_out.tolist() == [gelu[1], relu[1], add[1], 1.0, 1.0, swiglu[1], gelu[1]]
+    assert [v.tolist() for v in elementwise_defaults(df.drop(columns=["variant", "n_inputs"]))] == [[1.0] * 7] * 3

@@ -645,6 +645,8 @@ def distinct_rows(table: pd.DataFrame, max_fraction: float | None = None) -> tup
             return None
         if uniques.dtype == object and not all(isinstance(u, str) for u in uniques):
             return None
+        if len(uniques) > limit * n:  # one column already has too many distinct values: so do the rows
+            return None
         k = len(uniques) + 1
         if size * k >= 2**62:  # keep the mixed-radix code inside int64: renumber the combinations seen so far
             combined, seen = pd.factorize(combined)
