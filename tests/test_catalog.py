@@ -157,7 +157,9 @@ def test_duplicate_alias_in_user_file_is_rejected(tmp_path: Path) -> None:
     ("AMD Instinct MI300A", "MI300A"), ("AMD Instinct MI325X", "MI325X"), ("AMD Instinct MI350X", "MI350X"),
     ("Tesla V100S-PCIE-32GB", "V100S-PCIE-32GB"), ("Tesla V100-PCIE-32GB", "V100-PCIE-32GB"), ("NVIDIA B100", "B100"),
     ("AMD Instinct MI50", "MI50"), ("gfx906:sramecc+:xnack-", "MI50"), ("Radeon Instinct MI60", "MI60"), ("NVIDIA A16", "A16"),
-    ("NVIDIA A10G", "A10G"), ("NVIDIA A10", "A10"),  # AWS's variant is not the A10 (80 SMs, half-rate tensor cores)
+    ("NVIDIA A10G", "A10G"), ("NVIDIA A10", "A10"), ("Tesla P100-SXM2-16GB", "P100-SXM2-16GB"),
+    ("Tesla P100-PCIE-16GB", "P100-PCIE-16GB"), ("NVIDIA RTX A5000", "RTX-A5000"), ("NVIDIA GeForce RTX 3080", "RTX-3080"),
+    ("NVIDIA GeForce RTX 4080", "RTX-4080"),  # AWS's variant is not the A10 (80 SMs, half-rate tensor cores)
     # compute capabilities as compilers and XLA print them: the data-center part of each target
     ("sm_80", "A100-SXM4-80GB"), ("sm_86", "A10"), ("sm_89", "L4"), ("sm_75", "T4"), ("sm_70", "V100-SXM2-16GB"),
     ("sm_90a", "H100-SXM"), ("sm_100a", "B200"), ("sm_103a", "B300"), ("sm_120a", "RTX-PRO-6000-Blackwell"),
