@@ -58,6 +58,7 @@ def fit_calibrated(data_dir: Path, rows: int, seed: int, extra: pd.DataFrame | N
     """The calibrated predictor; ``extra`` rows (the project's GPU bundles with ``--with-gpu-bundles``) are added
     whole, after the public kernels are sub-sampled."""
     from hybrid.data.importers import import_paths
+    from hybrid.data.importers.vidur import kernel_timed
     from hybrid.tracking.inputs import subsample
 
     warnings.simplefilter("ignore")
@@ -69,7 +70,8 @@ def fit_calibrated(data_dir: Path, rows: int, seed: int, extra: pd.DataFrame | N
                      ("nccl-tests", "nccl-tests/argonne-lcf_alcf-nccl-tests"),
                      ("nccl-tests", "nccl-tests/xxrjun_nccl-tests-cluster")):
         parts.append(import_paths(fmt, [data_dir / rel]))
-    table = pd.concat(parts, ignore_index=True, sort=False)
+    # Vidur's rows are kernel times: labelled so for this kernel-bound workload (hybrid.data.importers.vidur.kernel_timed)
+    table = kernel_timed(pd.concat(parts, ignore_index=True, sort=False))
     coll = table["op"].isin(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"])
     kernels = subsample(table[~coll].reset_index(drop=True), rows, seed=seed)
     train = pd.concat([kernels, table[coll]] + ([extra] if extra is not None and len(extra) else []),

@@ -69,8 +69,10 @@ GEMM_FEATURES_V3 = (*GEMM_FEATURES_V2, "is_int")
 GEMM_FEATURES_V4 = (*GEMM_FEATURES_V3, "kernel_timing")
 #: Values of the ``framework`` column whose times are kernel-only (lower case); anything else, or no
 #: ``framework`` column, counts as framework-dispatched (what the project's own PyTorch profiler measures).
+#: ``vidur``: Vidur's compute rows marked as the kernel times they are
+#: (:func:`hybrid.data.importers.vidur.kernel_timed`; the importer itself writes ``pytorch``, see there).
 KERNEL_TIMING_FRAMEWORKS = frozenset({"xla", "deepbench", "cublas", "rocblas", "hipblaslt", "cutlass", "cupti",
-                                      "nsight", "kernel"})
+                                      "nsight", "kernel", "vidur"})
 #: The only device descriptor of the *transfer* model (used for devices absent from the training data): the
 #: vendor, i.e. which BLAS library (cuBLAS / rocBLAS) runs the kernel. Raw descriptors (peak, bandwidth, SMs,
 #: L2, clock) identify each of the few training GPUs and hurt on an unseen one

@@ -194,6 +194,35 @@ def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFr
     return finish(table, path, catalog, source=f"vidur-compute:{display_path(path)}", device=None)
 
 
+#: ``framework`` of Vidur compute rows marked as kernel times (:func:`kernel_timed`); listed in
+#: :data:`hybrid.corrections.features.KERNEL_TIMING_FRAMEWORKS`.
+KERNEL_TIMED_FRAMEWORK = "vidur"
+
+
+def kernel_timed(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its Vidur compute rows (``source`` ``vidur-compute:...``) labelled as the kernel times they
+    are (``framework`` = :data:`KERNEL_TIMED_FRAMEWORK`); other rows unchanged.
+
+    Vidur's profiler (its default ``record_function`` method) reports the CUDA kernel time the PyTorch profiler
+    records under each op, not the op's host dispatch: its smallest A100 ops take 1-7 us, which no host-timed
+    eager op can. The importer still writes ``framework = "pytorch"`` (framework-timed) because the calibrations
+    that mix many sources (``hybrid quickstart``, ``experiments/kernel_accuracy``, ``dlrm_gpu``) were developed
+    with that label and transfer worse to a GPU they never saw with the correct one (``docs/corrections.md``,
+    "Which rows are kernel-only"). Calibrations for kernel-bound workloads whose GPU ops run back to back
+    (LLM serving and training: ``experiments/llm_inference``, ``llm_training``) use this, so their Hopper GEMMs
+    are priced as XLA measured the H100's kernels, without a fitted "dispatch" that Vidur's rows never paid.
+    """
+    if "source" not in table.columns or "framework" not in table.columns:
+        return table
+    mask = table["source"].astype("string").str.startswith("vidur-compute:").fillna(False).to_numpy(dtype=bool)
+    if not mask.any():
+        return table
+    out = table.copy()
+    fw = out["framework"].astype(object).to_numpy()
+    out["framework"] = np.where(mask, KERNEL_TIMED_FRAMEWORK, fw)
+    return out
+
+
 def import_vidur_compute(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
                          catalog: Catalog | None = None, system: str | None = None) -> pd.DataFrame:
     """Import Vidur ``mlp.csv`` compute profiles (one canonical row per op per token count and TP degree).
