@@ -61,3 +61,22 @@ def test_llm_builder_rows_are_priced_as_h100_kernels_once_vidur_is_kernel_timed(
     relabelled = _builder_over_kernel(kernel_timed(train), xla)
     assert np.median(default) > 1.2  # a fitted dispatch of ~10-20 us on kernels of 5-20 us
     assert abs(np.median(relabelled) - 1.0) < 0.03
+
+
+def test_cli_import_kernel_times_flag(shared_datasets, tmp_path):
+    """`hybrid data import vidur-compute --kernel-times` writes the rows kernel-labelled; the default keeps the
+    framework-timed label; another format refuses the flag with a clear error and writes nothing."""
+    from hybrid.cli.main import main as cli_main
+    from hybrid.data.schema import read_table
+
+    src = next((shared_datasets / "vidur/data/profiling/compute/a100").rglob("mlp.csv"))
+    out, plain = tmp_path / "k.csv", tmp_path / "p.csv"
+    assert cli_main(["data", "import", "vidur-compute", str(src), "-o", str(out), "--kernel-times", "--quiet"]) == 0
+    assert cli_main(["data", "import", "vidur-compute", str(src), "-o", str(plain), "--quiet"]) == 0
+    k, p = read_table(out), read_table(plain)
+    assert (k["framework"] == KERNEL_TIMED_FRAMEWORK).all() and (kernel_timing(k) == 1).all()
+    assert (p["framework"] == "pytorch").all() and len(k) == len(p)
+    bad = tmp_path / "x.csv"
+    xla = shared_datasets / "xla/matmul_sm90_H100.csv"
+    assert cli_main(["data", "import", "xla-matmul", str(xla), "-o", str(bad), "--kernel-times", "--quiet"]) != 0
+    assert not bad.exists()

@@ -38,26 +38,36 @@ def formats(as_json: bool) -> None:
 @click.option("--device", default=None, help="Catalog device that ran the measurements (overrides the files).")
 @click.option("--system", default=None, help="Catalog system the collectives ran on (overrides inference).")
 @click.option("--quiet", is_flag=True, help="No progress bar, no warnings.")
+@click.option("--kernel-times", is_flag=True,
+              help="vidur-compute only: label the rows as the kernel times they are (framework 'vidur'), for "
+                   "calibrating kernel-bound LLM serving/training; default: framework-timed, as the mixed-source "
+                   "calibrations use them (hybrid.data.importers.vidur.kernel_timed).")
 def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | None, system: str | None,
-               quiet: bool) -> None:
+               quiet: bool, kernel_times: bool) -> None:
     """Import FILES/DIRECTORIES of FORMAT into a canonical measurement table.
 
     Directories are searched with the format's patterns (see `hybrid data formats`). Example:
 
         hybrid data import nccl-tests ../shared/datasets/nccl-tests -o nccl.parquet
     """
-    from hybrid.data.importers import import_paths
+    from hybrid.data.importers import get_importer, import_paths
     from hybrid.data.schema import write_table
     from hybrid.hardware.catalog import default_catalog
 
     if output.suffix.lower() not in (".csv", ".parquet", ".pq"):
         raise InvalidInputError(f"output {output}: use a .csv or .parquet file name")
+    if kernel_times and get_importer(fmt).name != "vidur-compute":
+        raise InvalidInputError(f"--kernel-times applies to vidur-compute only, not {fmt!r}")
     cat = default_catalog()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         table = import_paths(fmt, list(paths), device=device, system=system, catalog=cat, progress=not quiet)
     if not quiet:
         _report_warnings(caught)
+    if kernel_times:
+        from hybrid.data.importers.vidur import kernel_timed
+
+        table = kernel_timed(table)
     write_table(table, output, cat, validate_rows=False)
     summary = table.groupby(["op", "device"], dropna=False).size()
     click.echo(f"wrote {len(table)} rows ({summary.index.get_level_values(0).nunique()} ops, "
