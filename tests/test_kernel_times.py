@@ -121,3 +121,24 @@ def test_cli_trace_predict_kernel_times_flag(tmp_path, capsys):
     assert kernel["kernel_times"] is True and fitted["kernel_times"] is False
     gap_us = (fitted["predicted_ms"] - kernel["predicted_ms"]) * 1e3
     assert 0.0 < gap_us < 40.0  # one GEMM's dispatch (the casts are pointwise: no dispatch constant)
+
+
+def test_llm_inference_ops_cost_kernel_times(h100_gemm_predictor):
+    """Serving runtimes enqueue kernels asynchronously: an LLM decode pass costed with a model calibrated on eager
+    H100 timings pays no fitted per-op dispatch on its GEMMs (the kernel time, never below the roofline), unless
+    asked for the eager semantics."""
+    from hybrid.workloads.llm.inference import cost_ops, make_setup, pass_ops
+
+    model = h100_gemm_predictor
+    dispatch = model.corrections[0].dispatch_us
+    s = make_setup("llama2-7b", "H100-SXM", dtype="bf16", catalog=model.catalog)
+    one = np.array([1.0])
+    ops = pass_ops(s, np.array([8.0]), np.array([8.0]), one, np.array([512.0]))  # decode step, batch 8
+    kernel = cost_ops(ops, model, model.catalog)
+    eager = cost_ops(ops, model, model.catalog, kernel_times=False)
+    gemm = (kernel["op"].astype(str).isin(["gemm", "gemv", "linear", "bmm"])).to_numpy()
+    assert gemm.sum() >= 4
+    gap = (eager["time_us"] - kernel["time_us"]).to_numpy()
+    assert (gap[gemm] > 0).all() and (gap[gemm] <= dispatch * (1 + 1e-9)).all()
+    assert (kernel["time_us"].to_numpy() >= np.minimum(kernel["roofline_us"], eager["time_us"]).to_numpy() - 1e-9).all()
+    np.testing.assert_allclose(gap[~gemm], 0.0, atol=1e-9)  # the GEMM model carries the dispatch here

@@ -39,6 +39,7 @@ import pandas as pd
 
 from hybrid.corrections.collective_transfer import intra_class, intra_fabric_constants
 from hybrid.engine.costs import (
+    KernelTimeModel,
     OpCostModel,
     default_cost_model,
     integral_shapes,
@@ -310,14 +311,22 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     return table.sort_values(["scenario"], kind="stable").reset_index(drop=True)
 
 
-def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog: Catalog | None = None
-             ) -> pd.DataFrame:
+def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog: Catalog | None = None,
+             kernel_times: bool = True) -> pd.DataFrame:
     """``table`` plus ``time_us`` (per call of the op), ``roofline_us``, ``flops``, ``bytes``, ``bound``,
     ``method``: one ``cost_model.predict`` call for all rows (``None``: the engine's default, roofline-only
     predictor, :func:`hybrid.engine.costs.default_cost_model`), with the analytical roofline of every row beside
-    it (FLOPs, bytes, compute/memory/latency terms, boundedness)."""
+    it (FLOPs, bytes, compute/memory/latency terms, boundedness).
+
+    ``kernel_times`` (default): GPU ops cost their kernel time. Serving runtimes enqueue kernels asynchronously
+    (and replay decode steps as CUDA graphs), so the per-op host dispatch that a model calibrated on eager
+    per-op timings includes (an own ``hybrid profile``: 13-20 us per op on an H100 VM) is not in their step
+    times; :class:`hybrid.engine.costs.KernelTimeModel` takes it off. Models calibrated on kernel times (Vidur
+    labelled as such, XLA) carry no dispatch, so nothing changes for them."""
     if cost_model is None:
         cost_model = default_cost_model(catalog)
+    if kernel_times:
+        cost_model = KernelTimeModel(cost_model)
     cat = model_catalog(cost_model, catalog)
     cols = [c for c in COST_COLUMNS if c in table.columns]
     rows = integral_shapes(table[cols])
