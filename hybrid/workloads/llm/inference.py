@@ -325,6 +325,7 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     labelled as such, XLA) carry no dispatch, so nothing changes for them."""
     if cost_model is None:
         cost_model = default_cost_model(catalog)
+    fitted = cost_model  # the model itself: its collective constants (custom all-reduce) are read from it
     if kernel_times:
         cost_model = KernelTimeModel(cost_model)
     cat = model_catalog(cost_model, catalog)
@@ -366,7 +367,7 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     method = np.asarray(method, dtype=object)
     p2p = (table["p2p_allreduce"].to_numpy(dtype=np.float64) > 0) if "p2p_allreduce" in table.columns else None
     if p2p is not None and p2p.any():
-        custom = _p2p_allreduce_times(table, p2p, cost_model, cat)
+        custom = _p2p_allreduce_times(table, p2p, fitted, cat)
         use = np.isfinite(custom)
         if use.any():
             ratio_t = np.where(use, custom / np.where(time > 0, time, 1.0), 1.0)
