@@ -80,3 +80,22 @@ def test_cli_import_kernel_times_flag(shared_datasets, tmp_path):
     xla = shared_datasets / "xla/matmul_sm90_H100.csv"
     assert cli_main(["data", "import", "xla-matmul", str(xla), "-o", str(bad), "--kernel-times", "--quiet"]) != 0
     assert not bad.exists()
+
+
+def test_kernel_times_leave_the_custom_allreduce_constants_alone(shared_datasets):
+    """A model without a dispatch constant costs the same with and without kernel times, including the custom
+    (one-shot, NVLink) all-reduce, whose fitted intra-node constants are read from the model itself."""
+    from hybrid.corrections.collective_transfer import intra_fabric_constants
+    from hybrid.workloads.llm.inference import cost_ops, make_setup, pass_ops
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        coll = import_paths("xla-collectives", [shared_datasets / "xla/collectives_sm90_H100.csv"])
+    model = HybridPredictor().fit(coll)
+    assert intra_fabric_constants(model, "nvswitch") != intra_fabric_constants(None, "nvswitch")  # fitted, not priors
+    s = make_setup("llama3-70b", "H100-SXM", tp=4, dtype="fp8", allreduce="custom")
+    ops = pass_ops(s, np.array([64.0]), np.array([64.0]), np.array([1.0]), np.array([1024.0]))
+    assert (ops.get("p2p_allreduce", pd.Series(0.0)) > 0).any()
+    a = cost_ops(ops, model, model.catalog)
+    b = cost_ops(ops, model, model.catalog, kernel_times=False)
+    np.testing.assert_allclose(a["time_us"], b["time_us"], rtol=0, atol=0)
