@@ -142,3 +142,26 @@ def test_llm_inference_ops_cost_kernel_times(h100_gemm_predictor):
     assert (gap[gemm] > 0).all() and (gap[gemm] <= dispatch * (1 + 1e-9)).all()
     assert (kernel["time_us"].to_numpy() >= np.minimum(kernel["roofline_us"], eager["time_us"]).to_numpy() - 1e-9).all()
     np.testing.assert_allclose(gap[~gemm], 0.0, atol=1e-9)  # the GEMM model carries the dispatch here
+
+
+def test_llm_training_costs_kernel_times_unless_eager(h100_gemm_predictor):
+    """A Megatron-style iteration costed with a model calibrated on eager H100 timings: kernel times by default
+    (the fitted per-op dispatch taken off every GEMM), eager per-op costs with ``kernel_times=False``; the
+    roofline-only model is the same either way."""
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.workloads.llm.config import TrainingConfig
+    from hybrid.workloads.llm.model import load_model
+    from hybrid.workloads.llm.train import predict_training
+
+    model = h100_gemm_predictor
+    gpt = load_model("gpt3-1.3b")
+    cfg = TrainingConfig(gpus=8, global_batch=16, micro_batch=2, dtype="bf16")
+    kernel = predict_training(gpt, cfg, "DGX-H100", model, engine=False)
+    eager = predict_training(gpt, cfg.with_(kernel_times=False), "DGX-H100", model, engine=False)
+    assert kernel.iteration_s < eager.iteration_s
+    roof = RooflineCostModel(model.catalog)
+    a = predict_training(gpt, cfg, "DGX-H100", roof, engine=False).iteration_s
+    b = predict_training(gpt, cfg.with_(kernel_times=False), "DGX-H100", roof, engine=False).iteration_s
+    assert a == b
+    with pytest.raises(Exception, match="kernel_times"):
+        TrainingConfig(gpus=1, global_batch=1, kernel_times="yes")

@@ -250,10 +250,13 @@ def calibrated_store(tmp_path_factory, shared_datasets):
 
 
 class _LowEnd:
-    """A cost model answering every op at the low end of ``pred``'s interval (and no interval of its own)."""
+    """A cost model answering every op at the low end of ``pred``'s interval of kernel times (the training builder's
+    default, ``TrainingConfig.kernel_times``), and no interval of its own."""
 
     def __init__(self, pred):
-        self.pred, self.catalog = pred, pred.catalog
+        from hybrid.engine.costs import KernelTimeModel
+
+        self.pred, self.catalog = KernelTimeModel(pred), pred.catalog
 
     def predict(self, table):
         out = self.pred.predict(table)

@@ -268,7 +268,9 @@ def neusight_cases(d: Path) -> list[Case]:
         model = replace(models[r["model"]], seq_length=int(r["seqlen"]))
         B = int(r["batch"])
         extra = str(r["extra"]) if isinstance(r["extra"], str) else ""
-        kw: dict[str, Any] = dict(dtype="fp32", flash_attention=False, dropout=True, make_vocab_size_divisible_by=1)
+        # eager HF runs: per-op costs include the framework dispatch, as NeuSight's per-op labels do
+        kw: dict[str, Any] = dict(dtype="fp32", flash_attention=False, dropout=True, make_vocab_size_divisible_by=1,
+                                  kernel_times=False)
         if extra.startswith("dp"):
             cfg = TrainingConfig(gpus=4, global_batch=B, micro_batch=B // 4, **kw)
         elif extra.startswith("tp"):

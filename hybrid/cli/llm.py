@@ -59,6 +59,9 @@ def job_options(fn: Any) -> Any:
         click.option("--tp-comm-overlap", is_flag=True, help="Hide TP collectives behind the GEMMs."),
         click.option("--reserve-gib", type=float, default=3.0, show_default=True,
                      help="Framework reserve per GPU (CUDA context, NCCL, fragmentation)."),
+        click.option("--eager-ops", is_flag=True,
+                     help="Cost ops with the eager per-op dispatch a --model calibrated on eager timings includes "
+                          "(small runs that wait on the host); default: kernel times."),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -76,7 +79,7 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
         distributed_optimizer=kw["distributed_optimizer"], fsdp=kw["fsdp"], recompute=kw["recompute"],
         dtype=kw["dtype"], flash_attention=not kw["no_flash_attention"], dropout=not kw["no_dropout"],
         overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
-        tp_comm_overlap=kw["tp_comm_overlap"], reserve_gib=kw["reserve_gib"])
+        tp_comm_overlap=kw["tp_comm_overlap"], reserve_gib=kw["reserve_gib"], kernel_times=not kw["eager_ops"])
     return model, cfg
 
 

@@ -48,8 +48,15 @@ class TrainingConfig:
     reserve_gib: float = 3.0  # CUDA context, NCCL buffers, allocator fragmentation (stated assumption)
     #: Megatron pads the vocabulary to a multiple of this x TP
     make_vocab_size_divisible_by: int = 128
+    #: GPU ops cost their kernel time: a model calibrated on eager per-op timings (an own ``hybrid profile``) has
+    #: its fitted per-op dispatch taken off (:class:`hybrid.engine.costs.KernelTimeModel`), as Megatron-style
+    #: runs enqueue kernels ahead of the GPU. False: eager per-op costs, dispatch included (small eager runs that
+    #: wait on the host, e.g. the NeuSight labels). Models calibrated on kernel times carry no dispatch.
+    kernel_times: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kernel_times, (bool, np.bool_)):
+            raise InvalidInputError(f"training config: kernel_times must be true or false, got {self.kernel_times!r}")
         for f in ("gpus", "global_batch", "micro_batch", "tp", "pp", "cp", "ep", "vp",
                   "make_vocab_size_divisible_by"):
             v = getattr(self, f)

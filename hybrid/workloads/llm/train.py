@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.engine.costs import OpCostModel, default_cost_model, model_catalog
+from hybrid.engine.costs import KernelTimeModel, OpCostModel, default_cost_model, model_catalog
 from hybrid.engine.simulate import SimResult
 from hybrid.errors import InvalidInputError
 from hybrid.workloads.llm.config import TrainingConfig
@@ -125,6 +125,8 @@ def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
              cost_model: OpCostModel | None, comm_system: str | None = None) -> tuple[OpCostModel, Target]:
     cfg.validate_for(model)
     cm = cost_model if cost_model is not None else default_cost_model()
+    if cfg.kernel_times:
+        cm = KernelTimeModel(cm)
     tgt = resolve_target(system, model_catalog(cm), cfg.dtype, comm_system)
     if cfg.tp > tgt.gpus_per_node:
         raise InvalidInputError(f"tensor parallel size {cfg.tp} exceeds the {tgt.gpus_per_node} GPUs of one "
@@ -276,6 +278,8 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     the fastest mapping's, i.e. the model cannot tell the two apart at that confidence (False for the fastest
     itself); ``attrs["overlapping_fastest"]`` counts them among the returned rows."""
     cm = cost_model if cost_model is not None else default_cost_model()
+    if base.kernel_times:
+        cm = KernelTimeModel(cm)
     tgt = resolve_target(system, model_catalog(cm), base.dtype, comm_system)
     cand = candidate_mappings(model, base, tgt, **space)
     costs = cost_mappings(model, base, cand, tgt, cm)
