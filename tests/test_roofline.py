@@ -314,3 +314,4 @@ def test_elementwise_variant_defaults_per_distinct_value():
     assert fpe.tolist() == [gelu[2], relu[2], add[2], 1.0, 1.0, swiglu[2], gelu[2]]
     assert n_out.tolist() == [gelu[1], relu[1], add[1], 1.0, 1.0, swiglu[1], gelu[1]]
     assert [v.tolist() for v in elementwise_defaults(df.drop(columns=["variant", "n_inputs"]))] == [[1.0] * 7] * 3
+    assert [v.shape for v in elementwise_defaults(df.iloc[:0])] == [(0,)] * 3  # an empty table

@@ -154,12 +154,12 @@ def pool_row(kind: str, direction: str, in_elements: int, out_elements: int, win
 def elementwise_defaults(df: Frame) -> tuple[Vector, Vector, Vector]:
     """(inputs, outputs, flops/element) per row: explicit columns win, else the variant's defaults."""
     if "variant" in df.columns:
-        # once per distinct variant (lower case, an in-place "_" suffix dropped; unknown: 1 / 1 / 1), then broadcast
-        codes, uniques = pd.factorize(df["variant"], use_na_sentinel=True)
-        names = [str(u).lower() for u in uniques] + ["add"]  # the last entry: missing variants
-        names = [n[:-1] if len(n) > 1 and n.endswith("_") else n for n in names]
-        looked = np.array([ELEMENTWISE_VARIANTS.get(n, (1.0, 1.0, 1.0)) for n in names], dtype=np.float64)
-        looked = np.where(np.isnan(looked), 1.0, looked)[np.where(codes < 0, len(names) - 1, codes)]
+        # once per distinct variant: lower case, an in-place "_" suffix dropped, missing = "add", unknown = 1 / 1 / 1
+        def lookup(name: str) -> tuple[float, float, float]:
+            n = name.lower()
+            return ELEMENTWISE_VARIANTS.get(n[:-1] if len(n) > 1 and n.endswith("_") else n, (1.0, 1.0, 1.0))
+
+        looked = factor_map(df["variant"], lookup, "add").astype(np.float64).reshape(len(df), 3)
         d_in, d_out, d_f = looked[:, 0], looked[:, 1], looked[:, 2]
     else:
         d_in, d_out, d_f = (np.ones(len(df)),) * 3

@@ -121,12 +121,17 @@ def placement(cfg: TrainingConfig, tgt: Target) -> dict[str, str]:
             "ep": where(cfg.ep, cfg.tp * cfg.cp)}
 
 
+def _cost_model(cost_model: OpCostModel | None, cfg: TrainingConfig) -> OpCostModel:
+    """The model ops are costed with: the default (roofline) one when None, asked for kernel times unless the
+    configuration is eager (:attr:`TrainingConfig.kernel_times`)."""
+    cm = cost_model if cost_model is not None else default_cost_model()
+    return KernelTimeModel(cm) if cfg.kernel_times else cm
+
+
 def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
              cost_model: OpCostModel | None, comm_system: str | None = None) -> tuple[OpCostModel, Target]:
     cfg.validate_for(model)
-    cm = cost_model if cost_model is not None else default_cost_model()
-    if cfg.kernel_times:
-        cm = KernelTimeModel(cm)
+    cm = _cost_model(cost_model, cfg)
     tgt = resolve_target(system, model_catalog(cm), cfg.dtype, comm_system)
     if cfg.tp > tgt.gpus_per_node:
         raise InvalidInputError(f"tensor parallel size {cfg.tp} exceeds the {tgt.gpus_per_node} GPUs of one "
@@ -277,9 +282,7 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     interval: the ends move together, as in the engine) and ``overlaps_fastest``: whether its interval overlaps
     the fastest mapping's, i.e. the model cannot tell the two apart at that confidence (False for the fastest
     itself); ``attrs["overlapping_fastest"]`` counts them among the returned rows."""
-    cm = cost_model if cost_model is not None else default_cost_model()
-    if base.kernel_times:
-        cm = KernelTimeModel(cm)
+    cm = _cost_model(cost_model, base)
     tgt = resolve_target(system, model_catalog(cm), base.dtype, comm_system)
     cand = candidate_mappings(model, base, tgt, **space)
     costs = cost_mappings(model, base, cand, tgt, cm)
