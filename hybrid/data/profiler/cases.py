@@ -10,7 +10,8 @@ from typing import Any
 Builder = Callable[[], tuple[Callable[[int], Any], Callable[[int], Any] | None]]
 
 #: Profiler op families, in the order a full run measures them (``ceilings`` always runs).
-PROFILE_FAMILIES = ("gemm", "elementwise", "norm", "softmax", "conv", "pool", "embedding", "optimizer", "collective")
+PROFILE_FAMILIES = ("gemm", "elementwise", "norm", "softmax", "attention", "conv", "pool", "embedding", "optimizer",
+                    "collective")
 
 
 @dataclass

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.data.bundle import catalog_toml, write_bundle
+from hybrid.data.profiler import attention as attn
 from hybrid.data.profiler import collectives as coll
 from hybrid.data.profiler import conv as cnn
 from hybrid.data.profiler import embedding as emb
@@ -171,6 +172,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         "elementwise": lambda: kernels.elementwise_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
         "norm": lambda: kernels.norm_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
         "softmax": lambda: kernels.softmax_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
+        "attention": lambda: attn.attention_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
         "embedding": lambda: emb.embedding_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
                                                  arena_bytes=_arena_bytes(opts.quick)),
         "optimizer": lambda: optim.optimizer_cases(backend, quick=opts.quick, seed=opts.seed,

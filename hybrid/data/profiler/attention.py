@@ -1,0 +1,161 @@
+"""Fused attention sweep: ``torch.nn.functional.scaled_dot_product_attention``, forward and backward.
+
+The LLM builders and the trace importer cost attention as one fused (FlashAttention-style) kernel, op
+``attention`` with ``batch, heads, q_len, kv_len, head_dim, kv_heads, causal`` (:mod:`hybrid.ops.families`).
+These cases time exactly that op as PyTorch runs it on the device at hand (FlashAttention / memory-efficient /
+math backend, whichever PyTorch picks for the shape and dtype, as a user's model gets), so that the pointwise
+correction learns attention from measurements instead of extrapolating it from other op kinds:
+
+- *prefill / training* shapes: queries = keys (``q_len = kv_len``), causal and not, MHA and GQA, head sizes
+  64 and 128, the batch chosen so that every sequence length moves about the same number of tokens; forward and
+  backward (the backward is timed alone: its forward graph is rebuilt untimed before each repeat);
+- *decode* shapes: one query per sequence over a KV cache of ``kv_len`` keys (not causal: the query sees them
+  all), forward only, MHA and GQA.
+
+Causal cases always have ``q_len = kv_len``: PyTorch aligns ``is_causal`` top-left while the cost model counts a
+shorter query block as the *last* queries of the sequence (KV-cache convention); with equal lengths the two agree.
+GQA needs ``enable_gqa`` (PyTorch >= 2.5); without it GQA cases are left out rather than timed with an extra copy.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from hybrid.data.profiler.backend import Backend
+from hybrid.data.profiler.cases import Case, random_tensor, torch_dtype
+from hybrid.data.profiler.timing import rotation_sets
+
+#: Largest forward attention (FLOPs, ``4 b h d x pairs``) in the sweep, per backend and mode; backward cases
+#: are 2.5x that.
+ATTENTION_FLOP_CAP = {("cpu", False): 2e9, ("cpu", True): 1e8, ("cuda", False): 1.2e12, ("cuda", True): 5e10}
+#: Tokens (batch x sequence) each prefill shape moves, per backend and mode.
+PREFILL_TOKENS = {("cpu", False): 1024, ("cpu", True): 256, ("cuda", False): 16384, ("cuda", True): 4096}
+#: Sequence lengths of the prefill / training shapes.
+PREFILL_SEQ = {("cpu", False): (64, 128, 256, 512, 1024), ("cpu", True): (64, 256),
+               ("cuda", False): (128, 256, 512, 1024, 2048, 4096, 8192, 16384), ("cuda", True): (512, 2048)}
+#: (heads, kv_heads) pairs: MHA and GQA (8 queries per KV head, as Llama-3 / Mistral).
+HEAD_LAYOUTS = {("cpu", False): ((8, 8), (8, 2)), ("cpu", True): ((4, 4),),
+                ("cuda", False): ((16, 16), (32, 32), (32, 4)), ("cuda", True): ((16, 16), (32, 4))}
+#: Head sizes.
+HEAD_DIMS = {("cpu", False): (64,), ("cpu", True): (64,), ("cuda", False): (64, 128), ("cuda", True): (128,)}
+#: Decode shapes: (batch, kv_len) of one query per sequence.
+DECODE_SHAPES = {("cpu", False): ((1, 1024), (8, 512), (32, 256)), ("cpu", True): ((4, 256),),
+                 ("cuda", False): ((1, 2048), (1, 32768), (16, 1024), (16, 8192), (64, 2048), (64, 16384),
+                                   (256, 1024), (256, 4096)),
+                 ("cuda", True): ((1, 4096), (64, 2048))}
+
+
+def attention_dtypes(backend: Backend, quick: bool) -> tuple[str, ...]:
+    """dtypes swept: fp16 and bf16 (FlashAttention's) and fp32 on GPUs; fp32 (+ bf16) on CPUs."""
+    if backend.is_cuda:
+        return ("bf16",) if quick else ("fp16", "bf16", "fp32")
+    return ("fp32",) if quick else ("fp32", "bf16")
+
+
+def supports_gqa(torch: Any) -> bool:
+    """Whether this PyTorch's ``scaled_dot_product_attention`` takes ``enable_gqa`` (fewer KV than query heads)."""
+    try:
+        return "enable_gqa" in inspect.signature(torch.nn.functional.scaled_dot_product_attention).parameters
+    except (TypeError, ValueError):  # a builtin without an introspectable signature: probe it
+        try:
+            q = torch.zeros(1, 2, 1, 8)
+            k = torch.zeros(1, 1, 1, 8)
+            torch.nn.functional.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+            return True
+        except (TypeError, RuntimeError):
+            return False
+
+
+def attention_flops(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int, causal: bool) -> float:
+    """Forward FLOPs as :mod:`hybrid.ops.families` counts them (causal: the last ``q_len`` queries of ``kv_len``)."""
+    qq = min(q_len, kv_len)
+    pairs = q_len * kv_len - (qq * (qq - 1) / 2.0 if causal else 0.0)
+    return 4.0 * batch * heads * head_dim * pairs
+
+
+def attention_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> list[Case]:
+    """Prefill/training (fwd + bwd) and decode (fwd) SDPA cases; see the module docstring."""
+    del seed  # fixed grids: nothing random to draw
+    mode = ("cuda" if backend.is_cuda else "cpu", quick)
+    cap = ATTENTION_FLOP_CAP[mode]
+    gqa_ok = supports_gqa(backend.torch)
+    layouts = [(h, kvh) for h, kvh in HEAD_LAYOUTS[mode] if kvh == h or gqa_ok]
+    shapes: list[tuple[int, int, int, int, int, int, bool, str]] = []  # b, h, kvh, q, kv, d, causal, direction
+    for d in HEAD_DIMS[mode]:
+        for h, kvh in layouts:
+            for s in PREFILL_SEQ[mode]:
+                b = max(1, PREFILL_TOKENS[mode] // s)
+                for causal in (True, False):
+                    if attention_flops(b, h, s, s, d, causal) > cap:
+                        continue
+                    shapes += [(b, h, kvh, s, s, d, causal, direction) for direction in ("fwd", "bwd")]
+        for h, kvh in layouts:
+            for b, kv in DECODE_SHAPES[mode]:
+                if attention_flops(b, h, 1, kv, d, False) <= cap:
+                    shapes.append((b, h, kvh, 1, kv, d, False, "fwd"))
+    cases = []
+    for dtype in attention_dtypes(backend, quick):
+        elem = 2 if dtype in ("fp16", "bf16") else 4
+        for b, h, kvh, q, kv, d, causal, direction in shapes:
+            if dtype == "fp32" and backend.is_cuda and (d != 128 or q > 4096):
+                continue  # fp32 runs the math / memory-efficient path: a few shapes show its level
+            row = {"op": "attention", "dtype": dtype, "direction": direction, "batch": b, "heads": h,
+                   "kv_heads": kvh, "q_len": q, "kv_len": kv, "head_dim": d, "causal": int(causal)}
+            qo = b * h * q * d  # Q and O (and their gradients)
+            kvb = 2 * b * kvh * kv * d  # K and V (and their gradients)
+            ws = float(elem * (qo * 2 + kvb) * (2 if direction == "bwd" else 1))
+            cases.append(Case("attention", row, _sdpa_builder(backend, row, ws, llc_bytes), ws))
+    return cases
+
+
+def sdpa_inputs(torch: Any, row: dict[str, Any], sets: int, device: Any) -> list[tuple[Any, Any, Any]]:
+    """``sets`` (Q, K, V) triples for ``row``, drawn set by set from a generator seeded by the shape, values centred
+    on 0 (softmax inputs O(1): no overflow in fp16/bf16); leaves that require grad for a backward row."""
+    dt = torch_dtype(torch, row["dtype"])
+    b, h, kvh = int(row["batch"]), int(row["heads"]), int(row["kv_heads"])
+    q_len, kv_len, d = int(row["q_len"]), int(row["kv_len"]), int(row["head_dim"])
+    gen = torch.Generator(device=device)
+    gen.manual_seed(b * 1_000_003 + h * 10_007 + kv_len * 101 + q_len + d)
+    bwd = row["direction"] == "bwd"
+
+    def draw(heads: int, length: int) -> Any:
+        t = random_tensor(torch, (b, heads, length, d), dt, device, generator=gen)
+        t.sub_(1.0)
+        return t.requires_grad_(True) if bwd else t
+
+    return [(draw(h, q_len), draw(kvh, kv_len), draw(kvh, kv_len)) for _ in range(sets)]
+
+
+def _sdpa_builder(backend: Backend, row: dict[str, Any], ws: float, llc: int):
+    def build():
+        torch = backend.torch
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        causal = bool(row["causal"])
+        extra = {"enable_gqa": True} if int(row["kv_heads"]) != int(row["heads"]) else {}
+        sets = rotation_sets(ws, llc)
+        qkv = sdpa_inputs(torch, row, sets, backend.torch_device)
+
+        def forward(i: int) -> Any:
+            q, k, v = qkv[i % sets]
+            return sdpa(q, k, v, is_causal=causal, **extra)
+
+        if row["direction"] != "bwd":
+            def run_fwd(i: int) -> Any:
+                with torch.no_grad():
+                    return forward(i)
+            return run_fwd, None
+        dt = torch_dtype(torch, row["dtype"])
+        grads = [random_tensor(torch, (int(row["batch"]), int(row["heads"]), int(row["q_len"]),
+                                       int(row["head_dim"])), dt, backend.torch_device) for _ in range(sets)]
+        state: dict[str, Any] = {}
+
+        def prepare(i: int) -> None:  # the forward graph, rebuilt untimed before each timed backward
+            state["out"] = forward(i)
+
+        def run(i: int) -> Any:
+            return torch.autograd.grad(state["out"], qkv[i % sets], grads[i % sets])
+
+        return run, prepare
+
+    return build
