@@ -116,6 +116,46 @@ def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, wa
         click.echo(f"failed: {f}", err=True)
 
 
+@bench.command("gpu-session")
+@click.argument("out_dir", metavar="OUT_DIR", type=click.Path(file_okay=False))
+@click.option("--budget", "budget_s", type=float, default=540.0, show_default=True,
+              help="Seconds the whole session may take; steps that cannot finish in the time left are skipped.")
+@click.option("--families", default=None,
+              help="Comma-separated profile families (default: attention, then every kernel family).")
+@click.option("--dlrm-configs", type=int, default=4, show_default=True,
+              help="Random DLRM configurations of the campaign step (0: no DLRM step).")
+@click.option("--no-traces", is_flag=True, help="Do not record traces of real models.")
+@click.option("--cpu", is_flag=True, help="Profile the CPU instead (quick sweeps): tries the plan out on any machine.")
+def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_configs: int, no_traces: bool,
+                cpu: bool) -> None:
+    """Measure a lent GPU in one prepared command: attention, every kernel family, DLRM runs, traces (in that
+    order, within --budget), with OUT_DIR/session.json saying what ran. Needs only PyTorch and pandas."""
+    torch = require_torch("hybrid bench gpu-session")
+    from hybrid.bench.gpu_session import KERNEL_FAMILIES, committed_bundle_for, default_steps, run_session
+    from hybrid.data.profiler.cases import PROFILE_FAMILIES
+
+    if dlrm_configs < 0:
+        raise InvalidInputError(f"--dlrm-configs must be >= 0, got {dlrm_configs}")
+    fams = tuple(f.strip().lower() for f in families.split(",") if f.strip()) if families else (
+        "attention", *KERNEL_FAMILIES)
+    bad = [f for f in fams if f not in PROFILE_FAMILIES or f == "collective"]
+    if bad or not fams:
+        raise InvalidInputError(f"unknown or unsupported profile family {', '.join(bad) or '(none given)'}")
+    skip = None
+    if not cpu:
+        if not torch.cuda.is_available():
+            raise InvalidInputError("no CUDA GPU visible to PyTorch (pass --cpu to try the session on the CPU)")
+        name = torch.cuda.get_device_name(0)
+        skip = committed_bundle_for(name)
+        click.echo(f"GPU: {name}; committed bundle: {skip or 'none'}")
+    steps = default_steps(Path(out_dir), skip_existing=skip, families=fams, dlrm_configs=dlrm_configs,
+                          traces=not no_traces, cpu=cpu)
+    manifest = run_session(out_dir, budget_s, steps, progress=click.echo)
+    done = sum(s["status"] == "ok" for s in manifest["steps"])
+    click.echo(f"{done} of {len(manifest['steps'])} steps ok in {manifest['elapsed_s']:.0f} s -> "
+               f"{Path(out_dir) / 'session.json'}")
+
+
 @bench.command("validate")
 @click.argument("results_path", metavar="RESULTS", type=click.Path(exists=False))
 @click.option("--model", "model_ref", default=None,

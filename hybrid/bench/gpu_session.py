@@ -1,0 +1,178 @@
+"""One prepared measurement session on a lent GPU machine: what to measure, in what order, within a time budget.
+
+A lent GPU comes with a fixed budget of device minutes (start-up included), no network and no MLflow/XGBoost, so
+a session must be one command that measures the most valuable things first, never loses finished work to a later
+step that hangs or runs out of time, and says what it did. :func:`run_session` runs :class:`Step` s one after the
+other as subprocesses of the checkout (``python -m hybrid.cli.main ...``), each with its own timeout (the lesser of
+its own limit and the budget left), skips a step that cannot finish in the time left, and writes
+``OUT/session.json`` after every step (argv, exit code, seconds, status, the tail of its output).
+
+The default plan (:func:`default_steps`), in priority order:
+
+1. ``profile-attention``: fused attention (no public source times it; the LLM figures need it);
+2. ``profile-<family>`` for the other kernel families, one process each (a hang costs one family), with
+   ``--skip-existing`` the committed bundle of the same GPU where there is one, so a GPU measured before gets only
+   configurations it lacks;
+3. ``dlrm``: a short DLRM campaign on one GPU (``hybrid bench campaign --device cuda --ranks 1``);
+4. ``traces``: traced training steps of real models (``experiments/trace_gpu/record.py``; needs ``transformers``,
+   skipped with a reason when it is missing).
+
+Nothing here imports torch, MLflow or XGBoost: the steps do, in their own processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hybrid.atomic import write_text
+from hybrid.errors import InvalidInputError
+
+#: Kernel families profiled after attention, most valuable first (every one in ``PROFILE_FAMILIES`` but
+#: attention and collectives, which one GPU cannot measure).
+KERNEL_FAMILIES = ("gemm", "embedding", "norm", "softmax", "elementwise", "conv", "pool", "optimizer")
+#: Per-step time limits (s): the longest each was seen to need on an H100 with room to spare.
+STEP_LIMITS = {"profile-attention": 150, "profile": 120, "dlrm": 200, "traces": 180}
+#: A step is started only if at least this share of its limit (and 20 s) is left in the budget.
+MIN_SHARE = 0.5
+#: Characters of a step's output kept in the manifest.
+TAIL_CHARS = 2000
+MANIFEST = "session.json"
+
+
+@dataclass
+class Step:
+    """One subprocess of the session: ``argv`` run in the checkout with ``timeout_s`` at most."""
+
+    name: str
+    argv: list[str]
+    timeout_s: float
+    #: why the step cannot run on this machine (then it is recorded as skipped, not run)
+    unavailable: str | None = None
+
+
+@dataclass
+class StepResult:
+    name: str
+    status: str  # ok | failed | timeout | skipped
+    seconds: float = 0.0
+    returncode: int | None = None
+    argv: list[str] = field(default_factory=list)
+    reason: str = ""
+    output_tail: str = ""
+
+
+def _module_available(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def default_steps(out: Path, *, skip_existing: Path | None = None, python: str = sys.executable,
+                  families: Sequence[str] = ("attention", *KERNEL_FAMILIES), dlrm_configs: int = 4,
+                  traces: bool = True, cpu: bool = False) -> list[Step]:
+    """The session plan of the module docstring (``cpu``: profile the CPU instead, for trying the plan out)."""
+    cli = [python, "-m", "hybrid.cli.main"]
+    steps = []
+    for fam in families:
+        name = f"profile-{fam}"
+        argv = [*cli, "profile", "--only", fam, "-o", str(out / name), "--no-progress", "--force"]
+        if cpu:
+            argv += ["--cpu", "--threads", "1", "--quick"]
+        if skip_existing is not None and fam != "attention":
+            argv += ["--skip-existing", str(skip_existing)]
+        steps.append(Step(name, argv, STEP_LIMITS.get(name, STEP_LIMITS["profile"])))
+    if dlrm_configs > 0:
+        steps.append(Step("dlrm", [*cli, "bench", "campaign", str(out / "dlrm"), "--device", "cpu" if cpu else "cuda",
+                                   "--ranks", "1", "--configs", str(dlrm_configs), "--iters", "10", "--warmup", "3"],
+                          STEP_LIMITS["dlrm"]))
+    if traces:
+        record = Path(__file__).resolve().parents[2] / "experiments" / "trace_gpu" / "record.py"
+        why = None
+        if not record.is_file():
+            why = f"{record} not in this checkout"
+        elif not _module_available("transformers"):
+            why = "transformers is not installed (carry its wheel to record traces of real models)"
+        elif cpu:
+            why = "traces are recorded on a CUDA GPU only"
+        steps.append(Step("traces", [python, str(record), "--out", str(out / "traces")], STEP_LIMITS["traces"],
+                          unavailable=why))
+    return steps
+
+
+def committed_bundle_for(device_name: str, datasets: Path | None = None) -> Path | None:
+    """The committed bundle (``datasets/<catalog key>/``) of the GPU ``device_name`` names, if there is one."""
+    from hybrid.data.paths import project_datasets_dir
+    from hybrid.hardware.catalog import default_catalog
+
+    key = default_catalog().resolve_device(device_name, missing_ok=True)
+    if key is None:
+        return None
+    path = (datasets or project_datasets_dir()) / key
+    return path if (path / "measurements.csv").is_file() else None
+
+
+def run_session(out: str | os.PathLike, budget_s: float, steps: Sequence[Step], *,
+                env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run ``steps`` in order within ``budget_s`` seconds; returns (and writes to ``OUT/session.json``) the
+    manifest. A step's own files stay where it wrote them whatever its status."""
+    if not budget_s > 0:
+        raise InvalidInputError(f"the session budget must be positive, got {budget_s}")
+    if not steps:
+        raise InvalidInputError("the session has no steps")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    root = Path(cwd) if cwd is not None else Path(__file__).resolve().parents[2]
+    run_env = dict(os.environ if env is None else env)
+    run_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), run_env.get("PYTHONPATH", "")) if p)
+    start = time.monotonic()
+    manifest: dict[str, Any] = {"budget_s": budget_s, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                                "steps": []}
+    say = progress or (lambda _msg: None)
+    for step in steps:
+        left = budget_s - (time.monotonic() - start)
+        if step.unavailable:
+            res = StepResult(step.name, "skipped", argv=step.argv, reason=step.unavailable)
+        elif left < max(20.0, MIN_SHARE * step.timeout_s):
+            res = StepResult(step.name, "skipped", argv=step.argv,
+                             reason=f"{left:.0f} s left of the budget, the step may need {step.timeout_s:.0f} s")
+        else:
+            res = _run_step(step, min(step.timeout_s, left), run_env, root)
+        manifest["steps"].append(asdict(res))
+        manifest["elapsed_s"] = round(time.monotonic() - start, 1)
+        write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        say(f"{res.name}: {res.status} ({res.seconds:.0f} s){' - ' + res.reason if res.reason else ''}")
+    return manifest
+
+
+def _run_step(step: Step, timeout: float, env: dict[str, str], cwd: Path) -> StepResult:
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(step.argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        tail = _tail(exc.stdout) + _tail(exc.stderr)
+        return StepResult(step.name, "timeout", time.monotonic() - t0, None, step.argv,
+                          f"stopped after {timeout:.0f} s", tail[-TAIL_CHARS:])
+    except OSError as exc:
+        return StepResult(step.name, "failed", time.monotonic() - t0, None, step.argv, f"could not start: {exc}")
+    status = "ok" if proc.returncode == 0 else "failed"
+    return StepResult(step.name, status, time.monotonic() - t0, proc.returncode, step.argv,
+                      "" if status == "ok" else f"exit code {proc.returncode}",
+                      (_tail(proc.stdout) + _tail(proc.stderr))[-TAIL_CHARS:])
+
+
+def _tail(text: Any) -> str:
+    if text is None:
+        return ""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return str(text)[-TAIL_CHARS:]

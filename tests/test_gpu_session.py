@@ -1,0 +1,86 @@
+"""hybrid bench gpu-session: steps run in order within a budget, a hang or failure costs only its own step, the
+manifest says what happened after every step, and the CPU dry run measures for real."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from hybrid.bench import gpu_session as gs
+from hybrid.cli.main import main
+from hybrid.data.bundle import load_bundle
+from hybrid.data.paths import project_datasets_dir
+from hybrid.errors import InvalidInputError
+
+
+def _py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_steps_run_in_order_and_failures_stay_local(tmp_path):
+    steps = [gs.Step("ok", _py("print('hello')"), 30),
+             gs.Step("fails", _py("import sys; sys.stderr.write('boom'); sys.exit(3)"), 30),
+             gs.Step("hangs", _py("import time; time.sleep(30)"), 1.5),
+             gs.Step("missing", _py("pass"), 30, unavailable="needs a GPU"),
+             gs.Step("too long", _py("pass"), 500),
+             gs.Step("after", _py("open('after.txt', 'w').write('x')"), 30)]
+    man = gs.run_session(tmp_path / "s", 60, steps, cwd=tmp_path)
+    got = {s["name"]: s for s in man["steps"]}
+    assert [s["name"] for s in man["steps"]] == [s.name for s in steps]
+    assert got["ok"]["status"] == "ok" and "hello" in got["ok"]["output_tail"]
+    assert got["fails"]["status"] == "failed" and got["fails"]["returncode"] == 3 and "boom" in got["fails"]["output_tail"]
+    assert got["hangs"]["status"] == "timeout" and got["hangs"]["seconds"] < 10
+    assert got["missing"]["status"] == "skipped" and got["missing"]["reason"] == "needs a GPU"
+    assert got["too long"]["status"] == "skipped" and "left of the budget" in got["too long"]["reason"]
+    assert got["after"]["status"] == "ok" and (tmp_path / "after.txt").is_file()
+    assert json.loads((tmp_path / "s" / gs.MANIFEST).read_text()) == man
+
+
+def test_session_input_is_checked(tmp_path):
+    with pytest.raises(InvalidInputError, match="budget"):
+        gs.run_session(tmp_path, 0, [gs.Step("x", _py("pass"), 1)])
+    with pytest.raises(InvalidInputError, match="no steps"):
+        gs.run_session(tmp_path, 10, [])
+
+
+def test_default_plan(tmp_path, monkeypatch):
+    monkeypatch.setattr(gs, "_module_available", lambda name: False)
+    bundle = project_datasets_dir() / "H100-SXM"
+    steps = gs.default_steps(tmp_path, skip_existing=bundle)
+    names = [s.name for s in steps]
+    assert names[0] == "profile-attention" and names[-2:] == ["dlrm", "traces"]
+    assert {f"profile-{f}" for f in gs.KERNEL_FAMILIES} <= set(names)
+    by = {s.name: s for s in steps}
+    assert "--skip-existing" not in by["profile-attention"].argv  # a family the bundle lacks: measured whole
+    assert by["profile-gemm"].argv[-2:] == ["--skip-existing", str(bundle)]
+    assert "cuda" in by["dlrm"].argv and "transformers" in by["traces"].unavailable
+    assert gs.committed_bundle_for("NVIDIA H100 80GB HBM3") == bundle
+    assert gs.committed_bundle_for("NVIDIA B200") is None  # in the catalog, never measured here
+    assert gs.committed_bundle_for("not a gpu at all") is None
+
+
+def test_cli_cpu_dry_run_measures(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out = tmp_path / "sess"
+    assert main(["bench", "gpu-session", str(out), "--cpu", "--families", "attention", "--dlrm-configs", "0",
+                 "--no-traces", "--budget", "120"]) == 0
+    man = json.loads((out / gs.MANIFEST).read_text())
+    assert [(s["name"], s["status"]) for s in man["steps"]] == [("profile-attention", "ok")]
+    table, _ = load_bundle(out / "profile-attention")
+    assert set(table["op"]) == {"attention"}
+    assert "1 of 1 steps ok" in capsys.readouterr().out
+
+
+def test_cli_refuses_bad_input(tmp_path, capsys):
+    pytest.importorskip("torch")
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(["bench", "gpu-session", str(tmp_path / "a")]) == 2
+        assert "no CUDA GPU" in capsys.readouterr().err
+    assert main(["bench", "gpu-session", str(tmp_path / "b"), "--cpu", "--families", "gemm,bogus"]) == 2
+    assert "bogus" in capsys.readouterr().err
+    assert main(["bench", "gpu-session", str(tmp_path / "c"), "--cpu", "--families", "collective"]) == 2
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
