@@ -428,6 +428,43 @@ def map_collective(name: str, dims: list[list[int]], dtype: str, group_size: int
                                                   "dtype": dt if dt in _FLOATS else "fp32"})
 
 
+#: Fused attention ops and the position of their causal argument in the traced inputs (the ATen schemas of
+#: PyTorch 2.x: ``is_causal``, or the memory-efficient kernels' ``custom_mask_type``, where 0 means no mask). The
+#: dispatcher wrapper ``scaled_dot_product_attention`` is a unit only as a leaf: with children it ran either a
+#: fused kernel (mapped itself) or the math fallback (``_scaled_dot_product_attention_math``: matmuls, softmax,
+#: dropout, as separate ops that are costed one by one), so the importer looks inside.
+ATTENTION_CAUSAL_ARG = {
+    "scaled_dot_product_attention": 5,
+    "_scaled_dot_product_flash_attention": 4, "_scaled_dot_product_flash_attention_for_cpu": 4,
+    "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention": 6,
+    "_scaled_dot_product_fused_attention_overrideable": 5,
+    "_scaled_dot_product_flash_attention_backward": 11, "_scaled_dot_product_flash_attention_for_cpu_backward": 7,
+    "_scaled_dot_product_efficient_attention_backward": 11, "_scaled_dot_product_cudnn_attention_backward": 14,
+    "_scaled_dot_product_fused_attention_overrideable_backward": 13,
+    "_flash_attention_forward": 8, "_flash_attention_backward": 11,
+    "_efficient_attention_forward": 9, "_efficient_attention_backward": 14,
+}
+
+
+def _map_attention(base: str, tdims: list[list[int]], dtype: str, extra: dict, leaf: bool) -> OpMapping | None:
+    """One fused attention op: ``batch, heads, q_len, kv_len, head_dim, kv_heads, causal`` from Q and K
+    ([batch, heads, length, head_dim]; the flash/efficient kernels' own layout is [batch, length, heads, dim])."""
+    if base == "scaled_dot_product_attention" and not leaf:
+        return None
+    bwd = base.endswith("_backward")
+    q_i = 1 if bwd else 0  # backward ops take the output gradient first
+    if len(tdims) <= q_i + 1 or len(tdims[q_i]) != 4 or len(tdims[q_i + 1]) != 4:
+        return None
+    q, k = tdims[q_i], tdims[q_i + 1]
+    if base.startswith(("_flash_attention", "_efficient_attention")):  # [batch, length, heads, dim]
+        q, k = [q[0], q[2], q[1], q[3]], [k[0], k[2], k[1], k[3]]
+    flag = _concrete(extra, ATTENTION_CAUSAL_ARG[base])
+    causal = flag == "True" or (base.startswith("_efficient_attention") and flag not in ("", "0", "None"))
+    row = {"op": "attention", "batch": q[0], "heads": q[1], "q_len": q[2], "kv_len": k[2], "head_dim": q[3],
+           "kv_heads": k[1], "causal": int(causal), "dtype": dtype, "direction": "bwd" if bwd else "fwd"}
+    return OpMapping("op", "attention", row)
+
+
 def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequence[Any] = (),
            extra: dict[str, Any] | None = None, *, leaf: bool = True, group_size: int = 1) -> OpMapping | None:
     """The family mapping of one traced op (see the module docstring). A pure function: callers that map many
@@ -457,18 +494,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
           or _map_batch_norm(plain, dims_all, dtype, extra) or _map_pool(plain, dims_all, dtype, extra, out_dims, leaf))
     if mp:
         return mp
-    if "scaled_dot_product" in base or base in ("_flash_attention_forward", "_efficient_attention_forward",
-                                                 "_flash_attention_backward", "_efficient_attention_backward"):
-        bwd = "backward" in base
-        q_i = 1 if bwd else 0
-        if len(tdims) <= q_i + 1 or len(tdims[q_i]) != 4:
-            return None
-        q, k = tdims[q_i], tdims[q_i + 1]
-        causal = any(_concrete(extra, i) == "True" for i in ((5,) if base == "scaled_dot_product_attention"
-                                                             else (3, 4, 5, 6)))
-        row = {"op": "attention", "batch": q[0], "heads": q[1], "q_len": q[2], "kv_len": k[2], "head_dim": q[3],
-               "kv_heads": k[1], "causal": int(causal), "dtype": dtype, "direction": "bwd" if bwd else "fwd"}
-        return OpMapping("op", "attention", row)
+    if base in ATTENTION_CAUSAL_ARG:
+        return _map_attention(base, tdims, dtype, extra, leaf)
     if plain in ("layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "native_layer_norm_backward",
                  "_fused_rms_norm_backward") and tdims:
         # (batch norm: _map_batch_norm above; group/instance norm: no family, unmodelled)

@@ -1,0 +1,90 @@
+"""Traced attention: fused SDPA kernels map to one attention op each (causal read from each op's own argument,
+forward and backward alike), the math fallback is costed op by op, and the argument table matches PyTorch."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybrid.data.traces import load_traces
+from hybrid.data.traces.opmap import ATTENTION_CAUSAL_ARG, map_op
+from hybrid.workloads.trace_units import trace_units
+
+torch = pytest.importorskip("torch")
+
+
+def _units(step, tmp_path):
+    from hybrid.data.traces.record import record_step
+
+    torch.set_num_threads(1)
+    rec = record_step(step, tmp_path, warmup=1)
+    return trace_units(load_traces([rec["kineto"], rec["et"]])[0])
+
+
+def test_fused_sdpa_forward_and_backward_are_causal_attention_units(tmp_path):
+    torch.manual_seed(0)
+    q = torch.randn(2, 8, 64, 16, requires_grad=True)
+    kv = torch.randn(2, 2, 64, 16, requires_grad=True)
+
+    def step() -> None:
+        torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True).sum().backward()
+
+    u = _units(step, tmp_path)
+    att = u[u["label"] == "attention"]
+    assert list(att["phase"]) == ["forward", "backward"]
+    want = {"op": "attention", "batch": 2, "heads": 8, "q_len": 64, "kv_len": 64, "head_dim": 16, "kv_heads": 2,
+            "causal": 1, "dtype": "fp32"}
+    for row, direction in zip(att["row"], ("fwd", "bwd"), strict=True):
+        assert row == {**want, "direction": direction}
+    # the dispatcher wrapper is not costed on top of the kernel it ran
+    assert not u["name"].eq("aten::scaled_dot_product_attention").any()
+
+
+def test_math_fallback_is_costed_op_by_op(tmp_path):
+    """With dropout in training the CPU runs SDPA's math fallback: scores, softmax, dropout and two matmuls, whose
+    backward autograd runs as separate ops too; none of it is priced as a fused kernel."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 32, 16, requires_grad=True)
+
+    def step() -> None:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.1, is_causal=True).sum().backward()
+
+    u = _units(step, tmp_path)
+    labels = set(u["label"])
+    assert "attention" not in labels
+    assert {"gemm", "softmax", "dropout"} <= labels
+    assert (u[u["label"] == "gemm"]["phase"] == "backward").sum() >= 4
+
+
+def test_flash_kernel_layout_and_mask_type():
+    """The flash / memory-efficient kernels take [batch, length, heads, dim]; the efficient kernels' causal
+    argument is a mask type (0: none)."""
+    q, k = [2, 128, 8, 64], [2, 512, 4, 64]
+    args = [""] * 20
+    args[8] = "True"
+    m = map_op("aten::_flash_attention_forward", [q, k, k], ["bf16"] * 3, extra={"concrete": args})
+    assert m.row == {"op": "attention", "batch": 2, "heads": 8, "q_len": 128, "kv_len": 512, "head_dim": 64,
+                     "kv_heads": 4, "causal": 1, "dtype": "bf16", "direction": "fwd"}
+    args = [""] * 20
+    args[9] = "0"
+    m = map_op("aten::_efficient_attention_forward", [q, k, k], ["fp32"] * 3, extra={"concrete": args})
+    assert m.row["causal"] == 0 and m.row["heads"] == 8
+    args[9] = "1"
+    assert map_op("aten::_efficient_attention_forward", [q, k, k], ["fp32"] * 3,
+                  extra={"concrete": args}).row["causal"] == 1
+    # the wrapper maps only as a leaf (a meta-device or kernel-less trace); with children it is looked into
+    sd = [[2, 8, 128, 64], [2, 8, 128, 64], [2, 8, 128, 64]]
+    assert map_op("aten::scaled_dot_product_attention", sd, ["fp32"] * 3, leaf=True).label == "attention"
+    assert map_op("aten::scaled_dot_product_attention", sd, ["fp32"] * 3, leaf=False) is None
+    assert map_op("aten::_scaled_dot_product_attention_math", sd, ["fp32"] * 3, leaf=False) is None
+
+
+def test_causal_argument_positions_match_pytorch_schemas():
+    checked = 0
+    for name, pos in ATTENTION_CAUSAL_ARG.items():
+        op = getattr(torch.ops.aten, name, None)
+        if op is None:
+            continue
+        args = [a.name for a in op.default._schema.arguments]
+        assert args[pos] in ("is_causal", "custom_mask_type"), (name, args)
+        checked += 1
+    assert checked >= 12
