@@ -104,6 +104,39 @@ def test_kernel_cases_compute_the_right_results():
     assert ("elementwise", "gelu", "bwd") in seen and ("softmax", "lastdim", "bwd") in seen
 
 
+def test_norm_backward_cases_time_the_aten_backward_alone():
+    """layernorm (and, where the backend has the fused kernel, rmsnorm) backward rows time the ATen backward op
+    a traced backward pass runs, not a ``torch.autograd.grad`` call: that added the autograd engine's start-up to
+    every row (~100 us per row on the H100 profile, where softmax backward, timed as its ATen op, shows 14 us),
+    which the cost model then charged to every norm backward of a traced step. On a CPU, PyTorch has no fused
+    RMSNorm backward: that row keeps the composite's backward through autograd."""
+    from hybrid.data.profiler import kernels
+    from hybrid.data.profiler.backend import open_backend
+
+    be = open_backend(torch, threads=1, force_cpu=True)
+    seen = set()
+    for case in kernels.norm_cases(be, quick=True, seed=0, llc_bytes=2**20):
+        r = case.row
+        if r["direction"] != "bwd" or r["dtype"] != "fp32" or r["op"] in seen or r["rows"] * r["hidden"] > 2**16:
+            continue
+        seen.add(r["op"])
+        run, prepare = case.build()
+        if r["op"] == "rmsnorm":  # CPU: no _fused_rms_norm_backward kernel
+            assert prepare is not None
+            continue
+        assert prepare is None, r  # no forward graph to rebuild before each repeat
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out = run(0)
+        names = {e.name for e in prof.events()}
+        assert not any(n.startswith("autograd::engine") for n in names), sorted(names)
+        assert "aten::native_layer_norm_backward" in names, sorted(names)
+        # input, weight and bias gradients; the input gradient of a layer norm sums to zero over each row
+        assert [tuple(t.shape) for t in out] == [(r["rows"], r["hidden"]), (r["hidden"],), (r["hidden"],)]
+        assert all(torch.isfinite(t).all() for t in out)
+        assert torch.allclose(out[0].sum(-1), torch.zeros(r["rows"]), atol=1e-3)
+    assert seen == {"layernorm", "rmsnorm"}
+
+
 def test_optimizer_cases_step_real_optimizers():
     """Quick optimizer cases: dense and sparse SGD/Adagrad rows whose ``elements`` match what they update, and
     whose timed call really changes the parameters (the sparse ones only in the looked-up rows)."""

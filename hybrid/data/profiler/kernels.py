@@ -378,6 +378,19 @@ def _rowwise_cases(backend: Backend, ops: list[str], family: str, quick: bool, l
     return cases
 
 
+def _fused_rms_norm_rstd(aten: Any, xs: list[Any], hidden: int, w: Any, grad: Any) -> list[Any] | None:
+    """Per input tensor, the ``rstd`` that ``aten._fused_rms_norm`` saves for its backward; None where the fused
+    backward does not run on the tensors' device (PyTorch 2.13 has it for CUDA/ROCm, not for CPUs)."""
+    if not (hasattr(aten, "_fused_rms_norm") and hasattr(aten, "_fused_rms_norm_backward")):
+        return None
+    try:
+        rstd = [aten._fused_rms_norm(x, [hidden], w, None)[1] for x in xs]  # (y, rstd)
+        aten._fused_rms_norm_backward(grad, xs[0], [hidden], rstd[0], w, [True, True])
+    except (NotImplementedError, RuntimeError):
+        return None
+    return rstd
+
+
 def _rowwise_builder(backend: Backend, op: str, direction: str, rows: int, hidden: int, dtype: str,
                      ws: float, llc: int):
     def build():
@@ -407,8 +420,25 @@ def _rowwise_builder(backend: Backend, op: str, direction: str, rows: int, hidde
             outs = [torch.softmax(x, dim=-1) for x in xs]
             aten = torch.ops.aten
             return (lambda i: aten._softmax_backward_data(grads[i % sets], outs[i % sets], -1, dt)), None
-        # norms: the forward graph is rebuilt untimed in prepare(); run() times the backward only
-        params = [w, bias] if op == "layernorm" else [w]
+        # norms: the ATen backward op alone, as a traced backward pass runs it (``aten::native_layer_norm_backward``
+        # / ``aten::_fused_rms_norm_backward``, each a row of this family in hybrid.data.traces.opmap), from saved
+        # forward statistics. Timing ``torch.autograd.grad`` instead (before 2026-11-27) added the autograd
+        # engine's start-up to every row: ~100 us on the H100 profile (backward minus forward at tiny shapes:
+        # layernorm 111 us, rmsnorm 92 us; softmax backward, timed as its ATen op: 14 us), which no op pays inside
+        # a model's backward pass.
+        aten = torch.ops.aten
+        if op == "layernorm":
+            stats = [aten.native_layer_norm(x, [hidden], w, bias, 1e-5)[1:] for x in xs]  # (mean, rstd)
+            return (lambda i: aten.native_layer_norm_backward(
+                grads[i % sets], xs[i % sets], [hidden], stats[i % sets][0], stats[i % sets][1], w, bias,
+                [True, True, True])), None
+        rstd = _fused_rms_norm_rstd(aten, xs, hidden, w, grads[0])
+        if rstd is not None:
+            return (lambda i: aten._fused_rms_norm_backward(grads[i % sets], xs[i % sets], [hidden], rstd[i % sets],
+                                                           w, [True, True])), None
+        # no fused RMSNorm backward on this backend (CPUs, older PyTorch): the composite's backward through
+        # autograd, as a traced CPU step runs it (forward graph rebuilt untimed in prepare(); run() times the rest)
+        params = [w]
         for p in params:
             p.requires_grad_(True)
         leaves = [x.requires_grad_(True) for x in xs]
