@@ -132,6 +132,44 @@ def static_switch_routing(identical_tokens: bool = True):
         sw.SwitchTransformersSparseMLP.forward = original
 
 
+@contextlib.contextmanager
+def legacy_bert_attention_mask():
+    """BERT's self-attention as NeuSight's ``transformers`` ran it: an all-ones attention mask added to every
+    layer's scores.
+
+    NeuSight calls ``model(input_ids)`` without a mask, through ``from_config(..., attn_implementation="eager")``,
+    so ``transformers`` 4.36 or later of the PyTorch 2.1 era (its kernel data says ``p2.1.0``). Up to the 4.x
+    masking refactor, ``BertModel`` then made a mask of ones, turned it into the extended mask
+    ``(1 - mask[:, None, None, :]) * finfo.min`` ([batch, 1, 1, seq], zeros) and every layer's eager attention
+    added it to its [batch, heads, seq, seq] scores: one more pass over the scores per layer than the current
+    ``transformers`` (5.x) runs, which drops an all-ones mask (``create_bidirectional_mask`` returns None; it
+    cannot even be given one on the meta device, where it reads the mask's values). This puts the extended mask
+    back: built once per step with the same ops, added in every layer. GPT-2 and OPT run as many score-sized
+    passes in both versions (GPT-2: scale + causal ``where`` then, scale + mask add now; OPT: mask add + ``max``
+    then, scale + mask add now), so only BERT is patched."""
+    import torch
+    from transformers.models.bert import modeling_bert as mb
+
+    original = mb.eager_attention_forward
+    masks: dict = {}
+
+    def forward(module, query, key, value, attention_mask, *args, **kwargs):
+        if attention_mask is None:
+            key_ = (query.shape[0], key.shape[-2], query.dtype, query.device)
+            if key_ not in masks:
+                ones = torch.ones(query.shape[0], key.shape[-2], device=query.device)
+                ext = ones[:, None, None, :].to(query.dtype)
+                masks[key_] = (1.0 - ext) * torch.finfo(query.dtype).min
+            attention_mask = masks[key_]
+        return original(module, query, key, value, attention_mask, *args, **kwargs)
+
+    mb.eager_attention_forward = forward
+    try:
+        yield
+    finally:
+        mb.eager_attention_forward = original
+
+
 def record_trace(name: str, mode: str, seq: int, batch: int, out: Path) -> Path:
     """Trace one NeuSight-style step of ``name`` on the meta device (cached in ``out``)."""
     import hashlib
@@ -141,7 +179,9 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path) -> Path:
     from hybrid.data.traces.record import trace_step
 
     classes, cfg = model_builder(name, None)
-    digest = hashlib.sha256((cfg.to_json_string() + torch.__version__).encode()).hexdigest()[:10]
+    # BERT traces carry the extended attention mask of NeuSight's transformers (legacy_bert_attention_mask)
+    proto = "bert-extended-mask" if name.startswith("bert") else ""
+    digest = hashlib.sha256((cfg.to_json_string() + torch.__version__ + proto).encode()).hexdigest()[:10]
     path = out / f"{name}-{mode}-{seq}-{batch}-{digest}"
     kin = path / "kineto_rank0.json"
     if kin.is_file():
@@ -166,7 +206,8 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path) -> Path:
             logits = res["prediction_logits"] if "prediction_logits" in res else res["logits"]
             loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), ids.view(-1))
             loss.backward()
-    routing = static_switch_routing() if name.startswith("switch") else contextlib.nullcontext()
+    routing = (static_switch_routing() if name.startswith("switch") else
+               legacy_bert_attention_mask() if name.startswith("bert") else contextlib.nullcontext())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with routing, trace_step(path, execution_trace=False, device="meta", cuda=False):
