@@ -16,8 +16,8 @@ fwd and bwd, prefill and decode shapes, MHA and GQA). This benchmark scores thre
   (top third) predicted from the shorter ones (the extrapolation a long-context run asks for).
 
 ``--bundle`` is a profile bundle with attention rows (default: profile this machine's CPU now, ``--threads 1``,
-53 s on the 2-core VM); ``--base`` the same device's other measurements (default: the bundle's own non-attention
-rows, else ``datasets/cpu-amd-epyc-1c`` for a fresh CPU profile, whose device key the rows then take).
+about 3 minutes on the 2-core VM); ``--base`` the same device's other measurements (default: the bundle's own
+non-attention rows, else ``datasets/cpu-amd-epyc-1c`` for a fresh CPU profile, whose device key the rows take).
 """
 
 from __future__ import annotations

@@ -42,8 +42,11 @@ MODELS = {
 }
 
 
-def build(name: str):
-    """(model, inputs, loss_fn) on the CPU with random weights."""
+def build(name: str, attention: str = "eager", seq: int = 128, attn_dropout: float | None = None):
+    """(model, inputs, loss_fn) on the CPU with random weights; ``attention`` is the transformers models'
+    ``attn_implementation`` (``eager``: softmax and matmuls as separate ops, ``sdpa``: one fused
+    ``scaled_dot_product_attention``), ``seq`` their sequence length (batch 2), ``attn_dropout`` the attention
+    dropout instead of the config's (BERT and GPT-2: 0.1, Llama: 0)."""
     import torch
 
     torch.manual_seed(0)
@@ -58,21 +61,26 @@ def build(name: str):
         return model, (x,), lambda out: torch.nn.functional.cross_entropy(out, y)
     import transformers as tf
 
-    b, s = 2, 128
+    b, s = 2, seq
+    positions = max(512, s)
+    drop = {} if attn_dropout is None else {"bert": {"attention_probs_dropout_prob": attn_dropout},
+                                            "gpt2": {"attn_pdrop": attn_dropout},
+                                            "llama": {"attention_dropout": attn_dropout}}.get(name, {})
     if name == "bert":
         cfg = tf.BertConfig(hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=2,
-                            vocab_size=30522, max_position_embeddings=512, attn_implementation="eager")
+                            vocab_size=30522, max_position_embeddings=positions, attn_implementation=attention,
+                            **drop)
         model = tf.BertForMaskedLM(cfg)
         vocab = cfg.vocab_size
     elif name == "gpt2":
-        cfg = tf.GPT2Config(n_embd=768, n_head=12, n_layer=2, vocab_size=50257, n_positions=1024,
-                            attn_implementation="eager")
+        cfg = tf.GPT2Config(n_embd=768, n_head=12, n_layer=2, vocab_size=50257, n_positions=max(1024, s),
+                            attn_implementation=attention, **drop)
         model = tf.GPT2LMHeadModel(cfg)
         vocab = cfg.vocab_size
     elif name == "llama":
         cfg = tf.LlamaConfig(hidden_size=512, num_attention_heads=8, num_key_value_heads=4, intermediate_size=1376,
-                             num_hidden_layers=2, vocab_size=8192, max_position_embeddings=512,
-                             attn_implementation="eager")
+                             num_hidden_layers=2, vocab_size=8192, max_position_embeddings=positions,
+                             attn_implementation=attention, **drop)
         model = tf.LlamaForCausalLM(cfg)
         vocab = cfg.vocab_size
     else:
@@ -81,10 +89,11 @@ def build(name: str):
     return model, (), lambda out: out.loss if hasattr(out, "loss") and out.loss is not None else out[0].mean(), ids
 
 
-def make_step(name: str, ddp: bool = False):
+def make_step(name: str, ddp: bool = False, attention: str = "eager", seq: int = 128,
+              attn_dropout: float | None = None):
     import torch
 
-    built = build(name)
+    built = build(name, attention, seq, attn_dropout)
     model = built[0]
     if ddp:
         model = torch.nn.parallel.DistributedDataParallel(model)
@@ -108,14 +117,15 @@ def make_step(name: str, ddp: bool = False):
     return step
 
 
-def time_and_trace(name: str, out_dir: Path, warmup: int, steps: int, ddp: bool = False) -> dict:
+def time_and_trace(name: str, out_dir: Path, warmup: int, steps: int, ddp: bool = False,
+                   attention: str = "eager", seq: int = 128, attn_dropout: float | None = None) -> dict:
     """Median untraced step time (ms) and the traced step written to ``out_dir``."""
     import torch
 
     from hybrid.data.traces.record import trace_step
 
     torch.set_num_threads(1)
-    step = make_step(name, ddp)
+    step = make_step(name, ddp, attention, seq, attn_dropout)
     for _ in range(warmup):
         step()
     times, cpu = [], []
