@@ -54,6 +54,7 @@ def test_default_plan(tmp_path, monkeypatch):
     assert {f"profile-{f}" for f in gs.KERNEL_FAMILIES} <= set(names)
     by = {s.name: s for s in steps}
     assert "--skip-existing" not in by["profile-attention"].argv  # a family the bundle lacks: measured whole
+    assert "--skip-existing" not in by["profile-norm"].argv  # re-timed since the bundle: measured whole
     assert by["profile-gemm"].argv[-2:] == ["--skip-existing", str(bundle)]
     assert "cuda" in by["dlrm"].argv and "transformers" in by["traces"].unavailable
     assert gs.committed_bundle_for("NVIDIA H100 80GB HBM3") == bundle
