@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--seq", default="128,1024", help="sequence lengths (batch 2), comma-separated")
     ap.add_argument("--attention-bundle", default=None, help="bundle with attention rows (default: profile now)")
-    ap.add_argument("--out", default=str(Path(__file__).with_name("traces.md")))
+    ap.add_argument("--out", default=str(Path(__file__).with_name("traces_results.md")))
     args = ap.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
     tc = _trace_cpu()
