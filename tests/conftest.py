@@ -9,8 +9,11 @@ pytest's public hooks and markers are used (``pytest_generate_tests``, ``pytest_
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -77,3 +80,21 @@ def catalog():
     from hybrid.hardware.catalog import default_catalog
 
     return default_catalog()
+
+
+@pytest.fixture(scope="session")
+def load_experiment():
+    """A loader of benchmark scripts: ``load_experiment("nlp_e2e")`` is ``experiments/nlp_e2e/run.py`` as a fresh
+    module (registered in ``sys.modules``, where dataclasses look their module up); ``script`` names another file
+    of that folder."""
+    root = Path(__file__).resolve().parents[1] / "experiments"
+
+    def load(name: str, script: str = "run.py") -> ModuleType:
+        key = f"experiment_{name}_{Path(script).stem}"
+        spec = importlib.util.spec_from_file_location(key, root / name / script)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[key] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -12,13 +11,6 @@ from hybrid.data.paths import project_datasets_dir
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("attention_bench", ROOT / "experiments/attention_accuracy/run.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +23,8 @@ def quick_attention(tmp_path_factory) -> Path:
     return out
 
 
-def test_benchmark_scores_a_quick_profile(quick_attention):
-    bench = _bench()
+def test_benchmark_scores_a_quick_profile(quick_attention, load_experiment):
+    bench = load_experiment("attention_accuracy")
     att, other, cat, key = bench.load_inputs(quick_attention, None)
     assert set(att["op"]) == {"attention"} and set(other["op"]) == {"softmax"} and (att["device"] == key).all()
     res = bench.evaluate(att, other, cat, seeds=1)
@@ -45,8 +37,8 @@ def test_benchmark_scores_a_quick_profile(quick_attention):
     assert "| all |" in text and "attention configs held out" in text
 
 
-def test_benchmark_refuses_bundles_without_attention(tmp_path, capsys):
-    bench = _bench()
+def test_benchmark_refuses_bundles_without_attention(tmp_path, capsys, load_experiment):
+    bench = load_experiment("attention_accuracy")
     cpu = project_datasets_dir() / "cpu-amd-epyc-1c"
     assert bench.main(["--bundle", str(cpu), "--out", str(tmp_path / "r.md")]) == 2
     assert "no attention rows" in capsys.readouterr().err

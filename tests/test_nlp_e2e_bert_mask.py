@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,18 +13,9 @@ tf = pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("nlp_e2e_run_bert", ROOT / "experiments" / "nlp_e2e" / "run.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _score_ops(patched: bool) -> tuple[Counter, Counter]:
+def _score_ops(bench, patched: bool) -> tuple[Counter, Counter]:
     """(ops whose first input is a [batch, heads, seq, seq] score tensor, mask-building ops) of a 2-layer BERT
     forward on the meta device."""
-    bench = _bench()
     cfg = tf.BertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
                         vocab_size=100, max_position_embeddings=32, attn_implementation="eager")
     with torch.device("meta"):
@@ -45,14 +34,15 @@ def _score_ops(patched: bool) -> tuple[Counter, Counter]:
     return scores, masks
 
 
-def test_bert_layers_add_the_extended_mask_as_neusights_transformers_did():
+def test_bert_layers_add_the_extended_mask_as_neusights_transformers_did(load_experiment):
     """NeuSight ran BERT through transformers 4.36+ of the PyTorch 2.1 era, which built an all-ones mask when none
     was given and added its extended form ([batch, 1, 1, seq] zeros) to every layer's scores; transformers 5.x
     drops it (one pass over the scores fewer per layer). The benchmark's context manager puts it back: one add per
     layer, the mask built once per step."""
-    plain, plain_masks = _score_ops(False)
+    bench = load_experiment("nlp_e2e")
+    plain, plain_masks = _score_ops(bench, False)
     assert ("aten::add", "[2, 1, 1, 16]") not in plain and not plain_masks
-    legacy, masks = _score_ops(True)
+    legacy, masks = _score_ops(bench, True)
     assert legacy[("aten::add", "[2, 1, 1, 16]")] == 2  # one per layer
     assert masks == Counter({"aten::ones": 1, "aten::rsub": 1})
     # the rest of the attention is unchanged: scale and softmax once per layer

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,21 +12,12 @@ tf = pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("nlp_e2e_run", ROOT / "experiments" / "nlp_e2e" / "run.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _expert_rows(tmp_path: Path, identical: bool) -> list[tuple[float, float]]:
+def _expert_rows(bench, tmp_path: Path, identical: bool) -> list[tuple[float, float]]:
     from hybrid.data.traces import load_trace
     from hybrid.data.traces.record import trace_step
     from hybrid.hardware.catalog import default_catalog
     from hybrid.workloads.trace_graph import build_trace_graph
 
-    bench = _bench()
     cfg = tf.SwitchTransformersConfig(d_model=64, d_ff=256, d_kv=16, num_heads=4, num_layers=2, num_decoder_layers=2,
                                       num_experts=4, expert_capacity=8, encoder_sparse_step=2, decoder_sparse_step=2,
                                       vocab_size=128, dense_act_fn="relu", feed_forward_proj="relu",
@@ -46,9 +35,9 @@ def _expert_rows(tmp_path: Path, identical: bool) -> list[tuple[float, float]]:
     return sorted(zip(up["m"], up["k"], strict=True))
 
 
-def test_switch_experts_trace_with_the_tokens_routing_gives_them(tmp_path):
+def test_switch_experts_trace_with_the_tokens_routing_gives_them(tmp_path, load_experiment):
     # every position identical (NeuSight's all-ones input ids): one expert per sparse layer keeps capacity (8)
     # tokens of each of the 2 sequences -> 16 rows; dense layers run all 2 x 16 = 32 tokens
-    assert {m for m, _ in _expert_rows(tmp_path, True)} == {16.0, 32.0}
+    assert {m for m, _ in _expert_rows(load_experiment("nlp_e2e"), tmp_path, True)} == {16.0, 32.0}
     # uniform routing of real text: each of the 4 experts gets 16 / 4 = 4 tokens per sequence -> 8 rows
-    assert {m for m, _ in _expert_rows(tmp_path, False)} == {8.0, 32.0}
+    assert {m for m, _ in _expert_rows(load_experiment("nlp_e2e"), tmp_path, False)} == {8.0, 32.0}
