@@ -42,7 +42,7 @@ KERNEL_FAMILIES = ("gemm", "embedding", "norm", "softmax", "elementwise", "conv"
 #: was timed through the autograd engine before, ~100 us of host time in every committed backward row).
 REMEASURE = ("attention", "norm")
 #: Per-step time limits (s): the longest each was seen to need on an H100 with room to spare.
-STEP_LIMITS = {"profile-attention": 150, "profile": 120, "dlrm": 200, "traces": 180}
+STEP_LIMITS = {"profile-attention": 240, "profile": 120, "dlrm": 200, "traces": 180}
 #: A step is started only if at least this share of its limit (and 20 s) is left in the budget.
 MIN_SHARE = 0.5
 #: Characters of a step's output kept in the manifest.

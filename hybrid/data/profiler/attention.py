@@ -37,7 +37,7 @@ PREFILL_SEQ = {("cpu", False): (64, 128, 256, 512, 1024, 2048), ("cpu", True): (
                ("cuda", False): (128, 256, 512, 1024, 2048, 4096, 8192, 16384), ("cuda", True): (512, 2048)}
 #: (heads, kv_heads) pairs: MHA and GQA (8 queries per KV head, as Llama-3 / Mistral).
 HEAD_LAYOUTS = {("cpu", False): ((8, 8), (8, 2), (16, 16)), ("cpu", True): ((4, 4),),
-                ("cuda", False): ((16, 16), (32, 32), (32, 4)), ("cuda", True): ((16, 16), (32, 4))}
+                ("cuda", False): ((32, 32), (32, 4)), ("cuda", True): ((16, 16), (32, 4))}
 #: Head sizes.
 HEAD_DIMS = {("cpu", False): (64,), ("cpu", True): (64,), ("cuda", False): (64, 128), ("cuda", True): (128,)}
 #: Decode shapes: (batch, kv_len) of one query per sequence.
