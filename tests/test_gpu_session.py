@@ -66,7 +66,7 @@ def test_cli_cpu_dry_run_measures(tmp_path, capsys):
     pytest.importorskip("torch")
     out = tmp_path / "sess"
     assert main(["bench", "gpu-session", str(out), "--cpu", "--families", "attention", "--dlrm-configs", "0",
-                 "--no-traces", "--budget", "120"]) == 0
+                 "--no-traces", "--budget", "300"]) == 0
     man = json.loads((out / gs.MANIFEST).read_text())
     assert [(s["name"], s["status"]) for s in man["steps"]] == [("profile-attention", "ok")]
     table, _ = load_bundle(out / "profile-attention")
