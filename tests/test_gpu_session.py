@@ -57,6 +57,7 @@ def test_default_plan(tmp_path, monkeypatch):
     assert "--skip-existing" not in by["profile-norm"].argv  # re-timed since the bundle: measured whole
     assert by["profile-gemm"].argv[-2:] == ["--skip-existing", str(bundle)]
     assert "cuda" in by["dlrm"].argv and "transformers" in by["traces"].unavailable
+    assert by["traces"].argv[-2:] == ["--attention", "sdpa"]  # the committed traces run eager attention
     assert gs.committed_bundle_for("NVIDIA H100 80GB HBM3") == bundle
     assert gs.committed_bundle_for("NVIDIA B200") is None  # in the catalog, never measured here
     assert gs.committed_bundle_for("not a gpu at all") is None

@@ -28,7 +28,9 @@ MODELS = {
 }
 
 
-def make_step(name: str, dtype: str):
+def make_step(name: str, dtype: str, attention: str = "eager"):
+    """One training step of ``name`` in ``dtype``; ``attention``: the transformers models' ``attn_implementation``
+    (``eager``, the committed traces; ``sdpa``, fused attention, what current transformers runs by default)."""
     import torch
     import transformers as tf
 
@@ -50,16 +52,16 @@ def make_step(name: str, dtype: str):
         if name == "bert":
             cfg = tf.BertConfig(hidden_size=1024, num_attention_heads=16, intermediate_size=4096,
                                 num_hidden_layers=4, vocab_size=30522, max_position_embeddings=512,
-                                attn_implementation="eager")
+                                attn_implementation=attention)
             model = tf.BertForMaskedLM(cfg)
         elif name == "gpt2":
             cfg = tf.GPT2Config(n_embd=768, n_head=12, n_layer=6, vocab_size=50257, n_positions=1024,
-                                attn_implementation="eager")
+                                attn_implementation=attention)
             model = tf.GPT2LMHeadModel(cfg)
         else:
             cfg = tf.LlamaConfig(hidden_size=2048, num_attention_heads=16, num_key_value_heads=8,
                                  intermediate_size=5632, num_hidden_layers=4, vocab_size=32000,
-                                 max_position_embeddings=2048, attn_implementation="eager")
+                                 max_position_embeddings=2048, attn_implementation=attention)
             model = tf.LlamaForCausalLM(cfg)
         ids = torch.randint(0, cfg.vocab_size, (b, s), device=dev)
 
@@ -90,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--attention", choices=("eager", "sdpa"), default="eager",
+                    help="attn_implementation of the transformers models (sdpa: fused attention kernels)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -98,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name in args.models.split(","):
         for dtype in args.dtypes.split(","):
-            step = make_step(name, dtype)
+            step = make_step(name, dtype, args.attention)
+            label = f"{name}-{dtype}" + ("-sdpa" if args.attention == "sdpa" and name != "cnn" else "")
             for _ in range(args.warmup):
                 step()
             torch.cuda.synchronize()
@@ -108,10 +113,11 @@ def main(argv: list[str] | None = None) -> int:
                 step()
                 torch.cuda.synchronize()
                 times.append((time.perf_counter() - t0) * 1e3)
-            with trace_step(out / f"{name}-{dtype}", device=torch.cuda.get_device_name()):
+            with trace_step(out / label, device=torch.cuda.get_device_name()):
                 step()
                 torch.cuda.synchronize()
-            rows.append({"model": name, "dtype": dtype, "what": MODELS[name][0], "batch": MODELS[name][1],
+            rows.append({"model": name, "dtype": dtype, "attention": args.attention if name != "cnn" else "",
+                         "trace": label, "what": MODELS[name][0], "batch": MODELS[name][1],
                          "seq_or_image": MODELS[name][2], "step_ms": statistics.median(times), "times_ms": times})
             print(f"{name} {dtype}: {rows[-1]['step_ms']:.2f} ms", flush=True)
             del step

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     fit_s = time.time() - t0
     rows = []
     for s in meta["steps"]:
-        name = f"{s['model']}-{s['dtype']}"
+        name = s.get("trace") or f"{s['model']}-{s['dtype']}"  # record.py --attention sdpa names its traces apart
         r = predict_one(name, trace_files([base / name]), models, args.host, kernel_times=not args.as_fitted)
         r.update(model=s["model"], dtype=s["dtype"], measured_ms=float(s["step_ms"]),
                  spread_pct=float((np.max(s["times_ms"]) - np.min(s["times_ms"])) / s["step_ms"] * 100))

@@ -14,8 +14,9 @@ The default plan (:func:`default_steps`), in priority order:
    ``--skip-existing`` the committed bundle of the same GPU where there is one, so a GPU measured before gets only
    configurations it lacks (except the :data:`REMEASURE` families, whose timing changed since: measured whole);
 3. ``dlrm``: a short DLRM campaign on one GPU (``hybrid bench campaign --device cuda --ranks 1``);
-4. ``traces``: traced training steps of real models (``experiments/trace_gpu/record.py``; needs ``transformers``,
-   skipped with a reason when it is missing).
+4. ``traces``: traced bf16 training steps of BERT, GPT-2 and Llama with fused attention (SDPA;
+   ``experiments/trace_gpu/record.py --attention sdpa``; the committed traces run eager attention); needs
+   ``transformers``, skipped with a reason when it is missing.
 
 Nothing here imports torch, MLflow or XGBoost: the steps do, in their own processes.
 """
@@ -105,7 +106,9 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
             why = "transformers is not installed (carry its wheel to record traces of real models)"
         elif cpu:
             why = "traces are recorded on a CUDA GPU only"
-        steps.append(Step("traces", [python, str(record), "--out", str(out / "traces")], STEP_LIMITS["traces"],
+        # the committed traces (datasets/traces-h100) run eager attention: record the fused (SDPA) kind in bf16
+        steps.append(Step("traces", [python, str(record), "--out", str(out / "traces"), "--models", "bert,gpt2,llama",
+                                     "--dtypes", "bf16", "--attention", "sdpa"], STEP_LIMITS["traces"],
                           unavailable=why))
     return steps
 
