@@ -88,3 +88,50 @@ def test_causal_argument_positions_match_pytorch_schemas():
         assert args[pos] in ("is_causal", "custom_mask_type"), (name, args)
         checked += 1
     assert checked >= 12
+
+
+def test_prediction_says_which_families_the_model_never_measured(tmp_path, capsys):
+    """A model fitted without attention rows prices a traced SDPA step's attention by extrapolation: the summary
+    and the CLI say so; with attention rows in the fit they do not. The record survives a save and load."""
+    import warnings
+
+    import pandas as pd
+
+    from hybrid.cli.main import main
+    from hybrid.corrections.predictor import HybridPredictor
+    from hybrid.data.bundle import load_bundle
+    from hybrid.data.paths import project_datasets_dir
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+    from hybrid.data.traces.record import record_step
+    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 64, 16, requires_grad=True)
+
+    def step() -> None:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
+
+    rec = record_step(step, tmp_path / "trace", warmup=1)
+    bundle = project_datasets_dir() / "cpu-amd-epyc-1c"
+    base, cat = load_bundle(bundle)
+    key = base["device"].iloc[0]
+    run_profile(ProfileOptions(quick=True, families=("attention",), threads=1, progress=False, force_cpu=True),
+                tmp_path / "att")
+    att = load_bundle(tmp_path / "att")[0].assign(device=key)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        without = HybridPredictor(catalog=cat).fit(base)
+        with_ = HybridPredictor(catalog=cat).fit(pd.concat([base, att], ignore_index=True, sort=False))
+    assert "attention" not in without.families_seen and "attention" in with_.families_seen
+    assert {"gemm", "elementwise", "embedding"} <= set(without.families_seen)
+    traces = load_traces([rec["kineto"], rec["et"]])
+    it = build_trace_graph(traces, key, cat, same_device=True)
+    assert predict_trace(it, without).summary()["unmeasured_families"] == {"attention": 2}
+    assert "unmeasured_families" not in predict_trace(it, with_).summary()
+    without.save(tmp_path / "saved")
+    assert HybridPredictor.load(tmp_path / "saved").families_seen == without.families_seen
+    capsys.readouterr()
+    assert main(["trace", "predict", str(rec["kineto"]), str(rec["et"]), "--device", key, "--bundle", str(bundle)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 2 attention op(s) priced without any attention measurement" in err

@@ -121,10 +121,16 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     s = pred.summary()
     s["kernel_times"] = kernel_times
     s["compiled"] = compiled
-    warning = thread_mismatch(loaded, bundle) if it.same_device else None
-    if warning:
-        s["warnings"] = [warning]
-        click.echo(f"warning: {warning}", err=True)
+    warnings = [thread_mismatch(loaded, bundle)] if it.same_device else []
+    for fam, n in s.get("unmeasured_families", {}).items():
+        hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
+        warnings.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
+                        f"other op kinds, or the roofline){hint}")
+    warnings = [w for w in warnings if w]
+    if warnings:
+        s["warnings"] = warnings
+        for w in warnings:
+            click.echo(f"warning: {w}", err=True)
     if as_json:
         echo_json(s)
         return

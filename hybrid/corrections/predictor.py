@@ -105,6 +105,9 @@ class HybridPredictor:
         self.fit_info: dict[str, dict[str, Any]] = {}
         self.data_digest: str = ""
         self.devices_seen: list[str] = []
+        #: op families (:data:`hybrid.ops.families.FAMILIES`) with rows in the training table: a family outside it
+        #: is priced by a correction that never saw it (extrapolated) or by the roofline
+        self.families_seen: list[str] = []
         self.systems_seen: list[str] = []
         #: conformal prediction-interval bands (:mod:`hybrid.corrections.intervals`); None = not calibrated
         self.intervals: IntervalCalibration | None = None
@@ -183,6 +186,7 @@ class HybridPredictor:
         self.offsets, self.device_models, self.shifts, self.adapt_forms = {}, {}, {}, {}
         self.data_digest = table_digest(norm)
         self.devices_seen = sorted(map(str, pd.unique(norm["device"])))
+        self.families_seen = sorted(map(str, pd.unique(base["family"]))) if "family" in base.columns else []
         self.systems_seen = sorted(map(str, pd.unique(norm["system"].dropna()))) if "system" in norm.columns else []
         self.intervals = None
         if intervals:
@@ -526,6 +530,7 @@ class HybridPredictor:
                 "adapt_forms": self.adapt_forms,
                 "fit_info": self.fit_info, "data_digest": self.data_digest,
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
+                "families_seen": self.families_seen,
                 "intervals": None if self.intervals is None else self.intervals.to_json(),
             })
             write_json(tmp / "catalog.json", self._catalog_payload())
@@ -576,6 +581,7 @@ class HybridPredictor:
         obj.data_digest = manifest.get("data_digest", "")
         obj.devices_seen = list(manifest.get("devices_seen", []))
         obj.systems_seen = list(manifest.get("systems_seen", []))
+        obj.families_seen = list(manifest.get("families_seen", []))  # empty for saves before it was recorded
         obj.intervals = IntervalCalibration.from_json(manifest.get("intervals"))
         return obj
 
@@ -613,6 +619,7 @@ class HybridPredictor:
             "fit_info": self.fit_info,
             "devices_seen": self.devices_seen,
             "systems_seen": self.systems_seen,
+            "families_seen": self.families_seen,
             "adapted_devices": sorted(self._adapted_devices()),
             "adaptation": self.adaptation(),
             "data_digest": self.data_digest,

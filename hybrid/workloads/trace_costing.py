@@ -91,6 +91,8 @@ class TracePrediction:
     predicted: Any  # SimResult with the cost model's op times
     measured: Any | None  # SimResult with every node at its traced time (None without times)
     model_name: str = ""
+    #: op families the cost model was fitted on (None: not a fitted model, or a save that did not record them)
+    families_seen: tuple[str, ...] | None = None
 
     @property
     def predicted_us(self) -> float:
@@ -136,7 +138,24 @@ class TracePrediction:
             out["breakdown_measured_ms"] = {str(r["label"]): round(float(r["measured_us"]) / 1e3, 6)
                                             for _, r in bd.iterrows()}
         out["critical_path_ms"] = {k: v / 1e3 for k, v in self.predicted.critical_path_summary().items()}
+        unmeasured = self.unmeasured_families()
+        if unmeasured:
+            out["unmeasured_families"] = unmeasured
         return out
+
+    def unmeasured_families(self) -> dict[str, int]:
+        """Costed ops (per rank-0-and-others unit count) whose op family has no row in the cost model's training
+        data: their corrections extrapolate from other op kinds, or fall back to the roofline. Empty when the
+        model did not record what it was fitted on."""
+        if not self.families_seen:
+            return {}
+        from hybrid.ops.families import OP_TO_FAMILY
+
+        u = self.iteration.units
+        rows = u.loc[u["kind"] == "op", "row"]
+        fams = [OP_TO_FAMILY.get(str(r.get("op")), "") for r in rows if isinstance(r, dict)]
+        counts = pd.Series([f for f in fams if f and f not in self.families_seen], dtype=object).value_counts()
+        return {str(k): int(v) for k, v in counts.items()}
 
 
 def measured_durations(iteration: TraceIteration) -> np.ndarray:
@@ -178,4 +197,16 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
     meas = None
     if all(t.has_times for t in iteration.traces):
         meas = simulate_durations(compiled, measured_durations(iteration))
-    return TracePrediction(iteration, pred, meas, model_name)
+    return TracePrediction(iteration, pred, meas, model_name, families_seen=fitted_families(model))
+
+
+def fitted_families(model: Any) -> tuple[str, ...] | None:
+    """The op families ``model`` (or the fitted model it wraps, e.g. a kernel-time wrapper) was fitted on."""
+    seen: set[int] = set()
+    while model is not None and id(model) not in seen:
+        seen.add(id(model))
+        fams = getattr(model, "families_seen", None)
+        if fams:
+            return tuple(fams)
+        model = getattr(model, "model", None)
+    return None
