@@ -69,24 +69,22 @@ def test_attention_cases_compute_scaled_dot_product_attention():
         assert torch.allclose(out.double(), ref, atol=tol, rtol=tol), key
 
 
-def test_attention_rows_count_what_the_cost_model_counts():
-    """The profiler's FLOP count equals the roofline's for every case (causal cases have q_len = kv_len, where
-    PyTorch's top-left causal mask and the cost model's KV-cache convention agree)."""
+def test_attention_sweep_is_capped_by_the_cost_models_flops():
+    """Every case stays under the sweep's FLOP cap as the roofline counts its forward (the sweep sizes itself with
+    the cost model's formula), and causal cases have q_len = kv_len, where PyTorch's top-left causal mask and the
+    cost model's KV-cache convention agree; the full CPU sweep covers what models run."""
     from hybrid.data.profiler import attention as attn
 
     be = _backend()
     rows = pd.DataFrame([{**c.row, "device": "A100-SXM4-80GB"}
                          for c in attn.attention_cases(be, quick=False, seed=0, llc_bytes=2**20)])
     assert ((rows["q_len"] == rows["kv_len"]) | (rows["causal"] == 0)).all()
-    fwd = rows[rows["direction"] == "fwd"]
-    roof = roofline(fwd)
-    ours = [attn.attention_flops(r.batch, r.heads, r.q_len, r.kv_len, r.head_dim, bool(r.causal))
-            for r in fwd.itertuples()]
-    np.testing.assert_allclose(roof["flops"].to_numpy(), ours, rtol=1e-12)
-    bwd = rows[rows["direction"] == "bwd"]
-    assert np.allclose(roofline(bwd)["flops"].to_numpy() / roofline(
-        bwd.assign(direction="fwd"))["flops"].to_numpy(), 2.5)
-    # a full CPU sweep covers MHA and GQA, causal and not, prefill and decode, two dtypes
+    fwd = roofline(rows.assign(direction="fwd"))["flops"].to_numpy()
+    cap = attn.ATTENTION_FLOP_CAP[("cpu", False)]
+    assert fwd.max() <= cap and fwd.max() > cap / 4  # capped, and the largest calls come close to the cap
+    bwd = rows["direction"] == "bwd"
+    assert np.allclose(roofline(rows[bwd])["flops"].to_numpy() / fwd[bwd.to_numpy()], 2.5)
+    # MHA and GQA, causal and not, prefill and decode, two dtypes
     assert set(rows["dtype"]) == {"fp32", "bf16"} and (rows["kv_heads"] < rows["heads"]).any()
     assert set(rows["causal"]) == {0, 1} and (rows["q_len"] == 1).any()
 

@@ -121,15 +121,15 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     s = pred.summary()
     s["kernel_times"] = kernel_times
     s["compiled"] = compiled
-    warnings = [thread_mismatch(loaded, bundle)] if it.same_device else []
+    notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
-        warnings.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
-                        f"other op kinds, or the roofline){hint}")
-    warnings = [w for w in warnings if w]
-    if warnings:
-        s["warnings"] = warnings
-        for w in warnings:
+        notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
+                     f"other op kinds, or the roofline){hint}")
+    notes = [w for w in notes if w]
+    if notes:
+        s["warnings"] = notes
+        for w in notes:
             click.echo(f"warning: {w}", err=True)
     if as_json:
         echo_json(s)

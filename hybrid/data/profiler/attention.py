@@ -23,9 +23,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import pandas as pd
+
 from hybrid.data.profiler.backend import Backend
 from hybrid.data.profiler.cases import Case, random_tensor, torch_dtype
 from hybrid.data.profiler.timing import rotation_sets
+from hybrid.ops.families import FAMILIES
 
 #: Largest forward attention (FLOPs, ``4 b h d x pairs``) in the sweep, per backend and mode; backward cases
 #: are 2.5x that.
@@ -68,33 +71,22 @@ def supports_gqa(torch: Any) -> bool:
             return False
 
 
-def attention_flops(batch: int, heads: int, q_len: int, kv_len: int, head_dim: int, causal: bool) -> float:
-    """Forward FLOPs as :mod:`hybrid.ops.families` counts them (causal: the last ``q_len`` queries of ``kv_len``)."""
-    qq = min(q_len, kv_len)
-    pairs = q_len * kv_len - (qq * (qq - 1) / 2.0 if causal else 0.0)
-    return 4.0 * batch * heads * head_dim * pairs
-
-
 def attention_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> list[Case]:
     """Prefill/training (fwd + bwd) and decode (fwd) SDPA cases; see the module docstring."""
     del seed  # fixed grids: nothing random to draw
     mode = ("cuda" if backend.is_cuda else "cpu", quick)
-    cap = ATTENTION_FLOP_CAP[mode]
     gqa_ok = supports_gqa(backend.torch)
     layouts = [(h, kvh) for h, kvh in HEAD_LAYOUTS[mode] if kvh == h or gqa_ok]
-    shapes: list[tuple[int, int, int, int, int, int, bool, str]] = []  # b, h, kvh, q, kv, d, causal, direction
-    for d in HEAD_DIMS[mode]:
-        for h, kvh in layouts:
-            for s in PREFILL_SEQ[mode]:
-                b = max(1, PREFILL_TOKENS[mode] // s)
-                for causal in (True, False):
-                    if attention_flops(b, h, s, s, d, causal) > cap:
-                        continue
-                    shapes += [(b, h, kvh, s, s, d, causal, direction) for direction in ("fwd", "bwd")]
-        for h, kvh in layouts:
-            for b, kv in DECODE_SHAPES[mode]:
-                if attention_flops(b, h, 1, kv, d, False) <= cap:
-                    shapes.append((b, h, kvh, 1, kv, d, False, "fwd"))
+    cols = ["batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "direction"]
+    prefill = [(max(1, PREFILL_TOKENS[mode] // s), h, kvh, s, s, d, causal, direction)
+               for d in HEAD_DIMS[mode] for h, kvh in layouts for s in PREFILL_SEQ[mode]
+               for causal in (1, 0) for direction in ("fwd", "bwd")]
+    decode = [(b, h, kvh, 1, kv, d, 0, "fwd") for d in HEAD_DIMS[mode] for h, kvh in layouts
+              for b, kv in DECODE_SHAPES[mode]]
+    grid = pd.DataFrame(prefill + decode, columns=cols)
+    # the forward FLOPs the cost model counts (hybrid.ops.families), capped per backend and mode
+    fwd_flops = FAMILIES["attention"].flops(grid.assign(direction="fwd"))
+    shapes = list(grid[fwd_flops <= ATTENTION_FLOP_CAP[mode]].astype(object).itertuples(index=False, name=None))
     cases = []
     for dtype in attention_dtypes(backend, quick):
         elem = 2 if dtype in ("fp16", "bf16") else 4
@@ -102,7 +94,7 @@ def attention_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int)
             if dtype == "fp32" and backend.is_cuda and (d != 128 or q > 4096):
                 continue  # fp32 runs the math / memory-efficient path: a few shapes show its level
             row = {"op": "attention", "dtype": dtype, "direction": direction, "batch": b, "heads": h,
-                   "kv_heads": kvh, "q_len": q, "kv_len": kv, "head_dim": d, "causal": int(causal)}
+                   "kv_heads": kvh, "q_len": q, "kv_len": kv, "head_dim": d, "causal": causal}
             qo = b * h * q * d  # Q and O (and their gradients)
             kvb = 2 * b * kvh * kv * d  # K and V (and their gradients)
             ws = float(elem * (qo * 2 + kvb) * (2 if direction == "bwd" else 1))
