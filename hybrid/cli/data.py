@@ -125,3 +125,31 @@ def pull_cmd(name: str, from_dir: Path | None, out_dir: Path) -> None:
 
     target = pull(name, out_dir, from_dir=from_dir, progress=True)
     click.echo(f"pulled {name} to {target}")
+
+
+@data.command("merge")
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path, file_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Directory of the merged bundle (written atomically).")
+@click.option("--replace", is_flag=True,
+              help="A configuration in several bundles keeps the last bundle's row (a re-measurement replaces it); "
+                   "without it such a configuration is an error.")
+@click.option("--note", default=None, help="Text for the merged meta.json's 'note'.")
+@click.option("--force", is_flag=True, help="Replace an existing output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def merge_cmd(bundles: tuple[Path, ...], output: Path, replace: bool, note: str | None, force: bool,
+              as_json: bool) -> None:
+    """Merge profiler BUNDLES of one device (e.g. one `hybrid profile --only F` run per family, or a committed
+    bundle and families measured again) into one bundle."""
+    from hybrid.data.bundle import merge_bundles, read_meta
+
+    path, table = merge_bundles(bundles, output, on_duplicate="last" if replace else "error", note=note,
+                                force=force)
+    meta = read_meta(path)
+    if as_json:
+        echo_json({"path": str(path), "rows": len(table), "replaced_rows": meta["replaced_rows"],
+                   "merged_from": meta["merged_from"]})
+        return
+    echo_table([[m["bundle"], m["rows_in"], m["rows_kept"], ", ".join(m["families"])] for m in meta["merged_from"]],
+               ["bundle", "rows", "kept", "families"])
+    click.echo(f"wrote {len(table)} rows ({meta['replaced_rows']} replaced by a later bundle) to {path}")

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_directory
@@ -192,3 +193,124 @@ def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: s
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
         _usual_permissions(tmp)
     return out
+
+
+# ------------------------------------------------------------------------------------------------ merging
+#: What :func:`merge_bundles` does with a configuration measured in more than one bundle.
+ON_DUPLICATE = ("error", "last")
+#: ``meta.json`` keys that differ per profiler run and are kept per run (a list, in the order of the bundles).
+_PER_RUN_META = ("date", "command", "options", "row_counts", "durations_s", "skipped_cases", "skip_existing",
+                 "ceilings", "machine")
+
+
+def _catalog_body(text: str) -> str:
+    """A ``catalog.toml`` without its comment lines (profiler runs differ only in the date of their header)."""
+    return "\n".join(line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike, *, on_duplicate: str = "error",
+                  note: str | None = None, force: bool = False) -> tuple[Path, pd.DataFrame]:
+    """Merge profiler bundles of one device (e.g. one ``hybrid profile --only F`` run per family, or a committed
+    bundle and the families re-measured later) into one bundle at ``outdir``; returns ``(path, table)``.
+
+    Rows are concatenated in the order of ``paths``. A configuration (op, dtype, variant, direction, shape: the
+    profiler's :func:`~hybrid.data.profiler.cases.config_key`) present in more than one bundle is an error unless
+    ``on_duplicate="last"``, which keeps the row of the last bundle that has it (a re-measurement replaces the
+    old one). Every bundle must describe the same device with the same ``catalog.toml`` entries. The merged
+    ``meta.json`` keeps the shared fields once, the per-run fields (date, command, ceilings, ...) as one entry
+    per bundle (``ceilings`` stays the first run's; ``ceilings_each_run`` lists them all), and records where each
+    row came from (``merged_from``).
+    """
+    from hybrid.data.profiler.cases import config_key
+
+    if on_duplicate not in ON_DUPLICATE:
+        raise InvalidInputError(f"on_duplicate must be one of {', '.join(ON_DUPLICATE)}, got {on_duplicate!r}")
+    dirs = [Path(p) for p in paths]
+    if len(dirs) < 2:
+        raise InvalidInputError(f"merging needs at least two bundles, got {len(dirs)}")
+    out = Path(outdir)
+    if any(d.resolve() == out.resolve() for d in dirs):
+        raise InvalidInputError(f"the output {out} is one of the bundles to merge; write to a new directory")
+    tables, metas, bodies, texts = [], [], [], []
+    for d in dirs:
+        if not d.is_dir():
+            raise InvalidInputError(f"{d}: not a bundle directory")
+        table, _ = load_bundle(d)
+        if table.empty:
+            raise InvalidInputError(f"{d}: the bundle's table has no rows")
+        cat = _catalog_file(d)
+        text = cat.read_text(encoding="utf-8") if cat is not None else ""
+        tables.append(table)
+        metas.append(read_meta(d))
+        bodies.append(_catalog_body(text))
+        texts.append(text)
+    devices = sorted({str(v) for t in tables for v in t["device"].unique()})
+    if len(devices) != 1:
+        raise InvalidInputError(f"bundles of different devices cannot be merged: {', '.join(devices)}")
+    if len(set(bodies)) > 1:
+        differ = [str(d) for d, b in zip(dirs, bodies, strict=True) if b != bodies[0]]
+        raise InvalidInputError(f"the bundles' catalog.toml entries differ ({', '.join(differ)} vs {dirs[0]}); "
+                                "merge only runs that describe the device the same way")
+    keys = [pd.Series([config_key(r) for r in t.to_dict("records")], index=t.index) for t in tables]
+    within = [(d, int(k.duplicated().sum())) for d, k in zip(dirs, keys, strict=True) if k.duplicated().any()]
+    if within:
+        raise InvalidInputError("a bundle holds the same configuration twice: "
+                                + ", ".join(f"{d} ({n} rows)" for d, n in within))
+    origin = pd.Series(np.concatenate([np.full(len(t), i) for i, t in enumerate(tables)]))
+    allkeys = pd.concat(keys, ignore_index=True)
+    repeated = allkeys.duplicated(keep="last")
+    if repeated.any() and on_duplicate == "error":
+        pairs = sorted({(int(origin[i]), int(origin[j])) for i, j in _first_pairs(allkeys)})
+        raise InvalidInputError(
+            f"{int(repeated.sum())} configuration(s) are in more than one bundle ("
+            + ", ".join(f"{dirs[a]} and {dirs[b]}" for a, b in pairs)
+            + "); pass on_duplicate='last' (CLI: --replace) to keep the later measurement")
+    merged = pd.concat(tables, ignore_index=True, sort=False)
+    keep = ~repeated.to_numpy()
+    merged, origin = merged[keep].reset_index(drop=True), origin[keep].reset_index(drop=True)
+    meta = _merged_meta(dirs, metas, [len(t) for t in tables], merged, origin, int(repeated.sum()), note)
+    path = write_bundle(out, merged, texts[0], meta, force=force)
+    return path, merged
+
+
+def _first_pairs(keys: pd.Series) -> list[tuple[int, int]]:
+    """(first index, later index) of each repeated key."""
+    first: dict[Any, int] = {}
+    pairs = []
+    for i, k in enumerate(keys):
+        if k in first:
+            pairs.append((first[k], i))
+        else:
+            first[k] = i
+    return pairs
+
+
+def _merged_meta(dirs: list[Path], metas: list[dict[str, Any]], rows_in: list[int], table: pd.DataFrame,
+                 origin: pd.Series, replaced: int, note: str | None) -> dict[str, Any]:
+    base = {k: v for k, v in metas[0].items() if k not in _PER_RUN_META}
+    for m in metas[1:]:  # shared fields: keep a field only where every run agrees (else record each run's)
+        for k in list(base):
+            if m.get(k) != base[k]:
+                base[k] = [mm.get(k) for mm in metas]
+    per_run = {k: [m.get(k) for m in metas] for k in _PER_RUN_META if any(k in m for m in metas)}
+    per_run.pop("ceilings", None)
+    if "skipped_cases" in per_run:  # one list of every run's skipped cases
+        per_run["skipped_cases"] = [c for run in per_run["skipped_cases"] for c in (run or [])]
+    meta: dict[str, Any] = {**base, **per_run}
+    meta["ceilings"] = next((m["ceilings"] for m in metas if m.get("ceilings")), {})
+    meta["ceilings_each_run"] = [m.get("ceilings") for m in metas]
+    from hybrid.ops.families import family_array
+
+    fam = pd.Series(family_array(table["op"]))
+    meta["row_counts"] = {str(k): int(v) for k, v in table["op"].astype(str).value_counts().sort_index().items()}
+    meta["n_rows"] = int(len(table))
+    meta["merged_from"] = [{"bundle": str(d), "rows_in": int(rows_in[i]),
+                            "rows_kept": int((origin == i).sum()),
+                            "families": sorted(fam[origin == i].unique().tolist())}
+                           for i, d in enumerate(dirs)]
+    meta["replaced_rows"] = replaced
+    meta["note"] = note or (f"{len(dirs)} profiler bundles of one device merged by hybrid.data.bundle.merge_bundles: "
+                            "'ceilings' is the first run's, 'ceilings_each_run' and the per-run fields "
+                            f"({', '.join(k for k in _PER_RUN_META if k in per_run)}) list each run in "
+                            "'merged_from' order")
+    return meta

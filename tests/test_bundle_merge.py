@@ -1,0 +1,102 @@
+"""Merging profiler bundles of one device (`hybrid data merge`): rows, duplicates, meta, refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from hybrid.cli.main import cli
+from hybrid.data.bundle import load_bundle, merge_bundles, read_meta, write_bundle
+from hybrid.data.paths import project_datasets_dir
+from hybrid.errors import InvalidInputError
+from hybrid.ops.families import family_array
+
+H100 = project_datasets_dir() / "H100-SXM"
+
+
+def _split(tmp_path: Path) -> tuple[pd.DataFrame, list[Path]]:
+    """The committed H100 bundle split into three per-family bundles, as one profiler run per family writes them."""
+    table, _ = load_bundle(H100)
+    fam = family_array(table["op"])
+    text = (H100 / "catalog.toml").read_text()
+    meta = read_meta(H100)
+    paths = []
+    for i, fams in enumerate((("gemm",), ("norm", "softmax"), ("embedding",))):
+        part = table[pd.Series(fam).isin(fams).to_numpy()].reset_index(drop=True)
+        run_meta = {**{k: v for k, v in meta.items() if k not in ("date", "command", "ceilings_each_run")},
+                    "date": f"2026-11-2{i}", "command": f"hybrid profile --only {fams[0]}",
+                    "ceilings": {**meta["ceilings"], "mem_bw_gbps": 3000.0 + i}}
+        paths.append(write_bundle(tmp_path / f"part{i}", part, f"# run {i}\n" + text, run_meta))
+    return table, paths
+
+
+def test_merge_concatenates_runs_and_keeps_each_runs_meta(tmp_path):
+    table, parts = _split(tmp_path)
+    sizes = [len(load_bundle(p)[0]) for p in parts]
+    path, merged = merge_bundles(parts, tmp_path / "all")
+    back, _ = load_bundle(path)
+    assert len(back) == len(merged) == sum(sizes)
+    assert sorted(back["op"].unique()) == sorted(
+        {"gemm", "gemv", "bmm", "linear", "layernorm", "rmsnorm", "batchnorm", "softmax", "embedding_bag"})
+    meta = read_meta(path)
+    assert meta["date"] == ["2026-11-20", "2026-11-21", "2026-11-22"]
+    assert [r["rows_kept"] for r in meta["merged_from"]] == sizes
+    assert meta["merged_from"][1]["families"] == ["norm", "softmax"]
+    assert meta["ceilings"]["mem_bw_gbps"] == 3000.0  # the first run's
+    assert [c["mem_bw_gbps"] for c in meta["ceilings_each_run"]] == [3000.0, 3001.0, 3002.0]
+    assert meta["n_rows"] == len(back) and meta["replaced_rows"] == 0
+    assert meta["device"] == "H100-SXM"  # shared fields stay scalars
+    # the measured times are the parts' own, row for row
+    pd.testing.assert_series_equal(back["time_us"], pd.concat([load_bundle(p)[0]["time_us"] for p in parts],
+                                                              ignore_index=True), check_names=False)
+
+
+def test_a_configuration_in_two_bundles_is_an_error_unless_replaced(tmp_path):
+    _, parts = _split(tmp_path)
+    again, _ = load_bundle(parts[1])
+    again = again[again["op"] == "softmax"].assign(time_us=lambda t: t["time_us"] * 2.0).reset_index(drop=True)
+    redo = write_bundle(tmp_path / "redo", again, (H100 / "catalog.toml").read_text(), {"date": "later"})
+    with pytest.raises(InvalidInputError, match=r"configuration\(s\) are in more than one bundle.*--replace"):
+        merge_bundles([*parts, redo], tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()  # nothing half-written
+    path, merged = merge_bundles([*parts, redo], tmp_path / "ok", on_duplicate="last")
+    soft = merged[merged["op"] == "softmax"].reset_index(drop=True)
+    assert len(soft) == len(again)
+    assert soft["time_us"].to_numpy() == pytest.approx(again["time_us"].to_numpy())  # the later measurement
+    meta = read_meta(path)
+    assert meta["replaced_rows"] == len(again)
+    assert meta["merged_from"][1]["rows_kept"] == meta["merged_from"][1]["rows_in"] - len(again)
+
+
+def test_merge_refuses_other_devices_catalogs_and_bad_arguments(tmp_path):
+    _, parts = _split(tmp_path)
+    one, _ = load_bundle(parts[0])
+    other = write_bundle(tmp_path / "a100", one.assign(device="A100-SXM-40GB"), "", {})
+    with pytest.raises(InvalidInputError, match="different devices.*A100.*H100-SXM"):
+        merge_bundles([parts[0], other], tmp_path / "x")
+    changed = write_bundle(tmp_path / "cat", one.iloc[:3], '[devices.H100-SXM]\nmem_bw_gbps = 3000\n', {},)
+    with pytest.raises(InvalidInputError, match="catalog.toml entries differ"):
+        merge_bundles([parts[0], changed], tmp_path / "x")
+    with pytest.raises(InvalidInputError, match="at least two bundles"):
+        merge_bundles([parts[0]], tmp_path / "x")
+    with pytest.raises(InvalidInputError, match="on_duplicate"):
+        merge_bundles(parts, tmp_path / "x", on_duplicate="first")
+    with pytest.raises(InvalidInputError, match="is one of the bundles"):
+        merge_bundles(parts, parts[0])
+    with pytest.raises(InvalidInputError, match="not a bundle directory"):
+        merge_bundles([parts[0], tmp_path / "missing"], tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_merge(tmp_path):
+    _, parts = _split(tmp_path)
+    res = CliRunner().invoke(cli, ["data", "merge", *map(str, parts), "-o", str(tmp_path / "m"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["rows"] == sum(r["rows_kept"] for r in out["merged_from"]) and out["replaced_rows"] == 0
+    res = CliRunner().invoke(cli, ["data", "merge", *map(str, parts), "-o", str(tmp_path / "m")])
+    assert isinstance(res.exception, InvalidInputError) and "already exists" in str(res.exception)
