@@ -1,0 +1,59 @@
+"""``experiments/dlrm_validation/h200.py``: the H200 DLRM benchmark (8 runs never used in development) runs from
+the committed data, fits nothing on the runs, and its kernel-profile predictors beat the roofline."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def h200(load_experiment):
+    mod = load_experiment("dlrm_validation", "h200.py")
+    text, results = mod.run(mod.parse_args(["--no-public"]))  # public calibration: the slow part, not needed
+    return mod, text, results
+
+
+def test_h200_benchmark_figures_have_the_expected_keys(h200):
+    _, text, results = h200
+    assert results["n_runs"] == 8 and results["n_configs"] == 4 and results["system"] == "H200"
+    assert results["fitted_on_runs"] is False
+    assert set(results["predictors"]) == {"roofline", "profile", "H100 profile"}
+    for res in results["predictors"].values():
+        s = res["all"]
+        assert s["n_rows"] == 8 and math.isfinite(s["geomean_pct"]) and s["ranking"]["n"] == 4
+        assert set(res["phases"]) >= {"input_dist", "backward", "optimizer"}
+        assert isinstance(res["met_target"], bool) and res["repeat_runs_geomean_pct"] is not None
+    assert len(results["runs"]) == 8
+    for r in results["runs"]:
+        for n in results["predictors"]:
+            assert r[f"{n}: predicted_ms"] > 0
+    assert [r["config"] for r in results["ranking_by_config"]] == ["c000", "c001", "c002", "c003"]
+    noise = results["repeat_noise"]
+    assert noise["n_runs"] == 6 and 0 < noise["geomean_pct"] < 10 and noise["ranking"]["n"] == 3
+    assert "embedding_bag" in results["h100_profile_on_h200_rows"]
+    assert "Nothing is fitted or tuned on these runs" in text and "## Per harness phase" in text
+
+
+def test_kernel_profiles_beat_the_roofline_on_the_h200_runs(h200):
+    """Loose sanity bounds that a broken bundle mapping, a wrong target device or a graph regression would fail:
+    the H200's own profile predicts the runs far better than the roofline (which misses by ~75%), and the H100
+    profile, transferred to a GPU it never measured, still beats the roofline."""
+    _, _, results = h200
+    g = {n: r["all"]["geomean_pct"] for n, r in results["predictors"].items()}
+    assert g["profile"] < 0.5 * g["roofline"]
+    assert g["profile"] < 35.0
+    assert g["H100 profile"] < g["roofline"]
+
+
+def test_committed_results_md_is_this_benchmarks():
+    text = (ROOT / "experiments" / "dlrm_validation" / "h200" / "results.md").read_text(encoding="utf-8")
+    assert "python experiments/dlrm_validation/h200.py" in text
+    for heading in ("## Iteration time", "## Measurement noise", "## Per run", "## Plan ranking per config",
+                    "## Per harness phase", "## Notes"):
+        assert heading in text
+    assert "missed" in text
