@@ -106,15 +106,16 @@ def load_h100() -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def measured_ceilings(catalog: Catalog) -> tuple[Catalog, dict[str, float]]:
-    """``catalog`` with the H100 entry's peaks, memory bandwidth and per-kernel latency replaced by the medians
-    over the bundle's profiler runs of its measured ceilings (``meta.json: ceilings_each_run``): the roofline a
-    user gets from the profiler's one-second ceilings run. Diagnostic only (it uses H100 measurements)."""
-    runs = read_meta(H100_BUNDLE)["ceilings_each_run"]
+def measured_ceilings(catalog: Catalog, bundle: Path = H100_BUNDLE, key: str = "H100-SXM"
+                      ) -> tuple[Catalog, dict[str, float]]:
+    """``catalog`` with the ``key`` entry's peaks, memory bandwidth and per-kernel latency replaced by the medians
+    over ``bundle``'s profiler runs of its measured ceilings (``meta.json: ceilings_each_run``): the roofline a
+    user gets from the profiler's one-second ceilings run. Diagnostic only (it uses measurements of that GPU)."""
+    runs = read_meta(bundle)["ceilings_each_run"]
     peaks = {d: float(np.median([r["peak_tflops"][d] for r in runs])) for d in runs[0]["peak_tflops"]}
     bw = float(np.median([r["mem_bw_gbps"] for r in runs]))
     lat = float(np.median([r["kernel_latency_us"] for r in runs]))
-    dev = catalog.device("H100-SXM")
+    dev = catalog.device(key)
     flops = {**dev.peak_flops, **{d: v * 1e12 for d, v in peaks.items()}}
     return (catalog.override(dev.key, peak_flops=flops, mem_bw=bw * 1e9, kernel_latency_us=lat),
             {**{f"{d} TFLOP/s": v for d, v in peaks.items()}, "memory GB/s": bw, "kernel latency us": lat})
