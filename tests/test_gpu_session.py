@@ -53,12 +53,15 @@ def test_default_plan(tmp_path, monkeypatch):
     assert names[0] == "profile-attention" and names[-2:] == ["dlrm", "traces"]
     assert {f"profile-{f}" for f in gs.KERNEL_FAMILIES} <= set(names)
     by = {s.name: s for s in steps}
-    assert "--skip-existing" not in by["profile-attention"].argv  # a family the bundle lacks: measured whole
-    assert "--skip-existing" not in by["profile-norm"].argv  # re-timed since the bundle: measured whole
-    assert by["profile-gemm"].argv[-2:] == ["--skip-existing", str(bundle)]
+    assert "--skip-existing" not in by["profile-norm"].argv  # re-timed since the H100 bundle: measured whole
+    for fam in ("attention", "gemm"):  # only the configurations the bundle lacks (H100: all of attention)
+        assert by[f"profile-{fam}"].argv[-2:] == ["--skip-existing", str(bundle)]
+    assert by["profile-attention"].timeout_s == gs.STEP_LIMITS["profile-attention"]
+    assert by["profile-gemm"].timeout_s == gs.STEP_LIMITS["profile-gemm"] > by["profile-softmax"].timeout_s
     assert "cuda" in by["dlrm"].argv and "transformers" in by["traces"].unavailable
     assert by["traces"].argv[-2:] == ["--attention", "sdpa"]  # the committed traces run eager attention
     assert gs.committed_bundle_for("NVIDIA H100 80GB HBM3") == bundle
+    assert gs.committed_bundle_for("NVIDIA H200") == project_datasets_dir() / "H200"
     assert gs.committed_bundle_for("NVIDIA B200") is None  # in the catalog, never measured here
     assert gs.committed_bundle_for("not a gpu at all") is None
 

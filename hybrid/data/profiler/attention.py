@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hybrid.data.profiler.backend import Backend
@@ -43,6 +44,10 @@ HEAD_LAYOUTS = {("cpu", False): ((8, 8), (8, 2), (16, 16)), ("cpu", True): ((4, 
                 ("cuda", False): ((32, 32), (32, 4)), ("cuda", True): ((16, 16), (32, 4))}
 #: Head sizes.
 HEAD_DIMS = {("cpu", False): (64,), ("cpu", True): (64,), ("cuda", False): (64, 128), ("cuda", True): (128,)}
+#: Smaller prefill / training shapes on GPUs (full sweep, 16-bit dtypes): the scale traced training steps run (BERT
+#: b8 x h16 x s512, GPT-2 b8 x h12 x s1024, Llama b4 x h16/kv8 x s1024: 4096-8192 tokens per call, 12-16 heads),
+#: 5-8x fewer batch x heads than :data:`PREFILL_TOKENS` x :data:`HEAD_LAYOUTS`' rows of the same length.
+SMALL_PREFILL = {"tokens": (4096, 8192), "layouts": ((12, 12), (16, 16), (16, 8)), "seq": (512, 1024, 2048)}
 #: Decode shapes: (batch, kv_len) of one query per sequence.
 DECODE_SHAPES = {("cpu", False): ((1, 1024), (8, 512), (32, 256)), ("cpu", True): ((4, 256),),
                  ("cuda", False): ((1, 2048), (1, 32768), (16, 1024), (16, 8192), (64, 2048), (64, 16384),
@@ -83,15 +88,26 @@ def attention_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int)
                for causal in (1, 0) for direction in ("fwd", "bwd")]
     decode = [(b, h, kvh, 1, kv, d, 0, "fwd") for d in HEAD_DIMS[mode] for h, kvh in layouts
               for b, kv in DECODE_SHAPES[mode]]
-    grid = pd.DataFrame(prefill + decode, columns=cols)
+    small = []
+    if mode == ("cuda", False):
+        small = [(max(1, t // s), h, kvh, s, s, d, causal, direction) for t in SMALL_PREFILL["tokens"]
+                 for h, kvh in SMALL_PREFILL["layouts"] if kvh == h or gqa_ok for s in SMALL_PREFILL["seq"]
+                 for d in HEAD_DIMS[mode] for causal in (1, 0) for direction in ("fwd", "bwd")]
+    grid = pd.DataFrame(list(dict.fromkeys(prefill + decode + small)), columns=cols)
+    n_small = len(grid) - len(dict.fromkeys(prefill + decode))
+    small_rows = np.zeros(len(grid), dtype=bool)
+    if n_small:
+        small_rows[-n_small:] = True
     # the forward FLOPs the cost model counts (hybrid.ops.families), capped per backend and mode
     fwd_flops = FAMILIES["attention"].flops(grid.assign(direction="fwd"))
-    shapes = list(grid[fwd_flops <= ATTENTION_FLOP_CAP[mode]].astype(object).itertuples(index=False, name=None))
+    keep = np.asarray(fwd_flops <= ATTENTION_FLOP_CAP[mode], dtype=bool)
+    shapes = list(grid[keep].astype(object).itertuples(index=False, name=None))
+    is_small = small_rows[keep]
     cases = []
     for dtype in attention_dtypes(backend, quick):
         elem = 2 if dtype in ("fp16", "bf16") else 4
-        for b, h, kvh, q, kv, d, causal, direction in shapes:
-            if dtype == "fp32" and backend.is_cuda and (d != 128 or q > 4096):
+        for (b, h, kvh, q, kv, d, causal, direction), small_shape in zip(shapes, is_small, strict=True):
+            if dtype == "fp32" and backend.is_cuda and (d != 128 or q > 4096 or small_shape):
                 continue  # fp32 runs the math / memory-efficient path: a few shapes show its level
             row = {"op": "attention", "dtype": dtype, "direction": direction, "batch": b, "heads": h,
                    "kv_heads": kvh, "q_len": q, "kv_len": kv, "head_dim": d, "causal": causal}

@@ -108,35 +108,77 @@ def vocab_gemm_shapes(backend: Backend, quick: bool, seed: int) -> list[tuple[st
     return out
 
 
+#: Transformer-layer GEMMs on GPUs (full sweep): tokens per call x model width, each projection (out, in) of a
+#: layer (QKV 3d x d, attention output d x d, MLP up 4d x d and down d x 4d) in the three layouts a ``linear``
+#: runs forward and backward (:data:`VOCAB_LAYOUTS`), in the 16-bit dtypes mixed-precision training runs.
+LAYER_GEMM_DESIGN = {"tokens": (2048, 8192), "width": (768, 2048, 4096)}
+#: dtypes of the vocabulary-sized and transformer-layer GEMMs, per backend (full sweep; quick: fp32 vocab only).
+LAYOUT_GEMM_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "bf16")}
+LAYER_GEMM_DTYPES = {"cpu": (), "cuda": ("fp16", "bf16")}
+
+
+def layer_gemm_shapes(backend: Backend, quick: bool) -> list[tuple[str, int, int, int]]:
+    """(layout, m, n, k) of a transformer layer's GEMMs (:data:`LAYER_GEMM_DESIGN`; GPUs, full sweep only):
+    aligned, mid-size 16-bit GEMMs like the ones traced training steps run, which the random and square shapes
+    cover too sparsely."""
+    if quick or not backend.is_cuda:
+        return []
+    cap = GEMM_FLOP_CAP[_mode(backend, quick)]
+    out = []
+    for t in LAYER_GEMM_DESIGN["tokens"]:
+        for d in LAYER_GEMM_DESIGN["width"]:
+            for n_out, k_in in ((3 * d, d), (d, d), (4 * d, d), (d, 4 * d)):
+                if 2.0 * t * n_out * k_in <= cap:
+                    out += [("linear", t, n_out, k_in), ("mm", t, k_in, n_out), ("mm_tn", n_out, k_in, t)]
+    return list(dict.fromkeys(out))
+
+
 def gemm_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> list[Case]:
-    """GEMM/BMM/GEMV/linear cases over :func:`gemm_shapes` x :func:`kernel_dtypes`."""
+    """GEMM/BMM/GEMV/linear cases over :func:`gemm_shapes` x :func:`kernel_dtypes`, plus vocabulary-sized
+    (:func:`vocab_gemm_shapes`) and, on GPUs, transformer-layer (:func:`layer_gemm_shapes`) GEMMs."""
     torch = backend.torch
     cases = []
     for dtype in kernel_dtypes(backend, quick):
         shapes = gemm_shapes(backend, quick, seed)
-        if dtype != "fp32" and not quick:
-            shapes = shapes[::2]  # the other dtypes get every second shape
+        if dtype != "fp32" and not quick and not backend.is_cuda:
+            shapes = shapes[::2]  # on CPUs the other dtypes get every second shape (GPUs: every shape)
         for op, b, m, n, k in shapes:
             row = {"op": op, "dtype": dtype, "b": b, "m": m, "n": n, "k": k, "direction": "fwd",
                    "variant": _gemm_variant(op, m, n)}
             elem = 2 if dtype in ("bf16", "fp16") else 4
             ws = elem * (b * m * k + (k * n if op == "linear" else b * k * n) + b * m * n)
             cases.append(Case("gemm", row, _gemm_builder(backend, torch, op, b, m, n, k, dtype, ws, llc_bytes), ws))
-    # vocabulary-sized GEMMs, in the layouts linear forward/backward run (fp32 only: the models traced run fp32)
-    for layout, m, n, k in vocab_gemm_shapes(backend, quick, seed):
-        row = {"op": "gemm", "dtype": "fp32", "b": 1, "m": m, "n": n, "k": k, "direction": "fwd", "variant": layout}
-        ws = 4.0 * (m * k + k * n + m * n)
-        cases.append(Case("gemm", row, _layout_builder(backend, layout, m, n, k, ws, llc_bytes), ws))
+    # vocabulary-sized GEMMs, in the layouts linear forward/backward run (fp32; bf16 too on GPUs, full sweep), and
+    # on GPUs a transformer layer's GEMMs in fp16 and bf16
+    kind = "cuda" if backend.is_cuda else "cpu"
+    layout_sets = [(vocab_gemm_shapes(backend, quick, seed), ("fp32",) if quick else LAYOUT_GEMM_DTYPES[kind]),
+                   (layer_gemm_shapes(backend, quick), LAYER_GEMM_DTYPES[kind])]
+    seen = {(c.row["dtype"], c.row["op"], c.row["b"], c.row["m"], c.row["n"], c.row["k"], c.row["variant"])
+            for c in cases}
+    for shapes, dtypes in layout_sets:
+        for dtype in dtypes:
+            elem = 2 if dtype in ("bf16", "fp16") else 4
+            for layout, m, n, k in shapes:
+                if (dtype, "gemm", 1, m, n, k, layout) in seen:  # a layer GEMM that is also a grid square
+                    continue
+                seen.add((dtype, "gemm", 1, m, n, k, layout))
+                row = {"op": "gemm", "dtype": dtype, "b": 1, "m": m, "n": n, "k": k, "direction": "fwd",
+                       "variant": layout}
+                ws = float(elem * (m * k + k * n + m * n))
+                cases.append(Case("gemm", row, _layout_builder(backend, layout, m, n, k, ws, llc_bytes, dtype), ws))
     return cases
 
 
-def _layout_builder(backend: Backend, layout: str, m: int, n: int, k: int, ws: float, llc: int):
+def _layout_builder(backend: Backend, layout: str, m: int, n: int, k: int, ws: float, llc: int,
+                    dtype: str = "fp32"):
     """``linear``: ``F.linear(x[m,k], W[n,k])``; ``mm``: ``A[m,k] @ B[k,n]``; ``mm_tn``: ``A[k,m].t() @ B[k,n]``."""
     def build():
         torch = backend.torch
         dev = backend.torch_device
         sets = rotation_sets(ws, llc)
-        f32 = torch.float32
+        f32 = torch_dtype(torch, dtype)
+        if backend.is_cuda:  # fp32 means fp32: never left in the TF32 mode a previous case set
+            torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
         if layout == "linear":
             data = [(random_tensor(torch, (m, k), f32, dev), random_tensor(torch, (n, k), f32, dev))
                     for _ in range(sets)]

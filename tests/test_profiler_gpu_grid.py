@@ -1,0 +1,74 @@
+"""The GPU sweep's coverage (checked without a GPU: the cases are enumerated, never built): 16-bit GEMMs get the
+whole grid plus the aligned transformer-layer and vocabulary-sized shapes traced training steps run, and fused
+attention gets rows at the traced scale; the CPU sweep is unchanged by them."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from hybrid.data.profiler import attention as attn
+from hybrid.data.profiler import kernels as K
+from hybrid.data.profiler.backend import Backend
+
+torch = pytest.importorskip("torch")
+
+
+def _cases(kind: str, quick: bool = False):
+    be = Backend(torch, kind, 1)
+    return (K.gemm_cases(be, quick=quick, seed=0, llc_bytes=2**20),
+            attn.attention_cases(be, quick=quick, seed=0, llc_bytes=2**20))
+
+
+def _shape(r: dict) -> tuple:
+    return (r["op"], r.get("b"), r["m"], r["n"], r["k"], r["variant"])
+
+
+def test_gpu_gemm_sweep_gives_every_dtype_every_shape_and_the_traced_layer_shapes():
+    gemm, _ = _cases("cuda")
+    by_dtype = collections.defaultdict(set)
+    for c in gemm:
+        by_dtype[c.row["dtype"]].add(_shape(c.row))
+    base = {(op, b, m, n, k, K._gemm_variant(op, m, n))
+            for op, b, m, n, k in K.gemm_shapes(Backend(torch, "cuda", 1), False, 0)}
+    for dtype in ("fp32", "tf32", "fp16", "bf16"):
+        assert base <= by_dtype[dtype], dtype
+    # Llama's MLP GEMMs at 4096 tokens (traced: 4096 x 5632 x 2048 etc.) have this grid's neighbours, aligned
+    layer = {s for s in by_dtype["bf16"] - base if s[5] in K.VOCAB_LAYOUTS and s[2] % 8 == s[3] % 8 == s[4] % 8 == 0}
+    assert ("gemm", 1, 8192, 3 * 2048, 2048, "linear") in layer and ("gemm", 1, 2048, 4 * 2048, 8192, "mm_tn") in layer
+    assert layer and all(2.0 * s[2] * s[3] * s[4] <= K.GEMM_FLOP_CAP[("cuda", False)] for s in layer)
+    assert {s for s in by_dtype["fp16"] - base} == {s for s in by_dtype["fp16"] - base if s[5] in K.VOCAB_LAYOUTS}
+    # the LM-head GEMMs of an unaligned vocabulary (GPT-2's 50257) in bf16, forward and both gradients
+    vocab = {(s[2], s[3], s[4], s[5]) for s in by_dtype["bf16"] if 50257 in s[2:5]}
+    assert {lay for *_, lay in vocab} == set(K.VOCAB_LAYOUTS)
+    assert len({_shape(c.row) + (c.row["dtype"],) for c in gemm}) == len(gemm)  # no case twice
+
+
+def test_cpu_sweeps_do_not_take_the_gpu_additions():
+    gemm, att = _cases("cpu")
+    dt = collections.Counter(c.row["dtype"] for c in gemm)
+    assert set(dt) == {"fp32", "bf16"}
+    bf16 = [c.row for c in gemm if c.row["dtype"] == "bf16"]
+    assert all(r["variant"] not in ("linear", "mm_tn") for r in bf16)  # no 16-bit vocabulary / layer GEMMs
+    assert dt["bf16"] == len(K.gemm_shapes(Backend(torch, "cpu", 1), False, 0)[::2])
+    assert not any(c.row["heads"] == 12 for c in att)
+    assert K.layer_gemm_shapes(Backend(torch, "cpu", 1), False) == []
+    assert K.layer_gemm_shapes(Backend(torch, "cuda", 1), True) == []
+
+
+def test_gpu_attention_sweep_reaches_the_traced_scale_in_16_bit():
+    _, att = _cases("cuda")
+    rows = [c.row for c in att]
+    key = {(r["dtype"], r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["head_dim"], bool(r["causal"]),
+            r["direction"]) for r in rows}
+    # the traced calls of datasets/traces-h200: BERT b8 h16 s512 d64 (not causal), GPT-2 b8 h12 s1024 d64
+    # (causal), Llama b4 h16/kv8 s1024 d128 (causal), forward and backward
+    for dtype in ("bf16", "fp16"):
+        for shape in ((8, 16, 16, 512, 64, False), (8, 12, 12, 1024, 64, True), (4, 16, 8, 1024, 128, True)):
+            for direction in ("fwd", "bwd"):
+                assert (dtype, *shape, direction) in key, (dtype, shape, direction)
+    small = [r for r in rows if r["heads"] in (12, 16)]
+    assert small and {r["dtype"] for r in small} == {"fp16", "bf16"}  # fp32 keeps its few large shapes
+    assert len({(r["dtype"], r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
+                 r["causal"], r["direction"]) for r in rows}) == len(rows)  # no case twice
