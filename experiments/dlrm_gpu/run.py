@@ -329,8 +329,10 @@ def choose_zipf_alpha(runs: pd.DataFrame, catalog: Catalog, fit_mask: np.ndarray
     return min(scores, key=scores.get), scores
 
 
-def public_calibration(data_dir: Path, catalog: Catalog, max_rows: int = 12000) -> tuple[HybridPredictor, str]:
-    """HybridPredictor fitted on public kernel and collective measurements (no end-to-end data)."""
+def public_calibration(data_dir: Path, catalog: Catalog, max_rows: int = 12000,
+                       extra: pd.DataFrame | None = None) -> tuple[HybridPredictor, str]:
+    """HybridPredictor fitted on public kernel and collective measurements (no end-to-end data); ``extra`` rows
+    (e.g. a profile bundle) join after the sub-sampling, so the public rows are the same with and without them."""
     from hybrid.data.importers import import_paths
     from hybrid.tracking.inputs import subsample
 
@@ -355,7 +357,11 @@ def public_calibration(data_dir: Path, catalog: Catalog, max_rows: int = 12000) 
     if "wrong" in table.columns:
         table = table[~(pd.to_numeric(table["wrong"], errors="coerce").fillna(0) > 0)]
     table = subsample(table, max_rows, 0)
-    return HybridPredictor(catalog).fit(table), ", ".join(used) + f"; {len(table):,} rows kept (even per device/op)"
+    note = ", ".join(used) + f"; {len(table):,} rows kept (even per device/op)"
+    if extra is not None and len(extra):
+        table = pd.concat([table, extra], ignore_index=True, sort=False)
+        note += f", plus {len(extra):,} profile rows"
+    return HybridPredictor(catalog).fit(table), note
 
 
 def err_pct(pred: np.ndarray, meas: np.ndarray) -> np.ndarray:
