@@ -218,15 +218,7 @@ def run(args: argparse.Namespace) -> tuple[str, dict]:
               + " |")
         print("|---|---|" + "---|" * len(names))
         for ph in ("input_dist", "lookup_fwd", "exchange_fwd", "dense_fwd", "backward", "exchange_bwd", "optimizer"):
-            cells = []
-            meas = None
-            for n in names:
-                v = reps[n].phases.get(ph)
-                if v is None:
-                    cells.append("-")
-                    continue
-                meas = v["measured_median_ms"]
-                cells.append(f"{v['predicted_median_ms']:.2f}, {fmt(v['geomean_pct'])}, {v['ratio_median']:.2f}")
+            cells, meas = phase_cells(reps, names, ph)
             print(f"| {ph} | {'-' if meas is None else f'{meas:.2f}'} | " + " | ".join(cells) + " |")
         print("\n## Engine breakdown: predicted GPU time per op family (profile predictor, median over runs, ms)\n")
         fam = family_breakdown(prof, runs, rep.table)
@@ -264,6 +256,25 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.command = "python " + " ".join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])])
     text, results = run(args)
+    return emit(args, text, results)
+
+
+def phase_cells(reps: dict, names: list[str], phase: str) -> tuple[list[str], float | None]:
+    """Per predictor: ``predicted ms, geomean %, pred/meas`` of one harness phase ("-" where it has none), and the
+    phase's measured median (ms; None where no predictor reports the phase)."""
+    cells, meas = [], None
+    for n in names:
+        v = reps[n].phases.get(phase)
+        if v is None:
+            cells.append("-")
+            continue
+        meas = v["measured_median_ms"]
+        cells.append(f"{v['predicted_median_ms']:.2f}, {fmt(v['geomean_pct'])}, {v['ratio_median']:.2f}")
+    return cells, meas
+
+
+def emit(args: argparse.Namespace, text: str, results: dict) -> int:
+    """``--json``: print the figures; else print the report and write it to ``args.out``."""
     if args.json:
         print(json.dumps(results, indent=1, default=str))
         return 0

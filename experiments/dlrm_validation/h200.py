@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import importlib.util
 import io
-import json
 import sys
 import time
 from pathlib import Path
@@ -43,7 +42,6 @@ from hybrid.data.bundle import load_bundle
 from hybrid.data.paths import project_datasets_dir, public_data_dir
 from hybrid.engine.costs import RooflineCostModel
 from hybrid.hardware.catalog import default_catalog
-from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import error_summary
 
 RUNS = "dlrm-h200-1gpu"
@@ -261,14 +259,7 @@ def run(args: argparse.Namespace) -> tuple[str, dict]:
               + " | ".join(f"{n}: predicted ms, geomean %, pred/meas" for n in names) + " |")
         print("|---|---|---|" + "---|" * len(names))
         for ph in PHASES:
-            cells, meas = [], None
-            for n in names:
-                v = reps[n].phases.get(ph)
-                if v is None:
-                    cells.append("-")
-                    continue
-                meas = v["measured_median_ms"]
-                cells.append(f"{v['predicted_median_ms']:.2f}, {fmt(v['geomean_pct'])}, {v['ratio_median']:.2f}")
+            cells, meas = H100.phase_cells(reps, names, ph)
             nz = noise["phases"].get(ph)
             print(f"| {ph} | {'-' if meas is None else f'{meas:.2f}'} | {'-' if nz is None else fmt(nz)} | "
                   + " | ".join(cells) + " |")
@@ -318,13 +309,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     text, results = run(args)
-    if args.json:
-        print(json.dumps(results, indent=1, default=str))
-        return 0
-    print(text, end="")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    write_benchmark_results(args.out, text)
-    return 0
+    return H100.emit(args, text, results)
 
 
 if __name__ == "__main__":

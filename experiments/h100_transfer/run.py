@@ -262,17 +262,22 @@ def methods_line(pred: pd.DataFrame, groups: np.ndarray) -> str:
     return "; ".join(f"{g}: {top[g]}" for g in (*GROUP_ORDER,) if g in top.index)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def transfer_arguments(description: str, out: Path) -> argparse.ArgumentParser:
+    """The command line of a GPU-transfer benchmark (this one, ``experiments/h200_transfer``)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--rows-per-group", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=3, help="few-shot draws")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--target-rows", type=int, default=0,
-                    help="score a seeded sample of this many bundle rows (0 = all; for quick checks)")
-    ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
-    args = ap.parse_args(argv)
+                    help="score a seeded sample of this many target-GPU rows (0 = all; for quick checks)")
+    ap.add_argument("--out", default=str(out))
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = transfer_arguments(__doc__.splitlines()[0], Path(__file__).with_name("results.md")).parse_args(argv)
     t0 = time.time()
     say = lambda s: print(f"[{time.time() - t0:.0f} s] {s}", file=sys.stderr)  # noqa: E731
     public, catalog = load_public(public_data_dir(args.data_dir), args.rows_per_group, args.seed)

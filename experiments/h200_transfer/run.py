@@ -299,16 +299,8 @@ def report(res: dict[str, Any], args: argparse.Namespace, cmd: str, wall_s: floa
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--rows-per-group", type=int, default=600)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--seeds", type=int, default=3, help="few-shot draws")
-    ap.add_argument("--folds", type=int, default=5)
-    ap.add_argument("--target-rows", type=int, default=0,
-                    help="score a seeded sample of this many H200 rows (0 = all; for quick checks)")
+    ap = h1.transfer_arguments(__doc__.splitlines()[0], Path(__file__).with_name("results.md"))
     ap.add_argument("--json", action="store_true", help="print the JSON summary, write nothing")
-    ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     args = ap.parse_args(argv)
     t0 = time.time()
     say = lambda s: print(f"[{time.time() - t0:.0f} s] {s}", file=sys.stderr)  # noqa: E731
