@@ -52,6 +52,17 @@ def test_the_h100_profile_used_for_transfer_drops_only_the_autograd_timed_norm_b
     assert (norm["direction"].fillna("fwd") == "fwd").all() and len(norm) == 168
 
 
+def test_quick_sweep_rows_are_the_quick_profiles_configurations(exp):
+    """The rows a one-minute ``--quick`` profile would give: a small subset of the bundle, from several families,
+    none of them the full sweep's transformer-layer GEMMs or traced-scale attention shapes."""
+    table, _ = load_bundle(exp.H200_BUNDLE)
+    quick = exp.quick_sweep_rows(table)
+    assert 50 < quick.sum() < 0.2 * len(table)
+    ops = set(table.loc[quick, "op"])
+    assert {"gemm", "elementwise", "softmax"} <= ops
+    assert not (table.loc[quick, "op"] == "attention").sum() > 10
+
+
 def test_large_gemms_take_the_same_time_on_the_two_gpus(exp):
     """Same GH100 compute: a compute-bound GEMM (H100 time over 1 ms) must take about the same time on both
     profiles; small ops are slower on the H200 machine's host (ratios well above 1), the reason the transfer
@@ -70,7 +81,8 @@ def test_small_run_orders_the_scenarios(exp, shared_datasets):
     g = s["geomean_pct"]
     assert s["n_rows"] == 300
     assert {"roofline", "public", "public + H100", "H100 only", "public + H100, measured ceilings",
-            "public + H100, auto k=20", "public + H100, auto k=50", "in distribution"} <= set(g)
+            "public + H100, auto k=20", "public + H100, auto k=50", "in distribution", "quick profile, adapt",
+            "quick profile, refit", "public + H100, outside the quick sweep"} <= set(g)
     # an own profile of the sibling GPU transfers better than public data alone, and both beat the roofline
     assert g["public + H100"] < g["public"] < g["roofline"]
     # H200 rows in training (cross-validation) beat every scenario that never saw one

@@ -72,3 +72,17 @@ def test_gpu_attention_sweep_reaches_the_traced_scale_in_16_bit():
     assert small and {r["dtype"] for r in small} == {"fp16", "bf16"}  # fp32 keeps its few large shapes
     assert len({(r["dtype"], r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
                  r["causal"], r["direction"]) for r in rows}) == len(rows)  # no case twice
+
+
+def test_family_cases_lists_a_sweep_without_building_it():
+    from hybrid.data.profiler.runner import family_cases
+    from hybrid.errors import InvalidInputError
+
+    be = Backend(torch, "cuda", 1)
+    gemm = family_cases(be, "gemm", quick=False)
+    assert len(gemm) == len(K.gemm_cases(be, quick=False, seed=0, llc_bytes=2**20))  # no repeats to drop
+    assert len(family_cases(be, "attention", quick=True)) < len(family_cases(be, "attention", quick=False))
+    emb = family_cases(Backend(torch, "cpu", 1), "embedding", quick=True, arena_bytes=2**28)
+    assert emb and all(c.row["op"] == "embedding_bag" for c in emb)
+    with pytest.raises(InvalidInputError, match="unknown kernel family 'collective'"):
+        family_cases(be, "collective", quick=True)

@@ -22,7 +22,10 @@ rows, each (source, device, dtype, family) sub-sampled to ``--rows-per-group``):
 4. few-shot: model 2 adapted (``HybridPredictor.adapt``, strategy ``auto``, the default) with k = 20 / 50 random
    rows of the H200 bundle, scored on the rows outside the 50-row pool; mean over ``--seeds``;
 5. in distribution: ``--folds``-fold cross-validation over the H200 bundle with the other folds (and model 2's
-   training data) in training: an upper bound, not a transfer figure.
+   training data) in training: an upper bound, not a transfer figure;
+6. a one-minute profile: the bundle's rows whose configuration the GPU quick sweep (``hybrid profile --quick``)
+   measures, enumerated from the profiler's code (:func:`hybrid.data.profiler.runner.family_cases`), used to adapt
+   model 2 (``auto``) or joined to its training data (refit); scored on every other row.
 
 Fused attention: no training set above but the H200's own folds has an attention row (the project's only GPU
 attention measurements are this bundle's), so scenarios 1-3 price it by extrapolating the other families; the
@@ -129,6 +132,29 @@ def few_shot(base, target: pd.DataFrame, seeds: int) -> dict[str, np.ndarray]:
     return out
 
 
+def quick_sweep_rows(target: pd.DataFrame) -> np.ndarray:
+    """Rows of ``target`` whose configuration the GPU quick sweep (``hybrid profile --quick`` on a CUDA device,
+    every kernel family) measures: the rows a user's one-minute profile of the new GPU would give. The sweep is
+    enumerated from the profiler's code (no GPU needed)."""
+    import torch
+
+    from hybrid.data.profiler.backend import Backend
+    from hybrid.data.profiler.cases import config_key
+    from hybrid.data.profiler.runner import family_cases
+
+    backend = Backend(torch, "cuda", 1)
+    keys = {config_key(c.row) for fam in QUICK_FAMILIES
+            for c in family_cases(backend, fam, quick=True, arena_bytes=QUICK_ARENA_BYTES)}
+    rows = target.drop(columns=["time_us"]).to_dict("records")
+    return np.fromiter((config_key(r) in keys for r in rows), dtype=bool, count=len(rows))
+
+
+#: kernel families of the quick sweep (every one ``hybrid profile`` runs on one GPU)
+QUICK_FAMILIES = ("gemm", "elementwise", "norm", "softmax", "attention", "conv", "pool", "embedding", "optimizer")
+#: embedding / optimizer table arena of the enumerated quick sweep (a GPU's: its memory is no limit at quick sizes)
+QUICK_ARENA_BYTES = 2.0**31
+
+
 def seed_mean_table(preds: np.ndarray, meas: np.ndarray, groups: np.ndarray) -> pd.DataFrame:
     return order_table(h1.seed_mean_table(preds, meas, groups))
 
@@ -171,6 +197,19 @@ def run(data_dir: Path, rows_per_group: int = 600, seed: int = 0, seeds: int = 3
     shots = few_shot(models["public + H100"], target, seeds)
     timings["few-shot"] = time.time() - t
     progress("few-shot done")
+    # a one-minute quick profile of the H200 (the quick sweep's configurations the bundle holds): model 2 adapted
+    # with those rows (auto) or refitted with them joined, scored on every other row
+    t = time.time()
+    quick = quick_sweep_rows(target)
+    rest = np.full(len(target), np.nan)
+    quick_pred = {"adapt": rest.copy(), "refit": rest.copy()}
+    if quick.any():
+        quick_pred["adapt"][~quick] = models["public + H100"].adapt(target[quick], strategy="auto").predict_time(
+            target[~quick])
+        refit = h1.fit(pd.concat([public, h100, target[quick]], ignore_index=True, sort=False), catalog, seed)
+        quick_pred["refit"][~quick] = refit.predict_time(target[~quick])
+    timings["quick profile"] = time.time() - t
+    progress(f"quick-profile scenarios done ({int(quick.sum())} rows)")
     t = time.time()
     cv = h1.cross_validate(pd.concat([public, h100], ignore_index=True, sort=False), target, catalog, folds, seed,
                            progress)
@@ -179,12 +218,19 @@ def run(data_dir: Path, rows_per_group: int = 600, seed: int = 0, seeds: int = 3
     tables.update({name: error_table(p["time_us"].to_numpy(), meas, groups) for name, p in preds.items()})
     tables.update({f"public + H100, {n}": seed_mean_table(a, meas, groups) for n, a in shots.items() if n != "k=0"})
     tables["in distribution"] = error_table(cv, meas, groups)
+    for name, pred in quick_pred.items():
+        ok = np.isfinite(pred)
+        if ok.any():
+            tables[f"quick profile, {name}"] = error_table(pred[ok], meas[ok], groups[ok])
+    tables["public + H100, outside the quick sweep"] = error_table(
+        preds["public + H100"]["time_us"].to_numpy()[~quick], meas[~quick], groups[~quick])
     tables["roofline, measured ceilings"] = error_table(
         preds["public + H100, measured ceilings"]["roofline_us"].to_numpy(), meas, groups)
     gemm = {m.key: m for m in models["public + H100"].corrections}.get("kernel-xgb-gemm")
     return {"tables": tables, "preds": preds, "groups": groups, "target": target, "public": public, "h100": h100,
             "timings": timings, "catalog": catalog, "dispatch_us": getattr(gemm, "dispatch_us", float("nan")),
-            "ceilings": {"H100-SXM": ceilings, "H200": ceilings_h200}}
+            "ceilings": {"H100-SXM": ceilings, "H200": ceilings_h200},
+            "quick_rows": quick}
 
 
 def same_config_ratios(h200: pd.DataFrame, h100: pd.DataFrame) -> pd.DataFrame:
@@ -257,6 +303,21 @@ def report(res: dict[str, Any], args: argparse.Namespace, cmd: str, wall_s: floa
               f"{all_g['public + H100, measured ceilings']:.1f}% (roofline on them "
               f"{all_g['roofline, measured ceilings']:.1f}%) (issue 13's target for a new GPU after 20 rows: <= 5%: "
               + ("met" if all_g["public + H100, auto k=20"] <= 5 else "MISSED") + ").", ""]
+    nq = int(res["quick_rows"].sum())
+    if "quick profile, refit" in tables:
+        q_counts = pd.Series(target.loc[res["quick_rows"], "op"]).value_counts()
+        lines += ["## A one-minute profile of the new GPU", "",
+                  f"The bundle holds {nq} of the configurations the GPU quick sweep measures (`hybrid profile "
+                  "--quick`, enumerated from the profiler's code: "
+                  + ", ".join(f"{op} {n}" for op, n in q_counts.items()) + "). Model 2 adapted with them (few-shot "
+                  "`auto`) or refitted with them joined to its training data, scored on the other "
+                  f"{len(target) - nq} rows; column 2 on the same rows for comparison.", ""]
+        lines += h1.comparison_lines({"2 public + H100": tables["public + H100, outside the quick sweep"],
+                                      "quick profile, adapt": tables["quick profile, adapt"],
+                                      "quick profile, refit": tables["quick profile, refit"]})
+        lines += ["", f"All rows outside the sweep: model 2 "
+                  f"{all_g['public + H100, outside the quick sweep']:.1f}%, adapted "
+                  f"{all_g['quick profile, adapt']:.1f}%, refitted {all_g['quick profile, refit']:.1f}%.", ""]
     gemm_groups = [g for g in tables["public + H100"].index if g.split(" ")[0] in ("gemm", "gemv", "bmm", "linear")]
     if gemm_groups:
         sub = tables["public + H100"].loc[gemm_groups]

@@ -167,24 +167,12 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     n_known = 0
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
-    builders = {
-        "gemm": lambda: kernels.gemm_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
-        "elementwise": lambda: kernels.elementwise_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
-        "norm": lambda: kernels.norm_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
-        "softmax": lambda: kernels.softmax_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
-        "attention": lambda: attn.attention_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
-        "embedding": lambda: emb.embedding_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
-                                                 arena_bytes=_arena_bytes(opts.quick)),
-        "optimizer": lambda: optim.optimizer_cases(backend, quick=opts.quick, seed=opts.seed,
-                                                   arena_bytes=_arena_bytes(opts.quick)),
-        "conv": lambda: cnn.conv_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
-        "pool": lambda: cnn.pool_cases(backend, quick=opts.quick, seed=opts.seed, llc_bytes=llc),
-    }
     for family in opts.families:
         if family == "collective":
             continue
         t0 = time.perf_counter()
-        cases = _unique_cases(builders[family]())
+        cases = family_cases(backend, family, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
+                             arena_bytes=_arena_bytes(opts.quick))
         if known:
             fresh = [c for c in cases if config_key(c.row) not in known]
             n_known += len(cases) - len(fresh)
@@ -236,6 +224,31 @@ _CLOCK_DOC = {
     "wall": "time.perf_counter_ns around each repeat (wall clock)",
     "cuda-events": "CUDA events around each repeat, after a device synchronise",
 }
+
+
+def family_cases(backend: Backend, family: str, *, quick: bool, seed: int = 0, llc_bytes: int = 2**20,
+                 arena_bytes: float | None = None) -> list[Case]:
+    """The configurations ``hybrid profile`` measures of one kernel family (every family of
+    :data:`PROFILE_FAMILIES` but ``collective``) on ``backend``, repeats removed. Enumerating them builds no
+    tensor, so a CUDA backend's sweep can be listed on a machine without a GPU (``Backend(torch, "cuda", 1)``):
+    which rows a profile of a GPU would hold. ``llc_bytes`` only sizes the cache-rotation sets; ``arena_bytes``
+    (default: this machine's share, as a profile run uses) caps the embedding and optimizer tables."""
+    arena = _arena_bytes(quick) if arena_bytes is None else float(arena_bytes)
+    builders: dict[str, Callable[[], list[Case]]] = {
+        "gemm": lambda: kernels.gemm_cases(backend, quick=quick, seed=seed, llc_bytes=llc_bytes),
+        "elementwise": lambda: kernels.elementwise_cases(backend, quick=quick, seed=seed, llc_bytes=llc_bytes),
+        "norm": lambda: kernels.norm_cases(backend, quick=quick, seed=seed, llc_bytes=llc_bytes),
+        "softmax": lambda: kernels.softmax_cases(backend, quick=quick, seed=seed, llc_bytes=llc_bytes),
+        "attention": lambda: attn.attention_cases(backend, quick=quick, seed=seed, llc_bytes=llc_bytes),
+        "embedding": lambda: emb.embedding_cases(backend, quick=quick, seed=seed, llc_bytes=llc_bytes,
+                                                 arena_bytes=arena),
+        "optimizer": lambda: optim.optimizer_cases(backend, quick=quick, seed=seed, arena_bytes=arena),
+        "conv": lambda: cnn.conv_cases(backend, quick=quick, seed=seed, llc_bytes=llc_bytes),
+        "pool": lambda: cnn.pool_cases(backend, quick=quick, seed=seed, llc_bytes=llc_bytes),
+    }
+    if family not in builders:
+        raise InvalidInputError(f"unknown kernel family {family!r}; expected one of {', '.join(builders)}")
+    return _unique_cases(builders[family]())
 
 
 def _unique_cases(cases: list[Case]) -> list[Case]:
