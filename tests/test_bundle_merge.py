@@ -55,6 +55,20 @@ def test_merge_concatenates_runs_and_keeps_each_runs_meta(tmp_path):
                                                               ignore_index=True), check_names=False)
 
 
+def test_merging_a_merged_bundle_keeps_every_run(tmp_path):
+    """A committed (merged) bundle plus a later run: the per-run lists grow by the new run, not by one entry per
+    bundle, so ceilings_each_run still has one entry per profiler run."""
+    _, parts = _split(tmp_path)
+    first, _ = merge_bundles(parts[:2], tmp_path / "first")
+    path, merged = merge_bundles([first, parts[2]], tmp_path / "second")
+    meta = read_meta(path)
+    assert [c["mem_bw_gbps"] for c in meta["ceilings_each_run"]] == [3000.0, 3001.0, 3002.0]
+    assert meta["date"] == ["2026-11-20", "2026-11-21", "2026-11-22"]
+    assert [r["runs"] for r in meta["merged_from"]] == [2, 1]
+    assert meta["n_rows"] == len(merged) == len(load_bundle(first)[0]) + len(load_bundle(parts[2])[0])
+    assert "merged_from" not in {k for k, v in meta.items() if isinstance(v, list) and v and isinstance(v[0], list)}
+
+
 def test_a_configuration_in_two_bundles_is_an_error_unless_replaced(tmp_path):
     _, parts = _split(tmp_path)
     again, _ = load_bundle(parts[1])

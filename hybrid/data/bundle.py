@@ -285,26 +285,47 @@ def _first_pairs(keys: pd.Series) -> list[tuple[int, int]]:
     return pairs
 
 
+#: ``meta.json`` keys a merge writes itself (never compared or carried over from the inputs).
+_MERGE_META = ("ceilings_each_run", "merged_from", "replaced_rows", "note", "n_rows", "row_counts")
+
+
+def _runs(meta: dict[str, Any]) -> int:
+    """Profiler runs behind a bundle's meta: one, or as many as a merged bundle lists (``ceilings_each_run``)."""
+    each = meta.get("ceilings_each_run")
+    return len(each) if isinstance(each, list) and each else 1
+
+
+def _per_run(meta: dict[str, Any], key: str) -> list[Any]:
+    """``key`` of each run behind ``meta``: a merged bundle's per-run list as it is, else the one value."""
+    value = meta.get(key)
+    n = _runs(meta)
+    if n > 1 and isinstance(value, list) and len(value) == n:
+        return list(value)
+    return [value] * n if n > 1 else [value]
+
+
 def _merged_meta(dirs: list[Path], metas: list[dict[str, Any]], rows_in: list[int], table: pd.DataFrame,
                  origin: pd.Series, replaced: int, note: str | None) -> dict[str, Any]:
-    base = {k: v for k, v in metas[0].items() if k not in _PER_RUN_META}
-    for m in metas[1:]:  # shared fields: keep a field only where every run agrees (else record each run's)
+    skip = (*_PER_RUN_META, *_MERGE_META)
+    base = {k: v for k, v in metas[0].items() if k not in skip}
+    for m in metas[1:]:  # shared fields: keep a field only where every run agrees (else record each bundle's)
         for k in list(base):
             if m.get(k) != base[k]:
                 base[k] = [mm.get(k) for mm in metas]
-    per_run = {k: [m.get(k) for m in metas] for k in _PER_RUN_META if any(k in m for m in metas)}
+    per_run = {k: [v for m in metas for v in _per_run(m, k)] for k in _PER_RUN_META if any(k in m for m in metas)}
     per_run.pop("ceilings", None)
-    if "skipped_cases" in per_run:  # one list of every run's skipped cases
-        per_run["skipped_cases"] = [c for run in per_run["skipped_cases"] for c in (run or [])]
+    if "skipped_cases" in per_run:  # one list of every run's skipped cases (a merged bundle's is one list already)
+        per_run["skipped_cases"] = [c for m in metas for c in (m.get("skipped_cases") or [])]
     meta: dict[str, Any] = {**base, **per_run}
     meta["ceilings"] = next((m["ceilings"] for m in metas if m.get("ceilings")), {})
-    meta["ceilings_each_run"] = [m.get("ceilings") for m in metas]
+    meta["ceilings_each_run"] = [c for m in metas for c in (m.get("ceilings_each_run") if _runs(m) > 1
+                                                             else [m.get("ceilings")])]
     from hybrid.ops.families import family_array
 
     fam = pd.Series(family_array(table["op"]))
     meta["row_counts"] = {str(k): int(v) for k, v in table["op"].astype(str).value_counts().sort_index().items()}
     meta["n_rows"] = int(len(table))
-    meta["merged_from"] = [{"bundle": str(d), "rows_in": int(rows_in[i]),
+    meta["merged_from"] = [{"bundle": str(d), "runs": _runs(metas[i]), "rows_in": int(rows_in[i]),
                             "rows_kept": int((origin == i).sum()),
                             "families": sorted(fam[origin == i].unique().tolist())}
                            for i, d in enumerate(dirs)]
@@ -312,5 +333,5 @@ def _merged_meta(dirs: list[Path], metas: list[dict[str, Any]], rows_in: list[in
     meta["note"] = note or (f"{len(dirs)} profiler bundles of one device merged by hybrid.data.bundle.merge_bundles: "
                             "'ceilings' is the first run's, 'ceilings_each_run' and the per-run fields "
                             f"({', '.join(k for k in _PER_RUN_META if k in per_run)}) list each run in "
-                            "'merged_from' order")
+                            "'merged_from' order (a merged input contributes its runs)")
     return meta
