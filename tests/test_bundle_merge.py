@@ -114,3 +114,25 @@ def test_cli_merge(tmp_path):
     assert out["rows"] == sum(r["rows_kept"] for r in out["merged_from"]) and out["replaced_rows"] == 0
     res = CliRunner().invoke(cli, ["data", "merge", *map(str, parts), "-o", str(tmp_path / "m")])
     assert isinstance(res.exception, InvalidInputError) and "already exists" in str(res.exception)
+
+
+def test_readers_of_meta_accept_a_merged_bundle(tmp_path):
+    """A merged bundle keeps ``options`` per run: run_options lists them, and the trace CLI's thread check reads
+    every run's thread count instead of failing on the list (it did on datasets/H200)."""
+    from types import SimpleNamespace
+
+    from hybrid.cli.trace import thread_mismatch
+    from hybrid.data.bundle import run_options
+
+    _, parts = _split(tmp_path)
+    path, _ = merge_bundles(parts, tmp_path / "m")
+    opts = run_options(read_meta(path))
+    assert len(opts) == 3 and all(isinstance(o, dict) for o in opts)
+    assert run_options({"options": {"threads": 1}}) == [{"threads": 1}] and run_options({}) == []
+    meta = read_meta(path)
+    meta["options"] = [{**o, "threads": 1} for o in opts]
+    (path / "meta.json").write_text(json.dumps(meta))
+    traced = [SimpleNamespace(meta={"hybrid_torch_threads": "2"})]
+    assert "profiled with 1" in thread_mismatch(traced, str(path))
+    assert thread_mismatch([SimpleNamespace(meta={"hybrid_torch_threads": "1"})], str(path)) is None
+    assert thread_mismatch(traced, str(project_datasets_dir() / "H200")) is None  # GPU runs: threads not set

@@ -63,11 +63,12 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
     op times then differ by up to the thread ratio, and two threads on a shared machine stall unpredictably)."""
     if not bundle:
         return None
-    from hybrid.data.bundle import read_meta
+    from hybrid.data.bundle import read_meta, run_options
 
-    prof = (read_meta(bundle).get("options") or {}).get("threads")
+    counts = {str(o["threads"]) for o in run_options(read_meta(bundle)) if o.get("threads") is not None}
+    prof = "/".join(sorted(counts)) if counts else None  # a merged bundle: every run's thread count
     traced = {str(t.meta.get("hybrid_torch_threads")) for t in loaded if t.meta.get("hybrid_torch_threads")}
-    if prof is None or not traced or traced == {str(prof)}:
+    if prof is None or not traced or traced == counts:
         return None
     return (f"the traces ran with {'/'.join(sorted(traced))} PyTorch thread(s) but {Path(bundle).name} was "
             f"profiled with {prof}: the measured and predicted times are not comparable (record with "

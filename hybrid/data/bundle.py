@@ -129,6 +129,17 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
         raise SchemaError(f"{meta}: not valid JSON ({exc})") from None
 
 
+def run_options(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The profiler options of each run behind a bundle's ``meta.json``: one dict for a single ``hybrid profile``
+    run, one per run for a merged bundle (:func:`merge_bundles` keeps ``options`` per run); [] without any."""
+    opts = meta.get("options")
+    if isinstance(opts, Mapping):
+        return [dict(opts)]
+    if isinstance(opts, list):
+        return [dict(o) for o in opts if isinstance(o, Mapping)]
+    return []
+
+
 # ------------------------------------------------------------------------------------------------ writing
 def _usual_permissions(directory: Path) -> None:
     """mkdtemp/mkstemp create private (0700/0600) entries; give the bundle the permissions of a normal write."""
