@@ -50,7 +50,9 @@ def test_default_plan(tmp_path, monkeypatch):
     bundle = project_datasets_dir() / "H100-SXM"
     steps = gs.default_steps(tmp_path, skip_existing=bundle)
     names = [s.name for s in steps]
-    assert names[0] == "profile-attention" and names[-2:] == ["dlrm", "traces"]
+    assert names[:3] == ["profile-attention", "profile-gemm", "traces"] and names[-1] == "dlrm"
+    only = [st.name for st in gs.default_steps(tmp_path, families=("attention", "norm"))]
+    assert only == ["profile-attention", "profile-norm", "traces", "dlrm"]  # no GEMM step: after the profiles
     assert {f"profile-{f}" for f in gs.KERNEL_FAMILIES} <= set(names)
     by = {s.name: s for s in steps}
     assert "--skip-existing" not in by["profile-norm"].argv  # re-timed since the H100 bundle: measured whole

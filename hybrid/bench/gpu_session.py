@@ -13,10 +13,11 @@ The default plan (:func:`default_steps`), in priority order:
 2. ``profile-<family>`` for the other kernel families, one process each (a hang costs one family), with
    ``--skip-existing`` the committed bundle of the same GPU where there is one, so a GPU measured before gets only
    configurations it lacks (except the :data:`REMEASURE` family, whose timing changed since: measured whole);
-3. ``dlrm``: a short DLRM campaign on one GPU (``hybrid bench campaign --device cuda --ranks 1``);
-4. ``traces``: traced bf16 training steps of BERT, GPT-2 and Llama with fused attention (SDPA;
-   ``experiments/trace_gpu/record.py --attention sdpa``; the committed traces run eager attention); needs
-   ``transformers``, skipped with a reason when it is missing.
+3. ``traces`` (right after ``profile-gemm``, :data:`TRACES_AFTER`: ~35 s): traced bf16 training steps of BERT,
+   GPT-2 and Llama with fused attention (SDPA; ``experiments/trace_gpu/record.py --attention sdpa``); needs
+   ``transformers``, skipped with a reason when it is missing;
+4. ``dlrm``: a short DLRM campaign on one GPU (``hybrid bench campaign --device cuda --ranks 1``), last (on the
+   H200, 2026-11-27, four configurations took 167-200 s: it ran out of the budget after the kernel families).
 
 Nothing here imports torch, MLflow or XGBoost: the steps do, in their own processes.
 """
@@ -50,6 +51,8 @@ REMEASURE = ("norm",)
 STEP_LIMITS = {"profile-attention": 300, "profile-gemm": 180, "profile": 120, "dlrm": 200, "traces": 180}
 #: A step is started only if at least this share of its limit (and 20 s) is left in the budget.
 MIN_SHARE = 0.5
+#: The traces step runs right after this step (when the plan has it).
+TRACES_AFTER = "profile-gemm"
 #: Characters of a step's output kept in the manifest.
 TAIL_CHARS = 2000
 MANIFEST = "session.json"
@@ -97,8 +100,9 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
         if skip_existing is not None and fam not in remeasure:
             argv += ["--skip-existing", str(skip_existing)]
         steps.append(Step(name, argv, STEP_LIMITS.get(name, STEP_LIMITS["profile"])))
+    tail: list[Step] = []
     if dlrm_configs > 0:
-        steps.append(Step("dlrm", [*cli, "bench", "campaign", str(out / "dlrm"), "--device", "cpu" if cpu else "cuda",
+        tail.append(Step("dlrm", [*cli, "bench", "campaign", str(out / "dlrm"), "--device", "cpu" if cpu else "cuda",
                                    "--ranks", "1", "--configs", str(dlrm_configs), "--iters", "10", "--warmup", "3"],
                           STEP_LIMITS["dlrm"]))
     if traces:
@@ -111,10 +115,14 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
         elif cpu:
             why = "traces are recorded on a CUDA GPU only"
         # the committed traces (datasets/traces-h100) run eager attention: record the fused (SDPA) kind in bf16
-        steps.append(Step("traces", [python, str(record), "--out", str(out / "traces"), "--models", "bert,gpt2,llama",
-                                     "--dtypes", "bf16", "--attention", "sdpa"], STEP_LIMITS["traces"],
-                          unavailable=why))
-    return steps
+        step = Step("traces", [python, str(record), "--out", str(out / "traces"), "--models", "bert,gpt2,llama",
+                               "--dtypes", "bf16", "--attention", "sdpa"], STEP_LIMITS["traces"], unavailable=why)
+        # short (~35 s on an H200) and what the trace benchmarks lack most: right after the GEMMs, before the
+        # families the LLM and trace work needs least; a full sweep of a new GPU leaves no budget at the end
+        names = [st.name for st in steps]
+        at = names.index(TRACES_AFTER) + 1 if TRACES_AFTER in names else len(steps)
+        steps.insert(at, step)
+    return steps + tail
 
 
 def committed_bundle_for(device_name: str, datasets: Path | None = None) -> Path | None:
