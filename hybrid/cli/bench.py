@@ -128,8 +128,8 @@ def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, wa
 @click.option("--cpu", is_flag=True, help="Profile the CPU instead (quick sweeps): tries the plan out on any machine.")
 def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_configs: int, no_traces: bool,
                 cpu: bool) -> None:
-    """Measure a lent GPU in one prepared command: attention, GEMMs, traces, the other kernel families, DLRM runs (in that
-    order, within --budget), with OUT_DIR/session.json saying what ran. Needs only PyTorch and pandas."""
+    """Measure a lent GPU in one prepared command: attention, GEMMs, traces, the other kernel families, DLRM runs
+    (in that order, within --budget), with OUT_DIR/session.json saying what ran. Needs only PyTorch and pandas."""
     torch = require_torch("hybrid bench gpu-session")
     from hybrid.bench.gpu_session import KERNEL_FAMILIES, committed_bundle_for, default_steps, run_session
     from hybrid.data.profiler.cases import PROFILE_FAMILIES
