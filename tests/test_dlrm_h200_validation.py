@@ -57,3 +57,21 @@ def test_committed_results_md_is_this_benchmarks():
                     "## Per harness phase", "## Notes"):
         assert heading in text
     assert "missed" in text
+
+
+def test_host_constants_come_from_the_h100_runs_only(h200):
+    """The host-constants section: fitted on the H100 dev half (never on an H200 run), applied as fitted and
+    scaled by the profiles' latency ratio; the default row reproduces the `profile` predictor exactly."""
+    _, text, results = h200
+    host = results["h100_dev_host_constants"]
+    v = host["variants"]
+    assert set(v) == {"default host constants", "H100-dev constants", "H100-dev constants x latency ratio"}
+    assert v["default host constants"]["geomean_pct"] == pytest.approx(results["predictors"]["profile"]["all"]
+                                                                       ["geomean_pct"])
+    fitted = v["H100-dev constants"]["overheads"]
+    scaled = v["H100-dev constants x latency ratio"]["overheads"]
+    assert 1.2 < host["latency_ratio"] < 2.0  # the H200 VM dispatches a tiny op slower than the H100 VM
+    assert scaled["kernel_launch_us"] == pytest.approx(fitted["kernel_launch_us"] * host["latency_ratio"])
+    assert fitted["kernel_launch_us"] + fitted["framework_us"] > 15.0  # more host per kernel than the default
+    assert all(math.isfinite(x["geomean_pct"]) and x["n_rows"] == 8 for x in v.values())
+    assert "## Host constants fitted on the H100's runs" in text

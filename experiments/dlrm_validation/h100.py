@@ -196,11 +196,7 @@ def run(args: argparse.Namespace) -> tuple[str, dict]:
               f"({fmt(results['predictors']['profile']['all']['geomean_pct'])}%) is the one to quote.")
         # overheads fitted on dev, scored on held-out (profile predictor)
         is_dev = rep.table["config_name"].isin(dev).to_numpy()
-        from hybrid.bench.campaign import load_pair
-
-        graphs = [prof.graph(*load_pair(runs, r)) for _, r in rep.table.iterrows()]
-        fitted, fit = Overheads.fit_report([g for g, d in zip(graphs, is_dev, strict=True) if d],
-                                           rep.table.loc[is_dev, "median_ms"].to_numpy() * 1e3, prof.model)
+        fitted, fit, graphs = fit_dev_overheads(runs, prof, rep.table, dev)
         held_t = rep.table.loc[~is_dev].copy()
         held_t["predicted_ms"] = prof.predict_graphs([g for g, d in zip(graphs, is_dev, strict=True) if not d],
                                                      fitted)
@@ -257,6 +253,19 @@ def main(argv: list[str] | None = None) -> int:
     args.command = "python " + " ".join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])])
     text, results = run(args)
     return emit(args, text, results)
+
+
+def fit_dev_overheads(runs: Path, pred: EnginePredictor, rep_table: pd.DataFrame, dev: list[str]
+                      ) -> tuple[Overheads, dict, list]:
+    """The engine's host constants fitted (``Overheads.fit_report``) on the runs of the ``dev`` configs with
+    ``pred``'s kernel model; returns (constants, fit report, the graph of every run of ``rep_table``)."""
+    from hybrid.bench.campaign import load_pair
+
+    is_dev = rep_table["config_name"].isin(dev).to_numpy()
+    graphs = [pred.graph(*load_pair(runs, r)) for _, r in rep_table.iterrows()]
+    fitted, fit = Overheads.fit_report([g for g, d in zip(graphs, is_dev, strict=True) if d],
+                                       rep_table.loc[is_dev, "median_ms"].to_numpy() * 1e3, pred.model)
+    return fitted, fit, graphs
 
 
 def phase_cells(reps: dict, names: list[str], phase: str) -> tuple[list[str], float | None]:

@@ -36,11 +36,12 @@ from types import ModuleType
 import numpy as np
 import pandas as pd
 
-from hybrid.bench.campaign import read_results
+from hybrid.bench.campaign import load_pair, read_results
 from hybrid.bench.validate import EnginePredictor, resolve_predictor, validate_campaign
-from hybrid.data.bundle import load_bundle
+from hybrid.data.bundle import load_bundle, read_meta
 from hybrid.data.paths import project_datasets_dir, public_data_dir
 from hybrid.engine.costs import RooflineCostModel
+from hybrid.engine.overheads import Overheads
 from hybrid.hardware.catalog import default_catalog
 from hybrid.reports.metrics import error_summary
 
@@ -96,6 +97,36 @@ def predictors(args: argparse.Namespace) -> tuple[list[EnginePredictor], dict[st
     notes["H100 profile"] = (f"HybridPredictor fitted on `datasets/{Path(args.h100_bundle).name}` only "
                              f"({n_h100} rows of an H100, no H200 row), predicting on the catalog's `H200`")
     return preds, notes
+
+
+def h100_host_constants(args: argparse.Namespace, runs: Path, table: pd.DataFrame, prof: EnginePredictor) -> dict:
+    """The engine's host constants fitted on the dev half of the H100 runs (``h100.py``'s fit, H100 profile
+    predictor), applied to every H200 run with the H200 profile's kernels: as fitted, and scaled by the two
+    profiles' measured per-kernel latency (H200 / H100: the physical guess that a slower host scales every host
+    constant alike; reported whichever way it comes out). Nothing of the H200 runs is used to fit."""
+    import dataclasses
+    import statistics
+
+    h100_runs = Path(args.h100_runs)
+    t1 = read_results(h100_runs)
+    dev, _ = H100.half_split(t1["config_name"].tolist(), H100.SPLIT_SEED)
+    p1 = resolve_predictor(bundle=args.h100_bundle)
+    prof1 = EnginePredictor("H100 profile (own GPU)", p1.model, p1.catalog, p1.system)
+    rep1 = validate_campaign(h100_runs / "results.csv", prof1, fit_overheads=False)
+    fitted, fit, _ = H100.fit_dev_overheads(h100_runs, prof1, rep1.table, dev)
+    lat = {b: statistics.median(c["kernel_latency_us"] for c in read_meta(b)["ceilings_each_run"])
+           for b in (args.bundle, args.h100_bundle)}
+    ratio = lat[args.bundle] / lat[args.h100_bundle]
+    scaled = dataclasses.replace(fitted, kernel_launch_us=fitted.kernel_launch_us * ratio,
+                                 framework_us=fitted.framework_us * ratio)
+    graphs = [prof.graph(*load_pair(runs, r)) for _, r in table.iterrows()]
+    out = {"fit": fit, "latency_us": lat, "latency_ratio": ratio, "variants": {}}
+    for name, ov in (("default host constants", Overheads()), ("H100-dev constants", fitted),
+                     ("H100-dev constants x latency ratio", scaled)):
+        t = table.copy()
+        t["predicted_ms"] = prof.predict_graphs(graphs, ov)
+        out["variants"][name] = {"overheads": {k: float(v) for k, v in ov.to_dict().items()}, **H100.score(t)}
+    return out
 
 
 def repeat_noise(table: pd.DataFrame, repeat: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
@@ -199,8 +230,9 @@ def run(args: argparse.Namespace) -> tuple[str, dict]:
               f"{table['median_ms'].min():.1f}-{table['median_ms'].max():.1f} ms.\n")
         print("**Nothing is fitted or tuned on these runs.** They were measured after the engine's DLRM graph and "
               "host constants were settled (on `datasets/dlrm-h100-1gpu` and the CPU campaigns); every predictor "
-              "below uses the engine's default host overheads and kernel models fitted on kernel profiles only. All "
-              "8 runs are held out; there is no dev split.\n")
+              "below uses the engine's default host overheads and kernel models fitted on kernel profiles only (the "
+              "section on host constants uses the ones fitted on the H100's dev runs). All 8 runs are held out; "
+              "there is no dev split.\n")
         print(f"Every run is predicted on the catalog's `{SYSTEM}` (the runs' `system: local-cuda`). Predictors:\n")
         for n in ("roofline", "public", "profile", "H100 profile"):
             print(f"- `{n}`: {notes[n]}")
@@ -278,6 +310,23 @@ def run(args: argparse.Namespace) -> tuple[str, dict]:
         print("| predicted iteration | " + " | ".join(f"{f['iteration'].median():.2f}" for f in fams.values())
               + " |")
         print(f"| measured iteration | {table['median_ms'].median():.2f} |" + " |" * (len(fams) - 1))
+        print("\n## Host constants fitted on the H100's runs, applied to the H200's\n")
+        host = h100_host_constants(args, runs, reps["profile"].table, next(p for p in preds if p.name == "profile"))
+        results["h100_dev_host_constants"] = host
+        print("The engine's host constants (`Overheads`) fitted on the dev half of the H100 runs "
+              f"(`experiments/dlrm_validation/h100.py`'s fit: {Overheads.describe_fit(host['fit'])}), applied "
+              "unchanged to all 8 H200 runs with the `profile` predictor's kernels; and scaled by the two profiles' "
+              f"measured per-kernel latency, {host['latency_us'][args.bundle]:.1f} / "
+              f"{host['latency_us'][args.h100_bundle]:.1f} us = {host['latency_ratio']:.2f} (launch and framework "
+              "constants: the physical guess that the H200 VM's slower host scales them alike, tried once and "
+              "reported either way). No H200 run is used to fit anything.\n")
+        print("| host constants | launch + framework us | geomean % | median % | predicted/measured (median) | "
+              "plan ranking |")
+        print("|---|---|---|---|---|---|")
+        for n, v in host["variants"].items():
+            o = v["overheads"]
+            print(f"| {n} | {o['kernel_launch_us'] + o['framework_us']:.1f} | {fmt(v['geomean_pct'])} | "
+                  f"{fmt(v['median_pct'])} | {v['ratio_median']:.2f} | {v['ranking']['agree']}/{v['ranking']['n']} |")
         print("\n## Kernel level: the H100 profile's model on the H200's own profile rows\n")
         print(f"Why `H100 profile` differs from `profile`: the model fitted on `datasets/{Path(args.h100_bundle).name}` "
               f"predicts every row of `datasets/{Path(args.bundle).name}` (the H200 ops it never saw). Ops the DLRM "
@@ -297,6 +346,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--runs", default=str(project_datasets_dir() / RUNS))
     ap.add_argument("--bundle", default=str(project_datasets_dir() / BUNDLE), help="the H200 profile")
     ap.add_argument("--h100-bundle", default=str(project_datasets_dir() / H100_BUNDLE), help="the H100 profile")
+    ap.add_argument("--h100-runs", default=str(project_datasets_dir() / H100.RUNS),
+                    help="the H100 harness runs whose dev half the host constants are fitted on")
     ap.add_argument("--data-dir", default=None, help="public datasets (default: ../shared/datasets)")
     ap.add_argument("--no-public", action="store_true", help="skip the public-data predictor (faster)")
     ap.add_argument("--out", default=str(Path(__file__).with_name("h200") / "results.md"))
