@@ -148,3 +148,37 @@ def test_engine_rounds_integer_shape_columns_before_costing():
     assert out["pooling_factor"].iloc[0] == 2.5  # float column untouched
     assert out["m"].iloc[1] == 1  # rounded, at least 1
     assert t["num_embeddings"].iloc[0] == 12983.5  # caller's table not modified
+
+
+def test_host_constants_saved_from_one_campaign_and_used_on_another(tmp_path, capsys):
+    """`hybrid bench validate --save-overheads` writes the in-sample host constants; `--overheads` predicts other
+    runs with them (the H200 runs with constants fitted on the same runs here, so the in-sample figure must come
+    back exactly); bad files are refused before anything is fitted."""
+    import json
+
+    from hybrid.cli.main import main as cli_main
+    from hybrid.data.paths import project_datasets_dir
+    from hybrid.errors import InvalidInputError
+
+    runs = project_datasets_dir() / "dlrm-h200-1gpu" / "results.csv"
+    bundle = str(project_datasets_dir() / "H200")
+    saved = tmp_path / "ov.json"
+    assert cli_main(["bench", "validate", str(runs), "--bundle", bundle, "--save-overheads", str(saved),
+                     "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    doc = json.loads(saved.read_text())
+    assert doc["n_runs"] == 8 and doc["n_configs"] == 4 and doc["fitted_on"] == str(runs)
+    assert doc["overheads_us"] == first["in_sample"]["overheads_us"] and first["overheads_us"] is None
+    assert cli_main(["bench", "validate", str(runs), "--bundle", bundle, "--overheads", str(saved), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["overheads_us"] == pytest.approx(doc["overheads_us"])
+    assert again["errors"]["geomean_pct"] == pytest.approx(first["in_sample"]["geomean_pct"], rel=1e-6)
+    for text, match in (("{not json", "not a readable JSON"), ('{"kernel_launch_us": -3}', "must be finite and >= 0"),
+                        ('{"warp_us": 3}', "unknown overhead"), ("[]", "expected a JSON object"),
+                        ('{"kernel_launch_us": "fast"}', "must be numbers")):
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(InvalidInputError, match=match):
+            from hybrid.bench.validate import load_overheads
+
+            load_overheads(bad)

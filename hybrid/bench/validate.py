@@ -7,6 +7,7 @@ measured fastest (*strict*) or measured within the run-to-run spread of the fast
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -337,6 +338,39 @@ def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: Engi
         split = _split_fit(table, graphs, predictor, k, split_seed)
         in_sample = _in_sample_fit(table, graphs, predictor, k)
     return ValidationReport(table, errors, success, split, phase_errors(table), in_sample)
+
+
+def load_overheads(path: str | os.PathLike) -> Any:
+    """Engine host constants (:class:`~hybrid.engine.overheads.Overheads`) from a JSON file: the object
+    :func:`save_fitted_overheads` writes (its ``overheads_us``), or a plain ``{name: us}`` mapping."""
+    from hybrid.engine.overheads import Overheads
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InvalidInputError(f"{p}: not a readable JSON file of host constants ({exc})") from None
+    values = data.get("overheads_us", data) if isinstance(data, dict) else None
+    if not isinstance(values, dict) or not values:
+        raise InvalidInputError(f"{p}: expected a JSON object of host constants in us (or one with 'overheads_us')")
+    try:
+        return Overheads.from_dict({k: float(v) for k, v in values.items()})
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{p}: host constants must be numbers ({exc})") from None
+
+
+def save_fitted_overheads(report: ValidationReport, path: str | os.PathLike, source: str) -> Path:
+    """Write the host constants fitted on every config of a validation (``report.in_sample``) as JSON, with the
+    fit's standard errors and where they came from, for :func:`load_overheads` on other runs."""
+    from hybrid.atomic import write_text
+
+    ins = report.in_sample
+    if not ins or "overheads_us" not in ins:
+        raise InvalidInputError("no host constants were fitted (the fit needs at least 4 configs in the results)")
+    doc = {"overheads_us": ins["overheads_us"], "fit": ins.get("fit"), "fitted_on": str(source),
+           "n_runs": int(len(report.table)), "n_configs": int(report.table["config_name"].nunique()),
+           "in_sample_geomean_pct": ins.get("geomean_pct")}
+    return write_text(Path(path), json.dumps(doc, indent=1, default=float) + "\n")
 
 
 def _in_sample_fit(table: pd.DataFrame, graphs: list[Any], predictor: EnginePredictor, k: float) -> dict[str, Any]:

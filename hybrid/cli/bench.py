@@ -172,34 +172,53 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
               help="Tolerant success: within k x the measured std of the fastest plan.")
 @click.option("--split-seed", type=int, default=0, show_default=True,
               help="Seed of the half split for fitting the engine overheads.")
+@click.option("--overheads", "overheads_file", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Engine host constants to predict with (JSON, as --save-overheads writes, e.g. fitted on another "
+                   "machine's runs); default: the engine's defaults.")
+@click.option("--save-overheads", type=click.Path(dir_okay=False), default=None,
+              help="Write the host constants fitted on all of RESULTS' configs (in-sample) as JSON, for --overheads "
+                   "on other runs.")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
               help="Write the per-row predictions (CSV).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def validate(results_path: str, model_ref: str | None, tracking_uri: str | None, bundle: str | None,
-             roofline: bool, system: str | None, k: float, split_seed: int, output: str | None,
-             as_json: bool) -> None:
+             roofline: bool, system: str | None, k: float, split_seed: int, overheads_file: str | None,
+             save_overheads: str | None, output: str | None, as_json: bool) -> None:
     """Predict every (config, plan) in RESULTS and report error and sharding success."""
-    from hybrid.bench.validate import resolve_predictor, validate_campaign
+    from hybrid.bench.validate import (
+        load_overheads,
+        resolve_predictor,
+        save_fitted_overheads,
+        validate_campaign,
+    )
 
+    overheads = load_overheads(overheads_file) if overheads_file else None  # a bad file fails before any fit
     if not as_json:
         what = (f"loading {model_ref}" if model_ref else "building the roofline predictor" if roofline
                 else f"fitting a HybridPredictor on {bundle or 'the newest datasets/cpu-* bundle'}")
         click.echo(f"[1/2] {what} ...", err=True)
     pred = resolve_predictor(model_ref=model_ref, tracking_uri=tracking_uri, bundle=bundle, roofline=roofline,
                              system=system)
+    if overheads is not None:
+        pred.overheads = overheads
     if not as_json:
         click.echo(f"[2/2] predicting every (config, plan) of {results_path} and fitting the engine overheads "
                    "...", err=True)
     report = validate_campaign(results_path, pred, k=k, split_seed=split_seed, progress=not as_json)
+    if save_overheads:
+        save_fitted_overheads(report, save_overheads, results_path)
     if output:
         from hybrid.bench.campaign import _write_csv
 
         _write_csv(report.table, Path(output))
     s = report.summary()
+    used = pred.overheads.to_dict() if pred.overheads is not None else None
     if as_json:
-        echo_json({"predictor": pred.name, **s})
+        echo_json({"predictor": pred.name, "overheads_us": used, **s})
         return
     e, sh = s["errors"], s["sharding"]
+    if used is not None:
+        click.echo(f"host constants from {overheads_file}: " + ", ".join(f"{k} {v:.1f} us" for k, v in used.items()))
     click.echo(f"predictor {pred.name} on {results_path}: {e['n_rows']} (config, plan) pairs, "
                f"{sh['n_configs']} configs")
     echo_table([["all", e["n_rows"], e["geomean_pct"], e["mape_pct"], e["median_pct"], e["p90_pct"]]]
