@@ -118,20 +118,6 @@ def load_h100_profile() -> pd.DataFrame:
     return table[~stale].assign(src="profile:H100-SXM").reset_index(drop=True)
 
 
-def few_shot(base, target: pd.DataFrame, seeds: int) -> dict[str, np.ndarray]:
-    """Model ``base`` adapted with k random target rows (strategy ``auto``), predicted on the rows outside each
-    seed's 50-row pool; name -> (seeds, len(target)) with NaN on pool rows."""
-    out: dict[str, np.ndarray] = {}
-    for seed in range(seeds):
-        order = np.random.default_rng(seed).permutation(len(target))
-        pool, test = target.iloc[order[:h1.POOL_SIZE]], target.iloc[order[h1.POOL_SIZE:]]
-        runs = {"k=0": base, **{f"auto k={k}": base.adapt(pool.iloc[:k], strategy="auto") for k in h1.SHOTS}}
-        for name, model in runs.items():
-            arr = out.setdefault(name, np.full((seeds, len(target)), np.nan))
-            arr[seed, order[h1.POOL_SIZE:]] = model.predict_time(test)
-    return out
-
-
 def quick_sweep_rows(target: pd.DataFrame) -> np.ndarray:
     """Rows of ``target`` whose configuration the GPU quick sweep (``hybrid profile --quick`` on a CUDA device,
     every kernel family) measures: the rows a user's one-minute profile of the new GPU would give. The sweep is
@@ -194,7 +180,7 @@ def run(data_dir: Path, rows_per_group: int = 600, seed: int = 0, seeds: int = 3
     preds["public + H100, measured ceilings"] = models["measured ceilings"].predict(target, intervals=False)
     timings["fit measured ceilings"] = time.time() - t
     t = time.time()
-    shots = few_shot(models["public + H100"], target, seeds)
+    shots = h1.few_shot(models["public + H100"], target, seeds)  # every strategy; the report shows auto
     timings["few-shot"] = time.time() - t
     progress("few-shot done")
     # a one-minute quick profile of the H200 (the quick sweep's configurations the bundle holds): model 2 adapted
@@ -216,7 +202,7 @@ def run(data_dir: Path, rows_per_group: int = 600, seed: int = 0, seeds: int = 3
     timings["cross-validation"] = time.time() - t
     tables = {"roofline": error_table(preds["public"]["roofline_us"].to_numpy(), meas, groups)}
     tables.update({name: error_table(p["time_us"].to_numpy(), meas, groups) for name, p in preds.items()})
-    tables.update({f"public + H100, {n}": seed_mean_table(a, meas, groups) for n, a in shots.items() if n != "k=0"})
+    tables.update({f"public + H100, {n}": seed_mean_table(shots[n], meas, groups) for n in ("auto k=20", "auto k=50")})
     tables["in distribution"] = error_table(cv, meas, groups)
     for name, pred in quick_pred.items():
         ok = np.isfinite(pred)

@@ -152,9 +152,10 @@ class TracePrediction:
         from hybrid.ops.families import OP_TO_FAMILY
 
         u = self.iteration.units
-        rows = u.loc[u["kind"] == "op", "row"]
-        fams = [OP_TO_FAMILY.get(str(r.get("op")), "") for r in rows if isinstance(r, dict)]
-        counts = pd.Series([f for f in fams if f and f not in self.families_seen], dtype=object).value_counts()
+        ops = pd.Series([str(r.get("op")) for r in u.loc[u["kind"] == "op", "row"] if isinstance(r, dict)],
+                        dtype=object)
+        fams = ops.map(OP_TO_FAMILY)  # one vectorised lookup; an op outside the families maps to NaN, skipped
+        counts = fams[fams.notna() & ~fams.isin(self.families_seen)].value_counts()
         return {str(k): int(v) for k, v in counts.items()}
 
 

@@ -93,16 +93,13 @@ def attention_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int)
         small = [(max(1, t // s), h, kvh, s, s, d, causal, direction) for t in SMALL_PREFILL["tokens"]
                  for h, kvh in SMALL_PREFILL["layouts"] if kvh == h or gqa_ok for s in SMALL_PREFILL["seq"]
                  for d in HEAD_DIMS[mode] for causal in (1, 0) for direction in ("fwd", "bwd")]
-    grid = pd.DataFrame(list(dict.fromkeys(prefill + decode + small)), columns=cols)
-    n_small = len(grid) - len(dict.fromkeys(prefill + decode))
-    small_rows = np.zeros(len(grid), dtype=bool)
-    if n_small:
-        small_rows[-n_small:] = True
+    grid = pd.DataFrame([(*r, False) for r in prefill + decode] + [(*r, True) for r in small],
+                        columns=[*cols, "small"]).drop_duplicates(subset=cols)
     # the forward FLOPs the cost model counts (hybrid.ops.families), capped per backend and mode
-    fwd_flops = FAMILIES["attention"].flops(grid.assign(direction="fwd"))
-    keep = np.asarray(fwd_flops <= ATTENTION_FLOP_CAP[mode], dtype=bool)
-    shapes = list(grid[keep].astype(object).itertuples(index=False, name=None))
-    is_small = small_rows[keep]
+    fwd_flops = FAMILIES["attention"].flops(grid[cols].assign(direction="fwd"))
+    grid = grid[np.asarray(fwd_flops <= ATTENTION_FLOP_CAP[mode], dtype=bool)]
+    shapes = list(grid[cols].astype(object).itertuples(index=False, name=None))
+    is_small = grid["small"].to_numpy(dtype=bool)
     cases = []
     for dtype in attention_dtypes(backend, quick):
         elem = 2 if dtype in ("fp16", "bf16") else 4
