@@ -376,9 +376,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="cost GPU ops with the kernel model's eager per-op times (its fitted dispatch included), "
                          "as before kernel times were the default")
     ap.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "hybrid-nlp-e2e-traces"))
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print one JSON object; writes no markdown unless --out")
     ap.add_argument("--out", default=None, help="write results markdown here (default: results.md beside this "
-                    "script when run on the default labels)")
+                    "script when run on the default labels without --json)")
     args = ap.parse_args(argv)
 
     from hybrid.engine.costs import RooflineCostModel
@@ -442,8 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     result["rows"] = table.to_dict(orient="records")
     if args.json:
         print(json.dumps(result, indent=1, default=float))
+    # --json prints and writes nothing unless --out names a file (a scoring run must not rewrite results.md)
     out = args.out or (str(Path(__file__).with_name("results.md"))
-                       if Path(args.labels).name == "e2e_labels_dev.csv" else None)
+                       if Path(args.labels).name == "e2e_labels_dev.csv" and not args.json else None)
     if out:
         write_benchmark_results(out, report(result, table, args))
     if not args.json:
