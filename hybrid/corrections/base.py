@@ -51,6 +51,18 @@ class Correction(abc.ABC):
         pred = self.predict(table, baseline, catalog)
         return pred, np.where(np.isfinite(pred), self.name, "").astype(object)
 
+    def predict_coded(self, table: pd.DataFrame, baseline: pd.DataFrame,
+                      catalog: Catalog) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        """:meth:`predict_with_source` as (``time_us``, code per row, names): ``names[code]`` is the row's
+        ``method``; code -1 where no model answered (NaN). Corrections that keep the default
+        :meth:`predict_with_source` name no row as text."""
+        if type(self).predict_with_source is Correction.predict_with_source:
+            pred = self.predict(table, baseline, catalog)
+            return pred, np.where(np.isfinite(pred), 0, -1), [self.name]
+        pred, source = self.predict_with_source(table, baseline, catalog)
+        codes, names = pd.factorize(np.asarray(source, dtype=object), use_na_sentinel=False)
+        return pred, np.where(np.isfinite(pred), codes, -1), list(names)
+
     @abc.abstractmethod
     def save(self, directory: Path) -> None:
         """Write the fitted state in native formats (XGBoost JSON, JSON parameters) into ``directory``."""
@@ -85,6 +97,14 @@ def isin_fast(values: pd.Series | np.ndarray, allowed: Any) -> np.ndarray:
     codes, uniques = pd.factorize(values)
     hit = np.array([str(u) in allowed for u in uniques] + [False], dtype=bool)
     return hit[codes]
+
+
+def device_values(names: pd.Series | np.ndarray, catalog: Catalog, value: Any, missing: Any = None) -> np.ndarray:
+    """``catalog.device_column(names, value, missing)`` decided once per distinct name without converting every
+    row to text first: ``value(device)`` per row, ``missing`` for names the catalog lacks and missing entries."""
+    codes, uniques = pd.factorize(names, use_na_sentinel=True)
+    keys = [catalog.resolve_device(str(u), missing_ok=True) for u in uniques]
+    return np.array([value(catalog.devices[k]) if k is not None else missing for k in keys] + [missing])[codes]
 
 
 def str_codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, list[str]]:

@@ -192,24 +192,44 @@ class EmbeddingXGB(XGBCorrection):
         groups = _groups(table)
         known = np.isin(groups, list(self.coefficients))
         if known.any():
-            terms = cost_terms(table.loc[known], catalog, self.feature_version >= 4)
+            terms = self._cost_terms(table if known.all() else table.loc[known], catalog, self.feature_version >= 4)
             codes, uniques = pd.factorize(groups[known])  # one coefficient row per group, not per table row
             coef = np.array([self.coefficients[g] for g in uniques], dtype=np.float64)[codes]
             ref = ref.copy()
             ref[known] = np.maximum(np.sum(terms * coef, axis=1), 1e-3)
         return ref
 
-    def features(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
-                 transfer: bool = False) -> pd.DataFrame:
-        x = super().features(table, baseline, catalog, transfer)
+    def feature_arrays(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                       transfer: bool = False) -> dict[str, np.ndarray]:
+        out = super().feature_arrays(table, baseline, catalog, transfer)
         if self.feature_version < 4:
-            return x
-        terms = cost_terms(table, catalog, True)
+            return out
+        terms = self._cost_terms(table, catalog, True)
         total = np.maximum(terms.sum(axis=1), 1e-12)
-        extra = {f"share_{t}": terms[:, i] / total for i, t in enumerate(COST_TERMS)}
-        extra["log_reference_over_roofline"] = np.log(self.reference_us(table, baseline, catalog)
-                                                      / baseline["time_us"].to_numpy(dtype=np.float64))
-        return pd.concat([x, pd.DataFrame(extra, index=x.index)], axis=1)
+        out.update({f"share_{t}": terms[:, i] / total for i, t in enumerate(COST_TERMS)})
+        out["log_reference_over_roofline"] = np.log(self.reference_us(table, baseline, catalog)
+                                                    / baseline["time_us"].to_numpy(dtype=np.float64))
+        return out
+
+    def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        # the reference and the tree features read the same cost terms of the same rows: computed once per call
+        self._terms_cache: dict[bool, tuple[pd.DataFrame, np.ndarray]] | None = {}
+        try:
+            return super().predict(table, baseline, catalog)
+        finally:
+            self._terms_cache = None
+
+    def _cost_terms(self, table: pd.DataFrame, catalog: Catalog, zipf_cache: bool) -> np.ndarray:
+        """:func:`cost_terms`, remembered for the very same table object during one :meth:`predict`."""
+        cache = getattr(self, "_terms_cache", None)
+        if cache is None:
+            return cost_terms(table, catalog, zipf_cache)
+        hit = cache.get(zipf_cache)
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        terms = cost_terms(table, catalog, zipf_cache)
+        cache[zipf_cache] = (table, terms)
+        return terms
 
     @property
     def feature_names(self) -> list[str]:

@@ -119,6 +119,11 @@ def _log(x: np.ndarray) -> np.ndarray:
 
 def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Per-row device descriptors (:data:`DEVICE_FEATURES_V3`) for each row's device and dtype."""
+    return pd.DataFrame(device_array(table, catalog), columns=list(DEVICE_COLUMNS), index=table.index)
+
+
+def device_array(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    """:func:`device_columns` as a (rows, :data:`DEVICE_COLUMNS`) float64 array."""
     dev_codes, dev_names = str_codes(table["device"])
     if "dtype" in table.columns:
         dt_codes, dt_names = str_codes(table["dtype"].fillna("fp32"))
@@ -138,8 +143,7 @@ def device_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         rows.append([np.log(peak), np.log(d.mem_bw), np.log(peak / d.mem_bw), np.log(max(d.l2_cache, 1.0)),
                      sms, d.clock_mhz / 1e3, float(d.vendor == "amd"), np.log(d.mem_bw / sms),
                      np.log(peak / fp32), np.log(tdp / sms), float(d.kind == "cpu")])
-    values = np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(DEVICE_COLUMNS))[codes]
-    return pd.DataFrame(values, columns=list(DEVICE_COLUMNS), index=table.index)
+    return np.asarray(rows, dtype=np.float64).reshape(len(uniques), len(DEVICE_COLUMNS))[codes]
 
 
 def _sms(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
@@ -154,6 +158,11 @@ def _l2(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
 
 def base_columns(table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Roofline-derived features (:data:`BASE_FEATURES`)."""
+    return pd.DataFrame(base_arrays(table, baseline, catalog), index=table.index)
+
+
+def base_arrays(table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """:func:`base_columns` as a dict of float64 arrays."""
     flops = baseline["flops"].to_numpy(dtype=np.float64)
     nbytes = baseline["bytes"].to_numpy(dtype=np.float64)
     comp = baseline["compute_us"].to_numpy(dtype=np.float64)
@@ -172,11 +181,16 @@ def base_columns(table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) 
         "log_bytes_over_l2": _log(nbytes) - _log(_l2(table, catalog)),
         "body_over_latency": np.maximum(comp, mem) / np.maximum(lat, 1e-3),
     }
-    return pd.DataFrame(out, index=table.index)
+    return out
 
 
 def gemm_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """GEMM shape features (:data:`GEMM_FEATURES`), including tile/wave quantisation over the SM count."""
+    return pd.DataFrame(gemm_arrays(table, catalog), index=table.index)
+
+
+def gemm_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """:func:`gemm_columns` as a dict of arrays."""
     b, m, n, k = col(table, "b", 1), col(table, "m"), col(table, "n"), col(table, "k")
     sms = _sms(table, catalog)
     if "op" in table.columns:
@@ -205,16 +219,16 @@ def gemm_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         out["is_int"] = np.zeros(len(table))
     out["kernel_timing"] = kernel_timing(table)
     out["log_traffic_over_bytes"] = _log(tiled_traffic_ratio(b, m, n, k, dtype_bytes_vec(table), _l2(table, catalog)))
-    return pd.DataFrame(out, index=table.index)
+    return out
 
 
 def kernel_timing(table: pd.DataFrame) -> np.ndarray:
     """1.0 where the row's ``framework`` times the kernel alone (:data:`KERNEL_TIMING_FRAMEWORKS`), else 0.0."""
     if "framework" not in table.columns:
         return np.zeros(len(table))
-    codes, names = str_codes(table["framework"].astype("string").fillna(""))
-    kernel = np.array([str(n).strip().lower() in KERNEL_TIMING_FRAMEWORKS for n in names] + [False], dtype=np.float64)
-    return kernel[codes]
+    # decided once per distinct value (missing: ""), as ``astype("string").fillna("")`` of the column would read
+    return factor_map(table["framework"], lambda n: n.strip().lower() in KERNEL_TIMING_FRAMEWORKS, "") \
+        .astype(np.float64)
 
 
 def tiled_traffic_ratio(b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, elem_bytes: np.ndarray,
@@ -233,8 +247,12 @@ def tiled_traffic_ratio(b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarr
 
 def pointwise_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Elementwise / norm / softmax / attention features (:data:`POINTWISE_FEATURES`)."""
-    ops = table["op"].astype(str)
-    op_code = ops.map(POINTWISE_OPS).fillna(-1).to_numpy(dtype=np.float64)
+    return pd.DataFrame(pointwise_arrays(table, catalog), index=table.index)
+
+
+def pointwise_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """:func:`pointwise_columns` as a dict of arrays (op names decided once per distinct op)."""
+    op_code = factor_map(table["op"], lambda o: POINTWISE_OPS.get(o, -1), "nan").astype(np.float64)
     if "variant" in table.columns and (op_code == 0).any():
         inplace = factor_map(table["variant"], lambda v: is_inplace_variant(v), "").astype(bool)
         pool = factor_map(table["variant"], lambda v: is_pool_variant(v), "").astype(bool)
@@ -245,7 +263,7 @@ def pointwise_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     hidden = col(table, "hidden", np.nan)
     elements = col(table, "elements", np.nan)
     if "batch" in table.columns:  # attention: rows = batch*heads*q_len, hidden = kv_len
-        att = (ops == "attention").to_numpy()
+        att = factor_map(table["op"], lambda o: o == "attention", "nan").astype(bool)
         rows = np.where(att, col(table, "batch", 1) * col(table, "heads", 1) * col(table, "q_len", 1), rows)
         hidden = np.where(att, col(table, "kv_len", 1), hidden)
     elements = np.where(np.isnan(elements), rows * hidden, elements)
@@ -270,11 +288,16 @@ def pointwise_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         "row_waves": _log(waves),
         "row_wave_eff": waves / np.ceil(np.maximum(waves, 1e-9)),
     }
-    return pd.DataFrame(out, index=table.index)
+    return out
 
 
 def conv_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Convolution features (:data:`CONV_FEATURES`)."""
+    return pd.DataFrame(conv_arrays(table, catalog), index=table.index)
+
+
+def conv_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """:func:`conv_columns` as a dict of arrays."""
     from hybrid.ops.families import conv_grads, conv_implicit_gemm, conv_output_hw
 
     g, m, n, k = conv_implicit_gemm(table)
@@ -290,11 +313,16 @@ def conv_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         "stride": col(table, "stride", 1),
         "channels_align16": ((cin % 16 == 0).astype(np.float64) + (cout % 16 == 0)),
     }
-    return pd.DataFrame(out, index=table.index)
+    return out
 
 
 def embedding_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Embedding-bag features (:data:`EMBEDDING_FEATURES`): sizes, expected unique rows, bytes vs cache."""
+    return pd.DataFrame(embedding_arrays(table, catalog), index=table.index)
+
+
+def embedding_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """:func:`embedding_columns` as a dict of arrays."""
     t = col(table, "num_tables", 1)
     rows = col(table, "num_embeddings")
     dim = col(table, "embedding_dim")
@@ -302,8 +330,7 @@ def embedding_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     batch = col(table, "batch_size")
     alpha = col(table, "zipf_alpha", 0.0)
     if "index_dist" in table.columns:
-        uniform = table["index_dist"].astype("string").fillna("uniform").str.lower().eq("uniform").to_numpy()
-        alpha = np.where(uniform, 0.0, alpha)
+        alpha = np.where(uniform_index(table), 0.0, alpha)
     eb = dtype_bytes_vec(table)
     lookups = t * batch * pool
     unique = t * expected_unique_rows(rows, batch * pool, alpha)
@@ -311,7 +338,7 @@ def embedding_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     out = {
         "is_bwd": is_backward(table).astype(np.float64),
         # backward with a dense gradient (variant "dense_*") touches the whole table, sparse only the used rows
-        "dense_grad": _variant(table).str.contains("dense", regex=False).to_numpy(dtype=np.float64),
+        "dense_grad": _variant_map(table, lambda v: "dense" in v).astype(np.float64),
         "log_num_embeddings": _log(rows), "log_dim": _log(dim), "log_pooling": _log(pool),
         "log_batch": _log(batch), "log_tables": _log(t), "zipf_alpha": alpha,
         "log_lookups": _log(lookups), "log_unique": _log(unique),
@@ -321,7 +348,7 @@ def embedding_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
         "log_row_bytes": _log(dim * eb),
         "optimizer_state": optimizer_state_words(table),
     }
-    return pd.DataFrame(out, index=table.index)
+    return out
 
 
 def _variant(table: pd.DataFrame) -> pd.Series:
@@ -330,21 +357,38 @@ def _variant(table: pd.DataFrame) -> pd.Series:
     return table["variant"].astype("string").fillna("").str.lower()
 
 
+def _variant_map(table: pd.DataFrame, fn) -> np.ndarray:
+    """``fn(variant)`` per row on the lower-case variant (missing or no column: ``""``), as :func:`_variant` reads
+    it, decided once per distinct variant."""
+    if "variant" not in table.columns:
+        return np.array([fn("")] * len(table))
+    return factor_map(table["variant"], lambda v: fn(v.lower()), "")
+
+
+def uniform_index(table: pd.DataFrame) -> np.ndarray:
+    """True where the row's ``index_dist`` is uniform (missing counts as uniform; case-insensitive), decided once
+    per distinct value; all True without the column."""
+    if "index_dist" not in table.columns:
+        return np.ones(len(table), dtype=bool)
+    return factor_map(table["index_dist"], lambda d: d.lower() == "uniform", "uniform").astype(bool)
+
+
+def _optimizer_words(variant: str) -> float:
+    for fragment, words in OPTIMIZER_STATE_WORDS:  # first match wins
+        if fragment in variant:
+            return words
+    return 0.0
+
+
 def optimizer_state_words(table: pd.DataFrame) -> np.ndarray:
     """Optimizer state words per updated row, from the variant name (:data:`OPTIMIZER_STATE_WORDS`); 0 in fwd."""
-    variant = _variant(table)
-    out = np.zeros(len(table))
-    unset = np.ones(len(table), dtype=bool)
-    for fragment, words in OPTIMIZER_STATE_WORDS:
-        hit = variant.str.contains(fragment, regex=False).to_numpy(dtype=bool) & unset
-        out[hit] = words
-        unset &= ~hit
+    out = _variant_map(table, _optimizer_words).astype(np.float64)
     return np.where(is_backward(table), out, 0.0)
 
 
 def dense_gradient(table: pd.DataFrame) -> np.ndarray:
     """1.0 where a backward embedding row materialises a dense table-sized gradient (variant ``dense_*``)."""
-    dense = _variant(table).str.contains("dense", regex=False).to_numpy(dtype=bool)
+    dense = _variant_map(table, lambda v: "dense" in v).astype(bool)
     return (dense & is_backward(table)).astype(np.float64)
 
 
@@ -356,17 +400,50 @@ def table_pass_us(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     return nbytes / bw * 1e6
 
 
+#: Own-feature builders per model kind (dicts of per-row arrays).
+_OWN_ARRAYS = {"gemm": gemm_arrays, "pointwise": pointwise_arrays, "embedding": embedding_arrays,
+               "conv": conv_arrays}
+
+
+def feature_arrays(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                   use_device: bool = True, version: int = LATEST_FEATURE_VERSION,
+                   transfer: bool = False) -> dict[str, np.ndarray]:
+    """Every feature ``kind``'s models may read, by name, as per-row arrays (device descriptors only when the
+    set of :func:`feature_names` with these arguments has some)."""
+    names = feature_names(kind, use_device, version, transfer)
+    out = {**_OWN_ARRAYS[kind](table, catalog), **base_arrays(table, baseline, catalog)}
+    if any(n.startswith("dev_") for n in names):
+        values = device_array(table, catalog)
+        out.update({name: values[:, j] for j, name in enumerate(DEVICE_COLUMNS)})
+    return out
+
+
 def build_features(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                    use_device: bool = True, version: int = LATEST_FEATURE_VERSION, transfer: bool = False) -> pd.DataFrame:
     """The feature frame for ``kind`` in {"gemm", "pointwise", "embedding"} (float64, order of
     :func:`feature_names` with the same arguments)."""
-    parts = {"gemm": gemm_columns, "pointwise": pointwise_columns, "embedding": embedding_columns,
-             "conv": conv_columns}
     names = feature_names(kind, use_device, version, transfer)
-    frames = [parts[kind](table, catalog), base_columns(table, baseline, catalog)]
-    if any(n.startswith("dev_") for n in names):
-        frames.append(device_columns(table, catalog))
-    return pd.concat(frames, axis=1)[names].astype(np.float64)
+    arrays = feature_arrays(kind, table, baseline, catalog, use_device, version, transfer)
+    return feature_frame(arrays, names, table.index)
+
+
+def feature_frame(arrays: dict[str, np.ndarray], names: list[str], index: pd.Index) -> pd.DataFrame:
+    """The columns ``names`` of ``arrays`` as a float64 frame."""
+    return pd.DataFrame({n: np.asarray(arrays[n], dtype=np.float64) for n in names}, index=index, columns=names)
+
+
+def feature_matrix(arrays: dict[str, np.ndarray], names: list[str], rows: np.ndarray | None = None) -> np.ndarray:
+    """The columns ``names`` of ``arrays`` (rows ``rows``, a boolean mask or positions; all by default) as the
+    C-contiguous float32 block a booster reads: the values of ``feature_frame(...).to_numpy(np.float32)``
+    without the frame."""
+    pos = None if rows is None else (np.flatnonzero(rows) if np.asarray(rows).dtype == bool else np.asarray(rows))
+    cols = [np.asarray(arrays[n], dtype=np.float64) for n in names]
+    if pos is not None:
+        cols = [c.take(pos) for c in cols]
+    out = np.empty((len(cols[0]), len(names)), dtype=np.float32)
+    for j, c in enumerate(cols):
+        out[:, j] = c
+    return out
 
 
 def feature_names(kind: str, use_device: bool = True, version: int = LATEST_FEATURE_VERSION,

@@ -156,6 +156,12 @@ class IntervalCalibration:
         distinct (method, family, seen) combination, not per row."""
         # NaN is a value of its own here (code -1 would decode to another key)
         m_codes, m_uniques = pd.factorize(np.asarray(method, dtype=object), use_na_sentinel=False)
+        return self.coded_bounds(m_codes, list(m_uniques), family, seen)
+
+    def coded_bounds(self, method_codes: np.ndarray, methods: list[Any], family: pd.Series | np.ndarray,
+                     seen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`row_bounds` with the method given as codes into ``methods`` (every code >= 0)."""
+        m_codes, m_uniques = np.asarray(method_codes, dtype=np.int64), methods
         f_codes, f_uniques = pd.factorize(family, use_na_sentinel=False)
         nf = max(len(f_uniques), 1)
         combo = (m_codes.astype(np.int64) * nf + f_codes) * 2 + np.asarray(seen, dtype=np.int64)

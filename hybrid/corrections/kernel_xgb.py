@@ -26,6 +26,7 @@ import xgboost as xgb
 
 from hybrid.corrections.base import (
     Correction,
+    device_values,
     family_mask,
     isin_fast,
     measured_log_ratio,
@@ -34,7 +35,9 @@ from hybrid.corrections.base import (
 )
 from hybrid.corrections.features import (
     LATEST_FEATURE_VERSION,
-    build_features,
+    feature_arrays,
+    feature_frame,
+    feature_matrix,
     feature_names,
     kernel_timing,
 )
@@ -125,7 +128,7 @@ def _booster_array_predict(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:
 
 def _gpu_rows(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     """True for the rows of ``table`` on a GPU."""
-    return catalog.device_column(table["device"], lambda d: d.kind == "gpu", False).astype(bool)
+    return device_values(table["device"], catalog, lambda d: d.kind == "gpu", False).astype(bool)
 
 
 class XGBCorrection(Correction):
@@ -155,8 +158,25 @@ class XGBCorrection(Correction):
     # ------------------------------------------------------------------ features
     def features(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                  transfer: bool = False) -> pd.DataFrame:
-        return build_features(self.kind, table, baseline, catalog, self.use_device_features, self.feature_version,
+        names = self.transfer_feature_names if transfer else self.feature_names
+        return feature_frame(self.feature_arrays(table, baseline, catalog, transfer), names, table.index)
+
+    def feature_arrays(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                       transfer: bool = False) -> dict[str, np.ndarray]:
+        """Every feature :meth:`features` may return, by name, as per-row arrays (no frame)."""
+        return feature_arrays(self.kind, table, baseline, catalog, self.use_device_features, self.feature_version,
                               transfer)
+
+    def _blocks(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog, transfer: bool,
+                picks: list[tuple[np.ndarray | None, list[str]]]) -> list[np.ndarray]:
+        """Float32 booster inputs (the values of ``features(...).to_numpy(np.float32)``): one block per
+        (rows, feature names) in ``picks``, all read from one feature computation over ``table``'s rows."""
+        if type(self).features is not XGBCorrection.features:  # a subclass building its own frame: use it
+            frame = self.features(table, baseline, catalog, transfer)
+            return [np.ascontiguousarray((frame if rows is None else frame[rows])[names].to_numpy(dtype=np.float32))
+                    for rows, names in picks]
+        arrays = self.feature_arrays(table, baseline, catalog, transfer)
+        return [feature_matrix(arrays, names, rows) for rows, names in picks]
 
     @property
     def feature_names(self) -> list[str]:
@@ -232,22 +252,22 @@ class XGBCorrection(Correction):
         unseen = self._unseen(sub)
         names, tnames = self.feature_names, self.transfer_feature_names
         ratio = np.empty(len(sub))
-        if not unseen.any() or set(tnames) <= set(names):
-            x = np.ascontiguousarray(self.features(sub, base, catalog).to_numpy(dtype=np.float32))
-            if not unseen.any():
-                ratio[:] = _booster_array_predict(self.booster, x)  # type: ignore[arg-type]
-            else:
-                pos = {n: i for i, n in enumerate(names)}
-                if (~unseen).any():
-                    ratio[~unseen] = _booster_array_predict(self.booster, x[~unseen])  # type: ignore[arg-type]
-                ratio[unseen] = _booster_array_predict(
-                    self.transfer_booster, x[np.ix_(unseen, [pos[n] for n in tnames])])  # type: ignore[arg-type]
+        if not unseen.any():
+            (x,) = self._blocks(sub, base, catalog, False, [(None, names)])
+            ratio[:] = _booster_array_predict(self.booster, x)  # type: ignore[arg-type]
+        elif set(tnames) <= set(names):
+            seen = ~unseen
+            picks = ([(seen, names)] if seen.any() else []) + [(unseen, tnames)]
+            blocks = self._blocks(sub, base, catalog, False, picks)
+            if seen.any():
+                ratio[seen] = _booster_array_predict(self.booster, blocks[0])  # type: ignore[arg-type]
+            ratio[unseen] = _booster_array_predict(self.transfer_booster, blocks[-1])  # type: ignore[arg-type]
         else:
             if (~unseen).any():
-                x = self.features(sub.loc[~unseen], base.loc[~unseen], catalog)
-                ratio[~unseen] = _booster_predict(self.booster, x)  # type: ignore[arg-type]
-            x = self.features(sub.loc[unseen], base.loc[unseen], catalog, transfer=True)
-            ratio[unseen] = _booster_predict(self.transfer_booster, x)  # type: ignore[arg-type]
+                (x,) = self._blocks(sub.loc[~unseen], base.loc[~unseen], catalog, False, [(None, names)])
+                ratio[~unseen] = _booster_array_predict(self.booster, x)  # type: ignore[arg-type]
+            (x,) = self._blocks(sub.loc[unseen], base.loc[unseen], catalog, True, [(None, tnames)])
+            ratio[unseen] = _booster_array_predict(self.transfer_booster, x)  # type: ignore[arg-type]
         return np.clip(ratio, *LOG_RATIO_CLIP)
 
     def predict_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
@@ -530,10 +550,10 @@ class PointwiseXGB(DispatchXGB):
         Other pointwise ops have no floor: their roofline counts bytes a cache may serve (some Vidur rows run at
         0.7x of it)."""
         floor = super().floor_us(table, baseline, catalog)
-        att = (baseline["family"].astype(str) == "attention").to_numpy() if len(table) else np.zeros(0, dtype=bool)
+        att = isin_fast(baseline["family"], ("attention",)) if len(table) else np.zeros(0, dtype=bool)
         if not att.any():
             return floor
-        l2 = catalog.device_column(table["device"], lambda d: float(d.l2_cache), np.inf).astype(np.float64)
+        l2 = device_values(table["device"], catalog, lambda d: float(d.l2_cache), np.inf).astype(np.float64)
         dram = baseline["bytes"].to_numpy(dtype=np.float64) > ATTENTION_DRAM_FLOOR_L2 * l2
         return np.where(att & _gpu_rows(table, catalog) & dram,
                         np.maximum(floor, baseline["time_us"].to_numpy(dtype=np.float64)), floor)

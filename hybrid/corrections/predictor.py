@@ -41,7 +41,7 @@ from hybrid.corrections.intervals import (
     stratified_split,
 )
 from hybrid.corrections.kernel_xgb import ConvXGB, GemmXGB, PointwiseXGB, XGBCorrection, XGBParams
-from hybrid.data.schema import validate
+from hybrid.data.schema import as_category, validate
 from hybrid.errors import DataQualityWarning, HybridError, InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
@@ -58,8 +58,18 @@ CORRECTION_CLASSES: dict[str, type[Correction]] = {
 DEDUP_MAX_FRACTION = 0.7
 #: ... and the table has at least this many rows (below, the check costs more than it saves)
 DEDUP_MIN_ROWS = 64
+#: A table of at least this many rows is first checked on a random sample of :data:`DEDUP_SAMPLE_ROWS` rows: when
+#: no two sampled rows are identical the full check (about 0.3 us per row and column) is skipped. Only a matter
+#: of speed: a table with at most 70% distinct rows has many identical pairs among 2,048 random rows (over a
+#: dozen expected for 200,000 rows), and the answer is the same either way.
+DEDUP_SAMPLE_MIN_ROWS = 16_384
+DEDUP_SAMPLE_ROWS = 2_048
 #: ``method`` of rows no correction covers.
 ROOFLINE, ALPHA_BETA = "roofline", "alpha-beta"
+#: Columns the prediction path leaves out of its normalised table once validated: provenance and the spread of a
+#: measurement, which no correction reads when predicting.
+UNREAD_COLUMNS = frozenset({"time_us_std", "time_us_min", "time_us_max", "repeats", "wrong", "source",
+                            "framework_version", "library_version", "kernel_name"})
 #: Columns of the training table that define the data digest.
 _DIGEST_COLUMNS = ("device", "op", "dtype", "time_us", "b", "m", "n", "k", "elements", "rows", "hidden",
                    "num_embeddings", "embedding_dim", "pooling_factor", "batch_size", "size_bytes", "n_ranks",
@@ -126,11 +136,12 @@ class HybridPredictor:
         for c in ("device", "op"):
             if c not in table.columns:
                 raise InvalidInputError(f"table has no {c!r} column")
-        # unknown devices / systems: UnknownDeviceError naming the closest catalog entries
-        for name in pd.unique(table["device"].dropna().astype(str)):
+        # unknown devices / systems: UnknownDeviceError naming the closest catalog entries (each distinct name
+        # once, in order of first appearance)
+        for name in _distinct_text(table["device"]):
             self.catalog.resolve_device(name)
         if "system" in table.columns:
-            for name in pd.unique(table["system"].dropna().astype(str)):
+            for name in _distinct_text(table["system"]):
                 resolve_system(self.catalog, name)
         work = table
         if not training and "time_us" not in table.columns:
@@ -138,22 +149,26 @@ class HybridPredictor:
         elif not training:
             t = pd.to_numeric(table["time_us"], errors="coerce")
             work = table.assign(time_us=t.where(t > 0, 1.0).fillna(1.0))
-        norm = validate(work, self.catalog, source="fit" if training else "predict")
+        norm = validate(work, self.catalog, source="fit" if training else "predict", prediction=not training)
         norm.index = table.index
         if not training:
-            # Prediction path only: text columns (few distinct values in many rows) become categoricals, so every
+            # Prediction path only: columns no prediction reads (provenance, the spread of a measurement) are left
+            # out once validated; text columns (few distinct values in many rows) become categoricals, so every
             # later factorize / isin / row selection works on integer codes; nullable integer columns become
             # float64 (the op formulas and features compute in float anyway). Values are unchanged.
+            norm = norm[[c for c in norm.columns if c not in UNREAD_COLUMNS]]
             for c in norm.columns:
                 kind = norm[c].dtype
                 if isinstance(kind, pd.CategoricalDtype) or c == "time_us":
                     continue
                 if pd.api.types.is_object_dtype(kind) or pd.api.types.is_string_dtype(kind):
-                    norm[c] = norm[c].astype("category")
+                    norm[c] = as_category(norm[c])
                 elif isinstance(kind, pd.Int64Dtype):
                     norm[c] = norm[c].astype("float64")
         if "system" in norm.columns:  # catalog keys for systems too (curves are keyed by system)
-            sys_codes, sys_uniques = pd.factorize(norm["system"].astype("string"))
+            system = norm["system"]
+            sys_codes, sys_uniques = pd.factorize(system if isinstance(system.dtype, pd.CategoricalDtype)
+                                                  else system.astype("string"))
             # catalog keys; a generic node (a bare device name, or the "<device>-node" key of
             # hybrid.ops.roofline.system_for_device) keeps its device key, which resolves again later
             systems = [resolve_system(self.catalog, str(s)) for s in sys_uniques]
@@ -298,11 +313,32 @@ class HybridPredictor:
     # ------------------------------------------------------------------ predict
     def _raw(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(time_us, method, group key used for offsets) before few-shot offsets."""
+        time, method, methods, group, groups = self._raw_codes(norm, base)
+        return time, np.array(methods, dtype=object)[method], np.array(groups, dtype=object)[group]
+
+    def _raw_codes(self, norm: pd.DataFrame, base: pd.DataFrame
+                   ) -> tuple[np.ndarray, np.ndarray, list[Any], np.ndarray, list[str]]:
+        """:meth:`_raw` as codes: (time_us, method code per row, method names, group code per row, group keys);
+        ``methods[method]`` and ``groups[group]`` are :meth:`_raw`'s arrays (no per-row text here)."""
         time = base["time_us"].to_numpy(dtype=np.float64).copy()
         is_coll = isin_fast(base["family"], ("collective",))
-        method = np.where(is_coll, ALPHA_BETA, ROOFLINE).astype(object)
-        group = np.full(len(norm), ROOFLINE, dtype=object)
+        methods: list[Any] = [ROOFLINE, ALPHA_BETA]
+        method = is_coll.astype(np.int64)
+        groups: list[str] = [ROOFLINE]
+        group = np.zeros(len(norm), dtype=np.int64)
         devices = norm["device"].to_numpy(dtype=object) if self.device_models else None
+
+        def global_codes(codes: np.ndarray, names: list[Any]) -> np.ndarray:
+            """Codes into ``names`` -> codes into ``methods`` (-1 stays -1)."""
+            index = {}
+            for i, name in enumerate(methods):
+                index.setdefault(name, i)
+            for name in names:
+                if name not in index:
+                    index[name] = len(methods)
+                    methods.append(name)
+            return np.array([index[name] for name in names] + [-1], dtype=np.int64)[codes]
+
         for corr in self.corrections:
             if not corr.fitted:
                 continue
@@ -311,16 +347,21 @@ class HybridPredictor:
                 continue
             # every correction names the model that answered each row (one name, or several: per-system curves
             # and the cross-system model of the collectives)
-            pred, source = corr.predict_with_source(norm, base, self.catalog)
+            pred, codes, names = corr.predict_coded(norm, base, self.catalog)
+            codes = global_codes(codes, names)
             for (key, dev), model in self.device_models.items():
                 rows = mask & (devices == dev)  # type: ignore[operator]
                 if key == corr.key and rows.any():
-                    pred[rows], source[rows] = model.predict_with_source(norm.loc[rows], base.loc[rows], self.catalog)
+                    pred[rows], dcodes, dnames = model.predict_coded(norm.loc[rows], base.loc[rows], self.catalog)
+                    codes[rows] = global_codes(dcodes, dnames)
             ok = mask & np.isfinite(pred)
             time[ok] = pred[ok]
-            method[ok] = source[ok]
-            group[ok] = corr.key
-        return time, method, group
+            method[ok] = codes[ok]
+            if ok.any():
+                if corr.key not in groups:
+                    groups.append(corr.key)
+                group[ok] = groups.index(corr.key)
+        return time, method, methods, group, groups
 
     def predict(self, table: pd.DataFrame, intervals: bool = True, host: bool = False) -> pd.DataFrame:
         """Per row (same index): ``time_us``, ``roofline_us``, ``method``, ``bound``; with ``intervals``,
@@ -334,7 +375,8 @@ class HybridPredictor:
         reduced to its distinct rows first, see :func:`distinct_rows`."""
         if isinstance(table, pd.DataFrame) and len(table) >= DEDUP_MIN_ROWS:
             # measured columns are not inputs: a measured table (evaluate, hold-outs) de-duplicates too
-            found = distinct_rows(table.drop(columns=[c for c in MEASURED_COLUMNS if c in table.columns]))
+            inputs = table.drop(columns=[c for c in MEASURED_COLUMNS if c in table.columns])
+            found = None if _sample_all_distinct(inputs) else distinct_rows(inputs)
             if found is not None:
                 first, codes = found
                 try:
@@ -348,7 +390,8 @@ class HybridPredictor:
     def _predict_rows(self, table: pd.DataFrame, intervals: bool, host: bool = False) -> pd.DataFrame:
         """:meth:`predict` without the de-duplication of identical rows."""
         norm, base = self._prepare(table, training=False)
-        time, method, group = self._raw(norm, base)
+        time, method, methods, group_codes, groups = self._raw_codes(norm, base)
+        group = np.array(groups, dtype=object)[group_codes] if (self.offsets or self.shifts) else None
         if self.offsets:
             devices = norm["device"].to_numpy(dtype=object)
             scale = np.zeros(len(norm))
@@ -363,40 +406,43 @@ class HybridPredictor:
                 for dev, shift in per_dev.items():
                     rows = (group == key) & (devices == dev)
                     time[rows] = np.maximum(time[rows] + shift, roof[rows])  # never below the roofline
+        bound = base["bound"].array
         out = {"time_us": time, "roofline_us": base["time_us"].to_numpy(dtype=np.float64),
-               "method": method, "bound": base["bound"].to_numpy(dtype=object)}
+               "method": _text_array(methods, method), "bound": _text_array(list(bound.categories), bound.codes)}
         if intervals:
             if self.intervals is None:
                 out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
             else:
-                lo, hi, _ = self.intervals.row_bounds(method, base["family"], self._seen(norm, base))
+                lo, hi, _ = self.intervals.coded_bounds(method, methods, base["family"], self._seen(norm, base))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
-                floor = self._interval_floor(norm, base, group)
+                floor = self._interval_floor(norm, base, (group_codes, groups))
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])
         if host:
-            out["host_us"] = np.minimum(self._host(norm, base, group), time)
+            out["host_us"] = np.minimum(self._host(norm, base, (group_codes, groups)), time)
         return pd.DataFrame(out, index=table.index)
 
-    def _interval_floor(self, norm: pd.DataFrame, base: pd.DataFrame, group: np.ndarray) -> np.ndarray:
+    def _interval_floor(self, norm: pd.DataFrame, base: pd.DataFrame,
+                        group: np.ndarray | tuple[np.ndarray, list[str]]) -> np.ndarray:
         """Per row, the physical lower bound of the interval (us): the floor of the correction that answered it
         (``floor_us``: a GPU GEMM does not beat its datasheet roofline); 0 elsewhere."""
         floor = np.zeros(len(norm))
         for corr in self.corrections:
             if getattr(corr, "roofline_floor", None) is None:
                 continue
-            rows = group == corr.key
+            rows = _group_rows(group, corr.key)
             if rows.any():
                 floor[rows] = corr.floor_us(norm[rows], base[rows], self.catalog)
         return floor
 
-    def _host(self, norm: pd.DataFrame, base: pd.DataFrame, group: np.ndarray) -> np.ndarray:
+    def _host(self, norm: pd.DataFrame, base: pd.DataFrame,
+              group: np.ndarray | tuple[np.ndarray, list[str]]) -> np.ndarray:
         """Per row, the fitted framework host dispatch (us) included in the prediction of the correction that
         answered it (``DispatchXGB.host_us``; 0 for the others and for kernel-only or CPU rows)."""
         host = np.zeros(len(norm))
         for corr in self.corrections:
             if not corr.fitted or not hasattr(corr, "host_us"):
                 continue
-            rows = group == corr.key
+            rows = _group_rows(group, corr.key)
             if rows.any():
                 host[rows] = corr.host_us(norm, base, self.catalog)[rows]
         return host
@@ -667,6 +713,40 @@ def distinct_rows(table: pd.DataFrame, max_fraction: float | None = None) -> tup
         return None
     _, first = np.unique(codes, return_index=True)
     return first, codes
+
+
+def _group_rows(group: np.ndarray | tuple[np.ndarray, list[str]], key: str) -> np.ndarray:
+    """Rows whose group key (an array of keys, or (codes, keys) of :meth:`HybridPredictor._raw_codes`) is ``key``."""
+    if isinstance(group, tuple):
+        codes, keys = group
+        return codes == keys.index(key) if key in keys else np.zeros(len(codes), dtype=bool)
+    return group == key
+
+
+def _text_array(names: list[Any], codes: np.ndarray) -> Any:
+    """``np.array(names, dtype=object)[codes]`` (-1: missing) as the array a DataFrame would make of it (pandas'
+    default text type), built from the few names instead of converting every row."""
+    small = pd.Series(np.array(names, dtype=object)).array
+    return small.take(np.asarray(codes, dtype=np.int64), allow_fill=True)
+
+
+def _sample_all_distinct(table: pd.DataFrame) -> bool:
+    """True when ``table`` (at least :data:`DEDUP_SAMPLE_MIN_ROWS` rows) has no two identical rows among a fixed
+    random sample of :data:`DEDUP_SAMPLE_ROWS` rows (or cannot be de-duplicated at all): the full
+    :func:`distinct_rows` check would then almost surely find too many distinct rows, so it is not worth running."""
+    n = len(table)
+    if n < DEDUP_SAMPLE_MIN_ROWS:
+        return False
+    pos = np.unique(np.random.default_rng(0).integers(0, n, DEDUP_SAMPLE_ROWS))
+    found = distinct_rows(table.iloc[pos], max_fraction=1.0)
+    return found is None or len(found[0]) == len(pos)
+
+
+def _distinct_text(values: pd.Series) -> list[str]:
+    """``pd.unique(values.dropna().astype(str))``: each distinct non-missing value as text, in order of first
+    appearance, converted once per distinct value rather than per row."""
+    _, uniques = pd.factorize(values, use_na_sentinel=True)
+    return list(dict.fromkeys(str(u) for u in uniques))
 
 
 def table_digest(table: pd.DataFrame) -> str:

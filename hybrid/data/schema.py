@@ -136,18 +136,45 @@ def _clean_text(values: pd.Series, lower: bool = True) -> pd.Series:
     return pd.Series(cat, index=values.index)
 
 
+def category_from_codes(codes: np.ndarray, values: object) -> pd.Categorical:
+    """``pd.Categorical(values[codes])`` (code -1: missing) without building the long array first: what
+    ``astype("category")`` of that array gives (same categories, sorted, of the same dtype), but the categories are
+    inferred from the few ``values`` (which may repeat) and the row codes are remapped. Rows are not touched as
+    text, so a million rows with a few distinct values cost an integer take."""
+    if isinstance(values, pd.Index):  # an object Index would keep object categories where astype infers text
+        values = values.to_numpy() if values.dtype == object else values.array
+    small = pd.Categorical(values)  # pandas' own inference and sorting of the categories, on the few values
+    remap = np.append(small.codes.astype(np.int64), -1)
+    codes = np.asarray(codes)
+    return pd.Categorical.from_codes(remap[np.where(codes < 0, len(remap) - 1, codes)], dtype=small.dtype)
+
+
+def as_category(values: pd.Series) -> pd.Series:
+    """``values.astype("category")`` computed once per distinct value (:func:`category_from_codes`)."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        return values.astype("category")
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    return pd.Series(category_from_codes(codes, uniques), index=values.index, name=values.name)
+
+
 def validate(
     table: pd.DataFrame,
     catalog: Catalog | None = None,
     *,
     source: str = "",
     resolve_devices: bool = True,
+    prediction: bool = False,
 ) -> pd.DataFrame:
     """Check ``table`` against the schema and return a normalised copy.
 
     Normalisation: device names mapped to catalog keys, dtype names canonical, columns in schema order
     (unknown extra columns are kept at the end), integer/float/bool columns typed. Raises
     :class:`SchemaError` naming the first offending row and column.
+
+    ``prediction=True`` (the predictor's input path; same checks, same errors, same values): ``op``, ``dtype``,
+    ``direction``, ``index_dist`` and ``device`` come back as categoricals (what ``astype("category")`` of the
+    default output gives) and integer columns with missing values as float64 with NaN instead of ``Int64``, so
+    no per-row text column is built only to be factorised again.
     """
     if not isinstance(table, pd.DataFrame):
         raise SchemaError(f"{source or 'table'}: expected a DataFrame, got {type(table).__name__}")
@@ -156,7 +183,8 @@ def validate(
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
         raise SchemaError(f"{source or 'table'}: missing required column(s) {', '.join(missing)}")
-    df = table.reset_index(drop=True).copy()
+    # no deep copy: every normalised column is replaced as a whole, never written into
+    df = table.reset_index(drop=True)
 
     # op names
     ops = _clean_text(df["op"])
@@ -164,7 +192,7 @@ def validate(
     if unknown.any():
         i = int(np.flatnonzero(unknown.to_numpy())[0])
         raise _fail(df, i, "op", f"unknown op {_show(df['op'].iloc[i])}; known: {', '.join(sorted(OP_TO_FAMILY))}", source)
-    df["op"] = ops.astype(object)
+    df["op"] = _text_column(ops, prediction)
 
     # typed columns
     for name in df.columns:
@@ -182,14 +210,17 @@ def validate(
                 raise _fail(df, i, name, f"expected true/false, got {_show(raw.iloc[i])}", source)
             df[name] = mapped.astype("boolean")
             continue
-        values = pd.to_numeric(raw, errors="coerce")
-        bad = values.isna() & raw.notna()
-        if bad.any():  # text "nan" counts as missing; only rows that failed to parse are looked at as text
-            bad &= raw.astype("string").str.strip().str.lower() != "nan"
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise _fail(df, i, name, f"expected a number, got {_show(raw.iloc[i])}", source)
-        arr = values.to_numpy(dtype=np.float64)
+        if raw.dtype.kind in "iuf":  # already numbers (numpy or nullable): nothing to parse
+            arr = raw.to_numpy(dtype=np.float64, na_value=np.nan)
+        else:
+            values = pd.to_numeric(raw, errors="coerce")
+            bad = values.isna() & raw.notna()
+            if bad.any():  # text "nan" counts as missing; only rows that failed to parse are looked at as text
+                bad &= raw.astype("string").str.strip().str.lower() != "nan"
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raise _fail(df, i, name, f"expected a number, got {_show(raw.iloc[i])}", source)
+            arr = values.to_numpy(dtype=np.float64)
         if np.isinf(arr).any():
             i = int(np.flatnonzero(np.isinf(arr))[0])
             raise _fail(df, i, name, "value is infinite", source)
@@ -205,8 +236,12 @@ def validate(
             if frac.any():
                 i = int(np.flatnonzero(frac)[0])
                 raise _fail(df, i, name, f"expected an integer, got {_show(raw.iloc[i])}", source)
-            df[name] = pd.array(np.round(arr), dtype="Float64").astype("Int64") if (~present).any() \
-                else np.round(arr).astype(np.int64)
+            if not (~present).any():
+                df[name] = np.round(arr).astype(np.int64)
+            elif prediction and not (np.abs(arr[present]) >= 2.0**63).any():
+                df[name] = np.round(arr) + 0.0  # the Int64 column's values as float64 (+ 0.0: no negative zero)
+            else:
+                df[name] = pd.array(np.round(arr), dtype="Float64").astype("Int64")
         else:
             df[name] = arr
 
@@ -238,7 +273,9 @@ def validate(
         except InvalidInputError as exc:
             i = int(np.flatnonzero(dt_codes == j)[0])
             raise _fail(df, i, "dtype", str(exc), source) from None
-    df["dtype"] = np.array(canonical + ["fp32"], dtype=object)[dt_codes]  # missing dtype: fp32
+    dt_codes = np.where(dt_codes < 0, len(canonical), dt_codes)  # missing dtype: fp32
+    df["dtype"] = category_from_codes(dt_codes, np.array(canonical + ["fp32"], dtype=object)) if prediction \
+        else np.array(canonical + ["fp32"], dtype=object)[dt_codes]
     for name, allowed in (("direction", DIRECTIONS), ("index_dist", INDEX_DISTS)):
         if name in df.columns:
             vals = _clean_text(df[name])
@@ -246,7 +283,7 @@ def validate(
             if bad.any():
                 i = int(np.flatnonzero(bad.to_numpy())[0])
                 raise _fail(df, i, name, f"must be one of {allowed}, got {_show(df[name].iloc[i])}", source)
-            df[name] = vals.astype(object)
+            df[name] = _text_column(vals, prediction)
 
     # devices
     dev = _clean_text(df["device"], lower=False)
@@ -267,13 +304,24 @@ def validate(
                 except Exception as exc:  # UnknownDeviceError with close matches
                     raise _fail(df, i, "device", str(exc), source) from None
             keys.append(key)
-        df["device"] = np.array(keys, dtype=object)[dev.cat.codes.to_numpy()]
+        codes = dev.cat.codes.to_numpy()
+        df["device"] = category_from_codes(codes, np.array(keys, dtype=object)) if prediction \
+            else np.array(keys, dtype=object)[codes]
     else:
-        df["device"] = dev.astype(object)
+        df["device"] = _text_column(dev, prediction)
 
     ordered = [c.name for c in COLUMNS if c.name in df.columns]
     extra = [c for c in df.columns if c not in COLUMN_BY_NAME]
     return df[ordered + extra]
+
+
+def _text_column(values: pd.Series, prediction: bool) -> object:
+    """A cleaned categorical text column (:func:`_clean_text`) as :func:`validate` returns it: Python strings
+    (object), or (``prediction``) the categorical ``astype("category")`` of those gives."""
+    if not prediction:
+        return values.astype(object)
+    cat = values.array
+    return category_from_codes(cat.codes, np.asarray(cat.categories, dtype=object))
 
 
 def _show(value: object) -> str:

@@ -1,0 +1,130 @@
+"""The prediction path's shortcuts (issue 13, rows without repeats) give exactly what the general code gives:
+``validate(prediction=True)`` against ``validate`` + ``astype("category")``, float32 feature blocks built from
+arrays against the feature frames, the sampled identical-rows check, and predictions with and without the
+columns the prediction path leaves out."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.corrections import GemmXGB, HybridPredictor, PointwiseXGB, XGBParams
+from hybrid.corrections.features import build_features, feature_arrays, feature_matrix, feature_names
+from hybrid.corrections.predictor import DEDUP_SAMPLE_MIN_ROWS, UNREAD_COLUMNS, _sample_all_distinct
+from hybrid.data.schema import as_category, category_from_codes, validate
+from hybrid.errors import HybridError
+from hybrid.ops.roofline import roofline
+
+
+def _mixed(n: int = 400, seed: int = 0) -> pd.DataFrame:
+    """GEMMs and pointwise ops on a few GPUs, with text columns of several kinds, nullable integers, missing
+    dtypes and directions, and columns no prediction reads."""
+    rng = np.random.default_rng(seed)
+    gemm = rng.random(n) < 0.5
+    ops = np.where(gemm, rng.choice(["bmm", " Linear", "gemm"], n), rng.choice(["layernorm", "softmax",
+                                                                                "elementwise"], n))
+    size = rng.choice([64, 128, 256, 1024, 4096], (n, 4)).astype(float)
+    table = pd.DataFrame({
+        "device": pd.Series(rng.choice(["T4", "A100-PCIE-40GB", "tesla t4"], n), dtype="str"),
+        "op": pd.Series(ops, dtype=object),
+        "dtype": pd.Series(rng.choice(["fp16", "fp32", None], n), dtype=object),
+        "direction": pd.Series(rng.choice(["fwd", "BWD", None], n), dtype=object),
+        "b": pd.array(np.where(gemm, 1 + rng.integers(0, 4, n), np.nan), dtype="Float64"),
+        "m": np.where(gemm, size[:, 0], np.nan), "n": np.where(gemm, size[:, 1], np.nan),
+        "k": pd.array(np.where(gemm, size[:, 2], np.nan)).astype("Int64"),
+        "rows": np.where(gemm, np.nan, size[:, 0]), "hidden": np.where(gemm, np.nan, size[:, 3]),
+        "elements": np.where(gemm, np.nan, size[:, 0] * size[:, 3]),
+        "variant": pd.Series(np.where(gemm, None, rng.choice(["add", "gelu", "mul_"], n)), dtype="string"),
+        "framework": pd.Series(rng.choice(["pytorch", "XLA", None], n), dtype=object),
+        "source": "synthetic", "kernel_name": pd.Series(["k"] * n, dtype="string"),
+        "time_us_std": rng.random(n), "repeats": 5,
+    })
+    return table
+
+
+def test_validate_prediction_mode_gives_the_default_values_as_categories(catalog):
+    table = _mixed()
+    plain = validate(table.assign(time_us=1.0), catalog)
+    fast = validate(table.assign(time_us=1.0), catalog, prediction=True)
+    assert list(plain.columns) == list(fast.columns)
+    for c in plain.columns:
+        a, b = plain[c], fast[c]
+        if isinstance(b.dtype, pd.CategoricalDtype):
+            pd.testing.assert_series_equal(a.astype("category"), b, check_exact=True)
+        elif isinstance(a.dtype, pd.Int64Dtype):
+            assert b.dtype == np.float64
+            pd.testing.assert_series_equal(a.astype("float64"), b, check_exact=True)
+        else:
+            pd.testing.assert_series_equal(a, b, check_exact=True)
+    assert {c for c in fast.columns if isinstance(fast[c].dtype, pd.CategoricalDtype)} == \
+        {"op", "dtype", "direction", "device"}
+    # the same errors, naming the same row and column
+    bad_tables = [table.assign(op=table["op"].where(table.index != 7, "matmul2")),
+                  table.assign(m=table["m"].astype(object).where(table.index != 3, "x")),
+                  table.assign(k=table["k"].where(table.index != 2, -4)),
+                  table.assign(device=table["device"].where(table.index != 9, "Quantum-GPU")),
+                  table.assign(direction=table["direction"].where(table.index != 4, "up")),
+                  table.assign(dtype=table["dtype"].where(table.index != 5, "fp7"))]
+    for bad in bad_tables:
+        with pytest.raises(HybridError) as slow:
+            validate(bad.assign(time_us=1.0), catalog)
+        with pytest.raises(HybridError) as quick:
+            validate(bad.assign(time_us=1.0), catalog, prediction=True)
+        assert str(slow.value) == str(quick.value)
+
+
+def test_category_helpers_equal_astype_category():
+    values = pd.Series(["b", None, "a", "b", "c"], dtype=object)
+    pd.testing.assert_series_equal(as_category(values), values.astype("category"), check_exact=True)
+    text = pd.Series(["b", None, "a", "b"], dtype="str")
+    pd.testing.assert_series_equal(as_category(text), text.astype("category"), check_exact=True)
+    arrow = pd.Series(["x", "y", None, "x"], dtype="string")
+    pd.testing.assert_series_equal(as_category(arrow), arrow.astype("category"), check_exact=True)
+    codes = np.array([2, 0, -1, 1, 2])
+    names = np.array(["fp32", "bf16", "fp32"], dtype=object)  # names may repeat (two aliases, one key)
+    expected = pd.Series(np.where(codes < 0, None, names[codes]), dtype=object).astype("category")
+    pd.testing.assert_series_equal(pd.Series(category_from_codes(codes, names)), expected, check_exact=True)
+
+
+@pytest.mark.parametrize("kind", ["gemm", "pointwise"])
+def test_feature_matrix_is_the_feature_frame_as_float32(catalog, kind):
+    table = validate(_mixed().assign(time_us=1.0), catalog, prediction=True)
+    base = roofline(table, catalog)
+    fam = base["family"].astype(str).to_numpy()
+    rows = (fam == "gemm") if kind == "gemm" else (fam != "gemm")
+    sub, b = table.loc[rows], base.loc[rows]
+    for transfer in (False, True):
+        names = feature_names(kind, True, 4, transfer)
+        frame = build_features(kind, sub, b, catalog, True, 4, transfer)
+        arrays = feature_arrays(kind, sub, b, catalog, True, 4, transfer)
+        np.testing.assert_array_equal(feature_matrix(arrays, names), frame.to_numpy(dtype=np.float32))
+        pick = np.arange(len(sub)) % 3 == 0
+        np.testing.assert_array_equal(feature_matrix(arrays, names, pick), frame[pick].to_numpy(dtype=np.float32))
+        np.testing.assert_array_equal(feature_matrix(arrays, names, np.flatnonzero(pick)),
+                                      frame[pick].to_numpy(dtype=np.float32))
+
+
+def test_sampled_identical_rows_check():
+    n = DEDUP_SAMPLE_MIN_ROWS + 1000
+    rng = np.random.default_rng(1)
+    repeated = pd.DataFrame({"m": rng.integers(0, n // 2, n), "op": "gemm"})  # ~40% of the rows distinct
+    assert not _sample_all_distinct(repeated)
+    assert _sample_all_distinct(repeated.assign(row_id=np.arange(n)))
+    assert not _sample_all_distinct(repeated.iloc[:1000].assign(row_id=np.arange(1000)))  # small: full check
+
+
+def test_unread_columns_do_not_change_predictions(catalog):
+    table = _mixed(600, seed=3).replace({"op": {" Linear": "linear"}})  # (interval calibration reads raw ops)
+    train = table.assign(time_us=np.random.default_rng(2).uniform(5, 500, len(table)))
+    small = XGBParams(n_estimators=10, max_depth=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # synthetic times: some GEMMs beat the datasheet peak
+        pred = HybridPredictor(catalog, [GemmXGB(small), PointwiseXGB(small)]).fit(train, intervals=True)
+    out = pred.predict(table, host=True)
+    assert "kernel-xgb" in set(out["method"])
+    slim = table.drop(columns=[c for c in table.columns if c in UNREAD_COLUMNS])
+    pd.testing.assert_frame_equal(out, pred.predict(slim, host=True), check_exact=True)
+    pd.testing.assert_frame_equal(out, pred._predict_rows(table, True, True), check_exact=True)
