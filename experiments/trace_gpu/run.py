@@ -24,14 +24,18 @@ Compared with the *measured* step: the median of 10 untraced, CUDA-synchronised 
 Another GPU's traces (``--traces DIR --device KEY --bundle DIR``, e.g. the H200's SDPA traces) can add
 ``--without-attention`` (the bundle's predictor refitted without its fused-attention rows: what measuring attention
 buys) and ``--cross-bundle DIR`` (a predictor fitted on another GPU's bundle, predicting on ``--device``: a GPU it
-never measured); a per-predictor family table and, where the traces have fused attention, an attention table
-(predicted vs the traces' own CUPTI time of the SDPA ops) are added. ``h200_results.md``:
+never measured) with ``--cross-traces DIR`` (that bundle joined by the CUPTI kernel rows of the other GPU's own
+traces, ``hybrid trace kernels``: trace a model on the GPU you have, predict one you do not); a per-predictor
+family table, the GPU kernel time of each step per predictor and, where the traces have fused attention, an
+attention table (predicted vs the traces' own CUPTI time of the SDPA ops) are added. ``h200_results.md``:
 
     python experiments/trace_gpu/run.py --traces datasets/traces-h200 --device H200 --bundle datasets/H200 \
-        --without-attention --cross-bundle datasets/H100-SXM --out experiments/trace_gpu/h200_results.md
+        --without-attention --cross-bundle datasets/H100-SXM --cross-traces datasets/traces-h100 \
+        --public-plus-bundle --out experiments/trace_gpu/h200_results.md
 
     python experiments/trace_gpu/run.py [--traces datasets/traces-h100] [--bundle datasets/H100-SXM]
                                         [--device H100-SXM] [--without-attention] [--cross-bundle DIR]
+                                        [--cross-traces DIR] [--public-plus-bundle]
                                         [--data-dir DIR] [--host model] [--out results.md] [--json]
 """
 
@@ -157,6 +161,17 @@ def predict_one(name: str, files: list[str], models: dict, host: str, kernel_tim
     return out
 
 
+def cross_kernel_rows(traces_dir: str, catalog) -> pd.DataFrame:
+    """Kernel rows (:func:`hybrid.workloads.trace_kernels.kernel_rows`) of every traced step under ``traces_dir``
+    (each subdirectory holding trace files is one step)."""
+    from hybrid.data.traces import load_traces, trace_files
+    from hybrid.workloads.trace_kernels import kernel_rows
+
+    steps = sorted(d for d in Path(traces_dir).iterdir() if d.is_dir())
+    traces = [tr for d in steps for tr in load_traces(trace_files([d]))]
+    return kernel_rows(traces, catalog)
+
+
 def geomean_pct(err: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log1p(np.abs(err) / 100))) - 1) * 100
 
@@ -172,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cross-bundle", default=None,
                     help="add '<name> bundle': a HybridPredictor fitted on another GPU's bundle, predicting on "
                          "--device (a GPU that bundle never measured)")
+    ap.add_argument("--cross-traces", default=None,
+                    help="with --cross-bundle: add '<name> bundle + traced kernels', the cross bundle's rows joined "
+                         "by the kernel rows of the traces in this directory (one subdirectory per traced step, "
+                         "recorded on the cross bundle's GPU: hybrid.workloads.trace_kernels.kernel_rows)")
     ap.add_argument("--public-plus-bundle", action="store_true",
                     help="add 'public + bundle': the public calibration with the bundle's rows joined (public data "
                          "brings mid-size and large 16-bit GEMMs that a profile's sparse 16-bit grid lacks)")
@@ -222,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.cross_bundle:
             x = resolve_predictor(bundle=args.cross_bundle)
             models[f"{Path(args.cross_bundle).name} bundle"] = (x.model, x.catalog)
+            if args.cross_traces:
+                from hybrid.corrections.predictor import HybridPredictor
+                from hybrid.data.bundle import load_bundle
+
+                table, xcat = load_bundle(args.cross_bundle)
+                krows = cross_kernel_rows(args.cross_traces, xcat)
+                models[f"{Path(args.cross_bundle).name} bundle + traced kernels"] = (
+                    HybridPredictor(catalog=xcat).fit(pd.concat([table, krows], ignore_index=True, sort=False)), xcat)
     models["traced kernels"] = (TracedKernels(), cat)
     fit_s = time.time() - t0
     rows = []
@@ -239,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
               "public_calibration": note, "bundle": str(Path(args.bundle).name), "rows": rows,
               "traces": str(Path(args.traces).name), "cross_bundle": Path(args.cross_bundle).name
               if args.cross_bundle else None,
+              "cross_traces": Path(args.cross_traces).name if args.cross_bundle and args.cross_traces else None,
               "seconds": time.time() - t0, "fit_seconds": fit_s}
     labels = list(rows[0]["pred"])
     result["geomean_pct"] = {k: geomean_pct(np.array([r["error_pct"][k] for r in rows])) for k in labels}
@@ -265,6 +293,8 @@ def _command(args: argparse.Namespace) -> str:
         cmd += " --without-attention"
     if args.cross_bundle:
         cmd += f" --cross-bundle {_rel(args.cross_bundle)}"
+        if args.cross_traces:
+            cmd += f" --cross-traces {_rel(args.cross_traces)}"
     if args.public_plus_bundle:
         cmd += " --public-plus-bundle"
     if _rel(args.out) != "experiments/trace_gpu/results.md":
@@ -281,10 +311,11 @@ def report(res: dict, args: argparse.Namespace) -> str:
     labels = list(rows[0]["pred"])
     gm = res["geomean_pct"]
     cross = f"{res['cross_bundle']} bundle" if res.get("cross_bundle") else None
+    cross_tr = f"{cross} + traced kernels" if cross and res.get("cross_traces") else None
     #: the cost-model predictors (the per-family cells), and the calibrated ones (the target line)
     costed = [k for k in labels if k not in ("traced kernels", "bundle, traced host")]
     calibrated = [k for k in costed if k != "roofline"]
-    extra = [k for k in (NO_ATT, cross, PUB_BUNDLE) if k and k in labels]
+    extra = [k for k in (NO_ATT, cross, cross_tr, PUB_BUNDLE) if k and k in labels]
     out = [f"# Trace-driven prediction on a GPU: {n} traced training steps on {res['device']}", "",
            f"Command: `{_command(args)}` (hybrid {hybrid.__version__}, "
            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
@@ -303,6 +334,10 @@ def report(res: dict, args: argparse.Namespace) -> str:
            + (f"**{cross}** = HybridPredictor fitted on `datasets/{res['cross_bundle']}` predicting on "
               f"`{res['device']}` (cross-GPU: a GPU that bundle never measured, through the catalog's datasheet "
               "features); " if cross else "")
+           + (f"**{cross_tr}** = the same bundle's rows joined by the kernel rows of the traces in "
+              f"`datasets/{res['cross_traces']}` (recorded on that bundle's GPU: every op the families cost, timed "
+              "by its CUPTI kernels, `hybrid trace kernels`), predicting on "
+              f"`{res['device']}`, which neither measured; " if cross_tr and cross_tr in labels else "")
            + (f"**{PUB_BUNDLE}** = the public calibration with every row of `datasets/{res['bundle']}` joined "
               "(the public data brings the mid-size and large 16-bit GEMMs a profile's sparse 16-bit grid lacks; "
               "this column was added after the other columns' per-family GEMM errors were seen); "
@@ -368,6 +403,22 @@ def report(res: dict, args: argparse.Namespace) -> str:
                 e = fam_err(k, f)
                 cells.append(f"{e:+.2f}" + (f" ({e / m * 100:+.0f}%)" if m > 0.05 else ""))
             out.append(f"| {k} | " + " | ".join(cells) + " |")
+    if extra:
+        out += ["", "GPU kernel time of the step (sum over every costed op; the step adds host time on top), "
+                "predicted vs the trace's measured kernel sum, error %:", "",
+                "| trace | measured kernel ms | " + " | ".join(costed) + " |", "|---|---|" + "---|" * len(costed)]
+        gsum: dict[str, list[float]] = {k: [] for k in costed}
+        for r in rows:
+            m = sum(v for f, v in r["families"]["measured"].items() if not f.startswith("attention "))
+            cells = []
+            for k in costed:
+                p = sum(v for f, v in r["families"][k].items()
+                        if f not in HOST_LABELS and not f.startswith("attention "))
+                gsum[k].append((p / m - 1) * 100 if m > 0 else float("nan"))
+                cells.append(f"{gsum[k][-1]:+.1f}")
+            out.append(f"| {r['trace']} | {m:.2f} | " + " | ".join(cells) + " |")
+        out += ["", "Geomean |error| of the GPU kernel time: " + ", ".join(
+            f"{k} {geomean_pct(np.array(v)):.1f}%" for k, v in gsum.items()) + "."]
     out += _attention_section(rows, costed)
     unmeasured = {k: sum(sum(r["unmeasured"].get(k, {}).values()) for r in rows) for k in costed}
     unmeasured = {k: v for k, v in unmeasured.items() if v}

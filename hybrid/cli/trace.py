@@ -21,6 +21,7 @@ def trace() -> None:
     hybrid trace predict traces/*.json --device A100-SXM4-80GB --model kernels
     hybrid trace predict datasets/traces-h100/bert-bf16/ --device H100-SXM --bundle datasets/H100-SXM --host model
     hybrid trace import traces/*.json -o graph.json
+    hybrid trace kernels datasets/traces-h100/*/ -o h100-kernels.csv   # calibration rows: ops timed by CUPTI
     """
 
 
@@ -148,6 +149,28 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     if unm["ops"]:
         click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms in the trace, costed as "
                    f"{unm['costed_as']}: " + ", ".join(f"{r['name']} x{r['count']}" for r in unm["by_name"][:8]))
+
+
+@trace.command("kernels")
+@click.argument("traces", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the measurement rows (CSV, the canonical table).")
+@click.option("--device", default=None,
+              help="Catalog GPU the traces ran on (default: the GPU name the traces record).")
+@click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
+def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int | None) -> None:
+    """Measurement rows from GPU traces (each TRACE one recorded step: a directory or a file): every op the families cost, timed by its CUPTI kernels (kernel-only,
+    framework "cupti"); identical rows merged. Calibrate on them like a profile (hybrid calibrate ROWS.csv ...)."""
+    from hybrid.atomic import atomic_file
+    from hybrid.workloads.trace_kernels import kernel_rows
+
+    # each argument is one traced step (a directory or the files of one recording), not one rank of a single step
+    table = kernel_rows([tr for path in traces for tr in _load((path,), step)], device=device)
+    with atomic_file(output) as tmp:
+        table.to_csv(tmp, index=False)
+    n = int(table["repeats"].sum())
+    click.echo(f"{len(table)} distinct op rows ({n} traced ops, {table['op'].nunique()} op kinds, device "
+               f"{', '.join(sorted(table['device'].astype(str).unique()))}) -> {output}")
 
 
 @trace.command("record")

@@ -1,0 +1,91 @@
+"""Kernel rows from GPU traces (``hybrid.workloads.trace_kernels``, ``hybrid trace kernels``): the committed real
+H100 traces of ``datasets/traces-h100`` become kernel-timed calibration rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.cli.main import main as cli_main
+from hybrid.corrections.features import kernel_timing
+from hybrid.data.schema import validate
+from hybrid.data.traces import load_traces, trace_files
+from hybrid.errors import HybridError, InvalidInputError
+from hybrid.workloads.trace_kernels import TRACE_KERNEL_FRAMEWORK, kernel_rows, merge_identical
+from hybrid.workloads.trace_units import trace_units
+
+ROOT = Path(__file__).resolve().parents[1]
+BERT = ROOT / "datasets" / "traces-h100" / "bert-bf16"
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return load_traces(trace_files([BERT]))
+
+
+def test_rows_are_the_traced_ops_timed_by_their_kernels(bert, catalog):
+    rows = kernel_rows(bert, catalog)
+    # the GPU the trace names ("NVIDIA H100 80GB HBM3") resolves to the catalog key
+    assert set(rows["device"]) == {"H100-SXM"}
+    assert set(rows["framework"]) == {TRACE_KERNEL_FRAMEWORK}
+    assert (kernel_timing(rows) == 1).all()  # read as kernel-only timings by the kernel models
+    assert (rows["time_us"] > 0).all() and (rows["time_us_min"] <= rows["time_us"]).all()
+    assert (rows["time_us"] <= rows["time_us_max"]).all()
+    # every costed op with kernels is counted once, in exactly one row
+    u = trace_units(bert[0])
+    costed = u[(u["kind"] == "op") & (u["device_us"] > 0)
+               & np.array([isinstance(r, dict) and bool(r.get("op")) for r in u["row"]])]
+    assert int(rows["repeats"].sum()) == len(costed)
+    # merged rows are distinct, and the families of a BERT training step are all there
+    assert not rows.drop(columns=["time_us", "time_us_min", "time_us_max", "time_us_std", "repeats",
+                                  "source"]).astype(str).duplicated().any()
+    assert {"gemm", "elementwise", "softmax", "layernorm"} <= set(rows["op"])
+    # the rows are a valid canonical table (what hybrid calibrate reads)
+    assert len(validate(rows, catalog, source="trace kernels")) == len(rows)
+    # a whole-step check: the kernel time the rows carry is the trace's kernel time of those ops (medians of
+    # identical ops: equal within their spread)
+    total = float((rows["time_us"] * rows["repeats"]).sum())
+    assert total == pytest.approx(float(costed["device_us"].sum()), rel=0.05)
+
+
+def test_merge_identical_takes_median_spread_and_count():
+    t = pd.DataFrame({"op": ["gemm"] * 3 + ["elementwise"], "m": [8.0, 8.0, 8.0, np.nan],
+                      "variant": [None, None, None, "add"], "time_us": [3.0, 1.0, 2.0, 5.0],
+                      "source": ["a", "b", "c", "d"]})
+    out = merge_identical(t).set_index("op")
+    assert out.loc["gemm", "time_us"] == 2.0 and out.loc["gemm", "repeats"] == 3
+    assert (out.loc["gemm", "time_us_min"], out.loc["gemm", "time_us_max"]) == (1.0, 3.0)
+    assert out.loc["gemm", "time_us_std"] == pytest.approx(1.0)
+    assert out.loc["elementwise", "repeats"] == 1 and out.loc["elementwise", "time_us_std"] == 0.0
+
+
+def test_cpu_traces_and_unknown_devices_are_refused(tmp_path, bert, catalog):
+    torch = pytest.importorskip("torch")
+    from hybrid.data.traces.record import record_step
+
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    paths = record_step(lambda: lin(x).sum().backward(), tmp_path / "cpu", warmup=1)
+    cpu = load_traces([str(p) for p in paths.values()])
+    with pytest.raises(InvalidInputError, match="no GPU kernels"):
+        kernel_rows(cpu, catalog)
+    with pytest.raises(HybridError, match="unknown device"):
+        kernel_rows(bert, catalog, device="NOT-A-GPU")
+    with pytest.raises(InvalidInputError, match="no traces"):
+        kernel_rows([], catalog)
+    # --device names another catalog GPU: the rows are labelled with it (a trace whose name the catalog lacks)
+    assert set(kernel_rows(bert, catalog, device="H200")["device"]) == {"H200"}
+
+
+def test_cli_writes_rows_or_nothing(tmp_path, capsys):
+    out = tmp_path / "rows.csv"
+    assert cli_main(["trace", "kernels", str(BERT), "-o", str(out)]) in (0, None)
+    rows = pd.read_csv(out)
+    assert len(rows) > 20 and set(rows["framework"]) == {"cupti"}
+    assert "distinct op rows" in capsys.readouterr().out
+    bad = tmp_path / "bad.csv"
+    assert cli_main(["trace", "kernels", str(BERT), "-o", str(bad), "--device", "NOT-A-GPU"]) not in (0, None)
+    assert not bad.exists()
