@@ -1,7 +1,7 @@
 """End-to-end NLP latencies on GPUs predicted from PyTorch traces recorded on this CPU (meta device).
 
     python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--no-with-test-kernels] [--no-with-gpu-bundles]
-        [--no-with-llmcompass] [--json] [--out results.md]
+        [--no-with-llmcompass] [--with-trace-kernels] [--json] [--out results.md]
 
 ``FILE`` has NeuSight's end-to-end label format (``../shared/datasets/neusight/e2e_labels_dev.csv``: columns
 ``gpu, config, model, mode, seqlen, batch, extra, e2e_latency`` in ms). For every labelled (model, mode,
@@ -266,7 +266,7 @@ def read_labels(path: str) -> pd.DataFrame:
 
 
 def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = True,
-                     gpu_bundles: bool = True, llmcompass: bool = True):
+                     gpu_bundles: bool = True, llmcompass: bool = True, trace_kernels: bool = False):
     """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group); with
     ``with_test_kernels`` also on NeuSight's kernel *test* collections (``neusight/test-dev``: larger shapes, and
     the A100 80GB PCIe), which are kernel measurements, not end-to-end labels; with ``gpu_bundles`` also on the
@@ -299,8 +299,19 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
         # the eager softmax rows only: its layernorm and GELU ran under torch.compile (another kernel, another
         # host path), which the labels' eager runs do not use
         table = pd.concat([table, lc[lc["framework"] == "pytorch"]], ignore_index=True, sort=False)
+    if trace_kernels:
+        table = pd.concat([table, project_trace_kernel_rows(cat)], ignore_index=True, sort=False)
     model = HybridPredictor(catalog=cat, seed=seed).fit(table)
     return model, cat, sorted(table["device"].unique()), len(table)
+
+
+def project_trace_kernel_rows(catalog) -> pd.DataFrame:
+    """Kernel-timed rows (``hybrid trace kernels``) of the project's own GPU traces (``datasets/traces-*``)."""
+    from hybrid.data.traces import load_traces, trace_files
+    from hybrid.workloads.trace_kernels import kernel_rows
+
+    steps = sorted(d for root in sorted(ROOT.glob("datasets/traces-*")) for d in root.iterdir() if d.is_dir())
+    return kernel_rows([tr for d in steps for tr in load_traces(trace_files([d]))], catalog)
 
 
 def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cache: dict,
@@ -372,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-llmcompass", action=argparse.BooleanOptionalAction, default=True,
                     help="also fit on LLMCompass's A100/MI210 FP16 eager softmax rows (llmcompass-pointwise; "
                          "default: on)")
+    ap.add_argument("--with-trace-kernels", action=argparse.BooleanOptionalAction, default=False,
+                    help="also fit on the kernel-timed rows of the project's own GPU traces (datasets/traces-*, "
+                         "hybrid trace kernels; default: off)")
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU ops with the kernel model's eager per-op times (its fitted dispatch included), "
                          "as before kernel times were the default")
@@ -398,11 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         calib, ccat, fitted_on, n_fit = calibrated_model(args.data_dir, args.rows_per_gpu, args.seed,
                                                          args.with_test_kernels, args.with_gpu_bundles,
-                                                         args.with_llmcompass)
+                                                         args.with_llmcompass, args.with_trace_kernels)
         mname = (f"HybridPredictor fitted on NeuSight kernel training data"
                  f"{' + kernel test collections' if args.with_test_kernels else ''}"
                  f"{' + the project GPU bundles' if args.with_gpu_bundles else ''}"
-                 f"{' + LLMCompass softmax tables' if args.with_llmcompass else ''} ({n_fit} rows)")
+                 f"{' + LLMCompass softmax tables' if args.with_llmcompass else ''}"
+                 f"{' + the project GPU traces kernel rows' if args.with_trace_kernels else ''} ({n_fit} rows)")
     models = {"roofline": (RooflineCostModel(cat), cat), "calibrated": (calib, ccat)}
     trace_dir = Path(args.trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -464,6 +479,7 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
            f"{args.rows_per_gpu}{'' if getattr(args, 'with_test_kernels', True) else ' --no-with-test-kernels'}"
            f"{'' if getattr(args, 'with_gpu_bundles', True) else ' --no-with-gpu-bundles'}"
            f"{'' if getattr(args, 'with_llmcompass', True) else ' --no-with-llmcompass'}"
+           f"{' --with-trace-kernels' if getattr(args, 'with_trace_kernels', False) else ''}"
            f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
            f"Labels: {result['n_label_rows']} rows, {c['n_rows']} predicted, skipped: "
