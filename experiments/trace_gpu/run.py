@@ -172,6 +172,27 @@ def cross_kernel_rows(traces_dir: str, catalog) -> pd.DataFrame:
     return kernel_rows(traces, catalog)
 
 
+def per_op_kernel_errors(traces_dir: str, device: str, models: dict, catalog) -> dict:
+    """Every distinct op of the traces under ``traces_dir`` (their kernel rows, the ground truth) predicted by each
+    cost model as the engine costs it (kernel time, :class:`hybrid.engine.costs.KernelTimeModel`): geomean |error|
+    over the distinct ops, overall and per op kind."""
+    from hybrid.engine.costs import KernelTimeModel
+
+    truth = cross_kernel_rows(traces_dir, catalog)
+    truth = truth.assign(device=device)
+    query = truth.drop(columns=["time_us", "time_us_min", "time_us_max", "time_us_std", "repeats", "source",
+                                "framework"])
+    out: dict[str, Any] = {"n_rows": int(len(truth)), "n_ops": int(truth["repeats"].sum()), "by_model": {}}
+    for label, (model, _cat) in models.items():
+        if label == "traced kernels":
+            continue
+        pred = KernelTimeModel(model).predict(query)["time_us"].to_numpy(dtype=np.float64)
+        err = (pred / truth["time_us"].to_numpy(dtype=np.float64) - 1) * 100
+        by_op = {str(op): geomean_pct(err[(truth["op"] == op).to_numpy()]) for op in sorted(truth["op"].unique())}
+        out["by_model"][label] = {"all": geomean_pct(err), **by_op}
+    return out
+
+
 def geomean_pct(err: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log1p(np.abs(err) / 100))) - 1) * 100
 
@@ -270,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
               "seconds": time.time() - t0, "fit_seconds": fit_s}
     labels = list(rows[0]["pred"])
     result["geomean_pct"] = {k: geomean_pct(np.array([r["error_pct"][k] for r in rows])) for k in labels}
+    if args.cross_traces:
+        result["per_op"] = per_op_kernel_errors(args.traces, args.device, models, cat)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
     write_benchmark_results(args.out, report(result, args))
@@ -419,6 +442,15 @@ def report(res: dict, args: argparse.Namespace) -> str:
             out.append(f"| {r['trace']} | {m:.2f} | " + " | ".join(cells) + " |")
         out += ["", "Geomean |error| of the GPU kernel time: " + ", ".join(
             f"{k} {geomean_pct(np.array(v)):.1f}%" for k, v in gsum.items()) + "."]
+    if res.get("per_op"):
+        po = res["per_op"]
+        kinds = [k for k in next(iter(po["by_model"].values())) if k != "all"]
+        out += ["", f"Per op: the {po['n_rows']} distinct ops of these traces ({po['n_ops']} traced ops), each at the "
+                "CUPTI time of its kernels (`hybrid trace kernels`), predicted one by one as the engine costs them "
+                "(kernel time), geomean |error| % over the distinct ops:", "",
+                "| predictor | all | " + " | ".join(kinds) + " |", "|---|---|" + "---|" * len(kinds)]
+        for k, v in po["by_model"].items():
+            out.append(f"| {k} | {v['all']:.1f} | " + " | ".join(f"{v[x]:.1f}" for x in kinds) + " |")
     out += _attention_section(rows, costed)
     unmeasured = {k: sum(sum(r["unmeasured"].get(k, {}).values()) for r in rows) for k in costed}
     unmeasured = {k: v for k, v in unmeasured.items() if v}
