@@ -59,7 +59,10 @@ def test_default_plan(tmp_path, monkeypatch):
     for fam in ("attention", "gemm"):  # only the configurations the bundle lacks (H100: all of attention)
         assert by[f"profile-{fam}"].argv[-2:] == ["--skip-existing", str(bundle)]
     assert by["profile-attention"].timeout_s == gs.STEP_LIMITS["profile-attention"]
-    assert by["profile-gemm"].timeout_s == gs.STEP_LIMITS["profile-gemm"] > by["profile-softmax"].timeout_s
+    # the small-op families also time their kernels (--kernel-times), within MAX_PASS_S more
+    assert by["profile-gemm"].timeout_s == gs.STEP_LIMITS["profile-gemm"] + gs.MAX_PASS_S
+    assert by["profile-softmax"].timeout_s == gs.STEP_LIMITS["profile"] + gs.MAX_PASS_S
+    assert by["profile-conv"].timeout_s == gs.STEP_LIMITS["profile"] and "--kernel-times" not in by["profile-conv"].argv
     assert "cuda" in by["dlrm"].argv and "transformers" in by["traces"].unavailable
     assert by["traces"].argv[-2:] == ["--attention", "sdpa"]  # the committed traces run eager attention
     assert gs.committed_bundle_for("NVIDIA H100 80GB HBM3") == bundle

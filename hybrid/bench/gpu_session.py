@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid.atomic import write_text
+from hybrid.data.profiler.kernel_times import MAX_PASS_S
 from hybrid.errors import InvalidInputError
 
 #: Kernel families profiled after attention, most valuable first (every one in ``PROFILE_FAMILIES`` but
@@ -45,6 +46,10 @@ KERNEL_FAMILIES = ("gemm", "embedding", "norm", "softmax", "elementwise", "conv"
 #: Every other family measures only the configurations its committed bundle lacks (a GPU measured before gets
 #: the sweep's new shapes: the 16-bit GEMM grid and the smaller attention shapes added 2026-11-27).
 REMEASURE = ("norm",)
+#: Families whose profile step also times every configuration by its CUPTI kernels (``hybrid profile
+#: --kernel-times``; at most :data:`~hybrid.data.profiler.kernel_times.MAX_PASS_S` each, added to the step's limit):
+#: their small ops are where an eager timing is the host's dispatch floor instead of the kernel.
+KERNEL_TIME_FAMILIES = ("gemm", "elementwise", "norm", "softmax")
 #: Per-step time limits (s): the longest each was seen to need on an H100/H200 with room to spare (the H200's
 #: full sweep, 2026-11-27: attention 121 s for 352 cases, gemm 35 s for 452, embedding 67 s, DLRM 4 configs
 #: 167-200 s; attention and gemm have grown since by 192 and 504 cases).
@@ -97,9 +102,13 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
         argv = [*cli, "profile", "--only", fam, "-o", str(out / name), "--no-progress", "--force"]
         if cpu:
             argv += ["--cpu", "--threads", "1", "--quick"]
+        limit = STEP_LIMITS.get(name, STEP_LIMITS["profile"])
+        if fam in KERNEL_TIME_FAMILIES and not cpu:
+            argv += ["--kernel-times"]
+            limit += int(MAX_PASS_S)
         if skip_existing is not None and fam not in remeasure:
             argv += ["--skip-existing", str(skip_existing)]
-        steps.append(Step(name, argv, STEP_LIMITS.get(name, STEP_LIMITS["profile"])))
+        steps.append(Step(name, argv, limit))
     tail: list[Step] = []
     if dlrm_configs > 0:
         tail.append(Step("dlrm", [*cli, "bench", "campaign", str(out / "dlrm"), "--device", "cpu" if cpu else "cuda",

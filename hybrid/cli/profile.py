@@ -41,11 +41,14 @@ def _parse_ranks(value: str | None) -> tuple[int, ...] | None:
                    "GPUs always use CUDA events.")
 @click.option("--skip-existing", "skip_existing", multiple=True, type=click.Path(path_type=Path),
               help="Bundle or table whose configurations are not measured again (extend a bundle); repeatable.")
+@click.option("--kernel-times", is_flag=True,
+              help="GPU only: also time every configuration by its CUPTI kernels alone (torch.profiler, after the "
+                   "eager timings): kernel_times.csv beside measurements.csv, framework cupti (docs/profiler.md).")
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @click.option("--no-progress", is_flag=True, help="No progress bars on stderr.")
 def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: str | None, only: str | None,
             threads: int | None, seed: int, force_cpu: bool, clock: str, skip_existing: tuple[Path, ...],
-            force: bool, no_progress: bool) -> None:
+            kernel_times: bool, force: bool, no_progress: bool) -> None:
     """Measure GEMM/GEMV, elementwise, norms, softmax, convolutions, batch norm and pooling, embedding-bag lookups
     (fwd+bwd), optimizer steps and collectives on
     this machine and write a bundle: measurements.csv (canonical table), catalog.toml (the measured
@@ -55,7 +58,7 @@ def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: st
     families = tuple(only.split(",")) if only is not None else PROFILE_FAMILIES
     opts = ProfileOptions(quick=quick, families=families, ranks=_parse_ranks(ranks), device_name=device_name,
                           threads=threads, seed=seed, progress=not no_progress, force_cpu=force_cpu, clock=clock,
-                          skip_existing=tuple(str(p) for p in skip_existing))
+                          skip_existing=tuple(str(p) for p in skip_existing), kernel_times=kernel_times)
     # the command line as typed (when called through main(argv) from Python, sys.argv is someone else's)
     command = ["hybrid", *sys.argv[1:]] if sys.argv[1:2] == ["profile"] else None
     result = run_profile(opts, outdir, force=force, command=command,

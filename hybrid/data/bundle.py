@@ -26,6 +26,11 @@ from hybrid.hardware.catalog import CATALOG_ENV, Catalog, default_catalog
 TABLE_FILE = "measurements.csv"
 CATALOG_FILE = "catalog.toml"
 META_FILE = "meta.json"
+#: Optional: the same configurations timed by their CUPTI kernels alone (``hybrid profile --kernel-times`` on a
+#: GPU; ``framework = "cupti"``), beside the eager timings of :data:`TABLE_FILE`. Kept apart because a
+#: configuration appears once per table (merging and ``--skip-existing`` key on it) and because the pointwise
+#: models cannot yet tell the two timings apart (``docs/profiler.md``); :func:`load_kernel_times` reads it.
+KERNEL_TIMES_FILE = "kernel_times.csv"
 
 
 def _catalog_file(path: Path) -> Path | None:
@@ -184,9 +189,10 @@ def catalog_toml(devices: Mapping[str, Mapping[str, Any]], systems: Mapping[str,
 
 
 def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: str, meta: Mapping[str, Any], *,
-                 force: bool = False) -> Path:
+                 force: bool = False, kernel_times: pd.DataFrame | None = None) -> Path:
     """Write a bundle atomically: validate ``table`` against the default catalog plus ``catalog_text``, write
-    all three files into a temporary sibling directory, then rename it to ``outdir``.
+    all three files into a temporary sibling directory, then rename it to ``outdir``. ``kernel_times`` (rows
+    timed by their kernels alone, if any) goes to :data:`KERNEL_TIMES_FILE`, validated the same way.
 
     An existing non-empty ``outdir`` is an error unless ``force`` (then it is replaced).
     """
@@ -201,6 +207,8 @@ def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: s
         (tmp / CATALOG_FILE).write_text(catalog_text, encoding="utf-8")
         catalog = bundle_catalog([tmp])
         write_table(table, tmp / TABLE_FILE, catalog)
+        if kernel_times is not None and len(kernel_times):
+            write_table(kernel_times, tmp / KERNEL_TIMES_FILE, catalog)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
         _usual_permissions(tmp)
     return out
@@ -280,8 +288,26 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
     keep = ~repeated.to_numpy()
     merged, origin = merged[keep].reset_index(drop=True), origin[keep].reset_index(drop=True)
     meta = _merged_meta(dirs, metas, [len(t) for t in tables], merged, origin, int(repeated.sum()), note)
-    path = write_bundle(out, merged, texts[0], meta, force=force)
+    # kernel-timed rows ride along: concatenated in the same order, a configuration's last row kept
+    kts = [k for k in (load_kernel_times(d) for d in dirs) if len(k)]
+    kernel = None
+    if kts:
+        kernel = pd.concat(kts, ignore_index=True, sort=False)
+        kkeys = pd.Series([config_key(r) for r in kernel.to_dict("records")])
+        kernel = kernel[~kkeys.duplicated(keep="last").to_numpy()].reset_index(drop=True)
+    path = write_bundle(out, merged, texts[0], meta, force=force, kernel_times=kernel)
     return path, merged
+
+
+def load_kernel_times(path: str | os.PathLike) -> pd.DataFrame:
+    """The bundle's kernel-timed rows (:data:`KERNEL_TIMES_FILE`, validated with the bundle's catalog); an empty
+    frame when the bundle has none."""
+    from hybrid.data.schema import read_table
+
+    f = Path(path) / KERNEL_TIMES_FILE
+    if not f.is_file():
+        return pd.DataFrame()
+    return read_table(f, bundle_catalog([Path(path)]))
 
 
 def _first_pairs(keys: pd.Series) -> list[tuple[int, int]]:

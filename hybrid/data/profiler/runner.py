@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.data.bundle import catalog_toml, write_bundle
+from hybrid.data.bundle import KERNEL_TIMES_FILE, catalog_toml, write_bundle
 from hybrid.data.profiler import attention as attn
 from hybrid.data.profiler import collectives as coll
 from hybrid.data.profiler import conv as cnn
@@ -31,6 +31,8 @@ from hybrid.data.profiler import optimizer as optim
 from hybrid.data.profiler.backend import Backend, available_cores, open_backend, require_torch
 from hybrid.data.profiler.cases import PROFILE_FAMILIES, Case, config_key
 from hybrid.data.profiler.ceilings import Ceilings, measure_ceilings
+from hybrid.data.profiler.kernel_times import KERNEL_FRAMEWORK, kernel_pass
+from hybrid.data.profiler.kernel_times import kernel_rows as kernel_time_rows
 from hybrid.data.profiler.timing import (
     FULL_POLICY,
     QUICK_POLICY,
@@ -62,6 +64,8 @@ class ProfileOptions:
     clock: str = "auto"  # auto (CPU with 1 thread: on-core thread time; else wall / CUDA events), wall, thread
     #: measurement table(s) whose configurations are not measured again (extending a bundle)
     skip_existing: tuple[str, ...] = ()
+    #: GPU only: also time every configuration by its CUPTI kernels alone (:mod:`hybrid.data.profiler.kernel_times`)
+    kernel_times: bool = False
 
     def checked(self) -> ProfileOptions:
         """A copy with defaults filled in; raises :class:`InvalidInputError` on a bad option."""
@@ -90,7 +94,7 @@ class ProfileOptions:
             if not Path(p).exists():
                 raise InvalidInputError(f"--skip-existing: {p} not found")
         return ProfileOptions(self.quick, fams, ranks, self.device_name, self.threads, self.seed, self.progress,
-                              self.force_cpu, clock, skip)
+                              self.force_cpu, clock, skip, bool(self.kernel_times))
 
 
 @dataclass
@@ -141,6 +145,9 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     torch = require_torch()
     backend = open_backend(torch, threads=opts.threads, force_cpu=opts.force_cpu)
     say = log or (lambda _msg: None)
+    if opts.kernel_times and not backend.is_cuda:
+        raise InvalidInputError("--kernel-times reads CUPTI kernel records: it needs a CUDA GPU (this run profiles "
+                                f"the {backend.kind})")
     durations: dict[str, float] = {}
 
     llc = last_level_cache_bytes(backend)
@@ -166,6 +173,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     known = _existing_keys(opts.skip_existing)
     n_known = 0
     rows: list[dict[str, Any]] = []
+    kernel_rows: list[dict[str, Any]] = []
+    kernel_notes: dict[str, str] = {}
     skipped: list[dict[str, Any]] = []
     for family in opts.families:
         if family == "collective":
@@ -173,6 +182,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         t0 = time.perf_counter()
         cases = family_cases(backend, family, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
                              arena_bytes=_arena_bytes(opts.quick))
+        every = cases
         if known:
             fresh = [c for c in cases if config_key(c.row) not in known]
             n_known += len(cases) - len(fresh)
@@ -180,6 +190,17 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         rows += _measure_cases(backend, family, cases, policy, opts.progress, skipped, clock)
         durations[family] = time.perf_counter() - t0
         _release(backend)
+        if opts.kernel_times and every:
+            # every configuration of the family, the ones --skip-existing left out included: kernel rows are a
+            # table of their own, and a GPU measured before has none yet; the fresh ones first
+            fresh_ids = {id(c) for c in cases}
+            order = cases + [c for c in every if id(c) not in fresh_ids]
+            t0 = time.perf_counter()
+            found, note = _kernel_times(backend, family, order, say)
+            kernel_rows += found
+            kernel_notes[family] = note
+            durations[f"{family} kernel times"] = time.perf_counter() - t0
+            _release(backend)
 
     system_key, system_entry, coll_notes = None, None, {}
     if "collective" in opts.families:
@@ -204,6 +225,10 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         raise HybridError("the profile produced no measurements (every case was skipped or already in "
                           "--skip-existing; see the log)")
     table = _finish_table(backend, device_key, rows)
+    kernel_table = None
+    if kernel_rows:
+        kernel_table = _finish_table(backend, device_key, kernel_rows)
+        kernel_table["framework"] = KERNEL_FRAMEWORK
     devices = {device_key: device_entry} if device_entry is not None else {}
     systems = {system_key: system_entry} if system_entry is not None else {}
     header = (f"Written by `hybrid profile` on {_dt.date.today().isoformat()} "
@@ -214,7 +239,12 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     meta["clock"] = {"name": clock, "what": _CLOCK_DOC[clock]}
     if opts.skip_existing:
         meta["skip_existing"] = {"tables": list(opts.skip_existing), "cases_not_measured_again": n_known}
-    path = write_bundle(out, table, text, meta, force=force)
+    if opts.kernel_times:
+        meta["kernel_times"] = {"file": KERNEL_TIMES_FILE, "rows": 0 if kernel_table is None else len(kernel_table),
+                                "per_family": kernel_notes,
+                                "what": "median CUPTI kernel time of 3 marked calls per configuration (framework "
+                                        "cupti), measured after the family's eager timings"}
+    path = write_bundle(out, table, text, meta, force=force, kernel_times=kernel_table)
     return ProfileResult(path=path, table=table, catalog_text=text, meta=meta)
 
 
@@ -305,6 +335,22 @@ def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any
             run = prepare = None  # free the case's tensors before the next one
         rows.append({**case.row, **timing.as_row()})
     return rows
+
+
+def _kernel_times(backend: Backend, family: str, cases: list[Case], say: Callable[[str], None]
+                  ) -> tuple[list[dict[str, Any]], str]:
+    """The family's kernel-timed rows and a note for ``meta.json``; a failure of the pass is logged and costs only
+    these rows."""
+    torch = backend.torch
+    oom = tuple(t for t in (MemoryError, getattr(torch, "OutOfMemoryError", None)) if t is not None)
+    say(f"{family}: kernel times of {len(cases)} configurations (torch.profiler, CUPTI)")
+    try:
+        times = kernel_pass(backend, cases, skip=lambda exc: isinstance(exc, oom))
+    except Exception as exc:  # noqa: BLE001 - the eager rows are measured already; keep them
+        msg = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        say(f"{family}: kernel-time pass {msg}")
+        return [], msg
+    return kernel_time_rows(cases, times), f"{len(times)} of {len(cases)} configurations"
 
 
 def _release(backend: Backend) -> None:
