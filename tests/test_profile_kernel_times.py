@@ -126,3 +126,21 @@ def test_gpu_session_times_kernels_of_the_small_op_families_only(tmp_path):
     # the CPU trial plan never asks for CUPTI
     cpu = gs.default_steps(tmp_path, families=("gemm",), traces=False, dlrm_configs=0, cpu=True)
     assert all("--kernel-times" not in st.argv for st in cpu)
+
+
+def test_a_kernel_only_run_writes_a_bundle_that_merges(tmp_path):
+    # a GPU measured before, revisited with --skip-existing --kernel-times: no eager row is new, the kernel rows
+    # are; the bundle holds a header-only measurements.csv beside kernel_times.csv and merges into the old one
+    table, _ = load_bundle(H100)
+    text = (H100 / "catalog.toml").read_text()
+    meta = read_meta(H100)
+    norm = table[(pd.Series(family_array(table["op"])) == "norm").to_numpy()].reset_index(drop=True)
+    only = write_bundle(tmp_path / "kt", table.iloc[:0], text, meta, kernel_times=_kernel_rows(norm, 0.3))
+    empty, _ = load_bundle(only)
+    assert empty.empty and "time_us" in empty.columns
+    assert len(load_kernel_times(only)) == len(norm)
+    path, merged = merge_bundles([H100, only], tmp_path / "all")
+    assert len(merged) == len(table)  # the eager rows are the committed bundle's, unchanged
+    assert len(load_kernel_times(path)) == len(norm)
+    with pytest.raises(Exception, match="empty|no rows"):  # an eager table without rows and nothing beside it
+        write_bundle(tmp_path / "bad", table.iloc[:0], text, meta)

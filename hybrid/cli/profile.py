@@ -64,4 +64,7 @@ def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: st
     result = run_profile(opts, outdir, force=force, command=command,
                          log=lambda msg: click.echo(msg, err=True))
     counts = ", ".join(f"{k} {v}" for k, v in result.meta["row_counts"].items())
-    click.echo(f"wrote {result.path} ({len(result.table)} rows: {counts}) in {result.meta['durations_s']['total']:.0f} s")
+    kt = result.meta.get("kernel_times")
+    extra = f"; {kt['rows']} kernel-timed rows in {kt['file']}" if kt else ""
+    click.echo(f"wrote {result.path} ({len(result.table)} rows: {counts}{extra}) in "
+               f"{result.meta['durations_s']['total']:.0f} s")

@@ -77,7 +77,17 @@ def load_bundle(path: str | os.PathLike) -> tuple[pd.DataFrame, Catalog]:
     p = Path(path)
     table_path = _table_file(p)
     catalog = bundle_catalog([p])
+    if p.is_dir() and _kernel_only(p):  # a kernel-time run over configurations measured before: no eager rows
+        return pd.DataFrame(columns=pd.read_csv(table_path, nrows=0).columns), catalog
     return read_table(table_path, catalog), catalog
+
+
+def _kernel_only(path: Path) -> bool:
+    """A bundle whose eager table is a header alone beside a kernel-times table (see :func:`write_bundle`)."""
+    if not (path / KERNEL_TIMES_FILE).is_file():
+        return False
+    with open(path / TABLE_FILE, encoding="utf-8") as fh:
+        return sum(1 for line in fh if line.strip()) <= 1
 
 
 #: Device kinds :func:`project_bundles` can select.
@@ -203,10 +213,15 @@ def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: s
         raise InvalidInputError(f"output path {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise InvalidInputError(f"output directory {out} already exists and is not empty (use --force to replace it)")
+    kernel_only = len(table) == 0 and kernel_times is not None and len(kernel_times) > 0
     with atomic_directory(out) as tmp:
         (tmp / CATALOG_FILE).write_text(catalog_text, encoding="utf-8")
         catalog = bundle_catalog([tmp])
-        write_table(table, tmp / TABLE_FILE, catalog)
+        if kernel_only:  # every configuration was measured before (--skip-existing): the header alone
+            pd.DataFrame(columns=list(table.columns) or list(kernel_times.columns)).to_csv(tmp / TABLE_FILE,
+                                                                                          index=False)
+        else:
+            write_table(table, tmp / TABLE_FILE, catalog)
         if kernel_times is not None and len(kernel_times):
             write_table(kernel_times, tmp / KERNEL_TIMES_FILE, catalog)
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
@@ -255,7 +270,7 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
         if not d.is_dir():
             raise InvalidInputError(f"{d}: not a bundle directory")
         table, _ = load_bundle(d)
-        if table.empty:
+        if table.empty and not _kernel_only(d):
             raise InvalidInputError(f"{d}: the bundle's table has no rows")
         cat = _catalog_file(d)
         text = cat.read_text(encoding="utf-8") if cat is not None else ""

@@ -221,10 +221,11 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
             system_key = None
         durations["collective"] = time.perf_counter() - t0
 
-    if not rows:
+    if not rows and not kernel_rows:
         raise HybridError("the profile produced no measurements (every case was skipped or already in "
                           "--skip-existing; see the log)")
-    table = _finish_table(backend, device_key, rows)
+    # kernel times alone (every configuration already in --skip-existing): the eager table is a header only
+    table = _finish_table(backend, device_key, rows) if rows else pd.DataFrame(columns=["device", "op", "time_us"])
     kernel_table = None
     if kernel_rows:
         kernel_table = _finish_table(backend, device_key, kernel_rows)
