@@ -23,6 +23,7 @@ import pandas as pd
 from hybrid.data.traces.parse import RankTrace
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
+from hybrid.ops.families import family_array
 from hybrid.workloads.trace_units import trace_units
 
 #: ``framework`` of the rows: kernel-only times read from CUPTI activity records.
@@ -46,7 +47,8 @@ def kernel_rows(traces: Sequence[RankTrace], catalog: Catalog | None = None, dev
     """Canonical rows of every costed op of ``traces`` (GPU traces of one or more steps / models), timed by the
     CUPTI durations of its kernels; identical rows merged (median; min, max, spread, count as ``repeats``).
 
-    Ops with no kernel in the trace, no family (views, host-only work) or a zero kernel time are left out.
+    Ops with no kernel in the trace, no family (views, host-only work) or a zero kernel time are left out, and so
+    are collectives: an NCCL kernel's duration includes the wait for the slowest peer, not a cost of its own.
     Raises :class:`InvalidInputError` for a trace without GPU kernels (a CPU or meta-device trace) or whose GPU
     the catalog does not know (pass ``device``)."""
     if not traces:
@@ -66,7 +68,10 @@ def kernel_rows(traces: Sequence[RankTrace], catalog: Catalog | None = None, dev
         if not keep.any():
             continue
         rows = pd.DataFrame([dict(r) for r in u.loc[keep, "row"]])
-        rows["time_us"] = dev_us[keep]
+        rows = rows[family_array(rows["op"]) != "collective"].copy()
+        if rows.empty:
+            continue
+        rows["time_us"] = dev_us[keep][rows.index.to_numpy()]
         rows["device"] = key
         rows["framework"] = TRACE_KERNEL_FRAMEWORK
         rows["source"] = f"trace:{tr.path}"
