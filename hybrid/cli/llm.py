@@ -12,7 +12,7 @@ from hybrid.cli.simulate import load_cost_model, model_options
 
 @click.group("llm")
 def llm() -> None:
-    """LLM training: model library, iteration time, memory per GPU, mapping search."""
+    """LLMs: model library; training (iteration time, memory per GPU, mapping search); inference (static batch, serving, capacity)."""
 
 
 @llm.command("models")
