@@ -89,3 +89,19 @@ def test_cli_writes_rows_or_nothing(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     assert cli_main(["trace", "kernels", str(BERT), "-o", str(bad), "--device", "NOT-A-GPU"]) not in (0, None)
     assert not bad.exists()
+
+
+def test_trace_predict_fits_a_bundle_with_kernel_rows(tmp_path, capsys):
+    # the one-command cross-GPU flow: the H100's profile + its traced kernels predict an H200 trace
+    rows = tmp_path / "h100.csv"
+    assert cli_main(["trace", "kernels", str(BERT), "-o", str(rows)]) in (0, None)
+    capsys.readouterr()
+    h200 = ROOT / "datasets" / "traces-h200" / "bert-bf16-sdpa"
+    args = ["trace", "predict", str(h200), "--device", "H200", "--host", "model", "--json"]
+    assert cli_main([*args, "--bundle", str(ROOT / "datasets" / "H100-SXM"), "--rows", str(rows)]) in (0, None)
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert "H100-SXM + h100.csv" in out["model"] and out["predicted_ms"] > 0
+    assert cli_main([*args, "--rows", str(rows)]) not in (0, None)  # rows join a bundle: --bundle needed
+    assert "give --bundle too" in capsys.readouterr().err

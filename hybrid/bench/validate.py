@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,14 +253,18 @@ def _check_target(catalog: Any, configs: list[Any], system: str | None, devices:
 
 def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = None,
                       bundle: str | os.PathLike | None = None, roofline: bool = False,
-                      system: str | None = None, default_bundle: bool = True) -> EnginePredictor:
+                      system: str | None = None, default_bundle: bool = True,
+                      extra_tables: Sequence[str | os.PathLike] = ()) -> EnginePredictor:
     """The op cost model the engine predicts with (the one resolver for ``hybrid bench validate`` and
     ``hybrid trace predict``): a calibrated model from the tracking store (``model_ref``), the roofline only
     (``roofline``), or a HybridPredictor fitted on a profile bundle (``bundle``; without one, the newest
     ``datasets/cpu-*`` if ``default_bundle``, else the roofline on the packaged catalog). ``system`` defaults
-    to the bundle's system for bundles."""
+    to the bundle's system for bundles. ``extra_tables`` (with ``bundle`` only): measurement tables joined to the
+    bundle's rows before the fit, e.g. the kernel rows of another GPU's traces (``hybrid trace kernels``)."""
     from hybrid.engine.costs import model_catalog
 
+    if extra_tables and not bundle:
+        raise InvalidInputError("extra measurement tables join a --bundle's rows: give --bundle too")
     if model_ref:
         from hybrid.tracking.registry import load_predictor
 
@@ -297,8 +302,14 @@ def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = N
                                target_note=note)
     from hybrid.corrections.predictor import HybridPredictor
 
+    name = f"HybridPredictor fitted on {path.name}"
+    if extra_tables:
+        from hybrid.data.schema import read_table
+
+        table = pd.concat([table, read_table(list(extra_tables), cat)], ignore_index=True, sort=False)
+        name += " + " + ", ".join(Path(t).name for t in extra_tables)
     model = HybridPredictor(catalog=cat).fit(table)
-    return EnginePredictor(f"HybridPredictor fitted on {path.name}", model, cat, sys_name, target_note=note)
+    return EnginePredictor(name, model, cat, sys_name, target_note=note)
 
 
 def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: EnginePredictor,

@@ -22,6 +22,8 @@ def trace() -> None:
     hybrid trace predict datasets/traces-h100/bert-bf16/ --device H100-SXM --bundle datasets/H100-SXM --host model
     hybrid trace import traces/*.json -o graph.json
     hybrid trace kernels datasets/traces-h100/*/ -o h100-kernels.csv   # calibration rows: ops timed by CUPTI
+    hybrid trace predict datasets/traces-h200/gpt2-bf16-sdpa/ --device H200 --bundle datasets/H100-SXM \
+        --rows h100-kernels.csv --host model                             # a GPU neither measured
     """
 
 
@@ -84,6 +86,9 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
 @click.option("--bundle", default=None, type=click.Path(file_okay=False),
               help="Fit the predictor on this profile bundle (e.g. datasets/cpu-amd-epyc-1c) and use its catalog.")
+@click.option("--rows", "extra_rows", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Measurement table joined to --bundle's rows before the fit (repeatable), e.g. the kernel rows "
+                   "of another GPU's traces from `hybrid trace kernels`.")
 @click.option("--roofline", is_flag=True, help="Analytical roofline only.")
 @click.option("--same-device/--other-device", "same", default=None,
               help="Whether the target is the traced hardware (default: decided from the traces).")
@@ -99,7 +104,8 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
-            tracking_uri: str | None, bundle: str | None, roofline: bool, same: bool | None, host: str,
+            tracking_uri: str | None, bundle: str | None, extra_rows: tuple[str, ...], roofline: bool,
+            same: bool | None, host: str,
             kernel_times: bool, compiled: bool, step: int | None, as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
@@ -110,7 +116,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         raise InvalidInputError("give exactly one of --device or --system")
     from hybrid.bench.validate import resolve_predictor
 
-    engine = resolve_predictor(model_ref, tracking_uri, bundle, roofline, default_bundle=False)
+    engine = resolve_predictor(model_ref, tracking_uri, bundle, roofline, default_bundle=False,
+                               extra_tables=extra_rows)
     model, cat, name = engine.model, engine.catalog, engine.name
     loaded = _load(traces, step)
     transform = None
