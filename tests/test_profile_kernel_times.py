@@ -57,7 +57,7 @@ def test_ranges_split_kernels_by_launch_time():
 def test_the_pass_runs_here_and_times_nothing_without_cuda():
     torch = pytest.importorskip("torch")
     from hybrid.data.profiler.backend import open_backend
-    from hybrid.data.profiler.kernel_times import kernel_pass, kernel_rows
+    from hybrid.data.profiler.kernel_times import kernel_pass, kernel_time_rows
     from hybrid.data.profiler.runner import family_cases
 
     backend = open_backend(torch, threads=1, force_cpu=True)
@@ -65,8 +65,8 @@ def test_the_pass_runs_here_and_times_nothing_without_cuda():
     # profiler session, marked calls, export and parse all run; a CPU launches no kernel, so no time
     assert kernel_pass(backend, cases) == {}
     # what a GPU's times become: each case's shape columns, cupti-timed
-    rows = kernel_rows(cases, {1: 3.5, 0: 2.0})
-    assert [r["time_us"] for r in rows] == [2.0, 3.5] and {r["framework"] for r in rows} == {"cupti"}
+    rows = kernel_time_rows(cases, {1: 3.5, 0: 2.0})
+    assert [r["time_us"] for r in rows] == [2.0, 3.5] and [r["repeats"] for r in rows] == [3, 3]
     assert rows[1]["elements"] == cases[1].row["elements"]
     # a pass past its time cap stops before the next case
     assert kernel_pass(backend, cases, max_s=0.0) == {}

@@ -11,10 +11,11 @@ import pytest
 
 from hybrid.cli.main import main as cli_main
 from hybrid.corrections.features import kernel_timing
+from hybrid.data.profiler.kernel_times import KERNEL_FRAMEWORK
 from hybrid.data.schema import validate
 from hybrid.data.traces import load_traces, trace_files
 from hybrid.errors import HybridError, InvalidInputError
-from hybrid.workloads.trace_kernels import TRACE_KERNEL_FRAMEWORK, kernel_rows, merge_identical
+from hybrid.workloads.trace_kernels import kernel_rows, merge_identical, step_kernel_rows
 from hybrid.workloads.trace_units import trace_units
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +31,7 @@ def test_rows_are_the_traced_ops_timed_by_their_kernels(bert, catalog):
     rows = kernel_rows(bert, catalog)
     # the GPU the trace names ("NVIDIA H100 80GB HBM3") resolves to the catalog key
     assert set(rows["device"]) == {"H100-SXM"}
-    assert set(rows["framework"]) == {TRACE_KERNEL_FRAMEWORK}
+    assert set(rows["framework"]) == {KERNEL_FRAMEWORK}
     assert (kernel_timing(rows) == 1).all()  # read as kernel-only timings by the kernel models
     assert (rows["time_us"] > 0).all() and (rows["time_us_min"] <= rows["time_us"]).all()
     assert (rows["time_us"] <= rows["time_us_max"]).all()
@@ -105,3 +106,10 @@ def test_trace_predict_fits_a_bundle_with_kernel_rows(tmp_path, capsys):
     assert "H100-SXM + h100.csv" in out["model"] and out["predicted_ms"] > 0
     assert cli_main([*args, "--rows", str(rows)]) not in (0, None)  # rows join a bundle: --bundle needed
     assert "give --bundle too" in capsys.readouterr().err
+
+
+def test_step_kernel_rows_reads_every_step_directory(tmp_path, catalog):
+    rows = step_kernel_rows([ROOT / "datasets" / "traces-h200"], catalog)
+    assert set(rows["device"]) == {"H200"} and int(rows["repeats"].sum()) > 1000
+    with pytest.raises(InvalidInputError, match="no traced step directories"):
+        step_kernel_rows([tmp_path], catalog)

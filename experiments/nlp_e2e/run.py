@@ -300,18 +300,13 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
         # host path), which the labels' eager runs do not use
         table = pd.concat([table, lc[lc["framework"] == "pytorch"]], ignore_index=True, sort=False)
     if trace_kernels:
-        table = pd.concat([table, project_trace_kernel_rows(cat)], ignore_index=True, sort=False)
+        from hybrid.workloads.trace_kernels import step_kernel_rows
+
+        traces = sorted(ROOT.glob("datasets/traces-*"))  # the project's own GPU traces
+        table = pd.concat([table, step_kernel_rows(traces, cat)], ignore_index=True, sort=False)
     model = HybridPredictor(catalog=cat, seed=seed).fit(table)
     return model, cat, sorted(table["device"].unique()), len(table)
 
-
-def project_trace_kernel_rows(catalog) -> pd.DataFrame:
-    """Kernel-timed rows (``hybrid trace kernels``) of the project's own GPU traces (``datasets/traces-*``)."""
-    from hybrid.data.traces import load_traces, trace_files
-    from hybrid.workloads.trace_kernels import kernel_rows
-
-    steps = sorted(d for root in sorted(ROOT.glob("datasets/traces-*")) for d in root.iterdir() if d.is_dir())
-    return kernel_rows([tr for d in steps for tr in load_traces(trace_files([d]))], catalog)
 
 
 def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cache: dict,

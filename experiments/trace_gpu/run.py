@@ -161,24 +161,14 @@ def predict_one(name: str, files: list[str], models: dict, host: str, kernel_tim
     return out
 
 
-def cross_kernel_rows(traces_dir: str, catalog) -> pd.DataFrame:
-    """Kernel rows (:func:`hybrid.workloads.trace_kernels.kernel_rows`) of every traced step under ``traces_dir``
-    (each subdirectory holding trace files is one step)."""
-    from hybrid.data.traces import load_traces, trace_files
-    from hybrid.workloads.trace_kernels import kernel_rows
-
-    steps = sorted(d for d in Path(traces_dir).iterdir() if d.is_dir())
-    traces = [tr for d in steps for tr in load_traces(trace_files([d]))]
-    return kernel_rows(traces, catalog)
-
-
 def per_op_kernel_errors(traces_dir: str, device: str, models: dict, catalog) -> dict:
     """Every distinct op of the traces under ``traces_dir`` (their kernel rows, the ground truth) predicted by each
     cost model as the engine costs it (kernel time, :class:`hybrid.engine.costs.KernelTimeModel`): geomean |error|
     over the distinct ops, overall and per op kind."""
     from hybrid.engine.costs import KernelTimeModel
+    from hybrid.workloads.trace_kernels import step_kernel_rows
 
-    truth = cross_kernel_rows(traces_dir, catalog)
+    truth = step_kernel_rows([traces_dir], catalog)
     truth = truth.assign(device=device)
     query = truth.drop(columns=["time_us", "time_us_min", "time_us_max", "time_us_std", "repeats", "source",
                                 "framework"])
@@ -267,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
                 from hybrid.data.bundle import load_bundle
 
                 table, xcat = load_bundle(args.cross_bundle)
-                krows = cross_kernel_rows(args.cross_traces, xcat)
+                from hybrid.workloads.trace_kernels import step_kernel_rows
+
+                krows = step_kernel_rows([args.cross_traces], xcat)
                 models[f"{Path(args.cross_bundle).name} bundle + traced kernels"] = (
                     HybridPredictor(catalog=xcat).fit(pd.concat([table, krows], ignore_index=True, sort=False)), xcat)
     models["traced kernels"] = (TracedKernels(), cat)

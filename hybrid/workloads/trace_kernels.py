@@ -15,19 +15,20 @@ Use: trace a model on the GPU you have, calibrate on its rows (with any other da
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from hybrid.data.profiler.kernel_times import KERNEL_FRAMEWORK
+from hybrid.data.traces import load_traces, trace_files
 from hybrid.data.traces.parse import RankTrace
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import family_array
 from hybrid.workloads.trace_units import trace_units
-
-#: ``framework`` of the rows: kernel-only times read from CUPTI activity records.
-TRACE_KERNEL_FRAMEWORK = "cupti"
 
 
 def trace_device(trace: RankTrace, catalog: Catalog, device: str | None = None) -> str:
@@ -73,13 +74,22 @@ def kernel_rows(traces: Sequence[RankTrace], catalog: Catalog | None = None, dev
             continue
         rows["time_us"] = dev_us[keep][rows.index.to_numpy()]
         rows["device"] = key
-        rows["framework"] = TRACE_KERNEL_FRAMEWORK
+        rows["framework"] = KERNEL_FRAMEWORK
         rows["source"] = f"trace:{tr.path}"
         frames.append(rows)
     if not frames:
         raise InvalidInputError("no op of the traces has a family and kernels: nothing to measure")
     table = pd.concat(frames, ignore_index=True, sort=False)
     return merge_identical(table)
+
+
+def step_kernel_rows(roots: Sequence[str | os.PathLike], catalog: Catalog | None = None) -> pd.DataFrame:
+    """:func:`kernel_rows` of every traced step under ``roots`` (each subdirectory holding a step's trace files,
+    as ``datasets/traces-*`` and ``experiments/trace_gpu/record.py`` lay them out)."""
+    steps = sorted(d for root in roots for d in Path(root).iterdir() if d.is_dir())
+    if not steps:
+        raise InvalidInputError(f"no traced step directories under {', '.join(map(str, roots))}")
+    return kernel_rows([tr for d in steps for tr in load_traces(trace_files([d]))], catalog)
 
 
 def merge_identical(table: pd.DataFrame) -> pd.DataFrame:

@@ -34,7 +34,8 @@ MARK = "hybrid-kernel-time:"
 #: Marked calls per configuration (after :data:`WARMUP` unmarked ones).
 KERNEL_CALLS = 3
 WARMUP = 1
-#: ``framework`` of the rows: kernel-only times read from CUPTI activity records.
+#: ``framework`` of kernel-only rows read from CUPTI activity records (this pass's and
+#: :func:`hybrid.workloads.trace_kernels.kernel_rows`'): one of ``KERNEL_TIMING_FRAMEWORKS`` of the kernel models.
 KERNEL_FRAMEWORK = "cupti"
 #: Default cap (s) on one family's pass: cases not reached by then get no kernel row (a lent GPU's session gives
 #: each family a fixed time; the eager rows come first and must not be lost to this pass).
@@ -95,8 +96,8 @@ def _call(run: Callable[[int], Any], prepare: Callable[[int], Any] | None, i: in
     run(i)
 
 
-def kernel_rows(cases: list[Case], times: dict[int, float], calls: int = KERNEL_CALLS) -> list[dict[str, Any]]:
-    """The kernel-timed rows of ``cases`` that :func:`kernel_pass` timed (its shape columns, ``time_us`` the
-    median kernel time, ``repeats`` the marked calls, ``framework`` :data:`KERNEL_FRAMEWORK`)."""
-    return [{**cases[i].row, "time_us": us, "repeats": calls, "framework": KERNEL_FRAMEWORK}
-            for i, us in sorted(times.items())]
+def kernel_time_rows(cases: list[Case], times: dict[int, float], calls: int = KERNEL_CALLS
+                     ) -> list[dict[str, Any]]:
+    """The rows of ``cases`` that :func:`kernel_pass` timed: each case's shape columns, ``time_us`` the median
+    kernel time, ``repeats`` the marked calls (the runner adds device, provenance and :data:`KERNEL_FRAMEWORK`)."""
+    return [{**cases[i].row, "time_us": us, "repeats": calls} for i, us in sorted(times.items())]

@@ -31,8 +31,7 @@ from hybrid.data.profiler import optimizer as optim
 from hybrid.data.profiler.backend import Backend, available_cores, open_backend, require_torch
 from hybrid.data.profiler.cases import PROFILE_FAMILIES, Case, config_key
 from hybrid.data.profiler.ceilings import Ceilings, measure_ceilings
-from hybrid.data.profiler.kernel_times import KERNEL_FRAMEWORK, kernel_pass
-from hybrid.data.profiler.kernel_times import kernel_rows as kernel_time_rows
+from hybrid.data.profiler.kernel_times import KERNEL_FRAMEWORK, kernel_pass, kernel_time_rows
 from hybrid.data.profiler.timing import (
     FULL_POLICY,
     QUICK_POLICY,
@@ -228,8 +227,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     table = _finish_table(backend, device_key, rows) if rows else pd.DataFrame(columns=["device", "op", "time_us"])
     kernel_table = None
     if kernel_rows:
-        kernel_table = _finish_table(backend, device_key, kernel_rows)
-        kernel_table["framework"] = KERNEL_FRAMEWORK
+        kernel_table = _finish_table(backend, device_key, kernel_rows, framework=KERNEL_FRAMEWORK)
     devices = {device_key: device_entry} if device_entry is not None else {}
     systems = {system_key: system_entry} if system_entry is not None else {}
     header = (f"Written by `hybrid profile` on {_dt.date.today().isoformat()} "
@@ -321,8 +319,7 @@ def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any
                    skipped: list[dict[str, Any]], clock: str = "wall") -> list[dict[str, Any]]:
     from tqdm import tqdm
 
-    torch = backend.torch
-    oom = tuple(t for t in (MemoryError, getattr(torch, "OutOfMemoryError", None)) if t is not None)
+    oom = _oom_errors(backend)
     rows = []
     for case in tqdm(cases, desc=family, unit="cfg", disable=not progress, leave=False, file=sys.stderr):
         try:
@@ -342,8 +339,7 @@ def _kernel_times(backend: Backend, family: str, cases: list[Case], say: Callabl
                   ) -> tuple[list[dict[str, Any]], str]:
     """The family's kernel-timed rows and a note for ``meta.json``; a failure of the pass is logged and costs only
     these rows."""
-    torch = backend.torch
-    oom = tuple(t for t in (MemoryError, getattr(torch, "OutOfMemoryError", None)) if t is not None)
+    oom = _oom_errors(backend)
     say(f"{family}: kernel times of {len(cases)} configurations (torch.profiler, CUPTI)")
     try:
         times = kernel_pass(backend, cases, skip=lambda exc: isinstance(exc, oom))
@@ -352,6 +348,11 @@ def _kernel_times(backend: Backend, family: str, cases: list[Case], say: Callabl
         say(f"{family}: kernel-time pass {msg}")
         return [], msg
     return kernel_time_rows(cases, times), f"{len(times)} of {len(cases)} configurations"
+
+
+def _oom_errors(backend: Backend) -> tuple[type[BaseException], ...]:
+    """The exceptions that mean a case did not fit in memory (recorded as skipped, never fatal)."""
+    return tuple(t for t in (MemoryError, getattr(backend.torch, "OutOfMemoryError", None)) if t is not None)
 
 
 def _release(backend: Backend) -> None:
@@ -468,11 +469,12 @@ def _library_version(backend: Backend, gloo: bool = False) -> str:
     return ", ".join(parts) or "unknown"
 
 
-def _finish_table(backend: Backend, device_key: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _finish_table(backend: Backend, device_key: str, rows: list[dict[str, Any]],
+                  framework: str = "pytorch") -> pd.DataFrame:
     df = pd.DataFrame(rows)
     df.insert(0, "device", device_key)
     df["source"] = SOURCE
-    df["framework"] = "pytorch"
+    df["framework"] = framework
     df["framework_version"] = str(backend.torch.__version__)
     lib = _library_version(backend)
     coll_lib = _library_version(backend, gloo=not backend.is_cuda)
