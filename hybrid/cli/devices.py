@@ -35,10 +35,11 @@ def devices(ctx: click.Context, as_json: bool, systems: bool) -> None:
     rows = []
     for e in entries:
         p = e["peak_tflops"]
-        rows.append([e["key"], e["vendor"], e["arch"], p.get("fp32", ""), p.get("bf16", p.get("fp16", "")),
+        rows.append([e["key"], e["vendor"], e["arch"], p.get("fp32", ""), p.get("fp16", "-"), p.get("bf16", "-"),
                      p.get("fp8", "-"), p.get("fp4", "-"), e["mem_bw_gbps"], e["mem_gib"], e["sms"]])
-    echo_table(rows, ["device", "vendor", "arch", "fp32 TF", "bf16/fp16 TF", "fp8 TF", "fp4 TF", "mem GB/s", "mem GiB",
-                      "SMs"])
+    # fp16 and bf16 apart: pre-Ampere parts run fp16 on tensor cores but bf16 only emulated (at the fp32 rate)
+    echo_table(rows, ["device", "vendor", "arch", "fp32 TF", "fp16 TF", "bf16 TF", "fp8 TF", "fp4 TF", "mem GB/s",
+                      "mem GiB", "SMs"])
 
 
 @devices.command("show")
