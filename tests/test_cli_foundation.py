@@ -27,6 +27,17 @@ def test_devices_table_lists_catalog(capsys, catalog) -> None:
         assert any(line.split()[0] == key for line in lines), key
 
 
+def test_devices_table_keeps_fp16_and_bf16_apart(capsys) -> None:
+    """A V100 runs fp16 on tensor cores (112 TFLOP/s) but bf16 only emulated, at its fp32 rate (14)."""
+    code, out, _ = run(capsys, "devices")
+    lines = out.strip().splitlines()
+    header = lines[0].split("  ")
+    cols = [h.strip() for h in header if h.strip()]
+    assert cols[3:6] == ["fp32 TF", "fp16 TF", "bf16 TF"]
+    v100 = next(line.split() for line in lines if line.split()[0] == "V100-PCIE-32GB")
+    assert [float(v) for v in v100[3:6]] == [14.0, 112.0, 14.0]
+
+
 def test_devices_json(capsys, catalog) -> None:
     code, out, _ = run(capsys, "devices", "--json")
     assert code == 0
