@@ -11,6 +11,11 @@ a per-op shift or both, chosen by cross-validation on the k rows, plus trees on 
 ``scale-trees``: the previous default, a robust shrunken scale plus those trees; ``scale``: that scale alone;
 ``boost``: extra XGBoost trees for that device; ``residual``: one shrunken mean log-scale; ``shift``: one
 additive per-op time), and scored on the held-out GPU's remaining rows. Mean (std) over seeds.
+
+Beside the adaptations of a fitted model, the *refit* rows: the model fitted again on the training rows plus the
+k new rows, which is what ``hybrid calibrate PUBLIC... NEW.csv`` does when the public tables are at hand (``refit``:
+the default fit, whose device floor weighs a device with under 100 rows as if it had 100,
+``hybrid.corrections.kernel_xgb.MIN_DEVICE_ROWS``; ``refit, unweighted``: every row weighing 1).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_accuracy"))
 import run as kernel_run  # noqa: E402  (the shared all-sources loader)
 
 from hybrid.corrections import GemmXGB, HybridPredictor, XGBParams  # noqa: E402
+from hybrid.corrections.kernel_xgb import MIN_DEVICE_ROWS  # noqa: E402
 from hybrid.data.paths import public_data_dir  # noqa: E402
 from hybrid.reports.markdown import write_benchmark_results  # noqa: E402
 from hybrid.reports.metrics import error_summary  # noqa: E402
@@ -35,6 +41,10 @@ HELD_OUT = ("T4", "V100-PCIE-32GB", "MI210", "A40", "H100-SXM")
 SHOTS = (0, 5, 10, 20, 50)
 #: strategies of HybridPredictor.adapt, the default first
 STRATEGIES = ("auto", "scale-trees", "scale", "boost", "residual", "shift")
+#: refits on the training rows + the k new rows: name -> the GEMM model's minimum device rows (the fit's default;
+#: 0 = unweighted)
+REFITS = {"refit": MIN_DEVICE_ROWS, "refit, unweighted": 0}
+ROWS = (*REFITS, *STRATEGIES)
 
 
 def main() -> None:
@@ -49,7 +59,8 @@ def main() -> None:
     table = table[table["group"] == "gemm"].drop(columns=["group", "family", "src"]).reset_index(drop=True)
     results = []
     for held in HELD_OUT:
-        base = HybridPredictor(cat, [GemmXGB(XGBParams(seed=0))]).fit(table[table["device"] != held])
+        train = table[table["device"] != held]
+        base = HybridPredictor(cat, [GemmXGB(XGBParams(seed=0))]).fit(train)
         target = table[table["device"] == held].reset_index(drop=True)
         roof = None
         for seed in range(args.seeds):
@@ -62,16 +73,25 @@ def main() -> None:
                     model = base if k == 0 else base.adapt(pool.iloc[:k], strategy=strategy)
                     err = error_summary(model.predict_time(test), test["time_us"])["geomean_pct"]
                     results.append({"gpu": held, "seed": seed, "k": k, "strategy": strategy, "err": err, "roof": roof})
+                for name, floor in REFITS.items():
+                    gemm = GemmXGB(XGBParams(seed=0, min_device_rows=floor))
+                    model = HybridPredictor(cat, [gemm]).fit(pd.concat([train, pool.iloc[:k]], ignore_index=True))
+                    err = error_summary(model.predict_time(test), test["time_us"])["geomean_pct"]
+                    results.append({"gpu": held, "seed": seed, "k": k, "strategy": name, "err": err, "roof": roof})
         print(f"{held} done ({time.time() - t0:.0f} s)", file=sys.stderr)
     df = pd.DataFrame(results)
-    order = {s: i for i, s in enumerate(STRATEGIES)}
+    order = {s: i for i, s in enumerate(ROWS)}
     piv = df.groupby(["gpu", "strategy", "k"])["err"].agg(["mean", "std"]).reset_index()
     piv = piv.sort_values(["gpu", "strategy"], key=lambda c: c.map(order) if c.name == "strategy" else c)
     lines = ["# Few-shot adaptation to a held-out GPU (GEMM family, all public kernel sources)", "",
              f"Command: `python experiments/few_shot/run.py --rows-per-group {args.rows_per_group} --seeds {args.seeds}`",
              "", f"Training rows (GEMM family, every device but the held-out one): {len(table):,} in all. The default "
              "GEMM model (feature version 4, one booster) is the base; adaptation rows are drawn at random from "
-             "the held-out GPU, scoring uses its other rows.",
+             "the held-out GPU, scoring uses its other rows. `refit`: the model fitted again on the training rows "
+             f"plus the k new ones (what `hybrid calibrate PUBLIC... NEW.csv` does; a device with under "
+             f"{MIN_DEVICE_ROWS} rows weighs as if it had {MIN_DEVICE_ROWS}); `refit, unweighted`: the same with "
+             "every row weighing 1; the other rows adapt the fitted base (`hybrid calibrate NEW.csv --base MODEL "
+             "--strategy S`), without the training rows.",
              "", "Geomean % error on the held-out GPU's rows not used for adaptation; mean (std) over "
              f"{args.seeds} seeds drawing the k adaptation rows.", "",
              "| held-out GPU | roofline only | strategy | " + " | ".join(f"k={k}" for k in SHOTS) + " |",
@@ -80,7 +100,7 @@ def main() -> None:
         cells = [f"{r['mean']:.1f} ({r['std']:.1f})" for _, r in g.sort_values("k").iterrows()]
         roof = df[df["gpu"] == gpu]["roof"].iloc[0]
         lines.append(f"| {gpu} | {roof:.1f} | {strategy} | " + " | ".join(cells) + " |")
-    mean = df.groupby(["strategy", "k"])["err"].mean().unstack().loc[list(STRATEGIES)]
+    mean = df.groupby(["strategy", "k"])["err"].mean().unstack().loc[list(ROWS)]
     # spread over seeds of the mean-over-GPUs error (how much one draw of k rows moves the headline)
     per_seed = df.groupby(["strategy", "k", "seed"])["err"].mean().groupby(["strategy", "k"]).std().unstack()
     lines += ["", "Mean over GPUs (std over seeds of that mean):", "", "| strategy | " + " | ".join(f"k={k}" for k in SHOTS) + " |",
