@@ -167,9 +167,12 @@ def fit(train: pd.DataFrame, catalog: Catalog, seed: int) -> HybridPredictor:
 
 def few_shot(base: HybridPredictor, target: pd.DataFrame, seeds: int,
              progress: Callable[[str], None] = lambda s: None,
-             forms: list[dict[str, Any]] | None = None) -> dict[str, np.ndarray]:
+             forms: list[dict[str, Any]] | None = None, refit_train: pd.DataFrame | None = None,
+             catalog: Catalog | None = None) -> dict[str, np.ndarray]:
     """Predictions of ``base`` adapted with k rows of ``target`` per (strategy, k), and unadapted (``k=0``), on
-    the rows outside each seed's pool; returned as name -> (seeds, len(target)) arrays with NaN on pool rows."""
+    the rows outside each seed's pool; returned as name -> (seeds, len(target)) arrays with NaN on pool rows.
+    With ``refit_train`` (``base``'s training rows) also ``refit k=K``: the default corrections fitted again on
+    those rows plus the k new ones (what ``hybrid calibrate`` on both tables does)."""
     out: dict[str, np.ndarray] = {}
     for seed in range(seeds):
         order = np.random.default_rng(seed).permutation(len(target))
@@ -178,8 +181,12 @@ def few_shot(base: HybridPredictor, target: pd.DataFrame, seeds: int,
         if forms is not None:  # what strategy auto chose per correction (the constants it fitted)
             for k in SHOTS:
                 for key, per in runs[f"auto k={k}"].adaptation().items():
-                    for fit in per.values():
-                        forms.append({"k": k, "seed": seed, "correction": key, **fit})
+                    for entry in per.values():
+                        forms.append({"k": k, "seed": seed, "correction": key, **entry})
+        if refit_train is not None and catalog is not None:
+            for k in SHOTS:
+                runs[f"refit k={k}"] = fit(pd.concat([refit_train, pool.iloc[:k]], ignore_index=True, sort=False),
+                                           catalog, seed)
         for name, model in runs.items():
             arr = out.setdefault(name, np.full((seeds, len(target)), np.nan))
             arr[seed, order[POOL_SIZE:]] = model.predict_time(test)
@@ -305,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
     say("public-H100 fit done")
     t = time.time()
     chosen: list[dict[str, Any]] = []
-    shots = few_shot(m_never, target, args.seeds, say, chosen)
+    shots = few_shot(m_never, target, args.seeds, say, chosen, refit_train=never, catalog=catalog)
     timings["few-shot"] = time.time() - t
     t = time.time()
     cv = cross_validate(public, target, catalog, args.folds, args.seed, say)
@@ -342,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
         "## Summary: every scenario", "",
         "Columns: roofline (catalog datasheet peaks); 1 = never seen (every H100 row removed, "
         f"{len(never)} training rows); 2 = public H100 seen (XLA kernel-only GEMMs kept); 3 = few-shot from model "
-        f"1, strategy `auto` (the default: scale, shift or both per correction, chosen by cross-validation on the k rows), `scale-trees` (the default before) or `shift` with k = 20 / 50 random bundle rows (mean of {args.seeds} seeds, scored on the "
+        f"1, strategy `auto` (the default: scale, shift or both per correction, chosen by cross-validation on the k rows), `scale-trees` (the default before) or `shift`, or `refit` (model 1's training rows plus the k rows fitted again: a device under 100 rows weighs as if it had 100) with k = 20 / 50 random bundle rows (mean of {args.seeds} seeds, scored on the "
         f"{len(target) - POOL_SIZE} rows outside the {POOL_SIZE}-row pool); 4 = {args.folds}-fold CV with the "
         "other folds in training (upper bound).", "",
     ]
@@ -351,6 +358,7 @@ def main(argv: list[str] | None = None) -> None:
                                "3 scale-trees k=20": shot_t["scale-trees k=20"],
                                "3 scale-trees k=50": shot_t["scale-trees k=50"],
                                "3 shift k=20": shot_t["shift k=20"], "3 shift k=50": shot_t["shift k=50"],
+                               "3 refit k=20": shot_t["refit k=20"], "3 refit k=50": shot_t["refit k=50"],
                                "4 in distribution": cv_t})
     lines += ["", "## 1. Never seen: roofline vs corrected, all figures", "",
               "Which model answered (method): " + methods_line(p_never, groups) + ".", ""]
@@ -369,9 +377,10 @@ def main(argv: list[str] | None = None) -> None:
               "(time = a * pred + b) per (correction, device), the form chosen by cross-validation on the k rows "
               "(`hybrid.corrections.adapt.choose_form`), plus the trees of `scale-trees`; `family scale` (a diagnostic, not a library strategy): the same robust "
               "shrunken scale (`hybrid.corrections.adapt.robust_offsets`) fitted per op family instead of per "
-              "correction. k=0 is model 1 on the same scoring rows.", ""]
+              "correction; `refit`: model 1's training rows plus the k rows, fitted again (not an adaptation). "
+              "k=0 is model 1 on the same scoring rows.", ""]
     lines += comparison_lines({n: shot_t[n] for n in ("k=0", *(f"{s} k={k}" for k in SHOTS
-                                                                for s in (*STRATEGIES, "family scale")))})
+                                                                for s in (*STRATEGIES, "family scale", "refit")))})
     lines += ["", "Forms `auto` chose (per seed and correction; scale = efficiency ratio a, shift = per-op host time "
               "b in us, rows = adaptation rows of that correction; a correction with fewer than "
               f"{adapt_mod.MIN_SELECT_ROWS} rows keeps the scale without cross-validation):", "",

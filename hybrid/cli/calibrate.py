@@ -43,7 +43,10 @@ def print_result(result: Any) -> None:
 @click.command()
 @click.argument("tables", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--name", required=True, help="Registered model name (a new version is added per run).")
-@click.option("--base", help="Adapt this registered model (NAME, NAME/3) to the new measurements (few-shot).")
+@click.option("--base", help="Adapt this registered model (NAME, NAME/3) to the new measurements (few-shot). "
+                            "With the training tables at hand, calibrating on them plus the new rows (no --base; a "
+                            "device with under 100 rows weighs as if it had 100) is the alternative: more accurate "
+                            "on the public-GPU benchmark, not on every GPU (docs/corrections.md).")
 @click.option("--holdout-device", multiple=True,
               help="Device(s) the leave-one-device-out split holds out (default: every device, if several).")
 @click.option("--exclude-device", multiple=True, help="Drop these devices' rows entirely.")
