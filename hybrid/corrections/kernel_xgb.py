@@ -70,10 +70,10 @@ GEMM_ROOFLINE_FLOOR = 1.0
 
 #: Rows below which a device's rows are up-weighted in a fit (:func:`device_floor_weights`). The few rows a user
 #: measured on a new GPU (5-50), fitted beside thousands of public rows, otherwise barely move the trees: a
-#: device with n < 100 rows weighs 100 / n per row, as if it had 100. Not a physical constant: chosen on the
-#: few-shot benchmark (`experiments/few_shot`, held-out GPUs with 5-50 of their rows in the fit: mean error at 20
-#: rows 10.4% unweighted, 9.4% with 100, 9.1% with 200), where 100 left the devices' errors without rows of their
-#: own unchanged (16.1% at 0 rows; 200 gave 16.3%).
+#: device with n < 100 rows weighs 100 / n per row, as if it had 100. Not a physical constant: a statistical
+#: weight chosen on the few-shot benchmark (`experiments/few_shot/results.md`: held-out GPUs refitted with 20 of
+#: their rows, 10.0% unweighted, 9.1% with this floor; scratch runs with 3 seeds put 100 and 200 within 0.3 points
+#: of each other, and only 100 left the error without any row of the GPU unchanged, 16.1%).
 MIN_DEVICE_ROWS = 100
 
 
