@@ -102,6 +102,29 @@ def test_unseen_gpu_gets_wider_interval_that_covers_its_rows(fitted, tmp_path):
     assert list(pred.predict(new, intervals=False).columns) == ["time_us", "roofline_us", "method", "bound"]
 
 
+def test_a_device_refitted_with_few_rows_keeps_the_unseen_band(fitted, tmp_path):
+    """20 rows of a new GPU joined to the training data make it a training device, but one the fit up-weighted
+    (device floor): its predictions keep the unseen band, like an adapted device's, through save / load too."""
+    pred, train, new = fitted
+    params = XGBParams(n_estimators=60, max_depth=5)
+    refit = HybridPredictor(corrections=[GemmXGB(params), PointwiseXGB(params)]).fit(
+        pd.concat([train, new.head(20)], ignore_index=True), intervals=True)
+    assert "T4" in refit.devices_seen
+    assert all("T4" in few for few in refit.devices_sparse.values()) and refit.devices_sparse
+    assert not any(d in few for few in refit.devices_sparse.values() for d in set(train["device"]))
+    out_new, out_seen = refit.predict(new), refit.predict(train.groupby("device").head(40))
+    width = lambda o: np.median(np.log(o["time_us_high"] / o["time_us"]))  # noqa: E731
+    assert width(out_new) > 1.3 * width(out_seen)
+    again = HybridPredictor.load(refit.save(tmp_path / "refit"))
+    assert again.devices_sparse == refit.devices_sparse
+    pd.testing.assert_frame_equal(again.predict(new), out_new)
+    # with the floor off the same rows count as a seen device: the narrower band
+    off = XGBParams(n_estimators=60, max_depth=5, min_device_rows=0)
+    plain = HybridPredictor(corrections=[GemmXGB(off), PointwiseXGB(off)]).fit(
+        pd.concat([train, new.head(20)], ignore_index=True), intervals=True)
+    assert plain.devices_sparse == {} and width(plain.predict(new)) < width(out_new)
+
+
 def test_uncalibrated_predictor_gives_nan_interval(shared_datasets):
     table = neusight_table(shared_datasets, max_rows=200, files=("softmax.csv",))
     pred = HybridPredictor(corrections=[PointwiseXGB(XGBParams(n_estimators=10))]).fit(table)

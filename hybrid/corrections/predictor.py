@@ -115,6 +115,9 @@ class HybridPredictor:
         self.fit_info: dict[str, dict[str, Any]] = {}
         self.data_digest: str = ""
         self.devices_seen: list[str] = []
+        #: correction key -> training devices with fewer rows of its families than its device floor (their
+        #: predictions get the unseen interval band, :meth:`_sparse_devices`)
+        self.devices_sparse: dict[str, list[str]] = {}
         #: op families (:data:`hybrid.ops.families.FAMILIES`) with rows in the training table: a family outside it
         #: is priced by a correction that never saw it (extrapolated) or by the roofline
         self.families_seen: list[str] = []
@@ -198,6 +201,7 @@ class HybridPredictor:
                 continue
             corr.fit(norm, base, self.catalog)
             self.fit_info[corr.key] = {"fitted": True, "rows": n}
+        self.devices_sparse = self._sparse_devices(norm, base)
         self.offsets, self.device_models, self.shifts, self.adapt_forms = {}, {}, {}, {}
         self.data_digest = table_digest(norm)
         self.devices_seen = sorted(map(str, pd.unique(norm["device"])))
@@ -292,10 +296,33 @@ class HybridPredictor:
             jobs.append(("lodo", (devices == d).to_numpy()))
         return jobs
 
+    def _sparse_devices(self, norm: pd.DataFrame, base: pd.DataFrame) -> dict[str, list[str]]:
+        """Per fitted XGBoost correction with a device floor (``params.min_device_rows``), the training devices with
+        fewer rows of its families than the floor and than half the median device's: the fit up-weighted their few
+        rows, the random split that calibrates the seen band holds a handful of them, and their predictions get the
+        unseen band (:meth:`_seen`), as adapted devices do. (Where every device has about as few rows, the seen band
+        is calibrated on them all, and none is singled out.)"""
+        out: dict[str, list[str]] = {}
+        for corr in self.corrections:
+            floor = getattr(getattr(corr, "params", None), "min_device_rows", 0)
+            if not (isinstance(corr, XGBCorrection) and corr.fitted and floor > 0):
+                continue
+            counts = norm.loc[family_mask(base, corr.families), "device"].astype(str).value_counts()
+            typical = float(np.median(counts.to_numpy())) if len(counts) else 0.0
+            few = sorted(str(d) for d, c in counts.items() if c < floor and c < 0.5 * typical)
+            if few:
+                out[corr.key] = few
+        return out
+
     def _seen(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
-        """Rows whose device (and system, for collectives) the corrections were fitted on, not adapted."""
+        """Rows whose device (and system, for collectives) the corrections were fitted on, not adapted, and with
+        at least the correction's device floor of rows (:meth:`_sparse_devices`)."""
         adapted = self._adapted_devices()
         seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
+        for corr in self.corrections:
+            few = self.devices_sparse.get(corr.key)
+            if few:
+                seen &= ~(family_mask(base, corr.families) & isin_fast(norm["device"], few))
         is_coll = isin_fast(base["family"], ("collective",))
         if is_coll.any():
             if "system" in norm.columns:
@@ -576,7 +603,7 @@ class HybridPredictor:
                 "adapt_forms": self.adapt_forms,
                 "fit_info": self.fit_info, "data_digest": self.data_digest,
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
-                "families_seen": self.families_seen,
+                "families_seen": self.families_seen, "devices_sparse": self.devices_sparse,
                 "intervals": None if self.intervals is None else self.intervals.to_json(),
             })
             write_json(tmp / "catalog.json", self._catalog_payload())
@@ -628,6 +655,8 @@ class HybridPredictor:
         obj.devices_seen = list(manifest.get("devices_seen", []))
         obj.systems_seen = list(manifest.get("systems_seen", []))
         obj.families_seen = list(manifest.get("families_seen", []))  # empty for saves before it was recorded
+        # saves before the device floor: every fitted device counts as seen
+        obj.devices_sparse = {k: list(v) for k, v in manifest.get("devices_sparse", {}).items()}
         obj.intervals = IntervalCalibration.from_json(manifest.get("intervals"))
         return obj
 
@@ -667,6 +696,8 @@ class HybridPredictor:
             "systems_seen": self.systems_seen,
             "families_seen": self.families_seen,
             "adapted_devices": sorted(self._adapted_devices()),
+            # training devices with too few rows for the seen interval band, per correction (device floor)
+            "devices_sparse": self.devices_sparse,
             "adaptation": self.adaptation(),
             "data_digest": self.data_digest,
             "versions": versions(),
