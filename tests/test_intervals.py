@@ -125,6 +125,21 @@ def test_a_device_refitted_with_few_rows_keeps_the_unseen_band(fitted, tmp_path)
     assert plain.devices_sparse == {} and width(plain.predict(new)) < width(out_new)
 
 
+def test_cli_calibrate_names_the_few_row_devices(shared_datasets, tmp_path):
+    """Public rows + 20 of a new GPU's (the refit path): `hybrid calibrate` says which device the floor up-weighted."""
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    table = neusight_table(shared_datasets, max_rows=400, files=("bmm.csv",))
+    train = write_csv(table[table["device"] != "T4"], tmp_path / "train.csv")
+    few = write_csv(table[table["device"] == "T4"].head(20), tmp_path / "t4_20.csv")
+    rc, out, err = cli(["calibrate", str(train), str(few), "--name", "few", "--tracking-uri", uri, "--json", "-q",
+                        "--no-lodo"])
+    assert rc == 0, err
+    assert last_json(out)["devices_sparse"] == {"kernel-xgb-gemm": ["T4"]}
+    rc, out, err = cli(["calibrate", str(train), "--name", "none", "--tracking-uri", uri, "--json", "-q", "--no-lodo"])
+    assert rc == 0, err
+    assert last_json(out)["devices_sparse"] == {}
+
+
 def test_uncalibrated_predictor_gives_nan_interval(shared_datasets):
     table = neusight_table(shared_datasets, max_rows=200, files=("softmax.csv",))
     pred = HybridPredictor(corrections=[PointwiseXGB(XGBParams(n_estimators=10))]).fit(table)

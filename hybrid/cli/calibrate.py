@@ -18,6 +18,12 @@ from hybrid.tracking.store import DEFAULT_EXPERIMENT
 ADAPT_STRATEGIES = ("auto", "scale", "boost", "residual", "shift", "scale-trees")
 
 
+def sparse_devices(result: Any) -> dict[str, list[str]]:
+    """Per correction, the training devices the fit's device floor up-weighted (``HybridPredictor.devices_sparse``)."""
+    predictor = result.summary.get("predictor", {})
+    return dict(predictor.get("devices_sparse", {})) if isinstance(predictor, dict) else {}
+
+
 def print_result(result: Any) -> None:
     """Human-readable summary of a :class:`~hybrid.tracking.calibrate.CalibrationResult`."""
     from hybrid.tracking.store import describe_store, open_store
@@ -25,6 +31,10 @@ def print_result(result: Any) -> None:
     click.echo(f"run {result.run_id}" + (f"  ->  registered {result.model_ref}" if result.version else ""))
     fitted = ", ".join(result.summary.get("corrections", {})) or "none (too few rows: roofline only)"
     click.echo(f"corrections fitted: {fitted}")
+    sparse = sparse_devices(result)
+    if sparse:
+        click.echo("few-row devices (each weighs as if it had the correction's device floor of rows; their intervals "
+                   "keep the unseen band): " + "; ".join(f"{k}: {', '.join(v)}" for k, v in sparse.items()))
     for split, summ in result.summaries.items():
         click.echo("")
         click.echo(f"[{split}] " + {"random": "random hold-out rows",
@@ -96,6 +106,7 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
         echo_json({"run_id": result.run_id, "name": result.name, "version": result.version,
                    "model": result.model_ref, "tracking_uri": result.tracking_uri,
                    "corrections": list(result.summary.get("corrections", {})),
-                   "collective_transfer": bool(config.collective_transfer), "errors": result.summaries})
+                   "collective_transfer": bool(config.collective_transfer), "errors": result.summaries,
+                   "devices_sparse": sparse_devices(result)})
         return
     print_result(result)
