@@ -31,13 +31,21 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernel_accuracy"))
 import run as kernel_run  # noqa: E402  (the shared all-sources loader)
 
-from hybrid.corrections import GemmXGB, HybridPredictor, XGBParams  # noqa: E402
+from hybrid.corrections import GemmXGB, HybridPredictor, PointwiseXGB, XGBParams  # noqa: E402
 from hybrid.corrections.kernel_xgb import MIN_DEVICE_ROWS  # noqa: E402
 from hybrid.data.paths import public_data_dir  # noqa: E402
 from hybrid.reports.markdown import write_benchmark_results  # noqa: E402
 from hybrid.reports.metrics import error_summary  # noqa: E402
 
 HELD_OUT = ("T4", "V100-PCIE-32GB", "MI210", "A40", "H100-SXM")
+#: ``--group``: model class, held-out GPUs, title, model description, default results file. Pointwise: the GPUs
+#: with public elementwise / norm / softmax rows (NeuSight, Vidur's A40; the H100 has none, the MI210 22 rows).
+GROUPS = {
+    "gemm": (GemmXGB, HELD_OUT, "GEMM family", "GEMM model (feature version 4, one booster)", "results.md"),
+    "pointwise": (PointwiseXGB, ("T4", "V100-PCIE-32GB", "A40", "P100-PCIE-16GB"),
+                  "elementwise / norm / softmax family", "pointwise model (feature version 3, transfer booster)",
+                  "pointwise_results.md"),
+}
 SHOTS = (0, 5, 10, 20, 50)
 #: strategies of HybridPredictor.adapt, the default first
 STRATEGIES = ("auto", "scale-trees", "scale", "boost", "residual", "shift")
@@ -52,15 +60,18 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--rows-per-group", type=int, default=400)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
+    ap.add_argument("--group", choices=tuple(GROUPS), default="gemm")
+    ap.add_argument("--out", default=None, help="default: results.md (gemm), pointwise_results.md (pointwise)")
     args = ap.parse_args()
+    model_cls, held_out, title, model_name, out_name = GROUPS[args.group]
+    out = args.out or str(Path(__file__).with_name(out_name))
     t0 = time.time()
     table, cat = kernel_run.load(public_data_dir(args.data_dir), args.rows_per_group, 0)
-    table = table[table["group"] == "gemm"].drop(columns=["group", "family", "src"]).reset_index(drop=True)
+    table = table[table["group"] == args.group].drop(columns=["group", "family", "src"]).reset_index(drop=True)
     results = []
-    for held in HELD_OUT:
+    for held in held_out:
         train = table[table["device"] != held]
-        base = HybridPredictor(cat, [GemmXGB(XGBParams(seed=0))]).fit(train)
+        base = HybridPredictor(cat, [model_cls(XGBParams(seed=0))]).fit(train)
         target = table[table["device"] == held].reset_index(drop=True)
         roof = None
         for seed in range(args.seeds):
@@ -74,8 +85,8 @@ def main() -> None:
                     err = error_summary(model.predict_time(test), test["time_us"])["geomean_pct"]
                     results.append({"gpu": held, "seed": seed, "k": k, "strategy": strategy, "err": err, "roof": roof})
                 for name, floor in REFITS.items():
-                    gemm = GemmXGB(XGBParams(seed=0, min_device_rows=floor))
-                    model = HybridPredictor(cat, [gemm]).fit(pd.concat([train, pool.iloc[:k]], ignore_index=True))
+                    corr = model_cls(XGBParams(seed=0, min_device_rows=floor))
+                    model = HybridPredictor(cat, [corr]).fit(pd.concat([train, pool.iloc[:k]], ignore_index=True))
                     err = error_summary(model.predict_time(test), test["time_us"])["geomean_pct"]
                     results.append({"gpu": held, "seed": seed, "k": k, "strategy": name, "err": err, "roof": roof})
         print(f"{held} done ({time.time() - t0:.0f} s)", file=sys.stderr)
@@ -83,10 +94,12 @@ def main() -> None:
     order = {s: i for i, s in enumerate(ROWS)}
     piv = df.groupby(["gpu", "strategy", "k"])["err"].agg(["mean", "std"]).reset_index()
     piv = piv.sort_values(["gpu", "strategy"], key=lambda c: c.map(order) if c.name == "strategy" else c)
-    lines = ["# Few-shot adaptation to a held-out GPU (GEMM family, all public kernel sources)", "",
-             f"Command: `python experiments/few_shot/run.py --rows-per-group {args.rows_per_group} --seeds {args.seeds}`",
-             "", f"Training rows (GEMM family, every device but the held-out one): {len(table):,} in all. The default "
-             "GEMM model (feature version 4, one booster) is the base; adaptation rows are drawn at random from "
+    group_arg = f" --group {args.group}" if args.group != "gemm" else ""
+    lines = [f"# Few-shot adaptation to a held-out GPU ({title}, all public kernel sources)", "",
+             f"Command: `python experiments/few_shot/run.py --rows-per-group {args.rows_per_group} --seeds {args.seeds}"
+             f"{group_arg}`",
+             "", f"Rows ({title}, the held-out GPUs' included): {len(table):,} in all. The default "
+             f"{model_name} is the base; adaptation rows are drawn at random from "
              "the held-out GPU, scoring uses its other rows. `refit`: the model fitted again on the training rows "
              f"plus the k new ones (what `hybrid calibrate PUBLIC... NEW.csv` does; a device with under "
              f"{MIN_DEVICE_ROWS} rows weighs as if it had {MIN_DEVICE_ROWS}); `refit, unweighted`: the same with "
@@ -111,7 +124,7 @@ def main() -> None:
     lines += ["", f"Total wall time: {time.time() - t0:.0f} s"]
     text = "\n".join(lines) + "\n"
     print(text)
-    write_benchmark_results(args.out, text)
+    write_benchmark_results(out, text)
 
 
 if __name__ == "__main__":
