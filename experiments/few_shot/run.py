@@ -1,11 +1,13 @@
-"""Few-shot adaptation curve: error on a held-out GPU vs number of its measurements used (GEMM family).
+"""Few-shot adaptation curve: error on a held-out GPU vs number of its measurements used (GEMM or pointwise family).
 
-    python experiments/few_shot/run.py [--data-dir DIR] [--rows-per-group 400] [--seeds 3] [--out results.md]
+    python experiments/few_shot/run.py [--data-dir DIR] [--rows-per-group 400] [--seeds 3] [--group gemm|pointwise]
+                                       [--out results.md]
 
 Training data: every public kernel source together (the loader of ``experiments/kernel_accuracy``: NeuSight
 de-duplicated, XLA H100, Vidur A100/A40, DeepBench, LLMCompass, own CPU profile), GEMM family, sub-sampled to
-``--rows-per-group`` rows per (source, device, dtype). For each held-out GPU (three NeuSight GPUs as before, plus
-Vidur's A40 and XLA's H100), the default GEMM model is fitted on every other device, then adapted with k = 0,
+``--rows-per-group`` rows per (source, device, dtype); ``--group pointwise`` does the same for the elementwise /
+norm / softmax family on the four GPUs with public pointwise rows (``pointwise_results.md``). For each held-out GPU
+(three NeuSight GPUs as before, plus Vidur's A40 and XLA's H100), the default GEMM model is fitted on every other device, then adapted with k = 0,
 5, 10, 20, 50 random rows of the held-out GPU by each strategy of ``HybridPredictor.adapt`` (``auto``: a scale,
 a per-op shift or both, chosen by cross-validation on the k rows, plus trees on what it leaves from 20 rows;
 ``scale-trees``: the previous default, a robust shrunken scale plus those trees; ``scale``: that scale alone;
