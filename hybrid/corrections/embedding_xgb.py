@@ -149,7 +149,8 @@ def _groups(table: pd.DataFrame) -> np.ndarray:
 def default_embedding_params() -> XGBParams:
     """Smaller trees than the kernel models: embedding profiles have hundreds, not tens of thousands, of rows.
     Depth 6 with feature version 4 (5 before): chosen on the benchmark's split seeds 0-4, confirmed on 5-9."""
-    # every row weighs 1: the embedding benchmarks (one device's profile at a time) were tuned that way
+    # every row weighs 1 (no device floor): a refit with 20 rows of a new GPU was no better with it, and adapting the
+    # fitted model was better than either (experiments/embedding_accuracy/results.md, 2026-11-27)
     return XGBParams(n_estimators=300, max_depth=6, learning_rate=0.06, min_child_weight=2.0, min_device_rows=0)
 
 
