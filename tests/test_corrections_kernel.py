@@ -297,6 +297,8 @@ def test_device_floor_weights_count_small_devices_as_min_rows():
     assert w[300:320].sum() == pytest.approx(100.0)  # B counts as 100 rows
     assert device_floor_weights(devices, 0) is None  # off
     assert device_floor_weights(pd.Series(["A"] * 150), 100) is None  # nobody below the floor
+    # every device about as small: none is singled out (the median rule of floored_devices)
+    assert device_floor_weights(pd.Series(["A"] * 75 + ["B"] * 72 + ["C"] * 77), 100) is None
 
 
 def test_few_rows_of_a_new_gpu_weigh_more_in_a_refit_with_the_device_floor(neusight, catalog):

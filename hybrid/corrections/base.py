@@ -99,14 +99,6 @@ def isin_fast(values: pd.Series | np.ndarray, allowed: Any) -> np.ndarray:
     return hit[codes]
 
 
-def device_values(names: pd.Series | np.ndarray, catalog: Catalog, value: Any, missing: Any = None) -> np.ndarray:
-    """``catalog.device_column(names, value, missing)`` decided once per distinct name without converting every
-    row to text first: ``value(device)`` per row, ``missing`` for names the catalog lacks and missing entries."""
-    codes, uniques = pd.factorize(names, use_na_sentinel=True)
-    keys = [catalog.resolve_device(str(u), missing_ok=True) for u in uniques]
-    return np.array([value(catalog.devices[k]) if k is not None else missing for k in keys] + [missing])[codes]
-
-
 def str_codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, list[str]]:
     """(integer code per row, distinct values as strings); missing values get code -1."""
     codes, uniques = pd.factorize(values)

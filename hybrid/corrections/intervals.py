@@ -20,8 +20,8 @@ band is the extreme residuals and over-covers (measured in ``experiments/interva
 Where a key has no residuals the band falls back to the same method on any family, then to the widest band
 calibrated (flagged ``calibrated=False`` in :meth:`IntervalCalibration.bounds`). Devices adapted with a few
 rows (``HybridPredictor.adapt``) are given the unseen band: conservative, see ``docs/corrections.md``; so are
-training devices whose few rows the fit up-weighted (fewer than the correction's device floor and than half the
-median device's rows: ``HybridPredictor.devices_sparse``).
+training devices whose few rows the fit up-weighted (``kernel_xgb.floored_devices``:
+``HybridPredictor.devices_sparse``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ import xgboost as xgb
 
 from hybrid.corrections.base import (
     Correction,
-    device_values,
     family_mask,
     isin_fast,
     measured_log_ratio,
@@ -70,22 +69,30 @@ GEMM_ROOFLINE_FLOOR = 1.0
 
 #: Rows below which a device's rows are up-weighted in a fit (:func:`device_floor_weights`). The few rows a user
 #: measured on a new GPU (5-50), fitted beside thousands of public rows, otherwise barely move the trees: a
-#: device with n < 100 rows weighs 100 / n per row, as if it had 100. Not a physical constant: a statistical
+#: device with n < 100 rows (and under half the median device's) weighs 100 / n per row, as if it had 100. Not a physical constant: a statistical
 #: weight chosen on the few-shot benchmark (`experiments/few_shot/results.md`: held-out GPUs refitted with 20 of
 #: their rows, 10.0% unweighted, 9.1% with this floor; scratch runs with 3 seeds put 100 and 200 within 0.3 points
 #: of each other, and only 100 left the error without any row of the GPU unchanged, 16.1%).
 MIN_DEVICE_ROWS = 100
 
 
+def floored_devices(devices: pd.Series, min_rows: int) -> pd.Series:
+    """Rows per device, for the devices a fit up-weights: fewer than ``min_rows`` rows *and* fewer than half the
+    median device's (where every device has about as few rows, none is singled out); empty when ``min_rows`` <= 0."""
+    counts = devices.astype(str).value_counts()
+    if min_rows <= 0 or counts.empty:
+        return counts.iloc[:0]
+    return counts[(counts < min_rows) & (counts < 0.5 * float(np.median(counts.to_numpy())))]
+
+
 def device_floor_weights(devices: pd.Series, min_rows: int) -> np.ndarray | None:
-    """Per-row weights that make every device with fewer than ``min_rows`` rows count as ``min_rows`` rows
-    (``min_rows / n`` for each of its ``n`` rows, 1 elsewhere); None when no device is below the floor."""
-    if min_rows <= 0 or len(devices) == 0:
+    """Per-row weights that make every floored device (:func:`floored_devices`) count as ``min_rows`` rows
+    (``min_rows / n`` for each of its ``n`` rows, 1 elsewhere); None when no device is floored."""
+    few = floored_devices(devices, min_rows)
+    if few.empty:
         return None
-    dev = devices.astype(str)
-    counts = dev.map(dev.value_counts()).to_numpy(np.float64)
-    w = np.maximum(1.0, float(min_rows) / counts)
-    return None if np.all(w == 1.0) else w
+    n = devices.astype(str).map(few).to_numpy(np.float64)  # NaN for devices not floored
+    return np.where(np.isnan(n), 1.0, float(min_rows) / np.where(np.isnan(n), 1.0, n))
 
 
 @dataclass
@@ -151,7 +158,7 @@ def _booster_array_predict(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:
 
 def _gpu_rows(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     """True for the rows of ``table`` on a GPU."""
-    return device_values(table["device"], catalog, lambda d: d.kind == "gpu", False).astype(bool)
+    return catalog.device_column(table["device"], lambda d: d.kind == "gpu", False).astype(bool)
 
 
 class XGBCorrection(Correction):
@@ -579,7 +586,7 @@ class PointwiseXGB(DispatchXGB):
         att = isin_fast(baseline["family"], ("attention",)) if len(table) else np.zeros(0, dtype=bool)
         if not att.any():
             return floor
-        l2 = device_values(table["device"], catalog, lambda d: float(d.l2_cache), np.inf).astype(np.float64)
+        l2 = catalog.device_column(table["device"], lambda d: float(d.l2_cache), np.inf).astype(np.float64)
         dram = baseline["bytes"].to_numpy(dtype=np.float64) > ATTENTION_DRAM_FLOOR_L2 * l2
         return np.where(att & _gpu_rows(table, catalog) & dram,
                         np.maximum(floor, baseline["time_us"].to_numpy(dtype=np.float64)), floor)

@@ -40,7 +40,14 @@ from hybrid.corrections.intervals import (
     interval_keys,
     stratified_split,
 )
-from hybrid.corrections.kernel_xgb import ConvXGB, GemmXGB, PointwiseXGB, XGBCorrection, XGBParams
+from hybrid.corrections.kernel_xgb import (
+    ConvXGB,
+    GemmXGB,
+    PointwiseXGB,
+    XGBCorrection,
+    XGBParams,
+    floored_devices,
+)
 from hybrid.data.schema import as_category, validate
 from hybrid.errors import DataQualityWarning, HybridError, InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
@@ -297,21 +304,17 @@ class HybridPredictor:
         return jobs
 
     def _sparse_devices(self, norm: pd.DataFrame, base: pd.DataFrame) -> dict[str, list[str]]:
-        """Per fitted XGBoost correction with a device floor (``params.min_device_rows``), the training devices with
-        fewer rows of its families than the floor and than half the median device's: the fit up-weighted their few
-        rows, the random split that calibrates the seen band holds a handful of them, and their predictions get the
-        unseen band (:meth:`_seen`), as adapted devices do. (Where every device has about as few rows, the seen band
-        is calibrated on them all, and none is singled out.)"""
+        """Per fitted XGBoost correction, the training devices its device floor up-weighted
+        (:func:`~hybrid.corrections.kernel_xgb.floored_devices` of its rows): the random split that calibrates the
+        seen band holds a handful of their rows, so their predictions get the unseen band (:meth:`_seen`), as
+        adapted devices do."""
         out: dict[str, list[str]] = {}
         for corr in self.corrections:
-            floor = getattr(getattr(corr, "params", None), "min_device_rows", 0)
-            if not (isinstance(corr, XGBCorrection) and corr.fitted and floor > 0):
+            if not (isinstance(corr, XGBCorrection) and corr.fitted):
                 continue
-            counts = norm.loc[family_mask(base, corr.families), "device"].astype(str).value_counts()
-            typical = float(np.median(counts.to_numpy())) if len(counts) else 0.0
-            few = sorted(str(d) for d, c in counts.items() if c < floor and c < 0.5 * typical)
-            if few:
-                out[corr.key] = few
+            few = floored_devices(norm.loc[family_mask(base, corr.families), "device"], corr.params.min_device_rows)
+            if len(few):
+                out[corr.key] = sorted(map(str, few.index))
         return out
 
     def _seen(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:

@@ -170,7 +170,8 @@ class Catalog:
         import numpy as np
         import pandas as pd
 
-        codes, uniques = pd.factorize(pd.Series(names).astype(str))
+        # factorised as given (categorical codes, object arrays): no per-row text conversion; missing -> code -1
+        codes, uniques = pd.factorize(pd.Series(names), use_na_sentinel=True)
         keys = [self.resolve_device(str(u), missing_ok=True) for u in uniques]
         return np.array([value(self.devices[k]) if k is not None else missing for k in keys] + [missing])[codes]
 
