@@ -54,6 +54,20 @@ def test_bands_separate_seen_and_unseen_and_fall_back():
                                    pd.Series(["gemm", None, "gemm"]), np.array([True, True, False]))
     assert ok2.tolist() == [True, False, True]
     assert (lo2[0], hi2[0]) == (lo[0], hi[0]) and (lo2[2], hi2[2]) == (lo[1], hi[1])
+    # a third band, few-row devices, from band codes; without it such rows get the unseen band
+    codes = np.r_[np.full(400, 1), np.full(200, 0), np.full(200, 2)]
+    few = IntervalCalibration.from_residuals(np.r_[resid[:400], resid[400:600], 0.5 * resid[600:]],
+                                             np.full(800, "kernel-xgb:gemm"), codes, dev)
+    entry = few.bands["kernel-xgb:gemm"]
+    assert entry["n_few"] == 200 and entry["devices_few"] == 1 and entry["n_unseen"] == 200
+    lo3, hi3, ok3 = few.bounds(np.array(["kernel-xgb:gemm"] * 3), np.array([1, 0, 2]))
+    assert ok3.all() and hi3[2] == pytest.approx(entry["few"][1]) and hi3[1] == pytest.approx(entry["unseen"][1])
+    assert hi3[0] < hi3[2] < hi3[1]
+    lo4, hi4, _ = cal.bounds(np.array(["kernel-xgb:gemm"]), np.array([2]))
+    assert (lo4[0], hi4[0]) == (lo[1], hi[1])
+    assert "n_few" not in band  # calibrations without the band say nothing about it
+    with pytest.raises(Exception, match="band codes"):
+        IntervalCalibration.from_residuals(resid, np.full(800, "k:g"), np.full(800, 3), dev)
     # round trip through JSON
     again = IntervalCalibration.from_json(json.loads(json.dumps(cal.to_json())))
     assert again is not None and again.bands == cal.bands
@@ -102,31 +116,55 @@ def test_unseen_gpu_gets_wider_interval_that_covers_its_rows(fitted, tmp_path):
     assert list(pred.predict(new, intervals=False).columns) == ["time_us", "roofline_us", "method", "bound"]
 
 
-def test_a_device_refitted_with_few_rows_keeps_the_unseen_band(fitted, tmp_path):
+def test_a_device_refitted_with_few_rows_gets_the_few_row_band(fitted, tmp_path):
     """20 rows of a new GPU joined to the training data make it a training device, but one the fit up-weighted
-    (device floor): its predictions keep the unseen band, like an adapted device's, through save / load too."""
+    (device floor): its predictions get the band of few-row devices, which the fit calibrates on inner fits that
+    keep 20 rows of each held-out device, and fall back to the unseen band without it (a model saved before it
+    existed); through save / load too."""
     pred, train, new = fitted
     params = XGBParams(n_estimators=60, max_depth=5)
-    refit = HybridPredictor(corrections=[GemmXGB(params), PointwiseXGB(params)]).fit(
-        pd.concat([train, new.head(20)], ignore_index=True), intervals=True)
+    both = pd.concat([train, new.head(20)], ignore_index=True)
+    refit = HybridPredictor(corrections=[GemmXGB(params), PointwiseXGB(params)]).fit(both, intervals=True)
     assert "T4" in refit.devices_seen
     assert all("T4" in few for few in refit.devices_sparse.values()) and refit.devices_sparse
     assert not any(d in few for few in refit.devices_sparse.values() for d in set(train["device"]))
-    out_new, out_seen = refit.predict(new), refit.predict(train.groupby("device").head(40))
-    width = lambda o: np.median(np.log(o["time_us_high"] / o["time_us"]))  # noqa: E731
-    assert width(out_new) > 1.3 * width(out_seen)
+    # the inner fits: each held-out device keeps as many rows of each floored correction's families as T4 has
+    keep = refit.few_rows(both)
+    assert set(keep) == set(refit.devices_sparse) and keep.get("kernel-xgb-gemm") == (new.head(20)["op"] == "bmm").sum()
+    from hybrid.ops.families import family_array
+
+    fam = {c.key: c.families for c in refit.corrections}
+    in_few = np.isin(family_array(both["op"]), [f for k in keep for f in fam[k]])
+    splits = refit.few_row_splits(both, ["P4", "V100-PCIE-32GB"])
+    assert [d for d, _ in splits] == ["P4", "V100-PCIE-32GB"]
+    for dev, mask in splits:
+        rows = (both["device"] == dev).to_numpy()
+        assert not mask[~rows | ~in_few].any()  # only its rows of the floored corrections' families are held out
+        assert (rows & in_few & ~mask).sum() == sum(keep.values())  # ... but for the few it keeps
+    band = refit.intervals.bands["kernel-xgb:gemm"]
+    assert {"seen", "unseen", "few"} <= set(band) and band["devices_few"] >= 2
+    gemm = new[new["op"] == "bmm"]
+    out_new, out_seen = refit.predict(gemm), refit.predict(train[train["op"] == "bmm"].groupby("device").head(40))
+    hi = lambda o: np.log(o["time_us_high"] / o["time_us"]).to_numpy()  # noqa: E731
+    np.testing.assert_allclose(hi(out_new), band["few"][1])
+    np.testing.assert_allclose(hi(out_seen), band["seen"][1])
     again = HybridPredictor.load(refit.save(tmp_path / "refit"))
     assert again.devices_sparse == refit.devices_sparse
-    pd.testing.assert_frame_equal(again.predict(new), out_new)
-    # with the floor off the same rows count as a seen device: the narrower band
+    pd.testing.assert_frame_equal(again.predict(gemm), out_new)
+    # without a calibrated few-row band such a device gets the unseen one
+    again.intervals.bands = {k: {n: v for n, v in e.items() if n != "few"} for k, e in again.intervals.bands.items()}
+    np.testing.assert_allclose(hi(again.predict(gemm)), band["unseen"][1])
+    # with the floor off the same rows count as a seen device: the seen band, and no few-row fits
     off = XGBParams(n_estimators=60, max_depth=5, min_device_rows=0)
-    plain = HybridPredictor(corrections=[GemmXGB(off), PointwiseXGB(off)]).fit(
-        pd.concat([train, new.head(20)], ignore_index=True), intervals=True)
-    assert plain.devices_sparse == {} and width(plain.predict(new)) < width(out_new)
+    plain = HybridPredictor(corrections=[GemmXGB(off), PointwiseXGB(off)]).fit(both, intervals=True)
+    assert plain.devices_sparse == {} and plain.few_row_splits(both, ["P4"]) == []
+    assert "few" not in plain.intervals.bands["kernel-xgb:gemm"]
+    np.testing.assert_allclose(hi(plain.predict(gemm)), plain.intervals.bands["kernel-xgb:gemm"]["seen"][1])
 
 
 def test_cli_calibrate_names_the_few_row_devices(shared_datasets, tmp_path):
-    """Public rows + 20 of a new GPU's (the refit path): `hybrid calibrate` says which device the floor up-weighted."""
+    """Public rows + 20 of a new GPU's (the refit path): `hybrid calibrate` says which device the floor up-weighted,
+    and with leave-one-device-out it runs the `few` split whose residuals give that device's interval band."""
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     table = neusight_table(shared_datasets, max_rows=400, files=("bmm.csv",))
     train = write_csv(table[table["device"] != "T4"], tmp_path / "train.csv")
@@ -135,6 +173,15 @@ def test_cli_calibrate_names_the_few_row_devices(shared_datasets, tmp_path):
                         "--no-lodo"])
     assert rc == 0, err
     assert last_json(out)["devices_sparse"] == {"kernel-xgb-gemm": ["T4"]}
+    rc, out, err = cli(["calibrate", str(train), str(few), "--name", "few2", "--tracking-uri", uri, "-q",
+                        "--holdout-device", "P4", "--holdout-device", "V100-PCIE-32GB"])
+    assert rc == 0, err
+    assert "[few] held-out devices that kept" in out and "few-row band" in out
+    from hybrid.tracking.registry import load_predictor
+
+    model = load_predictor("few2", tracking_uri=uri)
+    band = model.predictor.intervals.bands["kernel-xgb:gemm"]
+    assert band["devices_few"] == 2 and band["n_few"] > 0 and {"seen", "unseen", "few"} <= set(band)
     rc, out, err = cli(["calibrate", str(train), "--name", "none", "--tracking-uri", uri, "--json", "-q", "--no-lodo"])
     assert rc == 0, err
     assert last_json(out)["devices_sparse"] == {}

@@ -76,7 +76,7 @@ def main() -> None:
             rows.append((f"{corr.key}: {n:,} rows", whole))
     time_, method, _ = pred._raw(norm, base)
     rows.append(("interval look-up", cpu(lambda: pred.intervals.row_bounds(method, base["family"],
-                                                                           pred._seen(norm, base)), r)))
+                                                                           pred._bands(norm, base)), r)))
     lines = [f"| stage ({args.rows:,} distinct rows, CPU s, best of {r}) | CPU s | share |", "|---|---|---|"]
     lines += [f"| {name} | {s:.3f} | {100 * s / total:.0f}% |" for name, s in rows]
     lines += [f"| **whole `predict`** | **{total:.3f}** | {args.rows / total:,.0f} rows/s |",

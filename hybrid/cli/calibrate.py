@@ -34,11 +34,12 @@ def print_result(result: Any) -> None:
     sparse = sparse_devices(result)
     if sparse:
         click.echo("few-row devices (each weighs as if it had the correction's device floor of rows; their intervals "
-                   "keep the unseen band): " + "; ".join(f"{k}: {', '.join(v)}" for k, v in sparse.items()))
+                   "use the few-row band of the `few` split, else the unseen band): " + "; ".join(f"{k}: {', '.join(v)}" for k, v in sparse.items()))
     for split, summ in result.summaries.items():
         click.echo("")
         click.echo(f"[{split}] " + {"random": "random hold-out rows",
                                     "lodo": "leave-one-device-out (device unseen in fitting)",
+                                    "few": "held-out devices that kept a few-row device's number of rows in fitting",
                                     "train": "training rows (in-sample)",
                                     "adapt": "new-device rows not used for adaptation"}.get(split, split))
         echo_comparison(summ, groups=("by_op", "by_device") if split != "train" else ("by_op",))

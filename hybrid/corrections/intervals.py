@@ -7,9 +7,14 @@ model had *not* been fitted on, taken separately for
 * the model that answered and the op family (``method:family``, e.g. ``kernel-xgb:gemm``,
   ``collective-sigmoid:collective``, ``alpha-beta:collective``, ``roofline:embedding``), and
 * whether the row's device (and system, for collectives) was in the training data (``seen``: residuals of a
-  random hold-out split) or not (``unseen``: residuals of leave-one-device-out fits).
+  random hold-out split) or not (``unseen``: residuals of leave-one-device-out fits), or was in it with only a
+  few rows that the fit up-weighted (``few``: residuals of fits that keep that many rows of a held-out device,
+  :meth:`HybridPredictor.few_row_splits <hybrid.corrections.predictor.HybridPredictor.few_row_splits>`;
+  calibrated only when the training data has such a device).
 
-So a GPU the model never measured gets the wider leave-one-device-out band, a measured one the narrow band.
+So a GPU the model never measured gets the wider leave-one-device-out band, a measured one the narrow band, and
+one measured with a handful of rows (``hybrid calibrate PUBLIC NEW``) the band in between that its own
+situation calibrates.
 Within the unseen residuals every held-out device carries the same total weight (a GPU with 30,000 rows does
 not set the band alone). Quantiles use the conformal finite-sample level ``ceil((n + 1) q) / n`` with ``n`` the
 number of residuals. ``unseen_units="devices"`` counts held-out *devices* instead for the unseen band (a new GPU
@@ -19,9 +24,9 @@ band is the extreme residuals and over-covers (measured in ``experiments/interva
 
 Where a key has no residuals the band falls back to the same method on any family, then to the widest band
 calibrated (flagged ``calibrated=False`` in :meth:`IntervalCalibration.bounds`). Devices adapted with a few
-rows (``HybridPredictor.adapt``) are given the unseen band: conservative, see ``docs/corrections.md``; so are
-training devices whose few rows the fit up-weighted (``kernel_xgb.floored_devices``:
-``HybridPredictor.devices_sparse``).
+rows (``HybridPredictor.adapt``) are given the unseen band: conservative, see ``docs/corrections.md``. Training
+devices whose few rows the fit up-weighted (``kernel_xgb.floored_devices``: ``HybridPredictor.devices_sparse``)
+get the ``few`` band, or the unseen band where it was not calibrated (a model saved before it existed).
 """
 
 from __future__ import annotations
@@ -47,9 +52,14 @@ MIN_RESIDUALS = 10
 #: (``experiments/interval_coverage/results.md``), so the default stays "rows".
 UNSEEN_UNITS = ("rows", "devices")
 
-#: Prediction-frame splits whose rows count as seen / unseen devices.
+#: Prediction-frame splits whose rows count as seen / unseen / few-row devices.
 SEEN_SPLITS = ("random",)
 UNSEEN_SPLITS = ("lodo",)
+FEW_SPLITS = ("few",)
+#: Band codes (``seen`` arguments below take these, or booleans: True = seen, False = unseen).
+UNSEEN, SEEN, FEW = 0, 1, 2
+#: Band name per code.
+BAND_NAMES = ("unseen", "seen", "few")
 
 
 def weighted_quantile(values: np.ndarray, q: float, weights: np.ndarray | None = None,
@@ -77,37 +87,44 @@ class IntervalCalibration:
     """Conformal log-residual quantiles per ``method:family`` key and seen/unseen device."""
 
     coverage: float = DEFAULT_COVERAGE
-    #: key -> {"seen": [lo, hi], "unseen": [lo, hi], "n_seen": int, "n_unseen": int, "devices_unseen": int}
+    #: key -> {"seen": [lo, hi], "unseen": [lo, hi], "few": [lo, hi], "n_seen": int, "n_unseen": int, "n_few": int,
+    #: "devices_unseen": int, "devices_few": int} (a band is absent when it had fewer than MIN_RESIDUALS rows)
     bands: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ calibration
     @classmethod
     def from_residuals(cls, log_residual: np.ndarray, key: np.ndarray, seen: np.ndarray, device: np.ndarray,
                        coverage: float = DEFAULT_COVERAGE, unseen_units: str = "rows") -> IntervalCalibration:
-        """Bands from held-out log residuals ``log(measured / predicted)`` with their key, whether the row's
-        device was in the fit, and the device (unseen rows are weighted 1 / rows of their device).
-        ``unseen_units``: what the conformal ``n`` of the unseen band counts (:data:`UNSEEN_UNITS`)."""
+        """Bands from held-out log residuals ``log(measured / predicted)`` with their key, which band the row
+        calibrates (``seen``: a band code per row, :data:`SEEN` / :data:`UNSEEN` / :data:`FEW`, or a boolean
+        "device was in the fit"), and the device (rows of the unseen and few bands are weighted 1 / rows of their
+        device). ``unseen_units``: what the conformal ``n`` of the unseen band counts (:data:`UNSEEN_UNITS`)."""
         if not 0 < coverage < 1:
             raise InvalidInputError(f"coverage must be in (0, 1), got {coverage}")
         if unseen_units not in UNSEEN_UNITS:
             raise InvalidInputError(f"unseen_units must be one of {UNSEEN_UNITS}, got {unseen_units!r}")
+        band = np.asarray(seen).astype(np.int64)
+        if len(band) and not np.isin(band, (UNSEEN, SEEN, FEW)).all():
+            raise InvalidInputError(f"band codes must be {UNSEEN} (unseen), {SEEN} (seen) or {FEW} (few rows)")
         frame = pd.DataFrame({"r": np.asarray(log_residual, dtype=np.float64), "key": np.asarray(key, dtype=str),
-                              "seen": np.asarray(seen, dtype=bool), "device": np.asarray(device, dtype=str)})
+                              "band": band, "device": np.asarray(device, dtype=str)})
         frame = frame[np.isfinite(frame["r"])]
         lo_q, hi_q = (1 - coverage) / 2, (1 + coverage) / 2
         bands: dict[str, dict[str, Any]] = {}
         for k, g in frame.groupby("key", sort=True):
             entry: dict[str, Any] = {}
-            for flag, name in ((True, "seen"), (False, "unseen")):
-                sub = g[g["seen"] == flag]
-                entry[f"n_{name}"] = int(len(sub))
+            for code in (SEEN, UNSEEN, FEW):
+                name = BAND_NAMES[code]
+                sub = g[g["band"] == code]
+                if code != FEW or len(sub):  # (no n_few in calibrations without the band)
+                    entry[f"n_{name}"] = int(len(sub))
                 if len(sub) < MIN_RESIDUALS:
                     continue
                 w, units = None, None
-                if not flag:  # every held-out device weighs the same
+                if code != SEEN:  # every held-out device weighs the same
                     w = 1.0 / sub.groupby("device")["r"].transform("size").to_numpy(dtype=np.float64)
-                    entry["devices_unseen"] = int(sub["device"].nunique())
-                    units = entry["devices_unseen"] if unseen_units == "devices" else None
+                    entry[f"devices_{name}"] = int(sub["device"].nunique())
+                    units = entry[f"devices_{name}"] if unseen_units == "devices" and code == UNSEEN else None
                 entry[name] = [weighted_quantile(sub["r"].to_numpy(), lo_q, w, units),
                                weighted_quantile(sub["r"].to_numpy(), hi_q, w, units)]
             bands[str(k)] = entry
@@ -116,39 +133,46 @@ class IntervalCalibration:
     @classmethod
     def from_prediction_frames(cls, frame: pd.DataFrame, coverage: float = DEFAULT_COVERAGE) -> IntervalCalibration:
         """Bands from a calibration run's prediction frame (:mod:`hybrid.tracking.evaluation`): rows of the
-        ``random`` split are seen devices, rows of the ``lodo`` split unseen ones."""
-        use = frame[frame["split"].isin(SEEN_SPLITS + UNSEEN_SPLITS)]
+        ``random`` split are seen devices, rows of the ``lodo`` split unseen ones, rows of the ``few`` split
+        few-row ones."""
+        use = frame[frame["split"].isin(SEEN_SPLITS + UNSEEN_SPLITS + FEW_SPLITS)]
         if len(use) == 0:
             return cls(coverage, {})
         r = np.log(use["measured_us"].to_numpy(np.float64)) - np.log(use["predicted_us"].to_numpy(np.float64))
         key = interval_keys(use["method"].to_numpy(), use["family"].to_numpy())
-        return cls.from_residuals(r, key, use["split"].isin(SEEN_SPLITS).to_numpy(), use["device"].astype(str).to_numpy(),
-                                  coverage)
+        split = use["split"].to_numpy()
+        band = np.where(np.isin(split, SEEN_SPLITS), SEEN, np.where(np.isin(split, FEW_SPLITS), FEW, UNSEEN))
+        return cls.from_residuals(r, key, band, use["device"].astype(str).to_numpy(), coverage)
 
     # ------------------------------------------------------------------ prediction
-    def _band(self, key: str, seen: bool) -> tuple[float, float, bool]:
-        name = "seen" if seen else "unseen"
+    def _band(self, key: str, band: int) -> tuple[float, float, bool]:
         entry = self.bands.get(key, {})
+        if band == FEW:
+            if "few" in entry:
+                return float(entry["few"][0]), float(entry["few"][1]), True
+            band = UNSEEN  # not calibrated for a few-row device: the conservative unseen band
+        name = BAND_NAMES[band]
         if name in entry:
             return float(entry[name][0]), float(entry[name][1]), True
-        if seen and "unseen" in entry:  # a seen device with no random-split residuals: the wider band
+        if band == SEEN and "unseen" in entry:  # a seen device with no random-split residuals: the wider band
             return float(entry["unseen"][0]), float(entry["unseen"][1]), True
         method = key.split(":", 1)[0]
         same = [e[name] for k, e in self.bands.items() if k.split(":", 1)[0] == method and name in e]
         if same:
             return min(b[0] for b in same), max(b[1] for b in same), False
-        every = [e[n] for e in self.bands.values() for n in ("seen", "unseen") if n in e]
+        every = [e[n] for e in self.bands.values() for n in BAND_NAMES if n in e]
         if every:
             return min(b[0] for b in every), max(b[1] for b in every), False
         return UNCALIBRATED_LOG[0], UNCALIBRATED_LOG[1], False
 
     def bounds(self, key: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(log low factor, log high factor, calibrated) per row, vectorised over distinct (key, seen)."""
+        """(log low factor, log high factor, calibrated) per row, vectorised over distinct (key, band); ``seen``
+        as in :meth:`from_residuals` (band codes or booleans)."""
         key = np.asarray(key, dtype=object)
-        seen = np.asarray(seen, dtype=bool)
-        # (numpy drops trailing NUL characters from strings, so the flag is a printable suffix)
-        codes, uniques = pd.factorize(pd.Series(key.astype(str)) + np.where(seen, "|1", "|0"))
-        table = np.array([self._band(u[:-2], u[-1] == "1") for u in uniques], dtype=np.float64).reshape(-1, 3)
+        band = np.asarray(seen).astype(np.int64)
+        # (numpy drops trailing NUL characters from strings, so the band is a printable suffix)
+        codes, uniques = pd.factorize(pd.Series(key.astype(str)) + "|" + pd.Series(band.astype(str)))
+        table = np.array([self._band(u[:-2], int(u[-1])) for u in uniques], dtype=np.float64).reshape(-1, 3)
         rows = table[codes]
         return rows[:, 0], rows[:, 1], rows[:, 2].astype(bool)
 
@@ -166,12 +190,13 @@ class IntervalCalibration:
         m_codes, m_uniques = np.asarray(method_codes, dtype=np.int64), methods
         f_codes, f_uniques = pd.factorize(family, use_na_sentinel=False)
         nf = max(len(f_uniques), 1)
-        combo = (m_codes.astype(np.int64) * nf + f_codes) * 2 + np.asarray(seen, dtype=np.int64)
+        nb = len(BAND_NAMES)
+        combo = (m_codes.astype(np.int64) * nf + f_codes) * nb + np.asarray(seen).astype(np.int64)
         uniq, inverse = np.unique(combo, return_inverse=True)
-        mi, rest = np.divmod(uniq, 2 * nf)
-        fi, si = np.divmod(rest, 2)
+        mi, rest = np.divmod(uniq, nb * nf)
+        fi, si = np.divmod(rest, nb)
         keys = np.array([f"{m_uniques[a]}:{f_uniques[b]}" for a, b in zip(mi, fi, strict=True)], dtype=object)
-        lo, hi, ok = self.bounds(keys, si.astype(bool))
+        lo, hi, ok = self.bounds(keys, si)
         inverse = inverse.reshape(-1)
         return lo[inverse], hi[inverse], ok[inverse]
 

@@ -34,7 +34,11 @@ from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
 from hybrid.corrections.intervals import (
     DEFAULT_COVERAGE,
+    FEW,
+    MIN_RESIDUALS,
     MIN_ROWS_FOR_SPLIT,
+    SEEN,
+    UNSEEN,
     IntervalCalibration,
     default_lodo_devices,
     interval_keys,
@@ -249,8 +253,10 @@ class HybridPredictor:
                             progress: bool = False) -> HybridPredictor:
         """Calibrate the prediction intervals on ``table`` (normally the training table) by refitting copies of
         this predictor's corrections on the hold-outs ``hybrid calibrate`` uses (:meth:`calibration_splits`):
-        the stratified random ``test_fraction`` hold-out (bands of seen devices) and one fit per held-out device,
-        at most ``max_devices`` of them (bands of unseen devices). ``self``'s fitted models are not changed."""
+        the stratified random ``test_fraction`` hold-out (bands of seen devices), one fit per held-out device,
+        at most ``max_devices`` of them (bands of unseen devices) and, when the fit up-weighted few-row devices
+        (:attr:`devices_sparse`), one fit per held-out device that keeps as many of its rows (band of few-row
+        devices, :meth:`few_row_splits`). ``self``'s fitted models are not changed."""
         from tqdm.auto import tqdm
 
         work = table.reset_index(drop=True)
@@ -260,6 +266,7 @@ class HybridPredictor:
         devices = self._device_keys(work["device"])
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         jobs = self.calibration_splits(work, max_devices, test_fraction, seed)
+        band = {"random": SEEN, "lodo": UNSEEN, "few": FEW}
         for split, mask in tqdm(jobs, desc="calibrate intervals", unit="fit", disable=not progress, leave=False):
             if mask.all() or not mask.any():
                 continue
@@ -269,10 +276,10 @@ class HybridPredictor:
             pred = clone.predict(sub, intervals=False)
             resid = np.log(pd.to_numeric(sub["time_us"]).to_numpy(np.float64)) - np.log(pred["time_us"].to_numpy())
             keys = interval_keys(pred["method"].to_numpy(), family_array(sub["op"]))
-            parts.append((resid, keys, np.full(len(sub), split == "random"), devices[mask]))
+            parts.append((resid, keys, np.full(len(sub), band[split]), devices[mask]))
         if parts:
-            r, k, seen, dev = (np.concatenate(x) for x in zip(*parts, strict=True))
-            self.intervals = IntervalCalibration.from_residuals(r, k, seen, dev, coverage)
+            r, k, b, dev = (np.concatenate(x) for x in zip(*parts, strict=True))
+            self.intervals = IntervalCalibration.from_residuals(r, k, b, dev, coverage)
         else:
             self.intervals = IntervalCalibration(coverage, {})
         return self
@@ -287,8 +294,9 @@ class HybridPredictor:
         """The hold-outs of :meth:`calibrate_intervals` as (split, held-out row mask) for the rows of ``table``:
         ``("random", ...)``: :func:`~hybrid.corrections.intervals.stratified_split` (``test_fraction`` of every
         (device, op) group), then ``("lodo", ...)`` per device of
-        :func:`~hybrid.corrections.intervals.default_lodo_devices`: the same rules, seed and defaults as
-        ``hybrid calibrate``, so both calibrate their bands on the same rows."""
+        :func:`~hybrid.corrections.intervals.default_lodo_devices`, then ``("few", ...)`` per device of
+        :meth:`few_row_splits` on the same devices: the same rules, seed and defaults as ``hybrid calibrate``, so
+        both calibrate their bands on the same rows."""
         seed = self.seed if seed is None else seed
         work = table.reset_index(drop=True)
         devices = pd.Series(self._device_keys(work["device"]))
@@ -299,15 +307,69 @@ class HybridPredictor:
             mask[test] = True
             jobs.append(("random", mask))
         kinds = {d: self.catalog.device(d).kind for d in pd.unique(devices)}
-        for d in default_lodo_devices(devices, kinds, max_devices):
+        holdouts = default_lodo_devices(devices, kinds, max_devices)
+        for d in holdouts:
             jobs.append(("lodo", (devices == d).to_numpy()))
+        jobs += [("few", mask) for _, mask in self.few_row_splits(work, holdouts, seed)]
         return jobs
+
+    def few_rows(self, table: pd.DataFrame) -> dict[str, int]:
+        """Per correction with few-row devices (:attr:`devices_sparse`), how many rows of its families those
+        devices have in ``table`` (median over them): the rows a held-out device keeps in the fits that calibrate
+        the few-row band (:meth:`few_row_splits`)."""
+        if not self.devices_sparse or len(table) == 0:
+            return {}
+        devices = self._device_keys(table["device"])
+        family = family_array(table["op"])
+        out: dict[str, int] = {}
+        for corr in self.corrections:
+            few = self.devices_sparse.get(corr.key)
+            if not few:
+                continue
+            in_family = np.isin(family, list(corr.families))
+            keys = {self.catalog.device(d).key for d in few}
+            counts = [int((in_family & (devices == d)).sum()) for d in sorted(keys)]
+            counts = [c for c in counts if c > 0]
+            if counts:
+                out[corr.key] = int(np.median(counts))
+        return out
+
+    def few_row_splits(self, table: pd.DataFrame, devices: Sequence[str], seed: int | None = None
+                       ) -> list[tuple[str, np.ndarray]]:
+        """(device, held-out row mask) per device of ``devices`` for the band of few-row devices: of each
+        correction that up-weighted few-row devices in this fit (:attr:`devices_sparse`), the device keeps
+        :meth:`few_rows` random rows of that correction's families in the fit (so the fit floors it, as it did
+        them) and its other rows of those families are held out and scored; its rows of other families stay in
+        the fit. A device with fewer than that many rows plus ``MIN_RESIDUALS`` of a correction's families is
+        skipped for it. Empty when no device was up-weighted: the band is then not calibrated (nor needed)."""
+        keep = self.few_rows(table)
+        if not keep:
+            return []
+        seed = self.seed if seed is None else seed
+        work = table.reset_index(drop=True)
+        keys = self._device_keys(work["device"])
+        family = family_array(work["op"])
+        groups = [(np.isin(family, list(c.families)), keep[c.key]) for c in self.corrections if c.key in keep]
+        rng = np.random.default_rng(seed)
+        out: list[tuple[str, np.ndarray]] = []
+        for d in devices:
+            mask = np.zeros(len(work), dtype=bool)
+            key = self.catalog.device(str(d)).key
+            for in_family, k in groups:
+                rows = np.flatnonzero(in_family & (keys == key))
+                if len(rows) < k + MIN_RESIDUALS:
+                    continue
+                kept = rng.choice(rows, size=k, replace=False)
+                mask[np.setdiff1d(rows, kept)] = True
+            if mask.any():
+                out.append((str(d), mask))
+        return out
 
     def _sparse_devices(self, norm: pd.DataFrame, base: pd.DataFrame) -> dict[str, list[str]]:
         """Per fitted XGBoost correction, the training devices its device floor up-weighted
         (:func:`~hybrid.corrections.kernel_xgb.floored_devices` of its rows): the random split that calibrates the
-        seen band holds a handful of their rows, so their predictions get the unseen band (:meth:`_seen`), as
-        adapted devices do."""
+        seen band holds a handful of their rows, so their predictions get the band of few-row devices
+        (:meth:`_bands`, calibrated by :meth:`few_row_splits`; the unseen band where it was not calibrated)."""
         out: dict[str, list[str]] = {}
         for corr in self.corrections:
             if not (isinstance(corr, XGBCorrection) and corr.fitted):
@@ -317,23 +379,25 @@ class HybridPredictor:
                 out[corr.key] = sorted(map(str, few.index))
         return out
 
-    def _seen(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
-        """Rows whose device (and system, for collectives) the corrections were fitted on, not adapted, and with
-        at least the correction's device floor of rows (:meth:`_sparse_devices`)."""
+    def _bands(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
+        """Interval band per row (:data:`~hybrid.corrections.intervals.SEEN` / ``UNSEEN`` / ``FEW``): seen when
+        its device (and system, for collectives) was in the fit and not adapted; few when the device's few rows of
+        the row's correction were up-weighted by the fit (:meth:`_sparse_devices`); else unseen."""
         adapted = self._adapted_devices()
         seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
+        band = np.where(seen, SEEN, UNSEEN).astype(np.int64)
         for corr in self.corrections:
             few = self.devices_sparse.get(corr.key)
             if few:
-                seen &= ~(family_mask(base, corr.families) & isin_fast(norm["device"], few))
+                band[seen & family_mask(base, corr.families) & isin_fast(norm["device"], few)] = FEW
         is_coll = isin_fast(base["family"], ("collective",))
         if is_coll.any():
             if "system" in norm.columns:
                 sys_seen = isin_fast(norm["system"], self.systems_seen)
             else:
                 sys_seen = np.zeros(len(norm), dtype=bool)
-            seen = np.where(is_coll, seen & sys_seen, seen)
-        return seen
+            band = np.where(is_coll & ~(seen & sys_seen), UNSEEN, band)
+        return band
 
     def _adapted_devices(self) -> set[str]:
         """Devices with a few-shot scale, shift or device model."""
@@ -443,7 +507,7 @@ class HybridPredictor:
             if self.intervals is None:
                 out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
             else:
-                lo, hi, _ = self.intervals.coded_bounds(method, methods, base["family"], self._seen(norm, base))
+                lo, hi, _ = self.intervals.coded_bounds(method, methods, base["family"], self._bands(norm, base))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
                 floor = self._interval_floor(norm, base, (group_codes, groups))
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])

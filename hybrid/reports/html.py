@@ -34,6 +34,8 @@ img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 SPLIT_NOTES = {
     "random": "random hold-out: the model was fitted without these rows (same devices as training).",
     "lodo": "leave-one-device-out: each device's rows were predicted by a model fitted without that device.",
+    "few": ("few rows: each held-out device kept as many rows in the fit as the few-row devices of the final fit "
+            "have (their intervals are calibrated on these rows)."),
     "train": "training rows (in-sample): how well the final model fits what it was calibrated on.",
     "adapt": "few-shot adaptation hold-out: rows of the new device not used for adaptation.",
     "all": "every row of the given tables.",

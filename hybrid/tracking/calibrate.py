@@ -6,6 +6,10 @@ Evaluation splits (each reports the calibrated model beside the roofline-only ba
 - ``random``: a stratified random hold-out (``test_fraction`` of every device/op group), model fitted on the rest;
 - ``lodo``: leave-one-device-out where the data has several devices (or the devices named in
   ``holdout_devices``): each device's rows are predicted by a model fitted without that device;
+- ``few``: only when the final fit up-weighted few-row devices (a new GPU's handful of rows beside the public
+  tables): each ``lodo`` device keeps that many of its rows in the fit and the rest are predicted
+  (:meth:`HybridPredictor.few_row_splits <hybrid.corrections.predictor.HybridPredictor.few_row_splits>`); these
+  residuals calibrate the intervals of few-row devices;
 - ``train``: the final model (fitted on all rows) on its own training rows.
 
 With ``base`` (a registered model), the run instead adapts that model to new measurements (usually a new
@@ -256,11 +260,23 @@ def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: Cali
         frames += lodo
         bar.set_postfix_str("final fit (all rows)")
         final = new().fit(table, progress=False)
-        # 80% intervals from the held-out residuals above: random split = seen devices, lodo = unseen ones
+        bar.update()
+        # a fit that up-weighted few-row devices: the band of such devices, from fits that keep as many rows of
+        # each held-out device (HybridPredictor.few_row_splits; none otherwise)
+        few = final.few_row_splits(table, holdouts, config.seed)
+        bar.total += len(few)
+        bar.refresh()
+        for dev, held in few:
+            bar.set_postfix_str(f"{dev} with a few rows")
+            p = new().fit(table.loc[~held].reset_index(drop=True))
+            test = table.loc[held].reset_index(drop=True)
+            frames.append(prediction_frame(test, p.predict(test), "few"))
+            bar.update()
+        # 80% intervals from the held-out residuals above: random split = seen devices, lodo = unseen ones, few =
+        # devices the fit knew from a few rows
         final.intervals = IntervalCalibration.from_prediction_frames(pd.concat(frames, ignore_index=True)) \
             if frames else IntervalCalibration()
         frames.append(prediction_frame(table, final.predict(table), "train"))
-        bar.update()
     finally:
         bar.close()
     return final, frames
