@@ -51,8 +51,10 @@ def test_calibrate_records_run_and_registers_versions(flow):
     first, second = flow["first"], flow["second"]
     assert (first["version"], second["version"]) == (1, 2)
     assert first["model"] == "models:/kern/1"
-    assert set(first["errors"]) == {"random", "lodo", "train"}
+    # with held-out devices: their rows unseen (lodo) and after adapting to 5-50 of them (adapted)
+    assert set(first["errors"]) == {"random", "lodo", "adapted", "train"}
     assert set(second["errors"]) == {"random", "train"}
+    assert first["errors"]["adapted"]["model"]["geomean_pct"] < first["errors"]["lodo"]["model"]["geomean_pct"]
     assert {"kernel-xgb-gemm", "kernel-xgb-pointwise"} <= set(first["corrections"])
 
     client = MlflowClient(tracking_uri=flow["uri"], registry_uri=flow["uri"])

@@ -14,7 +14,7 @@ from test_tracking_support import last_json, neusight_table, write_csv
 
 from hybrid.cli.main import main
 from hybrid.corrections import GemmXGB, HybridPredictor, PointwiseXGB, XGBParams
-from hybrid.corrections.intervals import IntervalCalibration, coverage_pct, weighted_quantile
+from hybrid.corrections.intervals import IntervalCalibration, adapted_code, coverage_pct, weighted_quantile
 
 
 def cli(args: list[str]) -> tuple[int, str, str]:
@@ -67,7 +67,15 @@ def test_bands_separate_seen_and_unseen_and_fall_back():
     assert (lo4[0], hi4[0]) == (lo[1], hi[1])
     assert "n_few" not in band  # calibrations without the band say nothing about it
     with pytest.raises(Exception, match="band codes"):
-        IntervalCalibration.from_residuals(resid, np.full(800, "k:g"), np.full(800, 3), dev)
+        IntervalCalibration.from_residuals(resid, np.full(800, "k:g"), np.full(800, 99), dev)
+    # adapted bands: a device adapted with n rows gets the band of the largest calibrated k <= n
+    assert adapted_code(np.array([0, 4, 5, 19, 20, 49, 50, 500])).tolist() == [0, 0, 3, 4, 5, 5, 6, 6]
+    ad = IntervalCalibration.from_residuals(np.r_[resid[400:], 0.3 * resid[400:600]], np.full(600, "kernel-xgb:gemm"),
+                                            np.r_[np.zeros(400, int), np.full(200, adapted_code(20))], dev[200:])
+    assert ad.bands["kernel-xgb:gemm"]["n_adapted-20"] == 200
+    lo5, hi5, ok5 = ad.bounds(np.array(["kernel-xgb:gemm"] * 3), np.r_[adapted_code([20, 50, 5])])
+    assert ok5.all() and hi5[0] == pytest.approx(ad.bands["kernel-xgb:gemm"]["adapted-20"][1])
+    assert hi5[1] == hi5[2] == pytest.approx(ad.bands["kernel-xgb:gemm"]["unseen"][1])  # not calibrated: unseen
     # round trip through JSON
     again = IntervalCalibration.from_json(json.loads(json.dumps(cal.to_json())))
     assert again is not None and again.bands == cal.bands
@@ -101,17 +109,29 @@ def test_unseen_gpu_gets_wider_interval_that_covers_its_rows(fitted, tmp_path):
     # the calibration survives save / load and copy (few-shot adaptation copies the predictor)
     again = HybridPredictor.load(pred.save(tmp_path / "p"))
     pd.testing.assert_frame_equal(again.predict(new), out_new)
-    adapted = pred.adapt(new.head(20))
-    out_adapted = adapted.predict(new)
-    # an adapted device keeps the (conservative) unseen band (the low end may stop at the GEMM roofline, the
-    # physical floor, which the adapted and unadapted predictions reach on different rows)
-    np.testing.assert_allclose(np.log(out_adapted["time_us_high"] / out_adapted["time_us"]),
-                               np.log(out_new["time_us_high"] / out_new["time_us"]))
-    free = (out_adapted["time_us_low"] > out_adapted["roofline_us"] * (1 + 1e-9)) & (
-        out_new["time_us_low"] > out_new["roofline_us"] * (1 + 1e-9))
-    assert free.any()
-    np.testing.assert_allclose(np.log(out_adapted["time_us"] / out_adapted["time_us_low"])[free],
-                               np.log(out_new["time_us"] / out_new["time_us_low"])[free])
+    # an adapted device (strategy auto) gets the band calibrated for devices adapted with as many rows of each
+    # correction (inner leave-one-device-out fits adapted with 5/10/20/50 rows); other strategies keep the
+    # (conservative) unseen band. The high end is the band's, the low end may stop at the GEMM roofline.
+    hi = lambda o: np.log(o["time_us_high"] / o["time_us"]).to_numpy()  # noqa: E731
+    from hybrid.ops.families import family_array
+
+    for family, key in (("gemm", "kernel-xgb-gemm"), ("softmax", "kernel-xgb-pointwise")):
+        rows = new[family_array(new["op"]) == family]
+        n = len(rows)
+        fit_rows = rows.head(min(n - 10, 25))
+        adapted = pred.adapt(fit_rows)
+        k = adapted.adapt_forms[key]["T4"]["rows"]
+        assert k == len(fit_rows)
+        out_adapted = adapted.predict(rows)
+        band = pred.intervals.bands[f"kernel-xgb:{family}"]
+        name = f"adapted-{max(s for s in (5, 10, 20, 50) if s <= k)}"
+        assert band[f"devices_{name}"] >= 2
+        np.testing.assert_allclose(hi(out_adapted), band[name][1])
+        assert band[name][1] - band[name][0] < band["unseen"][1] - band["unseen"][0]
+        np.testing.assert_allclose(hi(pred.adapt(fit_rows, strategy="scale").predict(rows)), band["unseen"][1])
+        # saved and loaded, the adapted model keeps its band
+        again = HybridPredictor.load(adapted.save(tmp_path / f"adapted-{family}"))
+        pd.testing.assert_frame_equal(again.predict(rows), out_adapted)
     # the interval-free path is unchanged and still available
     assert list(pred.predict(new, intervals=False).columns) == ["time_us", "roofline_us", "method", "bound"]
 
@@ -182,6 +202,9 @@ def test_cli_calibrate_names_the_few_row_devices(shared_datasets, tmp_path):
     model = load_predictor("few2", tracking_uri=uri)
     band = model.predictor.intervals.bands["kernel-xgb:gemm"]
     assert band["devices_few"] == 2 and band["n_few"] > 0 and {"seen", "unseen", "few"} <= set(band)
+    # the same run adapted each held-out device with 5..50 of its rows: the bands of adapted devices
+    assert "[adapted] held-out devices adapted with 5-50 of their rows" in out
+    assert band["devices_adapted-5"] == 2 and "adapted-20" in band
     rc, out, err = cli(["calibrate", str(train), "--name", "none", "--tracking-uri", uri, "--json", "-q", "--no-lodo"])
     assert rc == 0, err
     assert last_json(out)["devices_sparse"] == {}

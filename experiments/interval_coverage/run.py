@@ -2,8 +2,9 @@
 
     python experiments/interval_coverage/run.py [--data-dir DIR] [--rows-per-group 300] [--trees 150] [--out results.md]
 
-A third kernel section scores GPUs refitted with 20 of their rows (the few-shot refit path) with the band of
-few-row devices their fit calibrates.
+Two more kernel sections: held-out GPUs adapted with k of their rows (few-shot ``adapt``), scored with the bands
+of adapted devices, and GPUs refitted with 20 of their rows (the few-shot refit path) with the band of few-row
+devices their fit calibrates.
 
 Kernels: every public kernel source together (as ``experiments/kernel_accuracy``: NeuSight, XLA, Vidur,
 DeepBench, LLMCompass, own CPU profile), sub-sampled per (source, device, dtype, group). For each GPU in turn,
@@ -54,11 +55,15 @@ def _width(frame: pd.DataFrame) -> float:
     return float(np.median(frame["high"] / frame["low"]))
 
 
-def kernels(data_dir: Path, rows: int, trees: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def kernels(data_dir: Path, rows: int, trees: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(held-out GPU rows, seen-device rows, held-out GPU rows after adapting to k of them), each with its interval.
+    The adapted rows: the held-out GPU's predictor adapted (strategy ``auto``) with k of its rows per correction
+    (``HybridPredictor.adaptation_holdouts``, the protocol its bands are calibrated with), its other rows scored
+    with the adapted-k band (``band`` column; ``unseen``: the same rows with the unseen band, the rule before)."""
     table, catalog = kernel_run.load(data_dir, rows, seed)
     table = table.reset_index(drop=True)
     params = XGBParams(seed=seed, n_estimators=trees)
-    held_rows, seen_rows = [], []
+    held_rows, seen_rows, adapted_rows = [], [], []
     gpus = [d for d in sorted(pd.unique(table["device"])) if catalog.device(d).kind == "gpu"]
     rng = np.random.default_rng(seed)
     for held in gpus:
@@ -72,8 +77,21 @@ def kernels(data_dir: Path, rows: int, trees: int, seed: int) -> tuple[pd.DataFr
             sink.append(sub[["src", "device", "dtype", "group", "time_us"]].assign(
                 pred=out["time_us"].to_numpy(), low=out["time_us_low"].to_numpy(),
                 high=out["time_us_high"].to_numpy(), held=held))
+        sub = table[test].reset_index(drop=True)
+        x = sub.drop(columns=["group", "family", "src"])
+        for shots, fit_rows, scored in pred.adaptation_holdouts(x, seed):
+            adapted = pred.adapt(x[fit_rows])
+            before = adapted.copy()  # without the adapted bands: the unseen band, as before they existed
+            before.intervals.bands = {k: {n: v for n, v in e.items() if not n.startswith("adapted")}
+                                      for k, e in before.intervals.bands.items()}
+            for band, model in (("adapted", adapted), ("unseen", before)):
+                out = model.predict(x[scored])
+                adapted_rows.append(sub.loc[scored, ["src", "device", "dtype", "group", "time_us"]].assign(
+                    low=out["time_us_low"].to_numpy(), high=out["time_us_high"].to_numpy(), held=held, shots=shots,
+                    band=band))
         print(f"  kernels: held-out {held}: {_cov(held_rows[-1]):.0f}% covered", file=sys.stderr)
-    return pd.concat(held_rows, ignore_index=True), pd.concat(seen_rows, ignore_index=True)
+    return (pd.concat(held_rows, ignore_index=True), pd.concat(seen_rows, ignore_index=True),
+            pd.concat(adapted_rows, ignore_index=True))
 
 
 #: GPUs refitted with a few of their rows (the held-out GPUs of ``experiments/few_shot``) and how many rows
@@ -163,7 +181,7 @@ def main() -> None:
     args = ap.parse_args()
     t0 = time.time()
     data = public_data_dir(args.data_dir)
-    k_held, k_seen = kernels(data, args.rows_per_group, args.trees, args.seed)
+    k_held, k_seen, k_adapted = kernels(data, args.rows_per_group, args.trees, args.seed)
     c_held, c_seen = collectives(data, args.rows_per_system, args.seed)
     k_refit = refitted(data, args.rows_per_group, args.trees, args.seed)
     verdict = lambda x: "met" if 75 <= x <= 85 else "NOT met"  # noqa: E731
@@ -182,6 +200,17 @@ def main() -> None:
         "By family group and source (held-out GPUs):", "", *_table(k_held, "group", "group"), "",
         *_table(k_held, "src", "source"), "",
         "## Kernels, seen devices (random 20% hold-out)", "", *_table(k_seen, "group", "group"), "",
+        "## Kernels, a held-out GPU adapted with k of its rows (few-shot `adapt`, strategy `auto`)", "",
+        "Each held-out GPU's predictor (above) adapted with k random rows per correction of that GPU "
+        "(`HybridPredictor.adaptation_holdouts`), scored on its other rows of those corrections, with the band "
+        "calibrated for devices adapted with k rows (inner fits adapted the same way) and, for comparison, the "
+        "unseen band adapted devices had before. Adapted band target: 75-85% (all k): "
+        f"**{_cov(k_adapted[k_adapted['band'] == 'adapted']):.1f}% "
+        f"({verdict(_cov(k_adapted[k_adapted['band'] == 'adapted']))})**.", "",
+        *[line for band, g in k_adapted.groupby("band", sort=False)
+          for line in (f"Band: {band}.", "", *_table(g, "shots", "k rows per correction"), "")],
+        "Adapted band, k = 20, per held-out GPU:", "",
+        *_table(k_adapted[(k_adapted["band"] == "adapted") & (k_adapted["shots"] == 20)], "held", "device"), "",
         f"## Kernels, a GPU refitted with {REFIT_ROWS} of its rows (GEMM family)", "",
         f"Each GPU fitted with {REFIT_ROWS} random rows of its own beside every other device's GEMM rows (the refit "
         "path, `experiments/few_shot`), scored on its other rows. Such a device (`HybridPredictor.devices_sparse`) "

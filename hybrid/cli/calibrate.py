@@ -40,6 +40,8 @@ def print_result(result: Any) -> None:
         click.echo(f"[{split}] " + {"random": "random hold-out rows",
                                     "lodo": "leave-one-device-out (device unseen in fitting)",
                                     "few": "held-out devices that kept a few-row device's number of rows in fitting",
+                                    "adapted": "held-out devices adapted with 5-50 of their rows (strategy auto), "
+                                               "their other rows",
                                     "train": "training rows (in-sample)",
                                     "adapt": "new-device rows not used for adaptation"}.get(split, split))
         echo_comparison(summ, groups=("by_op", "by_device") if split != "train" else ("by_op",))

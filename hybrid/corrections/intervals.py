@@ -23,8 +23,11 @@ is one more device, not one more row: the strict device-level guarantee); with D
 band is the extreme residuals and over-covers (measured in ``experiments/interval_coverage``); not the default.
 
 Where a key has no residuals the band falls back to the same method on any family, then to the widest band
-calibrated (flagged ``calibrated=False`` in :meth:`IntervalCalibration.bounds`). Devices adapted with a few
-rows (``HybridPredictor.adapt``) are given the unseen band: conservative, see ``docs/corrections.md``. Training
+calibrated (flagged ``calibrated=False`` in :meth:`IntervalCalibration.bounds`). A device adapted with n rows
+of a correction's families (``HybridPredictor.adapt``, strategy ``auto``) gets the ``adapted-<k>`` band of the
+largest :data:`ADAPT_SHOTS` k <= n, calibrated by adapting each held-out device of the leave-one-device-out fits
+with k rows and scoring its other rows (``HybridPredictor.adaptation_holdouts``); other strategies, fewer than 5
+rows, or a model calibrated before these bands, the unseen band (conservative, see ``docs/corrections.md``). Training
 devices whose few rows the fit up-weighted (``kernel_xgb.floored_devices``: ``HybridPredictor.devices_sparse``)
 get the ``few`` band, or the unseen band where it was not calibrated (a model saved before it existed).
 """
@@ -52,14 +55,28 @@ MIN_RESIDUALS = 10
 #: (``experiments/interval_coverage/results.md``), so the default stays "rows".
 UNSEEN_UNITS = ("rows", "devices")
 
-#: Prediction-frame splits whose rows count as seen / unseen / few-row devices.
+#: Prediction-frame splits whose rows count as seen / unseen / few-row / adapted devices.
 SEEN_SPLITS = ("random",)
 UNSEEN_SPLITS = ("lodo",)
 FEW_SPLITS = ("few",)
-#: Band codes (``seen`` arguments below take these, or booleans: True = seen, False = unseen).
-UNSEEN, SEEN, FEW = 0, 1, 2
+ADAPTED_SPLITS = ("adapted",)
+#: Rows per correction with which held-out devices are adapted (``HybridPredictor.adapt``, strategy ``auto``) to
+#: calibrate the bands of adapted devices: a device adapted with n rows of a correction's families gets the band
+#: of the largest of these <= n (fewer than the first: the unseen band).
+ADAPT_SHOTS = (5, 10, 20, 50)
+#: Band codes (``seen`` arguments below take these, or booleans: True = seen, False = unseen); ``ADAPTED`` is the
+#: code of the first adapted band (``ADAPTED + i`` for ``ADAPT_SHOTS[i]``).
+UNSEEN, SEEN, FEW, ADAPTED = 0, 1, 2, 3
 #: Band name per code.
-BAND_NAMES = ("unseen", "seen", "few")
+BAND_NAMES = ("unseen", "seen", "few", *(f"adapted-{k}" for k in ADAPT_SHOTS))
+
+
+def adapted_code(rows: np.ndarray | int) -> np.ndarray:
+    """Band code of devices adapted with ``rows`` rows of a correction's families: ``ADAPTED + i`` for the largest
+    ``ADAPT_SHOTS[i] <= rows`` (conservative: a band calibrated on no more rows than the device had), ``UNSEEN``
+    below ``ADAPT_SHOTS[0]``."""
+    i = np.searchsorted(np.asarray(ADAPT_SHOTS), np.asarray(rows, dtype=np.float64), side="right") - 1
+    return np.where(i >= 0, ADAPTED + i, UNSEEN).astype(np.int64)
 
 
 def weighted_quantile(values: np.ndarray, q: float, weights: np.ndarray | None = None,
@@ -87,8 +104,9 @@ class IntervalCalibration:
     """Conformal log-residual quantiles per ``method:family`` key and seen/unseen device."""
 
     coverage: float = DEFAULT_COVERAGE
-    #: key -> {"seen": [lo, hi], "unseen": [lo, hi], "few": [lo, hi], "n_seen": int, "n_unseen": int, "n_few": int,
-    #: "devices_unseen": int, "devices_few": int} (a band is absent when it had fewer than MIN_RESIDUALS rows)
+    #: key -> {"seen": [lo, hi], "unseen": [lo, hi], "n_seen": int, "n_unseen": int, "devices_unseen": int} and,
+    #: where calibrated, the same for "few" and "adapted-<k>" (:data:`BAND_NAMES`; a band is absent when it had
+    #: fewer than MIN_RESIDUALS rows)
     bands: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ calibration
@@ -104,8 +122,8 @@ class IntervalCalibration:
         if unseen_units not in UNSEEN_UNITS:
             raise InvalidInputError(f"unseen_units must be one of {UNSEEN_UNITS}, got {unseen_units!r}")
         band = np.asarray(seen).astype(np.int64)
-        if len(band) and not np.isin(band, (UNSEEN, SEEN, FEW)).all():
-            raise InvalidInputError(f"band codes must be {UNSEEN} (unseen), {SEEN} (seen) or {FEW} (few rows)")
+        if len(band) and not np.isin(band, np.arange(len(BAND_NAMES))).all():
+            raise InvalidInputError(f"band codes must be 0 to {len(BAND_NAMES) - 1} ({', '.join(BAND_NAMES)})")
         frame = pd.DataFrame({"r": np.asarray(log_residual, dtype=np.float64), "key": np.asarray(key, dtype=str),
                               "band": band, "device": np.asarray(device, dtype=str)})
         frame = frame[np.isfinite(frame["r"])]
@@ -113,10 +131,9 @@ class IntervalCalibration:
         bands: dict[str, dict[str, Any]] = {}
         for k, g in frame.groupby("key", sort=True):
             entry: dict[str, Any] = {}
-            for code in (SEEN, UNSEEN, FEW):
-                name = BAND_NAMES[code]
+            for code, name in enumerate(BAND_NAMES):
                 sub = g[g["band"] == code]
-                if code != FEW or len(sub):  # (no n_few in calibrations without the band)
+                if code in (SEEN, UNSEEN) or len(sub):  # (no n_few etc. in calibrations without those bands)
                     entry[f"n_{name}"] = int(len(sub))
                 if len(sub) < MIN_RESIDUALS:
                     continue
@@ -134,23 +151,26 @@ class IntervalCalibration:
     def from_prediction_frames(cls, frame: pd.DataFrame, coverage: float = DEFAULT_COVERAGE) -> IntervalCalibration:
         """Bands from a calibration run's prediction frame (:mod:`hybrid.tracking.evaluation`): rows of the
         ``random`` split are seen devices, rows of the ``lodo`` split unseen ones, rows of the ``few`` split
-        few-row ones."""
-        use = frame[frame["split"].isin(SEEN_SPLITS + UNSEEN_SPLITS + FEW_SPLITS)]
+        few-row ones, rows of the ``adapted`` split (column ``shots``) adapted ones."""
+        use = frame[frame["split"].isin(SEEN_SPLITS + UNSEEN_SPLITS + FEW_SPLITS + ADAPTED_SPLITS)]
         if len(use) == 0:
             return cls(coverage, {})
         r = np.log(use["measured_us"].to_numpy(np.float64)) - np.log(use["predicted_us"].to_numpy(np.float64))
         key = interval_keys(use["method"].to_numpy(), use["family"].to_numpy())
         split = use["split"].to_numpy()
         band = np.where(np.isin(split, SEEN_SPLITS), SEEN, np.where(np.isin(split, FEW_SPLITS), FEW, UNSEEN))
+        if np.isin(split, ADAPTED_SPLITS).any():
+            shots = use["shots"].to_numpy(np.float64) if "shots" in use.columns else np.zeros(len(use))
+            band = np.where(np.isin(split, ADAPTED_SPLITS), adapted_code(np.nan_to_num(shots)), band)
         return cls.from_residuals(r, key, band, use["device"].astype(str).to_numpy(), coverage)
 
     # ------------------------------------------------------------------ prediction
     def _band(self, key: str, band: int) -> tuple[float, float, bool]:
         entry = self.bands.get(key, {})
-        if band == FEW:
-            if "few" in entry:
-                return float(entry["few"][0]), float(entry["few"][1]), True
-            band = UNSEEN  # not calibrated for a few-row device: the conservative unseen band
+        if band >= FEW:  # few-row or adapted devices
+            if BAND_NAMES[band] in entry:
+                return float(entry[BAND_NAMES[band]][0]), float(entry[BAND_NAMES[band]][1]), True
+            band = UNSEEN  # not calibrated for such a device: the conservative unseen band
         name = BAND_NAMES[band]
         if name in entry:
             return float(entry[name][0]), float(entry[name][1]), True
@@ -172,7 +192,8 @@ class IntervalCalibration:
         band = np.asarray(seen).astype(np.int64)
         # (numpy drops trailing NUL characters from strings, so the band is a printable suffix)
         codes, uniques = pd.factorize(pd.Series(key.astype(str)) + "|" + pd.Series(band.astype(str)))
-        table = np.array([self._band(u[:-2], int(u[-1])) for u in uniques], dtype=np.float64).reshape(-1, 3)
+        table = np.array([self._band(u.rsplit("|", 1)[0], int(u.rsplit("|", 1)[1])) for u in uniques],
+                         dtype=np.float64).reshape(-1, 3)
         rows = table[codes]
         return rows[:, 0], rows[:, 1], rows[:, 2].astype(bool)
 

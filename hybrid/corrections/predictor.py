@@ -33,6 +33,7 @@ from hybrid.corrections.base import Correction, family_mask, isin_fast, read_jso
 from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
 from hybrid.corrections.intervals import (
+    ADAPT_SHOTS,
     DEFAULT_COVERAGE,
     FEW,
     MIN_RESIDUALS,
@@ -40,6 +41,7 @@ from hybrid.corrections.intervals import (
     SEEN,
     UNSEEN,
     IntervalCalibration,
+    adapted_code,
     default_lodo_devices,
     interval_keys,
     stratified_split,
@@ -254,9 +256,11 @@ class HybridPredictor:
         """Calibrate the prediction intervals on ``table`` (normally the training table) by refitting copies of
         this predictor's corrections on the hold-outs ``hybrid calibrate`` uses (:meth:`calibration_splits`):
         the stratified random ``test_fraction`` hold-out (bands of seen devices), one fit per held-out device,
-        at most ``max_devices`` of them (bands of unseen devices) and, when the fit up-weighted few-row devices
-        (:attr:`devices_sparse`), one fit per held-out device that keeps as many of its rows (band of few-row
-        devices, :meth:`few_row_splits`). ``self``'s fitted models are not changed."""
+        at most ``max_devices`` of them (bands of unseen devices; each of those fits is also adapted with
+        :data:`~hybrid.corrections.intervals.ADAPT_SHOTS` of the held-out device's rows, :meth:`adaptation_holdouts`:
+        bands of adapted devices) and, when the fit up-weighted few-row devices (:attr:`devices_sparse`), one fit
+        per held-out device that keeps as many of its rows (band of few-row devices, :meth:`few_row_splits`).
+        ``self``'s fitted models are not changed."""
         from tqdm.auto import tqdm
 
         work = table.reset_index(drop=True)
@@ -277,6 +281,14 @@ class HybridPredictor:
             resid = np.log(pd.to_numeric(sub["time_us"]).to_numpy(np.float64)) - np.log(pred["time_us"].to_numpy())
             keys = interval_keys(pred["method"].to_numpy(), family_array(sub["op"]))
             parts.append((resid, keys, np.full(len(sub), band[split]), devices[mask]))
+            if split == "lodo":  # the held-out device adapted with k of its rows: the bands of adapted devices
+                for shots, fit_rows, scored in clone.adaptation_holdouts(sub, seed):
+                    held = sub.loc[scored]
+                    pred = clone.adapt(sub.loc[fit_rows]).predict(held, intervals=False)
+                    resid = (np.log(pd.to_numeric(held["time_us"]).to_numpy(np.float64))
+                             - np.log(pred["time_us"].to_numpy()))
+                    parts.append((resid, interval_keys(pred["method"].to_numpy(), family_array(held["op"])),
+                                  np.full(len(held), adapted_code(shots)), devices[mask][scored]))
         if parts:
             r, k, b, dev = (np.concatenate(x) for x in zip(*parts, strict=True))
             self.intervals = IntervalCalibration.from_residuals(r, k, b, dev, coverage)
@@ -312,6 +324,36 @@ class HybridPredictor:
             jobs.append(("lodo", (devices == d).to_numpy()))
         jobs += [("few", mask) for _, mask in self.few_row_splits(work, holdouts, seed)]
         return jobs
+
+    def adaptation_holdouts(self, table: pd.DataFrame, seed: int | None = None
+                            ) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(k, adaptation row mask, scored row mask) per k of :data:`~hybrid.corrections.intervals.ADAPT_SHOTS`
+        for ``table``, the rows of one device this predictor was not fitted on: of each group of rows one
+        correction answers (or the roofline; collectives excluded, their adaptation is per system) with at least
+        ``k + MIN_RESIDUALS`` rows, k random rows to adapt with (:meth:`adapt`, strategy ``auto``) and the others
+        to score. What calibrates the bands of adapted devices (:meth:`calibrate_intervals`, ``hybrid calibrate``'s
+        ``adapted`` split)."""
+        work = table.reset_index(drop=True)
+        if len(work) == 0 or not any(c.fitted for c in self.corrections):
+            return []
+        norm, base = self._prepare(work, training=True)
+        _, _, _, group, _ = self._raw_codes(norm, base)
+        group = np.where(isin_fast(base["family"], ("collective",)), -1, group)
+        rng = np.random.default_rng(self.seed if seed is None else seed)
+        out: list[tuple[int, np.ndarray, np.ndarray]] = []
+        for k in ADAPT_SHOTS:
+            fit_rows = np.zeros(len(work), dtype=bool)
+            scored = np.zeros(len(work), dtype=bool)
+            for g in np.unique(group[group >= 0]):
+                rows = np.flatnonzero(group == g)
+                if len(rows) < k + MIN_RESIDUALS:
+                    continue
+                chosen = rng.choice(rows, size=k, replace=False)
+                fit_rows[chosen] = True
+                scored[np.setdiff1d(rows, chosen)] = True
+            if fit_rows.any():
+                out.append((k, fit_rows, scored))
+        return out
 
     def few_rows(self, table: pd.DataFrame) -> dict[str, int]:
         """Per correction with few-row devices (:attr:`devices_sparse`), how many rows of its families those
@@ -379,10 +421,13 @@ class HybridPredictor:
                 out[corr.key] = sorted(map(str, few.index))
         return out
 
-    def _bands(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
-        """Interval band per row (:data:`~hybrid.corrections.intervals.SEEN` / ``UNSEEN`` / ``FEW``): seen when
-        its device (and system, for collectives) was in the fit and not adapted; few when the device's few rows of
-        the row's correction were up-weighted by the fit (:meth:`_sparse_devices`); else unseen."""
+    def _bands(self, norm: pd.DataFrame, base: pd.DataFrame,
+               groups: tuple[np.ndarray, list[str]] | None = None) -> np.ndarray:
+        """Interval band per row (:data:`~hybrid.corrections.intervals.BAND_NAMES` codes): seen when its device (and
+        system, for collectives) was in the fit and not adapted; few when the device's few rows of the row's
+        correction were up-weighted by the fit (:meth:`_sparse_devices`); adapted-k when the device was adapted
+        (strategy ``auto``) with n rows of the row's group (``groups``: group code per row and group keys, as
+        :meth:`_raw_codes` gives them; :func:`~hybrid.corrections.intervals.adapted_code` of n); else unseen."""
         adapted = self._adapted_devices()
         seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
         band = np.where(seen, SEEN, UNSEEN).astype(np.int64)
@@ -390,6 +435,17 @@ class HybridPredictor:
             few = self.devices_sparse.get(corr.key)
             if few:
                 band[seen & family_mask(base, corr.families) & isin_fast(norm["device"], few)] = FEW
+        if self.adapt_forms and groups is not None:
+            codes, keys = groups
+            devices = norm["device"].to_numpy(dtype=object)
+            for key, per in self.adapt_forms.items():
+                if key not in keys:
+                    continue
+                in_group = codes == keys.index(key)
+                for dev, fit in per.items():
+                    rows = in_group & (devices == dev)
+                    if rows.any():
+                        band[rows] = adapted_code(int(fit.get("rows") or 0))
         is_coll = isin_fast(base["family"], ("collective",))
         if is_coll.any():
             if "system" in norm.columns:
@@ -507,7 +563,8 @@ class HybridPredictor:
             if self.intervals is None:
                 out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
             else:
-                lo, hi, _ = self.intervals.coded_bounds(method, methods, base["family"], self._bands(norm, base))
+                lo, hi, _ = self.intervals.coded_bounds(method, methods, base["family"],
+                                                        self._bands(norm, base, (group_codes, groups)))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
                 floor = self._interval_floor(norm, base, (group_codes, groups))
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])

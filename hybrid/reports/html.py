@@ -36,6 +36,8 @@ SPLIT_NOTES = {
     "lodo": "leave-one-device-out: each device's rows were predicted by a model fitted without that device.",
     "few": ("few rows: each held-out device kept as many rows in the fit as the few-row devices of the final fit "
             "have (their intervals are calibrated on these rows)."),
+    "adapted": ("leave-one-device-out models adapted with 5, 10, 20 and 50 of the held-out device's rows (strategy "
+                "auto), scored on its other rows (the intervals of adapted devices are calibrated on these)."),
     "train": "training rows (in-sample): how well the final model fits what it was calibrated on.",
     "adapt": "few-shot adaptation hold-out: rows of the new device not used for adaptation.",
     "all": "every row of the given tables.",

@@ -6,6 +6,10 @@ Evaluation splits (each reports the calibrated model beside the roofline-only ba
 - ``random``: a stratified random hold-out (``test_fraction`` of every device/op group), model fitted on the rest;
 - ``lodo``: leave-one-device-out where the data has several devices (or the devices named in
   ``holdout_devices``): each device's rows are predicted by a model fitted without that device;
+- ``adapted``: each ``lodo`` device's model adapted (``HybridPredictor.adapt``, strategy ``auto``) with 5, 10, 20
+  and 50 of its rows per correction (column ``shots``) and scored on its other rows
+  (:meth:`HybridPredictor.adaptation_holdouts <hybrid.corrections.predictor.HybridPredictor.adaptation_holdouts>`);
+  these residuals calibrate the intervals of adapted devices;
 - ``few``: only when the final fit up-weighted few-row devices (a new GPU's handful of rows beside the public
   tables): each ``lodo`` device keeps that many of its rows in the fit and the rest are predicted
   (:meth:`HybridPredictor.few_row_splits <hybrid.corrections.predictor.HybridPredictor.few_row_splits>`); these
@@ -256,6 +260,11 @@ def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: Cali
             p = new().fit(table.loc[~held].reset_index(drop=True))
             test = table.loc[held].reset_index(drop=True)
             lodo.append(prediction_frame(test, p.predict(test), "lodo"))
+            # the same device adapted with k of its rows (strategy auto): the bands of adapted devices
+            for shots, fit_rows, scored in p.adaptation_holdouts(test, config.seed):
+                held = test.loc[scored].reset_index(drop=True)
+                adapted = p.adapt(test.loc[fit_rows].reset_index(drop=True))
+                lodo.append(prediction_frame(held, adapted.predict(held), "adapted").assign(shots=shots))
             bar.update()
         frames += lodo
         bar.set_postfix_str("final fit (all rows)")
@@ -273,7 +282,7 @@ def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: Cali
             frames.append(prediction_frame(test, p.predict(test), "few"))
             bar.update()
         # 80% intervals from the held-out residuals above: random split = seen devices, lodo = unseen ones, few =
-        # devices the fit knew from a few rows
+        # devices the fit knew from a few rows, adapted = devices adapted with k rows
         final.intervals = IntervalCalibration.from_prediction_frames(pd.concat(frames, ignore_index=True)) \
             if frames else IntervalCalibration()
         frames.append(prediction_frame(table, final.predict(table), "train"))
