@@ -55,6 +55,8 @@ def test_calibrate_records_run_and_registers_versions(flow):
     assert set(first["errors"]) == {"random", "lodo", "adapted", "train"}
     assert set(second["errors"]) == {"random", "train"}
     assert first["errors"]["adapted"]["model"]["geomean_pct"] < first["errors"]["lodo"]["model"]["geomean_pct"]
+    by_shots = first["errors"]["adapted"]["model"]["by_shots"]
+    assert set(by_shots) <= {"5 rows", "10 rows", "20 rows", "50 rows"} and "5 rows" in by_shots
     assert {"kernel-xgb-gemm", "kernel-xgb-pointwise"} <= set(first["corrections"])
 
     client = MlflowClient(tracking_uri=flow["uri"], registry_uri=flow["uri"])
@@ -69,6 +71,7 @@ def test_calibrate_records_run_and_registers_versions(flow):
     assert int(params["rows.device.T4"]) == int((table["device"] == "T4").sum())
     assert any(k.startswith("correction.kernel-xgb-gemm.") for k in params)
     assert any(k.startswith("correction.kernel-xgb-pointwise.") for k in params)
+    assert "adapted.model.shots.5 rows.geomean_pct" in metrics
     for key in ("random.model.geomean_pct", "random.roofline.geomean_pct", "random.model.p90_pct",
                 "random.model.op.gemm.mape_pct", "random.roofline.op.norm.median_pct",
                 "lodo.model.device.T4.geomean_pct", "lodo.roofline.device.T4.geomean_pct",

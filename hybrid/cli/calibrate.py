@@ -44,7 +44,8 @@ def print_result(result: Any) -> None:
                                                "their other rows",
                                     "train": "training rows (in-sample)",
                                     "adapt": "new-device rows not used for adaptation"}.get(split, split))
-        echo_comparison(summ, groups=("by_op", "by_device") if split != "train" else ("by_op",))
+        echo_comparison(summ, groups=("by_op",) if split == "train" else
+                        ("by_shots", "by_op", "by_device") if split == "adapted" else ("by_op", "by_device"))
     click.echo("")
     where = describe_store(open_store(result.tracking_uri))
     click.echo(f"tracking store: {where['tracking_uri']}")

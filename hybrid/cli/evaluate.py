@@ -4,6 +4,7 @@ the error per op family and device."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,11 @@ def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
                          groups={"by_method": frame["method"].astype(str).to_numpy()})["by_method"]
 
 
+def _natural(name: str) -> tuple:
+    """Sort key putting "5 rows" before "10 rows" (numbers in a label compare as numbers)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(name)))
+
+
 def echo_comparison(summaries: dict[str, dict[str, Any]], groups: tuple[str, ...] = ("by_op", "by_device")) -> None:
     """Print error tables for one split: overall and per group, every compared model side by side."""
     models = [m for m in ("model", "base", "roofline") if m in summaries]
@@ -74,7 +80,7 @@ def echo_comparison(summaries: dict[str, dict[str, Any]], groups: tuple[str, ...
 
     rows = [row("all rows", summaries)]
     for g in groups:
-        for k in sorted(summaries[models[0]].get(g, {})):
+        for k in sorted(summaries[models[0]].get(g, {}), key=_natural):
             rows.append(row(f"{g.replace('by_', '')}: {k}", {m: summaries[m][g][k] for m in models}))
     echo_table(rows, headers)
 

@@ -346,7 +346,7 @@ def summary_metrics(summaries: dict[str, dict[str, dict[str, Any]]]) -> dict[str
             for k in ("geomean_pct", "mape_pct", "median_pct", "p90_pct"):
                 out[_metric_key(split, model, k)] = float(s[k])
             out[_metric_key(split, "n_rows")] = float(s["n_rows"])
-            for group, label in (("by_op", "op"), ("by_device", "device")):
+            for group, label in (("by_op", "op"), ("by_device", "device"), ("by_shots", "shots")):
                 for name, g in s.get(group, {}).items():
                     for k in ("geomean_pct", "mape_pct", "median_pct", "p90_pct"):
                         out[_metric_key(split, model, label, name, k)] = float(g[k])

@@ -81,15 +81,17 @@ def work_of(table: pd.DataFrame, fams: np.ndarray) -> dict[str, np.ndarray]:
 
 def summarize(frame: pd.DataFrame, model: str = "model") -> dict[str, Any]:
     """Error figures of one compared model (``model``, ``roofline`` or ``base``) over a prediction frame:
-    :func:`hybrid.reports.metrics.error_summary` with ``by_op`` (op family) and ``by_device``."""
+    :func:`hybrid.reports.metrics.error_summary` with ``by_op`` (op family) and ``by_device`` (and ``by_shots``,
+    rows adapted to, for the ``adapted`` split of ``hybrid calibrate``)."""
     column = MODEL_COLUMNS[model]
     if len(frame) == 0:
         raise InvalidInputError("no rows to evaluate")
     if column not in frame.columns or frame[column].isna().all():
         raise InvalidInputError(f"the prediction frame has no {model} predictions")
-    return error_summary(frame[column].to_numpy(np.float64), frame["measured_us"].to_numpy(np.float64),
-                         groups={"by_op": frame["family"].astype(str).to_numpy(),
-                                 "by_device": frame["device"].astype(str).to_numpy()})
+    groups = {"by_op": frame["family"].astype(str).to_numpy(), "by_device": frame["device"].astype(str).to_numpy()}
+    if "shots" in frame.columns and frame["shots"].notna().any():  # the adapted split: per number of rows adapted to
+        groups["by_shots"] = np.array([f"{int(v)} rows" if v == v else "-" for v in frame["shots"]], dtype=object)
+    return error_summary(frame[column].to_numpy(np.float64), frame["measured_us"].to_numpy(np.float64), groups=groups)
 
 
 def interval_coverage(frame: pd.DataFrame) -> dict[str, Any]:
