@@ -129,6 +129,8 @@ def test_unseen_gpu_gets_wider_interval_that_covers_its_rows(fitted, tmp_path):
         np.testing.assert_allclose(hi(out_adapted), band[name][1])
         assert band[name][1] - band[name][0] < band["unseen"][1] - band["unseen"][0]
         np.testing.assert_allclose(hi(pred.adapt(fit_rows, strategy="scale").predict(rows)), band["unseen"][1])
+        # re-adapted with another strategy, the device drops the record (and band) of its auto fit
+        np.testing.assert_allclose(hi(adapted.adapt(fit_rows, strategy="scale").predict(rows)), band["unseen"][1])
         # saved and loaded, the adapted model keeps its band
         again = HybridPredictor.load(adapted.save(tmp_path / f"adapted-{family}"))
         pd.testing.assert_frame_equal(again.predict(rows), out_adapted)

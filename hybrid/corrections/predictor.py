@@ -622,6 +622,10 @@ class HybridPredictor:
         norm, base = self._prepare(table, training=True)
         new = self.copy()
         devices = norm["device"].astype(str)
+        if strategy != "auto":  # the record of an earlier auto fit (its form, its rows: its interval band) goes
+            for per in new.adapt_forms.values():
+                for dev in pd.unique(devices):
+                    per.pop(dev, None)
         if strategy == "shift":
             time, _, group = new._raw(norm, base)
             labels = pd.Series(group.astype(str), index=norm.index) + "\x00" + devices
