@@ -266,12 +266,15 @@ def read_labels(path: str) -> pd.DataFrame:
 
 
 def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = True,
-                     gpu_bundles: bool = True, llmcompass: bool = True, trace_kernels: bool = False):
+                     gpu_bundles: bool = True, llmcompass: bool = True, trace_kernels: bool = False,
+                     intervals: bool = False):
     """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group); with
     ``with_test_kernels`` also on NeuSight's kernel *test* collections (``neusight/test-dev``: larger shapes, and
     the A100 80GB PCIe), which are kernel measurements, not end-to-end labels; with ``gpu_bundles`` also on the
     project's GPU bundles (``datasets/``, whole); with ``llmcompass`` also on LLMCompass's A100/MI210 FP16 eager
-    softmax table (the only AMD pointwise measurements at hand; its layernorm and GELU ran compiled)."""
+    softmax table (the only AMD pointwise measurements at hand; its layernorm and GELU ran compiled); with
+    ``intervals`` the 80% prediction intervals are calibrated too (``fit(intervals=True)``: what ``hybrid
+    calibrate`` gives; the point predictions are the same)."""
     from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.importers import import_paths
     from hybrid.data.paths import public_data_dir
@@ -304,7 +307,7 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
 
         traces = sorted(ROOT.glob("datasets/traces-*"))  # the project's own GPU traces
         table = pd.concat([table, step_kernel_rows(traces, cat)], ignore_index=True, sort=False)
-    model = HybridPredictor(catalog=cat, seed=seed).fit(table)
+    model = HybridPredictor(catalog=cat, seed=seed).fit(table, intervals=intervals, progress=intervals)
     return model, cat, sorted(table["device"].unique()), len(table)
 
 
@@ -345,6 +348,9 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
         it = build_trace_graph(traces, device, cat, same_device=False, transform=transform)
         pred = predict_trace(it, model, kernel_times=kernel_times)
         out[label] = pred.predicted_us / 1e3
+        low, high = (float(getattr(pred.predicted, f"iteration_us_{e}", float("nan"))) for e in ("low", "high"))
+        if np.isfinite(low) and np.isfinite(high):  # the model's 80% interval carried through the schedule
+            out[f"{label}_low"], out[f"{label}_high"] = low / 1e3, high / 1e3
         out[f"{label}_unmodelled_ops"] = int((it.units["kind"] == "unmodelled").sum())
     return out
 
@@ -384,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU ops with the kernel model's eager per-op times (its fitted dispatch included), "
                          "as before kernel times were the default")
+    ap.add_argument("--intervals", action="store_true",
+                    help="calibrate the model's 80%% prediction intervals too and report how many labels fall "
+                         "inside the predicted iteration-time interval (several more fits)")
     ap.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "hybrid-nlp-e2e-traces"))
     ap.add_argument("--json", action="store_true", help="print one JSON object; writes no markdown unless --out")
     ap.add_argument("--out", default=None, help="write results markdown here (default: results.md beside this "
@@ -407,7 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         calib, ccat, fitted_on, n_fit = calibrated_model(args.data_dir, args.rows_per_gpu, args.seed,
                                                          args.with_test_kernels, args.with_gpu_bundles,
-                                                         args.with_llmcompass, args.with_trace_kernels)
+                                                         args.with_llmcompass, args.with_trace_kernels,
+                                                         args.intervals)
         mname = (f"HybridPredictor fitted on NeuSight kernel training data"
                  f"{' + kernel test collections' if args.with_test_kernels else ''}"
                  f"{' + the project GPU bundles' if args.with_gpu_bundles else ''}"
@@ -448,6 +458,18 @@ def main(argv: list[str] | None = None) -> int:
     held = table[~table["gpu_in_kernel_training"]]
     if len(held):
         result["calibrated_heldout_gpus"] = error_summary(held["calibrated"], held["measured_ms"])
+    if "calibrated_low" in table.columns:  # 80% iteration-time intervals: share of labels inside
+        from hybrid.corrections.intervals import coverage_pct
+
+        def cover(t: pd.DataFrame) -> dict:
+            return {"n_rows": int(len(t)), "coverage_pct": coverage_pct(
+                t["measured_ms"].to_numpy(), t["calibrated_low"].to_numpy(), t["calibrated_high"].to_numpy()),
+                "median_width": float(np.median(t["calibrated_high"] / t["calibrated_low"]))}
+
+        result["intervals"] = {"all": cover(table), **{f"{k}: {v}": cover(g) for by in ("gpu", "mode")
+                                                        for v, g in table.groupby(by) for k in (by,)}}
+        if len(held):
+            result["intervals"]["GPUs not in the kernel training data"] = cover(held)
     result["seconds"] = time.time() - t0
     result["rows"] = table.to_dict(orient="records")
     if args.json:
@@ -475,7 +497,8 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
            f"{'' if getattr(args, 'with_gpu_bundles', True) else ' --no-with-gpu-bundles'}"
            f"{'' if getattr(args, 'with_llmcompass', True) else ' --no-with-llmcompass'}"
            f"{' --with-trace-kernels' if getattr(args, 'with_trace_kernels', False) else ''}"
-           f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+           f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}"
+           f"{' --intervals' if getattr(args, 'intervals', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
            f"Labels: {result['n_label_rows']} rows, {c['n_rows']} predicted, skipped: "
            + (", ".join(f"{v} x {k}" for k, v in result["skipped"].items()) or "none") + ".",
@@ -492,11 +515,23 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
                 "| value | rows | calibrated | roofline |", "|---|---|---|---|"]
         for k, v in c[grp].items():
             out.append(f"| {k} | {v['n_rows']} | {v['geomean_pct']:.1f} | {r[grp][k]['geomean_pct']:.1f} |")
+    if "intervals" in result:
+        iv = result["intervals"]
+        out += ["", "### 80% iteration-time intervals (calibrated model)", "",
+                "Each label's predicted interval is the step scheduled with every op at the low (high) end of its own "
+                "80% interval (`hybrid.engine.simulate`: errors of one GPU move together). Target: 75-85% of labels "
+                f"inside; **{iv['all']['coverage_pct']:.1f}% ({'met' if 75 <= iv['all']['coverage_pct'] <= 85 else 'MISSED'})**.",
+                "", "| group | rows | inside % | median width (high/low) |", "|---|---|---|---|"]
+        for k, v in iv.items():
+            out.append(f"| {k} | {v['n_rows']} | {v['coverage_pct']:.1f} | {v['median_width']:.2f}x |")
+    iv_cols = "calibrated_low" in table.columns
     out += ["", "### Rows", "", "| gpu | model | mode | parallel | seq | batch | measured ms | calibrated ms | "
-            "roofline ms |", "|---|---|---|---|---|---|---|---|---|"]
+            "roofline ms |" + (" 80% interval ms |" if iv_cols else ""),
+            "|---|---|---|---|---|---|---|---|---|" + ("---|" if iv_cols else "")]
     for _, t in table.iterrows():
         out.append(f"| {t['gpu']} | {t['model']} | {t['mode']} | {t['parallel']} | {t['seqlen']} | {t['batch']} | "
-                   f"{t['measured_ms']:.1f} | {t['calibrated']:.1f} | {t['roofline']:.1f} |")
+                   f"{t['measured_ms']:.1f} | {t['calibrated']:.1f} | {t['roofline']:.1f} |"
+                   + (f" {t['calibrated_low']:.1f} - {t['calibrated_high']:.1f} |" if iv_cols else ""))
     return "\n".join(out) + "\n"
 
 
