@@ -215,6 +215,8 @@ def test_unknown_device_lists_close_names(catalog, name: str, close: str) -> Non
     ("NVIDIA Blackwell B200-SXM-180GB", "B200"), ("NVIDIA Hopper H100 80GB HBM3", "H100-SXM"),
     ("NVIDIA H100 Tensor Core GPU", "H100-SXM"), ("NVIDIA Ampere A100-SXM4-80GB", "A100-SXM4-80GB"),
     ("Tesla V100-SXM2-32GB GPU", "V100-SXM2-32GB"), ("AMD Instinct MI300X Accelerator", "MI300X"),
+    # an SR-IOV virtual function, as a cloud VM's driver names the GPU
+    ("AMD Instinct MI300X VF", "MI300X"), ("AMD Instinct MI325X VF", "MI325X"),
 ])
 def test_names_with_memory_and_packaging_words_resolve(catalog, name: str, key: str) -> None:
     assert catalog.resolve_device(name) == key

@@ -27,9 +27,10 @@ _VENDOR_PREFIX = re.compile(r"^((nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]
 _MEMORY_SIZE = re.compile(r"(?<![a-z0-9])(\d+(?:\.\d+)?)\s*(gb|gib|g)(?![a-z0-9])")
 _MEMORY_KIND = re.compile(r"(?<![a-z0-9])(hbm\d*e?|gddr\d*x?|lpddr\d*x?)(?![a-z0-9])")
 #: Packaging words around a GPU's name (``GH200 Grace Hopper Superchip``, ``GB200 NVL72``, ``B200-SXM``), tried
-#: off only after the exact name and the name without its memory size found nothing.
+#: off only after the exact name and the name without its memory size found nothing. ``VF``: an SR-IOV virtual
+#: function of the GPU, what a cloud VM's driver reports (``AMD Instinct MI300X VF`` on Azure's ND MI300X v5).
 _PACKAGING = re.compile(r"(?<![a-z0-9])(grace([\s_-]*(hopper|blackwell))?|superchip|nvl\d+|nvbridge|cts|oam|"
-                        r"sxm\d?|mezzanine|module)(?![a-z0-9])")
+                        r"sxm\d?|mezzanine|module|vf)(?![a-z0-9])")
 #: Architecture and marketing words some result tables put around the name (``Blackwell B200``, ``H100 Tensor
 #: Core GPU``, ``MI300X Accelerator``): never part of a catalog name, so tried off first.
 _MARKETING = re.compile(r"(?<![a-z0-9])(blackwell|hopper|ampere|volta|turing|pascal|tensor[\s_-]*core|gpu|"
