@@ -101,7 +101,8 @@ def weighted_quantile(values: np.ndarray, q: float, weights: np.ndarray | None =
 
 @dataclass
 class IntervalCalibration:
-    """Conformal log-residual quantiles per ``method:family`` key and seen/unseen device."""
+    """Conformal log-residual quantiles per ``method:family`` key and band (:data:`BAND_NAMES`: seen, unseen,
+    few-row and adapted devices)."""
 
     coverage: float = DEFAULT_COVERAGE
     #: key -> {"seen": [lo, hi], "unseen": [lo, hi], "n_seen": int, "n_unseen": int, "devices_unseen": int} and,
@@ -114,9 +115,10 @@ class IntervalCalibration:
     def from_residuals(cls, log_residual: np.ndarray, key: np.ndarray, seen: np.ndarray, device: np.ndarray,
                        coverage: float = DEFAULT_COVERAGE, unseen_units: str = "rows") -> IntervalCalibration:
         """Bands from held-out log residuals ``log(measured / predicted)`` with their key, which band the row
-        calibrates (``seen``: a band code per row, :data:`SEEN` / :data:`UNSEEN` / :data:`FEW`, or a boolean
-        "device was in the fit"), and the device (rows of the unseen and few bands are weighted 1 / rows of their
-        device). ``unseen_units``: what the conformal ``n`` of the unseen band counts (:data:`UNSEEN_UNITS`)."""
+        calibrates (``seen``: a band code per row, an index into :data:`BAND_NAMES`: :data:`SEEN`, :data:`UNSEEN`,
+        :data:`FEW` or :func:`adapted_code`; or a boolean "device was in the fit"), and the device (rows of every
+        band but the seen one are weighted 1 / rows of their device). ``unseen_units``: what the conformal ``n`` of
+        the unseen band counts (:data:`UNSEEN_UNITS`)."""
         if not 0 < coverage < 1:
             raise InvalidInputError(f"coverage must be in (0, 1), got {coverage}")
         if unseen_units not in UNSEEN_UNITS:

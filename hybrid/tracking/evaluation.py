@@ -90,7 +90,9 @@ def summarize(frame: pd.DataFrame, model: str = "model") -> dict[str, Any]:
         raise InvalidInputError(f"the prediction frame has no {model} predictions")
     groups = {"by_op": frame["family"].astype(str).to_numpy(), "by_device": frame["device"].astype(str).to_numpy()}
     if "shots" in frame.columns and frame["shots"].notna().any():  # the adapted split: per number of rows adapted to
-        groups["by_shots"] = np.array([f"{int(v)} rows" if v == v else "-" for v in frame["shots"]], dtype=object)
+        shots = frame["shots"]
+        groups["by_shots"] = shots.map({v: f"{int(v)} rows" for v in shots.dropna().unique()}).fillna("-").to_numpy(
+            dtype=object)
     return error_summary(frame[column].to_numpy(np.float64), frame["measured_us"].to_numpy(np.float64), groups=groups)
 
 
