@@ -460,7 +460,7 @@ def test_llm_foundry_rows_run_on_their_gpu_and_precision(tmp_path):
     assert cases[2].published_s == pytest.approx(128 * 2048 / 204800)
 
 
-def test_inference_with_a_calibrated_model_carries_80pct_intervals(calibrated_store):
+def test_inference_with_a_calibrated_model_carries_80pct_intervals(calibrated_store, tmp_path):
     from hybrid.workloads.llm.inference import make_setup, predict_static
 
     _, pred = calibrated_store
@@ -476,3 +476,13 @@ def test_inference_with_a_calibrated_model_carries_80pct_intervals(calibrated_st
     low = predict_static(s, 8, 512, 32, _LowEnd(pred))
     assert iv["ttft_ms_low"] == pytest.approx(low.ttft_ms, rel=1e-6)
     assert r.to_dict()["latency_ms_high"] == iv["latency_ms_high"]
+    # vendor-table rows carry it too: throughput's low end is at the high latency, first-token's at the low
+    from hybrid.workloads.llm.vendor_tables import predict_table, read_table
+
+    path = tmp_path / "trtllm.csv"
+    path.write_text("trtllm_version,gpu,precision,model,batch_size,tp,input_len,output_len,"
+                    "output_tokens_per_s_per_gpu\nv0.9.0,A100,FP16,Llama v2 7B,8,1,512,32,1000\n")
+    table = read_table(path)
+    t = predict_table(table, pred)
+    assert (t["predicted_low"] < t["predicted"]).all() and (t["predicted"] < t["predicted_high"]).all()
+    assert "predicted_low" not in predict_table(table).columns  # roofline: no interval

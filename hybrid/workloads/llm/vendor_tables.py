@@ -224,7 +224,8 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
 def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, device: str | None = None,
                   system: str | None = None, attention_kernel: str | dict[str, str] | None = None,
                   decode_points: int = 24, fused_rope: bool = True, allreduce: str | None = None) -> pd.DataFrame:
-    """``df`` plus ``predicted`` and ``roofline`` (tokens/s per GPU, or first-token ms) and ``fits``/``max_batch``
+    """``df`` plus ``predicted`` and ``roofline`` (tokens/s per GPU, or first-token ms; with a calibrated predictor
+    also ``predicted_low`` / ``predicted_high``, its 80% interval) and ``fits``/``max_batch``
     and the ``decode_kernel`` used, all rows in one cost-model call. Each row runs on its ``device`` column
     (``device`` overrides it; neither: :data:`DEFAULT_GPU`) in its ``precision_args``; ``system`` is used for the
     rows whose GPU is the system's (others get their catalog node). ``attention_kernel``: one kernel for every row,
@@ -284,6 +285,11 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
         thr = (df["kind"] == "throughput").to_numpy()[ok]
         out.loc[ok, "predicted"] = np.where(thr, res["output_tokens_per_s_per_gpu"], res["ttft_ms"])
         out.loc[ok, "roofline"] = np.where(thr, res["roofline_output_tokens_per_s_per_gpu"], res["roofline_ttft_ms"])
+        if "ttft_ms_low" in res.columns:  # a calibrated predictor's 80% interval (throughput: low at high latency)
+            for end in ("low", "high"):
+                out[f"predicted_{end}"] = np.nan
+                out.loc[ok, f"predicted_{end}"] = np.where(thr, res[f"output_tokens_per_s_per_gpu_{end}"],
+                                                           res[f"ttft_ms_{end}"])
         out.loc[ok, "fits"] = res["fits"].to_numpy()
         out.loc[ok, "max_batch"] = res["max_batch"].to_numpy()
         # in-flight rows: their memory is that of chunked prefill (the batch was chosen to fit it)
