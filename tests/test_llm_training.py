@@ -427,6 +427,16 @@ def test_cli_train_shows_the_interval(calibrated_store, capsys):
     assert "80% interval" in text and f"{out['iteration_s_low']:.3f} - {out['iteration_s_high']:.3f} s" in text
     assert main([*args, "--json"]) == 0
     assert "iteration_s_low" not in json.loads(capsys.readouterr().out)
+    # inference: the interval in the table output too, with what it does not cover
+    inf = ["llm", "infer", "llama2-7b", "--device", "A100", "--batch", "8", "--input", "512", "--output", "32"]
+    assert main([*inf, *cal, "--json"]) == 0
+    iv = json.loads(capsys.readouterr().out)
+    assert iv["ttft_ms_low"] < iv["ttft_ms"] < iv["ttft_ms_high"]
+    assert main([*inf, *cal]) == 0
+    text = capsys.readouterr().out
+    assert f"TTFT {iv['ttft_ms_low']:.2f} - {iv['ttft_ms_high']:.2f} ms" in text and "serving software" in text
+    assert main(inf) == 0
+    assert "80% interval" not in capsys.readouterr().out  # roofline: none
 
 
 def test_llm_foundry_rows_run_on_their_gpu_and_precision(tmp_path):
