@@ -466,8 +466,8 @@ def main(argv: list[str] | None = None) -> int:
                 t["measured_ms"].to_numpy(), t["calibrated_low"].to_numpy(), t["calibrated_high"].to_numpy()),
                 "median_width": float(np.median(t["calibrated_high"] / t["calibrated_low"]))}
 
-        result["intervals"] = {"all": cover(table), **{f"{k}: {v}": cover(g) for by in ("gpu", "mode")
-                                                        for v, g in table.groupby(by) for k in (by,)}}
+        result["intervals"] = {"all": cover(table), **{f"{by}: {v}": cover(g) for by in ("gpu", "mode")
+                                                        for v, g in table.groupby(by)}}
         if len(held):
             result["intervals"]["GPUs not in the kernel training data"] = cover(held)
     result["seconds"] = time.time() - t0

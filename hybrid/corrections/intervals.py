@@ -259,6 +259,22 @@ def stratified_split(table: pd.DataFrame, test_fraction: float, seed: int) -> tu
     return np.flatnonzero(train_mask), test_idx
 
 
+def keep_few_rows(groups: list[tuple[np.ndarray, int]], n: int, rng: np.random.Generator
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held out) row masks over ``n`` rows: of each ``(row positions, k)`` group with at least
+    ``k + MIN_RESIDUALS`` rows, k random rows kept (in the fit, or to adapt with) and the others held out to score;
+    smaller groups are left out of both. What the few-row and adapted bands are calibrated on
+    (``HybridPredictor.few_row_splits``, ``HybridPredictor.adaptation_holdouts``)."""
+    kept, held = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
+    for rows, k in groups:
+        if len(rows) < k + MIN_RESIDUALS:
+            continue
+        chosen = rng.choice(rows, size=k, replace=False)
+        kept[chosen] = True
+        held[np.setdiff1d(rows, chosen)] = True
+    return kept, held
+
+
 def default_lodo_devices(devices: pd.Series, kinds: dict[str, str], max_devices: int) -> list[str]:
     """Devices held out one at a time (most rows first): only a device whose kind (``kinds[device]``: GPU /
     CPU) keeps another device in the fit (a CPU predicted from GPU-only data measures nothing a user would do),

@@ -36,7 +36,6 @@ from hybrid.corrections.intervals import (
     ADAPT_SHOTS,
     DEFAULT_COVERAGE,
     FEW,
-    MIN_RESIDUALS,
     MIN_ROWS_FOR_SPLIT,
     SEEN,
     UNSEEN,
@@ -44,6 +43,7 @@ from hybrid.corrections.intervals import (
     adapted_code,
     default_lodo_devices,
     interval_keys,
+    keep_few_rows,
     stratified_split,
 )
 from hybrid.corrections.kernel_xgb import (
@@ -341,16 +341,9 @@ class HybridPredictor:
         group = np.where(isin_fast(base["family"], ("collective",)), -1, group)
         rng = np.random.default_rng(self.seed if seed is None else seed)
         out: list[tuple[int, np.ndarray, np.ndarray]] = []
+        rows = [np.flatnonzero(group == g) for g in np.unique(group[group >= 0])]
         for k in ADAPT_SHOTS:
-            fit_rows = np.zeros(len(work), dtype=bool)
-            scored = np.zeros(len(work), dtype=bool)
-            for g in np.unique(group[group >= 0]):
-                rows = np.flatnonzero(group == g)
-                if len(rows) < k + MIN_RESIDUALS:
-                    continue
-                chosen = rng.choice(rows, size=k, replace=False)
-                fit_rows[chosen] = True
-                scored[np.setdiff1d(rows, chosen)] = True
+            fit_rows, scored = keep_few_rows([(r, k) for r in rows], len(work), rng)
             if fit_rows.any():
                 out.append((k, fit_rows, scored))
         return out
@@ -395,14 +388,9 @@ class HybridPredictor:
         rng = np.random.default_rng(seed)
         out: list[tuple[str, np.ndarray]] = []
         for d in devices:
-            mask = np.zeros(len(work), dtype=bool)
-            key = self.catalog.device(str(d)).key
-            for in_family, k in groups:
-                rows = np.flatnonzero(in_family & (keys == key))
-                if len(rows) < k + MIN_RESIDUALS:
-                    continue
-                kept = rng.choice(rows, size=k, replace=False)
-                mask[np.setdiff1d(rows, kept)] = True
+            on_device = keys == self.catalog.device(str(d)).key
+            _, mask = keep_few_rows([(np.flatnonzero(in_family & on_device), k) for in_family, k in groups],
+                                    len(work), rng)
             if mask.any():
                 out.append((str(d), mask))
         return out
