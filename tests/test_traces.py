@@ -324,12 +324,34 @@ def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):
     pred = predict_trace(it, RooflineCostModel(cpu_catalog))
     assert pred.measured.graph.n_ranks == 2
     # measured re-simulation: at least every rank's busy time on its main thread (a wait for the peer or for gloo's
-    # thread inside a host gap is a wait node, not host work), at most about the slower rank's traced step (which
-    # also holds the ranks' skew at the start: the re-simulation starts them together)
+    # thread inside a host gap is a wait node, not host work), at most every node's measured time once (a path
+    # visits a node once; the engine adds no time of its own). Not bounded by the slower rank's traced step: on
+    # this 2-core machine two ranks and their gloo threads share the cores, a rank's host gap can hold time it was
+    # descheduled while its peer ran, and the re-simulation puts that gap after the collective's synchronisation
+    # (seen 1.07-1.16x the slower step in about 1 run of 10).
     measured = np.asarray(it.node_measured_us)
     busy = [measured[[i for i in range(len(measured)) if g.stream_names[g.stream[i]] == (r, "host")]].sum()
             for r in range(2)]
-    assert max(busy) * 0.99 <= pred.measured.iteration_us <= it.measured_step_us * 1.1
+    sim = pred.measured
+    n = len(measured)  # the compiled graph appends one sync node per collective group
+    assert np.allclose(sim.durations[:n], measured) and (g.kind[n:] == 3).all()
+    assert max(busy) * 0.99 <= sim.iteration_us <= measured.sum() * (1 + 1e-9)
+    if all(s == "host" for _, s in g.stream_names):
+        # blocking collectives (gloo ran them on the calling thread): the step is, between consecutive
+        # collectives, the slower rank's host time, plus each collective, computed here from the nodes alone
+        segs, colls = [], []
+        for r in range(2):
+            seg, col = [0.0], []
+            for i in np.flatnonzero(g.stream[:n] == g.stream_names.index((r, "host"))):
+                if g.group[i] >= 0 and g.kind[i] != 3:
+                    seg.append(0.0)
+                    col.append(measured[i])
+                else:
+                    seg[-1] += measured[i]
+            segs.append(seg)
+            colls.append(col)
+        expected = np.maximum(*segs).sum() + np.maximum(*colls).sum()
+        assert sim.iteration_us == pytest.approx(expected, rel=1e-9)
     assert np.isfinite(pred.predicted_us) and pred.summary()["breakdown_ms"]["collective"] > 0
 
 
