@@ -315,6 +315,12 @@ def test_engine_iteration_interval_and_sharding_overlap_flags(fitted):
     sim = simulate(graph, pred)
     assert sim.iteration_us_low < sim.iteration_us < sim.iteration_us_high
     assert "iteration_us_low" in sim.summary()
+    from hybrid.engine.form_error import e2e_interval, packaged_margin
+
+    e2e = e2e_interval(sim.summary(), "training")  # what `hybrid simulate` adds: widened by the training margin
+    f = packaged_margin("training").factor
+    assert e2e["iteration_us_e2e_low"] == pytest.approx(sim.iteration_us_low / f)
+    assert e2e["iteration_us_e2e_high"] == pytest.approx(sim.iteration_us_high * f)
     plain = simulate(graph, HybridPredictor.roofline_only(pred.catalog))
     assert "iteration_us_low" not in plain.summary() and np.isnan(plain.iteration_us_low)
 
@@ -383,3 +389,35 @@ def test_gpu_gemm_interval_stops_at_the_roofline(fitted):
     # the clamp engages on some GEMM rows (their band reached below the roofline)
     assert np.isclose(out.loc[gemm, "time_us_low"], out.loc[gemm, "roofline_us"]).any()
     assert (out["time_us_low"] <= out["time_us"] * (1 + 1e-9)).all()
+
+
+def test_trace_prediction_carries_the_interval_and_its_kind(fitted, tmp_path):
+    """`hybrid trace predict` with a calibrated model: the step's op-cost interval, the kind of step read off the
+    trace (a backward pass or an optimizer makes it training) and the end-to-end interval of that kind."""
+    torch = pytest.importorskip("torch")
+    from hybrid.data.traces import load_trace
+    from hybrid.data.traces.record import record_step
+    from hybrid.engine.form_error import packaged_margin
+    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
+
+    pred, _, _ = fitted
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(256, 512)
+    x = torch.randn(64, 256)
+    train = record_step(lambda: lin(x).sum().backward(), tmp_path / "train", warmup=1, execution_trace=False)
+
+    def forward() -> None:
+        with torch.no_grad():
+            lin(x).relu()
+
+    infer = record_step(forward, tmp_path / "infer", warmup=1, execution_trace=False)
+    for paths, kind in ((train, "training"), (infer, "inference")):
+        it = build_trace_graph([load_trace(paths["kineto"])], "V100-PCIE-32GB", pred.catalog, same_device=False)
+        s = predict_trace(it, pred).summary()
+        assert s["workload_kind"] == kind
+        assert s["predicted_ms_low"] < s["predicted_ms"] < s["predicted_ms_high"]
+        f = packaged_margin(kind).factor
+        assert s["predicted_ms_e2e_low"] == pytest.approx(s["predicted_ms_low"] / f)
+        assert s["predicted_ms_e2e_high"] == pytest.approx(s["predicted_ms_high"] * f)
+    plain = predict_trace(it, HybridPredictor.roofline_only(pred.catalog)).summary()
+    assert "predicted_ms_low" not in plain and "predicted_ms_e2e_low" not in plain

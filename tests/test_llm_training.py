@@ -425,6 +425,14 @@ def test_cli_train_shows_the_interval(calibrated_store, capsys):
     assert main([*args, *cal]) == 0
     text = capsys.readouterr().out
     assert "80% interval" in text and f"{out['iteration_s_low']:.3f} - {out['iteration_s_high']:.3f} s" in text
+    # the end-to-end interval: the op-cost one widened by the packaged training margin, in JSON and text
+    from hybrid.engine.form_error import packaged_margin
+
+    f = packaged_margin("training").factor
+    assert out["e2e_margin_factor"] == pytest.approx(f) and f >= 1.0
+    assert out["iteration_s_e2e_low"] == pytest.approx(out["iteration_s_low"] / f)
+    assert out["iteration_s_e2e_high"] == pytest.approx(out["iteration_s_high"] * f)
+    assert f"end-to-end 80% interval: {out['iteration_s_e2e_low']:.3f} - {out['iteration_s_e2e_high']:.3f} s" in text
     assert main([*args, "--json"]) == 0
     assert "iteration_s_low" not in json.loads(capsys.readouterr().out)
     # inference: the interval in the table output too, with what it does not cover
@@ -435,6 +443,10 @@ def test_cli_train_shows_the_interval(calibrated_store, capsys):
     assert main([*inf, *cal]) == 0
     text = capsys.readouterr().out
     assert f"TTFT {iv['ttft_ms_low']:.2f} - {iv['ttft_ms_high']:.2f} ms" in text and "serving software" in text
+    fi = packaged_margin("inference").factor
+    assert iv["ttft_ms_e2e_high"] == pytest.approx(iv["ttft_ms_high"] * fi)
+    assert iv["output_tokens_per_s_per_gpu_e2e_low"] == pytest.approx(iv["output_tokens_per_s_per_gpu_low"] / fi)
+    assert f"TTFT {iv['ttft_ms_e2e_low']:.2f} - {iv['ttft_ms_e2e_high']:.2f} ms" in text
     assert main(inf) == 0
     assert "80% interval" not in capsys.readouterr().out  # roofline: none
 

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybrid.atomic import write_text
 from hybrid.corrections.predictor import HybridPredictor
 from hybrid.data.paths import public_data_dir
 from hybrid.engine.overheads import Overheads
@@ -670,6 +671,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(text)
     write_benchmark_results(args.out, text)
+    if "pred_calibrated_low_ms" in scored.columns:  # per-row intervals for experiments/e2e_intervals (form error)
+        rows = pd.DataFrame({"source": "DLRM " + scored["source"], "kind": "training",
+                             "key": scored["system_label"].astype(str) + " " + scored["gpus"].astype(str) + " GPUs",
+                             "measured": scored["measured_ms"], "predicted": scored["pred_calibrated_ms"],
+                             "low": scored["pred_calibrated_low_ms"], "high": scored["pred_calibrated_high_ms"],
+                             "unit": "ms"})
+        write_text(Path(args.out).with_name("e2e_rows.csv"), rows.to_csv(index=False))
     return 0
 
 

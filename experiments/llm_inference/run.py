@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybrid.atomic import write_text
 from hybrid.corrections.predictor import HybridPredictor
 from hybrid.data.importers import import_paths
 from hybrid.data.importers.vidur import MODEL_CONFIGS, kernel_timed
@@ -121,8 +122,10 @@ def vidur_section(comp: pd.DataFrame, net: pd.DataFrame) -> tuple[str, dict]:
     return "\n".join(lines), summary
 
 
-def trt_section(data_dir: Path, pred: OpCostModel) -> tuple[str, list[dict]]:
-    lines, summaries = [], []
+def trt_section(data_dir: Path, pred: OpCostModel) -> tuple[str, list[dict], pd.DataFrame]:
+    """The tables' report, their summaries and, with a calibrated model's intervals, the per-row intervals
+    (``hybrid.engine.form_error.ROW_COLUMNS``, for experiments/e2e_intervals)."""
+    lines, summaries, rows = [], [], []
     for fn in TABLES:
         df = read_table(data_dir / "published" / fn)
         t = predict_table(df, pred, system=SYSTEM["A100"])
@@ -140,6 +143,11 @@ def trt_section(data_dir: Path, pred: OpCostModel) -> tuple[str, list[dict]]:
             s["coverage"] = coverage_pct(t["measured"].to_numpy(), t["predicted_low"].to_numpy(),
                                          t["predicted_high"].to_numpy())
             s["width"] = float(np.median(t["predicted_high"] / t["predicted_low"]))
+            rows.append(pd.DataFrame({
+                "source": fn.removesuffix(".csv"), "kind": "inference",
+                "key": t[["model_name", "batch_size", "tp", "input_len", "output_len"]].astype(str).agg(" ".join, axis=1),
+                "measured": t["measured"], "predicted": t["predicted"], "low": t["predicted_low"],
+                "high": t["predicted_high"], "unit": unit}))
         summaries.append(s)
         lines += [f"### {fn} ({unit})", "",
                   "| model | batch | TP | in | out | decode attention | published | roofline | err % | calibrated | "
@@ -157,7 +165,7 @@ def trt_section(data_dir: Path, pred: OpCostModel) -> tuple[str, list[dict]]:
                   f"{s['alt']:.1f}%." + (f" Published figures inside the calibrated 80% interval (every op at the low "
                                           f"/ high end of its own): {s['coverage']:.1f}% (median width "
                                           f"{s['width']:.2f}x)." if "coverage" in s else ""), ""]
-    return "\n".join(lines), summaries
+    return "\n".join(lines), summaries, (pd.concat(rows, ignore_index=True) if rows else pd.DataFrame())
 
 
 #: H100/H200 FP8 configurations of the vendor's performance page (their published figures are not in the data
@@ -326,9 +334,11 @@ def main() -> None:
     if args.kernel_times:
         from hybrid.engine.costs import KernelTimeModel
 
-        trt, summaries = trt_section(data_dir, KernelTimeModel(pred))
+        trt, summaries, _ = trt_section(data_dir, KernelTimeModel(pred))
     else:
-        trt, summaries = trt_section(data_dir, pred)
+        trt, summaries, e2e_rows = trt_section(data_dir, pred)
+        if len(e2e_rows):  # per-row intervals for experiments/e2e_intervals
+            write_text(Path(args.out).with_name("e2e_rows.csv"), e2e_rows.to_csv(index=False))
     vid, vsum = vidur_section(comp, net)
     xla = xla_section(data_dir, comp, net, pred)
     head = ["# LLM inference: TensorRT-LLM A100 tables and Vidur per-layer timings", "",

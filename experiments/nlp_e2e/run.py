@@ -399,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                     "script when run on the default labels without --json)")
     args = ap.parse_args(argv)
 
+    from hybrid.atomic import write_text
     from hybrid.engine.costs import RooflineCostModel
     from hybrid.hardware.catalog import default_catalog
     from hybrid.reports.markdown import write_benchmark_results
@@ -479,6 +480,13 @@ def main(argv: list[str] | None = None) -> int:
                        if Path(args.labels).name == "e2e_labels_dev.csv" and not args.json else None)
     if out:
         write_benchmark_results(out, report(result, table, args))
+        if "calibrated_low" in table.columns:  # per-row intervals for experiments/e2e_intervals (form error)
+            kind = table["mode"].map({"train": "training", "inf": "inference"})
+            key = table[["gpu", "model", "mode", "parallel", "seqlen", "batch"]].astype(str).agg(" ".join, axis=1)
+            rows = pd.DataFrame({"source": "neusight-e2e (" + kind + ")", "kind": kind, "key": key,
+                                 "measured": table["measured_ms"], "predicted": table["calibrated"],
+                                 "low": table["calibrated_low"], "high": table["calibrated_high"], "unit": "ms"})
+            write_text(Path(out).with_name("e2e_rows.csv"), rows.to_csv(index=False))
     if not args.json:
         print(report(result, table, args))
     return 0

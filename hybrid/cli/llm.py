@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import e2e_line, echo_json, echo_table
 from hybrid.cli.simulate import load_cost_model, model_options
 
 
@@ -122,6 +122,9 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, model_ref: str
                    "(every op at the low / high end of its interval: how far the op costs can be off, not the "
                    "schedule or framework; published iterations fell inside 65% of the time, "
                    "experiments/llm_training)")
+    if "iteration_s_e2e_low" in summary:
+        click.echo(e2e_line([f"{summary['iteration_s_e2e_low']:.3f} - {summary['iteration_s_e2e_high']:.3f} s"], summary,
+                            "iterations"))
     echo_table([[k, v, v / pred.iteration_s * 100] for k, v in pred.breakdown_s.items()],
                ["part", "seconds", "% of iteration"])
     click.echo(f"closed-form bubble (pp-1)/vp x t_stage: {pred.bubble_closed_form_s:.3f} s")

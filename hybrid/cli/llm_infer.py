@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import e2e_line, echo_json, echo_table
 from hybrid.errors import InvalidInputError
 
 
@@ -123,6 +123,12 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                        f" - {iv['output_tokens_per_s_per_gpu_high']:,.0f} tokens/s per GPU (how far the op costs can "
                        "be off, not the serving software's own overheads: published TensorRT-LLM figures fell inside "
                        "8-38% of the time, experiments/llm_inference)")
+            if "ttft_ms_e2e_low" in out:
+                click.echo(e2e_line([f"TTFT {out['ttft_ms_e2e_low']:.2f} - {out['ttft_ms_e2e_high']:.2f} ms",
+                                     f"TPOT {out['tpot_ms_e2e_low']:.2f} - {out['tpot_ms_e2e_high']:.2f} ms",
+                                     f"{out['output_tokens_per_s_per_gpu_e2e_low']:,.0f} - "
+                                     f"{out['output_tokens_per_s_per_gpu_e2e_high']:,.0f} tokens/s per GPU"],
+                                    out, "figures"))
         mem = res.memory.to_dict()
         click.echo(f"\nmemory per GPU: weights {mem['weights_gib']:.1f} GiB, KV cache {mem['kv_cache_gib']:.1f} GiB, "
                    f"activations {mem['activations_gib']:.1f} GiB, reserve {mem['reserve_gib']:.1f} GiB "

@@ -68,3 +68,13 @@ def report_warnings(caught: list[warnings.WarningMessage]) -> None:
         click.echo(f"warning: {m}", err=True)
     if len(msgs) > MAX_WARNINGS:
         click.echo(f"warning: ... and {len(msgs) - MAX_WARNINGS} more", err=True)
+
+
+def e2e_line(parts: Sequence[str], values: dict[str, Any], what: str) -> str:
+    """The end-to-end interval line: ``parts`` (e.g. ``"TTFT 10.1 - 12.3 ms"``) and, from ``values``
+    (:func:`hybrid.engine.form_error.e2e_interval`), the margin and how often it held on unseen software."""
+    lo, hi = values["e2e_heldout_coverage_range_pct"]
+    return (f"end-to-end 80% interval: {', '.join(parts)} (the op-cost interval widened x{values['e2e_margin_factor']:.2f} "
+            "on each side for what op costs do not describe: framework, runtime, schedule; published "
+            f"{what} of software it was not calibrated on fell inside {values['e2e_heldout_coverage_pct']:.0f}% of "
+            f"the time on average, {lo:.0f}-{hi:.0f}% per software, experiments/e2e_intervals)")

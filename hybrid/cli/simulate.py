@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import e2e_line, echo_json, echo_table
 
 
 def load_cost_model(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, str]:
@@ -94,6 +94,9 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     iteration = build_dlrm_graph(config.with_(plan=None), plan, catalog)
     result = run(iteration.graph, model)
     summary = result.summary()
+    from hybrid.engine.form_error import e2e_interval
+
+    summary.update(e2e_interval(summary, "training"))  # the op-cost interval widened by the form-error margin
     summary.update({"config": config.name, "system": iteration.target.system, "device": iteration.target.device.key,
                     "gpus": config.gpus, "model": model_name, "plan_source": plan_source,
                     "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
@@ -113,6 +116,9 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
                    "(every op at the low / high end of its interval: how far the op costs can be off, not the "
                    "schedule; published GPU runs fell inside 77% of the time, multi-node ones never, "
                    "experiments/dlrm_gpu)")
+    if "iteration_us_e2e_low" in summary:
+        click.echo(e2e_line([f"{summary['iteration_us_e2e_low'] / 1e3:.3f} - {summary['iteration_us_e2e_high'] / 1e3:.3f}"
+                             " ms"], summary, "iterations"))
     cp = summary["critical_path"]
     click.echo("critical path: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in cp.items()))
     echo_table(breakdown_rows(summary), BREAKDOWN_HEADERS)

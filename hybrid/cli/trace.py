@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import e2e_line, echo_json, echo_table
 
 
 @click.group()
@@ -147,6 +147,12 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     if "measured_ms" in s:
         line += f"; traced step {s['measured_ms']:.3f} ms ({s['error_pct']:+.1f}%)"
     click.echo(line)
+    if "predicted_ms_low" in s:
+        click.echo(f"80% interval: {s['predicted_ms_low']:.3f} - {s['predicted_ms_high']:.3f} ms (every op at the low / "
+                   "high end of its interval: how far the op costs can be off)")
+    if "predicted_ms_e2e_low" in s:
+        click.echo(e2e_line([f"{s['predicted_ms_e2e_low']:.3f} - {s['predicted_ms_e2e_high']:.3f} ms "
+                             f"({s['workload_kind']} step)"], s, f"{s['workload_kind']} figures"))
     bd = pred.breakdown()
     rows = [[r["label"], int(r["nodes"]), r["predicted_us"] / 1e3]
             + ([r["measured_us"] / 1e3] if "measured_us" in bd.columns and it.same_device else [])

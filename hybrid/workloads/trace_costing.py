@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.data.traces.parse import RankTrace
+from hybrid.engine.form_error import e2e_interval
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.workloads.dlrm_graph import Target
@@ -122,6 +123,7 @@ class TracePrediction:
             "predicted_ms": self.predicted_us / 1e3,
             "traced_device": it.info["traced_device"], "same_device": it.same_device,
         }
+        out.update(self.interval())
         if it.same_device and np.isfinite(meas):
             out["measured_ms"] = meas / 1e3
             out["error_pct"] = (self.predicted_us / meas - 1.0) * 100.0
@@ -142,6 +144,23 @@ class TracePrediction:
         if unmeasured:
             out["unmeasured_families"] = unmeasured
         return out
+
+    @property
+    def workload_kind(self) -> str:
+        """``training`` when the traced step runs a backward pass or an optimizer, else ``inference``."""
+        phases = set(self.iteration.units["phase"].astype(str)) if "phase" in self.iteration.units else set()
+        return "training" if phases & {"backward", "optimizer"} else "inference"
+
+    def interval(self) -> dict[str, Any]:
+        """With a calibrated cost model: ``predicted_ms_low`` / ``_high`` (every op at the low / high end of its 80%
+        interval) and the end-to-end interval ``predicted_ms_e2e_low`` / ``_high`` (widened by the packaged
+        form-error margin of the step's kind, :mod:`hybrid.engine.form_error`); empty otherwise."""
+        lo, hi = float(self.predicted.iteration_us_low), float(self.predicted.iteration_us_high)
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            return {}
+        out: dict[str, Any] = {"predicted_ms_low": lo / 1e3, "predicted_ms_high": hi / 1e3,
+                               "workload_kind": self.workload_kind}
+        return {**out, **e2e_interval(out, self.workload_kind)}
 
     def unmeasured_families(self) -> dict[str, int]:
         """Costed ops (per rank-0-and-others unit count) whose op family has no row in the cost model's training

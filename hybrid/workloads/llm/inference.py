@@ -46,6 +46,7 @@ from hybrid.engine.costs import (
     model_catalog,
     predict_bounds,
 )
+from hybrid.engine.form_error import e2e_interval
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
@@ -445,6 +446,12 @@ class InferenceResult:
     def output_tokens_per_s_per_gpu(self) -> float:
         return self.output_tokens_per_s / self.setup.gpus
 
+    def e2e_interval(self) -> dict[str, float]:
+        """The end-to-end interval of every ``*_low`` / ``*_high`` pair of :attr:`interval` (``ttft_ms_e2e_low``
+        ...): widened by the packaged form-error margin of inference runs (:mod:`hybrid.engine.form_error`), which
+        covers what the op costs do not (the serving software's own overheads); empty without an interval."""
+        return e2e_interval(self.interval, "inference") if self.interval else {}
+
     def to_dict(self) -> dict[str, Any]:
         s = self.setup
         return {
@@ -456,7 +463,7 @@ class InferenceResult:
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
             "roofline_latency_ms": self.roofline_latency_ms, "method": self.method,
             "max_batch": self.memory.max_batch, "fits": self.memory.fits, "memory": self.memory.to_dict(),
-            **self.interval, "breakdown_ms": self.breakdown_ms, "notes": self.notes,
+            **self.interval, **self.e2e_interval(), "breakdown_ms": self.breakdown_ms, "notes": self.notes,
             "ops": self.ops[["phase", "name", "op", "count", "flops", "bytes", "time_us", "roofline_us",
                              "bound"]].to_dict(orient="records"),
         }

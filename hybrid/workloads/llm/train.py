@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.engine.costs import KernelTimeModel, OpCostModel, default_cost_model, model_catalog
+from hybrid.engine.form_error import e2e_interval
 from hybrid.engine.simulate import SimResult
 from hybrid.errors import InvalidInputError
 from hybrid.workloads.llm.config import TrainingConfig
@@ -99,9 +100,17 @@ class TrainingPrediction:
             "breakdown_s": self.breakdown_s, "bubble_closed_form_s": self.bubble_closed_form_s,
             "memory_gib_per_rank": self.memory["total"], "memory_breakdown_gib": self.memory,
             "fits": self.fits, "fit_reason": self.fit_reason, "placement": self.placement,
-            **({"iteration_s_low": self.iteration_s_low, "iteration_s_high": self.iteration_s_high}
-               if self.iteration_s_low is not None and self.iteration_s_high is not None else {}),
+            **self.interval(),
         }
+
+    def interval(self) -> dict[str, Any]:
+        """``iteration_s_low`` / ``iteration_s_high`` (op costs at their interval's ends) and the end-to-end interval
+        ``iteration_s_e2e_low`` / ``_e2e_high`` (widened by the packaged form-error margin of training runs,
+        :mod:`hybrid.engine.form_error`); empty without a calibrated predictor's intervals."""
+        if self.iteration_s_low is None or self.iteration_s_high is None:
+            return {}
+        out = {"iteration_s_low": self.iteration_s_low, "iteration_s_high": self.iteration_s_high}
+        return {**out, **e2e_interval(out, "training")}
 
 
 def placement(cfg: TrainingConfig, tgt: Target) -> dict[str, str]:

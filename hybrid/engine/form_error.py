@@ -1,0 +1,175 @@
+"""End-to-end form error: how far measured iterations fall outside the op-cost interval, and a margin for it.
+
+An iteration's 80% interval from :mod:`hybrid.engine.simulate` schedules the graph with every op at the low / high
+end of its own interval: it says how far the *op costs* can be off. A real run also differs from the graph in ways
+no op-cost model describes (the framework's own host work, kernels fused or split differently, runtime overheads,
+the knobs a published table leaves unstated). This module measures that part on published end-to-end runs and
+turns it into one margin:
+
+* the **score** of a run is how far (in log) its measured time falls outside the op-cost interval, 0 inside it;
+* the **margin** is the 80% quantile of the scores, each source (one harness / table / paper) weighing the same
+  however many rows it has (split-conformal with source weights);
+* the **end-to-end interval** is the op-cost interval widened by the margin on both sides:
+  ``[low * exp(-m), high * exp(m)]``.
+
+The margin is calibrated by ``experiments/e2e_intervals/run.py`` from the per-row outputs of the end-to-end
+benchmarks and packaged in ``form_error.toml``; its leave-one-source-out coverage (each source scored with the
+margin of the others) is recorded beside it, so a caller can say how often the widened interval held on a source
+it never saw. The op-cost interval stays what rankings use (the sharding and mapping searches compare candidates
+run by the same software, whose form error they share).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from hybrid.errors import InvalidInputError
+
+#: Columns of a per-row end-to-end table (what the benchmarks write): the source it comes from, the workload
+#: kind ("training" / "inference"), the measured figure, the point prediction and its op-cost 80% interval (any
+#: unit, the same for the five numbers of a row; a throughput's interval is fine too: scores are in log).
+ROW_COLUMNS = ("source", "kind", "measured", "predicted", "low", "high")
+#: Nominal coverage of the intervals the margin widens.
+LEVEL = 0.8
+KINDS = ("training", "inference")
+
+
+@dataclass(frozen=True)
+class FormMargin:
+    """A calibrated end-to-end margin (log-space) and what it was calibrated on."""
+
+    kind: str
+    log_margin: float
+    n_rows: int
+    n_sources: int
+    #: share of rows inside the widened interval, each source scored with the margin of the others (mean over
+    #: sources) and the same for the op-cost interval alone
+    loso_coverage_pct: float = float("nan")
+    op_only_coverage_pct: float = float("nan")
+    calibrated_on: str = ""
+    #: the lowest and highest held-out coverage of one source (the spread behind the mean)
+    loso_min_pct: float = float("nan")
+    loso_max_pct: float = float("nan")
+
+    @property
+    def factor(self) -> float:
+        """The widening factor on each side (``exp(log_margin)``)."""
+        return float(np.exp(self.log_margin))
+
+    def widen(self, low, high):
+        """The op-cost interval ``[low, high]`` widened by the margin (scalars or arrays; NaN stays NaN)."""
+        f = self.factor
+        return np.asarray(low, dtype=float) / f, np.asarray(high, dtype=float) * f
+
+
+def _check_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in ROW_COLUMNS if c not in rows.columns]
+    if missing:
+        raise InvalidInputError(f"end-to-end rows lack column(s) {missing} (need {list(ROW_COLUMNS)})")
+    if rows.empty:
+        raise InvalidInputError("no end-to-end rows to calibrate a form margin on")
+    num = rows[["measured", "predicted", "low", "high"]].astype(float)
+    bad = ~np.isfinite(num).all(axis=1) | (num <= 0).any(axis=1)
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InvalidInputError(f"end-to-end row {i} ({rows['source'].iloc[i]}): measured, predicted, low and high "
+                                f"must be finite and > 0, got {num.iloc[i].tolist()}")
+    if (num["low"] > num["high"]).any():
+        i = int(np.flatnonzero((num["low"] > num["high"]).to_numpy())[0])
+        raise InvalidInputError(f"end-to-end row {i} ({rows['source'].iloc[i]}): low > high")
+    return rows
+
+
+def scores(measured, low, high) -> np.ndarray:
+    """How far each measured value falls outside its interval, in log (0 inside)."""
+    m, lo, hi = (np.asarray(a, dtype=float) for a in (measured, low, high))
+    return np.maximum(0.0, np.maximum(np.log(lo / m), np.log(m / hi)))
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The smallest value whose weighted share of the values at or below it reaches ``q``."""
+    order = np.argsort(values, kind="stable")
+    v, w = np.asarray(values, float)[order], np.asarray(weights, float)[order]
+    cum = np.cumsum(w) / w.sum()
+    return float(v[min(int(np.searchsorted(cum, q - 1e-12)), len(v) - 1)])
+
+
+def fit_margin(rows: pd.DataFrame, kind: str = "all", level: float = LEVEL) -> FormMargin:
+    """The margin that puts ``level`` of the rows inside, each source weighing the same."""
+    rows = _check_rows(rows)
+    s = scores(rows["measured"], rows["low"], rows["high"])
+    n_src = rows.groupby("source")["source"].transform("size").to_numpy(dtype=float)
+    m = weighted_quantile(s, 1.0 / n_src, level)
+    return FormMargin(kind, m, int(len(rows)), int(rows["source"].nunique()),
+                      calibrated_on="; ".join(sorted(rows["source"].unique())))
+
+
+def coverage(rows: pd.DataFrame, log_margin: float) -> float:
+    """Share of rows (%) inside their op-cost interval widened by ``log_margin``."""
+    return float(100.0 * np.mean(scores(rows["measured"], rows["low"], rows["high"]) <= log_margin + 1e-12))
+
+
+def leave_one_source_out(rows: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
+    """Each source scored with the margin calibrated on the others: its rows, margin, coverage with the margin
+    and with the op-cost interval alone, median widened width."""
+    rows = _check_rows(rows)
+    if rows["source"].nunique() < 2:
+        raise InvalidInputError("leave-one-source-out needs rows from at least two sources")
+    out = []
+    for src, held in rows.groupby("source", sort=True):
+        m = fit_margin(rows[rows["source"] != src], level=level).log_margin
+        width = np.median(held["high"].to_numpy(float) / held["low"].to_numpy(float)) * np.exp(2 * m)
+        out.append({"source": src, "kind": held["kind"].iloc[0], "rows": len(held), "log_margin": m,
+                    "coverage_pct": coverage(held, m), "op_only_coverage_pct": coverage(held, 0.0),
+                    "median_width": float(width)})
+    return pd.DataFrame(out)
+
+
+def calibrate(rows: pd.DataFrame, kind: str = "all", level: float = LEVEL) -> FormMargin:
+    """:func:`fit_margin` on every row, with its leave-one-source-out coverage (mean over sources) recorded."""
+    fitted = fit_margin(rows, kind, level)
+    loso = leave_one_source_out(rows, level)
+    return FormMargin(kind, fitted.log_margin, fitted.n_rows, fitted.n_sources,
+                      float(loso["coverage_pct"].mean()), float(loso["op_only_coverage_pct"].mean()),
+                      fitted.calibrated_on, float(loso["coverage_pct"].min()), float(loso["coverage_pct"].max()))
+
+
+def e2e_interval(values: dict, kind: str, margin: FormMargin | None = None) -> dict:
+    """The end-to-end intervals of a result's op-cost intervals: for every ``X_low`` / ``X_high`` pair in
+    ``values``, ``X_e2e_low`` / ``X_e2e_high`` (widened by the packaged margin of ``kind`` unless ``margin`` is
+    given), plus ``e2e_margin_factor``, ``e2e_heldout_coverage_pct`` (how often the widened interval held on
+    software it was not calibrated on, mean over held-out sources) and ``e2e_heldout_coverage_range_pct`` (the
+    lowest and highest source). Empty when there is no pair or no margin."""
+    margin = margin if margin is not None else packaged_margin(kind)
+    pairs = [k[:-4] for k in values if k.endswith("_low") and not k.endswith("_e2e_low") and f"{k[:-4]}_high" in values]
+    if margin is None or not pairs:
+        return {}
+    out: dict = {}
+    for base in pairs:
+        lo, hi = margin.widen(values[f"{base}_low"], values[f"{base}_high"])
+        out[f"{base}_e2e_low"], out[f"{base}_e2e_high"] = float(lo), float(hi)
+    out["e2e_margin_factor"] = margin.factor
+    out["e2e_heldout_coverage_pct"] = margin.loso_coverage_pct
+    out["e2e_heldout_coverage_range_pct"] = [margin.loso_min_pct, margin.loso_max_pct]
+    return out
+
+
+def packaged_margin(kind: str = "all") -> FormMargin | None:
+    """The margin packaged with hybrid (``form_error.toml``) for ``kind`` (falls back to ``all``); None if absent."""
+    try:
+        text = resources.files("hybrid.engine").joinpath("form_error.toml").read_text()
+    except FileNotFoundError:
+        return None
+    table = tomllib.loads(text).get("margins", {})
+    entry = table.get(kind) or table.get("all")
+    if entry is None:
+        return None
+    return FormMargin(entry.get("kind", kind), float(entry["log_margin"]), int(entry["n_rows"]),
+                      int(entry["n_sources"]), float(entry.get("loso_coverage_pct", np.nan)),
+                      float(entry.get("op_only_coverage_pct", np.nan)), str(entry.get("calibrated_on", "")),
+                      float(entry.get("loso_min_pct", np.nan)), float(entry.get("loso_max_pct", np.nan)))
