@@ -315,3 +315,46 @@ def test_elementwise_variant_defaults_per_distinct_value():
     assert n_out.tolist() == [gelu[1], relu[1], add[1], 1.0, 1.0, swiglu[1], gelu[1]]
     assert [v.tolist() for v in elementwise_defaults(df.drop(columns=["variant", "n_inputs"]))] == [[1.0] * 7] * 3
     assert [v.shape for v in elementwise_defaults(df.iloc[:0])] == [(0,)] * 3  # an empty table
+
+
+def test_attention_softmax_exps_in_series_or_overlapped(catalog) -> None:
+    """Fused attention's compute time: its matrix multiplies plus one exp per score on the special-function units
+    (16 per SM per clock), in series on FlashAttention-2-style kernels (Ampere's default, PyTorch's flash backend)
+    and overlapped (the larger of the two) on Hopper-and-later kernels."""
+    base = dict(op="attention", dtype="bf16", direction="fwd", batch=8, heads=16, q_len=4096, kv_len=4096,
+                head_dim=64, causal=0)
+    pairs, exps = 4096 * 4096, 8 * 16 * 4096 * 4096
+    flops = 4.0 * 8 * 16 * 64 * pairs
+
+    def compute(device: str, **kw) -> float:  # the compute side of the bound (compute-bound at this size)
+        r = roofline(pd.DataFrame([{**base, "device": device, **kw}])).iloc[0]
+        assert r["bound"] == "compute" or r["bound"] == 0, r["bound"]
+        return float(r["time_us"] - r["latency_us"])
+
+    a100, h100, b300 = (catalog.device(k) for k in ("A100-SXM4-80GB", "H100-SXM", "B300"))
+    assert a100.exp_rate == pytest.approx(16 * 108 * 1410e6)
+    assert b300.exp_rate == pytest.approx(32 * 160 * 1830e6)  # Blackwell Ultra doubles the SFU rate
+    mm_a, ex_a = flops / a100.peak("bf16") * 1e6, exps / a100.exp_rate * 1e6
+    assert compute("A100-SXM4-80GB") == pytest.approx(mm_a + ex_a)  # Ampere: in series
+    assert compute("A100-SXM4-80GB", softmax_overlap=1) == pytest.approx(max(mm_a, ex_a))
+    mm_h, ex_h = flops / h100.peak("bf16") * 1e6, exps / h100.exp_rate * 1e6
+    assert compute("H100-SXM") == pytest.approx(max(mm_h, ex_h))  # Hopper: overlapped
+    assert compute("H100-SXM", framework="pytorch") == pytest.approx(mm_h + ex_h)  # SDPA's FlashAttention-2
+    assert compute("H100-SXM", framework="pytorch", softmax_overlap=1) == pytest.approx(max(mm_h, ex_h))
+    # at head dim 64 the exps take about as long as the matrix multiplies on an H100: FA2 ~1.9x an overlapped kernel
+    assert 1.7 < compute("H100-SXM", softmax_overlap=0) / compute("H100-SXM") < 2.0
+    # ``compute_us`` stays the FLOP term (a feature of the corrections); a memory-bound decode step is unchanged
+    r = roofline(pd.DataFrame([{**base, "device": "A100-SXM4-80GB"}])).iloc[0]
+    assert r["compute_us"] == pytest.approx(mm_a)
+    decode = {**base, "q_len": 1, "kv_len": 8192, "device": "A100-SXM4-80GB"}
+    r0, r1 = (roofline(pd.DataFrame([{**decode, "softmax_overlap": o}])).iloc[0] for o in (0, 1))
+    assert r0["time_us"] == r1["time_us"] == pytest.approx(r0["memory_us"] + r0["latency_us"])
+    # other families are untouched; a CPU has no SFU term (exps are FMA polynomials in its FLOP ceiling)
+    from dataclasses import replace
+
+    assert replace(a100, kind="cpu").exp_rate == 0.0 and replace(a100, num_sms=0).exp_rate == 0.0
+    gemm = dict(op="gemm", dtype="bf16", m=4096, n=4096, k=4096)
+    assert roofline(pd.DataFrame([{**gemm, "device": "A100-SXM4-80GB"}]))["compute_us"].iloc[0] == pytest.approx(
+        2.0 * 4096**3 / a100.peak("bf16") * 1e6)
+    with pytest.raises(InvalidInputError, match="softmax_overlap"):
+        roofline(pd.DataFrame([{**base, "device": "H100-SXM", "softmax_overlap": -1}]))

@@ -32,7 +32,7 @@ def test_fused_sdpa_forward_and_backward_are_causal_attention_units(tmp_path):
     att = u[u["label"] == "attention"]
     assert list(att["phase"]) == ["forward", "backward"]
     want = {"op": "attention", "batch": 2, "heads": 8, "q_len": 64, "kv_len": 64, "head_dim": 16, "kv_heads": 2,
-            "causal": 1, "dtype": "fp32"}
+            "causal": 1, "dtype": "fp32", "softmax_overlap": 0}
     for row, direction in zip(att["row"], ("fwd", "bwd"), strict=True):
         assert row == {**want, "direction": direction}
     # the dispatcher wrapper is not costed on top of the kernel it ran
@@ -63,7 +63,7 @@ def test_flash_kernel_layout_and_mask_type():
     args[8] = "True"
     m = map_op("aten::_flash_attention_forward", [q, k, k], ["bf16"] * 3, extra={"concrete": args})
     assert m.row == {"op": "attention", "batch": 2, "heads": 8, "q_len": 128, "kv_len": 512, "head_dim": 64,
-                     "kv_heads": 4, "causal": 1, "dtype": "bf16", "direction": "fwd"}
+                     "kv_heads": 4, "causal": 1, "dtype": "bf16", "direction": "fwd", "softmax_overlap": 0}
     args = [""] * 20
     args[9] = "0"
     m = map_op("aten::_efficient_attention_forward", [q, k, k], ["fp32"] * 3, extra={"concrete": args})
@@ -74,6 +74,13 @@ def test_flash_kernel_layout_and_mask_type():
     # the wrapper maps only as a leaf (a meta-device or kernel-less trace); with children it is looked into
     sd = [[2, 8, 128, 64], [2, 8, 128, 64], [2, 8, 128, 64]]
     assert map_op("aten::scaled_dot_product_attention", sd, ["fp32"] * 3, leaf=True).label == "attention"
+    # which kernel: FlashAttention-2 and the efficient kernel run the softmax in series with the matrix
+    # multiplies; cuDNN's kernel and the bare wrapper leave it to the GPU generation (roofline default)
+    assert "softmax_overlap" not in map_op("aten::scaled_dot_product_attention", sd, ["fp32"] * 3, leaf=True).row
+    cudnn = map_op("aten::_scaled_dot_product_cudnn_attention", sd, ["bf16"] * 3, extra={"concrete": [""] * 20})
+    assert cudnn.label == "attention" and "softmax_overlap" not in cudnn.row
+    assert map_op("aten::_efficient_attention_forward", [q, k, k], ["fp32"] * 3,
+                  extra={"concrete": args}).row["softmax_overlap"] == 0
     assert map_op("aten::scaled_dot_product_attention", sd, ["fp32"] * 3, leaf=False) is None
     assert map_op("aten::_scaled_dot_product_attention_math", sd, ["fp32"] * 3, leaf=False) is None
 

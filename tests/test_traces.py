@@ -93,7 +93,8 @@ def test_recorded_trace_parses_links_and_maps_every_family(tiny_trace):
     att = u[u["label"] == "attention"]
     assert list(att["phase"]) == ["forward", "backward"]
     assert att["row"].iloc[0] == {"op": "attention", "batch": 4, "heads": 4, "q_len": 16, "kv_len": 16,
-                                  "head_dim": 16, "kv_heads": 4, "causal": 1, "dtype": "fp32", "direction": "fwd"}
+                                  "head_dim": 16, "kv_heads": 4, "causal": 1, "dtype": "fp32", "direction": "fwd",
+                                  "softmax_overlap": 0}  # PyTorch's flash backend (for CPU): FlashAttention-2-style
     assert (u["phase"] == "optimizer").sum() > 5  # AdamW's per-parameter ops
     # units never overlap on a thread and lie inside the step
     assert (u["ts"].diff().fillna(1) >= 0).all()

@@ -38,6 +38,9 @@ class Device:
     l2_bw: float = 0.0
     num_sms: int = 0  # SMs / CUs / cores
     clock_mhz: float = 0.0  # boost clock
+    #: special-function-unit ops (exp, the softmax's transcendental) per SM / CU per clock: 16 on NVIDIA SMs from
+    #: Volta to Blackwell and on AMD CDNA CUs (quarter-rate transcendentals on 64 lanes), 32 on Blackwell Ultra
+    sfu_per_sm_clk: float = 16.0
     tdp_w: float = 0.0
     link_bw: float = 0.0  # GPU-to-GPU (NVLink / Infinity Fabric) bytes/s per direction, all links of one GPU
     link_name: str = ""
@@ -80,6 +83,15 @@ class Device:
             return self.l2_bw
         return L2_BYTES_PER_CLK_PER_SM * self.num_sms * self.clock_mhz * 1e6
 
+    @property
+    def exp_rate(self) -> float:
+        """Exponentials per second the special-function units sustain (SFU ops x SMs x boost clock); 0 for a CPU
+        (exps are vectorised polynomials on its FMA units, already in the FLOP ceiling) or when SMs / clock are
+        unknown."""
+        if self.kind != "gpu" or self.num_sms <= 0 or self.clock_mhz <= 0:
+            return 0.0
+        return self.sfu_per_sm_clk * self.num_sms * self.clock_mhz * 1e6
+
     def features(self) -> dict[str, float]:
         """Numeric description used by learned corrections to transfer across devices."""
         return {
@@ -118,6 +130,7 @@ class Device:
             l2_bw=_nonneg(key, "l2_bw_gbps", entry.get("l2_bw_gbps", 0.0)) * 1e9,
             num_sms=int(_nonneg(key, "sms", entry.get("sms", 0))),
             clock_mhz=_nonneg(key, "boost_clock_mhz", entry.get("boost_clock_mhz", 0.0)),
+            sfu_per_sm_clk=_positive(key, "sfu_per_clk_per_sm", entry.get("sfu_per_clk_per_sm", 16.0)),
             tdp_w=_nonneg(key, "tdp_w", entry.get("tdp_w", 0.0)),
             link_bw=_nonneg(key, "link_gbps", entry.get("link_gbps", 0.0)) * 1e9,
             link_name=str(entry.get("link", "")),
@@ -143,6 +156,7 @@ class Device:
             "l2_bw_gbps": self.l2_bw / 1e9,
             "sms": self.num_sms,
             "boost_clock_mhz": self.clock_mhz,
+            "sfu_per_clk_per_sm": self.sfu_per_sm_clk,
             "tdp_w": self.tdp_w,
             "link": self.link_name,
             "link_gbps": self.link_bw / 1e9,

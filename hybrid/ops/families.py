@@ -270,6 +270,12 @@ def _attention_pairs(df: Frame) -> Vector:
     return np.where(causal, causal_pairs, q * kv)
 
 
+def attention_exps(df: Frame) -> Vector:
+    """Exponentials of a fused attention kernel: one per (query, key) score, forward and backward alike
+    (FlashAttention's backward recomputes the probabilities ``exp(S - logsumexp)`` once per score)."""
+    return col(df, "batch") * col(df, "heads") * _attention_pairs(df)
+
+
 def _attention_flops(df: Frame) -> Vector:
     f = 4.0 * col(df, "batch") * col(df, "heads") * col(df, "head_dim") * _attention_pairs(df)
     return f * np.where(is_backward(df), 2.5, 1.0)
@@ -391,8 +397,9 @@ FAMILIES: dict[str, OpFamily] = {
                  _embedding_flops, _embedding_bytes, {"num_tables": 1, "index_dist": "uniform", "zipf_alpha": 0.0},
                  "pooled embedding-bag lookups over `num_tables` tables; `direction` fwd/bwd"),
         OpFamily("attention", ("attention",), ("batch", "heads", "q_len", "kv_len", "head_dim"),
-                 _attention_flops, _attention_bytes, {"kv_heads": np.nan, "causal": 0},
-                 "fused (flash) attention; GQA through `kv_heads`"),
+                 _attention_flops, _attention_bytes, {"kv_heads": np.nan, "causal": 0, "softmax_overlap": np.nan},
+                 "fused (flash) attention; GQA through `kv_heads`; `softmax_overlap` 1 = the softmax's exps overlap "
+                 "the matrix multiplies (FlashAttention-3, cuDNN on Hopper+), 0 = in series (FlashAttention-2)"),
         OpFamily("conv", ("conv2d",), ("batch", "in_channels", "out_channels", "height", "width", "kernel_h",
                                        "kernel_w"), _conv_flops, _conv_bytes,
                  {"stride": 1, "padding": 0, "dilation": 1, "groups": 1},

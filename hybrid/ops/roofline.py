@@ -2,7 +2,9 @@
 
 ``time = max(FLOPs / peak(dtype), bytes / bandwidth) + kernel latency`` for kernels, and for collectives a
 hierarchical alpha-beta model: algorithm bus factor, intra-node fabric and per-GPU NIC bandwidth, and a
-per-step latency. Each row also reports which term bounds it.
+per-step latency. Each row also reports which term bounds it. Fused attention's compute term also holds the
+softmax's exps on the special-function units, in series or overlapped with the matrix multiplies depending on
+the kernel (:func:`softmax_overlap`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import pandas as pd
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System, nvls_bus_factor, nvls_capable
-from hybrid.ops.families import FAMILIES, bus_factor, col, factor_map, family_array
+from hybrid.ops.families import FAMILIES, attention_exps, bus_factor, col, factor_map, family_array
 from hybrid.units import normalize_dtype
 
 #: Output columns added by :func:`roofline`.
-ROOFLINE_COLUMNS = ("family", "flops", "bytes", "compute_us", "memory_us", "latency_us", "time_us", "bound")
+#: ``compute_us`` is the FLOP term, ``busy_us`` the compute side of the bound: ``compute_us`` and, for fused
+#: attention, the softmax's exps on the special-function units (in series or overlapped, :func:`softmax_overlap`).
+ROOFLINE_COLUMNS = ("family", "flops", "bytes", "compute_us", "busy_us", "memory_us", "latency_us", "time_us",
+                    "bound")
 
 #: Categories of the ``bound`` column.
 BOUNDS = ("compute", "memory", "latency", "bandwidth")
@@ -73,7 +78,8 @@ def resolve_system(catalog: Catalog, name: str) -> System:
 
 
 #: Optional numeric columns that may be zero (``fill`` reads no input; a uniform index has zipf_alpha 0).
-NONNEGATIVE_OPTIONAL = frozenset({"n_inputs", "n_outputs", "flops_per_element", "zipf_alpha", "causal", "padding"})
+NONNEGATIVE_OPTIONAL = frozenset({"n_inputs", "n_outputs", "flops_per_element", "zipf_alpha", "causal", "padding",
+                                  "softmax_overlap"})
 #: Accepted values of the ``direction`` column (case-insensitive; missing means fwd).
 DIRECTIONS = ("fwd", "bwd")
 
@@ -156,7 +162,7 @@ def roofline(
     fam_names = list(dict.fromkeys(fam_of_unique))
     fam_codes = np.array([fam_names.index(f) for f in fam_of_unique], dtype=np.int8)[op_codes]
     n = len(table)
-    numeric = np.empty((n, 6))
+    numeric = np.empty((n, len(ROOFLINE_COLUMNS) - 2))
     bound = np.empty(n, dtype=np.int8)
     for i, fam_name in enumerate(fam_names):
         whole = len(fam_names) == 1
@@ -177,6 +183,39 @@ def roofline(
     return out
 
 
+#: GPUs from this NVIDIA compute capability on (Hopper, Blackwell) run attention kernels that overlap the softmax
+#: with the matrix multiplies (FlashAttention-3's ping-pong warpgroups, cuDNN's and TensorRT-LLM's Hopper and
+#: Blackwell kernels); earlier GPUs and AMD's run FlashAttention-2-style kernels, the softmax in series.
+SOFTMAX_OVERLAP_FROM_CC = 90
+#: ``framework`` values whose attention rows ran a FlashAttention-2-style kernel on every GPU when the row does not
+#: say (``torch.nn.functional.scaled_dot_product_attention`` picks its flash backend, FlashAttention-2, first).
+SERIAL_SOFTMAX_FRAMEWORKS = frozenset({"pytorch"})
+
+
+def softmax_overlap(df: pd.DataFrame, cc: np.ndarray) -> np.ndarray:
+    """Per attention row, whether the kernel overlaps its exps with the matrix multiplies: the row's
+    ``softmax_overlap`` where given, else 0 for :data:`SERIAL_SOFTMAX_FRAMEWORKS`, else by GPU generation
+    (:data:`SOFTMAX_OVERLAP_FROM_CC`)."""
+    given = col(df, "softmax_overlap", np.nan)
+    default = cc >= SOFTMAX_OVERLAP_FROM_CC
+    if "framework" in df.columns:
+        fw = factor_map(df["framework"], lambda f: str(f).strip().lower() in SERIAL_SOFTMAX_FRAMEWORKS, "")
+        default = default & ~fw.astype(bool)
+    return np.where(np.isnan(given), default, given > 0)
+
+
+def _attention_compute_us(df: pd.DataFrame, matmul_us: np.ndarray, exp_rate: np.ndarray,
+                          cc: np.ndarray) -> np.ndarray:
+    """Compute time of fused attention: its matrix multiplies and the softmax's exps on the special-function
+    units (one per score, :func:`~hybrid.ops.families.attention_exps`), in series for FlashAttention-2-style
+    kernels, overlapped (the larger of the two) for FlashAttention-3-style ones. On an H100 the exps of a head
+    dimension of 64 take as long as the matrix multiplies (4.2 T exp/s against 989 TFLOP/s), which is why
+    FlashAttention-3 and cuDNN run such shapes up to 2x faster than FlashAttention-2 there."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exp_us = np.where(exp_rate > 0, attention_exps(df) / exp_rate * 1e6, 0.0)
+    return np.where(softmax_overlap(df, cc), np.maximum(matmul_us, exp_us), matmul_us + exp_us)
+
+
 def _kernel(df: pd.DataFrame, family: str, cat: Catalog, device: str | None) -> dict[str, np.ndarray]:
     fam = FAMILIES[family]
     flops = fam.flops(df)
@@ -186,6 +225,7 @@ def _kernel(df: pd.DataFrame, family: str, cat: Catalog, device: str | None) -> 
         peak = factor_map(_dtypes(df), dev.peak).astype(np.float64)
         bw = np.full(len(df), dev.mem_bw)
         lat = np.full(len(df), dev.kernel_latency_us)
+        exp_rate, cc = np.full(len(df), dev.exp_rate), np.full(len(df), dev.compute_capability)
     else:
         if "device" not in df.columns:
             raise InvalidInputError("table has no 'device' column; pass device=")
@@ -195,11 +235,16 @@ def _kernel(df: pd.DataFrame, family: str, cat: Catalog, device: str | None) -> 
         peak = peak_matrix[dev_codes, dt_codes]
         bw = np.array([d.mem_bw for d in devs])[dev_codes]
         lat = np.array([d.kernel_latency_us for d in devs])[dev_codes]
+        exp_rate = np.array([d.exp_rate for d in devs])[dev_codes]
+        cc = np.array([d.compute_capability for d in devs])[dev_codes]
     compute_us = flops / peak * 1e6
+    # the compute side of the bound: attention adds its softmax's exps; ``compute_us`` stays the FLOP term (the
+    # learned corrections read it as a feature, and a memory-bound kernel's exps change nothing)
+    busy_us = _attention_compute_us(df, compute_us, exp_rate, cc) if family == "attention" else compute_us
     memory_us = nbytes / bw * 1e6
-    body = np.maximum(compute_us, memory_us)
-    bound = np.where(lat > body, 2, np.where(compute_us >= memory_us, 0, 1)).astype(np.int8)
-    return {"flops": flops, "bytes": nbytes, "compute_us": compute_us, "memory_us": memory_us,
+    body = np.maximum(busy_us, memory_us)
+    bound = np.where(lat > body, 2, np.where(busy_us >= memory_us, 0, 1)).astype(np.int8)
+    return {"flops": flops, "bytes": nbytes, "compute_us": compute_us, "busy_us": busy_us, "memory_us": memory_us,
             "latency_us": lat, "time_us": body + lat, "bound": bound}
 
 
@@ -256,6 +301,7 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
         "flops": np.zeros(len(df)),
         "bytes": size * bus_factor(op, n),
         "compute_us": np.zeros(len(df)),
+        "busy_us": np.zeros(len(df)),
         "memory_us": bw_us,
         "latency_us": latency_us,
         "time_us": bw_us + latency_us,

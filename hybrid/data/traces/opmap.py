@@ -462,6 +462,11 @@ def _map_attention(base: str, tdims: list[list[int]], dtype: str, extra: dict, l
     causal = flag == "True" or (base.startswith("_efficient_attention") and flag not in ("", "0", "None"))
     row = {"op": "attention", "batch": q[0], "heads": q[1], "q_len": q[2], "kv_len": k[2], "head_dim": q[3],
            "kv_heads": k[1], "causal": int(causal), "dtype": dtype, "direction": "bwd" if bwd else "fwd"}
+    if "flash" in base or "efficient" in base:
+        # PyTorch's flash backend is FlashAttention-2 and its efficient backend a CUTLASS kernel of the same
+        # shape: the softmax runs in series with the matrix multiplies on every GPU (cuDNN's kernel, and the
+        # generic wrapper, keep the GPU generation's default: hybrid.ops.roofline.softmax_overlap)
+        row["softmax_overlap"] = 0
     return OpMapping("op", "attention", row)
 
 

@@ -341,7 +341,7 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     has_real = np.isfinite(real) & (nbytes > 0)
     ratio = np.where(has_real, real / np.where(nbytes > 0, nbytes, 1.0), 1.0)
     memory_us = base["memory_us"].to_numpy() * ratio
-    compute_us = base["compute_us"].to_numpy()
+    compute_us = base["busy_us"].to_numpy()  # the FLOP term, and attention's exps on the special-function units
     lat = base["latency_us"].to_numpy()
     # ops whose reads repeat through L2 (masked-MHA decode attention): that traffic at the device's L2 bandwidth is
     # one more roof
