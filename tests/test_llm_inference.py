@@ -722,3 +722,22 @@ def test_serving_kv_capacity_with_attention_data_parallelism():
     adp = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
     # every TP rank replicates the latent cache; with attention DP the 8 ranks hold different requests
     assert kv_capacity_tokens(adp, sched) > 4 * kv_capacity_tokens(tp8, sched)
+
+
+def test_softmax_schedule_moves_prefill_not_decode():
+    """`--softmax serial` (FlashAttention-2) lengthens the context pass of long prompts on an H100 (exps in series with
+    the matrix multiplies) and leaves the memory-bound decode steps alone; on an A100 `auto` is serial."""
+    from hybrid.workloads.llm.inference import make_setup, predict_static
+
+    res = {}
+    for dev in ("H100-SXM", "A100-SXM4-80GB"):
+        for sm in ("auto", "serial", "overlapped"):
+            res[dev, sm] = predict_static(make_setup("llama2-7b", dev, softmax=sm), 8, 4096, 16)
+    h_ser, h_ovl = res["H100-SXM", "serial"], res["H100-SXM", "overlapped"]
+    assert h_ser.ttft_ms > h_ovl.ttft_ms * 1.02
+    assert h_ser.tpot_ms == pytest.approx(h_ovl.tpot_ms, rel=1e-3)
+    assert res["H100-SXM", "auto"].ttft_ms == pytest.approx(h_ovl.ttft_ms)
+    assert res["A100-SXM4-80GB", "auto"].ttft_ms == pytest.approx(res["A100-SXM4-80GB", "serial"].ttft_ms)
+    with pytest.raises(InvalidInputError, match="softmax"):
+        make_setup("llama2-7b", "H100-SXM", softmax="fast")
+    assert main(["llm", "infer", "llama2-7b", "--device", "H100-SXM", "--softmax", "serial", "--json"]) == 0

@@ -508,3 +508,24 @@ def test_inference_with_a_calibrated_model_carries_80pct_intervals(calibrated_st
     t = predict_table(table, pred)
     assert (t["predicted_low"] < t["predicted"]).all() and (t["predicted"] < t["predicted_high"]).all()
     assert "predicted_low" not in predict_table(table).columns  # roofline: no interval
+
+
+def test_softmax_schedule_of_fused_attention():
+    """`--softmax`: FlashAttention-2 (serial) vs FlashAttention-3-style (overlapped) kernels. On an H100 the exps of
+    a long-sequence step cost time only in series; on an A100 `auto` is serial (pre-Hopper); unknown names refused."""
+    from hybrid.workloads.llm.config import TrainingConfig
+
+    model = load_model("gpt3-1.3b")
+    times = {}
+    for system in ("DGX-H100", "DGX-A100"):
+        for sm in ("auto", "serial", "overlapped"):
+            cfg = TrainingConfig(gpus=8, global_batch=16, micro_batch=1, seq_length=8192, softmax=sm)
+            times[system, sm] = predict_training(model, cfg, system, engine=False).iteration_s
+    assert times["DGX-H100", "serial"] > times["DGX-H100", "overlapped"] * 1.02
+    assert times["DGX-H100", "auto"] == pytest.approx(times["DGX-H100", "overlapped"])
+    assert times["DGX-A100", "auto"] == pytest.approx(times["DGX-A100", "serial"])
+    assert times["DGX-A100", "serial"] > times["DGX-A100", "overlapped"]
+    with pytest.raises(InvalidInputError, match="softmax"):
+        TrainingConfig(gpus=8, global_batch=16, softmax="fa9")
+    assert main(["llm", "train", "gpt3-1.3b", "--system", "DGX-H100", "--gpus", "8", "--global-batch", "16",
+                 "--seq", "8192", "--softmax", "serial", "--json"]) == 0

@@ -213,11 +213,13 @@ def test_quick_profile_writes_a_valid_bundle(quick_bundle):
     assert meta["threads"]["torch_num_threads"] == 1 and meta["command"] == "pytest"
     assert meta["ceilings"]["peak_tflops"]["fp32"] == pytest.approx(dev.peak("fp32") / 1e12, rel=1e-4)
     assert meta["n_rows"] == len(table)
-    # the copy ceiling again with every core streaming: the whole memory system's bandwidth, at least one
-    # core's worth (the lone stream still runs) and at most every core's lone stream (on a 2-core VM: 1.0-2.0x)
+    # the copy ceiling again with every core streaming: the whole memory system's bandwidth, about one core's
+    # worth at least (the lone stream still runs) and at most every core's lone stream (on a 2-core VM: 1.0-2.0x;
+    # the two are measured a few seconds apart, so a neighbour's load on a shared VM can take the ratio under
+    # 1: the lower bound only catches a broken measurement)
     if len(os.sched_getaffinity(0)) >= 2:
         ratio = meta["ceilings"]["shared_ratio"]
-        assert 0.8 < ratio < meta["ceilings"]["shared_procs"] + 0.3
+        assert 0.5 < ratio < meta["ceilings"]["shared_procs"] + 0.3
         assert dev.mem_bw_shared == pytest.approx(dev.mem_bw * ratio, rel=1e-3)
 
 

@@ -9,6 +9,11 @@ import click
 from hybrid.cli.output import e2e_line, echo_json, echo_table
 from hybrid.cli.simulate import load_cost_model, model_options
 
+#: ``--softmax``: how the fused attention kernel schedules the softmax's exps (hybrid.ops.roofline.softmax_schedule)
+SOFTMAX_HELP = ("Fused attention's softmax: in series with its matrix multiplies (FlashAttention-2, PyTorch's SDPA "
+                "default), overlapped (FlashAttention-3, cuDNN / Transformer Engine on Hopper+), or auto (by GPU "
+                "generation: overlapped from Hopper on).")
+
 
 @click.group("llm")
 def llm() -> None:
@@ -53,6 +58,8 @@ def job_options(fn: Any) -> Any:
         click.option("--fsdp", is_flag=True, help="FSDP / ZeRO-3: shard parameters, gradients, optimizer."),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True),
         click.option("--no-flash-attention", is_flag=True, help="Unfused attention (s x s scores in memory)."),
+        click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto",
+                     show_default=True, help=SOFTMAX_HELP),
         click.option("--no-dropout", is_flag=True, help="No dropout (Llama-style training)."),
         click.option("--no-overlap-grad-reduce", is_flag=True, help="DP gradient reduce after the backward."),
         click.option("--no-overlap-param-gather", is_flag=True, help="Parameter all-gathers not prefetched."),
@@ -77,7 +84,8 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
         gpus=kw["gpus"], global_batch=kw["global_batch"], micro_batch=kw["micro_batch"], tp=kw["tp"], pp=kw["pp"],
         cp=kw["cp"], ep=kw["ep"], vp=kw["vp"], seq_length=kw["seq"], sp=kw["sp"],
         distributed_optimizer=kw["distributed_optimizer"], fsdp=kw["fsdp"], recompute=kw["recompute"],
-        dtype=kw["dtype"], flash_attention=not kw["no_flash_attention"], dropout=not kw["no_dropout"],
+        dtype=kw["dtype"], flash_attention=not kw["no_flash_attention"], softmax=kw["softmax"],
+        dropout=not kw["no_dropout"],
         overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
         tp_comm_overlap=kw["tp_comm_overlap"], reserve_gib=kw["reserve_gib"], kernel_times=not kw["eager_ops"])
     return model, cfg
@@ -172,6 +180,8 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--seq", type=int, default=None)
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
 @click.option("--no-flash-attention", is_flag=True)
+@click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto", show_default=True,
+              help=SOFTMAX_HELP)
 @click.option("--top", type=int, default=10, show_default=True)
 @click.option("--max-cp", type=int, default=8, show_default=True,
               help="Largest context-parallel degree searched (1: no CP).")
@@ -180,7 +190,8 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @model_options
 def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: int | None, dtype: str,
-               no_flash_attention: bool, top: int, max_cp: int, no_fsdp: bool, no_ep: bool, as_json: bool,
+               no_flash_attention: bool, softmax: str, top: int, max_cp: int, no_fsdp: bool, no_ep: bool,
+               as_json: bool,
                model_ref: str | None, tracking_uri: str | None) -> None:
     """Every (tp, pp, cp, dp, ep, micro-batch, vp, recompute, SP, distributed optimizer or FSDP) mapping that
     fits, fastest first (CP up to --max-cp, EP for MoE models only).
@@ -194,7 +205,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     if top <= 0:
         raise InvalidInputError(f"--top must be positive, got {top}")
     model = load_model(model_name)
-    base = search_base(gpus, global_batch, seq_length=seq, dtype=dtype, flash_attention=not no_flash_attention)
+    base = search_base(gpus, global_batch, seq_length=seq, dtype=dtype, flash_attention=not no_flash_attention,
+                       softmax=softmax)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
     if max_cp <= 0:
         raise InvalidInputError(f"--max-cp must be positive, got {max_cp}")

@@ -43,6 +43,11 @@ def _deploy_options(fn):
                      help="KV-cache dtype (default: fp8 with --dtype fp8 or fp4, else the dtype)."),
         click.option("--attention-kernel", type=click.Choice(["grouped", "per_query_head"]), default="grouped",
                      show_default=True, help="Decode attention: KV read once per KV head, or once per query head."),
+        click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto",
+                     show_default=True,
+                     help="Fused attention's softmax: in series with its matrix multiplies (FlashAttention-2), "
+                          "overlapped (FlashAttention-3, cuDNN, TensorRT-LLM on Hopper+), or auto (by GPU "
+                          "generation: overlapped from Hopper on)."),
         click.option("--allreduce", type=click.Choice(["nccl", "custom"]), default="nccl", show_default=True,
                      help="TP all-reduce: NCCL (the collective model), or the one-/two-shot NVLink kernels of "
                           "TensorRT-LLM / vLLM for small messages inside a node."),
@@ -60,12 +65,12 @@ def _deploy_options(fn):
 
 def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
            weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float,
-           catalog: Any, ep: int = 1, attention_dp: bool = False):
+           catalog: Any, ep: int = 1, attention_dp: bool = False, softmax: str = "auto"):
     from hybrid.workloads.llm.inference import make_setup
 
     return make_setup(model_name, device, system, dtype=dtype, weights=weights, kv_dtype=kv_dtype, tp=tp, pp=pp,
                       reserve_gib=reserve_gib, attention_kernel=attention_kernel, allreduce=allreduce,
-                      catalog=catalog, ep=ep, attention_dp=attention_dp)
+                      catalog=catalog, ep=ep, attention_dp=attention_dp, softmax=softmax)
 
 
 def _positive(**values: int) -> None:
@@ -84,7 +89,7 @@ def _positive(**values: int) -> None:
               help="Write a roofline plot (PNG) of the prefill and decode ops.")
 def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
           attention_dp: bool, dtype: str, weights: str | None,
-          kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, model_ref: str | None,
+          kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, batch: int, input_len: int, output_len: int, show_ops: bool,
           roofline_plot: str | None) -> None:
     """Static-batch inference: TTFT, TPOT, latency, throughput, memory and a per-category breakdown."""
@@ -93,7 +98,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     _positive(batch=batch, input=input_len, output=output_len)
     cost, cat = _predictor(model_ref, tracking_uri)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
-               ep=ep, attention_dp=attention_dp)
+               ep=ep, attention_dp=attention_dp, softmax=softmax)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
     if not res.memory.fits and not as_json:  # refused; --json still reports the prediction with fits: false
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
@@ -157,7 +162,8 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 @click.option("--batch", "-b", type=int, default=None, help="Batch for the longest-context question.")
 def capacity(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
              attention_dp: bool, dtype: str,
-             weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float,
+             weights: str | None, kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str,
+             reserve_gib: float,
              model_ref: str | None, tracking_uri: str | None, as_json: bool, input_len: int | None,
              output_len: int | None, batch: int | None) -> None:
     """The largest batch that fits per context length (and the longest context for --batch)."""
@@ -171,7 +177,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 
     _, cat = _predictor(model_ref, tracking_uri)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
-               ep=ep, attention_dp=attention_dp)
+               ep=ep, attention_dp=attention_dp, softmax=softmax)
     if (input_len is None) != (output_len is None):
         raise InvalidInputError("give both --input and --output (or neither)")
     contexts = [(input_len, output_len)] if input_len else [(c // 2, c - c // 2) for c in
@@ -232,7 +238,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
                    "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200.")
 def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
           attention_dp: bool, dtype: str, weights: str | None,
-          kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float, model_ref: str | None,
+          kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
           arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
           max_batched_tokens: int, max_seqs: int, seed: int, compare: str | None) -> None:
@@ -255,7 +261,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
     cost, cat = _predictor(model_ref, tracking_uri)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
-               ep=ep, attention_dp=attention_dp)
+               ep=ep, attention_dp=attention_dp, softmax=softmax)
     r_s = parse_rate(rate)
     idist, odist = parse_dist(input_dist), parse_dist(output_dist)
     sched = SchedulerConfig(max_batched_tokens, max_seqs)
@@ -286,7 +292,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         for name in [c.strip() for c in compare.split(",") if c.strip()]:
             try:
                 other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
-                               allreduce, reserve_gib, cat, ep=ep, attention_dp=attention_dp)
+                               allreduce, reserve_gib, cat, ep=ep, attention_dp=attention_dp, softmax=softmax)
                 r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
                                      trace=trace if trace_file else None, progress=True)
                 ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,

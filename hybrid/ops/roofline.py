@@ -192,6 +192,20 @@ SOFTMAX_OVERLAP_FROM_CC = 90
 SERIAL_SOFTMAX_FRAMEWORKS = frozenset({"pytorch"})
 
 
+#: Names of the attention-softmax schedule (``--softmax``): the ``softmax_overlap`` value each sets on attention rows.
+SOFTMAX_SCHEDULES = {"auto": None, "serial": 0.0, "overlapped": 1.0}
+
+
+def softmax_schedule(name: str) -> float | None:
+    """``softmax_overlap`` for a schedule name: ``serial`` (FlashAttention-2, PyTorch's SDPA default) 0,
+    ``overlapped`` (FlashAttention-3, cuDNN / Transformer Engine and TensorRT-LLM on Hopper+) 1, ``auto`` None
+    (the row's framework and GPU generation decide)."""
+    key = str(name).strip().lower()
+    if key not in SOFTMAX_SCHEDULES:
+        raise InvalidInputError(f"softmax schedule must be one of {', '.join(SOFTMAX_SCHEDULES)}, got {name!r}")
+    return SOFTMAX_SCHEDULES[key]
+
+
 def softmax_overlap(df: pd.DataFrame, cc: np.ndarray) -> np.ndarray:
     """Per attention row, whether the kernel overlaps its exps with the matrix multiplies: the row's
     ``softmax_overlap`` where given, else 0 for :data:`SERIAL_SOFTMAX_FRAMEWORKS`, else by GPU generation

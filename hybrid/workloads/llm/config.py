@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from hybrid.errors import InvalidInputError
+from hybrid.ops.roofline import softmax_schedule
 from hybrid.units import normalize_dtype
 
 RECOMPUTE = ("none", "selective", "full")
@@ -39,6 +40,10 @@ class TrainingConfig:
     recompute: str = "none"
     dtype: str = "bf16"  # compute dtype of GEMMs; fp8 = fp8 GEMMs, bf16 everything else; fp32 = no mixed precision
     flash_attention: bool = True
+    #: how the fused attention kernel schedules the softmax's exps: ``auto`` (by GPU generation: overlapped from
+    #: Hopper on), ``serial`` (FlashAttention-2, PyTorch's SDPA default) or ``overlapped`` (FlashAttention-3, cuDNN /
+    #: Transformer Engine); :func:`hybrid.ops.roofline.softmax_schedule`
+    softmax: str = "auto"
     dropout: bool = True  # Megatron GPT default (hidden/attention dropout 0.1); Llama-style runs use none
     overlap_grad_reduce: bool = True  # DP gradient reduce in buckets during the last backward
     overlap_param_gather: bool = True  # distributed optimizer / FSDP parameter all-gather prefetch
@@ -65,6 +70,8 @@ class TrainingConfig:
         if self.seq_length is not None and (not isinstance(self.seq_length, (int, np.integer))
                                             or self.seq_length <= 0):
             raise InvalidInputError(f"training config: seq_length must be a positive integer, got {self.seq_length!r}")
+        softmax_schedule(self.softmax)  # a clear error for an unknown schedule
+        object.__setattr__(self, "softmax", str(self.softmax).strip().lower())
         rc = str(self.recompute).lower()
         if rc not in RECOMPUTE:
             raise InvalidInputError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")

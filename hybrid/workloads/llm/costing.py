@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.engine.costs import OpCostModel, predict_bounds
+from hybrid.ops.roofline import softmax_schedule
 from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.llm.config import TrainingConfig, group_nodes_vec
 from hybrid.workloads.llm.layer_ops import forward_layer_ops
@@ -36,7 +37,7 @@ MAPPING_COLUMNS = ("tp", "pp", "dp", "cp", "ep", "vp", "mb", "sp", "recompute", 
 #: Op-table columns that identify an op for the predictor (duplicates are costed once).
 _OP_COLUMNS = ("device", "system", "op", "dtype", "direction", "variant", "b", "m", "n", "k", "elements",
                "n_inputs", "n_outputs", "rows", "hidden", "batch", "heads", "q_len", "kv_len", "head_dim",
-               "kv_heads", "causal", "size_bytes", "n_ranks", "n_nodes")
+               "kv_heads", "causal", "softmax_overlap", "size_bytes", "n_ranks", "n_nodes")
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,9 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         kv_len = np.where(cp == 1, min(span, s_full), s_full)
         attention = {"count": 1.0 / cp, "batch": b, "heads": heads, "q_len": s_full, "kv_len": kv_len,
                      "head_dim": d, "kv_heads": kvh, "causal": causal, "dtype": adt}
+        overlap = softmax_schedule(cfg.softmax)
+        if overlap is not None:
+            attention["softmax_overlap"] = overlap
     else:
         bh = b * heads
         sc = s_full  # unfused attention materialises s x s scores (CP not supported unfused: full seq per rank)

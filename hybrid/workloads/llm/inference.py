@@ -51,7 +51,7 @@ from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
 from hybrid.ops.p2p_allreduce import p2p_allreduce_us, trtllm_strategy
-from hybrid.ops.roofline import resolve_system, roofline, system_for_device
+from hybrid.ops.roofline import resolve_system, roofline, softmax_schedule, system_for_device
 from hybrid.workloads.llm.dims import context_note, resolve_model
 from hybrid.workloads.llm.kv_cache import (
     DEFAULT_RESERVE_GIB,
@@ -68,8 +68,8 @@ from hybrid.workloads.llm.precision import Precision, parse_precision
 
 #: Columns of the op table the cost model sees (the canonical measurement-table columns).
 COST_COLUMNS = ("device", "op", "dtype", "variant", "b", "m", "n", "k", "elements", "rows", "hidden", "batch",
-                "heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "size_bytes", "n_ranks", "n_nodes",
-                "system")
+                "heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "softmax_overlap", "size_bytes",
+                "n_ranks", "n_nodes", "system")
 #: Decode attention kernels (see :attr:`InferenceSetup.attention_kernel`).
 ATTENTION_KERNELS = ("grouped", "per_query_head")
 #: Tensor-parallel all-reduce implementations (see :attr:`InferenceSetup.allreduce`).
@@ -115,6 +115,9 @@ class InferenceSetup:
     #: attention and the dense layers whole on its own ``batch / tp`` requests (its own KV cache, no replication),
     #: the routed experts are spread over the ranks (``ep = tp``) and tokens reach them by all-to-all
     attention_dp: bool = False
+    #: how the fused attention kernels schedule the softmax's exps (``softmax_overlap`` of their rows: 0 in series,
+    #: 1 overlapped, None = by GPU generation), :func:`hybrid.ops.roofline.softmax_schedule`
+    softmax_overlap: float | None = None
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -150,7 +153,7 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
                dtype: str = "fp16", weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
                pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB, attention_kernel: str = "grouped",
                fused_rope: bool = False, allreduce: str = "nccl", catalog: Catalog | None = None,
-               ep: int = 1, attention_dp: bool = False) -> InferenceSetup:
+               ep: int = 1, attention_dp: bool = False, softmax: str = "auto") -> InferenceSetup:
     """Resolve names into an :class:`InferenceSetup` (``system`` defaults to the catalog system of ``device``,
     else a generic node of it); checks TP/PP against the model and the dtype against the device."""
     cat = catalog or default_catalog()
@@ -174,7 +177,7 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
         raise InvalidInputError(f"tp x pp = {tp * pp} GPUs exceeds system {sys_obj.key}")
     # tensor parallelism may span nodes (its all-reduces then cross the NICs: costed with n_nodes > 1)
     return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, fused_rope, allreduce, cat,
-                          ep, attention_dp)
+                          ep, attention_dp, softmax_schedule(softmax))
 
 
 # ------------------------------------------------------------------------------------------------ op tables
@@ -285,6 +288,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
                  "head_dim": att_d, "causal": (qn > 1).astype(float), "dtype": att_dt,
                  "bytes_actual": np.where(np.isclose(att_real, att_row_bytes), np.nan, att_real),
                  "l2_bytes": l2_bytes}
+    if s.softmax_overlap is not None:
+        attention["softmax_overlap"] = s.softmax_overlap
     if s.attention_dp:  # experts over all the ranks, each with its own tokens: dispatch and combine all-to-alls
         moe_par = {"ep": ep_ranks, "ep_within_tp": False,
                    "ep_nodes": max(1, math.ceil(ep_ranks / s.system.gpus_per_node))}
@@ -544,7 +549,7 @@ def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stag
 
 def _setup_key(s: InferenceSetup) -> tuple:
     return (s.model, s.device.key, s.system.key, s.precision, s.tp, s.pp, s.attention_kernel, s.fused_rope,
-            s.allreduce, s.ep, s.attention_dp)
+            s.allreduce, s.ep, s.attention_dp, s.softmax_overlap)
 
 
 @dataclass

@@ -92,7 +92,7 @@ class TrainingPrediction:
             "micro_batch": cfg.micro_batch, "global_batch": cfg.global_batch, "seq_length": cfg.seq(self.model),
             "num_microbatches": cfg.num_microbatches, "sp": cfg.sp, "recompute": cfg.recompute,
             "distributed_optimizer": cfg.distributed_optimizer, "fsdp": cfg.fsdp, "dtype": cfg.dtype,
-            "flash_attention": cfg.flash_attention, "cost_model": self.cost_model,
+            "flash_attention": cfg.flash_attention, "softmax": cfg.softmax, "cost_model": self.cost_model,
             "iteration_s": self.iteration_s, "closed_form_iteration_s": self.closed_form_iteration_s,
             "tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s / cfg.gpus,
             "mfu": self.mfu, "hfu": self.hfu, "flops_formula": FLOP_FORMULA,
