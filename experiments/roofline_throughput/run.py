@@ -24,6 +24,7 @@ import pandas as pd
 from hybrid.hardware.catalog import default_catalog
 from hybrid.hardware.cpu import cpu_model_name
 from hybrid.ops.roofline import roofline
+from hybrid.reports.markdown import write_benchmark_results
 
 #: Target from the project brief: GEMM predictions per second on a 2-core machine.
 TARGET_PER_S = 1_000_000
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out == "-":
         print(text)
     else:
-        Path(args.out).write_text(text, encoding="utf-8")
+        write_benchmark_results(args.out, text)  # keeps a hand-written "## Notes" tail
         print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
