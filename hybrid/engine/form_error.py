@@ -7,8 +7,9 @@ the knobs a published table leaves unstated). This module measures that part on 
 turns it into one margin:
 
 * the **score** of a run is how far (in log) its measured time falls outside the op-cost interval, 0 inside it;
-* the **margin** is the 80% quantile of the scores, each source (one harness / table / paper) weighing the same
-  however many rows it has (split-conformal with source weights);
+* the **margin** is the 80% quantile of the scores (the conformal quantile of the op bands,
+  :func:`hybrid.corrections.intervals.weighted_quantile`), each source (one harness / table / paper) weighing the
+  same however many rows it has;
 * the **end-to-end interval** is the op-cost interval widened by the margin on both sides:
   ``[low * exp(-m), high * exp(m)]``.
 
@@ -91,27 +92,25 @@ def scores(measured, low, high) -> np.ndarray:
     return np.maximum(0.0, np.maximum(np.log(lo / m), np.log(m / hi)))
 
 
-def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    """The smallest value whose weighted share of the values at or below it reaches ``q``."""
-    order = np.argsort(values, kind="stable")
-    v, w = np.asarray(values, float)[order], np.asarray(weights, float)[order]
-    cum = np.cumsum(w) / w.sum()
-    return float(v[min(int(np.searchsorted(cum, q - 1e-12)), len(v) - 1)])
-
-
 def fit_margin(rows: pd.DataFrame, kind: str = "all", level: float = LEVEL) -> FormMargin:
     """The margin that puts ``level`` of the rows inside, each source weighing the same."""
+    from hybrid.corrections.intervals import weighted_quantile  # the conformal quantile the op bands use
+
     rows = _check_rows(rows)
     s = scores(rows["measured"], rows["low"], rows["high"])
     n_src = rows.groupby("source")["source"].transform("size").to_numpy(dtype=float)
-    m = weighted_quantile(s, 1.0 / n_src, level)
+    m = max(0.0, weighted_quantile(s, level, weights=1.0 / n_src))
     return FormMargin(kind, m, int(len(rows)), int(rows["source"].nunique()),
                       calibrated_on="; ".join(sorted(rows["source"].unique())))
 
 
 def coverage(rows: pd.DataFrame, log_margin: float) -> float:
     """Share of rows (%) inside their op-cost interval widened by ``log_margin``."""
-    return float(100.0 * np.mean(scores(rows["measured"], rows["low"], rows["high"]) <= log_margin + 1e-12))
+    from hybrid.corrections.intervals import coverage_pct
+
+    f = np.exp(log_margin) * (1 + 1e-12)
+    return coverage_pct(rows["measured"].to_numpy(float), rows["low"].to_numpy(float) / f,
+                        rows["high"].to_numpy(float) * f)
 
 
 def leave_one_source_out(rows: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:

@@ -346,7 +346,7 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     has_real = np.isfinite(real) & (nbytes > 0)
     ratio = np.where(has_real, real / np.where(nbytes > 0, nbytes, 1.0), 1.0)
     memory_us = base["memory_us"].to_numpy() * ratio
-    compute_us = base["busy_us"].to_numpy()  # the FLOP term, and attention's exps on the special-function units
+    busy_us = base["busy_us"].to_numpy()  # compute side: FLOPs, and attention's exps on the special-function units
     lat = base["latency_us"].to_numpy()
     # ops whose reads repeat through L2 (masked-MHA decode attention): that traffic at the device's L2 bandwidth is
     # one more roof
@@ -359,9 +359,9 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
         l2_bw = pd.Series({d: cat.device(d).l2_bandwidth() for d in np.unique(dev)})[dev].to_numpy(dtype=np.float64)
         l2_us = np.where(has_l2 & (l2_bw > 0), l2_bytes / np.where(l2_bw > 0, l2_bw, 1.0) * 1e6, 0.0)
     has = has_real | has_l2
-    floor = compute_us + lat
+    floor = busy_us + lat
     roof = base["time_us"].to_numpy(dtype=np.float64)
-    adj_roof = np.maximum(np.maximum(memory_us, compute_us), l2_us) + lat
+    adj_roof = np.maximum(np.maximum(memory_us, busy_us), l2_us) + lat
     # the prediction moves with the roofline under the real storage and L2 traffic: a memory-bound op by the bytes
     # ratio, a compute-bound one (an fp4 GEMM writing 16-bit outputs, say) not at all
     scale = np.where(has, adj_roof / np.where(roof > 0, roof, 1.0), 1.0)
@@ -383,13 +383,14 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
             roof = np.where(use, custom, roof)
             method = np.where(use, "p2p-allreduce", method)
     fam = base["family"].astype(str).to_numpy()
-    bound = np.where(fam == "collective", "comm", np.where(lat > np.maximum(compute_us, memory_us), "latency",
-                                                           np.where(compute_us >= memory_us, "compute", "memory")))
-    bound = np.where(l2_us > np.maximum(np.maximum(compute_us, memory_us), lat), "l2", bound)
+    bound = np.where(fam == "collective", "comm", np.where(lat > np.maximum(busy_us, memory_us), "latency",
+                                                           np.where(busy_us >= memory_us, "compute", "memory")))
+    bound = np.where(l2_us > np.maximum(np.maximum(busy_us, memory_us), lat), "l2", bound)
     out = table.copy()
     out["flops"] = flops
     out["bytes"] = np.where(has_real, real, nbytes)
-    out["compute_us"], out["memory_us"], out["latency_us"] = compute_us, memory_us, lat
+    out["compute_us"], out["busy_us"] = base["compute_us"].to_numpy(), busy_us
+    out["memory_us"], out["latency_us"] = memory_us, lat
     out["roofline_us"] = roof
     out["time_us"] = time
     for c, v in bounds.items():  # the calibrated 80% interval of each op (calibrated predictors only)
