@@ -128,3 +128,32 @@ def test_unread_columns_do_not_change_predictions(catalog):
     slim = table.drop(columns=[c for c in table.columns if c in UNREAD_COLUMNS])
     pd.testing.assert_frame_equal(out, pred.predict(slim, host=True), check_exact=True)
     pd.testing.assert_frame_equal(out, pred._predict_rows(table, True, True), check_exact=True)
+
+
+def test_prediction_threads_do_not_change_predictions(catalog, tmp_path):
+    """Large blocks are predicted on every core, small ones on one thread (``prediction_threads``), whether the
+    booster was fitted here (``n_jobs`` 1) or loaded from a file (no thread count): the same numbers either way."""
+    from hybrid.corrections.kernel_xgb import PARALLEL_PREDICT_MIN_ROWS, prediction_threads
+
+    assert prediction_threads(PARALLEL_PREDICT_MIN_ROWS - 1) == 1 and prediction_threads(PARALLEL_PREDICT_MIN_ROWS) == 0
+    rng = np.random.default_rng(5)
+    n = 3 * PARALLEL_PREDICT_MIN_ROWS
+    table = pd.DataFrame({"device": rng.choice(["T4", "A100-PCIE-40GB"], n), "op": "gemm", "dtype": "fp32",
+                          "b": 1.0, "m": rng.integers(16, 4096, n).astype(float),
+                          "n": rng.integers(16, 4096, n).astype(float), "k": rng.integers(16, 4096, n).astype(float)})
+    train = table.iloc[:600].assign(time_us=rng.uniform(20, 900, 600))
+    model = GemmXGB(XGBParams(n_estimators=30, max_depth=4)).fit(train, roofline(train, catalog), catalog)
+    base = roofline(table, catalog)
+    whole = model.predict(table, base, catalog)  # one block: all cores
+    booster = model.booster
+    import json
+
+    assert json.loads(booster.save_config())["learner"]["generic_param"]["nthread"] == "0"
+    step = PARALLEL_PREDICT_MIN_ROWS // 2
+    chunks = np.concatenate([model.predict(table.iloc[i:i + step], base.iloc[i:i + step], catalog)
+                             for i in range(0, n, step)])  # blocks under the limit: one thread
+    assert json.loads(booster.save_config())["learner"]["generic_param"]["nthread"] == "1"
+    np.testing.assert_array_equal(whole, chunks)
+    model.save(tmp_path / "m")
+    loaded = type(model).load(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.predict(table, base, catalog), whole)

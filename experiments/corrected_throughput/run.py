@@ -17,8 +17,8 @@ temporary local MLflow store. Then:
   process; best of ``--repeats``.
 
 The machine is shared with other jobs, so every figure is a best-of-N and the load average is printed.
-Targets (issue 13): >= 2e5 corrected predictions/s for any family mix, intervals included; a model loaded in
-under 1 s.
+Targets (issue 13): >= 2e5 corrected predictions/s for any family mix, intervals included (wall clock on the
+2-core machine; CPU time, the one-core equivalent, beside it); a model loaded in under 1 s.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from hybrid.corrections.kernel_xgb import PARALLEL_PREDICT_MIN_ROWS
 from hybrid.data.bundle import load_bundle
 from hybrid.data.importers import import_paths
 from hybrid.data.paths import public_data_dir
@@ -69,8 +70,8 @@ def workload(kind: str, n: int, train: pd.DataFrame, seed: int) -> pd.DataFrame:
 
 
 def best_of(fn, repeats: int, cpu: bool = False) -> float:
-    """Best wall time of ``repeats`` calls, or (``cpu``) the best CPU time of this process: on a shared machine
-    the CPU time of this single-threaded work is close to what it takes on an idle one."""
+    """Best wall time of ``repeats`` calls, or (``cpu``) the best CPU time of this process (all its threads: the
+    one-core equivalent of the work)."""
     clock = time.process_time if cpu else time.perf_counter
     times = []
     for _ in range(repeats):
@@ -150,8 +151,10 @@ def main() -> None:
     bare = best_of(lambda: subprocess.run([sys.executable, "-c", "pass"], capture_output=True, check=True),
                    args.repeats)
 
-    ok_rate = min(n / c for _, n, _, _, _, c in rows[:3]) >= TARGET_ROWS_PER_S
-    ok_distinct = rows[3][1] / rows[3][5] >= TARGET_ROWS_PER_S
+    ok_rate = min(n / s for _, n, _, s, _, _ in rows[:3]) >= TARGET_ROWS_PER_S
+    ok_distinct = rows[3][1] / rows[3][3] >= TARGET_ROWS_PER_S
+    ok_rate_cpu = min(n / c for _, n, _, _, _, c in rows[:3]) >= TARGET_ROWS_PER_S
+    ok_distinct_cpu = rows[3][1] / rows[3][5] >= TARGET_ROWS_PER_S
     ok_load = min(loads_cli_cpu) < TARGET_LOAD_S
     lines = [
         "# Corrected-prediction throughput and model load time", "",
@@ -163,8 +166,10 @@ def main() -> None:
         f"**Shared machine**: 2 cores shared with at most one other job; load average {load0:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end. Every figure is the best of {args.repeats}; on a quiet machine "
         "expect them faster.", "",
-        "Wall-clock figures suffer from the load; the *CPU-time* columns (this single-threaded work's own CPU "
-        "seconds) approximate an idle machine and are what the targets are judged on.", "",
+        "The targets are judged on wall-clock time on this 2-core machine, the issue's measure (\"a quiet 2-core "
+        "machine, best of 3\"); the load only slows it. XGBoost predicts blocks of at least "
+        f"{PARALLEL_PREDICT_MIN_ROWS:,} rows on both cores (`hybrid.corrections.kernel_xgb.prediction_threads`), so "
+        "the *CPU-time* column (both cores' seconds) is the one-core equivalent, given beside it.", "",
         "Identical rows are predicted once (`HybridPredictor.predict` reduces a table to its distinct rows when at "
         "most 70% are distinct; exact, see docs/corrections.md). The resampled tables repeat shapes (the distinct "
         "column), as an LLM's layers, ranks and search candidates do; the last row has no repeats at all and shows "
@@ -181,11 +186,14 @@ def main() -> None:
         f"{min(loads_cpu):.2f} |",
         f"| whole `hybrid predict gemm ... --model speed --json` process | {min(cli):.2f} | |",
         f"| bare `python -c pass` (interpreter start-up, for reference) | {bare:.2f} | |", "",
-        f"Targets (CPU time): >= {TARGET_ROWS_PER_S:,.0f} predictions/s for every mix with intervals: "
-        f"**{'met' if ok_rate else 'NOT met'}** (slowest {min(n / c for _, n, _, _, _, c in rows[:3]):,.0f}/s); "
+        f"Targets (wall clock, 2 cores): >= {TARGET_ROWS_PER_S:,.0f} predictions/s for every mix with intervals: "
+        f"**{'met' if ok_rate else 'NOT met'}** (slowest {min(n / s for _, n, _, s, _, _ in rows[:3]):,.0f}/s); "
         f"on a table without repeated rows: **{'met' if ok_distinct else 'NOT met'}** "
-        f"({rows[3][1] / rows[3][5]:,.0f}/s); model load "
-        f"< {TARGET_LOAD_S:.0f} s: **{'met' if ok_load else 'NOT met'}** ({min(loads_cli_cpu):.2f} s CPU, CLI path).",
+        f"({rows[3][1] / rows[3][3]:,.0f}/s); model load "
+        f"< {TARGET_LOAD_S:.0f} s: **{'met' if ok_load else 'NOT met'}** ({min(loads_cli_cpu):.2f} s CPU, CLI path). "
+        f"One-core equivalent (CPU time): every mix **{'met' if ok_rate_cpu else 'NOT met'}** (slowest "
+        f"{min(n / c for _, n, _, _, _, c in rows[:3]):,.0f}/s), without repeated rows "
+        f"**{'met' if ok_distinct_cpu else 'NOT met'}** ({rows[3][1] / rows[3][5]:,.0f}/s).",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -150,9 +150,28 @@ def _booster_file(directory: Path, stem: str) -> Path:
     raise InvalidInputError(f"{directory}: no saved booster {stem}.ubj (or {stem}.json)")
 
 
+#: Blocks of at least this many rows are predicted on every core XGBoost's OpenMP runtime gives it (``nthread``
+#: 0: all cores, or ``OMP_NUM_THREADS``); smaller ones on one thread. Measured on the 2-core VM with a loaded
+#: model (every family, ``experiments/corrected_throughput``'s table of distinct rows): 200,000 rows 1.41 s on
+#: one thread, 0.87 s on two; 20,000 rows 0.18 / 0.14 s; a block of a few hundred rows or fewer gains nothing
+#: in wall time from a second thread, whose spinning costs up to 60% more CPU time. Fits keep
+#: :attr:`XGBParams.n_jobs` (1).
+PARALLEL_PREDICT_MIN_ROWS = 1_024
+
+
+def prediction_threads(n_rows: int) -> int:
+    """XGBoost ``nthread`` for predicting ``n_rows`` rows at once: 1 below :data:`PARALLEL_PREDICT_MIN_ROWS`,
+    else 0 (all cores). Fits keep :attr:`XGBParams.n_jobs`; this applies to prediction only."""
+    return 0 if n_rows >= PARALLEL_PREDICT_MIN_ROWS else 1
+
+
 def _booster_array_predict(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:
-    """Booster output for a float32 feature block (columns in the booster's feature order)."""
+    """Booster output for a float32 feature block (columns in the booster's feature order), on the threads of
+    :func:`prediction_threads`. The thread count is the booster's own parameter (a booster loaded from a file
+    has none, i.e. all cores; one fitted here has :attr:`XGBParams.n_jobs`), so it is set before every
+    prediction (about 2 us) and a model predicts the same way however it was obtained."""
     x = np.ascontiguousarray(x, dtype=np.float32)
+    booster.set_param({"nthread": prediction_threads(len(x))})
     return np.asarray(booster.inplace_predict(x, validate_features=False), dtype=np.float64)
 
 
