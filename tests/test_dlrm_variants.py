@@ -250,3 +250,46 @@ def test_gpu_benchmark_puts_nvl72_trays_in_their_rack(catalog):
     assert key == "GB200-NVL72" and cat.systems[key].gpus_per_node == 72
     cat, key, _ = bench.node_system(catalog, "B200", 8)
     assert cat.systems[key].gpus_per_node == 8  # an 8-GPU HGX node stays one
+
+
+def test_amp_with_fp32_tables_casts_pooled_outputs_and_unscales_gradients(catalog):
+    """Mixed precision with FP32 tables (DeepLearningExamples' AMP): the lookups' FP32 outputs are cast to FP16
+    (6 bytes per element) and their gradients back, unless the lookup writes FP16 itself; with a GradScaler every
+    gradient is unscaled in place (embedding values: one per lookup) and the host waits for the found-inf flag."""
+    from hybrid.ops.roofline import roofline
+
+    base = dlrm_variant("dle-small", system="DGX-A100", gpus=8, batch_size_per_gpu=8192, dtype="fp16",
+                        embedding_dtype="fp32")
+    plan = size_lookup_greedy(base, capacity=1e18)
+    pooled = 8 * 8192 * 26 * 128  # global batch x tables x dim: every rank casts the outputs of its own tables
+
+    def ops_of(cfg):  # one op row per node that has an op (compiled graphs keep unique rows)
+        cg = build_dlrm_graph(cfg, plan).graph.compile()
+        idx = cg.op_index[cg.op_index >= 0]
+        return cg.ops.iloc[idx].reset_index(drop=True)
+
+    ops = ops_of(base)
+    casts = ops[ops["variant"] == "cast"]
+    for direction in ("fwd", "bwd"):
+        d = casts[casts["direction"] == direction]
+        assert d["elements"].sum() == pytest.approx(pooled, rel=1e-6)
+        assert roofline(d, catalog)["bytes"].sum() == pytest.approx(6.0 * pooled, rel=1e-6)
+    assert not (ops["variant"] == "scale_").any()
+    for same in (base.with_(lookup_output_dtype="fp16"), base.with_(dtype="tf32"), base.with_(embedding_dtype="fp16")):
+        assert not (ops_of(same)["variant"] == "cast").any()  # fused output, TF32 = FP32 storage, FP16 tables
+    scaled = base.with_(grad_scaler=True)
+    ops_s = ops_of(scaled)
+    unscale = ops_s[ops_s["variant"] == "scale_"]
+    top = sum(fin * fout + fout for i, (_, fin, fout) in enumerate(base.mlp_layers()) if i >= len(base.bottom_mlp))
+    bottom = sum(fin * fout + fout for _, fin, fout in base.mlp_layers()) - top
+    # every rank: one pass over its dense gradients (the top MLP; the model-parallel bottom MLP on rank 0 only)
+    # and one over its tables' gradient values (one-hot: one per sample and table)
+    assert unscale["elements"].sum() == pytest.approx(pooled + 8 * top + bottom, rel=1e-4)  # (rounded rows)
+    assert len(unscale) == 2 * 8
+    t = [_time_ms(c)[0] for c in (base.with_(lookup_output_dtype="fp16"), base, scaled)]
+    assert t[0] < t[1] < t[2]
+    again = DLRMConfig.from_dict(scaled.with_(lookup_output_dtype="fp16").to_dict())
+    assert again.grad_scaler and again.lookup_dtype == "fp16" and again.embedding_dtype == "fp32"
+    assert base.lookup_dtype == "fp32" and base.with_(embedding_dtype="fp16").lookup_dtype == "fp16"
+    with pytest.raises(InvalidInputError, match="grad_scaler"):
+        base.with_(grad_scaler="yes")

@@ -214,6 +214,16 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
     return pd.DataFrame(rows), skipped
 
 
+def dle_amp(amp: bool, gpus: int) -> dict[str, object]:
+    """How DeepLearningExamples' ``--amp`` runs its FP32 tables (``dlrm/scripts/main.py``, ``dlrm/nn/parts.py``):
+    ``torch.cuda.amp.GradScaler`` unscales the gradients before both optimizers; on one GPU (26 tables of dim
+    128) the fused joint embedding writes FP16 outputs itself, on several the sparse joint embedding writes FP32
+    and ``.half()`` casts them before the all-to-all."""
+    if not amp:
+        return {"grad_scaler": False, "lookup_output_dtype": ""}
+    return {"grad_scaler": True, "lookup_output_dtype": "fp16" if gpus == 1 else ""}
+
+
 def map_dle(path: Path, catalog: Catalog) -> pd.DataFrame:
     """DeepLearningExamples DLRM throughput rows, both precisions, as per-iteration times (global batch /
     samples per second)."""
@@ -236,7 +246,7 @@ def map_dle(path: Path, catalog: Catalog) -> pd.DataFrame:
                          "system_label": f"DLE {r.system} {label} ({fp.upper() if label == 'full' else 'AMP'})",
                          "device": s.device, "gpn": s.gpus_per_node, "nodes": 1, "gpus": gpus, "global_batch": 65536,
                          "family": "pytorch", "variant": variant, "dtype": dtype, "embedding_dtype": emb,
-                         "bottom": "model_parallel", "hybrid_emb": False,
+                         "bottom": "model_parallel", "hybrid_emb": False, **dle_amp(label == "mixed", gpus),
                          "measured_ms": 65536 / float(thr) * 1e3, "system_key": sys_key})
     return pd.DataFrame(rows)
 
@@ -279,8 +289,10 @@ def build_graphs(runs: pd.DataFrame, catalog: Catalog, zipf_alpha: float = DEFAU
                  ) -> tuple[pd.Series, list, Catalog]:
     """One compiled graph per distinct configuration; ``key`` per run row. Runs flagged ``hybrid_emb`` get
     HugeCTR's hybrid embedding with Criteo categories of Zipf exponent ``zipf_alpha``."""
+    runs = runs.assign(**{c: runs[c].fillna(d) if c in runs else d
+                          for c, d in (("grad_scaler", False), ("lookup_output_dtype", ""))})
     keys = runs[["variant", "device", "gpn", "nodes", "gpus", "global_batch", "dtype", "embedding_dtype",
-                 "bottom", "hybrid_emb", "family"]].astype(str)
+                 "bottom", "hybrid_emb", "family", "grad_scaler", "lookup_output_dtype"]].astype(str)
     key = keys.agg("|".join, axis=1)
     graphs, cat = {}, catalog
     for k, r in zip(key, runs.itertuples(index=False), strict=True):
@@ -295,7 +307,8 @@ def build_graphs(runs: pd.DataFrame, catalog: Catalog, zipf_alpha: float = DEFAU
         cfg = dlrm_variant(r.variant, system=system, gpus=int(r.gpus),
                            batch_size_per_gpu=max(1, int(round(r.global_batch / r.gpus))), dtype=r.dtype,
                            embedding_dtype=r.embedding_dtype, embedding_placement="auto",
-                           bottom_mlp_placement=r.bottom)
+                           bottom_mlp_placement=r.bottom, grad_scaler=bool(r.grad_scaler),
+                           lookup_output_dtype=r.lookup_output_dtype or None)
         he = HybridEmbedding(zipf_alpha) if bool(r.hybrid_emb) else None
         ec = r.variant == "mlperf-dcnv2" and r.family == "hugectr"  # HugeCTR's embedding collection (DCNv2 rounds)
         # HugeCTR all-reduces every dense weight gradient at once from one grouped buffer (no DDP buckets)

@@ -14,6 +14,8 @@ The configuration format (YAML or JSON)::
     embedding_dim: 64         # default for tables that omit it
     embedding_dtype: fp32     # storage/lookup dtype of the tables (default: dtype); mixed precision = fp16 + fp32
     embedding_placement: hbm  # hbm | host | auto (tables that do not fit a GPU's memory live in host memory)
+    lookup_output_dtype: fp32 # dtype the lookups write (default: embedding_dtype; a cast to dtype follows if wider)
+    grad_scaler: false        # PyTorch AMP loss scaling: gradients unscaled (and checked) before the optimizer
     # or `variant: mlperf` (mlperf | mlperf-dcnv2 | dle-small | dle-large): a published model, other keys override
     optimizer: sgd            # sgd | adagrad
     tables:                   # or num_tables + table_generator: {seed, rows: [lo, hi], pooling: [lo, hi], ...}
@@ -255,15 +257,25 @@ class DLRMConfig:
     #: data_parallel (DDP, like TorchRec) | model_parallel (rank 0 runs it on the global batch and sends its output
     #: in the embedding all-to-all, like NVIDIA DeepLearningExamples' hybrid parallel DLRM)
     bottom_mlp_placement: str = "data_parallel"
+    #: dtype the lookup kernels write their pooled outputs in (None: ``embedding_dtype``). When it is wider than
+    #: ``dtype`` (mixed precision with FP32 tables), a cast kernel follows the lookups and another precedes their
+    #: backward, as PyTorch runs ``.half()`` / autocast on an FP32 lookup's output; set it to ``dtype`` when the
+    #: lookup kernel writes half precision itself (e.g. DeepLearningExamples' fused joint embedding on one GPU,
+    #: FBGEMM's ``output_dtype``).
+    lookup_output_dtype: str | None = None
+    #: PyTorch AMP's loss scaling (``torch.cuda.amp.GradScaler``): before the optimizer every gradient is unscaled
+    #: in place with an inf/NaN check (the embedding gradients' values, one per lookup, and the dense gradients),
+    #: and the host reads the found-inf flag back (``scaler.step``) before it launches the updates.
+    grad_scaler: bool = False
 
     FIELDS = ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features", "bottom_mlp", "top_mlp",
               "interaction", "embedding_dim", "optimizer", "tables", "num_tables", "table_generator", "plan",
               "description", "dcn_layers", "dcn_low_rank", "embedding_dtype", "embedding_placement",
-              "bottom_mlp_placement")
+              "bottom_mlp_placement", "lookup_output_dtype", "grad_scaler")
     #: Scalar fields copied from a document (besides tables and plan).
     SCALARS = ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features", "bottom_mlp", "top_mlp",
                "interaction", "embedding_dim", "optimizer", "dcn_layers", "dcn_low_rank", "embedding_dtype",
-               "embedding_placement", "bottom_mlp_placement")
+               "embedding_placement", "bottom_mlp_placement", "lookup_output_dtype", "grad_scaler")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tables", tuple(self.tables))
@@ -274,6 +286,12 @@ class DLRMConfig:
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
         object.__setattr__(self, "embedding_dtype",
                            normalize_dtype(self.embedding_dtype) if self.embedding_dtype else self.dtype)
+        # kept as given (None: follows embedding_dtype, also through with_()); resolved by lookup_dtype
+        object.__setattr__(self, "lookup_output_dtype",
+                           normalize_dtype(self.lookup_output_dtype) if self.lookup_output_dtype else None)
+        if not isinstance(self.grad_scaler, (bool, np.bool_)):
+            raise InvalidInputError(f"grad_scaler must be true or false, got {self.grad_scaler!r}")
+        object.__setattr__(self, "grad_scaler", bool(self.grad_scaler))
         object.__setattr__(self, "dcn_layers", _positive_int(self.dcn_layers, "dcn_layers"))
         rank = self.dcn_low_rank
         object.__setattr__(self, "dcn_low_rank", 0 if rank in (0, None) else _positive_int(rank, "dcn_low_rank"))
@@ -332,6 +350,11 @@ class DLRMConfig:
         from hybrid.units import DTYPE_BYTES
 
         return DTYPE_BYTES[self.dtype]
+
+    @property
+    def lookup_dtype(self) -> str:
+        """The dtype the lookups write their pooled outputs in (``lookup_output_dtype``, else the tables')."""
+        return self.lookup_output_dtype or self.embedding_dtype or self.dtype
 
     @property
     def embedding_dtype_bytes(self) -> float:
@@ -455,6 +478,10 @@ class DLRMConfig:
             out["embedding_placement"] = self.embedding_placement
         if self.bottom_mlp_placement != "data_parallel":
             out["bottom_mlp_placement"] = self.bottom_mlp_placement
+        if self.lookup_output_dtype is not None:
+            out["lookup_output_dtype"] = self.lookup_output_dtype
+        if self.grad_scaler:
+            out["grad_scaler"] = True
         out.update(self.extra)
         if self.plan is not None:
             out["plan"] = self.plan.to_dict()

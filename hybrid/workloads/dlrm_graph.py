@@ -39,6 +39,7 @@ from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device
 from hybrid.ops.families import expected_unique_rows
 from hybrid.sharding.plan import ShardingPlan, split_evenly
+from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.dlrm import DLRMConfig
 from hybrid.workloads.dlrm_hybrid_embedding import HybridEmbedding
 
@@ -321,6 +322,10 @@ def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
     return out
 
 
+#: Storage dtype of a compute dtype that only changes the arithmetic (TF32 matrix multiplies read FP32 tensors).
+STORAGE_DTYPE = {"tf32": "fp32"}
+
+
 def build_dlrm_graph(
     config: DLRMConfig,
     plan: ShardingPlan | None = None,
@@ -383,6 +388,19 @@ def build_dlrm_graph(
 
     def copy(elements: float, direction: str = "fwd") -> dict[str, Any]:
         return kop("elementwise", variant="copy", elements=_round(max(elements, 1.0)), direction=direction)
+
+    lo_dt = config.lookup_dtype
+    # the lookups write a dtype the dense part does not store its activations in (TF32 is FP32 storage)
+    cast_outputs = STORAGE_DTYPE.get(lo_dt, lo_dt) != STORAGE_DTYPE.get(dt, dt)
+    width = DTYPE_BYTES[dt] / DTYPE_BYTES[lo_dt]  # bytes of a dense-dtype element per lookup-output byte
+
+    def cast(elements: float, direction: str) -> dict[str, Any]:
+        """``elements`` pooled lookup outputs converted to ``dtype`` (fwd) or their gradients back (bwd): one read
+        in the one dtype, one write in the other (the row counts both in units of ``lookup_output_dtype``)."""
+        n_in, n_out = (1.0, width) if direction == "fwd" else (width, 1.0)
+        return {"op": "elementwise", "device": dev, "dtype": lo_dt, "variant": "cast", "direction": direction,
+                "elements": _round(max(elements, 1.0)), "n_inputs": n_in, "n_outputs": n_out,
+                "flops_per_element": 0.0}
 
     def cop(op: str, size: float, ranks: int, nodes: int | None = None) -> dict[str, Any]:
         return {"op": op, "device": dev, "system": coll_system, "dtype": dt, "size_bytes": _round(max(size, 1.0)),
@@ -499,6 +517,11 @@ def build_dlrm_graph(
                                 deps=[unpacked.get(r)] if r in unpacked else [],
                                 args={"tables": ",".join(grp["tables"][:50])}, scale=where(grp))
         lookup_done[r] = last
+        pooled = sum(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"] for grp in groups[r]
+                     if grp["sharded"])
+        if cast_outputs and pooled > 0:
+            lookup_done[r] = g.kernel(r, f"embedding output cast ({lo_dt} -> {dt})", cast(pooled, "fwd"),
+                                      deps=[last])
     if mp_bottom:
         for i in range(n_bottom):
             name, fin, fout = layers[i]
@@ -559,6 +582,9 @@ def build_dlrm_graph(
                     if not grp["sharded"]:
                         g.kernel(r, f"embedding fwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
                                  emb(grp, "fwd"))
+                        if cast_outputs:
+                            g.kernel(r, f"embedding dp output cast ({lo_dt} -> {dt})",
+                                     cast(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"], "fwd"))
                 deps = [*exchanged[r], lookup_done.get(r)]
                 if config.interaction == "dot":
                     g.kernel(r, "interaction stack", copy(B * (d_out + emb_cols)), deps=deps)
@@ -646,6 +672,10 @@ def build_dlrm_graph(
         for r in all_ranks:
             for grp in groups[r]:
                 if not grp["sharded"]:
+                    if cast_outputs:
+                        g.kernel(r, f"embedding dp grad cast ({dt} -> {lo_dt})",
+                                 cast(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"], "bwd"),
+                                 deps=[inter_bwd[r]])
                     dp_bwd[r] = g.kernel(
                         r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
                         emb(grp, "bwd", "dense_sgd"), deps=[inter_bwd[r]])
@@ -728,6 +758,10 @@ def build_dlrm_graph(
         arrived = [n for n in (a2a_bwd.get(r), ag.get(r)) if n is not None]
         if "row-wise view gradients" in work and R > 1 and has_rw:
             arrived = [owner_view_gradients(r, ag.get(r)), *arrived]
+        pooled = sum(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"] for grp in groups[r]
+                     if grp["sharded"])
+        if cast_outputs and pooled > 0:
+            arrived = [g.kernel(r, f"embedding grad cast ({dt} -> {lo_dt})", cast(pooled, "bwd"), deps=arrived)]
         for grp in groups[r]:
             if grp["sharded"]:  # the profiled row includes an SGD update: only the backward share here
                 g.kernel(r, f"embedding bwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
@@ -744,6 +778,22 @@ def build_dlrm_graph(
     for r in all_ranks:
         step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")
         deps = [ar[r] for ar in allreduces if r in ar]
+        params = dense_tensors(r) + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
+                                  for grp in groups[r] if not grp["sharded"]]
+        if config.grad_scaler:
+            # GradScaler: the dense (FP32 master) gradients unscaled and checked in one multi-tensor pass, the
+            # found-inf flag read back by the host (scaler.step), then every sparse gradient's values unscaled
+            unscaled = g.kernel(r, "GradScaler unscale (dense gradients)",
+                                kop("elementwise", variant="scale_", dtype="fp32", elements=_round(sum(params))),
+                                deps=deps, host_deps=[step])
+            step = g.add(r, HOST, "GradScaler found_inf to host (.item(): waits for the GPU)", kind="cpu",
+                         overhead="kernel_launch", deps=[unscaled])
+            for grp in groups[r]:
+                if grp["sharded"]:
+                    values = grp["batch_size"] * grp["pooling_factor"] * grp["num_tables"] * grp["embedding_dim"]
+                    g.kernel(r, "GradScaler unscale (embedding gradient values)",
+                             kop("elementwise", variant="scale_", dtype=emb_dt, elements=_round(values)),
+                             host_deps=[step], scale=where(grp))
         for grp in groups[r]:
             if not grp["sharded"]:
                 continue
@@ -759,8 +809,6 @@ def build_dlrm_graph(
             if "sparse coalesce host waits" in work:  # coalescing reads the unique-row count back to the host
                 step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)", kind="cpu",
                              overhead="kernel_launch", deps=[done])
-        params = dense_tensors(r) + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
-                                  for grp in groups[r] if not grp["sharded"]]
         for j, n in enumerate(params):
             g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n)),
                      deps=deps if j == 0 else (), host_deps=[step] if j == 0 else ())
