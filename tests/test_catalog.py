@@ -11,6 +11,7 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -536,3 +537,29 @@ def test_a10g_is_not_the_a10(catalog) -> None:
     assert a10g.peak("fp32") > a10.peak("fp32") and a10g.peak("fp16") < 0.6 * a10.peak("fp16")
     assert a10g.mem_bw == a10.mem_bw
     assert abs(a10g.peak("fp16") - a10g.num_sms * 512 * a10g.clock_mhz * 1e6) < 0.01 * a10g.peak("fp16")
+
+
+def test_fp16_on_gpus_whose_half_units_add_in_half_runs_at_the_fp32_rate(catalog):
+    """Pascal (half2 at 2x, or 1/64 on consumer / inference parts) and Vega 10 add FP16 in 16 bits: the roofline's
+    compute ceiling for FP16 kernels (FP32-accumulating GEMMs, PyTorch's FP32 'opmath') is their FP32 rate; the
+    datasheet ``peak`` is unchanged, and GPUs with tensor / matrix cores or FP32-summing dot units keep theirs."""
+    from hybrid.ops.roofline import roofline
+
+    for name in ("P100-PCIE-16GB", "P4", "GTX-1080Ti", "P40", "MI25", "Vega-FE"):
+        d = catalog.device(name)
+        assert d.half_accumulates_in_half and d.compute_peak_dtype("fp16") == "fp32"
+        assert d.compute_peak("fp16") == d.peak("fp32") and d.peak("fp16") != d.peak("fp32")
+    for name in ("V100-SXM2-32GB", "T4", "RTX-3090", "A100-SXM4-80GB", "H100-SXM", "MI50", "MI100", "MI300X"):
+        d = catalog.device(name)
+        assert not d.half_accumulates_in_half and d.compute_peak("fp16") == d.peak("fp16")
+    p100 = catalog.device("P100-PCIE-16GB")
+    assert p100.compute_peak("bf16") == p100.peak("bf16") and p100.compute_peak("fp32") == p100.peak("fp32")
+    assert catalog.device("P4").compute_peak_dtype("fp8") == "fp32"  # fp8 -> its fp16 fallback -> FP32 units
+    gemm = pd.DataFrame({"device": ["P100-PCIE-16GB", "P100-PCIE-16GB", "GTX-1080Ti"], "op": "gemm",
+                         "dtype": ["fp16", "fp32", "fp16"], "b": 1, "m": 8192, "n": 8192, "k": 8192})
+    r = roofline(gemm, catalog)
+    flops = 2.0 * 8192**3
+    assert r["compute_us"].iloc[0] == pytest.approx(flops / p100.peak("fp32") * 1e6)
+    assert r["compute_us"].iloc[0] == pytest.approx(r["compute_us"].iloc[1])  # same units, half the bytes
+    assert r["memory_us"].iloc[0] == pytest.approx(r["memory_us"].iloc[1] / 2)
+    assert r["time_us"].iloc[2] < 2 * flops / catalog.device("GTX-1080Ti").peak("fp32") * 1e6  # not at 1/64 rate

@@ -70,11 +70,13 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
                  **_interval(out)}
     dev = cat.device(device)
-    used = dev.peak_dtype(spec.dtype)
+    used = dev.compute_peak_dtype(spec.dtype)
     if used != spec.dtype:
         extra["peak_dtype"] = used
-        extra["note"] = (f"{dev.key} has no {spec.dtype} units: timed at its {used} peak "
-                         f"({dev.peak(used) / 1e12:.4g} TFLOP/s) with {spec.dtype} operand sizes")
+        why = (f"its {spec.dtype} units add in 16 bits, so FP32-accumulating kernels run" if
+               dev.peak_dtype(spec.dtype) == spec.dtype else f"it has no {spec.dtype} units: timed")
+        extra["note"] = (f"{dev.key}: {why} at its {used} peak ({dev.peak(used) / 1e12:.4g} TFLOP/s) with "
+                         f"{spec.dtype} operand sizes")
         if not as_json:
             click.echo(f"warning: {extra['note']}", err=True)
     row = roofline(frame, cat, device=dev.key).iloc[0]

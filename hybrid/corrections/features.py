@@ -136,7 +136,7 @@ def device_array(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     rows = []
     for name, dtype in uniques:
         d = catalog.device(name)
-        peak = d.peak(normalize_dtype(dtype))
+        peak = d.compute_peak(normalize_dtype(dtype))
         sms = float(max(d.num_sms, 1))
         fp32 = d.peak("fp32")
         tdp = d.tdp_w if d.tdp_w > 0 else np.nan

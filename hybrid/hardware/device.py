@@ -69,6 +69,33 @@ class Device:
         return self.peak_flops[self.peak_dtype(dtype)]
 
     @property
+    def half_accumulates_in_half(self) -> bool:
+        """True for GPUs whose 16-bit float units add in 16 bits only: NVIDIA before Volta's tensor cores (P100's
+        half2 FMA at 2x FP32, consumer and inference Pascal at 1/64) and AMD Vega 10 (gfx900, packed half FMA;
+        Vega 20's ``v_dot2_f32_f16`` sums in FP32 at the packed rate)."""
+        if self.kind != "gpu":
+            return False
+        if str(self.vendor).lower() == "nvidia":
+            return 0 < self.compute_capability < 70
+        return str(self.arch).lower() == "gfx900"
+
+    def compute_peak_dtype(self, dtype: str) -> str:
+        """The units a kernel in ``dtype`` runs on as libraries build it: :meth:`peak_dtype`, except FP16
+        on a GPU whose 16-bit units add in 16 bits (:attr:`half_accumulates_in_half`): cuBLAS / rocBLAS GEMMs and
+        convolutions with FP32 sums (PyTorch's and DeepBench's default for FP16) and PyTorch's elementwise math
+        (computed in FP32 registers) run on the FP32 units there. DeepBench's FP16 GEMMs on a P100 peak at 9.1
+        TFLOP/s, its FP32 rate, not the 18.7 of its half2 units."""
+        name = self.peak_dtype(dtype)
+        if name == "fp16" and self.half_accumulates_in_half and "fp32" in self.peak_flops:
+            return "fp32"
+        return name
+
+    def compute_peak(self, dtype: str) -> float:
+        """Peak FLOP/s of the units :meth:`compute_peak_dtype` names: the roofline's compute ceiling (:meth:`peak`
+        stays the datasheet figure, e.g. for MFU)."""
+        return self.peak_flops[self.compute_peak_dtype(dtype)]
+
+    @property
     def compute_capability(self) -> int:
         """NVIDIA compute capability as an integer (``arch`` ``sm_90`` -> 90); 0 for other vendors or no ``arch``."""
         arch = str(self.arch).lower()

@@ -236,7 +236,7 @@ def _kernel(df: pd.DataFrame, family: str, cat: Catalog, device: str | None) -> 
     nbytes = fam.bytes(df)
     if device is not None:
         dev = cat.device(device)
-        peak = factor_map(_dtypes(df), dev.peak).astype(np.float64)
+        peak = factor_map(_dtypes(df), dev.compute_peak).astype(np.float64)
         bw = np.full(len(df), dev.mem_bw)
         lat = np.full(len(df), dev.kernel_latency_us)
         exp_rate, cc = np.full(len(df), dev.exp_rate), np.full(len(df), dev.compute_capability)
@@ -245,7 +245,7 @@ def _kernel(df: pd.DataFrame, family: str, cat: Catalog, device: str | None) -> 
             raise InvalidInputError("table has no 'device' column; pass device=")
         dev_codes, devs = _per_row(df["device"], cat.device)
         dt_codes, dts = _per_row(_dtypes(df), normalize_dtype)
-        peak_matrix = np.array([[d.peak(t) for t in dts] for d in devs])
+        peak_matrix = np.array([[d.compute_peak(t) for t in dts] for d in devs])
         peak = peak_matrix[dev_codes, dt_codes]
         bw = np.array([d.mem_bw for d in devs])[dev_codes]
         lat = np.array([d.kernel_latency_us for d in devs])[dev_codes]

@@ -29,10 +29,10 @@ def op_roofline(points: pd.DataFrame, devices: list[Device], dtype: str = "fp16"
     x = np.geomspace(lo, hi, 200)
     for i, dev in enumerate(devices):
         c = COLORS[i % len(COLORS)]
-        peak = dev.peak(dtype) / 1e12
+        peak = dev.compute_peak(dtype) / 1e12
         ax.plot(x, np.minimum(peak, x * dev.mem_bw / 1e12), color=c, lw=1.5,
                 label=f"{dev.key} roof ({peak:.0f} TFLOP/s, {dev.mem_bw / 1e9:.0f} GB/s)")
-        ax.axvline(dev.peak(dtype) / dev.mem_bw, color=c, ls=":", lw=0.8)
+        ax.axvline(dev.compute_peak(dtype) / dev.mem_bw, color=c, ls=":", lw=0.8)
         sub = pts[pts["device"] == dev.key] if "device" in pts.columns else pts
         for phase, marker in MARKERS.items():
             s = sub[sub["phase"] == phase]

@@ -744,7 +744,7 @@ def boundedness(result: InferenceResult) -> pd.DataFrame:
     the device's ridge point, compute- or memory-bound, predicted and roofline time."""
     ops = result.ops
     dev = result.setup.device
-    peak = dev.peak(result.setup.precision.compute)
+    peak = dev.compute_peak(result.setup.precision.compute)
     out = ops[["phase", "name", "op", "count", "flops", "bytes", "time_us", "roofline_us", "bound"]].copy()
     out["intensity"] = out["flops"] / out["bytes"].where(out["bytes"] > 0)
     out["ridge"] = peak / dev.mem_bw
