@@ -91,10 +91,15 @@ def test_predict_gemm_states_a_dtype_fallback():
                         "1024", "--json"])
     assert rc == 0, err
     res = json.loads(out)
-    assert res["dtype"] == "fp8" and res["peak_dtype"] == "fp16" and "P4 has no fp8 units" in res["note"]
+    # fp8 falls back to the P4's fp16 entry, whose units add in 16 bits: FP32-summing kernels run on FP32 units
+    assert res["dtype"] == "fp8" and res["peak_dtype"] == "fp32" and "P4: it has no fp8 units" in res["note"]
     rc, out, err = cli(["predict", "gemm", "--device", "P4", "--dtype", "fp8", "-m", "1024", "-n", "1024", "-k",
                         "1024"])
-    assert rc == 0 and "warning: P4 has no fp8 units: timed at its fp16 peak" in err
+    assert rc == 0 and "warning: P4: it has no fp8 units: timed at its fp32 peak" in err
+    rc, out, err = cli(["predict", "gemm", "--device", "P100-PCIE-16GB", "--dtype", "fp16", "-m", "1024", "-n",
+                        "1024", "-k", "1024", "--json"])
+    res = json.loads(out)
+    assert rc == 0 and res["peak_dtype"] == "fp32" and "its fp16 units add in 16 bits" in res["note"]
     rc, out, err = cli(["predict", "gemm", "--device", "H100", "--dtype", "fp8", "-m", "1024", "-n", "1024", "-k",
                         "1024", "--json"])
     assert rc == 0 and "peak_dtype" not in json.loads(out) and err == ""
