@@ -426,6 +426,9 @@ def build_dlrm_graph(
         return g.collective(name, all_ranks, ops, deps=deps, comm_overlap=overlap, **kw)
 
     groups = [lookup_groups(pieces, r) for r in all_ranks]
+    # pooled lookup outputs per rank of its sharded groups (what a cast to the dense dtype converts, fwd and bwd)
+    pooled = [sum(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"] for grp in groups[r] if grp["sharded"])
+              for r in all_ranks]
     has_sharded = any(p.type != "data_parallel" for p in pieces)
     has_rw = vol.row_wise_bytes > 0
     layers = config.mlp_layers()
@@ -517,10 +520,8 @@ def build_dlrm_graph(
                                 deps=[unpacked.get(r)] if r in unpacked else [],
                                 args={"tables": ",".join(grp["tables"][:50])}, scale=where(grp))
         lookup_done[r] = last
-        pooled = sum(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"] for grp in groups[r]
-                     if grp["sharded"])
-        if cast_outputs and pooled > 0:
-            lookup_done[r] = g.kernel(r, f"embedding output cast ({lo_dt} -> {dt})", cast(pooled, "fwd"),
+        if cast_outputs and pooled[r] > 0:
+            lookup_done[r] = g.kernel(r, f"embedding output cast ({lo_dt} -> {dt})", cast(pooled[r], "fwd"),
                                       deps=[last])
     if mp_bottom:
         for i in range(n_bottom):
@@ -758,10 +759,8 @@ def build_dlrm_graph(
         arrived = [n for n in (a2a_bwd.get(r), ag.get(r)) if n is not None]
         if "row-wise view gradients" in work and R > 1 and has_rw:
             arrived = [owner_view_gradients(r, ag.get(r)), *arrived]
-        pooled = sum(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"] for grp in groups[r]
-                     if grp["sharded"])
-        if cast_outputs and pooled > 0:
-            arrived = [g.kernel(r, f"embedding grad cast ({dt} -> {lo_dt})", cast(pooled, "bwd"), deps=arrived)]
+        if cast_outputs and pooled[r] > 0:
+            arrived = [g.kernel(r, f"embedding grad cast ({dt} -> {lo_dt})", cast(pooled[r], "bwd"), deps=arrived)]
         for grp in groups[r]:
             if grp["sharded"]:  # the profiled row includes an SGD update: only the backward share here
                 g.kernel(r, f"embedding bwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
