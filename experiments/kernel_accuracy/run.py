@@ -232,7 +232,6 @@ def main() -> None:
                              + " | ".join(f"{dev_means[n][devs].mean():.1f}" for n in names) + " |")
         lines += [
                   "| in distribution (random 20%) | all | | | " + " | ".join(f"{in_dist[n]:.1f}" for n in names) + " |",
-                  "| in distribution (random 20%) | all | | | " + " | ".join(f"{in_dist[n]:.1f}" for n in names) + " |",
                   "| wall time (s) | | | | " + " | ".join(f"{times[n]:.0f}" for n in names) + " |", "",
                   f"### {group} family: leave-one-GPU-out per held-out device (geomean %, all its rows)", "",
                   "| device | rows | roofline | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
