@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
 
     labels = e2e.read_labels(args.labels)
-    cat = default_catalog([e2e.CATALOG_OVERLAY])
+    cat = default_catalog()
     calib, ccat, _, _ = e2e.calibrated_model(args.data_dir, args.rows_per_gpu, args.seed)
     models = {"calibrated": (calib, ccat), "roofline": (RooflineCostModel(cat), cat)}
     trace_dir = Path(args.trace_dir)

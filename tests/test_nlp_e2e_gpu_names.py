@@ -1,0 +1,32 @@
+"""The NLP benchmark's label GPU names: which catalog entry each label is predicted on."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("label, module, gcd", [
+    ("AMD_Instinct_MI250", "MI250", "MI250-GCD"),
+    ("AMD_Instinct_MI250X", "MI250X", "MI250X-GCD"),
+])
+def test_single_process_mi250_labels_run_on_one_die(load_experiment, label, module, gcd):
+    """A single PyTorch process runs on one of the module's two dies, so the label is predicted on half of it."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = load_experiment("nlp_e2e")
+    cat = default_catalog()
+    assert bench.resolve_gpu(label, cat) == gcd
+    whole, die = cat.device(module), cat.device(gcd)
+    assert die.peak("fp32") == pytest.approx(whole.peak("fp32") / 2, rel=1e-3)
+    assert die.mem_bw == pytest.approx(whole.mem_bw / 2, rel=1e-3)
+    assert die.num_sms * 2 == whole.num_sms
+
+
+@pytest.mark.parametrize("label, key", [
+    ("NVIDIA_H100_80GB_HBM3", "H100-SXM"), ("NVIDIA_H100_PCIe", "H100-PCIE"), ("NVIDIA_L4", "L4"),
+    ("Tesla_T4", "T4"), ("NVIDIA_A100_80GB_PCIe", "A100-PCIE-80GB"), ("AMD_Instinct_MI210", "MI210"),
+])
+def test_label_names_of_other_gpus_resolve(load_experiment, label, key):
+    from hybrid.hardware.catalog import default_catalog
+
+    assert load_experiment("nlp_e2e").resolve_gpu(label, default_catalog()) == key
