@@ -93,8 +93,9 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--same-device/--other-device", "same", default=None,
               help="Whether the target is the traced hardware (default: decided from the traces).")
 @click.option("--host", "host", type=click.Choice(["auto", "trace", "model"]), default="auto", show_default=True,
-              help="Host time: the trace's (trace), the engine's launch overheads (model; a GPU trace's host time is "
-                   "inflated by the profiler, ~10-25 us per recorded op), or auto (trace on the traced device).")
+              help="Host time: the trace's (trace: less what recording cost, where the trace measured it when it was "
+                   "recorded), the engine's launch overheads (model), or auto (trace on the traced device). A GPU "
+                   "trace's host is inflated by the profiler, ~10-25 us per recorded op.")
 @click.option("--kernel-times/--as-fitted", "kernel_times", default=True, show_default=True,
               help="Cost GPU kernels with the model's kernel time (its fitted per-op framework dispatch taken off: "
                    "the graph's host stream carries it), or as the model predicts them (dispatch counted twice).")
@@ -131,6 +132,11 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     s["kernel_times"] = kernel_times
     s["compiled"] = compiled
     notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
+    rec = it.info.get("recording_overhead", {})
+    if it.info.get("host") == "trace" and not rec.get("measured") and any(t.device == "cuda" for t in loaded):
+        notes.append("the traces do not say what recording cost their host (recorded without `hybrid trace record` "
+                     "or before it measured it), so the traced host time, inflated by the profiler, is kept as is: "
+                     "re-record with `hybrid trace record`, or use --host model")
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
@@ -158,6 +164,11 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
             + ([r["measured_us"] / 1e3] if "measured_us" in bd.columns and it.same_device else [])
             for _, r in bd.iterrows()]
     echo_table(rows, ["family", "nodes", "predicted_ms"] + (["measured_ms"] if len(rows[0]) > 3 else []))
+    if rec.get("measured") and rec.get("kept"):
+        click.echo(f"recording overhead taken off the traced host (measured when recorded): "
+                   f"{rec['per_event_us']:.2f} us per event + {rec['per_input_us']:.2f} us per input + "
+                   f"{rec['per_launch_us']:.2f} us per launch; {sum(rec['in_units_ms']):.3f} ms inside ops, gaps kept "
+                   "at " + "/".join(f"{x:.0%}" for x in rec["gap_share"]))
     unm = s["unmodelled"]
     if unm["ops"]:
         click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms in the trace, costed as "
@@ -195,11 +206,14 @@ def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int 
 @click.option("--no-et", is_flag=True, help="Chrome trace only (no execution trace).")
 @click.option("--threads", type=int, default=None,
               help="PyTorch intra-op threads for the step (match the profile bundle you predict with, e.g. 1).")
+@click.option("--no-overhead", is_flag=True,
+              help="Do not measure what recording costs the host (by default ~1-3 s of small op loops, stored in "
+                   "the Chrome trace and taken off the traced host times by `trace predict`).")
 def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str, warmup: int, no_et: bool,
-           threads: int | None) -> None:
+           threads: int | None, no_overhead: bool) -> None:
     """Run SCRIPT (its top level builds the model), then trace one call of its step function."""
     from hybrid.data.traces.record import record_script
 
     paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
-                          args=list(script_args), threads=threads)
+                          args=list(script_args), threads=threads, measure_overhead=not no_overhead)
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))

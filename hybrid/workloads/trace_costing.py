@@ -6,9 +6,12 @@ Retargeting decisions (used by :func:`hybrid.workloads.trace_graph.build_trace_g
   resolves to the target device. Only then is the trace's own time a measurement of the target: unmodelled ops
   are costed at their traced time (elsewhere at zero, and listed either way).
 * **host time** (:class:`HostCosting`): ``"trace"`` keeps the traced host time (gaps, views, each op's own
-  dispatch + launch on the host) as the target's host time, deflated by ``host_scale`` (the CPU-time share of a
-  step traced on a loaded machine); ``"model"`` drops it and lets the engine's per-launch overheads stand for
-  the target's host (a CPU or meta-device trace predicted for a GPU).
+  dispatch + launch on the host) as the target's host time, less what recording cost where the trace says
+  (:mod:`hybrid.data.traces.overhead`: per recorded event, input and launch, measured when the trace was
+  recorded; taken off each op's own events, and off the gaps for the events of the ops they are made of), and
+  deflated by ``host_scale`` (the CPU-time share of a step traced on a loaded machine); ``"model"`` drops it and
+  lets the engine's per-launch overheads stand for the target's host (a CPU or meta-device trace predicted for a
+  GPU).
 
 Costed ops carry a canonical op row for the target device, predicted in one batch by any
 :class:`~hybrid.engine.costs.OpCostModel` (:func:`predict_trace`); :func:`measured_durations` gives every node
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from hybrid.data.traces.overhead import ProfilerOverhead, input_counts, overhead_of
 from hybrid.data.traces.parse import RankTrace
 from hybrid.engine.form_error import e2e_interval
 from hybrid.errors import InvalidInputError
@@ -33,6 +37,9 @@ if TYPE_CHECKING:
     from hybrid.workloads.trace_graph import TraceIteration
 
 HOST_MODES = ("auto", "trace", "model")
+#: An op (or gap) keeps at least this share of its traced host time when the recording cost is taken off: the
+#: cost is measured on small op loops, and an op's own work never vanishes.
+MIN_HOST_SHARE = 0.05
 
 
 def is_same_device(traces: list[RankTrace], target: Target, catalog: Catalog) -> bool:
@@ -56,6 +63,10 @@ class HostCosting:
     same_device: bool
     keep_host: bool
     scales: tuple[float, ...]  # host_scale per rank
+    #: recording overhead per rank (None: the trace does not say; nothing is taken off)
+    overheads: tuple[ProfilerOverhead | None, ...] = ()
+    #: share of each rank's traced host gaps left once the recording cost of the events inside them is off
+    gap_shares: tuple[float, ...] = ()
 
     @classmethod
     def resolve(cls, traces: list[RankTrace], same: bool, host: str, host_scale: float | list[float]
@@ -68,20 +79,63 @@ class HostCosting:
             raise InvalidInputError(f"host_scale must be one value in (0, 1.5] or one per rank, got {host_scale!r}")
         if host == "auto":
             host = "trace" if same or all(t.device == "cuda" for t in traces) else "model"
-        return cls(same, host == "trace", tuple(scales)), host
+        return cls(same, host == "trace", tuple(scales), tuple(overhead_of(t.meta) for t in traces)), host
 
-    def host_us(self, rank: int, traced_us: float) -> float:
-        """Predicted host time of traced host work (gaps, views, an op's dispatch + launch): the traced time
-        deflated by the rank's ``host_scale`` when the traced host is kept, else 0 (the engine's overheads)."""
+    def with_gaps(self, traces: list[RankTrace], scheds: list[pd.DataFrame]) -> HostCosting:
+        """This costing with each rank's gap share: the recording cost of the rank's events that are not inside a
+        unit (those of the annotations, autograd nodes and composite ops the units are cut from, whose own time
+        is the gaps) taken off the rank's traced gap time."""
+        shares = []
+        for r, (tr, s) in enumerate(zip(traces, scheds, strict=True)):
+            ovh = self.overheads[r] if r < len(self.overheads) else None
+            gaps = float(np.nansum(np.clip(s["gap_us"].to_numpy(dtype=np.float64)
+                                           - s.get("wait_us", pd.Series(0.0, index=s.index)).fillna(0.0)
+                                           .to_numpy(dtype=np.float64), 0.0, None))
+                         + float(s.attrs.get("trailing_gap_us", 0.0)))
+            if ovh is None or not tr.has_times or gaps <= 0:
+                shares.append(1.0)
+                continue
+            counts = [float(s[c].sum()) if c in s.columns else 0.0 for c in ("n_events", "n_inputs", "n_launch")]
+            outside = ovh.cost_us(max(len(tr.ops) - counts[0], 0.0),
+                                  max(float(input_counts(tr.ops["dims"].to_numpy()).sum()) - counts[1], 0.0),
+                                  max(len(tr.kernels) - counts[2], 0.0))
+            shares.append(float(np.clip(1.0 - outside / gaps, MIN_HOST_SHARE, 1.0)))
+        return HostCosting(self.same_device, self.keep_host, self.scales, self.overheads, tuple(shares))
+
+    def recording_us(self, rank: int, events: float = 0.0, inputs: float = 0.0, launches: float = 0.0) -> float:
+        """What recording ``events`` / ``inputs`` / ``launches`` added to the rank's traced host time (0 when the
+        trace does not say)."""
+        ovh = self.overheads[rank] if rank < len(self.overheads) else None
+        return 0.0 if ovh is None else float(ovh.cost_us(events, inputs, launches))
+
+    def _untraced(self, rank: int, traced_us: float, events: float, inputs: float, launches: float) -> float:
+        cost = self.recording_us(rank, events, inputs, launches)
+        return max(float(traced_us) - cost, float(traced_us) * MIN_HOST_SHARE) if cost > 0 else float(traced_us)
+
+    def host_us(self, rank: int, traced_us: float, events: float = 0.0, inputs: float = 0.0,
+                launches: float = 0.0) -> float:
+        """Predicted host time of traced host work (views, an op's dispatch + launch): the traced time less what
+        recording its ``events`` (inputs, launches) cost, deflated by the rank's ``host_scale``, when the traced
+        host is kept; else 0 (the engine's overheads)."""
         if not self.keep_host or not np.isfinite(traced_us):
             return 0.0
-        return float(traced_us) * self.scales[rank]
+        return self._untraced(rank, traced_us, events, inputs, launches) * self.scales[rank]
 
-    def unmodelled_us(self, rank: int, traced_us: float) -> float:
-        """Predicted time of an op no family covers: its traced time on the traced device, else 0."""
+    def gap_us(self, rank: int, traced_us: float) -> float:
+        """Predicted host time of a traced gap (Python, autograd, composite ops' own work): its traced time times
+        the rank's gap share (:meth:`with_gaps`) and ``host_scale``; 0 when the traced host is not kept."""
+        if not self.keep_host or not np.isfinite(traced_us):
+            return 0.0
+        share = self.gap_shares[rank] if rank < len(self.gap_shares) else 1.0
+        return float(traced_us) * share * self.scales[rank]
+
+    def unmodelled_us(self, rank: int, traced_us: float, events: float = 0.0, inputs: float = 0.0,
+                      launches: float = 0.0) -> float:
+        """Predicted time of an op no family covers: its traced time (less its recording cost) on the traced
+        device, else 0."""
         if not self.same_device or not np.isfinite(traced_us):
             return 0.0
-        return float(traced_us) * self.scales[rank]
+        return self._untraced(rank, traced_us, events, inputs, launches) * self.scales[rank]
 
 
 @dataclass
@@ -124,6 +178,7 @@ class TracePrediction:
             "traced_device": it.info["traced_device"], "same_device": it.same_device,
         }
         out.update(self.interval())
+        out["recording_overhead"] = it.info.get("recording_overhead", {"measured": False})
         if it.same_device and np.isfinite(meas):
             out["measured_ms"] = meas / 1e3
             out["error_pct"] = (self.predicted_us / meas - 1.0) * 100.0

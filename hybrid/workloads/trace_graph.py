@@ -140,7 +140,7 @@ class _Builder:
             self.add(rank, u["stream"], "wait", WAIT_LABEL, 0.0 if on else wait, duration_us=0.0, kind="cpu", deps=on)
         rest = gap - wait  # host work after what the thread waited for (dependencies) had ended
         if self.cost.keep_host and rest > 0:
-            self.add(rank, u["stream"], "host gap", GAP_LABEL, rest, duration_us=self.cost.host_us(rank, rest),
+            self.add(rank, u["stream"], "host gap", GAP_LABEL, rest, duration_us=self.cost.gap_us(rank, rest),
                      kind="cpu", deps=deps)
 
     def kernel_stream(self, rank: int, u: dict[str, Any]) -> str:
@@ -153,7 +153,7 @@ class _Builder:
         is kept, else the engine's launch overhead."""
         keep = self.cost.keep_host
         return self.add(rank, u["stream"], f"launch {u['name']}", "launch", u["dur"],
-                        duration_us=self.cost.host_us(rank, u["dur"]), kind="cpu",
+                        duration_us=self.cost.host_us(rank, u["dur"], *_recorded(u)), kind="cpu",
                         overhead="none" if keep else what, deps=deps, phase=u["phase"])
 
     def place(self, rank: int, i: int) -> None:
@@ -182,7 +182,7 @@ class _Builder:
                            duration_us=meas if self.cost.same_device else 0.0, kind="compute", deps=[host],
                            phase=u["phase"])
         else:  # view / unmodelled: host time (unmodelled: the trace's time only on the traced device)
-            dur = self.cost.unmodelled_us(rank, u["dur"]) if kind == "unmodelled" else self.cost.host_us(rank, u["dur"])
+            dur = (self.cost.unmodelled_us if kind == "unmodelled" else self.cost.host_us)(rank, u["dur"], *_recorded(u))
             host_meas = u["dur"]
             if not self.on_cpu and name in SYNC_OPS:
                 # the host waits for the device: the wait comes from the dependency (its traced time is that wait)
@@ -241,7 +241,8 @@ class _Builder:
             host = nid
             if asynchronous:  # the call itself: enqueue on the caller's thread
                 host = self.add(m, um["stream"], f"enqueue {name}", "collective enqueue", um["dur"],
-                                duration_us=self.cost.host_us(m, um["dur"]), kind="cpu", phase=um["phase"])
+                                duration_us=self.cost.host_us(m, um["dur"], *_recorded(um)), kind="cpu",
+                                phase=um["phase"])
                 self.pending[m][pos[m]] = nid
             elif not self.on_cpu:
                 host = launches[m]
@@ -255,10 +256,15 @@ class _Builder:
             self.pending[r].clear()
             trailing = float(self.scheds[r].attrs.get("trailing_gap_us", 0.0))
             if self.has_times and self.cost.keep_host and trailing > 0:
-                self.add(r, HOST, "host gap", GAP_LABEL, trailing, duration_us=self.cost.host_us(r, trailing),
+                self.add(r, HOST, "host gap", GAP_LABEL, trailing, duration_us=self.cost.gap_us(r, trailing),
                          kind="cpu", deps=waits)
             elif waits:
                 self.add(r, HOST, "wait", WAIT_LABEL, 0.0, kind="cpu", deps=waits)
+
+
+def _recorded(u: dict[str, Any]) -> tuple[float, float, float]:
+    """Events, inputs and kernel launches the profiler recorded inside unit ``u`` (0 where a transform made it)."""
+    return tuple(float(u.get(c, 0.0) or 0.0) for c in ("n_events", "n_inputs", "n_launch"))  # type: ignore[return-value]
 
 
 def _group_of(trace: RankTrace, n_ranks: int, rank: int, pg: str, n_row: int) -> tuple[str, tuple[int, ...]]:
@@ -269,6 +275,26 @@ def _group_of(trace: RankTrace, n_ranks: int, rank: int, pg: str, n_row: int) ->
         k, v = next(iter(groups.items()))
         return k, v
     return pg or "0", tuple(range(n_ranks)) if n_row >= n_ranks else (rank,)
+
+
+def _overhead_info(costing: HostCosting, traces: list[RankTrace], scheds: list[pd.DataFrame]) -> dict[str, Any]:
+    """What recording cost the traced host, as the traces measured it (``measured: False``: they do not say)."""
+    ovh = [o for o in costing.overheads if o is not None]
+    if not ovh:
+        return {"measured": False}
+    per = []
+    for r, s in enumerate(scheds):
+        o = costing.overheads[r] if r < len(costing.overheads) else None
+        if o is None:
+            continue
+        units = float(np.sum(o.cost_us(*(s[c].to_numpy(dtype=np.float64) if c in s.columns else 0.0
+                                         for c in ("n_events", "n_inputs", "n_launch")))))
+        per.append(units)
+    first = ovh[0]
+    return {"measured": True, "ranks": len(ovh), "per_event_us": first.per_event_us,
+            "per_input_us": first.per_input_us, "per_launch_us": first.per_launch_us,
+            "execution_trace": first.execution_trace, "gap_share": list(costing.gap_shares),
+            "in_units_ms": [x / 1e3 for x in per], "kept": costing.keep_host}
 
 
 def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | None = None, *,
@@ -305,6 +331,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
         if transform is not None:
             u = transform(tr, u).reset_index(drop=True)
         scheds.append(rank_schedule(tr, u))
+    costing = costing.with_gaps(traces, scheds)
     b = _Builder(traces, tgt, costing, scheds)
     # walk all ranks together; collectives are added once every member of their group has reached them
     pos = [0] * n_ranks
@@ -355,4 +382,5 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
         units.append(s)
     return TraceIteration(b.g, traces, tgt, same, pd.concat(units, ignore_index=True), b.labels, b.measured,
                           info={"target": tgt.system, "device": tgt.device.key, "same_device": same, "host": host,
-                                "traced_device": sorted({t.device for t in traces})})
+                                "traced_device": sorted({t.device for t in traces}),
+                                "recording_overhead": _overhead_info(costing, traces, scheds)})

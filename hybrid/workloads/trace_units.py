@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.data.traces.opmap import VIEW_OPS, OpMapping, base_name, map_op
+from hybrid.data.traces.overhead import input_counts
 from hybrid.data.traces.parse import RankTrace
 from hybrid.errors import InvalidInputError
 
@@ -30,7 +31,8 @@ UNIT_KINDS = ("op", "collective", "view", "unmodelled")
 #: Breakdown labels of host time that is not an op.
 GAP_LABEL, VIEW_LABEL, UNMODELLED_LABEL = "host gaps", "view/host ops", "unmodelled"
 #: Columns of :func:`trace_units`.
-UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg", "device_us", "kstream")
+UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg", "device_us", "kstream",
+                "n_events", "n_inputs", "n_launch")
 
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -96,7 +98,9 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     """The units of one rank's trace (see the module docstring), in time order per thread.
 
     Columns (:data:`UNIT_COLUMNS`): ``op_id, tid, name, ts, dur, kind, label, row, phase, pg, device_us`` (measured
-    time of the unit's GPU kernels; NaN where the trace has no kernels) and ``kstream`` (its kernels' stream).
+    time of the unit's GPU kernels; NaN where the trace has no kernels), ``kstream`` (its kernels' stream) and
+    what the profiler recorded inside the unit's op (itself included): ``n_events`` host events, ``n_inputs``
+    their recorded inputs, ``n_launch`` kernels (what recording cost there, :mod:`hybrid.data.traces.overhead`).
     """
     ops = trace.ops
     if ops.empty:
@@ -181,9 +185,18 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     out = pd.DataFrame({"op_id": idx, "tid": tids[idx], "name": names[idx], "ts": ts_all[idx], "dur": dur[idx],
                         "kind": kinds, "label": labels, "row": pd.Series(rows, dtype=object),
                         "phase": phase[idx], "pg": [str(p or "") for p in pgs[idx]]},
-                       columns=list(UNIT_COLUMNS[:-2]))
+                       columns=list(UNIT_COLUMNS[:-5]))
     out["device_us"] = np.nan
     out["kstream"] = ""
+    # what was recorded inside each unit's op: its subtree's events, inputs and kernel launches
+    sub = np.stack([np.ones(n), input_counts(ops["dims"].to_numpy()), np.zeros(n)])
+    if len(trace.kernels):
+        kop = trace.kernels["op"].to_numpy(dtype=np.int64)
+        sub[2] = np.bincount(kop[kop >= 0], minlength=n)[:n]
+    for lvl in reversed(levels[1:]):
+        for row in sub:
+            np.add.at(row, parent[lvl], row[lvl])
+    out["n_events"], out["n_inputs"], out["n_launch"] = sub[0][idx], sub[1][idx], sub[2][idx]
     if len(trace.kernels) and len(out):
         # kernels of a unit: those launched by the unit's op or any op inside it (inherited level by level)
         owner = np.full(n, -1, dtype=np.int64)

@@ -38,11 +38,15 @@ def _rank() -> int:
 
 @contextmanager
 def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, device: str | None = None,
-               name: str = "ProfilerStep#0", cuda: bool | None = None) -> Iterator[dict[str, Path]]:
+               name: str = "ProfilerStep#0", cuda: bool | None = None,
+               measure_overhead: bool = True) -> Iterator[dict[str, Path]]:
     """Profile the enclosed step: Chrome trace with shapes (and an execution trace) written to ``out_dir``.
 
     Yields a dict that holds, after the block, ``{"kineto": path, "et": path}``. Files are written to a
-    temporary name and renamed, so an interrupted step leaves nothing half-written.
+    temporary name and renamed, so an interrupted step leaves nothing half-written. With ``measure_overhead``
+    (and a step that runs, i.e. not ``device="meta"``), what recording costs the host on this machine is measured
+    first (:func:`hybrid.data.traces.overhead.measure_profiler_overhead`, ~1-3 s) and stored in the Chrome trace,
+    so that predictions can take it off the traced host times.
     """
     import torch
     from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
@@ -56,6 +60,11 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
     if cuda if cuda is not None else torch.cuda.is_available():
         acts.append(ProfilerActivity.CUDA)
     paths: dict[str, Path] = {}
+    overhead = None
+    if measure_overhead and str(device or "") != "meta":
+        from hybrid.data.traces.overhead import measure_profiler_overhead
+
+        overhead = measure_profiler_overhead("cuda" if ProfilerActivity.CUDA in acts else "cpu", execution_trace)
     et = None
     tmp_et = etp.with_name(f".{etp.name}.tmp")
     if execution_trace:
@@ -66,6 +75,10 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 prof.add_metadata("hybrid_traced_device", str(device))
             # intra-op threads of the traced step: a CPU profile bundle is only comparable at the same count
             prof.add_metadata("hybrid_torch_threads", str(torch.get_num_threads()))
+            if overhead is not None:
+                from hybrid.data.traces.overhead import METADATA_KEY
+
+                prof.add_metadata_json(METADATA_KEY, overhead.to_json())  # a JSON object, not a string
             if et is not None:
                 et.start()
             with record_function(name):
@@ -92,20 +105,22 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
 
 
 def record_step(step: Callable[[], Any], out_dir: str | os.PathLike, *, warmup: int = 2,
-                execution_trace: bool = True, device: str | None = None) -> dict[str, Path]:
+                execution_trace: bool = True, device: str | None = None,
+                measure_overhead: bool = True) -> dict[str, Path]:
     """Run ``step`` ``warmup`` times, then once under :func:`trace_step`; returns the written paths."""
     if warmup < 0:
         raise InvalidInputError(f"warmup must be >= 0, got {warmup}")
     for _ in range(warmup):
         step()
-    with trace_step(out_dir, execution_trace=execution_trace, device=device) as paths:
+    with trace_step(out_dir, execution_trace=execution_trace, device=device,
+                    measure_overhead=measure_overhead) as paths:
         step()
     return paths
 
 
 def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step_fn: str = "step",
                   warmup: int = 2, execution_trace: bool = True, args: list[str] | None = None,
-                  threads: int | None = None) -> dict[str, Path]:
+                  threads: int | None = None, measure_overhead: bool = True) -> dict[str, Path]:
     """Run ``script`` as ``__main__``-less module (its top level sets things up), then trace its ``step_fn()``.
 
     ``threads`` sets PyTorch's intra-op thread count first (to match the profile bundle the trace is predicted
@@ -133,4 +148,4 @@ def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step
                                 "runs one training step, or pass --step-fn)")
     device = ns.get("TRACE_DEVICE")
     return record_step(fn, out_dir, warmup=warmup, execution_trace=execution_trace,
-                       device=str(device) if device else None)
+                       device=str(device) if device else None, measure_overhead=measure_overhead)

@@ -1,0 +1,115 @@
+"""What recording a trace costs the host: measured at record time, stored in the trace, taken off its host times."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hybrid.data.bundle import load_bundle  # noqa: E402
+from hybrid.data.traces import load_traces  # noqa: E402
+from hybrid.data.traces.overhead import (  # noqa: E402
+    METADATA_KEY,
+    ProfilerOverhead,
+    input_counts,
+    measure_profiler_overhead,
+    overhead_of,
+)
+from hybrid.data.traces.record import record_step  # noqa: E402
+from hybrid.errors import InvalidInputError  # noqa: E402
+from hybrid.workloads.trace_graph import build_trace_graph  # noqa: E402
+from tests.test_traces import BUNDLE, CPU, _tiny_step  # noqa: E402
+
+
+def test_input_counts_count_tensor_lists_by_their_tensors():
+    dims = [[[2, 3], [3]], [[[4], [4], [4]], []], [], "x"]
+    assert input_counts(dims).tolist() == [2.0, 4.0, 0.0, 0.0]
+
+
+def test_overhead_cost_round_trip_and_bad_values():
+    o = ProfilerOverhead(5.0, 0.5, 10.0, True, "cuda")
+    assert o.cost_us(100, 300, 20) == pytest.approx(100 * 5 + 300 * 0.5 + 20 * 10)
+    assert np.allclose(o.cost_us(np.array([1, 2]), np.array([0, 4])), [5.0, 12.0])
+    back = ProfilerOverhead.from_json(o.to_json())
+    assert back == o
+    assert overhead_of({METADATA_KEY: json.loads(o.to_json())}) == o  # as Kineto writes it: a JSON object
+    assert overhead_of({}) is None
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidInputError, match="per_event_us"):
+            ProfilerOverhead(bad)
+    with pytest.raises(InvalidInputError, match=METADATA_KEY):
+        ProfilerOverhead.from_json('{"per_input_us": 1}')
+    with pytest.raises(InvalidInputError, match=METADATA_KEY):
+        ProfilerOverhead.from_json("{not json")
+
+
+def test_measured_overhead_fits_its_loops_and_the_execution_trace_costs_most():
+    torch.set_num_threads(1)
+    et = measure_profiler_overhead("cpu", execution_trace=True)
+    kineto = measure_profiler_overhead("cpu", execution_trace=False)
+    assert et.device == "cpu" and et.execution_trace and not kineto.execution_trace
+    assert et.per_launch_us == 0.0  # nothing launches on a CPU
+    # serialising every op with its inputs costs several times what Kineto's own recording does
+    assert et.per_event_us > 0.5 and et.per_event_us > 3 * kineto.per_event_us
+    # the fitted costs explain each loop's extra time (the three loops differ in events per input)
+    for loop in et.loops.values():
+        assert loop["events"] > 0
+        fit = et.cost_us(loop["events"], loop["inputs"], loop["launches"])
+        assert fit == pytest.approx(loop["extra_us"], rel=0.35)
+    with pytest.raises(InvalidInputError, match="iters"):
+        measure_profiler_overhead("cpu", iters=5)
+    if not torch.cuda.is_available():
+        with pytest.raises(InvalidInputError, match="no GPU"):
+            measure_profiler_overhead("cuda")
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("overhead")
+    return record_step(_tiny_step(), out, warmup=1)
+
+
+def test_recorded_trace_carries_its_overhead_and_predictions_take_it_off(traced):
+    cat = load_bundle(BUNDLE)[1]
+    with_ovh = load_traces([traced["kineto"]])
+    ovh = overhead_of(with_ovh[0].meta)
+    assert ovh is not None and ovh.execution_trace and ovh.per_event_us > 0
+    without = load_traces([traced["kineto"]])
+    without[0].meta.pop(METADATA_KEY)
+    a = build_trace_graph(with_ovh, CPU, cat, host="trace")
+    b = build_trace_graph(without, CPU, cat, host="trace")
+    assert a.info["recording_overhead"]["measured"] and not b.info["recording_overhead"]["measured"]
+    dur_a, dur_b = a.graph.compile().fixed_us, b.graph.compile().fixed_us  # each node's fixed (host) cost
+    labels = np.asarray(a.node_label)
+    meas = np.asarray(a.node_measured_us)
+    for label in ("host gaps", "view/host ops"):
+        sel = labels == label
+        assert sel.any()
+        # without the metadata the traced host is kept as traced; with it, less, never below 5% of it
+        assert dur_b[sel] == pytest.approx(meas[sel])
+        assert dur_a[sel].sum() < dur_b[sel].sum()
+        assert (dur_a[sel] >= 0.05 * meas[sel] - 1e-9).all()
+    # each view unit loses exactly what recording its own events and inputs cost (or keeps its 5% floor)
+    units = a.units[a.units["kind"] == "view"]
+    expect = np.maximum(units["dur"] - ovh.cost_us(units["n_events"], units["n_inputs"]), 0.05 * units["dur"])
+    got = dur_a[units["node"].to_numpy()]
+    assert got == pytest.approx(expect.to_numpy())
+    # the gaps keep the share the events outside the units leave
+    share = a.info["recording_overhead"]["gap_share"][0]
+    gaps = labels == "host gaps"
+    assert dur_a[gaps].sum() == pytest.approx(share * meas[gaps].sum())
+    # every op of the step is counted once: inside a unit or in the gaps
+    assert a.units["n_events"].sum() <= len(with_ovh[0].ops)
+
+
+def test_meta_device_and_opt_out_record_no_overhead(tmp_path):
+    torch.set_num_threads(1)
+    lin = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    paths = record_step(lambda: lin(x).sum().backward(), tmp_path / "off", warmup=0, execution_trace=False,
+                        measure_overhead=False)
+    assert overhead_of(load_traces([paths["kineto"]])[0].meta) is None
