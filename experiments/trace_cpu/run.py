@@ -184,13 +184,29 @@ def run_ddp(name: str, out_dir: Path, warmup: int, steps: int) -> dict:
             "trace_cpu_share": [r["trace_cpu_share"] for _, r in sorted(res.items())]}
 
 
+def recording_ms(traces) -> float:
+    """What recording cost the host of the slowest rank's traced step, as measured when it was recorded (NaN when
+    the traces do not say): every recorded event and input at the measured cost."""
+    import numpy as np
+
+    from hybrid.data.traces.overhead import input_counts, overhead_of
+
+    costs = []
+    for t in traces:
+        o = overhead_of(t.meta)
+        if o is not None:
+            costs.append((t.step_us, float(o.cost_us(len(t.ops), input_counts(t.ops["dims"].to_numpy()).sum(),
+                                                      len(t.kernels)))))
+    return max(costs)[1] / 1e3 if costs else float(np.nan)
+
+
 def predict(trace_dir: Path, target: str, models: dict, host_scale: float | list[float] = 1.0) -> dict:
     from hybrid.data.traces import load_traces
     from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
 
     files = sorted(str(p) for p in trace_dir.glob("*.json"))
     traces = load_traces(files)
-    out = {}
+    out = {"recording_ms": recording_ms(traces)}
     for label, (model, cat) in models.items():
         it = build_trace_graph(traces, target, cat, same_device=True, host_scale=host_scale)
         p = predict_trace(it, model, model_name=label)
@@ -263,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             row = {"model": name, "mode": mode, "measured_ms": meas["cpu_ms"], "wall_ms": meas["wall_ms"],
                    "trace_cpu_share": meas["trace_cpu_share"],
                    "traced_ms": h["measured_ms"], "resim_ms": h["resimulated_measured_ms"],
+                   "recording_ms": preds["recording_ms"],
                    "predicted_ms": h["predicted_ms"], "roofline_ms": r["predicted_ms"],
                    "error_pct": (h["predicted_ms"] / meas["cpu_ms"] - 1) * 100,
                    "roofline_error_pct": (r["predicted_ms"] / meas["cpu_ms"] - 1) * 100,
@@ -299,15 +316,27 @@ def write_report(rows: list[dict], args: argparse.Namespace, seconds: float) -> 
            "(held out: nothing from these models is in it: generic op grids); roofline on the same catalog for "
            "comparison. Measured = median on-core (CPU) time of "
            f"{args.steps} untraced steps (`time.process_time`; the machine was shared, wall times are in the JSON); "
-           "traced = the profiled step's wall time (profiler overhead and waiting for the core included); re-sim = "
+           "traced = the profiled step's wall time (profiler overhead and waiting for the core included); "
+           "recording = what recording that step cost its host, at the per-event / per-input cost measured when it "
+           "was recorded (`hybrid.data.traces.overhead`), which predictions take off the traced host time; re-sim = "
            "the graph with every node at its traced time (checks the graph, not the cost model). Predictions "
            "deflate the traced host time by the traced step's CPU-time share.", "",
-           "| model | mode | measured ms | traced ms | re-sim ms | predicted ms | error % | roofline ms | roofline "
-           "error % | unmodelled ops (ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "| model | mode | measured ms | traced ms | recording ms | traced - recording ms | re-sim ms | predicted ms | "
+           "error % | roofline ms | roofline error % | unmodelled ops (ms) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['model']} | {r['mode']} | {r['measured_ms']:.1f} | {r['traced_ms']:.1f} | "
+        rec = float(r.get("recording_ms", float("nan")))
+        out.append(f"| {r['model']} | {r['mode']} | {r['measured_ms']:.1f} | {r['traced_ms']:.1f} | {rec:.1f} | "
+                   f"{r['traced_ms'] - rec:.1f} | "
                    f"{r['resim_ms']:.1f} | {r['predicted_ms']:.1f} | {r['error_pct']:+.1f} | {r['roofline_ms']:.1f} | "
                    f"{r['roofline_error_pct']:+.1f} | {r['unmodelled_ops']} ({r['unmodelled_ms']:.2f}) |")
+    rec = [(r["traced_ms"] / r["measured_ms"] - 1, (r["traced_ms"] - r["recording_ms"]) / r["measured_ms"] - 1)
+           for r in rows if np.isfinite(r.get("recording_ms", np.nan))]
+    if rec:
+        a = np.array(rec) * 100
+        out += ["", f"Traced step against the untraced one (mean signed / mean |difference|): as traced "
+                f"{a[:, 0].mean():+.1f}% / {np.abs(a[:, 0]).mean():.1f}%, less the measured recording cost "
+                f"{a[:, 1].mean():+.1f}% / {np.abs(a[:, 1]).mean():.1f}% ({len(rec)} runs)."]
     if len(err):
         rerr = np.array([abs(r["roofline_error_pct"]) for r in rows])
         out += ["", f"Roofline: mean |error| {rerr.mean():.1f}%, max {rerr.max():.1f}%."]
