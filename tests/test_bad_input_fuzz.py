@@ -403,16 +403,32 @@ BAD_COMMANDS = [
     ["profile", "--threads", "0", "-o", "p"],
     ["quickstart", "--data-dir", "/nonexistent/hybrid-data"],
     ["data", "import", "no-such-format", "x.csv", "-o", "x.csv"],
+    # a GPU without fp8 (fp4) tensor cores cannot train in it: no silent fall-back to the bf16 rate
+    ["llm", "train", "llama3-8b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "64", "--dtype", "fp8"],
+    ["llm", "capacity", "llama2-70b", "--device", "A100", "--tp", "4", "--input", "0", "--output", "5"],
+    *[["llm", "infer", "llama2-7b", "--device", "H100-SXM", "--reserve-gib", v] for v in ("nan", "inf", "-1")],
+    ["trace", "predict", "datasets/traces-h100/cnn-bf16", "--device", "H100-SMX", "--roofline"],
 ]
+
+#: what the error line of some of :data:`BAD_COMMANDS` must say
+BAD_COMMAND_MESSAGES = {
+    "train": "has no fp8 tensor-core rate", "capacity": "--input must be a positive integer, got 0",
+    "infer": "reserve must be a finite number >= 0 GiB",
+    "predict": "unknown system or device 'H100-SMX'; closest known: H100-SXM",
+}
 
 
 @pytest.mark.parametrize("args", BAD_COMMANDS, ids=[" ".join(map(str, a[:2] + a[-2:])) for a in BAD_COMMANDS])
 def test_bad_command_arguments(args, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))  # must stay uncreated
+    if args[:2] == ["trace", "predict"]:
+        args = [args[0], args[1], str(REPO / args[2]), *args[3:]]
     rc, out, err = cli(args)
     assert_one_clear_line(rc, err)
     assert out == "" and list(tmp_path.iterdir()) == []
+    if args[0] in ("llm", "trace"):
+        assert BAD_COMMAND_MESSAGES[args[1]] in err, err
 
 
 def test_files_that_are_not_what_the_command_expects(tmp_path, monkeypatch):

@@ -125,6 +125,11 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, model_ref: str
     click.echo(f"iteration: {pred.iteration_s:.3f} s (closed form {pred.closed_form_iteration_s:.3f} s)   "
                f"tokens/s: {pred.tokens_per_s:,.0f} ({pred.tokens_per_s / cfg.gpus:,.0f} per GPU)   "
                f"MFU {pred.mfu * 100:.1f}%  HFU {pred.hfu * 100:.1f}%")
+    if pred.mfu > 1.0:
+        click.echo(f"note: MFU above 100% because model FLOPs count the full s x s attention scores (Megatron's "
+                   f"convention) while causal attention kernels compute about half of them; counting only those, MFU "
+                   f"is {pred.mfu_causal * 100:.1f}%" + ("" if model_ref else "; without --model every GEMM runs at "
+                                                          "the datasheet peak (roofline)"))
     if pred.iteration_s_low is not None and pred.iteration_s_high is not None:
         click.echo(f"iteration 80% interval: {pred.iteration_s_low:.3f} - {pred.iteration_s_high:.3f} s "
                    "(every op at the low / high end of its interval: how far the op costs can be off, not the "

@@ -180,7 +180,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     if (input_len is None) != (output_len is None):
         raise InvalidInputError("give both --input and --output (or neither)")
-    contexts = [(input_len, output_len)] if input_len else [(c // 2, c - c // 2) for c in
+    contexts = [(input_len, output_len)] if input_len is not None else [(c // 2, c - c // 2) for c in
                                                             (1024, 2048, 4096, 8192, 16384, 32768, 131072)]
     rows = []
     for i, o in contexts:

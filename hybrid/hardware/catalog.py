@@ -185,6 +185,12 @@ class Catalog:
     def system(self, name: str) -> System:
         return self.systems[self.resolve_system(name)]  # type: ignore[index]
 
+    def unknown_target(self, name: str) -> UnknownDeviceError:
+        """The error for a name that is neither a system nor a device (where either is accepted): the closest
+        names of both kinds."""
+        index = {**self._system_index, **self._device_index}
+        return UnknownDeviceError(_unknown("system or device", name, index, {**self.systems, **self.devices}))
+
     def system_device(self, system: str | System, missing_ok: bool = False) -> Device | None:
         """The GPU (or CPU) of ``system``; with ``missing_ok``, None when the catalog lacks that device."""
         sys = system if isinstance(system, System) else self.system(system)

@@ -73,8 +73,7 @@ def resolve_system(catalog: Catalog, name: str) -> System:
         dev_key = catalog.resolve_device(name[: -len("-node")], missing_ok=True)
     if dev_key is not None:
         return system_for_device(catalog.devices[dev_key])
-    catalog.resolve_system(name)  # raises with the closest names
-    raise AssertionError("unreachable")
+    raise catalog.unknown_target(name)
 
 
 #: Optional numeric columns that may be zero (``fill`` reads no input; a uniform index has zipf_alpha 0).

@@ -92,8 +92,7 @@ def resolve_target(name: str, catalog: Catalog) -> Target:
     dev_key = catalog.resolve_device(name, missing_ok=True)
     if dev_key is not None:
         return Target(catalog.devices[dev_key], dev_key, 8)
-    catalog.resolve_system(name)  # raises UnknownDeviceError naming the closest systems
-    raise AssertionError("unreachable")
+    raise catalog.unknown_target(name)  # naming the closest systems and devices
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.engine.costs import OpCostModel, predict_bounds
+from hybrid.errors import InvalidInputError
 from hybrid.ops.roofline import softmax_schedule
 from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.llm.config import TrainingConfig, group_nodes_vec
@@ -64,6 +65,10 @@ def resolve_target(system: str, catalog: Any, dtype: str = "bf16", comm_system: 
 
     sysobj = resolve_system(catalog, system)
     dev = catalog.device(sysobj.device)
+    if str(dtype) in ("fp8", "fp4") and str(dtype) not in dev.peak_flops:
+        # no silent fall-back to a 16-bit rate: Transformer Engine refuses fp8 (fp4) training on such a GPU
+        raise InvalidInputError(f"{dev.key} has no {dtype} tensor-core rate in the catalog, so it cannot train in "
+                                f"{dtype}; use --dtype bf16 (or fp16)")
     comm = resolve_system(catalog, comm_system).key if comm_system else sysobj.key
     return Target(dev.key, sysobj.key, int(sysobj.gpus_per_node), float(dev.peak(dtype)), float(dev.mem_capacity),
                   comm)

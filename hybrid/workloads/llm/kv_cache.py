@@ -183,8 +183,8 @@ def memory_table(model: TransformerConfig, precision: Precision, capacity: float
     for name, v in (("batch", bt), ("input_len", inp), ("output_len", out)):
         if (v < 1).any():
             raise InvalidInputError(f"{name} must be a positive integer, got {int(v.min())}")
-    if reserve_gib < 0:
-        raise InvalidInputError(f"reserve must be >= 0 GiB, got {reserve_gib}")
+    if not (np.isfinite(reserve_gib) and reserve_gib >= 0):
+        raise InvalidInputError(f"reserve must be a finite number >= 0 GiB, got {reserve_gib}")
     check_parallel(model, tp, pp)
     w = weight_bytes_per_gpu(model, precision, tp, pp, attention_dp)
     per_tok = kv_bytes_per_token(model, precision, tp, pp, attention_dp)

@@ -83,6 +83,15 @@ class TrainingPrediction:
     def hfu(self) -> float:
         return self.hardware_flops / (self.iteration_s * self.config.gpus * self.target.peak_flops)
 
+    @property
+    def mfu_causal(self) -> float:
+        """MFU with model FLOPs that count only the causal half of the attention scores (what causal kernels
+        compute): the Megatron convention of :attr:`mfu` counts the full s x s, which can put it above 100%."""
+        s = self.config.seq(self.model)
+        full = self.model.forward_flops_per_token(s, causal_skip=False)
+        causal = self.model.forward_flops_per_token(s, causal_skip=True)
+        return self.mfu * (causal / full if full > 0 else 1.0)
+
     def summary(self) -> dict[str, Any]:
         cfg = self.config
         return {
@@ -95,7 +104,7 @@ class TrainingPrediction:
             "flash_attention": cfg.flash_attention, "softmax": cfg.softmax, "cost_model": self.cost_model,
             "iteration_s": self.iteration_s, "closed_form_iteration_s": self.closed_form_iteration_s,
             "tokens_per_s": self.tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s / cfg.gpus,
-            "mfu": self.mfu, "hfu": self.hfu, "flops_formula": FLOP_FORMULA,
+            "mfu": self.mfu, "hfu": self.hfu, "mfu_causal": self.mfu_causal, "flops_formula": FLOP_FORMULA,
             "model_tflops_per_gpu": self.model_flops / self.iteration_s / cfg.gpus / 1e12,
             "breakdown_s": self.breakdown_s, "bubble_closed_form_s": self.bubble_closed_form_s,
             "memory_gib_per_rank": self.memory["total"], "memory_breakdown_gib": self.memory,
