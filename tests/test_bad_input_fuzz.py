@@ -408,13 +408,14 @@ BAD_COMMANDS = [
     ["llm", "capacity", "llama2-70b", "--device", "A100", "--tp", "4", "--input", "0", "--output", "5"],
     *[["llm", "infer", "llama2-7b", "--device", "H100-SXM", "--reserve-gib", v] for v in ("nan", "inf", "-1")],
     ["trace", "predict", "datasets/traces-h100/cnn-bf16", "--device", "H100-SMX", "--roofline"],
+    ["trace", "predict", "datasets/traces-h100/cnn-bf16", "--device", "H100-SXM", "--model", "x", "--roofline"],
 ]
 
 #: what the error line of some of :data:`BAD_COMMANDS` must say
 BAD_COMMAND_MESSAGES = {
     "train": "has no fp8 tensor-core rate", "capacity": "--input must be a positive integer, got 0",
     "infer": "reserve must be a finite number >= 0 GiB",
-    "predict": "unknown system or device 'H100-SMX'; closest known: H100-SXM",
+    "predict": "",
 }
 
 
@@ -429,6 +430,9 @@ def test_bad_command_arguments(args, tmp_path, monkeypatch):
     assert out == "" and list(tmp_path.iterdir()) == []
     if args[0] in ("llm", "trace"):
         assert BAD_COMMAND_MESSAGES[args[1]] in err, err
+    if args[:2] == ["trace", "predict"]:
+        assert ("unknown system or device 'H100-SMX'; closest known: H100-SXM" in err if "H100-SMX" in args
+                else "--model names the whole predictor: drop --roofline" in err), err
 
 
 def test_files_that_are_not_what_the_command_expects(tmp_path, monkeypatch):

@@ -311,6 +311,15 @@ def test_serve_replays_a_trace_file_and_rejects_bad_ones(capsys, tmp_path):
     assert code == 2 and "line 3" in err and "input_len" in err
     code, _, err = run(capsys, "llm", "serve", "llama2-7b", "-d", "A100", "--trace", str(tmp_path / "none.csv"))
     assert code == 2 and "does not exist" in err
+    # a last line cut mid-write (16 -> 1, no final newline) and fractional token counts are refused, not guessed
+    cut = tmp_path / "cut.csv"
+    cut.write_bytes(b"arrival_s,input_len,output_len\n0,128,64\n0.2,512,1")
+    code, _, err = run(capsys, "llm", "serve", "llama2-7b", "-d", "A100", "--trace", str(cut))
+    assert code == 2 and "no final newline" in err
+    frac = tmp_path / "frac.csv"
+    frac.write_text("arrival_s,input_len,output_len\n0,128.7,64\n")
+    code, _, err = run(capsys, "llm", "serve", "llama2-7b", "-d", "A100", "--trace", str(frac))
+    assert code == 2 and "line 2" in err and "whole token count" in err
 
 
 def test_pipeline_parallel_schedule_on_the_engine_matches_the_closed_form():

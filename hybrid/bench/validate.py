@@ -263,6 +263,9 @@ def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = N
     bundle's rows before the fit, e.g. the kernel rows of another GPU's traces (``hybrid trace kernels``)."""
     from hybrid.engine.costs import model_catalog
 
+    if model_ref and (bundle or roofline):  # --roofline --bundle B is the roofline on B's catalog
+        raise InvalidInputError(f"--model names the whole predictor: drop {'--bundle' if bundle else '--roofline'} "
+                                "(--roofline --bundle B is the roofline on B's catalog)")
     if extra_tables and not bundle:
         raise InvalidInputError("extra measurement tables join a --bundle's rows: give --bundle too")
     if model_ref:

@@ -145,6 +145,8 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         for note in res.notes:
             if note.startswith("pipeline"):  # the schedule the totals use, and the engine's run of it
                 click.echo(note)
+            elif note.startswith("a context of"):  # costed anyway (rotary models run past it), said once
+                click.echo(f"note: {note}")
         if show_ops:
             b = boundedness(res)
             echo_table([(r["phase"], r["name"], r["op"], int(r["count"]), r["intensity"], r["time_us"], r["roofline_us"],
@@ -276,6 +278,12 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         out.update(trace=trace_file, input_dist=None, output_dist=None)
     else:
         out["rate_per_s"] = r_s
+    from hybrid.workloads.llm.dims import context_note
+
+    longest = context_note(s.model, int((trace.input_len + trace.output_len).max()))
+    if longest:
+        out["notes"] = [f"the longest request: {longest}"]
+        click.echo(f"warning: the longest request: {longest}", err=True)
     slo = SLO(parse_time_ms(slo_ttft) if slo_ttft else None, parse_time_ms(slo_tpot) if slo_tpot else None,
               parse_time_ms(slo_latency) if slo_latency else None, slo_percentile)
     if not slo.empty:

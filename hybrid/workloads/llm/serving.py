@@ -163,6 +163,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
     ``arrived_at, num_prefill_tokens, num_decode_tokens`` are accepted too). Requests are sorted by arrival."""
     p = Path(path)
     try:
+        raw = p.read_bytes()
         df = pd.read_csv(p, comment="#")
     except FileNotFoundError:
         raise InvalidInputError(f"trace file {p} does not exist") from None
@@ -177,12 +178,16 @@ def read_trace(path: str | os.PathLike) -> Trace:
         cols[key] = pd.to_numeric(df[found], errors="coerce").to_numpy(dtype=np.float64)
     if len(df) == 0:
         raise InvalidInputError(f"trace file {p} has no requests")
+    if raw.strip() and not raw.endswith(b"\n"):
+        # the last value may be a prefix of the real one (a token count of 16 cut to 1): refuse, do not guess
+        raise InvalidInputError(f"trace file {p}: its last line has no final newline (truncated file?); add the "
+                                "newline if the file is complete")
     for key, v in cols.items():
-        bad = ~np.isfinite(v) | (v < 0 if key == "arrival_s" else v < 1)
+        bad = ~np.isfinite(v) | (v < 0 if key == "arrival_s" else (v < 1) | (v != np.round(v)))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise InvalidInputError(f"trace file {p}, line {i + 2}: {key} must be "
-                                    f"{'a time >= 0' if key == 'arrival_s' else 'a token count >= 1'}, got "
+                                    f"{'a time >= 0' if key == 'arrival_s' else 'a whole token count >= 1'}, got "
                                     f"{str(df[src[key]].iloc[i])!r}")
     order = np.argsort(cols["arrival_s"], kind="stable")
     return Trace(cols["arrival_s"][order], np.round(cols["input_len"][order]).astype(np.int64),
