@@ -563,3 +563,21 @@ def test_fp16_on_gpus_whose_half_units_add_in_half_runs_at_the_fp32_rate(catalog
     assert r["compute_us"].iloc[0] == pytest.approx(r["compute_us"].iloc[1])  # same units, half the bytes
     assert r["memory_us"].iloc[0] == pytest.approx(r["memory_us"].iloc[1] / 2)
     assert r["time_us"].iloc[2] < 2 * flops / catalog.device("GTX-1080Ti").peak("fp32") * 1e6  # not at 1/64 rate
+
+
+def test_a_misspelt_override_field_fails_loudly(tmp_path) -> None:
+    """An override whose field the catalog does not know would otherwise change nothing, silently."""
+    from hybrid.errors import InvalidInputError
+    from hybrid.hardware.catalog import default_catalog
+
+    bad = tmp_path / "ovr.toml"
+    bad.write_text("[devices.H100-SXM]\nmem_bw_gpbs = 5000\n")
+    with pytest.raises(InvalidInputError, match=r"ovr.toml: device 'H100-SXM': unknown field\(s\) mem_bw_gpbs "
+                                                r"\(did you mean mem_bw_gbps\?\)"):
+        default_catalog([bad])
+    bad.write_text("[systems.DGX-H100]\nintra_node_gpbs = 900\n")
+    with pytest.raises(InvalidInputError, match=r"system 'DGX-H100': unknown field\(s\) intra_node_gpbs"):
+        default_catalog([bad])
+    good = tmp_path / "good.toml"
+    good.write_text("[devices.H100-SXM]\nmem_bw_gbps = 5000\n")
+    assert default_catalog([good]).device("H100-SXM").mem_bw == 5000e9

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hybrid.errors import InvalidInputError, UnknownDeviceError
-from hybrid.hardware.device import Device, System
+from hybrid.hardware.device import DEVICE_FIELDS, SYSTEM_FIELDS, Device, System, check_entry_fields
 
 #: Environment variable naming extra catalog files (``os.pathsep``-separated) that add or override entries.
 CATALOG_ENV = "HYBRID_CATALOG"
@@ -90,9 +90,11 @@ class Catalog:
             if unknown:
                 raise InvalidInputError(f"catalog file {p}: unknown top-level table(s) {sorted(unknown)}")
             for key, entry in raw.get("devices", {}).items():
-                # An override may give only some fields of an existing device.
+                # An override may give only some fields of an existing device (but no field the catalog lacks).
+                check_entry_fields(f"catalog file {p}: device", key, entry, DEVICE_FIELDS)
                 dev_entries[key] = {**dev_entries.get(key, {}), **entry}
             for key, entry in raw.get("systems", {}).items():
+                check_entry_fields(f"catalog file {p}: system", key, entry, SYSTEM_FIELDS)
                 sys_entries[key] = {**sys_entries.get(key, {}), **entry}
         devices = {k: Device.from_entry(k, v) for k, v in dev_entries.items()}
         systems = {k: System.from_entry(k, v) for k, v in sys_entries.items()}

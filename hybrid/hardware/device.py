@@ -12,6 +12,20 @@ from hybrid.units import DTYPE_FALLBACK, normalize_dtype
 
 #: Fields a device entry must define (TOML names, human units).
 DEVICE_REQUIRED = ("vendor", "kind", "peak_tflops", "mem_bw_gbps", "mem_gib", "source")
+#: Every field a device entry may have (a misspelt one is an error, not a silently ignored override).
+DEVICE_FIELDS = frozenset({*DEVICE_REQUIRED, "arch", "l2_mib", "l2_bw_gbps", "sms", "boost_clock_mhz",
+                           "sfu_per_clk_per_sm", "tdp_w", "link", "link_gbps", "pcie_gen", "kernel_latency_us",
+                           "mem_bw_shared_gbps", "aliases", "notes", "key"})
+
+
+def check_entry_fields(what: str, key: str, entry: dict[str, Any], known: frozenset[str]) -> None:
+    import difflib
+
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        hints = [f"{u} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(u, sorted(known), n=1)) else u
+                 for u in unknown]
+        raise InvalidInputError(f"{what} {key!r}: unknown field(s) {', '.join(hints)}; known: {', '.join(sorted(known))}")
 #: L2 bytes per clock per SM of the A100 whitepaper (5120 B/clk, 108 SMs): the estimate :meth:`Device.l2_bandwidth`
 #: uses for GPUs whose L2 bandwidth is not published.
 L2_BYTES_PER_CLK_PER_SM = 5120 / 108
@@ -137,6 +151,7 @@ class Device:
         missing = [f for f in DEVICE_REQUIRED if f not in entry]
         if missing:
             raise InvalidInputError(f"device {key!r}: missing field(s) {', '.join(missing)}")
+        check_entry_fields("device", key, entry, DEVICE_FIELDS)
         peaks = {}
         for dt, value in dict(entry["peak_tflops"]).items():
             peaks[normalize_dtype(dt)] = _positive(key, f"peak_tflops.{dt}", value) * 1e12
@@ -198,6 +213,9 @@ class Device:
 
 #: Fields a system entry must define.
 SYSTEM_REQUIRED = ("device", "gpus_per_node", "intra_node_gbps", "source")
+#: Every field a system entry may have.
+SYSTEM_FIELDS = frozenset({*SYSTEM_REQUIRED, "intra_fabric", "inter_node_gbps", "inter_fabric", "intra_latency_us",
+                           "inter_latency_us", "max_nodes", "aliases", "notes", "measured_links", "nvls", "key"})
 
 
 @dataclass(frozen=True)
@@ -256,6 +274,7 @@ class System:
         missing = [f for f in SYSTEM_REQUIRED if f not in entry]
         if missing:
             raise InvalidInputError(f"system {key!r}: missing field(s) {', '.join(missing)}")
+        check_entry_fields("system", key, entry, SYSTEM_FIELDS)
         gpn = int(_positive(key, "gpus_per_node", entry["gpus_per_node"]))
         measured = tuple(str(x) for x in entry.get("measured_links", ()))
         if set(measured) - {"intra", "inter"}:
