@@ -403,6 +403,7 @@ BAD_COMMANDS = [
     ["profile", "--threads", "0", "-o", "p"],
     ["quickstart", "--data-dir", "/nonexistent/hybrid-data"],
     ["data", "import", "no-such-format", "x.csv", "-o", "x.csv"],
+    ["predict", "gemm", "-d", "H100", "-m", "8", "-n", "8", "-k", "8", "--model", "q", "--tracking-uri", "bogus://x"],
     # a GPU without fp8 (fp4) tensor cores cannot train in it: no silent fall-back to the bf16 rate
     ["llm", "train", "llama3-8b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "64", "--dtype", "fp8"],
     ["llm", "capacity", "llama2-70b", "--device", "A100", "--tp", "4", "--input", "0", "--output", "5"],

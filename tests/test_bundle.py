@@ -159,3 +159,16 @@ def test_committed_gpu_bundles_are_the_h100_profile():
     names = [p.name for p in project_bundles("gpu")]
     assert "H100-SXM" in names
     assert not any(n.startswith("cpu-") for n in names)
+
+
+def test_data_validate_reads_bundles_and_tables_inside_them(capsys):
+    """A profiler bundle (its catalog names the CPU it measured) validates as a directory or by its table."""
+    from hybrid.cli.main import main
+
+    root = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+    n = sum(1 for _ in (root / "measurements.csv").open()) - 1
+    for arg in (root, root / "measurements.csv"):
+        assert main(["data", "validate", str(arg)]) == 0
+        assert f"ok: {n} rows in 1 table(s)" in capsys.readouterr().out
+    assert main(["data", "validate", str(root.parent)]) == 2
+    assert "is not a measurement bundle: it has no measurements.csv" in capsys.readouterr().err

@@ -78,10 +78,13 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
 @click.argument("tables", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
-    """Check measurement TABLES against the schema; print row counts per op and device."""
-    from hybrid.data.schema import read_table
+    """Check measurement TABLES (canonical CSV/Parquet files, or `hybrid profile` bundle directories) against the
+    schema; print row counts per op and device. A bundle's catalog.toml (or that of a table's directory) names
+    its devices."""
+    from hybrid.data.bundle import bundle_catalog
+    from hybrid.tracking.inputs import load_measurements
 
-    df = read_table(list(tables))
+    df = load_measurements(list(tables), bundle_catalog(list(tables))).table
     counts = df.groupby(["op", "device"]).size().reset_index(name="rows")
     if as_json:
         echo_json({"rows": len(df), "by_op_device": counts.to_dict(orient="records")})

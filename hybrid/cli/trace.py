@@ -115,10 +115,16 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 
     if bool(device) == bool(system):
         raise InvalidInputError("give exactly one of --device or --system")
-    from hybrid.bench.validate import resolve_predictor
+    import warnings
 
-    engine = resolve_predictor(model_ref, tracking_uri, bundle, roofline, default_bundle=False,
-                               extra_tables=extra_rows)
+    from hybrid.bench.validate import resolve_predictor
+    from hybrid.cli.output import report_warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine = resolve_predictor(model_ref, tracking_uri, bundle, roofline, default_bundle=False,
+                                   extra_tables=extra_rows)
+    report_warnings(caught)
     model, cat, name = engine.model, engine.catalog, engine.name
     loaded = _load(traces, step)
     transform = None

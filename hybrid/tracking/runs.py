@@ -46,7 +46,7 @@ def read_run(run_id: str, tracking_uri: str | None = None, store: Store | None =
             raise ModelNotFoundError(f"run {run_id} is not a finished hybrid calibration "
                                      f"(no summary.json / predictions: {str(exc).splitlines()[0]})") from None
         summary = json.loads(Path(summary_path).read_text(encoding="utf-8"))
-        frames = [pd.read_csv(p) for p in sorted(pred_dir.glob("*.csv"))]
+        frames = [pd.read_csv(p, low_memory=False) for p in sorted(pred_dir.glob("*.csv"))]  # one dtype per column
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if not frames:

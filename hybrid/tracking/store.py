@@ -88,7 +88,16 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
         raise InvalidInputError("empty tracking URI")
     if "://" not in uri and uri.endswith(".db"):
         uri = f"sqlite:///{Path(uri).expanduser().resolve()}"
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if scheme and scheme not in TRACKING_SCHEMES:
+        raise InvalidInputError(f"unsupported tracking URI {uri!r}: use sqlite:///path/to/store.db, "
+                                "http(s)://host:port (an `mlflow server`), or a database URI "
+                                f"({', '.join(s for s in TRACKING_SCHEMES if s not in ('http', 'https', 'sqlite'))})")
     return uri
+
+
+#: URI schemes an MLflow tracking store with a model registry can have (``postgresql+psycopg2`` etc. included).
+TRACKING_SCHEMES = ("sqlite", "http", "https", "file", "postgresql", "mysql", "mssql", "databricks")
 
 
 def sqlite_path(uri: str) -> Path | None:
