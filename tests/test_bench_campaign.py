@@ -111,6 +111,11 @@ def test_read_results_rejects_bad_tables(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(SchemaError):
         read_results(tmp_path / "empty.csv")
+    # a last line cut mid-write: named as such (not as a missing config called "nan")
+    text = (tmp_path / "ok.csv").read_text()
+    (tmp_path / "cut.csv").write_text(text[: text.rstrip("\n").rindex("\n") + 4])
+    with pytest.raises(SchemaError, match="truncated last line"):
+        read_results(tmp_path / "cut.csv")
 
 
 def test_tiny_campaign_is_resumable(tmp_path):

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_file
-from hybrid.errors import InvalidInputError, SchemaError
+from hybrid.errors import ImportFormatError, InvalidInputError, SchemaError
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig, TableConfig, write_document
 
@@ -219,23 +219,21 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
         p = p / "results.csv"
     if not p.is_file():
         raise InvalidInputError(f"results table not found: {p}")
-    try:
-        df = pd.read_csv(p)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise SchemaError(f"{p}: malformed results table: {' '.join(str(exc).split())[:200]}") from None
-    if df.empty:
-        raise SchemaError(f"{p}: results table has no rows")
+    from hybrid.data.importers._common import read_csv_checked
+
     need = ("config_name", "plan_name", "ranks", "median_ms", "std_ms")
-    missing = [c for c in need if c not in df.columns]
-    if missing:
-        raise SchemaError(f"{p}: results table lacks column(s) {missing}")
+    # empty, header-only, malformed and truncated files (a last line cut mid-write) are errors naming the file
+    try:
+        df = read_csv_checked(p, need, what="campaign results")
+    except ImportFormatError as exc:
+        raise SchemaError(str(exc)) from None
     for c in ("median_ms", "std_ms"):
         v = pd.to_numeric(df[c], errors="coerce")
         bad = np.flatnonzero(~np.isfinite(v.to_numpy(dtype=float)) | (v.to_numpy(dtype=float) < 0)
                              | ((v.to_numpy(dtype=float) == 0) & (c == "median_ms")))
         if len(bad):
             raise SchemaError(f"{p}: row {int(bad[0]) + 2}: column {c} must be a positive number, "
-                              f"got {df[c].iloc[bad[0]]!r}")
+                              f"got {str(df[c].iloc[bad[0]])!r}")
         df[c] = v
     dup = df.duplicated(["config_name", "plan_name"])
     if dup.any():
