@@ -387,6 +387,9 @@ BAD_COMMANDS = [
     *[["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", s, "--ranks", "8"]
       for s in ("nan", "-1", "inf", "0", "1e400", "-inf", "")],
     ["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB", "--ranks", "0"],
+    ["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB", "--ranks", "1"],
+    ["shard", CONFIG, "--gpus", "2", "--time-budget", "nan"],
+    ["bench", "validate", "x", "--k", "-1"],
     ["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB", "--ranks", "64"],
     ["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB", "--ranks", "16",
      "--nodes", "3"],

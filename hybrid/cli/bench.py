@@ -168,7 +168,7 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
 @click.option("--roofline", is_flag=True, help="Use the analytical roofline only (no corrections).")
 @click.option("--system", default=None, help="System/device to predict on (default: the bundle's, else the "
                                                 "configs').")
-@click.option("--k", "k", type=float, default=1.0, show_default=True,
+@click.option("--k", "k", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
               help="Tolerant success: within k x the measured std of the fastest plan.")
 @click.option("--split-seed", type=int, default=0, show_default=True,
               help="Seed of the half split for fitting the engine overheads.")

@@ -96,7 +96,7 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
                                seed=seed, test_fraction=test_fraction, lodo=not no_lodo, experiment=experiment,
                                collective_transfer=collective_transfer, adapt_strategy=adapt_strategy)
     data = load_measurements(tables)
-    if max_rows:
+    if max_rows is not None:
         data.table = subsample(data.table, max_rows, seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataQualityWarning)

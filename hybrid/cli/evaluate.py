@@ -112,7 +112,7 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     from hybrid.tracking.inputs import load_measurements, subsample
 
     data = load_measurements(tables)
-    table = subsample(data.table, max_rows, seed) if max_rows else data.table
+    table = subsample(data.table, max_rows, seed) if max_rows is not None else data.table
     loaded = load_model_for(model_ref, tracking_uri, data.catalog)
     frame = prediction_frame(table, loaded.predictor.predict(table), "all")
     result = summarize(frame, "model")

@@ -17,6 +17,7 @@ row-wise reduce-scatter/all-gather and data-parallel all-reduce) is additive and
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -657,6 +658,8 @@ def search_plans(
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")
+    if not (math.isfinite(time_budget_s) and time_budget_s >= 0):
+        raise InvalidInputError(f"the search time budget must be a finite number of seconds >= 0, got {time_budget_s}")
     from hybrid.hardware.cpu import available_memory_bytes
 
     check_search_size(config.gpus, strategies, available_memory_bytes() if host_memory is None else host_memory)

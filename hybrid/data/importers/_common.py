@@ -114,11 +114,11 @@ def numeric(df: pd.DataFrame, column: str, path: Path, *, required: bool = True,
 
     bad = np.isnan(values) & raw.notna().to_numpy()
     if bad.any():
-        raise fail(bad, lambda v: f"not a number ({v!r})")
+        raise fail(bad, lambda v: f"not a number ({str(v)!r})")
     if required and np.isnan(values).any():
         raise fail(np.isnan(values), lambda v: "missing value (NaN/empty)")
     if positive and (~np.isnan(values) & ~(values > 0)).any():
-        raise fail(~np.isnan(values) & ~(values > 0), lambda v: f"must be > 0, got {v!r}")
+        raise fail(~np.isnan(values) & ~(values > 0), lambda v: f"must be > 0, got {str(v)!r}")
     if np.isinf(values).any():
         raise fail(np.isinf(values), lambda v: "infinite value")
     return values
