@@ -544,3 +544,17 @@ def test_mfu_above_100_percent_is_explained(capsys):
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "MFU above 100%" in text and f"MFU is {out['mfu_causal'] * 100:.1f}%" in text
+
+
+def test_plot_files_are_written_in_the_format_their_name_says(capsys, tmp_path):
+    args = ["llm", "memory", "llama2-7b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "64", "--plot"]
+    assert main([*args, str(tmp_path / "m.svg")]) == 0
+    assert (tmp_path / "m.svg").read_bytes().lstrip().startswith(b"<?xml")
+    assert main([*args, str(tmp_path / "m.pdf")]) == 0
+    assert (tmp_path / "m.pdf").read_bytes().startswith(b"%PDF")
+    assert main([*args, str(tmp_path / "m.png")]) == 0
+    assert (tmp_path / "m.png").read_bytes().startswith(b"\x89PNG")
+    capsys.readouterr()
+    assert main([*args, str(tmp_path / "m.txt")]) == 2
+    assert "use a .png, .svg or .pdf file name" in capsys.readouterr().err
+    assert not (tmp_path / "m.txt").exists()

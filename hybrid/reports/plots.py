@@ -205,14 +205,25 @@ def figure_png(fig: Figure, dpi: int = DPI) -> bytes:
     return buf.getvalue()
 
 
+#: File formats a figure is written in, by suffix.
+FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+
+
 def save_png(fig: Figure, path: str | os.PathLike) -> Path:
-    """Write the figure as a PNG file atomically (nothing half-written on failure); returns the path."""
+    """Write the figure atomically (nothing half-written on failure) in the format its suffix names (PNG, SVG or
+    PDF; PNG without a suffix); returns the path."""
     from hybrid.atomic import atomic_file
+    from hybrid.errors import InvalidInputError
 
     p = Path(path)
+    fmt = FIGURE_FORMATS.get(p.suffix.lower(), "png" if not p.suffix else None)
+    if fmt is None:
+        raise InvalidInputError(f"cannot write a plot as {p.name}: use a .png, .svg or .pdf file name")
     p.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=DPI)
     with atomic_file(p) as tmp:
-        tmp.write_bytes(figure_png(fig))
+        tmp.write_bytes(buf.getvalue())
     return p
 
 
