@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import os
 import warnings
 from collections import Counter
@@ -473,3 +474,18 @@ def test_tables_with_bad_times_are_rejected_by_every_reader(value, snippets, tmp
     rc, _, err = cli(["evaluate", table, "--model", "roofline"])
     assert_one_clear_line(rc, err)
     assert "final newline" in err or "missing" in err
+
+
+def test_a_mistyped_command_is_one_line_with_a_suggestion(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    rc, out, err = cli(["predcit", "gemm"])
+    assert_one_clear_line(rc, err)
+    assert "No such command 'predcit'. Did you mean 'predict'?" in err and out == ""
+
+
+def test_a_dtype_fallback_warns_on_stderr_with_json_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = cli(["predict", "gemm", "--device", "T4", "--dtype", "fp8", "-m", "8", "-n", "8", "-k", "8", "--json"])
+    assert rc == 0 and "warning: T4: it has no fp8 units" in err
+    assert "fp8 operand sizes" in json.loads(out)["note"]

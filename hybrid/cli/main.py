@@ -43,6 +43,17 @@ class LazyGroup(click.Group):
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, cmd_name)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                              list[str]]:
+        name = click.utils.make_str(args[0]) if args else ""
+        if args and self.get_command(ctx, name) is None and not name.startswith("-"):
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="hybrid")

@@ -77,8 +77,7 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
                dev.peak_dtype(spec.dtype) == spec.dtype else f"it has no {spec.dtype} units: timed")
         extra["note"] = (f"{dev.key}: {why} at its {used} peak ({dev.peak(used) / 1e12:.4g} TFLOP/s) with "
                          f"{spec.dtype} operand sizes")
-        if not as_json:
-            click.echo(f"warning: {extra['note']}", err=True)
+        click.echo(f"warning: {extra['note']}", err=True)  # stderr: the --json output stays one object
     row = roofline(frame, cat, device=dev.key).iloc[0]
     t = float(out["time_us"]) if model_ref else float(row["time_us"])
     _report({
