@@ -120,6 +120,13 @@ def test_pull_errors_leave_nothing(shared_datasets, tmp_path):
     with pytest.raises(SourceError, match=r"nccl-tests-xxrjun: manifest mismatch"):
         pull("nccl-tests-xxrjun", tmp_path / "out", from_dir=mirror)
     assert not (tmp_path / "out/nccl-tests").exists() or not any((tmp_path / "out/nccl-tests").rglob("*.log"))
+    # a file-checksum mismatch names the mirror's file (not the deleted staging copy) and leaves no folder
+    shutil.copytree(shared_datasets / "neusight/test-dev", mirror / "neusight/test-dev")
+    bad = mirror / "neusight/test-dev/ln.csv"
+    bad.write_bytes(bad.read_bytes()[:1000])
+    with pytest.raises(SourceError, match=r"checksum mismatch: .*mirror/neusight/test-dev/ln\.csv"):
+        pull("neusight-test-dev", tmp_path / "fresh", from_dir=mirror)
+    assert not (tmp_path / "fresh").exists()
     with pytest.raises(SourceError, match=r"xla-matmul cannot be downloaded.*--from"):
         pull("xla-matmul", tmp_path / "out")
     with pytest.raises(InvalidInputError, match="unknown source 'nope'"):

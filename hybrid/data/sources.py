@@ -236,6 +236,9 @@ def pull(name: str, out_dir: str | os.PathLike, *, from_dir: str | os.PathLike |
         raise SourceError(f"source {name} cannot be downloaded file-for-file ({why}); pull it from a mirror "
                           "with --from DIR")
     target = Path(out_dir) / source.local_path
+    # folders this pull creates: removed again (when still empty) if it fails, so a failure leaves nothing
+    created = [d for d in (target.parent, *target.parent.parents) if not d.exists()]
+    done = False
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".pull-{name}-", dir=target.parent))
@@ -248,15 +251,26 @@ def pull(name: str, out_dir: str | os.PathLike, *, from_dir: str | os.PathLike |
             _copy_into(source, Path(from_dir), staging)
         else:
             _download_into(source, staging, progress)
-        rels = verify_dir(source, staging)
+        try:
+            rels = verify_dir(source, staging)
+        except SourceError as exc:  # name where the bad file came from, not the deleted staging copy
+            origin = str(Path(from_dir) / source.local_path) if from_dir is not None else f"{source.name} (download)"
+            raise SourceError(str(exc).replace(str(staging), origin)) from None
         # Several sources may share a folder (xla/, neusight/): move file by file, each rename atomic, and
         # only after every checksum matched.
         for rel in rels:
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging / rel, target / rel)
+        done = True
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+        if not done:
+            for d in created:  # deepest first
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
     return target
 
 
