@@ -113,3 +113,16 @@ def test_meta_device_and_opt_out_record_no_overhead(tmp_path):
     paths = record_step(lambda: lin(x).sum().backward(), tmp_path / "off", warmup=0, execution_trace=False,
                         measure_overhead=False)
     assert overhead_of(load_traces([paths["kineto"]])[0].meta) is None
+
+
+def test_trace_record_names_the_failing_line_of_the_users_script(tmp_path, capsys):
+    from hybrid.cli.main import main
+
+    boom = tmp_path / "boom.py"
+    boom.write_text("x = 1\ndef step():\n    raise ValueError('boom')\n")
+    assert main(["trace", "record", str(boom), "-o", str(tmp_path / "t"), "--no-overhead"]) == 2
+    assert f"{boom}, line 3: step() raised ValueError: boom" in capsys.readouterr().err
+    quits = tmp_path / "quits.py"
+    quits.write_text("import sys\nsys.exit(3)\n")
+    assert main(["trace", "record", str(quits), "-o", str(tmp_path / "u")]) == 2
+    assert "exited (status 3) while its top level ran" in capsys.readouterr().err

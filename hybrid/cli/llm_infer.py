@@ -262,6 +262,8 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if not 0 < slo_percentile <= 100:
         raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
     cost, cat = _predictor(model_ref, tracking_uri)
+    if compare is not None and not [c for c in compare.split(",") if c.strip()]:
+        raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     r_s = parse_rate(rate)

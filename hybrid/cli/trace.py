@@ -22,7 +22,7 @@ def trace() -> None:
     hybrid trace predict datasets/traces-h100/bert-bf16/ --device H100-SXM --bundle datasets/H100-SXM --host model
     hybrid trace import traces/*.json -o graph.json
     hybrid trace kernels datasets/traces-h100/*/ -o h100-kernels.csv   # calibration rows: ops timed by CUPTI
-    hybrid trace predict datasets/traces-h200/gpt2-bf16-sdpa/ --device H200 --bundle datasets/H100-SXM \
+    hybrid trace predict datasets/traces-h200/gpt2-bf16-sdpa/ --device H200 --bundle datasets/H100-SXM \\
         --rows h100-kernels.csv --host model                             # a GPU neither measured
     """
 

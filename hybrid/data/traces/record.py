@@ -140,6 +140,12 @@ def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step
         ns = runpy.run_path(str(p), run_name="__hybrid_trace__")
     except SyntaxError as exc:
         raise InvalidInputError(f"{p}: not a Python script ({exc.msg}, line {exc.lineno})") from None
+    except SystemExit as exc:
+        raise InvalidInputError(f"{p} exited (status {exc.code}) while its top level ran: it must define "
+                                f"{step_fn}() and return (guard a training loop with `if __name__ == "
+                                "'__main__':`)") from None
+    except Exception as exc:
+        raise _script_error(p, "its top level", exc) from exc
     finally:
         sys.argv = old_argv
     fn = ns.get(step_fn)
@@ -147,5 +153,20 @@ def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step
         raise InvalidInputError(f"{p} defines no function {step_fn!r} to trace (define `def {step_fn}(): ...` that "
                                 "runs one training step, or pass --step-fn)")
     device = ns.get("TRACE_DEVICE")
-    return record_step(fn, out_dir, warmup=warmup, execution_trace=execution_trace,
-                       device=str(device) if device else None, measure_overhead=measure_overhead)
+    try:
+        return record_step(fn, out_dir, warmup=warmup, execution_trace=execution_trace,
+                           device=str(device) if device else None, measure_overhead=measure_overhead)
+    except InvalidInputError:
+        raise
+    except Exception as exc:
+        raise _script_error(p, f"{step_fn}()", exc) from exc
+
+
+def _script_error(script: Path, where: str, exc: BaseException) -> InvalidInputError:
+    """The user's script failed: one line naming the exception and the script's last line on its way."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == script.resolve()]
+    at = f", line {frames[-1].lineno}" if frames else ""
+    return InvalidInputError(f"{script}{at}: {where} raised {type(exc).__name__}: {exc} (run the script directly "
+                             "for its traceback)")
