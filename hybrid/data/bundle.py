@@ -298,7 +298,7 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
         raise InvalidInputError(
             f"{int(repeated.sum())} configuration(s) are in more than one bundle ("
             + ", ".join(f"{dirs[a]} and {dirs[b]}" for a, b in pairs)
-            + "); pass on_duplicate='last' (CLI: --replace) to keep the later measurement")
+            + "); `hybrid data merge --replace` (API: on_duplicate='last') keeps the later measurement")
     merged = pd.concat(tables, ignore_index=True, sort=False)
     keep = ~repeated.to_numpy()
     merged, origin = merged[keep].reset_index(drop=True), origin[keep].reset_index(drop=True)

@@ -104,8 +104,8 @@ def read_json(path: str | os.PathLike) -> Any:
     except json.JSONDecodeError as exc:
         end = exc.pos >= len(raw.rstrip()) - 1 or (exc.msg.startswith("Unterminated")
                                                    and exc.pos >= len(raw.rstrip()) - 4096)
-        why = "truncated JSON (the file ends early)" if end else f"invalid JSON at line {exc.lineno} column {exc.colno}"
-        raise TraceFormatError(f"{p}: {why}: {exc.msg}") from None
+        why = "truncated JSON (the file ends early)" if end else "invalid JSON"
+        raise TraceFormatError(f"{p}: {why}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
 
 
 def trace_kind(doc: Any) -> str:
