@@ -152,3 +152,20 @@ def test_directory_import_skips_failed_jobs(shared_datasets, catalog):
     with pytest.warns(DataImportWarning, match="file skipped"):
         df = import_paths("nccl-tests", [d], catalog=catalog)
     assert set(df["system"]) == {"Sophia"} and (df["n_ranks"] == 16).all()
+
+
+def test_a_system_that_does_not_match_the_logs_gpu_warns(shared_datasets, catalog):
+    """ALCF's Sirius logs ran on A100-SXM4-40GB nodes of 4: labelling them DGX-A100 (8 x 80 GB) is allowed, but
+    said; a run on fewer GPUs per node than the system has is a subset run and says nothing."""
+    import warnings
+
+    from hybrid.data.importers.nccl_tests import import_nccl_tests
+
+    log = (shared_datasets / "nccl-tests/argonne-lcf_alcf-nccl-tests/results_sirius/nccl_2_18/"
+           "n2.g4.2024-04-29-22-00-42/all_reduce_output.dat.1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = import_nccl_tests(log, catalog=catalog, system="DGX-A100")
+    msgs = [str(w.message) for w in caught if "does not match system" in str(w.message)]
+    assert len(rows) and msgs and "the log's GPU A100-SXM4-40GB does not match system DGX-A100" in msgs[0]
+    assert set(rows["system"]) == {"DGX-A100"}
