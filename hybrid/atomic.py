@@ -84,6 +84,8 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         if exc.errno in (errno.EACCES, errno.EPERM):
             raise OutputPathError(f"cannot write output {target}: no permission to create files in "
                                   f"{target.parent}") from None
+        if exc.errno == errno.ENOENT and target.parent.is_dir():  # e.g. /proc: the directory is there
+            raise OutputPathError(f"cannot write output {target}: files cannot be created in {target.parent}") from None
         raise output_error(target, exc) from None  # read-only file system, missing directory, ...: say which
     os.close(fd)
     try:
