@@ -184,20 +184,22 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 @trace.command("kernels")
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
-              help="Where to write the measurement rows (CSV, the canonical table).")
+              help="Where to write the measurement rows (the canonical table: .csv or .parquet).")
 @click.option("--device", default=None,
               help="Catalog GPU the traces ran on (default: the GPU name the traces record).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int | None) -> None:
     """Measurement rows from GPU traces (each TRACE one recorded step: a directory or a file): every op the families cost, timed by its CUPTI kernels (kernel-only,
     framework "cupti"); identical rows merged. Calibrate on them like a profile (hybrid calibrate ROWS.csv ...)."""
-    from hybrid.atomic import atomic_file
+    from hybrid.data.schema import write_table
+    from hybrid.errors import InvalidInputError
     from hybrid.workloads.trace_kernels import kernel_rows
 
+    if Path(output).suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise InvalidInputError(f"output {output}: use a .csv or .parquet file name")
     # each argument is one traced step (a directory or the files of one recording), not one rank of a single step
     table = kernel_rows([tr for path in traces for tr in _load((path,), step)], device=device)
-    with atomic_file(output) as tmp:
-        table.to_csv(tmp, index=False)
+    write_table(table, output, validate_rows=False)
     n = int(table["repeats"].sum())
     click.echo(f"{len(table)} distinct op rows ({n} traced ops, {table['op'].nunique()} op kinds, device "
                f"{', '.join(sorted(table['device'].astype(str).unique()))}) -> {output}")

@@ -409,8 +409,10 @@ def read_table(
 
 def write_table(table: pd.DataFrame, path: str | os.PathLike, catalog: Catalog | None = None,
                 *, validate_rows: bool = True) -> Path:
-    """Validate and write ``table`` as CSV or Parquet (by suffix), atomically."""
+    """Validate and write ``table`` as CSV or Parquet (by suffix: ``.csv``, ``.parquet``/``.pq``), atomically."""
     p = Path(path)
+    if p.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise InvalidInputError(f"output {p}: use a .csv or .parquet file name")
     df = validate(table, catalog, source=str(p)) if validate_rows else table
     with atomic_file(p) as tmp:
         if p.suffix.lower() in (".parquet", ".pq"):
