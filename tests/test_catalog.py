@@ -581,3 +581,9 @@ def test_a_misspelt_override_field_fails_loudly(tmp_path) -> None:
     good = tmp_path / "good.toml"
     good.write_text("[devices.H100-SXM]\nmem_bw_gbps = 5000\n")
     assert default_catalog([good]).device("H100-SXM").mem_bw == 5000e9
+
+
+@pytest.mark.parametrize("name, key", [("gfx90a:xnack-", "MI210"), ("gfx950:sramecc+", "MI355X"),
+                                       ("gfx942:xnack-", "MI300X"), ("gfx906:sramecc-:xnack-", "MI50")])
+def test_rocm_targets_with_any_feature_flags_resolve(catalog, name, key) -> None:
+    assert catalog.resolve_device(name) == key

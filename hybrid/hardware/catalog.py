@@ -23,6 +23,8 @@ CATALOG_ENV = "HYBRID_CATALOG"
 _POWER_SUFFIX = re.compile(r"\(\s*\d+(\.\d+)?\s*w\s*\)")
 #: Leading vendor/brand words (any number of them, each followed by a separator).
 _VENDOR_PREFIX = re.compile(r"^((nvidia|amd|tesla|geforce|radeon|instinct)[\s_-]+)+")
+#: A ROCm gfx target, optionally with feature flags (``gfx942:sramecc+:xnack-``).
+_ROCM_TARGET = re.compile(r"^gfx[0-9a-f]+(:[a-z0-9_-]+[+-]?)*$", re.I)
 #: A memory size in a product string (``-180GB``, ``192GB``, ``HBM3e``): MLPerf and cloud tools append them.
 _MEMORY_SIZE = re.compile(r"(?<![a-z0-9])(\d+(?:\.\d+)?)\s*(gb|gib|g)(?![a-z0-9])")
 _MEMORY_KIND = re.compile(r"(?<![a-z0-9])(hbm\d*e?|gddr\d*x?|lpddr\d*x?)(?![a-z0-9])")
@@ -131,6 +133,9 @@ class Catalog:
         with the device's capacity (:data:`MEMORY_MATCH_TOLERANCE`), so ``H100 SXM5 94GB`` is not taken for the
         80 GB part."""
         key = self._device_index.get(normalize_name(name))
+        if key is None and _ROCM_TARGET.match(str(name).strip()):
+            # a ROCm target with feature flags (rocminfo: gfx90a:sramecc+:xnack-): the flags do not change the part
+            key = self._device_index.get(normalize_name(str(name).strip().split(":", 1)[0]))
         if key is None:
             key = self._loose_device(name)
         if key is None and not missing_ok:
