@@ -136,3 +136,25 @@ def test_readers_of_meta_accept_a_merged_bundle(tmp_path):
     assert "profiled with 1" in thread_mismatch(traced, str(path))
     assert thread_mismatch([SimpleNamespace(meta={"hybrid_torch_threads": "1"})], str(path)) is None
     assert thread_mismatch(traced, str(project_datasets_dir() / "H200")) is None  # GPU runs: threads not set
+
+
+def test_two_runs_on_one_cpu_merge_despite_their_measured_ceilings(tmp_path):
+    """Each CPU profile run measures the machine's ceilings anew (a little differently): runs of the same CPU
+    merge, keeping the first run's catalog entry and saying so; another CPU (another arch) still does not."""
+    cpu = project_datasets_dir() / "cpu-amd-epyc-1c"
+    table, _ = load_bundle(cpu)
+    text = (cpu / "catalog.toml").read_text()
+    fam = family_array(table["op"])
+    a = write_bundle(tmp_path / "a", table[fam == "gemm"].reset_index(drop=True), text, {"date": "1"})
+    other = text.replace("mem_bw_gbps = 27.1029", "mem_bw_gbps = 26.5").replace("kernel_latency_us = 1.261",
+                                                                               "kernel_latency_us = 1.3")
+    assert other != text
+    b = write_bundle(tmp_path / "b", table[fam == "embedding"].reset_index(drop=True), other, {"date": "2"})
+    with pytest.warns(UserWarning, match="ceilings slightly differently"):
+        path, merged = merge_bundles([a, b], tmp_path / "ab")
+    assert len(merged) == int((fam == "gemm").sum() + (fam == "embedding").sum())
+    assert (path / "catalog.toml").read_text() == text
+    c = write_bundle(tmp_path / "c", table[fam == "embedding"].reset_index(drop=True),
+                     text.replace('arch = "x86_64"', 'arch = "aarch64"'), {"date": "3"})
+    with pytest.raises(InvalidInputError, match="catalog.toml entries differ"):
+        merge_bundles([a, c], tmp_path / "ac")

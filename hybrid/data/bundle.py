@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import tomllib
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -242,6 +244,27 @@ def _catalog_body(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
 
 
+#: Device fields ``hybrid profile`` measures (its ceilings): two runs on one machine differ in them by noise.
+MEASURED_DEVICE_FIELDS = ("peak_tflops", "mem_bw_gbps", "kernel_latency_us", "boost_clock_mhz", "source", "notes")
+#: System fields its collective sweep measures.
+MEASURED_SYSTEM_FIELDS = ("intra_node_gbps", "intra_latency_us", "inter_node_gbps", "inter_latency_us", "source")
+
+
+def _described(text: str) -> dict[str, Any]:
+    """A ``catalog.toml``'s entries without the fields a profiler run measures (what says *which* device it is)."""
+    try:
+        raw = tomllib.loads(text) if text.strip() else {}
+    except tomllib.TOMLDecodeError:
+        return {"text": text}
+    # only a CPU entry is the profiler's own measurement (a GPU's comes from the packaged catalog or a user override)
+    cpus = {k for k, e in raw.get("devices", {}).items() if str(e.get("kind", "")).lower() == "cpu"}
+    devs = {k: {f: v for f, v in e.items() if k not in cpus or f not in MEASURED_DEVICE_FIELDS}
+            for k, e in raw.get("devices", {}).items()}
+    syss = {k: {f: v for f, v in e.items() if e.get("device") not in cpus or f not in MEASURED_SYSTEM_FIELDS}
+            for k, e in raw.get("systems", {}).items()}
+    return {"devices": devs, "systems": syss}
+
+
 def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike, *, on_duplicate: str = "error",
                   note: str | None = None, force: bool = False) -> tuple[Path, pd.DataFrame]:
     """Merge profiler bundles of one device (e.g. one ``hybrid profile --only F`` run per family, or a committed
@@ -282,9 +305,14 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
     if len(devices) != 1:
         raise InvalidInputError(f"bundles of different devices cannot be merged: {', '.join(devices)}")
     if len(set(bodies)) > 1:
-        differ = [str(d) for d, b in zip(dirs, bodies, strict=True) if b != bodies[0]]
-        raise InvalidInputError(f"the bundles' catalog.toml entries differ ({', '.join(differ)} vs {dirs[0]}); "
-                                "merge only runs that describe the device the same way")
+        differ = [str(d) for d, t in zip(dirs, texts, strict=True) if _described(t) != _described(texts[0])]
+        if differ:
+            raise InvalidInputError(f"the bundles' catalog.toml entries differ ({', '.join(differ)} vs {dirs[0]}); "
+                                    "merge only runs that describe the device the same way")
+        # a measured device (a CPU) whose runs differ only in their measured ceilings: the first run's stand, as in
+        # meta.json's ``ceilings`` (``ceilings_each_run`` keeps them all)
+        warnings.warn(f"the runs measured {devices[0]}'s ceilings slightly differently; the merged catalog.toml keeps "
+                      f"those of the first, {dirs[0]} (meta.json lists every run's)", UserWarning, stacklevel=2)
     keys = [pd.Series([config_key(r) for r in t.to_dict("records")], index=t.index) for t in tables]
     within = [(d, int(k.duplicated().sum())) for d, k in zip(dirs, keys, strict=True) if k.duplicated().any()]
     if within:
