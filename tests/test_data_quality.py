@@ -97,3 +97,25 @@ def test_cli_calibrate_names_the_left_out_group_once(tmp_path):
     lines = [ln for ln in err.getvalue().splitlines() if "datasheet peak" in ln]
     assert lines == [lines[0]] and lines[0].startswith("warning: ") and "H100-SXM fp8 (xla)" in lines[0]
     assert "UserWarning" not in err.getvalue()
+
+
+def test_the_bound_is_the_compute_peak_not_latency_or_dram():
+    """Small GEMMs may legitimately beat the roofline's latency floor (a kernel-timed 2.9 us GEMM on an H100
+    against the catalog's 4 us) or its DRAM time (DeepBench's T4 int8 GEMVs re-read a 3 MB matrix that stays in
+    the 4 MB L2: 350 GB/s against 320 GB/s of DRAM); only beating the compute peak is implausible."""
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.ops.roofline import roofline
+
+    cat = default_catalog()
+    rows = pd.DataFrame({"op": ["gemm", "gemm", "gemm"], "device": ["H100-SXM", "T4", "T4"],
+                         "dtype": ["fp32", "int8", "int8"], "framework": ["cupti", "deepbench", "deepbench"],
+                         "m": [64, 3072, 4096], "n": [1024, 2, 4096], "k": [1, 1024, 4096],
+                         "time_us": [2.9, 9.0, 1000.0]})
+    base = roofline(rows, cat)
+    assert (base["time_us"].to_numpy()[:2] / rows["time_us"].to_numpy()[:2] > PEAK_TOLERANCE).all()  # old check
+    drop, groups = implausible_rows(rows, base, cat)
+    assert not drop.any() and groups.empty
+    # 4096^3 int8 in 0.5 ms is 275 TOPS: over twice the T4's 130 TOPS dense int8 peak
+    fast = rows.assign(time_us=[2.9, 9.0, 500.0])
+    drop, groups = implausible_rows(fast, roofline(fast, cat), cat)
+    assert drop.tolist() == [False, True, True] and groups[["device", "dtype"]].values.tolist() == [["T4", "int8"]]
