@@ -51,11 +51,10 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
         hybrid data import nccl-tests ../shared/datasets/nccl-tests -o nccl.parquet
     """
     from hybrid.data.importers import get_importer, import_paths
-    from hybrid.data.schema import write_table
+    from hybrid.data.schema import check_table_path, write_table
     from hybrid.hardware.catalog import default_catalog
 
-    if output.suffix.lower() not in (".csv", ".parquet", ".pq"):
-        raise InvalidInputError(f"output {output}: use a .csv or .parquet file name")
+    check_table_path(output)
     if kernel_times and get_importer(fmt).name != "vidur-compute":
         raise InvalidInputError(f"--kernel-times applies to vidur-compute only, not {fmt!r}")
     cat = default_catalog()

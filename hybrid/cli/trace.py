@@ -191,12 +191,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int | None) -> None:
     """Measurement rows from GPU traces (each TRACE one recorded step: a directory or a file): every op the families cost, timed by its CUPTI kernels (kernel-only,
     framework "cupti"); identical rows merged. Calibrate on them like a profile (hybrid calibrate ROWS.csv ...)."""
-    from hybrid.data.schema import write_table
-    from hybrid.errors import InvalidInputError
+    from hybrid.data.schema import check_table_path, write_table
     from hybrid.workloads.trace_kernels import kernel_rows
 
-    if Path(output).suffix.lower() not in (".csv", ".parquet", ".pq"):
-        raise InvalidInputError(f"output {output}: use a .csv or .parquet file name")
+    check_table_path(output)
     # each argument is one traced step (a directory or the files of one recording), not one rank of a single step
     table = kernel_rows([tr for path in traces for tr in _load((path,), step)], device=device)
     write_table(table, output, validate_rows=False)

@@ -407,12 +407,23 @@ def read_table(
     return out[ordered + [c for c in out.columns if c not in COLUMN_BY_NAME]]
 
 
+#: File suffixes a canonical table is written with.
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def check_table_path(path: str | os.PathLike) -> Path:
+    """``path`` as a :class:`Path` if it names a table file (:data:`TABLE_SUFFIXES`); else a clear error (call it
+    before the work that produces the table)."""
+    p = Path(path)
+    if p.suffix.lower() not in TABLE_SUFFIXES:
+        raise InvalidInputError(f"output {p}: use a .csv or .parquet file name")
+    return p
+
+
 def write_table(table: pd.DataFrame, path: str | os.PathLike, catalog: Catalog | None = None,
                 *, validate_rows: bool = True) -> Path:
     """Validate and write ``table`` as CSV or Parquet (by suffix: ``.csv``, ``.parquet``/``.pq``), atomically."""
-    p = Path(path)
-    if p.suffix.lower() not in (".csv", ".parquet", ".pq"):
-        raise InvalidInputError(f"output {p}: use a .csv or .parquet file name")
+    p = check_table_path(path)
     df = validate(table, catalog, source=str(p)) if validate_rows else table
     with atomic_file(p) as tmp:
         if p.suffix.lower() in (".parquet", ".pq"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,15 +18,6 @@ DEVICE_FIELDS = frozenset({*DEVICE_REQUIRED, "arch", "l2_mib", "l2_bw_gbps", "sm
                            "sfu_per_clk_per_sm", "tdp_w", "link", "link_gbps", "pcie_gen", "kernel_latency_us",
                            "mem_bw_shared_gbps", "aliases", "notes", "key"})
 
-
-def check_entry_fields(what: str, key: str, entry: dict[str, Any], known: frozenset[str]) -> None:
-    import difflib
-
-    unknown = sorted(set(entry) - known)
-    if unknown:
-        hints = [f"{u} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(u, sorted(known), n=1)) else u
-                 for u in unknown]
-        raise InvalidInputError(f"{what} {key!r}: unknown field(s) {', '.join(hints)}; known: {', '.join(sorted(known))}")
 #: L2 bytes per clock per SM of the A100 whitepaper (5120 B/clk, 108 SMs): the estimate :meth:`Device.l2_bandwidth`
 #: uses for GPUs whose L2 bandwidth is not published.
 L2_BYTES_PER_CLK_PER_SM = 5120 / 108
@@ -216,6 +208,16 @@ SYSTEM_REQUIRED = ("device", "gpus_per_node", "intra_node_gbps", "source")
 #: Every field a system entry may have.
 SYSTEM_FIELDS = frozenset({*SYSTEM_REQUIRED, "intra_fabric", "inter_node_gbps", "inter_fabric", "intra_latency_us",
                            "inter_latency_us", "max_nodes", "aliases", "notes", "measured_links", "nvls", "key"})
+
+
+def check_entry_fields(what: str, key: str, entry: dict[str, Any], known: frozenset[str]) -> None:
+    """A clear error for a catalog entry field no device (system) has, with the closest known name: a misspelt
+    override would otherwise change nothing, silently."""
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        hints = [f"{u} (did you mean {m[0]}?)" if (m := difflib.get_close_matches(u, sorted(known), n=1)) else u
+                 for u in unknown]
+        raise InvalidInputError(f"{what} {key!r}: unknown field(s) {', '.join(hints)}; known: {', '.join(sorted(known))}")
 
 
 @dataclass(frozen=True)

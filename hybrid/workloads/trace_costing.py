@@ -67,6 +67,8 @@ class HostCosting:
     overheads: tuple[ProfilerOverhead | None, ...] = ()
     #: share of each rank's traced host gaps left once the recording cost of the events inside them is off
     gap_shares: tuple[float, ...] = ()
+    #: recording cost (us) of what each rank's units recorded, taken off their traced host times
+    unit_costs_us: tuple[float, ...] = ()
 
     @classmethod
     def resolve(cls, traces: list[RankTrace], same: bool, host: str, host_scale: float | list[float]
@@ -85,9 +87,12 @@ class HostCosting:
         """This costing with each rank's gap share: the recording cost of the rank's events that are not inside a
         unit (those of the annotations, autograd nodes and composite ops the units are cut from, whose own time
         is the gaps) taken off the rank's traced gap time."""
-        shares = []
+        shares, in_units = [], []
         for r, (tr, s) in enumerate(zip(traces, scheds, strict=True)):
             ovh = self.overheads[r] if r < len(self.overheads) else None
+            counts = [s[c].to_numpy(dtype=np.float64) if c in s.columns else np.zeros(len(s))
+                      for c in ("n_events", "n_inputs", "n_launch")]
+            in_units.append(float(np.sum(ovh.cost_us(*counts))) if ovh is not None else 0.0)
             gaps = float(np.nansum(np.clip(s["gap_us"].to_numpy(dtype=np.float64)
                                            - s.get("wait_us", pd.Series(0.0, index=s.index)).fillna(0.0)
                                            .to_numpy(dtype=np.float64), 0.0, None))
@@ -95,12 +100,12 @@ class HostCosting:
             if ovh is None or not tr.has_times or gaps <= 0:
                 shares.append(1.0)
                 continue
-            counts = [float(s[c].sum()) if c in s.columns else 0.0 for c in ("n_events", "n_inputs", "n_launch")]
-            outside = ovh.cost_us(max(len(tr.ops) - counts[0], 0.0),
-                                  max(float(input_counts(tr.ops["dims"].to_numpy()).sum()) - counts[1], 0.0),
-                                  max(len(tr.kernels) - counts[2], 0.0))
+            outside = ovh.cost_us(max(len(tr.ops) - counts[0].sum(), 0.0),
+                                  max(float(input_counts(tr.ops["dims"].to_numpy()).sum()) - counts[1].sum(), 0.0),
+                                  max(len(tr.kernels) - counts[2].sum(), 0.0))
             shares.append(float(np.clip(1.0 - outside / gaps, MIN_HOST_SHARE, 1.0)))
-        return HostCosting(self.same_device, self.keep_host, self.scales, self.overheads, tuple(shares))
+        return HostCosting(self.same_device, self.keep_host, self.scales, self.overheads, tuple(shares),
+                           tuple(in_units))
 
     def recording_us(self, rank: int, events: float = 0.0, inputs: float = 0.0, launches: float = 0.0) -> float:
         """What recording ``events`` / ``inputs`` / ``launches`` added to the rank's traced host time (0 when the

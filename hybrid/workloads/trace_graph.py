@@ -277,24 +277,17 @@ def _group_of(trace: RankTrace, n_ranks: int, rank: int, pg: str, n_row: int) ->
     return pg or "0", tuple(range(n_ranks)) if n_row >= n_ranks else (rank,)
 
 
-def _overhead_info(costing: HostCosting, traces: list[RankTrace], scheds: list[pd.DataFrame]) -> dict[str, Any]:
+def _overhead_info(costing: HostCosting) -> dict[str, Any]:
     """What recording cost the traced host, as the traces measured it (``measured: False``: they do not say)."""
-    ovh = [o for o in costing.overheads if o is not None]
-    if not ovh:
+    ranks = [r for r, o in enumerate(costing.overheads) if o is not None]
+    if not ranks:
         return {"measured": False}
-    per = []
-    for r, s in enumerate(scheds):
-        o = costing.overheads[r] if r < len(costing.overheads) else None
-        if o is None:
-            continue
-        units = float(np.sum(o.cost_us(*(s[c].to_numpy(dtype=np.float64) if c in s.columns else 0.0
-                                         for c in ("n_events", "n_inputs", "n_launch")))))
-        per.append(units)
-    first = ovh[0]
-    return {"measured": True, "ranks": len(ovh), "per_event_us": first.per_event_us,
+    first = costing.overheads[ranks[0]]
+    assert first is not None
+    return {"measured": True, "ranks": len(ranks), "per_event_us": first.per_event_us,
             "per_input_us": first.per_input_us, "per_launch_us": first.per_launch_us,
             "execution_trace": first.execution_trace, "gap_share": list(costing.gap_shares),
-            "in_units_ms": [x / 1e3 for x in per], "kept": costing.keep_host}
+            "in_units_ms": [costing.unit_costs_us[r] / 1e3 for r in ranks], "kept": costing.keep_host}
 
 
 def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | None = None, *,
@@ -383,4 +376,4 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     return TraceIteration(b.g, traces, tgt, same, pd.concat(units, ignore_index=True), b.labels, b.measured,
                           info={"target": tgt.system, "device": tgt.device.key, "same_device": same, "host": host,
                                 "traced_device": sorted({t.device for t in traces}),
-                                "recording_overhead": _overhead_info(costing, traces, scheds)})
+                                "recording_overhead": _overhead_info(costing)})
