@@ -1,12 +1,13 @@
 """End-to-end NLP latencies on GPUs predicted from PyTorch traces recorded on this CPU (meta device).
 
     python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--no-with-test-kernels] [--no-with-gpu-bundles]
-        [--no-with-llmcompass] [--with-trace-kernels] [--json] [--out results.md]
+        [--no-with-llmcompass] [--with-trace-kernels] [--model-configs DIR] [--json] [--out results.md]
 
 ``FILE`` has NeuSight's end-to-end label format (``../shared/datasets/neusight/e2e_labels_dev.csv``: columns
-``gpu, config, model, mode, seqlen, batch, extra, e2e_latency`` in ms). For every labelled (model, mode,
-sequence, batch) the model is built from ``transformers`` config objects (public architecture sizes, all layers)
-on the **meta device** (shapes without data, so GPT-3 2.7B at batch 8 x 2048 fits in this VM) and one step is
+``gpu, config, model, mode, seqlen, batch, extra, e2e_latency`` in ms, optionally ``num_layer``). For every
+labelled (model, mode, sequence, batch) the model is built from ``transformers`` config objects (public
+architecture sizes; all layers, or the label's ``num_layer`` where it is > 0) on the **meta device** (shapes
+without data, so GPT-3 2.7B at batch 8 x 2048 fits in this VM) and one step is
 traced with ``torch.profiler`` exactly as NeuSight times it: inference = ``model(input_ids)`` in eval mode under
 ``no_grad`` (BERT: sequence classification); training = forward + cross-entropy + backward (BERT: pre-training
 heads), no optimizer step. The trace becomes the engine's task graph for the labelled GPU
@@ -28,8 +29,16 @@ Parallel rows (``extra`` = dp4 / tp4 / pp4_1 on 4 x A100-SXM4-40GB) rewrite the 
 (``hybrid.workloads.trace_parallel``): DP = 4 ranks at batch/4 with DDP bucketed all-reduces, TP = Megatron
 splitting with 2 all-reduces per layer and direction, PP = 4 stages with one micro-batch. ``fusion`` rows
 (torch.compile) are the eager trace with its pointwise runs fused (``hybrid.workloads.trace_fusion``); the
-Switch-Transformer MoE traces with static-shape routing (:func:`static_switch_routing`). Rows that cannot be
-mapped (unknown models, GPUs or modes) are skipped and counted.
+Switch-Transformer MoE traces with static-shape routing (:func:`static_switch_routing`).
+
+Models: every NeuSight model config (``scripts/asplos/data/DLmodel_configs``) is built in: ``bert``,
+``bert_large``, ``gpt2_med``, ``gpt2_large``, ``gpt2_xl``, ``gpt3_xl``, ``gpt3_27``, ``gpt3_67``, ``gpt3_13``,
+``opt``, ``opt_13`` and ``switchxlN`` (the Switch model with N experts, e.g. ``switchxl4``, ``switchxl8``).
+``--model-configs DIR`` names a directory of Hugging Face ``config.json`` files called ``<model>.json``: a label
+model that is not built in is built from ``DIR/<model>.json`` (its ``model_type``'s config with eager attention;
+GPT-2, OPT, Llama, Mistral, GPT-NeoX, ... as their causal LM, BERT as sequence classification / pre-training,
+encoder-decoders as their sequence-to-sequence LM; an unreadable file or unsupported ``model_type`` is an input
+error). Rows that cannot be mapped (unknown models, GPUs or modes) are skipped and counted.
 """
 
 from __future__ import annotations
@@ -52,37 +61,120 @@ sys.path.insert(0, str(ROOT))
 LABEL_COLUMNS = ("gpu", "model", "mode", "seqlen", "batch", "e2e_latency")
 
 
-def model_builder(name: str, n_layer: int | None):
-    """(transformers model class per mode, config) for a NeuSight model name; None if not modelled."""
+#: NeuSight's GPT-2-class model configs (scripts/asplos/data/DLmodel_configs/*.json): name -> (n_embd, n_layer,
+#: n_head, n_positions), all with GPT-2's vocabulary of 50257
+GPT2_CLASS = {"gpt2_med": (1024, 24, 16, 1024), "gpt2_large": (1280, 36, 20, 1024), "gpt2_xl": (1600, 48, 25, 1024),
+              "gpt3_xl": (3072, 24, 24, 2048), "gpt3_27": (2560, 32, 32, 2048), "gpt3_67": (4096, 32, 32, 2048),
+              "gpt3_13": (5120, 40, 40, 2048)}
+
+
+def model_builder(name: str, n_layer: int | None, config_dir: str | Path | None = None):
+    """(transformers model class per mode, config) for a NeuSight model name; None if not modelled.
+
+    ``n_layer`` (the label's ``num_layer``; None or 0: the model's own) sets the number of layers (Switch: its
+    encoder layers). A name that is not built in is read from ``config_dir/<name>.json`` when that file exists
+    (:func:`config_file_builder`)."""
+    import re
+
     import transformers as tf
 
     eager = {"attn_implementation": "eager"}
-    if name == "bert_large":
-        cfg = tf.BertConfig(hidden_size=1024, num_hidden_layers=n_layer or 24, num_attention_heads=16,
-                            intermediate_size=4096, vocab_size=30522, max_position_embeddings=512, **eager)
+    if name in ("bert", "bert_large"):
+        # bert.json: BERT base (768 wide, 12 layers, 12 heads); bert_large.json: 1024, 24, 16
+        h, n, heads, ff = (768, 12, 12, 3072) if name == "bert" else (1024, 24, 16, 4096)
+        cfg = tf.BertConfig(hidden_size=h, num_hidden_layers=n_layer or n, num_attention_heads=heads,
+                            intermediate_size=ff, vocab_size=30522, max_position_embeddings=512, **eager)
         return {"inf": tf.BertForSequenceClassification, "train": tf.BertForPreTraining}, cfg
     # NeuSight's model configs (scripts/asplos/data/DLmodel_configs/*.json): its "gpt3_xl" is 24 layers of width
     # 3072 with 24 heads (wider than the GPT-3 paper's 2048), the others follow the published architectures
-    gpt = {"gpt2_large": (1280, 36, 20, 1024), "gpt3_xl": (3072, 24, 24, 2048), "gpt3_27": (2560, 32, 32, 2048)}
-    if name in gpt:
-        h, n, heads, pos = gpt[name]
+    if name in GPT2_CLASS:
+        h, n, heads, pos = GPT2_CLASS[name]
         cfg = tf.GPT2Config(n_embd=h, n_layer=n_layer or n, n_head=heads, vocab_size=50257, n_positions=pos, **eager)
         return {"inf": tf.GPT2LMHeadModel, "train": tf.GPT2LMHeadModel}, cfg
-    if name == "switchxl4":
+    switch = re.fullmatch(r"switchxl(\d+)", name)
+    if switch and int(switch.group(1)) >= 1:
         # NeuSight's switchxl4.json: Switch-Transformer encoder-decoder, 24 + 24 layers of width 1024, every other
-        # layer's MLP a 4-expert top-1 MoE (d_ff 16384) with an expert capacity of 64 tokens per sequence
+        # layer's MLP a 4-expert top-1 MoE (d_ff 16384) with an expert capacity of 64 tokens per sequence;
+        # switchxlN is the same model with N experts per MoE layer
         cfg = tf.SwitchTransformersConfig(
             d_model=1024, d_ff=16384, d_kv=128, num_heads=32, num_layers=n_layer or 24, num_decoder_layers=24,
-            num_experts=4, expert_capacity=64, encoder_sparse_step=2, decoder_sparse_step=2,
+            num_experts=int(switch.group(1)), expert_capacity=64, encoder_sparse_step=2, decoder_sparse_step=2,
             num_sparse_encoder_layers=12, num_sparse_decoder_layers=12, vocab_size=32128, router_bias=False,
             dense_act_fn="relu", feed_forward_proj="relu", is_gated_act=False, dropout_rate=0.1, **eager)
         cls = tf.SwitchTransformersForConditionalGeneration
         return {"inf": cls, "train": cls}, cfg
-    if name == "opt_13":
-        cfg = tf.OPTConfig(hidden_size=2048, num_hidden_layers=n_layer or 24, num_attention_heads=32, ffn_dim=8192,
+    if name in ("opt", "opt_13"):
+        # opt.json: a 1-layer toy of width 512 whose embeddings are 2048 wide (project_in / project_out exist);
+        # opt_13.json: OPT-1.3B
+        h, n, heads, ff = (512, 1, 8, 2048) if name == "opt" else (2048, 24, 32, 8192)
+        cfg = tf.OPTConfig(hidden_size=h, num_hidden_layers=n_layer or n, num_attention_heads=heads, ffn_dim=ff,
                            vocab_size=50272, max_position_embeddings=2048, word_embed_proj_dim=2048, **eager)
         return {"inf": tf.OPTForCausalLM, "train": tf.OPTForCausalLM}, cfg
+    if config_dir is not None and (Path(config_dir) / f"{name}.json").is_file():
+        return config_file_builder(Path(config_dir) / f"{name}.json", n_layer)
     return None
+
+
+def config_file_builder(path: Path, n_layer: int | None = None):
+    """(transformers model class per mode, config) from a Hugging Face ``config.json`` (``--model-configs``):
+    the config of its ``model_type`` with eager attention, and the class NeuSight would time: GPT-2 / OPT / other
+    decoders their causal-LM model, BERT sequence classification (inference) and pre-training (training),
+    encoder-decoders their sequence-to-sequence LM. An unreadable file or an unsupported ``model_type`` is an
+    :class:`~hybrid.errors.InvalidInputError` naming the file."""
+    import transformers as tf
+
+    from hybrid.errors import InvalidInputError
+
+    try:
+        fields = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InvalidInputError(f"{path}: not a readable model config.json ({exc})") from None
+    if not isinstance(fields, dict) or not isinstance(fields.get("model_type"), str):
+        raise InvalidInputError(f"{path}: a Hugging Face config.json needs a \"model_type\" string")
+    fields = dict(fields)
+    model_type = fields.pop("model_type")
+    if model_type not in tf.CONFIG_MAPPING:
+        raise InvalidInputError(f"{path}: model_type {model_type!r} is not a transformers {tf.__version__} model")
+    config_class = tf.CONFIG_MAPPING[model_type]
+    if n_layer:
+        key = config_class.attribute_map.get("num_hidden_layers", "num_hidden_layers")
+        for k in {key, "num_hidden_layers", "n_layer", "num_layers", "n_layers"} & set(fields):
+            fields.pop(k)
+        fields[key] = int(n_layer)
+        if isinstance(fields.get("layer_types"), list) and fields["layer_types"]:  # per-layer kinds: same pattern
+            pattern = fields["layer_types"]
+            fields["layer_types"] = [pattern[i % len(pattern)] for i in range(int(n_layer))]
+    # NeuSight's labels are FP32 steps of a model built from its config: a stored dtype (bfloat16 checkpoints) is
+    # a property of the weights, not of the timed step
+    for k in ("torch_dtype", "dtype"):
+        fields.pop(k, None)
+    fields["attn_implementation"] = "eager"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cfg = tf.AutoConfig.for_model(model_type, **fields)
+    except Exception as exc:  # the config class's own validation: one line
+        raise InvalidInputError(f"{path}: not a valid {model_type} config ({type(exc).__name__}: {exc})") from None
+    from transformers.models.auto import modeling_auto as ma
+
+    if model_type == "bert":
+        classes = {"inf": tf.BertForSequenceClassification, "train": tf.BertForPreTraining}
+    elif type(cfg) in ma.MODEL_FOR_CAUSAL_LM_MAPPING:
+        cls = ma.MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)]
+        classes = {"inf": cls, "train": cls}
+    elif type(cfg) in ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING:
+        cls = ma.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING[type(cfg)]
+        classes = {"inf": cls, "train": cls}
+    else:
+        raise InvalidInputError(f"{path}: model_type {model_type!r} is not supported (neither BERT nor a causal "
+                                "or sequence-to-sequence language model)")
+    return classes, cfg
+
+
+def label_layers(row: pd.Series) -> int | None:
+    """The label's ``num_layer`` when it has one (> 0), else None (the model's own layer count)."""
+    v = pd.to_numeric(pd.Series([row.get("num_layer", "")]), errors="coerce").iloc[0]
+    return int(v) if np.isfinite(v) and v > 0 else None
 
 
 def hidden_size(cfg) -> int:
@@ -170,17 +262,24 @@ def legacy_bert_attention_mask():
         mb.eager_attention_forward = original
 
 
-def record_trace(name: str, mode: str, seq: int, batch: int, out: Path) -> Path:
-    """Trace one NeuSight-style step of ``name`` on the meta device (cached in ``out``)."""
+def record_trace(name: str, mode: str, seq: int, batch: int, out: Path, n_layer: int | None = None,
+                 config_dir: str | Path | None = None) -> Path:
+    """Trace one NeuSight-style step of ``name`` on the meta device (cached in ``out``); ``n_layer`` and
+    ``config_dir`` as in :func:`model_builder`."""
     import hashlib
 
     import torch
 
     from hybrid.data.traces.record import trace_step
+    from hybrid.errors import InvalidInputError
 
-    classes, cfg = model_builder(name, None)
+    built = model_builder(name, n_layer, config_dir)
+    if built is None:
+        raise InvalidInputError(f"model {name} not modelled (no built-in architecture and no config file)")
+    classes, cfg = built
+    model_type = getattr(cfg, "model_type", "")
     # BERT traces carry the extended attention mask of NeuSight's transformers (legacy_bert_attention_mask)
-    proto = "bert-extended-mask" if name.startswith("bert") else ""
+    proto = "bert-extended-mask" if model_type == "bert" else ""
     digest = hashlib.sha256((cfg.to_json_string() + torch.__version__ + proto).encode()).hexdigest()[:10]
     path = out / f"{name}-{mode}-{seq}-{batch}-{digest}"
     kin = path / "kineto_rank0.json"
@@ -206,8 +305,8 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path) -> Path:
             logits = res["prediction_logits"] if "prediction_logits" in res else res["logits"]
             loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), ids.view(-1))
             loss.backward()
-    routing = (static_switch_routing() if name.startswith("switch") else
-               legacy_bert_attention_mask() if name.startswith("bert") else contextlib.nullcontext())
+    routing = (static_switch_routing() if model_type == "switch_transformers" else
+               legacy_bert_attention_mask() if model_type == "bert" else contextlib.nullcontext())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with routing, trace_step(path, execution_trace=False, device="meta", cuda=False):
@@ -263,6 +362,14 @@ def read_labels(path: str) -> pd.DataFrame:
     if "extra" not in df.columns:
         df["extra"] = ""
     df["extra"] = df["extra"].astype(str).replace({"nan": "", "0": ""})
+    if "num_layer" in df.columns:  # layers to build (0 or empty: the model's own)
+        raw = df["num_layer"].astype(str).str.strip()
+        layers = pd.to_numeric(raw.replace({"": "0", "nan": "0"}), errors="coerce")
+        bad = ~(np.isfinite(layers) & (layers == np.round(layers)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidInputError(f"{p}: row {i + 2}: num_layer must be a whole number (got {raw.iloc[i]!r})")
+        df["num_layer"] = layers.astype(int)
     return df
 
 
@@ -314,7 +421,7 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
 
 
 def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cache: dict,
-                kernel_times: bool = True) -> dict:
+                kernel_times: bool = True, config_dir: str | Path | None = None) -> dict:
     from hybrid.data.traces import load_trace
     from hybrid.workloads import trace_parallel as tp
     from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
@@ -324,12 +431,13 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
     if extra.startswith("dp"):
         ranks = int(extra[2:].split("_")[0])
         per_rank_batch = max(1, batch // ranks)
-    key = (name, mode, seq, per_rank_batch)
+    layers = label_layers(row)  # the label's num_layer (None: the model's own)
+    key = (name, mode, seq, per_rank_batch, layers)
     if key not in cache:
-        cache[key] = load_trace(record_trace(name, mode, seq, per_rank_batch, trace_dir))
+        cache[key] = load_trace(record_trace(name, mode, seq, per_rank_batch, trace_dir, layers, config_dir))
     trace = cache[key]
     transform, traces = None, [trace]
-    _, cfg = model_builder(name, None)
+    _, cfg = model_builder(name, layers, config_dir)
     if extra.startswith("dp"):
         traces = tp.replicate(trace, ranks)
         transform = tp.data_parallel(ranks)
@@ -356,13 +464,13 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
     return out
 
 
-def skip_reason(row: pd.Series, catalog) -> str | None:
+def skip_reason(row: pd.Series, catalog, config_dir: str | Path | None = None) -> str | None:
     if row["extra"] and row["extra"] != "fusion" and row["extra"][:2] not in ("dp", "tp", "pp"):
         return f"unknown extra {row['extra']!r}"
     if row["mode"] not in ("inf", "train"):
         return f"unknown mode {row['mode']!r}"
-    if model_builder(str(row["model"]), None) is None:
-        return f"model {row['model']} not modelled (MoE / unknown architecture)"
+    if model_builder(str(row["model"]), label_layers(row), config_dir) is None:
+        return f"model {row['model']} not modelled (unknown architecture, no --model-configs file)"
     if resolve_gpu(str(row["gpu"]), catalog) is None:
         return f"GPU {row['gpu']} not in the catalog"
     return None
@@ -394,6 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--intervals", action="store_true",
                     help="calibrate the model's 80%% prediction intervals too and report how many labels fall "
                          "inside the predicted iteration-time interval (several more fits)")
+    ap.add_argument("--model-configs", default=None, metavar="DIR",
+                    help="directory of Hugging Face config.json files named <model>.json: label models that are "
+                         "not built in are built from DIR/<model>.json")
     ap.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "hybrid-nlp-e2e-traces"))
     ap.add_argument("--json", action="store_true", help="print one JSON object; writes no markdown unless --out")
     ap.add_argument("--out", default=None, help="write results markdown here (default: results.md beside this "
@@ -408,6 +519,11 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.time()
     labels = read_labels(args.labels)
+    config_dir = args.model_configs
+    if config_dir is not None and not Path(config_dir).is_dir():
+        from hybrid.errors import InvalidInputError
+
+        raise InvalidInputError(f"--model-configs {config_dir}: not a directory")
     cat = default_catalog()
     if args.model:
         from hybrid.bench.validate import resolve_predictor
@@ -433,12 +549,12 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     for _, r in tqdm(labels.iterrows(), total=len(labels), desc="label rows", file=sys.stderr):
-        why = skip_reason(r, cat)
+        why = skip_reason(r, cat, config_dir)
         if why:
             skipped[why] = skipped.get(why, 0) + 1
             continue
         dev = resolve_gpu(str(r["gpu"]), cat)
-        pred = predict_row(trace_dir, r, dev, models, cache, kernel_times=not args.as_fitted)
+        pred = predict_row(trace_dir, r, dev, models, cache, kernel_times=not args.as_fitted, config_dir=config_dir)
         rows.append({"gpu": r["gpu"], "device": dev, "model": r["model"], "mode": r["mode"],
                      "parallel": r["extra"] or "single", "seqlen": int(r["seqlen"]), "batch": int(r["batch"]),
                      "measured_ms": float(r["e2e_latency"]), **pred,
@@ -507,7 +623,9 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
            f"{'' if getattr(args, 'with_llmcompass', True) else ' --no-with-llmcompass'}"
            f"{' --with-trace-kernels' if getattr(args, 'with_trace_kernels', False) else ''}"
            f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}"
-           f"{' --intervals' if getattr(args, 'intervals', False) else ''}` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+           f"{' --intervals' if getattr(args, 'intervals', False) else ''}"
+           f"{' --model-configs ' + str(args.model_configs) if getattr(args, 'model_configs', None) else ''}"
+           f"` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
            f"Labels: {result['n_label_rows']} rows, {c['n_rows']} predicted, skipped: "
            + (", ".join(f"{v} x {k}" for k, v in result["skipped"].items()) or "none") + ".",

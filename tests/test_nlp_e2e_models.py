@@ -1,0 +1,178 @@
+"""The NLP benchmark's models: every NeuSight model config, the labels' layer counts, Switch models of any expert
+count and Hugging Face config files (``--model-configs``)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+tf = pytest.importorskip("transformers")
+
+
+@pytest.fixture
+def bench(load_experiment):
+    return load_experiment("nlp_e2e")
+
+
+def _sizes(cfg) -> tuple[int, int, int]:
+    return cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads
+
+
+#: NeuSight's scripts/asplos/data/DLmodel_configs/<name>.json: (width, layers, heads, class of both modes)
+NEUSIGHT_MODELS = {
+    "bert": (768, 12, 12, None), "bert_large": (1024, 24, 16, None),
+    "gpt2_med": (1024, 24, 16, "GPT2LMHeadModel"), "gpt2_large": (1280, 36, 20, "GPT2LMHeadModel"),
+    "gpt2_xl": (1600, 48, 25, "GPT2LMHeadModel"), "gpt3_xl": (3072, 24, 24, "GPT2LMHeadModel"),
+    "gpt3_13": (5120, 40, 40, "GPT2LMHeadModel"), "gpt3_27": (2560, 32, 32, "GPT2LMHeadModel"),
+    "gpt3_67": (4096, 32, 32, "GPT2LMHeadModel"), "opt": (512, 1, 8, "OPTForCausalLM"),
+    "opt_13": (2048, 24, 32, "OPTForCausalLM"),
+    "switchxl4": (1024, 24, 32, "SwitchTransformersForConditionalGeneration"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEUSIGHT_MODELS))
+def test_every_neusight_model_config_is_built_in(bench, name):
+    width, layers, heads, cls = NEUSIGHT_MODELS[name]
+    classes, cfg = bench.model_builder(name, None)
+    assert _sizes(cfg) == (width, layers, heads)
+    assert bench.hidden_size(cfg) == width
+    assert cfg._attn_implementation == "eager"
+    if cls is None:  # BERT: sequence classification (inference), pre-training heads (training)
+        assert (classes["inf"], classes["train"]) == (tf.BertForSequenceClassification, tf.BertForPreTraining)
+    else:
+        assert classes["inf"].__name__ == classes["train"].__name__ == cls
+
+
+def test_neusight_model_details(bench):
+    _, gpt = bench.model_builder("gpt3_13", None)
+    assert (gpt.n_positions, gpt.vocab_size) == (2048, 50257)
+    _, bert = bench.model_builder("bert", None)
+    assert (bert.intermediate_size, bert.vocab_size, bert.max_position_embeddings) == (3072, 30522, 512)
+    # the toy OPT's embeddings are wider than its layers: the project_in / project_out linears exist
+    classes, opt = bench.model_builder("opt", None)
+    assert (opt.ffn_dim, opt.word_embed_proj_dim, opt.vocab_size, opt.max_position_embeddings) == (2048, 2048, 50272,
+                                                                                                   2048)
+    with torch.device("meta"):
+        model = classes["inf"](opt)
+    dec = model.model.decoder
+    assert (dec.project_in.in_features, dec.project_in.out_features) == (2048, 512)
+    assert (dec.project_out.in_features, dec.project_out.out_features) == (512, 2048)
+    assert bench.model_builder("gpt4", None) is None and bench.model_builder("switchxl0", None) is None
+
+
+@pytest.mark.parametrize("name", ["bert", "bert_large", "gpt2_med", "gpt3_67", "opt", "opt_13"])
+def test_num_layer_sets_the_layer_count(bench, name):
+    _, cfg = bench.model_builder(name, 3)
+    assert cfg.num_hidden_layers == 3
+    # 0 / None: the model's own
+    assert bench.model_builder(name, 0)[1].num_hidden_layers == NEUSIGHT_MODELS[name][1]
+
+
+def test_switch_models_of_any_expert_count(bench):
+    _, four = bench.model_builder("switchxl4", None)
+    classes, eight = bench.model_builder("switchxl8", 2)
+    assert (four.num_experts, eight.num_experts) == (4, 8)
+    assert (eight.num_layers, eight.num_decoder_layers) == (2, 24)  # num_layer: the encoder's layers
+    cfg = eight.to_dict()
+    for k in ("num_experts", "num_layers"):
+        cfg.pop(k)
+    ref = four.to_dict()
+    for k in ("num_experts", "num_layers"):
+        ref.pop(k)
+    assert cfg == ref  # otherwise the same Switch model
+    with torch.device("meta"):
+        mlp = classes["inf"](tf.SwitchTransformersConfig(**{**eight.to_dict(), "d_model": 32, "d_ff": 64,
+                                                            "d_kv": 8, "num_heads": 4, "num_layers": 2,
+                                                            "num_decoder_layers": 2}))
+    sparse = [m for m in mlp.modules() if type(m).__name__ == "SwitchTransformersSparseMLP"]
+    assert sparse and all(m.router.num_experts == len(m.experts) == 8 for m in sparse)
+
+
+def test_label_num_layer_column(bench, tmp_path):
+    rows = ("gpu,config,model,mode,seqlen,batch,extra,num_layer,e2e_latency\n"
+            "NVIDIA_A100-PCIE-40GB,a,gpt2_med,inf,128,1,,2,1.0\n"
+            "NVIDIA_A100-PCIE-40GB,b,gpt2_med,inf,128,1,dp4,0,1.0\n"
+            "NVIDIA_A100-PCIE-40GB,c,switchxl4,inf,128,1,,,1.0\n")
+    (tmp_path / "l.csv").write_text(rows)
+    labels = bench.read_labels(str(tmp_path / "l.csv"))
+    assert labels["num_layer"].tolist() == [2, 0, 0]
+    assert [bench.label_layers(r) for _, r in labels.iterrows()] == [2, None, None]
+    assert bench.label_layers(pd.Series({"model": "gpt2_med"})) is None  # no column: the model's own
+    from hybrid.errors import InvalidInputError
+
+    (tmp_path / "bad.csv").write_text(rows.replace(",,2,", ",,two,"))
+    with pytest.raises(InvalidInputError, match="num_layer"):
+        bench.read_labels(str(tmp_path / "bad.csv"))
+
+
+def test_model_config_files(bench, tmp_path):
+    from hybrid.hardware.catalog import default_catalog
+
+    llama = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+             "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "vocab_size": 100, "max_position_embeddings": 64, "torch_dtype": "bfloat16"}
+    (tmp_path / "tiny_llama.json").write_text(json.dumps(llama))
+    (tmp_path / "tiny_gpt2.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 32, "n_layer": 2,
+                                                         "n_head": 2, "vocab_size": 100, "n_positions": 64}))
+    classes, cfg = bench.model_builder("tiny_llama", None, tmp_path)
+    assert classes["inf"] is classes["train"] is tf.LlamaForCausalLM
+    assert _sizes(cfg) == (64, 2, 4) and cfg._attn_implementation == "eager"
+    assert bench.model_builder("tiny_llama", 5, tmp_path)[1].num_hidden_layers == 5
+    classes, cfg = bench.model_builder("tiny_gpt2", 3, tmp_path)
+    assert classes["inf"] is tf.GPT2LMHeadModel and _sizes(cfg) == (32, 3, 2)
+    with torch.device("meta"):
+        model = tf.LlamaForCausalLM(bench.model_builder("tiny_llama", None, tmp_path)[1])
+    assert next(model.parameters()).dtype == torch.float32  # NeuSight's steps are FP32
+    # built-in names win over files; names with neither are skipped
+    (tmp_path / "gpt2_med.json").write_text(json.dumps(llama))
+    assert bench.model_builder("gpt2_med", None, tmp_path)[1].model_type == "gpt2"
+    assert bench.model_builder("unknown", None, tmp_path) is None
+    row = pd.Series({"gpu": "NVIDIA_A100-PCIE-40GB", "model": "tiny_llama", "mode": "inf", "extra": ""})
+    cat = default_catalog()
+    assert bench.skip_reason(row, cat, tmp_path) is None
+    assert "not modelled" in bench.skip_reason(row, cat)
+
+
+@pytest.mark.parametrize("content, match", [
+    ("{not json", "not a readable"),
+    (json.dumps({"hidden_size": 8}), "model_type"),
+    (json.dumps({"model_type": "no_such_model_type"}), "no_such_model_type"),
+    (json.dumps({"model_type": "vit"}), "not supported"),
+])
+def test_broken_model_config_files_are_input_errors(bench, tmp_path, content, match):
+    from hybrid.errors import InvalidInputError
+
+    path = tmp_path / "broken.json"
+    path.write_text(content)
+    with pytest.raises(InvalidInputError, match=match) as err:
+        bench.model_builder("broken", None, tmp_path)
+    assert str(path) in str(err.value)
+
+
+def test_a_new_model_traces_with_the_labels_layers(bench, tmp_path):
+    from hybrid.data.traces import load_trace
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.trace_graph import build_trace_graph
+
+    kin = bench.record_trace("gpt2_med", "inf", 128, 1, tmp_path, 2)
+    assert kin.is_file() and kin.parent.name.startswith("gpt2_med-inf-128-1-")
+    assert bench.record_trace("gpt2_med", "inf", 128, 1, tmp_path, 2) == kin  # cached
+    units = build_trace_graph([load_trace(kin)], "A100-PCIE-40GB", default_catalog(), same_device=False).units
+    gemm = [(r["m"], r["k"], r["n"]) for r in units["row"] if isinstance(r, dict) and r.get("op") == "gemm"]
+    assert gemm
+    # GPT-2 (Conv1D) layers: q/k/v (n = 3 x 1024) and MLP up (n = 4096) GEMMs of 128 tokens, once per layer
+    assert gemm.count((128, 1024, 3072)) == gemm.count((128, 1024, 4096)) == 2
+    # rows differing only in num_layer get their own traces (the cache key and the trace's config digest)
+    cat = default_catalog()
+    models, cache = {"roofline": (RooflineCostModel(cat), cat)}, {}
+    row = pd.Series({"gpu": "NVIDIA_A100-PCIE-40GB", "model": "gpt2_med", "mode": "inf", "seqlen": 128, "batch": 1,
+                     "extra": "", "num_layer": 2})
+    two = bench.predict_row(tmp_path, row, "A100-PCIE-40GB", models, cache)["roofline"]
+    one = bench.predict_row(tmp_path, pd.concat([row.drop("num_layer"), pd.Series({"num_layer": 1})]),
+                            "A100-PCIE-40GB", models, cache)["roofline"]
+    assert set(cache) == {("gpt2_med", "inf", 128, 1, 2), ("gpt2_med", "inf", 128, 1, 1)}
+    assert 0 < one < two
