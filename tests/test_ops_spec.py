@@ -120,6 +120,9 @@ def test_collective_bus_bytes() -> None:
     (lambda: Collective(op="all_shuffle", size_bytes=8, n_ranks=2), "unknown collective"),
     (lambda: Collective(op="all_reduce", size_bytes=8, n_ranks=2, n_nodes=4), "cannot exceed"),
     (lambda: Collective(op="all_reduce", size_bytes=0, n_ranks=2), "size_bytes"),
+    (lambda: Collective(op="all_reduce", size_bytes=3, n_ranks=2, dtype="fp32"), "whole number of fp32"),
+    (lambda: Collective(op="all_reduce", size_bytes=6, n_ranks=2, dtype="fp64"), "8 B each"),
+    (lambda: Collective(op="all_reduce", size_bytes=8, n_ranks=2, dtype="fp7"), "unknown dtype"),
     (lambda: specs_to_frame([]), "no ops"),
 ])
 def test_spec_validation(make, match: str) -> None:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from hybrid.errors import InvalidInputError
 from hybrid.ops.families import COLLECTIVE_OPS, family_of
-from hybrid.units import normalize_dtype
+from hybrid.units import dtype_bytes, normalize_dtype
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,10 @@ class Collective(OpSpec):
             raise InvalidInputError(f"unknown collective {self.op!r}; known: {', '.join(COLLECTIVE_OPS)}")
         if self.n_nodes > self.n_ranks:
             raise InvalidInputError(f"n_nodes ({self.n_nodes}) cannot exceed n_ranks ({self.n_ranks})")
+        elem = dtype_bytes(self.dtype)  # also rejects an unknown dtype
+        if elem >= 1 and self.size_bytes % int(elem):
+            raise InvalidInputError(f"size {self.size_bytes} B is not a whole number of {self.dtype} elements "
+                                    f"({int(elem)} B each)")
 
 
 def specs_to_frame(specs: list[OpSpec]) -> pd.DataFrame:
