@@ -293,3 +293,35 @@ def test_amp_with_fp32_tables_casts_pooled_outputs_and_unscales_gradients(catalo
     assert base.lookup_dtype == "fp32" and base.with_(embedding_dtype="fp16").lookup_dtype == "fp16"
     with pytest.raises(InvalidInputError, match="grad_scaler"):
         base.with_(grad_scaler="yes")
+
+
+@pytest.mark.parametrize("unfitted_pct, kept", [(1e-2, False), (1e4, True)])
+def test_gpu_benchmark_uses_a_fit_only_where_it_beats_the_unfitted_model_on_its_own_runs(shared_datasets,
+                                                                                        unfitted_pct, kept):
+    from hybrid.corrections.predictor import HybridPredictor
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    cat = default_catalog()
+    v10 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v1.0_dlrm_runs.csv")
+    runs, _ = bench.map_mlperf(v10[v10["system"].isin(["dgxa100_ngc21.05_merlin_hugectr",
+                                                       "Inspur nf5488m6_hugectr", "nf5488m6_hugectr"])], cat)
+    assert len(runs) >= 5
+    key, graphs, cat = bench.build_graphs(runs, cat)
+    runs = runs.assign(key=key.to_numpy())
+    roof = HybridPredictor.roofline_only(cat)
+    by_key = dict(zip(key.unique(), graphs, strict=True))
+    for name in ("roofline", "calibrated"):
+        runs[f"err_{name}_pct"] = 10.0
+    # the unfitted predictor's in-sample error: unbeatable (0.01%, the geomean's floor) or hopeless (10,000%)
+    runs["err_calibrated_pct"] = unfitted_pct
+    fits = bench.fit_constants(runs, by_key, {"roofline": roof, "calibrated": roof}, np.ones(len(runs), bool))
+    for fam in ("all", "hugectr"):
+        name, ov, rep = fits[fam][:3]
+        gate = rep["gate"]
+        assert gate["kept"] is kept and gate["calibrated_pct"] == pytest.approx(unfitted_pct)
+        assert np.isfinite(gate["fitted_pct"]) and gate["fitted_pct"] > 0
+        if kept:
+            assert ov is not None and ov.iteration_us == pytest.approx(rep["params"]["iteration_us"])
+        else:  # the family answers with the calibrated model and its default (unfitted) host overheads
+            assert name == "calibrated" and ov == bench.family_overheads(fam)
