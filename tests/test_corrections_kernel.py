@@ -287,6 +287,39 @@ def test_feature_version_4_timing_method_and_dispatch_overhead(catalog, tmp_path
         GemmXGB.load(tmp_path / "m")
 
 
+def test_dispatch_is_estimated_from_the_tiny_ops_of_the_devices_that_have_them(catalog):
+    """The dispatch constant is the measured time of ops that are almost pure overhead (roofline under 5 us):
+    a collection of large kernels only (NeuSight's test sets) says nothing about it, however slow they run; with
+    no tiny op anywhere the previous estimate (5% quantile of measured - roofline per group) is kept."""
+    from hybrid.corrections.kernel_xgb import DISPATCH_QUANTILE, DISPATCH_TINY_US
+
+    small = np.array([16, 32, 48, 64, 96, 128] * 4, dtype=float)
+    large = np.array([2048, 3072, 4096, 6144] * 3, dtype=float)
+
+    def rows(device: str, sizes: np.ndarray) -> pd.DataFrame:
+        return pd.DataFrame({"op": "gemm", "device": device, "dtype": "fp32", "b": 1, "m": sizes, "n": sizes,
+                             "k": sizes, "framework": "pytorch"})
+
+    tiny = rows("H100-SXM", np.concatenate([small, large]))
+    slow = rows("T4", large)  # large kernels only, 300 us over the roofline each (throttled clocks, say)
+    table = pd.concat([tiny, slow], ignore_index=True)
+    base = roofline(table, catalog)
+    roof = base["time_us"].to_numpy()
+    on_h100 = (table["device"] == "H100-SXM").to_numpy()
+    table["time_us"] = np.where(on_h100, 1.3 * roof + 18.0, 1.5 * roof + 300.0)
+    assert (roof[on_h100][: len(small)] < DISPATCH_TINY_US).all()
+    model = GemmXGB(XGBParams(n_estimators=10, max_depth=3))
+    assert model.fit_dispatch(table, base, catalog) == pytest.approx(18.0, abs=2.0)
+    # without any tiny op: the quantile over every framework-timed row, median over devices (the old estimate)
+    big = table[np.concatenate([~on_h100[: len(tiny)] | (roof[: len(tiny)] >= DISPATCH_TINY_US),
+                                np.ones(len(slow), bool)])].reset_index(drop=True)
+    big_base = roofline(big, catalog)
+    gap = big["time_us"].to_numpy() - big_base["time_us"].to_numpy()
+    old = np.median([np.quantile(gap[(big["device"] == d).to_numpy()], DISPATCH_QUANTILE) for d in ("H100-SXM", "T4")])
+    assert model.fit_dispatch(big, big_base, catalog) == pytest.approx(old, rel=1e-6)
+    assert old > 100.0  # what the large kernels alone would have called dispatch
+
+
 def test_device_floor_weights_count_small_devices_as_min_rows():
     from hybrid.corrections.kernel_xgb import device_floor_weights
 

@@ -63,6 +63,10 @@ ATTENTION_DRAM_FLOOR_L2 = 2.0
 #: Quantile of (measured - roofline) over the framework-timed GPU rows of one (device, framework) that estimates
 #: the host dispatch overhead: the smallest kernels are almost pure overhead.
 DISPATCH_QUANTILE = 0.05
+#: Roofline time (us) under which a framework-timed GPU op is almost pure host dispatch: the ops whose measured
+#: time estimates the dispatch (:meth:`DispatchXGB.fit_dispatch`), and how many a group needs.
+DISPATCH_TINY_US = 5.0
+DISPATCH_MIN_ROWS = 5
 #: GEMM predictions (feature version 4 on) are at least this multiple of the roofline time.
 GEMM_ROOFLINE_FLOOR = 1.0
 
@@ -491,16 +495,24 @@ class DispatchXGB(XGBCorrection):
         return out
 
     def fit_dispatch(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> float:
-        """Median over (device, framework) groups of the :data:`DISPATCH_QUANTILE` quantile of measured minus
-        roofline time, over framework-timed GPU rows (0 when there are none)."""
+        """The host dispatch of one framework-timed GPU op: per (device, framework) group with at least
+        :data:`DISPATCH_MIN_ROWS` ops whose roofline is under :data:`DISPATCH_TINY_US` (almost pure overhead),
+        the median of their measured minus roofline time; the median over those groups. Groups without such
+        ops (collections of large kernels only, e.g. NeuSight's test sets) say nothing about dispatch and are
+        not used; with none at all, the previous estimate: the median over groups of the
+        :data:`DISPATCH_QUANTILE` quantile of every framework-timed row (0 when there are none)."""
         rows = self._dispatched(table, catalog)
         if not rows.any():
             return 0.0
-        gap = (pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64)
-               - baseline["time_us"].to_numpy(dtype=np.float64))[rows]
-        fw = table["framework"].astype(str).to_numpy()[rows] if "framework" in table.columns else np.zeros(rows.sum())
-        frame = pd.DataFrame({"d": table["device"].astype(str).to_numpy()[rows], "f": fw, "g": gap})
-        per = frame.groupby(["d", "f"])["g"].quantile(DISPATCH_QUANTILE)
+        roof = baseline["time_us"].to_numpy(dtype=np.float64)
+        gap = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64) - roof
+        fw = table["framework"].astype(str).to_numpy() if "framework" in table.columns else np.zeros(len(table))
+        frame = pd.DataFrame({"d": table["device"].astype(str).to_numpy(), "f": fw, "g": gap,
+                              "tiny": roof < DISPATCH_TINY_US})[rows]
+        tiny = frame[frame["tiny"]].groupby(["d", "f"])["g"]
+        per = tiny.median()[tiny.size() >= DISPATCH_MIN_ROWS]
+        if not len(per):
+            per = frame.groupby(["d", "f"])["g"].quantile(DISPATCH_QUANTILE)
         return float(max(np.nanmedian(per.to_numpy()), 0.0))
 
     def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
