@@ -284,3 +284,19 @@ def test_quickstart_says_how_many_devices_leave_one_out_covers(shared_datasets, 
     assert f"covers {QUICKSTART_LODO_DEVICES} of {n} devices" in note
     assert lodo_coverage(Measurements(table, catalog, []), CalibrationConfig(name="q")).startswith(
         f"leave-one-device-out covers all {n} devices")
+
+
+def test_quickstart_keeps_the_h100_matmul_table_whole_beside_the_sampled_subset(shared_datasets, catalog):
+    """The public subset is sub-sampled evenly over device/op groups; XLA's H100 matmul table, the only public
+    timing of large 16-bit Hopper GEMMs, joins whole (sub-sampled to a few dozen rows the profiles' misaligned
+    eager GEMMs set the H100's level)."""
+    from hybrid.cli.quickstart import PUBLIC_MAX_ROWS, import_public_subset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table, used = import_public_subset(shared_datasets, catalog, progress=False)
+    xla = table["framework"].astype(str).str.lower() == "xla"
+    n_xla = sum(1 for _ in open(shared_datasets / "xla" / "matmul_sm90_H100.csv")) - 1
+    assert int(xla.sum()) == n_xla > 1000
+    assert 0 < int((~xla).sum()) <= PUBLIC_MAX_ROWS
+    assert any("XLA matmuls" in u and "(all kept)" in u for u in used)
