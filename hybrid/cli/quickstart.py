@@ -31,7 +31,7 @@ PUBLIC_MAX_ROWS = 4000
 #: Public sources kept whole, beside the sub-sampled subset (same tuple form): XLA's H100 matmul table, the only
 #: public timing of large 16-bit GEMMs on a Hopper GPU. Sub-sampled with the rest (a few dozen rows) or left out,
 #: the GPU profiles' few large eager bf16/fp16 GEMMs (one of them misaligned, 5x slower) set the H100's level and
-#: an aligned 4096^3 bf16 GEMM was predicted at ~390 TFLOP/s (XLA measures 780); kept whole, 640. Its fp8 rows are
+#: an aligned 4096^3 bf16 GEMM was predicted at ~340-390 TFLOP/s (XLA measures 780); kept whole, ~660. Its fp8 rows are
 #: left out of the fit by the plausibility check (``hybrid.data.quality``).
 PUBLIC_WHOLE = (
     ("XLA matmuls (H100 SXM: bf16, f32, fp8)", "hybrid.data.importers.xla:import_xla_matmul",
@@ -144,8 +144,9 @@ def example_prediction(predictor, table: pd.DataFrame) -> list[tuple[str, str]]:
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
 def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, tracking_uri: str | None) -> None:
     """Calibrate from local measurements (committed bundles in datasets/, plus a NeuSight + nccl-tests subset
-    and XLA's H100 matmul table from the public data when available), track the run in MLflow, register the model, print its error
-    against measured runtimes (model vs roofline, per op family) and an example prediction."""
+    and XLA's H100 matmul table from the public data when available), track the run in MLflow, register the
+    model, print its error against measured runtimes (model vs roofline, per op family) and an example
+    prediction."""
     from hybrid.cli.calibrate import print_result
     from hybrid.data.paths import public_data_dir
     from hybrid.reports.html import write_report
