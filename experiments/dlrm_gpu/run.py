@@ -415,7 +415,9 @@ def fit_constants(runs: pd.DataFrame, graphs_by_key: dict, models: dict, fit_mas
                                        start=family_overheads(fam), fit=("launch_us", "iteration_us"))
         # the gate: a fit that does not beat, on its own runs, the calibrated kernel model with the family's
         # default host overheads (nothing fitted) is not used; that predictor answers for the family instead
-        fitted = geomean(err_pct(predict(gs, models[name], ov), sub["measured_ms"].to_numpy()))
+        keys = list(sub["key"].unique())  # one simulation per distinct graph (a system's runs share one)
+        ms = dict(zip(keys, predict([graphs_by_key[k] for k in keys], models[name], ov), strict=True))
+        fitted = geomean(err_pct(sub["key"].map(ms).to_numpy(), sub["measured_ms"].to_numpy()))
         unfitted = geomean(sub["err_calibrated_pct"].to_numpy())
         rep = {**rep, "kernel_model": name,
                "gate": {"fitted_pct": fitted, "calibrated_pct": unfitted, "kept": fitted < unfitted}}
@@ -611,7 +613,7 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
             continue
         name, _ov, rep, n, nsys = val
         gate = rep["gate"]
-        chosen = rep.get("kernel_model", name)
+        chosen = rep["kernel_model"]
         cells = [f"{rep['params'][p]:.1f} ({rep['se_us'][p]:.1f}, {'yes' if rep['identified'][p] else 'no'})"
                  for p in ("launch_us", "iteration_us")]
         used = f"fit ({chosen})" if gate["kept"] else "calibrated, default overheads"

@@ -172,9 +172,10 @@ def config_file_builder(path: Path, n_layer: int | None = None):
 
 
 def label_layers(row: pd.Series) -> int | None:
-    """The label's ``num_layer`` when it has one (> 0), else None (the model's own layer count)."""
-    v = pd.to_numeric(pd.Series([row.get("num_layer", "")]), errors="coerce").iloc[0]
-    return int(v) if np.isfinite(v) and v > 0 else None
+    """The label's ``num_layer`` when it has one (> 0; :func:`read_labels` made it a whole number), else None
+    (the model's own layer count)."""
+    v = int(row.get("num_layer", 0) or 0)
+    return v if v > 0 else None
 
 
 def hidden_size(cfg) -> int:

@@ -279,15 +279,14 @@ def _group_of(trace: RankTrace, n_ranks: int, rank: int, pg: str, n_row: int) ->
 
 def _overhead_info(costing: HostCosting) -> dict[str, Any]:
     """What recording cost the traced host, as the traces measured it (``measured: False``: they do not say)."""
-    ranks = [r for r, o in enumerate(costing.overheads) if o is not None]
-    if not ranks:
+    measured = [(r, o) for r, o in enumerate(costing.overheads) if o is not None]
+    if not measured:
         return {"measured": False}
-    first = costing.overheads[ranks[0]]
-    assert first is not None
-    return {"measured": True, "ranks": len(ranks), "per_event_us": first.per_event_us,
+    first = measured[0][1]
+    return {"measured": True, "ranks": len(measured), "per_event_us": first.per_event_us,
             "per_input_us": first.per_input_us, "per_launch_us": first.per_launch_us,
             "execution_trace": first.execution_trace, "gap_share": list(costing.gap_shares),
-            "in_units_ms": [costing.unit_costs_us[r] / 1e3 for r in ranks], "kept": costing.keep_host}
+            "in_units_ms": [costing.unit_costs_us[r] / 1e3 for r, _ in measured], "kept": costing.keep_host}
 
 
 def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | None = None, *,
