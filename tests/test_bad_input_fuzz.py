@@ -399,6 +399,7 @@ BAD_COMMANDS = [
     ["shard", CONFIG, "--gpus", "0"],
     ["shard", CONFIG, "--gpus", "100000"],
     ["shard", CONFIG, "--top", "0"],
+    ["shard", CONFIG, "--output", "plan.txt"],  # refused before the search, not written as JSON under .txt
     ["data", "validate", "no-such-table.csv"],
     ["devices", "show", "NoSuchGPU"],
     ["report", "--model", "x", "--run", "y", "-o", "r.html"],

@@ -280,6 +280,14 @@ def test_cli_capacity_and_serve(capsys):
     d = json.loads(out)
     kv = 2 * 80 * 2 * 128 * 2  # per token per GPU at TP4
     assert d["kv_bytes_per_token_per_gpu"] == kv and d["max_batch"] > 0 and d["fits"]
+    # nothing fits (70B fp16 weights alone exceed one 80 GB GPU): reported, then a non-zero exit with the reason
+    code, out, err = run(capsys, "llm", "capacity", "llama2-70b", "--device", "A100", "--input", "1024",
+                         "--output", "1024", "--json")
+    d = json.loads(out)
+    assert code == 2 and not d["fits"] and d["max_batch"] == 0
+    assert "does not fit" in err and d["by_context"][0]["reason"] in err
+    code, out, err = run(capsys, "llm", "capacity", "llama2-70b", "--device", "A100")
+    assert code == 2 and "max batch" in out and "does not fit at any context" in err
     code, out, _ = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--rate", "5/s", "--requests", "60",
                        "--input-dist", "128-512", "--output-dist", "64", "--slo-ttft", "300ms", "--json")
     assert code == 0

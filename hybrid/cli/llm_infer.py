@@ -209,13 +209,15 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
             tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp)}
     if as_json:
         echo_json(out)
-        return
-    click.echo(f"{s.model.name} on {s.device.key} x{tp * pp} ({s.precision.label}): weights "
-               f"{out['weights_gib_per_gpu']:.1f} GiB/GPU, KV {out['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB per "
-               f"token per GPU, reserve {reserve_gib} GiB")
-    echo_table([(r["context"], r["max_batch"], r["reason"]) for r in rows], ["context", "max batch", "note"])
-    if batch is not None:
-        click.echo(f"longest context for batch {batch}: {out['max_context_for_batch']['max_context']} tokens")
+    else:
+        click.echo(f"{s.model.name} on {s.device.key} x{tp * pp} ({s.precision.label}): weights "
+                   f"{out['weights_gib_per_gpu']:.1f} GiB/GPU, KV {out['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB "
+                   f"per token per GPU, reserve {reserve_gib} GiB")
+        echo_table([(r["context"], r["max_batch"], r["reason"]) for r in rows], ["context", "max batch", "note"])
+        if batch is not None:
+            click.echo(f"longest context for batch {batch}: {out['max_context_for_batch']['max_context']} tokens")
+    if not out["fits"]:  # reported above (--json included), then refused like `llm infer`
+        raise InvalidInputError(f"does not fit at any context asked: {rows[0]['reason']}")
 
 
 @click.command("serve")

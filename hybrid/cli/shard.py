@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from hybrid.cli.output import echo_json, echo_table
@@ -37,6 +39,8 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
         raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")
     if gpus is not None and gpus <= 0:
         raise InvalidInputError(f"--gpus must be positive, got {gpus}")
+    if output and Path(output).suffix.lower() not in (".json", ".yaml", ".yml"):  # checked before the search
+        raise InvalidInputError(f"--output {output}: use a .json, .yaml or .yml file name")
     config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
     # checked here too (search_plans checks again) to spell the way out as this command's options
     need = check_search_size(config.gpus, names, available_memory_bytes(), cli=True)
