@@ -30,6 +30,7 @@ from hybrid.corrections.base import (
     isin_fast,
     measured_log_ratio,
     read_json,
+    str_codes,
     write_json,
 )
 from hybrid.corrections.features import (
@@ -42,6 +43,8 @@ from hybrid.corrections.features import (
 )
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
+from hybrid.ops.families import col, dtype_bytes_vec
+from hybrid.units import normalize_dtype
 
 #: Feature-set version (:func:`~hybrid.corrections.features.feature_names`) each kernel model is fitted with
 #: by default: one constant per model. GEMMs: version 4 (version 3's dtype path, power per SM and integer
@@ -67,6 +70,13 @@ DISPATCH_QUANTILE = 0.05
 #: time estimates the dispatch (:meth:`DispatchXGB.fit_dispatch`), and how many a group needs.
 DISPATCH_TINY_US = 5.0
 DISPATCH_MIN_ROWS = 5
+#: Largest measured GEMM shapes kept per device and dtype for the sub-problem bound (:meth:`GemmXGB.split_bound_us`).
+EXTENT_SHAPES = 32
+#: Where the size extents of the GEMMs a model was fitted on are saved beside it.
+EXTENTS_FILE = "extents.json"
+#: Extent of every dtype over all devices: the key the sub-problem bound falls back to for a device the model
+#: has no GEMM of that dtype from (an unseen GPU, or XLA's fp8 rows that every fit leaves out).
+ANY_DEVICE = "*"
 #: GEMM predictions (feature version 4 on) are at least this multiple of the roofline time.
 GEMM_ROOFLINE_FLOOR = 1.0
 
@@ -562,8 +572,88 @@ class DispatchXGB(XGBCorrection):
         return out
 
 
+def _gemm_keys(table: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str]]:
+    """(code per row, its ``device|dtype`` key and its ``*|dtype`` key per code) for :func:`gemm_extents`:
+    distinct (device, normalised dtype) pairs, so the strings are built once per pair, not per row."""
+    dev_codes, dev_names = str_codes(table["device"])
+    if "dtype" in table.columns:
+        dt_codes, dt_raw = str_codes(table["dtype"])
+        dt_names = [normalize_dtype(d) for d in dt_raw] + ["fp32"]
+        dt_codes = np.where(dt_codes < 0, len(dt_names) - 1, dt_codes)
+    else:
+        dt_codes, dt_names = np.zeros(len(table), dtype=np.int64), ["fp32"]
+    pairs, codes = np.unique(dev_codes.astype(np.int64) * len(dt_names) + dt_codes, return_inverse=True)
+    own = [f"{dev_names[p // len(dt_names)]}|{dt_names[p % len(dt_names)]}" for p in pairs]
+    anyd = [f"{ANY_DEVICE}|{dt_names[p % len(dt_names)]}" for p in pairs]
+    return codes.reshape(-1), own, anyd
+
+
+def _gemm_dims(table: pd.DataFrame) -> np.ndarray:
+    """(4, rows) array of b, m, n, k (b = 1 where absent)."""
+    return np.stack([col(table, "b", 1), col(table, "m"), col(table, "n"), col(table, "k")])
+
+
+def pareto_shapes(dims: np.ndarray, limit: int = EXTENT_SHAPES) -> np.ndarray:
+    """The shapes (rows of b, m, n, k) of ``dims`` (4 x rows) that no other is at least as large as in every
+    dimension, largest FLOP count first, at most ``limit`` of them."""
+    shapes = np.unique(dims.T, axis=0)
+    shapes = shapes[np.argsort(-shapes.prod(axis=1), kind="stable")]
+    kept: list[np.ndarray] = []
+    for shape in shapes:
+        if not kept or not (np.asarray(kept) >= shape).all(axis=1).any():
+            kept.append(shape)
+            if len(kept) == limit:
+                break
+    return np.asarray(kept, dtype=np.float64).reshape(-1, 4)
+
+
+def gemm_extents(table: pd.DataFrame) -> dict[str, list[list[float]]]:
+    """The largest GEMMs a model was fitted on, per ``device|dtype`` and per ``*|dtype`` (every device): the
+    :func:`pareto_shapes` of its rows, ``[[b, m, n, k], ...]``."""
+    if len(table) == 0:
+        return {}
+    dims = _gemm_dims(table)
+    ok = np.isfinite(dims).all(axis=0) & (dims > 0).all(axis=0)
+    codes, own, anyd = _gemm_keys(table)
+    out: dict[str, list[list[float]]] = {}
+    for names in (own, anyd):
+        keys = np.asarray(names, dtype=object)[codes]
+        for key in pd.unique(keys[ok]):
+            out[str(key)] = pareto_shapes(dims[:, ok & (keys == key)]).tolist()
+    return out
+
+
+def merge_extents(a: dict[str, list[list[float]]], b: dict[str, list[list[float]]]) -> dict[str, list[list[float]]]:
+    """:func:`gemm_extents` of the rows behind ``a`` and ``b`` together."""
+    out = {k: [list(s) for s in v] for k, v in a.items()}
+    for key, shapes in b.items():
+        both = np.asarray(out.get(key, []) + [list(s) for s in shapes], dtype=np.float64).reshape(-1, 4)
+        out[key] = pareto_shapes(both.T).tolist()
+    return out
+
+
+def split_pieces(dims: np.ndarray, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For GEMMs ``dims`` (4 x rows) and measured shapes (p x 4): the piece each is split into, halving (rounded up)
+    each dimension until one measured shape is at least as large in every dimension, with the fewest halvings over
+    the shapes. Returns (piece dims, halvings per row): 0 halvings = already inside a measured shape."""
+    need = np.ceil(np.log2(np.maximum(dims[None, :, :] / shapes[:, :, None], 1.0)) - 1e-9)  # p x 4 x rows
+    need = np.maximum(need, 0.0)
+    best = need.sum(axis=1).argmin(axis=0)
+    halvings = need[best, :, np.arange(dims.shape[1])].T  # 4 x rows
+    return np.ceil(dims / 2.0 ** halvings), halvings.sum(axis=0)
+
+
 class GemmXGB(DispatchXGB):
-    """Kernel efficiency of the GEMM family (gemm, bmm, linear, gemv, matmul)."""
+    """Kernel efficiency of the GEMM family (gemm, bmm, linear, gemv, matmul).
+
+    Beyond the sizes it was fitted on, the trees extrapolate (the leaves of the largest shapes of *other*
+    devices and dtypes), and predicted large aligned GEMMs slower than the measured smaller ones (H100 bf16:
+    8192^3 at ~500 TFLOP/s after 4096^3 at ~780). A GEMM can always be run as GEMMs of a piece of it (split
+    along b, m, n, k; k splits add the partial outputs' traffic), and a library does not do worse on the whole:
+    a compute-bound row that no GEMM of its device and dtype in the fit covers in every dimension (of its dtype
+    on any device, for a device without one; :func:`gemm_extents`) is predicted at most as the time of the pieces
+    that one covers (:meth:`split_bound_us`). Scored on held-out large GEMMs (experiments/kernel_accuracy,
+    "largest GEMMs held out"); nothing in it is fitted."""
 
     kind = "gemm"
     name = "kernel-xgb"
@@ -577,9 +667,112 @@ class GemmXGB(DispatchXGB):
     default_transfer = False
     default_feature_version = GEMM_FEATURE_VERSION
 
+    def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
+                 feature_version: int | None = None, transfer: bool | None = None):
+        super().__init__(params, use_device_features, feature_version, transfer)
+        #: largest GEMM of the fit per ``device|dtype`` and ``*|dtype`` (:func:`gemm_extents`); empty: no bound
+        self.extents: dict[str, list[list[float]]] = {}
+
     @property
     def key(self) -> str:
         return "kernel-xgb-gemm"
+
+    def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+            sample_weight: np.ndarray | None = None) -> GemmXGB:
+        super().fit(table, baseline, catalog, sample_weight)
+        self.extents = gemm_extents(self._select(table, baseline)[0])
+        return self
+
+    def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                          rounds: int = 50, weight: float = 1.0, learning_rate: float | None = None,
+                          target_offset: float = 0.0) -> GemmXGB:
+        grown = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate, target_offset)
+        grown.extents = merge_extents(self.extents, gemm_extents(self._select(table, baseline)[0]))  # type: ignore[attr-defined]
+        return grown  # type: ignore[return-value]
+
+    def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        out = super().predict(table, baseline, catalog)
+        if not self.extents:
+            return out
+        mask, sub, base = self._family_rows(table, baseline)
+        if mask.any():
+            bound = self.split_bound_us(sub, base, catalog)
+            rows = np.nonzero(mask)[0]
+            lower = np.isfinite(bound) & (bound < out[rows])
+            if lower.any():
+                floor = self.floor_us(sub, base, catalog)
+                out[rows[lower]] = np.maximum(bound[lower], floor[lower])
+        return out
+
+    def split_bound_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per compute-bound GEMM row of ``table`` that no GEMM of the fit (of its device and dtype; else of its
+        dtype on any device) covers in every dimension: pieces x the predicted kernel time of the piece
+        (:func:`split_pieces`), plus, per extra piece along k, one read of the partial output, one of the next and
+        one write at the device's memory bandwidth, plus the row's own dispatch. NaN for every other row."""
+
+        out = np.full(len(table), np.nan)
+        if not self.extents or len(table) == 0:
+            return out
+        compute = baseline["compute_us"].to_numpy(dtype=np.float64) >= baseline["memory_us"].to_numpy(dtype=np.float64)
+        if not compute.any():
+            return out
+        dims = _gemm_dims(table)
+        codes, own, anyd = _gemm_keys(table)
+        for code, (key_own, key_any) in enumerate(zip(own, anyd, strict=True)):
+            shapes = self.extents.get(key_own, self.extents.get(key_any))
+            rows = np.nonzero(compute & (codes == code) & np.isfinite(dims).all(axis=0) & (dims > 0).all(axis=0))[0]
+            if shapes is None or not len(rows):
+                continue
+            piece_dims, halvings = split_pieces(dims[:, rows], np.asarray(shapes, dtype=np.float64))
+            split = halvings > 0
+            if split.any():
+                rows, piece_dims = rows[split], piece_dims[:, split]
+                out[rows] = self._pieces_us(table.iloc[rows], baseline.iloc[rows], dims[:, rows], piece_dims,
+                                            catalog)
+        return out
+
+    def _pieces_us(self, table: pd.DataFrame, baseline: pd.DataFrame, dims: np.ndarray, piece_dims: np.ndarray,
+                   catalog: Catalog) -> np.ndarray:
+        """Time of ``table``'s GEMMs run as pieces of ``piece_dims`` (see :meth:`split_bound_us`)."""
+        from hybrid.ops.roofline import roofline
+
+        count = np.ceil(dims / piece_dims)
+        piece = table.copy()
+        for i, name in enumerate(("b", "m", "n", "k")):
+            if name != "b" or "b" in piece.columns:  # without a b column every row has b = 1: never split
+                piece[name] = piece_dims[i]
+        piece_base = roofline(piece, catalog)
+        piece_us = super().predict(piece, piece_base, catalog) - self.host_us(piece, piece_base, catalog)
+        bw = catalog.device_column(piece["device"], lambda d: float(d.mem_bw), np.inf).astype(np.float64)
+        accumulate_us = (count[3] - 1.0) * 3.0 * dims[0] * dims[1] * dims[2] * dtype_bytes_vec(piece) / bw * 1e6
+        return count.prod(axis=0) * piece_us + accumulate_us + self.host_us(table, baseline, catalog)
+
+    def save(self, directory: Path) -> None:
+        super().save(directory)
+        write_json(Path(directory) / EXTENTS_FILE, {
+            "extents": self.extents, "columns": ["b", "m", "n", "k"],
+            "units": "the largest GEMM shapes of the fit (none larger in every dimension) per device|dtype and *|dtype"})
+
+    @classmethod
+    def load(cls, directory: Path) -> GemmXGB:
+        obj = super().load(directory)
+        path = Path(directory) / EXTENTS_FILE
+        extents: dict[str, list[list[float]]] = {}
+        if path.is_file():  # models saved before the sub-problem bound have none: no bound
+            raw = read_json(path).get("extents", {})
+            ok = isinstance(raw, dict) and all(
+                isinstance(v, list) and all(isinstance(sh, list) and len(sh) == 4 and all(
+                    isinstance(x, (int, float)) and x > 0 for x in sh) for sh in v) for v in raw.values())
+            if not ok:
+                raise InvalidInputError(f"{directory}/{EXTENTS_FILE}: bad GEMM extents; refit the model")
+            extents = {str(k): [[float(x) for x in sh] for sh in v] for k, v in raw.items()}
+        obj.extents = extents  # type: ignore[attr-defined]
+        return obj  # type: ignore[return-value]
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["size_extents"] = len(self.extents)
+        return out
 
     @property
     def roofline_floor(self) -> float | None:
