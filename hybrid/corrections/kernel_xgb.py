@@ -72,11 +72,10 @@ DISPATCH_TINY_US = 5.0
 DISPATCH_MIN_ROWS = 5
 #: Largest measured GEMM shapes kept per device and dtype for the sub-problem bound (:meth:`GemmXGB.split_bound_us`).
 EXTENT_SHAPES = 32
+#: Rows :func:`split_pieces` compares with the measured shapes at a time (bounds its memory: shapes x 4 x rows).
+SPLIT_BLOCK_ROWS = 16384
 #: Where the size extents of the GEMMs a model was fitted on are saved beside it.
 EXTENTS_FILE = "extents.json"
-#: Extent of every dtype over all devices: the key the sub-problem bound falls back to for a device the model
-#: has no GEMM of that dtype from (an unseen GPU, or XLA's fp8 rows that every fit leaves out).
-ANY_DEVICE = "*"
 #: GEMM predictions (feature version 4 on) are at least this multiple of the roofline time.
 GEMM_ROOFLINE_FLOOR = 1.0
 
@@ -572,20 +571,23 @@ class DispatchXGB(XGBCorrection):
         return out
 
 
-def _gemm_keys(table: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str]]:
-    """(code per row, its ``device|dtype`` key and its ``*|dtype`` key per code) for :func:`gemm_extents`:
-    distinct (device, normalised dtype) pairs, so the strings are built once per pair, not per row."""
-    dev_codes, dev_names = str_codes(table["device"])
+def _gemm_keys(table: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """(code per row, its ``dtype|kind`` key per code) for :func:`gemm_extents`: the dtype normalised, kind
+    ``bmm`` for batched GEMMs (a piece of one is a smaller batch, predicted from bmm rows) and ``gemm`` for the
+    rest (gemm, linear, matmul, gemv); the strings are built once per distinct pair, not per row."""
     if "dtype" in table.columns:
         dt_codes, dt_raw = str_codes(table["dtype"])
         dt_names = [normalize_dtype(d) for d in dt_raw] + ["fp32"]
         dt_codes = np.where(dt_codes < 0, len(dt_names) - 1, dt_codes)
     else:
         dt_codes, dt_names = np.zeros(len(table), dtype=np.int64), ["fp32"]
-    pairs, codes = np.unique(dev_codes.astype(np.int64) * len(dt_names) + dt_codes, return_inverse=True)
-    own = [f"{dev_names[p // len(dt_names)]}|{dt_names[p % len(dt_names)]}" for p in pairs]
-    anyd = [f"{ANY_DEVICE}|{dt_names[p % len(dt_names)]}" for p in pairs]
-    return codes.reshape(-1), own, anyd
+    if "op" in table.columns:
+        op_codes, op_names = str_codes(table["op"])
+        bmm = np.array([name == "bmm" for name in op_names] + [False])[op_codes].astype(np.int64)
+    else:
+        bmm = np.zeros(len(table), dtype=np.int64)
+    pairs, codes = np.unique(dt_codes.astype(np.int64) * 2 + bmm, return_inverse=True)
+    return codes.reshape(-1), [f"{dt_names[p // 2]}|{('gemm', 'bmm')[p % 2]}" for p in pairs]
 
 
 def _gemm_dims(table: pd.DataFrame) -> np.ndarray:
@@ -608,19 +610,15 @@ def pareto_shapes(dims: np.ndarray, limit: int = EXTENT_SHAPES) -> np.ndarray:
 
 
 def gemm_extents(table: pd.DataFrame) -> dict[str, list[list[float]]]:
-    """The largest GEMMs a model was fitted on, per ``device|dtype`` and per ``*|dtype`` (every device): the
+    """The largest GEMMs a model was fitted on, on any device, per ``dtype|kind`` (:func:`_gemm_keys`): the
     :func:`pareto_shapes` of its rows, ``[[b, m, n, k], ...]``."""
     if len(table) == 0:
         return {}
     dims = _gemm_dims(table)
     ok = np.isfinite(dims).all(axis=0) & (dims > 0).all(axis=0)
-    codes, own, anyd = _gemm_keys(table)
-    out: dict[str, list[list[float]]] = {}
-    for names in (own, anyd):
-        keys = np.asarray(names, dtype=object)[codes]
-        for key in pd.unique(keys[ok]):
-            out[str(key)] = pareto_shapes(dims[:, ok & (keys == key)]).tolist()
-    return out
+    codes, keys = _gemm_keys(table)
+    return {key: pareto_shapes(dims[:, ok & (codes == i)]).tolist() for i, key in enumerate(keys)
+            if (ok & (codes == i)).any()}
 
 
 def merge_extents(a: dict[str, list[list[float]]], b: dict[str, list[list[float]]]) -> dict[str, list[list[float]]]:
@@ -636,24 +634,29 @@ def split_pieces(dims: np.ndarray, shapes: np.ndarray) -> tuple[np.ndarray, np.n
     """For GEMMs ``dims`` (4 x rows) and measured shapes (p x 4): the piece each is split into, halving (rounded up)
     each dimension until one measured shape is at least as large in every dimension, with the fewest halvings over
     the shapes. Returns (piece dims, halvings per row): 0 halvings = already inside a measured shape."""
-    need = np.ceil(np.log2(np.maximum(dims[None, :, :] / shapes[:, :, None], 1.0)) - 1e-9)  # p x 4 x rows
-    need = np.maximum(need, 0.0)
-    best = need.sum(axis=1).argmin(axis=0)
-    halvings = need[best, :, np.arange(dims.shape[1])].T  # 4 x rows
+    halvings = np.empty_like(dims, dtype=np.float64)
+    log_shapes = np.log2(shapes)[:, :, None]  # p x 4 x 1
+    for start in range(0, dims.shape[1], SPLIT_BLOCK_ROWS):  # blocks: p x 4 x block floats at a time
+        block = np.log2(dims[:, start:start + SPLIT_BLOCK_ROWS])
+        need = np.maximum(np.ceil(block[None, :, :] - log_shapes - 1e-9), 0.0)  # p x 4 x block
+        best = need.sum(axis=1).argmin(axis=0)
+        halvings[:, start:start + SPLIT_BLOCK_ROWS] = need[best, :, np.arange(block.shape[1])].T
     return np.ceil(dims / 2.0 ** halvings), halvings.sum(axis=0)
 
 
 class GemmXGB(DispatchXGB):
     """Kernel efficiency of the GEMM family (gemm, bmm, linear, gemv, matmul).
 
-    Beyond the sizes it was fitted on, the trees extrapolate (the leaves of the largest shapes of *other*
-    devices and dtypes), and predicted large aligned GEMMs slower than the measured smaller ones (H100 bf16:
-    8192^3 at ~500 TFLOP/s after 4096^3 at ~780). A GEMM can always be run as GEMMs of a piece of it (split
+    Beyond the sizes it was fitted on, the trees extrapolate (the leaves of the largest shapes of other devices,
+    dtypes or timing harnesses), and predicted large aligned GEMMs slower than the measured smaller ones (H100
+    bf16: 8192^3 at ~500 TFLOP/s after 4096^3 at ~780). A GEMM can always be run as GEMMs of a piece of it (split
     along b, m, n, k; k splits add the partial outputs' traffic), and a library does not do worse on the whole:
-    a compute-bound row that no GEMM of its device and dtype in the fit covers in every dimension (of its dtype
-    on any device, for a device without one; :func:`gemm_extents`) is predicted at most as the time of the pieces
-    that one covers (:meth:`split_bound_us`). Scored on held-out large GEMMs (experiments/kernel_accuracy,
-    "largest GEMMs held out"); nothing in it is fitted."""
+    a compute-bound row that no GEMM of the fit of its dtype and kind covers in every dimension, on any device
+    (:func:`gemm_extents`), is predicted at most as the time of the pieces one covers (:meth:`split_bound_us`).
+    Scored on held-out large GEMMs (experiments/kernel_accuracy, "largest GEMMs held out"); nothing in it is
+    fitted. Coverage on any device, not the row's own: with a device's own shapes, a GPU adapted on 20-50 of its
+    rows had most of its GEMMs "uncovered" and split into pieces the trees knew no better (own H100 profile,
+    5-fold: batched fp32 GEMMs 5.5 -> 31.5%, experiments/h100_transfer)."""
 
     kind = "gemm"
     name = "kernel-xgb"
@@ -670,7 +673,7 @@ class GemmXGB(DispatchXGB):
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
                  feature_version: int | None = None, transfer: bool | None = None):
         super().__init__(params, use_device_features, feature_version, transfer)
-        #: largest GEMM of the fit per ``device|dtype`` and ``*|dtype`` (:func:`gemm_extents`); empty: no bound
+        #: largest GEMMs of the fit per ``dtype|kind`` (:func:`gemm_extents`); empty: no bound
         self.extents: dict[str, list[list[float]]] = {}
 
     @property
@@ -705,9 +708,8 @@ class GemmXGB(DispatchXGB):
         return out
 
     def split_bound_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-        """Per compute-bound GEMM row of ``table`` that no GEMM of the fit (of its device and dtype; else of its
-        dtype on any device) covers in every dimension: pieces x the predicted kernel time of the piece
-        (:func:`split_pieces`), plus, per extra piece along k, one read of the partial output, one of the next and
+        """Per compute-bound GEMM row of ``table`` that no GEMM of the fit of its dtype and kind, on any device,
+        covers in every dimension: pieces x the predicted kernel time of the piece (:func:`split_pieces`), plus, per extra piece along k, one read of the partial output, one of the next and
         one write at the device's memory bandwidth, plus the row's own dispatch. NaN for every other row."""
 
         out = np.full(len(table), np.nan)
@@ -717,14 +719,14 @@ class GemmXGB(DispatchXGB):
         if not compute.any():
             return out
         dims = _gemm_dims(table)
-        codes, own, anyd = _gemm_keys(table)
-        for code, (key_own, key_any) in enumerate(zip(own, anyd, strict=True)):
-            shapes = self.extents.get(key_own, self.extents.get(key_any))
-            rows = np.nonzero(compute & (codes == code) & np.isfinite(dims).all(axis=0) & (dims > 0).all(axis=0))[0]
-            if shapes is None or not len(rows):
+        valid = compute & np.isfinite(dims).all(axis=0) & (dims > 0).all(axis=0)
+        codes, keys = _gemm_keys(table)
+        for code, key in enumerate(keys):
+            rows = np.nonzero(valid & (codes == code))[0]
+            if key not in self.extents or not len(rows):
                 continue
-            piece_dims, halvings = split_pieces(dims[:, rows], np.asarray(shapes, dtype=np.float64))
-            split = halvings > 0
+            piece_dims, halvings = split_pieces(dims[:, rows], np.asarray(self.extents[key], dtype=np.float64))
+            split = halvings > 0  # covered by a fitted GEMM: the trees' to predict
             if split.any():
                 rows, piece_dims = rows[split], piece_dims[:, split]
                 out[rows] = self._pieces_us(table.iloc[rows], baseline.iloc[rows], dims[:, rows], piece_dims,
@@ -751,7 +753,7 @@ class GemmXGB(DispatchXGB):
         super().save(directory)
         write_json(Path(directory) / EXTENTS_FILE, {
             "extents": self.extents, "columns": ["b", "m", "n", "k"],
-            "units": "the largest GEMM shapes of the fit (none larger in every dimension) per device|dtype and *|dtype"})
+            "units": "the largest GEMM shapes of the fit on any device (none larger in every dimension) per dtype|kind"})
 
     @classmethod
     def load(cls, directory: Path) -> GemmXGB:
