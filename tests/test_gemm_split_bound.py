@@ -12,6 +12,7 @@ import pytest
 from hybrid.corrections import GemmXGB, XGBParams
 from hybrid.corrections.kernel_xgb import (
     EXTENTS_FILE,
+    covered,
     gemm_extents,
     merge_extents,
     pareto_shapes,
@@ -37,6 +38,7 @@ def test_split_pieces_halves_until_a_measured_shape_covers_the_piece():
     assert piece[:, 0].tolist() == [1, 4096, 4096, 4096] and halvings[0] == 3
     assert halvings[1] == 0 and piece[:, 1].tolist() == dims[:, 1].tolist()
     assert piece[:, 2].tolist() == [1, np.ceil(50257 / 16), 768, 4096] and halvings[2] == 5
+    assert covered(dims, shapes).tolist() == (halvings == 0).tolist() == [False, True, False]
 
 
 @pytest.fixture(scope="module")

@@ -630,6 +630,16 @@ def merge_extents(a: dict[str, list[list[float]]], b: dict[str, list[list[float]
     return out
 
 
+def covered(dims: np.ndarray, shapes: np.ndarray) -> np.ndarray:
+    """Per GEMM of ``dims`` (4 x rows): whether one of ``shapes`` (p x 4) is at least as large in every dimension
+    (compared in blocks of :data:`SPLIT_BLOCK_ROWS` rows)."""
+    out = np.empty(dims.shape[1], dtype=bool)
+    for start in range(0, dims.shape[1], SPLIT_BLOCK_ROWS):
+        block = dims[:, start:start + SPLIT_BLOCK_ROWS]
+        out[start:start + SPLIT_BLOCK_ROWS] = (block[None, :, :] <= shapes[:, :, None]).all(axis=1).any(axis=0)
+    return out
+
+
 def split_pieces(dims: np.ndarray, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For GEMMs ``dims`` (4 x rows) and measured shapes (p x 4): the piece each is split into, halving (rounded up)
     each dimension until one measured shape is at least as large in every dimension, with the fewest halvings over
@@ -725,10 +735,10 @@ class GemmXGB(DispatchXGB):
             rows = np.nonzero(valid & (codes == code))[0]
             if key not in self.extents or not len(rows):
                 continue
-            piece_dims, halvings = split_pieces(dims[:, rows], np.asarray(self.extents[key], dtype=np.float64))
-            split = halvings > 0  # covered by a fitted GEMM: the trees' to predict
-            if split.any():
-                rows, piece_dims = rows[split], piece_dims[:, split]
+            shapes = np.asarray(self.extents[key], dtype=np.float64)
+            rows = rows[~covered(dims[:, rows], shapes)]  # a GEMM a fitted one covers is the trees' to predict
+            if len(rows):
+                piece_dims, _ = split_pieces(dims[:, rows], shapes)
                 out[rows] = self._pieces_us(table.iloc[rows], baseline.iloc[rows], dims[:, rows], piece_dims,
                                             catalog)
         return out
