@@ -70,7 +70,7 @@ DISPATCH_QUANTILE = 0.05
 #: time estimates the dispatch (:meth:`DispatchXGB.fit_dispatch`), and how many a group needs.
 DISPATCH_TINY_US = 5.0
 DISPATCH_MIN_ROWS = 5
-#: Largest measured GEMM shapes kept per device and dtype for the sub-problem bound (:meth:`GemmXGB.split_bound_us`).
+#: Largest measured GEMM shapes kept per dtype and kind for the sub-problem bound (:meth:`GemmXGB.split_bound_us`).
 EXTENT_SHAPES = 32
 #: Rows :func:`split_pieces` compares with the measured shapes at a time (bounds its memory: shapes x 4 x rows).
 SPLIT_BLOCK_ROWS = 16384
@@ -719,9 +719,9 @@ class GemmXGB(DispatchXGB):
 
     def split_bound_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per compute-bound GEMM row of ``table`` that no GEMM of the fit of its dtype and kind, on any device,
-        covers in every dimension: pieces x the predicted kernel time of the piece (:func:`split_pieces`), plus, per extra piece along k, one read of the partial output, one of the next and
-        one write at the device's memory bandwidth, plus the row's own dispatch. NaN for every other row."""
-
+        covers in every dimension: pieces x the predicted kernel time of the piece (:func:`split_pieces`), plus,
+        per extra piece along k, one read of the partial output, one of the next and one write at the device's
+        memory bandwidth, plus the row's own dispatch. NaN for every other row."""
         out = np.full(len(table), np.nan)
         if not self.extents or len(table) == 0:
             return out
