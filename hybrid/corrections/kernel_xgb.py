@@ -659,7 +659,7 @@ class GemmXGB(DispatchXGB):
 
     Beyond the sizes it was fitted on, the trees extrapolate (the leaves of the largest shapes of other devices,
     dtypes or timing harnesses), and predicted large aligned GEMMs slower than the measured smaller ones (H100
-    bf16: 8192^3 at ~500 TFLOP/s after 4096^3 at ~780). A GEMM can always be run as GEMMs of a piece of it (split
+    bf16, quickstart's model: 8192^3 at ~480 TFLOP/s after 4096^3 at ~660; with the bound 675). A GEMM can always be run as GEMMs of a piece of it (split
     along b, m, n, k; k splits add the partial outputs' traffic), and a library does not do worse on the whole:
     a compute-bound row that no GEMM of the fit of its dtype and kind covers in every dimension, on any device
     (:func:`gemm_extents`), is predicted at most as the time of the pieces one covers (:meth:`split_bound_us`).
