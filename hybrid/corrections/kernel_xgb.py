@@ -631,12 +631,17 @@ def merge_extents(a: dict[str, list[list[float]]], b: dict[str, list[list[float]
 
 
 def covered(dims: np.ndarray, shapes: np.ndarray) -> np.ndarray:
-    """Per GEMM of ``dims`` (4 x rows): whether one of ``shapes`` (p x 4) is at least as large in every dimension
-    (compared in blocks of :data:`SPLIT_BLOCK_ROWS` rows)."""
-    out = np.empty(dims.shape[1], dtype=bool)
-    for start in range(0, dims.shape[1], SPLIT_BLOCK_ROWS):
-        block = dims[:, start:start + SPLIT_BLOCK_ROWS]
-        out[start:start + SPLIT_BLOCK_ROWS] = (block[None, :, :] <= shapes[:, :, None]).all(axis=1).any(axis=0)
+    """Per GEMM of ``dims`` (4 x rows): whether one of ``shapes`` (p x 4) is at least as large in every dimension.
+    The shapes are tried in order (largest FLOPs first, as :func:`pareto_shapes` keeps them) on the rows no earlier
+    shape covered, so a table of mostly covered rows costs about one comparison per row and dimension."""
+    out = np.zeros(dims.shape[1], dtype=bool)
+    todo = np.arange(dims.shape[1])
+    for shape in shapes:
+        hit = (dims[:, todo] <= shape[:, None]).all(axis=0)
+        out[todo[hit]] = True
+        todo = todo[~hit]
+        if not len(todo):
+            break
     return out
 
 
