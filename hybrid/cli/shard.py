@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from hybrid.cli.output import echo_json, echo_table
@@ -31,6 +29,7 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     from hybrid.errors import InvalidInputError
     from hybrid.hardware.cpu import available_memory_bytes
     from hybrid.sharding.search import STRATEGIES, check_search_size, search_plans
+    from hybrid.workloads.dlrm import check_document_path
     if top <= 0:
         raise InvalidInputError("--top must be positive")
     names = [s for item in strategies for s in item.split(",") if s]
@@ -39,8 +38,8 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
         raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")
     if gpus is not None and gpus <= 0:
         raise InvalidInputError(f"--gpus must be positive, got {gpus}")
-    if output and Path(output).suffix.lower() not in (".json", ".yaml", ".yml"):  # checked before the search
-        raise InvalidInputError(f"--output {output}: use a .json, .yaml or .yml file name")
+    if output:
+        check_document_path(output)  # before the search, not after it
     config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
     # checked here too (search_plans checks again) to spell the way out as this command's options
     need = check_search_size(config.gpus, names, available_memory_bytes(), cli=True)

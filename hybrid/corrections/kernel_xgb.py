@@ -597,15 +597,14 @@ def _gemm_dims(table: pd.DataFrame) -> np.ndarray:
 
 def pareto_shapes(dims: np.ndarray, limit: int = EXTENT_SHAPES) -> np.ndarray:
     """The shapes (rows of b, m, n, k) of ``dims`` (4 x rows) that no other is at least as large as in every
-    dimension, largest FLOP count first, at most ``limit`` of them."""
+    dimension, largest FLOP count first, at most ``limit`` of them: the largest remaining shape is kept and every
+    shape it covers dropped, at most ``limit`` vectorised passes."""
     shapes = np.unique(dims.T, axis=0)
     shapes = shapes[np.argsort(-shapes.prod(axis=1), kind="stable")]
     kept: list[np.ndarray] = []
-    for shape in shapes:
-        if not kept or not (np.asarray(kept) >= shape).all(axis=1).any():
-            kept.append(shape)
-            if len(kept) == limit:
-                break
+    while len(shapes) and len(kept) < limit:
+        kept.append(shapes[0])
+        shapes = shapes[~(shapes <= shapes[0]).all(axis=1)]
     return np.asarray(kept, dtype=np.float64).reshape(-1, 4)
 
 

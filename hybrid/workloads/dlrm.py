@@ -75,6 +75,19 @@ def load_document(path: str | os.PathLike, what: str = "config") -> Any:
     return data
 
 
+#: File names a configuration or plan document is written under: YAML by suffix, JSON otherwise.
+DOCUMENT_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def check_document_path(path: str | os.PathLike) -> Path:
+    """``path`` as a :class:`Path` if it names a document :func:`write_document` writes (:data:`DOCUMENT_SUFFIXES`);
+    else a clear error (call it before the work that produces the document)."""
+    p = Path(path)
+    if p.suffix.lower() not in DOCUMENT_SUFFIXES:
+        raise InvalidInputError(f"output {p}: use a .json, .yaml or .yml file name")
+    return p
+
+
 def write_document(data: Any, path: str | os.PathLike) -> Path:
     """Write ``data`` as YAML (``.yaml``/``.yml``) or JSON, through a temporary file and a rename."""
     p = Path(path)
