@@ -131,3 +131,52 @@ def test_wrong_rows_dropped_and_failures_recorded(polaris, catalog, tmp_path):
     again = CollectiveSigmoid.load(tmp_path)
     base = roofline(polaris, catalog)
     np.testing.assert_array_equal(again.predict(polaris, base, catalog), model.predict(polaris, base, catalog))
+
+
+@pytest.fixture(scope="module")
+def vidur_pairs(shared_datasets, catalog) -> pd.DataFrame:
+    """Vidur's all-reduces on 4 A100 PCIe cards bridged in pairs (NVLink bridge in a pair, PCIe between pairs)."""
+    from hybrid.data.importers import import_paths
+
+    root = shared_datasets / "vidur" / "data" / "profiling" / "network" / "a100_pairwise_nvlink"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_paths("vidur-network", root, catalog=catalog)
+    assert set(table["system"]) == {"Vidur-A100-pairwise-NVLink"}
+    return table[table["op"] == "all_reduce"].reset_index(drop=True)
+
+
+def test_pair_bridge_carries_two_gpu_layouts(vidur_pairs, catalog, tmp_path):
+    """On bridged PCIe pairs a 2-GPU collective runs over the bridge and a 4-GPU ring crosses PCIe: the layout
+    model prices the two fabrics by their catalog rates, so either rank count predicts the other (held out)
+    within 2x, where one shared intra-node bandwidth is ~8x off (196 vs 24 GB/s bus bandwidth measured)."""
+    from hybrid.corrections.collective_sigmoid import pair_link_factor
+    from hybrid.hardware.device import pair_bridge_bw
+
+    sysobj = catalog.system("Vidur-A100-pairwise-NVLink")
+    assert pair_bridge_bw(sysobj, catalog.system_device(sysobj)) == pytest.approx(300e9)
+    assert pair_link_factor(catalog, "Vidur-A100-pairwise-NVLink") == pytest.approx(24 / 300)
+    assert pair_link_factor(catalog, "DGX-A100") == 1.0  # NVSwitch: no pairs
+    big = (vidur_pairs["size_bytes"] >= 1 << 24).to_numpy()
+    for held in (2, 4):
+        test = (vidur_pairs["n_ranks"] == held).to_numpy()
+        train = vidur_pairs[~test]
+        model = CollectiveSigmoid().fit(train, roofline(train, catalog), catalog)
+        rows = vidur_pairs[test & big]
+        pred = model.predict(rows, roofline(rows, catalog), catalog)
+        q = np.median(pred / rows["time_us"].to_numpy())
+        assert 0.5 < q < 2.0, (held, q)
+    # the factor travels with the saved model; a file without it (older version) predicts as before (factor 1)
+    model = CollectiveSigmoid().fit(vidur_pairs, roofline(vidur_pairs, catalog), catalog)
+    lm = model.layout_models["Vidur-A100-pairwise-NVLink|all_reduce|"]
+    assert lm.pair_factor == pytest.approx(24 / 300)
+    model.save(tmp_path)
+    again = CollectiveSigmoid.load(tmp_path)
+    assert again.layout_models["Vidur-A100-pairwise-NVLink|all_reduce|"].pair_factor == pytest.approx(24 / 300)
+    import json
+
+    payload = json.loads((tmp_path / "sigmoids.json").read_text())
+    for m in payload["layout_models"]:
+        m.pop("pair_factor")
+    (tmp_path / "sigmoids.json").write_text(json.dumps(payload))
+    assert CollectiveSigmoid.load(tmp_path).layout_models["Vidur-A100-pairwise-NVLink|all_reduce|"].pair_factor == 1.0

@@ -104,11 +104,16 @@ class LayoutFit:
     layouts: list[list[int]]  # measured [ranks, nodes] it was fitted on
     n_points: int
     rmse_log: float
+    #: the system's ``intra_bw`` over the bridge of a GPU pair (:func:`pair_link_factor`; 1 elsewhere): the
+    #: intra-node bytes of a layout with at most 2 GPUs per node move at the bridge's rate, not PCIe's
+    pair_factor: float = 1.0
 
 
-def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, pair_factor: float = 1.0) -> np.ndarray:
     """Per row, the coefficients of the layout model: latency (1, intra steps, inter steps) and bytes moved
-    (intra-node fabric, inter-node NIC share, local copy) per byte of message, as in the alpha-beta model."""
+    (intra-node fabric, inter-node NIC share, local copy) per byte of message, as in the alpha-beta model.
+    ``pair_factor`` (:func:`pair_link_factor`) scales the intra-node bytes of layouts with at most 2 GPUs per
+    node, which run over a pair's bridge on a system of bridged PCIe cards."""
     op = np.asarray(op, dtype=object)
     n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
     nn = np.maximum(np.asarray(nodes, dtype=np.float64), 1.0)
@@ -119,6 +124,7 @@ def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray) -> np.nda
     agrs = np.isin(op, ["all_gather", "reduce_scatter"])
     bc = np.isin(op, ["broadcast", "reduce"])
     intra = np.select([ar, agrs, a2a, bc], [2 * rg, rg, (g - 1.0) / n, rg + 1.0 / n], default=np.where(multi, 0.0, 1.0))
+    intra = intra * np.where(g <= 2.0, pair_factor, 1.0)
     inter = np.select([ar, agrs, a2a, bc], [2 * rn / g, rn / g, (n - g) / n, rn / g], default=1.0)
     inter = np.where(multi, inter, 0.0)
     steps = np.where(ar, 2.0, 1.0)
@@ -138,6 +144,18 @@ def layout_log_time(log_params: np.ndarray, terms: np.ndarray, size: np.ndarray)
     log_lat = np.log(terms[:, :3] @ p[:3] * 1e-6)
     log_bw = np.log(terms[:, 3:] @ p[3:6]) + np.log(size)
     return np.logaddexp(log_bw, log_lat + (1.0 - 1.0 / p[6]) * (log_bw - log_lat))
+
+
+def pair_link_factor(catalog: Catalog, system: str) -> float:
+    """``intra_bw / bridge`` of a system of PCIe cards bridged in pairs (:func:`hybrid.hardware.device.pair_bridge_bw`),
+    1 for every other system: the layout model's intra-node bandwidth is the node's (a ring over more than 2 GPUs
+    crosses PCIe between pairs), and a pair's bytes cost that fraction of it. Catalog values, nothing fitted."""
+    from hybrid.hardware.device import pair_bridge_bw
+    from hybrid.ops.roofline import resolve_system
+
+    sysobj = resolve_system(catalog, system)
+    bridge = pair_bridge_bw(sysobj, catalog.system_device(sysobj, missing_ok=True))
+    return float(sysobj.intra_bw / bridge) if bridge > 0 else 1.0
 
 
 def layout_prior(catalog: Catalog, system: str) -> np.ndarray:
@@ -300,7 +318,8 @@ class CollectiveSigmoid(Correction):
     def _fit_layout_models(self, frame: pd.DataFrame, keys: list[str], catalog: Catalog) -> dict[str, LayoutFit]:
         out: dict[str, LayoutFit] = {}
         for (system, op, algo), g in frame.groupby(keys[:3], sort=True):
-            terms = layout_terms(g["op"].to_numpy(), g["n_ranks"].to_numpy(), g["n_nodes"].to_numpy())
+            factor = pair_link_factor(catalog, str(system))
+            terms = layout_terms(g["op"].to_numpy(), g["n_ranks"].to_numpy(), g["n_nodes"].to_numpy(), factor)
             lay = g["n_ranks"].astype(str) + "/" + g["n_nodes"].astype(str)
             layout_id = pd.factorize(lay)[0]
             try:
@@ -312,7 +331,7 @@ class CollectiveSigmoid(Correction):
                 continue
             layouts = sorted({(int(r), int(n)) for r, n in zip(g["n_ranks"], g["n_nodes"], strict=True)})
             out[f"{system}|{op}|{algo}"] = LayoutFit(str(system), str(op), str(algo), [float(v) for v in theta],
-                                                     [list(x) for x in layouts], len(g), rmse)
+                                                     [list(x) for x in layouts], len(g), rmse, factor)
         return out
 
     def _fastest_algorithms(self) -> dict[str, str]:
@@ -449,7 +468,8 @@ class CollectiveSigmoid(Correction):
 
     @staticmethod
     def _layout_us(lm: LayoutFit, op: str, ranks: float, nodes: float, size: np.ndarray) -> np.ndarray:
-        terms = layout_terms(np.full(len(size), op, dtype=object), np.full(len(size), ranks), np.full(len(size), nodes))
+        terms = layout_terms(np.full(len(size), op, dtype=object), np.full(len(size), ranks), np.full(len(size), nodes),
+                             lm.pair_factor)
         return np.exp(layout_log_time(np.asarray(lm.log_params), terms, size)) * 1e6
 
     def _layout_extrapolates(self, lm: LayoutFit, ranks: float) -> bool:

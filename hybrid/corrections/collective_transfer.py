@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.hardware.catalog import Catalog
-from hybrid.hardware.device import System, intra_fabric_class, nvls_bus_factor, nvls_capable
+from hybrid.hardware.device import System, intra_fabric_class, nvls_bus_factor, nvls_capable, pair_bridge_bw
 
 #: Intra-node fabric classes (by catalog ``intra_fabric`` text) and inter-node classes (``inter_fabric``).
 INTRA_CLASSES = ("nvswitch", "nvlink", "pcie-pairs", "pcie", "infinity-fabric")
@@ -191,7 +191,7 @@ def system_features(catalog: Catalog, systems: np.ndarray, ranks: np.ndarray, no
     inter = np.array([s.inter_bw if s.inter_bw > 0 else DEFAULT_NIC_BPS for s in sys_objs])[codes]
     devs = [catalog.system_device(s, missing_ok=True) for s in sys_objs]
     mem = np.array([d.mem_bw if d is not None else s.intra_bw * 10 for d, s in zip(devs, sys_objs, strict=True)])[codes]
-    link = np.array([d.link_bw if d is not None and d.link_bw > 0 else 0.0 for d in devs])[codes]
+    bridge = np.array([pair_bridge_bw(s, d) for s, d in zip(sys_objs, devs, strict=True)])[codes]
     icls = np.array([INTRA_CLASSES.index(intra_class(s)) for s in sys_objs])[codes]
     ecls = np.array([INTER_CLASSES.index(inter_class(s)) for s in sys_objs])[codes]
     imeas = np.array([("intra" in s.measured_links) for s in sys_objs], dtype=bool)[codes]
@@ -199,8 +199,8 @@ def system_features(catalog: Catalog, systems: np.ndarray, ranks: np.ndarray, no
     nvls = np.array([nvls_capable(s, d) for s, d in zip(sys_objs, devs, strict=True)], dtype=bool)[codes]
     gpn = np.asarray(ranks, dtype=np.float64) / np.maximum(np.asarray(nodes, dtype=np.float64), 1.0)
     pairs = icls == INTRA_CLASSES.index("pcie-pairs")
-    pair = pairs & (gpn <= 2.0) & (link > 0)
-    intra = np.where(pair, np.maximum(link, intra), intra)
+    pair = pairs & (gpn <= 2.0) & (bridge > 0)
+    intra = np.where(pair, bridge, intra)
     # the class is that of the link the collective runs over: the NVLink bridge for a bridged pair, PCIe beyond
     icls = np.where(pair, INTRA_CLASSES.index("nvlink"), np.where(pairs, INTRA_CLASSES.index("pcie"), icls))
     return SystemFeatures(intra, inter, mem, icls, ecls, imeas & ~pair, emeas, nvls)

@@ -334,6 +334,16 @@ def intra_fabric_class(system: System) -> str:
     return "pcie"
 
 
+def pair_bridge_bw(system: System, device: Device | None) -> float:
+    """Bytes/s per direction of the bridge between two GPUs of a ``pcie-pairs`` system (PCIe cards bridged in
+    pairs, :func:`intra_fabric_class`): the device's link where it is faster than the node's ``intra_bw``, else 0.
+    A collective of at most 2 GPUs per node runs over the bridge; with more, a ring crosses PCIe between pairs
+    and the node's ``intra_bw`` bounds it."""
+    if device is None or intra_fabric_class(system) != "pcie-pairs":
+        return 0.0
+    return device.link_bw if device.link_bw > system.intra_bw else 0.0
+
+
 def nvls_capable(system: System, device: Device | None) -> bool:
     """Whether NCCL's NVLS all-reduce (NVLink SHARP: the NVSwitch reduces and multicasts) runs on ``system``: the
     entry's ``nvls`` where given, else an NVSwitch node (:func:`intra_fabric_class`) of NVIDIA GPUs of compute
