@@ -204,6 +204,56 @@ def largest_section(sub: pd.DataFrame, base: pd.DataFrame, catalog, seed: int, t
     return lines + [""]
 
 
+#: Dtypes held out in turn by :func:`dtype_section`, with the proxy rules compared on each: "trees alone" (no
+#: proxy), the library's (``UNSEEN_DTYPE_PROXY``), and for tf32, which the library leaves to the trees, bf16.
+HELD_OUT_DTYPES = {"fp16": {}, "bf16": {}, "tf32": {"tf32": ("bf16",)}}
+
+
+def dtype_section(sub: pd.DataFrame, base: pd.DataFrame, catalog, seed: int, trees: int) -> list[str]:
+    """Every GEMM of one dtype held out (all devices), the default model fitted on the other dtypes: the trees alone
+    against pricing the dtype at the efficiency of the nearest fitted one (``GemmXGB.dtype_proxy_us``). The one
+    test at hand of the rule fp8 and fp4 GEMMs take (no public source times them plausibly)."""
+    from hybrid.corrections.kernel_xgb import UNSEEN_DTYPE_PROXY
+
+    rules = ", ".join(f"{k} -> {'/'.join(v)}" for k, v in UNSEEN_DTYPE_PROXY.items())
+    lines = ["## gemm family: a dtype never fitted (the dtype proxy)", "",
+             "Every GEMM of one dtype held out, the default GEMM model fitted on the other dtypes (all devices). "
+             "*Trees alone*: the held-out dtype's own features through the trees; *proxy*: the efficiency "
+             "(measured / roofline) the model predicts for the same shape and device in the nearest fitted dtype of "
+             "the same kind of unit, on the held-out dtype's roofline (`GemmXGB.dtype_proxy_us`; the library's rule "
+             f"`UNSEEN_DTYPE_PROXY`: {rules}). "
+             "This is how fp8 and fp4 GEMMs are priced: no public source times them (XLA's fp8 rows are faster "
+             "than the datasheet allows). Geomean |error| % per device (median predicted / measured).", "",
+             "| held-out dtype | proxy | device | rows | roofline | trees alone | with the proxy |",
+             "|---|---|---|---|---|---|---|"]
+    for held, extra in HELD_OUT_DTYPES.items():
+        test = (sub["dtype"] == held).to_numpy()
+        if not test.any():
+            continue
+        model = GemmXGB(XGBParams(seed=seed, n_estimators=trees)).fit(sub[~test], base[~test], catalog)
+        rule = {**UNSEEN_DTYPE_PROXY, **extra}
+        model.dtype_proxy = rule
+        proxy = next((p for p in rule.get(held, ()) if p in model.fitted_dtypes), "")
+        with_proxy = model.predict(sub[test], base[test], catalog)
+        model.dtype_proxy = {}
+        alone = model.predict(sub[test], base[test], catalog)
+        meas = sub.loc[test, "time_us"].to_numpy(dtype=np.float64)
+        roof = base.loc[test, "time_us"].to_numpy(dtype=np.float64)
+        devs = sub.loc[test, "device"].astype(str).to_numpy()
+        label = proxy + ("" if held in UNSEEN_DTYPE_PROXY else " (not the library's rule)")
+        for dev in [*sorted(set(devs)), "all"]:
+            k = np.ones(len(devs), bool) if dev == "all" else devs == dev
+            name = f"**all ({len(set(devs))} devices)**" if dev == "all" else dev
+            lines.append(f"| {held} | {label} | {name} | {int(k.sum())} | {_cell(roof[k], meas[k])} | "
+                         f"{_cell(alone[k], meas[k])} | {_cell(with_proxy[k], meas[k])} |")
+    return lines + [""]
+
+
+def _cell(pred: np.ndarray, meas: np.ndarray) -> str:
+    """Geomean |error| % and the median predicted / measured."""
+    return f"{_geo(np.abs(pred / meas - 1)):.1f} ({np.median(pred / meas):.2f})"
+
+
 def _geo(err: np.ndarray) -> float:
     err = np.asarray(err, dtype=np.float64)
     return float(np.exp(np.mean(np.log(np.maximum(err, 1e-6)))) * 100.0) if len(err) else float("nan")
@@ -300,6 +350,7 @@ def main() -> None:
         lines.append("")
         if group == "gemm":
             lines += largest_section(sub, base, catalog, args.seed, args.trees)
+            lines += dtype_section(sub, base, catalog, args.seed, args.trees)
         summary[group] = {n: float(dev_means[n].mean()) for n in names}
     lines.append(f"Total wall time: {time.time() - t_start:.0f} s (2-core machine shared with other jobs)")
     text = "\n".join(lines) + "\n"

@@ -78,6 +78,17 @@ SPLIT_BLOCK_ROWS = 16384
 EXTENTS_FILE = "extents.json"
 #: GEMM predictions (feature version 4 on) are at least this multiple of the roofline time.
 GEMM_ROOFLINE_FLOOR = 1.0
+#: A GEMM in a dtype the fit has no GEMM of is priced at the efficiency the model predicts for the same shape on
+#: the same device in the first of these dtypes it was fitted on (:meth:`GemmXGB.dtype_proxy_us`): the same kind of
+#: unit (tensor-core floating point), the next wider format. No public source times fp8 or fp4 GEMMs (XLA's fp8
+#: rows run faster than the datasheet allows and are left out), so without it 1-byte floats were priced through
+#: the trees' int8 leaves (DeepBench: the T4's IMMA GEMMs at 18% of peak).
+UNSEEN_DTYPE_PROXY: dict[str, tuple[str, ...]] = {
+    "fp8": ("bf16", "fp16"),
+    "fp4": ("fp8", "bf16", "fp16"),
+    "bf16": ("fp16",),
+    "fp16": ("bf16",),
+}
 
 
 #: Rows below which a device's rows are up-weighted in a fit (:func:`device_floor_weights`). The few rows a user
@@ -689,6 +700,8 @@ class GemmXGB(DispatchXGB):
         super().__init__(params, use_device_features, feature_version, transfer)
         #: largest GEMMs of the fit per ``dtype|kind`` (:func:`gemm_extents`); empty: no bound
         self.extents: dict[str, list[list[float]]] = {}
+        #: the library's rule (:data:`UNSEEN_DTYPE_PROXY`), not saved; an experiment may set another ({} = none)
+        self.dtype_proxy: dict[str, tuple[str, ...]] = dict(UNSEEN_DTYPE_PROXY)
 
     @property
     def key(self) -> str:
@@ -719,6 +732,43 @@ class GemmXGB(DispatchXGB):
             if lower.any():
                 floor = self.floor_us(sub, base, catalog)
                 out[rows[lower]] = np.maximum(bound[lower], floor[lower])
+            proxied = self.dtype_proxy_us(sub, base, catalog)
+            use = np.isfinite(proxied)
+            out[rows[use]] = proxied[use]
+        return out
+
+    @property
+    def fitted_dtypes(self) -> set[str]:
+        """Dtypes the fit had GEMMs of (from :attr:`extents`; empty for models saved before extents)."""
+        return {key.split("|")[0] for key in self.extents}
+
+    def dtype_proxy_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per GEMM row whose dtype the fit has no GEMM of and that has a fitted proxy (:data:`UNSEEN_DTYPE_PROXY`):
+        the kernel time predicted for the same row in the proxy dtype, times the row's roofline over the proxy
+        row's (the same fraction of the device's peak, or of its bandwidth, on the same shape), plus the row's own
+        dispatch; never under the row's roofline floor. NaN for every other row."""
+        from hybrid.ops.roofline import roofline
+
+        out = np.full(len(table), np.nan)
+        seen = self.fitted_dtypes
+        if not seen or not self.dtype_proxy or len(table) == 0 or "dtype" not in table.columns:
+            return out
+        codes, names = str_codes(table["dtype"])
+        proxy_of = []
+        for raw in names:
+            dt = normalize_dtype(raw)
+            proxy_of.append("" if dt in seen else next((p for p in self.dtype_proxy.get(dt, ()) if p in seen), ""))
+        proxy = np.array(proxy_of + [""], dtype=object)[codes]
+        rows = np.nonzero(proxy != "")[0]
+        if not len(rows):
+            return out
+        own, own_base = table.iloc[rows], baseline.iloc[rows]
+        px = own.assign(dtype=proxy[rows])
+        px_base = roofline(px, catalog)
+        kernel_us = self.predict(px, px_base, catalog) - self.host_us(px, px_base, catalog)
+        scale = own_base["time_us"].to_numpy(dtype=np.float64) / px_base["time_us"].to_numpy(dtype=np.float64)
+        pred = kernel_us * scale + self.host_us(own, own_base, catalog)
+        out[rows] = np.maximum(pred, self.floor_us(own, own_base, catalog))
         return out
 
     def split_bound_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
