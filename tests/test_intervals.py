@@ -233,6 +233,14 @@ def test_cli_predict_evaluate_report_carry_intervals(shared_datasets, tmp_path):
     assert rc == 0, err
     res = json.loads(out)
     assert res["time_us_low"] < res["time_us"] < res["time_us_high"]
+    assert "dtype_proxy" not in res and "warning" not in err
+    # a dtype the calibration has no GEMM of (NeuSight: fp32 only) is stated, on stderr and in the JSON
+    rc, out, err = cli(["predict", "gemm", "--device", "T4", "--dtype", "fp16", "-m", "512", "-n", "512", "-k", "512",
+                        "--model", "iv", "--tracking-uri", uri, "--json"])
+    assert rc == 0, err
+    res16 = json.loads(out)
+    assert res16["dtype_proxy"] is None and "no fp16 GEMM in the calibration (fp32)" in res16["dtype_note"]
+    assert "warning: no fp16 GEMM" in err
     rc, out, err = cli(["evaluate", str(t4), "--model", "iv", "--tracking-uri", uri, "--json", "-o",
                         str(tmp_path / "pred.csv")])
     assert rc == 0, err
@@ -421,3 +429,20 @@ def test_trace_prediction_carries_the_interval_and_its_kind(fitted, tmp_path):
         assert s["predicted_ms_e2e_high"] == pytest.approx(s["predicted_ms_high"] * f)
     plain = predict_trace(it, HybridPredictor.roofline_only(pred.catalog)).summary()
     assert "predicted_ms_low" not in plain and "predicted_ms_e2e_low" not in plain
+
+
+def test_a_dtype_never_fitted_gets_the_unseen_band(fitted):
+    """NeuSight's GEMMs are fp32: the same GEMM on a seen GPU in fp16 (a dtype the GEMM model never fitted) is as
+    uncertain as a GPU never seen, and gets that band; fp32 keeps the seen band."""
+    pred, train, new = fitted
+    from hybrid.ops.families import family_array
+
+    gemm = train[family_array(train["op"]) == "gemm"].groupby("device").head(10).reset_index(drop=True)
+    corr = next(c for c in pred.corrections if c.key == "kernel-xgb-gemm")
+    assert corr.fitted_dtypes == {"fp32"}
+    out32, out16 = pred.predict(gemm), pred.predict(gemm.assign(dtype="fp16"))
+    band = pred.intervals.bands["kernel-xgb:gemm"]
+    hi = lambda o: np.log(o["time_us_high"] / o["time_us"]).to_numpy()  # noqa: E731
+    np.testing.assert_allclose(hi(out32), band["seen"][1])
+    np.testing.assert_allclose(hi(out16), band["unseen"][1])
+    assert band["unseen"][1] > band["seen"][1]

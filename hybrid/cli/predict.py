@@ -8,7 +8,7 @@ from hybrid.cli.output import echo_json
 from hybrid.hardware.catalog import default_catalog
 from hybrid.ops.roofline import resolve_system, roofline
 from hybrid.ops.spec import Collective, Gemm
-from hybrid.units import format_bytes, parse_size
+from hybrid.units import format_bytes, normalize_dtype, parse_size
 
 
 @click.group()
@@ -42,6 +42,18 @@ def _interval(row) -> dict:
     return {"time_us_low": lo, "time_us_high": hi}
 
 
+def _unseen_dtype(predictor, dtype: str) -> dict:
+    """``dtype_proxy`` / ``dtype_note`` when the predictor's GEMM model was never fitted on ``dtype``, else {}."""
+    corr = next((c for c in getattr(predictor, "corrections", []) if getattr(c, "fitted_dtypes", None)), None)
+    if corr is None or normalize_dtype(dtype) in corr.fitted_dtypes:
+        return {}
+    proxy = corr.proxy_for(dtype)
+    how = (f"priced at the model's {proxy} efficiency for this shape on the {dtype} roofline (dtype proxy)" if proxy
+           else "the trees extrapolate from the fitted dtypes")
+    return {"dtype_proxy": proxy or None,
+            "dtype_note": f"no {dtype} GEMM in the calibration ({', '.join(sorted(corr.fitted_dtypes))}): {how}"}
+
+
 @predict.command("gemm")
 @click.option("--device", "-d", required=True, help="Catalog device (any alias).")
 @click.option("--dtype", default="bf16", show_default=True)
@@ -69,6 +81,10 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         out = loaded.predictor.predict(frame).iloc[0]
         extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
                  **_interval(out)}
+        unseen = _unseen_dtype(loaded.predictor, spec.dtype)
+        if unseen:
+            extra.update(unseen)
+            click.echo(f"warning: {unseen['dtype_note']}", err=True)
     dev = cat.device(device)
     used = dev.compute_peak_dtype(spec.dtype)
     if used != spec.dtype:

@@ -742,6 +742,14 @@ class GemmXGB(DispatchXGB):
         """Dtypes the fit had GEMMs of (from :attr:`extents`; empty for models saved before extents)."""
         return {key.split("|")[0] for key in self.extents}
 
+    def proxy_for(self, dtype: str) -> str:
+        """The fitted dtype whose efficiency prices GEMMs of ``dtype`` (:data:`UNSEEN_DTYPE_PROXY`); "" when the fit
+        has ``dtype`` itself, or none of its proxies (the trees answer), or the model predates fitted dtypes."""
+        seen, dt = self.fitted_dtypes, normalize_dtype(dtype)
+        if not seen or dt in seen:
+            return ""
+        return next((p for p in self.dtype_proxy.get(dt, ()) if p in seen), "")
+
     def dtype_proxy_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per GEMM row whose dtype the fit has no GEMM of and that has a fitted proxy (:data:`UNSEEN_DTYPE_PROXY`):
         the kernel time predicted for the same row in the proxy dtype, times the row's roofline over the proxy
@@ -754,11 +762,7 @@ class GemmXGB(DispatchXGB):
         if not seen or not self.dtype_proxy or len(table) == 0 or "dtype" not in table.columns:
             return out
         codes, names = str_codes(table["dtype"])
-        proxy_of = []
-        for raw in names:
-            dt = normalize_dtype(raw)
-            proxy_of.append("" if dt in seen else next((p for p in self.dtype_proxy.get(dt, ()) if p in seen), ""))
-        proxy = np.array(proxy_of + [""], dtype=object)[codes]
+        proxy = np.array([self.proxy_for(raw) for raw in names] + [""], dtype=object)[codes]
         rows = np.nonzero(proxy != "")[0]
         if not len(rows):
             return out

@@ -415,7 +415,8 @@ class HybridPredictor:
         system, for collectives) was in the fit and not adapted; few when the device's few rows of the row's
         correction were up-weighted by the fit (:meth:`_sparse_devices`); adapted-k when the device was adapted
         (strategy ``auto``) with n rows of the row's group (``groups``: group code per row and group keys, as
-        :meth:`_raw_codes` gives them; :func:`~hybrid.corrections.intervals.adapted_code` of n); else unseen."""
+        :meth:`_raw_codes` gives them; :func:`~hybrid.corrections.intervals.adapted_code` of n); else unseen. A
+        GEMM in a dtype its correction was never fitted on is unseen too."""
         adapted = self._adapted_devices()
         seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
         band = np.where(seen, SEEN, UNSEEN).astype(np.int64)
@@ -423,6 +424,12 @@ class HybridPredictor:
             few = self.devices_sparse.get(corr.key)
             if few:
                 band[seen & family_mask(base, corr.families) & isin_fast(norm["device"], few)] = FEW
+            # a GEMM in a dtype the fit never saw is priced through another dtype (GemmXGB.dtype_proxy_us): as
+            # uncertain as a device never seen (held-out 16-bit dtypes: 23-66% geomean, experiments/kernel_accuracy)
+            fitted = getattr(corr, "fitted_dtypes", None)
+            if fitted and "dtype" in norm.columns:
+                unseen_dtype = family_mask(base, corr.families) & ~isin_fast(norm["dtype"], fitted)
+                band[unseen_dtype & ((band == SEEN) | (band == FEW))] = UNSEEN
         if self.adapt_forms and groups is not None:
             codes, keys = groups
             devices = norm["device"].to_numpy(dtype=object)
