@@ -90,3 +90,25 @@ def test_family_cases_lists_a_sweep_without_building_it():
     assert emb and all(c.row["op"] == "embedding_bag" for c in emb)
     with pytest.raises(InvalidInputError, match="unknown kernel family 'collective'"):
         family_cases(be, "collective", quick=True)
+
+
+def test_fp8_layer_gemms_on_gpus_with_fp8_tensor_cores():
+    """A GPU with fp8 tensor cores also times the transformer-layer GEMMs in fp8 (``torch._scaled_mm``, the linear
+    layout); other GPUs and CPUs do not; the builder runs (checked here on the CPU, whose PyTorch has it too)."""
+    gemm8 = K.gemm_cases(Backend(torch, "cuda", 1, fp8=True), quick=False, seed=0, llc_bytes=2**20)
+    gemm = K.gemm_cases(Backend(torch, "cuda", 1, fp8=False), quick=False, seed=0, llc_bytes=2**20)
+    fp8 = [c.row for c in gemm8 if c.row["dtype"] == "fp8"]
+    linear = [s for s in K.layer_gemm_shapes(Backend(torch, "cuda", 1), False) if s[0] == "linear"]
+    assert sorted((r["m"], r["n"], r["k"]) for r in fp8) == sorted((m, n, k) for _, m, n, k in linear)
+    assert {r["variant"] for r in fp8} == {"linear"} and len(gemm8) == len(gemm) + len(fp8)
+    assert not any(c.row["dtype"] == "fp8" for c in gemm)
+    assert not Backend(torch, "cpu", 1, fp8=True).has_fp8_gemm and not Backend(torch, "cpu", 1).has_fp8_gemm
+    case = next(c for c in gemm8 if c.row["dtype"] == "fp8")
+    r = case.row
+    assert case.mem_bytes == r["m"] * r["k"] + r["n"] * r["k"] + 2 * r["m"] * r["n"]  # 1-byte inputs, bf16 out
+    # the builder itself, small, on the CPU
+    fn, _ = K._layout_builder(Backend(torch, "cpu", 1), "linear", 32, 64, 48, 1e4, 2**20, "fp8")()
+    out = fn(0)
+    assert tuple(out.shape) == (32, 64) and out.dtype == torch.bfloat16 and bool(torch.isfinite(out.float()).all())
+    with pytest.raises(ValueError, match="fp8"):
+        K._layout_builder(Backend(torch, "cpu", 1), "mm_tn", 32, 64, 48, 1e4, 2**20, "fp8")()

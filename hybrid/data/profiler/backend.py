@@ -46,6 +46,21 @@ class Backend:
     torch: Any
     kind: str
     threads: int
+    #: fp8 tensor-core GEMMs (``torch._scaled_mm``): None = ask the GPU (compute capability 8.9 or later)
+    fp8: bool | None = None
+
+    @property
+    def has_fp8_gemm(self) -> bool:
+        """Whether the sweep times fp8 GEMMs: a CUDA GPU of compute capability 8.9+ (Ada, Hopper, Blackwell) whose
+        PyTorch has ``torch._scaled_mm``; ``fp8`` overrides the probe."""
+        if self.fp8 is not None:
+            return bool(self.fp8) and self.is_cuda
+        if not self.is_cuda or not hasattr(self.torch, "_scaled_mm"):
+            return False
+        try:
+            return tuple(self.torch.cuda.get_device_capability()) >= (8, 9)
+        except (RuntimeError, AssertionError):  # no usable GPU behind a "cuda" backend (enumeration only)
+            return False
 
     @property
     def torch_device(self) -> Any:

@@ -115,6 +115,11 @@ LAYER_GEMM_DESIGN = {"tokens": (2048, 8192), "width": (768, 2048, 4096)}
 #: dtypes of the vocabulary-sized and transformer-layer GEMMs, per backend (full sweep; quick: fp32 vocab only).
 LAYOUT_GEMM_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "bf16")}
 LAYER_GEMM_DTYPES = {"cpu": (), "cuda": ("fp16", "bf16")}
+#: On GPUs with fp8 tensor cores (:attr:`Backend.has_fp8_gemm`) the layer GEMMs are also timed in fp8, as FP8
+#: inference and training run them: ``torch._scaled_mm`` of e4m3 activations [m, k] by e4m3 weights [n, k]
+#: (column-major operand), per-tensor scales, bf16 output; the ``linear`` layout only (the one ``_scaled_mm``
+#: takes without a transpose copy). No public source times fp8 GEMMs plausibly (docs/corrections.md).
+FP8_GEMM_LAYOUTS = ("linear",)
 
 
 def layer_gemm_shapes(backend: Backend, quick: bool) -> list[tuple[str, int, int, int]]:
@@ -151,16 +156,19 @@ def gemm_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> l
     # vocabulary-sized GEMMs, in the layouts linear forward/backward run (fp32; bf16 too on GPUs, full sweep), and
     # on GPUs a transformer layer's GEMMs in fp16 and bf16
     kind = "cuda" if backend.is_cuda else "cpu"
+    layer = layer_gemm_shapes(backend, quick)
     layout_sets = [(vocab_gemm_shapes(backend, quick, seed), ("fp32",) if quick else LAYOUT_GEMM_DTYPES[kind]),
-                   (layer_gemm_shapes(backend, quick), LAYER_GEMM_DTYPES[kind])]
+                   (layer, LAYER_GEMM_DTYPES[kind])]
+    if backend.has_fp8_gemm:
+        layout_sets.append(([s for s in layer if s[0] in FP8_GEMM_LAYOUTS], ("fp8",)))
     # (a layer GEMM that is also a grid square is measured once: the runner drops repeated configurations)
     for shapes, dtypes in layout_sets:
         for dtype in dtypes:
-            elem = 2 if dtype in ("bf16", "fp16") else 4
+            elem = {"bf16": 2, "fp16": 2, "fp8": 1}.get(dtype, 4)
             for layout, m, n, k in shapes:
                 row = {"op": "gemm", "dtype": dtype, "b": 1, "m": m, "n": n, "k": k, "direction": "fwd",
                        "variant": layout}
-                ws = float(elem * (m * k + k * n + m * n))
+                ws = float(elem * (m * k + k * n) + (2 if dtype == "fp8" else elem) * m * n)
                 cases.append(Case("gemm", row, _layout_builder(backend, layout, m, n, k, ws, llc_bytes, dtype), ws))
     return cases
 
@@ -172,6 +180,14 @@ def _layout_builder(backend: Backend, layout: str, m: int, n: int, k: int, ws: f
         torch = backend.torch
         dev = backend.torch_device
         sets = rotation_sets(ws, llc)
+        if dtype == "fp8":
+            if layout not in FP8_GEMM_LAYOUTS:
+                raise ValueError(f"fp8 GEMMs are timed in the {FP8_GEMM_LAYOUTS} layouts, not {layout!r}")
+            e4m3, one = torch.float8_e4m3fn, torch.ones((), dtype=torch.float32, device=dev)
+            data = [(random_tensor(torch, (m, k), torch.float32, dev).to(e4m3),
+                     random_tensor(torch, (n, k), torch.float32, dev).to(e4m3)) for _ in range(sets)]
+            return (lambda i: torch._scaled_mm(data[i % sets][0], data[i % sets][1].t(), scale_a=one, scale_b=one,
+                                               out_dtype=torch.bfloat16)), None
         f32 = torch_dtype(torch, dtype)
         if backend.is_cuda:  # fp32 means fp32: never left in the TF32 mode a previous case set
             torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
