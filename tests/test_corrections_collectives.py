@@ -157,6 +157,13 @@ def test_pair_bridge_carries_two_gpu_layouts(vidur_pairs, catalog, tmp_path):
     assert pair_bridge_bw(sysobj, catalog.system_device(sysobj)) == pytest.approx(300e9)
     assert pair_link_factor(catalog, "Vidur-A100-pairwise-NVLink") == pytest.approx(24 / 300)
     assert pair_link_factor(catalog, "DGX-A100") == 1.0  # NVSwitch: no pairs
+    # the analytical roofline too: 2 GPUs over the bridge (64 MiB all-reduce: 1 byte per byte at 300 GB/s), 4 over
+    # PCIe (2 x 3/4 bytes per byte at 24 GB/s)
+    q = pd.DataFrame({"system": "Vidur-A100-pairwise-NVLink", "device": "A100-PCIE-80GB", "op": "all_reduce",
+                      "size_bytes": 1 << 26, "n_ranks": [2, 4], "n_nodes": 1})
+    ab = roofline(q, catalog)
+    bw_us = ab["memory_us"].to_numpy()
+    assert bw_us[0] == pytest.approx((1 << 26) / 300e9 * 1e6) and bw_us[1] == pytest.approx(1.5 * (1 << 26) / 24e9 * 1e6)
     big = (vidur_pairs["size_bytes"] >= 1 << 24).to_numpy()
     for held in (2, 4):
         test = (vidur_pairs["n_ranks"] == held).to_numpy()

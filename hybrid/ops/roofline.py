@@ -14,7 +14,7 @@ import pandas as pd
 
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
-from hybrid.hardware.device import Device, System, nvls_bus_factor, nvls_capable
+from hybrid.hardware.device import Device, System, nvls_bus_factor, nvls_capable, pair_bridge_bw
 from hybrid.ops.families import FAMILIES, attention_exps, bus_factor, col, factor_map, family_array
 from hybrid.units import normalize_dtype
 
@@ -278,6 +278,7 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
     lat_inter = np.array([s.inter_latency_us for s in systems])[codes]
     gpn_sys = np.array([s.gpus_per_node for s in systems], dtype=np.float64)[codes]
     nvls = np.array([nvls_capable(s, cat.system_device(s, missing_ok=True)) for s in systems], dtype=bool)[codes]
+    bridge = np.array([pair_bridge_bw(s, cat.system_device(s, missing_ok=True)) for s in systems])[codes]
 
     size = col(df, "size_bytes")
     n = col(df, "n_ranks")
@@ -287,6 +288,8 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
         # more ranks than fit in one node of this system means several nodes
         nodes = np.where((nodes == 1) & (n > gpn_sys), np.ceil(n / gpn_sys), nodes)
         g = np.maximum(n / nodes, 1.0)
+    # PCIe cards bridged in pairs: at most 2 GPUs per node talk over the bridge, more cross PCIe between pairs
+    intra = np.where((bridge > 0) & (g <= 2.0), bridge, intra)
     op = np.asarray(df["op"], dtype=object)
     multi = nodes > 1
     ring_g = (g - 1.0) / g
