@@ -73,3 +73,22 @@ def test_bridged_pairs_get_it_at_two_gpus_only_and_generic_nodes_work():
     assert "p2p-allreduce" in methods[2] and "p2p-allreduce" not in methods[4]
     r = predict_static(make_setup("llama3-8b", "A10", tp=2), 8, 512, 16)  # PCIe-only generic node: NCCL
     assert r.tpot_ms > 0 and "p2p-allreduce" not in set(r.ops["method"])
+
+
+def test_pcie_cards_bridged_in_pairs_get_it_over_the_bridge():
+    """A node of PCIe cards bridged in pairs (Vidur's A100 80GB PCIe node): TP 2 talks over the NVLink bridge, so the
+    custom all-reduce runs there, priced with the NVLink class's constants; TP 4 crosses PCIe: NCCL."""
+    from hybrid.corrections.collective_transfer import intra_class
+    from hybrid.workloads.llm.inference import _all_pairs_nvlink, _link_class
+
+    setup = make_setup("llama3-8b", None, "Vidur-A100-pairwise-NVLink", tp=2, allreduce="custom")
+    assert intra_class(setup.system) == "pcie-pairs"
+    assert _all_pairs_nvlink(setup.system, 2, setup.device) and not _all_pairs_nvlink(setup.system, 4, setup.device)
+    assert not _all_pairs_nvlink(setup.system, 2, None)  # no device: no bridge rate known
+    assert _link_class(setup.system, 2, setup.device) == "nvlink" and _link_class(setup.system, 4, setup.device) == "pcie-pairs"
+    methods = {}
+    for tp in (2, 4):
+        r = predict_static(make_setup("llama3-8b", None, "Vidur-A100-pairwise-NVLink", tp=tp, allreduce="custom"),
+                           8, 512, 16)
+        methods[tp] = set(r.ops.loc[r.ops["name"] == "tp_all_reduce", "method"])
+    assert "p2p-allreduce" in methods[2] and "p2p-allreduce" not in methods[4]

@@ -49,7 +49,7 @@ from hybrid.engine.costs import (
 from hybrid.engine.form_error import e2e_interval
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
-from hybrid.hardware.device import Device, System
+from hybrid.hardware.device import Device, System, pair_bridge_bw
 from hybrid.ops.p2p_allreduce import p2p_allreduce_us, trtllm_strategy
 from hybrid.ops.roofline import resolve_system, roofline, softmax_schedule, system_for_device
 from hybrid.workloads.llm.dims import context_note, resolve_model
@@ -221,7 +221,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     att_dt = p.attention_dtype
     cb = 1.0 if att_dt == "fp8" else 2.0  # attention's q/k/v element bytes as its op row counts them
     blocks: list[dict[str, np.ndarray]] = []
-    p2p_ok = s.allreduce == "custom" and s.device.link_bw > 0 and _all_pairs_nvlink(s.system, tp)
+    p2p_ok = s.allreduce == "custom" and s.device.link_bw > 0 and _all_pairs_nvlink(s.system, tp, s.device)
 
     def gemm(name: str, cat: str, mm: np.ndarray, nn: float, kk: float, count: float) -> None:
         emit("compute", name, cat, count, "linear", "linear", b=1.0, m=mm, n=nn, k=kk, dtype=cdt)
@@ -400,12 +400,22 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     return out
 
 
-def _all_pairs_nvlink(system: System, ranks: int) -> bool:
+def _all_pairs_nvlink(system: System, ranks: int, device: Device | None = None) -> bool:
     """Whether every pair of ``ranks`` GPUs of one ``system`` node talks over NVLink (the custom all-reduce's
-    condition): an NVSwitch node always; direct NVLink unless the links are bridges between pairs (then 2 GPUs)."""
+    condition): an NVSwitch node always; direct NVLink unless the links are bridges between pairs (then 2 GPUs);
+    PCIe cards bridged in pairs (:func:`~hybrid.hardware.device.pair_bridge_bw`): 2 GPUs, over the bridge."""
     cls, text = intra_class(system), system.intra_fabric.lower()
+    if cls == "pcie-pairs":
+        return ranks <= 2 and pair_bridge_bw(system, device) > 0
     bridged = any(w in text for w in ("bridge", "pair", "2-way"))
     return cls == "nvswitch" or (cls == "nvlink" and (ranks <= 2 or not bridged))
+
+
+def _link_class(system: System, ranks: int, device: Device | None) -> str:
+    """Fabric class whose fitted constants price a custom all-reduce of ``ranks`` GPUs: a bridged pair's is NVLink
+    (as the transfer model classes it), else the node's own."""
+    cls = intra_class(system)
+    return "nvlink" if cls == "pcie-pairs" and ranks <= 2 and pair_bridge_bw(system, device) > 0 else cls
 
 
 def _p2p_allreduce_times(table: pd.DataFrame, rows: np.ndarray, cost_model: OpCostModel, cat: Catalog) -> np.ndarray:
@@ -420,7 +430,7 @@ def _p2p_allreduce_times(table: pd.DataFrame, rows: np.ndarray, cost_model: OpCo
     for (dev_key, sys_key, n), grp in keys.groupby(["d", "s", "n"]):
         idx = grp.index.to_numpy()
         dev, system = cat.device(dev_key), resolve_system(cat, sys_key)
-        eta, step_us = intra_fabric_constants(cost_model, intra_class(system))
+        eta, step_us = intra_fabric_constants(cost_model, _link_class(system, int(n), dev))
         strat = trtllm_strategy(sizes[idx], int(n))
         out[idx] = p2p_allreduce_us(sizes[idx], int(n), dev.link_bw, eta, step_us, dev.kernel_latency_us, strat)
     return out
