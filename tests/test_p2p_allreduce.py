@@ -85,7 +85,7 @@ def test_pcie_cards_bridged_in_pairs_get_it_over_the_bridge():
     assert intra_class(setup.system) == "pcie-pairs"
     assert _all_pairs_nvlink(setup.system, 2, setup.device) and not _all_pairs_nvlink(setup.system, 4, setup.device)
     assert not _all_pairs_nvlink(setup.system, 2, None)  # no device: no bridge rate known
-    assert _link_class(setup.system, 2, setup.device) == "nvlink" and _link_class(setup.system, 4, setup.device) == "pcie-pairs"
+    assert _link_class(setup.system, 2, setup.device) == "nvlink" and _link_class(setup.system, 4, setup.device) == "pcie"
     methods = {}
     for tp in (2, 4):
         r = predict_static(make_setup("llama3-8b", None, "Vidur-A100-pairwise-NVLink", tp=tp, allreduce="custom"),

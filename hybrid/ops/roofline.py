@@ -277,8 +277,9 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
     lat_intra = np.array([s.intra_latency_us for s in systems])[codes]
     lat_inter = np.array([s.inter_latency_us for s in systems])[codes]
     gpn_sys = np.array([s.gpus_per_node for s in systems], dtype=np.float64)[codes]
-    nvls = np.array([nvls_capable(s, cat.system_device(s, missing_ok=True)) for s in systems], dtype=bool)[codes]
-    bridge = np.array([pair_bridge_bw(s, cat.system_device(s, missing_ok=True)) for s in systems])[codes]
+    devices = [cat.system_device(s, missing_ok=True) for s in systems]
+    nvls = np.array([nvls_capable(s, d) for s, d in zip(systems, devices, strict=True)], dtype=bool)[codes]
+    bridge = np.array([pair_bridge_bw(s, d) for s, d in zip(systems, devices, strict=True)])[codes]
 
     size = col(df, "size_bytes")
     n = col(df, "n_ranks")

@@ -404,18 +404,21 @@ def _all_pairs_nvlink(system: System, ranks: int, device: Device | None = None) 
     """Whether every pair of ``ranks`` GPUs of one ``system`` node talks over NVLink (the custom all-reduce's
     condition): an NVSwitch node always; direct NVLink unless the links are bridges between pairs (then 2 GPUs);
     PCIe cards bridged in pairs (:func:`~hybrid.hardware.device.pair_bridge_bw`): 2 GPUs, over the bridge."""
-    cls, text = intra_class(system), system.intra_fabric.lower()
-    if cls == "pcie-pairs":
-        return ranks <= 2 and pair_bridge_bw(system, device) > 0
+    cls, text = _link_class(system, ranks, device), system.intra_fabric.lower()
+    if intra_class(system) == "pcie-pairs":
+        return cls == "nvlink"
     bridged = any(w in text for w in ("bridge", "pair", "2-way"))
     return cls == "nvswitch" or (cls == "nvlink" and (ranks <= 2 or not bridged))
 
 
 def _link_class(system: System, ranks: int, device: Device | None) -> str:
-    """Fabric class whose fitted constants price a custom all-reduce of ``ranks`` GPUs: a bridged pair's is NVLink
-    (as the transfer model classes it), else the node's own."""
+    """Fabric class ``ranks`` GPUs of one ``system`` node talk over, as the collective transfer model classes it
+    (``system_features``): on PCIe cards bridged in pairs NVLink for a pair with a bridge, PCIe beyond; else the
+    node's own class."""
     cls = intra_class(system)
-    return "nvlink" if cls == "pcie-pairs" and ranks <= 2 and pair_bridge_bw(system, device) > 0 else cls
+    if cls != "pcie-pairs":
+        return cls
+    return "nvlink" if ranks <= 2 and pair_bridge_bw(system, device) > 0 else "pcie"
 
 
 def _p2p_allreduce_times(table: pd.DataFrame, rows: np.ndarray, cost_model: OpCostModel, cat: Catalog) -> np.ndarray:
