@@ -251,6 +251,26 @@ def test_highest_rate_meeting_the_slo():
     assert not slo.met(worse)
 
 
+def test_highest_rate_is_bracketed_beyond_the_saturation_estimate():
+    """A short trace drains before its queue grows, so rates far above the saturated throughput can still meet a
+    loose SLO: the answer is a rate that meets it with a slightly higher one that misses it (the search doubled
+    its upper bound until it missed), for Poisson and evenly spaced arrivals alike."""
+    s = make_setup("llama2-7b", "A100")
+    slo = SLO(ttft_ms=1500)
+    dists = parse_dist("256-768"), parse_dist("64")
+    for arrival in ("poisson", "uniform"):
+        rate, res = max_rate(s, slo, 60, *dists, iterations=12, arrival=arrival)
+        assert np.isfinite(rate) and slo.met(res)
+        assert slo.met(simulate(s, make_trace(rate, 60, *dists, arrival=arrival)))
+        assert not slo.met(simulate(s, make_trace(rate * 1.25, 60, *dists, arrival=arrival)))
+    # the saturation estimate (1.5x the burst's request throughput) would have capped the answer below it
+    burst = simulate(s, make_trace(1e6, 60, *dists))
+    assert rate > 1.5 * burst.output_tokens_per_s_per_gpu / 64
+    # a handful of requests meeting the SLO even all at once: no rate bounds them
+    rate, res = max_rate(s, SLO(ttft_ms=5000), 4, *dists)
+    assert rate == np.inf and res is not None
+
+
 # ------------------------------------------------------------------------------------------------ CLI
 def test_cli_infer_json_keys(capsys):
     code, out, _ = run(capsys, "llm", "infer", "llama3-8b", "--device", "H100-SXM", "--batch", "64", "--input", "128",

@@ -5,6 +5,8 @@ The commands are registered on the ``hybrid llm`` group with :func:`register`.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 import click
@@ -294,9 +296,15 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         out["slo"] = {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "latency_ms": slo.latency_ms,
                       "percentile": slo_percentile, "met_at_rate": slo.met(res)}
         best, best_res = max_rate(s, slo, n_requests, idist, odist, cost, sched, seed,
-                                  trace=trace if trace_file else None, progress=True)
-        out["max_rate_meeting_slo_per_s"] = best
+                                  trace=trace if trace_file else None, progress=True, arrival=arrival)
+        # nominal rate of the search; at_max_rate's rate_per_s is the rate its random arrivals realised
+        out["max_rate_meeting_slo_per_s"] = best if math.isfinite(best) else None
         out["at_max_rate"] = best_res.to_dict() if best_res is not None else None
+        if not math.isfinite(best):
+            note = (f"every rate meets the SLO: even all {len(trace)} requests arriving at once do, so they cannot "
+                    "load the system; simulate more requests (--requests) to find the highest rate")
+            out.setdefault("notes", []).append(note)
+            click.echo(f"warning: {note}", err=True)
     if compare:
         if slo.empty:
             raise InvalidInputError("--compare needs an SLO (--slo-ttft, --slo-tpot or --slo-latency)")
@@ -306,13 +314,18 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                 other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
                                allreduce, reserve_gib, cat, ep=ep, attention_dp=attention_dp, softmax=softmax)
                 r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
-                                     trace=trace if trace_file else None, progress=True)
-                ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,
-                                "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus, "note": ""})
+                                     trace=trace if trace_file else None, progress=True, arrival=arrival)
+                if math.isfinite(r_best):
+                    ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,
+                                    "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus, "note": ""})
+                else:  # the trace cannot load this system: no rate to rank it by
+                    ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,
+                                    "max_rate_per_s": None, "rate_per_gpu": None,
+                                    "note": "every rate meets the SLO with so few requests (--requests)"})
             except InvalidInputError as exc:  # does not fit / no fp8 there: ranked last, with the reason
                 ranking.append({"system": name, "device": "", "gpus": tp * pp, "max_rate_per_s": 0.0,
                                 "rate_per_gpu": 0.0, "note": str(exc)})
-        ranking.sort(key=lambda r: -r["rate_per_gpu"])
+        ranking.sort(key=lambda r: -(math.inf if r["rate_per_gpu"] is None else r["rate_per_gpu"]))
         out["compare"] = ranking
     if as_json:
         echo_json(out)
@@ -325,11 +338,12 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                ["metric", "p50", "p90", "p99", "mean"])
     click.echo(f"throughput {res.output_tokens_per_s_per_gpu:.0f} output tokens/s per GPU; "
                f"{res.steps} steps, up to {res.max_running} running, KV capacity {res.kv_capacity_tokens} tokens")
-    if "max_rate_meeting_slo_per_s" in out:
+    if out.get("max_rate_meeting_slo_per_s") is not None:
         click.echo(f"highest rate meeting the SLO (p{slo_percentile:g}): {out['max_rate_meeting_slo_per_s']:.3g}/s")
     if "compare" in out:
         click.echo("\nsystems by SLO-meeting requests/s per GPU (highest first):")
-        echo_table([(r["system"], r["device"], r["gpus"], r["max_rate_per_s"], r["rate_per_gpu"], r["note"])
+        echo_table([(r["system"], r["device"], r["gpus"], "-" if r["max_rate_per_s"] is None else r["max_rate_per_s"],
+                     "-" if r["rate_per_gpu"] is None else r["rate_per_gpu"], r["note"])
                     for r in out["compare"]], ["system", "device", "gpus", "max rate/s", "per GPU", "note"])
 
 

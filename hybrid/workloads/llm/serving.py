@@ -472,17 +472,20 @@ class SLO:
 
 def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None, output_dist: LengthDist | None,
              cost_model: OpCostModel | None = None, sched: SchedulerConfig | None = None, seed: int = 0,
-             iterations: int = 10, trace: Trace | None = None, progress: bool = False
+             iterations: int = 10, trace: Trace | None = None, progress: bool = False, arrival: str = "poisson"
              ) -> tuple[float, ServeResult | None]:
-    """The highest Poisson arrival rate (req/s) whose simulated percentiles meet ``slo`` (bisection on a log
-    scale; the same random draws at every rate). With ``trace``, its arrival times are compressed or stretched
-    instead (same requests, same order). Returns (0, None) when even a trickle misses it."""
+    """The highest arrival rate (req/s; ``arrival``: Poisson or evenly spaced, as :func:`make_trace`) whose
+    simulated percentiles meet ``slo``: a rate that meets it and one that misses it are found first (the upper
+    one from the saturated throughput, doubled until it misses), then bisected on a log scale (the same random
+    draws at every rate). With ``trace``, its arrival times are compressed or stretched instead (same requests,
+    same order). Returns (0, None) when even a trickle misses it, and ``(inf, result)`` when even all ``n``
+    requests arriving at once meet it: then the SLO does not bound the rate of so few requests (simulate more)."""
     if slo.empty:
         raise InvalidInputError("give at least one SLO (--slo-ttft, --slo-tpot or --slo-latency)")
     sched = sched or SchedulerConfig()
     if trace is None and (input_dist is None or output_dist is None):
         raise InvalidInputError("give length distributions or a trace")
-    probe = trace if trace is not None else make_trace(1.0, n, input_dist, output_dist, seed)
+    probe = trace if trace is not None else make_trace(1.0, n, input_dist, output_dist, seed, arrival)
     costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
                             int((probe.input_len + probe.output_len).max()), cost_model)
     base = trace_rate(probe) if trace is not None and len(trace) > 1 else 1.0
@@ -491,19 +494,29 @@ def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None,
         if trace is not None:
             t = Trace(trace.arrival_s * (base / rate), trace.input_len, trace.output_len)
         else:
-            t = make_trace(rate, n, input_dist, output_dist, seed)
+            t = make_trace(rate, n, input_dist, output_dist, seed, arrival)
         return simulate(s, t, cost_model, sched, costs)
 
     lo_rate = 1e-3
     lo = run(lo_rate)
     if not slo.met(lo):
         return 0.0, None
-    # the saturated throughput bounds the useful rates
-    sat = run(1e6)
+    burst_rate = 1e6  # every request at (almost) once
+    burst = run(burst_rate)
+    if slo.met(burst):
+        return math.inf, burst
+    # the saturated throughput bounds the useful rates; a bound that still meets the SLO (a short trace drains
+    # before its queue grows) is doubled until it misses, so the bisection brackets the answer
     mean_out = float(np.mean(probe.output_len))
-    hi_rate = max(sat.output_tokens_per_s_per_gpu * s.gpus / max(mean_out, 1.0) * 1.5, lo_rate * 2)
-    best = lo
-    lo_r = lo_rate
+    hi_rate = max(burst.output_tokens_per_s_per_gpu * s.gpus / max(mean_out, 1.0) * 1.5, lo_rate * 2)
+    best, lo_r = lo, lo_rate
+    while hi_rate < burst_rate:
+        r = run(hi_rate)
+        if not slo.met(r):
+            break
+        lo_r, best = hi_rate, r
+        hi_rate *= 2.0
+    hi_rate = min(hi_rate, burst_rate)
     from tqdm.auto import tqdm
 
     for _ in tqdm(range(iterations), desc=f"SLO rate search ({s.system.key})", unit="sim", disable=not progress,
