@@ -259,3 +259,31 @@ def test_training_overlap_keys_are_formatted_per_distinct_value(tmp_path):
     assert in_training_data(frame, again).all()
     assert not in_training_data(frame.assign(measured_us=frame["measured_us"] * 1.001), again)[
         frame["measured_us"].notna().to_numpy()].any()
+
+
+def test_a_table_file_inside_a_bundle_uses_its_catalog(tmp_path, monkeypatch):
+    """`data validate` and `evaluate` read a bundle's measurements.csv alike: the bundle's catalog.toml names its
+    device (here one no packaged catalog has), whether the directory or the file inside it is given."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+    table = read_table(bundle / "measurements.csv", _bundle_cat(bundle))
+    small = tmp_path / "b"
+    small.mkdir()
+    (small / "catalog.toml").write_text((bundle / "catalog.toml").read_text().replace("cpu-amd-epyc-1c", "cpu-test-1c"))
+    table.head(40).assign(device="cpu-test-1c").to_csv(small / "measurements.csv", index=False)
+    rc, _, err = cli(["data", "validate", str(small / "measurements.csv")])
+    assert rc == 0, err
+    for arg in (small, small / "measurements.csv"):
+        rc, out, err = cli(["evaluate", str(arg), "--model", "roofline", "--json"])
+        assert rc == 0, err
+        assert json.loads(out)["n_rows"] == 40
+    # the same file outside its bundle: the device is unknown, named in a one-line error
+    (tmp_path / "alone.csv").write_text((small / "measurements.csv").read_text())
+    rc, _, err = cli(["evaluate", str(tmp_path / "alone.csv"), "--model", "roofline"])
+    assert rc == 2 and "unknown device 'cpu-test-1c'" in err
+
+
+def _bundle_cat(path: Path):
+    from hybrid.data.bundle import bundle_catalog
+
+    return bundle_catalog([path])

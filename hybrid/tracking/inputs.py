@@ -44,7 +44,11 @@ def merge_catalog(base: Catalog, other: Catalog) -> tuple[Catalog, list[str]]:
 
 
 def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | None = None) -> Measurements:
-    """Read canonical tables and bundle directories, validate, and concatenate them."""
+    """Read canonical tables and bundle directories, validate, and concatenate them. A bundle's ``catalog.toml``
+    names its devices, also for a table file read from inside a bundle (``my-bundle/measurements.csv``), as
+    ``hybrid data validate`` reads it."""
+    from hybrid.data.bundle import CATALOG_FILE, bundle_catalog, load_bundle
+
     if not paths:
         raise InvalidInputError("no measurement tables given")
     cat = catalog or default_catalog()
@@ -53,12 +57,14 @@ def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | Non
     frames: list[pd.DataFrame] = []
     extra: list[str] = []
     for b in bundles:
-        from hybrid.data.bundle import load_bundle
-
         table, bcat = load_bundle(b)
         cat, added = merge_catalog(cat, bcat)
         extra += added
         frames.append(table)
+    in_bundles = [f for f in files if (f.parent / CATALOG_FILE).is_file()]
+    if in_bundles:
+        cat, added = merge_catalog(cat, bundle_catalog(in_bundles))
+        extra += added
     if files:
         frames.append(read_table(files, cat))
     out = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0].reset_index(drop=True)
