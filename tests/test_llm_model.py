@@ -297,3 +297,21 @@ def test_gpt_oss_config_json_loads_like_the_library_entry(tmp_path) -> None:
     assert m.window_size == 128 and m.window_layer_share == 0.5 and m.num_experts == 128 and m.moe_router_topk == 4
     # half the layers see at most 128 keys: a 32k context reads ~half the KV of full attention
     assert m.window_keys(32768) == pytest.approx(0.5 * 128 + 0.5 * 32768)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_attention_heads": None}, "lacks 'num_attention_heads'"),
+    ({"num_attention_heads": "abc"}, "'num_attention_heads' must be a number, got 'abc'"),
+    ({"num_attention_heads": 32.5}, "must be a whole number"),
+    ({"intermediate_size": None}, "lacks the fields for ffn_hidden_size (intermediate_size)"),
+    ({"hidden_size": "big"}, "hidden_size must be a positive integer"),
+    ({"max_position_embeddings": [4096]}, "max_position_embeddings"),
+])
+def test_hf_config_with_a_missing_or_mistyped_field_is_an_input_error(change, message) -> None:
+    """A partial or mistyped config.json names the field (no TypeError from deep inside, no guessed FFN width)."""
+    base = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "vocab_size": 32000, "intermediate_size": 11008, "max_position_embeddings": 4096}
+    assert from_dict(base).ffn_hidden_size == 11008
+    cfg = {k: v for k, v in {**base, **change}.items() if v is not None}
+    with pytest.raises(InvalidInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        from_dict(cfg, name="x")

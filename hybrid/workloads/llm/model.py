@@ -494,6 +494,20 @@ def _get(d: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
+def _int(d: Mapping[str, Any], *keys: str, default: Any = None) -> int:
+    """A whole-number field of a Hugging Face config (the first of ``keys`` present), or a clear error naming it."""
+    v = _get(d, *keys, default=default)
+    if v is None:
+        raise InvalidInputError(f"Hugging Face config lacks {keys[0]!r}")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"Hugging Face config field {keys[0]!r} must be a number, got {v!r}") from None
+    if not f.is_integer():
+        raise InvalidInputError(f"Hugging Face config field {keys[0]!r} must be a whole number, got {v!r}")
+    return int(f)
+
+
 def _act(hidden_act: Any, gated: bool) -> str:
     a = str(hidden_act or "gelu").lower()
     if gated:
@@ -514,7 +528,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     nm = name or str(_get(d, "_name_or_path", default=mt or "hf-model")).split("/")[-1].lower() or mt
     kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt})"}
     if mt in ("gemma", "gemma2", "gemma3_text"):
-        heads = int(_get(d, "num_attention_heads"))
+        heads = _int(d, "num_attention_heads")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
@@ -522,17 +536,17 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             activation=_act(d.get("hidden_activation") or d.get("hidden_act") or "gelu_pytorch_tanh", gated=True),
             normalization="RMSNorm", vocab_size=_get(d, "vocab_size"),
             max_position_embeddings=_get(d, "max_position_embeddings"),
-            seq_length=min(int(_get(d, "max_position_embeddings", default=8192)), 8192),
+            seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)),
             qk_layernorm=mt == "gemma3_text", sandwich_norm=mt != "gemma",
         )
         if mt != "gemma" and d.get("sliding_window"):
             # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one
-            pattern = int(_get(d, "sliding_window_pattern", default=2 if mt == "gemma2" else 6))
+            pattern = _int(d, "sliding_window_pattern", default=2 if mt == "gemma2" else 6)
             kw.update(window_size=_get(d, "sliding_window"), window_layer_share=(pattern - 1) / pattern)
     elif mt in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3"):
-        heads = int(_get(d, "num_attention_heads"))
+        heads = _int(d, "num_attention_heads")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
@@ -540,7 +554,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             activation=_act(d.get("hidden_act", "silu"), gated=True), normalization="RMSNorm",
             vocab_size=_get(d, "vocab_size"),
             max_position_embeddings=_get(d, "max_position_embeddings"),
-            seq_length=min(int(_get(d, "max_position_embeddings", default=4096)), 8192),
+            seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
             position_embedding_type="rope",
             untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
             add_bias_linear=False,
@@ -561,7 +575,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                       moe_shared_expert_intermediate_size=_get(d, "shared_expert_intermediate_size") or None,
                       moe_layer_freq=_get(d, "decoder_sparse_step", default=1))
     elif mt == "llama4_text":
-        heads = int(_get(d, "num_attention_heads"))
+        heads = _int(d, "num_attention_heads")
         expert_ffn = _get(d, "intermediate_size")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
@@ -569,7 +583,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             kv_channels=_get(d, "head_dim"), ffn_hidden_size=_get(d, "intermediate_size_mlp", default=expert_ffn),
             activation="swiglu", normalization="RMSNorm", vocab_size=_get(d, "vocab_size"),
             max_position_embeddings=_get(d, "max_position_embeddings"),
-            seq_length=min(int(_get(d, "max_position_embeddings", default=8192)), 8192),
+            seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
             qk_layernorm=bool(d.get("use_qk_norm", False)),
@@ -579,15 +593,15 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             moe_shared_expert_gate=False, moe_layer_freq=_get(d, "interleave_moe_layer_step", default=1),
         )
     elif mt in ("deepseek_v2", "deepseek_v3"):
-        heads = int(_get(d, "num_attention_heads"))
-        n_shared = int(_get(d, "n_shared_experts", default=0) or 0)
+        heads = _int(d, "num_attention_heads")
+        n_shared = _int(d, "n_shared_experts", default=0)
         moe_ffn = _get(d, "moe_intermediate_size")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=heads,
             ffn_hidden_size=_get(d, "intermediate_size"), activation="swiglu", normalization="RMSNorm",
             vocab_size=_get(d, "vocab_size"), max_position_embeddings=_get(d, "max_position_embeddings"),
-            seq_length=min(int(_get(d, "max_position_embeddings", default=4096)), 8192),
+            seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
             q_lora_rank=_get(d, "q_lora_rank"), kv_lora_rank=_get(d, "kv_lora_rank"),
@@ -595,13 +609,14 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             v_head_dim=_get(d, "v_head_dim"),
             num_experts=_get(d, "n_routed_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=2),
             moe_ffn_hidden_size=moe_ffn,
-            moe_shared_expert_intermediate_size=(n_shared * int(moe_ffn)) if n_shared and moe_ffn else None,
+            moe_shared_expert_intermediate_size=(n_shared * _int(d, "moe_intermediate_size")) if n_shared and moe_ffn
+            else None,
             moe_shared_expert_gate=False, moe_layer_freq=_get(d, "moe_layer_freq", default=1),
             moe_first_k_dense=_get(d, "first_k_dense_replace", default=0),
         )
     elif mt == "gpt_oss":
-        heads = int(_get(d, "num_attention_heads"))
-        layers = int(_get(d, "num_hidden_layers"))
+        heads = _int(d, "num_attention_heads")
+        layers = _int(d, "num_hidden_layers")
         kinds = list(d.get("layer_types") or [])  # "sliding_attention" / "full_attention" per layer
         local = sum(1 for k in kinds if "sliding" in str(k)) / len(kinds) if kinds else 0.5
         kw.update(
@@ -609,7 +624,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             num_query_groups=_get(d, "num_key_value_heads", default=heads), kv_channels=_get(d, "head_dim"),
             ffn_hidden_size=_get(d, "intermediate_size"), activation="swiglu", normalization="RMSNorm",
             vocab_size=_get(d, "vocab_size"), max_position_embeddings=_get(d, "max_position_embeddings"),
-            seq_length=min(int(_get(d, "max_position_embeddings", default=4096)), 8192),
+            seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
             position_embedding_type="rope",
             untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
             add_bias_linear=bool(d.get("attention_bias", True)),
@@ -619,7 +634,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         if d.get("sliding_window") and local > 0:
             kw.update(window_size=_get(d, "sliding_window"), window_layer_share=local)
     elif mt == "gpt2":
-        h = int(_get(d, "n_embd", "hidden_size"))
+        h = _int(d, "n_embd", "hidden_size")
         kw.update(num_layers=_get(d, "n_layer", "num_hidden_layers"), hidden_size=h,
                   num_attention_heads=_get(d, "n_head", "num_attention_heads"),
                   ffn_hidden_size=_get(d, "n_inner", default=4 * h),
@@ -628,19 +643,19 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   position_embedding_type="learned_absolute",
                   untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
     elif mt == "gptj":
-        h = int(_get(d, "n_embd"))
+        h = _int(d, "n_embd")
         kw.update(num_layers=_get(d, "n_layer"), hidden_size=h, num_attention_heads=_get(d, "n_head"),
                   ffn_hidden_size=_get(d, "n_inner", default=4 * h), activation="gelu",
                   normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
                   seq_length=_get(d, "n_positions"), position_embedding_type="rope",
-                  rotary_percent=(float(d["rotary_dim"]) / (h // int(_get(d, "n_head")))
+                  rotary_percent=(float(d["rotary_dim"]) / (h // _int(d, "n_head"))
                                   if d.get("rotary_dim") else 1.0),
                   untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
                   parallel_attn=True)
     elif mt == "mpt":
         attn = d.get("attn_config") or {}
         ffn_cfg = d.get("ffn_config") or {}
-        h = int(_get(d, "d_model"))
+        h = _int(d, "d_model")
         kw.update(num_layers=_get(d, "n_layers"), hidden_size=h, num_attention_heads=_get(d, "n_heads"),
                   num_query_groups=attn.get("kv_n_heads"),
                   ffn_hidden_size=ffn_cfg.get("ffn_hidden_size") or int(float(d.get("expansion_ratio", 4)) * h),
@@ -651,8 +666,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   add_bias_linear=not bool(d.get("no_bias", False)),
                   untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
     elif mt in ("falcon", "refinedweb", "refinedwebmodel"):
-        h = int(_get(d, "hidden_size", "n_embd"))
-        heads = int(_get(d, "num_attention_heads", "n_head"))
+        h = _int(d, "hidden_size", "n_embd")
+        heads = _int(d, "num_attention_heads", "n_head")
         new_arch = bool(d.get("new_decoder_architecture", False))
         kv = _get(d, "num_kv_heads", "n_head_kv") if new_arch else (1 if d.get("multi_query", True) else heads)
         kw.update(num_layers=_get(d, "num_hidden_layers", "n_layer"), hidden_size=h, num_attention_heads=heads,
@@ -677,10 +692,20 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                                 "qwen2, qwen3, qwen2_moe, qwen3_moe, phi3, gemma, gemma2, gemma3, llama4, deepseek_v2, "
                                 "deepseek_v3, gpt_oss, gpt2, gptj, mpt, falcon, bert)")
     kw = {k: v for k, v in kw.items() if v is not None}
-    missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in kw]
+    needed = ["num_layers", "hidden_size", "num_attention_heads", "vocab_size"]
+    if mt not in ("gpt2", "gptj", "mpt", "falcon", "refinedweb", "refinedwebmodel"):  # no documented FFN default
+        needed.append("ffn_hidden_size")
+    missing = [k for k in needed if k not in kw]
     if missing:
-        raise InvalidInputError(f"Hugging Face config ({mt}) lacks the fields for {', '.join(missing)}")
-    return TransformerConfig(**kw)
+        hf = {"num_layers": "num_hidden_layers", "ffn_hidden_size": "intermediate_size"}  # the usual HF spellings
+        raise InvalidInputError(f"Hugging Face config ({mt}) lacks the fields for "
+                                + ", ".join(f"{k} ({hf[k]})" if k in hf else k for k in missing))
+    try:
+        return TransformerConfig(**kw)
+    except InvalidInputError:
+        raise
+    except (TypeError, ValueError) as exc:  # a field of the wrong type (a string where a number belongs)
+        raise InvalidInputError(f"Hugging Face config ({mt}): a field has the wrong type ({exc})") from None
 
 
 def from_dict(d: Mapping[str, Any], name: str | None = None) -> TransformerConfig:
@@ -690,7 +715,13 @@ def from_dict(d: Mapping[str, Any], name: str | None = None) -> TransformerConfi
     if "model" in d and isinstance(d["model"], Mapping) and "num_layers" not in d:
         d = d["model"]
     if "model_type" in d:
-        return _from_hf(d, name)
+        try:
+            return _from_hf(d, name)
+        except InvalidInputError:
+            raise
+        except (TypeError, ValueError) as exc:  # a field of the wrong type that no check above named
+            raise InvalidInputError(f"Hugging Face config ({d.get('model_type')}): a field has the wrong type "
+                                    f"({exc})") from None
     return _from_megatron(d, name)
 
 
