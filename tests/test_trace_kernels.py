@@ -92,6 +92,27 @@ def test_cli_writes_rows_or_nothing(tmp_path, capsys):
     assert not bad.exists()
 
 
+def test_cli_reads_the_two_files_of_one_recording_as_one_step(tmp_path, capsys):
+    """The Chrome trace and the execution trace of one recording, given as files (as `trace import` and `trace
+    predict` take them), are one step: the same rows as their directory; a path given twice is read once."""
+    import gzip
+
+    files = []
+    for name in ("kineto_rank0.json", "et_rank0.json"):
+        f = tmp_path / "rec" / name
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(gzip.decompress((BERT / f"{name}.gz").read_bytes()))
+        files.append(str(f))
+    tables = []
+    for i, args in enumerate(([str(BERT)], files, [*files, str(tmp_path / "rec"), files[0]])):
+        out = tmp_path / f"k{i}.csv"
+        assert cli_main(["trace", "kernels", *args, "-o", str(out)]) in (0, None)
+        tables.append(pd.read_csv(out))
+    assert "read once" in capsys.readouterr().err
+    for t in tables[1:]:
+        assert len(t) == len(tables[0]) and t["repeats"].sum() == tables[0]["repeats"].sum()
+
+
 def test_trace_predict_fits_a_bundle_with_kernel_rows(tmp_path, capsys):
     # the one-command cross-GPU flow: the H100's profile + its traced kernels predict an H200 trace
     rows = tmp_path / "h100.csv"

@@ -189,14 +189,32 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
               help="Catalog GPU the traces ran on (default: the GPU name the traces record).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int | None) -> None:
-    """Measurement rows from GPU traces (each TRACE one recorded step: a directory or a file): every op the families cost, timed by its CUPTI kernels (kernel-only,
-    framework "cupti"); identical rows merged. Calibrate on them like a profile (hybrid calibrate ROWS.csv ...)."""
+    """Measurement rows from GPU traces (each TRACE one recorded step: a directory, or its files: the Chrome trace
+    and execution trace of one recording are read together when they sit in the same directory): every op the
+    families cost, timed by its CUPTI kernels (kernel-only, framework "cupti"); identical rows merged. Calibrate
+    on them like a profile (hybrid calibrate ROWS.csv ...)."""
     from hybrid.data.schema import check_table_path, write_table
     from hybrid.workloads.trace_kernels import kernel_rows
 
     check_table_path(output)
-    # each argument is one traced step (a directory or the files of one recording), not one rank of a single step
-    table = kernel_rows([tr for path in traces for tr in _load((path,), step)], device=device)
+    # one traced step per directory given, and per directory holding the files given (a Chrome trace and its
+    # execution trace are one recording), not one rank of a single step; a path given twice counts once
+    steps: dict[Path, list[str]] = {}
+    skipped = 0
+    for path in traces:
+        p = Path(path).resolve()
+        key = p if p.is_dir() else p.parent
+        group = steps.setdefault(key, [])
+        if group == [str(key)] or str(p) in group:  # its directory, or the path itself, is already given
+            skipped += 1
+        elif p.is_dir():
+            skipped += len(group)
+            steps[key] = [str(p)]  # the directory holds the files given of it
+        else:
+            group.append(str(p))
+    if skipped:
+        click.echo("warning: a trace given twice (or a file and its directory) is read once", err=True)
+    table = kernel_rows([tr for group in steps.values() for tr in _load(tuple(group), step)], device=device)
     write_table(table, output, validate_rows=False)
     n = int(table["repeats"].sum())
     click.echo(f"{len(table)} distinct op rows ({n} traced ops, {table['op'].nunique()} op kinds, device "
