@@ -291,6 +291,11 @@ def test_cli_refusals_exit_2_with_one_line(capsys):
     assert code == 2 and "--input" in err
     code, _, err = run(capsys, "llm", "infer", "no-such-model", "--device", "A100")
     assert code == 2 and "unknown model" in err
+    # a context past the model's positions is costed (rotary models run past it) with a warning line
+    code, out, err = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--batch", "1", "--input", "3000",
+                         "--output", "2000", "--json")
+    assert code == 0 and "warning: a context of 5000 tokens exceeds the 4096 positions" in err
+    assert any("exceeds" in n for n in json.loads(out)["notes"])
 
 
 def test_cli_capacity_and_serve(capsys):
@@ -308,6 +313,15 @@ def test_cli_capacity_and_serve(capsys):
     assert "does not fit" in err and d["by_context"][0]["reason"] in err
     code, out, err = run(capsys, "llm", "capacity", "llama2-70b", "--device", "A100")
     assert code == 2 and "max batch" in out and "does not fit at any context" in err
+    # a batch too large for even one token of KV cache per request is refused with the reason, not "0 tokens"
+    code, out, err = run(capsys, "llm", "capacity", "llama2-70b", "--device", "A100", "--tp", "4", "--batch",
+                         "10000000", "--json")
+    d = json.loads(out)
+    assert code == 2 and d["fits"] is False and d["max_context_for_batch"]["max_context"] == 0
+    assert "batch 10000000 does not fit at any context" in err
+    code, out, _ = run(capsys, "llm", "capacity", "llama2-70b", "--device", "A100", "--tp", "4", "--batch", "1000",
+                       "--json")
+    assert code == 0 and json.loads(out)["max_context_for_batch"]["max_context"] > 0
     code, out, _ = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--rate", "5/s", "--requests", "60",
                        "--input-dist", "128-512", "--output-dist", "64", "--slo-ttft", "300ms", "--json")
     assert code == 0

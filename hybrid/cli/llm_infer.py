@@ -114,6 +114,9 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     out = res.to_dict()
     if not show_ops:
         out.pop("ops")
+    for note in res.notes:
+        if note.startswith("a context of"):  # costed anyway (rotary models run past it): a warning, as `serve` says it
+            click.echo(f"warning: {note}", err=True)
     if as_json:
         echo_json(out)
     else:
@@ -147,8 +150,6 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         for note in res.notes:
             if note.startswith("pipeline"):  # the schedule the totals use, and the engine's run of it
                 click.echo(note)
-            elif note.startswith("a context of"):  # costed anyway (rotary models run past it), said once
-                click.echo(f"note: {note}")
         if show_ops:
             b = boundedness(res)
             echo_table([(r["phase"], r["name"], r["op"], int(r["count"]), r["intensity"], r["time_us"], r["roofline_us"],
@@ -209,6 +210,13 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         out["max_context_for_batch"] = {"batch": batch, "max_context": max_context(
             s.model, s.precision, s.device.mem_capacity, batch=-(-batch // tp) if attention_dp else batch,
             tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp)}
+        if out["max_context_for_batch"]["max_context"] < 1:  # not even one token per request fits beside the weights
+            out["fits"] = False
+            out["max_context_for_batch"]["reason"] = (
+                f"batch {batch} does not fit at any context: the weights ({out['weights_gib_per_gpu']:.1f} GiB/GPU) "
+                f"and {reserve_gib:g} GiB reserve leave no room for one token of KV cache per request "
+                f"({out['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB per token per GPU) on "
+                f"{out['capacity_gib']:.0f} GiB")
     if as_json:
         echo_json(out)
     else:
@@ -218,6 +226,8 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         echo_table([(r["context"], r["max_batch"], r["reason"]) for r in rows], ["context", "max batch", "note"])
         if batch is not None:
             click.echo(f"longest context for batch {batch}: {out['max_context_for_batch']['max_context']} tokens")
+    if batch is not None and "reason" in out["max_context_for_batch"]:
+        raise InvalidInputError(out["max_context_for_batch"]["reason"])
     if not out["fits"]:  # reported above (--json included), then refused like `llm infer`
         raise InvalidInputError(f"does not fit at any context asked: {rows[0]['reason']}")
 
