@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import json
 import re
 import tomllib
 from importlib import resources
@@ -587,3 +588,24 @@ def test_a_misspelt_override_field_fails_loudly(tmp_path) -> None:
                                        ("gfx942:xnack-", "MI300X"), ("gfx906:sramecc-:xnack-", "MI50")])
 def test_rocm_targets_with_any_feature_flags_resolve(catalog, name, key) -> None:
     assert catalog.resolve_device(name) == key
+
+
+def test_bf16_without_bf16_units_is_said_where_it_is_priced(catalog, capsys) -> None:
+    """bf16 on a GPU before Ampere runs converted to fp32 (listed at the fp32 rate): a GEMM prediction, an LLM
+    inference and the fp8 advice say so, while an A100's bf16 (tensor cores) says nothing."""
+    from hybrid.cli.main import main
+
+    v100, a100 = catalog.device("V100-SXM2-32GB"), catalog.device("A100-SXM4-80GB")
+    assert v100.lacks_units("bf16") and not v100.lacks_units("fp16") and not a100.lacks_units("bf16")
+    assert "fp16 runs on its 125 TFLOP/s units" in v100.slow_dtype_note("bf16") and a100.slow_dtype_note("bf16") == ""
+    gemm = ["predict", "gemm", "-m", "4096", "-n", "4096", "-k", "4096", "--dtype", "bf16", "--json"]
+    assert main([*gemm, "--device", "V100-SXM2-32GB"]) in (0, None)
+    out, err = capsys.readouterr()
+    assert "no bf16 units" in err and "no bf16 units" in json.loads(out)["note"]
+    assert main([*gemm, "--device", "A100-SXM4-80GB"]) in (0, None)
+    assert "warning" not in capsys.readouterr().err
+    assert main(["llm", "infer", "llama2-7b", "--device", "V100-SXM2-32GB", "--dtype", "bf16", "--batch", "1",
+                 "--input", "128", "--output", "8"]) in (0, None)
+    assert "warning: V100-SXM2-32GB has no bf16 units" in capsys.readouterr().err
+    assert main(["llm", "infer", "llama2-7b", "--device", "V100-SXM2-32GB", "--dtype", "fp8"]) == 2
+    assert "use --dtype fp16 (its bf16 runs at the fp32 rate)" in capsys.readouterr().err

@@ -6,7 +6,6 @@ The commands are registered on the ``hybrid llm`` group with :func:`register`.
 from __future__ import annotations
 
 import math
-
 from typing import Any
 
 import click
@@ -115,7 +114,8 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if not show_ops:
         out.pop("ops")
     for note in res.notes:
-        if note.startswith("a context of"):  # costed anyway (rotary models run past it): a warning, as `serve` says it
+        # costed anyway (rotary models run past a model's positions; bf16 without bf16 units at the fp32 rate)
+        if note.startswith("a context of") or note == s.device.slow_dtype_note(s.precision.compute):
             click.echo(f"warning: {note}", err=True)
     if as_json:
         echo_json(out)

@@ -94,6 +94,9 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         extra["note"] = (f"{dev.key}: {why} at its {used} peak ({dev.peak(used) / 1e12:.4g} TFLOP/s) with "
                          f"{spec.dtype} operand sizes")
         click.echo(f"warning: {extra['note']}", err=True)  # stderr: the --json output stays one object
+    elif dev.lacks_units(spec.dtype):  # bf16 before Ampere: listed (and run) at the fp32 rate
+        extra["note"] = dev.slow_dtype_note(spec.dtype)
+        click.echo(f"warning: {extra['note']}", err=True)
     row = roofline(frame, cat, device=dev.key).iloc[0]
     t = float(out["time_us"]) if model_ref else float(row["time_us"])
     _report({

@@ -74,6 +74,23 @@ class Device:
         (:meth:`peak_dtype` says which)."""
         return self.peak_flops[self.peak_dtype(dtype)]
 
+    def lacks_units(self, dtype: str) -> bool:
+        """True when ``dtype`` has no arithmetic units of its own on this GPU and runs converted to FP32: bf16 on
+        GPUs before Ampere / CDNA2, which the catalog lists at the FP32 rate ("no bf16 hardware"). Frameworks
+        accept it there, so nothing refuses it, but it runs at a fraction of the 16-bit rate a user may expect."""
+        name = normalize_dtype(dtype)
+        return (self.kind == "gpu" and name == "bf16" and "bf16" in self.peak_flops and "fp32" in self.peak_flops
+                and self.peak_flops["bf16"] <= self.peak_flops["fp32"])
+
+    def slow_dtype_note(self, dtype: str) -> str:
+        """A one-line warning for a dtype this GPU runs without units of its own ('' otherwise)."""
+        if not self.lacks_units(dtype):
+            return ""
+        fast = [d for d in ("fp16",) if self.peak_flops.get(d, 0.0) > self.peak_flops["fp32"]]
+        tip = f"; fp16 runs on its {self.peak_flops['fp16'] / 1e12:.4g} TFLOP/s units" if fast else ""
+        return (f"{self.key} has no {normalize_dtype(dtype)} units: it runs converted to fp32, at the fp32 peak "
+                f"({self.peak_flops['fp32'] / 1e12:.4g} TFLOP/s){tip}")
+
     @property
     def half_accumulates_in_half(self) -> bool:
         """True for GPUs whose 16-bit float units add in 16 bits only: NVIDIA before Volta's tensor cores (P100's

@@ -67,8 +67,9 @@ def resolve_target(system: str, catalog: Any, dtype: str = "bf16", comm_system: 
     dev = catalog.device(sysobj.device)
     if str(dtype) in ("fp8", "fp4") and str(dtype) not in dev.peak_flops:
         # no silent fall-back to a 16-bit rate: Transformer Engine refuses fp8 (fp4) training on such a GPU
+        alt = "fp16 (its bf16 runs at the fp32 rate)" if dev.lacks_units("bf16") else "bf16 (or fp16)"
         raise InvalidInputError(f"{dev.key} has no {dtype} tensor-core rate in the catalog, so it cannot train in "
-                                f"{dtype}; use --dtype bf16 (or fp16)")
+                                f"{dtype}; use --dtype {alt}")
     comm = resolve_system(catalog, comm_system).key if comm_system else sysobj.key
     return Target(dev.key, sysobj.key, int(sysobj.gpus_per_node), float(dev.peak(dtype)), float(dev.mem_capacity),
                   comm)

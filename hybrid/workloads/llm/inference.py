@@ -689,7 +689,8 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
     ops = costed[keep].drop(columns=["config", "weight", "context"]).reset_index(drop=True)
     method = "+".join(sorted(set(map(str, costed["method"]))))
     notes = [f"static batching: whole batch prefilled at once; {micro} microbatch(es)", f"memory: {mem.reason}"]
-    notes += [n for n in [context_note(s.model, input_len + output_len)] if n]
+    notes += [n for n in [context_note(s.model, input_len + output_len), s.device.slow_dtype_note(s.precision.compute)]
+              if n]
     if s.pp > 1:
         pre, dec_ = costed[costed["phase"] == "prefill"], costed[costed["phase"] == "decode"]
 

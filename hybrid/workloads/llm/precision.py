@@ -104,7 +104,8 @@ class Precision:
     def check_device(self, device: Device) -> None:
         """Refuse a compute dtype the device has no rate for (fp8 on A100, say)."""
         if self.compute == "fp8" and "fp8" not in device.peak_flops:
-            raise InvalidInputError(f"{device.key} has no fp8 tensor-core rate in the catalog; use --dtype fp16/bf16 "
+            alt = "fp16 (its bf16 runs at the fp32 rate)" if device.lacks_units("bf16") else "fp16/bf16"
+            raise InvalidInputError(f"{device.key} has no fp8 tensor-core rate in the catalog; use --dtype {alt} "
                                     "(optionally with weight-only int8/int4 weights)")
         if self.compute == "fp4" and "fp4" not in device.peak_flops:
             raise InvalidInputError(f"{device.key} has no fp4 tensor-core rate in the catalog (FP4 tensor cores: "
