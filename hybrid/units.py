@@ -87,6 +87,8 @@ def parse_size(text: str | int | float) -> int:
         raise InvalidInputError(f"size must be positive, got {text!r}")
     if value == float("inf"):
         raise InvalidInputError(f"size {text!r} is too large (not a finite number of bytes)")
+    if round(value) < 1:  # rounded to whole bytes below (1.3GiB is fine), but not to nothing
+        raise InvalidInputError(f"size {text!r} is less than one byte ({value:g} B)")
     return int(round(value))
 
 

@@ -42,7 +42,7 @@ def test_parse_size(text, value: int) -> None:
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize("bad", ["0", "-4", "abc", "12 parsecs", "", "nan", float("nan"), 0, -1, True])
+@pytest.mark.parametrize("bad", ["0", "-4", "abc", "12 parsecs", "", "nan", float("nan"), 0, -1, True, "0.4", 0.3])
 def test_parse_size_rejects(bad) -> None:
     with pytest.raises(InvalidInputError):
         parse_size(bad)
