@@ -182,3 +182,21 @@ def test_host_constants_saved_from_one_campaign_and_used_on_another(tmp_path, ca
             from hybrid.bench.validate import load_overheads
 
             load_overheads(bad)
+
+
+def test_cli_refuses_a_bad_results_table_before_fitting(tmp_path, capsys):
+    """A header-only or malformed results table is an error before the predictor is fitted (seconds, not the
+    ~25 s fit), and nothing is fitted for it."""
+    import time
+
+    from hybrid.cli.main import main as cli_main
+    from hybrid.data.paths import project_datasets_dir
+
+    bad = tmp_path / "results.csv"
+    bad.write_text("config_name,plan_name,ranks,median_ms,std_ms\n")
+    t0 = time.perf_counter()
+    bundle = str(project_datasets_dir() / "cpu-amd-epyc-1c")
+    assert cli_main(["bench", "validate", str(bad), "--bundle", bundle]) == 2
+    assert time.perf_counter() - t0 < 10
+    err = capsys.readouterr().err
+    assert "no data rows" in err and "[1/2]" not in err
