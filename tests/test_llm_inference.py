@@ -327,6 +327,12 @@ def test_cli_capacity_and_serve(capsys):
     assert code == 0
     d = json.loads(out)
     assert d["ttft_ms"]["p99"] >= d["ttft_ms"]["p50"] > 0 and d["max_rate_meeting_slo_per_s"] > 0
+    # --compare is checked before any simulation: an unknown system, or no SLO to rank by
+    code, out, err = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--compare", "DGX-A100,NOPE",
+                         "--slo-ttft", "300ms")
+    assert code == 2 and "unknown system or device 'NOPE'" in err and out == ""
+    code, out, err = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--compare", "DGX-H100")
+    assert code == 2 and "--compare needs an SLO" in err and out == ""
 
 
 def test_vendor_table_predicted_row_by_row(shared_datasets):

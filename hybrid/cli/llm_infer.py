@@ -276,8 +276,15 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if not 0 < slo_percentile <= 100:
         raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
     cost, cat = _predictor(model_ref, tracking_uri)
-    if compare is not None and not [c for c in compare.split(",") if c.strip()]:
-        raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
+    if compare is not None:  # checked before any simulation: a typo is an error now, not after the searches
+        from hybrid.ops.roofline import resolve_system
+
+        if not [c for c in compare.split(",") if c.strip()]:
+            raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
+        if not (slo_ttft or slo_tpot or slo_latency):
+            raise InvalidInputError("--compare needs an SLO (--slo-ttft, --slo-tpot or --slo-latency)")
+        for name in [c.strip() for c in compare.split(",") if c.strip()]:
+            resolve_system(cat, name)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     r_s = parse_rate(rate)
