@@ -236,6 +236,9 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     if intervals:
         click.echo(f"~: 80% interval overlaps the fastest pick's ({res.attrs.get('overlapping_fastest', 0)} of "
                    f"{len(res) - 1}): the model cannot tell them apart at that confidence")
+    if model_ref is None:  # datasheet peaks: the ranking holds, the absolute times and MFU are upper bounds
+        click.echo("note: roofline costs (datasheet peaks): iteration times are lower bounds and MFU an upper "
+                   "bound; --model NAME costs the ops with a calibrated model")
 
 
 # inference commands (infer, serve, capacity) live in their own module
