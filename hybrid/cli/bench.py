@@ -185,14 +185,13 @@ def validate(results_path: str, model_ref: str | None, tracking_uri: str | None,
              roofline: bool, system: str | None, k: float, split_seed: int, overheads_file: str | None,
              save_overheads: str | None, output: str | None, as_json: bool) -> None:
     """Predict every (config, plan) in RESULTS and report error and sharding success."""
+    from hybrid.bench.campaign import read_results
     from hybrid.bench.validate import (
         load_overheads,
         resolve_predictor,
         save_fitted_overheads,
         validate_campaign,
     )
-
-    from hybrid.bench.campaign import read_results
 
     overheads = load_overheads(overheads_file) if overheads_file else None  # a bad file fails before any fit
     read_results(results_path)  # so does a bad results table (read again, with its configs, below)
