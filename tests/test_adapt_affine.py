@@ -14,7 +14,16 @@ import numpy as np
 import pytest
 
 from hybrid.corrections import GemmXGB, HybridPredictor, PointwiseXGB, XGBParams
-from hybrid.corrections.adapt import FORMS, MIN_SELECT_ROWS, SHRINK, choose_form, robust_affine
+from hybrid.corrections.adapt import (
+    FORMS,
+    MIN_SELECT_ROWS,
+    SHRINK,
+    Tilt,
+    apply_form,
+    choose_form,
+    robust_affine,
+    robust_tilt,
+)
 from hybrid.data.bundle import load_bundle
 from hybrid.ops.families import family_array
 from hybrid.reports.metrics import error_summary
@@ -157,3 +166,66 @@ def test_auto_with_trees_and_other_strategies_clear_it(gemm):
     rescaled = adapted.adapt(shots, strategy="scale")
     assert dev not in rescaled.shifts.get("kernel-xgb-gemm", {})
     assert "form" not in rescaled.adaptation()["kernel-xgb-gemm"][dev]
+
+
+def test_tilt_form_for_efficiency_that_falls_with_size():
+    """A GPU whose efficiency falls with the op's size relative to the model (a power-limited board: time grows
+    as roofline^0.15 faster than predicted) gets the tilt form: the slope comes back (shrunk), and the factor is
+    held at its edge value for ops beyond the sizes the rows span (no extrapolation of the drift)."""
+    pred = np.geomspace(5.0, 20000.0, 30)
+    floor = pred * 0.4
+    meas = _noisy(1.2 * pred * (floor / np.exp(np.log(floor).mean())) ** 0.15, 4, sd=0.03)
+    fit = choose_form(meas, pred, floor)
+    assert fit.form == "tilt" and fit.tilt is not None
+    assert fit.cv_loss["tilt"] < 0.6 * min(fit.cv_loss["scale"], fit.cv_loss["shift"])
+    assert 0.1 < fit.tilt.slope < 0.16 and fit.scale == pytest.approx(1.2, rel=0.1)
+    err = np.abs(np.log(apply_form(pred, floor, fit.log_scale, fit.shift_us, fit.tilt) / meas))
+    assert np.median(err) < 0.05
+    # beyond the rows' sizes the drift is held: a 100x larger op gets the largest row's factor
+    edge = fit.tilt.log_factor(np.array([floor.max(), 100 * floor.max(), floor.min() / 100]))
+    assert edge[1] == pytest.approx(edge[0]) and edge[2] == pytest.approx(fit.tilt.log_factor(floor.min()))
+    assert Tilt.from_json(fit.tilt.to_json()) == fit.tilt and Tilt.from_json(None) is None
+    # the other sign (small ops relatively slower) is a per-op host time: no negative tilt
+    ls, t = robust_tilt(pred * (floor / floor.mean()) ** -0.15, pred, floor)
+    assert t is not None and t.slope == 0.0
+    assert robust_tilt(np.array([np.nan]), np.array([1.0]), np.array([1.0])) == (0.0, None)
+
+
+def test_auto_adapts_a_size_drift_and_saves_it(gemm, tmp_path):
+    """A fitted GEMM model adapted (auto, 15 rows: no trees) to the V100's real rows distorted by a size drift:
+    the tilt is chosen, predicts the other rows better than the scale alone, survives save / load, and another
+    strategy clears it."""
+    base, target = gemm
+    dev = "V100-PCIE-32GB"
+    roof = base.predict(target, intervals=False)["roofline_us"].to_numpy()
+    drifted = target.assign(time_us=target["time_us"].to_numpy() * (roof / np.exp(np.log(roof).mean())) ** 0.25)
+    shots, test = drifted.iloc[:15], drifted.iloc[50:]
+    adapted = base.adapt(shots, strategy="auto")
+    state = adapted.adaptation()["kernel-xgb-gemm"][dev]
+    assert state["form"] == "tilt" and 0.1 < state["tilt"] < 0.3, state
+    err = {s: error_summary(m.predict_time(test), test["time_us"])["geomean_pct"]
+           for s, m in (("auto", adapted), ("scale", base.adapt(shots, strategy="scale")))}
+    assert err["auto"] < 0.8 * err["scale"], err
+    adapted.save(tmp_path / "m")
+    again = HybridPredictor.load(tmp_path / "m")
+    np.testing.assert_array_equal(again.predict_time(test), adapted.predict_time(test))
+    assert again.adaptation() == adapted.adaptation()
+    cleared = adapted.adapt(shots, strategy="scale")
+    assert cleared.adaptation()["kernel-xgb-gemm"][dev]["tilt"] == 0.0 and not cleared.tilts.get("kernel-xgb-gemm")
+
+
+def test_auto_grows_trees_on_what_the_tilt_leaves(gemm):
+    """From 20 rows auto also grows trees, fitted to the measured times divided by the tilt's size factor: the
+    tilt stays in the state and the trees keep the error at least as low as the tilt alone."""
+    base, target = gemm
+    dev = "V100-PCIE-32GB"
+    roof = base.predict(target, intervals=False)["roofline_us"].to_numpy()
+    drifted = target.assign(time_us=target["time_us"].to_numpy() * (roof / np.exp(np.log(roof).mean())) ** 0.25)
+    shots, test = drifted.iloc[:40], drifted.iloc[50:]
+    adapted = base.adapt(shots, strategy="auto")
+    state = adapted.adaptation()["kernel-xgb-gemm"][dev]
+    assert state["form"] == "tilt" and state["boosted"] and state["tilt"] > 0.1, state
+    no_trees = base.adapt(shots.iloc[:19], strategy="auto")
+    e = {n: error_summary(m.predict_time(test), test["time_us"])["geomean_pct"]
+         for n, m in (("trees", adapted), ("form", no_trees), ("base", base))}
+    assert e["trees"] < 1.1 * e["form"] and e["form"] < 0.6 * e["base"], e

@@ -29,6 +29,11 @@ Six strategies, compared in ``experiments/few_shot`` (see ``docs/corrections.md`
     like ``scale-trees``, extra trees on what that form leaves from ``AUTO_BOOST_MIN_ROWS`` rows of a family.
     A new GPU on a familiar host mostly needs the scale, a new host (another framework dispatch cost) the shift;
     the error on a new device is a mix of the two (``experiments/few_shot``, ``experiments/h100_transfer``).
+    A fourth form, ``tilt`` (time = a * pred * (roofline / r0)^c, :func:`robust_tilt`), is a scale that drifts
+    with the op's size: a GPU whose efficiency falls (or rises) with the work relative to the training GPUs',
+    e.g. a board held under a low power limit (T4, P4) whose clock drops on large ops. ``c`` is the slope of the
+    log residual against the log roofline time of the adaptation rows, shrunk towards 0, and held constant
+    beyond the sizes they span (no extrapolation of the drift).
 ``shift``
     One *additive* time per (device, correction), in microseconds: the per-op host cost (framework dispatch,
     launch, synchronise) of the new machine minus what the model learned from the training hosts. Eager-framework
@@ -66,6 +71,13 @@ SHIFT_GRID_US = np.arange(-100.0, 100.0 + 0.125, 0.25)
 #: Absolute log error at which one row's loss stops growing in :func:`robust_shift` (a badly predicted shape
 #: among a few rows cannot drag the shift).
 SHIFT_LOSS_CAP = 1.0
+#: Shrinkage of the ``tilt`` form's slope towards 0, in pseudo-rows one ln unit (2.7x in roofline time) from the
+#: rows' centre: a slope needs rows spread over sizes to move away from "no drift".
+TILT_SHRINK = 4.0
+#: Lowest slope the ``tilt`` form takes: 0, efficiency that falls with the op's size (a clock held down by the
+#: power limit on long, heavy kernels; working sets beyond a cache). The other sign, small ops relatively slower,
+#: is what a per-op host time (the ``shift`` form) does, and a tilt fitted to it extrapolates it wrongly.
+TILT_MIN_SLOPE = 0.0
 
 
 def residual_offsets(log_residual: np.ndarray, groups: pd.Series, shrink: float = SHRINK) -> dict[str, float]:
@@ -148,11 +160,73 @@ def robust_shifts(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray
     return {str(g): robust_shift(m[codes == i], p[codes == i], f[codes == i], shrink) for i, g in enumerate(uniques)}
 
 
+@dataclass(frozen=True)
+class Tilt:
+    """Size drift of a few-shot scale: ln factor ``slope * (clip(ln roofline_us, lo, hi) - ref)``.
+
+    ``ref`` is the adaptation rows' mean ln roofline time (us), where the drift is 0; ``lo`` / ``hi`` the range
+    they span: beyond it the factor is held at its edge value, so an op far larger or smaller than any adaptation
+    row is not extrapolated along the slope."""
+
+    slope: float
+    ref: float
+    lo: float
+    hi: float
+
+    def log_factor(self, roofline_us: np.ndarray) -> np.ndarray:
+        x = np.log(np.maximum(np.asarray(roofline_us, dtype=np.float64), 1e-12))
+        return self.slope * (np.clip(x, self.lo, self.hi) - self.ref)
+
+    def to_json(self) -> dict[str, float]:
+        return {"slope": self.slope, "ref": self.ref, "lo": self.lo, "hi": self.hi}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any] | None) -> Tilt | None:
+        if not obj:
+            return None
+        return cls(float(obj["slope"]), float(obj["ref"]), float(obj["lo"]), float(obj["hi"]))
+
+
+def robust_tilt(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, shrink: float = SHRINK,
+                slope_shrink: float = TILT_SHRINK, c: float = HUBER_C, iterations: int = 20
+                ) -> tuple[float, Tilt | None]:
+    """``(log a, tilt)`` of ``ln(measured / predicted) = ln a + slope * (ln floor - ref)``: a Huber-weighted
+    ridge regression on the log roofline time ``floor`` (centred at the rows' mean ``ref``), the intercept shrunk
+    towards 0 by ``shrink`` pseudo-rows (as :func:`robust_offset`), the slope by ``slope_shrink``
+    (:data:`TILT_SHRINK`). Rows with a non-positive or non-finite value are ignored; none left gives ``(0, None)``."""
+    m, p, f = _clean(measured, predicted, floor)
+    if len(m) == 0:
+        return 0.0, None
+    r = np.log(m) - np.log(p)
+    x = np.log(f)
+    ref = float(x.mean())
+    xc = x - ref
+    w = np.ones(len(r))
+    a = slope = 0.0
+    for _ in range(iterations):
+        lhs = np.array([[w.sum() + shrink, (w * xc).sum()], [(w * xc).sum(), (w * xc * xc).sum() + slope_shrink]])
+        rhs = np.array([(w * r).sum(), (w * xc * r).sum()])
+        new_a, new_slope = (float(v) for v in np.linalg.solve(lhs, rhs))
+        res = r - new_a - new_slope * xc
+        spread = max(1.4826 * float(np.median(np.abs(res - np.median(res)))), MIN_SPREAD)
+        w = np.minimum(1.0, c * spread / np.maximum(np.abs(res), 1e-12))
+        done = abs(new_a - a) < 1e-9 and abs(new_slope - slope) < 1e-9
+        a, slope = new_a, new_slope
+        if done:
+            break
+    if slope < TILT_MIN_SLOPE:  # small ops relatively slower is a per-op host time: the shift's case, not a tilt
+        return robust_offset(r, shrink), Tilt(0.0, ref, float(x.min()), float(x.max()))
+    return a, Tilt(slope, ref, float(x.min()), float(x.max()))
+
+
 # ------------------------------------------------------------------------------------ chosen form (strategy auto)
 #: Forms :func:`choose_form` picks from per (correction, device), simplest first (ties go to the earlier one):
 #: ``scale`` (efficiency ratio ``a``, time = a * pred), ``shift`` (per-op host time ``b`` in us,
-#: time = max(pred + b, roofline)) and ``affine`` (both, time = max(a * pred + b, roofline)).
-FORMS = ("scale", "shift", "affine")
+#: time = max(pred + b, roofline)), ``tilt`` (a scale drifting with size, time = a * pred * (roofline / r0)^c,
+#: :func:`robust_tilt`) and ``affine`` (scale and shift, time = max(a * pred + b, roofline)). The tilt comes
+#: before the shift: of two forms the cross-validation cannot tell apart, the smooth generalisation of the
+#: scale is preferred to an additive host time (``experiments/few_shot``).
+FORMS = ("scale", "tilt", "shift", "affine")
 #: log(a) grid of the ``affine`` form's joint fit (a from 0.1x to 10x, 1% steps: a coarser grid lets the joint
 #: fit trade grid rounding of a against a spurious b).
 AFFINE_LOG_SCALE_GRID = np.arange(-2.3, 2.3 + 1e-9, 0.01)
@@ -172,13 +246,15 @@ class AffineFit:
 
     ``form`` is the one chosen (an ``affine`` fit that kept b = 0 or a = 1 is named ``scale`` / ``shift``);
     ``cv_loss`` the mean held-out capped absolute log error of each form tried
-    (empty when there were too few rows to cross-validate); ``rows`` the rows it was fitted on."""
+    (empty when there were too few rows to cross-validate); ``rows`` the rows it was fitted on; ``tilt`` the
+    size drift of the ``tilt`` form (None for the others): time = a * pred * exp(tilt.log_factor(roofline))."""
 
     form: str
     log_scale: float
     shift_us: float
     rows: int
     cv_loss: dict[str, float] = field(default_factory=dict)
+    tilt: Tilt | None = None
 
     @property
     def scale(self) -> float:
@@ -186,8 +262,11 @@ class AffineFit:
         return float(np.exp(self.log_scale))
 
     def to_json(self) -> dict[str, Any]:
-        return {"form": self.form, "scale": self.scale, "shift_us": self.shift_us, "rows": self.rows,
-                "cv_loss": dict(self.cv_loss)}
+        out = {"form": self.form, "scale": self.scale, "shift_us": self.shift_us, "rows": self.rows,
+               "cv_loss": dict(self.cv_loss)}
+        if self.tilt is not None:
+            out["tilt"] = self.tilt.to_json()
+        return out
 
 
 def _clean(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -196,10 +275,13 @@ def _clean(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray) -> tu
     return m[ok], p[ok], np.maximum(np.where(f[ok] > 0, f[ok], 0.0), 1e-6)
 
 
-def apply_form(predicted: np.ndarray, floor: np.ndarray, log_scale: float, shift_us: float) -> np.ndarray:
-    """What :meth:`HybridPredictor.predict` does with a scale and a shift: ``a * pred``, then ``+ b`` bounded
-    below by the roofline (only when there is a shift)."""
+def apply_form(predicted: np.ndarray, floor: np.ndarray, log_scale: float, shift_us: float,
+               tilt: Tilt | None = None) -> np.ndarray:
+    """What :meth:`HybridPredictor.predict` does with a scale, a tilt and a shift: ``a * pred`` (times the
+    tilt's size factor), then ``+ b`` bounded below by the roofline (only when there is a shift)."""
     t = np.asarray(predicted, dtype=np.float64) * np.exp(log_scale)
+    if tilt is not None:
+        t = t * np.exp(tilt.log_factor(floor))
     return np.maximum(t + shift_us, floor) if shift_us != 0.0 else t
 
 
@@ -246,12 +328,16 @@ def robust_affine(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray
     return _affine_argmin(_affine_loss_grid(m, p, f), len(m), shrink, m, p, f)
 
 
-def _fit(form: str, m: np.ndarray, p: np.ndarray, f: np.ndarray, shrink: float) -> tuple[float, float]:
+def _fit(form: str, m: np.ndarray, p: np.ndarray, f: np.ndarray, shrink: float
+         ) -> tuple[float, float, Tilt | None]:
     if form == "scale":
-        return robust_offset(np.log(m) - np.log(p), shrink), 0.0
+        return robust_offset(np.log(m) - np.log(p), shrink), 0.0, None
     if form == "shift":
-        return 0.0, robust_shift(m, p, f, shrink, bounded=True)
-    return robust_affine(m, p, f, shrink)
+        return 0.0, robust_shift(m, p, f, shrink, bounded=True), None
+    if form == "tilt":
+        ls, tilt = robust_tilt(m, p, f, shrink)
+        return ls, 0.0, (tilt if tilt is not None and tilt.slope != 0.0 else None)  # no drift: a plain scale
+    return (*robust_affine(m, p, f, shrink), None)
 
 
 def choose_form(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, shrink: float = SHRINK,
@@ -270,8 +356,8 @@ def choose_form(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, 
     m, p, f = _clean(measured, predicted, floor)
     n = len(m)
     if n < MIN_SELECT_ROWS or len(forms) == 1:
-        ls, b = _fit(forms[0], m, p, f, shrink) if n else (0.0, 0.0)
-        return AffineFit(forms[0], ls, b, n)
+        ls, b, tilt = _fit(forms[0], m, p, f, shrink) if n else (0.0, 0.0, None)
+        return AffineFit(forms[0], ls, b, n, tilt=tilt)
     folds = np.arange(n) % min(n, CV_FOLDS)
     k = int(folds.max()) + 1
     losses = {form: np.zeros(n) for form in forms}
@@ -283,22 +369,25 @@ def choose_form(measured: np.ndarray, predicted: np.ndarray, floor: np.ndarray, 
         test, train = folds == j, folds != j
         n_train = int(train.sum())
         for form in forms:
+            tilt = None
             if form == "affine":
                 ls, b = _affine_argmin(grid_total - grid_folds[j], n_train, shrink,  # type: ignore[operator,index]
                                        m[train], p[train], f[train])
             else:
-                ls, b = _fit(form, m[train], p[train], f[train], shrink)
-            losses[form][test] = _capped_loss(m[test], apply_form(p[test], f[test], ls, b))
+                ls, b, tilt = _fit(form, m[train], p[train], f[train], shrink)
+            losses[form][test] = _capped_loss(m[test], apply_form(p[test], f[test], ls, b, tilt))
     cv = {form: float(loss.mean()) for form, loss in losses.items()}
     lowest = min(forms, key=lambda fm: (cv[fm], forms.index(fm)))
     best = next(fm for fm in forms if _within_one_se(losses[fm] - losses[lowest]))
+    tilt = None
     if best == "affine":
         ls, b = _affine_argmin(grid_total, n, shrink, m, p, f)  # type: ignore[arg-type]
         # named by what was fitted: a joint fit that kept one constant at the identity is that simpler form
         best = "scale" if b == 0.0 else "shift" if ls == 0.0 else best
     else:
-        ls, b = _fit(best, m, p, f, shrink)
-    return AffineFit(best, ls, b, n, cv)
+        ls, b, tilt = _fit(best, m, p, f, shrink)
+        best = "scale" if best == "tilt" and tilt is None else best  # a tilt without drift is the scale
+    return AffineFit(best, ls, b, n, cv, tilt)
 
 
 def _within_one_se(diff: np.ndarray) -> bool:

@@ -120,6 +120,9 @@ class HybridPredictor:
         self.offsets: dict[str, dict[str, float]] = {}
         #: few-shot additive host shifts (strategy ``shift``): correction key (or "roofline") -> device -> us
         self.shifts: dict[str, dict[str, float]] = {}
+        #: few-shot size drift of the scale (strategy ``auto``'s ``tilt`` form): correction key -> device ->
+        #: :meth:`hybrid.corrections.adapt.Tilt.to_json` (slope, ref, lo, hi in ln roofline us)
+        self.tilts: dict[str, dict[str, dict[str, float]]] = {}
         #: few-shot form chosen by strategy ``auto``: correction key -> device -> AffineFit.to_json() (form,
         #: scale, shift_us, rows, cross-validated loss per form)
         self.adapt_forms: dict[str, dict[str, dict[str, Any]]] = {}
@@ -215,7 +218,7 @@ class HybridPredictor:
             corr.fit(norm, base, self.catalog)
             self.fit_info[corr.key] = {"fitted": True, "rows": n}
         self.devices_sparse = self._sparse_devices(norm, base)
-        self.offsets, self.device_models, self.shifts, self.adapt_forms = {}, {}, {}, {}
+        self.offsets, self.device_models, self.shifts, self.adapt_forms, self.tilts = {}, {}, {}, {}, {}
         self.data_digest = table_digest(norm)
         self.devices_seen = sorted(map(str, pd.unique(norm["device"])))
         self.families_seen = sorted(map(str, pd.unique(base["family"]))) if "family" in base.columns else []
@@ -451,9 +454,9 @@ class HybridPredictor:
         return band
 
     def _adapted_devices(self) -> set[str]:
-        """Devices with a few-shot scale, shift or device model."""
+        """Devices with a few-shot scale, tilt, shift or device model."""
         return ({d for per in self.offsets.values() for d in per} | {d for per in self.shifts.values() for d in per}
-                | {d for _, d in self.device_models})
+                | {d for per in self.tilts.values() for d in per} | {d for _, d in self.device_models})
 
     # ------------------------------------------------------------------ predict
     def _raw(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -536,13 +539,19 @@ class HybridPredictor:
         """:meth:`predict` without the de-duplication of identical rows."""
         norm, base = self._prepare(table, training=False)
         time, method, methods, group_codes, groups = self._raw_codes(norm, base)
-        group = np.array(groups, dtype=object)[group_codes] if (self.offsets or self.shifts) else None
-        if self.offsets:
+        group = (np.array(groups, dtype=object)[group_codes] if (self.offsets or self.shifts or self.tilts)
+                 else None)
+        if self.offsets or self.tilts:
             devices = norm["device"].to_numpy(dtype=object)
+            roof = base["time_us"].to_numpy(dtype=np.float64)
             scale = np.zeros(len(norm))
             for key, per_dev in self.offsets.items():
                 for dev, off in per_dev.items():
                     scale[(group == key) & (devices == dev)] = off
+            for key, per_tilt in self.tilts.items():
+                for dev, obj in per_tilt.items():
+                    rows = (group == key) & (devices == dev)
+                    scale[rows] += adapt_mod.Tilt.from_json(obj).log_factor(roof[rows])  # type: ignore[union-attr]
             time = time * np.exp(scale)
         if self.shifts:
             devices = norm["device"].to_numpy(dtype=object)
@@ -630,6 +639,7 @@ class HybridPredictor:
                 key, dev = label.split("\x00")
                 new.shifts.setdefault(key, {})[dev] = shift
                 new.offsets.get(key, {}).pop(dev, None)  # the shift replaces an earlier scale of that pair
+                new.tilts.get(key, {}).pop(dev, None)
                 new.adapt_forms.get(key, {}).pop(dev, None)
             return new
         if strategy == "auto":
@@ -639,7 +649,8 @@ class HybridPredictor:
                                           base["time_us"].to_numpy(dtype=np.float64), labels)
             new._boost_devices(norm, base, devices, adapt_mod.AUTO_BOOST_MIN_ROWS,
                                {lab: f.log_scale for lab, f in fits.items()},
-                               {lab: f.shift_us for lab, f in fits.items()})
+                               {lab: f.shift_us for lab, f in fits.items()},
+                               {lab: f.tilt for lab, f in fits.items() if f.tilt is not None})
             for label, fit in fits.items():
                 key, dev = label.split("\x00")
                 for store, value in ((new.offsets, fit.log_scale), (new.shifts, fit.shift_us)):
@@ -647,6 +658,10 @@ class HybridPredictor:
                         store.setdefault(key, {})[dev] = value
                     else:
                         store.get(key, {}).pop(dev, None)
+                if fit.tilt is not None:
+                    new.tilts.setdefault(key, {})[dev] = fit.tilt.to_json()
+                else:
+                    new.tilts.get(key, {}).pop(dev, None)
                 new.adapt_forms.setdefault(key, {})[dev] = fit.to_json()
             return new
         if strategy in ("scale", "scale-trees"):
@@ -668,15 +683,18 @@ class HybridPredictor:
             key, dev = label.split("\x00")
             new.offsets.setdefault(key, {})[dev] = off
             new.shifts.get(key, {}).pop(dev, None)  # the scale replaces an earlier shift of that pair
+            new.tilts.get(key, {}).pop(dev, None)
             new.adapt_forms.get(key, {}).pop(dev, None)
         return new
 
     def _boost_devices(self, norm: pd.DataFrame, base: pd.DataFrame, devices: pd.Series, min_rows: int,
-                       offsets: dict[str, float] | None, shifts: dict[str, float] | None = None) -> None:
+                       offsets: dict[str, float] | None, shifts: dict[str, float] | None = None,
+                       tilts: dict[str, adapt_mod.Tilt] | None = None) -> None:
         """Per (XGBoost correction, device) with at least ``min_rows`` rows: a device model with extra trees,
-        fitted to the residuals left after ``offsets[key + NUL + device]`` (log scale) when given, and after
+        fitted to the residuals left after ``offsets[key + NUL + device]`` (log scale) when given, after
+        ``tilts[key + NUL + device]`` (the measured times divided by its size factor) when given, and after
         ``shifts[key + NUL + device]`` (us, subtracted from the measured time first, which is kept above a tenth
-        of itself) when given: prediction = trees * scale + shift."""
+        of itself) when given: prediction = trees * scale * tilt factor + shift."""
         for corr in self.corrections:
             if not (isinstance(corr, XGBCorrection) and corr.fitted):
                 continue
@@ -685,10 +703,14 @@ class HybridPredictor:
                 if rows.sum() >= min_rows:
                     shift = 0.0 if offsets is None else offsets.get(f"{corr.key}\x00{dev}", 0.0)
                     add = 0.0 if shifts is None else shifts.get(f"{corr.key}\x00{dev}", 0.0)
+                    tilt = None if tilts is None else tilts.get(f"{corr.key}\x00{dev}")
                     fit_rows = norm.loc[rows]
                     if add != 0.0:
                         meas = fit_rows["time_us"].to_numpy(dtype=np.float64)
                         fit_rows = fit_rows.assign(time_us=np.maximum(meas - add, 0.1 * meas))
+                    if tilt is not None:
+                        factor = np.exp(tilt.log_factor(base.loc[rows, "time_us"].to_numpy(dtype=np.float64)))
+                        fit_rows = fit_rows.assign(time_us=fit_rows["time_us"].to_numpy(dtype=np.float64) / factor)
                     base_model = self.device_models.get((corr.key, str(dev)), corr)
                     self.device_models[(corr.key, str(dev))] = base_model.continue_boosting(
                         fit_rows, base.loc[rows], self.catalog, rounds=adapt_mod.BOOST_ROUNDS,
@@ -723,7 +745,7 @@ class HybridPredictor:
             write_json(tmp / "manifest.json", {
                 "format_version": FORMAT_VERSION, "versions": versions(), "seed": self.seed,
                 "corrections": entries, "device_models": dev_models, "offsets": self.offsets, "shifts": self.shifts,
-                "adapt_forms": self.adapt_forms,
+                "tilts": self.tilts, "adapt_forms": self.adapt_forms,
                 "fit_info": self.fit_info, "data_digest": self.data_digest,
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
                 "families_seen": self.families_seen, "devices_sparse": self.devices_sparse,
@@ -772,6 +794,8 @@ class HybridPredictor:
             obj.device_models[(entry["key"], entry["device"])] = klass.load(d / entry["dir"])  # type: ignore[assignment]
         obj.offsets = {k: {dk: float(v) for dk, v in per.items()} for k, per in manifest.get("offsets", {}).items()}
         obj.shifts = {k: {dk: float(v) for dk, v in per.items()} for k, per in manifest.get("shifts", {}).items()}
+        obj.tilts = {k: {dk: {n: float(x) for n, x in t.items()} for dk, t in per.items()}
+                     for k, per in manifest.get("tilts", {}).items()}  # saves before the tilt form: none
         obj.adapt_forms = manifest.get("adapt_forms", {})
         obj.fit_info = manifest.get("fit_info", {})
         obj.data_digest = manifest.get("data_digest", "")
@@ -786,7 +810,8 @@ class HybridPredictor:
     # ------------------------------------------------------------------ reporting
     def adaptation(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Few-shot state per correction key and device: ``scale`` (efficiency ratio), ``shift_us`` (per-op host
-        time, us), ``boosted`` (extra trees) and, for strategy ``auto``, the chosen ``form`` and ``cv_loss``."""
+        time, us), ``tilt`` (the scale's drift with size: the exponent ``c`` of (roofline / r0)^c, 0 without),
+        ``boosted`` (extra trees) and, for strategy ``auto``, the chosen ``form`` and ``cv_loss``."""
         out: dict[str, dict[str, dict[str, Any]]] = {}
         for key, per in self.offsets.items():
             for dev, off in per.items():
@@ -794,6 +819,9 @@ class HybridPredictor:
         for key, per in self.shifts.items():
             for dev, b in per.items():
                 out.setdefault(key, {}).setdefault(dev, {})["shift_us"] = float(b)
+        for key, per in self.tilts.items():
+            for dev, t in per.items():
+                out.setdefault(key, {}).setdefault(dev, {})["tilt"] = float(t["slope"])
         for key, dev in self.device_models:
             out.setdefault(key, {}).setdefault(dev, {})["boosted"] = True
         for key, per in self.adapt_forms.items():
@@ -805,6 +833,7 @@ class HybridPredictor:
             for entry in per.values():
                 entry.setdefault("scale", 1.0)
                 entry.setdefault("shift_us", 0.0)
+                entry.setdefault("tilt", 0.0)
                 entry.setdefault("boosted", False)
         return out
 
