@@ -191,15 +191,21 @@ def test_tilt_form_for_efficiency_that_falls_with_size():
     assert robust_tilt(np.array([np.nan]), np.array([1.0]), np.array([1.0])) == (0.0, None)
 
 
-def test_auto_adapts_a_size_drift_and_saves_it(gemm, tmp_path):
+@pytest.fixture(scope="module")
+def drifted(gemm):
+    """The GEMM base model and the V100's real rows with a known size drift: time x (roofline / r0)^0.25."""
+    base, target = gemm
+    roof = base.predict(target, intervals=False)["roofline_us"].to_numpy()
+    return base, target.assign(time_us=target["time_us"].to_numpy() * (roof / np.exp(np.log(roof).mean())) ** 0.25)
+
+
+def test_auto_adapts_a_size_drift_and_saves_it(drifted, tmp_path):
     """A fitted GEMM model adapted (auto, 15 rows: no trees) to the V100's real rows distorted by a size drift:
     the tilt is chosen, predicts the other rows better than the scale alone, survives save / load, and another
     strategy clears it."""
-    base, target = gemm
+    base, rows = drifted
     dev = "V100-PCIE-32GB"
-    roof = base.predict(target, intervals=False)["roofline_us"].to_numpy()
-    drifted = target.assign(time_us=target["time_us"].to_numpy() * (roof / np.exp(np.log(roof).mean())) ** 0.25)
-    shots, test = drifted.iloc[:15], drifted.iloc[50:]
+    shots, test = rows.iloc[:15], rows.iloc[50:]
     adapted = base.adapt(shots, strategy="auto")
     state = adapted.adaptation()["kernel-xgb-gemm"][dev]
     assert state["form"] == "tilt" and 0.1 < state["tilt"] < 0.3, state
@@ -214,14 +220,12 @@ def test_auto_adapts_a_size_drift_and_saves_it(gemm, tmp_path):
     assert cleared.adaptation()["kernel-xgb-gemm"][dev]["tilt"] == 0.0 and not cleared.tilts.get("kernel-xgb-gemm")
 
 
-def test_auto_grows_trees_on_what_the_tilt_leaves(gemm):
+def test_auto_grows_trees_on_what_the_tilt_leaves(drifted):
     """From 20 rows auto also grows trees, fitted to the measured times divided by the tilt's size factor: the
     tilt stays in the state and the trees keep the error at least as low as the tilt alone."""
-    base, target = gemm
+    base, rows = drifted
     dev = "V100-PCIE-32GB"
-    roof = base.predict(target, intervals=False)["roofline_us"].to_numpy()
-    drifted = target.assign(time_us=target["time_us"].to_numpy() * (roof / np.exp(np.log(roof).mean())) ** 0.25)
-    shots, test = drifted.iloc[:40], drifted.iloc[50:]
+    shots, test = rows.iloc[:40], rows.iloc[50:]
     adapted = base.adapt(shots, strategy="auto")
     state = adapted.adaptation()["kernel-xgb-gemm"][dev]
     assert state["form"] == "tilt" and state["boosted"] and state["tilt"] > 0.1, state
