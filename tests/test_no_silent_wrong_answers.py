@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -263,9 +264,18 @@ def test_bench_without_torch_names_the_extra(monkeypatch):
 
 
 def test_bench_validate_says_what_it_is_doing(tmp_path):
+    """A missing table is refused before any fit (no progress line); a real campaign shows both stages."""
     rc, out, err = cli(["bench", "validate", tmp_path / "missing.csv", "--roofline"])
+    assert rc == 2 and "results table not found" in err and "[1/2]" not in err
+    runs = Path(__file__).resolve().parents[1] / "datasets" / "dlrm-h100-1gpu"
+    table = pd.read_csv(runs / "results.csv")
+    table[table["config_name"] == "c000"].to_csv(tmp_path / "results.csv", index=False)
+    shutil.copytree(runs / "plans" / "c000", tmp_path / "plans" / "c000")
+    (tmp_path / "configs").mkdir()
+    shutil.copy(runs / "configs" / "c000.yaml", tmp_path / "configs" / "c000.yaml")
+    rc, out, err = cli(["bench", "validate", tmp_path / "results.csv", "--roofline", "--system", "H100-SXM"])
     assert "[1/2] building the roofline predictor" in err and "[2/2] predicting every (config, plan)" in err
-    assert rc == 2
+    assert rc == 0 and "(config, plan) pairs" in out
 
 
 def test_quickstart_says_how_many_devices_leave_one_out_covers(shared_datasets, catalog):
