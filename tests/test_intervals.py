@@ -212,6 +212,31 @@ def test_cli_calibrate_names_the_few_row_devices(shared_datasets, tmp_path):
     assert last_json(out)["devices_sparse"] == {}
 
 
+def test_borrowed_bands_stay_within_kernels_or_collectives():
+    """A collective never gets a kernel's band (nor a kernel a collective's): with no collective residuals it
+    gets no interval; with another collective model's unseen-system band, that one, flagged as borrowed."""
+    rng = np.random.default_rng(1)
+    r = np.r_[rng.normal(0, 0.05, 200), rng.normal(0, 0.1, 200)]
+    dev = np.repeat(["A", "B"], 200)
+    kernels = IntervalCalibration.from_residuals(r, np.repeat(["kernel-xgb:gemm", "kernel-xgb:norm"], 200),
+                                                 np.ones(400, bool), dev)
+    lo, hi, ok = kernels.bounds(np.array(["alpha-beta:collective", "collective-sigmoid:collective",
+                                          "kernel-xgb:softmax", "roofline:embedding"]), np.array([0, 1, 1, 1]))
+    assert np.isnan(lo[:2]).all() and np.isnan(hi[:2]).all() and not ok.any()
+    wide = [min(b["seen"][0] for b in kernels.bands.values()), max(b["seen"][1] for b in kernels.bands.values())]
+    assert lo[2:].tolist() == [wide[0]] * 2 and hi[2:].tolist() == [wide[1]] * 2  # kernels: the widest kernel band
+    coll = np.r_[rng.normal(0.3, 0.4, 200)]
+    both = IntervalCalibration.from_residuals(np.r_[r, coll], np.r_[np.repeat(["kernel-xgb:gemm", "kernel-xgb:norm"], 200),
+                                                                   np.full(200, "collective-transfer:collective")],
+                                              np.r_[np.ones(400, bool), np.zeros(200, bool)],
+                                              np.r_[dev, np.repeat(["S1", "S2"], 100)])
+    lo2, hi2, ok2 = both.bounds(np.array(["alpha-beta:collective", "collective-transfer:collective"]),
+                                np.array([0, 0]))
+    band = both.bands["collective-transfer:collective"]["unseen"]
+    assert ok2.tolist() == [False, True] and (lo2[0], hi2[0]) == (band[0], band[1]) == (lo2[1], hi2[1])
+    assert hi2[0] > max(b["seen"][1] for k, b in both.bands.items() if k.startswith("kernel"))
+
+
 def test_uncalibrated_predictor_gives_nan_interval(shared_datasets):
     table = neusight_table(shared_datasets, max_rows=200, files=("softmax.csv",))
     pred = HybridPredictor(corrections=[PointwiseXGB(XGBParams(n_estimators=10))]).fit(table)
@@ -232,8 +257,16 @@ def test_cli_predict_evaluate_report_carry_intervals(shared_datasets, tmp_path):
                         "--model", "iv", "--tracking-uri", uri, "--json"])
     assert rc == 0, err
     res = json.loads(out)
-    assert res["time_us_low"] < res["time_us"] < res["time_us_high"]
-    assert "dtype_proxy" not in res and "warning" not in err
+    assert res["time_us_low"] < res["time_us"] < res["time_us_high"] and res["interval_calibrated"] is True
+    assert "dtype_proxy" not in res and "warning" not in err and "interval_note" not in res
+    # a model calibrated on GEMMs alone has no collective residuals: no interval (not a kernel band), said so
+    rc, out, err = cli(["predict", "collective", "--system", "DGX-H100", "--op", "all_reduce", "--size", "64MiB",
+                        "--ranks", "8", "--model", "iv", "--tracking-uri", uri, "--json"])
+    assert rc == 0, err
+    coll = json.loads(out)
+    assert coll["method"] == "alpha-beta" and coll["time_us"] > 0
+    assert coll["time_us_low"] is None and coll["time_us_high"] is None and coll["interval_calibrated"] is False
+    assert "no held-out collective residuals" in coll["interval_note"] and "warning: no 80% interval" in err
     # a dtype the calibration has no GEMM of (NeuSight: fp32 only) is stated, on stderr and in the JSON
     rc, out, err = cli(["predict", "gemm", "--device", "T4", "--dtype", "fp16", "-m", "512", "-n", "512", "-k", "512",
                         "--model", "iv", "--tracking-uri", uri, "--json"])
@@ -246,6 +279,7 @@ def test_cli_predict_evaluate_report_carry_intervals(shared_datasets, tmp_path):
     assert rc == 0, err
     ev = json.loads(out)
     assert 0 <= ev["coverage_pct"] <= 100 and 0 <= ev["by_device"]["T4"]["coverage_pct"] <= 100
+    assert ev["rows_without_interval"] == 0 and ev["rows_interval_borrowed"] == 0
     frame = pd.read_csv(tmp_path / "pred.csv")
     inside = (frame["measured_us"] >= frame["predicted_us_low"]) & (frame["measured_us"] <= frame["predicted_us_high"])
     assert inside.mean() * 100 == pytest.approx(ev["coverage_pct"])
@@ -293,18 +327,33 @@ def test_cli_imports_xgboost_without_scikit_learn():
     assert res.stdout.strip().splitlines()[-1].split() == ["0", "False", "True", "True"]
 
 
-def test_engine_iteration_interval_and_sharding_overlap_flags(fitted):
+def test_engine_iteration_interval_and_sharding_overlap_flags(fitted, shared_datasets, catalog):
     """The E2E engine turns per-op intervals into an iteration-time interval; the sharding search flags plans
-    whose intervals overlap the best plan's."""
+    whose intervals overlap the best plan's. A model with no collective band gives no iteration interval."""
+    import warnings
+
+    from hybrid.data.importers import import_paths
     from hybrid.engine.simulate import simulate
     from hybrid.sharding.search import search_plans
     from hybrid.workloads.dlrm import DLRMConfig
     from hybrid.workloads.dlrm_graph import build_dlrm_graph
 
-    pred, _, _ = fitted
+    kernels_only, _, _ = fitted
     config = DLRMConfig.from_dict({
         "name": "iv", "system": "DGX-A100", "gpus": 4, "batch_size_per_gpu": 1024,
         "num_tables": 12, "table_generator": {"seed": 3, "rows": [1000, 2e6], "pooling": [1, 30]}})
+    # the alpha-beta band of systems the fit never saw, from real nccl-tests runs on Polaris (A100, 4 per node)
+    root = shared_datasets / "nccl-tests" / "argonne-lcf_alcf-nccl-tests" / "results_polaris" / "nccl_2_18"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        polaris = import_paths("nccl-tests", root, catalog=catalog)
+    ab = kernels_only.predict(polaris, intervals=False)
+    assert set(ab["method"]) == {"alpha-beta"}
+    coll = IntervalCalibration.from_residuals(np.log(polaris["time_us"] / ab["time_us"]).to_numpy(),
+                                              np.full(len(ab), "alpha-beta:collective"), np.zeros(len(ab), bool),
+                                              polaris["system"].to_numpy())
+    pred = kernels_only.copy()
+    pred.intervals = IntervalCalibration(pred.intervals.coverage, {**pred.intervals.bands, **coll.bands})
     res = search_plans(config, pred, strategies=["size_lookup_greedy", "size_greedy", "greedy"], time_budget_s=5)
     best = res.best
     lo, hi = best.iteration_interval_us
@@ -322,6 +371,9 @@ def test_engine_iteration_interval_and_sharding_overlap_flags(fitted):
     graph = build_dlrm_graph(config, best.plan, pred.catalog).graph
     sim = simulate(graph, pred)
     assert sim.iteration_us_low < sim.iteration_us < sim.iteration_us_high
+    no_band = simulate(graph, kernels_only)  # its collectives have no interval: nor has the iteration
+    assert no_band.iteration_us == pytest.approx(sim.iteration_us)
+    assert np.isnan(no_band.iteration_us_low) and "iteration_us_low" not in no_band.summary()
     assert "iteration_us_low" in sim.summary()
     from hybrid.engine.form_error import e2e_interval, packaged_margin
 
@@ -446,3 +498,23 @@ def test_a_dtype_never_fitted_gets_the_unseen_band(fitted):
     np.testing.assert_allclose(hi(out32), band["seen"][1])
     np.testing.assert_allclose(hi(out16), band["unseen"][1])
     assert band["unseen"][1] > band["seen"][1]
+
+
+def test_serving_interval_from_every_op_at_its_low_and_high_end(fitted):
+    """Continuous batching with a calibrated model: step costs at the low / high ends of the op intervals bracket
+    the simulated percentiles; a model with no band for some op (here the roofline-only one) gives no ends."""
+    from hybrid.workloads.llm.inference import make_setup
+    from hybrid.workloads.llm.serving import StepCosts, make_trace, parse_dist, simulate
+
+    pred, _, _ = fitted
+    s = make_setup("gpt3-1.3b", "T4", dtype="fp16", catalog=pred.catalog)
+    trace = make_trace(2.0, 40, parse_dist(256), parse_dist(32), seed=0)
+    mid, low, high = StepCosts.build_bounds(s, 2048, 64, 300, pred)
+    assert low is not None and high is not None and "kernel-xgb" in mid.method
+    assert (low.dense_us <= mid.dense_us).all() and (mid.dense_us <= high.dense_us).all()
+    assert (high.dense_us > low.dense_us).any()
+    p = {k: simulate(s, trace, pred, costs=c).percentiles() for k, c in (("low", low), ("mid", mid), ("high", high))}
+    for metric in ("ttft_ms", "tpot_ms"):
+        assert p["low"][metric]["p50"] <= p["mid"][metric]["p50"] <= p["high"][metric]["p50"]
+    roof = StepCosts.build_bounds(s, 2048, 64, 300, HybridPredictor.roofline_only(pred.catalog))
+    assert roof[1] is None and roof[2] is None and roof[0].method == "roofline"

@@ -327,6 +327,19 @@ def test_cli_capacity_and_serve(capsys):
     assert code == 0
     d = json.loads(out)
     assert d["ttft_ms"]["p99"] >= d["ttft_ms"]["p50"] > 0 and d["max_rate_meeting_slo_per_s"] > 0
+    # which model costed the steps, as `llm infer` says; no interval without a calibrated model; the two rates
+    assert d["cost_model"] == "roofline" and d["method"] == "roofline" and "interval" not in d
+    assert d["at_max_rate"]["rate_per_s"] > 0 and "nominal arrival rate" in d["at_max_rate"]["rate_note"]
+    assert any(n.startswith("scheduler:") for n in d["notes"])
+    # what-ifs that are costed but named: another system's GPU, tensor parallelism across nodes
+    code, out, err = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-H100", "--device", "A100",
+                         "--requests", "20", "--json")
+    assert code == 0 and "whose GPUs are H100-SXM" in err
+    assert any("what-if" in n for n in json.loads(out)["notes"])
+    code, out, err = run(capsys, "llm", "infer", "llama2-70b", "--system", "DGX-H100", "--tp", "16", "--json")
+    assert code == 0 and "spans 2 nodes" in err and any("spans 2 nodes" in n for n in json.loads(out)["notes"])
+    code, out, err = run(capsys, "llm", "infer", "llama2-70b", "--system", "DGX-H100", "--tp", "8", "--json")
+    assert code == 0 and "warning" not in err and json.loads(out)["cost_model"] == "roofline"
     # --compare is checked before any simulation: an unknown system, or no SLO to rank by
     code, out, err = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--compare", "DGX-A100,NOPE",
                          "--slo-ttft", "300ms")

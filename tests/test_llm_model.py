@@ -99,9 +99,13 @@ def test_hf_configs_load_as_they_are(tmp_path) -> None:
             "intermediate_size": 4096, "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2,
             "hidden_act": "gelu"}
     assert from_dict(bert).num_params == load_model("bert-large").num_params
-    f = tmp_path / "config.json"
+    ckpt = tmp_path / "Llama-2-7b-hf"
+    ckpt.mkdir()
+    f = ckpt / "config.json"
     f.write_text(json.dumps(llama))
     assert load_model(f).num_params == 6738415616
+    # a checkpoint directory is read through its config.json, named after the directory
+    assert load_model(ckpt).num_params == 6738415616 and load_model(str(ckpt)).name == load_model(f).name
 
 
 def test_partial_rotary_is_a_model_field_from_any_source() -> None:
@@ -169,6 +173,8 @@ def test_unknown_name_and_bad_files(tmp_path) -> None:
     bad.write_text("{not json")
     with pytest.raises(InvalidInputError, match="malformed"):
         load_model(bad)
+    with pytest.raises(InvalidInputError, match="has no config.json"):
+        load_model(tmp_path)  # a directory without a checkpoint config
     with pytest.raises(InvalidInputError, match="not supported"):
         from_dict({"model_type": "t5", "d_model": 512})
     with pytest.raises(InvalidInputError, match="lacks"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pandas.testing as pd_testing
 import pytest
 
@@ -236,15 +237,23 @@ def test_pipeline_and_data_parallel_conserve_compute(gpt175):
 
 @pytest.fixture(scope="module")
 def calibrated_store(tmp_path_factory, shared_datasets):
-    """A predictor calibrated with 80% intervals on real NeuSight kernels (GEMM, layernorm, softmax), registered in
-    a temporary MLflow store."""
+    """A predictor calibrated with 80% intervals on real NeuSight kernels (GEMM, layernorm, softmax) and real
+    nccl-tests collectives (Polaris: without them the collectives of a multi-GPU mapping have no interval, nor
+    has its iteration), registered in a temporary MLflow store."""
+    import warnings
+
     from test_tracking_support import neusight_table
 
+    from hybrid.data.importers import import_paths
     from hybrid.tracking.calibrate import CalibrationConfig, calibrate
 
+    root = shared_datasets / "nccl-tests" / "argonne-lcf_alcf-nccl-tests" / "results_polaris" / "nccl_2_18"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        polaris = import_paths("nccl-tests", root)
+    table = pd.concat([neusight_table(shared_datasets, max_rows=250), polaris], ignore_index=True)
     uri = f"sqlite:///{tmp_path_factory.mktemp('llm-store') / 'mlflow.db'}"
-    result = calibrate(neusight_table(shared_datasets, max_rows=250), CalibrationConfig(name="llm-kern", lodo=False),
-                       tracking_uri=uri)
+    result = calibrate(table, CalibrationConfig(name="llm-kern", lodo=False), tracking_uri=uri)
     assert result.predictor.intervals is not None and result.predictor.intervals.bands
     return uri, result.predictor
 

@@ -66,7 +66,8 @@ def print_result(result: Any) -> None:
 @click.option("--exclude-device", multiple=True, help="Drop these devices' rows entirely.")
 @click.option("--no-lodo", is_flag=True, help="Skip the leave-one-device-out split.")
 @click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Random hold-out share.")
-@click.option("--max-rows", type=int, help="Calibrate on a sample of at most this many rows (per device/op).")
+@click.option("--max-rows", type=int, help="Calibrate on a sample of at most this many rows in all, drawn evenly "
+                                           "from every (device, op) group so that small groups survive.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--collective-transfer/--no-collective-transfer", default=None,
               help="Collectives of systems never measured get the cross-system transfer model (method "

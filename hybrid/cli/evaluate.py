@@ -105,7 +105,9 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
              seed: int, tracking_uri: str | None) -> None:
     """Predict every row of measured TABLES (canonical CSV/Parquet or profiler bundle directories) and report
     |predicted - measured| / measured: geomean, mean (MAPE), median and p90, per op family and per device, and
-    how many measurements fall inside their 80% prediction interval (``coverage_pct``, overall and per device),
+    how many measurements fall inside their 80% prediction interval (``coverage_pct``, overall and per device;
+    ``rows_without_interval``: rows it has no interval for, not counted; ``rows_interval_borrowed``: rows whose
+    band was borrowed from another family or model),
     and which model answered how many rows (``by_method``: per-system collective curves, the cross-system
     transfer model, alpha-beta, the kernel models or the roofline)."""
     from hybrid.tracking.evaluation import interval_coverage, prediction_frame, summarize
@@ -114,7 +116,8 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     data = load_measurements(tables)
     table = subsample(data.table, max_rows, seed) if max_rows is not None else data.table
     loaded = load_model_for(model_ref, tracking_uri, data.catalog)
-    frame = prediction_frame(table, loaded.predictor.predict(table), "all")
+    predicted = loaded.predictor.predict(table)
+    frame = prediction_frame(table, predicted, "all")
     result = summarize(frame, "model")
     seen = training_overlap(loaded, frame)
     if seen is not None:
@@ -124,6 +127,10 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     result["coverage_pct"] = cov["coverage_pct"]
     for dev, pct in cov["coverage_by_device"].items():
         result["by_device"][dev]["coverage_pct"] = pct
+    no_band = int(frame["predicted_us_low"].isna().sum())
+    borrowed = (int((~predicted["interval_calibrated"].to_numpy(bool)).sum()) - no_band
+                if "interval_calibrated" in predicted.columns else 0)
+    result["rows_without_interval"], result["rows_interval_borrowed"] = no_band, borrowed
     if output:
         write_predictions(frame, output)
     if seen is not None and seen.any():
@@ -143,5 +150,9 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     if cov["coverage_by_device"]:
         per = ", ".join(f"{d} {p:.0f}%" for d, p in cov["coverage_by_device"].items())
         click.echo(f"80% interval coverage: {cov['coverage_pct']:.1f}% of rows ({per})")
+    if (no_band or borrowed) and getattr(loaded.predictor, "intervals", None) is not None:
+        click.echo(f"note: {no_band:,} rows have no interval (nothing calibrated for their kind of op: coverage is "
+                   f"over the others) and {borrowed:,} an interval borrowed from another op family or model "
+                   "(its coverage is what this run measures)")
     if output:
         click.echo(f"predictions written to {output}")

@@ -100,7 +100,10 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
 @model_options
 def train(as_json: bool, trace_path: str | None, allow_oom: bool, model_ref: str | None, tracking_uri: str | None,
           **kw: Any) -> None:
-    """Predict one training iteration: time, tokens/s, MFU/HFU, breakdown, memory per GPU."""
+    """Predict one training iteration: time, tokens/s, MFU/HFU, breakdown, memory per GPU.
+
+    MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
+    config.json) or a Hugging Face checkpoint directory holding config.json."""
     from hybrid.errors import InvalidInputError
     from hybrid.workloads.llm.train import predict_training
 

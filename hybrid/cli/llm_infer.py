@@ -6,6 +6,7 @@ The commands are registered on the ``hybrid llm`` group with :func:`register`.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import click
@@ -14,14 +15,15 @@ from hybrid.cli.output import e2e_line, echo_json, echo_table
 from hybrid.errors import InvalidInputError
 
 
-def _predictor(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, Any]:
-    """(cost model, its catalog): the one loader every simulate/llm command uses
-    (:func:`hybrid.cli.simulate.load_cost_model`: a calibrated predictor, else the roofline-only one)."""
+def _predictor(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, Any, str]:
+    """(cost model, its catalog, its reference: ``models:/NAME/VERSION`` or ``roofline``): the one loader every
+    simulate/llm command uses (:func:`hybrid.cli.simulate.load_cost_model`: a calibrated predictor, else the
+    roofline-only one)."""
     from hybrid.cli.simulate import load_cost_model
     from hybrid.engine.costs import model_catalog
 
-    cost, _ = load_cost_model(model_ref, tracking_uri)
-    return cost, model_catalog(cost)
+    cost, ref = load_cost_model(model_ref, tracking_uri)
+    return cost, model_catalog(cost), ref
 
 
 def _deploy_options(fn):
@@ -61,7 +63,7 @@ def _deploy_options(fn):
     ]
     for o in reversed(opts):
         fn = o(fn)
-    return click.argument("model_name", metavar="MODEL")(fn)
+    return click.argument("model_name", metavar="MODEL_OR_FILE")(fn)
 
 
 def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
@@ -93,11 +95,14 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
           kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, batch: int, input_len: int, output_len: int, show_ops: bool,
           roofline_plot: str | None) -> None:
-    """Static-batch inference: TTFT, TPOT, latency, throughput, memory and a per-category breakdown."""
+    """Static-batch inference: TTFT, TPOT, latency, throughput, memory and a per-category breakdown.
+
+    MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
+    config.json) or a Hugging Face checkpoint directory holding config.json."""
     from hybrid.workloads.llm.inference import boundedness, predict_static
 
     _positive(batch=batch, input=input_len, output=output_len)
-    cost, cat = _predictor(model_ref, tracking_uri)
+    cost, cat, cost_ref = _predictor(model_ref, tracking_uri)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
@@ -111,11 +116,19 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                              title=f"{s.model.name} on {s.device.key}: batch {batch}, {input_len}/{output_len} tokens"),
                  roofline_plot)
     out = res.to_dict()
+    out["cost_model"] = cost_ref
+    if model_ref and not res.interval:
+        note = ("no 80% interval: the calibrated model gives none for some op of this deployment (a collective of "
+                "a model calibrated without collective measurements, say)")
+        out["notes"] = [*out.get("notes", []), note]
+        click.echo(f"warning: {note}", err=True)
     if not show_ops:
         out.pop("ops")
     for note in res.notes:
-        # costed anyway (rotary models run past a model's positions; bf16 without bf16 units at the fp32 rate)
-        if note.startswith("a context of") or note == s.device.slow_dtype_note(s.precision.compute):
+        # costed anyway (rotary models run past a model's positions; bf16 without bf16 units at the fp32 rate; a
+        # device on another system's fabric, TP across nodes)
+        if (note.startswith("a context of") or note == s.device.slow_dtype_note(s.precision.compute)
+                or note in s.deployment_notes()):
             click.echo(f"warning: {note}", err=True)
     if as_json:
         echo_json(out)
@@ -171,7 +184,10 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
              reserve_gib: float,
              model_ref: str | None, tracking_uri: str | None, as_json: bool, input_len: int | None,
              output_len: int | None, batch: int | None) -> None:
-    """The largest batch that fits per context length (and the longest context for --batch)."""
+    """The largest batch that fits per context length (and the longest context for --batch).
+
+    MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
+    config.json) or a Hugging Face checkpoint directory holding config.json."""
     from hybrid.workloads.llm.kv_cache import (
         GIB,
         kv_bytes_per_token,
@@ -180,7 +196,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         weight_bytes_per_gpu,
     )
 
-    _, cat = _predictor(model_ref, tracking_uri)
+    _, cat, _ = _predictor(model_ref, tracking_uri)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     if (input_len is None) != (output_len is None):
@@ -258,7 +274,10 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
           tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
           arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
           max_batched_tokens: int, max_seqs: int, seed: int, compare: str | None) -> None:
-    """Continuous batching at a request rate: TTFT/TPOT/latency percentiles and the highest rate meeting the SLO."""
+    """Continuous batching at a request rate: TTFT/TPOT/latency percentiles and the highest rate meeting the SLO.
+
+    MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
+    config.json) or a Hugging Face checkpoint directory holding config.json."""
     from hybrid.workloads.llm.serving import (
         SLO,
         SchedulerConfig,
@@ -275,7 +294,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     _positive(requests=n_requests)
     if not 0 < slo_percentile <= 100:
         raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
-    cost, cat = _predictor(model_ref, tracking_uri)
+    cost, cat, cost_ref = _predictor(model_ref, tracking_uri)
     if compare is not None:  # checked before any simulation: a typo is an error now, not after the searches
         from hybrid.ops.roofline import resolve_system
 
@@ -291,12 +310,25 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     idist, odist = parse_dist(input_dist), parse_dist(output_dist)
     sched = SchedulerConfig(max_batched_tokens, max_seqs)
     trace = read_trace(trace_file) if trace_file else make_trace(r_s, n_requests, idist, odist, seed, arrival)
-    costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
-                            int((trace.input_len + trace.output_len).max()), cost)
+    costs, costs_low, costs_high = StepCosts.build_bounds(s, sched.max_batched_tokens, sched.max_seqs,
+                                                          int((trace.input_len + trace.output_len).max()), cost)
     res = simulate(s, trace, cost, sched, costs)
     out: dict[str, Any] = {"model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": tp,
                            "ep": ep, "attention_dp": attention_dp, "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
-                           **res.to_dict()}
+                           **res.to_dict(), "cost_model": cost_ref, "method": costs.method}
+    if costs_low is not None and costs_high is not None:
+        # the same trace with every op at the low / high end of its 80% interval (how far the op costs can be off;
+        # the scheduler re-batches at each end, so queueing moves with them)
+        ends = {"low": simulate(s, trace, cost, sched, costs_low).percentiles(),
+                "high": simulate(s, trace, cost, sched, costs_high).percentiles()}
+        out["interval"] = {f"{metric}_{p}_{end}": ends[end][metric][p] for metric in ends["low"]
+                           for p in ("p50", "p90", "p99") for end in ("low", "high")}
+    elif model_ref:
+        out["interval"] = None
+        note = ("no 80% interval: the calibrated model gives none for some op of this deployment (a collective of "
+                "a model calibrated without collective measurements, say)")
+        out["notes"] = [*out.get("notes", []), note]
+        click.echo(f"warning: {note}", err=True)
     if trace_file:
         out.update(trace=trace_file, input_dist=None, output_dist=None)
     else:
@@ -305,22 +337,31 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 
     longest = context_note(s.model, int((trace.input_len + trace.output_len).max()))
     if longest:
-        out["notes"] = [f"the longest request: {longest}"]
+        out["notes"] = [*out.get("notes", []), f"the longest request: {longest}"]
         click.echo(f"warning: the longest request: {longest}", err=True)
+    for note in s.deployment_notes():
+        out["notes"] = [*out.get("notes", []), note]
+        click.echo(f"warning: {note}", err=True)
     slo = SLO(parse_time_ms(slo_ttft) if slo_ttft else None, parse_time_ms(slo_tpot) if slo_tpot else None,
               parse_time_ms(slo_latency) if slo_latency else None, slo_percentile)
     if not slo.empty:
         out["slo"] = {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "latency_ms": slo.latency_ms,
                       "percentile": slo_percentile, "met_at_rate": slo.met(res)}
         best, best_res = max_rate(s, slo, n_requests, idist, odist, cost, sched, seed,
-                                  trace=trace if trace_file else None, progress=True, arrival=arrival)
+                                  trace=trace if trace_file else None, progress=sys.stderr.isatty(), arrival=arrival)
         # nominal rate of the search; at_max_rate's rate_per_s is the rate its random arrivals realised
         out["max_rate_meeting_slo_per_s"] = best if math.isfinite(best) else None
         out["at_max_rate"] = best_res.to_dict() if best_res is not None else None
+        if out["at_max_rate"] is not None:
+            out["at_max_rate"]["rate_note"] = (
+                "max_rate_meeting_slo_per_s is the nominal arrival rate the search found; rate_per_s here is the "
+                "rate the simulated arrivals realised at it ((requests - 1) / span of their arrival times)")
         if not math.isfinite(best):
+            more = ("a longer trace (more requests in --trace)" if trace_file
+                    else "more requests (--requests)")
             note = (f"every rate meets the SLO: even all {len(trace)} requests arriving at once do, so they cannot "
-                    "load the system; simulate more requests (--requests) to find the highest rate")
-            out.setdefault("notes", []).append(note)
+                    f"load the system; simulate {more} to find the highest rate")
+            out["notes"] = [*out.get("notes", []), note]
             click.echo(f"warning: {note}", err=True)
     if compare:
         if slo.empty:
@@ -331,7 +372,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                 other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
                                allreduce, reserve_gib, cat, ep=ep, attention_dp=attention_dp, softmax=softmax)
                 r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
-                                     trace=trace if trace_file else None, progress=True, arrival=arrival)
+                                     trace=trace if trace_file else None, progress=sys.stderr.isatty(), arrival=arrival)
                 if math.isfinite(r_best):
                     ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,
                                     "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus, "note": ""})
@@ -353,6 +394,12 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     pct = res.percentiles()
     echo_table([(k, v["p50"], v["p90"], v["p99"], v["mean"]) for k, v in pct.items()],
                ["metric", "p50", "p90", "p99", "mean"])
+    if out.get("interval"):
+        iv = out["interval"]
+        click.echo(f"80% interval (every op at the low / high end of its own): p50 TTFT {iv['ttft_ms_p50_low']:.1f} - "
+                   f"{iv['ttft_ms_p50_high']:.1f} ms, p50 TPOT {iv['tpot_ms_p50_low']:.2f} - "
+                   f"{iv['tpot_ms_p50_high']:.2f} ms (how far the op costs can be off, not the serving software's own "
+                   "overheads)")
     click.echo(f"throughput {res.output_tokens_per_s_per_gpu:.0f} output tokens/s per GPU; "
                f"{res.steps} steps, up to {res.max_running} running, KV capacity {res.kv_capacity_tokens} tokens")
     if out.get("max_rate_meeting_slo_per_s") is not None:

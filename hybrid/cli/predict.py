@@ -34,12 +34,24 @@ def _report(result: dict, as_json: bool) -> None:
         click.echo(f"{k:>16}: {v}")
 
 
-def _interval(row) -> dict:
-    """``time_us_low`` / ``time_us_high``: the model's 80% prediction interval (None when it has none)."""
+def _interval(row, what: str) -> dict:
+    """``time_us_low`` / ``time_us_high``: the model's 80% prediction interval (None when it has none), whether
+    it was calibrated for this kind of prediction (``interval_calibrated``) and, where not, ``interval_note``
+    (also printed to stderr). ``what``: the kind of op, for the note."""
     lo, hi = float(row.get("time_us_low", float("nan"))), float(row.get("time_us_high", float("nan")))
-    if not (lo == lo and hi == hi):  # NaN: a model saved without interval calibration
-        return {"time_us_low": None, "time_us_high": None}
-    return {"time_us_low": lo, "time_us_high": hi}
+    calibrated = bool(row.get("interval_calibrated", lo == lo and hi == hi))
+    method = str(row.get("method", "the model"))
+    out: dict = {"time_us_low": lo, "time_us_high": hi, "interval_calibrated": calibrated}
+    if not (lo == lo and hi == hi):  # NaN: no interval for this kind of op (or a model saved without any)
+        out.update(time_us_low=None, time_us_high=None,
+                   interval_note=f"no 80% interval: the model has no held-out {what} residuals of {method} or of "
+                                 "any comparable model to calibrate one on (calibrate with such measurements)")
+    elif not calibrated:
+        out["interval_note"] = (f"80% interval borrowed from another op family or model: {method} {what} "
+                                "predictions had no held-out residuals of their own, so its coverage is unknown")
+    if "interval_note" in out:
+        click.echo(f"warning: {out['interval_note']}", err=True)
+    return out
 
 
 def _unseen_dtype(predictor, dtype: str) -> dict:
@@ -80,7 +92,7 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         frame["device"] = dev.key
         out = loaded.predictor.predict(frame).iloc[0]
         extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
-                 **_interval(out)}
+                 **_interval(out, "GEMM" if spec.op != "gemv" else "GEMV")}
         unseen = _unseen_dtype(loaded.predictor, spec.dtype)
         if unseen:
             extra.update(unseen)
@@ -148,7 +160,7 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
         out = loaded.predictor.predict(frame).iloc[0]
         t, bound = float(out["time_us"]), str(out["bound"])
         extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
-                      **_interval(out)})
+                      **_interval(out, "collective")})
     _report({
         "system": sys_.key, "op": op, "size_bytes": spec.size_bytes, "size": format_bytes(spec.size_bytes),
         "ranks": ranks, "nodes": nodes, "model": "alpha-beta", "time_us": t,

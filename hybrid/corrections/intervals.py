@@ -22,8 +22,13 @@ is one more device, not one more row: the strict device-level guarantee); with D
 ``ceil(0.9 (D + 1)) / D``, the largest residual for D <= 18, so with the few devices a calibration holds out that
 band is the extreme residuals and over-covers (measured in ``experiments/interval_coverage``); not the default.
 
-Where a key has no residuals the band falls back to the same method on any family, then to the widest band
-calibrated (flagged ``calibrated=False`` in :meth:`IntervalCalibration.bounds`). A device adapted with n rows
+Where a key has no residuals the band falls back to the widest band of the same method on other families of
+the same kind (kernels or collectives), then, for collectives, to the widest unseen-system band of another
+collective model, then to the widest band calibrated for any model of the same kind; where there is none (a
+model calibrated without any collective measurement, asked for a collective) the row gets no interval (NaN)
+rather than one borrowed from unrelated errors. Every fall-back is
+flagged ``calibrated=False`` in :meth:`IntervalCalibration.bounds` and ``interval_calibrated`` in
+:meth:`HybridPredictor.predict <hybrid.corrections.predictor.HybridPredictor.predict>`. A device adapted with n rows
 of a correction's families (``HybridPredictor.adapt``, strategy ``auto``) gets the ``adapted-<k>`` band of the
 largest :data:`ADAPT_SHOTS` k <= n, calibrated by adapting each held-out device of the leave-one-device-out fits
 with k rows and scoring its other rows (``HybridPredictor.adaptation_holdouts``); other strategies, fewer than 5
@@ -44,8 +49,6 @@ from hybrid.errors import InvalidInputError
 
 #: Nominal coverage of the intervals.
 DEFAULT_COVERAGE = 0.8
-#: Band used when nothing at all was calibrated: a factor 2 either way.
-UNCALIBRATED_LOG = (float(np.log(0.5)), float(np.log(2.0)))
 #: Fewest residuals for a key's own band (fewer: the fall-back chain).
 MIN_RESIDUALS = 10
 #: What ``n`` of the conformal level ``ceil((n + 1) q) / n`` counts for the unseen band: "rows" (default) or
@@ -178,14 +181,26 @@ class IntervalCalibration:
             return float(entry[name][0]), float(entry[name][1]), True
         if band == SEEN and "unseen" in entry:  # a seen device with no random-split residuals: the wider band
             return float(entry["unseen"][0]), float(entry["unseen"][1]), True
-        method = key.split(":", 1)[0]
-        same = [e[name] for k, e in self.bands.items() if k.split(":", 1)[0] == method and name in e]
-        if same:
+        method, _, family = key.partition(":")
+        # borrowed bands stay within one kind of op: a collective never takes a kernel's band (their errors have
+        # nothing in common: a kernel model's +-30% says nothing about an alpha-beta estimate of an unmeasured
+        # fabric) and a kernel never takes a collective's
+        kind = family == "collective"
+        same = [e[name] for k, e in self.bands.items()
+                if k.split(":", 1)[0] == method and (k.partition(":")[2] == "collective") == kind and name in e]
+        if same:  # the same model on another family of the same kind
             return min(b[0] for b in same), max(b[1] for b in same), False
-        every = [e[n] for e in self.bands.values() for n in BAND_NAMES if n in e]
+        if kind:  # another collective model's band for systems it never measured (the widest such band)
+            other = [e["unseen"] for k, e in self.bands.items() if k.partition(":")[2] == family and "unseen" in e]
+            if other:
+                return min(b[0] for b in other), max(b[1] for b in other), False
+        # the widest band calibrated for any model of the same kind (a model fitted on one device or without its
+        # leave-one-out fits, asked about another: not calibrated for that case, flagged)
+        every = [e[n] for k, e in self.bands.items() if (k.partition(":")[2] == "collective") == kind
+                 for n in BAND_NAMES if n in e]
         if every:
             return min(b[0] for b in every), max(b[1] for b in every), False
-        return UNCALIBRATED_LOG[0], UNCALIBRATED_LOG[1], False
+        return np.nan, np.nan, False  # nothing calibrated for this kind of prediction: no interval
 
     def bounds(self, key: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(log low factor, log high factor, calibrated) per row, vectorised over distinct (key, band); ``seen``

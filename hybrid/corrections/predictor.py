@@ -514,7 +514,10 @@ class HybridPredictor:
     def predict(self, table: pd.DataFrame, intervals: bool = True, host: bool = False) -> pd.DataFrame:
         """Per row (same index): ``time_us``, ``roofline_us``, ``method``, ``bound``; with ``intervals``,
         ``time_us_low`` / ``time_us_high`` (the calibrated 80% interval; NaN when the predictor has no interval
-        calibration, see :meth:`calibrate_intervals`); with ``host``, ``host_us`` (the part of ``time_us`` that
+        calibration, see :meth:`calibrate_intervals`, or none for that kind of op: a collective of a model
+        calibrated without collectives) and ``interval_calibrated`` (False where the band was borrowed from
+        another op family or model, or is missing: :meth:`IntervalCalibration.bounds
+        <hybrid.corrections.intervals.IntervalCalibration.bounds>`); with ``host``, ``host_us`` (the part of ``time_us`` that
         is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the kernel models
         with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off).
 
@@ -566,8 +569,9 @@ class HybridPredictor:
         if intervals:
             if self.intervals is None:
                 out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
+                out["interval_calibrated"] = np.zeros(len(time), dtype=bool)
             else:
-                lo, hi, _ = self.intervals.coded_bounds(method, methods, base["family"],
+                lo, hi, out["interval_calibrated"] = self.intervals.coded_bounds(method, methods, base["family"],
                                                         self._bands(norm, base, (group_codes, groups)))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
                 floor = self._interval_floor(norm, base, (group_codes, groups))

@@ -144,6 +144,21 @@ class InferenceSetup:
     def gpus(self) -> int:
         return self.tp * self.pp
 
+    def deployment_notes(self) -> list[str]:
+        """What the deployment implies that a user may not have meant: a device other than the system's own GPU
+        (costed on that system's fabric) and tensor parallelism across nodes (its all-reduces cross the NICs)."""
+        notes = []
+        if self.device.key != self.system.device:
+            notes.append(f"{self.device.key} on {self.system.key}, whose GPUs are {self.system.device}: costed as "
+                         f"{self.device.key} GPUs on {self.system.key}'s fabric ({self.system.intra_fabric} inside a "
+                         "node), a what-if, not a shipping system")
+        gpn = self.system.gpus_per_node
+        if self.tp > gpn:
+            notes.append(f"tensor parallelism {self.tp} spans {math.ceil(self.tp / gpn)} nodes of {gpn} GPUs: its "
+                         f"all-reduces cross the NICs ({self.system.inter_fabric}) every layer, usually much slower "
+                         "than TP inside a node and PP between nodes")
+        return notes
+
     @property
     def layers_per_stage(self) -> int:
         return math.ceil(self.model.num_layers / self.pp)
@@ -688,7 +703,8 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
         keep = keep | (costed["scenario"] == mid)
     ops = costed[keep].drop(columns=["config", "weight", "context"]).reset_index(drop=True)
     method = "+".join(sorted(set(map(str, costed["method"]))))
-    notes = [f"static batching: whole batch prefilled at once; {micro} microbatch(es)", f"memory: {mem.reason}"]
+    notes = [f"static batching: whole batch prefilled at once; {micro} microbatch(es)", f"memory: {mem.reason}",
+             *s.deployment_notes()]
     notes += [n for n in [context_note(s.model, input_len + output_len), s.device.slow_dtype_note(s.precision.compute)]
               if n]
     if s.pp > 1:

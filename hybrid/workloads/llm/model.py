@@ -763,7 +763,7 @@ def model_names() -> list[str]:
 
 def load_model(name_or_path: str | os.PathLike | Mapping[str, Any]) -> TransformerConfig:
     """A library name (``gpt3-175b``, case-insensitive), a YAML/JSON file (Megatron keys or HF config.json),
-    or a mapping."""
+    a directory holding a ``config.json`` (a Hugging Face checkpoint), or a mapping."""
     if isinstance(name_or_path, Mapping):
         return from_dict(name_or_path)
     if isinstance(name_or_path, TransformerConfig):
@@ -775,6 +775,12 @@ def load_model(name_or_path: str | os.PathLike | Mapping[str, Any]) -> Transform
     if key in lib:
         return lib[key]
     p = Path(s)
+    if p.is_dir():  # a Hugging Face checkpoint directory: its config.json
+        found = [p / n for n in ("config.json", "config.yaml", "config.yml") if (p / n).is_file()]
+        if not found:
+            raise InvalidInputError(f"model directory {p} has no config.json (a Hugging Face checkpoint directory "
+                                    "holds one; or name the YAML/JSON file itself)")
+        p = found[0]
     if p.suffix.lower() in (".json", ".yaml", ".yml") or p.exists():
         if not p.is_file():
             raise InvalidInputError(f"model file not found: {p}")

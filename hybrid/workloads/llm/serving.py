@@ -213,10 +213,22 @@ class StepCosts:
     pre_c: np.ndarray
     pre_ctx: np.ndarray
     pre_us: np.ndarray  # [len(pre_c), len(pre_ctx)]
+    #: the op-cost models that answered (``+``-joined ``method`` of the costed ops: ``roofline``, ``kernel-xgb``...)
+    method: str = "roofline"
 
     @classmethod
     def build(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
               cost_model: OpCostModel | None = None, points: int = 24) -> StepCosts:
+        """Step costs on a grid of batch shapes, every op at its predicted time."""
+        return cls.build_bounds(s, max_tokens, max_seqs, max_ctx, cost_model, points)[0]
+
+    @classmethod
+    def build_bounds(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
+                     cost_model: OpCostModel | None = None, points: int = 24
+                     ) -> tuple[StepCosts, StepCosts | None, StepCosts | None]:
+        """(predicted, low, high) step costs from one costing of the grid: low / high with every op at the low /
+        high end of its 80% interval (None when the cost model gives no interval for every op: a roofline-only
+        model, or collectives of a model calibrated without any)."""
         tok = _log_grid(max_tokens + max_seqs, points)
         seq = _log_grid(max_seqs, points // 2)
         db, dc = _log_grid(max_seqs, points // 2), _log_grid(max_ctx, points // 2)
@@ -235,23 +247,34 @@ class StepCosts:
         phase = np.concatenate([np.full(len(p[0]), f"part{i}", dtype=object) for i, p in enumerate(parts)])
         off = len(phase)
         costed = cost_ops(pass_ops(s, *cat, phase=phase), cost_model, s.catalog)
-        t_all = costed["time_us"].to_numpy() * costed["count"].to_numpy()
         name = costed["name"].to_numpy()
         ph = costed["phase"].to_numpy()
         sc = costed["scenario"].to_numpy(dtype=np.int64)
-
-        def total(mask: np.ndarray) -> np.ndarray:
-            return np.bincount(sc[mask], weights=t_all[mask], minlength=off)
-
         is_att = name == "attention"
         is_head = np.isin(name, HEAD_OPS)
-        dense = total((ph == "part0") & ~is_att & ~is_head)[: len(tok)]
-        head = total((ph == "part1") & is_head)[len(tok): len(tok) + len(seq)]
         o2 = len(tok) + len(seq)
-        dec = total((ph == "part2") & is_att)[o2: o2 + DB.size].reshape(DB.shape)
         o3 = o2 + DB.size
-        pre = total((ph == "part3") & is_att)[o3: o3 + PC.size].reshape(PC.shape)
-        return cls(tok, dense, seq, head, db, dc, dec, pc, px, pre)
+        method = "+".join(sorted(set(map(str, costed["method"]))))
+
+        def assemble(column: str) -> StepCosts | None:
+            if column not in costed.columns:
+                return None
+            t_all = costed[column].to_numpy(dtype=np.float64) * costed["count"].to_numpy()
+            if not np.isfinite(t_all).all():
+                return None
+
+            def total(mask: np.ndarray) -> np.ndarray:
+                return np.bincount(sc[mask], weights=t_all[mask], minlength=off)
+
+            dense = total((ph == "part0") & ~is_att & ~is_head)[: len(tok)]
+            head = total((ph == "part1") & is_head)[len(tok): o2]
+            dec = total((ph == "part2") & is_att)[o2: o3].reshape(DB.shape)
+            pre = total((ph == "part3") & is_att)[o3: o3 + PC.size].reshape(PC.shape)
+            return cls(tok, dense, seq, head, db, dc, dec, pc, px, pre, method)
+
+        main = assemble("time_us")
+        assert main is not None  # (cost_ops checks every time is finite)
+        return main, assemble("time_us_low"), assemble("time_us_high")
 
     @staticmethod
     def _interp1(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
