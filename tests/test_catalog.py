@@ -224,14 +224,20 @@ def test_names_with_memory_and_packaging_words_resolve(catalog, name: str, key: 
     assert catalog.resolve_device(name) == key
 
 
-@pytest.mark.parametrize("name", ["NVIDIA H100-SXM5-94GB", "NVIDIA GH200 Grace Hopper Superchip 288GB",
-                                  "A100-SXM 16GB", "NVIDIA B200-SXM-96GB"])
-def test_a_stated_memory_size_must_match_the_part(catalog, name: str) -> None:
+@pytest.mark.parametrize(("name", "part"), [("NVIDIA H100-SXM5-94GB", "H100-SXM"),
+                                            ("NVIDIA GH200 Grace Hopper Superchip 288GB", None),
+                                            ("A100-SXM 16GB", None), ("NVIDIA B200-SXM-96GB", "B200"),
+                                            ("NVIDIA H20 141GB", "H20")])
+def test_a_stated_memory_size_must_match_the_part(catalog, name: str, part: str | None) -> None:
     # the loose match drops the size only when it agrees with the catalog part's capacity (a 94 GB H100 is
     # another memory configuration, with another bandwidth, than the 80 GB one)
     assert catalog.resolve_device(name, missing_ok=True) is None
-    with pytest.raises(UnknownDeviceError, match="unknown device"):
+    with pytest.raises(UnknownDeviceError, match="unknown device") as exc:
         catalog.device(name)
+    if part is not None:  # the error names the part and its configuration, and how to add the missing one
+        gib = catalog.devices[part].mem_capacity / 2**30
+        assert f"{part} is in the catalog with {gib:g} GiB" in str(exc.value)
+        assert "not in this memory configuration" in str(exc.value) and "HYBRID_CATALOG" in str(exc.value)
 
 
 def test_unknown_system_raises(catalog) -> None:

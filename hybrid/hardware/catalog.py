@@ -136,18 +136,30 @@ class Catalog:
         if key is None and _ROCM_TARGET.match(str(name).strip()):
             # a ROCm target with feature flags (rocminfo: gfx90a:sramecc+:xnack-): the flags do not change the part
             key = self._device_index.get(normalize_name(str(name).strip().split(":", 1)[0]))
+        variant = None
         if key is None:
-            key = self._loose_device(name)
+            key, variant = self._loose_device(name)
         if key is None and not missing_ok:
-            raise UnknownDeviceError(_unknown("device", name, self._device_index, self.devices))
+            msg = _unknown("device", name, self._device_index, self.devices)
+            if variant is not None:  # a known part in a memory configuration the catalog lacks: say which
+                dev = self.devices[variant]
+                close = msg.split("; closest known: ", 1)[1].split(" (see", 1)[0] if "; closest known: " in msg else ""
+                msg = (f"unknown device {name!r}: {variant} is in the catalog with {dev.mem_capacity / 2**30:g} GiB "
+                       f"({dev.mem_bw / 1e9:g} GB/s), not in this memory configuration"
+                       + (f" (closest known: {close})" if close else "")
+                       + f"; add it with a catalog file via {CATALOG_ENV} (a copy of the {variant} entry under a new "
+                       "name, with its mem_gib, mem_bw_gbps and aliases), see docs/hardware.md")
+            raise UnknownDeviceError(msg)
         return key
 
-    def _loose_device(self, name: str) -> str | None:
+    def _loose_device(self, name: str) -> tuple[str | None, str | None]:
+        """(catalog key, None) for a loosely written name, or (None, the part it names) when the name states a
+        memory size that no configuration of that part in the catalog has, or (None, None)."""
         text = _VENDOR_PREFIX.sub("", _POWER_SUFFIX.sub("", str(name).strip().lower()).strip())
         text = _VENDOR_PREFIX.sub("", _MARKETING.sub(" ", text).strip())
         key = self._device_index.get(normalize_name(text))
         if key is not None:
-            return key
+            return key, None
         sizes = [float(m.group(1)) for m in _MEMORY_SIZE.finditer(text)]
         bare = _MEMORY_KIND.sub(" ", _MEMORY_SIZE.sub(" ", text))
         for cand in (bare, _PACKAGING.sub(" ", bare)):
@@ -159,10 +171,10 @@ class Catalog:
                 for x in sizes:
                     other = self._device_index.get(normalize_name(f"{cand} {x:g}gb"))
                     if other is not None and self._memory_agrees(other, [x]):
-                        return other
-                return None  # a configuration the catalog lacks
-            return key
-        return None
+                        return other, None
+                return None, key  # a configuration the catalog lacks
+            return key, None
+        return None, None
 
     def _memory_agrees(self, key: str, sizes: list[float]) -> bool:
         """Whether one of the stated sizes (GB or GiB) matches the device's capacity."""
