@@ -371,6 +371,8 @@ def test_engine_iteration_interval_and_sharding_overlap_flags(fitted, shared_dat
     graph = build_dlrm_graph(config, best.plan, pred.catalog).graph
     sim = simulate(graph, pred)
     assert sim.iteration_us_low < sim.iteration_us < sim.iteration_us_high
+    # its embedding lookups stay at the roofline with a borrowed kernel band: the summary says so
+    assert "embedding (" in sim.summary()["interval_note"] and "not calibrated" in sim.summary()["interval_note"]
     no_band = simulate(graph, kernels_only)  # its collectives have no interval: nor has the iteration
     assert no_band.iteration_us == pytest.approx(sim.iteration_us)
     assert np.isnan(no_band.iteration_us_low) and "iteration_us_low" not in no_band.summary()

@@ -580,7 +580,8 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
         L += ["", "## 80% iteration-time intervals (calibrated column)", "",
               "Each run's interval is its graph scheduled with every op at the low / high end of the calibrated "
               "model's own 80% interval (`hybrid.engine.simulate`; the embedding lookups, which no public source "
-              "times, get the widest band calibrated). Share of runs whose published time is inside "
+              "times, stay at the roofline and borrow the widest kernel band calibrated, flagged uncalibrated: "
+              "a band borrowed from no embedding measurement). Share of runs whose published time is inside "
               "(target 75-85%):", "", "| runs | n | inside % | median width (high/low) |", "|---|---|---|---|"]
         for label, g in (("held out (not the fit round)", held), (f"fit round {fit_round}", fitted), ("all", runs),
                          *((f"source: {k}", v) for k, v in runs.groupby("source")),

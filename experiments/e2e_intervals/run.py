@@ -75,6 +75,12 @@ def read_inputs(extra: list[str]) -> pd.DataFrame:
     for f in extra:
         frames.append(pd.read_csv(f).assign(benchmark=Path(f).name))
     rows = pd.concat(frames, ignore_index=True)
+    # rows without an op-cost interval (a step with an op the calibration has no band for: the collectives of a
+    # calibration without collective measurements) say nothing about a margin: left out, counted in the report
+    has = rows["low"].notna() & rows["high"].notna()
+    without = rows.loc[~has, "benchmark"].value_counts().to_dict()
+    rows = rows[has].reset_index(drop=True)
+    rows.attrs["without_interval"] = without
     rows["table"] = rows["source"]
     rows["source"] = rows["source"].map(software_group)
     # a group's rows under one kind (NeuSight has both: one group per kind, the harness is shared but the
@@ -136,7 +142,10 @@ def report(rows: pd.DataFrame, pools: dict, chosen: str, margins: list[fe.FormMa
          f"{len(rows)} rows, {rows['source'].nunique()} software groups (a held-out group is software the margin "
          "never saw). Score of a row: how far (log) its published figure falls outside the op-cost interval, 0 "
          "inside. Margin: the 80% quantile of the scores, each group weighing the same. Widened interval: "
-         "`[low / e^m, high * e^m]`.", "",
+         "`[low / e^m, high * e^m]`."
+         + (" Left out, for having no op-cost interval: " + ", ".join(
+             f"{n} rows of {b}" for b, n in rows.attrs.get("without_interval", {}).items()) + "."
+            if rows.attrs.get("without_interval") else ""), "",
          "## Leave one software group out", "",
          "Each group scored with the margin calibrated on the other groups (of the same kind, for the per-kind "
          "pool).", ""]

@@ -185,8 +185,27 @@ def predict_bounds(model: OpCostModel, ops: pd.DataFrame
     """(``time_us``, ``time_us_low``, ``time_us_high``, ``method``) per op row from one ``predict`` call. The
     interval columns are None when the model gives none (or not for every row: a roofline-only or uncalibrated
     predictor)."""
+    return predict_bounds_flagged(model, ops)[:4]  # type: ignore[return-value]
+
+
+def interval_note(ops: pd.DataFrame, borrowed: np.ndarray | None) -> str | None:
+    """A note naming the op families whose 80% band was borrowed (``interval_calibrated`` False), or None."""
+    if borrowed is None or not borrowed.any() or "op" not in ops.columns:
+        return None
+    from hybrid.ops.families import family_array
+
+    fams = pd.Series(np.asarray(family_array(ops["op"]), dtype=object)[borrowed]).value_counts()
+    which = ", ".join(f"{f} ({n} ops)" for f, n in fams.items())
+    return (f"the interval borrows the band of another op family or model for {which}: the calibration had no "
+            "measurement of their own, so how often it holds is not calibrated for them")
+
+
+def predict_bounds_flagged(model: OpCostModel, ops: pd.DataFrame
+                           ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray, np.ndarray | None]:
+    """:func:`predict_bounds` plus, per op, whether its band was borrowed (``interval_calibrated`` False in the
+    model's answer; None when the model says nothing about it)."""
     if len(ops) == 0:
-        return np.zeros(0), None, None, np.zeros(0, dtype=object)
+        return np.zeros(0), None, None, np.zeros(0, dtype=object), None
     result = model.predict(integral_shapes(ops))
     if "time_us" not in result.columns:
         raise InvalidInputError(f"cost model {type(model).__name__} returned no 'time_us' column")
@@ -203,4 +222,6 @@ def predict_bounds(model: OpCostModel, ops: pd.DataFrame
         hi = pd.to_numeric(result["time_us_high"], errors="coerce").to_numpy(dtype=np.float64)
         if np.isfinite(lo).all() and np.isfinite(hi).all():
             low, high = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
-    return times, low, high, method
+    borrowed = (~result["interval_calibrated"].to_numpy(dtype=bool)
+                if "interval_calibrated" in result.columns and low is not None else None)
+    return times, low, high, method, borrowed

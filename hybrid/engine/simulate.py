@@ -20,7 +20,8 @@ from hybrid.engine.costs import (
     OpCostModel,
     SharedMemoryBandwidth,
     default_cost_model,
-    predict_bounds,
+    interval_note,
+    predict_bounds_flagged,
     predict_times,
 )
 from hybrid.engine.graph import COMM, COMPUTE, CPU, KINDS, SYNC, CompiledGraph, TaskGraph
@@ -332,7 +333,8 @@ def simulate(
     if kernel_times and model is not None:
         model = KernelTimeModel(model)
     if len(compiled.ops):
-        t, low, high, method = predict_bounds(model if model is not None else default_cost_model(), compiled.ops)
+        t, low, high, method, borrowed = predict_bounds_flagged(model if model is not None else default_cost_model(),
+                                                                compiled.ops)
         times = (t, method)
     dur = node_durations(compiled, model, over, methods, _times=times)
     result = simulate_durations(compiled, dur)
@@ -341,6 +343,9 @@ def simulate(
             compiled, node_durations(compiled, model, over, _times=(low, times[1]))).iteration_us
         result.iteration_us_high = simulate_durations(
             compiled, node_durations(compiled, model, over, _times=(high, times[1]))).iteration_us
+        note = interval_note(compiled.ops, borrowed)
+        if note:
+            result.info["interval_note"] = note
     node_method = np.full(len(compiled), "", dtype=object)
     if methods:
         has = compiled.op_index >= 0
