@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import e2e_line, echo_json, echo_table
+from hybrid.cli.output import NO_INTERVAL_NOTE, e2e_line, echo_json, echo_table
 from hybrid.errors import InvalidInputError
 
 
@@ -118,8 +118,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     out = res.to_dict()
     out["cost_model"] = cost_ref
     if model_ref and not res.interval:
-        note = ("no 80% interval: the calibrated model gives none for some op of this deployment (a collective of "
-                "a model calibrated without collective measurements, say)")
+        note = NO_INTERVAL_NOTE.format(what="deployment")
         out["notes"] = [*out.get("notes", []), note]
         click.echo(f"warning: {note}", err=True)
     if not show_ops:
@@ -325,8 +324,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                            for p in ("p50", "p90", "p99") for end in ("low", "high")}
     elif model_ref:
         out["interval"] = None
-        note = ("no 80% interval: the calibrated model gives none for some op of this deployment (a collective of "
-                "a model calibrated without collective measurements, say)")
+        note = NO_INTERVAL_NOTE.format(what="deployment")
         out["notes"] = [*out.get("notes", []), note]
         click.echo(f"warning: {note}", err=True)
     if trace_file:

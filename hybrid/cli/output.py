@@ -78,3 +78,8 @@ def e2e_line(parts: Sequence[str], values: dict[str, Any], what: str) -> str:
             "on each side for what op costs do not describe: framework, runtime, schedule; published "
             f"{what} of software it was not calibrated on fell inside {values['e2e_heldout_coverage_pct']:.0f}% of "
             f"the time on average, {lo:.0f}-{hi:.0f}% per software, experiments/e2e_intervals)")
+
+
+#: Said (JSON ``notes`` / ``interval_note`` and stderr) when a calibrated model gives no interval for some op.
+NO_INTERVAL_NOTE = ("no 80% interval: the calibrated model gives none for some op of this {what} (a collective of a "
+                    "model calibrated without collective measurements, say)")

@@ -102,8 +102,9 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
                     "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
                     "samples_per_s": config.global_batch / (result.iteration_us * 1e-6)})
     if model_ref and "iteration_us_low" not in summary:
-        summary["interval_note"] = ("no 80% interval: the calibrated model gives none for some op of this iteration "
-                                    "(a collective of a model calibrated without collective measurements, say)")
+        from hybrid.cli.output import NO_INTERVAL_NOTE
+
+        summary["interval_note"] = NO_INTERVAL_NOTE.format(what="iteration")
     if "interval_note" in summary:
         click.echo(f"warning: {summary['interval_note']}", err=True)
     if trace_path:

@@ -181,23 +181,22 @@ class IntervalCalibration:
             return float(entry[name][0]), float(entry[name][1]), True
         if band == SEEN and "unseen" in entry:  # a seen device with no random-split residuals: the wider band
             return float(entry["unseen"][0]), float(entry["unseen"][1]), True
-        method, _, family = key.partition(":")
+        method = key.partition(":")[0]
         # borrowed bands stay within one kind of op: a collective never takes a kernel's band (their errors have
         # nothing in common: a kernel model's +-30% says nothing about an alpha-beta estimate of an unmeasured
         # fabric) and a kernel never takes a collective's
-        kind = family == "collective"
-        same = [e[name] for k, e in self.bands.items()
-                if k.split(":", 1)[0] == method and (k.partition(":")[2] == "collective") == kind and name in e]
+        kind = _is_collective(key)
+        alike = {k: e for k, e in self.bands.items() if _is_collective(k) == kind}
+        same = [e[name] for k, e in alike.items() if k.partition(":")[0] == method and name in e]
         if same:  # the same model on another family of the same kind
             return min(b[0] for b in same), max(b[1] for b in same), False
         if kind:  # another collective model's band for systems it never measured (the widest such band)
-            other = [e["unseen"] for k, e in self.bands.items() if k.partition(":")[2] == family and "unseen" in e]
+            other = [e["unseen"] for e in alike.values() if "unseen" in e]
             if other:
                 return min(b[0] for b in other), max(b[1] for b in other), False
         # the widest band calibrated for any model of the same kind (a model fitted on one device or without its
         # leave-one-out fits, asked about another: not calibrated for that case, flagged)
-        every = [e[n] for k, e in self.bands.items() if (k.partition(":")[2] == "collective") == kind
-                 for n in BAND_NAMES if n in e]
+        every = [e[n] for e in alike.values() for n in BAND_NAMES if n in e]
         if every:
             return min(b[0] for b in every), max(b[1] for b in every), False
         return np.nan, np.nan, False  # nothing calibrated for this kind of prediction: no interval
@@ -304,6 +303,11 @@ def default_lodo_devices(devices: pd.Series, kinds: dict[str, str], max_devices:
 def interval_keys(method: np.ndarray, family: np.ndarray) -> np.ndarray:
     """``method:family`` per row."""
     return (pd.Series(np.asarray(method, dtype=str)) + ":" + pd.Series(np.asarray(family, dtype=str))).to_numpy(dtype=object)
+
+
+def _is_collective(key: str) -> bool:
+    """Whether a ``method:family`` band key is a collective's (the kinds bands are never borrowed across)."""
+    return key.partition(":")[2] == "collective"
 
 
 def coverage_pct(measured: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:

@@ -143,7 +143,7 @@ class Catalog:
             msg = _unknown("device", name, self._device_index, self.devices)
             if variant is not None:  # a known part in a memory configuration the catalog lacks: say which
                 dev = self.devices[variant]
-                close = msg.split("; closest known: ", 1)[1].split(" (see", 1)[0] if "; closest known: " in msg else ""
+                close = ", ".join(_close_names(name, self._device_index, self.devices))
                 msg = (f"unknown device {name!r}: {variant} is in the catalog with {dev.mem_capacity / 2**30:g} GiB "
                        f"({dev.mem_bw / 1e9:g} GB/s), not in this memory configuration"
                        + (f" (closest known: {close})" if close else "")
@@ -246,12 +246,15 @@ def _build_index(entries: Iterable[Device | System], what: str) -> dict[str, str
     return index
 
 
-def _unknown(what: str, name: str, index: dict[str, str], entries: dict[str, Any]) -> str:
-    norm = normalize_name(name)
-    close = difflib.get_close_matches(norm, list(index), n=8, cutoff=0.5)
+def _close_names(name: str, index: dict[str, str], entries: dict[str, Any]) -> list[str]:
+    """Up to 5 catalog keys whose names are closest to ``name``."""
+    close = difflib.get_close_matches(normalize_name(name), list(index), n=8, cutoff=0.5)
     keys = list(dict.fromkeys(index[c] for c in close))[:5]
-    if not keys:
-        keys = difflib.get_close_matches(str(name), list(entries), n=5, cutoff=0.0)
+    return keys or difflib.get_close_matches(str(name), list(entries), n=5, cutoff=0.0)
+
+
+def _unknown(what: str, name: str, index: dict[str, str], entries: dict[str, Any]) -> str:
+    keys = _close_names(name, index, entries)
     hint = f"; closest known: {', '.join(keys)}" if keys else ""
     return f"unknown {what} {name!r}{hint} (see `hybrid devices`, or add it with a catalog file via {CATALOG_ENV})"
 
