@@ -615,3 +615,17 @@ def test_bf16_without_bf16_units_is_said_where_it_is_priced(catalog, capsys) -> 
     assert "warning: V100-SXM2-32GB has no bf16 units" in capsys.readouterr().err
     assert main(["llm", "infer", "llama2-7b", "--device", "V100-SXM2-32GB", "--dtype", "fp8"]) == 2
     assert "use --dtype fp16 (its bf16 runs at the fp32 rate)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, key, other", [("sm_90", "H100-SXM", "H200"), ("sm_90a", "H100-SXM", "H100-PCIE"),
+                                              ("gfx90a", "MI210", "MI250X"), ("gfx942:sramecc+:xnack-", "MI300X",
+                                                                                 "MI325X")])
+def test_a_shared_architecture_string_names_the_other_gpus_it_could_be(catalog, name, key, other) -> None:
+    """``sm_90`` resolves (to the XLA tables' H100) but is also every other Hopper part: the alternatives are the
+    catalog devices with that arch, never the one picked; product names and one-device archs have none."""
+    alts = catalog.arch_alternatives(name)
+    assert catalog.resolve_device(name) == key and key not in alts and other in alts
+    assert all(catalog.devices[k].arch.lower() == catalog.devices[key].arch.lower() for k in alts)
+    assert catalog.arch_alternatives("H100") == [] and catalog.arch_alternatives("NVIDIA H200") == []
+    assert catalog.arch_alternatives("gfx906") == [k for k, d in catalog.devices.items()
+                                                   if d.arch == "gfx906" and k != catalog.resolve_device("gfx906")]

@@ -155,3 +155,17 @@ def test_exit_code_of_ctx_exit_is_returned() -> None:
         assert main(["exit-with", "0"]) == 0
     finally:
         cli.commands.pop("exit-with", None)
+
+
+def test_a_bare_architecture_device_is_costed_with_a_warning_naming_the_alternatives(capsys) -> None:
+    code, out, err = run(capsys, "predict", "gemm", "-d", "sm_90", "-m", "4096", "-n", "4096", "-k", "4096", "--json")
+    assert code == 0 and json.loads(out)["device"] == "H100-SXM"
+    assert "warning: device 'sm_90' is an architecture" in err and "costed as H100-SXM" in err and "H200" in err
+    code, out, err = run(capsys, "predict", "gemm", "-d", "H200", "-m", "4096", "-n", "4096", "-k", "4096", "--json")
+    assert code == 0 and "warning" not in err  # a product name is not ambiguous
+    code, out, err = run(capsys, "predict", "gemm", "-d", "sm_999", "-m", "8", "-n", "8", "-k", "8")
+    assert code != 0 and "unknown device 'sm_999'" in err and "architecture" not in err
+    code, out, _ = run(capsys, "devices", "show", "gfx90a", "--json")
+    assert "MI250X" in json.loads(out)["same_arch_devices"]
+    code, out, _ = run(capsys, "devices", "show", "MI210", "--json")
+    assert "same_arch_devices" not in json.loads(out)

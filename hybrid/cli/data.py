@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import echo_json, echo_table, warn_arch_device
 from hybrid.cli.output import report_warnings as _report_warnings
 from hybrid.errors import InvalidInputError
 
@@ -35,7 +35,8 @@ def formats(as_json: bool) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="Output table (.csv or .parquet); written atomically.")
-@click.option("--device", default=None, help="Catalog device that ran the measurements (overrides the files).")
+@click.option("--device", default=None, callback=warn_arch_device,
+              help="Catalog device that ran the measurements (overrides the files).")
 @click.option("--system", default=None, help="Catalog system the collectives ran on (overrides inference).")
 @click.option("--quiet", is_flag=True, help="No progress bar, no warnings.")
 @click.option("--kernel-times", is_flag=True,

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import NO_INTERVAL_NOTE, e2e_line, echo_json, echo_table
+from hybrid.cli.output import NO_INTERVAL_NOTE, e2e_line, echo_json, echo_table, warn_arch_device
 from hybrid.errors import InvalidInputError
 
 
@@ -28,7 +28,8 @@ def _predictor(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, An
 
 def _deploy_options(fn):
     opts = [
-        click.option("--device", "-d", default=None, help="Catalog GPU (default: the system's GPU)."),
+        click.option("--device", "-d", default=None, callback=warn_arch_device,
+                     help="Catalog GPU (default: the system's GPU)."),
         click.option("--system", "-s", default=None, help="Catalog system (TP collectives run on its fabric)."),
         click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),

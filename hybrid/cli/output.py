@@ -83,3 +83,35 @@ def e2e_line(parts: Sequence[str], values: dict[str, Any], what: str) -> str:
 #: Said (JSON ``notes`` / ``interval_note`` and stderr) when a calibrated model gives no interval for some op.
 NO_INTERVAL_NOTE = ("no 80% interval: the calibrated model gives none for some op of this {what} (a collective of a "
                     "model calibrated without collective measurements, say)")
+
+
+def arch_note(name: str, catalog: Any = None) -> str | None:
+    """A warning for a device given as a bare architecture string that several catalog GPUs share (``sm_90``,
+    ``gfx90a``): which GPU it was taken as and which others it could mean; None for any other name."""
+    from hybrid.hardware.catalog import default_catalog
+
+    cat = catalog if catalog is not None else default_catalog()
+    others = cat.arch_alternatives(name)
+    if not others:
+        return None
+    key = cat.resolve_device(name)
+    dev = cat.devices[key]
+    shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
+    return (f"device {name!r} is an architecture that {len(others) + 1} catalog GPUs share; costed as {key} "
+            f"({dev.mem_capacity / 2**30:g} GiB, {dev.mem_bw / 1e9:g} GB/s); name the GPU instead if it is "
+            f"another one: {shown}")
+
+
+def warn_arch_device(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback for ``--device`` options: print :func:`arch_note` on stderr (unknown names are left to the
+    command, which names them in its error)."""
+    if value:
+        from hybrid.errors import UnknownDeviceError
+
+        try:
+            note = arch_note(value)
+        except UnknownDeviceError:
+            note = None
+        if note:
+            click.echo(f"warning: {note}", err=True)
+    return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid.cli.output import echo_json
+from hybrid.cli.output import echo_json, warn_arch_device
 from hybrid.hardware.catalog import default_catalog
 from hybrid.ops.roofline import resolve_system, roofline
 from hybrid.ops.spec import Collective, Gemm
@@ -67,7 +67,7 @@ def _unseen_dtype(predictor, dtype: str) -> dict:
 
 
 @predict.command("gemm")
-@click.option("--device", "-d", required=True, help="Catalog device (any alias).")
+@click.option("--device", "-d", required=True, callback=warn_arch_device, help="Catalog device (any alias).")
 @click.option("--dtype", default="bf16", show_default=True)
 @click.option("-m", type=int, required=True)
 @click.option("-n", type=int, required=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import e2e_line, echo_json, echo_table
+from hybrid.cli.output import e2e_line, echo_json, echo_table, warn_arch_device
 
 
 @click.group()
@@ -80,7 +80,7 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 
 @trace.command("predict")
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
-@click.option("--device", default=None, help="Target device (catalog key or alias).")
+@click.option("--device", default=None, callback=warn_arch_device, help="Target device (catalog key or alias).")
 @click.option("--system", default=None, help="Target system (collectives use its fabric).")
 @click.option("--model", "model_ref", default=None, help="Calibrated model from the tracking store (NAME[/VERSION]).")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
@@ -185,7 +185,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
               help="Where to write the measurement rows (the canonical table: .csv or .parquet).")
-@click.option("--device", default=None,
+@click.option("--device", default=None, callback=warn_arch_device,
               help="Catalog GPU the traces ran on (default: the GPU name the traces record).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int | None) -> None:

@@ -152,6 +152,20 @@ class Catalog:
             raise UnknownDeviceError(msg)
         return key
 
+    def arch_alternatives(self, name: str) -> list[str]:
+        """Other catalog devices that ``name`` could equally mean when it is a bare architecture string (``sm_90``,
+        ``gfx90a``, ``gfx942:sramecc+:xnack-``) that several devices share: the keys of those other devices in
+        catalog order (empty for a product name or an architecture only one device has). ``resolve_device`` picks
+        one of them (see its catalog ``notes``); a caller that takes names from users says which it picked."""
+        text = str(name).strip().split(":", 1)[0] if _ROCM_TARGET.match(str(name).strip()) else str(name).strip()
+        arch = text.lower()
+        if not re.fullmatch(r"sm_\d+a?|gfx[0-9a-f]+", arch):
+            return []
+        arch = arch[:-1] if arch.startswith("sm_") and arch.endswith("a") else arch
+        key = self.resolve_device(name, missing_ok=True)
+        same = [k for k, d in self.devices.items() if str(d.arch).lower() == arch and k != key]
+        return same
+
     def _loose_device(self, name: str) -> tuple[str | None, str | None]:
         """(catalog key, None) for a loosely written name, or (None, the part it names) when the name states a
         memory size that no configuration of that part in the catalog has, or (None, None)."""
