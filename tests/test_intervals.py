@@ -520,3 +520,43 @@ def test_serving_interval_from_every_op_at_its_low_and_high_end(fitted):
         assert p["low"][metric]["p50"] <= p["mid"][metric]["p50"] <= p["high"][metric]["p50"]
     roof = StepCosts.build_bounds(s, 2048, 64, 300, HybridPredictor.roofline_only(pred.catalog))
     assert roof[1] is None and roof[2] is None and roof[0].method == "roofline"
+
+
+def test_a_device_fitted_only_in_other_families_is_unseen_for_this_correction(fitted, tmp_path):
+    """The band is decided per correction: a GPU whose softmax rows were left out of the fit (only its GEMMs were
+    fitted, as a GPU measured only in nccl-tests is 'in the data' for none of the kernels) gets the unseen band for
+    its softmax rows and keeps the seen band for its GEMMs."""
+    from hybrid.ops.families import family_array
+
+    pred, train, _ = fitted
+    fam = family_array(train["op"])
+    dev = str(train["device"].iloc[0])
+    part = train[~((train["device"] == dev) & (fam == "softmax"))].reset_index(drop=True)
+    params = XGBParams(n_estimators=60, max_depth=5)
+    p2 = HybridPredictor(corrections=[GemmXGB(params), PointwiseXGB(params)]).fit(part)
+    p2.intervals = pred.intervals  # the same bands; only which one a row gets is under test
+    key = str(p2._device_keys(pd.Series([dev]))[0])  # the catalog key, as the fit records devices
+    assert key in p2.devices_fitted["kernel-xgb-gemm"] and key not in p2.devices_fitted["kernel-xgb-pointwise"]
+    rows = train[train["device"] == dev].reset_index(drop=True)
+    hi = lambda o: np.log(o["time_us_high"] / o["time_us"]).to_numpy()  # noqa: E731
+    is_soft = family_array(rows["op"]) == "softmax"
+    out = p2.predict(rows)
+    np.testing.assert_allclose(hi(out[is_soft]), pred.intervals.bands["kernel-xgb:softmax"]["unseen"][1])
+    np.testing.assert_allclose(hi(out[~is_soft]), pred.intervals.bands["kernel-xgb:gemm"]["seen"][1])
+    # the fitted predictor (every family of this GPU fitted) gives the seen band for the same softmax rows
+    np.testing.assert_allclose(hi(pred.predict(rows)[is_soft]), pred.intervals.bands["kernel-xgb:softmax"]["seen"][1])
+    again = HybridPredictor.load(p2.save(tmp_path / "p2"))
+    assert again.devices_fitted == p2.devices_fitted
+    pd.testing.assert_frame_equal(again.predict(rows), out)
+
+
+def test_lodo_hold_outs_are_chosen_per_kind_of_op():
+    """Collective rows on a device with no kernel rows never push a kernel device out of the hold-outs."""
+    from hybrid.corrections.intervals import default_lodo_devices
+
+    devices = pd.Series(["A"] * 50 + ["B"] * 40 + ["C"] * 30 + ["X"] * 500 + ["A"] * 20 + ["Y"] * 10)
+    coll = np.r_[np.zeros(120, bool), np.ones(530, bool)]
+    kinds = dict.fromkeys("ABCXY", "gpu")
+    assert default_lodo_devices(devices, kinds, 2) == ["X", "A"]  # by rows alone, kernel device B is out
+    assert default_lodo_devices(devices, kinds, 2, coll) == ["A", "B", "X"]  # A: once, though in both lists
+    assert default_lodo_devices(devices, kinds, 2, np.zeros(len(devices), bool)) == ["X", "A"]

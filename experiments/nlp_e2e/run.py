@@ -1,7 +1,7 @@
 """End-to-end NLP latencies on GPUs predicted from PyTorch traces recorded on this CPU (meta device).
 
     python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--no-with-test-kernels] [--no-with-gpu-bundles]
-        [--no-with-llmcompass] [--with-trace-kernels] [--model-configs DIR] [--json] [--out results.md]
+        [--no-with-llmcompass] [--no-with-collectives] [--with-trace-kernels] [--model-configs DIR] [--json] [--out results.md]
 
 ``FILE`` has NeuSight's end-to-end label format (``../shared/datasets/neusight/e2e_labels_dev.csv``: columns
 ``gpu, config, model, mode, seqlen, batch, extra, e2e_latency`` in ms, optionally ``num_layer``). For every
@@ -22,7 +22,10 @@ host, the engine's launch overheads stand in) and every op is costed
   softmax rows of A100 and MI210 (``llmcompass-pointwise``; its compiled layernorm/GELU rows are left out) -- the
   **same GPUs** as most label rows, so those rows are not held-out hardware; rows on A100-SXM4-40GB and MI250 are.
   ``--no-with-test-kernels`` / ``--no-with-gpu-bundles`` / ``--no-with-llmcompass`` leave one out (before
-  2026-11-25 the first two were opt-in and the third did not exist);
+  2026-11-25 the first two were opt-in and the third did not exist); the collective models are fitted on every
+  public collective measurement (nccl-tests, Vidur network, XLA; 12,000 rows drawn evenly per device and op), none
+  of them on the labels' 4-GPU A100-SXM4-40GB node, so its collectives are answered by the cross-system transfer
+  model (``--no-with-collectives``: by the roofline, with no interval, as before 2026-11-29);
   ``--model NAME`` uses a calibrated model from the tracking store instead.
 
 Parallel rows (``extra`` = dp4 / tp4 / pp4_1 on 4 x A100-SXM4-40GB) rewrite the single-GPU trace
@@ -376,14 +379,18 @@ def read_labels(path: str) -> pd.DataFrame:
 
 def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = True,
                      gpu_bundles: bool = True, llmcompass: bool = True, trace_kernels: bool = False,
-                     intervals: bool = False):
+                     intervals: bool = False, collectives: bool = True, collective_rows: int = 12000):
     """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group); with
     ``with_test_kernels`` also on NeuSight's kernel *test* collections (``neusight/test-dev``: larger shapes, and
     the A100 80GB PCIe), which are kernel measurements, not end-to-end labels; with ``gpu_bundles`` also on the
     project's GPU bundles (``datasets/``, whole); with ``llmcompass`` also on LLMCompass's A100/MI210 FP16 eager
     softmax table (the only AMD pointwise measurements at hand; its layernorm and GELU ran compiled); with
     ``intervals`` the 80% prediction intervals are calibrated too (``fit(intervals=True)``: what ``hybrid
-    calibrate`` gives; the point predictions are the same)."""
+    calibrate`` gives; the point predictions are the same); with ``collectives`` also on every public collective
+    measurement (nccl-tests logs, Vidur's network tables, XLA's H100 collectives; at most ``collective_rows``,
+    drawn evenly per device and op), so that the multi-GPU labels' collectives are costed by the learned
+    collective models (the labelled node is not among the measured systems: the cross-system transfer model
+    answers) and carry a calibrated band. Collective rows do not enter the kernel fits."""
     from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.importers import import_paths
     from hybrid.data.paths import public_data_dir
@@ -416,9 +423,32 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
 
         traces = sorted(ROOT.glob("datasets/traces-*"))  # the project's own GPU traces
         table = pd.concat([table, step_kernel_rows(traces, cat)], ignore_index=True, sort=False)
+    kernel_devices = sorted(table["device"].unique())  # a GPU measured only in collectives ran no kernel here
+    if collectives:
+        table = pd.concat([table, public_collectives(base, cat, collective_rows)], ignore_index=True, sort=False)
     model = HybridPredictor(catalog=cat, seed=seed).fit(table, intervals=intervals, progress=intervals)
-    return model, cat, sorted(table["device"].unique()), len(table)
+    return model, cat, kernel_devices, len(table)
 
+
+
+def public_collectives(base: Path, cat, max_rows: int) -> pd.DataFrame:
+    """Every public collective measurement under ``base`` (nccl-tests, Vidur network, XLA collectives), flagged
+    rows dropped, at most ``max_rows`` drawn evenly per (device, op)."""
+    from hybrid.data.importers import import_paths
+    from hybrid.tracking.inputs import subsample
+
+    frames = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for fmt, sub in (("nccl-tests", "nccl-tests"), ("vidur-network", "vidur"), ("xla-collectives", "xla")):
+            if (base / sub).exists():
+                frames.append(import_paths(fmt, [base / sub], catalog=cat))
+    if not frames:
+        return pd.DataFrame()
+    table = pd.concat(frames, ignore_index=True, sort=False)
+    if "wrong" in table.columns:
+        table = table[~(pd.to_numeric(table["wrong"], errors="coerce").fillna(0) > 0)]
+    return subsample(table.reset_index(drop=True), max_rows, 0)
 
 
 def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cache: dict,
@@ -497,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-trace-kernels", action=argparse.BooleanOptionalAction, default=False,
                     help="also fit on the kernel-timed rows of the project's own GPU traces (datasets/traces-*, "
                          "hybrid trace kernels; default: off)")
+    ap.add_argument("--with-collectives", action=argparse.BooleanOptionalAction, default=True,
+                    help="also fit the collective models on every public collective measurement (nccl-tests, Vidur "
+                         "network, XLA; at most 12000 rows), so the multi-GPU labels' collectives are learned, "
+                         "with a band (default: on; before 2026-11-29 they were costed by the roofline)")
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU ops with the kernel model's eager per-op times (its fitted dispatch included), "
                          "as before kernel times were the default")
@@ -531,17 +565,20 @@ def main(argv: list[str] | None = None) -> int:
 
         engine = resolve_predictor(args.model, args.tracking_uri, default_bundle=False)
         model, mname = engine.model, engine.name
-        calib, ccat, fitted_on, n_fit = model, engine.catalog, getattr(model, "devices_seen", []), None
+        # the devices its GEMM model was fitted on (a saved model from before that record: every device it saw)
+        fitted_on = getattr(model, "devices_fitted", {}).get("kernel-xgb-gemm") or getattr(model, "devices_seen", [])
+        calib, ccat, n_fit = model, engine.catalog, None
     else:
         calib, ccat, fitted_on, n_fit = calibrated_model(args.data_dir, args.rows_per_gpu, args.seed,
                                                          args.with_test_kernels, args.with_gpu_bundles,
                                                          args.with_llmcompass, args.with_trace_kernels,
-                                                         args.intervals)
+                                                         args.intervals, args.with_collectives)
         mname = (f"HybridPredictor fitted on NeuSight kernel training data"
                  f"{' + kernel test collections' if args.with_test_kernels else ''}"
                  f"{' + the project GPU bundles' if args.with_gpu_bundles else ''}"
                  f"{' + LLMCompass softmax tables' if args.with_llmcompass else ''}"
-                 f"{' + the project GPU traces kernel rows' if args.with_trace_kernels else ''} ({n_fit} rows)")
+                 f"{' + the project GPU traces kernel rows' if args.with_trace_kernels else ''}"
+                 f"{' + public collective measurements' if args.with_collectives else ''} ({n_fit} rows)")
     models = {"roofline": (RooflineCostModel(cat), cat), "calibrated": (calib, ccat)}
     trace_dir = Path(args.trace_dir)
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -653,9 +690,11 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
                 "Each label's predicted interval is the step scheduled with every op at the low (high) end of its own "
                 "80% interval (`hybrid.engine.simulate`: errors of one GPU move together). Target: 75-85% of labels "
                 f"inside; **{iv['all']['coverage_pct']:.1f}% ({'met' if 75 <= iv['all']['coverage_pct'] <= 85 else 'MISSED'})** "
-                f"of the {iv['all']['n_with_interval']} labels with an interval. A label whose step holds a collective "
-                "(the data-, tensor- and pipeline-parallel rows) has none: the calibration holds no collective "
-                "measurement, so its collectives get no band (none is borrowed from the kernels' errors).",
+                f"of the {iv['all']['n_with_interval']} labels with an interval."
+                + ("" if iv['all']['n_with_interval'] == iv['all']['n_rows'] else
+                   " A label whose step holds a collective (the data-, tensor- and pipeline-parallel rows) has none "
+                   "when the calibration holds no collective measurement (`--no-with-collectives`): its collectives "
+                   "get no band (none is borrowed from the kernels' errors)."),
                 "", "| group | rows | with an interval | inside % | median width (high/low) |", "|---|---|---|---|---|"]
         for k, v in iv.items():
             out.append(f"| {k} | {v['n_rows']} | {v['n_with_interval']} | {v['coverage_pct']:.1f} | "

@@ -289,10 +289,22 @@ def keep_few_rows(groups: list[tuple[np.ndarray, int]], n: int, rng: np.random.G
     return kept, held
 
 
-def default_lodo_devices(devices: pd.Series, kinds: dict[str, str], max_devices: int) -> list[str]:
+def default_lodo_devices(devices: pd.Series, kinds: dict[str, str], max_devices: int,
+                         collective: np.ndarray | None = None) -> list[str]:
     """Devices held out one at a time (most rows first): only a device whose kind (``kinds[device]``: GPU /
     CPU) keeps another device in the fit (a CPU predicted from GPU-only data measures nothing a user would do),
-    at most ``max_devices``. Shared by ``hybrid calibrate`` and ``calibrate_intervals``."""
+    at most ``max_devices``. With ``collective`` (a mask of the collective rows) the devices are chosen per kind
+    of op: at most ``max_devices`` by their kernel rows, then at most ``max_devices`` more by their collective
+    rows (a device already chosen is held out once), so that adding collective measurements to a calibration
+    never pushes a kernel device out of the hold-outs that calibrate the kernels' unseen bands (and the
+    reverse). Shared by ``hybrid calibrate`` and ``calibrate_intervals``."""
+    if collective is not None:
+        mask = np.asarray(collective, dtype=bool)
+        picks: list[str] = []
+        for rows in (~mask, mask):
+            if rows.any():
+                picks += [d for d in default_lodo_devices(devices[rows], kinds, max_devices) if d not in picks]
+        return picks
     counts = devices.astype(str).value_counts()
     if len(counts) < 2:
         return []

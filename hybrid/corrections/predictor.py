@@ -131,6 +131,9 @@ class HybridPredictor:
         self.fit_info: dict[str, dict[str, Any]] = {}
         self.data_digest: str = ""
         self.devices_seen: list[str] = []
+        #: correction key -> devices with rows of its families in the fit: a device the fit saw only in other
+        #: families (e.g. only in collective measurements) is unseen for this correction's intervals
+        self.devices_fitted: dict[str, list[str]] = {}
         #: correction key -> training devices with fewer rows of its families than its device floor (their
         #: predictions get the unseen interval band, :meth:`_sparse_devices`)
         self.devices_sparse: dict[str, list[str]] = {}
@@ -217,6 +220,8 @@ class HybridPredictor:
                 continue
             corr.fit(norm, base, self.catalog)
             self.fit_info[corr.key] = {"fitted": True, "rows": n}
+        self.devices_fitted = {c.key: sorted(map(str, pd.unique(norm.loc[family_mask(base, c.families), "device"])))
+                               for c in self.corrections if self.fit_info.get(c.key, {}).get("fitted")}
         self.devices_sparse = self._sparse_devices(norm, base)
         self.offsets, self.device_models, self.shifts, self.adapt_forms, self.tilts = {}, {}, {}, {}, {}
         self.data_digest = table_digest(norm)
@@ -322,7 +327,7 @@ class HybridPredictor:
             mask[test] = True
             jobs.append(("random", mask))
         kinds = {d: self.catalog.device(d).kind for d in pd.unique(devices)}
-        holdouts = default_lodo_devices(devices, kinds, max_devices)
+        holdouts = default_lodo_devices(devices, kinds, max_devices, family_array(work["op"]) == "collective")
         for d in holdouts:
             jobs.append(("lodo", (devices == d).to_numpy()))
         jobs += [("few", mask) for _, mask in self.few_row_splits(work, holdouts, seed)]
@@ -419,7 +424,8 @@ class HybridPredictor:
         correction were up-weighted by the fit (:meth:`_sparse_devices`); adapted-k when the device was adapted
         (strategy ``auto``) with n rows of the row's group (``groups``: group code per row and group keys, as
         :meth:`_raw_codes` gives them; :func:`~hybrid.corrections.intervals.adapted_code` of n); else unseen. A
-        GEMM in a dtype its correction was never fitted on is unseen too."""
+        GEMM in a dtype its correction was never fitted on is unseen too, and so is a row whose correction never
+        saw its device (the device was in the fit only with other families' rows, :attr:`devices_fitted`)."""
         adapted = self._adapted_devices()
         seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
         band = np.where(seen, SEEN, UNSEEN).astype(np.int64)
@@ -429,6 +435,10 @@ class HybridPredictor:
                 band[seen & family_mask(base, corr.families) & isin_fast(norm["device"], few)] = FEW
             # a GEMM in a dtype the fit never saw is priced through another dtype (GemmXGB.dtype_proxy_us): as
             # uncertain as a device never seen (held-out 16-bit dtypes: 23-66% geomean, experiments/kernel_accuracy)
+            mine = self.devices_fitted.get(corr.key)  # None: a save from before it was recorded
+            if mine is not None:
+                band[family_mask(base, corr.families) & ~isin_fast(norm["device"], mine)
+                     & ((band == SEEN) | (band == FEW))] = UNSEEN
             fitted = getattr(corr, "fitted_dtypes", None)
             if fitted and "dtype" in norm.columns:
                 unseen_dtype = family_mask(base, corr.families) & ~isin_fast(norm["dtype"], fitted)
@@ -752,7 +762,8 @@ class HybridPredictor:
                 "tilts": self.tilts, "adapt_forms": self.adapt_forms,
                 "fit_info": self.fit_info, "data_digest": self.data_digest,
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
-                "families_seen": self.families_seen, "devices_sparse": self.devices_sparse,
+                "devices_fitted": self.devices_fitted, "families_seen": self.families_seen,
+                "devices_sparse": self.devices_sparse,
                 "intervals": None if self.intervals is None else self.intervals.to_json(),
             })
             write_json(tmp / "catalog.json", self._catalog_payload())
@@ -805,6 +816,7 @@ class HybridPredictor:
         obj.data_digest = manifest.get("data_digest", "")
         obj.devices_seen = list(manifest.get("devices_seen", []))
         obj.systems_seen = list(manifest.get("systems_seen", []))
+        obj.devices_fitted = {k: list(v) for k, v in manifest.get("devices_fitted", {}).items()}
         obj.families_seen = list(manifest.get("families_seen", []))  # empty for saves before it was recorded
         # saves before the device floor: every fitted device counts as seen
         obj.devices_sparse = {k: list(v) for k, v in manifest.get("devices_sparse", {}).items()}
@@ -851,6 +863,7 @@ class HybridPredictor:
             "devices_seen": self.devices_seen,
             "systems_seen": self.systems_seen,
             "families_seen": self.families_seen,
+            "devices_fitted": self.devices_fitted,
             "adapted_devices": sorted(self._adapted_devices()),
             # training devices with too few rows for the seen interval band, per correction (device floor)
             "devices_sparse": self.devices_sparse,

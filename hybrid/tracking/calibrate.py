@@ -168,8 +168,10 @@ def lodo_devices(table: pd.DataFrame, config: CalibrationConfig, catalog: Catalo
         return []
     # by default only devices whose kind (GPU / CPU) keeps another device in the fit; explicit
     # --holdout-device choices above are honoured as given
+    from hybrid.ops.families import family_array
+
     return default_lodo_devices(table["device"], {d: catalog.device(d).kind for d in counts.index},
-                                config.max_lodo_devices)
+                                config.max_lodo_devices, family_array(table["op"]) == "collective")
 
 
 # ------------------------------------------------------------------------------------------------- the run
