@@ -30,3 +30,18 @@ def test_label_names_of_other_gpus_resolve(load_experiment, label, key):
     from hybrid.hardware.catalog import default_catalog
 
     assert load_experiment("nlp_e2e").resolve_gpu(label, default_catalog()) == key
+
+
+def test_the_collective_calibration_draws_every_public_system_evenly(load_experiment, shared_datasets):
+    """The multi-GPU labels' collectives are learned from every public collective source, none dropped, capped."""
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.ops.families import family_array
+
+    bench = load_experiment("nlp_e2e")
+    table = bench.public_collectives(shared_datasets, default_catalog(), 3000)
+    assert 2000 < len(table) <= 3000
+    assert set(family_array(table["op"])) == {"collective"}
+    systems = set(table["system"])
+    assert {"Polaris", "Sophia", "Vidur-A100-DGX", "XLA-H100x8"} <= systems and len(systems) >= 8
+    assert (table["time_us"] > 0).all() and (table["size_bytes"] > 0).all()
+    assert bench.public_collectives(shared_datasets / "nonexistent", default_catalog(), 3000).empty
