@@ -171,7 +171,8 @@ def lodo_devices(table: pd.DataFrame, config: CalibrationConfig, catalog: Catalo
     from hybrid.ops.families import family_array
 
     return default_lodo_devices(table["device"], {d: catalog.device(d).kind for d in counts.index},
-                                config.max_lodo_devices, family_array(table["op"]) == "collective")
+                                config.max_lodo_devices,
+                                family_array(table["op"]) == "collective" if "op" in table.columns else None)
 
 
 # ------------------------------------------------------------------------------------------------- the run
