@@ -258,6 +258,12 @@ def test_cli_predict_evaluate_report_carry_intervals(shared_datasets, tmp_path):
     assert rc == 0, err
     res = json.loads(out)
     assert res["time_us_low"] < res["time_us"] < res["time_us_high"] and res["interval_calibrated"] is True
+    assert res["interval_band"] == "unseen"  # the T4 was left out of the calibration
+    rc, out, err = cli(["predict", "gemm", "--device", "P100-PCIE-16GB", "--dtype", "fp32", "-m", "512", "-n", "512",
+                        "-k", "512", "--model", "iv", "--tracking-uri", uri, "--json"])
+    seen = json.loads(out)
+    assert rc == 0 and seen["interval_band"] == "seen"
+    assert seen["time_us_high"] / seen["time_us_low"] < res["time_us_high"] / res["time_us_low"]
     assert "dtype_proxy" not in res and "warning" not in err and "interval_note" not in res
     # a model calibrated on GEMMs alone has no collective residuals: no interval (not a kernel band), said so
     rc, out, err = cli(["predict", "collective", "--system", "DGX-H100", "--op", "all_reduce", "--size", "64MiB",
@@ -543,6 +549,7 @@ def test_a_device_fitted_only_in_other_families_is_unseen_for_this_correction(fi
     out = p2.predict(rows)
     np.testing.assert_allclose(hi(out[is_soft]), pred.intervals.bands["kernel-xgb:softmax"]["unseen"][1])
     np.testing.assert_allclose(hi(out[~is_soft]), pred.intervals.bands["kernel-xgb:gemm"]["seen"][1])
+    assert set(out.loc[is_soft, "interval_band"]) == {"unseen"} and set(out.loc[~is_soft, "interval_band"]) == {"seen"}
     # the fitted predictor (every family of this GPU fitted) gives the seen band for the same softmax rows
     np.testing.assert_allclose(hi(pred.predict(rows)[is_soft]), pred.intervals.bands["kernel-xgb:softmax"]["seen"][1])
     again = HybridPredictor.load(p2.save(tmp_path / "p2"))

@@ -42,6 +42,9 @@ def _interval(row, what: str) -> dict:
     calibrated = bool(row.get("interval_calibrated", lo == lo and hi == hi))
     method = str(row.get("method", "the model"))
     out: dict = {"time_us_low": lo, "time_us_high": hi, "interval_calibrated": calibrated}
+    band = row.get("interval_band")
+    if isinstance(band, str):  # seen / unseen / few / adapted-k: what the model knew of this device (or system)
+        out["interval_band"] = band
     if not (lo == lo and hi == hi):  # NaN: no interval for this kind of op (or a model saved without any)
         out.update(time_us_low=None, time_us_high=None,
                    interval_note=f"no 80% interval: the model has no held-out {what} residuals of {method} or of "

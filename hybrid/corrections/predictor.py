@@ -34,6 +34,7 @@ from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
 from hybrid.corrections.intervals import (
     ADAPT_SHOTS,
+    BAND_NAMES,
     DEFAULT_COVERAGE,
     FEW,
     MIN_ROWS_FOR_SPLIT,
@@ -527,7 +528,8 @@ class HybridPredictor:
         calibration, see :meth:`calibrate_intervals`, or none for that kind of op: a collective of a model
         calibrated without collectives) and ``interval_calibrated`` (False where the band was borrowed from
         another op family or model, or is missing: :meth:`IntervalCalibration.bounds
-        <hybrid.corrections.intervals.IntervalCalibration.bounds>`); with ``host``, ``host_us`` (the part of ``time_us`` that
+        <hybrid.corrections.intervals.IntervalCalibration.bounds>`) and, when calibrated, ``interval_band`` (the band
+        the row got: ``seen``, ``unseen``, ``few`` or ``adapted-k``, :meth:`_bands`); with ``host``, ``host_us`` (the part of ``time_us`` that
         is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the kernel models
         with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off).
 
@@ -581,8 +583,10 @@ class HybridPredictor:
                 out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
                 out["interval_calibrated"] = np.zeros(len(time), dtype=bool)
             else:
-                lo, hi, out["interval_calibrated"] = self.intervals.coded_bounds(method, methods, base["family"],
-                                                        self._bands(norm, base, (group_codes, groups)))
+                bands = self._bands(norm, base, (group_codes, groups))
+                lo, hi, out["interval_calibrated"] = self.intervals.coded_bounds(method, methods, base["family"], bands)
+                # which band the row got (seen / unseen / few / adapted-k): why one interval is wider than another
+                out["interval_band"] = _text_array(list(BAND_NAMES), bands)
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
                 floor = self._interval_floor(norm, base, (group_codes, groups))
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])
