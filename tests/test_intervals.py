@@ -289,6 +289,7 @@ def test_cli_predict_evaluate_report_carry_intervals(shared_datasets, tmp_path):
     frame = pd.read_csv(tmp_path / "pred.csv")
     inside = (frame["measured_us"] >= frame["predicted_us_low"]) & (frame["measured_us"] <= frame["predicted_us_high"])
     assert inside.mean() * 100 == pytest.approx(ev["coverage_pct"])
+    assert set(frame["interval_band"]) == {"unseen"}  # every T4 row: a GPU the calibration left out
     rc, out, err = cli(["report", "--model", "iv", "--tracking-uri", uri, "--table", str(t4), "-o", str(tmp_path / "r.html")])
     assert rc == 0, err
     assert "80% prediction intervals" in (tmp_path / "r.html").read_text()

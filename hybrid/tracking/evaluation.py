@@ -4,8 +4,8 @@ The *prediction frame* is what calibration runs store (``predictions/<split>.csv
 writes and reports plot: one row per measured op with ``split``, ``device``, ``op``, ``family``, ``size`` (the
 natural problem size of the family: FLOPs for GEMM/attention, message bytes for collectives, bytes moved
 otherwise), ``measured_us``, ``predicted_us``, ``predicted_us_low`` / ``predicted_us_high`` (the 80% interval, NaN when the
-model has none), ``roofline_us``, ``method`` and, when a base model was adapted, ``base_us``; plus the table's
-shape columns.
+model has none), ``roofline_us``, ``method``, ``bound``, ``interval_band`` (the band of the row's interval: seen / unseen / few /
+adapted-k, empty without one) and, when a base model was adapted, ``base_us``; plus the table's shape columns.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from hybrid.reports.metrics import error_summary
 #: Columns of the prediction frame, in order (shape columns follow).
 PREDICTION_COLUMNS = ("split", "device", "system", "op", "family", "dtype", "direction", "size", "size_unit",
                       "measured_us", "predicted_us", "predicted_us_low", "predicted_us_high", "roofline_us", "base_us",
-                      "method", "bound")
+                      "method", "bound", "interval_band")
 #: Which prediction column each compared model lives in.
 MODEL_COLUMNS = {"model": "predicted_us", "roofline": "roofline_us", "base": "base_us"}
 #: Families whose size is counted in FLOPs (the others in bytes).
@@ -61,6 +61,9 @@ def prediction_frame(table: pd.DataFrame, predicted: pd.DataFrame, split: str = 
     out["base_us"] = np.asarray(base, dtype=np.float64) if base is not None else np.nan
     out["method"] = predicted["method"].astype(str).to_numpy() if "method" in predicted.columns else "roofline"
     out["bound"] = predicted["bound"].astype(str).to_numpy() if "bound" in predicted.columns else None
+    # the interval band the row got (seen / unseen / few / adapted-k); None without calibrated intervals
+    out["interval_band"] = (predicted["interval_band"].astype(object).to_numpy()
+                            if "interval_band" in predicted.columns else None)
     for c in _SHAPE_COLUMNS:
         if c in table.columns and c not in out.columns and table[c].notna().any():
             out[c] = table[c].to_numpy()
