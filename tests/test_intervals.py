@@ -286,6 +286,9 @@ def test_cli_predict_evaluate_report_carry_intervals(shared_datasets, tmp_path):
     ev = json.loads(out)
     assert 0 <= ev["coverage_pct"] <= 100 and 0 <= ev["by_device"]["T4"]["coverage_pct"] <= 100
     assert ev["rows_without_interval"] == 0 and ev["rows_interval_borrowed"] == 0
+    assert list(ev["coverage_by_band"]) == ["unseen"] and ev["coverage_by_band"]["unseen"]["n_rows"] == len(
+        table[table["device"] == "T4"]) and ev["coverage_by_band"]["unseen"]["coverage_pct"] == pytest.approx(
+        ev["coverage_pct"])
     frame = pd.read_csv(tmp_path / "pred.csv")
     inside = (frame["measured_us"] >= frame["predicted_us_low"]) & (frame["measured_us"] <= frame["predicted_us_high"])
     assert inside.mean() * 100 == pytest.approx(ev["coverage_pct"])
@@ -568,3 +571,23 @@ def test_lodo_hold_outs_are_chosen_per_kind_of_op():
     assert default_lodo_devices(devices, kinds, 2) == ["X", "A"]  # by rows alone, kernel device B is out
     assert default_lodo_devices(devices, kinds, 2, coll) == ["A", "B", "X"]  # A: once, though in both lists
     assert default_lodo_devices(devices, kinds, 2, np.zeros(len(devices), bool)) == ["X", "A"]
+
+
+def test_coverage_is_reported_per_band(fitted):
+    """Seen rows (a training GPU) and unseen rows (the held-out T4) are scored apart: the share inside each band's
+    interval, beside the overall one that mixes them."""
+    from hybrid.corrections.intervals import coverage_pct
+    from hybrid.tracking.evaluation import interval_coverage, prediction_frame
+
+    pred, train, new = fitted
+    table = pd.concat([train.groupby("device").head(30), new], ignore_index=True)
+    frame = prediction_frame(table, pred.predict(table))
+    cov = interval_coverage(frame)
+    assert set(cov["coverage_by_band"]) == {"seen", "unseen"}
+    unseen = frame[frame["device"] == "T4"]
+    assert cov["coverage_by_band"]["unseen"]["n_rows"] == len(unseen) == len(new)
+    assert cov["coverage_by_band"]["unseen"]["coverage_pct"] == pytest.approx(coverage_pct(
+        unseen["measured_us"].to_numpy(), unseen["predicted_us_low"].to_numpy(), unseen["predicted_us_high"].to_numpy()))
+    n = {b: v["n_rows"] for b, v in cov["coverage_by_band"].items()}
+    weighted = sum(v["coverage_pct"] * v["n_rows"] for v in cov["coverage_by_band"].values()) / sum(n.values())
+    assert weighted == pytest.approx(cov["coverage_pct"])

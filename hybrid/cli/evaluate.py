@@ -106,6 +106,7 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     """Predict every row of measured TABLES (canonical CSV/Parquet or profiler bundle directories) and report
     |predicted - measured| / measured: geomean, mean (MAPE), median and p90, per op family and per device, and
     how many measurements fall inside their 80% prediction interval (``coverage_pct``, overall and per device;
+    ``coverage_by_band``: per interval band, seen / unseen / few / adapted-k;
     ``rows_without_interval``: rows it has no interval for, not counted; ``rows_interval_borrowed``: rows whose
     band was borrowed from another family or model),
     and which model answered how many rows (``by_method``: per-system collective curves, the cross-system
@@ -127,6 +128,7 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     result["coverage_pct"] = cov["coverage_pct"]
     for dev, pct in cov["coverage_by_device"].items():
         result["by_device"][dev]["coverage_pct"] = pct
+    result["coverage_by_band"] = cov["coverage_by_band"]
     no_band = int(frame["predicted_us_low"].isna().sum())
     borrowed = (int((~predicted["interval_calibrated"].to_numpy(bool)).sum()) - no_band
                 if "interval_calibrated" in predicted.columns else 0)
@@ -150,6 +152,9 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     if cov["coverage_by_device"]:
         per = ", ".join(f"{d} {p:.0f}%" for d, p in cov["coverage_by_device"].items())
         click.echo(f"80% interval coverage: {cov['coverage_pct']:.1f}% of rows ({per})")
+        if cov["coverage_by_band"]:
+            bands = ", ".join(f"{b} {v['coverage_pct']:.0f}% of {v['n_rows']:,}" for b, v in cov["coverage_by_band"].items())
+            click.echo(f"  per band (what the model knew of the device): {bands}")
     if (no_band or borrowed) and getattr(loaded.predictor, "intervals", None) is not None:
         click.echo(f"note: {no_band:,} rows have no interval (nothing calibrated for their kind of op: coverage is "
                    f"over the others) and {borrowed:,} an interval borrowed from another op family or model "

@@ -100,15 +100,23 @@ def summarize(frame: pd.DataFrame, model: str = "model") -> dict[str, Any]:
 
 
 def interval_coverage(frame: pd.DataFrame) -> dict[str, Any]:
-    """``coverage_pct`` (share of rows whose measurement is inside its 80% interval) overall and
-    ``coverage_by_device``; NaN / empty when the frame has no intervals."""
+    """``coverage_pct`` (share of rows whose measurement is inside its 80% interval) overall,
+    ``coverage_by_device`` and ``coverage_by_band`` (per interval band, ``interval_band``: whether the unseen band
+    holds on a new GPU is a different question from whether the seen one does; ``{band: {"n_rows", "coverage_pct"}}``);
+    NaN / empty when the frame has no intervals."""
     from hybrid.corrections.intervals import coverage_pct
 
     if "predicted_us_low" not in frame.columns or frame["predicted_us_low"].isna().all():
-        return {"coverage_pct": float("nan"), "coverage_by_device": {}}
+        return {"coverage_pct": float("nan"), "coverage_by_device": {}, "coverage_by_band": {}}
     cols = ("measured_us", "predicted_us_low", "predicted_us_high")
     by_dev = {str(d): coverage_pct(*(g[c].to_numpy() for c in cols)) for d, g in frame.groupby("device", sort=True)}
-    return {"coverage_pct": coverage_pct(*(frame[c].to_numpy() for c in cols)), "coverage_by_device": by_dev}
+    by_band: dict[str, dict[str, Any]] = {}
+    if "interval_band" in frame.columns:
+        banded = frame[frame["interval_band"].notna() & frame["predicted_us_low"].notna()]
+        by_band = {str(b): {"n_rows": len(g), "coverage_pct": coverage_pct(*(g[c].to_numpy() for c in cols))}
+                   for b, g in banded.groupby("interval_band", sort=True)}
+    return {"coverage_pct": coverage_pct(*(frame[c].to_numpy() for c in cols)), "coverage_by_device": by_dev,
+            "coverage_by_band": by_band}
 
 
 def compared_models(frame: pd.DataFrame) -> list[str]:
