@@ -105,8 +105,10 @@ def test_evaluate_json_keys_and_model_beats_roofline_on_its_training_family(flow
     assert rc == 0, err
     model = json.loads(out)
     assert set(model) == ERROR_KEYS | {"by_op", "by_device", "by_method", "rows_in_training_data", "coverage_pct",
-                                       "rows_without_interval", "rows_interval_borrowed"}
+                                       "rows_without_interval", "rows_interval_borrowed", "coverage_by_band"}
     assert model["rows_without_interval"] == 0 <= model["rows_interval_borrowed"] <= model["n_rows"]
+    # in-sample rows: every one on the seen band (the model fitted every device of this table)
+    assert list(model["coverage_by_band"]) == ["seen"] and model["coverage_by_band"]["seen"]["n_rows"] == model["n_rows"]
     assert sum(g["n_rows"] for g in model["by_method"].values()) == model["n_rows"]
     assert set(model["by_method"]) <= {"kernel-xgb", "roofline", "alpha-beta", "collective-sigmoid",
                                        "collective-transfer", "embedding-xgb"}

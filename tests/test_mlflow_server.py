@@ -96,7 +96,7 @@ def test_full_flow_against_mlflow_server(mlflow_server, tmp_path, shared_dataset
     res = json.loads(out)
     assert set(res) == {"n_rows", "geomean_pct", "mape_pct", "median_pct", "p90_pct", "by_op", "by_device",
                         "by_method", "rows_in_training_data", "coverage_pct", "rows_without_interval",
-                        "rows_interval_borrowed"}
+                        "rows_interval_borrowed", "coverage_by_band"}
     assert res["n_rows"] == 200 and set(res["by_op"]) == {"gemm", "softmax"}
     assert res["rows_in_training_data"] == 200  # the server run's recorded training rows were read back
 
