@@ -62,7 +62,9 @@ def print_result(result: Any) -> None:
                             "device with under 100 rows weighs as if it had 100) is the alternative: more accurate "
                             "on the public-GPU benchmark, not on every GPU (docs/corrections.md).")
 @click.option("--holdout-device", multiple=True,
-              help="Device(s) the leave-one-device-out split holds out (default: the 8 with the most kernel rows, then up to 8 more with the most collective rows; only devices whose kind, GPU or CPU, keeps another in the fit).")
+              help="Device(s) the leave-one-device-out split holds out (default: the 8 with the most kernel rows, "
+                   "then up to 8 more with the most collective rows; only devices whose kind, GPU or CPU, keeps "
+                   "another in the fit).")
 @click.option("--exclude-device", multiple=True, help="Drop these devices' rows entirely.")
 @click.option("--no-lodo", is_flag=True, help="Skip the leave-one-device-out split.")
 @click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Random hold-out share.")

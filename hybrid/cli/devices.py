@@ -56,8 +56,9 @@ def show(name: str, as_json: bool) -> None:
         entry["nvls_all_reduce"] = nvls_capable(cat.systems[key], cat.system_device(key, missing_ok=True))
     if not key and not entry.get("l2_bw_gbps"):  # not published: the estimate the cost models use
         entry["l2_bw_gbps_estimated"] = round(cat.device(name).l2_bandwidth() / 1e9, 1)
-    if not key and cat.arch_alternatives(name):  # a bare architecture string: the other GPUs it could mean
-        entry["same_arch_devices"] = cat.arch_alternatives(name)
+    same_arch = [] if key else cat.arch_alternatives(name)
+    if same_arch:  # a bare architecture string: the other GPUs it could mean
+        entry["same_arch_devices"] = same_arch
     if as_json:
         echo_json(entry)
         return

@@ -434,12 +434,12 @@ class HybridPredictor:
             few = self.devices_sparse.get(corr.key)
             if few:
                 band[seen & family_mask(base, corr.families) & isin_fast(norm["device"], few)] = FEW
-            # a GEMM in a dtype the fit never saw is priced through another dtype (GemmXGB.dtype_proxy_us): as
-            # uncertain as a device never seen (held-out 16-bit dtypes: 23-66% geomean, experiments/kernel_accuracy)
             mine = self.devices_fitted.get(corr.key)  # None: a save from before it was recorded
-            if mine is not None:
+            if mine is not None:  # a device this correction never fitted (seen only in other families' rows)
                 band[family_mask(base, corr.families) & ~isin_fast(norm["device"], mine)
                      & ((band == SEEN) | (band == FEW))] = UNSEEN
+            # a GEMM in a dtype the fit never saw is priced through another dtype (GemmXGB.dtype_proxy_us): as
+            # uncertain as a device never seen (held-out 16-bit dtypes: 23-66% geomean, experiments/kernel_accuracy)
             fitted = getattr(corr, "fitted_dtypes", None)
             if fitted and "dtype" in norm.columns:
                 unseen_dtype = family_mask(base, corr.families) & ~isin_fast(norm["dtype"], fitted)

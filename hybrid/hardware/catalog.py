@@ -163,8 +163,7 @@ class Catalog:
             return []
         arch = arch[:-1] if arch.startswith("sm_") and arch.endswith("a") else arch
         key = self.resolve_device(name, missing_ok=True)
-        same = [k for k, d in self.devices.items() if str(d.arch).lower() == arch and k != key]
-        return same
+        return [k for k, d in self.devices.items() if str(d.arch).lower() == arch and k != key]
 
     def _loose_device(self, name: str) -> tuple[str | None, str | None]:
         """(catalog key, None) for a loosely written name, or (None, the part it names) when the name states a
