@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from hybrid.corrections.collective_transfer import intra_class
 from hybrid.data.importers import import_vidur_compute, import_vidur_network
 from hybrid.data.importers.vidur import MODEL_CONFIGS
 from hybrid.errors import ImportFormatError
@@ -50,6 +51,17 @@ def test_every_network_profile(path, catalog):
     np.testing.assert_array_equal(df["n_nodes"], np.ceil(raw["num_workers"] / raw["devices_per_node"]))
     np.testing.assert_allclose(df["time_us"], raw[f"time_stats.{path.stem}.median"] * 1000)
     assert (df["size_bytes"] / (df["time_us"] * 1e-6) < 1e12).all()  # < 1 TB/s algorithm bandwidth
+    # the catalog entry describes the machine measured: as many nodes as the profile uses, with a network where
+    # it spans nodes, and a link the entry calls measured moves large send/recvs at about its rate
+    system = catalog.systems[sys_key]
+    assert df["n_nodes"].max() <= system.max_nodes
+    assert system.inter_bw > 0 or (df["n_nodes"] == 1).all()
+    big = df[(df["op"] == "send_recv") & (df["size_bytes"] >= 16 * 2**20)]
+    for link, rows, bw in (("inter", big["n_nodes"] == 2, system.inter_bw),
+                           ("intra", (big["n_nodes"] == 1) & (intra_class(system) != "pcie-pairs"), system.intra_bw)):
+        if link in system.measured_links and rows.any():
+            rate = np.median(big.loc[rows, "size_bytes"] / (big.loc[rows, "time_us"] * 1e-6))
+            assert 0.75 < rate / bw < 1.33, (link, rate / 1e9, bw / 1e9)
 
 
 def test_broken_profiles(shared_datasets, tmp_path, catalog):
