@@ -591,3 +591,76 @@ def test_coverage_is_reported_per_band(fitted):
     n = {b: v["n_rows"] for b, v in cov["coverage_by_band"].items()}
     weighted = sum(v["coverage_pct"] * v["n_rows"] for v in cov["coverage_by_band"].values()) / sum(n.values())
     assert weighted == pytest.approx(cov["coverage_pct"])
+
+
+def test_sibling_band_from_held_out_devices_whose_die_was_fitted():
+    """Held-out devices with another variant of their die in the fit calibrate the sibling band; the unseen band
+    is then calibrated on the others only (on all held-out devices where every one had a sibling), and a sibling
+    band of one device is not calibrated (its rows get the unseen band)."""
+    from hybrid.corrections.intervals import SIBLING, UNSEEN
+
+    rng = np.random.default_rng(1)
+    resid = np.r_[rng.normal(0, 0.05, 400), rng.normal(0, 0.4, 400), rng.normal(0, 0.1, 400)]
+    dev = np.repeat(["A", "B", "C", "D", "E", "F"], 200)
+    codes = np.r_[np.full(400, 1), np.full(400, UNSEEN), np.full(400, SIBLING)]
+    key = np.full(1200, "kernel-xgb:gemm")
+    cal = IntervalCalibration.from_residuals(resid, key, codes, dev)
+    band = cal.bands["kernel-xgb:gemm"]
+    assert band["n_sibling"] == 400 and band["devices_sibling"] == 2 and band["n_unseen"] == 400
+    width = lambda b: b[1] - b[0]  # noqa: E731
+    assert width(band["sibling"]) < 0.5 * width(band["unseen"])
+    # the unseen band of devices without a sibling: wider than one pooled over every held-out device
+    pooled = IntervalCalibration.from_residuals(resid, key, np.where(codes == SIBLING, UNSEEN, codes), dev)
+    assert width(band["unseen"]) > 1.1 * width(pooled.bands["kernel-xgb:gemm"]["unseen"])
+    lo, hi, ok = cal.bounds(np.array(["kernel-xgb:gemm"] * 2), np.array([SIBLING, UNSEEN]))
+    assert ok.all() and hi[0] == pytest.approx(band["sibling"][1]) and hi[1] == pytest.approx(band["unseen"][1])
+    # one sibling device: no sibling band, its rows get the unseen band
+    one = IntervalCalibration.from_residuals(resid[:1000], key[:1000], codes[:1000], dev[:1000])
+    assert "sibling" not in one.bands["kernel-xgb:gemm"]
+    lo1, hi1, _ = one.bounds(np.array(["kernel-xgb:gemm"]), np.array([SIBLING]))
+    assert hi1[0] == pytest.approx(one.bands["kernel-xgb:gemm"]["unseen"][1])
+    # every held-out device had a sibling: the unseen band from all of them
+    allsib = IntervalCalibration.from_residuals(np.r_[resid[:400], resid[800:]], key[:800],
+                                                np.r_[codes[:400], codes[800:]], np.r_[dev[:400], dev[800:]])
+    entry = allsib.bands["kernel-xgb:gemm"]
+    assert entry["n_unseen"] == 400 and entry["unseen"] == pytest.approx(entry["sibling"])
+
+
+def test_a_gpu_whose_die_was_fitted_in_another_variant_gets_the_sibling_band(shared_datasets, catalog, tmp_path):
+    """NeuSight's two A100 PCIe variants: each held out with the other in the fit calibrates the sibling band;
+    an A100 variant the fit never saw gets that band (narrower than the unseen band of a GPU whose die nobody
+    measured), in the library and through `hybrid calibrate`; a collective never does."""
+    from hybrid.corrections.intervals import BAND_NAMES, SIBLING
+    from hybrid.tracking.registry import load_predictor
+
+    assert "A100-SXM4-40GB" in catalog.same_die("A100-PCIE-80GB") and "H100-SXM" in catalog.same_die("H200")
+    assert "H100-SXM" not in catalog.same_die("A100-SXM4-80GB") and catalog.same_die("T4") == []
+    table = neusight_table(shared_datasets, max_rows=300, files=("bmm.csv",))
+    assert {"A100-PCIE-40GB", "A100-PCIE-80GB"} <= set(table["device"])
+    params = XGBParams(n_estimators=40, max_depth=5)
+    pred = HybridPredictor(corrections=[GemmXGB(params)]).fit(table, intervals=True)
+    band = pred.intervals.bands["kernel-xgb:gemm"]
+    assert band["devices_sibling"] == 2 and band["devices_unseen"] >= 2
+    rows = table[table["device"] == "A100-PCIE-80GB"].head(30)
+    other = rows.assign(device="A100-SXM4-40GB")  # a variant of the same die that no fit saw
+    nobody = rows.assign(device="L4")  # a die nobody measured
+    out, out_nobody = pred.predict(other), pred.predict(nobody)
+    assert set(out["interval_band"]) == {"sibling"} and set(out_nobody["interval_band"]) == {"unseen"}
+    assert pred.sibling_rows(other).all() and not pred.sibling_rows(nobody).any() and not pred.sibling_rows(rows).any()
+    hi = lambda o: np.log(o["time_us_high"] / o["time_us"]).to_numpy()  # noqa: E731
+    np.testing.assert_allclose(hi(out), band["sibling"][1])
+    np.testing.assert_allclose(hi(out_nobody), band["unseen"][1])
+    # a calibration saved before the band existed (no "sibling" entry): the sibling rows get the unseen band
+    old = HybridPredictor.load(pred.save(tmp_path / "p"))
+    old.intervals.bands = {k: {n: v for n, v in e.items() if "sibling" not in n} for k, e in old.intervals.bands.items()}
+    np.testing.assert_allclose(hi(old.predict(other)), band["unseen"][1])
+    assert BAND_NAMES[SIBLING] == "sibling" and SIBLING == len(BAND_NAMES) - 1  # saved codes keep their meaning
+    assert band["sibling"][1] - band["sibling"][0] < band["unseen"][1] - band["unseen"][0]
+    # hybrid calibrate marks the same held-out rows (its lodo prediction frames carry a sibling column)
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    rc, out_text, err = cli(["calibrate", str(write_csv(table, tmp_path / "t.csv")), "--name", "sib",
+                             "--tracking-uri", uri, "-q"])
+    assert rc == 0, err
+    model = load_predictor("sib", tracking_uri=uri).predictor
+    assert model.intervals.bands["kernel-xgb:gemm"]["devices_sibling"] == 2
+    assert set(model.predict(other)["interval_band"]) == {"sibling"}

@@ -12,7 +12,8 @@ a predictor (GEMM and pointwise XGBoost corrections) is fitted on every *other* 
 ``fit(intervals=True)``, i.e. its intervals are calibrated by its own inner leave-one-device-out and random
 hold-out fits on the training devices only; the held-out GPU's rows are then predicted and we count how many
 measurements fall inside their 80% interval. A random 20% of the training devices' rows is also held out of
-each outer fit, so the *seen-device* band is scored as well.
+each outer fit, so the *seen-device* band is scored as well. Held-out GPUs whose die the fit measured in another
+variant get the ``sibling`` band, the others the ``unseen`` one (coverage per band in results.md).
 
 Collectives: nccl-tests, XLA and Vidur collectives (DeepBench's all-reduce rows name no system), sub-sampled per system; leave-one-system-out the
 same way with the predictor's default collective correction (per-system sigmoid curves; an unseen system is
@@ -76,7 +77,7 @@ def kernels(data_dir: Path, rows: int, trees: int, seed: int) -> tuple[pd.DataFr
             out = pred.predict(sub.drop(columns=["group", "family", "src"]))
             sink.append(sub[["src", "device", "dtype", "group", "time_us"]].assign(
                 pred=out["time_us"].to_numpy(), low=out["time_us_low"].to_numpy(),
-                high=out["time_us_high"].to_numpy(), held=held))
+                high=out["time_us_high"].to_numpy(), held=held, band=out["interval_band"].to_numpy()))
         sub = table[test].reset_index(drop=True)
         x = sub.drop(columns=["group", "family", "src"])
         for shots, fit_rows, scored in pred.adaptation_holdouts(x, seed):
@@ -197,6 +198,10 @@ def main() -> None:
         f"**{_cov(k_held):.1f}% ({verdict(_cov(k_held))})**; collectives (held-out systems): "
         f"**{_cov(c_held):.1f}% ({verdict(_cov(c_held))})**.", "",
         "## Kernels, held-out GPU", "", *_table(k_held, "held", "device"), "",
+        "By the band the held-out rows got: `sibling` where the fit measured another variant of the GPU's die "
+        "(`Catalog.same_die`: the A100s, V100s, GP102 and GM200 boards, MI25 / Vega FE) and calibrated that band "
+        "on its inner held-out devices that had one; `unseen` otherwise (including a dtype the fit never saw, and "
+        "a sibling whose fit could not calibrate the band).", "", *_table(k_held, "band", "band"), "",
         "By family group and source (held-out GPUs):", "", *_table(k_held, "group", "group"), "",
         *_table(k_held, "src", "source"), "",
         "## Kernels, seen devices (random 20% hold-out)", "", *_table(k_seen, "group", "group"), "",

@@ -39,6 +39,7 @@ from hybrid.corrections.intervals import (
     FEW,
     MIN_ROWS_FOR_SPLIT,
     SEEN,
+    SIBLING,
     UNSEEN,
     IntervalCalibration,
     adapted_code,
@@ -289,7 +290,10 @@ class HybridPredictor:
             pred = clone.predict(sub, intervals=False)
             resid = np.log(pd.to_numeric(sub["time_us"]).to_numpy(np.float64)) - np.log(pred["time_us"].to_numpy())
             keys = interval_keys(pred["method"].to_numpy(), family_array(sub["op"]))
-            parts.append((resid, keys, np.full(len(sub), band[split]), devices[mask]))
+            codes = np.full(len(sub), band[split])
+            if split == "lodo":  # a held-out GPU whose die the fit measured in another variant: the sibling band
+                codes[clone.sibling_rows(sub)] = SIBLING
+            parts.append((resid, keys, codes, devices[mask]))
             if split == "lodo":  # the held-out device adapted with k of its rows: the bands of adapted devices
                 for shots, fit_rows, scored in clone.adaptation_holdouts(sub, seed):
                     held = sub.loc[scored]
@@ -426,10 +430,12 @@ class HybridPredictor:
         (strategy ``auto``) with n rows of the row's group (``groups``: group code per row and group keys, as
         :meth:`_raw_codes` gives them; :func:`~hybrid.corrections.intervals.adapted_code` of n); else unseen. A
         GEMM in a dtype its correction was never fitted on is unseen too, and so is a row whose correction never
-        saw its device (the device was in the fit only with other families' rows, :attr:`devices_fitted`)."""
+        saw its device (the device was in the fit only with other families' rows, :attr:`devices_fitted`). An
+        unseen kernel row whose correction fitted another variant of its die (:meth:`sibling_rows`) is sibling."""
         adapted = self._adapted_devices()
         seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
         band = np.where(seen, SEEN, UNSEEN).astype(np.int64)
+        odd_dtype = np.zeros(len(norm), dtype=bool)
         for corr in self.corrections:
             few = self.devices_sparse.get(corr.key)
             if few:
@@ -444,6 +450,9 @@ class HybridPredictor:
             if fitted and "dtype" in norm.columns:
                 unseen_dtype = family_mask(base, corr.families) & ~isin_fast(norm["dtype"], fitted)
                 band[unseen_dtype & ((band == SEEN) | (band == FEW))] = UNSEEN
+                odd_dtype |= unseen_dtype
+        # a GPU never fitted whose die was, in another variant (not in a dtype never fitted: that stays unseen)
+        band[(band == UNSEEN) & ~odd_dtype & self._sibling_mask(norm, base)] = SIBLING
         if self.adapt_forms and groups is not None:
             codes, keys = groups
             devices = norm["device"].to_numpy(dtype=object)
@@ -463,6 +472,38 @@ class HybridPredictor:
                 sys_seen = np.zeros(len(norm), dtype=bool)
             band = np.where(is_coll & ~(seen & sys_seen), UNSEEN, band)
         return band
+
+    def sibling_rows(self, table: pd.DataFrame) -> np.ndarray:
+        """Per row of ``table``: a kernel row (not a collective) whose device the correction answering its family
+        never fitted (:attr:`devices_fitted`), while that correction fitted another variant of the same die
+        (:meth:`Catalog.same_die <hybrid.hardware.catalog.Catalog.same_die>`: an A100 40GB when the 80GB was
+        measured). Those rows get the ``sibling`` interval band where it was calibrated (the leave-one-device-out
+        fits of :meth:`calibrate_intervals` and ``hybrid calibrate`` mark their held-out rows with this);
+        all False for a model saved before :attr:`devices_fitted` was recorded."""
+        norm, base = self._prepare(table.reset_index(drop=True), training=False)
+        return self._sibling_mask(norm, base)
+
+    def _sibling_mask(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
+        out = np.zeros(len(norm), dtype=bool)
+        if not self.devices_fitted or not len(norm):
+            return out
+        codes, uniques = pd.factorize(norm["device"].astype(str))
+        dies = []
+        for u in uniques:
+            try:
+                dies.append(set(self.catalog.same_die(str(u))))
+            except HybridError:  # a device the catalog does not know: no sibling known either
+                dies.append(set())
+        for corr in self.corrections:
+            mine = self.devices_fitted.get(corr.key)
+            if not mine:
+                continue
+            mine = set(mine)
+            has = np.array([str(u) not in mine and bool(d & mine) for u, d in zip(uniques, dies, strict=True)],
+                           dtype=bool)
+            if has.any():
+                out |= family_mask(base, corr.families) & has[codes]
+        return out & ~isin_fast(base["family"], ("collective",))
 
     def _adapted_devices(self) -> set[str]:
         """Devices with a few-shot scale, tilt, shift or device model."""

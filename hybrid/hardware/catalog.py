@@ -165,6 +165,19 @@ class Catalog:
         key = self.resolve_device(name, missing_ok=True)
         return [k for k, d in self.devices.items() if str(d.arch).lower() == arch and k != key]
 
+    def same_die(self, name: str) -> list[str]:
+        """Other catalog GPUs built from the same die configuration as ``name``: the same vendor, architecture
+        (``arch``) and number of SMs / CUs, i.e. the same chip in another board, memory size or power limit (A100
+        PCIe 40GB / 80GB and SXM4 80GB; H100 SXM, H200 and H800; V100 PCIe and SXM2). Keys in catalog order; empty
+        for a device without ``arch`` or SM count, or a CPU. What the prediction intervals' ``sibling`` band reads
+        (a GPU never measured whose chip was measured in another variant)."""
+        dev = self.device(name)
+        if dev.kind != "gpu" or not dev.arch or dev.num_sms <= 0:
+            return []
+        return [k for k, d in self.devices.items()
+                if k != dev.key and d.kind == "gpu" and str(d.vendor).lower() == str(dev.vendor).lower()
+                and str(d.arch).lower() == str(dev.arch).lower() and d.num_sms == dev.num_sms]
+
     def _loose_device(self, name: str) -> tuple[str | None, str | None]:
         """(catalog key, None) for a loosely written name, or (None, the part it names) when the name states a
         memory size that no configuration of that part in the catalog has, or (None, None)."""

@@ -262,7 +262,8 @@ def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: Cali
             held = (table["device"] == dev).to_numpy()
             p = new().fit(table.loc[~held].reset_index(drop=True))
             test = table.loc[held].reset_index(drop=True)
-            lodo.append(prediction_frame(test, p.predict(test), "lodo"))
+            # rows whose die this fit measured in another variant calibrate the sibling band
+            lodo.append(prediction_frame(test, p.predict(test), "lodo").assign(sibling=p.sibling_rows(test)))
             # the same device adapted with k of its rows (strategy auto): the bands of adapted devices
             for shots, fit_rows, scored in p.adaptation_holdouts(test, config.seed):
                 held = test.loc[scored].reset_index(drop=True)
@@ -284,8 +285,9 @@ def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: Cali
             test = table.loc[held].reset_index(drop=True)
             frames.append(prediction_frame(test, p.predict(test), "few"))
             bar.update()
-        # 80% intervals from the held-out residuals above: random split = seen devices, lodo = unseen ones, few =
-        # devices the fit knew from a few rows, adapted = devices adapted with k rows
+        # 80% intervals from the held-out residuals above: random split = seen devices, lodo = unseen ones (sibling
+        # where the fold fitted another variant of the die), few = devices the fit knew from a few rows, adapted =
+        # devices adapted with k rows
         final.intervals = IntervalCalibration.from_prediction_frames(pd.concat(frames, ignore_index=True)) \
             if frames else IntervalCalibration()
         frames.append(prediction_frame(table, final.predict(table), "train"))
