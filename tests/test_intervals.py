@@ -661,6 +661,7 @@ def test_a_gpu_whose_die_was_fitted_in_another_variant_gets_the_sibling_band(sha
     rc, out_text, err = cli(["calibrate", str(write_csv(table, tmp_path / "t.csv")), "--name", "sib",
                              "--tracking-uri", uri, "-q"])
     assert rc == 0, err
+    assert ("their rows calibrate the sibling band): A100-PCIE-40GB, A100-PCIE-80GB\n") in out_text
     model = load_predictor("sib", tracking_uri=uri).predictor
     assert model.intervals.bands["kernel-xgb:gemm"]["devices_sibling"] == 2
     assert set(model.predict(other)["interval_band"]) == {"sibling"}

@@ -24,6 +24,16 @@ def sparse_devices(result: Any) -> dict[str, list[str]]:
     return dict(predictor.get("devices_sparse", {})) if isinstance(predictor, dict) else {}
 
 
+def sibling_devices(result: Any) -> list[str]:
+    """Devices of the leave-one-device-out split held out while their fit had another variant of their die (the
+    rows that calibrate the sibling interval band)."""
+    frame = getattr(result, "predictions", None)
+    if frame is None or "sibling" not in getattr(frame, "columns", ()):
+        return []
+    rows = frame[(frame["split"] == "lodo") & frame["sibling"].astype("boolean").fillna(False).to_numpy(dtype=bool)]
+    return sorted(rows["device"].astype(str).unique())
+
+
 def print_result(result: Any) -> None:
     """Human-readable summary of a :class:`~hybrid.tracking.calibrate.CalibrationResult`."""
     from hybrid.tracking.store import describe_store, open_store
@@ -46,6 +56,11 @@ def print_result(result: Any) -> None:
                                     "adapt": "new-device rows not used for adaptation"}.get(split, split))
         echo_comparison(summ, groups=("by_op",) if split == "train" else
                         ("by_shots", "by_op", "by_device") if split == "adapted" else ("by_op", "by_device"))
+        if split == "lodo":
+            siblings = sibling_devices(result)
+            if siblings:
+                click.echo("held out beside another variant of their die (their rows calibrate the sibling band): "
+                           + ", ".join(siblings))
     click.echo("")
     where = describe_store(open_store(result.tracking_uri))
     click.echo(f"tracking store: {where['tracking_uri']}")

@@ -570,7 +570,7 @@ class HybridPredictor:
         calibrated without collectives) and ``interval_calibrated`` (False where the band was borrowed from
         another op family or model, or is missing: :meth:`IntervalCalibration.bounds
         <hybrid.corrections.intervals.IntervalCalibration.bounds>`) and, when calibrated, ``interval_band`` (the band
-        the row got: ``seen``, ``unseen``, ``few`` or ``adapted-k``, :meth:`_bands`); with ``host``, ``host_us`` (the part of ``time_us`` that
+        the row got: ``seen``, ``unseen``, ``few``, ``adapted-k`` or ``sibling``, :meth:`_bands`); with ``host``, ``host_us`` (the part of ``time_us`` that
         is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the kernel models
         with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off).
 
@@ -626,7 +626,7 @@ class HybridPredictor:
             else:
                 bands = self._bands(norm, base, (group_codes, groups))
                 lo, hi, out["interval_calibrated"] = self.intervals.coded_bounds(method, methods, base["family"], bands)
-                # which band the row got (seen / unseen / few / adapted-k): why one interval is wider than another
+                # which band the row got (seen / unseen / few / adapted-k / sibling): why one interval is wider than another
                 out["interval_band"] = _text_array(list(BAND_NAMES), bands)
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
                 floor = self._interval_floor(norm, base, (group_codes, groups))

@@ -5,7 +5,8 @@ Evaluation splits (each reports the calibrated model beside the roofline-only ba
 
 - ``random``: a stratified random hold-out (``test_fraction`` of every device/op group), model fitted on the rest;
 - ``lodo``: leave-one-device-out where the data has several devices (or the devices named in
-  ``holdout_devices``): each device's rows are predicted by a model fitted without that device;
+  ``holdout_devices``): each device's rows are predicted by a model fitted without that device (column
+  ``sibling``: the rows whose die that model fitted in another variant, which calibrate the sibling band);
 - ``adapted``: each ``lodo`` device's model adapted (``HybridPredictor.adapt``, strategy ``auto``) with 5, 10, 20
   and 50 of its rows per correction (column ``shots``) and scored on its other rows
   (:meth:`HybridPredictor.adaptation_holdouts <hybrid.corrections.predictor.HybridPredictor.adaptation_holdouts>`);
