@@ -647,11 +647,16 @@ def test_a_gpu_whose_die_was_fitted_in_another_variant_gets_the_sibling_band(sha
     out, out_nobody = pred.predict(other), pred.predict(nobody)
     assert set(out["interval_band"]) == {"sibling"} and set(out_nobody["interval_band"]) == {"unseen"}
     assert pred.sibling_rows(other).all() and not pred.sibling_rows(nobody).any() and not pred.sibling_rows(rows).any()
+    # the die counts only in a dtype on the same units: NeuSight measured the A100s in fp32, not on tensor cores
+    assert not pred.sibling_rows(other.assign(dtype="fp16")).any()
+    assert set(pred.predict(other.assign(dtype="fp16"))["interval_band"]) == {"unseen"}
     hi = lambda o: np.log(o["time_us_high"] / o["time_us"]).to_numpy()  # noqa: E731
     np.testing.assert_allclose(hi(out), band["sibling"][1])
     np.testing.assert_allclose(hi(out_nobody), band["unseen"][1])
     # a calibration saved before the band existed (no "sibling" entry): the sibling rows get the unseen band
     old = HybridPredictor.load(pred.save(tmp_path / "p"))
+    assert old.dtypes_fitted == pred.dtypes_fitted and old.dtypes_fitted["kernel-xgb-gemm"]["A100-PCIE-40GB"] == ["fp32"]
+    pd.testing.assert_frame_equal(old.predict(other), out)
     old.intervals.bands = {k: {n: v for n, v in e.items() if "sibling" not in n} for k, e in old.intervals.bands.items()}
     np.testing.assert_allclose(hi(old.predict(other)), band["unseen"][1])
     assert BAND_NAMES[SIBLING] == "sibling" and SIBLING == len(BAND_NAMES) - 1  # saved codes keep their meaning

@@ -37,8 +37,8 @@ devices whose few rows the fit up-weighted (``kernel_xgb.floored_devices``: ``Hy
 get the ``few`` band, or the unseen band where it was not calibrated (a model saved before it existed).
 
 A GPU a correction never fitted whose die it fitted in another variant (``Catalog.same_die``: the same vendor,
-architecture and SM count, e.g. an A100 40GB when the A100 80GB was measured, an H200 from H100 rows) gets the
-``sibling`` band: the leave-one-device-out residuals of held-out devices that had such a sibling in their fit
+architecture and SM count, e.g. an A100 40GB when the A100 80GB was measured, an H200 from H100 rows), measured
+there in a dtype on the same units as the row's (``HybridPredictor.sibling_rows``), gets the ``sibling`` band: the leave-one-device-out residuals of held-out devices that had such a sibling in their fit
 (at least :data:`MIN_SIBLING_DEVICES` of them; else the unseen band). The unseen band is then calibrated on the
 held-out devices *without* a sibling (on all of them where none lacked one): on public kernel data the pooled band
 covered 82% of held-out GPUs with a sibling and 74% of those without (``experiments/interval_coverage``), so one

@@ -136,6 +136,9 @@ class HybridPredictor:
         #: correction key -> devices with rows of its families in the fit: a device the fit saw only in other
         #: families (e.g. only in collective measurements) is unseen for this correction's intervals
         self.devices_fitted: dict[str, list[str]] = {}
+        #: correction key -> device -> the dtypes of its rows that correction was fitted on (what the sibling band
+        #: reads: a die measured in another variant counts only in a dtype on the same units, :meth:`sibling_rows`)
+        self.dtypes_fitted: dict[str, dict[str, list[str]]] = {}
         #: correction key -> training devices with fewer rows of its families than its device floor (their
         #: predictions get the unseen interval band, :meth:`_sparse_devices`)
         self.devices_sparse: dict[str, list[str]] = {}
@@ -224,6 +227,7 @@ class HybridPredictor:
             self.fit_info[corr.key] = {"fitted": True, "rows": n}
         self.devices_fitted = {c.key: sorted(map(str, pd.unique(norm.loc[family_mask(base, c.families), "device"])))
                                for c in self.corrections if self.fit_info.get(c.key, {}).get("fitted")}
+        self.dtypes_fitted = {key: self._dtypes_by_device(norm, base, key) for key in self.devices_fitted}
         self.devices_sparse = self._sparse_devices(norm, base)
         self.offsets, self.device_models, self.shifts, self.adapt_forms, self.tilts = {}, {}, {}, {}, {}
         self.data_digest = table_digest(norm)
@@ -477,30 +481,50 @@ class HybridPredictor:
         """Per row of ``table``: a kernel row (not a collective) whose device the correction answering its family
         never fitted (:attr:`devices_fitted`), while that correction fitted another variant of the same die
         (:meth:`Catalog.same_die <hybrid.hardware.catalog.Catalog.same_die>`: an A100 40GB when the 80GB was
-        measured). Those rows get the ``sibling`` interval band where it was calibrated (the leave-one-device-out
-        fits of :meth:`calibrate_intervals` and ``hybrid calibrate`` mark their held-out rows with this);
-        all False for a model saved before :attr:`devices_fitted` was recorded."""
+        measured) in a dtype that runs on the same units as the row's (the same compute peak on that chip: fp16
+        and bf16 on an A100 are one path, fp32 another; :attr:`dtypes_fitted`). Those rows get the ``sibling``
+        interval band where it was calibrated (the leave-one-device-out fits of :meth:`calibrate_intervals` and
+        ``hybrid calibrate`` mark their held-out rows with this); all False for a model saved before
+        :attr:`dtypes_fitted` was recorded."""
         norm, base = self._prepare(table.reset_index(drop=True), training=False)
         return self._sibling_mask(norm, base)
 
+    def _dtypes_by_device(self, norm: pd.DataFrame, base: pd.DataFrame, key: str) -> dict[str, list[str]]:
+        corr = next(c for c in self.corrections if c.key == key)
+        rows = norm.loc[family_mask(base, corr.families)]
+        dtypes = rows["dtype"].astype(str) if "dtype" in rows.columns else pd.Series("fp32", index=rows.index)
+        pairs = pd.DataFrame({"device": rows["device"].astype(str), "dtype": dtypes}).drop_duplicates()
+        return {str(d): sorted(map(str, g["dtype"])) for d, g in pairs.groupby("device", sort=True)}
+
     def _sibling_mask(self, norm: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
         out = np.zeros(len(norm), dtype=bool)
-        if not self.devices_fitted or not len(norm):
+        if not self.dtypes_fitted or not len(norm):
             return out
-        codes, uniques = pd.factorize(norm["device"].astype(str))
-        dies = []
-        for u in uniques:
+        dtypes = norm["dtype"].astype(str) if "dtype" in norm.columns else pd.Series("fp32", index=norm.index)
+        codes, uniques = pd.factorize(norm["device"].astype(str) + "\x1f" + dtypes.to_numpy())
+        pairs = [u.split("\x1f", 1) for u in uniques]
+        dies: dict[str, list[str]] = {}
+        for dev, _ in pairs:
+            if dev not in dies:
+                try:
+                    dies[dev] = self.catalog.same_die(dev)
+                except HybridError:  # a device the catalog does not know: no sibling known either
+                    dies[dev] = []
+
+        def same_units(sib: str, dtype: str, fitted: list[str]) -> bool:
             try:
-                dies.append(set(self.catalog.same_die(str(u))))
-            except HybridError:  # a device the catalog does not know: no sibling known either
-                dies.append(set())
+                chip = self.catalog.device(sib)
+                rate = chip.compute_peak(dtype)
+                return any(np.isclose(chip.compute_peak(t), rate, rtol=0.01) for t in fitted)
+            except HybridError:  # a dtype the chip has no units for
+                return False
+
         for corr in self.corrections:
-            mine = self.devices_fitted.get(corr.key)
-            if not mine:
+            per = self.dtypes_fitted.get(corr.key)
+            if not per:
                 continue
-            mine = set(mine)
-            has = np.array([str(u) not in mine and bool(d & mine) for u, d in zip(uniques, dies, strict=True)],
-                           dtype=bool)
+            has = np.array([dev not in per and any(same_units(s, dt, per[s]) for s in dies[dev] if s in per)
+                            for dev, dt in pairs], dtype=bool)
             if has.any():
                 out |= family_mask(base, corr.families) & has[codes]
         return out & ~isin_fast(base["family"], ("collective",))
@@ -807,7 +831,8 @@ class HybridPredictor:
                 "tilts": self.tilts, "adapt_forms": self.adapt_forms,
                 "fit_info": self.fit_info, "data_digest": self.data_digest,
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
-                "devices_fitted": self.devices_fitted, "families_seen": self.families_seen,
+                "devices_fitted": self.devices_fitted, "dtypes_fitted": self.dtypes_fitted,
+                "families_seen": self.families_seen,
                 "devices_sparse": self.devices_sparse,
                 "intervals": None if self.intervals is None else self.intervals.to_json(),
             })
@@ -862,6 +887,8 @@ class HybridPredictor:
         obj.devices_seen = list(manifest.get("devices_seen", []))
         obj.systems_seen = list(manifest.get("systems_seen", []))
         obj.devices_fitted = {k: list(v) for k, v in manifest.get("devices_fitted", {}).items()}
+        obj.dtypes_fitted = {k: {d: list(t) for d, t in per.items()}  # saves before it: no sibling band rows
+                             for k, per in manifest.get("dtypes_fitted", {}).items()}
         obj.families_seen = list(manifest.get("families_seen", []))  # empty for saves before it was recorded
         # saves before the device floor: every fitted device counts as seen
         obj.devices_sparse = {k: list(v) for k, v in manifest.get("devices_sparse", {}).items()}
