@@ -659,6 +659,7 @@ def test_a_gpu_whose_die_was_fitted_in_another_variant_gets_the_sibling_band(sha
     pd.testing.assert_frame_equal(old.predict(other), out)
     old.intervals.bands = {k: {n: v for n, v in e.items() if "sibling" not in n} for k, e in old.intervals.bands.items()}
     np.testing.assert_allclose(hi(old.predict(other)), band["unseen"][1])
+    assert set(old.predict(other)["interval_band"]) == {"unseen"}  # the band it got, not the one it would have
     assert BAND_NAMES[SIBLING] == "sibling" and SIBLING == len(BAND_NAMES) - 1  # saved codes keep their meaning
     assert band["sibling"][1] - band["sibling"][0] < band["unseen"][1] - band["unseen"][0]
     # hybrid calibrate marks the same held-out rows (its lodo prediction frames carry a sibling column)

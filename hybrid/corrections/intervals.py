@@ -247,18 +247,18 @@ class IntervalCalibration:
     def coded_bounds(self, method_codes: np.ndarray, methods: list[Any], family: pd.Series | np.ndarray,
                      seen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`row_bounds` with the method given as codes into ``methods`` (every code >= 0)."""
-        m_codes, m_uniques = np.asarray(method_codes, dtype=np.int64), methods
-        f_codes, f_uniques = pd.factorize(family, use_na_sentinel=False)
-        nf = max(len(f_uniques), 1)
-        nb = len(BAND_NAMES)
-        combo = (m_codes.astype(np.int64) * nf + f_codes) * nb + np.asarray(seen).astype(np.int64)
-        uniq, inverse = np.unique(combo, return_inverse=True)
-        mi, rest = np.divmod(uniq, nb * nf)
-        fi, si = np.divmod(rest, nb)
-        keys = np.array([f"{m_uniques[a]}:{f_uniques[b]}" for a, b in zip(mi, fi, strict=True)], dtype=object)
+        keys, si, inverse = _distinct_keys(method_codes, methods, family, seen)
         lo, hi, ok = self.bounds(keys, si)
-        inverse = inverse.reshape(-1)
         return lo[inverse], hi[inverse], ok[inverse]
+
+    def applied_bands(self, method_codes: np.ndarray, methods: list[Any], family: pd.Series | np.ndarray,
+                      seen: np.ndarray) -> np.ndarray:
+        """The band each row's interval actually comes from (codes, arguments as :meth:`coded_bounds`): a few-row,
+        adapted or sibling band that was not calibrated for the row's key is the unseen band it falls back to."""
+        keys, si, inverse = _distinct_keys(method_codes, methods, family, seen)
+        used = np.array([b if b < FEW or BAND_NAMES[b] in self.bands.get(str(k), {}) else UNSEEN
+                         for k, b in zip(keys, si, strict=True)], dtype=np.int64)
+        return used[inverse]
 
     # ------------------------------------------------------------------ persistence
     def to_json(self) -> dict[str, Any]:
@@ -269,6 +269,21 @@ class IntervalCalibration:
         if not payload:
             return None
         return cls(float(payload.get("coverage", DEFAULT_COVERAGE)), dict(payload.get("bands", {})))
+
+
+def _distinct_keys(method_codes: np.ndarray, methods: list[Any], family: pd.Series | np.ndarray, seen: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(``method:family`` key, band code) per distinct combination of the rows and the row -> combination index."""
+    m_codes = np.asarray(method_codes, dtype=np.int64)
+    f_codes, f_uniques = pd.factorize(family, use_na_sentinel=False)
+    nf = max(len(f_uniques), 1)
+    nb = len(BAND_NAMES)
+    combo = (m_codes * nf + f_codes) * nb + np.asarray(seen).astype(np.int64)
+    uniq, inverse = np.unique(combo, return_inverse=True)
+    mi, rest = np.divmod(uniq, nb * nf)
+    fi, si = np.divmod(rest, nb)
+    keys = np.array([f"{methods[a]}:{f_uniques[b]}" for a, b in zip(mi, fi, strict=True)], dtype=object)
+    return keys, si, inverse.reshape(-1)
 
 
 # ------------------------------------------------------------------------------------------ calibration splits

@@ -650,8 +650,10 @@ class HybridPredictor:
             else:
                 bands = self._bands(norm, base, (group_codes, groups))
                 lo, hi, out["interval_calibrated"] = self.intervals.coded_bounds(method, methods, base["family"], bands)
-                # which band the row got (seen / unseen / few / adapted-k / sibling): why one interval is wider than another
-                out["interval_band"] = _text_array(list(BAND_NAMES), bands)
+                # which band the row got (seen / unseen / few / adapted-k / sibling): why one interval is wider than
+                # another; a few-row, adapted or sibling band never calibrated for the row is the unseen one it got
+                out["interval_band"] = _text_array(list(BAND_NAMES), self.intervals.applied_bands(
+                    method, methods, base["family"], bands))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
                 floor = self._interval_floor(norm, base, (group_codes, groups))
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])

@@ -33,7 +33,9 @@ img{max-width:100%;border:1px solid #eee;margin:.5em 0}
 #: Explanation of each split a calibration run evaluates on.
 SPLIT_NOTES = {
     "random": "random hold-out: the model was fitted without these rows (same devices as training).",
-    "lodo": "leave-one-device-out: each device's rows were predicted by a model fitted without that device.",
+    "lodo": ("leave-one-device-out: each device's rows were predicted by a model fitted without that device (rows "
+             "whose die that model measured in another variant calibrate the sibling band, the others the unseen "
+             "band)."),
     "few": ("few rows: each held-out device kept as many rows in the fit as the few-row devices of the final fit "
             "have (their intervals are calibrated on these rows)."),
     "adapted": ("leave-one-device-out models adapted with 5, 10, 20 and 50 of the held-out device's rows (strategy "
