@@ -634,6 +634,9 @@ def test_a_gpu_whose_die_was_fitted_in_another_variant_gets_the_sibling_band(sha
     from hybrid.tracking.registry import load_predictor
 
     assert "A100-SXM4-40GB" in catalog.same_die("A100-PCIE-80GB") and "H100-SXM" in catalog.same_die("H200")
+    # within a power class only (sustained clocks follow the power limit): 300 W PCIe and 250 W PCIe, not 400 W SXM4
+    assert {"A100-PCIE-40GB", "A800-PCIE-40GB"} <= set(catalog.same_die("A100-PCIE-80GB", 1.25))
+    assert "A100-SXM4-40GB" not in catalog.same_die("A100-PCIE-80GB", 1.25)
     assert "H100-SXM" not in catalog.same_die("A100-SXM4-80GB") and catalog.same_die("T4") == []
     table = neusight_table(shared_datasets, max_rows=300, files=("bmm.csv",))
     assert {"A100-PCIE-40GB", "A100-PCIE-80GB"} <= set(table["device"])
@@ -642,10 +645,12 @@ def test_a_gpu_whose_die_was_fitted_in_another_variant_gets_the_sibling_band(sha
     band = pred.intervals.bands["kernel-xgb:gemm"]
     assert band["devices_sibling"] == 2 and band["devices_unseen"] >= 2
     rows = table[table["device"] == "A100-PCIE-80GB"].head(30)
-    other = rows.assign(device="A100-SXM4-40GB")  # a variant of the same die that no fit saw
+    other = rows.assign(device="A800-PCIE-40GB")  # a variant of the same die and power class that no fit saw
     nobody = rows.assign(device="L4")  # a die nobody measured
+    other_power = rows.assign(device="A100-SXM4-40GB")  # the same die at 400 W: not a sibling of the PCIe cards
     out, out_nobody = pred.predict(other), pred.predict(nobody)
     assert set(out["interval_band"]) == {"sibling"} and set(out_nobody["interval_band"]) == {"unseen"}
+    assert set(pred.predict(other_power)["interval_band"]) == {"unseen"}
     assert pred.sibling_rows(other).all() and not pred.sibling_rows(nobody).any() and not pred.sibling_rows(rows).any()
     # the die counts only in a dtype on the same units: NeuSight measured the A100s in fp32, not on tensor cores
     assert not pred.sibling_rows(other.assign(dtype="fp16")).any()

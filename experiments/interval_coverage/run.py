@@ -198,10 +198,11 @@ def main() -> None:
         f"**{_cov(k_held):.1f}% ({verdict(_cov(k_held))})**; collectives (held-out systems): "
         f"**{_cov(c_held):.1f}% ({verdict(_cov(c_held))})**.", "",
         "## Kernels, held-out GPU", "", *_table(k_held, "held", "device"), "",
-        "By the band the held-out rows got: `sibling` where the fit measured another variant of the GPU's die "
-        "(`Catalog.same_die`: the A100s, V100s, GP102 and GM200 boards, MI25 / Vega FE) and calibrated that band "
-        "on its inner held-out devices that had one; `unseen` otherwise (including a dtype the fit never saw, and "
-        "a sibling whose fit could not calibrate the band).", "", *_table(k_held, "band", "band"), "",
+        "By the band the held-out rows got (`interval_band`): `sibling` where the fit measured another variant of "
+        "the GPU's die and power class in a dtype on the same units (`HybridPredictor.sibling_rows`: the PCIe "
+        "A100s, V100 PCIe / SXM2, GP102 and GM200 boards, MI25 / Vega FE) and calibrated that band on its inner "
+        "held-out devices that had one; `unseen` otherwise (including a dtype the fit never saw, and a sibling "
+        "whose fit could not calibrate the band).", "", *_table(k_held, "band", "band"), "",
         "By family group and source (held-out GPUs):", "", *_table(k_held, "group", "group"), "",
         *_table(k_held, "src", "source"), "",
         "## Kernels, seen devices (random 20% hold-out)", "", *_table(k_seen, "group", "group"), "",

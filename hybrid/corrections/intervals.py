@@ -36,9 +36,10 @@ rows, or a model calibrated before these bands, the unseen band (conservative, s
 devices whose few rows the fit up-weighted (``kernel_xgb.floored_devices``: ``HybridPredictor.devices_sparse``)
 get the ``few`` band, or the unseen band where it was not calibrated (a model saved before it existed).
 
-A GPU a correction never fitted whose die it fitted in another variant (``Catalog.same_die``: the same vendor,
-architecture and SM count, e.g. an A100 40GB when the A100 80GB was measured, an H200 from H100 rows), measured
-there in a dtype on the same units as the row's (``HybridPredictor.sibling_rows``), gets the ``sibling`` band: the leave-one-device-out residuals of held-out devices that had such a sibling in their fit
+A GPU a correction never fitted whose die it fitted in another variant of the same power class
+(``Catalog.same_die``: the same vendor, architecture and SM count, power limits within
+:data:`SIBLING_MAX_TDP_RATIO`; e.g. an A100 SXM4 40GB when the SXM4 80GB was measured, an H200 from H100 SXM rows),
+measured there in a dtype on the same units as the row's (``HybridPredictor.sibling_rows``), gets the ``sibling`` band: the leave-one-device-out residuals of held-out devices that had such a sibling in their fit
 (at least :data:`MIN_SIBLING_DEVICES` of them; else the unseen band). The unseen band is then calibrated on the
 held-out devices *without* a sibling (on all of them where none lacked one): on public kernel data the pooled band
 covered 82% of held-out GPUs with a sibling and 74% of those without (``experiments/interval_coverage``), so one
@@ -85,6 +86,11 @@ BAND_NAMES = ("unseen", "seen", "few", *(f"adapted-{k}" for k in ADAPT_SHOTS), "
 #: Fewest held-out devices whose residuals calibrate the sibling band (fewer: such devices get the unseen band; one
 #: device's errors are one draw, not a distribution of chips).
 MIN_SIBLING_DEVICES = 2
+#: Largest ratio of power limits (TDP) between a GPU and another variant of its die for that variant to count as
+#: its sibling: a chip's sustained clock under load follows its power limit, so the PCIe cards of one power class
+#: (A100 PCIe 250 / 300 W, V100 PCIe 250 W and SXM2 300 W) are siblings, a 400 W SXM4 A100 is not one of them, nor
+#: a 1000 W MI325X one of the 750 W MI300X. A judgement, not fitted.
+SIBLING_MAX_TDP_RATIO = 1.25
 
 
 def adapted_code(rows: np.ndarray | int) -> np.ndarray:

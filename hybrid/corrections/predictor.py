@@ -40,6 +40,7 @@ from hybrid.corrections.intervals import (
     MIN_ROWS_FOR_SPLIT,
     SEEN,
     SIBLING,
+    SIBLING_MAX_TDP_RATIO,
     UNSEEN,
     IntervalCalibration,
     adapted_code,
@@ -479,9 +480,10 @@ class HybridPredictor:
 
     def sibling_rows(self, table: pd.DataFrame) -> np.ndarray:
         """Per row of ``table``: a kernel row (not a collective) whose device the correction answering its family
-        never fitted (:attr:`devices_fitted`), while that correction fitted another variant of the same die
-        (:meth:`Catalog.same_die <hybrid.hardware.catalog.Catalog.same_die>`: an A100 40GB when the 80GB was
-        measured) in a dtype that runs on the same units as the row's (the same compute peak on that chip: fp16
+        never fitted (:attr:`devices_fitted`), while that correction fitted another variant of the same die and
+        power class (:meth:`Catalog.same_die <hybrid.hardware.catalog.Catalog.same_die>` within
+        :data:`~hybrid.corrections.intervals.SIBLING_MAX_TDP_RATIO`: an A100 SXM4 40GB when the SXM4 80GB was
+        measured, not when only the 250 W PCIe cards were) in a dtype that runs on the same units as the row's (the same compute peak on that chip: fp16
         and bf16 on an A100 are one path, fp32 another; :attr:`dtypes_fitted`). Those rows get the ``sibling``
         interval band where it was calibrated (the leave-one-device-out fits of :meth:`calibrate_intervals` and
         ``hybrid calibrate`` mark their held-out rows with this); all False for a model saved before
@@ -507,7 +509,7 @@ class HybridPredictor:
         for dev, _ in pairs:
             if dev not in dies:
                 try:
-                    dies[dev] = self.catalog.same_die(dev)
+                    dies[dev] = self.catalog.same_die(dev, SIBLING_MAX_TDP_RATIO)
                 except HybridError:  # a device the catalog does not know: no sibling known either
                     dies[dev] = []
 

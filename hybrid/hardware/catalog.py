@@ -165,18 +165,26 @@ class Catalog:
         key = self.resolve_device(name, missing_ok=True)
         return [k for k, d in self.devices.items() if str(d.arch).lower() == arch and k != key]
 
-    def same_die(self, name: str) -> list[str]:
+    def same_die(self, name: str, max_tdp_ratio: float | None = None) -> list[str]:
         """Other catalog GPUs built from the same die configuration as ``name``: the same vendor, architecture
         (``arch``) and number of SMs / CUs, i.e. the same chip in another board, memory size or power limit (A100
-        PCIe 40GB / 80GB and SXM4 80GB; H100 SXM, H200 and H800; V100 PCIe and SXM2). Keys in catalog order; empty
-        for a device without ``arch`` or SM count, or a CPU. What the prediction intervals' ``sibling`` band reads
-        (a GPU never measured whose chip was measured in another variant)."""
+        PCIe 40GB / 80GB and SXM4 80GB; H100 SXM, H200 and H800; V100 PCIe and SXM2). With ``max_tdp_ratio``, only
+        those whose power limit is within that factor of ``name``'s (where both are known): the clock a chip
+        sustains under load follows its power limit, so a 250 W PCIe A100 is not a 400 W SXM4 one. Keys in catalog
+        order; empty for a device without ``arch`` or SM count, or a CPU. What the prediction intervals' ``sibling``
+        band reads (a GPU never measured whose chip was measured in another variant)."""
         dev = self.device(name)
         if dev.kind != "gpu" or not dev.arch or dev.num_sms <= 0:
             return []
+
+        def power_alike(d: Device) -> bool:
+            if max_tdp_ratio is None or d.tdp_w <= 0 or dev.tdp_w <= 0:
+                return True
+            return max(d.tdp_w, dev.tdp_w) / min(d.tdp_w, dev.tdp_w) <= max_tdp_ratio
+
         return [k for k, d in self.devices.items()
                 if k != dev.key and d.kind == "gpu" and str(d.vendor).lower() == str(dev.vendor).lower()
-                and str(d.arch).lower() == str(dev.arch).lower() and d.num_sms == dev.num_sms]
+                and str(d.arch).lower() == str(dev.arch).lower() and d.num_sms == dev.num_sms and power_alike(d)]
 
     def _loose_device(self, name: str) -> tuple[str | None, str | None]:
         """(catalog key, None) for a loosely written name, or (None, the part it names) when the name states a
