@@ -169,3 +169,10 @@ def test_a_bare_architecture_device_is_costed_with_a_warning_naming_the_alternat
     assert "MI250X" in json.loads(out)["same_arch_devices"]
     code, out, _ = run(capsys, "devices", "show", "MI210", "--json")
     assert "same_arch_devices" not in json.loads(out)
+    # the other variants of a die, and those of its power class (what the sibling interval band reads)
+    code, out, _ = run(capsys, "devices", "show", "A100-SXM4-40GB", "--json")
+    shown = json.loads(out)
+    assert "A100-PCIE-40GB" in shown["same_die"] and "A100-PCIE-40GB" not in shown["same_die_power_class"]
+    assert "A100-SXM4-80GB" in shown["same_die_power_class"]
+    code, out, _ = run(capsys, "devices", "show", "T4", "--json")
+    assert "same_die" not in json.loads(out)

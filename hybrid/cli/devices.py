@@ -59,6 +59,13 @@ def show(name: str, as_json: bool) -> None:
     same_arch = [] if key else cat.arch_alternatives(name)
     if same_arch:  # a bare architecture string: the other GPUs it could mean
         entry["same_arch_devices"] = same_arch
+    if not key:  # other variants of this die: a model that measured one of its power class gives the sibling band
+        from hybrid.corrections.intervals import SIBLING_MAX_TDP_RATIO
+
+        same_die = cat.same_die(name)
+        if same_die:
+            entry["same_die"] = same_die
+            entry["same_die_power_class"] = cat.same_die(name, SIBLING_MAX_TDP_RATIO)
     if as_json:
         echo_json(entry)
         return
