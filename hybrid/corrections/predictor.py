@@ -483,11 +483,11 @@ class HybridPredictor:
         never fitted (:attr:`devices_fitted`), while that correction fitted another variant of the same die and
         power class (:meth:`Catalog.same_die <hybrid.hardware.catalog.Catalog.same_die>` within
         :data:`~hybrid.corrections.intervals.SIBLING_MAX_TDP_RATIO`: an A100 SXM4 40GB when the SXM4 80GB was
-        measured, not when only the 250 W PCIe cards were) in a dtype that runs on the same units as the row's (the same compute peak on that chip: fp16
-        and bf16 on an A100 are one path, fp32 another; :attr:`dtypes_fitted`). Those rows get the ``sibling``
-        interval band where it was calibrated (the leave-one-device-out fits of :meth:`calibrate_intervals` and
-        ``hybrid calibrate`` mark their held-out rows with this); all False for a model saved before
-        :attr:`dtypes_fitted` was recorded."""
+        measured, not when only the 250 W PCIe cards were) in a dtype that runs on the same units as the row's
+        (the same compute peak on that chip: fp16 and bf16 on an A100 are one path, fp32 another;
+        :attr:`dtypes_fitted`). Those rows get the ``sibling`` interval band where it was calibrated (the
+        leave-one-device-out fits of :meth:`calibrate_intervals` and ``hybrid calibrate`` mark their held-out rows
+        with this); all False for a model saved before :attr:`dtypes_fitted` was recorded."""
         norm, base = self._prepare(table.reset_index(drop=True), training=False)
         return self._sibling_mask(norm, base)
 
@@ -596,7 +596,8 @@ class HybridPredictor:
         calibrated without collectives) and ``interval_calibrated`` (False where the band was borrowed from
         another op family or model, or is missing: :meth:`IntervalCalibration.bounds
         <hybrid.corrections.intervals.IntervalCalibration.bounds>`) and, when calibrated, ``interval_band`` (the band
-        the row got: ``seen``, ``unseen``, ``few``, ``adapted-k`` or ``sibling``, :meth:`_bands`); with ``host``, ``host_us`` (the part of ``time_us`` that
+        the row got: ``seen``, ``unseen``, ``few``, ``adapted-k`` or ``sibling``, :meth:`_bands`; a band never
+        calibrated for the row is named as the unseen one it falls back to); with ``host``, ``host_us`` (the part of ``time_us`` that
         is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the kernel models
         with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off).
 
