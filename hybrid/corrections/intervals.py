@@ -39,8 +39,9 @@ get the ``few`` band, or the unseen band where it was not calibrated (a model sa
 A GPU a correction never fitted whose die it fitted in another variant of the same power class
 (``Catalog.same_die``: the same vendor, architecture and SM count, power limits within
 :data:`SIBLING_MAX_TDP_RATIO`; e.g. an A100 SXM4 40GB when the SXM4 80GB was measured, an H200 from H100 SXM rows),
-measured there in a dtype on the same units as the row's (``HybridPredictor.sibling_rows``), gets the ``sibling`` band: the leave-one-device-out residuals of held-out devices that had such a sibling in their fit
-(at least :data:`MIN_SIBLING_DEVICES` of them; else the unseen band). The unseen band is then calibrated on the
+measured there in a dtype on the same units as the row's (``HybridPredictor.sibling_rows``), gets the ``sibling``
+band: the leave-one-device-out residuals of held-out devices that had such a sibling in their fit (at least
+:data:`MIN_SIBLING_DEVICES` of them; else the unseen band). The unseen band is then calibrated on the
 held-out devices *without* a sibling (on all of them where none lacked one): on public kernel data the pooled band
 covered 82% of held-out GPUs with a sibling and 74% of those without (``experiments/interval_coverage``), so one
 band was too wide for the first and too narrow for the second.

@@ -456,8 +456,10 @@ class HybridPredictor:
                 unseen_dtype = family_mask(base, corr.families) & ~isin_fast(norm["dtype"], fitted)
                 band[unseen_dtype & ((band == SEEN) | (band == FEW))] = UNSEEN
                 odd_dtype |= unseen_dtype
-        # a GPU never fitted whose die was, in another variant (not in a dtype never fitted: that stays unseen)
-        band[(band == UNSEEN) & ~odd_dtype & self._sibling_mask(norm, base)] = SIBLING
+        # a GPU never fitted whose die was, in another variant (not in a dtype never fitted: that stays unseen);
+        # only where a sibling band was calibrated (else such rows get the unseen band anyway)
+        if self.intervals is not None and any("sibling" in e for e in self.intervals.bands.values()):
+            band[(band == UNSEEN) & ~odd_dtype & self._sibling_mask(norm, base)] = SIBLING
         if self.adapt_forms and groups is not None:
             codes, keys = groups
             devices = norm["device"].to_numpy(dtype=object)
