@@ -596,8 +596,8 @@ def test_coverage_is_reported_per_band(fitted):
 def test_sibling_band_from_held_out_devices_whose_die_was_fitted():
     """Held-out devices with another variant of their die in the fit calibrate the sibling band; the unseen band
     is then calibrated on the others only (on all held-out devices where every one had a sibling), and a sibling
-    band of one device is not calibrated (its rows get the unseen band)."""
-    from hybrid.corrections.intervals import SIBLING, UNSEEN
+    band of one device is not calibrated (its rows get the band between the seen and unseen ones)."""
+    from hybrid.corrections.intervals import SEEN, SIBLING, SIBLING_FALLBACK_WEIGHT, UNSEEN
 
     rng = np.random.default_rng(1)
     resid = np.r_[rng.normal(0, 0.05, 400), rng.normal(0, 0.4, 400), rng.normal(0, 0.1, 400)]
@@ -614,11 +614,25 @@ def test_sibling_band_from_held_out_devices_whose_die_was_fitted():
     assert width(band["unseen"]) > 1.1 * width(pooled.bands["kernel-xgb:gemm"]["unseen"])
     lo, hi, ok = cal.bounds(np.array(["kernel-xgb:gemm"] * 2), np.array([SIBLING, UNSEEN]))
     assert ok.all() and hi[0] == pytest.approx(band["sibling"][1]) and hi[1] == pytest.approx(band["unseen"][1])
-    # one sibling device: no sibling band, its rows get the unseen band
+    # one sibling device: no sibling band; its rows get the band halfway between the seen and the unseen ones,
+    # endpoint by endpoint, flagged not calibrated (and the unseen band where there is no seen one)
     one = IntervalCalibration.from_residuals(resid[:1000], key[:1000], codes[:1000], dev[:1000])
-    assert "sibling" not in one.bands["kernel-xgb:gemm"]
-    lo1, hi1, _ = one.bounds(np.array(["kernel-xgb:gemm"]), np.array([SIBLING]))
-    assert hi1[0] == pytest.approx(one.bands["kernel-xgb:gemm"]["unseen"][1])
+    e1 = one.bands["kernel-xgb:gemm"]
+    assert "sibling" not in e1 and SIBLING_FALLBACK_WEIGHT == 0.5
+    lo1, hi1, ok1 = one.bounds(np.array(["kernel-xgb:gemm"] * 3), np.array([SIBLING, SEEN, UNSEEN]))
+    assert lo1[0] == pytest.approx((e1["seen"][0] + e1["unseen"][0]) / 2)
+    assert hi1[0] == pytest.approx((e1["seen"][1] + e1["unseen"][1]) / 2)
+    assert hi1[1] < hi1[0] < hi1[2] and lo1[1] > lo1[0] > lo1[2]
+    assert ok1.tolist() == [False, True, True] and one.sibling_fallback("kernel-xgb:gemm")
+    assert not cal.sibling_fallback("kernel-xgb:gemm")  # a calibrated sibling band is used as it is
+    # its name is the band it got
+    applied = one.applied_bands(np.zeros(2, dtype=np.int64), ["kernel-xgb"], np.array(["gemm", "gemm"]),
+                                np.array([SIBLING, UNSEEN]))
+    assert applied.tolist() == [SIBLING, UNSEEN]
+    no_seen = IntervalCalibration.from_residuals(resid[400:1000], key[400:1000], codes[400:1000], dev[400:1000])
+    assert "seen" not in no_seen.bands["kernel-xgb:gemm"] and not no_seen.marks_siblings()
+    lo2, hi2, ok2 = no_seen.bounds(np.array(["kernel-xgb:gemm"]), np.array([SIBLING]))
+    assert hi2[0] == pytest.approx(no_seen.bands["kernel-xgb:gemm"]["unseen"][1]) and ok2[0]
     # every held-out device had a sibling: the unseen band from all of them
     allsib = IntervalCalibration.from_residuals(np.r_[resid[:400], resid[800:]], key[:800],
                                                 np.r_[codes[:400], codes[800:]], np.r_[dev[:400], dev[800:]])
@@ -658,11 +672,18 @@ def test_a_gpu_whose_die_was_fitted_in_another_variant_gets_the_sibling_band(sha
     hi = lambda o: np.log(o["time_us_high"] / o["time_us"]).to_numpy()  # noqa: E731
     np.testing.assert_allclose(hi(out), band["sibling"][1])
     np.testing.assert_allclose(hi(out_nobody), band["unseen"][1])
-    # a calibration saved before the band existed (no "sibling" entry): the sibling rows get the unseen band
+    # a calibration without a sibling band (saved before it existed, or too few siblings held out): the sibling rows
+    # get the band halfway between the seen and unseen ones, flagged not calibrated; a save from before the fitted
+    # dtypes were recorded marks no sibling row (the unseen band)
     old = HybridPredictor.load(pred.save(tmp_path / "p"))
     assert old.dtypes_fitted == pred.dtypes_fitted and old.dtypes_fitted["kernel-xgb-gemm"]["A100-PCIE-40GB"] == ["fp32"]
     pd.testing.assert_frame_equal(old.predict(other), out)
     old.intervals.bands = {k: {n: v for n, v in e.items() if "sibling" not in n} for k, e in old.intervals.bands.items()}
+    mid = old.predict(other)
+    np.testing.assert_allclose(hi(mid), (band["seen"][1] + band["unseen"][1]) / 2)
+    assert set(mid["interval_band"]) == {"sibling"} and not mid["interval_calibrated"].any()
+    assert old.predict(rows)["interval_calibrated"].all()  # a measured GPU keeps its calibrated band
+    old.dtypes_fitted = {}
     np.testing.assert_allclose(hi(old.predict(other)), band["unseen"][1])
     assert set(old.predict(other)["interval_band"]) == {"unseen"}  # the band it got, not the one it would have
     assert BAND_NAMES[SIBLING] == "sibling" and SIBLING == len(BAND_NAMES) - 1  # saved codes keep their meaning

@@ -457,9 +457,12 @@ class HybridPredictor:
                 band[unseen_dtype & ((band == SEEN) | (band == FEW))] = UNSEEN
                 odd_dtype |= unseen_dtype
         # a GPU never fitted whose die was, in another variant (not in a dtype never fitted: that stays unseen);
-        # only where a sibling band was calibrated (else such rows get the unseen band anyway)
-        if self.intervals is not None and any("sibling" in e for e in self.intervals.bands.values()):
-            band[(band == UNSEEN) & ~odd_dtype & self._sibling_mask(norm, base)] = SIBLING
+        # only where some key gives them a band of their own (else such rows get the unseen band anyway); the die
+        # lookup only on the rows that could be siblings
+        if self.intervals is not None and self.intervals.marks_siblings():
+            maybe = np.flatnonzero((band == UNSEEN) & ~odd_dtype)
+            if len(maybe):
+                band[maybe[self._sibling_mask(norm.iloc[maybe], base.iloc[maybe])]] = SIBLING
         if self.adapt_forms and groups is not None:
             codes, keys = groups
             devices = norm["device"].to_numpy(dtype=object)
