@@ -60,10 +60,10 @@ X0_BOUNDS = (0.0, 40.0)
 W_BOUNDS = (0.3, 4.0)
 #: Layout-model parameters (all stored as natural logs): latencies in us, seconds per byte, knee width.
 LAYOUT_PARAMS = ("lat0_us", "lat_intra_us", "lat_inter_us", "s_per_byte_intra", "s_per_byte_inter",
-                 "s_per_byte_local", "w")
+                 "s_per_byte_local", "w", "s_per_byte_pair")
 #: Prior standard deviations (ln units) of the layout-model parameters around the catalog values: loose, so
 #: measurements dominate wherever they constrain a parameter; the knee prior is tighter (w = 1 is alpha-beta).
-LAYOUT_PRIOR_SIGMA = (6.0, 4.5, 4.5, 3.0, 3.0, 6.0, 1.5)
+LAYOUT_PRIOR_SIGMA = (6.0, 4.5, 4.5, 3.0, 3.0, 6.0, 1.5, 3.0)
 #: Prior constant latency (us) and local-copy share of device memory bandwidth for the layout model.
 LAYOUT_PRIOR_LAT0_US = 5.0
 LAYOUT_PRIOR_LOCAL_FRACTION = 0.05
@@ -105,8 +105,14 @@ class LayoutFit:
     n_points: int
     rmse_log: float
     #: the system's ``intra_bw`` over the bridge of a GPU pair (:func:`pair_link_factor`; 1 elsewhere): the
-    #: intra-node bytes of a layout with at most 2 GPUs per node move at the bridge's rate, not PCIe's
+    #: intra-node bytes of a layout with at most 2 GPUs per node move over the bridge, not PCIe; its prior rate
     pair_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        # saved before the bridge had its own rate (7 parameters: the pair's bytes at pair_factor x the intra-node
+        # seconds per byte): the same prediction with that rate as the bridge's
+        if len(self.log_params) == len(LAYOUT_PARAMS) - 1:
+            self.log_params = [*self.log_params, float(self.log_params[3] + np.log(self.pair_factor))]
 
 
 def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, pair_factor: float = 1.0) -> np.ndarray:
@@ -137,12 +143,32 @@ def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, pair_fact
     return np.stack([one, lat_intra, lat_inter, intra, inter, one], axis=1)
 
 
+def pair_layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, bridged: bool) -> np.ndarray:
+    """:func:`layout_terms` (with ``pair_factor`` 1) plus a seventh column, the bytes that cross a pair's bridge: on
+    a system of PCIe cards bridged in pairs (``bridged``) the intra-node bytes of a layout with at most 2 GPUs per
+    node move there (column 3 then 0), priced by the layout model's own ``s_per_byte_pair``, so that measuring one
+    link says nothing about the other (a bridge at 65% of its datasheet rate says nothing of the PCIe hop between
+    pairs); zero elsewhere."""
+    terms = layout_terms(op, ranks, nodes)
+    pair = np.zeros(len(terms))
+    if bridged:
+        n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
+        g = np.maximum(n / np.maximum(np.asarray(nodes, dtype=np.float64), 1.0), 1.0)
+        pair = np.where(g <= 2.0, terms[:, 3], 0.0)
+        terms[:, 3] = terms[:, 3] - pair
+    return np.column_stack([terms, pair])
+
+
 def layout_log_time(log_params: np.ndarray, terms: np.ndarray, size: np.ndarray) -> np.ndarray:
     """ln time (s) of the layout model: ``t = bw + lat * (bw / lat)^(1 - 1/w)`` (``w = 1``: alpha + beta s),
-    the same knee as the sigmoid busbw curve."""
+    the same knee as the sigmoid busbw curve; ``terms`` as :func:`pair_layout_terms` gives them (6 columns, as
+    :func:`layout_terms`: no bridged pair)."""
     p = np.exp(np.asarray(log_params, dtype=np.float64))
     log_lat = np.log(terms[:, :3] @ p[:3] * 1e-6)
-    log_bw = np.log(terms[:, 3:] @ p[3:6]) + np.log(size)
+    per_byte = terms[:, 3:6] @ p[3:6]
+    if terms.shape[1] > 6:
+        per_byte = per_byte + terms[:, 6] * p[7]
+    log_bw = np.log(per_byte) + np.log(size)
     return np.logaddexp(log_bw, log_lat + (1.0 - 1.0 / p[6]) * (log_bw - log_lat))
 
 
@@ -167,7 +193,8 @@ def layout_prior(catalog: Catalog, system: str) -> np.ndarray:
     mem_bw = catalog.device(sysobj.device).mem_bw if known else sysobj.intra_bw * 10
     inter = sysobj.inter_bw if sysobj.inter_bw > 0 else LAYOUT_PRIOR_NIC
     return np.log([LAYOUT_PRIOR_LAT0_US, max(sysobj.intra_latency_us, 0.5), max(sysobj.inter_latency_us, 0.5),
-                   1.0 / sysobj.intra_bw, 1.0 / inter, LAYOUT_PRIOR_LOCAL_FRACTION / mem_bw, 1.0])
+                   1.0 / sysobj.intra_bw, 1.0 / inter, LAYOUT_PRIOR_LOCAL_FRACTION / mem_bw, 1.0,
+                   pair_link_factor(catalog, system) / sysobj.intra_bw])
 
 
 def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, layout_id: np.ndarray,
@@ -319,7 +346,8 @@ class CollectiveSigmoid(Correction):
         out: dict[str, LayoutFit] = {}
         for (system, op, algo), g in frame.groupby(keys[:3], sort=True):
             factor = pair_link_factor(catalog, str(system))
-            terms = layout_terms(g["op"].to_numpy(), g["n_ranks"].to_numpy(), g["n_nodes"].to_numpy(), factor)
+            terms = pair_layout_terms(g["op"].to_numpy(), g["n_ranks"].to_numpy(), g["n_nodes"].to_numpy(),
+                                      factor != 1.0)
             lay = g["n_ranks"].astype(str) + "/" + g["n_nodes"].astype(str)
             layout_id = pd.factorize(lay)[0]
             try:
@@ -468,8 +496,8 @@ class CollectiveSigmoid(Correction):
 
     @staticmethod
     def _layout_us(lm: LayoutFit, op: str, ranks: float, nodes: float, size: np.ndarray) -> np.ndarray:
-        terms = layout_terms(np.full(len(size), op, dtype=object), np.full(len(size), ranks), np.full(len(size), nodes),
-                             lm.pair_factor)
+        terms = pair_layout_terms(np.full(len(size), op, dtype=object), np.full(len(size), ranks),
+                                  np.full(len(size), nodes), lm.pair_factor != 1.0)
         return np.exp(layout_log_time(np.asarray(lm.log_params), terms, size)) * 1e6
 
     def _layout_extrapolates(self, lm: LayoutFit, ranks: float) -> bool:
@@ -541,7 +569,7 @@ class CollectiveSigmoid(Correction):
             "fits": [asdict(f) for f in self.fits], "failures": self.failures, "dropped_wrong": self.dropped_wrong,
             "default_algorithm": self.default_algorithm, "rank_model": self.rank_model,
             "layout_model": "t = bw + lat * (bw / lat)^(1 - 1/w); lat = terms . (lat0, lat_intra, lat_inter) us, "
-                            "bw = size * terms . (s/B intra, inter, local); params stored as ln " + ", ".join(LAYOUT_PARAMS),
+                            "bw = size * terms . (s/B intra, inter, local, bridged pair); params stored as ln " + ", ".join(LAYOUT_PARAMS),
             "layout_models": [asdict(m) for m in self.layout_models.values()],
             "use_transfer": self.use_transfer,
             "transfer_model": self.transfer.to_dict() if self.transfer is not None else None,
