@@ -18,7 +18,8 @@ setting of that (system, collective), i.e. what a tuned deployment reaches.
 Unmeasured rank/node counts (``rank_model="joint"``, the default): per (system, collective, setting) one
 *layout model* is fitted jointly over every measured (ranks, nodes) layout and size: a hierarchical alpha-beta
 whose latencies (constant, per intra-node step, per inter-node step) and seconds-per-byte (intra-node fabric,
-inter-node NIC share, local copy) are free, with the sigmoid's knee ``w``, fitted by robust least squares on log
+inter-node NIC share, local copy, a bridged pair's link, the node's aggregate network link: the network term is the
+slower of the NIC share and the node link) are free, with the sigmoid's knee ``w``, fitted by robust least squares on log
 time with a weak prior at the catalog's values (so a system with one measured layout stays close to the
 catalog's scaling). Between measured rank counts the layout model is used as is; beyond them (extrapolation)
 it is multiplied by the nearest measured layout's residual ``sigmoid / layout model`` at the row's size
@@ -60,10 +61,10 @@ X0_BOUNDS = (0.0, 40.0)
 W_BOUNDS = (0.3, 4.0)
 #: Layout-model parameters (all stored as natural logs): latencies in us, seconds per byte, knee width.
 LAYOUT_PARAMS = ("lat0_us", "lat_intra_us", "lat_inter_us", "s_per_byte_intra", "s_per_byte_inter",
-                 "s_per_byte_local", "w", "s_per_byte_pair")
+                 "s_per_byte_local", "w", "s_per_byte_pair", "s_per_byte_node")
 #: Prior standard deviations (ln units) of the layout-model parameters around the catalog values: loose, so
 #: measurements dominate wherever they constrain a parameter; the knee prior is tighter (w = 1 is alpha-beta).
-LAYOUT_PRIOR_SIGMA = (6.0, 4.5, 4.5, 3.0, 3.0, 6.0, 1.5, 3.0)
+LAYOUT_PRIOR_SIGMA = (6.0, 4.5, 4.5, 3.0, 3.0, 6.0, 1.5, 3.0, 3.0)
 #: Prior constant latency (us) and local-copy share of device memory bandwidth for the layout model.
 LAYOUT_PRIOR_LAT0_US = 5.0
 LAYOUT_PRIOR_LOCAL_FRACTION = 0.05
@@ -71,6 +72,8 @@ LAYOUT_PRIOR_LOCAL_FRACTION = 0.05
 LAYOUT_PRIOR_NIC = 12.5e9
 #: Robust loss scale (ln units): residuals beyond ~35% (protocol-switch bumps) count linearly, not squared.
 LAYOUT_LOSS_SCALE = 0.3
+#: ln seconds per byte of a node link that never binds (layout models saved before the node's link existed).
+LAYOUT_NODE_UNBOUND = -200.0
 
 
 @dataclass
@@ -111,8 +114,11 @@ class LayoutFit:
     def __post_init__(self) -> None:
         # saved before the bridge had its own rate (7 parameters: the pair's bytes at pair_factor x the intra-node
         # seconds per byte): the same prediction with that rate as the bridge's
-        if len(self.log_params) == len(LAYOUT_PARAMS) - 1:
+        if len(self.log_params) == 7:
             self.log_params = [*self.log_params, float(self.log_params[3] + np.log(self.pair_factor))]
+        # saved before the node's own network link (8 parameters): a link too fast to bind, as it predicted
+        if len(self.log_params) == 8:
+            self.log_params = [*self.log_params, LAYOUT_NODE_UNBOUND]
 
 
 def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, pair_factor: float = 1.0) -> np.ndarray:
@@ -144,19 +150,24 @@ def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, pair_fact
 
 
 def pair_layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, bridged: bool) -> np.ndarray:
-    """:func:`layout_terms` (with ``pair_factor`` 1) plus a seventh column, the bytes that cross a pair's bridge: on
-    a system of PCIe cards bridged in pairs (``bridged``) the intra-node bytes of a layout with at most 2 GPUs per
-    node move there (column 3 then 0), priced by the layout model's own ``s_per_byte_pair``, so that measuring one
-    link says nothing about the other (a bridge at 65% of its datasheet rate says nothing of the PCIe hop between
-    pairs); zero elsewhere."""
+    """:func:`layout_terms` (with ``pair_factor`` 1) plus two columns. Seventh: the bytes that cross a pair's
+    bridge: on a system of PCIe cards bridged in pairs (``bridged``) the intra-node bytes of a layout with at most 2
+    GPUs per node move there (column 3 then 0), priced by the layout model's own ``s_per_byte_pair``, so that
+    measuring one link says nothing about the other (a bridge at 65% of its datasheet rate says nothing of the PCIe
+    hop between pairs); zero elsewhere. Eighth: the bytes the whole node sends across the network per message
+    byte (GPUs per node x each GPU's NIC share, column 4, for a collective; a send/recv ring crosses between
+    nodes at one GPU per node), priced by ``s_per_byte_node``: the node's aggregate link, which binds where fewer
+    NICs serve the node than its GPUs could fill (the network term is the slower of the two)."""
     terms = layout_terms(op, ranks, nodes)
+    n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
+    g = np.maximum(n / np.maximum(np.asarray(nodes, dtype=np.float64), 1.0), 1.0)
     pair = np.zeros(len(terms))
     if bridged:
-        n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
-        g = np.maximum(n / np.maximum(np.asarray(nodes, dtype=np.float64), 1.0), 1.0)
         pair = np.where(g <= 2.0, terms[:, 3], 0.0)
         terms[:, 3] = terms[:, 3] - pair
-    return np.column_stack([terms, pair])
+    opa = np.asarray(op, dtype=object)
+    collective = np.isin(opa, ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"])
+    return np.column_stack([terms, pair, np.where(collective, g, 1.0) * terms[:, 4]])
 
 
 def layout_log_time(log_params: np.ndarray, terms: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -168,6 +179,8 @@ def layout_log_time(log_params: np.ndarray, terms: np.ndarray, size: np.ndarray)
     per_byte = terms[:, 3:6] @ p[3:6]
     if terms.shape[1] > 6:
         per_byte = per_byte + terms[:, 6] * p[7]
+    if terms.shape[1] > 7:  # the network: the slower of each GPU's NIC share and the node's aggregate link
+        per_byte = per_byte + np.maximum(terms[:, 7] * p[8] - terms[:, 4] * p[4], 0.0)
     log_bw = np.log(per_byte) + np.log(size)
     return np.logaddexp(log_bw, log_lat + (1.0 - 1.0 / p[6]) * (log_bw - log_lat))
 
@@ -194,7 +207,8 @@ def layout_prior(catalog: Catalog, system: str) -> np.ndarray:
     inter = sysobj.inter_bw if sysobj.inter_bw > 0 else LAYOUT_PRIOR_NIC
     return np.log([LAYOUT_PRIOR_LAT0_US, max(sysobj.intra_latency_us, 0.5), max(sysobj.inter_latency_us, 0.5),
                    1.0 / sysobj.intra_bw, 1.0 / inter, LAYOUT_PRIOR_LOCAL_FRACTION / mem_bw, 1.0,
-                   pair_link_factor(catalog, system) / sysobj.intra_bw])
+                   pair_link_factor(catalog, system) / sysobj.intra_bw,
+                   1.0 / (max(sysobj.gpus_per_node, 1) * inter)])  # every GPU's NIC share at once
 
 
 def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, layout_id: np.ndarray,
@@ -210,11 +224,18 @@ def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, la
 
     lo, hi = prior - 8.0, prior + 8.0
     lo[6], hi[6] = np.log(W_BOUNDS[0]), np.log(W_BOUNDS[1])
-    start = np.clip(prior, lo + 1e-6, hi - 1e-6)
+    starts = [np.clip(prior, lo + 1e-6, hi - 1e-6)]
+    if len(prior) > 8 and terms.shape[1] > 7 and (terms[:, 7] > terms[:, 4]).any():
+        # the node's link has no gradient while each GPU's NIC share binds (the prior: every NIC in use), so the fit
+        # also starts from a node served by one GPU's NIC share, and keeps the better of the two
+        alt = starts[0].copy()
+        alt[8] = np.clip(prior[4], lo[8] + 1e-6, hi[8] - 1e-6)
+        starts.append(alt)
     # fitting only: predicting a saved model does not import SciPy
     from scipy.optimize import least_squares
 
-    sol = least_squares(resid, start, bounds=(lo, hi), loss="soft_l1", f_scale=LAYOUT_LOSS_SCALE)
+    sol = min((least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=LAYOUT_LOSS_SCALE) for x0 in starts),
+              key=lambda r: r.cost)
     err = layout_log_time(sol.x, terms, size) - log_t
     return sol.x, float(np.sqrt(np.mean(err**2)))
 
@@ -569,7 +590,7 @@ class CollectiveSigmoid(Correction):
             "fits": [asdict(f) for f in self.fits], "failures": self.failures, "dropped_wrong": self.dropped_wrong,
             "default_algorithm": self.default_algorithm, "rank_model": self.rank_model,
             "layout_model": "t = bw + lat * (bw / lat)^(1 - 1/w); lat = terms . (lat0, lat_intra, lat_inter) us, "
-                            "bw = size * terms . (s/B intra, inter, local, bridged pair); params stored as ln " + ", ".join(LAYOUT_PARAMS),
+                            "bw = size * (terms . (s/B intra, local, bridged pair) + max(inter NIC share, node link)); params stored as ln " + ", ".join(LAYOUT_PARAMS),
             "layout_models": [asdict(m) for m in self.layout_models.values()],
             "use_transfer": self.use_transfer,
             "transfer_model": self.transfer.to_dict() if self.transfer is not None else None,
