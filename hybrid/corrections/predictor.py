@@ -462,7 +462,10 @@ class HybridPredictor:
         if self.intervals is not None and self.intervals.marks_siblings():
             maybe = np.flatnonzero((band == UNSEEN) & ~odd_dtype)
             if len(maybe):
-                band[maybe[self._sibling_mask(norm.iloc[maybe], base.iloc[maybe])]] = SIBLING
+                cols = [c for c in ("device", "dtype") if c in norm.columns]
+                narrow = pd.DataFrame({c: norm[c].iloc[maybe].reset_index(drop=True) for c in cols})
+                fam = pd.DataFrame({"family": base["family"].iloc[maybe].reset_index(drop=True)})
+                band[maybe[self._sibling_mask(narrow, fam)]] = SIBLING
         if self.adapt_forms and groups is not None:
             codes, keys = groups
             devices = norm["device"].to_numpy(dtype=object)
@@ -507,9 +510,16 @@ class HybridPredictor:
         out = np.zeros(len(norm), dtype=bool)
         if not self.dtypes_fitted or not len(norm):
             return out
-        dtypes = norm["dtype"].astype(str) if "dtype" in norm.columns else pd.Series("fp32", index=norm.index)
-        codes, uniques = pd.factorize(norm["device"].astype(str) + "\x1f" + dtypes.to_numpy())
-        pairs = [u.split("\x1f", 1) for u in uniques]
+        # distinct (device, dtype) pairs from integer codes (no per-row string building)
+        d_codes, d_uniques = pd.factorize(norm["device"], use_na_sentinel=False)
+        if "dtype" in norm.columns:
+            t_codes, t_uniques = pd.factorize(norm["dtype"], use_na_sentinel=False)
+        else:
+            t_codes, t_uniques = np.zeros(len(norm), dtype=np.int64), np.array(["fp32"], dtype=object)
+        nt = max(len(t_uniques), 1)
+        combos, codes = np.unique(d_codes.astype(np.int64) * nt + t_codes, return_inverse=True)
+        codes = codes.reshape(-1)
+        pairs = [[str(d_uniques[c // nt]), str(t_uniques[c % nt])] for c in combos]
         dies: dict[str, list[str]] = {}
         for dev, _ in pairs:
             if dev not in dies:
