@@ -176,3 +176,17 @@ def test_a_bare_architecture_device_is_costed_with_a_warning_naming_the_alternat
     assert "A100-SXM4-80GB" in shown["same_die_power_class"]
     code, out, _ = run(capsys, "devices", "show", "T4", "--json")
     assert "same_die" not in json.loads(out)
+
+
+def test_calibrate_says_whether_the_sibling_band_was_calibrated() -> None:
+    """Two held-out devices beside another variant of their die calibrate the sibling band; one does not, and the
+    summary says what such GPUs get instead; none: nothing said."""
+    from hybrid.cli.calibrate import sibling_line
+
+    assert sibling_line([]) is None
+    two = sibling_line(["A100-PCIE-40GB", "A100-PCIE-80GB"])
+    assert two == ("held out beside another variant of their die (their rows calibrate the sibling band): "
+                   "A100-PCIE-40GB, A100-PCIE-80GB")
+    one = sibling_line(["V100-PCIE-32GB"])
+    assert one.startswith("held out beside another variant of their die: V100-PCIE-32GB (fewer than 2:")
+    assert "halfway between the seen and unseen" in one and "flagged not calibrated" in one

@@ -34,6 +34,22 @@ def sibling_devices(result: Any) -> list[str]:
     return sorted(rows["device"].astype(str).unique())
 
 
+def sibling_line(siblings: list[str]) -> str | None:
+    """What ``hybrid calibrate`` says about the held-out devices that had another variant of their die in their
+    fit: their rows calibrate the sibling band, or, fewer than ``MIN_SIBLING_DEVICES`` of them, do not (such GPUs
+    then get the band halfway between the seen and unseen ones, flagged not calibrated)."""
+    from hybrid.corrections.intervals import MIN_SIBLING_DEVICES
+
+    if not siblings:
+        return None
+    if len(siblings) >= MIN_SIBLING_DEVICES:
+        return ("held out beside another variant of their die (their rows calibrate the sibling band): "
+                + ", ".join(siblings))
+    return ("held out beside another variant of their die: " + ", ".join(siblings)
+            + f" (fewer than {MIN_SIBLING_DEVICES}: no sibling band is calibrated; a GPU whose die this model measured "
+            "in another variant gets the band halfway between the seen and unseen ones, flagged not calibrated)")
+
+
 def print_result(result: Any) -> None:
     """Human-readable summary of a :class:`~hybrid.tracking.calibrate.CalibrationResult`."""
     from hybrid.tracking.store import describe_store, open_store
@@ -57,10 +73,9 @@ def print_result(result: Any) -> None:
         echo_comparison(summ, groups=("by_op",) if split == "train" else
                         ("by_shots", "by_op", "by_device") if split == "adapted" else ("by_op", "by_device"))
         if split == "lodo":
-            siblings = sibling_devices(result)
-            if siblings:
-                click.echo("held out beside another variant of their die (their rows calibrate the sibling band): "
-                           + ", ".join(siblings))
+            line = sibling_line(sibling_devices(result))
+            if line:
+                click.echo(line)
     click.echo("")
     where = describe_store(open_store(result.tracking_uri))
     click.echo(f"tracking store: {where['tracking_uri']}")
