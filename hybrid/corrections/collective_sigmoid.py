@@ -121,6 +121,11 @@ class LayoutFit:
             self.log_params = [*self.log_params, LAYOUT_NODE_UNBOUND]
 
 
+#: Ops :func:`layout_terms` gives collective byte counts (every other op is a point-to-point transfer: one byte
+#: across per message byte, from one GPU of a node when it spans nodes).
+LAYOUT_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
+
+
 def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, pair_factor: float = 1.0) -> np.ndarray:
     """Per row, the coefficients of the layout model: latency (1, intra steps, inter steps) and bytes moved
     (intra-node fabric, inter-node NIC share, local copy) per byte of message, as in the alpha-beta model.
@@ -149,7 +154,7 @@ def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, pair_fact
     return np.stack([one, lat_intra, lat_inter, intra, inter, one], axis=1)
 
 
-def pair_layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, bridged: bool) -> np.ndarray:
+def layout_fit_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, bridged: bool) -> np.ndarray:
     """:func:`layout_terms` (with ``pair_factor`` 1) plus two columns. Seventh: the bytes that cross a pair's
     bridge: on a system of PCIe cards bridged in pairs (``bridged``) the intra-node bytes of a layout with at most 2
     GPUs per node move there (column 3 then 0), priced by the layout model's own ``s_per_byte_pair``, so that
@@ -165,14 +170,13 @@ def pair_layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, brid
     if bridged:
         pair = np.where(g <= 2.0, terms[:, 3], 0.0)
         terms[:, 3] = terms[:, 3] - pair
-    opa = np.asarray(op, dtype=object)
-    collective = np.isin(opa, ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce"])
+    collective = np.isin(np.asarray(op, dtype=object), LAYOUT_COLLECTIVES)
     return np.column_stack([terms, pair, np.where(collective, g, 1.0) * terms[:, 4]])
 
 
 def layout_log_time(log_params: np.ndarray, terms: np.ndarray, size: np.ndarray) -> np.ndarray:
     """ln time (s) of the layout model: ``t = bw + lat * (bw / lat)^(1 - 1/w)`` (``w = 1``: alpha + beta s),
-    the same knee as the sigmoid busbw curve; ``terms`` as :func:`pair_layout_terms` gives them (6 columns, as
+    the same knee as the sigmoid busbw curve; ``terms`` as :func:`layout_fit_terms` gives them (6 columns, as
     :func:`layout_terms`: no bridged pair)."""
     p = np.exp(np.asarray(log_params, dtype=np.float64))
     log_lat = np.log(terms[:, :3] @ p[:3] * 1e-6)
@@ -367,7 +371,7 @@ class CollectiveSigmoid(Correction):
         out: dict[str, LayoutFit] = {}
         for (system, op, algo), g in frame.groupby(keys[:3], sort=True):
             factor = pair_link_factor(catalog, str(system))
-            terms = pair_layout_terms(g["op"].to_numpy(), g["n_ranks"].to_numpy(), g["n_nodes"].to_numpy(),
+            terms = layout_fit_terms(g["op"].to_numpy(), g["n_ranks"].to_numpy(), g["n_nodes"].to_numpy(),
                                       factor != 1.0)
             lay = g["n_ranks"].astype(str) + "/" + g["n_nodes"].astype(str)
             layout_id = pd.factorize(lay)[0]
@@ -517,7 +521,7 @@ class CollectiveSigmoid(Correction):
 
     @staticmethod
     def _layout_us(lm: LayoutFit, op: str, ranks: float, nodes: float, size: np.ndarray) -> np.ndarray:
-        terms = pair_layout_terms(np.full(len(size), op, dtype=object), np.full(len(size), ranks),
+        terms = layout_fit_terms(np.full(len(size), op, dtype=object), np.full(len(size), ranks),
                                   np.full(len(size), nodes), lm.pair_factor != 1.0)
         return np.exp(layout_log_time(np.asarray(lm.log_params), terms, size)) * 1e6
 
