@@ -242,6 +242,34 @@ def test_continuous_batching_low_rate_matches_single_request_and_load_raises_lat
     assert hi.max_running > lo.max_running
 
 
+def test_offline_rate_queues_every_request_at_once_and_reproduces_the_static_batch():
+    """``--rate inf`` (vendor throughput benchmarks): all requests at time 0, the same lengths as at any finite
+    rate; with a whole-batch prefill step it is the static batch of vendor tables, and no finite rate serves
+    the same requests faster."""
+    import math
+
+    from hybrid.workloads.llm.serving import SchedulerConfig
+
+    assert parse_rate("inf") == parse_rate(" MAX ") == parse_rate("offline") == math.inf
+    with pytest.raises(InvalidInputError, match="bad rate"):
+        parse_rate("infinity/s")
+    dists = parse_dist("lognormal:300,0.5"), parse_dist("16-64")
+    offline, finite = make_trace(math.inf, 50, *dists, seed=3), make_trace(7.0, 50, *dists, seed=3)
+    assert np.all(offline.arrival_s == 0) and np.all(np.diff(finite.arrival_s) > 0)
+    assert np.array_equal(offline.input_len, finite.input_len)
+    assert np.array_equal(offline.output_len, finite.output_len)
+    s = make_setup("llama2-7b", "A100")
+    static = predict_static(s, 64, 512, 64)
+    res = simulate(s, make_trace(math.inf, 64, parse_dist("512"), parse_dist("64")),
+                   sched=SchedulerConfig(max_batched_tokens=64 * 512, max_seqs=64))
+    assert res.max_running == 64 and res.steps == 64  # one prefill step, then 63 decode steps
+    assert res.output_tokens_per_s_per_gpu == pytest.approx(static.output_tokens_per_s_per_gpu, rel=0.03)
+    assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.03)
+    lo = simulate(s, make_trace(40.0, 200, parse_dist("512"), parse_dist("64"), seed=1))
+    hi = simulate(s, make_trace(math.inf, 200, parse_dist("512"), parse_dist("64"), seed=1))
+    assert hi.output_tokens_per_s_per_gpu > lo.output_tokens_per_s_per_gpu
+
+
 def test_highest_rate_meeting_the_slo():
     s = make_setup("llama2-7b", "A100")
     slo = SLO(ttft_ms=250, tpot_ms=40)
@@ -331,6 +359,14 @@ def test_cli_capacity_and_serve(capsys):
     assert d["cost_model"] == "roofline" and d["method"] == "roofline" and "interval" not in d
     assert d["at_max_rate"]["rate_per_s"] > 0 and "nominal arrival rate" in d["at_max_rate"]["rate_note"]
     assert any(n.startswith("scheduler:") for n in d["notes"])
+    assert d["offline"] is False and d["rate_per_s"] == 5.0
+    code, out, _ = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--rate", "inf", "--requests", "40",
+                       "--input-dist", "512", "--output-dist", "64", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["offline"] is True and d["rate_per_s"] is None and d["output_tokens_per_s_per_gpu"] > 0
+    code, out, _ = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--rate", "offline",
+                       "--requests", "40")
+    assert code == 0 and "40 requests at once (offline: maximum throughput)" in out
     # what-ifs that are costed but named: another system's GPU, tensor parallelism across nodes
     code, out, err = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-H100", "--device", "A100",
                          "--requests", "20", "--json")

@@ -250,7 +250,9 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 
 @click.command("serve")
 @_deploy_options
-@click.option("--rate", default="10/s", show_default=True, help="Arrival rate: 10, 10/s, 600/min.")
+@click.option("--rate", default="10/s", show_default=True,
+              help="Arrival rate: 10, 10/s, 600/min; inf (or max, offline): every request at once, the maximum "
+                   "throughput that vendor benchmarks (trtllm-bench throughput, vLLM benchmark_throughput) report.")
 @click.option("--requests", "n_requests", type=int, default=500, show_default=True, help="Requests simulated.")
 @click.option("--input-dist", default="512", show_default=True,
               help="Prompt lengths: 512, 64-1024 (uniform), exp:512, normal:512,128, lognormal:300,0.8.")
@@ -331,7 +333,8 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if trace_file:
         out.update(trace=trace_file, input_dist=None, output_dist=None)
     else:
-        out["rate_per_s"] = r_s
+        out["rate_per_s"] = r_s  # null in --json when offline (inf)
+        out["offline"] = math.isinf(r_s)
     from hybrid.workloads.llm.dims import context_note
 
     longest = context_note(s.model, int((trace.input_len + trace.output_len).max()))
@@ -388,7 +391,8 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         echo_json(out)
         return
     what = (f"trace {trace_file} ({len(trace)} requests)" if trace_file else
-            f"{n_requests} requests at {r_s:g}/s, input {input_dist}, output {output_dist}")
+            f"{n_requests} requests " + ("at once (offline: maximum throughput)" if math.isinf(r_s) else f"at {r_s:g}/s")
+            + f", input {input_dist}, output {output_dist}")
     click.echo(f"{s.model.name} on {s.device.key} x{tp} ({s.precision.label}), {what}")
     pct = res.percentiles()
     echo_table([(k, v["p50"], v["p90"], v["p99"], v["mean"]) for k, v in pct.items()],

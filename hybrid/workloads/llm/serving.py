@@ -100,9 +100,19 @@ def parse_dist(text: str | int) -> LengthDist:
                             "lognormal:300,0.8; lengths >= 1)")
 
 
+#: Spellings of an infinite arrival rate: every request arrives at once (:data:`OFFLINE_RATE`).
+OFFLINE_RATE_WORDS = ("inf", "infinite", "max", "offline")
+#: The arrival rate of an offline (maximum-throughput) run: all requests queued at time 0, as vendor throughput
+#: benchmarks measure (TensorRT-LLM's ``trtllm-bench throughput``, vLLM's ``benchmark_throughput.py``).
+OFFLINE_RATE = math.inf
+
+
 def parse_rate(text: str | float) -> float:
-    """``10``, ``10/s``, ``600/min``, ``36000/h`` -> requests per second (> 0)."""
+    """``10``, ``10/s``, ``600/min``, ``36000/h`` -> requests per second (> 0); ``inf`` (also ``max``,
+    ``offline``) -> :data:`OFFLINE_RATE`, every request at once."""
     s = str(text).strip().lower().replace(" ", "")
+    if s in OFFLINE_RATE_WORDS:
+        return OFFLINE_RATE
     m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)(?:/(s|sec|min|m|h|hr))?", s)
     if not m:
         raise InvalidInputError(f"bad rate {text!r} (examples: 10, 10/s, 600/min)")
@@ -135,18 +145,22 @@ class Trace:
 
 def make_trace(rate: float, n: int, input_dist: LengthDist, output_dist: LengthDist, seed: int = 0,
                arrival: str = "poisson") -> Trace:
-    """``n`` requests at ``rate``/s (Poisson or evenly spaced arrivals)."""
+    """``n`` requests at ``rate``/s (Poisson or evenly spaced arrivals); at :data:`OFFLINE_RATE` every request
+    arrives at time 0. The lengths are the same draws at every rate (same ``seed`` and ``arrival``)."""
     if n < 1:
         raise InvalidInputError(f"need at least one request, got {n}")
     if not rate > 0:
         raise InvalidInputError(f"rate must be positive, got {rate}")
-    rng = np.random.default_rng(seed)
-    if arrival == "poisson":
-        t = np.cumsum(rng.exponential(1.0 / rate, size=n))
-    elif arrival == "uniform":
-        t = np.arange(n) / rate
-    else:
+    if arrival not in ("poisson", "uniform"):
         raise InvalidInputError(f"arrival must be poisson or uniform, got {arrival!r}")
+    rng = np.random.default_rng(seed)
+    offline = math.isinf(rate)
+    if arrival == "poisson":  # drawn at an infinite rate too, so the lengths below are the same draws
+        t = np.cumsum(rng.exponential(1.0 if offline else 1.0 / rate, size=n))
+    else:
+        t = np.arange(n) / (1.0 if offline else rate)
+    if offline:
+        t = np.zeros(n)
     return Trace(t - t[0], input_dist.sample(n, rng), output_dist.sample(n, rng))
 
 
