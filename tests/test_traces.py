@@ -205,6 +205,35 @@ def test_collective_and_view_mapping():
     assert map_op("aten::some_new_op", [[4]], ["fp32"]) is None
 
 
+def test_concat_creation_and_arange_are_costed_from_their_arguments():
+    """What a meta-device trace of a Hugging Face model records for ``torch.cat`` (a TensorList, no output shape),
+    ``torch.zeros`` (the size as a scalar list; ``[]`` is a 0-d tensor) and ``torch.arange`` (scalar bounds): each a
+    kernel with its bytes, an empty result no kernel at all; wrappers (leaf=False) included."""
+    kv = [[[0], [1, 20, 1024, 64]], []]
+    for leaf in (True, False):
+        mp = map_op("aten::cat", kv, [None, None], extra={"concrete": ["", "-2"]}, leaf=leaf)
+        assert mp.kind == "op" and mp.row["elements"] == 20 * 1024 * 64
+        assert mp.row["n_inputs"] == 1.0 and mp.row["n_outputs"] == 1.0  # every element read once, written once
+    three = map_op("aten::cat", [[[1, 1024, 1280]] * 3, []], [None, None], leaf=False)
+    assert three.row["elements"] == 3 * 1024 * 1280
+    assert map_op("aten::stack", [[[4, 8], [4, 8]], []], ["fp16", None]).row["elements"] == 64
+    assert map_op("aten::cat", [[[0], [0]], []], [None, None], leaf=False).kind == "view"
+    zeros = [[], [], [], [], []]
+    scalar = map_op("aten::zeros", zeros, [None] * 5, extra={"concrete": ["[]", "6", "", "", "False"]}, leaf=False)
+    assert scalar.kind == "op" and scalar.row["elements"] == 1 and scalar.row["n_inputs"] == 0.0
+    assert map_op("aten::zeros", zeros, [None] * 5, extra={"concrete": ["[4, 1024]", "6"]}).row["elements"] == 4096
+    assert map_op("aten::zeros", zeros, [None] * 5, extra={"concrete": ["[0]", "6", "0", "", ""]},
+                  leaf=False).kind == "view"
+    ar = [[]] * 7
+    assert map_op("aten::arange", [[]] * 5, [None] * 5, extra={"concrete": ["1024", "", "", "", "False"]},
+                  leaf=False).row["elements"] == 1024
+    assert map_op("aten::arange", ar, [None] * 7, extra={"concrete": ["2", "11", "3", "", "", "", ""]},
+                  leaf=False).row["elements"] == 3
+    assert map_op("aten::arange", ar, [None] * 7, extra={"concrete": ["5", "5", "1", "", "", "", ""]},
+                  leaf=False).kind == "view"
+    assert map_op("aten::arange", ar, [None] * 7, leaf=False) is None  # bounds not recorded: unmodelled
+
+
 @pytest.mark.parametrize("content,match", [
     (b"", "empty"),
     (b'{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur"', "truncated"),

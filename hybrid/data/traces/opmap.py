@@ -567,17 +567,34 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(n), "variant": "copy",
                                                "n_inputs": round(2.0 * t / n, 4), "n_outputs": 1.0,
                                                "flops_per_element": 0.0, "dtype": dtype})
+    if plain in CONCAT_OPS and dims and isinstance(dims[0], list) and dims[0] and all(_is_shape(x) for x in dims[0]):
+        # a TensorList joined into one new tensor: every input element read once and written once (one kernel)
+        total = numel(dims[0])
+        if total <= 0:
+            return OpMapping("view", "view")  # all inputs empty: no kernel
+        return _elementwise("copy", "copy", 0.0, [[total]], [[total]], dtype, False)
     entry = ELEMENTWISE.get(plain) or ELEMENTWISE.get(base)
     if entry is not None:
         label, variant, fpe = entry
         if label == "copy" and plain in ("copy", "_to_copy", "clone") and len(tdims) >= 1:
             tdims = tdims[-1:] if plain == "copy" else tdims[:1]
         if not tdims and plain in CREATION_OPS and not any(_is_shape(d) and d for d in out_dims):
-            # a factory op (zeros, ones, full, ...) given its size as an argument: allocate and fill
-            size = _ints(_concrete(extra, 0))
-            if not size or math.prod(size) <= 0:
-                return OpMapping("view", "view") if leaf else None  # empty tensor: no kernel
+            # a factory op (zeros, ones, full, ...) given its size as an argument: allocate and fill ("[]" is a
+            # 0-d tensor, one element; a zero extent is an empty tensor, allocated without a kernel)
+            text = _concrete(extra, 0).strip()
+            size = _ints(text)
+            if not size and text not in ("[]", "()"):
+                return OpMapping("view", "view") if leaf else None  # size not recorded
+            if math.prod(size) <= 0:
+                return OpMapping("view", "view")  # empty tensor: no kernel
             out_dims = [size]
+        if not tdims and plain == "arange" and not any(_is_shape(d) and d for d in out_dims):
+            count = arange_count([_concrete(extra, i) for i in range(len(dims))])
+            if count is None:
+                return OpMapping("view", "view") if leaf else None  # bounds not recorded
+            if count == 0:
+                return OpMapping("view", "view")
+            out_dims = [[count]]
         mp = _elementwise(label, variant, fpe, tdims, out_dims, dtype, inplace)
         if mp is not None and plain == "_to_copy":
             mp = _cast(mp, types, _concrete(extra, 1))
@@ -605,3 +622,24 @@ def _cast(mp: OpMapping, types: Sequence[Any], code: str) -> OpMapping:
 
 #: Factory ops whose size is their first argument (no tensor input).
 CREATION_OPS = frozenset({"zeros", "ones", "full", "rand", "randn"})
+#: Ops that join a TensorList (their first argument) into one new tensor.
+CONCAT_OPS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack"})
+
+
+def arange_count(args: Sequence[str]) -> int | None:
+    """Elements of ``aten::arange`` from its recorded scalar arguments: ``arange(end, dtype, layout, device,
+    pin_memory)`` (5 arguments), ``arange.start(start, end, ...)`` (6) or ``arange.start_step(start, end, step,
+    ...)`` (7); None where the bounds were not recorded."""
+    n = len(args)
+    picks = {5: (None, 0, None), 6: (0, 1, None), 7: (0, 1, 2)}.get(n)
+    if picks is None:
+        return None
+    try:
+        start = float(args[picks[0]]) if picks[0] is not None else 0.0
+        end = float(args[picks[1]])
+        step = float(args[picks[2]]) if picks[2] is not None else 1.0
+    except ValueError:
+        return None
+    if step == 0 or not all(map(math.isfinite, (start, end, step))):
+        return None
+    return max(0, math.ceil((end - start) / step))
