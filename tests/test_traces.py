@@ -234,6 +234,24 @@ def test_concat_creation_and_arange_are_costed_from_their_arguments():
     assert map_op("aten::arange", ar, [None] * 7, leaf=False) is None  # bounds not recorded: unmodelled
 
 
+def test_a_tensor_list_takes_its_dtype_from_the_execution_trace():
+    """Kineto records a TensorList's shapes for ``torch.cat`` but no dtype, and none at all for ``_foreach_*``
+    lists; the linked execution trace supplies what is missing, and a recorded dtype is kept."""
+    from hybrid.data.traces.parse import _dtype_of, _fill_lists
+
+    et_type = _dtype_of("GenericList[Tensor(c10::BFloat16),Tensor(c10::BFloat16)]")
+    assert et_type == "bf16"
+    shapes = [[0], [8, 12, 1024, 64]]
+    dims, types = _fill_lists([shapes, []], [None, None], [shapes, []], [et_type, None])
+    assert dims == [shapes, []] and types == ["bf16", None]
+    dims, types = _fill_lists([[], []], [None, None], [[[4, 4], [4]], []], ["fp32", None])
+    assert dims == [[[4, 4], [4]], []] and types == ["fp32", None]
+    _, types = _fill_lists([[[2, 3]], []], ["fp16", None], [[[2, 3]], []], ["bf16", None])
+    assert types == ["fp16", None]
+    mp = map_op("aten::cat", [shapes, []], ["bf16", None], leaf=False)
+    assert mp.row["dtype"] == "bf16" and mp.row["elements"] == 8 * 12 * 1024 * 64
+
+
 @pytest.mark.parametrize("content,match", [
     (b"", "empty"),
     (b'{"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 1, "dur"', "truncated"),

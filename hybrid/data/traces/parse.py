@@ -358,17 +358,21 @@ def _is_shape_list(d: Any) -> bool:
 
 def _fill_lists(dims: list, types: list, et_dims: list, et_types: list) -> tuple[list, list]:
     """Kineto records a TensorList argument (the parameter lists of ``_foreach_*`` and fused optimizer ops) as
-    ``[]``; the execution trace has its shapes. Those arguments take the ET's shapes (and dtype)."""
+    ``[]``; the execution trace has its shapes. Those arguments take the ET's shapes (and dtype). A TensorList whose
+    shapes Kineto did record (``torch.cat``'s inputs) has no dtype there: it takes the ET's."""
     if not isinstance(et_dims, list) or not any(_is_shape_list(x) for x in et_dims):
         return dims, types
     if len(dims) != len(et_dims):
         return dims, types
     d_out, t_out = list(dims), list(types) + [None] * max(0, len(dims) - len(types))
     for i, (d, e) in enumerate(zip(dims, et_dims, strict=True)):
+        et_type = et_types[i] if i < len(et_types) else None
         if d == [] and _is_shape_list(e):
             d_out[i] = e
-            if i < len(et_types) and et_types[i] is not None:
-                t_out[i] = et_types[i]
+            if et_type is not None:
+                t_out[i] = et_type
+        elif t_out[i] is None and et_type is not None and _is_shape_list(d) and _is_shape_list(e):
+            t_out[i] = et_type
     return d_out, t_out[:max(len(types), len(dims))]
 
 
