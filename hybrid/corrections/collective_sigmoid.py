@@ -51,7 +51,7 @@ from hybrid.corrections.base import Correction, family_mask, read_json, write_js
 from hybrid.corrections.collective_transfer import CollectiveTransfer
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
-from hybrid.ops.families import bus_factor, col
+from hybrid.ops.families import COLLECTIVE_OPS, bus_factor, col
 
 #: Fewest distinct message sizes a curve is fitted to.
 MIN_SIZES = 5
@@ -123,7 +123,7 @@ class LayoutFit:
 
 #: Ops :func:`layout_terms` gives collective byte counts (every other op is a point-to-point transfer: one byte
 #: across per message byte, from one GPU of a node when it spans nodes).
-LAYOUT_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
+LAYOUT_COLLECTIVES = tuple(o for o in COLLECTIVE_OPS if o != "send_recv")
 
 
 def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, pair_factor: float = 1.0) -> np.ndarray:
@@ -372,7 +372,7 @@ class CollectiveSigmoid(Correction):
         for (system, op, algo), g in frame.groupby(keys[:3], sort=True):
             factor = pair_link_factor(catalog, str(system))
             terms = layout_fit_terms(g["op"].to_numpy(), g["n_ranks"].to_numpy(), g["n_nodes"].to_numpy(),
-                                      factor != 1.0)
+                                     factor != 1.0)
             lay = g["n_ranks"].astype(str) + "/" + g["n_nodes"].astype(str)
             layout_id = pd.factorize(lay)[0]
             try:
@@ -522,7 +522,7 @@ class CollectiveSigmoid(Correction):
     @staticmethod
     def _layout_us(lm: LayoutFit, op: str, ranks: float, nodes: float, size: np.ndarray) -> np.ndarray:
         terms = layout_fit_terms(np.full(len(size), op, dtype=object), np.full(len(size), ranks),
-                                  np.full(len(size), nodes), lm.pair_factor != 1.0)
+                                 np.full(len(size), nodes), lm.pair_factor != 1.0)
         return np.exp(layout_log_time(np.asarray(lm.log_params), terms, size)) * 1e6
 
     def _layout_extrapolates(self, lm: LayoutFit, ranks: float) -> bool:

@@ -156,11 +156,10 @@ def make_trace(rate: float, n: int, input_dist: LengthDist, output_dist: LengthD
     rng = np.random.default_rng(seed)
     offline = math.isinf(rate)
     if arrival == "poisson":  # drawn at an infinite rate too, so the lengths below are the same draws
-        t = np.cumsum(rng.exponential(1.0 if offline else 1.0 / rate, size=n))
+        gaps = rng.exponential(1.0 if offline else 1.0 / rate, size=n)
+        t = np.zeros(n) if offline else np.cumsum(gaps)
     else:
-        t = np.arange(n) / (1.0 if offline else rate)
-    if offline:
-        t = np.zeros(n)
+        t = np.zeros(n) if offline else np.arange(n) / rate
     return Trace(t - t[0], input_dist.sample(n, rng), output_dist.sample(n, rng))
 
 
