@@ -476,6 +476,82 @@ def test_serve_compare_ranks_systems_by_slo_rate_per_gpu(capsys):
     assert [r["system"] for r in ranks] == ["DGX-H100", "DGX-A100", "DGX-1"] and per_gpu["DGX-1"] > 0
 
 
+def test_gpu_hour_prices_parse_resolve_and_refuse_bad_entries():
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices
+
+    cat = default_catalog()
+    p = parse_gpu_hour_prices("DGX H100=4, A100=1.5, 0.5", cat)  # a system alias, a GPU alias, a default
+    assert p.by_key == {"DGX-H100": 4.0, "A100-SXM4-80GB": 1.5} and p.default == 0.5
+    assert p.price("DGX-H100", "H100-SXM") == 4.0  # the system's own price
+    assert p.price("HGX-H200", "H200") == 0.5  # neither priced: the default
+    assert p.price("DGX-A100", "A100-SXM4-80GB") == 1.5  # the GPU's price on any system
+    assert parse_gpu_hour_prices("H100-SXM=3", cat).price("DGX-A100", "A100-SXM4-80GB") is None
+    # 3.6 per GPU-hour at 1000 tokens/s per GPU: 3.6e6 tokens per hour, so 1.0 per million
+    assert cost_per_million_tokens(3.6, 1000.0) == pytest.approx(1.0)
+    for bad, msg in [("", "no GPU-hour price"), ("cheap", "not a number"), ("-2", "positive"), ("nan", "positive"),
+                     ("inf", "positive"), ("A100=0", "positive"), ("NOPE=2", "NOPE"), ("1,2", "more than one"),
+                     ("A100=1,A100-SXM4-80GB=2", "priced twice"), ("=3", "names no system")]:
+        with pytest.raises(InvalidInputError, match=msg):
+            parse_gpu_hour_prices(bad, cat)
+    for tps in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidInputError, match="no cost per token"):
+            cost_per_million_tokens(1.0, tps)
+
+
+def test_infer_prices_its_static_batch_throughput(capsys):
+    code, out, _ = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--batch", "32",
+                       "--gpu-hour-price", "A100=2.0", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["gpu_hour_price"] == 2.0
+    assert d["cost_per_1m_output_tokens"] == pytest.approx(2.0 / (d["output_tokens_per_s_per_gpu"] * 3600) * 1e6)
+    # a price for another GPU only: no cost, said so; a bad price is refused before anything is simulated
+    code, out, _ = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--gpu-hour-price", "H100=3", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["cost_per_1m_output_tokens"] is None and any("no GPU-hour price" in n for n in d["notes"])
+    code, out, err = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--gpu-hour-price", "A100=-1")
+    assert code == 2 and "positive" in err and out == ""
+
+
+def test_serve_compare_ranks_by_cost_per_token_when_every_system_is_priced(capsys):
+    args = ["llm", "serve", "llama2-7b", "--system", "DGX-A100", "--requests", "80", "--input-dist", "128-512",
+            "--output-dist", "64", "--slo-tpot", "30ms", "--compare", "DGX-A100,DGX-H100,DGX-1", "--json"]
+    code, out, _ = run(capsys, *args, "--gpu-hour-price", "DGX-A100=1.2,DGX-H100=3.5,DGX-1=0.1")
+    assert code == 0
+    d = json.loads(out)
+    assert d["compare_ranked_by"] == "cost_per_1m_output_tokens"
+    ranks = {r["system"]: r for r in d["compare"]}
+    # the V100 node serves ~6x fewer requests per GPU than the A100 one but costs 12x less per GPU-hour: cheaper per
+    # token; the H100 node has no SLO-meeting rate to price (80 requests cannot load it) and comes last
+    assert [r["system"] for r in d["compare"]] == ["DGX-1", "DGX-A100", "DGX-H100"]
+    a, v = ranks["DGX-A100"], ranks["DGX-1"]
+    assert ranks["DGX-H100"]["cost_per_1m_output_tokens"] is None and ranks["DGX-H100"]["gpu_hour_price"] == 3.5
+    # steady state at the SLO-meeting rate: cost ratio = price ratio x inverse rate ratio (realised rates, ~nominal)
+    expect = (0.1 / 1.2) * (a["rate_per_gpu"] / v["rate_per_gpu"])
+    assert v["cost_per_1m_output_tokens"] / a["cost_per_1m_output_tokens"] == pytest.approx(expect, rel=0.1)
+    # the main system's cost at its highest SLO-meeting rate, the same figure as its compare row
+    assert d["at_max_rate"]["cost_per_1m_output_tokens"] == pytest.approx(a["cost_per_1m_output_tokens"], rel=1e-9)
+    # a system with an SLO-meeting rate but no price: ranked by requests/s per GPU, as without prices
+    code, out, _ = run(capsys, *args, "--gpu-hour-price", "DGX-A100=1.2,DGX-H100=3.5")
+    d = json.loads(out)
+    assert d["compare_ranked_by"] == "rate_per_gpu"
+    assert [r["system"] for r in d["compare"]] == ["DGX-H100", "DGX-A100", "DGX-1"]
+
+
+def test_offline_serve_prices_its_full_throughput(capsys):
+    code, out, _ = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--requests", "100",
+                       "--rate", "inf", "--gpu-hour-price", "1.2", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["offline"] is True
+    assert d["cost_per_1m_output_tokens"] == pytest.approx(1.2 / (d["output_tokens_per_s_per_gpu"] * 3600) * 1e6)
+    # at a finite rate without an SLO there is no rate that keeps the GPUs busy to price: no cost
+    code, out, _ = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-A100", "--requests", "50",
+                       "--rate", "5/s", "--gpu-hour-price", "1.2", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["cost_per_1m_output_tokens"] is None and d["gpu_hour_price"] == 1.2
+
+
 class _Counting:
     """A cost model that counts its predict calls (wrapping the engine's default, roofline-only predictor)."""
 

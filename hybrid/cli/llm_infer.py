@@ -26,6 +26,18 @@ def _predictor(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, An
     return cost, model_catalog(cost), ref
 
 
+#: ``--gpu-hour-price`` of ``infer`` and ``serve`` (no price is built in: :mod:`hybrid.workloads.llm.pricing`).
+_price_option = click.option(
+    "--gpu-hour-price", "gpu_hour_price", default=None,
+    help="Price of one GPU-hour (any currency; none is built in): 2.5 for every GPU, or per catalog system or GPU, "
+         "e.g. DGX-H100=3.9,A100-SXM4-80GB=1.6. Adds the cost of a million output tokens (and ranks --compare by it).")
+
+
+def _price(prices: Any, s: Any) -> float | None:
+    """The GPU-hour price of setup ``s`` under ``prices`` (None: no prices given, or none for this system/GPU)."""
+    return None if prices is None else prices.price(s.system.key, s.device.key)
+
+
 def _deploy_options(fn):
     opts = [
         click.option("--device", "-d", default=None, callback=warn_arch_device,
@@ -91,19 +103,22 @@ def _positive(**values: int) -> None:
 @click.option("--ops", "show_ops", is_flag=True, help="Also print the per-op table (compute- or memory-bound).")
 @click.option("--roofline-plot", type=click.Path(dir_okay=False), default=None,
               help="Write a roofline plot (PNG) of the prefill and decode ops.")
+@_price_option
 def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
           attention_dp: bool, dtype: str, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, batch: int, input_len: int, output_len: int, show_ops: bool,
-          roofline_plot: str | None) -> None:
+          roofline_plot: str | None, gpu_hour_price: str | None) -> None:
     """Static-batch inference: TTFT, TPOT, latency, throughput, memory and a per-category breakdown.
 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
     from hybrid.workloads.llm.inference import boundedness, predict_static
+    from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices
 
     _positive(batch=batch, input=input_len, output=output_len)
     cost, cat, cost_ref = _predictor(model_ref, tracking_uri)
+    prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
@@ -118,6 +133,16 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                  roofline_plot)
     out = res.to_dict()
     out["cost_model"] = cost_ref
+    price = _price(prices, s)
+    if prices is not None:
+        # the static batch's throughput per GPU at that price (None: no price for this system or GPU)
+        out["gpu_hour_price"] = price
+        out["cost_per_1m_output_tokens"] = (None if price is None else
+                                            cost_per_million_tokens(price, res.output_tokens_per_s_per_gpu))
+        if price is None:
+            note = f"no GPU-hour price given for {s.system.key} or {s.device.key}"
+            out["notes"] = [*out.get("notes", []), note]
+            click.echo(f"warning: {note}", err=True)
     if model_ref and not res.interval:
         note = NO_INTERVAL_NOTE.format(what="deployment")
         out["notes"] = [*out.get("notes", []), note]
@@ -138,6 +163,9 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                                       "output_len", "ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s",
                                       "output_tokens_per_s_per_gpu", "roofline_latency_ms", "method", "max_batch",
                                       "fits")]
+        if out.get("cost_per_1m_output_tokens") is not None:
+            rows += [("gpu_hour_price", f"{out['gpu_hour_price']:g}"),
+                     ("cost_per_1m_output_tokens", f"{out['cost_per_1m_output_tokens']:.4g}")]
         echo_table(rows, ["", "value"])
         if res.interval:  # a calibrated model's 80% interval (every op at the low / high end of its own)
             iv = res.interval
@@ -269,17 +297,21 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--compare", default=None,
               help="Comma-separated systems to rank by the SLO-meeting rate per GPU (which serves the target most "
-                   "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200.")
+                   "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200; with --gpu-hour-price for each, by the cost of a "
+                   "million output tokens at that rate.")
+@_price_option
 def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
           attention_dp: bool, dtype: str, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
           arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,
-          max_batched_tokens: int, max_seqs: int, seed: int, compare: str | None) -> None:
+          max_batched_tokens: int, max_seqs: int, seed: int, compare: str | None,
+          gpu_hour_price: str | None) -> None:
     """Continuous batching at a request rate: TTFT/TPOT/latency percentiles and the highest rate meeting the SLO.
 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
+    from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices
     from hybrid.workloads.llm.serving import (
         SLO,
         SchedulerConfig,
@@ -297,6 +329,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if not 0 < slo_percentile <= 100:
         raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
     cost, cat, cost_ref = _predictor(model_ref, tracking_uri)
+    prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
     if compare is not None:  # checked before any simulation: a typo is an error now, not after the searches
         from hybrid.ops.roofline import resolve_system
 
@@ -330,6 +363,19 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         note = NO_INTERVAL_NOTE.format(what="deployment")
         out["notes"] = [*out.get("notes", []), note]
         click.echo(f"warning: {note}", err=True)
+    price = _price(prices, s)
+    mean_out = float(trace.output_len.mean())
+    if prices is not None:
+        # offline: the deployment's throughput, every GPU busy. At a finite rate the GPUs are paid for whether busy
+        # or not, and a short trace's throughput is diluted by its ramp-up and drain: the cost is given at the
+        # highest rate meeting the SLO (at_max_rate), where the deployment keeps up with the requests by construction
+        out["gpu_hour_price"] = price
+        out["cost_per_1m_output_tokens"] = (cost_per_million_tokens(price, res.output_tokens_per_s_per_gpu)
+                                            if price is not None and math.isinf(r_s) and not trace_file else None)
+        if price is None:
+            note = f"no GPU-hour price given for {s.system.key} or {s.device.key}"
+            out["notes"] = [*out.get("notes", []), note]
+            click.echo(f"warning: {note}", err=True)
     if trace_file:
         out.update(trace=trace_file, input_dist=None, output_dist=None)
     else:
@@ -354,6 +400,10 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         # nominal rate of the search; at_max_rate's rate_per_s is the rate its random arrivals realised
         out["max_rate_meeting_slo_per_s"] = best if math.isfinite(best) else None
         out["at_max_rate"] = best_res.to_dict() if best_res is not None else None
+        if out["at_max_rate"] is not None and price is not None:
+            # steady state at that rate: every request's output tokens served (the SLO is met)
+            out["at_max_rate"]["cost_per_1m_output_tokens"] = cost_per_million_tokens(
+                price, best_res.rate * mean_out / s.gpus)
         if out["at_max_rate"] is not None:
             out["at_max_rate"]["rate_note"] = (
                 "max_rate_meeting_slo_per_s is the nominal arrival rate the search found; rate_per_s here is the "
@@ -373,20 +423,38 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
             try:
                 other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
                                allreduce, reserve_gib, cat, ep=ep, attention_dp=attention_dp, softmax=softmax)
-                r_best, _ = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
-                                     trace=trace if trace_file else None, progress=sys.stderr.isatty(), arrival=arrival)
+                r_best, at_best = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
+                                           trace=trace if trace_file else None, progress=sys.stderr.isatty(),
+                                           arrival=arrival)
+                row = {"system": other.system.key, "device": other.device.key, "gpus": other.gpus}
+                if prices is not None:
+                    p_other = _price(prices, other)
+                    row["gpu_hour_price"] = p_other
+                    # steady state at the SLO-meeting rate (the rate its arrivals realised): every request served
+                    row["cost_per_1m_output_tokens"] = (
+                        None if p_other is None or at_best is None or not math.isfinite(r_best)
+                        else cost_per_million_tokens(p_other, at_best.rate * mean_out / other.gpus))
                 if math.isfinite(r_best):
-                    ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,
-                                    "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus, "note": ""})
+                    ranking.append({**row, "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus,
+                                    "note": "" if r_best > 0 else "no rate meets the SLO"})
                 else:  # the trace cannot load this system: no rate to rank it by
-                    ranking.append({"system": other.system.key, "device": other.device.key, "gpus": other.gpus,
-                                    "max_rate_per_s": None, "rate_per_gpu": None,
+                    ranking.append({**row, "max_rate_per_s": None, "rate_per_gpu": None,
                                     "note": "every rate meets the SLO with so few requests (--requests)"})
             except InvalidInputError as exc:  # does not fit / no fp8 there: ranked last, with the reason
                 ranking.append({"system": name, "device": "", "gpus": tp * pp, "max_rate_per_s": 0.0,
-                                "rate_per_gpu": 0.0, "note": str(exc)})
+                                "rate_per_gpu": 0.0, **({"gpu_hour_price": None, "cost_per_1m_output_tokens": None}
+                                                        if prices is not None else {}), "note": str(exc)})
         ranking.sort(key=lambda r: -(math.inf if r["rate_per_gpu"] is None else r["rate_per_gpu"]))
+        # with a price for every system that has an SLO-meeting rate: cheapest first; the rest after them as before
+        # (no rate meets the SLO, does not fit, or the requests cannot load it: no cost to rank by)
+        rated = [r for r in ranking if r["rate_per_gpu"] is not None and r["rate_per_gpu"] > 0]
+        by_cost = bool(rated) and prices is not None and all(r["cost_per_1m_output_tokens"] is not None
+                                                              for r in rated)
+        if by_cost:
+            ranking = (sorted(rated, key=lambda r: r["cost_per_1m_output_tokens"])
+                       + [r for r in ranking if r not in rated])
         out["compare"] = ranking
+        out["compare_ranked_by"] = "cost_per_1m_output_tokens" if by_cost else "rate_per_gpu"
     if as_json:
         echo_json(out)
         return
@@ -407,11 +475,29 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                f"{res.steps} steps, up to {res.max_running} running, KV capacity {res.kv_capacity_tokens} tokens")
     if out.get("max_rate_meeting_slo_per_s") is not None:
         click.echo(f"highest rate meeting the SLO (p{slo_percentile:g}): {out['max_rate_meeting_slo_per_s']:.3g}/s")
+    at_max = out.get("at_max_rate") or {}
+    costs = ([f"{out['cost_per_1m_output_tokens']:.4g} per million output tokens at full throughput"]
+             if out.get("cost_per_1m_output_tokens") is not None else [])
+    if at_max.get("cost_per_1m_output_tokens") is not None:
+        costs.append(f"{at_max['cost_per_1m_output_tokens']:.4g} per million output tokens at the highest rate "
+                     "meeting the SLO")
+    if costs:
+        click.echo(f"at {out['gpu_hour_price']:g} per GPU-hour: " + "; ".join(costs))
     if "compare" in out:
-        click.echo("\nsystems by SLO-meeting requests/s per GPU (highest first):")
-        echo_table([(r["system"], r["device"], r["gpus"], "-" if r["max_rate_per_s"] is None else r["max_rate_per_s"],
-                     "-" if r["rate_per_gpu"] is None else r["rate_per_gpu"], r["note"])
-                    for r in out["compare"]], ["system", "device", "gpus", "max rate/s", "per GPU", "note"])
+        dash = "-"
+        if out["compare_ranked_by"] == "cost_per_1m_output_tokens":
+            click.echo("\nsystems by cost per million output tokens at their SLO-meeting rate (lowest first):")
+        else:
+            click.echo("\nsystems by SLO-meeting requests/s per GPU (highest first):")
+        priced = prices is not None
+        echo_table([(r["system"], r["device"], r["gpus"], dash if r["max_rate_per_s"] is None else r["max_rate_per_s"],
+                     dash if r["rate_per_gpu"] is None else r["rate_per_gpu"],
+                     *([dash if r["gpu_hour_price"] is None else f"{r['gpu_hour_price']:g}",
+                        dash if r["cost_per_1m_output_tokens"] is None else f"{r['cost_per_1m_output_tokens']:.4g}"]
+                       if priced else []), r["note"])
+                    for r in out["compare"]],
+                   ["system", "device", "gpus", "max rate/s", "per GPU",
+                    *(["GPU-hour price", "per 1M tokens"] if priced else []), "note"])
 
 
 def register(group: click.Group) -> None:

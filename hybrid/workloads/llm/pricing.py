@@ -1,0 +1,85 @@
+"""What serving costs: a deployment's predicted output-token throughput priced at the user's GPU-hour prices.
+
+Which hardware serves a latency target most *cheaply* depends on what its GPUs cost, and that is the user's number
+(list prices, reserved or spot rates, the amortised cost of owned machines), so no price is built in. A price is per
+GPU-hour in any one currency, for every GPU (``2.5``) or per catalog system or GPU
+(``DGX-H100=3.9,A100-SXM4-80GB=1.6``); :func:`cost_per_million_tokens` turns a throughput per GPU into the cost
+of a million output tokens:
+
+    cost = price per GPU-hour / (output tokens/s per GPU x 3600 s/h) x 1e6
+
+>>> cost_per_million_tokens(3.6, 1000.0)  # 3.6 per GPU-hour at 1000 tokens/s per GPU
+1.0
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog
+
+__all__ = ["GpuHourPrices", "cost_per_million_tokens", "parse_gpu_hour_prices"]
+
+
+@dataclass(frozen=True)
+class GpuHourPrices:
+    """Price of one GPU-hour: ``default`` for every GPU, ``by_key`` per catalog system or device key (a system's
+    own price wins over its GPU's, which wins over the default)."""
+
+    default: float | None = None
+    by_key: dict[str, float] = field(default_factory=dict)
+
+    def price(self, system_key: str | None, device_key: str) -> float | None:
+        """The GPU-hour price of a deployment on ``system_key`` (may be None) with GPU ``device_key``; None when
+        no price applies."""
+        if system_key is not None and system_key in self.by_key:
+            return self.by_key[system_key]
+        return self.by_key.get(device_key, self.default)
+
+
+def _price_value(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidInputError(f"GPU-hour price {what}: {text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidInputError(f"GPU-hour price {what} must be a positive number, got {text!r}")
+    return value
+
+
+def parse_gpu_hour_prices(text: str, catalog: Catalog) -> GpuHourPrices:
+    """``"2.5"`` (every GPU) or ``"NAME=PRICE,..."`` with NAME a catalog system or GPU (key or alias; systems are
+    tried first) and at most one bare number among them (the default). Unknown names, non-positive or non-numeric
+    prices and a name given twice are :class:`~hybrid.errors.InvalidInputError` naming the entry."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if not parts:
+        raise InvalidInputError(f"no GPU-hour price given (got {text!r}); e.g. 2.5 or DGX-H100=3.9,A100=1.6")
+    default: float | None = None
+    by_key: dict[str, float] = {}
+    for part in parts:
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep:
+            if default is not None:
+                raise InvalidInputError(f"GPU-hour prices: more than one price without a name ({text!r})")
+            default = _price_value(name, "for every GPU")
+            continue
+        if not name:
+            raise InvalidInputError(f"GPU-hour prices: {part!r} names no system or GPU")
+        key = catalog.resolve_system(name, missing_ok=True) or catalog.resolve_device(name, missing_ok=True)
+        if key is None:
+            raise InvalidInputError(f"GPU-hour prices: {catalog.unknown_target(name)}")
+        if key in by_key:
+            raise InvalidInputError(f"GPU-hour prices: {name!r} ({key}) is priced twice")
+        by_key[key] = _price_value(value.strip(), f"of {name}")
+    return GpuHourPrices(default, by_key)
+
+
+def cost_per_million_tokens(price_per_gpu_hour: float, tokens_per_s_per_gpu: float) -> float:
+    """Cost of a million output tokens at ``tokens_per_s_per_gpu`` on GPUs costing ``price_per_gpu_hour``; a
+    throughput that is not a positive finite number is an :class:`~hybrid.errors.InvalidInputError`."""
+    if not (math.isfinite(tokens_per_s_per_gpu) and tokens_per_s_per_gpu > 0):
+        raise InvalidInputError(f"no cost per token at a throughput of {tokens_per_s_per_gpu!r} tokens/s per GPU")
+    return price_per_gpu_hour / (tokens_per_s_per_gpu * 3600.0) * 1e6
