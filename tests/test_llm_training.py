@@ -175,6 +175,30 @@ def test_cli_json_fields(capsys, tmp_path):
     assert {e["pid"] for e in events if e["ph"] == "X"} == {0, 1}
 
 
+def test_cli_prices_a_training_run(capsys):
+    from hybrid.workloads.llm.pricing import parse_token_count
+
+    assert [parse_token_count(t) for t in ("300B", "1.5t", "2e12", "500M", "7")] == [3e11, 1.5e12, 2e12, 5e8, 7.0]
+    args = ["llm", "train", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "16", "--tp", "2", "--global-batch", "64",
+            "--json", "--train-tokens", "300B"]
+    rc = main([*args, "--gpu-hour-price", "DGX-A100=2"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["gpu_hour_price"] == 2.0
+    assert out["cost_per_1m_tokens"] == pytest.approx(2.0 / (out["tokens_per_s_per_gpu"] * 3600) * 1e6)
+    run = out["run"]
+    assert run["days"] == pytest.approx(3e11 / out["tokens_per_s"] / 86400)
+    assert run["gpu_hours"] == pytest.approx(run["days"] * 24 * 16) and run["cost"] == pytest.approx(2 * run["gpu_hours"])
+    # no price for this system or GPU: days and GPU-hours, no cost; bad counts and prices are refused
+    rc = main([*args, "--gpu-hour-price", "H100=3"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["cost_per_1m_tokens"] is None and "cost" not in out["run"] and out["run"]["gpu_hours"] > 0
+    for bad, msg in ((["--train-tokens", "0"], "at least 1"), (["--train-tokens", "lots"], "token count"),
+                     (["--gpu-hour-price", "DGX-A100=free"], "not a number")):
+        rc = main([*args[:-2], *bad])
+        err = capsys.readouterr().err
+        assert rc == 2 and msg in err
+
+
 def test_search_returns_fitting_mappings_fastest_first():
     model = load_model("gpt3-2.7b")
     base = search_base(16, 64)

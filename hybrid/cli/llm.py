@@ -97,22 +97,51 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Chrome trace of the pipeline (one process per stage).")
 @click.option("--allow-oom", is_flag=True, help="Predict even when the mapping does not fit in memory.")
+@click.option("--gpu-hour-price", "gpu_hour_price", default=None,
+              help="Price of one GPU-hour (any currency; none is built in): 2.5, or per catalog system or GPU, e.g. "
+                   "DGX-H100=3.9,A100-SXM4-80GB=1.6. Adds the cost of a million training tokens.")
+@click.option("--train-tokens", default=None,
+              help="Tokens of the whole run (300B, 1.5T, 2e12): its days, GPU-hours and, with a price, cost.")
 @model_options
-def train(as_json: bool, trace_path: str | None, allow_oom: bool, model_ref: str | None, tracking_uri: str | None,
-          **kw: Any) -> None:
+def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price: str | None,
+          train_tokens: str | None, model_ref: str | None, tracking_uri: str | None, **kw: Any) -> None:
     """Predict one training iteration: time, tokens/s, MFU/HFU, breakdown, memory per GPU.
 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
     from hybrid.errors import InvalidInputError
+    from hybrid.workloads.llm.pricing import (
+        cost_per_million_tokens,
+        parse_gpu_hour_prices,
+        parse_token_count,
+        training_run,
+    )
     from hybrid.workloads.llm.train import predict_training
 
     model, cfg = _job(kw)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
+    run_tokens = parse_token_count(train_tokens) if train_tokens is not None else None
+    prices = None
+    if gpu_hour_price is not None:
+        from hybrid.engine.costs import model_catalog
+        from hybrid.hardware.catalog import default_catalog
+
+        prices = parse_gpu_hour_prices(gpu_hour_price, model_catalog(cost_model, default_catalog()))
     pred = predict_training(model, cfg, kw["system"], cost_model, name)
     if not pred.fits and not allow_oom:
         raise InvalidInputError(f"mapping does not fit: {pred.fit_reason} (--allow-oom predicts anyway)")
     summary = pred.summary()
+    price = prices.price(pred.target.system, pred.target.device) if prices is not None else None
+    if prices is not None:
+        summary["gpu_hour_price"] = price
+        summary["cost_per_1m_tokens"] = (cost_per_million_tokens(price, pred.tokens_per_s / cfg.gpus)
+                                         if price is not None else None)
+        if price is None:
+            summary["notes"] = [*summary.get("notes", []),
+                                f"no GPU-hour price given for {pred.target.system} or {pred.target.device}"]
+            click.echo(f"warning: {summary['notes'][-1]}", err=True)
+    if run_tokens is not None:
+        summary["run"] = training_run(run_tokens, pred.tokens_per_s, cfg.gpus, price)
     if trace_path:
         from hybrid.engine.trace import write_chrome_trace
 
@@ -148,6 +177,13 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, model_ref: str
                f"({pred.fit_reason})")
     click.echo("placement: " + "; ".join(f"{k}: {v}" for k, v in pred.placement.items() if v != "none"))
     click.echo(f"FLOPs: {summary['flops_formula']}")
+    if summary.get("cost_per_1m_tokens") is not None:
+        click.echo(f"at {price:g} per GPU-hour: {summary['cost_per_1m_tokens']:.4g} per million training tokens")
+    if "run" in summary:
+        r = summary["run"]
+        click.echo(f"run of {r['tokens']:.4g} tokens: {r['days']:.3g} days on {cfg.gpus} GPUs, "
+                   f"{r['gpu_hours']:,.0f} GPU-hours" + (f", cost {r['cost']:,.0f}" if "cost" in r else "")
+                   + " (every iteration as predicted: no restarts, evaluation or input stalls)")
     if trace_path:
         click.echo(f"trace written to {trace_path}")
 

@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 
-__all__ = ["GpuHourPrices", "cost_per_million_tokens", "parse_gpu_hour_prices"]
+__all__ = ["GpuHourPrices", "cost_per_million_tokens", "parse_gpu_hour_prices", "parse_token_count", "training_run"]
+
+#: Suffixes of token counts (case-insensitive): thousand, million, billion, trillion.
+TOKEN_SUFFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 
 @dataclass(frozen=True)
@@ -83,3 +86,31 @@ def cost_per_million_tokens(price_per_gpu_hour: float, tokens_per_s_per_gpu: flo
     if not (math.isfinite(tokens_per_s_per_gpu) and tokens_per_s_per_gpu > 0):
         raise InvalidInputError(f"no cost per token at a throughput of {tokens_per_s_per_gpu!r} tokens/s per GPU")
     return price_per_gpu_hour / (tokens_per_s_per_gpu * 3600.0) * 1e6
+
+
+def parse_token_count(text: str) -> float:
+    """``300B``, ``1.5T``, ``2e12``, ``500M`` (K/M/B/T: thousand, million, billion, trillion) as a positive number of
+    tokens; anything else is an :class:`~hybrid.errors.InvalidInputError`."""
+    raw = str(text).strip()
+    num, suffix = raw, ""
+    if raw and raw[-1].lower() in TOKEN_SUFFIXES and raw[-1].isalpha():
+        num, suffix = raw[:-1], raw[-1].lower()
+    try:
+        value = float(num) * TOKEN_SUFFIXES[suffix]
+    except ValueError:
+        raise InvalidInputError(f"cannot read a token count from {text!r} (examples: 300B, 1.5T, 2e12)") from None
+    if not (math.isfinite(value) and value >= 1):
+        raise InvalidInputError(f"a token count must be a finite number of at least 1, got {text!r}")
+    return value
+
+
+def training_run(tokens: float, tokens_per_s: float, gpus: int, price_per_gpu_hour: float | None = None) -> dict:
+    """A training run of ``tokens`` at ``tokens_per_s`` on ``gpus`` GPUs: ``days``, ``gpu_hours`` and, with a price,
+    ``cost`` (every iteration as predicted: no restarts, evaluation or data-loading stalls)."""
+    if not (math.isfinite(tokens_per_s) and tokens_per_s > 0):
+        raise InvalidInputError(f"no training run at a throughput of {tokens_per_s!r} tokens/s")
+    seconds = tokens / tokens_per_s
+    out = {"tokens": tokens, "days": seconds / 86400.0, "gpu_hours": seconds * gpus / 3600.0}
+    if price_per_gpu_hour is not None:
+        out["cost"] = out["gpu_hours"] * price_per_gpu_hour
+    return out
