@@ -199,6 +199,35 @@ def test_cli_prices_a_training_run(capsys):
         assert rc == 2 and msg in err
 
 
+def test_search_compare_ranks_hardware_by_speed_then_by_cost(capsys):
+    args = ["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "16", "--global-batch", "64", "--top", "2",
+            "--compare", "DGX-H100,DGX-A100,DGX-1", "--train-tokens", "100B", "--json"]
+    rc = main(args)
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["compare_ranked_by"] == "tokens_per_s_per_gpu"
+    rows = {r["system"]: r for r in out["compare"]}
+    assert [r["system"] for r in out["compare"]] == ["DGX-H100", "DGX-A100", "DGX-1"]
+    # the compared DGX-A100 is the main search's fastest mapping
+    assert rows["DGX-A100"]["tokens_per_s_per_gpu"] == pytest.approx(out["mappings"][0]["tokens_per_s_per_gpu"])
+    run = rows["DGX-H100"]["run"]
+    assert run["days"] == pytest.approx(1e11 / (rows["DGX-H100"]["tokens_per_s_per_gpu"] * 16) / 86400)
+    assert "cost" not in run and out["run"]["gpu_hours"] == pytest.approx(rows["DGX-A100"]["run"]["gpu_hours"])
+    # priced: the V100 node is the slowest, but at a small enough price the cheapest per token
+    rc = main([*args, "--gpu-hour-price", "DGX-H100=3,DGX-A100=1.5,DGX-1=0.01"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["compare_ranked_by"] == "cost_per_1m_tokens" and out["gpu_hour_price"] == 1.5
+    costs = [r["cost_per_1m_tokens"] for r in out["compare"]]
+    assert costs == sorted(costs) and out["compare"][0]["system"] == "DGX-1"
+    for r in out["compare"]:
+        assert r["cost_per_1m_tokens"] == pytest.approx(r["gpu_hour_price"] / (r["tokens_per_s_per_gpu"] * 3600) * 1e6)
+        assert r["run"]["cost"] == pytest.approx(r["run"]["gpu_hours"] * r["gpu_hour_price"])
+    assert all(m["cost_per_1m_tokens"] > 0 for m in out["mappings"])
+    # an unknown compared system is refused before any search
+    rc = main(["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "16", "--global-batch", "64",
+               "--compare", "DGX-A100,NOPE"])
+    assert rc == 2 and "NOPE" in capsys.readouterr().err
+
+
 def test_search_returns_fitting_mappings_fastest_first():
     model = load_model("gpt3-2.7b")
     base = search_base(16, 64)

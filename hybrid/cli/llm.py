@@ -231,19 +231,37 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
               help="Largest context-parallel degree searched (1: no CP).")
 @click.option("--no-fsdp", is_flag=True, help="Leave FSDP / ZeRO-3 out of the search.")
 @click.option("--no-ep", is_flag=True, help="Leave expert parallelism out of the search (MoE models).")
+@click.option("--compare", default=None,
+              help="Comma-separated systems to search too, ranked by their fastest mapping's tokens/s per GPU (or, "
+                   "with --gpu-hour-price for each, by its cost per million tokens): which hardware to train on.")
+@click.option("--gpu-hour-price", "gpu_hour_price", default=None,
+              help="Price of one GPU-hour (any currency; none is built in): 2.5, or per catalog system or GPU, e.g. "
+                   "DGX-H100=3.9,DGX-A100=1.6. Adds each mapping's cost per million training tokens.")
+@click.option("--train-tokens", default=None,
+              help="Tokens of the whole run (300B, 1.5T): days, GPU-hours and, with a price, cost of the fastest "
+                   "mapping (of each --compare system).")
 @click.option("--json", "as_json", is_flag=True)
 @model_options
 def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: int | None, dtype: str,
                no_flash_attention: bool, softmax: str, top: int, max_cp: int, no_fsdp: bool, no_ep: bool,
-               as_json: bool,
+               compare: str | None, gpu_hour_price: str | None, train_tokens: str | None, as_json: bool,
                model_ref: str | None, tracking_uri: str | None) -> None:
     """Every (tp, pp, cp, dp, ep, micro-batch, vp, recompute, SP, distributed optimizer or FSDP) mapping that
     fits, fastest first (CP up to --max-cp, EP for MoE models only).
 
     With a calibrated --model (80% intervals), each mapping carries iteration_s_low / iteration_s_high and the
     picks whose interval overlaps the fastest pick's are flagged (overlaps_fastest; '~' in the table)."""
+    from hybrid.engine.costs import model_catalog
     from hybrid.errors import InvalidInputError
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.ops.roofline import resolve_system
     from hybrid.workloads.llm.model import load_model
+    from hybrid.workloads.llm.pricing import (
+        cost_per_million_tokens,
+        parse_gpu_hour_prices,
+        parse_token_count,
+        training_run,
+    )
     from hybrid.workloads.llm.train import search, search_base
 
     if top <= 0:
@@ -254,11 +272,64 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     cost_model, name = load_cost_model(model_ref, tracking_uri)
     if max_cp <= 0:
         raise InvalidInputError(f"--max-cp must be positive, got {max_cp}")
-    res = search(model, base, system, cost_model, top=top, max_cp=max_cp, fsdp=not no_fsdp,
-                 expert_parallel=not no_ep)
+    cat = model_catalog(cost_model, default_catalog())
+    run_tokens = parse_token_count(train_tokens) if train_tokens is not None else None
+    prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
+    others = [c.strip() for c in compare.split(",") if c.strip()] if compare is not None else []
+    if compare is not None and not others:
+        raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
+    targets = {n: resolve_system(cat, n) for n in [system, *others]}  # a typo is an error before any search
+    space = {"max_cp": max_cp, "fsdp": not no_fsdp, "expert_parallel": not no_ep}
+
+    def priced(frame: Any, sys_name: str) -> float | None:
+        """Add cost_per_1m_tokens to the mappings of ``sys_name`` (where a price applies); return the price."""
+        if prices is None:
+            return None
+        t = targets[sys_name]
+        price = prices.price(t.key, t.device)
+        frame["cost_per_1m_tokens"] = ([cost_per_million_tokens(price, v) for v in frame["tokens_per_s_per_gpu"]]
+                                       if price is not None else None)
+        return price
+
+    res = search(model, base, system, cost_model, top=top, **space)
+    price = priced(res, system)
+    payload: dict[str, Any] = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
+                               "fitting": res.attrs.get("n_fit")}
+    if prices is not None:
+        payload["gpu_hour_price"] = price
+    if run_tokens is not None:  # the fastest mapping's run
+        payload["run"] = training_run(run_tokens, float(res["tokens_per_s_per_gpu"].iloc[0]) * gpus, gpus, price)
+    ranking: list[dict[str, Any]] = []
+    for other in others:
+        row: dict[str, Any] = {"system": targets[other].key, "device": targets[other].device, "gpus": gpus}
+        try:
+            best = search(model, base, other, cost_model, top=1, engine_top=1, **space)
+        except InvalidInputError as exc:  # nothing fits there, no fp8 rate, ...: ranked last, with the reason
+            ranking.append({**row, "mapping": None, "iteration_s": None, "tokens_per_s_per_gpu": None, "mfu": None,
+                            **({"gpu_hour_price": None, "cost_per_1m_tokens": None} if prices is not None else {}),
+                            "note": str(exc)})
+            continue
+        p_other = priced(best, other)
+        b = best.iloc[0]
+        row.update(mapping={"tp": int(b.tp), "pp": int(b.pp), "cp": int(b.cp), "dp": int(b.dp), "ep": int(b.ep),
+                            "micro_batch": int(b.mb), "vp": int(b.vp), "recompute": str(b.recompute),
+                            "sp": bool(b.sp), "optimizer": "dist" if b.distopt else ("fsdp" if b.fsdp else "")},
+                   iteration_s=float(b.iteration_s), tokens_per_s_per_gpu=float(b.tokens_per_s_per_gpu),
+                   mfu=float(b.mfu), memory_gib=float(b.memory_gib))
+        if prices is not None:
+            row.update(gpu_hour_price=p_other, cost_per_1m_tokens=(None if p_other is None
+                                                                   else float(b.cost_per_1m_tokens)))
+        if run_tokens is not None:
+            row["run"] = training_run(run_tokens, float(b.tokens_per_s_per_gpu) * gpus, gpus, p_other)
+        ranking.append({**row, "note": ""})
+    if others:
+        fitting = [r for r in ranking if r["mapping"] is not None]
+        by_cost = bool(fitting) and prices is not None and all(r["cost_per_1m_tokens"] is not None for r in fitting)
+        fitting.sort(key=(lambda r: r["cost_per_1m_tokens"]) if by_cost else (lambda r: -r["tokens_per_s_per_gpu"]))
+        payload["compare"] = fitting + [r for r in ranking if r["mapping"] is None]
+        payload["compare_ranked_by"] = "cost_per_1m_tokens" if by_cost else "tokens_per_s_per_gpu"
     if as_json:
-        payload = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
-                   "fitting": res.attrs.get("n_fit"), "mappings": res.to_dict(orient="records")}
+        payload["mappings"] = res.to_dict(orient="records")
         if "overlapping_fastest" in res.attrs:
             payload["overlapping_fastest"] = res.attrs["overlapping_fastest"]
         echo_json(payload)
@@ -275,6 +346,38 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     if intervals:
         click.echo(f"~: 80% interval overlaps the fastest pick's ({res.attrs.get('overlapping_fastest', 0)} of "
                    f"{len(res) - 1}): the model cannot tell them apart at that confidence")
+    if price is not None:
+        click.echo(f"at {price:g} per GPU-hour: {float(res['cost_per_1m_tokens'].iloc[0]):.4g} per million training "
+                   "tokens (fastest mapping)")
+    if "run" in payload:
+        r = payload["run"]
+        click.echo(f"run of {r['tokens']:.4g} tokens (fastest mapping): {r['days']:.3g} days, "
+                   f"{r['gpu_hours']:,.0f} GPU-hours" + (f", cost {r['cost']:,.0f}" if "cost" in r else ""))
+    if "compare" in payload:
+        by_cost = payload["compare_ranked_by"] == "cost_per_1m_tokens"
+        click.echo("\nsystems by " + ("cost per million training tokens of their fastest mapping (lowest first):"
+                                      if by_cost else "tokens/s per GPU of their fastest mapping (highest first):"))
+        dash = "-"
+
+        def _m(m: dict | None) -> str:
+            return dash if m is None else (f"tp{m['tp']} pp{m['pp']} cp{m['cp']} dp{m['dp']}"
+                                           + (f" ep{m['ep']}" if m["ep"] > 1 else "") + f" mb{m['micro_batch']}"
+                                           + (f" vp{m['vp']}" if m["vp"] > 1 else "")
+                                           + (f" {m['recompute']}" if m["recompute"] != "none" else "")
+                                           + (" sp" if m["sp"] else "") + (f" {m['optimizer']}" if m["optimizer"] else ""))
+
+        def _num(v: Any, f: str) -> str:
+            return dash if v is None else format(v, f)
+
+        echo_table([[r["system"], r["device"], _m(r["mapping"]), _num(r["iteration_s"], ".3f"),
+                     _num(r["tokens_per_s_per_gpu"], ",.0f"), _num(None if r["mfu"] is None else r["mfu"] * 100, ".1f"),
+                     *([_num(r["gpu_hour_price"], "g"), _num(r["cost_per_1m_tokens"], ".4g")] if prices is not None
+                       else []),
+                     *([_num(r["run"]["days"], ".3g") if "run" in r else dash] if run_tokens is not None else []),
+                     r["note"]] for r in payload["compare"]],
+                   ["system", "device", "fastest mapping", "iter_s", "tokens/s/GPU", "mfu%",
+                    *(["GPU-hour price", "per 1M tokens"] if prices is not None else []),
+                    *(["run days"] if run_tokens is not None else []), "note"])
     if model_ref is None:  # datasheet peaks: the ranking holds, the absolute times and MFU are upper bounds
         click.echo("note: roofline costs (datasheet peaks): iteration times are lower bounds and MFU an upper "
                    "bound; --model NAME costs the ops with a calibrated model")
