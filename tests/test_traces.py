@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gzip
 import json
 import os
@@ -19,6 +20,7 @@ from hybrid.data.traces import TraceFormatError, load_trace, load_traces  # noqa
 from hybrid.data.traces.opmap import map_op  # noqa: E402
 from hybrid.data.traces.record import record_step, trace_step  # noqa: E402
 from hybrid.engine.costs import RooflineCostModel  # noqa: E402
+from hybrid.errors import InvalidInputError  # noqa: E402
 from hybrid.workloads.trace_graph import build_trace_graph, predict_trace, trace_units  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -416,8 +418,8 @@ def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):
 
 
 @pytest.fixture(scope="module")
-def meta_gpt2_trace(tmp_path_factory):
-    """A 2-layer GPT-2 training step traced on the meta device (shapes only)."""
+def meta_gpt2_dir(tmp_path_factory):
+    """The directory of a 2-layer GPT-2 training step traced on the meta device (shapes only)."""
     tf = pytest.importorskip("transformers")
     cfg = tf.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=64, attn_implementation="eager")
     with torch.device("meta"):
@@ -429,7 +431,49 @@ def meta_gpt2_trace(tmp_path_factory):
         torch.nn.functional.cross_entropy(logits.view(-1, 128), ids.view(-1)).backward()
     out = tmp_path_factory.mktemp("meta")
     record_step(step, out, warmup=0, execution_trace=False, device="meta")
-    return load_trace(out / "kineto_rank0.json")
+    return out
+
+
+@pytest.fixture(scope="module")
+def meta_gpt2_trace(meta_gpt2_dir):
+    """The 2-layer GPT-2 training step of :func:`meta_gpt2_dir`, loaded."""
+    return load_trace(meta_gpt2_dir / "kineto_rank0.json")
+
+
+def test_trace_predict_parallel_modes_from_the_cli(meta_gpt2_dir, meta_gpt2_trace, capsys):
+    from hybrid.workloads import trace_parallel as tp
+
+    # the step's token count (2 x 16) and width (64) read from its layer norms
+    assert tp.transformer_dims(meta_gpt2_trace) == (32, 64)
+    # without them (and the LM head's linear; GPT-2's other projections are Conv1D's addmm): not guessed
+    no_dims = copy.copy(meta_gpt2_trace)
+    no_dims.ops = meta_gpt2_trace.ops[~meta_gpt2_trace.ops["name"].isin([n for g in tp.HIDDEN_STATE_OPS for n in g])]
+    with pytest.raises(InvalidInputError, match="--tokens, --hidden"):
+        tp.transformer_dims(no_dims)
+
+    def predict(*extra: str) -> dict:
+        code = cli_main(["trace", "predict", str(meta_gpt2_dir), "--device", "A100-SXM4-80GB", "--roofline",
+                         "--json", *extra])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        return json.loads(out)
+
+    single = predict()
+    assert single["ranks"] == 1 and single["parallel"] is None
+    dp = predict("--dp", "4")
+    assert dp["ranks"] == 4 and dp["parallel"] == {"dp": 4} and "collective" in dp["breakdown_ms"]
+    assert dp["predicted_ms"] > single["predicted_ms"]  # the same work per rank plus the gradient all-reduces
+    tpar = predict("--tp", "4")
+    assert tpar["ranks"] == 4 and tpar["parallel"] == {"tp": 4, "tokens": 32, "hidden": 64}
+    assert predict("--tp", "4", "--tokens", "64", "--hidden", "64")["parallel"]["tokens"] == 64
+    pp = predict("--pp", "2")
+    assert pp["ranks"] == 1 and pp["parallel"] == {"pp": 2, "tokens": 32, "hidden": 64}
+    assert pp["predicted_ms"] > single["predicted_ms"]  # one micro-batch: the stages in series, plus the sends
+    for bad, msg in ((["--dp", "2", "--tp", "2"], "one parallel mode"), (["--tp", "0"], "positive integer"),
+                     (["--tokens", "8"], "go with --tp or --pp"), (["--pp", "2", "--hidden", "-1"], "positive")):
+        assert cli_main(["trace", "predict", str(meta_gpt2_dir), "--device", "A100-SXM4-80GB", "--roofline",
+                         *bad]) == 2
+        assert msg in capsys.readouterr().err
 
 
 def test_meta_trace_parallel_modes(meta_gpt2_trace):

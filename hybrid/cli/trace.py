@@ -102,12 +102,25 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--compiled", is_flag=True,
               help="Predict the step as torch.compile would run it: each run of pointwise ops between library "
                    "calls fused into one kernel (docs/traces.md).")
+@click.option("--dp", type=int, default=1, show_default=True,
+              help="Data parallelism: the (one-rank) trace on each of N ranks, DDP's bucketed gradient all-reduces "
+                   "added (record the trace at the per-rank batch).")
+@click.option("--tp", type=int, default=1, show_default=True,
+              help="Tensor parallelism (Megatron-style) of a transformer's one-rank trace over N ranks.")
+@click.option("--pp", type=int, default=1, show_default=True,
+              help="Pipeline parallelism of a transformer's one-rank trace: N stages, one micro-batch.")
+@click.option("--tokens", type=int, default=None,
+              help="With --tp/--pp: tokens per step (batch x sequence; default: read from the trace's norm or "
+                   "linear layers).")
+@click.option("--hidden", type=int, default=None,
+              help="With --tp/--pp: the model's hidden size (default: read from the trace).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
             tracking_uri: str | None, bundle: str | None, extra_rows: tuple[str, ...], roofline: bool,
             same: bool | None, host: str,
-            kernel_times: bool, compiled: bool, step: int | None, as_json: bool) -> None:
+            kernel_times: bool, compiled: bool, dp: int, tp: int, pp: int, tokens: int | None, hidden: int | None,
+            step: int | None, as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
     from hybrid.errors import InvalidInputError
@@ -125,18 +138,27 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         engine = resolve_predictor(model_ref, tracking_uri, bundle, roofline, default_bundle=False,
                                    extra_tables=extra_rows)
     report_warnings(caught)
+    from hybrid.workloads.trace_parallel import chain, parallel_job
+
     model, cat, name = engine.model, engine.catalog, engine.name
     loaded = _load(traces, step)
-    transform = None
+    if (tokens is not None or hidden is not None) and tp == 1 and pp == 1:
+        raise InvalidInputError("--tokens and --hidden go with --tp or --pp")
+    loaded, parallel, parallel_info = parallel_job(loaded, dp=dp, tp=tp, pp=pp, tokens=tokens, hidden=hidden)
+    if parallel is not None and same is None:
+        same = False  # a job the trace did not run: predicted, not re-simulated from its measured host
+    fusion = None
     if compiled:
         from hybrid.workloads.trace_fusion import compiled_fusion
 
-        transform = compiled_fusion()
-    it = build_trace_graph(loaded, device or system, cat, same_device=same, host=host, transform=transform)
+        fusion = compiled_fusion()
+    it = build_trace_graph(loaded, device or system, cat, same_device=same, host=host,
+                           transform=chain(fusion, parallel))
     pred = predict_trace(it, model, model_name=name, kernel_times=kernel_times)
     s = pred.summary()
     s["kernel_times"] = kernel_times
     s["compiled"] = compiled
+    s["parallel"] = parallel_info or None
     notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
     rec = it.info.get("recording_overhead", {})
     if it.info.get("host") == "trace" and not rec.get("measured") and any(t.device == "cuda" for t in loaded):
@@ -156,6 +178,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         echo_json(s)
         return
     line = f"{s['target']} ({name}): predicted {s['predicted_ms']:.3f} ms per step over {s['ranks']} rank(s)"
+    if parallel_info:
+        line += " (" + ", ".join(f"{k} {v}" for k, v in parallel_info.items()) + ")"
     if "measured_ms" in s:
         line += f"; traced step {s['measured_ms']:.3f} ms ({s['error_pct']:+.1f}%)"
     click.echo(line)

@@ -26,6 +26,7 @@ way but their forward all-reduce count is then overstated (see docs/traces.md).
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import numpy as np
@@ -191,3 +192,82 @@ def pipeline_parallel(stages: int, tokens: int, hidden: int):
         return _insert(units, new)
 
     return transform
+
+
+#: Ops whose first input is a transformer's hidden state ``[..., hidden]``, in the order :func:`transformer_dims`
+#: tries them: normalisations first (their input is always the hidden state), then linear layers (most of a
+#: layer's projections take the hidden state: QKV, attention output, MLP up/gate).
+HIDDEN_STATE_OPS = (("aten::layer_norm", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm"),
+                    ("aten::linear",))
+
+
+def transformer_dims(trace: RankTrace) -> tuple[int, int]:
+    """(tokens, hidden) of a transformer's traced step: the most frequent input shape ``[..., hidden]`` of its
+    normalisation ops, else of its ``linear`` layers (a model whose norms are written out in elementwise ops, as
+    Llama's RMSNorm in ``transformers``); tokens = the product of the leading dimensions. A trace with neither is an
+    :class:`~hybrid.errors.InvalidInputError` (give them explicitly)."""
+    ops = trace.ops
+    names = ops["name"].astype(str)
+    for group in HIDDEN_STATE_OPS:
+        shapes: dict[tuple[int, ...], int] = {}
+        for dims in ops.loc[names.isin(group), "dims"]:
+            first = dims[0] if isinstance(dims, list) and dims else None
+            if isinstance(first, list) and len(first) >= 2 and all(isinstance(x, int) and x > 0 for x in first):
+                shapes[tuple(first)] = shapes.get(tuple(first), 0) + 1
+        if shapes:
+            best = max(shapes, key=lambda s: (shapes[s], math.prod(s)))
+            return int(math.prod(best[:-1])), int(best[-1])
+    raise InvalidInputError(f"{trace.path}: no layer norm or linear layer with a recorded input shape in the trace, so "
+                            "its token count and hidden size are unknown: give them (--tokens, --hidden)")
+
+
+def chain(*transforms: Any):
+    """One ``transform`` applying ``transforms`` in order (None entries skipped); None when there are none."""
+    steps = [t for t in transforms if t is not None]
+    if not steps:
+        return None
+    if len(steps) == 1:
+        return steps[0]
+
+    def transform(trace: RankTrace, units: pd.DataFrame) -> pd.DataFrame:
+        for t in steps:
+            units = t(trace, units)
+        return units
+
+    return transform
+
+
+def parallel_job(traces: list[RankTrace], dp: int = 1, tp: int = 1, pp: int = 1, tokens: int | None = None,
+                 hidden: int | None = None) -> tuple[list[RankTrace], Any, dict[str, int]]:
+    """A one-rank trace as one of ``dp`` data-parallel, ``tp`` tensor-parallel or ``pp`` pipeline ranks (one mode
+    at a time): (the job's rank traces, its ``transform``, what was applied). Data parallelism runs the trace as
+    recorded on every rank (record it at the per-rank batch); tensor and pipeline parallelism split the recorded
+    step, whose ``tokens`` and ``hidden`` size are read from the trace unless given (:func:`transformer_dims`)."""
+    degrees = {"dp": dp, "tp": tp, "pp": pp}
+    for k, v in degrees.items():
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise InvalidInputError(f"{k} must be a positive integer, got {v!r}")
+    for k, v in (("tokens", tokens), ("hidden", hidden)):
+        if v is not None and (not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1):
+            raise InvalidInputError(f"{k} must be a positive integer, got {v!r}")
+    on = {k: int(v) for k, v in degrees.items() if v > 1}
+    if not on:
+        return list(traces), None, {}
+    if len(on) > 1:
+        raise InvalidInputError(f"one parallel mode at a time (got {', '.join(f'{k} {v}' for k, v in on.items())}): "
+                                "compose them with `hybrid llm train` for a transformer the library describes")
+    if len(traces) != 1:
+        raise InvalidInputError(f"a parallel mode rewrites a one-rank trace; these traces already hold {len(traces)} "
+                                "ranks (predict them as recorded)")
+    (mode, n), = on.items()
+    trace = traces[0]
+    info: dict[str, int] = {mode: n}
+    if mode == "dp":
+        return replicate(trace, n), data_parallel(n), info
+    if tokens is None or hidden is None:
+        t_auto, h_auto = transformer_dims(trace)
+        tokens, hidden = tokens or t_auto, hidden or h_auto
+    info.update(tokens=int(tokens), hidden=int(hidden))
+    if mode == "tp":
+        return replicate(trace, n), tensor_parallel(n, int(tokens), int(hidden)), info
+    return [trace], pipeline_parallel(n, int(tokens), int(hidden)), info
