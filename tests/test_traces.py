@@ -476,6 +476,32 @@ def test_trace_predict_parallel_modes_from_the_cli(meta_gpt2_dir, meta_gpt2_trac
         assert msg in capsys.readouterr().err
 
 
+def test_trace_predict_compares_hardware_by_time_then_by_cost(meta_gpt2_dir, capsys):
+    def predict(*extra: str) -> dict:
+        code = cli_main(["trace", "predict", str(meta_gpt2_dir), "--device", "A100-SXM4-80GB", "--roofline", "--json",
+                         "--tokens", "32", "--hidden", "64", "--tp", "2", "--compare", "DGX-H100,T4", *extra])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        return json.loads(out)
+
+    s = predict()
+    rows = s["compare"]
+    assert s["compare_ranked_by"] == "predicted_ms" and {r["device"] for r in rows} == {"A100-SXM4-80GB", "H100-SXM", "T4"}
+    assert [r["predicted_ms"] for r in rows] == sorted(r["predicted_ms"] for r in rows)
+    assert all(r["ranks"] == 2 for r in rows)  # the same tensor-parallel job on each target
+    mine = next(r for r in rows if r["device"] == "A100-SXM4-80GB")
+    assert mine["predicted_ms"] == pytest.approx(s["predicted_ms"])
+    s = predict("--gpu-hour-price", "A100=1.5,H100-SXM=3,T4=0.2")
+    assert s["compare_ranked_by"] == "cost_per_1k_steps" and s["gpu_hour_price"] == 1.5
+    costs = [r["cost_per_1k_steps"] for r in s["compare"]]
+    assert costs == sorted(costs)
+    for r in s["compare"]:  # price x GPUs x step time, for 1000 steps
+        assert r["cost_per_1k_steps"] == pytest.approx(r["gpu_hour_price"] * 2 * r["predicted_ms"] / 3.6e6 * 1000)
+    assert predict("--gpu-hour-price", "A100=1.5")["compare_ranked_by"] == "predicted_ms"  # not every target priced
+    assert cli_main(["trace", "predict", str(meta_gpt2_dir), "--device", "A100", "--compare", "A100,NOPE"]) == 2
+    assert "NOPE" in capsys.readouterr().err
+
+
 def test_meta_trace_parallel_modes(meta_gpt2_trace):
     from hybrid.workloads import trace_parallel as tp
 

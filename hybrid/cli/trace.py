@@ -114,13 +114,19 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
                    "linear layers).")
 @click.option("--hidden", type=int, default=None,
               help="With --tp/--pp: the model's hidden size (default: read from the trace).")
+@click.option("--compare", default=None,
+              help="Comma-separated devices or systems to predict the same job on too, ranked by step time (or, with "
+                   "--gpu-hour-price for each, by cost): which hardware to run this model on.")
+@click.option("--gpu-hour-price", "gpu_hour_price", default=None,
+              help="Price of one GPU-hour (any currency; none is built in): 2.5, or per catalog system or GPU, e.g. "
+                   "DGX-H100=3.9,A100-SXM4-80GB=1.6. Adds the cost of 1000 steps (all ranks).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
             tracking_uri: str | None, bundle: str | None, extra_rows: tuple[str, ...], roofline: bool,
             same: bool | None, host: str,
             kernel_times: bool, compiled: bool, dp: int, tp: int, pp: int, tokens: int | None, hidden: int | None,
-            step: int | None, as_json: bool) -> None:
+            compare: str | None, gpu_hour_price: str | None, step: int | None, as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
     from hybrid.errors import InvalidInputError
@@ -152,13 +158,48 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         from hybrid.workloads.trace_fusion import compiled_fusion
 
         fusion = compiled_fusion()
-    it = build_trace_graph(loaded, device or system, cat, same_device=same, host=host,
-                           transform=chain(fusion, parallel))
-    pred = predict_trace(it, model, model_name=name, kernel_times=kernel_times)
+    from hybrid.workloads.llm.pricing import parse_gpu_hour_prices
+
+    prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
+    others = [c.strip() for c in compare.split(",") if c.strip()] if compare is not None else []
+    if compare is not None and not others:
+        raise InvalidInputError(f"--compare names no device or system (got {compare!r}); e.g. --compare H100,A100")
+    for other in others:  # a typo is an error before anything is predicted
+        if cat.resolve_system(other, missing_ok=True) is None and cat.resolve_device(other, missing_ok=True) is None:
+            raise cat.unknown_target(other)
+
+    def run(target: str) -> tuple[Any, Any]:
+        graph = build_trace_graph(loaded, target, cat, same_device=same, host=host, transform=chain(fusion, parallel))
+        return graph, predict_trace(graph, model, model_name=name, kernel_times=kernel_times)
+
+    def cost_of(summary: dict) -> tuple[float | None, float | None]:
+        """(GPU-hour price, cost of 1000 steps on all ranks) of a prediction's target; None where no price."""
+        if prices is None:
+            return None, None
+        price = prices.price(summary["target"], summary["device"])
+        if price is None:
+            return None, None
+        return price, price * summary["ranks"] * summary["predicted_ms"] / 3.6e6 * 1000
+
+    it, pred = run(device or system)
     s = pred.summary()
     s["kernel_times"] = kernel_times
     s["compiled"] = compiled
     s["parallel"] = parallel_info or None
+    if prices is not None:
+        s["gpu_hour_price"], s["cost_per_1k_steps"] = cost_of(s)
+    if others:
+        ranking = []
+        for other in [device or system, *others]:
+            o = s if other == (device or system) else run(other)[1].summary()
+            row = {"target": o["target"], "device": o["device"], "ranks": o["ranks"], "predicted_ms": o["predicted_ms"],
+                   **({k: o[k] for k in ("predicted_ms_low", "predicted_ms_high") if k in o})}
+            if prices is not None:
+                row["gpu_hour_price"], row["cost_per_1k_steps"] = cost_of(o)
+            ranking.append(row)
+        by_cost = prices is not None and all(r["cost_per_1k_steps"] is not None for r in ranking)
+        ranking.sort(key=(lambda r: r["cost_per_1k_steps"]) if by_cost else (lambda r: r["predicted_ms"]))
+        s["compare"], s["compare_ranked_by"] = ranking, ("cost_per_1k_steps" if by_cost else "predicted_ms")
     notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
     rec = it.info.get("recording_overhead", {})
     if it.info.get("host") == "trace" and not rec.get("measured") and any(t.device == "cuda" for t in loaded):
@@ -199,6 +240,20 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    f"{rec['per_event_us']:.2f} us per event + {rec['per_input_us']:.2f} us per input + "
                    f"{rec['per_launch_us']:.2f} us per launch; {sum(rec['in_units_ms']):.3f} ms inside ops, gaps kept "
                    "at " + "/".join(f"{x:.0%}" for x in rec["gap_share"]))
+    if s.get("cost_per_1k_steps") is not None:
+        click.echo(f"at {s['gpu_hour_price']:g} per GPU-hour: {s['cost_per_1k_steps']:.4g} per 1000 steps "
+                   f"({s['ranks']} rank(s))")
+    if "compare" in s:
+        by_cost = s["compare_ranked_by"] == "cost_per_1k_steps"
+        click.echo("\ntargets by " + ("cost of 1000 steps (lowest first):" if by_cost else
+                                     "predicted step time (fastest first):"))
+        dash = "-"
+        echo_table([[r["target"], r["device"], r["ranks"], f"{r['predicted_ms']:.3f}",
+                     *([dash if r["gpu_hour_price"] is None else f"{r['gpu_hour_price']:g}",
+                        dash if r["cost_per_1k_steps"] is None else f"{r['cost_per_1k_steps']:.4g}"]
+                       if prices is not None else [])] for r in s["compare"]],
+                   ["target", "device", "ranks", "predicted_ms",
+                    *(["GPU-hour price", "per 1000 steps"] if prices is not None else [])])
     unm = s["unmodelled"]
     if unm["ops"]:
         click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms in the trace, costed as "
