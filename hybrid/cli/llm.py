@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import e2e_line, echo_json, echo_table
+from hybrid.cli.output import e2e_line, echo_json, echo_table, gpu_hour_price_option
 from hybrid.cli.simulate import load_cost_model, model_options
 
 #: ``--softmax``: how the fused attention kernel schedules the softmax's exps (hybrid.ops.roofline.softmax_schedule)
@@ -97,9 +97,7 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Chrome trace of the pipeline (one process per stage).")
 @click.option("--allow-oom", is_flag=True, help="Predict even when the mapping does not fit in memory.")
-@click.option("--gpu-hour-price", "gpu_hour_price", default=None,
-              help="Price of one GPU-hour (any currency; none is built in): 2.5, or per catalog system or GPU, e.g. "
-                   "DGX-H100=3.9,A100-SXM4-80GB=1.6. Adds the cost of a million training tokens.")
+@gpu_hour_price_option("Adds the cost of a million training tokens.")
 @click.option("--train-tokens", default=None,
               help="Tokens of the whole run (300B, 1.5T, 2e12): its days, GPU-hours and, with a price, cost.")
 @model_options
@@ -234,9 +232,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--compare", default=None,
               help="Comma-separated systems to search too, ranked by their fastest mapping's tokens/s per GPU (or, "
                    "with --gpu-hour-price for each, by its cost per million tokens): which hardware to train on.")
-@click.option("--gpu-hour-price", "gpu_hour_price", default=None,
-              help="Price of one GPU-hour (any currency; none is built in): 2.5, or per catalog system or GPU, e.g. "
-                   "DGX-H100=3.9,DGX-A100=1.6. Adds each mapping's cost per million training tokens.")
+@gpu_hour_price_option("Adds each mapping's cost per million training tokens.", "DGX-H100=3.9,DGX-A100=1.6")
 @click.option("--train-tokens", default=None,
               help="Tokens of the whole run (300B, 1.5T): days, GPU-hours and, with a price, cost of the fastest "
                    "mapping (of each --compare system).")

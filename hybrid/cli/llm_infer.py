@@ -11,7 +11,14 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import NO_INTERVAL_NOTE, e2e_line, echo_json, echo_table, warn_arch_device
+from hybrid.cli.output import (
+    NO_INTERVAL_NOTE,
+    e2e_line,
+    echo_json,
+    echo_table,
+    gpu_hour_price_option,
+    warn_arch_device,
+)
 from hybrid.errors import InvalidInputError
 
 
@@ -27,10 +34,7 @@ def _predictor(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, An
 
 
 #: ``--gpu-hour-price`` of ``infer`` and ``serve`` (no price is built in: :mod:`hybrid.workloads.llm.pricing`).
-_price_option = click.option(
-    "--gpu-hour-price", "gpu_hour_price", default=None,
-    help="Price of one GPU-hour (any currency; none is built in): 2.5 for every GPU, or per catalog system or GPU, "
-         "e.g. DGX-H100=3.9,A100-SXM4-80GB=1.6. Adds the cost of a million output tokens (and ranks --compare by it).")
+_price_option = gpu_hour_price_option("Adds the cost of a million output tokens (and ranks --compare by it).")
 
 
 def _price(prices: Any, s: Any) -> float | None:

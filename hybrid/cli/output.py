@@ -115,3 +115,11 @@ def warn_arch_device(ctx: click.Context, param: click.Parameter, value: str | No
         if note:
             click.echo(f"warning: {note}", err=True)
     return value
+
+
+def gpu_hour_price_option(adds: str, example: str = "DGX-H100=3.9,A100-SXM4-80GB=1.6") -> Any:
+    """The ``--gpu-hour-price`` option of the commands that price a prediction
+    (:mod:`hybrid.workloads.llm.pricing`); ``adds`` says what it adds to that command's output."""
+    return click.option("--gpu-hour-price", "gpu_hour_price", default=None,
+                        help="Price of one GPU-hour (any currency; none is built in): 2.5 for every GPU, or per "
+                             f"catalog system or GPU, e.g. {example}. {adds}")

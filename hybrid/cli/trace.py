@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import e2e_line, echo_json, echo_table, warn_arch_device
+from hybrid.cli.output import e2e_line, echo_json, echo_table, gpu_hour_price_option, warn_arch_device
 
 
 @click.group()
@@ -117,9 +117,7 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--compare", default=None,
               help="Comma-separated devices or systems to predict the same job on too, ranked by step time (or, with "
                    "--gpu-hour-price for each, by cost): which hardware to run this model on.")
-@click.option("--gpu-hour-price", "gpu_hour_price", default=None,
-              help="Price of one GPU-hour (any currency; none is built in): 2.5, or per catalog system or GPU, e.g. "
-                   "DGX-H100=3.9,A100-SXM4-80GB=1.6. Adds the cost of 1000 steps (all ranks).")
+@gpu_hour_price_option("Adds the cost of 1000 steps (all ranks).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
