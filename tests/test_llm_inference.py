@@ -514,6 +514,33 @@ def test_infer_prices_its_static_batch_throughput(capsys):
     assert code == 2 and "positive" in err and out == ""
 
 
+def test_infer_compare_ranks_systems_by_throughput_then_by_cost(capsys):
+    args = ["llm", "infer", "llama2-7b", "--system", "DGX-A100", "--batch", "16", "--output", "64",
+            "--compare", "DGX-H100,DGX-A100,DGX-1", "--json"]
+    code, out, _ = run(capsys, *args)
+    d = json.loads(out)
+    assert code == 0 and d["compare_ranked_by"] == "output_tokens_per_s_per_gpu"
+    # decode-bound static batch: the ranking follows HBM bandwidth (3.35, 2.04, 0.9 TB/s)
+    assert [r["system"] for r in d["compare"]] == ["DGX-H100", "DGX-A100", "DGX-1"]
+    mine = d["compare"][1]
+    assert mine["output_tokens_per_s_per_gpu"] == pytest.approx(d["output_tokens_per_s_per_gpu"], rel=1e-9)
+    code, out, _ = run(capsys, *args, "--gpu-hour-price", "DGX-H100=3,DGX-A100=1.5,DGX-1=0.05")
+    d = json.loads(out)
+    assert code == 0 and d["compare_ranked_by"] == "cost_per_1m_output_tokens"
+    costs = [r["cost_per_1m_output_tokens"] for r in d["compare"]]
+    assert costs == sorted(costs) and d["compare"][0]["system"] == "DGX-1"
+    for r in d["compare"]:
+        assert r["cost_per_1m_output_tokens"] == pytest.approx(
+            r["gpu_hour_price"] / (r["output_tokens_per_s_per_gpu"] * 3600) * 1e6)
+    # a system without the dtype's rate is ranked last with the reason; an unknown one is refused up front
+    code, out, _ = run(capsys, "llm", "infer", "llama2-7b", "--system", "DGX-H100", "--dtype", "fp8", "--compare",
+                       "DGX-A100,HGX-H200", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["compare"][-1]["system"] == "DGX-A100" and "fp8" in d["compare"][-1]["note"]
+    code, out, err = run(capsys, "llm", "infer", "llama2-7b", "--system", "DGX-A100", "--compare", "NOPE")
+    assert code == 2 and "NOPE" in err and out == ""
+
+
 def test_serve_compare_ranks_by_cost_per_token_when_every_system_is_priced(capsys):
     args = ["llm", "serve", "llama2-7b", "--system", "DGX-A100", "--requests", "80", "--input-dist", "128-512",
             "--output-dist", "64", "--slo-tpot", "30ms", "--compare", "DGX-A100,DGX-H100,DGX-1", "--json"]

@@ -93,6 +93,21 @@ def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp:
                       catalog=catalog, ep=ep, attention_dp=attention_dp, softmax=softmax)
 
 
+def _compare_targets(compare: str | None, catalog: Any) -> list[str]:
+    """The names of ``--compare`` (checked against the catalog before anything is predicted: a typo is an error
+    now, not after the work); [] without the option."""
+    if compare is None:
+        return []
+    names = [c.strip() for c in compare.split(",") if c.strip()]
+    if not names:
+        raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
+    from hybrid.ops.roofline import resolve_system
+
+    for name in names:
+        resolve_system(catalog, name)
+    return names
+
+
 def _positive(**values: int) -> None:
     for k, v in values.items():
         if v is None or v < 1:
@@ -107,12 +122,15 @@ def _positive(**values: int) -> None:
 @click.option("--ops", "show_ops", is_flag=True, help="Also print the per-op table (compute- or memory-bound).")
 @click.option("--roofline-plot", type=click.Path(dir_okay=False), default=None,
               help="Write a roofline plot (PNG) of the prefill and decode ops.")
+@click.option("--compare", default=None,
+              help="Comma-separated systems (or GPUs) to run the same static batch on too, ranked by output "
+                   "tokens/s per GPU (or, with --gpu-hour-price for each, by the cost of a million output tokens).")
 @_price_option
 def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
           attention_dp: bool, dtype: str, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, batch: int, input_len: int, output_len: int, show_ops: bool,
-          roofline_plot: str | None, gpu_hour_price: str | None) -> None:
+          roofline_plot: str | None, compare: str | None, gpu_hour_price: str | None) -> None:
     """Static-batch inference: TTFT, TPOT, latency, throughput, memory and a per-category breakdown.
 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
@@ -123,6 +141,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     _positive(batch=batch, input=input_len, output=output_len)
     cost, cat, cost_ref = _predictor(model_ref, tracking_uri)
     prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
+    others = _compare_targets(compare, cat)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
@@ -147,6 +166,35 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
             note = f"no GPU-hour price given for {s.system.key} or {s.device.key}"
             out["notes"] = [*out.get("notes", []), note]
             click.echo(f"warning: {note}", err=True)
+    if others:
+        ranking = []
+        for name in others:
+            row: dict[str, Any] = {"system": name, "device": "", "gpus": tp * pp}
+            try:
+                o = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce,
+                           reserve_gib, cat, ep=ep, attention_dp=attention_dp, softmax=softmax)
+                r = predict_static(o, batch, input_len, output_len, cost, check_memory=False)
+            except InvalidInputError as exc:  # no fp8 rate there, TP wider than its node allows, ...: last
+                ranking.append({**row, "fits": False, "output_tokens_per_s_per_gpu": None,
+                                **({"gpu_hour_price": None, "cost_per_1m_output_tokens": None} if prices else {}),
+                                "note": str(exc)})
+                continue
+            row.update(system=o.system.key, device=o.device.key, gpus=o.gpus, ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms,
+                       output_tokens_per_s_per_gpu=r.output_tokens_per_s_per_gpu, fits=bool(r.memory.fits),
+                       note="" if r.memory.fits else f"does not fit: {r.memory.reason}")
+            if prices is not None:
+                p_o = _price(prices, o)
+                row.update(gpu_hour_price=p_o, cost_per_1m_output_tokens=(
+                    None if p_o is None or not r.memory.fits
+                    else cost_per_million_tokens(p_o, r.output_tokens_per_s_per_gpu)))
+            ranking.append(row)
+        fitting = [r for r in ranking if r["fits"]]
+        by_cost = bool(fitting) and prices is not None and all(r["cost_per_1m_output_tokens"] is not None
+                                                               for r in fitting)
+        fitting.sort(key=(lambda r: r["cost_per_1m_output_tokens"]) if by_cost
+                     else (lambda r: -r["output_tokens_per_s_per_gpu"]))
+        out["compare"] = fitting + [r for r in ranking if not r["fits"]]
+        out["compare_ranked_by"] = "cost_per_1m_output_tokens" if by_cost else "output_tokens_per_s_per_gpu"
     if model_ref and not res.interval:
         note = NO_INTERVAL_NOTE.format(what="deployment")
         out["notes"] = [*out.get("notes", []), note]
@@ -201,6 +249,19 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                          r["bound"])
                         for _, r in b.iterrows()],
                        ["phase", "op", "kind", "count", "FLOP/B", "time_us", "roofline_us", "bound"])
+        if "compare" in out:
+            by_cost = out["compare_ranked_by"] == "cost_per_1m_output_tokens"
+            click.echo("\nsystems by " + ("cost per million output tokens (lowest first):" if by_cost
+                                          else "output tokens/s per GPU (highest first):"))
+            dash = "-"
+            echo_table([[r["system"], r["device"], r["gpus"], dash if r.get("ttft_ms") is None else f"{r['ttft_ms']:.2f}",
+                         dash if r.get("tpot_ms") is None else f"{r['tpot_ms']:.2f}",
+                         dash if r["output_tokens_per_s_per_gpu"] is None else f"{r['output_tokens_per_s_per_gpu']:,.0f}",
+                         *([dash if r["gpu_hour_price"] is None else f"{r['gpu_hour_price']:g}",
+                            dash if r["cost_per_1m_output_tokens"] is None else f"{r['cost_per_1m_output_tokens']:.4g}"]
+                           if prices is not None else []), r["note"]] for r in out["compare"]],
+                       ["system", "device", "gpus", "TTFT ms", "TPOT ms", "tokens/s/GPU",
+                        *(["GPU-hour price", "per 1M tokens"] if prices is not None else []), "note"])
     if not res.memory.fits:
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
 
@@ -335,14 +396,9 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     cost, cat, cost_ref = _predictor(model_ref, tracking_uri)
     prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
     if compare is not None:  # checked before any simulation: a typo is an error now, not after the searches
-        from hybrid.ops.roofline import resolve_system
-
-        if not [c for c in compare.split(",") if c.strip()]:
-            raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
-        if not (slo_ttft or slo_tpot or slo_latency):
+        if [c for c in compare.split(",") if c.strip()] and not (slo_ttft or slo_tpot or slo_latency):
             raise InvalidInputError("--compare needs an SLO (--slo-ttft, --slo-tpot or --slo-latency)")
-        for name in [c.strip() for c in compare.split(",") if c.strip()]:
-            resolve_system(cat, name)
+        _compare_targets(compare, cat)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     r_s = parse_rate(rate)
