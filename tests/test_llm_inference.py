@@ -577,6 +577,12 @@ def test_offline_serve_prices_its_full_throughput(capsys):
                        "--rate", "5/s", "--gpu-hour-price", "1.2", "--json")
     d = json.loads(out)
     assert code == 0 and d["cost_per_1m_output_tokens"] is None and d["gpu_hour_price"] == 1.2
+    # an SLO that every rate meets (30 requests cannot load the node): no sustained rate to price, no error
+    code, out, _ = run(capsys, "llm", "serve", "llama3-8b", "--system", "DGX-H100", "--requests", "30",
+                       "--slo-tpot", "100ms", "--gpu-hour-price", "3", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["max_rate_meeting_slo_per_s"] is None
+    assert d["at_max_rate"]["cost_per_1m_output_tokens"] is None
 
 
 class _Counting:

@@ -93,6 +93,17 @@ def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp:
                       catalog=catalog, ep=ep, attention_dp=attention_dp, softmax=softmax)
 
 
+def _steady_cost(price: float, rate_per_s: float, mean_output_tokens: float, gpus: int) -> float | None:
+    """Cost of a million output tokens with requests served at ``rate_per_s`` (steady state); None when the rate
+    is not a positive finite number (requests that all arrived at once, a one-request trace)."""
+    from hybrid.workloads.llm.pricing import cost_per_million_tokens
+
+    tokens_per_s_per_gpu = rate_per_s * mean_output_tokens / gpus
+    if not (math.isfinite(tokens_per_s_per_gpu) and tokens_per_s_per_gpu > 0):
+        return None
+    return cost_per_million_tokens(price, tokens_per_s_per_gpu)
+
+
 def _compare_targets(compare: str | None, catalog: Any) -> list[str]:
     """The names of ``--compare`` (checked against the catalog before anything is predicted: a typo is an error
     now, not after the work); [] without the option."""
@@ -461,9 +472,10 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         out["max_rate_meeting_slo_per_s"] = best if math.isfinite(best) else None
         out["at_max_rate"] = best_res.to_dict() if best_res is not None else None
         if out["at_max_rate"] is not None and price is not None:
-            # steady state at that rate: every request's output tokens served (the SLO is met)
-            out["at_max_rate"]["cost_per_1m_output_tokens"] = cost_per_million_tokens(
-                price, best_res.rate * mean_out / s.gpus)
+            # steady state at that rate: every request's output tokens served (the SLO is met); none when every
+            # rate meets it (the requests arrived at once: no sustained rate to price)
+            out["at_max_rate"]["cost_per_1m_output_tokens"] = (
+                _steady_cost(price, best_res.rate, mean_out, s.gpus) if math.isfinite(best) else None)
         if out["at_max_rate"] is not None:
             out["at_max_rate"]["rate_note"] = (
                 "max_rate_meeting_slo_per_s is the nominal arrival rate the search found; rate_per_s here is the "
@@ -493,7 +505,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                     # steady state at the SLO-meeting rate (the rate its arrivals realised): every request served
                     row["cost_per_1m_output_tokens"] = (
                         None if p_other is None or at_best is None or not math.isfinite(r_best)
-                        else cost_per_million_tokens(p_other, at_best.rate * mean_out / other.gpus))
+                        else _steady_cost(p_other, at_best.rate, mean_out, other.gpus))
                 if math.isfinite(r_best):
                     ranking.append({**row, "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus,
                                     "note": "" if r_best > 0 else "no rate meets the SLO"})
