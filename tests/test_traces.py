@@ -479,7 +479,8 @@ def test_trace_predict_parallel_modes_from_the_cli(meta_gpt2_dir, meta_gpt2_trac
 def test_trace_predict_compares_hardware_by_time_then_by_cost(meta_gpt2_dir, capsys):
     def predict(*extra: str) -> dict:
         code = cli_main(["trace", "predict", str(meta_gpt2_dir), "--device", "A100-SXM4-80GB", "--roofline", "--json",
-                         "--tokens", "32", "--hidden", "64", "--tp", "2", "--compare", "DGX-H100,T4", *extra])
+                         "--tokens", "32", "--hidden", "64", "--tp", "2", "--compare", "A100-SXM4-80GB,DGX-H100,T4",
+                         *extra])
         out = capsys.readouterr().out
         assert code == 0, out
         return json.loads(out)

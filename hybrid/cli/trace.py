@@ -188,7 +188,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         s["gpu_hour_price"], s["cost_per_1k_steps"] = cost_of(s)
     if others:
         ranking = []
-        for other in [device or system, *others]:
+        for other in others:
             o = s if other == (device or system) else run(other)[1].summary()
             row = {"target": o["target"], "device": o["device"], "ranks": o["ranks"], "predicted_ms": o["predicted_ms"],
                    **({k: o[k] for k in ("predicted_ms_low", "predicted_ms_high") if k in o})}
