@@ -188,16 +188,24 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         s["gpu_hour_price"], s["cost_per_1k_steps"] = cost_of(s)
     if others:
         ranking = []
+        failed = []
         for other in others:
-            o = s if other == (device or system) else run(other)[1].summary()
+            try:
+                o = s if other == (device or system) else run(other)[1].summary()
+            except InvalidInputError as exc:  # a target the job cannot run on: ranked last, with the reason
+                failed.append({"target": other, "device": "", "ranks": None, "predicted_ms": None,
+                               **({"gpu_hour_price": None, "cost_per_1k_steps": None} if prices is not None else {}),
+                               "note": str(exc)})
+                continue
             row = {"target": o["target"], "device": o["device"], "ranks": o["ranks"], "predicted_ms": o["predicted_ms"],
                    **({k: o[k] for k in ("predicted_ms_low", "predicted_ms_high") if k in o})}
             if prices is not None:
                 row["gpu_hour_price"], row["cost_per_1k_steps"] = cost_of(o)
-            ranking.append(row)
-        by_cost = prices is not None and all(r["cost_per_1k_steps"] is not None for r in ranking)
+            ranking.append({**row, "note": ""})
+        by_cost = bool(ranking) and prices is not None and all(r["cost_per_1k_steps"] is not None for r in ranking)
         ranking.sort(key=(lambda r: r["cost_per_1k_steps"]) if by_cost else (lambda r: r["predicted_ms"]))
-        s["compare"], s["compare_ranked_by"] = ranking, ("cost_per_1k_steps" if by_cost else "predicted_ms")
+        s["compare"] = ranking + failed
+        s["compare_ranked_by"] = "cost_per_1k_steps" if by_cost else "predicted_ms"
     notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
     rec = it.info.get("recording_overhead", {})
     if it.info.get("host") == "trace" and not rec.get("measured") and any(t.device == "cuda" for t in loaded):
@@ -246,12 +254,13 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         click.echo("\ntargets by " + ("cost of 1000 steps (lowest first):" if by_cost else
                                      "predicted step time (fastest first):"))
         dash = "-"
-        echo_table([[r["target"], r["device"], r["ranks"], f"{r['predicted_ms']:.3f}",
+        echo_table([[r["target"], r["device"], dash if r["ranks"] is None else r["ranks"],
+                     dash if r["predicted_ms"] is None else f"{r['predicted_ms']:.3f}",
                      *([dash if r["gpu_hour_price"] is None else f"{r['gpu_hour_price']:g}",
                         dash if r["cost_per_1k_steps"] is None else f"{r['cost_per_1k_steps']:.4g}"]
-                       if prices is not None else [])] for r in s["compare"]],
+                       if prices is not None else []), r["note"]] for r in s["compare"]],
                    ["target", "device", "ranks", "predicted_ms",
-                    *(["GPU-hour price", "per 1000 steps"] if prices is not None else [])])
+                    *(["GPU-hour price", "per 1000 steps"] if prices is not None else []), "note"])
     unm = s["unmodelled"]
     if unm["ops"]:
         click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms in the trace, costed as "

@@ -1,12 +1,13 @@
-"""What serving costs: a deployment's predicted output-token throughput priced at the user's GPU-hour prices.
+"""What a prediction costs: throughput priced at the user's GPU-hour prices (serving, training, traced steps).
 
-Which hardware serves a latency target most *cheaply* depends on what its GPUs cost, and that is the user's number
-(list prices, reserved or spot rates, the amortised cost of owned machines), so no price is built in. A price is per
-GPU-hour in any one currency, for every GPU (``2.5``) or per catalog system or GPU
-(``DGX-H100=3.9,A100-SXM4-80GB=1.6``); :func:`cost_per_million_tokens` turns a throughput per GPU into the cost
-of a million output tokens:
+Which hardware serves a latency target, or trains a model, most *cheaply* depends on what its GPUs cost, and that
+is the user's number (list prices, reserved or spot rates, the amortised cost of owned machines), so no price is
+built in. A price is per GPU-hour in any one currency, for every GPU (``2.5``) or per catalog system or GPU
+(``DGX-H100=3.9,A100-SXM4-80GB=1.6``); :func:`cost_per_million_tokens` turns a throughput per GPU (output tokens
+of inference, or training tokens) into the cost of a million tokens, and :func:`training_run` a training
+throughput into a whole run's days, GPU-hours and cost:
 
-    cost = price per GPU-hour / (output tokens/s per GPU x 3600 s/h) x 1e6
+    cost = price per GPU-hour / (tokens/s per GPU x 3600 s/h) x 1e6
 
 >>> cost_per_million_tokens(3.6, 1000.0)  # 3.6 per GPU-hour at 1000 tokens/s per GPU
 1.0
