@@ -55,13 +55,21 @@ def test_measured_overhead_fits_its_loops_and_the_execution_trace_costs_most():
     kineto = measure_profiler_overhead("cpu", execution_trace=False, repeats=5)
     assert et.device == "cpu" and et.execution_trace and not kineto.execution_trace
     assert et.per_launch_us == 0.0  # nothing launches on a CPU
-    # serialising every op with its inputs costs several times what Kineto's own recording does
-    assert et.per_event_us > 0.5 and et.per_event_us > 2 * kineto.per_event_us
-    # the fitted costs explain each loop's extra time (the three loops differ in events per input)
-    for loop in et.loops.values():
-        assert loop["events"] > 0
-        fit = et.cost_us(loop["events"], loop["inputs"], loop["launches"])
-        assert fit == pytest.approx(loop["extra_us"], rel=0.5)
+    # serialising every op with its inputs costs several times what Kineto's own recording does: compared on the
+    # loops' measured extra time (the same loops in both), not on the fitted per-event coefficient, whose split
+    # from the per-input one is ill-conditioned (one CI run fitted 0 per event and put it all on the inputs)
+    assert et.loops.keys() == kineto.loops.keys()
+    et_extra = sum(loop["extra_us"] for loop in et.loops.values())
+    assert et_extra / sum(loop["events"] for loop in et.loops.values()) > 0.5  # us per recorded op
+    assert et_extra > 2 * sum(loop["extra_us"] for loop in kineto.loops.values())
+    # the fitted costs explain the loops' extra time (the three loops differ in events per input): their total
+    # within 30%, each loop within a factor of 2 (quiet machine: 0.65-1.21x per loop over 8 runs; under a full
+    # test run's load one loop has come out 42% off)
+    fits = [et.cost_us(loop["events"], loop["inputs"], loop["launches"]) for loop in et.loops.values()]
+    extras = [loop["extra_us"] for loop in et.loops.values()]
+    assert all(loop["events"] > 0 for loop in et.loops.values())
+    assert sum(fits) == pytest.approx(sum(extras), rel=0.3)
+    assert all(0.5 < f / x < 2.0 for f, x in zip(fits, extras, strict=True))
     with pytest.raises(InvalidInputError, match="iters"):
         measure_profiler_overhead("cpu", iters=5)
     if not torch.cuda.is_available():
