@@ -489,12 +489,13 @@ def test_gpu_hour_prices_parse_resolve_and_refuse_bad_entries():
     assert parse_gpu_hour_prices("H100-SXM=3", cat).price("DGX-A100", "A100-SXM4-80GB") is None
     # 3.6 per GPU-hour at 1000 tokens/s per GPU: 3.6e6 tokens per hour, so 1.0 per million
     assert cost_per_million_tokens(3.6, 1000.0) == pytest.approx(1.0)
+    np.testing.assert_allclose(cost_per_million_tokens(3.6, np.array([1000.0, 4000.0])), [1.0, 0.25])  # vectorised
     for bad, msg in [("", "no GPU-hour price"), ("cheap", "not a number"), ("-2", "positive"), ("nan", "positive"),
                      ("inf", "positive"), ("A100=0", "positive"), ("NOPE=2", "NOPE"), ("1,2", "more than one"),
                      ("A100=1,A100-SXM4-80GB=2", "priced twice"), ("=3", "names no system")]:
         with pytest.raises(InvalidInputError, match=msg):
             parse_gpu_hour_prices(bad, cat)
-    for tps in (0.0, -1.0, float("nan"), float("inf")):
+    for tps in (0.0, -1.0, float("nan"), float("inf"), np.array([100.0, 0.0])):
         with pytest.raises(InvalidInputError, match="no cost per token"):
             cost_per_million_tokens(1.0, tps)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
 
-from hybrid.cli.output import e2e_line, echo_json, echo_table, gpu_hour_price_option
+from hybrid.cli.output import compare_names, e2e_line, echo_json, echo_table, gpu_hour_price_option
 from hybrid.cli.simulate import load_cost_model, model_options
 
 #: ``--softmax``: how the fused attention kernel schedules the softmax's exps (hybrid.ops.roofline.softmax_schedule)
@@ -256,6 +257,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         cost_per_million_tokens,
         parse_gpu_hour_prices,
         parse_token_count,
+        rank_compared,
         training_run,
     )
     from hybrid.workloads.llm.train import search, search_base
@@ -271,10 +273,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     cat = model_catalog(cost_model, default_catalog())
     run_tokens = parse_token_count(train_tokens) if train_tokens is not None else None
     prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
-    others = [c.strip() for c in compare.split(",") if c.strip()] if compare is not None else []
-    if compare is not None and not others:
-        raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
-    targets = {n: resolve_system(cat, n) for n in [system, *others]}  # a typo is an error before any search
+    others = compare_names(compare, cat)  # a typo is an error before any search
+    targets = {n: resolve_system(cat, n) for n in [system, *others]}
     space = {"max_cp": max_cp, "fsdp": not no_fsdp, "expert_parallel": not no_ep}
 
     def priced(frame: Any, sys_name: str) -> float | None:
@@ -283,7 +283,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
             return None
         t = targets[sys_name]
         price = prices.price(t.key, t.device)
-        frame["cost_per_1m_tokens"] = ([cost_per_million_tokens(price, v) for v in frame["tokens_per_s_per_gpu"]]
+        frame["cost_per_1m_tokens"] = (cost_per_million_tokens(price, frame["tokens_per_s_per_gpu"].to_numpy())
                                        if price is not None else None)
         return price
 
@@ -319,10 +319,9 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
             row["run"] = training_run(run_tokens, float(b.tokens_per_s_per_gpu) * gpus, gpus, p_other)
         ranking.append({**row, "note": ""})
     if others:
-        fitting = [r for r in ranking if r["mapping"] is not None]
-        by_cost = bool(fitting) and prices is not None and all(r["cost_per_1m_tokens"] is not None for r in fitting)
-        fitting.sort(key=(lambda r: r["cost_per_1m_tokens"]) if by_cost else (lambda r: -r["tokens_per_s_per_gpu"]))
-        payload["compare"] = fitting + [r for r in ranking if r["mapping"] is None]
+        payload["compare"], by_cost = rank_compared(
+            ranking, lambda r: math.inf if r["mapping"] is None else -r["tokens_per_s_per_gpu"], "cost_per_1m_tokens",
+            lambda r: r["mapping"] is not None)
         payload["compare_ranked_by"] = "cost_per_1m_tokens" if by_cost else "tokens_per_s_per_gpu"
     if as_json:
         payload["mappings"] = res.to_dict(orient="records")

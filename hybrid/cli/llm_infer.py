@@ -13,6 +13,7 @@ import click
 
 from hybrid.cli.output import (
     NO_INTERVAL_NOTE,
+    compare_names,
     e2e_line,
     echo_json,
     echo_table,
@@ -104,21 +105,6 @@ def _steady_cost(price: float, rate_per_s: float, mean_output_tokens: float, gpu
     return cost_per_million_tokens(price, tokens_per_s_per_gpu)
 
 
-def _compare_targets(compare: str | None, catalog: Any) -> list[str]:
-    """The names of ``--compare`` (checked against the catalog before anything is predicted: a typo is an error
-    now, not after the work); [] without the option."""
-    if compare is None:
-        return []
-    names = [c.strip() for c in compare.split(",") if c.strip()]
-    if not names:
-        raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
-    from hybrid.ops.roofline import resolve_system
-
-    for name in names:
-        resolve_system(catalog, name)
-    return names
-
-
 def _positive(**values: int) -> None:
     for k, v in values.items():
         if v is None or v < 1:
@@ -147,12 +133,12 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
     from hybrid.workloads.llm.inference import boundedness, predict_static
-    from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices
+    from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices, rank_compared
 
     _positive(batch=batch, input=input_len, output=output_len)
     cost, cat, cost_ref = _predictor(model_ref, tracking_uri)
     prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
-    others = _compare_targets(compare, cat)
+    others = compare_names(compare, cat)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
@@ -199,12 +185,9 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                     None if p_o is None or not r.memory.fits
                     else cost_per_million_tokens(p_o, r.output_tokens_per_s_per_gpu)))
             ranking.append(row)
-        fitting = [r for r in ranking if r["fits"]]
-        by_cost = bool(fitting) and prices is not None and all(r["cost_per_1m_output_tokens"] is not None
-                                                               for r in fitting)
-        fitting.sort(key=(lambda r: r["cost_per_1m_output_tokens"]) if by_cost
-                     else (lambda r: -r["output_tokens_per_s_per_gpu"]))
-        out["compare"] = fitting + [r for r in ranking if not r["fits"]]
+        out["compare"], by_cost = rank_compared(
+            ranking, lambda r: -r["output_tokens_per_s_per_gpu"] if r["fits"] else math.inf,
+            "cost_per_1m_output_tokens", lambda r: r["fits"])
         out["compare_ranked_by"] = "cost_per_1m_output_tokens" if by_cost else "output_tokens_per_s_per_gpu"
     if model_ref and not res.interval:
         note = NO_INTERVAL_NOTE.format(what="deployment")
@@ -387,7 +370,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
-    from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices
+    from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices, rank_compared
     from hybrid.workloads.llm.serving import (
         SLO,
         SchedulerConfig,
@@ -409,7 +392,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if compare is not None:  # checked before any simulation: a typo is an error now, not after the searches
         if [c for c in compare.split(",") if c.strip()] and not (slo_ttft or slo_tpot or slo_latency):
             raise InvalidInputError("--compare needs an SLO (--slo-ttft, --slo-tpot or --slo-latency)")
-        _compare_targets(compare, cat)
+        compare_names(compare, cat)
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     r_s = parse_rate(rate)
@@ -516,16 +499,10 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                 ranking.append({"system": name, "device": "", "gpus": tp * pp, "max_rate_per_s": 0.0,
                                 "rate_per_gpu": 0.0, **({"gpu_hour_price": None, "cost_per_1m_output_tokens": None}
                                                         if prices is not None else {}), "note": str(exc)})
-        ranking.sort(key=lambda r: -(math.inf if r["rate_per_gpu"] is None else r["rate_per_gpu"]))
-        # with a price for every system that has an SLO-meeting rate: cheapest first; the rest after them as before
-        # (no rate meets the SLO, does not fit, or the requests cannot load it: no cost to rank by)
-        rated = [r for r in ranking if r["rate_per_gpu"] is not None and r["rate_per_gpu"] > 0]
-        by_cost = bool(rated) and prices is not None and all(r["cost_per_1m_output_tokens"] is not None
-                                                              for r in rated)
-        if by_cost:
-            ranking = (sorted(rated, key=lambda r: r["cost_per_1m_output_tokens"])
-                       + [r for r in ranking if r not in rated])
-        out["compare"] = ranking
+        # unloaded systems (every rate meets the SLO: None) first, as the fastest; no rate at all last
+        out["compare"], by_cost = rank_compared(
+            ranking, lambda r: -(math.inf if r["rate_per_gpu"] is None else r["rate_per_gpu"]),
+            "cost_per_1m_output_tokens", lambda r: r["rate_per_gpu"] is not None and r["rate_per_gpu"] > 0)
         out["compare_ranked_by"] = "cost_per_1m_output_tokens" if by_cost else "rate_per_gpu"
     if as_json:
         echo_json(out)

@@ -123,3 +123,19 @@ def gpu_hour_price_option(adds: str, example: str = "DGX-H100=3.9,A100-SXM4-80GB
     return click.option("--gpu-hour-price", "gpu_hour_price", default=None,
                         help="Price of one GPU-hour (any currency; none is built in): 2.5 for every GPU, or per "
                              f"catalog system or GPU, e.g. {example}. {adds}")
+
+
+def compare_names(compare: str | None, catalog: Any) -> list[str]:
+    """The systems or devices of a ``--compare`` option, each checked against ``catalog`` before anything is
+    predicted (a typo is an error now, not after the work); [] without the option."""
+    if compare is None:
+        return []
+    from hybrid.errors import InvalidInputError
+    from hybrid.ops.roofline import resolve_system
+
+    names = [c.strip() for c in compare.split(",") if c.strip()]
+    if not names:
+        raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
+    for name in names:
+        resolve_system(catalog, name)  # a system, or a device's generic node
+    return names

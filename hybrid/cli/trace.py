@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import click
 
-from hybrid.cli.output import e2e_line, echo_json, echo_table, gpu_hour_price_option, warn_arch_device
+from hybrid.cli.output import (
+    compare_names,
+    e2e_line,
+    echo_json,
+    echo_table,
+    gpu_hour_price_option,
+    warn_arch_device,
+)
 
 
 @click.group()
@@ -156,15 +164,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         from hybrid.workloads.trace_fusion import compiled_fusion
 
         fusion = compiled_fusion()
-    from hybrid.workloads.llm.pricing import parse_gpu_hour_prices
+    from hybrid.workloads.llm.pricing import parse_gpu_hour_prices, rank_compared
 
     prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
-    others = [c.strip() for c in compare.split(",") if c.strip()] if compare is not None else []
-    if compare is not None and not others:
-        raise InvalidInputError(f"--compare names no device or system (got {compare!r}); e.g. --compare H100,A100")
-    for other in others:  # a typo is an error before anything is predicted
-        if cat.resolve_system(other, missing_ok=True) is None and cat.resolve_device(other, missing_ok=True) is None:
-            raise cat.unknown_target(other)
+    others = compare_names(compare, cat)
 
     def run(target: str) -> tuple[Any, Any]:
         graph = build_trace_graph(loaded, target, cat, same_device=same, host=host, transform=chain(fusion, parallel))
@@ -202,9 +205,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
             if prices is not None:
                 row["gpu_hour_price"], row["cost_per_1k_steps"] = cost_of(o)
             ranking.append({**row, "note": ""})
-        by_cost = bool(ranking) and prices is not None and all(r["cost_per_1k_steps"] is not None for r in ranking)
-        ranking.sort(key=(lambda r: r["cost_per_1k_steps"]) if by_cost else (lambda r: r["predicted_ms"]))
-        s["compare"] = ranking + failed
+        s["compare"], by_cost = rank_compared(ranking + failed, lambda r: r["predicted_ms"] if r["ranks"] else math.inf,
+                                              "cost_per_1k_steps", lambda r: bool(r["ranks"]))
         s["compare_ranked_by"] = "cost_per_1k_steps" if by_cost else "predicted_ms"
     notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
     rec = it.info.get("recording_overhead", {})

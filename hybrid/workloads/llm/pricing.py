@@ -16,12 +16,17 @@ throughput into a whole run's days, GPU-hours and cost:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 
-__all__ = ["GpuHourPrices", "cost_per_million_tokens", "parse_gpu_hour_prices", "parse_token_count", "training_run"]
+__all__ = ["GpuHourPrices", "cost_per_million_tokens", "parse_gpu_hour_prices", "parse_token_count", "rank_compared",
+           "training_run"]
 
 #: Suffixes of token counts (case-insensitive): thousand, million, billion, trillion.
 TOKEN_SUFFIXES = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
@@ -81,12 +86,28 @@ def parse_gpu_hour_prices(text: str, catalog: Catalog) -> GpuHourPrices:
     return GpuHourPrices(default, by_key)
 
 
-def cost_per_million_tokens(price_per_gpu_hour: float, tokens_per_s_per_gpu: float) -> float:
-    """Cost of a million output tokens at ``tokens_per_s_per_gpu`` on GPUs costing ``price_per_gpu_hour``; a
-    throughput that is not a positive finite number is an :class:`~hybrid.errors.InvalidInputError`."""
-    if not (math.isfinite(tokens_per_s_per_gpu) and tokens_per_s_per_gpu > 0):
-        raise InvalidInputError(f"no cost per token at a throughput of {tokens_per_s_per_gpu!r} tokens/s per GPU")
-    return price_per_gpu_hour / (tokens_per_s_per_gpu * 3600.0) * 1e6
+def cost_per_million_tokens(price_per_gpu_hour: float, tokens_per_s_per_gpu: Any) -> Any:
+    """Cost of a million tokens at ``tokens_per_s_per_gpu`` (a number or an array: vectorised) on GPUs costing
+    ``price_per_gpu_hour``; a throughput that is not a positive finite number is an
+    :class:`~hybrid.errors.InvalidInputError`."""
+    tps = np.asarray(tokens_per_s_per_gpu, dtype=np.float64)
+    bad = ~(np.isfinite(tps) & (tps > 0))
+    if bad.any():
+        raise InvalidInputError(f"no cost per token at a throughput of {tps[bad].flat[0]!r} tokens/s per GPU")
+    cost = price_per_gpu_hour / (tps * 3600.0) * 1e6
+    return float(cost) if cost.ndim == 0 else cost
+
+
+def rank_compared(rows: Sequence[dict], speed: Callable[[dict], float], cost_key: str,
+                  rankable: Callable[[dict], bool]) -> tuple[list[dict], bool]:
+    """The ``--compare`` order of every command: ``rows`` by ``speed`` (a sort key, best first; stable); or, when
+    every ``rankable`` row (one that ran and has a throughput to price) has a ``cost_key``, those by cost, lowest
+    first, and the others after them in speed order. Returns (rows, whether ranked by cost)."""
+    by_speed = sorted(rows, key=speed)
+    rated = [r for r in by_speed if rankable(r)]
+    if rated and all(r.get(cost_key) is not None for r in rated):
+        return sorted(rated, key=lambda r: r[cost_key]) + [r for r in by_speed if not rankable(r)], True
+    return by_speed, False
 
 
 def parse_token_count(text: str) -> float:
