@@ -88,7 +88,7 @@ def test_recorded_trace_carries_its_overhead_and_predictions_take_it_off(traced)
     cat = load_bundle(BUNDLE)[1]
     with_ovh = load_traces([traced["kineto"]])
     ovh = overhead_of(with_ovh[0].meta)
-    assert ovh is not None and ovh.execution_trace and ovh.per_event_us > 0
+    assert ovh is not None and ovh.execution_trace and ovh.per_event_us + ovh.per_input_us > 0  # (the split between the two is ill-conditioned)
     without = load_traces([traced["kineto"]])
     without[0].meta.pop(METADATA_KEY)
     a = build_trace_graph(with_ovh, CPU, cat, host="trace")

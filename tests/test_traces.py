@@ -120,7 +120,9 @@ def test_resimulating_with_measured_times_reproduces_the_step(tiny_trace, cpu_ca
     # (measured when the trace was recorded): the re-simulation keeps the traced gaps, the prediction does not
     gaps = bd.set_index("label").loc["host gaps"]
     rec = it.info["recording_overhead"]
-    assert rec["measured"] and rec["execution_trace"] and rec["per_event_us"] > 0.5
+    # (per recorded op, however the fit splits it between the op and its inputs: the split is ill-conditioned, one
+    # CI run put it all on the inputs)
+    assert rec["measured"] and rec["execution_trace"] and rec["per_event_us"] + rec["per_input_us"] > 0.5
     share = rec["gap_share"][0]
     assert 0.05 <= share < 1.0
     assert gaps["predicted_us"] == pytest.approx(gaps["measured_us"] * share)
@@ -163,7 +165,8 @@ def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalo
     bd = pred.breakdown().set_index("label")
     # the traced time less what recording the op's own events cost (Kineto alone here: well under 1 us each)
     rec = it.info["recording_overhead"]
-    assert rec["measured"] and not rec["execution_trace"] and 0 < rec["per_event_us"] < 5
+    # (per recorded op and input together: the fit's split between the two is ill-conditioned)
+    assert rec["measured"] and not rec["execution_trace"] and 0 < rec["per_event_us"] + rec["per_input_us"] < 5
     u = it.units[it.units["kind"] == "unmodelled"]
     untraced = np.maximum(u["dur"] - rec["per_event_us"] * u["n_events"] - rec["per_input_us"] * u["n_inputs"],
                           0.05 * u["dur"])
