@@ -11,6 +11,7 @@ import pandas.testing as pd_testing
 import pytest
 
 from hybrid.cli.main import main
+from hybrid.cli.output import ROOFLINE_NOTE
 from hybrid.errors import InvalidInputError
 from hybrid.ops.families import FAMILIES, family_array
 from hybrid.workloads.llm.config import TrainingConfig
@@ -477,6 +478,19 @@ def test_train_interval_is_the_search_interval(calibrated_store):
     assert roof.iteration_s_low is None and "iteration_s_low" not in roof.summary()
 
 
+def test_roofline_note_only_when_no_model_was_given(capsys):
+    """Without --model the text output says its times come from datasheet peaks (usually optimistic); --json stays
+    one parseable object (the cost_model key says it there)."""
+    train = ["llm", "train", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32"]
+    infer = ["llm", "infer", "llama2-7b", "--device", "H100-SXM", "--batch", "4"]
+    for args in (train, infer):
+        assert main(args) == 0
+        assert capsys.readouterr().out.rstrip().endswith(ROOFLINE_NOTE)
+        assert main([*args, "--json"]) == 0
+        text = capsys.readouterr().out
+        assert ROOFLINE_NOTE not in text and json.loads(text)["cost_model"] == "roofline"
+
+
 def test_cli_train_shows_the_interval(calibrated_store, capsys):
     uri, _ = calibrated_store
     args = ["llm", "train", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--tp", "2", "--global-batch", "32"]
@@ -487,6 +501,7 @@ def test_cli_train_shows_the_interval(calibrated_store, capsys):
     assert main([*args, *cal]) == 0
     text = capsys.readouterr().out
     assert "80% interval" in text and f"{out['iteration_s_low']:.3f} - {out['iteration_s_high']:.3f} s" in text
+    assert ROOFLINE_NOTE not in text  # a calibrated model: no roofline caveat
     # the end-to-end interval: the op-cost one widened by the packaged training margin, in JSON and text
     from hybrid.engine.form_error import packaged_margin
 

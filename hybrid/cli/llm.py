@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import compare_names, e2e_line, echo_json, echo_table, gpu_hour_price_option
+from hybrid.cli.output import (
+    compare_names,
+    e2e_line,
+    echo_json,
+    echo_table,
+    gpu_hour_price_option,
+    roofline_note,
+)
 from hybrid.cli.simulate import load_cost_model, model_options
 
 #: ``--softmax``: how the fused attention kernel schedules the softmax's exps (hybrid.ops.roofline.softmax_schedule)
@@ -185,6 +192,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
                    + " (every iteration as predicted: no restarts, evaluation or input stalls)")
     if trace_path:
         click.echo(f"trace written to {trace_path}")
+    roofline_note(name)
 
 
 @llm.command("memory")
@@ -373,9 +381,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                    ["system", "device", "fastest mapping", "iter_s", "tokens/s/GPU", "mfu%",
                     *(["GPU-hour price", "per 1M tokens"] if prices is not None else []),
                     *(["run days"] if run_tokens is not None else []), "note"])
-    if model_ref is None:  # datasheet peaks: the ranking holds, the absolute times and MFU are upper bounds
-        click.echo("note: roofline costs (datasheet peaks): iteration times are lower bounds and MFU an upper "
-                   "bound; --model NAME costs the ops with a calibrated model")
+    roofline_note(name)
 
 
 # inference commands (infer, serve, capacity) live in their own module

@@ -18,6 +18,7 @@ from hybrid.cli.output import (
     echo_json,
     echo_table,
     gpu_hour_price_option,
+    roofline_note,
     warn_arch_device,
 )
 from hybrid.errors import InvalidInputError
@@ -256,6 +257,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                            if prices is not None else []), r["note"]] for r in out["compare"]],
                        ["system", "device", "gpus", "TTFT ms", "TPOT ms", "tokens/s/GPU",
                         *(["GPU-hour price", "per 1M tokens"] if prices is not None else []), "note"])
+        roofline_note(cost_ref)
     if not res.memory.fits:
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
 
@@ -547,6 +549,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                     for r in out["compare"]],
                    ["system", "device", "gpus", "max rate/s", "per GPU",
                     *(["GPU-hour price", "per 1M tokens"] if priced else []), "note"])
+    roofline_note(cost_ref)
 
 
 def register(group: click.Group) -> None:

@@ -85,6 +85,19 @@ NO_INTERVAL_NOTE = ("no 80% interval: the calibrated model gives none for some o
                     "model calibrated without collective measurements, say)")
 
 
+#: Said after a text prediction costed by the roofline alone because no ``--model`` was given.
+ROOFLINE_NOTE = ("note: no --model given, so every op is costed by the roofline alone (datasheet peaks, no measured "
+                 "correction): times are usually optimistic, throughput and MFU too high (few kernels reach their "
+                 "datasheet peak); `hybrid quickstart` or `hybrid calibrate` registers a calibrated model to pass as "
+                 "--model NAME")
+
+
+def roofline_note(cost_model: str) -> None:
+    """Print :data:`ROOFLINE_NOTE` when ``cost_model`` (the name a command reports) is the default roofline."""
+    if cost_model == "roofline":
+        click.echo(ROOFLINE_NOTE)
+
+
 def arch_note(name: str, catalog: Any = None) -> str | None:
     """A warning for a device given as a bare architecture string that several catalog GPUs share (``sm_90``,
     ``gfx90a``): which GPU it was taken as and which others it could mean; None for any other name."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import echo_json, echo_table, roofline_note
 from hybrid.cli.simulate import BREAKDOWN_HEADERS, breakdown_rows, load_config, load_cost_model, model_options
 
 
@@ -81,3 +81,4 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     echo_table(breakdown_rows(best.sim.summary()), BREAKDOWN_HEADERS)
     if output:
         click.echo(f"best plan written to {output}")
+    roofline_note(model_name)

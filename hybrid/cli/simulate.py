@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import e2e_line, echo_json, echo_table
+from hybrid.cli.output import e2e_line, echo_json, echo_table, roofline_note
 
 
 def load_cost_model(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, str]:
@@ -130,3 +130,4 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     echo_table(breakdown_rows(summary), BREAKDOWN_HEADERS)
     if trace_path:
         click.echo(f"trace written to {trace_path}")
+    roofline_note(model_name)

@@ -15,6 +15,7 @@ from hybrid.cli.output import (
     echo_json,
     echo_table,
     gpu_hour_price_option,
+    roofline_note,
     warn_arch_device,
 )
 
@@ -267,6 +268,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     if unm["ops"]:
         click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms in the trace, costed as "
                    f"{unm['costed_as']}: " + ", ".join(f"{r['name']} x{r['count']}" for r in unm["by_name"][:8]))
+    if not roofline:  # the roofline by default (no --model or --bundle), not because --roofline asked for it
+        roofline_note(name)
 
 
 @trace.command("kernels")
