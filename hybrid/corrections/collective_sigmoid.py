@@ -19,9 +19,9 @@ Unmeasured rank/node counts (``rank_model="joint"``, the default): per (system, 
 *layout model* is fitted jointly over every measured (ranks, nodes) layout and size: a hierarchical alpha-beta
 whose latencies (constant, per intra-node step, per inter-node step) and seconds-per-byte (intra-node fabric,
 inter-node NIC share, local copy, a bridged pair's link, the node's aggregate network link: the network term is the
-slower of the NIC share and the node link) are free, with the sigmoid's knee ``w``, fitted by robust least squares on log
-time with a weak prior at the catalog's values (so a system with one measured layout stays close to the
-catalog's scaling). Between measured rank counts the layout model is used as is; beyond them (extrapolation)
+slower of the NIC share and the node link, grown by the fabric's congestion per doubling of the nodes) are free,
+with the sigmoid's knee ``w``, fitted by robust least squares on log time with a weak prior at the catalog's values
+(so a system with one measured layout stays close to the catalog's scaling). Between measured rank counts the layout model is used as is; beyond them (extrapolation)
 it is multiplied by the nearest measured layout's residual ``sigmoid / layout model`` at the row's size
 (held constant, i.e. capped). ``rank_model="ratio"`` keeps the previous rule (interpolate
 ``log(sigmoid / catalog alpha-beta)`` in ``log2(ranks)`` within a GPUs-per-node ladder) for comparison; a
@@ -61,10 +61,10 @@ X0_BOUNDS = (0.0, 40.0)
 W_BOUNDS = (0.3, 4.0)
 #: Layout-model parameters (all stored as natural logs): latencies in us, seconds per byte, knee width.
 LAYOUT_PARAMS = ("lat0_us", "lat_intra_us", "lat_inter_us", "s_per_byte_intra", "s_per_byte_inter",
-                 "s_per_byte_local", "w", "s_per_byte_pair", "s_per_byte_node")
+                 "s_per_byte_local", "w", "s_per_byte_pair", "s_per_byte_node", "fabric_per_doubling")
 #: Prior standard deviations (ln units) of the layout-model parameters around the catalog values: loose, so
 #: measurements dominate wherever they constrain a parameter; the knee prior is tighter (w = 1 is alpha-beta).
-LAYOUT_PRIOR_SIGMA = (6.0, 4.5, 4.5, 3.0, 3.0, 6.0, 1.5, 3.0, 3.0)
+LAYOUT_PRIOR_SIGMA = (6.0, 4.5, 4.5, 3.0, 3.0, 6.0, 1.5, 3.0, 3.0, 10.0)
 #: Prior constant latency (us) and local-copy share of device memory bandwidth for the layout model.
 LAYOUT_PRIOR_LAT0_US = 5.0
 LAYOUT_PRIOR_LOCAL_FRACTION = 0.05
@@ -74,6 +74,15 @@ LAYOUT_PRIOR_NIC = 12.5e9
 LAYOUT_LOSS_SCALE = 0.3
 #: ln seconds per byte of a node link that never binds (layout models saved before the node's link existed).
 LAYOUT_NODE_UNBOUND = -200.0
+#: Prior of ``fabric_per_doubling`` (the network's congestion: the share of the network time, the slower of the NIC
+#: share and the node link, added per doubling of the node count beyond 2): next to nothing, with a loose prior
+#: (sigma 10 ln units), so a system measured on at most two nodes keeps the flat network of the alpha-beta model and
+#: one measured on more node counts sets it.
+LAYOUT_PRIOR_FABRIC_SHARE = 1e-3
+#: Second start of the fabric term's fit (share of the network time per doubling; see :func:`fit_layout_model`).
+LAYOUT_FABRIC_START_SHARE = 0.3
+#: ln of a fabric term that is absent (layout models saved before it existed).
+LAYOUT_FABRIC_NONE = -200.0
 
 
 @dataclass
@@ -119,6 +128,9 @@ class LayoutFit:
         # saved before the node's own network link (8 parameters): a link too fast to bind, as it predicted
         if len(self.log_params) == 8:
             self.log_params = [*self.log_params, LAYOUT_NODE_UNBOUND]
+        # saved before the fabric's congestion term (9 parameters): a network as fast at any node count
+        if len(self.log_params) == 9:
+            self.log_params = [*self.log_params, LAYOUT_FABRIC_NONE]
 
 
 #: Ops :func:`layout_terms` gives collective byte counts (every other op is a point-to-point transfer: one byte
@@ -162,7 +174,11 @@ def layout_fit_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, bridg
     hop between pairs); zero elsewhere. Eighth: the bytes the whole node sends across the network per message
     byte (GPUs per node x each GPU's NIC share, column 4, for a collective; a send/recv ring crosses between
     nodes at one GPU per node), priced by ``s_per_byte_node``: the node's aggregate link, which binds where fewer
-    NICs serve the node than its GPUs could fill (the network term is the slower of the two)."""
+    NICs serve the node than its GPUs could fill (the network term is the slower of the two). Ninth: log2(nodes /
+    2) (0 on one or two nodes): the network term grows by ``fabric_per_doubling`` of itself per doubling, a fabric
+    that slows as a job spans more of it (oversubscribed spine or dragonfly global links, congestion, adaptive routing); measured
+    per system, e.g. nccl-tests send/recv at 40 GB/s between two H100 nodes and 15-25 GB/s in a ring over ten of
+    the same nodes."""
     terms = layout_terms(op, ranks, nodes)
     n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
     g = np.maximum(n / np.maximum(np.asarray(nodes, dtype=np.float64), 1.0), 1.0)
@@ -171,7 +187,8 @@ def layout_fit_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, bridg
         pair = np.where(g <= 2.0, terms[:, 3], 0.0)
         terms[:, 3] = terms[:, 3] - pair
     collective = np.isin(np.asarray(op, dtype=object), LAYOUT_COLLECTIVES)
-    return np.column_stack([terms, pair, np.where(collective, g, 1.0) * terms[:, 4]])
+    doublings = np.log2(np.maximum(np.asarray(nodes, dtype=np.float64), 2.0) / 2.0)
+    return np.column_stack([terms, pair, np.where(collective, g, 1.0) * terms[:, 4], doublings])
 
 
 def layout_log_time(log_params: np.ndarray, terms: np.ndarray, size: np.ndarray) -> np.ndarray:
@@ -185,6 +202,9 @@ def layout_log_time(log_params: np.ndarray, terms: np.ndarray, size: np.ndarray)
         per_byte = per_byte + terms[:, 6] * p[7]
     if terms.shape[1] > 7:  # the network: the slower of each GPU's NIC share and the node's aggregate link
         per_byte = per_byte + np.maximum(terms[:, 7] * p[8] - terms[:, 4] * p[4], 0.0)
+    if terms.shape[1] > 8 and len(p) > 9:  # the fabric's congestion: that network time grows per doubling of nodes
+        network = np.maximum(terms[:, 7] * p[8], terms[:, 4] * p[4]) if terms.shape[1] > 7 else terms[:, 4] * p[4]
+        per_byte = per_byte + network * terms[:, 8] * p[9]
     log_bw = np.log(per_byte) + np.log(size)
     return np.logaddexp(log_bw, log_lat + (1.0 - 1.0 / p[6]) * (log_bw - log_lat))
 
@@ -212,7 +232,8 @@ def layout_prior(catalog: Catalog, system: str) -> np.ndarray:
     return np.log([LAYOUT_PRIOR_LAT0_US, max(sysobj.intra_latency_us, 0.5), max(sysobj.inter_latency_us, 0.5),
                    1.0 / sysobj.intra_bw, 1.0 / inter, LAYOUT_PRIOR_LOCAL_FRACTION / mem_bw, 1.0,
                    pair_link_factor(catalog, system) / sysobj.intra_bw,
-                   1.0 / (max(sysobj.gpus_per_node, 1) * inter)])  # every GPU's NIC share at once
+                   1.0 / (max(sysobj.gpus_per_node, 1) * inter),  # every GPU's NIC share at once
+                   LAYOUT_PRIOR_FABRIC_SHARE])
 
 
 def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, layout_id: np.ndarray,
@@ -228,6 +249,8 @@ def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, la
 
     lo, hi = prior - 8.0, prior + 8.0
     lo[6], hi[6] = np.log(W_BOUNDS[0]), np.log(W_BOUNDS[1])
+    if len(prior) > 9:  # the fabric term may reach ~20x the NIC share per doubling from its near-zero prior
+        hi[9] = prior[9] + 10.0
     starts = [np.clip(prior, lo + 1e-6, hi - 1e-6)]
     if len(prior) > 8 and terms.shape[1] > 7 and (terms[:, 7] > terms[:, 4]).any():
         # the node's link has no gradient while each GPU's NIC share binds (the prior: every NIC in use), so the fit
@@ -235,6 +258,11 @@ def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, la
         alt = starts[0].copy()
         alt[8] = np.clip(prior[4], lo[8] + 1e-6, hi[8] - 1e-6)
         starts.append(alt)
+    if len(prior) > 9 and terms.shape[1] > 8 and (terms[:, 8] > 0).any():
+        # likewise the fabric term, whose near-zero prior leaves it no gradient: also start every start from a
+        # fabric that costs a third of the NIC share per doubling of the nodes
+        starts += [np.concatenate([x[:9], [np.clip(np.log(LAYOUT_FABRIC_START_SHARE), lo[9] + 1e-6,
+                                                   hi[9] - 1e-6)]]) for x in starts]
     # fitting only: predicting a saved model does not import SciPy
     from scipy.optimize import least_squares
 
@@ -594,7 +622,8 @@ class CollectiveSigmoid(Correction):
             "fits": [asdict(f) for f in self.fits], "failures": self.failures, "dropped_wrong": self.dropped_wrong,
             "default_algorithm": self.default_algorithm, "rank_model": self.rank_model,
             "layout_model": "t = bw + lat * (bw / lat)^(1 - 1/w); lat = terms . (lat0, lat_intra, lat_inter) us, "
-                            "bw = size * (terms . (s/B intra, local, bridged pair) + max(inter NIC share, node link)); params stored as ln " + ", ".join(LAYOUT_PARAMS),
+                            "bw = size * (terms . (s/B intra, local, bridged pair) + max(inter NIC share, node link) + fabric per doubling "
+                            "of nodes beyond 2 x network); params stored as ln " + ", ".join(LAYOUT_PARAMS),
             "layout_models": [asdict(m) for m in self.layout_models.values()],
             "use_transfer": self.use_transfer,
             "transfer_model": self.transfer.to_dict() if self.transfer is not None else None,
