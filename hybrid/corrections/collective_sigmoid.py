@@ -21,9 +21,9 @@ whose latencies (constant, per intra-node step, per inter-node step) and seconds
 inter-node NIC share, local copy, a bridged pair's link, the node's aggregate network link: the network term is the
 slower of the NIC share and the node link, grown by the fabric's congestion per doubling of the nodes) are free,
 with the sigmoid's knee ``w``, fitted by robust least squares on log time with a weak prior at the catalog's values
-(so a system with one measured layout stays close to the catalog's scaling). Between measured rank counts the layout model is used as is; beyond them (extrapolation)
-it is multiplied by the nearest measured layout's residual ``sigmoid / layout model`` at the row's size
-(held constant, i.e. capped). ``rank_model="ratio"`` keeps the previous rule (interpolate
+(so a system with one measured layout stays close to the catalog's scaling). Between measured rank counts the
+layout model is used as is; beyond them (extrapolation) it is multiplied by the nearest measured layout's residual
+``sigmoid / layout model`` at the row's size (held constant, i.e. capped). ``rank_model="ratio"`` keeps the previous rule (interpolate
 ``log(sigmoid / catalog alpha-beta)`` in ``log2(ranks)`` within a GPUs-per-node ladder) for comparison; a
 model saved before layout models existed predicts that way.
 Systems or collectives never measured get the *transfer model* with ``transfer=True``
@@ -176,9 +176,9 @@ def layout_fit_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, bridg
     nodes at one GPU per node), priced by ``s_per_byte_node``: the node's aggregate link, which binds where fewer
     NICs serve the node than its GPUs could fill (the network term is the slower of the two). Ninth: log2(nodes /
     2) (0 on one or two nodes): the network term grows by ``fabric_per_doubling`` of itself per doubling, a fabric
-    that slows as a job spans more of it (oversubscribed spine or dragonfly global links, congestion, adaptive routing); measured
-    per system, e.g. nccl-tests send/recv at 40 GB/s between two H100 nodes and 15-25 GB/s in a ring over ten of
-    the same nodes."""
+    that slows as a job spans more of it (oversubscribed spine or dragonfly global links, congestion, adaptive
+    routing); measured per system, e.g. nccl-tests send/recv at 40 GB/s between two H100 nodes and 15-25 GB/s in a
+    ring over ten of the same nodes."""
     terms = layout_terms(op, ranks, nodes)
     n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
     g = np.maximum(n / np.maximum(np.asarray(nodes, dtype=np.float64), 1.0), 1.0)
@@ -249,7 +249,7 @@ def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, la
 
     lo, hi = prior - 8.0, prior + 8.0
     lo[6], hi[6] = np.log(W_BOUNDS[0]), np.log(W_BOUNDS[1])
-    if len(prior) > 9:  # the fabric term may reach ~20x the NIC share per doubling from its near-zero prior
+    if len(prior) > 9:  # the fabric term may reach ~22x the network time per doubling from its near-zero prior
         hi[9] = prior[9] + 10.0
     starts = [np.clip(prior, lo + 1e-6, hi - 1e-6)]
     if len(prior) > 8 and terms.shape[1] > 7 and (terms[:, 7] > terms[:, 4]).any():
@@ -260,7 +260,7 @@ def fit_layout_model(terms: np.ndarray, size: np.ndarray, time_s: np.ndarray, la
         starts.append(alt)
     if len(prior) > 9 and terms.shape[1] > 8 and (terms[:, 8] > 0).any():
         # likewise the fabric term, whose near-zero prior leaves it no gradient: also start every start from a
-        # fabric that costs a third of the NIC share per doubling of the nodes
+        # fabric that adds a third of the network time per doubling of the nodes
         starts += [np.concatenate([x[:9], [np.clip(np.log(LAYOUT_FABRIC_START_SHARE), lo[9] + 1e-6,
                                                    hi[9] - 1e-6)]]) for x in starts]
     # fitting only: predicting a saved model does not import SciPy
