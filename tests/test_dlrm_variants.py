@@ -243,6 +243,50 @@ def test_gpu_benchmark_runs_dcnv2_rounds_on_hugectrs_embedding_collection(catalo
     assert bench.run_plan(one, "mlperf", cat) == bench.hybrid_parallel_plan(one)
 
 
+def test_gpu_benchmark_skips_a_run_whose_tables_fit_nowhere(catalog):
+    """DLRM-DCNv2's tables with Adagrad (~104 GB in fp16) on one 96 GB GH200 fit no placement in GPU memory: the
+    planner (``embedding_placement: auto``) plans again with the sharded tables' weights in host memory, where the
+    graph puts them, and the run is predicted (slower per sample than a DGX H100's GPUs, which keep theirs in HBM).
+    One 8 GB P4 cannot hold a table's activations at that batch even so: skipped and counted with the
+    planner's reason, not the end of the whole table; the runs that fit stay, unchanged."""
+    bench = _gpu_bench()
+    systems = ["gh200", "p4", "dgxh100"]
+    rows = pd.DataFrame({
+        "mlperf_version": ["v4.0"] * 3, "org": ["NVIDIA"] * 3, "system": systems,
+        "file": [f"NVIDIA/results/{s}/dlrm_dcnv2/result_0.txt" for s in systems],
+        "accelerator": ["NVIDIA GH200 Grace Hopper Superchip 96GB", "NVIDIA Tesla P4", "NVIDIA H100-SXM5-80GB"],
+        "nodes": [1, 1, 1], "acc_per_node": [1, 1, 8], "global_batch_size": [55296] * 3,
+        "median_ms_per_iteration": [60.0, 600.0, 9.0], "framework": ["NVIDIA Release 24.04 HugeCTR"] * 3})
+    runs, skipped = bench.map_mlperf(rows, catalog)
+    assert len(runs) == 3 and not skipped  # every accelerator is a catalog GPU
+    cat = bench.with_node_systems(runs, catalog)
+    kept = bench.drop_unplaceable(runs, cat, skipped)
+    assert kept["system_label"].tolist() == ["v4.0 NVIDIA gh200", "v4.0 NVIDIA dgxh100"]
+    (reason, count), = skipped.items()
+    assert count == 1 and reason.startswith("does not fit: table") and "GiB per rank" in reason
+    pd.testing.assert_frame_equal(kept, runs.iloc[[0, 2]].reset_index(drop=True))
+    # the GH200's plan keeps the tables in host memory; the hbm placement of the same config fits nowhere
+    cfg, _, cat = bench.run_config(next(kept.itertuples(index=False)), cat)
+    from hybrid.workloads.dlrm_graph import place_pieces, shard_pieces
+
+    plan = bench.run_plan(cfg, "mlperf-dcnv2", cat)
+    pieces = place_pieces(cfg, shard_pieces(cfg, plan), cat.device("GH200"))
+    assert any(p.host for p in pieces)
+    with pytest.raises(InvalidInputError, match="fits nowhere"):
+        bench.run_plan(cfg.with_(embedding_placement="hbm"), "mlperf-dcnv2", cat)
+    key, graphs, cat = bench.build_graphs(kept, cat)
+    from hybrid.corrections.predictor import HybridPredictor
+
+    ms = bench.predict(graphs, HybridPredictor.roofline_only(cat), None)
+    assert np.all(np.isfinite(ms)) and ms[0] > 8 * ms[1]  # one GPU, host lookups vs eight GPUs in HBM
+    # a batch whose dense part and activations alone overflow the GPU says so
+    big = rows.iloc[[1]].assign(accelerator="NVIDIA T4", global_batch_size=262144)
+    runs, skipped = bench.map_mlperf(big, catalog)
+    assert len(bench.drop_unplaceable(runs, bench.with_node_systems(runs, catalog), skipped)) == 0
+    (reason, _), = skipped.items()
+    assert reason.startswith("does not fit: no embedding table fits: the dense layers, activations") and "GiB more" in reason
+
+
 def test_gpu_benchmark_puts_nvl72_trays_in_their_rack(catalog):
     """MLPerf lists a GB200 NVL72 run as trays of 4 GPUs; they share the rack's NVLink fabric, not NICs."""
     bench = _gpu_bench()

@@ -7,7 +7,9 @@ Every published GPU run that can be mapped is predicted by the critical-path eng
 variant it ran (:mod:`hybrid.workloads.dlrm_variants`: ``mlperf`` for MLPerf, ``dle-small`` / ``dle-large`` for
 DeepLearningExamples), hybrid parallel (tables model-parallel with all-to-all, MLPs data-parallel with DDP
 all-reduce), on a node built from the run's accelerator, GPUs per node and node count. Rows that cannot be
-mapped (TPUs, CPUs, accelerators not in the catalog, rows without a per-iteration time) are skipped and counted.
+mapped (TPUs, CPUs, accelerators not in the catalog, rows without a per-iteration time; with ``--mlperf`` also runs
+whose tables no plan can place even with host memory, e.g. DLRM-DCNv2 on one 8 GB P4) are skipped and counted with
+the reason.
 
 Predictors, side by side:
 
@@ -32,6 +34,7 @@ import time
 import warnings
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -285,6 +288,47 @@ def with_node_systems(runs: pd.DataFrame, catalog: Catalog) -> Catalog:
     return catalog
 
 
+def run_config(r: Any, catalog: Catalog) -> tuple[Any, str | None, Catalog]:
+    """(the DLRM config of run ``r``, the measured system its collectives stand in for or None, the catalog with
+    the run's node system added)."""
+    cat = catalog
+    if isinstance(getattr(r, "system_key", None), str):
+        system, stand_in = r.system_key, None
+    else:
+        cat, system, stand_in = node_system(cat, r.device, int(r.gpn))
+    if stand_in is None and r.device.startswith(("A100-SXM", "H100")) and int(r.gpn) == 8:
+        stand_in = COLLECTIVE_STAND_IN[("H100" if r.device.startswith("H100") else "A100", 8)]
+    cfg = dlrm_variant(r.variant, system=system, gpus=int(r.gpus),
+                       batch_size_per_gpu=max(1, int(round(r.global_batch / r.gpus))), dtype=r.dtype,
+                       embedding_dtype=r.embedding_dtype, embedding_placement="auto",
+                       bottom_mlp_placement=r.bottom, grad_scaler=bool(getattr(r, "grad_scaler", False)),
+                       lookup_output_dtype=getattr(r, "lookup_output_dtype", "") or None)
+    return cfg, stand_in, cat
+
+
+def drop_unplaceable(runs: pd.DataFrame, catalog: Catalog, skipped: Counter) -> pd.DataFrame:
+    """``runs`` without those whose tables no plan can place (each configuration planned once, as the
+    benchmark plans it), each counted in ``skipped`` with the planner's reason: one such run (a single GPU whose
+    memory cannot hold a table, say) is skipped, not the end of the whole table."""
+    if len(runs) == 0:
+        return runs
+    keep = np.ones(len(runs), dtype=bool)
+    seen: dict[tuple, str | None] = {}
+    for i, r in enumerate(runs.itertuples(index=False)):
+        k = (r.variant, r.device, r.gpn, r.gpus, r.global_batch, r.dtype, r.embedding_dtype, r.bottom)
+        if k not in seen:
+            try:
+                cfg, _, cat = run_config(r, catalog)
+                run_plan(cfg, r.variant, cat)
+                seen[k] = None
+            except InvalidInputError as exc:
+                seen[k] = str(exc)
+        if seen[k] is not None:
+            keep[i] = False
+            skipped[f"does not fit: {seen[k]}"] += 1
+    return runs[keep].reset_index(drop=True)
+
+
 def build_graphs(runs: pd.DataFrame, catalog: Catalog, zipf_alpha: float = DEFAULT_ZIPF_ALPHA
                  ) -> tuple[pd.Series, list, Catalog]:
     """One compiled graph per distinct configuration; ``key`` per run row. Runs flagged ``hybrid_emb`` get
@@ -298,17 +342,7 @@ def build_graphs(runs: pd.DataFrame, catalog: Catalog, zipf_alpha: float = DEFAU
     for k, r in zip(key, runs.itertuples(index=False), strict=True):
         if k in graphs:
             continue
-        if isinstance(getattr(r, "system_key", None), str):
-            system, stand_in = r.system_key, None
-        else:
-            cat, system, stand_in = node_system(cat, r.device, int(r.gpn))
-        if stand_in is None and r.device.startswith(("A100-SXM", "H100")) and int(r.gpn) == 8:
-            stand_in = COLLECTIVE_STAND_IN[("H100" if r.device.startswith("H100") else "A100", 8)]
-        cfg = dlrm_variant(r.variant, system=system, gpus=int(r.gpus),
-                           batch_size_per_gpu=max(1, int(round(r.global_batch / r.gpus))), dtype=r.dtype,
-                           embedding_dtype=r.embedding_dtype, embedding_placement="auto",
-                           bottom_mlp_placement=r.bottom, grad_scaler=bool(r.grad_scaler),
-                           lookup_output_dtype=r.lookup_output_dtype or None)
+        cfg, stand_in, cat = run_config(r, cat)
         he = HybridEmbedding(zipf_alpha) if bool(r.hybrid_emb) else None
         ec = r.variant == "mlperf-dcnv2" and r.family == "hugectr"  # HugeCTR's embedding collection (DCNv2 rounds)
         # HugeCTR all-reduces every dense weight gradient at once from one grouped buffer (no DDP buckets)
@@ -667,6 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.mlperf:
             given = read_mlperf([Path(f) for f in args.mlperf])
             runs, skipped = map_mlperf(given, catalog)
+            runs = drop_unplaceable(runs, with_node_systems(runs, catalog), skipped)
             n_input = len(given)
             fit_note = "none (default overheads)"
             fit_rows = pd.DataFrame()

@@ -148,7 +148,8 @@ def _valid(config: DLRMConfig, options: list[Option]) -> np.ndarray:
     return out
 
 
-def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float) -> CostTables:
+def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
+                   host_weights: bool = False) -> CostTables:
     """All predictions the search needs, in one ``model.predict`` call."""
     R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
     Bg = B * R
@@ -209,10 +210,11 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     C = np.zeros((T, n_opt, 10))
     for j, o in enumerate(options):
         w = rows * dims * eb
+        w_held = 0.0 if host_weights else w  # a sharded piece's weights and state (in host memory: none on the GPU)
         C[:, j, _EMB] = emb_us[:, j]
         if o.type in ("table_wise", "column_wise"):
             dk = dims / o.k
-            C[:, j, _MEM] = frag * (w / o.k * mult + Bg * dk * eb * 6.0 + Bg * pool * 8.0 * 3.0)
+            C[:, j, _MEM] = frag * (w_held / o.k * mult + Bg * dk * eb * 6.0 + Bg * pool * 8.0 * 3.0)
             C[:, j, _OSEND] = (R - 1) * B * dk * eb
             C[:, j, _ORECV_ALL] = B * dims * eb
             C[:, j, _ORECV_H] = -B * dk * eb
@@ -220,7 +222,7 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
             C[:, j, _ISEND_H] = -idx
             C[:, j, _IRECV_H] = (R - 1) * idx
         elif o.type == "row_wise":
-            C[:, j, _MEM] = frag * (w / o.k * mult + Bg * dims * eb * 4.0 + Bg * pool / o.k * 8.0 * 3.0)
+            C[:, j, _MEM] = frag * (w_held / o.k * mult + Bg * dims * eb * 4.0 + Bg * pool / o.k * 8.0 * 3.0)
             C[:, j, _ISEND_ALL] = idx
             C[:, j, _ISEND_H] = -idx / o.k
             C[:, j, _IRECV_H] = (R - 1) * idx / o.k
@@ -412,6 +414,10 @@ class _Search:
                               extra=np.maximum(remaining, 0.0))
             best = int(np.argmin(objs))
             if not np.isfinite(objs[best]):
+                if self.costs.budget <= 0:
+                    raise InvalidInputError(
+                        f"no embedding table fits: the dense layers, activations and runtime reserve alone need "
+                        f"{-self.costs.budget / 2**30:.1f} GiB more than each rank's memory")
                 raise InvalidInputError(f"table {self.config.tables[t].name!r} fits nowhere within the memory "
                                         f"budget ({self.costs.budget / 2**30:.1f} GiB per rank)")
             self.place(t, int(js[best]), tuple(np.flatnonzero(masks[best]).tolist()))
@@ -613,12 +619,20 @@ def greedy_plan(config: DLRMConfig, model: OpCostModel | None = None, *, capacit
 
     Every table gets the option (data-parallel, table-wise, column- or row-wise over the least-loaded ranks)
     that minimises the additive estimate of the iteration; ``capacity`` (bytes per rank) defaults to the
-    device's memory. Raises :class:`InvalidInputError` when a table fits nowhere."""
+    device's memory. With ``embedding_placement`` ``host`` or ``auto`` on a GPU, a config whose sharded tables fit
+    no placement in GPU memory is planned again with their weights in host memory (where the graph then places
+    them: :func:`hybrid.workloads.dlrm_graph.place_pieces`); a plan that fits the GPU is kept as it was. Raises
+    :class:`InvalidInputError` when a table fits nowhere."""
     model = model if model is not None else default_cost_model()
     target = resolve_target(config.system, model_catalog(model))
     capacity = float(capacity if capacity is not None else target.device.mem_capacity)
     config = config.with_(plan=None)
-    s = _Search(config, estimate_costs(config, model, target, capacity)).greedy()
+    try:
+        s = _Search(config, estimate_costs(config, model, target, capacity)).greedy()
+    except InvalidInputError:
+        if config.embedding_placement == "hbm" or target.device.kind != "gpu":
+            raise
+        s = _Search(config, estimate_costs(config, model, target, capacity, host_weights=True)).greedy()
     if local_search:
         s = s.local_search(deadline=time.perf_counter() + time_budget_s)
     return s.plan()
