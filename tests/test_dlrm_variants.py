@@ -249,6 +249,8 @@ def test_gpu_benchmark_skips_a_run_whose_tables_fit_nowhere(catalog):
     graph puts them, and the run is predicted (slower per sample than a DGX H100's GPUs, which keep theirs in HBM).
     One 8 GB P4 cannot hold a table's activations at that batch even so: skipped and counted with the
     planner's reason, not the end of the whole table; the runs that fit stay, unchanged."""
+    from hybrid.corrections.predictor import HybridPredictor
+
     bench = _gpu_bench()
     systems = ["gh200", "p4", "dgxh100"]
     rows = pd.DataFrame({
@@ -274,9 +276,17 @@ def test_gpu_benchmark_skips_a_run_whose_tables_fit_nowhere(catalog):
     assert any(p.host for p in pieces)
     with pytest.raises(InvalidInputError, match="fits nowhere"):
         bench.run_plan(cfg.with_(embedding_placement="hbm"), "mlperf-dcnv2", cat)
-    key, graphs, cat = bench.build_graphs(kept, cat)
-    from hybrid.corrections.predictor import HybridPredictor
+    # the sharding search (hybrid shard) plans the same way: its greedy plan fits, with the tables in host memory
+    from hybrid.sharding.search import search_plans
 
+    gh200 = bench.dlrm_variant("mlperf-dcnv2", system="GH200", gpus=1, batch_size_per_gpu=55296, dtype="fp16",
+                               embedding_dtype="fp16", embedding_placement="auto")
+    res = search_plans(gh200, strategies=("greedy",), host_memory=float("inf"))
+    (ev,) = res.evaluations
+    assert ev.name == "greedy" and not ev.error and ev.fits and np.isfinite(ev.iteration_us)
+    hbm = search_plans(gh200.with_(embedding_placement="hbm"), strategies=("greedy",), host_memory=float("inf"))
+    assert "fits nowhere" in hbm.evaluations[0].error and not hbm.evaluations[0].fits
+    key, graphs, cat = bench.build_graphs(kept, cat)
     ms = bench.predict(graphs, HybridPredictor.roofline_only(cat), None)
     assert np.all(np.isfinite(ms)) and ms[0] > 8 * ms[1]  # one GPU, host lookups vs eight GPUs in HBM
     # a batch whose dense part and activations alone overflow the GPU says so

@@ -612,6 +612,25 @@ def evaluate_plan(config: DLRMConfig, plan: ShardingPlan, model: OpCostModel | N
     return ev
 
 
+def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float
+                     ) -> tuple[CostTables, _Search | InvalidInputError]:
+    """The cost tables a search plans with, and their greedy placement (or the error that none places every
+    table). With ``embedding_placement`` ``host`` or ``auto`` on a GPU, when the sharded tables fit no placement in
+    GPU memory, the tables with those weights in host memory, where the graph then places them
+    (:func:`hybrid.workloads.dlrm_graph.place_pieces`); a config that fits the GPUs keeps its tables."""
+    costs = estimate_costs(config, model, target, capacity)
+    try:
+        return costs, _Search(config, costs).greedy()
+    except InvalidInputError as exc:
+        if config.embedding_placement == "hbm" or target.device.kind != "gpu":
+            return costs, exc
+    costs = estimate_costs(config, model, target, capacity, host_weights=True)
+    try:
+        return costs, _Search(config, costs).greedy()
+    except InvalidInputError as exc:
+        return costs, exc
+
+
 def greedy_plan(config: DLRMConfig, model: OpCostModel | None = None, *, capacity: float | None = None,
                 local_search: bool = False, time_budget_s: float = 2.0) -> ShardingPlan:
     """The predicted-cost greedy placement (stage 2 of the search), optionally refined by local search (stage 3),
@@ -627,12 +646,9 @@ def greedy_plan(config: DLRMConfig, model: OpCostModel | None = None, *, capacit
     target = resolve_target(config.system, model_catalog(model))
     capacity = float(capacity if capacity is not None else target.device.mem_capacity)
     config = config.with_(plan=None)
-    try:
-        s = _Search(config, estimate_costs(config, model, target, capacity)).greedy()
-    except InvalidInputError:
-        if config.embedding_placement == "hbm" or target.device.kind != "gpu":
-            raise
-        s = _Search(config, estimate_costs(config, model, target, capacity, host_weights=True)).greedy()
+    _, s = _placeable_costs(config, model, target, capacity)
+    if isinstance(s, InvalidInputError):
+        raise s
     if local_search:
         s = s.local_search(deadline=time.perf_counter() + time_budget_s)
     return s.plan()
@@ -684,7 +700,7 @@ def search_plans(
     config = config.with_(plan=None)
     stages = tqdm(total=4, desc=f"shard {config.gpus} ranks", unit="stage", disable=not progress, leave=False)
     stages.set_postfix_str("cost tables")
-    costs = estimate_costs(config, model, target, capacity)
+    costs, greedy = _placeable_costs(config, model, target, capacity)
     stages.update()
     stages.set_postfix_str("baselines")
 
@@ -705,13 +721,12 @@ def search_plans(
     stages.update()
     stages.set_postfix_str("greedy")
     if "greedy" in strategies or "search" in strategies:
-        try:
-            g = _Search(config, costs).greedy()
-            greedy_plan = g.plan()
+        if isinstance(greedy, InvalidInputError):
+            errors["greedy"] = str(greedy)
+        else:
+            greedy_plan = greedy.plan()
             if "greedy" in strategies:
-                candidates.append(("greedy", greedy_plan, g.objective()))
-        except InvalidInputError as exc:
-            errors["greedy"] = str(exc)
+                candidates.append(("greedy", greedy_plan, greedy.objective()))
     stages.update()
     stages.set_postfix_str(f"local search (budget {time_budget_s:g} s)")
     if "search" in strategies:
