@@ -700,7 +700,9 @@ def search_plans(
     config = config.with_(plan=None)
     stages = tqdm(total=4, desc=f"shard {config.gpus} ranks", unit="stage", disable=not progress, leave=False)
     stages.set_postfix_str("cost tables")
-    costs, greedy = _placeable_costs(config, model, target, capacity)
+    planned = "greedy" in strategies or "search" in strategies  # baselines alone need no greedy placement
+    costs, greedy = (_placeable_costs(config, model, target, capacity) if planned
+                     else (estimate_costs(config, model, target, capacity), None))
     stages.update()
     stages.set_postfix_str("baselines")
 
@@ -720,7 +722,7 @@ def search_plans(
     greedy_plan = None
     stages.update()
     stages.set_postfix_str("greedy")
-    if "greedy" in strategies or "search" in strategies:
+    if planned:
         if isinstance(greedy, InvalidInputError):
             errors["greedy"] = str(greedy)
         else:
