@@ -274,6 +274,7 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path, n_layer:
 
     import torch
 
+    from hybrid.data.traces.memory import measure_step_memory
     from hybrid.data.traces.record import trace_step
     from hybrid.errors import InvalidInputError
 
@@ -284,7 +285,8 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path, n_layer:
     model_type = getattr(cfg, "model_type", "")
     # BERT traces carry the extended attention mask of NeuSight's transformers (legacy_bert_attention_mask)
     proto = "bert-extended-mask" if model_type == "bert" else ""
-    digest = hashlib.sha256((cfg.to_json_string() + torch.__version__ + proto).encode()).hexdigest()[:10]
+    # "step-memory": traces carry the step's tensor memory (hybrid.data.traces.memory) since 2026-11-30
+    digest = hashlib.sha256((cfg.to_json_string() + torch.__version__ + proto + "step-memory").encode()).hexdigest()[:10]
     path = out / f"{name}-{mode}-{seq}-{batch}-{digest}"
     kin = path / "kineto_rank0.json"
     if kin.is_file():
@@ -309,11 +311,16 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path, n_layer:
             logits = res["prediction_logits"] if "prediction_logits" in res else res["logits"]
             loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), ids.view(-1))
             loss.backward()
-    routing = (static_switch_routing() if model_type == "switch_transformers" else
-               legacy_bert_attention_mask() if model_type == "bert" else contextlib.nullcontext())
+    def routing():  # a fresh context per use (the step runs twice: its memory, then its trace)
+        return (static_switch_routing() if model_type == "switch_transformers" else
+                legacy_bert_attention_mask() if model_type == "bert" else contextlib.nullcontext())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with routing, trace_step(path, execution_trace=False, device="meta", cuda=False):
+        with routing():
+            memory = measure_step_memory(step, "meta")
+        for prm in model.parameters():  # the traced step starts as the measured one did: no gradients to add to
+            prm.grad = None
+        with routing(), trace_step(path, execution_trace=False, device="meta", cuda=False, memory=memory):
             step()
     return kin
 
@@ -483,11 +490,16 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
         from hybrid.workloads.trace_fusion import compiled_fusion
 
         transform = compiled_fusion()
-    out = {}
+    out = {"memory_pct": np.nan}
     for label, (model, cat) in models.items():
         it = build_trace_graph(traces, device, cat, same_device=False, transform=transform)
         pred = predict_trace(it, model, kernel_times=kernel_times)
         out[label] = pred.predicted_us / 1e3
+        mem = pred.memory()
+        # the traced process's tensors per GPU: as traced for one GPU, data parallelism and torch.compile (eager
+        # memory); not for tensor / pipeline parallelism, which split them
+        if "fraction" in mem and not extra.startswith(("tp", "pp")):
+            out["memory_pct"] = 100.0 * mem["fraction"]
         low, high = (float(getattr(pred.predicted, f"iteration_us_{e}", float("nan"))) for e in ("low", "high"))
         if np.isfinite(low) and np.isfinite(high):  # the model's 80% interval carried through the schedule
             out[f"{label}_low"], out[f"{label}_high"] = low / 1e3, high / 1e3
@@ -547,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from hybrid.atomic import write_text
+    from hybrid.data.traces.memory import NEAR_CAPACITY_FRACTION
     from hybrid.engine.costs import RooflineCostModel
     from hybrid.hardware.catalog import default_catalog
     from hybrid.reports.markdown import write_benchmark_results
@@ -614,6 +627,12 @@ def main(argv: list[str] | None = None) -> int:
     held = table[~table["gpu_in_kernel_training"]]
     if len(held):
         result["calibrated_heldout_gpus"] = error_summary(held["calibrated"], held["measured_ms"])
+    near = (table["memory_pct"] > 100.0 * NEAR_CAPACITY_FRACTION).to_numpy()
+    result["near_memory_capacity"] = {  # steps whose tensors need most of the GPU (hybrid.data.traces.memory)
+        "threshold_pct": 100.0 * NEAR_CAPACITY_FRACTION, "n_rows": int(near.sum()),
+        **({"calibrated": error_summary(table["calibrated"][near], table["measured_ms"][near])} if near.any() else {}),
+        **({"calibrated_others": error_summary(table["calibrated"][~near], table["measured_ms"][~near])}
+           if (~near).any() else {})}
     if "calibrated_low" in table.columns:  # 80% iteration-time intervals: share of labels inside
         from hybrid.corrections.intervals import coverage_pct
 
@@ -699,13 +718,33 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
         for k, v in iv.items():
             out.append(f"| {k} | {v['n_rows']} | {v['n_with_interval']} | {v['coverage_pct']:.1f} | "
                        f"{v['median_width']:.2f}x |")
+    nm = result.get("near_memory_capacity", {})
+    if nm.get("n_rows"):
+        sel = table[table["memory_pct"] > nm["threshold_pct"]]
+        out += ["", "### Steps near the GPU's memory capacity", "",
+                "The step's tensor memory is measured when its trace is recorded (`hybrid.data.traces.memory`: the "
+                "meta-device step run once under a mode that counts every tensor's storage until it is freed; the "
+                "runtime's context and workspaces not counted) and compared with the label GPU's memory. Steps above "
+                f"{nm['threshold_pct']:.0f}% (`NEAR_CAPACITY_FRACTION`, the warning `hybrid trace predict` gives; "
+                "nothing in the prediction changes):", "",
+                "| gpu | model | mode | seq | batch | memory % | measured ms | calibrated ms | error % |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for _, t in sel.sort_values("memory_pct").iterrows():
+            out.append(f"| {t['gpu']} | {t['model']} | {t['mode']} | {t['seqlen']} | {t['batch']} | "
+                       f"{t['memory_pct']:.0f} | {t['measured_ms']:.1f} | {t['calibrated']:.1f} | "
+                       f"{100 * (t['calibrated'] / t['measured_ms'] - 1):+.1f} |")
+        out += ["", "| group | rows | geomean % | median % | p90 % |", "|---|---|---|---|---|",
+                line(f"calibrated, steps above {nm['threshold_pct']:.0f}% of memory", nm["calibrated"])]
+        if "calibrated_others" in nm:
+            out.append(line("calibrated, the other steps", nm["calibrated_others"]))
     iv_cols = "calibrated_low" in table.columns
-    out += ["", "### Rows", "", "| gpu | model | mode | parallel | seq | batch | measured ms | calibrated ms | "
-            "roofline ms |" + (" 80% interval ms |" if iv_cols else ""),
-            "|---|---|---|---|---|---|---|---|---|" + ("---|" if iv_cols else "")]
+    out += ["", "### Rows", "", "| gpu | model | mode | parallel | seq | batch | memory % | measured ms | "
+            "calibrated ms | roofline ms |" + (" 80% interval ms |" if iv_cols else ""),
+            "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if iv_cols else "")]
     for _, t in table.iterrows():
+        mem = f"{t['memory_pct']:.0f}" if np.isfinite(t["memory_pct"]) else "-"
         out.append(f"| {t['gpu']} | {t['model']} | {t['mode']} | {t['parallel']} | {t['seqlen']} | {t['batch']} | "
-                   f"{t['measured_ms']:.1f} | {t['calibrated']:.1f} | {t['roofline']:.1f} |"
+                   f"{mem} | {t['measured_ms']:.1f} | {t['calibrated']:.1f} | {t['roofline']:.1f} |"
                    + ((f" {t['calibrated_low']:.1f} - {t['calibrated_high']:.1f} |"
                        if np.isfinite(t["calibrated_low"]) else " none (a collective without a band) |")
                       if iv_cols else ""))

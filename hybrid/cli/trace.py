@@ -205,11 +205,26 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    **({k: o[k] for k in ("predicted_ms_low", "predicted_ms_high") if k in o})}
             if prices is not None:
                 row["gpu_hour_price"], row["cost_per_1k_steps"] = cost_of(o)
-            ranking.append({**row, "note": ""})
+            mem = o.get("memory", {}) if tp == 1 and pp == 1 else {}
+            note = ""
+            if "fraction" in mem:
+                row["memory_pct"] = 100.0 * mem["fraction"]
+                if not mem["fits"]:
+                    note = f"does not fit: the step's tensors need {mem['fraction']:.0%} of its memory"
+                elif mem["near_capacity"]:
+                    note = f"near memory capacity ({mem['fraction']:.0%})"
+            ranking.append({**row, "note": note})
         s["compare"], by_cost = rank_compared(ranking + failed, lambda r: r["predicted_ms"] if r["ranks"] else math.inf,
                                               "cost_per_1k_steps", lambda r: bool(r["ranks"]))
         s["compare_ranked_by"] = "cost_per_1k_steps" if by_cost else "predicted_ms"
+    from hybrid.data.traces.memory import NEAR_CAPACITY_FRACTION
+
     notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
+    if "memory" in s and (tp > 1 or pp > 1):  # measured on the traced process, not on a re-mapped job's GPUs
+        s["memory"] = {"note": "not estimated for a job re-mapped with --tp/--pp (the trace's memory is the traced "
+                               "process's)"}
+    elif s.get("memory", {}).get("fraction", 0.0) > NEAR_CAPACITY_FRACTION:
+        notes.append(s["memory"]["note"])
     rec = it.info.get("recording_overhead", {})
     if it.info.get("host") == "trace" and not rec.get("measured") and any(t.device == "cuda" for t in loaded):
         notes.append("the traces do not say what recording cost their host (recorded without `hybrid trace record` "
@@ -239,6 +254,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     if "predicted_ms_e2e_low" in s:
         click.echo(e2e_line([f"{s['predicted_ms_e2e_low']:.3f} - {s['predicted_ms_e2e_high']:.3f} ms "
                              f"({s['workload_kind']} step)"], s, f"{s['workload_kind']} figures"))
+    if s.get("memory"):
+        click.echo(memory_line(s["memory"]))
     bd = pred.breakdown()
     rows = [[r["label"], int(r["nodes"]), r["predicted_us"] / 1e3]
             + ([r["measured_us"] / 1e3] if "measured_us" in bd.columns and it.same_device else [])
@@ -270,6 +287,21 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    f"{unm['costed_as']}: " + ", ".join(f"{r['name']} x{r['count']}" for r in unm["by_name"][:8]))
     if not roofline:  # the roofline by default (no --model or --bundle), not because --roofline asked for it
         roofline_note(name)
+
+
+def memory_line(m: dict[str, Any]) -> str:
+    """One text line for ``trace predict``'s ``memory`` entry."""
+    from hybrid.data.traces.memory import NEAR_CAPACITY_FRACTION
+
+    if "peak_gib" not in m:
+        return f"memory: {m.get('note', 'not measured')}"
+    line = (f"memory: peak {m['peak_gib']:.2f} GiB of tensors (resident {m['resident_gib']:.2f} + step "
+            f"{m['step_gib']:.2f}; measured on {m['traced_on']} when recorded, largest rank)")
+    if "fraction" in m:
+        line += f" = {m['fraction']:.0%} of the device's {m['capacity_gib']:.1f} GiB"
+        if m["fraction"] <= NEAR_CAPACITY_FRACTION:
+            line += " (runtime context and workspaces not counted)"
+    return line
 
 
 @trace.command("kernels")
@@ -324,11 +356,15 @@ def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int 
 @click.option("--no-overhead", is_flag=True,
               help="Do not measure what recording costs the host (by default ~1-3 s of small op loops, stored in "
                    "the Chrome trace and taken off the traced host times by `trace predict`).")
+@click.option("--no-memory", is_flag=True,
+              help="Do not measure the step's tensor memory (by default the step runs once more, after the warm-up, "
+                   "under a mode that counts its tensors; `trace predict` compares the peak with the target's memory).")
 def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str, warmup: int, no_et: bool,
-           threads: int | None, no_overhead: bool) -> None:
+           threads: int | None, no_overhead: bool, no_memory: bool) -> None:
     """Run SCRIPT (its top level builds the model), then trace one call of its step function."""
     from hybrid.data.traces.record import record_script
 
     paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
-                          args=list(script_args), threads=threads, measure_overhead=not no_overhead)
+                          args=list(script_args), threads=threads, measure_overhead=not no_overhead,
+                          memory=not no_memory)
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -203,7 +203,21 @@ class TracePrediction:
         unmeasured = self.unmeasured_families()
         if unmeasured:
             out["unmeasured_families"] = unmeasured
+        memory = self.memory()
+        if memory:
+            out["memory"] = memory
         return out
+
+    def memory(self) -> dict[str, Any]:
+        """The traced step's tensor memory (measured when it was recorded, :mod:`hybrid.data.traces.memory`) against
+        the target device's capacity, for the rank with the largest peak; empty when no trace carries it."""
+        from hybrid.data.traces.memory import memory_of, memory_verdict
+
+        mems = [m for t in self.iteration.traces if (m := memory_of(t.meta)) is not None]
+        if not mems:
+            return {}
+        worst = max(mems, key=lambda m: m.peak_bytes)
+        return {**memory_verdict(worst, self.iteration.target.device.mem_capacity), "ranks_measured": len(mems)}
 
     @property
     def workload_kind(self) -> str:

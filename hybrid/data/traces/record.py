@@ -7,6 +7,10 @@
 ...     step()                                                  # the recorded step
 >>> # traces/kineto_rank0.json (+ traces/et_rank0.json)
 
+:func:`record_step` (and ``hybrid trace record``) also runs the step once more, before the recorded one, to
+measure its tensor memory (:mod:`hybrid.data.traces.memory`), which the Chrome trace then carries; with
+:func:`trace_step` alone, pass ``memory=measure_step_memory(step)``.
+
 Under ``torch.distributed`` every rank records its own files (``..._rank<r>.json``); the Chrome trace then names
 the rank, the world size and the process groups. ``device="meta"`` marks a step whose tensors live on the meta
 device (shapes without data: a model too big to run here), so the trace is never taken as measured hardware.
@@ -20,9 +24,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hybrid.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from hybrid.data.traces.memory import StepMemory
 
 
 def _rank() -> int:
@@ -39,14 +46,15 @@ def _rank() -> int:
 @contextmanager
 def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, device: str | None = None,
                name: str = "ProfilerStep#0", cuda: bool | None = None,
-               measure_overhead: bool = True) -> Iterator[dict[str, Path]]:
+               measure_overhead: bool = True, memory: StepMemory | None = None) -> Iterator[dict[str, Path]]:
     """Profile the enclosed step: Chrome trace with shapes (and an execution trace) written to ``out_dir``.
 
     Yields a dict that holds, after the block, ``{"kineto": path, "et": path}``. Files are written to a
     temporary name and renamed, so an interrupted step leaves nothing half-written. With ``measure_overhead``
     (and a step that runs, i.e. not ``device="meta"``), what recording costs the host on this machine is measured
     first (:func:`hybrid.data.traces.overhead.measure_profiler_overhead`, ~1-3 s) and stored in the Chrome trace,
-    so that predictions can take it off the traced host times.
+    so that predictions can take it off the traced host times. ``memory``: the step's tensor memory
+    (:class:`~hybrid.data.traces.memory.StepMemory`), stored in the Chrome trace.
     """
     import torch
     from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
@@ -85,6 +93,10 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 from hybrid.data.traces.overhead import METADATA_KEY
 
                 prof.add_metadata_json(METADATA_KEY, overhead.to_json())  # a JSON object, not a string
+            if memory is not None:
+                from hybrid.data.traces.memory import METADATA_KEY as MEMORY_KEY
+
+                prof.add_metadata_json(MEMORY_KEY, memory.to_json())
             if et is not None:
                 et.start()
             with record_function(name):
@@ -112,21 +124,39 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
 
 def record_step(step: Callable[[], Any], out_dir: str | os.PathLike, *, warmup: int = 2,
                 execution_trace: bool = True, device: str | None = None,
-                measure_overhead: bool = True) -> dict[str, Path]:
-    """Run ``step`` ``warmup`` times, then once under :func:`trace_step`; returns the written paths."""
+                measure_overhead: bool = True, memory: bool = True) -> dict[str, Path]:
+    """Run ``step`` ``warmup`` times, then (``memory``) once more to measure its tensor memory, then once under
+    :func:`trace_step`; returns the written paths. The memory pass is one more warm-up for the traced step (with
+    ``warmup=0`` the traced call is the second). A step the memory measurement cannot run under (a warning says
+    why) is recorded without it."""
     if warmup < 0:
         raise InvalidInputError(f"warmup must be >= 0, got {warmup}")
     for _ in range(warmup):
         step()
+    mem = _step_memory(step, device) if memory else None
     with trace_step(out_dir, execution_trace=execution_trace, device=device,
-                    measure_overhead=measure_overhead) as paths:
+                    measure_overhead=measure_overhead, memory=mem) as paths:
         step()
     return paths
 
 
+def _step_memory(step: Callable[[], Any], device: str | None) -> StepMemory | None:
+    from hybrid.data.traces.memory import measure_step_memory
+
+    try:
+        return measure_step_memory(step, device)
+    except Exception as exc:  # e.g. a compiled step that a dispatch mode breaks: the trace matters more
+        import warnings
+
+        warnings.warn(f"could not measure the step's tensor memory ({type(exc).__name__}: {exc}); the trace is "
+                      "recorded without it", RuntimeWarning, stacklevel=3)
+        return None
+
+
 def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step_fn: str = "step",
                   warmup: int = 2, execution_trace: bool = True, args: list[str] | None = None,
-                  threads: int | None = None, measure_overhead: bool = True) -> dict[str, Path]:
+                  threads: int | None = None, measure_overhead: bool = True,
+                  memory: bool = True) -> dict[str, Path]:
     """Run ``script`` as ``__main__``-less module (its top level sets things up), then trace its ``step_fn()``.
 
     ``threads`` sets PyTorch's intra-op thread count first (to match the profile bundle the trace is predicted
@@ -161,7 +191,8 @@ def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step
     device = ns.get("TRACE_DEVICE")
     try:
         return record_step(fn, out_dir, warmup=warmup, execution_trace=execution_trace,
-                           device=str(device) if device else None, measure_overhead=measure_overhead)
+                           device=str(device) if device else None, measure_overhead=measure_overhead,
+                           memory=memory)
     except InvalidInputError:
         raise
     except Exception as exc:
