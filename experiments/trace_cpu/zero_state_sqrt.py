@@ -1,6 +1,6 @@
 """Measured, not modelled (2026-11-30): AdamW's square root over zero-valued optimizer state is slow on this CPU.
 
-PyTorch's CPU ``sqrt`` takes ~6x longer per element on zeros than on positive values here (and longer still on
+PyTorch's CPU ``sqrt`` takes ~8x longer per element on zeros than on positive values here (and longer still on
 negatives). The Llama of ``run.py`` does not tie its input embedding to its output layer, so the embedding's
 gradient is zero on every vocabulary row the batch does not use (97% of its 8192 rows with 2 x 128 tokens), and
 so is most of its AdamW ``exp_avg_sq`` after a few steps: the step's ``exp_avg_sq.sqrt()`` over that table then

@@ -210,9 +210,9 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
             if "fraction" in mem:
                 row["memory_pct"] = 100.0 * mem["fraction"]
                 if not mem["fits"]:
-                    note = f"does not fit: the step's tensors need {mem['fraction']:.0%} of its memory"
+                    note = f"does not fit: the step's tensors need {mem['fraction']:.1%} of its memory"
                 elif mem["near_capacity"]:
-                    note = f"near memory capacity ({mem['fraction']:.0%})"
+                    note = f"near memory capacity ({mem['fraction']:.1%})"
             ranking.append({**row, "note": note})
         s["compare"], by_cost = rank_compared(ranking + failed, lambda r: r["predicted_ms"] if r["ranks"] else math.inf,
                                               "cost_per_1k_steps", lambda r: bool(r["ranks"]))
@@ -298,7 +298,7 @@ def memory_line(m: dict[str, Any]) -> str:
     line = (f"memory: peak {m['peak_gib']:.2f} GiB of tensors (resident {m['resident_gib']:.2f} + step "
             f"{m['step_gib']:.2f}; measured on {m['traced_on']} when recorded, largest rank)")
     if "fraction" in m:
-        line += f" = {m['fraction']:.0%} of the device's {m['capacity_gib']:.1f} GiB"
+        line += f" = {m['fraction']:.1%} of the device's {m['capacity_gib']:.1f} GiB"
         if m["fraction"] <= NEAR_CAPACITY_FRACTION:
             line += " (runtime context and workspaces not counted)"
     return line

@@ -99,10 +99,10 @@ def memory_verdict(memory: StepMemory, capacity_bytes: float) -> dict[str, Any]:
     frac = memory.peak_bytes / cap
     out.update(capacity_gib=cap / _GIB, fraction=frac, fits=frac <= 1.0, near_capacity=frac > NEAR_CAPACITY_FRACTION)
     if frac > 1.0:
-        out["note"] = (f"does not fit: the step's tensors need {frac:.0%} of the device's memory (out of memory, or "
+        out["note"] = (f"does not fit: the step's tensors need {frac:.1%} of the device's memory (out of memory, or "
                        "spilled to host memory where the runtime allows it: far slower than predicted)")
     elif frac > NEAR_CAPACITY_FRACTION:
-        out["note"] = (f"near capacity: the step's tensors need {frac:.0%} of the device's memory, before the runtime's "
+        out["note"] = (f"near capacity: the step's tensors need {frac:.1%} of the device's memory, before the runtime's "
                        "own (context, library workspaces, allocator fragmentation); steps there have run 1.2-1.7x "
                        "slower than predicted (allocator churn), or fail")
     return out
