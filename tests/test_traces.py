@@ -199,6 +199,25 @@ def test_op_mapping_shapes(name, dims, types, expect):
         assert mp.row[k] == v, (k, mp.row)
 
 
+@pytest.mark.parametrize("aten, variant", [("threshold_backward", "relu"), ("gelu_backward", "gelu"),
+                                            ("silu_backward", "silu"), ("sigmoid_backward", "sigmoid")])
+def test_activation_backwards_map_to_the_profiles_own_rows(aten, variant):
+    """A traced activation backward is the row `hybrid profile` times for it (same variant, direction, passes and
+    FLOPs), so the fitted model prices it from those rows; before 2026-11-30 the trace called every one of them a
+    forward ``relu`` of 2 FLOPs per element (a CNN's ReLU backward predicted at 0.4x its profiled time)."""
+    from hybrid.data.profiler import kernels
+    from hybrid.data.profiler.backend import open_backend
+
+    be = open_backend(torch, threads=1, force_cpu=True)
+    profiled = next(c.row for c in kernels.elementwise_cases(be, quick=False, seed=0, llc_bytes=2**20)
+                    if c.row.get("variant") == variant and c.row["direction"] == "bwd")
+    n = int(profiled["elements"])
+    mp = map_op(f"aten::{aten}", [[n], [n], []], ["fp32", "fp32", "Scalar"])
+    assert mp is not None and mp.label == "elementwise"
+    for key in ("op", "variant", "direction", "elements", "n_inputs", "n_outputs", "flops_per_element", "dtype"):
+        assert mp.row[key] == profiled[key], (key, mp.row, profiled)
+
+
 def test_collective_and_view_mapping():
     mp = map_op("c10d::allreduce_", [[[1000]], [], [], [], [], []], [None, "", "", "", None, None],
                 group_size=4)

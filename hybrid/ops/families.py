@@ -105,6 +105,20 @@ ELEMENTWISE_VARIANTS: dict[str, tuple[int, int, float]] = {
 }
 
 
+#: FLOPs per element of the backward of a pointwise activation (derivative evaluation + product with the gradient),
+#: by the forward's variant: how ``hybrid profile`` labels its activation-backward rows (``direction = "bwd"``).
+ACTIVATION_BWD_FLOPS: dict[str, float] = {"relu": 1.0, "gelu": 16.0, "silu": 8.0, "sigmoid": 3.0, "tanh": 3.0}
+#: ATen activation-backward op -> the forward variant whose profiled backward rows price it (a trace's
+#: ``threshold_backward`` is the profile's ``relu`` bwd row: same op, same FLOPs and passes); activations the
+#: profiler does not time take the closest profiled derivative.
+ACTIVATION_BACKWARD_OPS: dict[str, str] = {
+    "threshold_backward": "relu", "hardtanh_backward": "relu", "leaky_relu_backward": "relu",
+    "gelu_backward": "gelu", "silu_backward": "silu", "sigmoid_backward": "sigmoid", "tanh_backward": "tanh",
+    "elu_backward": "silu", "softplus_backward": "sigmoid", "hardswish_backward": "silu",
+    "hardsigmoid_backward": "relu", "mish_backward": "gelu",
+}
+
+
 def variant_base(variant: str) -> str:
     """An elementwise variant without its in-place marker: ``mul_`` -> ``mul`` (``_`` = the op writes into its
     first input, as PyTorch names in-place ops: no new output tensor is allocated)."""

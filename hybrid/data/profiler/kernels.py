@@ -14,13 +14,12 @@ import numpy as np
 from hybrid.data.profiler.backend import Backend
 from hybrid.data.profiler.cases import Case, random_tensor, torch_dtype
 from hybrid.data.profiler.timing import rotation_sets
+from hybrid.ops.families import ACTIVATION_BWD_FLOPS
 
 #: Largest GEMM (FLOPs) in the sweep, per backend and mode.
 GEMM_FLOP_CAP = {("cpu", False): 1.8e10, ("cpu", True): 4e8, ("cuda", False): 2e12, ("cuda", True): 2e11}
 #: Largest elementwise / norm tensor (elements), per backend and mode.
 ELEMENT_CAP = {("cpu", False): 2**25, ("cpu", True): 2**21, ("cuda", False): 2**28, ("cuda", True): 2**24}
-#: FLOPs per element of the backward of a pointwise activation (derivative evaluation + product with grad).
-ACTIVATION_BWD_FLOPS = {"relu": 1.0, "gelu": 16.0, "silu": 8.0, "sigmoid": 3.0, "tanh": 3.0}
 #: Elementwise variants timed forward: name -> (inputs, outputs, FLOPs/element).
 ELEMENTWISE_FWD = {"add": (2, 1, 1.0), "mul": (2, 1, 1.0), "relu": (1, 1, 1.0), "gelu": (1, 1, 8.0),
                    "silu": (1, 1, 4.0), "sigmoid": (1, 1, 4.0), "exp": (1, 1, 2.0), "copy": (1, 1, 0.0)}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybrid.data.traces.parse import CUDA_SYNC_CALLS
+from hybrid.ops.families import ACTIVATION_BACKWARD_OPS, ACTIVATION_BWD_FLOPS
 
 #: Ops that launch no kernel when they are leaves (views, allocation, metadata); a composite op of these names
 #: (``aten::reshape`` that copies, ``aten::to`` that converts) is looked into instead.
@@ -43,9 +44,6 @@ for _names, _label, _var, _f in (
     ("gelu erf softplus mish", "elementwise", "gelu", 8.0),
     ("silu sigmoid tanh hardswish hardsigmoid elu selu", "elementwise", "silu", 4.0),
     ("exp log log1p expm1 sqrt rsqrt pow sin cos", "elementwise", "exp", 2.0),
-    ("gelu_backward", "elementwise", "gelu", 10.0),
-    ("silu_backward sigmoid_backward tanh_backward threshold_backward hardtanh_backward leaky_relu_backward "
-     "elu_backward softplus_backward", "elementwise", "relu", 2.0),
     ("lerp addcmul addcdiv", "elementwise", "add", 2.0),
     ("copy _to_copy clone _copy_from _copy_from_and_resize cat stack index_select gather scatter scatter_add "
      "index_add index index_put _index_put_impl masked_select repeat constant_pad_nd pad fill zero "
@@ -573,6 +571,12 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         if total <= 0:
             return OpMapping("view", "view")  # all inputs empty: no kernel
         return _elementwise("copy", "copy", 0.0, [[total]], [[total]], dtype, False)
+    if plain in ACTIVATION_BACKWARD_OPS:
+        # an activation's backward: the profile's backward row of that activation (its variant, FLOPs and
+        # direction), so that a trace and a profile describe the same kernel alike
+        act = ACTIVATION_BACKWARD_OPS[plain]
+        mp = _elementwise("elementwise", act, ACTIVATION_BWD_FLOPS[act], tdims[:2], out_dims, dtype, inplace)
+        return None if mp is None else OpMapping(mp.kind, mp.label, {**mp.row, "direction": "bwd"})
     entry = ELEMENTWISE.get(plain) or ELEMENTWISE.get(base)
     if entry is not None:
         label, variant, fpe = entry
