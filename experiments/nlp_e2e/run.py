@@ -497,8 +497,8 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
         out[label] = pred.predicted_us / 1e3
         mem = pred.memory()
         # the traced process's tensors per GPU: as traced for one GPU, data parallelism and torch.compile (eager
-        # memory); not for tensor / pipeline parallelism, which split them
-        if "fraction" in mem and not extra.startswith(("tp", "pp")):
+        # memory); no fraction for tensor / pipeline parallelism, which split them
+        if "fraction" in mem:
             out["memory_pct"] = 100.0 * mem["fraction"]
         low, high = (float(getattr(pred.predicted, f"iteration_us_{e}", float("nan"))) for e in ("low", "high"))
         if np.isfinite(low) and np.isfinite(high):  # the model's 80% interval carried through the schedule

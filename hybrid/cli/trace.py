@@ -205,7 +205,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    **({k: o[k] for k in ("predicted_ms_low", "predicted_ms_high") if k in o})}
             if prices is not None:
                 row["gpu_hour_price"], row["cost_per_1k_steps"] = cost_of(o)
-            mem = o.get("memory", {}) if tp == 1 and pp == 1 else {}
+            mem = o.get("memory", {})
             note = ""
             if "fraction" in mem:
                 row["memory_pct"] = 100.0 * mem["fraction"]
@@ -220,10 +220,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     from hybrid.data.traces.memory import NEAR_CAPACITY_FRACTION
 
     notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
-    if "memory" in s and (tp > 1 or pp > 1):  # measured on the traced process, not on a re-mapped job's GPUs
-        s["memory"] = {"note": "not estimated for a job re-mapped with --tp/--pp (the trace's memory is the traced "
-                               "process's)"}
-    elif s.get("memory", {}).get("fraction", 0.0) > NEAR_CAPACITY_FRACTION:
+    if s.get("memory", {}).get("fraction", 0.0) > NEAR_CAPACITY_FRACTION:
         notes.append(s["memory"]["note"])
     rec = it.info.get("recording_overhead", {})
     if it.info.get("host") == "trace" and not rec.get("measured") and any(t.device == "cuda" for t in loaded):

@@ -210,12 +210,16 @@ class TracePrediction:
 
     def memory(self) -> dict[str, Any]:
         """The traced step's tensor memory (measured when it was recorded, :mod:`hybrid.data.traces.memory`) against
-        the target device's capacity, for the rank with the largest peak; empty when no trace carries it."""
+        the target device's capacity, for the rank with the largest peak; empty when no trace carries it, only a
+        ``note`` when the graph splits the traced tensors over ranks (tensor / pipeline parallelism)."""
         from hybrid.data.traces.memory import memory_of, memory_verdict
 
         mems = [m for t in self.iteration.traces if (m := memory_of(t.meta)) is not None]
         if not mems:
             return {}
+        if not self.iteration.info.get("memory_as_traced", True):
+            return {"note": "not estimated for a job that splits the traced step over ranks (tensor or pipeline "
+                            "parallelism): the memory measured when recording is the whole traced process's"}
         worst = max(mems, key=lambda m: m.peak_bytes)
         return {**memory_verdict(worst, self.iteration.target.device.mem_capacity), "ranks_measured": len(mems)}
 

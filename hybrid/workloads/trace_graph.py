@@ -375,4 +375,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     return TraceIteration(b.g, traces, tgt, same, pd.concat(units, ignore_index=True), b.labels, b.measured,
                           info={"target": tgt.system, "device": tgt.device.key, "same_device": same, "host": host,
                                 "traced_device": sorted({t.device for t in traces}),
-                                "recording_overhead": _overhead_info(costing)})
+                                "recording_overhead": _overhead_info(costing),
+                                # a transform that splits the traced tensors over ranks (tensor / pipeline
+                                # parallelism): the memory measured when recording is not any rank's
+                                "memory_as_traced": not getattr(transform, "splits_memory", False)})

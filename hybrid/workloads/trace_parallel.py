@@ -166,6 +166,7 @@ def tensor_parallel(ranks: int, tokens: int, hidden: int):
         out["row"] = rows
         return _insert(out, new)
 
+    transform.splits_memory = ranks > 1  # each rank holds a share of the traced tensors, not all of them
     return transform
 
 
@@ -191,6 +192,7 @@ def pipeline_parallel(stages: int, tokens: int, hidden: int):
                                             "PP send/recv (activations)", dt))
         return _insert(units, new)
 
+    transform.splits_memory = stages > 1  # each stage holds its layers' tensors, not the traced step's
     return transform
 
 
@@ -234,6 +236,7 @@ def chain(*transforms: Any):
             units = t(trace, units)
         return units
 
+    transform.splits_memory = any(getattr(t, "splits_memory", False) for t in steps)
     return transform
 
 

@@ -170,7 +170,6 @@ def measure_step_memory(step: Callable[[], Any], device: str | None = None) -> S
             live.add(obj)
         del resident_tensors
         resident = dict(live.live)
-        live.peak = dict(resident)
         with _Track():
             result = step()
         del result
