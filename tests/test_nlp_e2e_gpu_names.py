@@ -45,3 +45,18 @@ def test_the_collective_calibration_draws_every_public_system_evenly(load_experi
     assert {"Polaris", "Sophia", "Vidur-A100-DGX", "XLA-H100x8"} <= systems and len(systems) >= 8
     assert (table["time_us"] > 0).all() and (table["size_bytes"] > 0).all()
     assert bench.public_collectives(shared_datasets / "nonexistent", default_catalog(), 3000).empty
+
+
+def test_a_held_out_gpu_leaves_no_row_in_any_fit(load_experiment, shared_datasets):
+    """--leave-one-gpu-out: the held-out GPU's kernel rows (training and test collections) and collective logs are
+    all dropped, and the fitted model says it never saw it; the other GPUs stay."""
+    bench = load_experiment("nlp_e2e")
+    model, _, kernel_devices, n = bench.calibrated_model(str(shared_datasets), 60, 0, gpu_bundles=False,
+                                                         llmcompass=False, collectives=True, collective_rows=600,
+                                                         exclude_devices=["T4", "A100-SXM4-40GB"])
+    assert "T4" not in kernel_devices and {"P4", "V100-PCIE-32GB", "A100-PCIE-40GB"} <= set(kernel_devices)
+    assert "T4" not in model.devices_fitted["kernel-xgb-gemm"]
+    assert not {"T4", "A100-SXM4-40GB"} & set(model.devices_seen)  # Polaris' A100-SXM4-40GB logs dropped too
+    _, _, with_t4, n_all = bench.calibrated_model(str(shared_datasets), 60, 0, gpu_bundles=False, llmcompass=False,
+                                                  collectives=False)
+    assert "T4" in with_t4 and n_all > 0
