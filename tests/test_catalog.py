@@ -219,6 +219,9 @@ def test_unknown_device_lists_close_names(catalog, name: str, close: str) -> Non
     ("Tesla V100-SXM2-32GB GPU", "V100-SXM2-32GB"), ("AMD Instinct MI300X Accelerator", "MI300X"),
     # an SR-IOV virtual function, as a cloud VM's driver names the GPU
     ("AMD Instinct MI300X VF", "MI300X"), ("AMD Instinct MI325X VF", "MI325X"),
+    # the baseboard or system the GPU string names it by
+    ("NVIDIA HGX H100 80GB", "H100-SXM"), ("NVIDIA HGX B200", "B200"), ("NVIDIA DGX H200", "H200"),
+    ("NVIDIA HGX H20 96GB", "H20"),
 ])
 def test_names_with_memory_and_packaging_words_resolve(catalog, name: str, key: str) -> None:
     assert catalog.resolve_device(name) == key

@@ -31,7 +31,8 @@ _MEMORY_KIND = re.compile(r"(?<![a-z0-9])(hbm\d*e?|gddr\d*x?|lpddr\d*x?)(?![a-z0
 #: Packaging words around a GPU's name (``GH200 Grace Hopper Superchip``, ``GB200 NVL72``, ``B200-SXM``), tried
 #: off only after the exact name and the name without its memory size found nothing. ``VF``: an SR-IOV virtual
 #: function of the GPU, what a cloud VM's driver reports (``AMD Instinct MI300X VF`` on Azure's ND MI300X v5).
-_PACKAGING = re.compile(r"(?<![a-z0-9])(grace([\s_-]*(hopper|blackwell))?|superchip|nvl\d+|nvbridge|cts|oam|"
+#: ``HGX`` / ``DGX``: the baseboard or system a GPU string names it by (``NVIDIA HGX H100 80GB``: the SXM part).
+_PACKAGING = re.compile(r"(?<![a-z0-9])(grace([\s_-]*(hopper|blackwell))?|superchip|nvl\d+|nvbridge|cts|oam|hgx|dgx|"
                         r"sxm\d?|mezzanine|module|vf)(?![a-z0-9])")
 #: Architecture and marketing words some result tables put around the name (``Blackwell B200``, ``H100 Tensor
 #: Core GPU``, ``MI300X Accelerator``): never part of a catalog name, so tried off first.
