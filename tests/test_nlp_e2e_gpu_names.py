@@ -60,3 +60,23 @@ def test_a_held_out_gpu_leaves_no_row_in_any_fit(load_experiment, shared_dataset
     _, _, with_t4, n_all = bench.calibrated_model(str(shared_datasets), 60, 0, gpu_bundles=False, llmcompass=False,
                                                   collectives=False)
     assert "T4" in with_t4 and n_all > 0
+
+
+def test_shots_put_back_that_many_rows_of_the_held_out_gpu(load_experiment, shared_datasets):
+    """--shots K: K random kernel rows of the held-out GPU return to its fit (a user's few measurements)."""
+    bench = load_experiment("nlp_e2e")
+    kw = dict(gpu_bundles=False, llmcompass=False, collectives=False, exclude_devices=["T4"])
+    _, _, none, n0 = bench.calibrated_model(str(shared_datasets), 60, 0, **kw)
+    model, _, some, n25 = bench.calibrated_model(str(shared_datasets), 60, 0, shots=25, **kw)
+    assert "T4" not in none and "T4" in some
+    assert n25 - n0 == 25
+    assert "T4" in model.devices_fitted["kernel-xgb-gemm"] or "T4" in model.devices_seen
+
+
+@pytest.mark.parametrize("argv", [["--shots", "5"], ["--leave-one-gpu-out", "--shots", "-1"],
+                                  ["--leave-one-gpu-out", "--intervals"]])
+def test_held_out_options_that_cannot_go_together_are_input_errors(load_experiment, argv):
+    from hybrid.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="--shots|--leave-one-gpu-out"):
+        load_experiment("nlp_e2e").main(["--json", *argv])

@@ -2,7 +2,7 @@
 
     python experiments/nlp_e2e/run.py --labels FILE [--model NAME] [--no-with-test-kernels] [--no-with-gpu-bundles]
         [--no-with-llmcompass] [--no-with-collectives] [--with-trace-kernels] [--model-configs DIR]
-        [--leave-one-gpu-out] [--json] [--out results.md]
+        [--leave-one-gpu-out [--shots K]] [--json] [--out results.md]
 
 ``FILE`` has NeuSight's end-to-end label format (``../shared/datasets/neusight/e2e_labels_dev.csv``: columns
 ``gpu, config, model, mode, seqlen, batch, extra, e2e_latency`` in ms, optionally ``num_layer``). For every
@@ -29,7 +29,8 @@ host, the engine's launch overheads stand in) and every op is costed
   model (``--no-with-collectives``: by the roofline, with no interval, as before 2026-11-29);
   ``--model NAME`` uses a calibrated model from the tracking store instead. ``--leave-one-gpu-out`` predicts each
   label GPU with a model fitted without a single row of it (kernels of every source and collective logs dropped;
-  one fit per GPU; ``heldout_results.md``): what a GPU that no calibration data describes gets.
+  one fit per GPU; ``heldout_results.md``): what a GPU that no calibration data describes gets; ``--shots K`` puts K
+  random kernel rows of it back (``heldout_K_shots_results.md``): what a few measurements of a new GPU buy.
 
 Parallel rows (``extra`` = dp4 / tp4 / pp4_1 on 4 x A100-SXM4-40GB) rewrite the single-GPU trace
 (``hybrid.workloads.trace_parallel``): DP = 4 ranks at batch/4 with DDP bucketed all-reduces, TP = Megatron
@@ -391,7 +392,7 @@ def read_labels(path: str) -> pd.DataFrame:
 def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = True,
                      gpu_bundles: bool = True, llmcompass: bool = True, trace_kernels: bool = False,
                      intervals: bool = False, collectives: bool = True, collective_rows: int = 12000,
-                     exclude_devices: Iterable[str] = ()):
+                     exclude_devices: Iterable[str] = (), shots: int = 0):
     """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group); with
     ``with_test_kernels`` also on NeuSight's kernel *test* collections (``neusight/test-dev``: larger shapes, and
     the A100 80GB PCIe), which are kernel measurements, not end-to-end labels; with ``gpu_bundles`` also on the
@@ -404,7 +405,9 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
     collective models (the labelled node is not among the measured systems: the cross-system transfer model
     answers) and carry a calibrated band. Collective rows do not enter the kernel fits. Rows of the catalog
     devices in ``exclude_devices`` are dropped from every source (kernels and collectives alike): the GPU is
-    one no measurement describes, as a new user's GPU is."""
+    one no measurement describes, as a new user's GPU is; with ``shots`` > 0, ``shots`` of each such device's
+    kernel rows (drawn at random with ``seed``, GEMM and pointwise alike) stay in: the few measurements a user
+    takes of a new GPU before calibrating on it."""
     from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.importers import import_paths
     from hybrid.data.paths import public_data_dir
@@ -441,7 +444,10 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
         coll = public_collectives(base, cat, collective_rows)
     excluded = set(exclude_devices)
     if excluded:
-        table = table[~table["device"].isin(excluded)].reset_index(drop=True)
+        out = table["device"].isin(excluded).to_numpy()
+        kept = (table[out].sample(frac=1.0, random_state=seed).groupby("device").head(shots).index
+                if shots > 0 else [])
+        table = table[~out | table.index.isin(kept)].reset_index(drop=True)
         if collectives and len(coll):
             coll = coll[~coll["device"].isin(excluded)].reset_index(drop=True)
     kernel_devices = sorted(table["device"].unique())  # a GPU measured only in collectives ran no kernel here
@@ -570,6 +576,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="predict each label GPU with a model fitted without any measurement of that GPU (kernels "
                          "and collectives of every source dropped; one fit per label GPU): what a GPU that no "
                          "calibration data describes gets; writes heldout_results.md")
+    ap.add_argument("--shots", type=int, default=0, metavar="K",
+                    help="with --leave-one-gpu-out: keep K random kernel rows of the held-out GPU in its fit (the few "
+                         "measurements a user takes of a new GPU; writes heldout_K_shots_results.md)")
     ap.add_argument("--trace-dir", default=str(Path(tempfile.gettempdir()) / "hybrid-nlp-e2e-traces"))
     ap.add_argument("--json", action="store_true", help="print one JSON object; writes no markdown unless --out")
     ap.add_argument("--out", default=None, help="write results markdown here (default: results.md beside this "
@@ -595,6 +604,10 @@ def main(argv: list[str] | None = None) -> int:
         from hybrid.errors import InvalidInputError
 
         raise InvalidInputError("--leave-one-gpu-out fits its own models: it takes neither --model nor --intervals")
+    if args.shots < 0 or (args.shots and not args.leave_one_gpu_out):
+        from hybrid.errors import InvalidInputError
+
+        raise InvalidInputError(f"--shots {args.shots}: a non-negative row count, and only with --leave-one-gpu-out")
 
     def fit(exclude: Iterable[str] = ()):
         """(model, its catalog, the devices its GEMM model saw, rows, description)"""
@@ -608,7 +621,8 @@ def main(argv: list[str] | None = None) -> int:
             return engine.model, engine.catalog, seen, None, engine.name
         model, mcat, seen, n = calibrated_model(args.data_dir, args.rows_per_gpu, args.seed, args.with_test_kernels,
                                                 args.with_gpu_bundles, args.with_llmcompass, args.with_trace_kernels,
-                                                args.intervals, args.with_collectives, exclude_devices=exclude)
+                                                args.intervals, args.with_collectives, exclude_devices=exclude,
+                                                shots=args.shots)
         name = (f"HybridPredictor fitted on NeuSight kernel training data"
                 f"{' + kernel test collections' if args.with_test_kernels else ''}"
                 f"{' + the project GPU bundles' if args.with_gpu_bundles else ''}"
@@ -646,8 +660,10 @@ def main(argv: list[str] | None = None) -> int:
                          "measured_ms": float(r["e2e_latency"]), **pred,
                          "gpu_in_kernel_training": dev in fitted_on})
     if args.leave_one_gpu_out:
-        mname = mname.replace("HybridPredictor fitted", "one HybridPredictor per label GPU, fitted without any "
-                              "row of that GPU,", 1).rsplit(" (", 1)[0]
+        which = (f"with only {args.shots} random kernel rows of that GPU" if args.shots
+                 else "without any row of that GPU")
+        mname = mname.replace("HybridPredictor fitted", f"one HybridPredictor per label GPU, fitted {which},",
+                              1).rsplit(" (", 1)[0]
     if not rows:
         from hybrid.errors import InvalidInputError
 
@@ -692,7 +708,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=1, default=float))
     # --json prints and writes nothing unless --out names a file (a scoring run must not rewrite results.md)
-    default_name = "heldout_results.md" if args.leave_one_gpu_out else "results.md"
+    default_name = ("results.md" if not args.leave_one_gpu_out else
+                    f"heldout_{args.shots}_shots_results.md" if args.shots else "heldout_results.md")
     out = args.out or (str(Path(__file__).with_name(default_name))
                        if Path(args.labels).name == "e2e_labels_dev.csv" and not args.json else None)
     if out:
@@ -716,9 +733,10 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
         return f"| {name} | {s['n_rows']} | {s['geomean_pct']:.1f} | {s['median_pct']:.1f} | {s['p90_pct']:.1f} |"
 
     c, r = result["calibrated"], result["roofline"]
-    logo = getattr(args, "leave_one_gpu_out", False)
+    logo, shots = getattr(args, "leave_one_gpu_out", False), getattr(args, "shots", 0)
     out = ["# NLP end-to-end latency on GPUs, predicted from traces recorded on the CPU"
-           + (": every GPU held out of its calibration" if logo else ""), "",
+           + ((f": every GPU calibrated on {shots} of its kernel rows only" if shots
+               else ": every GPU held out of its calibration") if logo else ""), "",
            f"Command: `python experiments/nlp_e2e/run.py --labels {Path(args.labels).name} --rows-per-gpu "
            f"{args.rows_per_gpu}{'' if getattr(args, 'with_test_kernels', True) else ' --no-with-test-kernels'}"
            f"{'' if getattr(args, 'with_gpu_bundles', True) else ' --no-with-gpu-bundles'}"
@@ -727,6 +745,7 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
            f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}"
            f"{' --intervals' if getattr(args, 'intervals', False) else ''}"
            f"{' --leave-one-gpu-out' if getattr(args, 'leave_one_gpu_out', False) else ''}"
+           f"{f' --shots {args.shots}' if getattr(args, 'shots', 0) else ''}"
            f"{' --model-configs ' + str(args.model_configs) if getattr(args, 'model_configs', None) else ''}"
            f"` (hybrid {hybrid.__version__}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
            f"{result['seconds']:.0f} s on the shared 2-core VM).", "",
@@ -736,7 +755,10 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
            *(["Each label GPU's rows are predicted by a model fitted without a single measurement of that GPU "
               "(its kernel rows of every source and its collective logs dropped), as a GPU that no calibration "
               "data describes is; a sibling die measured in another product (the A100 PCIe 80GB beside the 40GB, "
-              "the MI210 beside the MI250) stays in. Traces, engine and everything else as in results.md.", ""]
+              "the MI210 beside the MI250) stays in. Traces, engine and everything else as in results.md."
+              + (f" Here {shots} of its kernel rows (drawn at random from its NeuSight collections and profiles, "
+                 "GEMM and pointwise alike) are put back, as a user calibrating on a few measurements of a new GPU "
+                 "would; no collective log of it." if shots else ""), ""]
              if logo else []),
            f"**Headline (calibrated): geomean {c['geomean_pct']:.1f}% over {c['n_rows']} rows** "
            f"(target <= 3%: {'met' if c['geomean_pct'] <= 3 else 'MISSED'}); roofline only: "
