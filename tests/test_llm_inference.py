@@ -694,6 +694,10 @@ def test_vendor_table_rows_run_on_their_gpu_and_precision_and_unmappable_rows_ar
     assert vendor_model("LLaMA 70B") == "llama2-70b" and vendor_model("Grok 1") is None
     assert vendor_model("Mixtral 8x22B") == "mixtral-8x22b" and vendor_model("Qwen3-30B-A3B") == "qwen3-30b-a3b"
     assert vendor_model("gpt-oss-120b") == "gpt-oss-120b" and vendor_model("GPT-OSS 20B") == "gpt-oss-20b"
+    # Hugging Face ids, as later tables and trtllm-bench print them: the organisation is not part of the name
+    assert vendor_model("meta-llama/Llama-3.1-8B") == vendor_model("meta-llama/Llama-3.1-8B-Instruct") == "llama3-8b"
+    assert vendor_model("mistralai/Mixtral-8x7B-v0.1") == "mixtral-8x7b" and vendor_model("Mistral 7B") == "mistral-7b"
+    assert vendor_model("meta-llama/Llama-4-Maverick-17B-128E-Instruct") == "llama4-maverick"
     from hybrid.workloads.llm.vendor_tables import device_precision
 
     # a 4-bit float checkpoint (gpt-oss MXFP4) on Hopper runs weight-only 4-bit with 16-bit activations

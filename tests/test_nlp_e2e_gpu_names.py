@@ -74,7 +74,7 @@ def test_shots_put_back_that_many_rows_of_the_held_out_gpu(load_experiment, shar
 
 
 @pytest.mark.parametrize("argv", [["--shots", "5"], ["--leave-one-gpu-out", "--shots", "-1"],
-                                  ["--leave-one-gpu-out", "--intervals"]])
+                                  ["--leave-one-gpu-out", "--model", "x"]])
 def test_held_out_options_that_cannot_go_together_are_input_errors(load_experiment, argv):
     from hybrid.errors import InvalidInputError
 

@@ -45,6 +45,7 @@ _VENDOR_KEYS = {
     "llama3370b": "llama3-70b", "llama3405b": "llama3-405b", "llama31405b": "llama3-405b",
     "qwen3235ba22b": "qwen3-235b-a22b", "deepseekr1": "deepseek-v3", "deepseekv3": "deepseek-v3",
     "llama4scout": "llama4-scout", "llama4maverick": "llama4-maverick", "mixtral8x22b": "mixtral-8x22b",
+    "llama4scout17b16e": "llama4-scout", "llama4maverick17b128e": "llama4-maverick",
     "qwen330ba3b": "qwen3-30b-a3b", "gptoss120b": "gpt-oss-120b", "gptoss20b": "gpt-oss-20b",
 }
 #: The labels of the first TensorRT-LLM tables, kept for reference (all of them fold into :data:`_VENDOR_KEYS`).
@@ -65,8 +66,10 @@ DEFAULT_GPU = "A100"
 
 
 def vendor_model(label: str) -> str | None:
-    """Model-library name of a vendor table's model label, or None (``LLaMA v3.1 70B`` -> ``llama3-70b``)."""
-    s = re.sub(r"\b(meta|instruct|chat|hf|base)\b", "", str(label).lower())
+    """Model-library name of a vendor table's model label, or None (``LLaMA v3.1 70B`` -> ``llama3-70b``; a Hugging
+    Face id's organisation is dropped: ``meta-llama/Llama-3.1-8B-Instruct`` -> ``llama3-8b``)."""
+    s = re.sub(r"\b(meta|instruct|chat|hf|base)\b", "", str(label).lower().rsplit("/", 1)[-1])
+    s = re.sub(r"[-_ ]v\d+\.\d+\s*$", "", s.strip(" -_"))  # a release suffix: "Mixtral-8x7B-v0.1"
     s = re.sub(r"\bv(?=\d)", "", s)  # "LLaMA v2 7B" -> "llama 2 7b"
     return _VENDOR_KEYS.get(re.sub(r"[^a-z0-9]", "", s))
 
