@@ -80,3 +80,28 @@ def test_held_out_options_that_cannot_go_together_are_input_errors(load_experime
 
     with pytest.raises(InvalidInputError, match="--shots|--leave-one-gpu-out"):
         load_experiment("nlp_e2e").main(["--json", *argv])
+
+
+def test_leave_one_gpu_out_run_predicts_each_gpu_without_its_rows(load_experiment, shared_datasets, tmp_path,
+                                                                   capsys):
+    """The benchmark's --leave-one-gpu-out pass end to end on a tiny label file: one fit per label GPU, each
+    label predicted by the fit that never saw its GPU; with --shots the GPU is in its own fit again."""
+    import json
+
+    bench = load_experiment("nlp_e2e")
+    labels = tmp_path / "labels.csv"
+    labels.write_text("gpu,config,model,mode,seqlen,batch,extra,num_layer,e2e_latency\n"
+                      "Tesla_T4,a,gpt2_med,inf,128,1,,1,5.0\n"
+                      "Tesla_V100-PCIE-32GB,b,gpt2_med,inf,128,1,,1,3.0\n")
+    common = ["--labels", str(labels), "--rows-per-gpu", "40", "--no-with-gpu-bundles", "--no-with-llmcompass",
+              "--no-with-collectives", "--trace-dir", str(tmp_path / "traces"), "--json"]
+    assert bench.main([*common, "--leave-one-gpu-out"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_rows"] == 2 and out["calibrated_heldout_gpus"]["n_rows"] == 2
+    assert not any(r["gpu_in_kernel_training"] for r in out["rows"])
+    assert all(r["calibrated"] > 0 for r in out["rows"])
+    assert "without any row of that GPU" in out["calibrated_model"]
+    assert bench.main([*common, "--leave-one-gpu-out", "--shots", "30"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(r["gpu_in_kernel_training"] for r in out["rows"]) and "calibrated_heldout_gpus" not in out
+    assert not list(tmp_path.glob("*results.md"))  # --json writes nothing
