@@ -393,22 +393,36 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
                      gpu_bundles: bool = True, llmcompass: bool = True, trace_kernels: bool = False,
                      intervals: bool = False, collectives: bool = True, collective_rows: int = 12000,
                      exclude_devices: Iterable[str] = (), shots: int = 0):
-    """HybridPredictor fitted on NeuSight's kernel training data (sub-sampled per GPU and family group); with
-    ``with_test_kernels`` also on NeuSight's kernel *test* collections (``neusight/test-dev``: larger shapes, and
-    the A100 80GB PCIe), which are kernel measurements, not end-to-end labels; with ``gpu_bundles`` also on the
-    project's GPU bundles (``datasets/``, whole); with ``llmcompass`` also on LLMCompass's A100/MI210 FP16 eager
-    softmax table (the only AMD pointwise measurements at hand; its layernorm and GELU ran compiled); with
-    ``intervals`` the 80% prediction intervals are calibrated too (``fit(intervals=True)``: what ``hybrid
-    calibrate`` gives; the point predictions are the same); with ``collectives`` also on every public collective
-    measurement (nccl-tests logs, Vidur's network tables, XLA's H100 collectives; at most ``collective_rows``,
-    drawn evenly per device and op), so that the multi-GPU labels' collectives are costed by the learned
-    collective models (the labelled node is not among the measured systems: the cross-system transfer model
-    answers) and carry a calibrated band. Collective rows do not enter the kernel fits. Rows of the catalog
-    devices in ``exclude_devices`` are dropped from every source (kernels and collectives alike): the GPU is
-    one no measurement describes, as a new user's GPU is; with ``shots`` > 0, ``shots`` of each such device's
-    kernel rows (drawn at random with ``seed``, GEMM and pointwise alike) stay in: the few measurements a user
-    takes of a new GPU before calibrating on it."""
+    """HybridPredictor fitted on :func:`calibration_table` (arguments as there; ``intervals``: the 80% prediction
+    intervals are calibrated too, ``fit(intervals=True)``: what ``hybrid calibrate`` gives; the point predictions are
+    the same): (model, catalog, GPUs with kernel rows in the fit, rows in the fit)."""
     from hybrid.corrections.predictor import HybridPredictor
+
+    table, cat, kernel_devices = calibration_table(data_dir, rows_per_gpu, seed, with_test_kernels, gpu_bundles,
+                                                   llmcompass, trace_kernels, collectives, collective_rows,
+                                                   exclude_devices, shots)
+    model = HybridPredictor(catalog=cat, seed=seed).fit(table, intervals=intervals, progress=intervals)
+    return model, cat, kernel_devices, len(table)
+
+
+def calibration_table(data_dir: str | None, rows_per_gpu: int, seed: int, with_test_kernels: bool = True,
+                      gpu_bundles: bool = True, llmcompass: bool = True, trace_kernels: bool = False,
+                      collectives: bool = True, collective_rows: int = 12000, exclude_devices: Iterable[str] = (),
+                      shots: int = 0):
+    """The calibration rows of the NLP model: (table, catalog, GPUs with kernel rows in it). NeuSight's kernel
+    training data (sub-sampled per GPU and family group); with ``with_test_kernels`` also NeuSight's kernel *test*
+    collections (``neusight/test-dev``: larger shapes, and the A100 80GB PCIe), which are kernel measurements, not
+    end-to-end labels; with ``gpu_bundles`` also the project's GPU bundles (``datasets/``, whole); with
+    ``llmcompass`` also LLMCompass's A100/MI210 FP16 eager softmax table (the only AMD pointwise measurements at
+    hand; its layernorm and GELU ran compiled); with ``collectives`` also every public collective measurement
+    (nccl-tests logs, Vidur's network tables, XLA's H100 collectives; at most ``collective_rows``, drawn evenly per
+    device and op), so that the multi-GPU labels' collectives are costed by the learned collective models (the
+    labelled node is not among the measured systems: the cross-system transfer model answers) and carry a
+    calibrated band. Collective rows do not enter the kernel fits. Rows of the catalog devices in
+    ``exclude_devices`` are dropped from every source (kernels and collectives alike): the GPU is one no
+    measurement describes, as a new user's GPU is; with ``shots`` > 0, ``shots`` of each such device's kernel rows
+    (drawn at random with ``seed``, GEMM and pointwise alike) stay in: the few measurements a user takes of a new
+    GPU before calibrating on it."""
     from hybrid.data.importers import import_paths
     from hybrid.data.paths import public_data_dir
     from hybrid.hardware.catalog import default_catalog
@@ -453,8 +467,7 @@ def calibrated_model(data_dir: str | None, rows_per_gpu: int, seed: int, with_te
     kernel_devices = sorted(table["device"].unique())  # a GPU measured only in collectives ran no kernel here
     if collectives:
         table = pd.concat([table, coll], ignore_index=True, sort=False)
-    model = HybridPredictor(catalog=cat, seed=seed).fit(table, intervals=intervals, progress=intervals)
-    return model, cat, kernel_devices, len(table)
+    return table, cat, kernel_devices
 
 
 
