@@ -449,6 +449,32 @@ def test_calibrate_intervals_uses_the_hold_outs_of_hybrid_calibrate(catalog):
     assert len(pred.calibration_splits(table, 2)) == 3
 
 
+def test_holdout_residuals_are_what_the_bands_are_calibrated_on(fitted):
+    """``holdout_residuals`` returns every scored hold-out row with its band, device, key and the caller's row label;
+    the bands ``calibrate_intervals`` fits are exactly the conformal quantiles of those residuals."""
+    pred, train, _ = fitted
+    train = train.set_axis(train.index * 2 + 1000)  # labels that are not positions
+    res = pred.holdout_residuals(train, max_devices=3, adapted=False)
+    assert set(res["split"]) == {"random", "lodo"}
+    assert set(res["band_name"]) <= {"seen", "unseen", "sibling"}
+    # one fit per held-out device: three devices, each scored on every one of its rows
+    lodo = res[res["split"] == "lodo"]
+    assert lodo["device"].nunique() == 3
+    for dev, g in lodo.groupby("device"):
+        assert len(g) == int((train["device"] == dev).sum())
+    # rows point back into the caller's table, residuals are log(measured / predicted)
+    assert np.allclose(res["measured_us"], train.loc[res["row"], "time_us"].to_numpy())
+    assert np.allclose(res["log_residual"], np.log(res["measured_us"] / res["predicted_us"]))
+    assert res["key"].str.startswith("kernel-xgb:").all()
+    full = pred.holdout_residuals(train, max_devices=3)
+    assert (full["split"] == "adapted").any() and full["band_name"].str.startswith("adapted-").sum() > 0
+    again = HybridPredictor(corrections=[GemmXGB(XGBParams(n_estimators=60, max_depth=5)),
+                                         PointwiseXGB(XGBParams(n_estimators=60, max_depth=5))])
+    again.fit(train).calibrate_intervals(train, max_devices=3)
+    bands = IntervalCalibration.from_residuals(full["log_residual"], full["key"], full["band"], full["device"])
+    assert bands.to_json() == again.intervals.to_json()
+
+
 def test_gpu_gemm_interval_stops_at_the_roofline(fitted):
     """A GPU GEMM cannot beat its datasheet roofline: the interval's low end stops there (the point estimate
     already does); elsewhere (CPU rows) the band is untouched."""

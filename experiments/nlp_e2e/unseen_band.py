@@ -7,7 +7,7 @@ GPU is held out of its fit (the band of a GPU the model never measured), against
 fit. The lead it left: op errors of one GPU partly cancel in a step, so a band split into a per-GPU part (every op
 of the step moves with it) and a per-op part (averages out over a step's ops) would be narrower at the step. This
 script measures that on the residuals the bands are calibrated on, with the NLP model's own calibration data
-(:func:`run.calibration_table`) and the library's hold-outs (``HybridPredictor.calibration_splits``: a random 20%
+(:func:`run.calibration_table`) and the library's hold-outs (``HybridPredictor.holdout_residuals``: a random 20%
 of every (device, op) group for the seen band, one fit per held-out device for the unseen band):
 
 * per ``method:family`` key, the op band (the library's unseen band: every held-out device the same weight) beside
@@ -36,9 +36,8 @@ sys.path.insert(0, str(HERE))
 
 import run as nlp  # noqa: E402  (the benchmark's calibration data)
 
-from hybrid.corrections.intervals import interval_keys, weighted_quantile  # noqa: E402
+from hybrid.corrections.intervals import weighted_quantile  # noqa: E402
 from hybrid.corrections.predictor import HybridPredictor  # noqa: E402
-from hybrid.ops.families import family_array  # noqa: E402
 from hybrid.reports.markdown import write_benchmark_results  # noqa: E402
 
 #: nominal coverage of the bands
@@ -46,30 +45,16 @@ COVERAGE = 0.8
 
 
 def residuals(table: pd.DataFrame, cat, seed: int, max_devices: int = 8) -> pd.DataFrame:
-    """Held-out log residuals ``log(measured / predicted)`` of the seen (``random``) and unseen (``lodo``) splits of
-    ``HybridPredictor.calibrate_intervals``, one row per held-out op with its device, key, measured time, dims and
-    source."""
-    work = table.reset_index(drop=True)
-    probe = HybridPredictor(catalog=cat, seed=seed)
-    drop, _ = probe.implausible(work)
-    work = work.loc[~drop].reset_index(drop=True)
-    devices = probe._device_keys(work["device"])
-    parts = []
-    for split, mask in probe.calibration_splits(work, max_devices, 0.2, seed):
-        if split not in ("random", "lodo") or mask.all() or not mask.any():
-            continue
-        fitted = HybridPredictor(catalog=cat, seed=seed).fit(work.loc[~mask])
-        sub = work.loc[mask]
-        pred = fitted.predict(sub, intervals=False)
-        meas = pd.to_numeric(sub["time_us"]).to_numpy(np.float64)
-        parts.append(pd.DataFrame({
-            "split": split, "device": devices[mask], "meas": meas,
-            "r": np.log(meas) - np.log(pred["time_us"].to_numpy(np.float64)),
-            "key": interval_keys(pred["method"].to_numpy(), family_array(sub["op"])),
-            **{c: pd.to_numeric(sub[c], errors="coerce").to_numpy(np.float64) for c in ("m", "n", "k")},
-            "source": sub["source"].astype(str).to_numpy()}))
-        print(f"  {split} {devices[mask][0] if split == 'lodo' else ''}: {int(mask.sum())} rows", file=sys.stderr)
-    return pd.concat(parts, ignore_index=True)
+    """Held-out log residuals ``r = log(measured / predicted)`` of the seen (``random``) and unseen (``lodo``) splits
+    the bands are calibrated on (``HybridPredictor.holdout_residuals``, adapted fits skipped), one row per held-out
+    op with its device, key, measured time (``meas``), dims and source."""
+    res = HybridPredictor(catalog=cat, seed=seed).holdout_residuals(table, max_devices, 0.2, seed, adapted=False,
+                                                                    progress=True)
+    res = res[res["split"].isin(["random", "lodo"])].reset_index(drop=True)
+    rows = table.loc[res["row"].to_numpy()]
+    return res.rename(columns={"log_residual": "r", "measured_us": "meas"}).assign(
+        **{c: pd.to_numeric(rows[c], errors="coerce").to_numpy(np.float64) for c in ("m", "n", "k")},
+        source=rows["source"].astype(str).to_numpy())
 
 
 def band(frame: pd.DataFrame, col: str = "r") -> tuple[float, float]:
@@ -150,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     head = ["# Anatomy of the unseen-GPU band (the NLP model's calibration)", "", f"Command: `python experiments/nlp_e2e/unseen_band.py --rows-per-gpu {args.rows_per_gpu} --seed "
             f"{args.seed}` ({time.time() - t0:.0f} s on the shared 2-core VM).", "",
             "Calibration data: the NLP benchmark's (`run.calibration_table`, every GPU in it); hold-outs: the "
-            "library's (`HybridPredictor.calibration_splits`: a random 20% for the seen band, one fit per held-out "
+            "library's (`HybridPredictor.holdout_residuals`: a random 20% for the seen band, one fit per held-out "
             "device, at most 8, for the unseen band). Bands are 80% (10% - 90% quantiles), as factors on the "
             "prediction (measured / predicted).", "", *lines]
     write_benchmark_results(Path(args.out), "\n".join(head) + "\n")

@@ -275,15 +275,43 @@ class HybridPredictor:
         :data:`~hybrid.corrections.intervals.ADAPT_SHOTS` of the held-out device's rows, :meth:`adaptation_holdouts`:
         bands of adapted devices) and, when the fit up-weighted few-row devices (:attr:`devices_sparse`), one fit
         per held-out device that keeps as many of its rows (band of few-row devices, :meth:`few_row_splits`).
-        ``self``'s fitted models are not changed."""
+        The residuals are :meth:`holdout_residuals`'. ``self``'s fitted models are not changed."""
+        res = self.holdout_residuals(table, max_devices, test_fraction, seed, progress=progress)
+        if len(res):
+            self.intervals = IntervalCalibration.from_residuals(
+                res["log_residual"].to_numpy(), res["key"].to_numpy(), res["band"].to_numpy(),
+                res["device"].to_numpy(), coverage)
+        else:
+            self.intervals = IntervalCalibration(coverage, {})
+        return self
+
+    def holdout_residuals(self, table: pd.DataFrame, max_devices: int = 8, test_fraction: float = 0.2,
+                          seed: int | None = None, adapted: bool = True, progress: bool = False) -> pd.DataFrame:
+        """The held-out predictions the 80% bands are calibrated on (:meth:`calibrate_intervals`), one row per
+        scored op: ``split`` (``random``, ``lodo``, ``few``, ``adapted``), ``band`` (the code of the band the row
+        calibrates, :data:`~hybrid.corrections.intervals.BAND_NAMES`; ``band_name``), ``device`` (catalog key),
+        ``key`` (``method:family``), ``row`` (the row's index label in ``table``), ``measured_us``,
+        ``predicted_us`` and ``log_residual`` (``log(measured / predicted)``). Rows the fit leaves out as
+        implausible are not scored. ``adapted=False`` skips the adapted-device fits (the slowest part). Each
+        hold-out refits copies of this predictor's corrections; ``self`` is not changed."""
         from tqdm.auto import tqdm
 
+        labels = table.index.to_numpy()  # the caller's index labels
         work = table.reset_index(drop=True)
         drop, _ = self.implausible(work)  # the rows a fit leaves out are not scored either
         if drop.any():
-            work = work.loc[~drop].reset_index(drop=True)
+            work, labels = work.loc[~drop].reset_index(drop=True), labels[~drop]
         devices = self._device_keys(work["device"])
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        parts: list[pd.DataFrame] = []
+
+        def part(split: str, rows: np.ndarray, pred: pd.DataFrame, band: np.ndarray) -> pd.DataFrame:
+            held = work.loc[rows]
+            meas = pd.to_numeric(held["time_us"]).to_numpy(np.float64)
+            p = pred["time_us"].to_numpy(np.float64)
+            return pd.DataFrame({"split": split, "band": band, "device": devices[rows], "row": labels[rows],
+                                 "key": interval_keys(pred["method"].to_numpy(), family_array(held["op"])),
+                                 "measured_us": meas, "predicted_us": p, "log_residual": np.log(meas) - np.log(p)})
+
         jobs = self.calibration_splits(work, max_devices, test_fraction, seed)
         band = {"random": SEEN, "lodo": UNSEEN, "few": FEW}
         for split, mask in tqdm(jobs, desc="calibrate intervals", unit="fit", disable=not progress, leave=False):
@@ -292,27 +320,23 @@ class HybridPredictor:
             clone = HybridPredictor(self.catalog, [copy.deepcopy(c) for c in self.corrections], seed=self.seed)
             clone.fit(work.loc[~mask])
             sub = work.loc[mask]
-            pred = clone.predict(sub, intervals=False)
-            resid = np.log(pd.to_numeric(sub["time_us"]).to_numpy(np.float64)) - np.log(pred["time_us"].to_numpy())
-            keys = interval_keys(pred["method"].to_numpy(), family_array(sub["op"]))
             codes = np.full(len(sub), band[split])
             if split == "lodo":  # a held-out GPU whose die the fit measured in another variant: the sibling band
                 codes[clone.sibling_rows(sub)] = SIBLING
-            parts.append((resid, keys, codes, devices[mask]))
-            if split == "lodo":  # the held-out device adapted with k of its rows: the bands of adapted devices
+            rows = np.flatnonzero(mask)
+            parts.append(part(split, rows, clone.predict(sub, intervals=False), codes))
+            if split == "lodo" and adapted:  # the held-out device adapted with k of its rows: adapted bands
                 for shots, fit_rows, scored in clone.adaptation_holdouts(sub, seed):
-                    held = sub.loc[scored]
-                    pred = clone.adapt(sub.loc[fit_rows]).predict(held, intervals=False)
-                    resid = (np.log(pd.to_numeric(held["time_us"]).to_numpy(np.float64))
-                             - np.log(pred["time_us"].to_numpy()))
-                    parts.append((resid, interval_keys(pred["method"].to_numpy(), family_array(held["op"])),
-                                  np.full(len(held), adapted_code(shots)), devices[mask][scored]))
-        if parts:
-            r, k, b, dev = (np.concatenate(x) for x in zip(*parts, strict=True))
-            self.intervals = IntervalCalibration.from_residuals(r, k, b, dev, coverage)
-        else:
-            self.intervals = IntervalCalibration(coverage, {})
-        return self
+                    pred = clone.adapt(sub.loc[fit_rows]).predict(sub.loc[scored], intervals=False)
+                    parts.append(part("adapted", rows[np.asarray(scored)], pred,
+                                      np.full(int(np.count_nonzero(scored)), int(adapted_code(shots)))))
+        cols = ["split", "band", "band_name", "device", "key", "row", "measured_us", "predicted_us", "log_residual"]
+        if not parts:
+            return pd.DataFrame(columns=cols)
+        out = pd.concat(parts, ignore_index=True)
+        out["band"] = out["band"].astype(np.int64)
+        out["band_name"] = np.asarray(BAND_NAMES, dtype=object)[out["band"].to_numpy()]
+        return out[cols]
 
     def _device_keys(self, devices: pd.Series) -> np.ndarray:
         """Catalog key per row (aliases resolved once per distinct name)."""
