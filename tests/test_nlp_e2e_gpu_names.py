@@ -105,3 +105,10 @@ def test_leave_one_gpu_out_run_predicts_each_gpu_without_its_rows(load_experimen
     out = json.loads(capsys.readouterr().out)
     assert all(r["gpu_in_kernel_training"] for r in out["rows"]) and "calibrated_heldout_gpus" not in out
     assert not list(tmp_path.glob("*results.md"))  # --json writes nothing
+    # a written report links its parity plot, written beside it (whole: no temporary file left)
+    assert bench.main([*common[:-1], "--leave-one-gpu-out", "--out", str(tmp_path / "r.md")]) == 0
+    capsys.readouterr()
+    assert "![predicted vs measured step time per GPU](r.png)" in (tmp_path / "r.md").read_text()
+    png = (tmp_path / "r.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert not list(tmp_path.glob("*.tmp.png"))

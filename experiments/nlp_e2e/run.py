@@ -726,7 +726,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (str(Path(__file__).with_name(default_name))
                        if Path(args.labels).name == "e2e_labels_dev.csv" and not args.json else None)
     if out:
-        write_benchmark_results(out, report(result, table, args))
+        plot = parity_plot(table, Path(out).with_suffix(".png"), result)
+        write_benchmark_results(out, report(result, table, args, plot))
         if "calibrated_low" in table.columns and not args.leave_one_gpu_out:
             # per-row intervals for experiments/e2e_intervals (form error), from the one model of results.md
             kind = table["mode"].map({"train": "training", "inf": "inference"})
@@ -740,7 +741,52 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
+def parity_plot(table: pd.DataFrame, path: Path, result: dict) -> str:
+    """Predicted against measured step time (log-log), one colour per GPU: the calibrated prediction (filled, with
+    its 80% interval where there is one) beside the roofline's (hollow, grey), the y = x line and +-10%. Returns the
+    file name (written beside the results)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8.5, 7))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    meas = table["measured_ms"].to_numpy(np.float64)
+    ax.scatter(meas, table["roofline"].to_numpy(np.float64), s=18, facecolors="none", edgecolors="0.6",
+               linewidths=0.8, label=f"roofline ({result['roofline']['geomean_pct']:.1f}% geomean)")
+    for i, (gpu, g) in enumerate(table.groupby("gpu", sort=True)):
+        c = colors[i % len(colors)]
+        x, y = g["measured_ms"].to_numpy(np.float64), g["calibrated"].to_numpy(np.float64)
+        if "calibrated_low" in g.columns and np.isfinite(g["calibrated_low"].to_numpy(np.float64)).any():
+            lo, hi = g["calibrated_low"].to_numpy(np.float64), g["calibrated_high"].to_numpy(np.float64)
+            ax.errorbar(x, y, yerr=[np.clip(y - lo, 0, None), np.clip(hi - y, 0, None)], fmt="none", ecolor=c,
+                        alpha=0.35, linewidth=0.8)
+        ax.scatter(x, y, s=22, color=c, label=f"{gpu} ({len(g)})")
+    lim = np.array([np.nanmin(meas) / 1.5, np.nanmax(meas) * 1.5])
+    ax.plot(lim, lim, "k-", linewidth=0.8)
+    for f in (0.9, 1.1):
+        ax.plot(lim, lim * f, "k:", linewidth=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(*lim)
+    ax.set_ylim(*lim)
+    ax.set_xlabel("measured step time (ms)")
+    ax.set_ylabel("predicted step time (ms)")
+    ax.set_title(f"NLP steps: calibrated {result['calibrated']['geomean_pct']:.1f}% geomean over "
+                 f"{result['calibrated']['n_rows']} labels (filled; bars: 80% interval), roofline hollow; "
+                 "dotted: +-10%", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)  # never a half-written figure beside the results
+    return path.name
+
+
+def report(result: dict, table: pd.DataFrame, args: argparse.Namespace, plot: str | None = None) -> str:
     import hybrid
 
     def line(name: str, s: dict) -> str:
@@ -781,6 +827,8 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace) -> str:
            line("calibrated, all", c), line("roofline, all", r)]
     if "calibrated_heldout_gpus" in result:
         out.append(line("calibrated, GPUs not in the kernel training data", result["calibrated_heldout_gpus"]))
+    if plot:
+        out += ["", f"![predicted vs measured step time per GPU]({plot})"]
     for grp in ("by_gpu", "by_model", "by_mode", "by_parallel"):
         out += ["", f"### {grp.replace('_', ' ')} (calibrated / roofline geomean %)", "",
                 "| value | rows | calibrated | roofline |", "|---|---|---|---|"]
