@@ -86,3 +86,25 @@ def test_broken_profiles(shared_datasets, tmp_path, catalog):
     net.drop(columns=["num_workers"]).to_csv(p, index=False)
     with pytest.raises(ImportFormatError, match=r"all_reduce\.csv: missing column.*num_workers"):
         import_vidur_network(p, catalog=catalog)
+
+
+def test_device_folder_of_either_vidur_layout(shared_datasets, tmp_path, catalog):
+    """``compute/<device>/<org>/<model>/mlp.csv`` and Vidur's earlier flat ``profiling/<device>/mlp.csv`` both name
+    their device; a folder naming no catalog device is an error that says so and how to pass one."""
+    from hybrid.errors import UnknownDeviceError
+
+    raw = pd.read_csv(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv").head(8)
+    flat = tmp_path / "data" / "profiling" / "h100" / "mlp.csv"
+    flat.parent.mkdir(parents=True)
+    raw.to_csv(flat, index=False)
+    assert set(import_vidur_compute(flat, catalog=catalog)["device"]) == {"H100-SXM"}
+    layered = tmp_path / "compute" / "a40" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
+    layered.parent.mkdir(parents=True)
+    raw.to_csv(layered, index=False)
+    assert set(import_vidur_compute(layered, catalog=catalog)["device"]) == {"A40"}
+    unknown = tmp_path / "compute" / "gpu-x" / "acme" / "Llama-2-7b-hf" / "mlp.csv"
+    unknown.parent.mkdir(parents=True)
+    raw.to_csv(unknown, index=False)
+    with pytest.raises(UnknownDeviceError, match=r"unknown device 'gpu-x'.*--device"):
+        import_vidur_compute(unknown, catalog=catalog)
+    assert set(import_vidur_compute(unknown, device="L40S", catalog=catalog)["device"]) == {"L40S"}

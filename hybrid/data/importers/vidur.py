@@ -48,7 +48,7 @@ from hybrid.data.importers._common import (
     resolve_system_name,
     warn,
 )
-from hybrid.errors import ImportFormatError
+from hybrid.errors import HybridError, ImportFormatError
 from hybrid.hardware.catalog import Catalog
 
 
@@ -128,6 +128,24 @@ def _model_dims(df: pd.DataFrame, path: Path) -> ModelConfig:
     return known
 
 
+def _path_device(path: Path, catalog: Catalog) -> str:
+    """The device folder of a compute file: ``compute/<device>/<org>/<model>/mlp.csv`` (the current layout) or
+    ``profiling/<device>/mlp.csv`` (Vidur's earlier one, no model folders), whichever names a catalog device; the
+    current layout's folder (resolved later, with its error) when neither does."""
+    layered = path.parents[2].name if len(path.parents) > 2 else ""
+    flat = path.parent.name if path.parent != path else ""
+    for name in (layered, flat):
+        if name:
+            try:
+                catalog.device(name)
+                return name
+            except HybridError:
+                continue
+    if not (layered or flat):
+        raise ImportFormatError(f"{path}: cannot tell the device from the path; pass --device")
+    return layered or flat
+
+
 def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
     df = read_csv_checked(path, ("num_tokens",), what="Vidur compute (mlp.csv)")
     present = [op for op in VIDUR_OPS if f"time_stats.{op}.median" in df.columns]
@@ -140,9 +158,7 @@ def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFr
     h, q, kv, f = cfg.hidden, cfg.heads, cfg.kv_heads, cfg.intermediate
     d = h // q
     if device is None:
-        device = path.parents[2].name if len(path.parents) > 2 else None
-        if not device:
-            raise ImportFormatError(f"{path}: cannot tell the device from the path; pass --device")
+        device = _path_device(path, catalog)
     frames = []
     for name in present:
         t = {k: MS_TO_US * numeric(df, f"time_stats.{name}.{stat}", path, required=stat == "median",
