@@ -275,7 +275,7 @@ class HybridPredictor:
         :data:`~hybrid.corrections.intervals.ADAPT_SHOTS` of the held-out device's rows, :meth:`adaptation_holdouts`:
         bands of adapted devices) and, when the fit up-weighted few-row devices (:attr:`devices_sparse`), one fit
         per held-out device that keeps as many of its rows (band of few-row devices, :meth:`few_row_splits`).
-        The residuals are :meth:`holdout_residuals`'. ``self``'s fitted models are not changed."""
+        The residuals come from :meth:`holdout_residuals`. ``self``'s fitted models are not changed."""
         res = self.holdout_residuals(table, max_devices, test_fraction, seed, progress=progress)
         if len(res):
             self.intervals = IntervalCalibration.from_residuals(
