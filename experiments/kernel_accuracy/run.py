@@ -301,7 +301,9 @@ def main() -> None:
         "Cells: mean over held-out devices of the per-device geomean |pred - meas| / meas in %, "
         "(devices, rows) after the roofline column.", "",
     ]
+    head = len(lines)  # the plot goes after the introduction
     summary: dict[str, dict[str, float]] = {}
+    per_device: dict[str, tuple[pd.Series, pd.Series, str]] = {}  # group -> (roofline, default model, its name)
     for group in args.groups.split(","):
         sub = table[table["group"] == group].reset_index(drop=True)
         base = roofline(sub, catalog)
@@ -348,14 +350,48 @@ def main() -> None:
             lines.append(f"| {dev} | {counts[dev]} | {roof_dev[dev]:.1f} | "
                          + " | ".join(f"{dev_means[n][dev]:.1f}" for n in names) + " |")
         lines.append("")
+        per_device[group] = (roof_dev, dev_means[names[0]], names[0])
         if group == "gemm":
             lines += largest_section(sub, base, catalog, args.seed, args.trees)
             lines += dtype_section(sub, base, catalog, args.seed, args.trees)
         summary[group] = {n: float(dev_means[n].mean()) for n in names}
+    if per_device:
+        plot = device_plot(per_device, Path(args.out).with_suffix(".png"))
+        lines[head:head] = [f"![leave-one-GPU-out error per held-out GPU, roofline beside the default model]({plot})",
+                            ""]
     lines.append(f"Total wall time: {time.time() - t_start:.0f} s (2-core machine shared with other jobs)")
     text = "\n".join(lines) + "\n"
     print(text)
     write_benchmark_results(args.out, text)
+
+
+def device_plot(per_device: dict[str, tuple[pd.Series, pd.Series, str]], path: Path) -> str:
+    """One panel per family group: each held-out GPU's geomean error, the roofline's beside the default model's,
+    sorted by the model's error, with the mean over GPUs as a line. Returns the file name (beside the results)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(per_device), figsize=(6.5 * len(per_device), 6.5), squeeze=False)
+    for ax, (group, (roof, model, name)) in zip(axes[0], per_device.items(), strict=True):
+        order = model.sort_values().index
+        y = np.arange(len(order))
+        ax.barh(y + 0.2, roof[order], height=0.4, color="0.75", label=f"roofline (mean {roof.mean():.1f}%)")
+        ax.barh(y - 0.2, model[order], height=0.4, color="C0", label=f"{name} (mean {model.mean():.1f}%)")
+        ax.axvline(model.mean(), color="C0", linewidth=0.8, linestyle="--")
+        ax.set_yticks(y, list(order), fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("geomean |error| on the held-out GPU's rows (%)")
+        ax.set_title(f"{group}: each GPU predicted by a fit without it", fontsize=10)
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_name(path.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)  # never a half-written figure beside the results
+    return path.name
 
 
 if __name__ == "__main__":
