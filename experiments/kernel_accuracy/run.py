@@ -368,12 +368,10 @@ def main() -> None:
 def device_plot(per_device: dict[str, tuple[pd.Series, pd.Series, str]], path: Path) -> str:
     """One panel per family group: each held-out GPU's geomean error, the roofline's beside the default model's,
     sorted by the model's error, with the mean over GPUs as a line. Returns the file name (beside the results)."""
-    import matplotlib
+    from hybrid.reports.plots import new_figure, save_png
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(per_device), figsize=(6.5 * len(per_device), 6.5), squeeze=False)
+    fig = new_figure(6.5 * len(per_device), 6.5)
+    axes = fig.subplots(1, len(per_device), squeeze=False)
     for ax, (group, (roof, model, name)) in zip(axes[0], per_device.items(), strict=True):
         order = model.sort_values().index
         y = np.arange(len(order))
@@ -384,14 +382,9 @@ def device_plot(per_device: dict[str, tuple[pd.Series, pd.Series, str]], path: P
         ax.invert_yaxis()
         ax.set_xlabel("geomean |error| on the held-out GPU's rows (%)")
         ax.set_title(f"{group}: each GPU predicted by a fit without it", fontsize=10)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=2)  # below: no bar hidden
         ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)  # never a half-written figure beside the results
-    return path.name
+    return save_png(fig, path).name  # written whole or not at all
 
 
 if __name__ == "__main__":
