@@ -111,4 +111,4 @@ def test_leave_one_gpu_out_run_predicts_each_gpu_without_its_rows(load_experimen
     assert "![predicted vs measured step time per GPU](r.png)" in (tmp_path / "r.md").read_text()
     png = (tmp_path / "r.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert not list(tmp_path.glob("*.tmp.png"))
+    assert {f.name for f in tmp_path.iterdir()} == {"labels.csv", "traces", "r.md", "r.png"}

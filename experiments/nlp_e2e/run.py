@@ -747,11 +747,11 @@ def parity_plot(table: pd.DataFrame, path: Path, result: dict) -> str:
     file name (written beside the results)."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from hybrid.reports.plots import new_figure, save_png
 
-    fig, ax = plt.subplots(figsize=(8.5, 7))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig = new_figure(8.5, 7)
+    ax = fig.add_subplot()
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     meas = table["measured_ms"].to_numpy(np.float64)
     ax.scatter(meas, table["roofline"].to_numpy(np.float64), s=18, facecolors="none", edgecolors="0.6",
                linewidths=0.8, label=f"roofline ({result['roofline']['geomean_pct']:.1f}% geomean)")
@@ -778,12 +778,7 @@ def parity_plot(table: pd.DataFrame, path: Path, result: dict) -> str:
                  "dotted: +-10%", fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)  # never a half-written figure beside the results
-    return path.name
+    return save_png(fig, path).name  # written whole or not at all
 
 
 def report(result: dict, table: pd.DataFrame, args: argparse.Namespace, plot: str | None = None) -> str:
