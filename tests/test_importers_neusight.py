@@ -22,6 +22,41 @@ def test_registry_finds_all_neusight_kernel_files(shared_datasets):
     assert any("dataset_amd" in n for n in names) and any("test-dev" in n for n in names)
 
 
+def test_whole_upstream_test_folder_is_found_beside_or_instead_of_test_dev(shared_datasets, tmp_path, catalog):
+    """The public-data directory may hold NeuSight's whole upstream test folder (more GPUs) at its upstream path
+    instead of the derived ``test-dev`` subset, or both: every reader finds it, and a measurement in both is read
+    once."""
+    from hybrid.data.importers import import_paths
+    from hybrid.data.importers.neusight import collections
+
+    dev = sorted((shared_datasets / "neusight/test-dev").glob("*.csv"))
+    upstream = tmp_path / "data/neusight/scripts/asplos/data/dataset/test"
+    upstream.mkdir(parents=True)
+    for f in dev:  # the subset's files, 40 rows each, as the whole folder would hold them
+        upstream.joinpath(f.name).write_text("".join(f.read_text().splitlines(keepends=True)[:41]))
+    root = tmp_path / "data"
+    assert collections(root, "test") == [upstream] and collections(root, "train") == []
+    assert {p.name for p in IMPORTERS["neusight"].find(root)} == {f.name for f in dev}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        alone = import_paths("neusight", collections(root, "test"), catalog=catalog)
+    assert len(alone) == 40 * len(dev)
+    # the derived subset beside it: its first 40 rows per file are the same measurements, read once
+    sub = root / "neusight/test-dev"
+    sub.mkdir()
+    for f in dev:
+        sub.joinpath(f.name).write_text("".join(f.read_text().splitlines(keepends=True)[:61]))
+    assert collections(root, "test") == [sub, upstream]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        both = import_paths("neusight", collections(root, "test"), catalog=catalog)
+        root_search = import_paths("neusight", root, catalog=catalog)
+    assert len(both) == len(root_search) == 60 * len(dev)
+    assert both["source"].str.contains("dataset/test/").sum() == 40 * len(dev)  # the deeper copy is kept
+    with pytest.raises(ValueError, match="which must be"):
+        collections(root, "dev")
+
+
 @pytest.mark.data_files("neusight")
 def test_every_file_imports_with_plausible_values(path, catalog):
     raw = pd.read_csv(path)

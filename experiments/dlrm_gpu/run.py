@@ -390,9 +390,10 @@ def public_calibration(data_dir: Path, catalog: Catalog, max_rows: int = 12000,
     """HybridPredictor fitted on public kernel and collective measurements (no end-to-end data); ``extra`` rows
     (e.g. a profile bundle) join after the sub-sampling, so the public rows are the same with and without them."""
     from hybrid.data.importers import import_paths
+    from hybrid.data.importers.neusight import collections
     from hybrid.tracking.inputs import subsample
 
-    sources = [("neusight", [data_dir / "neusight/test-dev"]), ("xla-matmul", [data_dir / "xla"]),
+    sources = [("neusight", collections(data_dir, "test")), ("xla-matmul", [data_dir / "xla"]),
                ("vidur-compute", [data_dir / "vidur"]), ("vidur-network", [data_dir / "vidur"]),
                ("xla-collectives", [data_dir / "xla"]),
                ("nccl-tests", [data_dir / "nccl-tests/argonne-lcf_alcf-nccl-tests/results_sophia",

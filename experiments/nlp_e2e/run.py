@@ -411,7 +411,9 @@ def calibration_table(data_dir: str | None, rows_per_gpu: int, seed: int, with_t
                       shots: int = 0):
     """The calibration rows of the NLP model: (table, catalog, GPUs with kernel rows in it). NeuSight's kernel
     training data (sub-sampled per GPU and family group); with ``with_test_kernels`` also NeuSight's kernel *test*
-    collections (``neusight/test-dev``: larger shapes, and the A100 80GB PCIe), which are kernel measurements, not
+    collections (``neusight/test-dev``, or the whole upstream test folder where the data directory has it,
+    :data:`hybrid.data.importers.neusight.TEST_COLLECTIONS`: larger shapes, and the A100 80GB PCIe), which are kernel
+    measurements, not
     end-to-end labels; with ``gpu_bundles`` also the project's GPU bundles (``datasets/``, whole); with
     ``llmcompass`` also LLMCompass's A100/MI210 FP16 eager softmax table (the only AMD pointwise measurements at
     hand; its layernorm and GELU ran compiled); with ``collectives`` also every public collective measurement
@@ -424,17 +426,23 @@ def calibration_table(data_dir: str | None, rows_per_gpu: int, seed: int, with_t
     (drawn at random with ``seed``, GEMM and pointwise alike) stay in: the few measurements a user takes of a new
     GPU before calibrating on it."""
     from hybrid.data.importers import import_paths
+    from hybrid.data.importers.neusight import TEST_COLLECTIONS, TRAIN_COLLECTIONS, collections
     from hybrid.data.paths import public_data_dir
     from hybrid.hardware.catalog import default_catalog
 
     base = public_data_dir(data_dir)
     cat = default_catalog()
+    # whichever NeuSight collections the data directory holds (the test ones: the derived test-dev subset, or
+    # the whole upstream test folder, whichever is there; a copy in both is read once)
+    dirs = collections(base, "train") + (collections(base, "test") if with_test_kernels else [])
+    if not dirs:
+        from hybrid.errors import InvalidInputError
+
+        raise InvalidInputError(f"{base}: no NeuSight kernel collections (looked for "
+                                f"{', '.join(TRAIN_COLLECTIONS + TEST_COLLECTIONS)})")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dirs = [base / "neusight" / "scripts" / "asplos" / "data" / "dataset" / "train",
-                base / "neusight" / "scripts" / "asplos" / "data" / "dataset_amd"]
-        table = import_paths("neusight", dirs + ([base / "neusight" / "test-dev"] if with_test_kernels else []),
-                             catalog=cat)
+        table = import_paths("neusight", dirs, catalog=cat)
     grp = np.where(table["op"].isin(["bmm", "linear", "gemm", "matmul"]), "gemm", "pointwise")
     table = table.assign(_g=grp).sample(frac=1.0, random_state=seed).groupby(["device", "_g"]).head(rows_per_gpu)
     table = table.drop(columns="_g").reset_index(drop=True)

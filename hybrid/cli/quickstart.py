@@ -17,8 +17,8 @@ from hybrid.errors import HybridError, InvalidInputError
 #: relative to the data directory, importer keyword arguments). Small on purpose: quickstart must finish in a
 #: few minutes on 2 cores.
 PUBLIC_SUBSET = (
-    ("NeuSight kernels (6 GPUs)", "hybrid.data.importers.neusight:import_neusight",
-     ("neusight/test-dev/*.csv",), {}),
+    ("NeuSight kernel test collections", "hybrid.data.importers.neusight:import_neusight",
+     ("neusight/test-dev/*.csv", "neusight/test/*.csv", "neusight/scripts/asplos/data/dataset/test/*.csv"), {}),
     ("nccl-tests Sophia (DGX A100, 2 nodes)", "hybrid.data.importers.nccl_tests:import_nccl_tests",
      ("nccl-tests/argonne-lcf_alcf-nccl-tests/results_sophia/n2.g8/*/*_output.dat*",), {"skip_empty": True}),
     ("nccl-tests Polaris (A100, 2 and 8 nodes)", "hybrid.data.importers.nccl_tests:import_nccl_tests",

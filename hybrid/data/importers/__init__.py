@@ -73,10 +73,12 @@ IMPORTERS: dict[str, Importer] = {
     for i in (
         Importer("neusight", "NeuSight FP32 PyTorch kernel CSVs (bmm, linear, layernorm, softmax, elementwise; conv2d from a conv collection named by path)",
                  import_neusight,
-                 (f"{_NEUSIGHT}/dataset/train/*.csv", f"{_NEUSIGHT}/dataset/train/collect/*.csv",
-                  *(f"{_NEUSIGHT}/dataset/train/collect/{op}/p*/*.csv" for op in ("bmm", "linear", "ln", "softmax")),
+                 (*(f"{_NEUSIGHT}/dataset/{split}/{f}" for split in ("train", "test")
+                    for f in ("*.csv", "collect/*.csv",
+                              *(f"collect/{op}/p*/*.csv" for op in ("bmm", "linear", "ln", "softmax")))),
                   f"{_NEUSIGHT}/dataset_amd/test/collect/*/p*/*.csv",
-                  "neusight/test-dev/*.csv"),
+                  # the test collections: the derived subset, or the whole upstream folder beside it
+                  "neusight/test-dev/*.csv", "neusight/test/*.csv"),
                  "*.csv", ("neusight-train", "neusight-amd", "neusight-test-dev"), drop_cross_file_duplicates),
         Importer("xla-matmul", "XLA H100 matmul perf table (CSV or upstream .txtpb)", import_xla_matmul,
                  ("xla/matmul_*.csv", "xla/*matmul_perf_table*.txtpb"), "*matmul*", ("xla-matmul",)),

@@ -215,6 +215,26 @@ DUPLICATE_KEY = ("device", "op", "dtype", "direction", "b", "m", "n", "k", "rows
                  "padding", "dilation", "groups")
 
 
+#: Where NeuSight's kernel collections sit under a public-data directory (the layout of ``shared/datasets``).
+#: Training: the upstream ``dataset/train`` folder and the AMD collections. Test (larger shapes, more GPUs): the
+#: derived subset this project's CI holds (``neusight/test-dev``), the whole upstream folder at its upstream path
+#: (``scripts/asplos/data/dataset/test``), or the same files beside it as ``neusight/test``.
+TRAIN_COLLECTIONS = ("neusight/scripts/asplos/data/dataset/train", "neusight/scripts/asplos/data/dataset_amd")
+TEST_COLLECTIONS = ("neusight/test-dev", "neusight/test", "neusight/scripts/asplos/data/dataset/test")
+
+
+def collections(data_dir: str | os.PathLike, which: str = "test") -> list[Path]:
+    """NeuSight's kernel collections of ``which`` (``"train"`` or ``"test"``: :data:`TRAIN_COLLECTIONS`,
+    :data:`TEST_COLLECTIONS`) present under the public-data directory ``data_dir``, in that order; empty when
+    none is there. Reading several of them is safe: :func:`drop_cross_file_duplicates` keeps one copy of a
+    measurement that two of them hold (the test-dev subset inside the whole upstream test folder)."""
+    if which not in ("train", "test"):
+        raise ValueError(f"which must be 'train' or 'test', got {which!r}")
+    base = Path(data_dir)
+    return [base / c for c in (TRAIN_COLLECTIONS if which == "train" else TEST_COLLECTIONS)
+            if (base / c).is_dir() and any((base / c).rglob("*.csv"))]
+
+
 def drop_cross_file_duplicates(table: pd.DataFrame) -> pd.DataFrame:
     """Drop rows that repeat a measurement of another file: same device, op, shape and variant, and the same
     time to 5 significant digits (the aggregated CSVs print the per-GPU values with other rounding).
