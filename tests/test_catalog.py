@@ -227,12 +227,12 @@ def test_names_with_memory_and_packaging_words_resolve(catalog, name: str, key: 
     assert catalog.resolve_device(name) == key
 
 
-@pytest.mark.parametrize(("name", "part"), [("NVIDIA H100-SXM5-94GB", "H100-SXM"),
+@pytest.mark.parametrize(("name", "part"), [("NVIDIA H100-SXM5-64GB", "H100-SXM"),
                                             ("NVIDIA GH200 Grace Hopper Superchip 288GB", None),
                                             ("A100-SXM 16GB", None), ("NVIDIA B200-SXM-96GB", "B200"),
                                             ("NVIDIA H20 141GB", "H20")])
 def test_a_stated_memory_size_must_match_the_part(catalog, name: str, part: str | None) -> None:
-    # the loose match drops the size only when it agrees with the catalog part's capacity (a 94 GB H100 is
+    # the loose match drops the size only when it agrees with the catalog part's capacity (a 64 GB H100 is
     # another memory configuration, with another bandwidth, than the 80 GB one)
     assert catalog.resolve_device(name, missing_ok=True) is None
     with pytest.raises(UnknownDeviceError, match="unknown device") as exc:
@@ -522,6 +522,8 @@ def test_measured_links_round_trip_and_are_checked(catalog):
     ("NVIDIA GeForce RTX 3090", "RTX-3090"), ("NVIDIA_GeForce_RTX_4090", "RTX-4090"), ("NVIDIA RTX A6000", "RTX-A6000"),
     ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"), ("Quadro RTX 8000", "Quadro-RTX-8000"),
     ("Tesla V100-PCIE-16GB", "V100-PCIE-16GB"), ("NVIDIA GeForce RTX 5090", "RTX-5090"),
+    ("Quadro RTX 6000", "Quadro-RTX-6000"), ("NVIDIA RTX A4000", "RTX-A4000"), ("Tesla M60", "M60"),
+    ("NVIDIA H100-SXM5-94GB", "H100-SXM-94GB"), ("NVIDIA H100-PCIE-94GB", "H100-NVL"),
 ])
 def test_workstation_and_consumer_gpus_resolve_from_their_nvidia_smi_names(catalog, name, key):
     dev = catalog.device(name)
