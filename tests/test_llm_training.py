@@ -635,3 +635,46 @@ def test_plot_files_are_written_in_the_format_their_name_says(capsys, tmp_path):
     assert main([*args, str(tmp_path / "m.txt")]) == 2
     assert "use a .png, .svg or .pdf file name" in capsys.readouterr().err
     assert not (tmp_path / "m.txt").exists()
+
+
+def test_fp8_training_costs_transformer_engine_casts_and_keeps_the_head_in_16_bit():
+    """fp8 training (Transformer Engine): every fp8 GEMM's input is cast-transposed in the forward, its output
+    gradient in the backward, its weight every microbatch (TE's default) or once per iteration (Megatron-LM); each
+    cast costs what a bf16 copy of that size costs; the output layer stays a 16-bit GEMM; bf16 has no casts."""
+    model = load_model("gpt3-1.3b")
+    h, f, L = model.hidden_size, model.ffn_hidden_size, model.num_layers
+    base = dict(gpus=8, global_batch=32, micro_batch=2, tp=2, seq_length=1024, flash_attention=True)
+    runs = {}
+    for dtype, cast in (("bf16", "microbatch"), ("fp8", "microbatch"), ("fp8", "step")):
+        cfg = TrainingConfig(**base, dtype=dtype, fp8_weight_cast=cast)
+        runs[dtype, cast] = predict_training(model, cfg, "DGX-H100", engine=False)
+    ops = runs["fp8", "microbatch"].ops
+    casts = ops[ops["sub"] == "fp8_cast"]
+    layer = casts[casts["scope"] == "layer"]
+    T, t = 2 * 1024, 2
+    # per layer: inputs of QKV (h), projection (h / t), MLP up (h) and down (f / t) in the forward
+    fwd_inputs = T * (h + h // t + h + f // t)
+    # output gradients of QKV (3h / t), projection (h), MLP up (f / t), down (h) in the backward
+    bwd_grads = T * (3 * h // t + h + f // t + h)
+    weights = (h * 3 * h // t) + (h // t * h) + (h * f // t) + (f // t * h)
+    per = (layer["elements"] * layer["count"]).groupby(layer["direction"]).sum()
+    assert per["fwd"] == pytest.approx(fwd_inputs + weights)
+    assert per["bwd"] == pytest.approx(bwd_grads)
+    assert set(layer["op"]) == {"elementwise"} and set(layer["variant"]) == {"copy"} and set(layer["dtype"]) == {"bf16"}
+    # the output layer (vocabulary GEMMs) stays bf16; the transformer layers' GEMMs run in fp8
+    head = ops[(ops["role"].isin(["hf", "hb"])) & (family_array(ops["op"]) == "gemm")]
+    assert len(head) == 3 and set(head["dtype"]) == {"bf16"}
+    assert set(ops[(ops["role"] == "f") & (ops["op"] == "linear")]["dtype"]) == {"fp8"}
+    # once per iteration: no per-microbatch weight cast, one stage row over the stage's layer weights
+    step = runs["fp8", "step"].ops
+    stage = step[step["role"] == "fp8w"]
+    # (the stage's layer parameters on one TP rank: the GEMM weights above plus biases and norms)
+    assert len(stage) == 1 and stage["elements"].iloc[0] == pytest.approx(L * weights, rel=5e-3)
+    assert (step[(step["sub"] == "fp8_cast") & (step["scope"] == "layer")].groupby("direction")["elements"]
+            .apply(lambda e: e.sum()).get("fwd") < layer[layer["direction"] == "fwd"]["elements"].sum())
+    # 8 microbatches per iteration here: casting weights once is faster; bf16 casts nothing
+    assert runs["fp8", "step"].iteration_s < runs["fp8", "microbatch"].iteration_s
+    assert not (runs["bf16", "microbatch"].ops["sub"] == "fp8_cast").any()
+    assert "fp8w" not in set(runs["bf16", "microbatch"].ops["role"])
+    with pytest.raises(InvalidInputError, match="fp8_weight_cast must be one of"):
+        TrainingConfig(**base, dtype="fp8", fp8_weight_cast="never")

@@ -79,7 +79,8 @@ def generations_study(p, cal) -> None:
     for batch in (1536, 3072):
         for label, system, dtype, comm in SYSTEMS:
             for pname, pred in (("roofline", HybridPredictor.roofline_only()), ("calibrated", cal)):
-                base = search_base(1024, batch, dtype=dtype, dropout=False)
+                # Megatron-LM (the Optimus setting) casts fp8 weights once per iteration
+                base = search_base(1024, batch, dtype=dtype, dropout=False, fp8_weight_cast="step")
                 best = search(model, base, system, pred, top=1, engine_top=0,
                               comm_system=comm if pname == "calibrated" else None).iloc[0]
                 cfg = mapping_config(base, best)

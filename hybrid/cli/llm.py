@@ -65,6 +65,10 @@ def job_options(fn: Any) -> Any:
         click.option("--distributed-optimizer", is_flag=True, help="Shard optimizer states over DP (ZeRO-1)."),
         click.option("--fsdp", is_flag=True, help="FSDP / ZeRO-3: shard parameters, gradients, optimizer."),
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True),
+        click.option("--fp8-weight-cast", type=click.Choice(["microbatch", "step"]), default="microbatch",
+                     show_default=True,
+                     help="fp8: cast each weight to fp8 every microbatch (Transformer Engine's default) or once per "
+                          "iteration (Megatron-LM)."),
         click.option("--no-flash-attention", is_flag=True, help="Unfused attention (s x s scores in memory)."),
         click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto",
                      show_default=True, help=SOFTMAX_HELP),
@@ -95,7 +99,8 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
         dtype=kw["dtype"], flash_attention=not kw["no_flash_attention"], softmax=kw["softmax"],
         dropout=not kw["no_dropout"],
         overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
-        tp_comm_overlap=kw["tp_comm_overlap"], reserve_gib=kw["reserve_gib"], kernel_times=not kw["eager_ops"])
+        tp_comm_overlap=kw["tp_comm_overlap"], reserve_gib=kw["reserve_gib"], kernel_times=not kw["eager_ops"],
+        fp8_weight_cast=kw["fp8_weight_cast"])
     return model, cfg
 
 
@@ -230,6 +235,9 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--global-batch", type=int, required=True)
 @click.option("--seq", type=int, default=None)
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
+@click.option("--fp8-weight-cast", type=click.Choice(["microbatch", "step"]), default="microbatch", show_default=True,
+              help="fp8: cast each weight to fp8 every microbatch (Transformer Engine's default) or once per "
+                   "iteration (Megatron-LM).")
 @click.option("--no-flash-attention", is_flag=True)
 @click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto", show_default=True,
               help=SOFTMAX_HELP)
@@ -248,7 +256,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @model_options
 def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: int | None, dtype: str,
-               no_flash_attention: bool, softmax: str, top: int, max_cp: int, no_fsdp: bool, no_ep: bool,
+               fp8_weight_cast: str, no_flash_attention: bool, softmax: str, top: int, max_cp: int, no_fsdp: bool, no_ep: bool,
                compare: str | None, gpu_hour_price: str | None, train_tokens: str | None, as_json: bool,
                model_ref: str | None, tracking_uri: str | None) -> None:
     """Every (tp, pp, cp, dp, ep, micro-batch, vp, recompute, SP, distributed optimizer or FSDP) mapping that
@@ -274,7 +282,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         raise InvalidInputError(f"--top must be positive, got {top}")
     model = load_model(model_name)
     base = search_base(gpus, global_batch, seq_length=seq, dtype=dtype, flash_attention=not no_flash_attention,
-                       softmax=softmax)
+                       softmax=softmax, fp8_weight_cast=fp8_weight_cast)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
     if max_cp <= 0:
         raise InvalidInputError(f"--max-cp must be positive, got {max_cp}")

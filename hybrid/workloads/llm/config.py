@@ -19,6 +19,8 @@ from hybrid.units import normalize_dtype
 
 RECOMPUTE = ("none", "selective", "full")
 DTYPES = ("bf16", "fp16", "fp8", "fp32")
+#: When fp8 training casts a GEMM's weight to fp8 (:attr:`TrainingConfig.fp8_weight_cast`).
+FP8_WEIGHT_CASTS = ("microbatch", "step")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,11 @@ class TrainingConfig:
     #: runs enqueue kernels ahead of the GPU. False: eager per-op costs, dispatch included (small eager runs that
     #: wait on the host, e.g. the NeuSight labels). Models calibrated on kernel times carry no dispatch.
     kernel_times: bool = True
+    #: fp8 training (``dtype="fp8"``, Transformer Engine's recipe): how often each fp8 GEMM's bf16 weight is cast
+    #: (with its transpose) to fp8: ``"microbatch"`` (Transformer Engine's default, ``is_first_microbatch=None``:
+    #: every forward) or ``"step"`` (once per iteration, as Megatron-LM runs it by passing ``is_first_microbatch``).
+    #: Activations and output gradients are cast every microbatch either way.
+    fp8_weight_cast: str = "microbatch"
 
     def __post_init__(self) -> None:
         if not isinstance(self.kernel_times, (bool, np.bool_)):
@@ -80,6 +87,11 @@ class TrainingConfig:
         if dt not in DTYPES:
             raise InvalidInputError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         object.__setattr__(self, "dtype", dt)
+        wc = str(self.fp8_weight_cast).strip().lower()
+        if wc not in FP8_WEIGHT_CASTS:
+            raise InvalidInputError(f"fp8_weight_cast must be one of {', '.join(FP8_WEIGHT_CASTS)}, "
+                                    f"got {self.fp8_weight_cast!r}")
+        object.__setattr__(self, "fp8_weight_cast", wc)
         object.__setattr__(self, "grad_reduce_dtype", normalize_dtype(self.grad_reduce_dtype))
         object.__setattr__(self, "fsdp_param_dtype", normalize_dtype(self.fsdp_param_dtype))
         if not (np.isfinite(self.reserve_gib) and self.reserve_gib >= 0):

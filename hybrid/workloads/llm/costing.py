@@ -184,6 +184,22 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             ew("b", "dropout", bh * sc * sc, direction="bwd")
 
     roles = {"compute": ("f", "b"), "tp": ("tpf", "tpb"), "ep": ("epf", "epb")}
+    weights_per_microbatch = cfg.fp8_weight_cast == "microbatch"
+
+    def fp8_casts(count: Any, fwd_role: str, bwd_role: str, b: Any, m: Any, n: Any, k: Any) -> None:
+        """Transformer Engine's fp8 recipe around one (grouped) GEMM ``[b, m, k] x [k, n]``: the forward casts
+        its bf16 input to fp8 and writes the fp8 transpose the weight gradient reads (one fused cast-transpose
+        kernel: 2 bytes read, 1 + 1 written per element, the bytes of a bf16 copy), the backward does the same to
+        the output gradient, and the bf16 weight is cast-transposed every microbatch or once per iteration
+        (:attr:`TrainingConfig.fp8_weight_cast`; the per-iteration cast is a stage row). Nothing is fitted: the
+        kernels are costed like any bf16 copy of that size."""
+        if gdt != "fp8":
+            return
+        one = dict(variant="copy", n_inputs=1, n_outputs=1, dtype=adt, device=dev, sub="fp8_cast")
+        R.add(kid, fwd_role, count, "elementwise", elements=b * m * k, direction="fwd", **one)
+        R.add(kid, bwd_role, count, "elementwise", elements=b * m * n, direction="bwd", **one)
+        if weights_per_microbatch:
+            R.add(kid, fwd_role, count, "elementwise", elements=b * k * n, direction="fwd", **one)
 
     def emit(part: str, name: str, category: str, count: Any, op: str, bwd: str, bwd_cols: Any = None,
              **cols: Any) -> None:
@@ -196,6 +212,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             R.add(kid, fwd_role, count, "linear", b=1, m=m, n=n, k=k, dtype=gdt, direction="fwd", device=dev, sub=sub)
             R.add(kid, bwd_role, count, "gemm", b=1, m=m, n=k, k=n, dtype=gdt, direction="bwd", device=dev, sub=sub)
             R.add(kid, bwd_role, count, "gemm", b=1, m=k, n=n, k=m, dtype=gdt, direction="bwd", device=dev, sub=sub)
+            fp8_casts(count, fwd_role, bwd_role, 1, m, n, k)
             return
         if part != "compute":
             cols = {**cols, "system": tgt.comm_system}
@@ -208,6 +225,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         if bwd == "experts":  # weight gradient of a grouped GEMM
             R.add(kid, bwd_role, count, op, direction="bwd", device=dev, sub=sub,
                   **{**cols, "m": cols["k"], "k": cols["m"]})
+            fp8_casts(count, fwd_role, bwd_role, cols["b"], cols["m"], cols["n"], cols["k"])
 
     forward_layer_ops(model, emit, tokens=T, norm_tokens=Tn, tp=t, gemm_dtype=gdt, act_dtype=adt, act_bytes=eb,
                       attention=attention, ep=ep, sp=sp, dropout=bool(cfg.dropout),
@@ -234,9 +252,11 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     ew("eb", "add", Tn * h, 2, direction="bwd")  # scatter-add of row gradients (+ dropout backward)
     R.add(kid, "hf", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="fwd", device=dev, sub="other")
     R.add(kid, "hb", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="bwd", device=dev, sub="other")
-    R.add(kid, "hf", 1.0, "linear", b=1, m=T, n=V // t, k=h, dtype=gdt, direction="fwd", device=dev, sub="gemm")
-    R.add(kid, "hb", 1.0, "gemm", b=1, m=T, n=h, k=V // t, dtype=gdt, direction="bwd", device=dev, sub="gemm")
-    R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=V // t, k=T, dtype=gdt, direction="bwd", device=dev, sub="gemm")
+    # the output layer is not a Transformer Engine module: under fp8 it stays a 16-bit GEMM
+    hdt = adt if gdt == "fp8" else gdt
+    R.add(kid, "hf", 1.0, "linear", b=1, m=T, n=V // t, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
+    R.add(kid, "hb", 1.0, "gemm", b=1, m=T, n=h, k=V // t, dtype=hdt, direction="bwd", device=dev, sub="gemm")
+    R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=V // t, k=T, dtype=hdt, direction="bwd", device=dev, sub="gemm")
     # vocab-parallel cross entropy in fp32: softmax over V/t columns, backward (softmax - one-hot)
     R.add(kid, "hf", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="fwd", device=dev, sub="other")
     R.add(kid, "hb", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="bwd", device=dev, sub="other")
@@ -341,6 +361,10 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
         R.add(idx[pipe], "emb_ar", 1.0, "all_reduce",
               size_bytes=(V * model.hidden_size / t * gb)[pipe].astype(np.float64), n_ranks=2,
               n_nodes=pp_nodes[pipe], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+    # fp8 weights cast once per iteration (Megatron-LM's is_first_microbatch): every layer weight of the stage
+    if cfg.dtype == "fp8" and cfg.fp8_weight_cast == "step":
+        R.add(idx, "fp8w", 1.0, "elementwise", variant="copy", elements=np.maximum(params["layers"], 1.0),
+              dtype=adt, device=dev, n_inputs=1, n_outputs=1)
     # optimizer: Adam over this rank's shard of fp32 master weights, plus the gradient-norm pass
     shard = np.where(distopt | fsdp, P / dp, P)
     R.add(idx, "opt", 1.0, "elementwise", variant="adam", elements=np.maximum(shard, 1.0), dtype="fp32", device=dev)
@@ -444,7 +468,7 @@ def _aggregate(rows: pd.DataFrame, total_s: np.ndarray, nk: int, key_of: np.ndar
     layer = {k: v[key_of] for k, v in table.items()}
     sr = rows[rows["scope"] == "mapping"]
     stage = {}
-    for r in ("dp_ar", "dp_rs", "dp_ag", "fsdp_ag", "fsdp_rs", "fsdp_emb", "p2p", "emb_ar", "opt"):
+    for r in ("dp_ar", "dp_rs", "dp_ag", "fsdp_ag", "fsdp_rs", "fsdp_emb", "p2p", "emb_ar", "opt", "fp8w"):
         sel = sr[sr["role"] == r].groupby("key")["total_s"].sum()
         arr = np.zeros(n)
         arr[sel.index.to_numpy(np.int64)] = sel.to_numpy()

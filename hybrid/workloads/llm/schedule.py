@@ -105,7 +105,7 @@ def stage_times(model: TransformerConfig, cfg: TrainingConfig, c: MappingCosts) 
         fsdp_exposed=fsdp_exposed,
         embed_f=L["ef"], embed_b=L["eb"], head_f=L["hf"] + L["htpf"], head_b=L["hb"] + L["htpb"],
         p2p=S["p2p"], dp_reduce=S["dp_ar"] + S["dp_rs"], dp_gather=S["dp_ag"], emb_sync=S["emb_ar"],
-        optimizer=S["opt"], fsdp_tail=np.where(fsdp, S["fsdp_emb"] + rs, 0.0),
+        optimizer=S["opt"] + S.get("fp8w", 0.0), fsdp_tail=np.where(fsdp, S["fsdp_emb"] + rs, 0.0),
         n_micro=cfg.global_batch // (mb * dp), layers_per_chunk=model.num_layers // (pp * vp),
     )
 
