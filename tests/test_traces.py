@@ -182,6 +182,16 @@ def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalo
     ("aten::linear", [[2, 5, 16], [32, 16], [32]], ["bf16"] * 3,
      {"op": "gemm", "m": 10, "n": 32, "k": 16, "dtype": "bf16"}),
     ("aten::matmul", [[2, 3, 8, 16], [3, 16, 4]], ["fp32"] * 2, {"op": "bmm", "b": 6, "m": 8, "n": 4, "k": 16}),
+    # fp8 GEMM (torchao / torchtitan float8 training): [m, k] x [k, n] with scales
+    ("aten::_scaled_mm", [[64, 256], [256, 128], [], [], [], [], [], []], ["fp8", "fp8", "fp32", "fp32"] + [None] * 4,
+     {"op": "gemm", "m": 64, "n": 128, "k": 256, "dtype": "fp8"}),
+    # MoE grouped GEMMs (PyTorch 2.8+): 512 routed tokens over 8 experts; and the weight gradient (2-D x 2-D)
+    ("aten::_grouped_mm", [[512, 64], [8, 64, 256], [8], [], []], ["bf16", "bf16", "int32", None, None],
+     {"op": "bmm", "b": 8, "m": 64, "n": 256, "k": 64, "dtype": "bf16"}),
+    ("aten::_grouped_mm", [[64, 512], [512, 256], [8], [], []], ["bf16", "bf16", "int32", None, None],
+     {"op": "bmm", "b": 8, "m": 64, "n": 256, "k": 64}),
+    ("aten::_grouped_mm", [[8, 32, 64], [8, 64, 16], [], [], []], ["bf16", "bf16", None, None, None],
+     {"op": "bmm", "b": 8, "m": 32, "n": 16, "k": 64}),
     ("aten::layer_norm", [[4, 6, 64], [], [64], [64], [], []], ["fp32", None, "fp32", "fp32", None,
                                                                  None],
      {"op": "layernorm", "rows": 24, "hidden": 64, "direction": "fwd"}),

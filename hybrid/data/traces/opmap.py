@@ -153,6 +153,12 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
         if base == "_addmm_activation":
             x, w = dims[1], dims[2][::-1] if len(dims) > 2 else dims[1]
         return _gemm(math.prod(x[:-1]) if len(x) > 1 else 1, w[0], x[-1], 1, dtype, "linear")
+    if base == "_scaled_mm" and len(dims) >= 2 and len(dims[0]) == 2 and len(dims[1]) == 2:
+        # fp8 (or other scaled low-precision) GEMM: [m, k] x [k, n] with per-tensor / row-wise scales
+        (m, k), (_, n) = dims[0], dims[1]
+        return _gemm(m, n, k, 1, dtype, "scaled_mm")
+    if base in ("_grouped_mm", "_scaled_grouped_mm") and len(dims) >= 2:
+        return _grouped_gemm(base, dims, dtype)
     if base == "matmul" and len(dims) >= 2 and dims[0] and dims[1]:
         a, b_ = dims[0], dims[1]
         if len(a) == 1 and len(b_) == 1:
@@ -169,6 +175,29 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
         pb = [1] * (nb - len(batch_b)) + list(batch_b)
         batch = math.prod(max(x, y) for x, y in zip(pa, pb, strict=True))
         return _gemm(a[-2], b_[-1], a[-1], batch, dtype, "matmul")
+    return None
+
+
+def _grouped_gemm(base: str, dims: list[list[int]], dtype: str) -> OpMapping | None:
+    """``torch._grouped_mm`` / ``_scaled_grouped_mm`` (MoE experts, PyTorch 2.8+): G GEMMs in one kernel, an
+    offsets tensor ``[G]`` splitting the ragged dimension. Costed as a batch of G equal GEMMs (the offsets' values
+    are not in a trace): 2-D x 3-D (``[tokens, k] x [G, k, n]``, tokens split over the groups), 3-D x 3-D (a plain
+    batch), 3-D x 2-D (``[G, m, k] x [k, n_total]``, columns split) and 2-D x 2-D (``[m, total] x [total, n]``, the
+    weight gradient: the shared dimension split, G read from the offsets)."""
+    a, w = dims[0], dims[1]
+    rest = [d for d in dims[2:] if len(d) == 1]
+    if len(a) == 2 and len(w) == 3:
+        g, k, n = w
+        return _gemm(max(a[0] // max(g, 1), 1), n, k, g, dtype, base)
+    if len(a) == 3 and len(w) == 3:
+        g, m, k = a
+        return _gemm(m, w[2], k, g, dtype, base)
+    if len(a) == 3 and len(w) == 2:
+        g, m, k = a
+        return _gemm(m, max(w[1] // max(g, 1), 1), k, g, dtype, base)
+    if len(a) == 2 and len(w) == 2 and rest:
+        g = rest[0][0]
+        return _gemm(a[0], w[1], max(a[1] // max(g, 1), 1), g, dtype, base)
     return None
 
 
