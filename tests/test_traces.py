@@ -201,6 +201,13 @@ def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalo
      {"op": "embedding_bag", "num_embeddings": 1000, "embedding_dim": 64, "batch_size": 64}),
     ("aten::add_", [[4, 128], [4, 128], []], ["fp32", "fp32", None],
      {"op": "elementwise", "elements": 512, "n_inputs": 2.0}),
+    # AMP's GradScaler: unscale every gradient in place (and check it is finite), then update the scale
+    ("aten::_amp_foreach_non_finite_check_and_unscale_", [[[16, 4], [8]], [1], [1]], ["fp32", "fp32", "fp32"],
+     {"op": "elementwise", "elements": 72, "variant": "mul_", "n_inputs": 1.0}),
+    ("aten::_amp_update_scale_", [[1], [1], [1], [], [], []], ["fp32", "int32", "fp32", None, None, None],
+     {"op": "elementwise", "elements": 1}),
+    ("aten::isnan", [[4, 128]], ["bf16"], {"op": "elementwise", "elements": 512, "dtype": "bf16"}),
+    ("aten::nan_to_num", [[4, 128], [], [], []], ["fp32", None, None, None], {"op": "elementwise", "elements": 512}),
 ])
 def test_op_mapping_shapes(name, dims, types, expect):
     mp = map_op(name, dims, types)

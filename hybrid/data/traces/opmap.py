@@ -40,15 +40,18 @@ for _names, _label, _var, _f in (
     ("add sub rsub mul div true_divide floor_divide remainder maximum minimum eq ne lt le gt ge logical_and "
      "logical_or bitwise_and bitwise_or", "elementwise", "add", 1.0),
     ("neg abs sign reciprocal relu clamp clamp_min clamp_max threshold hardtanh leaky_relu logical_not "
-     "bitwise_not masked_fill where square tril triu flip roll sgn", "elementwise", "relu", 1.0),
+     "bitwise_not masked_fill where square tril triu flip roll sgn isinf isnan isfinite isposinf isneginf "
+     "nan_to_num logical_xor bitwise_xor floor ceil round trunc frac fmod", "elementwise", "relu", 1.0),
     ("gelu erf softplus mish", "elementwise", "gelu", 8.0),
     ("silu sigmoid tanh hardswish hardsigmoid elu selu", "elementwise", "silu", 4.0),
-    ("exp log log1p expm1 sqrt rsqrt pow sin cos", "elementwise", "exp", 2.0),
+    ("exp log log1p expm1 sqrt rsqrt pow sin cos exp2 log2 log10 tan sinh cosh asin acos atan atan2 erfc "
+     "erfinv hypot", "elementwise", "exp", 2.0),
     ("lerp addcmul addcdiv", "elementwise", "add", 2.0),
     ("copy _to_copy clone _copy_from _copy_from_and_resize cat stack index_select gather scatter scatter_add "
      "index_add index index_put _index_put_impl masked_select repeat constant_pad_nd pad fill zero "
      "zeros_like ones_like full full_like zeros ones fill_ zero_ arange bernoulli uniform normal randn rand "
-     "masked_scatter embedding_renorm", "copy", "copy", 0.0),
+     "masked_scatter embedding_renorm one_hot repeat_interleave index_fill index_copy take take_along_dim",
+     "copy", "copy", 0.0),
     ("sum mean amax amin max min argmax argmin var std norm linalg_vector_norm prod all any cumsum "
      "var_mean std_mean logsumexp count_nonzero", "reduction", "sum", 1.0),
     ("mse_loss mse_loss_backward l1_loss smooth_l1_loss binary_cross_entropy "
@@ -571,12 +574,16 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "embedding", {"op": "elementwise", "elements": int(elements), "variant": "copy",
                                              "n_inputs": round(numel(grad) / elements, 4), "n_outputs": 1.0,
                                              "flops_per_element": 0.0, "dtype": dtype})
-    if base.startswith("_foreach_") or base.startswith("_fused_adam") or base.startswith("_fused_sgd"):
+    if base.rstrip("_") == "_amp_update_scale":  # GradScaler's scale update: one scalar kernel
+        return _elementwise("elementwise", "add", 1.0, [[1], [1]], [], "fp32", True)
+    if (base.startswith("_foreach_") or base.startswith("_fused_adam") or base.startswith("_fused_sgd")
+            or base.startswith("_amp_foreach_")):  # (GradScaler's unscale-and-check-finite over every gradient)
         lists = [d for d in dims if isinstance(d, list) and d and all(_is_shape(x) for x in d)]
         if not lists:
             return None
         elements = numel(lists[0])
-        variant = "adam" if "adam" in base else base.replace("_foreach_", "").rstrip("_")
+        variant = ("adam" if "adam" in base else "mul" if base.startswith("_amp_foreach_")  # x *= 1/scale, checked
+                   else base.replace("_foreach_", "").rstrip("_"))
         if base.endswith("_") and "adam" not in base:
             variant += "_"  # updates its first list in place (no new tensors), like ``mul_``
         fpe = 12.0 if "adam" in base else 1.0
