@@ -1,0 +1,84 @@
+"""The GEMM model's opt-in sibling rule: a GPU the fit never saw, whose die it fitted in another product of its
+power class, priced at the sibling's efficiency on its own roofline (blended with the trees)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from hybrid.corrections import GemmXGB, XGBParams
+from hybrid.ops.roofline import roofline
+
+
+@pytest.fixture(scope="module")
+def fitted(shared_datasets, catalog):
+    """A GEMM model fitted on NeuSight's A100 PCIe 40GB, V100 and T4 GEMMs; the A100 PCIe 80GB rows held out."""
+    from hybrid.data.importers import import_paths
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = import_paths("neusight", shared_datasets / "neusight" / "test-dev", catalog=catalog)
+    t = t[t["op"].isin(["linear", "bmm"])]
+    t = t.sample(frac=1.0, random_state=0).groupby("device").head(400).reset_index(drop=True)
+    held = (t["device"] == "A100-PCIE-80GB").to_numpy()
+    fit = t[~held & t["device"].isin(["A100-PCIE-40GB", "V100-PCIE-32GB", "T4"]).to_numpy()].reset_index(drop=True)
+    model = GemmXGB(XGBParams(n_estimators=60, max_depth=6, learning_rate=0.1)).fit(fit, roofline(fit, catalog),
+                                                                                  catalog)
+    return model, t[held].reset_index(drop=True), fit
+
+
+def test_sibling_is_the_fitted_product_of_the_same_die_and_power_class(fitted, catalog):
+    model, _, _ = fitted
+    assert model.sibling_of("A100-PCIE-80GB", "fp32", catalog) == "A100-PCIE-40GB"  # 300 W vs 250 W: one class
+    assert model.sibling_of("A100-PCIE-40GB", "fp32", catalog) == ""  # fitted itself
+    assert model.sibling_of("A100-SXM4-80GB", "fp32", catalog) == ""  # 400 W: another power class
+    assert model.sibling_of("A100-PCIE-80GB", "bf16", catalog) == ""  # the sibling has no bf16 GEMM in the fit
+    assert model.sibling_of("L4", "fp32", catalog) == ""  # no product of its die fitted
+    assert model.sibling_of("no-such-gpu", "fp32", catalog) == ""
+
+
+def test_sibling_proxy_is_the_siblings_efficiency_on_the_rows_own_roofline(fitted, catalog):
+    model, held, fit = fitted
+    base = roofline(held, catalog)
+    proxy = model.sibling_proxy_us(held, base, catalog)
+    assert np.isfinite(proxy).all()
+    on_sib = held.assign(device="A100-PCIE-40GB")
+    sib_base = roofline(on_sib, catalog)
+    kernel = model.predict(on_sib, sib_base, catalog) - model.host_us(on_sib, sib_base, catalog)
+    own = base["time_us"].to_numpy()
+    expected = np.maximum(kernel * own / sib_base["time_us"].to_numpy() + model.host_us(held, base, catalog),
+                          model.floor_us(held, base, catalog))
+    np.testing.assert_allclose(proxy, expected, rtol=1e-9)
+    # both cards have the same FP32 peak: a compute-bound GEMM's kernel costs on the unseen card what it costs on
+    # the sibling (only bandwidth-bound rows would move, with the 80 GB card's faster memory)
+    comp = (base["compute_us"] >= base["memory_us"]).to_numpy() & (proxy > model.floor_us(held, base, catalog))
+    assert comp.sum() > 100
+    np.testing.assert_allclose((proxy - model.host_us(held, base, catalog))[comp], kernel[comp], rtol=1e-9)
+    # rows of fitted devices and of devices without a fitted sibling: NaN
+    assert np.isnan(model.sibling_proxy_us(fit.head(20), roofline(fit.head(20), catalog), catalog)).all()
+    t4_as_l4 = fit[fit["device"] == "T4"].head(20).assign(device="L4")
+    assert np.isnan(model.sibling_proxy_us(t4_as_l4, roofline(t4_as_l4, catalog), catalog)).all()
+
+
+def test_blend_is_opt_in_and_the_geometric_mean_of_trees_and_sibling(fitted, catalog):
+    model, held, _ = fitted
+    base = roofline(held, catalog)
+    assert model.sibling_blend is False
+    trees = model.predict(held, base, catalog)
+    proxy = model.sibling_proxy_us(held, base, catalog)
+    model.sibling_blend = True
+    try:
+        blend = model.predict(held, base, catalog)
+    finally:
+        model.sibling_blend = False
+    np.testing.assert_allclose(blend, np.sqrt(trees * proxy), rtol=1e-9)
+    np.testing.assert_allclose(model.predict(held, base, catalog), trees)  # switched off again: the trees
+    meas = held["time_us"].to_numpy()
+
+    def geomean(pred: np.ndarray) -> float:
+        return float(np.exp(np.mean(np.log(np.abs(pred / meas - 1) + 1e-9))))
+
+    # loose sanity: priced from a measured sibling, the unseen card is not worse than 1.5x the trees' error
+    assert geomean(blend) < 1.5 * geomean(trees)
