@@ -779,11 +779,16 @@ class GemmXGB(DispatchXGB):
         out = np.full(len(table), np.nan)
         if not self.device_dtypes or len(table) == 0:
             return out
-        dev = table["device"].astype(str).to_numpy()
-        dts = table["dtype"].astype(str).to_numpy() if "dtype" in table.columns else np.full(len(table), "fp32")
-        pairs = pd.Series(list(zip(dev, dts, strict=True)))
-        sib_of = {p: self.sibling_of(p[0], p[1], catalog) for p in pd.unique(pairs)}
-        sib = pairs.map(sib_of).to_numpy(dtype=object)
+        # one lookup per distinct (device, dtype) pair, from integer codes (no per-row strings; missing: none)
+        d_codes, d_names = str_codes(table["device"])
+        t_codes, t_names = (str_codes(table["dtype"]) if "dtype" in table.columns
+                            else (np.zeros(len(table), dtype=np.int64), ["fp32"]))
+        nt = max(len(t_names), 1)
+        valid = (d_codes >= 0) & (t_codes >= 0)
+        combos, inverse = np.unique(np.where(valid, d_codes.astype(np.int64) * nt + t_codes, -1), return_inverse=True)
+        found = np.array(["" if c < 0 else self.sibling_of(d_names[c // nt], t_names[c % nt], catalog)
+                          for c in combos], dtype=object)
+        sib = found[np.asarray(inverse).reshape(-1)]
         rows = np.nonzero(sib != "")[0]
         if not len(rows):
             return out
