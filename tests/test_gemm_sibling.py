@@ -82,3 +82,58 @@ def test_blend_is_opt_in_and_the_geometric_mean_of_trees_and_sibling(fitted, cat
 
     # loose sanity: priced from a measured sibling, the unseen card is not worse than 1.5x the trees' error
     assert geomean(blend) < 1.5 * geomean(trees)
+
+
+def test_the_rule_and_the_per_device_dtypes_are_saved_with_the_model(fitted, catalog, tmp_path):
+    import json
+
+    from hybrid.corrections.kernel_xgb import EXTENTS_FILE
+    from hybrid.errors import InvalidInputError
+
+    model, held, _ = fitted
+    base = roofline(held, catalog)
+    model.sibling_blend = True
+    try:
+        expected = model.predict(held, base, catalog)
+        model.save(tmp_path / "on")
+    finally:
+        model.sibling_blend = False
+    model.save(tmp_path / "off")
+    on, off = GemmXGB.load(tmp_path / "on"), GemmXGB.load(tmp_path / "off")
+    assert on.sibling_blend and not off.sibling_blend and on.device_dtypes == model.device_dtypes
+    np.testing.assert_allclose(on.predict(held, base, catalog), expected, rtol=1e-6)
+    np.testing.assert_allclose(off.predict(held, base, catalog), model.predict(held, base, catalog), rtol=1e-6)
+    # a model saved before the per-device dtypes: loads, and has no sibling to blend with
+    doc = json.loads((tmp_path / "on" / EXTENTS_FILE).read_text())
+    (tmp_path / "on" / EXTENTS_FILE).write_text(json.dumps({"extents": doc["extents"]}))
+    old = GemmXGB.load(tmp_path / "on")
+    assert not old.sibling_blend and old.device_dtypes == {}
+    assert np.isnan(old.sibling_proxy_us(held, base, catalog)).all()
+    (tmp_path / "on" / EXTENTS_FILE).write_text(json.dumps({**doc, "sibling_blend": "yes"}))
+    with pytest.raises(InvalidInputError, match="sibling_blend"):
+        GemmXGB.load(tmp_path / "on")
+
+
+def test_calibrate_sibling_blend_flag_reaches_the_registered_model(shared_datasets, tmp_path):
+    """``hybrid calibrate --sibling-blend``: logged as a parameter, saved with the GEMM model; refused with --base."""
+    from test_cli_calibration import cli
+    from test_tracking_support import neusight_table, write_csv
+
+    from hybrid.tracking.registry import load_predictor
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    csv = write_csv(neusight_table(shared_datasets, max_rows=300), tmp_path / "neusight.csv")
+    rc, _, err = cli(["calibrate", str(csv), "--name", "sib", "--tracking-uri", uri, "-q", "--no-lodo",
+                      "--sibling-blend"])
+    assert rc == 0, err
+    predictor = load_predictor("sib", tracking_uri=uri).predictor
+    gemm = next(c for c in predictor.corrections if isinstance(c, GemmXGB))
+    assert gemm.sibling_blend and gemm.device_dtypes
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(client.get_model_version("sib", "1").run_id)
+    assert run.data.params["sibling_blend"] == "true"
+    rc, _, err = cli(["calibrate", str(csv), "--name", "sib2", "--base", "sib", "--tracking-uri", uri, "-q",
+                      "--sibling-blend"])
+    assert rc == 2 and "sibling_blend applies to a new calibration" in err

@@ -105,6 +105,11 @@ def print_result(result: Any) -> None:
               help="Collectives of systems never measured get the cross-system transfer model (method "
                    "collective-transfer; the default for a new calibration) or the alpha-beta estimate "
                    "(--no-collective-transfer). Not with --base (an adapted model keeps its base's).")
+@click.option("--sibling-blend", is_flag=True,
+              help="Opt-in: a GPU the calibration never measured, whose die it measured in another product of its "
+                   "power class (A100 PCIe 40 / 80 GB, V100 PCIe / SXM2, H100 / H200), gets the geometric mean of the "
+                   "GEMM trees and that product's efficiency on its own roofline (docs/corrections.md). Not with "
+                   "--base.")
 @click.option("--strategy", "adapt_strategy", default="auto", show_default=True,
               type=click.Choice(ADAPT_STRATEGIES),
               help="With --base: the few-shot adaptation (auto: per device and correction a scale, an additive "
@@ -116,8 +121,8 @@ def print_result(result: Any) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_device: tuple[str, ...],
               exclude_device: tuple[str, ...], no_lodo: bool, test_fraction: float, max_rows: int | None,
-              seed: int, collective_transfer: bool | None, adapt_strategy: str, experiment: str,
-              tracking_uri: str | None, as_json: bool, quiet: bool) -> None:
+              seed: int, collective_transfer: bool | None, sibling_blend: bool, adapt_strategy: str,
+              experiment: str, tracking_uri: str | None, as_json: bool, quiet: bool) -> None:
     """Calibrate on measured TABLES (canonical CSV/Parquet, or profiler bundle directories whose catalog.toml
     is merged), evaluate on held-out rows (random split + leave-one-device-out), record the run in MLflow and
     register the predictor as NAME. With --base, adapt an existing model to a new device from a few rows."""
@@ -127,7 +132,8 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
 
     config = CalibrationConfig(name=name, base=base, holdout_devices=holdout_device, exclude_devices=exclude_device,
                                seed=seed, test_fraction=test_fraction, lodo=not no_lodo, experiment=experiment,
-                               collective_transfer=collective_transfer, adapt_strategy=adapt_strategy)
+                               collective_transfer=collective_transfer, adapt_strategy=adapt_strategy,
+                               sibling_blend=sibling_blend)
     data = load_measurements(tables)
     if max_rows is not None:
         data.table = subsample(data.table, max_rows, seed)

@@ -702,10 +702,11 @@ class GemmXGB(DispatchXGB):
         self.extents: dict[str, list[list[float]]] = {}
         #: the library's rule (:data:`UNSEEN_DTYPE_PROXY`), not saved; an experiment may set another ({} = none)
         self.dtype_proxy: dict[str, tuple[str, ...]] = dict(UNSEEN_DTYPE_PROXY)
-        #: opt-in, not saved (:meth:`sibling_proxy_us`): a GPU the fit never saw, whose die it fitted in another
-        #: product of its power class, is priced at the geometric mean of the trees and the sibling's efficiency
+        #: opt-in (:meth:`sibling_proxy_us`; saved with the model): a GPU the fit never saw, whose die it fitted in
+        #: another product of its power class, is priced at the geometric mean of the trees and the sibling's
+        #: efficiency
         self.sibling_blend = False
-        #: dtypes of the fitted GEMMs per device (recorded by :meth:`fit`, not saved)
+        #: dtypes of the fitted GEMMs per device (recorded by :meth:`fit`, saved with the extents)
         self.device_dtypes: dict[str, set[str]] = {}
 
     @property
@@ -726,6 +727,9 @@ class GemmXGB(DispatchXGB):
                           target_offset: float = 0.0) -> GemmXGB:
         grown = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate, target_offset)
         grown.extents = merge_extents(self.extents, gemm_extents(self._select(table, baseline)[0]))  # type: ignore[attr-defined]
+        # the adapted device stays priced as before adapting (its few rows corrected what the model answered)
+        grown.sibling_blend = self.sibling_blend  # type: ignore[attr-defined]
+        grown.device_dtypes = {k: set(v) for k, v in self.device_dtypes.items()}  # type: ignore[attr-defined]
         return grown  # type: ignore[return-value]
 
     def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
@@ -773,7 +777,8 @@ class GemmXGB(DispatchXGB):
         class), plus the row's own dispatch; never under the row's roofline floor. NaN for every other row.
         Leave-one-GPU-out on the public kernel data, the geometric mean of this and the trees lowered the error of
         the 10 GPUs that have such a sibling from 11.7 to 10.4% (seed 0; 12.0 -> 10.4, 11.4 -> 10.8 on seeds 1,
-        2; ``experiments/kernel_accuracy/sibling_variant.py``)."""
+        2; ``experiments/kernel_accuracy/sibling_variant.py``). Not used by a model saved before the per-device
+        dtypes were (none recorded)."""
         from hybrid.ops.roofline import roofline
 
         out = np.full(len(table), np.nan)
@@ -889,22 +894,36 @@ class GemmXGB(DispatchXGB):
         super().save(directory)
         write_json(Path(directory) / EXTENTS_FILE, {
             "extents": self.extents, "columns": ["b", "m", "n", "k"],
-            "units": "the largest GEMM shapes of the fit on any device (none larger in every dimension) per dtype|kind"})
+            "units": "the largest GEMM shapes of the fit on any device (none larger in every dimension) per dtype|kind",
+            "device_dtypes": {k: sorted(v) for k, v in sorted(self.device_dtypes.items())},
+            "sibling_blend": bool(self.sibling_blend)})
 
     @classmethod
     def load(cls, directory: Path) -> GemmXGB:
         obj = super().load(directory)
         path = Path(directory) / EXTENTS_FILE
         extents: dict[str, list[list[float]]] = {}
+        device_dtypes: dict[str, set[str]] = {}
+        blend = False
         if path.is_file():  # models saved before the sub-problem bound have none: no bound
-            raw = read_json(path).get("extents", {})
+            doc = read_json(path)
+            raw = doc.get("extents", {})
             ok = isinstance(raw, dict) and all(
                 isinstance(v, list) and all(isinstance(sh, list) and len(sh) == 4 and all(
                     isinstance(x, (int, float)) and x > 0 for x in sh) for sh in v) for v in raw.values())
             if not ok:
                 raise InvalidInputError(f"{directory}/{EXTENTS_FILE}: bad GEMM extents; refit the model")
             extents = {str(k): [[float(x) for x in sh] for sh in v] for k, v in raw.items()}
+            # saved since 2026-12-02 (older models: none recorded, no sibling rule)
+            dd, blend = doc.get("device_dtypes", {}), doc.get("sibling_blend", False)
+            if not (isinstance(dd, dict) and all(isinstance(v, list) and all(isinstance(x, str) for x in v)
+                                                 for v in dd.values()) and isinstance(blend, bool)):
+                raise InvalidInputError(f"{directory}/{EXTENTS_FILE}: bad per-device dtypes or sibling_blend; "
+                                        "refit the model")
+            device_dtypes = {str(k): set(v) for k, v in dd.items()}
         obj.extents = extents  # type: ignore[attr-defined]
+        obj.device_dtypes = device_dtypes  # type: ignore[attr-defined]
+        obj.sibling_blend = blend  # type: ignore[attr-defined]
         return obj  # type: ignore[return-value]
 
     def describe(self) -> dict[str, Any]:
