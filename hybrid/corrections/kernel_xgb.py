@@ -779,7 +779,6 @@ class GemmXGB(DispatchXGB):
         the 10 GPUs that have such a sibling from 11.7 to 10.4% (seed 0; 12.0 -> 10.4, 11.4 -> 10.8 on seeds 1,
         2; ``experiments/kernel_accuracy/sibling_variant.py``). Not used by a model saved before the per-device
         dtypes were (none recorded)."""
-        from hybrid.ops.roofline import roofline
 
         out = np.full(len(table), np.nan)
         if not self.device_dtypes or len(table) == 0:
@@ -797,18 +796,26 @@ class GemmXGB(DispatchXGB):
         rows = np.nonzero(sib != "")[0]
         if not len(rows):
             return out
-        own, own_base = table.iloc[rows], baseline.iloc[rows]
-        px = own.assign(device=sib[rows])
-        px_base = roofline(px, catalog)
         blend, self.sibling_blend = self.sibling_blend, False  # the sibling's own prediction, without blending
         try:
-            kernel_us = self.predict(px, px_base, catalog) - self.host_us(px, px_base, catalog)
+            out[rows] = self._transferred_us(table, baseline, catalog, rows, device=sib[rows])
         finally:
             self.sibling_blend = blend
-        scale = own_base["time_us"].to_numpy(dtype=np.float64) / px_base["time_us"].to_numpy(dtype=np.float64)
-        pred = kernel_us * scale + self.host_us(own, own_base, catalog)
-        out[rows] = np.maximum(pred, self.floor_us(own, own_base, catalog))
         return out
+
+    def _transferred_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog, rows: np.ndarray,
+                        **column: Any) -> np.ndarray:
+        """For ``table``'s ``rows``: the kernel time predicted for them with ``column`` replaced (another dtype,
+        another device), times their own roofline over that of the replaced rows (the same fraction of the peak,
+        or of the bandwidth, on the same shape), plus their own dispatch; never under their roofline floor."""
+        from hybrid.ops.roofline import roofline
+
+        own, own_base = table.iloc[rows], baseline.iloc[rows]
+        px = own.assign(**column)
+        px_base = roofline(px, catalog)
+        kernel_us = self.predict(px, px_base, catalog) - self.host_us(px, px_base, catalog)
+        scale = own_base["time_us"].to_numpy(dtype=np.float64) / px_base["time_us"].to_numpy(dtype=np.float64)
+        return np.maximum(kernel_us * scale + self.host_us(own, own_base, catalog), self.floor_us(own, own_base, catalog))
 
     @property
     def fitted_dtypes(self) -> set[str]:
@@ -828,7 +835,6 @@ class GemmXGB(DispatchXGB):
         the kernel time predicted for the same row in the proxy dtype, times the row's roofline over the proxy
         row's (the same fraction of the device's peak, or of its bandwidth, on the same shape), plus the row's own
         dispatch; never under the row's roofline floor. NaN for every other row."""
-        from hybrid.ops.roofline import roofline
 
         out = np.full(len(table), np.nan)
         seen = self.fitted_dtypes
@@ -839,13 +845,7 @@ class GemmXGB(DispatchXGB):
         rows = np.nonzero(proxy != "")[0]
         if not len(rows):
             return out
-        own, own_base = table.iloc[rows], baseline.iloc[rows]
-        px = own.assign(dtype=proxy[rows])
-        px_base = roofline(px, catalog)
-        kernel_us = self.predict(px, px_base, catalog) - self.host_us(px, px_base, catalog)
-        scale = own_base["time_us"].to_numpy(dtype=np.float64) / px_base["time_us"].to_numpy(dtype=np.float64)
-        pred = kernel_us * scale + self.host_us(own, own_base, catalog)
-        out[rows] = np.maximum(pred, self.floor_us(own, own_base, catalog))
+        out[rows] = self._transferred_us(table, baseline, catalog, rows, dtype=proxy[rows])
         return out
 
     def split_bound_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
