@@ -105,6 +105,19 @@ def str_codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, list[str]]:
     return codes, [str(u) for u in uniques]
 
 
+def device_dtype_pairs(table: pd.DataFrame) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """The distinct (device, dtype) pairs of ``table`` (dtype ``fp32`` without a ``dtype`` column) and each row's
+    index into them, from integer codes (no per-row strings): per-pair work done once per pair."""
+    d_codes, d_uniques = pd.factorize(table["device"], use_na_sentinel=False)
+    if "dtype" in table.columns:
+        t_codes, t_uniques = pd.factorize(table["dtype"], use_na_sentinel=False)
+    else:
+        t_codes, t_uniques = np.zeros(len(table), dtype=np.int64), np.array(["fp32"], dtype=object)
+    nt = max(len(t_uniques), 1)
+    combos, codes = np.unique(d_codes.astype(np.int64) * nt + t_codes, return_inverse=True)
+    return [(str(d_uniques[c // nt]), str(t_uniques[c % nt])) for c in combos], np.asarray(codes).reshape(-1)
+
+
 def measured_log_ratio(table: pd.DataFrame, baseline: pd.DataFrame) -> np.ndarray:
     """Target of the kernel/embedding models: ``log(measured / roofline)``; rejects bad measurements."""
     if "time_us" not in table.columns:

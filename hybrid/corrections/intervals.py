@@ -51,6 +51,7 @@ unseen bands (:data:`SIBLING_FALLBACK_WEIGHT`, flagged not calibrated) rather th
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,31 @@ SIBLING_MAX_TDP_RATIO = 1.25
 #: the sibling band's width over that of the halfway band is 0.97 (GEMM), 0.91 (norms), 0.88 (softmax) and 0.44
 #: (elementwise); before it, such rows took the unseen band, which the held-out siblings over-filled.
 SIBLING_FALLBACK_WEIGHT = 0.5
+
+
+def fitted_sibling(catalog: Any, device: str, dtype: str, fitted: Mapping[str, Iterable[str]]) -> str:
+    """The first GPU in ``fitted`` (device -> dtypes it was fitted in) that is another product of ``device``'s die
+    and power class (``catalog.same_die(device,`` :data:`SIBLING_MAX_TDP_RATIO` ``)``) and was fitted in a dtype
+    that runs on the same units as ``dtype`` on that chip (the same compute peak: fp16 and bf16 on an A100 are one
+    path, fp32 another); "" when none is, or the catalog knows neither the device nor the dtype's units. What makes
+    a row a ``sibling`` row of the intervals and what the GEMM model's sibling rule prices from."""
+    from hybrid.errors import HybridError
+
+    try:
+        dies = catalog.same_die(device, SIBLING_MAX_TDP_RATIO)
+    except HybridError:  # a device the catalog does not know: no sibling known either
+        return ""
+    for sib in dies:
+        if sib not in fitted:
+            continue
+        try:
+            chip = catalog.device(sib)
+            rate = chip.compute_peak(dtype)
+            if any(np.isclose(chip.compute_peak(t), rate, rtol=0.01) for t in fitted[sib]):
+                return sib
+        except HybridError:  # a dtype the chip has no units for
+            continue
+    return ""
 
 
 def adapted_code(rows: np.ndarray | int) -> np.ndarray:

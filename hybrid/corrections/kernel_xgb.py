@@ -26,6 +26,7 @@ import xgboost as xgb
 
 from hybrid.corrections.base import (
     Correction,
+    device_dtype_pairs,
     family_mask,
     isin_fast,
     measured_log_ratio,
@@ -755,20 +756,14 @@ class GemmXGB(DispatchXGB):
 
     def sibling_of(self, device: str, dtype: str, catalog: Catalog) -> str:
         """The fitted GPU whose GEMM efficiency stands in for ``device``'s: ``device`` was not fitted, and another
-        product of its die and power class (:meth:`Catalog.same_die` within
-        :data:`~hybrid.corrections.intervals.SIBLING_MAX_TDP_RATIO`, the prediction intervals' ``sibling``) was,
-        in ``dtype``; "" otherwise (or for a model whose per-device dtypes were not recorded)."""
-        from hybrid.corrections.intervals import SIBLING_MAX_TDP_RATIO
-        from hybrid.errors import HybridError
+        product of its die and power class was, in a dtype on the same units (the prediction intervals' ``sibling``,
+        :func:`~hybrid.corrections.intervals.fitted_sibling`); "" otherwise (or for a model whose per-device dtypes
+        were not recorded)."""
+        from hybrid.corrections.intervals import fitted_sibling
 
         if not self.device_dtypes or device in self.device_dtypes:
             return ""
-        try:
-            dies = catalog.same_die(device, SIBLING_MAX_TDP_RATIO)
-        except HybridError:
-            return ""
-        dt = normalize_dtype(dtype)
-        return next((d for d in dies if dt in self.device_dtypes.get(d, ())), "")
+        return fitted_sibling(catalog, device, normalize_dtype(dtype), self.device_dtypes)
 
     def sibling_proxy_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per GEMM row on a GPU the fit never saw that has a fitted sibling (:meth:`sibling_of`): the kernel time
@@ -779,20 +774,11 @@ class GemmXGB(DispatchXGB):
         the 10 GPUs that have such a sibling from 11.7 to 10.4% (seed 0; 12.0 -> 10.4, 11.4 -> 10.8 on seeds 1,
         2; ``experiments/kernel_accuracy/sibling_variant.py``). Not used by a model saved before the per-device
         dtypes were (none recorded)."""
-
         out = np.full(len(table), np.nan)
         if not self.device_dtypes or len(table) == 0:
             return out
-        # one lookup per distinct (device, dtype) pair, from integer codes (no per-row strings; missing: none)
-        d_codes, d_names = str_codes(table["device"])
-        t_codes, t_names = (str_codes(table["dtype"]) if "dtype" in table.columns
-                            else (np.zeros(len(table), dtype=np.int64), ["fp32"]))
-        nt = max(len(t_names), 1)
-        valid = (d_codes >= 0) & (t_codes >= 0)
-        combos, inverse = np.unique(np.where(valid, d_codes.astype(np.int64) * nt + t_codes, -1), return_inverse=True)
-        found = np.array(["" if c < 0 else self.sibling_of(d_names[c // nt], t_names[c % nt], catalog)
-                          for c in combos], dtype=object)
-        sib = found[np.asarray(inverse).reshape(-1)]
+        pairs, codes = device_dtype_pairs(table)
+        sib = np.array([self.sibling_of(d, t, catalog) for d, t in pairs], dtype=object)[codes]
         rows = np.nonzero(sib != "")[0]
         if not len(rows):
             return out
@@ -835,7 +821,6 @@ class GemmXGB(DispatchXGB):
         the kernel time predicted for the same row in the proxy dtype, times the row's roofline over the proxy
         row's (the same fraction of the device's peak, or of its bandwidth, on the same shape), plus the row's own
         dispatch; never under the row's roofline floor. NaN for every other row."""
-
         out = np.full(len(table), np.nan)
         seen = self.fitted_dtypes
         if not seen or not self.dtype_proxy or len(table) == 0 or "dtype" not in table.columns:

@@ -29,7 +29,14 @@ import pandas as pd
 
 from hybrid.atomic import atomic_directory
 from hybrid.corrections import adapt as adapt_mod
-from hybrid.corrections.base import Correction, family_mask, isin_fast, read_json, write_json
+from hybrid.corrections.base import (
+    Correction,
+    device_dtype_pairs,
+    family_mask,
+    isin_fast,
+    read_json,
+    write_json,
+)
 from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
 from hybrid.corrections.intervals import (
@@ -40,11 +47,11 @@ from hybrid.corrections.intervals import (
     MIN_ROWS_FOR_SPLIT,
     SEEN,
     SIBLING,
-    SIBLING_MAX_TDP_RATIO,
     UNSEEN,
     IntervalCalibration,
     adapted_code,
     default_lodo_devices,
+    fitted_sibling,
     interval_keys,
     keep_few_rows,
     stratified_split,
@@ -540,38 +547,13 @@ class HybridPredictor:
         out = np.zeros(len(norm), dtype=bool)
         if not self.dtypes_fitted or not len(norm):
             return out
-        # distinct (device, dtype) pairs from integer codes (no per-row string building)
-        d_codes, d_uniques = pd.factorize(norm["device"], use_na_sentinel=False)
-        if "dtype" in norm.columns:
-            t_codes, t_uniques = pd.factorize(norm["dtype"], use_na_sentinel=False)
-        else:
-            t_codes, t_uniques = np.zeros(len(norm), dtype=np.int64), np.array(["fp32"], dtype=object)
-        nt = max(len(t_uniques), 1)
-        combos, codes = np.unique(d_codes.astype(np.int64) * nt + t_codes, return_inverse=True)
-        codes = codes.reshape(-1)
-        pairs = [[str(d_uniques[c // nt]), str(t_uniques[c % nt])] for c in combos]
-        dies: dict[str, list[str]] = {}
-        for dev, _ in pairs:
-            if dev not in dies:
-                try:
-                    dies[dev] = self.catalog.same_die(dev, SIBLING_MAX_TDP_RATIO)
-                except HybridError:  # a device the catalog does not know: no sibling known either
-                    dies[dev] = []
-
-        def same_units(sib: str, dtype: str, fitted: list[str]) -> bool:
-            try:
-                chip = self.catalog.device(sib)
-                rate = chip.compute_peak(dtype)
-                return any(np.isclose(chip.compute_peak(t), rate, rtol=0.01) for t in fitted)
-            except HybridError:  # a dtype the chip has no units for
-                return False
-
+        pairs, codes = device_dtype_pairs(norm)
         for corr in self.corrections:
             per = self.dtypes_fitted.get(corr.key)
             if not per:
                 continue
-            has = np.array([dev not in per and any(same_units(s, dt, per[s]) for s in dies[dev] if s in per)
-                            for dev, dt in pairs], dtype=bool)
+            has = np.array([dev not in per and bool(fitted_sibling(self.catalog, dev, dt, per)) for dev, dt in pairs],
+                           dtype=bool)
             if has.any():
                 out |= family_mask(base, corr.families) & has[codes]
         return out & ~isin_fast(base["family"], ("collective",))
