@@ -1,4 +1,4 @@
-"""The GEMM model's opt-in sibling rule: a GPU the fit never saw, whose die it fitted in another product of its
+"""The GEMM model's sibling rule (on by default): a GPU the fit never saw, whose die it fitted in another product of its
 power class, priced at the sibling's efficiency on its own roofline (blended with the trees)."""
 
 from __future__ import annotations
@@ -62,19 +62,20 @@ def test_sibling_proxy_is_the_siblings_efficiency_on_the_rows_own_roofline(fitte
     assert np.isnan(model.sibling_proxy_us(t4_as_l4, roofline(t4_as_l4, catalog), catalog)).all()
 
 
-def test_blend_is_opt_in_and_the_geometric_mean_of_trees_and_sibling(fitted, catalog):
+def test_blend_is_on_by_default_and_the_geometric_mean_of_trees_and_sibling(fitted, catalog):
     model, held, _ = fitted
     base = roofline(held, catalog)
-    assert model.sibling_blend is False
-    trees = model.predict(held, base, catalog)
+    assert model.sibling_blend is True and GemmXGB().sibling_blend is True
+    blend = model.predict(held, base, catalog)
     proxy = model.sibling_proxy_us(held, base, catalog)
-    model.sibling_blend = True
+    model.sibling_blend = False
     try:
-        blend = model.predict(held, base, catalog)
+        trees = model.predict(held, base, catalog)
     finally:
-        model.sibling_blend = False
+        model.sibling_blend = True
     np.testing.assert_allclose(blend, np.sqrt(trees * proxy), rtol=1e-9)
-    np.testing.assert_allclose(model.predict(held, base, catalog), trees)  # switched off again: the trees
+    np.testing.assert_allclose(model.predict(held, base, catalog), blend)  # switched on again: the blend
+    assert np.abs(np.log(blend / trees)).max() > 1e-3  # the rule moved these rows
     meas = held["time_us"].to_numpy()
 
     def geomean(pred: np.ndarray) -> float:
@@ -92,17 +93,18 @@ def test_the_rule_and_the_per_device_dtypes_are_saved_with_the_model(fitted, cat
 
     model, held, _ = fitted
     base = roofline(held, catalog)
-    model.sibling_blend = True
+    expected = model.predict(held, base, catalog)
+    model.save(tmp_path / "on")
+    model.sibling_blend = False
     try:
-        expected = model.predict(held, base, catalog)
-        model.save(tmp_path / "on")
+        trees = model.predict(held, base, catalog)
+        model.save(tmp_path / "off")
     finally:
-        model.sibling_blend = False
-    model.save(tmp_path / "off")
+        model.sibling_blend = True
     on, off = GemmXGB.load(tmp_path / "on"), GemmXGB.load(tmp_path / "off")
     assert on.sibling_blend and not off.sibling_blend and on.device_dtypes == model.device_dtypes
     np.testing.assert_allclose(on.predict(held, base, catalog), expected, rtol=1e-6)
-    np.testing.assert_allclose(off.predict(held, base, catalog), model.predict(held, base, catalog), rtol=1e-6)
+    np.testing.assert_allclose(off.predict(held, base, catalog), trees, rtol=1e-6)
     # a model saved before the per-device dtypes: loads, and has no sibling to blend with
     doc = json.loads((tmp_path / "on" / EXTENTS_FILE).read_text())
     (tmp_path / "on" / EXTENTS_FILE).write_text(json.dumps({"extents": doc["extents"]}))
@@ -115,7 +117,8 @@ def test_the_rule_and_the_per_device_dtypes_are_saved_with_the_model(fitted, cat
 
 
 def test_calibrate_sibling_blend_flag_reaches_the_registered_model(shared_datasets, tmp_path):
-    """``hybrid calibrate --sibling-blend``: logged as a parameter, saved with the GEMM model; refused with --base."""
+    """``hybrid calibrate``: the rule is on by default, off with ``--no-sibling-blend``; logged as a parameter, saved
+    with the GEMM model; refused with --base."""
     from test_cli_calibration import cli
     from test_tracking_support import neusight_table, write_csv
 
@@ -123,17 +126,17 @@ def test_calibrate_sibling_blend_flag_reaches_the_registered_model(shared_datase
 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     csv = write_csv(neusight_table(shared_datasets, max_rows=300), tmp_path / "neusight.csv")
-    rc, _, err = cli(["calibrate", str(csv), "--name", "sib", "--tracking-uri", uri, "-q", "--no-lodo",
-                      "--sibling-blend"])
-    assert rc == 0, err
-    predictor = load_predictor("sib", tracking_uri=uri).predictor
-    gemm = next(c for c in predictor.corrections if isinstance(c, GemmXGB))
-    assert gemm.sibling_blend and gemm.device_dtypes
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
-    run = client.get_run(client.get_model_version("sib", "1").run_id)
-    assert run.data.params["sibling_blend"] == "true"
+    for name, flag, on in (("sib", [], True), ("trees", ["--no-sibling-blend"], False)):
+        rc, _, err = cli(["calibrate", str(csv), "--name", name, "--tracking-uri", uri, "-q", "--no-lodo", *flag])
+        assert rc == 0, err
+        predictor = load_predictor(name, tracking_uri=uri).predictor
+        gemm = next(c for c in predictor.corrections if isinstance(c, GemmXGB))
+        assert gemm.sibling_blend is on and gemm.device_dtypes
+        run = client.get_run(client.get_model_version(name, "1").run_id)
+        assert run.data.params["sibling_blend"] == str(on).lower()
     rc, _, err = cli(["calibrate", str(csv), "--name", "sib2", "--base", "sib", "--tracking-uri", uri, "-q",
                       "--sibling-blend"])
     assert rc == 2 and "sibling_blend applies to a new calibration" in err

@@ -1,4 +1,4 @@
-"""Tried, not adopted (2026-12-02): price an unseen GPU's GEMMs at its measured sibling die's efficiency.
+"""Adopted as the default (2026-12-02): price an unseen GPU's GEMMs from its measured sibling die's efficiency too.
 
 A GPU no calibration row describes may be another product of a die that was measured (V100 PCIe beside the V100
 SXM2, A100 PCIe 80GB beside the 40GB, Titan X Pascal beside the GTX 1080 Ti, Vega FE beside the MI25, Titan X
@@ -6,11 +6,12 @@ beside the M40: :meth:`Catalog.same_die <hybrid.hardware.catalog.Catalog.same_di
 predicts its rows from the trees and the device descriptors; this script compares, leave-one-GPU-out on exactly
 the data and splits of ``run.py --groups gemm`` (every held-out GPU with a sibling among the fitted ones):
 
-* ``trees``: the default model (feature version 4, one booster), as ``run.py`` scores it;
+* ``trees``: the model without the rule (feature version 4, one booster, ``sibling_blend = False``), as
+  ``run.py`` scored it before 2026-12-02;
 * ``sibling``: the same fitted model asked for the row on the sibling, its efficiency (roofline / predicted) put
   on the held-out GPU's own roofline (the dtype proxy's rule, across dies instead of dtypes;
   ``GemmXGB.sibling_proxy_us``);
-* ``blend``: the geometric mean of the two (``GemmXGB.sibling_blend = True``, opt-in).
+* ``blend``: the geometric mean of the two (``GemmXGB.sibling_blend = True``, the default since 2026-12-02).
 
 Cells: the benchmark's per-device geomean |pred - meas| / meas (%) and the median predicted / measured; only the
 held-out rows in a dtype the sibling was fitted in are scored.
@@ -48,7 +49,7 @@ def main(argv: list[str]) -> int:
     sub = table[table["group"] == "gemm"].reset_index(drop=True)
     base = roofline(sub, cat)
     gpus = sorted(d for d in sub["device"].unique() if cat.device(d).kind == "gpu")
-    lines = ["| held-out GPU | sibling | rows scored | trees | sibling | blend (`sibling_blend=True`) |",
+    lines = ["| held-out GPU | sibling | rows scored | trees | sibling | blend (`sibling_blend=True`, default) |",
              "|---|---|---|---|---|---|"]
     means = {"trees": [], "sibling": [], "blend": []}
     for held in gpus:
@@ -66,6 +67,7 @@ def main(argv: list[str]) -> int:
         scored = np.isfinite(sibling)
         if not scored.any():
             continue
+        model.sibling_blend = False
         trees = model.predict(rows, rbase, cat)
         model.sibling_blend = True
         blend = model.predict(rows, rbase, cat)

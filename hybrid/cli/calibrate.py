@@ -105,11 +105,12 @@ def print_result(result: Any) -> None:
               help="Collectives of systems never measured get the cross-system transfer model (method "
                    "collective-transfer; the default for a new calibration) or the alpha-beta estimate "
                    "(--no-collective-transfer). Not with --base (an adapted model keeps its base's).")
-@click.option("--sibling-blend", is_flag=True,
-              help="Opt-in: a GPU the calibration never measured, whose die it measured in another product of its "
-                   "power class (A100 PCIe 40 / 80 GB, V100 PCIe / SXM2, H100 / H200), gets the geometric mean of the "
-                   "GEMM trees and that product's efficiency on its own roofline (docs/corrections.md). Not with "
-                   "--base.")
+@click.option("--sibling-blend/--no-sibling-blend", default=None,
+              help="A GPU the calibration never measured, whose die it measured in another product of its power "
+                   "class (A100 PCIe 40 / 80 GB, V100 PCIe / SXM2, H100 / H200), gets the geometric mean of the GEMM "
+                   "trees and that product's efficiency on its own roofline (the default for a new calibration; "
+                   "--no-sibling-blend: the trees alone; docs/corrections.md). Not with --base (an adapted model "
+                   "keeps its base's).")
 @click.option("--strategy", "adapt_strategy", default="auto", show_default=True,
               type=click.Choice(ADAPT_STRATEGIES),
               help="With --base: the few-shot adaptation (auto: per device and correction a scale, an additive "
@@ -121,7 +122,7 @@ def print_result(result: Any) -> None:
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_device: tuple[str, ...],
               exclude_device: tuple[str, ...], no_lodo: bool, test_fraction: float, max_rows: int | None,
-              seed: int, collective_transfer: bool | None, sibling_blend: bool, adapt_strategy: str,
+              seed: int, collective_transfer: bool | None, sibling_blend: bool | None, adapt_strategy: str,
               experiment: str, tracking_uri: str | None, as_json: bool, quiet: bool) -> None:
     """Calibrate on measured TABLES (canonical CSV/Parquet, or profiler bundle directories whose catalog.toml
     is merged), evaluate on held-out rows (random split + leave-one-device-out), record the run in MLflow and

@@ -115,19 +115,20 @@ class HybridPredictor:
     """Analytical baseline + learned corrections, scikit-learn style (``fit`` / ``predict``)."""
 
     def __init__(self, catalog: Catalog | None = None, corrections: Sequence[Correction] | None = None,
-                 seed: int = 0, collective_transfer: bool = True, sibling_blend: bool = False):
+                 seed: int = 0, collective_transfer: bool = True, sibling_blend: bool | None = None):
         """``collective_transfer`` (only without explicit ``corrections``; default on): collectives of systems
         never measured get the cross-system transfer model instead of alpha-beta (``CollectiveSigmoid(transfer=
-        True)``); False keeps the alpha-beta estimate for them. ``sibling_blend`` (opt-in): the GEMM model prices
-        a GPU it never saw from a fitted product of the same die and power class as well
-        (:meth:`GemmXGB.sibling_proxy_us <hybrid.corrections.kernel_xgb.GemmXGB.sibling_proxy_us>`)."""
+        True)``); False keeps the alpha-beta estimate for them. ``sibling_blend``: True / False switches the GEMM
+        model's sibling rule on / off (a GPU it never saw is priced from a fitted product of the same die and power
+        class as well, :meth:`GemmXGB.sibling_proxy_us <hybrid.corrections.kernel_xgb.GemmXGB.sibling_proxy_us>`);
+        None (default) keeps the GEMM correction's own setting (on for a new ``GemmXGB``)."""
         self.catalog: Catalog = catalog if catalog is not None else default_catalog()
         self.corrections: list[Correction] = (list(corrections) if corrections is not None
                                               else default_corrections(seed, collective_transfer))
-        if sibling_blend:
+        if sibling_blend is not None:
             for c in self.corrections:
                 if isinstance(c, GemmXGB):
-                    c.sibling_blend = True
+                    c.sibling_blend = bool(sibling_blend)
         keys = [c.key for c in self.corrections]
         if len(set(keys)) != len(keys):
             raise InvalidInputError(f"corrections must have distinct keys, got {keys}")

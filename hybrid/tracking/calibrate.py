@@ -107,9 +107,10 @@ class CalibrationConfig:
     #: (``auto``, the default: scale, per-op shift or both per correction, chosen by cross-validation on the new
     #: rows; see experiments/few_shot and experiments/h100_transfer)
     adapt_strategy: str = "auto"
-    #: the GEMM model's sibling rule (opt-in; ``HybridPredictor(sibling_blend=True)``): a GPU never measured whose
-    #: die was, in another product of its power class, is priced from that product too; every fit of the run uses it
-    sibling_blend: bool = False
+    #: the GEMM model's sibling rule (``HybridPredictor(sibling_blend=...)``): a GPU never measured whose die was, in
+    #: another product of its power class, is priced from that product too; every fit of the run uses it. None
+    #: (default): on for a new calibration, the base's setting for an adaptation; resolved in ``__post_init__``
+    sibling_blend: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", self.name):
@@ -123,11 +124,13 @@ class CalibrationConfig:
             if self.collective_transfer:
                 raise InvalidInputError("collective_transfer applies to a new calibration; an adapted model (base) "
                                         "keeps the collective model of its base")
-            if self.sibling_blend:
+            if self.sibling_blend is not None:
                 raise InvalidInputError("sibling_blend applies to a new calibration; an adapted model (base) "
                                         "keeps the GEMM model of its base")
         if self.collective_transfer is None:
             self.collective_transfer = not self.base
+        if self.sibling_blend is None and not self.base:
+            self.sibling_blend = True
         from hybrid.corrections.adapt import STRATEGIES
 
         if self.adapt_strategy not in STRATEGIES:
@@ -247,7 +250,7 @@ def calibrate(
 def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: CalibrationConfig,
              progress: bool) -> tuple[Any, list[pd.DataFrame]]:
     def new() -> Any:
-        extra = {"sibling_blend": True} if config.sibling_blend else {}
+        extra = {} if config.sibling_blend is None else {"sibling_blend": config.sibling_blend}
         return predictor_cls(catalog=cat, collective_transfer=config.collective_transfer, **extra)
 
     holdouts = lodo_devices(table, config, cat)
@@ -425,7 +428,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
         "exclude_devices": ",".join(config.exclude_devices),
         "splits": ",".join(summaries), "data_sha256": digest, "n_rows": len(table),
         "sources": ",".join(data.sources), "collective_transfer": bool(config.collective_transfer),
-        "sibling_blend": bool(config.sibling_blend),
+        "sibling_blend": "base" if config.sibling_blend is None else bool(config.sibling_blend),
         "adapt_strategy": config.adapt_strategy if config.base else "",
     })
     params.update(flatten_params("rows.op", profile["rows_per_op"]))
