@@ -73,7 +73,11 @@ def test_blend_is_on_by_default_and_the_geometric_mean_of_trees_and_sibling(fitt
         trees = model.predict(held, base, catalog)
     finally:
         model.sibling_blend = True
-    np.testing.assert_allclose(blend, np.sqrt(trees * proxy), rtol=1e-9)
+    # framework-timed rows mostly host dispatch, on a GPU whose sibling's GEMMs were framework-timed too, keep the trees
+    short = model.host_bound_rows(held, base, catalog)
+    np.testing.assert_array_equal(short, base["time_us"].to_numpy() < model.host_us(held, base, catalog))
+    assert 0 < short.sum() < 0.5 * len(held)
+    np.testing.assert_allclose(blend, np.where(short, trees, np.sqrt(trees * proxy)), rtol=1e-9)
     np.testing.assert_allclose(model.predict(held, base, catalog), blend)  # switched on again: the blend
     assert np.abs(np.log(blend / trees)).max() > 1e-3  # the rule moved these rows
     meas = held["time_us"].to_numpy()
@@ -83,6 +87,28 @@ def test_blend_is_on_by_default_and_the_geometric_mean_of_trees_and_sibling(fitt
 
     # loose sanity: priced from a measured sibling, the unseen card is not worse than 1.5x the trees' error
     assert geomean(blend) < 1.5 * geomean(trees)
+
+
+def test_a_sibling_measured_kernel_only_prices_the_host_bound_rows_too(fitted, catalog):
+    """The host-dispatch gate applies only where the sibling's own times carried a host (framework-timed GEMMs in
+    the fit): a sibling timed kernel-only (DeepBench, XLA) blends every row."""
+    model, held, fit = fitted
+    base = roofline(held, catalog)
+    assert model.framework_devices == {"A100-PCIE-40GB", "V100-PCIE-32GB", "T4"}  # NeuSight times through PyTorch
+    assert model.host_bound_rows(held, base, catalog).any()
+    saved = model.framework_devices
+    model.framework_devices = saved - {"A100-PCIE-40GB"}
+    try:
+        assert not model.host_bound_rows(held, base, catalog).any()
+        blend = model.predict(held, base, catalog)
+        model.sibling_blend = False
+        trees = model.predict(held, base, catalog)
+    finally:
+        model.framework_devices, model.sibling_blend = saved, True
+    np.testing.assert_allclose(blend, np.sqrt(trees * model.sibling_proxy_us(held, base, catalog)), rtol=1e-9)
+    # kernel-only rows pay no host dispatch (host_us 0): never host-bound, whatever the sibling
+    kernel_only = held.assign(framework="xla")
+    assert not model.host_bound_rows(kernel_only, roofline(kernel_only, catalog), catalog).any()
 
 
 def test_the_rule_and_the_per_device_dtypes_are_saved_with_the_model(fitted, catalog, tmp_path):
@@ -103,6 +129,7 @@ def test_the_rule_and_the_per_device_dtypes_are_saved_with_the_model(fitted, cat
         model.sibling_blend = True
     on, off = GemmXGB.load(tmp_path / "on"), GemmXGB.load(tmp_path / "off")
     assert on.sibling_blend and not off.sibling_blend and on.device_dtypes == model.device_dtypes
+    assert on.framework_devices == model.framework_devices
     np.testing.assert_allclose(on.predict(held, base, catalog), expected, rtol=1e-6)
     np.testing.assert_allclose(off.predict(held, base, catalog), trees, rtol=1e-6)
     # a model saved before the per-device dtypes: loads, and has no sibling to blend with
@@ -111,6 +138,14 @@ def test_the_rule_and_the_per_device_dtypes_are_saved_with_the_model(fitted, cat
     old = GemmXGB.load(tmp_path / "on")
     assert not old.sibling_blend and old.device_dtypes == {}
     assert np.isnan(old.sibling_proxy_us(held, base, catalog)).all()
+    # saved on 2026-12-02 before the framework devices: the sibling prices every row
+    (tmp_path / "on" / EXTENTS_FILE).write_text(json.dumps({k: v for k, v in doc.items() if k != "framework_devices"}))
+    mid = GemmXGB.load(tmp_path / "on")
+    assert mid.sibling_blend and mid.framework_devices == set()
+    assert not mid.host_bound_rows(held, base, catalog).any()
+    (tmp_path / "on" / EXTENTS_FILE).write_text(json.dumps({**doc, "framework_devices": "A100-PCIE-40GB"}))
+    with pytest.raises(InvalidInputError, match="framework devices"):
+        GemmXGB.load(tmp_path / "on")
     (tmp_path / "on" / EXTENTS_FILE).write_text(json.dumps({**doc, "sibling_blend": "yes"}))
     with pytest.raises(InvalidInputError, match="sibling_blend"):
         GemmXGB.load(tmp_path / "on")

@@ -11,12 +11,18 @@ the data and splits of ``run.py --groups gemm`` (every held-out GPU with a sibli
 * ``sibling``: the same fitted model asked for the row on the sibling, its efficiency (roofline / predicted) put
   on the held-out GPU's own roofline (the dtype proxy's rule, across dies instead of dtypes;
   ``GemmXGB.sibling_proxy_us``);
-* ``blend``: the geometric mean of the two (``GemmXGB.sibling_blend = True``, the default since 2026-12-02).
+* ``blend, every row``: the geometric mean of the two on every row (the default from 2026-12-02 to 2026-12-02);
+* ``blend`` (the default since): the geometric mean where the row's roofline is at least its host dispatch (the
+  fitted ``host_us``; 0 on kernel-only rows, so those always blend), the trees on framework-timed rows that are
+  mostly host time (``GemmXGB.sibling_blend = True``).
 
 Cells: the benchmark's per-device geomean |pred - meas| / meas (%) and the median predicted / measured; only the
 held-out rows in a dtype the sibling was fitted in are scored.
 
-    python experiments/kernel_accuracy/sibling_variant.py [SEED]
+    python experiments/kernel_accuracy/sibling_variant.py [SEED] [--bundles]
+
+``--bundles`` adds the project's own GPU profiles (``datasets/H100-SXM``, ``datasets/H200``: eager PyTorch on two
+VMs whose host dispatch differs by ~10 us) to the public data, as ``experiments/gpu_bundles`` does.
 
 Results and the decision are in results.md (Discussion).
 """
@@ -41,17 +47,20 @@ DEFAULT_GEMM = ka.GEMM_CONFIGS["v4, one booster (default)"]
 
 
 def main(argv: list[str]) -> int:
+    bundles = "--bundles" in argv
+    argv = [a for a in argv if a != "--bundles"]
     seed = int(argv[0]) if argv else 0
     t0 = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        table, cat = ka.load(public_data_dir(None), 1200, seed)
+        table, cat = ka.load(public_data_dir(None), 1200, seed, bundles)
     sub = table[table["group"] == "gemm"].reset_index(drop=True)
     base = roofline(sub, cat)
     gpus = sorted(d for d in sub["device"].unique() if cat.device(d).kind == "gpu")
-    lines = ["| held-out GPU | sibling | rows scored | trees | sibling | blend (`sibling_blend=True`, default) |",
-             "|---|---|---|---|---|---|"]
-    means = {"trees": [], "sibling": [], "blend": []}
+    names = ("trees", "sibling", "blend, every row", "blend")
+    lines = ["| held-out GPU | source | sibling | rows scored | trees | sibling | blend, every row | "
+             "blend (`sibling_blend=True`, default) |", "|---|---|---|---|---|---|---|---|"]
+    means: dict[str, dict[str, list[float]]] = {"public": {n: [] for n in names}, "profile": {n: [] for n in names}}
     for held in gpus:
         close = [s for s in cat.same_die(held, SIBLING_MAX_TDP_RATIO) if s in gpus and s != held]
         if not close:
@@ -64,26 +73,33 @@ def main(argv: list[str]) -> int:
         rows = sub[test].reset_index(drop=True)
         rbase = base[test].reset_index(drop=True)
         sibling = model.sibling_proxy_us(rows, rbase, cat)  # the library's rule (GemmXGB.sibling_blend)
-        scored = np.isfinite(sibling)
-        if not scored.any():
+        if not np.isfinite(sibling).any():
             continue
         model.sibling_blend = False
         trees = model.predict(rows, rbase, cat)
         model.sibling_blend = True
-        blend = model.predict(rows, rbase, cat)
-        sib = model.sibling_of(held, str(rows.loc[scored, "dtype"].iloc[0]), cat)
+        preds = {"trees": trees, "sibling": sibling, "blend, every row": np.sqrt(trees * sibling),
+                 "blend": model.predict(rows, rbase, cat)}
         meas = rows["time_us"].to_numpy(dtype=np.float64)
-        cells = {}
-        for name, pred in (("trees", trees), ("sibling", sibling), ("blend", blend)):
-            cells[name] = ka._cell(pred[scored], meas[scored])  # noqa: SLF001
-            means[name].append(ka._geo(np.abs(pred[scored] / meas[scored] - 1)))  # noqa: SLF001
-        lines.append(f"| {held} | {sib} | {int(scored.sum())} | {cells['trees']} | {cells['sibling']} | "
-                     f"{cells['blend']} |")
-        print(lines[-1], file=sys.stderr, flush=True)
-    lines.append(f"| **mean over {len(means['trees'])} GPUs** | | | " + " | ".join(
-        f"**{np.mean(v):.1f}**" for v in means.values()) + " |")
+        srcs = rows["src"].astype(str).to_numpy()
+        for src in sorted(set(srcs[np.isfinite(sibling)])):
+            scored = np.isfinite(sibling) & (srcs == src)
+            sib = model.sibling_of(held, str(rows.loc[scored, "dtype"].iloc[0]), cat)
+            kind = "profile" if src.startswith("profile:") else "public"
+            cells = {}
+            for name in names:
+                pred = preds[name]
+                cells[name] = ka._cell(pred[scored], meas[scored])  # noqa: SLF001
+                means[kind][name].append(ka._geo(np.abs(pred[scored] / meas[scored] - 1)))  # noqa: SLF001
+            lines.append(f"| {held} | {src} | {sib} | {int(scored.sum())} | "
+                         + " | ".join(cells[n] for n in names) + " |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    for kind, label in (("public", "GPUs, public rows"), ("profile", "project GPU profiles")):
+        if means[kind]["trees"]:
+            lines.append(f"| **mean over {len(means[kind]['trees'])} {label}** | | | | " + " | ".join(
+                f"**{np.mean(means[kind][n]):.1f}**" for n in names) + " |")
     print("\n".join(lines))
-    print(f"\n(seed {seed}, {time.time() - t0:.0f} s)")
+    print(f"\n(seed {seed}{', with the GPU bundles' if bundles else ''}, {time.time() - t0:.0f} s)")
     return 0
 
 

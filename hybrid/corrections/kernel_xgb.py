@@ -712,6 +712,8 @@ class GemmXGB(DispatchXGB):
         self.sibling_blend = self.default_sibling_blend
         #: dtypes of the fitted GEMMs per device (recorded by :meth:`fit`, saved with the extents)
         self.device_dtypes: dict[str, set[str]] = {}
+        #: fitted devices with framework-timed GEMMs (host dispatch in their times; recorded by :meth:`fit`)
+        self.framework_devices: set[str] = set()
 
     @property
     def key(self) -> str:
@@ -724,6 +726,7 @@ class GemmXGB(DispatchXGB):
         self.extents = gemm_extents(sub)
         dtypes = sub["dtype"].map(normalize_dtype) if "dtype" in sub.columns else pd.Series("fp32", index=sub.index)
         self.device_dtypes = {str(d): set(map(str, g)) for d, g in dtypes.groupby(sub["device"].astype(str))}
+        self.framework_devices = set(sub["device"].astype(str)[kernel_timing(sub) == 0])
         return self
 
     def continue_boosting(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
@@ -734,6 +737,7 @@ class GemmXGB(DispatchXGB):
         # the adapted device stays priced as before adapting (its few rows corrected what the model answered)
         grown.sibling_blend = self.sibling_blend  # type: ignore[attr-defined]
         grown.device_dtypes = {k: set(v) for k, v in self.device_dtypes.items()}  # type: ignore[attr-defined]
+        grown.framework_devices = set(self.framework_devices)  # type: ignore[attr-defined]
         return grown  # type: ignore[return-value]
 
     def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
@@ -753,7 +757,7 @@ class GemmXGB(DispatchXGB):
             out[rows[use]] = proxied[use]
             if self.sibling_blend:
                 sibling = self.sibling_proxy_us(sub, base, catalog)
-                use = np.isfinite(sibling)
+                use = np.isfinite(sibling) & ~self.host_bound_rows(sub, base, catalog)
                 out[rows[use]] = np.sqrt(out[rows[use]] * sibling[use])
         return out
 
@@ -780,8 +784,7 @@ class GemmXGB(DispatchXGB):
         out = np.full(len(table), np.nan)
         if not self.device_dtypes or len(table) == 0:
             return out
-        pairs, codes = device_dtype_pairs(table)
-        sib = np.array([self.sibling_of(d, t, catalog) for d, t in pairs], dtype=object)[codes]
+        sib = self.row_siblings(table, catalog)
         rows = np.nonzero(sib != "")[0]
         if not len(rows):
             return out
@@ -791,6 +794,28 @@ class GemmXGB(DispatchXGB):
         finally:
             self.sibling_blend = blend
         return out
+
+    def row_siblings(self, table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row, :meth:`sibling_of` its device and dtype ("" where none)."""
+        if not self.device_dtypes or len(table) == 0:
+            return np.full(len(table), "", dtype=object)
+        pairs, codes = device_dtype_pairs(table)
+        return np.array([self.sibling_of(d, t, catalog) for d, t in pairs], dtype=object)[codes]
+
+    def host_bound_rows(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Rows the sibling rule leaves to the trees: framework-timed rows whose roofline is under their host
+        dispatch (:meth:`host_us`), on a GPU whose sibling was fitted on framework-timed GEMMs too
+        (:attr:`framework_devices`). The sibling speaks for the die's kernels, not for the machine that dispatched
+        them: such a row is mostly host time, and the sibling's, learned by the trees, is its own machine's CPU
+        (the H200 VM's eager floor, ~10 us above the H100 VM's, put the H100 profile's small GEMMs 1.4x slow;
+        ``experiments/kernel_accuracy/sibling_variant.py --bundles``). A sibling measured kernel-only (DeepBench's
+        V100 SXM2 for NeuSight's V100 PCIe) carries no host of its own and prices every row."""
+        if not self.framework_devices or len(table) == 0:
+            return np.zeros(len(table), dtype=bool)
+        short = baseline["time_us"].to_numpy(dtype=np.float64) < self.host_us(table, baseline, catalog)
+        if not short.any():
+            return short
+        return short & np.isin(self.row_siblings(table, catalog), sorted(self.framework_devices))
 
     def _transferred_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog, rows: np.ndarray,
                         **column: Any) -> np.ndarray:
@@ -884,6 +909,7 @@ class GemmXGB(DispatchXGB):
             "extents": self.extents, "columns": ["b", "m", "n", "k"],
             "units": "the largest GEMM shapes of the fit on any device (none larger in every dimension) per dtype|kind",
             "device_dtypes": {k: sorted(v) for k, v in sorted(self.device_dtypes.items())},
+            "framework_devices": sorted(self.framework_devices),
             "sibling_blend": bool(self.sibling_blend)})
 
     @classmethod
@@ -892,6 +918,7 @@ class GemmXGB(DispatchXGB):
         path = Path(directory) / EXTENTS_FILE
         extents: dict[str, list[list[float]]] = {}
         device_dtypes: dict[str, set[str]] = {}
+        framework: set[str] = set()
         blend = False
         if path.is_file():  # models saved before the sub-problem bound have none: no bound
             doc = read_json(path)
@@ -904,13 +931,17 @@ class GemmXGB(DispatchXGB):
             extents = {str(k): [[float(x) for x in sh] for sh in v] for k, v in raw.items()}
             # saved since 2026-12-02 (older models: none recorded, no sibling rule)
             dd, blend = doc.get("device_dtypes", {}), doc.get("sibling_blend", False)
+            fw = doc.get("framework_devices", [])  # saved since 2026-12-02 (none: the sibling prices every row)
             if not (isinstance(dd, dict) and all(isinstance(v, list) and all(isinstance(x, str) for x in v)
-                                                 for v in dd.values()) and isinstance(blend, bool)):
-                raise InvalidInputError(f"{directory}/{EXTENTS_FILE}: bad per-device dtypes or sibling_blend; "
-                                        "refit the model")
+                                                 for v in dd.values()) and isinstance(blend, bool)
+                    and isinstance(fw, list) and all(isinstance(x, str) for x in fw)):
+                raise InvalidInputError(f"{directory}/{EXTENTS_FILE}: bad per-device dtypes, framework devices or "
+                                        "sibling_blend; refit the model")
             device_dtypes = {str(k): set(v) for k, v in dd.items()}
+            framework = set(fw)
         obj.extents = extents  # type: ignore[attr-defined]
         obj.device_dtypes = device_dtypes  # type: ignore[attr-defined]
+        obj.framework_devices = framework  # type: ignore[attr-defined]
         obj.sibling_blend = blend  # type: ignore[attr-defined]
         return obj  # type: ignore[return-value]
 
