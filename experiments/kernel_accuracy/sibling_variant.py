@@ -11,10 +11,11 @@ the data and splits of ``run.py --groups gemm`` (every held-out GPU with a sibli
 * ``sibling``: the same fitted model asked for the row on the sibling, its efficiency (roofline / predicted) put
   on the held-out GPU's own roofline (the dtype proxy's rule, across dies instead of dtypes;
   ``GemmXGB.sibling_proxy_us``);
-* ``blend, every row``: the geometric mean of the two on every row (the default from 2026-12-02 to 2026-12-02);
-* ``blend`` (the default since): the geometric mean where the row's roofline is at least its host dispatch (the
-  fitted ``host_us``; 0 on kernel-only rows, so those always blend), the trees on framework-timed rows that are
-  mostly host time (``GemmXGB.sibling_blend = True``).
+* ``blend, every row``: the geometric mean of the two on every row (the default earlier on 2026-12-02);
+* ``blend`` (the default since, ``GemmXGB.sibling_blend = True``): the same, except on
+  ``GemmXGB.host_bound_rows``: framework-timed rows whose roofline is under their host dispatch (the fitted
+  ``host_us``; 0 on kernel-only rows, so those always blend) on a GPU whose sibling's fitted GEMMs were
+  framework-timed too; those keep the trees.
 
 Cells: the benchmark's per-device geomean |pred - meas| / meas (%) and the median predicted / measured; only the
 held-out rows in a dtype the sibling was fitted in are scored.
