@@ -70,6 +70,25 @@ def import_(traces: tuple[str, ...], output: str, step: int | None) -> None:
     click.echo(f"{len(loaded)} rank(s), {total} op units -> {output}")
 
 
+def precision_note(acc: dict[str, Any]) -> str | None:
+    """A warning when fp32 matmuls / convolutions were priced by PyTorch's default TF32 switches because the trace
+    does not say which its program used (:mod:`hybrid.data.traces.precision`), on a target where it matters."""
+    if not acc.get("target_has_tf32"):
+        return None
+    parts = []
+    for switch, what, flag, how in (("matmul", "matmul", "--fp32-matmul", "torch.backends.cuda.matmul.allow_tf32"),
+                                    ("conv", "convolution", "--fp32-conv", "torch.backends.cudnn.allow_tf32")):
+        a = acc.get(switch, {})
+        if a.get("fp32_ops", 0) and "PyTorch default" in str(a.get("source", "")):
+            on = a.get("mode") == "tf32"
+            parts.append(f"{a['fp32_ops']} fp32 {what}(s) priced on {'TF32 tensor cores' if on else 'FP32 units'} "
+                         f"(PyTorch's default {how} = {on}; {flag} {'ieee' if on else 'tf32'} if the program "
+                         f"sets it otherwise)")
+    if not parts:
+        return None
+    return "the trace does not say whether its fp32 math ran on TF32 tensor cores: " + "; ".join(parts)
+
+
 def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
     """A warning when the traces ran with another PyTorch thread count than the --bundle was profiled with (CPU
     op times then differ by up to the thread ratio, and two threads on a shared machine stall unpredictably)."""
@@ -108,6 +127,11 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--kernel-times/--as-fitted", "kernel_times", default=True, show_default=True,
               help="Cost GPU kernels with the model's kernel time (its fitted per-op framework dispatch taken off: "
                    "the graph's host stream carries it), or as the model predicts them (dispatch counted twice).")
+@click.option("--fp32-matmul", type=click.Choice(["auto", "ieee", "tf32"]), default="auto", show_default=True,
+              help="fp32 matmuls on FP32 units (ieee) or TF32 tensor cores; auto: the ops' kernels in a GPU trace, "
+                   "else the switch recorded with the trace, else PyTorch's default (ieee).")
+@click.option("--fp32-conv", type=click.Choice(["auto", "ieee", "tf32"]), default="auto", show_default=True,
+              help="fp32 convolutions likewise (PyTorch's default: tf32, cuDNN's allow_tf32).")
 @click.option("--compiled", is_flag=True,
               help="Predict the step as torch.compile would run it: each run of pointwise ops between library "
                    "calls fused into one kernel (docs/traces.md).")
@@ -132,7 +156,7 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
             tracking_uri: str | None, bundle: str | None, extra_rows: tuple[str, ...], roofline: bool,
             same: bool | None, host: str,
-            kernel_times: bool, compiled: bool, dp: int, tp: int, pp: int, tokens: int | None, hidden: int | None,
+            kernel_times: bool, fp32_matmul: str, fp32_conv: str, compiled: bool, dp: int, tp: int, pp: int, tokens: int | None, hidden: int | None,
             compare: str | None, gpu_hour_price: str | None, step: int | None, as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
@@ -169,9 +193,13 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 
     prices = parse_gpu_hour_prices(gpu_hour_price, cat) if gpu_hour_price is not None else None
     others = compare_names(compare, cat)
+    from hybrid.data.traces.precision import Fp32Precision
+
+    precision = Fp32Precision(fp32_matmul, fp32_conv)
 
     def run(target: str) -> tuple[Any, Any]:
-        graph = build_trace_graph(loaded, target, cat, same_device=same, host=host, transform=chain(fusion, parallel))
+        graph = build_trace_graph(loaded, target, cat, same_device=same, host=host, transform=chain(fusion, parallel),
+                                  fp32_precision=precision)
         return graph, predict_trace(graph, model, model_name=name, kernel_times=kernel_times)
 
     def cost_of(summary: dict) -> tuple[float | None, float | None]:
@@ -227,6 +255,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         notes.append("the traces do not say what recording cost their host (recorded without `hybrid trace record` "
                      "or before it measured it), so the traced host time, inflated by the profiler, is kept as is: "
                      "re-record with `hybrid trace record`, or use --host model")
+    notes.append(precision_note(s.get("fp32_precision", {})))
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "

@@ -184,6 +184,8 @@ class TracePrediction:
         }
         out.update(self.interval())
         out["recording_overhead"] = it.info.get("recording_overhead", {"measured": False})
+        if "fp32_precision" in it.info:
+            out["fp32_precision"] = it.info["fp32_precision"]
         if it.same_device and np.isfinite(meas):
             out["measured_ms"] = meas / 1e3
             out["error_pct"] = (self.predicted_us / meas - 1.0) * 100.0

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.data.traces.parse import CUDA_SYNC_CALLS, RankTrace
+from hybrid.data.traces.precision import SWITCH_OPS, Fp32Precision, apply_fp32_precision
 from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
@@ -289,9 +290,23 @@ def _overhead_info(costing: HostCosting) -> dict[str, Any]:
             "in_units_ms": [costing.unit_costs_us[r] / 1e3 for r, _ in measured], "kept": costing.keep_host}
 
 
+def _precision_info(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """One account of the fp32 math over the ranks (:func:`hybrid.data.traces.precision.apply_fp32_precision`):
+    op counts summed; a mode or source that differs between ranks reads ``mixed``."""
+    out: dict[str, Any] = {"target_has_tf32": per_rank[0]["target_has_tf32"]}
+    for switch in SWITCH_OPS:
+        accs = [p[switch] for p in per_rank]
+        modes, sources = {a["mode"] for a in accs}, {a["source"] for a in accs}
+        out[switch] = {"mode": modes.pop() if len(modes) == 1 else "mixed",
+                       "source": sources.pop() if len(sources) == 1 else "mixed",
+                       "fp32_ops": sum(a["fp32_ops"] for a in accs), "tf32_ops": sum(a["tf32_ops"] for a in accs)}
+    return out
+
+
 def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | None = None, *,
                       same_device: bool | None = None, host_scale: float | list[float] = 1.0,
-                      host: str = "auto", transform: Any = None) -> TraceIteration:
+                      host: str = "auto", transform: Any = None,
+                      fp32_precision: Fp32Precision | None = None) -> TraceIteration:
     """The task graph of the traced step on ``target`` (a catalog device or system; see module docstring).
 
     ``same_device`` says whether ``target`` is the hardware the traces were recorded on (default: decided from
@@ -302,7 +317,9 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     traced host time as the target's host time, ``"model"`` drops it for the engine's per-launch overheads,
     ``"auto"`` picks ``"trace"`` for the same device or a GPU trace, else ``"model"``
     (:class:`hybrid.workloads.trace_costing.HostCosting`). ``transform(trace, units) -> units`` may rewrite each
-    rank's units first (parallel modes, see :mod:`hybrid.workloads.trace_parallel`).
+    rank's units first (parallel modes, see :mod:`hybrid.workloads.trace_parallel`). ``fp32_precision``: whether
+    fp32 matmuls and convolutions run on TF32 tensor cores (default: as the trace says, else PyTorch's defaults;
+    :mod:`hybrid.data.traces.precision`); the account is ``info["fp32_precision"]``.
     """
     if not traces:
         raise InvalidInputError("no traces given")
@@ -318,8 +335,11 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 "(link it with the Chrome trace of the same step, or predict another device)")
     n_ranks = len(traces)
     scheds = []
+    has_tf32 = "tf32" in tgt.device.peak_flops
+    precision_info = []
     for tr in traces:
-        u = trace_units(tr)
+        u, acc = apply_fp32_precision(trace_units(tr), tr.meta, has_tf32, fp32_precision)
+        precision_info.append(acc)
         if transform is not None:
             u = transform(tr, u).reset_index(drop=True)
         scheds.append(rank_schedule(tr, u))
@@ -376,6 +396,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                           info={"target": tgt.system, "device": tgt.device.key, "same_device": same, "host": host,
                                 "traced_device": sorted({t.device for t in traces}),
                                 "recording_overhead": _overhead_info(costing),
+                                "fp32_precision": _precision_info(precision_info),
                                 # a transform that splits the traced tensors over ranks (tensor / pipeline
                                 # parallelism): the memory measured when recording is not any rank's
                                 "memory_as_traced": not getattr(transform, "splits_memory", False)})

@@ -25,6 +25,7 @@ import pandas as pd
 from hybrid.data.profiler.kernel_times import KERNEL_FRAMEWORK
 from hybrid.data.traces import load_traces, trace_files
 from hybrid.data.traces.parse import RankTrace
+from hybrid.data.traces.precision import apply_fp32_precision
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import family_array
@@ -46,7 +47,8 @@ def trace_device(trace: RankTrace, catalog: Catalog, device: str | None = None) 
 def kernel_rows(traces: Sequence[RankTrace], catalog: Catalog | None = None, device: str | None = None
                 ) -> pd.DataFrame:
     """Canonical rows of every costed op of ``traces`` (GPU traces of one or more steps / models), timed by the
-    CUPTI durations of its kernels; identical rows merged (median; min, max, spread, count as ``repeats``).
+    CUPTI durations of its kernels; identical rows merged (median; min, max, spread, count as ``repeats``). An fp32
+    matmul or convolution whose kernels ran TF32 math is a ``tf32`` row.
 
     Ops with no kernel in the trace, no family (views, host-only work) or a zero kernel time are left out, and so
     are collectives: an NCCL kernel's duration includes the wait for the slowest peer, not a cost of its own.
@@ -61,7 +63,8 @@ def kernel_rows(traces: Sequence[RankTrace], catalog: Catalog | None = None, dev
             raise InvalidInputError(f"{tr.path}: no GPU kernels in the trace (traced on {tr.device!r}); kernel rows "
                                     "need a GPU trace recorded with torch.profiler activities CPU and CUDA")
         key = trace_device(tr, cat, device)
-        u = trace_units(tr)
+        # an fp32 matmul / convolution whose kernels ran TF32 is a tf32 measurement (hybrid.data.traces.precision)
+        u, _ = apply_fp32_precision(trace_units(tr), tr.meta, "tf32" in cat.device(key).peak_flops)
         dev_us = pd.to_numeric(u["device_us"], errors="coerce").to_numpy(dtype=np.float64)
         keep = ((u["kind"] == "op").to_numpy() & np.isfinite(dev_us) & (dev_us > 0)
                 & np.fromiter((isinstance(r, dict) and bool(r.get("op")) for r in u["row"]), dtype=bool,

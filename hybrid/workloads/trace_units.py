@@ -21,6 +21,7 @@ import pandas as pd
 from hybrid.data.traces.opmap import VIEW_OPS, OpMapping, base_name, map_op
 from hybrid.data.traces.overhead import input_counts
 from hybrid.data.traces.parse import RankTrace
+from hybrid.data.traces.precision import tf32_kernels
 from hybrid.errors import InvalidInputError
 
 #: Phase of an op, from its nearest enclosing marker (name prefix -> phase).
@@ -32,7 +33,7 @@ UNIT_KINDS = ("op", "collective", "view", "unmodelled")
 GAP_LABEL, VIEW_LABEL, UNMODELLED_LABEL = "host gaps", "view/host ops", "unmodelled"
 #: Columns of :func:`trace_units`.
 UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg", "device_us", "kstream",
-                "n_events", "n_inputs", "n_launch")
+                "n_events", "n_inputs", "n_launch", "n_tf32")
 
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -100,7 +101,8 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     Columns (:data:`UNIT_COLUMNS`): ``op_id, tid, name, ts, dur, kind, label, row, phase, pg, device_us`` (measured
     time of the unit's GPU kernels; NaN where the trace has no kernels), ``kstream`` (its kernels' stream) and
     what the profiler recorded inside the unit's op (itself included): ``n_events`` host events, ``n_inputs``
-    their recorded inputs, ``n_launch`` kernels (what recording cost there, :mod:`hybrid.data.traces.overhead`).
+    their recorded inputs, ``n_launch`` kernels (what recording cost there, :mod:`hybrid.data.traces.overhead`),
+    ``n_tf32`` of those kernels running TF32 math (:func:`hybrid.data.traces.precision.tf32_kernels`).
     """
     ops = trace.ops
     if ops.empty:
@@ -185,18 +187,21 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     out = pd.DataFrame({"op_id": idx, "tid": tids[idx], "name": names[idx], "ts": ts_all[idx], "dur": dur[idx],
                         "kind": kinds, "label": labels, "row": pd.Series(rows, dtype=object),
                         "phase": phase[idx], "pg": [str(p or "") for p in pgs[idx]]},
-                       columns=list(UNIT_COLUMNS[:-5]))
+                       columns=list(UNIT_COLUMNS[:-6]))
     out["device_us"] = np.nan
     out["kstream"] = ""
-    # what was recorded inside each unit's op: its subtree's events, inputs and kernel launches
-    sub = np.stack([np.ones(n), input_counts(ops["dims"].to_numpy()), np.zeros(n)])
+    # what was recorded inside each unit's op: its subtree's events, inputs and kernel launches (and how many of
+    # those ran TF32 math, hybrid.data.traces.precision)
+    sub = np.stack([np.ones(n), input_counts(ops["dims"].to_numpy()), np.zeros(n), np.zeros(n)])
     if len(trace.kernels):
         kop = trace.kernels["op"].to_numpy(dtype=np.int64)
         sub[2] = np.bincount(kop[kop >= 0], minlength=n)[:n]
+        tf32 = tf32_kernels(trace.kernels["name"])
+        sub[3] = np.bincount(kop[(kop >= 0) & tf32], minlength=n)[:n]
     for lvl in reversed(levels[1:]):
         for row in sub:
             np.add.at(row, parent[lvl], row[lvl])
-    out["n_events"], out["n_inputs"], out["n_launch"] = sub[0][idx], sub[1][idx], sub[2][idx]
+    out["n_events"], out["n_inputs"], out["n_launch"], out["n_tf32"] = sub[0][idx], sub[1][idx], sub[2][idx], sub[3][idx]
     if len(trace.kernels) and len(out):
         # kernels of a unit: those launched by the unit's op or any op inside it (inherited level by level)
         owner = np.full(n, -1, dtype=np.int64)

@@ -185,6 +185,7 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
     host_rows: list[dict[str, Any]] = []
     kern_rows: list[dict[str, Any]] = []
     comm_params: list[dict[str, Any]] = []
+    launches: list[tuple[str, float, Any]] = []  # runtime calls: (thread, start, correlation id)
     for k, e in enumerate(events):
         if not isinstance(e, dict):
             raise TraceFormatError(f"{path}: traceEvents[{k}] is not an object")
@@ -200,9 +201,11 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
         if cat in DEVICE_CATEGORIES:
             kern_rows.append({"name": str(e.get("name", "")), "cat": cat, "stream": str(args.get("stream", e.get("tid"))),
                               "ts": ts, "dur": dur, "ext_id": args.get("External id", -1),
-                              "device": args.get("device", 0)})
+                              "device": args.get("device", 0), "corr": args.get("correlation", -1)})
             continue
         name = str(e.get("name", ""))
+        if cat in ("cuda_runtime", "cuda_driver") and "correlation" in args:
+            launches.append((str(e.get("tid")), ts, args["correlation"]))
         if cat not in HOST_CATEGORIES and not (cat in ("cuda_runtime", "cuda_driver") and name in CUDA_SYNC_CALLS):
             continue
         if name == "record_param_comms":
@@ -226,7 +229,7 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
     # record_param_comms (NCCL): attach the process group to the enclosing collective op
     if comm_params:
         _attach_comm_params(ops, comm_params)
-    kernels = pd.DataFrame(kern_rows, columns=["name", "cat", "stream", "ts", "dur", "ext_id", "device"])
+    kernels = pd.DataFrame(kern_rows, columns=["name", "cat", "stream", "ts", "dur", "ext_id", "device", "corr"])
     device = "cuda" if len(kernels) else str(doc.get("hybrid_traced_device") or "cpu")
     props = doc.get("deviceProperties") or []
     device_name = str(props[0].get("name", "")) if props and isinstance(props[0], dict) else ""
@@ -234,7 +237,7 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                 and e.get("cat") in HOST_CATEGORIES), None)
     tr = RankTrace(path, "kineto", rank, world, device, device_name, ops, kernels, groups,
                    meta={**{k: v for k, v in doc.items() if k != "traceEvents"}, "pid": pid})
-    return _finish(tr, step)
+    return _finish(tr, step, launches)
 
 
 def _attach_comm_params(ops: pd.DataFrame, params: list[dict[str, Any]]) -> None:
@@ -298,8 +301,34 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
     return tr
 
 
-def _finish(tr: RankTrace, step: int | None) -> RankTrace:
-    """Nest ops, pick the measured step window, link kernels to their ops."""
+def _launching_ops(ops: pd.DataFrame, parent: np.ndarray, kernels: pd.DataFrame,
+                   launches: list[tuple[str, float, Any]]) -> np.ndarray:
+    """Per kernel, the row of the innermost op whose runtime call launched it, found through the kernel's
+    ``correlation`` id and the call's time on its thread; -1 where none. Older Kineto exports (PyTorch 1.x) give a
+    kernel the External id of its runtime call, not of its op, so this is how their kernels find their ops."""
+    out = np.full(len(kernels), -1, dtype=np.int64)
+    if not launches or "corr" not in kernels.columns:
+        return out
+    call = {c: (tid, ts) for tid, ts, c in launches}
+    tids = ops["tid"].astype(str).to_numpy()
+    ts = ops["ts"].to_numpy(dtype=np.float64)
+    end = ts + ops["dur"].to_numpy(dtype=np.float64)
+    rows_of = {t: np.flatnonzero(tids == t) for t in np.unique(tids)}  # ops sorted by (tid, ts) already
+    for j, c in enumerate(kernels["corr"].to_numpy(dtype=object)):
+        hit = call.get(c)
+        rows = rows_of.get(hit[0]) if hit is not None else None
+        if rows is None or not len(rows):
+            continue
+        i = int(rows[max(np.searchsorted(ts[rows], hit[1], side="right") - 1, 0)])
+        while i >= 0 and not (ts[i] <= hit[1] < end[i]):  # the last op started before the call, or an ancestor
+            i = int(parent[i])
+        out[j] = i
+    return out
+
+
+def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, Any]] | None = None) -> RankTrace:
+    """Nest ops, pick the measured step window, link kernels to their ops (by External id, else through the
+    runtime call that launched them: ``launches``, see :func:`_launching_ops`)."""
     ops = tr.ops
     parent, depth = _nest(ops)
     ops.insert(0, "id", np.arange(len(ops)))
@@ -322,6 +351,9 @@ def _finish(tr: RankTrace, step: int | None) -> RankTrace:
         linked = ops["ext_id"] >= 0  # ops without an External id launch nothing we can attribute
         ext = dict(zip(ops.loc[linked, "ext_id"], ops.loc[linked, "id"], strict=False))
         k["op"] = [int(ext.get(e, -1)) for e in k["ext_id"]]
+        unlinked = (k["op"] < 0).to_numpy()
+        if unlinked.any() and launches:
+            k.loc[unlinked, "op"] = _launching_ops(ops, parent, k[unlinked], launches)
         inside = (k["ts"] >= lo) & (k["op"] >= 0)
         inside &= k["op"].map(lambda i: lo <= ops.at[i, "ts"] < hi if i >= 0 else False).astype(bool)
         tr.kernels = k[inside].reset_index(drop=True)

@@ -18,6 +18,7 @@ device (shapes without data: a model too big to run here), so the trace is never
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import sys
@@ -89,6 +90,11 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 prof.add_metadata("hybrid_traced_device", str(device))
             # intra-op threads of the traced step: a CPU profile bundle is only comparable at the same count
             prof.add_metadata("hybrid_torch_threads", str(torch.get_num_threads()))
+            # the program's fp32 math switches (TF32 or not): what its matmuls / convolutions run on a GPU
+            from hybrid.data.traces.precision import METADATA_KEY as PRECISION_KEY
+            from hybrid.data.traces.precision import current_switches
+
+            prof.add_metadata_json(PRECISION_KEY, json.dumps(current_switches()))
             if overhead is not None:
                 from hybrid.data.traces.overhead import METADATA_KEY
 

@@ -1,0 +1,175 @@
+"""FP32 math of traced matmuls and convolutions (TF32 or not): kernel names, recorded switches, defaults, options,
+and older Kineto exports whose kernels reach their ops only through the runtime call's correlation id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from hybrid.cli.main import main as cli_main  # noqa: E402
+from hybrid.data.bundle import load_bundle  # noqa: E402
+from hybrid.data.traces import load_traces  # noqa: E402
+from hybrid.data.traces.precision import (  # noqa: E402
+    METADATA_KEY,
+    Fp32Precision,
+    apply_fp32_precision,
+    recorded_switches,
+    tf32_kernels,
+)
+from hybrid.data.traces.record import record_step  # noqa: E402
+from hybrid.engine.costs import RooflineCostModel  # noqa: E402
+from hybrid.errors import InvalidInputError  # noqa: E402
+from hybrid.workloads.trace_graph import build_trace_graph, predict_trace, trace_units  # noqa: E402
+from hybrid.workloads.trace_kernels import kernel_rows  # noqa: E402
+
+A100 = "A100-SXM4-80GB"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name, tf32", [
+    ("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8", True),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>(Params)", True),
+    ("cutlass3x_sm90_tensorop_s64x128x8tf32gemm_f32_f32_f32_f32_f32_128x128x32_1x2x1_0_tnn_align4", True),
+    ("sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x128x16_stage4", True),
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4", False),
+    ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(Params)", False),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_128x256_64x3_tn_align2>(Params)", False),
+    ("cutlass_80_tensorop_f16_s16816gemm_relu_f16_64x64_64x4_nn_align8", False),
+    ("ampere_sgemm_128x64_nn", False),
+    ("void cudnn::winograd_nonfused::winogradWgradData4x4<float, float>(Params)", False),
+])
+def test_kernel_names_say_tf32_math(name, tf32):
+    assert tf32_kernels([name]).tolist() == [tf32]
+
+
+def _old_format_trace(path: Path, kernel: str) -> Path:
+    """A Kineto export laid out as PyTorch 1.x wrote it (HolisticTraceAnalysis' test traces of 2022): the kernel's
+    External id is its runtime call's correlation id, not its op's."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 1000,
+           "dur": 500, "args": {"External id": 1}},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1010, "dur": 60,
+           "args": {"External id": 7, "Input Dims": [[2048, 2048], [2048, 256]], "Input type": ["float", "float"]}},
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1050, "dur": 10,
+           "args": {"External id": 900, "correlation": 900}},
+          {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": 1100, "dur": 45,
+           "args": {"External id": 900, "correlation": 900, "device": 0, "stream": 7}}]
+    path.write_text(json.dumps({"traceEvents": ev, "distributedInfo": {"rank": 0}}))
+    return path
+
+
+def _gemm_dtypes(it) -> list[str]:
+    return [r["dtype"] for r in it.units["row"] if isinstance(r, dict) and r.get("op") == "gemm"]
+
+
+def test_old_exports_link_kernels_through_the_runtime_call_and_their_names_decide(tmp_path):
+    tf32 = load_traces([_old_format_trace(tmp_path / "tf32.json", "void cutlass::Kernel<cutlass_80_tensorop_"
+                                                                     "s1688gemm_128x128_32x3_nn_align4>(Params)")])
+    u = trace_units(tf32[0])
+    assert u["device_us"].tolist() == [45.0] and u["n_tf32"].tolist() == [1.0]  # linked to aten::mm
+    on_a100 = build_trace_graph(tf32, A100)
+    assert _gemm_dtypes(on_a100) == ["tf32"]
+    assert on_a100.info["fp32_precision"]["matmul"] == {"mode": "tf32", "source": "kernels", "fp32_ops": 1,
+                                                        "tf32_ops": 1}
+    forced = build_trace_graph(tf32, A100, fp32_precision=Fp32Precision(matmul="ieee"))
+    assert _gemm_dtypes(forced) == ["fp32"] and forced.info["fp32_precision"]["matmul"]["source"] == "option"
+    roof = RooflineCostModel()
+    t_tf32 = predict_trace(on_a100, roof).breakdown().set_index("label")["predicted_us"]["gemm"]
+    t_fp32 = predict_trace(forced, roof).breakdown().set_index("label")["predicted_us"]["gemm"]
+    assert t_fp32 / t_tf32 > 4  # A100: 156 vs 19.5 TFLOP/s dense, the GEMM compute-bound
+    # a GPU without TF32 units runs it in FP32 whatever the program allowed
+    assert _gemm_dtypes(build_trace_graph(tf32, "V100-SXM2-16GB")) == ["fp32"]
+    # an FP32 (SIMT) kernel keeps the op fp32; as a measurement row too
+    sgemm = load_traces([_old_format_trace(tmp_path / "fp32.json", "ampere_sgemm_128x64_nn")])
+    assert _gemm_dtypes(build_trace_graph(sgemm, A100)) == ["fp32"]
+    assert kernel_rows(tf32, device=A100)["dtype"].tolist() == ["tf32"]
+    assert kernel_rows(sgemm, device=A100)["dtype"].tolist() == ["fp32"]
+
+
+class _LinearConv(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.fc = torch.nn.Linear(16 * 16 * 16, 1024)  # at batch 256 compute-bound on an A100 either way
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+@pytest.fixture(scope="module")
+def switched_traces(tmp_path_factory) -> dict[str, Path]:
+    """A CPU trace of one conv + linear step under PyTorch's default switches (matmuls FP32, convolutions TF32),
+    and one with both flipped."""
+    model, x = _LinearConv(), torch.randn(256, 8, 16, 16)
+    out = {}
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        for name, (mm, conv) in (("default", (False, True)), ("flipped", (True, False))):
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = mm, conv
+            d = tmp_path_factory.mktemp(name)
+            out[name] = record_step(lambda: model(x).sum().backward(), d, warmup=1, execution_trace=False,
+                                    measure_overhead=False, memory=False)["kineto"]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    return out
+
+
+def test_recorded_switches_price_a_cpu_trace_for_a_gpu(switched_traces):
+    default = load_traces([switched_traces["default"]])
+    assert recorded_switches(default[0].meta) == {"matmul": "ieee", "conv": "tf32"}
+    it = build_trace_graph(default, A100)
+    rows = [r for r in it.units["row"] if isinstance(r, dict)]
+    conv = {r["dtype"] for r in rows if r.get("op") == "conv2d"}
+    assert conv == {"tf32"} and set(_gemm_dtypes(it)) == {"fp32"}
+    acc = it.info["fp32_precision"]
+    assert acc["conv"]["source"] == "recorded" and acc["conv"]["tf32_ops"] == acc["conv"]["fp32_ops"] >= 2
+    flipped = build_trace_graph(load_traces([switched_traces["flipped"]]), A100)
+    rows = [r for r in flipped.units["row"] if isinstance(r, dict)]
+    assert {r["dtype"] for r in rows if r.get("op") == "conv2d"} == {"fp32"}
+    assert set(_gemm_dtypes(flipped)) == {"tf32"}
+    # on the CPU it traced, nothing changes
+    on_cpu = build_trace_graph(default, "cpu-amd-epyc-1c", load_bundle(ROOT / "datasets" / "cpu-amd-epyc-1c")[1],
+                               same_device=False)
+    assert {r["dtype"] for r in on_cpu.units["row"] if isinstance(r, dict) and r.get("op") == "conv2d"} == {"fp32"}
+    assert on_cpu.info["fp32_precision"]["target_has_tf32"] is False
+
+
+def test_unrecorded_switches_fall_back_to_pytorch_defaults_with_a_warning(switched_traces, tmp_path, capsys):
+    doc = json.loads(Path(switched_traces["flipped"]).read_text())
+    doc.pop(METADATA_KEY)
+    bare = tmp_path / "kineto_rank0.json"
+    bare.write_text(json.dumps(doc))
+    it = build_trace_graph(load_traces([bare]), A100)
+    acc = it.info["fp32_precision"]
+    assert acc["matmul"]["source"] == acc["conv"]["source"] == "PyTorch default"
+    assert acc["matmul"]["mode"] == "ieee" and acc["conv"]["mode"] == "tf32"
+    capsys.readouterr()
+    assert cli_main(["trace", "predict", str(bare), "--device", A100, "--roofline", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert any("TF32" in w and "--fp32-matmul tf32" in w for w in s["warnings"])
+    assert s["fp32_precision"]["conv"]["tf32_ops"] >= 2
+    assert cli_main(["trace", "predict", str(bare), "--device", A100, "--roofline", "--json",
+                     "--fp32-matmul", "tf32", "--fp32-conv", "ieee"]) == 0
+    forced = json.loads(capsys.readouterr().out)
+    assert forced["fp32_precision"]["matmul"]["source"] == "option" and forced["fp32_precision"]["conv"]["tf32_ops"] == 0
+    assert not any("TF32" in w for w in forced.get("warnings", []))
+    assert forced["breakdown_ms"]["gemm"] < s["breakdown_ms"]["gemm"]
+
+
+def test_bad_precision_inputs_are_refused():
+    with pytest.raises(InvalidInputError, match="fp32 matmul precision"):
+        Fp32Precision(matmul="fast")
+    with pytest.raises(InvalidInputError, match=METADATA_KEY):
+        recorded_switches({METADATA_KEY: {"matmul": "tf32"}})
+    with pytest.raises(InvalidInputError, match="not JSON"):
+        recorded_switches({METADATA_KEY: "{matmul"})
+    assert recorded_switches({}) is None
+    # a 16-bit GEMM is never re-typed, whatever the switches
+    units = pd.DataFrame({"kind": ["op"], "row": [{"op": "gemm", "dtype": "bf16"}], "n_launch": [0.0],
+                          "n_tf32": [0.0]})
+    out, acc = apply_fp32_precision(units, {}, True, Fp32Precision(matmul="tf32"))
+    assert out["row"][0]["dtype"] == "bf16" and acc["matmul"]["fp32_ops"] == acc["matmul"]["tf32_ops"] == 0
