@@ -173,3 +173,26 @@ def test_bad_precision_inputs_are_refused():
                           "n_tf32": [0.0]})
     out, acc = apply_fp32_precision(units, {}, True, Fp32Precision(matmul="tf32"))
     assert out["row"][0]["dtype"] == "bf16" and acc["matmul"]["fp32_ops"] == acc["matmul"]["tf32_ops"] == 0
+
+
+def test_first_kineto_exports_with_capitalised_categories_parse_and_link(tmp_path):
+    """PyTorch 1.8-1.9 wrote ``Operator`` / ``Kernel`` / ``Runtime`` categories and a kernel's ``external id`` in
+    lower case (kineto's tb_plugin test trace of 2021)."""
+    ev = [{"ph": "X", "cat": "Operator", "name": "ProfilerStep#3", "pid": 1, "tid": "1", "ts": 1000, "dur": 400,
+           "args": {"External id": 1}},
+          {"ph": "X", "cat": "Operator", "name": "aten::mm", "pid": 1, "tid": "1", "ts": 1010, "dur": 60,
+           "args": {"External id": 41, "Input Dims": [[512, 1024], [1024, 1024]], "Input type": ["float", "float"]}},
+          {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": "1", "ts": 1040, "dur": 20,
+           "args": {"cbid": 211, "correlation": 482, "external id": 41}},
+          {"ph": "X", "cat": "Kernel", "name": "volta_sgemm_128x32_nt", "pid": 0, "tid": "stream 7", "ts": 1100,
+           "dur": 120, "args": {"device": 0, "stream": 7, "correlation": 482, "external id": 41}},
+          {"ph": "X", "cat": "Memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": "stream 7",
+           "ts": 1300, "dur": 5, "args": {"device": 0, "stream": 7, "correlation": 490, "external id": 41}}]
+    path = tmp_path / "worker0.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    tr = load_traces([path])
+    assert tr[0].device == "cuda" and tr[0].meta["step"] == "ProfilerStep#3"
+    assert sorted(tr[0].kernels["cat"]) == ["gpu_memcpy", "kernel"]
+    u = trace_units(tr[0])
+    assert u["name"].tolist() == ["aten::mm"] and u["device_us"].tolist() == [125.0]
+    assert _gemm_dtypes(build_trace_graph(tr, A100)) == ["fp32"]  # an FP32 (SIMT) kernel

@@ -40,6 +40,9 @@ DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 #: for the rank's streams). Other runtime calls (launches, memsets) stay inside the ATen op that made them.
 CUDA_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
                              "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
+#: Categories of Kineto's first exports (PyTorch 1.8-1.9) -> today's names (their kernels carry ``external id``).
+_OLD_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy",
+                   "Memset": "gpu_memset"}
 #: Columns of :attr:`RankTrace.ops`.
 OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
               "rf_id", "ext_id", "pg", "extra")
@@ -192,6 +195,7 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
         if e.get("ph") != "X":
             continue
         cat = str(e.get("cat", ""))
+        cat = _OLD_CATEGORIES.get(cat, cat)
         if "ts" not in e or "dur" not in e:
             raise TraceFormatError(f"{path}: traceEvents[{k}] ({e.get('name')!r}) has no 'ts'/'dur'")
         ts, dur = _num(e["ts"], "ts", path), _num(e["dur"], "dur", path)
@@ -200,7 +204,7 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
         args = e.get("args") or {}
         if cat in DEVICE_CATEGORIES:
             kern_rows.append({"name": str(e.get("name", "")), "cat": cat, "stream": str(args.get("stream", e.get("tid"))),
-                              "ts": ts, "dur": dur, "ext_id": args.get("External id", -1),
+                              "ts": ts, "dur": dur, "ext_id": args.get("External id", args.get("external id", -1)),
                               "device": args.get("device", 0), "corr": args.get("correlation", -1)})
             continue
         name = str(e.get("name", ""))
