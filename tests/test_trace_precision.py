@@ -196,3 +196,22 @@ def test_first_kineto_exports_with_capitalised_categories_parse_and_link(tmp_pat
     u = trace_units(tr[0])
     assert u["name"].tolist() == ["aten::mm"] and u["device_us"].tolist() == [125.0]
     assert _gemm_dtypes(build_trace_graph(tr, A100)) == ["fp32"]  # an FP32 (SIMT) kernel
+
+
+def test_a_rocm_device_synchronize_is_a_wait_too(tmp_path):
+    """On ROCm the host blocks in ``hipDeviceSynchronize``: a wait for the streams, not 5 ms of host work."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 6000},
+          {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 40,
+           "args": {"External id": 5, "Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["float", "float"]}},
+          {"ph": "X", "cat": "kernel", "name": "Cijk_Ailk_Bljk_SB_MT128x128x16", "pid": 0, "tid": 7, "ts": 60,
+           "dur": 900, "args": {"External id": 5, "stream": 7, "device": 0, "correlation": 11}},
+          {"ph": "X", "cat": "cuda_runtime", "name": "hipDeviceSynchronize", "pid": 1, "tid": 1, "ts": 100,
+           "dur": 5000, "args": {"correlation": 12}}]
+    path = tmp_path / "kineto_rank0.json"
+    path.write_text(json.dumps({"traceEvents": ev, "deviceProperties": [{"name": "AMD Instinct MI300X"}]}))
+    tr = load_traces([path])
+    u = trace_units(tr[0])
+    assert u.set_index("name")["kind"].to_dict() == {"aten::mm": "op", "hipDeviceSynchronize": "view"}
+    pred = predict_trace(build_trace_graph(tr, "MI300X"), RooflineCostModel())
+    assert pred.iteration.same_device
+    assert pred.measured.iteration_us < 2000  # the host waits for the 0.9 ms kernel, not 5 ms of its own

@@ -36,10 +36,12 @@ HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function", "cpu_instant_
 #: Device-side categories that are work on a stream (``gpu_user_annotation`` spans only mirror host annotations
 #: on the GPU timeline: counting them would double device time and stretch the step window).
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-#: CUDA runtime calls that block the host until the device is done: kept as host ops (the engine makes them wait
-#: for the rank's streams). Other runtime calls (launches, memsets) stay inside the ATen op that made them.
+#: CUDA (and HIP, on ROCm) runtime calls that block the host until the device is done: kept as host ops (the
+#: engine makes them wait for the rank's streams). Other runtime calls (launches, memsets) stay inside the ATen op
+#: that made them.
 CUDA_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-                             "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
+                             "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+                             "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize"})
 #: Categories of Kineto's first exports (PyTorch 1.8-1.9) -> today's names (their kernels carry ``external id``).
 _OLD_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy",
                    "Memset": "gpu_memset"}
