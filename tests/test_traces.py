@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from hybrid.cli.main import main as cli_main  # noqa: E402
 from hybrid.data.bundle import load_bundle  # noqa: E402
-from hybrid.data.traces import TraceFormatError, load_trace, load_traces  # noqa: E402
+from hybrid.data.traces import TraceFormatError, load_trace, load_traces, trace_files  # noqa: E402
 from hybrid.data.traces.opmap import map_op  # noqa: E402
 from hybrid.data.traces.record import record_step, trace_step  # noqa: E402
 from hybrid.engine.costs import RooflineCostModel  # noqa: E402
@@ -681,3 +681,34 @@ def test_compiled_fusion_runs_and_cost(meta_gpt2_trace):
     model = HybridPredictor.roofline_only()
     t_eager, t_fused = predict_trace(eager, model).predicted_us, predict_trace(fused, model).predicted_us
     assert 0.3 * t_eager < t_fused < t_eager
+
+
+def test_a_scheduled_profile_with_python_stacks_parses_every_step(tmp_path, cpu_catalog):
+    """torch.profiler as its tutorials use it: a wait/warmup/active schedule, Python stacks, memory events, written
+    by ``tensorboard_trace_handler``. Python frames enclose everything (and the frame of ``prof.step()`` that starts
+    in one step and ends in the next carries the next step's annotation into it), yet every step is found."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 64)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
+                 record_shapes=True, with_stack=True, profile_memory=True,
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path / "tb"))) as prof:
+        for _ in range(4):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+            prof.step()
+    files = trace_files([tmp_path / "tb"])  # the handler's <host>_<pid>.<n>.pt.trace.json
+    first, = load_traces(files)
+    second, = load_traces(files, step=3)
+    assert (first.meta["step"], second.meta["step"]) == ("ProfilerStep#2", "ProfilerStep#3")
+    for tr in (first, second):
+        assert (tr.ops["cat"] == "python_function").any()  # the stacks are there
+        u = trace_units(tr)
+        assert (u["row"].map(lambda r: isinstance(r, dict) and r.get("op") == "gemm")).sum() >= 2
+        it = build_trace_graph([tr], CPU, cpu_catalog)
+        pred = predict_trace(it, RooflineCostModel(cpu_catalog))
+        # the graph with traced times re-simulates the step
+        assert pred.measured.iteration_us == pytest.approx(tr.step_us, rel=0.02)

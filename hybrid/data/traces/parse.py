@@ -307,6 +307,15 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
     return tr
 
 
+def _top_level(transparent: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Per op, whether every op enclosing it is ``transparent`` (none at all included)."""
+    top = np.ones(len(parent), dtype=bool)
+    for i in np.flatnonzero(parent >= 0):  # parents come first (ops sorted by thread, start, -duration)
+        j = parent[i]
+        top[i] = top[j] and bool(transparent[j])
+    return top
+
+
 def _launching_ops(ops: pd.DataFrame, parent: np.ndarray, kernels: pd.DataFrame,
                    launches: list[tuple[str, float, Any]]) -> np.ndarray:
     """Per kernel, the row of the innermost op whose runtime call launched it, found through the kernel's
@@ -340,7 +349,12 @@ def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, An
     ops.insert(0, "id", np.arange(len(ops)))
     ops["parent"], ops["depth"] = parent, depth
     names = ops["name"].astype(str)
-    steps = ops[names.str.match(_STEP_RE) & (ops["depth"] == 0)]
+    # top level: no enclosing op but Python frames (a trace recorded with_stack=True nests everything in them) and
+    # other steps (a frame of ``prof.step()`` that starts inside one step and ends in the next carries the next
+    # step's annotation into the previous one)
+    is_step = names.str.match(_STEP_RE).to_numpy(dtype=bool)
+    top_level = _top_level((ops["cat"] == "python_function").to_numpy(dtype=bool) | is_step, parent)
+    steps = ops[is_step & top_level]
     if step is not None:
         steps = steps[names[steps.index].str.extract(_STEP_RE)[0].astype(int) == int(step)]
         if steps.empty:
@@ -350,7 +364,8 @@ def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, An
         lo, hi = float(s["ts"]), float(s["ts"] + s["dur"])
         tr.meta["step"] = str(s["name"])
     else:
-        top = ops[(ops["depth"] == 0) & (ops["cat"] != "python_function")]
+        top = ops[_top_level((ops["cat"] == "python_function").to_numpy(dtype=bool), parent)
+                  & (ops["cat"] != "python_function").to_numpy(dtype=bool)]
         lo, hi = float(top["ts"].min()), float((top["ts"] + top["dur"]).max())
     if len(tr.kernels):
         k = tr.kernels
