@@ -44,6 +44,20 @@ def test_peak_counts_what_is_alive_at_once_and_frees():
     del keep
 
 
+def test_tensors_merely_alive_on_another_device_do_not_make_it_the_steps():
+    """A process that holds meta tensors (a compiler's, a model sized on the meta device) and runs its step on the
+    CPU: the step's device is the CPU, where it allocated."""
+    parked = torch.empty(64 * MB, device="meta")  # resident on meta, untouched by the step
+
+    def step():
+        return torch.empty(MB // 4) + 1
+
+    assert measure_step_memory(step).device == "cpu"
+    # on meta when the step allocates there
+    assert measure_step_memory(lambda: torch.empty(MB, device="meta") * 2).device == "meta"
+    del parked
+
+
 def test_a_meta_training_step_by_hand():
     """Parameters and input resident; gradients alive at the end; the activations saved for backward on top."""
     lin = torch.nn.Linear(1024, 512, device="meta")

@@ -145,8 +145,8 @@ class _LiveBytes:
 
 def measure_step_memory(step: Callable[[], Any], device: str | None = None) -> StepMemory:
     """Run ``step`` once and measure its tensor memory on ``device`` (a device type: "cuda", "cpu", "meta"...;
-    default: the one other than the CPU with the highest peak, else the CPU). The step's result is dropped
-    before the end is counted."""
+    default: the one other than the CPU where the step allocated the most, else the CPU). The step's result is
+    dropped before the end is counted."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -174,9 +174,10 @@ def measure_step_memory(step: Callable[[], Any], device: str | None = None) -> S
             result = step()
         del result
         gc.collect()
-        devices = set(live.peak)
-        if device is None:
-            others = sorted((d for d in devices if d != "cpu"), key=lambda d: -live.peak[d])
+        if device is None:  # where the step itself allocated: tensors merely alive elsewhere (a compiler's meta
+            # tensors, a model parked on another device) do not make it that device's step
+            grew = {d: live.peak[d] - resident.get(d, 0) for d in live.peak}
+            others = sorted((d for d in grew if d != "cpu" and grew[d] > 0), key=lambda d: -grew[d])
             device = others[0] if others else "cpu"
         dev = str(device)
         return StepMemory(dev, int(resident.get(dev, 0)), int(live.peak.get(dev, 0)), int(live.live.get(dev, 0)))
