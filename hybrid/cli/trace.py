@@ -156,7 +156,8 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
             tracking_uri: str | None, bundle: str | None, extra_rows: tuple[str, ...], roofline: bool,
             same: bool | None, host: str,
-            kernel_times: bool, fp32_matmul: str, fp32_conv: str, compiled: bool, dp: int, tp: int, pp: int, tokens: int | None, hidden: int | None,
+            kernel_times: bool, fp32_matmul: str, fp32_conv: str, compiled: bool, dp: int, tp: int, pp: int,
+            tokens: int | None, hidden: int | None,
             compare: str | None, gpu_hour_price: str | None, step: int | None, as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
