@@ -158,6 +158,9 @@ def test_unrecorded_switches_fall_back_to_pytorch_defaults_with_a_warning(switch
     assert forced["fp32_precision"]["matmul"]["source"] == "option" and forced["fp32_precision"]["conv"]["tf32_ops"] == 0
     assert not any("TF32" in w for w in forced.get("warnings", []))
     assert forced["breakdown_ms"]["gemm"] < s["breakdown_ms"]["gemm"]
+    assert cli_main(["trace", "predict", str(bare), "--device", A100, "--roofline", "--fp32-conv", "ieee"]) == 0
+    text = capsys.readouterr().out
+    assert "matmul(s) on FP32 (PyTorch default)" in text and "convolution(s) on FP32 (option)" in text
 
 
 def test_bad_precision_inputs_are_refused():

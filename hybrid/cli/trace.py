@@ -89,6 +89,21 @@ def precision_note(acc: dict[str, Any]) -> str | None:
     return "the trace does not say whether its fp32 math ran on TF32 tensor cores: " + "; ".join(parts)
 
 
+def precision_line(acc: dict[str, Any]) -> str | None:
+    """One text line on the fp32 matmuls / convolutions of the step and the math they were priced on (None where
+    the step has none, or the target has no TF32 units)."""
+    if not acc.get("target_has_tf32"):
+        return None
+    parts = []
+    for key, what in (("matmul", "matmul(s)"), ("conv", "convolution(s)")):
+        a = acc.get(key, {})
+        n, on = a.get("fp32_ops", 0), a.get("tf32_ops", 0)
+        if n:
+            math = "TF32" if on == n else "FP32" if on == 0 else f"TF32 ({on}) and FP32 ({n - on})"
+            parts.append(f"{n} {what} on {math} ({a['source']})")
+    return ("fp32 math: " + ", ".join(parts)) if parts else None
+
+
 def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
     """A warning when the traces ran with another PyTorch thread count than the --bundle was profiled with (CPU
     op times then differ by up to the thread ratio, and two threads on a shared machine stall unpredictably)."""
@@ -293,6 +308,9 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    f"{rec['per_event_us']:.2f} us per event + {rec['per_input_us']:.2f} us per input + "
                    f"{rec['per_launch_us']:.2f} us per launch; {sum(rec['in_units_ms']):.3f} ms inside ops, gaps kept "
                    "at " + "/".join(f"{x:.0%}" for x in rec["gap_share"]))
+    line = precision_line(s.get("fp32_precision", {}))
+    if line:
+        click.echo(line)
     if s.get("cost_per_1k_steps") is not None:
         click.echo(f"at {s['gpu_hour_price']:g} per GPU-hour: {s['cost_per_1k_steps']:.4g} per 1000 steps "
                    f"({s['ranks']} rank(s))")
