@@ -106,6 +106,23 @@ def test_synthetic_log_fields(tmp_path, catalog):
     assert (import_nccl_tests(p, catalog=catalog, system="Sophia")["system"] == "Sophia").all()
 
 
+@pytest.mark.parametrize("tag", ["[1,{r}]<stdout>:", "{r}: "])
+def test_launcher_tagged_lines_and_the_mpi_binary(tmp_path, catalog, tag):
+    """``mpirun --tag-output`` and ``srun --label`` put a tag before every line (and interleave the ranks' noise);
+    the MPI build names its test ``<name>_perf_mpi``."""
+    body = LOG.replace("reduce_scatter_perf", "reduce_scatter_perf_mpi")
+    lines = [tag.format(r=0) + line for line in body.splitlines()]
+    lines.insert(len(lines) // 2, tag.format(r=1) + "nodeb:21:21 [0] NCCL INFO comm 0x7f9c0c000f60 rank 1 nranks 4")
+    p = tmp_path / "job.out"  # nothing in the name: the collective comes from the tagged "test starting" line
+    p.write_text("\n".join(lines) + "\n")
+    df = import_nccl_tests(p, catalog=catalog)
+    plain = tmp_path / "plain.out"
+    plain.write_text(LOG)
+    ref = import_nccl_tests(plain, catalog=catalog)
+    assert (df["op"] == "reduce_scatter").all() and len(df) == len(ref) == 8
+    assert df["time_us"].tolist() == ref["time_us"].tolist() and (df["n_ranks"] == 4).all()
+
+
 def test_truncated_log_keeps_complete_rows(tmp_path, catalog):
     p = tmp_path / "cut.log"
     cut = LOG.index("        8192")

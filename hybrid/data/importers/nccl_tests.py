@@ -66,7 +66,9 @@ NCCL_TYPES: dict[str, str] = {
     "f8e4m3": "fp8", "f8e5m2": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
 }
 
-_STARTING = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf)?\b", re.I)
+_STARTING = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf)?(?:_mpi)?\b", re.I)
+#: What launchers put before each line: ``mpirun --tag-output`` (``[1,0]<stdout>:``), ``srun --label`` (``0: ``).
+_LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s)")
 _COMMAND = re.compile(r"(?:^|[/\s])(\w+?)_perf(?:_mpi)?\b")
 _NTHREAD = re.compile(r"^#\s*nThread\s+\d+")
 _RANK = re.compile(
@@ -256,7 +258,7 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    lines = text.splitlines()
+    lines = [_LAUNCHER_TAG.sub("", line, count=1) for line in text.splitlines()]
     if lines and not text.endswith("\n"):
         # the last line was cut off mid-write: even a complete-looking number in it may be truncated
         last = lines.pop()
