@@ -47,6 +47,26 @@ def test_kernel_names_say_tf32_math(name, tf32):
     assert tf32_kernels([name]).tolist() == [tf32]
 
 
+def test_a_trace_of_a_gpu_without_tf32_lets_the_switches_decide(tmp_path):
+    """A V100 runs every fp32 op in FP32 whatever the program allows: its kernels do not say how the same program
+    runs on an A100 (PyTorch's default: convolutions in TF32); an A100 trace's FP32 kernels do."""
+    def trace(gpu: str, switches: dict | None) -> list:
+        path = _old_format_trace(tmp_path / f"{gpu}.json", "volta_sgemm_128x64_nn")
+        doc = json.loads(path.read_text())
+        doc["deviceProperties"] = [{"name": gpu}]
+        if switches is not None:
+            doc[METADATA_KEY] = json.dumps(switches)
+        path.write_text(json.dumps(doc))
+        return load_traces([path])
+
+    allowed = {"matmul": "tf32", "conv": "tf32"}
+    v100 = build_trace_graph(trace("Tesla V100-SXM2-16GB", allowed), A100)
+    assert _gemm_dtypes(v100) == ["tf32"] and v100.info["fp32_precision"]["matmul"]["source"] == "recorded"
+    assert _gemm_dtypes(build_trace_graph(trace("Tesla V100-SXM2-16GB", None), A100)) == ["fp32"]  # the default
+    a100 = build_trace_graph(trace("NVIDIA A100-SXM4-80GB", allowed), A100)
+    assert _gemm_dtypes(a100) == ["fp32"] and a100.info["fp32_precision"]["matmul"]["source"] == "kernels"
+
+
 def _old_format_trace(path: Path, kernel: str) -> Path:
     """A Kineto export laid out as PyTorch 1.x wrote it (HolisticTraceAnalysis' test traces of 2022): the kernel's
     External id is its runtime call's correlation id, not its op's."""

@@ -290,6 +290,15 @@ def _overhead_info(costing: HostCosting) -> dict[str, Any]:
             "in_units_ms": [costing.unit_costs_us[r] / 1e3 for r, _ in measured], "kept": costing.keep_host}
 
 
+def _traced_tf32(trace: RankTrace, catalog: Catalog) -> bool:
+    """Whether the GPU a trace was recorded on has TF32 units (True when the trace names no GPU the catalog
+    knows: its kernels are then taken at their word)."""
+    if not trace.device_name:
+        return True
+    key = catalog.resolve_device(trace.device_name.replace("NVIDIA ", "", 1), missing_ok=True)
+    return key is None or "tf32" in catalog.device(key).peak_flops
+
+
 def _precision_info(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     """One account of the fp32 math over the ranks (:func:`hybrid.data.traces.precision.apply_fp32_precision`):
     op counts summed; a mode or source that differs between ranks reads ``mixed``."""
@@ -338,7 +347,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     has_tf32 = "tf32" in tgt.device.peak_flops
     precision_info = []
     for tr in traces:
-        u, acc = apply_fp32_precision(trace_units(tr), tr.meta, has_tf32, fp32_precision)
+        u, acc = apply_fp32_precision(trace_units(tr), tr.meta, has_tf32, fp32_precision,
+                                      kernels_tell=_traced_tf32(tr, cat))
         precision_info.append(acc)
         if transform is not None:
             u = transform(tr, u).reset_index(drop=True)

@@ -7,7 +7,8 @@ an A100 the two rates differ 8x (156 vs 19.5 TFLOP/s dense), so a trace must say
 
 * **kernels** (a GPU trace): the kernels an op launched name their math (cuBLAS/cuDNN ``..._tf32f32_...``,
   CUTLASS ``tensorop_s1688gemm``, ``..._tf32gemm``; hipBLASLt ``xf32``), so each fp32 matmul or convolution that
-  launched a TF32 kernel is priced as ``tf32`` and one that launched only FP32 kernels as ``fp32``;
+  launched a TF32 kernel is priced as ``tf32`` and one that launched only FP32 kernels as ``fp32`` (not for a
+  trace of a GPU without TF32 units: there every kernel is FP32 whatever the program allows);
 * **recorded** (a trace made by ``hybrid trace record`` / :func:`hybrid.data.traces.record.trace_step`): the two
   switches as the traced program had set them (:data:`METADATA_KEY`), for ops without kernels (a CPU or
   meta-device trace predicted for a GPU);
@@ -95,20 +96,23 @@ class Fp32Precision:
 
 
 def apply_fp32_precision(units: pd.DataFrame, meta: dict[str, Any], has_tf32_units: bool,
-                         precision: Fp32Precision | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+                         precision: Fp32Precision | None = None, kernels_tell: bool = True
+                         ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """``units`` (:func:`hybrid.workloads.trace_units.trace_units`) with the fp32 matmul / convolution rows
     that run TF32 math re-typed ``tf32``, and an account per switch (``mode``, where it came from, ops re-typed).
 
     ``has_tf32_units``: whether the target runs TF32 at all (else nothing is re-typed). ``meta``: the trace's
-    metadata (its recorded switches)."""
+    metadata (its recorded switches). ``kernels_tell``: whether the traced GPU could have run TF32 (False for a
+    trace of a GPU without TF32 units, a V100 say: its FP32 kernels say nothing of what the program allows, so
+    the recorded switches or PyTorch's defaults decide for the target)."""
     precision = precision or Fp32Precision()
     recorded = recorded_switches(meta)
     rows = units["row"].to_numpy(dtype=object)
     is_op = (units["kind"] == "op").to_numpy(dtype=bool)
     op = np.array([r.get("op") if isinstance(r, dict) else None for r in rows], dtype=object)
     fp32 = np.array([isinstance(r, dict) and r.get("dtype") == "fp32" for r in rows], dtype=bool)
-    launched = units["n_launch"].to_numpy(dtype=np.float64) > 0 if "n_launch" in units.columns else \
-        np.zeros(len(units), dtype=bool)
+    launched = units["n_launch"].to_numpy(dtype=np.float64) > 0 if "n_launch" in units.columns and kernels_tell \
+        else np.zeros(len(units), dtype=bool)
     tf32_k = units["n_tf32"].to_numpy(dtype=np.float64) > 0 if "n_tf32" in units.columns else \
         np.zeros(len(units), dtype=bool)
     info: dict[str, Any] = {}
