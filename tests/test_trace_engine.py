@@ -91,7 +91,7 @@ def test_nccl_collective_waits_for_every_kernel_stream(tmp_path):
     traces = load_traces([_nccl_rank(tmp_path / f"r{r}.json", r) for r in range(2)])
     u = trace_units(traces[0])
     assert sorted(u.loc[u["label"] == "gemm", "kstream"]) == ["20", "7"]
-    it = build_trace_graph(traces, "A100-SXM4-80GB")
+    it = build_trace_graph(traces, "A100-SXM4-80GB", host="trace")
     assert it.same_device
     g = it.graph.compile()
     pred = predict_trace(it, RooflineCostModel())
@@ -118,7 +118,7 @@ def test_gpu_launch_nodes_carry_traced_host_time(tmp_path):
                                                      "Input type": ["float", "float", "Scalar"]}))
         ev.append(_k("add_kernel", 45 + 40 * i, 2, 7, 100 + i))
     tr = load_traces([_write(tmp_path / "t.json", ev, gpu="NVIDIA A100-SXM4-80GB")])
-    it = build_trace_graph(tr, "A100-SXM4-80GB")
+    it = build_trace_graph(tr, "A100-SXM4-80GB", host="trace")
     pred = predict_trace(it, RooflineCostModel())
     bd = pred.breakdown().set_index("label")
     assert bd.loc["launch", "measured_us"] == pytest.approx(50 * 40)

@@ -104,17 +104,25 @@ def test_cli_predicts_a_directory_of_gzipped_traces(tmp_path, capsys):
     d = tmp_path / "autocast"
     shutil.copytree(SNIPPETS / "autocast-linear", d)
     assert sorted(p.name for p in d.iterdir()) == ["et_rank0.json.gz", "kineto_rank0.json.gz"]
-    assert cli_main(["trace", "predict", str(d), "--device", "H100-SXM", "--roofline", "--json"]) == 0
+    assert cli_main(["trace", "predict", str(d), "--device", "H100-SXM", "--roofline", "--host", "trace",
+                     "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["same_device"] and s["measured_ms"] > 0 and s["breakdown_ms"]["gemm"] > 0
+    assert any("inflated by the profiler" in w for w in s["warnings"])
     # the files named one by one give the same
     assert cli_main(["trace", "predict", *map(str, sorted(d.iterdir())), "--device", "H100-SXM", "--roofline",
-                     "--json"]) == 0
+                     "--host", "trace", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["predicted_ms"] == pytest.approx(s["predicted_ms"])
-    # --host model drops the profiler's host time: the 1-op step predicts below its traced length
+    # --host model drops the profiler's host time: the 1-op step predicts below its traced length; it is the
+    # default for a GPU trace that does not say what recording cost its host
     assert cli_main(["trace", "predict", str(d), "--device", "H100-SXM", "--roofline", "--host", "model",
                      "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["predicted_ms"] < s["predicted_ms"]
+    model = json.loads(capsys.readouterr().out)
+    assert model["predicted_ms"] < s["predicted_ms"]
+    assert cli_main(["trace", "predict", str(d), "--device", "H100-SXM", "--roofline", "--json"]) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert default["predicted_ms"] == pytest.approx(model["predicted_ms"])
+    assert not any("inflated by the profiler" in w for w in default.get("warnings", []))
     empty = tmp_path / "empty"
     empty.mkdir()
     assert cli_main(["trace", "predict", str(empty), "--device", "H100-SXM"]) == 2
@@ -152,7 +160,7 @@ def test_whole_trace_costs_every_gemm_in_its_dtype_and_resimulates_the_step(name
     assert k.loc[gemm_kernels, "dur"].sum() <= gemm["device_us"].sum() <= 1.1 * k.loc[gemm_kernels, "dur"].sum()
     opt = u[u["label"] == "optimizer"]
     assert len(opt) >= 8 and opt["device_us"].notna().all()  # AdamW's foreach ops, on the GPU
-    kept = predict_trace(build_trace_graph(traces, "H100-SXM"), RooflineCostModel())
+    kept = predict_trace(build_trace_graph(traces, "H100-SXM", host="trace"), RooflineCostModel())
     assert kept.measured.iteration_us == pytest.approx(tr.step_us, rel=0.05)
     # the traced host time is the profiler's; dropping it (host=model) never predicts above the traced step
     model = predict_trace(build_trace_graph(traces, "H100-SXM", host="model"), RooflineCostModel())

@@ -618,7 +618,17 @@ def test_gpu_trace_kernels_streams_and_sync(tmp_path):
     u = trace_units(tr)
     mm = u[u["name"] == "aten::mm"].iloc[0]
     assert mm["device_us"] == 400 and mm["kstream"] == "7" and mm["label"] == "gemm"
-    it = build_trace_graph([tr], "A100-SXM4-80GB")
+    # the trace does not say what recording cost its host: by default that host is dropped (the engine's launch
+    # overheads instead); kept, with the recording cost measured or not, on request
+    assert build_trace_graph([tr], "A100-SXM4-80GB").info["host"] == "model"
+    from hybrid.data.traces.overhead import METADATA_KEY, ProfilerOverhead
+
+    doc = json.loads(Path(tr.path).read_text())
+    doc[METADATA_KEY] = ProfilerOverhead(per_event_us=5.0, device="cuda").to_json()
+    with_cost = tmp_path / "with-cost.json"
+    with_cost.write_text(json.dumps(doc))
+    assert build_trace_graph([load_trace(with_cost)], "A100-SXM4-80GB").info["host"] == "trace"  # cost taken off
+    it = build_trace_graph([tr], "A100-SXM4-80GB", host="trace")
     assert it.same_device and it.info["host"] == "trace"
     unm = it.unmodelled()
     assert list(unm["name"]) == ["aten::my_custom_op"]
@@ -631,7 +641,8 @@ def test_gpu_trace_kernels_streams_and_sync(tmp_path):
     s = pred.summary()
     assert s["measured_ms"] == pytest.approx(1.0) and s["breakdown_ms"]["unmodelled"] == pytest.approx(0.1)
     # host_scale deflates traced host time (launches), never the traced GPU kernels
-    half = predict_trace(build_trace_graph([tr], "A100-SXM4-80GB", host_scale=0.5), RooflineCostModel()).summary()
+    half = predict_trace(build_trace_graph([tr], "A100-SXM4-80GB", host="trace", host_scale=0.5),
+                         RooflineCostModel()).summary()
     assert half["breakdown_ms"]["unmodelled"] == pytest.approx(0.1)
     assert half["breakdown_ms"]["launch"] == pytest.approx(s["breakdown_ms"]["launch"] / 2)
     # on another GPU the custom kernel is listed as unmodelled and costs nothing; the GEMM is re-costed

@@ -137,8 +137,9 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
               help="Whether the target is the traced hardware (default: decided from the traces).")
 @click.option("--host", "host", type=click.Choice(["auto", "trace", "model"]), default="auto", show_default=True,
               help="Host time: the trace's (trace: less what recording cost, where the trace measured it when it was "
-                   "recorded), the engine's launch overheads (model), or auto (trace on the traced device). A GPU "
-                   "trace's host is inflated by the profiler, ~10-25 us per recorded op.")
+                   "recorded), the engine's launch overheads (model), or auto (trace for a CPU trace on its own CPU "
+                   "and for a GPU trace that measured its recording cost, else model). A GPU trace's host is "
+                   "inflated by the profiler, ~10-25 us per recorded op.")
 @click.option("--kernel-times/--as-fitted", "kernel_times", default=True, show_default=True,
               help="Cost GPU kernels with the model's kernel time (its fitted per-op framework dispatch taken off: "
                    "the graph's host stream carries it), or as the model predicts them (dispatch counted twice).")

@@ -11,7 +11,10 @@ Retargeting decisions (used by :func:`hybrid.workloads.trace_graph.build_trace_g
   recorded; taken off each op's own events, and off the gaps for the events of the ops they are made of), and
   deflated by ``host_scale`` (the CPU-time share of a step traced on a loaded machine); ``"model"`` drops it and
   lets the engine's per-launch overheads stand for the target's host (a CPU or meta-device trace predicted for a
-  GPU).
+  GPU). ``"auto"``: ``"trace"`` for a CPU trace on its own CPU and for a GPU trace that says what recording cost
+  (``hybrid trace record``), else ``"model"``: a GPU trace's host ran under the profiler, on the project's bf16
+  H100 / H200 steps 3-4x its untraced time, and kept as is it predicted them 92% / 255% off against 15% / 20%
+  dropped (``experiments/trace_gpu``).
 
 Costed ops carry a canonical op row for the target device, predicted in one batch by any
 :class:`~hybrid.engine.costs.OpCostModel` (:func:`predict_trace`); :func:`measured_durations` gives every node
@@ -79,9 +82,13 @@ class HostCosting:
         scales = [float(host_scale)] * len(traces) if np.isscalar(host_scale) else [float(x) for x in host_scale]
         if len(scales) != len(traces) or not all(np.isfinite(x) and 0 < x <= 1.5 for x in scales):
             raise InvalidInputError(f"host_scale must be one value in (0, 1.5] or one per rank, got {host_scale!r}")
+        overheads = tuple(overhead_of(t.meta) for t in traces)
         if host == "auto":
-            host = "trace" if same or all(t.device == "cuda" for t in traces) else "model"
-        return cls(same, host == "trace", tuple(scales), tuple(overhead_of(t.meta) for t in traces)), host
+            # a GPU trace's host ran under the profiler (3-4x its untraced time on the project's bf16 H100 / H200
+            # steps): kept only where the trace says what recording cost, so that it can be taken off
+            gpu = all(t.device == "cuda" for t in traces)
+            host = "trace" if (gpu and all(o is not None for o in overheads)) or (same and not gpu) else "model"
+        return cls(same, host == "trace", tuple(scales), overheads), host
 
     def with_gaps(self, traces: list[RankTrace], scheds: list[pd.DataFrame]) -> HostCosting:
         """This costing with each rank's gap share: the recording cost of the rank's events that are not inside a

@@ -324,7 +324,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     the traced wall time the traced process actually ran on a core, when the trace was recorded on a shared,
     loaded machine (CPU time / wall time of the traced step; 1 = idle machine). ``host``: ``"trace"`` keeps the
     traced host time as the target's host time, ``"model"`` drops it for the engine's per-launch overheads,
-    ``"auto"`` picks ``"trace"`` for the same device or a GPU trace, else ``"model"``
+    ``"auto"`` picks ``"trace"`` for a CPU trace on its own CPU or a GPU trace that says what recording cost its
+    host, else ``"model"``
     (:class:`hybrid.workloads.trace_costing.HostCosting`). ``transform(trace, units) -> units`` may rewrite each
     rank's units first (parallel modes, see :mod:`hybrid.workloads.trace_parallel`). ``fp32_precision``: whether
     fp32 matmuls and convolutions run on TF32 tensor cores (default: as the trace says, else PyTorch's defaults;
