@@ -723,3 +723,27 @@ def test_a_scheduled_profile_with_python_stacks_parses_every_step(tmp_path, cpu_
         pred = predict_trace(it, RooflineCostModel(cpu_catalog))
         # the graph with traced times re-simulates the step
         assert pred.measured.iteration_us == pytest.approx(tr.step_us, rel=0.02)
+
+
+def test_a_trace_recorded_without_shapes_is_refused_unless_its_execution_trace_has_them(tmp_path):
+    """torch.profiler without ``record_shapes`` (newer exports leave the flag out of the file): every op would be
+    unmodelled, so the trace is refused by name; the execution trace of the same step supplies the shapes."""
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile
+
+    model, x = torch.nn.Linear(64, 64), torch.randn(8, 64)
+    model(x).sum().backward()
+    et = ExecutionTraceObserver().register_callback(str(tmp_path / "et.json"))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        et.start()
+        model(x).sum().backward()
+        et.stop()
+    et.unregister_callback()
+    prof.export_chrome_trace(str(tmp_path / "kineto.json"))
+    assert "record_shapes" not in json.loads((tmp_path / "kineto.json").read_text())
+    with pytest.raises(TraceFormatError, match=r"kineto\.json: recorded without shapes"):
+        load_traces([tmp_path / "kineto.json"])
+    linked, = load_traces([tmp_path / "kineto.json", tmp_path / "et.json"])
+    u = trace_units(linked)
+    gemms = [r for r in u["row"] if isinstance(r, dict) and r.get("op") == "gemm"]
+    assert gemms and {(r["m"], r["n"], r["k"]) for r in gemms} >= {(8, 64, 64)}
+    assert not (u["kind"] == "unmodelled").any()

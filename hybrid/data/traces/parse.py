@@ -230,6 +230,10 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                                "activities=[CPU]?)")
     if host_rows and not doc.get("record_shapes", 1) and all(not r["dims"] for r in host_rows):
         raise TraceFormatError(f"{path}: recorded without shapes; record with torch.profiler.profile(record_shapes=True)")
+    # newer exports leave the flag out when it is off: no ATen op with input shapes says the same (an execution
+    # trace of the same step can still supply them, so :func:`load_traces` decides)
+    no_shapes = not any(r["dims"] for r in host_rows if r["name"].startswith("aten::"))
+    no_shapes &= any(r["name"].startswith("aten::") for r in host_rows)
     ops = pd.DataFrame(host_rows, columns=[c for c in OP_COLUMNS if c not in ("id", "parent", "depth")])
     ops = ops.sort_values(["tid", "ts", "dur"], ascending=[True, True, False], kind="stable").reset_index(drop=True)
     # record_param_comms (NCCL): attach the process group to the enclosing collective op
@@ -242,7 +246,8 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
     pid = next((e.get("pid") for e in events if isinstance(e, dict) and e.get("ph") == "X"
                 and e.get("cat") in HOST_CATEGORIES), None)
     tr = RankTrace(path, "kineto", rank, world, device, device_name, ops, kernels, groups,
-                   meta={**{k: v for k, v in doc.items() if k != "traceEvents"}, "pid": pid})
+                   meta={**{k: v for k, v in doc.items() if k != "traceEvents"}, "pid": pid,
+                         **({"no_shapes": True} if no_shapes else {})})
     return _finish(tr, step, launches)
 
 
@@ -431,7 +436,7 @@ def _fill_lists(dims: list, types: list, et_dims: list, et_types: list) -> tuple
 
 def link(kineto: RankTrace, et: RankTrace) -> RankTrace:
     """Kineto times with the execution trace's output shapes, and the shapes of TensorList inputs Kineto leaves
-    empty (matched by record-function id)."""
+    empty (matched by record-function id); an op Kineto recorded without shapes takes all of the ET's inputs."""
     if kineto.format != "kineto" or et.format != "et":
         raise TraceFormatError("link needs one Chrome (Kineto) trace and one execution trace")
     et_ops = et.meta.get("et_ops", et.ops)
@@ -447,7 +452,10 @@ def link(kineto: RankTrace, et: RankTrace) -> RankTrace:
             matched += 1
             outs.append(hit[0])
             pgs.append(pg or hit[1])
-            d, t = _fill_lists(d, t, hit[2], hit[3])
+            if not d and hit[2]:  # Kineto recorded without shapes: the execution trace's
+                d, t = list(hit[2]), list(hit[3])
+            else:
+                d, t = _fill_lists(d, t, hit[2], hit[3])
         else:
             outs.append(od)
             pgs.append(pg)
@@ -514,6 +522,11 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
             raise TraceFormatError(f"execution trace(s) {[t.path for t in by_pid.values()]} have no Chrome trace of "
                                    "the same process to link to")
         loaded = out
+    for t in loaded:
+        if t.format == "kineto" and t.meta.get("no_shapes"):
+            raise TraceFormatError(f"{t.path}: recorded without shapes (no ATen op has input shapes); record with "
+                                   "torch.profiler.profile(record_shapes=True), or give the execution trace of the "
+                                   "same step beside it")
     ranks = [t.rank for t in loaded]
     if len(set(ranks)) != len(ranks):
         if len(loaded) > 1:
