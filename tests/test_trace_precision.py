@@ -238,3 +238,32 @@ def test_a_rocm_device_synchronize_is_a_wait_too(tmp_path):
     pred = predict_trace(build_trace_graph(tr, "MI300X"), RooflineCostModel())
     assert pred.iteration.same_device
     assert pred.measured.iteration_us < 2000  # the host waits for the 0.9 ms kernel, not 5 ms of its own
+
+
+def test_runtime_call_linking_finds_the_innermost_op_running_at_the_call(tmp_path):
+    """Kernels reach their ops through their launch calls: the op that started last before the call when it is
+    still running, else its nearest running ancestor; a kernel whose call is not in the trace stays unlinked."""
+    def op(name, ts, dur, ext, dims):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                "args": {"External id": ext, "Input Dims": dims, "Input type": ["float"] * len(dims)}}
+
+    def launch(ts, corr):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts,
+                "dur": 5, "args": {"External id": 1000 + corr, "correlation": corr}}
+
+    def kernel(name, ts, corr):
+        return {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 20,
+                "args": {"External id": 1000 + corr, "correlation": corr, "device": 0, "stream": 7}}
+
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 400},
+          op("aten::linear", 10, 90, 5, [[64, 128], [256, 128], [256]]),
+          op("aten::t", 12, 3, 6, [[256, 128]]),  # ended before the linear's launch: its parent launched it
+          launch(50, 1), kernel("ampere_sgemm_64x64_nn", 150, 1),
+          op("aten::relu", 120, 20, 7, [[64, 256]]), launch(130, 2), kernel("vectorized_elementwise_kernel", 180, 2),
+          kernel("orphan_kernel", 210, 3)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    tr, = load_traces([path])
+    names = tr.ops["name"].to_numpy()
+    linked = dict(zip(tr.kernels["name"], names[tr.kernels["op"].to_numpy()], strict=True))
+    assert linked == {"ampere_sgemm_64x64_nn": "aten::linear", "vectorized_elementwise_kernel": "aten::relu"}

@@ -45,17 +45,24 @@ HOST_MODES = ("auto", "trace", "model")
 MIN_HOST_SHARE = 0.05
 
 
+def traced_gpu(trace: RankTrace, catalog: Catalog) -> str | None:
+    """Catalog key of the GPU a trace names (``deviceProperties``); None without a name or for one the catalog
+    does not know."""
+    if not trace.device_name:
+        return None
+    return catalog.resolve_device(trace.device_name.replace("NVIDIA ", "", 1), missing_ok=True)
+
+
 def is_same_device(traces: list[RankTrace], target: Target, catalog: Catalog) -> bool:
     """Whether ``target`` is the hardware the traces were recorded on (see the module docstring)."""
     dev = {t.device for t in traces}
     if dev == {"cpu"}:
         return target.device.kind == "cpu"
     if dev == {"cuda"}:
-        names = {t.device_name for t in traces}
-        if len(names) != 1 or not next(iter(names)):
+        if len({t.device_name for t in traces}) != 1:
             return False
-        key = catalog.resolve_device(next(iter(names)).replace("NVIDIA ", ""), missing_ok=True)
-        return key == target.device.key
+        key = traced_gpu(traces[0], catalog)
+        return key is not None and key == target.device.key
     return False
 
 

@@ -44,6 +44,7 @@ from hybrid.workloads.trace_costing import (
     is_same_device,
     measured_durations,
     predict_trace,
+    traced_gpu,
 )
 from hybrid.workloads.trace_deps import cross_dep_nodes, main_tid, rank_schedule
 from hybrid.workloads.trace_units import (
@@ -293,9 +294,7 @@ def _overhead_info(costing: HostCosting) -> dict[str, Any]:
 def _traced_tf32(trace: RankTrace, catalog: Catalog) -> bool:
     """Whether the GPU a trace was recorded on has TF32 units (True when the trace names no GPU the catalog
     knows: its kernels are then taken at their word)."""
-    if not trace.device_name:
-        return True
-    key = catalog.resolve_device(trace.device_name.replace("NVIDIA ", "", 1), missing_ok=True)
+    key = traced_gpu(trace, catalog)
     return key is None or "tf32" in catalog.device(key).peak_flops
 
 

@@ -29,18 +29,20 @@ from hybrid.data.traces.precision import apply_fp32_precision
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import family_array
+from hybrid.workloads.trace_costing import traced_gpu
 from hybrid.workloads.trace_units import trace_units
 
 
 def trace_device(trace: RankTrace, catalog: Catalog, device: str | None = None) -> str:
     """Catalog key of the GPU ``trace`` was recorded on (``device`` overrides the trace's own device name)."""
-    name = device if device is not None else trace.device_name
-    if not name:
+    if device is not None:
+        return catalog.resolve_device(str(device))
+    if not trace.device_name:
         raise InvalidInputError(f"{trace.path}: the trace names no GPU (no deviceProperties); pass the device")
-    key = catalog.resolve_device(str(name).replace("NVIDIA ", "", 1) if device is None else str(name),
-                                 missing_ok=device is None)
+    key = traced_gpu(trace, catalog)
     if key is None:  # the trace's own name, not in the catalog: say which name and how to proceed
-        raise InvalidInputError(f"{trace.path}: GPU {name!r} is not in the catalog; pass the catalog device")
+        raise InvalidInputError(f"{trace.path}: GPU {trace.device_name!r} is not in the catalog; pass the catalog "
+                                "device")
     return key
 
 

@@ -201,7 +201,8 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     for lvl in reversed(levels[1:]):
         for row in sub:
             np.add.at(row, parent[lvl], row[lvl])
-    out["n_events"], out["n_inputs"], out["n_launch"], out["n_tf32"] = sub[0][idx], sub[1][idx], sub[2][idx], sub[3][idx]
+    for name, counts in zip(UNIT_COLUMNS[-4:], sub, strict=True):  # n_events, n_inputs, n_launch, n_tf32
+        out[name] = counts[idx]
     if len(trace.kernels) and len(out):
         # kernels of a unit: those launched by the unit's op or any op inside it (inherited level by level)
         owner = np.full(n, -1, dtype=np.int64)

@@ -312,12 +312,13 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
     return tr
 
 
-def _top_level(transparent: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Per op, whether every op enclosing it is ``transparent`` (none at all included)."""
+def _top_level(transparent: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Per op, whether every op enclosing it is ``transparent`` (none at all included); level by level from the
+    roots (``depth`` from :func:`_nest`)."""
     top = np.ones(len(parent), dtype=bool)
-    for i in np.flatnonzero(parent >= 0):  # parents come first (ops sorted by thread, start, -duration)
-        j = parent[i]
-        top[i] = top[j] and bool(transparent[j])
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        lvl = np.flatnonzero(depth == d)
+        top[lvl] = top[parent[lvl]] & transparent[parent[lvl]]
     return top
 
 
@@ -327,22 +328,27 @@ def _launching_ops(ops: pd.DataFrame, parent: np.ndarray, kernels: pd.DataFrame,
     ``correlation`` id and the call's time on its thread; -1 where none. Older Kineto exports (PyTorch 1.x) give a
     kernel the External id of its runtime call, not of its op, so this is how their kernels find their ops."""
     out = np.full(len(kernels), -1, dtype=np.int64)
-    if not launches or "corr" not in kernels.columns:
+    if not launches or "corr" not in kernels.columns or ops.empty:
         return out
-    call = {c: (tid, ts) for tid, ts, c in launches}
+    calls = pd.DataFrame(launches, columns=["tid", "ts", "corr"]).drop_duplicates("corr", keep="last")
+    hit = kernels[["corr"]].reset_index(drop=True).merge(calls, on="corr", how="left")
     tids = ops["tid"].astype(str).to_numpy()
     ts = ops["ts"].to_numpy(dtype=np.float64)
     end = ts + ops["dur"].to_numpy(dtype=np.float64)
-    rows_of = {t: np.flatnonzero(tids == t) for t in np.unique(tids)}  # ops sorted by (tid, ts) already
-    for j, c in enumerate(kernels["corr"].to_numpy(dtype=object)):
-        hit = call.get(c)
-        rows = rows_of.get(hit[0]) if hit is not None else None
-        if rows is None or not len(rows):
+    call_tid, call_ts = hit["tid"].to_numpy(dtype=object), hit["ts"].to_numpy(dtype=np.float64)
+    for tid in pd.unique(call_tid[pd.notna(call_tid)]):
+        rows = np.flatnonzero(tids == tid)  # ops sorted by (tid, ts): one thread's rows in start order
+        if not len(rows):
             continue
-        i = int(rows[max(np.searchsorted(ts[rows], hit[1], side="right") - 1, 0)])
-        while i >= 0 and not (ts[i] <= hit[1] < end[i]):  # the last op started before the call, or an ancestor
-            i = int(parent[i])
-        out[j] = i
+        k = np.flatnonzero(call_tid == tid)
+        i = rows[np.maximum(np.searchsorted(ts[rows], call_ts[k], side="right") - 1, 0)]
+        # the last op that started before the call, or its nearest ancestor still running at the call
+        outside = ~((ts[i] <= call_ts[k]) & (call_ts[k] < end[i]))
+        while outside.any():
+            i[outside] = parent[i[outside]]
+            outside &= i >= 0
+            outside[outside] = ~((ts[i[outside]] <= call_ts[k][outside]) & (call_ts[k][outside] < end[i[outside]]))
+        out[k] = i
     return out
 
 
@@ -358,7 +364,7 @@ def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, An
     # other steps (a frame of ``prof.step()`` that starts inside one step and ends in the next carries the next
     # step's annotation into the previous one)
     is_step = names.str.match(_STEP_RE).to_numpy(dtype=bool)
-    top_level = _top_level((ops["cat"] == "python_function").to_numpy(dtype=bool) | is_step, parent)
+    top_level = _top_level((ops["cat"] == "python_function").to_numpy(dtype=bool) | is_step, parent, depth)
     steps = ops[is_step & top_level]
     if step is not None:
         steps = steps[names[steps.index].str.extract(_STEP_RE)[0].astype(int) == int(step)]
@@ -369,7 +375,7 @@ def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, An
         lo, hi = float(s["ts"]), float(s["ts"] + s["dur"])
         tr.meta["step"] = str(s["name"])
     else:
-        top = ops[_top_level((ops["cat"] == "python_function").to_numpy(dtype=bool), parent)
+        top = ops[_top_level((ops["cat"] == "python_function").to_numpy(dtype=bool), parent, depth)
                   & (ops["cat"] != "python_function").to_numpy(dtype=bool)]
         lo, hi = float(top["ts"].min()), float((top["ts"] + top["dur"]).max())
     if len(tr.kernels):
