@@ -321,3 +321,78 @@ def test_hf_config_with_a_missing_or_mistyped_field_is_an_input_error(change, me
     cfg = {k: v for k, v in {**base, **change}.items() if v is not None}
     with pytest.raises(InvalidInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         from_dict(cfg, name="x")
+
+
+def _hf(model_type: str, **fields) -> TransformerConfig:
+    return from_dict({"model_type": model_type, **fields})
+
+
+def test_more_hf_architectures_load_with_their_published_sizes() -> None:
+    """config.json fields of Pythia, OPT, Phi-2, StableLM 2, StarCoder(2), OLMo 2, OLMoE, BLOOM, Granite as their
+    checkpoints ship them; sizes against the model cards / papers (exact where the layout is fully described)."""
+    pythia = dict(hidden_act="gelu", hidden_size=4096, intermediate_size=16384, max_position_embeddings=2048,
+                  num_attention_heads=32, num_hidden_layers=32, rotary_pct=0.25, vocab_size=50432,
+                  tie_word_embeddings=False, use_parallel_residual=True)
+    neox = _hf("gpt_neox", **pythia)
+    assert neox.num_params == 6857302016  # Pythia paper, 6.9B
+    assert neox.parallel_attn and neox.parallel_attn_norms == 2 and neox.rotary_percent == 0.25
+    assert not _hf("gpt_neox", **{**pythia, "use_parallel_residual": False}).parallel_attn
+    opt = _hf("opt", activation_function="relu", ffn_dim=8192, hidden_size=2048, max_position_embeddings=2048,
+              num_attention_heads=32, num_hidden_layers=24, vocab_size=50272, do_layer_norm_before=True)
+    # OPT-1.3B: 1,315,758,080 (its position table has 2 rows of offset, not counted here)
+    assert opt.num_params == 1315758080 - 2 * 2048 and opt.activation == "relu" and opt.tied_embeddings
+    phi2 = _hf("phi", hidden_act="gelu_new", hidden_size=2560, intermediate_size=10240, num_attention_heads=32,
+               num_hidden_layers=32, num_key_value_heads=32, partial_rotary_factor=0.4, vocab_size=51200,
+               max_position_embeddings=2048, tie_word_embeddings=False)
+    # 2,779,683,840 with the output layer's bias (51,200), which this library does not count
+    assert phi2.num_params == 2779683840 - 51200
+    assert phi2.parallel_attn and phi2.parallel_attn_norms == 1 and phi2.rotary_percent == 0.4
+    stablelm = _hf("stablelm", hidden_act="silu", hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                   num_attention_heads=32, num_key_value_heads=32, partial_rotary_factor=0.25, use_qkv_bias=True,
+                   vocab_size=100352, max_position_embeddings=4096, tie_word_embeddings=False)
+    assert stablelm.num_params == 1644515328 and stablelm.swiglu and stablelm.add_qkv_bias  # stablelm-2-1_6b
+    starcoder = _hf("gpt_bigcode", n_embd=6144, n_head=48, n_inner=24576, n_layer=40, n_positions=8192,
+                    vocab_size=49152, multi_query=True, activation_function="gelu_pytorch_tanh")
+    assert starcoder.num_kv_heads == 1 and starcoder.num_params / 1e9 == pytest.approx(15.5, rel=0.005)
+    sc2 = _hf("starcoder2", hidden_act="gelu_pytorch_tanh", hidden_size=4608, intermediate_size=18432,
+              max_position_embeddings=16384, num_attention_heads=36, num_hidden_layers=32, num_key_value_heads=4,
+              sliding_window=4096, use_bias=True, vocab_size=49152)
+    assert sc2.window_size == 4096 and not sc2.gated and sc2.num_params / 1e9 == pytest.approx(7.17, rel=0.002)
+    olmo2 = _hf("olmo2", hidden_act="silu", hidden_size=4096, intermediate_size=11008, max_position_embeddings=4096,
+                num_attention_heads=32, num_hidden_layers=32, num_key_value_heads=32, vocab_size=100352,
+                tie_word_embeddings=False)
+    # OLMo 2 7B: 7.30B (its QK-norms span all heads: 0.25M more weights than per-head norms)
+    assert olmo2.qk_layernorm and olmo2.normalization == "RMSNorm"
+    assert olmo2.num_params == pytest.approx(7298617344, rel=1e-4)
+    olmoe = _hf("olmoe", hidden_act="silu", hidden_size=2048, intermediate_size=1024, max_position_embeddings=4096,
+                num_attention_heads=16, num_experts=64, num_experts_per_tok=8, num_hidden_layers=16,
+                num_key_value_heads=16, vocab_size=50304, tie_word_embeddings=False)
+    # OLMoE paper: 6.9B total, 1.3B active
+    assert olmoe.num_experts == 64 and olmoe.moe_router_topk == 8
+    assert (olmoe.num_params / 1e9, olmoe.num_active_params / 1e9) == (pytest.approx(6.92, rel=0.005),
+                                                                       pytest.approx(1.28, rel=0.01))
+    bloom = _hf("bloom", n_head=112, n_layer=70, hidden_size=14336, vocab_size=250880)
+    # BigScience: 176,247,271,424 (with the embedding LayerNorm, 2 x 14,336, not counted here)
+    assert bloom.position_embedding_type == "alibi" and bloom.num_params == 176247271424 - 2 * 14336
+    granite = _hf("granite", hidden_act="silu", hidden_size=4096, intermediate_size=12800, num_attention_heads=32,
+                  num_hidden_layers=40, num_key_value_heads=8, vocab_size=49155, tie_word_embeddings=True,
+                  max_position_embeddings=131072, embedding_multiplier=12.0, residual_multiplier=0.22)
+    assert granite.num_params / 1e9 == pytest.approx(8.17, rel=0.002)  # granite-3.1-8b
+
+
+def test_vision_language_configs_load_their_language_model() -> None:
+    """LLaVA / Mistral 3 nest the language model under text_config with its own model_type; Qwen2.5-VL keeps the
+    Qwen2 fields at the top level; a text_config without a model_type is refused by name."""
+    text = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+            "num_hidden_layers": 32, "max_position_embeddings": 4096, "vocab_size": 32000}
+    llava = from_dict({"model_type": "llava", "_name_or_path": "llava-hf/llava-1.5-7b-hf", "text_config": text,
+                       "vision_config": {"hidden_size": 1024}})
+    assert llava.name == "llava-1.5-7b-hf" and llava.num_params == load_model("llama2-7b").num_params
+    qwen_vl = _hf("qwen2_5_vl", hidden_size=3584, intermediate_size=18944, num_attention_heads=28,
+                  num_hidden_layers=28, num_key_value_heads=4, max_position_embeddings=128000, vocab_size=152064,
+                  tie_word_embeddings=False, vision_config={})
+    assert qwen_vl.add_qkv_bias and qwen_vl.num_params == 7615616512  # = Qwen2.5-7B's language model
+    with pytest.raises(InvalidInputError, match="text_config names no model_type"):
+        from_dict({"model_type": "llava", "text_config": {k: v for k, v in text.items() if k != "model_type"}})
+    with pytest.raises(InvalidInputError, match="'mamba' is not supported .*gpt_neox"):
+        _hf("mamba", hidden_size=768, num_hidden_layers=24, vocab_size=50280)

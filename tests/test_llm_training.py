@@ -287,6 +287,10 @@ def test_pipeline_and_data_parallel_conserve_compute(gpt175):
     two = predict_training(gpt175, _cfg(gpus=128, global_batch=128), "DGX-A100", engine=False)
     assert two.breakdown_s["compute"] == pytest.approx(one.breakdown_s["compute"], rel=1e-9)
     assert two.breakdown_s["dp_comm"] > 0 == one.breakdown_s["dp_comm"]
+    # on the engine too, absent parts are exactly zero (not the 1e-16 s residue of differences of times)
+    tp_only = predict_training(load_model("llama3-8b"), TrainingConfig(gpus=8, tp=8, global_batch=8, micro_batch=1,
+                                                                       seq_length=2048), "DGX-H100")
+    assert tp_only.breakdown_s["pipeline_bubble"] == tp_only.breakdown_s["dp_comm"] == 0.0
 
 
 @pytest.fixture(scope="module")

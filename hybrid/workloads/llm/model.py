@@ -3,8 +3,8 @@ and a built-in library of published architectures (``models.toml`` next to this 
 
 Field names follow Megatron-LM's command-line arguments (``--num-layers`` -> ``num_layers``), so a Megatron
 YAML/JSON (hyphens or underscores) loads as it is; a Hugging Face ``config.json`` (Llama, Mistral, Mixtral,
-Qwen2/3 (MoE), GPT-2, GPT-J, MPT, Falcon, BERT) loads as it is too (:func:`from_dict` tells them apart by
-``model_type``).
+Qwen2/3 (MoE), Gemma, DeepSeek, GPT-2, GPT-J, GPT-NeoX, OPT, Phi, OLMo, BLOOM, MPT, Falcon, BERT, ...:
+``HF_MODEL_TYPES``) loads as it is too (:func:`from_dict` tells them apart by ``model_type``).
 
 >>> m = load_model("llama2-7b")
 >>> round(m.num_params / 1e9, 2)
@@ -519,12 +519,156 @@ def _act(hidden_act: Any, gated: bool) -> str:
     return "gelu"
 
 
+def _float(d: Mapping[str, Any], key: str, default: float) -> float:
+    v = _get(d, key, default=default)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"Hugging Face config field {key!r} must be a number, got {v!r}") from None
+
+
+def _seq(d: Mapping[str, Any], default: int, *keys: str) -> int:
+    """Default training/inference sequence length: the model's positions, capped at 8192."""
+    return min(_int(d, *(keys or ("max_position_embeddings",)), default=default), 8192)
+
+
+# The language models of architectures that Hugging Face describes in the Llama/Mistral/... layout under
+# another model_type, and those that a few more fields describe. Each fills ``kw`` (TransformerConfig fields).
+def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """GPT-NeoX-20B, Pythia, (Red)Pajama-INCITE: partial rotary, biases, parallel residual with two norms."""
+    h = _int(d, "hidden_size")
+    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=h, num_attention_heads=_get(d, "num_attention_heads"),
+              ffn_hidden_size=_get(d, "intermediate_size", default=4 * h),
+              activation=_act(d.get("hidden_act"), False), normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+              max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 2048),
+              position_embedding_type="rope", rotary_percent=_float(d, "rotary_pct", 1.0),
+              add_bias_linear=bool(d.get("attention_bias", True)),
+              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+              parallel_attn=bool(d.get("use_parallel_residual", True)), parallel_attn_norms=2)
+
+
+def _hf_phi(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """Phi-1, Phi-1.5, Phi-2: attention and MLP in parallel on one LayerNorm, partial rotary, biases."""
+    heads = _int(d, "num_attention_heads")
+    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
+              num_query_groups=_get(d, "num_key_value_heads", default=heads),
+              ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act"), False),
+              normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+              max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 2048),
+              position_embedding_type="rope", rotary_percent=_float(d, "partial_rotary_factor", 0.5),
+              add_bias_linear=True, qk_layernorm=bool(d.get("qk_layernorm", False)),
+              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+              parallel_attn=True, parallel_attn_norms=1)
+
+
+def _hf_opt(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """Meta's OPT: learned positions, ReLU MLP, biases, tied embeddings."""
+    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
+              num_attention_heads=_get(d, "num_attention_heads"), ffn_hidden_size=_get(d, "ffn_dim"),
+              activation=_act(d.get("activation_function", "relu"), False), normalization="LayerNorm",
+              vocab_size=_get(d, "vocab_size"), seq_length=_seq(d, 2048),
+              max_position_embeddings=_get(d, "max_position_embeddings"), position_embedding_type="learned_absolute",
+              add_bias_linear=bool(d.get("enable_bias", True)),
+              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+
+
+def _hf_gpt_bigcode(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """StarCoder, SantaCoder: GPT-2 layout with multi-query attention."""
+    h = _int(d, "n_embd", "hidden_size")
+    heads = _int(d, "n_head", "num_attention_heads")
+    kw.update(num_layers=_get(d, "n_layer", "num_hidden_layers"), hidden_size=h, num_attention_heads=heads,
+              num_query_groups=1 if d.get("multi_query", True) else heads,
+              ffn_hidden_size=_get(d, "n_inner", default=4 * h), activation=_act(d.get("activation_function"), False),
+              normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+              seq_length=_seq(d, 2048, "n_positions", "max_position_embeddings"),
+              max_position_embeddings=_get(d, "n_positions", "max_position_embeddings"),
+              position_embedding_type="learned_absolute",
+              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+
+
+def _hf_starcoder2(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """StarCoder2: GQA, rotary, LayerNorm, biases, a plain GELU MLP, sliding-window attention."""
+    heads = _int(d, "num_attention_heads")
+    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
+              num_query_groups=_get(d, "num_key_value_heads", default=heads),
+              ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act"), False),
+              normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+              max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 4096),
+              position_embedding_type="rope", add_bias_linear=bool(d.get("use_bias", True)),
+              window_size=_get(d, "sliding_window"),
+              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+
+
+def _hf_olmo(d: Mapping[str, Any], kw: dict[str, Any], mt: str) -> None:
+    """AI2's OLMo (non-parametric LayerNorm), OLMo 2 (RMSNorm after each block, QK-norm) and OLMoE (64 experts)."""
+    heads = _int(d, "num_attention_heads")
+    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
+              num_query_groups=_get(d, "num_key_value_heads", default=heads),
+              ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act", "silu"), True),
+              normalization="LayerNorm" if mt == "olmo" else "RMSNorm", vocab_size=_get(d, "vocab_size"),
+              max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 4096),
+              position_embedding_type="rope", add_bias_linear=False, add_qkv_bias=bool(d.get("attention_bias", False)),
+              qk_layernorm=mt != "olmo",
+              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)))
+    if mt == "olmoe":
+        kw.update(num_experts=_get(d, "num_experts"), moe_router_topk=_get(d, "num_experts_per_tok"),
+                  moe_ffn_hidden_size=_get(d, "intermediate_size"))
+
+
+def _hf_stablelm(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """StableLM (2): LayerNorm, SwiGLU, partial rotary, optional QKV bias, QK-norm and parallel residual."""
+    heads = _int(d, "num_attention_heads")
+    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
+              num_query_groups=_get(d, "num_key_value_heads", default=heads),
+              ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act", "silu"), True),
+              normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+              max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 4096),
+              position_embedding_type="rope", rotary_percent=_float(d, "partial_rotary_factor", 0.25),
+              add_bias_linear=False, add_qkv_bias=bool(d.get("use_qkv_bias", False)),
+              qk_layernorm=bool(d.get("qk_layernorm", False)),
+              parallel_attn=bool(d.get("use_parallel_residual", False)), parallel_attn_norms=1,
+              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)))
+
+
+def _hf_bloom(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
+    """BLOOM: ALiBi, LayerNorm, GELU MLP, biases, tied embeddings."""
+    h = _int(d, "hidden_size", "n_embed")
+    kw.update(num_layers=_get(d, "n_layer", "num_hidden_layers"), hidden_size=h,
+              num_attention_heads=_get(d, "n_head", "num_attention_heads"), ffn_hidden_size=4 * h,
+              activation="gelu", normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+              seq_length=_seq(d, 2048, "seq_length"), position_embedding_type="alibi",
+              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+
+
+_HF_MORE = {
+    "gpt_neox": _hf_gpt_neox, "phi": _hf_phi, "opt": _hf_opt, "gpt_bigcode": _hf_gpt_bigcode,
+    "starcoder2": _hf_starcoder2, "stablelm": _hf_stablelm, "bloom": _hf_bloom,
+    "olmo": lambda d, kw: _hf_olmo(d, kw, "olmo"), "olmo2": lambda d, kw: _hf_olmo(d, kw, "olmo2"),
+    "olmoe": lambda d, kw: _hf_olmo(d, kw, "olmoe"),
+}
+#: Llama-layout decoders under their own model_type (Granite's extra scalar multipliers cost nothing)
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "granite",
+               "granitemoe")
+#: model_types read as another: multimodal configs' language models (their ``text_config``), vision-language
+#: models whose language model is a Qwen2/3
+_HF_AS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2",
+          "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
+          "qwen3_vl_moe_text": "qwen3_moe"}
+HF_MODEL_TYPES = (*_LLAMA_LIKE, "gemma", "gemma2", "gemma3", "llama4", "deepseek_v2", "deepseek_v3", "gpt_oss",
+                  "gpt2", "gptj", "mpt", "falcon", "bert", *_HF_MORE, "qwen2_vl", "qwen2_5_vl")
+
+
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     mt = str(d.get("model_type", "")).lower()
-    wrapped = {"llama4": "llama4_text", "gemma3": "gemma3_text"}  # multimodal configs: their language model
-    if mt in wrapped and isinstance(d.get("text_config"), Mapping):
+    text = d.get("text_config")
+    if isinstance(text, Mapping) and "num_hidden_layers" not in d and "n_layer" not in d:
+        # a multimodal config (Llama 4, Gemma 3, LLaVA, Mistral 3, Qwen-VL, ...): its language model
         name = name or str(_get(d, "_name_or_path", default=mt)).split("/")[-1].lower()
-        d, mt = d["text_config"], wrapped[mt]
+        inner = str(text.get("model_type") or "").lower()
+        if not inner and mt not in _HF_AS:
+            raise InvalidInputError(f"Hugging Face config ({mt}): its text_config names no model_type")
+        d, mt = text, inner or mt
+    mt = _HF_AS.get(mt, mt)
     nm = name or str(_get(d, "_name_or_path", default=mt or "hf-model")).split("/")[-1].lower() or mt
     kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt})"}
     if mt in ("gemma", "gemma2", "gemma3_text"):
@@ -545,7 +689,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one
             pattern = _int(d, "sliding_window_pattern", default=2 if mt == "gemma2" else 6)
             kw.update(window_size=_get(d, "sliding_window"), window_layer_share=(pattern - 1) / pattern)
-    elif mt in ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3"):
+    elif mt in _LLAMA_LIKE:
         heads = _int(d, "num_attention_heads")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
@@ -564,7 +708,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         if mt in ("mistral", "mixtral", "qwen2", "qwen3", "phi3") and d.get("sliding_window") \
                 and d.get("use_sliding_window", True):
             kw["window_size"] = _get(d, "sliding_window")
-        if mt == "mixtral":
+        if mt in ("mixtral", "granitemoe"):
             kw.update(num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok"))
         if mt in ("qwen2_moe", "qwen3_moe"):
             if d.get("mlp_only_layers"):
@@ -687,13 +831,15 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   seq_length=_get(d, "max_position_embeddings", default=512),
                   position_embedding_type="learned_absolute", encoder_only=True,
                   num_tokentypes=_get(d, "type_vocab_size", default=2))
+    elif mt in _HF_MORE:
+        _HF_MORE[mt](d, kw)
     else:
-        raise InvalidInputError(f"Hugging Face model_type {mt!r} is not supported (llama, mistral, mixtral, "
-                                "qwen2, qwen3, qwen2_moe, qwen3_moe, phi3, gemma, gemma2, gemma3, llama4, deepseek_v2, "
-                                "deepseek_v3, gpt_oss, gpt2, gptj, mpt, falcon, bert)")
+        raise InvalidInputError(f"Hugging Face model_type {mt!r} is not supported ({', '.join(HF_MODEL_TYPES)}; "
+                                "or describe the model with Megatron-LM keys, docs/llm_training.md)")
     kw = {k: v for k, v in kw.items() if v is not None}
     needed = ["num_layers", "hidden_size", "num_attention_heads", "vocab_size"]
-    if mt not in ("gpt2", "gptj", "mpt", "falcon", "refinedweb", "refinedwebmodel"):  # no documented FFN default
+    if mt not in ("gpt2", "gptj", "mpt", "falcon", "refinedweb", "refinedwebmodel", "gpt_neox", "gpt_bigcode",
+                  "bloom"):  # no documented FFN default
         needed.append("ffn_hidden_size")
     missing = [k for k in needed if k not in kw]
     if missing:
