@@ -961,3 +961,67 @@ def test_softmax_schedule_moves_prefill_not_decode():
     with pytest.raises(InvalidInputError, match="softmax"):
         make_setup("llama2-7b", "H100-SXM", softmax="fast")
     assert main(["llm", "infer", "llama2-7b", "--device", "H100-SXM", "--softmax", "serial", "--json"]) == 0
+
+
+_LLAMA3_8B_HF = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+                 "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                 "max_position_embeddings": 131072, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize("qc, fmt, kv", [
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemm", "zero_point": True}, "int4", False),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128, "desc_act": False}, "int8", False),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "int4", False),
+    ({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}, "fp8", False),
+    ({"quant_method": "compressed-tensors", "format": "float-quantized", "kv_cache_scheme": None,
+      "config_groups": {"group_0": {"targets": ["Linear"], "weights": {"num_bits": 8, "type": "float"},
+                                    "input_activations": {"num_bits": 8, "type": "float", "dynamic": True}}}},
+     "fp8", False),
+    ({"quant_method": "compressed-tensors", "kv_cache_scheme": {"num_bits": 8, "type": "float"},
+      "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "group_size": 128}}}}, "int4", True),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}, "fp4", True),
+    ({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}, "fp4", False),
+    ({"quant_method": "gptq", "bits": 3}, None, False),
+])
+def test_a_quantised_checkpoint_config_declares_its_weight_format(qc, fmt, kv):
+    """quantization_config as GPTQ / AWQ / bitsandbytes / FBGEMM / llm-compressor / ModelOpt / MXFP4 checkpoints ship
+    it; a width without a format here (3-bit) stays 16-bit and the model's source says so."""
+    from hybrid.workloads.llm.model import from_dict
+
+    m = from_dict({**_LLAMA3_8B_HF, "quantization_config": qc}, name="q")
+    assert (m.quantization, m.quantized_kv_cache) == (fmt, kv)
+    assert m.num_params == 8030261248  # sizes are the architecture's
+    assert ("costed as 16-bit" in m.source) == (fmt is None)
+
+
+def test_a_quantised_checkpoint_is_served_in_its_format_unless_told_otherwise(capsys, tmp_path):
+    """AWQ int4 on an H100: weight-only int4 (decode ~2.3x faster than fp16 at batch 1); an fp8 checkpoint runs fp8
+    GEMMs on an H100 and 8-bit weight-only on an A100 (no fp8 tensor cores); --dtype / --weights override; the
+    notes say where the precision came from. gpt-oss (released as MXFP4) fits one 80 GB GPU by default."""
+    from hybrid.workloads.llm.model import from_dict
+
+    awq = from_dict({**_LLAMA3_8B_HF, "quantization_config": {"quant_method": "awq", "bits": 4}}, name="awq")
+    s = make_setup(awq, "H100-SXM")
+    assert (s.precision.compute, s.precision.weights, s.precision.kv) == ("fp16", "int4", "fp16")
+    assert any("checkpoint's format (int4 weights)" in n for n in s.deployment_notes())
+    fp16 = make_setup(awq, "H100-SXM", dtype="fp16")
+    assert fp16.precision.weights is None and not fp16.deployment_notes()
+    assert make_setup(awq, "H100-SXM", weights="int8").precision.weights == "int8"
+    tpot = {k: predict_static(v, batch=1, input_len=128, output_len=64).tpot_ms for k, v in (("int4", s), ("fp16", fp16))}
+    assert 1.8 < tpot["fp16"] / tpot["int4"] < 4.0  # 16-bit output layer and per-step overheads stay
+    fp8 = from_dict({**_LLAMA3_8B_HF, "quantization_config": {"quant_method": "fbgemm_fp8"}}, name="fp8")
+    assert make_setup(fp8, "H100-SXM").precision.compute == "fp8"
+    a100 = make_setup(fp8, "A100-SXM4-80GB")
+    assert (a100.precision.compute, a100.precision.weights) == ("fp16", "int8")
+    assert "A100-SXM4-80GB has no fp8 tensor-core rate" in a100.deployment_notes()[0]
+    assert make_setup("gpt-oss-120b", "H100-SXM").precision.weights == "fp4"
+    assert predict_static(make_setup("gpt-oss-120b", "H100-SXM"), batch=1, input_len=128, output_len=16).memory.fits
+    assert make_setup("llama3-8b", "H100-SXM").precision == Precision("fp16")  # unquantised: fp16 as before
+    # the CLI: the default follows the checkpoint, the JSON says so
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({**_LLAMA3_8B_HF, "quantization_config": {"quant_method": "awq", "bits": 4}}))
+    code, out, _ = run(capsys, "llm", "infer", str(cfg), "--device", "H100-SXM", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["precision"] == "fp16/w-int4" and any("checkpoint's format" in n for n in d["notes"])
+    code, out, _ = run(capsys, "llm", "infer", str(cfg), "--device", "H100-SXM", "--dtype", "fp16", "--json")
+    assert code == 0 and json.loads(out)["precision"] == "fp16"

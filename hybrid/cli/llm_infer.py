@@ -57,9 +57,10 @@ def _deploy_options(fn):
         click.option("--attention-dp", is_flag=True,
                      help="Attention data parallelism (MoE, with --ep equal to --tp): each rank runs attention and the "
                           "dense layers whole on its own share of the requests; experts over all ranks."),
-        click.option("--dtype", default="fp16", show_default=True,
+        click.option("--dtype", default=None,
                      help="Compute dtype fp16/bf16/fp8/fp4 (fp4: W4A4 on FP4 tensor cores), or weight-only "
-                          "shorthand w8a16 / w4a16."),
+                          "shorthand w8a16 / w4a16. Default: fp16, or the format a quantised checkpoint's "
+                          "config.json declares (quantization_config: GPTQ/AWQ int4, fp8, MXFP4, ...)."),
         click.option("--weights", default=None, help="Weight-only storage: int8, int4, fp4 (compute stays 16 bit)."),
         click.option("--kv-dtype", default=None,
                      help="KV-cache dtype (default: fp8 with --dtype fp8 or fp4, else the dtype)."),
@@ -85,7 +86,7 @@ def _deploy_options(fn):
     return click.argument("model_name", metavar="MODEL_OR_FILE")(fn)
 
 
-def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str,
+def _setup(model_name: str, device: str | None, system: str | None, tp: int, pp: int, dtype: str | None,
            weights: str | None, kv_dtype: str | None, attention_kernel: str, allreduce: str, reserve_gib: float,
            catalog: Any, ep: int = 1, attention_dp: bool = False, softmax: str = "auto"):
     from hybrid.workloads.llm.inference import make_setup
@@ -125,7 +126,7 @@ def _positive(**values: int) -> None:
                    "tokens/s per GPU (or, with --gpu-hour-price for each, by the cost of a million output tokens).")
 @_price_option
 def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
-          attention_dp: bool, dtype: str, weights: str | None,
+          attention_dp: bool, dtype: str | None, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, batch: int, input_len: int, output_len: int, show_ops: bool,
           roofline_plot: str | None, compare: str | None, gpu_hour_price: str | None) -> None:
@@ -268,7 +269,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 @click.option("--output", "output_len", type=int, default=None, help="Generated tokens.")
 @click.option("--batch", "-b", type=int, default=None, help="Batch for the longest-context question.")
 def capacity(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
-             attention_dp: bool, dtype: str,
+             attention_dp: bool, dtype: str | None,
              weights: str | None, kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str,
              reserve_gib: float,
              model_ref: str | None, tracking_uri: str | None, as_json: bool, input_len: int | None,
@@ -308,6 +309,10 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
            "kv_bytes_per_token_per_gpu": kv_bytes_per_token(s.model, s.precision, tp, pp, attention_dp),
            "reserve_gib": reserve_gib, "max_batch": rows[0]["max_batch"] if input_len else None,
            "fits": rows[0]["fits"] if input_len else any(r["fits"] for r in rows), "by_context": rows}
+    if s.deployment_notes():
+        out["notes"] = s.deployment_notes()
+        for note in out["notes"]:
+            click.echo(f"warning: {note}", err=True)
     if batch is not None:
         _positive(batch=batch)
         # with attention data parallelism a rank holds ceil(batch / tp) requests whole: the context per request
@@ -362,7 +367,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
                    "million output tokens at that rate.")
 @_price_option
 def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
-          attention_dp: bool, dtype: str, weights: str | None,
+          attention_dp: bool, dtype: str | None, weights: str | None,
           kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str, reserve_gib: float, model_ref: str | None,
           tracking_uri: str | None, as_json: bool, rate: str, n_requests: int, input_dist: str, output_dist: str,
           arrival: str, trace_file: str | None, slo_ttft: str | None, slo_tpot: str | None, slo_latency: str | None, slo_percentile: float,

@@ -64,7 +64,7 @@ from hybrid.workloads.llm.kv_cache import (
 )
 from hybrid.workloads.llm.layer_ops import forward_layer_ops
 from hybrid.workloads.llm.model import TransformerConfig
-from hybrid.workloads.llm.precision import Precision, parse_precision
+from hybrid.workloads.llm.precision import Precision, checkpoint_precision, parse_precision
 
 #: Columns of the op table the cost model sees (the canonical measurement-table columns).
 COST_COLUMNS = ("device", "op", "dtype", "variant", "b", "m", "n", "k", "elements", "rows", "hidden", "batch",
@@ -118,6 +118,8 @@ class InferenceSetup:
     #: how the fused attention kernels schedule the softmax's exps (``softmax_overlap`` of their rows: 0 in series,
     #: 1 overlapped, None = by GPU generation), :func:`hybrid.ops.roofline.softmax_schedule`
     softmax_overlap: float | None = None
+    #: how the precision was chosen when the user named none (a quantised checkpoint's format), for the notes
+    precision_note: str = ""
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -147,7 +149,7 @@ class InferenceSetup:
     def deployment_notes(self) -> list[str]:
         """What the deployment implies that a user may not have meant: a device other than the system's own GPU
         (costed on that system's fabric) and tensor parallelism across nodes (its all-reduces cross the NICs)."""
-        notes = []
+        notes = [self.precision_note] if self.precision_note else []
         if self.device.key != self.system.device:
             notes.append(f"{self.device.key} on {self.system.key}, whose GPUs are {self.system.device}: costed as "
                          f"{self.device.key} GPUs on {self.system.key}'s fabric ({self.system.intra_fabric} inside a "
@@ -165,12 +167,14 @@ class InferenceSetup:
 
 
 def make_setup(model: str | TransformerConfig | Any, device: str | None = None, system: str | None = None, *,
-               dtype: str = "fp16", weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
+               dtype: str | None = None, weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
                pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB, attention_kernel: str = "grouped",
                fused_rope: bool = False, allreduce: str = "nccl", catalog: Catalog | None = None,
                ep: int = 1, attention_dp: bool = False, softmax: str = "auto") -> InferenceSetup:
     """Resolve names into an :class:`InferenceSetup` (``system`` defaults to the catalog system of ``device``,
-    else a generic node of it); checks TP/PP against the model and the dtype against the device."""
+    else a generic node of it); checks TP/PP against the model and the dtype against the device. Without ``dtype``
+    and ``weights``, a quantised checkpoint (``model.quantization``) is served in its own format
+    (:func:`~hybrid.workloads.llm.precision.checkpoint_precision`, said in the notes), anything else in fp16."""
     cat = catalog or default_catalog()
     dims = resolve_model(model)
     if device is None and system is None:
@@ -185,14 +189,18 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
         sys_obj = match[0] if match else system_for_device(dev)
     if dev.kind != "gpu":
         raise InvalidInputError(f"{dev.key} is not a GPU")
-    prec = parse_precision(dtype, weights, kv_dtype)
+    note = ""
+    if dtype is None and weights is None and dims.quantization is not None:
+        prec, note = checkpoint_precision(dims.quantization, dims.quantized_kv_cache, dev, kv_dtype)
+    else:
+        prec = parse_precision(dtype or "fp16", weights, kv_dtype)
     prec.check_device(dev)
     check_parallel(dims, tp, pp)
     if tp * pp > sys_obj.gpus_per_node * sys_obj.max_nodes:
         raise InvalidInputError(f"tp x pp = {tp * pp} GPUs exceeds system {sys_obj.key}")
     # tensor parallelism may span nodes (its all-reduces then cross the NICs: costed with n_nodes > 1)
     return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, fused_rope, allreduce, cat,
-                          ep, attention_dp, softmax_schedule(softmax))
+                          ep, attention_dp, softmax_schedule(softmax), note)
 
 
 # ------------------------------------------------------------------------------------------------ op tables

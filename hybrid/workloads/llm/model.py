@@ -39,6 +39,8 @@ ACTIVATIONS = ("gelu", "relu", "squared_relu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 POSITION_EMBEDDINGS = ("learned_absolute", "rope", "alibi", "none")
+#: weight formats of quantised checkpoints (``TransformerConfig.quantization``)
+QUANTIZATIONS = ("int8", "int4", "fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,12 @@ class TransformerConfig:
     #: BERT-style: bidirectional attention, MLM head (dense + norm + output bias), pooler, token types
     encoder_only: bool = False
     num_tokentypes: int = 0
+    #: the weight format a quantised checkpoint ships in (its config.json's ``quantization_config``): ``int8`` /
+    #: ``int4`` weight-only (GPTQ, AWQ, bitsandbytes), ``fp8``, ``fp4`` (MXFP4/NVFP4); ``None`` = 16-bit. Inference
+    #: defaults its precision to it (:func:`hybrid.workloads.llm.precision.checkpoint_precision`); sizes ignore it.
+    quantization: str | None = None
+    #: the checkpoint also ships its KV cache quantised to fp8 (``kv_cache_scheme`` / ``kv_cache_quant_algo``)
+    quantized_kv_cache: bool = False
     source: str = ""
 
     # ----------------------------------------------------------------------------------- validation
@@ -187,6 +195,9 @@ class TransformerConfig:
                                         f"num_experts ({self.num_experts})")
         if self.moe_ffn_hidden_size is None and self.num_experts is not None:
             set_(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise InvalidInputError(f"model {self.name!r}: quantization must be one of {', '.join(QUANTIZATIONS)} "
+                                    f"or none, got {self.quantization!r}")
         if self.encoder_only and self.num_experts is not None:
             raise InvalidInputError(f"model {self.name!r}: encoder-only MoE models are not supported")
 
@@ -658,8 +669,47 @@ HF_MODEL_TYPES = (*_LLAMA_LIKE, "gemma", "gemma2", "gemma3", "llama4", "deepseek
                   "gpt2", "gptj", "mpt", "falcon", "bert", *_HF_MORE, "qwen2_vl", "qwen2_5_vl")
 
 
+def _hf_quantization(qc: Any) -> tuple[str | None, bool, str]:
+    """(weight format, fp8 KV cache, description) of a config.json's ``quantization_config``: GPTQ / AWQ / HQQ /
+    bitsandbytes bit widths, fp8 (``fp8``, ``fbgemm_fp8``, compressed-tensors float 8-bit, ModelOpt FP8), fp4
+    (``mxfp4``, ModelOpt NVFP4, compressed-tensors float 4-bit). A width this library has no format for (2/3-bit)
+    gives ``None`` (16-bit) and says so in the description."""
+    if not isinstance(qc, Mapping):
+        return None, False, ""
+    method = str(qc.get("quant_method") or qc.get("quant_algo") or "").lower()
+    algo = str(qc.get("quant_algo") or "").lower()
+    kv = bool(qc.get("kv_cache_scheme")) or "fp8" in str(qc.get("kv_cache_quant_algo") or "").lower()
+    fmt: str | None = None
+    detail = method
+    if method in ("gptq", "awq", "hqq", "aqlm", "eetq", "quanto", "auto-round", "autoround"):
+        bits = qc.get("bits", qc.get("w_bit", qc.get("nbits", 8 if method == "eetq" else None)))
+        fmt = {4: "int4", 8: "int8"}.get(int(bits)) if isinstance(bits, int | float) else None
+        detail = f"{method}, {bits}-bit"
+    elif method == "bitsandbytes":
+        fmt = "int4" if qc.get("load_in_4bit") else "int8" if qc.get("load_in_8bit") else None
+        detail = f"bitsandbytes {'4' if fmt == 'int4' else '8'}-bit"
+    elif method in ("fp8", "fbgemm_fp8") or algo == "fp8":
+        fmt = "fp8"
+    elif method in ("mxfp4", "nvfp4") or algo in ("nvfp4", "mxfp4", "w4a8_awq"):
+        fmt = "fp4" if algo != "w4a8_awq" else "int4"
+    elif method == "compressed-tensors":
+        groups = qc.get("config_groups") or {}
+        weights = [g.get("weights") for g in groups.values() if isinstance(g, Mapping)] if isinstance(groups, Mapping) \
+            else []
+        w = next((x for x in weights if isinstance(x, Mapping)), None)
+        if w:
+            bits, kind = w.get("num_bits"), str(w.get("type", "int")).lower()
+            fmt = {(8, "float"): "fp8", (4, "float"): "fp4", (8, "int"): "int8", (4, "int"): "int4"}.get(
+                (bits, kind))
+            detail = f"compressed-tensors, {kind} {bits}-bit weights"
+    if fmt is None:
+        detail += " (no weight format here for it: costed as 16-bit; --weights / --dtype set one)"
+    return fmt, kv, detail
+
+
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     mt = str(d.get("model_type", "")).lower()
+    quant, quant_kv, quant_detail = _hf_quantization(d.get("quantization_config"))
     text = d.get("text_config")
     if isinstance(text, Mapping) and "num_hidden_layers" not in d and "n_layer" not in d:
         # a multimodal config (Llama 4, Gemma 3, LLaVA, Mistral 3, Qwen-VL, ...): its language model
@@ -670,7 +720,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         d, mt = text, inner or mt
     mt = _HF_AS.get(mt, mt)
     nm = name or str(_get(d, "_name_or_path", default=mt or "hf-model")).split("/")[-1].lower() or mt
-    kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt})"}
+    kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt}"
+                          + (f"; quantization_config: {quant_detail})" if quant_detail else ")"),
+                          "quantization": quant, "quantized_kv_cache": quant_kv}
     if mt in ("gemma", "gemma2", "gemma3_text"):
         heads = _int(d, "num_attention_heads")
         kw.update(

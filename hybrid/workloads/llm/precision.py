@@ -127,3 +127,29 @@ def parse_precision(dtype: str, weights: str | None = None, kv: str | None = Non
             raise InvalidInputError(f"--dtype {dtype} already names the weight format; drop --weights")
         return Precision("fp16", short[d], kv)
     return Precision(d, weights, kv)
+
+
+def checkpoint_precision(quantization: str | None, quantized_kv_cache: bool, device: Device,
+                         kv: str | None = None) -> tuple[Precision, str]:
+    """The precision a quantised checkpoint is served in on ``device`` when the user names none, and a note saying
+    so. ``int8`` / ``int4``: weight-only over 16-bit compute (GPTQ/AWQ kernels); ``fp8``: fp8 GEMMs where the device
+    has an fp8 rate, else 8-bit weight-only (vLLM's FP8 Marlin path on Ampere); ``fp4``: W4A4 on FP4 tensor cores,
+    else 4-bit weight-only. The KV cache stays 16-bit unless the checkpoint quantises it too (or ``kv`` is given)."""
+    kv_dtype = kv or ("fp8" if quantized_kv_cache else "fp16")
+    if quantization is None:
+        return Precision("fp16", None, kv), ""
+    if quantization in ("int8", "int4"):
+        prec = Precision("fp16", quantization, kv_dtype)
+    elif quantization in ("fp8", "fp4") and quantization in device.peak_flops:
+        prec = Precision(quantization, None, kv_dtype)
+    elif quantization == "fp8":
+        prec = Precision("fp16", "int8", kv_dtype)
+    elif quantization == "fp4":
+        prec = Precision("fp16", "fp4", kv_dtype)
+    else:
+        raise InvalidInputError(f"unknown checkpoint quantization {quantization!r}")
+    how = (f"{prec.compute} compute" if prec.weights is None else f"{prec.weights} weight-only over fp16 compute")
+    if quantization in ("fp8", "fp4") and prec.weights is not None:
+        how += f" ({device.key} has no {quantization} tensor-core rate)"
+    return prec, (f"precision from the checkpoint's format ({quantization} weights): {how}, {prec.kv} KV cache; "
+                  "--dtype / --weights / --kv-dtype choose another")
