@@ -155,6 +155,16 @@ def test_cli_simulate_trace(small_config, tmp_path, capsys):
     ("name: x\ngpus: 0\ntables: [{name: a, num_embeddings: 10}]\n", "gpus"),
     ("name: x\ntables: [{name: a, num_embeddings: 10}\n", "malformed"),
     ("name: x\nsystem: NOPE-9000\ntables: [{name: a, num_embeddings: 10}]\n", "unknown system"),
+    # a key given twice is refused (YAML and JSON would keep the last silently)
+    ("name: x\ngpus: 2\ngpus: 4\ntables: [{name: a, num_embeddings: 10}]\n", "key 'gpus' appears twice"),
+    ("name: x\ntables: [{name: a, num_embeddings: 10, index_dist: uniform, zipf_alpha: 1.1}]\n",
+     "index_dist uniform contradicts zipf_alpha 1.1"),
+    ("name: x\nnum_tables: 4\ntable_generator: {dims: '64'}\n", "table_generator.dims must be a list"),
+    ("name: x\nnum_tables: 4\ntable_generator: {seed: -3}\n", "table_generator.seed must be a non-negative"),
+    ("name: x\nnum_tables: 4\ntable_generator: {seed: abc}\n", "table_generator.seed must be a non-negative"),
+    ("name: x\nnum_tables: 4\ntable_generator: {rows: [0.5, 3]}\n", "table_generator.rows must be a positive int"),
+    ("name: x\ngpus: 16\nsystem: XLA-H100x8\ntables: [{name: a, num_embeddings: 10}]\n",
+     "16 GPUs need 2 nodes of system XLA-H100x8"),
 ])
 def test_cli_bad_configs_are_one_line_errors(tmp_path, capsys, content, message):
     path = tmp_path / "bad.yaml"
@@ -217,3 +227,77 @@ def test_greedy_plan_balances_a_dominant_multi_hot_table():
     t_greedy = simulate(build_dlrm_graph(cfg, plan).graph.compile(), model).iteration_us
     t_table = simulate(build_dlrm_graph(cfg, size_lookup_greedy(cfg)).graph.compile(), model).iteration_us
     assert t_greedy < 0.8 * t_table
+
+
+def test_host_and_auto_placement_let_the_default_plans_place_tables_too_big_for_the_gpu(tmp_path, capsys):
+    """MLPerf's DLRM in fp32 on one A100 (~90 GiB of tables): with embedding_placement auto / host every baseline
+    plans the weights into host memory (as greedy_plan already did) and simulate runs without a plan; with hbm the
+    refusal says what is full and suggests auto / host."""
+    from hybrid.sharding.heuristics import default_plan
+
+    base = {"variant": "mlperf", "system": "DGX-A100", "gpus": 1, "dtype": "fp32", "embedding_dtype": "fp32"}
+    hbm = DLRMConfig.from_dict({**base, "embedding_placement": "hbm"})
+    with pytest.raises(InvalidInputError, match="does not fit on any of 1 ranks.*embedding_placement: auto / host"):
+        default_plan(hbm)
+    for placement in ("auto", "host"):
+        c = DLRMConfig.from_dict({**base, "embedding_placement": placement})
+        for name, fn in BASELINES.items():
+            assert memory_per_rank(c, fn(c)).fits, (placement, name)
+        path = tmp_path / f"{placement}.yaml"
+        path.write_text(json.dumps(base | {"embedding_placement": placement}))
+        assert main(["simulate", str(path), "--json"]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["plan_source"].startswith("size_lookup_greedy") and data["iteration_us"] > 0
+        assert data["n_ops"] > 0 and "n_nodes" not in data  # the graph's op count, not machines
+    # host keeps the weights off the GPU: far less GPU memory than auto, which fills 80% of it first
+    peaks = {p: memory_per_rank(c, default_plan(c)).peak for p, c in
+             (("auto", DLRMConfig.from_dict({**base, "embedding_placement": "auto"})),
+              ("host", DLRMConfig.from_dict({**base, "embedding_placement": "host"})))}
+    assert peaks["host"] < 0.2 * peaks["auto"]
+
+
+def test_cli_simulate_keeps_the_configs_plan_for_its_own_rank_count(small_config, tmp_path, capsys):
+    """--gpus equal to the config's keeps its plan; another count plans afresh and says so on stderr; a config file
+    given as --plan lends its plan (or is refused by name without one); a bare device over nodes is noted."""
+    plan = ShardingPlan.from_dict({f"t{i}": (i * 3) % 8 for i in range(24)})
+    with_plan = tmp_path / "with_plan.yaml"
+    DLRMConfig.from_file(small_config).with_(plan=plan).save(with_plan)
+    assert main(["simulate", str(with_plan), "--gpus", "8", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["plan_source"] == "config" and "note:" not in out.err
+    assert main(["simulate", str(with_plan), "--gpus", "16", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["plan_source"].startswith("size_lookup_greedy")
+    assert "the config's plan is for 8 ranks" in out.err
+    assert main(["simulate", str(small_config), "--plan", str(with_plan), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan_source"] == str(with_plan)
+    assert main(["simulate", str(small_config), "--plan", str(small_config)]) == 2
+    assert "is a DLRM config without a `plan`" in capsys.readouterr().err
+    assert main(["simulate", str(small_config), "--system", "H100-SXM", "--gpus", "16", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "H100-SXM is a device, not a catalog system" in out.err and json.loads(out.out)["notes"]
+    assert main(["shard", str(small_config), "--seed", "-1"]) == 2
+
+
+def test_plan_documents_refuse_repeated_tables_and_ranked_data_parallel(tmp_path):
+    dup = tmp_path / "dup.json"
+    dup.write_text('{"t0": {"type": "table_wise", "ranks": [0]}, "t0": {"type": "row_wise", "ranks": [1, 2]}}')
+    with pytest.raises(InvalidInputError, match="malformed sharding plan .*key 't0' appears twice"):
+        ShardingPlan.from_file(dup)
+    with pytest.raises(InvalidInputError, match="data_parallel replicates the table on every rank"):
+        ShardingPlan.from_dict({"t0": {"type": "data_parallel", "ranks": [0, 1]}})
+    from hybrid.sharding.heuristics import random_plan
+
+    with pytest.raises(InvalidInputError, match="seed must be a non-negative integer"):
+        random_plan(synthetic(2, 4, seed=1), seed=-1)
+
+
+def test_no_plan_fits_names_every_strategys_reason():
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 2, "optimizer": "adagrad", "tables": [
+        {"name": "huge", "num_embeddings": 400_000_000}, {"name": "small", "num_embeddings": 1000}]})
+    res = search_plans(c, RooflineCostModel(), strategies=["size_greedy", "lookup_greedy", "random", "greedy"],
+                       time_budget_s=0.5)
+    with pytest.raises(InvalidInputError) as err:
+        _ = res.best
+    for name in ("size_greedy", "lookup_greedy", "random", "greedy"):
+        assert name in str(err.value)

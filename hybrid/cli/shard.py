@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid.cli.output import echo_json, echo_table, roofline_note
-from hybrid.cli.simulate import BREAKDOWN_HEADERS, breakdown_rows, load_config, load_cost_model, model_options
+from hybrid.cli.simulate import echo_breakdown, load_config, load_cost_model, model_options
 
 
 @click.command("shard")
@@ -17,7 +17,8 @@ from hybrid.cli.simulate import BREAKDOWN_HEADERS, breakdown_rows, load_config, 
               help="Strategies to run (repeatable): size_greedy, lookup_greedy, size_lookup_greedy, random, "
                    "greedy, search. Default: all.")
 @click.option("--time-budget", type=float, default=20.0, show_default=True, help="Seconds for local search.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random baseline.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the random baseline (a non-negative integer).")
 @click.option("--output", "output", type=click.Path(dir_okay=False), default=None,
               help="Write the best plan here (YAML or JSON by extension).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -44,6 +45,13 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     # checked here too (search_plans checks again) to spell the way out as this command's options
     need = check_search_size(config.gpus, names, available_memory_bytes(), cli=True)
     model, model_name = load_cost_model(model_ref, tracking_uri)
+    from hybrid.engine.costs import model_catalog
+    from hybrid.workloads.dlrm_graph import check_target, resolve_target
+
+    catalog = model_catalog(model)
+    notes = check_target(config, resolve_target(config.system, catalog), catalog)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if not as_json:
         click.echo(f"searching sharding plans for {config.gpus} ranks ({', '.join(names or STRATEGIES)}; local "
                    f"search budget {time_budget:g} s; about {need / 2**30:,.2f} GiB) ...", err=True)
@@ -56,7 +64,7 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     if as_json:
         echo_json({"config": config.name, "gpus": config.gpus, "system": config.system, "model": model_name,
                    "seconds": round(result.seconds, 3), "best": best.name, "best_plan_file": output,
-                   "overlapping_best": result.info.get("overlapping_best", []),
+                   "overlapping_best": result.info.get("overlapping_best", []), **({"notes": notes} if notes else {}),
                    "plans": [e.to_dict(with_plan=i == 0 or e is best) for i, e in enumerate(shown)]})
         return
     click.echo(f"{config.name}: {config.num_tables} tables on {config.gpus} x {config.system}, model {model_name}; "
@@ -78,7 +86,7 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
         click.echo(f"note: the 80% intervals of {', '.join(overlapping)} overlap the best plan's: the model cannot "
                    "rank them apart with confidence (measure them)")
     click.echo(f"\nbest: {best.name} - per-rank breakdown")
-    echo_table(breakdown_rows(best.sim.summary()), BREAKDOWN_HEADERS)
+    echo_breakdown(best.sim.summary())
     if output:
         click.echo(f"best plan written to {output}")
     roofline_note(model_name)

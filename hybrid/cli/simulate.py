@@ -46,10 +46,19 @@ def model_options(fn):
 
 
 def breakdown_rows(summary: dict[str, Any], limit: int = 16) -> list[list[Any]]:
+    """Per-rank rows of the breakdown table: every rank, or the ``limit`` busiest (by compute) of a larger job."""
     ranks = summary["ranks"]
     shown = ranks if len(ranks) <= limit else sorted(ranks, key=lambda r: -r["compute_us"])[:limit]
     return [[r["rank"], r["compute_us"], r["comm_us"], r["exposed_comm_us"], r["idle_us"], r["host_us"],
              r["collective_wait_us"]] for r in shown]
+
+
+def echo_breakdown(summary: dict[str, Any], limit: int = 16) -> None:
+    """The per-rank table, saying so when it shows only the busiest ranks."""
+    n = len(summary["ranks"])
+    if n > limit:
+        click.echo(f"the {limit} ranks with the most compute of {n} (all of them: --json)")
+    echo_table(breakdown_rows(summary, limit), BREAKDOWN_HEADERS)
 
 
 BREAKDOWN_HEADERS = ["rank", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "host_us", "wait_us"]
@@ -74,12 +83,25 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     from hybrid.sharding.heuristics import default_plan
     from hybrid.sharding.memory import memory_per_rank
     from hybrid.sharding.plan import ShardingPlan
-    from hybrid.workloads.dlrm_graph import build_dlrm_graph, resolve_target
+    from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, resolve_target
 
-    config = load_config(config_path, gpus=gpus, system=system, drop_plan=bool(plan_path) or gpus is not None)
+    config = load_config(config_path, system=system, drop_plan=bool(plan_path) or gpus is not None)
+    notes = []
+    if gpus is not None and gpus != config.gpus:
+        # the config's plan was written for its own rank count: plan afresh for the new one, and say so
+        if load_config(config_path, system=system).plan is not None and not plan_path:
+            notes.append(f"the config's plan is for {config.gpus} ranks; {gpus} ranks use the size-lookup greedy "
+                         "plan (give --plan for another)")
+        config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
+    elif not plan_path:
+        config = load_config(config_path, system=system)  # the same rank count: the config's plan stands
     model, model_name = load_cost_model(model_ref, tracking_uri)
     catalog = model_catalog(model)
-    capacity = resolve_target(config.system, catalog).device.mem_capacity
+    target = resolve_target(config.system, catalog)
+    notes += check_target(config, target, catalog)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    capacity = target.device.mem_capacity
     if plan_path:
         plan, plan_source = ShardingPlan.from_file(plan_path).validate(config), str(plan_path)
     elif config.plan is not None:
@@ -101,6 +123,8 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
                     "gpus": config.gpus, "model": model_name, "plan_source": plan_source,
                     "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
                     "samples_per_s": config.global_batch / (result.iteration_us * 1e-6)})
+    if notes:
+        summary["notes"] = notes
     if model_ref and "iteration_us_low" not in summary:
         from hybrid.cli.output import NO_INTERVAL_NOTE
 
@@ -127,7 +151,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
                              " ms"], summary, "iterations"))
     cp = summary["critical_path"]
     click.echo("critical path: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in cp.items()))
-    echo_table(breakdown_rows(summary), BREAKDOWN_HEADERS)
+    echo_breakdown(summary)
     if trace_path:
         click.echo(f"trace written to {trace_path}")
     roofline_note(model_name)

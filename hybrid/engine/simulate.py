@@ -248,7 +248,7 @@ class SimResult:
             "iteration_us": float(self.iteration_us),
             **interval,
             "n_ranks": int(self.graph.n_ranks),
-            "n_nodes": int(self.graph.n_real),
+            "n_ops": int(self.graph.n_real),  # ops (tasks) of the graph, every rank's
             "critical_path": self.critical_path_summary(),
             "max_exposed_comm_us": float(self.breakdown["exposed_comm_us"].max()),
             "ranks": [{k: (int(v) if k in ("rank", "kernels", "collectives") else round(float(v), 3))

@@ -21,27 +21,68 @@ from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig
 
 
+def _weights_on_host_allowed(config: DLRMConfig) -> bool:
+    """Whether the tables' weights may live in host memory: ``embedding_placement`` host or auto on a GPU (where
+    :func:`hybrid.workloads.dlrm_graph.place_pieces` then puts them)."""
+    if config.embedding_placement == "hbm":
+        return False
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    return resolve_target(config.system, default_catalog()).device.kind == "gpu"
+
+
+def _placements(config: DLRMConfig, capacity: float | None,
+                place: Callable[[np.ndarray, float], ShardingPlan]) -> ShardingPlan:
+    """``place(bytes per table, budget)`` with the tables' weights in GPU memory; when that fits no rank and the
+    config lets weights live in host memory (``embedding_placement`` host/auto), again with them there."""
+    budget = tablewise_budget(config, capacity)
+    try:
+        return place(table_placement_bytes(config), budget)
+    except InvalidInputError:
+        if not _weights_on_host_allowed(config):
+            raise
+    return place(table_placement_bytes(config, host_weights=True), budget)
+
+
+def _no_room(config: DLRMConfig, t: int, mem: np.ndarray, used: np.ndarray, budget: float) -> InvalidInputError:
+    """Why table ``t`` fits on no rank: its bytes against the room the tables placed before it left."""
+    R = config.gpus
+    what = "weights, optimizer state, outputs and buffers" if config.optimizer == "adagrad" \
+        else "weights, outputs and buffers"
+    hint = ("more GPUs, row-/column-wise plans (`hybrid shard`), or embedding_placement: auto / host (weights in "
+            "host memory)" if config.embedding_placement == "hbm" else "more GPUs or row-/column-wise plans "
+            "(`hybrid shard`)")
+    placed = float(used.sum())
+    room = (f"the most room left is {max(budget - float(used.min()), 0.0) / 2**30:.1f} GiB of a "
+            f"{budget / 2**30:.1f} GiB budget per rank, after {placed / 2**30:.1f} GiB of larger tables" if placed > 0
+            else f"the budget is {budget / 2**30:.1f} GiB per rank")
+    return InvalidInputError(f"table {config.tables[t].name!r} ({mem[t] / 2**30:.1f} GiB: {what}) does not fit on "
+                             f"any of {R} ranks table-wise: {room}; try {hint}")
+
+
 def greedy_place(config: DLRMConfig, cost: np.ndarray, capacity: float | None = None,
                  order: np.ndarray | None = None) -> ShardingPlan:
-    """Tables in decreasing ``cost`` (or ``order``), each to the least-loaded rank that still has memory."""
+    """Tables in decreasing ``cost`` (or ``order``), each to the least-loaded rank that still has memory (with
+    ``embedding_placement`` host/auto, the weights in host memory when they fit no rank in GPU memory)."""
     R = config.gpus
-    mem = table_placement_bytes(config)
-    budget = tablewise_budget(config, capacity)
-    load = np.zeros(R)
-    used = np.zeros(R)
     order = np.argsort(-cost, kind="stable") if order is None else order
-    shards: dict[str, Shard] = {}
-    for t in order:
-        ok = used + mem[t] <= budget
-        if not ok.any():
-            name = config.tables[t].name
-            raise InvalidInputError(f"table {name!r} ({mem[t] / 2**30:.1f} GiB with optimizer state) does not fit "
-                                    f"on any of {R} ranks table-wise (budget {budget / 2**30:.1f} GiB per rank)")
-        r = int(np.argmin(np.where(ok, load, np.inf)))
-        load[r] += cost[t]
-        used[r] += mem[t]
-        shards[config.tables[t].name] = Shard("table_wise", (r,))
-    return ShardingPlan({t.name: shards[t.name] for t in config.tables})
+
+    def place(mem: np.ndarray, budget: float) -> ShardingPlan:
+        load = np.zeros(R)
+        used = np.zeros(R)
+        shards: dict[str, Shard] = {}
+        for t in order:
+            ok = used + mem[t] <= budget
+            if not ok.any():
+                raise _no_room(config, t, mem, used, budget)
+            r = int(np.argmin(np.where(ok, load, np.inf)))
+            load[r] += cost[t]
+            used[r] += mem[t]
+            shards[config.tables[t].name] = Shard("table_wise", (r,))
+        return ShardingPlan({t.name: shards[t.name] for t in config.tables})
+
+    return _placements(config, capacity, place)
 
 
 def _pooling(config: DLRMConfig) -> np.ndarray:
@@ -71,20 +112,24 @@ def size_lookup_greedy(config: DLRMConfig, capacity: float | None = None) -> Sha
 
 def random_plan(config: DLRMConfig, capacity: float | None = None, seed: int = 0) -> ShardingPlan:
     """Each table (largest first) on a random rank with room for it."""
-    rng = np.random.default_rng(seed)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise InvalidInputError(f"the random plan's seed must be a non-negative integer, got {seed!r}")
     R = config.gpus
-    mem = table_placement_bytes(config)
-    budget = tablewise_budget(config, capacity)
-    used = np.zeros(R)
-    shards: dict[str, Shard] = {}
-    for t in np.argsort(-mem, kind="stable"):
-        ok = np.flatnonzero(used + mem[t] <= budget)
-        if ok.size == 0:
-            raise InvalidInputError(f"table {config.tables[t].name!r} does not fit on any rank table-wise")
-        r = int(rng.choice(ok))
-        used[r] += mem[t]
-        shards[config.tables[t].name] = Shard("table_wise", (r,))
-    return ShardingPlan({t.name: shards[t.name] for t in config.tables})
+
+    def place(mem: np.ndarray, budget: float) -> ShardingPlan:
+        rng = np.random.default_rng(seed)
+        used = np.zeros(R)
+        shards: dict[str, Shard] = {}
+        for t in np.argsort(-mem, kind="stable"):
+            ok = np.flatnonzero(used + mem[t] <= budget)
+            if ok.size == 0:
+                raise _no_room(config, t, mem, used, budget)
+            r = int(rng.choice(ok))
+            used[r] += mem[t]
+            shards[config.tables[t].name] = Shard("table_wise", (r,))
+        return ShardingPlan({t.name: shards[t.name] for t in config.tables})
+
+    return _placements(config, capacity, place)
 
 
 #: name -> sharder(config, capacity) -> plan

@@ -132,15 +132,16 @@ def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | No
     return MemoryReport(df, float(capacity))
 
 
-def table_placement_bytes(config: DLRMConfig) -> np.ndarray:
+def table_placement_bytes(config: DLRMConfig, host_weights: bool = False) -> np.ndarray:
     """Per table, the memory it adds to the rank holding it table-wise (weights, optimizer state, outputs).
 
     Includes the pooled outputs of the global batch and their gradients, the all-to-all buffers for them and the
-    lookup indices; scaled by the allocator fragmentation factor.
+    lookup indices; scaled by the allocator fragmentation factor. ``host_weights``: the weights and their optimizer
+    state live in host memory (``embedding_placement`` host/auto), so only the rest takes GPU memory.
     """
     eb = config.dtype_bytes
     Bg = config.global_batch
-    weights = table_bytes(config) * optimizer_multiplier(config)
+    weights = 0.0 if host_weights else table_bytes(config) * optimizer_multiplier(config)
     dims = np.array([t.embedding_dim for t in config.tables], dtype=np.float64)
     pooling = np.array([t.pooling_factor for t in config.tables])
     outputs = Bg * dims * eb * (2.0 + 4.0)  # outputs + grads, fwd/bwd send/recv buffers

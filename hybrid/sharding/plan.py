@@ -62,6 +62,9 @@ class Shard:
         ranks = tuple(int(r) for r in self.ranks)
         object.__setattr__(self, "ranks", ranks)
         if kind == "data_parallel":
+            if ranks:
+                raise InvalidInputError(f"data_parallel replicates the table on every rank; it takes no ranks, got "
+                                        f"{list(ranks)} (to hold it on some ranks, shard it row- or column-wise)")
             return
         if not ranks:
             raise InvalidInputError(f"{kind} shard needs at least one rank")
@@ -174,7 +177,13 @@ class ShardingPlan(Mapping[str, Shard]):
         """Load a plan from a YAML or JSON file."""
         from hybrid.workloads.dlrm import load_document
 
-        return cls.from_dict(load_document(path, what="sharding plan"))
+        doc = load_document(path, what="sharding plan")
+        if isinstance(doc, Mapping) and any(k in doc for k in ("tables", "num_tables", "variant")):
+            if not isinstance(doc.get("plan"), Mapping):  # a DLRM config given where a plan belongs
+                raise InvalidInputError(f"{path} is a DLRM config without a `plan`, not a sharding plan (a mapping "
+                                        "of table -> {type, ranks}, as `hybrid shard --output` writes)")
+            doc = doc["plan"]  # a config's own plan
+        return cls.from_dict(doc)
 
     from_yaml = from_file
 

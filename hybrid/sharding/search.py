@@ -506,6 +506,9 @@ class PlanEvaluation:
 
     name: str
     plan: ShardingPlan
+    #: the planner's additive estimate that ranks plans before they are simulated (embedding kernels of the busiest
+    #: rank plus the plan-dependent collectives; the dense MLPs, the host and overlap are left out): a ranking
+    #: score, not the iteration time (``iteration_us``)
     estimate_us: float
     memory: MemoryReport
     iteration_us: float = float("nan")
@@ -583,8 +586,11 @@ class SearchResult:
     @property
     def best(self) -> PlanEvaluation:
         fitting = [e for e in self.evaluations if e.fits]
-        if not fitting:
-            reasons = "; ".join(f"{e.name}: {e.reason}" for e in self.evaluations[:3])
+        if not fitting:  # every strategy's reason, strategies that failed alike named together
+            by_reason: dict[str, list[str]] = {}
+            for e in self.evaluations:
+                by_reason.setdefault(e.reason, []).append(e.name)
+            reasons = "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
             raise InvalidInputError(f"no plan fits in device memory ({reasons})")
         return fitting[0]
 

@@ -53,6 +53,30 @@ INDEX_DISTS = ("uniform", "zipf")
 
 
 # ------------------------------------------------------------------------------------------------ file helpers
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique (a table placed twice in a plan is an error, not the last one wins)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise InvalidInputError(f"key {k!r} appears twice in one mapping")
+        out[k] = v
+    return out
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that repeats a key (PyYAML keeps the last silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_document(path: str | os.PathLike, what: str = "config") -> Any:
     """Parse a YAML or JSON file (JSON is YAML); errors name the file and the problem in one line."""
     p = Path(path)
@@ -64,10 +88,10 @@ def load_document(path: str | os.PathLike, what: str = "config") -> Any:
         raise InvalidInputError(f"cannot read {what} {p}: {exc}") from None
     try:
         if p.suffix.lower() == ".json":
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
         else:
-            data = yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except (json.JSONDecodeError, yaml.YAMLError, InvalidInputError) as exc:
         first = " ".join(str(exc).split())[:200]
         raise InvalidInputError(f"malformed {what} {p}: {first}") from None
     if data is None:
@@ -150,6 +174,9 @@ class TableConfig:
             raise InvalidInputError(f"{where}: index_dist must be one of {INDEX_DISTS}, got {self.index_dist!r}")
         object.__setattr__(self, "index_dist", dist)
         alpha = _positive_float(self.zipf_alpha, f"{where}: zipf_alpha", allow_zero=True)
+        if dist == "uniform" and alpha > 0:
+            raise InvalidInputError(f"{where}: index_dist uniform contradicts zipf_alpha {alpha:g} (uniform indices "
+                                    "have no skew); drop one of them")
         object.__setattr__(self, "zipf_alpha", alpha if dist == "zipf" else 0.0)
 
     FIELDS = ("name", "num_embeddings", "embedding_dim", "pooling_factor", "index_dist", "zipf_alpha")
@@ -211,17 +238,25 @@ class TableGenerator:
                 value = (value, value)
             if not isinstance(value, (list, tuple)) or len(value) != 2:
                 raise InvalidInputError(f"table_generator.{name} must be [lo, hi], got {value!r}")
-            lo, hi = (conv(_positive_float(v, f"table_generator.{name}", allow_zero=name == "zipf_alpha"))
-                      for v in value)
+            if conv is int:  # row counts: whole and positive (0.5 rows would round to an empty table)
+                lo, hi = (_positive_int(v, f"table_generator.{name}") for v in value)
+            else:
+                lo, hi = (conv(_positive_float(v, f"table_generator.{name}", allow_zero=name == "zipf_alpha"))
+                          for v in value)
             if lo > hi:
                 raise InvalidInputError(f"table_generator.{name}: lo {lo} > hi {hi}")
             return (lo, hi)
 
         dims = data.get("dims", ())
-        if isinstance(dims, int):
+        if isinstance(dims, int | float) and not isinstance(dims, bool):
             dims = (dims,)
+        if not isinstance(dims, list | tuple):
+            raise InvalidInputError(f"table_generator.dims must be a list of embedding dimensions, got {dims!r}")
+        seed = data.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise InvalidInputError(f"table_generator.seed must be a non-negative integer, got {seed!r}")
         return cls(
-            seed=int(data.get("seed", 0)),
+            seed=seed,
             rows=pair("rows", cls.rows, int),
             pooling=pair("pooling", cls.pooling, float),
             index_dist=str(data.get("index_dist", "zipf")),

@@ -95,6 +95,29 @@ def resolve_target(name: str, catalog: Catalog) -> Target:
     raise catalog.unknown_target(name)  # naming the closest systems and devices
 
 
+def check_target(config: DLRMConfig, target: Target, catalog: Catalog) -> list[str]:
+    """Refuse more GPUs than the catalog system has nodes for (a single-node entry has no network between nodes);
+    notes on what a bare device across nodes is costed as (a generic node and NIC, not a real cluster)."""
+    nodes = target.nodes(config.gpus)
+    system = catalog.systems.get(target.system)
+    if system is not None:
+        if nodes > system.max_nodes:
+            raise InvalidInputError(
+                f"{config.gpus} GPUs need {nodes} nodes of system {system.key} ({system.gpus_per_node} GPUs per node), "
+                f"which the catalog gives at most {system.max_nodes} node(s)"
+                + (" (no network between nodes)" if system.inter_bw <= 0 else "")
+                + "; choose a multi-node system (`hybrid devices`) or fewer GPUs")
+        return []
+    if nodes > 1:
+        from hybrid.ops.roofline import system_for_device
+
+        generic = system_for_device(target.device, target.gpus_per_node)
+        return [f"{target.system} is a device, not a catalog system: {config.gpus} GPUs are costed as {nodes} generic "
+                f"nodes of {target.gpus_per_node} ({generic.intra_fabric} inside a node, {generic.inter_fabric} between "
+                "nodes); name a system (`hybrid devices`) for a real cluster's network"]
+    return []
+
+
 @dataclass(frozen=True)
 class ShardPiece:
     """One piece of a table on one rank, with the work it does per iteration."""
@@ -359,6 +382,7 @@ def build_dlrm_graph(
         raise InvalidInputError("DDP bucket sizes must be positive")
     cat = catalog or default_catalog()
     target = resolve_target(config.system, cat)
+    check_target(config, target, cat)
     overlap = COMM_OVERLAP.get(target.device.kind, 1.0) if comm_overlap is None else float(comm_overlap)
     if not 0.0 <= overlap <= 1.0:
         raise InvalidInputError(f"comm_overlap must be in [0, 1], got {comm_overlap}")
