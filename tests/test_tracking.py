@@ -130,3 +130,46 @@ def test_report_renders_and_writes_atomically(base_run, tmp_path):
     with pytest.raises(Exception, match="no rows"):
         summarize(res.predictions.iloc[:0])
     assert isinstance(res.predictions, pd.DataFrame)
+
+
+def test_input_refused_during_the_fit_leaves_no_run(tmp_path):
+    """Every GEMM faster than its datasheet peak (times in ms where us belong, say) is refused while fitting: the
+    error names it and the store keeps no run of it (deleted, not a FAILED run with no parameters)."""
+    from hybrid.errors import InvalidInputError
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sizes = np.array([1024, 2048, 4096, 8192] * 10)
+    table = pd.DataFrame({"device": "H100-SXM", "op": "gemm", "dtype": "fp16", "b": 1, "m": sizes, "n": sizes,
+                          "k": sizes, "time_us": sizes.astype(float) ** 3 * 2 / 989e12 * 1e6 / 1000.0,
+                          "framework": "pytorch"})
+    with pytest.raises(InvalidInputError, match="faster than its device's datasheet peak"):
+        calibrate(table, CalibrationConfig(name="ms", lodo=False), tracking_uri=uri)
+    client = open_store(uri).client()
+    exp = client.get_experiment_by_name(CalibrationConfig(name="ms").experiment)
+    assert exp is None or client.search_runs([exp.experiment_id]) == []
+    # refused while fitting (a split leaves nothing to fit): the run it had started is deleted
+    few = table.assign(time_us=table["time_us"] * 2000.0).head(3)
+    with pytest.raises(InvalidInputError):
+        calibrate(few, CalibrationConfig(name="few", holdout_devices=("H100-SXM",)), tracking_uri=uri)
+    exp = client.get_experiment_by_name(CalibrationConfig(name="few").experiment)
+    assert exp is None or client.search_runs([exp.experiment_id]) == []
+
+
+def test_implausible_groups_are_left_out_of_every_split_and_tagged(tmp_path):
+    """A group timed in ms where us belong beside plausible rows: left out before the splits (none of its rows is
+    scored), with a warning that asks about the unit, and the run says what was left out."""
+    from hybrid.errors import DataQualityWarning
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rng = np.random.default_rng(0)
+    sizes = rng.choice([512, 1024, 2048, 4096, 8192], size=(120, 3))
+    roof = 2.0 * sizes.prod(axis=1) / 989e12 * 1e6
+    good = pd.DataFrame({"device": "H100-SXM", "op": "gemm", "dtype": "fp16", "b": 1, "m": sizes[:, 0],
+                         "n": sizes[:, 1], "k": sizes[:, 2], "time_us": roof * 1.4 + 8.0, "framework": "pytorch"})
+    bad = good.head(30).assign(device="L4", time_us=lambda d: d["time_us"] / 1000.0)
+    with pytest.warns(DataQualityWarning, match="L4 fp16 .*milliseconds or seconds"):
+        res = calibrate(pd.concat([good, bad], ignore_index=True), CalibrationConfig(name="mixed", lodo=False),
+                        tracking_uri=uri)
+    assert "L4" not in set(res.predictions["device"]) and len(res.predictions) > 0
+    run = open_store(uri).client().get_run(res.run_id)
+    assert run.data.tags["hybrid.left_out_implausible"].startswith("L4 fp16 (pytorch): 30 rows")

@@ -81,15 +81,25 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     """Check measurement TABLES (canonical CSV/Parquet files, or `hybrid profile` bundle directories) against the
     schema; print row counts per op and device. A bundle's catalog.toml (or that of a table's directory) names
     its devices."""
+    from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.bundle import bundle_catalog
+    from hybrid.data.quality import describe
     from hybrid.tracking.inputs import load_measurements
 
-    df = load_measurements(list(tables), bundle_catalog(list(tables))).table
+    data = load_measurements(list(tables), bundle_catalog(list(tables)))
+    df = data.table
     counts = df.groupby(["op", "device"]).size().reset_index(name="rows")
+    # physically implausible groups (GPU GEMMs faster than the datasheet peak): valid rows, but every fit leaves
+    # them out; said here so that a unit slip (ms in time_us) shows before a calibration
+    drop, bad = HybridPredictor(catalog=data.catalog).implausible(df)
     if as_json:
-        echo_json({"rows": len(df), "by_op_device": counts.to_dict(orient="records")})
+        echo_json({"rows": len(df), "by_op_device": counts.to_dict(orient="records"),
+                   "implausible": {"rows": int(drop.sum()), "groups": bad.to_dict("records")}})
         return
     echo_table(counts.values.tolist(), ["op", "device", "rows"])
+    if drop.any():
+        click.echo(f"warning: {int(drop.sum())} rows are GEMMs faster than the datasheet peak allows, which every fit "
+                   f"leaves out: {describe(bad)}", err=True)
     click.echo(f"ok: {len(df)} rows in {len(tables)} table(s)")
 
 

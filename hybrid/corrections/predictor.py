@@ -272,7 +272,7 @@ class HybridPredictor:
             return norm, base
         if drop.all():
             raise InvalidInputError("every training row is a GEMM faster than its device's datasheet peak ("
-                                    f"{describe(bad)}); check the device names and dtypes")
+                                    f"{describe(bad)}); check the device names, dtypes and units")
         warnings.warn("left out of the fit, GEMMs faster than the datasheet peak allows (hybrid.data.quality): "
                       f"{describe(bad, rows=False)}", DataQualityWarning, stacklevel=3)
         self.fit_info["implausible"] = {"fitted": False, "rows": int(drop.sum()), "groups": bad.to_dict("records"),

@@ -64,9 +64,18 @@ def implausible_rows(norm: pd.DataFrame, base: pd.DataFrame, catalog: Catalog,
     return checked & keys.isin(pd.MultiIndex.from_frame(bad[list(GROUP_COLUMNS)])), bad
 
 
+#: A group this many times faster than the datasheet allows more likely has its times in the wrong unit (ms or s
+#: where ``time_us`` holds microseconds) than a wrong FLOP count: the message says so.
+UNIT_HINT_FACTOR = 20.0
+
+
 def describe(groups: pd.DataFrame, rows: bool = True) -> str:
     """The groups in one line, e.g. ``H100-SXM fp8 (xla): 1125 rows, up to 1.34x faster than the roofline``
-    (``rows=False``: without the row counts, so the fits of one calibration's splits give the same message)."""
-    return "; ".join(f"{r.device} {r.dtype}{f' ({r.framework})' if r.framework else ''}: "
+    (``rows=False``: without the row counts, so the fits of one calibration's splits give the same message); a
+    group over :data:`UNIT_HINT_FACTOR` x asks whether its times are in another unit."""
+    text = "; ".join(f"{r.device} {r.dtype}{f' ({r.framework})' if r.framework else ''}: "
                      f"{f'{int(r.rows)} rows, ' if rows else ''}up to {r.fastest_over_roofline:.2f}x faster than the "
                      "roofline" for r in groups.itertuples())
+    if len(groups) and float(groups["fastest_over_roofline"].max()) > UNIT_HINT_FACTOR:
+        text += " (times in milliseconds or seconds? time_us holds microseconds)"
+    return text

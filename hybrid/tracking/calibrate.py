@@ -212,6 +212,7 @@ def calibrate(
         table = table[~table["device"].isin(drop)].reset_index(drop=True)
         if len(table) == 0:
             raise InvalidInputError(f"excluding {', '.join(sorted(map(str, drop)))} leaves no rows")
+    table, left_out = _drop_implausible(table, cat)
 
     store = open_store(tracking_uri)
     client = store.client()
@@ -223,6 +224,8 @@ def calibrate(
     run_id = run.info.run_id
     t0 = time.time()
     try:
+        if left_out:
+            retry(lambda: client.set_tag(run_id, "hybrid.left_out_implausible", left_out[:4000]))
         if config.base:
             predictor, frames, base_info = _adapt_run(client, store, table, cat, config, progress)
         else:
@@ -236,15 +239,42 @@ def calibrate(
             version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
                                         summaries, base_info, time.time() - t0)
             retry(lambda: client.set_terminated(run_id, "FINISHED"))
-    except BaseException:
+    except BaseException as exc:
+        # bad input found while fitting (nothing fits, a split leaves no rows): no run is left behind, as for
+        # input refused before the run started; a crash or an interrupt stays visible as a FAILED run
+        bad_input = isinstance(exc, InvalidInputError)
         try:
             with quiet_mlflow():
-                retry(lambda: client.set_terminated(run_id, "FAILED"))
+                if bad_input:
+                    retry(lambda: client.delete_run(run_id))
+                else:
+                    retry(lambda: client.set_terminated(run_id, "FAILED"))
         except Exception:  # noqa: BLE001 - the original failure matters more
             pass
         raise
     return CalibrationResult(run_id, exp_id, config.name, version, store.uri, predictor, predictions,
                              summaries, summary, report_html)
+
+
+def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, str]:
+    """``table`` without the GPU GEMM groups faster than the datasheet peak allows (:mod:`hybrid.data.quality`),
+    before any split: every fit leaves them out, so no split scores them either (a group timed in ms where us
+    belong scored thousands of percent). Warns naming them; refuses a table of nothing else, before a run starts."""
+    import warnings
+
+    from hybrid.corrections.predictor import HybridPredictor
+    from hybrid.data.quality import describe
+    from hybrid.errors import DataQualityWarning
+
+    drop, bad = HybridPredictor(catalog=cat).implausible(table)
+    if not drop.any():
+        return table, ""
+    if drop.all():
+        raise InvalidInputError("every training row is a GEMM faster than its device's datasheet peak ("
+                                f"{describe(bad)}); check the device names, dtypes and units")
+    warnings.warn("left out of the fit and of every score, GEMMs faster than the datasheet peak allows "
+                  f"(hybrid.data.quality): {describe(bad)}", DataQualityWarning, stacklevel=3)
+    return table.loc[~drop].reset_index(drop=True), describe(bad)
 
 
 def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: CalibrationConfig,
