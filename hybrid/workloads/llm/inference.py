@@ -536,38 +536,51 @@ PIPELINE_STEPS = 24
 
 def pipeline_times(pp: np.ndarray | int, micro: np.ndarray | int, prefill_stage_us: np.ndarray | float,
                    decode_stage_us: np.ndarray | float, prefill_send_us: np.ndarray | float = 0.0,
-                   decode_send_us: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """Pipeline-parallel inference in closed form (vectorised): ``pp`` stages of equal op time per microbatch
-    (sends excluded), ``micro`` microbatches, a send of ``*_send_us`` after every stage (the last one returns the
-    sampled token to stage 0). Returns (time to the last microbatch's first token, steady-state time between two
-    tokens of one microbatch): ``(m + pp - 1) t + (pp - 1) s`` and ``max(m t, pp (t + s))``. This is the
-    schedule :func:`pipeline_on_engine` simulates on :mod:`hybrid.engine` (tests check they agree)."""
+                   decode_send_us: np.ndarray | float = 0.0, prefill_sum_us: np.ndarray | float | None = None,
+                   decode_sum_us: np.ndarray | float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Pipeline-parallel inference in closed form (vectorised): ``pp`` stages, the slowest taking ``*_stage_us``
+    per microbatch and all of them together ``*_sum_us`` (default ``pp`` x the slowest: equal stages; the pass
+    ops, embedding and output layer, run on one stage each, not on every one), sends excluded; ``micro``
+    microbatches, a send of ``*_send_us`` after every stage (the last one returns the sampled token to stage 0).
+    Returns (time to the last microbatch's first token, steady-state time between two tokens of one microbatch):
+    ``sum + (m - 1) max + (pp - 1) s`` and ``max(m max, sum + pp s)``. This is the schedule
+    :func:`pipeline_on_engine` simulates on :mod:`hybrid.engine` (tests check they agree)."""
     pp_, m = np.asarray(pp, dtype=np.float64), np.asarray(micro, dtype=np.float64)
     t0, t1 = np.asarray(prefill_stage_us, dtype=np.float64), np.asarray(decode_stage_us, dtype=np.float64)
     s0, s1 = np.asarray(prefill_send_us, dtype=np.float64), np.asarray(decode_send_us, dtype=np.float64)
-    return (m + pp_ - 1) * t0 + (pp_ - 1) * s0, np.maximum(m * t1, pp_ * (t1 + s1))
+    u0 = pp_ * t0 if prefill_sum_us is None else np.asarray(prefill_sum_us, dtype=np.float64)
+    u1 = pp_ * t1 if decode_sum_us is None else np.asarray(decode_sum_us, dtype=np.float64)
+    return u0 + (m - 1) * t0 + (pp_ - 1) * s0, np.maximum(m * t1, u1 + pp_ * s1)
 
 
 def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stage_us: float, send_us: float,
-                       steps: int = PIPELINE_STEPS) -> dict[str, float]:
+                       steps: int = PIPELINE_STEPS, prefill_sum_us: float | None = None,
+                       decode_sum_us: float | None = None) -> dict[str, float]:
     """Pipeline-parallel inference on :mod:`hybrid.engine`: one rank per stage, ``micro`` microbatches; the
     prefill of every microbatch, then ``steps`` decode steps where a microbatch's next token starts on stage 0
-    once its previous token left the last stage (sampled tokens travel back as a send). Returns the time to the
-    last microbatch's first token and the steady-state time between tokens of one microbatch (us, measured over
-    the second half of the steps), beside :func:`pipeline_times`' closed forms."""
+    once its previous token left the last stage (sampled tokens travel back as a send). The last stage takes
+    ``*_stage_us`` (it holds the output layer), the others share the rest of ``*_sum_us`` evenly (default: equal
+    stages). Returns the time to the last microbatch's first token and the steady-state time between tokens of
+    one microbatch (us, measured over the second half of the steps), beside :func:`pipeline_times`' closed forms."""
     from hybrid.engine.graph import TaskGraph
     from hybrid.engine.simulate import simulate_durations
 
+    def durations(stage: float, total: float | None) -> list[float]:
+        if pp == 1 or total is None:
+            return [stage] * pp
+        return [(total - stage) / (pp - 1)] * (pp - 1) + [stage]
+
+    pre_d, dec_d = durations(prefill_stage_us, prefill_sum_us), durations(decode_stage_us, decode_sum_us)
     g = TaskGraph(pp)
     last_send: dict[int, int | None] = {mb: None for mb in range(micro)}
     finish_nodes: dict[tuple[int, int], int] = {}
     for step in range(steps + 1):
-        dur = prefill_stage_us if step == 0 else decode_stage_us
+        dur = pre_d if step == 0 else dec_d
         for mb in range(micro):
             dep = last_send[mb]
             for r in range(pp):
                 node = g.add(r, "compute", f"{'prefill' if step == 0 else f'decode{step}'} mb{mb} stage{r}",
-                             duration_us=dur, deps=[dep] if dep is not None else [], phase="prefill" if step == 0
+                             duration_us=dur[r], deps=[dep] if dep is not None else [], phase="prefill" if step == 0
                              else "decode")
                 if r == pp - 1:
                     finish_nodes[(step, mb)] = node
@@ -579,7 +592,8 @@ def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stag
     ttft = max(float(fin[finish_nodes[(0, mb)]]) for mb in range(micro))
     half = max(steps // 2, 1)
     period = (float(fin[finish_nodes[(steps, 0)]]) - float(fin[finish_nodes[(steps - half, 0)]])) / half
-    cf_ttft, cf_period = pipeline_times(pp, micro, prefill_stage_us, decode_stage_us, send_us, send_us)
+    cf_ttft, cf_period = pipeline_times(pp, micro, prefill_stage_us, decode_stage_us, send_us, send_us,
+                                        prefill_sum_us, decode_sum_us)
     return {"ttft_us": ttft, "token_period_us": period, "closed_form_ttft_us": float(cf_ttft),
             "closed_form_period_us": float(cf_period)}
 
@@ -634,28 +648,38 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
     costed["weight"] = weight[sc]
     costed["context"] = kv[sc]
     send = (costed["category"] == "pipeline").to_numpy()
+    once = costed["name"].isin(PASS_OPS).to_numpy() & ~send  # embedding, output layer, sampling: one stage each
     m_, p_ = micro.astype(np.float64), pp.astype(np.float64)
+    # the layers of all stages over those of the slowest (ceil(L / pp) layers)
+    layer_share = np.array([s.model.num_layers / s.layers_per_stage for s in setups])
     n_sc = len(cfg)
     ttft, decode, cats = {}, {}, []
     cols = ["time_us", "roofline_us"] + [c for c in ("time_us_low", "time_us_high") if c in costed.columns]
     for col in cols:
         t = costed[col].to_numpy() * costed["count"].to_numpy()
-        stage = np.bincount(sc, weights=np.where(send, 0.0, t), minlength=n_sc)
+        stage = np.bincount(sc, weights=np.where(send, 0.0, t), minlength=n_sc)  # the slowest (last) stage
+        pass_t = np.bincount(sc, weights=np.where(once, t, 0.0), minlength=n_sc)
+        total = (stage - pass_t) * layer_share[cfg] + pass_t  # every stage's ops: each layer and pass op once
+        total = np.where(pp[cfg] > 1, total, stage)
         sends = np.bincount(sc, weights=np.where(send, t, 0.0), minlength=n_sc)
         pre_sc = np.flatnonzero(is_pre)  # one per configuration, in order
-        ttft[col], _ = pipeline_times(pp, micro, stage[pre_sc], 0.0, sends[pre_sc], 0.0)
-        _, period = pipeline_times(pp[cfg], micro[cfg], 0.0, stage, 0.0, sends)
+        ttft[col], _ = pipeline_times(pp, micro, stage[pre_sc], 0.0, sends[pre_sc], 0.0, total[pre_sc], 0.0)
+        _, period = pipeline_times(pp[cfg], micro[cfg], 0.0, stage, 0.0, sends, 0.0, total)
         decode[col] = np.bincount(cfg, weights=np.where(is_pre, 0.0, period * weight), minlength=n)
         if col == "time_us":
-            # per category: op time x stage passes; "pipeline" = what the schedule adds (sends, bubbles)
-            ops_mult = np.where(is_pre, (m_ + p_ - 1)[cfg], np.maximum(m_, p_)[cfg])
-            ops_t = np.where(send, 0.0, t) * (ops_mult * np.where(is_pre, 1.0, weight))[sc]
+            # per category: op time x stage passes (the slowest stage's ops the microbatches wait on beyond the
+            # first pass through every stage, each op once in that pass); "pipeline" = sends and bubbles
+            first = np.where(once, 1.0, layer_share[cfg][sc])
+            m_sc = m_[cfg][sc]
+            # prefill: total + (m - 1) x slowest; decode: m x slowest, or one trip through every stage if longer
+            mult = np.where(is_pre[sc], first + m_sc - 1.0, np.where(m_sc * stage[sc] >= total[sc], m_sc, first))
+            ops_t = np.where(send, 0.0, t) * mult * np.where(is_pre, 1.0, weight)[sc]
             cat = pd.DataFrame({"config": cfg[sc], "phase": costed["phase"].to_numpy(),
                                 "category": costed["category"].to_numpy(), "ms": ops_t / 1e3})
             cat = cat[~send]
-            pre_pipe = ttft[col] - (m_ + p_ - 1) * stage[pre_sc]
-            dec_pipe = np.bincount(cfg, weights=np.where(is_pre, 0.0, (period - np.maximum(m_, p_)[cfg] * stage)
-                                                         * weight), minlength=n)
+            pre_pipe = ttft[col] - (total[pre_sc] + (m_ - 1) * stage[pre_sc])
+            dec_ops = np.where(m_[cfg] * stage >= total, m_[cfg] * stage, total)
+            dec_pipe = np.bincount(cfg, weights=np.where(is_pre, 0.0, (period - dec_ops) * weight), minlength=n)
             pipe = pd.DataFrame({"config": np.concatenate([np.arange(n), np.arange(n)]),
                                  "phase": ["prefill"] * n + ["decode"] * n, "category": "pipeline",
                                  "ms": np.concatenate([pre_pipe, dec_pipe]) / 1e3})
@@ -718,13 +742,19 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
     if s.pp > 1:
         pre, dec_ = costed[costed["phase"] == "prefill"], costed[costed["phase"] == "decode"]
 
-        def stage_us(f: pd.DataFrame, pipeline: bool) -> float:
-            sel = (f["category"] == "pipeline") == pipeline
-            t = (f["time_us"] * f["count"] * f["weight"])[sel].sum()
-            return float(t / (f["weight"].groupby(f["scenario"]).first().sum() if len(f) else 1.0))
+        share = s.model.num_layers / s.layers_per_stage
+
+        def stage_us(f: pd.DataFrame, pipeline: bool, every_stage: bool = False) -> float:
+            """Mean over the scenarios of the slowest stage's op time (or sends), or of every stage's together."""
+            sel = ((f["category"] == "pipeline") == pipeline).to_numpy()
+            t = (f["time_us"] * f["count"] * f["weight"]).to_numpy()
+            if every_stage:
+                t = t * np.where(f["name"].isin(PASS_OPS).to_numpy(), 1.0, share)
+            return float(t[sel].sum() / (f["weight"].groupby(f["scenario"]).first().sum() if len(f) else 1.0))
 
         pipe = pipeline_on_engine(s.pp, micro, stage_us(pre, False), stage_us(dec_, False) if len(dec_) else 0.0,
-                                  stage_us(pre, True))
+                                  stage_us(pre, True), prefill_sum_us=stage_us(pre, False, True),
+                                  decode_sum_us=stage_us(dec_, False, True) if len(dec_) else 0.0)
         notes.append(f"pipeline schedule (closed form, breakdown category 'pipeline' = sends and bubbles): TTFT "
                      f"{ttft_us / 1e3:.2f} ms; the same schedule on the engine: TTFT {pipe['ttft_us'] / 1e3:.2f} ms "
                      f"(closed form {pipe['closed_form_ttft_us'] / 1e3:.2f}), token period at mean context "
