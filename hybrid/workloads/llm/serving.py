@@ -228,6 +228,9 @@ class StepCosts:
     pre_us: np.ndarray  # [len(pre_c), len(pre_ctx)]
     #: the op-cost models that answered (``+``-joined ``method`` of the costed ops: ``roofline``, ``kernel-xgb``...)
     method: str = "roofline"
+    #: ranks that run attention side by side on requests of their own (attention data parallelism: ``tp``; else 1):
+    #: the prompt chunks of one step spread over them
+    dp_ranks: int = 1
 
     @classmethod
     def build(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
@@ -249,9 +252,12 @@ class StepCosts:
         DB, DC = np.meshgrid(db, dc, indexing="ij")
         PC, PX = np.meshgrid(pc, px, indexing="ij")
         PX = np.maximum(PX, PC)
-        # one table: dense passes (T tokens, 1 sequence), heads (B sequences), decode and prefill attention
+        # one table: dense passes (T tokens, 1 sequence), heads (B sequences), decode and prefill attention; with
+        # attention data parallelism a step's tokens spread over the tp ranks (as tp sequences of T / tp tokens:
+        # pass_ops gives each rank its share of the sequences), not all on one rank as one sequence would
+        dp = s.tp if s.attention_dp else 1
         parts = [
-            (tok, np.ones_like(tok), np.ones_like(tok), np.ones_like(tok)),  # dense(T): q_len 1 (attention dropped)
+            (tok, np.minimum(tok, float(dp)), np.ones_like(tok), np.ones_like(tok)),  # dense(T): q_len 1
             (seq, seq, np.ones_like(seq), np.ones_like(seq)),  # head(B)
             (DB.ravel(), DB.ravel(), np.ones(DB.size), DC.ravel()),  # decode attention
             (PC.ravel(), np.ones(PC.size), PC.ravel(), PX.ravel()),  # prefill attention (one chunk)
@@ -283,7 +289,7 @@ class StepCosts:
             head = total((ph == "part1") & is_head)[len(tok): o2]
             dec = total((ph == "part2") & is_att)[o2: o3].reshape(DB.shape)
             pre = total((ph == "part3") & is_att)[o3: o3 + PC.size].reshape(PC.shape)
-            return cls(tok, dense, seq, head, db, dc, dec, pc, px, pre, method)
+            return cls(tok, dense, seq, head, db, dc, dec, pc, px, pre, method, dp)
 
         main = assemble("time_us")
         assert main is not None  # (cost_ops checks every time is finite)
@@ -315,7 +321,10 @@ class StepCosts:
         if n_dec > 0:
             t += float(self._interp2(np.array([n_dec]), np.array([mean_ctx]), self.dec_b, self.dec_ctx, self.dec_us)[0])
         if len(chunks):
-            t += float(self._interp2(chunks, chunk_ctx, self.pre_c, self.pre_ctx, self.pre_us).sum())
+            each = self._interp2(chunks, chunk_ctx, self.pre_c, self.pre_ctx, self.pre_us)
+            # one rank's attention over its requests' chunks: all of them, or their share over the data-parallel
+            # ranks (at least the longest chunk, which one rank runs whole)
+            t += float(each.sum() if self.dp_ranks <= 1 else max(each.sum() / self.dp_ranks, each.max()))
         return t
 
     def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray) -> np.ndarray:
