@@ -356,6 +356,12 @@ def test_cli_capacity_and_serve(capsys):
     d = json.loads(out)
     assert code == 2 and d["fits"] is False and d["max_context_for_batch"]["max_context"] == 0
     assert "batch 10000000 does not fit at any context" in err
+    # the reason names the batch, not the weights, and the largest batch it gives does fit (one more does not)
+    most = int(err.split("at most ")[1].split(" requests")[0].replace(",", ""))
+    for b, ctx_ok in ((most, True), (most + 100, False)):
+        code, out, _ = run(capsys, "llm", "capacity", "llama2-70b", "--device", "A100", "--tp", "4", "--batch",
+                           str(b), "--json")
+        assert (json.loads(out)["max_context_for_batch"]["max_context"] >= 1) == ctx_ok
     code, out, _ = run(capsys, "llm", "capacity", "llama2-70b", "--device", "A100", "--tp", "4", "--batch", "1000",
                        "--json")
     assert code == 0 and json.loads(out)["max_context_for_batch"]["max_context"] > 0
@@ -562,6 +568,17 @@ def test_infer_compare_ranks_systems_by_throughput_then_by_cost(capsys):
     assert code == 0 and d["compare"][-1]["system"] == "DGX-A100" and "fp8" in d["compare"][-1]["note"]
     code, out, err = run(capsys, "llm", "infer", "llama2-7b", "--system", "DGX-A100", "--compare", "NOPE")
     assert code == 2 and "NOPE" in err and out == ""
+    # this run's own system ranks too when --compare leaves it out (it may be the cheapest answer), once when it
+    # names it; a system where the model does not fit shows no times (it cannot run), only the reason
+    code, out, _ = run(capsys, "llm", "infer", "llama3-70b", "--system", "DGX-H100", "--tp", "4", "--batch", "16",
+                       "--compare", "DGX-A100,DGX-1,DGX-H100", "--json")
+    d = json.loads(out)
+    assert [r["system"] for r in d["compare"]] == ["DGX-H100", "DGX-A100", "DGX-1"]
+    assert d["compare"][0]["note"] == "this run"
+    assert d["compare"][0]["output_tokens_per_s_per_gpu"] == pytest.approx(d["output_tokens_per_s_per_gpu"])
+    v100 = d["compare"][2]
+    assert not v100["fits"] and v100["ttft_ms"] is None and v100["output_tokens_per_s_per_gpu"] is None
+    assert v100["device"] == "V100-SXM2-32GB" and "does not fit" in v100["note"]
 
 
 def test_serve_compare_ranks_by_cost_per_token_when_every_system_is_priced(capsys):
@@ -605,7 +622,23 @@ def test_offline_serve_prices_its_full_throughput(capsys):
                        "--slo-tpot", "100ms", "--gpu-hour-price", "3", "--json")
     d = json.loads(out)
     assert code == 0 and d["max_rate_meeting_slo_per_s"] is None
-    assert d["at_max_rate"]["cost_per_1m_output_tokens"] is None
+    assert d["at_max_rate"] is None  # no highest rate, so no run at it (not the fastest rate tried)
+    assert any("every rate meets the SLO" in n for n in d["notes"])
+
+
+def test_serve_says_why_no_rate_meets_the_slo_and_leaves_tpot_out_for_one_token_outputs(capsys):
+    code, out, err = run(capsys, "llm", "serve", "llama3-8b", "--device", "H100-SXM", "--requests", "100",
+                         "--slo-ttft", "1ms", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["max_rate_meeting_slo_per_s"] == 0.0
+    assert "no rate meets the SLO: a request alone on the deployment misses it (ttft" in err
+    assert any("short trace" in n for n in json.loads(run(capsys, "llm", "serve", "llama3-8b", "--device",
+                                                          "H100-SXM", "--requests", "100", "--slo-ttft", "300ms",
+                                                          "--json")[1])["notes"])
+    code, out, _ = run(capsys, "llm", "serve", "llama3-8b", "--device", "H100-SXM", "--requests", "50",
+                       "--output-dist", "1", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["tpot_ms"]["p50"] is None and d["ttft_ms"]["p50"] > 0
 
 
 class _Counting:

@@ -223,6 +223,12 @@ def test_search_compare_ranks_hardware_by_speed_then_by_cost(capsys):
         assert r["cost_per_1m_tokens"] == pytest.approx(r["gpu_hour_price"] / (r["tokens_per_s_per_gpu"] * 3600) * 1e6)
         assert r["run"]["cost"] == pytest.approx(r["run"]["gpu_hours"] * r["gpu_hour_price"])
     assert all(m["cost_per_1m_tokens"] > 0 for m in out["mappings"])
+    # this run's system ranks too when --compare leaves it out
+    rc = main(["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "16", "--global-batch", "64",
+               "--top", "2", "--compare", "DGX-H100", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [r["system"] for r in out["compare"]] == ["DGX-H100", "DGX-A100"]
+    assert out["compare"][1]["note"] == "this run"
     # an unknown compared system is refused before any search
     rc = main(["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "16", "--global-batch", "64",
                "--compare", "DGX-A100,NOPE"])

@@ -92,9 +92,11 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
     from hybrid.workloads.llm.model import load_model
 
     model = load_model(kw["model_name"])
+    if kw["sp"] and kw["tp"] == 1:  # as Megatron-LM does: nothing to split the norms and dropout over
+        click.echo("warning: --sp needs tensor parallelism (--tp > 1); sequence parallelism is off at tp 1", err=True)
     cfg = TrainingConfig(
         gpus=kw["gpus"], global_batch=kw["global_batch"], micro_batch=kw["micro_batch"], tp=kw["tp"], pp=kw["pp"],
-        cp=kw["cp"], ep=kw["ep"], vp=kw["vp"], seq_length=kw["seq"], sp=kw["sp"],
+        cp=kw["cp"], ep=kw["ep"], vp=kw["vp"], seq_length=kw["seq"], sp=kw["sp"] and kw["tp"] > 1,
         distributed_optimizer=kw["distributed_optimizer"], fsdp=kw["fsdp"], recompute=kw["recompute"],
         dtype=kw["dtype"], flash_attention=not kw["no_flash_attention"], softmax=kw["softmax"],
         dropout=not kw["no_dropout"],
@@ -312,7 +314,22 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     if run_tokens is not None:  # the fastest mapping's run
         payload["run"] = training_run(run_tokens, float(res["tokens_per_s_per_gpu"].iloc[0]) * gpus, gpus, price)
     ranking: list[dict[str, Any]] = []
+    if others:  # this run's own system ranks with the others (its fastest mapping)
+        b0 = res.iloc[0]
+        t0 = targets[system]
+        ranking.append({"system": t0.key, "device": t0.device, "gpus": gpus, "mapping": {
+            "tp": int(b0.tp), "pp": int(b0.pp), "cp": int(b0.cp), "dp": int(b0.dp), "ep": int(b0.ep),
+            "micro_batch": int(b0.mb), "vp": int(b0.vp), "recompute": str(b0.recompute), "sp": bool(b0.sp),
+            "optimizer": "dist" if b0.distopt else ("fsdp" if b0.fsdp else "")},
+            "iteration_s": float(b0.iteration_s), "tokens_per_s_per_gpu": float(b0.tokens_per_s_per_gpu),
+            "mfu": float(b0.mfu), "memory_gib": float(b0.memory_gib),
+            **({"gpu_hour_price": price, "cost_per_1m_tokens": None if price is None
+                else float(b0.cost_per_1m_tokens)} if prices is not None else {}),
+            **({"run": training_run(run_tokens, float(b0.tokens_per_s_per_gpu) * gpus, gpus, price)}
+               if run_tokens is not None else {}), "note": "this run"})
     for other in others:
+        if targets[other].key == targets[system].key:
+            continue  # this run's own system, ranked above
         row: dict[str, Any] = {"system": targets[other].key, "device": targets[other].device, "gpus": gpus}
         try:
             best = search(model, base, other, cost_model, top=1, engine_top=1, **space)
@@ -350,10 +367,14 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     intervals = "iteration_s_low" in res.columns
     echo_table([[r.tp, r.pp, r.cp, r.dp, r.ep, r.mb, r.vp, r.recompute, "y" if r.sp else "",
                  "dist" if r.distopt else ("fsdp" if r.fsdp else ""), r.iteration_s, *([r.iteration_s_low, r.iteration_s_high, "~" if r.overlaps_fastest else ""]
-                                  if intervals else []), r.engine_s, r.mfu * 100, r.memory_gib]
+                                  if intervals else []), "-" if r.engine_s != r.engine_s else r.engine_s,
+                 r.mfu * 100, r.memory_gib]
                 for r in res.itertuples()],
                ["tp", "pp", "cp", "dp", "ep", "mb", "vp", "recompute", "sp", "optim", "iter_s",
                 *(["iter_low", "iter_high", "overlap"] if intervals else []), "engine_s", "mfu%", "mem_gib"])
+    if res["engine_s"].isna().any():
+        click.echo(f"engine_s: the {int(res['engine_s'].notna().sum())} fastest by the closed form re-timed on the "
+                   "engine (-: not simulated)")
     if intervals:
         click.echo(f"~: 80% interval overlaps the fastest pick's ({res.attrs.get('overlapping_fastest', 0)} of "
                    f"{len(res) - 1}): the model cannot tell them apart at that confidence")

@@ -166,9 +166,19 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
             out["notes"] = [*out.get("notes", []), note]
             click.echo(f"warning: {note}", err=True)
     if others:
-        ranking = []
+        # this run's own system ranks with the others (a cheaper baseline is the answer too)
+        ranking = [{"system": s.system.key, "device": s.device.key, "gpus": s.gpus, "ttft_ms": res.ttft_ms,
+                    "tpot_ms": res.tpot_ms, "output_tokens_per_s_per_gpu": res.output_tokens_per_s_per_gpu,
+                    "fits": bool(res.memory.fits), **({"gpu_hour_price": price, "cost_per_1m_output_tokens": (
+                        out["cost_per_1m_output_tokens"] if res.memory.fits else None)} if prices is not None else {}),
+                    "note": "this run" if res.memory.fits else f"this run; does not fit: {res.memory.reason}"}]
+        from hybrid.ops.roofline import resolve_system
+
         for name in others:
-            row: dict[str, Any] = {"system": name, "device": "", "gpus": tp * pp}
+            known = resolve_system(cat, name)  # checked already: its key and GPU for the row, whatever happens
+            if (known.key, known.device) == (s.system.key, s.device.key):
+                continue  # this run's own system, ranked above
+            row: dict[str, Any] = {"system": known.key, "device": known.device, "gpus": tp * pp}
             try:
                 o = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce,
                            reserve_gib, cat, ep=ep, attention_dp=attention_dp, softmax=softmax)
@@ -178,9 +188,11 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                                 **({"gpu_hour_price": None, "cost_per_1m_output_tokens": None} if prices else {}),
                                 "note": str(exc)})
                 continue
-            row.update(system=o.system.key, device=o.device.key, gpus=o.gpus, ttft_ms=r.ttft_ms, tpot_ms=r.tpot_ms,
-                       output_tokens_per_s_per_gpu=r.output_tokens_per_s_per_gpu, fits=bool(r.memory.fits),
-                       note="" if r.memory.fits else f"does not fit: {r.memory.reason}")
+            fits = bool(r.memory.fits)  # a deployment that cannot run has no times to show
+            row.update(system=o.system.key, device=o.device.key, gpus=o.gpus, ttft_ms=r.ttft_ms if fits else None,
+                       tpot_ms=r.tpot_ms if fits else None,
+                       output_tokens_per_s_per_gpu=r.output_tokens_per_s_per_gpu if fits else None, fits=fits,
+                       note="" if fits else f"does not fit: {r.memory.reason}")
             if prices is not None:
                 p_o = _price(prices, o)
                 row.update(gpu_hour_price=p_o, cost_per_1m_output_tokens=(
@@ -322,11 +334,20 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
             tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp)}
         if out["max_context_for_batch"]["max_context"] < 1:  # not even one token per request fits beside the weights
             out["fits"] = False
+            from hybrid.workloads.llm.kv_cache import request_bytes
+
+            free_gib = out["capacity_gib"] - out["weights_gib_per_gpu"] - reserve_gib
+            on_rank = -(-batch // tp) if attention_dp else batch
+            one = request_bytes(s.model, s.precision, batch=1, context=1, tp=tp, pp=pp,
+                                attention_dp=attention_dp) / GIB  # one request of one token, per GPU
             out["max_context_for_batch"]["reason"] = (
                 f"batch {batch} does not fit at any context: the weights ({out['weights_gib_per_gpu']:.1f} GiB/GPU) "
-                f"and {reserve_gib:g} GiB reserve leave no room for one token of KV cache per request "
-                f"({out['kv_bytes_per_token_per_gpu'] / 1024:.1f} KiB per token per GPU) on "
-                f"{out['capacity_gib']:.0f} GiB")
+                f"and {reserve_gib:g} GiB reserve leave no room for requests on {out['capacity_gib']:.0f} GiB"
+                if free_gib <= 0 else
+                f"batch {batch} does not fit at any context: even one token per request (its KV cache, prefill "
+                f"activations and logits) takes {on_rank * one:.1f} GiB per GPU, beyond the {free_gib:.1f} GiB the "
+                f"weights and reserve leave: at most {int(free_gib / one) * (tp if attention_dp else 1):,} requests "
+                "fit")
     if as_json:
         echo_json(out)
     else:
@@ -470,7 +491,23 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
             out["at_max_rate"]["rate_note"] = (
                 "max_rate_meeting_slo_per_s is the nominal arrival rate the search found; rate_per_s here is the "
                 "rate the simulated arrivals realised at it ((requests - 1) / span of their arrival times)")
+        if best == 0:  # not even requests one at a time meet it: say by how much a lone request misses
+            lone = simulate(s, make_trace(math.inf, 1, idist, odist, seed), cost, sched, costs).percentiles()
+            misses = [f"{k} {lone[f'{k}_ms']['p50']:.4g} ms > {v:g} ms" for k, v in
+                      (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("latency", slo.latency_ms))
+                      if v is not None and (lone[f"{k}_ms"]["p50"] or 0.0) > v]
+            note = ("no rate meets the SLO: " + (f"a request alone on the deployment misses it ({', '.join(misses)})"
+                                                 if misses else "queueing misses it at every rate tried"))
+            out["notes"] = [*out.get("notes", []), note]
+            click.echo(f"warning: {note}", err=True)
+        elif math.isfinite(best) and not trace_file and n_requests < 2000:
+            note = (f"the highest rate comes from {n_requests} simulated requests: a short trace drains before its "
+                    "queues reach steady state, so it tends to overstate what a deployment sustains (more "
+                    "--requests, e.g. 2000, converge it)")
+            out["notes"] = [*out.get("notes", []), note]
+            click.echo(f"note: {note}", err=True)
         if not math.isfinite(best):
+            out["at_max_rate"] = None  # no highest rate: the run at the fastest rate tried is not one
             more = ("a longer trace (more requests in --trace)" if trace_file
                     else "more requests (--requests)")
             note = (f"every rate meets the SLO: even all {len(trace)} requests arriving at once do, so they cannot "
@@ -481,7 +518,20 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         if slo.empty:
             raise InvalidInputError("--compare needs an SLO (--slo-ttft, --slo-tpot or --slo-latency)")
         ranking = []
+        if math.isfinite(out["max_rate_meeting_slo_per_s"] if out.get("max_rate_meeting_slo_per_s") is not None
+                         else math.inf):
+            mine = out["max_rate_meeting_slo_per_s"]
+            ranking.append({"system": s.system.key, "device": s.device.key, "gpus": s.gpus, "max_rate_per_s": mine,
+                            "rate_per_gpu": mine / s.gpus, **({"gpu_hour_price": price, "cost_per_1m_output_tokens": (
+                                out["at_max_rate"] or {}).get("cost_per_1m_output_tokens")} if prices is not None
+                                                               else {}),
+                            "note": "this run" if mine > 0 else "this run; no rate meets the SLO"})
+        from hybrid.ops.roofline import resolve_system
+
         for name in [c.strip() for c in compare.split(",") if c.strip()]:
+            known = resolve_system(cat, name)
+            if (known.key, known.device) == (s.system.key, s.device.key):
+                continue  # this run's own system, ranked above
             try:
                 other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
                                allreduce, reserve_gib, cat, ep=ep, attention_dp=attention_dp, softmax=softmax)
@@ -503,7 +553,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                     ranking.append({**row, "max_rate_per_s": None, "rate_per_gpu": None,
                                     "note": "every rate meets the SLO with so few requests (--requests)"})
             except InvalidInputError as exc:  # does not fit / no fp8 there: ranked last, with the reason
-                ranking.append({"system": name, "device": "", "gpus": tp * pp, "max_rate_per_s": 0.0,
+                ranking.append({"system": known.key, "device": known.device, "gpus": tp * pp, "max_rate_per_s": 0.0,
                                 "rate_per_gpu": 0.0, **({"gpu_hour_price": None, "cost_per_1m_output_tokens": None}
                                                         if prices is not None else {}), "note": str(exc)})
         # unloaded systems (every rate meets the SLO: None) first, as the fastest; no rate at all last
@@ -519,7 +569,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
             + f", input {input_dist}, output {output_dist}")
     click.echo(f"{s.model.name} on {s.device.key} x{tp} ({s.precision.label}), {what}")
     pct = res.percentiles()
-    echo_table([(k, v["p50"], v["p90"], v["p99"], v["mean"]) for k, v in pct.items()],
+    echo_table([(k, *("-" if v[c] is None else v[c] for c in ("p50", "p90", "p99", "mean"))) for k, v in pct.items()],
                ["metric", "p50", "p90", "p99", "mean"])
     if out.get("interval"):
         iv = out["interval"]
@@ -527,7 +577,8 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                    f"{iv['ttft_ms_p50_high']:.1f} ms, p50 TPOT {iv['tpot_ms_p50_low']:.2f} - "
                    f"{iv['tpot_ms_p50_high']:.2f} ms (how far the op costs can be off, not the serving software's own "
                    "overheads)")
-    click.echo(f"throughput {res.output_tokens_per_s_per_gpu:.0f} output tokens/s per GPU; "
+    tps = res.output_tokens_per_s_per_gpu
+    click.echo(f"throughput {f'{tps:,.0f}' if tps >= 10 else f'{tps:.3g}'} output tokens/s per GPU; "
                f"{res.steps} steps, up to {res.max_running} running, KV capacity {res.kv_capacity_tokens} tokens")
     if out.get("max_rate_meeting_slo_per_s") is not None:
         click.echo(f"highest rate meeting the SLO (p{slo_percentile:g}): {out['max_rate_meeting_slo_per_s']:.3g}/s")

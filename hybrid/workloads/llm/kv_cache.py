@@ -252,6 +252,17 @@ def memory_plan(model: TransformerConfig, precision: Precision, capacity: float,
                       float(r.kv_per_token), float(r.kv_per_request), int(r.max_batch), bool(r.fits), str(r.reason))
 
 
+def request_bytes(model: TransformerConfig, precision: Precision, *, batch: float = 1, context: float = 1,
+                  tp: int = 1, pp: int = 1, attention_dp: bool = False) -> float:
+    """Bytes per GPU that ``batch`` requests of ``context`` tokens need beside the weights and the reserve: their KV
+    cache, the prefill's activations and the logits (what :func:`max_context` fits into the free memory)."""
+    per_tok = kv_bytes_per_token(model, precision, tp, pp, attention_dp)
+    t = 1 if attention_dp else tp
+    act_tok = float(activation_bytes(model, precision, 1.0, 0.0, t))
+    logits = float(activation_bytes(model, precision, 0.0, batch / max(pp, 1), t))
+    return logits + batch * context * (per_tok + act_tok / max(pp, 1))
+
+
 def max_context(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int = 1, tp: int = 1, pp: int = 1,
                 reserve_gib: float = DEFAULT_RESERVE_GIB, attention_dp: bool = False) -> int:
     """The longest context (input + output tokens) ``batch`` requests on one GPU can each hold (0 if none);
@@ -259,14 +270,12 @@ def max_context(model: TransformerConfig, precision: Precision, capacity: float,
     check_parallel(model, tp, pp)
     free = capacity - reserve_gib * GIB - weight_bytes_per_gpu(model, precision, tp, pp, attention_dp)
     per_tok = kv_bytes_per_token(model, precision, tp, pp, attention_dp)
-    if attention_dp:
-        tp = 1
-    act_tok = float(activation_bytes(model, precision, 1.0, 0.0, tp))
-    logits = float(activation_bytes(model, precision, 0.0, batch / max(pp, 1), tp))
-    denom = batch * (per_tok + act_tok / max(pp, 1))
+    kw = {"batch": batch, "tp": tp, "pp": pp, "attention_dp": attention_dp}
+    logits = request_bytes(model, precision, context=0, **kw)
+    denom = request_bytes(model, precision, context=1, **kw) - logits  # per token of context, every request
     ctx = int((free - logits) // denom) if free > logits else 0
     window = model.window_size if model.window_size and model.window_layer_share >= 1.0 else 0
     if window and ctx >= window:
         # past the window the cache stops growing; only activations grow (prefill in chunks would cap them too)
-        ctx = int(max(ctx, (free - logits - batch * per_tok * window) // (batch * act_tok / max(pp, 1))))
+        ctx = int(max(ctx, (free - logits - batch * per_tok * window) // (denom - batch * per_tok)))
     return max(ctx, 0)

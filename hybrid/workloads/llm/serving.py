@@ -113,7 +113,7 @@ def parse_rate(text: str | float) -> float:
     s = str(text).strip().lower().replace(" ", "")
     if s in OFFLINE_RATE_WORDS:
         return OFFLINE_RATE
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)(?:/(s|sec|min|m|h|hr))?", s)
+    m = re.fullmatch(r"([+-]?[0-9]*\.?[0-9]+(?:e[+-]?\d+)?)(?:/(s|sec|min|m|h|hr))?", s)
     if not m:
         raise InvalidInputError(f"bad rate {text!r} (examples: 10, 10/s, 600/min)")
     v = float(m.group(1)) / {None: 1, "s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600, "hr": 3600}[m.group(2)]
@@ -352,9 +352,15 @@ class ServeResult:
     max_running: int
     notes: list[str] = field(default_factory=list)
 
-    def percentiles(self, qs: tuple[float, ...] = (50, 90, 99)) -> dict[str, dict[str, float]]:
-        return {name: {f"p{int(q)}": float(np.percentile(v, q)) for q in qs} | {"mean": float(np.mean(v))}
-                for name, v in (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms), ("latency_ms", self.latency_ms))}
+    def percentiles(self, qs: tuple[float, ...] = (50, 90, 99)) -> dict[str, dict[str, float | None]]:
+        """Percentiles and mean of each latency over the requests it is defined for (TPOT: requests that generate
+        more than one token); ``None`` where it is defined for none."""
+        out: dict[str, dict[str, float | None]] = {}
+        for name, v in (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms), ("latency_ms", self.latency_ms)):
+            v = v[np.isfinite(v)]
+            out[name] = ({f"p{int(q)}": float(np.percentile(v, q)) for q in qs} | {"mean": float(np.mean(v))}
+                         if len(v) else {f"p{int(q)}": None for q in qs} | {"mean": None})
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"rate_per_s": self.rate, "requests": len(self.ttft_ms), **self.percentiles(),
@@ -481,7 +487,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         used, running = _retire(run, generated, out, need, finish, now, used, running)
     ttft = (first - arr) * 1e3
     lat = (finish - arr) * 1e3
-    tpot = np.where(out > 1, (finish - first) * 1e3 / np.maximum(out - 1, 1), 0.0)
+    # a request of one output token has no time per output token (NaN: left out of TPOT percentiles and SLOs)
+    tpot = np.where(out > 1, (finish - first) * 1e3 / np.maximum(out - 1, 1), np.nan)
     duration = float(np.nanmax(finish) - arr[0])
     thr = float(out.sum()) / duration / s.gpus if duration > 0 else float("nan")
     return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
@@ -506,7 +513,8 @@ class SLO:
         q = self.percentile
         ok = True
         for val, arr in ((self.ttft_ms, r.ttft_ms), (self.tpot_ms, r.tpot_ms), (self.latency_ms, r.latency_ms)):
-            if val is not None:
+            arr = arr[np.isfinite(arr)]  # TPOT: only requests that generate more than one token have one
+            if val is not None and len(arr):
                 ok &= float(np.percentile(arr, q)) <= val
         return bool(ok)
 
