@@ -25,6 +25,10 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
 
     if bool(model_ref) == bool(run_id):
         raise InvalidInputError("give exactly one of --model NAME or --run RUN_ID")
+    from pathlib import Path
+
+    if Path(output).suffix.lower() not in (".html", ".htm"):  # checked before any work: the report is HTML
+        raise InvalidInputError(f"output {output}: the report is an HTML page; use a .html file name")
     store = open_store(tracking_uri)
     if tables:
         if not model_ref:

@@ -185,7 +185,8 @@ def validate(
         raise SchemaError(f"{source or 'table'}: table is empty (no rows)")
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
-        raise SchemaError(f"{source or 'table'}: missing required column(s) {', '.join(missing)}")
+        raise SchemaError(f"{source or 'table'}: missing required column(s) {', '.join(missing)}"
+                          + _column_hint(table.columns, missing))
     # no deep copy: every normalised column is replaced as a whole, never written into
     df = table.reset_index(drop=True)
 
@@ -372,6 +373,18 @@ def lacks_final_newline(path: str | os.PathLike) -> bool:
                 return True
             pos = start
         return False
+
+
+def _column_hint(columns: Iterable[object], missing: list[str]) -> str:
+    """Why required columns may look missing: another separator than a comma (one column holding them all), or
+    the names in another case or spacing (column names are lower case, as `hybrid data schema` lists them)."""
+    names = [str(c) for c in columns]
+    if len(names) == 1 and any(sep in names[0] for sep in (";", "\t", "|")):
+        return " (the header is one column: is the file separated by something other than commas?)"
+    near = {m: n for m in missing for n in names if n.strip().lower().replace(" ", "_") == m and n != m}
+    if near:
+        return " (" + ", ".join(f"{n!r} for {m!r}" for m, n in near.items()) + ": column names are lower case)"
+    return ""
 
 
 def read_table(

@@ -139,9 +139,13 @@ def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, A
         parts.append("<h3>Per device</h3>" + error_table(summ, "by_device"))
         intervals = interval_table(sub)
         if intervals:
+            in_sample = split == "train"
             parts.append("<h3>80% prediction intervals</h3><p class='note'>Share of measurements inside their "
                          "predicted interval (nominal 80%; green within 70-90%). Intervals are conformal bands "
-                         "of held-out residuals, wider for devices the model was not fitted on.</p>" + intervals)
+                         "of held-out residuals, wider for devices the model was not fitted on."
+                         + (" <b>In-sample:</b> the model was fitted on these rows, so more of them fall inside "
+                            "than would of new measurements; held-out coverage is measured in "
+                            "experiments/interval_coverage." if in_sample else "") + "</p>" + intervals)
         if split not in with_figures:
             parts.append("<p class='note'>(figures are drawn for the held-out splits above)</p>")
             continue
