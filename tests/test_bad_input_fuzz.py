@@ -403,6 +403,7 @@ BAD_COMMANDS = [
     ["data", "validate", "no-such-table.csv"],
     ["devices", "show", "NoSuchGPU"],
     ["report", "--model", "x", "--run", "y", "-o", "r.html"],
+    ["report", "--model", "x", "-o", "r.pdf"],  # an HTML page under another name: refused before the store opens
     ["bench", "dlrm", CONFIG, "--ranks", "0"],
     ["bench", "dlrm", CONFIG, "--iters", "-1"],
     ["profile", "--threads", "0", "-o", "p"],

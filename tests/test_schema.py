@@ -55,6 +55,11 @@ def test_empty_and_missing_required(catalog):
         validate(_table().iloc[:0], catalog)
     with pytest.raises(SchemaError, match="missing required column"):
         validate(_table().drop(columns=["time_us"]), catalog)
+    # why they may look missing: names in another case, or a file split by another separator (one column)
+    with pytest.raises(SchemaError, match=r"'Device' for 'device', 'Time_us' for 'time_us': column names are lower"):
+        validate(_table().rename(columns={"device": "Device", "time_us": "Time_us"}), catalog)
+    with pytest.raises(SchemaError, match="separated by something other than commas"):
+        validate(pd.DataFrame({"device;op;time_us": ["H100-SXM;gemm;10"]}), catalog)
     with pytest.raises(SchemaError, match=r"column 'k': column required for op 'gemm' is missing"):
         validate(_table().drop(columns=["k"]), catalog)
 
