@@ -69,3 +69,19 @@ def test_schema_sources_pull(shared_datasets, tmp_path, capsys):
     assert main(["data", "pull", "xla-collectives", "--from", str(mirror), "-o", str(tmp_path / "m2")]) == 2
     assert "checksum mismatch" in capsys.readouterr().err
     assert not (tmp_path / "m2/xla/collectives_sm90_H100.csv").exists()
+
+
+def test_import_overrides_say_what_they_changed(shared_datasets, tmp_path, capsys):
+    """--device over files that name ten GPUs relabels them all (said on stderr, counted); --system whose own GPU
+    differs from the rows' keeps their device (said too); an override that changes nothing says nothing."""
+    gemm = shared_datasets / "deepbench/deepbench_gemm_tidy.csv"
+    rc = main(["data", "import", "deepbench", str(gemm), "-o", str(tmp_path / "db.csv"), "--device", "h100"])
+    out = capsys.readouterr()
+    assert rc == 0 and "--device relabelled 2380 rows the files attribute to GTX-1080Ti" in out.err
+    assert set(read_table(tmp_path / "db.csv")["device"]) == {"H100-SXM"}
+    sophia = shared_datasets / "nccl-tests/argonne-lcf_alcf-nccl-tests/results_sophia"
+    rc = main(["data", "import", "nccl-tests", str(sophia), "-o", str(tmp_path / "s.csv"), "--system", "DGX-A100"])
+    out = capsys.readouterr()
+    assert rc == 0 and "system DGX-A100's GPUs are A100-SXM4-80GB; rows of A100-SXM4-40GB keep" in out.err
+    rc = main(["data", "import", "nccl-tests", str(sophia), "-o", str(tmp_path / "s2.csv")])
+    assert rc == 0 and "keep their device" not in capsys.readouterr().err

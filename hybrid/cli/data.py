@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -64,6 +65,8 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
         table = import_paths(fmt, list(paths), device=device, system=system, catalog=cat, progress=not quiet)
     if not quiet:
         _report_warnings(caught)
+        for note in _override_notes(fmt, list(paths), table, device, system, cat):
+            click.echo(f"warning: {note}", err=True)
     if kernel_times:
         from hybrid.data.importers.vidur import kernel_timed
 
@@ -72,6 +75,37 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
     summary = table.groupby(["op", "device"], dropna=False).size()
     click.echo(f"wrote {len(table)} rows ({summary.index.get_level_values(0).nunique()} ops, "
                f"{table['device'].nunique()} devices) to {output}")
+
+
+def _override_notes(fmt: str, paths: list[Path], table: Any, device: str | None, system: str | None,
+                    cat: Any) -> list[str]:
+    """What --device / --system changed that the files said otherwise: rows the files attribute to other devices
+    (relabelled), and rows of a device other than the system's own GPU (kept, costed on that system's fabric)."""
+    from hybrid.data.importers import import_paths
+    from hybrid.errors import HybridError
+
+    notes = []
+    if device is not None:
+        try:  # what the files say without the override (formats whose files name no device refuse: nothing to say)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                said = import_paths(fmt, paths, system=system, catalog=cat)["device"].astype(str)
+        except HybridError:
+            said = None
+        if said is not None:
+            other = said[said != str(table["device"].iloc[0])]
+            if len(other):
+                names = sorted(set(other))
+                notes.append(f"--device relabelled {len(other)} rows the files attribute to {', '.join(names[:6])}"
+                             + (f" and {len(names) - 6} more" if len(names) > 6 else "") + f" as "
+                             f"{table['device'].iloc[0]}")
+    if system is not None and "system" in table.columns:
+        own = cat.systems[cat.resolve_system(system)].device
+        others = sorted(set(table["device"].astype(str)) - {own})
+        if others:
+            notes.append(f"system {system}'s GPUs are {own}; rows of {', '.join(others)} keep their device and are "
+                         "costed on its fabric")
+    return notes
 
 
 @data.command("validate")
