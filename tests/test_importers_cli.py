@@ -85,3 +85,14 @@ def test_import_overrides_say_what_they_changed(shared_datasets, tmp_path, capsy
     assert rc == 0 and "system DGX-A100's GPUs are A100-SXM4-80GB; rows of A100-SXM4-40GB keep" in out.err
     rc = main(["data", "import", "nccl-tests", str(sophia), "-o", str(tmp_path / "s2.csv")])
     assert rc == 0 and "keep their device" not in capsys.readouterr().err
+
+
+def test_a_table_named_twice_is_read_once(shared_datasets, tmp_path, capsys):
+    out = tmp_path / "db.csv"
+    assert main(["data", "import", "deepbench", str(shared_datasets / "deepbench/deepbench_gemm_tidy.csv"), "-o",
+                 str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    rc = main(["data", "validate", str(out), str(tmp_path / "." / "db.csv"), "--json"])
+    res = capsys.readouterr()
+    assert rc == 0 and json.loads(res.out)["rows"] == 2380
+    assert "1 measurement table(s) named more than once; each is read once" in res.err

@@ -135,11 +135,11 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
                                seed=seed, test_fraction=test_fraction, lodo=not no_lodo, experiment=experiment,
                                collective_transfer=collective_transfer, adapt_strategy=adapt_strategy,
                                sibling_blend=sibling_blend)
-    data = load_measurements(tables)
-    if max_rows is not None:
-        data.table = subsample(data.table, max_rows, seed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataQualityWarning)
+        data = load_measurements(tables)
+        if max_rows is not None:
+            data.table = subsample(data.table, max_rows, seed)
         result = run_calibration(data, config, tracking_uri=tracking_uri, progress=not quiet)
     quality = [w for w in caught if issubclass(w.category, DataQualityWarning)]
     for w in caught:  # every other warning goes on as it would have

@@ -120,7 +120,10 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     from hybrid.data.quality import describe
     from hybrid.tracking.inputs import load_measurements
 
-    data = load_measurements(list(tables), bundle_catalog(list(tables)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = load_measurements(list(tables), bundle_catalog(list(tables)))
+    _report_warnings(caught)
     df = data.table
     counts = df.groupby(["op", "device"]).size().reset_index(name="rows")
     # physically implausible groups (GPU GEMMs faster than the datasheet peak): valid rows, but every fit leaves

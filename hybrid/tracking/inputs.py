@@ -51,6 +51,18 @@ def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | Non
 
     if not paths:
         raise InvalidInputError("no measurement tables given")
+    # the same table named twice would count its rows twice (and let a random split score copies of fitted rows)
+    seen: dict[Path, str] = {}
+    for p in paths:
+        seen.setdefault(Path(p).resolve(), str(p))
+    if len(seen) < len(paths):
+        import warnings
+
+        from hybrid.errors import DataQualityWarning
+
+        warnings.warn(f"{len(paths) - len(seen)} measurement table(s) named more than once; each is read once",
+                      DataQualityWarning, stacklevel=2)
+        paths = list(seen.values())
     cat = catalog or default_catalog()
     bundles = [Path(p) for p in paths if Path(p).is_dir()]
     files = [Path(p) for p in paths if not Path(p).is_dir()]
