@@ -280,3 +280,36 @@ def test_fabric_congestion_from_node_counts(shared_datasets, catalog):
     pred = model.predict(rows, roofline(rows, catalog), catalog)
     q = float(np.median(pred / rows["time_us"].to_numpy()))
     assert 0.87 < q < 1.15, q
+
+
+def test_below_the_measured_sizes_a_curve_keeps_its_ratio_to_alpha_beta(shared_datasets, catalog, tmp_path):
+    """xxrjun's H100 cluster was measured from 32 MiB up. Its 10-node all-reduce curve has a knee steeper than a
+    latency floor, so the curve alone made a 1 KiB all-reduce take 20 s; below the smallest measured size the
+    prediction now keeps that size's ratio to the alpha-beta roofline (at most that size's time): monotone in the
+    size, and near the roofline's latency. Such rows, and collectives never measured on a measured system, get the
+    unseen interval band; the measured range survives save/load."""
+    from hybrid.data.importers import import_paths
+
+    root = shared_datasets / "nccl-tests" / "xxrjun_nccl-tests-cluster"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_paths("nccl-tests", root, catalog=catalog)
+    assert table["size_bytes"].min() >= 31 << 20  # 32 MiB, rounded down to a multiple of the ranks
+    model = CollectiveSigmoid().fit(table, roofline(table, catalog), catalog)
+    sizes = np.array([1 << 10, 1 << 16, 1 << 20, 1 << 24, 32 << 20, 64 << 20], dtype=float)
+    for ranks, nodes in ((10, 10), (8, 1), (2, 2)):
+        q = pd.DataFrame({"device": "H100-SXM", "op": "all_reduce", "dtype": "fp32", "size_bytes": sizes,
+                          "n_ranks": ranks, "n_nodes": nodes, "system": "xxrjun-H100-NDR"})
+        base = roofline(q, catalog)
+        t = model.predict(q, base, catalog)
+        assert np.all(np.diff(t) >= 0), (ranks, nodes, t)  # a larger message never takes less time
+        assert t[0] < 3.0 * base["time_us"].iloc[0]  # 1 KiB: near the alpha-beta latency, not seconds
+    far = pd.DataFrame({"device": "H100-SXM", "op": ["all_reduce", "all_reduce", "all_reduce"], "dtype": "fp32",
+                        "size_bytes": [1 << 10, 64 << 20, 64 << 20], "n_ranks": 8, "n_nodes": 1,
+                        "system": ["xxrjun-H100-NDR", "xxrjun-H100-NDR", "xxrjun-H100-cluster00"]})
+    # 1 KiB: far below; 64 MiB: measured; cluster00 measured all-to-all and send/recv only, never an all-reduce
+    assert model.outside_sizes(far).tolist() == [True, False, True]
+    model.save(tmp_path)
+    assert CollectiveSigmoid.load(tmp_path).outside_sizes(far).tolist() == [True, False, True]
+    hp = HybridPredictor(catalog=catalog).fit(table, intervals=True)
+    assert hp.predict(far, intervals=True)["interval_band"].tolist() == ["unseen", "seen", "unseen"]

@@ -42,7 +42,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -312,6 +312,10 @@ class CollectiveSigmoid(Correction):
     #: ``method`` names of the two models that answer (per row, see :meth:`predict_with_source`)
     SIGMOID, TRANSFER = "collective-sigmoid", "collective-transfer"
 
+    #: how far beyond its measured message sizes (a factor either way) a (system, collective) curve still counts as
+    #: seen for its interval: two doublings; further out the sigmoid's latency floor or bandwidth ceiling is a guess
+    SIZE_MARGIN: ClassVar[float] = 4.0
+
     def __init__(self, rank_model: str = "joint", transfer: bool = False) -> None:
         if rank_model not in self.RANK_MODELS:
             raise InvalidInputError(f"unknown rank_model {rank_model!r}; known: {self.RANK_MODELS}")
@@ -324,6 +328,8 @@ class CollectiveSigmoid(Correction):
         self.layout_models: dict[str, LayoutFit] = {}
         self.failures: list[dict[str, Any]] = []
         self.dropped_wrong = 0
+        #: "system|op" -> (smallest, largest) message size measured, bytes
+        self.size_range: dict[str, tuple[float, float]] = {}
         #: (system, op) -> algorithm used for rows whose algorithm is missing or unseen: the fastest one
         self.default_algorithm: dict[str, str] = {}
         self._fitted = False
@@ -365,6 +371,9 @@ class CollectiveSigmoid(Correction):
             else:
                 self.failures.append({"system": system, "op": op, "algorithm": algo, "n_ranks": int(ranks),
                                       "n_nodes": int(nodes), "reason": fit})
+        # the message sizes measured per (system, collective): beyond them the curves extrapolate
+        rng = frame.groupby(["system", "op"], sort=True)["size"].agg(["min", "max"])
+        self.size_range = {f"{sy}|{op}": (float(r["min"]), float(r["max"])) for (sy, op), r in rng.iterrows()}
         self.default_algorithm = self._fastest_algorithms()
         self.layout_models = self._fit_layout_models(frame, keys, catalog) if self.rank_model == "joint" else {}
         self.transfer = self._fit_transfer(frame, catalog) if self.use_transfer else None
@@ -495,6 +504,32 @@ class CollectiveSigmoid(Correction):
         return out, source
 
     def _predict_measured(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """The measured systems' curves; below the smallest message measured for a (system, collective) the time
+        keeps that size's ratio to the alpha-beta roofline, at most that size's time. (The curves themselves are
+        only known where measured: a knee steeper than a latency floor, w < 1, fitted to 32 MiB and up, had a 1 KiB
+        all-reduce over 10 nodes take 20 s, slower than the 32 MiB one.)"""
+        out = self._predict_curves(table, baseline, catalog)
+        if not self.size_range or "size_bytes" not in table.columns:
+            return out
+        keys = (_group_key(table).astype(str) + "|" + table["op"].astype(str)).to_numpy()
+        codes, uniq = pd.factorize(keys)
+        smallest = np.array([self.size_range.get(k, (0.0, np.inf))[0] for k in uniq])[codes]
+        size = col(table, "size_bytes")
+        below = np.isfinite(out) & (size < smallest)
+        if not below.any():
+            return out
+        from hybrid.ops.roofline import roofline
+
+        at = table.loc[below].copy()
+        at["size_bytes"] = smallest[below]
+        base_at = roofline(at, catalog)
+        t_at = self._predict_curves(at, base_at, catalog)
+        roof = baseline["time_us"].to_numpy(dtype=np.float64)[below]
+        carried = roof * t_at / base_at["time_us"].to_numpy(dtype=np.float64)
+        out[below] = np.where(np.isfinite(t_at), np.minimum(carried, t_at), out[below])
+        return out
+
+    def _predict_curves(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         out = np.full(len(table), np.nan)
         mask = family_mask(baseline, self.families)
         if not mask.any() or not self.fits:
@@ -586,6 +621,26 @@ class CollectiveSigmoid(Correction):
         alt["n_nodes"] = fit.n_nodes
         return roofline(alt, catalog)["time_us"].to_numpy(dtype=np.float64)
 
+    def outside_sizes(self, table: pd.DataFrame) -> np.ndarray:
+        """Per row, whether its message size lies more than :attr:`SIZE_MARGIN` x beyond the sizes measured for its
+        (system, collective): a curve extrapolated there (a 1 KiB all-reduce predicted from 32 MiB and up) is as
+        uncertain as an unseen system, so its interval band is the unseen one; so is a collective never measured on a
+        system whose other collectives were. False on systems never measured (unseen already) and for models saved
+        before the ranges were recorded."""
+        out = np.zeros(len(table), dtype=bool)
+        if not self.size_range or "size_bytes" not in table.columns:
+            return out
+        systems = _group_key(table).astype(str)
+        keys = (systems + "|" + table["op"].astype(str)).to_numpy()
+        codes, uniq = pd.factorize(keys)
+        measured = {k.split("|")[0] for k in self.size_range}
+        # a collective never measured on a system whose others were: priced from them, not from its own sizes
+        never = np.array([k not in self.size_range and k.split("|")[0] in measured for k in uniq])
+        lo = np.array([self.size_range.get(k, (0.0, np.inf))[0] for k in uniq])
+        hi = np.array([self.size_range.get(k, (0.0, np.inf))[1] for k in uniq])
+        size = col(table, "size_bytes")
+        return never[codes] | (size < lo[codes] / self.SIZE_MARGIN) | (size > hi[codes] * self.SIZE_MARGIN)
+
     def coverage(self, table: pd.DataFrame) -> pd.Series:
         """Per row: "sigmoid" (own ladder), "rescaled" (other layout of the same system/op) or the reason the
         row falls back to alpha-beta ("unseen system", "unseen collective on this system")."""
@@ -627,6 +682,7 @@ class CollectiveSigmoid(Correction):
             "layout_models": [asdict(m) for m in self.layout_models.values()],
             "use_transfer": self.use_transfer,
             "transfer_model": self.transfer.to_dict() if self.transfer is not None else None,
+            "size_range": {k: list(v) for k, v in self.size_range.items()},
         })
 
     @classmethod
@@ -642,6 +698,7 @@ class CollectiveSigmoid(Correction):
         obj.failures = list(meta["failures"])
         obj.dropped_wrong = int(meta.get("dropped_wrong", 0))
         obj.default_algorithm = dict(meta.get("default_algorithm", {}))
+        obj.size_range = {k: (float(v[0]), float(v[1])) for k, v in meta.get("size_range", {}).items()}
         obj._fitted = True
         return obj
 

@@ -468,7 +468,8 @@ class HybridPredictor:
     def _bands(self, norm: pd.DataFrame, base: pd.DataFrame,
                groups: tuple[np.ndarray, list[str]] | None = None) -> np.ndarray:
         """Interval band per row (:data:`~hybrid.corrections.intervals.BAND_NAMES` codes): seen when its device (and
-        system, for collectives) was in the fit and not adapted; few when the device's few rows of the row's
+        system, for collectives) was in the fit and not adapted (a collective also within a few doublings of the message
+        sizes measured for its system and op: ``CollectiveSigmoid.outside_sizes``); few when the device's few rows of the row's
         correction were up-weighted by the fit (:meth:`_sparse_devices`); adapted-k when the device was adapted
         (strategy ``auto``) with n rows of the row's group (``groups``: group code per row and group keys, as
         :meth:`_raw_codes` gives them; :func:`~hybrid.corrections.intervals.adapted_code` of n); else unseen. A
@@ -489,6 +490,14 @@ class HybridPredictor:
                      & ((band == SEEN) | (band == FEW))] = UNSEEN
             # a GEMM in a dtype the fit never saw is priced through another dtype (GemmXGB.dtype_proxy_us): as
             # uncertain as a device never seen (held-out 16-bit dtypes: 23-66% geomean, experiments/kernel_accuracy)
+            # a collective far beyond the message sizes measured on its system: the curve extrapolates
+            outside = getattr(corr, "outside_sizes", None)
+            if outside is not None and corr.fitted:
+                fam = family_mask(base, corr.families)
+                if fam.any():
+                    far = np.zeros(len(norm), dtype=bool)
+                    far[fam] = outside(norm.loc[fam])
+                    band[far & ((band == SEEN) | (band == FEW))] = UNSEEN
             fitted = getattr(corr, "fitted_dtypes", None)
             if fitted and "dtype" in norm.columns:
                 unseen_dtype = family_mask(base, corr.families) & ~isin_fast(norm["dtype"], fitted)
