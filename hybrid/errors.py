@@ -36,3 +36,12 @@ class OutputPathError(HybridError, OSError):
 
 class DataQualityWarning(UserWarning):
     """Measurements a fit leaves out because they cannot be physical (``hybrid.data.quality``)."""
+
+
+def at_row(index: object, i: int) -> str:
+    """``at row index LABEL`` for the ``i``-th row of a frame whose ``index`` is given: the label as Python prints
+    it (``101``, not ``np.int64(101)``), so that ``frame.loc[LABEL]`` finds the row whatever the index."""
+    label = index[i]  # type: ignore[index]
+    if hasattr(label, "item") and not isinstance(label, str | bytes):
+        label = label.item()
+    return f"at row index {label!r}"

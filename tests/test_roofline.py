@@ -250,7 +250,7 @@ def test_bad_row_is_named(catalog) -> None:
     table = pd.concat([gemm(64, 64, 64)] * 5, ignore_index=True)
     table.index = ["a", "b", "c", "d", "e"]
     table.loc["d", "k"] = -1
-    with pytest.raises(InvalidInputError, match="at row 'd'"):
+    with pytest.raises(InvalidInputError, match="at row index 'd'"):
         roofline(table, catalog, device="H100")
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.atomic import write_text
-from hybrid.errors import InvalidInputError
+from hybrid.errors import InvalidInputError, at_row
 from hybrid.hardware.catalog import Catalog
 
 
@@ -127,7 +127,7 @@ def measured_log_ratio(table: pd.DataFrame, baseline: pd.DataFrame) -> np.ndarra
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise InvalidInputError(f"time_us must be positive and finite, got {table['time_us'].iloc[i]!r} "
-                                f"at row {table.index[i]!r}")
+                                f"{at_row(table.index, i)}")
     return np.log(y) - np.log(baseline["time_us"].to_numpy(dtype=np.float64))
 
 

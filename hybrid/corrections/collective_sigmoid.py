@@ -49,7 +49,7 @@ import pandas as pd
 
 from hybrid.corrections.base import Correction, family_mask, read_json, write_json
 from hybrid.corrections.collective_transfer import CollectiveTransfer
-from hybrid.errors import InvalidInputError
+from hybrid.errors import InvalidInputError, at_row
 from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import COLLECTIVE_OPS, bus_factor, col
 
@@ -351,7 +351,7 @@ class CollectiveSigmoid(Correction):
         if (bad & keep).any():
             i = int(np.flatnonzero(bad & keep)[0])
             raise InvalidInputError(f"collective-sigmoid: time_us must be positive, got {sub['time_us'].iloc[i]!r} "
-                                    f"at row {sub.index[i]!r}")
+                                    f"{at_row(sub.index, i)}")
         sub = sub.loc[keep]
         frame = pd.DataFrame({
             "system": _group_key(sub).to_numpy(), "op": sub["op"].astype(str).to_numpy(),

@@ -178,6 +178,9 @@ class HybridPredictor:
         for c in ("device", "op"):
             if c not in table.columns:
                 raise InvalidInputError(f"table has no {c!r} column")
+        dup = table.columns[table.columns.duplicated()]
+        if len(dup):
+            raise InvalidInputError(f"table has the column {str(dup[0])!r} more than once")
         # unknown devices / systems: UnknownDeviceError naming the closest catalog entries (each distinct name
         # once, in order of first appearance)
         for name in _distinct_text(table["device"]):
@@ -237,6 +240,7 @@ class HybridPredictor:
             if n < corr.min_rows:
                 self.fit_info[corr.key] = {"fitted": False, "rows": n,
                                            "reason": f"{n} rows of {'/'.join(corr.families)} (need {corr.min_rows})"}
+                corr._fitted = False  # a refit replaces every fitted state: no family keeps an earlier fit's model
                 continue
             corr.fit(norm, base, self.catalog)
             self.fit_info[corr.key] = {"fitted": True, "rows": n}
@@ -684,9 +688,9 @@ class HybridPredictor:
         out = {"time_us": time, "roofline_us": base["time_us"].to_numpy(dtype=np.float64),
                "method": _text_array(methods, method), "bound": _text_array(list(bound.categories), bound.codes)}
         if intervals:
-            if self.intervals is None:
-                out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
+            if self.intervals is None:  # the calibrated path's column order, without its band
                 out["interval_calibrated"] = np.zeros(len(time), dtype=bool)
+                out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
             else:
                 bands = self._bands(norm, base, (group_codes, groups))
                 lo, hi, out["interval_calibrated"] = self.intervals.coded_bounds(method, methods, base["family"], bands)
@@ -748,6 +752,8 @@ class HybridPredictor:
         """
         if strategy not in adapt_mod.STRATEGIES:
             raise InvalidInputError(f"unknown adaptation strategy {strategy!r}; known: {adapt_mod.STRATEGIES}")
+        if isinstance(table, pd.DataFrame) and len(table) and "time_us" not in table.columns:
+            raise InvalidInputError("adapt: the table of the new device's measurements has no 'time_us' column")
         norm, base = self._prepare(table, training=True)
         new = self.copy()
         devices = norm["device"].astype(str)

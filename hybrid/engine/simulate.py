@@ -323,6 +323,12 @@ def simulate(
     ``mem_bw_shared``, their streaming ops share that bandwidth (:class:`~hybrid.engine.costs.SharedMemoryBandwidth`:
     all ranks of a graph on a CPU device are taken to share one host). GPU devices are unaffected.
     """
+    if not isinstance(graph, TaskGraph | CompiledGraph) and isinstance(getattr(graph, "graph", None),
+                                                                      TaskGraph | CompiledGraph):
+        graph = graph.graph  # a workload builder's result (DLRMIteration, ...) holding its graph
+    if not isinstance(graph, TaskGraph | CompiledGraph):
+        raise InvalidInputError(f"simulate needs a TaskGraph (or a builder's result with .graph), got "
+                                f"{type(graph).__name__}")
     compiled = graph.compile() if isinstance(graph, TaskGraph) else graph
     methods: list = []
     over = overheads if overheads is not None else Overheads()

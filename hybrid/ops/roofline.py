@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from hybrid.errors import InvalidInputError
+from hybrid.errors import InvalidInputError, at_row
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System, nvls_bus_factor, nvls_capable, pair_bridge_bw
 from hybrid.ops.families import FAMILIES, attention_exps, bus_factor, col, factor_map, family_array
@@ -88,7 +88,7 @@ def _raise_bad(df: pd.DataFrame, c: str, bad: np.ndarray, family: str, what: str
         i = int(np.flatnonzero(bad)[0])
         value = df[c].iloc[i]
         value = value.item() if isinstance(value, np.generic) else value
-        raise InvalidInputError(f"{family}: column {c!r} must be {what}, got {value!r} at row {df.index[i]!r}")
+        raise InvalidInputError(f"{family}: column {c!r} must be {what}, got {value!r} {at_row(df.index, i)}")
 
 
 def _positive(df: pd.DataFrame, columns: tuple[str, ...], family: str) -> None:
@@ -126,7 +126,7 @@ def _optional(df: pd.DataFrame, fam) -> None:
 def _per_row(names: pd.Series, lookup) -> tuple[np.ndarray, list]:
     codes, uniques = pd.factorize(names, use_na_sentinel=True)
     if (codes < 0).any():
-        raise InvalidInputError(f"missing {names.name!r} at row {names.index[int(np.flatnonzero(codes < 0)[0])]!r}")
+        raise InvalidInputError(f"missing {names.name!r} {at_row(names.index, int(np.flatnonzero(codes < 0)[0]))}")
     return codes, [lookup(str(u)) for u in uniques]
 
 
@@ -156,7 +156,7 @@ def roofline(
     cat = catalog or default_catalog()
     op_codes, op_uniques = pd.factorize(table["op"], use_na_sentinel=True)
     if (op_codes < 0).any():
-        raise InvalidInputError(f"missing op at row {table.index[int(np.flatnonzero(op_codes < 0)[0])]!r}")
+        raise InvalidInputError(f"missing op {at_row(table.index, int(np.flatnonzero(op_codes < 0)[0]))}")
     fam_of_unique = [FAMILIES[family_array(pd.Series([o]))[0]].name for o in op_uniques]
     fam_names = list(dict.fromkeys(fam_of_unique))
     fam_codes = np.array([fam_names.index(f) for f in fam_of_unique], dtype=np.int8)[op_codes]
@@ -289,6 +289,18 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
         # more ranks than fit in one node of this system means several nodes
         nodes = np.where((nodes == 1) & (n > gpn_sys), np.ceil(n / gpn_sys), nodes)
         g = np.maximum(n / nodes, 1.0)
+    # layouts no node of the system can hold are refused: more ranks per node than its GPUs, or several nodes of a
+    # system without a network between them (a single-node entry); beyond max_nodes (the largest installation the
+    # catalog describes) workloads still scale, as Megatron's 384-node DGX A100 runs do
+    single = np.array([s.max_nodes <= 1 and s.inter_bw <= 0 for s in systems], dtype=bool)[codes]
+    for bad, what in ((g > gpn_sys, "more ranks per node than the system's GPUs per node"),
+                      (single & (nodes > 1), "several nodes of a single-node system (no network between nodes)")):
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            sy = systems[codes[i]]
+            raise InvalidInputError(f"collective: {int(n[i])} ranks on {int(nodes[i])} node(s) of {sy.key} "
+                                    f"({sy.gpus_per_node} GPUs per node, at most {sy.max_nodes} node(s)): {what}, "
+                                    f"{at_row(df.index, i)}")
     # PCIe cards bridged in pairs: at most 2 GPUs per node talk over the bridge, more cross PCIe between pairs
     intra = np.where((bridge > 0) & (g <= 2.0), bridge, intra)
     op = np.asarray(df["op"], dtype=object)

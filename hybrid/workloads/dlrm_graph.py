@@ -96,17 +96,19 @@ def resolve_target(name: str, catalog: Catalog) -> Target:
 
 
 def check_target(config: DLRMConfig, target: Target, catalog: Catalog) -> list[str]:
-    """Refuse more GPUs than the catalog system has nodes for (a single-node entry has no network between nodes);
-    notes on what a bare device across nodes is costed as (a generic node and NIC, not a real cluster)."""
+    """Refuse several nodes of a single-node catalog system (no network between its nodes); notes on more nodes
+    than the catalog describes, and on what a bare device across nodes is costed as (a generic node and NIC)."""
     nodes = target.nodes(config.gpus)
     system = catalog.systems.get(target.system)
     if system is not None:
-        if nodes > system.max_nodes:
+        if nodes > 1 and system.max_nodes <= 1 and system.inter_bw <= 0:
             raise InvalidInputError(
                 f"{config.gpus} GPUs need {nodes} nodes of system {system.key} ({system.gpus_per_node} GPUs per node), "
-                f"which the catalog gives at most {system.max_nodes} node(s)"
-                + (" (no network between nodes)" if system.inter_bw <= 0 else "")
-                + "; choose a multi-node system (`hybrid devices`) or fewer GPUs")
+                "a single-node system (no network between nodes in the catalog); choose a multi-node system "
+                "(`hybrid devices`) or fewer GPUs")
+        if nodes > system.max_nodes:
+            return [f"{config.gpus} GPUs are {nodes} nodes of {system.key}, more than the {system.max_nodes} the "
+                    "catalog describes: its network is costed as if it scaled that far"]
         return []
     if nodes > 1:
         from hybrid.ops.roofline import system_for_device

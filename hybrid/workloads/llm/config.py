@@ -94,7 +94,8 @@ class TrainingConfig:
         object.__setattr__(self, "fp8_weight_cast", wc)
         object.__setattr__(self, "grad_reduce_dtype", normalize_dtype(self.grad_reduce_dtype))
         object.__setattr__(self, "fsdp_param_dtype", normalize_dtype(self.fsdp_param_dtype))
-        if not (np.isfinite(self.reserve_gib) and self.reserve_gib >= 0):
+        if isinstance(self.reserve_gib, bool) or not isinstance(self.reserve_gib, int | float) \
+                or not (np.isfinite(self.reserve_gib) and self.reserve_gib >= 0):
             raise InvalidInputError(f"reserve_gib must be >= 0, got {self.reserve_gib!r}")
         model_par = self.tp * self.pp * self.cp
         if self.gpus % model_par:

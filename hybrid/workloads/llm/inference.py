@@ -774,11 +774,26 @@ def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.
 
     Returns one row per configuration: ``ttft_ms``, ``tpot_ms``, ``latency_ms``, ``output_tokens_per_s_per_gpu``
     (and ``roofline_*`` beside them), ``max_batch``, ``fits``."""
-    batch, input_len, output_len = (np.asarray(x, dtype=np.int64) for x in (batch, input_len, output_len))
-    if not len(setups) == len(batch) == len(input_len) == len(output_len) or not len(setups):
+    def whole(x: Any, what: str) -> np.ndarray:
+        """A column of positive whole numbers (a scalar for every configuration), refused by name otherwise: no
+        silent truncation of 2.7 to 2, as predict_static refuses it too."""
+        try:
+            v = np.atleast_1d(np.asarray(x, dtype=np.float64))
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"{what} must be numbers, got {x!r}") from None
+        v = np.broadcast_to(v, (len(setups),)) if v.shape == (1,) and len(setups) > 1 else v
+        bad = ~(np.isfinite(v) & (v >= 1) & (v == np.round(v)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidInputError(f"{what} must be positive integers, got {float(v[i])!r} for configuration {i}")
+        return v.astype(np.int64)
+
+    if not len(setups):
+        raise InvalidInputError("predict_many needs at least one configuration")
+    batch, input_len, output_len = (whole(x, w) for x, w in ((batch, "batch"), (input_len, "input lengths"),
+                                                             (output_len, "output lengths")))
+    if not len(setups) == len(batch) == len(input_len) == len(output_len):
         raise InvalidInputError("one setup, batch, input and output length per configuration (at least one)")
-    if (batch < 1).any() or (input_len < 1).any() or (output_len < 1).any():
-        raise InvalidInputError("batch, input and output lengths must be positive integers")
     r = _static_batch(setups, batch, input_len, output_len, cost_model, decode_points)
     gpus = np.array([s.gpus for s in setups], dtype=np.float64)
     out: dict[str, np.ndarray] = {}

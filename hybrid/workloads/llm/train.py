@@ -302,6 +302,13 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     interval: the ends move together, as in the engine) and ``overlaps_fastest``: whether its interval overlaps
     the fastest mapping's, i.e. the model cannot tell the two apart at that confidence (False for the fastest
     itself); ``attrs["overlapping_fastest"]`` counts them among the returned rows."""
+    import inspect
+
+    known = [p for p in inspect.signature(candidate_mappings).parameters if p not in ("model", "base", "tgt")]
+    unknown = sorted(set(space) - set(known))
+    if unknown:
+        raise InvalidInputError(f"search: unknown search-space option(s) {', '.join(unknown)} (known: "
+                                f"{', '.join(known)})")
     cm = _cost_model(cost_model, base)
     tgt = resolve_target(system, model_catalog(cm), base.dtype, comm_system)
     cand = candidate_mappings(model, base, tgt, **space)
