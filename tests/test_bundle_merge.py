@@ -158,3 +158,35 @@ def test_two_runs_on_one_cpu_merge_despite_their_measured_ceilings(tmp_path):
                      text.replace('arch = "x86_64"', 'arch = "aarch64"'), {"date": "3"})
     with pytest.raises(InvalidInputError, match="catalog.toml entries differ"):
         merge_bundles([a, c], tmp_path / "ac")
+
+
+def test_a_cpus_collective_run_merges_with_its_other_runs(tmp_path):
+    """Only the collective sweep writes the CPU's gloo system, and every run measures the shared memory bandwidth
+    anew: a per-family profile of one CPU still merges (the run with the system gives the merged catalog)."""
+    cpu = project_datasets_dir() / "cpu-amd-epyc-1c"
+    table, _ = load_bundle(cpu)
+    text = (cpu / "catalog.toml").read_text()
+    head, _, systems = text.partition("[systems.")
+    assert systems, "the committed CPU bundle has its gloo system"
+    fam = family_array(table["op"])
+    kernels = write_bundle(tmp_path / "k", table[fam == "gemm"].reset_index(drop=True),
+                           head.replace("mem_bw_gbps = 27.1029", "mem_bw_gbps = 26.5"), {"date": "1"})
+    coll = write_bundle(tmp_path / "c", table[fam == "collective"].reset_index(drop=True), text, {"date": "2"})
+    with pytest.warns(UserWarning, match="keeps those of"):
+        path, merged = merge_bundles([kernels, coll], tmp_path / "kc")
+    assert len(merged) == int((fam == "gemm").sum() + (fam == "collective").sum())
+    assert (path / "catalog.toml").read_text() == text  # the run that has the system
+    _, cat = load_bundle(path)
+    assert any(k.startswith("cpu-amd-epyc-1c") for k in cat.systems)
+
+
+def test_force_replaces_a_bundle_but_never_another_directory(tmp_path):
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "notes.txt").write_text("mine")
+    _, paths = _split(tmp_path)
+    with pytest.raises(InvalidInputError, match="is not a bundle .*notes.txt"):
+        merge_bundles(paths[:2], victim, force=True)
+    assert (victim / "notes.txt").read_text() == "mine"
+    first, _ = merge_bundles(paths[:2], tmp_path / "m")
+    merge_bundles(paths[1:], first, force=True)  # a bundle: replaced

@@ -408,6 +408,17 @@ def test_user_file_cpu_entry(tmp_path: Path) -> None:
      "unknown dtype"),
     ("[systems.S]\ndevice='NoSuchGPU'\ngpus_per_node=8\nintra_node_gbps=100\nsource='s'", "unknown device"),
     ("[systems.S]\ndevice='H100'\ngpus_per_node=0\nintra_node_gbps=100\nsource='s'", "gpus_per_node must be positive"),
+    # what float() would have let through: a quoted number, a boolean, infinity, fractional counts
+    ("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=1}\nmem_bw_gbps='900'\nmem_gib=8\nsource='s'",
+     "mem_bw_gbps must be a number, got '900'"),
+    ("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=1}\nmem_bw_gbps=true\nmem_gib=8\nsource='s'",
+     "mem_bw_gbps must be a number, got True"),
+    ("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=inf}\nmem_bw_gbps=1\nmem_gib=8\nsource='s'",
+     "peak_tflops.fp32 must be a finite number"),
+    ("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=1}\nmem_bw_gbps=1\nmem_gib=8\nsms=1.5\n"
+     "source='s'", "sms must be a whole number"),
+    ("[systems.S]\ndevice='H100'\ngpus_per_node=0.5\nintra_node_gbps=100\nsource='s'",
+     "gpus_per_node must be a whole number"),
 ])
 def test_malformed_user_file_gives_clear_error(tmp_path: Path, text: str, match: str) -> None:
     f = tmp_path / "bad.toml"

@@ -193,8 +193,11 @@ def merge_cmd(bundles: tuple[Path, ...], output: Path, replace: bool, note: str 
     bundle and families measured again) into one bundle."""
     from hybrid.data.bundle import merge_bundles, read_meta
 
-    path, table = merge_bundles(bundles, output, on_duplicate="last" if replace else "error", note=note,
-                                force=force)
+    with warnings.catch_warnings(record=True) as caught:  # as warning: lines, once the merge is written
+        warnings.simplefilter("always")
+        path, table = merge_bundles(bundles, output, on_duplicate="last" if replace else "error", note=note,
+                                    force=force)
+    _report_warnings(caught)
     meta = read_meta(path)
     if as_json:
         echo_json({"path": str(path), "rows": len(table), "replaced_rows": meta["replaced_rows"],

@@ -200,6 +200,21 @@ def catalog_toml(devices: Mapping[str, Mapping[str, Any]], systems: Mapping[str,
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
+def check_bundle_outdir(out: Path, force: bool) -> None:
+    """Where a bundle may be written: a new or empty directory, or (``force``) an existing bundle it replaces; never
+    a file, nor a directory of something else (``--force`` would delete it whole). Checked before any work."""
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"output path {out} exists and is not a directory")
+    if not (out.is_dir() and any(out.iterdir())):
+        return
+    if not force:
+        raise InvalidInputError(f"output directory {out} already exists and is not empty (use --force to replace it)")
+    if not ((out / TABLE_FILE).is_file() and (out / CATALOG_FILE).is_file()):
+        held = ", ".join(sorted(p.name for p in out.iterdir())[:5])
+        raise InvalidInputError(f"output directory {out} is not a bundle (it holds {held}); --force replaces only "
+                                "a bundle: choose another directory")
+
+
 def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: str, meta: Mapping[str, Any], *,
                  force: bool = False, kernel_times: pd.DataFrame | None = None) -> Path:
     """Write a bundle atomically: validate ``table`` against the default catalog plus ``catalog_text``, write
@@ -211,10 +226,7 @@ def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: s
     from hybrid.data.schema import write_table
 
     out = Path(outdir)
-    if out.exists() and not out.is_dir():
-        raise InvalidInputError(f"output path {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise InvalidInputError(f"output directory {out} already exists and is not empty (use --force to replace it)")
+    check_bundle_outdir(out, force)
     kernel_only = len(table) == 0 and kernel_times is not None and len(kernel_times) > 0
     with atomic_directory(out) as tmp:
         (tmp / CATALOG_FILE).write_text(catalog_text, encoding="utf-8")
@@ -245,7 +257,8 @@ def _catalog_body(text: str) -> str:
 
 
 #: Device fields ``hybrid profile`` measures (its ceilings): two runs on one machine differ in them by noise.
-MEASURED_DEVICE_FIELDS = ("peak_tflops", "mem_bw_gbps", "kernel_latency_us", "boost_clock_mhz", "source", "notes")
+MEASURED_DEVICE_FIELDS = ("peak_tflops", "mem_bw_gbps", "kernel_latency_us", "boost_clock_mhz", "source", "notes",
+                          "mem_bw_shared_gbps")
 #: System fields its collective sweep measures.
 MEASURED_SYSTEM_FIELDS = ("intra_node_gbps", "intra_latency_us", "inter_node_gbps", "inter_latency_us", "source")
 
@@ -304,15 +317,32 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
     devices = sorted({str(v) for t in tables for v in t["device"].unique()})
     if len(devices) != 1:
         raise InvalidInputError(f"bundles of different devices cannot be merged: {', '.join(devices)}")
+    base = 0  # the bundle whose catalog.toml the merge keeps
     if len(set(bodies)) > 1:
-        differ = [str(d) for d, t in zip(dirs, texts, strict=True) if _described(t) != _described(texts[0])]
+        described = [_described(t) for t in texts]
+        # a system only some runs wrote (the collective sweep's node) is no disagreement: the catalog of a run that
+        # has every system of the merge stands
+        names = [set(d.get("systems", {})) for d in described]
+        union = set().union(*names)
+        whole = [i for i, n in enumerate(names) if n == union]
+        if not whole:
+            raise InvalidInputError(f"the bundles' systems differ ({', '.join(sorted(union))} over "
+                                    f"{', '.join(map(str, dirs))}) and no one bundle has them all")
+        base = whole[0]
+        ref = described[base]
+
+        def agrees(d: dict[str, Any]) -> bool:
+            return d.get("devices") == ref.get("devices") and all(
+                ref["systems"][k] == v for k, v in d.get("systems", {}).items())
+
+        differ = [str(d) for d, x in zip(dirs, described, strict=True) if not agrees(x)]
         if differ:
-            raise InvalidInputError(f"the bundles' catalog.toml entries differ ({', '.join(differ)} vs {dirs[0]}); "
+            raise InvalidInputError(f"the bundles' catalog.toml entries differ ({', '.join(differ)} vs {dirs[base]}); "
                                     "merge only runs that describe the device the same way")
-        # a measured device (a CPU) whose runs differ only in their measured ceilings: the first run's stand, as in
-        # meta.json's ``ceilings`` (``ceilings_each_run`` keeps them all)
+        # a measured device (a CPU) whose runs differ only in their measured ceilings: one run's stand (the first
+        # with every system), as meta.json's ``ceilings`` (``ceilings_each_run`` keeps them all)
         warnings.warn(f"the runs measured {devices[0]}'s ceilings slightly differently; the merged catalog.toml keeps "
-                      f"those of the first, {dirs[0]} (meta.json lists every run's)", UserWarning, stacklevel=2)
+                      f"those of {dirs[base]} (meta.json lists every run's)", UserWarning, stacklevel=2)
     keys = [pd.Series([config_key(r) for r in t.to_dict("records")], index=t.index) for t in tables]
     within = [(d, int(k.duplicated().sum())) for d, k in zip(dirs, keys, strict=True) if k.duplicated().any()]
     if within:
@@ -338,7 +368,7 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
         kernel = pd.concat(kts, ignore_index=True, sort=False)
         kkeys = pd.Series([config_key(r) for r in kernel.to_dict("records")])
         kernel = kernel[~kkeys.duplicated(keep="last").to_numpy()].reset_index(drop=True)
-    path = write_bundle(out, merged, texts[0], meta, force=force, kernel_times=kernel)
+    path = write_bundle(out, merged, texts[base], meta, force=force, kernel_times=kernel)
     return path, merged
 
 

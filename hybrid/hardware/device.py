@@ -179,13 +179,13 @@ class Device:
             mem_capacity=_positive(key, "mem_gib", entry["mem_gib"]) * 2**30,
             l2_cache=_nonneg(key, "l2_mib", entry.get("l2_mib", 0.0)) * 2**20,
             l2_bw=_nonneg(key, "l2_bw_gbps", entry.get("l2_bw_gbps", 0.0)) * 1e9,
-            num_sms=int(_nonneg(key, "sms", entry.get("sms", 0))),
+            num_sms=_count(key, "sms", entry.get("sms", 0), positive=False),
             clock_mhz=_nonneg(key, "boost_clock_mhz", entry.get("boost_clock_mhz", 0.0)),
             sfu_per_sm_clk=_positive(key, "sfu_per_clk_per_sm", entry.get("sfu_per_clk_per_sm", 16.0)),
             tdp_w=_nonneg(key, "tdp_w", entry.get("tdp_w", 0.0)),
             link_bw=_nonneg(key, "link_gbps", entry.get("link_gbps", 0.0)) * 1e9,
             link_name=str(entry.get("link", "")),
-            pcie_gen=int(_nonneg(key, "pcie_gen", entry.get("pcie_gen", 0))),
+            pcie_gen=_count(key, "pcie_gen", entry.get("pcie_gen", 0), positive=False),
             kernel_latency_us=_nonneg(key, "kernel_latency_us", entry.get("kernel_latency_us", 4.0 if kind == "gpu" else 1.0)),
             mem_bw_shared=_nonneg(key, "mem_bw_shared_gbps", entry.get("mem_bw_shared_gbps", 0.0)) * 1e9,
             aliases=tuple(str(a) for a in entry.get("aliases", ())),
@@ -294,7 +294,7 @@ class System:
         if missing:
             raise InvalidInputError(f"system {key!r}: missing field(s) {', '.join(missing)}")
         check_entry_fields("system", key, entry, SYSTEM_FIELDS)
-        gpn = int(_positive(key, "gpus_per_node", entry["gpus_per_node"]))
+        gpn = _count(key, "gpus_per_node", entry["gpus_per_node"])
         measured = tuple(str(x) for x in entry.get("measured_links", ()))
         if set(measured) - {"intra", "inter"}:
             raise InvalidInputError(f"system {key!r}: measured_links may name 'intra' and 'inter', got {list(measured)}")
@@ -308,7 +308,7 @@ class System:
             inter_fabric=str(entry.get("inter_fabric", "")),
             intra_latency_us=_nonneg(key, "intra_latency_us", entry.get("intra_latency_us", 5.0)),
             inter_latency_us=_nonneg(key, "inter_latency_us", entry.get("inter_latency_us", 10.0)),
-            max_nodes=int(_positive(key, "max_nodes", entry.get("max_nodes", 1))),
+            max_nodes=_count(key, "max_nodes", entry.get("max_nodes", 1)),
             aliases=tuple(str(a) for a in entry.get("aliases", ())),
             source=str(entry["source"]),
             notes=str(entry.get("notes", "")),
@@ -386,21 +386,33 @@ def _optional_bool(key: str, name: str, value: Any) -> bool | None:
     raise InvalidInputError(f"{key!r}: field {name} must be true or false, got {value!r}")
 
 
+def _number(key: str, name: str, value: Any) -> float:
+    """A catalog number: an int or float of the TOML file, finite (a string, a boolean, inf or nan is refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInputError(f"{key!r}: field {name} must be a number, got {value!r}")
+    v = float(value)
+    if not np.isfinite(v):
+        raise InvalidInputError(f"{key!r}: field {name} must be a finite number, got {value!r}")
+    return v
+
+
+def _count(key: str, name: str, value: Any, positive: bool = True) -> int:
+    """A catalog count (GPUs per node, nodes, SMs, PCIe generation): a whole number, > 0 (or >= 0)."""
+    v = _positive(key, name, value) if positive else _nonneg(key, name, value)
+    if v != int(v):
+        raise InvalidInputError(f"{key!r}: field {name} must be a whole number, got {value!r}")
+    return int(v)
+
+
 def _positive(key: str, name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"{key!r}: field {name} must be a number, got {value!r}") from None
+    v = _number(key, name, value)
     if not v > 0:
         raise InvalidInputError(f"{key!r}: field {name} must be positive, got {value!r}")
     return v
 
 
 def _nonneg(key: str, name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"{key!r}: field {name} must be a number, got {value!r}") from None
+    v = _number(key, name, value)
     if not v >= 0:
         raise InvalidInputError(f"{key!r}: field {name} must be >= 0, got {value!r}")
     return v

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.data.bundle import KERNEL_TIMES_FILE, catalog_toml, write_bundle
+from hybrid.data.bundle import KERNEL_TIMES_FILE, catalog_toml, check_bundle_outdir, write_bundle
 from hybrid.data.profiler import attention as attn
 from hybrid.data.profiler import collectives as coll
 from hybrid.data.profiler import conv as cnn
@@ -125,12 +125,9 @@ def default_outdir(device_key: str) -> Path:
 
 
 def check_outdir(outdir: Path | None, force: bool) -> None:
-    if outdir is None:
-        return
-    if outdir.exists() and not outdir.is_dir():
-        raise InvalidInputError(f"output path {outdir} exists and is not a directory")
-    if outdir.is_dir() and any(outdir.iterdir()) and not force:
-        raise InvalidInputError(f"output directory {outdir} already exists and is not empty (use --force to replace it)")
+    """The output directory may take a bundle (:func:`hybrid.data.bundle.check_bundle_outdir`), checked up front."""
+    if outdir is not None:
+        check_bundle_outdir(outdir, force)
 
 
 def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None, *, force: bool = False,
