@@ -407,6 +407,7 @@ BAD_COMMANDS = [
     ["bench", "dlrm", CONFIG, "--ranks", "0"],
     ["bench", "dlrm", CONFIG, "--iters", "-1"],
     ["profile", "--threads", "0", "-o", "p"],
+    ["profile", "--threads", "100000", "-o", "p"],  # more threads than cores: refused, not a 100000-core "CPU"
     ["quickstart", "--data-dir", "/nonexistent/hybrid-data"],
     ["data", "import", "no-such-format", "x.csv", "-o", "x.csv"],
     ["predict", "gemm", "-d", "H100", "-m", "8", "-n", "8", "-k", "8", "--model", "q", "--tracking-uri", "bogus://x"],
