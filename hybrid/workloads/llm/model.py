@@ -543,6 +543,18 @@ def _seq(d: Mapping[str, Any], default: int, *keys: str) -> int:
     return min(_int(d, *(keys or ("max_position_embeddings",)), default=default), 8192)
 
 
+def _hf_decoder(d: Mapping[str, Any], gated: bool, normalization: str, seq: int, act: str = "gelu") -> dict[str, Any]:
+    """The fields most rotary decoders spell the Llama way (layers, widths, heads, KV heads, MLP, vocabulary,
+    positions); each architecture adds what differs."""
+    heads = _int(d, "num_attention_heads")
+    return dict(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
+                num_query_groups=_get(d, "num_key_value_heads", default=heads),
+                ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act", act), gated),
+                normalization=normalization, vocab_size=_get(d, "vocab_size"),
+                max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, seq),
+                position_embedding_type="rope")
+
+
 # The language models of architectures that Hugging Face describes in the Llama/Mistral/... layout under
 # another model_type, and those that a few more fields describe. Each fills ``kw`` (TransformerConfig fields).
 def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
@@ -560,13 +572,7 @@ def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
 
 def _hf_phi(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """Phi-1, Phi-1.5, Phi-2: attention and MLP in parallel on one LayerNorm, partial rotary, biases."""
-    heads = _int(d, "num_attention_heads")
-    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
-              num_query_groups=_get(d, "num_key_value_heads", default=heads),
-              ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act"), False),
-              normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
-              max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 2048),
-              position_embedding_type="rope", rotary_percent=_float(d, "partial_rotary_factor", 0.5),
+    kw.update(**_hf_decoder(d, False, "LayerNorm", 2048), rotary_percent=_float(d, "partial_rotary_factor", 0.5),
               add_bias_linear=True, qk_layernorm=bool(d.get("qk_layernorm", False)),
               untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
               parallel_attn=True, parallel_attn_norms=1)
@@ -599,27 +605,15 @@ def _hf_gpt_bigcode(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
 
 def _hf_starcoder2(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """StarCoder2: GQA, rotary, LayerNorm, biases, a plain GELU MLP, sliding-window attention."""
-    heads = _int(d, "num_attention_heads")
-    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
-              num_query_groups=_get(d, "num_key_value_heads", default=heads),
-              ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act"), False),
-              normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
-              max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 4096),
-              position_embedding_type="rope", add_bias_linear=bool(d.get("use_bias", True)),
+    kw.update(**_hf_decoder(d, False, "LayerNorm", 4096), add_bias_linear=bool(d.get("use_bias", True)),
               window_size=_get(d, "sliding_window"),
               untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
 
 
 def _hf_olmo(d: Mapping[str, Any], kw: dict[str, Any], mt: str) -> None:
     """AI2's OLMo (non-parametric LayerNorm), OLMo 2 (RMSNorm after each block, QK-norm) and OLMoE (64 experts)."""
-    heads = _int(d, "num_attention_heads")
-    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
-              num_query_groups=_get(d, "num_key_value_heads", default=heads),
-              ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act", "silu"), True),
-              normalization="LayerNorm" if mt == "olmo" else "RMSNorm", vocab_size=_get(d, "vocab_size"),
-              max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 4096),
-              position_embedding_type="rope", add_bias_linear=False, add_qkv_bias=bool(d.get("attention_bias", False)),
-              qk_layernorm=mt != "olmo",
+    kw.update(**_hf_decoder(d, True, "LayerNorm" if mt == "olmo" else "RMSNorm", 4096, act="silu"),
+              add_bias_linear=False, add_qkv_bias=bool(d.get("attention_bias", False)), qk_layernorm=mt != "olmo",
               untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)))
     if mt == "olmoe":
         kw.update(num_experts=_get(d, "num_experts"), moe_router_topk=_get(d, "num_experts_per_tok"),
@@ -628,15 +622,9 @@ def _hf_olmo(d: Mapping[str, Any], kw: dict[str, Any], mt: str) -> None:
 
 def _hf_stablelm(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """StableLM (2): LayerNorm, SwiGLU, partial rotary, optional QKV bias, QK-norm and parallel residual."""
-    heads = _int(d, "num_attention_heads")
-    kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
-              num_query_groups=_get(d, "num_key_value_heads", default=heads),
-              ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act", "silu"), True),
-              normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
-              max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 4096),
-              position_embedding_type="rope", rotary_percent=_float(d, "partial_rotary_factor", 0.25),
-              add_bias_linear=False, add_qkv_bias=bool(d.get("use_qkv_bias", False)),
-              qk_layernorm=bool(d.get("qk_layernorm", False)),
+    kw.update(**_hf_decoder(d, True, "LayerNorm", 4096, act="silu"),
+              rotary_percent=_float(d, "partial_rotary_factor", 0.25), add_bias_linear=False,
+              add_qkv_bias=bool(d.get("use_qkv_bias", False)), qk_layernorm=bool(d.get("qk_layernorm", False)),
               parallel_attn=bool(d.get("use_parallel_residual", False)), parallel_attn_norms=1,
               untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)))
 
