@@ -331,3 +331,22 @@ def test_cli_without_torch_gives_a_clear_error(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "needs PyTorch" in err and "pip install" in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_skip_existing_skips_only_the_profiled_devices_rows(tmp_path):
+    """--skip-existing extends a bundle of the same device: the H100 bundle's GEMMs say nothing of this CPU, so a
+    CPU run measures its own (said in the log); an unreadable table is refused before anything is measured."""
+    from hybrid.data.paths import project_datasets_dir
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    said: list[str] = []
+    res = run_profile(ProfileOptions(quick=True, families=("gemm",), threads=1, progress=False, force_cpu=True,
+                                     skip_existing=(str(project_datasets_dir() / "H100-SXM"),)),
+                      tmp_path / "p", log=said.append)
+    assert len(res.table) > 0
+    assert any("rows of other devices than" in m and "are not skipped" in m for m in said)
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(InvalidInputError, match="--skip-existing .*cannot read"):
+        run_profile(ProfileOptions(quick=True, families=("gemm",), threads=1, progress=False, force_cpu=True,
+                                   skip_existing=(str(tmp_path / "empty.csv"),)), tmp_path / "q")
+    assert not (tmp_path / "q").exists()

@@ -143,6 +143,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     opts = options.checked()
     out = Path(outdir) if outdir is not None else None
     check_outdir(out, force)
+    existing = _existing_tables(opts.skip_existing)
     torch = require_torch()
     backend = open_backend(torch, threads=opts.threads, force_cpu=opts.force_cpu)
     say = log or (lambda _msg: None)
@@ -171,7 +172,10 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
 
     policy = QUICK_POLICY if opts.quick else FULL_POLICY
     clock = choose_clock(backend, opts.clock)
-    known = _existing_keys(opts.skip_existing)
+    known, other_rows = _existing_keys(existing, device_key)
+    if opts.skip_existing and other_rows:
+        say(f"--skip-existing: {other_rows} rows of other devices than {device_key} are not skipped (only "
+            f"{device_key}'s own configurations are)")
     n_known = 0
     rows: list[dict[str, Any]] = []
     kernel_rows: list[dict[str, Any]] = []
@@ -295,18 +299,35 @@ def _unique_cases(cases: list[Case]) -> list[Case]:
     return out
 
 
-def _existing_keys(paths: Sequence[str]) -> set[frozenset]:
-    """Configuration keys (:func:`~hybrid.data.profiler.cases.config_key`) of the rows of measurement tables /
-    bundles ``paths`` (rows of any device: a bundle is extended for its own device)."""
-    if not paths:
-        return set()
+def _existing_tables(paths: Sequence[str]) -> list[pd.DataFrame]:
+    """The measurement tables / bundles of ``--skip-existing``, read before anything is measured (an unreadable one
+    is an error naming it now, not after the ceilings)."""
     from hybrid.data.bundle import _table_file
 
-    keys: set[frozenset] = set()
+    frames = []
     for p in paths:
-        df = pd.read_csv(_table_file(Path(p)))
-        keys.update(config_key(r) for r in df.to_dict("records"))
-    return keys
+        f = _table_file(Path(p))
+        try:
+            frames.append(pd.read_csv(f))
+        except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+            raise InvalidInputError(f"--skip-existing {p}: cannot read {f} as a measurement table "
+                                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        if "device" not in frames[-1].columns:
+            raise InvalidInputError(f"--skip-existing {p}: {f} has no device column")
+    return frames
+
+
+def _existing_keys(frames: Sequence[pd.DataFrame], device: str) -> tuple[set[frozenset], int]:
+    """Configuration keys (:func:`~hybrid.data.profiler.cases.config_key`) of the rows of ``device`` in the
+    ``--skip-existing`` tables (a bundle is extended for its own device; another device's rows say nothing of
+    this one), and how many rows of other devices were passed over."""
+    keys: set[frozenset] = set()
+    other = 0
+    for df in frames:
+        mine = df["device"].astype(str) == device
+        other += int((~mine).sum())
+        keys.update(config_key(r) for r in df[mine.to_numpy()].to_dict("records"))
+    return keys, other
 
 
 def _arena_bytes(quick: bool) -> float:
