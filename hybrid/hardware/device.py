@@ -388,7 +388,7 @@ def _optional_bool(key: str, name: str, value: Any) -> bool | None:
 
 def _number(key: str, name: str, value: Any) -> float:
     """A catalog number: an int or float of the TOML file, finite (a string, a boolean, inf or nan is refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
         raise InvalidInputError(f"{key!r}: field {name} must be a number, got {value!r}")
     v = float(value)
     if not np.isfinite(v):
