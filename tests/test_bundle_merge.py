@@ -170,14 +170,24 @@ def test_a_cpus_collective_run_merges_with_its_other_runs(tmp_path):
     assert systems, "the committed CPU bundle has its gloo system"
     fam = family_array(table["op"])
     kernels = write_bundle(tmp_path / "k", table[fam == "gemm"].reset_index(drop=True),
-                           head.replace("mem_bw_gbps = 27.1029", "mem_bw_gbps = 26.5"), {"date": "1"})
-    coll = write_bundle(tmp_path / "c", table[fam == "collective"].reset_index(drop=True), text, {"date": "2"})
+                           head.replace("mem_bw_gbps = 27.1029", "mem_bw_gbps = 26.5"),
+                           {"date": "1", "ceilings": {"mem_bw_gbps": 26.5}})
+    coll = write_bundle(tmp_path / "c", table[fam == "collective"].reset_index(drop=True), text,
+                        {"date": "2", "ceilings": {"mem_bw_gbps": 27.1029}})
     with pytest.warns(UserWarning, match="keeps those of"):
         path, merged = merge_bundles([kernels, coll], tmp_path / "kc")
     assert len(merged) == int((fam == "gemm").sum() + (fam == "collective").sum())
     assert (path / "catalog.toml").read_text() == text  # the run that has the system
+    assert read_meta(path)["ceilings"] == read_meta(coll)["ceilings"]  # the same run's, in meta.json too
     _, cat = load_bundle(path)
     assert any(k.startswith("cpu-amd-epyc-1c") for k in cat.systems)
+    # the same ceilings, only the system missing from one run: nothing to warn about
+    same = write_bundle(tmp_path / "k2", table[fam == "gemm"].reset_index(drop=True), head, {"date": "3"})
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        merge_bundles([same, coll], tmp_path / "k2c")
 
 
 def test_force_replaces_a_bundle_but_never_another_directory(tmp_path):

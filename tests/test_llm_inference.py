@@ -624,6 +624,12 @@ def test_offline_serve_prices_its_full_throughput(capsys):
     assert code == 0 and d["max_rate_meeting_slo_per_s"] is None
     assert d["at_max_rate"] is None  # no highest rate, so no run at it (not the fastest rate tried)
     assert any("every rate meets the SLO" in n for n in d["notes"])
+    # compared with another system, this run still ranks (with no rate: every rate meets the SLO here)
+    code, out, _ = run(capsys, "llm", "serve", "llama2-7b", "--system", "DGX-H100", "--requests", "4",
+                       "--slo-ttft", "100s", "--compare", "DGX-A100,DGX-H100", "--json")
+    ranks = json.loads(out)["compare"]
+    assert code == 0 and sorted(r["system"] for r in ranks) == ["DGX-A100", "DGX-H100"]
+    assert next(r for r in ranks if r["system"] == "DGX-H100")["note"].startswith("this run")
 
 
 def test_serve_says_why_no_rate_meets_the_slo_and_leaves_tpot_out_for_one_token_outputs(capsys):
@@ -1037,6 +1043,8 @@ _LLAMA3_8B_HF = {"model_type": "llama", "hidden_size": 4096, "intermediate_size"
     ({"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}, "fp4", True),
     ({"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}, "fp4", False),
     ({"quant_method": "gptq", "bits": 3}, None, False),
+    ({"quant_method": "gptq", "bits": "4"}, "int4", False),  # a numeric string, as some exporters write it
+    ({"quant_method": "bitsandbytes"}, None, False),  # neither load_in_4bit nor load_in_8bit
 ])
 def test_a_quantised_checkpoint_config_declares_its_weight_format(qc, fmt, kv):
     """quantization_config as GPTQ / AWQ / bitsandbytes / FBGEMM / llm-compressor / ModelOpt / MXFP4 checkpoints ship

@@ -301,3 +301,18 @@ def test_no_plan_fits_names_every_strategys_reason():
         _ = res.best
     for name in ("size_greedy", "lookup_greedy", "random", "greedy"):
         assert name in str(err.value)
+
+
+def test_yaml_merge_keys_are_not_repeated_keys(tmp_path):
+    """A YAML anchor merged into a mapping (<<: *anchor), with a key it overrides, is valid YAML: it loads, while a
+    key written twice in one mapping is refused."""
+    from hybrid.workloads.dlrm import load_document
+
+    f = tmp_path / "c.yaml"
+    f.write_text("base: &t {num_embeddings: 1000, pooling_factor: 2}\nname: x\ntables:\n"
+                 "  - {<<: *t, name: a}\n  - {<<: *t, name: b, pooling_factor: 5}\n")
+    doc = load_document(f)
+    assert doc["tables"][1] == {"num_embeddings": 1000, "pooling_factor": 5, "name": "b"}
+    f.write_text("name: x\nname: y\n")
+    with pytest.raises(InvalidInputError, match="key 'name' appears twice"):
+        load_document(f)

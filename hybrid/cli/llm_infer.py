@@ -167,9 +167,10 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
             click.echo(f"warning: {note}", err=True)
     if others:
         # this run's own system ranks with the others (a cheaper baseline is the answer too)
-        ranking = [{"system": s.system.key, "device": s.device.key, "gpus": s.gpus, "ttft_ms": res.ttft_ms,
-                    "tpot_ms": res.tpot_ms, "output_tokens_per_s_per_gpu": res.output_tokens_per_s_per_gpu,
-                    "fits": bool(res.memory.fits), **({"gpu_hour_price": price, "cost_per_1m_output_tokens": (
+        ok = bool(res.memory.fits)  # a deployment that cannot run has no times to rank
+        ranking = [{"system": s.system.key, "device": s.device.key, "gpus": s.gpus,
+                    "ttft_ms": res.ttft_ms if ok else None, "tpot_ms": res.tpot_ms if ok else None,
+                    "output_tokens_per_s_per_gpu": res.output_tokens_per_s_per_gpu if ok else None, "fits": ok, **({"gpu_hour_price": price, "cost_per_1m_output_tokens": (
                         out["cost_per_1m_output_tokens"] if res.memory.fits else None)} if prices is not None else {}),
                     "note": "this run" if res.memory.fits else f"this run; does not fit: {res.memory.reason}"}]
         from hybrid.ops.roofline import resolve_system
@@ -517,15 +518,13 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if compare:
         if slo.empty:
             raise InvalidInputError("--compare needs an SLO (--slo-ttft, --slo-tpot or --slo-latency)")
-        ranking = []
-        if math.isfinite(out["max_rate_meeting_slo_per_s"] if out.get("max_rate_meeting_slo_per_s") is not None
-                         else math.inf):
-            mine = out["max_rate_meeting_slo_per_s"]
-            ranking.append({"system": s.system.key, "device": s.device.key, "gpus": s.gpus, "max_rate_per_s": mine,
-                            "rate_per_gpu": mine / s.gpus, **({"gpu_hour_price": price, "cost_per_1m_output_tokens": (
-                                out["at_max_rate"] or {}).get("cost_per_1m_output_tokens")} if prices is not None
-                                                               else {}),
-                            "note": "this run" if mine > 0 else "this run; no rate meets the SLO"})
+        mine = out.get("max_rate_meeting_slo_per_s")  # None: every rate meets the SLO (the trace cannot load it)
+        ranking = [{"system": s.system.key, "device": s.device.key, "gpus": s.gpus, "max_rate_per_s": mine,
+                    "rate_per_gpu": None if mine is None else mine / s.gpus,
+                    **({"gpu_hour_price": price, "cost_per_1m_output_tokens": (out["at_max_rate"] or {}).get(
+                        "cost_per_1m_output_tokens")} if prices is not None else {}),
+                    "note": ("this run; every rate meets the SLO with so few requests (--requests)" if mine is None
+                             else "this run" if mine > 0 else "this run; no rate meets the SLO")}]
         from hybrid.ops.roofline import resolve_system
 
         for name in [c.strip() for c in compare.split(",") if c.strip()]:
@@ -573,10 +572,11 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                ["metric", "p50", "p90", "p99", "mean"])
     if out.get("interval"):
         iv = out["interval"]
+        tpot = ("" if iv["tpot_ms_p50_low"] is None or iv["tpot_ms_p50_high"] is None  # one-token outputs: none
+                else f", p50 TPOT {iv['tpot_ms_p50_low']:.2f} - {iv['tpot_ms_p50_high']:.2f} ms")
         click.echo(f"80% interval (every op at the low / high end of its own): p50 TTFT {iv['ttft_ms_p50_low']:.1f} - "
-                   f"{iv['ttft_ms_p50_high']:.1f} ms, p50 TPOT {iv['tpot_ms_p50_low']:.2f} - "
-                   f"{iv['tpot_ms_p50_high']:.2f} ms (how far the op costs can be off, not the serving software's own "
-                   "overheads)")
+                   f"{iv['ttft_ms_p50_high']:.1f} ms{tpot} (how far the op costs can be off, not the serving "
+                   "software's own overheads)")
     tps = res.output_tokens_per_s_per_gpu
     click.echo(f"throughput {f'{tps:,.0f}' if tps >= 10 else f'{tps:.3g}'} output tokens/s per GPU; "
                f"{res.steps} steps, up to {res.max_running} running, KV capacity {res.kv_capacity_tokens} tokens")

@@ -492,8 +492,6 @@ class HybridPredictor:
             if mine is not None:  # a device this correction never fitted (seen only in other families' rows)
                 band[family_mask(base, corr.families) & ~isin_fast(norm["device"], mine)
                      & ((band == SEEN) | (band == FEW))] = UNSEEN
-            # a GEMM in a dtype the fit never saw is priced through another dtype (GemmXGB.dtype_proxy_us): as
-            # uncertain as a device never seen (held-out 16-bit dtypes: 23-66% geomean, experiments/kernel_accuracy)
             # a collective far beyond the message sizes measured on its system: the curve extrapolates
             outside = getattr(corr, "outside_sizes", None)
             if outside is not None and corr.fitted:
@@ -502,6 +500,8 @@ class HybridPredictor:
                     far = np.zeros(len(norm), dtype=bool)
                     far[fam] = outside(norm.loc[fam])
                     band[far & ((band == SEEN) | (band == FEW))] = UNSEEN
+            # a GEMM in a dtype the fit never saw is priced through another dtype (GemmXGB.dtype_proxy_us): as
+            # uncertain as a device never seen (held-out 16-bit dtypes: 23-66% geomean, experiments/kernel_accuracy)
             fitted = getattr(corr, "fitted_dtypes", None)
             if fitted and "dtype" in norm.columns:
                 unseen_dtype = family_mask(base, corr.families) & ~isin_fast(norm["dtype"], fitted)

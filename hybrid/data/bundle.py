@@ -278,6 +278,14 @@ def _described(text: str) -> dict[str, Any]:
     return {"devices": devs, "systems": syss}
 
 
+def _device_entries(text: str) -> Any:
+    """A ``catalog.toml``'s device entries as parsed (measured fields included), or its text when it does not parse."""
+    try:
+        return tomllib.loads(text).get("devices", {}) if text.strip() else {}
+    except tomllib.TOMLDecodeError:
+        return text
+
+
 def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike, *, on_duplicate: str = "error",
                   note: str | None = None, force: bool = False) -> tuple[Path, pd.DataFrame]:
     """Merge profiler bundles of one device (e.g. one ``hybrid profile --only F`` run per family, or a committed
@@ -341,8 +349,10 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
                                     "merge only runs that describe the device the same way")
         # a measured device (a CPU) whose runs differ only in their measured ceilings: one run's stand (the first
         # with every system), as meta.json's ``ceilings`` (``ceilings_each_run`` keeps them all)
-        warnings.warn(f"the runs measured {devices[0]}'s ceilings slightly differently; the merged catalog.toml keeps "
-                      f"those of {dirs[base]} (meta.json lists every run's)", UserWarning, stacklevel=2)
+        devs = [_device_entries(t) for t in texts]
+        if any(d != devs[base] for d in devs):
+            warnings.warn(f"the runs measured {devices[0]}'s ceilings slightly differently; the merged catalog.toml "
+                          f"keeps those of {dirs[base]} (meta.json lists every run's)", UserWarning, stacklevel=2)
     keys = [pd.Series([config_key(r) for r in t.to_dict("records")], index=t.index) for t in tables]
     within = [(d, int(k.duplicated().sum())) for d, k in zip(dirs, keys, strict=True) if k.duplicated().any()]
     if within:
@@ -360,7 +370,7 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
     merged = pd.concat(tables, ignore_index=True, sort=False)
     keep = ~repeated.to_numpy()
     merged, origin = merged[keep].reset_index(drop=True), origin[keep].reset_index(drop=True)
-    meta = _merged_meta(dirs, metas, [len(t) for t in tables], merged, origin, int(repeated.sum()), note)
+    meta = _merged_meta(dirs, metas, [len(t) for t in tables], merged, origin, int(repeated.sum()), note, base)
     # kernel-timed rows ride along: concatenated in the same order, a configuration's last row kept
     kts = [k for k in (load_kernel_times(d) for d in dirs) if len(k)]
     kernel = None
@@ -415,7 +425,9 @@ def _per_run(meta: dict[str, Any], key: str) -> list[Any]:
 
 
 def _merged_meta(dirs: list[Path], metas: list[dict[str, Any]], rows_in: list[int], table: pd.DataFrame,
-                 origin: pd.Series, replaced: int, note: str | None) -> dict[str, Any]:
+                 origin: pd.Series, replaced: int, note: str | None, kept: int = 0) -> dict[str, Any]:
+    """The merged ``meta.json``; ``ceilings`` is the run whose ``catalog.toml`` the merge kept (``kept``, else the
+    first that has ceilings)."""
     skip = (*_PER_RUN_META, *_MERGE_META)
     base = {k: v for k, v in metas[0].items() if k not in skip}
     for m in metas[1:]:  # shared fields: keep a field only where every run agrees (else record each bundle's)
@@ -427,7 +439,7 @@ def _merged_meta(dirs: list[Path], metas: list[dict[str, Any]], rows_in: list[in
     if "skipped_cases" in per_run:  # one list of every run's skipped cases (a merged bundle's is one list already)
         per_run["skipped_cases"] = [c for m in metas for c in (m.get("skipped_cases") or [])]
     meta: dict[str, Any] = {**base, **per_run}
-    meta["ceilings"] = next((m["ceilings"] for m in metas if m.get("ceilings")), {})
+    meta["ceilings"] = metas[kept].get("ceilings") or next((m["ceilings"] for m in metas if m.get("ceilings")), {})
     meta["ceilings_each_run"] = [c for m in metas for c in (m.get("ceilings_each_run") if _runs(m) > 1
                                                              else [m.get("ceilings")])]
     from hybrid.ops.families import family_array
@@ -441,7 +453,8 @@ def _merged_meta(dirs: list[Path], metas: list[dict[str, Any]], rows_in: list[in
                            for i, d in enumerate(dirs)]
     meta["replaced_rows"] = replaced
     meta["note"] = note or (f"{len(dirs)} profiler bundles of one device merged by hybrid.data.bundle.merge_bundles: "
-                            "'ceilings' is the first run's, 'ceilings_each_run' and the per-run fields "
+                            f"'ceilings' is {dirs[kept]}'s (whose catalog.toml is kept), 'ceilings_each_run' and "
+                            "the per-run fields "
                             f"({', '.join(k for k in _PER_RUN_META if k in per_run)}) list each run in "
                             "'merged_from' order (a merged input contributes its runs)")
     return meta

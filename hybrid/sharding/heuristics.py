@@ -26,10 +26,20 @@ def _weights_on_host_allowed(config: DLRMConfig) -> bool:
     :func:`hybrid.workloads.dlrm_graph.place_pieces` then puts them)."""
     if config.embedding_placement == "hbm":
         return False
+    return _on_gpu(config)
+
+
+def _on_gpu(config: DLRMConfig) -> bool:
+    """Whether the config's system is a GPU one in the packaged catalog (a system only a bundle's or a model's
+    catalog knows: not taken to be, so its weights stay where the plan puts them)."""
+    from hybrid.errors import HybridError
     from hybrid.hardware.catalog import default_catalog
     from hybrid.workloads.dlrm_graph import resolve_target
 
-    return resolve_target(config.system, default_catalog()).device.kind == "gpu"
+    try:
+        return resolve_target(config.system, default_catalog()).device.kind == "gpu"
+    except HybridError:
+        return False
 
 
 def _placements(config: DLRMConfig, capacity: float | None,
@@ -38,25 +48,27 @@ def _placements(config: DLRMConfig, capacity: float | None,
     config lets weights live in host memory (``embedding_placement`` host/auto), again with them there."""
     budget = tablewise_budget(config, capacity)
     try:
-        return place(table_placement_bytes(config), budget)
+        return place(table_placement_bytes(config), budget, False)
     except InvalidInputError:
         if not _weights_on_host_allowed(config):
             raise
-    return place(table_placement_bytes(config, host_weights=True), budget)
+    return place(table_placement_bytes(config, host_weights=True), budget, True)
 
 
-def _no_room(config: DLRMConfig, t: int, mem: np.ndarray, used: np.ndarray, budget: float) -> InvalidInputError:
+def _no_room(config: DLRMConfig, t: int, mem: np.ndarray, used: np.ndarray, budget: float,
+             host_weights: bool = False) -> InvalidInputError:
     """Why table ``t`` fits on no rank: its bytes against the room the tables placed before it left."""
     R = config.gpus
-    what = "weights, optimizer state, outputs and buffers" if config.optimizer == "adagrad" \
-        else "weights, outputs and buffers"
+    what = ("outputs and buffers; its weights in host memory" if host_weights
+            else "weights, optimizer state, outputs and buffers" if config.optimizer == "adagrad"
+            else "weights, outputs and buffers")
     hint = ("more GPUs, row-/column-wise plans (`hybrid shard`), or embedding_placement: auto / host (weights in "
-            "host memory)" if config.embedding_placement == "hbm" else "more GPUs or row-/column-wise plans "
-            "(`hybrid shard`)")
+            "host memory)" if config.embedding_placement == "hbm" and _on_gpu(config)
+            else "more GPUs or row-/column-wise plans (`hybrid shard`)")
     placed = float(used.sum())
     room = (f"the most room left is {max(budget - float(used.min()), 0.0) / 2**30:.1f} GiB of a "
-            f"{budget / 2**30:.1f} GiB budget per rank, after {placed / 2**30:.1f} GiB of larger tables" if placed > 0
-            else f"the budget is {budget / 2**30:.1f} GiB per rank")
+            f"{budget / 2**30:.1f} GiB budget per rank, after {placed / 2**30:.1f} GiB of the tables placed before "
+            "it" if placed > 0 else f"the budget is {budget / 2**30:.1f} GiB per rank")
     return InvalidInputError(f"table {config.tables[t].name!r} ({mem[t] / 2**30:.1f} GiB: {what}) does not fit on "
                              f"any of {R} ranks table-wise: {room}; try {hint}")
 
@@ -68,14 +80,14 @@ def greedy_place(config: DLRMConfig, cost: np.ndarray, capacity: float | None = 
     R = config.gpus
     order = np.argsort(-cost, kind="stable") if order is None else order
 
-    def place(mem: np.ndarray, budget: float) -> ShardingPlan:
+    def place(mem: np.ndarray, budget: float, host: bool) -> ShardingPlan:
         load = np.zeros(R)
         used = np.zeros(R)
         shards: dict[str, Shard] = {}
         for t in order:
             ok = used + mem[t] <= budget
             if not ok.any():
-                raise _no_room(config, t, mem, used, budget)
+                raise _no_room(config, t, mem, used, budget, host)
             r = int(np.argmin(np.where(ok, load, np.inf)))
             load[r] += cost[t]
             used[r] += mem[t]
@@ -116,14 +128,14 @@ def random_plan(config: DLRMConfig, capacity: float | None = None, seed: int = 0
         raise InvalidInputError(f"the random plan's seed must be a non-negative integer, got {seed!r}")
     R = config.gpus
 
-    def place(mem: np.ndarray, budget: float) -> ShardingPlan:
+    def place(mem: np.ndarray, budget: float, host: bool) -> ShardingPlan:
         rng = np.random.default_rng(seed)
         used = np.zeros(R)
         shards: dict[str, Shard] = {}
         for t in np.argsort(-mem, kind="stable"):
             ok = np.flatnonzero(used + mem[t] <= budget)
             if ok.size == 0:
-                raise _no_room(config, t, mem, used, budget)
+                raise _no_room(config, t, mem, used, budget, host)
             r = int(rng.choice(ok))
             used[r] += mem[t]
             shards[config.tables[t].name] = Shard("table_wise", (r,))

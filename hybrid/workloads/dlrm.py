@@ -67,8 +67,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a mapping that repeats a key (PyYAML keeps the last silently)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        # the keys written in this mapping (a merge key, <<: *anchor, brings keys an explicit one may override)
+        own = [k for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"]
         seen: set[Any] = set()
-        for key_node, _ in node.value:
+        for key_node in own:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(

@@ -671,11 +671,16 @@ def _hf_quantization(qc: Any) -> tuple[str | None, bool, str]:
     detail = method
     if method in ("gptq", "awq", "hqq", "aqlm", "eetq", "quanto", "auto-round", "autoround"):
         bits = qc.get("bits", qc.get("w_bit", qc.get("nbits", 8 if method == "eetq" else None)))
-        fmt = {4: "int4", 8: "int8"}.get(int(bits)) if isinstance(bits, int | float) else None
+        try:
+            width = float(bits)  # a number, or a numeric string
+        except (TypeError, ValueError):
+            width = float("nan")
+        fmt = {4.0: "int4", 8.0: "int8"}.get(width)
         detail = f"{method}, {bits}-bit"
     elif method == "bitsandbytes":
         fmt = "int4" if qc.get("load_in_4bit") else "int8" if qc.get("load_in_8bit") else None
-        detail = f"bitsandbytes {'4' if fmt == 'int4' else '8'}-bit"
+        detail = ("bitsandbytes, neither load_in_4bit nor load_in_8bit" if fmt is None
+                  else f"bitsandbytes {'4' if fmt == 'int4' else '8'}-bit")
     elif method in ("fp8", "fbgemm_fp8") or algo == "fp8":
         fmt = "fp8"
     elif method in ("mxfp4", "nvfp4") or algo in ("nvfp4", "mxfp4", "w4a8_awq"):
