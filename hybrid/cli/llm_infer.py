@@ -63,7 +63,9 @@ def _deploy_options(fn):
                           "config.json declares (quantization_config: GPTQ/AWQ int4, fp8, MXFP4, ...)."),
         click.option("--weights", default=None, help="Weight-only storage: int8, int4, fp4 (compute stays 16 bit)."),
         click.option("--kv-dtype", default=None,
-                     help="KV-cache dtype (default: fp8 with --dtype fp8 or fp4, else the dtype)."),
+                     help="KV-cache dtype (default: fp8 with --dtype fp8 or fp4, else the dtype; a quantised "
+                          "checkpoint served in its own format keeps a 16-bit cache unless it quantises the cache "
+                          "too)."),
         click.option("--attention-kernel", type=click.Choice(["grouped", "per_query_head"]), default="grouped",
                      show_default=True, help="Decode attention: KV read once per KV head, or once per query head."),
         click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto",
