@@ -82,6 +82,10 @@ def parse_size(text: str | int | float) -> int:
         match = _SIZE_RE.match(str(text))
         if not match or match.group(2).lower() not in _SIZE_UNITS:
             raise InvalidInputError(f"cannot parse size {text!r} (examples: 4096, 64KiB, 64MiB, 1GB)")
+        unit = match.group(2)
+        if len(unit) == 2 and unit[1] == "b" and unit[0] in "KMGT":  # Kb, Mb, Gb: bits, not bytes (kb, mb: bytes)
+            raise InvalidInputError(f"size {text!r}: {unit} reads as bits; write bytes ({unit[:-1].upper()}B or "
+                                    f"{unit[:-1].upper()}iB)")
         value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
     if not value > 0 or value != value:
         raise InvalidInputError(f"size must be positive, got {text!r}")

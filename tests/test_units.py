@@ -48,6 +48,14 @@ def test_parse_size_rejects(bad) -> None:
         parse_size(bad)
 
 
+@pytest.mark.parametrize("bits", ["64Kb", "1Mb", "2Gb"])
+def test_parse_size_refuses_bit_units(bits) -> None:
+    """Kb / Mb / Gb are bits in the usual notation: refused, naming the byte units, not read as bytes."""
+    with pytest.raises(InvalidInputError, match="reads as bits"):
+        parse_size(bits)
+    assert parse_size(bits.lower()) == parse_size(bits[:-1] + "B")  # "64kb" stays the casual kilobytes
+
+
 @given(st.integers(min_value=1, max_value=2**50))
 def test_format_then_parse_round_trip(n: int) -> None:
     text = format_bytes(n)
