@@ -284,8 +284,11 @@ def test_plan_documents_refuse_repeated_tables_and_ranked_data_parallel(tmp_path
     dup.write_text('{"t0": {"type": "table_wise", "ranks": [0]}, "t0": {"type": "row_wise", "ranks": [1, 2]}}')
     with pytest.raises(InvalidInputError, match="malformed sharding plan .*key 't0' appears twice"):
         ShardingPlan.from_file(dup)
+    c = synthetic(4, 2, seed=1)
     with pytest.raises(InvalidInputError, match="data_parallel replicates the table on every rank"):
-        ShardingPlan.from_dict({"t0": {"type": "data_parallel", "ranks": [0, 1]}})
+        ShardingPlan.from_dict({"t0": {"type": "data_parallel", "ranks": [0, 1]}, "t1": 0}).validate(c)
+    # every rank listed is the same replication (as a hybrid-parallel layout writes it)
+    ShardingPlan.from_dict({"t0": {"type": "data_parallel", "ranks": [0, 1, 2, 3]}, "t1": 0}).validate(c)
     from hybrid.sharding.heuristics import random_plan
 
     with pytest.raises(InvalidInputError, match="seed must be a non-negative integer"):

@@ -61,10 +61,7 @@ class Shard:
         object.__setattr__(self, "type", kind)
         ranks = tuple(int(r) for r in self.ranks)
         object.__setattr__(self, "ranks", ranks)
-        if kind == "data_parallel":
-            if ranks:
-                raise InvalidInputError(f"data_parallel replicates the table on every rank; it takes no ranks, got "
-                                        f"{list(ranks)} (to hold it on some ranks, shard it row- or column-wise)")
+        if kind == "data_parallel":  # replicated on every rank: ranks, if given, must be all of them (validate)
             return
         if not ranks:
             raise InvalidInputError(f"{kind} shard needs at least one rank")
@@ -214,6 +211,11 @@ class ShardingPlan(Mapping[str, Shard]):
             if bad:
                 raise InvalidInputError(f"plan for table {name!r}: rank(s) {bad} out of range for {world} GPUs")
             table = tables[name]
+            if shard.type == "data_parallel" and shard.ranks and sorted(shard.ranks) != list(range(world)):
+                raise InvalidInputError(
+                    f"plan for table {name!r}: data_parallel replicates the table on every rank; its ranks "
+                    f"{list(shard.ranks)} are not all {world} (leave them out; to hold it on some ranks, shard it "
+                    "row- or column-wise)")
             if shard.type == "column_wise" and table.embedding_dim % len(shard.ranks):
                 raise InvalidInputError(
                     f"plan for table {name!r}: column_wise over {len(shard.ranks)} ranks needs embedding_dim "
