@@ -85,16 +85,14 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     from hybrid.sharding.plan import ShardingPlan
     from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, resolve_target
 
-    config = load_config(config_path, system=system, drop_plan=bool(plan_path) or gpus is not None)
+    config = load_config(config_path, system=system, drop_plan=bool(plan_path))
     notes = []
     if gpus is not None and gpus != config.gpus:
         # the config's plan was written for its own rank count: plan afresh for the new one, and say so
-        if load_config(config_path, system=system).plan is not None and not plan_path:
+        if config.plan is not None:
             notes.append(f"the config's plan is for {config.gpus} ranks; {gpus} ranks use the size-lookup greedy "
                          "plan (give --plan for another)")
         config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
-    elif not plan_path:
-        config = load_config(config_path, system=system)  # the same rank count: the config's plan stands
     model, model_name = load_cost_model(model_ref, tracking_uri)
     catalog = model_catalog(model)
     target = resolve_target(config.system, catalog)

@@ -269,14 +269,13 @@ class HybridPredictor:
     def _drop_implausible(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``norm``/``base`` without GPU GEMM groups that beat the datasheet peak (:mod:`hybrid.data.quality`),
         with a warning naming them; recorded in ``fit_info['implausible']`` (rows left out, the groups)."""
-        from hybrid.data.quality import describe, implausible_rows
+        from hybrid.data.quality import describe, implausible_rows, nothing_plausible
 
         drop, bad = implausible_rows(norm, base, self.catalog)
         if not drop.any():
             return norm, base
         if drop.all():
-            raise InvalidInputError("every training row is a GEMM faster than its device's datasheet peak ("
-                                    f"{describe(bad)}); check the device names, dtypes and units")
+            raise nothing_plausible(bad)
         warnings.warn("left out of the fit, GEMMs faster than the datasheet peak allows (hybrid.data.quality): "
                       f"{describe(bad, rows=False)}", DataQualityWarning, stacklevel=3)
         self.fit_info["implausible"] = {"fitted": False, "rows": int(drop.sum()), "groups": bad.to_dict("records"),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 
 #: A GEMM more than this many times faster than its datasheet dense peak for its dtype allows is physically
@@ -79,3 +80,10 @@ def describe(groups: pd.DataFrame, rows: bool = True) -> str:
     if len(groups) and float(groups["fastest_over_roofline"].max()) > UNIT_HINT_FACTOR:
         text += " (times in milliseconds or seconds? time_us holds microseconds)"
     return text
+
+
+def nothing_plausible(groups: pd.DataFrame) -> InvalidInputError:
+    """The refusal of a training table whose every row is such a GEMM (``groups`` as :func:`implausible_rows` gives
+    them): the same words whether the fit or a calibration run finds it."""
+    return InvalidInputError("every training row is a GEMM faster than its device's datasheet peak ("
+                             f"{describe(groups)}); check the device names, dtypes and units")

@@ -268,6 +268,11 @@ class System:
     nvls: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def single_node(self) -> bool:
+        """One node and no network between nodes in the catalog: a job cannot span several of them."""
+        return self.max_nodes <= 1 and self.inter_bw <= 0
+
     def check_layout(self, ranks: int, nodes: int, generic: bool = False) -> None:
         """A collective's ``ranks`` over ``nodes`` must fit this system: at most ``gpus_per_node`` ranks per
         node, the same number on every node, at most ``max_nodes`` nodes; else :class:`InvalidInputError`

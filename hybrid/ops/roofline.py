@@ -292,7 +292,7 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
     # layouts no node of the system can hold are refused: more ranks per node than its GPUs, or several nodes of a
     # system without a network between them (a single-node entry); beyond max_nodes (the largest installation the
     # catalog describes) workloads still scale, as Megatron's 384-node DGX A100 runs do
-    single = np.array([s.max_nodes <= 1 and s.inter_bw <= 0 for s in systems], dtype=bool)[codes]
+    single = np.array([s.single_node for s in systems], dtype=bool)[codes]
     for bad, what in ((g > gpn_sys, "more ranks per node than the system's GPUs per node"),
                       (single & (nodes > 1), "several nodes of a single-node system (no network between nodes)")):
         if bad.any():

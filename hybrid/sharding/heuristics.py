@@ -16,30 +16,32 @@ from collections.abc import Callable
 import numpy as np
 
 from hybrid.errors import InvalidInputError
+from hybrid.hardware.device import Device
 from hybrid.sharding.memory import table_placement_bytes, tablewise_budget
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig
 
 
-def _weights_on_host_allowed(config: DLRMConfig) -> bool:
-    """Whether the tables' weights may live in host memory: ``embedding_placement`` host or auto on a GPU (where
-    :func:`hybrid.workloads.dlrm_graph.place_pieces` then puts them)."""
-    if config.embedding_placement == "hbm":
-        return False
-    return _on_gpu(config)
-
-
-def _on_gpu(config: DLRMConfig) -> bool:
-    """Whether the config's system is a GPU one in the packaged catalog (a system only a bundle's or a model's
-    catalog knows: not taken to be, so its weights stay where the plan puts them)."""
+def _device(config: DLRMConfig) -> Device | None:
+    """The config's device in the packaged catalog (None for a system only a bundle's or a model's catalog knows:
+    its tables then stay where the plan puts them)."""
     from hybrid.errors import HybridError
     from hybrid.hardware.catalog import default_catalog
     from hybrid.workloads.dlrm_graph import resolve_target
 
     try:
-        return resolve_target(config.system, default_catalog()).device.kind == "gpu"
+        return resolve_target(config.system, default_catalog()).device
     except HybridError:
-        return False
+        return None
+
+
+def _weights_on_host_allowed(config: DLRMConfig) -> bool:
+    """Whether the tables' weights may live in host memory (:func:`hybrid.workloads.dlrm_graph.
+    host_placement_allowed`, the rule the graph places them by)."""
+    from hybrid.workloads.dlrm_graph import host_placement_allowed
+
+    dev = _device(config)
+    return dev is not None and host_placement_allowed(config, dev)
 
 
 def _placements(config: DLRMConfig, capacity: float | None,
@@ -63,7 +65,7 @@ def _no_room(config: DLRMConfig, t: int, mem: np.ndarray, used: np.ndarray, budg
             else "weights, optimizer state, outputs and buffers" if config.optimizer == "adagrad"
             else "weights, outputs and buffers")
     hint = ("more GPUs, row-/column-wise plans (`hybrid shard`), or embedding_placement: auto / host (weights in "
-            "host memory)" if config.embedding_placement == "hbm" and _on_gpu(config)
+            "host memory)" if config.embedding_placement == "hbm" and getattr(_device(config), "kind", "") == "gpu"
             else "more GPUs or row-/column-wise plans (`hybrid shard`)")
     placed = float(used.sum())
     room = (f"the most room left is {max(budget - float(used.min()), 0.0) / 2**30:.1f} GiB of a "

@@ -44,6 +44,7 @@ from hybrid.workloads.dlrm_graph import (
     LOOKUP_FWD_VARIANT,
     Target,
     build_dlrm_graph,
+    host_placement_allowed,
     resolve_target,
 )
 
@@ -628,7 +629,7 @@ def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, cap
     try:
         return costs, _Search(config, costs).greedy()
     except InvalidInputError as exc:
-        if config.embedding_placement == "hbm" or target.device.kind != "gpu":
+        if not host_placement_allowed(config, target.device):
             return costs, exc
     costs = estimate_costs(config, model, target, capacity, host_weights=True)
     try:

@@ -263,15 +263,14 @@ def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, 
     import warnings
 
     from hybrid.corrections.predictor import HybridPredictor
-    from hybrid.data.quality import describe
+    from hybrid.data.quality import describe, nothing_plausible
     from hybrid.errors import DataQualityWarning
 
     drop, bad = HybridPredictor(catalog=cat).implausible(table)
     if not drop.any():
         return table, ""
     if drop.all():
-        raise InvalidInputError("every training row is a GEMM faster than its device's datasheet peak ("
-                                f"{describe(bad)}); check the device names, dtypes and units")
+        raise nothing_plausible(bad)
     warnings.warn("left out of the fit and of every score, GEMMs faster than the datasheet peak allows "
                   f"(hybrid.data.quality): {describe(bad)}", DataQualityWarning, stacklevel=3)
     return table.loc[~drop].reset_index(drop=True), describe(bad)

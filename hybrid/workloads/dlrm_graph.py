@@ -101,7 +101,7 @@ def check_target(config: DLRMConfig, target: Target, catalog: Catalog) -> list[s
     nodes = target.nodes(config.gpus)
     system = catalog.systems.get(target.system)
     if system is not None:
-        if nodes > 1 and system.max_nodes <= 1 and system.inter_bw <= 0:
+        if nodes > 1 and system.single_node:
             raise InvalidInputError(
                 f"{config.gpus} GPUs need {nodes} nodes of system {system.key} ({system.gpus_per_node} GPUs per node), "
                 "a single-node system (no network between nodes in the catalog); choose a multi-node system "
@@ -226,11 +226,17 @@ def host_link_bw(device: Device) -> float:
     return PCIE_X16_BW.get(int(device.pcie_gen or 4), PCIE_X16_BW[4])
 
 
+def host_placement_allowed(config: DLRMConfig, device: Device) -> bool:
+    """Whether tables may live in host memory: ``embedding_placement`` host or auto, on a GPU (a CPU's tables are in
+    host memory anyway). The one rule the graph (:func:`place_pieces`) and the planners follow."""
+    return config.embedding_placement != "hbm" and device.kind == "gpu"
+
+
 def place_pieces(config: DLRMConfig, pieces: list[ShardPiece], device: Device) -> list[ShardPiece]:
     """Mark the pieces stored in host memory: all sharded pieces (``host``), none (``hbm``), or per rank the
     largest pieces until the rest fits :data:`EMBEDDING_MEMORY_SHARE` of the GPU's memory (``auto``)."""
     placement = config.embedding_placement
-    if placement == "hbm" or device.kind != "gpu":
+    if not host_placement_allowed(config, device):
         return pieces
     if placement == "host":
         return [replace(p, host=p.type != "data_parallel") for p in pieces]

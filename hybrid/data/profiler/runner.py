@@ -81,7 +81,7 @@ class ProfileOptions:
             raise InvalidInputError(f"--ranks {max(ranks)} is more local processes than sensible (max 64)")
         if self.threads is not None and self.threads < 1:
             raise InvalidInputError(f"--threads must be >= 1, got {self.threads}")
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        cores = available_cores()
         if self.threads is not None and self.threads > cores:
             # more threads than cores time the scheduler, and the bundle would describe a CPU of that many cores
             raise InvalidInputError(f"--threads {self.threads} exceeds the {cores} cores this process may run on; "

@@ -612,6 +612,9 @@ class _Static:
     ttft: dict[str, np.ndarray]  # by cost column ("time_us", "roofline_us")
     decode: dict[str, np.ndarray]  # summed over all decode steps
     categories: pd.DataFrame  # per configuration x phase x category (ms, "pipeline" = sends and bubbles)
+    #: per configuration, ``time_us`` of the slowest pipeline stage, of every stage together and of the stage-to-stage
+    #: send: the prefill pass's and the mean over the decode steps (weighted as integrated), shape [n, 2]
+    stage_times: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.ndarray, output_len: np.ndarray,
@@ -683,9 +686,14 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
             pipe = pd.DataFrame({"config": np.concatenate([np.arange(n), np.arange(n)]),
                                  "phase": ["prefill"] * n + ["decode"] * n, "category": "pipeline",
                                  "ms": np.concatenate([pre_pipe, dec_pipe]) / 1e3})
+            # [n, 2] each: the prefill pass, and the decode steps' mean weighted as integrated
+            wsum = np.maximum(np.bincount(cfg, weights=np.where(is_pre, 0.0, weight), minlength=n), 1e-300)
+            stage_times = {k: np.stack([x[pre_sc], np.bincount(cfg, weights=np.where(is_pre, 0.0, x * weight),
+                                                                minlength=n) / wsum], axis=1)
+                           for k, x in (("stage", stage), ("total", total), ("send", sends))}
             cats = pd.concat([cat, pipe[(p_ > 1)[pipe["config"].to_numpy()]]], ignore_index=True) \
                 .groupby(["config", "phase", "category"], as_index=False)["ms"].sum()
-    return _Static(costed, micro, ttft, decode, cats)
+    return _Static(costed, micro, ttft, decode, cats, stage_times)
 
 
 def _interval_columns(r: _Static, batch: np.ndarray, output_len: np.ndarray, gpus: np.ndarray
@@ -740,21 +748,9 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
     notes += [n for n in [context_note(s.model, input_len + output_len), s.device.slow_dtype_note(s.precision.compute)]
               if n]
     if s.pp > 1:
-        pre, dec_ = costed[costed["phase"] == "prefill"], costed[costed["phase"] == "decode"]
-
-        share = s.model.num_layers / s.layers_per_stage
-
-        def stage_us(f: pd.DataFrame, pipeline: bool, every_stage: bool = False) -> float:
-            """Mean over the scenarios of the slowest stage's op time (or sends), or of every stage's together."""
-            sel = ((f["category"] == "pipeline") == pipeline).to_numpy()
-            t = (f["time_us"] * f["count"] * f["weight"]).to_numpy()
-            if every_stage:
-                t = t * np.where(f["name"].isin(PASS_OPS).to_numpy(), 1.0, share)
-            return float(t[sel].sum() / (f["weight"].groupby(f["scenario"]).first().sum() if len(f) else 1.0))
-
-        pipe = pipeline_on_engine(s.pp, micro, stage_us(pre, False), stage_us(dec_, False) if len(dec_) else 0.0,
-                                  stage_us(pre, True), prefill_sum_us=stage_us(pre, False, True),
-                                  decode_sum_us=stage_us(dec_, False, True) if len(dec_) else 0.0)
+        st = {k: v[0] for k, v in r.stage_times.items()}  # this configuration: [prefill, decode mean]
+        pipe = pipeline_on_engine(s.pp, micro, st["stage"][0], st["stage"][1], st["send"][0],
+                                  prefill_sum_us=st["total"][0], decode_sum_us=st["total"][1])
         notes.append(f"pipeline schedule (closed form, breakdown category 'pipeline' = sends and bubbles): TTFT "
                      f"{ttft_us / 1e3:.2f} ms; the same schedule on the engine: TTFT {pipe['ttft_us'] / 1e3:.2f} ms "
                      f"(closed form {pipe['closed_form_ttft_us'] / 1e3:.2f}), token period at mean context "
