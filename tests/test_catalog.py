@@ -75,6 +75,22 @@ def test_device_peaks_are_ordered_like_real_hardware(key: str, catalog) -> None:
     assert 60 <= per_sm_cycle <= 520, per_sm_cycle
 
 
+def test_fp64_is_the_dgemm_rate_where_tensor_or_matrix_units_run_it(catalog) -> None:
+    """FP64 GEMMs run on FP64 tensor cores (A100, H100, H200) and matrix cores (MI200, MI300) at twice the vector
+    rate; the catalog lists the DGEMM rate and keeps the vector one in ``notes``. Pricing an A100 DGEMM at the
+    vector 9.7 TFLOP/s made it 2x slow."""
+    checked = 0
+    for key, dev in catalog.devices.items():
+        found = re.search(r"fp64 = (?:tensor-core|matrix) \(DGEMM\) rate; vector ([0-9]+(?:\.[0-9]+)?)", dev.notes)
+        if found:
+            checked += 1
+            assert dev.peak("fp64") / 1e12 == pytest.approx(2 * float(found.group(1)), rel=0.02), key
+    assert checked >= 20
+    for key, rate in (("A100-SXM4-80GB", 19.5), ("H100-SXM", 67), ("MI300X", 163.4), ("V100-SXM2-32GB", 7.8),
+                      ("B200", 40)):
+        assert catalog.device(key).peak("fp64") / 1e12 == pytest.approx(rate), key
+
+
 def test_required_devices_present(catalog) -> None:
     missing = [k for k in REQUIRED_DEVICES if k not in catalog.devices]
     assert not missing
