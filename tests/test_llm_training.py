@@ -88,7 +88,8 @@ def test_flops_match_megatron_formula_and_6nt(gpt175):
     mf, hf = model_flops(gpt175, cfg.with_(recompute="full"))
     B, s, L, h, V = 64, 2048, 96, 12288, 51200
     assert mf == pytest.approx(72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h)), rel=2e-3)
-    assert hf == pytest.approx(mf * 4 / 3, rel=1e-12)
+    # Megatron's HFU with full recomputation: the layers run forward twice, the output layer once
+    assert hf == pytest.approx(96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)), rel=2e-3)
     n_tokens = B * s
     six_nt = 6 * gpt175.num_params * n_tokens
     attention = 3 * 4 * s * h * L * n_tokens
@@ -688,3 +689,94 @@ def test_fp8_training_costs_transformer_engine_casts_and_keeps_the_head_in_16_bi
     assert "fp8w" not in set(runs["bf16", "microbatch"].ops["role"])
     with pytest.raises(InvalidInputError, match="fp8_weight_cast must be one of"):
         TrainingConfig(**base, dtype="fp8", fp8_weight_cast="never")
+
+
+def test_expert_states_shard_over_the_ranks_holding_the_same_experts():
+    """Megatron shards expert optimizer states over DP x CP / EP, dense ones over DP x CP: Mixtral on 8 GPUs with
+    EP 8 keeps every expert state of its own experts (an expert-DP group of 1) and cannot fit in 80 GB."""
+    from hybrid.workloads.llm.costing import mappings_frame, stage_params
+
+    m = load_model("mixtral-8x7b")
+    cfg = TrainingConfig(gpus=8, global_batch=64, ep=8, recompute="full", distributed_optimizer=True)
+    mem, _ = memory_only(m, cfg, "DGX-H100")
+    p = stage_params(m, cfg, mappings_frame(cfg))
+    experts, dense = float(p["experts"][0]), float(p["max"][0] - p["experts"][0])
+    assert experts > 5e9  # 45 B expert parameters over 8 ranks
+    assert mem.optimizer[0] == pytest.approx(12 * (dense / 8 + experts / 1), rel=1e-9)
+    assert not mem.fits[0]
+    # 16 bytes per parameter of 46.7 B parameters cannot be spread below 87 GiB on 8 GPUs: no mapping fits
+    with pytest.raises(InvalidInputError, match="no mapping fits"):
+        search(m, search_base(8, 64), "DGX-H100")
+    # the expert gradients are reduced over their own group only
+    cfg = TrainingConfig(gpus=64, global_batch=64, ep=8, recompute="full")
+    rows = predict_training(m, cfg, "DGX-H100", engine=False).ops
+    dp = rows[rows["role"] == "dp_ar"]
+    assert sorted(dp["n_ranks"].astype(int)) == [8, 64]
+
+
+def test_context_parallel_ranks_reduce_gradients_and_shard_states_with_dp():
+    m = load_model("llama2-7b")
+    base = dict(gpus=16, global_batch=16, distributed_optimizer=True)
+    rows = predict_training(m, TrainingConfig(cp=2, **base), "DGX-A100", engine=False).ops
+    assert set(rows.loc[rows["role"] == "dp_rs", "n_ranks"].astype(int)) == {16}
+    m1, _ = memory_only(m, TrainingConfig(cp=1, **base), "DGX-A100")
+    m2, _ = memory_only(m, TrainingConfig(cp=2, **base), "DGX-A100")
+    assert m2.optimizer[0] == pytest.approx(m1.optimizer[0], rel=1e-9)  # 16 ranks share the states either way
+
+
+def test_groups_that_do_not_tile_a_node_straddle_two():
+    from hybrid.workloads.llm.config import group_nodes, group_nodes_vec
+
+    assert group_nodes(6, 1, 8) == 2 and group_nodes(8, 1, 8) == 1 and group_nodes(4, 1, 8) == 1
+    assert group_nodes(3, 2, 8) == 2 and group_nodes(2, 4, 8) == 1 and group_nodes(4, 8, 8) == 4
+    assert list(group_nodes_vec(np.array([6, 4, 1, 16]), np.array([1, 2, 1, 1]), 8)) == [2, 1, 1, 2]
+    cfg = TrainingConfig(gpus=384, global_batch=1536, tp=6, pp=8, recompute="full",
+                         distributed_optimizer=True)
+    res = predict_training(load_model("gpt3-175b"), cfg, "DGX-A100", engine=False)
+    assert res.placement["tp"].startswith("6 ranks, 2 nodes")
+    tp8 = predict_training(load_model("gpt3-175b"), cfg.with_(tp=8, pp=6), "DGX-A100", engine=False)
+    assert res.breakdown_s["tp_comm"] > 2 * tp8.breakdown_s["tp_comm"]
+
+
+def test_last_stage_memory_counts_interleaved_warmup_and_the_recomputed_layer():
+    m = load_model("llama3-8b")
+    cfg = TrainingConfig(gpus=8, global_batch=64, pp=2, vp=4, recompute="full", dropout=False)
+    mem, _ = memory_only(m, cfg, "DGX-H100")
+    assert mem.logits[0] > 0  # the last stage is the most loaded
+    s, h, L = 8192, 4096, 32
+    chunks = (4 - 1) * 2 + 1  # its interleaved warm-up: (vp - 1) pp + 1 chunks of L / (pp vp) layers
+    stored = 2 * s * h * chunks * L / (2 * 4)
+    assert stored < mem.activations[0] < stored + 1.5 * GIB  # + one layer being recomputed
+
+
+def test_vocabulary_ends_add_their_tensor_parallel_collectives():
+    m = load_model("llama3-8b")
+    ops = predict_training(m, TrainingConfig(gpus=8, global_batch=64, tp=8), "DGX-H100", engine=False).ops
+    comm = ops[ops["op"].isin(["all_reduce", "reduce_scatter", "all_gather"])]
+    assert (comm["role"] == "ef").sum() == 1 and comm.loc[comm["role"] == "ef", "op"].iloc[0] == "all_reduce"
+    assert ((comm["role"] == "htpb") & (comm["op"] == "all_reduce")).sum() == 1
+    ops = predict_training(m, TrainingConfig(gpus=8, global_batch=64, tp=8, sp=True), "DGX-H100",
+                           engine=False).ops
+    assert ops.loc[ops["role"] == "ef", "op"].isin(["reduce_scatter"]).sum() == 1
+
+
+def test_search_and_train_agree_on_what_is_allowed(capsys):
+    bert = load_model("bert-large")
+    found = search(bert, search_base(64, 64), "DGX-A100", top=1000)
+    assert (found["pp"] == 1).all()
+    m = load_model("llama2-7b")
+    with pytest.raises(InvalidInputError, match="FlashAttention"):
+        TrainingConfig(gpus=16, global_batch=16, cp=2, flash_attention=False).validate_for(m)
+    with pytest.raises(InvalidInputError, match="divisible"):
+        TrainingConfig(gpus=8, global_batch=16, tp=8, sp=True, seq_length=7).validate_for(m)
+    with pytest.raises(InvalidInputError, match="seq_length"):
+        TrainingConfig(gpus=8, global_batch=16, seq_length=True)
+    # selective recomputation under FlashAttention recomputes nothing: same time, HFU = MFU
+    cfg = TrainingConfig(gpus=8, global_batch=64, recompute="selective")
+    mf, hf = model_flops(m, cfg)
+    assert hf == mf
+    assert model_flops(m, cfg.with_(flash_attention=False))[1] > mf
+    with pytest.raises(InvalidInputError, match="top must be a positive integer"):
+        search(m, search_base(8, 64), "DGX-H100", top=0)
+    with pytest.raises(InvalidInputError, match="micro batches"):
+        search(m, search_base(8, 64), "DGX-H100", micro_batches=(0,))

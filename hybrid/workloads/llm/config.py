@@ -74,7 +74,8 @@ class TrainingConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
                 raise InvalidInputError(f"training config: {f} must be a positive integer, got {v!r}")
-        if self.seq_length is not None and (not isinstance(self.seq_length, (int, np.integer))
+        if self.seq_length is not None and (isinstance(self.seq_length, bool)
+                                            or not isinstance(self.seq_length, (int, np.integer))
                                             or self.seq_length <= 0):
             raise InvalidInputError(f"training config: seq_length must be a positive integer, got {self.seq_length!r}")
         softmax_schedule(self.softmax)  # a clear error for an unknown schedule
@@ -149,6 +150,12 @@ class TrainingConfig:
             raise InvalidInputError(f"expert parallelism (ep={self.ep}) needs a mixture-of-experts model")
         if model.encoder_only and self.pp > 1:
             raise InvalidInputError("pipeline parallelism is supported for decoder models only")
+        if self.cp > 1 and not self.flash_attention:
+            raise InvalidInputError("context parallelism is modelled as ring attention over FlashAttention blocks: "
+                                    "drop --no-flash-attention or use cp 1")
+        if self.sp and t > 1 and (s // self.cp) % t:
+            raise InvalidInputError(f"sequence parallelism splits each CP rank's {s // self.cp} tokens over tp "
+                                    f"({t}): they must be divisible by it")
 
     def padded_vocab(self, model: Any) -> int:
         m = self.make_vocab_size_divisible_by * self.tp
@@ -165,18 +172,28 @@ class TrainingConfig:
 
 
 def group_nodes(size: int, stride: int, gpus_per_node: int) -> int:
-    """Nodes spanned by a group of ``size`` ranks ``stride`` apart (ranks packed ``gpus_per_node`` per node)."""
+    """Nodes spanned by the most spread group of ``size`` ranks ``stride`` apart (ranks packed ``gpus_per_node``
+    per node, groups tiling the ranks in blocks of ``size x stride``). A group whose span does not divide the node
+    straddles two: TP 6 on 8-GPU nodes puts ranks 6-11 on two nodes, so its collectives cross the NICs."""
+    return int(group_nodes_vec(np.array([size]), np.array([stride]), gpus_per_node)[0])
+
+
+def _most_nodes(size: int, stride: int, gpn: int) -> int:
     if size <= 1:
         return 1
-    if stride >= gpus_per_node:
+    if stride >= gpn:  # ranks a node or more apart: one per node
         return size
-    per_node = max(1, gpus_per_node // stride)
-    return int(math.ceil(size / per_node))
+    span = (size - 1) * stride
+    # group starts a + b * size * stride (a < stride); their offsets within a node repeat within gpn blocks
+    starts = (np.arange(stride)[:, None] + np.arange(gpn)[None, :] * size * stride) % gpn
+    return int(((starts + span) // gpn).max()) + 1
 
 
 def group_nodes_vec(size: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> np.ndarray:
-    size = np.asarray(size, dtype=np.int64)
-    stride = np.asarray(stride, dtype=np.int64)
-    per_node = np.maximum(1, gpus_per_node // np.maximum(stride, 1))
-    out = np.where(stride >= gpus_per_node, size, np.ceil(size / per_node)).astype(np.int64)
-    return np.where(size <= 1, 1, out)
+    """:func:`group_nodes` for arrays of sizes and strides (one evaluation per distinct pair)."""
+    size = np.asarray(size, dtype=np.int64).reshape(-1)
+    stride = np.maximum(np.asarray(stride, dtype=np.int64).reshape(-1), 1)
+    size, stride = np.broadcast_arrays(size, stride)
+    pairs, inverse = np.unique(np.stack([size, stride], axis=1), axis=0, return_inverse=True)
+    nodes = np.array([_most_nodes(int(n), int(s), int(gpus_per_node)) for n, s in pairs], dtype=np.int64)
+    return nodes[np.asarray(inverse).reshape(-1)]

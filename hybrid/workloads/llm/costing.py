@@ -262,10 +262,19 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     R.add(kid, "hb", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="bwd", device=dev, sub="other")
     if multi.any():
         nodes = group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node)
+        spm = multi & sp
+        nsp = multi & ~sp
+        # vocab-parallel embedding: each rank looks up its vocabulary slice, summed over TP (scattered with SP)
+        R.add(kid[nsp], "ef", 1.0, "all_reduce", size_bytes=(T * h * eb * 1.0)[nsp], n_ranks=t[nsp],
+              n_nodes=nodes[nsp], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
+        R.add(kid[spm], "ef", 1.0, "reduce_scatter", size_bytes=(T * h * eb * 1.0)[spm], n_ranks=t[spm],
+              n_nodes=nodes[spm], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
         # logits max/sum all-reduces (tiny) + with SP the all-gather of the final norm output
         R.add(kid[multi], "htpf", 2.0, "all_reduce", size_bytes=(T * 4.0)[multi], n_ranks=t[multi],
               n_nodes=nodes[multi], dtype="fp32", device=dev, system=tgt.comm_system, sub="comm")
-        spm = multi & sp
+        # without SP the output layer's input gradient is summed over TP (the backward of its input copy)
+        R.add(kid[nsp], "htpb", 1.0, "all_reduce", size_bytes=(T * h * eb * 1.0)[nsp], n_ranks=t[nsp],
+              n_nodes=nodes[nsp], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
         if spm.any():
             R.add(kid[spm], "htpf", 1.0, "all_gather", size_bytes=(T * h * eb * 1.0)[spm], n_ranks=t[spm],
                   n_nodes=nodes[spm], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
@@ -304,8 +313,41 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
     out = out + c["final_norm"]
     first = layers + emb + np.where(pp > 1, 0.0, out)
     last = layers + out
+    experts = expert_total / (t * ep) / pp
     return {"layers": layers, "first": first, "last": np.where(pp > 1, last, first),
-            "max": np.maximum(first, last), "expert_share": (expert_total / (t * ep) / pp) / np.maximum(layers, 1)}
+            "max": np.maximum(first, last), "experts": experts, "expert_share": experts / np.maximum(layers, 1)}
+
+
+@dataclass(frozen=True)
+class GradientGroups:
+    """Who reduces which gradients and shards which optimizer states, per mapping row. Dense parameters: the
+    data-parallel group with CP (Megatron's DP x CP ranks, stride ``tp``); expert parameters: the DP x CP / EP
+    ranks that hold the same experts (stride ``tp x ep``). ``dense`` / ``experts``: parameters one rank holds."""
+
+    dense: np.ndarray
+    dense_ranks: np.ndarray
+    dense_stride: np.ndarray
+    experts: np.ndarray
+    expert_ranks: np.ndarray
+    expert_stride: np.ndarray
+
+    def sharded(self) -> np.ndarray:
+        """Parameters per rank once sharded over the groups (the distributed optimizer, FSDP)."""
+        return self.dense / self.dense_ranks + self.experts / self.expert_ranks
+
+    def parts(self, gpus_per_node: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+        """(parameters, group size, nodes the group spans) for the dense and the expert part."""
+        return ((self.dense, self.dense_ranks, group_nodes_vec(self.dense_ranks, self.dense_stride, gpus_per_node)),
+                (self.experts, self.expert_ranks,
+                 group_nodes_vec(self.expert_ranks, self.expert_stride, gpus_per_node)))
+
+
+def gradient_groups(m: pd.DataFrame, params: dict[str, np.ndarray]) -> GradientGroups:
+    """:class:`GradientGroups` of the most loaded stage (``params["max"]`` parameters per rank)."""
+    t, dp, cp, ep = (m[c].to_numpy(np.int64) for c in ("tp", "dp", "cp", "ep"))
+    experts = np.broadcast_to(np.asarray(params.get("experts", 0.0), dtype=np.float64), (len(m),))
+    dense = np.asarray(params["max"], dtype=np.float64) - experts
+    return GradientGroups(dense, dp * cp, t, experts, np.maximum(dp * cp // np.maximum(ep, 1), 1), t * ep)
 
 
 # ================================================================================================ costing
@@ -325,29 +367,32 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
     gpn = tgt.gpus_per_node
     dev, sysk = tgt.device, tgt.comm_system
     P = params["max"]
-    dp_nodes = group_nodes_vec(dp, t * cp, gpn)
-    has_dp = dp > 1
-    plain = has_dp & ~distopt & ~fsdp
-    R.add(idx[plain], "dp_ar", 1.0, "all_reduce", size_bytes=(P * gb)[plain], n_ranks=dp[plain],
-          n_nodes=dp_nodes[plain], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
-    dop = has_dp & distopt
-    R.add(idx[dop], "dp_rs", 1.0, "reduce_scatter", size_bytes=(P * gb)[dop], n_ranks=dp[dop],
-          n_nodes=dp_nodes[dop], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
-    R.add(idx[dop], "dp_ag", 1.0, "all_gather", size_bytes=(P * eb)[dop], n_ranks=dp[dop], n_nodes=dp_nodes[dop],
-          dtype=adt, device=dev, system=sysk)
-    fs = has_dp & fsdp
-    if fs.any():
-        per_layer = params["layers"] * pp / model.num_layers  # one layer's parameters per TP rank
-        pb = DTYPE_BYTES[cfg.fsdp_param_dtype]
-        R.add(idx[fs], "fsdp_ag", 1.0, "all_gather", size_bytes=(per_layer * pb)[fs], n_ranks=dp[fs],
-              n_nodes=dp_nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
-        R.add(idx[fs], "fsdp_rs", 1.0, "reduce_scatter", size_bytes=(per_layer * gb)[fs], n_ranks=dp[fs],
-              n_nodes=dp_nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
-        emb = (params["max"] - params["layers"])
-        R.add(idx[fs], "fsdp_emb", 1.0, "all_gather", size_bytes=(np.maximum(emb, 1.0) * pb)[fs], n_ranks=dp[fs],
-              n_nodes=dp_nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
-        R.add(idx[fs], "fsdp_emb", 1.0, "reduce_scatter", size_bytes=(np.maximum(emb, 1.0) * gb)[fs],
-              n_ranks=dp[fs], n_nodes=dp_nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+    groups = gradient_groups(m, params)
+    layer_share = pp / model.num_layers  # one layer's share of the stage's layer parameters
+    per_layer = ((params["layers"] - groups.experts) * layer_share, groups.experts * layer_share)
+    pb = DTYPE_BYTES[cfg.fsdp_param_dtype]
+    for part, (n, ranks, nodes) in enumerate(groups.parts(gpn)):
+        has = (ranks > 1) & (n > 0)
+        plain = has & ~distopt & ~fsdp
+        R.add(idx[plain], "dp_ar", 1.0, "all_reduce", size_bytes=(n * gb)[plain], n_ranks=ranks[plain],
+              n_nodes=nodes[plain], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+        dop = has & distopt
+        R.add(idx[dop], "dp_rs", 1.0, "reduce_scatter", size_bytes=(n * gb)[dop], n_ranks=ranks[dop],
+              n_nodes=nodes[dop], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+        R.add(idx[dop], "dp_ag", 1.0, "all_gather", size_bytes=(n * eb)[dop], n_ranks=ranks[dop],
+              n_nodes=nodes[dop], dtype=adt, device=dev, system=sysk)
+        fs = (ranks > 1) & fsdp & (per_layer[part] > 0)
+        if fs.any():  # per layer: gather its parameters, reduce-scatter its gradients
+            R.add(idx[fs], "fsdp_ag", 1.0, "all_gather", size_bytes=(per_layer[part] * pb)[fs], n_ranks=ranks[fs],
+                  n_nodes=nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
+            R.add(idx[fs], "fsdp_rs", 1.0, "reduce_scatter", size_bytes=(per_layer[part] * gb)[fs],
+                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+        if part == 0 and fs.any():  # embedding / output layer: dense, once
+            emb = (params["max"] - params["layers"])
+            R.add(idx[fs], "fsdp_emb", 1.0, "all_gather", size_bytes=(np.maximum(emb, 1.0) * pb)[fs],
+                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
+            R.add(idx[fs], "fsdp_emb", 1.0, "reduce_scatter", size_bytes=(np.maximum(emb, 1.0) * gb)[fs],
+                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
     # pipeline send/recv of [b, s/cp, h] (split over TP: Megatron's scatter-gather / SP)
     pipe = pp > 1
     s = cfg.seq(model) // cp
@@ -366,7 +411,7 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
         R.add(idx, "fp8w", 1.0, "elementwise", variant="copy", elements=np.maximum(params["layers"], 1.0),
               dtype=adt, device=dev, n_inputs=1, n_outputs=1)
     # optimizer: Adam over this rank's shard of fp32 master weights, plus the gradient-norm pass
-    shard = np.where(distopt | fsdp, P / dp, P)
+    shard = np.where(distopt | fsdp, groups.sharded(), P)
     R.add(idx, "opt", 1.0, "elementwise", variant="adam", elements=np.maximum(shard, 1.0), dtype="fp32", device=dev)
     R.add(idx, "opt", 1.0, "elementwise", variant="scale", elements=np.maximum(P, 1.0), dtype="fp32", device=dev,
           n_inputs=1, n_outputs=0)

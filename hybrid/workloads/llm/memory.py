@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.workloads.llm.config import TrainingConfig
+from hybrid.workloads.llm.costing import gradient_groups
 from hybrid.workloads.llm.model import TransformerConfig
 
 GIB = 2.0**30
@@ -134,10 +135,12 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     # ------------------------------------------------------------------ model states
     P_first, P_last = params["first"], params["last"]
     P = np.maximum(P_first, P_last)
+    # sharded states (distributed optimizer, FSDP): dense parameters over DP x CP, experts over DP x CP / EP
+    shard = gradient_groups(m, params).sharded()
     # FSDP: the fp32 flat-parameter shard is the master copy (4/dp), gradients 4/dp, Adam moments 8/dp
-    weights = np.where(fsdp, 4.0 * P / dp, wb * P)
-    grads = np.where(fsdp, 4.0 * P / dp, 4.0 * P)
-    optim = np.where(fsdp, 8.0 * P / dp, np.where(distopt, (8.0 + master) * P / dp, (8.0 + master) * P))
+    weights = np.where(fsdp, 4.0 * shard, wb * P)
+    grads = np.where(fsdp, 4.0 * shard, 4.0 * P)
+    optim = np.where(fsdp, 8.0 * shard, np.where(distopt, (8.0 + master) * shard, (8.0 + master) * P))
     layer_p = params["layers"] * pp / L
     gathered = np.where(fsdp, 2 * layer_p * (2.0 + 2.0), 0.0)
     # ------------------------------------------------------------------ activations
@@ -159,10 +162,13 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     V = np.ceil(model.vocab_size / (cfg.make_vocab_size_divisible_by * tp)) * cfg.make_vocab_size_divisible_by * tp
     logits = 4.0 * tokens * h / tp * (1.0 + V / h)
     # the logits live on the last stage; when pp > 1 the first stage's activations usually dominate
-    last_acts = tokens * stored * layers_pp + logits
+    # the last stage: one microbatch in flight under 1F1B; (vp - 1) x pp + 1 chunks interleaved (its warm-up)
+    chunks_last = np.where(vp > 1, np.minimum((vp - 1) * pp + 1, n_micro * vp), 1)
+    last_only = tokens * stored * chunks_last * L / (pp * vp) + np.where(rc == "full", tokens * full_layer, 0.0)
+    last_acts = last_only + logits
     first_total = acts
     pick_last = (pp > 1) & (last_acts > first_total)
-    activations = np.where(pp > 1, np.where(pick_last, tokens * stored * layers_pp, acts), acts)
+    activations = np.where(pp > 1, np.where(pick_last, last_only, acts), acts)
     logits_part = np.where(pp > 1, np.where(pick_last, logits, 0.0), logits)
     reserve = np.full(len(m), cfg.reserve_gib * GIB)
     return MemoryBreakdown(weights, grads, optim, activations, logits_part, gathered, reserve, capacity)

@@ -28,7 +28,8 @@ from hybrid.workloads.llm.schedule import closed_form, simulate_mapping, stage_t
 
 FLOP_FORMULA = ("model FLOPs = 3 x tokens x [2 x layer matmul weights (active) + 2 h V + 4 s q_width L "
                 "(MLA: 2 s (q_width + value_width) L)]; "
-                "HFU adds the recomputed forward (full) or that attention term per token (selective); "
+                "HFU adds the recomputed layers' forward (full) or, without FlashAttention, that attention term "
+                "per token (selective); "
                 "MFU = model FLOPs / (iteration s x GPUs x dense peak)")
 
 
@@ -38,9 +39,11 @@ def model_flops(model: TransformerConfig, cfg: TrainingConfig) -> tuple[float, f
     tokens = cfg.global_batch * s
     fwd = model.forward_flops_per_token(s, causal_skip=False)
     mf = 3.0 * fwd * tokens
-    if cfg.recompute == "full":
-        hf = 4.0 * fwd * tokens
-    elif cfg.recompute == "selective":
+    if cfg.recompute == "full":  # the layers run forward again; the output layer does not (Megatron's HFU)
+        head = 2.0 * model.hidden_size * model.vocab_size + (2.0 * model.hidden_size ** 2 if model.encoder_only
+                                                              else 0.0)
+        hf = mf + (fwd - head) * tokens
+    elif cfg.recompute == "selective" and not cfg.flash_attention:  # FlashAttention: nothing extra (as timed)
         hf = mf + 2.0 * s * (model.q_width + model.value_width) * model.num_layers * tokens
     else:
         hf = mf
@@ -128,13 +131,16 @@ def placement(cfg: TrainingConfig, tgt: Target) -> dict[str, str]:
 
     g = tgt.gpus_per_node
 
-    def where(size: int, stride: int) -> str:
+    def where(size: int, stride: int, what: str = "") -> str:
         if size <= 1:
             return "none"
         nodes = group_nodes(size, stride, g)
-        return f"{size} ranks, {'1 node (' + tgt.system + ' intra-node fabric)' if nodes == 1 else f'{nodes} nodes (NICs)'}"
+        return (f"{size} ranks{what}, "
+                f"{'1 node (' + tgt.system + ' intra-node fabric)' if nodes == 1 else f'{nodes} nodes (NICs)'}")
 
-    return {"tp": where(cfg.tp, 1), "cp": where(cfg.cp, cfg.tp), "dp": where(cfg.dp, cfg.tp * cfg.cp),
+    # gradients are reduced over DP x CP (the CP ranks hold the same weights)
+    return {"tp": where(cfg.tp, 1), "cp": where(cfg.cp, cfg.tp),
+            "dp": where(cfg.dp * cfg.cp, cfg.tp, " (DP x CP)" if cfg.cp > 1 else ""),
             "pp": "none" if cfg.pp == 1 else ("across nodes" if cfg.tp * cfg.cp * cfg.dp >= g else "inside a node"),
             "ep": where(cfg.ep, cfg.tp * cfg.cp)}
 
@@ -253,13 +259,16 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
     s = base.seq(model)
     if max_cp < 1:
         raise InvalidInputError(f"max CP must be a positive integer, got {max_cp}")
+    bad = [b for b in micro_batches if isinstance(b, bool) or not isinstance(b, int | np.integer) or b < 1]
+    if bad or not len(micro_batches):
+        raise InvalidInputError(f"micro batches must be positive integers, got {list(micro_batches)!r}")
     if base.flash_attention:  # FlashAttention never stores the scores: selective = none, in time and memory
         recompute = tuple(r for r in recompute if r != "selective") or ("none",)
     divs = _divisors(G)
     tps = [t for t in divs if t <= tgt.gpus_per_node and model.num_attention_heads % t == 0
            and (model.num_kv_heads % t == 0 or t % model.num_kv_heads == 0)]
     cps = [1] + ([c for c in divs if 1 < c <= max_cp and s % (2 * c) == 0] if base.flash_attention else [])
-    pps = [p for p in divs if L % p == 0]
+    pps = [p for p in divs if L % p == 0] if not model.encoder_only else [1]  # PP: decoder models only
     eps = _divisors(int(model.num_experts)) if (model.is_moe and expert_parallel) else [1]
     vps = list(range(1, max(max_vp, 1) + 1))
     opts = ("none", "distopt", "fsdp") if fsdp else ("none", "distopt")
@@ -276,7 +285,7 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
     ok &= base.global_batch % (mb * d) == 0
     nm = base.global_batch // (mb * d)
     ok &= (v == 1) | ((p > 1) & (L % (p * v) == 0) & (nm % p == 0))
-    ok &= ~sp | (t > 1)
+    ok &= ~sp | ((t > 1) & ((s // c) % t == 0))  # SP splits each CP rank's tokens over TP
     ok &= (opt == "none") | (d > 1)
     ok &= (d * c) % e == 0
     if not ok.any():
@@ -309,6 +318,10 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     if unknown:
         raise InvalidInputError(f"search: unknown search-space option(s) {', '.join(unknown)} (known: "
                                 f"{', '.join(known)})")
+    for name, value in (("top", top), ("engine_top", engine_top)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < (1 if name == "top" else 0):
+            raise InvalidInputError(f"search: {name} must be a {'positive' if name == 'top' else 'non-negative'} "
+                                    f"integer, got {value!r}")
     cm = _cost_model(cost_model, base)
     tgt = resolve_target(system, model_catalog(cm), base.dtype, comm_system)
     cand = candidate_mappings(model, base, tgt, **space)
@@ -336,8 +349,10 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     if fit.empty:
         best = out.sort_values("memory_gib").iloc[0]
         raise InvalidInputError(f"no mapping fits in {tgt.mem_capacity / GIB:.0f} GiB per GPU (smallest needs "
-                                f"{best['memory_gib']:.1f} GiB: tp {best['tp']}, pp {best['pp']}, "
-                                f"recompute {best['recompute']})")
+                                f"{best['memory_gib']:.1f} GiB: tp {best['tp']}, pp {best['pp']}, cp {best['cp']}, "
+                                f"dp {best['dp']}, ep {best['ep']}, micro-batch {best['mb']}, "
+                                f"recompute {best['recompute']}, optimizer states "
+                                f"{'FSDP' if best['fsdp'] else 'distributed' if best['distopt'] else 'replicated'})")
     fit = fit.head(max(top, engine_top)).copy()
     eng = np.full(len(fit), np.nan)
     for j, i in enumerate(fit.index[:engine_top]):
