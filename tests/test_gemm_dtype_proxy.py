@@ -77,3 +77,27 @@ def test_dispatch_is_not_scaled_and_fitted_dtypes_answer_for_themselves(xla, cat
     assert only.fitted_dtypes == {"tf32"}
     assert np.isnan(only.dtype_proxy_us(_query("fp8"), roofline(_query("fp8"), catalog), catalog)).all()
     assert set(UNSEEN_DTYPE_PROXY["fp8"]) == {"bf16", "fp16"} and "tf32" not in UNSEEN_DTYPE_PROXY
+
+
+def test_a_gpu_without_units_of_the_dtype_is_priced_on_the_units_it_runs_on(catalog):
+    """fp8 and fp4 on a V100 run on its fp16 tensor cores: priced at the fitted fp16 efficiency on that GPU, not at
+    the bf16 one (which there runs on the FP32 units at nearly 100% of that slow roofline and, carried to the
+    tensor-core roofline, made fp8 faster than fp16)."""
+    from pathlib import Path
+
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "datasets/H100-SXM/measurements.csv",
+                        low_memory=False)
+    fit = table[table["op"].isin(["gemm", "linear", "bmm"])].reset_index(drop=True)
+    model = GemmXGB(XGBParams(seed=0, n_estimators=60)).fit(fit, roofline(fit, catalog), catalog)
+    assert {"fp16", "bf16"} <= model.fitted_dtypes and "fp8" not in model.fitted_dtypes
+    q = pd.DataFrame({"device": "V100-SXM2-32GB", "op": "gemm", "b": 1, "m": [2048, 8192], "n": [2048, 8192],
+                      "k": [2048, 8192], "dtype": "fp16"})
+    t16 = model.predict(q, roofline(q, catalog), catalog)
+    for dt in ("fp8", "fp4"):
+        qd = q.assign(dtype=dt)
+        td = model.predict(qd, roofline(qd, catalog), catalog)
+        assert td[-1] == pytest.approx(t16[-1], rel=0.02), dt  # compute-bound: the same units, the same time
+        assert np.all(td >= t16 * 0.5)
+    # on a GPU with fp8 units the fp8 proxy stays bf16 (the nearest fitted dtype of the chain)
+    assert model._device_proxy("H100-SXM", "fp8", catalog) == "bf16"
+    assert model._device_proxy("V100-SXM2-32GB", "fp8", catalog) == "fp16"

@@ -846,6 +846,18 @@ class GemmXGB(DispatchXGB):
             return ""
         return next((p for p in self.dtype_proxy.get(dt, ()) if p in seen), "")
 
+    def _device_proxy(self, device: str, dtype: str, catalog: Catalog) -> str:
+        """:meth:`proxy_for`, except where ``device`` has no units of ``dtype`` and runs it on a fitted dtype's
+        (:meth:`~hybrid.hardware.device.Device.compute_peak_dtype`): that dtype."""
+        dt = normalize_dtype(dtype)
+        try:
+            units = catalog.device(device).compute_peak_dtype(dt)
+        except Exception:  # noqa: BLE001 - an unknown device or dtype is the roofline's error to raise
+            units = dt
+        if units != dt and units in self.fitted_dtypes:
+            return units
+        return self.proxy_for(dt)
+
     def dtype_proxy_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per GEMM row whose dtype the fit has no GEMM of and that has a fitted proxy (:data:`UNSEEN_DTYPE_PROXY`):
         the kernel time predicted for the same row in the proxy dtype, times the row's roofline over the proxy
@@ -855,8 +867,10 @@ class GemmXGB(DispatchXGB):
         seen = self.fitted_dtypes
         if not seen or not self.dtype_proxy or len(table) == 0 or "dtype" not in table.columns:
             return out
-        codes, names = str_codes(table["dtype"])
-        proxy = np.array([self.proxy_for(raw) for raw in names] + [""], dtype=object)[codes]
+        # per distinct (device, dtype): a device without units of the dtype runs it on the units it falls back to
+        # (fp8 on a V100: its fp16 tensor cores), so those units' fitted efficiency prices it
+        pairs, index = device_dtype_pairs(table)
+        proxy = np.array([self._device_proxy(dev, raw, catalog) for dev, raw in pairs], dtype=object)[index]
         rows = np.nonzero(proxy != "")[0]
         if not len(rows):
             return out
