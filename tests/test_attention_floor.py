@@ -58,3 +58,28 @@ def test_small_attention_and_other_pointwise_ops_are_not_floored(vidur_pointwise
     assert model.floor_us(small, base, catalog)[0] == 0.0
     ew = vidur_pointwise.head(200)
     assert not model.floor_us(ew, roofline(ew, catalog), catalog).any()
+
+
+def test_a_chunk_between_prefill_and_decode_costs_at_most_its_square_pieces(catalog):
+    """Attention is measured at q = kv (prefill) and q = 1 (decode). A prompt chunk of q queries over kv keys
+    (chunked prefill) lies between them; the trees alone priced 128 queries over 4096 keys slower than 2048 over
+    the same keys. Bounded by the chunk run as square pieces, time grows with the queries."""
+    from pathlib import Path
+
+    from hybrid.corrections.kernel_xgb import CHUNK_MIN_QUERIES
+
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "datasets/H200/measurements.csv", low_memory=False)
+    fit = table[table["op"].isin(["attention", "softmax", "layernorm", "elementwise"])].reset_index(drop=True)
+    model = PointwiseXGB(XGBParams(seed=0, n_estimators=80)).fit(fit, roofline(fit, catalog), catalog)
+    qs = [1, 8, 16, 128, 256, 512, 1024, 2048, 4096]
+    q = pd.DataFrame({"op": "attention", "device": "H200", "dtype": "bf16", "direction": "fwd", "batch": 1,
+                      "heads": 32, "kv_heads": 32, "q_len": qs, "kv_len": 4096, "head_dim": 128, "causal": True})
+    base = roofline(q, catalog)
+    bound = model.chunk_bound_us(q, base, catalog)
+    inside = (np.array(qs) >= CHUNK_MIN_QUERIES) & (np.array(qs) < 4096)
+    assert np.isfinite(bound[inside]).all() and np.isnan(bound[~inside]).all()
+    t = model.predict(q, base, catalog)
+    assert np.all(t[inside] <= bound[inside] * (1 + 1e-9))
+    chunks = t[np.array(qs) >= 128]
+    assert np.all(chunks[1:] >= 0.85 * chunks[:-1]), chunks  # more queries over the same keys: not faster
+    assert np.all(t >= base["time_us"].to_numpy() * 0.5)

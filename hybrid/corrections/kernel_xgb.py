@@ -974,6 +974,12 @@ class GemmXGB(DispatchXGB):
         return GEMM_ROOFLINE_FLOOR if self.feature_version >= 4 else None
 
 
+#: Queries from which an attention row between the measured shapes (q = kv prefill, q = 1 decode) is bounded by
+#: square pieces of itself (:meth:`PointwiseXGB.chunk_bound_us`); below, speculative-decode widths, the pieces
+#: would be as far from the measured shapes as the row.
+CHUNK_MIN_QUERIES = 16
+
+
 class PointwiseXGB(DispatchXGB):
     """Kernel efficiency of memory-bound row/pointwise kernels (elementwise, norms, softmax, attention)."""
 
@@ -1006,6 +1012,54 @@ class PointwiseXGB(DispatchXGB):
         dram = baseline["bytes"].to_numpy(dtype=np.float64) > ATTENTION_DRAM_FLOOR_L2 * l2
         return np.where(att & _gpu_rows(table, catalog) & dram,
                         np.maximum(floor, baseline["time_us"].to_numpy(dtype=np.float64)), floor)
+
+
+    def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        out = super().predict(table, baseline, catalog)
+        bound = self.chunk_bound_us(table, baseline, catalog)
+        use = np.isfinite(bound) & (bound < out)
+        if use.any():
+            out[use] = np.maximum(bound[use], self.floor_us(table, baseline, catalog)[use])
+        return out
+
+    def chunk_bound_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per attention row with :data:`CHUNK_MIN_QUERIES` <= q_len < kv_len (a prompt chunk over its context,
+        speculative queries): the row run as square pieces of q_len x q_len, the shapes every attention
+        measurement has (prefill q = kv, and decode q = 1), NaN elsewhere. The context before the chunk is one
+        batched non-causal q x q attention (the batch times its ceil((kv - q) / q) blocks), the chunk's own keys a
+        causal q x q one (non-causal: the batch times ceil(kv / q) blocks, no diagonal); or, when cheaper, the
+        square attention of every kv query, a superset of the chunk's work. Both bound the row from above (the
+        pieces re-read the queries once per block): the trees alone, between the two measured
+        regimes, priced an H100 bf16 chunk of 128 queries over 4096 keys at 20x its roofline and slower than
+        2048 queries over the same keys."""
+        out = np.full(len(table), np.nan)
+        if not len(table) or "q_len" not in table.columns or "kv_len" not in table.columns:
+            return out
+        att = isin_fast(baseline["family"], ("attention",))
+        q = pd.to_numeric(table["q_len"], errors="coerce").to_numpy(dtype=np.float64)
+        kv = pd.to_numeric(table["kv_len"], errors="coerce").to_numpy(dtype=np.float64)
+        rows = np.flatnonzero(att & (q >= CHUNK_MIN_QUERIES) & (q < kv))
+        if not len(rows):
+            return out
+        from hybrid.ops.roofline import roofline
+
+        sub = table.iloc[rows].reset_index(drop=True)
+        qs, kvs = q[rows], kv[rows]
+        causal = sub["causal"].fillna(False).astype(bool).to_numpy() if "causal" in sub.columns \
+            else np.zeros(len(sub), dtype=bool)
+        batch = pd.to_numeric(sub["batch"], errors="coerce").fillna(1.0).to_numpy(dtype=np.float64) \
+            if "batch" in sub.columns else np.ones(len(sub))
+        blocks = np.ceil(np.where(causal, kvs - qs, kvs) / qs)
+        context = sub.assign(q_len=qs, kv_len=qs, causal=False, batch=batch * blocks)
+        diagonal = sub.assign(q_len=qs, kv_len=qs, causal=True)
+        whole = sub.assign(q_len=kvs, kv_len=kvs)  # every query of the context: a superset of the chunk's work
+        n, nc = len(sub), int(causal.sum())
+        pieces = pd.concat([context, whole, diagonal[causal]], ignore_index=True)
+        piece_us = super().predict(pieces, roofline(pieces, catalog), catalog)
+        split = piece_us[:n].copy()
+        split[np.flatnonzero(causal)] += piece_us[2 * n:2 * n + nc]
+        out[rows] = np.minimum(split, piece_us[n:2 * n])
+        return out
 
 
 class ConvXGB(XGBCorrection):
