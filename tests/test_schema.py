@@ -41,6 +41,8 @@ def test_validate_normalises(catalog):
     ("device", "Voodoo 5", r"column 'device': unknown device 'Voodoo 5'"),
     ("dtype", "fp7", r"column 'dtype': unknown dtype 'fp7'"),
     ("time_us", np.inf, r"column 'time_us': value is infinite"),
+    ("n_ranks", True, r"column 'n_ranks': expected a number, got True"),
+    ("size_bytes", 1e30, r"column 'size_bytes': 1e\+30 is too large"),
 ])
 def test_validate_names_row_and_column(catalog, column, value, message):
     df = _table()
@@ -143,3 +145,19 @@ def test_final_newline_check_reads_only_the_tail(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "open", lambda *a, **k: Counting(real_open(*a, **k)))
     assert schema.lacks_final_newline(big) is False
     assert sum(read) == 1
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"op": "attention", "batch": 1, "heads": 8, "kv_heads": 3, "q_len": 16, "kv_len": 16, "head_dim": 64},
+     r"column 'kv_heads': query heads \(8\) must be a multiple of the key/value heads \(3\)"),
+    ({"op": "attention", "batch": 1, "heads": 8, "kv_heads": 16, "q_len": 16, "kv_len": 16, "head_dim": 64},
+     r"must be a multiple of the key/value heads \(16\)"),
+    ({"op": "conv2d", "batch": 1, "in_channels": 64, "out_channels": 64, "height": 8, "width": 8, "kernel_h": 3,
+      "kernel_w": 3, "groups": 5}, r"column 'groups': groups \(5\) must divide the input channels \(64\)"),
+])
+def test_values_that_must_agree_across_columns(catalog, extra, message):
+    good = pd.DataFrame([{"device": "H100-SXM", "time_us": 1.0, "dtype": "fp16", **extra}])
+    key = "kv_heads" if "kv_heads" in extra else "groups"
+    validate(good.assign(**{key: 4 if key == "kv_heads" else 2}), catalog)  # a divisor passes
+    with pytest.raises(SchemaError, match=message):
+        validate(good, catalog)

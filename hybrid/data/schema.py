@@ -106,6 +106,8 @@ COLUMNS: tuple[Column, ...] = (
     _C("kernel_name", "str", "kernel name, where known"),
 )
 COLUMN_BY_NAME = {c.name: c for c in COLUMNS}
+#: the largest integer column value accepted (sizes beyond it overflow 64-bit arithmetic downstream)
+MAX_INT = 2.0**62
 REQUIRED = ("device", "op", "time_us")
 DIRECTIONS = ("fwd", "bwd")
 INDEX_DISTS = ("uniform", "zipf")
@@ -214,6 +216,11 @@ def validate(
                 raise _fail(df, i, name, f"expected true/false, got {_show(raw.iloc[i])}", source)
             df[name] = mapped.astype("boolean")
             continue
+        if raw.dtype.kind == "b" or (raw.dtype == object and len(raw)
+                                     and any(isinstance(u, (bool, np.bool_)) for u in pd.unique(raw))):
+            flags = raw.map(lambda v: isinstance(v, (bool, np.bool_))).to_numpy(dtype=bool)
+            i = int(np.flatnonzero(flags)[0])
+            raise _fail(df, i, name, f"expected a number, got {_show(raw.iloc[i])}", source)
         if raw.dtype.kind in "iuf":  # already numbers (numpy or nullable): nothing to parse
             arr = raw.to_numpy(dtype=np.float64, na_value=np.nan)
         else:
@@ -236,6 +243,10 @@ def validate(
             i = int(np.flatnonzero(present & (arr < 0))[0])
             raise _fail(df, i, name, f"must be >= 0, got {_show(raw.iloc[i])}", source)
         if spec.kind == "int":
+            huge = present & (np.abs(arr) >= MAX_INT)
+            if huge.any():
+                i = int(np.flatnonzero(huge)[0])
+                raise _fail(df, i, name, f"{_show(raw.iloc[i])} is too large (at most 2^62)", source)
             frac = present & (np.abs(arr - np.round(arr)) > 1e-6 * np.maximum(1.0, np.abs(arr)))
             if frac.any():
                 i = int(np.flatnonzero(frac)[0])
@@ -265,6 +276,19 @@ def validate(
             if nulls.any():
                 i = int(np.flatnonzero(nulls)[0])
                 raise _fail(df, i, name, f"missing value (NaN/empty) for op {op!r}", source)
+
+    # values that must agree across columns
+    for a, b, problem in (("heads", "kv_heads", "query heads ({a}) must be a multiple of the key/value heads ({b})"),
+                          ("in_channels", "groups", "groups ({b}) must divide the input channels ({a})"),
+                          ("out_channels", "groups", "groups ({b}) must divide the output channels ({a})")):
+        if a in df.columns and b in df.columns:
+            x = pd.to_numeric(df[a], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            y = pd.to_numeric(df[b], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                bad = np.isfinite(x) & np.isfinite(y) & (np.mod(x, y) != 0)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise _fail(df, i, b, problem.format(a=_show(df[a].iloc[i]), b=_show(df[b].iloc[i])), source)
 
     # categorical values
     if "dtype" not in df.columns:
