@@ -175,3 +175,7 @@ def test_calibrate_sibling_blend_flag_reaches_the_registered_model(shared_datase
     rc, _, err = cli(["calibrate", str(csv), "--name", "sib2", "--base", "sib", "--tracking-uri", uri, "-q",
                       "--sibling-blend"])
     assert rc == 2 and "sibling_blend applies to a new calibration" in err
+    for flag in ("--collective-transfer", "--no-collective-transfer"):  # either way: the base's collective model
+        rc, _, err = cli(["calibrate", str(csv), "--name", "sib3", "--base", "sib", "--tracking-uri", uri, "-q",
+                          flag])
+        assert rc == 2 and "collective_transfer applies to a new calibration" in err, flag

@@ -125,6 +125,40 @@ def test_unreachable_tracking_server_fails_within_seconds(tmp_path, shared_datas
         assert rc == 2 and f"cannot reach the tracking server {uri}" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_server_that_never_answers_or_is_not_mlflow_fails_in_one_line(tmp_path, monkeypatch):
+    """A listener that accepts connections and never answers (a hung server, a wrong port) held every command for
+    MLflow's retry budget times hybrid's (about 13 minutes); a web server that is not MLflow gave a raw
+    MlflowException and exit code 1."""
+    import http.server
+    import threading
+
+    from hybrid.tracking.store import PROBE_TIMEOUT_ENV
+
+    monkeypatch.setenv(PROBE_TIMEOUT_ENV, "1")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:  # no request log on the captured stderr
+            pass
+
+    web = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        args = ["predict", "gemm", "-d", "H100", "-m", "8", "-n", "8", "-k", "8", "--model", "kern"]
+        t0 = time.monotonic()
+        rc, out, err = cli([*args, "--tracking-uri", f"http://127.0.0.1:{silent.getsockname()[1]}"])
+        assert time.monotonic() - t0 < 15
+        assert rc == 2 and "accepts connections but sent no HTTP answer within 1 s" in err
+        assert len(err.strip().splitlines()) == 1
+        rc, out, err = cli([*args, "--tracking-uri", f"http://127.0.0.1:{web.server_address[1]}"])
+        ours = [line for line in err.splitlines() if line.startswith("error:")]  # (the web server logs too)
+        assert rc == 2 and len(ours) == 1 and ours[0].startswith("error: tracking store:") and "404" in ours[0]
+    finally:
+        silent.close()
+        web.shutdown()
+
+
 def test_probe_timeout_is_configurable(monkeypatch):
     from hybrid.errors import InvalidInputError
     from hybrid.tracking.store import PROBE_TIMEOUT_ENV, probe_timeout_s

@@ -148,6 +148,11 @@ def _run(argv: list[str] | None) -> int:
         click.echo(f"error: {exc.filename}: {(exc.strerror or type(exc).__name__).lower()}", err=True)
         return 2
     except Exception as exc:  # an unexpected failure: still one line, traceback on request
+        if type(exc).__module__.startswith("mlflow") and not os.environ.get("HYBRID_DEBUG"):
+            # the tracking store or server refused a request (a wrong URL path, a server error, permissions)
+            click.echo(f"error: tracking store: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                       err=True)
+            return 2
         return _unexpected(exc)
     # Without standalone mode click returns ``ctx.exit(code)``'s code instead of raising it.
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0

@@ -121,7 +121,7 @@ class CalibrationConfig:
             raise InvalidInputError(f"test fraction must be in (0, 1), got {self.test_fraction}")
         if self.base:
             parse_model_ref(self.base)
-            if self.collective_transfer:
+            if self.collective_transfer is not None:
                 raise InvalidInputError("collective_transfer applies to a new calibration; an adapted model (base) "
                                         "keeps the collective model of its base")
             if self.sibling_blend is not None:
@@ -456,7 +456,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
                                                .astype(str)))),
         "exclude_devices": ",".join(config.exclude_devices),
         "splits": ",".join(summaries), "data_sha256": digest, "n_rows": len(table),
-        "sources": ",".join(data.sources), "collective_transfer": bool(config.collective_transfer),
+        "sources": ",".join(data.sources), "collective_transfer": "base" if config.base else bool(config.collective_transfer),
         "sibling_blend": "base" if config.sibling_blend is None else bool(config.sibling_blend),
         "adapt_strategy": config.adapt_strategy if config.base else "",
     })

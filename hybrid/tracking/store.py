@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from hybrid.errors import HybridError, InvalidInputError
@@ -191,8 +191,8 @@ def probe_server(uri: str, timeout_s: float | None = None) -> None:
     if not parts.hostname:
         raise TrackingError(f"tracking URI {uri!r} names no host")
     try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout):
-            pass
+        with socket.create_connection((parts.hostname, port), timeout=timeout) as conn:
+            _answers_http(conn, parts.hostname, timeout, uri)
     except TimeoutError:
         raise TrackingError(f"cannot reach the tracking server {uri}: no answer within {timeout:g} s "
                             f"(set ${PROBE_TIMEOUT_ENV} to wait longer; check --tracking-uri / "
@@ -201,6 +201,22 @@ def probe_server(uri: str, timeout_s: float | None = None) -> None:
         reason = (exc.strerror or str(exc) or type(exc).__name__).lower()
         raise TrackingError(f"cannot reach the tracking server {uri}: {reason} (is the server running? "
                             "check --tracking-uri / $MLFLOW_TRACKING_URI)") from None
+
+
+def _answers_http(conn: Any, host: str, timeout: float, uri: str) -> None:
+    """Send one plain-HTTP request on the open connection ``conn`` and wait ``timeout`` s for the first bytes of
+    any answer: a listener that accepts connections and never answers (a hung server, a wrong port) would
+    otherwise hold every MLflow call for its whole retry budget. HTTPS endpoints are left to MLflow."""
+    if uri.lower().startswith("https"):
+        return
+    conn.settimeout(timeout)
+    try:
+        conn.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        conn.recv(1)
+    except TimeoutError:
+        raise TrackingError(f"the tracking server {uri} accepts connections but sent no HTTP answer within "
+                            f"{timeout:g} s (set ${PROBE_TIMEOUT_ENV} to wait longer; check --tracking-uri / "
+                            "$MLFLOW_TRACKING_URI)") from None
 
 
 @contextlib.contextmanager
@@ -284,6 +300,8 @@ def quiet_mlflow() -> Iterator[None]:
 def is_transient(exc: BaseException) -> bool:
     """True for failures worth retrying: a locked SQLite database, a busy or restarting server."""
     text = f"{type(exc).__name__}: {exc}".lower()
+    if "timed out" in text or "timeout" in text:  # MLflow already retried a server that does not answer
+        return False
     return any(s in text for s in ("database is locked", "database is busy", "connection refused",
                                    "temporarily unavailable", "max retries exceeded"))
 
