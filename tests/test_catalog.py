@@ -661,3 +661,14 @@ def test_a_shared_architecture_string_names_the_other_gpus_it_could_be(catalog, 
     assert catalog.arch_alternatives("H100") == [] and catalog.arch_alternatives("NVIDIA H200") == []
     assert catalog.arch_alternatives("gfx906") == [k for k, d in catalog.devices.items()
                                                    if d.arch == "gfx906" and k != catalog.resolve_device("gfx906")]
+
+
+def test_a_stated_sxm_generation_names_its_own_board(catalog):
+    """``V100 SXM3`` was resolved as the SXM2 part (the SXM word stripped, then the bare V100), ``H100-SXM9`` as the
+    H100 SXM, both silently."""
+    for name in ("V100-SXM3", "Tesla V100-SXM3", "V100 SXM3 32GB"):
+        assert catalog.resolve_device(name) == "V100-SXM3-32GB", name
+    assert catalog.resolve_device("H100 SXM5") == "H100-SXM" and catalog.resolve_device("HGX H100") == "H100-SXM"
+    assert catalog.resolve_device("NVIDIA H100 SXM5 94GB") == "H100-SXM-94GB"
+    with pytest.raises(UnknownDeviceError, match="H100-SXM9"):
+        catalog.resolve_device("H100-SXM9")

@@ -34,12 +34,20 @@ _MEMORY_KIND = re.compile(r"(?<![a-z0-9])(hbm\d*e?|gddr\d*x?|lpddr\d*x?)(?![a-z0
 #: ``HGX`` / ``DGX``: the baseboard or system a GPU string names it by (``NVIDIA HGX H100 80GB``: the SXM part).
 _PACKAGING = re.compile(r"(?<![a-z0-9])(grace([\s_-]*(hopper|blackwell))?|superchip|nvl\d+|nvbridge|cts|oam|hgx|dgx|"
                         r"sxm\d?|mezzanine|module|vf)(?![a-z0-9])")
+#: An SXM board generation stated in a name (``V100 SXM3``): it must agree with the part the name resolves to.
+_SXM_GENERATION = re.compile(r"(?<![a-z0-9])sxm(\d)(?![a-z0-9])")
 #: Architecture and marketing words some result tables put around the name (``Blackwell B200``, ``H100 Tensor
 #: Core GPU``, ``MI300X Accelerator``): never part of a catalog name, so tried off first.
 _MARKETING = re.compile(r"(?<![a-z0-9])(blackwell|hopper|ampere|volta|turing|pascal|tensor[\s_-]*core|gpu|"
                         r"accelerator)(?![a-z0-9])")
 #: A name that states its memory matches a device only within this relative distance of its capacity (GB or GiB).
 MEMORY_MATCH_TOLERANCE = 0.05
+
+
+def _tokens(name: str) -> list[str]:
+    """The words of a device name (lower case, vendor words and power annotation off, split at separators)."""
+    s = _VENDOR_PREFIX.sub("", _POWER_SUFFIX.sub("", str(name).strip().lower()).strip())
+    return [w for w in re.split(r"[\s_\-./()]+", s) if w]
 
 
 def normalize_name(name: str) -> str:
@@ -197,10 +205,22 @@ class Catalog:
             return key, None
         sizes = [float(m.group(1)) for m in _MEMORY_SIZE.finditer(text)]
         bare = _MEMORY_KIND.sub(" ", _MEMORY_SIZE.sub(" ", text))
+        # a stated SXM generation names one board: ``V100 SXM3`` is the SXM3 part (its only entry is named with its
+        # memory), never the SXM2 part the name without the word would find; ``H100 SXM9`` is no part at all
+        sxm = set(_SXM_GENERATION.findall(bare))
+        if sxm:
+            stem = _tokens(bare)
+            hits = {k for k, d in self.devices.items() for alias in (k, *d.aliases)
+                    if _tokens(alias)[:len(stem)] == stem}
+            if len(hits) == 1 and (not sizes or self._memory_agrees(next(iter(hits)), sizes)):
+                return next(iter(hits)), None
         for cand in (bare, _PACKAGING.sub(" ", bare)):
             key = self._device_index.get(normalize_name(cand))
             if key is None:
                 continue
+            if sxm and not any(f"sxm{g}" in alias for alias, k in self._device_index.items() if k == key
+                               for g in sxm):
+                return None, None
             if sizes and not self._memory_agrees(key, sizes):
                 # another memory configuration of the part: its own entry, named with the size (``GH200 144GB``)
                 for x in sizes:
