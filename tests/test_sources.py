@@ -129,6 +129,10 @@ def test_pull_errors_leave_nothing(shared_datasets, tmp_path):
     assert not (tmp_path / "fresh").exists()
     with pytest.raises(SourceError, match=r"xla-matmul cannot be downloaded.*--from"):
         pull("xla-matmul", tmp_path / "out")
+    for renamed in ("llmcompass", "deepbench-xlsx"):  # files renamed or moved in the public layout
+        with pytest.raises(SourceError, match=rf"{renamed} cannot be downloaded file-for-file.*--from"):
+            pull(renamed, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
     with pytest.raises(InvalidInputError, match="unknown source 'nope'"):
         pull("nope", tmp_path / "out", from_dir=mirror)
 

@@ -258,7 +258,7 @@ def _catalog_body(text: str) -> str:
 
 #: Device fields ``hybrid profile`` measures (its ceilings): two runs on one machine differ in them by noise.
 MEASURED_DEVICE_FIELDS = ("peak_tflops", "mem_bw_gbps", "kernel_latency_us", "boost_clock_mhz", "source", "notes",
-                          "mem_bw_shared_gbps")
+                          "mem_bw_shared_gbps", "mem_gib")  # mem_gib: a CPU's MemTotal moves by kilobytes between boots
 #: System fields its collective sweep measures.
 MEASURED_SYSTEM_FIELDS = ("intra_node_gbps", "intra_latency_us", "inter_node_gbps", "inter_latency_us", "source")
 

@@ -290,8 +290,8 @@ def render_toml(sources: dict[str, Source], header: str = "") -> str:
     for s in sources.values():
         out.append(f"[sources.{s.name}]")
         for k, v in s.__dict__.items():
-            if k in ("name", "files") or v in ("", 0) or (k in ("derived",) and v is False) or (
-                    k == "downloadable" and v is True):
+            if k in ("name", "files") or (not isinstance(v, bool) and v in ("", 0)) or (
+                    k == "derived" and v is False) or (k == "downloadable" and v is True):
                 continue
             out.append(f"{k} = {_toml_value(v)}")
         if s.files:
