@@ -344,3 +344,12 @@ def test_quickstart_keeps_the_h100_matmul_table_whole_beside_the_sampled_subset(
     assert int(xla.sum()) == n_xla > 1000
     assert 0 < int((~xla).sum()) <= PUBLIC_MAX_ROWS
     assert any("XLA matmuls" in u and "(all kept)" in u for u in used)
+
+
+def test_predict_model_roofline_is_the_analytical_baseline():
+    """``--model roofline`` names the analytical baseline (calibrate reserves the name), not a registered model
+    'models:/roofline/0' without an interval."""
+    args = ["predict", "gemm", "-d", "H100", "-m", "64", "-n", "64", "-k", "64", "--json"]
+    rc, out, err = cli([*args, "--model", "roofline"])
+    assert rc == 0 and json.loads(out)["model"] == "roofline" and err == ""
+    assert json.loads(out) == json.loads(cli(args)[1])

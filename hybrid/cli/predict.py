@@ -20,8 +20,9 @@ def _model_options(fn):
     """``--model`` / ``--tracking-uri`` shared by the predict sub-commands."""
     fn = click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                       help="MLflow store holding --model (default: local SQLite store).")(fn)
-    return click.option("--model", "model_ref", default=None,
-                        help="Calibrated model (NAME, NAME/3, models:/NAME/3); default: analytical only.")(fn)
+    return click.option("--model", "model_ref", default=None, callback=lambda _c, _p, v: None if v == "roofline" else v,
+                        help="Calibrated model (NAME, NAME/3, models:/NAME/3); default (or 'roofline'): "
+                             "analytical only.")(fn)
 
 
 def _report(result: dict, as_json: bool) -> None:
