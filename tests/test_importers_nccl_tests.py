@@ -186,3 +186,55 @@ def test_a_system_that_does_not_match_the_logs_gpu_warns(shared_datasets, catalo
     msgs = [str(w.message) for w in caught if "does not match system" in str(w.message)]
     assert len(rows) and msgs and "the log's GPU A100-SXM4-40GB does not match system DGX-A100" in msgs[0]
     assert set(rows["system"]) == {"DGX-A100"}
+
+
+def test_wrong_counts_split_groups_and_tests_the_table_has_no_op_for(tmp_path, catalog):
+    """#wrong printed with %g (1.04858e+06) is a count, not missing; NCCL_TESTS_SPLIT_MASK groups are communicators
+    of their own size; a gather / scatter / alltoallv section is skipped with a warning, never labelled as another
+    collective."""
+    big = tmp_path / "big.log"
+    big.write_text(LOG.replace("0.07       3", "0.07 1.04858e+06"))
+    df = import_nccl_tests(big, catalog=catalog)
+    assert df.loc[(df["size_bytes"] == 2048) & ~df["in_place"], "wrong"].iloc[0] == 1048580
+    split = tmp_path / "split.log"
+    split.write_text(LOG.replace("Rank  2 Group  0", "Rank  2 Group  1").replace("Rank  3 Group  0",
+                                                                                 "Rank  3 Group  1"))
+    with pytest.warns(DataImportWarning, match="2 communicator groups ran at once"):
+        df = import_nccl_tests(split, catalog=catalog)
+    assert (df["n_ranks"] == 2).all() and (df["n_nodes"] == 1).all()
+    gather = LOG.replace("reduce_scatter_perf", "gather_perf")
+    both = tmp_path / "both.log"
+    both.write_text(LOG + gather)
+    with pytest.warns(DataImportWarning, match="test 'gather' is not a collective the canonical table has"):
+        df = import_nccl_tests(both, catalog=catalog)
+    assert set(df["op"]) == {"reduce_scatter"} and len(df) == 8
+
+
+def test_a_file_name_speaks_only_for_sections_that_count_like_it(tmp_path, catalog):
+    """A file of several unnamed sections (an old format) named after one test: the others are not labelled with
+    it; an unnamed 1-element-per-rank section tells all-reduce from send/recv by its bus-bandwidth factor."""
+    body = LOG.replace("# Collective test starting: reduce_scatter_perf\n", "").replace(
+        "# Collective test concluded: reduce_scatter_perf\n", "")
+    two = tmp_path / "all_reduce_and_more.log"
+    two.write_text(body + body)  # reduce-scatter counts (size / count = ranks x 2 bytes) under an all_reduce name
+    with pytest.warns(DataImportWarning, match="its counts say reduce_scatter, not the file name's all_reduce"):
+        assert set(import_nccl_tests(two, catalog=catalog)["op"]) == {"reduce_scatter"}
+    gathers = tmp_path / "all_reduce_then_more.log"
+    gathers.write_text(body.replace(" sum ", " none ") * 2)  # all-gather or all-to-all counts: the data cannot say
+    with pytest.raises(ImportFormatError, match="counts elements as another collective"):
+        import_nccl_tests(gathers, catalog=catalog)
+    # an unnamed section, one element per rank, sum: all-reduce (busbw = 2 (n-1)/n algbw) or send/recv (= algbw)
+    rows = ("        {s}  {c}  half  sum  -1  100.0  {a:.2f}  {b:.2f}  0  100.0  {a:.2f}  {b:.2f}  0\n")
+    data = "".join(rows.format(s=2**k, c=2**k // 2, a=2**k / 100e3, b=2**k / 100e3 * f)
+                   for k in range(20, 24) for f in [1.5])
+    head = LOG.split("#       size")[0].replace("# Collective test starting: reduce_scatter_perf\n", "")
+    header = "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n"
+    ar = tmp_path / "job.out"
+    ar.write_text(head + header + data)
+    assert (import_nccl_tests(ar, catalog=catalog)["op"] == "all_reduce").all()  # 4 ranks: 2 x 3/4 = 1.5
+    sr = tmp_path / "job2.out"
+    sr.write_text(head + header + data.replace(f"{2**20 / 100e3 * 1.5:.2f}", f"{2**20 / 100e3:.2f}")
+                  .replace(f"{2**21 / 100e3 * 1.5:.2f}", f"{2**21 / 100e3:.2f}")
+                  .replace(f"{2**22 / 100e3 * 1.5:.2f}", f"{2**22 / 100e3:.2f}")
+                  .replace(f"{2**23 / 100e3 * 1.5:.2f}", f"{2**23 / 100e3:.2f}"))
+    assert (import_nccl_tests(sr, catalog=catalog)["op"] == "send_recv").all()

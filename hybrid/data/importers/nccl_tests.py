@@ -72,7 +72,7 @@ _LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s)")
 _COMMAND = re.compile(r"(?:^|[/\s])(\w+?)_perf(?:_mpi)?\b")
 _NTHREAD = re.compile(r"^#\s*nThread\s+\d+")
 _RANK = re.compile(
-    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
 _VERSION = re.compile(r"nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d+))?", re.I)
 _NCCL_DIR = re.compile(r"nccl[_\-.]?(\d+)[_\-.](\d+)(?:[_\-.](\d+))?", re.I)
 _SETUP = re.compile(r"_output\.dat\.(\d+)$")
@@ -83,7 +83,8 @@ _NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 class _Section:
     start_line: int
     name: str | None = None
-    ranks: dict[int, tuple[str, str]] = field(default_factory=dict)
+    ranks: dict[int, tuple[str, str, int]] = field(default_factory=dict)  # rank -> (host, GPU, split group)
+    unsupported: str | None = None  # a test this importer has no op for (gather, scatter, alltoallv, ...)
     columns: list[str] | None = None
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     bad_lines: list[int] = field(default_factory=list)
@@ -129,6 +130,8 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
                 continue
             if m := _STARTING.search(s):
                 pending_name = _name_from(m.group(1))
+                if pending_name is None:  # a test the canonical ops do not cover: its section is skipped
+                    pending_name = f"?{m.group(1)}"
                 if cur is not None and not cur.rows and cur.name is None:
                     cur.name = pending_name
                 continue
@@ -145,7 +148,7 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
                 if cur is None:
                     cur = _Section(no, name=pending_name)
                     sections.append(cur)
-                cur.ranks[int(m.group(1))] = (m.group(2), m.group(3))
+                cur.ranks[int(m.group(1))] = (m.group(3), m.group(4), int(m.group(2) or 0))
                 continue
             toks = s.lstrip("#").split()
             if "size" in toks and "count" in toks and "time" in toks:
@@ -193,7 +196,8 @@ _FIELDS = ("device", "op", "dtype", "time_us", "size_bytes", "n_ranks", "n_nodes
 
 
 def _section_rows(sec: _Section, path: Path) -> list[tuple]:
-    """(line, size, count, type, redop, root, in_place, time_us, wrong) per measured row of a section."""
+    """(line, size, count, type, redop, root, in_place, time_us, wrong, busbw / algbw) per measured row of a
+    section."""
     header_cols = [c.lower() for c in sec.columns] if sec.columns else None
     first_time, groups = _layout(sec.columns)
     has_root = header_cols is None or "root" in header_cols
@@ -219,10 +223,16 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
                                 f"{chunk[0]!r} ({reason})")
                 continue
             wrong_tok = chunk[3] if len(chunk) > 3 else "N/A"
-            wrong = float(wrong_tok) if wrong_tok.isdigit() else np.nan
-            if header_cols is not None and start + 3 < len(header_cols) and header_cols[start + 3] == "error":
-                wrong = np.nan  # old nccl-tests print the max error, not a count
-            records.append((no, size, count, dtype_name, redop, root, in_place, t, wrong))
+            wrong = _parse_number(wrong_tok)  # nccl-tests prints the count with %6g: 1.04858e+06 too
+            if not wrong >= 0:
+                wrong = np.nan
+            if header_cols is not None and (start + 3 >= len(header_cols)
+                                            or header_cols[start + 3].lstrip("#") != "wrong"):
+                wrong = np.nan  # old nccl-tests print the max error, not a count; some layouts have no count
+            algbw, busbw = _parse_number(chunk[1]), _parse_number(chunk[2])
+            # nccl-tests' bus-bandwidth factor of the test (two printed decimals: only where algbw has digits)
+            factor = busbw / algbw if algbw >= 1.0 else np.nan
+            records.append((no, size, count, dtype_name, redop, root, in_place, t, wrong, factor))
     if bad:
         warn(path, f"section starting at line {sec.start_line}: skipped {len(bad)} incomplete or malformed data "
                    f"line(s) (first: line {bad[0]}); truncated log?")
@@ -236,6 +246,18 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
     return records
 
 
+def _counts_agree(op: str, records: list[tuple], type_bytes: float, ranks: int | None) -> bool:
+    """Whether a section's element counts are those nccl-tests prints for ``op``: size / (count x type size) is the
+    number of ranks for all-gather, reduce-scatter and all-to-all, 1 for the others."""
+    nz = [r for r in records if r[2] > 0]
+    if not nz:
+        return True
+    per = np.array([r[1] / (r[2] * type_bytes) for r in nz])
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return ranks is None or bool(np.allclose(per, ranks, rtol=0.01))
+    return bool(np.allclose(per, 1.0, rtol=0.01))
+
+
 def _infer_op(records: list[tuple], type_bytes: float, ranks: int | None) -> str | None:
     nz = [r for r in records if r[2] > 0]
     if not nz:
@@ -245,7 +267,18 @@ def _infer_op(records: list[tuple], type_bytes: float, ranks: int | None) -> str
     if all(r[5] >= 0 for r in nz):
         return "reduce" if reduces else "broadcast"
     if np.allclose(per, 1.0):
-        return "all_reduce" if reduces else "send_recv"
+        # all-reduce and send/recv both count one element per rank, and sendrecv prints the "sum" redop too:
+        # told apart by nccl-tests' bus-bandwidth factor, 2 (n - 1) / n for an all-reduce, 1 for send/recv
+        factor = np.array([r[9] for r in nz], dtype=np.float64)
+        factor = factor[np.isfinite(factor)]
+        if not ranks or ranks <= 2 or not len(factor):
+            return None if reduces else "send_recv"
+        typical = float(np.median(factor))
+        if abs(typical / (2.0 * (ranks - 1) / ranks) - 1.0) < 0.03:
+            return "all_reduce"
+        if abs(typical - 1.0) < 0.03:
+            return "send_recv"
+        return None
     if reduces and ranks and np.allclose(per, ranks):
         return "reduce_scatter"
     return None
@@ -278,6 +311,11 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
     source = f"nccl-tests:{display_path(path)}"
     out: list[tuple] = []
     for sec in sections:
+        if sec.name is not None and sec.name.startswith("?"):
+            warn(path, f"section starting at line {sec.start_line}: test {sec.name[1:]!r} is not a collective the "
+                       "canonical table has (all_reduce, all_gather, reduce_scatter, all_to_all, send_recv, "
+                       "broadcast, reduce); skipped")
+            continue
         records = _section_rows(sec, path)
         if not records:
             if sec.columns is not None or sec.ranks:
@@ -291,8 +329,32 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
                 raise ImportFormatError(f"{path}: line {r[0]}: unknown nccl-tests type {r[3]!r} "
                                         f"(known: {', '.join(sorted(NCCL_TYPES))})")
             types.append(t)
-        ranks = len(sec.ranks) or None
-        op = sec.name or file_name
+        groups = Counter(g for _, _, g in sec.ranks.values())
+        if len(groups) > 1:  # NCCL_TESTS_SPLIT_MASK: several communicators measured at once, one row each
+            group = min(groups)
+            members = {r: v for r, v in sec.ranks.items() if v[2] == group}
+            warn(path, f"section at line {sec.start_line}: {len(groups)} communicator groups ran at once "
+                       f"(NCCL_TESTS_SPLIT_MASK); rows are one group's {len(members)} ranks, sharing links with "
+                       "the others")
+        else:
+            members = sec.ranks
+        ranks = len(members) or None
+        op = sec.name
+        if op is None and file_name is not None:
+            # a file name speaks for a section only if the section counts elements as that collective does (a
+            # file of several tests names at most one of them)
+            if _counts_agree(file_name, records, DTYPE_BYTES[types[0]], ranks):
+                op = file_name
+            else:
+                inferred = _infer_op(records, DTYPE_BYTES[types[0]], ranks)
+                if inferred is None:
+                    raise ImportFormatError(
+                        f"{path}: line {sec.start_line}: the file name says {file_name}, but this section counts "
+                        "elements as another collective does and has no 'Collective test starting' line; split "
+                        "the file per test and name each like all_gather_perf.log")
+                warn(path, f"section at line {sec.start_line}: its counts say {inferred}, not the file name's "
+                           f"{file_name}; labelled {inferred}")
+                op = inferred
         if op is None:
             op = _infer_op(records, DTYPE_BYTES[types[0]], ranks)
             if op is None:
@@ -307,8 +369,8 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
             else:
                 raise ImportFormatError(f"{path}: line {sec.start_line}: no '#  Rank ...' lines, so the number "
                                         "of ranks is unknown")
-        hosts = {h for h, _ in sec.ranks.values()}
-        gpu_names = Counter(g for _, g in sec.ranks.values())
+        hosts = {h for h, _, _ in members.values()}
+        gpu_names = Counter(g for _, g, _ in members.values())
         if device is None and not gpu_names:
             raise ImportFormatError(f"{path}: line {sec.start_line}: no '#  Rank ... device' lines naming the "
                                     "GPU; pass --device")
