@@ -193,6 +193,15 @@ def test_bad_inputs_are_clear_errors(flow, tmp_path):
     rc, _, err = cli(["calibrate", str(flow["csv"]), "--name", "k", "--holdout-device", "H100-SXM5-80GB",
                       "--tracking-uri", flow["uri"], "-q"])
     assert rc == 2 and "no rows" in err
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=flow["uri"])
+    before = {r.info.run_id for e in client.search_experiments() for r in client.search_runs([e.experiment_id])}
+    rc, _, err = cli(["calibrate", str(flow["csv"]), "--name", "k9", "--holdout-device", "H2000",
+                      "--tracking-uri", flow["uri"], "-q"])
+    assert rc == 2 and "unknown device 'H2000'" in err
+    after = {r.info.run_id for e in client.search_experiments() for r in client.search_runs([e.experiment_id])}
+    assert after == before  # a typo leaves no FAILED run behind
 
 
 def test_predict_with_model_adds_roofline_and_method(flow):

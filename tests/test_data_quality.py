@@ -119,3 +119,41 @@ def test_the_bound_is_the_compute_peak_not_latency_or_dram():
     fast = rows.assign(time_us=[2.9, 9.0, 500.0])
     drop, groups = implausible_rows(fast, roofline(fast, cat), cat)
     assert drop.tolist() == [False, True, True] and groups[["device", "dtype"]].values.tolist() == [["T4", "int8"]]
+
+
+def test_rows_whose_benchmark_reported_wrong_results_are_neither_fitted_nor_scored(tmp_path):
+    """nccl-tests rows with #wrong > 0 timed a broken run: calibrate's splits and `hybrid evaluate` leave them out
+    with one warning (only the sigmoid fit used to drop them, so the scores still counted them)."""
+    import contextlib
+    import io
+    import json
+
+    from hybrid.cli.main import main
+    from hybrid.data.schema import write_table
+
+    root = public_data_dir() / "nccl-tests/argonne-lcf_alcf-nccl-tests/results_polaris/nccl_2_18"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_paths("nccl-tests", root)
+    table = table[table["n_nodes"] <= 4].reset_index(drop=True)
+    broken = np.zeros(len(table), dtype=bool)
+    broken[::10] = True
+    table.loc[broken, "wrong"] = 1000
+    table.loc[broken, "time_us"] = table.loc[broken, "time_us"] * 0.1  # what a broken run's times look like
+    csv = tmp_path / "coll.csv"
+    write_table(table, csv, validate_rows=False)
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+
+    def run(args: list[str]) -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(args)
+        return rc, out.getvalue(), err.getvalue()
+
+    rc, out, err = run(["calibrate", str(csv), "--name", "coll", "--tracking-uri", uri, "-q", "--json", "--no-lodo"])
+    assert rc == 0, err
+    assert f"left out of the fit and of every score, {int(broken.sum()):,} collective rows" in err
+    rc, out, err = run(["evaluate", str(csv), "--model", "coll", "--tracking-uri", uri, "--json"])
+    assert rc == 0, err
+    res = json.loads(out)
+    assert f"left out {int(broken.sum()):,} collective rows" in err and res["n_rows"] == int((~broken).sum())

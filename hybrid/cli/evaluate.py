@@ -13,6 +13,7 @@ import pandas as pd
 
 from hybrid.atomic import atomic_file
 from hybrid.cli.output import echo_json, echo_table
+from hybrid.errors import InvalidInputError
 
 _STATS = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
 
@@ -111,11 +112,19 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     band was borrowed from another family or model),
     and which model answered how many rows (``by_method``: per-system collective curves, the cross-system
     transfer model, alpha-beta, the kernel models or the roofline)."""
+    from hybrid.data.quality import failed_validation
     from hybrid.tracking.evaluation import interval_coverage, prediction_frame, summarize
     from hybrid.tracking.inputs import load_measurements, subsample
 
     data = load_measurements(tables)
     table = subsample(data.table, max_rows, seed) if max_rows is not None else data.table
+    wrong = failed_validation(table)
+    if wrong.any():  # a broken run's times are not a measurement to score against
+        if wrong.all():
+            raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0)")
+        click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong results "
+                   "(#wrong > 0)", err=True)
+        table = table.loc[~wrong].reset_index(drop=True)
     loaded = load_model_for(model_ref, tracking_uri, data.catalog)
     predicted = loaded.predictor.predict(table)
     frame = prediction_frame(table, predicted, "all")

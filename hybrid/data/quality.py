@@ -87,3 +87,11 @@ def nothing_plausible(groups: pd.DataFrame) -> InvalidInputError:
     them): the same words whether the fit or a calibration run finds it."""
     return InvalidInputError("every training row is a GEMM faster than its device's datasheet peak ("
                              f"{describe(groups)}); check the device names, dtypes and units")
+
+
+def failed_validation(table: pd.DataFrame) -> np.ndarray:
+    """Rows whose benchmark reported wrong results (nccl-tests ``#wrong`` > 0): their times measured a broken
+    run, so no fit uses them and no score counts them."""
+    if "wrong" not in table.columns or not len(table):
+        return np.zeros(len(table), dtype=bool)
+    return pd.to_numeric(table["wrong"], errors="coerce").fillna(0.0).to_numpy(dtype=np.float64) > 0

@@ -51,7 +51,7 @@ from hybrid.corrections.intervals import (  # noqa: F401  (stratified_split: re-
     default_lodo_devices,
     stratified_split,
 )
-from hybrid.errors import InvalidInputError
+from hybrid.errors import InvalidInputError, SchemaError, UnknownDeviceError
 from hybrid.hardware.catalog import Catalog
 from hybrid.tracking.evaluation import prediction_frame, split_summaries
 from hybrid.tracking.inputs import Measurements, merge_catalog, table_digest
@@ -242,7 +242,7 @@ def calibrate(
     except BaseException as exc:
         # bad input found while fitting (nothing fits, a split leaves no rows): no run is left behind, as for
         # input refused before the run started; a crash or an interrupt stays visible as a FAILED run
-        bad_input = isinstance(exc, InvalidInputError)
+        bad_input = isinstance(exc, (InvalidInputError, UnknownDeviceError, SchemaError))  # a typo: no run
         try:
             with quiet_mlflow():
                 if bad_input:
@@ -263,9 +263,17 @@ def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, 
     import warnings
 
     from hybrid.corrections.predictor import HybridPredictor
-    from hybrid.data.quality import describe, nothing_plausible
+    from hybrid.data.quality import describe, failed_validation, nothing_plausible
     from hybrid.errors import DataQualityWarning
 
+    wrong = failed_validation(table)
+    if wrong.any():
+        if wrong.all():
+            raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0): "
+                                    "nothing to calibrate on")
+        warnings.warn(f"left out of the fit and of every score, {int(wrong.sum()):,} collective rows whose "
+                      "benchmark reported wrong results (#wrong > 0)", DataQualityWarning, stacklevel=3)
+        table = table.loc[~wrong].reset_index(drop=True)
     drop, bad = HybridPredictor(catalog=cat).implausible(table)
     if not drop.any():
         return table, ""
