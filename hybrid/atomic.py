@@ -77,6 +77,17 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     ...     frame.to_csv(tmp, index=False)
     """
     target = Path(path)
+    try:
+        st = os.stat(target)  # follows links
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        # a device, pipe or socket (/dev/stdout, /dev/null, a FIFO): a stream, written through, never replaced
+        with _streamed(target) as tmp:
+            yield tmp
+        return
+    if target.is_symlink() and st is not None:  # write through the link: the file it names is replaced
+        target = Path(os.path.realpath(target))
     _prepare_parent(target)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -108,6 +119,22 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def _streamed(target: Path) -> Iterator[Path]:
+    """Yield a private temporary file; on success copy it into ``target`` (a device or pipe), then remove it."""
+    fd, tmp = tempfile.mkstemp(prefix=".hybrid-stream.", suffix=f".{target.name}.tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        try:
+            with open(tmp, "rb") as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        except OSError as exc:
+            raise output_error(target, exc) from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:

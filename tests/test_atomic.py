@@ -48,3 +48,36 @@ def test_directory_swap_and_failure(tmp_path):
     with pytest.raises(ValueError), atomic_directory(tmp_path / "new") as tmp:
         raise ValueError("bad")
     assert not (tmp_path / "new").exists()
+
+
+def test_links_devices_and_pipes_are_written_through_never_replaced(tmp_path):
+    """``-o link.json`` replaced the symlink with a file, ``-o /dev/full`` (as root) the device node with a JSON
+    file: a link's file is replaced atomically and the link kept; a device or pipe is a stream written through."""
+    import os
+    import stat
+    import threading
+
+    from hybrid.atomic import write_text
+    from hybrid.errors import OutputPathError
+
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_text(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert got == ["through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    write_text("/dev/null", "x")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    if os.path.exists("/dev/full"):
+        with pytest.raises(OutputPathError, match="/dev/full: no space left on device"):
+            write_text("/dev/full", "x")
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    assert not list(tmp_path.glob(".*.tmp"))
