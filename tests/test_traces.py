@@ -506,7 +506,7 @@ def test_trace_predict_parallel_modes_from_the_cli(meta_gpt2_dir, meta_gpt2_trac
     assert tpar["ranks"] == 4 and tpar["parallel"] == {"tp": 4, "tokens": 32, "hidden": 64}
     assert predict("--tp", "4", "--tokens", "64", "--hidden", "64")["parallel"]["tokens"] == 64
     pp = predict("--pp", "2")
-    assert pp["ranks"] == 1 and pp["parallel"] == {"pp": 2, "tokens": 32, "hidden": 64}
+    assert pp["ranks"] == 2 and pp["parallel"] == {"pp": 2, "tokens": 32, "hidden": 64}  # 2 GPUs, one timeline
     assert pp["predicted_ms"] > single["predicted_ms"]  # one micro-batch: the stages in series, plus the sends
     for bad, msg in ((["--dp", "2", "--tp", "2"], "one parallel mode"), (["--tp", "0"], "positive integer"),
                      (["--tokens", "8"], "go with --tp or --pp"), (["--pp", "2", "--hidden", "-1"], "positive")):
@@ -581,6 +581,28 @@ def test_meta_trace_parallel_modes(meta_gpt2_trace):
     p1 = predict_trace(single, RooflineCostModel()).predicted_us
     p4 = predict_trace(pp, RooflineCostModel()).predicted_us
     assert p4 > p1
+
+    # the next kernels consume an inserted TP all-reduce or PP transfer: larger ones lengthen the step on a GPU
+    # (they were left off the critical path: only the optimizer waited for collectives)
+    def scaled(transform, factor):
+        def rewrite(trace, units):
+            out = transform(trace, units)
+            m = out["kind"] == "collective"
+            out.loc[m, "row"] = [dict(r, size_bytes=int(r["size_bytes"] * factor)) for r in out.loc[m, "row"]]
+            return out
+        return rewrite
+
+    for ranks, make in ((tp.replicate(tr, 4), lambda: tp.tensor_parallel(4, tokens, hidden)),
+                        ([tr], lambda: tp.pipeline_parallel(4, tokens, hidden))):
+        small = predict_trace(build_trace_graph(ranks, "A100-SXM4-80GB", transform=scaled(make(), 1)),
+                              RooflineCostModel()).predicted_us
+        large = predict_trace(build_trace_graph(ranks, "A100-SXM4-80GB", transform=scaled(make(), 100_000)),
+                              RooflineCostModel()).predicted_us
+        assert large > small * 1.5
+    with pytest.raises(InvalidInputError, match="must divide it"):
+        tp.tensor_parallel(3, tokens, hidden)
+    with pytest.raises(InvalidInputError, match="pipeline stages but only"):
+        build_trace_graph([tr], "A100-SXM4-80GB", transform=tp.pipeline_parallel(10_000, tokens, hidden))
 
 
 def _gpu_trace(path: Path) -> Path:

@@ -219,6 +219,14 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                                   fp32_precision=precision)
         return graph, predict_trace(graph, model, model_name=name, kernel_times=kernel_times)
 
+    stages = int((parallel_info or {}).get("pp", 1))
+
+    def summary_of(pred: Any) -> dict:
+        """The prediction's summary; a pipeline's one timeline stands for its ``stages`` GPUs (ranks, cost)."""
+        out = pred.summary()
+        out["ranks"] = int(out["ranks"]) * stages
+        return out
+
     def cost_of(summary: dict) -> tuple[float | None, float | None]:
         """(GPU-hour price, cost of 1000 steps on all ranks) of a prediction's target; None where no price."""
         if prices is None:
@@ -229,7 +237,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         return price, price * summary["ranks"] * summary["predicted_ms"] / 3.6e6 * 1000
 
     it, pred = run(device or system)
-    s = pred.summary()
+    s = summary_of(pred)
     s["kernel_times"] = kernel_times
     s["compiled"] = compiled
     s["parallel"] = parallel_info or None
@@ -240,7 +248,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         failed = []
         for other in others:
             try:
-                o = s if other == (device or system) else run(other)[1].summary()
+                o = s if other == (device or system) else summary_of(run(other)[1])
             except InvalidInputError as exc:  # a target the job cannot run on: ranked last, with the reason
                 failed.append({"target": other, "device": "", "ranks": None, "predicted_ms": None,
                                **({"gpu_hour_price": None, "cost_per_1k_steps": None} if prices is not None else {}),

@@ -112,6 +112,8 @@ class _Builder:
         self.host_node = [np.full(len(s), -1, dtype=np.int64) for s in scheds]  # its node on the host thread
         self.kstreams: list[dict[str, None]] = [{} for _ in traces]  # kernel streams used so far, per rank
         self.last_comm: dict[int, int | None] = defaultdict(lambda: None)
+        #: the last inserted collective whose result the next kernel consumes (TP all-reduce, PP transfer)
+        self.blocking: dict[int, int | None] = defaultdict(lambda: None)
         self.pending: list[dict[int, int]] = [{} for _ in traces]  # async collective unit -> comm node
         self.has_times = all(t.has_times for t in traces)
 
@@ -175,6 +177,9 @@ class _Builder:
                 kdeps = [host]
                 if u["phase"] == "optimizer" and self.last_comm[rank] is not None:
                     kdeps.append(self.last_comm[rank])
+                if self.blocking[rank] is not None:  # the result of an inserted TP / PP collective is consumed
+                    kdeps.append(self.blocking[rank])
+                    self.blocking[rank] = None
                 nid = self.add(rank, self.kernel_stream(rank, u), name, u["label"], meas, op=row, kind="compute",
                                deps=kdeps, phase=u["phase"])
         elif kind == "unmodelled" and not self.on_cpu and np.isfinite(u.get("device_us", np.nan)):
@@ -208,7 +213,8 @@ class _Builder:
             d = cross_dep_nodes(um["xdeps"], self.host_node[m]) if self.has_times else []
             self.gap(m, um, d)
             n_coll = max(len(members), int(um["row"].get("n_ranks", 1)))
-            rows.append({**um["row"], "device": tgt.device.key, "system": tgt.system, "n_ranks": n_coll,
+            rows.append({**{k: v for k, v in um["row"].items() if k != "blocking"}, "device": tgt.device.key,
+                         "system": tgt.system, "n_ranks": n_coll,
                          "n_nodes": tgt.nodes(n_coll)})
             if self.on_cpu:
                 if asynchronous:  # gloo's thread picks the work up as the call starts
@@ -250,6 +256,8 @@ class _Builder:
                 host = launches[m]
             self.node[m][pos[m]], self.host_node[m][pos[m]] = nid, host
             self.last_comm[m] = nid
+            if um["row"].get("blocking"):
+                self.blocking[m] = nid
 
     def finish(self) -> None:
         """Trailing host time of each rank's main thread; the step waits for collectives nobody waited for."""

@@ -62,11 +62,16 @@ def _row_dtype(unit: pd.Series) -> str:
 
 
 def _collective_unit(after: pd.Series, op: str, size: float, ranks: int, phase: str, name: str,
-                     dtype: str = "fp32") -> dict[str, Any]:
+                     dtype: str = "fp32", blocking: bool = False) -> dict[str, Any]:
+    """An inserted collective after unit ``after``: no traced host time, no recorded events. ``blocking``: the
+    ops after it consume its result (a TP all-reduce of the hidden state, a pipeline transfer), so on a GPU their
+    kernels wait for it; DDP's gradient buckets overlap the rest of backward (only the optimizer waits)."""
     return {"op_id": -1, "tid": after["tid"], "name": name, "ts": float(after["ts"] + after["dur"]) + 1e-3,
             "dur": 0.0, "kind": "collective", "label": "collective",
-            "row": {"op": op, "size_bytes": int(max(size, 1)), "n_ranks": int(ranks), "dtype": dtype},
-            "phase": phase, "pg": "0", "device_us": np.nan, "kstream": ""}
+            "row": {"op": op, "size_bytes": int(max(size, 1)), "n_ranks": int(ranks), "dtype": dtype,
+                    **({"blocking": True} if blocking else {})},
+            "phase": phase, "pg": "0", "device_us": np.nan, "kstream": "", "n_events": 0, "n_inputs": 0,
+            "n_launch": 0, "n_tf32": 0}
 
 
 def _insert(units: pd.DataFrame, new: list[dict[str, Any]]) -> pd.DataFrame:
@@ -108,6 +113,9 @@ def tensor_parallel(ranks: int, tokens: int, hidden: int):
     """A ``transform`` splitting a transformer's work Megatron-style over ``ranks`` (see the module docstring)."""
     if ranks < 1 or tokens < 1 or hidden < 1:
         raise InvalidInputError("tensor_parallel needs positive ranks, tokens and hidden size")
+    if hidden % ranks:
+        raise InvalidInputError(f"tensor parallelism over {ranks} ranks splits the hidden size {hidden} (and the "
+                                "heads): it must divide it")
     act_bytes = tokens * hidden  # elements of the hidden state
 
     def split_row(row: dict[str, Any], phase: str) -> tuple[dict[str, Any], bool]:
@@ -162,7 +170,7 @@ def tensor_parallel(ranks: int, tokens: int, hidden: int):
             if reduce:
                 dt = _row_dtype(u)
                 new.append(_collective_unit(u, "all_reduce", act_bytes * DTYPE_BYTES[dt], ranks, u["phase"],
-                                            "TP all_reduce (hidden state)", dt))
+                                            "TP all_reduce (hidden state)", dt, blocking=True))
         out["row"] = rows
         return _insert(out, new)
 
@@ -184,12 +192,15 @@ def pipeline_parallel(stages: int, tokens: int, hidden: int):
             work = units[(units["phase"] == phase) & (units["kind"] == "op")]
             if work.empty:
                 continue
+            if stages > len(work):
+                raise InvalidInputError(f"{trace.path}: {stages} pipeline stages but only {len(work)} {phase} ops "
+                                        "in the trace")
             cut = np.linspace(0, len(work), stages + 1)[1:-1].astype(int)
             for c in cut:
                 at = work.iloc[max(c - 1, 0)]
                 dt = _row_dtype(at)
                 new.append(_collective_unit(at, "send_recv", tokens * hidden * DTYPE_BYTES[dt], 2, phase,
-                                            "PP send/recv (activations)", dt))
+                                            "PP send/recv (activations)", dt, blocking=True))
         return _insert(units, new)
 
     transform.splits_memory = stages > 1  # each stage holds its layers' tensors, not the traced step's
