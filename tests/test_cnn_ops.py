@@ -207,3 +207,18 @@ def test_conv_correction_fits_the_bundle_conv_rows():
     roof_err = np.abs(np.log(roof / test["time_us"].to_numpy()))
     # held-out layers: better than the roofline, median within 30%
     assert np.median(err) < np.median(roof_err) and np.exp(np.median(err)) < 1.3
+
+
+def test_embedding_backward_zero_fills_the_whole_table_gradient():
+    """The dense table gradient is zeroed, then the looked-up rows added: num_weights is argument 2 of
+    embedding_dense_backward and 5 of _embedding_bag_dense_backward (it was read from 2 there, a 2048-element
+    row for a 10000 x 64 table)."""
+    grad = [32, 64]
+    bag = map_op("aten::_embedding_bag_dense_backward",
+                 [grad, [2048], [2048], [32], [32], [], [], [], [], []],
+                 ["fp32", "int64", "int64", "int64", "int64", None, None, None, None, None], [],
+                 {"concrete": ["", "", "", "", "", "10000", "False", "0", "", "-1"]})
+    assert bag is not None and bag.row["elements"] == 10000 * 64 + 32 * 64
+    dense = map_op("aten::embedding_dense_backward", [[2048, 64], [2048], [], [], []],
+                   ["fp32", "int64", None, None, None], [], {"concrete": ["", "", "10000", "-1", "False"]})
+    assert dense is not None and dense.row["elements"] == 10000 * 64 + 2048 * 64

@@ -565,7 +565,9 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
                                              "direction": "fwd"})
     if plain in ("embedding_dense_backward", "embedding_backward", "_embedding_bag_dense_backward") and tdims:
         grad = tdims[0]
-        rows = (_ints(_concrete(extra, 2)) or [0])[0]
+        # num_weights: argument 2 of embedding_(dense_)backward, 5 of _embedding_bag_dense_backward (grad, indices,
+        # offset2bag, bag_size, maximum_indices, num_weights, ...)
+        rows = (_ints(_concrete(extra, 5 if plain == "_embedding_bag_dense_backward" else 2)) or [0])[0]
         d = grad[-1] if grad else 1
         elements = rows * d + numel(grad)
         if elements <= 0:
