@@ -769,3 +769,16 @@ def test_a_trace_recorded_without_shapes_is_refused_unless_its_execution_trace_h
     gemms = [r for r in u["row"] if isinstance(r, dict) and r.get("op") == "gemm"]
     assert gemms and {(r["m"], r["n"], r["k"]) for r in gemms} >= {(8, 64, 64)}
     assert not (u["kind"] == "unmodelled").any()
+
+
+def test_data_parallel_on_the_traced_cpu_keeps_its_host_time(tiny_trace, capsys):
+    """A CPU's ops are its host's work: 2 DDP ranks on the traced CPU keep the traced host time between ops, so
+    the job is never faster than the one process it was recorded from (it was: the gaps were dropped)."""
+    base = ["trace", "predict", str(Path(tiny_trace["kineto"]).parent), "--device", "cpu-amd-epyc-1c", "--bundle",
+            str(BUNDLE), "--json"]
+    assert cli_main(base) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert cli_main([*base, "--dp", "2"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert two["ranks"] == 2 and "host gaps" in two["breakdown_ms"]
+    assert two["predicted_ms"] >= one["predicted_ms"]

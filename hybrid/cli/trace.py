@@ -138,7 +138,8 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
 @click.option("--host", "host", type=click.Choice(["auto", "trace", "model"]), default="auto", show_default=True,
               help="Host time: the trace's (trace: less what recording cost, where the trace measured it when it was "
                    "recorded), the engine's launch overheads (model), or auto (trace for a CPU trace on its own CPU "
-                   "and for a GPU trace that measured its recording cost, else model). A GPU trace's host is "
+                   "or, in a --dp/--tp/--pp job, on a CPU, and for a GPU trace that measured its recording cost, "
+                   "else model). A GPU trace's host is "
                    "inflated by the profiler, ~10-25 us per recorded op.")
 @click.option("--kernel-times/--as-fitted", "kernel_times", default=True, show_default=True,
               help="Cost GPU kernels with the model's kernel time (its fitted per-op framework dispatch taken off: "
@@ -214,9 +215,21 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 
     precision = Fp32Precision(fp32_matmul, fp32_conv)
 
+    cpu_traces = {t.device for t in loaded} == {"cpu"}
+
+    def target_kind(target: str) -> str:
+        key = cat.resolve_device(target, missing_ok=True)
+        if key is None and (sk := cat.resolve_system(target, missing_ok=True)) is not None:
+            key = cat.systems[sk].device
+        return cat.devices[key].kind if key is not None else ""
+
     def run(target: str) -> tuple[Any, Any]:
-        graph = build_trace_graph(loaded, target, cat, same_device=same, host=host, transform=chain(fusion, parallel),
-                                  fp32_precision=precision)
+        # a parallel job on a CPU keeps the traced host time between ops (a CPU's ops are its host's work; the
+        # engine has no launch model to replace it): without it, 2 DDP ranks came out faster than one process
+        host_t = "trace" if parallel is not None and host == "auto" and cpu_traces and target_kind(target) == "cpu" \
+            else host
+        graph = build_trace_graph(loaded, target, cat, same_device=same, host=host_t,
+                                  transform=chain(fusion, parallel), fp32_precision=precision)
         return graph, predict_trace(graph, model, model_name=name, kernel_times=kernel_times)
 
     stages = int((parallel_info or {}).get("pp", 1))
