@@ -411,6 +411,13 @@ def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):
     traces = load_traces(sorted(str(p) for p in tmp_path.glob("*.json")))
     assert [t.rank for t in traces] == [0, 1] and all(t.format == "kineto+et" for t in traces)
     assert traces[0].process_groups == {"0": (0, 1)}
+    # the ranks start their traced step together (a barrier after each measured its own recording overhead, 1-3 s
+    # apart: the first collective used to absorb up to 200 ms of skew)
+    starts = []
+    for r in (0, 1):
+        events = json.loads((tmp_path / f"kineto_rank{r}.json").read_text())["traceEvents"]
+        starts.append(min(e["ts"] for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"))
+    assert abs(starts[0] - starts[1]) < 50_000  # us
     it = build_trace_graph(traces, "cpu-amd-epyc-1c-gloo", cpu_catalog)
     colls = it.units[it.units["kind"] == "collective"]
     per_rank = colls.groupby("rank").size()

@@ -80,6 +80,9 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
 
             warnings.warn(f"could not measure what recording costs the host ({type(exc).__name__}: {exc}); the "
                           "trace is recorded without it", RuntimeWarning, stacklevel=3)
+    # every rank of a job starts its traced step together: the overhead measurement above takes each rank its own
+    # 1-3 s, and ranks that start apart make the traced step's first collective absorb the skew (up to 10x the step)
+    _sync_ranks()
     et = None
     tmp_et = etp.with_name(f".{etp.name}.tmp")
     if execution_trace:
@@ -126,6 +129,15 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 pass
         for p in (tmp_et, kin.with_name(f".{kin.name}.tmp")):
             p.unlink(missing_ok=True)
+
+
+def _sync_ranks() -> None:
+    """A barrier over the default process group when this process is one rank of an initialised job."""
+    import torch
+
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
 
 
 def record_step(step: Callable[[], Any], out_dir: str | os.PathLike, *, warmup: int = 2,
