@@ -142,7 +142,7 @@ def test_record_without_memory_and_a_step_the_measurement_breaks(tmp_path):
 
     def step():
         calls.append(1)
-        if len(calls) == 1:  # the memory pass (no warm-up): fails; the traced step runs
+        if len(calls) == 2:  # the memory pass (after the traced call, no warm-up): fails; the trace is kept
             raise RuntimeError("not under a dispatch mode")
         torch.ones(8).sum()
 
@@ -169,3 +169,20 @@ def test_a_step_too_large_for_the_target_is_warned_and_flagged_in_compare(tmp_pa
     notes = {r["device"]: r["note"] for r in s["compare"]}
     assert notes["T4"].startswith("does not fit") and notes["A100-SXM4-80GB"] == ""
     assert {r["device"]: r["memory_pct"] > 100 for r in s["compare"]} == {"T4": True, "A100-SXM4-80GB": False}
+
+
+def test_the_memory_pass_runs_after_the_traced_call(tmp_path):
+    """Under a dispatch mode a torch.compile step falls back to eager for good: measured first, the trace recorded
+    another program. The traced call comes first; the memory still lands in its Chrome trace."""
+    order: list[str] = []
+
+    def step():
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        order.append("memory" if _get_current_dispatch_mode() is not None else "plain")
+        return torch.ones(64, 64) @ torch.ones(64, 64)
+
+    paths = record_step(step, tmp_path, warmup=1, execution_trace=False, measure_overhead=False)
+    assert order == ["plain", "plain", "memory"]
+    mem = memory_of(load_trace(paths["kineto"]).meta)
+    assert mem is not None and mem.peak_bytes >= 3 * 64 * 64 * 4

@@ -143,19 +143,33 @@ def _sync_ranks() -> None:
 def record_step(step: Callable[[], Any], out_dir: str | os.PathLike, *, warmup: int = 2,
                 execution_trace: bool = True, device: str | None = None,
                 measure_overhead: bool = True, memory: bool = True) -> dict[str, Path]:
-    """Run ``step`` ``warmup`` times, then (``memory``) once more to measure its tensor memory, then once under
-    :func:`trace_step`; returns the written paths. The memory pass is one more warm-up for the traced step (with
-    ``warmup=0`` the traced call is the second). A step the memory measurement cannot run under (a warning says
+    """Run ``step`` ``warmup`` times, then once under :func:`trace_step`, then (``memory``) once more to measure
+    its tensor memory, stored in the written Chrome trace; returns the written paths. The memory pass runs after
+    the traced call: run under a dispatch mode, a ``torch.compile`` step falls back to eager for good, and the
+    trace would have recorded another program. A step the memory measurement cannot run under (a warning says
     why) is recorded without it."""
     if warmup < 0:
         raise InvalidInputError(f"warmup must be >= 0, got {warmup}")
     for _ in range(warmup):
         step()
-    mem = _step_memory(step, device) if memory else None
     with trace_step(out_dir, execution_trace=execution_trace, device=device,
-                    measure_overhead=measure_overhead, memory=mem) as paths:
+                    measure_overhead=measure_overhead) as paths:
         step()
+    mem = _step_memory(step, device) if memory else None
+    if mem is not None:
+        _store_memory(paths["kineto"], mem)
     return paths
+
+
+def _store_memory(kineto: Path, mem: StepMemory) -> None:
+    """Add the step memory to a written Chrome trace's metadata (what ``trace_step(memory=...)`` stores)."""
+    from hybrid.atomic import atomic_file
+    from hybrid.data.traces.memory import METADATA_KEY as MEMORY_KEY
+
+    doc = json.loads(kineto.read_text())
+    doc[MEMORY_KEY] = json.loads(mem.to_json())
+    with atomic_file(kineto) as tmp:
+        tmp.write_text(json.dumps(doc))
 
 
 def _step_memory(step: Callable[[], Any], device: str | None) -> StepMemory | None:
