@@ -424,11 +424,15 @@ def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int 
               help="Do not measure what recording costs the host (by default ~1-3 s of small op loops, stored in "
                    "the Chrome trace and taken off the traced host times by `trace predict`).")
 @click.option("--no-memory", is_flag=True,
-              help="Do not measure the step's tensor memory (by default the step runs once more, after the warm-up, "
-                   "under a mode that counts its tensors; `trace predict` compares the peak with the target's memory).")
+              help="Do not measure the step's tensor memory (by default the step runs once more, after the traced "
+                   "call, under a mode that counts its tensors; `trace predict` compares the peak with the target's "
+                   "memory).")
 def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str, warmup: int, no_et: bool,
            threads: int | None, no_overhead: bool, no_memory: bool) -> None:
-    """Run SCRIPT (its top level builds the model), then trace one call of its step function."""
+    """Run SCRIPT (its top level builds the model), then trace one call of its step function.
+
+    SCRIPT_ARGS go to the script after `--` (`hybrid trace record train.py -o out -- --batch 32`): without it,
+    an option of this command among them (-o, --warmup, ...) is taken as this command's."""
     from hybrid.data.traces.record import record_script
 
     paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
