@@ -723,3 +723,24 @@ def test_a_gpu_whose_die_was_fitted_in_another_variant_gets_the_sibling_band(sha
     model = load_predictor("sib", tracking_uri=uri).predictor
     assert model.intervals.bands["kernel-xgb:gemm"]["devices_sibling"] == 2
     assert set(model.predict(other)["interval_band"]) == {"sibling"}
+
+
+def test_a_fitted_gpu_on_units_none_of_its_dtypes_ran_gets_the_unseen_band(fitted):
+    """NeuSight's GPUs are fitted in fp32: their fp16 tensor-core GEMMs are as unseen as the GPU in that dtype
+    (DeepBench's T4 fp16 rows fell 1.9% inside the seen band); dtypes on the same units stay seen (bf16 on a V100
+    runs on its FP32 units, fp16 on a P100 on its FP32 units too, as libraries build it)."""
+    pred, train, _ = fitted
+    gemm = next(c for c in pred.corrections if isinstance(c, GemmXGB))
+    assert gemm.device_dtypes["A100-PCIE-40GB"] == {"fp32"}
+
+    def band(device: str, dtype: str) -> str:
+        q = pd.DataFrame({"device": [device], "op": "bmm", "b": 8, "m": 512, "n": 512, "k": 512, "dtype": dtype})
+        return str(pred.predict(q)["interval_band"].iloc[0])
+
+    assert band("A100-PCIE-40GB", "fp32") == "seen"
+    assert band("A100-PCIE-40GB", "fp16") == "unseen" and band("A100-PCIE-40GB", "bf16") == "unseen"
+    # the rule compares units, not names: a dtype on the units of a fitted one stays seen
+    assert not pred._other_units("V100-PCIE-32GB", "bf16", {"V100-PCIE-32GB": {"fp32"}})  # no bf16 hardware
+    assert not pred._other_units("P100-PCIE-16GB", "fp16", {"P100-PCIE-16GB": {"fp32"}})  # half adds in 16 bits
+    assert not pred._other_units("A100-SXM4-80GB", "bf16", {"A100-SXM4-80GB": {"fp16"}})  # the same tensor cores
+    assert pred._other_units("T4", "fp16", {"T4": {"fp32"}})

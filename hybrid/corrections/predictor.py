@@ -70,6 +70,7 @@ from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
 from hybrid.ops.families import family_array
 from hybrid.ops.roofline import resolve_system, roofline
+from hybrid.units import normalize_dtype
 
 #: Format version of a saved predictor directory.
 FORMAT_VERSION = 1
@@ -468,6 +469,19 @@ class HybridPredictor:
                 out[corr.key] = sorted(map(str, few.index))
         return out
 
+    def _other_units(self, device: str, dtype: str, per_device: dict[str, set[str]]) -> bool:
+        """Whether ``device`` runs ``dtype`` on units (a peak rate) none of its fitted dtypes ran on; False for a
+        device the correction did not fit (its band is decided elsewhere) or a name the catalog lacks."""
+        fitted = per_device.get(device)
+        if not fitted:
+            return False
+        try:
+            d = self.catalog.device(device)
+            rate = d.compute_peak(normalize_dtype(dtype))
+            return not any(abs(d.compute_peak(normalize_dtype(f)) / rate - 1.0) < 1e-6 for f in fitted)
+        except Exception:  # noqa: BLE001 - an unknown dtype or device is the roofline's error to raise
+            return False
+
     def _bands(self, norm: pd.DataFrame, base: pd.DataFrame,
                groups: tuple[np.ndarray, list[str]] | None = None) -> np.ndarray:
         """Interval band per row (:data:`~hybrid.corrections.intervals.BAND_NAMES` codes): seen when its device (and
@@ -506,6 +520,16 @@ class HybridPredictor:
                 unseen_dtype = family_mask(base, corr.families) & ~isin_fast(norm["dtype"], fitted)
                 band[unseen_dtype & ((band == SEEN) | (band == FEW))] = UNSEEN
                 odd_dtype |= unseen_dtype
+            # a fitted GPU's GEMM on units none of its fitted dtypes ran on (fp16 tensor cores of a GPU measured in
+            # fp32 only): as unseen as the GPU in that dtype (DeepBench's T4 fp16 rows fell 1.9% inside the seen band)
+            per_device = getattr(corr, "device_dtypes", None)
+            if per_device and "dtype" in norm.columns:
+                fam = family_mask(base, corr.families) & ((band == SEEN) | (band == FEW))
+                if fam.any():
+                    pairs, index = device_dtype_pairs(norm)
+                    other = np.array([self._other_units(dev, dt, per_device) for dev, dt in pairs], dtype=bool)
+                    band[fam & other[index]] = UNSEEN
+                    odd_dtype |= fam & other[index]
         # a GPU never fitted whose die was, in another variant (not in a dtype never fitted: that stays unseen);
         # only where some key gives them a band of their own (else such rows get the unseen band anyway); the die
         # lookup only on the rows that could be siblings
