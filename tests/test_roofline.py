@@ -358,3 +358,23 @@ def test_attention_softmax_exps_in_series_or_overlapped(catalog) -> None:
         2.0 * 4096**3 / a100.peak("bf16") * 1e6)
     with pytest.raises(InvalidInputError, match="softmax_overlap"):
         roofline(pd.DataFrame([{**base, "device": "H100-SXM", "softmax_overlap": -1}]))
+
+
+def test_a_fully_connected_node_gives_fewer_ranks_only_their_own_links():
+    """Polaris' four A100s are linked pairwise (4 NVLink3 links per pair, 100 GB/s): two of them reach 100 of a
+    GPU's 300 GB/s, not all of it; an MI300X pair one xGMI link of seven. Switch nodes are unchanged."""
+    import pandas as pd
+
+    from hybrid.hardware.catalog import default_catalog
+
+    cat = default_catalog()
+
+    def busbw(system: str, ranks: int) -> float:
+        row = pd.DataFrame({"op": ["all_gather"], "size_bytes": [2**30], "n_ranks": [ranks], "n_nodes": [1],
+                            "system": [system], "device": [cat.system_device(system).key]})
+        t = roofline(row, cat)["time_us"].iloc[0] * 1e-6
+        return 2**30 * (ranks - 1) / ranks / t / 1e9
+
+    assert busbw("Polaris", 2) == pytest.approx(busbw("Polaris", 4) / 3, rel=0.02)
+    assert busbw("Polaris", 2) <= 101
+    assert busbw("DGX-H100", 2) == pytest.approx(busbw("DGX-H100", 8), rel=0.05)

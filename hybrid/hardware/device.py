@@ -356,6 +356,13 @@ def intra_fabric_class(system: System) -> str:
     return "pcie"
 
 
+def full_mesh(system: System) -> bool:
+    """Whether the node's GPUs are linked point to point, every pair directly (Polaris' NVLink3, AMD's xGMI): a GPU's
+    ``intra_bw`` is spread over its links to the other ``gpus_per_node - 1`` GPUs, so a collective among fewer of
+    them reaches only the links to those (two Polaris GPUs: 100 of 300 GB/s). Read from ``intra_fabric``."""
+    return "fully connected" in system.intra_fabric.lower()
+
+
 def pair_bridge_bw(system: System, device: Device | None) -> float:
     """Bytes/s per direction of the bridge between two GPUs of a ``pcie-pairs`` system (PCIe cards bridged in
     pairs, :func:`intra_fabric_class`): the device's link where it is faster than the node's ``intra_bw``, else 0.

@@ -14,7 +14,7 @@ import pandas as pd
 
 from hybrid.errors import InvalidInputError, at_row
 from hybrid.hardware.catalog import Catalog, default_catalog
-from hybrid.hardware.device import Device, System, nvls_bus_factor, nvls_capable, pair_bridge_bw
+from hybrid.hardware.device import Device, System, full_mesh, nvls_bus_factor, nvls_capable, pair_bridge_bw
 from hybrid.ops.families import FAMILIES, attention_exps, bus_factor, col, factor_map, family_array
 from hybrid.units import normalize_dtype
 
@@ -303,6 +303,10 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
                                     f"{at_row(df.index, i)}")
     # PCIe cards bridged in pairs: at most 2 GPUs per node talk over the bridge, more cross PCIe between pairs
     intra = np.where((bridge > 0) & (g <= 2.0), bridge, intra)
+    # a fully connected node: g of its GPUs use only the links among themselves, (g - 1) of each GPU's gpn - 1
+    mesh = np.array([full_mesh(s) for s in systems], dtype=bool)[codes]
+    share = np.maximum(g - 1.0, 1.0) / np.maximum(gpn_sys - 1.0, 1.0)
+    intra = np.where(mesh & (g < gpn_sys), intra * np.minimum(share, 1.0), intra)
     op = np.asarray(df["op"], dtype=object)
     multi = nodes > 1
     ring_g = (g - 1.0) / g
