@@ -169,6 +169,11 @@ def test_a_bare_architecture_device_is_costed_with_a_warning_naming_the_alternat
     assert "MI250X" in json.loads(out)["same_arch_devices"]
     code, out, _ = run(capsys, "devices", "show", "MI210", "--json")
     assert "same_arch_devices" not in json.loads(out)
+    # a two-die module entry: one kernel runs on one die (it was priced at the whole module's peak, silently)
+    code, out, err = run(capsys, "predict", "gemm", "-d", "MI250X", "-m", "4096", "-n", "4096", "-k", "4096")
+    assert code == 0 and "warning: device MI250X is a whole module of two dies" in err and "MI250X-GCD" in err
+    code, out, err = run(capsys, "predict", "gemm", "-d", "MI250X-GCD", "-m", "4096", "-n", "4096", "-k", "4096")
+    assert code == 0 and "warning" not in err
     # the other variants of a die, and those of its power class (what the sibling interval band reads)
     code, out, _ = run(capsys, "devices", "show", "A100-SXM4-40GB", "--json")
     shown = json.loads(out)

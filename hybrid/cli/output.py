@@ -106,6 +106,11 @@ def arch_note(name: str, catalog: Any = None) -> str | None:
     cat = catalog if catalog is not None else default_catalog()
     others = cat.arch_alternatives(name)
     if not others:
+        key = cat.resolve_device(name, missing_ok=True)
+        if key is not None and f"{key}-GCD" in cat.devices:  # a multi-die module: software sees each die
+            return (f"device {key} is a whole module of two dies (GCDs), each one device to ROCm and PyTorch: a kernel "
+                    f"or a rank runs on one of them, {key}-GCD, at half the module's peaks and bandwidth; name that "
+                    "unless you mean the module")
         return None
     key = cat.resolve_device(name)
     dev = cat.devices[key]
