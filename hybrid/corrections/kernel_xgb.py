@@ -915,6 +915,9 @@ class GemmXGB(DispatchXGB):
                 piece[name] = piece_dims[i]
         piece_base = roofline(piece, catalog)
         piece_us = super().predict(piece, piece_base, catalog) - self.host_us(piece, piece_base, catalog)
+        # no piece beats its own roofline (the trees may extrapolate under it): else the pieces, summed, came out
+        # under the whole GEMM's roofline and the row landed on the floor, at exactly 100% of the peak
+        piece_us = np.maximum(piece_us, self.floor_us(piece, piece_base, catalog))
         bw = catalog.device_column(piece["device"], lambda d: float(d.mem_bw), np.inf).astype(np.float64)
         accumulate_us = (count[3] - 1.0) * 3.0 * dims[0] * dims[1] * dims[2] * dtype_bytes_vec(piece) / bw * 1e6
         return count.prod(axis=0) * piece_us + accumulate_us + self.host_us(table, baseline, catalog)
