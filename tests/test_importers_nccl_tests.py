@@ -238,3 +238,17 @@ def test_a_file_name_speaks_only_for_sections_that_count_like_it(tmp_path, catal
                   .replace(f"{2**22 / 100e3 * 1.5:.2f}", f"{2**22 / 100e3:.2f}")
                   .replace(f"{2**23 / 100e3 * 1.5:.2f}", f"{2**23 / 100e3:.2f}"))
     assert (import_nccl_tests(sr, catalog=catalog)["op"] == "send_recv").all()
+
+
+def test_rows_without_a_system_are_said_to_be_unreachable_by_system(tmp_path, catalog):
+    """Calibration keys a log's curves on its system; a log imported with none (no --system, no catalog system in
+    its folders) is keyed on the GPU, which `predict collective --system X` never reads: the import says so."""
+    log = tmp_path / "run.log"
+    log.write_text(LOG)
+    with pytest.warns(DataImportWarning, match=r"8 rows name no system .*H100-SXM.*pass --system"):
+        df = import_nccl_tests(log, catalog=catalog)
+    assert "system" not in df.columns or df["system"].isna().all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataImportWarning)
+        df = import_nccl_tests(log, catalog=catalog, system="DGX-H100")
+    assert (df["system"] == "DGX-H100").all()
