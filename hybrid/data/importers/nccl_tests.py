@@ -340,28 +340,25 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
             members = sec.ranks
         ranks = len(members) or None
         op = sec.name
+        inferred = _infer_op(records, DTYPE_BYTES[types[0]], ranks) if op is None else None
         if op is None and file_name is not None:
             # a file name speaks for a section only if the section counts elements as that collective does (a
             # file of several tests names at most one of them)
             if _counts_agree(file_name, records, DTYPE_BYTES[types[0]], ranks):
                 op = file_name
-            else:
-                inferred = _infer_op(records, DTYPE_BYTES[types[0]], ranks)
-                if inferred is None:
-                    raise ImportFormatError(
-                        f"{path}: line {sec.start_line}: the file name says {file_name}, but this section counts "
-                        "elements as another collective does and has no 'Collective test starting' line; split "
-                        "the file per test and name each like all_gather_perf.log")
+            elif inferred is not None:
                 warn(path, f"section at line {sec.start_line}: its counts say {inferred}, not the file name's "
                            f"{file_name}; labelled {inferred}")
-                op = inferred
         if op is None:
-            op = _infer_op(records, DTYPE_BYTES[types[0]], ranks)
+            op = inferred
             if op is None:
-                raise ImportFormatError(
-                    f"{path}: line {sec.start_line}: cannot tell which collective this section measured "
-                    "(no 'Collective test starting' line, no *_perf command, no collective in the file name); "
-                    "rename the file like all_gather_perf.log")
+                why = (f"the file name says {file_name}, but this section counts elements as another collective "
+                       "does and has no 'Collective test starting' line; split the file per test and name each "
+                       "like all_gather_perf.log" if file_name is not None else
+                       "cannot tell which collective this section measured (no 'Collective test starting' line, "
+                       "no *_perf command, no collective in the file name); rename the file like "
+                       "all_gather_perf.log")
+                raise ImportFormatError(f"{path}: line {sec.start_line}: {why}")
         if ranks is None:
             per = {round(r[1] / (r[2] * DTYPE_BYTES[types[0]])) for r in records if r[2] > 0}
             if op in ("all_gather", "reduce_scatter", "all_to_all") and len(per) == 1:
