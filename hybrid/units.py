@@ -67,9 +67,11 @@ def dtype_bytes(name: str) -> float:
 
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+#: Byte units: KB/MB/GB/TB decimal (SI), KiB/MiB/GiB/TiB binary, and a bare K/M/G/T binary, as nccl-tests' own
+#: ``-b 8 -e 8G`` flags read them (8G = 8 GiB): a size copied from a nccl-tests command means what it meant there.
 _SIZE_UNITS = {
     "": 1, "b": 1,
-    "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+    "k": 2**10, "kb": 1e3, "m": 2**20, "mb": 1e6, "g": 2**30, "gb": 1e9, "t": 2**40, "tb": 1e12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
 

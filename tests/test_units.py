@@ -36,7 +36,7 @@ def test_dtype_bytes_and_fallbacks() -> None:
 
 @pytest.mark.parametrize(("text", "value"), [
     ("4096", 4096), (4096, 4096), ("64KiB", 65536), ("64MiB", 64 * 2**20), ("1GB", 10**9), ("1.5 GiB", 3 * 2**29),
-    ("2k", 2000), ("1e3", 1000), ("8 B", 8), (2.6, 3),
+    ("2k", 2048), ("8G", 8 * 2**30), ("1e3", 1000), ("8 B", 8), (2.6, 3),  # bare K/M/G: nccl-tests' -b/-e units
 ])
 def test_parse_size(text, value: int) -> None:
     assert parse_size(text) == value

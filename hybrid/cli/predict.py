@@ -128,7 +128,8 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
 @click.option("--system", "-s", required=True, help="Catalog system (or a device: a generic node of it).")
 @click.option("--op", "op", required=True,
               type=click.Choice(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]))
-@click.option("--size", required=True, help="Message size as nccl-tests reports it: 4096, 64KiB, 64MiB, 1GB.")
+@click.option("--size", required=True, help="Message size as nccl-tests reports it: 4096, 64KiB, 64MiB, 1GB (decimal), 8G (binary, as nccl-tests' "
+                   "-b/-e read it).")
 @click.option("--ranks", type=click.IntRange(min=2), required=True,
               help="GPUs taking part (at least 2: a collective of one rank moves nothing).")
 @click.option("--nodes", type=int, default=1, show_default=True)
