@@ -45,6 +45,11 @@ def test_large_decode_attention_is_never_faster_than_its_roofline(vidur_pointwis
     assert (ratio >= 1 - 1e-9).all(), ratio
     # the floor is a bound, not the prediction: the A100, like the Vidur rows it was fitted on, stays above it
     assert ratio[(rows["device"] == "A100-SXM4-80GB").to_numpy()].min() > 1.05
+    # and the bound of the 80% interval's low end too (it used to apply to GEMMs only)
+    with_intervals = HybridPredictor(catalog, [PointwiseXGB(XGBParams(n_estimators=60, max_depth=6))]).fit(
+        vidur_pointwise, intervals=True)
+    low = with_intervals.predict(rows)["time_us_low"].to_numpy()
+    assert np.isfinite(low).all() and (low >= base["time_us"].to_numpy() * (1 - 1e-9)).all()
 
 
 def test_small_attention_and_other_pointwise_ops_are_not_floored(vidur_pointwise, catalog):

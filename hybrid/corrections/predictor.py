@@ -731,10 +731,11 @@ class HybridPredictor:
     def _interval_floor(self, norm: pd.DataFrame, base: pd.DataFrame,
                         group: np.ndarray | tuple[np.ndarray, list[str]]) -> np.ndarray:
         """Per row, the physical lower bound of the interval (us): the floor of the correction that answered it
-        (``floor_us``: a GPU GEMM does not beat its datasheet roofline); 0 elsewhere."""
+        (``floor_us``: a GPU GEMM does not beat its datasheet roofline, nor GPU attention streaming its K/V from
+        DRAM its memory roofline); 0 elsewhere."""
         floor = np.zeros(len(norm))
         for corr in self.corrections:
-            if getattr(corr, "roofline_floor", None) is None:
+            if not (corr.fitted and hasattr(corr, "floor_us")):
                 continue
             rows = _group_rows(group, corr.key)
             if rows.any():
