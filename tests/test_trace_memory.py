@@ -186,3 +186,13 @@ def test_the_memory_pass_runs_after_the_traced_call(tmp_path):
     assert order == ["plain", "plain", "memory"]
     mem = memory_of(load_trace(paths["kineto"]).meta)
     assert mem is not None and mem.peak_bytes >= 3 * 64 * 64 * 4
+
+
+def test_recording_without_an_execution_trace_removes_an_earlier_one(tmp_path):
+    """`--no-et` into a directory of an earlier recording left its et_rank0.json beside the new Chrome trace, and
+    the next predict paired the two (and refused them as different steps)."""
+    first = record_step(lambda: torch.ones(8).sum(), tmp_path, warmup=0, measure_overhead=False, memory=False)
+    assert first["et"].exists()
+    second = record_step(lambda: torch.ones(8).sum(), tmp_path, warmup=0, execution_trace=False,
+                         measure_overhead=False, memory=False)
+    assert "et" not in second and not (tmp_path / "et_rank0.json").exists() and second["kineto"].exists()

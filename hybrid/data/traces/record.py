@@ -121,6 +121,8 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
             et = None
             os.replace(tmp_et, etp)
             paths["et"] = etp
+        else:  # an execution trace of an earlier recording would be read with this step's Chrome trace
+            etp.unlink(missing_ok=True)
     finally:
         if et is not None:
             try:
