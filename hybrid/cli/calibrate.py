@@ -3,14 +3,12 @@ on held-out data, track the run in MLflow and register the model."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import click
 
 from hybrid.cli.evaluate import echo_comparison
-from hybrid.cli.output import echo_json, report_warnings
-from hybrid.errors import DataQualityWarning
+from hybrid.cli.output import echo_json, quality_warnings
 from hybrid.tracking.store import DEFAULT_EXPERIMENT
 
 #: ``--strategy`` choices: :data:`hybrid.corrections.adapt.STRATEGIES` (listed here so that ``--help`` does not
@@ -135,17 +133,11 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
                                seed=seed, test_fraction=test_fraction, lodo=not no_lodo, experiment=experiment,
                                collective_transfer=collective_transfer, adapt_strategy=adapt_strategy,
                                sibling_blend=sibling_blend)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DataQualityWarning)
+    with quality_warnings():
         data = load_measurements(tables)
         if max_rows is not None:
             data.table = subsample(data.table, max_rows, seed)
         result = run_calibration(data, config, tracking_uri=tracking_uri, progress=not quiet)
-    quality = [w for w in caught if issubclass(w.category, DataQualityWarning)]
-    for w in caught:  # every other warning goes on as it would have
-        if not issubclass(w.category, DataQualityWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    report_warnings(quality)
     if as_json:
         echo_json({"run_id": result.run_id, "name": result.name, "version": result.version,
                    "model": result.model_ref, "tracking_uri": result.tracking_uri,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
@@ -68,6 +69,22 @@ def report_warnings(caught: list[warnings.WarningMessage]) -> None:
         click.echo(f"warning: {m}", err=True)
     if len(msgs) > MAX_WARNINGS:
         click.echo(f"warning: ... and {len(msgs) - MAX_WARNINGS} more", err=True)
+
+
+@contextlib.contextmanager
+def quality_warnings() -> Iterator[None]:
+    """Inside the block, data-quality warnings (:class:`~hybrid.errors.DataQualityWarning`, raised once per fit of a
+    calibration's splits) are collected and printed once each as ``warning:`` lines at its end; every other
+    warning goes on as it would have."""
+    from hybrid.errors import DataQualityWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataQualityWarning)
+        yield
+    for w in caught:
+        if not issubclass(w.category, DataQualityWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    report_warnings([w for w in caught if issubclass(w.category, DataQualityWarning)])
 
 
 def e2e_line(parts: Sequence[str], values: dict[str, Any], what: str) -> str:

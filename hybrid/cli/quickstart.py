@@ -11,7 +11,7 @@ import click
 import pandas as pd
 from tqdm.auto import tqdm
 
-from hybrid.errors import DataQualityWarning, HybridError, InvalidInputError
+from hybrid.errors import HybridError, InvalidInputError
 
 #: Public subset imported when a data directory is available: (label, importer module:function, glob patterns
 #: relative to the data directory, importer keyword arguments). Small on purpose: quickstart must finish in a
@@ -148,7 +148,7 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
     model, print its error against measured runtimes (model vs roofline, per op family) and an example
     prediction."""
     from hybrid.cli.calibrate import print_result
-    from hybrid.cli.output import report_warnings
+    from hybrid.cli.output import quality_warnings
     from hybrid.data.paths import public_data_dir
     from hybrid.reports.html import write_report
     from hybrid.tracking.calibrate import CalibrationConfig, calibrate
@@ -177,13 +177,8 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
     click.echo(f"calibrating on {len(data.table):,} rows, {n_devices} devices ...")
     config = CalibrationConfig(name=name, seed=seed, max_lodo_devices=QUICKSTART_LODO_DEVICES)
     lodo_note = lodo_coverage(data, config)
-    with warnings.catch_warnings(record=True) as caught:  # data-quality notes as `warning:` lines, as calibrate
-        warnings.simplefilter("always", DataQualityWarning)
+    with quality_warnings():  # data-quality notes as `warning:` lines, as calibrate gives them
         result = calibrate(data, config, tracking_uri=tracking_uri, progress=True)
-    for w in caught:  # every other warning goes on as it would have
-        if not issubclass(w.category, DataQualityWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    report_warnings([w for w in caught if issubclass(w.category, DataQualityWarning)])
     print_result(result)
     if lodo_note:
         click.echo(lodo_note)

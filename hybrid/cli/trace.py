@@ -215,19 +215,15 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 
     precision = Fp32Precision(fp32_matmul, fp32_conv)
 
-    cpu_traces = {t.device for t in loaded} == {"cpu"}
+    from hybrid.workloads.dlrm_graph import resolve_target
 
-    def target_kind(target: str) -> str:
-        key = cat.resolve_device(target, missing_ok=True)
-        if key is None and (sk := cat.resolve_system(target, missing_ok=True)) is not None:
-            key = cat.systems[sk].device
-        return cat.devices[key].kind if key is not None else ""
+    cpu_traces = {t.device for t in loaded} == {"cpu"}
 
     def run(target: str) -> tuple[Any, Any]:
         # a parallel job on a CPU keeps the traced host time between ops (a CPU's ops are its host's work; the
         # engine has no launch model to replace it): without it, 2 DDP ranks came out faster than one process
-        host_t = "trace" if parallel is not None and host == "auto" and cpu_traces and target_kind(target) == "cpu" \
-            else host
+        host_t = "trace" if (parallel is not None and host == "auto" and cpu_traces
+                             and resolve_target(target, cat).device.kind == "cpu") else host
         graph = build_trace_graph(loaded, target, cat, same_device=same, host=host_t,
                                   transform=chain(fusion, parallel), fp32_precision=precision)
         return graph, predict_trace(graph, model, model_name=name, kernel_times=kernel_times)

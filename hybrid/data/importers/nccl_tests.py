@@ -82,9 +82,8 @@ _NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 @dataclass
 class _Section:
     start_line: int
-    name: str | None = None
+    name: str | None = None  # "?test" for a test no canonical op covers (gather, scatter, alltoallv): skipped
     ranks: dict[int, tuple[str, str, int]] = field(default_factory=dict)  # rank -> (host, GPU, split group)
-    unsupported: str | None = None  # a test this importer has no op for (gather, scatter, alltoallv, ...)
     columns: list[str] | None = None
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     bad_lines: list[int] = field(default_factory=list)
