@@ -335,6 +335,46 @@ def test_cli_refusals_exit_2_with_one_line(capsys):
     assert any("exceeds" in n for n in json.loads(out)["notes"])
 
 
+def test_capacity_prefill_activations_are_named_and_capped(capsys):
+    """A static batch prefills every prompt at once, so at 1024 + 1024 tokens a 70B model's largest batch is set as
+    much by the prefill's working set as by its KV cache: the note says so, and --max-num-tokens (chunks of at most
+    that many prompt tokens per pass) lifts the batch to what the cache alone allows."""
+    from hybrid.workloads.llm.kv_cache import GIB, activation_bytes, max_context, request_bytes
+
+    args = ("llm", "capacity", "llama2-70b", "--device", "A100", "--tp", "4", "--input", "1024", "--output", "1024",
+            "--json")
+    code, out, _ = run(capsys, *args)
+    whole = json.loads(out)
+    row = whole["by_context"][0]
+    assert code == 0 and whole["max_num_tokens"] is None and "prefill activations" in row["reason"]
+    assert row["activations_gib"] > 0.1 * (row["activations_gib"] + row["kv_cache_gib"])
+    code, out, _ = run(capsys, *args, "--max-num-tokens", "4096")
+    capped = json.loads(out)
+    crow = capped["by_context"][0]
+    assert code == 0 and capped["max_num_tokens"] == 4096 and "prefill activations" not in crow["reason"]
+    # by hand: what is left beside weights, reserve, one pass of 4096 prompt tokens and the batch's logits
+    s = make_setup("llama2-70b", "A100", tp=4)
+    per_req = 2 * 80 * 2 * 128 * 2 * 2048  # KV bytes per request per GPU at TP4, fp16
+    free = s.device.mem_capacity - 2 * GIB - weight_bytes_per_gpu(s.model, s.precision, 4)
+    act = float(activation_bytes(s.model, s.precision, 4096.0, 0.0, 4))
+    logit = float(activation_bytes(s.model, s.precision, 0.0, 1.0, 4))
+    assert capped["max_batch"] == int((free - act) // (per_req + logit))
+    assert capped["max_batch"] > 1.3 * whole["max_batch"]
+    assert crow["kv_cache_gib"] == pytest.approx(capped["max_batch"] * per_req / GIB)
+    # the longest context for a batch: uncapped as the closed form (every token of the context a prompt token,
+    # all in one pass), longer with the cap, and never past the memory it claims to fit
+    kw = {"batch": 8, "tp": 4}
+    one = max_context(s.model, s.precision, s.device.mem_capacity, **kw)
+    lg = request_bytes(s.model, s.precision, context=0, **kw)
+    assert one == int((free - lg) // (request_bytes(s.model, s.precision, context=1, **kw) - lg))
+    chunked = max_context(s.model, s.precision, s.device.mem_capacity, prefill_tokens=4096, **kw)
+    assert chunked > one
+    need = lambda c: lg + 8 * c * per_req / 2048 + act / 4096 * min(8 * c, max(4096, c))  # noqa: E731
+    assert need(chunked) <= free < need(chunked + 1)
+    code, _, err = run(capsys, *args, "--max-num-tokens", "0")
+    assert code == 2 and "--max-num-tokens must be a positive integer" in err
+
+
 def test_cli_capacity_and_serve(capsys):
     code, out, _ = run(capsys, "llm", "capacity", "llama2-70b", "--device", "A100", "--tp", "4", "--input", "1024",
                        "--output", "1024", "--json")

@@ -283,12 +283,16 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 @click.option("--input", "input_len", type=int, default=None, help="Prompt tokens (with --output: one context).")
 @click.option("--output", "output_len", type=int, default=None, help="Generated tokens.")
 @click.option("--batch", "-b", type=int, default=None, help="Batch for the longest-context question.")
+@click.option("--max-num-tokens", type=int, default=None,
+              help="Prompt tokens per forward pass (TensorRT-LLM's max_num_tokens, vLLM's max_num_batched_tokens; "
+                   "never less than one request's prompt): caps the prefill activations. Default: every request's "
+                   "prompt in one pass, as `llm infer`'s static batch.")
 def capacity(model_name: str, device: str | None, system: str | None, tp: int, pp: int, ep: int,
              attention_dp: bool, dtype: str | None,
              weights: str | None, kv_dtype: str | None, attention_kernel: str, softmax: str, allreduce: str,
              reserve_gib: float,
              model_ref: str | None, tracking_uri: str | None, as_json: bool, input_len: int | None,
-             output_len: int | None, batch: int | None) -> None:
+             output_len: int | None, batch: int | None, max_num_tokens: int | None) -> None:
     """The largest batch that fits per context length (and the longest context for --batch).
 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
@@ -308,21 +312,30 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         raise InvalidInputError("give both --input and --output (or neither)")
     contexts = [(input_len, output_len)] if input_len is not None else [(c // 2, c - c // 2) for c in
                                                             (1024, 2048, 4096, 8192, 16384, 32768, 131072)]
+    if max_num_tokens is not None:
+        _positive(max_num_tokens=max_num_tokens)
     rows = []
     for i, o in contexts:
         _positive(input=i, output=o)
-        plan = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, input_len=i, output_len=o, tp=tp,
-                           pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp)
+        kw = {"input_len": i, "output_len": o, "tp": tp, "pp": pp, "reserve_gib": reserve_gib,
+              "attention_dp": attention_dp, "prefill_tokens": max_num_tokens}
+        plan = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, **kw)
+        at_max = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=max(plan.max_batch, 1), **kw)
         reason = plan.reason if plan.max_batch < 1 else f"KV cache {plan.kv_per_request / 2**20:.0f} MiB per request"
+        if plan.max_batch >= 1 and at_max.activations > 0.1 * (at_max.kv_cache + at_max.activations):
+            # the prefill's working set, not the cache, limits the batch: say so (and how to cap it)
+            reason += (f"; +{at_max.activations / GIB:.1f} GiB of prefill activations"
+                       + ("" if max_num_tokens else " (all prompts at once; --max-num-tokens caps them)"))
         if s.model.max_position_embeddings and i + o > s.model.max_position_embeddings:
             reason += f"; beyond the model's {s.model.max_position_embeddings} positions"
         rows.append({"context": i + o, "input_len": i, "output_len": o, "max_batch": plan.max_batch,
-                     "fits": plan.max_batch >= 1, "reason": reason})
+                     "fits": plan.max_batch >= 1, "kv_cache_gib": at_max.kv_cache / GIB if plan.max_batch else 0.0,
+                     "activations_gib": at_max.activations / GIB if plan.max_batch else 0.0, "reason": reason})
     out = {"model": s.model.name, "device": s.device.key, "tp": tp, "pp": pp, "ep": ep, "attention_dp": attention_dp,
            "precision": s.precision.label, "capacity_gib": s.device.mem_capacity / GIB,
            "weights_gib_per_gpu": weight_bytes_per_gpu(s.model, s.precision, tp, pp, attention_dp) / GIB,
            "kv_bytes_per_token_per_gpu": kv_bytes_per_token(s.model, s.precision, tp, pp, attention_dp),
-           "reserve_gib": reserve_gib, "max_batch": rows[0]["max_batch"] if input_len else None,
+           "reserve_gib": reserve_gib, "max_num_tokens": max_num_tokens, "max_batch": rows[0]["max_batch"] if input_len else None,
            "fits": rows[0]["fits"] if input_len else any(r["fits"] for r in rows), "by_context": rows}
     if s.deployment_notes():
         out["notes"] = s.deployment_notes()
@@ -334,7 +347,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         # is that of those requests on one GPU with the experts' share of the weights
         out["max_context_for_batch"] = {"batch": batch, "max_context": max_context(
             s.model, s.precision, s.device.mem_capacity, batch=-(-batch // tp) if attention_dp else batch,
-            tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp)}
+            tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp, prefill_tokens=max_num_tokens)}
         if out["max_context_for_batch"]["max_context"] < 1:  # not even one token per request fits beside the weights
             out["fits"] = False
             from hybrid.workloads.llm.kv_cache import request_bytes

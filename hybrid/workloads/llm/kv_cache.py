@@ -264,18 +264,32 @@ def request_bytes(model: TransformerConfig, precision: Precision, *, batch: floa
 
 
 def max_context(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int = 1, tp: int = 1, pp: int = 1,
-                reserve_gib: float = DEFAULT_RESERVE_GIB, attention_dp: bool = False) -> int:
+                reserve_gib: float = DEFAULT_RESERVE_GIB, attention_dp: bool = False,
+                prefill_tokens: int | None = None) -> int:
     """The longest context (input + output tokens) ``batch`` requests on one GPU can each hold (0 if none);
-    ``attention_dp``: ``batch`` is one rank's requests, run whole beside its share of the experts."""
+    ``attention_dp``: ``batch`` is one rank's requests, run whole beside its share of the experts. The whole context
+    counts as prompt for the prefill's activations (the cautious reading), all of the batch's prompts in one forward
+    pass, or at most ``prefill_tokens`` tokens per pass (never less than one request's prompt, as in
+    :func:`memory_table`)."""
     check_parallel(model, tp, pp)
+    if prefill_tokens is not None and (isinstance(prefill_tokens, bool) or int(prefill_tokens) < 1):
+        raise InvalidInputError(f"prefill tokens per forward pass must be a positive integer, got {prefill_tokens!r}")
     free = capacity - reserve_gib * GIB - weight_bytes_per_gpu(model, precision, tp, pp, attention_dp)
     per_tok = kv_bytes_per_token(model, precision, tp, pp, attention_dp)
-    kw = {"batch": batch, "tp": tp, "pp": pp, "attention_dp": attention_dp}
-    logits = request_bytes(model, precision, context=0, **kw)
-    denom = request_bytes(model, precision, context=1, **kw) - logits  # per token of context, every request
-    ctx = int((free - logits) // denom) if free > logits else 0
+    t = 1 if attention_dp else tp
+    act_tok = float(activation_bytes(model, precision, 1.0, 0.0, t)) / max(pp, 1)
+    logits = request_bytes(model, precision, context=0, batch=batch, tp=tp, pp=pp, attention_dp=attention_dp)
     window = model.window_size if model.window_size and model.window_layer_share >= 1.0 else 0
-    if window and ctx >= window:
-        # past the window the cache stops growing; only activations grow (prefill in chunks would cap them too)
-        ctx = int(max(ctx, (free - logits - batch * per_tok * window) // (denom - batch * per_tok)))
-    return max(ctx, 0)
+
+    def need(ctx: np.ndarray) -> np.ndarray:  # increasing in ctx
+        cached = np.minimum(ctx, window) if window else ctx  # past the window the cache stops growing
+        prompt = batch * ctx if prefill_tokens is None else np.minimum(batch * ctx, np.maximum(prefill_tokens, ctx))
+        return logits + batch * per_tok * cached + act_tok * prompt
+
+    lo, hi = 0, 1 << 40
+    if need(np.array(hi, dtype=np.float64)) <= free:
+        return hi
+    while hi - lo > 1:  # the largest ctx with need(ctx) <= free: need(lo) <= free < need(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if need(np.array(mid, dtype=np.float64)) <= free else (lo, mid)
+    return int(lo)
