@@ -70,6 +70,57 @@ def test_kernel_time_recovers_the_kernel_of_eager_timings():
     pd.testing.assert_frame_equal(KernelTimeModel(roof).predict(query), roof.predict(query))
 
 
+def test_pointwise_kernel_time_takes_off_the_dispatch_the_trees_learned(tmp_path):
+    """Known truth for a correction without the dispatch in its reference (the pointwise default, version 3): norms
+    at 70% of their roofline rate; one GPU timed eager (+18 us of dispatch per op), the other by its kernels. The
+    trees learn the eager GPU's floor as part of its times; the fitted ``learned_dispatch`` says how much, per GPU
+    (nothing on the kernel-timed one), so an op costed as kernel time loses the floor on the eager GPU only; a GPU
+    never fitted gets the typical dispatch only when most fitted rows were eager. Saved and loaded with the model."""
+    from hybrid.corrections import PointwiseXGB
+
+    catalog = load_bundle(ROOT / "datasets" / "cpu-amd-epyc-1c")[1]
+    rng = np.random.default_rng(2)
+    n = 600
+    rows = pd.DataFrame({"op": "layernorm", "dtype": "fp16", "rows": rng.choice([1, 8, 64, 512, 4096, 32768], n),
+                         "hidden": rng.choice([1024, 4096, 8192], n),
+                         "device": np.where(np.arange(n) % 3 == 0, "V100-PCIE-32GB", "A100-SXM4-80GB")})
+    eager = (rows["device"] == "A100-SXM4-80GB").to_numpy()
+    rows["framework"] = np.where(eager, "pytorch", "cupti")
+    kernel = roofline(rows, catalog)["time_us"].to_numpy() / 0.7
+    rows["time_us"] = kernel + 18.0 * eager
+    corr = PointwiseXGB(XGBParams(n_estimators=150, max_depth=5))
+    assert not corr.uses_dispatch
+    model = HybridPredictor(catalog, corrections=[corr]).fit(rows)
+    learned = model.corrections[0].learned_dispatch
+    assert 15.0 < learned["A100-SXM4-80GB"] < 21.0 and learned["V100-PCIE-32GB"] == 0.0
+    assert learned["*"] == learned["A100-SXM4-80GB"]  # two rows in three were eager
+    query = rows.drop(columns=["time_us", "framework"])
+    out = model.predict(query, host=True)
+    assert (out["host_us"] == 0).all()  # no fitted constant: the learned part is apart, taken off where asked
+    np.testing.assert_allclose(KernelTimeModel(model).predict(query)["time_us"], out["time_us"])
+    k = KernelTimeModel(model, learned_dispatch=True).predict(query)
+    assert "learned_host_us" not in k.columns
+    small = roofline(query, catalog)["time_us"].to_numpy() < 5.0
+    # on the eager GPU the floor goes: the kernel, to the trees' error, and never under the roofline (the dispatch
+    # estimate absorbs the tiny kernels' excess over it, as the GEMM one does); on the kernel-timed GPU nothing moves
+    roof = out["roofline_us"].to_numpy()
+    assert (out.loc[eager & small, "time_us"].to_numpy() > kernel[eager & small] + 17.0).all()
+    kt = k["time_us"].to_numpy()
+    assert (kt >= roof * (1 - 1e-9)).all() and (kt[eager & small] < kernel[eager & small] + 1.5).all()
+    np.testing.assert_allclose(k.loc[~eager, "time_us"], out.loc[~eager, "time_us"])
+    unseen = query.iloc[:5].assign(device="H100-SXM")
+    assert (model.predict(unseen, host=True)["learned_host_us"].to_numpy() > 0).all()
+    model.save(tmp_path / "m")
+    again = HybridPredictor.load(tmp_path / "m", catalog=catalog)
+    assert again.corrections[0].learned_dispatch == learned
+    np.testing.assert_allclose(KernelTimeModel(again, learned_dispatch=True).predict(query)["time_us"], k["time_us"])
+    # the LLM builders ask for it: a decode step's norms on the eager GPU cost their kernels, not the floor
+    from hybrid.workloads.llm.inference import cost_ops
+    ops = query.iloc[:40].assign(device="A100-SXM4-80GB")
+    costed = cost_ops(ops, model, catalog)["time_us"].to_numpy()
+    np.testing.assert_allclose(costed, KernelTimeModel(model, learned_dispatch=True).predict(ops)["time_us"])
+
+
 @pytest.fixture(scope="module")
 def h100_gemm_predictor():
     table, cat = load_bundle(ROOT / "datasets" / "H100-SXM")

@@ -44,7 +44,7 @@ from hybrid.corrections.features import (
 )
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
-from hybrid.ops.families import col, dtype_bytes_vec
+from hybrid.ops.families import col, dtype_bytes_vec, factor_map
 from hybrid.units import normalize_dtype
 
 #: Feature-set version (:func:`~hybrid.corrections.features.feature_names`) each kernel model is fitted with
@@ -487,6 +487,10 @@ class DispatchXGB(XGBCorrection):
         #: per-op host dispatch + synchronisation overhead (us) of framework-timed GPU rows (:attr:`dispatch_from_version` on;
         #: fitted by :meth:`fit_dispatch`), added to their roofline reference so the trees need not learn it
         self.dispatch_us = 0.0
+        #: before :attr:`dispatch_from_version`, the host dispatch that the trees learned inside the times of the GPUs
+        #: fitted on framework-timed rows (us per op, per device; 0 for kernel-timed ones; ``"*"`` for GPUs the fit
+        #: never saw, when most of its GPU rows were framework-timed): :meth:`fit_learned_dispatch`
+        self.learned_dispatch: dict[str, float] = {}
 
     @property
     def uses_dispatch(self) -> bool:
@@ -515,6 +519,46 @@ class DispatchXGB(XGBCorrection):
             out[mask] = self._dispatched(sub, catalog) * self.dispatch_us
         return out
 
+    def learned_host_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row, before :attr:`dispatch_from_version`, the host dispatch the trees learned as part of the GPU's
+        times (:attr:`learned_dispatch` of the row's device, on GPU rows of this correction's families, whatever
+        the row's own timing: the trees' answer does not depend on it); 0 elsewhere and from that version on."""
+        out = np.zeros(len(table))
+        if self.uses_dispatch or not self.learned_dispatch or len(table) == 0:
+            return out
+        mask, sub, _ = self._family_rows(table, baseline)
+        if mask.any():
+            unseen = self.learned_dispatch.get("*", 0.0)
+            per = factor_map(sub["device"], lambda d: self.learned_dispatch.get(d, unseen), "")
+            out[mask] = np.where(_gpu_rows(sub, catalog), per.astype(np.float64), 0.0)
+        return out
+
+    def fit_learned_dispatch(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> dict[str, float]:
+        """Per fitted GPU, the host dispatch its times carry (:attr:`learned_dispatch`): on a GPU most of whose
+        rows were framework-timed (eager PyTorch: dispatch, launch and kernel, one op at a time), the median
+        measured - roofline of its tiny ops (roofline under :data:`DISPATCH_TINY_US`, at least
+        :data:`DISPATCH_MIN_ROWS` of them), else the median of those medians; 0 on kernel-timed GPUs. ``"*"``,
+        for GPUs the fit never saw: that median when most of the fit's GPU rows were framework-timed. Empty
+        when no GPU has enough tiny framework-timed ops to say what the dispatch is."""
+        gpu = _gpu_rows(table, catalog)
+        if not gpu.any():
+            return {}
+        roof = baseline["time_us"].to_numpy(dtype=np.float64)
+        gap = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64) - roof
+        frame = pd.DataFrame({"d": table["device"].astype(str).to_numpy(), "fw": kernel_timing(table) == 0,
+                              "g": gap, "tiny": roof < DISPATCH_TINY_US})[gpu]
+        share = frame.groupby("d")["fw"].mean()
+        eager = share.index[share >= 0.5]
+        tiny = frame[frame["fw"] & frame["tiny"] & frame["d"].isin(eager)].groupby("d")["g"]
+        per = tiny.median()[tiny.size() >= DISPATCH_MIN_ROWS].dropna().clip(lower=0.0)
+        if not len(per):
+            return {}
+        typical = float(np.median(per.to_numpy()))
+        out = {str(d): (float(per.get(d, typical)) if d in eager else 0.0) for d in share.index}
+        if frame["fw"].mean() >= 0.5:
+            out["*"] = typical
+        return out
+
     def fit_dispatch(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> float:
         """The host dispatch of one framework-timed GPU op: per (device, framework) group with at least
         :data:`DISPATCH_MIN_ROWS` ops whose roofline is under :data:`DISPATCH_TINY_US` (almost pure overhead),
@@ -539,10 +583,13 @@ class DispatchXGB(XGBCorrection):
     def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
             sample_weight: np.ndarray | None = None) -> DispatchXGB:
         self.dispatch_us = 0.0
-        if self.uses_dispatch:
-            sub, base = self._select(table, baseline)
-            if len(sub):
+        self.learned_dispatch = {}
+        sub, base = self._select(table, baseline)
+        if len(sub):
+            if self.uses_dispatch:
                 self.dispatch_us = self.fit_dispatch(sub, base, catalog)
+            else:
+                self.learned_dispatch = self.fit_learned_dispatch(sub, base, catalog)
         super().fit(table, baseline, catalog, sample_weight)
         return self
 
@@ -551,6 +598,7 @@ class DispatchXGB(XGBCorrection):
                           target_offset: float = 0.0) -> DispatchXGB:
         grown = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate, target_offset)
         grown.dispatch_us = self.dispatch_us  # type: ignore[attr-defined]
+        grown.learned_dispatch = dict(self.learned_dispatch)  # type: ignore[attr-defined]
         return grown  # type: ignore[return-value]
 
     def save(self, directory: Path) -> None:
@@ -559,6 +607,10 @@ class DispatchXGB(XGBCorrection):
             write_json(Path(directory) / "dispatch.json", {
                 "dispatch_us": self.dispatch_us,
                 "units": "us per op, added to the roofline of GPU rows timed through a framework"})
+        elif self.learned_dispatch:
+            write_json(Path(directory) / "learned_dispatch.json", {
+                "learned_dispatch_us": self.learned_dispatch,
+                "units": "us per op of host dispatch inside the fitted times, per GPU ('*': GPUs never fitted)"})
 
     @classmethod
     def load(cls, directory: Path) -> DispatchXGB:
@@ -574,12 +626,22 @@ class DispatchXGB(XGBCorrection):
             if not (np.isfinite(value) and value >= 0):
                 raise InvalidInputError(f"{directory}/dispatch.json: bad dispatch overhead {meta!r}; refit the model")
             obj.dispatch_us = value  # type: ignore[attr-defined]
+        obj.learned_dispatch = {}  # type: ignore[attr-defined]
+        learned = Path(directory) / "learned_dispatch.json"
+        if not obj.uses_dispatch and learned.is_file():  # type: ignore[attr-defined]
+            per = read_json(learned).get("learned_dispatch_us")
+            if not isinstance(per, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                    and np.isfinite(v) and v >= 0 for v in per.values()):
+                raise InvalidInputError(f"{learned}: bad learned dispatch {per!r}; refit the model")
+            obj.learned_dispatch = {str(k): float(v) for k, v in per.items()}  # type: ignore[attr-defined]
         return obj  # type: ignore[return-value]
 
     def describe(self) -> dict[str, Any]:
         out = super().describe()
         if self.uses_dispatch:
             out["dispatch_us"] = self.dispatch_us
+        elif self.learned_dispatch:
+            out["learned_dispatch_us"] = dict(self.learned_dispatch)
         return out
 
 

@@ -663,7 +663,9 @@ class HybridPredictor:
         the row got: ``seen``, ``unseen``, ``few``, ``adapted-k`` or ``sibling``, :meth:`_bands`; a band never
         calibrated for the row is named as the unseen one it falls back to); with ``host``, ``host_us`` (the part of ``time_us`` that
         is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the kernel models
-        with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off).
+        with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off) and
+        ``learned_host_us`` (the dispatch that corrections without that constant learned inside the times of GPUs
+        fitted on eager timings, ``DispatchXGB.learned_dispatch``; taken off only where asked).
 
         Identical rows are predicted once (every step is row-wise, so the answer is the same): a table where at
         most :data:`DEDUP_MAX_FRACTION` of the rows are distinct (repeated layers, ranks, search candidates) is
@@ -726,6 +728,8 @@ class HybridPredictor:
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])
         if host:
             out["host_us"] = np.minimum(self._host(norm, base, (group_codes, groups)), time)
+            out["learned_host_us"] = np.minimum(self._host(norm, base, (group_codes, groups), learned=True),
+                                                time - out["host_us"])
         return pd.DataFrame(out, index=table.index)
 
     def _interval_floor(self, norm: pd.DataFrame, base: pd.DataFrame,
@@ -743,16 +747,18 @@ class HybridPredictor:
         return floor
 
     def _host(self, norm: pd.DataFrame, base: pd.DataFrame,
-              group: np.ndarray | tuple[np.ndarray, list[str]]) -> np.ndarray:
+              group: np.ndarray | tuple[np.ndarray, list[str]], learned: bool = False) -> np.ndarray:
         """Per row, the fitted framework host dispatch (us) included in the prediction of the correction that
-        answered it (``DispatchXGB.host_us``; 0 for the others and for kernel-only or CPU rows)."""
+        answered it (``DispatchXGB.host_us``; 0 for the others and for kernel-only or CPU rows); ``learned``: the
+        dispatch its trees learned inside the fitted GPUs' times instead (``DispatchXGB.learned_host_us``)."""
         host = np.zeros(len(norm))
+        name = "learned_host_us" if learned else "host_us"
         for corr in self.corrections:
-            if not corr.fitted or not hasattr(corr, "host_us"):
+            if not corr.fitted or not hasattr(corr, name):
                 continue
             rows = _group_rows(group, corr.key)
             if rows.any():
-                host[rows] = corr.host_us(norm, base, self.catalog)[rows]
+                host[rows] = getattr(corr, name)(norm, base, self.catalog)[rows]
         return host
 
     def predict_time(self, table: pd.DataFrame) -> np.ndarray:

@@ -350,13 +350,14 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     ``kernel_times`` (default): GPU ops cost their kernel time. Serving runtimes enqueue kernels asynchronously
     (and replay decode steps as CUDA graphs), so the per-op host dispatch that a model calibrated on eager
     per-op timings includes (an own ``hybrid profile``: 13-20 us per op on an H100 VM) is not in their step
-    times; :class:`hybrid.engine.costs.KernelTimeModel` takes it off. Models calibrated on kernel times (Vidur
+    times; :class:`hybrid.engine.costs.KernelTimeModel` takes it off, the fitted constant and the floor that
+    corrections without one learned inside eager-timed GPUs' times (``learned_dispatch``) alike. Models calibrated on kernel times (Vidur
     labelled as such, XLA) carry no dispatch, so nothing changes for them."""
     if cost_model is None:
         cost_model = default_cost_model(catalog)
     fitted = cost_model  # the model itself: its collective constants (custom all-reduce) are read from it
     if kernel_times:
-        cost_model = KernelTimeModel(cost_model)
+        cost_model = KernelTimeModel(cost_model, learned_dispatch=True)
     cat = model_catalog(cost_model, catalog)
     cols = [c for c in COST_COLUMNS if c in table.columns]
     rows = integral_shapes(table[cols])

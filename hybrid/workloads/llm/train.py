@@ -149,7 +149,7 @@ def _cost_model(cost_model: OpCostModel | None, cfg: TrainingConfig) -> OpCostMo
     """The model ops are costed with: the default (roofline) one when None, asked for kernel times unless the
     configuration is eager (:attr:`TrainingConfig.kernel_times`)."""
     cm = cost_model if cost_model is not None else default_cost_model()
-    return KernelTimeModel(cm) if cfg.kernel_times else cm
+    return KernelTimeModel(cm, learned_dispatch=True) if cfg.kernel_times else cm
 
 
 def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
