@@ -780,3 +780,23 @@ def test_search_and_train_agree_on_what_is_allowed(capsys):
         search(m, search_base(8, 64), "DGX-H100", top=0)
     with pytest.raises(InvalidInputError, match="micro batches"):
         search(m, search_base(8, 64), "DGX-H100", micro_batches=(0,))
+
+
+def test_sequence_past_a_learned_position_table_is_warned_in_train_memory_and_search(capsys):
+    """GPT-2 learns 1024 absolute positions: a 4096-token sequence cannot run on it (rotary Llama can: no note)."""
+    job = ["--system", "DGX-A100", "--gpus", "8", "--global-batch", "64"]
+    rc = main(["llm", "train", "gpt2-large", *job, "--seq", "4096", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "warning: gpt2-large learns 1024 absolute position embeddings" in cap.err and "4096 tokens" in cap.err
+    assert any("cannot run" in n for n in json.loads(cap.out)["notes"])
+    rc = main(["llm", "memory", "gpt2-large", *job, "--seq", "4096", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0 and "cannot run" in cap.err and json.loads(cap.out)["notes"]
+    rc = main(["llm", "search", "gpt2-large", *job, "--seq", "2048", "--top", "1", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0 and "2048 tokens" in cap.err and json.loads(cap.out)["notes"]
+    for model, seq in (("gpt2-large", "1024"), ("llama3-8b", "16384")):
+        rc = main(["llm", "train", model, *job, "--seq", seq, "--json", "--allow-oom"])
+        cap = capsys.readouterr()
+        assert rc == 0 and "position" not in cap.err and "notes" not in json.loads(cap.out)

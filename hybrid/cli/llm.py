@@ -144,6 +144,8 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
     if not pred.fits and not allow_oom:
         raise InvalidInputError(f"mapping does not fit: {pred.fit_reason} (--allow-oom predicts anyway)")
     summary = pred.summary()
+    for note in pred.notes:
+        click.echo(f"warning: {note}", err=True)
     price = prices.price(pred.target.system, pred.target.device) if prices is not None else None
     if prices is not None:
         summary["gpu_hour_price"] = price
@@ -216,6 +218,9 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     row = mem.row(0)
     out = {"model": model.name, "device": tgt.device, "memory_gib": row, "fits": bool(mem.fits[0]),
            "reason": mem.reason(0)}
+    if model.position_note(cfg.seq(model)):
+        out["notes"] = [model.position_note(cfg.seq(model))]
+        click.echo(f"warning: {out['notes'][0]}", err=True)
     if plot_path:
         from hybrid.reports.llm_plots import memory_bars
 
@@ -309,6 +314,9 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     price = priced(res, system)
     payload: dict[str, Any] = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
                                "fitting": res.attrs.get("n_fit")}
+    if model.position_note(base.seq(model)):
+        payload["notes"] = [model.position_note(base.seq(model))]
+        click.echo(f"warning: {payload['notes'][0]}", err=True)
     if prices is not None:
         payload["gpu_hour_price"] = price
     if run_tokens is not None:  # the fastest mapping's run
