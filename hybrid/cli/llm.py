@@ -329,7 +329,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
             "tp": int(b0.tp), "pp": int(b0.pp), "cp": int(b0.cp), "dp": int(b0.dp), "ep": int(b0.ep),
             "micro_batch": int(b0.mb), "vp": int(b0.vp), "recompute": str(b0.recompute), "sp": bool(b0.sp),
             "optimizer": "dist" if b0.distopt else ("fsdp" if b0.fsdp else "")},
-            "iteration_s": float(b0.iteration_s), "tokens_per_s_per_gpu": float(b0.tokens_per_s_per_gpu),
+            "iteration_s": float(b0.iteration_s), "engine_s": float(b0.engine_s),
+            "tokens_per_s_per_gpu": float(b0.tokens_per_s_per_gpu),
             "mfu": float(b0.mfu), "memory_gib": float(b0.memory_gib),
             **({"gpu_hour_price": price, "cost_per_1m_tokens": None if price is None
                 else float(b0.cost_per_1m_tokens)} if prices is not None else {}),
@@ -342,7 +343,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         try:
             best = search(model, base, other, cost_model, top=1, engine_top=1, **space)
         except InvalidInputError as exc:  # nothing fits there, no fp8 rate, ...: ranked last, with the reason
-            ranking.append({**row, "mapping": None, "iteration_s": None, "tokens_per_s_per_gpu": None, "mfu": None,
+            ranking.append({**row, "mapping": None, "iteration_s": None, "engine_s": None, "tokens_per_s_per_gpu": None,
+                            "mfu": None,
                             **({"gpu_hour_price": None, "cost_per_1m_tokens": None} if prices is not None else {}),
                             "note": str(exc)})
             continue
@@ -351,7 +353,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         row.update(mapping={"tp": int(b.tp), "pp": int(b.pp), "cp": int(b.cp), "dp": int(b.dp), "ep": int(b.ep),
                             "micro_batch": int(b.mb), "vp": int(b.vp), "recompute": str(b.recompute),
                             "sp": bool(b.sp), "optimizer": "dist" if b.distopt else ("fsdp" if b.fsdp else "")},
-                   iteration_s=float(b.iteration_s), tokens_per_s_per_gpu=float(b.tokens_per_s_per_gpu),
+                   iteration_s=float(b.iteration_s), engine_s=float(b.engine_s),
+                   tokens_per_s_per_gpu=float(b.tokens_per_s_per_gpu),
                    mfu=float(b.mfu), memory_gib=float(b.memory_gib))
         if prices is not None:
             row.update(gpu_hour_price=p_other, cost_per_1m_tokens=(None if p_other is None
