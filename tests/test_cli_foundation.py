@@ -195,3 +195,17 @@ def test_calibrate_says_whether_the_sibling_band_was_calibrated() -> None:
     one = sibling_line(["V100-PCIE-32GB"])
     assert one.startswith("held out beside another variant of their die: V100-PCIE-32GB (fewer than 2:")
     assert "halfway between the seen and unseen" in one and "flagged not calibrated" in one
+
+
+def test_predict_warns_when_the_operands_exceed_device_memory(capsys) -> None:
+    code, out, err = run(capsys, "predict", "gemm", "-d", "H100", "--dtype", "fp32", "-m", "200000", "-n", "200000",
+                         "-k", "200000", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["fits_memory"] is False and res["footprint_bytes"] == 3 * 200_000**2 * 4
+    assert "exceed the device's memory" in res["memory_note"] and "warning: the operands" in err
+    code, out, err = run(capsys, "predict", "gemm", "-d", "H100", "-m", "8192", "-n", "8192", "-k", "8192", "--json")
+    assert json.loads(out)["fits_memory"] is True and "memory_note" not in json.loads(out) and "operands" not in err
+    code, out, err = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "200GiB",
+                         "--ranks", "8", "--json")
+    assert json.loads(out)["fits_memory"] is False and "exceed the device's memory" in err

@@ -333,6 +333,14 @@ def test_cli_refusals_exit_2_with_one_line(capsys):
                          "--output", "2000", "--json")
     assert code == 0 and "warning: a context of 5000 tokens exceeds the 4096 positions" in err
     assert any("exceeds" in n for n in json.loads(out)["notes"])
+    # a learned position table (GPT-2: 1024 rows) has no embedding past its positions: said so, not "built for"
+    code, out, err = run(capsys, "llm", "infer", "gpt2-large", "--device", "A100", "--batch", "1", "--input", "3000",
+                         "--output", "2000", "--json")
+    assert code == 0 and "learns 1024 absolute position embeddings" in err and "cannot run" in err
+    assert any("cannot run" in n for n in json.loads(out)["notes"])
+    code, _, err = run(capsys, "llm", "infer", "gpt2-large", "--device", "A100", "--batch", "1", "--input", "512",
+                       "--output", "512")
+    assert code == 0 and "position" not in err
 
 
 def test_capacity_prefill_activations_are_named_and_capped(capsys):

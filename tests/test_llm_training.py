@@ -780,3 +780,47 @@ def test_search_and_train_agree_on_what_is_allowed(capsys):
         search(m, search_base(8, 64), "DGX-H100", top=0)
     with pytest.raises(InvalidInputError, match="micro batches"):
         search(m, search_base(8, 64), "DGX-H100", micro_batches=(0,))
+
+
+def test_sequence_past_a_learned_position_table_is_warned_in_train_memory_and_search(capsys):
+    """GPT-2 learns 1024 absolute positions: a 4096-token sequence cannot run on it (rotary Llama can: no note)."""
+    job = ["--system", "DGX-A100", "--gpus", "8", "--global-batch", "64"]
+    rc = main(["llm", "train", "gpt2-large", *job, "--seq", "4096", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "warning: gpt2-large learns 1024 absolute position embeddings" in cap.err and "4096 tokens" in cap.err
+    assert any("cannot run" in n for n in json.loads(cap.out)["notes"])
+    rc = main(["llm", "memory", "gpt2-large", *job, "--seq", "4096", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0 and "cannot run" in cap.err and json.loads(cap.out)["notes"]
+    rc = main(["llm", "search", "gpt2-large", *job, "--seq", "2048", "--top", "1", "--json"])
+    cap = capsys.readouterr()
+    assert rc == 0 and "2048 tokens" in cap.err and json.loads(cap.out)["notes"]
+    for model, seq in (("gpt2-large", "1024"), ("llama3-8b", "16384")):
+        rc = main(["llm", "train", model, *job, "--seq", seq, "--json", "--allow-oom"])
+        cap = capsys.readouterr()
+        assert rc == 0 and "position" not in cap.err and "notes" not in json.loads(cap.out)
+
+
+def test_compare_rows_are_what_llm_train_gives_on_each_system(capsys):
+    """Each --compare row is its system's own fastest mapping, timed as `llm train` times that mapping there:
+    iteration_s its closed form, engine_s its (headline) engine iteration."""
+    job = ["gpt3-1.3b", "--gpus", "32", "--global-batch", "128"]
+    rc = main(["llm", "search", *job, "--system", "DGX-A100", "--compare", "DGX-H100", "--top", "1", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and len(out["compare"]) == 2
+    for row in out["compare"]:
+        m = row["mapping"]
+        flags = (["--sp"] if m["sp"] else []) + (["--distributed-optimizer"] if m["optimizer"] == "dist" else []) + \
+            (["--fsdp"] if m["optimizer"] == "fsdp" else [])
+        rc = main(["llm", "train", *job, "--system", row["system"], "--tp", str(m["tp"]), "--pp", str(m["pp"]),
+                   "--cp", str(m["cp"]), "--vp", str(m["vp"]), "--micro-batch", str(m["micro_batch"]),
+                   "--recompute", m["recompute"], *flags, "--json"])
+        alone = json.loads(capsys.readouterr().out)
+        assert rc == 0 and alone["dp"] == m["dp"]
+        assert row["iteration_s"] == pytest.approx(alone["closed_form_iteration_s"], rel=1e-9)
+        assert row["engine_s"] == pytest.approx(alone["iteration_s"], rel=1e-9)
+        rc = main(["llm", "search", *job, "--system", row["system"], "--top", "1", "--json"])
+        best = json.loads(capsys.readouterr().out)["mappings"][0]
+        assert (best["tp"], best["pp"], best["cp"], best["mb"], best["vp"]) == \
+            (m["tp"], m["pp"], m["cp"], m["micro_batch"], m["vp"])

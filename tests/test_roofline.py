@@ -378,3 +378,51 @@ def test_a_fully_connected_node_gives_fewer_ranks_only_their_own_links():
     assert busbw("Polaris", 2) == pytest.approx(busbw("Polaris", 4) / 3, rel=0.02)
     assert busbw("Polaris", 2) <= 101
     assert busbw("DGX-H100", 2) == pytest.approx(busbw("DGX-H100", 8), rel=0.05)
+
+
+# ------------------------------------------------------------------------------------------------ memory capacity
+def test_memory_fit_flags_only_ops_whose_operands_exceed_the_device(catalog) -> None:
+    from hybrid.ops.roofline import memory_fit, memory_warning
+
+    h100 = catalog.device("H100-SXM").mem_capacity  # 80 GiB
+    table = pd.DataFrame({
+        "op": ["gemm", "gemm", "embedding_bag", "attention", "all_gather", "elementwise"],
+        "device": ["H100-SXM", "T4", "H100-SXM", "H100-SXM", None, "H100-SXM"],
+        "system": [None, None, None, None, "DGX-H100", None],
+        "dtype": ["fp32", "fp16", "fp32", "bf16", "bf16", "fp32"],
+        "m": [200_000, 8192, None, None, None, None], "n": [200_000, 8192, None, None, None, None],
+        "k": [200_000, 8192, None, None, None, None],
+        # 26 tables of 40M rows x 128 fp32 = 532 GB: DLRM-size tables no single GPU holds
+        "num_tables": [None, None, 26, None, None, None], "num_embeddings": [None, None, 40e6, None, None, None],
+        "embedding_dim": [None, None, 128, None, None, None], "pooling_factor": [None, None, 1, None, None, None],
+        "batch_size": [None, None, 2048, None, None, None],
+        "batch": [None, None, None, 8, None, None], "heads": [None, None, None, 32, None, None],
+        "q_len": [None, None, None, 8192, None, None], "kv_len": [None, None, None, 8192, None, None],
+        "head_dim": [None, None, None, 128, None, None],
+        "size_bytes": [None, None, None, None, 100 * 2**30, None], "n_ranks": [None, None, None, None, 8, None],
+        "elements": [None, None, None, None, None, 2**30],
+    }, index=[10, 11, 12, 13, 14, 15])
+    fit = memory_fit(table, catalog)
+    assert list(fit.index) == [10, 11, 12, 13, 14, 15]
+    # A, B, C of 200000^2 fp32 each: 3 x 160 GB
+    assert fit.loc[10, "footprint_bytes"] == 3 * 200_000**2 * 4
+    assert fit.loc[12, "footprint_bytes"] == pytest.approx(26 * 128 * 4 * (40e6 + 2048))
+    assert fit.loc[14, "device_memory_bytes"] == h100  # a collective row named by system: the system's GPU
+    assert fit["fits_memory"].tolist() == [False, True, False, True, False, True]
+    note = memory_warning(fit)
+    assert "3 op(s)" in note and "row index 10, 12, 14" in note and "495.9 GiB" in note and "80.0 GiB" in note  # the tables
+    assert memory_warning(fit.loc[[11, 13]]) == ""
+    # one device for the whole table, as roofline(device=) takes it
+    assert memory_fit(table.iloc[[1]], catalog, device="T4")["device_memory_bytes"].iloc[0] == \
+        catalog.device("T4").mem_capacity
+
+
+def test_memory_fit_is_vectorised_over_large_tables(catalog) -> None:
+    from hybrid.ops.roofline import memory_fit, memory_warning
+
+    n = 200_000
+    m = np.where(np.arange(n) % 1000 == 0, 200_000, 1024)
+    table = pd.DataFrame({"op": "gemm", "device": "H100-SXM", "dtype": "fp32", "m": m, "n": m, "k": m})
+    fit = memory_fit(table, catalog)
+    assert (~fit["fits_memory"]).sum() == 200
+    assert "200 op(s)" in memory_warning(fit) and "and 190 more" in memory_warning(fit)

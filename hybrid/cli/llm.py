@@ -144,6 +144,8 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
     if not pred.fits and not allow_oom:
         raise InvalidInputError(f"mapping does not fit: {pred.fit_reason} (--allow-oom predicts anyway)")
     summary = pred.summary()
+    for note in pred.notes:
+        click.echo(f"warning: {note}", err=True)
     price = prices.price(pred.target.system, pred.target.device) if prices is not None else None
     if prices is not None:
         summary["gpu_hour_price"] = price
@@ -216,6 +218,9 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     row = mem.row(0)
     out = {"model": model.name, "device": tgt.device, "memory_gib": row, "fits": bool(mem.fits[0]),
            "reason": mem.reason(0)}
+    if model.position_note(cfg.seq(model)):
+        out["notes"] = [model.position_note(cfg.seq(model))]
+        click.echo(f"warning: {out['notes'][0]}", err=True)
     if plot_path:
         from hybrid.reports.llm_plots import memory_bars
 
@@ -309,6 +314,9 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     price = priced(res, system)
     payload: dict[str, Any] = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
                                "fitting": res.attrs.get("n_fit")}
+    if model.position_note(base.seq(model)):
+        payload["notes"] = [model.position_note(base.seq(model))]
+        click.echo(f"warning: {payload['notes'][0]}", err=True)
     if prices is not None:
         payload["gpu_hour_price"] = price
     if run_tokens is not None:  # the fastest mapping's run
@@ -321,7 +329,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
             "tp": int(b0.tp), "pp": int(b0.pp), "cp": int(b0.cp), "dp": int(b0.dp), "ep": int(b0.ep),
             "micro_batch": int(b0.mb), "vp": int(b0.vp), "recompute": str(b0.recompute), "sp": bool(b0.sp),
             "optimizer": "dist" if b0.distopt else ("fsdp" if b0.fsdp else "")},
-            "iteration_s": float(b0.iteration_s), "tokens_per_s_per_gpu": float(b0.tokens_per_s_per_gpu),
+            "iteration_s": float(b0.iteration_s), "engine_s": float(b0.engine_s),
+            "tokens_per_s_per_gpu": float(b0.tokens_per_s_per_gpu),
             "mfu": float(b0.mfu), "memory_gib": float(b0.memory_gib),
             **({"gpu_hour_price": price, "cost_per_1m_tokens": None if price is None
                 else float(b0.cost_per_1m_tokens)} if prices is not None else {}),
@@ -334,7 +343,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         try:
             best = search(model, base, other, cost_model, top=1, engine_top=1, **space)
         except InvalidInputError as exc:  # nothing fits there, no fp8 rate, ...: ranked last, with the reason
-            ranking.append({**row, "mapping": None, "iteration_s": None, "tokens_per_s_per_gpu": None, "mfu": None,
+            ranking.append({**row, "mapping": None, "iteration_s": None, "engine_s": None, "tokens_per_s_per_gpu": None,
+                            "mfu": None,
                             **({"gpu_hour_price": None, "cost_per_1m_tokens": None} if prices is not None else {}),
                             "note": str(exc)})
             continue
@@ -343,7 +353,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         row.update(mapping={"tp": int(b.tp), "pp": int(b.pp), "cp": int(b.cp), "dp": int(b.dp), "ep": int(b.ep),
                             "micro_batch": int(b.mb), "vp": int(b.vp), "recompute": str(b.recompute),
                             "sp": bool(b.sp), "optimizer": "dist" if b.distopt else ("fsdp" if b.fsdp else "")},
-                   iteration_s=float(b.iteration_s), tokens_per_s_per_gpu=float(b.tokens_per_s_per_gpu),
+                   iteration_s=float(b.iteration_s), engine_s=float(b.engine_s),
+                   tokens_per_s_per_gpu=float(b.tokens_per_s_per_gpu),
                    mfu=float(b.mfu), memory_gib=float(b.memory_gib))
         if prices is not None:
             row.update(gpu_hour_price=p_other, cost_per_1m_tokens=(None if p_other is None

@@ -136,6 +136,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
+    from hybrid.workloads.llm.dims import context_note
     from hybrid.workloads.llm.inference import boundedness, predict_static
     from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices, rank_compared
 
@@ -213,9 +214,10 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if not show_ops:
         out.pop("ops")
     for note in res.notes:
-        # costed anyway (rotary models run past a model's positions; bf16 without bf16 units at the fp32 rate; a
+        # costed anyway (a context past the model's positions; bf16 without bf16 units at the fp32 rate; a
         # device on another system's fabric, TP across nodes)
-        if (note.startswith("a context of") or note == s.device.slow_dtype_note(s.precision.compute)
+        if (note == context_note(s.model, res.input_len + res.output_len)
+                or note == s.device.slow_dtype_note(s.precision.compute)
                 or note in s.deployment_notes()):
             click.echo(f"warning: {note}", err=True)
     if as_json:

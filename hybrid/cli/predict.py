@@ -6,7 +6,7 @@ import click
 
 from hybrid.cli.output import echo_json, warn_arch_device
 from hybrid.hardware.catalog import default_catalog
-from hybrid.ops.roofline import resolve_system, roofline
+from hybrid.ops.roofline import memory_fit, resolve_system, roofline
 from hybrid.ops.spec import Collective, Gemm
 from hybrid.units import format_bytes, normalize_dtype, parse_size
 
@@ -55,6 +55,19 @@ def _interval(row, what: str) -> dict:
                                 "predictions had no held-out residuals of their own, so its coverage is unknown")
     if "interval_note" in out:
         click.echo(f"warning: {out['interval_note']}", err=True)
+    return out
+
+
+def _memory_fit(frame, cat, **target: str) -> dict:
+    """``footprint_bytes`` / ``fits_memory`` of the op (:func:`hybrid.ops.roofline.memory_fit`) and, when its
+    operands exceed the device's memory, ``memory_note`` (also printed to stderr)."""
+    fit = memory_fit(frame, cat, **target)
+    out: dict = {"footprint_bytes": float(fit["footprint_bytes"].iloc[0]), "fits_memory": bool(fit["fits_memory"].iloc[0])}
+    if not out["fits_memory"]:
+        out["memory_note"] = (f"the operands ({format_bytes(out['footprint_bytes'])}) exceed the device's memory "
+                              f"({format_bytes(float(fit['device_memory_bytes'].iloc[0]))}): the real device cannot "
+                              "run this op; the time assumes it could")
+        click.echo(f"warning: {out['memory_note']}", err=True)
     return out
 
 
@@ -114,6 +127,7 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         extra["note"] = dev.slow_dtype_note(spec.dtype)
         click.echo(f"warning: {extra['note']}", err=True)
     row = roofline(frame, cat, device=dev.key).iloc[0]
+    extra.update(_memory_fit(frame, cat, device=dev.key))
     t = float(out["time_us"]) if model_ref else float(row["time_us"])
     _report({
         "device": dev.key, "op": spec.op, "dtype": spec.dtype, "model": "roofline",
@@ -156,6 +170,7 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
                          f"{sys_.gpus_per_node} x {sys_.device} ({sys_.intra_fabric}, {sys_.inter_fabric} between "
                          "nodes); name a catalog system (hybrid devices --systems) for a real one")
     row = roofline(frame, cat, system=system).iloc[0]
+    extra.update(_memory_fit(frame, cat, system=system))
     t = float(row["time_us"])
     bound = str(row["bound"])
     if model_ref:

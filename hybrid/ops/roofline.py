@@ -15,8 +15,18 @@ import pandas as pd
 from hybrid.errors import InvalidInputError, at_row
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System, full_mesh, nvls_bus_factor, nvls_capable, pair_bridge_bw
-from hybrid.ops.families import FAMILIES, attention_exps, bus_factor, col, factor_map, family_array
-from hybrid.units import normalize_dtype
+from hybrid.ops.families import (
+    FAMILIES,
+    attention_exps,
+    bus_factor,
+    col,
+    dtype_bytes_vec,
+    elementwise_defaults,
+    factor_map,
+    family_array,
+    is_backward,
+)
+from hybrid.units import format_bytes, normalize_dtype
 
 #: Output columns added by :func:`roofline`.
 #: ``compute_us`` is the FLOP term, ``busy_us`` the compute side of the bound: ``compute_us`` and, for fused
@@ -340,3 +350,80 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
         "time_us": bw_us + latency_us,
         "bound": np.where(latency_us > bw_us, 2, 3).astype(np.int8),
     }
+
+
+#: Output columns of :func:`memory_fit`.
+MEMORY_FIT_COLUMNS = ("footprint_bytes", "device_memory_bytes", "fits_memory")
+
+
+def footprint_bytes(table: pd.DataFrame) -> np.ndarray:
+    """Per row, the bytes an op's operands must hold in device memory at once: a lower bound (an output that may
+    overwrite its input is not counted twice). GEMM: A, B and C; elementwise: the larger of its inputs and
+    outputs; norm / softmax: the rows (forward), the rows and their gradient (backward); embedding: every table
+    plus the pooled outputs; attention: Q, K, V and O (twice as many backward: the gradients); conv: input, weight,
+    output (backward: what it reads and writes); collective: ``size_bytes`` (nccl-tests' total buffer)."""
+    fams = family_array(table["op"])
+    out = np.zeros(len(table))
+    for name in dict.fromkeys(fams):
+        rows = np.flatnonzero(fams == name)
+        sub = table.take(rows)
+        eb = dtype_bytes_vec(sub)
+        bwd = is_backward(sub)
+        if name in ("gemm", "conv"):
+            fp = FAMILIES[name].bytes(sub)
+        elif name == "elementwise":
+            n_in, n_out, _ = elementwise_defaults(sub)
+            fp = col(sub, "elements") * np.maximum(n_in, n_out) * eb
+        elif name in ("norm", "softmax"):
+            fp = col(sub, "rows") * col(sub, "hidden") * eb * np.where(bwd, 2.0, 1.0)
+        elif name == "embedding":
+            t, dim = col(sub, "num_tables", 1), col(sub, "embedding_dim")
+            fp = t * dim * eb * (col(sub, "num_embeddings") + col(sub, "batch_size"))
+        elif name == "attention":
+            fp = FAMILIES[name].bytes(sub.assign(direction="fwd")) * np.where(bwd, 2.0, 1.0)
+        else:  # collective
+            fp = col(sub, "size_bytes")
+        out[rows] = fp
+    return out
+
+
+def memory_fit(table: pd.DataFrame, catalog: Catalog | None = None, *, device: str | None = None,
+               system: str | None = None) -> pd.DataFrame:
+    """Whether each op of ``table`` fits in its device's memory (the catalog's ``mem_gib``), for whole tables at
+    once: :data:`MEMORY_FIT_COLUMNS`, same index. ``footprint_bytes`` is :func:`footprint_bytes`; a collective row's
+    device is its ``device`` column or, where that is empty, its system's GPU (``system=`` / ``device=`` as in
+    :func:`roofline`). A row with ``fits_memory`` False describes an op the real device cannot run: its predicted
+    time is a number all the same (see :func:`memory_warning`)."""
+    if "op" not in table.columns:
+        raise InvalidInputError("table has no 'op' column")
+    cat = catalog or default_catalog()
+    fp = footprint_bytes(table)
+    if device is not None:
+        mem = np.full(len(table), cat.device(device).mem_capacity)
+    elif system is not None:
+        mem = np.full(len(table), cat.device(resolve_system(cat, system).device).mem_capacity)
+    else:
+        names = table["device"] if "device" in table.columns else pd.Series([None] * len(table), index=table.index)
+        if "system" in table.columns:  # collectives named by system only: the system's GPU
+            sys_dev = factor_map(table["system"], lambda s: resolve_system(cat, s).device if s else "", "")
+            names = names.where(names.notna(), pd.Series(sys_dev, index=table.index).replace("", None))
+        codes, devs = _per_row(names.rename("device"), cat.device)
+        mem = np.array([d.mem_capacity for d in devs], dtype=np.float64)[codes]
+    return pd.DataFrame({"footprint_bytes": fp, "device_memory_bytes": mem, "fits_memory": fp <= mem},
+                        index=table.index)
+
+
+def memory_warning(fit: pd.DataFrame, limit: int = 10) -> str:
+    """One line naming the rows of a :func:`memory_fit` frame whose operands exceed their device's memory ('' when
+    all fit): their index labels (the first ``limit``) and the largest footprint against its device's memory."""
+    bad = ~fit["fits_memory"].to_numpy(dtype=bool)
+    if not bad.any():
+        return ""
+    idx = np.flatnonzero(bad)
+    labels = [at_row(fit.index, int(i)).removeprefix("at row index ") for i in idx[:limit]]
+    more = f" and {len(idx) - limit} more" if len(idx) > limit else ""
+    worst = int(idx[np.argmax(fit["footprint_bytes"].to_numpy()[idx])])
+    return (f"{len(idx)} op(s) need more memory than their device has, so the real device cannot run them (timed "
+            f"all the same): row index {', '.join(labels)}{more} (largest: operands of "
+            f"{format_bytes(fit['footprint_bytes'].iloc[worst])} on a device of "
+            f"{format_bytes(fit['device_memory_bytes'].iloc[worst])})")

@@ -201,6 +201,18 @@ class TransformerConfig:
         if self.encoder_only and self.num_experts is not None:
             raise InvalidInputError(f"model {self.name!r}: encoder-only MoE models are not supported")
 
+    def position_note(self, tokens: int | float) -> str:
+        """A warning when a sequence of ``tokens`` needs more positions than the model's learned absolute position
+        table holds (GPT-2, BERT, OPT: ``max_position_embeddings`` rows, which defaults to ``seq_length``), '' otherwise
+        (and for rotary / ALiBi models, which compute positions instead of looking them up). The real model cannot run
+        such a sequence; training and inference cost it all the same, with this note."""
+        limit = int(self.max_position_embeddings or 0)
+        if self.position_embedding_type != "learned_absolute" or not limit or tokens <= limit:
+            return ""
+        return (f"{self.name} learns {limit} absolute position embeddings (max_position_embeddings): a sequence of "
+                f"{int(tokens)} tokens has positions without one, so the real model cannot run it (costed as if it "
+                "could; a larger max_position_embeddings in the model's config sizes a larger table)")
+
     # ----------------------------------------------------------------------------------- derived shapes
     @property
     def head_dim(self) -> int:

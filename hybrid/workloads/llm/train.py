@@ -73,6 +73,8 @@ class TrainingPrediction:
     #: 80% interval of ``iteration_s`` (a cost model with intervals for every op only; see predict_training)
     iteration_s_low: float | None = None
     iteration_s_high: float | None = None
+    #: warnings about the job itself (a sequence past a learned position table: TransformerConfig.position_note)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
@@ -112,7 +114,7 @@ class TrainingPrediction:
             "breakdown_s": self.breakdown_s, "bubble_closed_form_s": self.bubble_closed_form_s,
             "memory_gib_per_rank": self.memory["total"], "memory_breakdown_gib": self.memory,
             "fits": self.fits, "fit_reason": self.fit_reason, "placement": self.placement,
-            **self.interval(),
+            **self.interval(), **({"notes": list(self.notes)} if self.notes else {}),
         }
 
     def interval(self) -> dict[str, Any]:
@@ -234,7 +236,8 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
         closed_form_iteration_s=float(cf["iteration_s"][0]), breakdown_s=breakdown,
         bubble_closed_form_s=float(cf["bubble_closed_form_s"][0] * n / max(n, 1)),
         memory=mem.row(0), fits=bool(mem.fits[0]), fit_reason=mem.reason(0), model_flops=mf, hardware_flops=hf,
-        placement=placement(cfg, tgt), sim=sim, ops=costs.ops, iteration_s_low=it_low, iteration_s_high=it_high)
+        placement=placement(cfg, tgt), sim=sim, ops=costs.ops, iteration_s_low=it_low, iteration_s_high=it_high,
+        notes=[n for n in [model.position_note(cfg.seq(model))] if n])
 
 
 # ============================================================================================== search
