@@ -95,6 +95,43 @@ def test_memory_counts_tables_in_their_own_dtype_and_not_on_the_gpu_when_in_host
     assert host["embeddings"] == 0 and host["total"] < hbm["total"] - 0.9 * hbm["embeddings"]
 
 
+def test_tables_in_host_memory_must_fit_the_nodes_host_memory(capsys, tmp_path):
+    """A DGX-1 node has 512 GB of system memory (datasheet); tables placed there may take 80% of it. 24 tables of
+    ~10 GiB each (fp16) with Adagrad state (~458 GiB) on one node do not fit; spread over two nodes (16 GPUs) each node
+    holds half and fits; a system whose host memory the catalog does not state is not checked."""
+    from hybrid.cli.main import main
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.sharding.memory import HOST_EMBEDDING_SHARE, memory_per_rank
+
+    assert default_catalog().system("DGX-1").host_mem == 512 * 2**30
+    tables = [{"name": f"T{i}", "num_embeddings": 40_000_000, "embedding_dim": 128, "pooling_factor": 1.0}
+              for i in range(24)]
+    cfg = DLRMConfig.from_dict({"name": "huge", "system": "DGX-1", "gpus": 8, "batch_size_per_gpu": 1024,
+                                "dtype": "fp16", "bottom_mlp": [512, 256, 128], "top_mlp": [1024, 1],
+                                "embedding_dim": 128, "optimizer": "adagrad", "tables": tables,
+                                "embedding_placement": "host"})
+    plan = size_lookup_greedy(cfg, capacity=1e18)
+    one = memory_per_rank(cfg, plan)
+    need = 24 * 40_000_000 * 128 * 2 * 2.0  # fp16 weights (the config's dtype) + Adagrad accumulator
+    assert one.per_rank["host_embeddings"].sum() == pytest.approx(need)
+    assert need > HOST_EMBEDDING_SHARE * 512 * 2**30 > need / 2
+    assert not one.fits and (one.per_rank["total"] <= one.capacity).all()  # the GPUs are fine: the host is not
+    assert "node 0's host memory" in one.reason and "512.0 GiB" in one.reason
+    two = cfg.with_(gpus=16, batch_size_per_gpu=512)
+    assert memory_per_rank(two, size_lookup_greedy(two, capacity=1e18)).fits
+    elsewhere = cfg.with_(system="HGX-H200")  # no host memory in its catalog entry: unchecked
+    assert default_catalog().system("HGX-H200").host_mem == 0
+    assert memory_per_rank(elsewhere, size_lookup_greedy(elsewhere, capacity=1e18)).fits
+    # the CLI refuses the plan with that reason (exit 2, nothing simulated)
+    import yaml
+
+    path = tmp_path / "huge.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    code = main(["simulate", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "plan does not fit" in err and "host memory" in err
+
+
 def test_multi_node_costs_collectives_on_the_nics():
     one = dlrm_variant("mlperf", system="DGX-A100", gpus=8, batch_size_per_gpu=6912, dtype="fp16")
     two = one.with_(gpus=16, batch_size_per_gpu=3456)

@@ -224,7 +224,8 @@ class Device:
 SYSTEM_REQUIRED = ("device", "gpus_per_node", "intra_node_gbps", "source")
 #: Every field a system entry may have.
 SYSTEM_FIELDS = frozenset({*SYSTEM_REQUIRED, "intra_fabric", "inter_node_gbps", "inter_fabric", "intra_latency_us",
-                           "inter_latency_us", "max_nodes", "aliases", "notes", "measured_links", "nvls", "key"})
+                           "inter_latency_us", "max_nodes", "aliases", "notes", "measured_links", "nvls", "key",
+                           "host_mem_gib"})
 
 
 def check_entry_fields(what: str, key: str, entry: dict[str, Any], known: frozenset[str]) -> None:
@@ -266,6 +267,8 @@ class System:
     #: NVLink SHARP (in-switch reduction, NCCL's NVLS algorithm) on the intra-node fabric: None = decided from the
     #: hardware (an NVSwitch node of Hopper or later NVIDIA GPUs), True / False = the entry says so (``nvls``)
     nvls: bool | None = None
+    #: host (CPU) memory per node, bytes (datasheet ``host_mem_gib``); 0 = not stated (nothing checks it)
+    host_mem: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -319,6 +322,7 @@ class System:
             notes=str(entry.get("notes", "")),
             measured_links=measured,
             nvls=_optional_bool(key, "nvls", entry.get("nvls")),
+            host_mem=_nonneg(key, "host_mem_gib", entry.get("host_mem_gib", 0.0)) * 2**30,
         )
 
     def to_entry(self) -> dict[str, Any]:
@@ -338,6 +342,7 @@ class System:
             "notes": self.notes,
             **({"measured_links": list(self.measured_links)} if self.measured_links else {}),
             **({"nvls": self.nvls} if self.nvls is not None else {}),
+            **({"host_mem_gib": self.host_mem / 2**30} if self.host_mem > 0 else {}),
         }
 
 

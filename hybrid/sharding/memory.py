@@ -24,8 +24,12 @@ FRAGMENTATION = 0.05
 #: Activation copies per MLP output kept for backward (pre- and post-activation).
 ACTIVATION_COPIES = 2.0
 
+#: Share of a node's host memory that embedding tables placed there may take (``embedding_placement`` host/auto):
+#: the rest is the OS, the data pipeline and pinned staging buffers (a judgement, not a measurement).
+HOST_EMBEDDING_SHARE = 0.8
+
 MEMORY_COLUMNS = ("rank", "embeddings", "embedding_optimizer", "dense", "activations", "comm_buffers", "indices",
-                  "reserve", "total", "capacity", "fits")
+                  "reserve", "total", "capacity", "host_embeddings", "host_fits", "fits")
 
 
 @dataclass
@@ -34,6 +38,9 @@ class MemoryReport:
 
     per_rank: pd.DataFrame  # MEMORY_COLUMNS
     capacity: float
+    #: host memory per node (bytes; 0 = not stated by the catalog: host placements unchecked) and GPUs per node
+    host_capacity: float = 0.0
+    gpus_per_node: int = 8
 
     @property
     def fits(self) -> bool:
@@ -48,6 +55,15 @@ class MemoryReport:
         """Why the plan does not fit ("" if it does): the worst rank and what fills it."""
         if self.fits:
             return ""
+        host = self.per_rank[~self.per_rank["host_fits"]] if "host_fits" in self.per_rank.columns else self.per_rank[:0]
+        if len(host) and (self.per_rank["total"] <= self.capacity).all():
+            node = host["rank"].to_numpy() // self.gpus_per_node
+            per_node = self.per_rank.groupby(self.per_rank["rank"] // self.gpus_per_node)["host_embeddings"].sum()
+            worst = int(per_node.loc[np.unique(node)].idxmax())
+            return (f"node {worst}'s host memory would hold {format_bytes(per_node.loc[worst])} of embedding tables "
+                    f"(weights and optimizer state placed there), more than {HOST_EMBEDDING_SHARE:.0%} of its "
+                    f"{format_bytes(self.host_capacity)}; {int(np.unique(node).size)} node(s) do not fit: more GPUs "
+                    "(nodes), smaller tables, or fewer tables in host memory")
         row = self.per_rank.loc[self.per_rank["total"].idxmax()]
         over = int((~self.per_rank["fits"]).sum())
         return (f"rank {int(row['rank'])} needs {format_bytes(row['total'])} > {format_bytes(self.capacity)} device "
@@ -56,8 +72,9 @@ class MemoryReport:
                 f"{over} of {len(self.per_rank)} ranks do not fit")
 
     def to_dict(self) -> dict:
-        return {"fits": self.fits, "capacity": self.capacity, "peak": self.peak, "reason": self.reason,
-                "per_rank": [{k: (int(v) if k == "rank" else bool(v) if k == "fits" else float(v))
+        return {"fits": self.fits, "capacity": self.capacity, "host_capacity_per_node": self.host_capacity,
+                "peak": self.peak, "reason": self.reason,
+                "per_rank": [{k: (int(v) if k == "rank" else bool(v) if k in ("fits", "host_fits") else float(v))
                               for k, v in r.items()} for r in self.per_rank.to_dict(orient="records")]}
 
 
@@ -101,15 +118,21 @@ def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | No
     from hybrid.workloads.dlrm_graph import comm_volumes, place_pieces, resolve_target, shard_pieces
 
     R, eb, teb = config.gpus, config.dtype_bytes, config.embedding_dtype_bytes
-    device = resolve_target(config.system, default_catalog()).device
+    catalog = default_catalog()
+    target = resolve_target(config.system, catalog)
+    device = target.device
+    system = catalog.systems.get(target.system)
     # pieces placed in host memory (embedding_placement host/auto) hold no GPU memory for weights or state
     pieces = place_pieces(config, shard_pieces(config, plan), device)
+    host_emb = np.zeros(R)
     emb = np.zeros(R)
     emb_opt = np.zeros(R)
     acts_emb = np.zeros(R)
     indices = np.zeros(R)
     mult = optimizer_multiplier(config)
     for p in pieces:
+        if p.host:  # its weights and optimizer state in the host memory of the rank's node
+            host_emb[p.rank] += float(p.rows) * p.dim * teb * mult
         w = 0.0 if p.host else float(p.rows) * p.dim * teb
         emb[p.rank] += w
         # adagrad state; data-parallel tables also keep a dense gradient of the full table
@@ -124,12 +147,18 @@ def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | No
         capacity = device.mem_capacity
     reserve = np.full(R, RUNTIME_RESERVE_BYTES)
     total = (emb + emb_opt + dense + acts + comm + indices) * (1.0 + FRAGMENTATION) + reserve
+    host_cap = float(system.host_mem) if system is not None else 0.0
+    gpn = int(target.gpus_per_node)
+    node = np.arange(R) // gpn
+    per_node = np.bincount(node, weights=host_emb)[node]
+    host_fits = per_node <= HOST_EMBEDDING_SHARE * host_cap if host_cap > 0 else np.ones(R, dtype=bool)
     df = pd.DataFrame({
         "rank": np.arange(R), "embeddings": emb, "embedding_optimizer": emb_opt, "dense": np.full(R, dense),
         "activations": acts, "comm_buffers": comm, "indices": indices, "reserve": reserve, "total": total,
-        "capacity": np.full(R, float(capacity)), "fits": total <= capacity,
+        "capacity": np.full(R, float(capacity)), "host_embeddings": host_emb, "host_fits": host_fits,
+        "fits": (total <= capacity) & host_fits,
     })
-    return MemoryReport(df, float(capacity))
+    return MemoryReport(df, float(capacity), host_cap, gpn)
 
 
 def table_placement_bytes(config: DLRMConfig, host_weights: bool = False) -> np.ndarray:
