@@ -38,6 +38,11 @@ class DataQualityWarning(UserWarning):
     """Measurements a fit leaves out because they cannot be physical (``hybrid.data.quality``)."""
 
 
+class RunStateWarning(UserWarning):
+    """A calibration run that failed or was interrupted and whose tracking store could not be told (unreachable,
+    refused): the run stays ``RUNNING`` there (``hybrid.tracking.calibrate``)."""
+
+
 def at_row(index: object, i: int) -> str:
     """``at row index LABEL`` for the ``i``-th row of a frame whose ``index`` is given: the label as Python prints
     it (``101``, not ``np.int64(101)``), so that ``frame.loc[LABEL]`` finds the row whatever the index."""

@@ -313,3 +313,37 @@ def test_below_the_measured_sizes_a_curve_keeps_its_ratio_to_alpha_beta(shared_d
     assert CollectiveSigmoid.load(tmp_path).outside_sizes(far).tolist() == [True, False, True]
     hp = HybridPredictor(catalog=catalog).fit(table, intervals=True)
     assert hp.predict(far, intervals=True)["interval_band"].tolist() == ["unseen", "seen", "unseen"]
+
+
+def test_unmeasured_layouts_and_settings_get_the_unseen_band(polaris, shared_datasets, catalog):
+    """A layout (ranks, nodes) never measured on a measured system is priced by the layout model, across layouts
+    (held-out rank counts: several times the error of held-out sizes), so its interval is the unseen band, not the
+    seen one calibrated on held-out sizes of measured layouts. So is a layout measured only in settings other than
+    the one that prices the row: Polaris' 128-node all-reduce was measured with ALCF's env-setup-1 only, while a row
+    naming no setting is priced with the fastest one (env-setup-4), extrapolated there."""
+    from hybrid.data.importers import import_paths
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        h100 = import_paths("nccl-tests", shared_datasets / "nccl-tests" / "xxrjun_nccl-tests-cluster", catalog=catalog)
+    ops = ["all_reduce", "all_gather"]
+    train = pd.concat([polaris[polaris["op"].isin(ops)],
+                       h100[(h100["system"] == "xxrjun-H100-NDR") & h100["op"].isin(ops)]], ignore_index=True)
+    ar = polaris[polaris["op"] == "all_reduce"]
+    assert {(16, 4), (4, 1)}.isdisjoint(set(zip(ar["n_ranks"], ar["n_nodes"], strict=True)))
+    assert set(ar.loc[ar["n_ranks"] == 512, "algorithm"]) == {"env-setup-1"}
+    # two GPUs, so the leave-one-device-out fits calibrate an unseen band (the transfer model's)
+    hp = HybridPredictor(catalog, [CollectiveSigmoid(transfer=True)]).fit(train, intervals=True)
+    sigmoid = hp.corrections[0]
+    assert sigmoid.default_algorithm["Polaris|all_reduce"] != "env-setup-1"
+    q = pd.DataFrame({"device": "A100-SXM4-40GB", "system": "Polaris", "op": "all_reduce", "dtype": "fp32",
+                      "size_bytes": 1 << 24, "n_ranks": [32, 16, 4, 512, 512], "n_nodes": [8, 4, 1, 128, 128],
+                      "algorithm": ["", "", "", "", "env-setup-1"]})
+    assert sigmoid.unmeasured_layouts(q).tolist() == [False, True, True, True, False]
+    out = hp.predict(q)
+    assert (out["method"] == "collective-sigmoid").all()
+    assert out["interval_band"].tolist() == ["seen", "unseen", "unseen", "unseen", "seen"]
+    width = np.log(out["time_us_high"] / out["time_us_low"]).to_numpy()
+    assert np.all(width[[1, 2, 3]] > 1.5 * width[0]), width  # the wider band of predictions across layouts
+    # measured layouts of measured systems keep the seen band (every training row's layout was measured)
+    assert not sigmoid.unmeasured_layouts(train).any()

@@ -37,8 +37,10 @@ def _healthy(url: str) -> bool:
         return False
 
 
-@pytest.fixture
-def mlflow_server(tmp_path):
+@contextlib.contextmanager
+def running_mlflow_server(tmp_path):
+    """A real ``mlflow server`` (SQLite store ``tmp_path/server.db``, artifacts in ``tmp_path/server-artifacts``):
+    yields (url, process); stopped on exit (already stopped is fine)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - closed in finally
@@ -58,17 +60,28 @@ def mlflow_server(tmp_path):
             if time.monotonic() > deadline:
                 pytest.fail(f"mlflow server not healthy after {STARTUP_TIMEOUT_S}s")
             time.sleep(0.5)
-        yield url
+        yield url, proc
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=15)
+        stop_server(proc)
         log.close()
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """Stop the server started by :func:`running_mlflow_server` (its whole process group) and wait for it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=15)
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    with running_mlflow_server(tmp_path) as (url, _):
+        yield url
 
 
 def cli(args: list[str]) -> tuple[int, str, str]:

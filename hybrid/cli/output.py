@@ -75,16 +75,23 @@ def report_warnings(caught: list[warnings.WarningMessage]) -> None:
 def quality_warnings() -> Iterator[None]:
     """Inside the block, data-quality warnings (:class:`~hybrid.errors.DataQualityWarning`, raised once per fit of a
     calibration's splits) are collected and printed once each as ``warning:`` lines at its end; every other
-    warning goes on as it would have."""
-    from hybrid.errors import DataQualityWarning
+    warning goes on as it would have. A calibration run the tracking store could not be told about
+    (:class:`~hybrid.errors.RunStateWarning`: left ``RUNNING``) is a ``warning:`` line too, also when the block
+    fails (before the CLI's ``error:`` line)."""
+    from hybrid.errors import DataQualityWarning, RunStateWarning
 
+    ours = (DataQualityWarning, RunStateWarning)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataQualityWarning)
-        yield
+        try:
+            yield
+        except BaseException:
+            report_warnings([w for w in caught if issubclass(w.category, RunStateWarning)])
+            raise
     for w in caught:
-        if not issubclass(w.category, DataQualityWarning):
+        if not issubclass(w.category, ours):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    report_warnings([w for w in caught if issubclass(w.category, DataQualityWarning)])
+    report_warnings([w for w in caught if issubclass(w.category, ours)])
 
 
 def e2e_line(parts: Sequence[str], values: dict[str, Any], what: str) -> str:

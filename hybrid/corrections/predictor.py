@@ -485,8 +485,9 @@ class HybridPredictor:
     def _bands(self, norm: pd.DataFrame, base: pd.DataFrame,
                groups: tuple[np.ndarray, list[str]] | None = None) -> np.ndarray:
         """Interval band per row (:data:`~hybrid.corrections.intervals.BAND_NAMES` codes): seen when its device (and
-        system, for collectives) was in the fit and not adapted (a collective also within a few doublings of the message
-        sizes measured for its system and op: ``CollectiveSigmoid.outside_sizes``); few when the device's few rows of the row's
+        system, for collectives) was in the fit and not adapted (a collective also at a layout measured in the setting that
+        prices it and within a few doublings of the message sizes measured for its system and op:
+        ``CollectiveSigmoid.extrapolated``); few when the device's few rows of the row's
         correction were up-weighted by the fit (:meth:`_sparse_devices`); adapted-k when the device was adapted
         (strategy ``auto``) with n rows of the row's group (``groups``: group code per row and group keys, as
         :meth:`_raw_codes` gives them; :func:`~hybrid.corrections.intervals.adapted_code` of n); else unseen. A
@@ -505,8 +506,9 @@ class HybridPredictor:
             if mine is not None:  # a device this correction never fitted (seen only in other families' rows)
                 band[family_mask(base, corr.families) & ~isin_fast(norm["device"], mine)
                      & ((band == SEEN) | (band == FEW))] = UNSEEN
-            # a collective far beyond the message sizes measured on its system: the curve extrapolates
-            outside = getattr(corr, "outside_sizes", None)
+            # a collective far beyond the message sizes measured on its system, or at a layout (ranks, nodes) never
+            # measured in the setting that prices it: the curves extrapolate
+            outside = getattr(corr, "extrapolated", None)
             if outside is not None and corr.fitted:
                 fam = family_mask(base, corr.families)
                 if fam.any():

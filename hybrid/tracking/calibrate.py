@@ -31,11 +31,15 @@ data digest (sha256 of the canonical table) and rows per op/device, metrics name
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
+import signal
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +55,7 @@ from hybrid.corrections.intervals import (  # noqa: F401  (stratified_split: re-
     default_lodo_devices,
     stratified_split,
 )
-from hybrid.errors import InvalidInputError, SchemaError, UnknownDeviceError
+from hybrid.errors import InvalidInputError, RunStateWarning, SchemaError, UnknownDeviceError
 from hybrid.hardware.catalog import Catalog
 from hybrid.tracking.evaluation import prediction_frame, split_summaries
 from hybrid.tracking.inputs import Measurements, merge_catalog, table_digest
@@ -214,46 +218,79 @@ def calibrate(
             raise InvalidInputError(f"excluding {', '.join(sorted(map(str, drop)))} leaves no rows")
     table, left_out = _drop_implausible(table, cat)
 
-    store = open_store(tracking_uri)
-    client = store.client()
-    with store_lock(store):
-        exp_id = ensure_experiment(client, store, config.experiment)
-        run = retry(lambda: client.create_run(exp_id, run_name=f"calibrate-{config.name}", tags={
-            "hybrid.model_name": config.name, "hybrid.base": config.base or "", "hybrid.version": __version__,
-            "mlflow.source.name": "hybrid calibrate", "mlflow.source.type": "LOCAL"}))
-    run_id = run.info.run_id
-    t0 = time.time()
-    try:
-        if left_out:
-            retry(lambda: client.set_tag(run_id, "hybrid.left_out_implausible", left_out[:4000]))
-        if config.base:
-            predictor, frames, base_info = _adapt_run(client, store, table, cat, config, progress)
-        else:
-            predictor, frames = _fit_run(HybridPredictor, table, cat, config, progress)
-            base_info = None
-        predictions = pd.concat(frames, ignore_index=True)
-        summaries = split_summaries(predictions)
-        publishing = tqdm(total=1, desc="record the run and register the model", unit="step",
-                          disable=not progress, leave=False, bar_format="{desc} ...")
-        with publishing, store_lock(store), quiet_mlflow():
-            version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
-                                        summaries, base_info, time.time() - t0)
-            retry(lambda: client.set_terminated(run_id, "FINISHED"))
-    except BaseException as exc:
-        # bad input found while fitting (nothing fits, a split leaves no rows): no run is left behind, as for
-        # input refused before the run started; a crash or an interrupt stays visible as a FAILED run
-        bad_input = isinstance(exc, (InvalidInputError, UnknownDeviceError, SchemaError))  # a typo: no run
+    with _sigterm_interrupts():  # a SIGTERM ends the run as KILLED, not RUNNING forever
+        store = open_store(tracking_uri)
+        client = store.client()
+        with store_lock(store):
+            exp_id = ensure_experiment(client, store, config.experiment)
+            run = retry(lambda: client.create_run(exp_id, run_name=f"calibrate-{config.name}", tags={
+                "hybrid.model_name": config.name, "hybrid.base": config.base or "", "hybrid.version": __version__,
+                "mlflow.source.name": "hybrid calibrate", "mlflow.source.type": "LOCAL"}))
+        run_id = run.info.run_id
+        t0 = time.time()
         try:
-            with quiet_mlflow():
-                if bad_input:
-                    retry(lambda: client.delete_run(run_id))
-                else:
-                    retry(lambda: client.set_terminated(run_id, "FAILED"))
-        except Exception:  # noqa: BLE001 - the original failure matters more
-            pass
-        raise
+            if left_out:
+                retry(lambda: client.set_tag(run_id, "hybrid.left_out_implausible", left_out[:4000]))
+            if config.base:
+                predictor, frames, base_info = _adapt_run(client, store, table, cat, config, progress)
+            else:
+                predictor, frames = _fit_run(HybridPredictor, table, cat, config, progress)
+                base_info = None
+            predictions = pd.concat(frames, ignore_index=True)
+            summaries = split_summaries(predictions)
+            publishing = tqdm(total=1, desc="record the run and register the model", unit="step",
+                              disable=not progress, leave=False, bar_format="{desc} ...")
+            with publishing, store_lock(store), quiet_mlflow():
+                version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
+                                            summaries, base_info, time.time() - t0)
+                retry(lambda: client.set_terminated(run_id, "FINISHED"))
+        except BaseException as exc:
+            _end_failed_run(client, store, run_id, exc)
+            raise
     return CalibrationResult(run_id, exp_id, config.name, version, store.uri, predictor, predictions,
                              summaries, summary, report_html)
+
+
+def _end_failed_run(client: Any, store: Store, run_id: str, exc: BaseException) -> None:
+    """End the run of a calibration that raised ``exc``: bad input found while fitting (nothing fits, a split
+    leaves no rows) deletes it, as for input refused before the run started; an interrupt (Ctrl-C, or the SIGTERM
+    the CLI and :func:`calibrate` turn into one) marks it ``KILLED``; any other failure ``FAILED``. Where the store
+    cannot be told (the server went away mid-run, it refuses the request), a :class:`~hybrid.errors.RunStateWarning`
+    says the run stays ``RUNNING`` there; the original failure is raised by the caller either way."""
+    bad_input = isinstance(exc, (InvalidInputError, UnknownDeviceError, SchemaError))  # a typo: no run
+    status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+    try:
+        with quiet_mlflow():
+            if bad_input:
+                retry(lambda: client.delete_run(run_id))
+            else:
+                retry(lambda: client.set_terminated(run_id, status))
+    except Exception as mark_exc:  # noqa: BLE001 - the original failure matters more: said, not raised
+        import warnings
+
+        what = "deleted" if bad_input else f"marked {status}"
+        reason = str(mark_exc).splitlines()[0] if str(mark_exc) else type(mark_exc).__name__
+        warnings.warn(f"run {run_id} stays RUNNING in {store.uri}: it could not be {what} there ({reason[:200]})",
+                      RunStateWarning, stacklevel=3)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """While a calibration runs in the main thread of a process that left SIGTERM at its default (the process
+    would die on the spot, its run left ``RUNNING``), SIGTERM raises :class:`KeyboardInterrupt` so the run is
+    marked ``KILLED``; a handler already installed (the CLI's) is left alone."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, str]:

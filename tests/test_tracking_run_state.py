@@ -1,0 +1,121 @@
+"""A calibration that fails, is interrupted or loses its tracking server never leaves its run RUNNING without saying
+so: FAILED / KILLED where the store can be told (a real ``mlflow server``, a local SQLite store), a ``warning:``
+line naming the run where it cannot."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_mlflow_server import cli, running_mlflow_server, stop_server
+from test_tracking_support import REPO, neusight_table, write_csv
+
+import hybrid.tracking.calibrate as calibrate_module
+
+
+def _statuses(client) -> dict[str, str]:
+    """run name -> status of every run of the default experiment."""
+    from hybrid.tracking.store import DEFAULT_EXPERIMENT
+
+    exp = client.get_experiment_by_name(DEFAULT_EXPERIMENT)
+    return {r.info.run_name: r.info.status for r in client.search_runs([exp.experiment_id])}
+
+
+def test_failed_and_interrupted_runs_are_ended_on_the_server(tmp_path, shared_datasets, monkeypatch):
+    """A crash mid-calibration (after the fits, before anything is recorded) ends the server's run FAILED; Ctrl-C at
+    the same point ends it KILLED (exit 130); neither says the run stayed RUNNING."""
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
+    with running_mlflow_server(tmp_path) as (url, _):
+        for name, exc, code in (("crash", RuntimeError("disk on fire"), 1), ("interrupt", KeyboardInterrupt(), 130)):
+            def fail(*args, exc=exc, **kwargs):
+                raise exc
+
+            with monkeypatch.context() as m:
+                m.setattr(calibrate_module, "split_summaries", fail)
+                rc, _, err = cli(["calibrate", str(csv), "--name", name, "--no-lodo", "-q", "--tracking-uri", url])
+            assert rc == code, err
+            assert "stays RUNNING" not in err
+        assert _statuses(MlflowClient(url)) == {"calibrate-crash": "FAILED", "calibrate-interrupt": "KILLED"}
+
+
+def test_a_server_gone_mid_run_is_said_not_silent(tmp_path, shared_datasets, monkeypatch):
+    """The server dies after the fits: recording fails, the run cannot be marked FAILED; the CLI says which run stays
+    RUNNING where, before its error line, and the server's store indeed holds it RUNNING."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # a dead server is retried like a restarting one: no MLflow-level retries and short waits keep the test short
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setattr("hybrid.tracking.store.RETRY_MAX_DELAY_S", 0.01)
+    csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
+    fit_run = calibrate_module._fit_run
+    with running_mlflow_server(tmp_path) as (url, proc):
+        def fit_then_lose_server(*args, **kwargs):
+            out = fit_run(*args, **kwargs)
+            stop_server(proc)
+            return out
+
+        monkeypatch.setattr(calibrate_module, "_fit_run", fit_then_lose_server)
+        rc, _, err = cli(["calibrate", str(csv), "--name", "lost", "--no-lodo", "-q", "--tracking-uri", url])
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    warning = re.search(rf"^warning: run (\w+) stays RUNNING in {re.escape(url)}: it could not be marked FAILED",
+                        lines[0])
+    assert warning, err
+    assert lines[-1].startswith("error: tracking store:"), err
+    with sqlite3.connect(tmp_path / "server.db") as db:
+        rows = db.execute("select run_uuid, status from runs").fetchall()
+    assert rows == [(warning.group(1), "RUNNING")]
+
+
+@pytest.mark.parametrize("entry", ["cli", "library"])
+def test_sigterm_mid_calibration_ends_the_run_killed(entry, tmp_path, shared_datasets):
+    """SIGTERM while the fits run (a job scheduler's kill, ``timeout``): the run ends KILLED in the local store, from
+    the CLI (exit 143) and from the library's ``calibrate`` in a process that left SIGTERM at its default (which
+    would otherwise die on the spot)."""
+    from mlflow import MlflowClient
+
+    csv = write_csv(neusight_table(shared_datasets, max_rows=1500), tmp_path / "t.csv")
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(HYBRID_HOME=str(home), PYTHONPATH=str(REPO))
+    if entry == "cli":
+        cmd = [sys.executable, "-m", "hybrid.cli.main", "calibrate", str(csv), "--name", "term", "-q"]
+    else:
+        cmd = [sys.executable, "-c", "import sys; from hybrid.tracking.calibrate import CalibrationConfig, calibrate; "
+               "from hybrid.tracking.inputs import load_measurements; "
+               f"calibrate(load_measurements([{str(csv)!r}]), CalibrationConfig(name='term'))"]
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    db = home / "mlflow.db"
+    deadline = time.monotonic() + 120
+    try:
+        while True:  # until the run exists (then the fits are under way: they take far longer than this poll)
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no run started"
+            try:
+                with sqlite3.connect(db) as conn:
+                    if conn.execute("select count(*) from runs where status = 'RUNNING'").fetchone()[0]:
+                        break
+            except sqlite3.Error:  # not created yet
+                pass
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if entry == "cli":
+        assert proc.returncode == 143 and "terminated" in err, err
+    else:
+        assert proc.returncode != 0 and "KeyboardInterrupt" in err, err
+    assert _statuses(MlflowClient(f"sqlite:///{Path(db)}")) == {"calibrate-term": "KILLED"}
