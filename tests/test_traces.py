@@ -142,6 +142,18 @@ def test_other_device_drops_traced_host_time_and_reports_unmodelled(tiny_trace, 
         assert (unm["costed_as"] == "unmodelled (0 us)").all()
 
 
+def test_same_device_is_refused_for_a_target_of_another_kind(tiny_trace, cpu_catalog, capsys):
+    """--same-device on a CPU trace with a GPU target would price the GPU with the CPU's traced times: refused, by
+    the library and by the CLI (exit 2); on a CPU target it still holds."""
+    traces = load_traces([tiny_trace["kineto"]])
+    with pytest.raises(InvalidInputError, match=r"rank 0 was traced on a CPU and the target H100-SXM is a GPU"):
+        build_trace_graph(traces, "H100-SXM", cpu_catalog, same_device=True)
+    assert build_trace_graph(traces, CPU, cpu_catalog, same_device=True).same_device
+    assert cli_main(["trace", "predict", str(tiny_trace["kineto"]), "--device", "H100-SXM", "--same-device",
+                     "--roofline"]) == 2
+    assert "error: --same-device (same_device=True) cannot hold" in capsys.readouterr().err
+
+
 def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalog):
     # group norm has no family: listed, and costed at its traced time on the same CPU; the convolution, batch
     # norm and pooling around it are costed by their families (conv, norm, pool)

@@ -44,6 +44,7 @@ from hybrid.workloads.trace_costing import (
     is_same_device,
     measured_durations,
     predict_trace,
+    same_device_conflict,
     traced_gpu,
 )
 from hybrid.workloads.trace_deps import cross_dep_nodes, main_tid, rank_schedule
@@ -343,6 +344,11 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     cat = catalog or default_catalog()
     tgt = resolve_target(target, cat)
     same = is_same_device(traces, tgt, cat) if same_device is None else bool(same_device)
+    if same_device:
+        conflict = same_device_conflict(traces, tgt, cat)
+        if conflict:
+            raise InvalidInputError(f"--same-device (same_device=True) cannot hold: {conflict}; the target would "
+                                    "be priced with the traced times (use --other-device, or let the traces decide)")
     costing, host = HostCosting.resolve(traces, same, host, host_scale)
     if same and any(t.device == "meta" for t in traces):
         raise InvalidInputError("a trace recorded on the meta device has no hardware to compare with: predict a real "
