@@ -384,6 +384,47 @@ def test_trace_step_writes_nothing_when_the_step_fails(tmp_path):
     assert not any((tmp_path / "t").iterdir())
 
 
+NESTED = """
+import sys, torch
+from hybrid.data.traces import load_trace
+from hybrid.data.traces.record import trace_step
+from hybrid.errors import InvalidInputError
+out, x = sys.argv[1], torch.randn(8, 8)
+with trace_step(out + "/outer", measure_overhead=False):
+    try:
+        with trace_step(out + "/inner", measure_overhead=False):
+            (x @ x).sum()
+    except InvalidInputError as exc:
+        print("refused:", exc)
+    (x @ x).sum()
+assert "aten::mm" in set(load_trace(out + "/outer/kineto_rank0.json").ops["name"])
+with torch.profiler.profile():
+    try:
+        with trace_step(out + "/under_profiler", measure_overhead=False):
+            pass
+    except InvalidInputError as exc:
+        print("refused:", exc)
+"""
+
+
+def test_nested_trace_step_is_refused_before_a_second_profiler_starts(tmp_path):
+    """A trace_step inside another (or inside the program's own torch profiler) crashed the process (SIGSEGV,
+    torch 2.13): refused with a clear error before anything starts; the outer recording goes on and is written.
+    In a child process, so that a crash fails this test instead of the whole run."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", NESTED, str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("refused:")]
+    assert len(lines) == 2, done.stdout
+    assert "trace_step inside another trace_step" in lines[0]
+    assert "a torch profiler is already running" in lines[1]
+    assert not (tmp_path / "inner").exists() and not (tmp_path / "under_profiler").exists()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
