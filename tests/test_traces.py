@@ -287,6 +287,32 @@ def test_concat_creation_and_arange_are_costed_from_their_arguments():
     assert map_op("aten::arange", ar, [None] * 7, leaf=False) is None  # bounds not recorded: unmodelled
 
 
+def test_ops_on_empty_tensors_are_host_time_not_unmodelled(tmp_path, cpu_catalog):
+    """Ops whose tensors have a zero extent (``torch.zeros(0)``, a pointwise op, a clone and a cat of empty
+    slices) launch no kernel in PyTorch: host time only, like a view, in a real recorded trace, linked with its
+    execution trace (output shapes) or not; they were unmodelled (the linked ``aten::zeros`` of ``[0]``). A sum of
+    an empty tensor still writes one element."""
+    lin = torch.nn.Linear(16, 16)
+    x = torch.randn(8, 16)
+
+    def step() -> None:
+        z = torch.zeros(0)
+        e = torch.ones(0, 16) * 2.0
+        c = torch.cat([x[:0], x[:0]]) + x[:0].clone()
+        (lin(x).sum() + z.sum() + e.sum() + c.sum()).backward()
+
+    paths = record_step(step, tmp_path, warmup=1, measure_overhead=False, memory=False)
+    for files in ([paths["kineto"], paths["et"]], [paths["kineto"]]):
+        it = build_trace_graph(load_traces(files), CPU, cpu_catalog)
+        u = it.units.set_index("name")
+        assert it.unmodelled().empty, it.unmodelled()
+        for name in ("aten::zeros", "aten::ones", "aten::mul", "aten::cat", "aten::clone"):
+            assert set(u.loc[[name], "kind"]) == {"view"}, name
+        sums = [r for r in u.loc[["aten::sum"], "row"] if r["elements"] == 1]
+        assert len(sums) == 3  # the three sums of empty tensors: their identity written
+        assert "gemm" in set(u["label"])
+
+
 def test_a_tensor_list_takes_its_dtype_from_the_execution_trace():
     """Kineto records a TensorList's shapes for ``torch.cat`` but no dtype, and none at all for ``_foreach_*``
     lists; the linked execution trace supplies what is missing, and a recorded dtype is kept."""
