@@ -457,7 +457,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ddp_rank(rank: int, port: int, out: str) -> None:
+def _ddp_rank(rank: int, port: int, out: str, hidden: int = 64, overhead: bool = True) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -465,14 +465,68 @@ def _ddp_rank(rank: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
+        torch.nn.Linear(32, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 4)))
     x = torch.randn(8, 32)
-    record_step(lambda: model(x).sum().backward(), out, warmup=1)
+    record_step(lambda: model(x).sum().backward(), out, warmup=1, measure_overhead=overhead, memory=overhead)
     dist.destroy_process_group()
     # The traces are written. Leave without the interpreter's teardown: the profiler's and gloo's native state
     # occasionally crashes it (SIGSEGV after the step, seen in about 1 of 3 runs under pytest), which would fail
     # the spawn although every file is complete.
     os._exit(0)
+
+
+def _record_ddp(out: Path, hidden: int) -> None:
+    """A 2-rank gloo DDP step of the MLP of width ``hidden`` (no overhead or memory pass: quicker)."""
+    import torch.multiprocessing as mp
+
+    out.mkdir(parents=True, exist_ok=True)
+    for attempt in range(2):  # a native crash of a gloo child (rare after os._exit) gets one clean retry
+        try:
+            mp.start_processes(_ddp_rank, args=(_free_port(), str(out), hidden, False), nprocs=2,
+                               start_method="spawn")
+            return
+        except mp.ProcessExitedException:
+            if attempt:
+                raise
+
+
+def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
+    """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
+    the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank
+    job says another world size, a rank of another group layout other group members. Each is refused by name."""
+    a, b = tmp_path / "w64", tmp_path / "w128"
+    _record_ddp(a, 64)
+    _record_ddp(b, 128)
+    sys_ = "cpu-amd-epyc-1c-gloo"
+    assert predict_trace(build_trace_graph(load_traces([a / "kineto_rank0.json", a / "kineto_rank1.json"]), sys_,
+                                           cpu_catalog), RooflineCostModel(cpu_catalog)).summary()["ranks"] == 2
+    grads = [4 * (32 * h + h + h * 4 + 4) for h in (64, 128)]  # the MLP's fp32 parameters: DDP's one bucket
+    mixed = load_traces([a / "kineto_rank0.json", a / "et_rank0.json", b / "kineto_rank1.json", b / "et_rank1.json"])
+    with pytest.raises(InvalidInputError, match=rf"collective #\d+ of process group 0 differs across the ranks "
+                                                rf"\(rank 0: c10d::allreduce_ of {grads[0]} bytes, rank 1: "
+                                                rf"c10d::allreduce_ of {grads[1]} bytes\)"):
+        build_trace_graph(mixed, sys_, cpu_catalog)
+    assert cli_main(["trace", "predict", str(a / "kineto_rank0.json"), str(b / "kineto_rank1.json"), "--system",
+                     sys_, "--bundle", str(BUNDLE)]) == 2
+    assert "not of one job" in capsys.readouterr().err
+    # rank 1 of a 3-rank job (its header as torch writes it), and of another layout of the default group
+    doc = json.loads((b / "kineto_rank1.json").read_text())
+    three = copy.deepcopy(doc)
+    three["distributedInfo"].update(world_size=3, pg_config=[{**doc["distributedInfo"]["pg_config"][0],
+                                                              "pg_size": 3, "ranks": [0, 1, 2]}])
+    (tmp_path / "three.json").write_text(json.dumps(three))
+    with pytest.raises(TraceFormatError, match=r"disagree on its world size \(.*kineto_rank0.json: rank 0 of 2, "
+                                               r".*three.json: rank 1 of 3\)"):
+        load_traces([a / "kineto_rank0.json", tmp_path / "three.json"])
+    # two jobs that each made a one-rank subgroup "1" (torch.distributed.new_group), of a different rank
+    for src, r in ((a / "kineto_rank0.json", 0), (b / "kineto_rank1.json", 1)):
+        d = json.loads(src.read_text())
+        d["distributedInfo"]["pg_config"].append({"pg_name": "1", "pg_desc": "undefined", "pg_size": 1, "ranks": [r]})
+        (tmp_path / f"sub{r}.json").write_text(json.dumps(d))
+    with pytest.raises(TraceFormatError, match=r"process group '1' is ranks \[0\] in .*sub0.json but \[1\] in"):
+        load_traces([tmp_path / "sub0.json", tmp_path / "sub1.json"])
+    with pytest.raises(TraceFormatError, match=r"two traces claim rank 1: .*w64.*kineto_rank1.json and .*w128"):
+        load_traces([a / "kineto_rank0.json", a / "kineto_rank1.json", b / "kineto_rank1.json"])
 
 
 def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):

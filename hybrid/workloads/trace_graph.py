@@ -278,6 +278,25 @@ def _recorded(u: dict[str, Any]) -> tuple[float, float, float]:
     return tuple(float(u.get(c, 0.0) or 0.0) for c in ("n_events", "n_inputs", "n_launch"))  # type: ignore[return-value]
 
 
+#: Collectives whose message is the same size on every member (an all-to-all's splits may differ).
+SAME_SIZE_COLLECTIVES = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "send_recv"})
+
+
+def _check_collective(traces: list[RankTrace], units: list[dict[str, Any]], members: tuple[int, ...], pg: str,
+                      k: int) -> None:
+    """Refuse the ``k``-th collective of group ``pg`` where its members disagree on what it is (another op, or
+    another message size): ranks of different jobs (another model, another batch) or of different steps."""
+    ops = [(u["row"].get("op"), u["row"].get("size_bytes")) for u in units]
+    kinds = {op for op, _ in ops}
+    if len(kinds) == 1 and (kinds.pop() not in SAME_SIZE_COLLECTIVES or len({size for _, size in ops}) == 1):
+        return
+    detail = ", ".join(f"rank {traces[m].rank}: {u['name']} of {size} bytes"
+                       for m, u, (_, size) in zip(members, units, ops, strict=True))
+    raise InvalidInputError(f"collective #{k} of process group {pg} differs across the ranks ({detail}): the traces "
+                            "are not of one job (another model or batch) or not of the same step; give one trace "
+                            "per rank of one recording")
+
+
 def _group_of(trace: RankTrace, n_ranks: int, rank: int, pg: str, n_row: int) -> tuple[str, tuple[int, ...]]:
     groups = trace.process_groups
     if pg and pg in groups:
@@ -397,6 +416,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
             members = tuple(m for m in group(r)[1] if m < n_ranks)
             if not all(waiting.get(m) == (pg, k) for m in members):
                 continue
+            _check_collective(traces, [b.rows[m][pos[m]] for m in members], members, pg, k)
             b.collective(members, pos)
             for m in members:
                 coll_count[(m, pg)] += 1

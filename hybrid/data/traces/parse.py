@@ -506,6 +506,25 @@ def trace_files(paths: Iterable[str | os.PathLike]) -> list[str]:
     return files
 
 
+def _check_one_job(traces: list[RankTrace]) -> None:
+    """Refuse ranks that cannot be of one job: traces that disagree on the world size, or on the ranks of a process
+    group of the same name (e.g. one rank of a 2-rank recording given with ranks of a 3-rank one)."""
+    if len(traces) < 2:
+        return
+    if len({t.world_size for t in traces}) > 1:
+        detail = ", ".join(f"{t.path}: rank {t.rank} of {t.world_size}" for t in traces)
+        raise TraceFormatError(f"the traces are not of one job: they disagree on its world size ({detail}); give "
+                               "one trace per rank of one recording")
+    seen: dict[str, tuple[tuple[int, ...], str]] = {}
+    for t in traces:
+        for name, members in t.process_groups.items():
+            ranks, where = seen.setdefault(name, (members, t.path))
+            if ranks != members:
+                raise TraceFormatError(f"the traces are not of one job: process group {name!r} is ranks "
+                                       f"{list(ranks)} in {where} but {list(members)} in {t.path}; give one trace "
+                                       "per rank of one recording")
+
+
 def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike], step: int | None = None
                 ) -> list[RankTrace]:
     """Traces of one job: one per rank. A Kineto and an ET file of the same rank are linked."""
@@ -533,6 +552,7 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
             raise TraceFormatError(f"{t.path}: recorded without shapes (no ATen op has input shapes); record with "
                                    "torch.profiler.profile(record_shapes=True), or give the execution trace of the "
                                    "same step beside it")
+    _check_one_job(loaded)
     ranks = [t.rank for t in loaded]
     if len(set(ranks)) != len(ranks):
         if len(loaded) > 1:
@@ -540,7 +560,12 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
             if all(t.world_size == 1 for t in loaded):
                 raise TraceFormatError("several traces of a single-process job given; give one trace per rank of "
                                        "one distributed job")
-            raise TraceFormatError(f"two traces claim the same rank ({ranks})")
+            first: dict[int, str] = {}
+            for t in loaded:
+                if t.rank in first:
+                    raise TraceFormatError(f"two traces claim rank {t.rank}: {first[t.rank]} and {t.path} (the same "
+                                           "rank twice, or ranks of different jobs); give one trace per rank")
+                first[t.rank] = t.path
     world = max(t.world_size for t in loaded)
     if sorted(ranks) != list(range(len(loaded))) or (world != len(loaded)):
         raise TraceFormatError(f"traces cover rank(s) {sorted(ranks)} of a {world}-rank job; give one trace per rank")
