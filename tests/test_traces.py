@@ -364,6 +364,26 @@ def test_truncated_real_trace_and_cli_exit_code(tiny_trace, tmp_path, capsys):
     assert cli_main(["trace", "predict", str(tiny_trace["kineto"]), "--device", "no-such-gpu"]) == 2
 
 
+def test_an_absurd_event_duration_is_refused_by_name(tiny_trace, tmp_path, capsys):
+    """A corrupted ``dur`` (a GEMM of the real trace set to 1e15 us, or to 10 s in a step of a few ms) was taken:
+    the op became the step's parent of every later op on its thread, which vanished from the prediction. Refused,
+    naming the event: longer than a day, or ending past the op that encloses it by more than that op's length."""
+    doc = json.loads(Path(tiny_trace["kineto"]).read_text())
+    k = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("name") == "aten::addmm")
+    assert load_trace(tiny_trace["kineto"]).step_us < 1e6  # the traced step: well under a second
+    for dur, match in ((1e15, rf"traceEvents\[{k}\] \('aten::addmm'\) lasts 1e\+15 us, more than a day"),
+                       (1e7, r"event 'aten::addmm' \(ts [\d.]+\) lasts 1e\+07 us and ends [\d.e+]+ us after "
+                             r"'aten::linear'.*a corrupted 'dur'")):
+        bad = copy.deepcopy(doc)
+        bad["traceEvents"][k]["dur"] = dur
+        path = tmp_path / f"bad{dur:g}.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(TraceFormatError, match=match):
+            load_trace(path)
+        assert cli_main(["trace", "predict", str(path), "--device", "T4"]) == 2
+        assert "a corrupted 'dur'" in capsys.readouterr().err
+
+
 def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     out = tmp_path / "graph.json"
     assert cli_main(["trace", "import", str(tiny_trace["kineto"]), str(tiny_trace["et"]), "-o", str(out)]) == 0
