@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import socket
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -513,7 +514,8 @@ def _record_ddp(out: Path, hidden: int) -> None:
 def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
     the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank
-    job says another world size, a rank of another group layout other group members. Each is refused by name."""
+    job says another world size, a rank of another group layout other group members. Each is refused by name; so
+    is a rank given by its execution trace alone (which names no rank) beside ranks given with their Chrome traces."""
     a, b = tmp_path / "w64", tmp_path / "w128"
     _record_ddp(a, 64)
     _record_ddp(b, 128)
@@ -547,6 +549,20 @@ def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
         load_traces([tmp_path / "sub0.json", tmp_path / "sub1.json"])
     with pytest.raises(TraceFormatError, match=r"two traces claim rank 1: .*w64.*kineto_rank1.json and .*w128"):
         load_traces([a / "kineto_rank0.json", a / "kineto_rank1.json", b / "kineto_rank1.json"])
+    # a rank given by its execution trace alone (no times, no rank) beside a rank with both: refused, saying why
+    with pytest.raises(TraceFormatError, match=r"et_rank1.json'\] have no Chrome trace of the same process to link "
+                                               r"to: an execution trace alone has no times and names no rank"):
+        load_traces([a / "kineto_rank0.json", a / "et_rank0.json", a / "et_rank1.json"])
+    # every rank by its execution trace alone: not "several traces of a single-process job"
+    with pytest.raises(TraceFormatError, match="2 execution traces without their Chrome traces: an execution trace "
+                                               "names no rank"):
+        load_traces([a / "et_rank0.json", a / "et_rank1.json"])
+    # one of them alone is one process, predicted on another device (its collectives have no measured time)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # was: "All-NaN axis encountered" from the collectives
+        s = predict_trace(build_trace_graph(load_traces([a / "et_rank1.json"]), "H100-SXM", cpu_catalog),
+                          RooflineCostModel(cpu_catalog)).summary()
+    assert s["ranks"] == 1 and s["breakdown_ms"]["collective"] > 0 and "measured_ms" not in s
 
 
 def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):

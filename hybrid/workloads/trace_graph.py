@@ -243,7 +243,8 @@ class _Builder:
             ids = g.collective(name, list(members), rows, deps=deps, stream=streams.pop(), launch=False)
         else:
             ids = g.collective(name, list(members), rows, deps=deps, stream=COMM_STREAM, launch=False)
-        coll_meas = float(np.nanmin(meas)) if len(meas) else 0.0
+        timed = [x for x in meas if np.isfinite(x)]  # none in an execution trace alone (no times)
+        coll_meas = float(min(timed)) if timed else (float("nan") if len(meas) else 0.0)
         self._record_new("collective", coll_meas)
         for m in members:
             um, nid = us[m], ids[m]

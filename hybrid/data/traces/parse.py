@@ -577,8 +577,16 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
             out.append(link(k, e) if e is not None else k)
         if by_pid:
             raise TraceFormatError(f"execution trace(s) {[t.path for t in by_pid.values()]} have no Chrome trace of "
-                                   "the same process to link to")
+                                   "the same process to link to: an execution trace alone has no times and names no "
+                                   "rank, so it cannot stand for a rank beside ranks given with their Chrome traces; "
+                                   "give that rank's Chrome trace (kineto_rank<r>.json of the same recording) too, or "
+                                   "leave the execution trace out")
         loaded = out
+    elif len(ets) > 1:
+        raise TraceFormatError(f"{len(ets)} execution traces without their Chrome traces: an execution trace names no "
+                               "rank, so several cannot be the ranks of one job; give each rank's Chrome trace "
+                               "(kineto_rank<r>.json) with its execution trace (one execution trace alone predicts "
+                               "one process)")
     for t in loaded:
         if t.format == "kineto" and t.meta.get("no_shapes"):
             raise TraceFormatError(f"{t.path}: recorded without shapes (no ATen op has input shapes); record with "
