@@ -17,6 +17,7 @@ import pytest
 from hybrid.cli.main import main as cli_main
 from hybrid.data.traces import TraceFormatError, load_traces, trace_files
 from hybrid.engine.costs import RooflineCostModel
+from hybrid.errors import InvalidInputError
 from hybrid.workloads.trace_graph import build_trace_graph, predict_trace, trace_units
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +99,19 @@ def test_cudnn_convolution_keeps_all_its_kernels():
         == (64, 64, 128, 64, 3, 1)
     assert len(tr.kernels) > 1  # cuDNN runs several kernels for one convolution (here FFT-based)
     assert u["device_us"].iat[0] == pytest.approx(tr.kernels["dur"].sum())
+
+
+def test_same_device_is_refused_for_another_gpu_than_the_traced_one():
+    """An H100 trace declared the same device as an A100 target would price the A100 with the H100's kernels."""
+    from hybrid.data.bundle import load_bundle
+
+    cat = load_bundle(ROOT / "datasets" / "cpu-amd-epyc-1c")[1]  # the catalog with this CPU
+    traces = load_traces(trace_files([SNIPPETS / "autocast-linear"]))
+    with pytest.raises(InvalidInputError, match=r"traced on H100-SXM \(.*H100.*\), not on the target A100"):
+        build_trace_graph(traces, "A100-SXM4-80GB", cat, same_device=True)
+    with pytest.raises(InvalidInputError, match="traced on a GPU and the target cpu-amd-epyc-1c is a CPU"):
+        build_trace_graph(traces, "cpu-amd-epyc-1c", cat, same_device=True)
+    assert build_trace_graph(traces, "H100-SXM", cat, same_device=True).same_device
 
 
 def test_cli_predicts_a_directory_of_gzipped_traces(tmp_path, capsys):

@@ -3,6 +3,7 @@ H100 traces of ``datasets/traces-h100`` become kernel-timed calibration rows."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -77,8 +78,14 @@ def test_cpu_traces_and_unknown_devices_are_refused(tmp_path, bert, catalog):
         kernel_rows(bert, catalog, device="NOT-A-GPU")
     with pytest.raises(InvalidInputError, match="no traces"):
         kernel_rows([], catalog)
-    # --device names another catalog GPU: the rows are labelled with it (a trace whose name the catalog lacks)
-    assert set(kernel_rows(bert, catalog, device="H200")["device"]) == {"H200"}
+    # --device names another catalog GPU: the rows are labelled with it (a trace whose name the catalog lacks), and
+    # where the trace names a GPU the catalog knows (this H100), a warning says whose times they are
+    with pytest.warns(UserWarning, match=r"--device relabelled \d+ kernel row\(s\) of 1 trace\(s\) recorded on "
+                                         r"H100-SXM \(NVIDIA H100 80GB HBM3\) as H200"):
+        assert set(kernel_rows(bert, catalog, device="H200")["device"]) == {"H200"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the traced GPU itself: nothing relabelled, nothing said
+        assert set(kernel_rows(bert, catalog, device="H100-SXM")["device"]) == {"H100-SXM"}
 
 
 def test_cli_writes_rows_or_nothing(tmp_path, capsys):
@@ -90,6 +97,11 @@ def test_cli_writes_rows_or_nothing(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     assert cli_main(["trace", "kernels", str(BERT), "-o", str(bad), "--device", "NOT-A-GPU"]) not in (0, None)
     assert not bad.exists()
+    capsys.readouterr()
+    assert cli_main(["trace", "kernels", str(BERT), "-o", str(tmp_path / "a100.csv"), "--device", "A100-SXM4-80GB"]) \
+        in (0, None)
+    assert set(pd.read_csv(tmp_path / "a100.csv")["device"]) == {"A100-SXM4-80GB"}
+    assert "warning: --device relabelled" in capsys.readouterr().err
 
 
 def test_cli_reads_the_two_files_of_one_recording_as_one_step(tmp_path, capsys):

@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import socket
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -142,6 +143,18 @@ def test_other_device_drops_traced_host_time_and_reports_unmodelled(tiny_trace, 
         assert (unm["costed_as"] == "unmodelled (0 us)").all()
 
 
+def test_same_device_is_refused_for_a_target_of_another_kind(tiny_trace, cpu_catalog, capsys):
+    """--same-device on a CPU trace with a GPU target would price the GPU with the CPU's traced times: refused, by
+    the library and by the CLI (exit 2); on a CPU target it still holds."""
+    traces = load_traces([tiny_trace["kineto"]])
+    with pytest.raises(InvalidInputError, match=r"rank 0 was traced on a CPU and the target H100-SXM is a GPU"):
+        build_trace_graph(traces, "H100-SXM", cpu_catalog, same_device=True)
+    assert build_trace_graph(traces, CPU, cpu_catalog, same_device=True).same_device
+    assert cli_main(["trace", "predict", str(tiny_trace["kineto"]), "--device", "H100-SXM", "--same-device",
+                     "--roofline"]) == 2
+    assert "error: --same-device (same_device=True) cannot hold" in capsys.readouterr().err
+
+
 def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalog):
     # group norm has no family: listed, and costed at its traced time on the same CPU; the convolution, batch
     # norm and pooling around it are costed by their families (conv, norm, pool)
@@ -275,6 +288,32 @@ def test_concat_creation_and_arange_are_costed_from_their_arguments():
     assert map_op("aten::arange", ar, [None] * 7, leaf=False) is None  # bounds not recorded: unmodelled
 
 
+def test_ops_on_empty_tensors_are_host_time_not_unmodelled(tmp_path, cpu_catalog):
+    """Ops whose tensors have a zero extent (``torch.zeros(0)``, a pointwise op, a clone and a cat of empty
+    slices) launch no kernel in PyTorch: host time only, like a view, in a real recorded trace, linked with its
+    execution trace (output shapes) or not; they were unmodelled (the linked ``aten::zeros`` of ``[0]``). A sum of
+    an empty tensor still writes one element."""
+    lin = torch.nn.Linear(16, 16)
+    x = torch.randn(8, 16)
+
+    def step() -> None:
+        z = torch.zeros(0)
+        e = torch.ones(0, 16) * 2.0
+        c = torch.cat([x[:0], x[:0]]) + x[:0].clone()
+        (lin(x).sum() + z.sum() + e.sum() + c.sum()).backward()
+
+    paths = record_step(step, tmp_path, warmup=1, measure_overhead=False, memory=False)
+    for files in ([paths["kineto"], paths["et"]], [paths["kineto"]]):
+        it = build_trace_graph(load_traces(files), CPU, cpu_catalog)
+        u = it.units.set_index("name")
+        assert it.unmodelled().empty, it.unmodelled()
+        for name in ("aten::zeros", "aten::ones", "aten::mul", "aten::cat", "aten::clone"):
+            assert set(u.loc[[name], "kind"]) == {"view"}, name
+        sums = [r for r in u.loc[["aten::sum"], "row"] if r["elements"] == 1]
+        assert len(sums) == 3  # the three sums of empty tensors: their identity written
+        assert "gemm" in set(u["label"])
+
+
 def test_a_tensor_list_takes_its_dtype_from_the_execution_trace():
     """Kineto records a TensorList's shapes for ``torch.cat`` but no dtype, and none at all for ``_foreach_*``
     lists; the linked execution trace supplies what is missing, and a recorded dtype is kept."""
@@ -326,6 +365,26 @@ def test_truncated_real_trace_and_cli_exit_code(tiny_trace, tmp_path, capsys):
     assert cli_main(["trace", "predict", str(tiny_trace["kineto"]), "--device", "no-such-gpu"]) == 2
 
 
+def test_an_absurd_event_duration_is_refused_by_name(tiny_trace, tmp_path, capsys):
+    """A corrupted ``dur`` (a GEMM of the real trace set to 1e15 us, or to 10 s in a step of a few ms) was taken:
+    the op became the step's parent of every later op on its thread, which vanished from the prediction. Refused,
+    naming the event: longer than a day, or ending past the op that encloses it by more than that op's length."""
+    doc = json.loads(Path(tiny_trace["kineto"]).read_text())
+    k = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("name") == "aten::addmm")
+    assert load_trace(tiny_trace["kineto"]).step_us < 1e6  # the traced step: well under a second
+    for dur, match in ((1e15, rf"traceEvents\[{k}\] \('aten::addmm'\) lasts 1e\+15 us, more than a day"),
+                       (1e7, r"event 'aten::addmm' \(ts [\d.]+\) lasts 1e\+07 us and ends [\d.e+]+ us after "
+                             r"'aten::linear'.*a corrupted 'dur'")):
+        bad = copy.deepcopy(doc)
+        bad["traceEvents"][k]["dur"] = dur
+        path = tmp_path / f"bad{dur:g}.json"
+        path.write_text(json.dumps(bad))
+        with pytest.raises(TraceFormatError, match=match):
+            load_trace(path)
+        assert cli_main(["trace", "predict", str(path), "--device", "T4"]) == 2
+        assert "a corrupted 'dur'" in capsys.readouterr().err
+
+
 def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     out = tmp_path / "graph.json"
     assert cli_main(["trace", "import", str(tiny_trace["kineto"]), str(tiny_trace["et"]), "-o", str(out)]) == 0
@@ -372,13 +431,54 @@ def test_trace_step_writes_nothing_when_the_step_fails(tmp_path):
     assert not any((tmp_path / "t").iterdir())
 
 
+NESTED = """
+import sys, torch
+from hybrid.data.traces import load_trace
+from hybrid.data.traces.record import trace_step
+from hybrid.errors import InvalidInputError
+out, x = sys.argv[1], torch.randn(8, 8)
+with trace_step(out + "/outer", measure_overhead=False):
+    try:
+        with trace_step(out + "/inner", measure_overhead=False):
+            (x @ x).sum()
+    except InvalidInputError as exc:
+        print("refused:", exc)
+    (x @ x).sum()
+assert "aten::mm" in set(load_trace(out + "/outer/kineto_rank0.json").ops["name"])
+with torch.profiler.profile():
+    try:
+        with trace_step(out + "/under_profiler", measure_overhead=False):
+            pass
+    except InvalidInputError as exc:
+        print("refused:", exc)
+"""
+
+
+def test_nested_trace_step_is_refused_before_a_second_profiler_starts(tmp_path):
+    """A trace_step inside another (or inside the program's own torch profiler) crashed the process (SIGSEGV,
+    torch 2.13): refused with a clear error before anything starts; the outer recording goes on and is written.
+    In a child process, so that a crash fails this test instead of the whole run."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", NESTED, str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("refused:")]
+    assert len(lines) == 2, done.stdout
+    assert "trace_step inside another trace_step" in lines[0]
+    assert "a torch profiler is already running" in lines[1]
+    assert not (tmp_path / "inner").exists() and not (tmp_path / "under_profiler").exists()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _ddp_rank(rank: int, port: int, out: str) -> None:
+def _ddp_rank(rank: int, port: int, out: str, hidden: int = 64, overhead: bool = True) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -386,14 +486,83 @@ def _ddp_rank(rank: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)))
+        torch.nn.Linear(32, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 4)))
     x = torch.randn(8, 32)
-    record_step(lambda: model(x).sum().backward(), out, warmup=1)
+    record_step(lambda: model(x).sum().backward(), out, warmup=1, measure_overhead=overhead, memory=overhead)
     dist.destroy_process_group()
     # The traces are written. Leave without the interpreter's teardown: the profiler's and gloo's native state
     # occasionally crashes it (SIGSEGV after the step, seen in about 1 of 3 runs under pytest), which would fail
     # the spawn although every file is complete.
     os._exit(0)
+
+
+def _record_ddp(out: Path, hidden: int) -> None:
+    """A 2-rank gloo DDP step of the MLP of width ``hidden`` (no overhead or memory pass: quicker)."""
+    import torch.multiprocessing as mp
+
+    out.mkdir(parents=True, exist_ok=True)
+    for attempt in range(2):  # a native crash of a gloo child (rare after os._exit) gets one clean retry
+        try:
+            mp.start_processes(_ddp_rank, args=(_free_port(), str(out), hidden, False), nprocs=2,
+                               start_method="spawn")
+            return
+        except mp.ProcessExitedException:
+            if attempt:
+                raise
+
+
+def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
+    """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
+    the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank
+    job says another world size, a rank of another group layout other group members. Each is refused by name; so
+    is a rank given by its execution trace alone (which names no rank) beside ranks given with their Chrome traces."""
+    a, b = tmp_path / "w64", tmp_path / "w128"
+    _record_ddp(a, 64)
+    _record_ddp(b, 128)
+    sys_ = "cpu-amd-epyc-1c-gloo"
+    assert predict_trace(build_trace_graph(load_traces([a / "kineto_rank0.json", a / "kineto_rank1.json"]), sys_,
+                                           cpu_catalog), RooflineCostModel(cpu_catalog)).summary()["ranks"] == 2
+    grads = [4 * (32 * h + h + h * 4 + 4) for h in (64, 128)]  # the MLP's fp32 parameters: DDP's one bucket
+    mixed = load_traces([a / "kineto_rank0.json", a / "et_rank0.json", b / "kineto_rank1.json", b / "et_rank1.json"])
+    with pytest.raises(InvalidInputError, match=rf"collective #\d+ of process group 0 differs across the ranks "
+                                                rf"\(rank 0: c10d::allreduce_ of {grads[0]} bytes, rank 1: "
+                                                rf"c10d::allreduce_ of {grads[1]} bytes\)"):
+        build_trace_graph(mixed, sys_, cpu_catalog)
+    assert cli_main(["trace", "predict", str(a / "kineto_rank0.json"), str(b / "kineto_rank1.json"), "--system",
+                     sys_, "--bundle", str(BUNDLE)]) == 2
+    assert "not of one job" in capsys.readouterr().err
+    # rank 1 of a 3-rank job (its header as torch writes it), and of another layout of the default group
+    doc = json.loads((b / "kineto_rank1.json").read_text())
+    three = copy.deepcopy(doc)
+    three["distributedInfo"].update(world_size=3, pg_config=[{**doc["distributedInfo"]["pg_config"][0],
+                                                              "pg_size": 3, "ranks": [0, 1, 2]}])
+    (tmp_path / "three.json").write_text(json.dumps(three))
+    with pytest.raises(TraceFormatError, match=r"disagree on its world size \(.*kineto_rank0.json: rank 0 of 2, "
+                                               r".*three.json: rank 1 of 3\)"):
+        load_traces([a / "kineto_rank0.json", tmp_path / "three.json"])
+    # two jobs that each made a one-rank subgroup "1" (torch.distributed.new_group), of a different rank
+    for src, r in ((a / "kineto_rank0.json", 0), (b / "kineto_rank1.json", 1)):
+        d = json.loads(src.read_text())
+        d["distributedInfo"]["pg_config"].append({"pg_name": "1", "pg_desc": "undefined", "pg_size": 1, "ranks": [r]})
+        (tmp_path / f"sub{r}.json").write_text(json.dumps(d))
+    with pytest.raises(TraceFormatError, match=r"process group '1' is ranks \[0\] in .*sub0.json but \[1\] in"):
+        load_traces([tmp_path / "sub0.json", tmp_path / "sub1.json"])
+    with pytest.raises(TraceFormatError, match=r"two traces claim rank 1: .*w64.*kineto_rank1.json and .*w128"):
+        load_traces([a / "kineto_rank0.json", a / "kineto_rank1.json", b / "kineto_rank1.json"])
+    # a rank given by its execution trace alone (no times, no rank) beside a rank with both: refused, saying why
+    with pytest.raises(TraceFormatError, match=r"et_rank1.json'\] have no Chrome trace of the same process to link "
+                                               r"to: an execution trace alone has no times and names no rank"):
+        load_traces([a / "kineto_rank0.json", a / "et_rank0.json", a / "et_rank1.json"])
+    # every rank by its execution trace alone: not "several traces of a single-process job"
+    with pytest.raises(TraceFormatError, match="2 execution traces without their Chrome traces: an execution trace "
+                                               "names no rank"):
+        load_traces([a / "et_rank0.json", a / "et_rank1.json"])
+    # one of them alone is one process, predicted on another device (its collectives have no measured time)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # was: "All-NaN axis encountered" from the collectives
+        s = predict_trace(build_trace_graph(load_traces([a / "et_rank1.json"]), "H100-SXM", cpu_catalog),
+                          RooflineCostModel(cpu_catalog)).summary()
+    assert s["ranks"] == 1 and s["breakdown_ms"]["collective"] > 0 and "measured_ms" not in s
 
 
 def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):

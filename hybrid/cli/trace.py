@@ -400,7 +400,14 @@ def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int 
             group.append(str(p))
     if skipped:
         click.echo("warning: a trace given twice (or a file and its directory) is read once", err=True)
-    table = kernel_rows([tr for group in steps.values() for tr in _load(tuple(group), step)], device=device)
+    import warnings
+
+    from hybrid.cli.output import report_warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # --device relabelling another GPU's traces: said
+        warnings.simplefilter("always")
+        table = kernel_rows([tr for group in steps.values() for tr in _load(tuple(group), step)], device=device)
+    report_warnings(caught)
     write_table(table, output, validate_rows=False)
     n = int(table["repeats"].sum())
     click.echo(f"{len(table)} distinct op rows ({n} traced ops, {table['op'].nunique()} op kinds, device "

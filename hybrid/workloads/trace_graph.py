@@ -44,6 +44,7 @@ from hybrid.workloads.trace_costing import (
     is_same_device,
     measured_durations,
     predict_trace,
+    same_device_conflict,
     traced_gpu,
 )
 from hybrid.workloads.trace_deps import cross_dep_nodes, main_tid, rank_schedule
@@ -242,7 +243,8 @@ class _Builder:
             ids = g.collective(name, list(members), rows, deps=deps, stream=streams.pop(), launch=False)
         else:
             ids = g.collective(name, list(members), rows, deps=deps, stream=COMM_STREAM, launch=False)
-        coll_meas = float(np.nanmin(meas)) if len(meas) else 0.0
+        timed = [x for x in meas if np.isfinite(x)]  # none in an execution trace alone (no times)
+        coll_meas = float(min(timed)) if timed else (float("nan") if len(meas) else 0.0)
         self._record_new("collective", coll_meas)
         for m in members:
             um, nid = us[m], ids[m]
@@ -275,6 +277,25 @@ class _Builder:
 def _recorded(u: dict[str, Any]) -> tuple[float, float, float]:
     """Events, inputs and kernel launches the profiler recorded inside unit ``u`` (0 where a transform made it)."""
     return tuple(float(u.get(c, 0.0) or 0.0) for c in ("n_events", "n_inputs", "n_launch"))  # type: ignore[return-value]
+
+
+#: Collectives whose message is the same size on every member (an all-to-all's splits may differ).
+SAME_SIZE_COLLECTIVES = frozenset({"all_reduce", "broadcast", "all_gather", "reduce_scatter", "reduce", "send_recv"})
+
+
+def _check_collective(traces: list[RankTrace], units: list[dict[str, Any]], members: tuple[int, ...], pg: str,
+                      k: int) -> None:
+    """Refuse the ``k``-th collective of group ``pg`` where its members disagree on what it is (another op, or
+    another message size): ranks of different jobs (another model, another batch) or of different steps."""
+    ops = [(u["row"].get("op"), u["row"].get("size_bytes")) for u in units]
+    kinds = {op for op, _ in ops}
+    if len(kinds) == 1 and (kinds.pop() not in SAME_SIZE_COLLECTIVES or len({size for _, size in ops}) == 1):
+        return
+    detail = ", ".join(f"rank {traces[m].rank}: {u['name']} of {size} bytes"
+                       for m, u, (_, size) in zip(members, units, ops, strict=True))
+    raise InvalidInputError(f"collective #{k} of process group {pg} differs across the ranks ({detail}): the traces "
+                            "are not of one job (another model or batch) or not of the same step; give one trace "
+                            "per rank of one recording")
 
 
 def _group_of(trace: RankTrace, n_ranks: int, rank: int, pg: str, n_row: int) -> tuple[str, tuple[int, ...]]:
@@ -343,6 +364,11 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     cat = catalog or default_catalog()
     tgt = resolve_target(target, cat)
     same = is_same_device(traces, tgt, cat) if same_device is None else bool(same_device)
+    if same_device:
+        conflict = same_device_conflict(traces, tgt, cat)
+        if conflict:
+            raise InvalidInputError(f"--same-device (same_device=True) cannot hold: {conflict}; the target would "
+                                    "be priced with the traced times (use --other-device, or let the traces decide)")
     costing, host = HostCosting.resolve(traces, same, host, host_scale)
     if same and any(t.device == "meta" for t in traces):
         raise InvalidInputError("a trace recorded on the meta device has no hardware to compare with: predict a real "
@@ -391,6 +417,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
             members = tuple(m for m in group(r)[1] if m < n_ranks)
             if not all(waiting.get(m) == (pg, k) for m in members):
                 continue
+            _check_collective(traces, [b.rows[m][pos[m]] for m in members], members, pg, k)
             b.collective(members, pos)
             for m in members:
                 coll_count[(m, pg)] += 1

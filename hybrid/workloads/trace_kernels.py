@@ -16,6 +16,7 @@ Use: trace a model on the GPU you have, calibrate on its rows (with any other da
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -55,16 +56,19 @@ def kernel_rows(traces: Sequence[RankTrace], catalog: Catalog | None = None, dev
     Ops with no kernel in the trace, no family (views, host-only work) or a zero kernel time are left out, and so
     are collectives: an NCCL kernel's duration includes the wait for the slowest peer, not a cost of its own.
     Raises :class:`InvalidInputError` for a trace without GPU kernels (a CPU or meta-device trace) or whose GPU
-    the catalog does not know (pass ``device``)."""
+    the catalog does not know (pass ``device``). A ``device`` that is not the GPU a trace names (one the catalog
+    knows) relabels that trace's rows, with a warning saying so."""
     if not traces:
         raise InvalidInputError("no traces given")
     cat = catalog or default_catalog()
     frames = []
+    relabelled: dict[str, list[tuple[str, int]]] = {}  # traced GPU -> (trace, rows) labelled ``device`` instead
     for tr in traces:
         if tr.device != "cuda" or len(tr.kernels) == 0:
             raise InvalidInputError(f"{tr.path}: no GPU kernels in the trace (traced on {tr.device!r}); kernel rows "
                                     "need a GPU trace recorded with torch.profiler activities CPU and CUDA")
         key = trace_device(tr, cat, device)
+        own = traced_gpu(tr, cat) if device is not None and tr.device_name else None
         # an fp32 matmul / convolution whose kernels ran TF32 is a tf32 measurement (hybrid.data.traces.precision)
         u, _ = apply_fp32_precision(trace_units(tr), tr.meta, "tf32" in cat.device(key).peak_flops)
         dev_us = pd.to_numeric(u["device_us"], errors="coerce").to_numpy(dtype=np.float64)
@@ -82,8 +86,15 @@ def kernel_rows(traces: Sequence[RankTrace], catalog: Catalog | None = None, dev
         rows["framework"] = KERNEL_FRAMEWORK
         rows["source"] = f"trace:{tr.path}"
         frames.append(rows)
+        if own is not None and own != key:
+            relabelled.setdefault(f"{own} ({tr.device_name})", []).append((tr.path, len(rows)))
     if not frames:
         raise InvalidInputError("no op of the traces has a family and kernels: nothing to measure")
+    for own, done in relabelled.items():
+        paths = [p for p, _ in done]
+        warnings.warn(f"--device relabelled {sum(n for _, n in done)} kernel row(s) of {len(paths)} trace(s) recorded "
+                      f"on {own} as {key}: {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''} (their times "
+                      "are the traced GPU's)", UserWarning, stacklevel=2)
     table = pd.concat(frames, ignore_index=True, sort=False)
     return merge_identical(table)
 

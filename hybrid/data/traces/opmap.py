@@ -414,8 +414,16 @@ def _elementwise(label: str, variant: str, fpe: float, in_dims: list[list[int]],
     sizes = [numel(d) for d in in_dims]
     outs = [numel(d) for d in out_dims if _is_shape(d) or isinstance(d, list)]
     elements = max(sizes + outs + [0])
+    # An op whose result is empty (a zero extent: its recorded outputs, or a pointwise op's broadcast inputs)
+    # launches no kernel in PyTorch: host dispatch only, like a view. (A reduction of an empty tensor still
+    # writes its identity: costed from its output.) Without any recorded shape, the op is not mapped.
+    empty_in = any(_is_shape(d) and 0 in d for d in in_dims)
+    if label != "reduction" and ((outs and max(outs) == 0) or (not outs and label == "elementwise" and empty_in)):
+        return OpMapping("view", "view")
+    if label == "reduction" and elements <= 0 and empty_in and not outs:
+        outs, elements = [1], 1  # output not recorded: read as a full reduction, which writes its identity
     if elements <= 0:
-        return None
+        return OpMapping("view", "view") if empty_in or any(_is_shape(d) and 0 in d for d in out_dims) else None
     if label == "reduction":
         n_in, n_out = sum(sizes) / elements, (sum(outs) / elements if outs else 0.0)
     elif label == "copy":

@@ -45,6 +45,13 @@ CUDA_SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "
 #: Categories of Kineto's first exports (PyTorch 1.8-1.9) -> today's names (their kernels carry ``external id``).
 _OLD_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_runtime", "Memcpy": "gpu_memcpy",
                    "Memset": "gpu_memset"}
+#: Longest duration an event may have (us): one day. A traced step is seconds; a longer event is a corrupted
+#: ``dur`` (it would become the step, or swallow the ops after it on its thread).
+MAX_EVENT_US = 86_400e6
+#: An op may end after the op enclosing it on its thread by timer rounding only (0.03 us at most in the project's
+#: traces); one that ends later by more than the enclosing op's whole duration, and by more than this (us), has a
+#: corrupted ``dur`` (a wrongly nested op would take the ops after it as its children).
+MAX_OVERRUN_US = 1000.0
 #: Columns of :attr:`RankTrace.ops`.
 OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
               "rf_id", "ext_id", "pg", "extra")
@@ -157,6 +164,27 @@ def _nest(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return parent, depth
 
 
+def _check_overrun(ops: pd.DataFrame, parent: np.ndarray, path: str) -> None:
+    """Refuse an op that ends after the op enclosing it on its thread by more than that op's whole duration (and
+    :data:`MAX_OVERRUN_US`): a corrupted ``dur`` (Python frames, which may cross step annotations, aside)."""
+    if not len(ops):
+        return
+    kid = np.flatnonzero(parent >= 0)
+    par = parent[kid]
+    ts = ops["ts"].to_numpy(dtype=np.float64)
+    dur = ops["dur"].to_numpy(dtype=np.float64)
+    cats = ops["cat"].to_numpy()
+    over = (ts[kid] + dur[kid]) - (ts[par] + dur[par])
+    bad = (over > np.maximum(dur[par], MAX_OVERRUN_US)) & (cats[kid] != "python_function") \
+        & (cats[par] != "python_function")
+    if bad.any():
+        i = int(np.argmax(np.where(bad, over, -np.inf)))
+        c, p = kid[i], par[i]
+        raise TraceFormatError(f"{path}: event {ops['name'].iat[c]!r} (ts {ts[c]:.3f}) lasts {dur[c]:.4g} us and ends "
+                               f"{over[i]:.4g} us after {ops['name'].iat[p]!r} (ts {ts[p]:.3f}, {dur[p]:.4g} us) that "
+                               "encloses its start: a corrupted 'dur'")
+
+
 def _dtype_of(t: Any) -> str | None:
     """Kineto/ET input type -> our dtype name (None for non-tensors)."""
     if not isinstance(t, str) or not t:
@@ -203,6 +231,9 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
         ts, dur = _num(e["ts"], "ts", path), _num(e["dur"], "dur", path)
         if dur < 0:
             raise TraceFormatError(f"{path}: traceEvents[{k}] ({e.get('name')!r}) has a negative duration")
+        if dur > MAX_EVENT_US:
+            raise TraceFormatError(f"{path}: traceEvents[{k}] ({e.get('name')!r}) lasts {dur:.4g} us, more than a day "
+                                   "(a corrupted 'dur')")
         args = e.get("args") or {}
         if cat in DEVICE_CATEGORIES:
             kern_rows.append({"name": str(e.get("name", "")), "cat": cat, "stream": str(args.get("stream", e.get("tid"))),
@@ -357,6 +388,7 @@ def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, An
     runtime call that launched them: ``launches``, see :func:`_launching_ops`)."""
     ops = tr.ops
     parent, depth = _nest(ops)
+    _check_overrun(ops, parent, tr.path)
     ops.insert(0, "id", np.arange(len(ops)))
     ops["parent"], ops["depth"] = parent, depth
     names = ops["name"].astype(str)
@@ -506,6 +538,25 @@ def trace_files(paths: Iterable[str | os.PathLike]) -> list[str]:
     return files
 
 
+def _check_one_job(traces: list[RankTrace]) -> None:
+    """Refuse ranks that cannot be of one job: traces that disagree on the world size, or on the ranks of a process
+    group of the same name (e.g. one rank of a 2-rank recording given with ranks of a 3-rank one)."""
+    if len(traces) < 2:
+        return
+    if len({t.world_size for t in traces}) > 1:
+        detail = ", ".join(f"{t.path}: rank {t.rank} of {t.world_size}" for t in traces)
+        raise TraceFormatError(f"the traces are not of one job: they disagree on its world size ({detail}); give "
+                               "one trace per rank of one recording")
+    seen: dict[str, tuple[tuple[int, ...], str]] = {}
+    for t in traces:
+        for name, members in t.process_groups.items():
+            ranks, where = seen.setdefault(name, (members, t.path))
+            if ranks != members:
+                raise TraceFormatError(f"the traces are not of one job: process group {name!r} is ranks "
+                                       f"{list(ranks)} in {where} but {list(members)} in {t.path}; give one trace "
+                                       "per rank of one recording")
+
+
 def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike], step: int | None = None
                 ) -> list[RankTrace]:
     """Traces of one job: one per rank. A Kineto and an ET file of the same rank are linked."""
@@ -526,13 +577,22 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
             out.append(link(k, e) if e is not None else k)
         if by_pid:
             raise TraceFormatError(f"execution trace(s) {[t.path for t in by_pid.values()]} have no Chrome trace of "
-                                   "the same process to link to")
+                                   "the same process to link to: an execution trace alone has no times and names no "
+                                   "rank, so it cannot stand for a rank beside ranks given with their Chrome traces; "
+                                   "give that rank's Chrome trace (kineto_rank<r>.json of the same recording) too, or "
+                                   "leave the execution trace out")
         loaded = out
+    elif len(ets) > 1:
+        raise TraceFormatError(f"{len(ets)} execution traces without their Chrome traces: an execution trace names no "
+                               "rank, so several cannot be the ranks of one job; give each rank's Chrome trace "
+                               "(kineto_rank<r>.json) with its execution trace (one execution trace alone predicts "
+                               "one process)")
     for t in loaded:
         if t.format == "kineto" and t.meta.get("no_shapes"):
             raise TraceFormatError(f"{t.path}: recorded without shapes (no ATen op has input shapes); record with "
                                    "torch.profiler.profile(record_shapes=True), or give the execution trace of the "
                                    "same step beside it")
+    _check_one_job(loaded)
     ranks = [t.rank for t in loaded]
     if len(set(ranks)) != len(ranks):
         if len(loaded) > 1:
@@ -540,7 +600,12 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
             if all(t.world_size == 1 for t in loaded):
                 raise TraceFormatError("several traces of a single-process job given; give one trace per rank of "
                                        "one distributed job")
-            raise TraceFormatError(f"two traces claim the same rank ({ranks})")
+            first: dict[int, str] = {}
+            for t in loaded:
+                if t.rank in first:
+                    raise TraceFormatError(f"two traces claim rank {t.rank}: {first[t.rank]} and {t.path} (the same "
+                                           "rank twice, or ranks of different jobs); give one trace per rank")
+                first[t.rank] = t.path
     world = max(t.world_size for t in loaded)
     if sorted(ranks) != list(range(len(loaded))) or (world != len(loaded)):
         raise TraceFormatError(f"traces cover rank(s) {sorted(ranks)} of a {world}-rank job; give one trace per rank")

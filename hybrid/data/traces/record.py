@@ -44,6 +44,25 @@ def _rank() -> int:
     return int(os.environ.get("RANK", 0))
 
 
+#: Whether a :func:`trace_step` is recording in this process: a second one inside it would start a second profiler
+#: and execution-trace observer on the same process, which crashed it (a segmentation fault, torch 2.13).
+_RECORDING = False
+
+
+def _refuse_nested() -> None:
+    """Refuse to record while this process is already being profiled (an enclosing :func:`trace_step`, or a
+    ``torch.profiler.profile`` of the program's own), before any profiler or observer is started."""
+    import torch
+
+    if _RECORDING:
+        raise InvalidInputError("trace_step inside another trace_step: one step is recorded at a time (nested "
+                                "profilers crash the process); end the outer one first, or trace the inner step alone")
+    enabled = getattr(getattr(torch._C, "_autograd", None), "_profiler_enabled", None)
+    if enabled is not None and enabled():
+        raise InvalidInputError("trace_step while a torch profiler is already running in this process: one "
+                                "profiler at a time (nested profilers crash the process); stop the other one first")
+
+
 @contextmanager
 def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, device: str | None = None,
                name: str = "ProfilerStep#0", cuda: bool | None = None,
@@ -60,6 +79,8 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
     import torch
     from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
 
+    global _RECORDING
+    _refuse_nested()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rank = _rank()
@@ -85,9 +106,10 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
     _sync_ranks()
     et = None
     tmp_et = etp.with_name(f".{etp.name}.tmp")
-    if execution_trace:
-        et = ExecutionTraceObserver().register_callback(str(tmp_et))
+    _RECORDING = True
     try:
+        if execution_trace:
+            et = ExecutionTraceObserver().register_callback(str(tmp_et))
         with profile(activities=acts, record_shapes=True) as prof:
             if device:
                 prof.add_metadata("hybrid_traced_device", str(device))
@@ -124,6 +146,7 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
         else:  # an execution trace of an earlier recording would be read with this step's Chrome trace
             etp.unlink(missing_ok=True)
     finally:
+        _RECORDING = False
         if et is not None:
             try:
                 et.unregister_callback()
