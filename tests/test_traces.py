@@ -509,8 +509,19 @@ def test_trace_predict_parallel_modes_from_the_cli(meta_gpt2_dir, meta_gpt2_trac
     dp = predict("--dp", "4")
     assert dp["ranks"] == 4 and dp["parallel"] == {"dp": 4} and "collective" in dp["breakdown_ms"]
     assert dp["predicted_ms"] > single["predicted_ms"]  # the same work per rank plus the gradient all-reduces
+    # the breakdown is one rank's (the one that finishes last), comparable with the step: each rank runs the
+    # traced step's GEMMs once (it was the sum over the 4 ranks, 4x the single step's)
+    assert dp["breakdown_rank"] in range(4) and single["breakdown_rank"] == 0
+    assert dp["breakdown_ms"]["gemm"] == pytest.approx(single["breakdown_ms"]["gemm"], rel=1e-6)
+    kernels = sum(v for k, v in dp["breakdown_ms"].items() if k not in ("launch", "view/host ops", "collective"))
+    assert kernels < dp["predicted_ms"]  # one compute stream's kernels fit in the step
     tpar = predict("--tp", "4")
     assert tpar["ranks"] == 4 and tpar["parallel"] == {"tp": 4, "tokens": 32, "hidden": 64}
+    assert tpar["breakdown_ms"]["gemm"] < single["breakdown_ms"]["gemm"]  # one rank's quarter of the GEMMs
+    assert cli_main(["trace", "predict", str(meta_gpt2_dir), "--device", "A100-SXM4-80GB", "--roofline",
+                     "--dp", "4"]) == 0
+    text = capsys.readouterr().out
+    assert f"per family on rank {dp['breakdown_rank']}, the rank that finishes last" in text
     assert predict("--tp", "4", "--tokens", "64", "--hidden", "64")["parallel"]["tokens"] == 64
     pp = predict("--pp", "2")
     assert pp["ranks"] == 2 and pp["parallel"] == {"pp": 2, "tokens": 32, "hidden": 64}  # 2 GPUs, one timeline

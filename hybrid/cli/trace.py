@@ -316,7 +316,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                              f"({s['workload_kind']} step)"], s, f"{s['workload_kind']} figures"))
     if s.get("memory"):
         click.echo(memory_line(s["memory"]))
-    bd = pred.breakdown()
+    bd = pred.breakdown(s["breakdown_rank"])
+    if s["ranks"] > 1 and pred.iteration.graph.n_ranks > 1:
+        click.echo(f"per family on rank {s['breakdown_rank']}, the rank that finishes last (one rank's time, "
+                   "comparable with the step):")
     rows = [[r["label"], int(r["nodes"]), r["predicted_us"] / 1e3]
             + ([r["measured_us"] / 1e3] if "measured_us" in bd.columns and it.same_device else [])
             for _, r in bd.iterrows()]
