@@ -329,6 +329,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    f"{rec['per_event_us']:.2f} us per event + {rec['per_input_us']:.2f} us per input + "
                    f"{rec['per_launch_us']:.2f} us per launch; {sum(rec['in_units_ms']):.3f} ms inside ops, gaps kept "
                    "at " + "/".join(f"{x:.0%}" for x in rec["gap_share"]))
+    ma = s.get("math_attention")
+    if ma:
+        click.echo(f"attention math fallback in {ma['dtype']} (upcast to fp32 where it was traced): {ma['ops']} op(s) "
+                   f"priced in {ma['dtype']} on the GPU, {ma['casts']} cast(s) to and from fp32 left out")
     line = precision_line(s.get("fp32_precision", {}))
     if line:
         click.echo(line)

@@ -222,6 +222,8 @@ class TracePrediction:
         out["recording_overhead"] = it.info.get("recording_overhead", {"measured": False})
         if "fp32_precision" in it.info:
             out["fp32_precision"] = it.info["fp32_precision"]
+        if it.info.get("math_attention", {}).get("ops") or it.info.get("math_attention", {}).get("casts"):
+            out["math_attention"] = it.info["math_attention"]
         if it.same_device and np.isfinite(meas):
             out["measured_ms"] = meas / 1e3
             out["error_pct"] = (self.predicted_us / meas - 1.0) * 100.0

@@ -33,7 +33,12 @@ import numpy as np
 import pandas as pd
 
 from hybrid.data.traces.parse import CUDA_SYNC_CALLS, RankTrace
-from hybrid.data.traces.precision import SWITCH_OPS, Fp32Precision, apply_fp32_precision
+from hybrid.data.traces.precision import (
+    SWITCH_OPS,
+    Fp32Precision,
+    apply_fp32_precision,
+    apply_math_attention_dtype,
+)
 from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
@@ -354,9 +359,12 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     scheds = []
     has_tf32 = "tf32" in tgt.device.peak_flops
     precision_info = []
+    math_info: list[dict[str, Any]] = []
     for tr in traces:
-        u, acc = apply_fp32_precision(trace_units(tr), tr.meta, has_tf32, fp32_precision,
-                                      kernels_tell=_traced_tf32(tr, cat))
+        # a 16-bit attention's math fallback first: its ops are no fp32 matmuls of the program on a GPU
+        u, math_acc = apply_math_attention_dtype(trace_units(tr), tr.device, tgt.device.kind != "cpu")
+        math_info.append(math_acc)
+        u, acc = apply_fp32_precision(u, tr.meta, has_tf32, fp32_precision, kernels_tell=_traced_tf32(tr, cat))
         precision_info.append(acc)
         if transform is not None:
             u = transform(tr, u).reset_index(drop=True)
@@ -415,6 +423,12 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 "traced_device": sorted({t.device for t in traces}),
                                 "recording_overhead": _overhead_info(costing),
                                 "fp32_precision": _precision_info(precision_info),
+                                # a 16-bit attention's math fallback, upcast to fp32 on the traced CPU / meta
+                                # device, priced in its own dtype on a GPU (ops and casts summed over ranks)
+                                "math_attention": {"dtype": "/".join(sorted({m["dtype"] for m in math_info
+                                                                              if m["dtype"]})),
+                                                   "ops": sum(m["ops"] for m in math_info),
+                                                   "casts": sum(m["casts"] for m in math_info)},
                                 # a transform that splits the traced tensors over ranks (tensor / pipeline
                                 # parallelism): the memory measured when recording is not any rank's
                                 "memory_as_traced": not getattr(transform, "splits_memory", False)})

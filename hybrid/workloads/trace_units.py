@@ -32,8 +32,12 @@ UNIT_KINDS = ("op", "collective", "view", "unmodelled")
 #: Breakdown labels of host time that is not an op.
 GAP_LABEL, VIEW_LABEL, UNMODELLED_LABEL = "host gaps", "view/host ops", "unmodelled"
 #: Columns of :func:`trace_units`.
-UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg", "device_us", "kstream",
-                "n_events", "n_inputs", "n_launch", "n_tf32")
+UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg", "math_attention",
+                "device_us", "kstream", "n_events", "n_inputs", "n_launch", "n_tf32")
+#: SDPA's math fallback: with 16-bit inputs it upcasts them and computes in fp32 (what a CPU or meta-device trace of
+#: a bf16 model records; :func:`hybrid.data.traces.precision.apply_math_attention_dtype`).
+MATH_ATTENTION_OPS = frozenset({"aten::_scaled_dot_product_attention_math"})
+_HALF = ("bf16", "fp16")
 
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -77,6 +81,43 @@ def _view_named(name: str) -> bool:
     if name.startswith("aten::"):
         return base_name(name) in VIEW_OPS or base_name(name).rstrip("_") in VIEW_OPS
     return "::" not in name and (name in VIEW_OPS or name.endswith("Backward0") or name.endswith("Backward1"))
+
+
+def _math_attention(ops: pd.DataFrame, names: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]
+                    ) -> np.ndarray:
+    """Per op, the 16-bit dtype of the SDPA math fallback (:data:`MATH_ATTENTION_OPS`) it runs in: the ops inside a
+    math fallback whose query is bf16 / fp16, and the autograd nodes (matched by sequence number) that run the
+    backward of those ops, with what they call; "" for every other op."""
+    n = len(names)
+    own = np.full(n, "", dtype=object)
+    math = np.flatnonzero(np.isin(names, list(MATH_ATTENTION_OPS)))
+    if not len(math):
+        return own
+    types = ops["types"].to_numpy(dtype=object)
+    for i in math:
+        q = next((t for t in (types[i] or []) if t is not None), None)
+        if q in _HALF:
+            own[i] = q
+    if not (own != "").any():
+        return own
+    scope = own.copy()
+    for lvl in levels[1:]:  # inherited down the tree
+        par = parent[lvl]
+        inherit = (scope[lvl] == "") & (scope[par] != "")
+        scope[lvl[inherit]] = scope[par[inherit]]
+    seq = ops["seq"].to_numpy(dtype=np.int64) if "seq" in ops.columns else np.full(n, -1, dtype=np.int64)
+    fwd = {int(q): str(d) for q, d in zip(seq[scope != ""], scope[scope != ""], strict=True) if q >= 0}
+    if fwd:
+        node = pd.Series(names, dtype=object).str.startswith("autograd::engine::evaluate_function").to_numpy(bool)
+        for i in np.flatnonzero(node & (scope == "")):
+            d = fwd.get(int(seq[i]))
+            if d:
+                own[i] = scope[i] = d
+        for lvl in levels[1:]:
+            par = parent[lvl]
+            inherit = (scope[lvl] == "") & (scope[par] != "")
+            scope[lvl[inherit]] = scope[par[inherit]]
+    return scope
 
 
 def _map_all(names: np.ndarray, dims: np.ndarray, types: np.ndarray, outs: np.ndarray, extra: np.ndarray,
@@ -187,7 +228,8 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     out = pd.DataFrame({"op_id": idx, "tid": tids[idx], "name": names[idx], "ts": ts_all[idx], "dur": dur[idx],
                         "kind": kinds, "label": labels, "row": pd.Series(rows, dtype=object),
                         "phase": phase[idx], "pg": [str(p or "") for p in pgs[idx]]},
-                       columns=list(UNIT_COLUMNS[:-6]))
+                       columns=list(UNIT_COLUMNS[:-7]))
+    out["math_attention"] = _math_attention(ops, names, parent, levels)[idx]
     out["device_us"] = np.nan
     out["kstream"] = ""
     # what was recorded inside each unit's op: its subtree's events, inputs and kernel launches (and how many of
