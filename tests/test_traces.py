@@ -174,6 +174,75 @@ def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalo
     assert bd.loc["unmodelled", "predicted_us"] < unm["measured_us"].sum()
 
 
+def test_time_of_unmapped_ops_around_costed_ones_is_listed(tmp_path, cpu_catalog, capsys):
+    """``cross_entropy`` is an unmapped composite around costed ops (log_softmax, nll_loss): it is looked into, and
+    its time outside them, in the host gaps, is listed (costed at the trace's time on the traced CPU, not
+    elsewhere) instead of vanishing from the account."""
+    model = torch.nn.Linear(32, 10)
+    x, y = torch.randn(16, 32), torch.randint(0, 10, (16,))
+    paths = record_step(lambda: torch.nn.functional.cross_entropy(model(x), y).backward(), tmp_path, warmup=1,
+                        execution_trace=False, memory=False)
+    tr = load_traces([paths["kineto"]])[0]
+    ops = tr.ops
+    ce = ops.index[ops["name"] == "aten::cross_entropy_loss"]
+    assert len(ce) == 1 and ce[0] not in set(trace_units(tr)["op_id"])  # looked into, not a unit
+    children = ops.loc[ops["parent"] == ce[0], "dur"].sum()
+    it = build_trace_graph([tr], CPU, cpu_catalog)
+    own = it.own_time().set_index("name")
+    assert own.loc["aten::cross_entropy_loss", "own_us"] == pytest.approx(ops.at[ce[0], "dur"] - children)
+    s = predict_trace(it, RooflineCostModel(cpu_catalog)).summary()["unmodelled"]["own_time"]
+    assert s["ops"] >= 1 and s["costed_as"] == "trace time (host gaps)"
+    assert s["measured_ms"] == pytest.approx(own["own_us"].sum() / 1e3)
+    assert cli_main(["trace", "predict", str(tmp_path), "--device", "H100-SXM", "--roofline"]) == 0
+    out = capsys.readouterr().out
+    assert "unmapped ops around costed ones" in out and "aten::cross_entropy_loss x1" in out
+    assert "not costed (traced host time dropped)" in out
+
+
+def test_kernels_an_unmapped_op_launched_itself_are_kept(tmp_path):
+    """A GPU op nobody maps that zeroes its output through a costed op first (as CUDA's upsampling backward does)
+    and spends little host time of its own is looked into; its own kernel belonged to no unit and was lost, even
+    on the traced GPU. It is an unmodelled unit of its own now: at its traced time there, listed elsewhere."""
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 600},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::upsample_nearest2d_backward", "pid": 1, "tid": 1, "ts": 10,
+         "dur": 40, "args": {"External id": 5, "Record function id": 5, "Input Dims": [[8, 16, 64, 64], [], [], []],
+                             "Input type": ["float", "ScalarList", "ScalarList", ""]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::zero_", "pid": 1, "tid": 1, "ts": 12, "dur": 30,
+         "args": {"External id": 6, "Record function id": 6, "Input Dims": [[8, 16, 128, 128]],
+                  "Input type": ["float"]}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::fill_", "pid": 1, "tid": 1, "ts": 14, "dur": 26,
+         "args": {"External id": 7, "Record function id": 7, "Input Dims": [[8, 16, 128, 128], []],
+                  "Input type": ["float", "Scalar"]}},
+        {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "pid": 0, "tid": 7, "ts": 50,
+         "dur": 20, "args": {"External id": 7, "stream": 7, "device": 0}},
+        {"ph": "X", "cat": "kernel", "name": "upsample_nearest2d_backward_out_frame", "pid": 0, "tid": 7, "ts": 70,
+         "dur": 300, "args": {"External id": 5, "stream": 7, "device": 0}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1, "ts": 60, "dur": 320,
+         "args": {"External id": 8, "Record function id": 8, "Input Dims": [[]], "Input type": ["float"]}},
+    ]
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
+                                "record_shapes": 1, "traceEvents": ev}))
+    tr = load_trace(path)
+    u = trace_units(tr)
+    assert u["device_us"].sum() == pytest.approx(tr.kernels["dur"].sum())  # every kernel in a unit
+    own = u[(u["name"] == "aten::upsample_nearest2d_backward")].iloc[0]
+    assert own["kind"] == "unmodelled" and own["device_us"] == 300 and own["dur"] == 0
+    it = build_trace_graph([tr], "A100-SXM4-80GB", host="trace")
+    pred = predict_trace(it, RooflineCostModel())
+    # replay with traced times: zero_'s launch until 42 us, its fill kernel and the op's own kernel back to back
+    # (20 + 300 us), item waits for them, then the rest of the step on the host (600 - 380 us); without the own
+    # kernel the step was 300 us shorter
+    assert pred.measured.iteration_us == pytest.approx(42 + 20 + 300 + 220, abs=1e-6)
+    s = pred.summary()
+    assert s["breakdown_ms"]["unmodelled"] == pytest.approx(0.3)
+    assert s["unmodelled"]["by_name"][0]["name"] == "aten::upsample_nearest2d_backward"
+    assert s["unmodelled"]["own_time"]["by_name"][0]["measured_ms"] == pytest.approx(0.01)  # 40 - 30 us
+    other = predict_trace(build_trace_graph([tr], "H100-SXM"), RooflineCostModel()).summary()
+    assert other["unmodelled"]["ops"] == 1 and other["breakdown_ms"].get("unmodelled", 0) == 0
+
+
 @pytest.mark.parametrize("name,dims,types,expect", [
     ("aten::mm", [[8, 16], [16, 32]], ["fp32"] * 2, {"op": "gemm", "m": 8, "n": 32, "k": 16}),
     ("aten::addmm", [[32], [8, 16], [16, 32], [], []], ["fp32"] * 3 + [None, None],

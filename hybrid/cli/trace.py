@@ -354,7 +354,13 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     unm = s["unmodelled"]
     if unm["ops"]:
         click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms in the trace, costed as "
-                   f"{unm['costed_as']}: " + ", ".join(f"{r['name']} x{r['count']}" for r in unm["by_name"][:8]))
+                   f"{unm['costed_as']}: " + ", ".join(f"{r['name']} x{r['count']} {r['measured_us'] / 1e3:.3f} ms"
+                                                       for r in unm["by_name"][:8]))
+    own = unm.get("own_time", {})
+    if own.get("ops"):
+        click.echo(f"unmapped ops around costed ones: {own['ops']} op(s), {own['measured_ms']:.3f} ms in the trace "
+                   f"outside the ops they call (dispatch, or work of their own), {own['costed_as']}: "
+                   + ", ".join(f"{r['name']} x{r['count']} {r['measured_ms']:.3f} ms" for r in own["by_name"][:5]))
     if not roofline:  # the roofline by default (no --model or --bundle), not because --roofline asked for it
         roofline_note(name)
 

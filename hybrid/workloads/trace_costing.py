@@ -234,6 +234,15 @@ class TracePrediction:
                              "measured_ms": float(unm["measured_us"].sum()) / 1e3 if len(unm) else 0.0,
                              "costed_as": ("trace time" if it.same_device else "not costed (0)"),
                              "by_name": unm.head(20).to_dict(orient="records")}
+        own = it.own_time()
+        # the time unmapped ATen ops spent outside the costed ops they call: in the host gaps, never dropped unsaid
+        out["unmodelled"]["own_time"] = {
+            "ops": int(own["count"].sum()) if len(own) else 0,
+            "measured_ms": float(own["own_us"].sum()) / 1e3 if len(own) else 0.0,
+            "costed_as": ("trace time (host gaps)" if it.info.get("host") == "trace"
+                          else "not costed (traced host time dropped)"),
+            "by_name": [{"name": str(r["name"]), "count": int(r["count"]), "measured_ms": float(r["own_us"]) / 1e3}
+                        for _, r in own.head(20).iterrows()]}
         rank = self.breakdown_rank
         bd = self.breakdown(rank)
         # per family on one rank (the one that finishes last), comparable with the step time; every rank's sum

@@ -54,6 +54,7 @@ from hybrid.workloads.trace_costing import (
 from hybrid.workloads.trace_deps import cross_dep_nodes, main_tid, rank_schedule
 from hybrid.workloads.trace_units import (
     GAP_LABEL,
+    OWN_TIME_ATTR,
     PHASE_MARKERS,
     UNIT_KINDS,
     UNMODELLED_LABEL,
@@ -91,14 +92,30 @@ class TraceIteration:
         return float(max(t.step_us for t in self.traces))
 
     def unmodelled(self) -> pd.DataFrame:
-        """Ops no family covers, per name: count, measured time (us, all ranks) and how they were costed."""
+        """Ops no family covers, per name: count, measured time (us, all ranks: its kernels' on a GPU trace, else
+        its host time) and how they were costed."""
         u = self.units[self.units["kind"] == "unmodelled"]
         cols = ["name", "count", "measured_us", "costed_as"]
         if u.empty:
             return pd.DataFrame(columns=cols)
-        t = u.groupby("name").agg(count=("dur", "size"), measured_us=("dur", "sum")).reset_index()
+        dev = u["device_us"] if "device_us" in u.columns else pd.Series(np.nan, index=u.index)
+        u = u.assign(traced=dev.where(np.isfinite(dev.astype(float)), u["dur"]))
+        t = u.groupby("name").agg(count=("dur", "size"), measured_us=("traced", "sum")).reset_index()
         t["costed_as"] = "trace time (target = traced device)" if self.same_device else "unmodelled (0 us)"
         return t.sort_values("measured_us", ascending=False, kind="stable")[cols].reset_index(drop=True)
+
+    def own_time(self) -> pd.DataFrame:
+        """Unmapped ATen ops looked into for the costed ops they call, per name: count and the traced time they
+        spent outside those (``own_us``, all ranks: a composite op's dispatch, or work of its own, e.g. an
+        upsampling that first copies its input to a contiguous one). That time is in the host gaps: costed at the
+        trace's time where the traced host is kept, else not (kernels such an op launched itself are an unmodelled
+        unit of its own)."""
+        o = self.info.get("own_time")
+        cols = ["name", "count", "own_us"]
+        if o is None or not len(o):
+            return pd.DataFrame(columns=cols)
+        t = o.groupby("name").agg(count=("own_us", "size"), own_us=("own_us", "sum")).reset_index()
+        return t.sort_values("own_us", ascending=False, kind="stable")[cols].reset_index(drop=True)
 
 
 class _Builder:
@@ -360,9 +377,14 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     has_tf32 = "tf32" in tgt.device.peak_flops
     precision_info = []
     math_info: list[dict[str, Any]] = []
+    own_time: list[pd.DataFrame] = []
     for tr in traces:
+        u = trace_units(tr)
+        own = u.attrs.pop(OWN_TIME_ATTR, None)
+        if own and len(own["name"]):
+            own_time.append(pd.DataFrame(own).assign(rank=tr.rank))
         # a 16-bit attention's math fallback first: its ops are no fp32 matmuls of the program on a GPU
-        u, math_acc = apply_math_attention_dtype(trace_units(tr), tr.device, tgt.device.kind != "cpu")
+        u, math_acc = apply_math_attention_dtype(u, tr.device, tgt.device.kind != "cpu")
         math_info.append(math_acc)
         u, acc = apply_fp32_precision(u, tr.meta, has_tf32, fp32_precision, kernels_tell=_traced_tf32(tr, cat))
         precision_info.append(acc)
@@ -423,6 +445,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 "traced_device": sorted({t.device for t in traces}),
                                 "recording_overhead": _overhead_info(costing),
                                 "fp32_precision": _precision_info(precision_info),
+                                "own_time": (pd.concat(own_time, ignore_index=True) if own_time
+                                             else pd.DataFrame(columns=["name", "tid", "ts", "own_us", "rank"])),
                                 # a 16-bit attention's math fallback, upcast to fp32 on the traced CPU / meta
                                 # device, priced in its own dtype on a GPU (ops and casts summed over ranks)
                                 "math_attention": {"dtype": "/".join(sorted({m["dtype"] for m in math_info

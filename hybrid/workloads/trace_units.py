@@ -34,6 +34,9 @@ GAP_LABEL, VIEW_LABEL, UNMODELLED_LABEL = "host gaps", "view/host ops", "unmodel
 #: Columns of :func:`trace_units`.
 UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg", "math_attention",
                 "device_us", "kstream", "n_events", "n_inputs", "n_launch", "n_tf32")
+#: :func:`trace_units`'s ``attrs`` key: the unmapped ATen ops it looked into because they call costed ops, with the
+#: time they spent outside their children (:meth:`hybrid.workloads.trace_graph.TraceIteration.own_time`).
+OWN_TIME_ATTR = "own_time"
 #: SDPA's math fallback: with 16-bit inputs it upcasts them and computes in fp32 (what a CPU or meta-device trace of
 #: a bf16 model records; :func:`hybrid.data.traces.precision.apply_math_attention_dtype`).
 MATH_ATTENTION_OPS = frozenset({"aten::_scaled_dot_product_attention_math"})
@@ -193,6 +196,7 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     kinds: list[str] = []
     labels: list[str] = []
     rows: list[Any] = []
+    inside: list[int] = []  # unmapped ATen ops looked into for the costed ops they call
     stack = list(reversed(np.flatnonzero(~has_parent).tolist()))
     while stack:
         i = stack.pop()
@@ -211,6 +215,8 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
             # backward that zeroes its output first): one unit; a composite that only calls others is looked into
             own = self_share[i] > 0.5 and is_aten[i] and not view_named[i]
             if (costed[i] and not own) or (opaque[i] and not is_aten[i]):
+                if costed[i] and is_aten[i] and not view_named[i]:
+                    inside.append(i)  # its time outside its children is accounted (own_time), not lost
                 stack.extend(reversed(kids.tolist()))  # look inside (wrappers like autograd nodes are looked through)
                 continue
             if not opaque[i] or view_named[i]:
@@ -245,8 +251,37 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
             np.add.at(row, parent[lvl], row[lvl])
     for name, counts in zip(UNIT_COLUMNS[-4:], sub, strict=True):  # n_events, n_inputs, n_launch, n_tf32
         out[name] = counts[idx]
+    ins = np.asarray(inside, dtype=np.int64)
+    own_us = np.clip(dur[ins] - child_sum[ins], 0.0, None)
     if len(trace.kernels) and len(out):
-        # kernels of a unit: those launched by the unit's op or any op inside it (inherited level by level)
+        # kernels an op looked into launched itself (a kernel whose helpers, e.g. zeroing its output, are costed
+        # ops): no unit holds them, so each such op is one more unmodelled unit for its own kernels, placed at its
+        # end with no host time of its own (its time outside its children stays in the host gaps)
+        holder = np.full(n, -1, dtype=np.int64)
+        holder[idx] = -2  # inside a unit
+        holder[ins] = ins
+        for lvl in levels[1:]:
+            inherit = lvl[holder[lvl] == -1]
+            holder[inherit] = holder[parent[inherit]]
+        kop = trace.kernels["op"].to_numpy(dtype=np.int64)
+        kh = np.where(kop >= 0, holder[np.clip(kop, 0, n - 1)], -1)
+        extra = np.unique(kh[kh >= 0])
+        if len(extra):
+            end = ts_all[extra] + dur[extra]
+            more = pd.DataFrame({"op_id": extra, "tid": tids[extra], "name": names[extra], "ts": end,
+                                 "dur": np.zeros(len(extra)), "kind": "unmodelled", "label": UNMODELLED_LABEL,
+                                 "row": pd.Series([None] * len(extra), dtype=object), "phase": phase[extra],
+                                 "pg": "", "math_attention": "", "device_us": np.nan, "kstream": "",
+                                 "n_events": 0.0, "n_inputs": 0.0, "n_launch": 0.0, "n_tf32": 0.0})
+            more["n_launch"] = [float((kh == e).sum()) for e in extra]
+            out = pd.concat([out, more], ignore_index=True)
+            idx = np.concatenate([idx, extra])
+    # (plain lists: pandas compares the attrs of frames it concatenates)
+    out.attrs[OWN_TIME_ATTR] = {"name": [str(x) for x in names[ins]], "tid": [str(x) for x in tids[ins]],
+                                "ts": ts_all[ins].tolist(), "own_us": own_us.tolist()}
+    if len(trace.kernels) and len(out):
+        # kernels of a unit: those launched by the unit's op or any op inside it (inherited level by level; an op
+        # looked into holds the kernels it launched itself, above)
         owner = np.full(n, -1, dtype=np.int64)
         owner[idx] = np.arange(len(out))
         for lvl in levels[1:]:
