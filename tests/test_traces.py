@@ -243,6 +243,50 @@ def test_kernels_an_unmapped_op_launched_itself_are_kept(tmp_path):
     assert other["unmodelled"]["ops"] == 1 and other["breakdown_ms"].get("unmodelled", 0) == 0
 
 
+def test_a_torch_compile_step_on_the_cpu_keeps_inductor_code_as_unmodelled_ops(tmp_path, cpu_catalog):
+    """Inductor's fused C++ kernels record no event: their time sits in the compiled graph's call
+    (``## Call CompiledFxGraph ##``) between the ATen ops it calls, and was host gaps. Each such stretch is a named
+    unmodelled unit now: the graph's call is exactly its ATen ops plus these, costed at the trace's time on the
+    traced CPU (the re-simulation still gives the traced step) and listed as unmodelled elsewhere."""
+    import shutil
+
+    if not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("torch.compile on the CPU needs a C++ compiler")
+    import subprocess
+    import sys
+
+    script = tmp_path / "compiled.py"
+    script.write_text("import torch\ntorch.manual_seed(0)\ntorch.set_num_threads(1)\n"
+                      "model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.LayerNorm(128),"
+                      " torch.nn.Linear(128, 10))\ncompiled, x = torch.compile(model), torch.randn(32, 64)\n"
+                      "def step():\n    compiled(x).sum().backward()\n")
+    # in a process of its own: torch.compile leaves state behind (caches, compiled code) that other tests would see
+    run = subprocess.run([sys.executable, "-c", "import sys; from hybrid.cli.main import main; sys.exit(main(sys.argv[1:]))",
+                          "trace", "record", str(script), "-o", str(tmp_path / "out"), "--no-et", "--no-memory"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    tr = load_traces([tmp_path / "out" / "kineto_rank0.json"])[0]
+    ops = tr.ops
+    graphs = ops.index[ops["name"].str.startswith("## Call CompiledFxGraph")]
+    assert len(graphs) == 2  # the forward and the backward graph
+    it = build_trace_graph([tr], CPU, cpu_catalog)
+    u = it.units
+    code = u[u["name"].str.endswith("(generated code)")]
+    assert set(code["kind"]) == {"unmodelled"} and set(code["phase"]) == {"forward", "backward"}
+    for g in graphs:  # the call = the ATen ops it calls + the generated code between them
+        called = ops.loc[ops["parent"] == g, "dur"].sum()
+        assert code.loc[code["op_id"] == g, "dur"].sum() + called == pytest.approx(ops.at[g, "dur"], abs=0.01)
+    unm = it.unmodelled().set_index("name")
+    assert unm.loc[code["name"].unique(), "measured_us"].sum() == pytest.approx(code["dur"].sum())
+    pred = predict_trace(it, RooflineCostModel(cpu_catalog))
+    assert pred.measured.iteration_us == pytest.approx(tr.step_us, rel=0.02)
+    bd = pred.breakdown().set_index("label")
+    assert bd.loc["unmodelled", "predicted_us"] >= code["dur"].sum() * 0.99  # at traced time, not deflated
+    other = predict_trace(build_trace_graph([tr], "H100-SXM"), RooflineCostModel()).summary()["unmodelled"]
+    listed = {r["name"] for r in other["by_name"]}
+    assert set(code["name"]) <= listed and other["costed_as"] == "not costed (0)"
+
+
 @pytest.mark.parametrize("name,dims,types,expect", [
     ("aten::mm", [[8, 16], [16, 32]], ["fp32"] * 2, {"op": "gemm", "m": 8, "n": 32, "k": 16}),
     ("aten::addmm", [[32], [8, 16], [16, 32], [], []], ["fp32"] * 3 + [None, None],

@@ -37,6 +37,10 @@ UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "ph
 #: :func:`trace_units`'s ``attrs`` key: the unmapped ATen ops it looked into because they call costed ops, with the
 #: time they spent outside their children (:meth:`hybrid.workloads.trace_graph.TraceIteration.own_time`).
 OWN_TIME_ATTR = "own_time"
+#: torch.compile's call of an Inductor-compiled graph (a ``user_annotation``): the code Inductor generated (its
+#: fused C++ kernels on a CPU) runs between the ATen ops (library calls) inside it, and records nothing of its own
+#: unless ``torch._inductor.config.cpp.enable_kernel_profile`` is set (``graph_<n>_cpp_fused_*`` events).
+COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"
 #: SDPA's math fallback: with 16-bit inputs it upcasts them and computes in fp32 (what a CPU or meta-device trace of
 #: a bf16 model records; :func:`hybrid.data.traces.precision.apply_math_attention_dtype`).
 MATH_ATTENTION_OPS = frozenset({"aten::_scaled_dot_product_attention_math"})
@@ -121,6 +125,38 @@ def _math_attention(ops: pd.DataFrame, names: np.ndarray, parent: np.ndarray, le
             inherit = (scope[lvl] == "") & (scope[par] != "")
             scope[lvl[inherit]] = scope[par[inherit]]
     return scope
+
+
+def _compiled_code_units(ops: pd.DataFrame, names: np.ndarray, cats: np.ndarray, parent: np.ndarray,
+                         kids_order: np.ndarray, starts: np.ndarray, phase: np.ndarray) -> pd.DataFrame:
+    """Unmodelled units for the code an Inductor-compiled graph ran between its ATen ops (:data:`
+    COMPILED_GRAPH_PREFIX`; a CPU trace): each stretch of the graph call's time outside the ops it calls is one
+    unit (named ``CompiledFxGraph <hash> (generated code)``) with exactly that time, so it is no host gap but the
+    graph's fused kernels: costed at the trace's time on the traced CPU, listed as unmodelled elsewhere. A graph
+    recorded with kernel profiling has its kernels as ops of their own (unmodelled units already): not split."""
+    cols = list(UNIT_COLUMNS)
+    graphs = np.flatnonzero(pd.Series(names, dtype=object).str.startswith(COMPILED_GRAPH_PREFIX).to_numpy(bool))
+    if not len(graphs):
+        return pd.DataFrame(columns=cols)
+    ts = ops["ts"].to_numpy(dtype=np.float64)
+    dur = ops["dur"].to_numpy(dtype=np.float64)
+    rows: list[dict[str, Any]] = []
+    for g in graphs:
+        kids = kids_order[starts[g]:starts[g + 1]]
+        if not np.isfinite(dur[g]) or any(not str(names[k]).startswith("aten::") and cats[k] == "cpu_op"
+                                          for k in kids):
+            continue
+        kids = kids[np.argsort(ts[kids], kind="stable")]
+        edges = [ts[g], *np.ravel(np.column_stack([ts[kids], ts[kids] + dur[kids]])), ts[g] + dur[g]]
+        key = str(names[g])[len(COMPILED_GRAPH_PREFIX):].strip(" #")
+        label = f"CompiledFxGraph {key[:8]} (generated code)".replace("  ", " ")
+        for a, b in zip(edges[::2], edges[1::2], strict=True):
+            if b - a > 0:
+                rows.append({"op_id": int(g), "tid": ops["tid"].iat[g], "name": label, "ts": float(a),
+                             "dur": float(b - a), "kind": "unmodelled", "label": UNMODELLED_LABEL, "row": None,
+                             "phase": phase[g], "pg": "", "math_attention": "", "device_us": np.nan, "kstream": "",
+                             "n_events": 0.0, "n_inputs": 0.0, "n_launch": 0.0, "n_tf32": 0.0})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _map_all(names: np.ndarray, dims: np.ndarray, types: np.ndarray, outs: np.ndarray, extra: np.ndarray,
@@ -276,6 +312,11 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
             more["n_launch"] = [float((kh == e).sum()) for e in extra]
             out = pd.concat([out, more], ignore_index=True)
             idx = np.concatenate([idx, extra])
+    if trace.device != "cuda":
+        compiled = _compiled_code_units(ops, names, cats, parent, kids_order, starts, phase)
+        if len(compiled):
+            out = pd.concat([out, compiled], ignore_index=True)
+            idx = np.concatenate([idx, compiled["op_id"].to_numpy(dtype=np.int64)])
     # (plain lists: pandas compares the attrs of frames it concatenates)
     out.attrs[OWN_TIME_ATTR] = {"name": [str(x) for x in names[ins]], "tid": [str(x) for x in tids[ins]],
                                 "ts": ts_all[ins].tolist(), "own_us": own_us.tolist()}
