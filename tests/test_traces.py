@@ -635,6 +635,7 @@ def test_trace_predict_parallel_modes_from_the_cli(meta_gpt2_dir, meta_gpt2_trac
                      "--dp", "4"]) == 0
     text = capsys.readouterr().out
     assert f"per family on rank {dp['breakdown_rank']}, the rank that finishes last" in text
+    assert "matmul(s) on FP32 (recorded) (op counts over all 4 ranks)" in text  # counts stay job-wide, said so
     assert predict("--tp", "4", "--tokens", "64", "--hidden", "64")["parallel"]["tokens"] == 64
     pp = predict("--pp", "2")
     assert pp["ranks"] == 2 and pp["parallel"] == {"pp": 2, "tokens": 32, "hidden": 64}  # 2 GPUs, one timeline
