@@ -3,6 +3,8 @@ forward and backward alike), the math fallback is costed op by op, and the argum
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hybrid.data.traces import load_traces
@@ -53,6 +55,61 @@ def test_math_fallback_is_costed_op_by_op(tmp_path):
     assert "attention" not in labels
     assert {"gemm", "softmax", "dropout"} <= labels
     assert (u[u["label"] == "gemm"]["phase"] == "backward").sum() >= 4
+
+
+def _attention_layer_trace(dtype, tmp_path, device: str = "cpu"):
+    """A training step of one attention layer with dropout (SDPA's math fallback on the CPU and the meta device)
+    in ``dtype``, traced on ``device``."""
+    from hybrid.data.traces.record import record_step
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    with torch.device(device):
+        qkv, out = torch.nn.Linear(64, 192).to(dtype), torch.nn.Linear(64, 64).to(dtype)
+        x = torch.randn(2, 32, 64, dtype=dtype)
+
+    def step() -> None:
+        q, k, v = qkv(x).view(2, 32, 3, 4, 16).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.1, is_causal=True)
+        out(a.transpose(1, 2).reshape(2, 32, 64)).float().sum().backward()
+
+    rec = record_step(step, tmp_path, warmup=0 if device == "meta" else 1, device=device, memory=False,
+                      measure_overhead=False)
+    return load_traces([rec["kineto"], rec["et"]])[0]
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_a_bf16_attention_traced_on_a_cpu_is_priced_in_bf16_on_a_gpu(tmp_path, device):
+    """The CPU's (and the meta device's) math fallback upcasts a bf16 attention to fp32: its matmuls, softmax and
+    dropout, forward and backward, were traced in fp32. A GPU runs the call in bf16, so there they are bf16 and the
+    casts of the upcast launch nothing; on the CPU it really ran them in fp32, and an fp32 model stays fp32."""
+    from hybrid.data.bundle import load_bundle
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
+
+    bf16 = _attention_layer_trace(torch.bfloat16, tmp_path / "bf16", device)
+    units = trace_units(bf16)
+    math = units[(units["math_attention"] == "bf16") & (units["kind"] == "op")]
+    traced = {r["dtype"] for r in math.loc[math["label"] == "gemm", "row"]}
+    assert traced == {"fp32"} and set(math.loc[math["label"] == "gemm", "phase"]) == {"forward", "backward"}
+
+    def gemm_dtypes(it) -> list[str]:
+        u = it.units
+        return sorted({r["dtype"] for r in u.loc[(u["kind"] == "op") & (u["label"] == "gemm"), "row"]})
+
+    gpu = build_trace_graph([bf16], "H100-SXM")
+    assert gemm_dtypes(gpu) == ["bf16"]  # the projections and the attention's 8 matmuls alike
+    assert gpu.info["math_attention"]["ops"] >= 8 + 2 and gpu.info["math_attention"]["casts"] >= 4
+    casts = gpu.units[gpu.units["name"].isin(["aten::_to_copy", "aten::to"]) & (gpu.units["math_attention"] != "")]
+    assert len(casts) and set(casts["kind"]) == {"view"}
+    s = predict_trace(gpu, RooflineCostModel()).summary()
+    assert s["math_attention"]["dtype"] == "bf16" and s["fp32_precision"]["matmul"]["fp32_ops"] == 0
+    fp32 = build_trace_graph([_attention_layer_trace(torch.float32, tmp_path / "fp32", device)], "H100-SXM")
+    assert gemm_dtypes(fp32) == ["fp32"] and fp32.info["math_attention"]["ops"] == 0
+    if device == "cpu":  # the traced CPU ran the fallback in fp32
+        cat = load_bundle(Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c")[1]
+        on_cpu = build_trace_graph([bf16], "cpu-amd-epyc-1c", cat)
+        assert gemm_dtypes(on_cpu) == ["bf16", "fp32"] and on_cpu.info["math_attention"]["ops"] == 0
 
 
 def test_flash_kernel_layout_and_mask_type():

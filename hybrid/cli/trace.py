@@ -316,7 +316,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                              f"({s['workload_kind']} step)"], s, f"{s['workload_kind']} figures"))
     if s.get("memory"):
         click.echo(memory_line(s["memory"]))
-    bd = pred.breakdown()
+    bd = pred.breakdown(s["breakdown_rank"])
+    if s["ranks"] > 1 and pred.iteration.graph.n_ranks > 1:
+        click.echo(f"per family on rank {s['breakdown_rank']}, the rank that finishes last (one rank's time, "
+                   "comparable with the step):")
     rows = [[r["label"], int(r["nodes"]), r["predicted_us"] / 1e3]
             + ([r["measured_us"] / 1e3] if "measured_us" in bd.columns and it.same_device else [])
             for _, r in bd.iterrows()]
@@ -326,9 +329,14 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    f"{rec['per_event_us']:.2f} us per event + {rec['per_input_us']:.2f} us per input + "
                    f"{rec['per_launch_us']:.2f} us per launch; {sum(rec['in_units_ms']):.3f} ms inside ops, gaps kept "
                    "at " + "/".join(f"{x:.0%}" for x in rec["gap_share"]))
+    ma = s.get("math_attention")
+    if ma:
+        click.echo(f"attention math fallback in {ma['dtype']} (upcast to fp32 where it was traced): {ma['ops']} op(s) "
+                   f"priced in {ma['dtype']} on the GPU, {ma['casts']} cast(s) to and from fp32 left out")
     line = precision_line(s.get("fp32_precision", {}))
     if line:
-        click.echo(line)
+        click.echo(line + (f" (op counts over all {pred.iteration.graph.n_ranks} ranks)"
+                           if pred.iteration.graph.n_ranks > 1 else ""))
     if s.get("cost_per_1k_steps") is not None:
         click.echo(f"at {s['gpu_hour_price']:g} per GPU-hour: {s['cost_per_1k_steps']:.4g} per 1000 steps "
                    f"({s['ranks']} rank(s))")
@@ -345,9 +353,18 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    ["target", "device", "ranks", "predicted_ms",
                     *(["GPU-hour price", "per 1000 steps"] if prices is not None else []), "note"])
     unm = s["unmodelled"]
+    n_graph = pred.iteration.graph.n_ranks
+    # unlike the per-family table (one rank's), the op lists count every rank's ops (a rank may have its own)
+    where = f"in the trace, over all {n_graph} ranks together" if n_graph > 1 else "in the trace"
     if unm["ops"]:
-        click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms in the trace, costed as "
-                   f"{unm['costed_as']}: " + ", ".join(f"{r['name']} x{r['count']}" for r in unm["by_name"][:8]))
+        click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms {where}, costed as "
+                   f"{unm['costed_as']}: " + ", ".join(f"{r['name']} x{r['count']} {r['measured_us'] / 1e3:.3f} ms"
+                                                       for r in unm["by_name"][:8]))
+    own = unm.get("own_time", {})
+    if own.get("ops"):
+        click.echo(f"unmapped ops around costed ones: {own['ops']} op(s), {own['measured_ms']:.3f} ms {where} "
+                   f"outside the ops they call (dispatch, or work of their own), {own['costed_as']}: "
+                   + ", ".join(f"{r['name']} x{r['count']} {r['measured_ms']:.3f} ms" for r in own["by_name"][:5]))
     if not roofline:  # the roofline by default (no --model or --bundle), not because --roofline asked for it
         roofline_note(name)
 

@@ -190,14 +190,36 @@ class TracePrediction:
     def predicted_us(self) -> float:
         return float(self.predicted.iteration_us)
 
-    def breakdown(self) -> pd.DataFrame:
-        """Predicted (and measured) time per breakdown label summed over nodes, plus node counts (rank 0..n)."""
+    @property
+    def breakdown_rank(self) -> int:
+        """The rank the per-family breakdown is of: the one whose last node finishes latest in the prediction (the
+        rank that sets the predicted step time; the lowest such rank on a tie)."""
+        g = self.predicted.graph
+        n = g.n_real
+        ranks = np.asarray(g.rank[:n])
+        if g.n_ranks == 1 or n == 0:
+            return 0
+        ends = np.full(g.n_ranks, -np.inf)
+        np.maximum.at(ends, ranks, np.asarray(self.predicted.finish[:n], dtype=np.float64))
+        return int(np.argmax(ends))
+
+    def breakdown(self, rank: int | None = None) -> pd.DataFrame:
+        """Predicted (and measured) time per breakdown label summed over the nodes of ONE rank, plus node counts:
+        ``rank`` (default :attr:`breakdown_rank`, the rank that finishes last), so that it compares with the
+        predicted step time; ``rank=-1`` sums every rank (a job's total device time). Host and device streams
+        overlap, so the labels can add up to more than the step."""
+        g = self.predicted.graph
+        n = g.n_real
+        if rank is None:
+            rank = self.breakdown_rank
+        elif rank != -1 and not 0 <= rank < g.n_ranks:
+            raise InvalidInputError(f"rank {rank} out of range for {g.n_ranks} rank(s)")
         lab = np.asarray(self.iteration.node_label + [""] * (len(self.predicted.durations)
                                                                - len(self.iteration.node_label)), dtype=object)
-        n = self.predicted.graph.n_real
-        df = pd.DataFrame({"label": lab[:n], "predicted_us": self.predicted.durations[:n]})
+        keep = np.ones(n, dtype=bool) if rank == -1 else np.asarray(g.rank[:n]) == rank
+        df = pd.DataFrame({"label": lab[:n][keep], "predicted_us": self.predicted.durations[:n][keep]})
         if self.measured is not None:
-            df["measured_us"] = self.measured.durations[:n]
+            df["measured_us"] = self.measured.durations[:n][keep]
         out = df.groupby("label").agg(nodes=("predicted_us", "size"), predicted_us=("predicted_us", "sum"),
                                       **({"measured_us": ("measured_us", "sum")} if self.measured is not None
                                          else {}))
@@ -218,6 +240,8 @@ class TracePrediction:
         out["recording_overhead"] = it.info.get("recording_overhead", {"measured": False})
         if "fp32_precision" in it.info:
             out["fp32_precision"] = it.info["fp32_precision"]
+        if it.info.get("math_attention", {}).get("ops") or it.info.get("math_attention", {}).get("casts"):
+            out["math_attention"] = it.info["math_attention"]
         if it.same_device and np.isfinite(meas):
             out["measured_ms"] = meas / 1e3
             out["error_pct"] = (self.predicted_us / meas - 1.0) * 100.0
@@ -228,7 +252,20 @@ class TracePrediction:
                              "measured_ms": float(unm["measured_us"].sum()) / 1e3 if len(unm) else 0.0,
                              "costed_as": ("trace time" if it.same_device else "not costed (0)"),
                              "by_name": unm.head(20).to_dict(orient="records")}
-        bd = self.breakdown()
+        own = it.own_time()
+        # the time unmapped ATen ops spent outside the costed ops they call: in the host gaps, never dropped unsaid
+        out["unmodelled"]["own_time"] = {
+            "ops": int(own["count"].sum()) if len(own) else 0,
+            "measured_ms": float(own["own_us"].sum()) / 1e3 if len(own) else 0.0,
+            "costed_as": ("trace time (host gaps)" if it.info.get("host") == "trace"
+                          else "not costed (traced host time dropped)"),
+            "by_name": [{"name": str(r["name"]), "count": int(r["count"]), "measured_ms": float(r["own_us"]) / 1e3}
+                        for _, r in own.head(20).iterrows()]}
+        rank = self.breakdown_rank
+        bd = self.breakdown(rank)
+        # per family on one rank (the one that finishes last), comparable with the step time; every rank's sum
+        # would read as ranks x the step
+        out["breakdown_rank"] = rank
         out["breakdown_ms"] = {str(r["label"]): round(float(r["predicted_us"]) / 1e3, 6) for _, r in bd.iterrows()}
         if self.measured is not None and it.same_device:
             out["breakdown_measured_ms"] = {str(r["label"]): round(float(r["measured_us"]) / 1e3, 6)

@@ -33,7 +33,12 @@ import numpy as np
 import pandas as pd
 
 from hybrid.data.traces.parse import CUDA_SYNC_CALLS, RankTrace
-from hybrid.data.traces.precision import SWITCH_OPS, Fp32Precision, apply_fp32_precision
+from hybrid.data.traces.precision import (
+    SWITCH_OPS,
+    Fp32Precision,
+    apply_fp32_precision,
+    apply_math_attention_dtype,
+)
 from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
@@ -50,6 +55,7 @@ from hybrid.workloads.trace_costing import (
 from hybrid.workloads.trace_deps import cross_dep_nodes, main_tid, rank_schedule
 from hybrid.workloads.trace_units import (
     GAP_LABEL,
+    OWN_TIME_ATTR,
     PHASE_MARKERS,
     UNIT_KINDS,
     UNMODELLED_LABEL,
@@ -87,14 +93,30 @@ class TraceIteration:
         return float(max(t.step_us for t in self.traces))
 
     def unmodelled(self) -> pd.DataFrame:
-        """Ops no family covers, per name: count, measured time (us, all ranks) and how they were costed."""
+        """Ops no family covers, per name: count, measured time (us, all ranks: its kernels' on a GPU trace, else
+        its host time) and how they were costed."""
         u = self.units[self.units["kind"] == "unmodelled"]
         cols = ["name", "count", "measured_us", "costed_as"]
         if u.empty:
             return pd.DataFrame(columns=cols)
-        t = u.groupby("name").agg(count=("dur", "size"), measured_us=("dur", "sum")).reset_index()
+        dev = u["device_us"] if "device_us" in u.columns else pd.Series(np.nan, index=u.index)
+        u = u.assign(traced=dev.where(np.isfinite(dev.astype(float)), u["dur"]))
+        t = u.groupby("name").agg(count=("dur", "size"), measured_us=("traced", "sum")).reset_index()
         t["costed_as"] = "trace time (target = traced device)" if self.same_device else "unmodelled (0 us)"
         return t.sort_values("measured_us", ascending=False, kind="stable")[cols].reset_index(drop=True)
+
+    def own_time(self) -> pd.DataFrame:
+        """Unmapped ATen ops looked into for the costed ops they call, per name: count and the traced time they
+        spent outside those (``own_us``, all ranks: a composite op's dispatch, or work of its own, e.g. an
+        upsampling that first copies its input to a contiguous one). That time is in the host gaps: costed at the
+        trace's time where the traced host is kept, else not (kernels such an op launched itself are an unmodelled
+        unit of its own)."""
+        o = self.info.get("own_time")
+        cols = ["name", "count", "own_us"]
+        if o is None or not len(o):
+            return pd.DataFrame(columns=cols)
+        t = o.groupby("name").agg(count=("own_us", "size"), own_us=("own_us", "sum")).reset_index()
+        return t.sort_values("own_us", ascending=False, kind="stable")[cols].reset_index(drop=True)
 
 
 class _Builder:
@@ -380,9 +402,17 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     scheds = []
     has_tf32 = "tf32" in tgt.device.peak_flops
     precision_info = []
+    math_info: list[dict[str, Any]] = []
+    own_time: list[pd.DataFrame] = []
     for tr in traces:
-        u, acc = apply_fp32_precision(trace_units(tr), tr.meta, has_tf32, fp32_precision,
-                                      kernels_tell=_traced_tf32(tr, cat))
+        u = trace_units(tr)
+        own = u.attrs.pop(OWN_TIME_ATTR, None)
+        if own and len(own["name"]):
+            own_time.append(pd.DataFrame(own).assign(rank=tr.rank))
+        # a 16-bit attention's math fallback first: its ops are no fp32 matmuls of the program on a GPU
+        u, math_acc = apply_math_attention_dtype(u, tr.device, tgt.device.kind != "cpu")
+        math_info.append(math_acc)
+        u, acc = apply_fp32_precision(u, tr.meta, has_tf32, fp32_precision, kernels_tell=_traced_tf32(tr, cat))
         precision_info.append(acc)
         if transform is not None:
             u = transform(tr, u).reset_index(drop=True)
@@ -442,6 +472,14 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 "traced_device": sorted({t.device for t in traces}),
                                 "recording_overhead": _overhead_info(costing),
                                 "fp32_precision": _precision_info(precision_info),
+                                "own_time": (pd.concat(own_time, ignore_index=True) if own_time
+                                             else pd.DataFrame(columns=["name", "tid", "ts", "own_us", "rank"])),
+                                # a 16-bit attention's math fallback, upcast to fp32 on the traced CPU / meta
+                                # device, priced in its own dtype on a GPU (ops and casts summed over ranks)
+                                "math_attention": {"dtype": "/".join(sorted({m["dtype"] for m in math_info
+                                                                              if m["dtype"]})),
+                                                   "ops": sum(m["ops"] for m in math_info),
+                                                   "casts": sum(m["casts"] for m in math_info)},
                                 # a transform that splits the traced tensors over ranks (tensor / pipeline
                                 # parallelism): the memory measured when recording is not any rank's
                                 "memory_as_traced": not getattr(transform, "splits_memory", False)})

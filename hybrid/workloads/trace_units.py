@@ -32,8 +32,19 @@ UNIT_KINDS = ("op", "collective", "view", "unmodelled")
 #: Breakdown labels of host time that is not an op.
 GAP_LABEL, VIEW_LABEL, UNMODELLED_LABEL = "host gaps", "view/host ops", "unmodelled"
 #: Columns of :func:`trace_units`.
-UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg", "device_us", "kstream",
-                "n_events", "n_inputs", "n_launch", "n_tf32")
+UNIT_COLUMNS = ("op_id", "tid", "name", "ts", "dur", "kind", "label", "row", "phase", "pg", "math_attention",
+                "device_us", "kstream", "n_events", "n_inputs", "n_launch", "n_tf32")
+#: :func:`trace_units`'s ``attrs`` key: the unmapped ATen ops it looked into because they call costed ops, with the
+#: time they spent outside their children (:meth:`hybrid.workloads.trace_graph.TraceIteration.own_time`).
+OWN_TIME_ATTR = "own_time"
+#: torch.compile's call of an Inductor-compiled graph (a ``user_annotation``): the code Inductor generated (its
+#: fused C++ kernels on a CPU) runs between the ATen ops (library calls) inside it, and records nothing of its own
+#: unless ``torch._inductor.config.cpp.enable_kernel_profile`` is set (``graph_<n>_cpp_fused_*`` events).
+COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"
+#: SDPA's math fallback: with 16-bit inputs it upcasts them and computes in fp32 (what a CPU or meta-device trace of
+#: a bf16 model records; :func:`hybrid.data.traces.precision.apply_math_attention_dtype`).
+MATH_ATTENTION_OPS = frozenset({"aten::_scaled_dot_product_attention_math"})
+_HALF = ("bf16", "fp16")
 
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -77,6 +88,75 @@ def _view_named(name: str) -> bool:
     if name.startswith("aten::"):
         return base_name(name) in VIEW_OPS or base_name(name).rstrip("_") in VIEW_OPS
     return "::" not in name and (name in VIEW_OPS or name.endswith("Backward0") or name.endswith("Backward1"))
+
+
+def _math_attention(ops: pd.DataFrame, names: np.ndarray, parent: np.ndarray, levels: list[np.ndarray]
+                    ) -> np.ndarray:
+    """Per op, the 16-bit dtype of the SDPA math fallback (:data:`MATH_ATTENTION_OPS`) it runs in: the ops inside a
+    math fallback whose query is bf16 / fp16, and the autograd nodes (matched by sequence number) that run the
+    backward of those ops, with what they call; "" for every other op."""
+    n = len(names)
+    own = np.full(n, "", dtype=object)
+    math = np.flatnonzero(np.isin(names, list(MATH_ATTENTION_OPS)))
+    if not len(math):
+        return own
+    types = ops["types"].to_numpy(dtype=object)
+    for i in math:
+        q = next((t for t in (types[i] or []) if t is not None), None)
+        if q in _HALF:
+            own[i] = q
+    if not (own != "").any():
+        return own
+    scope = own.copy()
+    for lvl in levels[1:]:  # inherited down the tree
+        par = parent[lvl]
+        inherit = (scope[lvl] == "") & (scope[par] != "")
+        scope[lvl[inherit]] = scope[par[inherit]]
+    seq = ops["seq"].to_numpy(dtype=np.int64) if "seq" in ops.columns else np.full(n, -1, dtype=np.int64)
+    fwd = {int(q): str(d) for q, d in zip(seq[scope != ""], scope[scope != ""], strict=True) if q >= 0}
+    if fwd:
+        node = pd.Series(names, dtype=object).str.startswith("autograd::engine::evaluate_function").to_numpy(bool)
+        for i in np.flatnonzero(node & (scope == "")):
+            d = fwd.get(int(seq[i]))
+            if d:
+                own[i] = scope[i] = d
+        for lvl in levels[1:]:
+            par = parent[lvl]
+            inherit = (scope[lvl] == "") & (scope[par] != "")
+            scope[lvl[inherit]] = scope[par[inherit]]
+    return scope
+
+
+def _compiled_code_units(ops: pd.DataFrame, names: np.ndarray, cats: np.ndarray, parent: np.ndarray,
+                         kids_order: np.ndarray, starts: np.ndarray, phase: np.ndarray) -> pd.DataFrame:
+    """Unmodelled units for the code an Inductor-compiled graph ran between its ATen ops (:data:`
+    COMPILED_GRAPH_PREFIX`; a CPU trace): each stretch of the graph call's time outside the ops it calls is one
+    unit (named ``CompiledFxGraph <hash> (generated code)``) with exactly that time, so it is no host gap but the
+    graph's fused kernels: costed at the trace's time on the traced CPU, listed as unmodelled elsewhere. A graph
+    recorded with kernel profiling has its kernels as ops of their own (unmodelled units already): not split."""
+    cols = list(UNIT_COLUMNS)
+    graphs = np.flatnonzero(pd.Series(names, dtype=object).str.startswith(COMPILED_GRAPH_PREFIX).to_numpy(bool))
+    if not len(graphs):
+        return pd.DataFrame(columns=cols)
+    ts = ops["ts"].to_numpy(dtype=np.float64)
+    dur = ops["dur"].to_numpy(dtype=np.float64)
+    rows: list[dict[str, Any]] = []
+    for g in graphs:
+        kids = kids_order[starts[g]:starts[g + 1]]
+        if not np.isfinite(dur[g]) or any(not str(names[k]).startswith("aten::") and cats[k] == "cpu_op"
+                                          for k in kids):
+            continue
+        kids = kids[np.argsort(ts[kids], kind="stable")]
+        edges = [ts[g], *np.ravel(np.column_stack([ts[kids], ts[kids] + dur[kids]])), ts[g] + dur[g]]
+        key = str(names[g])[len(COMPILED_GRAPH_PREFIX):].strip(" #")
+        label = f"CompiledFxGraph {key[:8]} (generated code)".replace("  ", " ")
+        for a, b in zip(edges[::2], edges[1::2], strict=True):
+            if b - a > 0:
+                rows.append({"op_id": int(g), "tid": ops["tid"].iat[g], "name": label, "ts": float(a),
+                             "dur": float(b - a), "kind": "unmodelled", "label": UNMODELLED_LABEL, "row": None,
+                             "phase": phase[g], "pg": "", "math_attention": "", "device_us": np.nan, "kstream": "",
+                             "n_events": 0.0, "n_inputs": 0.0, "n_launch": 0.0, "n_tf32": 0.0})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def _map_all(names: np.ndarray, dims: np.ndarray, types: np.ndarray, outs: np.ndarray, extra: np.ndarray,
@@ -152,6 +232,7 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     kinds: list[str] = []
     labels: list[str] = []
     rows: list[Any] = []
+    inside: list[int] = []  # unmapped ATen ops looked into for the costed ops they call
     stack = list(reversed(np.flatnonzero(~has_parent).tolist()))
     while stack:
         i = stack.pop()
@@ -170,6 +251,8 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
             # backward that zeroes its output first): one unit; a composite that only calls others is looked into
             own = self_share[i] > 0.5 and is_aten[i] and not view_named[i]
             if (costed[i] and not own) or (opaque[i] and not is_aten[i]):
+                if costed[i] and is_aten[i] and not view_named[i]:
+                    inside.append(i)  # its time outside its children is accounted (own_time), not lost
                 stack.extend(reversed(kids.tolist()))  # look inside (wrappers like autograd nodes are looked through)
                 continue
             if not opaque[i] or view_named[i]:
@@ -187,7 +270,8 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     out = pd.DataFrame({"op_id": idx, "tid": tids[idx], "name": names[idx], "ts": ts_all[idx], "dur": dur[idx],
                         "kind": kinds, "label": labels, "row": pd.Series(rows, dtype=object),
                         "phase": phase[idx], "pg": [str(p or "") for p in pgs[idx]]},
-                       columns=list(UNIT_COLUMNS[:-6]))
+                       columns=list(UNIT_COLUMNS[:-7]))
+    out["math_attention"] = _math_attention(ops, names, parent, levels)[idx]
     out["device_us"] = np.nan
     out["kstream"] = ""
     # what was recorded inside each unit's op: its subtree's events, inputs and kernel launches (and how many of
@@ -203,8 +287,42 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
             np.add.at(row, parent[lvl], row[lvl])
     for name, counts in zip(UNIT_COLUMNS[-4:], sub, strict=True):  # n_events, n_inputs, n_launch, n_tf32
         out[name] = counts[idx]
+    ins = np.asarray(inside, dtype=np.int64)
+    own_us = np.clip(dur[ins] - child_sum[ins], 0.0, None)
     if len(trace.kernels) and len(out):
-        # kernels of a unit: those launched by the unit's op or any op inside it (inherited level by level)
+        # kernels an op looked into launched itself (a kernel whose helpers, e.g. zeroing its output, are costed
+        # ops): no unit holds them, so each such op is one more unmodelled unit for its own kernels, placed at its
+        # end with no host time of its own (its time outside its children stays in the host gaps)
+        holder = np.full(n, -1, dtype=np.int64)
+        holder[idx] = -2  # inside a unit
+        holder[ins] = ins
+        for lvl in levels[1:]:
+            inherit = lvl[holder[lvl] == -1]
+            holder[inherit] = holder[parent[inherit]]
+        kop = trace.kernels["op"].to_numpy(dtype=np.int64)
+        kh = np.where(kop >= 0, holder[np.clip(kop, 0, n - 1)], -1)
+        extra = np.unique(kh[kh >= 0])
+        if len(extra):
+            end = ts_all[extra] + dur[extra]
+            more = pd.DataFrame({"op_id": extra, "tid": tids[extra], "name": names[extra], "ts": end,
+                                 "dur": np.zeros(len(extra)), "kind": "unmodelled", "label": UNMODELLED_LABEL,
+                                 "row": pd.Series([None] * len(extra), dtype=object), "phase": phase[extra],
+                                 "pg": "", "math_attention": "", "device_us": np.nan, "kstream": "",
+                                 "n_events": 0.0, "n_inputs": 0.0, "n_launch": 0.0, "n_tf32": 0.0})
+            more["n_launch"] = [float((kh == e).sum()) for e in extra]
+            out = pd.concat([out, more], ignore_index=True)
+            idx = np.concatenate([idx, extra])
+    if trace.device != "cuda":
+        compiled = _compiled_code_units(ops, names, cats, parent, kids_order, starts, phase)
+        if len(compiled):
+            out = pd.concat([out, compiled], ignore_index=True)
+            idx = np.concatenate([idx, compiled["op_id"].to_numpy(dtype=np.int64)])
+    # (plain lists: pandas compares the attrs of frames it concatenates)
+    out.attrs[OWN_TIME_ATTR] = {"name": [str(x) for x in names[ins]], "tid": [str(x) for x in tids[ins]],
+                                "ts": ts_all[ins].tolist(), "own_us": own_us.tolist()}
+    if len(trace.kernels) and len(out):
+        # kernels of a unit: those launched by the unit's op or any op inside it (inherited level by level; an op
+        # looked into holds the kernels it launched itself, above)
         owner = np.full(n, -1, dtype=np.int64)
         owner[idx] = np.arange(len(out))
         for lvl in levels[1:]:

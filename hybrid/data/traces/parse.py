@@ -54,7 +54,7 @@ MAX_EVENT_US = 86_400e6
 MAX_OVERRUN_US = 1000.0
 #: Columns of :attr:`RankTrace.ops`.
 OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
-              "rf_id", "ext_id", "pg", "extra")
+              "rf_id", "ext_id", "pg", "extra", "seq")
 #: Names of an ET's synthetic root nodes.
 _ET_ROOTS = ("[pytorch|profiler|execution_trace|process]", "[pytorch|profiler|execution_trace|thread]")
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -185,6 +185,11 @@ def _check_overrun(ops: pd.DataFrame, parent: np.ndarray, path: str) -> None:
                                "encloses its start: a corrupted 'dur'")
 
 
+def _seq(v: Any) -> int:
+    """An op's autograd sequence number (-1 where the trace gives none, or something else)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else -1
+
+
 def _dtype_of(t: Any) -> str | None:
     """Kineto/ET input type -> our dtype name (None for non-tensors)."""
     if not isinstance(t, str) or not t:
@@ -255,7 +260,9 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                           "out_dims": [], "rf_id": args.get("Record function id", -1),
                           # a runtime call shares its op's External id: only the op owns the kernels
                           "ext_id": -1 if cat.startswith("cuda_") else args.get("External id", -1), "pg": "",
-                          "extra": {"concrete": args["Concrete Inputs"]} if "Concrete Inputs" in args else {}})
+                          "extra": {"concrete": args["Concrete Inputs"]} if "Concrete Inputs" in args else {},
+                          # autograd's sequence number: a backward node carries its forward op's
+                          "seq": _seq(args.get("Sequence number"))})
     if not host_rows and not kern_rows:
         raise TraceFormatError(f"{path}: the Chrome trace has no op events (was it recorded by torch.profiler with "
                                "activities=[CPU]?)")
@@ -318,7 +325,8 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
                      "out_dims": list(outputs.get("shapes", [])), "rf_id": attrs.get("rf_id", -1), "ext_id": -1,
                      "pg": str(attrs.get("pg_name", "") or ""),
                      "extra": {"values": inputs.get("values", [])} if "values" in inputs else {},
-                     "dur": float(attrs["dur"]) if "dur" in attrs else np.nan})
+                     "dur": float(attrs["dur"]) if "dur" in attrs else np.nan,
+                     "seq": _seq(attrs.get("seq_id"))})
     if not rows:
         raise TraceFormatError(f"{path}: the execution trace has no nodes")
     et = pd.DataFrame(rows)

@@ -143,3 +143,44 @@ def apply_fp32_precision(units: pd.DataFrame, meta: dict[str, Any], has_tf32_uni
             new[i] = {**new[i], "dtype": "tf32"}
         units["row"] = pd.Series(new, index=units.index, dtype=object)
     return units, info
+
+
+#: Traced devices whose SDPA math fallback upcasts a 16-bit attention to fp32 where a GPU would not run the math
+#: fallback at all (a bf16 attention runs a fused flash / memory-efficient / cuDNN kernel in bf16 there).
+MATH_UPCAST_DEVICES = ("cpu", "meta")
+#: Casts (base names) of the math fallback's upcast of Q, K, V and its downcast of the result (and their backward).
+_CAST_OPS = ("aten::_to_copy", "aten::to")
+
+
+def apply_math_attention_dtype(units: pd.DataFrame, traced_device: str, target_is_gpu: bool
+                               ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """``units`` with the fp32 ops of a 16-bit SDPA math fallback re-typed to its 16-bit dtype, for a GPU target.
+
+    On a CPU (and on the meta device) ``scaled_dot_product_attention`` of a bf16 / fp16 model runs the math
+    fallback when no fused CPU kernel takes it (dropout in training, the meta device): it casts Q, K and V to fp32,
+    computes the matmuls, softmax and dropout in fp32 and casts the result back, and autograd's backward of those
+    ops runs in fp32 too. A GPU runs the same call as a fused 16-bit kernel, so on a GPU target these ops
+    (``math_attention`` of :func:`hybrid.workloads.trace_units.trace_units`) are priced in the attention's dtype and
+    the casts, which exist only for the upcast, are host-only units. A CPU target keeps them as traced (its math
+    fallback does upcast), and so does a GPU trace (its kernels ran as recorded); so does an fp32 model's attention.
+    Returns the units and the account ``{"dtype", "ops", "casts"}`` (ops re-typed, casts made host-only)."""
+    info: dict[str, Any] = {"dtype": "", "ops": 0, "casts": 0}
+    if not target_is_gpu or traced_device not in MATH_UPCAST_DEVICES or "math_attention" not in units.columns:
+        return units, info
+    scope = units["math_attention"].to_numpy(dtype=object)
+    sel = (scope != "") & units["kind"].isin(["op"]).to_numpy(dtype=bool)
+    if not sel.any():
+        return units, info
+    rows = units["row"].to_numpy(dtype=object).copy()
+    kind = units["kind"].to_numpy(dtype=object).copy()
+    label = units["label"].to_numpy(dtype=object).copy()
+    cast = sel & units["name"].isin(_CAST_OPS).to_numpy(dtype=bool)
+    fp32 = sel & ~cast & np.array([isinstance(r, dict) and r.get("dtype") == "fp32" for r in rows], dtype=bool)
+    for i in np.flatnonzero(fp32):
+        rows[i] = {**rows[i], "dtype": scope[i]}
+    kind[cast], label[cast], rows[cast] = "view", "view/host ops", None
+    units = units.copy()
+    units["row"] = pd.Series(rows, index=units.index, dtype=object)
+    units["kind"], units["label"] = kind, label
+    info.update(dtype="/".join(sorted(set(scope[sel]))), ops=int(fp32.sum()), casts=int(cast.sum()))
+    return units, info
