@@ -90,7 +90,7 @@ def test_pointwise_kernel_time_takes_off_the_dispatch_the_trees_learned(tmp_path
     rows["time_us"] = kernel + 18.0 * eager
     corr = PointwiseXGB(XGBParams(n_estimators=150, max_depth=5))
     assert not corr.uses_dispatch
-    model = HybridPredictor(catalog, corrections=[corr]).fit(rows)
+    model = HybridPredictor(catalog, corrections=[corr]).fit(rows).calibrate_intervals(rows, seed=0)
     learned = model.corrections[0].learned_dispatch
     assert 15.0 < learned["A100-SXM4-80GB"] < 21.0 and learned["V100-PCIE-32GB"] == 0.0
     assert learned["*"] == learned["A100-SXM4-80GB"]  # two rows in three were eager
@@ -107,6 +107,11 @@ def test_pointwise_kernel_time_takes_off_the_dispatch_the_trees_learned(tmp_path
     assert (out.loc[eager & small, "time_us"].to_numpy() > kernel[eager & small] + 17.0).all()
     kt = k["time_us"].to_numpy()
     assert (kt >= roof * (1 - 1e-9)).all() and (kt[eager & small] < kernel[eager & small] + 1.5).all()
+    # the interval moves with it, its low end never under the kernel's floor (on GPUs, the roofline)
+    low, high = k["time_us_low"].to_numpy(), k["time_us_high"].to_numpy()
+    assert np.isfinite(low).all() and np.isfinite(high).all()
+    assert (low >= np.minimum(roof, kt) * (1 - 1e-9)).all()
+    assert (low <= kt * (1 + 1e-9)).all() and (high >= kt * (1 - 1e-9)).all()
     np.testing.assert_allclose(k.loc[~eager, "time_us"], out.loc[~eager, "time_us"])
     unseen = query.iloc[:5].assign(device="H100-SXM")
     assert (model.predict(unseen, host=True)["learned_host_us"].to_numpy() > 0).all()

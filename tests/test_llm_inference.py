@@ -381,6 +381,22 @@ def test_capacity_prefill_activations_are_named_and_capped(capsys):
     assert need(chunked) <= free < need(chunked + 1)
     code, _, err = run(capsys, *args, "--max-num-tokens", "0")
     assert code == 2 and "--max-num-tokens must be a positive integer" in err
+    # the longest context for a batch agrees with the table: a batch the table fits at a context has at least that
+    # context, with a sliding window on half the layers (gpt-oss) and with the --input / --output share as prompt
+    for name, dev, inp, out_len, extra in (("gpt-oss-20b", "H100-SXM", 65536, 65536, ("--max-num-tokens", "8192")),
+                                           ("llama2-7b", "H100-SXM", 1024, 1024, ())):
+        code, o, _ = run(capsys, "llm", "capacity", name, "--device", dev, "--input", str(inp), "--output",
+                         str(out_len), *extra, "--json")
+        most = json.loads(o)["max_batch"]
+        code, o, _ = run(capsys, "llm", "capacity", name, "--device", dev, "--input", str(inp), "--output",
+                         str(out_len), "--batch", str(most), *extra, "--json")
+        mc = json.loads(o)["max_context_for_batch"]
+        assert code == 0 and mc["max_context"] >= inp + out_len and mc["prompt_share"] == pytest.approx(0.5)
+    # a learned position table: the longest context says the model cannot run it
+    code, o, err = run(capsys, "llm", "capacity", "gpt2-large", "--device", "A100", "--batch", "4", "--json")
+    d = json.loads(o)
+    assert d["max_context_for_batch"]["max_context"] > 1024 and "1024 absolute positions" in d["max_context_for_batch"]["note"]
+    assert all("learned positions" in r["reason"] for r in d["by_context"] if r["context"] > 1024)
 
 
 def test_cli_capacity_and_serve(capsys):

@@ -153,6 +153,10 @@ def test_same_device_is_refused_for_a_target_of_another_kind(tiny_trace, cpu_cat
     assert cli_main(["trace", "predict", str(tiny_trace["kineto"]), "--device", "H100-SXM", "--same-device",
                      "--roofline"]) == 2
     assert "error: --same-device (same_device=True) cannot hold" in capsys.readouterr().err
+    # keeping the traced host time (--host trace) would make a CPU op's compute a GPU launch: refused the same way
+    with pytest.raises(InvalidInputError, match=r"--host trace keeps the traced host time, but rank 0 was traced on a CPU"):
+        build_trace_graph(traces, "H100-SXM", cpu_catalog, host="trace")
+    assert build_trace_graph(traces, CPU, cpu_catalog, host="trace").info["host"] == "trace"
 
 
 def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalog):
@@ -340,6 +344,15 @@ def test_op_mapping_shapes(name, dims, types, expect):
     assert mp is not None and mp.kind == "op"
     for k, v in expect.items():
         assert mp.row[k] == v, (k, mp.row)
+
+
+def test_new_tensor_factories_are_fills_not_unmodelled():
+    """``new_zeros`` / ``new_ones`` / ``new_full`` (an EmbeddingBag backward's gradient buffer) write their output
+    like ``zeros``: sized by the output the execution trace records."""
+    for name in ("aten::new_zeros", "aten::new_ones", "aten::new_full"):
+        mp = map_op(name, [[64, 16], [], [], [], [], []], ["fp32", None, None, None, None, None], [[1000, 16]])
+        assert mp is not None and mp.kind == "op" and mp.label == "copy", (name, mp)
+        assert mp.row["elements"] == 16000 and mp.row["flops_per_element"] == 0.0
 
 
 @pytest.mark.parametrize("aten, variant", [("threshold_backward", "relu"), ("gelu_backward", "gelu"),

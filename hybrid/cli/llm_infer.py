@@ -284,7 +284,9 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
 @_deploy_options
 @click.option("--input", "input_len", type=int, default=None, help="Prompt tokens (with --output: one context).")
 @click.option("--output", "output_len", type=int, default=None, help="Generated tokens.")
-@click.option("--batch", "-b", type=int, default=None, help="Batch for the longest-context question.")
+@click.option("--batch", "-b", type=int, default=None,
+              help="Batch for the longest-context question (its prefill activations: the whole context as prompt, "
+                   "or the --input / --output share of it).")
 @click.option("--max-num-tokens", type=int, default=None,
               help="Prompt tokens per forward pass (TensorRT-LLM's max_num_tokens, vLLM's max_num_batched_tokens; "
                    "never less than one request's prompt): caps the prefill activations. Default: every request's "
@@ -324,11 +326,13 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         plan = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, **kw)
         at_max = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=max(plan.max_batch, 1), **kw)
         reason = plan.reason if plan.max_batch < 1 else f"KV cache {plan.kv_per_request / 2**20:.0f} MiB per request"
-        if plan.max_batch >= 1 and at_max.activations > 0.1 * (at_max.kv_cache + at_max.activations):
+        if plan.max_batch >= 1 and at_max.activations > 0.05 * (at_max.kv_cache + at_max.activations):
             # the prefill's working set, not the cache, limits the batch: say so (and how to cap it)
             reason += (f"; +{at_max.activations / GIB:.1f} GiB of prefill activations"
                        + ("" if max_num_tokens else " (all prompts at once; --max-num-tokens caps them)"))
-        if s.model.max_position_embeddings and i + o > s.model.max_position_embeddings:
+        if s.model.position_note(i + o):  # a learned position table: the real model cannot run it
+            reason += f"; beyond the {s.model.max_position_embeddings} learned positions: the model cannot run it"
+        elif s.model.max_position_embeddings and i + o > s.model.max_position_embeddings:
             reason += f"; beyond the model's {s.model.max_position_embeddings} positions"
         rows.append({"context": i + o, "input_len": i, "output_len": o, "max_batch": plan.max_batch,
                      "fits": plan.max_batch >= 1, "kv_cache_gib": at_max.kv_cache / GIB if plan.max_batch else 0.0,
@@ -349,8 +353,14 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         # is that of those requests on one GPU with the experts' share of the weights
         out["max_context_for_batch"] = {"batch": batch, "max_context": max_context(
             s.model, s.precision, s.device.mem_capacity, batch=-(-batch // tp) if attention_dp else batch,
-            tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp, prefill_tokens=max_num_tokens)}
-        if out["max_context_for_batch"]["max_context"] < 1:  # not even one token per request fits beside the weights
+            tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp, prefill_tokens=max_num_tokens,
+            prompt_share=input_len / (input_len + output_len) if input_len else 1.0)}
+        mc = out["max_context_for_batch"]
+        mc["prompt_share"] = input_len / (input_len + output_len) if input_len else 1.0
+        if s.model.position_note(mc["max_context"]):
+            mc["note"] = (f"the model learns {s.model.max_position_embeddings} absolute positions: it cannot run a "
+                          "context past them")
+        if mc["max_context"] < 1:  # not even one token per request fits beside the weights
             out["fits"] = False
             from hybrid.workloads.llm.kv_cache import request_bytes
 
@@ -374,7 +384,9 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
                    f"per token per GPU, reserve {reserve_gib} GiB")
         echo_table([(r["context"], r["max_batch"], r["reason"]) for r in rows], ["context", "max batch", "note"])
         if batch is not None:
-            click.echo(f"longest context for batch {batch}: {out['max_context_for_batch']['max_context']} tokens")
+            mc = out["max_context_for_batch"]
+            click.echo(f"longest context for batch {batch}: {mc['max_context']} tokens"
+                       + (f" ({mc['note']})" if "note" in mc else ""))
     if batch is not None and "reason" in out["max_context_for_batch"]:
         raise InvalidInputError(out["max_context_for_batch"]["reason"])
     if not out["fits"]:  # reported above (--json included), then refused like `llm infer`

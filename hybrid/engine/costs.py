@@ -79,12 +79,16 @@ class KernelTimeModel:
                                         .to_numpy(dtype=np.float64))
         floor = (np.minimum(pd.to_numeric(out["roofline_us"], errors="coerce").to_numpy(dtype=np.float64), time)
                  if "roofline_us" in out.columns else np.zeros(len(time)))
-        kernel = np.where(host > 0, np.maximum(time - host, np.nan_to_num(floor)), time)
+        floor = np.nan_to_num(floor)
+        kernel = np.where(host > 0, np.maximum(time - host, floor), time)
         ratio = np.divide(kernel, time, out=np.ones_like(time), where=time > 0)
         out["time_us"] = kernel
         for c in ("time_us_low", "time_us_high"):
             if c in out.columns:
-                out[c] = pd.to_numeric(out[c], errors="coerce").to_numpy(dtype=np.float64) * ratio
+                # the interval moves with the time, and its low end stops at the kernel's floor (the roofline) as
+                # the kernel time does: the predictor floored it there before the dispatch was taken off
+                b = pd.to_numeric(out[c], errors="coerce").to_numpy(dtype=np.float64) * ratio
+                out[c] = np.where(host > 0, np.maximum(b, np.minimum(floor, kernel)), b)
         out["host_us"] = 0.0
         if "learned_host_us" in out.columns:
             out = out.drop(columns="learned_host_us")

@@ -49,7 +49,8 @@ for _names, _label, _var, _f in (
     ("lerp addcmul addcdiv", "elementwise", "add", 2.0),
     ("copy _to_copy clone _copy_from _copy_from_and_resize cat stack index_select gather scatter scatter_add "
      "index_add index index_put _index_put_impl masked_select repeat constant_pad_nd pad fill zero "
-     "zeros_like ones_like full full_like zeros ones fill_ zero_ arange bernoulli uniform normal randn rand "
+     "zeros_like ones_like full full_like zeros ones fill_ zero_ new_zeros new_ones new_full "
+     "arange bernoulli uniform normal randn rand "
      "masked_scatter embedding_renorm one_hot repeat_interleave index_fill index_copy take take_along_dim",
      "copy", "copy", 0.0),
     ("sum mean amax amin max min argmax argmin var std norm linalg_vector_norm prod all any cumsum "

@@ -265,25 +265,27 @@ def request_bytes(model: TransformerConfig, precision: Precision, *, batch: floa
 
 def max_context(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int = 1, tp: int = 1, pp: int = 1,
                 reserve_gib: float = DEFAULT_RESERVE_GIB, attention_dp: bool = False,
-                prefill_tokens: int | None = None) -> int:
+                prefill_tokens: int | None = None, prompt_share: float = 1.0) -> int:
     """The longest context (input + output tokens) ``batch`` requests on one GPU can each hold (0 if none);
-    ``attention_dp``: ``batch`` is one rank's requests, run whole beside its share of the experts. The whole context
-    counts as prompt for the prefill's activations (the cautious reading), all of the batch's prompts in one forward
-    pass, or at most ``prefill_tokens`` tokens per pass (never less than one request's prompt, as in
-    :func:`memory_table`)."""
+    ``attention_dp``: ``batch`` is one rank's requests, run whole beside its share of the experts. The prefill's
+    activations are those of ``prompt_share`` of the context (default the whole context, the cautious reading), all
+    of the batch's prompts in one forward pass, or at most ``prefill_tokens`` tokens per pass (never less than one
+    request's prompt, as in :func:`memory_table`); the cache as :func:`cached_tokens` keeps it (sliding windows)."""
     check_parallel(model, tp, pp)
     if prefill_tokens is not None and (isinstance(prefill_tokens, bool) or int(prefill_tokens) < 1):
         raise InvalidInputError(f"prefill tokens per forward pass must be a positive integer, got {prefill_tokens!r}")
+    if not (0.0 < float(prompt_share) <= 1.0):
+        raise InvalidInputError(f"prompt share of the context must be in (0, 1], got {prompt_share!r}")
     free = capacity - reserve_gib * GIB - weight_bytes_per_gpu(model, precision, tp, pp, attention_dp)
     per_tok = kv_bytes_per_token(model, precision, tp, pp, attention_dp)
     t = 1 if attention_dp else tp
     act_tok = float(activation_bytes(model, precision, 1.0, 0.0, t)) / max(pp, 1)
     logits = request_bytes(model, precision, context=0, batch=batch, tp=tp, pp=pp, attention_dp=attention_dp)
-    window = model.window_size if model.window_size and model.window_layer_share >= 1.0 else 0
 
     def need(ctx: np.ndarray) -> np.ndarray:  # increasing in ctx
-        cached = np.minimum(ctx, window) if window else ctx  # past the window the cache stops growing
-        prompt = batch * ctx if prefill_tokens is None else np.minimum(batch * ctx, np.maximum(prefill_tokens, ctx))
+        cached = cached_tokens(model, ctx)  # a sliding window caps what its layers keep
+        p = np.ceil(prompt_share * ctx)
+        prompt = batch * p if prefill_tokens is None else np.minimum(batch * p, np.maximum(prefill_tokens, p))
         return logits + batch * per_tok * cached + act_tok * prompt
 
     lo, hi = 0, 1 << 40
