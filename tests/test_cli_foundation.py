@@ -209,3 +209,18 @@ def test_predict_warns_when_the_operands_exceed_device_memory(capsys) -> None:
     code, out, err = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "200GiB",
                          "--ranks", "8", "--json")
     assert json.loads(out)["fits_memory"] is False and "exceed the device's memory" in err
+
+
+def test_interval_note_says_when_an_unseen_band_was_borrowed(capsys):
+    """A row on the unseen band that the model never calibrated (a collective layout no log measured, in a model
+    without an unseen collective band) is told so, not that the band came from another op family or model."""
+    from hybrid.cli.predict import _interval
+
+    row = {"time_us_low": 80.0, "time_us_high": 160.0, "interval_calibrated": False, "interval_band": "unseen",
+           "method": "collective-sigmoid"}
+    out = _interval(row, "collective")
+    assert out["interval_band"] == "unseen" and "unseen system or layout" in out["interval_note"]
+    assert "another op family" not in out["interval_note"] and "warning: 80% interval of an unseen" in capsys.readouterr().err
+    seen = _interval({**row, "interval_band": "seen"}, "gemm")
+    assert "borrowed from another op family or model" in seen["interval_note"]
+    assert "interval_note" not in _interval({**row, "interval_calibrated": True}, "gemm")

@@ -50,6 +50,11 @@ def _interval(row, what: str) -> dict:
         out.update(time_us_low=None, time_us_high=None,
                    interval_note=f"no 80% interval: the model has no held-out {what} residuals of {method} or of "
                                  "any comparable model to calibrate one on (calibrate with such measurements)")
+    elif not calibrated and band == "unseen":
+        out["interval_note"] = (f"80% interval of an unseen {'system or layout' if what == 'collective' else 'device'} "
+                                f"borrowed: the model calibrated no unseen band for {method} {what} predictions, so "
+                                "this is the nearest band it has (the seen one where that is all), narrower than "
+                                "its errors there are likely to be; its coverage is unknown")
     elif not calibrated:
         out["interval_note"] = (f"80% interval borrowed from another op family or model: {method} {what} "
                                 "predictions had no held-out residuals of their own, so its coverage is unknown")

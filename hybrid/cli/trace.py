@@ -357,8 +357,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     # unlike the per-family table (one rank's), the op lists count every rank's ops (a rank may have its own)
     where = f"in the trace, over all {n_graph} ranks together" if n_graph > 1 else "in the trace"
     if unm["ops"]:
-        click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms {where}, costed as "
-                   f"{unm['costed_as']}: " + ", ".join(f"{r['name']} x{r['count']} {r['measured_us'] / 1e3:.3f} ms"
+        how = ("costed at their trace time" if unm["costed_as"] == "trace time"
+               else "not costed on this target (0 ms)" if unm["costed_as"].startswith("not costed")
+               else f"costed as {unm['costed_as']}")
+        click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms {where}, {how}: " + ", ".join(f"{r['name']} x{r['count']} {r['measured_us'] / 1e3:.3f} ms"
                                                        for r in unm["by_name"][:8]))
     own = unm.get("own_time", {})
     if own.get("ops"):

@@ -62,8 +62,10 @@ class MemoryReport:
             worst = int(per_node.loc[np.unique(node)].idxmax())
             return (f"node {worst}'s host memory would hold {format_bytes(per_node.loc[worst])} of embedding tables "
                     f"(weights and optimizer state placed there), more than {HOST_EMBEDDING_SHARE:.0%} of its "
-                    f"{format_bytes(self.host_capacity)}; {int(np.unique(node).size)} node(s) do not fit: more GPUs "
-                    "(nodes), smaller tables, or fewer tables in host memory")
+                    f"{format_bytes(self.host_capacity)}; {int(np.unique(node).size)} of "
+                    f"{int(self.per_rank['rank'].max()) // self.gpus_per_node + 1} node(s) do not fit: a plan that "
+                    "spreads the tables over the nodes (`hybrid shard` searches them), more nodes, smaller tables, "
+                    "or fewer tables in host memory")
         row = self.per_rank.loc[self.per_rank["total"].idxmax()]
         over = int((~self.per_rank["fits"]).sum())
         return (f"rank {int(row['rank'])} needs {format_bytes(row['total'])} > {format_bytes(self.capacity)} device "

@@ -592,7 +592,8 @@ class SearchResult:
             for e in self.evaluations:
                 by_reason.setdefault(e.reason, []).append(e.name)
             reasons = "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
-            raise InvalidInputError(f"no plan fits in device memory ({reasons})")
+            where = "host or device memory" if "host memory" in reasons else "device memory"
+            raise InvalidInputError(f"no plan fits in {where} ({reasons})")
         return fitting[0]
 
     def by_name(self, name: str) -> PlanEvaluation:
