@@ -347,3 +347,18 @@ def test_unmeasured_layouts_and_settings_get_the_unseen_band(polaris, shared_dat
     assert np.all(width[[1, 2, 3]] > 1.5 * width[0]), width  # the wider band of predictions across layouts
     # measured layouts of measured systems keep the seen band (every training row's layout was measured)
     assert not sigmoid.unmeasured_layouts(train).any()
+    # across layouts, never faster than the links allow: two GPUs of a Polaris node (100 GB/s NVLink between a
+    # pair) were extrapolated from 8 and 32 ranks at 2.3x that; now at most LINK_BEAT_MAX x the bandwidth term,
+    # the interval's low end too; measured rows keep their curves (none beats its roofline by that much)
+    from hybrid.corrections.collective_sigmoid import LINK_BEAT_MAX
+    from hybrid.ops.roofline import roofline
+
+    two = q.iloc[:1].assign(n_ranks=2, n_nodes=1, size_bytes=1 << 26)
+    base = roofline(two, catalog)
+    got = hp.predict(two)
+    raw = sigmoid._predict_curves(two, base, catalog)[0]  # the layout model's extrapolation, before the floor
+    assert raw < base["memory_us"].iat[0] / 1.5  # faster than two NVLinked GPUs can be
+    assert LINK_BEAT_MAX <= 1.5
+    assert got["time_us"].iat[0] >= base["memory_us"].iat[0] / 1.5 * (1 - 1e-9)
+    assert got["time_us_low"].iat[0] >= base["memory_us"].iat[0] / 1.5 * (1 - 1e-9)
+    assert (sigmoid.floor_us(train, roofline(train, catalog), catalog) == 0).all()
