@@ -577,6 +577,15 @@ with torch.profiler.profile():
             pass
     except InvalidInputError as exc:
         print("refused:", exc)
+own = torch.profiler.ExecutionTraceObserver().register_callback(out + "/own_et.json")
+own.start()
+try:
+    with trace_step(out + "/under_et", measure_overhead=False):
+        (x @ x).sum()
+except InvalidInputError as exc:
+    print("refused:", exc)
+own.stop()
+own.unregister_callback()
 """
 
 
@@ -592,10 +601,13 @@ def test_nested_trace_step_is_refused_before_a_second_profiler_starts(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("refused:")]
-    assert len(lines) == 2, done.stdout
+    assert len(lines) == 3, done.stdout
     assert "trace_step inside another trace_step" in lines[0]
     assert "a torch profiler is already running" in lines[1]
+    # the program's own execution-trace observer (one per process) wins: refused, and no half recording is left
+    assert "another torch.profiler.ExecutionTraceObserver is registered" in lines[2]
     assert not (tmp_path / "inner").exists() and not (tmp_path / "under_profiler").exists()
+    assert not (tmp_path / "under_et").exists()
 
 
 def _free_port() -> int:

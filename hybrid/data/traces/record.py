@@ -82,6 +82,7 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
     global _RECORDING
     _refuse_nested()
     out = Path(out_dir)
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     rank = _rank()
     kin = out / f"kineto_rank{rank}.json"
@@ -109,7 +110,16 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
     _RECORDING = True
     try:
         if execution_trace:
+            tmp_et.unlink(missing_ok=True)
             et = ExecutionTraceObserver().register_callback(str(tmp_et))
+            # PyTorch keeps one execution-trace observer per process and opens its file when it registers one: no
+            # file, the program's own observer holds it (``_registered`` says True all the same, torch 2.13)
+            if not getattr(et, "_registered", True) or not tmp_et.exists():
+                # not ours to start, stop or unregister, and neither may its finaliser (``__del__`` unregisters the
+                # process's observer, the program's own, whose next stop() then crashes the process)
+                et._registered = False
+                et = None
+                raise InvalidInputError(_ET_TAKEN)
         with profile(activities=acts, record_shapes=True) as prof:
             if device:
                 prof.add_metadata("hybrid_traced_device", str(device))
@@ -134,19 +144,24 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 yield paths
             if et is not None:
                 et.stop()
+        if et is not None:
+            et.unregister_callback()
+            et = None
+            if not tmp_et.is_file():
+                raise InvalidInputError(_ET_TAKEN)
         tmp_k = kin.with_name(f".{kin.name}.tmp")
         prof.export_chrome_trace(str(tmp_k))
         os.replace(tmp_k, kin)
         paths["kineto"] = kin
-        if et is not None:
-            et.unregister_callback()
-            et = None
+        if execution_trace:
             os.replace(tmp_et, etp)
             paths["et"] = etp
         else:  # an execution trace of an earlier recording would be read with this step's Chrome trace
             etp.unlink(missing_ok=True)
     finally:
         _RECORDING = False
+        if created and not paths and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # nothing recorded: no empty directory left behind
         if et is not None:
             try:
                 et.unregister_callback()
@@ -154,6 +169,12 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 pass
         for p in (tmp_et, kin.with_name(f".{kin.name}.tmp")):
             p.unlink(missing_ok=True)
+
+
+#: Why a step cannot be recorded with its execution trace while the program runs an observer of its own.
+_ET_TAKEN = ("the execution trace cannot be recorded: another torch.profiler.ExecutionTraceObserver is registered "
+             "in this process (PyTorch keeps one per process); stop and unregister it first, or record without the "
+             "execution trace (execution_trace=False, `hybrid trace record --no-et`)")
 
 
 def _sync_ranks() -> None:
