@@ -332,7 +332,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     ma = s.get("math_attention")
     if ma:
         click.echo(f"attention math fallback in {ma['dtype']} (upcast to fp32 where it was traced): {ma['ops']} op(s) "
-                   f"priced in {ma['dtype']} on the GPU, {ma['casts']} cast(s) to and from fp32 left out")
+                   f"priced in {ma['dtype']} on the GPU, {ma['casts']} cast(s) to and from fp32 left out"
+                   + (f" (over all {pred.iteration.graph.n_ranks} ranks)" if pred.iteration.graph.n_ranks > 1 else ""))
     line = precision_line(s.get("fp32_precision", {}))
     if line:
         click.echo(line + (f" (op counts over all {pred.iteration.graph.n_ranks} ranks)"
