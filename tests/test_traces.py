@@ -523,6 +523,12 @@ def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["same_device"] and s["measured_ms"] > 0 and s["predicted_ms"] > 0 and "gemm" in s["breakdown_ms"]
     assert "warnings" not in s  # traced with 1 thread, like the bundle
+    # "another CPU": the traced host time dropped, and no CPU launch model stands for it: said
+    assert cli_main(["trace", "predict", str(Path(tiny_trace["kineto"]).parent), "--device", CPU,
+                     "--bundle", str(BUNDLE), "--roofline", "--other-device", "--json"]) == 0
+    other = json.loads(capsys.readouterr().out)
+    assert not other["same_device"] and other["predicted_ms"] < s["predicted_ms"]
+    assert any("no launch model for a CPU" in w for w in other["warnings"])
 
 
 def test_thread_count_is_recorded_and_a_bundle_mismatch_is_warned(tmp_path, capsys):

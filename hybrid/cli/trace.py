@@ -289,6 +289,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         notes.append("the traces do not say what recording cost their host (recorded without `hybrid trace record` "
                      "or before it measured it), so the traced host time, inflated by the profiler, is kept as is: "
                      "re-record with `hybrid trace record`, or use --host model")
+    if it.target.device.kind == "cpu" and it.info.get("host") == "model":
+        notes.append("the traced host time was dropped and the engine has no launch model for a CPU: the prediction "
+                     "holds the ops' compute only, no per-op dispatch or Python time (keep the traced host with "
+                     "--host trace, or predict the traced CPU itself)")
     notes.append(precision_note(s.get("fp32_precision", {})))
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
