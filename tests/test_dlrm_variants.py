@@ -130,6 +130,13 @@ def test_tables_in_host_memory_must_fit_the_nodes_host_memory(capsys, tmp_path):
     code = main(["simulate", str(path)])
     err = capsys.readouterr().err
     assert code == 2 and "plan does not fit" in err and "host memory" in err
+    # over two nodes it runs, and says what each node's host memory holds of the tables
+    fits = tmp_path / "two.yaml"
+    fits.write_text(yaml.safe_dump(two.to_dict()))
+    assert main(["simulate", str(fits), "--json"]) == 0
+    hm = json.loads(capsys.readouterr().out)["host_memory"]
+    assert len(hm["per_node_bytes"]) == 2 and sum(hm["per_node_bytes"]) == pytest.approx(need)
+    assert hm["capacity_per_node_bytes"] == 512 * 2**30 and hm["usable_share"] == HOST_EMBEDDING_SHARE
 
 
 def test_multi_node_costs_collectives_on_the_nics():

@@ -77,11 +77,13 @@ BREAKDOWN_HEADERS = ["rank", "compute_us", "comm_us", "exposed_comm_us", "idle_u
 def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: str | None,
              trace_path: str | None, as_json: bool, model_ref: str | None, tracking_uri: str | None) -> None:
     """Predict one training iteration of the DLRM in CONFIG and show the per-rank breakdown."""
+    import numpy as np
+
     from hybrid.engine.costs import model_catalog
     from hybrid.engine.simulate import simulate as run
     from hybrid.engine.trace import write_chrome_trace
     from hybrid.sharding.heuristics import default_plan
-    from hybrid.sharding.memory import memory_per_rank
+    from hybrid.sharding.memory import HOST_EMBEDDING_SHARE, memory_per_rank
     from hybrid.sharding.plan import ShardingPlan
     from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, resolve_target
 
@@ -121,6 +123,12 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
                     "gpus": config.gpus, "model": model_name, "plan_source": plan_source,
                     "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
                     "samples_per_s": config.global_batch / (result.iteration_us * 1e-6)})
+    host = memory.per_rank["host_embeddings"].to_numpy() if "host_embeddings" in memory.per_rank.columns else None
+    if host is not None and host.sum() > 0:  # tables placed in host memory: what each node holds there
+        node = memory.per_rank["rank"].to_numpy() // memory.gpus_per_node
+        summary["host_memory"] = {"per_node_bytes": [float(x) for x in np.bincount(node, weights=host)],
+                                  "capacity_per_node_bytes": memory.host_capacity or None,
+                                  "usable_share": HOST_EMBEDDING_SHARE}
     if notes:
         summary["notes"] = notes
     if model_ref and "iteration_us_low" not in summary:
@@ -142,11 +150,18 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     if "iteration_us_low" in summary:
         click.echo(f"80% interval: {summary['iteration_us_low'] / 1e3:.3f} - {summary['iteration_us_high'] / 1e3:.3f} ms "
                    "(every op at the low / high end of its interval: how far the op costs can be off, not the "
-                   "schedule; published GPU runs fell inside 61% of the time, multi-node ones never, "
+                   "schedule; published GPU runs fell inside 84% of the time at a median width of 2.0x, multi-node ones 8 of 25, "
                    "experiments/dlrm_gpu)")
     if "iteration_us_e2e_low" in summary:
         click.echo(e2e_line([f"{summary['iteration_us_e2e_low'] / 1e3:.3f} - {summary['iteration_us_e2e_high'] / 1e3:.3f}"
                              " ms"], summary, "iterations"))
+    if "host_memory" in summary:
+        hm = summary["host_memory"]
+        cap = hm["capacity_per_node_bytes"]
+        click.echo("host memory (tables placed there): " + ", ".join(
+            f"node {i} {b / 2**30:.1f} GiB" for i, b in enumerate(hm["per_node_bytes"]))
+            + (f" of {cap / 2**30:.0f} GiB per node ({hm['usable_share']:.0%} usable)" if cap
+               else " (the catalog states no host memory for this system: not checked)"))
     cp = summary["critical_path"]
     click.echo("critical path: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in cp.items()))
     echo_breakdown(summary)
