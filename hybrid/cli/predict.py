@@ -186,6 +186,11 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
         t, bound = float(out["time_us"]), str(out["bound"])
         extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
                       **_interval(out, "collective")})
+        sigmoid = next((c for c in loaded.predictor.corrections if hasattr(c, "extrapolation_reason") and c.fitted),
+                       None)
+        why = sigmoid.extrapolation_reason(frame)[0] if sigmoid is not None else ""
+        if why:  # why the row is on the unseen band (or the transfer model answered)
+            extra["extrapolated"] = why
     _report({
         "system": sys_.key, "op": op, "size_bytes": spec.size_bytes, "size": format_bytes(spec.size_bytes),
         "ranks": ranks, "nodes": nodes, "model": "alpha-beta", "time_us": t,

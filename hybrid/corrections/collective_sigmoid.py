@@ -681,6 +681,47 @@ class CollectiveSigmoid(Correction):
         out[codes >= 0] = per[codes[codes >= 0]]
         return out
 
+    def extrapolation_reason(self, table: pd.DataFrame) -> list[str]:
+        """Per row, why its prediction is extrapolated ('' where it is read off a curve measured for it): the
+        system never measured, the collective never measured there, a message size beyond the measured ones, the
+        layout never measured, or measured only in settings other than the one that prices the row."""
+        if not self.fits or not len(table):
+            return [""] * len(table)
+        systems = {f.system for f in self.fits}
+        pairs = {(f.system, f.op) for f in self.fits}
+        layouts: dict[tuple[str, str, int, int], set[str]] = {}
+        for f in self.fits:
+            layouts.setdefault((f.system, f.op, f.n_ranks, f.n_nodes), set()).add(f.algorithm)
+        sysk = _group_key(table).astype(str).to_numpy()
+        ops = table["op"].astype(str).to_numpy()
+        algos = _algorithms(table)
+        ranks, nodes = col(table, "n_ranks"), col(table, "n_nodes", 1.0)
+        beyond = self.outside_sizes(table)
+        out = []
+        for i in range(len(table)):
+            s, o = sysk[i], ops[i]
+            if o not in COLLECTIVE_OPS:
+                out.append("")
+            elif s not in systems:
+                out.append(f"no log of system {s}: the transfer model prices it")
+            elif (s, o) not in pairs:
+                out.append(f"no {o} was measured on {s}: the transfer model prices it")
+            else:
+                key = (s, o, int(ranks[i]), int(nodes[i])) if np.isfinite(ranks[i]) and np.isfinite(nodes[i]) else None
+                used = self._algorithm_for(s, o, str(algos[i]))
+                measured = layouts.get(key, set()) if key is not None else set()
+                if not measured:
+                    out.append(f"{int(ranks[i])} ranks on {int(nodes[i])} node(s) were never measured for {o} on {s}: "
+                               "priced across layouts")
+                elif used not in measured:
+                    out.append(f"this layout was measured only with {', '.join(sorted(measured))}, not with {used} "
+                               "that prices the row (the fastest setting measured on the system): extrapolated")
+                elif beyond[i]:
+                    out.append("the message size is beyond the measured ones: extrapolated")
+                else:
+                    out.append("")
+        return out
+
     def extrapolated(self, table: pd.DataFrame) -> np.ndarray:
         """Per row, whether its prediction is not read off a curve measured for it: a message size far beyond the
         measured ones (:meth:`outside_sizes`, which includes a collective never measured on its system) or a layout
