@@ -369,6 +369,9 @@ def test_capacity_prefill_activations_are_named_and_capped(capsys):
     assert capped["max_batch"] == int((free - act) // (per_req + logit))
     assert capped["max_batch"] > 1.3 * whole["max_batch"]
     assert crow["kv_cache_gib"] == pytest.approx(capped["max_batch"] * per_req / GIB)
+    # what `llm infer` (one prefill pass) can run instead is said, and is what the uncapped table gives
+    assert capped["static_max_batch"] == whole["max_batch"] and "llm serve" in capped["notes"][-1]
+    assert "static_max_batch" not in whole
     # the longest context for a batch: uncapped as the closed form (every token of the context a prompt token,
     # all in one pass), longer with the cap, and never past the memory it claims to fit
     kw = {"batch": 8, "tp": 4}

@@ -347,6 +347,15 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         out["notes"] = s.deployment_notes()
         for note in out["notes"]:
             click.echo(f"warning: {note}", err=True)
+    if max_num_tokens and input_len:  # what `llm infer` (one prefill pass for the static batch) can run instead
+        whole = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, input_len=input_len,
+                            output_len=output_len, tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp)
+        if whole.max_batch < rows[0]["max_batch"]:
+            out["static_max_batch"] = whole.max_batch
+            out.setdefault("notes", []).append(
+                f"`llm infer` prefills a static batch in one pass, so it runs at most batch {whole.max_batch} here; "
+                f"{rows[0]['max_batch']} needs prompts prefilled in chunks (`llm serve --max-batched-tokens`)")
+            click.echo(f"note: {out['notes'][-1]}", err=True)
     if batch is not None:
         _positive(batch=batch)
         # with attention data parallelism a rank holds ceil(batch / tp) requests whole: the context per request
