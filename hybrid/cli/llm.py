@@ -218,9 +218,9 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     row = mem.row(0)
     out = {"model": model.name, "device": tgt.device, "memory_gib": row, "fits": bool(mem.fits[0]),
            "reason": mem.reason(0)}
-    if model.position_note(cfg.seq(model)):
-        out["notes"] = [model.position_note(cfg.seq(model))]
-        click.echo(f"warning: {out['notes'][0]}", err=True)
+    if note := model.position_note(cfg.seq(model)):
+        out["notes"] = [note]
+        click.echo(f"warning: {note}", err=True)
     if plot_path:
         from hybrid.reports.llm_plots import memory_bars
 
@@ -314,9 +314,9 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     price = priced(res, system)
     payload: dict[str, Any] = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
                                "fitting": res.attrs.get("n_fit")}
-    if model.position_note(base.seq(model)):
-        payload["notes"] = [model.position_note(base.seq(model))]
-        click.echo(f"warning: {payload['notes'][0]}", err=True)
+    if note := model.position_note(base.seq(model)):
+        payload["notes"] = [note]
+        click.echo(f"warning: {note}", err=True)
     if prices is not None:
         payload["gpu_hour_price"] = price
     if run_tokens is not None:  # the fastest mapping's run

@@ -360,12 +360,11 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         _positive(batch=batch)
         # with attention data parallelism a rank holds ceil(batch / tp) requests whole: the context per request
         # is that of those requests on one GPU with the experts' share of the weights
-        out["max_context_for_batch"] = {"batch": batch, "max_context": max_context(
+        share = input_len / (input_len + output_len) if input_len else 1.0  # of the context that is prompt
+        out["max_context_for_batch"] = mc = {"batch": batch, "prompt_share": share, "max_context": max_context(
             s.model, s.precision, s.device.mem_capacity, batch=-(-batch // tp) if attention_dp else batch,
             tp=tp, pp=pp, reserve_gib=reserve_gib, attention_dp=attention_dp, prefill_tokens=max_num_tokens,
-            prompt_share=input_len / (input_len + output_len) if input_len else 1.0)}
-        mc = out["max_context_for_batch"]
-        mc["prompt_share"] = input_len / (input_len + output_len) if input_len else 1.0
+            prompt_share=share)}
         if s.model.position_note(mc["max_context"]):
             mc["note"] = (f"the model learns {s.model.max_position_embeddings} absolute positions: it cannot run a "
                           "context past them")

@@ -77,8 +77,6 @@ BREAKDOWN_HEADERS = ["rank", "compute_us", "comm_us", "exposed_comm_us", "idle_u
 def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: str | None,
              trace_path: str | None, as_json: bool, model_ref: str | None, tracking_uri: str | None) -> None:
     """Predict one training iteration of the DLRM in CONFIG and show the per-rank breakdown."""
-    import numpy as np
-
     from hybrid.engine.costs import model_catalog
     from hybrid.engine.simulate import simulate as run
     from hybrid.engine.trace import write_chrome_trace
@@ -123,10 +121,8 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
                     "gpus": config.gpus, "model": model_name, "plan_source": plan_source,
                     "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
                     "samples_per_s": config.global_batch / (result.iteration_us * 1e-6)})
-    host = memory.per_rank["host_embeddings"].to_numpy() if "host_embeddings" in memory.per_rank.columns else None
-    if host is not None and host.sum() > 0:  # tables placed in host memory: what each node holds there
-        node = memory.per_rank["rank"].to_numpy() // memory.gpus_per_node
-        summary["host_memory"] = {"per_node_bytes": [float(x) for x in np.bincount(node, weights=host)],
+    if memory.host_per_node.sum() > 0:  # tables placed in host memory: what each node holds there
+        summary["host_memory"] = {"per_node_bytes": [float(x) for x in memory.host_per_node],
                                   "capacity_per_node_bytes": memory.host_capacity or None,
                                   "usable_share": HOST_EMBEDDING_SHARE}
     if notes:

@@ -659,6 +659,17 @@ class CollectiveSigmoid(Correction):
         link = baseline["memory_us"].to_numpy(dtype=np.float64) / LINK_BEAT_MAX
         return np.where(across & np.isfinite(link), link, 0.0)
 
+    def _layout_keys(self, table: pd.DataFrame) -> tuple[np.ndarray, list[tuple[str, str, str, int, int]]]:
+        """(code per row, its distinct key): (system, collective, the setting that prices it (:meth:`_algorithm_for`),
+        ranks, nodes), a layout not given as -1 ranks / nodes (never measured). What the layout checks look up, once
+        per distinct key rather than per row."""
+        frame = pd.DataFrame({"s": _group_key(table).astype(str).to_numpy(), "o": table["op"].astype(str).to_numpy(),
+                              "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
+        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(frame))
+        keys = [(str(s), str(o), self._algorithm_for(str(s), str(o), str(a)), int(r) if np.isfinite(r) else -1,
+                 int(n) if np.isfinite(n) else -1) for s, o, a, r, n in uniques]
+        return codes, keys
+
     def unmeasured_layouts(self, table: pd.DataFrame) -> np.ndarray:
         """Per row, whether no curve was measured at its (ranks, nodes) layout for its (system, collective) in the
         setting it is priced with (its ``algorithm``, or the fastest measured one where it names none or an
@@ -672,19 +683,16 @@ class CollectiveSigmoid(Correction):
             return out
         systems = {f.system for f in self.fits}
         measured = {(f.system, f.op, f.algorithm, f.n_ranks, f.n_nodes) for f in self.fits}
-        frame = pd.DataFrame({"s": _group_key(table).to_numpy(), "o": table["op"].astype(str).to_numpy(),
-                              "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
-        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(frame))
-        per = np.array([str(s) in systems and str(o) in COLLECTIVE_OPS and not (np.isfinite(r) and np.isfinite(n) and (
-            str(s), str(o), self._algorithm_for(str(s), str(o), str(a)), int(r), int(n)) in measured)
-            for s, o, a, r, n in uniques], dtype=bool)
+        codes, keys = self._layout_keys(table)
+        per = np.array([k[0] in systems and k[1] in COLLECTIVE_OPS and k not in measured for k in keys], dtype=bool)
         out[codes >= 0] = per[codes[codes >= 0]]
         return out
 
     def extrapolation_reason(self, table: pd.DataFrame) -> list[str]:
         """Per row, why its prediction is extrapolated ('' where it is read off a curve measured for it): the
         system never measured, the collective never measured there, a message size beyond the measured ones, the
-        layout never measured, or measured only in settings other than the one that prices the row."""
+        layout never measured, or measured only in settings other than the one that prices the row. Worked out
+        once per distinct (system, collective, setting, layout), not per row."""
         if not self.fits or not len(table):
             return [""] * len(table)
         systems = {f.system for f in self.fits}
@@ -692,35 +700,31 @@ class CollectiveSigmoid(Correction):
         layouts: dict[tuple[str, str, int, int], set[str]] = {}
         for f in self.fits:
             layouts.setdefault((f.system, f.op, f.n_ranks, f.n_nodes), set()).add(f.algorithm)
-        sysk = _group_key(table).astype(str).to_numpy()
-        ops = table["op"].astype(str).to_numpy()
-        algos = _algorithms(table)
-        ranks, nodes = col(table, "n_ranks"), col(table, "n_nodes", 1.0)
-        beyond = self.outside_sizes(table)
-        out = []
-        for i in range(len(table)):
-            s, o = sysk[i], ops[i]
+        codes, keys = self._layout_keys(table)
+
+        def why(k: tuple[str, str, str, int, int]) -> str:
+            s, o, used, r, n = k
             if o not in COLLECTIVE_OPS:
-                out.append("")
-            elif s not in systems:
-                out.append(f"no log of system {s}: the transfer model prices it")
-            elif (s, o) not in pairs:
-                out.append(f"no {o} was measured on {s}: the transfer model prices it")
-            else:
-                key = (s, o, int(ranks[i]), int(nodes[i])) if np.isfinite(ranks[i]) and np.isfinite(nodes[i]) else None
-                used = self._algorithm_for(s, o, str(algos[i]))
-                measured = layouts.get(key, set()) if key is not None else set()
-                if not measured:
-                    out.append(f"{int(ranks[i])} ranks on {int(nodes[i])} node(s) were never measured for {o} on {s}: "
-                               "priced across layouts")
-                elif used not in measured:
-                    out.append(f"this layout was measured only with {', '.join(sorted(measured))}, not with {used} "
-                               "that prices the row (the fastest setting measured on the system): extrapolated")
-                elif beyond[i]:
-                    out.append("the message size is beyond the measured ones: extrapolated")
-                else:
-                    out.append("")
-        return out
+                return ""
+            if s not in systems:
+                return f"no log of system {s}: the transfer model prices it"
+            if (s, o) not in pairs:
+                return f"no {o} was measured on {s}: the transfer model prices it"
+            measured = layouts.get((s, o, r, n), set())
+            if r < 0 or n < 0:
+                return "the row gives no ranks / nodes: no measured layout prices it"
+            if not measured:
+                return f"{r} ranks on {n} node(s) were never measured for {o} on {s}: priced across layouts"
+            if used not in measured:
+                return (f"this layout was measured only with {', '.join(sorted(measured))}, not with {used} that "
+                        "prices the row (the fastest setting measured on the system): extrapolated")
+            return ""
+
+        per = np.array([why(k) for k in keys] + [""], dtype=object)
+        out = per[np.where(codes >= 0, codes, len(keys))]
+        beyond = self.outside_sizes(table) & (out == "")
+        out[beyond] = "the message size is beyond the measured ones: extrapolated"
+        return out.tolist()
 
     def extrapolated(self, table: pd.DataFrame) -> np.ndarray:
         """Per row, whether its prediction is not read off a curve measured for it: a message size far beyond the

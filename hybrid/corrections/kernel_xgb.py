@@ -472,6 +472,17 @@ class XGBCorrection(Correction):
         return out
 
 
+def _dispatch_gaps(table: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
+    """Per row, what the dispatch fits read (:meth:`DispatchXGB.fit_dispatch`, :meth:`DispatchXGB.fit_learned_dispatch`):
+    device ``d``, framework ``f``, framework-timed ``fw``, measured - roofline ``g`` (us) and ``tiny`` (roofline
+    under :data:`DISPATCH_TINY_US`: almost pure overhead)."""
+    roof = baseline["time_us"].to_numpy(dtype=np.float64)
+    gap = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64) - roof
+    fw = table["framework"].astype(str).to_numpy() if "framework" in table.columns else np.zeros(len(table))
+    return pd.DataFrame({"d": table["device"].astype(str).to_numpy(), "f": fw, "fw": kernel_timing(table) == 0,
+                         "g": gap, "tiny": roof < DISPATCH_TINY_US})
+
+
 class DispatchXGB(XGBCorrection):
     """Kernel corrections whose reference (from feature version 4) adds the framework's per-op host dispatch
     overhead to the roofline of GPU rows timed through a framework (:func:`~hybrid.corrections.features.
@@ -543,10 +554,7 @@ class DispatchXGB(XGBCorrection):
         gpu = _gpu_rows(table, catalog)
         if not gpu.any():
             return {}
-        roof = baseline["time_us"].to_numpy(dtype=np.float64)
-        gap = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64) - roof
-        frame = pd.DataFrame({"d": table["device"].astype(str).to_numpy(), "fw": kernel_timing(table) == 0,
-                              "g": gap, "tiny": roof < DISPATCH_TINY_US})[gpu]
+        frame = _dispatch_gaps(table, baseline)[gpu]
         share = frame.groupby("d")["fw"].mean()
         eager = share.index[share >= 0.5]
         tiny = frame[frame["fw"] & frame["tiny"] & frame["d"].isin(eager)].groupby("d")["g"]
@@ -569,11 +577,7 @@ class DispatchXGB(XGBCorrection):
         rows = self._dispatched(table, catalog)
         if not rows.any():
             return 0.0
-        roof = baseline["time_us"].to_numpy(dtype=np.float64)
-        gap = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64) - roof
-        fw = table["framework"].astype(str).to_numpy() if "framework" in table.columns else np.zeros(len(table))
-        frame = pd.DataFrame({"d": table["device"].astype(str).to_numpy(), "f": fw, "g": gap,
-                              "tiny": roof < DISPATCH_TINY_US})[rows]
+        frame = _dispatch_gaps(table, baseline)[rows]
         tiny = frame[frame["tiny"]].groupby(["d", "f"])["g"]
         per = tiny.median()[tiny.size() >= DISPATCH_MIN_ROWS]
         if not len(per):

@@ -47,6 +47,14 @@ class MemoryReport:
         return bool(self.per_rank["fits"].all())
 
     @property
+    def host_per_node(self) -> np.ndarray:
+        """Bytes of embedding tables (weights and optimizer state) each node holds in host memory, node 0 first."""
+        if "host_embeddings" not in self.per_rank.columns:
+            return np.zeros(0)
+        node = self.per_rank["rank"].to_numpy() // self.gpus_per_node
+        return np.bincount(node, weights=self.per_rank["host_embeddings"].to_numpy(dtype=np.float64))
+
+    @property
     def peak(self) -> float:
         return float(self.per_rank["total"].max())
 
@@ -55,17 +63,16 @@ class MemoryReport:
         """Why the plan does not fit ("" if it does): the worst rank and what fills it."""
         if self.fits:
             return ""
-        host = self.per_rank[~self.per_rank["host_fits"]] if "host_fits" in self.per_rank.columns else self.per_rank[:0]
-        if len(host) and (self.per_rank["total"] <= self.capacity).all():
-            node = host["rank"].to_numpy() // self.gpus_per_node
-            per_node = self.per_rank.groupby(self.per_rank["rank"] // self.gpus_per_node)["host_embeddings"].sum()
-            worst = int(per_node.loc[np.unique(node)].idxmax())
-            return (f"node {worst}'s host memory would hold {format_bytes(per_node.loc[worst])} of embedding tables "
+        per_node = self.host_per_node
+        over = (per_node > HOST_EMBEDDING_SHARE * self.host_capacity if self.host_capacity > 0
+                else np.zeros(len(per_node), dtype=bool))  # host memory not stated: not checked
+        if over.any() and (self.per_rank["total"] <= self.capacity).all():
+            worst = int(np.argmax(per_node))
+            return (f"node {worst}'s host memory would hold {format_bytes(per_node[worst])} of embedding tables "
                     f"(weights and optimizer state placed there), more than {HOST_EMBEDDING_SHARE:.0%} of its "
-                    f"{format_bytes(self.host_capacity)}; {int(np.unique(node).size)} of "
-                    f"{int(self.per_rank['rank'].max()) // self.gpus_per_node + 1} node(s) do not fit: a plan that "
-                    "spreads the tables over the nodes (`hybrid shard` searches them), more nodes, smaller tables, "
-                    "or fewer tables in host memory")
+                    f"{format_bytes(self.host_capacity)}; {int(over.sum())} of {len(per_node)} node(s) do not fit: "
+                    "a plan that spreads the tables over the nodes (`hybrid shard` searches them), more nodes, "
+                    "smaller tables, or fewer tables in host memory")
         row = self.per_rank.loc[self.per_rank["total"].idxmax()]
         over = int((~self.per_rank["fits"]).sum())
         return (f"rank {int(row['rank'])} needs {format_bytes(row['total'])} > {format_bytes(self.capacity)} device "
@@ -150,17 +157,17 @@ def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | No
     reserve = np.full(R, RUNTIME_RESERVE_BYTES)
     total = (emb + emb_opt + dense + acts + comm + indices) * (1.0 + FRAGMENTATION) + reserve
     host_cap = float(system.host_mem) if system is not None else 0.0
-    gpn = int(target.gpus_per_node)
-    node = np.arange(R) // gpn
-    per_node = np.bincount(node, weights=host_emb)[node]
-    host_fits = per_node <= HOST_EMBEDDING_SHARE * host_cap if host_cap > 0 else np.ones(R, dtype=bool)
-    df = pd.DataFrame({
+    report = MemoryReport(pd.DataFrame({
         "rank": np.arange(R), "embeddings": emb, "embedding_optimizer": emb_opt, "dense": np.full(R, dense),
         "activations": acts, "comm_buffers": comm, "indices": indices, "reserve": reserve, "total": total,
-        "capacity": np.full(R, float(capacity)), "host_embeddings": host_emb, "host_fits": host_fits,
-        "fits": (total <= capacity) & host_fits,
-    })
-    return MemoryReport(df, float(capacity), host_cap, gpn)
+        "capacity": np.full(R, float(capacity)), "host_embeddings": host_emb}), float(capacity), host_cap,
+        int(target.gpus_per_node))
+    # a rank fits when its GPU holds its share and its node's host memory what the node's ranks placed there
+    node_fits = (report.host_per_node <= HOST_EMBEDDING_SHARE * host_cap if host_cap > 0
+                 else np.ones(len(report.host_per_node), dtype=bool))
+    report.per_rank["host_fits"] = node_fits[np.arange(R) // report.gpus_per_node]
+    report.per_rank["fits"] = (total <= capacity) & report.per_rank["host_fits"].to_numpy()
+    return report
 
 
 def table_placement_bytes(config: DLRMConfig, host_weights: bool = False) -> np.ndarray:

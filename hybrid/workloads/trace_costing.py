@@ -66,18 +66,26 @@ def is_same_device(traces: list[RankTrace], target: Target, catalog: Catalog) ->
     return False
 
 
-def same_device_conflict(traces: list[RankTrace], target: Target, catalog: Catalog) -> str | None:
-    """Why ``target`` cannot be the hardware the traces were recorded on (None where it can be): a CPU trace and a
-    GPU target or the reverse, or a GPU trace whose device name the catalog resolves to another device. A GPU trace
-    that names no GPU, or one the catalog does not know, may be declared the target's (``same_device=True``)."""
+def kind_conflict(traces: list[RankTrace], target: Target) -> str | None:
+    """The first rank traced on another kind of hardware than ``target`` (a CPU trace and a GPU target or the
+    reverse), said in words; None where every rank's is the target's kind (the meta device has no kind)."""
     kinds = {"cpu": "a CPU", "cuda": "a GPU"}
     for t in traces:
-        if t.device not in kinds:
-            continue  # the meta device: refused on its own by build_trace_graph
-        want = "cpu" if t.device == "cpu" else "gpu"
-        if target.device.kind != want:
+        if t.device in kinds and target.device.kind != ("cpu" if t.device == "cpu" else "gpu"):
             return (f"rank {t.rank} was traced on {kinds[t.device]} and the target {target.device.key} is "
                     f"{'a CPU' if target.device.kind == 'cpu' else 'a GPU'}")
+    return None
+
+
+def same_device_conflict(traces: list[RankTrace], target: Target, catalog: Catalog) -> str | None:
+    """Why ``target`` cannot be the hardware the traces were recorded on (None where it can be): a CPU trace and a
+    GPU target or the reverse (:func:`kind_conflict`), or a GPU trace whose device name the catalog resolves to
+    another device. A GPU trace that names no GPU, or one the catalog does not know, may be declared the target's
+    (``same_device=True``)."""
+    kind = kind_conflict(traces, target)
+    if kind:
+        return kind
+    for t in traces:
         key = traced_gpu(t, catalog) if t.device == "cuda" else None
         if key is not None and key != target.device.key:
             return f"rank {t.rank} was traced on {key} ({t.device_name}), not on the target {target.device.key}"

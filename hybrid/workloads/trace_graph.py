@@ -47,6 +47,7 @@ from hybrid.workloads.trace_costing import (
     HostCosting,
     TracePrediction,
     is_same_device,
+    kind_conflict,
     measured_durations,
     predict_trace,
     same_device_conflict,
@@ -391,15 +392,10 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
         if conflict:
             raise InvalidInputError(f"--same-device (same_device=True) cannot hold: {conflict}; the target would "
                                     "be priced with the traced times (use --other-device, or let the traces decide)")
-    if host == "trace":  # the traced host time as the target's: only meaningful on the same kind of hardware
-        want = "cpu" if tgt.device.kind == "cpu" else "cuda"
-        other = [t for t in traces if t.device in ("cpu", "cuda") and t.device != want]
-        if other:
-            raise InvalidInputError(
-                f"--host trace keeps the traced host time, but rank {other[0].rank} was traced on "
-                f"{'a CPU' if other[0].device == 'cpu' else 'a GPU'} and the target {tgt.device.key} is "
-                f"{'a CPU' if want == 'cpu' else 'a GPU'}: a CPU trace's op times are its compute, not the launches "
-                "of a GPU step (use --host model, the default there)")
+    kind = kind_conflict(traces, tgt) if host == "trace" else None
+    if kind:  # the traced host time as the target's: only meaningful on the same kind of hardware
+        raise InvalidInputError(f"--host trace keeps the traced host time, but {kind}: a CPU trace's op times are "
+                                "its compute, not the launches of a GPU step (use --host model, the default there)")
     costing, host = HostCosting.resolve(traces, same, host, host_scale)
     if same and any(t.device == "meta" for t in traces):
         raise InvalidInputError("a trace recorded on the meta device has no hardware to compare with: predict a real "

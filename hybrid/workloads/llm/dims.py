@@ -40,8 +40,9 @@ def context_note(model: TransformerConfig, tokens: int | float) -> str:
     """A warning when a context is longer than the model was built for ('' otherwise). Not refused: rotary
     models run past it (vendor tables do, e.g. GPT-J at 4096 tokens), at the cost of quality, not speed; a learned
     absolute position table cannot (:meth:`TransformerConfig.position_note`, the note training gives too)."""
-    if model.position_note(tokens):
-        return model.position_note(tokens)
+    learned = model.position_note(tokens)
+    if learned:
+        return learned
     limit = model.max_position_embeddings or 0
     if limit and tokens > limit:
         return f"a context of {int(tokens)} tokens exceeds the {limit} positions {model.name} was built for"
