@@ -106,6 +106,8 @@ class Catalog:
                 dev_entries[key] = {**dev_entries.get(key, {}), **entry}
             for key, entry in raw.get("systems", {}).items():
                 check_entry_fields(f"catalog file {p}: system", key, entry, SYSTEM_FIELDS)
+                if "host_mem_gib" in entry:  # the file's own figure: its source, borrowed by none unless it says
+                    entry = {"host_mem_source": f"catalog file {p}", "host_mem_borrowed_by": [], **entry}
                 sys_entries[key] = {**sys_entries.get(key, {}), **entry}
         devices = {k: Device.from_entry(k, v) for k, v in dev_entries.items()}
         systems = {k: System.from_entry(k, v) for k, v in sys_entries.items()}

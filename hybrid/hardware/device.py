@@ -225,7 +225,7 @@ SYSTEM_REQUIRED = ("device", "gpus_per_node", "intra_node_gbps", "source")
 #: Every field a system entry may have.
 SYSTEM_FIELDS = frozenset({*SYSTEM_REQUIRED, "intra_fabric", "inter_node_gbps", "inter_fabric", "intra_latency_us",
                            "inter_latency_us", "max_nodes", "aliases", "notes", "measured_links", "nvls", "key",
-                           "host_mem_gib"})
+                           "host_mem_gib", "host_mem_source", "host_mem_borrowed_by"})
 
 
 def check_entry_fields(what: str, key: str, entry: dict[str, Any], known: frozenset[str]) -> None:
@@ -269,12 +269,34 @@ class System:
     nvls: bool | None = None
     #: host (CPU) memory per node, bytes (datasheet ``host_mem_gib``); 0 = not stated (nothing checks it)
     host_mem: float = 0.0
+    #: what states ``host_mem`` (``host_mem_source``, e.g. "DGX H100 datasheet: 2 TB DDR5"; a catalog file that
+    #: sets ``host_mem_gib`` without one: "catalog file PATH")
+    host_mem_source: str = ""
+    #: names of this entry (its key or aliases) that ``host_mem_source`` does not describe, ``host_mem_borrowed_by``:
+    #: HGX baseboards ship in OEM servers whose host memory varies, so for them the figure is borrowed from the DGX
+    host_mem_borrowed_by: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def single_node(self) -> bool:
         """One node and no network between nodes in the catalog: a job cannot span several of them."""
         return self.max_nodes <= 1 and self.inter_bw <= 0
+
+    def host_mem_origin(self, name: str | None = None) -> tuple[str, str]:
+        """Where ``host_mem`` comes from for this system as named ``name`` (default: its key): ``(kind, note)``,
+        kind ``"stated"`` (the source describes this very system: its datasheet, or a catalog file),
+        ``"borrowed"`` (a name in ``host_mem_borrowed_by``: another system's figure, an assumption) or
+        ``"unstated"`` (no host memory in the catalog: nothing checks it)."""
+        from hybrid.hardware.catalog import normalize_name
+
+        if self.host_mem <= 0:
+            return "unstated", f"the catalog states no host memory for {self.key}: not checked"
+        source = self.host_mem_source or f"catalog entry {self.key}"
+        named = normalize_name(name if name is not None else self.key)
+        if named in {normalize_name(n) for n in self.host_mem_borrowed_by}:
+            return "borrowed", (f"assumed, borrowed from the {source}; {name or self.key} servers come from several "
+                                "vendors and their host memory varies: give yours with --host-mem-gib")
+        return "stated", source
 
     def check_layout(self, ranks: int, nodes: int, generic: bool = False) -> None:
         """A collective's ``ranks`` over ``nodes`` must fit this system: at most ``gpus_per_node`` ranks per
@@ -306,6 +328,18 @@ class System:
         measured = tuple(str(x) for x in entry.get("measured_links", ()))
         if set(measured) - {"intra", "inter"}:
             raise InvalidInputError(f"system {key!r}: measured_links may name 'intra' and 'inter', got {list(measured)}")
+        host_mem = _nonneg(key, "host_mem_gib", entry.get("host_mem_gib", 0.0)) * 2**30
+        borrowed = tuple(str(a) for a in entry.get("host_mem_borrowed_by", ()))
+        if borrowed:
+            from hybrid.hardware.catalog import normalize_name
+
+            names = {normalize_name(n) for n in (key, *entry.get("aliases", ()))}
+            strangers = [b for b in borrowed if normalize_name(b) not in names]
+            if strangers or host_mem <= 0:
+                raise InvalidInputError(
+                    f"system {key!r}: host_mem_borrowed_by names the entry's own names (key or aliases) that borrow "
+                    f"its host_mem_gib; got {strangers or list(borrowed)}"
+                    + ("" if host_mem > 0 else " without host_mem_gib"))
         return cls(
             key=key,
             device=str(entry["device"]),
@@ -322,7 +356,9 @@ class System:
             notes=str(entry.get("notes", "")),
             measured_links=measured,
             nvls=_optional_bool(key, "nvls", entry.get("nvls")),
-            host_mem=_nonneg(key, "host_mem_gib", entry.get("host_mem_gib", 0.0)) * 2**30,
+            host_mem=host_mem,
+            host_mem_source=str(entry.get("host_mem_source", "")),
+            host_mem_borrowed_by=borrowed,
         )
 
     def to_entry(self) -> dict[str, Any]:
@@ -343,6 +379,8 @@ class System:
             **({"measured_links": list(self.measured_links)} if self.measured_links else {}),
             **({"nvls": self.nvls} if self.nvls is not None else {}),
             **({"host_mem_gib": self.host_mem / 2**30} if self.host_mem > 0 else {}),
+            **({"host_mem_source": self.host_mem_source} if self.host_mem_source else {}),
+            **({"host_mem_borrowed_by": list(self.host_mem_borrowed_by)} if self.host_mem_borrowed_by else {}),
         }
 
 
