@@ -8,11 +8,14 @@ activations kept for backward, all-to-all send/receive buffers, lookup indices, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from hybrid.errors import InvalidInputError
 from hybrid.sharding.plan import ShardingPlan
 from hybrid.units import format_bytes
 from hybrid.workloads.dlrm import DLRMConfig
@@ -41,6 +44,10 @@ class MemoryReport:
     #: host memory per node (bytes; 0 = not stated by the catalog: host placements unchecked) and GPUs per node
     host_capacity: float = 0.0
     gpus_per_node: int = 8
+    #: where ``host_capacity`` comes from (:meth:`hybrid.hardware.device.System.host_mem_origin`, or
+    #: ``"override"``): kind ``stated`` / ``borrowed`` / ``override`` / ``unstated``, and a note saying which source
+    host_source: str = "unstated"
+    host_source_note: str = ""
 
     @property
     def fits(self) -> bool:
@@ -70,7 +77,8 @@ class MemoryReport:
             worst = int(np.argmax(per_node))
             return (f"node {worst}'s host memory would hold {format_bytes(per_node[worst])} of embedding tables "
                     f"(weights and optimizer state placed there), more than {HOST_EMBEDDING_SHARE:.0%} of its "
-                    f"{format_bytes(self.host_capacity)}; {int(over.sum())} of {len(per_node)} node(s) do not fit: "
+                    f"{format_bytes(self.host_capacity)} (source: {self.host_source_note}); {int(over.sum())} of "
+                    f"{len(per_node)} node(s) do not fit: "
                     "a plan that spreads the tables over the nodes (`hybrid shard` searches them), more nodes, "
                     "smaller tables, or fewer tables in host memory")
         row = self.per_rank.loc[self.per_rank["total"].idxmax()]
@@ -79,6 +87,23 @@ class MemoryReport:
                 f"memory (embeddings {format_bytes(row['embeddings'])} + optimizer state "
                 f"{format_bytes(row['embedding_optimizer'])} + activations {format_bytes(row['activations'])}); "
                 f"{over} of {len(self.per_rank)} ranks do not fit")
+
+    def host_memory_summary(self) -> dict[str, Any] | None:
+        """What each node's host memory holds of the tables placed there and the check of it (None when no table
+        is in host memory): bytes per node, the node's host memory and the share of it the tables may take
+        (``usable_per_node_bytes`` = :data:`HOST_EMBEDDING_SHARE` x capacity; both None when unstated: not
+        checked), whether each node fits, and where the capacity figure comes from (``source``, ``source_note``).
+        The one presentation ``hybrid simulate`` and ``hybrid shard`` give."""
+        per_node = self.host_per_node
+        if not per_node.sum() > 0:
+            return None
+        cap = self.host_capacity if self.host_capacity > 0 else None
+        usable = HOST_EMBEDDING_SHARE * cap if cap else None
+        fits = [bool(usable is None or b <= usable) for b in per_node]
+        return {"per_node_bytes": [float(x) for x in per_node], "capacity_per_node_bytes": cap,
+                "usable_share": HOST_EMBEDDING_SHARE, "usable_per_node_bytes": usable, "checked": cap is not None,
+                "fits_per_node": fits, "fits": all(fits), "source": self.host_source,
+                "source_note": self.host_source_note}
 
     def to_dict(self) -> dict:
         return {"fits": self.fits, "capacity": self.capacity, "host_capacity_per_node": self.host_capacity,
@@ -121,8 +146,28 @@ def fixed_rank_bytes(config: DLRMConfig) -> float:
     return dense + acts + RUNTIME_RESERVE_BYTES
 
 
-def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | None = None) -> MemoryReport:
-    """Memory of every rank under ``plan``; ``capacity`` (bytes) defaults to the config system's device."""
+def check_host_mem(value: Any, option: str = "host_mem_per_node") -> float:
+    """A host memory per node given by a user (``option`` names it in the error): a finite number > 0, else
+    :class:`InvalidInputError`."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if isinstance(value, bool) or not (math.isfinite(v) and v > 0):
+        raise InvalidInputError(f"{option} must be a finite number > 0 (host memory per node), got {value!r}")
+    return v
+
+
+def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | None = None, *,
+                    host_mem_per_node: float | None = None) -> MemoryReport:
+    """Memory of every rank under ``plan``; ``capacity`` (bytes) defaults to the config system's device.
+
+    Tables placed in host memory must fit :data:`HOST_EMBEDDING_SHARE` of their node's host memory: the catalog's
+    figure for the config's system as named (:meth:`hybrid.hardware.device.System.host_mem_origin`: a datasheet,
+    or borrowed from another system's), or ``host_mem_per_node`` bytes where given (a user override, finite > 0;
+    ``hybrid simulate/shard --host-mem-gib``)."""
+    if host_mem_per_node is not None:
+        host_mem_per_node = check_host_mem(host_mem_per_node)
     from hybrid.hardware.catalog import default_catalog
     from hybrid.workloads.dlrm_graph import comm_volumes, place_pieces, resolve_target, shard_pieces
 
@@ -156,12 +201,19 @@ def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | No
         capacity = device.mem_capacity
     reserve = np.full(R, RUNTIME_RESERVE_BYTES)
     total = (emb + emb_opt + dense + acts + comm + indices) * (1.0 + FRAGMENTATION) + reserve
-    host_cap = float(system.host_mem) if system is not None else 0.0
+    if host_mem_per_node is not None:
+        host_cap, source, note = host_mem_per_node, "override", "user override, --host-mem-gib"
+    elif system is not None:
+        host_cap = float(system.host_mem)
+        source, note = system.host_mem_origin(config.system)
+    else:
+        host_cap, source = 0.0, "unstated"
+        note = f"{target.system} is a device, not a catalog system: its host memory is not stated, not checked"
     report = MemoryReport(pd.DataFrame({
         "rank": np.arange(R), "embeddings": emb, "embedding_optimizer": emb_opt, "dense": np.full(R, dense),
         "activations": acts, "comm_buffers": comm, "indices": indices, "reserve": reserve, "total": total,
         "capacity": np.full(R, float(capacity)), "host_embeddings": host_emb}), float(capacity), host_cap,
-        int(target.gpus_per_node))
+        int(target.gpus_per_node), source, note)
     # a rank fits when its GPU holds its share and its node's host memory what the node's ranks placed there
     node_fits = (report.host_per_node <= HOST_EMBEDDING_SHARE * host_cap if host_cap > 0
                  else np.ones(len(report.host_per_node), dtype=bool))

@@ -33,6 +33,7 @@ from hybrid.sharding.heuristics import BASELINES
 from hybrid.sharding.memory import (
     FRAGMENTATION,
     MemoryReport,
+    check_host_mem,
     memory_per_rank,
     optimizer_multiplier,
     tablewise_budget,
@@ -544,6 +545,9 @@ class PlanEvaluation:
             "peak_memory_bytes": self.memory.peak,
             "memory_per_rank_bytes": [float(x) for x in self.memory.per_rank["total"]],
         }
+        host_memory = self.memory.host_memory_summary()
+        if host_memory is not None:  # tables placed in host memory: what each node holds there, and the check
+            out["host_memory"] = host_memory
         if self.sim is not None:
             out["breakdown"] = self.sim.summary()["ranks"]
             out["critical_path"] = self.sim.critical_path_summary()
@@ -605,13 +609,14 @@ class SearchResult:
 
 def evaluate_plan(config: DLRMConfig, plan: ShardingPlan, model: OpCostModel | None = None, *,
                   overheads: Overheads | None = None, capacity: float | None = None, name: str = "plan",
-                  estimate_us: float = float("nan")) -> PlanEvaluation:
-    """Memory check, then (if it fits) a full simulation of one iteration under ``plan``."""
+                  estimate_us: float = float("nan"), host_mem_per_node: float | None = None) -> PlanEvaluation:
+    """Memory check, then (if it fits) a full simulation of one iteration under ``plan``; ``host_mem_per_node``
+    (bytes) overrides the catalog's host memory per node in the check (:func:`memory_per_rank`)."""
     model = model if model is not None else default_cost_model()
     catalog = model_catalog(model)
     if capacity is None:
         capacity = resolve_target(config.system, catalog).device.mem_capacity
-    memory = memory_per_rank(config, plan, capacity)
+    memory = memory_per_rank(config, plan, capacity, host_mem_per_node=host_mem_per_node)
     ev = PlanEvaluation(name, plan, estimate_us, memory)
     if memory.fits:
         it = build_dlrm_graph(config, plan, catalog)
@@ -678,12 +683,16 @@ def search_plans(
     search_seeds: int = 2,
     progress: bool = False,
     host_memory: float | None = None,
+    host_mem_per_node: float | None = None,
 ) -> SearchResult:
     """Build plans with each strategy, rank them by simulated iteration time (fitting plans first).
 
     Before any work, the search's own host memory is estimated (:func:`estimate_search_bytes`) and checked
     against ``host_memory`` bytes (default: what this machine has available, ``/proc/meminfo``; ``math.inf``
     skips the check): :class:`InvalidInputError` naming the cheaper strategies when it would not fit.
+    ``host_mem_per_node`` is another thing: the host memory (bytes) of a node of the *simulated* system, which
+    the tables placed there (``embedding_placement`` host/auto) must fit, instead of the catalog's figure
+    (:func:`hybrid.sharding.memory.memory_per_rank`).
 
     ``greedy`` is the predicted-cost greedy placement; ``search`` runs local search from it and from every
     baseline plan and simulates the ``simulate_top`` best estimates. Baselines are simulated as they are.
@@ -700,6 +709,8 @@ def search_plans(
         raise InvalidInputError(f"the search time budget must be a finite number of seconds >= 0, got {time_budget_s}")
     from hybrid.hardware.cpu import available_memory_bytes
 
+    if host_mem_per_node is not None:
+        host_mem_per_node = check_host_mem(host_mem_per_node)
     check_search_size(config.gpus, strategies, available_memory_bytes() if host_memory is None else host_memory)
     model = model if model is not None else default_cost_model()
     catalog = model_catalog(model)
@@ -757,7 +768,7 @@ def search_plans(
     stages.update()
     stages.close()
     evaluations = [evaluate_plan(config, plan, model, overheads=overheads, capacity=capacity, name=name,
-                                 estimate_us=obj)
+                                 estimate_us=obj, host_mem_per_node=host_mem_per_node)
                    for name, plan, obj in tqdm(candidates, desc="simulate plans", unit="plan", disable=not progress,
                                                leave=False)]
     for name, msg in errors.items():
