@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 
 from hybrid.cli.output import echo_json, echo_table, roofline_note
-from hybrid.cli.simulate import echo_breakdown, load_config, load_cost_model, model_options
+from hybrid.cli.simulate import (
+    echo_breakdown,
+    host_mem_bytes,
+    host_mem_option,
+    host_memory_line,
+    load_config,
+    load_cost_model,
+    model_options,
+)
 
 
 @click.command("shard")
@@ -21,11 +29,12 @@ from hybrid.cli.simulate import echo_breakdown, load_config, load_cost_model, mo
               help="Seed of the random baseline (a non-negative integer).")
 @click.option("--output", "output", type=click.Path(dir_okay=False), default=None,
               help="Write the best plan here (YAML or JSON by extension).")
+@host_mem_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @model_options
 def shard(config_path: str, gpus: int | None, system: str | None, top: int, strategies: tuple[str, ...],
-          time_budget: float, seed: int, output: str | None, as_json: bool, model_ref: str | None,
-          tracking_uri: str | None) -> None:
+          time_budget: float, seed: int, output: str | None, host_mem_gib: float | None, as_json: bool,
+          model_ref: str | None, tracking_uri: str | None) -> None:
     """Search embedding sharding plans for the DLRM in CONFIG; show the fastest, with per-rank breakdown."""
     from hybrid.errors import InvalidInputError
     from hybrid.hardware.cpu import available_memory_bytes
@@ -39,6 +48,7 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
         raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")
     if gpus is not None and gpus <= 0:
         raise InvalidInputError(f"--gpus must be positive, got {gpus}")
+    host_mem = host_mem_bytes(host_mem_gib)
     if output:
         check_document_path(output)  # before the search, not after it
     config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
@@ -56,15 +66,17 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
         click.echo(f"searching sharding plans for {config.gpus} ranks ({', '.join(names or STRATEGIES)}; local "
                    f"search budget {time_budget:g} s; about {need / 2**30:,.2f} GiB) ...", err=True)
     result = search_plans(config, model, strategies=names or None, time_budget_s=time_budget, seed=seed,
-                          progress=not as_json)
+                          progress=not as_json, host_mem_per_node=host_mem)
     best = result.best
     if output:
         best.plan.save(output)
     shown = result.evaluations[:top]
+    host_memory = best.memory.host_memory_summary()  # the best plan's tables in host memory (each plan: --json)
     if as_json:
         echo_json({"config": config.name, "gpus": config.gpus, "system": config.system, "model": model_name,
                    "seconds": round(result.seconds, 3), "best": best.name, "best_plan_file": output,
                    "overlapping_best": result.info.get("overlapping_best", []), **({"notes": notes} if notes else {}),
+                   **({"host_memory": host_memory} if host_memory is not None else {}),
                    "plans": [e.to_dict(with_plan=i == 0 or e is best) for i, e in enumerate(shown)]})
         return
     click.echo(f"{config.name}: {config.num_tables} tables on {config.gpus} x {config.system}, model {model_name}; "
@@ -87,6 +99,8 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
                    "rank them apart with confidence (measure them)")
     click.echo(f"\nbest: {best.name} - per-rank breakdown")
     echo_breakdown(best.sim.summary())
+    if host_memory is not None:
+        click.echo(host_memory_line(host_memory))
     if output:
         click.echo(f"best plan written to {output}")
     roofline_note(model_name)

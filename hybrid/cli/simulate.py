@@ -64,6 +64,33 @@ def echo_breakdown(summary: dict[str, Any], limit: int = 16) -> None:
 BREAKDOWN_HEADERS = ["rank", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "host_us", "wait_us"]
 
 
+def host_mem_option(fn):
+    """``--host-mem-gib``: the host memory per node the check of tables placed there uses, instead of the catalog's."""
+    return click.option("--host-mem-gib", "host_mem_gib", type=float, default=None,
+                        help="Host (CPU) memory per node in GiB for the check of embedding tables placed there "
+                             "(embedding_placement host/auto), instead of the catalog's figure (a DGX datasheet; "
+                             "HGX servers borrow it).")(fn)
+
+
+def host_mem_bytes(host_mem_gib: float | None) -> float | None:
+    """``--host-mem-gib`` in bytes (None: the catalog's), checked: a finite number > 0."""
+    from hybrid.sharding.memory import check_host_mem
+
+    return None if host_mem_gib is None else check_host_mem(host_mem_gib, "--host-mem-gib") * 2**30
+
+
+def host_memory_line(hm: dict[str, Any]) -> str:
+    """One line of a :meth:`~hybrid.sharding.memory.MemoryReport.host_memory_summary`: what each node holds of the
+    tables in host memory, against what share of how much, and where that figure comes from."""
+    nodes = ", ".join(f"node {i} {b / 2**30:.1f} GiB" + ("" if ok else " (does not fit)")
+                      for i, (b, ok) in enumerate(zip(hm["per_node_bytes"], hm["fits_per_node"], strict=True)))
+    cap = hm["capacity_per_node_bytes"]
+    if not cap:
+        return f"host memory (tables placed there): {nodes} ({hm['source_note']})"
+    return (f"host memory (tables placed there): {nodes} of {cap / 2**30:.0f} GiB per node "
+            f"({hm['usable_share']:.0%} usable; source: {hm['source_note']})")
+
+
 @click.command("simulate")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
@@ -72,19 +99,22 @@ BREAKDOWN_HEADERS = ["rank", "compute_us", "comm_us", "exposed_comm_us", "idle_u
 @click.option("--system", default=None, help="Override the config's system (catalog system or device).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Write the timeline as Chrome trace JSON (open in Perfetto or chrome://tracing).")
+@host_mem_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @model_options
 def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: str | None,
-             trace_path: str | None, as_json: bool, model_ref: str | None, tracking_uri: str | None) -> None:
+             trace_path: str | None, host_mem_gib: float | None, as_json: bool, model_ref: str | None,
+             tracking_uri: str | None) -> None:
     """Predict one training iteration of the DLRM in CONFIG and show the per-rank breakdown."""
     from hybrid.engine.costs import model_catalog
     from hybrid.engine.simulate import simulate as run
     from hybrid.engine.trace import write_chrome_trace
     from hybrid.sharding.heuristics import default_plan
-    from hybrid.sharding.memory import HOST_EMBEDDING_SHARE, memory_per_rank
+    from hybrid.sharding.memory import memory_per_rank
     from hybrid.sharding.plan import ShardingPlan
     from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, resolve_target
 
+    host_mem = host_mem_bytes(host_mem_gib)  # checked before anything is read or written
     config = load_config(config_path, system=system, drop_plan=bool(plan_path))
     notes = []
     if gpus is not None and gpus != config.gpus:
@@ -106,7 +136,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
         plan, plan_source = config.plan, "config"
     else:
         plan, plan_source = default_plan(config.with_(plan=None), capacity), "size_lookup_greedy (default)"
-    memory = memory_per_rank(config.with_(plan=None), plan, capacity)
+    memory = memory_per_rank(config.with_(plan=None), plan, capacity, host_mem_per_node=host_mem)
     from hybrid.errors import InvalidInputError
 
     if not memory.fits:
@@ -121,10 +151,9 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
                     "gpus": config.gpus, "model": model_name, "plan_source": plan_source,
                     "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
                     "samples_per_s": config.global_batch / (result.iteration_us * 1e-6)})
-    if memory.host_per_node.sum() > 0:  # tables placed in host memory: what each node holds there
-        summary["host_memory"] = {"per_node_bytes": [float(x) for x in memory.host_per_node],
-                                  "capacity_per_node_bytes": memory.host_capacity or None,
-                                  "usable_share": HOST_EMBEDDING_SHARE}
+    host_memory = memory.host_memory_summary()  # tables placed in host memory: what each node holds there
+    if host_memory is not None:
+        summary["host_memory"] = host_memory
     if notes:
         summary["notes"] = notes
     if model_ref and "iteration_us_low" not in summary:
@@ -152,12 +181,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
         click.echo(e2e_line([f"{summary['iteration_us_e2e_low'] / 1e3:.3f} - {summary['iteration_us_e2e_high'] / 1e3:.3f}"
                              " ms"], summary, "iterations"))
     if "host_memory" in summary:
-        hm = summary["host_memory"]
-        cap = hm["capacity_per_node_bytes"]
-        click.echo("host memory (tables placed there): " + ", ".join(
-            f"node {i} {b / 2**30:.1f} GiB" for i, b in enumerate(hm["per_node_bytes"]))
-            + (f" of {cap / 2**30:.0f} GiB per node ({hm['usable_share']:.0%} usable)" if cap
-               else " (the catalog states no host memory for this system: not checked)"))
+        click.echo(host_memory_line(summary["host_memory"]))
     cp = summary["critical_path"]
     click.echo("critical path: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in cp.items()))
     echo_breakdown(summary)
