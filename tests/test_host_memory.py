@@ -110,6 +110,11 @@ def test_simulate_host_mem_gib_override_changes_the_verdict(tmp_path, capsys):
     assert main(["simulate", path, "--host-mem-gib", "600", "--json"]) == 0
     hm = json.loads(capsys.readouterr().out)["host_memory"]
     assert hm["fits"] and hm["capacity_per_node_bytes"] == 600 * GIB and hm["source"] == "override"
+    # a config with no table in host memory checks nothing against the override, and says so
+    hbm = _write(TWO_NODES.with_(name="hbm", embedding_placement="hbm"), tmp_path)
+    assert main(["simulate", hbm, "--host-mem-gib", "64", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "host_memory" not in out and any("--host-mem-gib checked nothing" in n for n in out["notes"])
 
 
 def test_shard_json_shows_host_memory_and_flags_an_overflow(tmp_path, capsys):

@@ -6,6 +6,7 @@ import click
 
 from hybrid.cli.output import echo_json, echo_table, roofline_note
 from hybrid.cli.simulate import (
+    HOST_MEM_UNUSED_NOTE,
     echo_breakdown,
     host_mem_bytes,
     host_mem_option,
@@ -72,6 +73,9 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
         best.plan.save(output)
     shown = result.evaluations[:top]
     host_memory = best.memory.host_memory_summary()  # the best plan's tables in host memory (each plan: --json)
+    if host_memory is None and host_mem is not None:
+        click.echo(f"note: {HOST_MEM_UNUSED_NOTE}", err=True)
+        notes.append(HOST_MEM_UNUSED_NOTE)
     if as_json:
         echo_json({"config": config.name, "gpus": config.gpus, "system": config.system, "model": model_name,
                    "seconds": round(result.seconds, 3), "best": best.name, "best_plan_file": output,

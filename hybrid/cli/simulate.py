@@ -79,6 +79,11 @@ def host_mem_bytes(host_mem_gib: float | None) -> float | None:
     return None if host_mem_gib is None else check_host_mem(host_mem_gib, "--host-mem-gib") * 2**30
 
 
+#: What a run given --host-mem-gib says when no table went to host memory (the figure checked nothing).
+HOST_MEM_UNUSED_NOTE = ("--host-mem-gib checked nothing: no table is placed in host memory (embedding_placement hbm, "
+                        "or every table fits the GPUs)")
+
+
 def host_memory_line(hm: dict[str, Any]) -> str:
     """One line of a :meth:`~hybrid.sharding.memory.MemoryReport.host_memory_summary`: what each node holds of the
     tables in host memory, against what share of how much, and where that figure comes from."""
@@ -154,6 +159,9 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     host_memory = memory.host_memory_summary()  # tables placed in host memory: what each node holds there
     if host_memory is not None:
         summary["host_memory"] = host_memory
+    elif host_mem is not None:
+        click.echo(f"note: {HOST_MEM_UNUSED_NOTE}", err=True)
+        notes.append(HOST_MEM_UNUSED_NOTE)
     if notes:
         summary["notes"] = notes
     if model_ref and "iteration_us_low" not in summary:
