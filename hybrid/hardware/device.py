@@ -269,7 +269,7 @@ class System:
     nvls: bool | None = None
     #: host (CPU) memory per node, bytes (datasheet ``host_mem_gib``); 0 = not stated (nothing checks it)
     host_mem: float = 0.0
-    #: what states ``host_mem`` (``host_mem_source``, e.g. "DGX H100 datasheet: 2 TB DDR5"; a catalog file that
+    #: what states ``host_mem`` (``host_mem_source``, e.g. "DGX H100 datasheet (2 TB DDR5)"; a catalog file that
     #: sets ``host_mem_gib`` without one: "catalog file PATH")
     host_mem_source: str = ""
     #: names of this entry (its key or aliases) that ``host_mem_source`` does not describe, ``host_mem_borrowed_by``:
