@@ -148,3 +148,12 @@ def test_bad_host_mem_gib_is_refused_before_anything_is_written(value, tmp_path,
         assert main([*cmd, f"--host-mem-gib={value}"]) == 2
         err = capsys.readouterr().err
         assert "--host-mem-gib must be a finite number > 0" in err and not out.exists()
+
+
+@pytest.mark.parametrize(("name", "kind"), [("HGX H100", "borrowed"), ("DGX H100", "stated"), ("Polaris", "unstated")])
+def test_devices_show_names_host_memory_origin_of_the_name_typed(name: str, kind: str, capsys) -> None:
+    assert main(["devices", "show", name, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["host_mem_origin"]["kind"] == kind
+    assert main(["devices", "show", name]) == 0
+    text = capsys.readouterr().out
+    assert f"kind={kind}" in text and all(": " in line for line in text.splitlines())

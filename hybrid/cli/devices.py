@@ -54,6 +54,8 @@ def show(name: str, as_json: bool) -> None:
         from hybrid.hardware.device import nvls_capable
 
         entry["nvls_all_reduce"] = nvls_capable(cat.systems[key], cat.system_device(key, missing_ok=True))
+        kind, note = cat.systems[key].host_mem_origin(name)  # as named: an HGX name borrows the DGX's figure
+        entry["host_mem_origin"] = {"kind": kind, "note": note}
     if not key and not entry.get("l2_bw_gbps"):  # not published: the estimate the cost models use
         entry["l2_bw_gbps_estimated"] = round(cat.device(name).l2_bandwidth() / 1e9, 1)
     same_arch = [] if key else cat.arch_alternatives(name)
@@ -69,9 +71,10 @@ def show(name: str, as_json: bool) -> None:
     if as_json:
         echo_json(entry)
         return
+    width = max(map(len, entry))
     for k, v in entry.items():
         if isinstance(v, dict):
-            v = ", ".join(f"{dk}={dv:g}" for dk, dv in v.items())
+            v = ", ".join(f"{dk}={dv:g}" if isinstance(dv, (int, float)) else f"{dk}={dv}" for dk, dv in v.items())
         elif isinstance(v, list):
             v = ", ".join(map(str, v))
-        click.echo(f"{k:>18}: {v}")
+        click.echo(f"{k:>{width}}: {v}")
