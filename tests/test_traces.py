@@ -511,6 +511,41 @@ def test_an_absurd_event_duration_is_refused_by_name(tiny_trace, tmp_path, capsy
         assert "a corrupted 'dur'" in capsys.readouterr().err
 
 
+def test_an_op_sticking_out_of_its_enclosing_op_is_refused_by_name(tiny_trace, tmp_path, capsys):
+    """A corrupted ``dur`` under the day and the enclosing op's length went through: an ``aten::linear`` truncated
+    so that its ``aten::addmm`` ends after it, or an ``aten::addmm`` longer than its ``aten::linear``. The child
+    stuck out of its parent, and the ops after it on its thread became its children (swallowed, never costed).
+    Refused naming both ops, the thread and the times; ``trace import -o`` writes nothing. An overrun within timer
+    rounding (1 us) is still read."""
+    doc = json.loads(Path(tiny_trace["kineto"]).read_text())
+    ev = doc["traceEvents"]
+    lin = next(i for i, e in enumerate(ev) if e.get("name") == "aten::linear")
+    kid = next(i for i, e in enumerate(ev) if e.get("name") == "aten::addmm" and e["tid"] == ev[lin]["tid"]
+               and ev[lin]["ts"] <= e["ts"] < ev[lin]["ts"] + ev[lin]["dur"])
+    p, c = ev[lin], ev[kid]
+    assert c["dur"] > 8 and p["ts"] + p["dur"] >= c["ts"] + c["dur"]  # as recorded: nested
+    truncated = c["ts"] - p["ts"] + c["dur"] / 2  # the parent ends halfway through its child
+    for what, (i, dur) in {"truncated parent": (lin, truncated),
+                           "longer child": (kid, p["dur"] + 4.0),
+                           "rounding": (kid, p["ts"] + p["dur"] - c["ts"] + 1.0)}.items():
+        bad = copy.deepcopy(doc)
+        bad["traceEvents"][i]["dur"] = dur
+        path = tmp_path / f"{what.replace(' ', '_')}.json"
+        path.write_text(json.dumps(bad))
+        if what == "rounding":
+            assert load_trace(path).step_us > 0
+            continue
+        with pytest.raises(TraceFormatError, match=rf"event 'aten::addmm' \(ts {c['ts']:.3f}\) lasts [\d.e+]+ us and "
+                                                   rf"ends [\d.e+]+ us after 'aten::linear' \(ts {p['ts']:.3f}, "
+                                                   rf"[\d.e+]+ us\) that encloses its start, on thread {c['tid']} "
+                                                   r"\(ends at ts [\d.]+ and [\d.]+\): a corrupted 'dur'"):
+            load_trace(path)
+        out = tmp_path / f"{what}.graph.json"
+        assert cli_main(["trace", "import", str(path), "-o", str(out)]) == 2
+        assert "a corrupted 'dur'" in capsys.readouterr().err
+        assert not out.exists() and not list(tmp_path.glob(f"*{what}.graph*"))
+
+
 def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     out = tmp_path / "graph.json"
     assert cli_main(["trace", "import", str(tiny_trace["kineto"]), str(tiny_trace["et"]), "-o", str(out)]) == 0

@@ -48,9 +48,15 @@ _OLD_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_ru
 #: Longest duration an event may have (us): one day. A traced step is seconds; a longer event is a corrupted
 #: ``dur`` (it would become the step, or swallow the ops after it on its thread).
 MAX_EVENT_US = 86_400e6
-#: An op may end after the op enclosing it on its thread by timer rounding only (0.03 us at most in the project's
-#: traces); one that ends later by more than the enclosing op's whole duration, and by more than this (us), has a
-#: corrupted ``dur`` (a wrongly nested op would take the ops after it as its children).
+#: An op may end after the op enclosing it on its thread by timer rounding only: today's exports write times to the
+#: nanosecond (no child ends after its parent in the project's H100 / H200 traces), exports of whole microseconds
+#: (PyTorch 1.x) round the start and the duration of both ops, 2 us at most. A child that ends later (us) sticks out
+#: of its parent: one of the two has a corrupted ``dur`` (a truncated parent, or a child longer than it), and the
+#: ops after the child would be taken as its children (swallowed: never costed).
+NEST_TOLERANCE_US = 2.0
+#: A CUDA runtime call kept as a host op (a synchronisation) is timed by CUPTI's clock, not the profiler's: it may
+#: end after the op enclosing it by clock conversion too, so it is refused only when it ends later by more than
+#: that op's whole duration and by more than this (us).
 MAX_OVERRUN_US = 1000.0
 #: Columns of :attr:`RankTrace.ops`.
 OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
@@ -165,8 +171,10 @@ def _nest(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_overrun(ops: pd.DataFrame, parent: np.ndarray, path: str) -> None:
-    """Refuse an op that ends after the op enclosing it on its thread by more than that op's whole duration (and
-    :data:`MAX_OVERRUN_US`): a corrupted ``dur`` (Python frames, which may cross step annotations, aside)."""
+    """Refuse an op that ends after the op enclosing it on its thread (it started inside that op) by more than
+    :data:`NEST_TOLERANCE_US`: one of the two has a corrupted ``dur``, and the ops after it would be swallowed as its
+    children. Python frames (which may cross step annotations) aside; a runtime call (another clock) only past the
+    op's whole duration and :data:`MAX_OVERRUN_US`. The error names both ops, their thread and their times."""
     if not len(ops):
         return
     kid = np.flatnonzero(parent >= 0)
@@ -175,14 +183,19 @@ def _check_overrun(ops: pd.DataFrame, parent: np.ndarray, path: str) -> None:
     dur = ops["dur"].to_numpy(dtype=np.float64)
     cats = ops["cat"].to_numpy()
     over = (ts[kid] + dur[kid]) - (ts[par] + dur[par])
-    bad = (over > np.maximum(dur[par], MAX_OVERRUN_US)) & (cats[kid] != "python_function") \
-        & (cats[par] != "python_function")
+    runtime = np.char.startswith(cats[kid].astype(str), "cuda_") | np.char.startswith(cats[par].astype(str), "cuda_")
+    limit = np.where(runtime, np.maximum(dur[par], MAX_OVERRUN_US), NEST_TOLERANCE_US)
+    bad = (over > limit) & (cats[kid] != "python_function") & (cats[par] != "python_function")
     if bad.any():
-        i = int(np.argmax(np.where(bad, over, -np.inf)))
+        # the first in time: an op sticking out of its parent swallows the next op, which then sticks out of it
+        idx = np.flatnonzero(bad)
+        i = int(idx[np.argmin(ts[kid[idx]])])
         c, p = kid[i], par[i]
-        raise TraceFormatError(f"{path}: event {ops['name'].iat[c]!r} (ts {ts[c]:.3f}) lasts {dur[c]:.4g} us and ends "
-                               f"{over[i]:.4g} us after {ops['name'].iat[p]!r} (ts {ts[p]:.3f}, {dur[p]:.4g} us) that "
-                               "encloses its start: a corrupted 'dur'")
+        raise TraceFormatError(
+            f"{path}: event {ops['name'].iat[c]!r} (ts {ts[c]:.3f}) lasts {dur[c]:.4g} us and ends {over[i]:.4g} us "
+            f"after {ops['name'].iat[p]!r} (ts {ts[p]:.3f}, {dur[p]:.4g} us) that encloses its start, on thread "
+            f"{ops['tid'].iat[c]} (ends at ts {ts[c] + dur[c]:.3f} and {ts[p] + dur[p]:.3f}): a corrupted 'dur' (a "
+            "truncated enclosing op, or a child longer than it: the ops after it would be taken as its children)")
 
 
 def _seq(v: Any) -> int:
