@@ -744,6 +744,46 @@ def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     assert s["ranks"] == 1 and s["breakdown_ms"]["collective"] > 0 and "measured_ms" not in s
 
 
+def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_trace, tmp_path, capsys):
+    """Two recordings of one single-process run (the same model recorded twice, or on two machines) given as the
+    ranks of one job: refused naming each file and how it names its rank (no distributedInfo, or rank 0 of world
+    size 1), also when both claim ranks of a 2-rank job but neither step calls a collective (nothing ties them
+    together), and a file given twice; the CLI exits 2 and writes nothing."""
+    doc = json.loads(Path(tiny_trace["kineto"]).read_text())
+    assert "distributedInfo" not in doc
+
+    def variant(name: str, **dist: int) -> Path:
+        d = copy.deepcopy(doc)
+        if dist:
+            d["distributedInfo"] = {"backend": "gloo", **dist}
+        path = tmp_path / name
+        path.write_text(json.dumps(d))
+        return path
+
+    a, b = variant("a.json"), variant("b.json")
+    with pytest.raises(TraceFormatError, match=r"not of one job: each is a single-process run \(world size 1\), not a "
+                                               r"rank of a distributed job \(.*a.json: no distributedInfo \(a single-"
+                                               r"process run\); .*b.json: no distributedInfo"):
+        load_traces([a, b])
+    one = variant("one.json", rank=0, world_size=1)
+    with pytest.raises(TraceFormatError, match=r"single-process run .*one.json: rank 0 of world size 1 \(its "
+                                               r"distributedInfo\)"):
+        load_traces([a, one])
+    with pytest.raises(TraceFormatError, match=r"a.json is given twice"):
+        load_traces([a, tmp_path / "." / "a.json"])
+    r0, r1 = variant("r0.json", rank=0, world_size=2), variant("r1.json", rank=1, world_size=2)
+    with pytest.raises(TraceFormatError, match=r"not of one job: no rank's traced step calls a process-group "
+                                               r"collective \(.*r0.json: rank 0 of world size 2 \(its "
+                                               r"distributedInfo\); .*r1.json: rank 1 of world size 2"):
+        load_traces([r0, r1])
+    out = tmp_path / "graph.json"
+    assert cli_main(["trace", "import", str(a), str(b), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "each is a single-process run" in err and "a.json" in err and "b.json" in err and not out.exists()
+    assert cli_main(["trace", "predict", str(r0), str(r1), "--device", "T4"]) == 2
+    assert "no rank's traced step calls a process-group collective" in capsys.readouterr().err
+
+
 def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):
     import torch.multiprocessing as mp
 
