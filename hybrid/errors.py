@@ -38,6 +38,12 @@ class DataQualityWarning(UserWarning):
     """Measurements a fit leaves out because they cannot be physical (``hybrid.data.quality``)."""
 
 
+class DtypeFallbackWarning(UserWarning):
+    """Ops priced in another dtype than the traced program called them in, or from measurements of another dtype
+    only (``hybrid.workloads.trace_costing.TracePrediction.dtype_fallbacks``): e.g. a bf16 attention on a CPU
+    priced from a profile's fp32 attention rows."""
+
+
 class RunStateWarning(UserWarning):
     """A calibration run that failed or was interrupted and whose tracking store could not be told (unreachable,
     refused): the run stays ``RUNNING`` there (``hybrid.tracking.calibrate``)."""

@@ -199,3 +199,83 @@ def test_prediction_says_which_families_the_model_never_measured(tmp_path, capsy
     assert main(["trace", "predict", str(rec["kineto"]), str(rec["et"]), "--device", key, "--bundle", str(bundle)]) == 0
     err = capsys.readouterr().err
     assert "warning: 2 attention op(s) priced without any attention measurement" in err
+
+
+#: A quick CPU attention profile's rows (``hybrid profile --only attention --quick`` here: fp32 only), as measured:
+#: (direction, batch, q_len, kv_len, causal, time_us) of 4 heads of 64.
+_CPU_FP32_ATTENTION = (("fwd", 4, 64, 64, True, 269.5), ("bwd", 4, 64, 64, True, 542.2), ("fwd", 4, 64, 64, False, 273.8),
+                       ("bwd", 4, 64, 64, False, 516.5), ("fwd", 1, 256, 256, True, 786.0),
+                       ("bwd", 1, 256, 256, True, 1743.1), ("fwd", 1, 256, 256, False, 747.3),
+                       ("bwd", 1, 256, 256, False, 1740.8), ("fwd", 4, 1, 256, False, 128.2))
+
+
+def test_a_bf16_attention_on_a_cpu_target_warns_of_the_dtype_it_is_priced_in(tmp_path, capsys):
+    """On a CPU target a bf16 SDPA was priced silently in fp32: its fused CPU kernel (no dropout) from a model whose
+    attention rows are fp32 only (a quick CPU profile), its math fallback (dropout) in fp32 as traced. Each is a
+    DtypeFallbackWarning naming the op count and the dtypes, in the summary's ``dtype_fallbacks`` and, from the
+    CLI, a ``warning:`` line and an entry of ``warnings`` in --json. A model with bf16 attention rows says nothing."""
+    import json
+    import warnings
+
+    import pandas as pd
+
+    from hybrid.cli.main import main
+    from hybrid.corrections.predictor import HybridPredictor
+    from hybrid.data.bundle import load_bundle
+    from hybrid.data.paths import project_datasets_dir
+    from hybrid.data.traces.record import record_step
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.errors import DtypeFallbackWarning
+    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
+
+    bundle = project_datasets_dir() / "cpu-amd-epyc-1c"
+    base, cat = load_bundle(bundle)
+    key = base["device"].iloc[0]
+    att = pd.DataFrame([{"device": key, "op": "attention", "dtype": "fp32", "direction": d, "batch": b, "heads": 4,
+                         "kv_heads": 4, "q_len": q, "kv_len": kv, "head_dim": 64, "causal": c, "time_us": t,
+                         "repeats": 20, "source": "hybrid-profile", "framework": "pytorch"}
+                        for d, b, q, kv, c, t in _CPU_FP32_ATTENTION])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = HybridPredictor(catalog=cat).fit(pd.concat([base, att], ignore_index=True, sort=False))
+    assert model.family_dtypes["attention"] == {key: ["fp32"]}
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    q = torch.randn(2, 4, 32, 16, dtype=torch.bfloat16, requires_grad=True)
+
+    def step() -> None:  # no dropout: the CPU's fused (flash) kernel, in bf16
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True).float().sum().backward()
+
+    rec = record_step(step, tmp_path / "flash", warmup=1, memory=False, measure_overhead=False)
+    flash = load_traces([rec["kineto"], rec["et"]])
+    it = build_trace_graph(flash, key, cat)
+    with pytest.warns(DtypeFallbackWarning, match=r"^2 bf16 attention op\(s\) priced from the model's fp32 attention "
+                                                  rf"measurements on {key}, none in bf16"):
+        s = predict_trace(it, model).summary()
+    assert s["dtype_fallbacks"] == [{"family": "attention", "kind": "measurements", "dtype": "bf16", "ops": 2,
+                                     "measured_in": "fp32", "note": s["dtype_fallbacks"][0]["note"]}]
+    with warnings.catch_warnings():  # a model with bf16 attention rows, or the roofline: nothing to say
+        warnings.simplefilter("error", DtypeFallbackWarning)
+        predict_trace(it, RooflineCostModel(cat))
+        model.family_dtypes["attention"][key] = ["bf16", "fp32"]
+        assert "dtype_fallbacks" not in predict_trace(it, model).summary()
+
+    # the math fallback (dropout): its ops priced in fp32 on the CPU, as traced, whatever the model
+    math = _attention_layer_trace(torch.bfloat16, tmp_path / "math")
+    with pytest.warns(DtypeFallbackWarning, match=r"^\d+ op\(s\) of a bf16 attention's SDPA math fallback priced in "
+                                                  rf"fp32 on {key}, as traced"):
+        s = predict_trace(build_trace_graph([math], key, cat), RooflineCostModel(cat)).summary()
+    (fb,) = s["dtype_fallbacks"]
+    assert fb["kind"] == "math fallback" and fb["ops"] >= 8 and s["math_attention"]["fp32_ops"] == fb["ops"]
+
+    rows = tmp_path / "attention.csv"
+    att.to_csv(rows, index=False)
+    capsys.readouterr()
+    assert main(["trace", "predict", str(rec["kineto"]), str(rec["et"]), "--device", key, "--bundle", str(bundle),
+                 "--rows", str(rows), "--json"]) == 0
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    note = "2 bf16 attention op(s) priced from the model's fp32 attention measurements"
+    assert any(w.startswith(note) for w in doc["warnings"]) and f"warning: {note}" in out.err
+    assert doc["dtype_fallbacks"][0]["ops"] == 2

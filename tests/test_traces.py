@@ -511,6 +511,41 @@ def test_an_absurd_event_duration_is_refused_by_name(tiny_trace, tmp_path, capsy
         assert "a corrupted 'dur'" in capsys.readouterr().err
 
 
+def test_an_op_sticking_out_of_its_enclosing_op_is_refused_by_name(tiny_trace, tmp_path, capsys):
+    """A corrupted ``dur`` under the day and the enclosing op's length went through: an ``aten::linear`` truncated
+    so that its ``aten::addmm`` ends after it, or an ``aten::addmm`` longer than its ``aten::linear``. The child
+    stuck out of its parent, and the ops after it on its thread became its children (swallowed, never costed).
+    Refused naming both ops, the thread and the times; ``trace import -o`` writes nothing. An overrun within timer
+    rounding (1 us) is still read."""
+    doc = json.loads(Path(tiny_trace["kineto"]).read_text())
+    ev = doc["traceEvents"]
+    lin = next(i for i, e in enumerate(ev) if e.get("name") == "aten::linear")
+    kid = next(i for i, e in enumerate(ev) if e.get("name") == "aten::addmm" and e["tid"] == ev[lin]["tid"]
+               and ev[lin]["ts"] <= e["ts"] < ev[lin]["ts"] + ev[lin]["dur"])
+    p, c = ev[lin], ev[kid]
+    assert c["dur"] > 8 and p["ts"] + p["dur"] >= c["ts"] + c["dur"]  # as recorded: nested
+    truncated = c["ts"] - p["ts"] + c["dur"] / 2  # the parent ends halfway through its child
+    for what, (i, dur) in {"truncated parent": (lin, truncated),
+                           "longer child": (kid, p["dur"] + 4.0),
+                           "rounding": (kid, p["ts"] + p["dur"] - c["ts"] + 1.0)}.items():
+        bad = copy.deepcopy(doc)
+        bad["traceEvents"][i]["dur"] = dur
+        path = tmp_path / f"{what.replace(' ', '_')}.json"
+        path.write_text(json.dumps(bad))
+        if what == "rounding":
+            assert load_trace(path).step_us > 0
+            continue
+        with pytest.raises(TraceFormatError, match=rf"event 'aten::addmm' \(ts {c['ts']:.3f}\) lasts [\d.e+]+ us and "
+                                                   rf"ends [\d.e+]+ us after 'aten::linear' \(ts {p['ts']:.3f}, "
+                                                   rf"[\d.e+]+ us\) that encloses its start, on thread {c['tid']} "
+                                                   r"\(ends at ts [\d.]+ and [\d.]+\): a corrupted 'dur'"):
+            load_trace(path)
+        out = tmp_path / f"{what}.graph.json"
+        assert cli_main(["trace", "import", str(path), "-o", str(out)]) == 2
+        assert "a corrupted 'dur'" in capsys.readouterr().err
+        assert not out.exists() and not list(tmp_path.glob(f"*{what}.graph*"))
+
+
 def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     out = tmp_path / "graph.json"
     assert cli_main(["trace", "import", str(tiny_trace["kineto"]), str(tiny_trace["et"]), "-o", str(out)]) == 0
@@ -707,6 +742,46 @@ def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
         s = predict_trace(build_trace_graph(load_traces([a / "et_rank1.json"]), "H100-SXM", cpu_catalog),
                           RooflineCostModel(cpu_catalog)).summary()
     assert s["ranks"] == 1 and s["breakdown_ms"]["collective"] > 0 and "measured_ms" not in s
+
+
+def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_trace, tmp_path, capsys):
+    """Two recordings of one single-process run (the same model recorded twice, or on two machines) given as the
+    ranks of one job: refused naming each file and how it names its rank (no distributedInfo, or rank 0 of world
+    size 1), also when both claim ranks of a 2-rank job but neither step calls a collective (nothing ties them
+    together), and a file given twice; the CLI exits 2 and writes nothing."""
+    doc = json.loads(Path(tiny_trace["kineto"]).read_text())
+    assert "distributedInfo" not in doc
+
+    def variant(name: str, **dist: int) -> Path:
+        d = copy.deepcopy(doc)
+        if dist:
+            d["distributedInfo"] = {"backend": "gloo", **dist}
+        path = tmp_path / name
+        path.write_text(json.dumps(d))
+        return path
+
+    a, b = variant("a.json"), variant("b.json")
+    with pytest.raises(TraceFormatError, match=r"not of one job: each is a single-process run \(world size 1\), not a "
+                                               r"rank of a distributed job \(.*a.json: no distributedInfo \(a single-"
+                                               r"process run\); .*b.json: no distributedInfo"):
+        load_traces([a, b])
+    one = variant("one.json", rank=0, world_size=1)
+    with pytest.raises(TraceFormatError, match=r"single-process run .*one.json: rank 0 of world size 1 \(its "
+                                               r"distributedInfo\)"):
+        load_traces([a, one])
+    with pytest.raises(TraceFormatError, match=r"a.json is given twice"):
+        load_traces([a, tmp_path / "." / "a.json"])
+    r0, r1 = variant("r0.json", rank=0, world_size=2), variant("r1.json", rank=1, world_size=2)
+    with pytest.raises(TraceFormatError, match=r"not of one job: no rank's traced step calls a process-group "
+                                               r"collective \(.*r0.json: rank 0 of world size 2 \(its "
+                                               r"distributedInfo\); .*r1.json: rank 1 of world size 2"):
+        load_traces([r0, r1])
+    out = tmp_path / "graph.json"
+    assert cli_main(["trace", "import", str(a), str(b), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "each is a single-process run" in err and "a.json" in err and "b.json" in err and not out.exists()
+    assert cli_main(["trace", "predict", str(r0), str(r1), "--device", "T4"]) == 2
+    assert "no rank's traced step calls a process-group collective" in capsys.readouterr().err
 
 
 def test_two_rank_gloo_traces_become_one_graph(tmp_path, cpu_catalog):

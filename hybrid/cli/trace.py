@@ -245,7 +245,14 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
             return None, None
         return price, price * summary["ranks"] * summary["predicted_ms"] / 3.6e6 * 1000
 
-    it, pred = run(device or system)
+    from hybrid.errors import DtypeFallbackWarning
+
+    with warnings.catch_warnings(record=True) as caught:  # said below with the other warnings (and in --json)
+        warnings.simplefilter("always", DtypeFallbackWarning)
+        it, pred = run(device or system)
+    for w in caught:
+        if not issubclass(w.category, DtypeFallbackWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     s = summary_of(pred)
     s["kernel_times"] = kernel_times
     s["compiled"] = compiled
@@ -257,7 +264,9 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         failed = []
         for other in others:
             try:
-                o = s if other == (device or system) else summary_of(run(other)[1])
+                with warnings.catch_warnings():  # the compared targets' own: in their summaries, not repeated here
+                    warnings.simplefilter("ignore", DtypeFallbackWarning)
+                    o = s if other == (device or system) else summary_of(run(other)[1])
             except InvalidInputError as exc:  # a target the job cannot run on: ranked last, with the reason
                 failed.append({"target": other, "device": "", "ranks": None, "predicted_ms": None,
                                **({"gpu_hour_price": None, "cost_per_1k_steps": None} if prices is not None else {}),
@@ -298,7 +307,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
                      f"other op kinds, or the roofline){hint}")
-    notes = [w for w in notes if w]
+    notes += [str(w.message) for w in caught if issubclass(w.category, DtypeFallbackWarning)]
+    notes = list(dict.fromkeys(w for w in notes if w))
     if notes:
         s["warnings"] = notes
         for w in notes:
@@ -334,7 +344,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    f"{rec['per_launch_us']:.2f} us per launch; {sum(rec['in_units_ms']):.3f} ms inside ops, gaps kept "
                    "at " + "/".join(f"{x:.0%}" for x in rec["gap_share"]))
     ma = s.get("math_attention")
-    if ma:
+    if ma and (ma.get("ops") or ma.get("casts")):  # kept in fp32 on a CPU target: a warning above
         click.echo(f"attention math fallback in {ma['dtype']} (upcast to fp32 where it was traced): {ma['ops']} op(s) "
                    f"priced in {ma['dtype']} on the GPU, {ma['casts']} cast(s) to and from fp32 left out"
                    + (f" (over all {pred.iteration.graph.n_ranks} ranks)" if pred.iteration.graph.n_ranks > 1 else ""))

@@ -161,6 +161,9 @@ class HybridPredictor:
         #: op families (:data:`hybrid.ops.families.FAMILIES`) with rows in the training table: a family outside it
         #: is priced by a correction that never saw it (extrapolated) or by the roofline
         self.families_seen: list[str] = []
+        #: op family -> device -> the dtypes of its rows in the training table: a row of the family in a dtype its
+        #: device was never measured in is priced from the others' (a trace prediction says so)
+        self.family_dtypes: dict[str, dict[str, list[str]]] = {}
         self.systems_seen: list[str] = []
         #: conformal prediction-interval bands (:mod:`hybrid.corrections.intervals`); None = not calibrated
         self.intervals: IntervalCalibration | None = None
@@ -253,6 +256,7 @@ class HybridPredictor:
         self.data_digest = table_digest(norm)
         self.devices_seen = sorted(map(str, pd.unique(norm["device"])))
         self.families_seen = sorted(map(str, pd.unique(base["family"]))) if "family" in base.columns else []
+        self.family_dtypes = self._family_dtypes(norm, base)
         self.systems_seen = sorted(map(str, pd.unique(norm["system"].dropna()))) if "system" in norm.columns else []
         self.intervals = None
         if intervals:
@@ -574,6 +578,19 @@ class HybridPredictor:
         with this); all False for a model saved before :attr:`dtypes_fitted` was recorded."""
         norm, base = self._prepare(table.reset_index(drop=True), training=False)
         return self._sibling_mask(norm, base)
+
+    @staticmethod
+    def _family_dtypes(norm: pd.DataFrame, base: pd.DataFrame) -> dict[str, dict[str, list[str]]]:
+        """Op family -> device -> the dtypes of its rows (:attr:`family_dtypes`)."""
+        if "family" not in base.columns or not len(norm):
+            return {}
+        dtypes = norm["dtype"].astype(str).to_numpy() if "dtype" in norm.columns else np.full(len(norm), "fp32")
+        pairs = pd.DataFrame({"family": base["family"].astype(str).to_numpy(),
+                              "device": norm["device"].astype(str).to_numpy(), "dtype": dtypes}).drop_duplicates()
+        out: dict[str, dict[str, list[str]]] = {}
+        for (fam, dev), g in pairs.groupby(["family", "device"], sort=True):
+            out.setdefault(str(fam), {})[str(dev)] = sorted(map(str, g["dtype"]))
+        return out
 
     def _dtypes_by_device(self, norm: pd.DataFrame, base: pd.DataFrame, key: str) -> dict[str, list[str]]:
         corr = next(c for c in self.corrections if c.key == key)
@@ -912,7 +929,7 @@ class HybridPredictor:
                 "fit_info": self.fit_info, "data_digest": self.data_digest,
                 "devices_seen": self.devices_seen, "systems_seen": self.systems_seen,
                 "devices_fitted": self.devices_fitted, "dtypes_fitted": self.dtypes_fitted,
-                "families_seen": self.families_seen,
+                "families_seen": self.families_seen, "family_dtypes": self.family_dtypes,
                 "devices_sparse": self.devices_sparse,
                 "intervals": None if self.intervals is None else self.intervals.to_json(),
             })
@@ -970,6 +987,8 @@ class HybridPredictor:
         obj.dtypes_fitted = {k: {d: list(t) for d, t in per.items()}  # saves before it: no sibling band rows
                              for k, per in manifest.get("dtypes_fitted", {}).items()}
         obj.families_seen = list(manifest.get("families_seen", []))  # empty for saves before it was recorded
+        obj.family_dtypes = {f: {d: list(t) for d, t in per.items()}  # likewise
+                             for f, per in manifest.get("family_dtypes", {}).items()}
         # saves before the device floor: every fitted device counts as seen
         obj.devices_sparse = {k: list(v) for k, v in manifest.get("devices_sparse", {}).items()}
         obj.intervals = IntervalCalibration.from_json(manifest.get("intervals"))

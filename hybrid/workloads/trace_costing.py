@@ -23,6 +23,7 @@ its traced time instead, which re-simulates the traced step (a check of the grap
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ import pandas as pd
 from hybrid.data.traces.overhead import ProfilerOverhead, input_counts, overhead_of
 from hybrid.data.traces.parse import RankTrace
 from hybrid.engine.form_error import e2e_interval
-from hybrid.errors import InvalidInputError
+from hybrid.errors import DtypeFallbackWarning, InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.workloads.dlrm_graph import Target
 
@@ -193,6 +194,9 @@ class TracePrediction:
     model_name: str = ""
     #: op families the cost model was fitted on (None: not a fitted model, or a save that did not record them)
     families_seen: tuple[str, ...] | None = None
+    #: op family -> device -> dtypes of the cost model's training rows (None: not recorded; see
+    #: :attr:`hybrid.corrections.predictor.HybridPredictor.family_dtypes`)
+    family_dtypes: dict[str, dict[str, list[str]]] | None = None
 
     @property
     def predicted_us(self) -> float:
@@ -248,8 +252,12 @@ class TracePrediction:
         out["recording_overhead"] = it.info.get("recording_overhead", {"measured": False})
         if "fp32_precision" in it.info:
             out["fp32_precision"] = it.info["fp32_precision"]
-        if it.info.get("math_attention", {}).get("ops") or it.info.get("math_attention", {}).get("casts"):
-            out["math_attention"] = it.info["math_attention"]
+        ma = it.info.get("math_attention", {})
+        if ma.get("ops") or ma.get("casts") or ma.get("fp32_ops"):
+            out["math_attention"] = ma
+        fallbacks = self.dtype_fallbacks()
+        if fallbacks:
+            out["dtype_fallbacks"] = fallbacks
         if it.same_device and np.isfinite(meas):
             out["measured_ms"] = meas / 1e3
             out["error_pct"] = (self.predicted_us / meas - 1.0) * 100.0
@@ -335,6 +343,54 @@ class TracePrediction:
         return {str(k): int(v) for k, v in counts.items()}
 
 
+    def dtype_fallbacks(self) -> list[dict[str, Any]]:
+        """Attention ops priced in, or from measurements of, another dtype than the traced call's, each with a
+        ``note`` (:func:`predict_trace` warns with it, :class:`~hybrid.errors.DtypeFallbackWarning`):
+
+        * a 16-bit SDPA's math fallback traced on a CPU (or the meta device) and predicted for a CPU: its ops are
+          priced in fp32, as traced (the CPU's fallback upcasts), ``priced_in``;
+        * attention ops in a dtype the cost model has no attention row of on the target device (or, for a device
+          it never measured attention on, on any device): priced from its rows of the other dtypes
+          (``measured_in``), e.g. a CPU's bf16 flash attention from a quick profile's fp32 rows.
+
+        Op counts over all ranks."""
+        it = self.iteration
+        device = str(it.info.get("device", ""))
+        out: list[dict[str, Any]] = []
+        ma = it.info.get("math_attention", {})
+        if ma.get("fp32_ops"):
+            d, n = ma.get("dtype") or "16-bit", int(ma["fp32_ops"])
+            out.append({"family": "attention", "kind": "math fallback", "dtype": d, "ops": n, "priced_in": "fp32",
+                        "note": f"{n} op(s) of a {d} attention's SDPA math fallback priced in fp32 on {device}, as "
+                                f"traced: the CPU's fallback upcasts {d} to fp32 (on a CPU whose PyTorch runs the "
+                                f"fused {d} kernel instead, as it does without dropout, the step would differ)"})
+        per_device = (self.family_dtypes or {}).get("attention")
+        if per_device:
+            from hybrid.units import normalize_dtype
+
+            u = it.units
+            rows = [r for r in u.loc[u["kind"] == "op", "row"] if isinstance(r, dict) and r.get("op") == "attention"]
+            measured = per_device.get(device) or sorted({d for ds in per_device.values() for d in ds})
+            where = f" on {device}" if device in per_device else " (on other devices: none on this one)"
+            def canon(d: Any) -> str:
+                try:
+                    return normalize_dtype(str(d or "fp32"))
+                except InvalidInputError:
+                    return str(d)
+
+            counts = pd.Series([canon(r.get("dtype")) for r in rows], dtype=object).value_counts()
+            for d, n in counts.items():
+                if d in measured:
+                    continue
+                hint = " (not --quick: a CPU's quick sweep is fp32 only)" if it.target.device.kind == "cpu" else ""
+                out.append({"family": "attention", "kind": "measurements", "dtype": str(d), "ops": int(n),
+                            "measured_in": "/".join(measured),
+                            "note": f"{n} {d} attention op(s) priced from the model's {'/'.join(measured)} attention "
+                                    f"measurements{where}, none in {d}: extrapolated across dtypes; `hybrid profile "
+                                    f"--only attention`{hint} measures {d} attention"})
+        return out
+
+
 def measured_durations(iteration: TraceIteration) -> np.ndarray:
     """Every node of the compiled graph at its traced time (collective members: the fastest member's time, so
     that waiting for the slowest rank comes out of the synchronisation, not twice)."""
@@ -374,16 +430,26 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
     meas = None
     if all(t.has_times for t in iteration.traces):
         meas = simulate_durations(compiled, measured_durations(iteration))
-    return TracePrediction(iteration, pred, meas, model_name, families_seen=fitted_families(model))
+    out = TracePrediction(iteration, pred, meas, model_name, families_seen=fitted_families(model),
+                          family_dtypes=_fitted(model, "family_dtypes"))
+    for fb in out.dtype_fallbacks():
+        warnings.warn(fb["note"], DtypeFallbackWarning, stacklevel=2)
+    return out
+
+
+def _fitted(model: Any, attr: str) -> Any:
+    """``attr`` of ``model``, or of the fitted model it wraps (e.g. a kernel-time wrapper); None where empty."""
+    seen: set[int] = set()
+    while model is not None and id(model) not in seen:
+        seen.add(id(model))
+        value = getattr(model, attr, None)
+        if value:
+            return value
+        model = getattr(model, "model", None)
+    return None
 
 
 def fitted_families(model: Any) -> tuple[str, ...] | None:
     """The op families ``model`` (or the fitted model it wraps, e.g. a kernel-time wrapper) was fitted on."""
-    seen: set[int] = set()
-    while model is not None and id(model) not in seen:
-        seen.add(id(model))
-        fams = getattr(model, "families_seen", None)
-        if fams:
-            return tuple(fams)
-        model = getattr(model, "model", None)
-    return None
+    fams = _fitted(model, "families_seen")
+    return tuple(fams) if fams else None

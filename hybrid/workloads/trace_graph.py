@@ -484,7 +484,9 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 "math_attention": {"dtype": "/".join(sorted({m["dtype"] for m in math_info
                                                                               if m["dtype"]})),
                                                    "ops": sum(m["ops"] for m in math_info),
-                                                   "casts": sum(m["casts"] for m in math_info)},
+                                                   "casts": sum(m["casts"] for m in math_info),
+                                                   # on a CPU target: kept in fp32 as traced
+                                                   "fp32_ops": sum(m["fp32_ops"] for m in math_info)},
                                 # a transform that splits the traced tensors over ranks (tensor / pipeline
                                 # parallelism): the memory measured when recording is not any rank's
                                 "memory_as_traced": not getattr(transform, "splits_memory", False)})

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybrid.data.traces.parse import CUDA_SYNC_CALLS
+from hybrid.data.traces.parse import CUDA_SYNC_CALLS, PG_OP_RE
 from hybrid.ops.families import ACTIVATION_BACKWARD_OPS, ACTIVATION_BWD_FLOPS
 
 #: Ops that launch no kernel when they are leaves (views, allocation, metadata); a composite op of these names
@@ -67,7 +67,7 @@ COLLECTIVES = (("allreduce", "all_reduce"), ("all_reduce", "all_reduce"), ("allg
                ("all_gather", "all_gather"), ("reduce_scatter", "reduce_scatter"), ("alltoall", "all_to_all"),
                ("all_to_all", "all_to_all"), ("broadcast", "broadcast"), ("reduce_", "reduce"), ("send", "send_recv"),
                ("recv", "send_recv"), ("barrier", "all_reduce"))
-_COLLECTIVE_RE = re.compile(r"^(c10d::|nccl:|gloo:|c10d_functional::|_c10d_functional::)")
+_COLLECTIVE_RE = PG_OP_RE
 _BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
           "uint8": 1, "bool": 1}
 _FLOATS = ("fp32", "fp16", "bf16", "fp64", "fp8", "tf32")

@@ -48,9 +48,15 @@ _OLD_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_ru
 #: Longest duration an event may have (us): one day. A traced step is seconds; a longer event is a corrupted
 #: ``dur`` (it would become the step, or swallow the ops after it on its thread).
 MAX_EVENT_US = 86_400e6
-#: An op may end after the op enclosing it on its thread by timer rounding only (0.03 us at most in the project's
-#: traces); one that ends later by more than the enclosing op's whole duration, and by more than this (us), has a
-#: corrupted ``dur`` (a wrongly nested op would take the ops after it as its children).
+#: An op may end after the op enclosing it on its thread by timer rounding only: today's exports write times to the
+#: nanosecond (no child ends after its parent in the project's H100 / H200 traces), exports of whole microseconds
+#: (PyTorch 1.x) round the start and the duration of both ops, 2 us at most. A child that ends later (us) sticks out
+#: of its parent: one of the two has a corrupted ``dur`` (a truncated parent, or a child longer than it), and the
+#: ops after the child would be taken as its children (swallowed: never costed).
+NEST_TOLERANCE_US = 2.0
+#: A CUDA runtime call kept as a host op (a synchronisation) is timed by CUPTI's clock, not the profiler's: it may
+#: end after the op enclosing it by clock conversion too, so it is refused only when it ends later by more than
+#: that op's whole duration and by more than this (us).
 MAX_OVERRUN_US = 1000.0
 #: Columns of :attr:`RankTrace.ops`.
 OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
@@ -165,8 +171,10 @@ def _nest(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_overrun(ops: pd.DataFrame, parent: np.ndarray, path: str) -> None:
-    """Refuse an op that ends after the op enclosing it on its thread by more than that op's whole duration (and
-    :data:`MAX_OVERRUN_US`): a corrupted ``dur`` (Python frames, which may cross step annotations, aside)."""
+    """Refuse an op that ends after the op enclosing it on its thread (it started inside that op) by more than
+    :data:`NEST_TOLERANCE_US`: one of the two has a corrupted ``dur``, and the ops after it would be swallowed as its
+    children. Python frames (which may cross step annotations) aside; a runtime call (another clock) only past the
+    op's whole duration and :data:`MAX_OVERRUN_US`. The error names both ops, their thread and their times."""
     if not len(ops):
         return
     kid = np.flatnonzero(parent >= 0)
@@ -175,14 +183,19 @@ def _check_overrun(ops: pd.DataFrame, parent: np.ndarray, path: str) -> None:
     dur = ops["dur"].to_numpy(dtype=np.float64)
     cats = ops["cat"].to_numpy()
     over = (ts[kid] + dur[kid]) - (ts[par] + dur[par])
-    bad = (over > np.maximum(dur[par], MAX_OVERRUN_US)) & (cats[kid] != "python_function") \
-        & (cats[par] != "python_function")
+    runtime = np.char.startswith(cats[kid].astype(str), "cuda_") | np.char.startswith(cats[par].astype(str), "cuda_")
+    limit = np.where(runtime, np.maximum(dur[par], MAX_OVERRUN_US), NEST_TOLERANCE_US)
+    bad = (over > limit) & (cats[kid] != "python_function") & (cats[par] != "python_function")
     if bad.any():
-        i = int(np.argmax(np.where(bad, over, -np.inf)))
+        # the first in time: an op sticking out of its parent swallows the next op, which then sticks out of it
+        idx = np.flatnonzero(bad)
+        i = int(idx[np.argmin(ts[kid[idx]])])
         c, p = kid[i], par[i]
-        raise TraceFormatError(f"{path}: event {ops['name'].iat[c]!r} (ts {ts[c]:.3f}) lasts {dur[c]:.4g} us and ends "
-                               f"{over[i]:.4g} us after {ops['name'].iat[p]!r} (ts {ts[p]:.3f}, {dur[p]:.4g} us) that "
-                               "encloses its start: a corrupted 'dur'")
+        raise TraceFormatError(
+            f"{path}: event {ops['name'].iat[c]!r} (ts {ts[c]:.3f}) lasts {dur[c]:.4g} us and ends {over[i]:.4g} us "
+            f"after {ops['name'].iat[p]!r} (ts {ts[p]:.3f}, {dur[p]:.4g} us) that encloses its start, on thread "
+            f"{ops['tid'].iat[c]} (ends at ts {ts[c] + dur[c]:.3f} and {ts[p] + dur[p]:.3f}): a corrupted 'dur' (a "
+            "truncated enclosing op, or a child longer than it: the ops after it would be taken as its children)")
 
 
 def _seq(v: Any) -> int:
@@ -546,28 +559,70 @@ def trace_files(paths: Iterable[str | os.PathLike]) -> list[str]:
     return files
 
 
+#: Ops of a process group (c10d's ops and their backends' spans): a step of a rank of a distributed job calls one.
+PG_OP_RE = re.compile(r"^(c10d::|nccl:|gloo:|c10d_functional::|_c10d_functional::)")
+
+
+def _says(t: RankTrace) -> str:
+    """How a trace names its rank: its ``distributedInfo`` (rank of world size), or none (one process)."""
+    if t.format == "et":
+        return f"{t.path}: an execution trace (names no rank)"
+    if not isinstance(t.meta.get("distributedInfo"), dict):
+        return f"{t.path}: no distributedInfo (a single-process run)"
+    return f"{t.path}: rank {t.rank} of world size {t.world_size} (its distributedInfo)"
+
+
 def _check_one_job(traces: list[RankTrace]) -> None:
-    """Refuse ranks that cannot be of one job: traces that disagree on the world size, or on the ranks of a process
-    group of the same name (e.g. one rank of a 2-rank recording given with ranks of a 3-rank one)."""
+    """Refuse traces that cannot be the ranks of one job, naming the files and why: several single-process
+    recordings (world size 1: no ``distributedInfo``, or one of a one-rank job; e.g. the same model recorded twice,
+    or on two machines), traces that disagree on the world size, two that claim the same rank, traces that disagree
+    on the ranks of a process group of the same name (e.g. one rank of a 2-rank recording given with ranks of a
+    3-rank one), and ranks none of whose steps calls a process-group op (ranks of one job meet in collectives;
+    without any, nothing says they are one job, and each predicts alone the same)."""
     if len(traces) < 2:
         return
+    tail = "; give one trace per rank of one recording"
+    if all(t.world_size == 1 for t in traces):
+        detail = "; ".join(_says(t) for t in traces)
+        raise TraceFormatError(f"the traces are not of one job: each is a single-process run (world size 1), not a "
+                               f"rank of a distributed job ({detail}): the same model recorded twice, or on two "
+                               "machines? Predict each on its own (its Chrome trace, with its execution trace), or "
+                               "record the job under torch.distributed (one trace per rank)")
     if len({t.world_size for t in traces}) > 1:
         detail = ", ".join(f"{t.path}: rank {t.rank} of {t.world_size}" for t in traces)
-        raise TraceFormatError(f"the traces are not of one job: they disagree on its world size ({detail}); give "
-                               "one trace per rank of one recording")
+        raise TraceFormatError(f"the traces are not of one job: they disagree on its world size ({detail}){tail}")
+    first: dict[int, str] = {}
+    for t in traces:
+        if t.rank in first:
+            raise TraceFormatError(f"two traces claim rank {t.rank}: {first[t.rank]} and {t.path} (the same rank "
+                                   "twice, or ranks of different jobs); give one trace per rank")
+        first[t.rank] = t.path
     seen: dict[str, tuple[tuple[int, ...], str]] = {}
     for t in traces:
         for name, members in t.process_groups.items():
             ranks, where = seen.setdefault(name, (members, t.path))
             if ranks != members:
                 raise TraceFormatError(f"the traces are not of one job: process group {name!r} is ranks "
-                                       f"{list(ranks)} in {where} but {list(members)} in {t.path}; give one trace "
-                                       "per rank of one recording")
+                                       f"{list(ranks)} in {where} but {list(members)} in {t.path}{tail}")
+    if not any(t.ops["name"].astype(str).str.match(PG_OP_RE).any() for t in traces):
+        detail = "; ".join(_says(t) for t in traces)
+        raise TraceFormatError(f"the traces are not of one job: no rank's traced step calls a process-group "
+                               f"collective ({detail}), so nothing ties them together (ranks of one job meet in "
+                               "their collectives: traces of separate runs?). Predict each on its own (a rank that "
+                               "communicates nothing predicts alone the same), or give the ranks of a step that "
+                               "communicates")
 
 
 def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike], step: int | None = None
                 ) -> list[RankTrace]:
     """Traces of one job: one per rank. A Kineto and an ET file of the same rank are linked."""
+    paths = list(paths)
+    given: dict[str, str] = {}
+    for p in paths:
+        real = os.path.realpath(p)
+        if real in given:
+            raise TraceFormatError(f"{p} is given twice (as {given[real]} too): give each rank's trace once")
+        given[real] = str(p)
     loaded = [load_trace(p, step) for p in paths]
     if not loaded:
         raise TraceFormatError("no trace files given")
@@ -602,18 +657,6 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
                                    "same step beside it")
     _check_one_job(loaded)
     ranks = [t.rank for t in loaded]
-    if len(set(ranks)) != len(ranks):
-        if len(loaded) > 1:
-            # several single-process traces without distributedInfo: number them in order
-            if all(t.world_size == 1 for t in loaded):
-                raise TraceFormatError("several traces of a single-process job given; give one trace per rank of "
-                                       "one distributed job")
-            first: dict[int, str] = {}
-            for t in loaded:
-                if t.rank in first:
-                    raise TraceFormatError(f"two traces claim rank {t.rank}: {first[t.rank]} and {t.path} (the same "
-                                           "rank twice, or ranks of different jobs); give one trace per rank")
-                first[t.rank] = t.path
     world = max(t.world_size for t in loaded)
     if sorted(ranks) != list(range(len(loaded))) or (world != len(loaded)):
         raise TraceFormatError(f"traces cover rank(s) {sorted(ranks)} of a {world}-rank job; give one trace per rank")

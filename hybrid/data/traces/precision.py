@@ -163,19 +163,24 @@ def apply_math_attention_dtype(units: pd.DataFrame, traced_device: str, target_i
     (``math_attention`` of :func:`hybrid.workloads.trace_units.trace_units`) are priced in the attention's dtype and
     the casts, which exist only for the upcast, are host-only units. A CPU target keeps them as traced (its math
     fallback does upcast), and so does a GPU trace (its kernels ran as recorded); so does an fp32 model's attention.
-    Returns the units and the account ``{"dtype", "ops", "casts"}`` (ops re-typed, casts made host-only)."""
-    info: dict[str, Any] = {"dtype": "", "ops": 0, "casts": 0}
-    if not target_is_gpu or traced_device not in MATH_UPCAST_DEVICES or "math_attention" not in units.columns:
+    Returns the units and the account ``{"dtype", "ops", "casts", "fp32_ops"}`` (ops re-typed, casts made
+    host-only; on a CPU target the 16-bit attention's ops kept in fp32 as traced, ``fp32_ops``, which a prediction
+    warns of: :meth:`hybrid.workloads.trace_costing.TracePrediction.dtype_fallbacks`)."""
+    info: dict[str, Any] = {"dtype": "", "ops": 0, "casts": 0, "fp32_ops": 0}
+    if traced_device not in MATH_UPCAST_DEVICES or "math_attention" not in units.columns:
         return units, info
     scope = units["math_attention"].to_numpy(dtype=object)
     sel = (scope != "") & units["kind"].isin(["op"]).to_numpy(dtype=bool)
     if not sel.any():
         return units, info
     rows = units["row"].to_numpy(dtype=object).copy()
-    kind = units["kind"].to_numpy(dtype=object).copy()
-    label = units["label"].to_numpy(dtype=object).copy()
     cast = sel & units["name"].isin(_CAST_OPS).to_numpy(dtype=bool)
     fp32 = sel & ~cast & np.array([isinstance(r, dict) and r.get("dtype") == "fp32" for r in rows], dtype=bool)
+    if not target_is_gpu:  # the CPU's fallback upcasts as traced: kept in fp32, counted
+        info.update(dtype="/".join(sorted(set(scope[sel]))), fp32_ops=int(fp32.sum()))
+        return units, info
+    kind = units["kind"].to_numpy(dtype=object).copy()
+    label = units["label"].to_numpy(dtype=object).copy()
     for i in np.flatnonzero(fp32):
         rows[i] = {**rows[i], "dtype": scope[i]}
     kind[cast], label[cast], rows[cast] = "view", "view/host ops", None
