@@ -11,7 +11,8 @@ measured, one of the two is hidden and its measured rows predicted
   factor ``(n - 1) / n``, so equal bus bandwidth at equal ``size_bytes`` is equal time. As a check of that convention
   the table also scores the sibling read at the size that equates *per-rank inputs* instead (reduce-scatter at
   ``s`` from the all-gather at ``n x s``, all-gather at ``s`` from the reduce-scatter at ``s / n``);
-* **today**: by :class:`~hybrid.corrections.CollectiveSigmoid` refitted without those rows, in two scenarios:
+* **today**: by :class:`~hybrid.corrections.CollectiveSigmoid` refitted without those rows (``sibling=False``:
+  the model before siblings priced each other), in two scenarios:
   *layout* (the op hidden only at that layout: the op's layout model across its other measured layouts answers) and
   *system* (the op hidden at every layout of the system, i.e. never measured there: the transfer model answers, as
   in the predictor's default corrections; the alpha-beta roofline, what a model without the transfer model falls
@@ -77,7 +78,7 @@ def score(table: pd.DataFrame, cat) -> pd.DataFrame:
         in_sys = (table["system"] == system).to_numpy()
         for target in SIBLING:
             hide = in_sys & (table["op"] == target).to_numpy()
-            model = CollectiveSigmoid(transfer=True).fit(table[~hide], base[~hide], cat)
+            model = CollectiveSigmoid(transfer=True, sibling=False).fit(table[~hide], base[~hide], cat)
             for _, lay in layouts[layouts["system"] == system].iterrows():
                 test = _rows(table, lay, target)
                 rows = table[test]
@@ -94,7 +95,7 @@ def score(table: pd.DataFrame, cat) -> pd.DataFrame:
         for target in SIBLING:
             test = _rows(table, lay, target)
             train = in_sys & ~test
-            model = CollectiveSigmoid().fit(table[train], base[train], cat)
+            model = CollectiveSigmoid(sibling=False).fit(table[train], base[train], cat)
             rows = table[test]
             today, source = model.predict_with_source(rows, base[test], cat)
             n = rows["n_ranks"].to_numpy(dtype=float)
