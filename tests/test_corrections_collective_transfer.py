@@ -148,6 +148,17 @@ def test_calibrate_cli_collective_transfer_flag(measured, tmp_path):
     assert unseen["time_us"] != pytest.approx(unseen["roofline_us"], rel=1e-3)
     assert ask("coll-plain", "DGX-H100")["method"] == "alpha-beta"
     assert ask("coll-transfer", "XLA-H100x8")["method"] == "collective-sigmoid"
+    # Sophia measured all-gathers (16 ranks on 2 nodes), never a reduce-scatter: read off the all-gather's curve
+    both = {}
+    for op in ("reduce_scatter", "all_gather"):
+        rc, out, err = cli(["predict", "collective", "--system", "Sophia", "--op", op, "--size", "64MiB", "--ranks",
+                            "16", "--nodes", "2", "--model", "coll-transfer", "--tracking-uri", uri, "--json"])
+        assert rc == 0, err
+        both[op] = last_json(out)
+    assert both["reduce_scatter"]["method"] == "collective-sigmoid (all_gather curve)"
+    assert "priced from the all_gather curve" in both["reduce_scatter"]["extrapolated"]
+    assert both["reduce_scatter"]["time_us"] == pytest.approx(both["all_gather"]["time_us"], rel=0.02)
+    assert both["reduce_scatter"]["interval_band"] == "unseen" and both["all_gather"]["interval_band"] == "seen"
     rc, _, err = cli(["calibrate", str(csv), "--name", "x", "--tracking-uri", uri, "--base", "coll-plain",
                       "--collective-transfer", "-q"])
     assert rc == 2 and "base" in err and len(err.strip().splitlines()) == 1

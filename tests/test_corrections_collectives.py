@@ -366,3 +366,68 @@ def test_unmeasured_layouts_and_settings_get_the_unseen_band(polaris, shared_dat
     assert got["time_us"].iat[0] >= base["memory_us"].iat[0] / 1.5 * (1 - 1e-9)
     assert got["time_us_low"].iat[0] >= base["memory_us"].iat[0] / 1.5 * (1 - 1e-9)
     assert (sigmoid.floor_us(train, roofline(train, catalog), catalog) == 0).all()
+
+
+def test_all_gather_and_reduce_scatter_price_each_other_at_a_layout(shared_datasets, catalog, tmp_path):
+    """NCCL's ring all-gather and reduce-scatter move the same bytes per rank over the same rings: a reduce-scatter
+    never measured at a layout where an all-gather was is read off the all-gather's curve (and the reverse), says so
+    in ``method``, its reason and coverage, gets the unseen band, and keeps doing so after save/load; a model saved
+    before (no ``borrow_sibling``) or built with ``sibling=False`` prices it as before (layout model)."""
+    import json
+
+    from hybrid.data.importers import import_paths
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        h100 = import_paths("nccl-tests", shared_datasets / "nccl-tests" / "xxrjun_nccl-tests-cluster", catalog=catalog)
+    ndr = h100[(h100["system"] == "xxrjun-H100-NDR") & h100["op"].isin(["all_gather", "reduce_scatter"])]
+    at = ((ndr["n_ranks"] == 8) & (ndr["n_nodes"] == 1)).to_numpy()
+    rs = (ndr["op"] == "reduce_scatter").to_numpy()
+    train = ndr[~(rs & at)]  # reduce-scatter measured at every layout but 8 GPUs of one node
+    model = CollectiveSigmoid().fit(train, roofline(train, catalog), catalog)
+    held = ndr[rs & at]
+    base = roofline(held, catalog)
+    pred, source = model.predict_with_source(held, base, catalog)
+    assert set(source) == {"collective-sigmoid (all_gather curve)"}
+    gather = held.assign(op="all_gather")
+    np.testing.assert_allclose(pred, model.predict(gather, roofline(gather, catalog), catalog), rtol=0.02)
+    err = np.abs(np.log(pred / held["time_us"].to_numpy()))
+    assert np.exp(err.mean()) - 1 < 0.05, err  # measured: 1.1% geomean (experiments/.../borrow_results.md)
+    assert "priced from the all_gather curve" in model.extrapolation_reason(held.head(1))[0]
+    assert model.coverage(held.head(1)).tolist() == ["sigmoid (all_gather curve)"]
+    assert model.unmeasured_layouts(held).all()  # not its own curve: the unseen interval band
+    # a layout neither was measured at: the layout model, as before; a measured layout: its own curve
+    other = held.head(2).assign(n_ranks=16, n_nodes=2)
+    assert set(model.predict_with_source(other, roofline(other, catalog), catalog)[1]) == {"collective-sigmoid"}
+    own = ndr[rs & ~at].head(3)
+    assert set(model.predict_with_source(own, roofline(own, catalog), catalog)[1]) == {"collective-sigmoid"}
+    # the reverse, and a system that never measured the op at all (reduce-scatter only: all-gather from it)
+    only_rs = CollectiveSigmoid().fit(ndr[rs], roofline(ndr[rs], catalog), catalog)
+    ag = ndr[~rs & at]
+    p_ag, s_ag = only_rs.predict_with_source(ag, roofline(ag, catalog), catalog)
+    assert set(s_ag) == {"collective-sigmoid (reduce_scatter curve)"}
+    assert np.exp(np.abs(np.log(p_ag / ag["time_us"].to_numpy())).mean()) - 1 < 0.05
+    # save / load keeps it; a save from before it existed does not borrow
+    model.save(tmp_path / "new")
+    again = CollectiveSigmoid.load(tmp_path / "new")
+    p2, s2 = again.predict_with_source(held, base, catalog)
+    np.testing.assert_array_equal(p2, pred)
+    assert list(s2) == list(source) and again.describe()["borrow_sibling"] is True
+    meta = json.loads((tmp_path / "new" / "sigmoids.json").read_text())
+    del meta["borrow_sibling"]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "sigmoids.json").write_text(json.dumps(meta))
+    old = CollectiveSigmoid.load(tmp_path / "old")
+    p_old, s_old = old.predict_with_source(held, base, catalog)
+    off = CollectiveSigmoid(sibling=False).fit(train, roofline(train, catalog), catalog)
+    np.testing.assert_allclose(p_old, off.predict(held, base, catalog))
+    assert set(s_old) == {"collective-sigmoid"} and not np.allclose(p_old, pred)
+    assert "were never measured" in old.extrapolation_reason(held.head(1))[0]
+    # the predictor: the qualified method, on the unseen band of collective-sigmoid's rows priced across layouts
+    hp = HybridPredictor(catalog, [CollectiveSigmoid()]).fit(train, intervals=True)
+    cols = ["device", "system", "op", "size_bytes", "n_ranks", "n_nodes", "dtype"]
+    out = hp.predict(pd.concat([held.head(1)[cols], other.head(1)[cols]], ignore_index=True))
+    assert out["method"].tolist() == ["collective-sigmoid (all_gather curve)", "collective-sigmoid"]
+    assert out["interval_band"].tolist() == ["unseen", "unseen"]
+    ratio = (out["time_us_high"] / out["time_us_low"]).to_numpy()
+    assert np.isfinite(ratio).all() and ratio[0] == pytest.approx(ratio[1])

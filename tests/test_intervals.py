@@ -744,3 +744,18 @@ def test_a_fitted_gpu_on_units_none_of_its_dtypes_ran_gets_the_unseen_band(fitte
     assert not pred._other_units("P100-PCIE-16GB", "fp16", {"P100-PCIE-16GB": {"fp32"}})  # half adds in 16 bits
     assert not pred._other_units("A100-SXM4-80GB", "bf16", {"A100-SXM4-80GB": {"fp16"}})  # the same tensor cores
     assert pred._other_units("T4", "fp16", {"T4": {"fp32"}})
+
+
+def test_qualified_method_takes_its_models_bands():
+    """``collective-sigmoid (all_gather curve)`` (a reduce-scatter read off the all-gather's curve) has no residuals
+    of its own: it takes ``collective-sigmoid``'s bands, as calibrated ones; a key of its own wins."""
+    from hybrid.corrections.intervals import IntervalCalibration
+
+    cal = IntervalCalibration(0.8, {"collective-sigmoid:collective": {"seen": [-0.1, 0.1], "unseen": [-0.5, 0.6]},
+                                    "alpha-beta:collective": {"unseen": [-2.0, 2.0]}})
+    keys = np.array(["collective-sigmoid (all_gather curve):collective", "collective-sigmoid:collective"])
+    lo, hi, ok = cal.bounds(keys, np.array([0, 0]))
+    assert lo.tolist() == [-0.5, -0.5] and hi.tolist() == [0.6, 0.6] and ok.all()
+    cal.bands["collective-sigmoid (all_gather curve):collective"] = {"unseen": [-0.2, 0.2]}
+    lo, hi, _ = cal.bounds(keys[:1], np.array([0]))
+    assert (lo[0], hi[0]) == (-0.2, 0.2)

@@ -26,6 +26,9 @@ layout model is used as is; beyond them (extrapolation) it is multiplied by the 
 ``sigmoid / layout model`` at the row's size (held constant, i.e. capped). ``rank_model="ratio"`` keeps the previous rule (interpolate
 ``log(sigmoid / catalog alpha-beta)`` in ``log2(ranks)`` within a GPUs-per-node ladder) for comparison; a
 model saved before layout models existed predicts that way.
+An all-gather never measured at a (system, ranks, nodes) where a reduce-scatter was, or the reverse, is read off the
+sibling's curve there first (:data:`SIBLING_OPS`: the same bytes per rank over the same rings; ``sibling=False`` turns
+it off), with ``method`` ``collective-sigmoid (all_gather curve)`` / ``(reduce_scatter curve)``.
 Systems or collectives never measured get the *transfer model* with ``transfer=True``
 (:class:`hybrid.corrections.collective_transfer.CollectiveTransfer`): one physical model fitted across every
 measured system that reads only the catalog entry of the system it predicts. The predictor's default corrections
@@ -53,6 +56,14 @@ from hybrid.errors import InvalidInputError, at_row
 from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import COLLECTIVE_OPS, bus_factor, col
 
+#: Collectives whose sibling's curve prices them at a layout where they were never measured but the sibling was
+#: (:meth:`CollectiveSigmoid.sibling_ops`): NCCL's ring all-gather and reduce-scatter move the same bytes per rank,
+#: ``(n - 1) / n x size_bytes`` (``size_bytes`` the total buffer: the gather's output, the scatter's input), over the
+#: same rings, and share the bus factor, so equal bus bandwidth at equal ``size_bytes`` is equal time. On the 9 public
+#: layouts with both measured a hidden one read off the other's curve was 1.4-1.5% geomean off (p90 9-11%), against
+#: 4.5-8.4% (p90 18-27%) for the layout or transfer model that priced it before
+#: (``experiments/collectives_accuracy/borrow_results.md``).
+SIBLING_OPS = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}
 #: Fewest distinct message sizes a curve is fitted to.
 MIN_SIZES = 5
 #: How much faster than its alpha-beta bandwidth term (the catalog's link rate) a collective may be predicted at a
@@ -322,11 +333,14 @@ class CollectiveSigmoid(Correction):
     #: seen for its interval: two doublings; further out the sigmoid's latency floor or bandwidth ceiling is a guess
     SIZE_MARGIN: ClassVar[float] = 4.0
 
-    def __init__(self, rank_model: str = "joint", transfer: bool = False) -> None:
+    def __init__(self, rank_model: str = "joint", transfer: bool = False, sibling: bool = True) -> None:
         if rank_model not in self.RANK_MODELS:
             raise InvalidInputError(f"unknown rank_model {rank_model!r}; known: {self.RANK_MODELS}")
         self.rank_model = rank_model
         self.use_transfer = bool(transfer)
+        #: price an all-gather / reduce-scatter never measured at a layout from its sibling's curve measured there
+        #: (:data:`SIBLING_OPS`; False for a model saved before it existed: it predicts as it did)
+        self.borrow_sibling = bool(sibling)
         #: cross-system model for systems / collectives never measured (None: not fitted)
         self.transfer: CollectiveTransfer | None = None
         self.fits: list[SigmoidFit] = []
@@ -501,6 +515,9 @@ class CollectiveSigmoid(Correction):
         out = self._predict_measured(table, baseline, catalog)
         out = np.where(np.isfinite(out), np.maximum(out, self.floor_us(table, baseline, catalog)), out)  # the links
         source = np.where(np.isfinite(out), self.SIGMOID, "").astype(object)
+        sibling = self.sibling_ops(table)
+        for sib in np.unique(sibling[sibling != ""]):  # at most two: all_gather, reduce_scatter
+            source[(sibling == sib) & np.isfinite(out)] = self.sibling_method(str(sib))
         mask = family_mask(baseline, self.families)
         todo = mask & ~np.isfinite(out)
         if todo.any() and self.transfer is not None and self.transfer.fitted:
@@ -518,7 +535,10 @@ class CollectiveSigmoid(Correction):
         out = self._predict_curves(table, baseline, catalog)
         if not self.size_range or "size_bytes" not in table.columns:
             return out
-        keys = (_group_key(table).astype(str) + "|" + table["op"].astype(str)).to_numpy()
+        # a row priced by its sibling's curve keeps that curve's smallest size
+        sibling = self.sibling_ops(table)
+        op = np.where(sibling != "", sibling, table["op"].astype(str).to_numpy(dtype=object))
+        keys = (_group_key(table).astype(str) + "|" + pd.Series(op, index=table.index).astype(str)).to_numpy()
         codes, uniq = pd.factorize(keys)
         smallest = np.array([self.size_range.get(k, (0.0, np.inf))[0] for k in uniq])[codes]
         size = col(table, "size_bytes")
@@ -558,6 +578,10 @@ class CollectiveSigmoid(Correction):
             exact = [f for f in ladder if f.n_ranks == r]
             if exact:
                 res[rows] = self._curve_us(exact[0], size[rows])
+                continue
+            sibling = self._sibling_fit(str(s), str(o), str(a), float(r), float(n))
+            if sibling is not None:  # the same bytes per rank over the same rings: the sibling's time
+                res[rows] = self._curve_us(sibling, size[rows])
                 continue
             lm = self._layout_model(str(s), str(o), str(a))
             if lm is not None:
@@ -618,6 +642,47 @@ class CollectiveSigmoid(Correction):
         if not same:
             return None
         return min(same, key=lambda f: (abs(np.log2(f.n_ranks) - np.log2(ranks)), f.n_nodes))
+
+    def _sibling_fit(self, system: str, op: str, algorithm: str, ranks: float, nodes: float) -> SigmoidFit | None:
+        """The sibling's curve (:data:`SIBLING_OPS`) that prices ``op`` at a layout where ``op`` was never measured
+        in any setting on ``system``: the sibling's, at the same layout, in the setting that prices the sibling
+        (:meth:`_algorithm_for`); None where ``op`` has no sibling, was measured at the layout, or the sibling was
+        not, or for a model saved before siblings priced each other."""
+        sib = SIBLING_OPS.get(op)
+        if sib is None or not self.borrow_sibling:
+            return None
+        if any(f.system == system and f.op == op and f.n_ranks == ranks and f.n_nodes == nodes for f in self.fits):
+            return None
+        algo = self._algorithm_for(system, sib, algorithm)
+        return next((f for f in self.fits if f.system == system and f.op == sib and f.algorithm == algo
+                     and f.n_ranks == ranks and f.n_nodes == nodes), None)
+
+    def sibling_ops(self, table: pd.DataFrame) -> np.ndarray:
+        """Per row, the collective whose curve prices it (``all_gather`` for a reduce-scatter never measured at
+        its layout where an all-gather was, and the reverse: :meth:`_sibling_fit`), ``""`` elsewhere. Worked out
+        once per distinct (system, collective, setting, ranks, nodes), not per row."""
+        out = np.full(len(table), "", dtype=object)
+        if not self.borrow_sibling or not self.fits or not len(table) or "op" not in table.columns:
+            return out
+        op = table["op"].astype(str).to_numpy(dtype=object)
+        cand = np.isin(op, list(SIBLING_OPS))
+        if not cand.any():
+            return out
+        sub = table.loc[cand]
+        frame = pd.DataFrame({"s": _group_key(sub).astype(str).to_numpy(), "o": op[cand], "a": _algorithms(sub),
+                              "r": col(sub, "n_ranks"), "n": col(sub, "n_nodes", 1.0)})
+        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(frame))
+        per = np.array([(f.op if (f := self._sibling_fit(str(s), str(o), str(a), float(r), float(n))) is not None
+                         else "") for s, o, a, r, n in uniques] + [""], dtype=object)
+        out[cand] = per[np.where(codes >= 0, codes, len(uniques))]
+        return out
+
+    @classmethod
+    def sibling_method(cls, sibling: str) -> str:
+        """``method`` of a row priced from ``sibling``'s curve, e.g. ``collective-sigmoid (all_gather curve)``
+        (its interval band is the ``collective-sigmoid`` one: :class:`~hybrid.corrections.intervals.IntervalCalibration`
+        reads a qualified method's bands from its base model where it has none of its own)."""
+        return f"{cls.SIGMOID} ({sibling} curve)"
 
     @staticmethod
     def _alpha_beta(rows: pd.DataFrame, catalog: Catalog, fit: SigmoidFit) -> np.ndarray:
@@ -691,8 +756,10 @@ class CollectiveSigmoid(Correction):
     def extrapolation_reason(self, table: pd.DataFrame) -> list[str]:
         """Per row, why its prediction is extrapolated ('' where it is read off a curve measured for it): the
         system never measured, the collective never measured there, a message size beyond the measured ones, the
-        layout never measured, or measured only in settings other than the one that prices the row. Worked out
-        once per distinct (system, collective, setting, layout), not per row."""
+        layout never measured, or measured only in settings other than the one that prices the row; an all-gather /
+        reduce-scatter never measured at its layout where its sibling was says it is priced from the sibling's
+        curve (:meth:`sibling_ops`). Worked out once per distinct (system, collective, setting, layout), not per
+        row."""
         if not self.fits or not len(table):
             return [""] * len(table)
         systems = {f.system for f in self.fits}
@@ -722,6 +789,15 @@ class CollectiveSigmoid(Correction):
 
         per = np.array([why(k) for k in keys] + [""], dtype=object)
         out = per[np.where(codes >= 0, codes, len(keys))]
+        sibling = self.sibling_ops(table)
+        if (sib := sibling != "").any():  # priced from the sibling's curve at the same layout (:meth:`sibling_ops`)
+            rows = table.loc[sib]
+            text = pd.Series(col(rows, "n_ranks").astype(np.int64).astype(str), index=rows.index)
+            nodes = pd.Series(col(rows, "n_nodes", 1.0).astype(np.int64).astype(str), index=rows.index)
+            from_ = pd.Series(sibling[sib], index=rows.index).astype(str)
+            out[sib] = ("no " + rows["op"].astype(str) + " was measured at " + text + " ranks on " + nodes
+                        + " node(s) on " + _group_key(rows).astype(str) + ": priced from the " + from_
+                        + " curve measured there (the same bytes per rank over the same rings)").to_numpy(dtype=object)
         beyond = self.outside_sizes(table) & (out == "")
         out[beyond] = "the message size is beyond the measured ones: extrapolated"
         return out.tolist()
@@ -748,6 +824,8 @@ class CollectiveSigmoid(Correction):
                 out.append("transfer model: unseen system" if transfer else "alpha-beta: unseen system")
             elif any(f.n_ranks == r and f.n_nodes == n for f in self._ladder(s, o, a, r, n)):
                 out.append("sigmoid")
+            elif (sib := self._sibling_fit(s, o, a, r, n)) is not None:
+                out.append(f"sigmoid ({sib.op} curve)")
             elif (lm := self._layout_model(s, o, a)) is not None:
                 out.append("layout model (extrapolated)" if self._layout_extrapolates(lm, r) else "layout model")
             elif self._ladder(s, o, a, r, n):
@@ -772,7 +850,7 @@ class CollectiveSigmoid(Correction):
                             "bw = size * (terms . (s/B intra, local, bridged pair) + max(inter NIC share, node link) + fabric per doubling "
                             "of nodes beyond 2 x network); params stored as ln " + ", ".join(LAYOUT_PARAMS),
             "layout_models": [asdict(m) for m in self.layout_models.values()],
-            "use_transfer": self.use_transfer,
+            "use_transfer": self.use_transfer, "borrow_sibling": self.borrow_sibling,
             "transfer_model": self.transfer.to_dict() if self.transfer is not None else None,
             "size_range": {k: list(v) for k, v in self.size_range.items()},
         })
@@ -781,7 +859,9 @@ class CollectiveSigmoid(Correction):
     def load(cls, directory: Path) -> CollectiveSigmoid:
         meta = read_json(Path(directory) / "sigmoids.json")
         # files written before layout models existed have neither key: they predict with the "ratio" rule
-        obj = cls(str(meta.get("rank_model", "ratio")), transfer=bool(meta.get("use_transfer", False)))
+        # saved before siblings priced each other (no "borrow_sibling"): it predicts as it did
+        obj = cls(str(meta.get("rank_model", "ratio")), transfer=bool(meta.get("use_transfer", False)),
+                  sibling=bool(meta.get("borrow_sibling", False)))
         if meta.get("transfer_model"):
             obj.transfer = CollectiveTransfer.from_dict(meta["transfer_model"])
         obj.fits = [SigmoidFit(**f) for f in meta["fits"]]
@@ -801,6 +881,7 @@ class CollectiveSigmoid(Correction):
             out.update({
                 "n_curves": len(self.fits), "n_failed": len(self.failures), "rank_model": self.rank_model,
                 "n_layout_models": len(self.layout_models), "dropped_wrong_rows": self.dropped_wrong,
+                "borrow_sibling": self.borrow_sibling,
                 "systems": sorted({f.system for f in self.fits}),
                 "ops": sorted({f.op for f in self.fits}),
                 "median_fit_rmse_log": float(np.median([f.rmse_log for f in self.fits])) if self.fits else None,

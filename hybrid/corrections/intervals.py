@@ -22,6 +22,9 @@ is one more device, not one more row: the strict device-level guarantee); with D
 ``ceil(0.9 (D + 1)) / D``, the largest residual for D <= 18, so with the few devices a calibration holds out that
 band is the extreme residuals and over-covers (measured in ``experiments/interval_coverage``); not the default.
 
+A method qualified in parentheses (``collective-sigmoid (all_gather curve)``: which curve of the model answered)
+takes its model's bands where it has none of its own.
+
 Where a key has no residuals the band falls back to the widest band of the same method on other families of
 the same kind (kernels or collectives), then, for collectives, to the widest unseen-system band of another
 collective model, then to the widest band calibrated for any model of the same kind; where there is none (a
@@ -236,6 +239,7 @@ class IntervalCalibration:
 
     # ------------------------------------------------------------------ prediction
     def _band(self, key: str, band: int) -> tuple[float, float, bool]:
+        key = self._resolve(key)
         entry = self.bands.get(key, {})
         if band == SIBLING and self.sibling_fallback(key):
             # a sibling band this calibration could not calibrate: between the seen and the unseen band
@@ -271,6 +275,14 @@ class IntervalCalibration:
             return min(b[0] for b in every), max(b[1] for b in every), False
         return np.nan, np.nan, False  # nothing calibrated for this kind of prediction: no interval
 
+    def _resolve(self, key: str) -> str:
+        """``key``, or its model's key (:func:`_base_key`) where a qualified method (``collective-sigmoid (all_gather
+        curve)``) has no bands of its own: it takes its model's bands, calibrated as such (no fall-back)."""
+        if key in self.bands:
+            return key
+        base = _base_key(key)
+        return base if base in self.bands else key
+
     def bounds(self, key: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(log low factor, log high factor, calibrated) per row, vectorised over distinct (key, band); ``seen``
         as in :meth:`from_residuals` (band codes or booleans)."""
@@ -305,7 +317,7 @@ class IntervalCalibration:
         sibling row whose key has a seen and an unseen band keeps the name: it gets the band between them,
         :meth:`sibling_fallback`)."""
         keys, si, inverse = _distinct_keys(method_codes, methods, family, seen)
-        used = np.array([b if b < FEW or BAND_NAMES[b] in self.bands.get(str(k), {})
+        used = np.array([b if b < FEW or BAND_NAMES[b] in self.bands.get(self._resolve(str(k)), {})
                          or (b == SIBLING and self.sibling_fallback(str(k))) else UNSEEN
                          for k, b in zip(keys, si, strict=True)], dtype=np.int64)
         return used[inverse]
@@ -313,7 +325,7 @@ class IntervalCalibration:
     def sibling_fallback(self, key: str) -> bool:
         """Whether a sibling row of ``key`` gets the band between its seen and unseen bands
         (:data:`SIBLING_FALLBACK_WEIGHT`, flagged not calibrated): the key has both but no sibling band."""
-        entry = self.bands.get(key, {})
+        entry = self.bands.get(self._resolve(key), {})
         return "sibling" not in entry and "seen" in entry and "unseen" in entry
 
     def marks_siblings(self) -> bool:
@@ -413,6 +425,14 @@ def default_lodo_devices(devices: pd.Series, kinds: dict[str, str], max_devices:
 def interval_keys(method: np.ndarray, family: np.ndarray) -> np.ndarray:
     """``method:family`` per row."""
     return (pd.Series(np.asarray(method, dtype=str)) + ":" + pd.Series(np.asarray(family, dtype=str))).to_numpy(dtype=object)
+
+
+def _base_key(key: str) -> str:
+    """The ``method:family`` key of a qualified method's model: ``collective-sigmoid (all_gather curve):collective``
+    -> ``collective-sigmoid:collective`` (a method named with a qualifier in parentheses says which curve of the
+    model answered; it takes the model's bands where it has none of its own)."""
+    method, _, family = key.partition(":")
+    return f"{method.split(' (', 1)[0]}:{family}"
 
 
 def _is_collective(key: str) -> bool:
