@@ -295,3 +295,36 @@ def test_no_collective_beats_a_measured_bus_bandwidth(fitted, catalog):
                              np.array([size]))[0]
         floor_us = size * ring_terms(ops, np.array([16.0]), np.array([2.0]))[0, 4] / c00.inter_bw * 1e6
         assert t_us >= floor_us * 0.999, op
+
+
+def test_cpu_gloo_collectives_do_not_set_the_pcie_gpu_fabric():
+    """A ``hybrid profile`` CPU bundle's gloo collectives (hundreds of microseconds a step; catalog text in the PCIe
+    class) fitted beside GPU rows made the transfer model price a 16 KiB all-reduce on four PCIe GPUs (an L40S node)
+    at ~2 ms, and every fabric class it had no data for (Infinity Fabric) ~5x slow. GPU systems only now; the CPU
+    system keeps its own curves, and an op it never measured goes to alpha-beta, not to the GPU model."""
+    from hybrid.data.bundle import load_bundle
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    table, catalog = load_bundle(root / "datasets" / "cpu-amd-epyc-1c")
+    cpu = table[table["system"] == "cpu-amd-epyc-1c-gloo"].reset_index(drop=True)
+    sizes = [2.0 ** k for k in range(10, 31, 2)]
+    gpu = pd.DataFrame([dict(device="H100-SXM", system="DGX-H100", op=op, dtype="fp32", size_bytes=s, n_ranks=r,
+                             n_nodes=1, algorithm="ring", source="synthetic")
+                        for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+                        for r in (2, 4, 8) for s in sizes])
+    gpu["time_us"] = roofline(gpu, catalog)["time_us"].to_numpy() * 1.3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = HybridPredictor(catalog, [CollectiveSigmoid(transfer=True)]).fit(
+            pd.concat([cpu, gpu], ignore_index=True, sort=False))
+    assert p.corrections[0].transfer.systems == ["DGX-H100"]
+    q = pd.DataFrame({"device": ["L40S", "MI300X", "cpu-amd-epyc-1c", "cpu-amd-epyc-1c"],
+                      "system": ["L40S", "MI300X-Platform", "cpu-amd-epyc-1c-gloo", "cpu-amd-epyc-1c-gloo"],
+                      "op": ["all_reduce"] * 3 + ["send_recv"], "dtype": "bf16", "size_bytes": 16384.0,
+                      "n_ranks": [4, 4, 4, 2], "n_nodes": 1})
+    out = p.predict(q)
+    assert list(out["method"].iloc[:3]) == ["collective-transfer", "collective-transfer", "collective-sigmoid"]
+    assert out["method"].iloc[3] != "collective-transfer"
+    # a small all-reduce inside one GPU node is tens of microseconds, as alpha-beta says, not milliseconds
+    assert (out["time_us"].iloc[:2] < 3 * out["roofline_us"].iloc[:2]).all()
+    assert out["time_us"].iloc[2] > 200  # the CPU's own gloo curve is untouched

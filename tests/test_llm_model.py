@@ -398,3 +398,22 @@ def test_vision_language_configs_load_their_language_model() -> None:
         from_dict({"model_type": "llava", "text_config": {k: v for k, v in text.items() if k != "model_type"}})
     with pytest.raises(InvalidInputError, match="'mamba' is not supported .*gpt_neox"):
         _hf("mamba", hidden_size=768, num_hidden_layers=24, vocab_size=50280)
+
+
+def test_qwen2_sliding_window_follows_max_window_layers_and_layer_types() -> None:
+    """Hugging Face's Qwen2/Qwen3 slide only from layer ``max_window_layers`` on (or as ``layer_types`` lists):
+    ``use_sliding_window: true`` with the usual ``max_window_layers = num_hidden_layers`` slides no layer, and was
+    read as every layer keeping 4096 tokens (a 32k-token request's KV cache 8x too small)."""
+    qwen2 = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+             "num_key_value_heads": 4, "num_hidden_layers": 28, "vocab_size": 152064,
+             "max_position_embeddings": 32768, "sliding_window": 4096, "use_sliding_window": True,
+             "max_window_layers": 28}
+    assert from_dict(qwen2).window_size is None
+    half = from_dict({**qwen2, "max_window_layers": 14})
+    assert half.window_size == 4096 and half.window_layer_share == pytest.approx(0.5)
+    listed = from_dict({**qwen2, "layer_types": ["full_attention"] * 21 + ["sliding_attention"] * 7})
+    assert listed.window_size == 4096 and listed.window_layer_share == pytest.approx(0.25)
+    assert from_dict({**qwen2, "use_sliding_window": False, "max_window_layers": 0}).window_size is None
+    # Mistral's window covers every layer, as before
+    mistral = from_dict({**qwen2, "model_type": "mistral"})
+    assert mistral.window_size == 4096 and mistral.window_layer_share == 1.0

@@ -824,3 +824,19 @@ def test_compare_rows_are_what_llm_train_gives_on_each_system(capsys):
         best = json.loads(capsys.readouterr().out)["mappings"][0]
         assert (best["tp"], best["pp"], best["cp"], best["mb"], best["vp"]) == \
             (m["tp"], m["pp"], m["cp"], m["micro_batch"], m["vp"])
+
+
+def test_memory_json_has_the_mapping_and_train_json_memory_keys(capsys):
+    """`llm memory --json` named its breakdown `memory_gib` (a float of that name in `llm search --json`) and gave
+    neither the mapping nor `llm train --json`'s keys for the same numbers; both commands now share them."""
+    args = ["llama3-70b", "--system", "DGX-H100", "--gpus", "64", "--tp", "8", "--pp", "4", "--global-batch", "256",
+            "--seq", "4096", "--sp", "--distributed-optimizer", "--recompute", "selective", "--json"]
+    assert main(["llm", "memory", *args]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    assert main(["llm", "train", *args]) == 0
+    train = json.loads(capsys.readouterr().out)
+    for k in ("system", "device", "gpus", "tp", "pp", "dp", "cp", "ep", "vp", "micro_batch", "global_batch",
+              "seq_length", "sp", "recompute", "distributed_optimizer", "fsdp", "dtype", "memory_gib_per_rank",
+              "memory_breakdown_gib", "fits", "fit_reason"):
+        assert mem[k] == train[k], k
+    assert mem["dp"] == 2 and mem["memory_gib"] == mem["memory_breakdown_gib"] and mem["reason"] == mem["fit_reason"]

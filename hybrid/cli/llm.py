@@ -216,8 +216,14 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     model, cfg = _job(kw)
     mem, tgt = memory_only(model, cfg, kw["system"])
     row = mem.row(0)
-    out = {"model": model.name, "device": tgt.device, "memory_gib": row, "fits": bool(mem.fits[0]),
-           "reason": mem.reason(0)}
+    # the mapping and the memory keys of `llm train --json` (memory_gib_per_rank, memory_breakdown_gib,
+    # fit_reason), beside this command's own memory_gib / reason
+    out = {"model": model.name, "system": tgt.system, "device": tgt.device, "gpus": cfg.gpus, "tp": cfg.tp,
+           "pp": cfg.pp, "dp": cfg.dp, "cp": cfg.cp, "ep": cfg.ep, "vp": cfg.vp, "micro_batch": cfg.micro_batch,
+           "global_batch": cfg.global_batch, "seq_length": cfg.seq(model), "sp": cfg.sp, "recompute": cfg.recompute,
+           "distributed_optimizer": cfg.distributed_optimizer, "fsdp": cfg.fsdp, "dtype": cfg.dtype,
+           "memory_gib": row, "memory_gib_per_rank": row["total"], "memory_breakdown_gib": row,
+           "fits": bool(mem.fits[0]), "reason": mem.reason(0), "fit_reason": mem.reason(0)}
     if note := model.position_note(cfg.seq(model)):
         out["notes"] = [note]
         click.echo(f"warning: {note}", err=True)

@@ -54,6 +54,7 @@ from hybrid.corrections.base import Correction, family_mask, read_json, write_js
 from hybrid.corrections.collective_transfer import CollectiveTransfer
 from hybrid.errors import InvalidInputError, at_row
 from hybrid.hardware.catalog import Catalog
+from hybrid.hardware.device import System
 from hybrid.ops.families import COLLECTIVE_OPS, bus_factor, col
 
 #: Collectives whose sibling's curve prices them at a layout where they were never measured but the sibling was
@@ -308,6 +309,26 @@ def _algorithms(table: pd.DataFrame) -> np.ndarray:
     return table["algorithm"].astype("string").fillna("").astype(str).to_numpy(dtype=object)
 
 
+def host_system(catalog: Catalog, system: System) -> bool:
+    """Whether a system's "GPUs" are CPU processes (a ``hybrid profile`` bundle's gloo system)."""
+    key = catalog.resolve_device(system.device, missing_ok=True)
+    return key is not None and catalog.devices[key].kind == "cpu"
+
+
+def _host_rows(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    """Per row, whether its system (or device) is a CPU's (:func:`host_system`); unknown names are not."""
+    from hybrid.ops.roofline import resolve_system
+
+    names = _group_key(table)
+    host = {}
+    for name in pd.unique(names):
+        try:
+            host[name] = host_system(catalog, resolve_system(catalog, str(name)))
+        except InvalidInputError:
+            host[name] = False
+    return names.map(host).to_numpy(dtype=bool)
+
+
 def _group_key(table: pd.DataFrame) -> pd.Series:
     if "system" in table.columns:
         names = table["system"].astype("string").fillna(table["device"].astype("string"))
@@ -402,7 +423,10 @@ class CollectiveSigmoid(Correction):
 
     def _fit_transfer(self, frame: pd.DataFrame, catalog: Catalog) -> CollectiveTransfer | None:
         """The cross-system model on the fastest setting of every (system, collective) whose system the catalog
-        describes (rows keyed by a name the catalog cannot resolve are left out)."""
+        describes (rows keyed by a name the catalog cannot resolve are left out), GPU systems only: processes of a
+        CPU exchanging through gloo and shared memory (a ``hybrid profile`` bundle's ``*-gloo`` system, hundreds of
+        microseconds a step) are no GPU fabric, and their catalog text falls in the PCIe class, which they made
+        price a 16 KiB all-reduce on four PCIe GPUs at about 2 ms."""
         from hybrid.ops.roofline import resolve_system
 
         best = (frame["system"] + "|" + frame["op"]).map(self.default_algorithm)
@@ -410,8 +434,7 @@ class CollectiveSigmoid(Correction):
         known = {}
         for name in pd.unique(sub["system"]):
             try:
-                resolve_system(catalog, str(name))
-                known[name] = True
+                known[name] = not host_system(catalog, resolve_system(catalog, str(name)))
             except InvalidInputError:
                 known[name] = False
         sub = sub[sub["system"].map(known).to_numpy(dtype=bool)]
@@ -521,6 +544,8 @@ class CollectiveSigmoid(Correction):
         mask = family_mask(baseline, self.families)
         todo = mask & ~np.isfinite(out)
         if todo.any() and self.transfer is not None and self.transfer.fitted:
+            # a CPU system's collectives are not what the GPU fabrics' model describes: alpha-beta prices them
+            todo &= ~_host_rows(table, catalog)
             sub = table.loc[todo]
             out[todo] = self.transfer.predict_us(catalog, _group_key(sub).to_numpy(), sub["op"].astype(str).to_numpy(),
                                                  col(sub, "n_ranks"), col(sub, "n_nodes", 1.0), col(sub, "size_bytes"))

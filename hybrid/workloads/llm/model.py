@@ -712,6 +712,20 @@ def _hf_quantization(qc: Any) -> tuple[str | None, bool, str]:
     return fmt, kv, detail
 
 
+def _sliding_share(d: Mapping[str, Any], mt: str) -> float:
+    """Share of the layers that attend within ``sliding_window``: the config's ``layer_types`` where it lists
+    them; Qwen2/Qwen3 otherwise slide only from layer ``max_window_layers`` on (Hugging Face's rule, so the usual
+    ``max_window_layers = num_hidden_layers`` slides none); every layer for Mistral, Mixtral and Phi-3."""
+    kinds = d.get("layer_types")
+    if isinstance(kinds, (list, tuple)) and kinds:
+        return sum(1 for k in kinds if "sliding" in str(k)) / len(kinds)
+    if mt in ("qwen2", "qwen3") and d.get("max_window_layers") is not None:
+        layers = _int(d, "num_hidden_layers")
+        if layers > 0:  # (no layers is refused where the config is built)
+            return min(max(layers - _int(d, "max_window_layers"), 0), layers) / layers
+    return 1.0
+
+
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     mt = str(d.get("model_type", "")).lower()
     quant, quant_kv, quant_detail = _hf_quantization(d.get("quantization_config"))
@@ -764,7 +778,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         )
         if mt in ("mistral", "mixtral", "qwen2", "qwen3", "phi3") and d.get("sliding_window") \
                 and d.get("use_sliding_window", True):
-            kw["window_size"] = _get(d, "sliding_window")
+            share = _sliding_share(d, mt)
+            if share > 0:
+                kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
         if mt in ("mixtral", "granitemoe"):
             kw.update(num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok"))
         if mt in ("qwen2_moe", "qwen3_moe"):
