@@ -409,6 +409,9 @@ def test_cli_capacity_and_serve(capsys):
     d = json.loads(out)
     kv = 2 * 80 * 2 * 128 * 2  # per token per GPU at TP4
     assert d["kv_bytes_per_token_per_gpu"] == kv and d["max_batch"] > 0 and d["fits"]
+    assert d["system"] and d["gpus"] == 4  # the deployment's keys, as in `llm infer` / `llm serve`
+    code, out, _ = run(capsys, "llm", "capacity", "llama3-8b", "--device", "H100-SXM", "--json")
+    assert code == 0 and 65536 in [r["context"] for r in json.loads(out)["by_context"]]  # the grid has no gap at 64k
     # nothing fits (70B fp16 weights alone exceed one 80 GB GPU): reported, then a non-zero exit with the reason
     code, out, err = run(capsys, "llm", "capacity", "llama2-70b", "--device", "A100", "--input", "1024",
                          "--output", "1024", "--json")
@@ -437,6 +440,7 @@ def test_cli_capacity_and_serve(capsys):
     assert code == 0
     d = json.loads(out)
     assert d["ttft_ms"]["p99"] >= d["ttft_ms"]["p50"] > 0 and d["max_rate_meeting_slo_per_s"] > 0
+    assert d["pp"] == 1 and d["gpus"] == 1 and d["system"] == "DGX-A100"
     # which model costed the steps, as `llm infer` says; no interval without a calibrated model; the two rates
     assert d["cost_model"] == "roofline" and d["method"] == "roofline" and "interval" not in d
     assert d["at_max_rate"]["rate_per_s"] > 0 and "nominal arrival rate" in d["at_max_rate"]["rate_note"]

@@ -315,7 +315,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
     if (input_len is None) != (output_len is None):
         raise InvalidInputError("give both --input and --output (or neither)")
     contexts = [(input_len, output_len)] if input_len is not None else [(c // 2, c - c // 2) for c in
-                                                            (1024, 2048, 4096, 8192, 16384, 32768, 131072)]
+                                                            (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)]
     if max_num_tokens is not None:
         _positive(max_num_tokens=max_num_tokens)
     rows = []
@@ -337,8 +337,8 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         rows.append({"context": i + o, "input_len": i, "output_len": o, "max_batch": plan.max_batch,
                      "fits": plan.max_batch >= 1, "kv_cache_gib": at_max.kv_cache / GIB if plan.max_batch else 0.0,
                      "activations_gib": at_max.activations / GIB if plan.max_batch else 0.0, "reason": reason})
-    out = {"model": s.model.name, "device": s.device.key, "tp": tp, "pp": pp, "ep": ep, "attention_dp": attention_dp,
-           "precision": s.precision.label, "capacity_gib": s.device.mem_capacity / GIB,
+    out = {"model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": tp, "pp": pp, "gpus": s.gpus,
+           "ep": ep, "attention_dp": attention_dp, "precision": s.precision.label, "capacity_gib": s.device.mem_capacity / GIB,
            "weights_gib_per_gpu": weight_bytes_per_gpu(s.model, s.precision, tp, pp, attention_dp) / GIB,
            "kv_bytes_per_token_per_gpu": kv_bytes_per_token(s.model, s.precision, tp, pp, attention_dp),
            "reserve_gib": reserve_gib, "max_num_tokens": max_num_tokens, "max_batch": rows[0]["max_batch"] if input_len else None,
@@ -413,9 +413,9 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 @click.option("--arrival", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True)
 @click.option("--trace", "trace_file", type=click.Path(dir_okay=False), default=None,
               help="Replay a request trace (CSV: arrival_s,input_len,output_len) instead of --rate/--*-dist.")
-@click.option("--slo-ttft", default=None, help="TTFT target, e.g. 200ms.")
-@click.option("--slo-tpot", default=None, help="Time-per-output-token target, e.g. 50ms.")
-@click.option("--slo-latency", default=None, help="End-to-end latency target, e.g. 10s.")
+@click.option("--slo-ttft", default=None, help="TTFT target, e.g. 200ms or 0.5s (a bare number is milliseconds).")
+@click.option("--slo-tpot", default=None, help="Time-per-output-token target, e.g. 50ms (a bare number is milliseconds).")
+@click.option("--slo-latency", default=None, help="End-to-end latency target, e.g. 10s (a bare number is milliseconds).")
 @click.option("--slo-percentile", type=float, default=99.0, show_default=True)
 @click.option("--max-batched-tokens", type=int, default=2048, show_default=True, help="Tokens per engine step.")
 @click.option("--max-seqs", type=int, default=256, show_default=True, help="Requests running at once.")
@@ -469,7 +469,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                                                           int((trace.input_len + trace.output_len).max()), cost)
     res = simulate(s, trace, cost, sched, costs)
     out: dict[str, Any] = {"model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": tp,
-                           "ep": ep, "attention_dp": attention_dp, "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
+                           "pp": pp, "gpus": s.gpus, "ep": ep, "attention_dp": attention_dp, "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
                            **res.to_dict(), "cost_model": cost_ref, "method": costs.method}
     if costs_low is not None and costs_high is not None:
         # the same trace with every op at the low / high end of its 80% interval (how far the op costs can be off;
