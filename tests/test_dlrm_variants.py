@@ -473,3 +473,29 @@ def test_tables_in_host_memory_cost_their_row_bytes_over_the_host_link_not_a_mul
     assert g_host == pytest.approx(g_hbm)
     # the Adagrad step reads and writes the touched rows' weights and accumulators over the link
     assert a_host["embedding adagrad update"] > a_hbm["embedding adagrad update"]
+
+
+def test_grace_superchip_gpus_reach_host_memory_over_nvlink_c2c_not_pcie():
+    """A GH200's H100 reads Grace's memory over NVLink-C2C (900 GB/s both directions: 450 GB/s each way, datasheet),
+    not a PCIe x16 slot (63 GB/s); GB200's two GPUs share their superchip's link. Tables placed in host memory on
+    them cost that link's bandwidth; a PCIe GPU keeps PCIe, and a catalog entry can state the field."""
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.hardware.device import Device
+    from hybrid.workloads.dlrm_graph import PCIE_X16_BW, host_link_bw
+
+    cat = default_catalog()
+    assert host_link_bw(cat.device("GH200")) == pytest.approx(450e9)
+    assert host_link_bw(cat.device("GH200-144GB")) == pytest.approx(450e9)
+    assert PCIE_X16_BW[6] < host_link_bw(cat.device("GB200")) < 450e9
+    assert host_link_bw(cat.device("H100-SXM")) == PCIE_X16_BW[5]
+    gh = cat.device("GH200")
+    assert gh.to_entry()["host_link_gbps"] == pytest.approx(450)
+    assert Device.from_entry("X", {**gh.to_entry(), "host_link_gbps": 100}).host_link_bw == pytest.approx(100e9)
+    with pytest.raises(InvalidInputError, match="host_link_gbps"):
+        Device.from_entry("X", {**gh.to_entry(), "host_link_gbps": -1})
+    tables = [{"name": "t0", "num_embeddings": 1_000_000, "pooling_factor": 50}]
+    cfg = DLRMConfig.from_dict({"name": "c2c", "system": "GH200", "gpus": 1, "batch_size_per_gpu": 65536,
+                                "dtype": "fp32", "bottom_mlp": [64], "top_mlp": [64, 1], "embedding_dim": 64,
+                                "tables": tables, "embedding_placement": "host"})
+    (t,) = _node_us(cfg, "embedding fwd").values()
+    assert t == pytest.approx(65536 * 50 * 64 * 4 / 450e9 * 1e6, rel=0.1)

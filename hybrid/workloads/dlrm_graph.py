@@ -222,7 +222,10 @@ EMBEDDING_MEMORY_SHARE = 0.8
 
 
 def host_link_bw(device: Device) -> float:
-    """Bytes/s a GPU reads host memory at (its PCIe generation, x16; gen 4 when the catalog does not say)."""
+    """Bytes/s a GPU reads host memory at: its own host link where the catalog states one (``host_link_gbps``: a
+    Grace superchip's NVLink-C2C), else PCIe x16 of its generation (gen 4 when the catalog does not say)."""
+    if device.host_link_bw > 0:
+        return float(device.host_link_bw)
     return PCIE_X16_BW.get(int(device.pcie_gen or 4), PCIE_X16_BW[4])
 
 
