@@ -499,3 +499,19 @@ def test_grace_superchip_gpus_reach_host_memory_over_nvlink_c2c_not_pcie():
                                 "tables": tables, "embedding_placement": "host"})
     (t,) = _node_us(cfg, "embedding fwd").values()
     assert t == pytest.approx(65536 * 50 * 64 * 4 / 450e9 * 1e6, rel=0.1)
+
+
+def test_a_variant_name_given_as_the_config_file_says_how_to_use_it(tmp_path, capsys, monkeypatch):
+    """``hybrid simulate mlperf`` (no such file): the error says that mlperf is a built-in variant and how a config
+    names it, instead of only "file not found"; any other missing file keeps the plain error."""
+    from hybrid.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    for cmd in (["simulate", "mlperf"], ["shard", "dcnv2", "--gpus", "8"]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert "not found" in err and "built-in DLRM variant" in err and "variant: " in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert main(["simulate", "nope.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "not found" in err and "variant" not in err
