@@ -515,3 +515,21 @@ def test_a_variant_name_given_as_the_config_file_says_how_to_use_it(tmp_path, ca
     assert main(["simulate", "nope.yaml"]) == 2
     err = capsys.readouterr().err
     assert "not found" in err and "variant" not in err
+
+
+def test_simulate_json_gives_memory_per_rank_like_shard(tmp_path, capsys):
+    """``simulate --json`` gives each rank's memory under the key ``shard --json`` uses for its plans
+    (``memory_per_rank_bytes``), whose largest is ``peak_memory_bytes``, so the two outputs compare key by key."""
+    from hybrid.cli.main import main
+
+    plan = tmp_path / "best.yaml"
+    cfg = ROOT / "experiments" / "configs" / "dlrm_example.yaml"
+    assert main(["shard", str(cfg), "--strategy", "size_greedy", "--json", "--output", str(plan)]) == 0
+    shard = json.loads(capsys.readouterr().out)
+    assert main(["simulate", str(cfg), "--plan", str(plan), "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    best = next(p for p in shard["plans"] if p["name"] == shard["best"])
+    assert len(sim["memory_per_rank_bytes"]) == sim["gpus"] == 8
+    assert max(sim["memory_per_rank_bytes"]) == pytest.approx(sim["peak_memory_bytes"])
+    assert sim["memory_per_rank_bytes"] == pytest.approx(best["memory_per_rank_bytes"])
+    assert sim["iteration_us"] == pytest.approx(best["iteration_us"], rel=1e-6)

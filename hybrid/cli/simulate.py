@@ -175,6 +175,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     summary.update({"config": config.name, "system": iteration.target.system, "device": iteration.target.device.key,
                     "gpus": config.gpus, "model": model_name, "plan_source": plan_source,
                     "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
+                    "memory_per_rank_bytes": [float(x) for x in memory.per_rank["total"]],  # as shard --json
                     "samples_per_s": config.global_batch / (result.iteration_us * 1e-6)})
     host_memory = memory.host_memory_summary()  # tables placed in host memory: what each node holds there
     if host_memory is not None:
