@@ -23,8 +23,12 @@ def load_cost_model(model_ref: str | None, tracking_uri: str | None) -> tuple[An
 
 def load_config(path: str, gpus: int | None = None, system: str | None = None, drop_plan: bool = False):
     """A DLRM config with CLI overrides; ``drop_plan`` ignores the file's plan (e.g. when ranks change)."""
+    from pathlib import Path
+
     from hybrid.workloads.dlrm import DLRMConfig, load_document
 
+    if not Path(path).exists():
+        variant_hint(path)
     doc = load_document(path, what="DLRM config")
     if isinstance(doc, dict) and drop_plan:
         doc = {k: v for k, v in doc.items() if k != "plan"}
@@ -36,6 +40,22 @@ def load_config(path: str, gpus: int | None = None, system: str | None = None, d
         if isinstance(exc, HybridError):
             raise type(exc)(f"{path}: {exc}") from None
         raise
+
+
+def variant_hint(path: str) -> None:
+    """A missing CONFIG that names a built-in variant (``hybrid simulate mlperf``): an error saying how a config
+    uses it; any other name returns (the plain "file not found" follows)."""
+    from hybrid.errors import InvalidInputError
+    from hybrid.workloads.dlrm_variants import resolve_variant
+
+    try:
+        v = resolve_variant(path)
+    except InvalidInputError:
+        return
+    raise InvalidInputError(
+        f"DLRM config file not found: {path}; {v.name} is a built-in DLRM variant: write a config with "
+        f"`variant: {v.name}` and the keys to override (system, gpus, batch_size_per_gpu, dtype, ...), e.g. "
+        "experiments/configs/dlrm_mlperf_dgx_a100.yaml")
 
 
 def model_options(fn):
@@ -155,6 +175,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     summary.update({"config": config.name, "system": iteration.target.system, "device": iteration.target.device.key,
                     "gpus": config.gpus, "model": model_name, "plan_source": plan_source,
                     "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
+                    "memory_per_rank_bytes": [float(x) for x in memory.per_rank["total"]],  # as shard --json
                     "samples_per_s": config.global_batch / (result.iteration_us * 1e-6)})
     host_memory = memory.host_memory_summary()  # tables placed in host memory: what each node holds there
     if host_memory is not None:

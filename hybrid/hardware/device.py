@@ -15,7 +15,8 @@ from hybrid.units import DTYPE_FALLBACK, normalize_dtype
 DEVICE_REQUIRED = ("vendor", "kind", "peak_tflops", "mem_bw_gbps", "mem_gib", "source")
 #: Every field a device entry may have (a misspelt one is an error, not a silently ignored override).
 DEVICE_FIELDS = frozenset({*DEVICE_REQUIRED, "arch", "l2_mib", "l2_bw_gbps", "sms", "boost_clock_mhz",
-                           "sfu_per_clk_per_sm", "tdp_w", "link", "link_gbps", "pcie_gen", "kernel_latency_us",
+                           "sfu_per_clk_per_sm", "tdp_w", "link", "link_gbps", "pcie_gen", "host_link_gbps",
+                           "kernel_latency_us",
                            "mem_bw_shared_gbps", "aliases", "notes", "key"})
 
 #: L2 bytes per clock per SM of the A100 whitepaper (5120 B/clk, 108 SMs): the estimate :meth:`Device.l2_bandwidth`
@@ -51,6 +52,9 @@ class Device:
     link_bw: float = 0.0  # GPU-to-GPU (NVLink / Infinity Fabric) bytes/s per direction, all links of one GPU
     link_name: str = ""
     pcie_gen: int = 0
+    #: bytes/s per direction between the GPU and its host's memory over a link that is not PCIe (NVLink-C2C of a
+    #: Grace superchip); 0: a PCIe x16 slot of ``pcie_gen`` (``hybrid.workloads.dlrm_graph.host_link_bw``)
+    host_link_bw: float = 0.0
     kernel_latency_us: float = 4.0  # fixed per-kernel cost (launch + ramp) used by the roofline
     #: bytes/s the whole memory system sustains with every core streaming at once (0 = not measured). A CPU's
     #: ``mem_bw`` is one core's stream; ranks sharing the socket share this (``hybrid.engine.costs``).
@@ -186,6 +190,7 @@ class Device:
             link_bw=_nonneg(key, "link_gbps", entry.get("link_gbps", 0.0)) * 1e9,
             link_name=str(entry.get("link", "")),
             pcie_gen=_count(key, "pcie_gen", entry.get("pcie_gen", 0), positive=False),
+            host_link_bw=_nonneg(key, "host_link_gbps", entry.get("host_link_gbps", 0.0)) * 1e9,
             kernel_latency_us=_nonneg(key, "kernel_latency_us", entry.get("kernel_latency_us", 4.0 if kind == "gpu" else 1.0)),
             mem_bw_shared=_nonneg(key, "mem_bw_shared_gbps", entry.get("mem_bw_shared_gbps", 0.0)) * 1e9,
             aliases=tuple(str(a) for a in entry.get("aliases", ())),
@@ -212,6 +217,7 @@ class Device:
             "link": self.link_name,
             "link_gbps": self.link_bw / 1e9,
             "pcie_gen": self.pcie_gen,
+            "host_link_gbps": self.host_link_bw / 1e9,
             "kernel_latency_us": self.kernel_latency_us,
             "mem_bw_shared_gbps": self.mem_bw_shared / 1e9,
             "aliases": list(self.aliases),

@@ -222,7 +222,10 @@ EMBEDDING_MEMORY_SHARE = 0.8
 
 
 def host_link_bw(device: Device) -> float:
-    """Bytes/s a GPU reads host memory at (its PCIe generation, x16; gen 4 when the catalog does not say)."""
+    """Bytes/s a GPU reads host memory at: its own host link where the catalog states one (``host_link_gbps``: a
+    Grace superchip's NVLink-C2C), else PCIe x16 of its generation (gen 4 when the catalog does not say)."""
+    if device.host_link_bw > 0:
+        return float(device.host_link_bw)
     return PCIE_X16_BW.get(int(device.pcie_gen or 4), PCIE_X16_BW[4])
 
 
@@ -405,8 +408,9 @@ def build_dlrm_graph(
     vol = comm_volumes(config, pieces)
     R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
     emb_dt = config.embedding_dtype
-    # a lookup from host memory streams the same bytes over PCIe instead of HBM (zero-copy / UVM gathers)
-    host_scale = target.device.mem_bw / host_link_bw(target.device)
+    # a table in host memory: its kernels move the rows they touch over the host link instead of HBM (zero-copy /
+    # UVM gathers and updates); what they read and write in GPU memory (indices, outputs, gradients) stays there
+    host_bw, teb = host_link_bw(target.device), config.embedding_dtype_bytes
     dev = target.device.key
     coll_system = target.system
     if collective_system is not None:
@@ -474,8 +478,16 @@ def build_dlrm_graph(
         return kop("embedding_bag", direction=direction, variant=variant, **{k: grp[k] for k in shape_keys},
                    dtype=emb_dt)
 
-    def where(grp: dict[str, Any]) -> float:
-        return host_scale if grp["host"] else 1.0
+    def host_us(grp: dict[str, Any], rows: float, passes: float = 1.0) -> float:
+        """Time (us) a kernel of ``grp`` adds when its table is in host memory: ``rows`` rows of weights (or of
+        weights and optimizer state, ``passes`` per row) crossing the host link instead of HBM; 0 in GPU memory."""
+        if not grp["host"]:
+            return 0.0
+        nbytes = rows * passes * grp["embedding_dim"] * teb
+        return max(nbytes * (1.0 / host_bw - 1.0 / target.device.mem_bw), 0.0) * 1e6
+
+    def lookups(grp: dict[str, Any]) -> float:
+        return grp["batch_size"] * grp["pooling_factor"] * grp["num_tables"]
     # per rank: pooled columns it sends (table-/column-wise pieces) and the fused groups it holds
     a2a_cols = np.zeros(R)
     cw_cols = np.zeros(R)
@@ -549,7 +561,8 @@ def build_dlrm_graph(
                 last = g.kernel(r, f"embedding fwd ({grp['num_tables']} tables, dim {grp['embedding_dim']}"
                                 f"{', host memory' if grp['host'] else ''})", emb(grp, "fwd"),
                                 deps=[unpacked.get(r)] if r in unpacked else [],
-                                args={"tables": ",".join(grp["tables"][:50])}, scale=where(grp))
+                                args={"tables": ",".join(grp["tables"][:50])},
+                                duration_us=host_us(grp, lookups(grp)))  # one row read per lookup
         lookup_done[r] = last
         if cast_outputs and pooled[r] > 0:
             lookup_done[r] = g.kernel(r, f"embedding output cast ({lo_dt} -> {dt})", cast(pooled[r], "fwd"),
@@ -794,10 +807,11 @@ def build_dlrm_graph(
             arrived = [g.kernel(r, f"embedding grad cast ({dt} -> {lo_dt})", cast(pooled[r], "bwd"), deps=arrived)]
         for grp in groups[r]:
             if grp["sharded"]:  # the profiled row includes an SGD update: only the backward share here
+                # (the gradient it forms is in GPU memory: no host traffic, wherever the weights are)
                 g.kernel(r, f"embedding bwd ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
                          emb(grp, "bwd", "sparse_sgd"),
                          deps=arrived,
-                         scale=(1.0 - SPARSE_SGD_UPDATE_SHARE) * where(grp))
+                         scale=1.0 - SPARSE_SGD_UPDATE_SHARE)
 
     # ---- optimizer: sparse update of the sharded tables, then the dense step over every DDP parameter -------
     g.phase = "optimizer"
@@ -823,19 +837,25 @@ def build_dlrm_graph(
                     values = grp["batch_size"] * grp["pooling_factor"] * grp["num_tables"] * grp["embedding_dim"]
                     g.kernel(r, "GradScaler unscale (embedding gradient values)",
                              kop("elementwise", variant="scale_", dtype=emb_dt, elements=_round(values)),
-                             host_deps=[step], scale=where(grp))
+                             host_deps=[step])  # gradient values: GPU memory wherever the weights are
         for grp in groups[r]:
             if not grp["sharded"]:
                 continue
             if config.optimizer == "sgd":  # weight.add_(sparse grad): the update share of the profiled row
+                # in host memory each touched row is read and written over the link (the fixed part is scaled
+                # with the op: given over the share, it is charged once)
                 done = g.kernel(r, "embedding sgd update", emb(grp, "bwd", "sparse_sgd"), deps=deps,
-                                host_deps=[step], scale=SPARSE_SGD_UPDATE_SHARE * where(grp))
+                                host_deps=[step], scale=SPARSE_SGD_UPDATE_SHARE,
+                                duration_us=host_us(grp, grp["unique_rows"], 2.0) / SPARSE_SGD_UPDATE_SHARE)
             else:  # coalesce (like the index-add of the backward) + dense Adagrad math over the coalesced rows
+                # the coalesce sorts and sums the sparse gradient, in GPU memory wherever the weights are
                 g.kernel(r, f"embedding {config.optimizer} coalesce", emb(grp, "bwd", "sparse_sgd"), deps=deps,
-                         host_deps=[step], scale=ADAGRAD_COALESCE_SCALE * where(grp))
+                         host_deps=[step], scale=ADAGRAD_COALESCE_SCALE)
+                # weights and accumulators of the touched rows read and written (host memory: over the link)
                 done = g.kernel(r, f"embedding {config.optimizer} update", kop(
                     "elementwise", variant=config.optimizer, dtype=emb_dt,
-                    elements=_round(grp["unique_rows"] * grp["embedding_dim"])), scale=where(grp))
+                    elements=_round(grp["unique_rows"] * grp["embedding_dim"])),
+                    duration_us=host_us(grp, grp["unique_rows"], 4.0))
             if "sparse coalesce host waits" in work:  # coalescing reads the unique-row count back to the host
                 step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)", kind="cpu",
                              overhead="kernel_launch", deps=[done])
