@@ -156,6 +156,18 @@ def test_evaluate_warns_when_rows_were_in_the_training_data(flow, tmp_path):
     assert rc == 0 and "rows_in_training_data" not in json.loads(out) and "warning" not in err
 
 
+def test_report_on_tables_warns_when_rows_were_in_the_training_data(flow, tmp_path):
+    """`hybrid report --table` evaluates like `hybrid evaluate`: it said nothing when the table was the model's own
+    training data, so its HTML showed in-sample errors as if they were a test."""
+    n = len(read_table(flow["csv"]))
+    html = tmp_path / "r.html"
+    rc, out, err = cli(["report", "--model", "kern", "--table", str(flow["csv"]), "-o", str(html),
+                        "--tracking-uri", flow["uri"]])
+    assert rc == 0, err
+    assert f"warning: {n:,} of {n:,} rows (100%) were in the training data of models:/kern/2" in err
+    assert "in-sample" in html.read_text()
+
+
 def test_evaluate_roofline_needs_no_store(flow, tmp_path, monkeypatch):
     monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
