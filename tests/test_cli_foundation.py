@@ -224,6 +224,10 @@ def test_interval_note_says_when_an_unseen_band_was_borrowed(capsys):
     seen = _interval({**row, "interval_band": "seen"}, "gemm")
     assert "borrowed from another op family or model" in seen["interval_note"]
     assert "interval_note" not in _interval({**row, "interval_calibrated": True}, "gemm")
+    # a measured layout at a message size beyond the measured ones: the note names that, not "an unseen system"
+    sized = _interval(row, "collective", reason="the message size is beyond the measured ones: extrapolated")
+    assert "extrapolated collective (the message size is beyond" in sized["interval_note"]
+    assert "unseen system or layout" not in sized["interval_note"]
 
 
 def test_interval_note_says_when_a_sibling_band_is_the_one_between_seen_and_unseen(capsys):

@@ -156,7 +156,7 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     summaries = {"model": result} if loaded.name == "roofline" else {"model": result,
                                                                      "roofline": summarize(frame, "roofline")}
     echo_comparison(summaries)
-    per_method = ", ".join(f"{m} {g['n_rows']:,} rows ({g['geomean_pct']:.1f}%)" for m, g in result["by_method"].items())
+    per_method = ", ".join(f"{m} {g['n_rows']:,} rows (geomean {g['geomean_pct']:.1f}%)" for m, g in result["by_method"].items())
     click.echo(f"answered by: {per_method}")
     if cov["coverage_by_device"]:
         per = ", ".join(f"{d} {p:.0f}%" for d, p in cov["coverage_by_device"].items())

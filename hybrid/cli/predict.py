@@ -35,11 +35,13 @@ def _report(result: dict, as_json: bool) -> None:
         click.echo(f"{k:>16}: {v}")
 
 
-def _interval(row, what: str, between: bool = False) -> dict:
+def _interval(row, what: str, between: bool = False, reason: str = "") -> dict:
     """``time_us_low`` / ``time_us_high``: the model's 80% prediction interval (None when it has none), whether
     it was calibrated for this kind of prediction (``interval_calibrated``) and, where not, ``interval_note``
     (also printed to stderr). ``what``: the kind of op, for the note; ``between``: an uncalibrated sibling band is
-    the one between the key's seen and unseen bands (``IntervalCalibration.sibling_fallback``)."""
+    the one between the key's seen and unseen bands (``IntervalCalibration.sibling_fallback``); ``reason``: why a
+    collective row is on the unseen band (``extrapolation_reason``: a size beyond the measured ones, a layout never
+    measured), named in the note instead of "an unseen system or layout"."""
     lo, hi = float(row.get("time_us_low", float("nan"))), float(row.get("time_us_high", float("nan")))
     calibrated = bool(row.get("interval_calibrated", lo == lo and hi == hi))
     method = str(row.get("method", "the model"))
@@ -52,7 +54,9 @@ def _interval(row, what: str, between: bool = False) -> dict:
                    interval_note=f"no 80% interval: the model has no held-out {what} residuals of {method} or of "
                                  "any comparable model to calibrate one on (calibrate with such measurements)")
     elif not calibrated and band == "unseen":
-        out["interval_note"] = (f"80% interval of an unseen {'system or layout' if what == 'collective' else 'device'} "
+        unseen = (f"extrapolated {what} ({reason})" if reason else
+                  f"unseen {'system or layout' if what == 'collective' else 'device'}")
+        out["interval_note"] = (f"80% interval of an {unseen} "
                                 f"borrowed: the model calibrated no unseen band for {method} {what} predictions, so "
                                 "this is the nearest band it has (the seen one where that is all), narrower than "
                                 "its errors there are likely to be; its coverage is unknown")
@@ -198,11 +202,11 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
             frame["system"] = sys_.key
         out = loaded.predictor.predict(frame).iloc[0]
         t, bound = float(out["time_us"]), str(out["bound"])
-        extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
-                      **_interval(out, "collective")})
         sigmoid = next((c for c in loaded.predictor.corrections if hasattr(c, "extrapolation_reason") and c.fitted),
                        None)
         why = sigmoid.extrapolation_reason(frame)[0] if sigmoid is not None else ""
+        extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
+                      **_interval(out, "collective", reason=why)})
         if why:  # why the row is on the unseen band (or the transfer model answered)
             extra["extrapolated"] = why
     _report({
