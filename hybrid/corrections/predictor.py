@@ -267,6 +267,14 @@ class HybridPredictor:
         norm, base = self._prepare(table, training=True)
         return implausible_rows(norm, base, self.catalog)
 
+    def implausible_collectives(self, table: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+        """(mask of the rows of ``table``, their groups): collectives far faster than the catalog's fabric allows
+        (:func:`hybrid.data.quality.implausible_collectives`: times in another unit, or the wrong system)."""
+        from hybrid.data.quality import implausible_collectives
+
+        norm, base = self._prepare(table, training=True)
+        return implausible_collectives(norm, base)
+
     def _drop_implausible(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``norm``/``base`` without GPU GEMM groups that beat the datasheet peak (:mod:`hybrid.data.quality`),
         with a warning naming them; recorded in ``fit_info['implausible']`` (rows left out, the groups)."""
