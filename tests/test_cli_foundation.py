@@ -244,3 +244,13 @@ def test_interval_note_says_when_a_sibling_band_is_the_one_between_seen_and_unse
     assert "warning: 80% interval of a GPU priced from a measured sibling" in capsys.readouterr().err
     # a sibling band borrowed from elsewhere (the key lacks a seen or an unseen band) keeps the generic note
     assert "another op family or model" in _interval(row, "GEMM")["interval_note"]
+
+
+def test_calibrate_warns_when_one_held_out_device_calibrates_the_unseen_band() -> None:
+    """`--holdout-device T4` alone: the unseen band is that one GPU's errors (on an H100 the intervals of such a
+    NeuSight model covered 3% of the rows), and the run said nothing about it."""
+    from hybrid.cli.calibrate import unseen_line
+
+    assert unseen_line([]) is None and unseen_line(["T4", "V100-PCIE-32GB"]) is None
+    one = unseen_line(["T4"])
+    assert one.startswith("warning: ") and "one held-out device (T4)" in one and "--holdout-device" in one
