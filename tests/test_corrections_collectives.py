@@ -366,3 +366,18 @@ def test_unmeasured_layouts_and_settings_get_the_unseen_band(polaris, shared_dat
     assert got["time_us"].iat[0] >= base["memory_us"].iat[0] / 1.5 * (1 - 1e-9)
     assert got["time_us_low"].iat[0] >= base["memory_us"].iat[0] / 1.5 * (1 - 1e-9)
     assert (sigmoid.floor_us(train, roofline(train, catalog), catalog) == 0).all()
+
+
+def test_rows_of_logs_imported_without_a_system_keep_the_seen_band(polaris, catalog):
+    """Logs imported without --system key their curves on the GPU; `hybrid predict collective --system GPU`
+    reads those curves (the measured time back), but every such row got the unseen band (a warning that its
+    interval was borrowed for "an unseen system or layout") because only system names counted as seen."""
+    ops = polaris[(polaris["op"] == "all_reduce") & (polaris["n_nodes"] <= 8)]
+    train = ops.drop(columns=["system"]).reset_index(drop=True)
+    hp = HybridPredictor(catalog, [CollectiveSigmoid()]).fit(train, intervals=True)
+    row = train.iloc[[0]].reset_index(drop=True)
+    out = hp.predict(row)
+    assert out["method"].tolist() == ["collective-sigmoid"]
+    assert out["interval_band"].tolist() == ["seen"]
+    # a system the model never saw (the GPU's curves do not answer for it) stays unseen
+    assert hp.predict(row.assign(system="Sophia"))["interval_band"].tolist() == ["unseen"]
