@@ -672,3 +672,16 @@ def test_a_stated_sxm_generation_names_its_own_board(catalog):
     assert catalog.resolve_device("NVIDIA H100 SXM5 94GB") == "H100-SXM-94GB"
     with pytest.raises(UnknownDeviceError, match="H100-SXM9"):
         catalog.resolve_device("H100-SXM9")
+
+
+def test_user_system_naming_its_gpu_by_alias_keeps_the_device_key(tmp_path: Path, monkeypatch) -> None:
+    # A site file may name a system's GPU as nvidia-smi prints it; code downstream compares System.device with
+    # table rows' device keys (the nccl-tests importer warned "the log's GPU H100-SXM does not match system ..."
+    # for every section of a log of that very GPU).
+    f = tmp_path / "site.toml"
+    f.write_text('[systems.My-H100]\ndevice = "NVIDIA H100 80GB HBM3"\ngpus_per_node = 8\nintra_node_gbps = 450\n'
+                 'source = "lab"\n')
+    monkeypatch.setenv("HYBRID_CATALOG", str(f))
+    cat = default_catalog()
+    assert cat.system("My-H100").device == "H100-SXM"
+    assert cat.with_system(cat.system("My-H100")).system("My-H100").device == "H100-SXM"

@@ -156,6 +156,31 @@ def test_evaluate_warns_when_rows_were_in_the_training_data(flow, tmp_path):
     assert rc == 0 and "rows_in_training_data" not in json.loads(out) and "warning" not in err
 
 
+def test_report_on_tables_warns_when_rows_were_in_the_training_data(flow, tmp_path):
+    """`hybrid report --table` evaluates like `hybrid evaluate`: it said nothing when the table was the model's own
+    training data, so its HTML showed in-sample errors as if they were a test."""
+    n = len(read_table(flow["csv"]))
+    html = tmp_path / "r.html"
+    rc, out, err = cli(["report", "--model", "kern", "--table", str(flow["csv"]), "-o", str(html),
+                        "--tracking-uri", flow["uri"]])
+    assert rc == 0, err
+    assert f"warning: {n:,} of {n:,} rows (100%) were in the training data of models:/kern/2" in err
+    assert "in-sample" in html.read_text()
+
+
+def test_models_lists_the_registered_models(flow, tmp_path):
+    """`hybrid models` lists what --model accepts (there was no way to list it but a failed --model)."""
+    rc, out, err = cli(["models", "--tracking-uri", flow["uri"]])
+    assert rc == 0, err
+    line = next(row for row in out.splitlines() if row.startswith("kern "))
+    assert line.split()[:3] == ["kern", "2", "2"] and flow["second"]["run_id"] in line
+    rc, out, err = cli(["models", "--json", "--tracking-uri", flow["uri"]])
+    listed = json.loads(out)["models"]
+    assert rc == 0 and [v["version"] for m in listed if m["name"] == "kern" for v in m["versions"]] == [1, 2]
+    rc, out, err = cli(["models", "--tracking-uri", f"sqlite:///{tmp_path / 'none' / 'mlflow.db'}"])
+    assert rc == 2 and "no tracking store" in err and not (tmp_path / "none").exists()
+
+
 def test_evaluate_roofline_needs_no_store(flow, tmp_path, monkeypatch):
     monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

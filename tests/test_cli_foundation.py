@@ -224,3 +224,33 @@ def test_interval_note_says_when_an_unseen_band_was_borrowed(capsys):
     seen = _interval({**row, "interval_band": "seen"}, "gemm")
     assert "borrowed from another op family or model" in seen["interval_note"]
     assert "interval_note" not in _interval({**row, "interval_calibrated": True}, "gemm")
+    # a measured layout at a message size beyond the measured ones: the note names that, not "an unseen system"
+    sized = _interval(row, "collective", reason="the message size is beyond the measured ones: extrapolated")
+    assert "extrapolated collective (the message size is beyond" in sized["interval_note"]
+    assert "unseen system or layout" not in sized["interval_note"]
+
+
+def test_interval_note_says_when_a_sibling_band_is_the_one_between_seen_and_unseen(capsys):
+    """A GPU priced from a measured sibling in a model that could not calibrate a sibling band gets the band
+    halfway between the seen and unseen ones; the note said it was borrowed from another op family or model, and
+    that GEMM predictions had no held-out residuals of their own (they had both bands)."""
+    from hybrid.cli.predict import _interval
+
+    row = {"time_us_low": 80.0, "time_us_high": 160.0, "interval_calibrated": False, "interval_band": "sibling",
+           "method": "kernel-xgb"}
+    out = _interval(row, "GEMM", between=True)
+    assert "halfway between its seen and unseen" in out["interval_note"]
+    assert "another op family" not in out["interval_note"] and "no held-out residuals" not in out["interval_note"]
+    assert "warning: 80% interval of a GPU priced from a measured sibling" in capsys.readouterr().err
+    # a sibling band borrowed from elsewhere (the key lacks a seen or an unseen band) keeps the generic note
+    assert "another op family or model" in _interval(row, "GEMM")["interval_note"]
+
+
+def test_calibrate_warns_when_one_held_out_device_calibrates_the_unseen_band() -> None:
+    """`--holdout-device T4` alone: the unseen band is that one GPU's errors (on an H100 the intervals of such a
+    NeuSight model covered 3% of the rows), and the run said nothing about it."""
+    from hybrid.cli.calibrate import unseen_line
+
+    assert unseen_line([]) is None and unseen_line(["T4", "V100-PCIE-32GB"]) is None
+    one = unseen_line(["T4"])
+    assert one.startswith("warning: ") and "one held-out device (T4)" in one and "--holdout-device" in one

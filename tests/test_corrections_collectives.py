@@ -431,3 +431,18 @@ def test_all_gather_and_reduce_scatter_price_each_other_at_a_layout(shared_datas
     assert out["interval_band"].tolist() == ["unseen", "unseen"]
     ratio = (out["time_us_high"] / out["time_us_low"]).to_numpy()
     assert np.isfinite(ratio).all() and ratio[0] == pytest.approx(ratio[1])
+
+
+def test_rows_of_logs_imported_without_a_system_keep_the_seen_band(polaris, catalog):
+    """Logs imported without --system key their curves on the GPU; `hybrid predict collective --system GPU`
+    reads those curves (the measured time back), but every such row got the unseen band (a warning that its
+    interval was borrowed for "an unseen system or layout") because only system names counted as seen."""
+    ops = polaris[(polaris["op"] == "all_reduce") & (polaris["n_nodes"] <= 8)]
+    train = ops.drop(columns=["system"]).reset_index(drop=True)
+    hp = HybridPredictor(catalog, [CollectiveSigmoid()]).fit(train, intervals=True)
+    row = train.iloc[[0]].reset_index(drop=True)
+    out = hp.predict(row)
+    assert out["method"].tolist() == ["collective-sigmoid"]
+    assert out["interval_band"].tolist() == ["seen"]
+    # a system the model never saw (the GPU's curves do not answer for it) stays unseen
+    assert hp.predict(row.assign(system="Sophia"))["interval_band"].tolist() == ["unseen"]

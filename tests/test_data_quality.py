@@ -157,3 +157,51 @@ def test_rows_whose_benchmark_reported_wrong_results_are_neither_fitted_nor_scor
     assert rc == 0, err
     res = json.loads(out)
     assert f"left out {int(broken.sum()):,} collective rows" in err and res["n_rows"] == int((~broken).sum())
+
+
+def test_collective_logs_timed_in_another_unit_are_left_out_or_refused(tmp_path):
+    """A collective table with its times in milliseconds (1000x too fast for any fabric) was calibrated and
+    registered without a word; such sections are now left out with a warning naming the unit, and a table of
+    nothing else is refused before a run starts. Every public collective row stays (the fastest is 4.1x faster
+    than the alpha-beta estimate)."""
+    import contextlib
+    import io
+
+    from hybrid.cli.main import main
+    from hybrid.data.quality import COLLECTIVE_TOLERANCE, implausible_collectives
+    from hybrid.data.schema import write_table
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.ops.roofline import roofline
+
+    root = public_data_dir() / "nccl-tests/argonne-lcf_alcf-nccl-tests/results_polaris/nccl_2_18"
+    if not root.exists():
+        pytest.skip("public data directory not available")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = import_paths("nccl-tests", root)
+    table = table[table["n_nodes"] <= 2].reset_index(drop=True)
+    cat = default_catalog()
+    drop, groups = implausible_collectives(table, roofline(table, cat))
+    assert not drop.any() and groups.empty and COLLECTIVE_TOLERANCE >= 10
+    sources = sorted(table["source"].astype(str).unique())
+    in_ms = table["source"].astype(str) == sources[0]
+    table.loc[in_ms, "time_us"] = table.loc[in_ms, "time_us"] / 1000
+    drop, groups = implausible_collectives(table, roofline(table, cat))
+    assert drop.tolist() == in_ms.tolist()  # only the file in milliseconds, not the system's other logs
+
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+
+    def run(t: pd.DataFrame, name: str) -> tuple[int, str]:
+        csv = tmp_path / f"{name}.csv"
+        write_table(t, csv, validate_rows=False)
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = main(["calibrate", str(csv), "--name", name, "--tracking-uri", uri, "-q", "--no-lodo"])
+        return rc, err.getvalue()
+
+    rc, err = run(table, "mixed")
+    assert rc == 0, err
+    assert "warning: left out of the fit and of every score, collectives far faster than the fabric" in err
+    assert "times in milliseconds or seconds?" in err
+    rc, err = run(table[in_ms], "all_ms")
+    assert rc == 2 and "error: every training row is a collective far faster" in err

@@ -161,3 +161,31 @@ def test_values_that_must_agree_across_columns(catalog, extra, message):
     validate(good.assign(**{key: 4 if key == "kv_heads" else 2}), catalog)  # a divisor passes
     with pytest.raises(SchemaError, match=message):
         validate(good, catalog)
+
+
+def test_raw_nccl_tests_output_or_a_public_csv_named_as_a_table_says_how_to_import_it(tmp_path):
+    """`hybrid calibrate all_reduce.log` (or a folder of logs, or NeuSight's own CSV) said only "missing required
+    column(s) device, op, time_us" / "not a measurement bundle"; it now names the import command."""
+    from hybrid.data.bundle import load_bundle
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "all_reduce.log"
+    log.write_text("# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902\n"
+                   "# Collective test starting: all_reduce_perf\n"
+                   "#       size         count      type   redop    root     time   algbw   busbw  #wrong\n"
+                   "    33554432       4194304    double     sum      -1   172.49  194.53  291.79       0\n")
+    with pytest.raises(SchemaError, match="raw nccl-tests output: import it first with `hybrid data import nccl-tests"):
+        read_table(log)
+    with pytest.raises(SchemaError, match="not a measurement bundle.*hybrid data import nccl-tests"):
+        load_bundle(logs)
+    other = tmp_path / "bmm.csv"
+    other.write_text("OPName,B,M,N,K,Latency\nbmm,1,64,64,64,0.01\n")
+    with pytest.raises(SchemaError, match="hybrid data import FORMAT"):
+        read_table(other)
+    # a canonical table with one column misspelt keeps its own hint, without the import advice
+    near = tmp_path / "near.csv"
+    near.write_text("device,op,Time_US\nH100-SXM,gemm,1.0\n")
+    with pytest.raises(SchemaError, match="column names are lower case") as exc:
+        read_table(near)
+    assert "hybrid data import" not in str(exc.value)

@@ -156,7 +156,7 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     summaries = {"model": result} if loaded.name == "roofline" else {"model": result,
                                                                      "roofline": summarize(frame, "roofline")}
     echo_comparison(summaries)
-    per_method = ", ".join(f"{m} {g['n_rows']:,} rows ({g['geomean_pct']:.1f}%)" for m, g in result["by_method"].items())
+    per_method = ", ".join(f"{m} {g['n_rows']:,} rows (geomean {g['geomean_pct']:.1f}%)" for m, g in result["by_method"].items())
     click.echo(f"answered by: {per_method}")
     if cov["coverage_by_device"]:
         per = ", ".join(f"{d} {p:.0f}%" for d, p in cov["coverage_by_device"].items())
@@ -166,7 +166,7 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
             click.echo(f"  per band (what the model knew of the device): {bands}")
     if (no_band or borrowed) and getattr(loaded.predictor, "intervals", None) is not None:
         click.echo(f"note: {no_band:,} rows have no interval (nothing calibrated for their kind of op: coverage is "
-                   f"over the others) and {borrowed:,} an interval borrowed from another op family or model "
-                   "(its coverage is what this run measures)")
+                   f"over the others) and {borrowed:,} an interval not calibrated for their case (borrowed from another "
+                   "band, op family or model: its coverage is what this run measures)")
     if output:
         click.echo(f"predictions written to {output}")

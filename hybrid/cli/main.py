@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "calibrate": "hybrid.cli.calibrate:calibrate",
     "evaluate": "hybrid.cli.evaluate:evaluate",
     "report": "hybrid.cli.report:report",
+    "models": "hybrid.cli.models:models",
     "quickstart": "hybrid.cli.quickstart:quickstart",
     "bench": "hybrid.cli.bench:bench",
     "llm": "hybrid.cli.llm:llm",

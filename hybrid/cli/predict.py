@@ -35,10 +35,13 @@ def _report(result: dict, as_json: bool) -> None:
         click.echo(f"{k:>16}: {v}")
 
 
-def _interval(row, what: str) -> dict:
+def _interval(row, what: str, between: bool = False, reason: str = "") -> dict:
     """``time_us_low`` / ``time_us_high``: the model's 80% prediction interval (None when it has none), whether
     it was calibrated for this kind of prediction (``interval_calibrated``) and, where not, ``interval_note``
-    (also printed to stderr). ``what``: the kind of op, for the note."""
+    (also printed to stderr). ``what``: the kind of op, for the note; ``between``: an uncalibrated sibling band is
+    the one between the key's seen and unseen bands (``IntervalCalibration.sibling_fallback``); ``reason``: why a
+    collective row is on the unseen band (``extrapolation_reason``: a size beyond the measured ones, a layout never
+    measured), named in the note instead of "an unseen system or layout"."""
     lo, hi = float(row.get("time_us_low", float("nan"))), float(row.get("time_us_high", float("nan")))
     calibrated = bool(row.get("interval_calibrated", lo == lo and hi == hi))
     method = str(row.get("method", "the model"))
@@ -51,16 +54,31 @@ def _interval(row, what: str) -> dict:
                    interval_note=f"no 80% interval: the model has no held-out {what} residuals of {method} or of "
                                  "any comparable model to calibrate one on (calibrate with such measurements)")
     elif not calibrated and band == "unseen":
-        out["interval_note"] = (f"80% interval of an unseen {'system or layout' if what == 'collective' else 'device'} "
+        unseen = (f"extrapolated {what} ({reason})" if reason else
+                  f"unseen {'system or layout' if what == 'collective' else 'device'}")
+        out["interval_note"] = (f"80% interval of an {unseen} "
                                 f"borrowed: the model calibrated no unseen band for {method} {what} predictions, so "
                                 "this is the nearest band it has (the seen one where that is all), narrower than "
                                 "its errors there are likely to be; its coverage is unknown")
+    elif not calibrated and band == "sibling" and between:
+        out["interval_note"] = (f"80% interval of a GPU priced from a measured sibling (the same die) not calibrated: "
+                                f"too few held-out GPUs of the calibration had a sibling to calibrate a sibling band "
+                                f"for {method} {what} predictions, so this is the band halfway between its seen and "
+                                "unseen ones; its coverage is unknown")
     elif not calibrated:
         out["interval_note"] = (f"80% interval borrowed from another op family or model: {method} {what} "
                                 "predictions had no held-out residuals of their own, so its coverage is unknown")
     if "interval_note" in out:
         click.echo(f"warning: {out['interval_note']}", err=True)
     return out
+
+
+def _sibling_between(predictor, row, op: str) -> bool:
+    """Whether ``row``'s uncalibrated sibling band is the one between its key's seen and unseen bands."""
+    from hybrid.ops.families import family_of
+
+    intervals = getattr(predictor, "intervals", None)
+    return intervals is not None and intervals.sibling_fallback(f"{row.get('method')}:{family_of(op).name}")
 
 
 def _memory_fit(frame, cat, **target: str) -> dict:
@@ -114,7 +132,7 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         frame["device"] = dev.key
         out = loaded.predictor.predict(frame).iloc[0]
         extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
-                 **_interval(out, "GEMM" if spec.op != "gemv" else "GEMV")}
+                 **_interval(out, "GEMM" if spec.op != "gemv" else "GEMV", _sibling_between(loaded.predictor, out, spec.op))}
         unseen = _unseen_dtype(loaded.predictor, spec.dtype)
         if unseen:
             extra.update(unseen)
@@ -184,11 +202,11 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
             frame["system"] = sys_.key
         out = loaded.predictor.predict(frame).iloc[0]
         t, bound = float(out["time_us"]), str(out["bound"])
-        extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
-                      **_interval(out, "collective")})
         sigmoid = next((c for c in loaded.predictor.corrections if hasattr(c, "extrapolation_reason") and c.fitted),
                        None)
         why = sigmoid.extrapolation_reason(frame)[0] if sigmoid is not None else ""
+        extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
+                      **_interval(out, "collective", reason=why)})
         if why:  # why the row is on the unseen band (or the transfer model answered)
             extra["extrapolated"] = why
     _report({

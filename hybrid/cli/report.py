@@ -33,16 +33,31 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
     if tables:
         if not model_ref:
             raise InvalidInputError("--table needs --model (the model to evaluate)")
-        from hybrid.cli.evaluate import load_model_for
+        from hybrid.cli.evaluate import load_model_for, training_overlap
+        from hybrid.data.quality import failed_validation
         from hybrid.tracking.evaluation import prediction_frame
         from hybrid.tracking.inputs import load_measurements
 
         data = load_measurements(tables)
+        table = data.table
+        wrong = failed_validation(table)
+        if wrong.any():  # as `hybrid evaluate`: a broken run's times are not a measurement to score against
+            if wrong.all():
+                raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0)")
+            click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong "
+                       "results (#wrong > 0)", err=True)
+            table = table.loc[~wrong].reset_index(drop=True)
         loaded = load_model_for(model_ref, store.uri, data.catalog)
-        frame = prediction_frame(data.table, loaded.predictor.predict(data.table), "all")
+        frame = prediction_frame(table, loaded.predictor.predict(table), "all")
         title = f"hybrid evaluation: {loaded.ref if loaded.version else 'roofline'}"
         meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(tables),
                 "rows": f"{len(frame):,}"}
+        seen = training_overlap(loaded, frame)
+        if seen is not None and seen.any():  # in-sample rows are no test of the model: say so, as evaluate does
+            said = (f"{int(seen.sum()):,} of {len(frame):,} rows ({100 * seen.mean():.0f}%) were in the training data "
+                    f"of {loaded.ref} (run {loaded.run_id}): their errors are in-sample, not a test of the model")
+            meta["rows in training data"] = said
+            click.echo(f"warning: {said}; evaluate on held-out measurements", err=True)
         text = render_report(frame, title=title, meta=meta)
     else:
         rid = run_id or run_of_model(model_ref or "", store=store)

@@ -37,7 +37,7 @@ from hybrid.corrections.base import (
     read_json,
     write_json,
 )
-from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
+from hybrid.corrections.collective_sigmoid import CollectiveSigmoid, _group_key
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
 from hybrid.corrections.intervals import (
     ADAPT_SHOTS,
@@ -270,6 +270,14 @@ class HybridPredictor:
 
         norm, base = self._prepare(table, training=True)
         return implausible_rows(norm, base, self.catalog)
+
+    def implausible_collectives(self, table: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
+        """(mask of the rows of ``table``, their groups): collectives far faster than the catalog's fabric allows
+        (:func:`hybrid.data.quality.implausible_collectives`: times in another unit, or the wrong system)."""
+        from hybrid.data.quality import implausible_collectives
+
+        norm, base = self._prepare(table, training=True)
+        return implausible_collectives(norm, base)
 
     def _drop_implausible(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         """``norm``/``base`` without GPU GEMM groups that beat the datasheet peak (:mod:`hybrid.data.quality`),
@@ -559,10 +567,12 @@ class HybridPredictor:
                         band[rows] = adapted_code(int(fit.get("rows") or 0))
         is_coll = isin_fast(base["family"], ("collective",))
         if is_coll.any():
-            if "system" in norm.columns:
-                sys_seen = isin_fast(norm["system"], self.systems_seen)
-            else:
-                sys_seen = np.zeros(len(norm), dtype=bool)
+            # the collective curves are keyed on the system, or on the GPU for rows that name none (logs imported
+            # without --system): a row of such a measured GPU is as seen as one of a measured system
+            keyed = set(self.systems_seen)
+            for corr in self.corrections:
+                keyed |= {str(f.system) for f in getattr(corr, "fits", None) or () if hasattr(f, "system")}
+            sys_seen = isin_fast(_group_key(norm), sorted(keyed))
             band = np.where(is_coll & ~(seen & sys_seen), UNSEEN, band)
         return band
 

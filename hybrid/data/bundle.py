@@ -45,7 +45,12 @@ def _table_file(path: Path) -> Path:
     if path.is_dir():
         table = path / TABLE_FILE
         if not table.is_file():
-            raise SchemaError(f"{path} is not a measurement bundle: it has no {TABLE_FILE}")
+            from hybrid.data.schema import looks_like_nccl_tests
+
+            logs = any(looks_like_nccl_tests(f) for f in sorted(path.iterdir())[:50] if f.is_file())
+            hint = (f"; it holds raw nccl-tests output: import it first with `hybrid data import nccl-tests {path} "
+                    "-o table.csv --system NAME`" if logs else "")
+            raise SchemaError(f"{path} is not a measurement bundle: it has no {TABLE_FILE}{hint}")
         return table
     if not path.is_file():
         raise SchemaError(f"measurement bundle or table not found: {path}")

@@ -89,6 +89,57 @@ def nothing_plausible(groups: pd.DataFrame) -> InvalidInputError:
                              f"{describe(groups)}); check the device names, dtypes and units")
 
 
+#: A collective more than this many times faster than its alpha-beta estimate from the catalog's link bandwidths
+#: is taken for times in another unit (or a wrong system): on every public collective source the fastest row is
+#: 4.1x faster than that estimate (Vidur's pairwise NVLink), most are slower, while a table in milliseconds
+#: is ~1000x faster.
+COLLECTIVE_TOLERANCE = UNIT_HINT_FACTOR
+
+
+def implausible_collectives(norm: pd.DataFrame, base: pd.DataFrame,
+                            tolerance: float = COLLECTIVE_TOLERANCE) -> tuple[np.ndarray, pd.DataFrame]:
+    """(mask of collective rows to leave out, their groups): a group (system, or device where no system is given,
+    collective and ``source``: one log's section) is left out when one of its rows is more than ``tolerance`` x
+    faster than its alpha-beta estimate; the groups frame has ``group``, ``op``, ``source``, ``rows`` and
+    ``fastest_over_roofline``. Arguments as :func:`implausible_rows`."""
+    keys = ["group", "op", "source"]
+    none = (np.zeros(len(norm), dtype=bool), pd.DataFrame(columns=[*keys, "rows", "fastest_over_roofline"]))
+    if len(norm) == 0 or "time_us" not in norm.columns:
+        return none
+    checked = np.isin(base["family"].astype(str).to_numpy(), ("collective",))
+    if not checked.any():
+        return none
+    measured = pd.to_numeric(norm["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+    roof = pd.to_numeric(base["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+    device = norm["device"].astype(str).to_numpy()
+    if "system" in norm.columns:
+        system = norm["system"].astype("string").fillna("").astype(str).to_numpy()
+        group = np.where(system != "", system, device)
+    else:
+        group = device
+    source = (norm["source"].astype("string").fillna("").astype(str).to_numpy() if "source" in norm.columns
+              else np.full(len(norm), ""))
+    frame = pd.DataFrame({"group": group, "op": norm["op"].astype(str).to_numpy(), "source": source,
+                          "speedup": np.divide(roof, measured, out=np.zeros_like(roof), where=measured > 0)})
+    g = frame[checked].groupby(keys, sort=True)["speedup"].agg(rows="size", fastest_over_roofline="max")
+    bad = g[g["fastest_over_roofline"] > tolerance].reset_index()
+    if len(bad) == 0:
+        return none
+    index = pd.MultiIndex.from_frame(frame[keys])
+    return checked & index.isin(pd.MultiIndex.from_frame(bad[keys])), bad
+
+
+def describe_collectives(groups: pd.DataFrame) -> str:
+    """The groups of :func:`implausible_collectives` in one line (per system and collective: rows, sources, the
+    fastest speed-up), with the unit question."""
+    per = groups.groupby(["group", "op"], sort=True).agg(rows=("rows", "sum"), sources=("source", "nunique"),
+                                                        fastest=("fastest_over_roofline", "max")).reset_index()
+    return ("; ".join(f"{r.group} {r.op}: {int(r.rows)} rows"
+                      + (f" of {int(r.sources)} source(s)" if r.sources > 1 else "")
+                      + f", up to {r.fastest:.0f}x faster than the alpha-beta estimate" for r in per.itertuples())
+            + " (times in milliseconds or seconds? time_us holds microseconds; or the wrong --system)")
+
+
 def failed_validation(table: pd.DataFrame) -> np.ndarray:
     """Rows whose benchmark reported wrong results (nccl-tests ``#wrong`` > 0): their times measured a broken
     run, so no fit uses them and no score counts them."""

@@ -411,6 +411,29 @@ def _column_hint(columns: Iterable[object], missing: list[str]) -> str:
     return ""
 
 
+#: Text that marks the raw stdout of an nccl-tests ``*_perf`` run (which `hybrid data import nccl-tests` reads).
+_NCCL_TESTS_MARKERS = ("nccl-tests version", "Collective test starting", "out-of-place")
+
+
+def looks_like_nccl_tests(path: str | os.PathLike) -> bool:
+    """Whether the start of file ``path`` is raw nccl-tests output rather than a table."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return any(m in head for m in _NCCL_TESTS_MARKERS)
+
+
+def import_hint(path: str | os.PathLike) -> str:
+    """What to do with a file that is not a canonical table: import it (naming nccl-tests where it is one)."""
+    if looks_like_nccl_tests(path):
+        return (f"; it is raw nccl-tests output: import it first with `hybrid data import nccl-tests {path} -o "
+                "table.csv --system NAME`")
+    return ("; measurement tables are canonical CSV/Parquet (`hybrid data schema`): import other formats first "
+            "with `hybrid data import FORMAT PATH -o table.csv` (`hybrid data formats`)")
+
+
 def read_table(
     paths: str | os.PathLike | Iterable[str | os.PathLike],
     catalog: Catalog | None = None,
@@ -435,7 +458,13 @@ def read_table(
                                       "value may be cut short. Add the newline if the file is complete")
                 df = pd.read_csv(p, comment=None, skipinitialspace=True)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as exc:
-            raise SchemaError(f"{p}: cannot parse as a table ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+            raise SchemaError(f"{p}: cannot parse as a table ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+                              + (import_hint(p) if p.suffix.lower() not in (".parquet", ".pq") else "")) from None
+        if any(c not in df.columns for c in REQUIRED) and p.suffix.lower() not in (".parquet", ".pq") \
+                and (looks_like_nccl_tests(p) or not any(c in df.columns for c in REQUIRED)):
+            # not a canonical table at all (raw nccl-tests output, a public format's own CSV): say how to import it
+            missing = [c for c in REQUIRED if c not in df.columns]
+            raise SchemaError(f"{p}: missing required column(s) {', '.join(missing)}" + import_hint(p))
         frames.append(validate(df, catalog, source=str(p)) if validate_rows else df)
     if not frames:
         raise SchemaError("no measurement tables given")

@@ -76,9 +76,14 @@ class Catalog:
         self.systems = dict(systems)
         self._device_index = _build_index(self.devices.values(), "device")
         self._system_index = _build_index(self.systems.values(), "system")
-        for sys in self.systems.values():
-            if self.resolve_device(sys.device, missing_ok=True) is None:
+        for key, sys in list(self.systems.items()):
+            dev_key = self.resolve_device(sys.device, missing_ok=True)
+            if dev_key is None:
                 raise InvalidInputError(f"system {sys.key!r} names unknown device {sys.device!r}")
+            if dev_key != sys.device:
+                # A system may name its GPU by any alias ("NVIDIA H100 80GB HBM3"); everything downstream compares
+                # it with device keys (the rows' `device`, the importers' GPU check), so keep the key.
+                self.systems[key] = replace(sys, device=dev_key)
 
     # ----------------------------------------------------------------- loading
     @classmethod

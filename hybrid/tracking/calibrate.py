@@ -311,6 +311,16 @@ def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, 
         warnings.warn(f"left out of the fit and of every score, {int(wrong.sum()):,} collective rows whose "
                       "benchmark reported wrong results (#wrong > 0)", DataQualityWarning, stacklevel=3)
         table = table.loc[~wrong].reset_index(drop=True)
+    coll, bad_coll = HybridPredictor(catalog=cat).implausible_collectives(table)
+    if coll.any():  # a collective log in ms (or on the wrong system) would calibrate a fabric 1000x too fast
+        from hybrid.data.quality import describe_collectives
+
+        if coll.all():
+            raise InvalidInputError(f"every training row is a collective far faster than its system's fabric allows "
+                                    f"({describe_collectives(bad_coll)})")
+        warnings.warn("left out of the fit and of every score, collectives far faster than the fabric allows "
+                      f"(hybrid.data.quality): {describe_collectives(bad_coll)}", DataQualityWarning, stacklevel=3)
+        table = table.loc[~coll].reset_index(drop=True)
     drop, bad = HybridPredictor(catalog=cat).implausible(table)
     if not drop.any():
         return table, ""

@@ -418,8 +418,9 @@ def import_nccl_tests(paths: Iterable[str | os.PathLike] | str | os.PathLike, de
         devices = ", ".join(sorted(set(table.loc[unnamed, "device"])))
         warn(files[0] if len(files) == 1 else Path(f"{len(files)} files"),
              f"{int(unnamed.sum()):,} rows name no system (no --system, and no catalog system in their folders): "
-             f"their collective curves will be keyed on the GPU ({devices}), which `hybrid predict collective "
-             "--system NAME` does not read; pass --system (a catalog system, or one added with HYBRID_CATALOG)")
+             f"their collective curves will be keyed on the GPU ({devices}): `hybrid predict collective --system "
+             "GPU` (a generic node of it) reads them, a catalog system's name does not; pass --system (a catalog "
+             "system, or one added with HYBRID_CATALOG)")
     table = table.dropna(axis=1, how="all")
     # one validation for all files (rows were built from parsed numbers; devices are already catalog keys)
     where = str(files[0]) if len(files) == 1 else f"nccl-tests import of {len(files)} files"

@@ -1,0 +1,44 @@
+"""``hybrid models``: the registered models of a tracking store and their versions."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import click
+
+from hybrid.cli.output import echo_json, echo_table
+
+
+def _when(ms: object) -> str:
+    """An MLflow creation timestamp (ms since the epoch) as UTC ``YYYY-MM-DD HH:MM``."""
+    try:
+        return _dt.datetime.fromtimestamp(int(ms) / 1000, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M")  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return ""
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print every model with all its versions as JSON.")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
+def models(as_json: bool, tracking_uri: str | None) -> None:
+    """List the registered models (what --model NAME, NAME/V accepts): latest version, its run, when it was
+    registered and from what data (sha256 prefix), and its base model where it was adapted (--base)."""
+    from hybrid.tracking.registry import list_models
+    from hybrid.tracking.store import open_store
+
+    uri = open_store(tracking_uri).uri
+    found = list_models(tracking_uri)
+    if as_json:
+        echo_json({"tracking_uri": uri, "models": found})
+        return
+    if not found:
+        click.echo(f"no models are registered in {uri} (run `hybrid calibrate` or `hybrid quickstart`)")
+        return
+    rows = []
+    for m in sorted(found, key=lambda m: m["name"]):
+        last = m["versions"][-1] if m["versions"] else {}
+        tags = last.get("tags", {})
+        rows.append([m["name"], last.get("version", ""), len(m["versions"]), _when(last.get("created")),
+                     last.get("run_id", ""), str(tags.get("data_sha256", ""))[:12], tags.get("base", "") or "-"])
+    echo_table(rows, ["name", "latest", "versions", "registered (UTC)", "run id", "data sha256", "base"])
+    click.echo(f"tracking store: {uri}")
