@@ -29,6 +29,7 @@ import pandas as pd
 
 from hybrid.atomic import atomic_directory
 from hybrid.corrections import adapt as adapt_mod
+from hybrid.corrections import bounds as bounds_mod
 from hybrid.corrections.base import (
     Correction,
     device_dtype_pairs,
@@ -698,7 +699,10 @@ class HybridPredictor:
 
         Identical rows are predicted once (every step is row-wise, so the answer is the same): a table where at
         most :data:`DEDUP_MAX_FRACTION` of the rows are distinct (repeated layers, ranks, search candidates) is
-        reduced to its distinct rows first, see :func:`distinct_rows`."""
+        reduced to its distinct rows first, see :func:`distinct_rows`.
+
+        On GPUs, ``time_us`` and ``time_us_low`` of a floored family (convolutions) are never below its physical
+        floor, a multiple of ``roofline_us`` set by what measurements show (:mod:`hybrid.corrections.bounds`)."""
         if isinstance(table, pd.DataFrame) and len(table) >= DEDUP_MIN_ROWS:
             # measured columns are not inputs: a measured table (evaluate, hold-outs) de-duplicates too
             inputs = table.drop(columns=[c for c in MEASURED_COLUMNS if c in table.columns])
@@ -738,6 +742,11 @@ class HybridPredictor:
                 for dev, shift in per_dev.items():
                     rows = (group == key) & (devices == dev)
                     time[rows] = np.maximum(time[rows] + shift, roof[rows])  # never below the roofline
+        # the physical floor of the row's family on GPUs (hybrid.corrections.bounds: conv), after every correction
+        # and few-shot adaptation, so the CLI, the engine and the LLM builders get it; the interval's low end too
+        physical = bounds_mod.floor_us(norm, base, self.catalog)
+        if physical.any():
+            time = np.maximum(time, physical)
         bound = base["bound"].array
         out = {"time_us": time, "roofline_us": base["time_us"].to_numpy(dtype=np.float64),
                "method": _text_array(methods, method), "bound": _text_array(list(bound.categories), bound.codes)}
@@ -753,7 +762,7 @@ class HybridPredictor:
                 out["interval_band"] = _text_array(list(BAND_NAMES), self.intervals.applied_bands(
                     method, methods, base["family"], bands))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
-                floor = self._interval_floor(norm, base, (group_codes, groups))
+                floor = np.maximum(self._interval_floor(norm, base, (group_codes, groups)), physical)
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])
         if host:
             out["host_us"] = np.minimum(self._host(norm, base, (group_codes, groups)), time)
