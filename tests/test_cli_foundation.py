@@ -113,6 +113,8 @@ def test_bad_input_is_one_line_on_stderr(capsys, argv: list[str]) -> None:
     assert code == 2
     assert not out
     assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    if "-m" in argv and argv[argv.index("-m") + 1] == "0":
+        assert "-m must be > 0" in err  # names the option typed, not the library's field (Gemm.m)
 
 
 def test_unknown_device_via_real_entry_point(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid.cli.output import echo_json, warn_arch_device
+from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
 from hybrid.ops.roofline import memory_fit, resolve_system, roofline
 from hybrid.ops.spec import Collective, Gemm
@@ -119,6 +120,9 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
          tracking_uri: str | None) -> None:
     """C[b,m,n] = A[b,m,k] @ B[b,k,n]; GEMV when m or n is 1."""
     cat = default_catalog()
+    bad = [f"{flag} must be > 0, got {v}" for flag, v in (("-m", m), ("-n", n), ("-k", k), ("--batch", b)) if v < 1]
+    if bad:
+        raise InvalidInputError("; ".join(bad))
     spec = Gemm(m=m, n=n, k=k, b=b, dtype=dtype, op="bmm" if b > 1 else ("gemv" if 1 in (m, n) else "gemm"))
     frame = spec.to_frame()
     extra: dict = {}
