@@ -319,3 +319,42 @@ def test_yaml_merge_keys_are_not_repeated_keys(tmp_path):
     f.write_text("name: x\nname: y\n")
     with pytest.raises(InvalidInputError, match="key 'name' appears twice"):
         load_document(f)
+
+
+# ------------------------------------------------------------------ what the fit error suggests, given what limits
+def test_fit_error_says_more_gpus_cannot_hold_a_table_whose_weights_exceed_a_rank():
+    from hybrid.sharding.heuristics import default_plan
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 8, "tables": [
+        {"name": "t0", "num_embeddings": 1_000_000_000}, {"name": "t1", "num_embeddings": 1000}]})
+    with pytest.raises(InvalidInputError) as err:
+        default_plan(c)
+    msg = str(err.value)
+    assert "its weights alone" in msg and "no number of GPUs holds it table-wise" in msg
+    assert "row- or column-wise" in msg and "try more GPUs" not in msg
+
+
+def test_fit_error_says_more_gpus_make_outputs_of_the_global_batch_worse():
+    """MLPerf DLRM on 4096 DGX-1 GPUs: the largest table's weights fit a V100, its outputs for the global batch
+    do not; more GPUs (batch_size_per_gpu fixed) only grow them."""
+    from hybrid.sharding.heuristics import default_plan
+
+    c = DLRMConfig.from_dict({"variant": "mlperf", "system": "DGX-1", "gpus": 4096})
+    with pytest.raises(InvalidInputError) as err:
+        default_plan(c)
+    msg = str(err.value)
+    assert "grow with the GPU count" in msg and "more GPUs make it worse" in msg
+    assert "smaller batch_size_per_gpu or fewer GPUs" in msg and "try more GPUs" not in msg
+
+
+def test_fit_error_suggests_more_gpus_only_when_they_would_help():
+    from hybrid.sharding.heuristics import default_plan
+
+    c = DLRMConfig.from_dict({"variant": "mlperf", "system": "DGX-1", "gpus": 2})
+    with pytest.raises(InvalidInputError, match=r"tables placed before it; more GPUs \(by the tables' bytes at least"):
+        default_plan(c)
+    # every added GPU brings more outputs than a rank's budget holds: more GPUs do not help
+    many = DLRMConfig.from_dict({"system": "DGX-1", "gpus": 2, "batch_size_per_gpu": 65536, "tables": [
+        {"name": f"t{i}", "num_embeddings": 1000, "embedding_dim": 64} for i in range(2000)]})
+    with pytest.raises(InvalidInputError, match="more GPUs do not help"):
+        default_plan(many)
