@@ -44,6 +44,12 @@ class DtypeFallbackWarning(UserWarning):
     priced from a profile's fp32 attention rows."""
 
 
+class WorkloadWarning(UserWarning):
+    """A workload the tool prices as given but that no published run it knows matches, or a value at the edge of
+    sense (``hybrid.workloads.dlrm.DLRMConfig.unusual``: an fp8 or fp64 DLRM training dtype, a pooling factor
+    below one lookup in a thousand samples)."""
+
+
 class RunStateWarning(UserWarning):
     """A calibration run that failed or was interrupted and whose tracking store could not be told (unreachable,
     refused): the run stays ``RUNNING`` there (``hybrid.tracking.calibrate``)."""

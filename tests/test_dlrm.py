@@ -260,3 +260,48 @@ def test_lookup_rows_name_the_profiled_variant_so_the_fitted_reference_prices_th
     base = roofline(ops, cat)
     ref = model.reference_us(ops, base, cat)
     assert (np.abs(np.log(ref / model.roofline_reference_us(ops, base, cat))) > 1e-6).all()
+
+
+# ------------------------------------------------------------------ rows an int64 index addresses; unusual values
+def test_row_counts_beyond_int64_are_refused_naming_table_and_key(tmp_path):
+    """num_embeddings: 1e30 printed a 25-digit GiB figure in the fit error: refused at validation instead."""
+    from hybrid.workloads.dlrm import MAX_ROWS
+
+    with pytest.raises(InvalidInputError, match=r"table 'x': num_embeddings .*int64.*2\*\*63 - 1"):
+        config(tables=[{"name": "x", "num_embeddings": 1e30}], plan=None)
+    with pytest.raises(InvalidInputError, match="table_generator.rows.*int64"):
+        DLRMConfig.from_dict({"num_tables": 2, "table_generator": {"rows": [10, 2**64]}})
+    assert config(tables=[{"name": "x", "num_embeddings": MAX_ROWS}], plan=None).tables[0].num_embeddings == MAX_ROWS
+    path = tmp_path / "huge.yaml"
+    path.write_text("gpus: 8\ntables:\n  - {name: t0, num_embeddings: 1e30}\n")
+    from hybrid.cli.main import main
+
+    assert main(["simulate", str(path)]) != 0
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp64"])
+def test_fp8_and_fp64_training_dtypes_warn_how_they_are_priced(dtype):
+    from hybrid.errors import WorkloadWarning
+
+    with pytest.warns(WorkloadWarning, match=f"dtype {dtype}: published DLRM training.*priced as given"):
+        c = config(dtype=dtype)
+    assert c.dtype == dtype  # priced as given, not refused
+
+
+def test_usual_dtypes_and_pooling_do_not_warn():
+    import warnings
+
+    from hybrid.errors import WorkloadWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WorkloadWarning)
+        for dtype in ("fp32", "tf32", "fp16", "bf16"):
+            config(dtype=dtype)
+        config(plan=None, tables=[{"name": "x", "num_embeddings": 10, "pooling_factor": 0.3}])  # often-empty feature
+
+
+def test_a_pooling_factor_below_the_minimum_warns_naming_the_table():
+    from hybrid.errors import WorkloadWarning
+
+    with pytest.warns(WorkloadWarning, match=r"table\(s\) 'x' \(1e-09\): pooling_factor below 0.001"):
+        config(plan=None, tables=[{"name": "x", "num_embeddings": 10, "pooling_factor": 1e-9}])

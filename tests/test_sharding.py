@@ -319,3 +319,126 @@ def test_yaml_merge_keys_are_not_repeated_keys(tmp_path):
     f.write_text("name: x\nname: y\n")
     with pytest.raises(InvalidInputError, match="key 'name' appears twice"):
         load_document(f)
+
+
+# ------------------------------------------------------------------ what the fit error suggests, given what limits
+def test_fit_error_says_more_gpus_cannot_hold_a_table_whose_weights_exceed_a_rank():
+    from hybrid.sharding.heuristics import default_plan
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 8, "tables": [
+        {"name": "t0", "num_embeddings": 1_000_000_000}, {"name": "t1", "num_embeddings": 1000}]})
+    with pytest.raises(InvalidInputError) as err:
+        default_plan(c)
+    msg = str(err.value)
+    assert "its weights alone" in msg and "no number of GPUs holds it table-wise" in msg
+    assert "row- or column-wise" in msg and "try more GPUs" not in msg
+
+
+def test_fit_error_says_more_gpus_make_outputs_of_the_global_batch_worse():
+    """MLPerf DLRM on 4096 DGX-1 GPUs: the largest table's weights fit a V100, its outputs for the global batch
+    do not; more GPUs (batch_size_per_gpu fixed) only grow them."""
+    from hybrid.sharding.heuristics import default_plan
+
+    c = DLRMConfig.from_dict({"variant": "mlperf", "system": "DGX-1", "gpus": 4096})
+    with pytest.raises(InvalidInputError) as err:
+        default_plan(c)
+    msg = str(err.value)
+    assert "grow with the GPU count" in msg and "more GPUs make it worse" in msg
+    assert "smaller batch_size_per_gpu or fewer GPUs" in msg and "try more GPUs" not in msg
+
+
+def test_fit_error_suggests_more_gpus_only_when_they_would_help():
+    from hybrid.sharding.heuristics import default_plan
+
+    c = DLRMConfig.from_dict({"variant": "mlperf", "system": "DGX-1", "gpus": 2})
+    with pytest.raises(InvalidInputError, match=r"tables placed before it; more GPUs \(by the tables' bytes at least"):
+        default_plan(c)
+    # every added GPU brings more outputs than a rank's budget holds: more GPUs do not help
+    many = DLRMConfig.from_dict({"system": "DGX-1", "gpus": 2, "batch_size_per_gpu": 65536, "tables": [
+        {"name": f"t{i}", "num_embeddings": 1000, "embedding_dim": 64} for i in range(2000)]})
+    with pytest.raises(InvalidInputError, match="more GPUs do not help"):
+        default_plan(many)
+
+
+# ------------------------------------------------------------------ simulate / shard CLI: files named, plans checked
+def _write(path, doc):
+    path.write_text(json.dumps(doc))
+    return path
+
+
+TWO_TABLES = [{"name": "t0", "num_embeddings": 1000}, {"name": "t1", "num_embeddings": 1000}]
+
+
+def test_cli_plan_fit_errors_name_the_config_file(tmp_path, capsys):
+    big = _write(tmp_path / "big.json", {"gpus": 8, "tables": [{"name": "t0", "num_embeddings": 1_000_000_000}]})
+    assert main(["simulate", str(big)]) != 0
+    assert f"error: {big}: table 't0'" in capsys.readouterr().err
+    assert main(["shard", str(big), "--strategy", "size_greedy", "--time-budget", "0.1", "--json"]) != 0
+    assert f"error: {big}: no plan fits" in capsys.readouterr().err
+
+
+def test_cli_simulate_suggests_the_gpus_a_plan_is_for(tmp_path, capsys):
+    cfg = _write(tmp_path / "c.json", {"gpus": 8, "tables": TWO_TABLES})
+    plan = _write(tmp_path / "plan.json", {"t0": {"type": "table_wise", "ranks": [15]}, "t1": 9})
+    assert main(["simulate", str(cfg), "--plan", str(plan)]) != 0
+    assert "out of range for 8 GPUs" in (err := capsys.readouterr().err) and "give --gpus 16" in err
+    assert main(["simulate", str(cfg), "--plan", str(plan), "--gpus", "16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpus"] == 16
+
+
+def test_cli_shard_refuses_an_invalid_config_plan_as_simulate_does(tmp_path, capsys):
+    bad = _write(tmp_path / "bad.json", {"gpus": 1, "tables": TWO_TABLES[:1],
+                                         "plan": {"t0": {"type": "table_wise", "ranks": [0, 1]}}})
+    for cmd in (["simulate", str(bad)], ["shard", str(bad), "--time-budget", "0.1", "--json"]):
+        assert main(cmd) != 0, cmd
+        assert "table_wise shard takes exactly one rank" in capsys.readouterr().err
+    out_of_range = _write(tmp_path / "oor.json", {"gpus": 2, "tables": TWO_TABLES, "plan": {"t0": 0, "t1": 5}})
+    assert main(["shard", str(out_of_range), "--time-budget", "0.1", "--json"]) != 0
+    assert "out of range for 2 GPUs" in capsys.readouterr().err
+    ok = _write(tmp_path / "ok.json", {"gpus": 2, "tables": TWO_TABLES, "plan": {"t0": 0, "t1": 1}})
+    assert main(["shard", str(ok), "--strategy", "size_greedy", "--time-budget", "0.1", "--json"]) == 0
+    assert any("not among the candidates" in n for n in json.loads(capsys.readouterr().out)["notes"])
+
+
+def test_cli_simulate_says_when_the_host_sets_the_iteration(tmp_path, capsys):
+    """MLPerf DLRM by the roofline on 8 H100s or B200s: 1.279 ms either way, the host's launches on the path."""
+    from hybrid.cli.simulate import HOST_BOUND_SHARE, host_bound_note
+
+    cfg = _write(tmp_path / "mlperf.json", {"variant": "mlperf", "system": "DGX-H100", "gpus": 8,
+                                            "batch_size_per_gpu": 6912, "dtype": "fp16", "embedding_dtype": "fp16"})
+    assert main(["simulate", str(cfg), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    cp = data["critical_path"]
+    assert cp["cpu"] / sum(cp.values()) > HOST_BOUND_SHARE
+    assert any(n.startswith("the iteration is host-bound") and "faster GPU will not show" in n
+               for n in data["notes"])
+    assert main(["simulate", str(cfg)]) == 0
+    assert "note: the iteration is host-bound" in capsys.readouterr().out
+    assert host_bound_note({"compute": 2.0, "comm": 0.5, "cpu": 1.0, "gaps": 0.0}) is None
+
+
+def test_cli_shows_workload_warnings_and_puts_them_in_json_notes(tmp_path, capsys):
+    cfg = _write(tmp_path / "f8.json", {"gpus": 2, "dtype": "fp8", "tables": [
+        {"name": "t0", "num_embeddings": 1000, "pooling_factor": 1e-9}, TWO_TABLES[1]]})
+    assert main(["simulate", str(cfg), "--json"]) == 0
+    out, err = capsys.readouterr()
+    notes = json.loads(out)["notes"]
+    assert err.count("warning: ") == 2 and f"warning: {cfg}: dtype fp8" in err and "'t0' (1e-09)" in err
+    assert sum(n.startswith(f"{cfg}: dtype fp8") for n in notes) == 1
+    assert main(["shard", str(cfg), "--gpus", "4", "--strategy", "size_greedy", "--time-budget", "0.1",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("warning: ") == 2 and any("pooling_factor below" in n for n in json.loads(out)["notes"])
+
+
+def test_shard_shows_overlapping_plans_past_top_and_shares_the_ranks_key(small_config, capsys):
+    from types import SimpleNamespace
+
+    from hybrid.cli.shard import shown_plans
+
+    evs = [SimpleNamespace(name=f"p{i}", overlaps_best=i in (1, 6)) for i in range(8)]
+    result = SimpleNamespace(evaluations=evs, info={"overlapping_best": ["p1", "p6"]})
+    assert [e.name for e in shown_plans(result, 3)] == ["p0", "p1", "p2", "p6"]
+    assert main(["shard", str(small_config), "--strategy", "size_greedy", "--time-budget", "0.1", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plans"][0]
+    assert plan["ranks"] == plan["breakdown"] and len(plan["ranks"]) == 8  # simulate --json's key too

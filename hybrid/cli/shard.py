@@ -16,12 +16,23 @@ from hybrid.cli.simulate import (
     model_options,
 )
 
+#: Said when the config has a (valid) plan of its own: shard does not start from it.
+OWN_PLAN_NOTE = ("the config's plan is not among the candidates: shard searches plans of its own (hybrid simulate "
+                 "CONFIG predicts the config's)")
+
+
+def shown_plans(result, top: int) -> list:
+    """The ``top`` fastest evaluations, then any other whose 80% interval overlaps the best plan's (named in
+    ``overlapping_best``: a plan said to be as good as the best is shown with its times)."""
+    return list(result.evaluations[:top]) + [e for e in result.evaluations[top:] if e.overlaps_best]
+
 
 @click.command("shard")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--gpus", type=int, default=None, help="Number of ranks (default: the config's).")
 @click.option("--system", default=None, help="Catalog system or device (default: the config's).")
-@click.option("--top", "top", type=int, default=5, show_default=True, help="How many plans to show.")
+@click.option("--top", "top", type=int, default=5, show_default=True,
+              help="How many plans to show (and any other whose 80% interval overlaps the best plan's).")
 @click.option("--strategy", "strategies", multiple=True,
               help="Strategies to run (repeatable): size_greedy, lookup_greedy, size_lookup_greedy, random, "
                    "greedy, search. Default: all.")
@@ -52,7 +63,11 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     host_mem = host_mem_bytes(host_mem_gib)
     if output:
         check_document_path(output)  # before the search, not after it
-    config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
+    # the file's own plan is checked as simulate checks it (against the file's GPU count: an invalid one is an
+    # error, not silently dropped); the search then plans afresh
+    warned: list[str] = []  # the config's WorkloadWarnings (printed as they come; --json notes)
+    own = load_config(config_path, system=system, warned=warned)
+    config = load_config(config_path, gpus=gpus, system=system, drop_plan=True, warned=warned)
     # checked here too (search_plans checks again) to spell the way out as this command's options
     need = check_search_size(config.gpus, names, available_memory_bytes(), cli=True)
     model, model_name = load_cost_model(model_ref, tracking_uri)
@@ -61,17 +76,25 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
 
     catalog = model_catalog(model)
     notes = check_target(config, resolve_target(config.system, catalog), catalog)
+    if own.plan is not None:
+        notes.append(OWN_PLAN_NOTE)
     for note in notes:
         click.echo(f"note: {note}", err=True)
+    notes = warned + notes
     if not as_json:
         click.echo(f"searching sharding plans for {config.gpus} ranks ({', '.join(names or STRATEGIES)}; local "
                    f"search budget {time_budget:g} s; about {need / 2**30:,.2f} GiB) ...", err=True)
-    result = search_plans(config, model, strategies=names or None, time_budget_s=time_budget, seed=seed,
-                          progress=not as_json, host_mem_per_node=host_mem)
-    best = result.best
+    from hybrid.errors import HybridError
+
+    try:
+        result = search_plans(config, model, strategies=names or None, time_budget_s=time_budget, seed=seed,
+                              progress=not as_json, host_mem_per_node=host_mem)
+        best = result.best
+    except HybridError as exc:  # e.g. no plan fits: say for which config
+        raise type(exc)(f"{config_path}: {exc}") from None
     if output:
         best.plan.save(output)
-    shown = result.evaluations[:top]
+    shown = shown_plans(result, top)
     host_memory = best.memory.host_memory_summary()  # the best plan's tables in host memory (each plan: --json)
     if host_memory is None and host_mem is not None:
         click.echo(f"note: {HOST_MEM_UNUSED_NOTE}", err=True)
@@ -91,11 +114,12 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
             return ""
         return f"{lo / 1e3:.3f}-{hi / 1e3:.3f}" + (" ~best" if e.overlaps_best else "")
 
-    echo_table([[i + 1, e.name, e.origin if e.origin and e.origin != e.name else "",
+    position = {id(e): i + 1 for i, e in enumerate(result.evaluations)}  # its rank among all plans
+    echo_table([[position[id(e)], e.name, e.origin if e.origin and e.origin != e.name else "",
                  e.iteration_us / 1e3 if e.fits else float("nan"), interval(e),
                  e.memory.peak / 2**30 if e.fits else "",
                  ", ".join(f"{k} {v}" for k, v in e.plan.type_counts().items()),
-                 "" if e.fits else e.reason[:90]] for i, e in enumerate(shown)],
+                 "" if e.fits else e.reason[:90]] for e in shown],
                ["#", "strategy", "from", "iteration_ms", "80% interval ms", "peak_GiB", "tables", "rejected"])
     overlapping = result.info.get("overlapping_best", [])
     if overlapping:

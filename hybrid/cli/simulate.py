@@ -21,10 +21,16 @@ def load_cost_model(model_ref: str | None, tracking_uri: str | None) -> tuple[An
     return loaded.predictor, str(loaded.ref)
 
 
-def load_config(path: str, gpus: int | None = None, system: str | None = None, drop_plan: bool = False):
-    """A DLRM config with CLI overrides; ``drop_plan`` ignores the file's plan (e.g. when ranks change)."""
+def load_config(path: str, gpus: int | None = None, system: str | None = None, drop_plan: bool = False,
+                warned: list[str] | None = None):
+    """A DLRM config with CLI overrides; ``drop_plan`` ignores the file's plan (e.g. when ranks change).
+
+    What of the config no published run does (:class:`~hybrid.errors.WorkloadWarning`, e.g. an fp8 training dtype)
+    is printed as ``warning:`` lines, each once, and added to ``warned`` (for ``--json`` ``notes``)."""
+    import warnings
     from pathlib import Path
 
+    from hybrid.errors import WorkloadWarning
     from hybrid.workloads.dlrm import DLRMConfig, load_document
 
     if not Path(path).exists():
@@ -33,13 +39,25 @@ def load_config(path: str, gpus: int | None = None, system: str | None = None, d
     if isinstance(doc, dict) and drop_plan:
         doc = {k: v for k, v in doc.items() if k != "plan"}
     try:
-        return DLRMConfig.from_dict(doc, gpus=gpus, system=system)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", WorkloadWarning)
+            config = DLRMConfig.from_dict(doc, gpus=gpus, system=system)
     except Exception as exc:
         from hybrid.errors import HybridError
 
         if isinstance(exc, HybridError):
             raise type(exc)(f"{path}: {exc}") from None
         raise
+    for w in caught:
+        if not issubclass(w.category, WorkloadWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            continue
+        msg = f"{path}: {w.message}"
+        if warned is None or msg not in warned:
+            click.echo(f"warning: {msg}", err=True)
+            if warned is not None:
+                warned.append(msg)
+    return config
 
 
 def variant_hint(path: str) -> None:
@@ -79,6 +97,24 @@ def echo_breakdown(summary: dict[str, Any], limit: int = 16) -> None:
     if n > limit:
         click.echo(f"the {limit} ranks with the most compute of {n} (all of them: --json)")
     echo_table(breakdown_rows(summary, limit), BREAKDOWN_HEADERS)
+
+
+#: Share of the critical path above which an iteration is host-bound: set by the host's work (kernel launches,
+#: framework dispatch, CPU ops), so that a faster GPU does not shorten it (``simulate`` says so).
+HOST_BOUND_SHARE = 0.5
+
+
+def host_bound_note(critical_path: dict[str, float]) -> str | None:
+    """The note ``hybrid simulate`` gives when more than :data:`HOST_BOUND_SHARE` of the critical path is host work
+    (its ``cpu`` time), else None."""
+    total = float(sum(critical_path.values()))
+    host = float(critical_path.get("cpu", 0.0))
+    if not total > 0 or host / total <= HOST_BOUND_SHARE:
+        return None
+    return (f"the iteration is host-bound: {host / total:.0%} of its critical path ({host / 1e3:.3f} of "
+            f"{total / 1e3:.3f} ms) is host work (kernel launches, framework dispatch, CPU ops), so a faster GPU "
+            "will not show in it; a calibrated --model (measured host costs) would change the prediction, and CUDA "
+            "graphs (fewer launches) the run")
 
 
 BREAKDOWN_HEADERS = ["rank", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "host_us", "wait_us"]
@@ -140,14 +176,15 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, resolve_target
 
     host_mem = host_mem_bytes(host_mem_gib)  # checked before anything is read or written
-    config = load_config(config_path, system=system, drop_plan=bool(plan_path))
+    warned: list[str] = []  # the config's WorkloadWarnings (printed as they come; --json notes)
+    config = load_config(config_path, system=system, drop_plan=bool(plan_path), warned=warned)
     notes = []
     if gpus is not None and gpus != config.gpus:
         # the config's plan was written for its own rank count: plan afresh for the new one, and say so
         if config.plan is not None:
             notes.append(f"the config's plan is for {config.gpus} ranks; {gpus} ranks use the size-lookup greedy "
                          "plan (give --plan for another)")
-        config = load_config(config_path, gpus=gpus, system=system, drop_plan=True)
+        config = load_config(config_path, gpus=gpus, system=system, drop_plan=True, warned=warned)
     model, model_name = load_cost_model(model_ref, tracking_uri)
     catalog = model_catalog(model)
     target = resolve_target(config.system, catalog)
@@ -155,17 +192,29 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     for note in notes:
         click.echo(f"note: {note}", err=True)
     capacity = target.device.mem_capacity
+    from hybrid.errors import InvalidInputError
+
     if plan_path:
-        plan, plan_source = ShardingPlan.from_file(plan_path).validate(config), str(plan_path)
+        plan = ShardingPlan.from_file(plan_path)
+        try:
+            plan = plan.validate(config)
+        except InvalidInputError as exc:
+            hint = (f"; give --gpus {plan.min_gpus} to simulate it on {plan.min_gpus} ranks"
+                    if plan.min_gpus > config.gpus else "")
+            raise InvalidInputError(f"{plan_path}: {exc}{hint}") from None
+        plan_source = str(plan_path)
     elif config.plan is not None:
         plan, plan_source = config.plan, "config"
     else:
-        plan, plan_source = default_plan(config.with_(plan=None), capacity), "size_lookup_greedy (default)"
+        try:
+            plan = default_plan(config.with_(plan=None), capacity)
+        except InvalidInputError as exc:  # the default planner found no table-wise placement: say for which config
+            raise InvalidInputError(f"{config_path}: {exc}") from None
+        plan_source = "size_lookup_greedy (default)"
     memory = memory_per_rank(config.with_(plan=None), plan, capacity, host_mem_per_node=host_mem)
-    from hybrid.errors import InvalidInputError
 
     if not memory.fits:
-        raise InvalidInputError(f"plan does not fit: {memory.reason}")
+        raise InvalidInputError(f"{config_path}: plan does not fit: {memory.reason} (plan: {plan_source})")
     iteration = build_dlrm_graph(config.with_(plan=None), plan, catalog)
     result = run(iteration.graph, model)
     summary = result.summary()
@@ -177,6 +226,10 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
                     "shard_types": plan.type_counts(), "peak_memory_bytes": memory.peak,
                     "memory_per_rank_bytes": [float(x) for x in memory.per_rank["total"]],  # as shard --json
                     "samples_per_s": config.global_batch / (result.iteration_us * 1e-6)})
+    host_bound = host_bound_note(summary["critical_path"])
+    if host_bound is not None:
+        notes.append(host_bound)
+    notes = warned + notes
     host_memory = memory.host_memory_summary()  # tables placed in host memory: what each node holds there
     if host_memory is not None:
         summary["host_memory"] = host_memory
@@ -213,6 +266,8 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
         click.echo(host_memory_line(summary["host_memory"]))
     cp = summary["critical_path"]
     click.echo("critical path: " + ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in cp.items()))
+    if host_bound is not None:
+        click.echo(f"note: {host_bound}")
     echo_breakdown(summary)
     if trace_path:
         click.echo(f"trace written to {trace_path}")

@@ -59,20 +59,62 @@ def _placements(config: DLRMConfig, capacity: float | None,
 
 def _no_room(config: DLRMConfig, t: int, mem: np.ndarray, used: np.ndarray, budget: float,
              host_weights: bool = False) -> InvalidInputError:
-    """Why table ``t`` fits on no rank: its bytes against the room the tables placed before it left."""
+    """Why table ``t`` fits on no rank: its bytes against the room the tables placed before it left, and what would
+    help given what limits it (:func:`_fit_hint`)."""
     R = config.gpus
     what = ("outputs and buffers; its weights in host memory" if host_weights
             else "weights, optimizer state, outputs and buffers" if config.optimizer == "adagrad"
             else "weights, outputs and buffers")
-    hint = ("more GPUs, row-/column-wise plans (`hybrid shard`), or embedding_placement: auto / host (weights in "
-            "host memory)" if config.embedding_placement == "hbm" and getattr(_device(config), "kind", "") == "gpu"
-            else "more GPUs or row-/column-wise plans (`hybrid shard`)")
     placed = float(used.sum())
     room = (f"the most room left is {max(budget - float(used.min()), 0.0) / 2**30:.1f} GiB of a "
             f"{budget / 2**30:.1f} GiB budget per rank, after {placed / 2**30:.1f} GiB of the tables placed before "
             "it" if placed > 0 else f"the budget is {budget / 2**30:.1f} GiB per rank")
     return InvalidInputError(f"table {config.tables[t].name!r} ({mem[t] / 2**30:.1f} GiB: {what}) does not fit on "
-                             f"any of {R} ranks table-wise: {room}; try {hint}")
+                             f"any of {R} ranks table-wise: {room}; {_fit_hint(config, t, mem, budget, host_weights)}")
+
+
+def _fit_hint(config: DLRMConfig, t: int, mem: np.ndarray, budget: float, host_weights: bool) -> str:
+    """What would let table ``t`` fit, given what limits it. A table-wise table's bytes are its weights (and
+    optimizer state), which do not depend on the GPU count, plus its pooled outputs, their gradients, the all-to-all
+    buffers and the indices of the *global* batch, which with ``batch_size_per_gpu`` fixed grow with it: more GPUs
+    help only while the weights of all the tables are what fills the ranks."""
+    from hybrid.sharding.memory import FRAGMENTATION, optimizer_multiplier, table_bytes
+
+    gib = 2**30
+    host_ok = config.embedding_placement == "hbm" and getattr(_device(config), "kind", "") == "gpu"
+    host = ", or embedding_placement: auto / host (weights in host memory)" if host_ok else ""
+    if budget <= 0:
+        return (f"the dense model and the activations of batch_size_per_gpu {config.batch_size_per_gpu} alone fill a "
+                "rank's memory: a smaller batch_size_per_gpu (more GPUs do not help: the per-rank batch stays)")
+    weights = (np.zeros(len(mem)) if host_weights
+               else table_bytes(config) * optimizer_multiplier(config) * (1.0 + FRAGMENTATION))
+    grows = np.maximum(mem - weights, 0.0)  # outputs, buffers, indices: proportional to the global batch
+    R, Bg = config.gpus, config.global_batch
+    if weights[t] > budget:
+        return (f"its weights{' and optimizer state' if optimizer_multiplier(config) > 1 else ''} alone "
+                f"({weights[t] / gib:.1f} GiB) exceed a rank's budget, so no number of GPUs holds it table-wise: "
+                f"split it over ranks with a row- or column-wise plan (`hybrid shard` searches them){host}")
+    if mem[t] > budget:
+        return (f"its pooled outputs, their gradients, all-to-all buffers and indices for the global batch of {Bg:,} "
+                f"({grows[t] / gib:.1f} GiB) grow with the GPU count (batch_size_per_gpu fixed), so more GPUs make "
+                "it worse: a smaller batch_size_per_gpu or fewer GPUs, or a column-wise plan that splits its outputs "
+                f"(`hybrid shard`){host}")
+    # the tables placed before it filled the ranks: at R' GPUs the tables need W + G R' bytes over R' budgets
+    # (G: the growing bytes per GPU), and each one w_t + o_t R' / R on a single rank
+    W, G = float(weights.sum()), float(grows.sum()) / R
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r_max = float(np.min(np.where(grows > 0, (budget - weights) * R / grows, np.inf)))
+    r_min = W / (budget - G) if budget > G else np.inf
+    if np.isfinite(r_min) and r_min <= r_max and r_max > R:
+        most = (f" and at most {int(r_max):,}, past which a table's own outputs outgrow a rank"
+                if np.isfinite(r_max) else "")
+        return (f"more GPUs (by the tables' bytes at least {max(int(np.ceil(r_min)), R + 1):,}{most}: their outputs "
+                f"grow with the global batch), row-/column-wise plans (`hybrid shard`){host}")
+    why = ("each GPU added brings more of them than its budget holds" if not np.isfinite(r_min)
+           else f"at the {int(np.ceil(r_min)):,} GPUs their bytes would need, a table's own outgrow a rank")
+    return (f"more GPUs do not help: with batch_size_per_gpu fixed, the tables' pooled outputs and buffers grow with "
+            f"the global batch ({Bg:,}) and {why}; a smaller batch_size_per_gpu or fewer GPUs, column-wise or "
+            f"data-parallel plans for the small tables (`hybrid shard`){host}")
 
 
 def greedy_place(config: DLRMConfig, cost: np.ndarray, capacity: float | None = None,

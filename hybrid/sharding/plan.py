@@ -209,7 +209,9 @@ class ShardingPlan(Mapping[str, Shard]):
         for name, shard in self._shards.items():
             bad = [r for r in shard.ranks if r >= world]
             if bad:
-                raise InvalidInputError(f"plan for table {name!r}: rank(s) {bad} out of range for {world} GPUs")
+                raise InvalidInputError(f"plan for table {name!r}: rank(s) {bad} out of range for {world} GPUs; the "
+                                        f"plan places tables on ranks up to {self.min_gpus - 1}, so it is for at "
+                                        f"least {self.min_gpus} GPUs")
             table = tables[name]
             if shard.type == "data_parallel" and shard.ranks and sorted(shard.ranks) != list(range(world)):
                 raise InvalidInputError(
@@ -230,6 +232,11 @@ class ShardingPlan(Mapping[str, Shard]):
                 raise InvalidInputError(f"plan has no placement for table(s) {missing[:5]}"
                                         + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
         return self
+
+    @property
+    def min_gpus(self) -> int:
+        """The fewest ranks the plan fits in: its highest rank + 1 (1 for a plan of data-parallel tables only)."""
+        return 1 + max((r for shard in self._shards.values() for r in shard.ranks), default=0)
 
     def per_rank_tables(self, config: DLRMConfig) -> list[list[TableShard]]:
         """For each rank ``0..gpus-1`` the list of :class:`TableShard` ``(table, rows, dim)`` it holds."""

@@ -550,6 +550,7 @@ class PlanEvaluation:
             out["host_memory"] = host_memory
         if self.sim is not None:
             out["breakdown"] = self.sim.summary()["ranks"]
+            out["ranks"] = out["breakdown"]  # the per-rank key of simulate --json too
             out["critical_path"] = self.sim.critical_path_summary()
         if with_plan:
             out["plan"] = self.plan.to_dict()

@@ -41,7 +41,7 @@ import numpy as np
 import yaml
 
 from hybrid.atomic import write_text
-from hybrid.errors import InvalidInputError
+from hybrid.errors import InvalidInputError, WorkloadWarning
 from hybrid.sharding.plan import ShardingPlan
 from hybrid.units import normalize_dtype
 
@@ -50,6 +50,14 @@ PLACEMENTS = ("hbm", "host", "auto")
 BOTTOM_PLACEMENTS = ("data_parallel", "model_parallel")
 OPTIMIZERS = ("sgd", "adagrad")
 INDEX_DISTS = ("uniform", "zipf")
+#: Most rows a table can have: an int64 index (what the lookups take) addresses rows up to 2**63 - 1.
+MAX_ROWS = 2**63 - 1
+#: Dense training dtypes published DLRM training runs use (MLPerf, NVIDIA DeepLearningExamples, TorchRec: FP32,
+#: TF32 or mixed FP16/BF16); another ``dtype`` (fp8, fp64, ...) is priced as given, with a :class:`WorkloadWarning`.
+TRAINING_DTYPES = ("fp32", "tf32", "fp16", "bf16")
+#: Pooling factors (mean lookups per sample) below this get a :class:`WorkloadWarning`: below 1 is a feature that is
+#: often empty, but one lookup in a thousand samples or fewer is more likely a typo than a workload.
+MIN_POOLING_FACTOR = 1e-3
 
 
 # ------------------------------------------------------------------------------------------------ file helpers
@@ -127,6 +135,8 @@ def write_document(data: Any, path: str | os.PathLike) -> Path:
 def _positive_int(value: Any, what: str) -> int:
     if isinstance(value, bool) or value is None:
         raise InvalidInputError(f"{what} must be a positive integer, got {value!r}")
+    if isinstance(value, int | np.integer) and value > 0:  # exact (a float loses digits past 2**53)
+        return int(value)
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -168,7 +178,11 @@ class TableConfig:
         if not isinstance(self.name, str) or not self.name.strip():
             raise InvalidInputError(f"table name must be a non-empty string, got {self.name!r}")
         where = f"table {self.name!r}"
-        object.__setattr__(self, "num_embeddings", _positive_int(self.num_embeddings, f"{where}: num_embeddings"))
+        rows = _positive_int(self.num_embeddings, f"{where}: num_embeddings")
+        if rows > MAX_ROWS:
+            raise InvalidInputError(f"{where}: num_embeddings {self.num_embeddings!r} is more rows than an int64 index "
+                                    f"addresses (at most 2**63 - 1 = {MAX_ROWS})")
+        object.__setattr__(self, "num_embeddings", rows)
         object.__setattr__(self, "embedding_dim", _positive_int(self.embedding_dim, f"{where}: embedding_dim"))
         object.__setattr__(self, "pooling_factor", _positive_float(self.pooling_factor, f"{where}: pooling_factor"))
         dist = str(self.index_dist).strip().lower()
@@ -242,6 +256,9 @@ class TableGenerator:
                 raise InvalidInputError(f"table_generator.{name} must be [lo, hi], got {value!r}")
             if conv is int:  # row counts: whole and positive (0.5 rows would round to an empty table)
                 lo, hi = (_positive_int(v, f"table_generator.{name}") for v in value)
+                if hi > MAX_ROWS:
+                    raise InvalidInputError(f"table_generator.{name}: {hi} is more rows than an int64 index "
+                                            f"addresses (at most 2**63 - 1 = {MAX_ROWS})")
             else:
                 lo, hi = (conv(_positive_float(v, f"table_generator.{name}", allow_zero=name == "zipf_alpha"))
                           for v in value)
@@ -497,8 +514,38 @@ class DLRMConfig:
         if plan is not None and not isinstance(plan, (Mapping, ShardingPlan)):
             raise InvalidInputError("plan must be a mapping of table -> {type, ranks}")
         extra = {"description": doc["description"]} if "description" in doc else {}
-        return cls(tables=tuple(tables), plan=ShardingPlan.from_dict(plan) if plan is not None else None,
-                   extra=extra, **kwargs)
+        config = cls(tables=tuple(tables), plan=ShardingPlan.from_dict(plan) if plan is not None else None,
+                     extra=extra, **kwargs)
+        config.warn_unusual()
+        return config
+
+    def unusual(self) -> list[str]:
+        """What of this config no published DLRM training run does, priced as given (:meth:`warn_unusual` warns):
+        a dense ``dtype`` outside :data:`TRAINING_DTYPES`, pooling factors below :data:`MIN_POOLING_FACTOR`."""
+        out = []
+        if self.dtype not in TRAINING_DTYPES:
+            out.append(f"dtype {self.dtype}: published DLRM training (MLPerf, NVIDIA DeepLearningExamples, TorchRec) "
+                       f"runs {', '.join(TRAINING_DTYPES)}; priced as given: {self.dtype} tensors "
+                       f"({self.dtype_bytes:g} byte(s) per element) at the device's {self.dtype} peak, or the next "
+                       "dtype it has (hybrid.units.DTYPE_FALLBACK) where it has none"
+                       + (f", the tables in {self.embedding_dtype} too (embedding_dtype follows dtype)"
+                          if self.embedding_dtype == self.dtype else ""))
+        low = [t for t in self.tables if t.pooling_factor < MIN_POOLING_FACTOR]
+        if low:
+            names = ", ".join(f"{t.name!r} ({t.pooling_factor:g})" for t in low[:5])
+            more = f" and {len(low) - 5} more" if len(low) > 5 else ""
+            out.append(f"table(s) {names}{more}: pooling_factor below {MIN_POOLING_FACTOR:g}, fewer than one lookup "
+                       f"in {1 / MIN_POOLING_FACTOR:,.0f} samples (mean lookups per sample; below 1 is a feature "
+                       "that is often empty): a typo? priced as given")
+        return out
+
+    def warn_unusual(self) -> None:
+        """Each of :meth:`unusual` as a :class:`~hybrid.errors.WorkloadWarning` (the CLI shows them and puts them in
+        ``--json`` ``notes``)."""
+        import warnings
+
+        for msg in self.unusual():
+            warnings.warn(msg, WorkloadWarning, stacklevel=3)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **overrides: Any) -> DLRMConfig:
