@@ -154,11 +154,13 @@ def test_final_newline_check_reads_only_the_tail(tmp_path, monkeypatch):
      r"must be a multiple of the key/value heads \(16\)"),
     ({"op": "conv2d", "batch": 1, "in_channels": 64, "out_channels": 64, "height": 8, "width": 8, "kernel_h": 3,
       "kernel_w": 3, "groups": 5}, r"column 'groups': groups \(5\) must divide the input channels \(64\)"),
+    ({"op": "all_reduce", "size_bytes": 1 << 20, "n_ranks": 10, "n_nodes": 3},  # `predict` refuses it as uneven
+     r"column 'n_nodes': the ranks \(10\) must be spread evenly over the nodes \(3\)"),
 ])
 def test_values_that_must_agree_across_columns(catalog, extra, message):
     good = pd.DataFrame([{"device": "H100-SXM", "time_us": 1.0, "dtype": "fp16", **extra}])
-    key = "kv_heads" if "kv_heads" in extra else "groups"
-    validate(good.assign(**{key: 4 if key == "kv_heads" else 2}), catalog)  # a divisor passes
+    key = next(k for k in ("kv_heads", "groups", "n_nodes") if k in extra)
+    validate(good.assign(**{key: {"kv_heads": 4, "groups": 2, "n_nodes": 2}[key]}), catalog)  # a divisor passes
     with pytest.raises(SchemaError, match=message):
         validate(good, catalog)
 

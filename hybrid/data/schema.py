@@ -279,6 +279,8 @@ def validate(
 
     # values that must agree across columns
     for a, b, problem in (("heads", "kv_heads", "query heads ({a}) must be a multiple of the key/value heads ({b})"),
+                          ("n_ranks", "n_nodes", "the ranks ({a}) must be spread evenly over the nodes ({b}): the "
+                           "same number per node, as collective layouts are predicted"),
                           ("in_channels", "groups", "groups ({b}) must divide the input channels ({a})"),
                           ("out_channels", "groups", "groups ({b}) must divide the output channels ({a})")):
         if a in df.columns and b in df.columns:
