@@ -100,7 +100,7 @@ APPLIED_BAND_NAMES = (*BAND_NAMES, DEFAULT_BAND_NAME)
 #: device's errors are one draw, not a distribution of chips).
 MIN_SIBLING_DEVICES = 2
 #: Fewest distinct held-out units (device and system; in ``hybrid calibrate`` a held-out device of the
-#: leave-one-device-out fits) whose residuals calibrate a collective model's unseen band (fewer: the band is not
+#: leave-one-device-out fits) whose residuals calibrate the unseen band of a model of :data:`DEFAULT_BAND_METHODS` (fewer: the band is not
 #: calibrated from the data and such rows fall back to :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND`). One held-out system
 #: is one draw of "how wrong is a system or layout never measured", not a distribution of them.
 MIN_UNSEEN_COLLECTIVE_UNITS = 2
@@ -234,7 +234,7 @@ class IntervalCalibration:
                     continue
                 if code == SIBLING and sub["device"].nunique() < MIN_SIBLING_DEVICES:
                     continue
-                if code == UNSEEN and _is_collective(str(k)):
+                if code == UNSEEN and _takes_default(str(k)):
                     # a collective's band for systems / layouts never measured, from one held-out system: one draw,
                     # not a distribution (the rows get DEFAULT_COLLECTIVE_UNSEEN_BAND instead)
                     entry["units_unseen"] = int(sub["unit"].nunique())
@@ -337,8 +337,7 @@ class IntervalCalibration:
         """Whether unseen rows of ``key`` take :meth:`_collective_unseen`: a key of :data:`DEFAULT_BAND_METHODS`
         without a calibrated unseen band (:func:`_unseen_calibrated`) in a calibration with some collective band."""
         key = self._resolve(key)
-        return (_is_collective(key) and key.partition(":")[0].split(" (", 1)[0] in DEFAULT_BAND_METHODS
-                and not _unseen_calibrated(key, self.bands.get(key, {}))
+        return (_takes_default(key) and not _unseen_calibrated(key, self.bands.get(key, {}))
                 and any(_is_collective(k) for k in self.bands))
 
     def default_unseen(self, key: str) -> bool:
@@ -562,13 +561,20 @@ def _is_collective(key: str) -> bool:
     return key.partition(":")[2] == "collective"
 
 
+def _takes_default(key: str) -> bool:
+    """Whether ``key`` is a collective key of :data:`DEFAULT_BAND_METHODS` (a qualified method by its model): the
+    keys whose unseen band needs :data:`MIN_UNSEEN_COLLECTIVE_UNITS` held-out units and else takes the default."""
+    method, _, family = key.partition(":")
+    return family == "collective" and method.split(" (", 1)[0] in DEFAULT_BAND_METHODS
+
+
 def _unseen_calibrated(key: str, entry: Mapping[str, Any]) -> bool:
     """Whether ``entry`` (the bands of ``key``) has an unseen band calibrated on enough held-out units: for a
     collective key at least :data:`MIN_UNSEEN_COLLECTIVE_UNITS` (a model saved before that count was recorded: its
     held-out devices)."""
     if "unseen" not in entry:
         return False
-    if not _is_collective(key):
+    if not _takes_default(key):
         return True
     units = entry.get("units_unseen", entry.get("devices_unseen", MIN_UNSEEN_COLLECTIVE_UNITS))
     return int(units) >= MIN_UNSEEN_COLLECTIVE_UNITS
