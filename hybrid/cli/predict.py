@@ -61,6 +61,13 @@ def _interval(row, what: str, between: bool = False, reason: str = "") -> dict:
                                 f"borrowed: the model calibrated no unseen band for {method} {what} predictions, so "
                                 "this is the nearest band it has (the seen one where that is all), narrower than "
                                 "its errors there are likely to be; its coverage is unknown")
+    elif band == "unseen (default)":  # IntervalCalibration.default_unseen: the public default collective band
+        unseen = f"extrapolated {what} ({reason})" if reason else "unseen system or layout"
+        out["interval_note"] = (f"80% interval of an {unseen}: the calibration data could not calibrate an unseen "
+                                f"band for {method} (no, or too few, held-out systems), so this is the default band "
+                                "from public nccl-tests / XLA leave-one-system-out and leave-layout-out residuals "
+                                "(DEFAULT_COLLECTIVE_UNSEEN_BAND, docs/corrections.md), at least as wide as the seen "
+                                "band; not calibrated on this system")
     elif not calibrated and band == "sibling" and between:
         out["interval_note"] = (f"80% interval of a GPU priced from a measured sibling (the same die) not calibrated: "
                                 f"too few held-out GPUs of the calibration had a sibling to calibrate a sibling band "

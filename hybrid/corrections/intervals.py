@@ -90,9 +90,32 @@ UNSEEN, SEEN, FEW, ADAPTED = 0, 1, 2, 3
 SIBLING = ADAPTED + len(ADAPT_SHOTS)
 #: Band name per code.
 BAND_NAMES = ("unseen", "seen", "few", *(f"adapted-{k}" for k in ADAPT_SHOTS), "sibling")
+#: Code and name (``interval_band`` of predictions) of a collective row whose unseen band the calibration could not
+#: calibrate and which got :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND` instead; only in :meth:`IntervalCalibration.applied_bands`
+#: (never a band calibrated from residuals). :data:`APPLIED_BAND_NAMES`: the names of the codes it returns.
+UNSEEN_DEFAULT = SIBLING + 1
+DEFAULT_BAND_NAME = "unseen (default)"
+APPLIED_BAND_NAMES = (*BAND_NAMES, DEFAULT_BAND_NAME)
 #: Fewest held-out devices whose residuals calibrate the sibling band (fewer: such devices get the unseen band; one
 #: device's errors are one draw, not a distribution of chips).
 MIN_SIBLING_DEVICES = 2
+#: Fewest distinct held-out units (device and system; in ``hybrid calibrate`` a held-out device of the
+#: leave-one-device-out fits) whose residuals calibrate the unseen band of a model of :data:`DEFAULT_BAND_METHODS` (fewer: the band is not
+#: calibrated from the data and such rows fall back to :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND`). One held-out system
+#: is one draw of "how wrong is a system or layout never measured", not a distribution of them.
+MIN_UNSEEN_COLLECTIVE_UNITS = 2
+#: Log-residual band (10% / 90% quantiles of ``log(measured / predicted)``) of collective rows at a system or a
+#: layout never measured, for calibrations that cannot calibrate that band themselves (a user's single-system logs:
+#: no held-out system, or fewer than :data:`MIN_UNSEEN_COLLECTIVE_UNITS`). From public data:
+#: ``experiments/interval_coverage/collective_default_band.py`` (output ``collective_default_band.md``): nccl-tests
+#: and XLA collectives, leave one system out (transfer model) pooled with leave one node count out (a system's other
+#: node counts only), every held-out unit the same weight. Applied as the band ``unseen (default)``, never narrower
+#: than the key's own seen band, flagged not calibrated.
+DEFAULT_COLLECTIVE_UNSEEN_BAND = (-0.491, 0.865)
+#: The collective models whose unseen rows take :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND` (what the experiment scored:
+#: the per-system curves with their layout model and the transfer model); alpha-beta estimates keep the fall-back
+#: chain, and a calibration without any collective band gives collectives no interval at all.
+DEFAULT_BAND_METHODS = ("collective-sigmoid", "collective-transfer")
 #: Largest ratio of power limits (TDP) between a GPU and another variant of its die for that variant to count as
 #: its sibling: a chip's sustained clock under load follows its power limit, so the PCIe cards of one power class
 #: (A100 PCIe 250 / 300 W, V100 PCIe 250 W and SXM2 300 W) are siblings, a 400 W SXM4 A100 is not one of them, nor
@@ -174,12 +197,16 @@ class IntervalCalibration:
     # ------------------------------------------------------------------ calibration
     @classmethod
     def from_residuals(cls, log_residual: np.ndarray, key: np.ndarray, seen: np.ndarray, device: np.ndarray,
-                       coverage: float = DEFAULT_COVERAGE, unseen_units: str = "rows") -> IntervalCalibration:
+                       coverage: float = DEFAULT_COVERAGE, unseen_units: str = "rows",
+                       held_out: np.ndarray | None = None) -> IntervalCalibration:
         """Bands from held-out log residuals ``log(measured / predicted)`` with their key, which band the row
         calibrates (``seen``: a band code per row, an index into :data:`BAND_NAMES`: :data:`SEEN`, :data:`UNSEEN`,
         :data:`FEW` or :func:`adapted_code`; or a boolean "device was in the fit"), and the device (rows of every
         band but the seen one are weighted 1 / rows of their device). ``unseen_units``: what the conformal ``n`` of
-        the unseen band counts (:data:`UNSEEN_UNITS`)."""
+        the unseen band counts (:data:`UNSEEN_UNITS`). ``held_out``: the held-out unit per row (default: the
+        device; ``from_prediction_frames`` gives device and system): a collective key's unseen band is calibrated only
+        from at least :data:`MIN_UNSEEN_COLLECTIVE_UNITS` of them (``units_unseen``; else its rows get
+        :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND`)."""
         if not 0 < coverage < 1:
             raise InvalidInputError(f"coverage must be in (0, 1), got {coverage}")
         if unseen_units not in UNSEEN_UNITS:
@@ -188,7 +215,8 @@ class IntervalCalibration:
         if len(band) and not np.isin(band, np.arange(len(BAND_NAMES))).all():
             raise InvalidInputError(f"band codes must be 0 to {len(BAND_NAMES) - 1} ({', '.join(BAND_NAMES)})")
         frame = pd.DataFrame({"r": np.asarray(log_residual, dtype=np.float64), "key": np.asarray(key, dtype=str),
-                              "band": band, "device": np.asarray(device, dtype=str)})
+                              "band": band, "device": np.asarray(device, dtype=str),
+                              "unit": np.asarray(device if held_out is None else held_out, dtype=str)})
         frame = frame[np.isfinite(frame["r"])]
         lo_q, hi_q = (1 - coverage) / 2, (1 + coverage) / 2
         bands: dict[str, dict[str, Any]] = {}
@@ -206,6 +234,13 @@ class IntervalCalibration:
                     continue
                 if code == SIBLING and sub["device"].nunique() < MIN_SIBLING_DEVICES:
                     continue
+                if code == UNSEEN and _takes_default(str(k)):
+                    # a collective's band for systems / layouts never measured, from one held-out system: one draw,
+                    # not a distribution (the rows get DEFAULT_COLLECTIVE_UNSEEN_BAND instead)
+                    entry["units_unseen"] = int(sub["unit"].nunique())
+                    if entry["units_unseen"] < MIN_UNSEEN_COLLECTIVE_UNITS:
+                        entry["devices_unseen"] = int(sub["device"].nunique())
+                        continue
                 w, units = None, None
                 if code != SEEN:  # every held-out device weighs the same
                     w = 1.0 / sub.groupby("device")["r"].transform("size").to_numpy(dtype=np.float64)
@@ -235,7 +270,11 @@ class IntervalCalibration:
         if np.isin(split, ADAPTED_SPLITS).any():
             shots = use["shots"].to_numpy(np.float64) if "shots" in use.columns else np.zeros(len(use))
             band = np.where(np.isin(split, ADAPTED_SPLITS), adapted_code(np.nan_to_num(shots)), band)
-        return cls.from_residuals(r, key, band, use["device"].astype(str).to_numpy(), coverage)
+        device = use["device"].astype(str).to_numpy()
+        held_out = device
+        if "system" in use.columns:  # collectives: a held-out (device, system) is one unit of the unseen band
+            held_out = (use["device"].astype(str) + "|" + use["system"].astype(str)).to_numpy()
+        return cls.from_residuals(r, key, band, device, coverage, held_out=held_out)
 
     # ------------------------------------------------------------------ prediction
     def _band(self, key: str, band: int) -> tuple[float, float, bool]:
@@ -251,6 +290,12 @@ class IntervalCalibration:
                 return float(entry[BAND_NAMES[band]][0]), float(entry[BAND_NAMES[band]][1]), True
             band = UNSEEN  # not calibrated for such a device: the conservative unseen band
         name = BAND_NAMES[band]
+        kind = _is_collective(key)
+        if band == UNSEEN and self._defaultable(key):
+            # a collective at a system or layout never measured, whose unseen band the data could not calibrate:
+            # another collective model's calibrated one, else the public default; never narrower than the seen band
+            lo, hi = self._collective_unseen(key)
+            return lo, hi, False
         if name in entry:
             return float(entry[name][0]), float(entry[name][1]), True
         if band == SEEN and "unseen" in entry:  # a seen device with no random-split residuals: the wider band
@@ -259,13 +304,12 @@ class IntervalCalibration:
         # borrowed bands stay within one kind of op: a collective never takes a kernel's band (their errors have
         # nothing in common: a kernel model's +-30% says nothing about an alpha-beta estimate of an unmeasured
         # fabric) and a kernel never takes a collective's
-        kind = _is_collective(key)
         alike = {k: e for k, e in self.bands.items() if _is_collective(k) == kind}
         same = [e[name] for k, e in alike.items() if k.partition(":")[0] == method and name in e]
         if same:  # the same model on another family of the same kind
             return min(b[0] for b in same), max(b[1] for b in same), False
         if kind:  # another collective model's band for systems it never measured (the widest such band)
-            other = [e["unseen"] for e in alike.values() if "unseen" in e]
+            other = [e["unseen"] for k, e in alike.items() if _unseen_calibrated(k, e)]
             if other:
                 return min(b[0] for b in other), max(b[1] for b in other), False
         # the widest band calibrated for any model of the same kind (a model fitted on one device or without its
@@ -274,6 +318,33 @@ class IntervalCalibration:
         if every:
             return min(b[0] for b in every), max(b[1] for b in every), False
         return np.nan, np.nan, False  # nothing calibrated for this kind of prediction: no interval
+
+    def _collective_unseen(self, key: str) -> tuple[float, float]:
+        """Band of a collective row at a system or layout never measured whose key has no calibrated unseen band
+        (:func:`_unseen_calibrated`): the widest calibrated unseen band of another collective model, else
+        :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND`; widened to cover the key's seen band (the widest collective seen band
+        where the key has none)."""
+        other = [e["unseen"] for k, e in self.bands.items() if _is_collective(k) and _unseen_calibrated(k, e)]
+        lo, hi = (min(b[0] for b in other), max(b[1] for b in other)) if other else DEFAULT_COLLECTIVE_UNSEEN_BAND
+        entry = self.bands.get(self._resolve(key), {})
+        seen = [entry["seen"]] if "seen" in entry else \
+            [e["seen"] for k, e in self.bands.items() if _is_collective(k) and "seen" in e]
+        if seen:
+            lo, hi = min(lo, *(b[0] for b in seen)), max(hi, *(b[1] for b in seen))
+        return float(lo), float(hi)
+
+    def _defaultable(self, key: str) -> bool:
+        """Whether unseen rows of ``key`` take :meth:`_collective_unseen`: a key of :data:`DEFAULT_BAND_METHODS`
+        without a calibrated unseen band (:func:`_unseen_calibrated`) in a calibration with some collective band."""
+        key = self._resolve(key)
+        return (_takes_default(key) and not _unseen_calibrated(key, self.bands.get(key, {}))
+                and any(_is_collective(k) for k in self.bands))
+
+    def default_unseen(self, key: str) -> bool:
+        """Whether unseen rows of ``key`` get :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND` (:meth:`_defaultable`, and no
+        other collective model has a calibrated unseen band to lend)."""
+        return self._defaultable(key) and not any(_is_collective(k) and _unseen_calibrated(k, e)
+                                                  for k, e in self.bands.items())
 
     def _resolve(self, key: str) -> str:
         """``key``, or its model's key (:func:`_base_key`) where a qualified method (``collective-sigmoid (all_gather
@@ -312,15 +383,18 @@ class IntervalCalibration:
 
     def applied_bands(self, method_codes: np.ndarray, methods: list[Any], family: pd.Series | np.ndarray,
                       seen: np.ndarray) -> np.ndarray:
-        """The band each row's interval actually comes from (codes, arguments as :meth:`coded_bounds`): a few-row,
-        adapted or sibling band that was not calibrated for the row's key is the unseen band it falls back to (a
-        sibling row whose key has a seen and an unseen band keeps the name: it gets the band between them,
-        :meth:`sibling_fallback`)."""
+        """The band each row's interval actually comes from (codes into :data:`APPLIED_BAND_NAMES`, arguments as
+        :meth:`coded_bounds`): a few-row, adapted or sibling band that was not calibrated for the row's key is the
+        unseen band it falls back to (a sibling row whose key has a seen and an unseen band keeps the name: it gets
+        the band between them, :meth:`sibling_fallback`); an unseen collective row given the public default band
+        (:meth:`default_unseen`) is :data:`UNSEEN_DEFAULT`."""
         keys, si, inverse = _distinct_keys(method_codes, methods, family, seen)
         used = np.array([b if b < FEW or BAND_NAMES[b] in self.bands.get(self._resolve(str(k)), {})
                          or (b == SIBLING and self.sibling_fallback(str(k))) else UNSEEN
                          for k, b in zip(keys, si, strict=True)], dtype=np.int64)
-        return used[inverse]
+        default = np.array([u == UNSEEN and self.default_unseen(str(k)) for k, u in zip(keys, used, strict=True)],
+                           dtype=bool)
+        return np.where(default, UNSEEN_DEFAULT, used)[inverse]
 
     def sibling_fallback(self, key: str) -> bool:
         """Whether a sibling row of ``key`` gets the band between its seen and unseen bands
@@ -363,20 +437,67 @@ def _distinct_keys(method_codes: np.ndarray, methods: list[Any], family: pd.Seri
 MIN_ROWS_FOR_SPLIT = 10
 
 
-def stratified_split(table: pd.DataFrame, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+#: What the random hold-out of collective rows holds out together (:func:`stratified_split`): every measurement of
+#: one message size at one layout of one system (in-place / out-of-place twins, repeated logs and runs on other
+#: nodes of that point), so no held-out point has a copy in the fit; the smallest and largest size of each layout
+#: stay in the fit (a held-out point is interpolated along its curve, as a seen row is). Not whole layouts (system, op, ranks, nodes):
+#: a layout held out is one the fit never measured, which the predictor prices by extrapolation and gives the
+#: unseen band (``CollectiveSigmoid.unmeasured_layouts``), so its rows would calibrate the seen band with unseen
+#: errors (and a single-node calibration has only two layouts per collective to spare); nor source files: one log
+#: usually holds a whole layout, and the twins of a point in another node's log stay in the fit. Columns a table
+#: lacks are left out of the key. Logged by ``hybrid calibrate`` as the run's ``split.collective_groups`` param.
+COLLECTIVE_SPLIT_GROUPS = ("system", "op", "dtype", "n_ranks", "n_nodes", "size_bytes")
+
+
+def stratified_split(table: pd.DataFrame, test_fraction: float, seed: int,
+                     collective_groups: tuple[str, ...] | None = COLLECTIVE_SPLIT_GROUPS
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Row positions (train, test): ``test_fraction`` of every (device, op) group with at least 5 rows.
+
+    Collective rows (with ``collective_groups``, default :data:`COLLECTIVE_SPLIT_GROUPS`) are held out by group, not
+    by row: ``test_fraction`` of the distinct ``collective_groups`` values of each (device, op) group with at least 5
+    rows and 2 such values, but never the smallest or largest ``size_bytes`` of a layout, every row of a chosen value
+    held out (drawn from a random stream of their own, so kernel rows
+    are split as before). ``None``: every row on its own (the split before 2026-12).
 
     The random hold-out of both ``hybrid calibrate`` (:mod:`hybrid.tracking.calibrate`) and
     :meth:`HybridPredictor.calibrate_intervals <hybrid.corrections.predictor.HybridPredictor.calibrate_intervals>`,
     so the two calibrate the seen-device band on the same rows."""
     rng = np.random.default_rng(seed)
+    grouped = collective_groups is not None and "op" in table.columns and len(table) > 0
+    is_coll = np.zeros(len(table), dtype=bool)
+    if grouped:
+        from hybrid.ops.families import family_array
+
+        is_coll = np.asarray(family_array(table["op"])) == "collective"
+        cols = [c for c in collective_groups if c in table.columns]  # type: ignore[union-attr]
+        group_codes = pd.MultiIndex.from_frame(table[cols].astype(str)).factorize()[0] if cols \
+            else np.arange(len(table))
+        # the smallest and largest message size of each layout stay in the fit: a held-out point lies between
+        # measured ones, as a seen row does (sizes beyond the measured range are ``CollectiveSigmoid.outside_sizes``)
+        edge = np.zeros(len(table), dtype=bool)
+        if "size_bytes" in cols and len(cols) > 1:
+            size = pd.to_numeric(table["size_bytes"], errors="coerce")
+            by = size.groupby([table[c].astype(str) for c in cols if c != "size_bytes"])
+            edge = ((size == by.transform("min")) | (size == by.transform("max"))).to_numpy()
+        group_codes = np.where(edge, -1, group_codes)
+        rng_coll = np.random.default_rng([seed, 1])
     test: list[np.ndarray] = []
     for _, idx in sorted(table.groupby(["device", "op"], sort=True, dropna=False).indices.items(),
                          key=lambda kv: str(kv[0])):
         if len(idx) < 5:
             continue
         k = max(1, int(round(test_fraction * len(idx))))
-        test.append(rng.choice(idx, size=k, replace=False))
+        rows = rng.choice(idx, size=k, replace=False)  # (drawn for collectives too: the kernels' stream as before)
+        if grouped and is_coll[idx].all():
+            groups = np.unique(group_codes[idx][group_codes[idx] >= 0])
+            if len(groups) < 2:
+                continue
+            k = max(1, int(round(test_fraction * len(groups))))
+            held = rng_coll.choice(groups, size=k, replace=False)
+            test.append(idx[np.isin(group_codes[idx], held)])
+            continue
+        test.append(rows)
     test_idx = np.sort(np.concatenate(test)) if test else np.array([], dtype=np.int64)
     train_mask = np.ones(len(table), dtype=bool)
     train_mask[test_idx] = False
@@ -438,6 +559,25 @@ def _base_key(key: str) -> str:
 def _is_collective(key: str) -> bool:
     """Whether a ``method:family`` band key is a collective's (the kinds bands are never borrowed across)."""
     return key.partition(":")[2] == "collective"
+
+
+def _takes_default(key: str) -> bool:
+    """Whether ``key`` is a collective key of :data:`DEFAULT_BAND_METHODS` (a qualified method by its model): the
+    keys whose unseen band needs :data:`MIN_UNSEEN_COLLECTIVE_UNITS` held-out units and else takes the default."""
+    method, _, family = key.partition(":")
+    return family == "collective" and method.split(" (", 1)[0] in DEFAULT_BAND_METHODS
+
+
+def _unseen_calibrated(key: str, entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry`` (the bands of ``key``) has an unseen band calibrated on enough held-out units: for a
+    collective key at least :data:`MIN_UNSEEN_COLLECTIVE_UNITS` (a model saved before that count was recorded: its
+    held-out devices)."""
+    if "unseen" not in entry:
+        return False
+    if not _takes_default(key):
+        return True
+    units = entry.get("units_unseen", entry.get("devices_unseen", MIN_UNSEEN_COLLECTIVE_UNITS))
+    return int(units) >= MIN_UNSEEN_COLLECTIVE_UNITS
 
 
 def coverage_pct(measured: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:

@@ -42,6 +42,7 @@ from hybrid.corrections.collective_sigmoid import CollectiveSigmoid, _group_key
 from hybrid.corrections.embedding_xgb import EmbeddingXGB
 from hybrid.corrections.intervals import (
     ADAPT_SHOTS,
+    APPLIED_BAND_NAMES,
     BAND_NAMES,
     DEFAULT_COVERAGE,
     FEW,
@@ -691,7 +692,8 @@ class HybridPredictor:
         another op family or model, or is missing: :meth:`IntervalCalibration.bounds
         <hybrid.corrections.intervals.IntervalCalibration.bounds>`) and, when calibrated, ``interval_band`` (the band
         the row got: ``seen``, ``unseen``, ``few``, ``adapted-k`` or ``sibling``, :meth:`_bands`; a band never
-        calibrated for the row is named as the unseen one it falls back to); with ``host``, ``host_us`` (the part of ``time_us`` that
+        calibrated for the row is named as the unseen one it falls back to, and a collective's unseen band the
+        calibration could not calibrate, replaced by the public default, ``unseen (default)``); with ``host``, ``host_us`` (the part of ``time_us`` that
         is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the kernel models
         with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off) and
         ``learned_host_us`` (the dispatch that corrections without that constant learned inside the times of GPUs
@@ -759,7 +761,7 @@ class HybridPredictor:
                 lo, hi, out["interval_calibrated"] = self.intervals.coded_bounds(method, methods, base["family"], bands)
                 # which band the row got (seen / unseen / few / adapted-k / sibling): why one interval is wider than
                 # another; a few-row, adapted or sibling band never calibrated for the row is the unseen one it got
-                out["interval_band"] = _text_array(list(BAND_NAMES), self.intervals.applied_bands(
+                out["interval_band"] = _text_array(list(APPLIED_BAND_NAMES), self.intervals.applied_bands(
                     method, methods, base["family"], bands))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
                 floor = np.maximum(self._interval_floor(norm, base, (group_codes, groups)), physical)

@@ -3,7 +3,10 @@ in MLflow and register the calibrated predictor.
 
 Evaluation splits (each reports the calibrated model beside the roofline-only baseline):
 
-- ``random``: a stratified random hold-out (``test_fraction`` of every device/op group), model fitted on the rest;
+- ``random``: a stratified random hold-out (``test_fraction`` of every device/op group; collective rows held out by
+  measurement point, every row of one message size at one layout of a system together: in-place / out-of-place
+  twins and repeated logs never on both sides, :data:`~hybrid.corrections.intervals.COLLECTIVE_SPLIT_GROUPS`, logged
+  as the param ``split.collective_groups``), model fitted on the rest;
 - ``lodo``: leave-one-device-out where the data has several devices (or the devices named in
   ``holdout_devices``): each device's rows are predicted by a model fitted without that device (column
   ``sibling``: the rows whose die that model fitted in another variant, which calibrate the sibling band);
@@ -50,6 +53,7 @@ from tqdm.auto import tqdm
 
 from hybrid import __version__
 from hybrid.corrections.intervals import (  # noqa: F401  (stratified_split: re-exported)
+    COLLECTIVE_SPLIT_GROUPS,
     MIN_ROWS_FOR_SPLIT,
     IntervalCalibration,
     default_lodo_devices,
@@ -514,6 +518,9 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
         "sources": ",".join(data.sources), "collective_transfer": "base" if config.base else bool(config.collective_transfer),
         "sibling_blend": "base" if config.sibling_blend is None else bool(config.sibling_blend),
         "adapt_strategy": config.adapt_strategy if config.base else "",
+        # what the random hold-out holds out together for collective rows (stratified_split): every measurement of
+        # one message size at one layout ("rows": each row on its own, an adaptation's own split)
+        "split.collective_groups": "rows" if config.base else ",".join(COLLECTIVE_SPLIT_GROUPS),
     })
     params.update(flatten_params("rows.op", profile["rows_per_op"]))
     params.update(flatten_params("rows.device", profile["rows_per_device"]))
