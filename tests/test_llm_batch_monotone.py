@@ -81,3 +81,19 @@ def test_envelope_leaves_analytical_times_alone():
     own = cost_ops(pass_ops(s, np.array([20.0]), np.array([20.0]), np.array([1.0]), np.array([129.0]), "decode"),
                    model).set_index("name")["time_us"].sort_index()
     np.testing.assert_allclose(dec.to_numpy(), own.to_numpy())
+
+
+def test_envelope_keeps_ops_of_one_name_apart(h100_predictor):
+    """Llama 4 Maverick interleaves dense and MoE layers: two ``mlp_up_proj`` rows of other shapes per pass. Each
+    keeps its own chain (was one shared value: the dense layers' GEMMs priced as the experts' or the reverse)."""
+    s = make_setup("llama4-maverick", "H100-SXM", tp=8, dtype="fp8")
+    res = predict_static(s, 16, 128, 2, h100_predictor)  # one decode step at context 129
+    dec = res.ops[res.ops["phase"] == "decode"]
+    own = cost_ops(pass_ops(s, np.array([16.0]), np.array([16.0]), np.array([1.0]), np.array([129.0]), "decode"),
+                   h100_predictor)
+    for name in ("mlp_up_proj", "mlp_down_proj"):
+        env_t = dec.loc[dec["name"] == name, "time_us"].to_numpy()
+        raw_t = own.loc[own["name"] == name, "time_us"].to_numpy()
+        assert len(env_t) == len(raw_t) == 2
+        assert abs(np.log(raw_t[0] / raw_t[1])) > 0.2  # the two layers' GEMMs really differ
+        np.testing.assert_allclose(env_t, raw_t, rtol=0.3)  # each near its own price, not the other's

@@ -701,8 +701,13 @@ def _apply_envelope(costed: pd.DataFrame, comp: pd.DataFrame, env: _Envelope, co
     numbers the companions): the isotonic fit (:func:`isotonic_log`) of the grid batches up to
     :data:`BATCH_GRID_FIT`, then the running maximum beyond; log-log interpolated between the grid batches around
     the scenario's batch. Ops answered analytically (:data:`ANALYTICAL_METHODS`) keep their time."""
-    names, name_codes = np.unique(np.concatenate([costed["name"].to_numpy(dtype=str),
-                                                  comp["name"].to_numpy(dtype=str)]), return_inverse=True)
+    # an op is its name and its occurrence among the scenario's ops of that name: a model whose layers differ
+    # (dense and MoE layers interleaved) has two ``mlp_up_proj`` rows of other shapes, each with its own chain
+    def op_key(f: pd.DataFrame) -> np.ndarray:
+        nth = f.groupby(["scenario", "name"], sort=False).cumcount().to_numpy()
+        return np.char.add(np.char.add(f["name"].to_numpy(dtype=str), "#"), nth.astype(str))
+
+    names, name_codes = np.unique(np.concatenate([op_key(costed), op_key(comp)]), return_inverse=True)
     own_name, comp_name = name_codes[:len(costed)], name_codes[len(costed):]
     sc = costed["scenario"].to_numpy(dtype=np.int64)
     chain = env.chain[sc]
