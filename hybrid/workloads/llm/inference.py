@@ -609,8 +609,9 @@ def _setup_key(s: InferenceSetup) -> tuple:
 #: Every batch of the TensorRT-LLM tables (52, 60, 120, 240, 384, 896, 1280, powers of two) is on it.
 BATCH_GRID_DENSE = 16
 BATCH_GRID_STEPS = 8
-#: Grid batches of every envelope chain (:func:`_envelope_plan`) and its isotonic fit (:func:`_apply_envelope`).
-BATCH_GRID_FIT = 256
+#: Grid batches of every envelope chain (:func:`_envelope_plan`) and its isotonic fit (:func:`_apply_envelope`):
+#: past every vendor-table batch (1280), so the running maximum beyond it rarely applies.
+BATCH_GRID_FIT = 2048
 #: Cost methods the envelope leaves alone: analytical times, non-decreasing in the batch by construction.
 ANALYTICAL_METHODS = ("roofline", "alpha-beta")
 
