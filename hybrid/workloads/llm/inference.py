@@ -604,6 +604,135 @@ def _setup_key(s: InferenceSetup) -> tuple:
             s.allreduce, s.ep, s.attention_dp, s.softmax_overlap)
 
 
+#: Batches (sequences per microbatch) of the static-batch envelope (:func:`batch_grid`): every batch up to
+#: ``BATCH_GRID_DENSE``, then ``BATCH_GRID_STEPS`` evenly spaced batches per octave (16, 18, ..., 30, 32, 36, ...).
+#: Every batch of the TensorRT-LLM tables (52, 60, 120, 240, 384, 896, 1280, powers of two) is on it.
+BATCH_GRID_DENSE = 16
+BATCH_GRID_STEPS = 8
+#: Grid batches of every envelope chain (:func:`_envelope_plan`) and its isotonic fit (:func:`_apply_envelope`):
+#: past every vendor-table batch (1280), so the running maximum beyond it rarely applies.
+BATCH_GRID_FIT = 2048
+#: Cost methods the envelope leaves alone: analytical times, non-decreasing in the batch by construction.
+ANALYTICAL_METHODS = ("roofline", "alpha-beta")
+
+
+def batch_grid(upto: float) -> np.ndarray:
+    """The envelope's batches (:data:`BATCH_GRID_DENSE`, :data:`BATCH_GRID_STEPS`), ascending, up to and including
+    the first one >= ``upto``."""
+    top = max(float(upto), 1.0)
+    grid = list(range(1, BATCH_GRID_DENSE + 1))
+    octave = BATCH_GRID_DENSE
+    while grid[-1] < top:
+        step = octave // BATCH_GRID_STEPS
+        grid += [octave + j * step for j in range(1, BATCH_GRID_STEPS + 1)]  # ends at 2 x octave
+        octave *= 2
+    grid_arr = np.asarray(grid, dtype=np.float64)
+    return grid_arr[:int(np.searchsorted(grid_arr, top, side="left")) + 1]
+
+
+def _grid_brackets(batch: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per batch: (index of the largest grid batch <= it, of the smallest >= it, log-log weight of the latter)."""
+    b = np.asarray(batch, dtype=np.float64)
+    lo = np.searchsorted(grid, b, side="right") - 1
+    hi = np.searchsorted(grid, b, side="left")
+    span = np.log(grid[hi]) - np.log(grid[lo])
+    w = np.divide(np.log(b) - np.log(grid[lo]), span, out=np.zeros_like(b), where=span > 0)
+    return lo, hi, w
+
+
+@dataclass
+class _Envelope:
+    """Companion scenarios of the batch envelope (:func:`_static_batch`): ``chain`` per scenario (scenarios that
+    differ only in the batch share one; ``example``: a scenario of each chain), the chains' companions (``comp_chain``, ``comp_batch`` index into
+    :func:`batch_grid`, in order within each chain, ``start`` = a chain's first companion) and each scenario's grid
+    brackets (``lo``, ``hi`` indices into its chain's companions, ``w``)."""
+
+    chain: np.ndarray
+    example: np.ndarray
+    start: np.ndarray
+    comp_chain: np.ndarray
+    comp_batch: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    w: np.ndarray
+    grid: np.ndarray
+
+
+def _envelope_plan(group: np.ndarray, is_pre: np.ndarray, per_seq: np.ndarray, q_len: np.ndarray, kv: np.ndarray,
+                   batch: np.ndarray) -> _Envelope:
+    """Per scenario (deployment ``group``, phase, new tokens per sequence, ``q_len``, ``kv`` context, ``batch``):
+    the chain of the same scenario at every :func:`batch_grid` batch up to the first >= its batch."""
+    keys = pd.DataFrame({"g": group, "p": is_pre, "t": per_seq, "q": q_len, "k": kv})
+    chain = keys.groupby(list(keys.columns), sort=False, observed=True).ngroup().to_numpy()
+    grid = batch_grid(max(float(np.max(batch)), BATCH_GRID_FIT))
+    lo, hi, w = _grid_brackets(batch, grid)
+    fit = int(np.searchsorted(grid, BATCH_GRID_FIT, side="left"))
+    top = np.full(int(chain.max()) + 1, fit, dtype=np.int64)
+    np.maximum.at(top, chain, hi)
+    size = top + 1
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
+    comp_chain = np.repeat(np.arange(len(size)), size)
+    comp_batch = np.arange(int(size.sum())) - start[comp_chain]
+    example = np.zeros(len(size), dtype=np.int64)
+    example[chain[::-1]] = np.arange(len(chain))[::-1]  # the first scenario of each chain
+    return _Envelope(chain, example, start, comp_chain, comp_batch, lo, hi, w, grid)
+
+
+def isotonic_log(values: np.ndarray) -> np.ndarray:
+    """The non-decreasing sequence closest to ``values`` (``[..., n]``, positive) in least squares of the logs
+    (isotonic regression along the last axis, vectorised over the others), from its min-max form: at ``i``, the
+    largest over starts ``j <= i`` of the smallest over ends ``k >= i`` of the mean log over ``j..k``. A sequence
+    already non-decreasing comes back unchanged."""
+    x = np.log(values)
+    n = x.shape[-1]
+    s = np.concatenate([np.zeros((*x.shape[:-1], 1)), np.cumsum(x, axis=-1)], axis=-1)
+    j, k = np.arange(n)[:, None], np.arange(n)[None, :]
+    span = np.where(k >= j, k - j + 1, 1).astype(np.float64)
+    mean = (s[..., None, 1:] - s[..., :-1, None]) / span  # [..., j, k]
+    mean = np.where(k >= j, mean, np.inf)
+    suffix = np.flip(np.minimum.accumulate(np.flip(mean, axis=-1), axis=-1), axis=-1)  # min over k >= i
+    fit = np.where(k >= j, suffix, -np.inf).max(axis=-2)  # max over j <= i
+    return np.exp(fit)
+
+
+def _apply_envelope(costed: pd.DataFrame, comp: pd.DataFrame, env: _Envelope, columns: list[str],
+                    rows: np.ndarray) -> None:
+    """In place: every learned op time of ``costed``'s ``rows`` (scenario ``i``, column in ``columns``) becomes its
+    batch envelope. Along its chain (the same op at the grid batches, times in ``comp``, whose ``scenario``
+    numbers the companions): the isotonic fit (:func:`isotonic_log`) of the grid batches up to
+    :data:`BATCH_GRID_FIT`, then the running maximum beyond; log-log interpolated between the grid batches around
+    the scenario's batch. Ops answered analytically (:data:`ANALYTICAL_METHODS`) keep their time."""
+    # an op is its name and its occurrence among the scenario's ops of that name: a model whose layers differ
+    # (dense and MoE layers interleaved) has two ``mlp_up_proj`` rows of other shapes, each with its own chain
+    def op_key(f: pd.DataFrame) -> np.ndarray:
+        nth = f.groupby(["scenario", "name"], sort=False).cumcount().to_numpy()
+        return np.char.add(np.char.add(f["name"].to_numpy(dtype=str), "#"), nth.astype(str))
+
+    names, name_codes = np.unique(np.concatenate([op_key(costed), op_key(comp)]), return_inverse=True)
+    own_name, comp_name = name_codes[:len(costed)], name_codes[len(costed):]
+    sc = costed["scenario"].to_numpy(dtype=np.int64)
+    chain = env.chain[sc]
+    learned = rows & ~np.isin(costed["method"].to_numpy(dtype=str), ANALYTICAL_METHODS)
+    comp_sc = comp["scenario"].to_numpy(dtype=np.int64)
+    c_chain, c_pos = env.comp_chain[comp_sc], env.comp_batch[comp_sc]
+    n_pos = int(env.comp_batch.max()) + 1
+    n_fit = min(int(np.searchsorted(env.grid, BATCH_GRID_FIT, side="right")), n_pos)
+    for column in columns:
+        dense = np.full((len(env.start), len(names), n_pos), np.nan)  # [chain, op, grid batch]
+        dense[c_chain, comp_name, c_pos] = comp[column].to_numpy(dtype=np.float64)
+        have = np.isfinite(dense[..., :n_fit]).all(axis=-1) & (dense[..., :n_fit] > 0).all(axis=-1)
+        dense[..., :n_fit] = np.where(have[..., None], isotonic_log(np.where(have[..., None], dense[..., :n_fit],
+                                                                             1.0)), np.nan)
+        # beyond the fitted batches: never below the batch before (positions past a chain's end stay NaN)
+        dense[..., n_fit - 1:] = np.fmax.accumulate(dense[..., n_fit - 1:], axis=-1)
+        a = dense[chain, own_name, env.lo[sc]]
+        b = dense[chain, own_name, env.hi[sc]]
+        w = env.w[sc]
+        ok = learned & np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+        env_t = np.exp((1.0 - w) * np.log(np.where(ok, a, 1.0)) + w * np.log(np.where(ok, b, 1.0)))
+        costed[column] = np.where(ok, env_t, costed[column].to_numpy(dtype=np.float64))
+
+
 @dataclass
 class _Static:
     """Vectorised static-batch predictions of many configurations (arrays per configuration, times in us)."""
@@ -638,15 +767,40 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
     q_len = np.where(is_pre, input_len[cfg], 1).astype(np.float64)
     phase = np.where(is_pre, "prefill", "decode").astype(object)
     group = pd.factorize(pd.Series([_setup_key(s) for s in setups], dtype=object))[0]
+    # the batch envelope: every scenario again at the grid batches up to its own (tokens per sequence, context and
+    # deployment unchanged), costed in the same call; only attention reads the context, so the other ops' chains
+    # leave it out (one chain for all decode steps of a configuration) and the attention chains keep only attention
+    per_seq = np.where(is_pre, input_len[cfg], 1).astype(np.float64)
+    n_sc = len(cfg)
+    plans = {False: _envelope_plan(group[cfg], is_pre, per_seq, q_len, np.zeros(n_sc), bm[cfg]),
+             True: _envelope_plan(group[cfg], is_pre, per_seq, q_len, kv, bm[cfg])}
+    offset = {False: n_sc, True: n_sc + len(plans[False].comp_chain)}
     frames = []
     for gi in np.unique(group):  # one op table per distinct deployment, vectorised over its scenarios
+        setup = setups[int(np.flatnonzero(group == gi)[0])]
         sc = np.flatnonzero(group[cfg] == gi)
-        f = pass_ops(setups[int(np.flatnonzero(group == gi)[0])], tokens[sc], bm[cfg[sc]], q_len[sc], kv[sc],
-                     phase[sc])
+        f = pass_ops(setup, tokens[sc], bm[cfg[sc]], q_len[sc], kv[sc], phase[sc])
         f["scenario"] = sc[f["scenario"].to_numpy()]
         frames.append(f)
+        for attention, env in plans.items():
+            o = env.example[env.comp_chain]  # a scenario of each companion's chain: its phase, lengths, context
+            cs = np.flatnonzero(group[cfg[o]] == gi)
+            if not len(cs):
+                continue
+            o, b = o[cs], env.grid[env.comp_batch[cs]]
+            f = pass_ops(setup, b * per_seq[o], b, q_len[o], kv[o], phase[o])
+            f = f[(f["name"] == "attention").to_numpy() == attention]
+            f["scenario"] = offset[attention] + cs[f["scenario"].to_numpy()]
+            frames.append(f)
     table = pd.concat(frames, ignore_index=True)
-    costed = cost_ops(table, cost_model, setups[0].catalog)
+    costed_all = cost_ops(table, cost_model, setups[0].catalog)
+    number = costed_all["scenario"].to_numpy()
+    costed = costed_all[number < n_sc].reset_index(drop=True)
+    columns = [c for c in ("time_us", "time_us_low", "time_us_high") if c in costed.columns]
+    for attention, env in plans.items():
+        comp = costed_all[(number >= offset[attention]) & (number < offset[attention] + len(env.comp_chain))]
+        _apply_envelope(costed, comp.assign(scenario=comp["scenario"].to_numpy() - offset[attention]), env, columns,
+                        (costed["name"] == "attention").to_numpy() == attention)
     sc = costed["scenario"].to_numpy(dtype=np.int64)
     costed["config"] = cfg[sc]
     costed["weight"] = weight[sc]

@@ -1,0 +1,99 @@
+"""Static-batch LLM inference with a calibrated model: op times and TPOT never fall as the batch grows.
+
+The learned kernel corrections are piecewise constant in their size features, so the same op at a slightly
+larger batch could come out faster (decode GEMMs at m = batch, norms and activations at batch rows); the batch
+envelope of :func:`hybrid.workloads.llm.inference._static_batch` prices every op on a batch grid and fits it
+non-decreasing (docs/llm_inference.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hybrid.corrections.kernel_xgb import GemmXGB, PointwiseXGB, XGBParams
+from hybrid.corrections.predictor import HybridPredictor
+from hybrid.data.bundle import load_bundle
+from hybrid.engine.costs import RooflineCostModel
+from hybrid.workloads.llm.inference import (
+    batch_grid,
+    cost_ops,
+    isotonic_log,
+    make_setup,
+    pass_ops,
+    predict_many,
+    predict_static,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCHES = (1, 2, 4, 8, 16, 32)
+
+
+@pytest.fixture(scope="module")
+def h100_predictor() -> HybridPredictor:
+    """GEMM and pointwise trees fitted on the committed H100 bundle (small, a few seconds)."""
+    table, cat = load_bundle(ROOT / "datasets" / "H100-SXM")
+    params = XGBParams(n_estimators=80, max_depth=6)
+    return HybridPredictor(cat, corrections=[GemmXGB(params), PointwiseXGB(params)]).fit(table)
+
+
+def test_isotonic_log_is_the_least_squares_monotone_fit_of_the_logs():
+    seq = np.array([[1.0, 10.0, 1.0, 2.0, 3.0], [1.0, 2.0, 2.0, 4.0, 5.0]])
+    fit = isotonic_log(seq)
+    assert np.all(np.diff(fit, axis=-1) >= 0)
+    np.testing.assert_allclose(fit[1], seq[1])  # already non-decreasing: unchanged
+    pooled = np.exp(np.mean(np.log([10.0, 1.0, 2.0])))  # the violators pooled at their geometric mean
+    np.testing.assert_allclose(fit[0], [1.0, pooled, pooled, pooled, 3.0])
+
+
+def test_batch_grid_holds_every_small_batch_and_the_vendor_table_batches():
+    grid = batch_grid(1280)
+    assert list(grid[:16]) == list(range(1, 17)) and grid[-1] == 1280
+    assert {52, 56, 60, 96, 120, 240, 384, 512, 896, 1024} <= set(grid.astype(int))
+    wide = grid[15:]  # from 16 on: 8 batches per octave
+    assert np.all(np.diff(wide) / wide[:-1] <= 0.125 + 1e-12)
+
+
+def test_decode_tpot_and_every_op_never_fall_as_the_batch_grows(h100_predictor):
+    s = make_setup("llama2-7b", "H100-SXM")
+    res = [predict_static(s, b, 128, 64, h100_predictor) for b in BATCHES]
+    tpot = np.array([r.tpot_ms for r in res])
+    assert np.all(np.diff(tpot) >= 0), tpot
+    ttft = np.array([r.ttft_ms for r in res])
+    assert np.all(np.diff(ttft) >= 0), ttft
+    for phase in ("decode", "prefill"):  # the mid-generation decode step (same context at every batch), prefill
+        per_op = np.stack([r.ops[r.ops["phase"] == phase].set_index("name")["time_us"].sort_index().to_numpy()
+                           for r in res])
+        assert np.all(np.diff(per_op, axis=0) >= -1e-9 * per_op[:-1]), phase
+    # every batch 1..40 in one call, off the grid's powers of two too (interpolated between grid batches)
+    many = predict_many([s] * 40, np.arange(1, 41), np.full(40, 128), np.full(40, 64), h100_predictor)
+    assert np.all(np.diff(many["tpot_ms"].to_numpy()) >= 0)
+    assert np.all(np.diff(many["ttft_ms"].to_numpy()) >= 0)
+
+
+def test_envelope_leaves_analytical_times_alone():
+    """The roofline is non-decreasing in the batch already: its op times are exactly cost_ops' own."""
+    s = make_setup("llama2-7b", "H100-SXM")
+    model = RooflineCostModel()
+    res = predict_static(s, 20, 128, 2, model)  # one decode step, at context 129; batch 20 is off the grid
+    dec = res.ops[res.ops["phase"] == "decode"].set_index("name")["time_us"].sort_index()
+    own = cost_ops(pass_ops(s, np.array([20.0]), np.array([20.0]), np.array([1.0]), np.array([129.0]), "decode"),
+                   model).set_index("name")["time_us"].sort_index()
+    np.testing.assert_allclose(dec.to_numpy(), own.to_numpy())
+
+
+def test_envelope_keeps_ops_of_one_name_apart(h100_predictor):
+    """Llama 4 Maverick interleaves dense and MoE layers: two ``mlp_up_proj`` rows of other shapes per pass. Each
+    keeps its own chain (was one shared value: the dense layers' GEMMs priced as the experts' or the reverse)."""
+    s = make_setup("llama4-maverick", "H100-SXM", tp=8, dtype="fp8")
+    res = predict_static(s, 16, 128, 2, h100_predictor)  # one decode step at context 129
+    dec = res.ops[res.ops["phase"] == "decode"]
+    own = cost_ops(pass_ops(s, np.array([16.0]), np.array([16.0]), np.array([1.0]), np.array([129.0]), "decode"),
+                   h100_predictor)
+    for name in ("mlp_up_proj", "mlp_down_proj"):
+        env_t = dec.loc[dec["name"] == name, "time_us"].to_numpy()
+        raw_t = own.loc[own["name"] == name, "time_us"].to_numpy()
+        assert len(env_t) == len(raw_t) == 2
+        assert abs(np.log(raw_t[0] / raw_t[1])) > 0.2  # the two layers' GEMMs really differ
+        np.testing.assert_allclose(env_t, raw_t, rtol=0.3)  # each near its own price, not the other's
