@@ -325,3 +325,30 @@ def _bundle_cat(path: Path):
     from hybrid.data.bundle import bundle_catalog
 
     return bundle_catalog([path])
+
+
+def test_slow_stages_show_on_stderr_and_leave_json_stdout_clean(tmp_path, shared_datasets):
+    """`calibrate` names each step of recording the run and registering the model, and `report` its load, plot,
+    render and write stages, on stderr; stdout keeps only the JSON (calibrate --json) or the result line."""
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    csv = write_csv(neusight_table(shared_datasets, max_rows=300), tmp_path / "k.csv")
+    rc, out, err = cli(["calibrate", str(csv), "--name", "staged", "--tracking-uri", uri, "--json", "--no-lodo"])
+    assert rc == 0, err
+    assert json.loads(out)["version"] == 1  # stdout is the JSON object and nothing else
+    for step in ("log ", "log the dataset", "save the model", "upload the model", "register a version of staged",
+                 "write predictions and draw plots", "render the report", "upload predictions, plots and report"):
+        assert f"record the run and register the model: {step}" in err, (step, err)
+    rc, out, err = cli(["report", "--model", "staged", "--tracking-uri", uri, "-o", str(tmp_path / "r.html")])
+    assert rc == 0, err
+    assert out.startswith("report written to ") and out.count("\n") == 1
+    for step in ("report: load the run of staged", "report: plot split random", "report: render the HTML",
+                 "report: write "):
+        assert step in err, (step, err)
+    rc, out, err = cli(["report", "--model", "staged", "--table", str(csv), "--tracking-uri", uri,
+                        "-o", str(tmp_path / "t.html")])
+    assert rc == 0, err
+    assert out.startswith("report written to ")
+    assert "report: load 1 table(s)" in err and "report: predict 300 rows" in err and "report: plot split all" in err
+    # --quiet: no progress line
+    rc, out, err = cli(["report", "--model", "staged", "--tracking-uri", uri, "-o", str(tmp_path / "q.html"), "-q"])
+    assert rc == 0 and "report:" not in err

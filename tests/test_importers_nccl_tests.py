@@ -252,3 +252,56 @@ def test_rows_without_a_system_are_said_to_be_unreachable_by_system(tmp_path, ca
         warnings.simplefilter("error", DataImportWarning)
         df = import_nccl_tests(log, catalog=catalog, system="DGX-H100")
     assert (df["system"] == "DGX-H100").all()
+
+
+def test_time_unit_of_the_header_is_read(tmp_path, catalog):
+    """The units line under the column header says what the times are in: an edited ``(ms)`` is converted (with a
+    warning naming the file and line), a unit that is no time or a line that does not pair up is refused."""
+    units = "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)"
+    assert units in LOG
+    units_line = LOG.splitlines().index(units) + 1
+    ref = tmp_path / "ref.log"
+    ref.write_text(LOG)
+    base = import_nccl_tests(ref, catalog=catalog)
+    p = tmp_path / "ms.log"
+    p.write_text(LOG.replace(units, units.replace("(us)", "(ms)")))
+    with pytest.warns(DataImportWarning, match=rf"ms\.log: .*line {units_line} gives the times in ms.*converted to "
+                                               "microseconds"):
+        df = import_nccl_tests(p, catalog=catalog)
+    assert df["time_us"].tolist() == pytest.approx((base["time_us"] * 1e3).tolist())
+    # only the in-place column edited: each column has its own unit
+    one = tmp_path / "one.log"
+    head, tail = units.rsplit("(us)", 1)
+    one.write_text(LOG.replace(units, head + "(s) " + tail))
+    with pytest.warns(DataImportWarning, match=r"us / s"):
+        df = import_nccl_tests(one, catalog=catalog)
+    assert df.loc[~df["in_place"], "time_us"].tolist() == base.loc[~base["in_place"], "time_us"].tolist()
+    assert df.loc[df["in_place"], "time_us"].tolist() == pytest.approx(
+        (base.loc[base["in_place"], "time_us"] * 1e6).tolist())
+    bad = tmp_path / "bad.log"
+    bad.write_text(LOG.replace(units, units.replace("(us)", "(min)")))
+    with pytest.raises(ImportFormatError, match=rf"bad\.log: line {units_line}: unknown time unit \(min\)"):
+        import_nccl_tests(bad, catalog=catalog)
+    short = tmp_path / "short.log"
+    short.write_text(LOG.replace(units, head))
+    with pytest.raises(ImportFormatError, match=rf"short\.log: line {units_line}: the units line gives 1 time unit"):
+        import_nccl_tests(short, catalog=catalog)
+
+
+def test_duplicated_data_lines_within_a_section_are_dropped(tmp_path, catalog):
+    """A data line repeated in one section (doubled or concatenated output) is one measurement, with a warning
+    naming the file and the count; the same lines in another section (a second run) are kept."""
+    row = "        2048           256      half     sum      -1    21.00    0.10    0.07       3    20.50    0.10    0.07       0\n"
+    assert row in LOG
+    p = tmp_path / "dup.log"
+    p.write_text(LOG.replace(row, row * 3))
+    with pytest.warns(DataImportWarning, match=r"dup\.log: section starting at line 4: dropped 2 duplicated data "
+                                               r"line\(s\).*first: line 18 repeats line 17"):
+        df = import_nccl_tests(p, catalog=catalog)
+    assert len(df) == 8 and (df["size_bytes"] == 2048).sum() == 2
+    twice = tmp_path / "twice.log"
+    twice.write_text(LOG + LOG)  # two runs: separate sections, separate measurements
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DataImportWarning)
+        assert len(import_nccl_tests(twice, catalog=catalog)) == 16
+    assert not [str(w.message) for w in caught if "duplicated data line" in str(w.message)]

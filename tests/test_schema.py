@@ -191,3 +191,29 @@ def test_raw_nccl_tests_output_or_a_public_csv_named_as_a_table_says_how_to_impo
     with pytest.raises(SchemaError, match="column names are lower case") as exc:
         read_table(near)
     assert "hybrid data import" not in str(exc.value)
+
+
+def test_a_row_the_roofline_refuses_names_file_row_and_csv_line(tmp_path):
+    """A row the schema accepts but the estimate refuses (a collective layout no node of its system holds) is named
+    as the schema's errors name rows: the file, its row and CSV line, not its position in the concatenated tables."""
+    import contextlib
+    import io
+
+    from hybrid.cli.main import main
+    from hybrid.errors import InvalidInputError
+    from hybrid.tracking.inputs import load_measurements
+
+    head = "device,op,dtype,time_us,size_bytes,n_ranks,n_nodes,system\n"
+    ok = tmp_path / "ok.csv"
+    ok.write_text(head + "H100-SXM,all_reduce,fp16,20,1024,8,1,DGX-H100\n" * 3)
+    bad = tmp_path / "bad.csv"
+    bad.write_text(head + "".join(f"H100-SXM,all_reduce,fp16,20,{1024 << i},8,1,DGX-H100\n" for i in range(5))
+                   + "H100-SXM,all_reduce,fp16,20,16384,64,2,DGX-H100\n")
+    want = rf"{bad}: row 6 \(CSV line 7\): collective: 64 ranks on 2 node\(s\) of DGX-H100 .*GPUs per node$"
+    with pytest.raises(InvalidInputError, match=want):
+        load_measurements([ok, bad])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["data", "validate", str(ok), str(bad)])
+    assert rc != 0 and "row index" not in err.getvalue()
+    assert f"{bad}: row 6 (CSV line 7): collective: 64 ranks" in err.getvalue()

@@ -14,10 +14,13 @@ from hybrid.errors import InvalidInputError
               help="Instead of the run's own evaluation, evaluate --model on these measured tables.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress line.")
 def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], output: str,
-           tracking_uri: str | None) -> None:
+           tracking_uri: str | None, quiet: bool) -> None:
     """Write an HTML report (plots inlined): predicted vs measured per family, error CDF model vs roofline,
     error vs size and per-device tables, for each evaluation split of the run."""
+    from tqdm.auto import tqdm
+
     from hybrid.reports.html import render_report, write_report
     from hybrid.tracking.calibrate import report_meta
     from hybrid.tracking.runs import read_run, run_of_model
@@ -30,6 +33,12 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
     if Path(output).suffix.lower() not in (".html", ".htm"):  # checked before any work: the report is HTML
         raise InvalidInputError(f"output {output}: the report is an HTML page; use a .html file name")
     store = open_store(tracking_uri)
+    # the stages on stderr, as `hybrid calibrate` shows its own (a large run takes tens of seconds)
+    bar = tqdm(total=1, desc="report", disable=quiet, leave=False, bar_format="{desc} ...")
+
+    def stage(what: str) -> None:
+        bar.set_description_str(f"report: {what}")
+
     if tables:
         if not model_ref:
             raise InvalidInputError("--table needs --model (the model to evaluate)")
@@ -38,6 +47,7 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
         from hybrid.tracking.evaluation import prediction_frame
         from hybrid.tracking.inputs import load_measurements
 
+        stage(f"load {len(tables)} table(s)")
         data = load_measurements(tables)
         table = data.table
         wrong = failed_validation(table)
@@ -47,7 +57,9 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
             click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong "
                        "results (#wrong > 0)", err=True)
             table = table.loc[~wrong].reset_index(drop=True)
+        stage(f"load the model {model_ref}")
         loaded = load_model_for(model_ref, store.uri, data.catalog)
+        stage(f"predict {len(table):,} rows")
         frame = prediction_frame(table, loaded.predictor.predict(table), "all")
         title = f"hybrid evaluation: {loaded.ref if loaded.version else 'roofline'}"
         meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(tables),
@@ -58,12 +70,38 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
                     f"of {loaded.ref} (run {loaded.run_id}): their errors are in-sample, not a test of the model")
             meta["rows in training data"] = said
             click.echo(f"warning: {said}; evaluate on held-out measurements", err=True)
-        text = render_report(frame, title=title, meta=meta)
+        images = _plots(frame, stage)
+        stage("render the HTML")
+        text = render_report(frame, title=title, meta=meta, images=images)
     else:
+        stage(f"load the run of {model_ref or run_id}")
         rid = run_id or run_of_model(model_ref or "", store=store)
         rec = read_run(rid, store=store)
         s = rec.summary
         title = f"hybrid calibration: {s.get('name')}" + (f" v{s['version']}" if s.get("version") else "")
-        text = render_report(rec.predictions, title=title, meta=report_meta(s), summaries=s.get("errors"))
+        images = _plots(rec.predictions, stage)
+        stage("render the HTML")
+        text = render_report(rec.predictions, title=title, meta=report_meta(s), summaries=s.get("errors"),
+                             images=images)
+    stage(f"write {output}")
     path = write_report(text, output)
+    bar.close()
     click.echo(f"report written to {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+def _plots(predictions, stage) -> dict[str, dict[str, bytes]]:
+    """The report's figures per plotted split (what :func:`~hybrid.reports.html.render_report` would draw), drawn
+    here so that each split's plotting shows as a stage."""
+    import pandas as pd
+
+    from hybrid.reports.html import plotted_splits
+    from hybrid.reports.plots import figure_png, standard_figures
+
+    with_figures = plotted_splits([str(s) for s in pd.unique(predictions["split"])])
+    images: dict[str, dict[str, bytes]] = {}
+    for split, sub in predictions.groupby("split", sort=False):
+        if str(split) not in with_figures:
+            continue
+        stage(f"plot split {split} ({len(sub):,} rows)")
+        images[str(split)] = {stem: figure_png(fig) for stem, fig in standard_figures(sub, title=str(split)).items()}
+    return images

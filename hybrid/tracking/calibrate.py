@@ -42,7 +42,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,9 +244,13 @@ def calibrate(
             summaries = split_summaries(predictions)
             publishing = tqdm(total=1, desc="record the run and register the model", unit="step",
                               disable=not progress, leave=False, bar_format="{desc} ...")
+
+            def stage(what: str) -> None:  # each slow step of the publishing (a remote store: seconds each)
+                publishing.set_description_str(f"record the run and register the model: {what}")
+
             with publishing, store_lock(store), quiet_mlflow():
                 version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
-                                            summaries, base_info, time.time() - t0)
+                                            summaries, base_info, time.time() - t0, stage)
                 retry(lambda: client.set_terminated(run_id, "FINISHED"))
         except BaseException as exc:
             _end_failed_run(client, store, run_id, exc)
@@ -497,8 +501,10 @@ def _describe_corrections(predictor: Any) -> dict[str, Any]:
 
 def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Measurements,
              config: CalibrationConfig, predictor: Any, predictions: pd.DataFrame,
-             summaries: dict[str, Any], base_info: dict[str, Any] | None, elapsed_s: float
-             ) -> tuple[int | None, dict[str, Any], str]:
+             summaries: dict[str, Any], base_info: dict[str, Any] | None, elapsed_s: float,
+             stage: Callable[[str], None] = lambda what: None) -> tuple[int | None, dict[str, Any], str]:
+    """Log the run's parameters, metrics, dataset, model and report to the store and register the model;
+    ``stage`` is told each step as it starts (the progress line on stderr)."""
     from mlflow.entities import Dataset, DatasetInput, Metric, Param, RunTag
 
     from hybrid.reports.html import plotted_splits, render_report
@@ -536,6 +542,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
     now = int(time.time() * 1000)
     mlist = [Metric(k, v, now, 0) for k, v in metrics.items() if np.isfinite(v)]
     plist = [Param(k, v) for k, v in params.items()]
+    stage(f"log {len(plist)} parameters and {len(mlist)} metrics")
     retry(lambda: client.log_batch(run_id, tags=[RunTag("hybrid.data_sha256", digest)]))
     for i in range(0, len(plist), _BATCH_PARAMS):
         retry(lambda i=i: client.log_batch(run_id, params=plist[i:i + _BATCH_PARAMS]))
@@ -544,6 +551,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
     dataset = Dataset(name="measurements", digest=digest[:32], source_type="local",
                       source=json.dumps(data.sources), schema=json.dumps({"columns": list(table.columns)}),
                       profile=json.dumps(profile))
+    stage("log the dataset")
     # the store creates the dataset row on first use: two runs logging the same data at once race on that insert
     retry(lambda: client.log_inputs(run_id, datasets=[DatasetInput(dataset)]), also=is_lost_insert_race)
 
@@ -555,11 +563,14 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
     }
     tmp = Path(tempfile.mkdtemp(prefix="hybrid-run-"))
     try:
+        stage("save the model")
         save_pyfunc(predictor, tmp / "saved")
+        stage("upload the model")
         retry(lambda: client.log_artifacts(run_id, str(tmp / "saved" / MODEL_ARTIFACT_PATH), MODEL_ARTIFACT_PATH))
         version = None
         if config.register:
             source = f"{run.info.artifact_uri}/{MODEL_ARTIFACT_PATH}"
+            stage(f"register a version of {config.name}")
             version = register_version(
                 client, config.name, run_id, source,
                 tags={"data_sha256": digest, "base": config.base or "", "hybrid_version": __version__},
@@ -571,6 +582,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
         (out / "plots").mkdir()
         images: dict[str, dict[str, bytes]] = {}
         with_figures = plotted_splits([str(s) for s in pd.unique(predictions["split"])])
+        stage("write predictions and draw plots")
         for split, sub in predictions.groupby("split", sort=False):
             sub.to_csv(out / "predictions" / f"{split}.csv", index=False)
             if split not in with_figures:
@@ -582,9 +594,11 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
                 (out / "plots" / f"{split}_{stem}.png").write_bytes(png)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str), encoding="utf-8")
         title = f"hybrid calibration: {config.name}" + (f" v{version}" if version else "")
+        stage("render the report")
         report_html = render_report(predictions, title=title, meta=report_meta(summary), summaries=summaries,
                                     images=images)
         (out / "report.html").write_text(report_html, encoding="utf-8")
+        stage("upload predictions, plots and report")
         retry(lambda: client.log_artifacts(run_id, str(out)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

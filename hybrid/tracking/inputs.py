@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,12 +78,34 @@ def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | Non
     if in_bundles:
         cat, added = merge_catalog(cat, bundle_catalog(in_bundles))
         extra += added
-    if files:
-        frames.append(read_table(files, cat))
+    for f in files:  # file by file, so that a row the estimate refuses is named by file, row and CSV line
+        table = read_table([f], cat)
+        check_rows(table, cat, str(f))
+        frames.append(table)
     out = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0].reset_index(drop=True)
     ordered = [c.name for c in COLUMNS if c.name in out.columns]
     out = out[ordered + [c for c in out.columns if c not in COLUMN_BY_NAME]]
     return Measurements(out, cat, [str(p) for p in paths], list(dict.fromkeys(extra)))
+
+
+_AT_ROW = re.compile(r",?\s*at row index (\d+)$")
+
+
+def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
+    """The roofline's per-row checks (a collective layout no node of its system holds, a shape the family cannot
+    have, ...) on one validated table read from ``source``: their error names the file, row and CSV line as the
+    schema's do (``FILE: row 6 (CSV line 7): ...``), not the position in the concatenated tables."""
+    from hybrid.ops.roofline import roofline
+
+    try:
+        roofline(table.reset_index(drop=True), catalog)
+    except InvalidInputError as exc:
+        msg = str(exc)
+        m = _AT_ROW.search(msg)
+        if m is None:
+            raise
+        pos = int(m.group(1))  # a RangeIndex: the label is the row's position in the file
+        raise InvalidInputError(f"{source}: row {pos + 1} (CSV line {pos + 2}): {msg[:m.start()]}") from None
 
 
 def table_digest(table: pd.DataFrame) -> str:

@@ -19,6 +19,11 @@ nccl-tests ``size``), ``wrong`` (``#wrong``; ``N/A`` -> empty) and ``dtype``.
 * Rows with ``#wrong > 0`` are kept (column ``wrong``); calibration drops them. Zero-byte rows are skipped.
 * A time that is not a positive finite number (``nan``, ``inf``, ``0``, ``-12.5``) drops that measurement with
   a warning listing each one (line, in-place or not, token, reason) and the count.
+* Times are in the unit the units line under the column header gives per time column (nccl-tests prints
+  ``(us)``); ``ns``/``ms``/``s`` are converted to microseconds with a warning, anything else is an
+  :class:`ImportFormatError` naming the line. No units line: microseconds.
+* A data line that exactly repeats an earlier one of the same section (doubled or concatenated output) is dropped
+  with a warning (count, first repeat); repeats across sections (separate runs) are kept.
 * Truncated sections (a job killed mid-run) keep their complete rows with a warning; a file without any data
   row is an :class:`ImportFormatError` (when importing directories such files are skipped with a warning).
 """
@@ -77,6 +82,9 @@ _VERSION = re.compile(r"nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d+))?", r
 _NCCL_DIR = re.compile(r"nccl[_\-.]?(\d+)[_\-.](\d+)(?:[_\-.](\d+))?", re.I)
 _SETUP = re.compile(r"_output\.dat\.(\d+)$")
 _NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+#: Time units a units line may give (nccl-tests prints ``(us)``), as a factor to microseconds.
+TIME_UNITS: dict[str, float] = {"ns": 1e-3, "nsec": 1e-3, "us": 1.0, "usec": 1.0, "\u00b5s": 1.0,
+                                "ms": 1e3, "msec": 1e3, "s": 1e6, "sec": 1e6}
 
 
 @dataclass
@@ -88,6 +96,7 @@ class _Section:
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     bad_lines: list[int] = field(default_factory=list)
     concluded: bool = False
+    units: tuple[int, list[str]] | None = None  # (line, tokens) of the units line under the column header
 
 
 def _nccl_version(code: str) -> str:
@@ -150,6 +159,10 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
                 cur.ranks[int(m.group(1))] = (m.group(3), m.group(4), int(m.group(2) or 0))
                 continue
             toks = s.lstrip("#").split()
+            if cur is not None and cur.columns is not None and toks and ("(B)" in toks or "(elements)" in toks) \
+                    and all(t.startswith("(") and t.endswith(")") for t in toks):
+                cur.units = (no, toks)  # "(B) (elements) (us) (GB/s) (GB/s) (us) (GB/s) (GB/s)"
+                continue
             if "size" in toks and "count" in toks and "time" in toks:
                 if cur is None:
                     cur = _Section(no, name=pending_name)
@@ -184,6 +197,55 @@ def _layout(columns: list[str] | None) -> tuple[int, list[tuple[int, bool]]]:
     return (starts[0] if starts else 5), [(i, k == 1) for k, i in enumerate(starts[:2])]
 
 
+def _time_scales(sec: _Section, path: Path, n_groups: int) -> list[float]:
+    """Factor to microseconds of each timing group's ``time`` column, from the section's units line (none: the
+    nccl-tests default, microseconds). Times in another unit the line states unambiguously are converted with a
+    warning; a unit that is not a time, or a line whose time units do not pair up with the time columns, is an
+    :class:`ImportFormatError` naming the line."""
+    if sec.units is None or n_groups == 0:
+        return [1.0] * n_groups
+    no, toks = sec.units
+    # the units line: (B) and (elements) for size and count, then per timing group the time's unit and two
+    # bandwidths (GB/s); #wrong has none
+    units = [t[1:-1] for t in toks if t not in ("(B)", "(elements)") and "/s" not in t.lower()]
+    if len(units) != n_groups:
+        raise ImportFormatError(f"{path}: line {no}: the units line gives {len(units)} time unit(s) "
+                                f"({', '.join(units) or 'none'}) for {n_groups} time column(s); cannot tell which "
+                                "unit a time is in (nccl-tests prints (us) above each time column)")
+    scales = []
+    for u in units:
+        scale = TIME_UNITS.get(u.lower())
+        if scale is None:
+            raise ImportFormatError(f"{path}: line {no}: unknown time unit ({u}) in the units line (known: "
+                                    f"{', '.join(TIME_UNITS)}; nccl-tests prints (us))")
+        scales.append(scale)
+    if any(x != 1.0 for x in scales):
+        warn(path, f"section starting at line {sec.start_line}: line {no} gives the times in "
+                   f"{' / '.join(dict.fromkeys(units))}, not nccl-tests' us; converted to microseconds")
+    return scales
+
+
+def _dedup_rows(sec: _Section, path: Path) -> list[tuple[int, list[str]]]:
+    """The section's data lines less exact repeats of an earlier line of the same section (concatenated or
+    doubled output), with a warning. Zero-byte lines repeat legitimately (small sizes rounded down to 0) and are
+    skipped later anyway; repeats across sections (separate runs) are separate measurements and kept."""
+    seen: dict[tuple[str, ...], int] = {}
+    kept: list[tuple[int, list[str]]] = []
+    dups: list[tuple[int, int]] = []
+    for no, toks in sec.rows:
+        key = tuple(toks)
+        if key in seen and toks[0] != "0":
+            dups.append((no, seen[key]))
+            continue
+        seen.setdefault(key, no)
+        kept.append((no, toks))
+    if dups:
+        warn(path, f"section starting at line {sec.start_line}: dropped {len(dups)} duplicated data line(s), "
+                   f"each an exact repeat of an earlier line of the section (first: line {dups[0][0]} repeats "
+                   f"line {dups[0][1]}); concatenated output?")
+    return kept
+
+
 def _parse_number(tok: str) -> float:
     if _NUM.match(tok):
         return float(tok)
@@ -203,14 +265,15 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
     records: list[tuple] = []
     bad = list(sec.bad_lines)
     unusable: list[str] = []  # timings that are not a positive finite number, as "line N (place): token"
-    for no, toks in sec.rows:
+    scales = _time_scales(sec, path, len(groups))
+    for no, toks in _dedup_rows(sec, path):
         if len(toks) < first_time + 2:
             bad.append(no)
             continue
         size, count = int(toks[0]), int(toks[1])
         dtype_name, redop = toks[2], toks[3]
         root = int(toks[4]) if has_root and len(toks) > 4 and re.fullmatch(r"-?\d+", toks[4]) else -1
-        for start, in_place in groups:
+        for (start, in_place), scale in zip(groups, scales, strict=True):
             chunk = toks[start:start + 4]
             if len(chunk) < 3:
                 bad.append(no)
@@ -231,7 +294,7 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
             algbw, busbw = _parse_number(chunk[1]), _parse_number(chunk[2])
             # nccl-tests' bus-bandwidth factor of the test (two printed decimals: only where algbw has digits)
             factor = busbw / algbw if algbw >= 1.0 else np.nan
-            records.append((no, size, count, dtype_name, redop, root, in_place, t, wrong, factor))
+            records.append((no, size, count, dtype_name, redop, root, in_place, t * scale, wrong, factor))
     if bad:
         warn(path, f"section starting at line {sec.start_line}: skipped {len(bad)} incomplete or malformed data "
                    f"line(s) (first: line {bad[0]}); truncated log?")
