@@ -68,6 +68,18 @@ def borrowed(model: CollectiveSigmoid, rows: pd.DataFrame, cat, scale: np.ndarra
     return model.predict(alt, roofline(alt, cat), cat)
 
 
+def _scored(model: CollectiveSigmoid, table: pd.DataFrame, base: pd.DataFrame, test: np.ndarray, cat,
+            scenario: str, target: str) -> pd.DataFrame:
+    """The hidden ``test`` rows with today's prediction (and its source), alpha-beta, the sibling's curve at the same
+    total buffer and at the per-rank-input convention."""
+    rows = table[test]
+    today, source = model.predict_with_source(rows, base[test], cat)
+    n = rows["n_ranks"].to_numpy(dtype=float)
+    return rows.assign(scenario=scenario, target=target, today=today, today_source=source,
+                       ab=base.loc[test, "time_us"].to_numpy(), borrow=borrowed(model, rows, cat),
+                       wrong_size=borrowed(model, rows, cat, n if target == "reduce_scatter" else 1.0 / n))
+
+
 def score(table: pd.DataFrame, cat) -> pd.DataFrame:
     layouts = both_measured(table)
     base = roofline(table, cat)
@@ -81,13 +93,7 @@ def score(table: pd.DataFrame, cat) -> pd.DataFrame:
             model = CollectiveSigmoid(transfer=True, sibling=False).fit(table[~hide], base[~hide], cat)
             for _, lay in layouts[layouts["system"] == system].iterrows():
                 test = _rows(table, lay, target)
-                rows = table[test]
-                today, source = model.predict_with_source(rows, base[test], cat)
-                n = rows["n_ranks"].to_numpy(dtype=float)
-                out.append(rows.assign(
-                    scenario="system", target=target, today=today, today_source=source,
-                    ab=base.loc[test, "time_us"].to_numpy(), borrow=borrowed(model, rows, cat),
-                    wrong_size=borrowed(model, rows, cat, n if target == "reduce_scatter" else 1.0 / n)))
+                out.append(_scored(model, table, base, test, cat, "system", target))
     # scenario "layout": the op hidden at this layout only; its other layouts stay (per-system curves only, so the
     # fit takes the system's rows)
     for _, lay in layouts.iterrows():
@@ -96,13 +102,7 @@ def score(table: pd.DataFrame, cat) -> pd.DataFrame:
             test = _rows(table, lay, target)
             train = in_sys & ~test
             model = CollectiveSigmoid(sibling=False).fit(table[train], base[train], cat)
-            rows = table[test]
-            today, source = model.predict_with_source(rows, base[test], cat)
-            n = rows["n_ranks"].to_numpy(dtype=float)
-            out.append(rows.assign(
-                scenario="layout", target=target, today=today, today_source=source,
-                ab=base.loc[test, "time_us"].to_numpy(), borrow=borrowed(model, rows, cat),
-                wrong_size=borrowed(model, rows, cat, n if target == "reduce_scatter" else 1.0 / n)))
+            out.append(_scored(model, table, base, test, cat, "layout", target))
     res = pd.concat(out, ignore_index=True)
     res["layout"] = (res["system"].astype(str) + " " + res["n_ranks"].astype(int).astype(str) + "r/"
                      + res["n_nodes"].astype(int).astype(str) + "n")
