@@ -158,7 +158,9 @@ def test_calibrate_cli_collective_transfer_flag(measured, tmp_path):
     assert both["reduce_scatter"]["method"] == "collective-sigmoid (all_gather curve)"
     assert "priced from the all_gather curve" in both["reduce_scatter"]["extrapolated"]
     assert both["reduce_scatter"]["time_us"] == pytest.approx(both["all_gather"]["time_us"], rel=0.02)
-    assert both["reduce_scatter"]["interval_band"] == "unseen" and both["all_gather"]["interval_band"] == "seen"
+    # not its own curve: the unseen band (this calibration holds out one system: the public default band)
+    assert both["reduce_scatter"]["interval_band"] in ("unseen", "unseen (default)")
+    assert both["all_gather"]["interval_band"] == "seen"
     rc, _, err = cli(["calibrate", str(csv), "--name", "x", "--tracking-uri", uri, "--base", "coll-plain",
                       "--collective-transfer", "-q"])
     assert rc == 2 and "base" in err and len(err.strip().splitlines()) == 1

@@ -862,3 +862,6 @@ def test_collective_hold_out_keeps_measurement_points_together(shared_datasets):
         assert (side[coll][edge] == "train").all()
         _, te_old = stratified_split(table, 0.2, seed, collective_groups=None)
         assert np.array_equal(np.intersect1d(te, np.flatnonzero(~coll)), np.intersect1d(te_old, np.flatnonzero(~coll)))
+    # a validated kernel table: size_bytes is a nullable Int64 column of <NA> (its comparisons were <NA>, refused)
+    typed = kernels.assign(dtype="fp16", size_bytes=pd.array([pd.NA] * len(kernels), dtype="Int64"))
+    assert np.array_equal(stratified_split(typed, 0.2, 0)[1], stratified_split(typed, 0.2, 0, collective_groups=None)[1])

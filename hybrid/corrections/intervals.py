@@ -477,9 +477,10 @@ def stratified_split(table: pd.DataFrame, test_fraction: float, seed: int,
         # measured ones, as a seen row does (sizes beyond the measured range are ``CollectiveSigmoid.outside_sizes``)
         edge = np.zeros(len(table), dtype=bool)
         if "size_bytes" in cols and len(cols) > 1:
-            size = pd.to_numeric(table["size_bytes"], errors="coerce")
+            # plain float64 (a nullable Int64 column's <NA> would make the comparisons <NA>: kernel rows have none)
+            size = pd.to_numeric(table["size_bytes"], errors="coerce").astype(np.float64)
             by = size.groupby([table[c].astype(str) for c in cols if c != "size_bytes"])
-            edge = ((size == by.transform("min")) | (size == by.transform("max"))).to_numpy()
+            edge = ((size == by.transform("min")) | (size == by.transform("max"))).to_numpy(dtype=bool)
         group_codes = np.where(edge, -1, group_codes)
         rng_coll = np.random.default_rng([seed, 1])
     test: list[np.ndarray] = []

@@ -278,9 +278,13 @@ def validate(
                 raise _fail(df, i, name, f"missing value (NaN/empty) for op {op!r}", source)
 
     # values that must agree across columns
+    # (a measurement's collective ranks are spread evenly over its nodes, as `predict` requires of a layout; tables to
+    # predict are checked against their system by the roofline, which prices the groups the LLM builders place
+    # across node boundaries)
+    even = () if prediction else (("n_ranks", "n_nodes", "the ranks ({a}) must be spread evenly over the nodes "
+                                   "({b}): the same number per node, as collective layouts are predicted"),)
     for a, b, problem in (("heads", "kv_heads", "query heads ({a}) must be a multiple of the key/value heads ({b})"),
-                          ("n_ranks", "n_nodes", "the ranks ({a}) must be spread evenly over the nodes ({b}): the "
-                           "same number per node, as collective layouts are predicted"),
+                          *even,
                           ("in_channels", "groups", "groups ({b}) must divide the input channels ({a})"),
                           ("out_channels", "groups", "groups ({b}) must divide the output channels ({a})")):
         if a in df.columns and b in df.columns:
