@@ -97,3 +97,21 @@ def test_envelope_keeps_ops_of_one_name_apart(h100_predictor):
         assert len(env_t) == len(raw_t) == 2
         assert abs(np.log(raw_t[0] / raw_t[1])) > 0.2  # the two layers' GEMMs really differ
         np.testing.assert_allclose(env_t, raw_t, rtol=0.3)  # each near its own price, not the other's
+
+
+def test_serving_step_costs_never_fall_with_tokens_sequences_or_context(h100_predictor, monkeypatch):
+    """`llm serve`'s step-cost grids (dense passes per token count, heads per sequence count, decode and prefill
+    attention per batch x context) with a calibrated model: non-decreasing along every axis."""
+    from hybrid.workloads.llm import serving
+
+    s = make_setup("llama3-8b", "H100-SXM")
+    costs = serving.StepCosts.build(s, 2048, 256, 4096, h100_predictor)
+    assert costs.method != "roofline"
+    for grid in (costs.dense_us, costs.head_us, costs.dec_us, costs.pre_us):
+        for axis in range(grid.ndim):
+            assert np.all(np.diff(grid, axis=axis) >= -1e-9 * np.abs(grid).max()), (grid.shape, axis)
+    # without the fit the learned grids do fall somewhere (what the fit is for)
+    monkeypatch.setattr(serving, "_never_falling", lambda z: z)
+    raw = serving.StepCosts.build(s, 2048, 256, 4096, h100_predictor)
+    assert any((np.diff(g, axis=a) < 0).any() for g in (raw.dense_us, raw.head_us, raw.dec_us, raw.pre_us)
+               for a in range(g.ndim))

@@ -28,7 +28,7 @@ import pandas as pd
 from hybrid.engine.costs import OpCostModel
 from hybrid.errors import InvalidInputError
 from hybrid.workloads.llm.dims import context_note
-from hybrid.workloads.llm.inference import InferenceSetup, cost_ops, pass_ops
+from hybrid.workloads.llm.inference import InferenceSetup, cost_ops, isotonic_log, pass_ops
 from hybrid.workloads.llm.kv_cache import (
     GIB,
     activation_bytes,
@@ -212,6 +212,21 @@ def _log_grid(hi: float, points: int) -> np.ndarray:
     return np.unique(np.round(np.geomspace(1, max(hi, 2), points)))
 
 
+def _never_falling(grid: np.ndarray) -> np.ndarray:
+    """A step-cost grid (ascending tokens / sequences, and context on a second axis) made non-decreasing along every
+    axis, as static batching's batch envelope makes op times (:func:`~hybrid.workloads.llm.inference.isotonic_log`:
+    the closest non-decreasing sequence in log time; learned corrections are piecewise constant in their size
+    features, so a larger batch could come out cheaper). One axis after the other keeps the first axis's order: the
+    fit is order-preserving (a row never below another stays so). Analytical (roofline) grids are unchanged, and a
+    grid with a zero or non-finite entry is left as it is."""
+    z = np.asarray(grid, dtype=np.float64)
+    if not (np.isfinite(z).all() and (z > 0).all()):
+        return z
+    for axis in range(z.ndim):
+        z = np.moveaxis(isotonic_log(np.moveaxis(z, axis, -1)), -1, axis)
+    return z
+
+
 @dataclass
 class StepCosts:
     """Interpolated per-step costs (microseconds) of one deployment."""
@@ -285,10 +300,10 @@ class StepCosts:
             def total(mask: np.ndarray) -> np.ndarray:
                 return np.bincount(sc[mask], weights=t_all[mask], minlength=off)
 
-            dense = total((ph == "part0") & ~is_att & ~is_head)[: len(tok)]
-            head = total((ph == "part1") & is_head)[len(tok): o2]
-            dec = total((ph == "part2") & is_att)[o2: o3].reshape(DB.shape)
-            pre = total((ph == "part3") & is_att)[o3: o3 + PC.size].reshape(PC.shape)
+            dense = _never_falling(total((ph == "part0") & ~is_att & ~is_head)[: len(tok)])
+            head = _never_falling(total((ph == "part1") & is_head)[len(tok): o2])
+            dec = _never_falling(total((ph == "part2") & is_att)[o2: o3].reshape(DB.shape))
+            pre = _never_falling(total((ph == "part3") & is_att)[o3: o3 + PC.size].reshape(PC.shape))
             return cls(tok, dense, seq, head, db, dc, dec, pc, px, pre, method, dp)
 
         main = assemble("time_us")
