@@ -46,16 +46,6 @@ CONV_DIRECT_ROOFLINE_FLOOR = 1.0
 ROOFLINE_FLOORS: dict[str, float] = {"conv": CONV_ROOFLINE_FLOOR}
 
 
-def gpu_rows(devices: pd.Series, catalog: Catalog) -> np.ndarray:
-    """Per row, whether its device is a GPU (looked up once per distinct name; unknown names are not)."""
-    codes, uniques = pd.factorize(devices, use_na_sentinel=True)
-    kinds = []
-    for u in uniques:
-        key = catalog.resolve_device(str(u), missing_ok=True)
-        kinds.append(key is not None and catalog.device(key).kind == "gpu")
-    return np.append(np.array(kinds, dtype=bool), False)[np.where(codes < 0, len(uniques), codes)]
-
-
 def conv_factor(table: pd.DataFrame, bound: np.ndarray) -> np.ndarray:
     """Per conv row, its floor as a multiple of the roofline: :data:`CONV_DIRECT_ROOFLINE_FLOOR` for a
     compute-bound row with a 1x1 kernel, a stride or a dilation above 1, else :data:`CONV_ROOFLINE_FLOOR`."""
@@ -89,5 +79,5 @@ def floor_us(table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
     factor = family_factor(table, baseline, floors)
     if not factor.any():
         return factor
-    gpu = gpu_rows(table["device"], catalog)
+    gpu = catalog.device_column(table["device"], lambda d: d.kind == "gpu", False).astype(bool)
     return np.where(gpu, factor * baseline["time_us"].to_numpy(dtype=np.float64), 0.0)

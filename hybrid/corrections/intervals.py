@@ -308,10 +308,9 @@ class IntervalCalibration:
         same = [e[name] for k, e in alike.items() if k.partition(":")[0] == method and name in e]
         if same:  # the same model on another family of the same kind
             return min(b[0] for b in same), max(b[1] for b in same), False
-        if kind:  # another collective model's band for systems it never measured (the widest such band)
-            other = [e["unseen"] for k, e in alike.items() if _unseen_calibrated(k, e)]
-            if other:
-                return min(b[0] for b in other), max(b[1] for b in other), False
+        lent = self._lent_collective_unseen() if kind else None
+        if lent is not None:  # another collective model's band for systems it never measured (the widest such band)
+            return lent[0], lent[1], False
         # the widest band calibrated for any model of the same kind (a model fitted on one device or without its
         # leave-one-out fits, asked about another: not calibrated for that case, flagged)
         every = [e[n] for e in alike.values() for n in BAND_NAMES if n in e]
@@ -324,8 +323,7 @@ class IntervalCalibration:
         (:func:`_unseen_calibrated`): the widest calibrated unseen band of another collective model, else
         :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND`; widened to cover the key's seen band (the widest collective seen band
         where the key has none)."""
-        other = [e["unseen"] for k, e in self.bands.items() if _is_collective(k) and _unseen_calibrated(k, e)]
-        lo, hi = (min(b[0] for b in other), max(b[1] for b in other)) if other else DEFAULT_COLLECTIVE_UNSEEN_BAND
+        lo, hi = self._lent_collective_unseen() or DEFAULT_COLLECTIVE_UNSEEN_BAND
         entry = self.bands.get(self._resolve(key), {})
         seen = [entry["seen"]] if "seen" in entry else \
             [e["seen"] for k, e in self.bands.items() if _is_collective(k) and "seen" in e]
@@ -343,8 +341,13 @@ class IntervalCalibration:
     def default_unseen(self, key: str) -> bool:
         """Whether unseen rows of ``key`` get :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND` (:meth:`_defaultable`, and no
         other collective model has a calibrated unseen band to lend)."""
-        return self._defaultable(key) and not any(_is_collective(k) and _unseen_calibrated(k, e)
-                                                  for k, e in self.bands.items())
+        return self._defaultable(key) and self._lent_collective_unseen() is None
+
+    def _lent_collective_unseen(self) -> tuple[float, float] | None:
+        """The widest unseen band calibrated (:func:`_unseen_calibrated`) for any collective model, which a collective
+        key without one of its own borrows; None when there is none."""
+        other = [e["unseen"] for k, e in self.bands.items() if _is_collective(k) and _unseen_calibrated(k, e)]
+        return (float(min(b[0] for b in other)), float(max(b[1] for b in other))) if other else None
 
     def _resolve(self, key: str) -> str:
         """``key``, or its model's key (:func:`_base_key`) where a qualified method (``collective-sigmoid (all_gather
