@@ -334,6 +334,28 @@ def test_fit_error_says_more_gpus_cannot_hold_a_table_whose_weights_exceed_a_ran
     assert "row- or column-wise" in msg and "try more GPUs" not in msg
 
 
+def test_fit_hint_names_hybrid_shard_only_outside_it(tmp_path, capsys):
+    """The plans a table-wise placement cannot make: outside ``hybrid shard`` (simulate's default plan) the error
+    sends the user to that command; inside it, to the strategies that make them (said to be not run when
+    --strategy left them out), never to the command already running."""
+    from hybrid.sharding.heuristics import default_plan
+
+    doc = {"system": "DGX-H100", "gpus": 8, "tables": [{"name": "t0", "num_embeddings": 1_000_000_000},
+                                                       {"name": "t1", "num_embeddings": 1000}]}
+    with pytest.raises(InvalidInputError, match=r"row- or column-wise plan \(`hybrid shard` searches them\)"):
+        default_plan(DLRMConfig.from_dict(doc))
+    path = _write(tmp_path / "big.json", doc)
+    assert main(["shard", str(path), "--strategy", "size_greedy", "--time-budget", "0.1", "--json"]) != 0
+    err = capsys.readouterr().err
+    assert "row- or column-wise plan (the greedy and search strategies make them, not run here)" in err
+    assert "`hybrid shard`" not in err
+    res = search_plans(DLRMConfig.from_dict(doc), RooflineCostModel(), strategies=["size_greedy", "greedy"],
+                       time_budget_s=0.1)
+    assert res.best.name == "greedy"  # a split plan holds the table the baseline could not
+    reason = res.by_name("size_greedy").reason
+    assert "(the greedy and search strategies make them)" in reason and "`hybrid shard`" not in reason
+
+
 def test_fit_error_says_more_gpus_make_outputs_of_the_global_batch_worse():
     """MLPerf DLRM on 4096 DGX-1 GPUs: the largest table's weights fit a V100, its outputs for the global batch
     do not; more GPUs (batch_size_per_gpu fixed) only grow them."""

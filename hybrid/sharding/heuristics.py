@@ -17,7 +17,7 @@ import numpy as np
 
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.device import Device
-from hybrid.sharding.memory import table_placement_bytes, tablewise_budget
+from hybrid.sharding.memory import SHARD_HINT, table_placement_bytes, tablewise_budget
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig
 
@@ -58,9 +58,10 @@ def _placements(config: DLRMConfig, capacity: float | None,
 
 
 def _no_room(config: DLRMConfig, t: int, mem: np.ndarray, used: np.ndarray, budget: float,
-             host_weights: bool = False) -> InvalidInputError:
+             host_weights: bool = False, other_plans: str = SHARD_HINT) -> InvalidInputError:
     """Why table ``t`` fits on no rank: its bytes against the room the tables placed before it left, and what would
-    help given what limits it (:func:`_fit_hint`)."""
+    help given what limits it (:func:`_fit_hint`; ``other_plans``: where the row-/column-wise plans it suggests are
+    made, :data:`~hybrid.sharding.memory.SHARD_HINT` unless ``hybrid shard`` asks)."""
     R = config.gpus
     what = ("outputs and buffers; its weights in host memory" if host_weights
             else "weights, optimizer state, outputs and buffers" if config.optimizer == "adagrad"
@@ -70,10 +71,12 @@ def _no_room(config: DLRMConfig, t: int, mem: np.ndarray, used: np.ndarray, budg
             f"{budget / 2**30:.1f} GiB budget per rank, after {placed / 2**30:.1f} GiB of the tables placed before "
             "it" if placed > 0 else f"the budget is {budget / 2**30:.1f} GiB per rank")
     return InvalidInputError(f"table {config.tables[t].name!r} ({mem[t] / 2**30:.1f} GiB: {what}) does not fit on "
-                             f"any of {R} ranks table-wise: {room}; {_fit_hint(config, t, mem, budget, host_weights)}")
+                             f"any of {R} ranks table-wise: {room}; "
+                             f"{_fit_hint(config, t, mem, budget, host_weights, other_plans)}")
 
 
-def _fit_hint(config: DLRMConfig, t: int, mem: np.ndarray, budget: float, host_weights: bool) -> str:
+def _fit_hint(config: DLRMConfig, t: int, mem: np.ndarray, budget: float, host_weights: bool,
+              other_plans: str = SHARD_HINT) -> str:
     """What would let table ``t`` fit, given what limits it. A table-wise table's bytes are its weights (and
     optimizer state), which do not depend on the GPU count, plus its pooled outputs, their gradients, the all-to-all
     buffers and the indices of the *global* batch, which with ``batch_size_per_gpu`` fixed grow with it: more GPUs
@@ -93,12 +96,12 @@ def _fit_hint(config: DLRMConfig, t: int, mem: np.ndarray, budget: float, host_w
     if weights[t] > budget:
         return (f"its weights{' and optimizer state' if optimizer_multiplier(config) > 1 else ''} alone "
                 f"({weights[t] / gib:.1f} GiB) exceed a rank's budget, so no number of GPUs holds it table-wise: "
-                f"split it over ranks with a row- or column-wise plan (`hybrid shard` searches them){host}")
+                f"split it over ranks with a row- or column-wise plan ({other_plans}){host}")
     if mem[t] > budget:
         return (f"its pooled outputs, their gradients, all-to-all buffers and indices for the global batch of {Bg:,} "
                 f"({grows[t] / gib:.1f} GiB) grow with the GPU count (batch_size_per_gpu fixed), so more GPUs make "
                 "it worse: a smaller batch_size_per_gpu or fewer GPUs, or a column-wise plan that splits its outputs "
-                f"(`hybrid shard`){host}")
+                f"({other_plans}){host}")
     # the tables placed before it filled the ranks: at R' GPUs the tables need W + G R' bytes over R' budgets
     # (G: the growing bytes per GPU), and each one w_t + o_t R' / R on a single rank
     W, G = float(weights.sum()), float(grows.sum()) / R
@@ -109,18 +112,19 @@ def _fit_hint(config: DLRMConfig, t: int, mem: np.ndarray, budget: float, host_w
         most = (f" and at most {int(r_max):,}, past which a table's own outputs outgrow a rank"
                 if np.isfinite(r_max) else "")
         return (f"more GPUs (by the tables' bytes at least {max(int(np.ceil(r_min)), R + 1):,}{most}: their outputs "
-                f"grow with the global batch), row-/column-wise plans (`hybrid shard`){host}")
+                f"grow with the global batch), row-/column-wise plans ({other_plans}){host}")
     why = ("each GPU added brings more of them than its budget holds" if not np.isfinite(r_min)
            else f"at the {int(np.ceil(r_min)):,} GPUs their bytes would need, a table's own outgrow a rank")
     return (f"more GPUs do not help: with batch_size_per_gpu fixed, the tables' pooled outputs and buffers grow with "
             f"the global batch ({Bg:,}) and {why}; a smaller batch_size_per_gpu or fewer GPUs, column-wise or "
-            f"data-parallel plans for the small tables (`hybrid shard`){host}")
+            f"data-parallel plans for the small tables ({other_plans}){host}")
 
 
 def greedy_place(config: DLRMConfig, cost: np.ndarray, capacity: float | None = None,
-                 order: np.ndarray | None = None) -> ShardingPlan:
+                 order: np.ndarray | None = None, other_plans: str = SHARD_HINT) -> ShardingPlan:
     """Tables in decreasing ``cost`` (or ``order``), each to the least-loaded rank that still has memory (with
-    ``embedding_placement`` host/auto, the weights in host memory when they fit no rank in GPU memory)."""
+    ``embedding_placement`` host/auto, the weights in host memory when they fit no rank in GPU memory);
+    ``other_plans`` is where the error of a table that fits no rank says other plans come from (:func:`_no_room`)."""
     R = config.gpus
     order = np.argsort(-cost, kind="stable") if order is None else order
 
@@ -131,7 +135,7 @@ def greedy_place(config: DLRMConfig, cost: np.ndarray, capacity: float | None = 
         for t in order:
             ok = used + mem[t] <= budget
             if not ok.any():
-                raise _no_room(config, t, mem, used, budget, host)
+                raise _no_room(config, t, mem, used, budget, host, other_plans)
             r = int(np.argmin(np.where(ok, load, np.inf)))
             load[r] += cost[t]
             used[r] += mem[t]
@@ -153,20 +157,23 @@ def _rows(config: DLRMConfig) -> np.ndarray:
     return np.array([float(t.num_embeddings) for t in config.tables])
 
 
-def size_greedy(config: DLRMConfig, capacity: float | None = None) -> ShardingPlan:
-    return greedy_place(config, _rows(config) * _dims(config), capacity)
+def size_greedy(config: DLRMConfig, capacity: float | None = None, *, other_plans: str = SHARD_HINT) -> ShardingPlan:
+    return greedy_place(config, _rows(config) * _dims(config), capacity, other_plans=other_plans)
 
 
-def lookup_greedy(config: DLRMConfig, capacity: float | None = None) -> ShardingPlan:
-    return greedy_place(config, _pooling(config) * _dims(config), capacity)
+def lookup_greedy(config: DLRMConfig, capacity: float | None = None, *,
+                  other_plans: str = SHARD_HINT) -> ShardingPlan:
+    return greedy_place(config, _pooling(config) * _dims(config), capacity, other_plans=other_plans)
 
 
-def size_lookup_greedy(config: DLRMConfig, capacity: float | None = None) -> ShardingPlan:
+def size_lookup_greedy(config: DLRMConfig, capacity: float | None = None, *,
+                       other_plans: str = SHARD_HINT) -> ShardingPlan:
     return greedy_place(config, _pooling(config) * _dims(config) * np.log10(np.maximum(_rows(config), 10.0)),
-                        capacity)
+                        capacity, other_plans=other_plans)
 
 
-def random_plan(config: DLRMConfig, capacity: float | None = None, seed: int = 0) -> ShardingPlan:
+def random_plan(config: DLRMConfig, capacity: float | None = None, seed: int = 0, *,
+                other_plans: str = SHARD_HINT) -> ShardingPlan:
     """Each table (largest first) on a random rank with room for it."""
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise InvalidInputError(f"the random plan's seed must be a non-negative integer, got {seed!r}")
@@ -179,7 +186,7 @@ def random_plan(config: DLRMConfig, capacity: float | None = None, seed: int = 0
         for t in np.argsort(-mem, kind="stable"):
             ok = np.flatnonzero(used + mem[t] <= budget)
             if ok.size == 0:
-                raise _no_room(config, t, mem, used, budget, host)
+                raise _no_room(config, t, mem, used, budget, host, other_plans)
             r = int(rng.choice(ok))
             used[r] += mem[t]
             shards[config.tables[t].name] = Shard("table_wise", (r,))
@@ -188,7 +195,7 @@ def random_plan(config: DLRMConfig, capacity: float | None = None, seed: int = 0
     return _placements(config, capacity, place)
 
 
-#: name -> sharder(config, capacity) -> plan
+#: name -> sharder(config, capacity, *, other_plans=SHARD_HINT) -> plan
 BASELINES: dict[str, Callable[..., ShardingPlan]] = {
     "size_greedy": size_greedy,
     "lookup_greedy": lookup_greedy,

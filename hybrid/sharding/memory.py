@@ -31,6 +31,12 @@ ACTIVATION_COPIES = 2.0
 #: the rest is the OS, the data pipeline and pinned staging buffers (a judgement, not a measurement).
 HOST_EMBEDDING_SHARE = 0.8
 
+#: Where a fit error sends the user for plans the table-wise baselines do not make (row-/column-wise splits, tables
+#: spread over nodes): outside ``hybrid shard`` (``hybrid simulate``'s default plan, ``hybrid bench``, the library)
+#: the command that searches them; inside it, :func:`hybrid.sharding.search.search_plans` names its own strategies
+#: instead (:func:`hybrid.sharding.search.strategies_hint`).
+SHARD_HINT = "`hybrid shard` searches them"
+
 MEMORY_COLUMNS = ("rank", "embeddings", "embedding_optimizer", "dense", "activations", "comm_buffers", "indices",
                   "reserve", "total", "capacity", "host_embeddings", "host_fits", "fits")
 
@@ -48,6 +54,9 @@ class MemoryReport:
     #: ``"override"``): kind ``stated`` / ``borrowed`` / ``override`` / ``unstated``, and a note saying which source
     host_source: str = "unstated"
     host_source_note: str = ""
+    #: where :attr:`reason` sends the user for other plans (:data:`SHARD_HINT`; "" inside ``hybrid shard``, which
+    #: shows the other plans it made)
+    other_plans: str = SHARD_HINT
 
     @property
     def fits(self) -> bool:
@@ -75,11 +84,12 @@ class MemoryReport:
                 else np.zeros(len(per_node), dtype=bool))  # host memory not stated: not checked
         if over.any() and (self.per_rank["total"] <= self.capacity).all():
             worst = int(np.argmax(per_node))
+            where = f" ({self.other_plans})" if self.other_plans else ""
             return (f"node {worst}'s host memory would hold {format_bytes(per_node[worst])} of embedding tables "
                     f"(weights and optimizer state placed there), more than {HOST_EMBEDDING_SHARE:.0%} of its "
                     f"{format_bytes(self.host_capacity)} (source: {self.host_source_note}); {int(over.sum())} of "
                     f"{len(per_node)} node(s) do not fit: "
-                    "a plan that spreads the tables over the nodes (`hybrid shard` searches them), more nodes, "
+                    f"a plan that spreads the tables over the nodes{where}, more nodes, "
                     "smaller tables, or fewer tables in host memory")
         row = self.per_rank.loc[self.per_rank["total"].idxmax()]
         over = int((~self.per_rank["fits"]).sum())

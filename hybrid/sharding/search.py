@@ -671,6 +671,15 @@ def greedy_plan(config: DLRMConfig, model: OpCostModel | None = None, *, capacit
 STRATEGIES = (*BASELINES, "greedy", "search")
 
 
+def strategies_hint(strategies: tuple[str, ...] | list[str]) -> str:
+    """Where, inside ``hybrid shard`` (:func:`search_plans`), a fit error sends the user for the row-/column-wise
+    plans the table-wise baselines do not make: the strategies that make them, said to be not run when
+    ``strategies`` leaves them out (outside the command, errors name ``hybrid shard``:
+    :data:`~hybrid.sharding.memory.SHARD_HINT`)."""
+    ran = "greedy" in strategies or "search" in strategies
+    return "the greedy and search strategies make them" + ("" if ran else ", not run here")
+
+
 def search_plans(
     config: DLRMConfig,
     model: OpCostModel | None = None,
@@ -728,11 +737,13 @@ def search_plans(
 
     baselines: dict[str, ShardingPlan] = {}
     errors: dict[str, str] = {}
+    other_plans = strategies_hint(strategies)  # what a fit error suggests names this search's strategies
     for name in BASELINES:
         if name in strategies or "search" in strategies:
             try:
                 fn = BASELINES[name]
-                baselines[name] = fn(config, capacity, seed=seed) if name == "random" else fn(config, capacity)
+                extra = {"seed": seed} if name == "random" else {}
+                baselines[name] = fn(config, capacity, other_plans=other_plans, **extra)
             except InvalidInputError as exc:
                 errors[name] = str(exc)
     candidates: list[tuple[str, ShardingPlan, float]] = []
@@ -772,6 +783,8 @@ def search_plans(
                                  estimate_us=obj, host_mem_per_node=host_mem_per_node)
                    for name, plan, obj in tqdm(candidates, desc="simulate plans", unit="plan", disable=not progress,
                                                leave=False)]
+    for e in evaluations:  # a plan rejected for its nodes' host memory: the others here are the ones to look at
+        e.memory.other_plans = ""
     for name, msg in errors.items():
         if name in strategies:
             evaluations.append(PlanEvaluation(name, ShardingPlan(), float("nan"),
