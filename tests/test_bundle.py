@@ -172,3 +172,57 @@ def test_data_validate_reads_bundles_and_tables_inside_them(capsys):
         assert f"ok: {n} rows in 1 table(s)" in capsys.readouterr().out
     assert main(["data", "validate", str(root.parent)]) == 2
     assert "is not a measurement bundle: it has no measurements.csv" in capsys.readouterr().err
+
+
+def _bad_collective_bundle(tmp_path: Path) -> Path:
+    """A bundle whose third row is a collective layout no node of DGX-H100 holds (64 ranks on 2 nodes of 8)."""
+    rows = pd.DataFrame([{"device": "H100-SXM", "op": "all_reduce", "dtype": "fp16", "size_bytes": s, "n_ranks": r,
+                          "n_nodes": n, "system": "DGX-H100", "time_us": 20.0}
+                         for s, r, n in ((1024, 8, 1), (2048, 8, 1), (16384, 64, 2))])
+    return write_bundle(tmp_path / "bad-bundle", rows, "", {})
+
+
+def test_a_bundle_row_the_roofline_refuses_names_its_file_and_csv_line(tmp_path, capsys):
+    """A bundle's rows are checked like a table file's: the error names the bundle's measurements.csv, the row and
+    its CSV line (not the row's position in the concatenated tables), whether the bundle is read alone, among
+    other inputs, by the project loader or by `hybrid data validate`."""
+    from hybrid.cli.main import main
+    from hybrid.tracking.inputs import load_measurements
+
+    bundle = _bad_collective_bundle(tmp_path)
+    ok = tmp_path / "ok.csv"
+    ok.write_text("device,op,dtype,time_us,size_bytes,n_ranks,n_nodes,system\n"
+                  + "H100-SXM,all_reduce,fp16,20,1024,8,1,DGX-H100\n" * 4)
+    want = rf"{bundle / TABLE_FILE}: row 3 \(CSV line 4\): collective: 64 ranks on 2 node\(s\) of DGX-H100"
+    for load in (lambda: load_bundle(bundle), lambda: load_measurements([ok, bundle]),
+                 lambda: load_project_bundles(root=tmp_path)):
+        with pytest.raises(InvalidInputError, match=want) as err:
+            load()
+        assert "row index" not in str(err.value)
+    assert main(["data", "validate", str(ok), str(bundle)]) != 0
+    err = capsys.readouterr().err
+    assert f"{bundle / TABLE_FILE}: row 3 (CSV line 4): collective: 64 ranks" in err and "row index" not in err
+
+
+def test_measurements_carry_the_roofline_computed_while_checking_rows(tmp_path):
+    """load_measurements computes each row's roofline once, while checking it, and passes it on: the frame equals
+    a fresh roofline of the concatenated table (a bundle's own catalog and a plain file), and a table replaced
+    since (a subsample) gets its own, not the stale one."""
+    from hybrid.ops.roofline import roofline
+    from hybrid.tracking.inputs import load_measurements, subsample
+
+    bundle = write_bundle(tmp_path / "b-cpu", _table("TEST-CPU-X", "TEST-SYS-X"),
+                          catalog_toml({"TEST-CPU-X": _device("TEST-CPU-X")},
+                                       {"TEST-SYS-X": _system("TEST-SYS-X", "TEST-CPU-X")}), {})
+    gpu = tmp_path / "gpu.csv"
+    gpu.write_text("device,op,dtype,m,n,k,time_us\n" + "".join(f"H100-SXM,gemm,bf16,{s},{s},{s},{s / 10}\n"
+                                                                for s in (256, 512, 1024, 2048)))
+    data = load_measurements([bundle, gpu], bundle_catalog([bundle]))
+    assert data.base is not None and len(data.base) == len(data.table) == 7
+    fresh = roofline(data.table, data.catalog)
+    pd.testing.assert_frame_equal(data.roofline(), fresh)
+    assert data.roofline() is data.base  # not computed again
+    data.table = subsample(data.table, 3)
+    again = data.roofline()
+    assert len(again) == 3
+    pd.testing.assert_frame_equal(again, roofline(data.table, data.catalog))

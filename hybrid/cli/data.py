@@ -115,9 +115,8 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     """Check measurement TABLES (canonical CSV/Parquet files, or `hybrid profile` bundle directories) against the
     schema; print row counts per op and device. A bundle's catalog.toml (or that of a table's directory) names
     its devices."""
-    from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.bundle import bundle_catalog
-    from hybrid.data.quality import describe
+    from hybrid.data.quality import describe, implausible_rows
     from hybrid.tracking.inputs import load_measurements
 
     with warnings.catch_warnings(record=True) as caught:
@@ -128,7 +127,8 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     counts = df.groupby(["op", "device"]).size().reset_index(name="rows")
     # physically implausible groups (GPU GEMMs faster than the datasheet peak): valid rows, but every fit leaves
     # them out; said here so that a unit slip (ms in time_us) shows before a calibration
-    drop, bad = HybridPredictor(catalog=data.catalog).implausible(df)
+    # (on the roofline computed while the rows were checked: not a second time)
+    drop, bad = implausible_rows(df, data.roofline(), data.catalog)
     if as_json:
         echo_json({"rows": len(df), "by_op_device": counts.to_dict(orient="records"),
                    "implausible": {"rows": int(drop.sum()), "groups": bad.to_dict("records")}})

@@ -77,16 +77,25 @@ def load_bundle(path: str | os.PathLike) -> tuple[pd.DataFrame, Catalog]:
     """Read a bundle directory (or a plain table file) and return ``(validated table, catalog)``.
 
     The catalog is :func:`default_catalog` merged with the bundle's ``catalog.toml`` (if any), so the bundle's
-    own device and system resolve.
+    own device and system resolve. Rows the roofline refuses are named by file, row and CSV line
+    (:func:`hybrid.data.schema.check_rows`).
     """
-    from hybrid.data.schema import read_table
+    table, catalog, _ = load_bundle_checked(path)
+    return table, catalog
+
+
+def load_bundle_checked(path: str | os.PathLike) -> tuple[pd.DataFrame, Catalog, pd.DataFrame]:
+    """:func:`load_bundle` and the roofline frame of its rows, computed while checking them (same index; empty
+    for a bundle without eager rows), for callers that would compute it again."""
+    from hybrid.data.schema import check_rows, read_table
 
     p = Path(path)
     table_path = _table_file(p)
     catalog = bundle_catalog([p])
     if p.is_dir() and _kernel_only(p):  # a kernel-time run over configurations measured before: no eager rows
-        return pd.DataFrame(columns=pd.read_csv(table_path, nrows=0).columns), catalog
-    return read_table(table_path, catalog), catalog
+        return pd.DataFrame(columns=pd.read_csv(table_path, nrows=0).columns), catalog, pd.DataFrame()
+    table = read_table(table_path, catalog)
+    return table, catalog, check_rows(table, catalog, str(table_path))
 
 
 def _kernel_only(path: Path) -> bool:
@@ -390,12 +399,15 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
 def load_kernel_times(path: str | os.PathLike) -> pd.DataFrame:
     """The bundle's kernel-timed rows (:data:`KERNEL_TIMES_FILE`, validated with the bundle's catalog); an empty
     frame when the bundle has none."""
-    from hybrid.data.schema import read_table
+    from hybrid.data.schema import check_rows, read_table
 
     f = Path(path) / KERNEL_TIMES_FILE
     if not f.is_file():
         return pd.DataFrame()
-    return read_table(f, bundle_catalog([Path(path)]))
+    catalog = bundle_catalog([Path(path)])
+    table = read_table(f, catalog)
+    check_rows(table, catalog, str(f))  # a row the roofline refuses: named by file, row and CSV line
+    return table
 
 
 def _first_pairs(keys: pd.Series) -> list[tuple[int, int]]:

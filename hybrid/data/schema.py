@@ -9,6 +9,7 @@ rejects a bad table with an error naming the first bad row and column; :func:`wr
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -477,6 +478,34 @@ def read_table(
     out = pd.concat(frames, ignore_index=True, sort=False)
     ordered = [c.name for c in COLUMNS if c.name in out.columns]
     return out[ordered + [c for c in out.columns if c not in COLUMN_BY_NAME]]
+
+
+_AT_ROW = re.compile(r",?\s*at row index (\d+)$")
+
+
+def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFrame:
+    """The roofline's per-row checks (a collective layout no node of its system holds, a shape the family cannot
+    have, ...) on one validated table read from ``source`` (a file, as :func:`read_table` returns it: row ``i`` is
+    the file's row ``i``): their error names the file, row and CSV line as the schema's do
+    (``FILE: row 6 (CSV line 7): ...``), not the position in the concatenated tables.
+
+    Returns the roofline frame of the rows (:func:`hybrid.ops.roofline.roofline`, ``table``'s index; empty for an
+    empty table), which callers pass on rather than computing it again."""
+    from hybrid.ops.roofline import roofline
+
+    if len(table) == 0:
+        return pd.DataFrame(index=table.index)
+    try:
+        base = roofline(table.reset_index(drop=True), catalog)
+    except InvalidInputError as exc:
+        msg = str(exc)
+        m = _AT_ROW.search(msg)
+        if m is None:
+            raise
+        pos = int(m.group(1))  # a RangeIndex: the label is the row's position in the file
+        raise InvalidInputError(f"{source}: row {pos + 1} (CSV line {pos + 2}): {msg[:m.start()]}") from None
+    base.index = table.index
+    return base
 
 
 #: File suffixes a canonical table is written with.

@@ -308,7 +308,13 @@ def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, 
     import warnings
 
     from hybrid.corrections.predictor import HybridPredictor
-    from hybrid.data.quality import describe, failed_validation, nothing_plausible
+    from hybrid.data.quality import (
+        describe,
+        failed_validation,
+        implausible_collectives,
+        implausible_rows,
+        nothing_plausible,
+    )
     from hybrid.errors import DataQualityWarning
 
     wrong = failed_validation(table)
@@ -319,7 +325,9 @@ def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, 
         warnings.warn(f"left out of the fit and of every score, {int(wrong.sum()):,} collective rows whose "
                       "benchmark reported wrong results (#wrong > 0)", DataQualityWarning, stacklevel=3)
         table = table.loc[~wrong].reset_index(drop=True)
-    coll, bad_coll = HybridPredictor(catalog=cat).implausible_collectives(table)
+    # one validation and roofline of the rows for both checks (each predictor method would compute its own)
+    norm, base = HybridPredictor(catalog=cat)._prepare(table, training=True)
+    coll, bad_coll = implausible_collectives(norm, base)
     if coll.any():  # a collective log in ms (or on the wrong system) would calibrate a fabric 1000x too fast
         from hybrid.data.quality import describe_collectives
 
@@ -329,7 +337,8 @@ def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, 
         warnings.warn("left out of the fit and of every score, collectives far faster than the fabric allows "
                       f"(hybrid.data.quality): {describe_collectives(bad_coll)}", DataQualityWarning, stacklevel=3)
         table = table.loc[~coll].reset_index(drop=True)
-    drop, bad = HybridPredictor(catalog=cat).implausible(table)
+        norm, base = norm.loc[~coll], base.loc[~coll]
+    drop, bad = implausible_rows(norm, base, cat)
     if not drop.any():
         return table, ""
     if drop.all():

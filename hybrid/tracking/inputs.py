@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, read_table
+from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, check_rows, read_table
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 
@@ -31,6 +30,20 @@ class Measurements:
     sources: list[str] = field(default_factory=list)
     #: devices that came from bundle catalogs (not in the packaged catalog)
     extra_devices: list[str] = field(default_factory=list)
+    #: the roofline frame of ``table``'s rows (same index), computed with ``catalog`` while checking them
+    #: (:func:`~hybrid.data.schema.check_rows`); None when not computed. Read it through :meth:`roofline`, which
+    #: recomputes it for a ``table`` replaced since (a subsample, rows dropped).
+    base: pd.DataFrame | None = field(default=None, repr=False)
+
+    def roofline(self) -> pd.DataFrame:
+        """The roofline frame of :attr:`table`'s rows: :attr:`base` when it still describes them (same length and
+        index), else computed (and kept) now."""
+        if self.base is None or len(self.base) != len(self.table) or not self.base.index.equals(self.table.index):
+            from hybrid.ops.roofline import roofline
+
+            self.base = (roofline(self.table, self.catalog) if len(self.table)
+                         else pd.DataFrame(index=self.table.index))
+        return self.base
 
     @property
     def digest(self) -> str:
@@ -48,7 +61,7 @@ def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | Non
     """Read canonical tables and bundle directories, validate, and concatenate them. A bundle's ``catalog.toml``
     names its devices, also for a table file read from inside a bundle (``my-bundle/measurements.csv``), as
     ``hybrid data validate`` reads it."""
-    from hybrid.data.bundle import CATALOG_FILE, bundle_catalog, load_bundle
+    from hybrid.data.bundle import CATALOG_FILE, bundle_catalog, load_bundle_checked
 
     if not paths:
         raise InvalidInputError("no measurement tables given")
@@ -68,44 +81,44 @@ def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | Non
     bundles = [Path(p) for p in paths if Path(p).is_dir()]
     files = [Path(p) for p in paths if not Path(p).is_dir()]
     frames: list[pd.DataFrame] = []
+    bases: list[pd.DataFrame] = []  # each frame's roofline, computed once while checking its rows
+    checked_with: list[tuple[Catalog, str]] = []  # the catalog each was computed with, and its file
     extra: list[str] = []
     for b in bundles:
-        table, bcat = load_bundle(b)
+        table, bcat, base = load_bundle_checked(b)
         cat, added = merge_catalog(cat, bcat)
         extra += added
         frames.append(table)
+        bases.append(base)
+        checked_with.append((bcat, str(b)))
     in_bundles = [f for f in files if (f.parent / CATALOG_FILE).is_file()]
     if in_bundles:
         cat, added = merge_catalog(cat, bundle_catalog(in_bundles))
         extra += added
     for f in files:  # file by file, so that a row the estimate refuses is named by file, row and CSV line
         table = read_table([f], cat)
-        check_rows(table, cat, str(f))
         frames.append(table)
+        bases.append(check_rows(table, cat, str(f)))
+        checked_with.append((cat, str(f)))
+    for i, (c, source) in enumerate(checked_with):
+        # a bundle checked with its own catalog, which a later one changed: its rows are estimated with the merged
+        if c is not cat and not _agrees(c, cat) and len(frames[i]):
+            bases[i] = check_rows(frames[i], cat, source)
     out = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0].reset_index(drop=True)
     ordered = [c.name for c in COLUMNS if c.name in out.columns]
     out = out[ordered + [c for c in out.columns if c not in COLUMN_BY_NAME]]
-    return Measurements(out, cat, [str(p) for p in paths], list(dict.fromkeys(extra)))
+    base = pd.concat(bases, ignore_index=True, sort=False) if len(bases) > 1 else bases[0].reset_index(drop=True)
+    for c in [c for c in bases[0].columns if isinstance(bases[0][c].dtype, pd.CategoricalDtype)]:
+        # as one roofline of every row gives it (the concat drops it): categories in order of appearance
+        base[c] = pd.Categorical(base[c], categories=pd.unique(base[c].dropna()))
+    base = base if len(base) == len(out) else None  # (a guard: every frame's roofline has its rows)
+    return Measurements(out, cat, [str(p) for p in paths], list(dict.fromkeys(extra)), base=base)
 
 
-_AT_ROW = re.compile(r",?\s*at row index (\d+)$")
-
-
-def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
-    """The roofline's per-row checks (a collective layout no node of its system holds, a shape the family cannot
-    have, ...) on one validated table read from ``source``: their error names the file, row and CSV line as the
-    schema's do (``FILE: row 6 (CSV line 7): ...``), not the position in the concatenated tables."""
-    from hybrid.ops.roofline import roofline
-
-    try:
-        roofline(table.reset_index(drop=True), catalog)
-    except InvalidInputError as exc:
-        msg = str(exc)
-        m = _AT_ROW.search(msg)
-        if m is None:
-            raise
-        pos = int(m.group(1))  # a RangeIndex: the label is the row's position in the file
-        raise InvalidInputError(f"{source}: row {pos + 1} (CSV line {pos + 2}): {msg[:m.start()]}") from None
+def _agrees(part: Catalog, whole: Catalog) -> bool:
+    """Whether ``whole`` holds every device and system of ``part`` as ``part`` has it."""
+    return (all(whole.devices.get(k) == d for k, d in part.devices.items())
+            and all(whole.systems.get(k) == s for k, s in part.systems.items()))
 
 
 def table_digest(table: pd.DataFrame) -> str:
