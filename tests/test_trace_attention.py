@@ -279,3 +279,19 @@ def test_a_bf16_attention_on_a_cpu_target_warns_of_the_dtype_it_is_priced_in(tmp
     note = "2 bf16 attention op(s) priced from the model's fp32 attention measurements"
     assert any(w.startswith(note) for w in doc["warnings"]) and f"warning: {note}" in out.err
     assert doc["dtype_fallbacks"][0]["ops"] == 2
+
+    # --compare: each compared target that prices ops from another dtype warns too, named by target (a GPU the
+    # model never measured attention on: from the CPU's fp32 rows), and its row says so in short; the main target's
+    # own warning is not repeated
+    gpu = "A100-SXM4-80GB"
+    assert main(["trace", "predict", str(rec["kineto"]), str(rec["et"]), "--device", key, "--bundle", str(bundle),
+                 "--rows", str(rows), "--compare", f"{key},{gpu}", "--json"]) == 0
+    out = capsys.readouterr()
+    doc = json.loads(out.out)
+    other = (f"--compare {gpu}: 2 bf16 attention op(s) priced from the model's fp32 attention measurements (on "
+             "other devices: none on this one), none in bf16")
+    assert any(w.startswith(other) for w in doc["warnings"]) and f"warning: {other}" in out.err
+    assert sum(w.startswith(note) for w in doc["warnings"]) == 1  # the main target's, once
+    rows_by = {r["device"]: r for r in doc["compare"]}
+    assert rows_by[gpu]["note"] == "2 bf16 attention op(s) priced from fp32 rows"
+    assert rows_by[gpu]["dtype_fallbacks"][0]["ops"] == 2 and "dtype_fallbacks" in rows_by[key]

@@ -121,6 +121,15 @@ def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
             f"`hybrid trace record --threads {prof}`)")
 
 
+def _fallback_brief(fallback: dict[str, Any]) -> str:
+    """One :meth:`~hybrid.workloads.trace_costing.TracePrediction.dtype_fallbacks` entry in a few words, for a
+    ``--compare`` row (its ``note`` is the warning)."""
+    if "measured_in" in fallback:
+        return (f"{fallback['ops']} {fallback['dtype']} {fallback['family']} op(s) priced from "
+                f"{fallback['measured_in']} rows")
+    return f"{fallback['ops']} {fallback['dtype']} {fallback['family']} op(s) priced in {fallback['priced_in']}"
+
+
 @trace.command("predict")
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("--device", default=None, callback=warn_arch_device, help="Target device (catalog key or alias).")
@@ -259,12 +268,13 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     s["parallel"] = parallel_info or None
     if prices is not None:
         s["gpu_hour_price"], s["cost_per_1k_steps"] = cost_of(s)
+    compared_fallbacks: list[str] = []  # the compared targets' dtype fallbacks, each named by its target
     if others:
         ranking = []
         failed = []
         for other in others:
             try:
-                with warnings.catch_warnings():  # the compared targets' own: in their summaries, not repeated here
+                with warnings.catch_warnings():  # the compared targets' own: from their summaries, below
                     warnings.simplefilter("ignore", DtypeFallbackWarning)
                     o = s if other == (device or system) else summary_of(run(other)[1])
             except InvalidInputError as exc:  # a target the job cannot run on: ranked last, with the reason
@@ -284,6 +294,13 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                     note = f"does not fit: the step's tensors need {mem['fraction']:.1%} of its memory"
                 elif mem["near_capacity"]:
                     note = f"near memory capacity ({mem['fraction']:.1%})"
+            fallbacks = o.get("dtype_fallbacks", [])
+            if fallbacks:  # ops priced in or from another dtype: said in short in the row's note, and in full (a
+                # target other than the main one, whose own are said already) as a warning naming the target
+                row["dtype_fallbacks"] = fallbacks
+                note = "; ".join([note] * bool(note) + [_fallback_brief(f) for f in fallbacks])
+                if o is not s:
+                    compared_fallbacks += [f"--compare {o['target']}: {f['note']}" for f in fallbacks]
             ranking.append({**row, "note": note})
         s["compare"], by_cost = rank_compared(ranking + failed, lambda r: r["predicted_ms"] if r["ranks"] else math.inf,
                                               "cost_per_1k_steps", lambda r: bool(r["ranks"]))
@@ -308,6 +325,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
                      f"other op kinds, or the roofline){hint}")
     notes += [str(w.message) for w in caught if issubclass(w.category, DtypeFallbackWarning)]
+    notes += compared_fallbacks
     notes = list(dict.fromkeys(w for w in notes if w))
     if notes:
         s["warnings"] = notes
