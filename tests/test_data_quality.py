@@ -205,3 +205,70 @@ def test_collective_logs_timed_in_another_unit_are_left_out_or_refused(tmp_path)
     assert "times in milliseconds or seconds?" in err
     rc, err = run(table[in_ms], "all_ms")
     assert rc == 2 and "error: every training row is a collective far faster" in err
+
+
+def _repeats_table() -> pd.DataFrame:
+    """GEMMs on an H100: one shape timed three times (10, 11, 12.5 us) in two files, one copied exactly, one timed
+    once; an all-reduce size out-of-place twice (100, 180 us) and in-place once (another configuration)."""
+    g = {"device": "H100-SXM", "op": "gemm", "dtype": "bf16", "m": 4096, "n": 4096, "k": 4096}
+    c = {"device": "H100-SXM", "op": "all_reduce", "dtype": "fp16", "size_bytes": 1 << 20, "n_ranks": 8,
+         "n_nodes": 1, "system": "DGX-H100"}
+    return pd.DataFrame([
+        {**g, "time_us": 10.0, "source": "a.csv"}, {**g, "time_us": 11.0, "source": "a.csv"},
+        {**g, "time_us": 12.5, "source": "b.csv", "library_version": "cuBLAS 12.4"},
+        {**g, "m": 2048, "time_us": 3.0, "source": "a.csv"}, {**g, "m": 2048, "time_us": 3.0, "source": "b.csv"},
+        {**g, "k": 1024, "time_us": 4.0, "source": "a.csv"},
+        {**c, "in_place": False, "time_us": 100.0}, {**c, "in_place": False, "time_us": 180.0},
+        {**c, "in_place": True, "time_us": 95.0}])
+
+
+def test_repeated_configs_counts_and_spreads_what_repeats():
+    """A configuration is everything but timings and provenance (source file, library build): the 4096^3 GEMM is one
+    configuration of 3 rows (spread 12.5 / 10 = 1.25x), the 2048 one an identical copy (spread 1x, not
+    differing), the k=1024 one and the in-place all-reduce not repeated, the out-of-place one 2 rows at 1.8x."""
+    from hybrid.data.quality import describe_repeats, repeated_configs
+
+    groups, by_op = repeated_configs(_repeats_table())
+    assert groups[["op", "measured", "time_min_us", "time_max_us"]].values.tolist() == [
+        ["all_reduce", 2, 100.0, 180.0], ["gemm", 3, 10.0, 12.5], ["gemm", 2, 3.0, 3.0]]
+    assert groups["spread"].round(6).tolist() == [1.8, 1.25, 1.0]
+    assert by_op.to_dict("records") == [
+        {"device": "H100-SXM", "op": "all_reduce", "configs": 1, "rows": 2, "differing": 1, "spread_median": 1.8,
+         "spread_max": 1.8},
+        {"device": "H100-SXM", "op": "gemm", "configs": 2, "rows": 5, "differing": 1, "spread_median": 1.25,
+         "spread_max": 1.25}]
+    assert describe_repeats(by_op) == ("3 configuration(s) measured more than once (7 rows), 2 of them with "
+                                       "different times (widest max/min: H100-SXM all_reduce 1.800x, median "
+                                       "1.800x over 1, H100-SXM gemm 1.250x, median 1.250x over 1)")
+    single, none = repeated_configs(_repeats_table().iloc[[0, 3, 5, 8]])
+    assert single.empty and none.empty and describe_repeats(none) == ""
+
+
+def test_data_validate_reports_repeated_configurations_and_keeps_them(tmp_path):
+    """`hybrid data validate` lists the repeated configurations by device and op (counts, how many differ, their
+    spread), in --json too; every row is still counted (nothing dropped or averaged)."""
+    import contextlib
+    import io
+    import json
+
+    from hybrid.cli.main import main
+    from hybrid.data.schema import write_table
+
+    csv = tmp_path / "repeats.csv"
+    write_table(_repeats_table(), csv)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["data", "validate", str(csv), "--json"]) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["rows"] == 9 and sum(r["rows"] for r in doc["by_op_device"]) == 9
+    assert {k: doc["repeated"][k] for k in ("configs", "rows", "differing")} == {"configs": 3, "rows": 7,
+                                                                                  "differing": 2}
+    assert doc["repeated"]["by_op_device"][0]["spread_max"] == pytest.approx(1.8)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["data", "validate", str(csv)]) == 0
+    text = out.getvalue()
+    assert "configurations measured more than once (all kept" in text
+    assert any(line.split()[:5] == ["gemm", "H100-SXM", "2", "5", "1"] and "1.250x" in line
+               for line in text.splitlines())
+    assert "ok: 9 rows in 1 table(s)" in text

@@ -305,3 +305,24 @@ def test_duplicated_data_lines_within_a_section_are_dropped(tmp_path, catalog):
         warnings.simplefilter("always", DataImportWarning)
         assert len(import_nccl_tests(twice, catalog=catalog)) == 16
     assert not [str(w.message) for w in caught if "duplicated data line" in str(w.message)]
+
+
+def test_a_second_run_of_the_same_job_is_kept_and_said(tmp_path, catalog):
+    """Two runs of one job in one log measure each size twice: every row is kept (each a sample for the fits, whose
+    collective curves take the median per size), and the import says how many configurations repeat and how far
+    their times spread (here one size's out-of-place time, 20.10 then 30.15 us: 1.50x)."""
+    p = tmp_path / "results_polaris" / "two_runs.log"
+    p.parent.mkdir()
+    p.write_text(LOG + LOG.replace("  20.10  ", "  30.15  "))
+    with pytest.warns(DataImportWarning, match=r"nccl-tests import: 8 configuration\(s\) measured more than once "
+                                               r"\(16 rows\), 1 of them with different times \(widest max/min: "
+                                               r"H100-SXM reduce_scatter 1\.500x, median 1\.500x over 1\); all kept"):
+        df = import_paths("nccl-tests", [p], catalog=catalog)
+    assert len(df) == 16
+    assert sorted(df.loc[(df["size_bytes"] == 1024) & ~df["in_place"], "time_us"]) == [20.1, 30.15]
+    one = tmp_path / "results_polaris" / "one_run.log"
+    one.write_text(LOG)
+    with warnings.catch_warnings(record=True) as caught:  # one run: nothing repeats, nothing said
+        warnings.simplefilter("always", DataImportWarning)
+        assert len(import_paths("nccl-tests", [one], catalog=catalog)) == 8
+    assert not [w for w in caught if "measured more than once" in str(w.message)]

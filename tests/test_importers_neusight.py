@@ -307,7 +307,9 @@ def test_drop_cross_file_duplicates_keeps_repeats_within_a_file():
     rows = pd.DataFrame({"device": ["T4"] * 5, "op": ["softmax"] * 5, "rows": [8.0, 8.0, 8.0, 8.0, 16.0],
                          "hidden": [64.0] * 5, "time_us": [10.0, 10.0, 10.000001, 11.0, 10.0],
                          "source": ["a/x/T4.csv", "a/x/T4.csv", "a/all.csv", "a/all.csv", "a/all.csv"]})
-    out = drop_cross_file_duplicates(rows)
+    with pytest.warns(DataImportWarning, match=r"neusight import: dropped 1 row\(s\) that repeat a measurement of "
+                                               r"another file .*: 1 of a/all\.csv$"):
+        out = drop_cross_file_duplicates(rows)
     # the two within-file repeats stay, the aggregated copy (same time to 5 digits) goes; a different
     # time (11 us) or a different shape is another measurement
     assert out["time_us"].tolist() == [10.0, 10.0, 11.0, 10.0]

@@ -116,7 +116,7 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     schema; print row counts per op and device. A bundle's catalog.toml (or that of a table's directory) names
     its devices."""
     from hybrid.data.bundle import bundle_catalog
-    from hybrid.data.quality import describe, implausible_rows
+    from hybrid.data.quality import describe, implausible_rows, repeated_configs
     from hybrid.tracking.inputs import load_measurements
 
     with warnings.catch_warnings(record=True) as caught:
@@ -129,11 +129,24 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     # them out; said here so that a unit slip (ms in time_us) shows before a calibration
     # (on the roofline computed while the rows were checked: not a second time)
     drop, bad = implausible_rows(df, data.roofline(), data.catalog)
+    # configurations measured more than once: kept (each a sample for the fits), said with how far they spread
+    _, repeats = repeated_configs(df)
     if as_json:
         echo_json({"rows": len(df), "by_op_device": counts.to_dict(orient="records"),
-                   "implausible": {"rows": int(drop.sum()), "groups": bad.to_dict("records")}})
+                   "implausible": {"rows": int(drop.sum()), "groups": bad.to_dict("records")},
+                   "repeated": {"configs": int(repeats["configs"].sum()), "rows": int(repeats["rows"].sum()),
+                                "differing": int(repeats["differing"].sum()),
+                                "by_op_device": repeats.astype(object).where(repeats.notna(), None)
+                                .to_dict("records")}})
         return
     echo_table(counts.values.tolist(), ["op", "device", "rows"])
+    if len(repeats):
+        click.echo("\nconfigurations measured more than once (all kept: each is a sample for the fits; spread: "
+                   "slowest / fastest time of a configuration whose times differ):")
+        echo_table([[r.op, r.device, r.configs, r.rows, r.differing,
+                     "" if r.spread_median != r.spread_median else f"{r.spread_median:.3f}x",
+                     "" if r.spread_max != r.spread_max else f"{r.spread_max:.3f}x"] for r in repeats.itertuples()],
+                   ["op", "device", "configs", "rows", "differing", "median spread", "max spread"])
     if drop.any():
         click.echo(f"warning: {int(drop.sum())} rows are GEMMs faster than the datasheet peak allows, which every fit "
                    f"leaves out: {describe(bad)}", err=True)

@@ -146,3 +146,76 @@ def failed_validation(table: pd.DataFrame) -> np.ndarray:
     if "wrong" not in table.columns or not len(table):
         return np.zeros(len(table), dtype=bool)
     return pd.to_numeric(table["wrong"], errors="coerce").fillna(0.0).to_numpy(dtype=np.float64) > 0
+
+
+#: Columns that say how or where a row was measured, not what was measured: left out of the configuration key of
+#: :func:`repeated_configs` (two runs of one shape from two files, or with another library build, measure the same
+#: thing for the fits, whose features none of these are).
+NOT_CONFIG_COLUMNS = ("time_us", "time_us_std", "time_us_min", "time_us_max", "repeats", "wrong", "source",
+                      "framework_version", "library_version", "kernel_name")
+
+#: Columns of :func:`repeated_configs`'s frame (one row per device and op).
+REPEATED_COLUMNS = ("device", "op", "configs", "rows", "differing", "spread_median", "spread_max")
+
+
+def repeated_configs(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Configurations measured more than once: rows with the same device, system, framework, op, dtype, variant,
+    direction and shape (every canonical column but :data:`NOT_CONFIG_COLUMNS`; missing values equal).
+
+    Returns ``(groups, by_op)``: ``groups`` has one row per repeated configuration, its key columns then
+    ``measured`` (its rows), ``time_min_us``, ``time_max_us`` and ``spread`` (max / min time, 1 for identical
+    copies), widest spread first;
+    ``by_op`` (:data:`REPEATED_COLUMNS`) per device and op: the repeated configurations, their rows, how many of
+    them differ in time, and the median and largest spread among those. Both are empty when nothing repeats.
+
+    Nothing is dropped or averaged: a repeated measurement is a sample of the same configuration, and every fit
+    takes it as one (the kernel models fit each row; the collective curves take the median per size)."""
+    from hybrid.data.schema import COLUMN_BY_NAME
+
+    empty = (pd.DataFrame(columns=["measured", "time_min_us", "time_max_us", "spread"]),
+             pd.DataFrame(columns=list(REPEATED_COLUMNS)))
+    if len(table) < 2 or "time_us" not in table.columns or "op" not in table.columns:
+        return empty
+    key = [c for c in table.columns if c in COLUMN_BY_NAME and c not in NOT_CONFIG_COLUMNS]
+    # one code per configuration: each column's codes (missing values one code of their own) folded in turn
+    codes = np.zeros(len(table), dtype=np.int64)
+    for c in key:
+        col, uniques = pd.factorize(table[c], use_na_sentinel=False)
+        codes = pd.factorize(codes * (len(uniques) + 1) + col)[0]
+    counts = np.bincount(codes)
+    repeated = counts[codes] > 1
+    if not repeated.any():
+        return empty
+    t = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+    sub = pd.DataFrame({"code": codes[repeated], "t": t[repeated]})
+    g = sub.groupby("code", sort=True)["t"].agg(measured="size", time_min_us="min", time_max_us="max")
+    g["spread"] = np.divide(g["time_max_us"].to_numpy(), g["time_min_us"].to_numpy(),
+                            out=np.full(len(g), np.nan), where=g["time_min_us"].to_numpy() > 0)
+    first = pd.Series(np.arange(len(table)))[repeated].groupby(codes[repeated]).first()
+    groups = pd.concat([table[key].iloc[first.loc[g.index].to_numpy()].reset_index(drop=True),
+                        g.reset_index(drop=True)], axis=1)
+    groups = groups.sort_values(["spread", "measured"], ascending=False, kind="stable").reset_index(drop=True)
+    differing = groups["time_max_us"] > groups["time_min_us"]
+    frame = pd.DataFrame({"device": groups["device"].astype(str), "op": groups["op"].astype(str),
+                          "rows": groups["measured"], "differing": differing,
+                          "spread": groups["spread"].where(differing)})
+    by_op = frame.groupby(["device", "op"], sort=True).agg(
+        configs=("rows", "size"), rows=("rows", "sum"), differing=("differing", "sum"),
+        spread_median=("spread", "median"), spread_max=("spread", "max")).reset_index()
+    return groups, by_op[list(REPEATED_COLUMNS)]
+
+
+def describe_repeats(by_op: pd.DataFrame, limit: int = 3) -> str:
+    """:func:`repeated_configs`'s ``by_op`` in one line: configurations and rows in all, how many differ in time,
+    and the widest spreads (device, op, max / min time); '' when nothing repeats."""
+    if len(by_op) == 0:
+        return ""
+    configs, rows, differing = int(by_op["configs"].sum()), int(by_op["rows"].sum()), int(by_op["differing"].sum())
+    text = (f"{configs:,} configuration(s) measured more than once ({rows:,} rows), {differing:,} of them with "
+            "different times")
+    wide = by_op[by_op["differing"] > 0].sort_values("spread_max", ascending=False, kind="stable").head(limit)
+    if len(wide):
+        text += " (widest max/min: " + ", ".join(
+            f"{r.device} {r.op} {r.spread_max:.3f}x, median {r.spread_median:.3f}x over {int(r.differing):,}"
+            for r in wide.itertuples()) + ")"
+    return text

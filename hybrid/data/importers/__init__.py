@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -173,7 +174,21 @@ def import_paths(fmt: str, paths: Iterable[str | os.PathLike] | str | os.PathLik
     table = pd.concat(frames, ignore_index=True, sort=False)
     if importer.dedupe is not None and (once or len(frames) > 1):
         table = importer.dedupe(table)
-    return validate(table, cat, source=f"{importer.name} import") if len(frames) > 1 else table
+    table = validate(table, cat, source=f"{importer.name} import") if len(frames) > 1 else table
+    _warn_repeats(importer.name, table)
+    return table
+
+
+def _warn_repeats(name: str, table: pd.DataFrame) -> None:
+    """A :class:`DataImportWarning` when ``table`` measures a configuration more than once
+    (:func:`hybrid.data.quality.repeated_configs`): how many, and how far their times spread. They are all kept:
+    each is a sample of that configuration for the fits."""
+    from hybrid.data.quality import describe_repeats, repeated_configs
+
+    _, by_op = repeated_configs(table)
+    if len(by_op):
+        warnings.warn(f"{name} import: {describe_repeats(by_op)}; all kept, each a sample for the fits "
+                      "(`hybrid data validate` lists them by device and op)", DataImportWarning, stacklevel=3)
 
 
 __all__ = [

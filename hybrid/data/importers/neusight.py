@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.data.importers._common import (
+    DataImportWarning,
     as_paths,
     catalog_or_default,
     concat,
@@ -240,7 +242,8 @@ def drop_cross_file_duplicates(table: pd.DataFrame) -> pd.DataFrame:
     time to 5 significant digits (the aggregated CSVs print the per-GPU values with other rounding).
 
     Of each such group the rows of one file are kept: the file with the deepest path (the per-GPU
-    collections rather than the aggregated copies), ties broken by name. Repeats within one file stay.
+    collections rather than the aggregated copies), ties broken by name. Repeats within one file stay. The rows
+    dropped are said (a :class:`DataImportWarning`: how many, from which files).
     """
     if len(table) == 0 or "source" not in table.columns:
         return table
@@ -258,6 +261,13 @@ def drop_cross_file_duplicates(table: pd.DataFrame) -> pd.DataFrame:
     frame["_rank"] = rank
     best = frame.groupby(list(frame.columns[:-1]), sort=False, dropna=False)["_rank"].transform("min").to_numpy()
     keep = rank == best
+    if not keep.all():
+        dropped = src[~keep].value_counts()
+        files = ", ".join(f"{n:,} of {f}" for f, n in dropped.head(3).items())
+        more = f" and {len(dropped) - 3} more file(s)" if len(dropped) > 3 else ""
+        warnings.warn(f"neusight import: dropped {int((~keep).sum()):,} row(s) that repeat a measurement of another "
+                      f"file (same device, op, shape and variant, same time to 5 significant digits; the file with "
+                      f"the deepest path keeps its copy): {files}{more}", DataImportWarning, stacklevel=2)
     return table.loc[keep].reset_index(drop=True)
 
 
