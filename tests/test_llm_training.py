@@ -840,3 +840,54 @@ def test_memory_json_has_the_mapping_and_train_json_memory_keys(capsys):
               "memory_breakdown_gib", "fits", "fit_reason"):
         assert mem[k] == train[k], k
     assert mem["dp"] == 2 and mem["memory_gib"] == mem["memory_breakdown_gib"] and mem["reason"] == mem["fit_reason"]
+
+
+def test_tp_above_the_kv_heads_counts_replicated_kv_heads_in_memory(capsys):
+    """TP 8 on 2 KV heads: each rank holds one whole KV head (replicated, as the QKV GEMM is costed), not 2/8 of
+    one. By hand for a 2-layer model (h 1024, 16 heads of 64, 2 KV heads, SwiGLU f 4096, no dropout, SP, FA):
+    per token and layer, replicated norms + QKV/MLP inputs 8h = 8192 B; split 2q + 2k + 2v + 2q + 6f with the K
+    and V of one head per rank (64 columns, i.e. 512 "global" columns / 8): 2048 + 1024 + 1024 + 2048 + 24576 =
+    30720 B; stored (8192 + 30720) / 8 = 4864 B (4672 B when K and V were split 8 ways)."""
+    from hybrid.workloads.llm.costing import kv_width_split, mappings_frame, stage_params
+    from hybrid.workloads.llm.memory import activation_bytes_per_token
+
+    model = load_model({"name": "gqa2", "num_layers": 2, "hidden_size": 1024, "num_attention_heads": 16,
+                        "num_query_groups": 2, "kv_channels": 64, "ffn_hidden_size": 4096, "activation": "swiglu",
+                        "vocab_size": 1024, "seq_length": 512, "normalization": "RMSNorm",
+                        "add_bias_linear": False})
+    cfg = TrainingConfig(gpus=8, tp=8, global_batch=8, sp=True, dropout=False)
+    stored, _ = activation_bytes_per_token(model, cfg, np.array([8.0]), np.array([True]), np.array(["none"]), 512)
+    assert stored[0] == pytest.approx(4864.0)
+    assert kv_width_split(model, np.array([1, 2, 4, 8])).tolist() == [128, 128, 256, 512]
+    # weights: K and V of one head per rank (2 x 1024 x 64 per layer) instead of 2 x 1024 x 128 / 8
+    c = model.param_counts()
+    p8 = stage_params(model, cfg, mappings_frame(cfg))["layers"][0]
+    assert p8 == pytest.approx(c["layers_total"] / 8 + 2 * (2 * 1024 * 64 - 2 * 1024 * 128 / 8))
+    cfg2 = cfg.with_(tp=2, gpus=2, global_batch=2)  # TP divides the KV heads: split as before
+    assert stage_params(model, cfg2, mappings_frame(cfg2))["layers"][0] == pytest.approx(c["layers_total"] / 2)
+    # the memory's per-rank K width is the costed QKV GEMM's: (16/8 + 2 x 1) heads of 64 columns
+    ops = predict_training(model, cfg, "DGX-H100", engine=False).ops
+    fwd = ops[(ops["op"] == "linear") & (ops["direction"] == "fwd") & (ops["k"] == 1024)]
+    per_rank_qkv = 1024 / 8 + 2 * kv_width_split(model, 8)[()] / 8  # q/t + K + V columns on one rank
+    assert per_rank_qkv == 256 and 256 in set(fwd["n"])
+    # and the job says Megatron-Core would not run it
+    job = ["--system", "DGX-H100", "--gpus", "8", "--global-batch", "8"]
+    assert main(["llm", "memory", "qwen3-30b-a3b", *job, "--tp", "8", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert "replicated on 2 ranks" in cap.err and "Megatron-Core" in json.loads(cap.out)["notes"][0]
+    assert main(["llm", "memory", "qwen3-30b-a3b", *job, "--tp", "4", "--json"]) == 0
+    assert "notes" not in json.loads(capsys.readouterr().out)
+
+
+def test_memory_text_output_names_the_job_it_sized(capsys, tmp_path):
+    """A Hugging Face config without max_position_embeddings trains at the default 4096 tokens: `llm memory` used to
+    print only the breakdown, so neither that nor the derived DP showed; its first line now names the job."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                               "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}))
+    assert main(["llm", "memory", str(cfg), "--system", "DGX-A100", "--gpus", "16", "--tp", "2", "--global-batch",
+                 "32", "--recompute", "full", "--distributed-optimizer"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    for part in ("16 x A100-SXM4-80GB", "tp 2 pp 1 dp 8", "micro 1 x 4", "seq 4096", "recompute full",
+                 "optimizer states distributed", "dropout on"):
+        assert part in first, (part, first)

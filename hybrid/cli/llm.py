@@ -211,7 +211,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
               help="Bar plot of the breakdown (PNG/SVG/PDF).")
 def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     """Memory per GPU of a training job (weights, gradients, optimizer, activations, ...), and whether it fits."""
-    from hybrid.workloads.llm.train import memory_only
+    from hybrid.workloads.llm.train import job_notes, memory_only
 
     model, cfg = _job(kw)
     mem, tgt = memory_only(model, cfg, kw["system"])
@@ -224,9 +224,10 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
            "distributed_optimizer": cfg.distributed_optimizer, "fsdp": cfg.fsdp, "dtype": cfg.dtype,
            "memory_gib": row, "memory_gib_per_rank": row["total"], "memory_breakdown_gib": row,
            "fits": bool(mem.fits[0]), "reason": mem.reason(0), "fit_reason": mem.reason(0)}
-    if note := model.position_note(cfg.seq(model)):
-        out["notes"] = [note]
-        click.echo(f"warning: {note}", err=True)
+    if notes := job_notes(model, cfg):
+        out["notes"] = notes
+        for note in notes:
+            click.echo(f"warning: {note}", err=True)
     if plot_path:
         from hybrid.reports.llm_plots import memory_bars
 
@@ -237,6 +238,12 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     if as_json:
         echo_json(out)
         return
+    states = "FSDP" if cfg.fsdp else "distributed" if cfg.distributed_optimizer else "replicated"
+    click.echo(f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {tgt.device} ({tgt.system}); "
+               f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} ep {cfg.ep} vp {cfg.vp}, micro {cfg.micro_batch} x "
+               f"{cfg.num_microbatches}, seq {cfg.seq(model)}, recompute {cfg.recompute}, sp {'on' if cfg.sp else 'off'}, "
+               f"optimizer states {states}, dropout {'on' if cfg.dropout else 'off'}, "
+               f"{'FlashAttention' if cfg.flash_attention else 'unfused attention'}")
     echo_table([[k, v] for k, v in row.items()], ["part", "GiB"])
     click.echo(out["reason"])
 

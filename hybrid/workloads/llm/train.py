@@ -21,7 +21,13 @@ from hybrid.engine.form_error import e2e_interval
 from hybrid.engine.simulate import SimResult
 from hybrid.errors import InvalidInputError
 from hybrid.workloads.llm.config import TrainingConfig
-from hybrid.workloads.llm.costing import Target, cost_mappings, mappings_frame, resolve_target
+from hybrid.workloads.llm.costing import (
+    Target,
+    cost_mappings,
+    kv_replication_note,
+    mappings_frame,
+    resolve_target,
+)
 from hybrid.workloads.llm.memory import GIB, MemoryBreakdown, memory_per_rank
 from hybrid.workloads.llm.model import TransformerConfig
 from hybrid.workloads.llm.schedule import closed_form, simulate_mapping, stage_times
@@ -73,7 +79,8 @@ class TrainingPrediction:
     #: 80% interval of ``iteration_s`` (a cost model with intervals for every op only; see predict_training)
     iteration_s_low: float | None = None
     iteration_s_high: float | None = None
-    #: warnings about the job itself (a sequence past a learned position table: TransformerConfig.position_note)
+    #: warnings about the job itself (:func:`job_notes`: a sequence past a learned position table, TP above the
+    #: KV heads)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -165,6 +172,12 @@ def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
     return cm, tgt
 
 
+def job_notes(model: TransformerConfig, cfg: TrainingConfig) -> list[str]:
+    """Warnings about the job itself: a sequence past a learned position table
+    (:meth:`TransformerConfig.position_note`), TP above the KV heads (:func:`kv_replication_note`)."""
+    return [n for n in (model.position_note(cfg.seq(model)), kv_replication_note(model, cfg.tp)) if n]
+
+
 def memory_only(model: TransformerConfig, cfg: TrainingConfig, system: str, catalog: Any = None
                 ) -> tuple[MemoryBreakdown, Target]:
     """Memory per rank of one job (no costing)."""
@@ -237,7 +250,7 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
         bubble_closed_form_s=float(cf["bubble_closed_form_s"][0] * n / max(n, 1)),
         memory=mem.row(0), fits=bool(mem.fits[0]), fit_reason=mem.reason(0), model_flops=mf, hardware_flops=hf,
         placement=placement(cfg, tgt), sim=sim, ops=costs.ops, iteration_s_low=it_low, iteration_s_high=it_high,
-        notes=[n for n in [model.position_note(cfg.seq(model))] if n])
+        notes=job_notes(model, cfg))
 
 
 # ============================================================================================== search
