@@ -842,7 +842,7 @@ def test_memory_json_has_the_mapping_and_train_json_memory_keys(capsys):
     assert mem["dp"] == 2 and mem["memory_gib"] == mem["memory_breakdown_gib"] and mem["reason"] == mem["fit_reason"]
 
 
-def test_tp_above_the_kv_heads_counts_replicated_kv_heads_in_memory(capsys):
+def test_tp_above_the_kv_heads_counts_replicated_kv_heads_in_memory(capsys, tmp_path):
     """TP 8 on 2 KV heads: each rank holds one whole KV head (replicated, as the QKV GEMM is costed), not 2/8 of
     one. By hand for a 2-layer model (h 1024, 16 heads of 64, 2 KV heads, SwiGLU f 4096, no dropout, SP, FA):
     per token and layer, replicated norms + QKV/MLP inputs 8h = 8192 B; split 2q + 2k + 2v + 2q + 6f with the K
@@ -877,6 +877,15 @@ def test_tp_above_the_kv_heads_counts_replicated_kv_heads_in_memory(capsys):
     assert "replicated on 2 ranks" in cap.err and "Megatron-Core" in json.loads(cap.out)["notes"][0]
     assert main(["llm", "memory", "qwen3-30b-a3b", *job, "--tp", "4", "--json"]) == 0
     assert "notes" not in json.loads(capsys.readouterr().out)
+    # the search warns when its fastest pick replicates KV heads (an MQA model needing TP to fit)
+    mqa = tmp_path / "mqa.json"
+    mqa.write_text(json.dumps({"model_type": "gpt_bigcode", "n_embd": 6144, "n_layer": 40, "n_head": 48,
+                               "multi_query": True, "vocab_size": 49152, "n_positions": 8192, "n_inner": 24576}))
+    assert main(["llm", "search", str(mqa), "--system", "DGX-A100", "--gpus", "8", "--global-batch", "16",
+                 "--top", "1", "--no-fsdp", "--json"]) == 0
+    cap = capsys.readouterr()
+    best = json.loads(cap.out)["mappings"][0]
+    assert best["tp"] > 1 and "fastest mapping: tp" in cap.err and "only tp 1 avoids it" in cap.err
 
 
 def test_memory_text_output_names_the_job_it_sized(capsys, tmp_path):

@@ -288,6 +288,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     from hybrid.errors import InvalidInputError
     from hybrid.hardware.catalog import default_catalog
     from hybrid.ops.roofline import resolve_system
+    from hybrid.workloads.llm.costing import kv_replication_note
     from hybrid.workloads.llm.model import load_model
     from hybrid.workloads.llm.pricing import (
         cost_per_million_tokens,
@@ -327,9 +328,12 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     price = priced(res, system)
     payload: dict[str, Any] = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
                                "fitting": res.attrs.get("n_fit")}
-    if note := model.position_note(base.seq(model)):
-        payload["notes"] = [note]
-        click.echo(f"warning: {note}", err=True)
+    # the fastest pick's own warnings: a learned position table too short, TP above the KV heads
+    kv_note = kv_replication_note(model, int(res["tp"].iloc[0]))
+    if notes := [n for n in (model.position_note(base.seq(model)), kv_note and f"fastest mapping: {kv_note}") if n]:
+        payload["notes"] = notes
+        for note in notes:
+            click.echo(f"warning: {note}", err=True)
     if prices is not None:
         payload["gpu_hour_price"] = price
     if run_tokens is not None:  # the fastest mapping's run

@@ -309,8 +309,8 @@ def kv_replication_note(model: TransformerConfig, tp: int) -> str:
         return ""
     return (f"tp {tp} exceeds the {model.num_kv_heads} KV heads of {model.name}: each KV head is replicated on "
             f"{tp // model.num_kv_heads} ranks (costed and counted in memory so, as inference engines run it), but "
-            f"Megatron-Core's attention divides num_query_groups by tp and refuses this; a tp dividing "
-            f"{model.num_kv_heads} avoids it")
+            f"Megatron-Core's attention divides num_query_groups by tp and refuses this; "
+            + ("only tp 1 avoids it" if model.num_kv_heads == 1 else f"a tp dividing {model.num_kv_heads} avoids it"))
 
 
 def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame) -> dict[str, np.ndarray]:
