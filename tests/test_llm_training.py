@@ -900,3 +900,24 @@ def test_memory_text_output_names_the_job_it_sized(capsys, tmp_path):
     for part in ("16 x A100-SXM4-80GB", "tp 2 pp 1 dp 8", "micro 1 x 4", "seq 4096", "recompute full",
                  "optimizer states distributed", "dropout on"):
         assert part in first, (part, first)
+
+
+def test_cluster_the_catalog_cannot_hold_is_refused_or_noted(capsys):
+    """16 GPUs on a single-node system (XLA-H100x8: no network between nodes) were refused deep in the collective
+    model ("collective: 16 ranks on 2 node(s) ... at row index 29"); now a one-line error as DLRM's `simulate`
+    gives. More nodes than the catalog describes (8192 H100s = 1024 DGX nodes, 256 listed) and a bare device across
+    nodes are costed with a note, as for DLRM."""
+    job = ["gpt3-1.3b", "--global-batch", "16"]
+    for cmd in (["train"], ["search", "--top", "1"]):
+        assert main(["llm", *cmd, *job, "--system", "XLA-H100x8", "--gpus", "16"]) == 2
+        err = capsys.readouterr().err
+        assert "16 GPUs need 2 nodes of system XLA-H100x8" in err and "row index" not in err
+    assert main(["llm", "train", *job, "--system", "XLA-H100x8", "--gpus", "8", "--json"]) == 0
+    assert "notes" not in json.loads(capsys.readouterr().out)
+    assert main(["llm", "train", "gpt3-1.3b", "--system", "DGX-H100", "--gpus", "8192", "--global-batch", "8192",
+                 "--json"]) == 0
+    cap = capsys.readouterr()
+    assert "1024 nodes of DGX-H100, more than the 256" in json.loads(cap.out)["notes"][0] and "warning:" in cap.err
+    assert main(["llm", "search", *job, "--system", "H100-SXM", "--gpus", "16", "--top", "1", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert any("H100-SXM is a device, not a catalog system" in n for n in json.loads(cap.out)["notes"])

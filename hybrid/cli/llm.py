@@ -330,7 +330,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                                "fitting": res.attrs.get("n_fit")}
     # the fastest pick's own warnings: a learned position table too short, TP above the KV heads
     kv_note = kv_replication_note(model, int(res["tp"].iloc[0]))
-    if notes := [n for n in (model.position_note(base.seq(model)), kv_note and f"fastest mapping: {kv_note}") if n]:
+    if notes := [n for n in (model.position_note(base.seq(model)), kv_note and f"fastest mapping: {kv_note}",
+                             *res.attrs.get("notes", [])) if n]:
         payload["notes"] = notes
         for note in notes:
             click.echo(f"warning: {note}", err=True)

@@ -20,6 +20,7 @@ from hybrid.engine.costs import KernelTimeModel, OpCostModel, default_cost_model
 from hybrid.engine.form_error import e2e_interval
 from hybrid.engine.simulate import SimResult
 from hybrid.errors import InvalidInputError
+from hybrid.ops.roofline import cluster_notes
 from hybrid.workloads.llm.config import TrainingConfig
 from hybrid.workloads.llm.costing import (
     Target,
@@ -162,14 +163,17 @@ def _cost_model(cost_model: OpCostModel | None, cfg: TrainingConfig) -> OpCostMo
 
 
 def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
-             cost_model: OpCostModel | None, comm_system: str | None = None) -> tuple[OpCostModel, Target]:
+             cost_model: OpCostModel | None, comm_system: str | None = None
+             ) -> tuple[OpCostModel, Target, list[str]]:
+    """(cost model, target, notes on the cluster): a single-node system asked for several nodes is refused."""
     cfg.validate_for(model)
     cm = _cost_model(cost_model, cfg)
-    tgt = resolve_target(system, model_catalog(cm), cfg.dtype, comm_system)
+    cat = model_catalog(cm)
+    tgt = resolve_target(system, cat, cfg.dtype, comm_system)
     if cfg.tp > tgt.gpus_per_node:
         raise InvalidInputError(f"tensor parallel size {cfg.tp} exceeds the {tgt.gpus_per_node} GPUs of one "
                                 f"{tgt.system} node")
-    return cm, tgt
+    return cm, tgt, cluster_notes(cat, tgt.system, cfg.gpus, tgt.gpus_per_node, tgt.device)
 
 
 def job_notes(model: TransformerConfig, cfg: TrainingConfig) -> list[str]:
@@ -201,7 +205,7 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
     / high end of its interval (the ends move together), clipped at the closed-form centre; on the engine the
     iteration is scaled by the same ratios (end / closed-form centre), so without the engine they are exactly the
     search's numbers."""
-    cm, tgt = _prepare(model, cfg, system, cost_model, comm_system)
+    cm, tgt, cluster = _prepare(model, cfg, system, cost_model, comm_system)
     m = mappings_frame(cfg)
     costs = cost_mappings(model, cfg, m, tgt, cm)
     st = stage_times(model, cfg, costs)
@@ -250,7 +254,7 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
         bubble_closed_form_s=float(cf["bubble_closed_form_s"][0] * n / max(n, 1)),
         memory=mem.row(0), fits=bool(mem.fits[0]), fit_reason=mem.reason(0), model_flops=mf, hardware_flops=hf,
         placement=placement(cfg, tgt), sim=sim, ops=costs.ops, iteration_s_low=it_low, iteration_s_high=it_high,
-        notes=job_notes(model, cfg))
+        notes=job_notes(model, cfg) + cluster)
 
 
 # ============================================================================================== search
@@ -339,7 +343,9 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
             raise InvalidInputError(f"search: {name} must be a {'positive' if name == 'top' else 'non-negative'} "
                                     f"integer, got {value!r}")
     cm = _cost_model(cost_model, base)
-    tgt = resolve_target(system, model_catalog(cm), base.dtype, comm_system)
+    cat = model_catalog(cm)
+    tgt = resolve_target(system, cat, base.dtype, comm_system)
+    cluster = cluster_notes(cat, tgt.system, base.gpus, tgt.gpus_per_node, tgt.device)  # refuses what cannot be
     cand = candidate_mappings(model, base, tgt, **space)
     costs = cost_mappings(model, base, cand, tgt, cm)
     st = stage_times(model, base, costs)
@@ -379,6 +385,7 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     fit.attrs["n_candidates"] = len(out)
     fit.attrs["n_fit"] = int(out["fits"].sum())
     fit.attrs["n_predicted_ops"] = costs.n_predicted
+    fit.attrs["notes"] = cluster
     fit = fit.head(top).reset_index(drop=True)
     if "iteration_s_low" in fit.columns:
         b_lo, b_hi = float(fit["iteration_s_low"].iloc[0]), float(fit["iteration_s_high"].iloc[0])
