@@ -921,3 +921,39 @@ def test_cluster_the_catalog_cannot_hold_is_refused_or_noted(capsys):
     assert main(["llm", "search", *job, "--system", "H100-SXM", "--gpus", "16", "--top", "1", "--json"]) == 0
     cap = capsys.readouterr()
     assert any("H100-SXM is a device, not a catalog system" in n for n in json.loads(cap.out)["notes"])
+
+
+def test_a_refusal_names_the_knobs_that_make_the_job_fit(capsys):
+    """GPT-3 175B, tp 8 pp 8, micro-batch 4 on 80 GB A100s needs 168 GiB; by hand (FlashAttention, no SP, 18 B per
+    parameter of the first stage's 2.822e9 = 47.3 GiB, + 3 GiB reserve): micro-batch 1 keeps 8 microbatches x 12
+    layers of sbh(10 + 24/8) = 327 MB = 29.25 GiB + 8 embedding dropout masks (0.19 GiB) -> 79.74 GiB; full
+    recomputation at micro-batch 4 keeps 2sbh x 96 layers (18.0 GiB) + one layer being recomputed (1.22 GiB) + the
+    masks (0.75 GiB) -> 70.28 GiB. Sequence parallelism or the distributed optimizer alone do not make it fit."""
+    from hybrid.workloads.llm.train import memory_remedies
+
+    model = load_model("gpt3-175b")
+    s, h, t, b = 2048, 12288, 8, 4
+    cfg = TrainingConfig(gpus=512, global_batch=512, tp=8, pp=8, micro_batch=b)
+    states = 18 * 2.821957632e9 + 3 * GIB
+    one = states + s * h * (10 + 24 / t) * 96 + s * h * 8
+    full = states + 2 * s * b * h * 96 + s * b * h * (10 + 24 / t) + s * b * h * 8
+    fixes = memory_remedies(model, cfg, "DGX-A100")
+    assert [f["flags"] for f in fixes] == ["--micro-batch 1", "--recompute full"]
+    assert fixes[0]["memory_gib"] == pytest.approx(one / GIB, rel=1e-4)
+    assert fixes[1]["memory_gib"] == pytest.approx(full / GIB, rel=1e-4)
+    assert memory_remedies(model, cfg.with_(micro_batch=1), "DGX-A100") == []  # it fits already
+    job = ["gpt3-175b", "--system", "DGX-A100", "--gpus", "512", "--tp", "8", "--pp", "8", "--global-batch", "512"]
+    assert main(["llm", "train", *job, "--micro-batch", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "it fits with --micro-batch 1 (79.7 GiB) or --recompute full (70.3 GiB)" in err
+    assert main(["llm", "memory", *job, "--micro-batch", "4", "--json"]) == 0
+    assert [f["flags"] for f in json.loads(capsys.readouterr().out)["fits_with"]] == ["--micro-batch 1",
+                                                                                    "--recompute full"]
+    # nothing of its own knobs saves 175B on 8 GPUs; and where only all of them together fit, that is the remedy
+    assert memory_remedies(model, TrainingConfig(gpus=8, global_batch=8, tp=8), "DGX-A100") == []
+    assert main(["llm", "train", "gpt3-175b", "--system", "DGX-A100", "--gpus", "8", "--tp", "8",
+                 "--global-batch", "8"]) == 2
+    assert "none of its memory knobs" in capsys.readouterr().err
+    long = TrainingConfig(gpus=8, global_batch=64, seq_length=32768, dropout=False)
+    assert [f["flags"] for f in memory_remedies(load_model("llama3-8b"), long, "DGX-H100")] == \
+        ["--fsdp --recompute full"]

@@ -106,6 +106,14 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
     return model, cfg
 
 
+def remedy_text(remedies: list[dict[str, Any]]) -> str:
+    """One phrase for :func:`hybrid.workloads.llm.train.memory_remedies`."""
+    if not remedies:
+        return ("none of its memory knobs (SP, distributed optimizer, FSDP, micro-batch, recomputation) makes it fit: "
+                "more GPUs or another mapping (`hybrid llm search`)")
+    return "it fits with " + " or ".join(f"{r['flags']} ({r['memory_gib']:.1f} GiB)" for r in remedies)
+
+
 @llm.command("train")
 @job_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
@@ -122,6 +130,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
+    from hybrid.engine.costs import model_catalog
     from hybrid.errors import InvalidInputError
     from hybrid.workloads.llm.pricing import (
         cost_per_million_tokens,
@@ -129,7 +138,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
         parse_token_count,
         training_run,
     )
-    from hybrid.workloads.llm.train import predict_training
+    from hybrid.workloads.llm.train import memory_remedies, predict_training
 
     model, cfg = _job(kw)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
@@ -142,7 +151,9 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
         prices = parse_gpu_hour_prices(gpu_hour_price, model_catalog(cost_model, default_catalog()))
     pred = predict_training(model, cfg, kw["system"], cost_model, name)
     if not pred.fits and not allow_oom:
-        raise InvalidInputError(f"mapping does not fit: {pred.fit_reason} (--allow-oom predicts anyway)")
+        raise InvalidInputError(f"mapping does not fit: {pred.fit_reason}; "
+                                f"{remedy_text(memory_remedies(model, cfg, kw['system'], model_catalog(cost_model)))} "
+                                "(--allow-oom predicts anyway)")
     summary = pred.summary()
     for note in pred.notes:
         click.echo(f"warning: {note}", err=True)
@@ -211,7 +222,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
               help="Bar plot of the breakdown (PNG/SVG/PDF).")
 def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     """Memory per GPU of a training job (weights, gradients, optimizer, activations, ...), and whether it fits."""
-    from hybrid.workloads.llm.train import job_notes, memory_only
+    from hybrid.workloads.llm.train import job_notes, memory_only, memory_remedies
 
     model, cfg = _job(kw)
     mem, tgt = memory_only(model, cfg, kw["system"])
@@ -224,6 +235,8 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
            "distributed_optimizer": cfg.distributed_optimizer, "fsdp": cfg.fsdp, "dtype": cfg.dtype,
            "memory_gib": row, "memory_gib_per_rank": row["total"], "memory_breakdown_gib": row,
            "fits": bool(mem.fits[0]), "reason": mem.reason(0), "fit_reason": mem.reason(0)}
+    if not out["fits"]:  # what of the job's own memory knobs makes it fit
+        out["fits_with"] = memory_remedies(model, cfg, kw["system"])
     if notes := job_notes(model, cfg):
         out["notes"] = notes
         for note in notes:
@@ -245,7 +258,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
                f"optimizer states {states}, dropout {'on' if cfg.dropout else 'off'}, "
                f"{'FlashAttention' if cfg.flash_attention else 'unfused attention'}")
     echo_table([[k, v] for k, v in row.items()], ["part", "GiB"])
-    click.echo(out["reason"])
+    click.echo(out["reason"] + ("" if out["fits"] else f"; {remedy_text(out['fits_with'])}"))
 
 
 @llm.command("search")

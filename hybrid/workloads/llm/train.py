@@ -194,6 +194,55 @@ def memory_only(model: TransformerConfig, cfg: TrainingConfig, system: str, cata
     return memory_per_rank(model, cfg, m, stage_params(model, cfg, m), tgt.mem_capacity), tgt
 
 
+def memory_remedies(model: TransformerConfig, cfg: TrainingConfig, system: str, catalog: Any = None
+                    ) -> list[dict[str, Any]]:
+    """For a job that does not fit: the changes of its own memory knobs (same GPUs, TP, PP, CP and EP) that make it
+    fit, each alone, in the order they usually cost time (sequence parallelism, the distributed optimizer, micro-batch
+    1, selective recomputation, FSDP, full recomputation), else all of them together; each as
+    ``{"flags": CLI flags, "memory_gib": per GPU}``. Empty when the job fits or nothing of these makes it fit (more
+    GPUs or another mapping: ``hybrid llm search``). One vectorised memory evaluation."""
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.llm.costing import stage_params
+
+    cfg.validate_for(model)
+    tgt = resolve_target(system, catalog or default_catalog(), cfg.dtype)
+    base = mappings_frame(cfg).iloc[0].to_dict()
+    sharded = cfg.dp * cfg.cp > 1
+    options: list[tuple[str, dict[str, Any]]] = []
+    if cfg.tp > 1 and not cfg.sp and (cfg.seq(model) // cfg.cp) % cfg.tp == 0:
+        options.append(("--sp", {"sp": True}))
+    if sharded and not (cfg.distributed_optimizer or cfg.fsdp):
+        options.append(("--distributed-optimizer", {"distopt": True}))
+    if cfg.micro_batch > 1:
+        options.append(("--micro-batch 1", {"mb": 1}))
+    if cfg.recompute == "none" and not cfg.flash_attention:  # FlashAttention stores no scores: selective = none
+        options.append(("--recompute selective", {"recompute": "selective"}))
+    if sharded and not cfg.fsdp:
+        options.append(("--fsdp", {"fsdp": True, "distopt": False}))
+    if cfg.recompute != "full":
+        options.append(("--recompute full", {"recompute": "full"}))
+    if not options:
+        return []
+    rows = [{**base, **ch} for _, ch in options]
+    if len(options) > 1:  # all together: later changes win (FSDP over the distributed optimizer, full over selective)
+        together: dict[str, Any] = {}
+        for _, ch in options:
+            together.update(ch)
+        flags = [f for f, _ in options if not (f == "--distributed-optimizer" and together.get("fsdp"))
+                 and not (f == "--recompute selective" and together.get("recompute") == "full")]
+        rows.append({**base, **together})
+        options.append((" ".join(flags), together))
+    rows.append(base)  # the job itself, last
+    frame = pd.DataFrame(rows)
+    mem = memory_per_rank(model, cfg, frame, stage_params(model, cfg, frame), tgt.mem_capacity)
+    if mem.fits[-1]:
+        return []
+    fits = [{"flags": f, "memory_gib": float(mem.total[i]) / GIB} for i, (f, _) in enumerate(options) if mem.fits[i]]
+    n_single = len(options) - 1 if len(options) > 1 else 1
+    singles = [r for r in fits if r["flags"] in {f for f, _ in options[:n_single]}]
+    return singles or fits
+
+
 def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
                      cost_model: OpCostModel | None = None, cost_model_name: str = "roofline",
                      engine: bool = True, comm_system: str | None = None) -> TrainingPrediction:
