@@ -376,6 +376,9 @@ def test_cli_search_with_a_calibrated_model_shows_intervals(calibrated_store, ca
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "iter_low" in text and "overlaps the fastest pick" in text
+    assert main([*args[:-5], "1", *args[-4:]]) == 0  # --top 1: no "(0 of 0)" overlap legend
+    text = capsys.readouterr().out
+    assert "iter_low" in text and "overlaps the fastest pick" not in text
 
 
 # ------------------------------------------------------------------ CP, EP and FSDP in the search space

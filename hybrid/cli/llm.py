@@ -417,7 +417,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     if res["engine_s"].isna().any():
         click.echo(f"engine_s: the {int(res['engine_s'].notna().sum())} fastest by the closed form re-timed on the "
                    "engine (-: not simulated)")
-    if intervals:
+    if intervals and len(res) > 1:  # with one pick there is nothing to overlap
         click.echo(f"~: 80% interval overlaps the fastest pick's ({res.attrs.get('overlapping_fastest', 0)} of "
                    f"{len(res) - 1}): the model cannot tell them apart at that confidence")
     if price is not None:
