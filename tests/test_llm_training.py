@@ -960,3 +960,19 @@ def test_a_refusal_names_the_knobs_that_make_the_job_fit(capsys):
     long = TrainingConfig(gpus=8, global_batch=64, seq_length=32768, dropout=False)
     assert [f["flags"] for f in memory_remedies(load_model("llama3-8b"), long, "DGX-H100")] == \
         ["--fsdp --recompute full"]
+
+
+def test_selective_recomputation_with_flash_attention_is_noted_as_a_no_op(capsys):
+    """With FlashAttention the 5as/h score term Korthikanti's selective recomputation drops is never stored:
+    selective = none in memory (sbh(10 + 24/t) per layer either way) and time, which the job now says."""
+    job = ["gpt3-175b", "--system", "DGX-A100", "--gpus", "64", "--tp", "8", "--pp", "8", "--global-batch", "64",
+           "--json"]
+    assert main(["llm", "memory", *job, "--recompute", "selective"]) == 0
+    sel = json.loads(capsys.readouterr().out)
+    assert main(["llm", "memory", *job]) == 0
+    none = json.loads(capsys.readouterr().out)
+    assert sel["memory_gib_per_rank"] == none["memory_gib_per_rank"] and "notes" not in none
+    assert any("changes nothing" in n for n in sel["notes"])
+    assert main(["llm", "memory", *job, "--recompute", "selective", "--no-flash-attention"]) == 0
+    unfused = json.loads(capsys.readouterr().out)
+    assert "notes" not in unfused and unfused["memory_gib_per_rank"] == pytest.approx(none["memory_gib_per_rank"])

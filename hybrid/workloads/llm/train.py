@@ -178,8 +178,13 @@ def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
 
 def job_notes(model: TransformerConfig, cfg: TrainingConfig) -> list[str]:
     """Warnings about the job itself: a sequence past a learned position table
-    (:meth:`TransformerConfig.position_note`), TP above the KV heads (:func:`kv_replication_note`)."""
-    return [n for n in (model.position_note(cfg.seq(model)), kv_replication_note(model, cfg.tp)) if n]
+    (:meth:`TransformerConfig.position_note`), TP above the KV heads (:func:`kv_replication_note`), selective
+    recomputation with FlashAttention (nothing to recompute)."""
+    selective = ("selective recomputation with FlashAttention changes nothing: the s x s attention scores it would "
+                 "recompute are never stored (FlashAttention's backward recomputes them anyway), so memory and time "
+                 "are those of --recompute none; Korthikanti et al.'s selective saving is for unfused attention "
+                 "(--no-flash-attention)") if cfg.recompute == "selective" and cfg.flash_attention else ""
+    return [n for n in (model.position_note(cfg.seq(model)), kv_replication_note(model, cfg.tp), selective) if n]
 
 
 def memory_only(model: TransformerConfig, cfg: TrainingConfig, system: str, catalog: Any = None
