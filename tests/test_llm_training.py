@@ -976,3 +976,35 @@ def test_selective_recomputation_with_flash_attention_is_noted_as_a_no_op(capsys
     assert main(["llm", "memory", *job, "--recompute", "selective", "--no-flash-attention"]) == 0
     unfused = json.loads(capsys.readouterr().out)
     assert "notes" not in unfused and unfused["memory_gib_per_rank"] == pytest.approx(none["memory_gib_per_rank"])
+
+
+def test_faster_gpus_and_more_gpus_never_predict_slower():
+    """Every candidate mapping of Llama-3-8B on 16 GPUs (global batch 64, 8k tokens), on the roofline: the same plan
+    is never slower on DGX H100 than on DGX A100, nor on DGX B200 than on DGX H100 (closed form, per mapping); and
+    adding data-parallel replicas at a fixed global batch never lengthens the iteration (GPT-3 175B, tp 8 pp 8, 64
+    to 1024 GPUs: the bubble stays (p - 1) t_microbatch while the microbatches per replica halve)."""
+    from hybrid.engine.costs import default_cost_model
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.llm.costing import cost_mappings, resolve_target
+    from hybrid.workloads.llm.schedule import closed_form, stage_times
+    from hybrid.workloads.llm.train import candidate_mappings
+
+    model = load_model("llama3-8b")
+    base = search_base(16, 64, dropout=False)
+    cm = default_cost_model()
+    cand = None
+    times = {}
+    for system in ("DGX-A100", "DGX-H100", "DGX-B200"):
+        tgt = resolve_target(system, default_catalog(), base.dtype)
+        if cand is None:
+            cand = candidate_mappings(model, base, tgt, max_vp=2)
+        costs = cost_mappings(model, base, cand, tgt, cm)
+        times[system] = closed_form(stage_times(model, base, costs), costs.mappings, base)["iteration_s"]
+    assert len(cand) > 500
+    assert (times["DGX-H100"] <= times["DGX-A100"]).all() and (times["DGX-B200"] <= times["DGX-H100"]).all()
+    gpt = load_model("gpt3-175b")
+    its = [predict_training(gpt, TrainingConfig(gpus=64 * dp, global_batch=1536, tp=8, pp=8, sp=True,
+                                                distributed_optimizer=True), "DGX-H100", engine=False)
+           for dp in (1, 2, 4, 8, 16)]
+    assert all(b.iteration_s < a.iteration_s for a, b in zip(its[:-1], its[1:], strict=True))
+    assert max(p.bubble_closed_form_s for p in its) == pytest.approx(min(p.bubble_closed_form_s for p in its))
