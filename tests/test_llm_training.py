@@ -376,6 +376,9 @@ def test_cli_search_with_a_calibrated_model_shows_intervals(calibrated_store, ca
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "iter_low" in text and "overlaps the fastest pick" in text
+    assert main([*args[:-5], "1", *args[-4:]]) == 0  # --top 1: no "(0 of 0)" overlap legend
+    text = capsys.readouterr().out
+    assert "iter_low" in text and "overlaps the fastest pick" not in text
 
 
 # ------------------------------------------------------------------ CP, EP and FSDP in the search space
@@ -840,3 +843,168 @@ def test_memory_json_has_the_mapping_and_train_json_memory_keys(capsys):
               "memory_breakdown_gib", "fits", "fit_reason"):
         assert mem[k] == train[k], k
     assert mem["dp"] == 2 and mem["memory_gib"] == mem["memory_breakdown_gib"] and mem["reason"] == mem["fit_reason"]
+
+
+def test_tp_above_the_kv_heads_counts_replicated_kv_heads_in_memory(capsys, tmp_path):
+    """TP 8 on 2 KV heads: each rank holds one whole KV head (replicated, as the QKV GEMM is costed), not 2/8 of
+    one. By hand for a 2-layer model (h 1024, 16 heads of 64, 2 KV heads, SwiGLU f 4096, no dropout, SP, FA):
+    per token and layer, replicated norms + QKV/MLP inputs 8h = 8192 B; split 2q + 2k + 2v + 2q + 6f with the K
+    and V of one head per rank (64 columns, i.e. 512 "global" columns / 8): 2048 + 1024 + 1024 + 2048 + 24576 =
+    30720 B; stored (8192 + 30720) / 8 = 4864 B (4672 B when K and V were split 8 ways)."""
+    from hybrid.workloads.llm.costing import kv_width_split, mappings_frame, stage_params
+    from hybrid.workloads.llm.memory import activation_bytes_per_token
+
+    model = load_model({"name": "gqa2", "num_layers": 2, "hidden_size": 1024, "num_attention_heads": 16,
+                        "num_query_groups": 2, "kv_channels": 64, "ffn_hidden_size": 4096, "activation": "swiglu",
+                        "vocab_size": 1024, "seq_length": 512, "normalization": "RMSNorm",
+                        "add_bias_linear": False})
+    cfg = TrainingConfig(gpus=8, tp=8, global_batch=8, sp=True, dropout=False)
+    stored, _ = activation_bytes_per_token(model, cfg, np.array([8.0]), np.array([True]), np.array(["none"]), 512)
+    assert stored[0] == pytest.approx(4864.0)
+    assert kv_width_split(model, np.array([1, 2, 4, 8])).tolist() == [128, 128, 256, 512]
+    # weights: K and V of one head per rank (2 x 1024 x 64 per layer) instead of 2 x 1024 x 128 / 8
+    c = model.param_counts()
+    p8 = stage_params(model, cfg, mappings_frame(cfg))["layers"][0]
+    assert p8 == pytest.approx(c["layers_total"] / 8 + 2 * (2 * 1024 * 64 - 2 * 1024 * 128 / 8))
+    cfg2 = cfg.with_(tp=2, gpus=2, global_batch=2)  # TP divides the KV heads: split as before
+    assert stage_params(model, cfg2, mappings_frame(cfg2))["layers"][0] == pytest.approx(c["layers_total"] / 2)
+    # the memory's per-rank K width is the costed QKV GEMM's: (16/8 + 2 x 1) heads of 64 columns
+    ops = predict_training(model, cfg, "DGX-H100", engine=False).ops
+    fwd = ops[(ops["op"] == "linear") & (ops["direction"] == "fwd") & (ops["k"] == 1024)]
+    per_rank_qkv = 1024 / 8 + 2 * kv_width_split(model, 8)[()] / 8  # q/t + K + V columns on one rank
+    assert per_rank_qkv == 256 and 256 in set(fwd["n"])
+    # and the job says Megatron-Core would not run it
+    job = ["--system", "DGX-H100", "--gpus", "8", "--global-batch", "8"]
+    assert main(["llm", "memory", "qwen3-30b-a3b", *job, "--tp", "8", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert "replicated on 2 ranks" in cap.err and "Megatron-Core" in json.loads(cap.out)["notes"][0]
+    assert main(["llm", "memory", "qwen3-30b-a3b", *job, "--tp", "4", "--json"]) == 0
+    assert "notes" not in json.loads(capsys.readouterr().out)
+    # the search warns when its fastest pick replicates KV heads (an MQA model needing TP to fit)
+    mqa = tmp_path / "mqa.json"
+    mqa.write_text(json.dumps({"model_type": "gpt_bigcode", "n_embd": 6144, "n_layer": 40, "n_head": 48,
+                               "multi_query": True, "vocab_size": 49152, "n_positions": 8192, "n_inner": 24576}))
+    assert main(["llm", "search", str(mqa), "--system", "DGX-A100", "--gpus", "8", "--global-batch", "16",
+                 "--top", "1", "--no-fsdp", "--json"]) == 0
+    cap = capsys.readouterr()
+    best = json.loads(cap.out)["mappings"][0]
+    assert best["tp"] > 1 and "fastest mapping: tp" in cap.err and "only tp 1 avoids it" in cap.err
+
+
+def test_memory_text_output_names_the_job_it_sized(capsys, tmp_path):
+    """A Hugging Face config without max_position_embeddings trains at the default 4096 tokens: `llm memory` used to
+    print only the breakdown, so neither that nor the derived DP showed; its first line now names the job."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                               "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}))
+    assert main(["llm", "memory", str(cfg), "--system", "DGX-A100", "--gpus", "16", "--tp", "2", "--global-batch",
+                 "32", "--recompute", "full", "--distributed-optimizer"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    for part in ("16 x A100-SXM4-80GB", "tp 2 pp 1 dp 8", "micro 1 x 4", "seq 4096", "recompute full",
+                 "optimizer states distributed", "dropout on"):
+        assert part in first, (part, first)
+
+
+def test_cluster_the_catalog_cannot_hold_is_refused_or_noted(capsys):
+    """16 GPUs on a single-node system (XLA-H100x8: no network between nodes) were refused deep in the collective
+    model ("collective: 16 ranks on 2 node(s) ... at row index 29"); now a one-line error as DLRM's `simulate`
+    gives. More nodes than the catalog describes (8192 H100s = 1024 DGX nodes, 256 listed) and a bare device across
+    nodes are costed with a note, as for DLRM."""
+    job = ["gpt3-1.3b", "--global-batch", "16"]
+    for cmd in (["train"], ["search", "--top", "1"]):
+        assert main(["llm", *cmd, *job, "--system", "XLA-H100x8", "--gpus", "16"]) == 2
+        err = capsys.readouterr().err
+        assert "16 GPUs need 2 nodes of system XLA-H100x8" in err and "row index" not in err
+    assert main(["llm", "train", *job, "--system", "XLA-H100x8", "--gpus", "8", "--json"]) == 0
+    assert "notes" not in json.loads(capsys.readouterr().out)
+    assert main(["llm", "train", "gpt3-1.3b", "--system", "DGX-H100", "--gpus", "8192", "--global-batch", "8192",
+                 "--json"]) == 0
+    cap = capsys.readouterr()
+    assert "1024 nodes of DGX-H100, more than the 256" in json.loads(cap.out)["notes"][0] and "warning:" in cap.err
+    assert main(["llm", "search", *job, "--system", "H100-SXM", "--gpus", "16", "--top", "1", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert any("H100-SXM is a device, not a catalog system" in n for n in json.loads(cap.out)["notes"])
+
+
+def test_a_refusal_names_the_knobs_that_make_the_job_fit(capsys):
+    """GPT-3 175B, tp 8 pp 8, micro-batch 4 on 80 GB A100s needs 168 GiB; by hand (FlashAttention, no SP, 18 B per
+    parameter of the first stage's 2.822e9 = 47.3 GiB, + 3 GiB reserve): micro-batch 1 keeps 8 microbatches x 12
+    layers of sbh(10 + 24/8) = 327 MB = 29.25 GiB + 8 embedding dropout masks (0.19 GiB) -> 79.74 GiB; full
+    recomputation at micro-batch 4 keeps 2sbh x 96 layers (18.0 GiB) + one layer being recomputed (1.22 GiB) + the
+    masks (0.75 GiB) -> 70.28 GiB. Sequence parallelism or the distributed optimizer alone do not make it fit."""
+    from hybrid.workloads.llm.train import memory_remedies
+
+    model = load_model("gpt3-175b")
+    s, h, t, b = 2048, 12288, 8, 4
+    cfg = TrainingConfig(gpus=512, global_batch=512, tp=8, pp=8, micro_batch=b)
+    states = 18 * 2.821957632e9 + 3 * GIB
+    one = states + s * h * (10 + 24 / t) * 96 + s * h * 8
+    full = states + 2 * s * b * h * 96 + s * b * h * (10 + 24 / t) + s * b * h * 8
+    fixes = memory_remedies(model, cfg, "DGX-A100")
+    assert [f["flags"] for f in fixes] == ["--micro-batch 1", "--recompute full"]
+    assert fixes[0]["memory_gib"] == pytest.approx(one / GIB, rel=1e-4)
+    assert fixes[1]["memory_gib"] == pytest.approx(full / GIB, rel=1e-4)
+    assert memory_remedies(model, cfg.with_(micro_batch=1), "DGX-A100") == []  # it fits already
+    job = ["gpt3-175b", "--system", "DGX-A100", "--gpus", "512", "--tp", "8", "--pp", "8", "--global-batch", "512"]
+    assert main(["llm", "train", *job, "--micro-batch", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "it fits with --micro-batch 1 (79.7 GiB) or --recompute full (70.3 GiB)" in err
+    assert main(["llm", "memory", *job, "--micro-batch", "4", "--json"]) == 0
+    assert [f["flags"] for f in json.loads(capsys.readouterr().out)["fits_with"]] == ["--micro-batch 1",
+                                                                                    "--recompute full"]
+    # nothing of its own knobs saves 175B on 8 GPUs; and where only all of them together fit, that is the remedy
+    assert memory_remedies(model, TrainingConfig(gpus=8, global_batch=8, tp=8), "DGX-A100") == []
+    assert main(["llm", "train", "gpt3-175b", "--system", "DGX-A100", "--gpus", "8", "--tp", "8",
+                 "--global-batch", "8"]) == 2
+    assert "none of its memory knobs" in capsys.readouterr().err
+    long = TrainingConfig(gpus=8, global_batch=64, seq_length=32768, dropout=False)
+    assert [f["flags"] for f in memory_remedies(load_model("llama3-8b"), long, "DGX-H100")] == \
+        ["--fsdp --recompute full"]
+
+
+def test_selective_recomputation_with_flash_attention_is_noted_as_a_no_op(capsys):
+    """With FlashAttention the 5as/h score term Korthikanti's selective recomputation drops is never stored:
+    selective = none in memory (sbh(10 + 24/t) per layer either way) and time, which the job now says."""
+    job = ["gpt3-175b", "--system", "DGX-A100", "--gpus", "64", "--tp", "8", "--pp", "8", "--global-batch", "64",
+           "--json"]
+    assert main(["llm", "memory", *job, "--recompute", "selective"]) == 0
+    sel = json.loads(capsys.readouterr().out)
+    assert main(["llm", "memory", *job]) == 0
+    none = json.loads(capsys.readouterr().out)
+    assert sel["memory_gib_per_rank"] == none["memory_gib_per_rank"] and "notes" not in none
+    assert any("changes nothing" in n for n in sel["notes"])
+    assert main(["llm", "memory", *job, "--recompute", "selective", "--no-flash-attention"]) == 0
+    unfused = json.loads(capsys.readouterr().out)
+    assert "notes" not in unfused and unfused["memory_gib_per_rank"] == pytest.approx(none["memory_gib_per_rank"])
+
+
+def test_faster_gpus_and_more_gpus_never_predict_slower():
+    """Every candidate mapping of Llama-3-8B on 16 GPUs (global batch 64, 8k tokens), on the roofline: the same plan
+    is never slower on DGX H100 than on DGX A100, nor on DGX B200 than on DGX H100 (closed form, per mapping); and
+    adding data-parallel replicas at a fixed global batch never lengthens the iteration (GPT-3 175B, tp 8 pp 8, 64
+    to 1024 GPUs: the bubble stays (p - 1) t_microbatch while the microbatches per replica halve)."""
+    from hybrid.engine.costs import default_cost_model
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.llm.costing import cost_mappings, resolve_target
+    from hybrid.workloads.llm.schedule import closed_form, stage_times
+    from hybrid.workloads.llm.train import candidate_mappings
+
+    model = load_model("llama3-8b")
+    base = search_base(16, 64, dropout=False)
+    cm = default_cost_model()
+    cand = None
+    times = {}
+    for system in ("DGX-A100", "DGX-H100", "DGX-B200"):
+        tgt = resolve_target(system, default_catalog(), base.dtype)
+        if cand is None:
+            cand = candidate_mappings(model, base, tgt, max_vp=2)
+        costs = cost_mappings(model, base, cand, tgt, cm)
+        times[system] = closed_form(stage_times(model, base, costs), costs.mappings, base)["iteration_s"]
+    assert len(cand) > 500
+    assert (times["DGX-H100"] <= times["DGX-A100"]).all() and (times["DGX-B200"] <= times["DGX-H100"]).all()
+    gpt = load_model("gpt3-175b")
+    its = [predict_training(gpt, TrainingConfig(gpus=64 * dp, global_batch=1536, tp=8, pp=8, sp=True,
+                                                distributed_optimizer=True), "DGX-H100", engine=False)
+           for dp in (1, 2, 4, 8, 16)]
+    assert all(b.iteration_s < a.iteration_s for a, b in zip(its[:-1], its[1:], strict=True))
+    assert max(p.bubble_closed_form_s for p in its) == pytest.approx(min(p.bubble_closed_form_s for p in its))

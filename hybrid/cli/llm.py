@@ -106,6 +106,14 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
     return model, cfg
 
 
+def remedy_text(remedies: list[dict[str, Any]]) -> str:
+    """One phrase for :func:`hybrid.workloads.llm.train.memory_remedies`."""
+    if not remedies:
+        return ("none of its memory knobs (SP, distributed optimizer, FSDP, micro-batch, recomputation) makes it fit: "
+                "more GPUs or another mapping (`hybrid llm search`)")
+    return "it fits with " + " or ".join(f"{r['flags']} ({r['memory_gib']:.1f} GiB)" for r in remedies)
+
+
 @llm.command("train")
 @job_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
@@ -122,6 +130,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
+    from hybrid.engine.costs import model_catalog
     from hybrid.errors import InvalidInputError
     from hybrid.workloads.llm.pricing import (
         cost_per_million_tokens,
@@ -129,7 +138,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
         parse_token_count,
         training_run,
     )
-    from hybrid.workloads.llm.train import predict_training
+    from hybrid.workloads.llm.train import memory_remedies, predict_training
 
     model, cfg = _job(kw)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
@@ -142,7 +151,9 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
         prices = parse_gpu_hour_prices(gpu_hour_price, model_catalog(cost_model, default_catalog()))
     pred = predict_training(model, cfg, kw["system"], cost_model, name)
     if not pred.fits and not allow_oom:
-        raise InvalidInputError(f"mapping does not fit: {pred.fit_reason} (--allow-oom predicts anyway)")
+        raise InvalidInputError(f"mapping does not fit: {pred.fit_reason}; "
+                                f"{remedy_text(memory_remedies(model, cfg, kw['system'], model_catalog(cost_model)))} "
+                                "(--allow-oom predicts anyway)")
     summary = pred.summary()
     for note in pred.notes:
         click.echo(f"warning: {note}", err=True)
@@ -211,7 +222,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
               help="Bar plot of the breakdown (PNG/SVG/PDF).")
 def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     """Memory per GPU of a training job (weights, gradients, optimizer, activations, ...), and whether it fits."""
-    from hybrid.workloads.llm.train import memory_only
+    from hybrid.workloads.llm.train import job_notes, memory_only, memory_remedies
 
     model, cfg = _job(kw)
     mem, tgt = memory_only(model, cfg, kw["system"])
@@ -224,9 +235,12 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
            "distributed_optimizer": cfg.distributed_optimizer, "fsdp": cfg.fsdp, "dtype": cfg.dtype,
            "memory_gib": row, "memory_gib_per_rank": row["total"], "memory_breakdown_gib": row,
            "fits": bool(mem.fits[0]), "reason": mem.reason(0), "fit_reason": mem.reason(0)}
-    if note := model.position_note(cfg.seq(model)):
-        out["notes"] = [note]
-        click.echo(f"warning: {note}", err=True)
+    if not out["fits"]:  # what of the job's own memory knobs makes it fit
+        out["fits_with"] = memory_remedies(model, cfg, kw["system"])
+    if notes := job_notes(model, cfg):
+        out["notes"] = notes
+        for note in notes:
+            click.echo(f"warning: {note}", err=True)
     if plot_path:
         from hybrid.reports.llm_plots import memory_bars
 
@@ -237,8 +251,14 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     if as_json:
         echo_json(out)
         return
+    states = "FSDP" if cfg.fsdp else "distributed" if cfg.distributed_optimizer else "replicated"
+    click.echo(f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {tgt.device} ({tgt.system}); "
+               f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} ep {cfg.ep} vp {cfg.vp}, micro {cfg.micro_batch} x "
+               f"{cfg.num_microbatches}, seq {cfg.seq(model)}, recompute {cfg.recompute}, sp {'on' if cfg.sp else 'off'}, "
+               f"optimizer states {states}, dropout {'on' if cfg.dropout else 'off'}, "
+               f"{'FlashAttention' if cfg.flash_attention else 'unfused attention'}")
     echo_table([[k, v] for k, v in row.items()], ["part", "GiB"])
-    click.echo(out["reason"])
+    click.echo(out["reason"] + ("" if out["fits"] else f"; {remedy_text(out['fits_with'])}"))
 
 
 @llm.command("search")
@@ -281,6 +301,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     from hybrid.errors import InvalidInputError
     from hybrid.hardware.catalog import default_catalog
     from hybrid.ops.roofline import resolve_system
+    from hybrid.workloads.llm.costing import kv_replication_note
     from hybrid.workloads.llm.model import load_model
     from hybrid.workloads.llm.pricing import (
         cost_per_million_tokens,
@@ -320,9 +341,13 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     price = priced(res, system)
     payload: dict[str, Any] = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
                                "fitting": res.attrs.get("n_fit")}
-    if note := model.position_note(base.seq(model)):
-        payload["notes"] = [note]
-        click.echo(f"warning: {note}", err=True)
+    # the fastest pick's own warnings: a learned position table too short, TP above the KV heads
+    kv_note = kv_replication_note(model, int(res["tp"].iloc[0]))
+    if notes := [n for n in (model.position_note(base.seq(model)), kv_note and f"fastest mapping: {kv_note}",
+                             *res.attrs.get("notes", [])) if n]:
+        payload["notes"] = notes
+        for note in notes:
+            click.echo(f"warning: {note}", err=True)
     if prices is not None:
         payload["gpu_hour_price"] = price
     if run_tokens is not None:  # the fastest mapping's run
@@ -392,7 +417,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     if res["engine_s"].isna().any():
         click.echo(f"engine_s: the {int(res['engine_s'].notna().sum())} fastest by the closed form re-timed on the "
                    "engine (-: not simulated)")
-    if intervals:
+    if intervals and len(res) > 1:  # with one pick there is nothing to overlap
         click.echo(f"~: 80% interval overlaps the fastest pick's ({res.attrs.get('overlapping_fastest', 0)} of "
                    f"{len(res) - 1}): the model cannot tell them apart at that confidence")
     if price is not None:

@@ -9,6 +9,8 @@ the kernel (:func:`softmax_overlap`).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -84,6 +86,32 @@ def resolve_system(catalog: Catalog, name: str) -> System:
     if dev_key is not None:
         return system_for_device(catalog.devices[dev_key])
     raise catalog.unknown_target(name)
+
+
+def cluster_notes(catalog: Catalog, system: str, gpus: int, gpus_per_node: int, device: str | None = None) -> list[str]:
+    """Check a job of ``gpus`` GPUs on ``system`` (a catalog system key, or a device key / the key of its generic
+    node, :func:`system_for_device`) at ``gpus_per_node`` GPUs per node: refuse several nodes of a single-node
+    catalog system (no network between its nodes) with a one-line error; return notes on more nodes than the catalog
+    describes and on what a bare ``device`` across nodes is costed as (a generic node and NIC)."""
+    nodes = max(1, math.ceil(gpus / gpus_per_node))
+    entry = catalog.systems.get(system)
+    if entry is not None:
+        if nodes > 1 and entry.single_node:
+            raise InvalidInputError(
+                f"{gpus} GPUs need {nodes} nodes of system {entry.key} ({entry.gpus_per_node} GPUs per node), "
+                "a single-node system (no network between nodes in the catalog); choose a multi-node system "
+                "(`hybrid devices`) or fewer GPUs")
+        if nodes > entry.max_nodes:
+            return [f"{gpus} GPUs are {nodes} nodes of {entry.key}, more than the {entry.max_nodes} the "
+                    "catalog describes: its network is costed as if it scaled that far"]
+        return []
+    if nodes > 1:
+        dev = catalog.device(device or (system[: -len("-node")] if system.endswith("-node") else system))
+        generic = system_for_device(dev, gpus_per_node)
+        return [f"{dev.key} is a device, not a catalog system: {gpus} GPUs are costed as {nodes} generic "
+                f"nodes of {gpus_per_node} ({generic.intra_fabric} inside a node, {generic.inter_fabric} between "
+                "nodes); name a system (`hybrid devices`) for a real cluster's network"]
+    return []
 
 
 #: Optional numeric columns that may be zero (``fill`` reads no input; a uniform index has zipf_alpha 0).

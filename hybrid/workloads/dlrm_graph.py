@@ -97,27 +97,11 @@ def resolve_target(name: str, catalog: Catalog) -> Target:
 
 def check_target(config: DLRMConfig, target: Target, catalog: Catalog) -> list[str]:
     """Refuse several nodes of a single-node catalog system (no network between its nodes); notes on more nodes
-    than the catalog describes, and on what a bare device across nodes is costed as (a generic node and NIC)."""
-    nodes = target.nodes(config.gpus)
-    system = catalog.systems.get(target.system)
-    if system is not None:
-        if nodes > 1 and system.single_node:
-            raise InvalidInputError(
-                f"{config.gpus} GPUs need {nodes} nodes of system {system.key} ({system.gpus_per_node} GPUs per node), "
-                "a single-node system (no network between nodes in the catalog); choose a multi-node system "
-                "(`hybrid devices`) or fewer GPUs")
-        if nodes > system.max_nodes:
-            return [f"{config.gpus} GPUs are {nodes} nodes of {system.key}, more than the {system.max_nodes} the "
-                    "catalog describes: its network is costed as if it scaled that far"]
-        return []
-    if nodes > 1:
-        from hybrid.ops.roofline import system_for_device
+    than the catalog describes, and on what a bare device across nodes is costed as (a generic node and NIC):
+    :func:`hybrid.ops.roofline.cluster_notes`, which LLM training shares."""
+    from hybrid.ops.roofline import cluster_notes
 
-        generic = system_for_device(target.device, target.gpus_per_node)
-        return [f"{target.system} is a device, not a catalog system: {config.gpus} GPUs are costed as {nodes} generic "
-                f"nodes of {target.gpus_per_node} ({generic.intra_fabric} inside a node, {generic.inter_fabric} between "
-                "nodes); name a system (`hybrid devices`) for a real cluster's network"]
-    return []
+    return cluster_notes(catalog, target.system, config.gpus, target.gpus_per_node, target.device.key)
 
 
 @dataclass(frozen=True)

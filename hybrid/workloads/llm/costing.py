@@ -290,10 +290,34 @@ def padded_vocab_vec(model: TransformerConfig, cfg: TrainingConfig, tp: np.ndarr
     return np.ceil(model.vocab_size / mult) * mult
 
 
+def kv_width_split(model: TransformerConfig, tp: Any) -> np.ndarray:
+    """Key (and value) columns that, divided by TP, give one rank's share: ``ceil(kv_heads / tp) x head_dim x tp``.
+
+    Equal to ``kv_width`` when TP divides the KV heads; larger when TP exceeds them, since then each KV head is
+    replicated on ``tp / kv_heads`` ranks (as :mod:`hybrid.workloads.llm.layer_ops` costs the QKV GEMM). Multi-head
+    latent attention splits its per-head keys and values by the query heads: ``kv_width``."""
+    t = np.asarray(tp, dtype=np.float64)
+    if model.is_mla:
+        return np.full(np.shape(t), float(model.kv_width))
+    return np.ceil(model.num_kv_heads / t) * model.head_dim * t
+
+
+def kv_replication_note(model: TransformerConfig, tp: int) -> str:
+    """A warning when TP exceeds the KV heads ('' otherwise): the heads are replicated, which inference engines
+    do but Megatron-Core's attention refuses (it divides ``num_query_groups`` by the TP size)."""
+    if model.is_mla or tp <= model.num_kv_heads:
+        return ""
+    return (f"tp {tp} exceeds the {model.num_kv_heads} KV heads of {model.name}: each KV head is replicated on "
+            f"{tp // model.num_kv_heads} ranks (costed and counted in memory so, as inference engines run it), but "
+            f"Megatron-Core's attention divides num_query_groups by tp and refuses this; "
+            + ("only tp 1 avoids it" if model.num_kv_heads == 1 else f"a tp dividing {model.num_kv_heads} avoids it"))
+
+
 def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame) -> dict[str, np.ndarray]:
     """Parameters held by one rank of the most loaded stage, per mapping (before DP/FSDP sharding).
 
-    ``layers``: transformer-layer parameters per rank (dense parts / TP, experts / (TP x EP));
+    ``layers``: transformer-layer parameters per rank (dense parts / TP, experts / (TP x EP); KV projections of
+    heads replicated when TP exceeds the KV heads, :func:`kv_width_split`);
     ``first``/``last``: embedding (+ positions) on the first stage, output layer (or the tied copy) on the last.
     """
     c = model.param_counts()
@@ -304,7 +328,10 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
     if model.is_moe:
         per_expert = model._mlp_params(int(model.moe_ffn_hidden_size))  # noqa: SLF001
         expert_total = model.num_moe_layers * int(model.num_experts) * per_expert
-    non_expert = c["layers_total"] - expert_total
+    # replicated KV heads: K and V weight columns (and biases) beyond kv_width, before the split over TP
+    kv_extra = 2.0 * (kv_width_split(model, t) - model.kv_width)
+    kv_extra = kv_extra * (model.hidden_size + (1 if model.add_bias_linear or model.add_qkv_bias else 0))
+    non_expert = c["layers_total"] - expert_total + model.num_layers * kv_extra
     layers = (non_expert / t + expert_total / (t * ep)) / pp
     V = padded_vocab_vec(model, cfg, t)
     h = model.hidden_size

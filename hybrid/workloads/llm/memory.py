@@ -15,7 +15,8 @@ the masks): layer norms 4h, QKV input 2h, Q and K 2q + 2kv, V 2kv, output-projec
 mask h, MLP input 2h, activation input 2f (4f gated) and output 2f, MLP dropout mask h. The ``5 a s`` score
 term (softmax output 2, dropout mask 1, dropout output 2) is absent with FlashAttention and with selective
 recomputation. Of these, with TP and no SP, the norms, the QKV and MLP inputs and the two dropout masks
-(10h for MHA) are replicated on every TP rank; the rest is split.
+(10h for MHA) are replicated on every TP rank; the rest is split. When TP exceeds the KV heads, each rank
+holds whole K/V heads (``ceil(kv_heads / t)`` of them, replicated), not ``kv / t`` columns.
 
 In flight on the first pipeline stage (Korthikanti eq. 5, Narayanan et al. 2021): 1F1B holds ``min(pp, m)``
 microbatches of its ``L/pp`` layers; the interleaved schedule ``(pp - 1) x 2 + (vp - 1) x pp + 1`` model chunks
@@ -36,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.workloads.llm.config import TrainingConfig
-from hybrid.workloads.llm.costing import gradient_groups
+from hybrid.workloads.llm.costing import gradient_groups, kv_width_split
 from hybrid.workloads.llm.model import TransformerConfig
 
 GIB = 2.0**30
@@ -47,7 +48,8 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
     """(stored bytes per token per layer, one layer's full activations per token) on one TP rank."""
     t = np.asarray(tp, dtype=np.float64)
     sp = np.asarray(sp, dtype=bool)
-    h, q, kv = model.hidden_size, model.q_width, model.kv_width
+    h, q = model.hidden_size, model.q_width
+    kv = kv_width_split(model, t)  # KV heads replicated when TP exceeds them
     # MLA also stores its latents (query bottleneck, KV latent and rotary key) for the backward pass
     latent = 2.0 * ((model.q_lora_rank or 0) + model.mla_latent_width) if model.is_mla else 0.0
     f = model.ffn_hidden_size

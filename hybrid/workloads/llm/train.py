@@ -20,8 +20,15 @@ from hybrid.engine.costs import KernelTimeModel, OpCostModel, default_cost_model
 from hybrid.engine.form_error import e2e_interval
 from hybrid.engine.simulate import SimResult
 from hybrid.errors import InvalidInputError
+from hybrid.ops.roofline import cluster_notes
 from hybrid.workloads.llm.config import TrainingConfig
-from hybrid.workloads.llm.costing import Target, cost_mappings, mappings_frame, resolve_target
+from hybrid.workloads.llm.costing import (
+    Target,
+    cost_mappings,
+    kv_replication_note,
+    mappings_frame,
+    resolve_target,
+)
 from hybrid.workloads.llm.memory import GIB, MemoryBreakdown, memory_per_rank
 from hybrid.workloads.llm.model import TransformerConfig
 from hybrid.workloads.llm.schedule import closed_form, simulate_mapping, stage_times
@@ -73,7 +80,8 @@ class TrainingPrediction:
     #: 80% interval of ``iteration_s`` (a cost model with intervals for every op only; see predict_training)
     iteration_s_low: float | None = None
     iteration_s_high: float | None = None
-    #: warnings about the job itself (a sequence past a learned position table: TransformerConfig.position_note)
+    #: warnings about the job itself (:func:`job_notes`: a sequence past a learned position table, TP above the
+    #: KV heads)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -155,14 +163,28 @@ def _cost_model(cost_model: OpCostModel | None, cfg: TrainingConfig) -> OpCostMo
 
 
 def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
-             cost_model: OpCostModel | None, comm_system: str | None = None) -> tuple[OpCostModel, Target]:
+             cost_model: OpCostModel | None, comm_system: str | None = None
+             ) -> tuple[OpCostModel, Target, list[str]]:
+    """(cost model, target, notes on the cluster): a single-node system asked for several nodes is refused."""
     cfg.validate_for(model)
     cm = _cost_model(cost_model, cfg)
-    tgt = resolve_target(system, model_catalog(cm), cfg.dtype, comm_system)
+    cat = model_catalog(cm)
+    tgt = resolve_target(system, cat, cfg.dtype, comm_system)
     if cfg.tp > tgt.gpus_per_node:
         raise InvalidInputError(f"tensor parallel size {cfg.tp} exceeds the {tgt.gpus_per_node} GPUs of one "
                                 f"{tgt.system} node")
-    return cm, tgt
+    return cm, tgt, cluster_notes(cat, tgt.system, cfg.gpus, tgt.gpus_per_node, tgt.device)
+
+
+def job_notes(model: TransformerConfig, cfg: TrainingConfig) -> list[str]:
+    """Warnings about the job itself: a sequence past a learned position table
+    (:meth:`TransformerConfig.position_note`), TP above the KV heads (:func:`kv_replication_note`), selective
+    recomputation with FlashAttention (nothing to recompute)."""
+    selective = ("selective recomputation with FlashAttention changes nothing: the s x s attention scores it would "
+                 "recompute are never stored (FlashAttention's backward recomputes them anyway), so memory and time "
+                 "are those of --recompute none; Korthikanti et al.'s selective saving is for unfused attention "
+                 "(--no-flash-attention)") if cfg.recompute == "selective" and cfg.flash_attention else ""
+    return [n for n in (model.position_note(cfg.seq(model)), kv_replication_note(model, cfg.tp), selective) if n]
 
 
 def memory_only(model: TransformerConfig, cfg: TrainingConfig, system: str, catalog: Any = None
@@ -177,6 +199,55 @@ def memory_only(model: TransformerConfig, cfg: TrainingConfig, system: str, cata
     return memory_per_rank(model, cfg, m, stage_params(model, cfg, m), tgt.mem_capacity), tgt
 
 
+def memory_remedies(model: TransformerConfig, cfg: TrainingConfig, system: str, catalog: Any = None
+                    ) -> list[dict[str, Any]]:
+    """For a job that does not fit: the changes of its own memory knobs (same GPUs, TP, PP, CP and EP) that make it
+    fit, each alone, in the order they usually cost time (sequence parallelism, the distributed optimizer, micro-batch
+    1, selective recomputation, FSDP, full recomputation), else all of them together; each as
+    ``{"flags": CLI flags, "memory_gib": per GPU}``. Empty when the job fits or nothing of these makes it fit (more
+    GPUs or another mapping: ``hybrid llm search``). One vectorised memory evaluation."""
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.llm.costing import stage_params
+
+    cfg.validate_for(model)
+    tgt = resolve_target(system, catalog or default_catalog(), cfg.dtype)
+    base = mappings_frame(cfg).iloc[0].to_dict()
+    sharded = cfg.dp * cfg.cp > 1
+    options: list[tuple[str, dict[str, Any]]] = []
+    if cfg.tp > 1 and not cfg.sp and (cfg.seq(model) // cfg.cp) % cfg.tp == 0:
+        options.append(("--sp", {"sp": True}))
+    if sharded and not (cfg.distributed_optimizer or cfg.fsdp):
+        options.append(("--distributed-optimizer", {"distopt": True}))
+    if cfg.micro_batch > 1:
+        options.append(("--micro-batch 1", {"mb": 1}))
+    if cfg.recompute == "none" and not cfg.flash_attention:  # FlashAttention stores no scores: selective = none
+        options.append(("--recompute selective", {"recompute": "selective"}))
+    if sharded and not cfg.fsdp:
+        options.append(("--fsdp", {"fsdp": True, "distopt": False}))
+    if cfg.recompute != "full":
+        options.append(("--recompute full", {"recompute": "full"}))
+    if not options:
+        return []
+    rows = [{**base, **ch} for _, ch in options]
+    if len(options) > 1:  # all together: later changes win (FSDP over the distributed optimizer, full over selective)
+        together: dict[str, Any] = {}
+        for _, ch in options:
+            together.update(ch)
+        flags = [f for f, _ in options if not (f == "--distributed-optimizer" and together.get("fsdp"))
+                 and not (f == "--recompute selective" and together.get("recompute") == "full")]
+        rows.append({**base, **together})
+        options.append((" ".join(flags), together))
+    rows.append(base)  # the job itself, last
+    frame = pd.DataFrame(rows)
+    mem = memory_per_rank(model, cfg, frame, stage_params(model, cfg, frame), tgt.mem_capacity)
+    if mem.fits[-1]:
+        return []
+    fits = [{"flags": f, "memory_gib": float(mem.total[i]) / GIB} for i, (f, _) in enumerate(options) if mem.fits[i]]
+    n_single = len(options) - 1 if len(options) > 1 else 1
+    singles = [r for r in fits if r["flags"] in {f for f, _ in options[:n_single]}]
+    return singles or fits
+
+
 def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
                      cost_model: OpCostModel | None = None, cost_model_name: str = "roofline",
                      engine: bool = True, comm_system: str | None = None) -> TrainingPrediction:
@@ -188,7 +259,7 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
     / high end of its interval (the ends move together), clipped at the closed-form centre; on the engine the
     iteration is scaled by the same ratios (end / closed-form centre), so without the engine they are exactly the
     search's numbers."""
-    cm, tgt = _prepare(model, cfg, system, cost_model, comm_system)
+    cm, tgt, cluster = _prepare(model, cfg, system, cost_model, comm_system)
     m = mappings_frame(cfg)
     costs = cost_mappings(model, cfg, m, tgt, cm)
     st = stage_times(model, cfg, costs)
@@ -237,7 +308,7 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
         bubble_closed_form_s=float(cf["bubble_closed_form_s"][0] * n / max(n, 1)),
         memory=mem.row(0), fits=bool(mem.fits[0]), fit_reason=mem.reason(0), model_flops=mf, hardware_flops=hf,
         placement=placement(cfg, tgt), sim=sim, ops=costs.ops, iteration_s_low=it_low, iteration_s_high=it_high,
-        notes=[n for n in [model.position_note(cfg.seq(model))] if n])
+        notes=job_notes(model, cfg) + cluster)
 
 
 # ============================================================================================== search
@@ -326,7 +397,9 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
             raise InvalidInputError(f"search: {name} must be a {'positive' if name == 'top' else 'non-negative'} "
                                     f"integer, got {value!r}")
     cm = _cost_model(cost_model, base)
-    tgt = resolve_target(system, model_catalog(cm), base.dtype, comm_system)
+    cat = model_catalog(cm)
+    tgt = resolve_target(system, cat, base.dtype, comm_system)
+    cluster = cluster_notes(cat, tgt.system, base.gpus, tgt.gpus_per_node, tgt.device)  # refuses what cannot be
     cand = candidate_mappings(model, base, tgt, **space)
     costs = cost_mappings(model, base, cand, tgt, cm)
     st = stage_times(model, base, costs)
@@ -366,6 +439,7 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     fit.attrs["n_candidates"] = len(out)
     fit.attrs["n_fit"] = int(out["fits"].sum())
     fit.attrs["n_predicted_ops"] = costs.n_predicted
+    fit.attrs["notes"] = cluster
     fit = fit.head(top).reset_index(drop=True)
     if "iteration_s_low" in fit.columns:
         b_lo, b_hi = float(fit["iteration_s_low"].iloc[0]), float(fit["iteration_s_high"].iloc[0])
