@@ -352,3 +352,73 @@ def test_slow_stages_show_on_stderr_and_leave_json_stdout_clean(tmp_path, shared
     # --quiet: no progress line
     rc, out, err = cli(["report", "--model", "staged", "--tracking-uri", uri, "-o", str(tmp_path / "q.html"), "-q"])
     assert rc == 0 and "report:" not in err
+
+
+def _cpu_bundle(root: Path, name: str, rows: int, fp32_tflops: float | None = None) -> Path:
+    """A bundle of ``rows`` rows of the committed CPU profile, its device renamed ``cpu-test-1c``; with
+    ``fp32_tflops`` its catalog.toml describes another machine (another fp32 GEMM peak) under that name."""
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+    table = read_table(bundle / "measurements.csv", _bundle_cat(bundle))
+    out = root / name
+    out.mkdir(parents=True)
+    toml = (bundle / "catalog.toml").read_text().replace("cpu-amd-epyc-1c", "cpu-test-1c")
+    if fp32_tflops is not None:
+        toml = toml.replace("fp32 = 0.0973741", f"fp32 = {fp32_tflops}")
+    (out / "catalog.toml").write_text(toml)
+    table.head(rows).assign(device="cpu-test-1c").to_csv(out / "measurements.csv", index=False)
+    return out
+
+
+def test_another_machine_under_a_fitted_device_name_is_a_warning(tmp_path):
+    """A profile of this machine carries the name of a committed bundle's (both `cpu-amd-epyc-1c`, different
+    VMs): evaluate and report say that the table describes the device unlike the machine the model was fitted
+    on (the model then prices it with the other machine's fit and its seen band), and calibrating on both bundles
+    says they become one device. A re-profile within a few percent says nothing."""
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    fitted = _cpu_bundle(tmp_path, "fitted", 400)
+    rc, _, err = cli(["calibrate", str(fitted), "--name", "cpu", "--tracking-uri", uri, "--no-lodo", "-q"])
+    assert rc == 0, err
+    other = _cpu_bundle(tmp_path, "other", 60, fp32_tflops=0.0543)
+    same = _cpu_bundle(tmp_path, "same", 60, fp32_tflops=0.0990)  # +1.7%: the same machine re-profiled
+    needle = "describes device 'cpu-test-1c' unlike the device models:/cpu/1 was fitted on (fp32 peak 0.0543 vs 0.0974"
+    rc, out, err = cli(["evaluate", str(other), "--model", "cpu", "--tracking-uri", uri, "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["n_rows"] == 60
+    assert f"warning: the measured table's catalog {needle}" in err and "--device-name" in err, err
+    assert "DataQualityWarning" not in err  # a `warning:` line, not Python's warning format
+    rc, _, err = cli(["report", "--model", "cpu", "--table", str(other), "--tracking-uri", uri, "-q",
+                      "-o", str(tmp_path / "r.html")])
+    assert rc == 0 and needle in err, err
+    rc, _, err = cli(["evaluate", str(same), "--model", "cpu", "--tracking-uri", uri, "--json"])
+    assert rc == 0 and "describes device" not in err, err
+    rc, _, err = cli(["data", "validate", str(fitted), str(other)])
+    assert rc == 0, err
+    assert (f"warning: {other} describes device 'cpu-test-1c' unlike {fitted} (fp32 peak 0.0543 vs 0.0974 TFLOP/s): "
+            "their rows are fitted as one device") in err, err
+    rc, _, err = cli(["data", "validate", str(fitted), str(same)])
+    assert rc == 0 and "describes device" not in err, err
+
+
+def test_evaluate_and_report_print_data_warnings_as_warning_lines(flow, tmp_path):
+    """A table named twice is read once: evaluate and report say so as one `warning:` line (as calibrate does),
+    not in Python's warning format (file, line number, source line)."""
+    twice = [str(flow["csv"]), str(Path(flow["csv"]).parent / "." / Path(flow["csv"]).name)]
+    rc, out, err = cli(["evaluate", *twice, "--model", "roofline", "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["n_rows"] == len(read_table(flow["csv"]))
+    assert "warning: 1 measurement table(s) named more than once; each is read once" in err, err
+    rc, _, err = cli(["report", "--model", "kern/1", "--table", twice[0], "--table", twice[1], "-q",
+                      "--tracking-uri", flow["uri"], "-o", str(tmp_path / "r.html")])
+    assert rc == 0 and "warning: 1 measurement table(s) named more than once" in err, err
+
+
+def test_report_clears_its_progress_line_before_an_error(flow, tmp_path):
+    """The stage line is cleared before the `error:` line (on a terminal the error would else follow
+    "report: load the run of nope ..." on the same line), and no HTML file is left."""
+    out_html = tmp_path / "r.html"
+    rc, out, err = cli(["report", "--model", "nope", "--tracking-uri", flow["uri"], "-o", str(out_html)])
+    assert rc == 2 and out == "" and not out_html.exists()
+    head, _, tail = err.rpartition("error: ")
+    assert "no registered model named 'nope'" in tail
+    assert "report: load the run of nope" in head and head.endswith("\r"), repr(err)
+    assert head.rstrip("\r").rpartition("\r")[2].strip() == "", repr(err)  # the last drawn state is blank

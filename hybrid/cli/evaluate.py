@@ -12,20 +12,33 @@ import click
 import pandas as pd
 
 from hybrid.atomic import atomic_file
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import echo_json, echo_table, quality_warnings
 from hybrid.errors import InvalidInputError
 
 _STATS = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
 
 
-def load_model_for(ref: str, tracking_uri: str | None, catalog: Any) -> Any:
-    """A predictor for ``ref`` (``roofline`` or a registry reference) that knows every device of ``catalog``."""
-    from hybrid.tracking.inputs import merge_catalog
+def load_model_for(ref: str, tracking_uri: str | None, catalog: Any, devices: Any = ()) -> Any:
+    """A predictor for ``ref`` (``roofline`` or a registry reference) that knows every device of ``catalog``.
+
+    ``catalog`` wins where both describe a device; for each of ``devices`` (the keys the measured rows name) that
+    it describes like another machine than the one the model was fitted on (:func:`~hybrid.tracking.inputs.
+    spec_differences`: a profile of this machine under the name of a committed bundle's, say) a
+    :class:`~hybrid.errors.DataQualityWarning` says so: the model then prices a device it never measured with the
+    fit (and the narrow seen interval band) of another."""
+    from hybrid.tracking.inputs import merge_catalog, warn_other_machine
     from hybrid.tracking.registry import load_predictor
 
     loaded = load_predictor(ref, tracking_uri=tracking_uri, catalog=catalog if ref == "roofline" else None)
     if ref != "roofline":
-        loaded.predictor.catalog, _ = merge_catalog(loaded.predictor.catalog, catalog)
+        fitted = loaded.predictor.catalog
+        for key in dict.fromkeys(str(d) for d in devices):
+            if key in catalog.devices and key in fitted.devices:
+                warn_other_machine(key, "the measured table's catalog", catalog.devices[key],
+                                   f"the device {loaded.ref} was fitted on", fitted.devices[key],
+                                   "predictions take the table's specs and the model's fit of the other machine, "
+                                   "scored as a device the model has seen")
+        loaded.predictor.catalog, _ = merge_catalog(fitted, catalog)
     return loaded
 
 
@@ -116,17 +129,18 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     from hybrid.tracking.evaluation import interval_coverage, prediction_frame, summarize
     from hybrid.tracking.inputs import load_measurements, subsample
 
-    data = load_measurements(tables)
-    table = subsample(data.table, max_rows, seed) if max_rows is not None else data.table
-    wrong = failed_validation(table)
-    if wrong.any():  # a broken run's times are not a measurement to score against
-        if wrong.all():
-            raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0)")
-        click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong results "
-                   "(#wrong > 0)", err=True)
-        table = table.loc[~wrong].reset_index(drop=True)
-    loaded = load_model_for(model_ref, tracking_uri, data.catalog)
-    predicted = loaded.predictor.predict(table)
+    with quality_warnings():  # data-quality notes (a table named twice, ...) as `warning:` lines, as calibrate's
+        data = load_measurements(tables)
+        table = subsample(data.table, max_rows, seed) if max_rows is not None else data.table
+        wrong = failed_validation(table)
+        if wrong.any():  # a broken run's times are not a measurement to score against
+            if wrong.all():
+                raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0)")
+            click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong "
+                       "results (#wrong > 0)", err=True)
+            table = table.loc[~wrong].reset_index(drop=True)
+        loaded = load_model_for(model_ref, tracking_uri, data.catalog, pd.unique(table["device"].astype(str)))
+        predicted = loaded.predictor.predict(table)
     frame = prediction_frame(table, predicted, "all")
     result = summarize(frame, "model")
     seen = training_overlap(loaded, frame)
