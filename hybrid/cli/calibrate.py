@@ -170,6 +170,9 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
                    "model": result.model_ref, "tracking_uri": result.tracking_uri,
                    "corrections": list(result.summary.get("corrections", {})),
                    "collective_transfer": bool(config.collective_transfer), "errors": result.summaries,
-                   "devices_sparse": sparse_devices(result)})
+                   "devices_sparse": sparse_devices(result), "lodo_held_out": lodo_held_out(result)})
+        line = unseen_line(lodo_held_out(result))  # on stderr, as the text form gives it: JSON stays on stdout
+        if line:
+            click.echo(line, err=True)
         return
     print_result(result)

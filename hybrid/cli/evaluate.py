@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_file
@@ -71,6 +72,33 @@ def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
     return error_summary(frame["predicted_us"].to_numpy(np.float64), frame["measured_us"].to_numpy(np.float64),
                          groups={"by_method": frame["method"].astype(str).to_numpy()})["by_method"]
+
+
+def one_device_band_line(loaded: Any, frame: pd.DataFrame, by_band: dict[str, Any]) -> str | None:
+    """A warning when rows of devices the model never measured got an unseen interval band calibrated on one
+    held-out device's errors (``IntervalCalibration.one_device_unseen``: a calibration with one
+    ``--holdout-device``): their coverage then says how much another GPU resembles that one, not how well the
+    intervals are calibrated (a NeuSight model held out on the V100 alone: 8.7% of the T4's rows covered)."""
+    intervals = getattr(loaded.predictor, "intervals", None)
+    if intervals is None or "interval_band" not in frame.columns:
+        return None
+    unseen = frame[frame["interval_band"].astype(object) == "unseen"]
+    if len(unseen) == 0:
+        return None
+    from hybrid.corrections.intervals import interval_keys
+
+    keys = interval_keys(unseen["method"].to_numpy(), unseen["family"].to_numpy())
+    one = intervals.one_device_unseen(pd.unique(keys))
+    if not one:
+        return None
+    n = int(np.isin(keys, one).sum())
+    devices = ", ".join(sorted(unseen.loc[np.isin(keys, one), "device"].astype(str).unique()))
+    pct = by_band.get("unseen", {}).get("coverage_pct")
+    said = f" ({pct:.1f}% of the unseen rows covered)" if pct is not None and np.isfinite(pct) else ""
+    return (f"warning: {n:,} rows of devices {loaded.ref} never measured ({devices}) got 80% intervals calibrated on "
+            f"one held-out device's errors ({', '.join(one)}){said}: one GPU's errors, not a spread of GPUs, so "
+            "their coverage says how much these devices err like that one; recalibrate with several devices held "
+            "out (--holdout-device several times, or none: up to 8) to calibrate intervals for new GPUs")
 
 
 def _natural(name: str) -> tuple:
@@ -162,6 +190,9 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
         click.echo(f"warning: {int(seen.sum()):,} of {len(frame):,} rows ({100 * seen.mean():.0f}%) were in the "
                    f"training data of {loaded.ref} (run {loaded.run_id}): their errors are in-sample, not a test "
                    "of the model; evaluate on held-out measurements", err=True)
+    line = one_device_band_line(loaded, frame, cov["coverage_by_band"])
+    if line:
+        click.echo(line, err=True)
     if as_json:
         echo_json(result)
         return
