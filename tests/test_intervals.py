@@ -905,8 +905,8 @@ def test_evaluate_warns_when_unseen_intervals_rest_on_one_held_out_device(shared
     assert rc == 0, err
     res = json.loads(out)
     pct = res["coverage_by_band"]["unseen"]["coverage_pct"]
-    assert "rows of devices models:/one/1 never measured (T4) got 80% intervals calibrated on one held-out " \
-           "device's errors (kernel-xgb:gemm" in err and f"({pct:.1f}% of the unseen rows covered)" in err, err
+    assert "rows (T4) got the 80% interval of devices models:/one/1 never measured, which it calibrated on one " \
+           "held-out device's errors (kernel-xgb:gemm" in err and f"({pct:.1f}% of the unseen rows covered)" in err, err
     rc, out, err = cli(["calibrate", str(csv), "--name", "two", "--tracking-uri", uri, "--json", "-q",
                         "--holdout-device", "V100-PCIE-32GB", "--holdout-device", "P100-PCIE-16GB"])
     assert rc == 0, err

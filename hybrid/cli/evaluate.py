@@ -37,8 +37,8 @@ def load_model_for(ref: str, tracking_uri: str | None, catalog: Any, devices: An
             if key in catalog.devices and key in fitted.devices:
                 warn_other_machine(key, "the measured table's catalog", catalog.devices[key],
                                    f"the device {loaded.ref} was fitted on", fitted.devices[key],
-                                   "predictions take the table's specs and the model's fit of the other machine, "
-                                   "scored as a device the model has seen")
+                                   "predictions take the table's specs with the model's fit of that device as it "
+                                   "measured it, scored as a device the model has seen")
         loaded.predictor.catalog, _ = merge_catalog(fitted, catalog)
     return loaded
 
@@ -75,8 +75,8 @@ def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
 
 def one_device_band_line(loaded: Any, frame: pd.DataFrame, by_band: dict[str, Any]) -> str | None:
-    """A warning when rows of devices the model never measured got an unseen interval band calibrated on one
-    held-out device's errors (``IntervalCalibration.one_device_unseen``: a calibration with one
+    """A warning when rows got the unseen interval band (devices the model never measured, or rows whose own band
+    the calibration could not calibrate) and the model calibrated that band on one held-out device's errors (``IntervalCalibration.one_device_unseen``: a calibration with one
     ``--holdout-device``): their coverage then says how much another GPU resembles that one, not how well the
     intervals are calibrated (a NeuSight model held out on the V100 alone: 8.7% of the T4's rows covered)."""
     intervals = getattr(loaded.predictor, "intervals", None)
@@ -95,10 +95,10 @@ def one_device_band_line(loaded: Any, frame: pd.DataFrame, by_band: dict[str, An
     devices = ", ".join(sorted(unseen.loc[np.isin(keys, one), "device"].astype(str).unique()))
     pct = by_band.get("unseen", {}).get("coverage_pct")
     said = f" ({pct:.1f}% of the unseen rows covered)" if pct is not None and np.isfinite(pct) else ""
-    return (f"warning: {n:,} rows of devices {loaded.ref} never measured ({devices}) got 80% intervals calibrated on "
-            f"one held-out device's errors ({', '.join(one)}){said}: one GPU's errors, not a spread of GPUs, so "
-            "their coverage says how much these devices err like that one; recalibrate with several devices held "
-            "out (--holdout-device several times, or none: up to 8) to calibrate intervals for new GPUs")
+    return (f"warning: {n:,} rows ({devices}) got the 80% interval of devices {loaded.ref} never measured, which it "
+            f"calibrated on one held-out device's errors ({', '.join(one)}){said}: one device's errors, not a spread "
+            "of devices, so their coverage says how much these devices err like that one; recalibrate with several "
+            "devices held out (--holdout-device several times, or none: up to 8) to calibrate intervals for new GPUs")
 
 
 def _natural(name: str) -> tuple:
