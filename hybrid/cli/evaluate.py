@@ -22,24 +22,31 @@ _STATS = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
 def load_model_for(ref: str, tracking_uri: str | None, catalog: Any, devices: Any = ()) -> Any:
     """A predictor for ``ref`` (``roofline`` or a registry reference) that knows every device of ``catalog``.
 
-    ``catalog`` wins where both describe a device; for each of ``devices`` (the keys the measured rows name) that
-    it describes like another machine than the one the model was fitted on (:func:`~hybrid.tracking.inputs.
-    spec_differences`: a profile of this machine under the name of a committed bundle's, say) a
-    :class:`~hybrid.errors.DataQualityWarning` says so: the model then prices a device it never measured with the
-    fit (and the narrow seen interval band) of another."""
+    A device the model was fitted on keeps the model's catalog entry (``HybridPredictor.fitted_devices``: its
+    corrections are efficiencies relative to that entry's roofline); ``catalog`` adds the others and wins for
+    devices the model only knows from the packaged catalog. For each of ``devices`` (the keys the measured rows
+    name) that ``catalog`` describes unlike the fitted entry (:func:`~hybrid.tracking.inputs.spec_differences`: a
+    profile of another machine under the name of a committed bundle's, or the same machine measured under other
+    load) a :class:`~hybrid.errors.DataQualityWarning` says so."""
+    from hybrid.hardware.catalog import Catalog
     from hybrid.tracking.inputs import merge_catalog, warn_other_machine
     from hybrid.tracking.registry import load_predictor
 
     loaded = load_predictor(ref, tracking_uri=tracking_uri, catalog=catalog if ref == "roofline" else None)
-    if ref != "roofline":
-        fitted = loaded.predictor.catalog
-        for key in dict.fromkeys(str(d) for d in devices):
-            if key in catalog.devices and key in fitted.devices:
-                warn_other_machine(key, "the measured table's catalog", catalog.devices[key],
-                                   f"the device {loaded.ref} was fitted on", fitted.devices[key],
-                                   "predictions take the table's specs with the model's fit of that device as it "
-                                   "measured it, scored as a device the model has seen")
-        loaded.predictor.catalog, _ = merge_catalog(fitted, catalog)
+    if ref == "roofline":
+        return loaded
+    model = loaded.predictor
+    fitted = model.catalog
+    keep = {d: fitted.devices[d] for d in model.fitted_devices() if d in fitted.devices}
+    for key in dict.fromkeys(str(d) for d in devices):
+        if key in keep and key in catalog.devices:
+            warn_other_machine(key, "the measured table's catalog", catalog.devices[key],
+                               f"the entry {loaded.ref} was fitted with", keep[key],
+                               "predictions use the model's entry, which its corrections are relative to")
+    merged, _ = merge_catalog(fitted, catalog)
+    if any(merged.devices.get(k) is not d for k, d in keep.items()):
+        merged = Catalog({**merged.devices, **keep}, merged.systems)
+    model.catalog = merged
     return loaded
 
 
