@@ -867,7 +867,7 @@ def test_collective_hold_out_keeps_measurement_points_together(shared_datasets):
     assert np.array_equal(stratified_split(typed, 0.2, 0)[1], stratified_split(typed, 0.2, 0, collective_groups=None)[1])
 
 
-def test_one_device_unseen_names_kernel_keys_whose_unseen_band_is_one_devices_errors():
+def test_one_device_band_names_kernel_keys_whose_unseen_band_is_one_devices_errors():
     """A kernel key whose unseen residuals come from one held-out device is named (its band is that GPU's bias:
     here x0.58-x0.90, which leaves the prediction outside); two devices, a collective key (which takes the
     public default band instead) and a key without an unseen band are not."""
@@ -883,8 +883,9 @@ def test_one_device_unseen_names_kernel_keys_whose_unseen_band_is_one_devices_er
     assert cal.bands["kernel-xgb:gemm"]["devices_unseen"] == 1
     lo, hi = np.exp(cal.bands["kernel-xgb:gemm"]["unseen"])
     assert hi < 1.0  # one device's bias: the band leaves the prediction itself outside
-    assert cal.one_device_unseen(["kernel-xgb:gemm", "kernel-xgb:norm", "kernel-xgb:softmax",
-                                  "collective-sigmoid:collective", "kernel-xgb:gemm"]) == ["kernel-xgb:gemm"]
+    assert [k for k in ("kernel-xgb:gemm", "kernel-xgb:norm", "kernel-xgb:softmax", "collective-sigmoid:collective")
+            if cal.one_device_band(k, "unseen")] == ["kernel-xgb:gemm"]
+    assert not cal.one_device_band("kernel-xgb:gemm", "seen") and not cal.one_device_band("kernel-xgb:gemm", "few")
 
 
 def test_evaluate_warns_when_unseen_intervals_rest_on_one_held_out_device(shared_datasets, tmp_path):
@@ -905,8 +906,19 @@ def test_evaluate_warns_when_unseen_intervals_rest_on_one_held_out_device(shared
     assert rc == 0, err
     res = json.loads(out)
     pct = res["coverage_by_band"]["unseen"]["coverage_pct"]
-    assert "rows (T4) got the 80% interval of devices models:/one/1 never measured, which it calibrated on one " \
-           "held-out device's errors (kernel-xgb:gemm" in err and f"({pct:.1f}% of the unseen rows covered)" in err, err
+    assert "rows (T4) got 80% intervals that models:/one/1 calibrated on one held-out device's errors (unseen " \
+           "band of kernel-xgb:gemm" in err and f"(covered: unseen {pct:.1f}%)" in err, err
+    # adapted to 30 T4 rows, the adapted bands rest on the same single fold: said too
+    t4_rows = table[table["device"] == "T4"].sample(frac=1.0, random_state=0)
+    few, rest = (write_csv(t4_rows.iloc[:30], tmp_path / "t4_few.csv"),
+                 write_csv(t4_rows.iloc[30:], tmp_path / "t4_rest.csv"))
+    rc, out, err = cli(["calibrate", str(few), "--name", "one-t4", "--base", "one", "--tracking-uri", uri, "-q",
+                        "--json"])
+    assert rc == 0, err
+    rc, out, err = cli(["evaluate", str(rest), "--model", "one-t4", "--tracking-uri", uri, "--json"])
+    assert rc == 0, err
+    adapted = [b for b in json.loads(out)["coverage_by_band"] if b.startswith("adapted-")]
+    assert adapted and "calibrated on one held-out device's errors (adapted-" in err, err
     rc, out, err = cli(["calibrate", str(csv), "--name", "two", "--tracking-uri", uri, "--json", "-q",
                         "--holdout-device", "V100-PCIE-32GB", "--holdout-device", "P100-PCIE-16GB"])
     assert rc == 0, err

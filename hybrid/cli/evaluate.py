@@ -82,30 +82,37 @@ def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
 
 def one_device_band_line(loaded: Any, frame: pd.DataFrame, by_band: dict[str, Any]) -> str | None:
-    """A warning when rows got the unseen interval band (devices the model never measured, or rows whose own band
-    the calibration could not calibrate) and the model calibrated that band on one held-out device's errors (``IntervalCalibration.one_device_unseen``: a calibration with one
-    ``--holdout-device``): their coverage then says how much another GPU resembles that one, not how well the
-    intervals are calibrated (a NeuSight model held out on the V100 alone: 8.7% of the T4's rows covered)."""
+    """A warning when rows got an interval band that the model calibrated on one held-out device's errors
+    (``IntervalCalibration.one_device_band``: a calibration with one ``--holdout-device``, whose unseen, few-row and
+    adapted bands all rest on that device; or a model adapted from one): their coverage then says how much these
+    devices err like that one, not how well the intervals are calibrated (a NeuSight model held out on the V100
+    alone: 8.7% of the T4's rows covered by the unseen band; adapted to 30 T4 rows, 45%)."""
     intervals = getattr(loaded.predictor, "intervals", None)
     if intervals is None or "interval_band" not in frame.columns:
         return None
-    unseen = frame[frame["interval_band"].astype(object) == "unseen"]
-    if len(unseen) == 0:
+    band = frame["interval_band"].astype(object)
+    rows = frame[band.notna() & (band != "seen")]
+    if len(rows) == 0:
         return None
     from hybrid.corrections.intervals import interval_keys
 
-    keys = interval_keys(unseen["method"].to_numpy(), unseen["family"].to_numpy())
-    one = intervals.one_device_unseen(pd.unique(keys))
-    if not one:
+    keys = pd.Series(interval_keys(rows["method"].to_numpy(), rows["family"].to_numpy()), index=rows.index)
+    pairs = pd.DataFrame({"key": keys, "band": rows["interval_band"].astype(str)})
+    distinct = pairs.drop_duplicates()
+    one = distinct[[intervals.one_device_band(k, b) for k, b in zip(distinct["key"], distinct["band"], strict=True)]]
+    if len(one) == 0:
         return None
-    n = int(np.isin(keys, one).sum())
-    devices = ", ".join(sorted(unseen.loc[np.isin(keys, one), "device"].astype(str).unique()))
-    pct = by_band.get("unseen", {}).get("coverage_pct")
-    said = f" ({pct:.1f}% of the unseen rows covered)" if pct is not None and np.isfinite(pct) else ""
-    return (f"warning: {n:,} rows ({devices}) got the 80% interval of devices {loaded.ref} never measured, which it "
-            f"calibrated on one held-out device's errors ({', '.join(one)}){said}: one device's errors, not a spread "
-            "of devices, so their coverage says how much these devices err like that one; recalibrate with several "
-            "devices held out (--holdout-device several times, or none: up to 8) to calibrate intervals for new GPUs")
+    hit = pairs.merge(one.assign(_one=True), how="left", on=["key", "band"])["_one"].fillna(False).to_numpy(bool)
+    devices = ", ".join(sorted(rows.loc[hit, "device"].astype(str).unique()))
+    bands = sorted(set(one["band"]), key=_natural)
+    cover = [f"{b} {by_band[b]['coverage_pct']:.1f}%" for b in bands
+             if b in by_band and np.isfinite(by_band[b].get("coverage_pct", np.nan))]
+    said = f" (covered: {', '.join(cover)})" if cover else ""
+    return (f"warning: {int(hit.sum()):,} rows ({devices}) got 80% intervals that {loaded.ref} calibrated on one "
+            f"held-out device's errors ({', '.join(bands)} band of {', '.join(sorted(set(one['key'])))}){said}: one "
+            "device's errors, not a spread of devices, so their coverage says how much these devices err like that "
+            "one; recalibrate (an adapted model: its base) with several devices held out (--holdout-device several "
+            "times, or none: up to 8) to calibrate intervals for new GPUs")
 
 
 def _natural(name: str) -> tuple:
