@@ -908,6 +908,10 @@ def test_evaluate_warns_when_unseen_intervals_rest_on_one_held_out_device(shared
     pct = res["coverage_by_band"]["unseen"]["coverage_pct"]
     assert "rows (T4) got 80% intervals that models:/one/1 calibrated on one held-out device's errors (unseen " \
            "band of kernel-xgb:gemm" in err and f"(covered: unseen {pct:.1f}%)" in err, err
+    html = tmp_path / "t4.html"
+    rc, _, err = cli(["report", "--model", "one", "--table", str(t4), "--tracking-uri", uri, "-q", "-o", str(html)])
+    assert rc == 0 and "calibrated on one held-out device's errors (unseen band" in err, err
+    assert "calibrated on one held-out device&#x27;s errors (unseen band" in html.read_text()  # in the page too
     # adapted to 30 T4 rows, the adapted bands rest on the same single fold: said too
     t4_rows = table[table["device"] == "T4"].sample(frac=1.0, random_state=0)
     few, rest = (write_csv(t4_rows.iloc[:30], tmp_path / "t4_few.csv"),

@@ -59,10 +59,10 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
     """The report of ``model_ref`` evaluated on measured ``tables`` (as ``hybrid evaluate`` scores them)."""
     import pandas as pd
 
-    from hybrid.cli.evaluate import load_model_for, training_overlap
+    from hybrid.cli.evaluate import load_model_for, one_device_band_line, training_overlap
     from hybrid.data.quality import failed_validation
     from hybrid.reports.html import render_report
-    from hybrid.tracking.evaluation import prediction_frame
+    from hybrid.tracking.evaluation import interval_coverage, prediction_frame
     from hybrid.tracking.inputs import load_measurements
 
     stage(f"load {len(tables)} table(s)")
@@ -88,6 +88,10 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
                 f"of {loaded.ref} (run {loaded.run_id}): their errors are in-sample, not a test of the model")
         meta["rows in training data"] = said
         click.echo(f"warning: {said}; evaluate on held-out measurements", err=True)
+    line = one_device_band_line(loaded, frame, interval_coverage(frame)["coverage_by_band"])
+    if line:  # as evaluate says it: intervals resting on one held-out device's errors
+        meta["intervals"] = line.removeprefix("warning: ")
+        click.echo(line, err=True)
     images = _plots(frame, stage)
     stage("render the HTML")
     return render_report(frame, title=title, meta=meta, images=images)
