@@ -102,7 +102,8 @@ def one_device_band_line(loaded: Any, frame: pd.DataFrame, by_band: dict[str, An
     one = distinct[[intervals.one_device_band(k, b) for k, b in zip(distinct["key"], distinct["band"], strict=True)]]
     if len(one) == 0:
         return None
-    hit = pairs.merge(one.assign(_one=True), how="left", on=["key", "band"])["_one"].fillna(False).to_numpy(bool)
+    joined = pairs["key"] + "\x1f" + pairs["band"]
+    hit = joined.isin(set(one["key"] + "\x1f" + one["band"])).to_numpy(bool)
     devices = ", ".join(sorted(rows.loc[hit, "device"].astype(str).unique()))
     bands = sorted(set(one["band"]), key=_natural)
     cover = [f"{b} {by_band[b]['coverage_pct']:.1f}%" for b in bands
