@@ -352,3 +352,83 @@ def test_slow_stages_show_on_stderr_and_leave_json_stdout_clean(tmp_path, shared
     # --quiet: no progress line
     rc, out, err = cli(["report", "--model", "staged", "--tracking-uri", uri, "-o", str(tmp_path / "q.html"), "-q"])
     assert rc == 0 and "report:" not in err
+
+
+def _cpu_bundle(root: Path, name: str, rows: int, fp32_tflops: float | None = None) -> Path:
+    """A bundle of ``rows`` rows of the committed CPU profile, its device renamed ``cpu-test-1c``; with
+    ``fp32_tflops`` its catalog.toml describes another machine (another fp32 GEMM peak) under that name."""
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+    table = read_table(bundle / "measurements.csv", _bundle_cat(bundle))
+    out = root / name
+    out.mkdir(parents=True)
+    toml = (bundle / "catalog.toml").read_text().replace("cpu-amd-epyc-1c", "cpu-test-1c")
+    if fp32_tflops is not None:
+        toml = toml.replace("fp32 = 0.0973741", f"fp32 = {fp32_tflops}")
+    (out / "catalog.toml").write_text(toml)
+    table.head(rows).assign(device="cpu-test-1c").to_csv(out / "measurements.csv", index=False)
+    return out
+
+
+def test_a_fitted_device_keeps_the_models_entry_and_another_description_is_a_warning(tmp_path):
+    """A table whose bundle describes a device the model was fitted on unlike the model's entry (a profile of this
+    VM under the name of the committed bundle's, both `cpu-amd-epyc-1c`; or the same VM re-profiled under load:
+    fp32 peak 0.054 vs 0.107 TFLOP/s two minutes apart) is predicted with the model's entry, which its corrections
+    are relative to (measured: 32.0% -> 7.1% geomean on such a re-profile), and evaluate / report say so; a
+    re-profile within a few percent says nothing. Calibrating on both bundles says they become one device."""
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    fitted = _cpu_bundle(tmp_path, "fitted", 400)
+    rc, _, err = cli(["calibrate", str(fitted), "--name", "cpu", "--tracking-uri", uri, "--no-lodo", "-q"])
+    assert rc == 0, err
+    as_fitted = _cpu_bundle(tmp_path, "as-fitted", 60)
+    other = _cpu_bundle(tmp_path, "other", 60, fp32_tflops=0.0543)  # the same 60 fp32 GEMM-family rows
+    same = _cpu_bundle(tmp_path, "same", 60, fp32_tflops=0.0990)  # +1.7%: the same machine re-profiled
+    preds = {}
+    for name, bundle in (("as-fitted", as_fitted), ("other", other)):
+        rc, out, err = cli(["evaluate", str(bundle), "--model", "cpu", "--tracking-uri", uri, "--json",
+                            "-o", str(tmp_path / f"{name}.csv")])
+        assert rc == 0, err
+        assert json.loads(out)["n_rows"] == 60
+        preds[name] = pd.read_csv(tmp_path / f"{name}.csv")
+    # the model's entry prices both alike (with the table's entry every GEMM's roofline would be 1.8x slower)
+    np.testing.assert_allclose(preds["other"]["predicted_us"], preds["as-fitted"]["predicted_us"], rtol=1e-9)
+    np.testing.assert_allclose(preds["other"]["roofline_us"], preds["as-fitted"]["roofline_us"], rtol=1e-9)
+    needle = "describes device 'cpu-test-1c' unlike the entry models:/cpu/1 was fitted with (fp32 peak 0.0543 vs 0.0974"
+    assert f"warning: the measured table's catalog {needle}" in err and "--device-name" in err, err
+    assert "predictions use the model's entry" in err
+    assert "DataQualityWarning" not in err  # a `warning:` line, not Python's warning format
+    rc, _, err = cli(["report", "--model", "cpu", "--table", str(other), "--tracking-uri", uri, "-q",
+                      "-o", str(tmp_path / "r.html")])
+    assert rc == 0 and needle in err, err
+    rc, _, err = cli(["evaluate", str(same), "--model", "cpu", "--tracking-uri", uri, "--json"])
+    assert rc == 0 and "describes device" not in err, err
+    rc, _, err = cli(["data", "validate", str(fitted), str(other)])
+    assert rc == 0, err
+    assert (f"warning: {other} describes device 'cpu-test-1c' unlike {fitted} (fp32 peak 0.0543 vs 0.0974 TFLOP/s): "
+            "their rows are fitted as one device") in err, err
+    rc, _, err = cli(["data", "validate", str(fitted), str(same)])
+    assert rc == 0 and "describes device" not in err, err
+
+
+def test_evaluate_and_report_print_data_warnings_as_warning_lines(flow, tmp_path):
+    """A table named twice is read once: evaluate and report say so as one `warning:` line (as calibrate does),
+    not in Python's warning format (file, line number, source line)."""
+    twice = [str(flow["csv"]), str(Path(flow["csv"]).parent / "." / Path(flow["csv"]).name)]
+    rc, out, err = cli(["evaluate", *twice, "--model", "roofline", "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["n_rows"] == len(read_table(flow["csv"]))
+    assert "warning: 1 measurement table(s) named more than once; each is read once" in err, err
+    rc, _, err = cli(["report", "--model", "kern/1", "--table", twice[0], "--table", twice[1], "-q",
+                      "--tracking-uri", flow["uri"], "-o", str(tmp_path / "r.html")])
+    assert rc == 0 and "warning: 1 measurement table(s) named more than once" in err, err
+
+
+def test_report_clears_its_progress_line_before_an_error(flow, tmp_path):
+    """The stage line is cleared before the `error:` line (on a terminal the error would else follow
+    "report: load the run of nope ..." on the same line), and no HTML file is left."""
+    out_html = tmp_path / "r.html"
+    rc, out, err = cli(["report", "--model", "nope", "--tracking-uri", flow["uri"], "-o", str(out_html)])
+    assert rc == 2 and out == "" and not out_html.exists()
+    head, _, tail = err.rpartition("error: ")
+    assert "no registered model named 'nope'" in tail
+    assert "report: load the run of nope" in head and head.endswith("\r"), repr(err)
+    assert head.rstrip("\r").rpartition("\r")[2].strip() == "", repr(err)  # the last drawn state is blank

@@ -256,3 +256,16 @@ def test_calibrate_warns_when_one_held_out_device_calibrates_the_unseen_band() -
     assert unseen_line([]) is None and unseen_line(["T4", "V100-PCIE-32GB"]) is None
     one = unseen_line(["T4"])
     assert one.startswith("warning: ") and "one held-out device (T4)" in one and "--holdout-device" in one
+
+
+def test_calibrate_warns_when_every_held_out_device_had_a_sibling() -> None:
+    """Held out on the H100 and H200 profiles alone (each the other's sibling), a calibration's unseen band is the
+    siblings' errors (33% of DeepBench's never-measured GPUs' rows covered by the quickstart model): said; one
+    held-out device without a sibling in its fit is enough to say nothing."""
+    from hybrid.cli.calibrate import sibling_unseen_line
+
+    line = sibling_unseen_line(["H100-SXM", "H200"], ["H100-SXM", "H200"])
+    assert line.startswith("warning: every held-out device had another variant of its die in its fit (H100-SXM, H200)")
+    assert "--holdout-device" in line
+    assert sibling_unseen_line(["H100-SXM", "H200", "T4"], ["H100-SXM", "H200"]) is None
+    assert sibling_unseen_line([], []) is None

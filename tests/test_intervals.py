@@ -865,3 +865,68 @@ def test_collective_hold_out_keeps_measurement_points_together(shared_datasets):
     # a validated kernel table: size_bytes is a nullable Int64 column of <NA> (its comparisons were <NA>, refused)
     typed = kernels.assign(dtype="fp16", size_bytes=pd.array([pd.NA] * len(kernels), dtype="Int64"))
     assert np.array_equal(stratified_split(typed, 0.2, 0)[1], stratified_split(typed, 0.2, 0, collective_groups=None)[1])
+
+
+def test_one_device_band_names_kernel_keys_whose_unseen_band_is_one_devices_errors():
+    """A kernel key whose unseen residuals come from one held-out device is named (its band is that GPU's bias:
+    here x0.58-x0.90, which leaves the prediction outside); two devices, a collective key (which takes the
+    public default band instead) and a key without an unseen band are not."""
+    rng = np.random.default_rng(0)
+    n = 60
+    r = np.concatenate([rng.normal(-0.3, 0.1, n), rng.normal(-0.3, 0.1, n), rng.normal(0.2, 0.1, n),
+                        rng.normal(0.0, 0.05, n), rng.normal(0.1, 0.3, n), rng.normal(0.0, 0.05, n)])
+    key = np.repeat(["kernel-xgb:gemm", "kernel-xgb:norm", "kernel-xgb:norm", "kernel-xgb:softmax",
+                     "collective-sigmoid:collective", "kernel-xgb:gemm"], n)
+    band = np.repeat([0, 0, 0, 1, 0, 1], n)  # 0 unseen (leave-one-device-out rows), 1 seen (random split)
+    device = np.repeat(["V100", "V100", "P100", "T4", "sys-a", "T4"], n)
+    cal = IntervalCalibration.from_residuals(r, key, band, device)
+    assert cal.bands["kernel-xgb:gemm"]["devices_unseen"] == 1
+    lo, hi = np.exp(cal.bands["kernel-xgb:gemm"]["unseen"])
+    assert hi < 1.0  # one device's bias: the band leaves the prediction itself outside
+    assert [k for k in ("kernel-xgb:gemm", "kernel-xgb:norm", "kernel-xgb:softmax", "collective-sigmoid:collective")
+            if cal.one_device_band(k, "unseen")] == ["kernel-xgb:gemm"]
+    assert not cal.one_device_band("kernel-xgb:gemm", "seen") and not cal.one_device_band("kernel-xgb:gemm", "few")
+
+
+def test_evaluate_warns_when_unseen_intervals_rest_on_one_held_out_device(shared_datasets, tmp_path):
+    """`calibrate --json` with one --holdout-device says on stderr (as its text form does) that the unseen band is
+    one GPU's errors and lists the held-out devices in the JSON; `evaluate` on a GPU the model never measured says
+    why its coverage is what it is. A calibration holding out two devices says neither."""
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    table = neusight_table(shared_datasets, max_rows=900)
+    csv = write_csv(table[table["device"] != "T4"], tmp_path / "no_t4.csv")
+    t4 = write_csv(table[table["device"] == "T4"], tmp_path / "t4.csv")
+    rc, out, err = cli(["calibrate", str(csv), "--name", "one", "--tracking-uri", uri, "--json", "-q",
+                        "--holdout-device", "V100-PCIE-32GB"])
+    assert rc == 0, err
+    assert last_json(out)["lodo_held_out"] == ["V100-PCIE-32GB"]
+    assert "warning: the 80% intervals of devices this model never measured are calibrated on one held-out " \
+           "device (V100-PCIE-32GB)" in err, err
+    rc, out, err = cli(["evaluate", str(t4), "--model", "one", "--tracking-uri", uri, "--json"])
+    assert rc == 0, err
+    res = json.loads(out)
+    pct = res["coverage_by_band"]["unseen"]["coverage_pct"]
+    assert "rows (T4) got 80% intervals that models:/one/1 calibrated on one held-out device's errors (unseen " \
+           "band of kernel-xgb:gemm" in err and f"(covered: unseen {pct:.1f}%)" in err, err
+    html = tmp_path / "t4.html"
+    rc, _, err = cli(["report", "--model", "one", "--table", str(t4), "--tracking-uri", uri, "-q", "-o", str(html)])
+    assert rc == 0 and "calibrated on one held-out device's errors (unseen band" in err, err
+    assert "calibrated on one held-out device&#x27;s errors (unseen band" in html.read_text()  # in the page too
+    # adapted to 30 T4 rows, the adapted bands rest on the same single fold: said too
+    t4_rows = table[table["device"] == "T4"].sample(frac=1.0, random_state=0)
+    few, rest = (write_csv(t4_rows.iloc[:30], tmp_path / "t4_few.csv"),
+                 write_csv(t4_rows.iloc[30:], tmp_path / "t4_rest.csv"))
+    rc, out, err = cli(["calibrate", str(few), "--name", "one-t4", "--base", "one", "--tracking-uri", uri, "-q",
+                        "--json"])
+    assert rc == 0, err
+    rc, out, err = cli(["evaluate", str(rest), "--model", "one-t4", "--tracking-uri", uri, "--json"])
+    assert rc == 0, err
+    adapted = [b for b in json.loads(out)["coverage_by_band"] if b.startswith("adapted-")]
+    assert adapted and "calibrated on one held-out device's errors (adapted-" in err, err
+    rc, out, err = cli(["calibrate", str(csv), "--name", "two", "--tracking-uri", uri, "--json", "-q",
+                        "--holdout-device", "V100-PCIE-32GB", "--holdout-device", "P100-PCIE-16GB"])
+    assert rc == 0, err
+    assert sorted(last_json(out)["lodo_held_out"]) == ["P100-PCIE-16GB", "V100-PCIE-32GB"]
+    assert "one held-out device" not in err
+    rc, out, err = cli(["evaluate", str(t4), "--model", "two", "--tracking-uri", uri, "--json"])
+    assert rc == 0 and "one held-out device" not in err, err

@@ -330,6 +330,43 @@ def test_quickstart_says_how_many_devices_leave_one_out_covers(shared_datasets, 
         f"leave-one-device-out covers all {n} devices")
 
 
+def test_quickstart_holds_out_gpus_whose_die_the_data_does_not_share(shared_datasets, catalog):
+    """The devices with the most rows of quickstart's data are the H100 and H200 profiles, each the other's sibling:
+    held out alone, they calibrated the interval of GPUs never measured on siblings (33% of DeepBench's
+    never-measured GPUs' rows covered). Quickstart also holds out the two GPUs with the most kernel rows whose die
+    no other device of the data shares; the A100 PCIe pair (siblings) and collective-only devices are not such."""
+    from hybrid.cli.quickstart import (
+        QUICKSTART_LODO_DEVICES,
+        QUICKSTART_UNSEEN_DEVICES,
+        import_public_subset,
+        project_bundles,
+        quickstart_holdouts,
+    )
+    from hybrid.corrections.intervals import SIBLING_MAX_TDP_RATIO
+    from hybrid.tracking.calibrate import CalibrationConfig
+    from hybrid.tracking.inputs import load_measurements
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = load_measurements(project_bundles())
+        public, _ = import_public_subset(shared_datasets, data.catalog, progress=False)
+    data.table = pd.concat([data.table, public], ignore_index=True, sort=False)
+    config = CalibrationConfig(name="q", max_lodo_devices=QUICKSTART_LODO_DEVICES)
+    held = quickstart_holdouts(data, config)
+    assert held[:2] == ["H100-SXM", "H200"]  # the default choice comes first, unchanged
+    extra = held[2:]
+    assert len(extra) == QUICKSTART_UNSEEN_DEVICES
+    present = set(data.table["device"].astype(str))
+    for d in extra:
+        assert data.catalog.device(d).kind == "gpu"
+        assert not set(data.catalog.same_die(d, SIBLING_MAX_TDP_RATIO)) & (present - {d}), d
+    assert not {"A100-PCIE-40GB", "A100-PCIE-80GB", "A100-SXM4-40GB"} & set(extra)
+    # data whose largest devices already include such GPUs needs none added
+    neusight = data.table[data.table["device"].isin(["T4", "P100-PCIE-16GB", "P4"])].reset_index(drop=True)
+    data.table = neusight
+    assert len(quickstart_holdouts(data, config)) == QUICKSTART_LODO_DEVICES
+
+
 def test_quickstart_keeps_the_h100_matmul_table_whole_beside_the_sampled_subset(shared_datasets, catalog):
     """The public subset is sub-sampled evenly over device/op groups; XLA's H100 matmul table, the only public
     timing of large 16-bit Hopper GEMMs, joins whole (sub-sampled to a few dozen rows the profiles' misaligned

@@ -99,6 +99,28 @@ def test_tracking_uri_precedence(tmp_path, monkeypatch):
     assert resolve_tracking_uri(str(tmp_path / "s.db")) == f"sqlite:///{(tmp_path / 's.db').resolve()}"
 
 
+def test_a_bare_path_that_is_not_a_db_file_is_a_clear_error(tmp_path, monkeypatch):
+    """A directory (the HYBRID_HOME folder, MLflow's ./mlruns) given as --tracking-uri is one line naming what a
+    store is, and the store's file where the directory holds one; not MLflow's paragraph on its file store's
+    maintenance mode. MLFLOW_ALLOW_FILE_STORE (MLflow's own opt-in) passes it on as before."""
+    from hybrid.cli.main import main
+    from hybrid.errors import InvalidInputError
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(InvalidInputError, match=r"neither a SQLite file .* nor a server") as exc:
+        resolve_tracking_uri(str(tmp_path / "mlruns"))
+    assert "exists" not in str(exc.value)
+    home = tmp_path / "home"
+    open_store(f"sqlite:///{home / 'mlflow.db'}").client()  # a real (empty) store in the folder
+    with pytest.raises(InvalidInputError, match=f"{home / 'mlflow.db'} exists: pass that file"):
+        resolve_tracking_uri(str(home))
+    assert main(["models", "--tracking-uri", str(home)]) == 2
+    assert main(["models", "--tracking-uri", str(home / "mlflow.db")]) == 0
+    assert resolve_tracking_uri("databricks") == "databricks"
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert resolve_tracking_uri(str(home)) == str(home)
+
+
 def test_hybrid_home_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv("HYBRID_HOME", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))

@@ -9,23 +9,44 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_file
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import echo_json, echo_table, quality_warnings
 from hybrid.errors import InvalidInputError
 
 _STATS = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
 
 
-def load_model_for(ref: str, tracking_uri: str | None, catalog: Any) -> Any:
-    """A predictor for ``ref`` (``roofline`` or a registry reference) that knows every device of ``catalog``."""
-    from hybrid.tracking.inputs import merge_catalog
+def load_model_for(ref: str, tracking_uri: str | None, catalog: Any, devices: Any = ()) -> Any:
+    """A predictor for ``ref`` (``roofline`` or a registry reference) that knows every device of ``catalog``.
+
+    A device the model was fitted on keeps the model's catalog entry (``HybridPredictor.fitted_devices``: its
+    corrections are efficiencies relative to that entry's roofline); ``catalog`` adds the others and wins for
+    devices the model only knows from the packaged catalog. For each of ``devices`` (the keys the measured rows
+    name) that ``catalog`` describes unlike the fitted entry (:func:`~hybrid.tracking.inputs.spec_differences`: a
+    profile of another machine under the name of a committed bundle's, or the same machine measured under other
+    load) a :class:`~hybrid.errors.DataQualityWarning` says so."""
+    from hybrid.hardware.catalog import Catalog
+    from hybrid.tracking.inputs import merge_catalog, warn_other_machine
     from hybrid.tracking.registry import load_predictor
 
     loaded = load_predictor(ref, tracking_uri=tracking_uri, catalog=catalog if ref == "roofline" else None)
-    if ref != "roofline":
-        loaded.predictor.catalog, _ = merge_catalog(loaded.predictor.catalog, catalog)
+    if ref == "roofline":
+        return loaded
+    model = loaded.predictor
+    fitted = model.catalog
+    keep = {d: fitted.devices[d] for d in model.fitted_devices() if d in fitted.devices}
+    for key in dict.fromkeys(str(d) for d in devices):
+        if key in keep and key in catalog.devices:
+            warn_other_machine(key, "the measured table's catalog", catalog.devices[key],
+                               f"the entry {loaded.ref} was fitted with", keep[key],
+                               "predictions use the model's entry, which its corrections are relative to")
+    merged, _ = merge_catalog(fitted, catalog)
+    if any(merged.devices.get(k) is not d for k, d in keep.items()):
+        merged = Catalog({**merged.devices, **keep}, merged.systems)
+    model.catalog = merged
     return loaded
 
 
@@ -58,6 +79,41 @@ def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
     return error_summary(frame["predicted_us"].to_numpy(np.float64), frame["measured_us"].to_numpy(np.float64),
                          groups={"by_method": frame["method"].astype(str).to_numpy()})["by_method"]
+
+
+def one_device_band_line(loaded: Any, frame: pd.DataFrame, by_band: dict[str, Any]) -> str | None:
+    """A warning when rows got an interval band that the model calibrated on one held-out device's errors
+    (``IntervalCalibration.one_device_band``: a calibration with one ``--holdout-device``, whose unseen, few-row and
+    adapted bands all rest on that device; or a model adapted from one): their coverage then says how much these
+    devices err like that one, not how well the intervals are calibrated (a NeuSight model held out on the V100
+    alone: 8.7% of the T4's rows covered by the unseen band; adapted to 30 T4 rows, 45%)."""
+    intervals = getattr(loaded.predictor, "intervals", None)
+    if intervals is None or "interval_band" not in frame.columns:
+        return None
+    band = frame["interval_band"].astype(object)
+    rows = frame[band.notna() & (band != "seen")]
+    if len(rows) == 0:
+        return None
+    from hybrid.corrections.intervals import interval_keys
+
+    keys = pd.Series(interval_keys(rows["method"].to_numpy(), rows["family"].to_numpy()), index=rows.index)
+    pairs = pd.DataFrame({"key": keys, "band": rows["interval_band"].astype(str)})
+    distinct = pairs.drop_duplicates()
+    one = distinct[[intervals.one_device_band(k, b) for k, b in zip(distinct["key"], distinct["band"], strict=True)]]
+    if len(one) == 0:
+        return None
+    joined = pairs["key"] + "\x1f" + pairs["band"]
+    hit = joined.isin(set(one["key"] + "\x1f" + one["band"])).to_numpy(bool)
+    devices = ", ".join(sorted(rows.loc[hit, "device"].astype(str).unique()))
+    bands = sorted(set(one["band"]), key=_natural)
+    cover = [f"{b} {by_band[b]['coverage_pct']:.1f}%" for b in bands
+             if b in by_band and np.isfinite(by_band[b].get("coverage_pct", np.nan))]
+    said = f" (covered: {', '.join(cover)})" if cover else ""
+    return (f"warning: {int(hit.sum()):,} rows ({devices}) got 80% intervals that {loaded.ref} calibrated on one "
+            f"held-out device's errors ({', '.join(bands)} band of {', '.join(sorted(set(one['key'])))}){said}: one "
+            "device's errors, not a spread of devices, so their coverage says how much these devices err like that "
+            "one; recalibrate (an adapted model: its base) with several devices held out (--holdout-device several "
+            "times, or none: up to 8) to calibrate intervals for new GPUs")
 
 
 def _natural(name: str) -> tuple:
@@ -116,17 +172,18 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     from hybrid.tracking.evaluation import interval_coverage, prediction_frame, summarize
     from hybrid.tracking.inputs import load_measurements, subsample
 
-    data = load_measurements(tables)
-    table = subsample(data.table, max_rows, seed) if max_rows is not None else data.table
-    wrong = failed_validation(table)
-    if wrong.any():  # a broken run's times are not a measurement to score against
-        if wrong.all():
-            raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0)")
-        click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong results "
-                   "(#wrong > 0)", err=True)
-        table = table.loc[~wrong].reset_index(drop=True)
-    loaded = load_model_for(model_ref, tracking_uri, data.catalog)
-    predicted = loaded.predictor.predict(table)
+    with quality_warnings():  # data-quality notes (a table named twice, ...) as `warning:` lines, as calibrate's
+        data = load_measurements(tables)
+        table = subsample(data.table, max_rows, seed) if max_rows is not None else data.table
+        wrong = failed_validation(table)
+        if wrong.any():  # a broken run's times are not a measurement to score against
+            if wrong.all():
+                raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0)")
+            click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong "
+                       "results (#wrong > 0)", err=True)
+            table = table.loc[~wrong].reset_index(drop=True)
+        loaded = load_model_for(model_ref, tracking_uri, data.catalog, pd.unique(table["device"].astype(str)))
+        predicted = loaded.predictor.predict(table)
     frame = prediction_frame(table, predicted, "all")
     result = summarize(frame, "model")
     seen = training_overlap(loaded, frame)
@@ -148,6 +205,9 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
         click.echo(f"warning: {int(seen.sum()):,} of {len(frame):,} rows ({100 * seen.mean():.0f}%) were in the "
                    f"training data of {loaded.ref} (run {loaded.run_id}): their errors are in-sample, not a test "
                    "of the model; evaluate on held-out measurements", err=True)
+    line = one_device_band_line(loaded, frame, cov["coverage_by_band"])
+    if line:
+        click.echo(line, err=True)
     if as_json:
         echo_json(result)
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from hybrid.cli.output import quality_warnings
 from hybrid.errors import InvalidInputError
 
 
@@ -21,9 +22,7 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
     error vs size and per-device tables, for each evaluation split of the run."""
     from tqdm.auto import tqdm
 
-    from hybrid.reports.html import render_report, write_report
-    from hybrid.tracking.calibrate import report_meta
-    from hybrid.tracking.runs import read_run, run_of_model
+    from hybrid.reports.html import write_report
     from hybrid.tracking.store import open_store
 
     if bool(model_ref) == bool(run_id):
@@ -39,54 +38,80 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
     def stage(what: str) -> None:
         bar.set_description_str(f"report: {what}")
 
-    if tables:
-        if not model_ref:
-            raise InvalidInputError("--table needs --model (the model to evaluate)")
-        from hybrid.cli.evaluate import load_model_for, training_overlap
-        from hybrid.data.quality import failed_validation
-        from hybrid.tracking.evaluation import prediction_frame
-        from hybrid.tracking.inputs import load_measurements
-
-        stage(f"load {len(tables)} table(s)")
-        data = load_measurements(tables)
-        table = data.table
-        wrong = failed_validation(table)
-        if wrong.any():  # as `hybrid evaluate`: a broken run's times are not a measurement to score against
-            if wrong.all():
-                raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0)")
-            click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong "
-                       "results (#wrong > 0)", err=True)
-            table = table.loc[~wrong].reset_index(drop=True)
-        stage(f"load the model {model_ref}")
-        loaded = load_model_for(model_ref, store.uri, data.catalog)
-        stage(f"predict {len(table):,} rows")
-        frame = prediction_frame(table, loaded.predictor.predict(table), "all")
-        title = f"hybrid evaluation: {loaded.ref if loaded.version else 'roofline'}"
-        meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(tables),
-                "rows": f"{len(frame):,}"}
-        seen = training_overlap(loaded, frame)
-        if seen is not None and seen.any():  # in-sample rows are no test of the model: say so, as evaluate does
-            said = (f"{int(seen.sum()):,} of {len(frame):,} rows ({100 * seen.mean():.0f}%) were in the training data "
-                    f"of {loaded.ref} (run {loaded.run_id}): their errors are in-sample, not a test of the model")
-            meta["rows in training data"] = said
-            click.echo(f"warning: {said}; evaluate on held-out measurements", err=True)
-        images = _plots(frame, stage)
-        stage("render the HTML")
-        text = render_report(frame, title=title, meta=meta, images=images)
-    else:
-        stage(f"load the run of {model_ref or run_id}")
-        rid = run_id or run_of_model(model_ref or "", store=store)
-        rec = read_run(rid, store=store)
-        s = rec.summary
-        title = f"hybrid calibration: {s.get('name')}" + (f" v{s['version']}" if s.get("version") else "")
-        images = _plots(rec.predictions, stage)
-        stage("render the HTML")
-        text = render_report(rec.predictions, title=title, meta=report_meta(s), summaries=s.get("errors"),
-                             images=images)
-    stage(f"write {output}")
-    path = write_report(text, output)
-    bar.close()
+    # the bar is cleared on every exit (an error line must not follow a half-drawn stage); data-quality notes (a
+    # table named twice, ...) are `warning:` lines, as calibrate and evaluate give them
+    with quality_warnings():
+        try:
+            if tables:
+                if not model_ref:
+                    raise InvalidInputError("--table needs --model (the model to evaluate)")
+                text = _evaluation_page(model_ref, tables, store.uri, stage)
+            else:
+                text = _run_page(model_ref, run_id, store, stage)
+            stage(f"write {output}")
+            path = write_report(text, output)
+        finally:
+            bar.close()
     click.echo(f"report written to {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -> str:
+    """The report of ``model_ref`` evaluated on measured ``tables`` (as ``hybrid evaluate`` scores them)."""
+    import pandas as pd
+
+    from hybrid.cli.evaluate import load_model_for, one_device_band_line, training_overlap
+    from hybrid.data.quality import failed_validation
+    from hybrid.reports.html import render_report
+    from hybrid.tracking.evaluation import interval_coverage, prediction_frame
+    from hybrid.tracking.inputs import load_measurements
+
+    stage(f"load {len(tables)} table(s)")
+    data = load_measurements(tables)
+    table = data.table
+    wrong = failed_validation(table)
+    if wrong.any():  # as `hybrid evaluate`: a broken run's times are not a measurement to score against
+        if wrong.all():
+            raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0)")
+        click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong "
+                   "results (#wrong > 0)", err=True)
+        table = table.loc[~wrong].reset_index(drop=True)
+    stage(f"load the model {model_ref}")
+    loaded = load_model_for(model_ref, uri, data.catalog, pd.unique(table["device"].astype(str)))
+    stage(f"predict {len(table):,} rows")
+    frame = prediction_frame(table, loaded.predictor.predict(table), "all")
+    title = f"hybrid evaluation: {loaded.ref if loaded.version else 'roofline'}"
+    meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(tables),
+            "rows": f"{len(frame):,}"}
+    seen = training_overlap(loaded, frame)
+    if seen is not None and seen.any():  # in-sample rows are no test of the model: say so, as evaluate does
+        said = (f"{int(seen.sum()):,} of {len(frame):,} rows ({100 * seen.mean():.0f}%) were in the training data "
+                f"of {loaded.ref} (run {loaded.run_id}): their errors are in-sample, not a test of the model")
+        meta["rows in training data"] = said
+        click.echo(f"warning: {said}; evaluate on held-out measurements", err=True)
+    line = one_device_band_line(loaded, frame, interval_coverage(frame)["coverage_by_band"])
+    if line:  # as evaluate says it: intervals resting on one held-out device's errors
+        meta["intervals"] = line.removeprefix("warning: ")
+        click.echo(line, err=True)
+    images = _plots(frame, stage)
+    stage("render the HTML")
+    return render_report(frame, title=title, meta=meta, images=images)
+
+
+def _run_page(model_ref: str | None, run_id: str | None, store, stage) -> str:
+    """The report of a calibration run (``run_id``, or the run of the registered ``model_ref``)."""
+    from hybrid.reports.html import render_report
+    from hybrid.tracking.calibrate import report_meta
+    from hybrid.tracking.runs import read_run, run_of_model
+
+    stage(f"load the run of {model_ref or run_id}")
+    rid = run_id or run_of_model(model_ref or "", store=store)
+    rec = read_run(rid, store=store)
+    s = rec.summary
+    title = f"hybrid calibration: {s.get('name')}" + (f" v{s['version']}" if s.get("version") else "")
+    images = _plots(rec.predictions, stage)
+    stage("render the HTML")
+    return render_report(rec.predictions, title=title, meta=report_meta(s), summaries=s.get("errors"),
+                         images=images)
 
 
 def _plots(predictions, stage) -> dict[str, dict[str, bytes]]:

@@ -405,6 +405,17 @@ class IntervalCalibration:
         entry = self.bands.get(self._resolve(key), {})
         return "sibling" not in entry and "seen" in entry and "unseen" in entry
 
+    def one_device_band(self, key: str, band: str) -> bool:
+        """Whether ``band`` (a name of :data:`BAND_NAMES` other than ``seen``: unseen, few, adapted-k), as rows of
+        ``key`` (``method:family``) get it, was calibrated on the residuals of one held-out device
+        (``devices_<band>`` 1; a collective key's unseen band excepted, which takes
+        :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND` instead): that device's errors, bias included, not a spread of devices,
+        so another device need not fall inside it as often (``hybrid evaluate`` says so)."""
+        if band == "seen" or (band == "unseen" and _is_collective(key)):
+            return False
+        entry = self.bands.get(self._resolve(key), {})
+        return band in entry and entry.get(f"devices_{band}") == 1
+
     def marks_siblings(self) -> bool:
         """Whether any key gives sibling rows a band of their own (calibrated, or :meth:`sibling_fallback`)."""
         return any("sibling" in e or ("seen" in e and "unseen" in e) for e in self.bands.values())

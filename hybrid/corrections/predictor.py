@@ -626,6 +626,11 @@ class HybridPredictor:
                 out |= family_mask(base, corr.families) & has[codes]
         return out & ~isin_fast(base["family"], ("collective",))
 
+    def fitted_devices(self) -> set[str]:
+        """Devices whose measurements the corrections were fitted or adapted on: their catalog entries are part of
+        the model (its corrections are relative to those entries' rooflines; :meth:`save` keeps them)."""
+        return set(self.devices_seen) | self._adapted_devices()
+
     def _adapted_devices(self) -> set[str]:
         """Devices with a few-shot scale, tilt, shift or device model."""
         return ({d for per in self.offsets.values() for d in per} | {d for per in self.shifts.values() for d in per}
@@ -958,7 +963,7 @@ class HybridPredictor:
         return target
 
     def _catalog_payload(self) -> dict[str, Any]:
-        devs = set(self.devices_seen) | self._adapted_devices()
+        devs = self.fitted_devices()
         systems = [self.catalog.systems[s] for s in self.systems_seen if s in self.catalog.systems]
         devs |= {s.device for s in systems}
         devices = [self.catalog.device(d) for d in sorted(devs) if self.catalog.resolve_device(d, missing_ok=True)]

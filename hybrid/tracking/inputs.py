@@ -19,6 +19,7 @@ import pandas as pd
 from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, check_rows, read_table
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
+from hybrid.hardware.device import Device
 
 
 @dataclass
@@ -48,6 +49,45 @@ class Measurements:
     @property
     def digest(self) -> str:
         return table_digest(self.table)
+
+
+#: Relative difference beyond which two descriptions of one device key (a compute peak, the memory bandwidth) are
+#: taken for two different machines: a re-profile of the same machine moves these by a few percent, another VM
+#: of the same CPU model or another software stack by tens of percent (this VM's fp32 GEMM peak 0.054 TFLOP/s
+#: against 0.097 in the committed ``datasets/cpu-amd-epyc-1c``, both named ``cpu-amd-epyc-1c``).
+SPEC_RTOL = 0.25
+
+
+def spec_differences(new: Device, old: Device, rtol: float = SPEC_RTOL) -> list[str]:
+    """What makes ``new`` another machine than ``old`` (the same device key): compute peaks of a dtype both have
+    and memory bandwidths more than ``rtol`` apart, another kind or unit count; empty when they agree that far
+    (a re-profile of one machine, a datasheet entry restated)."""
+    out = [f"{k} {getattr(new, k)} vs {getattr(old, k)}" for k in ("kind", "vendor") if getattr(new, k) != getattr(old, k)]
+    if new.num_sms and old.num_sms and new.num_sms != old.num_sms:
+        out.append(f"{new.num_sms} vs {old.num_sms} {'cores' if new.kind == 'cpu' else 'SMs'}")
+    for dt in sorted(set(new.peak_flops) & set(old.peak_flops)):
+        a, b = new.peak_flops[dt], old.peak_flops[dt]
+        if abs(a - b) > rtol * min(a, b):
+            out.append(f"{dt} peak {a / 1e12:.3g} vs {b / 1e12:.3g} TFLOP/s")
+    if abs(new.mem_bw - old.mem_bw) > rtol * min(new.mem_bw, old.mem_bw):
+        out.append(f"memory bandwidth {new.mem_bw / 1e9:.3g} vs {old.mem_bw / 1e9:.3g} GB/s")
+    return out
+
+
+def warn_other_machine(key: str, new_src: str, new: Device, old_src: str, old: Device, effect: str) -> None:
+    """A :class:`~hybrid.errors.DataQualityWarning` when ``new`` (described by ``new_src``) and ``old`` (by
+    ``old_src``) name one device key but differ like two machines (:func:`spec_differences`); ``effect`` says what
+    the tool does with them."""
+    diff = spec_differences(new, old)
+    if not diff:
+        return
+    import warnings
+
+    from hybrid.errors import DataQualityWarning
+
+    warnings.warn(f"{new_src} describes device {key!r} unlike {old_src} ({', '.join(diff)}): {effect}; if they are "
+                  "different machines, profile one with `hybrid profile --device-name NAME` to tell them apart",
+                  DataQualityWarning, stacklevel=3)
 
 
 def merge_catalog(base: Catalog, other: Catalog) -> tuple[Catalog, list[str]]:
@@ -84,8 +124,17 @@ def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | Non
     bases: list[pd.DataFrame] = []  # each frame's roofline, computed once while checking its rows
     checked_with: list[tuple[Catalog, str]] = []  # the catalog each was computed with, and its file
     extra: list[str] = []
+    described: dict[str, tuple[str, Device]] = {}  # device key -> the first bundle that measured it, its entry
     for b in bundles:
         table, bcat, base = load_bundle_checked(b)
+        for key in pd.unique(table["device"].astype(str)):
+            if key not in bcat.devices:
+                continue
+            if key in described:  # two bundles measured one device key: the same machine?
+                warn_other_machine(key, str(b), bcat.devices[key], described[key][0], described[key][1],
+                                   f"their rows are fitted as one device, with {b}'s specs")
+            else:
+                described[key] = (str(b), bcat.devices[key])
         cat, added = merge_catalog(cat, bcat)
         extra += added
         frames.append(table)

@@ -88,6 +88,14 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
         raise InvalidInputError("empty tracking URI")
     if "://" not in uri and uri.endswith(".db"):
         uri = f"sqlite:///{Path(uri).expanduser().resolve()}"
+    elif "://" not in uri and uri not in ("databricks", "databricks-uc") and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
+        # a bare path that is not a .db file would be MLflow's file store (a directory like ./mlruns), which MLflow
+        # refuses with a paragraph about its maintenance mode: say what hybrid stores are instead
+        store = Path(uri).expanduser() / "mlflow.db"
+        hint = f"; {store} exists: pass that file" if store.is_file() else ""
+        raise InvalidInputError(f"tracking URI {uri!r} is neither a SQLite file (a bare path must end in .db: "
+                                f"path/to/mlflow.db, or sqlite:///path/to/mlflow.db) nor a server (http://host:port)"
+                                f"{hint}")
     scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
     if scheme and scheme not in TRACKING_SCHEMES:
         raise InvalidInputError(f"unsupported tracking URI {uri!r}: use sqlite:///path/to/store.db, "
