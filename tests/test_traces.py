@@ -744,6 +744,39 @@ def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     assert s["ranks"] == 1 and s["breakdown_ms"]["collective"] > 0 and "measured_ms" not in s
 
 
+def test_a_cpu_device_prices_its_collectives_on_its_gloo_system(tiny_trace, tmp_path, cpu_catalog, capsys):
+    """A DDP trace predicted on a bare CPU device (``--device cpu-amd-epyc-1c``, as the README's CPU examples name
+    it) prices its gloo all-reduce on the catalog's system of that CPU, as ``--system cpu-amd-epyc-1c-gloo`` does:
+    it was priced over a generic PCIe gen3 node (0.06 ms for DDP's 0.5 MB bucket, traced 1.9 ms, 0.7 ms on the gloo
+    system), and with the quickstart model it raised IndexError. Without such a system the note says so."""
+    from hybrid.hardware.catalog import Catalog
+
+    _record_ddp(tmp_path, 64)
+    traces = load_traces([tmp_path / "kineto_rank0.json", tmp_path / "kineto_rank1.json"])
+    model = RooflineCostModel(cpu_catalog)
+    by_dev = build_trace_graph(traces, "cpu-amd-epyc-1c", cpu_catalog)
+    by_sys = build_trace_graph(traces, "cpu-amd-epyc-1c-gloo", cpu_catalog)
+    colls = by_dev.units[by_dev.units["kind"] == "collective"]
+    assert len(colls) >= 2 and by_dev.info["collective_system"] == "cpu-amd-epyc-1c-gloo"
+    assert "cpu-amd-epyc-1c-gloo" in by_dev.info["notes"][0] and not by_sys.info["notes"]
+    dev, sys_ = predict_trace(by_dev, model), predict_trace(by_sys, model)
+    generic = predict_trace(build_trace_graph(traces, "cpu-amd-epyc-1c", Catalog(cpu_catalog.devices, {})), model)
+    assert dev.predicted_us == pytest.approx(sys_.predicted_us, rel=1e-9)
+    coll = {k: p.breakdown()["predicted_us"][p.breakdown()["label"] == "collective"].sum()
+            for k, p in (("dev", dev), ("generic", generic))}
+    assert coll["dev"] > 5 * coll["generic"]  # gloo's 226 us latency and 1.4 GB/s against PCIe gen3
+    assert "no system of it in the catalog" in generic.iteration.info["notes"][0]
+    # a single-process trace has no collectives: no note, the target as named
+    one = build_trace_graph(load_traces([tiny_trace["kineto"], tiny_trace["et"]]), "cpu-amd-epyc-1c", cpu_catalog)
+    assert one.info["target"] == "cpu-amd-epyc-1c" and "collective_system" not in one.info and not one.info["notes"]
+    assert cli_main(["trace", "predict", str(tmp_path / "kineto_rank0.json"), str(tmp_path / "kineto_rank1.json"),
+                     "--device", "cpu-amd-epyc-1c", "--bundle", str(BUNDLE), "--json"]) == 0
+    res = capsys.readouterr()
+    s = json.loads(res.out)
+    assert s["target"] == "cpu-amd-epyc-1c" and s["collective_system"] == "cpu-amd-epyc-1c-gloo"
+    assert any("cpu-amd-epyc-1c-gloo" in w for w in s["warnings"]) and "cpu-amd-epyc-1c-gloo" in res.err
+
+
 def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_trace, tmp_path, capsys):
     """Two recordings of one single-process run (the same model recorded twice, or on two machines) given as the
     ranks of one job: refused naming each file and how it names its rank (no distributedInfo, or rank 0 of world

@@ -291,6 +291,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     from hybrid.data.traces.memory import NEAR_CAPACITY_FRACTION
 
     notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
+    notes += it.info.get("notes", [])
     if s.get("memory", {}).get("fraction", 0.0) > NEAR_CAPACITY_FRACTION:
         notes.append(s["memory"]["note"])
     rec = it.info.get("recording_overhead", {})

@@ -248,6 +248,8 @@ class TracePrediction:
             "predicted_ms": self.predicted_us / 1e3,
             "traced_device": it.info["traced_device"], "same_device": it.same_device,
         }
+        if "collective_system" in it.info:  # the system (or generic node) the step's collectives are priced on
+            out["collective_system"] = it.info["collective_system"]
         out.update(self.interval())
         out["recording_overhead"] = it.info.get("recording_overhead", {"measured": False})
         if "fp32_precision" in it.info:
