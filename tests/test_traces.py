@@ -566,6 +566,39 @@ def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     assert any("no launch model for a CPU" in w for w in other["warnings"])
 
 
+def test_other_json_in_a_trace_directory_is_named_with_what_to_do(tiny_trace, tmp_path, capsys):
+    """`trace import DIR -o DIR/graph.json` (or a saved --json, or an earlier recording's ranks) puts a file in the
+    directory that predict reads whole: import warns, predict names the file, where it came from and what to do, and
+    a new recording into a directory that holds another one's ranks warns which."""
+    import shutil
+
+    d = tmp_path / "rec"
+    d.mkdir()
+    for f in (tiny_trace["kineto"], tiny_trace["et"]):
+        shutil.copy(f, d)
+    assert cli_main(["trace", "import", str(d), "-o", str(d / "graph.json")]) == 0
+    assert "is in a directory given as traces" in capsys.readouterr().err
+    assert cli_main(["trace", "predict", str(d), "--device", "T4"]) == 2
+    err = capsys.readouterr().err
+    assert "graph.json: not a PyTorch trace but the op units `hybrid trace import` wrote" in err
+    assert f"found in directory {d}, whose every *.json and *.json.gz is read as a trace" in err
+    # named explicitly, the file is no trace either: no directory hint
+    assert cli_main(["trace", "predict", str(d / "graph.json"), "--device", "T4"]) == 2
+    assert "found in directory" not in capsys.readouterr().err
+    # recording a single process where an earlier 2-rank recording left its rank 1
+    (d / "graph.json").unlink()
+    shutil.copy(d / "kineto_rank0.json", d / "kineto_rank1.json")
+    x = torch.randn(4, 4)
+    with pytest.warns(UserWarning, match=r"also holds kineto_rank1.json, not of this recording \(1 rank\(s\)\)"):
+        with trace_step(d, measure_overhead=False, execution_trace=False):
+            (x @ x).sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # this recording's own files alone: nothing to say
+        (d / "kineto_rank1.json").unlink()
+        with trace_step(d, measure_overhead=False, execution_trace=False):
+            (x @ x).sum()
+
+
 def test_thread_count_is_recorded_and_a_bundle_mismatch_is_warned(tmp_path, capsys):
     script = tmp_path / "train.py"
     script.write_text("import torch\nm = torch.nn.Linear(32, 32)\nx = torch.randn(8, 32)\n"

@@ -37,9 +37,20 @@ def trace() -> None:
 
 
 def _load(paths: tuple[str, ...], step: int | None) -> list[Any]:
-    from hybrid.data.traces import load_traces, trace_files
+    from hybrid.data.traces import TraceFormatError, load_traces, trace_files
 
-    return load_traces(trace_files(paths), step=step)
+    files = trace_files(paths)
+    try:
+        return load_traces(files, step=step)
+    except TraceFormatError as exc:
+        # a file the user did not name but a directory holds (`trace import DIR -o DIR/graph.json`, a saved --json):
+        # say where it came from and what to do, rather than only that it is no trace
+        found = [f for f in files if f not in paths and str(exc).startswith(f"{f}:")]
+        if not found:
+            raise
+        raise TraceFormatError(f"{exc} (found in directory {Path(found[0]).parent}, whose every *.json and *.json.gz "
+                               "is read as a trace of the recording: move it out, or give the trace files "
+                               "themselves)") from None
 
 
 @trace.command("import")
@@ -68,6 +79,9 @@ def import_(traces: tuple[str, ...], output: str, step: int | None) -> None:
     write_text(output, json.dumps(doc, default=str) + "\n")
     total = sum(len(r["units"]) for r in ranks)
     click.echo(f"{len(loaded)} rank(s), {total} op units -> {output}")
+    if any(Path(t).is_dir() and Path(output).resolve().parent == Path(t).resolve() for t in traces):
+        click.echo(f"warning: {output} is in a directory given as traces, whose every *.json is read as a trace: "
+                   "`trace predict` / `import` of that directory will refuse it; write it elsewhere", err=True)
 
 
 def precision_note(acc: dict[str, Any]) -> str | None:
@@ -471,9 +485,19 @@ def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str
 
     SCRIPT_ARGS go to the script after `--` (`hybrid trace record train.py -o out -- --batch 32`): without it,
     an option of this command among them (-o, --warmup, ...) is taken as this command's."""
+    import warnings
+
+    from hybrid.cli.output import report_warnings
     from hybrid.data.traces.record import record_script
 
-    paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
-                          args=list(script_args), threads=threads, measure_overhead=not no_overhead,
-                          memory=not no_memory)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
+                              args=list(script_args), threads=threads, measure_overhead=not no_overhead,
+                              memory=not no_memory)
+    ours = [w for w in caught if Path(w.filename).resolve().is_relative_to(Path(__file__).resolve().parents[1])]
+    for w in caught:  # the script's own warnings as Python shows them; the recording's as warning: lines
+        if w not in ours:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+    report_warnings(ours)

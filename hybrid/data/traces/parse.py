@@ -132,6 +132,9 @@ def trace_kind(doc: Any) -> str:
         return "kineto"
     if isinstance(doc, dict) and isinstance(doc.get("nodes"), list) and ("schema" in doc or "pid" in doc):
         return "et"
+    if isinstance(doc, dict) and doc.get("format") == "hybrid-trace-graph":
+        raise TraceFormatError("not a PyTorch trace but the op units `hybrid trace import` wrote (an output for "
+                               "reading, not an input); give the traces it was imported from")
     what = type(doc).__name__ if not isinstance(doc, dict) else f"an object with keys {sorted(doc)[:6]}"
     raise TraceFormatError(f"not a PyTorch trace: expected a torch.profiler Chrome trace (with 'traceEvents') or an "
                            f"execution trace (with 'nodes'), got {what}")

@@ -158,6 +158,7 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
             paths["et"] = etp
         else:  # an execution trace of an earlier recording would be read with this step's Chrome trace
             etp.unlink(missing_ok=True)
+        _warn_other_files(out, rank)
     finally:
         _RECORDING = False
         if created and not paths and out.is_dir() and not any(out.iterdir()):
@@ -169,6 +170,36 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 pass
         for p in (tmp_et, kin.with_name(f".{kin.name}.tmp")):
             p.unlink(missing_ok=True)
+
+
+def _world_size() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except ImportError:  # pragma: no cover
+        pass
+    return int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _warn_other_files(out: Path, rank: int) -> None:
+    """Warn (rank 0 only) when ``out`` holds JSON files that are not this recording's: ``trace predict`` and
+    ``import`` read every ``*.json`` / ``*.json.gz`` of a directory, so an earlier recording's ranks (a 2-rank run
+    where one process is recorded now) or any other JSON there is read with this step, and refused or mixed in."""
+    if rank != 0:
+        return
+    from hybrid.data.traces.parse import TRACE_GLOBS
+
+    ours = {f"{kind}_rank{r}.json" for kind in ("kineto", "et") for r in range(_world_size())}
+    other = sorted({f.name for g in TRACE_GLOBS for f in out.glob(g) if f.is_file()} - ours)
+    if other:
+        import warnings
+
+        shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+        warnings.warn(f"{out} also holds {shown}, not of this recording ({_world_size()} rank(s)): `hybrid trace "
+                      f"predict {out}` reads every *.json and *.json.gz there; move them out, or give this "
+                      "recording's files themselves", UserWarning, stacklevel=2)
 
 
 #: Why a step cannot be recorded with its execution trace while the program runs an observer of its own.
