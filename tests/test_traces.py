@@ -558,12 +558,45 @@ def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["same_device"] and s["measured_ms"] > 0 and s["predicted_ms"] > 0 and "gemm" in s["breakdown_ms"]
     assert "warnings" not in s  # traced with 1 thread, like the bundle
+    # record_step timed 3 untraced calls before the recorded one: the step without the profiler, which the
+    # recorded one exceeds by what recording costs (the ET observer's ~5 us per event, on ~600 events here)
+    times = json.loads(Path(tiny_trace["kineto"]).read_text())["hybrid_untraced_step"]  # a JSON object
+    assert times["calls"] == 3 and times["median_us"] == pytest.approx(np.median(times["times_us"]), abs=1e-3)
+    assert s["untraced_ms"] == pytest.approx(times["median_us"] / 1e3)
+    assert s["untraced_error_pct"] == pytest.approx((s["predicted_ms"] / s["untraced_ms"] - 1) * 100)
+    assert s["untraced_ms"] < s["measured_ms"]
     # "another CPU": the traced host time dropped, and no CPU launch model stands for it: said
     assert cli_main(["trace", "predict", str(Path(tiny_trace["kineto"]).parent), "--device", CPU,
                      "--bundle", str(BUNDLE), "--roofline", "--other-device", "--json"]) == 0
     other = json.loads(capsys.readouterr().out)
-    assert not other["same_device"] and other["predicted_ms"] < s["predicted_ms"]
+    assert not other["same_device"] and other["predicted_ms"] < s["predicted_ms"] and "untraced_ms" not in other
     assert any("no launch model for a CPU" in w for w in other["warnings"])
+
+
+def test_untraced_timings_are_checked_and_left_out_on_the_meta_device(tmp_path):
+    """trace_step stores untraced timings it is given, refusing non-times; record_step times none of a meta-device
+    step (its calls time the meta dispatch, not hardware) and none with timed=0."""
+    from hybrid.data.traces.record import UNTRACED_KEY, untraced_step_us
+
+    x = torch.randn(4, 4)
+    with pytest.raises(InvalidInputError, match=r"untraced_us must be times > 0"):
+        with trace_step(tmp_path / "bad", untraced_us=[5.0, -1.0], measure_overhead=False):
+            (x @ x).sum()
+    assert not (tmp_path / "bad").exists()
+    with trace_step(tmp_path / "given", untraced_us=[30.0, 10.0, 20.0], measure_overhead=False):
+        (x @ x).sum()
+    assert untraced_step_us(load_trace(tmp_path / "given" / "kineto_rank0.json").meta) == 20.0
+    with pytest.raises(InvalidInputError, match="malformed hybrid_untraced_step"):
+        untraced_step_us({UNTRACED_KEY: '{"median_us": 0}'})
+    w = torch.randn(4, 4, device="meta", requires_grad=True)
+    paths = record_step(lambda: (w @ w).sum().backward(), tmp_path / "meta", warmup=0, device="meta",
+                        measure_overhead=False, memory=False)
+    assert untraced_step_us(load_trace(paths["kineto"]).meta) is None
+    paths = record_step(lambda: (x @ x).sum(), tmp_path / "none", warmup=0, timed=0, measure_overhead=False,
+                        memory=False)
+    assert untraced_step_us(load_trace(paths["kineto"]).meta) is None
+    with pytest.raises(InvalidInputError, match="timed must be >= 0"):
+        record_step(lambda: None, tmp_path / "neg", timed=-1)
 
 
 def test_other_json_in_a_trace_directory_is_named_with_what_to_do(tiny_trace, tmp_path, capsys):

@@ -336,6 +336,9 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         line += " (" + ", ".join(f"{k} {v}" for k, v in parallel_info.items()) + ")"
     if "measured_ms" in s:
         line += f"; traced step {s['measured_ms']:.3f} ms ({s['error_pct']:+.1f}%)"
+    if "untraced_ms" in s:
+        line += (f"; untraced step {s['untraced_ms']:.3f} ms ({s['untraced_error_pct']:+.1f}%; timed when recorded, "
+                 "without the profiler)")
     click.echo(line)
     if "predicted_ms_low" in s:
         click.echo(f"80% interval: {s['predicted_ms_low']:.3f} - {s['predicted_ms_high']:.3f} ms (every op at the low / "
@@ -479,8 +482,11 @@ def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int 
               help="Do not measure the step's tensor memory (by default the step runs once more, after the traced "
                    "call, under a mode that counts its tensors; `trace predict` compares the peak with the target's "
                    "memory).")
+@click.option("--timed", type=int, default=3, show_default=True,
+              help="Untraced calls timed after the warm-up: their median, stored in the trace, is the step without "
+                   "the profiler, which `trace predict` compares with on the traced hardware (0: none).")
 def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str, warmup: int, no_et: bool,
-           threads: int | None, no_overhead: bool, no_memory: bool) -> None:
+           threads: int | None, no_overhead: bool, no_memory: bool, timed: int) -> None:
     """Run SCRIPT (its top level builds the model), then trace one call of its step function.
 
     SCRIPT_ARGS go to the script after `--` (`hybrid trace record train.py -o out -- --batch 32`): without it,
@@ -494,7 +500,7 @@ def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str
         warnings.simplefilter("default")
         paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
                               args=list(script_args), threads=threads, measure_overhead=not no_overhead,
-                              memory=not no_memory)
+                              memory=not no_memory, timed=timed)
     ours = [w for w in caught if Path(w.filename).resolve().is_relative_to(Path(__file__).resolve().parents[1])]
     for w in caught:  # the script's own warnings as Python shows them; the recording's as warning: lines
         if w not in ours:
