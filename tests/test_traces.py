@@ -1193,6 +1193,16 @@ def test_execution_trace_alone_predicts_other_devices_only(tiny_trace, cpu_catal
         build_trace_graph([et], CPU, cpu_catalog, same_device=True)
 
 
+def test_execution_trace_alone_lists_ops_without_times_in_the_cli(tiny_trace, capsys):
+    """The text output of an execution trace alone says its listed ops have no times (it printed "0.000 ms in the
+    trace" for each), and a same-device refusal names --other-device."""
+    assert cli_main(["trace", "predict", str(tiny_trace["et"]), "--device", "H100-SXM"]) == 0
+    out = capsys.readouterr().out
+    assert "(no times: an execution trace alone)" in out and "0.000 ms" not in out
+    assert cli_main(["trace", "predict", str(tiny_trace["et"]), "--device", CPU, "--bundle", str(BUNDLE)]) == 2
+    assert "--other-device prices this one from the ops alone" in capsys.readouterr().err
+
+
 def test_compiled_fusion_runs_and_cost(meta_gpt2_trace):
     """torch.compile-style fusion: pointwise runs between library calls become one kernel (their largest
     member); GEMMs, attention and collectives are untouched; forward and backward never fuse together."""

@@ -389,17 +389,24 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     n_graph = pred.iteration.graph.n_ranks
     # unlike the per-family table (one rank's), the op lists count every rank's ops (a rank may have its own)
     where = f"in the trace, over all {n_graph} ranks together" if n_graph > 1 else "in the trace"
+    timed = all(t.has_times for t in loaded)  # an execution trace alone has no times: say so, not "0.000 ms"
+
+    def ms(x: float) -> str:
+        return f" {x:.3f} ms" if timed else ""
+
+    if not timed:
+        where = "(no times: an execution trace alone)"
     if unm["ops"]:
         how = ("costed at their trace time" if unm["costed_as"] == "trace time"
                else "not costed on this target (0 ms)" if unm["costed_as"].startswith("not costed")
                else f"costed as {unm['costed_as']}")
-        click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms {where}, {how}: " + ", ".join(f"{r['name']} x{r['count']} {r['measured_us'] / 1e3:.3f} ms"
-                                                       for r in unm["by_name"][:8]))
+        click.echo(f"unmodelled: {unm['ops']} op(s),{ms(unm['measured_ms'])} {where}, {how}: "
+                   + ", ".join(f"{r['name']} x{r['count']}{ms(r['measured_us'] / 1e3)}" for r in unm["by_name"][:8]))
     own = unm.get("own_time", {})
     if own.get("ops"):
-        click.echo(f"unmapped ops around costed ones: {own['ops']} op(s), {own['measured_ms']:.3f} ms {where} "
+        click.echo(f"unmapped ops around costed ones: {own['ops']} op(s),{ms(own['measured_ms'])} {where} "
                    f"outside the ops they call (dispatch, or work of their own), {own['costed_as']}: "
-                   + ", ".join(f"{r['name']} x{r['count']} {r['measured_ms']:.3f} ms" for r in own["by_name"][:5]))
+                   + ", ".join(f"{r['name']} x{r['count']}{ms(r['measured_ms'])}" for r in own["by_name"][:5]))
     if not roofline:  # the roofline by default (no --model or --bundle), not because --roofline asked for it
         roofline_note(name)
 

@@ -428,7 +428,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 "device (not --same-device)")
     if same and not all(t.has_times for t in traces):
         raise InvalidInputError("an execution trace alone has no times: it cannot be costed as the traced device "
-                                "(link it with the Chrome trace of the same step, or predict another device)")
+                                "(link it with the Chrome trace of the same step, or predict another device; "
+                                "--other-device prices this one from the ops alone)")
     n_ranks = len(traces)
     scheds = []
     has_tf32 = "tf32" in tgt.device.peak_flops
