@@ -417,8 +417,13 @@ def memory_line(m: dict[str, Any]) -> str:
 
     if "peak_gib" not in m:
         return f"memory: {m.get('note', 'not measured')}"
-    line = (f"memory: peak {m['peak_gib']:.2f} GiB of tensors (resident {m['resident_gib']:.2f} + step "
-            f"{m['step_gib']:.2f}; measured on {m['traced_on']} when recorded, largest rank)")
+    from hybrid.units import format_bytes
+
+    def size(gib: float) -> str:  # a small model's MiB, not "0.00 GiB"
+        return format_bytes(gib * 2**30)
+
+    line = (f"memory: peak {size(m['peak_gib'])} of tensors (resident {size(m['resident_gib'])} + step "
+            f"{size(m['step_gib'])}; measured on {m['traced_on']} when recorded, largest rank)")
     if "fraction" in m:
         line += f" = {m['fraction']:.1%} of the device's {m['capacity_gib']:.1f} GiB"
         if m["fraction"] <= NEAR_CAPACITY_FRACTION:
