@@ -615,9 +615,14 @@ def test_other_json_in_a_trace_directory_is_named_with_what_to_do(tiny_trace, tm
     err = capsys.readouterr().err
     assert "graph.json: not a PyTorch trace but the op units `hybrid trace import` wrote" in err
     assert f"found in directory {d}, whose every *.json and *.json.gz is read as a trace" in err
-    # named explicitly, the file is no trace either: no directory hint
+    # named explicitly, the file is no trace either: no directory hint; nor for an error about a trace itself
     assert cli_main(["trace", "predict", str(d / "graph.json"), "--device", "T4"]) == 2
     assert "found in directory" not in capsys.readouterr().err
+    (d / "graph.json").rename(tmp_path / "graph.json")
+    assert cli_main(["trace", "predict", str(d), "--device", "T4", "--step", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "no ProfilerStep#5 in the trace (it has #0)" in err and "found in directory" not in err
+    (tmp_path / "graph.json").rename(d / "graph.json")
     # recording a single process where an earlier 2-rank recording left its rank 1
     (d / "graph.json").unlink()
     shutil.copy(d / "kineto_rank0.json", d / "kineto_rank1.json")
@@ -1253,6 +1258,8 @@ def test_a_scheduled_profile_with_python_stacks_parses_every_step(tmp_path, cpu_
     first, = load_traces(files)
     second, = load_traces(files, step=3)
     assert (first.meta["step"], second.meta["step"]) == ("ProfilerStep#2", "ProfilerStep#3")
+    with pytest.raises(TraceFormatError, match=r"no ProfilerStep#1 in the trace \(it has #2, #3\)$"):
+        load_traces(files, step=1)  # the steps there are named (the schedule skipped #0 and #1)
     for tr in (first, second):
         assert (tr.ops["cat"] == "python_function").any()  # the stacks are there
         u = trace_units(tr)

@@ -45,7 +45,8 @@ def _load(paths: tuple[str, ...], step: int | None) -> list[Any]:
     except TraceFormatError as exc:
         # a file the user did not name but a directory holds (`trace import DIR -o DIR/graph.json`, a saved --json):
         # say where it came from and what to do, rather than only that it is no trace
-        found = [f for f in files if f not in paths and str(exc).startswith(f"{f}:")]
+        kind = any(why in str(exc) for why in (": not a PyTorch trace", ": not a JSON text file", ": invalid JSON"))
+        found = [f for f in files if kind and f not in paths and str(exc).startswith(f"{f}:")]
         if not found:
             raise
         raise TraceFormatError(f"{exc} (found in directory {Path(found[0]).parent}, whose every *.json and *.json.gz "

@@ -423,9 +423,13 @@ def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, An
     top_level = _top_level((ops["cat"] == "python_function").to_numpy(dtype=bool) | is_step, parent, depth)
     steps = ops[is_step & top_level]
     if step is not None:
-        steps = steps[names[steps.index].str.extract(_STEP_RE)[0].astype(int) == int(step)]
-        if steps.empty:
-            raise TraceFormatError(f"{tr.path}: no ProfilerStep#{step} in the trace")
+        numbers = names[steps.index].str.extract(_STEP_RE)[0].astype(int)
+        if not (numbers == int(step)).any():
+            have = sorted(set(numbers.tolist()))
+            raise TraceFormatError(f"{tr.path}: no ProfilerStep#{step} in the trace ("
+                                   + (f"it has {', '.join(f'#{n}' for n in have)}" if have else
+                                      "it has no ProfilerStep annotation: leave --step out") + ")")
+        steps = steps[(numbers == int(step)).to_numpy()]
     if len(steps):
         s = steps.iloc[0]
         lo, hi = float(s["ts"]), float(s["ts"] + s["dur"])
