@@ -260,7 +260,7 @@ def test_kernels_an_unmapped_op_launched_itself_are_kept(tmp_path):
     assert other["unmodelled"]["ops"] == 1 and other["breakdown_ms"].get("unmodelled", 0) == 0
 
 
-def test_a_torch_compile_step_on_the_cpu_keeps_inductor_code_as_unmodelled_ops(tmp_path, cpu_catalog):
+def test_a_torch_compile_step_on_the_cpu_keeps_inductor_code_as_unmodelled_ops(tmp_path, cpu_catalog, capsys):
     """Inductor's fused C++ kernels record no event: their time sits in the compiled graph's call
     (``## Call CompiledFxGraph ##``) between the ATen ops it calls, and was host gaps. Each such stretch is a named
     unmodelled unit now: the graph's call is exactly its ATen ops plus these, costed at the trace's time on the
@@ -302,6 +302,14 @@ def test_a_torch_compile_step_on_the_cpu_keeps_inductor_code_as_unmodelled_ops(t
     other = predict_trace(build_trace_graph([tr], "H100-SXM"), RooflineCostModel()).summary()["unmodelled"]
     listed = {r["name"] for r in other["by_name"]}
     assert set(code["name"]) <= listed and other["costed_as"] == "not costed (0)"
+    # the CLI says what that leaves out, and how to predict a compiled step instead; not on the traced CPU
+    notes = {}
+    for target in ("H100-SXM", CPU):
+        assert cli_main(["trace", "predict", str(tmp_path / "out"), "--device", target, "--bundle", str(BUNDLE),
+                         "--roofline", "--json"]) == 0
+        notes[target] = [w for w in json.loads(capsys.readouterr().out).get("warnings", [])
+                         if "torch.compile step" in w]
+    assert not notes[CPU] and len(notes["H100-SXM"]) == 1 and "predict with --compiled" in notes["H100-SXM"][0]
 
 
 @pytest.mark.parametrize("name,dims,types,expect", [

@@ -319,6 +319,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                      "holds the ops' compute only, no per-op dispatch or Python time (keep the traced host with "
                      "--host trace, or predict the traced CPU itself)")
     notes.append(precision_note(s.get("fp32_precision", {})))
+    notes.append(compiled_note(it))
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
@@ -410,6 +411,27 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    + ", ".join(f"{r['name']} x{r['count']}{ms(r['measured_ms'])}" for r in own["by_name"][:5]))
     if not roofline:  # the roofline by default (no --model or --bundle), not because --roofline asked for it
         roofline_note(name)
+
+
+#: Unmodelled units of a torch.compile step: Inductor's generated code (CPU), its Triton kernels, Dynamo's steps.
+COMPILED_UNIT_RE = r"CompiledFxGraph|cpp_fused|triton_|TorchDynamo|Pregraph bytecode|AOTDispatcher"
+
+
+def compiled_note(it: Any) -> str | None:
+    """A warning when a torch.compile step is predicted on another device: its fused code has no op to cost, so
+    it is left out (0 ms); tracing the model eagerly and predicting with --compiled costs it."""
+    if it.same_device:
+        return None
+    unm = it.unmodelled()
+    if not len(unm):
+        return None
+    hit = unm[unm["name"].astype(str).str.contains(COMPILED_UNIT_RE)]
+    if not len(hit):
+        return None
+    return (f"a torch.compile step: {int(hit['count'].sum())} unit(s) of its generated code and Dynamo's steps "
+            f"({hit['measured_us'].sum() / 1e3:.3f} ms traced) have no ops to cost on this target and are left out "
+            "(0 ms), so the prediction holds only the ops they call (GEMMs) and those outside them; trace the model without torch.compile "
+            "and predict with --compiled for a fused step")
 
 
 def memory_line(m: dict[str, Any]) -> str:
