@@ -1206,6 +1206,27 @@ def test_execution_trace_alone_predicts_other_devices_only(tiny_trace, cpu_catal
         build_trace_graph([et], CPU, cpu_catalog, same_device=True)
 
 
+def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace, tmp_path, capsys):
+    """An LSTM's recurrent layers (``mkldnn_rnn_layer`` on a CPU) map to no op family: on the traced CPU they keep
+    their traced time, on a GPU they are priced at 0, which was said only in the last line of the text. A warning
+    now gives their share of the traced step (here most of it); a step without such ops (the tiny block) gets none."""
+    torch.manual_seed(0)
+    lstm, x = torch.nn.LSTM(32, 64, batch_first=True), torch.randn(4, 16, 32)
+    paths = record_step(lambda: lstm(x)[0].sum().backward(), tmp_path / "lstm", warmup=1, measure_overhead=False,
+                        memory=False, timed=0)
+    warned = {}
+    for name, d in (("lstm", paths["kineto"].parent), ("tiny", Path(tiny_trace["kineto"]).parent)):
+        for target in ("H100-SXM", CPU):
+            assert cli_main(["trace", "predict", str(d), "--device", target, "--bundle", str(BUNDLE), "--roofline",
+                             "--json"]) == 0
+            warned[name, target] = [w for w in json.loads(capsys.readouterr().out).get("warnings", [])
+                                    if "ops no op family models" in w]
+    note, = warned["lstm", "H100-SXM"]
+    share = float(note.split("%")[0])
+    assert share >= 5 and "aten::mkldnn_rnn_layer" in note and "priced at 0 on this target" in note
+    assert not warned["lstm", CPU] and not warned["tiny", "H100-SXM"] and not warned["tiny", CPU]
+
+
 def test_execution_trace_alone_lists_ops_without_times_in_the_cli(tiny_trace, capsys):
     """The text output of an execution trace alone says its listed ops have no times (it printed "0.000 ms in the
     trace" for each), and a same-device refusal names --other-device."""

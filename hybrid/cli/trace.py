@@ -320,6 +320,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                      "--host trace, or predict the traced CPU itself)")
     notes.append(precision_note(s.get("fp32_precision", {})))
     notes.append(compiled_note(it))
+    notes.append(unmodelled_note(it))
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
@@ -432,6 +433,32 @@ def compiled_note(it: Any) -> str | None:
             f"({hit['measured_us'].sum() / 1e3:.3f} ms traced) have no ops to cost on this target and are left out "
             "(0 ms), so the prediction holds only the ops they call (GEMMs) and those outside them; trace the model without torch.compile "
             "and predict with --compiled for a fused step")
+
+
+#: Share of the traced step in ops no family models, priced at 0 on another device, from which a warning says so.
+UNMODELLED_WARN_SHARE = 0.05
+
+
+def unmodelled_note(it: Any) -> str | None:
+    """A warning when ops no family models (priced at 0 on another device) took at least
+    :data:`UNMODELLED_WARN_SHARE` of the traced step: the prediction is low by about their time on the target (e.g.
+    an LSTM's ``mkldnn_rnn_layer``); a torch.compile step's generated code has :func:`compiled_note`."""
+    import numpy as np
+
+    if it.same_device:
+        return None
+    unm = it.unmodelled()
+    if not len(unm):
+        return None
+    unm = unm[~unm["name"].astype(str).str.contains(COMPILED_UNIT_RE)]
+    steps = float(sum(t.step_us for t in it.traces))  # every rank's step: the unmodelled times are every rank's
+    lost = float(unm["measured_us"].sum())
+    if not (np.isfinite(steps) and steps > 0 and lost >= UNMODELLED_WARN_SHARE * steps):
+        return None
+    top = unm.sort_values("measured_us", ascending=False).head(3)
+    names = ", ".join(f"{r['name']} x{int(r['count'])}" for _, r in top.iterrows())
+    return (f"{lost / steps:.0%} of the traced step ({lost / 1e3:.3f} ms) is in ops no op family models ({names}), "
+            "priced at 0 on this target: the prediction is low by about their time there")
 
 
 def memory_line(m: dict[str, Any]) -> str:
