@@ -666,6 +666,16 @@ def test_thread_count_is_recorded_and_a_bundle_mismatch_is_warned(tmp_path, caps
                 assert "--threads 1" in res.err
             else:
                 assert "warnings" not in s and "warning" not in res.err
+            # without --bundle (a --model calibrated on it, or the roofline), the CPU device says its threads: the
+            # catalog's CPUs come from `hybrid profile`, whose `sms` are the threads it used (the bundle's: 1)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("HYBRID_CATALOG", str(BUNDLE / "catalog.toml"))
+                assert cli_main(["trace", "predict", str(out), "--device", CPU, "--roofline", "--json"]) == 0
+            s = json.loads(capsys.readouterr().out)
+            said = [w for w in s.get("warnings", []) if "PyTorch thread(s)" in w]
+            assert said == ([f"the traces ran with 2 PyTorch thread(s) but CPU {CPU} was profiled with 1: the "
+                             "measured and predicted times are not comparable (record with `hybrid trace record "
+                             "--threads 1`)"] if threads == 2 else [])
         assert cli_main(["trace", "record", str(script), "-o", str(tmp_path / "t0"), "--threads", "0"]) == 2
     finally:
         torch.set_num_threads(before)

@@ -119,19 +119,25 @@ def precision_line(acc: dict[str, Any]) -> str | None:
     return ("fp32 math: " + ", ".join(parts)) if parts else None
 
 
-def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
-    """A warning when the traces ran with another PyTorch thread count than the --bundle was profiled with (CPU
-    op times then differ by up to the thread ratio, and two threads on a shared machine stall unpredictably)."""
-    if not bundle:
-        return None
-    from hybrid.data.bundle import read_meta, run_options
+def thread_mismatch(loaded: list[Any], bundle: str | None, device: Any = None) -> str | None:
+    """A warning when the traces ran with another PyTorch thread count than the --bundle was profiled with, or,
+    without one, than the CPU target ``device`` was (a CPU in the catalog comes from ``hybrid profile``, whose
+    ``sms`` holds the threads it used; a --model calibrated on it has its rows): CPU op times then differ by up to
+    the thread ratio, and two threads on a shared machine stall unpredictably."""
+    if bundle:
+        from hybrid.data.bundle import read_meta, run_options
 
-    counts = {str(o["threads"]) for o in run_options(read_meta(bundle)) if o.get("threads") is not None}
+        counts = {str(o["threads"]) for o in run_options(read_meta(bundle)) if o.get("threads") is not None}
+        source = Path(bundle).name
+    elif device is not None and device.kind == "cpu" and device.num_sms > 0:
+        counts, source = {str(device.num_sms)}, f"CPU {device.key}"
+    else:
+        return None
     prof = "/".join(sorted(counts)) if counts else None  # a merged bundle: every run's thread count
     traced = {str(t.meta.get("hybrid_torch_threads")) for t in loaded if t.meta.get("hybrid_torch_threads")}
     if prof is None or not traced or traced == counts:
         return None
-    return (f"the traces ran with {'/'.join(sorted(traced))} PyTorch thread(s) but {Path(bundle).name} was "
+    return (f"the traces ran with {'/'.join(sorted(traced))} PyTorch thread(s) but {source} was "
             f"profiled with {prof}: the measured and predicted times are not comparable (record with "
             f"`hybrid trace record --threads {prof}`)")
 
@@ -305,7 +311,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         s["compare_ranked_by"] = "cost_per_1k_steps" if by_cost else "predicted_ms"
     from hybrid.data.traces.memory import NEAR_CAPACITY_FRACTION
 
-    notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
+    notes = [thread_mismatch(loaded, bundle, it.target.device)] if it.same_device else []
     notes += it.info.get("notes", [])
     if s.get("memory", {}).get("fraction", 0.0) > NEAR_CAPACITY_FRACTION:
         notes.append(s["memory"]["note"])
