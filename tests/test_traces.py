@@ -476,6 +476,15 @@ def test_a_tensor_list_takes_its_dtype_from_the_execution_trace():
     (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": -4}]}', "negative"),
     (b"\x00\x01\x02\xff\xfe", "JSON"),
     (b'{"nodes": [{"name": "x"}], "schema": "1.0"}', "execution-trace node"),
+    # a gzipped trace cut short (a copy interrupted), and a file with gzip's magic bytes but not gzip
+    (gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "ts": i * 7.3, "dur": i % 13} for i in range(400)]})
+                   .encode())[:300], r"truncated gzip file \(the file ends early\)"),
+    (b"\x1f\x8bnot gzip at all", "cannot read"),
+    # the graph `trace import` writes, and a timeline hybrid's engine exported (simulate / llm train --trace)
+    (b'{"format": "hybrid-trace-graph", "version": 1, "world_size": 1, "ranks": []}',
+     "not a PyTorch trace but the op units `hybrid trace import` wrote"),
+    (b'{"traceEvents": [{"ph": "X", "name": "gemm", "cat": "compute", "pid": 0, "tid": 1, "ts": 0, "dur": 5}], '
+     b'"metadata": {"name": "gpt3", "iteration_us": 5.0, "n_ranks": 1}}', "a timeline hybrid simulated"),
 ])
 def test_bad_files_get_clear_errors(tmp_path, content, match):
     p = tmp_path / "t.json"

@@ -111,7 +111,9 @@ def read_json(path: str | os.PathLike) -> Any:
         raw = p.read_bytes()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-    except (OSError, EOFError) as exc:
+    except EOFError:
+        raise TraceFormatError(f"{p}: truncated gzip file (the file ends early)") from None
+    except (OSError, gzip.BadGzipFile) as exc:
         raise TraceFormatError(f"{p}: cannot read ({exc})") from None
     if not raw.strip():
         raise TraceFormatError(f"{p}: file is empty")
@@ -280,6 +282,10 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                           # autograd's sequence number: a backward node carries its forward op's
                           "seq": _seq(args.get("Sequence number"))})
     if not host_rows and not kern_rows:
+        meta = doc.get("metadata")
+        if isinstance(meta, dict) and "iteration_us" in meta and "n_ranks" in meta:  # hybrid.engine.trace's export
+            raise TraceFormatError(f"{path}: a timeline hybrid simulated (`simulate` / `llm train --trace`), not a "
+                                   "PyTorch trace: its events are the engine's predictions, with no ops to re-cost")
         raise TraceFormatError(f"{path}: the Chrome trace has no op events (was it recorded by torch.profiler with "
                                "activities=[CPU]?)")
     if host_rows and not doc.get("record_shapes", 1) and all(not r["dims"] for r in host_rows):
