@@ -686,6 +686,10 @@ def test_thread_count_is_recorded_and_a_bundle_mismatch_is_warned(tmp_path, caps
                              "measured and predicted times are not comparable (record with `hybrid trace record "
                              "--threads 1`)"] if threads == 2 else [])
         assert cli_main(["trace", "record", str(script), "-o", str(tmp_path / "t0"), "--threads", "0"]) == 2
+        # a script's own option given without `--`: the error says where it goes
+        assert cli_main(["trace", "record", str(script), "-o", str(tmp_path / "t0"), "--batch", "32"]) == 2
+        assert ("the script's own options go after `--`: hybrid trace record SCRIPT -o DIR -- --batch"
+                in capsys.readouterr().err)
     finally:
         torch.set_num_threads(before)
 

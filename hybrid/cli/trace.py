@@ -534,7 +534,19 @@ def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int 
                f"{', '.join(sorted(table['device'].astype(str).unique()))}) -> {output}")
 
 
-@trace.command("record")
+class _RecordCommand(click.Command):
+    """``trace record``: an option it does not know is most likely the script's own, given without ``--``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            exc.message = (f"{exc.message.rstrip('.')} of `hybrid trace record`; the script's own options go after "
+                           f"`--`: hybrid trace record SCRIPT -o DIR -- {exc.option_name} ...")
+            raise
+
+
+@trace.command("record", cls=_RecordCommand)
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("script_args", nargs=-1)
 @click.option("-o", "--output", "out_dir", default="traces", show_default=True, type=click.Path(file_okay=False))
