@@ -437,8 +437,8 @@ def compiled_note(it: Any) -> str | None:
         return None
     return (f"a torch.compile step: {int(hit['count'].sum())} unit(s) of its generated code and Dynamo's steps "
             f"({hit['measured_us'].sum() / 1e3:.3f} ms traced) have no ops to cost on this target and are left out "
-            "(0 ms), so the prediction holds only the ops they call (GEMMs) and those outside them; trace the model without torch.compile "
-            "and predict with --compiled for a fused step")
+            "(0 ms), so the prediction holds only the ops they call (GEMMs) and those outside them; trace the "
+            "model without torch.compile and predict with --compiled for a fused step")
 
 
 #: Share of the traced step in ops no family models, priced at 0 on another device, from which a warning says so.
