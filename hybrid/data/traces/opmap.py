@@ -618,6 +618,10 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         if total <= 0:
             return OpMapping("view", "view")  # all inputs empty: no kernel
         return _elementwise("copy", "copy", 0.0, [[total]], [[total]], dtype, False)
+    if plain == "_transform_bias_rescale_qkv" and tdims:
+        # the fused multi-head attention's fast path (nn.TransformerEncoder / MultiheadAttention in inference): the
+        # QKV projection's bias added and q scaled, split into q, k, v: one pass over the [B, T, 3 x D] tensor
+        return _elementwise("elementwise", "add", 2.0, tdims[:2], [tdims[0]], dtype, False)
     if plain in ACTIVATION_BACKWARD_OPS:
         # an activation's backward: the profile's backward row of that activation (its variant, FLOPs and
         # direction), so that a trace and a profile describe the same kernel alike
