@@ -906,6 +906,17 @@ def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_tr
         load_traces([a, one])
     with pytest.raises(TraceFormatError, match=r"a.json is given twice"):
         load_traces([a, tmp_path / "." / "a.json"])
+    # a Chrome trace with the execution trace of another recording (another process): both named, with their pids
+    x = torch.randn(4, 4)
+    with trace_step(tmp_path / "other", measure_overhead=False):
+        (x @ x).sum()
+    et_doc = json.loads((tmp_path / "other" / "et_rank0.json").read_text())
+    et_doc["pid"] += 1  # as another process writes it (in this one the pids agree and the record ids do not)
+    (tmp_path / "other" / "et_rank0.json").write_text(json.dumps(et_doc))
+    with pytest.raises(TraceFormatError, match=r"the execution trace\(s\) .*other/et_rank0.json \(process \d+\) "
+                                               r"and the Chrome trace\(s\) .*kineto_rank0.json \(process \d+\) "
+                                               r"are of different processes: files of two recordings mixed\?"):
+        load_traces([tiny_trace["kineto"], tmp_path / "other" / "et_rank0.json"])
     r0, r1 = variant("r0.json", rank=0, world_size=2), variant("r1.json", rank=1, world_size=2)
     with pytest.raises(TraceFormatError, match=r"not of one job: no rank's traced step calls a process-group "
                                                r"collective \(.*r0.json: rank 0 of world size 2 \(its "

@@ -648,9 +648,19 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
             raise TraceFormatError("cannot pair the execution traces with the Chrome traces (two share a process "
                                    "id, or one has none)")
         out = []
+        lone: list[RankTrace] = []  # Chrome traces without an execution trace of their process
         for k in kin:
             e = by_pid.pop(k.meta.get("pid"), None)
             out.append(link(k, e) if e is not None else k)
+            if e is None:
+                lone.append(k)
+        if by_pid and lone:  # both kinds left unpaired: files of different recordings given together
+            def pids(ts: Iterable[RankTrace]) -> str:
+                return ", ".join(f"{t.path} (process {t.meta.get('pid')})" for t in ts)
+
+            raise TraceFormatError(f"the execution trace(s) {pids(by_pid.values())} and the Chrome trace(s) "
+                                   f"{pids(lone)} are of different processes: files of two recordings mixed? Give "
+                                   "each rank's kineto_rank<r>.json with the et_rank<r>.json of the same recording")
         if by_pid:
             raise TraceFormatError(f"execution trace(s) {[t.path for t in by_pid.values()]} have no Chrome trace of "
                                    "the same process to link to: an execution trace alone has no times and names no "
