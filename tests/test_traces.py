@@ -1187,6 +1187,15 @@ def _gpu_trace(path: Path) -> Path:
     return path
 
 
+def test_a_gpu_trace_on_a_cpu_target_does_not_suggest_host_trace(tmp_path, capsys):
+    """A GPU trace predicted on a CPU keeps no traced host (its host time is launches): the note said to keep it
+    with --host trace, which is then refused; it says why not now. A CPU trace there keeps the suggestion."""
+    assert cli_main(["trace", "predict", str(_gpu_trace(tmp_path / "gpu.json")), "--device", CPU, "--bundle",
+                     str(BUNDLE), "--roofline", "--json"]) == 0
+    note, = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "no launch model for a CPU" in w]
+    assert "no --host trace" in note and "keep the traced host with --host trace" not in note
+
+
 def test_gpu_trace_kernels_streams_and_sync(tmp_path):
     tr = load_trace(_gpu_trace(tmp_path / "gpu.json"))
     assert tr.device == "cuda" and tr.device_name == "NVIDIA A100-SXM4-80GB" and len(tr.kernels) == 2

@@ -322,8 +322,9 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                      "re-record with `hybrid trace record`, or use --host model")
     if it.target.device.kind == "cpu" and it.info.get("host") == "model":
         notes.append("the traced host time was dropped and the engine has no launch model for a CPU: the prediction "
-                     "holds the ops' compute only, no per-op dispatch or Python time (keep the traced host with "
-                     "--host trace, or predict the traced CPU itself)")
+                     "holds the ops' compute only, no per-op dispatch or Python time "
+                     + ("(keep the traced host with --host trace, or predict the traced CPU itself)" if cpu_traces
+                        else "(a GPU trace's host time is its launches, which a CPU does not have: no --host trace)"))
     notes.append(precision_note(s.get("fp32_precision", {})))
     notes.append(compiled_note(it))
     notes.append(unmodelled_note(it))
