@@ -1270,6 +1270,21 @@ def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace,
     assert not warned["lstm", CPU] and not warned["tiny", "H100-SXM"] and not warned["tiny", CPU]
 
 
+def test_a_gru_on_the_cpu_is_costed_op_by_op(tmp_path):
+    """PyTorch's CPU GRU runs each time step as ATen ops, splitting its gates with ``aten::unsafe_chunk`` (a view)
+    and asking ``aten::cudnn_is_acceptable`` (a host check) first: both were unmodelled units (13% of a small
+    model's traced step, 0 on a GPU). They are views now, and nothing of the GRU is left unmodelled."""
+    torch.manual_seed(0)
+    gru, x = torch.nn.GRU(16, 16, batch_first=True), torch.randn(2, 6, 16)
+    paths = record_step(lambda: gru(x)[0].sum().backward(), tmp_path, warmup=1, measure_overhead=False,
+                        memory=False, timed=0)
+    u = trace_units(load_traces([paths["kineto"], paths["et"]])[0])
+    chunks = u[u["name"] == "aten::unsafe_chunk"]
+    assert len(chunks) >= 6 and set(chunks["kind"]) == {"view"}  # one per time step (and gate set)
+    assert not (u["kind"] == "unmodelled").any()
+    assert (u["label"] == "gemm").sum() >= 6
+
+
 def test_the_fused_attention_fast_path_of_an_inference_encoder_is_costed(tmp_path, cpu_catalog):
     """nn.TransformerEncoder in inference runs PyTorch's fused fast path: its QKV bias-and-scale
     (``aten::_transform_bias_rescale_qkv``) was unmodelled (37% of a small encoder's traced step, 0 on a GPU). It is

@@ -32,7 +32,9 @@ VIEW_OPS = frozenset(
     "new_empty_strided resize_ lift_fresh set_ size stride numel is_nonzero result_type to contiguous dropout "
     "unbind movedim swapaxes diagonal indices values coalesce _indices _values _nested_tensor_from_mask "
     "is_same_size _has_compatible_shallow_copy_type item _local_scalar_dense scalar_tensor "
-    "unsafe_split align_tensors broadcast_tensors meshgrid type_as".split())
+    "unsafe_split align_tensors broadcast_tensors meshgrid type_as "
+    # views an RNN cell splits its gates with (a GRU's per-step ``unsafe_chunk``), and cuDNN's host-side check
+    "unsafe_chunk unsafe_split_with_sizes cudnn_is_acceptable".split())
 
 #: Elementwise op base name -> (breakdown label, variant, FLOPs per element). Inputs/outputs come from shapes.
 ELEMENTWISE: dict[str, tuple[str, str, float]] = {}
