@@ -330,3 +330,7 @@ def test_cpu_gloo_collectives_do_not_set_the_pcie_gpu_fabric():
     # a small all-reduce inside one GPU node is tens of microseconds, as alpha-beta says, not milliseconds
     assert (out["time_us"].iloc[:2] < 3 * out["roofline_us"].iloc[:2]).all()
     assert out["time_us"].iloc[2] > 200  # the CPU's own gloo curve is untouched
+    # a query of the CPU's rows alone, one op without a curve among them (a DDP trace on the CPU): alpha-beta, the
+    # same as beside GPU rows (the transfer model was called with no rows left and raised IndexError)
+    alone = p.predict(q.iloc[2:].reset_index(drop=True))
+    assert np.allclose(alone["time_us"], out["time_us"].iloc[2:]) and alone["method"].iloc[1] != "collective-transfer"

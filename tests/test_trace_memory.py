@@ -142,12 +142,14 @@ def test_record_without_memory_and_a_step_the_measurement_breaks(tmp_path):
 
     def step():
         calls.append(1)
-        if len(calls) == 2:  # the memory pass (after the traced call, no warm-up): fails; the trace is kept
+        if len(calls) == 2:  # the memory pass (after the traced call, no warm-up or timed calls): fails; the
+            # trace is kept
             raise RuntimeError("not under a dispatch mode")
         torch.ones(8).sum()
 
     with pytest.warns(RuntimeWarning, match="tensor memory .RuntimeError: not under a dispatch mode"):
-        paths = record_step(step, tmp_path / "a", warmup=0, execution_trace=False, measure_overhead=False)
+        paths = record_step(step, tmp_path / "a", warmup=0, execution_trace=False, measure_overhead=False,
+                            timed=0)
     assert memory_of(load_trace(paths["kineto"]).meta) is None and len(calls) == 2
     paths = record_step(lambda: torch.ones(8).sum(), tmp_path / "b", warmup=0, execution_trace=False,
                         measure_overhead=False, memory=False)
@@ -183,7 +185,7 @@ def test_the_memory_pass_runs_after_the_traced_call(tmp_path):
         return torch.ones(64, 64) @ torch.ones(64, 64)
 
     paths = record_step(step, tmp_path, warmup=1, execution_trace=False, measure_overhead=False)
-    assert order == ["plain", "plain", "memory"]
+    assert order == ["plain"] * 5 + ["memory"]  # warm-up, 3 timed untraced calls, the traced one, then memory
     mem = memory_of(load_trace(paths["kineto"]).meta)
     assert mem is not None and mem.peak_bytes >= 3 * 64 * 64 * 4
 

@@ -260,7 +260,7 @@ def test_kernels_an_unmapped_op_launched_itself_are_kept(tmp_path):
     assert other["unmodelled"]["ops"] == 1 and other["breakdown_ms"].get("unmodelled", 0) == 0
 
 
-def test_a_torch_compile_step_on_the_cpu_keeps_inductor_code_as_unmodelled_ops(tmp_path, cpu_catalog):
+def test_a_torch_compile_step_on_the_cpu_keeps_inductor_code_as_unmodelled_ops(tmp_path, cpu_catalog, capsys):
     """Inductor's fused C++ kernels record no event: their time sits in the compiled graph's call
     (``## Call CompiledFxGraph ##``) between the ATen ops it calls, and was host gaps. Each such stretch is a named
     unmodelled unit now: the graph's call is exactly its ATen ops plus these, costed at the trace's time on the
@@ -302,6 +302,14 @@ def test_a_torch_compile_step_on_the_cpu_keeps_inductor_code_as_unmodelled_ops(t
     other = predict_trace(build_trace_graph([tr], "H100-SXM"), RooflineCostModel()).summary()["unmodelled"]
     listed = {r["name"] for r in other["by_name"]}
     assert set(code["name"]) <= listed and other["costed_as"] == "not costed (0)"
+    # the CLI says what that leaves out, and how to predict a compiled step instead; not on the traced CPU
+    notes = {}
+    for target in ("H100-SXM", CPU):
+        assert cli_main(["trace", "predict", str(tmp_path / "out"), "--device", target, "--bundle", str(BUNDLE),
+                         "--roofline", "--json"]) == 0
+        notes[target] = [w for w in json.loads(capsys.readouterr().out).get("warnings", [])
+                         if "torch.compile step" in w]
+    assert not notes[CPU] and len(notes["H100-SXM"]) == 1 and "predict with --compiled" in notes["H100-SXM"][0]
 
 
 @pytest.mark.parametrize("name,dims,types,expect", [
@@ -468,6 +476,15 @@ def test_a_tensor_list_takes_its_dtype_from_the_execution_trace():
     (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": -4}]}', "negative"),
     (b"\x00\x01\x02\xff\xfe", "JSON"),
     (b'{"nodes": [{"name": "x"}], "schema": "1.0"}', "execution-trace node"),
+    # a gzipped trace cut short (a copy interrupted), and a file with gzip's magic bytes but not gzip
+    (gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "ts": i * 7.3, "dur": i % 13} for i in range(400)]})
+                   .encode())[:300], r"truncated gzip file \(the file ends early\)"),
+    (b"\x1f\x8bnot gzip at all", "cannot read"),
+    # the graph `trace import` writes, and a timeline hybrid's engine exported (simulate / llm train --trace)
+    (b'{"format": "hybrid-trace-graph", "version": 1, "world_size": 1, "ranks": []}',
+     "not a PyTorch trace but the op units `hybrid trace import` wrote"),
+    (b'{"traceEvents": [{"ph": "X", "name": "gemm", "cat": "compute", "pid": 0, "tid": 1, "ts": 0, "dur": 5}], '
+     b'"metadata": {"name": "gpt3", "iteration_us": 5.0, "n_ranks": 1}}', "a timeline hybrid simulated"),
 ])
 def test_bad_files_get_clear_errors(tmp_path, content, match):
     p = tmp_path / "t.json"
@@ -558,12 +575,83 @@ def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["same_device"] and s["measured_ms"] > 0 and s["predicted_ms"] > 0 and "gemm" in s["breakdown_ms"]
     assert "warnings" not in s  # traced with 1 thread, like the bundle
+    # record_step timed 3 untraced calls before the recorded one: the step without the profiler, which the
+    # recorded one exceeds by what recording costs (the ET observer's ~5 us per event, on ~600 events here)
+    times = json.loads(Path(tiny_trace["kineto"]).read_text())["hybrid_untraced_step"]  # a JSON object
+    assert times["calls"] == 3 and times["median_us"] == pytest.approx(np.median(times["times_us"]), abs=1e-3)
+    assert s["untraced_ms"] == pytest.approx(times["median_us"] / 1e3)
+    assert s["untraced_error_pct"] == pytest.approx((s["predicted_ms"] / s["untraced_ms"] - 1) * 100)
+    assert s["untraced_ms"] < s["measured_ms"]
     # "another CPU": the traced host time dropped, and no CPU launch model stands for it: said
     assert cli_main(["trace", "predict", str(Path(tiny_trace["kineto"]).parent), "--device", CPU,
                      "--bundle", str(BUNDLE), "--roofline", "--other-device", "--json"]) == 0
     other = json.loads(capsys.readouterr().out)
-    assert not other["same_device"] and other["predicted_ms"] < s["predicted_ms"]
+    assert not other["same_device"] and other["predicted_ms"] < s["predicted_ms"] and "untraced_ms" not in other
     assert any("no launch model for a CPU" in w for w in other["warnings"])
+
+
+def test_untraced_timings_are_checked_and_left_out_on_the_meta_device(tmp_path):
+    """trace_step stores untraced timings it is given, refusing non-times; record_step times none of a meta-device
+    step (its calls time the meta dispatch, not hardware) and none with timed=0."""
+    from hybrid.data.traces.record import UNTRACED_KEY, untraced_step_us
+
+    x = torch.randn(4, 4)
+    with pytest.raises(InvalidInputError, match=r"untraced_us must be times > 0"):
+        with trace_step(tmp_path / "bad", untraced_us=[5.0, -1.0], measure_overhead=False):
+            (x @ x).sum()
+    assert not (tmp_path / "bad").exists()
+    with trace_step(tmp_path / "given", untraced_us=[30.0, 10.0, 20.0], measure_overhead=False):
+        (x @ x).sum()
+    assert untraced_step_us(load_trace(tmp_path / "given" / "kineto_rank0.json").meta) == 20.0
+    with pytest.raises(InvalidInputError, match="malformed hybrid_untraced_step"):
+        untraced_step_us({UNTRACED_KEY: '{"median_us": 0}'})
+    w = torch.randn(4, 4, device="meta", requires_grad=True)
+    paths = record_step(lambda: (w @ w).sum().backward(), tmp_path / "meta", warmup=0, device="meta",
+                        measure_overhead=False, memory=False)
+    assert untraced_step_us(load_trace(paths["kineto"]).meta) is None
+    paths = record_step(lambda: (x @ x).sum(), tmp_path / "none", warmup=0, timed=0, measure_overhead=False,
+                        memory=False)
+    assert untraced_step_us(load_trace(paths["kineto"]).meta) is None
+    with pytest.raises(InvalidInputError, match="timed must be >= 0"):
+        record_step(lambda: None, tmp_path / "neg", timed=-1)
+
+
+def test_other_json_in_a_trace_directory_is_named_with_what_to_do(tiny_trace, tmp_path, capsys):
+    """`trace import DIR -o DIR/graph.json` (or a saved --json, or an earlier recording's ranks) puts a file in the
+    directory that predict reads whole: import warns, predict names the file, where it came from and what to do, and
+    a new recording into a directory that holds another one's ranks warns which."""
+    import shutil
+
+    d = tmp_path / "rec"
+    d.mkdir()
+    for f in (tiny_trace["kineto"], tiny_trace["et"]):
+        shutil.copy(f, d)
+    assert cli_main(["trace", "import", str(d), "-o", str(d / "graph.json")]) == 0
+    assert "is in a directory given as traces" in capsys.readouterr().err
+    assert cli_main(["trace", "predict", str(d), "--device", "T4"]) == 2
+    err = capsys.readouterr().err
+    assert "graph.json: not a PyTorch trace but the op units `hybrid trace import` wrote" in err
+    assert f"found in directory {d}, whose every *.json and *.json.gz is read as a trace" in err
+    # named explicitly, the file is no trace either: no directory hint; nor for an error about a trace itself
+    assert cli_main(["trace", "predict", str(d / "graph.json"), "--device", "T4"]) == 2
+    assert "found in directory" not in capsys.readouterr().err
+    (d / "graph.json").rename(tmp_path / "graph.json")
+    assert cli_main(["trace", "predict", str(d), "--device", "T4", "--step", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "no ProfilerStep#5 in the trace (it has #0)" in err and "found in directory" not in err
+    (tmp_path / "graph.json").rename(d / "graph.json")
+    # recording a single process where an earlier 2-rank recording left its rank 1
+    (d / "graph.json").unlink()
+    shutil.copy(d / "kineto_rank0.json", d / "kineto_rank1.json")
+    x = torch.randn(4, 4)
+    with pytest.warns(UserWarning, match=r"also holds kineto_rank1.json, not of this recording \(1 rank\(s\)\)"):
+        with trace_step(d, measure_overhead=False, execution_trace=False):
+            (x @ x).sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # this recording's own files alone: nothing to say
+        (d / "kineto_rank1.json").unlink()
+        with trace_step(d, measure_overhead=False, execution_trace=False):
+            (x @ x).sum()
 
 
 def test_thread_count_is_recorded_and_a_bundle_mismatch_is_warned(tmp_path, capsys):
@@ -587,7 +675,21 @@ def test_thread_count_is_recorded_and_a_bundle_mismatch_is_warned(tmp_path, caps
                 assert "--threads 1" in res.err
             else:
                 assert "warnings" not in s and "warning" not in res.err
+            # without --bundle (a --model calibrated on it, or the roofline), the CPU device says its threads: the
+            # catalog's CPUs come from `hybrid profile`, whose `sms` are the threads it used (the bundle's: 1)
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("HYBRID_CATALOG", str(BUNDLE / "catalog.toml"))
+                assert cli_main(["trace", "predict", str(out), "--device", CPU, "--roofline", "--json"]) == 0
+            s = json.loads(capsys.readouterr().out)
+            said = [w for w in s.get("warnings", []) if "PyTorch thread(s)" in w]
+            assert said == ([f"the traces ran with 2 PyTorch thread(s) but CPU {CPU} was profiled with 1: the "
+                             "measured and predicted times are not comparable (record with `hybrid trace record "
+                             "--threads 1`)"] if threads == 2 else [])
         assert cli_main(["trace", "record", str(script), "-o", str(tmp_path / "t0"), "--threads", "0"]) == 2
+        # a script's own option given without `--`: the error says where it goes
+        assert cli_main(["trace", "record", str(script), "-o", str(tmp_path / "t0"), "--batch", "32"]) == 2
+        assert ("the script's own options go after `--`: hybrid trace record SCRIPT -o DIR -- --batch"
+                in capsys.readouterr().err)
     finally:
         torch.set_num_threads(before)
 
@@ -744,6 +846,39 @@ def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     assert s["ranks"] == 1 and s["breakdown_ms"]["collective"] > 0 and "measured_ms" not in s
 
 
+def test_a_cpu_device_prices_its_collectives_on_its_gloo_system(tiny_trace, tmp_path, cpu_catalog, capsys):
+    """A DDP trace predicted on a bare CPU device (``--device cpu-amd-epyc-1c``, as the README's CPU examples name
+    it) prices its gloo all-reduce on the catalog's system of that CPU, as ``--system cpu-amd-epyc-1c-gloo`` does:
+    it was priced over a generic PCIe gen3 node (0.06 ms for DDP's 0.5 MB bucket, traced 1.9 ms, 0.7 ms on the gloo
+    system), and with the quickstart model it raised IndexError. Without such a system the note says so."""
+    from hybrid.hardware.catalog import Catalog
+
+    _record_ddp(tmp_path, 64)
+    traces = load_traces([tmp_path / "kineto_rank0.json", tmp_path / "kineto_rank1.json"])
+    model = RooflineCostModel(cpu_catalog)
+    by_dev = build_trace_graph(traces, "cpu-amd-epyc-1c", cpu_catalog)
+    by_sys = build_trace_graph(traces, "cpu-amd-epyc-1c-gloo", cpu_catalog)
+    colls = by_dev.units[by_dev.units["kind"] == "collective"]
+    assert len(colls) >= 2 and by_dev.info["collective_system"] == "cpu-amd-epyc-1c-gloo"
+    assert "cpu-amd-epyc-1c-gloo" in by_dev.info["notes"][0] and not by_sys.info["notes"]
+    dev, sys_ = predict_trace(by_dev, model), predict_trace(by_sys, model)
+    generic = predict_trace(build_trace_graph(traces, "cpu-amd-epyc-1c", Catalog(cpu_catalog.devices, {})), model)
+    assert dev.predicted_us == pytest.approx(sys_.predicted_us, rel=1e-9)
+    coll = {k: p.breakdown()["predicted_us"][p.breakdown()["label"] == "collective"].sum()
+            for k, p in (("dev", dev), ("generic", generic))}
+    assert coll["dev"] > 5 * coll["generic"]  # gloo's 226 us latency and 1.4 GB/s against PCIe gen3
+    assert "no system of it in the catalog" in generic.iteration.info["notes"][0]
+    # a single-process trace has no collectives: no note, the target as named
+    one = build_trace_graph(load_traces([tiny_trace["kineto"], tiny_trace["et"]]), "cpu-amd-epyc-1c", cpu_catalog)
+    assert one.info["target"] == "cpu-amd-epyc-1c" and "collective_system" not in one.info and not one.info["notes"]
+    assert cli_main(["trace", "predict", str(tmp_path / "kineto_rank0.json"), str(tmp_path / "kineto_rank1.json"),
+                     "--device", "cpu-amd-epyc-1c", "--bundle", str(BUNDLE), "--json"]) == 0
+    res = capsys.readouterr()
+    s = json.loads(res.out)
+    assert s["target"] == "cpu-amd-epyc-1c" and s["collective_system"] == "cpu-amd-epyc-1c-gloo"
+    assert any("cpu-amd-epyc-1c-gloo" in w for w in s["warnings"]) and "cpu-amd-epyc-1c-gloo" in res.err
+
+
 def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_trace, tmp_path, capsys):
     """Two recordings of one single-process run (the same model recorded twice, or on two machines) given as the
     ranks of one job: refused naming each file and how it names its rank (no distributedInfo, or rank 0 of world
@@ -771,6 +906,17 @@ def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_tr
         load_traces([a, one])
     with pytest.raises(TraceFormatError, match=r"a.json is given twice"):
         load_traces([a, tmp_path / "." / "a.json"])
+    # a Chrome trace with the execution trace of another recording (another process): both named, with their pids
+    x = torch.randn(4, 4)
+    with trace_step(tmp_path / "other", measure_overhead=False):
+        (x @ x).sum()
+    et_doc = json.loads((tmp_path / "other" / "et_rank0.json").read_text())
+    et_doc["pid"] += 1  # as another process writes it (in this one the pids agree and the record ids do not)
+    (tmp_path / "other" / "et_rank0.json").write_text(json.dumps(et_doc))
+    with pytest.raises(TraceFormatError, match=r"the execution trace\(s\) .*other/et_rank0.json \(process \d+\) "
+                                               r"and the Chrome trace\(s\) .*kineto_rank0.json \(process \d+\) "
+                                               r"are of different processes: files of two recordings mixed\?"):
+        load_traces([tiny_trace["kineto"], tmp_path / "other" / "et_rank0.json"])
     r0, r1 = variant("r0.json", rank=0, world_size=2), variant("r1.json", rank=1, world_size=2)
     with pytest.raises(TraceFormatError, match=r"not of one job: no rank's traced step calls a process-group "
                                                r"collective \(.*r0.json: rank 0 of world size 2 \(its "
@@ -1041,6 +1187,15 @@ def _gpu_trace(path: Path) -> Path:
     return path
 
 
+def test_a_gpu_trace_on_a_cpu_target_does_not_suggest_host_trace(tmp_path, capsys):
+    """A GPU trace predicted on a CPU keeps no traced host (its host time is launches): the note said to keep it
+    with --host trace, which is then refused; it says why not now. A CPU trace there keeps the suggestion."""
+    assert cli_main(["trace", "predict", str(_gpu_trace(tmp_path / "gpu.json")), "--device", CPU, "--bundle",
+                     str(BUNDLE), "--roofline", "--json"]) == 0
+    note, = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "no launch model for a CPU" in w]
+    assert "no --host trace" in note and "keep the traced host with --host trace" not in note
+
+
 def test_gpu_trace_kernels_streams_and_sync(tmp_path):
     tr = load_trace(_gpu_trace(tmp_path / "gpu.json"))
     assert tr.device == "cuda" and tr.device_name == "NVIDIA A100-SXM4-80GB" and len(tr.kernels) == 2
@@ -1094,6 +1249,74 @@ def test_execution_trace_alone_predicts_other_devices_only(tiny_trace, cpu_catal
         build_trace_graph([et], CPU, cpu_catalog, same_device=True)
 
 
+def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace, tmp_path, capsys):
+    """An LSTM's recurrent layers (``mkldnn_rnn_layer`` on a CPU) map to no op family: on the traced CPU they keep
+    their traced time, on a GPU they are priced at 0, which was said only in the last line of the text. A warning
+    now gives their share of the traced step (here most of it); a step without such ops (the tiny block) gets none."""
+    torch.manual_seed(0)
+    lstm, x = torch.nn.LSTM(32, 64, batch_first=True), torch.randn(4, 16, 32)
+    paths = record_step(lambda: lstm(x)[0].sum().backward(), tmp_path / "lstm", warmup=1, measure_overhead=False,
+                        memory=False, timed=0)
+    warned = {}
+    for name, d in (("lstm", paths["kineto"].parent), ("tiny", Path(tiny_trace["kineto"]).parent)):
+        for target in ("H100-SXM", CPU):
+            assert cli_main(["trace", "predict", str(d), "--device", target, "--bundle", str(BUNDLE), "--roofline",
+                             "--json"]) == 0
+            warned[name, target] = [w for w in json.loads(capsys.readouterr().out).get("warnings", [])
+                                    if "ops no op family models" in w]
+    note, = warned["lstm", "H100-SXM"]
+    share = float(note.split("%")[0])
+    assert share >= 5 and "aten::mkldnn_rnn_layer" in note and "priced at 0 on this target" in note
+    assert not warned["lstm", CPU] and not warned["tiny", "H100-SXM"] and not warned["tiny", CPU]
+
+
+def test_a_gru_on_the_cpu_is_costed_op_by_op(tmp_path):
+    """PyTorch's CPU GRU runs each time step as ATen ops, splitting its gates with ``aten::unsafe_chunk`` (a view)
+    and asking ``aten::cudnn_is_acceptable`` (a host check) first: both were unmodelled units (13% of a small
+    model's traced step, 0 on a GPU). They are views now, and nothing of the GRU is left unmodelled."""
+    torch.manual_seed(0)
+    gru, x = torch.nn.GRU(16, 16, batch_first=True), torch.randn(2, 6, 16)
+    paths = record_step(lambda: gru(x)[0].sum().backward(), tmp_path, warmup=1, measure_overhead=False,
+                        memory=False, timed=0)
+    u = trace_units(load_traces([paths["kineto"], paths["et"]])[0])
+    chunks = u[u["name"] == "aten::unsafe_chunk"]
+    assert len(chunks) >= 6 and set(chunks["kind"]) == {"view"}  # one per time step (and gate set)
+    assert not (u["kind"] == "unmodelled").any()
+    assert (u["label"] == "gemm").sum() >= 6
+
+
+def test_the_fused_attention_fast_path_of_an_inference_encoder_is_costed(tmp_path, cpu_catalog):
+    """nn.TransformerEncoder in inference runs PyTorch's fused fast path: its QKV bias-and-scale
+    (``aten::_transform_bias_rescale_qkv``) was unmodelled (37% of a small encoder's traced step, 0 on a GPU). It is
+    one elementwise pass over the [B, T, 3 x D] projection now, the rest of the fast path is costed as before."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 16, 32)
+
+    @torch.inference_mode()
+    def step() -> torch.Tensor:
+        return model(x)
+
+    paths = record_step(step, tmp_path, warmup=1, measure_overhead=False, memory=False, timed=0)
+    it = build_trace_graph(load_traces([paths["kineto"], paths["et"]]), "H100-SXM")
+    u = it.units
+    qkv = u[u["name"] == "aten::_transform_bias_rescale_qkv"]
+    assert len(qkv) == 2 and set(qkv["kind"]) == {"op"} and not (u["kind"] == "unmodelled").any()
+    assert all(r["elements"] == 2 * 16 * 3 * 32 and r["variant"] == "add" for r in qkv["row"])
+    assert predict_trace(it, RooflineCostModel()).breakdown().set_index("label").loc["elementwise", "nodes"] >= 2
+
+
+def test_execution_trace_alone_lists_ops_without_times_in_the_cli(tiny_trace, capsys):
+    """The text output of an execution trace alone says its listed ops have no times (it printed "0.000 ms in the
+    trace" for each), and a same-device refusal names --other-device."""
+    assert cli_main(["trace", "predict", str(tiny_trace["et"]), "--device", "H100-SXM"]) == 0
+    out = capsys.readouterr().out
+    assert "(no times: an execution trace alone)" in out and "0.000 ms" not in out
+    assert cli_main(["trace", "predict", str(tiny_trace["et"]), "--device", CPU, "--bundle", str(BUNDLE)]) == 2
+    assert "--other-device prices this one from the ops alone" in capsys.readouterr().err
+
+
 def test_compiled_fusion_runs_and_cost(meta_gpt2_trace):
     """torch.compile-style fusion: pointwise runs between library calls become one kernel (their largest
     member); GEMMs, attention and collectives are untouched; forward and backward never fuse together."""
@@ -1144,6 +1367,8 @@ def test_a_scheduled_profile_with_python_stacks_parses_every_step(tmp_path, cpu_
     first, = load_traces(files)
     second, = load_traces(files, step=3)
     assert (first.meta["step"], second.meta["step"]) == ("ProfilerStep#2", "ProfilerStep#3")
+    with pytest.raises(TraceFormatError, match=r"no ProfilerStep#1 in the trace \(it has #2, #3\)$"):
+        load_traces(files, step=1)  # the steps there are named (the schedule skipped #0 and #1)
     for tr in (first, second):
         assert (tr.ops["cat"] == "python_function").any()  # the stacks are there
         u = trace_units(tr)

@@ -37,9 +37,21 @@ def trace() -> None:
 
 
 def _load(paths: tuple[str, ...], step: int | None) -> list[Any]:
-    from hybrid.data.traces import load_traces, trace_files
+    from hybrid.data.traces import TraceFormatError, load_traces, trace_files
 
-    return load_traces(trace_files(paths), step=step)
+    files = trace_files(paths)
+    try:
+        return load_traces(files, step=step)
+    except TraceFormatError as exc:
+        # a file the user did not name but a directory holds (`trace import DIR -o DIR/graph.json`, a saved --json):
+        # say where it came from and what to do, rather than only that it is no trace
+        kind = any(why in str(exc) for why in (": not a PyTorch trace", ": not a JSON text file", ": invalid JSON"))
+        found = [f for f in files if kind and f not in paths and str(exc).startswith(f"{f}:")]
+        if not found:
+            raise
+        raise TraceFormatError(f"{exc} (found in directory {Path(found[0]).parent}, whose every *.json and *.json.gz "
+                               "is read as a trace of the recording: move it out, or give the trace files "
+                               "themselves)") from None
 
 
 @trace.command("import")
@@ -68,6 +80,9 @@ def import_(traces: tuple[str, ...], output: str, step: int | None) -> None:
     write_text(output, json.dumps(doc, default=str) + "\n")
     total = sum(len(r["units"]) for r in ranks)
     click.echo(f"{len(loaded)} rank(s), {total} op units -> {output}")
+    if any(Path(t).is_dir() and Path(output).resolve().parent == Path(t).resolve() for t in traces):
+        click.echo(f"warning: {output} is in a directory given as traces, whose every *.json is read as a trace: "
+                   "`trace predict` / `import` of that directory will refuse it; write it elsewhere", err=True)
 
 
 def precision_note(acc: dict[str, Any]) -> str | None:
@@ -104,19 +119,25 @@ def precision_line(acc: dict[str, Any]) -> str | None:
     return ("fp32 math: " + ", ".join(parts)) if parts else None
 
 
-def thread_mismatch(loaded: list[Any], bundle: str | None) -> str | None:
-    """A warning when the traces ran with another PyTorch thread count than the --bundle was profiled with (CPU
-    op times then differ by up to the thread ratio, and two threads on a shared machine stall unpredictably)."""
-    if not bundle:
-        return None
-    from hybrid.data.bundle import read_meta, run_options
+def thread_mismatch(loaded: list[Any], bundle: str | None, device: Any = None) -> str | None:
+    """A warning when the traces ran with another PyTorch thread count than the --bundle was profiled with, or,
+    without one, than the CPU target ``device`` was (a CPU in the catalog comes from ``hybrid profile``, whose
+    ``sms`` holds the threads it used; a --model calibrated on it has its rows): CPU op times then differ by up to
+    the thread ratio, and two threads on a shared machine stall unpredictably."""
+    if bundle:
+        from hybrid.data.bundle import read_meta, run_options
 
-    counts = {str(o["threads"]) for o in run_options(read_meta(bundle)) if o.get("threads") is not None}
+        counts = {str(o["threads"]) for o in run_options(read_meta(bundle)) if o.get("threads") is not None}
+        source = Path(bundle).name
+    elif device is not None and device.kind == "cpu" and device.num_sms > 0:
+        counts, source = {str(device.num_sms)}, f"CPU {device.key}"
+    else:
+        return None
     prof = "/".join(sorted(counts)) if counts else None  # a merged bundle: every run's thread count
     traced = {str(t.meta.get("hybrid_torch_threads")) for t in loaded if t.meta.get("hybrid_torch_threads")}
     if prof is None or not traced or traced == counts:
         return None
-    return (f"the traces ran with {'/'.join(sorted(traced))} PyTorch thread(s) but {Path(bundle).name} was "
+    return (f"the traces ran with {'/'.join(sorted(traced))} PyTorch thread(s) but {source} was "
             f"profiled with {prof}: the measured and predicted times are not comparable (record with "
             f"`hybrid trace record --threads {prof}`)")
 
@@ -307,7 +328,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         s["compare_ranked_by"] = "cost_per_1k_steps" if by_cost else "predicted_ms"
     from hybrid.data.traces.memory import NEAR_CAPACITY_FRACTION
 
-    notes = [thread_mismatch(loaded, bundle)] if it.same_device else []
+    notes = [thread_mismatch(loaded, bundle, it.target.device)] if it.same_device else []
+    notes += it.info.get("notes", [])
     if s.get("memory", {}).get("fraction", 0.0) > NEAR_CAPACITY_FRACTION:
         notes.append(s["memory"]["note"])
     rec = it.info.get("recording_overhead", {})
@@ -317,9 +339,12 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                      "re-record with `hybrid trace record`, or use --host model")
     if it.target.device.kind == "cpu" and it.info.get("host") == "model":
         notes.append("the traced host time was dropped and the engine has no launch model for a CPU: the prediction "
-                     "holds the ops' compute only, no per-op dispatch or Python time (keep the traced host with "
-                     "--host trace, or predict the traced CPU itself)")
+                     "holds the ops' compute only, no per-op dispatch or Python time "
+                     + ("(keep the traced host with --host trace, or predict the traced CPU itself)" if cpu_traces
+                        else "(a GPU trace's host time is its launches, which a CPU does not have: no --host trace)"))
     notes.append(precision_note(s.get("fp32_precision", {})))
+    notes.append(compiled_note(it))
+    notes.append(unmodelled_note(it))
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
@@ -339,6 +364,9 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         line += " (" + ", ".join(f"{k} {v}" for k, v in parallel_info.items()) + ")"
     if "measured_ms" in s:
         line += f"; traced step {s['measured_ms']:.3f} ms ({s['error_pct']:+.1f}%)"
+    if "untraced_ms" in s:
+        line += (f"; untraced step {s['untraced_ms']:.3f} ms ({s['untraced_error_pct']:+.1f}%; timed when recorded, "
+                 "without the profiler)")
     click.echo(line)
     if "predicted_ms_low" in s:
         click.echo(f"80% interval: {s['predicted_ms_low']:.3f} - {s['predicted_ms_high']:.3f} ms (every op at the low / "
@@ -389,19 +417,73 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     n_graph = pred.iteration.graph.n_ranks
     # unlike the per-family table (one rank's), the op lists count every rank's ops (a rank may have its own)
     where = f"in the trace, over all {n_graph} ranks together" if n_graph > 1 else "in the trace"
+    timed = all(t.has_times for t in loaded)  # an execution trace alone has no times: say so, not "0.000 ms"
+
+    def ms(x: float) -> str:
+        return f" {x:.3f} ms" if timed else ""
+
+    if not timed:
+        where = "(no times: an execution trace alone)"
     if unm["ops"]:
         how = ("costed at their trace time" if unm["costed_as"] == "trace time"
                else "not costed on this target (0 ms)" if unm["costed_as"].startswith("not costed")
                else f"costed as {unm['costed_as']}")
-        click.echo(f"unmodelled: {unm['ops']} op(s), {unm['measured_ms']:.3f} ms {where}, {how}: " + ", ".join(f"{r['name']} x{r['count']} {r['measured_us'] / 1e3:.3f} ms"
-                                                       for r in unm["by_name"][:8]))
+        click.echo(f"unmodelled: {unm['ops']} op(s),{ms(unm['measured_ms'])} {where}, {how}: "
+                   + ", ".join(f"{r['name']} x{r['count']}{ms(r['measured_us'] / 1e3)}" for r in unm["by_name"][:8]))
     own = unm.get("own_time", {})
     if own.get("ops"):
-        click.echo(f"unmapped ops around costed ones: {own['ops']} op(s), {own['measured_ms']:.3f} ms {where} "
+        click.echo(f"unmapped ops around costed ones: {own['ops']} op(s),{ms(own['measured_ms'])} {where} "
                    f"outside the ops they call (dispatch, or work of their own), {own['costed_as']}: "
-                   + ", ".join(f"{r['name']} x{r['count']} {r['measured_ms']:.3f} ms" for r in own["by_name"][:5]))
+                   + ", ".join(f"{r['name']} x{r['count']}{ms(r['measured_ms'])}" for r in own["by_name"][:5]))
     if not roofline:  # the roofline by default (no --model or --bundle), not because --roofline asked for it
         roofline_note(name)
+
+
+#: Unmodelled units of a torch.compile step: Inductor's generated code (CPU), its Triton kernels, Dynamo's steps.
+COMPILED_UNIT_RE = r"CompiledFxGraph|cpp_fused|triton_|TorchDynamo|Pregraph bytecode|AOTDispatcher"
+
+
+def compiled_note(it: Any) -> str | None:
+    """A warning when a torch.compile step is predicted on another device: its fused code has no op to cost, so
+    it is left out (0 ms); tracing the model eagerly and predicting with --compiled costs it."""
+    if it.same_device:
+        return None
+    unm = it.unmodelled()
+    if not len(unm):
+        return None
+    hit = unm[unm["name"].astype(str).str.contains(COMPILED_UNIT_RE)]
+    if not len(hit):
+        return None
+    return (f"a torch.compile step: {int(hit['count'].sum())} unit(s) of its generated code and Dynamo's steps "
+            f"({hit['measured_us'].sum() / 1e3:.3f} ms traced) have no ops to cost on this target and are left out "
+            "(0 ms), so the prediction holds only the ops they call (GEMMs) and those outside them; trace the "
+            "model without torch.compile and predict with --compiled for a fused step")
+
+
+#: Share of the traced step in ops no family models, priced at 0 on another device, from which a warning says so.
+UNMODELLED_WARN_SHARE = 0.05
+
+
+def unmodelled_note(it: Any) -> str | None:
+    """A warning when ops no family models (priced at 0 on another device) took at least
+    :data:`UNMODELLED_WARN_SHARE` of the traced step: the prediction is low by about their time on the target (e.g.
+    an LSTM's ``mkldnn_rnn_layer``); a torch.compile step's generated code has :func:`compiled_note`."""
+    import numpy as np
+
+    if it.same_device:
+        return None
+    unm = it.unmodelled()
+    if not len(unm):
+        return None
+    unm = unm[~unm["name"].astype(str).str.contains(COMPILED_UNIT_RE)]
+    steps = float(sum(t.step_us for t in it.traces))  # every rank's step: the unmodelled times are every rank's
+    lost = float(unm["measured_us"].sum())
+    if not (np.isfinite(steps) and steps > 0 and lost >= UNMODELLED_WARN_SHARE * steps):
+        return None
+    top = unm.sort_values("measured_us", ascending=False).head(3)
+    names = ", ".join(f"{r['name']} x{int(r['count'])}" for _, r in top.iterrows())
+    return (f"{lost / steps:.0%} of the traced step ({lost / 1e3:.3f} ms) is in ops no op family models ({names}), "
+            "priced at 0 on this target: the prediction is low by about their time there")
 
 
 def memory_line(m: dict[str, Any]) -> str:
@@ -410,8 +492,13 @@ def memory_line(m: dict[str, Any]) -> str:
 
     if "peak_gib" not in m:
         return f"memory: {m.get('note', 'not measured')}"
-    line = (f"memory: peak {m['peak_gib']:.2f} GiB of tensors (resident {m['resident_gib']:.2f} + step "
-            f"{m['step_gib']:.2f}; measured on {m['traced_on']} when recorded, largest rank)")
+    from hybrid.units import format_bytes
+
+    def size(gib: float) -> str:  # a small model's MiB, not "0.00 GiB"
+        return format_bytes(gib * 2**30)
+
+    line = (f"memory: peak {size(m['peak_gib'])} of tensors (resident {size(m['resident_gib'])} + step "
+            f"{size(m['step_gib'])}; measured on {m['traced_on']} when recorded, largest rank)")
     if "fraction" in m:
         line += f" = {m['fraction']:.1%} of the device's {m['capacity_gib']:.1f} GiB"
         if m["fraction"] <= NEAR_CAPACITY_FRACTION:
@@ -466,7 +553,19 @@ def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int 
                f"{', '.join(sorted(table['device'].astype(str).unique()))}) -> {output}")
 
 
-@trace.command("record")
+class _RecordCommand(click.Command):
+    """``trace record``: an option it does not know is most likely the script's own, given without ``--``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            exc.message = (f"{exc.message.rstrip('.')} of `hybrid trace record`; the script's own options go after "
+                           f"`--`: hybrid trace record SCRIPT -o DIR -- {exc.option_name} ...")
+            raise
+
+
+@trace.command("record", cls=_RecordCommand)
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("script_args", nargs=-1)
 @click.option("-o", "--output", "out_dir", default="traces", show_default=True, type=click.Path(file_okay=False))
@@ -482,15 +581,28 @@ def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int 
               help="Do not measure the step's tensor memory (by default the step runs once more, after the traced "
                    "call, under a mode that counts its tensors; `trace predict` compares the peak with the target's "
                    "memory).")
+@click.option("--timed", type=int, default=3, show_default=True,
+              help="Untraced calls timed after the warm-up: their median, stored in the trace, is the step without "
+                   "the profiler, which `trace predict` compares with on the traced hardware (0: none).")
 def record(script: str, script_args: tuple[str, ...], out_dir: str, step_fn: str, warmup: int, no_et: bool,
-           threads: int | None, no_overhead: bool, no_memory: bool) -> None:
+           threads: int | None, no_overhead: bool, no_memory: bool, timed: int) -> None:
     """Run SCRIPT (its top level builds the model), then trace one call of its step function.
 
     SCRIPT_ARGS go to the script after `--` (`hybrid trace record train.py -o out -- --batch 32`): without it,
     an option of this command among them (-o, --warmup, ...) is taken as this command's."""
+    import warnings
+
+    from hybrid.cli.output import report_warnings
     from hybrid.data.traces.record import record_script
 
-    paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
-                          args=list(script_args), threads=threads, measure_overhead=not no_overhead,
-                          memory=not no_memory)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        paths = record_script(script, out_dir, step_fn=step_fn, warmup=warmup, execution_trace=not no_et,
+                              args=list(script_args), threads=threads, measure_overhead=not no_overhead,
+                              memory=not no_memory, timed=timed)
+    ours = [w for w in caught if Path(w.filename).resolve().is_relative_to(Path(__file__).resolve().parents[1])]
+    for w in caught:  # the script's own warnings as Python shows them; the recording's as warning: lines
+        if w not in ours:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     click.echo("wrote " + ", ".join(str(p) for p in paths.values()))
+    report_warnings(ours)

@@ -545,11 +545,14 @@ class CollectiveSigmoid(Correction):
         todo = mask & ~np.isfinite(out)
         if todo.any() and self.transfer is not None and self.transfer.fitted:
             # a CPU system's collectives are not what the GPU fabrics' model describes: alpha-beta prices them
+            # (where only those are left there is nothing to transfer: the model's arrays were empty, and crashed)
             todo &= ~_host_rows(table, catalog)
-            sub = table.loc[todo]
-            out[todo] = self.transfer.predict_us(catalog, _group_key(sub).to_numpy(), sub["op"].astype(str).to_numpy(),
-                                                 col(sub, "n_ranks"), col(sub, "n_nodes", 1.0), col(sub, "size_bytes"))
-            source[todo & np.isfinite(out)] = self.TRANSFER
+            if todo.any():
+                sub = table.loc[todo]
+                out[todo] = self.transfer.predict_us(catalog, _group_key(sub).to_numpy(),
+                                                     sub["op"].astype(str).to_numpy(), col(sub, "n_ranks"),
+                                                     col(sub, "n_nodes", 1.0), col(sub, "size_bytes"))
+                source[todo & np.isfinite(out)] = self.TRANSFER
         return out, source
 
     def _predict_measured(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:

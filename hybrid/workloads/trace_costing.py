@@ -248,6 +248,8 @@ class TracePrediction:
             "predicted_ms": self.predicted_us / 1e3,
             "traced_device": it.info["traced_device"], "same_device": it.same_device,
         }
+        if "collective_system" in it.info:  # the system (or generic node) the step's collectives are priced on
+            out["collective_system"] = it.info["collective_system"]
         out.update(self.interval())
         out["recording_overhead"] = it.info.get("recording_overhead", {"measured": False})
         if "fp32_precision" in it.info:
@@ -261,6 +263,10 @@ class TracePrediction:
         if it.same_device and np.isfinite(meas):
             out["measured_ms"] = meas / 1e3
             out["error_pct"] = (self.predicted_us / meas - 1.0) * 100.0
+        untraced = self.untraced_us()
+        if untraced is not None:
+            out["untraced_ms"] = untraced / 1e3
+            out["untraced_error_pct"] = (self.predicted_us / untraced - 1.0) * 100.0
         if self.measured is not None and it.same_device:
             out["resimulated_measured_ms"] = float(self.measured.iteration_us) / 1e3
         unm = it.unmodelled()
@@ -294,6 +300,19 @@ class TracePrediction:
         if memory:
             out["memory"] = memory
         return out
+
+    def untraced_us(self) -> float | None:
+        """The step as the program ran it without the profiler, on the traced hardware: the slowest rank's median
+        of the untraced calls :func:`hybrid.data.traces.record.record_step` timed before the recorded one (the
+        traced step is longer by what recording costs, for a small model several times the step); None on another
+        device or where a trace does not carry it."""
+        from hybrid.data.traces.record import untraced_step_us
+
+        it = self.iteration
+        if not it.same_device or not it.traces:
+            return None
+        times = [untraced_step_us(t.meta) for t in it.traces]
+        return None if any(t is None for t in times) else float(max(times))  # type: ignore[type-var]
 
     def memory(self) -> dict[str, Any]:
         """The traced step's tensor memory (measured when it was recorded, :mod:`hybrid.data.traces.memory`) against

@@ -42,6 +42,7 @@ from hybrid.data.traces.precision import (
 from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
+from hybrid.ops.roofline import system_for_device
 from hybrid.workloads.dlrm_graph import Target, resolve_target
 from hybrid.workloads.trace_costing import (
     HostCosting,
@@ -363,6 +364,29 @@ def _precision_info(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def cpu_collective_target(tgt: Target, cat: Catalog) -> tuple[Target, str | None]:
+    """Where the collectives of a job on a bare CPU device (``--device``, not ``--system``) run, and a note.
+
+    A bare GPU's collectives run on a generic node of it (its NVLink or PCIe, :func:`hybrid.ops.roofline.
+    system_for_device`); a CPU has no such link: its ranks are processes exchanging over gloo (shared memory,
+    loopback). So a bare CPU device takes the catalog's one system of that CPU (``hybrid profile`` measures its gloo
+    collectives, e.g. ``cpu-amd-epyc-1c-gloo``); with none, or several, it keeps the generic node and the note says
+    so. Before, a 2-rank gloo all-reduce of 0.5 MB was priced over a generic PCIe gen3 link at 0.06 ms (1.9 ms
+    traced; 0.7 ms on the profiled gloo system)."""
+    if tgt.device.kind != "cpu" or cat.resolve_system(tgt.system, missing_ok=True) is not None:
+        return tgt, None
+    own = sorted(k for k, s in cat.systems.items() if s.device == tgt.device.key)
+    if len(own) == 1:
+        system = cat.systems[own[0]]
+        return Target(tgt.device, own[0], system.gpus_per_node), (
+            f"collectives priced on {own[0]}, the catalog's system of CPU {tgt.device.key} (its processes' gloo "
+            "collectives as profiled); --system names another")
+    found = f"several systems of it ({', '.join(own)}): name one with --system" if own else (
+        "no system of it in the catalog (`hybrid profile` measures one; --system names it)")
+    return tgt, (f"collectives between the processes on CPU {tgt.device.key} priced over a generic "
+                 f"{system_for_device(tgt.device).intra_fabric} link, which a CPU's processes do not use: {found}")
+
+
 def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | None = None, *,
                       same_device: bool | None = None, host_scale: float | list[float] = 1.0,
                       host: str = "auto", transform: Any = None,
@@ -386,6 +410,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
         raise InvalidInputError("no traces given")
     cat = catalog or default_catalog()
     tgt = resolve_target(target, cat)
+    named = tgt.system  # the target as named; the collectives of a bare CPU may run on its catalog system
+    tgt, coll_note = cpu_collective_target(tgt, cat)
     same = is_same_device(traces, tgt, cat) if same_device is None else bool(same_device)
     if same_device:
         conflict = same_device_conflict(traces, tgt, cat)
@@ -402,7 +428,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 "device (not --same-device)")
     if same and not all(t.has_times for t in traces):
         raise InvalidInputError("an execution trace alone has no times: it cannot be costed as the traced device "
-                                "(link it with the Chrome trace of the same step, or predict another device)")
+                                "(link it with the Chrome trace of the same step, or predict another device; "
+                                "--other-device prices this one from the ops alone)")
     n_ranks = len(traces)
     scheds = []
     has_tf32 = "tf32" in tgt.device.peak_flops
@@ -466,6 +493,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     b.finish()
     if len(b.g) == 0:
         raise InvalidInputError("the traces hold no ops to simulate")
+    has_collectives = any(str(lab).startswith("collective") for lab in b.labels)
     units = []
     for r, (tr, s) in enumerate(zip(traces, scheds, strict=True)):
         s = s.drop(columns=["xdeps", "waits_for"])
@@ -473,7 +501,10 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
         s["node"] = b.node[r]
         units.append(s)
     return TraceIteration(b.g, traces, tgt, same, pd.concat(units, ignore_index=True), b.labels, b.measured,
-                          info={"target": tgt.system, "device": tgt.device.key, "same_device": same, "host": host,
+                          info={"target": named, "device": tgt.device.key, "same_device": same, "host": host,
+                                # where the collectives are priced, and what to know about it (a bare CPU device)
+                                **({"collective_system": tgt.system, "notes": [coll_note] if coll_note else []}
+                                   if has_collectives else {"notes": []}),
                                 "traced_device": sorted({t.device for t in traces}),
                                 "recording_overhead": _overhead_info(costing),
                                 "fp32_precision": _precision_info(precision_info),

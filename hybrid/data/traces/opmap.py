@@ -32,7 +32,9 @@ VIEW_OPS = frozenset(
     "new_empty_strided resize_ lift_fresh set_ size stride numel is_nonzero result_type to contiguous dropout "
     "unbind movedim swapaxes diagonal indices values coalesce _indices _values _nested_tensor_from_mask "
     "is_same_size _has_compatible_shallow_copy_type item _local_scalar_dense scalar_tensor "
-    "unsafe_split align_tensors broadcast_tensors meshgrid type_as".split())
+    "unsafe_split align_tensors broadcast_tensors meshgrid type_as "
+    # views an RNN cell splits its gates with (a GRU's per-step ``unsafe_chunk``), and cuDNN's host-side check
+    "unsafe_chunk unsafe_split_with_sizes cudnn_is_acceptable".split())
 
 #: Elementwise op base name -> (breakdown label, variant, FLOPs per element). Inputs/outputs come from shapes.
 ELEMENTWISE: dict[str, tuple[str, str, float]] = {}
@@ -618,6 +620,10 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         if total <= 0:
             return OpMapping("view", "view")  # all inputs empty: no kernel
         return _elementwise("copy", "copy", 0.0, [[total]], [[total]], dtype, False)
+    if plain == "_transform_bias_rescale_qkv" and tdims:
+        # the fused multi-head attention's fast path (nn.TransformerEncoder / MultiheadAttention in inference): the
+        # QKV projection's bias added and q scaled, split into q, k, v: one pass over the [B, T, 3 x D] tensor
+        return _elementwise("elementwise", "add", 2.0, tdims[:2], [tdims[0]], dtype, False)
     if plain in ACTIVATION_BACKWARD_OPS:
         # an activation's backward: the profile's backward row of that activation (its variant, FLOPs and
         # direction), so that a trace and a profile describe the same kernel alike

@@ -111,7 +111,9 @@ def read_json(path: str | os.PathLike) -> Any:
         raw = p.read_bytes()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-    except (OSError, EOFError) as exc:
+    except EOFError:
+        raise TraceFormatError(f"{p}: truncated gzip file (the file ends early)") from None
+    except (OSError, gzip.BadGzipFile) as exc:
         raise TraceFormatError(f"{p}: cannot read ({exc})") from None
     if not raw.strip():
         raise TraceFormatError(f"{p}: file is empty")
@@ -132,6 +134,9 @@ def trace_kind(doc: Any) -> str:
         return "kineto"
     if isinstance(doc, dict) and isinstance(doc.get("nodes"), list) and ("schema" in doc or "pid" in doc):
         return "et"
+    if isinstance(doc, dict) and doc.get("format") == "hybrid-trace-graph":
+        raise TraceFormatError("not a PyTorch trace but the op units `hybrid trace import` wrote (an output for "
+                               "reading, not an input); give the traces it was imported from")
     what = type(doc).__name__ if not isinstance(doc, dict) else f"an object with keys {sorted(doc)[:6]}"
     raise TraceFormatError(f"not a PyTorch trace: expected a torch.profiler Chrome trace (with 'traceEvents') or an "
                            f"execution trace (with 'nodes'), got {what}")
@@ -277,6 +282,10 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                           # autograd's sequence number: a backward node carries its forward op's
                           "seq": _seq(args.get("Sequence number"))})
     if not host_rows and not kern_rows:
+        meta = doc.get("metadata")
+        if isinstance(meta, dict) and "iteration_us" in meta and "n_ranks" in meta:  # hybrid.engine.trace's export
+            raise TraceFormatError(f"{path}: a timeline hybrid simulated (`simulate` / `llm train --trace`), not a "
+                                   "PyTorch trace: its events are the engine's predictions, with no ops to re-cost")
         raise TraceFormatError(f"{path}: the Chrome trace has no op events (was it recorded by torch.profiler with "
                                "activities=[CPU]?)")
     if host_rows and not doc.get("record_shapes", 1) and all(not r["dims"] for r in host_rows):
@@ -420,9 +429,13 @@ def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, An
     top_level = _top_level((ops["cat"] == "python_function").to_numpy(dtype=bool) | is_step, parent, depth)
     steps = ops[is_step & top_level]
     if step is not None:
-        steps = steps[names[steps.index].str.extract(_STEP_RE)[0].astype(int) == int(step)]
-        if steps.empty:
-            raise TraceFormatError(f"{tr.path}: no ProfilerStep#{step} in the trace")
+        numbers = names[steps.index].str.extract(_STEP_RE)[0].astype(int)
+        if not (numbers == int(step)).any():
+            have = sorted(set(numbers.tolist()))
+            raise TraceFormatError(f"{tr.path}: no ProfilerStep#{step} in the trace ("
+                                   + (f"it has {', '.join(f'#{n}' for n in have)}" if have else
+                                      "it has no ProfilerStep annotation: leave --step out") + ")")
+        steps = steps[(numbers == int(step)).to_numpy()]
     if len(steps):
         s = steps.iloc[0]
         lo, hi = float(s["ts"]), float(s["ts"] + s["dur"])
@@ -635,9 +648,19 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
             raise TraceFormatError("cannot pair the execution traces with the Chrome traces (two share a process "
                                    "id, or one has none)")
         out = []
+        lone: list[RankTrace] = []  # Chrome traces without an execution trace of their process
         for k in kin:
             e = by_pid.pop(k.meta.get("pid"), None)
             out.append(link(k, e) if e is not None else k)
+            if e is None:
+                lone.append(k)
+        if by_pid and lone:  # both kinds left unpaired: files of different recordings given together
+            def pids(ts: Iterable[RankTrace]) -> str:
+                return ", ".join(f"{t.path} (process {t.meta.get('pid')})" for t in ts)
+
+            raise TraceFormatError(f"the execution trace(s) {pids(by_pid.values())} and the Chrome trace(s) "
+                                   f"{pids(lone)} are of different processes: files of two recordings mixed? Give "
+                                   "each rank's kineto_rank<r>.json with the et_rank<r>.json of the same recording")
         if by_pid:
             raise TraceFormatError(f"execution trace(s) {[t.path for t in by_pid.values()]} have no Chrome trace of "
                                    "the same process to link to: an execution trace alone has no times and names no "

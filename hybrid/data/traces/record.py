@@ -7,9 +7,11 @@
 ...     step()                                                  # the recorded step
 >>> # traces/kineto_rank0.json (+ traces/et_rank0.json)
 
-:func:`record_step` (and ``hybrid trace record``) also runs the step once more, before the recorded one, to
-measure its tensor memory (:mod:`hybrid.data.traces.memory`), which the Chrome trace then carries; with
-:func:`trace_step` alone, pass ``memory=measure_step_memory(step)``.
+:func:`record_step` (and ``hybrid trace record``) also times a few untraced calls of the step before the recorded
+one (:data:`UNTRACED_KEY`: the step without the profiler, which ``trace predict`` compares with on the traced
+hardware) and runs the step once more, after the recorded one, to measure its tensor memory
+(:mod:`hybrid.data.traces.memory`); the Chrome trace carries both. With :func:`trace_step` alone, pass
+``untraced_us=`` your own timings and ``memory=measure_step_memory(step)``.
 
 Under ``torch.distributed`` every rank records its own files (``..._rank<r>.json``); the Chrome trace then names
 the rank, the world size and the process groups. ``device="meta"`` marks a step whose tensors live on the meta
@@ -19,10 +21,11 @@ device (shapes without data: a model too big to run here), so the trace is never
 from __future__ import annotations
 
 import json
+import math
 import os
 import runpy
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +34,45 @@ from hybrid.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from hybrid.data.traces.memory import StepMemory
+
+
+#: Chrome-trace metadata: wall times (us) of untraced calls of the step just before the recorded one, and their
+#: median: the step as the program runs it without the profiler (:func:`record_step`'s ``timed``).
+UNTRACED_KEY = "hybrid_untraced_step"
+
+
+def untraced_step_us(meta: dict[str, Any]) -> float | None:
+    """The median untraced step time (us) stored in a parsed trace's metadata (``RankTrace.meta``), or None."""
+    raw = meta.get(UNTRACED_KEY)
+    if raw in (None, ""):
+        return None
+    try:
+        d = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        median = float(d["median_us"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidInputError(f"malformed {UNTRACED_KEY} metadata in the trace: {exc}") from None
+    if not (math.isfinite(median) and median > 0):
+        raise InvalidInputError(f"malformed {UNTRACED_KEY} metadata in the trace: median_us {median} is not > 0")
+    return median
+
+
+def _time_calls(step: Callable[[], Any], n: int) -> list[float]:
+    """Wall time (us) of ``n`` calls of ``step``, each waited for on the GPU where CUDA is in use."""
+    import time
+
+    import torch
+
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    out = []
+    for _ in range(n):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        out.append((time.perf_counter() - t0) * 1e6)
+    return out
 
 
 def _rank() -> int:
@@ -66,7 +108,8 @@ def _refuse_nested() -> None:
 @contextmanager
 def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, device: str | None = None,
                name: str = "ProfilerStep#0", cuda: bool | None = None,
-               measure_overhead: bool = True, memory: StepMemory | None = None) -> Iterator[dict[str, Path]]:
+               measure_overhead: bool = True, memory: StepMemory | None = None,
+               untraced_us: Sequence[float] | None = None) -> Iterator[dict[str, Path]]:
     """Profile the enclosed step: Chrome trace with shapes (and an execution trace) written to ``out_dir``.
 
     Yields a dict that holds, after the block, ``{"kineto": path, "et": path}``. Files are written to a
@@ -74,13 +117,23 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
     (and a step that runs, i.e. not ``device="meta"``), what recording costs the host on this machine is measured
     first (:func:`hybrid.data.traces.overhead.measure_profiler_overhead`, ~1-3 s) and stored in the Chrome trace,
     so that predictions can take it off the traced host times. ``memory``: the step's tensor memory
-    (:class:`~hybrid.data.traces.memory.StepMemory`), stored in the Chrome trace.
+    (:class:`~hybrid.data.traces.memory.StepMemory`), stored in the Chrome trace. ``untraced_us``: wall times (us)
+    of untraced calls of the same step, stored with their median (:data:`UNTRACED_KEY`).
     """
     import torch
     from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
 
     global _RECORDING
     _refuse_nested()
+    untraced = None
+    if untraced_us:
+        import numpy as np
+
+        times = np.asarray(list(untraced_us), dtype=np.float64)
+        if not (np.isfinite(times).all() and (times > 0).all()):
+            raise InvalidInputError(f"untraced_us must be times > 0 (us), got {list(untraced_us)}")
+        untraced = json.dumps({"times_us": [round(float(t), 3) for t in times], "calls": len(times),
+                               "median_us": round(float(np.median(times)), 3)})
     out = Path(out_dir)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
@@ -138,6 +191,8 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 from hybrid.data.traces.memory import METADATA_KEY as MEMORY_KEY
 
                 prof.add_metadata_json(MEMORY_KEY, memory.to_json())
+            if untraced is not None:
+                prof.add_metadata_json(UNTRACED_KEY, untraced)
             if et is not None:
                 et.start()
             with record_function(name):
@@ -158,6 +213,7 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
             paths["et"] = etp
         else:  # an execution trace of an earlier recording would be read with this step's Chrome trace
             etp.unlink(missing_ok=True)
+        _warn_other_files(out, rank)
     finally:
         _RECORDING = False
         if created and not paths and out.is_dir() and not any(out.iterdir()):
@@ -169,6 +225,36 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 pass
         for p in (tmp_et, kin.with_name(f".{kin.name}.tmp")):
             p.unlink(missing_ok=True)
+
+
+def _world_size() -> int:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except ImportError:  # pragma: no cover
+        pass
+    return int(os.environ.get("WORLD_SIZE", 1))
+
+
+def _warn_other_files(out: Path, rank: int) -> None:
+    """Warn (rank 0 only) when ``out`` holds JSON files that are not this recording's: ``trace predict`` and
+    ``import`` read every ``*.json`` / ``*.json.gz`` of a directory, so an earlier recording's ranks (a 2-rank run
+    where one process is recorded now) or any other JSON there is read with this step, and refused or mixed in."""
+    if rank != 0:
+        return
+    from hybrid.data.traces.parse import TRACE_GLOBS
+
+    ours = {f"{kind}_rank{r}.json" for kind in ("kineto", "et") for r in range(_world_size())}
+    other = sorted({f.name for g in TRACE_GLOBS for f in out.glob(g) if f.is_file()} - ours)
+    if other:
+        import warnings
+
+        shown = ", ".join(other[:5]) + (f" and {len(other) - 5} more" if len(other) > 5 else "")
+        warnings.warn(f"{out} also holds {shown}, not of this recording ({_world_size()} rank(s)): `hybrid trace "
+                      f"predict {out}` reads every *.json and *.json.gz there; move them out, or give this "
+                      "recording's files themselves", UserWarning, stacklevel=2)
 
 
 #: Why a step cannot be recorded with its execution trace while the program runs an observer of its own.
@@ -188,18 +274,22 @@ def _sync_ranks() -> None:
 
 def record_step(step: Callable[[], Any], out_dir: str | os.PathLike, *, warmup: int = 2,
                 execution_trace: bool = True, device: str | None = None,
-                measure_overhead: bool = True, memory: bool = True) -> dict[str, Path]:
-    """Run ``step`` ``warmup`` times, then once under :func:`trace_step`, then (``memory``) once more to measure
-    its tensor memory, stored in the written Chrome trace; returns the written paths. The memory pass runs after
-    the traced call: run under a dispatch mode, a ``torch.compile`` step falls back to eager for good, and the
-    trace would have recorded another program. A step the memory measurement cannot run under (a warning says
-    why) is recorded without it."""
+                measure_overhead: bool = True, memory: bool = True, timed: int = 3) -> dict[str, Path]:
+    """Run ``step`` ``warmup`` times, then ``timed`` more times timed (untraced: their median, stored in the
+    Chrome trace, is the step without the profiler, :data:`UNTRACED_KEY`; not on the meta device), then once
+    under :func:`trace_step`, then (``memory``) once more to measure its tensor memory, stored in the written
+    Chrome trace; returns the written paths. The memory pass runs after the traced call: run under a dispatch
+    mode, a ``torch.compile`` step falls back to eager for good, and the trace would have recorded another
+    program. A step the memory measurement cannot run under (a warning says why) is recorded without it."""
     if warmup < 0:
         raise InvalidInputError(f"warmup must be >= 0, got {warmup}")
+    if timed < 0:
+        raise InvalidInputError(f"timed must be >= 0, got {timed}")
     for _ in range(warmup):
         step()
+    untraced = _time_calls(step, timed) if timed and str(device or "") != "meta" else None
     with trace_step(out_dir, execution_trace=execution_trace, device=device,
-                    measure_overhead=measure_overhead) as paths:
+                    measure_overhead=measure_overhead, untraced_us=untraced) as paths:
         step()
     mem = _step_memory(step, device) if memory else None
     if mem is not None:
@@ -234,7 +324,7 @@ def _step_memory(step: Callable[[], Any], device: str | None) -> StepMemory | No
 def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step_fn: str = "step",
                   warmup: int = 2, execution_trace: bool = True, args: list[str] | None = None,
                   threads: int | None = None, measure_overhead: bool = True,
-                  memory: bool = True) -> dict[str, Path]:
+                  memory: bool = True, timed: int = 3) -> dict[str, Path]:
     """Run ``script`` as ``__main__``-less module (its top level sets things up), then trace its ``step_fn()``.
 
     ``threads`` sets PyTorch's intra-op thread count first (to match the profile bundle the trace is predicted
@@ -270,7 +360,7 @@ def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step
     try:
         return record_step(fn, out_dir, warmup=warmup, execution_trace=execution_trace,
                            device=str(device) if device else None, measure_overhead=measure_overhead,
-                           memory=memory)
+                           memory=memory, timed=timed)
     except InvalidInputError:
         raise
     except Exception as exc:
