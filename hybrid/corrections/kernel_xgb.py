@@ -398,10 +398,11 @@ class XGBCorrection(Correction):
             (x,) = self._blocks(sub.loc[unseen], base.loc[unseen], catalog, True, [(None, tnames)])
             ratio[unseen] = _booster_array_predict(self.transfer_booster, x)  # type: ignore[arg-type]
         if self.use_envelope and self.envelope_devices:
-            ratio = np.minimum(ratio, self.envelope_log_ratio(sub, base, catalog))
+            ratio = np.minimum(ratio, self.envelope_log_ratio(sub, base, catalog, ratio))
         return np.clip(ratio, *LOG_RATIO_CLIP)
 
-    def envelope_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    def envelope_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                           log_ratio: np.ndarray | None = None) -> np.ndarray:
         """Per row (all of this correction's families), the largest learned log-ratio its prediction may take.
 
         For a GPU row whose device the fit never saw: the main booster predicts the same row (same shape, dtype,
@@ -413,13 +414,18 @@ class XGBCorrection(Correction):
         distribution, on the least efficient measured GPU. Rows whose roofline is under that host dispatch are
         left to the trees: the host, not the GPU, sets their time, and the measured machines' hosts say nothing
         of an unseen one's (quickstart's data with the H200 held out: its VM's eager floor is ~10 us above the
-        H100 VM's, and a bound on those rows took its held-out error from 16.7 to 19.0%). ``+inf`` elsewhere:
+        H100 VM's, and a bound on those rows took its held-out error from 16.7 to 17.7%). ``+inf`` elsewhere:
         fitted devices, CPUs, kinds of op no fitted GPU had.
 
         Without it the trees extrapolate device features (the intensity over the device's ridge, its bandwidth
         per SM) into corners the fit filled with other kernels: quickstart's model priced an H20's bf16 decode
         attention at 12.5x its memory bound (the H200's fp32 decode fallbacks at 47x sit at that intensity over
-        the ridge) and an L40S's fp16 decode GEMVs at 2.1x (split with the 70 W T4)."""
+        the ridge) and an L40S's fp16 decode GEMVs at 2.1x (split with the 70 W T4).
+
+        ``log_ratio`` (the rows' learned log-ratio, optional) only saves work: the fitted GPUs are visited one at a
+        time and a row whose ``log_ratio`` is already under the bound so far is not priced on the next (the bound
+        only grows), so such a row may get a looser value than the full bound, never one that changes
+        ``min(log_ratio, bound)``."""
         cap = np.full(len(table), np.inf)
         if not self.envelope_devices or self.booster is None or not len(table):
             return cap
@@ -429,35 +435,43 @@ class XGBCorrection(Correction):
         todo &= _gpu_rows(table, catalog)
         if not todo.any():
             return cap
+        roof = baseline["time_us"].to_numpy(dtype=np.float64)
+        host = self.host_part_us(table, baseline, catalog)
+        todo &= roof >= host  # host-bound on its own: the host allowance only grows below
         codes, keys = envelope_keys(table, baseline)
-        picks: list[np.ndarray] = []
-        devices: list[np.ndarray] = []
+        per_device: dict[str, list[np.ndarray]] = {}
         for code, key in enumerate(keys):
-            fitted = [d for d in self.envelope_devices.get(key, ()) if catalog.resolve_device(d, missing_ok=True)]
-            rows = np.flatnonzero(todo & (codes == code)) if fitted else np.zeros(0, dtype=np.int64)
-            for dev in fitted if len(rows) else ():
-                picks.append(rows)
-                devices.append(np.full(len(rows), dev, dtype=object))
-        if not picks:
+            rows = np.flatnonzero(todo & (codes == code))
+            for dev in self.envelope_devices.get(key, ()) if len(rows) else ():
+                if catalog.resolve_device(dev, missing_ok=True):
+                    per_device.setdefault(dev, []).append(rows)
+        if not per_device:
             return cap
         from hybrid.ops.roofline import roofline
 
-        rows = np.concatenate(picks)
-        moved = table.iloc[rows].reset_index(drop=True).assign(device=np.concatenate(devices))
-        moved_base = roofline(moved, catalog)
-        (x,) = self._blocks(moved, moved_base, catalog, False, [(None, self.feature_names)])
-        moved_us = self.reference_us(moved, moved_base, catalog) * np.exp(
-            _booster_array_predict(self.booster, x))  # type: ignore[arg-type]
-        moved_host = self.host_part_us(moved, moved_base, catalog)
-        kernel = np.full(len(table), -np.inf)  # kernel time per roofline, the largest over the fitted GPUs
-        np.maximum.at(kernel, rows, np.maximum(moved_us - moved_host, 0.0) / moved_base["time_us"].to_numpy(
-            dtype=np.float64))
-        host = self.host_part_us(table, baseline, catalog)
-        np.maximum.at(host, rows, moved_host)
-        roof = baseline["time_us"].to_numpy(dtype=np.float64)
+        ref = self.reference_us(table, baseline, catalog)
+        kernel = np.full(len(table), -np.inf)  # kernel time per roofline, the largest over the fitted GPUs so far
+        pending = todo.copy()
+        for dev, picks in per_device.items():
+            rows = np.concatenate(picks)
+            rows = rows[pending[rows]]
+            if not len(rows):
+                continue
+            moved = table.iloc[rows].reset_index(drop=True).assign(device=dev)
+            moved_base = roofline(moved, catalog)
+            (x,) = self._blocks(moved, moved_base, catalog, False, [(None, self.feature_names)])
+            moved_us = self.reference_us(moved, moved_base, catalog) * np.exp(
+                _booster_array_predict(self.booster, x))  # type: ignore[arg-type]
+            moved_host = self.host_part_us(moved, moved_base, catalog)
+            kernel[rows] = np.maximum(kernel[rows], np.maximum(moved_us - moved_host, 0.0)
+                                      / moved_base["time_us"].to_numpy(dtype=np.float64))
+            host[rows] = np.maximum(host[rows], moved_host)
+            if log_ratio is not None:  # under the bound so far, or host-bound: the answer is already known
+                bound = np.log(np.maximum(kernel[rows] * roof[rows] + host[rows], 1e-30) / ref[rows])
+                pending[rows[(log_ratio[rows] <= bound) | (roof[rows] < host[rows])]] = False
         bounded = np.isfinite(kernel) & (roof >= host)
         bound_us = np.where(bounded, kernel * roof + host, 1.0)
-        return np.where(bounded, np.log(bound_us / self.reference_us(table, baseline, catalog)), cap)
+        return np.where(bounded, np.log(bound_us / ref), cap)
 
     def host_part_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per row (all of this correction's families), the host dispatch its prediction includes (us): none here
