@@ -77,6 +77,11 @@ EXTENT_SHAPES = 32
 SPLIT_BLOCK_ROWS = 16384
 #: Where the size extents of the GEMMs a model was fitted on are saved beside it.
 EXTENTS_FILE = "extents.json"
+#: A fitted GPU bounds the predictions of GPUs the fit never saw for a kind of op (family, dtype, roofline bound:
+#: :func:`envelope_keys`) once it had at least this many rows of it (:meth:`XGBCorrection.envelope_log_ratio`).
+ENVELOPE_MIN_ROWS = 5
+#: Where the fitted GPUs of each kind of op (the envelope of unseen GPUs) are saved beside a model.
+ENVELOPE_FILE = "envelope.json"
 #: GEMM predictions (feature version 4 on) are at least this multiple of the roofline time.
 GEMM_ROOFLINE_FLOOR = 1.0
 #: A GEMM in a dtype the fit has no GEMM of is priced at the efficiency the model predicts for the same shape on
@@ -205,6 +210,44 @@ def _gpu_rows(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     return catalog.device_column(table["device"], lambda d: d.kind == "gpu", False).astype(bool)
 
 
+def envelope_keys(table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """(code per row, its ``family|dtype|bound`` key per code): the kind of op an unseen GPU's prediction is
+    bounded within (:meth:`XGBCorrection.envelope_log_ratio`): the op family, the dtype (normalised; ``fp32``
+    without a ``dtype`` column) and which roofline term bounds the row on its own device (``compute``,
+    ``memory``, ``latency``); the strings are built once per distinct triple, not per row."""
+    if "dtype" in table.columns:
+        dt_codes, dt_raw = str_codes(table["dtype"])
+        dt_names = [normalize_dtype(d) for d in dt_raw] + ["fp32"]
+        dt_codes = np.where(dt_codes < 0, len(dt_names) - 1, dt_codes)
+    else:
+        dt_codes, dt_names = np.zeros(len(table), dtype=np.int64), ["fp32"]
+    fam = pd.Categorical(baseline["family"])
+    bound = pd.Categorical(baseline["bound"])
+    nd, nb = len(dt_names), max(len(bound.categories), 1)
+    combo = (np.asarray(fam.codes, dtype=np.int64) * nd + dt_codes.astype(np.int64)) * nb \
+        + np.asarray(bound.codes, dtype=np.int64)
+    uniques, codes = np.unique(combo, return_inverse=True)
+    keys = [f"{fam.categories[u // (nd * nb)]}|{dt_names[(u // nb) % nd]}|{bound.categories[u % nb]}"
+            for u in uniques]
+    return np.asarray(codes).reshape(-1), keys
+
+
+def fit_envelope(table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                 min_rows: int = ENVELOPE_MIN_ROWS) -> dict[str, list[str]]:
+    """Per kind of op (:func:`envelope_keys`), the GPUs of ``table`` with at least ``min_rows`` rows of it:
+    the measured GPUs whose predictions bound those of GPUs the fit never saw."""
+    gpu = _gpu_rows(table, catalog)
+    if not gpu.any():
+        return {}
+    codes, keys = envelope_keys(table, baseline)
+    counts = pd.DataFrame({"k": codes[gpu], "d": table["device"].astype(str).to_numpy()[gpu]}).groupby(
+        ["k", "d"]).size()
+    out: dict[str, list[str]] = {}
+    for (k, d) in counts.index[counts.to_numpy() >= min_rows]:
+        out.setdefault(keys[int(k)], []).append(str(d))
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
 class XGBCorrection(Correction):
     """Shared machinery of the XGBoost corrections: features -> log-ratio -> roofline * exp(prediction)."""
 
@@ -216,9 +259,17 @@ class XGBCorrection(Correction):
     #: default of the ``feature_version`` argument: each model class names its own constant
     #: (:data:`GEMM_FEATURE_VERSION`, :data:`POINTWISE_FEATURE_VERSION`, ``EMBEDDING_FEATURE_VERSION``)
     default_feature_version: ClassVar[int] = LATEST_FEATURE_VERSION
+    #: whether a fit records the envelope of GPUs it never saw (:meth:`envelope_log_ratio`)
+    default_envelope: ClassVar[bool] = False
 
     def __init__(self, params: XGBParams | None = None, use_device_features: bool = True,
                  feature_version: int | None = None, transfer: bool | None = None):
+        #: record the envelope at :meth:`fit` and apply it at predict (:meth:`envelope_log_ratio`); an experiment
+        #: may switch it off on a fitted model to compare
+        self.use_envelope = self.default_envelope
+        #: per kind of op (``family|dtype|bound``, :func:`envelope_keys`), the fitted GPUs with at least
+        #: :data:`ENVELOPE_MIN_ROWS` rows of it (:func:`fit_envelope`); empty: no envelope
+        self.envelope_devices: dict[str, list[str]] = {}
         self.params = params or XGBParams()
         self.use_device_features = use_device_features
         self.feature_version = int(self.default_feature_version if feature_version is None else feature_version)
@@ -303,6 +354,7 @@ class XGBCorrection(Correction):
             xt = self.features(sub, base, catalog, transfer=True)
             dt = xgb.DMatrix(xt.to_numpy(), label=y, weight=w, feature_names=self.transfer_feature_names)
             self.transfer_booster = xgb.train(self.params.booster_params(), dt, num_boost_round=self.params.n_estimators)
+        self.envelope_devices = fit_envelope(sub, base, catalog) if self.use_envelope else {}
         self.summary = _TrainingSummary(
             rows=len(sub), devices=sorted(map(str, pd.unique(sub["device"]))),
             ops={str(k): int(v) for k, v in sub["op"].value_counts().items()},
@@ -345,7 +397,86 @@ class XGBCorrection(Correction):
                 ratio[~unseen] = _booster_array_predict(self.booster, x)  # type: ignore[arg-type]
             (x,) = self._blocks(sub.loc[unseen], base.loc[unseen], catalog, True, [(None, tnames)])
             ratio[unseen] = _booster_array_predict(self.transfer_booster, x)  # type: ignore[arg-type]
+        if self.use_envelope and self.envelope_devices:
+            ratio = np.minimum(ratio, self.envelope_log_ratio(sub, base, catalog, ratio))
         return np.clip(ratio, *LOG_RATIO_CLIP)
+
+    def envelope_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                           log_ratio: np.ndarray | None = None) -> np.ndarray:
+        """Per row (all of this correction's families), the largest learned log-ratio its prediction may take.
+
+        For a GPU row whose device the fit never saw: the main booster predicts the same row (same shape, dtype,
+        timing) on each fitted GPU that had at least :data:`ENVELOPE_MIN_ROWS` rows of its kind of op
+        (:attr:`envelope_devices`, :func:`envelope_keys`); the largest kernel time per roofline among them
+        (prediction minus its host dispatch, :meth:`host_part_us`, over that GPU's roofline of the row) is put
+        on the row's own roofline, plus the largest host dispatch of those predictions and the row's own. A
+        kernel on a GPU never measured is priced no further from its roofline than the model prices it, in
+        distribution, on the least efficient measured GPU. Rows whose roofline is under that host dispatch are
+        left to the trees: the host, not the GPU, sets their time, and the measured machines' hosts say nothing
+        of an unseen one's (quickstart's data with the H200 held out: its VM's eager floor is ~10 us above the
+        H100 VM's, and a bound on those rows took its held-out error from 16.7 to 17.7%). ``+inf`` elsewhere:
+        fitted devices, CPUs, kinds of op no fitted GPU had.
+
+        Without it the trees extrapolate device features (the intensity over the device's ridge, its bandwidth
+        per SM) into corners the fit filled with other kernels: quickstart's model priced an H20's bf16 decode
+        attention at 12.5x its memory bound (the H200's fp32 decode fallbacks at 47x sit at that intensity over
+        the ridge) and an L40S's fp16 decode GEMVs at 2.1x (split with the 70 W T4).
+
+        ``log_ratio`` (the rows' learned log-ratio, optional) only saves work: the fitted GPUs are visited one at a
+        time and a row whose ``log_ratio`` is already under the bound so far is not priced on the next (the bound
+        only grows), so such a row may get a looser value than the full bound, never one that changes
+        ``min(log_ratio, bound)``."""
+        cap = np.full(len(table), np.inf)
+        if not self.envelope_devices or self.booster is None or not len(table):
+            return cap
+        todo = ~isin_fast(table["device"], self.summary.devices)
+        if not todo.any():
+            return cap
+        todo &= _gpu_rows(table, catalog)
+        if not todo.any():
+            return cap
+        roof = baseline["time_us"].to_numpy(dtype=np.float64)
+        host = self.host_part_us(table, baseline, catalog)
+        todo &= roof >= host  # host-bound on its own: the host allowance only grows below
+        codes, keys = envelope_keys(table, baseline)
+        per_device: dict[str, list[np.ndarray]] = {}
+        for code, key in enumerate(keys):
+            rows = np.flatnonzero(todo & (codes == code))
+            for dev in self.envelope_devices.get(key, ()) if len(rows) else ():
+                if catalog.resolve_device(dev, missing_ok=True):
+                    per_device.setdefault(dev, []).append(rows)
+        if not per_device:
+            return cap
+        from hybrid.ops.roofline import roofline
+
+        ref = self.reference_us(table, baseline, catalog)
+        kernel = np.full(len(table), -np.inf)  # kernel time per roofline, the largest over the fitted GPUs so far
+        pending = todo.copy()
+        for dev, picks in per_device.items():
+            rows = np.concatenate(picks)
+            rows = rows[pending[rows]]
+            if not len(rows):
+                continue
+            moved = table.iloc[rows].reset_index(drop=True).assign(device=dev)
+            moved_base = roofline(moved, catalog)
+            (x,) = self._blocks(moved, moved_base, catalog, False, [(None, self.feature_names)])
+            moved_us = self.reference_us(moved, moved_base, catalog) * np.exp(
+                _booster_array_predict(self.booster, x))  # type: ignore[arg-type]
+            moved_host = self.host_part_us(moved, moved_base, catalog)
+            kernel[rows] = np.maximum(kernel[rows], np.maximum(moved_us - moved_host, 0.0)
+                                      / moved_base["time_us"].to_numpy(dtype=np.float64))
+            host[rows] = np.maximum(host[rows], moved_host)
+            if log_ratio is not None:  # under the bound so far, or host-bound: the answer is already known
+                bound = np.log(np.maximum(kernel[rows] * roof[rows] + host[rows], 1e-30) / ref[rows])
+                pending[rows[(log_ratio[rows] <= bound) | (roof[rows] < host[rows])]] = False
+        bounded = np.isfinite(kernel) & (roof >= host)
+        bound_us = np.where(bounded, kernel * roof + host, 1.0)
+        return np.where(bounded, np.log(bound_us / ref), cap)
+
+    def host_part_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row (all of this correction's families), the host dispatch its prediction includes (us): none here
+        (:class:`DispatchXGB` has one)."""
+        return np.zeros(len(table))
 
     def predict_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Learned ``log(time / reference_us)`` for every row (rows of other families get NaN)."""
@@ -416,6 +547,10 @@ class XGBCorrection(Correction):
         new.transfer_booster = grown if use_transfer else (
             None if self.transfer_booster is None else self.transfer_booster.copy())
         new.summary = self.summary
+        # the adapted device's own rows now say how it runs: no envelope for it (a device model answers one device)
+        adapted = ~isin_fast(sub["device"], self.summary.devices)
+        new.use_envelope = self.use_envelope
+        new.envelope_devices = {} if adapted.any() else {k: list(v) for k, v in self.envelope_devices.items()}
         new._fitted = True
         return new
 
@@ -436,6 +571,11 @@ class XGBCorrection(Correction):
             self.transfer_booster.save_model(str(directory / "transfer.ubj"))
             meta.update({"transfer": True, "transfer_feature_names": self.transfer_feature_names})
         write_json(directory / "params.json", meta)
+        if self.envelope_devices:
+            write_json(directory / ENVELOPE_FILE, {
+                "envelope_devices": self.envelope_devices, "min_rows": ENVELOPE_MIN_ROWS,
+                "units": "per family|dtype|bound, the fitted GPUs whose predicted log(time / reference) of the same "
+                         "row bounds that of a GPU the fit never saw"})
 
     @classmethod
     def load(cls, directory: Path) -> XGBCorrection:
@@ -457,6 +597,14 @@ class XGBCorrection(Correction):
             obj.transfer_booster = xgb.Booster()
             obj.transfer_booster.load_model(str(_booster_file(directory, "transfer")))
         obj.summary = _TrainingSummary(**meta["summary"])
+        obj.envelope_devices = {}
+        envelope = directory / ENVELOPE_FILE
+        if envelope.is_file():  # models saved before the envelope have none: unseen GPUs are the trees' alone
+            raw = read_json(envelope).get("envelope_devices")
+            if not (isinstance(raw, dict) and all(isinstance(v, list) and all(isinstance(d, str) for d in v)
+                                                  for v in raw.values())):
+                raise InvalidInputError(f"{envelope}: bad envelope devices {raw!r}; refit the model")
+            obj.envelope_devices = {str(k): list(v) for k, v in raw.items()}
         obj._fitted = True
         return obj
 
@@ -469,6 +617,8 @@ class XGBCorrection(Correction):
         if self.fitted:
             out.update({"train_rows": self.summary.rows, "train_devices": self.summary.devices,
                         "train_ops": self.summary.ops, "train_rmse_log": self.summary.train_rmse_log})
+            if self.envelope_devices:
+                out["envelope_devices"] = {k: list(v) for k, v in self.envelope_devices.items()}
         return out
 
 
@@ -529,6 +679,11 @@ class DispatchXGB(XGBCorrection):
         if mask.any():
             out[mask] = self._dispatched(sub, catalog) * self.dispatch_us
         return out
+
+    def host_part_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row, the host dispatch its prediction includes: :meth:`host_us` (the fitted constant of version 4)
+        plus :meth:`learned_host_us` (what the trees learned inside eager GPUs' times before it)."""
+        return self.host_us(table, baseline, catalog) + self.learned_host_us(table, baseline, catalog)
 
     def learned_host_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per row, before :attr:`dispatch_from_version`, the host dispatch the trees learned as part of the GPU's
@@ -761,6 +916,7 @@ class GemmXGB(DispatchXGB):
     # (13.2 vs 14.4%) but made the H100 worse, and was not kept (docs/corrections.md).
     default_transfer = False
     default_feature_version = GEMM_FEATURE_VERSION
+    default_envelope = True
     # The sibling rule lowered leave-one-GPU-out error on the 10 public GPUs with a fitted sibling from 11.7 to
     # 10.4% (experiments/kernel_accuracy/sibling_variant.py) and moved no GPU without one.
     default_sibling_blend = True
@@ -1061,6 +1217,7 @@ class PointwiseXGB(DispatchXGB):
     # 13.1%, the Vidur A40 rows 63% (kernel_accuracy/results.md), so it is optional.
     default_transfer = True
     default_feature_version = POINTWISE_FEATURE_VERSION
+    default_envelope = True
 
     @property
     def key(self) -> str:

@@ -1,0 +1,202 @@
+"""The envelope of GPUs a kernel correction never saw (``XGBCorrection.envelope_log_ratio``): an unseen GPU's
+kernel is priced no further from its roofline than the model prices the same row on the least efficient fitted
+GPU of that kind of op; fitted devices and CPUs are untouched; saved, loaded and dropped for an adapted device."""
+
+from __future__ import annotations
+
+import glob
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hybrid.corrections.kernel_xgb import (
+    ENVELOPE_FILE,
+    GemmXGB,
+    PointwiseXGB,
+    XGBParams,
+    envelope_keys,
+    fit_envelope,
+)
+from hybrid.data.bundle import bundle_catalog, load_bundle, load_project_bundles
+from hybrid.errors import InvalidInputError
+from hybrid.ops.families import family_array
+from hybrid.ops.roofline import roofline
+
+DATASETS = Path(__file__).resolve().parents[1] / "datasets"
+UNSEEN = ["H20", "L40S", "A40", "A100-SXM4-80GB", "L4", "B200"]
+
+
+@pytest.fixture(scope="module")
+def h200():
+    """The pointwise correction fitted on the H200 profile (its only GPU) and the CPU profile."""
+    paths = [DATASETS / "H200", DATASETS / "cpu-amd-epyc-1c"]
+    catalog = bundle_catalog(paths)
+    gpu, cpu = (load_bundle(p)[0] for p in paths)
+    table = pd.concat([gpu, cpu], ignore_index=True, sort=False)
+    base = roofline(table, catalog)
+    model = PointwiseXGB(XGBParams(seed=0, n_estimators=150)).fit(table, base, catalog)
+    return model, table, base, catalog
+
+
+def _decode(devices: list[str], heads: float = 16.0, kv_heads: float = 2.0) -> pd.DataFrame:
+    """A bf16 GQA decode step (Llama-3-70B at TP 4: 16 query heads over 2 KV heads), batch 64, 2112 keys."""
+    return pd.DataFrame({"device": devices, "op": "attention", "dtype": "bf16", "batch": 64.0, "heads": heads,
+                         "kv_heads": kv_heads, "q_len": 1.0, "kv_len": 2112.0, "head_dim": 128.0, "causal": False})
+
+
+def _kernel_ratio(model, rows, base, catalog) -> np.ndarray:
+    """(prediction - the host dispatch it includes) / roofline, per row."""
+    pred = model.predict(rows, base, catalog)
+    return (pred - model.host_part_us(rows, base, catalog)) / base["time_us"].to_numpy()
+
+
+def test_envelope_keys_name_family_dtype_and_bound(catalog):
+    rows = pd.concat([_decode(["H20"]), _decode(["H20"]).assign(dtype="float16"),
+                      pd.DataFrame({"device": ["H100-SXM"] * 2, "op": "gemm", "dtype": ["bf16", "fp32"],
+                                    "m": [8192.0, 1.0], "n": [8192.0, 4096.0], "k": [8192.0, 4096.0]})],
+                     ignore_index=True)
+    codes, keys = envelope_keys(rows, roofline(rows, catalog))
+    assert [keys[c] for c in codes] == ["attention|bf16|memory", "attention|fp16|memory", "gemm|bf16|compute",
+                                        "gemm|fp32|memory"]
+
+
+def test_fit_records_the_fitted_gpus_of_each_kind_of_op(h200):
+    model, table, base, catalog = h200
+    assert model.envelope_devices["attention|bf16|memory"] == ["H200"]
+    # CPUs neither bound GPUs nor are bounded: the CPU profile is in the fit but in no list
+    assert all(devs == ["H200"] for devs in model.envelope_devices.values())
+    # a kind of op needs ENVELOPE_MIN_ROWS rows on a GPU
+    assert fit_envelope(table, base, catalog, min_rows=10**6) == {}
+
+
+def test_unseen_gpus_priced_no_further_from_roofline_than_the_fitted_gpu(h200):
+    model, _, _, catalog = h200
+    rows = _decode(UNSEEN + ["H200"])
+    base = roofline(rows, catalog)
+    model.use_envelope = False
+    try:
+        without = _kernel_ratio(model, rows, base, catalog)
+    finally:
+        model.use_envelope = True
+    with_envelope = _kernel_ratio(model, rows, base, catalog)
+    fitted = with_envelope[-1]
+    assert without[0] > 5 * fitted  # the H20, priced by the transfer booster: ~20x its memory bound
+    assert (with_envelope[:-1] <= fitted * (1 + 1e-6)).all(), dict(zip(rows["device"], with_envelope.round(2),
+                                                                    strict=True))
+    assert with_envelope[-1] == without[-1]  # the fitted GPU itself is not touched
+
+
+def test_seen_devices_are_not_touched(h200):
+    model, table, base, catalog = h200
+    on = model.predict(table, base, catalog)
+    model.use_envelope = False
+    try:
+        off = model.predict(table, base, catalog)
+    finally:
+        model.use_envelope = True
+    np.testing.assert_array_equal(on, off)
+
+
+def test_host_bound_rows_are_left_to_the_trees(h200):
+    """A row whose roofline is under the host dispatch the prediction includes (eager timings): the host, not the
+    GPU, sets its time, and the measured machines' hosts say nothing of an unseen one's."""
+    model, _, _, catalog = h200
+    rows = _decode(["H20"]).assign(batch=1.0)
+    base = roofline(rows, catalog)
+    host = model.host_part_us(rows, base, catalog)
+    assert base["time_us"].iloc[0] < host[0]  # ~5 us of KV cache under ~29 us of learned dispatch
+    assert np.isinf(model.envelope_log_ratio(rows, base, catalog)).all()
+
+
+def test_envelope_is_saved_loaded_and_older_models_have_none(h200, tmp_path):
+    model, _, _, catalog = h200
+    rows = _decode(UNSEEN)
+    base = roofline(rows, catalog)
+    model.save(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / ENVELOPE_FILE).read_text())["envelope_devices"] == model.envelope_devices
+    loaded = PointwiseXGB.load(tmp_path / "m")
+    assert loaded.envelope_devices == model.envelope_devices
+    np.testing.assert_allclose(loaded.predict(rows, base, catalog), model.predict(rows, base, catalog), rtol=1e-6)
+    # a model saved before the envelope: none, the trees alone (as before)
+    shutil.copytree(tmp_path / "m", tmp_path / "old")
+    (tmp_path / "old" / ENVELOPE_FILE).unlink()
+    old = PointwiseXGB.load(tmp_path / "old")
+    assert old.envelope_devices == {}
+    model.use_envelope = False
+    try:
+        np.testing.assert_allclose(old.predict(rows, base, catalog), model.predict(rows, base, catalog), rtol=1e-6)
+    finally:
+        model.use_envelope = True
+    (tmp_path / "old" / ENVELOPE_FILE).write_text(json.dumps({"envelope_devices": {"attention|bf16|memory": 3}}))
+    with pytest.raises(InvalidInputError, match="envelope"):
+        PointwiseXGB.load(tmp_path / "old")
+
+
+def test_an_adapted_device_is_not_bounded(h200):
+    """Few-shot rows of a GPU say how it runs: the grown model (which answers that GPU only) has no envelope."""
+    model, table, base, catalog = h200
+    att = table[(base["family"] == "attention").to_numpy()].head(40)
+    adapted_rows = att.assign(device="H20")
+    grown = model.continue_boosting(adapted_rows, roofline(adapted_rows, catalog), catalog, rounds=5)
+    assert grown.envelope_devices == {}
+    seen = model.continue_boosting(att, roofline(att, catalog), catalog, rounds=5)
+    assert seen.envelope_devices == model.envelope_devices
+
+
+def test_decode_gemv_on_unseen_gpus_bounded_by_the_fitted_hopper_gpus(shared_datasets):
+    """Decode GEMVs (fp16, batch 1) on GPUs the GEMM correction never saw. Fitted on the H100 / H200 profiles and
+    NeuSight's fp32 GEMMs (T4, P4, ...), the trees split the L40S's bandwidth per SM with the 70 W T4 and priced
+    the GEMV ~2.4x its roofline; the envelope holds it to what the model prices it at on the H100 and H200."""
+    gpu, catalog = load_project_bundles("gpu")
+    from hybrid.data.importers.neusight import import_neusight
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ns = import_neusight(sorted(glob.glob(str(shared_datasets / "neusight/test-dev/*.csv"))), catalog=catalog)
+    table = pd.concat([gpu, ns], ignore_index=True, sort=False)
+    table = table[family_array(table["op"]) == "gemm"].reset_index(drop=True)
+    model = GemmXGB(XGBParams(seed=0, n_estimators=150)).fit(table, roofline(table, catalog), catalog)
+    assert model.envelope_devices["gemm|fp16|memory"] == ["H100-SXM", "H200"]
+    rows = pd.DataFrame({"device": ["L40S", "A40", "L4", "A10G", "H100-SXM", "H200"], "op": "gemm",
+                         "dtype": "fp16", "m": 1.0, "n": 28672.0, "k": 4096.0})
+    base = roofline(rows, catalog)
+    with_envelope = _kernel_ratio(model, rows, base, catalog)
+    model.use_envelope = False
+    without = _kernel_ratio(model, rows, base, catalog)
+    fitted = with_envelope[-2:].max()
+    assert without[0] > 1.2 * fitted  # the L40S above both Hopper GPUs without the envelope
+    assert (with_envelope[:4] <= fitted * (1 + 1e-6)).all(), with_envelope
+    np.testing.assert_array_equal(with_envelope[-2:], without[-2:])
+
+
+def test_pruned_bound_gives_the_same_predictions_as_the_full_one(h200):
+    """Predicting skips the fitted GPUs a row is already under the bound of: the answer is min(trees, full bound)."""
+    from hybrid.corrections.kernel_xgb import LOG_RATIO_CLIP
+
+    model, _, _, catalog = h200
+    rows = pd.concat([_decode(UNSEEN).assign(batch=float(b), kv_len=float(kv))
+                      for b in (1, 8, 64, 256) for kv in (512, 4096)], ignore_index=True)
+    rows = pd.concat([rows, rows.assign(dtype="fp32"), rows.assign(q_len=rows["kv_len"], causal=True)],
+                     ignore_index=True)
+    base = roofline(rows, catalog)
+    model.use_envelope = False
+    try:
+        raw = model.predict_log_ratio(rows, base, catalog)
+    finally:
+        model.use_envelope = True
+    fitted = model.envelope_devices
+    # several bounding GPUs per kind of op, so that rows leave the loop at different GPUs (the booster knows the
+    # H200 only; the others are priced through its device features, which is all this test needs)
+    model.envelope_devices = {k: ["A100-PCIE-40GB", "H100-SXM", *v] for k, v in fitted.items()}
+    try:
+        full = model.envelope_log_ratio(rows, base, catalog)
+        got = model.predict_log_ratio(rows, base, catalog)
+    finally:
+        model.envelope_devices = fitted
+    assert (got < raw - 1e-9).sum() > 10 and np.isfinite(full).sum() < len(rows)  # some bounded, some not
+    np.testing.assert_array_equal(got, np.clip(np.minimum(raw, full), *LOG_RATIO_CLIP))
