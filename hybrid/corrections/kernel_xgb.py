@@ -235,17 +235,23 @@ def envelope_keys(table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[np.ndarr
 def fit_envelope(table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                  min_rows: int = ENVELOPE_MIN_ROWS) -> dict[str, list[str]]:
     """Per kind of op (:func:`envelope_keys`), the GPUs of ``table`` with at least ``min_rows`` rows of it:
-    the measured GPUs whose predictions bound those of GPUs the fit never saw."""
+    the measured GPUs whose predictions bound those of GPUs the fit never saw. Each kind lists its GPUs from the
+    least efficient (highest median measured time over roofline) to the most, ties by name: the order only saves
+    work (:meth:`XGBCorrection.envelope_log_ratio` visits the loosest bounds first), the bound is the same."""
     gpu = _gpu_rows(table, catalog)
     if not gpu.any():
         return {}
     codes, keys = envelope_keys(table, baseline)
-    counts = pd.DataFrame({"k": codes[gpu], "d": table["device"].astype(str).to_numpy()[gpu]}).groupby(
-        ["k", "d"]).size()
+    ratio = np.log(np.maximum(pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64), 1e-30)
+                   / np.maximum(baseline["time_us"].to_numpy(dtype=np.float64), 1e-30))
+    stats = pd.DataFrame({"k": codes[gpu], "d": table["device"].astype(str).to_numpy()[gpu],
+                          "r": ratio[gpu]}).groupby(["k", "d"])["r"].agg(["size", "median"]).reset_index()
+    stats = stats[stats["size"] >= min_rows].sort_values(["k", "median", "d"], ascending=[True, False, True],
+                                                         kind="stable")
     out: dict[str, list[str]] = {}
-    for (k, d) in counts.index[counts.to_numpy() >= min_rows]:
+    for k, d in zip(stats["k"].to_numpy(), stats["d"].to_numpy(), strict=True):
         out.setdefault(keys[int(k)], []).append(str(d))
-    return {k: sorted(v) for k, v in sorted(out.items())}
+    return dict(sorted(out.items()))
 
 
 class XGBCorrection(Correction):
@@ -438,40 +444,61 @@ class XGBCorrection(Correction):
         roof = baseline["time_us"].to_numpy(dtype=np.float64)
         host = self.host_part_us(table, baseline, catalog)
         todo &= roof >= host  # host-bound on its own: the host allowance only grows below
+        idx = np.flatnonzero(todo)
+        if not len(idx):
+            return cap
         codes, keys = envelope_keys(table, baseline)
-        per_device: dict[str, list[np.ndarray]] = {}
+        # one pricing per (shape, kind of op): rows that differ only in their unseen device are the same row on a
+        # fitted GPU (a sweep over GPUs, `--compare`), so each such group is priced once per fitted GPU
+        from hybrid.corrections.predictor import distinct_rows
+
+        shape_cols = [c for c in table.columns if c != "device"]
+        found = distinct_rows(table.iloc[idx][shape_cols].assign(_kind=codes[idx]), max_fraction=1.0)
+        first, group = (np.arange(len(idx)), np.arange(len(idx))) if found is None else found
+        # visits in rounds: every kind's least efficient fitted GPU first (:func:`fit_envelope`'s order), whose
+        # bound settles most rows, then the next; one pricing call per round (a group has one kind, so one GPU a round)
+        rounds: dict[int, list[tuple[str, np.ndarray]]] = {}
         for code, key in enumerate(keys):
-            rows = np.flatnonzero(todo & (codes == code))
-            for dev in self.envelope_devices.get(key, ()) if len(rows) else ():
-                if catalog.resolve_device(dev, missing_ok=True):
-                    per_device.setdefault(dev, []).append(rows)
-        if not per_device:
+            at = np.flatnonzero(codes[idx] == code)  # positions in idx
+            devs = [d for d in self.envelope_devices.get(key, ()) if catalog.resolve_device(d, missing_ok=True)]
+            for rank, dev in enumerate(devs if len(at) else ()):
+                rounds.setdefault(rank, []).append((dev, at))
+        if not rounds:
             return cap
         from hybrid.ops.roofline import roofline
 
-        ref = self.reference_us(table, baseline, catalog)
-        kernel = np.full(len(table), -np.inf)  # kernel time per roofline, the largest over the fitted GPUs so far
-        pending = todo.copy()
-        for dev, picks in per_device.items():
-            rows = np.concatenate(picks)
-            rows = rows[pending[rows]]
-            if not len(rows):
+        ref = self.reference_us(table, baseline, catalog)[idx]
+        roof_i, host_i = roof[idx], host[idx]
+        lr = None if log_ratio is None else np.asarray(log_ratio, dtype=np.float64)[idx]
+        kernel_g = np.full(len(first), -np.inf)  # per group: kernel time per roofline, the largest so far
+        host_g = np.zeros(len(first))  # per group: the largest host dispatch of its fitted-GPU prices so far
+        pending = np.ones(len(idx), dtype=bool)
+        for rank in sorted(rounds):
+            picks = [(dev, np.unique(group[at[pending[at]]])) for dev, at in rounds[rank]]
+            picks = [(dev, g) for dev, g in picks if len(g)]
+            if not picks:
                 continue
-            moved = table.iloc[rows].reset_index(drop=True).assign(device=dev)
+            groups = np.concatenate([g for _, g in picks])
+            devices = np.repeat(np.array([d for d, _ in picks], dtype=object), [len(g) for _, g in picks])
+            moved = table.iloc[idx[first[groups]]].reset_index(drop=True).assign(device=devices)
             moved_base = roofline(moved, catalog)
             (x,) = self._blocks(moved, moved_base, catalog, False, [(None, self.feature_names)])
             moved_us = self.reference_us(moved, moved_base, catalog) * np.exp(
                 _booster_array_predict(self.booster, x))  # type: ignore[arg-type]
             moved_host = self.host_part_us(moved, moved_base, catalog)
-            kernel[rows] = np.maximum(kernel[rows], np.maximum(moved_us - moved_host, 0.0)
-                                      / moved_base["time_us"].to_numpy(dtype=np.float64))
-            host[rows] = np.maximum(host[rows], moved_host)
-            if log_ratio is not None:  # under the bound so far, or host-bound: the answer is already known
-                bound = np.log(np.maximum(kernel[rows] * roof[rows] + host[rows], 1e-30) / ref[rows])
-                pending[rows[(log_ratio[rows] <= bound) | (roof[rows] < host[rows])]] = False
-        bounded = np.isfinite(kernel) & (roof >= host)
-        bound_us = np.where(bounded, kernel * roof + host, 1.0)
-        return np.where(bounded, np.log(bound_us / ref), cap)
+            kernel_g[groups] = np.maximum(kernel_g[groups], np.maximum(moved_us - moved_host, 0.0)
+                                          / moved_base["time_us"].to_numpy(dtype=np.float64))
+            host_g[groups] = np.maximum(host_g[groups], moved_host)
+            if lr is not None:  # under the bound so far, or host-bound: the answer is already known
+                h = np.maximum(host_i, host_g[group])
+                bound = np.log(np.maximum(kernel_g[group] * roof_i + h, 1e-30) / ref)
+                pending &= ~((lr <= bound) | (roof_i < h))
+        kernel = kernel_g[group]
+        h = np.maximum(host_i, host_g[group])
+        bounded = np.isfinite(kernel) & (roof_i >= h)
+        cap[idx] = np.where(bounded, np.log(np.maximum(np.where(bounded, kernel * roof_i + h, 1.0), 1e-30) / ref),
+                            np.inf)
+        return cap
 
     def host_part_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per row (all of this correction's families), the host dispatch its prediction includes (us): none here
