@@ -316,6 +316,85 @@ def test_below_the_measured_sizes_a_curve_keeps_its_ratio_to_alpha_beta(shared_d
     assert hp.predict(far, intervals=True)["interval_band"].tolist() == ["unseen (default)", "seen", "unseen (default)"]
 
 
+def test_a_curve_answers_only_within_its_own_measured_sizes(shared_datasets, catalog, tmp_path):
+    """xxrjun's 8-GPU H100 node measured send/recv from 32 MiB up; with 32 and 64 MiB held out, that layout's curve
+    starts at 128 MiB while the system's other send/recv layouts still start at 32 MiB. The curve extrapolated to
+    32 MiB was 8.9x the measured time and, the system's sizes covering it, labelled seen. Beyond a curve's own sizes
+    the time is now anchored at its nearest measured size (``method`` ``collective-sigmoid (edge-anchored)``),
+    within a factor 2 here, and more than ``SIZE_MARGIN`` x beyond them the row is extrapolated (unseen band), also
+    where the system measured smaller sizes at other layouts; the curve's sizes survive save/load, and a curve saved
+    before they were recorded predicts as it did."""
+    import json
+
+    from hybrid.data.importers import import_paths
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        h100 = import_paths("nccl-tests", shared_datasets / "nccl-tests" / "xxrjun_nccl-tests-cluster", catalog=catalog)
+    h100 = h100[~(pd.to_numeric(h100["wrong"], errors="coerce").fillna(0) > 0)]
+    sr = h100[(h100["system"] == "xxrjun-H100-NDR") & (h100["op"] == "send_recv")].reset_index(drop=True)
+    at = ((sr["n_ranks"] == 8) & (sr["n_nodes"] == 1)).to_numpy()
+    test = at & (sr["size_bytes"] < 128 << 20).to_numpy()
+    train = sr[~test]
+    model = CollectiveSigmoid().fit(train, roofline(train, catalog), catalog)
+    assert model.size_range["xxrjun-H100-NDR|send_recv"][0] == 32 << 20  # other layouts: from 32 MiB
+    fit = next(f for f in model.fits if (f.n_ranks, f.n_nodes) == (8, 1))
+    assert (fit.size_min, fit.size_max) == (128 << 20, 16 << 30)
+    held = sr[test]
+    base = roofline(held, catalog)
+    pred, source = model.predict_with_source(held, base, catalog)
+    curve = model._predict_curves(held, base, catalog)  # the curve alone, extrapolated: what answered before
+    meas = held["time_us"].to_numpy()
+    small = (held["size_bytes"] == 32 << 20).to_numpy()
+    assert np.median(curve[small] / meas[small]) > 5.0  # measured: 8.9x
+    ratio = pred / meas
+    assert np.all((ratio > 0.5) & (ratio < 2.0)), ratio  # measured: 0.54-0.58x (the 128 MiB edge runs faster)
+    assert set(source) == {"collective-sigmoid (edge-anchored)"}
+    assert not model.extrapolated(held).any()  # within 4x of the curve's sizes: the seen band
+    # 4 MiB (32x below the curve, 8x below the system's sizes) and 128 GiB (8x above): extrapolated, and say so
+    q = held.head(2).assign(size_bytes=[4 << 20, 128 << 30])
+    bq = roofline(q, catalog)
+    pq, sq = model.predict_with_source(q, bq, catalog)
+    assert model.extrapolated(q).tolist() == [True, True]
+    assert "32x beyond the sizes measured at this layout (128.0 MiB to 16.0 GiB)" in model.extrapolation_reason(q)[0]
+    edge = model._predict_curves(q.assign(size_bytes=[128 << 20, 16 << 30]), bq, catalog)
+    assert pq[0] <= edge[0] and pq[1] >= edge[1]  # monotone across the edges
+    # save / load keeps the sizes; a save from before them predicts with the curve (and the system's sizes)
+    model.save(tmp_path / "new")
+    again = CollectiveSigmoid.load(tmp_path / "new")
+    np.testing.assert_array_equal(again.predict(held, base, catalog), pred)
+    meta = json.loads((tmp_path / "new" / "sigmoids.json").read_text())
+    for f in meta["fits"]:
+        del f["size_min"], f["size_max"]
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "sigmoids.json").write_text(json.dumps(meta))
+    old = CollectiveSigmoid.load(tmp_path / "old")
+    p_old, s_old = old.predict_with_source(held, base, catalog)
+    np.testing.assert_allclose(p_old, curve)
+    assert set(s_old) == {"collective-sigmoid"}
+
+
+def test_polaris_large_layouts_are_extrapolated_below_their_own_sizes(polaris, catalog):
+    """Polaris measured all-gather from 128 B (8 GPUs on 2 nodes), but at 2160 GPUs (540 nodes) only from 34 KiB
+    (nccl-tests cannot split less over so many ranks): a 1 KiB all-gather there is 34x below that curve's sizes,
+    extrapolated (unseen band) and anchored at its smallest size, not seen because the small layouts measured 1 KiB."""
+    ag = polaris[(polaris["op"] == "all_gather")]
+    model = CollectiveSigmoid().fit(ag, roofline(ag, catalog), catalog)
+    assert model.size_range["Polaris|all_gather"][0] == 128
+    q = pd.DataFrame({"device": "A100-SXM4-40GB", "system": "Polaris", "op": "all_gather", "algorithm": "env-setup-5",
+                      "size_bytes": [1 << 10, 1 << 10, 64 << 10], "n_ranks": [2160, 8, 2160], "n_nodes": [540, 2, 540]})
+    lo, hi = model._curve_span(q)
+    assert lo.tolist() == [34560, 128, 34560] and hi[1] == 1 << 30
+    assert model.extrapolated(q).tolist() == [True, False, False]
+    base = roofline(q, catalog)
+    pred, source = model.predict_with_source(q, base, catalog)
+    assert source.tolist() == ["collective-sigmoid (edge-anchored)", "collective-sigmoid", "collective-sigmoid"]
+    at = model._predict_curves(q.assign(size_bytes=34560), base, catalog)[0]
+    assert pred[0] <= at  # below the curve: never slower than its smallest measured size
+    assert pred[0] == pytest.approx(at * base["time_us"].iloc[0] / roofline(q.assign(size_bytes=34560), catalog)[
+        "time_us"].iloc[0])  # no transfer model: the alpha-beta ratio alone
+
+
 def test_unmeasured_layouts_and_settings_get_the_unseen_band(polaris, shared_datasets, catalog):
     """A layout (ranks, nodes) never measured on a measured system is priced by the layout model, across layouts
     (held-out rank counts: several times the error of held-out sizes), so its interval is the unseen band, not the

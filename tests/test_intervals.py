@@ -930,3 +930,34 @@ def test_evaluate_warns_when_unseen_intervals_rest_on_one_held_out_device(shared
     assert "one held-out device" not in err
     rc, out, err = cli(["evaluate", str(t4), "--model", "two", "--tracking-uri", uri, "--json"])
     assert rc == 0 and "one held-out device" not in err, err
+
+
+def test_collective_hold_out_keeps_each_settings_edges(shared_datasets):
+    """Each setting (``algorithm``) of a layout has a curve of its own, which answers only within its own sizes
+    (beyond them ``CollectiveSigmoid`` anchors the time at the edge): the random hold-out keeps every setting's
+    smallest and largest size in the fit, so the seen band is calibrated on sizes inside a curve. Polaris' 8-GPU
+    all-reduce with env-setup-5 cut to 4 KiB and up while env-setup-4 keeps its sizes from 4 B: the 4 KiB point of
+    env-setup-5 is no layout edge, but is its curve's."""
+    from hybrid.corrections import CollectiveSigmoid
+    from hybrid.corrections.intervals import stratified_split
+    from hybrid.data.importers import import_paths
+    from hybrid.ops.roofline import roofline
+
+    cat = default_catalog()
+    root = shared_datasets / "nccl-tests" / "argonne-lcf_alcf-nccl-tests" / "results_polaris" / "nccl_2_18"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        polaris = import_paths("nccl-tests", root, catalog=cat)
+    ar = polaris[(polaris["op"] == "all_reduce") & (polaris["n_ranks"] == 8)
+                 & polaris["algorithm"].isin(["env-setup-4", "env-setup-5"])]
+    table = ar[~((ar["algorithm"] == "env-setup-5") & (ar["size_bytes"] < 4096))].reset_index(drop=True)
+    edge5 = ((table["algorithm"] == "env-setup-5") & (table["size_bytes"] == 4096)).to_numpy()
+    assert edge5.any() and table["size_bytes"].min() < 4096
+    layout = table["size_bytes"].groupby(table["n_nodes"])  # the layout's edges: not 4 KiB (a candidate before)
+    assert (table["size_bytes"][edge5] > layout.transform("min")[edge5]).all()
+    for seed in range(4):
+        tr, te = stratified_split(table, 0.3, seed)
+        assert not np.isin(np.flatnonzero(edge5), te).any()
+        train, test = table.iloc[tr], table.iloc[te]
+        model = CollectiveSigmoid().fit(train, roofline(train, cat), cat)
+        assert not model.beyond_curves(test).any()

@@ -454,7 +454,8 @@ MIN_ROWS_FOR_SPLIT = 10
 #: What the random hold-out of collective rows holds out together (:func:`stratified_split`): every measurement of
 #: one message size at one layout of one system (in-place / out-of-place twins, repeated logs and runs on other
 #: nodes of that point), so no held-out point has a copy in the fit; the smallest and largest size of each layout
-#: stay in the fit (a held-out point is interpolated along its curve, as a seen row is). Not whole layouts (system, op, ranks, nodes):
+#: and setting (``algorithm``: each has a curve of its own) stay in the fit (a held-out point is interpolated along
+#: its curve, as a seen row is). Not whole layouts (system, op, ranks, nodes):
 #: a layout held out is one the fit never measured, which the predictor prices by extrapolation and gives the
 #: unseen band (``CollectiveSigmoid.unmeasured_layouts``), so its rows would calibrate the seen band with unseen
 #: errors (and a single-node calibration has only two layouts per collective to spare); nor source files: one log
@@ -470,7 +471,7 @@ def stratified_split(table: pd.DataFrame, test_fraction: float, seed: int,
 
     Collective rows (with ``collective_groups``, default :data:`COLLECTIVE_SPLIT_GROUPS`) are held out by group, not
     by row: ``test_fraction`` of the distinct ``collective_groups`` values of each (device, op) group with at least 5
-    rows and 2 such values, but never the smallest or largest ``size_bytes`` of a layout, every row of a chosen value
+    rows and 2 such values, but never the smallest or largest ``size_bytes`` of a layout (and setting), every row of a chosen value
     held out (drawn from a random stream of their own, so kernel rows
     are split as before). ``None``: every row on its own (the split before 2026-12).
 
@@ -493,7 +494,11 @@ def stratified_split(table: pd.DataFrame, test_fraction: float, seed: int,
         if "size_bytes" in cols and len(cols) > 1:
             # plain float64 (a nullable Int64 column's <NA> would make the comparisons <NA>: kernel rows have none)
             size = pd.to_numeric(table["size_bytes"], errors="coerce").astype(np.float64)
-            by = size.groupby([table[c].astype(str) for c in cols if c != "size_bytes"])
+            # per curve: a layout's settings (``algorithm``) have curves of their own, each with its own edges
+            # (beyond them ``CollectiveSigmoid`` anchors the time at the edge: no interpolation along a curve)
+            setting = ([table["algorithm"].astype("string").fillna("").astype(str)] if "algorithm" in table.columns
+                       else [])
+            by = size.groupby([table[c].astype(str) for c in cols if c != "size_bytes"] + setting)
             edge = ((size == by.transform("min")) | (size == by.transform("max"))).to_numpy(dtype=bool)
         group_codes = np.where(edge, -1, group_codes)
         rng_coll = np.random.default_rng([seed, 1])
