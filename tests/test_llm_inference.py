@@ -48,6 +48,41 @@ def test_kv_cache_bytes_by_hand_mha_and_gqa():
     assert short.kv_per_request == long.kv_per_request == 4096 * 2 * 32 * 8 * 128 * 2
 
 
+def test_kv_heads_replicated_when_tp_exceeds_them_by_hand():
+    """TP above the KV heads: every rank holds ceil(kv_heads / tp) whole KV heads, in its weights and its cache
+    (not kv_heads / tp of a head)."""
+    from hybrid.workloads.llm.kv_cache import activation_bytes
+    from hybrid.workloads.llm.model import TransformerConfig
+
+    fp16 = Precision("fp16")
+    m = resolve_model("llama3-70b")  # 80 layers, hidden 8192, 64 heads / 8 KV heads of 128, FFN 28672, untied
+    h, f, v, L = 8192, 28672, 128256, 80
+    assert (m.num_layers, m.hidden_size, m.num_kv_heads, m.head_dim, m.ffn_hidden_size, m.vocab_size) == \
+        (L, h, 8, 128, f, v)
+    # TP 16: Q and output projections and the SwiGLU MLP split 16 ways; K and V of one whole head (128 columns each)
+    layer = (2 * h * h + 3 * h * f) / 16 + 2 * h * 128 + 2 * h  # + two RMSNorms, whole on every rank
+    ends = 2 * v * h / 16 + h  # vocab-parallel embedding and output layer, the final norm
+    assert weight_bytes_per_gpu(m, fp16, tp=16) == pytest.approx(2 * (L * layer + ends), rel=1e-12)
+    # the K/V columns per rank are those of TP 8 (one head either way): 2 x 80 x 2 x 8192 x 64 bytes more than a
+    # split of 8 heads 16 ways would give
+    split_by_tp = 2 * (L * ((2 * h * h + 3 * h * f + 2 * h * 8 * 128) / 16 + 2 * h) + ends)
+    assert weight_bytes_per_gpu(m, fp16, tp=16) - split_by_tp == pytest.approx(2 * L * 2 * h * 64, rel=1e-12)
+    # the cache: one head of K and V per layer per token, as at TP 8
+    assert kv_bytes_per_token(m, fp16, tp=16) == kv_bytes_per_token(m, fp16, tp=8) == 2 * 80 * 128 * 2
+    # the prefill working set: QKV output q/16 + 2 x 128 columns (the widest is still the MLP's here)
+    assert float(activation_bytes(m, fp16, 1.0, 0.0, 16)) == 2 * (2 * h + 3 * f / 16)
+
+    # multi-query attention (1 KV head) at TP 8: each rank holds the whole K and V head and caches it whole
+    mqa = TransformerConfig(name="mqa", num_layers=2, hidden_size=1024, num_attention_heads=8, num_query_groups=1,
+                            vocab_size=1000, add_bias_linear=False)  # head dim 128, GeLU FFN 4096, tied, LayerNorm
+    layer = (2 * 1024 * 1024 + 2 * 1024 * 4096) / 8 + 2 * 1024 * 128 + 2 * 2 * 1024
+    ends = 1000 * 1024 / 8 + 2048 * 1024 + 2 * 1024  # embedding (vocab-parallel), learned positions, final norm
+    assert weight_bytes_per_gpu(mqa, fp16, tp=8) == pytest.approx(2 * (2 * layer + ends), rel=1e-12)
+    assert kv_bytes_per_token(mqa, fp16, tp=8) == kv_bytes_per_token(mqa, fp16) == 2 * 2 * 1 * 128 * 2
+    # QKV output per rank: 1024 / 8 query columns and a whole K and V head; the GeLU MLP (2 x 4096 / 8) is wider
+    assert float(activation_bytes(mqa, fp16, 1.0, 0.0, 8)) == 2 * (2 * 1024 + max(128 + 2 * 128, 2 * 4096 / 8))
+
+
 def test_every_inference_model_resolves_with_sensible_size():
     sizes = {n: resolve_model(n).num_params / 1e9 for n in INFERENCE_MODEL_NAMES}
     for name, approx in (("gptj-6b", 6.05), ("llama2-70b", 69), ("falcon-180b", 179), ("llama3-405b", 406),

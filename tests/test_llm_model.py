@@ -417,3 +417,39 @@ def test_qwen2_sliding_window_follows_max_window_layers_and_layer_types() -> Non
     # Mistral's window covers every layer, as before
     mistral = from_dict({**qwen2, "model_type": "mistral"})
     assert mistral.window_size == 4096 and mistral.window_layer_share == 1.0
+
+
+def test_dropout_follows_the_model_config() -> None:
+    """Whether a model trains with dropout comes from its config: the library's published configs, a Hugging Face
+    config's dropout probabilities (or its config class's default), Megatron-LM's hidden/attention dropout."""
+    lib = library()
+    on = {n for n, m in lib.items() if m.dropout}
+    assert on == {*(n for n in lib if n.startswith(("gpt3-", "megatron-"))), "bert-large", "gpt2-large"}
+    assert not any(lib[n].dropout for n in ("llama3-70b", "mpt-7b", "mistral-7b", "mixtral-8x7b", "deepseek-v3",
+                                            "qwen3-235b-a22b", "gptj-6b", "falcon-180b"))
+    llama = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_hidden_layers=2, vocab_size=100)
+    assert _hf("llama", **llama, attention_dropout=0.0).dropout is False
+    assert _hf("llama", **llama).dropout is False  # LlamaConfig's default is 0.0
+    assert _hf("llama", **llama, attention_dropout=0.1).dropout is True
+    gpt2 = dict(n_embd=64, n_head=4, n_layer=2, vocab_size=100, n_positions=128)
+    assert _hf("gpt2", **gpt2).dropout is True  # GPT2Config defaults to 0.1
+    assert _hf("gpt2", **gpt2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0).dropout is False
+    mpt = dict(d_model=64, n_heads=4, n_layers=2, vocab_size=100)
+    assert _hf("mpt", **mpt, resid_pdrop=0, emb_pdrop=0, attn_config={"attn_pdrop": 0}).dropout is False
+    assert _hf("mpt", **mpt, resid_pdrop=0, attn_config={"attn_pdrop": 0.1}).dropout is True
+    with pytest.raises(InvalidInputError, match="attention_dropout"):
+        _hf("llama", **llama, attention_dropout="lots")
+    with pytest.raises(InvalidInputError, match="resid_pdrop"):
+        _hf("gpt2", **gpt2, resid_pdrop=1.5)
+    # Megatron-LM keys: unset probabilities are its 0.1; both 0 (a Llama recipe) is no dropout
+    meg = dict(num_layers=2, hidden_size=64, num_attention_heads=4)
+    assert from_dict(meg).dropout is True
+    assert from_dict({**meg, "attention-dropout": 0.0}).dropout is True  # hidden dropout still 0.1
+    assert from_dict({**meg, "hidden_dropout": 0.0, "attention_dropout": 0.0}).dropout is False
+    with pytest.raises(InvalidInputError, match="hidden_dropout"):
+        from_dict({**meg, "hidden_dropout": -0.1})
+    # the model description round-trips it, and lists it
+    m = lib["llama3-8b"]
+    assert from_dict(m.to_dict()).dropout is False and m.summary()["dropout"] is False
+    with pytest.raises(InvalidInputError, match="dropout"):
+        TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, dropout="no")  # type: ignore[arg-type]

@@ -901,7 +901,7 @@ def test_memory_text_output_names_the_job_it_sized(capsys, tmp_path):
                  "32", "--recompute", "full", "--distributed-optimizer"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     for part in ("16 x A100-SXM4-80GB", "tp 2 pp 1 dp 8", "micro 1 x 4", "seq 4096", "recompute full",
-                 "optimizer states distributed", "dropout on"):
+                 "optimizer states distributed", "dropout off (the model's)"):  # a Llama config: no dropout
         assert part in first, (part, first)
 
 
@@ -1008,3 +1008,49 @@ def test_faster_gpus_and_more_gpus_never_predict_slower():
            for dp in (1, 2, 4, 8, 16)]
     assert all(b.iteration_s < a.iteration_s for a, b in zip(its[:-1], its[1:], strict=True))
     assert max(p.bubble_closed_form_s for p in its) == pytest.approx(min(p.bubble_closed_form_s for p in its))
+
+
+def test_dropout_defaults_to_the_models_and_the_flag_overrides_it_both_ways(capsys):
+    """llama3-70b trains without dropout: by default no masks are counted (hand count below) and no dropout ops
+    are costed; --dropout / --no-dropout override the model either way, and every output says which was used."""
+    llama, gpt = load_model("llama3-70b"), load_model("gpt3-1.3b")
+    job = dict(gpus=64, global_batch=64, tp=8, pp=4)  # seq 8192, micro-batch 1, no SP, FlashAttention
+    cfg = TrainingConfig(**job)
+    assert cfg.dropout is None and not cfg.uses_dropout(llama) and cfg.uses_dropout(gpt)
+    assert cfg.dropout_source() == "model" and cfg.with_(dropout=False).dropout_source() == "override"
+    off, _ = memory_only(llama, cfg, "DGX-H100")
+    on, _ = memory_only(llama, cfg.with_(dropout=True), "DGX-H100")
+    assert memory_only(llama, cfg.with_(dropout=False), "DGX-H100")[0].row(0) == off.row(0)
+    # masks (1 byte per element): hidden and attention-output masks, 2 h per token and layer, replicated over TP
+    # without SP, on 20 layers x 4 microbatches in flight (1F1B on the first of 4 stages), + the embedding's mask
+    h, tokens = 8192, 8192
+    masks = 2 * h * tokens * 20 * 4 + h * tokens * 4
+    assert (on.activations[0] - off.activations[0]) == pytest.approx(masks, rel=1e-12)
+    assert masks / GIB == pytest.approx(10.25)
+    # time: the dropout ops are in the job only when on
+    small = dict(gpus=8, global_batch=8, tp=8, seq_length=2048)
+    ops_model = predict_training(llama, TrainingConfig(**small), "DGX-H100", engine=False).ops
+    ops_on = predict_training(llama, TrainingConfig(**small, dropout=True), "DGX-H100", engine=False).ops
+    assert not (ops_model["variant"] == "dropout").any() and (ops_on["variant"] == "dropout").any()
+    gpt_ops = predict_training(gpt, TrainingConfig(**small), "DGX-H100", engine=False).ops
+    assert (gpt_ops["variant"] == "dropout").any()
+    # the CLI: the model's by default, the flag either way, said in JSON and text
+    args = ["--system", "DGX-H100", "--gpus", "64", "--tp", "8", "--pp", "4", "--global-batch", "64"]
+    for flag, want, source in (([], False, "model"), (["--dropout"], True, "override"),
+                               (["--no-dropout"], False, "override")):
+        assert main(["llm", "memory", "llama3-70b", *args, *flag, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert (out["dropout"], out["dropout_from"]) == (want, source)
+        assert out["memory_gib"]["activations"] == pytest.approx((on if want else off).activations[0] / GIB)
+    assert main(["llm", "memory", "gpt3-1.3b", "--system", "DGX-H100", "--gpus", "8", "--global-batch", "8"]) == 0
+    assert "dropout on (the model's)" in capsys.readouterr().out
+    assert main(["llm", "train", "llama3-8b", "--system", "DGX-H100", "--gpus", "8", "--tp", "8", "--global-batch",
+                 "8", "--seq", "2048", "--dropout", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["dropout"], out["dropout_from"]) == (True, "override")
+    assert main(["llm", "search", "llama3-8b", "--system", "DGX-H100", "--gpus", "8", "--global-batch", "8",
+                 "--seq", "2048", "--top", "1", "--max-cp", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["dropout"], out["dropout_from"]) == (False, "model")
+    with pytest.raises(InvalidInputError, match="dropout"):
+        TrainingConfig(gpus=8, global_batch=8, dropout="yes")  # type: ignore[arg-type]

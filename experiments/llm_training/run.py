@@ -117,7 +117,8 @@ def korthikanti_cases(d: Path) -> list[Case]:
             cfg = TrainingConfig(gpus=int(r.num_gpus), global_batch=int(r.global_batch_size),
                                  micro_batch=int(r.micro_batch_size), tp=int(r.tp), pp=int(r.pp), vp=vp,
                                  sp=mode != "full", recompute="full" if mode == "full" else "selective",
-                                 dtype="fp16", flash_attention=False, overlap_grad_reduce=False)
+                                 dtype="fp16", flash_attention=False, overlap_grad_reduce=False,
+                                 dropout=True)  # Megatron-LM GPT: hidden/attention dropout 0.1 (its defaults)
             var = {"vp=1": cfg.with_(vp=1)} if vp > 1 else {}
             if int(r.pp) > 1 and int(r.num_layers) % (int(r.pp) * 2) == 0 and vp == 1:
                 var["vp=2"] = cfg.with_(vp=2)
@@ -152,7 +153,8 @@ def narayanan_cases(d: Path) -> list[Case]:
         flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
         published = flops / (float(r.achieved_teraflops_per_gpu) * 1e12 * gpus)
         cfg = TrainingConfig(gpus=gpus, global_batch=B, micro_batch=1, tp=tp, pp=pp, recompute="full",
-                             dtype="fp16", flash_attention=False, overlap_grad_reduce=False)
+                             dtype="fp16", flash_attention=False, overlap_grad_reduce=False,
+                             dropout=True)  # Megatron-LM GPT: hidden/attention dropout 0.1 (its defaults)
         var = {}
         for mb in (2, 4):
             if B % (mb * cfg.dp) == 0:
@@ -178,7 +180,8 @@ def jan2021_cases(d: Path) -> list[Case]:
         B = int(r.batch_size)
         v100 = "V100" in str(r.system)
         cfg = TrainingConfig(gpus=gpus, global_batch=B, micro_batch=B // dp, tp=mp, recompute="full",
-                             dtype="fp16", flash_attention=False, overlap_grad_reduce=False)
+                             dtype="fp16", flash_attention=False, overlap_grad_reduce=False,
+                             dropout=True)  # Megatron-LM GPT: hidden/attention dropout 0.1 (its defaults)
         var = {"grad overlap": cfg.with_(overlap_grad_reduce=True)} if dp > 1 else {}
         out.append(Case("Megatron-LM README Jan 2021 (DGX-2 V100, DGX A100)", f"{r.case} {r.system} {gpus} GPUs",
                         model, cfg, "DGX-2" if v100 else "DGX-A100", float(r.iteration_time_ms) / 1e3,
@@ -228,6 +231,8 @@ def mosaic_cases(d: Path, max_rows: int | None, path: Path | None = None) -> lis
         pure = str(r["MP Mode"]).upper() == "PURE"
         prec = str(r.get("Precision", "bf16")).lower()
         dtype = "fp8" if "fp8" in prec else "fp16" if "fp16" in prec else "bf16"
+        # no dropout: llm-foundry's MPT defaults resid_pdrop = emb_pdrop = attn_pdrop = 0.0
+        # (llmfoundry/models/utils/config_defaults.py, MPTConfig) and its benchmark yamls set none
         cfg = TrainingConfig(gpus=gpus, global_batch=B, micro_batch=int(r["MicroBatchSize"]), fsdp=True,
                              recompute="full" if bool(r["Activation Checkpointing"]) else "none", dtype=dtype,
                              flash_attention=True, dropout=False, grad_reduce_dtype="bf16" if pure else "fp32",
@@ -268,7 +273,8 @@ def neusight_cases(d: Path) -> list[Case]:
         model = replace(models[r["model"]], seq_length=int(r["seqlen"]))
         B = int(r["batch"])
         extra = str(r["extra"]) if isinstance(r["extra"], str) else ""
-        # eager HF runs: per-op costs include the framework dispatch, as NeuSight's per-op labels do
+        # eager HF runs: per-op costs include the framework dispatch, as NeuSight's per-op labels do; dropout on
+        # as NeuSight ran them (HF models in training mode: BERT, GPT-2 and OPT's configs have dropout 0.1)
         kw: dict[str, Any] = dict(dtype="fp32", flash_attention=False, dropout=True, make_vocab_size_divisible_by=1,
                                   kernel_times=False)
         if extra.startswith("dp"):

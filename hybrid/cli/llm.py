@@ -21,6 +21,16 @@ from hybrid.cli.simulate import load_cost_model, model_options
 SOFTMAX_HELP = ("Fused attention's softmax: in series with its matrix multiplies (FlashAttention-2, PyTorch's SDPA "
                 "default), overlapped (FlashAttention-3, cuDNN / Transformer Engine on Hopper+), or auto (by GPU "
                 "generation: overlapped from Hopper on).")
+#: ``--dropout/--no-dropout``: the job's dropout, by default the model's own (TransformerConfig.dropout)
+DROPOUT_HELP = ("Train with / without hidden and attention dropout. Default: as the model does (on for Megatron GPT, "
+                "GPT-2, BERT; off for Llama, Mistral, Qwen, DeepSeek, MPT...: its config's dropout probabilities).")
+
+
+def dropout_text(model: Any, cfg: Any) -> str:
+    """'dropout on (the model's)' / 'dropout off (--no-dropout)'."""
+    on = cfg.uses_dropout(model)
+    return (f"dropout {'on' if on else 'off'} "
+            + ("(the model's)" if cfg.dropout_source() == "model" else f"({'--dropout' if on else '--no-dropout'})"))
 
 
 @click.group("llm")
@@ -72,7 +82,7 @@ def job_options(fn: Any) -> Any:
         click.option("--no-flash-attention", is_flag=True, help="Unfused attention (s x s scores in memory)."),
         click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto",
                      show_default=True, help=SOFTMAX_HELP),
-        click.option("--no-dropout", is_flag=True, help="No dropout (Llama-style training)."),
+        click.option("--dropout/--no-dropout", default=None, help=DROPOUT_HELP),
         click.option("--no-overlap-grad-reduce", is_flag=True, help="DP gradient reduce after the backward."),
         click.option("--no-overlap-param-gather", is_flag=True, help="Parameter all-gathers not prefetched."),
         click.option("--tp-comm-overlap", is_flag=True, help="Hide TP collectives behind the GEMMs."),
@@ -99,7 +109,7 @@ def _job(kw: dict[str, Any]) -> tuple[Any, Any]:
         cp=kw["cp"], ep=kw["ep"], vp=kw["vp"], seq_length=kw["seq"], sp=kw["sp"] and kw["tp"] > 1,
         distributed_optimizer=kw["distributed_optimizer"], fsdp=kw["fsdp"], recompute=kw["recompute"],
         dtype=kw["dtype"], flash_attention=not kw["no_flash_attention"], softmax=kw["softmax"],
-        dropout=not kw["no_dropout"],
+        dropout=kw["dropout"],
         overlap_grad_reduce=not kw["no_overlap_grad_reduce"], overlap_param_gather=not kw["no_overlap_param_gather"],
         tp_comm_overlap=kw["tp_comm_overlap"], reserve_gib=kw["reserve_gib"], kernel_times=not kw["eager_ops"],
         fp8_weight_cast=kw["fp8_weight_cast"])
@@ -179,7 +189,8 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
         return
     click.echo(f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {pred.target.device} "
                f"({pred.target.system}); tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} vp {cfg.vp}, "
-               f"micro {cfg.micro_batch} x {cfg.num_microbatches}, recompute {cfg.recompute}, cost model {name}")
+               f"micro {cfg.micro_batch} x {cfg.num_microbatches}, recompute {cfg.recompute}, "
+               f"{dropout_text(model, cfg)}, cost model {name}")
     click.echo(f"iteration: {pred.iteration_s:.3f} s (closed form {pred.closed_form_iteration_s:.3f} s)   "
                f"tokens/s: {pred.tokens_per_s:,.0f} ({pred.tokens_per_s / cfg.gpus:,.0f} per GPU)   "
                f"MFU {pred.mfu * 100:.1f}%  HFU {pred.hfu * 100:.1f}%")
@@ -233,7 +244,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
            "pp": cfg.pp, "dp": cfg.dp, "cp": cfg.cp, "ep": cfg.ep, "vp": cfg.vp, "micro_batch": cfg.micro_batch,
            "global_batch": cfg.global_batch, "seq_length": cfg.seq(model), "sp": cfg.sp, "recompute": cfg.recompute,
            "distributed_optimizer": cfg.distributed_optimizer, "fsdp": cfg.fsdp, "dtype": cfg.dtype,
-           "memory_gib": row, "memory_gib_per_rank": row["total"], "memory_breakdown_gib": row,
+           "dropout": cfg.uses_dropout(model), "dropout_from": cfg.dropout_source(), "memory_gib": row, "memory_gib_per_rank": row["total"], "memory_breakdown_gib": row,
            "fits": bool(mem.fits[0]), "reason": mem.reason(0), "fit_reason": mem.reason(0)}
     if not out["fits"]:  # what of the job's own memory knobs makes it fit
         out["fits_with"] = memory_remedies(model, cfg, kw["system"])
@@ -255,7 +266,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     click.echo(f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {tgt.device} ({tgt.system}); "
                f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} ep {cfg.ep} vp {cfg.vp}, micro {cfg.micro_batch} x "
                f"{cfg.num_microbatches}, seq {cfg.seq(model)}, recompute {cfg.recompute}, sp {'on' if cfg.sp else 'off'}, "
-               f"optimizer states {states}, dropout {'on' if cfg.dropout else 'off'}, "
+               f"optimizer states {states}, {dropout_text(model, cfg)}, "
                f"{'FlashAttention' if cfg.flash_attention else 'unfused attention'}")
     echo_table([[k, v] for k, v in row.items()], ["part", "GiB"])
     click.echo(out["reason"] + ("" if out["fits"] else f"; {remedy_text(out['fits_with'])}"))
@@ -274,6 +285,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--no-flash-attention", is_flag=True)
 @click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto", show_default=True,
               help=SOFTMAX_HELP)
+@click.option("--dropout/--no-dropout", default=None, help=DROPOUT_HELP)
 @click.option("--top", type=int, default=10, show_default=True)
 @click.option("--max-cp", type=int, default=8, show_default=True,
               help="Largest context-parallel degree searched (1: no CP).")
@@ -289,7 +301,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @model_options
 def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: int | None, dtype: str,
-               fp8_weight_cast: str, no_flash_attention: bool, softmax: str, top: int, max_cp: int, no_fsdp: bool, no_ep: bool,
+               fp8_weight_cast: str, no_flash_attention: bool, softmax: str, dropout: bool | None, top: int, max_cp: int, no_fsdp: bool, no_ep: bool,
                compare: str | None, gpu_hour_price: str | None, train_tokens: str | None, as_json: bool,
                model_ref: str | None, tracking_uri: str | None) -> None:
     """Every (tp, pp, cp, dp, ep, micro-batch, vp, recompute, SP, distributed optimizer or FSDP) mapping that
@@ -316,7 +328,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         raise InvalidInputError(f"--top must be positive, got {top}")
     model = load_model(model_name)
     base = search_base(gpus, global_batch, seq_length=seq, dtype=dtype, flash_attention=not no_flash_attention,
-                       softmax=softmax, fp8_weight_cast=fp8_weight_cast)
+                       softmax=softmax, fp8_weight_cast=fp8_weight_cast, dropout=dropout)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
     if max_cp <= 0:
         raise InvalidInputError(f"--max-cp must be positive, got {max_cp}")
@@ -340,7 +352,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     res = search(model, base, system, cost_model, top=top, **space)
     price = priced(res, system)
     payload: dict[str, Any] = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
-                               "fitting": res.attrs.get("n_fit")}
+                               "fitting": res.attrs.get("n_fit"), "dropout": base.uses_dropout(model),
+                               "dropout_from": base.dropout_source()}
     # the fastest pick's own warnings: a learned position table too short, TP above the KV heads
     kv_note = kv_replication_note(model, int(res["tp"].iloc[0]))
     if notes := [n for n in (model.position_note(base.seq(model)), kv_note and f"fastest mapping: {kv_note}",
@@ -405,7 +418,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         echo_json(payload)
         return
     click.echo(f"{model.name} on {gpus} GPUs ({system}), global batch {global_batch}: "
-               f"{res.attrs.get('n_candidates')} mappings, {res.attrs.get('n_fit')} fit; cost model {name}")
+               f"{res.attrs.get('n_candidates')} mappings, {res.attrs.get('n_fit')} fit; {dropout_text(model, base)}; "
+               f"cost model {name}")
     intervals = "iteration_s_low" in res.columns
     echo_table([[r.tp, r.pp, r.cp, r.dp, r.ep, r.mb, r.vp, r.recompute, "y" if r.sp else "",
                  "dist" if r.distopt else ("fsdp" if r.fsdp else ""), r.iteration_s, *([r.iteration_s_low, r.iteration_s_high, "~" if r.overlaps_fastest else ""]

@@ -46,7 +46,9 @@ class TrainingConfig:
     #: Hopper on), ``serial`` (FlashAttention-2, PyTorch's SDPA default) or ``overlapped`` (FlashAttention-3, cuDNN /
     #: Transformer Engine); :func:`hybrid.ops.roofline.softmax_schedule`
     softmax: str = "auto"
-    dropout: bool = True  # Megatron GPT default (hidden/attention dropout 0.1); Llama-style runs use none
+    #: hidden/attention/embedding dropout: None = the model's own (:attr:`TransformerConfig.dropout`: on for
+    #: Megatron GPT, GPT-2, BERT; off for Llama, Mistral, Qwen, DeepSeek, MPT, ...), True / False override it
+    dropout: bool | None = None
     overlap_grad_reduce: bool = True  # DP gradient reduce in buckets during the last backward
     overlap_param_gather: bool = True  # distributed optimizer / FSDP parameter all-gather prefetch
     tp_comm_overlap: bool = False  # TP collectives hidden behind the adjacent GEMMs (userbuffers)
@@ -67,6 +69,9 @@ class TrainingConfig:
     fp8_weight_cast: str = "microbatch"
 
     def __post_init__(self) -> None:
+        if self.dropout is not None and not isinstance(self.dropout, (bool, np.bool_)):
+            raise InvalidInputError(f"training config: dropout must be true, false or none (the model's), "
+                                    f"got {self.dropout!r}")
         if not isinstance(self.kernel_times, (bool, np.bool_)):
             raise InvalidInputError(f"training config: kernel_times must be true or false, got {self.kernel_times!r}")
         for f in ("gpus", "global_batch", "micro_batch", "tp", "pp", "cp", "ep", "vp",
@@ -156,6 +161,14 @@ class TrainingConfig:
         if self.sp and t > 1 and (s // self.cp) % t:
             raise InvalidInputError(f"sequence parallelism splits each CP rank's {s // self.cp} tokens over tp "
                                     f"({t}): they must be divisible by it")
+
+    def uses_dropout(self, model: Any) -> bool:
+        """Whether the job trains with dropout: :attr:`dropout` when set, else the model's own."""
+        return bool(model.dropout) if self.dropout is None else bool(self.dropout)
+
+    def dropout_source(self) -> str:
+        """Where :meth:`uses_dropout` comes from: ``"model"`` (its config) or ``"override"`` (set on the job)."""
+        return "model" if self.dropout is None else "override"
 
     def padded_vocab(self, model: Any) -> int:
         m = self.make_vocab_size_divisible_by * self.tp

@@ -173,14 +173,14 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             R.add(kid, role, 1.0, "bmm", b=bh, m=sc, n=sc, k=d, dtype=adt, direction="fwd", device=dev, sub="attn")
             R.add(kid, role, 1.0, "softmax", rows=bh * sc, hidden=sc, dtype=adt, direction="fwd", device=dev,
                   sub="attn")
-            if cfg.dropout:
+            if cfg.uses_dropout(model):
                 ew(role, "dropout", bh * sc * sc)
             R.add(kid, role, 1.0, "bmm", b=bh, m=sc, n=d, k=sc, dtype=adt, direction="fwd", device=dev, sub="attn")
         # backward: dS = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q (4 bmm), softmax (+dropout) backward
         for m_, n_, k_ in ((sc, sc, d), (sc, d, sc), (sc, d, sc), (sc, d, sc)):
             R.add(kid, "b", 1.0, "bmm", b=bh, m=m_, n=n_, k=k_, dtype=adt, direction="bwd", device=dev, sub="attn")
         R.add(kid, "b", 1.0, "softmax", rows=bh * sc, hidden=sc, dtype=adt, direction="bwd", device=dev, sub="attn")
-        if cfg.dropout:
+        if cfg.uses_dropout(model):
             ew("b", "dropout", bh * sc * sc, direction="bwd")
 
     roles = {"compute": ("f", "b"), "tp": ("tpf", "tpb"), "ep": ("epf", "epb")}
@@ -228,7 +228,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             fp8_casts(count, fwd_role, bwd_role, cols["b"], cols["m"], cols["n"], cols["k"])
 
     forward_layer_ops(model, emit, tokens=T, norm_tokens=Tn, tp=t, gemm_dtype=gdt, act_dtype=adt, act_bytes=eb,
-                      attention=attention, ep=ep, sp=sp, dropout=bool(cfg.dropout),
+                      attention=attention, ep=ep, sp=sp, dropout=cfg.uses_dropout(model),
                       tp_nodes=group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node),
                       ep_nodes=group_nodes_vec(ep, t * cp, tgt.gpus_per_node), dense_count=dense_frac,
                       moe_count=moe_frac)
@@ -247,7 +247,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     ew("ef", "copy", Tn * h, n_inputs=1, n_outputs=1)  # gather of embedding rows
     if model.position_embedding_type == "learned_absolute":
         ew("ef", "add", Tn * h)
-    if cfg.dropout:
+    if cfg.uses_dropout(model):
         ew("ef", "dropout", Tn * h)
     ew("eb", "add", Tn * h, 2, direction="bwd")  # scatter-add of row gradients (+ dropout backward)
     R.add(kid, "hf", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="fwd", device=dev, sub="other")

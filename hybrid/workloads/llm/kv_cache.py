@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.errors import InvalidInputError
+from hybrid.workloads.llm.costing import kv_width_split
 from hybrid.workloads.llm.dims import expert_ffn
 from hybrid.workloads.llm.model import TransformerConfig
 from hybrid.workloads.llm.precision import Precision
@@ -104,7 +105,9 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
     """Bytes of weights on the most loaded GPU (the bottleneck pipeline stage), from the model's exact parameter
     count (:meth:`TransformerConfig.param_counts`): GEMM weights in the weight format split over TP; biases and
     norms in 16 bit (counted whole on every rank); the word embedding (vocab-parallel) and a learned position
-    embedding stay 16 bit on the first stage, the final norm and an untied output layer on the last.
+    embedding stay 16 bit on the first stage, the final norm and an untied output layer on the last. When TP
+    exceeds the KV heads, each rank holds whole replicated KV heads (``ceil(kv_heads / tp)`` of them, the K and V
+    columns of :func:`hybrid.workloads.llm.costing.kv_width_split`), not ``kv_heads / tp`` of a head.
     ``attention_dp``: only the routed experts are split over the TP ranks (expert parallelism); attention, dense
     layers, embeddings and the output layer are whole on every rank."""
     c = model.param_counts()
@@ -117,7 +120,9 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
         matrix_bytes = (experts / tp + (matrix - experts)) * precision.weight_bytes
         split = 1
     else:
-        matrix_bytes = matrix / tp * precision.weight_bytes
+        # K and V projections of replicated KV heads (TP above the KV heads): columns beyond kv_width, every layer
+        kv_extra = 2.0 * model.hidden_size * (float(kv_width_split(model, tp)) - model.kv_width)
+        matrix_bytes = (matrix + kv_extra) / tp * precision.weight_bytes
     per_layer = matrix_bytes + (per_layer_total - matrix) * precision.act_bytes
     embed = (c["word_embedding"] / split + c["position_embedding"]) * precision.act_bytes
     head = c["output_layer"] / split * precision.weight_bytes + c["final_norm"] * precision.act_bytes
@@ -129,7 +134,7 @@ def activation_bytes(model: TransformerConfig, precision: Precision, tokens: flo
                      tp: int = 1) -> np.ndarray:
     """Peak activation working set on one GPU for ``tokens`` processed in one forward pass."""
     h = model.hidden_size
-    qkv = (model.q_width + 2 * model.kv_width) / tp
+    qkv = (model.q_width + 2 * float(kv_width_split(model, tp))) / tp  # whole KV heads per rank (replicated)
     if model.is_mla:  # the latent the keys and values are expanded from (prefill), on every rank
         qkv += model.mla_latent_width
     # gated: gate+up output (2f) and the activation (f); GeLU: up output and activation (2f)

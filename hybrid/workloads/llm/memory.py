@@ -54,7 +54,7 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
     latent = 2.0 * ((model.q_lora_rank or 0) + model.mla_latent_width) if model.is_mla else 0.0
     f = model.ffn_hidden_size
     a = model.num_attention_heads
-    mask = 1.0 if cfg.dropout else 0.0
+    mask = 1.0 if cfg.uses_dropout(model) else 0.0
     n_norms = model.parallel_attn_norms if model.parallel_attn else 2
     if model.is_moe:
         k = model.moe_router_topk
@@ -159,7 +159,7 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     # embedding dropout mask per in-flight microbatch on the first stage
     h = model.hidden_size
     n_inflight_mb = np.where(vp > 1, chunks / vp, np.minimum(pp, n_micro))
-    acts = acts + (1.0 if cfg.dropout else 0.0) * tokens * h * np.where(sp, 1 / tp, 1.0) * n_inflight_mb
+    acts = acts + (1.0 if cfg.uses_dropout(model) else 0.0) * tokens * h * np.where(sp, 1 / tp, 1.0) * n_inflight_mb
     # ------------------------------------------------------------------ output layer + loss (last stage)
     V = np.ceil(model.vocab_size / (cfg.make_vocab_size_divisible_by * tp)) * cfg.make_vocab_size_divisible_by * tp
     logits = 4.0 * tokens * h / tp * (1.0 + V / h)

@@ -111,6 +111,12 @@ class TransformerConfig:
     quantization: str | None = None
     #: the checkpoint also ships its KV cache quantised to fp8 (``kv_cache_scheme`` / ``kv_cache_quant_algo``)
     quantized_kv_cache: bool = False
+    #: the model trains with dropout (a hidden, attention or embedding dropout probability above 0), the default of
+    #: training jobs (:meth:`hybrid.workloads.llm.config.TrainingConfig.uses_dropout`): Megatron-LM's default (hidden
+    #: and attention dropout 0.1) for a Megatron-style description unless its ``hidden_dropout`` /
+    #: ``attention_dropout`` are 0; a Hugging Face config's own probabilities (:data:`HF_DROPOUT_KEYS`; Llama,
+    #: Mistral, Qwen, DeepSeek, MPT: 0); the published config for the built-in models (``models.toml``).
+    dropout: bool = True
     source: str = ""
 
     # ----------------------------------------------------------------------------------- validation
@@ -200,6 +206,8 @@ class TransformerConfig:
                                     f"or none, got {self.quantization!r}")
         if self.encoder_only and self.num_experts is not None:
             raise InvalidInputError(f"model {self.name!r}: encoder-only MoE models are not supported")
+        if not isinstance(self.dropout, bool):
+            raise InvalidInputError(f"model {self.name!r}: dropout must be true or false, got {self.dropout!r}")
 
     def position_note(self, tokens: int | float) -> str:
         """A warning when a sequence of ``tokens`` needs more positions than the model's learned absolute position
@@ -449,6 +457,7 @@ class TransformerConfig:
             "seq": self.seq_length,
             "experts": (f"{self.num_experts}x top-{self.moe_router_topk}"
                         + (f", {self.num_dense_layers} dense" if self.num_dense_layers else "")) if self.is_moe else "",
+            "dropout": self.dropout,
             "source": self.source,
         }
 
@@ -475,8 +484,43 @@ def _as_bool(value: Any, what: str) -> bool:
     raise InvalidInputError(f"model config: {what} must be true or false, got {value!r}")
 
 
+def _probability(value: Any, what: str) -> float:
+    """A dropout probability of a model config, in [0, 1], or a clear error naming the field."""
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"model config: {what} must be a probability in [0, 1], got {value!r}") from None
+    if isinstance(value, bool) or not 0.0 <= p <= 1.0:
+        raise InvalidInputError(f"model config: {what} must be a probability in [0, 1], got {value!r}")
+    return p
+
+
+#: Dropout probabilities of Hugging Face configs (hidden/residual, attention, embedding; MPT's ``attn_pdrop``
+#: sits in ``attn_config``). Heads' ``classifier_dropout`` / ``summary_first_dropout`` are not the backbone's.
+HF_DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "attention_probs_dropout_prob", "hidden_dropout_prob",
+                   "attn_pdrop", "resid_pdrop", "embd_pdrop", "emb_pdrop", "dropout", "activation_dropout",
+                   "residual_dropout", "embedding_dropout")
+#: model_types whose transformers config class defaults to dropout (0.1) when config.json names no probability:
+#: GPT-2 (resid/embd/attn_pdrop), BERT (hidden/attention_probs_dropout_prob), OPT (dropout), GPT-BigCode. Every
+#: other supported type defaults to 0 (Llama, Mistral, Qwen, Gemma, DeepSeek, GPT-J, MPT, Falcon, BLOOM, ...).
+_HF_DROPOUT_BY_DEFAULT = ("gpt2", "bert", "opt", "gpt_bigcode")
+
+
+def _hf_dropout(d: Mapping[str, Any], mt: str) -> bool:
+    """Whether a Hugging Face config trains with dropout: any of its :data:`HF_DROPOUT_KEYS` above 0, else its
+    config class's default."""
+    attn = d.get("attn_config")
+    found = [(k, d[k]) for k in HF_DROPOUT_KEYS if d.get(k) is not None]
+    if isinstance(attn, Mapping) and attn.get("attn_pdrop") is not None:
+        found.append(("attn_config.attn_pdrop", attn["attn_pdrop"]))
+    if not found:
+        return mt in _HF_DROPOUT_BY_DEFAULT
+    return any(_probability(v, f"Hugging Face config field {k!r}") > 0 for k, v in found)
+
+
 def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     kw: dict[str, Any] = {}
+    probs: dict[str, float] = {}
     for key, value in d.items():
         k = str(key).lstrip("-").replace("-", "_")
         if k in ("swiglu",):
@@ -493,12 +537,16 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
             kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
         elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
-                   "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm"):
+                   "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
             kw[k] = _as_bool(value, k)
+        elif k in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's probabilities (default 0.1 each)
+            probs[k] = _probability(value, k)
         elif k == "group_query_attention":
             continue
         elif k in _FIELD_NAMES:
             kw[k] = value
+    if probs and "dropout" not in kw:  # an explicit dropout key wins; an unset probability is Megatron's 0.1
+        kw["dropout"] = max(probs.get("hidden_dropout", 0.1), probs.get("attention_dropout", 0.1)) > 0
     if name is not None:
         kw["name"] = name
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if k not in kw]
@@ -910,6 +958,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         raise InvalidInputError(f"Hugging Face model_type {mt!r} is not supported ({', '.join(HF_MODEL_TYPES)}; "
                                 "or describe the model with Megatron-LM keys, docs/llm_training.md)")
     kw = {k: v for k, v in kw.items() if v is not None}
+    kw["dropout"] = _hf_dropout(d, mt)
     needed = ["num_layers", "hidden_size", "num_attention_heads", "vocab_size"]
     if mt not in ("gpt2", "gptj", "mpt", "falcon", "refinedweb", "refinedwebmodel", "gpt_neox", "gpt_bigcode",
                   "bloom"):  # no documented FFN default
