@@ -526,3 +526,17 @@ def test_rows_of_logs_imported_without_a_system_keep_the_seen_band(polaris, cata
     assert out["interval_band"].tolist() == ["seen"]
     # a system the model never saw (the GPU's curves do not answer for it) stays unseen
     assert hp.predict(row.assign(system="Sophia"))["interval_band"].tolist() == ["unseen"]
+
+
+def test_layout_factorisation_matches_pandas_multiindex():
+    """The collective layout lookups factorise (system, op, setting, ranks, nodes) column by column: the same codes
+    and distinct rows as a MultiIndex factorisation, missing values included."""
+    from hybrid.corrections.collective_sigmoid import _factorize_rows
+
+    rng = np.random.default_rng(0)
+    f = pd.DataFrame({"s": rng.choice(["a", "b", "c"], 500), "o": rng.choice(["x", "y"], 500),
+                      "r": rng.choice([2.0, 4.0, np.nan], 500), "n": rng.choice([1.0, 2.0], 500)})
+    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(f))
+    got_codes, got = _factorize_rows(f)
+    np.testing.assert_array_equal(codes, got_codes)
+    assert pd.DataFrame(list(uniques)).equals(pd.DataFrame(got)) and len(got) > 20

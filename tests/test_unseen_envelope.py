@@ -218,3 +218,14 @@ def test_rows_sharing_a_shape_across_unseen_gpus_get_their_own_bound(h200):
     # the same shape on two unseen GPUs with different rooflines: different bounds
     fin = np.isfinite(together)
     assert len(np.unique(np.round(together[fin], 9))) > 1
+
+
+def test_a_callers_own_columns_do_not_split_shared_shapes(h200):
+    """Columns outside the schema (a row id) are not read by the features: rows that differ only in them and in
+    their unseen device share one pricing, and get the same bound as without the column."""
+    model, _, _, catalog = h200
+    rows = pd.concat([_decode(UNSEEN).assign(batch=float(b)) for b in (1, 64)], ignore_index=True)
+    base = roofline(rows, catalog)
+    plain = model.envelope_log_ratio(rows, base, catalog)
+    with_id = model.envelope_log_ratio(rows.assign(row_id=np.arange(len(rows))), base, catalog)
+    np.testing.assert_array_equal(plain, with_id)

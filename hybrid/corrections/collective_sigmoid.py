@@ -336,6 +336,20 @@ def _host_rows(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     return names.map(host).to_numpy(dtype=bool)
 
 
+def _factorize_rows(frame: pd.DataFrame) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """``pd.factorize(pd.MultiIndex.from_frame(frame))`` of a small-key frame (code per row, the distinct rows as
+    tuples in order of first appearance; a missing value is a value of its own), ~10x faster: each column is
+    factorised and the codes combined."""
+    combined = np.zeros(len(frame), dtype=np.int64)
+    for name in frame.columns:
+        c, u = pd.factorize(frame[name], use_na_sentinel=False)
+        combined = pd.factorize(combined * (len(u) + 1) + c)[0].astype(np.int64)
+    codes = pd.factorize(combined)[0].astype(np.int64)
+    _, first = np.unique(codes, return_index=True)
+    rows = frame.iloc[first]
+    return codes, list(zip(*(rows[c].tolist() for c in frame.columns), strict=True))
+
+
 def _group_key(table: pd.DataFrame) -> pd.Series:
     if "system" in table.columns:
         names = table["system"].astype("string").fillna(table["device"].astype("string"))
@@ -645,7 +659,7 @@ class CollectiveSigmoid(Correction):
             return lo, hi
         frame = pd.DataFrame({"s": _group_key(table).astype(str).to_numpy(), "o": table["op"].astype(str).to_numpy(),
                               "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
-        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(frame))
+        codes, uniques = _factorize_rows(frame)
         spans = np.full((len(uniques) + 1, 2), np.nan)
         for i, (s, o, a, r, n) in enumerate(uniques):
             if not (np.isfinite(r) and np.isfinite(n)) or o not in COLLECTIVE_OPS:
@@ -689,7 +703,7 @@ class CollectiveSigmoid(Correction):
         ab = baseline.loc[mask, "time_us"].to_numpy(dtype=np.float64)
         res = np.full(len(sub), np.nan)
         configs = pd.DataFrame({"s": system, "o": op, "a": algo, "r": ranks, "n": nodes})
-        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(configs))
+        codes, uniques = _factorize_rows(configs)
         for ci, (s, o, a, r, n) in enumerate(uniques):
             rows = codes == ci
             ladder = self._ladder(str(s), str(o), str(a), float(r), float(n))
@@ -789,7 +803,7 @@ class CollectiveSigmoid(Correction):
         sub = table.loc[cand]
         frame = pd.DataFrame({"s": _group_key(sub).astype(str).to_numpy(), "o": op[cand], "a": _algorithms(sub),
                               "r": col(sub, "n_ranks"), "n": col(sub, "n_nodes", 1.0)})
-        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(frame))
+        codes, uniques = _factorize_rows(frame)
         per = np.array([(f.op if (f := self._sibling_fit(str(s), str(o), str(a), float(r), float(n))) is not None
                          else "") for s, o, a, r, n in uniques] + [""], dtype=object)
         out[cand] = per[np.where(codes >= 0, codes, len(uniques))]
@@ -853,7 +867,7 @@ class CollectiveSigmoid(Correction):
         per distinct key rather than per row."""
         frame = pd.DataFrame({"s": _group_key(table).astype(str).to_numpy(), "o": table["op"].astype(str).to_numpy(),
                               "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
-        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(frame))
+        codes, uniques = _factorize_rows(frame)
         keys = [(str(s), str(o), self._algorithm_for(str(s), str(o), str(a)), int(r) if np.isfinite(r) else -1,
                  int(n) if np.isfinite(n) else -1) for s, o, a, r, n in uniques]
         return codes, keys

@@ -451,8 +451,10 @@ class XGBCorrection(Correction):
         # one pricing per (shape, kind of op): rows that differ only in their unseen device are the same row on a
         # fitted GPU (a sweep over GPUs, `--compare`), so each such group is priced once per fitted GPU
         from hybrid.corrections.predictor import distinct_rows
+        from hybrid.data.schema import COLUMN_BY_NAME
 
-        shape_cols = [c for c in table.columns if c != "device"]
+        # the schema's columns (what features and roofline read), not a caller's own (a row id, a label)
+        shape_cols = [c for c in table.columns if c in COLUMN_BY_NAME and c != "device"]
         found = distinct_rows(table.iloc[idx][shape_cols].assign(_kind=codes[idx]), max_fraction=1.0)
         first, group = (np.arange(len(idx)), np.arange(len(idx))) if found is None else found
         # visits in rounds: every kind's least efficient fitted GPU first (:func:`fit_envelope`'s order), whose
