@@ -210,17 +210,22 @@ def _gpu_rows(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     return catalog.device_column(table["device"], lambda d: d.kind == "gpu", False).astype(bool)
 
 
+def _dtype_codes(table: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """(code per row, normalised dtype name per code): ``fp32`` for a missing dtype or a table without the column
+    (the schema's default); the names are normalised once per distinct string, not per row."""
+    if "dtype" not in table.columns:
+        return np.zeros(len(table), dtype=np.int64), ["fp32"]
+    dt_codes, dt_raw = str_codes(table["dtype"])
+    dt_names = [normalize_dtype(d) for d in dt_raw] + ["fp32"]
+    return np.where(dt_codes < 0, len(dt_names) - 1, dt_codes), dt_names
+
+
 def envelope_keys(table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     """(code per row, its ``family|dtype|bound`` key per code): the kind of op an unseen GPU's prediction is
     bounded within (:meth:`XGBCorrection.envelope_log_ratio`): the op family, the dtype (normalised; ``fp32``
     without a ``dtype`` column) and which roofline term bounds the row on its own device (``compute``,
     ``memory``, ``latency``); the strings are built once per distinct triple, not per row."""
-    if "dtype" in table.columns:
-        dt_codes, dt_raw = str_codes(table["dtype"])
-        dt_names = [normalize_dtype(d) for d in dt_raw] + ["fp32"]
-        dt_codes = np.where(dt_codes < 0, len(dt_names) - 1, dt_codes)
-    else:
-        dt_codes, dt_names = np.zeros(len(table), dtype=np.int64), ["fp32"]
+    dt_codes, dt_names = _dtype_codes(table)
     fam = pd.Categorical(baseline["family"])
     bound = pd.Categorical(baseline["bound"])
     nd, nb = len(dt_names), max(len(bound.categories), 1)
@@ -837,12 +842,7 @@ def _gemm_keys(table: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     """(code per row, its ``dtype|kind`` key per code) for :func:`gemm_extents`: the dtype normalised, kind
     ``bmm`` for batched GEMMs (a piece of one is a smaller batch, predicted from bmm rows) and ``gemm`` for the
     rest (gemm, linear, matmul, gemv); the strings are built once per distinct pair, not per row."""
-    if "dtype" in table.columns:
-        dt_codes, dt_raw = str_codes(table["dtype"])
-        dt_names = [normalize_dtype(d) for d in dt_raw] + ["fp32"]
-        dt_codes = np.where(dt_codes < 0, len(dt_names) - 1, dt_codes)
-    else:
-        dt_codes, dt_names = np.zeros(len(table), dtype=np.int64), ["fp32"]
+    dt_codes, dt_names = _dtype_codes(table)
     if "op" in table.columns:
         op_codes, op_names = str_codes(table["op"])
         bmm = np.array([name == "bmm" for name in op_names] + [False])[op_codes].astype(np.int64)
