@@ -338,16 +338,18 @@ def _host_rows(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
 
 def _factorize_rows(frame: pd.DataFrame) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """``pd.factorize(pd.MultiIndex.from_frame(frame))`` of a small-key frame (code per row, the distinct rows as
-    tuples in order of first appearance; a missing value is a value of its own), ~10x faster: each column is
-    factorised and the codes combined."""
-    combined = np.zeros(len(frame), dtype=np.int64)
-    for name in frame.columns:
-        c, u = pd.factorize(frame[name], use_na_sentinel=False)
-        combined = pd.factorize(combined * (len(u) + 1) + c)[0].astype(np.int64)
-    codes = pd.factorize(combined)[0].astype(np.int64)
-    _, first = np.unique(codes, return_index=True)
+    tuples in order of first appearance; a missing value is a value of its own), ~10x faster through the
+    predictor's column-by-column :func:`~hybrid.corrections.predictor.distinct_rows` (the MultiIndex where that
+    cannot be exact: text columns holding other objects)."""
+    from hybrid.corrections.predictor import distinct_rows
+
+    found = distinct_rows(frame, max_fraction=1.0) if len(frame) else None
+    if found is None:
+        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(frame))
+        return np.asarray(codes, dtype=np.int64), list(uniques)
+    first, codes = found
     rows = frame.iloc[first]
-    return codes, list(zip(*(rows[c].tolist() for c in frame.columns), strict=True))
+    return np.asarray(codes, dtype=np.int64), list(zip(*(rows[c].tolist() for c in frame.columns), strict=True))
 
 
 def _group_key(table: pd.DataFrame) -> pd.Series:
