@@ -540,3 +540,24 @@ def test_layout_factorisation_matches_pandas_multiindex():
     got_codes, got = _factorize_rows(f)
     np.testing.assert_array_equal(codes, got_codes)
     assert pd.DataFrame(list(uniques)).equals(pd.DataFrame(got)) and len(got) > 20
+
+
+def test_rows_of_other_families_do_not_change_collective_predictions(polaris, catalog):
+    """Only the collective rows of a mixed table are worked on: the same times and methods as the collective rows
+    alone (at their positions, with the table's own index), NaN and no method elsewhere."""
+    corr = CollectiveSigmoid().fit(polaris, roofline(polaris, catalog), catalog)
+    coll = polaris.drop(columns=["time_us"]).sample(200, random_state=0)
+    coll = pd.concat([coll, coll.assign(size_bytes=coll["size_bytes"] * 64.0),  # beyond the curves: anchored
+                      coll.assign(system="DGX-H100", device="H100-SXM")], ignore_index=True)  # transfer / none
+    gemm = pd.DataFrame({"device": "A100-SXM4-40GB", "op": "gemm", "dtype": "fp16", "m": 4096.0, "n": 4096.0,
+                         "k": np.arange(1, 301) * 64.0})
+    mixed = pd.concat([gemm.iloc[:150], coll, gemm.iloc[150:]], ignore_index=True).sample(frac=1.0, random_state=1)
+    mixed.index = mixed.index * 3 + 7  # an index of the caller's, not a range
+    t_mix, s_mix = corr.predict_with_source(mixed, roofline(mixed, catalog), catalog)
+    is_coll = mixed["op"].isin(coll["op"].unique()).to_numpy()
+    alone = mixed.loc[is_coll]
+    t_alone, s_alone = corr.predict_with_source(alone, roofline(alone, catalog), catalog)
+    np.testing.assert_array_equal(t_mix[is_coll], t_alone)
+    assert list(s_mix[is_coll]) == list(s_alone)
+    assert np.isnan(t_mix[~is_coll]).all() and set(s_mix[~is_coll]) == {""}
+    assert {"collective-sigmoid", "collective-sigmoid (edge-anchored)"} <= set(s_alone)
