@@ -175,10 +175,15 @@ def test_decode_gemv_on_unseen_gpus_bounded_by_the_fitted_hopper_gpus(shared_dat
     np.testing.assert_array_equal(with_envelope[-2:], without[-2:])
 
 
-def test_pruned_bound_gives_the_same_predictions_as_the_full_one(h200):
-    """Predicting skips the fitted GPUs a row is already under the bound of: the answer is min(trees, full bound)."""
+@pytest.mark.parametrize("call_rows", [0, 17, 1 << 20])
+def test_pruned_bound_gives_the_same_predictions_as_the_full_one(h200, call_rows, monkeypatch):
+    """Predicting skips the fitted GPUs a row is already under the bound of: the answer is min(trees, full bound),
+    whether every fitted GPU is its own round (``call_rows`` 0), the last two rounds are priced in one call (17:
+    22 groups in the first round, 17 and 15 left in the next two) or all of them are (a call worth ~1e6 rows)."""
+    from hybrid.corrections import kernel_xgb
     from hybrid.corrections.kernel_xgb import LOG_RATIO_CLIP
 
+    monkeypatch.setattr(kernel_xgb, "ENVELOPE_CALL_ROWS", call_rows)
     model, _, _, catalog = h200
     rows = pd.concat([_decode(UNSEEN).assign(batch=float(b), kv_len=float(kv))
                       for b in (1, 8, 64, 256) for kv in (512, 4096)], ignore_index=True)

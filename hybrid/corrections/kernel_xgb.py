@@ -82,6 +82,11 @@ EXTENTS_FILE = "extents.json"
 ENVELOPE_MIN_ROWS = 5
 #: Where the fitted GPUs of each kind of op (the envelope of unseen GPUs) are saved beside a model.
 ENVELOPE_FILE = "envelope.json"
+#: Rows one pricing call of the envelope costs in fixed overhead (roofline, features and booster calls of a few
+#: rows: ~15 ms, the time of pricing ~6,000 rows, on the 2-core VM): once the rows still to price on every
+#: remaining fitted GPU at once are fewer than this many per remaining round, they are priced in one call
+#: (:meth:`XGBCorrection.envelope_log_ratio`; the bound is the same, only the number of calls changes).
+ENVELOPE_CALL_ROWS = 4096
 #: GEMM predictions (feature version 4 on) are at least this multiple of the roofline time.
 GEMM_ROOFLINE_FLOOR = 1.0
 #: A GEMM in a dtype the fit has no GEMM of is priced at the efficiency the model predicts for the same shape on
@@ -463,7 +468,8 @@ class XGBCorrection(Correction):
         found = distinct_rows(table.iloc[idx][shape_cols].assign(_kind=codes[idx]), max_fraction=1.0)
         first, group = (np.arange(len(idx)), np.arange(len(idx))) if found is None else found
         # visits in rounds: every kind's least efficient fitted GPU first (:func:`fit_envelope`'s order), whose
-        # bound settles most rows, then the next; one pricing call per round (a group has one kind, so one GPU a round)
+        # bound settles most rows, then the next; one pricing call per round (a group has one kind, so one GPU a
+        # round), and the remaining rounds in one call once few rows are left (:data:`ENVELOPE_CALL_ROWS`)
         rounds: dict[int, list[tuple[str, np.ndarray]]] = {}
         for code, key in enumerate(keys):
             at = np.flatnonzero(codes[idx] == code)  # positions in idx
@@ -480,11 +486,21 @@ class XGBCorrection(Correction):
         kernel_g = np.full(len(first), -np.inf)  # per group: kernel time per roofline, the largest so far
         host_g = np.zeros(len(first))  # per group: the largest host dispatch of its fitted-GPU prices so far
         pending = np.ones(len(idx), dtype=bool)
-        for rank in sorted(rounds):
+        order = sorted(rounds)
+        for i, rank in enumerate(order):
             picks = [(dev, np.unique(group[at[pending[at]]])) for dev, at in rounds[rank]]
             picks = [(dev, g) for dev, g in picks if len(g)]
             if not picks:
                 continue
+            if lr is not None and i + 1 < len(order):
+                # the calls' fixed cost outweighs the rows left: the remaining rounds in one call (a group then
+                # appears once per GPU, so the maxima below are taken with ``maximum.at``)
+                rest = [(dev, np.unique(group[at[pending[at]]])) for r in order[i:] for dev, at in rounds[r]]
+                rest = [(dev, g) for dev, g in rest if len(g)]
+                merged = sum(len(g) for _, g in rest) <= (len(order) - i) * ENVELOPE_CALL_ROWS
+                picks = rest if merged else picks
+            else:
+                merged = False
             groups = np.concatenate([g for _, g in picks])
             devices = np.repeat(np.array([d for d, _ in picks], dtype=object), [len(g) for _, g in picks])
             moved = table.iloc[idx[first[groups]]].reset_index(drop=True).assign(device=devices)
@@ -493,9 +509,11 @@ class XGBCorrection(Correction):
             moved_us = self.reference_us(moved, moved_base, catalog) * np.exp(
                 _booster_array_predict(self.booster, x))  # type: ignore[arg-type]
             moved_host = self.host_part_us(moved, moved_base, catalog)
-            kernel_g[groups] = np.maximum(kernel_g[groups], np.maximum(moved_us - moved_host, 0.0)
-                                          / moved_base["time_us"].to_numpy(dtype=np.float64))
-            host_g[groups] = np.maximum(host_g[groups], moved_host)
+            np.maximum.at(kernel_g, groups, np.maximum(moved_us - moved_host, 0.0)
+                          / moved_base["time_us"].to_numpy(dtype=np.float64))
+            np.maximum.at(host_g, groups, moved_host)
+            if merged:  # every remaining round priced
+                break
             if lr is not None:  # under the bound so far, or host-bound: the answer is already known
                 h = np.maximum(host_i, host_g[group])
                 bound = np.log(np.maximum(kernel_g[group] * roof_i + h, 1e-30) / ref)
