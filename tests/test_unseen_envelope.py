@@ -61,13 +61,15 @@ def test_envelope_keys_name_family_dtype_and_bound(catalog):
                                     "m": [8192.0, 1.0], "n": [8192.0, 4096.0], "k": [8192.0, 4096.0]})],
                      ignore_index=True)
     codes, keys = envelope_keys(rows, roofline(rows, catalog))
-    assert [keys[c] for c in codes] == ["attention|bf16|memory", "attention|fp16|memory", "gemm|bf16|compute",
-                                        "gemm|fp32|memory"]
+    # fp16 and bf16: one kind of op (the same 16-bit tensor-core path)
+    assert [keys[c] for c in codes] == ["attention|fp16/bf16|memory", "attention|fp16/bf16|memory",
+                                        "gemm|fp16/bf16|compute", "gemm|fp32|memory"]
+    assert len(keys) == 3
 
 
 def test_fit_records_the_fitted_gpus_of_each_kind_of_op(h200):
     model, table, base, catalog = h200
-    assert model.envelope_devices["attention|bf16|memory"] == ["H200"]
+    assert model.envelope_devices["attention|fp16/bf16|memory"] == ["H200"]
     # CPUs neither bound GPUs nor are bounded: the CPU profile is in the fit but in no list
     assert all(devs == ["H200"] for devs in model.envelope_devices.values())
     # a kind of op needs ENVELOPE_MIN_ROWS rows on a GPU
@@ -162,7 +164,7 @@ def test_decode_gemv_on_unseen_gpus_bounded_by_the_fitted_hopper_gpus(shared_dat
     table = table[family_array(table["op"]) == "gemm"].reset_index(drop=True)
     model = GemmXGB(XGBParams(seed=0, n_estimators=150)).fit(table, roofline(table, catalog), catalog)
     # least efficient first (fit_envelope: the order only saves work): the H200 VM measured these GEMVs slower
-    assert model.envelope_devices["gemm|fp16|memory"] == ["H200", "H100-SXM"]
+    assert model.envelope_devices["gemm|fp16/bf16|memory"] == ["H200", "H100-SXM"]
     rows = pd.DataFrame({"device": ["L40S", "A40", "L4", "A10G", "H100-SXM", "H200"], "op": "gemm",
                          "dtype": "fp16", "m": 1.0, "n": 28672.0, "k": 4096.0})
     base = roofline(rows, catalog)
@@ -234,3 +236,24 @@ def test_a_callers_own_columns_do_not_split_shared_shapes(h200):
     plain = model.envelope_log_ratio(rows, base, catalog)
     with_id = model.envelope_log_ratio(rows.assign(row_id=np.arange(len(rows))), base, catalog)
     np.testing.assert_array_equal(plain, with_id)
+
+
+def test_an_envelope_saved_with_fp16_and_bf16_apart_loads_as_one_kind(h200, tmp_path):
+    """Models saved before fp16 and bf16 were one kind of op list them apart: loading merges their GPUs, and the
+    loaded model bounds an unseen GPU's fp16 row by a GPU that had only bf16 rows of it."""
+    from hybrid.corrections.kernel_xgb import envelope_classes
+
+    assert envelope_classes({"gemm|fp16|compute": ["A100-SXM4-80GB", "T4"], "gemm|bf16|compute": ["H100-SXM", "T4"],
+                             "gemm|fp32|memory": ["T4"]}) == {
+        "gemm|fp16/bf16|compute": ["A100-SXM4-80GB", "T4", "H100-SXM"], "gemm|fp32|memory": ["T4"]}
+    model, _, _, catalog = h200
+    model.save(tmp_path / "m")
+    saved = json.loads((tmp_path / "m" / ENVELOPE_FILE).read_text())
+    split = {k.replace("fp16/bf16", "bf16"): v for k, v in saved["envelope_devices"].items()}
+    assert split != saved["envelope_devices"]
+    (tmp_path / "m" / ENVELOPE_FILE).write_text(json.dumps({**saved, "envelope_devices": split}))
+    loaded = PointwiseXGB.load(tmp_path / "m")
+    assert loaded.envelope_devices == model.envelope_devices
+    rows = _decode(UNSEEN).assign(dtype="fp16")  # the H200 profile's attention rows are bf16
+    base = roofline(rows, catalog)
+    assert np.isfinite(loaded.envelope_log_ratio(rows, base, catalog)).any()

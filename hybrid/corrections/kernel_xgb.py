@@ -82,6 +82,11 @@ EXTENTS_FILE = "extents.json"
 ENVELOPE_MIN_ROWS = 5
 #: Where the fitted GPUs of each kind of op (the envelope of unseen GPUs) are saved beside a model.
 ENVELOPE_FILE = "envelope.json"
+#: Dtypes one kind of op for the envelope (:func:`envelope_keys`): fp16 and bf16 run on the same units at the same
+#: rate (the 16-bit tensor-core path; two bytes an element) on every catalog GPU that has both, so a GPU measured
+#: in one bounds an unseen GPU in the other. Without it, a bf16 kernel was bounded by the few GPUs with bf16 rows
+#: (Hopper profiles and XLA's H100) while fp16 ones of A100/A40 (Vidur) and nine DeepBench GPUs stood aside.
+ENVELOPE_DTYPE_CLASS = {"fp16": "fp16/bf16", "bf16": "fp16/bf16"}
 #: Rows one pricing call of the envelope costs in fixed overhead (roofline, features and booster calls of a few
 #: rows: ~15 ms, the time of pricing ~6,000 rows, on the 2-core VM): once the rows still to price on every
 #: remaining fitted GPU at once are fewer than this many per remaining round, they are priced in one call
@@ -229,8 +234,11 @@ def envelope_keys(table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[np.ndarr
     """(code per row, its ``family|dtype|bound`` key per code): the kind of op an unseen GPU's prediction is
     bounded within (:meth:`XGBCorrection.envelope_log_ratio`): the op family, the dtype (normalised; ``fp32``
     without a ``dtype`` column) and which roofline term bounds the row on its own device (``compute``,
-    ``memory``, ``latency``); the strings are built once per distinct triple, not per row."""
-    dt_codes, dt_names = _dtype_codes(table)
+    ``memory``, ``latency``); the strings are built once per distinct triple, not per row. fp16 and bf16 are one
+    dtype here (``fp16/bf16``, :data:`ENVELOPE_DTYPE_CLASS`)."""
+    dt_codes, dt_raw = _dtype_codes(table)
+    cls_codes, cls_names = pd.factorize(np.array([ENVELOPE_DTYPE_CLASS.get(d, d) for d in dt_raw], dtype=object))
+    dt_codes, dt_names = np.asarray(cls_codes, dtype=np.int64)[dt_codes], [str(d) for d in cls_names]
     fam = pd.Categorical(baseline["family"])
     bound = pd.Categorical(baseline["bound"])
     nd, nb = len(dt_names), max(len(bound.categories), 1)
@@ -240,6 +248,21 @@ def envelope_keys(table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[np.ndarr
     keys = [f"{fam.categories[u // (nd * nb)]}|{dt_names[(u // nb) % nd]}|{bound.categories[u % nb]}"
             for u in uniques]
     return np.asarray(codes).reshape(-1), keys
+
+
+def envelope_classes(envelope: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Saved envelope devices with their keys' dtypes in :data:`ENVELOPE_DTYPE_CLASS`: a model saved before fp16
+    and bf16 were one kind of op has ``gemm|fp16|compute`` and ``gemm|bf16|compute``; they become one
+    ``gemm|fp16/bf16|compute`` listing the GPUs of both (each once, in order of appearance: the order only saves
+    work, :func:`fit_envelope`)."""
+    out: dict[str, list[str]] = {}
+    for key, devices in envelope.items():
+        parts = str(key).split("|")
+        if len(parts) == 3:
+            parts[1] = ENVELOPE_DTYPE_CLASS.get(parts[1], parts[1])
+        merged = out.setdefault("|".join(parts), [])
+        merged.extend(str(d) for d in devices if str(d) not in merged)
+    return dict(sorted(out.items()))
 
 
 def fit_envelope(table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
@@ -656,7 +679,7 @@ class XGBCorrection(Correction):
             if not (isinstance(raw, dict) and all(isinstance(v, list) and all(isinstance(d, str) for d in v)
                                                   for v in raw.values())):
                 raise InvalidInputError(f"{envelope}: bad envelope devices {raw!r}; refit the model")
-            obj.envelope_devices = {str(k): list(v) for k, v in raw.items()}
+            obj.envelope_devices = envelope_classes(raw)
         obj._fitted = True
         return obj
 
