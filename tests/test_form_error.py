@@ -83,11 +83,11 @@ def test_e2e_interval_widens_every_low_high_pair():
 def test_packaged_margins_are_calibrated_and_load():
     for kind in ("training", "inference"):
         m = fe.packaged_margin(kind)
-        assert m is not None and m.log_margin >= 0.0
+        assert m is not None and abs(m.log_margin) < 0.5
         assert m.n_sources >= 2 and m.n_rows >= 20
         assert 0.0 <= m.op_only_coverage_pct <= 100.0 and 0.0 <= m.loso_coverage_pct <= 100.0
-        # widening can only add coverage on held-out groups
-        assert m.loso_coverage_pct >= m.op_only_coverage_pct
+        # widening adds coverage on held-out groups, narrowing takes some away
+        assert (m.loso_coverage_pct >= m.op_only_coverage_pct) == (m.log_margin >= 0.0)
 
 
 def test_bad_rows_are_refused():
@@ -127,7 +127,9 @@ def test_packaged_margins_are_what_the_committed_rows_give():
     pools = mod.pool_scores(rows)
     for name, loso in pools.items():  # every group scored once, in its own kind
         assert sorted(loso["source"]) == sorted(rows["source"].unique()), name
-        assert (loso["coverage_pct"] >= loso["op_only_coverage_pct"]).all()
+        widened = loso["log_margin"] >= 0  # a margin adds coverage where it widens, takes some where it narrows
+        assert (loso["coverage_pct"] >= loso["op_only_coverage_pct"])[widened].all()
+        assert (loso["coverage_pct"] <= loso["op_only_coverage_pct"])[~widened].all()
     text = (root / "hybrid" / "engine" / "form_error.toml").read_text()
     chosen = "per kind" if "Pool: per kind" in text else "one margin"
     for m in mod.packaged(rows, pools[chosen], chosen):
@@ -136,3 +138,25 @@ def test_packaged_margins_are_what_the_committed_rows_give():
         assert p.loso_coverage_pct == pytest.approx(m.loso_coverage_pct, abs=0.01)
         assert p.loso_min_pct == pytest.approx(m.loso_min_pct, abs=0.01)
         assert p.n_rows == m.n_rows and p.n_sources == m.n_sources
+
+
+def test_a_margin_narrows_intervals_that_hold_more_than_the_level():
+    """Sources whose runs all sit well inside the op-cost interval (its ops' errors cancel): the margin is negative,
+    the narrowed interval holds ~80% in sample, never inverts and keeps the point prediction inside."""
+    rng = np.random.default_rng(1)
+    parts = [_rows(f"s{i}", "training", np.exp(rng.normal(0, 0.05, 100)), np.full(100, 0.8), np.full(100, 1.25))
+             for i in range(3)]
+    rows = pd.concat(parts, ignore_index=True)
+    assert fe.coverage(rows, 0.0) == 100.0
+    m = fe.fit_margin(rows)
+    assert m.log_margin < -0.1 and m.factor < 1.0
+    assert 78.0 <= fe.coverage(rows, m.log_margin) <= 84.0
+    assert fe.signed_scores([1.0], [0.8], [1.25])[0] == pytest.approx(-np.log(1.25))
+    # an interval narrower than the narrowing: its geometric middle, or the point prediction's side of it
+    lo, hi = m.widen(np.array([0.99, 0.8]), np.array([1.01, 1.25]), np.array([1.0, 1.0]))
+    assert lo[0] == pytest.approx(np.sqrt(0.99 * 1.01)) and hi[0] == 1.0  # the middle, stretched to the point
+    assert lo[1] <= hi[1] and lo[1] == pytest.approx(0.8 / m.factor) and hi[1] == pytest.approx(1.25 * m.factor)
+    lo, hi = m.widen(0.8, 1.25, 1.24)  # a point near the end stays inside
+    assert lo <= 1.24 <= hi and hi == pytest.approx(1.24)
+    out = fe.e2e_interval({"t": 1.24, "t_low": 0.8, "t_high": 1.25}, "training", m)
+    assert out["t_e2e_low"] == pytest.approx(0.8 / m.factor) and out["t_e2e_high"] == pytest.approx(1.24)

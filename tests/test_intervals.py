@@ -392,9 +392,9 @@ def test_engine_iteration_interval_and_sharding_overlap_flags(fitted, shared_dat
     from hybrid.engine.form_error import e2e_interval, packaged_margin
 
     e2e = e2e_interval(sim.summary(), "training")  # what `hybrid simulate` adds: widened by the training margin
-    f = packaged_margin("training").factor
-    assert e2e["iteration_us_e2e_low"] == pytest.approx(sim.iteration_us_low / f)
-    assert e2e["iteration_us_e2e_high"] == pytest.approx(sim.iteration_us_high * f)
+    lo, hi = packaged_margin("training").widen(sim.iteration_us_low, sim.iteration_us_high, sim.iteration_us)
+    assert e2e["iteration_us_e2e_low"] == pytest.approx(lo) and e2e["iteration_us_e2e_high"] == pytest.approx(hi)
+    assert lo <= sim.iteration_us <= hi
     plain = simulate(graph, HybridPredictor.roofline_only(pred.catalog))
     assert "iteration_us_low" not in plain.summary() and np.isnan(plain.iteration_us_low)
 
@@ -516,9 +516,8 @@ def test_trace_prediction_carries_the_interval_and_its_kind(fitted, tmp_path):
         s = predict_trace(it, pred).summary()
         assert s["workload_kind"] == kind
         assert s["predicted_ms_low"] < s["predicted_ms"] < s["predicted_ms_high"]
-        f = packaged_margin(kind).factor
-        assert s["predicted_ms_e2e_low"] == pytest.approx(s["predicted_ms_low"] / f)
-        assert s["predicted_ms_e2e_high"] == pytest.approx(s["predicted_ms_high"] * f)
+        lo, hi = packaged_margin(kind).widen(s["predicted_ms_low"], s["predicted_ms_high"], s["predicted_ms"])
+        assert s["predicted_ms_e2e_low"] == pytest.approx(lo) and s["predicted_ms_e2e_high"] == pytest.approx(hi)
     plain = predict_trace(it, HybridPredictor.roofline_only(pred.catalog)).summary()
     assert "predicted_ms_low" not in plain and "predicted_ms_e2e_low" not in plain
 

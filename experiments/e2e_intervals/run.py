@@ -140,9 +140,10 @@ def report(rows: pd.DataFrame, pools: dict, chosen: str, margins: list[fe.FormMa
          "op at the low / high end of its own), produced by the current code: "
          + ", ".join(f"`experiments/{b}/{n}`" for b, (n, _) in INPUTS.items()) + ".", "",
          f"{len(rows)} rows, {rows['source'].nunique()} software groups (a held-out group is software the margin "
-         "never saw). Score of a row: how far (log) its published figure falls outside the op-cost interval, 0 "
-         "inside. Margin: the 80% quantile of the scores, each group weighing the same. Widened interval: "
-         "`[low / e^m, high * e^m]`."
+         "never saw). Score of a row: how far (log) its published figure falls outside the op-cost interval, minus "
+         "its distance to the nearer end inside. Margin: the 80% quantile of the scores, each group weighing the "
+         "same. Widened interval: `[low / e^m, high * e^m]` (a negative margin narrows it, never past the point "
+         "prediction)."
          + (" Left out, for having no op-cost interval: " + ", ".join(
              f"{n} rows of {b}" for b, n in rows.attrs.get("without_interval", {}).items()) + "."
             if rows.attrs.get("without_interval") else ""), "",
@@ -178,7 +179,8 @@ def report(rows: pd.DataFrame, pools: dict, chosen: str, margins: list[fe.FormMa
 
 def package_text(margins: list[fe.FormMargin], chosen: str) -> str:
     L = ["# End-to-end form-error margins (log-space, 80%): written by experiments/e2e_intervals/run.py; do not edit.",
-         "# The op-cost interval of an iteration is widened to [low / exp(m), high * exp(m)]; hybrid.engine.form_error.",
+         "# The op-cost interval of an iteration is widened to [low / exp(m), high * exp(m)] (m < 0 narrows it, never "
+         "past the point); hybrid.engine.form_error.",
          f"# Pool: {chosen}; loso_coverage_pct: mean over held-out software groups (each with the others' margin).",
          ""]
     for m in margins:

@@ -6,12 +6,15 @@ no op-cost model describes (the framework's own host work, kernels fused or spli
 the knobs a published table leaves unstated). This module measures that part on published end-to-end runs and
 turns it into one margin:
 
-* the **score** of a run is how far (in log) its measured time falls outside the op-cost interval, 0 inside it;
+* the **score** of a run is how far (in log) its measured time falls outside the op-cost interval, and minus how
+  far inside it from the nearer end where it falls inside (:func:`signed_scores`);
 * the **margin** is the 80% quantile of the scores (the conformal quantile of the op bands,
   :func:`hybrid.corrections.intervals.weighted_quantile`), each source (one harness / table / paper) weighing the
   same however many rows it has;
 * the **end-to-end interval** is the op-cost interval widened by the margin on both sides:
-  ``[low * exp(-m), high * exp(m)]``.
+  ``[low * exp(-m), high * exp(m)]``; a negative margin narrows it (more than 80% of the runs fell inside the
+  op-cost interval: setting every op at the low / high end of its own 80% band together assumes their errors move
+  as one, and they partly cancel), never past the point prediction.
 
 The margin is calibrated by ``experiments/e2e_intervals/run.py`` from the per-row outputs of the end-to-end
 benchmarks and packaged in ``form_error.toml``; its leave-one-source-out coverage (each source scored with the
@@ -62,10 +65,22 @@ class FormMargin:
         """The widening factor on each side (``exp(log_margin)``)."""
         return float(np.exp(self.log_margin))
 
-    def widen(self, low, high):
-        """The op-cost interval ``[low, high]`` widened by the margin (scalars or arrays; NaN stays NaN)."""
+    def widen(self, low, high, point=None):
+        """The op-cost interval ``[low, high]`` widened by the margin (scalars or arrays; NaN stays NaN). A negative
+        margin narrows it: an interval narrower than the narrowing shrinks to its geometric middle, and with the
+        point prediction ``point`` given the interval keeps it inside (narrowed no further than the point)."""
+        low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
         f = self.factor
-        return np.asarray(low, dtype=float) / f, np.asarray(high, dtype=float) * f
+        lo, hi = low / f, high * f
+        if self.log_margin < 0:
+            mid = np.sqrt(low * high)
+            crossed = lo > hi
+            lo, hi = np.where(crossed, mid, lo), np.where(crossed, mid, hi)
+        if point is not None:
+            point = np.asarray(point, dtype=float)
+            lo = np.where(np.isfinite(point), np.minimum(lo, point), lo)
+            hi = np.where(np.isfinite(point), np.maximum(hi, point), hi)
+        return (lo, hi) if lo.ndim else (lo[()], hi[()])
 
 
 def _check_rows(rows: pd.DataFrame) -> pd.DataFrame:
@@ -88,29 +103,38 @@ def _check_rows(rows: pd.DataFrame) -> pd.DataFrame:
 
 def scores(measured, low, high) -> np.ndarray:
     """How far each measured value falls outside its interval, in log (0 inside)."""
+    return np.maximum(0.0, signed_scores(measured, low, high))
+
+
+def signed_scores(measured, low, high) -> np.ndarray:
+    """:func:`scores`, negative inside the interval: minus the log distance to its nearer end (the margin that
+    narrows the interval until the value sits on its edge)."""
     m, lo, hi = (np.asarray(a, dtype=float) for a in (measured, low, high))
-    return np.maximum(0.0, np.maximum(np.log(lo / m), np.log(m / hi)))
+    return np.maximum(np.log(lo / m), np.log(m / hi))
 
 
 def fit_margin(rows: pd.DataFrame, kind: str = "all", level: float = LEVEL) -> FormMargin:
-    """The margin that puts ``level`` of the rows inside, each source weighing the same."""
+    """The margin that puts ``level`` of the rows inside, each source weighing the same: positive where fewer
+    than ``level`` of them fell inside the op-cost interval (it widens), negative where more did (it narrows)."""
     from hybrid.corrections.intervals import weighted_quantile  # the conformal quantile the op bands use
 
     rows = _check_rows(rows)
-    s = scores(rows["measured"], rows["low"], rows["high"])
+    s = signed_scores(rows["measured"], rows["low"], rows["high"])
     n_src = rows.groupby("source")["source"].transform("size").to_numpy(dtype=float)
-    m = max(0.0, weighted_quantile(s, level, weights=1.0 / n_src))
+    m = float(weighted_quantile(s, level, weights=1.0 / n_src))
     return FormMargin(kind, m, int(len(rows)), int(rows["source"].nunique()),
                       calibrated_on="; ".join(sorted(rows["source"].unique())))
 
 
 def coverage(rows: pd.DataFrame, log_margin: float) -> float:
-    """Share of rows (%) inside their op-cost interval widened by ``log_margin``."""
+    """Share of rows (%) inside their op-cost interval widened (narrowed, a negative ``log_margin``) by
+    ``log_margin``, the point prediction kept inside (:meth:`FormMargin.widen`)."""
     from hybrid.corrections.intervals import coverage_pct
 
-    f = np.exp(log_margin) * (1 + 1e-12)
-    return coverage_pct(rows["measured"].to_numpy(float), rows["low"].to_numpy(float) / f,
-                        rows["high"].to_numpy(float) * f)
+    lo, hi = FormMargin("", float(log_margin), 0, 0).widen(rows["low"].to_numpy(float), rows["high"].to_numpy(float),
+                                                           rows["predicted"].to_numpy(float))
+    eps = 1 + 1e-12
+    return coverage_pct(rows["measured"].to_numpy(float), lo / eps, hi * eps)
 
 
 def leave_one_source_out(rows: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
@@ -150,7 +174,7 @@ def e2e_interval(values: dict, kind: str, margin: FormMargin | None = None) -> d
         return {}
     out: dict = {}
     for base in pairs:
-        lo, hi = margin.widen(values[f"{base}_low"], values[f"{base}_high"])
+        lo, hi = margin.widen(values[f"{base}_low"], values[f"{base}_high"], values.get(base))
         out[f"{base}_e2e_low"], out[f"{base}_e2e_high"] = float(lo), float(hi)
     out["e2e_margin_factor"] = margin.factor
     out["e2e_heldout_coverage_pct"] = margin.loso_coverage_pct

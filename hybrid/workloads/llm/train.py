@@ -133,7 +133,7 @@ class TrainingPrediction:
         if self.iteration_s_low is None or self.iteration_s_high is None:
             return {}
         out = {"iteration_s_low": self.iteration_s_low, "iteration_s_high": self.iteration_s_high}
-        return {**out, **e2e_interval(out, "training")}
+        return {**out, **e2e_interval({**out, "iteration_s": self.iteration_s}, "training")}  # the point stays in
 
 
 def placement(cfg: TrainingConfig, tgt: Target) -> dict[str, str]:
