@@ -395,6 +395,45 @@ def test_polaris_large_layouts_are_extrapolated_below_their_own_sizes(polaris, c
         "time_us"].iloc[0])  # no transfer model: the alpha-beta ratio alone
 
 
+def test_coverage_says_what_predict_does_beyond_a_curves_sizes(polaris, catalog):
+    """``coverage`` said "sigmoid" for every size of a measured layout, though beyond a curve's own sizes
+    ``predict`` anchors the time at its nearest measured size (``collective-sigmoid (edge-anchored)``) and more than
+    ``SIZE_MARGIN`` x out gives the unseen band. Now it says so, per row, as ``predict_with_source`` and
+    ``extrapolated`` do, also for a layout model's rows below the measured sizes and a collective never measured on
+    the system (priced from its sibling's curve)."""
+    ag = polaris[(polaris["op"] == "all_gather") & (polaris["algorithm"] == "env-setup-5")]
+    model = CollectiveSigmoid().fit(ag, roofline(ag, catalog), catalog)
+    rows = [  # (op, ranks, nodes, size, coverage): 2160 ranks measured from 34,560 B, 8 ranks 128 B to 1 GiB
+        ("all_gather", 2160, 540, 1 << 10, "sigmoid (edge-anchored, extrapolated)"),  # 34x below
+        ("all_gather", 2160, 540, 16 << 10, "sigmoid (edge-anchored)"),  # 2.1x below
+        ("all_gather", 2160, 540, 64 << 10, "sigmoid"),
+        ("all_gather", 8, 2, 1 << 10, "sigmoid"),
+        ("all_gather", 8, 2, 2 << 30, "sigmoid (edge-anchored)"),
+        ("all_gather", 8, 2, 8 << 30, "sigmoid (edge-anchored, extrapolated)"),
+        ("all_gather", 12, 3, 64 << 10, "layout model"),
+        ("all_gather", 12, 3, 64, "layout model, below the measured sizes"),  # 2x below the system's 128 B
+        ("all_gather", 12, 3, 16, "layout model, size extrapolated"),  # 8x below
+        ("reduce_scatter", 8, 2, 1 << 20, "sigmoid (all_gather curve), extrapolated (this collective was never "
+                                          "measured on the system)"),
+        ("reduce_scatter", 8, 2, 2 << 30, "sigmoid (all_gather curve, edge-anchored, extrapolated)"),
+        ("all_reduce", 8, 2, 1 << 20, "alpha-beta: unseen collective on this system"),
+    ]
+    q = pd.DataFrame({"device": "A100-SXM4-40GB", "system": "Polaris", "algorithm": "env-setup-5",
+                      "op": [r[0] for r in rows], "n_ranks": [r[1] for r in rows], "n_nodes": [r[2] for r in rows],
+                      "size_bytes": [float(r[3]) for r in rows]})
+    assert model.coverage(q).tolist() == [r[4] for r in rows]
+    # every measured row of every layout, at its size and 1/64 .. 64x of it: coverage agrees with what predict does
+    f = np.array([1 / 64, 1 / 8, 1 / 3, 1.0, 3.0, 8.0, 64.0])
+    wide = ag.loc[ag.index.repeat(len(f))].assign(size_bytes=ag["size_bytes"].to_numpy().repeat(len(f))
+                                                  * np.tile(f, len(ag)))
+    cov = model.coverage(wide).to_numpy(dtype=str)
+    _, source = model.predict_with_source(wide, roofline(wide, catalog), catalog)
+    anchored = np.char.find(cov, "edge-anchored") >= 0
+    assert np.array_equal(anchored, np.char.find(source.astype(str), "edge-anchored") >= 0)
+    assert 0.1 < anchored.mean() < 0.5  # 16% of them
+    assert np.array_equal(np.char.find(cov, "extrapolated") >= 0, model.extrapolated(wide))
+
+
 def test_unmeasured_layouts_and_settings_get_the_unseen_band(polaris, shared_datasets, catalog):
     """A layout (ranks, nodes) never measured on a measured system is priced by the layout model, across layouts
     (held-out rank counts: several times the error of held-out sizes), so its interval is the unseen band, not the

@@ -962,32 +962,79 @@ class CollectiveSigmoid(Correction):
         (``HybridPredictor`` predictions' ``interval_band``)."""
         return self.outside_sizes(table) | self.unmeasured_layouts(table)
 
-    def coverage(self, table: pd.DataFrame) -> pd.Series:
-        """Per row: "sigmoid" (own ladder), "rescaled" (other layout of the same system/op) or the reason the
-        row falls back to alpha-beta ("unseen system", "unseen collective on this system")."""
-        system = _group_key(table).to_numpy()
-        op = table["op"].astype(str).to_numpy()
-        algo = _algorithms(table)
-        ranks, nodes = col(table, "n_ranks"), col(table, "n_nodes", 1.0)
+    def coverage(self, table: pd.DataFrame, catalog: Catalog | None = None) -> pd.Series:
+        """Per row, what answers it, as :meth:`predict_with_source` prices it:
+
+        * ``sigmoid``: the curve measured at its layout; ``sigmoid (all_gather curve)`` / ``(reduce_scatter curve)``:
+          its sibling's curve there (:meth:`sibling_ops`);
+        * a curve answers only within the sizes it was fitted on (:meth:`_curve_span`): beyond them the row is
+          ``sigmoid (edge-anchored)`` (``sigmoid (all_gather curve, edge-anchored)``), the time anchored at the
+          nearest measured size (:meth:`_anchored`, ``method`` :meth:`anchored_method`), and more than
+          :attr:`SIZE_MARGIN` x out ``sigmoid (edge-anchored, extrapolated)`` (the unseen interval band,
+          :meth:`outside_sizes`);
+        * ``layout model`` / ``layout model (extrapolated)`` (beyond the measured rank counts) at a layout no curve
+          was measured at, ``rescaled`` (the ratio rule from another layout); such a row below the smallest size
+          measured for its (system, collective) adds ``, below the measured sizes`` (that size's ratio to
+          alpha-beta carried down), and more than :attr:`SIZE_MARGIN` x beyond them ``, size extrapolated`` (the
+          unseen band);
+        * a system or collective never measured: ``transfer model: unseen system`` / ``... unseen collective on
+          this system`` (``alpha-beta: ...`` without a fitted transfer model, and, given ``catalog``, for a CPU
+          system's processes, which the transfer model does not price).
+
+        Worked out once per distinct (system, collective, setting, ranks, nodes), the sizes per row."""
+        out = np.full(len(table), "", dtype=object)
+        if not len(table):
+            return pd.Series(out, index=table.index, name="coverage")
+        frame = pd.DataFrame({"s": _group_key(table).astype(str).to_numpy(), "o": table["op"].astype(str).to_numpy(),
+                              "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
+        codes, uniques = _factorize_rows(frame)
         seen_sys = {f.system for f in self.fits}
         transfer = self.transfer is not None and self.transfer.fitted
-        out = []
-        for s, o, a, r, n in zip(system, op, algo, ranks, nodes, strict=True):
+        host = _host_rows(table, catalog) if catalog is not None and transfer else np.zeros(len(table), dtype=bool)
+
+        def label(s: str, o: str, a: str, r: float, n: float) -> str:
             if s not in seen_sys:
-                out.append("transfer model: unseen system" if transfer else "alpha-beta: unseen system")
-            elif any(f.n_ranks == r and f.n_nodes == n for f in self._ladder(s, o, a, r, n)):
-                out.append("sigmoid")
-            elif (sib := self._sibling_fit(s, o, a, r, n)) is not None:
-                out.append(f"sigmoid ({sib.op} curve)")
-            elif (lm := self._layout_model(s, o, a)) is not None:
-                out.append("layout model (extrapolated)" if self._layout_extrapolates(lm, r) else "layout model")
-            elif self._ladder(s, o, a, r, n):
-                out.append("sigmoid")
-            elif self._nearest_any_layout(s, o, a, r) is not None:
-                out.append("rescaled")
-            else:
-                out.append("transfer model: unseen collective on this system" if transfer
-                           else "alpha-beta: unseen collective on this system")
+                return "transfer model: unseen system"
+            if any(f.n_ranks == r and f.n_nodes == n for f in self._ladder(s, o, a, r, n)):
+                return "sigmoid"
+            if (sib := self._sibling_fit(s, o, a, r, n)) is not None:
+                return f"sigmoid ({sib.op} curve)"
+            if (lm := self._layout_model(s, o, a)) is not None:
+                return "layout model (extrapolated)" if self._layout_extrapolates(lm, r) else "layout model"
+            if self._ladder(s, o, a, r, n):
+                return "sigmoid"
+            if self._nearest_any_layout(s, o, a, r) is not None:
+                return "rescaled"
+            return "transfer model: unseen collective on this system"
+
+        per = np.array([label(str(s), str(o), str(a), float(r), float(n)) for s, o, a, r, n in uniques] + [""],
+                       dtype=object)
+        out = per[np.where(codes >= 0, codes, len(uniques))]
+        unseen = pd.Series(out, dtype=object).str.startswith("transfer model:").to_numpy(dtype=bool)
+        ab = unseen & (host | (not transfer))  # what the transfer model does not price falls back to alpha-beta
+        out[ab] = pd.Series(out[ab], dtype=object).str.replace("transfer model:", "alpha-beta:").to_numpy(dtype=object)
+        if "size_bytes" in table.columns and not unseen.all():
+            size = col(table, "size_bytes")
+            lo, hi = self._curve_span(table)
+            far = self.outside_sizes(table) & ~unseen
+            curve = np.isfinite(lo) & ~unseen
+            beyond = curve & ((size < lo) | (size > hi))
+            # a curve's row beyond its sizes: "sigmoid (edge-anchored)", "sigmoid (all_gather curve, edge-anchored)"
+            base = pd.Series(out[beyond], dtype=object).astype(str)
+            qual = pd.Series(np.where(far[beyond], "edge-anchored, extrapolated", "edge-anchored"), dtype=object)
+            sib = base.str.endswith(" curve)").to_numpy()
+            out[beyond] = np.where(sib, base.str[:-1] + ", " + qual + ")", base + " (" + qual + ")")
+            # a sibling's curve pricing a collective never measured on the system: the unseen band, say so
+            never = curve & ~beyond & far
+            out[never] = out[never] + ", extrapolated (this collective was never measured on the system)"
+            other = ~curve & ~unseen
+            if self.size_range and other.any():
+                keys = (frame["s"] + "|" + frame["o"]).to_numpy()
+                k_codes, k_uniq = pd.factorize(keys)
+                smallest = np.array([self.size_range.get(k, (0.0, np.inf))[0] for k in k_uniq])[k_codes]
+                below = other & (size < smallest) & ~far
+                out[below] = out[below] + ", below the measured sizes"
+            out[other & far] = out[other & far] + ", size extrapolated"
         return pd.Series(out, index=table.index, name="coverage")
 
     # ------------------------------------------------------------------ persistence
