@@ -487,6 +487,51 @@ def test_unmeasured_layouts_and_settings_get_the_unseen_band(polaris, shared_dat
     assert (sigmoid.floor_us(train, roofline(train, catalog), catalog) == 0).all()
 
 
+def test_far_beyond_a_curves_sizes_gets_the_edge_band(polaris, shared_datasets, catalog):
+    """A row more than ``SIZE_MARGIN`` x beyond the sizes of the curve measured at its layout (anchored at the
+    curve's edge) took the unseen band, calibrated on systems never measured (the transfer model): held-out edge
+    sizes 91-98% inside it at 3.9-4.3x wide (nominal 80%, ``experiments/collectives_accuracy/edge_sizes.py``). Such
+    rows now get the ``edge`` band, calibrated on the held-out edge sizes of measured layouts (two folds of
+    layouts: ``edge_holdouts``), narrower than the unseen band; rows within 4x keep the seen band, unmeasured
+    layouts the unseen one."""
+    from hybrid.corrections.collective_sigmoid import EDGE_WINDOW, MIN_SIZES, edge_holdouts
+    from hybrid.data.importers import import_paths
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        h100 = import_paths("nccl-tests", shared_datasets / "nccl-tests" / "xxrjun_nccl-tests-cluster", catalog=catalog)
+    train = pd.concat([polaris[polaris["op"] == "all_gather"],
+                       h100[(h100["system"] == "xxrjun-H100-NDR") & (h100["op"] == "all_gather")]], ignore_index=True)
+    train["algorithm"] = train["algorithm"].fillna("")  # (xxrjun's logs name none: one group for the checks)
+    masks = edge_holdouts(train)
+    assert len(masks) == 2 and not (masks[0] & masks[1]).any()
+    keys = ["system", "op", "algorithm", "n_ranks", "n_nodes"]
+    g = train.groupby(keys)["size_bytes"]
+    lo, hi = g.transform("min").to_numpy(), g.transform("max").to_numpy()
+    s = train["size_bytes"].to_numpy()
+    low, high = s < lo * EDGE_WINDOW, s > hi / EDGE_WINDOW
+    for m in masks:
+        assert np.all(low[m] | high[m])  # the edges only
+        assert train[~m].groupby(keys)["size_bytes"].nunique().min() >= MIN_SIZES  # curves left to anchor at
+        side = pd.DataFrame({"lay": g.ngroup().to_numpy()[m], "low": low[m]}).groupby("lay")["low"].nunique()
+        assert (side == 1).all()  # one side of a layout at a time
+    # both edges of a layout measured over 10 doublings (NDR: 32 MiB to 16 GiB), each once
+    ndr = (train["system"] == "xxrjun-H100-NDR").to_numpy() & (train["n_ranks"] == 8).to_numpy()
+    assert (masks[0] | masks[1])[ndr & (low | high)].all() and not (masks[0] & masks[1]).any()
+    hp = HybridPredictor(catalog, [CollectiveSigmoid(transfer=True)]).fit(train, intervals=True)
+    entry = hp.intervals.bands["collective-sigmoid:collective"]
+    assert entry["n_edge"] >= 10 and entry["units_edge"] >= 2
+    q = pd.DataFrame({"device": "A100-SXM4-40GB", "system": "Polaris", "op": "all_gather", "dtype": "fp32",
+                      "algorithm": "env-setup-5", "size_bytes": [8 << 30, 2 << 30, 8 << 30, 1 << 20],
+                      "n_ranks": [8, 8, 16, 8], "n_nodes": [2, 2, 4, 2]})
+    out = hp.predict(q)
+    assert out["interval_band"].tolist() == ["edge", "seen", "unseen", "seen"]
+    assert out["method"].iloc[0] == "collective-sigmoid (edge-anchored)"
+    np.testing.assert_allclose(np.log(out["time_us_high"] / out["time_us"]).iloc[0], entry["edge"][1], rtol=1e-9)
+    width = np.log(out["time_us_high"] / out["time_us_low"]).to_numpy()
+    assert width[0] < width[2], width  # narrower than the band of systems / layouts never measured
+
+
 def test_all_gather_and_reduce_scatter_price_each_other_at_a_layout(shared_datasets, catalog, tmp_path):
     """NCCL's ring all-gather and reduce-scatter move the same bytes per rank over the same rings: a reduce-scatter
     never measured at a layout where an all-gather was is read off the all-gather's curve (and the reverse), says so

@@ -316,6 +316,52 @@ def _algorithms(table: pd.DataFrame) -> np.ndarray:
     return table["algorithm"].astype("string").fillna("").astype(str).to_numpy(dtype=object)
 
 
+#: How far from a measured layout's smallest / largest size the sizes :func:`edge_holdouts` holds out reach (16x:
+#: four doublings, so the held-out rows reach beyond :attr:`CollectiveSigmoid.SIZE_MARGIN` of what stays in).
+EDGE_WINDOW = 16.0
+
+
+def edge_holdouts(table: pd.DataFrame, window: float = EDGE_WINDOW) -> list[np.ndarray]:
+    """Hold-outs of the edge sizes of measured collective layouts, which calibrate the band of rows far beyond a
+    curve's measured sizes (``edge`` band): the layouts (system, collective, setting, ranks, nodes) of each
+    (system, collective) split into two folds (alternate layouts), and one side of each layout held out per mask:
+    the sizes within ``window`` x of its smallest (``low``) or largest (``high``) measured size, where at least
+    :data:`MIN_SIZES` distinct sizes stay in the fit, as ``experiments/collectives_accuracy/edge_sizes.py`` scores
+    them (one side at a time: a layout measured over 10 doublings keeps 6 sizes, not 2). Two masks, low edges of the
+    first fold with high edges of the second and the reverse, so every layout's edges are held out once in two fits.
+    Empty for a table without collective rows with sizes and layouts; a mask with nothing to hold out is left out."""
+    if not len(table) or not {"op", "size_bytes", "n_ranks"} <= set(table.columns):
+        return []
+    coll = np.isin(table["op"].astype(str).to_numpy(), list(COLLECTIVE_OPS))
+    size = col(table, "size_bytes")
+    coll &= np.isfinite(size) & (size > 0) & np.isfinite(col(table, "n_ranks"))
+    if not coll.any():
+        return []
+    sub = table.loc[coll]
+    frame = pd.DataFrame({"s": _group_key(sub).astype(str).to_numpy(), "o": sub["op"].astype(str).to_numpy(),
+                          "a": _algorithms(sub), "r": col(sub, "n_ranks"), "n": col(sub, "n_nodes", 1.0)})
+    lay, _ = _factorize_rows(frame)
+    # alternate layouts of each (system, collective), in order of first appearance
+    firsts = pd.DataFrame({"lay": lay, "so": frame["s"] + "|" + frame["o"]}).drop_duplicates("lay")
+    fold = pd.Series(firsts.groupby("so").cumcount().to_numpy() % 2, index=firsts["lay"].to_numpy())
+    fold = fold.reindex(lay).to_numpy()
+    s = size[coll]
+    g = pd.Series(s).groupby(lay)
+    lo, hi = g.transform("min").to_numpy(), g.transform("max").to_numpy()
+    sides = []
+    for edge in (s < lo * window, s > hi / window):
+        left = pd.Series(s[~edge]).groupby(lay[~edge]).nunique().reindex(lay).fillna(0).to_numpy()
+        sides.append(edge & (left >= MIN_SIZES))
+    out = []
+    for f in (0, 1):
+        held = (sides[0] & (fold == f)) | (sides[1] & (fold != f))
+        mask = np.zeros(len(table), dtype=bool)
+        mask[np.flatnonzero(coll)[held]] = True
+        if mask.any():
+            out.append(mask)
+    return out
+
+
 def host_system(catalog: Catalog, system: System) -> bool:
     """Whether a system's "GPUs" are CPU processes (a ``hybrid profile`` bundle's gloo system)."""
     key = catalog.resolve_device(system.device, missing_ok=True)
@@ -851,6 +897,20 @@ class CollectiveSigmoid(Correction):
         lo = np.where(np.isfinite(c_lo), c_lo, lo[codes])
         hi = np.where(np.isfinite(c_hi), c_hi, hi[codes])
         return never[codes] | (size < lo / self.SIZE_MARGIN) | (size > hi * self.SIZE_MARGIN)
+
+    def edge_extrapolated(self, table: pd.DataFrame) -> np.ndarray:
+        """Per row, whether it is extrapolated (:meth:`extrapolated`) only because its message size lies more than
+        :attr:`SIZE_MARGIN` x beyond the sizes of the curve measured at its layout (:meth:`_curve_span`; a collective
+        measured on its system, at a layout measured in the setting that prices it): anchored at that curve's nearest
+        measured size (:meth:`_anchored`). Such rows get the ``edge`` interval band where a calibration has one
+        (residuals of held-out edge sizes, :func:`edge_holdouts`), else the unseen band."""
+        if not self.size_range or "size_bytes" not in table.columns or not len(table):
+            return np.zeros(len(table), dtype=bool)
+        lo, _ = self._curve_span(table)
+        keys = (_group_key(table).astype(str) + "|" + table["op"].astype(str)).to_numpy()
+        codes, uniq = pd.factorize(keys)
+        measured = np.array([k in self.size_range for k in uniq], dtype=bool)[codes]
+        return self.outside_sizes(table) & np.isfinite(lo) & measured & ~self.unmeasured_layouts(table)
 
     def floor_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per row, the lowest time predicted (us; the interval's low end stops there too): at a layout no log
