@@ -334,3 +334,7 @@ def test_cpu_gloo_collectives_do_not_set_the_pcie_gpu_fabric():
     # same as beside GPU rows (the transfer model was called with no rows left and raised IndexError)
     alone = p.predict(q.iloc[2:].reset_index(drop=True))
     assert np.allclose(alone["time_us"], out["time_us"].iloc[2:]) and alone["method"].iloc[1] != "collective-transfer"
+    # and coverage says so, given the catalog that tells a CPU's system (without it: the transfer model's label)
+    sig = p.corrections[0]
+    assert sig.coverage(q, catalog).tolist()[1:] == ["transfer model: unseen system", "sigmoid",
+                                                     "alpha-beta: unseen collective on this system"]

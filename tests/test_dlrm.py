@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import yaml
@@ -204,6 +206,74 @@ def test_gpu_overlaps_comm_and_cpu_does_not(catalog):
     assert t_cpu > t_hidden  # the DDP all-reduces no longer hide behind the backward pass
     with pytest.raises(InvalidInputError, match="comm_overlap"):
         build_dlrm_graph(config(), catalog=catalog, comm_overlap=2.0)
+
+
+def _cpu_bundle():
+    """(catalog, 2-rank CPU config, its plan): the project's CPU profile bundle (``cpu-amd-epyc-1c`` and its
+    ``cpu-amd-epyc-1c-gloo`` system, gloo collectives as profiled) and the first config of the CPU DLRM campaign."""
+    from hybrid.data.bundle import load_bundle
+    from hybrid.data.paths import project_datasets_dir
+
+    root = project_datasets_dir()
+    bundle, runs = root / "cpu-amd-epyc-1c", root / "dlrm-cpu-2rank"
+    if not (bundle / "catalog.toml").is_file() or not (runs / "configs" / "c000.yaml").is_file():
+        pytest.skip("committed CPU profile bundle / DLRM campaign absent")
+    cat = load_bundle(bundle)[1]
+    return cat, DLRMConfig.from_file(runs / "configs" / "c000.yaml"), ShardingPlan.from_file(
+        runs / "plans" / "c000" / "size_greedy.yaml")
+
+
+def _all_reduce_us(it, model) -> float:
+    """Predicted time (us) of every DDP all-reduce of one rank of the iteration ``it``."""
+    g = it.graph.compile()
+    rows = [g.op_index[i] for i in range(g.n_real) if g.rank[i] == 0 and g.op_index[i] >= 0
+            and g.ops.iloc[g.op_index[i]]["op"] == "all_reduce"]
+    assert rows
+    return float(model.predict(g.ops.iloc[rows].reset_index(drop=True))["time_us"].sum())
+
+
+def test_a_bare_cpu_device_prices_its_collectives_on_its_gloo_system(tmp_path, monkeypatch, capsys):
+    """A DLRM on a bare CPU device (``--system cpu-amd-epyc-1c``, not its ``-gloo`` system) prices the ranks'
+    collectives on the catalog's gloo system of that CPU, as the trace workload does
+    (:func:`hybrid.ops.roofline.cpu_collective_system`): before, a generic 8-GPU node's PCIe gen3 link priced them,
+    31 us of DDP all-reduce per iteration of the CPU campaign's c000 (633 us on the profiled gloo system), the
+    iteration 10.2 ms instead of 14.0 ms. Without such a system the note says why the generic node stays."""
+    from hybrid.cli.main import main
+    from hybrid.data.paths import project_datasets_dir
+    from hybrid.hardware.catalog import CATALOG_ENV, Catalog
+    from hybrid.sharding.search import estimate_costs
+
+    cat, cfg, plan = _cpu_bundle()
+    model = RooflineCostModel(cat)
+    by = {s: build_dlrm_graph(cfg.with_(system=s, plan=None), plan, cat) for s in ("cpu-amd-epyc-1c",
+                                                                                   "cpu-amd-epyc-1c-gloo")}
+    dev, gloo = by["cpu-amd-epyc-1c"], by["cpu-amd-epyc-1c-gloo"]
+    assert dev.target.system == dev.info["collective_system"] == "cpu-amd-epyc-1c-gloo"
+    assert "cpu-amd-epyc-1c-gloo" in dev.info["notes"][0] and gloo.info["notes"] == []
+    t_dev, t_gloo = _all_reduce_us(dev, model), _all_reduce_us(gloo, model)
+    assert t_dev == pytest.approx(t_gloo, rel=1e-12) and t_gloo > 300  # two 226 us-latency steps at least
+    zero = Overheads.zero()
+    assert simulate(dev.graph, model, zero).iteration_us == pytest.approx(
+        simulate(gloo.graph, model, zero).iteration_us, rel=1e-12)
+    # the plan search prices its collectives there too
+    grids = [estimate_costs(cfg.with_(system=s, plan=None), model, it.target, 1e12).grids
+             for s, it in (("cpu-amd-epyc-1c", dev), ("cpu-amd-epyc-1c-gloo", gloo))]
+    assert all(np.array_equal(grids[0][op], grids[1][op]) for op in grids[1])
+    # no gloo system in the catalog: the generic node stays, and the note says why (its PCIe link is ~20x faster)
+    bare = Catalog(cat.devices, {})
+    generic = build_dlrm_graph(cfg.with_(system="cpu-amd-epyc-1c", plan=None), plan, bare)
+    assert generic.info["collective_system"] == "cpu-amd-epyc-1c"
+    assert "no system of it in the catalog" in generic.info["notes"][0]
+    assert _all_reduce_us(generic, RooflineCostModel(bare)) < t_gloo / 5
+    # the CLI says so (stderr and --json notes), with the bundle's catalog as the catalog
+    monkeypatch.setenv(CATALOG_ENV, str(project_datasets_dir() / "cpu-amd-epyc-1c" / "catalog.toml"))
+    path = cfg.with_(plan=None).save(tmp_path / "c.yaml")
+    plan.save(plan_path := tmp_path / "plan.yaml")
+    assert main(["simulate", str(path), "--plan", str(plan_path), "--system", "cpu-amd-epyc-1c", "--json"]) == 0
+    res = capsys.readouterr()
+    s = json.loads(res.out)
+    assert s["system"] == "cpu-amd-epyc-1c-gloo" and s["device"] == "cpu-amd-epyc-1c"
+    assert any("cpu-amd-epyc-1c-gloo" in n for n in s["notes"]) and "cpu-amd-epyc-1c-gloo" in res.err
 
 
 def test_optimizer_steps_follow_the_optimizer(catalog):

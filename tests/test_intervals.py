@@ -713,7 +713,8 @@ def test_a_gpu_whose_die_was_fitted_in_another_variant_gets_the_sibling_band(sha
     old.dtypes_fitted = {}
     np.testing.assert_allclose(hi(old.predict(other)), band["unseen"][1])
     assert set(old.predict(other)["interval_band"]) == {"unseen"}  # the band it got, not the one it would have
-    assert BAND_NAMES[SIBLING] == "sibling" and SIBLING == len(BAND_NAMES) - 1  # saved codes keep their meaning
+    # saved codes keep their meaning (the edge band, added after it, is the last)
+    assert BAND_NAMES[SIBLING] == "sibling" and BAND_NAMES.index("edge") == SIBLING + 1 == len(BAND_NAMES) - 1
     assert band["sibling"][1] - band["sibling"][0] < band["unseen"][1] - band["unseen"][0]
     # hybrid calibrate marks the same held-out rows (its lodo prediction frames carry a sibling column)
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
@@ -760,6 +761,36 @@ def test_qualified_method_takes_its_models_bands():
     cal.bands["collective-sigmoid (all_gather curve):collective"] = {"unseen": [-0.2, 0.2]}
     lo, hi, _ = cal.bounds(keys[:1], np.array([0]))
     assert (lo[0], hi[0]) == (-0.2, 0.2)
+
+
+def test_edge_split_calibrates_the_models_edge_band_from_two_units():
+    """``hybrid calibrate``'s ``edge`` split (held-out edge sizes of measured collective layouts, scored where they
+    lie more than 4x beyond their curve) calibrates the ``edge`` band of the model's key, not a key of the
+    ``(edge-anchored)`` method of its own (whose within-4x rows would then lack the seen band), from at least two
+    held-out units (device and system); rows of such a key without the band fall back to the unseen one."""
+    from hybrid.corrections.intervals import EDGE, SEEN, UNSEEN
+
+    rng = np.random.default_rng(0)
+    n = 200
+    frame = pd.DataFrame({"split": ["edge"] * n + ["random"] * n, "family": "collective", "op": "all_reduce",
+                          "method": ["collective-sigmoid (edge-anchored)"] * n + ["collective-sigmoid"] * n,
+                          "device": "A100-SXM4-40GB", "system": ["Polaris"] * (n // 2) + ["Vidur-A100-DGX"] * (n // 2)
+                          + ["Polaris"] * n, "measured_us": 100.0,
+                          "predicted_us": np.r_[100.0 * np.exp(rng.normal(0, 0.3, n)), 100.0 * np.exp(rng.normal(0, 0.05, n))]})
+    cal = IntervalCalibration.from_prediction_frames(frame)
+    assert set(cal.bands) == {"collective-sigmoid:collective"}
+    entry = cal.bands["collective-sigmoid:collective"]
+    assert entry["n_edge"] == n and entry["units_edge"] == 2
+    r = np.log(frame["measured_us"] / frame["predicted_us"]).to_numpy()[:n]
+    assert entry["edge"][0] == pytest.approx(np.quantile(r, 0.1), abs=0.05)
+    keys = np.array(["collective-sigmoid (edge-anchored):collective"] * 2)
+    lo, hi, ok = cal.bounds(keys, np.array([EDGE, SEEN]))
+    assert (lo[0], hi[0]) == tuple(entry["edge"]) and (lo[1], hi[1]) == tuple(entry["seen"]) and ok.all()
+    assert hi[0] - lo[0] > 3 * (hi[1] - lo[1])
+    # one held-out system: one draw, no edge band; such rows take the unseen band (here the public default)
+    one = IntervalCalibration.from_prediction_frames(frame.assign(system="Polaris"))
+    assert "edge" not in one.bands["collective-sigmoid:collective"]
+    assert one.bounds(keys[:1], np.array([EDGE]))[:2] == one.bounds(keys[:1], np.array([UNSEEN]))[:2]
 
 
 def _xxrjun_ndr(shared_datasets, catalog, part: str) -> pd.DataFrame:

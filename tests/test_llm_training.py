@@ -927,6 +927,42 @@ def test_cluster_the_catalog_cannot_hold_is_refused_or_noted(capsys):
     assert any("H100-SXM is a device, not a catalog system" in n for n in json.loads(cap.out)["notes"])
 
 
+def test_a_bare_cpu_device_prices_its_collectives_on_its_gloo_system(monkeypatch, capsys):
+    """LLM training on a bare CPU device (the CPU profile bundle's ``cpu-amd-epyc-1c``) prices its data-parallel
+    gradient reduction on the catalog's gloo system of that CPU, as ``--system cpu-amd-epyc-1c-gloo`` does
+    (:func:`hybrid.ops.roofline.cpu_collective_system`, shared with DLRM and traces): before, a generic node's PCIe
+    gen3 link priced GPT-3 125M's 2-rank all-reduce at 5.2 ms (45 ms on the profiled gloo system). More processes
+    than that single-node system holds keep the generic node, and the note says why."""
+    from hybrid.data.bundle import load_bundle
+    from hybrid.data.paths import project_datasets_dir
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.hardware.catalog import CATALOG_ENV
+
+    bundle = project_datasets_dir() / "cpu-amd-epyc-1c"
+    if not (bundle / "catalog.toml").is_file():
+        pytest.skip("committed CPU profile bundle absent")
+    cat = load_bundle(bundle)[1]
+    model, cm = load_model("gpt3-125m"), RooflineCostModel(cat)
+    cfg = TrainingConfig(gpus=2, global_batch=4, dtype="fp32", flash_attention=False, seq_length=256)
+    dev, gloo = (predict_training(model, cfg, s, cm, engine=False) for s in ("cpu-amd-epyc-1c", "cpu-amd-epyc-1c-gloo"))
+    assert dev.target.system == dev.target.comm_system == "cpu-amd-epyc-1c-gloo"
+    assert any("cpu-amd-epyc-1c-gloo" in n for n in dev.notes) and not gloo.notes
+    assert dev.breakdown_s["dp_comm"] == pytest.approx(gloo.breakdown_s["dp_comm"], rel=1e-12)
+    assert dev.breakdown_s["dp_comm"] > 0.02 and dev.iteration_s == pytest.approx(gloo.iteration_s, rel=1e-12)
+    eight = predict_training(model, TrainingConfig(gpus=8, global_batch=8, dtype="fp32", flash_attention=False,
+                                                   seq_length=256), "cpu-amd-epyc-1c", cm, engine=False)
+    assert eight.target.system == "cpu-amd-epyc-1c-node"
+    assert any("8 processes are more than the 4 of cpu-amd-epyc-1c-gloo" in n for n in eight.notes)
+    # the CLI's warning and --json notes
+    monkeypatch.setenv(CATALOG_ENV, str(bundle / "catalog.toml"))
+    assert main(["llm", "train", "gpt3-125m", "--system", "cpu-amd-epyc-1c", "--gpus", "2", "--global-batch", "4",
+                 "--dtype", "fp32", "--json"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert out["system"] == "cpu-amd-epyc-1c-gloo" and any("cpu-amd-epyc-1c-gloo" in n for n in out["notes"])
+    assert "cpu-amd-epyc-1c-gloo" in cap.err
+
+
 def test_a_refusal_names_the_knobs_that_make_the_job_fit(capsys):
     """GPT-3 175B, tp 8 pp 8, micro-batch 4 on 80 GB A100s needs 168 GiB; by hand (FlashAttention, no SP, 18 B per
     parameter of the first stage's 2.822e9 = 47.3 GiB, + 3 GiB reserve): micro-batch 1 keeps 8 microbatches x 12

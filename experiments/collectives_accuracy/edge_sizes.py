@@ -19,7 +19,7 @@ is scored by its distance beyond its layout's remaining sizes (``factor``, 2x = 
 
 ``--intervals`` also fits ``HybridPredictor(None, [CollectiveSigmoid(transfer=True)]).fit(intervals=True)`` on a
 sub-sample of each fold's training rows and reports the held-out rows' interval coverage per band.
-Prints markdown to stdout; nothing is written.
+Prints markdown to stdout (a run is kept in ``edge_results.md``); nothing is written.
 """
 
 from __future__ import annotations

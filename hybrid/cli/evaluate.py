@@ -163,7 +163,7 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     """Predict every row of measured TABLES (canonical CSV/Parquet or profiler bundle directories) and report
     |predicted - measured| / measured: geomean, mean (MAPE), median and p90, per op family and per device, and
     how many measurements fall inside their 80% prediction interval (``coverage_pct``, overall and per device;
-    ``coverage_by_band``: per interval band, seen / unseen / few / adapted-k / sibling;
+    ``coverage_by_band``: per interval band, seen / unseen / few / adapted-k / sibling / edge;
     ``rows_without_interval``: rows it has no interval for, not counted; ``rows_interval_borrowed``: rows whose
     band was borrowed from another family or model),
     and which model answered how many rows (``by_method``: per-system collective curves, the cross-system

@@ -48,7 +48,7 @@ def _interval(row, what: str, between: bool = False, reason: str = "") -> dict:
     method = str(row.get("method", "the model"))
     out: dict = {"time_us_low": lo, "time_us_high": hi, "interval_calibrated": calibrated}
     band = row.get("interval_band")
-    if isinstance(band, str):  # seen / unseen / few / adapted-k / sibling: what the model knew of this device (or system)
+    if isinstance(band, str):  # seen / unseen / few / adapted-k / sibling / edge: what the model knew of this device (or system)
         out["interval_band"] = band
     if not (lo == lo and hi == hi):  # NaN: no interval for this kind of op (or a model saved without any)
         out.update(time_us_low=None, time_us_high=None,

@@ -72,10 +72,11 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     need = check_search_size(config.gpus, names, available_memory_bytes(), cli=True)
     model, model_name = load_cost_model(model_ref, tracking_uri)
     from hybrid.engine.costs import model_catalog
-    from hybrid.workloads.dlrm_graph import check_target, resolve_target
+    from hybrid.workloads.dlrm_graph import check_target, collective_target, resolve_target
 
     catalog = model_catalog(model)
-    notes = check_target(config, resolve_target(config.system, catalog), catalog)
+    target, coll_note = collective_target(resolve_target(config.system, catalog), catalog, config.gpus)
+    notes = [coll_note] * bool(coll_note) + check_target(config, target, catalog)
     if own.plan is not None:
         notes.append(OWN_PLAN_NOTE)
     for note in notes:

@@ -173,7 +173,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     from hybrid.sharding.heuristics import default_plan
     from hybrid.sharding.memory import memory_per_rank
     from hybrid.sharding.plan import ShardingPlan
-    from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, resolve_target
+    from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, collective_target, resolve_target
 
     host_mem = host_mem_bytes(host_mem_gib)  # checked before anything is read or written
     warned: list[str] = []  # the config's WorkloadWarnings (printed as they come; --json notes)
@@ -187,8 +187,8 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
         config = load_config(config_path, gpus=gpus, system=system, drop_plan=True, warned=warned)
     model, model_name = load_cost_model(model_ref, tracking_uri)
     catalog = model_catalog(model)
-    target = resolve_target(config.system, catalog)
-    notes += check_target(config, target, catalog)
+    target, coll_note = collective_target(resolve_target(config.system, catalog), catalog, config.gpus)
+    notes += [coll_note] * bool(coll_note) + check_target(config, target, catalog)
     for note in notes:
         click.echo(f"note: {note}", err=True)
     capacity = target.device.mem_capacity

@@ -316,6 +316,52 @@ def _algorithms(table: pd.DataFrame) -> np.ndarray:
     return table["algorithm"].astype("string").fillna("").astype(str).to_numpy(dtype=object)
 
 
+#: How far from a measured layout's smallest / largest size the sizes :func:`edge_holdouts` holds out reach (16x:
+#: four doublings, so the held-out rows reach beyond :attr:`CollectiveSigmoid.SIZE_MARGIN` of what stays in).
+EDGE_WINDOW = 16.0
+
+
+def edge_holdouts(table: pd.DataFrame, window: float = EDGE_WINDOW) -> list[np.ndarray]:
+    """Hold-outs of the edge sizes of measured collective layouts, which calibrate the band of rows far beyond a
+    curve's measured sizes (``edge`` band): the layouts (system, collective, setting, ranks, nodes) of each
+    (system, collective) split into two folds (alternate layouts), and one side of each layout held out per mask:
+    the sizes within ``window`` x of its smallest (``low``) or largest (``high``) measured size, where at least
+    :data:`MIN_SIZES` distinct sizes stay in the fit, as ``experiments/collectives_accuracy/edge_sizes.py`` scores
+    them (one side at a time: a layout measured over 10 doublings keeps 6 sizes, not 2). Two masks, low edges of the
+    first fold with high edges of the second and the reverse, so every layout's edges are held out once in two fits.
+    Empty for a table without collective rows with sizes and layouts; a mask with nothing to hold out is left out."""
+    if not len(table) or not {"op", "size_bytes", "n_ranks"} <= set(table.columns):
+        return []
+    coll = np.isin(table["op"].astype(str).to_numpy(), list(COLLECTIVE_OPS))
+    size = col(table, "size_bytes")
+    coll &= np.isfinite(size) & (size > 0) & np.isfinite(col(table, "n_ranks"))
+    if not coll.any():
+        return []
+    sub = table.loc[coll]
+    frame = pd.DataFrame({"s": _group_key(sub).astype(str).to_numpy(), "o": sub["op"].astype(str).to_numpy(),
+                          "a": _algorithms(sub), "r": col(sub, "n_ranks"), "n": col(sub, "n_nodes", 1.0)})
+    lay, _ = _factorize_rows(frame)
+    # alternate layouts of each (system, collective), in order of first appearance
+    firsts = pd.DataFrame({"lay": lay, "so": frame["s"] + "|" + frame["o"]}).drop_duplicates("lay")
+    fold = pd.Series(firsts.groupby("so").cumcount().to_numpy() % 2, index=firsts["lay"].to_numpy())
+    fold = fold.reindex(lay).to_numpy()
+    s = size[coll]
+    g = pd.Series(s).groupby(lay)
+    lo, hi = g.transform("min").to_numpy(), g.transform("max").to_numpy()
+    sides = []
+    for edge in (s < lo * window, s > hi / window):
+        left = pd.Series(s[~edge]).groupby(lay[~edge]).nunique().reindex(lay).fillna(0).to_numpy()
+        sides.append(edge & (left >= MIN_SIZES))
+    out = []
+    for f in (0, 1):
+        held = (sides[0] & (fold == f)) | (sides[1] & (fold != f))
+        mask = np.zeros(len(table), dtype=bool)
+        mask[np.flatnonzero(coll)[held]] = True
+        if mask.any():
+            out.append(mask)
+    return out
+
+
 def host_system(catalog: Catalog, system: System) -> bool:
     """Whether a system's "GPUs" are CPU processes (a ``hybrid profile`` bundle's gloo system)."""
     key = catalog.resolve_device(system.device, missing_ok=True)
@@ -860,6 +906,20 @@ class CollectiveSigmoid(Correction):
         hi = np.where(np.isfinite(c_hi), c_hi, hi[codes])
         return never[codes] | (size < lo / self.SIZE_MARGIN) | (size > hi * self.SIZE_MARGIN)
 
+    def edge_extrapolated(self, table: pd.DataFrame) -> np.ndarray:
+        """Per row, whether it is extrapolated (:meth:`extrapolated`) only because its message size lies more than
+        :attr:`SIZE_MARGIN` x beyond the sizes of the curve measured at its layout (:meth:`_curve_span`; a collective
+        measured on its system, at a layout measured in the setting that prices it): anchored at that curve's nearest
+        measured size (:meth:`_anchored`). Such rows get the ``edge`` interval band where a calibration has one
+        (residuals of held-out edge sizes, :func:`edge_holdouts`), else the unseen band."""
+        if not self.size_range or "size_bytes" not in table.columns or not len(table):
+            return np.zeros(len(table), dtype=bool)
+        lo, _ = self._curve_span(table)
+        keys = (_group_key(table).astype(str) + "|" + table["op"].astype(str)).to_numpy()
+        codes, uniq = pd.factorize(keys)
+        measured = np.array([k in self.size_range for k in uniq], dtype=bool)[codes]
+        return self.outside_sizes(table) & np.isfinite(lo) & measured & ~self.unmeasured_layouts(table)
+
     def floor_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per row, the lowest time predicted (us; the interval's low end stops there too): at a layout no log
         measured (:meth:`unmeasured_layouts`), the alpha-beta bandwidth term over :data:`LINK_BEAT_MAX`; 0 elsewhere
@@ -970,32 +1030,79 @@ class CollectiveSigmoid(Correction):
         (``HybridPredictor`` predictions' ``interval_band``)."""
         return self.outside_sizes(table) | self.unmeasured_layouts(table)
 
-    def coverage(self, table: pd.DataFrame) -> pd.Series:
-        """Per row: "sigmoid" (own ladder), "rescaled" (other layout of the same system/op) or the reason the
-        row falls back to alpha-beta ("unseen system", "unseen collective on this system")."""
-        system = _group_key(table).to_numpy()
-        op = table["op"].astype(str).to_numpy()
-        algo = _algorithms(table)
-        ranks, nodes = col(table, "n_ranks"), col(table, "n_nodes", 1.0)
+    def coverage(self, table: pd.DataFrame, catalog: Catalog | None = None) -> pd.Series:
+        """Per row, what answers it, as :meth:`predict_with_source` prices it:
+
+        * ``sigmoid``: the curve measured at its layout; ``sigmoid (all_gather curve)`` / ``(reduce_scatter curve)``:
+          its sibling's curve there (:meth:`sibling_ops`);
+        * a curve answers only within the sizes it was fitted on (:meth:`_curve_span`): beyond them the row is
+          ``sigmoid (edge-anchored)`` (``sigmoid (all_gather curve, edge-anchored)``), the time anchored at the
+          nearest measured size (:meth:`_anchored`, ``method`` :meth:`anchored_method`), and more than
+          :attr:`SIZE_MARGIN` x out ``sigmoid (edge-anchored, extrapolated)`` (the unseen interval band,
+          :meth:`outside_sizes`);
+        * ``layout model`` / ``layout model (extrapolated)`` (beyond the measured rank counts) at a layout no curve
+          was measured at, ``rescaled`` (the ratio rule from another layout); such a row below the smallest size
+          measured for its (system, collective) adds ``, below the measured sizes`` (that size's ratio to
+          alpha-beta carried down), and more than :attr:`SIZE_MARGIN` x beyond them ``, size extrapolated`` (the
+          unseen band);
+        * a system or collective never measured: ``transfer model: unseen system`` / ``... unseen collective on
+          this system`` (``alpha-beta: ...`` without a fitted transfer model, and, given ``catalog``, for a CPU
+          system's processes, which the transfer model does not price).
+
+        Worked out once per distinct (system, collective, setting, ranks, nodes), the sizes per row."""
+        out = np.full(len(table), "", dtype=object)
+        if not len(table):
+            return pd.Series(out, index=table.index, name="coverage")
+        frame = pd.DataFrame({"s": _group_key(table).astype(str).to_numpy(), "o": table["op"].astype(str).to_numpy(),
+                              "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
+        codes, uniques = _factorize_rows(frame)
         seen_sys = {f.system for f in self.fits}
         transfer = self.transfer is not None and self.transfer.fitted
-        out = []
-        for s, o, a, r, n in zip(system, op, algo, ranks, nodes, strict=True):
+        host = _host_rows(table, catalog) if catalog is not None and transfer else np.zeros(len(table), dtype=bool)
+
+        def label(s: str, o: str, a: str, r: float, n: float) -> str:
             if s not in seen_sys:
-                out.append("transfer model: unseen system" if transfer else "alpha-beta: unseen system")
-            elif any(f.n_ranks == r and f.n_nodes == n for f in self._ladder(s, o, a, r, n)):
-                out.append("sigmoid")
-            elif (sib := self._sibling_fit(s, o, a, r, n)) is not None:
-                out.append(f"sigmoid ({sib.op} curve)")
-            elif (lm := self._layout_model(s, o, a)) is not None:
-                out.append("layout model (extrapolated)" if self._layout_extrapolates(lm, r) else "layout model")
-            elif self._ladder(s, o, a, r, n):
-                out.append("sigmoid")
-            elif self._nearest_any_layout(s, o, a, r) is not None:
-                out.append("rescaled")
-            else:
-                out.append("transfer model: unseen collective on this system" if transfer
-                           else "alpha-beta: unseen collective on this system")
+                return "transfer model: unseen system"
+            if any(f.n_ranks == r and f.n_nodes == n for f in self._ladder(s, o, a, r, n)):
+                return "sigmoid"
+            if (sib := self._sibling_fit(s, o, a, r, n)) is not None:
+                return f"sigmoid ({sib.op} curve)"
+            if (lm := self._layout_model(s, o, a)) is not None:
+                return "layout model (extrapolated)" if self._layout_extrapolates(lm, r) else "layout model"
+            if self._ladder(s, o, a, r, n):
+                return "sigmoid"
+            if self._nearest_any_layout(s, o, a, r) is not None:
+                return "rescaled"
+            return "transfer model: unseen collective on this system"
+
+        per = np.array([label(str(s), str(o), str(a), float(r), float(n)) for s, o, a, r, n in uniques] + [""],
+                       dtype=object)
+        out = per[np.where(codes >= 0, codes, len(uniques))]
+        unseen = pd.Series(out, dtype=object).str.startswith("transfer model:").to_numpy(dtype=bool)
+        ab = unseen & (host | (not transfer))  # what the transfer model does not price falls back to alpha-beta
+        out[ab] = pd.Series(out[ab], dtype=object).str.replace("transfer model:", "alpha-beta:").to_numpy(dtype=object)
+        if "size_bytes" in table.columns and not unseen.all():
+            size = col(table, "size_bytes")
+            lo, hi = self._curve_span(table)
+            far = self.outside_sizes(table) & ~unseen
+            curve = np.isfinite(lo) & ~unseen
+            beyond = curve & ((size < lo) | (size > hi))
+            # a curve's row beyond its sizes: "sigmoid (edge-anchored)", "sigmoid (all_gather curve, edge-anchored)"
+            base = pd.Series(out[beyond], dtype=object).astype(str)
+            qual = pd.Series(np.where(far[beyond], "edge-anchored, extrapolated", "edge-anchored"), dtype=object)
+            sib = base.str.endswith(" curve)").to_numpy()
+            out[beyond] = np.where(sib, base.str[:-1] + ", " + qual + ")", base + " (" + qual + ")")
+            # a sibling's curve pricing a collective never measured on the system: the unseen band, say so
+            never = curve & ~beyond & far
+            out[never] = out[never] + ", extrapolated (this collective was never measured on the system)"
+            other = ~curve & ~unseen
+            if self.size_range and other.any():
+                keys = (frame["s"] + "|" + frame["o"]).to_numpy()
+                k_codes, k_uniq = pd.factorize(keys)
+                smallest = np.array([self.size_range.get(k, (0.0, np.inf))[0] for k in k_uniq])[k_codes]
+                below = other & (size < smallest) & ~far
+                out[below] = out[below] + ", below the measured sizes"
+            out[other & far] = out[other & far] + ", size extrapolated"
         return pd.Series(out, index=table.index, name="coverage")
 
     # ------------------------------------------------------------------ persistence

@@ -50,6 +50,15 @@ covered 82% of held-out GPUs with a sibling and 74% of those without (``experime
 band was too wide for the first and too narrow for the second. A calibration that could not calibrate the sibling
 band (fewer than two of its held-out devices had a sibling) gives sibling rows the band halfway between its seen and
 unseen bands (:data:`SIBLING_FALLBACK_WEIGHT`, flagged not calibrated) rather than the unseen one.
+
+A collective row more than 4x beyond the message sizes of the curve measured at its layout, on a measured system
+(``CollectiveSigmoid.edge_extrapolated``: the time anchored at the curve's nearest measured size), gets the ``edge``
+band: the residuals of the edge sizes of measured layouts held out (``HybridPredictor.edge_splits``, split ``edge``;
+scored where they lie more than 4x beyond the sizes left to their curve), every row the same weight, from at least
+:data:`MIN_UNSEEN_COLLECTIVE_UNITS` held-out units (devices; device and system in ``hybrid calibrate``), stored
+under the model's key; where not calibrated (fewer, or a model saved before it existed) such rows get the unseen
+band, which is calibrated on systems never measured and over-covered them (91-98% inside at 3.9-4.3x wide,
+``experiments/collectives_accuracy/edge_sizes.py``).
 """
 
 from __future__ import annotations
@@ -79,6 +88,8 @@ SEEN_SPLITS = ("random",)
 UNSEEN_SPLITS = ("lodo",)
 FEW_SPLITS = ("few",)
 ADAPTED_SPLITS = ("adapted",)
+#: Prediction-frame splits whose rows calibrate the band of collectives far beyond their curve's measured sizes.
+EDGE_SPLITS = ("edge",)
 #: Rows per correction with which held-out devices are adapted (``HybridPredictor.adapt``, strategy ``auto``) to
 #: calibrate the bands of adapted devices: a device adapted with n rows of a correction's families gets the band
 #: of the largest of these <= n (fewer than the first: the unseen band).
@@ -88,12 +99,16 @@ ADAPT_SHOTS = (5, 10, 20, 50)
 #: measured whose die was measured in another variant, ``Catalog.same_die``).
 UNSEEN, SEEN, FEW, ADAPTED = 0, 1, 2, 3
 SIBLING = ADAPTED + len(ADAPT_SHOTS)
+#: Code of a collective row more than ``CollectiveSigmoid.SIZE_MARGIN`` x beyond the sizes its curve measured at its
+#: layout (``CollectiveSigmoid.edge_extrapolated``: anchored at the curve's nearest measured size), calibrated on the
+#: held-out edge sizes of measured layouts (``HybridPredictor.edge_splits``); not calibrated: the unseen band.
+EDGE = SIBLING + 1
 #: Band name per code.
-BAND_NAMES = ("unseen", "seen", "few", *(f"adapted-{k}" for k in ADAPT_SHOTS), "sibling")
+BAND_NAMES = ("unseen", "seen", "few", *(f"adapted-{k}" for k in ADAPT_SHOTS), "sibling", "edge")
 #: Code and name (``interval_band`` of predictions) of a collective row whose unseen band the calibration could not
 #: calibrate and which got :data:`DEFAULT_COLLECTIVE_UNSEEN_BAND` instead; only in :meth:`IntervalCalibration.applied_bands`
 #: (never a band calibrated from residuals). :data:`APPLIED_BAND_NAMES`: the names of the codes it returns.
-UNSEEN_DEFAULT = SIBLING + 1
+UNSEEN_DEFAULT = EDGE + 1
 DEFAULT_BAND_NAME = "unseen (default)"
 APPLIED_BAND_NAMES = (*BAND_NAMES, DEFAULT_BAND_NAME)
 #: Fewest held-out devices whose residuals calibrate the sibling band (fewer: such devices get the unseen band; one
@@ -214,7 +229,10 @@ class IntervalCalibration:
         band = np.asarray(seen).astype(np.int64)
         if len(band) and not np.isin(band, np.arange(len(BAND_NAMES))).all():
             raise InvalidInputError(f"band codes must be 0 to {len(BAND_NAMES) - 1} ({', '.join(BAND_NAMES)})")
-        frame = pd.DataFrame({"r": np.asarray(log_residual, dtype=np.float64), "key": np.asarray(key, dtype=str),
+        key = np.asarray(key, dtype=str).astype(object)
+        if (edge := band == EDGE).any():  # "collective-sigmoid (edge-anchored):collective": its model's band
+            key[edge] = [_base_key(str(k)) for k in key[edge]]
+        frame = pd.DataFrame({"r": np.asarray(log_residual, dtype=np.float64), "key": key.astype(str),
                               "band": band, "device": np.asarray(device, dtype=str),
                               "unit": np.asarray(device if held_out is None else held_out, dtype=str)})
         frame = frame[np.isfinite(frame["r"])]
@@ -234,6 +252,10 @@ class IntervalCalibration:
                     continue
                 if code == SIBLING and sub["device"].nunique() < MIN_SIBLING_DEVICES:
                     continue
+                if code == EDGE:  # one system's edges are one draw: at least as many systems as an unseen band
+                    entry["units_edge"] = int(sub["unit"].nunique())
+                    if entry["units_edge"] < MIN_UNSEEN_COLLECTIVE_UNITS:
+                        continue
                 if code == UNSEEN and _takes_default(str(k)):
                     # a collective's band for systems / layouts never measured, from one held-out system: one draw,
                     # not a distribution (the rows get DEFAULT_COLLECTIVE_UNSEEN_BAND instead)
@@ -242,7 +264,7 @@ class IntervalCalibration:
                         entry["devices_unseen"] = int(sub["device"].nunique())
                         continue
                 w, units = None, None
-                if code != SEEN:  # every held-out device weighs the same
+                if code not in (SEEN, EDGE):  # every held-out device weighs the same (edge sizes: every row)
                     w = 1.0 / sub.groupby("device")["r"].transform("size").to_numpy(dtype=np.float64)
                     entry[f"devices_{name}"] = int(sub["device"].nunique())
                     units = entry[f"devices_{name}"] if unseen_units == "devices" and code == UNSEEN else None
@@ -257,13 +279,14 @@ class IntervalCalibration:
         ``random`` split are seen devices, rows of the ``lodo`` split unseen ones (sibling ones where the frame's
         ``sibling`` column is true: ``HybridPredictor.sibling_rows`` of the fold's predictor), rows of the ``few``
         split few-row ones, rows of the ``adapted`` split (column ``shots``) adapted ones."""
-        use = frame[frame["split"].isin(SEEN_SPLITS + UNSEEN_SPLITS + FEW_SPLITS + ADAPTED_SPLITS)]
+        use = frame[frame["split"].isin(SEEN_SPLITS + UNSEEN_SPLITS + FEW_SPLITS + ADAPTED_SPLITS + EDGE_SPLITS)]
         if len(use) == 0:
             return cls(coverage, {})
         r = np.log(use["measured_us"].to_numpy(np.float64)) - np.log(use["predicted_us"].to_numpy(np.float64))
         key = interval_keys(use["method"].to_numpy(), use["family"].to_numpy())
         split = use["split"].to_numpy()
         band = np.where(np.isin(split, SEEN_SPLITS), SEEN, np.where(np.isin(split, FEW_SPLITS), FEW, UNSEEN))
+        band = np.where(np.isin(split, EDGE_SPLITS), EDGE, band)
         if "sibling" in use.columns:
             sibling = use["sibling"].astype("boolean").fillna(False).to_numpy(dtype=bool)
             band = np.where(np.isin(split, UNSEEN_SPLITS) & sibling, SIBLING, band)

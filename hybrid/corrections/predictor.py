@@ -45,6 +45,7 @@ from hybrid.corrections.intervals import (
     APPLIED_BAND_NAMES,
     BAND_NAMES,
     DEFAULT_COVERAGE,
+    EDGE,
     FEW,
     MIN_ROWS_FOR_SPLIT,
     SEEN,
@@ -349,6 +350,15 @@ class HybridPredictor:
         for split, mask in tqdm(jobs, desc="calibrate intervals", unit="fit", disable=not progress, leave=False):
             if mask.all() or not mask.any():
                 continue
+            if split == "edge":  # edge sizes of measured layouts: the collective corrections alone, refitted
+                clone = self.edge_clone(work.loc[~mask])
+                sub = work.loc[mask]
+                keep = clone.edge_rows(sub)  # far beyond the curve that prices them (within 4x: the seen band)
+                if keep.any():
+                    rows = np.flatnonzero(mask)[keep]
+                    parts.append(part("edge", rows, clone.predict(sub.loc[keep], intervals=False),
+                                      np.full(int(keep.sum()), EDGE)))
+                continue
             clone = HybridPredictor(self.catalog, [copy.deepcopy(c) for c in self.corrections], seed=self.seed)
             clone.fit(work.loc[~mask])
             sub = work.loc[mask]
@@ -397,7 +407,43 @@ class HybridPredictor:
         for d in holdouts:
             jobs.append(("lodo", (devices == d).to_numpy()))
         jobs += [("few", mask) for _, mask in self.few_row_splits(work, holdouts, seed)]
+        jobs += [("edge", mask) for mask in self.edge_splits(work)]
         return jobs
+
+    def edge_splits(self, table: pd.DataFrame) -> list[np.ndarray]:
+        """The ``edge`` hold-outs of :meth:`calibration_splits` (row masks of ``table``): the edge sizes of
+        measured collective layouts, two folds of layouts (:func:`~hybrid.corrections.collective_sigmoid.
+        edge_holdouts`), whose held-out rows far beyond the sizes left to their curve (:meth:`edge_rows`) calibrate
+        the ``edge`` band; none without a fitted correction that anchors sizes at a curve's edge
+        (``edge_extrapolated``)."""
+        from hybrid.corrections.collective_sigmoid import edge_holdouts
+
+        if not any(getattr(c, "edge_extrapolated", None) is not None for c in self.corrections):
+            return []
+        return edge_holdouts(table.reset_index(drop=True))
+
+    def edge_clone(self, table: pd.DataFrame) -> HybridPredictor:
+        """A copy of this predictor's collective corrections (unfitted settings) fitted on ``table``'s collective
+        rows: what an ``edge`` hold-out (:meth:`edge_splits`) is predicted with (the kernel models do not price
+        collectives, so they are not refitted)."""
+        coll = [copy.deepcopy(c) for c in self.corrections if "collective" in c.families]
+        rows = table[family_array(table["op"]) == "collective"].reset_index(drop=True)
+        return HybridPredictor(self.catalog, coll, seed=self.seed).fit(rows)
+
+    def edge_rows(self, table: pd.DataFrame) -> np.ndarray:
+        """Per row of ``table``, whether a fitted collective correction prices it more than ``SIZE_MARGIN`` x beyond
+        the sizes of the curve measured at its layout (``CollectiveSigmoid.edge_extrapolated``): the rows of the
+        ``edge`` interval band."""
+        out = np.zeros(len(table), dtype=bool)
+        fns = [(c, f) for c in self.corrections if c.fitted and (f := getattr(c, "edge_extrapolated", None))]
+        if not fns or not len(table):
+            return out
+        norm, base = self._prepare(table.reset_index(drop=True), training=False)
+        for corr, f in fns:
+            fam = family_mask(base, corr.families)
+            if fam.any():
+                out[fam] |= f(norm.loc[fam])
+        return out
 
     def adaptation_holdouts(self, table: pd.DataFrame, seed: int | None = None
                             ) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -528,7 +574,12 @@ class HybridPredictor:
                 if fam.any():
                     far = np.zeros(len(norm), dtype=bool)
                     far[fam] = outside(norm.loc[fam])
-                    band[far & ((band == SEEN) | (band == FEW))] = UNSEEN
+                    # only far beyond its own curve's sizes: the edge band (the unseen one where not calibrated)
+                    edge = np.zeros(len(norm), dtype=bool)
+                    if (edge_of := getattr(corr, "edge_extrapolated", None)) is not None and far.any():
+                        edge[fam] = edge_of(norm.loc[fam])
+                    sure = (band == SEEN) | (band == FEW)
+                    band[far & sure] = np.where(edge[far & sure], EDGE, UNSEEN)
             # a GEMM in a dtype the fit never saw is priced through another dtype (GemmXGB.dtype_proxy_us): as
             # uncertain as a device never seen (held-out 16-bit dtypes: 23-66% geomean, experiments/kernel_accuracy)
             fitted = getattr(corr, "fitted_dtypes", None)

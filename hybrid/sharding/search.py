@@ -45,6 +45,7 @@ from hybrid.workloads.dlrm_graph import (
     LOOKUP_FWD_VARIANT,
     Target,
     build_dlrm_graph,
+    collective_target,
     host_placement_allowed,
     resolve_target,
 )
@@ -191,8 +192,9 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
                           "zipf_alpha": 0.0, "index_dist": "uniform", "direction": ["fwd", "bwd", "bwd"],
                           "variant": [LOOKUP_FWD_VARIANT, "sparse_sgd", "dense_sgd"]})
     coll_ops = ["all_to_all", "reduce_scatter", "all_gather", "all_reduce"] if R > 1 else []
-    coll = pd.DataFrame([{"op": op, "device": target.device.key, "system": target.system, "dtype": dt,
-                          "size_bytes": float(s), "n_ranks": R, "n_nodes": target.nodes(R)}
+    on, _ = collective_target(target, model_catalog(model), R)  # as the graph prices them (a bare CPU: gloo)
+    coll = pd.DataFrame([{"op": op, "device": target.device.key, "system": on.system, "dtype": dt,
+                          "size_bytes": float(s), "n_ranks": R, "n_nodes": on.nodes(R)}
                          for op in coll_ops for s in _GRID])
     table = pd.concat([emb, floor, coll], ignore_index=True)
     times, _ = predict_times(model, table)

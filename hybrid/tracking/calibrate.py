@@ -18,6 +18,10 @@ Evaluation splits (each reports the calibrated model beside the roofline-only ba
   tables): each ``lodo`` device keeps that many of its rows in the fit and the rest are predicted
   (:meth:`HybridPredictor.few_row_splits <hybrid.corrections.predictor.HybridPredictor.few_row_splits>`); these
   residuals calibrate the intervals of few-row devices;
+- ``edge``: the edge sizes of measured collective layouts held out (two folds of layouts, the collective corrections
+  alone refitted; :meth:`HybridPredictor.edge_splits <hybrid.corrections.predictor.HybridPredictor.edge_splits>`),
+  scored where they lie more than 4x beyond the sizes left to their curve; these residuals calibrate the ``edge``
+  band of collectives far beyond their curve's sizes;
 - ``train``: the final model (fitted on all rows) on its own training rows.
 
 With ``base`` (a registered model), the run instead adapts that model to new measurements (usually a new
@@ -396,6 +400,20 @@ def _fit_run(predictor_cls: Any, table: pd.DataFrame, cat: Catalog, config: Cali
             p = new().fit(table.loc[~held].reset_index(drop=True))
             test = table.loc[held].reset_index(drop=True)
             frames.append(prediction_frame(test, p.predict(test), "few"))
+            bar.update()
+        # collectives far beyond a curve's measured sizes: the edge sizes of measured layouts held out (two folds,
+        # the collective corrections alone refitted), their rows beyond 4x of what stays in calibrate the edge band
+        edge = final.edge_splits(table) if hasattr(final, "edge_splits") else []
+        bar.total += len(edge)
+        bar.refresh()
+        for held in edge:
+            bar.set_postfix_str("collective edge sizes")
+            p = final.edge_clone(table.loc[~held])
+            test = table.loc[held].reset_index(drop=True)
+            keep = p.edge_rows(test)
+            if keep.any():
+                test = test.loc[keep].reset_index(drop=True)
+                frames.append(prediction_frame(test, p.predict(test), "edge"))
             bar.update()
         # 80% intervals from the held-out residuals above: random split = seen devices, lodo = unseen ones (sibling
         # where the fold fitted another variant of the die), few = devices the fit knew from a few rows, adapted =

@@ -5,7 +5,7 @@ writes and reports plot: one row per measured op with ``split``, ``device``, ``o
 natural problem size of the family: FLOPs for GEMM/attention, message bytes for collectives, bytes moved
 otherwise), ``measured_us``, ``predicted_us``, ``predicted_us_low`` / ``predicted_us_high`` (the 80% interval, NaN when the
 model has none), ``roofline_us``, ``method``, ``bound``, ``interval_band`` (the band of the row's interval: seen / unseen / few /
-adapted-k / sibling, empty without one) and, when a base model was adapted, ``base_us``; plus the table's shape columns.
+adapted-k / sibling / edge, empty without one) and, when a base model was adapted, ``base_us``; plus the table's shape columns.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def prediction_frame(table: pd.DataFrame, predicted: pd.DataFrame, split: str = 
     out["base_us"] = np.asarray(base, dtype=np.float64) if base is not None else np.nan
     out["method"] = predicted["method"].astype(str).to_numpy() if "method" in predicted.columns else "roofline"
     out["bound"] = predicted["bound"].astype(str).to_numpy() if "bound" in predicted.columns else None
-    # the interval band the row got (seen / unseen / few / adapted-k / sibling); None without calibrated intervals
+    # the interval band the row got (seen / unseen / few / adapted-k / sibling / edge); None without calibrated intervals
     out["interval_band"] = (predicted["interval_band"].astype(object).to_numpy()
                             if "interval_band" in predicted.columns else None)
     for c in _SHAPE_COLUMNS:

@@ -95,6 +95,20 @@ def resolve_target(name: str, catalog: Catalog) -> Target:
     raise catalog.unknown_target(name)  # naming the closest systems and devices
 
 
+def collective_target(target: Target, catalog: Catalog, ranks: int) -> tuple[Target, str | None]:
+    """The target that prices the collectives of a ``ranks``-rank job on ``target``, and a note on it: a bare CPU
+    device (no catalog system named) takes the catalog's gloo system of that CPU, whose collectives were profiled,
+    instead of a generic node's NVLink / PCIe link its processes do not use
+    (:func:`hybrid.ops.roofline.cpu_collective_system`, which the trace workload shares); anything else, or one rank
+    (no collectives), is kept as is."""
+    from hybrid.ops.roofline import cpu_collective_system
+
+    if ranks <= 1:
+        return target, None
+    system, note = cpu_collective_system(catalog, target.device, target.system, ranks)
+    return (target if system is None else Target(target.device, system.key, system.gpus_per_node)), note
+
+
 def check_target(config: DLRMConfig, target: Target, catalog: Catalog) -> list[str]:
     """Refuse several nodes of a single-node catalog system (no network between its nodes); notes on more nodes
     than the catalog describes, and on what a bare device across nodes is costed as (a generic node and NIC):
@@ -376,7 +390,9 @@ def build_dlrm_graph(
     if bucket_bytes <= 0 or first_bucket_bytes <= 0:
         raise InvalidInputError("DDP bucket sizes must be positive")
     cat = catalog or default_catalog()
-    target = resolve_target(config.system, cat)
+    target, coll_note = resolve_target(config.system, cat), None
+    if collective_system is None:  # a bare CPU device's collectives: on its gloo system
+        target, coll_note = collective_target(target, cat, config.gpus)
     check_target(config, target, cat)
     overlap = COMM_OVERLAP.get(target.device.kind, 1.0) if comm_overlap is None else float(comm_overlap)
     if not 0.0 <= overlap <= 1.0:
@@ -847,5 +863,7 @@ def build_dlrm_graph(
             g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n)),
                      deps=deps if j == 0 else (), host_deps=[step] if j == 0 else ())
     info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
-            "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom}
+            "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
+            # where the collectives are priced, and what to know about it (a bare CPU device: its gloo system)
+            "collective_system": coll_system, "notes": [coll_note] if coll_note else []}
     return DLRMIteration(g, config, plan, target, vol, pieces, info)

@@ -42,7 +42,7 @@ from hybrid.data.traces.precision import (
 from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
-from hybrid.ops.roofline import system_for_device
+from hybrid.ops.roofline import cpu_collective_system
 from hybrid.workloads.dlrm_graph import Target, resolve_target
 from hybrid.workloads.trace_costing import (
     HostCosting,
@@ -364,29 +364,6 @@ def _precision_info(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def cpu_collective_target(tgt: Target, cat: Catalog) -> tuple[Target, str | None]:
-    """Where the collectives of a job on a bare CPU device (``--device``, not ``--system``) run, and a note.
-
-    A bare GPU's collectives run on a generic node of it (its NVLink or PCIe, :func:`hybrid.ops.roofline.
-    system_for_device`); a CPU has no such link: its ranks are processes exchanging over gloo (shared memory,
-    loopback). So a bare CPU device takes the catalog's one system of that CPU (``hybrid profile`` measures its gloo
-    collectives, e.g. ``cpu-amd-epyc-1c-gloo``); with none, or several, it keeps the generic node and the note says
-    so. Before, a 2-rank gloo all-reduce of 0.5 MB was priced over a generic PCIe gen3 link at 0.06 ms (1.9 ms
-    traced; 0.7 ms on the profiled gloo system)."""
-    if tgt.device.kind != "cpu" or cat.resolve_system(tgt.system, missing_ok=True) is not None:
-        return tgt, None
-    own = sorted(k for k, s in cat.systems.items() if s.device == tgt.device.key)
-    if len(own) == 1:
-        system = cat.systems[own[0]]
-        return Target(tgt.device, own[0], system.gpus_per_node), (
-            f"collectives priced on {own[0]}, the catalog's system of CPU {tgt.device.key} (its processes' gloo "
-            "collectives as profiled); --system names another")
-    found = f"several systems of it ({', '.join(own)}): name one with --system" if own else (
-        "no system of it in the catalog (`hybrid profile` measures one; --system names it)")
-    return tgt, (f"collectives between the processes on CPU {tgt.device.key} priced over a generic "
-                 f"{system_for_device(tgt.device).intra_fabric} link, which a CPU's processes do not use: {found}")
-
-
 def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | None = None, *,
                       same_device: bool | None = None, host_scale: float | list[float] = 1.0,
                       host: str = "auto", transform: Any = None,
@@ -411,7 +388,9 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     cat = catalog or default_catalog()
     tgt = resolve_target(target, cat)
     named = tgt.system  # the target as named; the collectives of a bare CPU may run on its catalog system
-    tgt, coll_note = cpu_collective_target(tgt, cat)
+    coll_sys, coll_note = cpu_collective_system(cat, tgt.device, tgt.system, len(traces))
+    if coll_sys is not None:
+        tgt = Target(tgt.device, coll_sys.key, coll_sys.gpus_per_node)
     same = is_same_device(traces, tgt, cat) if same_device is None else bool(same_device)
     if same_device:
         conflict = same_device_conflict(traces, tgt, cat)

@@ -53,15 +53,22 @@ class Target:
     #: system whose collective measurements cost the communication (default: ``system``), e.g. a measured
     #: cluster of the same node type when the target itself was never measured
     comm_system: str = ""
+    #: what to know about where the collectives run (a bare CPU device's on its gloo system:
+    #: :func:`hybrid.ops.roofline.cpu_collective_system`); "" where there is nothing to say
+    comm_note: str = ""
 
     def __post_init__(self) -> None:
         if not self.comm_system:
             object.__setattr__(self, "comm_system", self.system)
 
 
-def resolve_target(system: str, catalog: Any, dtype: str = "bf16", comm_system: str | None = None) -> Target:
-    """Device, node size, peak and capacity of ``system`` (catalog system or bare device)."""
-    from hybrid.ops.roofline import resolve_system
+def resolve_target(system: str, catalog: Any, dtype: str = "bf16", comm_system: str | None = None,
+                   ranks: int | None = None) -> Target:
+    """Device, node size, peak and capacity of ``system`` (catalog system or bare device). A bare CPU device's
+    collectives (``comm_system`` not given, more than one of ``ranks``) run on the catalog's gloo system of that CPU,
+    which then is the target's system, as ``--system`` naming it does, with a note in ``comm_note``
+    (:func:`hybrid.ops.roofline.cpu_collective_system`, shared with DLRM and traces)."""
+    from hybrid.ops.roofline import cpu_collective_system, resolve_system
 
     sysobj = resolve_system(catalog, system)
     dev = catalog.device(sysobj.device)
@@ -70,9 +77,13 @@ def resolve_target(system: str, catalog: Any, dtype: str = "bf16", comm_system: 
         alt = "fp16 (its bf16 runs at the fp32 rate)" if dev.lacks_units("bf16") else "bf16 (or fp16)"
         raise InvalidInputError(f"{dev.key} has no {dtype} tensor-core rate in the catalog, so it cannot train in "
                                 f"{dtype}; use --dtype {alt}")
+    note = None
+    if not comm_system and (ranks is None or ranks > 1):
+        gloo, note = cpu_collective_system(catalog, dev, system, ranks)
+        sysobj = gloo if gloo is not None else sysobj
     comm = resolve_system(catalog, comm_system).key if comm_system else sysobj.key
     return Target(dev.key, sysobj.key, int(sysobj.gpus_per_node), float(dev.peak(dtype)), float(dev.mem_capacity),
-                  comm)
+                  comm, note or "")
 
 
 def mappings_frame(cfg: TrainingConfig) -> pd.DataFrame:

@@ -170,11 +170,12 @@ def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
     cfg.validate_for(model)
     cm = _cost_model(cost_model, cfg)
     cat = model_catalog(cm)
-    tgt = resolve_target(system, cat, cfg.dtype, comm_system)
+    tgt = resolve_target(system, cat, cfg.dtype, comm_system, cfg.gpus)
     if cfg.tp > tgt.gpus_per_node:
         raise InvalidInputError(f"tensor parallel size {cfg.tp} exceeds the {tgt.gpus_per_node} GPUs of one "
                                 f"{tgt.system} node")
-    return cm, tgt, cluster_notes(cat, tgt.system, cfg.gpus, tgt.gpus_per_node, tgt.device)
+    return cm, tgt, [tgt.comm_note] * bool(tgt.comm_note) + cluster_notes(cat, tgt.system, cfg.gpus,
+                                                                            tgt.gpus_per_node, tgt.device)
 
 
 def job_notes(model: TransformerConfig, cfg: TrainingConfig) -> list[str]:
@@ -399,8 +400,9 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
                                     f"integer, got {value!r}")
     cm = _cost_model(cost_model, base)
     cat = model_catalog(cm)
-    tgt = resolve_target(system, cat, base.dtype, comm_system)
-    cluster = cluster_notes(cat, tgt.system, base.gpus, tgt.gpus_per_node, tgt.device)  # refuses what cannot be
+    tgt = resolve_target(system, cat, base.dtype, comm_system, base.gpus)
+    cluster = ([tgt.comm_note] * bool(tgt.comm_note)  # a bare CPU's collectives on its gloo system
+               + cluster_notes(cat, tgt.system, base.gpus, tgt.gpus_per_node, tgt.device))  # refuses what cannot be
     cand = candidate_mappings(model, base, tgt, **space)
     costs = cost_mappings(model, base, cand, tgt, cm)
     st = stage_times(model, base, costs)
