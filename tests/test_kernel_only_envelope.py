@@ -93,7 +93,7 @@ def test_pruned_kernel_bound_gives_the_same_prices_as_the_full_one(fitted):
     now = pw.predict(rows, base, catalog) - pw.host_part_us(rows, base, catalog)
     full = pw.envelope_kernel_us(rows, base, catalog)
     pruned = pw.envelope_kernel_us(rows, base, catalog, now)
-    assert np.isfinite(full).all()
+    assert np.isfinite(full).sum() > 10 and np.isinf(full).any()  # host-bound rows and the others
     assert (now > full).sum() > 5  # some rows bounded
     np.testing.assert_array_equal(np.minimum(now, pruned), np.minimum(now, full))
 
@@ -111,3 +111,29 @@ def test_llm_decode_attention_on_an_unseen_gpu_priced_like_the_fitted_gpus(fitte
     h20 = attention_ratio("H20")
     assert h20 <= 1.05 * max(attention_ratio(d) for d in FITTED), h20
     assert h20 < 3.0
+
+
+def test_only_host_bound_rows_get_a_kernel_bound(fitted):
+    """The rows the envelope bounds itself keep its bound (and what the prediction did after it: the GEMM sibling
+    blend): the kernel bound is for host-bound rows only, so a kernel-timed fit (no host part) is unchanged."""
+    pred, catalog = fitted
+    pw = next(c for c in pred.corrections if isinstance(c, PointwiseXGB))
+    rows = pd.concat([_decode(d, kv) for d in ("H20", "L40S") for kv in (192.0, 2112.0)], ignore_index=True)
+    base = roofline(rows, catalog)
+    # under its own host part or a fitted GPU's (the envelope's host allowance is the larger)
+    host_bound = base["time_us"].to_numpy() < np.maximum(pw.host_part_us(rows, base, catalog),
+                                                         pw.fitted_host_max_us())
+    assert host_bound.any() and not host_bound.all()
+    kernel = pw.envelope_kernel_us(rows, base, catalog)
+    assert np.isfinite(kernel[host_bound]).all() and np.isinf(kernel[~host_bound]).all()
+    # a row over the unseen GPU's own host part but under the fitted H200's: no envelope bound, a kernel bound
+    gap = _decode("H20", 2112.0).assign(batch=40.0).iloc[:1]
+    gap_base = roofline(gap, catalog)
+    assert pw.host_part_us(gap, gap_base, catalog)[0] < gap_base["time_us"].iloc[0] < pw.fitted_host_max_us()
+    assert np.isinf(pw.envelope_log_ratio(gap, gap_base, catalog)).all()
+    assert np.isfinite(pw.envelope_kernel_us(gap, gap_base, catalog)).all()
+    learned, pw.learned_dispatch = pw.learned_dispatch, {}
+    try:
+        assert np.isinf(pw.envelope_kernel_us(rows, base, catalog)).all()
+    finally:
+        pw.learned_dispatch = learned

@@ -467,18 +467,24 @@ class XGBCorrection(Correction):
 
     def envelope_kernel_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                            kernel_us: np.ndarray | None = None) -> np.ndarray:
-        """Per row (all of this correction's families), the most *kernel* time (us, the host dispatch its
-        prediction includes, :meth:`host_part_us`, left out) a GPU row whose device the fit never saw may take:
-        the largest kernel time per roofline the main booster gives the same row on the fitted GPUs of its kind of
-        op (:attr:`envelope_devices`) times the row's own roofline. ``+inf`` where :meth:`envelope_log_ratio`
-        bounds nothing (fitted devices, CPUs, kinds of op no fitted GPU had, no envelope).
+        """Per row (all of this correction's families), for the host-bound rows :meth:`envelope_log_ratio` leaves
+        to the trees (a GPU the fit never saw, roofline under the host dispatch its prediction or a fitted GPU's
+        includes, :meth:`host_part_us`, :meth:`fitted_host_max_us`): the most *kernel* time (us, that host dispatch left out) the row may take, the
+        largest kernel time per roofline the main booster gives the same row on the fitted GPUs of its kind of op
+        (:attr:`envelope_devices`; a kind no fitted GPU had enough rows of takes the fitted GPUs of its family and
+        dtype, :meth:`_kind_fallback`) times the row's own roofline. ``+inf`` elsewhere: every other row keeps
+        :meth:`envelope_log_ratio`'s bound, and what the prediction did after it (the GEMM sibling blend).
 
-        The same statement as :meth:`envelope_log_ratio`, for consumers that price kernels only (the dispatch taken
-        off: LLM inference under CUDA graphs, :class:`hybrid.engine.costs.KernelTimeModel` with
-        ``learned_dispatch``); here host-bound rows are bounded too: with the host part taken off, what the
-        measured machines' hosts say of an unseen one's no longer matters, and the trees' answer for such rows is
-        mostly their guess of that host (quickstart's model priced an H20's decode attention at batch 1-32 at
-        10-20x its memory bound after its ~24 us of learned dispatch came off; the H200, fitted, 1.4-7x).
+        For consumers that price kernels only (the dispatch taken off: LLM inference under CUDA graphs,
+        :class:`hybrid.engine.costs.KernelTimeModel` with ``learned_dispatch``). The envelope leaves host-bound rows
+        out because their time is the host's, and the measured machines' hosts say nothing of an unseen one's; with
+        the host part taken off that no longer matters, and what the trees' answer keeps of such a row is mostly
+        their guess of that host: quickstart's model priced an H20's decode attention kernel at batch 1-32 at
+        10-20x its roofline after ~24 us of learned dispatch came off (the fitted H200 at 1.4-7.5x), and the LLM
+        builders' batch envelope carried that up to batch 64. Tiny ops are latency-bound, and quickstart's data has
+        no GPU with 5 latency-bound attention rows, hence the family fall-back: the trees have no kernel price of
+        such a row to keep. (Tried on every unseen-GPU row instead: the bound also clipped the GEMM sibling blend
+        of ``experiments/llm_training``'s unseen A100 40GB, MPT runs 4.0 -> 5.0% geomean.)
 
         ``kernel_us`` (the rows' kernel time as predicted, optional) only saves work, as ``log_ratio`` does there:
         a row already under the bound so far is priced on no further GPU, so it may get a looser value, never one
@@ -487,14 +493,21 @@ class XGBCorrection(Correction):
         todo = self._envelope_rows(table, catalog)
         if not todo.any():
             return cap
+        roof = baseline["time_us"].to_numpy(dtype=np.float64)
+        # the envelope bounds a row only once its roofline is over its own host part and the fitted GPUs' (the
+        # H20's decode attention at 26-28 us of roofline sat between quickstart's ~24 and ~29 us)
+        todo &= roof < np.maximum(self.host_part_us(table, baseline, catalog), self.fitted_host_max_us())
         idx = np.flatnonzero(todo)
-        roof_i = baseline["time_us"].to_numpy(dtype=np.float64)[idx]
+        if not len(idx):
+            return cap
+        roof_i = roof[idx]
         now = None if kernel_us is None else np.asarray(kernel_us, dtype=np.float64)[idx]
 
         def settled(kernel: np.ndarray, host_g: np.ndarray) -> np.ndarray:
             return now <= kernel * roof_i  # type: ignore[operator]
 
-        kernel, _ = self._envelope_scan(table, baseline, catalog, idx, None if now is None else settled, fallback=True)
+        kernel, _ = self._envelope_scan(table, baseline, catalog, idx, None if now is None else settled,
+                                        fallback=True)
         cap[idx] = np.where(np.isfinite(kernel), np.maximum(kernel, 0.0) * roof_i, np.inf)
         return cap
 
@@ -570,6 +583,10 @@ class XGBCorrection(Correction):
         """Per row (all of this correction's families), the host dispatch its prediction includes (us): none here
         (:class:`DispatchXGB` has one)."""
         return np.zeros(len(table))
+
+    def fitted_host_max_us(self) -> float:
+        """The largest host dispatch (us) a prediction on a fitted GPU includes (:meth:`host_part_us`): none here."""
+        return 0.0
 
     def predict_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Learned ``log(time / reference_us)`` for every row (rows of other families get NaN)."""
@@ -777,6 +794,13 @@ class DispatchXGB(XGBCorrection):
         """Per row, the host dispatch its prediction includes: :meth:`host_us` (the fitted constant of version 4)
         plus :meth:`learned_host_us` (what the trees learned inside eager GPUs' times before it)."""
         return self.host_us(table, baseline, catalog) + self.learned_host_us(table, baseline, catalog)
+
+    def fitted_host_max_us(self) -> float:
+        """The largest host dispatch (us) a prediction on a fitted GPU includes: :attr:`dispatch_us` from
+        :attr:`dispatch_from_version` on, else the largest :attr:`learned_dispatch`."""
+        if self.uses_dispatch:
+            return float(self.dispatch_us)
+        return float(max(self.learned_dispatch.values(), default=0.0))
 
     def learned_host_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per row, before :attr:`dispatch_from_version`, the host dispatch the trees learned as part of the GPU's

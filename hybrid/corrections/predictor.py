@@ -704,10 +704,10 @@ class HybridPredictor:
         with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off) and
         ``learned_host_us`` (the dispatch that corrections without that constant learned inside the times of GPUs
         fitted on eager timings, ``DispatchXGB.learned_dispatch``; taken off only where asked); with
-        ``kernel_bound``, ``kernel_bound_us``: the most kernel time (``time_us`` less both host parts) the row may
-        take on a GPU the fit never saw, host-bound rows included (``XGBCorrection.envelope_kernel_us``; ``inf``
-        elsewhere and on few-shot adapted devices), for consumers that price kernels only
-        (:class:`hybrid.engine.costs.KernelTimeModel` with ``learned_dispatch``).
+        ``kernel_bound``, ``kernel_bound_us``: for the host-bound rows the unseen-GPU envelope leaves to the trees,
+        the most kernel time (``time_us`` less both host parts) the row may take (``XGBCorrection.
+        envelope_kernel_us``; ``inf`` elsewhere and on few-shot adapted devices), for consumers that price kernels
+        only (:class:`hybrid.engine.costs.KernelTimeModel` with ``learned_dispatch``).
 
         Identical rows are predicted once (every step is row-wise, so the answer is the same): a table where at
         most :data:`DEDUP_MAX_FRACTION` of the rows are distinct (repeated layers, ranks, search candidates) is

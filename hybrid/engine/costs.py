@@ -50,10 +50,10 @@ class KernelTimeModel:
     twice. Kernel time = ``time_us - host_us``, never below the roofline (nor above the original prediction);
     the interval, if any, moves by the same ratio. Models that report no ``host_us`` pass through unchanged.
 
-    With ``learned_dispatch`` (every host part taken off), a kernel time on a GPU the fit never saw is also held
-    under the unseen-GPU envelope's kernel bound (``HybridPredictor.predict(kernel_bound=True)``'s
-    ``kernel_bound_us``, ``XGBCorrection.envelope_kernel_us``): the fitted GPUs' kernel time per roofline for the
-    same row, host-bound rows included, which the envelope leaves to the trees when the host stays in.
+    With ``learned_dispatch`` (every host part taken off), the host-bound rows of a GPU the fit never saw, which
+    the unseen-GPU envelope leaves to the trees while the host stays in, are held under its kernel bound
+    (``HybridPredictor.predict(kernel_bound=True)``'s ``kernel_bound_us``, ``XGBCorrection.envelope_kernel_us``:
+    the fitted GPUs' kernel time per roofline for the same row).
     """
 
     def __init__(self, model: OpCostModel, learned_dispatch: bool = False):
@@ -67,8 +67,8 @@ class KernelTimeModel:
         # a model whose ``predict`` takes ``host=True`` (HybridPredictor) adds ``host_us`` only when asked
         params = inspect.signature(model.predict).parameters
         self._ask_host = "host" in params
-        # with the whole host part taken off, the kernel time of a GPU the fit never saw is bounded as the rest of
-        # its rows are (the unseen-GPU envelope), host-bound rows included: ``kernel_bound_us``
+        # with the whole host part taken off, the host-bound rows of a GPU the fit never saw get the unseen-GPU
+        # envelope's kernel bound too (``kernel_bound_us``)
         self._ask_bound = self.learned_dispatch and self._ask_host and "kernel_bound" in params
 
     @property
