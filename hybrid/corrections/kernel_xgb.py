@@ -16,6 +16,7 @@ is better for it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -453,7 +454,8 @@ class XGBCorrection(Correction):
         distribution, on the least efficient measured GPU. Rows whose roofline is under that host dispatch are
         left to the trees: the host, not the GPU, sets their time, and the measured machines' hosts say nothing
         of an unseen one's (quickstart's data with the H200 held out: its VM's eager floor is ~10 us above the
-        H100 VM's, and a bound on those rows took its held-out error from 16.7 to 17.7%). ``+inf`` elsewhere:
+        H100 VM's, and a bound on those rows took its held-out error from 16.7 to 17.7%); a consumer that takes
+        the host part off bounds their kernel time instead (:meth:`envelope_kernel_us`). ``+inf`` elsewhere:
         fitted devices, CPUs, kinds of op no fitted GPU had.
 
         Without it the trees extrapolate device features (the intensity over the device's ridge, its bandwidth
@@ -466,12 +468,7 @@ class XGBCorrection(Correction):
         only grows), so such a row may get a looser value than the full bound, never one that changes
         ``min(log_ratio, bound)``."""
         cap = np.full(len(table), np.inf)
-        if not self.envelope_devices or self.booster is None or not len(table):
-            return cap
-        todo = ~isin_fast(table["device"], self.summary.devices)
-        if not todo.any():
-            return cap
-        todo &= _gpu_rows(table, catalog)
+        todo = self._envelope_rows(table, catalog)
         if not todo.any():
             return cap
         roof = baseline["time_us"].to_numpy(dtype=np.float64)
@@ -480,6 +477,90 @@ class XGBCorrection(Correction):
         idx = np.flatnonzero(todo)
         if not len(idx):
             return cap
+        ref = self.reference_us(table, baseline, catalog)[idx]
+        roof_i, host_i = roof[idx], host[idx]
+        lr = None if log_ratio is None else np.asarray(log_ratio, dtype=np.float64)[idx]
+
+        def settled(kernel: np.ndarray, host_g: np.ndarray) -> np.ndarray:
+            # under the bound so far, or host-bound: the answer is already known
+            h = np.maximum(host_i, host_g)
+            return (lr <= np.log(np.maximum(kernel * roof_i + h, 1e-30) / ref)) | (roof_i < h)  # type: ignore[operator]
+
+        kernel, host_g = self._envelope_scan(table, baseline, catalog, idx, None if lr is None else settled)
+        h = np.maximum(host_i, host_g)
+        bounded = np.isfinite(kernel) & (roof_i >= h)
+        cap[idx] = np.where(bounded, np.log(np.maximum(np.where(bounded, kernel * roof_i + h, 1.0), 1e-30) / ref),
+                            np.inf)
+        return cap
+
+    def envelope_kernel_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                           kernel_us: np.ndarray | None = None) -> np.ndarray:
+        """Per row (all of this correction's families), for the host-bound rows :meth:`envelope_log_ratio` leaves
+        to the trees (a GPU the fit never saw, roofline under the host dispatch its prediction or a fitted GPU's
+        includes, :meth:`host_part_us`, :meth:`fitted_host_max_us`): the most *kernel* time (us, that host dispatch left out) the row may take, the
+        largest kernel time per roofline the main booster gives the same row on the fitted GPUs of its kind of op
+        (:attr:`envelope_devices`; a kind no fitted GPU had enough rows of takes the fitted GPUs of its family and
+        dtype, :meth:`_kind_fallback`) times the row's own roofline. ``+inf`` elsewhere: every other row keeps
+        :meth:`envelope_log_ratio`'s bound, and what the prediction did after it (the GEMM sibling blend).
+
+        For consumers that price kernels only (the dispatch taken off: LLM inference under CUDA graphs,
+        :class:`hybrid.engine.costs.KernelTimeModel` with ``learned_dispatch``). The envelope leaves host-bound rows
+        out because their time is the host's, and the measured machines' hosts say nothing of an unseen one's; with
+        the host part taken off that no longer matters, and what the trees' answer keeps of such a row is mostly
+        their guess of that host: quickstart's model priced an H20's decode attention kernel at batch 1-32 at
+        10-20x its roofline after ~24 us of learned dispatch came off (the fitted H200 at 1.4-7.5x), and the LLM
+        builders' batch envelope carried that up to batch 64. Tiny ops are latency-bound, and quickstart's data has
+        no GPU with 5 latency-bound attention rows, hence the family fall-back: the trees have no kernel price of
+        such a row to keep. (Tried on every unseen-GPU row instead: the bound also clipped the GEMM sibling blend
+        of ``experiments/llm_training``'s unseen A100 40GB, MPT runs 4.0 -> 5.0% geomean.)
+
+        ``kernel_us`` (the rows' kernel time as predicted, optional) only saves work, as ``log_ratio`` does there:
+        a row already under the bound so far is priced on no further GPU, so it may get a looser value, never one
+        that changes ``min(kernel_us, bound)``."""
+        cap = np.full(len(table), np.inf)
+        todo = self._envelope_rows(table, catalog)
+        if not todo.any():
+            return cap
+        roof = baseline["time_us"].to_numpy(dtype=np.float64)
+        # the envelope bounds a row only once its roofline is over its own host part and the fitted GPUs' (the
+        # H20's decode attention at 26-28 us of roofline sat between quickstart's ~24 and ~29 us)
+        todo &= roof < np.maximum(self.host_part_us(table, baseline, catalog), self.fitted_host_max_us())
+        idx = np.flatnonzero(todo)
+        if not len(idx):
+            return cap
+        roof_i = roof[idx]
+        now = None if kernel_us is None else np.asarray(kernel_us, dtype=np.float64)[idx]
+
+        def settled(kernel: np.ndarray, host_g: np.ndarray) -> np.ndarray:
+            return now <= kernel * roof_i  # type: ignore[operator]
+
+        kernel, _ = self._envelope_scan(table, baseline, catalog, idx, None if now is None else settled,
+                                        fallback=True)
+        cap[idx] = np.where(np.isfinite(kernel), np.maximum(kernel, 0.0) * roof_i, np.inf)
+        return cap
+
+    def _envelope_rows(self, table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Rows the envelope may bound: GPU rows whose device the fit never saw (none without an envelope)."""
+        if not (self.use_envelope and self.envelope_devices) or self.booster is None or not len(table):
+            return np.zeros(len(table), dtype=bool)
+        todo = ~isin_fast(table["device"], self.summary.devices)
+        return todo & _gpu_rows(table, catalog) if todo.any() else todo
+
+    def _kind_fallback(self, key: str) -> list[str]:
+        """For a kind of op (``family|dtype|bound``) no fitted GPU had enough rows of: the fitted GPUs of the same
+        family and dtype under any bound (each once, in :attr:`envelope_devices` order)."""
+        stem = key.rsplit("|", 1)[0] + "|"
+        return list(dict.fromkeys(d for k, devs in self.envelope_devices.items() if k.startswith(stem) for d in devs))
+
+    def _envelope_scan(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog, idx: np.ndarray,
+                       settled: Callable[[np.ndarray, np.ndarray], np.ndarray] | None, fallback: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """For ``table``'s rows ``idx``: (the largest kernel time per roofline, the largest host dispatch) of the
+        main booster's prices of each row on the fitted GPUs of its kind of op (:attr:`envelope_devices`; with
+        ``fallback``, a kind no fitted GPU had takes the GPUs of its family and dtype, :meth:`_kind_fallback`);
+        ``-inf`` and 0 for rows of a kind no fitted GPU had. ``settled(kernel, host)`` (optional, per row of
+        ``idx``, from the values so far) names the rows whose answer is already known: they are priced on no
+        further GPU."""
         codes, keys = envelope_keys(table, baseline)
         # one pricing per (shape, kind of op): rows that differ only in their unseen device are the same row on a
         # fitted GPU (a sweep over GPUs, `--compare`), so each such group is priced once per fitted GPU
@@ -490,24 +571,22 @@ class XGBCorrection(Correction):
         shape_cols = [c for c in table.columns if c in COLUMN_BY_NAME and c != "device"]
         found = distinct_rows(table.iloc[idx][shape_cols].assign(_kind=codes[idx]), max_fraction=1.0)
         first, group = (np.arange(len(idx)), np.arange(len(idx))) if found is None else found
+        kernel_g = np.full(len(first), -np.inf)  # per group: kernel time per roofline, the largest so far
+        host_g = np.zeros(len(first))  # per group: the largest host dispatch of its fitted-GPU prices so far
         # visits in rounds: every kind's least efficient fitted GPU first (:func:`fit_envelope`'s order), whose
         # bound settles most rows, then the next; one pricing call per round (a group has one kind, so one GPU a
         # round), and the remaining rounds in one call once few rows are left (:data:`ENVELOPE_CALL_ROWS`)
         rounds: dict[int, list[tuple[str, np.ndarray]]] = {}
         for code, key in enumerate(keys):
             at = np.flatnonzero(codes[idx] == code)  # positions in idx
-            devs = [d for d in self.envelope_devices.get(key, ()) if catalog.resolve_device(d, missing_ok=True)]
+            devs = [d for d in (self.envelope_devices.get(key) or (self._kind_fallback(key) if fallback else ()))
+                    if catalog.resolve_device(d, missing_ok=True)]
             for rank, dev in enumerate(devs if len(at) else ()):
                 rounds.setdefault(rank, []).append((dev, at))
         if not rounds:
-            return cap
+            return kernel_g[group], host_g[group]
         from hybrid.ops.roofline import roofline
 
-        ref = self.reference_us(table, baseline, catalog)[idx]
-        roof_i, host_i = roof[idx], host[idx]
-        lr = None if log_ratio is None else np.asarray(log_ratio, dtype=np.float64)[idx]
-        kernel_g = np.full(len(first), -np.inf)  # per group: kernel time per roofline, the largest so far
-        host_g = np.zeros(len(first))  # per group: the largest host dispatch of its fitted-GPU prices so far
         pending = np.ones(len(idx), dtype=bool)
         order = sorted(rounds)
         for i, rank in enumerate(order):
@@ -515,7 +594,7 @@ class XGBCorrection(Correction):
             picks = [(dev, g) for dev, g in picks if len(g)]
             if not picks:
                 continue
-            if lr is not None and i + 1 < len(order):
+            if settled is not None and i + 1 < len(order):
                 # the calls' fixed cost outweighs the rows left: the remaining rounds in one call (a group then
                 # appears once per GPU, so the maxima below are taken with ``maximum.at``)
                 rest = [(dev, np.unique(group[at[pending[at]]])) for r in order[i:] for dev, at in rounds[r]]
@@ -537,21 +616,18 @@ class XGBCorrection(Correction):
             np.maximum.at(host_g, groups, moved_host)
             if merged:  # every remaining round priced
                 break
-            if lr is not None:  # under the bound so far, or host-bound: the answer is already known
-                h = np.maximum(host_i, host_g[group])
-                bound = np.log(np.maximum(kernel_g[group] * roof_i + h, 1e-30) / ref)
-                pending &= ~((lr <= bound) | (roof_i < h))
-        kernel = kernel_g[group]
-        h = np.maximum(host_i, host_g[group])
-        bounded = np.isfinite(kernel) & (roof_i >= h)
-        cap[idx] = np.where(bounded, np.log(np.maximum(np.where(bounded, kernel * roof_i + h, 1.0), 1e-30) / ref),
-                            np.inf)
-        return cap
+            if settled is not None:
+                pending &= ~settled(kernel_g[group], host_g[group])
+        return kernel_g[group], host_g[group]
 
     def host_part_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per row (all of this correction's families), the host dispatch its prediction includes (us): none here
         (:class:`DispatchXGB` has one)."""
         return np.zeros(len(table))
+
+    def fitted_host_max_us(self) -> float:
+        """The largest host dispatch (us) a prediction on a fitted GPU includes (:meth:`host_part_us`): none here."""
+        return 0.0
 
     def predict_log_ratio(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Learned ``log(time / reference_us)`` for every row (rows of other families get NaN)."""
@@ -759,6 +835,13 @@ class DispatchXGB(XGBCorrection):
         """Per row, the host dispatch its prediction includes: :meth:`host_us` (the fitted constant of version 4)
         plus :meth:`learned_host_us` (what the trees learned inside eager GPUs' times before it)."""
         return self.host_us(table, baseline, catalog) + self.learned_host_us(table, baseline, catalog)
+
+    def fitted_host_max_us(self) -> float:
+        """The largest host dispatch (us) a prediction on a fitted GPU includes: :attr:`dispatch_us` from
+        :attr:`dispatch_from_version` on, else the largest :attr:`learned_dispatch`."""
+        if self.uses_dispatch:
+            return float(self.dispatch_us)
+        return float(max(self.learned_dispatch.values(), default=0.0))
 
     def learned_host_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per row, before :attr:`dispatch_from_version`, the host dispatch the trees learned as part of the GPU's

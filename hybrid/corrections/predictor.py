@@ -740,7 +740,8 @@ class HybridPredictor:
                 group[ok] = groups.index(corr.key)
         return time, method, methods, group, groups
 
-    def predict(self, table: pd.DataFrame, intervals: bool = True, host: bool = False) -> pd.DataFrame:
+    def predict(self, table: pd.DataFrame, intervals: bool = True, host: bool = False,
+                kernel_bound: bool = False) -> pd.DataFrame:
         """Per row (same index): ``time_us``, ``roofline_us``, ``method``, ``bound``; with ``intervals``,
         ``time_us_low`` / ``time_us_high`` (the calibrated 80% interval; NaN when the predictor has no interval
         calibration, see :meth:`calibrate_intervals`, or none for that kind of op: a collective of a model
@@ -753,7 +754,11 @@ class HybridPredictor:
         is the fitted per-op framework dispatch on the host, for framework-timed GPU rows of the kernel models
         with a dispatch constant; 0 elsewhere; what :class:`hybrid.engine.costs.KernelTimeModel` takes off) and
         ``learned_host_us`` (the dispatch that corrections without that constant learned inside the times of GPUs
-        fitted on eager timings, ``DispatchXGB.learned_dispatch``; taken off only where asked).
+        fitted on eager timings, ``DispatchXGB.learned_dispatch``; taken off only where asked); with
+        ``kernel_bound``, ``kernel_bound_us``: for the host-bound rows the unseen-GPU envelope leaves to the trees,
+        the most kernel time (``time_us`` less both host parts) the row may take (``XGBCorrection.
+        envelope_kernel_us``; ``inf`` elsewhere and on few-shot adapted devices), for consumers that price kernels
+        only (:class:`hybrid.engine.costs.KernelTimeModel` with ``learned_dispatch``).
 
         Identical rows are predicted once (every step is row-wise, so the answer is the same): a table where at
         most :data:`DEDUP_MAX_FRACTION` of the rows are distinct (repeated layers, ranks, search candidates) is
@@ -768,14 +773,15 @@ class HybridPredictor:
             if found is not None:
                 first, codes = found
                 try:
-                    unique = self._predict_rows(table.iloc[first], intervals, host)
+                    unique = self._predict_rows(table.iloc[first], intervals, host, kernel_bound)
                 except HybridError:
                     pass  # bad input: the full table below raises the error naming the offending row exactly
                 else:
                     return pd.DataFrame({c: unique[c].to_numpy()[codes] for c in unique.columns}, index=table.index)
-        return self._predict_rows(table, intervals, host)
+        return self._predict_rows(table, intervals, host, kernel_bound)
 
-    def _predict_rows(self, table: pd.DataFrame, intervals: bool, host: bool = False) -> pd.DataFrame:
+    def _predict_rows(self, table: pd.DataFrame, intervals: bool, host: bool = False,
+                      kernel_bound: bool = False) -> pd.DataFrame:
         """:meth:`predict` without the de-duplication of identical rows."""
         norm, base = self._prepare(table, training=False)
         time, method, methods, group_codes, groups = self._raw_codes(norm, base)
@@ -822,11 +828,32 @@ class HybridPredictor:
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
                 floor = np.maximum(self._interval_floor(norm, base, (group_codes, groups)), physical)
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])
-        if host:
-            out["host_us"] = np.minimum(self._host(norm, base, (group_codes, groups)), time)
-            out["learned_host_us"] = np.minimum(self._host(norm, base, (group_codes, groups), learned=True),
-                                                time - out["host_us"])
+        if host or kernel_bound:
+            fitted_host = np.minimum(self._host(norm, base, (group_codes, groups)), time)
+            learned_host = np.minimum(self._host(norm, base, (group_codes, groups), learned=True), time - fitted_host)
+            if host:
+                out["host_us"], out["learned_host_us"] = fitted_host, learned_host
+            if kernel_bound:
+                out["kernel_bound_us"] = self._kernel_bound(norm, base, (group_codes, groups),
+                                                            time - fitted_host - learned_host)
         return pd.DataFrame(out, index=table.index)
+
+    def _kernel_bound(self, norm: pd.DataFrame, base: pd.DataFrame, group: tuple[np.ndarray, list[str]],
+                      kernel_us: np.ndarray) -> np.ndarray:
+        """Per row, the envelope's bound on its kernel time (us) where the correction that answered it has one
+        (``XGBCorrection.envelope_kernel_us``: GPUs the fit never saw); ``inf`` elsewhere and on devices with a
+        few-shot adaptation (their own rows say how they run). ``kernel_us`` only saves work (rows already under
+        the bound so far are priced on no further fitted GPU)."""
+        bound = np.full(len(norm), np.inf)
+        adapted = self._adapted_devices()
+        keep = ~isin_fast(norm["device"], adapted) if adapted else np.ones(len(norm), dtype=bool)
+        for corr in self.corrections:
+            if not corr.fitted or not hasattr(corr, "envelope_kernel_us"):
+                continue
+            rows = _group_rows(group, corr.key) & keep
+            if rows.any():
+                bound[rows] = corr.envelope_kernel_us(norm[rows], base[rows], self.catalog, kernel_us[rows])
+        return bound
 
     def _interval_floor(self, norm: pd.DataFrame, base: pd.DataFrame,
                         group: np.ndarray | tuple[np.ndarray, list[str]]) -> np.ndarray:

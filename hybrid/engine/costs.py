@@ -49,6 +49,11 @@ class KernelTimeModel:
     launch nodes or traced host time) must cost only the kernel on the GPU stream, or it counts the dispatch
     twice. Kernel time = ``time_us - host_us``, never below the roofline (nor above the original prediction);
     the interval, if any, moves by the same ratio. Models that report no ``host_us`` pass through unchanged.
+
+    With ``learned_dispatch`` (every host part taken off), the host-bound rows of a GPU the fit never saw, which
+    the unseen-GPU envelope leaves to the trees while the host stays in, are held under its kernel bound
+    (``HybridPredictor.predict(kernel_bound=True)``'s ``kernel_bound_us``, ``XGBCorrection.envelope_kernel_us``:
+    the fitted GPUs' kernel time per roofline for the same row).
     """
 
     def __init__(self, model: OpCostModel, learned_dispatch: bool = False):
@@ -60,7 +65,11 @@ class KernelTimeModel:
         #: (experiments/trace_gpu: 14.8% with them in, 19.4% taken off).
         self.learned_dispatch = bool(learned_dispatch)
         # a model whose ``predict`` takes ``host=True`` (HybridPredictor) adds ``host_us`` only when asked
-        self._ask_host = "host" in inspect.signature(model.predict).parameters
+        params = inspect.signature(model.predict).parameters
+        self._ask_host = "host" in params
+        # with the whole host part taken off, the host-bound rows of a GPU the fit never saw get the unseen-GPU
+        # envelope's kernel bound too (``kernel_bound_us``)
+        self._ask_bound = self.learned_dispatch and self._ask_host and "kernel_bound" in params
 
     @property
     def catalog(self) -> Catalog | None:
@@ -68,7 +77,10 @@ class KernelTimeModel:
         return cat if isinstance(cat, Catalog) else None
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        out = self.model.predict(table, host=True) if self._ask_host else self.model.predict(table)  # type: ignore[call-arg]
+        if self._ask_bound:
+            out = self.model.predict(table, host=True, kernel_bound=True)  # type: ignore[call-arg]
+        else:
+            out = self.model.predict(table, host=True) if self._ask_host else self.model.predict(table)  # type: ignore[call-arg]
         if "host_us" not in out.columns or "time_us" not in out.columns:
             return out
         out = out.copy()
@@ -81,6 +93,11 @@ class KernelTimeModel:
                  if "roofline_us" in out.columns else np.zeros(len(time)))
         floor = np.nan_to_num(floor)
         kernel = np.where(host > 0, np.maximum(time - host, floor), time)
+        if "kernel_bound_us" in out.columns:
+            bound = pd.to_numeric(out["kernel_bound_us"], errors="coerce").to_numpy(dtype=np.float64)
+            lower = np.isfinite(bound) & (bound < kernel)
+            kernel = np.where(lower, np.maximum(bound, floor), kernel)
+            out = out.drop(columns="kernel_bound_us")
         ratio = np.divide(kernel, time, out=np.ones_like(time), where=time > 0)
         out["time_us"] = kernel
         for c in ("time_us_low", "time_us_high"):

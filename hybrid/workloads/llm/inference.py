@@ -351,8 +351,10 @@ def cost_ops(table: pd.DataFrame, cost_model: OpCostModel | None = None, catalog
     (and replay decode steps as CUDA graphs), so the per-op host dispatch that a model calibrated on eager
     per-op timings includes (an own ``hybrid profile``: 13-20 us per op on an H100 VM) is not in their step
     times; :class:`hybrid.engine.costs.KernelTimeModel` takes it off, the fitted constant and the floor that
-    corrections without one learned inside eager-timed GPUs' times (``learned_dispatch``) alike. Models calibrated on kernel times (Vidur
-    labelled as such, XLA) carry no dispatch, so nothing changes for them."""
+    corrections without one learned inside eager-timed GPUs' times (``learned_dispatch``) alike, and on a GPU the
+    fit never saw holds the host-bound ops (a decode step's attention at small batches), which the unseen-GPU
+    envelope leaves to the trees, under the fitted GPUs' kernel time per roofline of the same op. Models
+    calibrated on kernel times (Vidur labelled as such, XLA) carry no dispatch, so nothing changes for them."""
     if cost_model is None:
         cost_model = default_cost_model(catalog)
     fitted = cost_model  # the model itself: its collective constants (custom all-reduce) are read from it
