@@ -202,7 +202,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
     if pred.iteration_s_low is not None and pred.iteration_s_high is not None:
         click.echo(f"iteration 80% interval: {pred.iteration_s_low:.3f} - {pred.iteration_s_high:.3f} s "
                    "(every op at the low / high end of its interval: how far the op costs can be off, not the "
-                   "schedule or framework; published iterations fell inside 89% of the time, "
+                   "schedule or framework; published iterations fell inside 90% of the time, "
                    "experiments/llm_training)")
     if "iteration_s_e2e_low" in summary:
         click.echo(e2e_line([f"{summary['iteration_s_e2e_low']:.3f} - {summary['iteration_s_e2e_high']:.3f} s"], summary,

@@ -238,7 +238,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                        f"{iv['tpot_ms_low']:.2f} - {iv['tpot_ms_high']:.2f} ms, {iv['output_tokens_per_s_per_gpu_low']:,.0f}"
                        f" - {iv['output_tokens_per_s_per_gpu_high']:,.0f} tokens/s per GPU (how far the op costs can "
                        "be off, not the serving software's own overheads: published TensorRT-LLM figures fell inside "
-                       "8-42% of the time per table, experiments/llm_inference)")
+                       "8-38% of the time per table, experiments/llm_inference)")
             if "ttft_ms_e2e_low" in out:
                 click.echo(e2e_line([f"TTFT {out['ttft_ms_e2e_low']:.2f} - {out['ttft_ms_e2e_high']:.2f} ms",
                                      f"TPOT {out['tpot_ms_e2e_low']:.2f} - {out['tpot_ms_e2e_high']:.2f} ms",
