@@ -338,11 +338,9 @@ def edge_holdouts(table: pd.DataFrame, window: float = EDGE_WINDOW) -> list[np.n
     if not coll.any():
         return []
     sub = table.loc[coll]
-    frame = pd.DataFrame({"s": _group_key(sub).astype(str).to_numpy(), "o": sub["op"].astype(str).to_numpy(),
-                          "a": _algorithms(sub), "r": col(sub, "n_ranks"), "n": col(sub, "n_nodes", 1.0)})
-    lay, _ = _factorize_rows(frame)
+    lay, layouts = _layout_codes(sub)
     # alternate layouts of each (system, collective), in order of first appearance
-    firsts = pd.DataFrame({"lay": lay, "so": frame["s"] + "|" + frame["o"]}).drop_duplicates("lay")
+    firsts = pd.DataFrame({"lay": np.arange(len(layouts)), "so": [f"{k[0]}|{k[1]}" for k in layouts]})
     fold = pd.Series(firsts.groupby("so").cumcount().to_numpy() % 2, index=firsts["lay"].to_numpy())
     fold = fold.reindex(lay).to_numpy()
     s = size[coll]
@@ -396,6 +394,16 @@ def _factorize_rows(frame: pd.DataFrame) -> tuple[np.ndarray, list[tuple[Any, ..
     first, codes = found
     rows = frame.iloc[first]
     return np.asarray(codes, dtype=np.int64), list(zip(*(rows[c].tolist() for c in frame.columns), strict=True))
+
+
+def _layout_codes(table: pd.DataFrame, op: np.ndarray | None = None) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """(code per row, distinct layouts as tuples): each row's (system, collective, setting, ranks, nodes), the key
+    the curves are looked up by, factorised once (:func:`_factorize_rows`); ``op`` replaces the table's collective
+    names (the rows' own, by default)."""
+    frame = pd.DataFrame({"s": _group_key(table).astype(str).to_numpy(),
+                          "o": table["op"].astype(str).to_numpy() if op is None else op,
+                          "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
+    return _factorize_rows(frame)
 
 
 def _group_key(table: pd.DataFrame) -> pd.Series:
@@ -713,9 +721,7 @@ class CollectiveSigmoid(Correction):
         lo, hi = np.full(len(table), np.nan), np.full(len(table), np.nan)
         if not self.fits or not len(table) or "op" not in table.columns:
             return lo, hi
-        frame = pd.DataFrame({"s": _group_key(table).astype(str).to_numpy(), "o": table["op"].astype(str).to_numpy(),
-                              "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
-        codes, uniques = _factorize_rows(frame)
+        codes, uniques = _layout_codes(table)
         spans = np.full((len(uniques) + 1, 2), np.nan)
         for i, (s, o, a, r, n) in enumerate(uniques):
             if not (np.isfinite(r) and np.isfinite(n)) or o not in COLLECTIVE_OPS:
@@ -857,9 +863,7 @@ class CollectiveSigmoid(Correction):
         if not cand.any():
             return out
         sub = table.loc[cand]
-        frame = pd.DataFrame({"s": _group_key(sub).astype(str).to_numpy(), "o": op[cand], "a": _algorithms(sub),
-                              "r": col(sub, "n_ranks"), "n": col(sub, "n_nodes", 1.0)})
-        codes, uniques = _factorize_rows(frame)
+        codes, uniques = _layout_codes(sub, op[cand])
         per = np.array([(f.op if (f := self._sibling_fit(str(s), str(o), str(a), float(r), float(n))) is not None
                          else "") for s, o, a, r, n in uniques] + [""], dtype=object)
         out[cand] = per[np.where(codes >= 0, codes, len(uniques))]
@@ -935,9 +939,7 @@ class CollectiveSigmoid(Correction):
         """(code per row, its distinct key): (system, collective, the setting that prices it (:meth:`_algorithm_for`),
         ranks, nodes), a layout not given as -1 ranks / nodes (never measured). What the layout checks look up, once
         per distinct key rather than per row."""
-        frame = pd.DataFrame({"s": _group_key(table).astype(str).to_numpy(), "o": table["op"].astype(str).to_numpy(),
-                              "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
-        codes, uniques = _factorize_rows(frame)
+        codes, uniques = _layout_codes(table)
         keys = [(str(s), str(o), self._algorithm_for(str(s), str(o), str(a)), int(r) if np.isfinite(r) else -1,
                  int(n) if np.isfinite(n) else -1) for s, o, a, r, n in uniques]
         return codes, keys
@@ -1053,9 +1055,7 @@ class CollectiveSigmoid(Correction):
         out = np.full(len(table), "", dtype=object)
         if not len(table):
             return pd.Series(out, index=table.index, name="coverage")
-        frame = pd.DataFrame({"s": _group_key(table).astype(str).to_numpy(), "o": table["op"].astype(str).to_numpy(),
-                              "a": _algorithms(table), "r": col(table, "n_ranks"), "n": col(table, "n_nodes", 1.0)})
-        codes, uniques = _factorize_rows(frame)
+        codes, uniques = _layout_codes(table)
         seen_sys = {f.system for f in self.fits}
         transfer = self.transfer is not None and self.transfer.fitted
         host = _host_rows(table, catalog) if catalog is not None and transfer else np.zeros(len(table), dtype=bool)
@@ -1097,9 +1097,9 @@ class CollectiveSigmoid(Correction):
             out[never] = out[never] + ", extrapolated (this collective was never measured on the system)"
             other = ~curve & ~unseen
             if self.size_range and other.any():
-                keys = (frame["s"] + "|" + frame["o"]).to_numpy()
-                k_codes, k_uniq = pd.factorize(keys)
-                smallest = np.array([self.size_range.get(k, (0.0, np.inf))[0] for k in k_uniq])[k_codes]
+                # the smallest size measured for each layout's (system, collective), looked up once per layout
+                per = np.array([self.size_range.get(f"{u[0]}|{u[1]}", (0.0, np.inf))[0] for u in uniques] + [0.0])
+                smallest = per[np.where(codes >= 0, codes, len(uniques))]
                 below = other & (size < smallest) & ~far
                 out[below] = out[below] + ", below the measured sizes"
             out[other & far] = out[other & far] + ", size extrapolated"

@@ -75,15 +75,21 @@ def _time_calls(step: Callable[[], Any], n: int) -> list[float]:
     return out
 
 
-def _rank() -> int:
+def _dist_int(getter: str, env: str, default: int) -> int:
+    """``torch.distributed.<getter>()`` in an initialised process group, else the launcher's environment variable
+    ``env`` (torchrun sets ``RANK`` / ``WORLD_SIZE``), else ``default``."""
     try:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
+            return int(getattr(dist, getter)())
     except ImportError:  # pragma: no cover
         pass
-    return int(os.environ.get("RANK", 0))
+    return int(os.environ.get(env, default))
+
+
+def _rank() -> int:
+    return _dist_int("get_rank", "RANK", 0)
 
 
 #: Whether a :func:`trace_step` is recording in this process: a second one inside it would start a second profiler
@@ -228,14 +234,7 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
 
 
 def _world_size() -> int:
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_world_size())
-    except ImportError:  # pragma: no cover
-        pass
-    return int(os.environ.get("WORLD_SIZE", 1))
+    return _dist_int("get_world_size", "WORLD_SIZE", 1)
 
 
 def _warn_other_files(out: Path, rank: int) -> None:
