@@ -16,6 +16,7 @@ import pytest
 
 from hybrid.corrections.kernel_xgb import (
     ENVELOPE_FILE,
+    ENVELOPE_POOLED_KEY,
     GemmXGB,
     PointwiseXGB,
     XGBParams,
@@ -172,8 +173,16 @@ def test_decode_gemv_on_unseen_gpus_bounded_by_the_fitted_hopper_gpus(shared_dat
     model.use_envelope = False
     without = _kernel_ratio(model, rows, base, catalog)
     fitted = with_envelope[-2:].max()
-    assert without[0] > 1.2 * fitted  # the L40S above both Hopper GPUs without the envelope
-    assert (with_envelope[:4] <= fitted * (1 + 1e-6)).all(), with_envelope
+    # the margin beyond the fitted GPUs (fit_envelope_margins): these GEMVs' measured rows are host-bound, so the
+    # kind has no spread of its own and takes the median of the kinds that have (fp32 GEMMs over 8 GPUs, ...)
+    margins = model.envelope_margins
+    assert "gemm|fp16/bf16|memory" not in margins and margins["gemm|fp32|compute"] > 1.0
+    margin = margins[ENVELOPE_POOLED_KEY]
+    assert 1.05 < margin < 1.5, margins
+    assert margin == np.median([v for k, v in margins.items() if k != ENVELOPE_POOLED_KEY])
+    assert without[0] > 1.2 * fitted * margin  # the L40S above both Hopper GPUs and the margin without the envelope
+    assert (with_envelope[:4] <= fitted * margin * (1 + 1e-6)).all(), with_envelope
+    np.testing.assert_allclose(with_envelope[:4].max(), fitted * margin, rtol=1e-6)
     np.testing.assert_array_equal(with_envelope[-2:], without[-2:])
 
 
@@ -257,3 +266,53 @@ def test_an_envelope_saved_with_fp16_and_bf16_apart_loads_as_one_kind(h200, tmp_
     rows = _decode(UNSEEN).assign(dtype="fp16")  # the H200 profile's attention rows are bf16
     base = roofline(rows, catalog)
     assert np.isfinite(loaded.envelope_log_ratio(rows, base, catalog)).any()
+
+
+def test_margin_widens_the_bound_by_its_factor(h200, tmp_path):
+    """The bound is the fitted GPUs' kernel time per roofline times the kind's margin; with one fitted GPU the fit
+    measures no spread (margin 1); margins are saved and loaded, and a bad saved margin is refused."""
+    model, _, _, catalog = h200
+    assert model.envelope_margins == {ENVELOPE_POOLED_KEY: 1.0}  # one GPU: nothing to take out
+    rows = _decode(["H20", "H200"])
+    base = roofline(rows, catalog)
+    tight = _kernel_ratio(model, rows, base, catalog)
+    model.envelope_margins = {ENVELOPE_POOLED_KEY: 2.0}
+    try:
+        wide = _kernel_ratio(model, rows, base, catalog)
+        model.save(tmp_path / "m")
+    finally:
+        model.envelope_margins = {ENVELOPE_POOLED_KEY: 1.0}
+    np.testing.assert_allclose(tight[0], tight[1], rtol=1e-6)  # the H20 held to the H200's price
+    np.testing.assert_allclose(wide[0], 2.0 * tight[1], rtol=1e-6)  # ... times the margin
+    assert wide[1] == tight[1]  # the fitted GPU is not touched
+    loaded = PointwiseXGB.load(tmp_path / "m")
+    assert loaded.envelope_margins == {ENVELOPE_POOLED_KEY: 2.0}
+    saved = json.loads((tmp_path / "m" / ENVELOPE_FILE).read_text())
+    (tmp_path / "m" / ENVELOPE_FILE).write_text(json.dumps({**saved, "margins": {ENVELOPE_POOLED_KEY: 0.5}}))
+    with pytest.raises(InvalidInputError, match="margins"):
+        PointwiseXGB.load(tmp_path / "m")
+
+
+def test_margin_measures_how_far_a_fitted_gpu_sits_beyond_the_others():
+    """Two fitted GPUs: the H100 profile, and the H200 profile with the time of every kernel of over 20 us of
+    roofline tripled (a GPU three times less efficient than its roofline says; the tiny, host-bound rows that
+    the dispatch is fitted on left alone). Taking the slow one out, the H100 alone bounds its rows ~3x short: the
+    margins of the kinds both have grow by about that factor over the untouched fit's."""
+    paths = [DATASETS / "H100-SXM", DATASETS / "H200"]
+    catalog = bundle_catalog(paths)
+    h100, h200 = (load_bundle(p)[0] for p in paths)
+    big = roofline(h200, catalog)["time_us"].to_numpy() > 20.0
+
+    def margins(slow: float) -> dict[str, float]:
+        table = pd.concat([h100, h200.assign(time_us=np.where(big, h200["time_us"] * slow, h200["time_us"]))],
+                          ignore_index=True, sort=False)
+        model = PointwiseXGB(XGBParams(seed=0, n_estimators=150)).fit(table, roofline(table, catalog), catalog)
+        return model.envelope_margins
+
+    plain, slow = margins(1.0), margins(3.0)
+    both = [k for k in plain if k != ENVELOPE_POOLED_KEY and k in slow]
+    assert both, plain
+    assert all(v >= 1.0 for v in plain.values())
+    for k in both:
+        assert slow[k] > 2.0 * plain[k], (k, plain[k], slow[k])
+        assert slow[k] < 4.0 * plain[k], (k, plain[k], slow[k])

@@ -93,6 +93,11 @@ ENVELOPE_DTYPE_CLASS = {"fp16": "fp16/bf16", "bf16": "fp16/bf16"}
 #: remaining fitted GPU at once are fewer than this many per remaining round, they are priced in one call
 #: (:meth:`XGBCorrection.envelope_log_ratio`; the bound is the same, only the number of calls changes).
 ENVELOPE_CALL_ROWS = 4096
+#: Margin key of the kinds of op with a single fitted GPU (:meth:`XGBCorrection.fit_envelope_margins`).
+ENVELOPE_POOLED_KEY = "*"
+#: Rows of each fitted GPU and kind of op the envelope's margin is measured on (:meth:`XGBCorrection.
+#: fit_envelope_margins`; drawn evenly from a fixed permutation: bounds the fit's extra pricing calls).
+ENVELOPE_MARGIN_ROWS = 256
 #: GEMM predictions (feature version 4 on) are at least this multiple of the roofline time.
 GEMM_ROOFLINE_FLOOR = 1.0
 #: A GEMM in a dtype the fit has no GEMM of is priced at the efficiency the model predicts for the same shape on
@@ -310,6 +315,10 @@ class XGBCorrection(Correction):
         #: per kind of op (``family|dtype|bound``, :func:`envelope_keys`), the fitted GPUs with at least
         #: :data:`ENVELOPE_MIN_ROWS` rows of it (:func:`fit_envelope`); empty: no envelope
         self.envelope_devices: dict[str, list[str]] = {}
+        #: per kind of op, the factor on kernel time per roofline an unseen GPU may sit beyond the fitted GPUs
+        #: (:meth:`XGBCorrection.fit_envelope_margins`; key :data:`ENVELOPE_POOLED_KEY` for the kinds it has no spread of);
+        #: empty (a model saved before margins): 1, the fitted GPUs' own bound
+        self.envelope_margins: dict[str, float] = {}
         self.params = params or XGBParams()
         self.use_device_features = use_device_features
         self.feature_version = int(self.default_feature_version if feature_version is None else feature_version)
@@ -395,6 +404,7 @@ class XGBCorrection(Correction):
             dt = xgb.DMatrix(xt.to_numpy(), label=y, weight=w, feature_names=self.transfer_feature_names)
             self.transfer_booster = xgb.train(self.params.booster_params(), dt, num_boost_round=self.params.n_estimators)
         self.envelope_devices = fit_envelope(sub, base, catalog) if self.use_envelope else {}
+        self.envelope_margins = self.fit_envelope_margins(sub, base, catalog) if self.envelope_devices else {}
         self.summary = _TrainingSummary(
             rows=len(sub), devices=sorted(map(str, pd.unique(sub["device"]))),
             ops={str(k): int(v) for k, v in sub["op"].value_counts().items()},
@@ -449,9 +459,10 @@ class XGBCorrection(Correction):
         timing) on each fitted GPU that had at least :data:`ENVELOPE_MIN_ROWS` rows of its kind of op
         (:attr:`envelope_devices`, :func:`envelope_keys`); the largest kernel time per roofline among them
         (prediction minus its host dispatch, :meth:`host_part_us`, over that GPU's roofline of the row) is put
-        on the row's own roofline, plus the largest host dispatch of those predictions and the row's own. A
-        kernel on a GPU never measured is priced no further from its roofline than the model prices it, in
-        distribution, on the least efficient measured GPU. Rows whose roofline is under that host dispatch are
+        on the row's own roofline times the kind's margin (:attr:`envelope_margins`, :meth:`XGBCorrection.fit_envelope_margins`:
+        how far a measured GPU sat beyond all the others), plus the largest host dispatch of those predictions and
+        the row's own. A kernel on a GPU never measured is priced no further from its roofline than the model
+        prices it, in distribution, on the least efficient measured GPU, by as much as a measured GPU was. Rows whose roofline is under that host dispatch are
         left to the trees: the host, not the GPU, sets their time, and the measured machines' hosts say nothing
         of an unseen one's (quickstart's data with the H200 held out: its VM's eager floor is ~10 us above the
         H100 VM's, and a bound on those rows took its held-out error from 16.7 to 17.7%); a consumer that takes
@@ -539,6 +550,74 @@ class XGBCorrection(Correction):
         cap[idx] = np.where(np.isfinite(kernel), np.maximum(kernel, 0.0) * roof_i, np.inf)
         return cap
 
+    def fit_envelope_margins(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                             rows_per_gpu: int = ENVELOPE_MARGIN_ROWS) -> dict[str, float]:
+        """Per kind of op (:func:`envelope_keys`), how far (a factor >= 1 on kernel time per roofline) a GPU the
+        fit never saw may sit beyond the envelope of the fitted ones: the envelope's own leave-one-GPU-out miss on
+        the measurements. Each fitted GPU of a kind (:attr:`envelope_devices`, two or more) is taken out in turn:
+        its measured rows of the kind (kernel time: the host dispatch the model's prediction includes taken off,
+        :meth:`host_part_us`; rows whose roofline is over it, the rows the envelope bounds; at most
+        ``rows_per_gpu`` of them) are set against the bound the *other* fitted GPUs give the same rows (the main
+        booster's largest kernel time per roofline among them, as :meth:`envelope_log_ratio`); the median excess of
+        measured over bound is how far beyond the others that GPU sits. The kind's margin is the largest such
+        excess (1 where every GPU sits inside the others). A kind with a single fitted GPU has no spread to
+        measure: it takes the median margin of the kinds that have one, under key :data:`ENVELOPE_POOLED_KEY`
+        (1 where none has).
+
+        Without it the bound assumes the least efficient measured GPU is the least efficient there is: on
+        NeuSight's end-to-end labels with each GPU held out, the MI100 and MI250 (ROCm fp32 GEMMs further from
+        their matrix-core roofline than any NVIDIA GPU's) were priced 2-9% too fast (4.4 / 4.5% geomean against
+        1.5 / 3.6% with no envelope)."""
+        multi = {k: devs for k, devs in self.envelope_devices.items() if len(devs) >= 2}
+        out: dict[str, float] = {}
+        if multi and len(table):
+            roof = baseline["time_us"].to_numpy(dtype=np.float64)
+            host = self.host_part_us(table, baseline, catalog)
+            measured = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+            usable = _gpu_rows(table, catalog) & (roof >= host) & np.isfinite(measured) & (roof > 0)
+            codes, keys = envelope_keys(table, baseline)
+            code_of = {k: c for c, k in enumerate(keys)}
+            dev = table["device"].astype(str).to_numpy()
+            order = np.random.default_rng(0).permutation(len(table))  # the sample: a fixed draw per GPU and kind
+            rows, against, tags = [], [], []  # per GPU taken out: rows priced, GPUs they are priced on, (kind, rows)
+            for key, devs in multi.items():
+                if key not in code_of:
+                    continue
+                in_kind = order[(codes[order] == code_of[key]) & usable[order]]
+                for d in devs:
+                    mine = in_kind[dev[in_kind] == d][:rows_per_gpu]
+                    others = [o for o in devs if o != d and catalog.resolve_device(o, missing_ok=True)]
+                    if not len(mine) or not others:
+                        continue
+                    rows.append(np.tile(mine, len(others)))
+                    against.append(np.repeat(np.array(others, dtype=object), len(mine)))
+                    tags.append((key, mine))
+            if rows:
+                ratio, _ = self._kernel_ratio_on(table, np.concatenate(rows), np.concatenate(against), catalog)
+                at = 0
+                for (key, mine), r in zip(tags, rows, strict=True):
+                    bound = ratio[at:at + len(r)].reshape(-1, len(mine)).max(axis=0)
+                    at += len(r)
+                    own = np.maximum(measured[mine] - host[mine], 1e-30) / roof[mine]
+                    excess = float(np.median(np.log(own / np.maximum(bound, 1e-30))))
+                    out[key] = max(out.get(key, 1.0), float(np.exp(max(excess, 0.0))))
+        pooled = float(np.median(list(out.values()))) if out else 1.0
+        return {**dict(sorted(out.items())), ENVELOPE_POOLED_KEY: pooled}
+
+    def _kernel_ratio_on(self, table: pd.DataFrame, rows: np.ndarray, devices: np.ndarray, catalog: Catalog
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """``table``'s rows ``rows`` moved to ``devices`` (one per row) and priced by the main booster: (kernel
+        time per roofline on that device, the host dispatch the price includes, :meth:`host_part_us`)."""
+        from hybrid.ops.roofline import roofline
+
+        moved = table.iloc[rows].reset_index(drop=True).assign(device=devices)
+        moved_base = roofline(moved, catalog)
+        (x,) = self._blocks(moved, moved_base, catalog, False, [(None, self.feature_names)])
+        moved_us = self.reference_us(moved, moved_base, catalog) * np.exp(
+            _booster_array_predict(self.booster, x))  # type: ignore[arg-type]
+        moved_host = self.host_part_us(moved, moved_base, catalog)
+        return np.maximum(moved_us - moved_host, 0.0) / moved_base["time_us"].to_numpy(dtype=np.float64), moved_host
+
     def _envelope_rows(self, table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Rows the envelope may bound: GPU rows whose device the fit never saw (none without an envelope)."""
         if not (self.use_envelope and self.envelope_devices) or self.booster is None or not len(table):
@@ -558,7 +637,8 @@ class XGBCorrection(Correction):
         """For ``table``'s rows ``idx``: (the largest kernel time per roofline, the largest host dispatch) of the
         main booster's prices of each row on the fitted GPUs of its kind of op (:attr:`envelope_devices`; with
         ``fallback``, a kind no fitted GPU had takes the GPUs of its family and dtype, :meth:`_kind_fallback`);
-        ``-inf`` and 0 for rows of a kind no fitted GPU had. ``settled(kernel, host)`` (optional, per row of
+        ``-inf`` and 0 for rows of a kind no fitted GPU had. The kernel time per roofline includes the kind's
+        margin beyond the fitted GPUs (:attr:`envelope_margins`). ``settled(kernel, host)`` (optional, per row of
         ``idx``, from the values so far) names the rows whose answer is already known: they are priced on no
         further GPU."""
         codes, keys = envelope_keys(table, baseline)
@@ -572,6 +652,10 @@ class XGBCorrection(Correction):
         found = distinct_rows(table.iloc[idx][shape_cols].assign(_kind=codes[idx]), max_fraction=1.0)
         first, group = (np.arange(len(idx)), np.arange(len(idx))) if found is None else found
         kernel_g = np.full(len(first), -np.inf)  # per group: kernel time per roofline, the largest so far
+        # per group: its kind's margin beyond the fitted GPUs (:meth:`XGBCorrection.fit_envelope_margins`)
+        pooled = self.envelope_margins.get(ENVELOPE_POOLED_KEY, 1.0)
+        margin_g = np.array([self.envelope_margins.get(k, pooled) for k in keys], dtype=np.float64)[
+            codes[idx[first]]] if self.envelope_margins else np.ones(len(first))
         host_g = np.zeros(len(first))  # per group: the largest host dispatch of its fitted-GPU prices so far
         # visits in rounds: every kind's least efficient fitted GPU first (:func:`fit_envelope`'s order), whose
         # bound settles most rows, then the next; one pricing call per round (a group has one kind, so one GPU a
@@ -585,8 +669,6 @@ class XGBCorrection(Correction):
                 rounds.setdefault(rank, []).append((dev, at))
         if not rounds:
             return kernel_g[group], host_g[group]
-        from hybrid.ops.roofline import roofline
-
         pending = np.ones(len(idx), dtype=bool)
         order = sorted(rounds)
         for i, rank in enumerate(order):
@@ -605,14 +687,8 @@ class XGBCorrection(Correction):
                 merged = False
             groups = np.concatenate([g for _, g in picks])
             devices = np.repeat(np.array([d for d, _ in picks], dtype=object), [len(g) for _, g in picks])
-            moved = table.iloc[idx[first[groups]]].reset_index(drop=True).assign(device=devices)
-            moved_base = roofline(moved, catalog)
-            (x,) = self._blocks(moved, moved_base, catalog, False, [(None, self.feature_names)])
-            moved_us = self.reference_us(moved, moved_base, catalog) * np.exp(
-                _booster_array_predict(self.booster, x))  # type: ignore[arg-type]
-            moved_host = self.host_part_us(moved, moved_base, catalog)
-            np.maximum.at(kernel_g, groups, np.maximum(moved_us - moved_host, 0.0)
-                          / moved_base["time_us"].to_numpy(dtype=np.float64))
+            moved_ratio, moved_host = self._kernel_ratio_on(table, idx[first[groups]], devices, catalog)
+            np.maximum.at(kernel_g, groups, moved_ratio * margin_g[groups])
             np.maximum.at(host_g, groups, moved_host)
             if merged:  # every remaining round priced
                 break
@@ -702,6 +778,7 @@ class XGBCorrection(Correction):
         adapted = ~isin_fast(sub["device"], self.summary.devices)
         new.use_envelope = self.use_envelope
         new.envelope_devices = {} if adapted.any() else {k: list(v) for k, v in self.envelope_devices.items()}
+        new.envelope_margins = {} if adapted.any() else dict(self.envelope_margins)
         new._fitted = True
         return new
 
@@ -725,8 +802,10 @@ class XGBCorrection(Correction):
         if self.envelope_devices:
             write_json(directory / ENVELOPE_FILE, {
                 "envelope_devices": self.envelope_devices, "min_rows": ENVELOPE_MIN_ROWS,
+                "margins": self.envelope_margins,
                 "units": "per family|dtype|bound, the fitted GPUs whose predicted log(time / reference) of the same "
-                         "row bounds that of a GPU the fit never saw"})
+                         "row bounds that of a GPU the fit never saw; margins: the factor on kernel time per "
+                         "roofline such a GPU may sit beyond them (key '*': kinds with one fitted GPU)"})
 
     @classmethod
     def load(cls, directory: Path) -> XGBCorrection:
@@ -756,6 +835,11 @@ class XGBCorrection(Correction):
                                                   for v in raw.values())):
                 raise InvalidInputError(f"{envelope}: bad envelope devices {raw!r}; refit the model")
             obj.envelope_devices = envelope_classes(raw)
+            margins = read_json(envelope).get("margins") or {}
+            if not (isinstance(margins, dict) and all(
+                    isinstance(v, int | float) and np.isfinite(v) and v >= 1.0 for v in margins.values())):
+                raise InvalidInputError(f"{envelope}: bad envelope margins {margins!r} (factors >= 1); refit the model")
+            obj.envelope_margins = {str(k): float(v) for k, v in margins.items()}
         obj._fitted = True
         return obj
 
@@ -770,6 +854,7 @@ class XGBCorrection(Correction):
                         "train_ops": self.summary.ops, "train_rmse_log": self.summary.train_rmse_log})
             if self.envelope_devices:
                 out["envelope_devices"] = {k: list(v) for k, v in self.envelope_devices.items()}
+                out["envelope_margins"] = dict(self.envelope_margins)
         return out
 
 
