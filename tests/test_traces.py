@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -160,17 +161,17 @@ def test_same_device_is_refused_for_a_target_of_another_kind(tiny_trace, cpu_cat
 
 
 def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalog):
-    # group norm has no family: listed, and costed at its traced time on the same CPU; the convolution, batch
+    # upsampling has no family: listed, and costed at its traced time on the same CPU; the convolution, batch
     # norm and pooling around it are costed by their families (conv, norm, pool)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(2, 8), torch.nn.ReLU(),
-                                torch.nn.BatchNorm2d(8), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Upsample(scale_factor=2),
+                                torch.nn.ReLU(), torch.nn.BatchNorm2d(8), torch.nn.MaxPool2d(4), torch.nn.Flatten(),
                                 torch.nn.Linear(8 * 8 * 8, 4))
     x = torch.randn(2, 3, 16, 16)
     paths = record_step(lambda: model(x).sum().backward(), tmp_path, warmup=1, execution_trace=False)
     it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
     unm = it.unmodelled()
     names = set(unm["name"])
-    assert names and all("group_norm" in n for n in names), names
+    assert names and all("upsample" in n for n in names), names
     assert not any(n.startswith("autograd::") for n in names)
     assert (unm["measured_us"] > 0).all() and (unm["costed_as"].str.startswith("trace time")).all()
     assert {"conv", "norm", "pool"} <= set(it.units["label"])
@@ -1250,12 +1251,13 @@ def test_execution_trace_alone_predicts_other_devices_only(tiny_trace, cpu_catal
 
 
 def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace, tmp_path, capsys):
-    """An LSTM's recurrent layers (``mkldnn_rnn_layer`` on a CPU) map to no op family: on the traced CPU they keep
-    their traced time, on a GPU they are priced at 0, which was said only in the last line of the text. A warning
-    now gives their share of the traced step (here most of it); a step without such ops (the tiny block) gets none."""
+    """Bilinear upsampling (``upsample_bilinear2d``) maps to no op family: on the traced CPU it keeps its traced
+    time, on a GPU it is priced at 0, which was said only in the last line of the text. A warning gives its share
+    of the traced step (here most of it); a step without such ops (the tiny block) gets none."""
     torch.manual_seed(0)
-    lstm, x = torch.nn.LSTM(32, 64, batch_first=True), torch.randn(4, 16, 32)
-    paths = record_step(lambda: lstm(x)[0].sum().backward(), tmp_path / "lstm", warmup=1, measure_overhead=False,
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.Upsample(scale_factor=4, mode="bilinear"))
+    x = torch.randn(2, 3, 32, 32)
+    paths = record_step(lambda: net(x).sum().backward(), tmp_path / "lstm", warmup=1, measure_overhead=False,
                         memory=False, timed=0)
     warned = {}
     for name, d in (("lstm", paths["kineto"].parent), ("tiny", Path(tiny_trace["kineto"]).parent)):
@@ -1266,7 +1268,7 @@ def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace,
                                     if "ops no op family models" in w]
     note, = warned["lstm", "H100-SXM"]
     share = float(note.split("%")[0])
-    assert share >= 5 and "aten::mkldnn_rnn_layer" in note and "priced at 0 on this target" in note
+    assert share >= 5 and "aten::upsample_bilinear2d" in note and "priced at 0 on this target" in note
     assert not warned["lstm", CPU] and not warned["tiny", "H100-SXM"] and not warned["tiny", CPU]
 
 
@@ -1414,3 +1416,66 @@ def test_data_parallel_on_the_traced_cpu_keeps_its_host_time(tiny_trace, capsys)
     two = json.loads(capsys.readouterr().out)
     assert two["ranks"] == 2 and "host gaps" in two["breakdown_ms"]
     assert two["predicted_ms"] >= one["predicted_ms"]
+
+
+def test_group_norm_and_transposed_convolutions_are_mapped(tmp_path, cpu_catalog):
+    """A group norm is a layer norm of each (sample, group) row over its channels x pixels; a transposed
+    convolution is the data gradient of the convolution it inverts (same GEMMs): no unmodelled op is left."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.GroupNorm(2, 8), torch.nn.ReLU(),
+                                torch.nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1),
+                                torch.nn.InstanceNorm2d(6), torch.nn.Flatten(), torch.nn.Linear(6 * 32 * 32, 4))
+    x = torch.randn(2, 3, 16, 16)
+    paths = record_step(lambda: model(x).sum().backward(), tmp_path, warmup=1, execution_trace=False)
+    it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
+    assert not len(it.unmodelled()), it.unmodelled()["name"].tolist()
+    rows = [(r["phase"], r["row"]) for _, r in it.units.iterrows() if r["label"] in ("norm", "conv")]
+    norms = [(ph, r["rows"], r["hidden"], r["direction"]) for ph, r in rows if r["op"] == "layernorm"]
+    assert sorted(norms) == [("backward", 4, 1024, "bwd"), ("forward", 4, 1024, "fwd")]  # 2 samples x 2 groups
+    # an instance norm runs a batch norm over the [1, N x C, H, W] view: rows = 2 samples x 6 channels
+    inst = [(ph, r["rows"], r["hidden"]) for ph, r in rows if r["op"] == "batchnorm"]
+    assert sorted(inst) == [("backward", 12, 1024), ("forward", 12, 1024)]
+    # the transposed convolution [2, 8, 16, 16] -> [2, 6, 32, 32]: the 6 -> 8 channel, stride-2 convolution of a
+    # 32 x 32 image it inverts; forward = that convolution's data gradient
+    inv = [(ph, r.get("variant"), r["direction"]) for ph, r in rows
+           if r["op"] == "conv2d" and (r["in_channels"], r["out_channels"], r["height"], r["stride"]) == (6, 8, 32, 2)]
+    assert sorted(inv, key=str) == sorted([("backward", "input_weight", "bwd"), ("forward", "input", "bwd")], key=str)
+
+
+def test_transposed_convolution_costs_the_flops_of_its_own_definition(cpu_catalog):
+    """Without the output shape (the formula with output_padding) and with groups: the mapped row's FLOPs are
+    2 N C_in H_in W_in (C_out / groups) k^2, each input pixel scattered into k^2 outputs of C_out / groups."""
+    from hybrid.ops.roofline import roofline
+
+    n, c_in, c_out, h, k, g, s = 4, 16, 32, 12, 4, 2, 2
+    # convolution(input, weight [C_in, C_out / g, k, k], bias, stride, padding, dilation, transposed, output_padding,
+    # groups)
+    mp = map_op("aten::convolution", [[n, c_in, h, h], [c_in, c_out // g, k, k], [], [], [], [], [], [], []],
+                ["fp32", "fp32", None, None, None, None, None, None, None],
+                extra={"concrete": ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[1, 1]", "2"]})
+    row = mp.row
+    h_out = (h - 1) * s - 2 + (k - 1) + 1 + 1
+    assert (row["in_channels"], row["out_channels"], row["height"], row["groups"]) == (c_out, c_in, h_out, g)
+    assert (row["direction"], row["variant"]) == ("bwd", "input")
+    flops = roofline(pd.DataFrame([{**row, "device": CPU}]), cpu_catalog)["flops"].to_numpy()
+    assert flops[0] == pytest.approx(2.0 * n * c_in * h * h * (c_out / g) * k * k)
+    # 1-D: width 1
+    one = map_op("aten::convolution", [[n, c_in, h], [c_in, c_out, k], [], [], [], [], [], [], []],
+                 ["fp32", "fp32", None, None, None, None, None, None, None],
+                 extra={"concrete": ["", "", "", "[2]", "[0]", "[1]", "True", "[0]", "1"]}).row
+    assert (one["height"], one["width"], one["in_channels"]) == ((h - 1) * 2 + k, 1, c_out)
+
+
+def test_a_recurrent_layer_on_the_cpu_is_its_steps_gemms(tmp_path, cpu_catalog):
+    """oneDNN's LSTM layer (``mkldnn_rnn_layer``, time first): T steps of a [B, I + H] x [I + H, 4H] product, as T
+    batched GEMMs; its backward (data and weight gradients) twice that. Nothing is left unmodelled."""
+    t, b, i, h = 7, 3, 16, 24
+    lstm = torch.nn.LSTM(i, h)
+    x = torch.randn(t, b, i)
+    paths = record_step(lambda: lstm(x)[0].sum().backward(), tmp_path, warmup=1, execution_trace=False)
+    it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
+    assert not len(it.unmodelled()), it.unmodelled()["name"].tolist()
+    rnn = it.units[it.units["name"].str.contains("mkldnn_rnn_layer")]
+    got = sorted((r["name"], r["row"]["op"], r["row"]["b"], r["row"]["m"], r["row"]["n"], r["row"]["k"])
+                 for _, r in rnn.iterrows())
+    assert got == [("aten::mkldnn_rnn_layer", "bmm", t, b, 4 * h, i + h),
+                   ("aten::mkldnn_rnn_layer_backward", "bmm", 2 * t, b, 4 * h, i + h)], got

@@ -165,6 +165,16 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
         return _gemm(m, n, k, 1, dtype, "scaled_mm")
     if base in ("_grouped_mm", "_scaled_grouped_mm") and len(dims) >= 2:
         return _grouped_gemm(base, dims, dtype)
+    if base in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward") and len(dims) >= 3 \
+            and len(dims[0]) == 3 and len(dims[1]) == 2 and len(dims[2]) == 2:
+        # one recurrent layer (LSTM / GRU / RNN, one direction) as oneDNN runs it on a CPU: input [T, B, I] (time
+        # first), W_ih [G x H, I], W_hh [G x H, H]. Each of the T steps is a [B, I + H] x [I + H, G x H] product
+        # (the input and the recurrent GEMM of the step; G = 4 gates for an LSTM, 3 for a GRU), in series: T
+        # batched GEMMs of the step's size. The backward computes the data and the weight gradients of each
+        # step: twice that. (The gates' elementwise work, ~G x H x B x 10 FLOPs a step, is left out.)
+        (t, batch, _), (gates, k_in), (_, hidden) = dims[0], dims[1], dims[2]
+        steps = t * (2 if base.endswith("_backward") else 1)
+        return _gemm(batch, gates, k_in + hidden, steps, dtype, base)
     if base == "matmul" and len(dims) >= 2 and dims[0] and dims[1]:
         a, b_ = dims[0], dims[1]
         if len(a) == 1 and len(b_) == 1:
@@ -240,8 +250,12 @@ def _pad_for(size: int, out: int, k: int, stride: int, dil: int, pad: int) -> in
 
 def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dims: Sequence[Any]
               ) -> OpMapping | None:
-    """1-D/2-D convolutions (and their backward) as rows of the ``conv`` family; 3-D and transposed ones are
-    not mapped (unmodelled)."""
+    """1-D/2-D convolutions (and their backward) as rows of the ``conv`` family; 3-D ones are not mapped
+    (unmodelled). A transposed convolution is the data gradient of the forward convolution it inverts (same
+    kernel, stride, padding; that convolution's input is the transposed one's output, and the other way round),
+    so it becomes a row of that convolution: its forward a ``bwd`` row with ``variant`` ``input``, its backward's
+    data gradient that convolution's forward and its weight gradient that convolution's weight gradient (the
+    same GEMMs, shapes and bytes)."""
     if base not in CONV_ARGS:
         return None
     bwd = base in CONV_BWD
@@ -252,18 +266,27 @@ def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
     if len(x) not in (3, 4) or len(w) != len(x):
         return None
     s_i, p_i, d_i, g_i, t_i = CONV_ARGS[base]
-    if t_i >= 0 and _concrete(extra, t_i) == "True":
-        return None  # transposed convolution: no family
+    transposed = t_i >= 0 and _concrete(extra, t_i) == "True"
     stride = _first_int(_concrete(extra, s_i), 1)
     pad = _first_int(_concrete(extra, p_i), 0)
     dil = _first_int(_concrete(extra, d_i), 1)
     groups = _first_int(_concrete(extra, g_i), 0)
     if groups <= 0:
-        groups = max(1, x[1] // max(w[1], 1))
-    height, width = x[2], (x[3] if len(x) == 4 else 1)
+        groups = 1 if transposed else max(1, x[1] // max(w[1], 1))
     kh, kw = w[2], (w[3] if len(w) == 4 else 1)
     # output size: the forward's output, or the gradient of it
     y = dims[gi] if bwd else (out_dims[0] if out_dims and _is_shape(out_dims[0]) else None)
+    if transposed:
+        if y is None or len(y) != len(x):
+            # (H - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1 (output_padding: the argument
+            # after ``transposed``)
+            extra_pad = _ints(_concrete(extra, t_i + 1)) or [0]
+            y = [x[0], w[1] * groups] + [(n - 1) * stride - 2 * pad + dil * (k - 1) + extra_pad[0] + 1
+                                         for n, k in zip(x[2:], (kh, kw)[:len(x) - 2], strict=True)]
+        # the convolution it inverts reads the transposed one's output [N, C_out, H_out, W_out] and writes its
+        # input; the weight [C_in, C_out / groups, k, k] is already that convolution's [out, in / groups, k, k]
+        x, y = y, x
+    height, width = x[2], (x[3] if len(x) == 4 else 1)
     if y is not None and len(y) == len(x):
         pad = _pad_for(height, y[2], kh, stride, dil, pad)
     if min(x[0], x[1], w[0], height, width, kh, kw, stride, dil) <= 0:
@@ -277,9 +300,19 @@ def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
         gin, gw = (mask[0] == "True", mask[1] == "True") if len(mask) >= 2 else (True, True)
         if not (gin or gw):
             return None  # only the bias gradient: a reduction (left to the children)
-        row["variant"] = "input_weight" if gin and gw else ("input" if gin else "weight")
+        if transposed and gin and not gw:
+            row["direction"] = "fwd"  # the transposed one's data gradient: the inverted convolution's forward
+        else:
+            row["variant"] = "input_weight" if gin and gw else ("input" if gin else "weight")
+    elif transposed:
+        row.update(direction="bwd", variant="input")
     return OpMapping("op", "conv", row)
 
+
+#: Group norm: name -> (index of the input among the tensor arguments, index of the ``groups`` argument):
+#: ``group_norm(input, num_groups, ...)``, ``native_group_norm(input, weight, bias, N, C, HxW, group, eps)``,
+#: ``native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)``
+GROUP_NORM = {"group_norm": (0, 1), "native_group_norm": (0, 6), "native_group_norm_backward": (1, 8)}
 
 #: Batch norm (training statistics): name -> (index of the ``training`` flag or -1 = always training, backward)
 BATCH_NORM = {"batch_norm": (5, False), "_batch_norm_impl_index": (5, False), "native_batch_norm": (5, False),
@@ -544,13 +577,22 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return _map_attention(base, tdims, dtype, extra, leaf)
     if plain in ("layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "native_layer_norm_backward",
                  "_fused_rms_norm_backward") and tdims:
-        # (batch norm: _map_batch_norm above; group/instance norm: no family, unmodelled)
+        # (batch norm: _map_batch_norm above; group norm: GROUP_NORM below; instance norm runs batch norm)
         x = tdims[0]
         bwd = "backward" in plain
         rows, hidden = _rows_hidden(x)
         op = "rmsnorm" if "rms" in plain else "layernorm"
         return OpMapping("op", "norm", {"op": op, "rows": rows, "hidden": hidden, "dtype": dtype,
                                         "direction": "bwd" if bwd else "fwd"})
+    if plain in GROUP_NORM and tdims:
+        # a group norm is a layer norm of each (sample, group) over its channels x pixels: one mean and variance
+        # per row, then a per-channel scale and shift
+        x = tdims[GROUP_NORM[plain][0]]
+        groups = _first_int(_concrete(extra, GROUP_NORM[plain][1]), 0)
+        if len(x) < 2 or groups <= 0 or x[1] % groups or numel(x) <= 0:
+            return None
+        return OpMapping("op", "norm", {"op": "layernorm", "rows": x[0] * groups, "hidden": numel(x) // (x[0] * groups),
+                                        "dtype": dtype, "direction": "bwd" if "backward" in plain else "fwd"})
     if plain in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_softmax_backward_data",
                  "_log_softmax_backward_data", "_safe_softmax") and tdims:
         rows, hidden = _rows_hidden(tdims[0])
