@@ -1479,3 +1479,27 @@ def test_a_recurrent_layer_on_the_cpu_is_its_steps_gemms(tmp_path, cpu_catalog):
                  for _, r in rnn.iterrows())
     assert got == [("aten::mkldnn_rnn_layer", "bmm", t, b, 4 * h, i + h),
                    ("aten::mkldnn_rnn_layer_backward", "bmm", 2 * t, b, 4 * h, i + h)], got
+
+
+def test_a_fused_gpu_recurrent_op_is_its_layers_steps_gemms(cpu_catalog):
+    """cuDNN's ``_cudnn_rnn`` runs every layer and direction in one op: a 2-layer bidirectional LSTM (input 64,
+    hidden 128, batch first) maps to one ``bmm`` of T x 4 (layer, direction) step GEMMs whose FLOPs are exactly
+    the sum of each pair's 2 T B 4H (I_l + H); its backward twice that; weights not recorded as shapes: unmapped."""
+    from hybrid.ops.roofline import roofline
+
+    t, b, i, h = 10, 4, 64, 128
+    pair0 = [[4 * h, i], [4 * h, h], [4 * h], [4 * h]]
+    pair1 = [[4 * h, 2 * h], [4 * h, h], [4 * h], [4 * h]]
+    weights = pair0 + pair0 + pair1 + pair1
+    args = [[b, t, i], weights, [], [], [2 * 2, b, h], [2 * 2, b, h]] + [[]] * 10
+    types = ["fp16", None] + [None] * 14
+    concrete = [""] * 10 + ["True"] + [""] * 5  # batch_first
+    row = map_op("aten::_cudnn_rnn", args, types, extra={"concrete": concrete}).row
+    assert (row["op"], row["b"], row["m"], row["n"], row["dtype"]) == ("bmm", t * 4, b, 4 * h, "fp16")
+    exact = 2.0 * t * b * 4 * h * (2 * (i + h) + 2 * (2 * h + h))
+    flops = roofline(pd.DataFrame([{**row, "device": CPU}]), cpu_catalog)["flops"].to_numpy()[0]
+    assert flops == pytest.approx(exact)
+    bwd = map_op("aten::_cudnn_rnn_backward", args + [[]] * 6, types + [None] * 6,
+                 extra={"concrete": [""] * 14 + ["True"] + [""] * 7}).row
+    assert (bwd["b"], bwd["m"], bwd["k"]) == (2 * t * 4, b, row["k"])
+    assert map_op("aten::_cudnn_rnn", [[b, t, i], [], []], ["fp16", None, None]) is None

@@ -309,6 +309,38 @@ def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
     return OpMapping("op", "conv", row)
 
 
+#: Fused recurrent kernels (every layer and direction of an ``nn.LSTM`` / ``GRU`` / ``RNN`` in one op): name ->
+#: (index of the weight TensorList argument, index of ``batch_first``, backward). cuDNN's ``_cudnn_rnn(input,
+#: weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size, num_layers, batch_first, ...)``,
+#: its backward ``(input, weight[], weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy, grad_cy, mode,
+#: hidden_size, proj_size, num_layers, batch_first, ...)``; MIOpen's without ``weight_buf`` / ``proj_size``.
+FUSED_RNN = {"_cudnn_rnn": (1, 10, False), "_cudnn_rnn_backward": (1, 14, True),
+             "miopen_rnn": (1, 8, False), "miopen_rnn_backward": (1, 13, True)}
+
+
+def _map_fused_rnn(base: str, dims: Sequence[Any], dtype: str, extra: dict) -> OpMapping | None:
+    """A fused recurrent op as the GEMMs of its steps (as oneDNN's layer, :func:`_map_gemm`): every (layer,
+    direction) runs T steps of a [B, I_l + H] x [I_l + H, G x H] product, read off its weight pairs (``W_ih``
+    [G x H, I_l], ``W_hh`` [G x H, H or proj]); one ``bmm`` row of T x pairs GEMMs with k the pairs' mean I_l + H
+    (the FLOPs exact), twice that for the backward (data and weight gradients). Unmapped (None) when the weights
+    or the input are not recorded as shapes."""
+    w_i, bf_i, bwd = FUSED_RNN[base]
+    if len(dims) <= w_i or not (isinstance(dims[0], list) and len(dims[0]) == 3 and _is_shape(dims[0])):
+        return None
+    weights = [w for w in (dims[w_i] if isinstance(dims[w_i], list) else []) if _is_shape(w) and len(w) == 2]
+    if len(weights) < 2 or len(weights) % 2:
+        return None
+    pairs = list(zip(weights[0::2], weights[1::2], strict=True))
+    gates = pairs[0][0][0]
+    if any(ih[0] != gates or hh[0] != gates for ih, hh in pairs):
+        return None
+    t, batch = dims[0][:2]
+    if _concrete(extra, bf_i) == "True":
+        batch, t = t, batch
+    k = round(sum(ih[1] + hh[1] for ih, hh in pairs) / len(pairs))
+    return _gemm(batch, gates, k, t * len(pairs) * (2 if bwd else 1), dtype, base)
+
+
 #: Group norm: name -> (index of the input among the tensor arguments, index of the ``groups`` argument):
 #: ``group_norm(input, num_groups, ...)``, ``native_group_norm(input, weight, bias, N, C, HxW, group, eps)``,
 #: ``native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask)``
@@ -569,6 +601,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         if base == "dropout" and _concrete(extra, 2) == "True" and tdims and not _zero_p(extra):
             return OpMapping("op", "dropout", dropout_row(numel(tdims[0]), dtype))  # training dropout: one unit
         return OpMapping("view", "view") if leaf else None
+    if plain in FUSED_RNN:
+        return _map_fused_rnn(plain, dims, dtype, extra)
     mp = (_map_gemm(plain, tdims, dtype, out_dims) or _map_conv(plain, dims_all, dtype, extra, out_dims)
           or _map_batch_norm(plain, dims_all, dtype, extra) or _map_pool(plain, dims_all, dtype, extra, out_dims, leaf))
     if mp:
