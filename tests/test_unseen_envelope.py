@@ -288,6 +288,11 @@ def test_margin_widens_the_bound_by_its_factor(h200, tmp_path):
     loaded = PointwiseXGB.load(tmp_path / "m")
     assert loaded.envelope_margins == {ENVELOPE_POOLED_KEY: 2.0}
     saved = json.loads((tmp_path / "m" / ENVELOPE_FILE).read_text())
+    # an envelope saved before margins: none, the fitted GPUs' own bound (as before)
+    (tmp_path / "m" / ENVELOPE_FILE).write_text(json.dumps({k: v for k, v in saved.items() if k != "margins"}))
+    old = PointwiseXGB.load(tmp_path / "m")
+    assert old.envelope_margins == {}
+    np.testing.assert_allclose(_kernel_ratio(old, rows, base, catalog), tight, rtol=1e-6)
     (tmp_path / "m" / ENVELOPE_FILE).write_text(json.dumps({**saved, "margins": {ENVELOPE_POOLED_KEY: 0.5}}))
     with pytest.raises(InvalidInputError, match="margins"):
         PointwiseXGB.load(tmp_path / "m")

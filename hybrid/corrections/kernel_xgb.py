@@ -96,7 +96,7 @@ ENVELOPE_CALL_ROWS = 4096
 #: Margin key of the kinds of op with a single fitted GPU (:meth:`XGBCorrection.fit_envelope_margins`).
 ENVELOPE_POOLED_KEY = "*"
 #: Rows of each fitted GPU and kind of op the envelope's margin is measured on (:meth:`XGBCorrection.
-#: fit_envelope_margins`; drawn evenly from a fixed permutation: bounds the fit's extra pricing calls).
+#: fit_envelope_margins`; a fixed random draw: bounds the fit's extra pricing calls).
 ENVELOPE_MARGIN_ROWS = 256
 #: GEMM predictions (feature version 4 on) are at least this multiple of the roofline time.
 GEMM_ROOFLINE_FLOOR = 1.0
@@ -830,12 +830,13 @@ class XGBCorrection(Correction):
         obj.envelope_devices = {}
         envelope = directory / ENVELOPE_FILE
         if envelope.is_file():  # models saved before the envelope have none: unseen GPUs are the trees' alone
-            raw = read_json(envelope).get("envelope_devices")
+            saved = read_json(envelope)
+            raw = saved.get("envelope_devices")
             if not (isinstance(raw, dict) and all(isinstance(v, list) and all(isinstance(d, str) for d in v)
                                                   for v in raw.values())):
                 raise InvalidInputError(f"{envelope}: bad envelope devices {raw!r}; refit the model")
             obj.envelope_devices = envelope_classes(raw)
-            margins = read_json(envelope).get("margins") or {}
+            margins = saved.get("margins") or {}  # saved before margins: none (1, the fitted GPUs' own bound)
             if not (isinstance(margins, dict) and all(
                     isinstance(v, int | float) and np.isfinite(v) and v >= 1.0 for v in margins.values())):
                 raise InvalidInputError(f"{envelope}: bad envelope margins {margins!r} (factors >= 1); refit the model")
