@@ -1503,3 +1503,31 @@ def test_a_fused_gpu_recurrent_op_is_its_layers_steps_gemms(cpu_catalog):
                  extra={"concrete": [""] * 14 + ["True"] + [""] * 7}).row
     assert (bwd["b"], bwd["m"], bwd["k"]) == (2 * t * 4, b, row["k"])
     assert map_op("aten::_cudnn_rnn", [[b, t, i], [], []], ["fp16", None, None]) is None
+
+
+def test_a_3d_convolution_is_its_depth_slices_2d_convolution(tmp_path, cpu_catalog):
+    """A 3-D convolution folds into the 2-D one the conv family prices: each of its output depth slices convolves
+    the k_d input slices it reads, stacked as channels. Same FLOPs (checked against the 3-D definition), forward and
+    backward; a 3-D transposed convolution stays unmodelled."""
+    from hybrid.ops.roofline import roofline
+
+    n, c, d, h, cout, k = 2, 3, 8, 16, 8, 3
+    conv = torch.nn.Conv3d(c, cout, k, stride=(2, 1, 1), padding=1)
+    x = torch.randn(n, c, d, h, h)
+    paths = record_step(lambda: conv(x).sum().backward(), tmp_path, warmup=1, execution_trace=False)
+    it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
+    assert not len(it.unmodelled()), it.unmodelled()["name"].tolist()
+    rows = [r["row"] for _, r in it.units.iterrows() if r["label"] == "conv"]
+    d_out = (d + 2 - (k - 1) - 1) // 2 + 1
+    fwd = next(r for r in rows if r["direction"] == "fwd")
+    assert (fwd["batch"], fwd["in_channels"], fwd["out_channels"], fwd["height"], fwd["kernel_h"], fwd["stride"],
+            fwd["padding"]) == (n * d_out, c * k, cout, h, k, 1, 1)
+    flops = roofline(pd.DataFrame([{**r, "device": CPU} for r in rows]), cpu_catalog)["flops"].to_numpy()
+    one = 2.0 * n * d_out * h * h * cout * c * k ** 3  # output points x (C_in x k^3) multiply-adds
+    assert flops[0] == pytest.approx(one)
+    assert sorted(flops) == pytest.approx(sorted([one, one]))  # backward: the weight gradient (input needs none)
+    # 3-D transposed: unmodelled (None)
+    assert map_op("aten::convolution", [[n, c, d, h, h], [c, cout, k, k, k], [], [], [], [], [], [], []],
+                  ["fp32", "fp32"] + [None] * 7,
+                  extra={"concrete": ["", "", "", "[1, 1, 1]", "[0, 0, 0]", "[1, 1, 1]", "True", "[0, 0, 0]", "1"]}
+                  ) is None

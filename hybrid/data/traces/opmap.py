@@ -248,10 +248,31 @@ def _pad_for(size: int, out: int, k: int, stride: int, dil: int, pad: int) -> in
     return max(pad, 0)
 
 
+def _fold_depth(x: list[int], w: list[int], y: list[int] | None, strides: list[int], pads: list[int],
+                dils: list[int]) -> tuple[list[int], list[int], list[int] | None, int, int, int] | None:
+    """A 3-D convolution as the 2-D one the conv family prices: each of its D_out output depth slices is a 2-D
+    convolution of the k_d input slices it reads, stacked as channels (batch N x D_out, in channels C x k_d, weight
+    [C_out, C_in / groups x k_d, k_h, k_w]): the same implicit GEMM, FLOPs and output; the input is counted k_d / s_d
+    times (each slice once per output slice that reads it). (x, w, y, stride, padding, dilation) of that 2-D
+    convolution (height's), or None where a size is not positive."""
+    def at(vals: list[int], i: int, default: int) -> int:
+        return vals[i] if len(vals) > i else (vals[0] if vals else default)
+
+    kd = w[2]
+    sd, pd, dd = at(strides, 0, 1), at(pads, 0, 0), at(dils, 0, 1)
+    d_out = y[2] if y is not None and len(y) == 5 else (x[2] + 2 * pd - dd * (kd - 1) - 1) // max(sd, 1) + 1
+    if min(d_out, kd, sd, dd) <= 0:
+        return None
+    x2 = [x[0] * d_out, x[1] * kd, x[3], x[4]]
+    w2 = [w[0], w[1] * kd, w[3], w[4]]
+    y2 = None if y is None or len(y) != 5 else [y[0] * d_out, y[1], y[3], y[4]]
+    return x2, w2, y2, at(strides, 1, 1), at(pads, 1, 0), at(dils, 1, 1)
+
+
 def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dims: Sequence[Any]
               ) -> OpMapping | None:
-    """1-D/2-D convolutions (and their backward) as rows of the ``conv`` family; 3-D ones are not mapped
-    (unmodelled). A transposed convolution is the data gradient of the forward convolution it inverts (same
+    """1-D/2-D/3-D convolutions (and their backward) as rows of the ``conv`` family (3-D folded into 2-D,
+    :func:`_fold_depth`; 3-D transposed ones unmodelled). A transposed convolution is the data gradient of the forward convolution it inverts (same
     kernel, stride, padding; that convolution's input is the transposed one's output, and the other way round),
     so it becomes a row of that convolution: its forward a ``bwd`` row with ``variant`` ``input``, its backward's
     data gradient that convolution's forward and its weight gradient that convolution's weight gradient (the
@@ -263,7 +284,7 @@ def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
     if len(dims) <= max(xi, wi, gi):
         return None
     x, w = dims[xi], dims[wi]
-    if len(x) not in (3, 4) or len(w) != len(x):
+    if len(x) not in (3, 4, 5) or len(w) != len(x):
         return None
     s_i, p_i, d_i, g_i, t_i = CONV_ARGS[base]
     transposed = t_i >= 0 and _concrete(extra, t_i) == "True"
@@ -276,6 +297,14 @@ def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
     kh, kw = w[2], (w[3] if len(w) == 4 else 1)
     # output size: the forward's output, or the gradient of it
     y = dims[gi] if bwd else (out_dims[0] if out_dims and _is_shape(out_dims[0]) else None)
+    if len(x) == 5:
+        if transposed:
+            return None  # a 3-D transposed convolution: unmodelled
+        folded = _fold_depth(x, w, y, *(_ints(_concrete(extra, i)) for i in (s_i, p_i, d_i)))
+        if folded is None:
+            return None
+        x, w, y, stride, pad, dil = folded
+        kh, kw = w[2], w[3]
     if transposed:
         if y is None or len(y) != len(x):
             # (H - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1 (output_padding: the argument
