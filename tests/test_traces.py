@@ -1508,7 +1508,7 @@ def test_a_fused_gpu_recurrent_op_is_its_layers_steps_gemms(cpu_catalog):
 def test_a_3d_convolution_is_its_depth_slices_2d_convolution(tmp_path, cpu_catalog):
     """A 3-D convolution folds into the 2-D one the conv family prices: each of its output depth slices convolves
     the k_d input slices it reads, stacked as channels. Same FLOPs (checked against the 3-D definition), forward and
-    backward; a 3-D transposed convolution stays unmodelled."""
+    backward; a 3-D transposed convolution is the data gradient of the 3-D convolution it inverts, folded too."""
     from hybrid.ops.roofline import roofline
 
     n, c, d, h, cout, k = 2, 3, 8, 16, 8, 3
@@ -1526,8 +1526,12 @@ def test_a_3d_convolution_is_its_depth_slices_2d_convolution(tmp_path, cpu_catal
     one = 2.0 * n * d_out * h * h * cout * c * k ** 3  # output points x (C_in x k^3) multiply-adds
     assert flops[0] == pytest.approx(one)
     assert sorted(flops) == pytest.approx(sorted([one, one]))  # backward: the weight gradient (input needs none)
-    # 3-D transposed: unmodelled (None)
-    assert map_op("aten::convolution", [[n, c, d, h, h], [c, cout, k, k, k], [], [], [], [], [], [], []],
-                  ["fp32", "fp32"] + [None] * 7,
-                  extra={"concrete": ["", "", "", "[1, 1, 1]", "[0, 0, 0]", "[1, 1, 1]", "True", "[0, 0, 0]", "1"]}
-                  ) is None
+    # 3-D transposed [n, c, d, h, h] -> [n, cout, d + 2, h + 2, h + 2] (stride 1, no padding): the convolution it
+    # inverts reads the (d + 2)-deep output; folded, each of its d output slices reads k of those
+    tr = map_op("aten::convolution", [[n, c, d, h, h], [c, cout, k, k, k], [], [], [], [], [], [], []],
+                ["fp32", "fp32"] + [None] * 7,
+                extra={"concrete": ["", "", "", "[1, 1, 1]", "[0, 0, 0]", "[1, 1, 1]", "True", "[0, 0, 0]", "1"]}).row
+    assert (tr["batch"], tr["in_channels"], tr["out_channels"], tr["height"], tr["direction"], tr["variant"]) == (
+        n * d, cout * k, c, h + k - 1, "bwd", "input")
+    flops_tr = roofline(pd.DataFrame([{**tr, "device": CPU}]), cpu_catalog)["flops"].to_numpy()[0]
+    assert flops_tr == pytest.approx(2.0 * n * c * d * h * h * cout * k ** 3)  # each input point into k^3 x C_out

@@ -248,6 +248,12 @@ def _pad_for(size: int, out: int, k: int, stride: int, dil: int, pad: int) -> in
     return max(pad, 0)
 
 
+def _at(vals: list[int], i: int, default: int) -> int:
+    """Entry ``i`` of a per-dimension argument (``[2, 2]``), its only entry where one value stands for every
+    dimension (``[2]``), or ``default`` where none was recorded."""
+    return vals[i] if len(vals) > i else (vals[0] if vals else default)
+
+
 def _fold_depth(x: list[int], w: list[int], y: list[int] | None, strides: list[int], pads: list[int],
                 dils: list[int]) -> tuple[list[int], list[int], list[int] | None, int, int, int] | None:
     """A 3-D convolution as the 2-D one the conv family prices: each of its D_out output depth slices is a 2-D
@@ -255,24 +261,21 @@ def _fold_depth(x: list[int], w: list[int], y: list[int] | None, strides: list[i
     [C_out, C_in / groups x k_d, k_h, k_w]): the same implicit GEMM, FLOPs and output; the input is counted k_d / s_d
     times (each slice once per output slice that reads it). (x, w, y, stride, padding, dilation) of that 2-D
     convolution (height's), or None where a size is not positive."""
-    def at(vals: list[int], i: int, default: int) -> int:
-        return vals[i] if len(vals) > i else (vals[0] if vals else default)
-
     kd = w[2]
-    sd, pd, dd = at(strides, 0, 1), at(pads, 0, 0), at(dils, 0, 1)
+    sd, pd, dd = _at(strides, 0, 1), _at(pads, 0, 0), _at(dils, 0, 1)
     d_out = y[2] if y is not None and len(y) == 5 else (x[2] + 2 * pd - dd * (kd - 1) - 1) // max(sd, 1) + 1
     if min(d_out, kd, sd, dd) <= 0:
         return None
     x2 = [x[0] * d_out, x[1] * kd, x[3], x[4]]
     w2 = [w[0], w[1] * kd, w[3], w[4]]
     y2 = None if y is None or len(y) != 5 else [y[0] * d_out, y[1], y[3], y[4]]
-    return x2, w2, y2, at(strides, 1, 1), at(pads, 1, 0), at(dils, 1, 1)
+    return x2, w2, y2, _at(strides, 1, 1), _at(pads, 1, 0), _at(dils, 1, 1)
 
 
 def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dims: Sequence[Any]
               ) -> OpMapping | None:
     """1-D/2-D/3-D convolutions (and their backward) as rows of the ``conv`` family (3-D folded into 2-D,
-    :func:`_fold_depth`; 3-D transposed ones unmodelled). A transposed convolution is the data gradient of the forward convolution it inverts (same
+    :func:`_fold_depth`). A transposed convolution is the data gradient of the forward convolution it inverts (same
     kernel, stride, padding; that convolution's input is the transposed one's output, and the other way round),
     so it becomes a row of that convolution: its forward a ``bwd`` row with ``variant`` ``input``, its backward's
     data gradient that convolution's forward and its weight gradient that convolution's weight gradient (the
@@ -288,33 +291,30 @@ def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
         return None
     s_i, p_i, d_i, g_i, t_i = CONV_ARGS[base]
     transposed = t_i >= 0 and _concrete(extra, t_i) == "True"
-    stride = _first_int(_concrete(extra, s_i), 1)
-    pad = _first_int(_concrete(extra, p_i), 0)
-    dil = _first_int(_concrete(extra, d_i), 1)
+    strides, pads, dils = (_ints(_concrete(extra, i)) for i in (s_i, p_i, d_i))
+    stride, pad, dil = _at(strides, 0, 1), _at(pads, 0, 0), _at(dils, 0, 1)
     groups = _first_int(_concrete(extra, g_i), 0)
     if groups <= 0:
         groups = 1 if transposed else max(1, x[1] // max(w[1], 1))
-    kh, kw = w[2], (w[3] if len(w) == 4 else 1)
     # output size: the forward's output, or the gradient of it
     y = dims[gi] if bwd else (out_dims[0] if out_dims and _is_shape(out_dims[0]) else None)
-    if len(x) == 5:
-        if transposed:
-            return None  # a 3-D transposed convolution: unmodelled
-        folded = _fold_depth(x, w, y, *(_ints(_concrete(extra, i)) for i in (s_i, p_i, d_i)))
-        if folded is None:
-            return None
-        x, w, y, stride, pad, dil = folded
-        kh, kw = w[2], w[3]
     if transposed:
         if y is None or len(y) != len(x):
-            # (H - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1 (output_padding: the argument
-            # after ``transposed``)
-            extra_pad = _ints(_concrete(extra, t_i + 1)) or [0]
-            y = [x[0], w[1] * groups] + [(n - 1) * stride - 2 * pad + dil * (k - 1) + extra_pad[0] + 1
-                                         for n, k in zip(x[2:], (kh, kw)[:len(x) - 2], strict=True)]
+            # per dimension (size - 1) stride - 2 padding + dilation (k - 1) + output_padding + 1 (output_padding:
+            # the argument after ``transposed``)
+            out_pads = _ints(_concrete(extra, t_i + 1))
+            y = [x[0], w[1] * groups] + [
+                (n - 1) * _at(strides, i, 1) - 2 * _at(pads, i, 0) + _at(dils, i, 1) * (k - 1) + _at(out_pads, i, 0) + 1
+                for i, (n, k) in enumerate(zip(x[2:], w[2:], strict=True))]
         # the convolution it inverts reads the transposed one's output [N, C_out, H_out, W_out] and writes its
         # input; the weight [C_in, C_out / groups, k, k] is already that convolution's [out, in / groups, k, k]
         x, y = y, x
+    if len(x) == 5:
+        folded = _fold_depth(x, w, y, strides, pads, dils)
+        if folded is None:
+            return None
+        x, w, y, stride, pad, dil = folded
+    kh, kw = w[2], (w[3] if len(w) == 4 else 1)
     height, width = x[2], (x[3] if len(x) == 4 else 1)
     if y is not None and len(y) == len(x):
         pad = _pad_for(height, y[2], kh, stride, dil, pad)
