@@ -351,7 +351,7 @@ def _map_fused_rnn(base: str, dims: Sequence[Any], dtype: str, extra: dict) -> O
     """A fused recurrent op as the GEMMs of its steps (as oneDNN's layer, :func:`_map_gemm`): every (layer,
     direction) runs T steps of a [B, I_l + H] x [I_l + H, G x H] product, read off its weight pairs (``W_ih``
     [G x H, I_l], ``W_hh`` [G x H, H or proj]); one ``bmm`` row of T x pairs GEMMs with k the pairs' mean I_l + H
-    (the FLOPs exact), twice that for the backward (data and weight gradients). Unmapped (None) when the weights
+    (the FLOPs exact up to rounding that mean), twice that for the backward (data and weight gradients). Unmapped (None) when the weights
     or the input are not recorded as shapes."""
     w_i, bf_i, bwd = FUSED_RNN[base]
     if len(dims) <= w_i or not (isinstance(dims[0], list) and len(dims[0]) == 3 and _is_shape(dims[0])):
