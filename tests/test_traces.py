@@ -1481,6 +1481,24 @@ def test_a_recurrent_layer_on_the_cpu_is_its_steps_gemms(tmp_path, cpu_catalog):
                    ("aten::mkldnn_rnn_layer_backward", "bmm", 2 * t, b, 4 * h, i + h)], got
 
 
+def test_recurrent_layers_priced_on_a_gpu_warn_of_the_step_latency_left_out(tmp_path, capsys):
+    """On a GPU each of a recurrent layer's steps is a small, latency-bound kernel in series; the batched-GEMM row
+    leaves that latency out, and ``trace predict`` says how much (steps x the device's kernel latency). Not on a
+    CPU target, where the row holds."""
+    t, b = 6, 2
+    lstm, x = torch.nn.LSTM(8, 16), torch.randn(t, b, 8)
+    paths = record_step(lambda: lstm(x)[0].sum().backward(), tmp_path / "lstm", warmup=1, measure_overhead=False,
+                        memory=False, timed=0)
+    warned = {}
+    for target in ("H100-SXM", CPU):
+        assert cli_main(["trace", "predict", str(paths["kineto"].parent), "--device", target, "--bundle",
+                         str(BUNDLE), "--roofline", "--json"]) == 0
+        warned[target] = [w for w in json.loads(capsys.readouterr().out).get("warnings", []) if "recurrent" in w]
+    note, = warned["H100-SXM"]
+    assert f"{3 * t} steps" in note and f"{3 * t} x 4 us" in note, note  # forward T + backward 2T, 4 us a kernel
+    assert not warned[CPU]
+
+
 def test_a_fused_gpu_recurrent_op_is_its_layers_steps_gemms(cpu_catalog):
     """cuDNN's ``_cudnn_rnn`` runs every layer and direction in one op: a 2-layer bidirectional LSTM (input 64,
     hidden 128, batch first) maps to one ``bmm`` of T x 4 (layer, direction) step GEMMs whose FLOPs are exactly

@@ -345,6 +345,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     notes.append(precision_note(s.get("fp32_precision", {})))
     notes.append(compiled_note(it))
     notes.append(unmodelled_note(it))
+    notes.append(recurrent_note(it))
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
@@ -484,6 +485,25 @@ def unmodelled_note(it: Any) -> str | None:
     names = ", ".join(f"{r['name']} x{int(r['count'])}" for _, r in top.iterrows())
     return (f"{lost / steps:.0%} of the traced step ({lost / 1e3:.3f} ms) is in ops no op family models ({names}), "
             "priced at 0 on this target: the prediction is low by about their time there")
+
+
+def recurrent_note(it: Any) -> str | None:
+    """A warning when recurrent layers (:data:`hybrid.data.traces.opmap.RECURRENT_OPS`) are priced on a GPU: each
+    is one batched GEMM row of its T steps, but the steps run in series, each a small, latency-bound kernel, so the
+    prediction leaves out about one kernel latency per step (a lower bound there; on a CPU the steps' GEMMs are
+    compute-bound and the row holds)."""
+    from hybrid.data.traces.opmap import RECURRENT_OPS
+
+    if it.target.device.kind == "cpu" or not len(it.units):
+        return None
+    rows = [r for r in it.units["row"] if isinstance(r, dict) and r.get("variant") in RECURRENT_OPS]
+    if not rows:
+        return None
+    steps = int(sum(int(r.get("b", 1)) for r in rows))
+    lat = float(it.target.device.kernel_latency_us)
+    return (f"{len(rows)} recurrent layer op(s) are priced as one batched GEMM of their {steps} steps in all; the "
+            f"steps run in series as small kernels, so the prediction leaves out about {steps} x "
+            f"{lat:g} us = {steps * lat / 1e3:.3f} ms of per-step kernel latency on this GPU (a lower bound)")
 
 
 def memory_line(m: dict[str, Any]) -> str:

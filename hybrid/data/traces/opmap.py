@@ -345,6 +345,8 @@ def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
 #: hidden_size, proj_size, num_layers, batch_first, ...)``; MIOpen's without ``weight_buf`` / ``proj_size``.
 FUSED_RNN = {"_cudnn_rnn": (1, 10, False), "_cudnn_rnn_backward": (1, 14, True),
              "miopen_rnn": (1, 8, False), "miopen_rnn_backward": (1, 13, True)}
+#: Recurrent ops mapped to a batched GEMM of their steps (the GEMM row's ``variant``): oneDNN's layer and the fused ones.
+RECURRENT_OPS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward", *FUSED_RNN})
 
 
 def _map_fused_rnn(base: str, dims: Sequence[Any], dtype: str, extra: dict) -> OpMapping | None:
