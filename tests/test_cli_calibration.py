@@ -250,6 +250,11 @@ def test_report_is_self_contained_html(flow, tmp_path):
     assert rc == 0, err
     text = out_html.read_text()
     assert text.startswith("<!DOCTYPE html>") and "Per device" in text and "leave-one-device-out" in text
+    # the unseen-GPU envelope of the GEMM model (NeuSight's fp32 GEMMs on several GPUs): kinds, GPUs, margins
+    envelope = text.split("GPUs never measured: the envelope")[1]
+    row = re.search(r"<td>kernel-xgb-gemm</td><td>gemm\|fp32\|compute</td><td>([^<]+)</td><td>(\d+\.\d\d)x</td>",
+                    envelope)
+    assert row and len(row.group(1).split(", ")) >= 2 and float(row.group(2)) >= 1.0, envelope[:600]
     imgs = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
     assert len(imgs) >= 8  # 4 figures for each held-out split (random, lodo)
     assert base64.b64decode(imgs[0])[:8] == b"\x89PNG\r\n\x1a\n"

@@ -173,3 +173,21 @@ def test_implausible_groups_are_left_out_of_every_split_and_tagged(tmp_path):
     assert "L4" not in set(res.predictions["device"]) and len(res.predictions) > 0
     run = open_store(uri).client().get_run(res.run_id)
     assert run.data.tags["hybrid.left_out_implausible"].startswith("L4 fp16 (pytorch): 30 rows")
+
+
+def test_envelope_rows_read_the_predictor_summary():
+    """The report's unseen-GPU table: per correction and kind, the bounding GPUs and the kind's margin (the pooled
+    one where the kind has none of its own, 1 where nothing was saved)."""
+    from hybrid.reports.html import envelope_rows, envelope_table
+
+    summary = {"corrections": {
+        "kernel-xgb-gemm": {"envelope_devices": {"gemm|fp32|compute": ["T4", "P4"], "gemm|bf16|memory": ["H200"]},
+                            "envelope_margins": {"gemm|fp32|compute": 1.234, "*": 1.1}},
+        "kernel-xgb-pointwise": {"envelope_devices": {"norm|fp32|memory": ["H100-SXM"]}},
+        "collective-sigmoid": {}}}
+    rows = envelope_rows(summary)
+    assert [(r["kind of op"], r["fitted GPUs (least efficient first)"], r["margin"]) for r in rows] == [
+        ("gemm|fp32|compute", "T4, P4", "1.23x"), ("gemm|bf16|memory", "H200", "1.10x"),
+        ("norm|fp32|memory", "H100-SXM", "1.00x")]
+    assert envelope_rows({}) == [] and envelope_table([]) == ""
+    assert "<td>T4, P4</td><td>1.23x</td>" in envelope_table(rows)

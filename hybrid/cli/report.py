@@ -99,7 +99,7 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
 
 def _run_page(model_ref: str | None, run_id: str | None, store, stage) -> str:
     """The report of a calibration run (``run_id``, or the run of the registered ``model_ref``)."""
-    from hybrid.reports.html import render_report
+    from hybrid.reports.html import envelope_rows, render_report
     from hybrid.tracking.calibrate import report_meta
     from hybrid.tracking.runs import read_run, run_of_model
 
@@ -111,7 +111,7 @@ def _run_page(model_ref: str | None, run_id: str | None, store, stage) -> str:
     images = _plots(rec.predictions, stage)
     stage("render the HTML")
     return render_report(rec.predictions, title=title, meta=report_meta(s), summaries=s.get("errors"),
-                         images=images)
+                         images=images, envelope=envelope_rows(s.get("predictor") or {}))
 
 
 def _plots(predictions, stage) -> dict[str, dict[str, bytes]]:

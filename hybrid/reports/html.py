@@ -112,12 +112,43 @@ def interval_table(frame: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
+def envelope_rows(predictor_summary: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Per correction and kind of op, the unseen-GPU envelope a fitted predictor holds (from
+    ``HybridPredictor.summary()``: each correction's ``describe()``): the fitted GPUs that bound a GPU the fit never
+    saw, least efficient first, and the kind's margin beyond them (``XGBCorrection.fit_envelope_margins``; a kind
+    without one of its own takes the pooled ``*``; none saved: 1). Empty without an envelope."""
+    rows = []
+    for key, desc in (predictor_summary.get("corrections") or {}).items():
+        devices = (desc or {}).get("envelope_devices") or {}
+        margins = (desc or {}).get("envelope_margins") or {}
+        for kind, devs in devices.items():
+            margin = float(margins.get(kind, margins.get("*", 1.0)))
+            rows.append({"correction": str(key), "kind of op": str(kind), "fitted GPUs (least efficient first)":
+                         ", ".join(map(str, devs)), "margin": f"{margin:.2f}x"})
+    return rows
+
+
+def envelope_table(rows: list[dict[str, str]]) -> str:
+    """HTML section of :func:`envelope_rows` (empty string without rows)."""
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{_esc(r[c])}</td>" for c in cols) + "</tr>" for r in rows)
+    return ("<h2>GPUs never measured: the envelope</h2><p class='note'>A kernel on a GPU the fit never saw is "
+            "priced no further from its own roofline than the model prices the same kernel on the least efficient "
+            "fitted GPU of its kind of op (family | dtype | roofline bound), times the kind's margin: how far a "
+            "fitted GPU taken out of the fit sat beyond the others (docs/corrections.md).</p><table><tr>"
+            + "".join(f"<th>{_esc(c)}</th>" for c in cols) + "</tr>" + body + "</table>")
+
+
 def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, Any] | None = None,
                   summaries: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
-                  images: Mapping[str, Mapping[str, bytes]] | None = None) -> str:
+                  images: Mapping[str, Mapping[str, bytes]] | None = None,
+                  envelope: list[dict[str, str]] | None = None) -> str:
     """The whole report as one HTML string (no external files). ``meta`` is shown as a key/value table;
     ``summaries`` (``{split: {model: error_summary}}``) is computed from ``predictions`` when not given;
-    ``images`` (``{split: {figure stem: PNG bytes}}``) are drawn when not given."""
+    ``images`` (``{split: {figure stem: PNG bytes}}``) are drawn when not given; ``envelope``
+    (:func:`envelope_rows`) adds the unseen-GPU envelope's table at the end."""
     from hybrid.tracking.evaluation import split_summaries
 
     summaries = summaries or split_summaries(predictions)
@@ -153,6 +184,7 @@ def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, A
                                              for stem, fig in standard_figures(sub, title=split).items()}
         for stem, png in pngs.items():
             parts.append(_img(png, f"{split} {stem}"))
+    parts.append(envelope_table(envelope or []))
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -534,7 +534,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
     ``stage`` is told each step as it starts (the progress line on stderr)."""
     from mlflow.entities import Dataset, DatasetInput, Metric, Param, RunTag
 
-    from hybrid.reports.html import plotted_splits, render_report
+    from hybrid.reports.html import envelope_rows, plotted_splits, render_report
     from hybrid.reports.plots import figure_png, standard_figures
 
     run_id = run.info.run_id
@@ -623,7 +623,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
         title = f"hybrid calibration: {config.name}" + (f" v{version}" if version else "")
         stage("render the report")
         report_html = render_report(predictions, title=title, meta=report_meta(summary), summaries=summaries,
-                                    images=images)
+                                    images=images, envelope=envelope_rows(summary.get("predictor") or {}))
         (out / "report.html").write_text(report_html, encoding="utf-8")
         stage("upload predictions, plots and report")
         retry(lambda: client.log_artifacts(run_id, str(out)))
