@@ -165,16 +165,6 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
         return _gemm(m, n, k, 1, dtype, "scaled_mm")
     if base in ("_grouped_mm", "_scaled_grouped_mm") and len(dims) >= 2:
         return _grouped_gemm(base, dims, dtype)
-    if base in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward") and len(dims) >= 3 \
-            and len(dims[0]) == 3 and len(dims[1]) == 2 and len(dims[2]) == 2:
-        # one recurrent layer (LSTM / GRU / RNN, one direction) as oneDNN runs it on a CPU: input [T, B, I] (time
-        # first), W_ih [G x H, I], W_hh [G x H, H]. Each of the T steps is a [B, I + H] x [I + H, G x H] product
-        # (the input and the recurrent GEMM of the step; G = 4 gates for an LSTM, 3 for a GRU), in series: T
-        # batched GEMMs of the step's size. The backward computes the data and the weight gradients of each
-        # step: twice that. (The gates' elementwise work, ~G x H x B x 10 FLOPs a step, is left out.)
-        (t, batch, _), (gates, k_in), (_, hidden) = dims[0], dims[1], dims[2]
-        steps = t * (2 if base.endswith("_backward") else 1)
-        return _gemm(batch, gates, k_in + hidden, steps, dtype, base)
     if base == "matmul" and len(dims) >= 2 and dims[0] and dims[1]:
         a, b_ = dims[0], dims[1]
         if len(a) == 1 and len(b_) == 1:
@@ -338,27 +328,32 @@ def _map_conv(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
     return OpMapping("op", "conv", row)
 
 
-#: Fused recurrent kernels (every layer and direction of an ``nn.LSTM`` / ``GRU`` / ``RNN`` in one op): name ->
-#: (index of the weight TensorList argument, index of ``batch_first``, backward). cuDNN's ``_cudnn_rnn(input,
-#: weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size, num_layers, batch_first, ...)``,
-#: its backward ``(input, weight[], weight_stride0, weight_buf, hx, cx, output, grad_output, grad_hy, grad_cy, mode,
-#: hidden_size, proj_size, num_layers, batch_first, ...)``; MIOpen's without ``weight_buf`` / ``proj_size``.
-FUSED_RNN = {"_cudnn_rnn": (1, 10, False), "_cudnn_rnn_backward": (1, 14, True),
+#: Recurrent ops: name -> (index of the weights: a TensorList, or -1 for oneDNN's ``W_ih``, ``W_hh`` as arguments 1
+#: and 2; index of ``batch_first``, or -1 for time first; backward). oneDNN's ``mkldnn_rnn_layer(input [T, B, I],
+#: W_ih, W_hh, ...)`` is one layer and direction (input time first whatever ``batch_first`` says). cuDNN's fused
+#: ``_cudnn_rnn(input, weight[], weight_stride0, weight_buf, hx, cx, mode, hidden_size, proj_size, num_layers,
+#: batch_first, ...)`` runs every layer and direction, its backward ``(input, weight[], weight_stride0, weight_buf,
+#: hx, cx, output, grad_output, grad_hy, grad_cy, mode, hidden_size, proj_size, num_layers, batch_first, ...)``;
+#: MIOpen's without ``weight_buf`` / ``proj_size``.
+RECURRENT = {"mkldnn_rnn_layer": (-1, -1, False), "mkldnn_rnn_layer_backward": (-1, -1, True),
+             "_cudnn_rnn": (1, 10, False), "_cudnn_rnn_backward": (1, 14, True),
              "miopen_rnn": (1, 8, False), "miopen_rnn_backward": (1, 13, True)}
-#: Recurrent ops mapped to a batched GEMM of their steps (the GEMM row's ``variant``): oneDNN's layer and the fused ones.
-RECURRENT_OPS = frozenset({"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward", *FUSED_RNN})
+#: Recurrent ops mapped to a batched GEMM of their steps (the GEMM row's ``variant``).
+RECURRENT_OPS = frozenset(RECURRENT)
 
 
-def _map_fused_rnn(base: str, dims: Sequence[Any], dtype: str, extra: dict) -> OpMapping | None:
-    """A fused recurrent op as the GEMMs of its steps (as oneDNN's layer, :func:`_map_gemm`): every (layer,
-    direction) runs T steps of a [B, I_l + H] x [I_l + H, G x H] product, read off its weight pairs (``W_ih``
-    [G x H, I_l], ``W_hh`` [G x H, H or proj]); one ``bmm`` row of T x pairs GEMMs with k the pairs' mean I_l + H
-    (the FLOPs exact up to rounding that mean), twice that for the backward (data and weight gradients). Unmapped (None) when the weights
-    or the input are not recorded as shapes."""
-    w_i, bf_i, bwd = FUSED_RNN[base]
-    if len(dims) <= w_i or not (isinstance(dims[0], list) and len(dims[0]) == 3 and _is_shape(dims[0])):
+def _map_recurrent(base: str, dims: Sequence[Any], dtype: str, extra: dict) -> OpMapping | None:
+    """A recurrent op as the GEMMs of its steps: every (layer, direction) runs T steps of a [B, I_l + H] x
+    [I_l + H, G x H] product in series (the step's input and recurrent GEMMs; G = 4 gates for an LSTM, 3 for a
+    GRU), read off its weight pairs (``W_ih`` [G x H, I_l], ``W_hh`` [G x H, H or proj]): one ``bmm`` row of
+    T x pairs GEMMs with k the pairs' mean I_l + H (the FLOPs exact up to rounding that mean), twice that for the
+    backward (data and weight gradients). The gates' elementwise work (~G x H x B x 10 FLOPs a step) is left out.
+    Unmapped (None) when the input or the weights are not recorded as shapes, or with LSTM projections."""
+    w_i, bf_i, bwd = RECURRENT[base]
+    if not dims or not (isinstance(dims[0], list) and len(dims[0]) == 3 and _is_shape(dims[0])):
         return None
-    weights = [w for w in (dims[w_i] if isinstance(dims[w_i], list) else []) if _is_shape(w) and len(w) == 2]
+    listed = dims[w_i] if 0 <= w_i < len(dims) and isinstance(dims[w_i], list) else []
+    weights = [w for w in (listed if w_i >= 0 else dims[1:3]) if _is_shape(w) and len(w) == 2]
     if len(weights) < 2 or len(weights) % 2:
         return None
     pairs = list(zip(weights[0::2], weights[1::2], strict=True))
@@ -366,7 +361,7 @@ def _map_fused_rnn(base: str, dims: Sequence[Any], dtype: str, extra: dict) -> O
     if any(ih[0] != gates or hh[0] != gates for ih, hh in pairs):
         return None
     t, batch = dims[0][:2]
-    if _concrete(extra, bf_i) == "True":
+    if bf_i >= 0 and _concrete(extra, bf_i) == "True":
         batch, t = t, batch
     k = round(sum(ih[1] + hh[1] for ih, hh in pairs) / len(pairs))
     return _gemm(batch, gates, k, t * len(pairs) * (2 if bwd else 1), dtype, base)
@@ -632,8 +627,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         if base == "dropout" and _concrete(extra, 2) == "True" and tdims and not _zero_p(extra):
             return OpMapping("op", "dropout", dropout_row(numel(tdims[0]), dtype))  # training dropout: one unit
         return OpMapping("view", "view") if leaf else None
-    if plain in FUSED_RNN:
-        return _map_fused_rnn(plain, dims, dtype, extra)
+    if plain in RECURRENT:
+        return _map_recurrent(plain, dims, dtype, extra)
     mp = (_map_gemm(plain, tdims, dtype, out_dims) or _map_conv(plain, dims_all, dtype, extra, out_dims)
           or _map_batch_norm(plain, dims_all, dtype, extra) or _map_pool(plain, dims_all, dtype, extra, out_dims, leaf))
     if mp:
