@@ -118,6 +118,11 @@ def test_profile_conv_and_pool_tiny_sweep(tmp_path):
     assert set(bn["direction"]) == {"fwd", "bwd"}
     pool = t[t["variant"].isin(["maxpool", "avgpool"])]
     assert set(pool["direction"]) == {"fwd", "bwd"} and (pool["op"] == "elementwise").all()
+    up = t[t["variant"].isin(["upsample_nearest", "upsample_bilinear"])]
+    modes = ("upsample_nearest", "upsample_bilinear")
+    assert set(zip(up["variant"], up["direction"], strict=True)) == {(v, d) for v in modes for d in ("fwd", "bwd")}
+    assert (up["n_inputs"].where(up["direction"] == "fwd", up["n_outputs"]) == 0.25).all()  # 2x: a quarter map
+    assert (up["rows"] * up["hidden"] == up["elements"]).all()
     # extending: nothing is measured again
     with pytest.raises(Exception, match="already in --skip-existing"):
         run_profile(ProfileOptions(quick=True, families=("conv",), threads=1, progress=False, force_cpu=True,

@@ -467,8 +467,8 @@ UNMODELLED_WARN_SHARE = 0.05
 
 def unmodelled_note(it: Any) -> str | None:
     """A warning when ops no family models (priced at 0 on another device) took at least
-    :data:`UNMODELLED_WARN_SHARE` of the traced step: the prediction is low by about their time on the target (e.g.
-    upsampling); a torch.compile step's generated code has :func:`compiled_note`."""
+    :data:`UNMODELLED_WARN_SHARE` of the traced step: the prediction is low by about their time on the target; a
+    torch.compile step's generated code has :func:`compiled_note`."""
     import numpy as np
 
     if it.same_device:

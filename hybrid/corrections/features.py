@@ -23,6 +23,7 @@ from hybrid.ops.families import (
     is_backward,
     is_inplace_variant,
     is_pool_variant,
+    is_upsample_variant,
 )
 from hybrid.units import normalize_dtype
 
@@ -111,6 +112,11 @@ INPLACE_ELEMENTWISE_CODE = 6
 #: as a reduction's (a bias gradient's ``sum``); with its own code, and no ``n_inputs``/``n_outputs`` features
 #: (as the in-place code), a slow pooling kernel no longer prices every reduction of the device class.
 POOL_ELEMENTWISE_CODE = 7
+#: Code of an interpolation row (variant ``upsample_<mode>``, :func:`hybrid.ops.families.upsample_row`): a gather
+#: of each output value from a few source values through computed indices (a scatter-add in the backward), which
+#: a CPU runs far slower than a copy of the same bytes (a nearest 2x upsample of [4, 8, 64, 64]: 162 us measured,
+#: 7 us as a copy); with its own code it is priced by the rows of its kind only.
+UPSAMPLE_ELEMENTWISE_CODE = 8
 
 
 def _log(x: np.ndarray) -> np.ndarray:
@@ -256,9 +262,11 @@ def pointwise_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndar
     if "variant" in table.columns and (op_code == 0).any():
         inplace = factor_map(table["variant"], lambda v: is_inplace_variant(v), "").astype(bool)
         pool = factor_map(table["variant"], lambda v: is_pool_variant(v), "").astype(bool)
+        upsample = factor_map(table["variant"], lambda v: is_upsample_variant(v), "").astype(bool)
         elementwise = op_code == 0
         op_code = np.where(elementwise & inplace, INPLACE_ELEMENTWISE_CODE, op_code)
         op_code = np.where(elementwise & pool, POOL_ELEMENTWISE_CODE, op_code)
+        op_code = np.where(elementwise & upsample, UPSAMPLE_ELEMENTWISE_CODE, op_code)
     rows = col(table, "rows", np.nan)
     hidden = col(table, "hidden", np.nan)
     elements = col(table, "elements", np.nan)
@@ -269,7 +277,8 @@ def pointwise_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndar
     elements = np.where(np.isnan(elements), rows * hidden, elements)
     if "elements" in table.columns or (op_code == 0).any():
         n_in, n_out, fpe = elementwise_defaults(table)
-        is_elem = op_code == 0
+        # (interpolation keeps them: its scale is in the source share and its mode in the FLOPs per value)
+        is_elem = (op_code == 0) | (op_code == UPSAMPLE_ELEMENTWISE_CODE)
         n_in, n_out, fpe = (np.where(is_elem, v, np.nan) for v in (n_in, n_out, fpe))
     else:
         n_in = n_out = fpe = np.full(len(table), np.nan)

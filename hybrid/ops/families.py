@@ -102,6 +102,8 @@ ELEMENTWISE_VARIANTS: dict[str, tuple[int, int, float]] = {
     "adagrad": (7, 4, 5), "sparse_sgd": (3, 2, 2), "sparse_adagrad": (10, 8, 6),
     # pooling over a 2x2 window with stride 2 (``elements`` = input elements; see :func:`pool_row`)
     "maxpool": (1, 0.75, 1), "avgpool": (1, 0.25, 1),
+    # 2x upsampling of a 2-D map (``elements`` = output elements; see :func:`upsample_row`)
+    "upsample_nearest": (0.25, 1, 1), "upsample_bilinear": (0.25, 1, 7),
 }
 
 
@@ -137,6 +139,52 @@ POOL_VARIANTS = ("maxpool", "avgpool")
 def is_pool_variant(variant: object) -> bool:
     """True for the elementwise variant of a pooling row (:func:`pool_row`)."""
     return isinstance(variant, str) and variant_base(variant) in POOL_VARIANTS
+
+
+#: Interpolation modes of an upsampling row (:func:`upsample_row`) -> input values each output value combines
+#: (taps): nearest (and ``nearest-exact``) one, linear two, bilinear four, bicubic sixteen, trilinear eight.
+UPSAMPLE_TAPS: dict[str, int] = {"nearest": 1, "linear": 2, "bilinear": 4, "bicubic": 16, "trilinear": 8}
+#: Variant prefix of upsampling rows (``upsample_<mode>``).
+UPSAMPLE_PREFIX = "upsample_"
+
+
+def is_upsample_variant(variant: object) -> bool:
+    """True for the elementwise variant of an upsampling / interpolation row (:func:`upsample_row`)."""
+    return isinstance(variant, str) and variant_base(variant).startswith(UPSAMPLE_PREFIX)
+
+
+def upsample_row(mode: str, direction: str, in_elements: int, out_elements: int, dtype: str = "fp32",
+                 out_width: int | None = None) -> dict[str, object]:
+    """The canonical ``elementwise`` row of an interpolation (``F.interpolate`` / ``nn.Upsample``: ATen's
+    ``upsample_<mode><n>d``, any scale, up or down) or its backward.
+
+    ``elements`` is the interpolated (output) map's size, ``in_elements`` the source map's. Forward: every output
+    value is computed from its ``taps`` source values (:data:`UPSAMPLE_TAPS`; neighbours share them, so the source
+    map is read once, or only the sampled part of it when it is larger) and written once. Backward: the output
+    gradient is read once and the source gradient (zeroed, then accumulated into) written. FLOPs per element:
+    the taps' weighted sum, ``2 taps - 1`` (nearest: the index arithmetic, 1). ``out_width`` (the interpolated
+    map's last dimension) adds ``rows`` (its lines) and ``hidden`` (their length): the kernels loop over lines, and
+    a CPU runs a map of short lines several times slower per value than one of long lines. The profiler and the
+    trace mapping both build rows with this function, so measured and traced interpolations describe the same
+    passes."""
+    taps = UPSAMPLE_TAPS.get(mode)
+    if taps is None:
+        raise InvalidInputError(f"upsample_row: unknown mode {mode!r}; known: {', '.join(UPSAMPLE_TAPS)}")
+    if direction not in ("fwd", "bwd"):
+        raise InvalidInputError(f"upsample_row: direction must be 'fwd' or 'bwd', got {direction!r}")
+    if in_elements <= 0 or out_elements <= 0:
+        raise InvalidInputError(f"upsample_row: sizes must be positive, got in={in_elements} out={out_elements}")
+    if out_width is not None and (out_width <= 0 or out_elements % out_width):
+        raise InvalidInputError(f"upsample_row: out_width {out_width} does not divide the {out_elements} output "
+                                "elements")
+    share = in_elements / out_elements
+    n_in, n_out = (min(share, float(taps)), 1.0) if direction == "fwd" else (1.0, share)
+    row: dict[str, object] = {"op": "elementwise", "variant": f"{UPSAMPLE_PREFIX}{mode}", "direction": direction,
+                              "elements": int(out_elements), "n_inputs": round(n_in, 4), "n_outputs": round(n_out, 4),
+                              "flops_per_element": float(2 * taps - 1), "dtype": normalize_dtype(dtype)}
+    if out_width is not None:
+        row.update(rows=int(out_elements // out_width), hidden=int(out_width))
+    return row
 
 
 def pool_row(kind: str, direction: str, in_elements: int, out_elements: int, window: int, dtype: str = "fp32",

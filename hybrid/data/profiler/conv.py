@@ -7,7 +7,9 @@
 * ``pool``: batch norm in training mode (``F.batch_norm(training=True)`` and ``aten::native_batch_norm_backward``:
   ``batchnorm`` rows of the ``norm`` family, rows = channels, hidden = N x H x W) and 2x2 / 3x3 max pooling with
   indices, 2x2 average pooling and global average pooling, forward and backward (``elementwise`` rows built by
-  :func:`hybrid.ops.families.pool_row`, the same rows :mod:`hybrid.data.traces.opmap` gives traced pooling).
+  :func:`hybrid.ops.families.pool_row`, the same rows :mod:`hybrid.data.traces.opmap` gives traced pooling);
+  interpolation (``upsample_nearest2d`` 2x and 4x, ``upsample_bilinear2d`` 2x, forward and backward:
+  ``elementwise`` rows of :func:`hybrid.ops.families.upsample_row`, as traced ``F.interpolate`` calls map).
 
 Shapes are NCHW fp32 (plus bf16 for every second convolution on request); the ops are the ones a traced CNN
 training step runs, called with the arguments the trace records.
@@ -22,7 +24,7 @@ import numpy as np
 from hybrid.data.profiler.backend import Backend
 from hybrid.data.profiler.cases import Case, random_tensor
 from hybrid.data.profiler.timing import rotation_sets
-from hybrid.ops.families import pool_row
+from hybrid.ops.families import pool_row, upsample_row
 
 #: Forward FLOPs cap of one convolution, and configurations drawn, per (backend, quick).
 CONV_FLOP_CAP = {("cpu", False): 3e9, ("cpu", True): 1e8, ("cuda", False): 2e11, ("cuda", True): 2e10}
@@ -131,8 +133,9 @@ def map_shapes(backend: Backend, quick: bool) -> list[tuple[int, int, int]]:
 
 
 def pool_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> list[Case]:
-    """Batch norm (training) and pooling, forward and backward, over :func:`map_shapes` (pooling every third
-    shape: 2x2 max with indices and 2x2 average on all of those, 3x3/2 max and global average on every other)."""
+    """Batch norm (training), pooling and interpolation, forward and backward, over :func:`map_shapes` (pooling
+    every third shape: 2x2 max with indices and 2x2 average on all of those, 3x3/2 max and global average on every
+    other; interpolation every third shape from the second: nearest and bilinear 2x, nearest 4x on every other)."""
     cases = []
     shapes = map_shapes(backend, quick)
     for n, c, h in shapes:
@@ -154,6 +157,20 @@ def pool_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> l
                 ws = 4.0 * (n_in + 3 * n_out)
                 cases.append(Case("pool", row, _pool_builder(backend, kind, (n, c, h, h), k, s, p, direction, ws,
                                                              llc_bytes), ws))
+    cap = MAP_CAP[_mode(backend, quick)]
+    for j, (n, c, h) in enumerate(shapes[1::3]):
+        # interpolation (F.interpolate / nn.Upsample): nearest and bilinear 2x on every shape of this third, nearest
+        # 4x on every other one; the interpolated map stays under the sweep's cap
+        for mode, scale in [("nearest", 2), ("bilinear", 2)] + ([("nearest", 4)] if j % 2 == 0 else []):
+            oh = h * scale
+            n_in, n_out = n * c * h * h, n * c * oh * oh
+            if n_out > cap:
+                continue
+            for direction in ("fwd", "bwd"):
+                row = upsample_row(mode, direction, n_in, n_out, "fp32", out_width=oh)
+                ws = 4.0 * (n_in + n_out)
+                cases.append(Case("pool", row, _upsample_builder(backend, mode, (n, c, h, h), oh, direction, ws,
+                                                                 llc_bytes), ws))
     return cases
 
 
@@ -211,5 +228,29 @@ def _pool_builder(backend: Backend, kind: str, shape: tuple[int, int, int, int],
         grads = [random_tensor(torch, (shape[0], shape[1], oh, oh), f32, dev) for _ in range(sets)]
         return (lambda i: aten.avg_pool2d_backward(grads[i % sets], xs[i % sets], [k, k], [s, s], [p, p], False,
                                                    True, None)), None
+
+    return build
+
+
+def _upsample_builder(backend: Backend, mode: str, shape: tuple[int, int, int, int], out_hw: int, direction: str,
+                      ws: float, llc: int):
+    """``aten::upsample_<mode>2d`` (``align_corners=False``) of an NCHW map to ``out_hw`` x ``out_hw``, or its
+    backward: the ops ``F.interpolate`` calls and a trace records."""
+    def build():
+        torch = backend.torch
+        aten = torch.ops.aten
+        dev = backend.torch_device
+        f32 = torch.float32
+        sets = rotation_sets(ws, llc)
+        size = [out_hw, out_hw]
+        if direction == "fwd":
+            xs = [random_tensor(torch, shape, f32, dev) for _ in range(sets)]
+            if mode == "nearest":
+                return (lambda i: aten.upsample_nearest2d(xs[i % sets], size)), None
+            return (lambda i: aten.upsample_bilinear2d(xs[i % sets], size, False)), None
+        grads = [random_tensor(torch, (shape[0], shape[1], out_hw, out_hw), f32, dev) for _ in range(sets)]
+        if mode == "nearest":
+            return (lambda i: aten.upsample_nearest2d_backward(grads[i % sets], size, list(shape))), None
+        return (lambda i: aten.upsample_bilinear2d_backward(grads[i % sets], size, list(shape), False)), None
 
     return build

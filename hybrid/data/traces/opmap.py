@@ -447,6 +447,65 @@ def _map_pool(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
     return OpMapping("op", "pool", row)
 
 
+#: Interpolation (``F.interpolate``, ``nn.Upsample``): ATen name -> (mode of
+#: :func:`hybrid.ops.families.upsample_row`, index of the ``scale_factors`` list of the ``.vec`` overload, i.e. the
+#: argument after ``align_corners`` for the interpolating modes). The backward ops (``<name>_backward``: grad_output,
+#: output_size, input_size, ...) take the same mode.
+UPSAMPLES = {
+    "upsample_nearest1d": ("nearest", 2), "upsample_nearest2d": ("nearest", 2), "upsample_nearest3d": ("nearest", 2),
+    "_upsample_nearest_exact1d": ("nearest", 2), "_upsample_nearest_exact2d": ("nearest", 2),
+    "_upsample_nearest_exact3d": ("nearest", 2), "upsample_linear1d": ("linear", 3),
+    "upsample_bilinear2d": ("bilinear", 3), "_upsample_bilinear2d_aa": ("bilinear", 3),
+    "upsample_bicubic2d": ("bicubic", 3), "_upsample_bicubic2d_aa": ("bicubic", 3),
+    "upsample_trilinear3d": ("trilinear", 3),
+}
+
+
+def _floats(s: str) -> list[float]:
+    return [float(x) for x in re.findall(r"-?\d+(?:\.\d*)?(?:[eE]-?\d+)?", s)]
+
+
+def _map_upsample(base: str, dims: list[list[int]], dtype: str, extra: dict,
+                  out_dims: Sequence[Any]) -> OpMapping | None:
+    """Interpolation (and its backward) as an ``elementwise`` row built by :func:`hybrid.ops.families.upsample_row`.
+    The output map: the execution trace's output shape, else the ``output_size`` argument, else the input's spatial
+    sizes times the ``scale_factors`` (floored, as ATen does); the backward reads its output gradient (the
+    interpolated map) and takes the source map's size from its ``input_size`` argument."""
+    from hybrid.ops.families import upsample_row
+
+    bwd = base.endswith("_backward")
+    name = base[: -len("_backward")] if bwd else base
+    if name not in UPSAMPLES or not dims or len(dims[0]) < 3:
+        return None
+    mode, scale_arg = UPSAMPLES[name]
+    x = dims[0]
+    spatial = len(x) - 2
+    if bwd:
+        source = _ints(_concrete(extra, 2))
+        n_out, n_in = numel(x), (math.prod(source) if len(source) == len(x) else 0)
+        width = x[-1]
+    else:
+        if out_dims and _is_shape(out_dims[0]) and len(out_dims[0]) == len(x):
+            y = out_dims[0]
+        else:
+            size = _concrete(extra, 1)
+            sizes = _ints(size) if "." not in size else []
+            if len(sizes) != spatial:
+                scales = _floats(_concrete(extra, scale_arg))
+                if len(scales) == 1:
+                    scales = scales * spatial
+                if len(scales) != spatial:
+                    return None
+                sizes = [int(math.floor(d * f)) for d, f in zip(x[2:], scales, strict=True)]
+            y = [*x[:2], *sizes]
+        n_in, n_out = numel(x), numel(y)
+        width = y[-1]
+    if n_in <= 0 or n_out <= 0 or width <= 0:
+        return None
+    return OpMapping("op", "upsample", upsample_row(mode, "bwd" if bwd else "fwd", n_in, n_out, dtype,
+                                                    out_width=width))
+
+
 def _pool_out(base: str, x: list[int], extra: dict, k_arg: int) -> list[int] | None:
     """Output shape of a forward pooling from its arguments: kernel, stride (default: the kernel), padding,
     dilation (max pooling) and ceil mode; adaptive pooling: its output size."""
@@ -630,7 +689,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
     if plain in RECURRENT:
         return _map_recurrent(plain, dims, dtype, extra)
     mp = (_map_gemm(plain, tdims, dtype, out_dims) or _map_conv(plain, dims_all, dtype, extra, out_dims)
-          or _map_batch_norm(plain, dims_all, dtype, extra) or _map_pool(plain, dims_all, dtype, extra, out_dims, leaf))
+          or _map_batch_norm(plain, dims_all, dtype, extra) or _map_pool(plain, dims_all, dtype, extra, out_dims, leaf)
+          or _map_upsample(plain, dims_all, dtype, extra, out_dims))
     if mp:
         return mp
     if base in ATTENTION_CAUSAL_ARG:
