@@ -1,7 +1,8 @@
 """CPU self-check of trace-based prediction: real PyTorch models, traced and predicted on this CPU.
 
 For each model (BERT-large and GPT-2 layers, a small Llama, all from ``transformers`` model classes with random
-weights built from config objects, plus a small CNN written in torch), one training step (forward, loss,
+weights built from config objects, plus a small CNN written in torch; ``unet``, not in the default list: a small
+UNet with group norms, skips and nearest / bilinear upsampling), one training step (forward, loss,
 backward, AdamW step) is
 
 1. timed untraced: ``--steps`` steps after ``--warmup`` warm-up steps, median = the *measured* step time;
@@ -15,6 +16,7 @@ single process, and as 2-process DDP with gloo (one trace per rank -> one 2-rank
 measured step times.
 
     python experiments/trace_cpu/run.py [--models bert,gpt2,llama,cnn] [--ddp] [--out results.md] [--json]
+    python experiments/trace_cpu/run.py --models unet --steps 5 --out experiments/trace_cpu/unet_results.md
 """
 
 from __future__ import annotations
@@ -39,7 +41,39 @@ MODELS = {
     "llama": "Llama (hidden 512, 8 heads, 4 KV heads, FFN 1376, SwiGLU, RMSNorm, RoPE), 2 layers, vocab 8192, "
              "batch 2 x seq 128",
     "cnn": "CNN (4 conv3x3+BN+ReLU blocks 32-64-128-256 ch, max-pool, linear 10), batch 16 x 3x64x64",
+    "unet": "UNet (conv3x3+GroupNorm+SiLU blocks 32-64-128 ch, stride-2 conv down, nearest 2x nn.Upsample + skip "
+            "concat up, bilinear 2x output head), batch 4 x 3x64x64, MSE loss",
 }
+#: image models: (inputs, target) from build(), one loss on the model's output
+IMAGE_MODELS = ("cnn", "unet")
+
+
+def _unet(torch):
+    """A small UNet of the kind diffusion and segmentation models use: interpolation, group norm, skips."""
+    nn = torch.nn
+
+    def block(c_in: int, c_out: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), nn.GroupNorm(8, c_out), nn.SiLU())
+
+    class UNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.e1, self.e2, self.mid = block(3, 32), block(32, 64), block(64, 128)
+            self.d1, self.d2 = nn.Conv2d(32, 32, 3, stride=2, padding=1), nn.Conv2d(64, 64, 3, stride=2, padding=1)
+            self.up = nn.Upsample(scale_factor=2, mode="nearest")
+            self.u2, self.u1 = block(128 + 64, 64), block(64 + 32, 32)
+            self.head = nn.Sequential(nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+                                      nn.Conv2d(32, 3, 1))
+
+        def forward(self, x):
+            s1 = self.e1(x)
+            s2 = self.e2(self.d1(s1))
+            m = self.mid(self.d2(s2))
+            y = self.u2(torch.cat([self.up(m), s2], dim=1))
+            y = self.u1(torch.cat([self.up(y), s1], dim=1))
+            return self.head(y)
+
+    return UNet()
 
 
 def build(name: str, attention: str = "eager", seq: int = 128, attn_dropout: float | None = None):
@@ -50,6 +84,10 @@ def build(name: str, attention: str = "eager", seq: int = 128, attn_dropout: flo
     import torch
 
     torch.manual_seed(0)
+    if name == "unet":
+        model = _unet(torch)
+        x, y = torch.randn(4, 3, 64, 64), torch.randn(4, 3, 128, 128)
+        return model, (x,), lambda out: torch.nn.functional.mse_loss(out, y)
     if name == "cnn":
         layers, c = [], 3
         for out in (32, 64, 128, 256):
@@ -99,7 +137,7 @@ def make_step(name: str, ddp: bool = False, attention: str = "eager", seq: int =
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
-    if name == "cnn":
+    if name in IMAGE_MODELS:
         x = built[1][0]
         loss_fn = built[2]
 
