@@ -201,14 +201,17 @@ def _bn_builder(backend: Backend, shape: tuple[int, int, int, int], direction: s
     return build
 
 
+def _build_env(backend: Backend, ws: float, llc: int) -> tuple[Any, Any, Any, Any, int]:
+    """(torch, its aten ops, the device, float32, rotation sets for a working set of ``ws`` bytes) of a case
+    builder."""
+    torch = backend.torch
+    return torch, torch.ops.aten, backend.torch_device, torch.float32, rotation_sets(ws, llc)
+
+
 def _pool_builder(backend: Backend, kind: str, shape: tuple[int, int, int, int], k: int, s: int, p: int,
                   direction: str, ws: float, llc: int):
     def build():
-        torch = backend.torch
-        aten = torch.ops.aten
-        dev = backend.torch_device
-        f32 = torch.float32
-        sets = rotation_sets(ws, llc)
+        torch, aten, dev, f32, sets = _build_env(backend, ws, llc)
         xs = [random_tensor(torch, shape, f32, dev) for _ in range(sets)]
         if kind == "max":
             if direction == "fwd":
@@ -237,11 +240,7 @@ def _upsample_builder(backend: Backend, mode: str, shape: tuple[int, int, int, i
     """``aten::upsample_<mode>2d`` (``align_corners=False``) of an NCHW map to ``out_hw`` x ``out_hw``, or its
     backward: the ops ``F.interpolate`` calls and a trace records."""
     def build():
-        torch = backend.torch
-        aten = torch.ops.aten
-        dev = backend.torch_device
-        f32 = torch.float32
-        sets = rotation_sets(ws, llc)
+        torch, aten, dev, f32, sets = _build_env(backend, ws, llc)
         size = [out_hw, out_hw]
         if direction == "fwd":
             xs = [random_tensor(torch, shape, f32, dev) for _ in range(sets)]
