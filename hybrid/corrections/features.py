@@ -119,6 +119,16 @@ POOL_ELEMENTWISE_CODE = 7
 UPSAMPLE_ELEMENTWISE_CODE = 8
 
 
+def _elementwise_variant_code(variant: str) -> int:
+    """The pointwise ``op_code`` of an ``elementwise`` row of this variant: :data:`UPSAMPLE_ELEMENTWISE_CODE`,
+    :data:`POOL_ELEMENTWISE_CODE`, :data:`INPLACE_ELEMENTWISE_CODE` (first that applies), else 0."""
+    if is_upsample_variant(variant):
+        return UPSAMPLE_ELEMENTWISE_CODE
+    if is_pool_variant(variant):
+        return POOL_ELEMENTWISE_CODE
+    return INPLACE_ELEMENTWISE_CODE if is_inplace_variant(variant) else 0
+
+
 def _log(x: np.ndarray) -> np.ndarray:
     return np.log(np.maximum(np.asarray(x, dtype=np.float64), 1e-30))
 
@@ -260,13 +270,9 @@ def pointwise_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndar
     """:func:`pointwise_columns` as a dict of arrays (op names decided once per distinct op)."""
     op_code = factor_map(table["op"], lambda o: POINTWISE_OPS.get(o, -1), "nan").astype(np.float64)
     if "variant" in table.columns and (op_code == 0).any():
-        inplace = factor_map(table["variant"], lambda v: is_inplace_variant(v), "").astype(bool)
-        pool = factor_map(table["variant"], lambda v: is_pool_variant(v), "").astype(bool)
-        upsample = factor_map(table["variant"], lambda v: is_upsample_variant(v), "").astype(bool)
-        elementwise = op_code == 0
-        op_code = np.where(elementwise & inplace, INPLACE_ELEMENTWISE_CODE, op_code)
-        op_code = np.where(elementwise & pool, POOL_ELEMENTWISE_CODE, op_code)
-        op_code = np.where(elementwise & upsample, UPSAMPLE_ELEMENTWISE_CODE, op_code)
+        # an elementwise row's own code by its variant (interpolation, then pooling, then in-place), once per variant
+        code = factor_map(table["variant"], _elementwise_variant_code, "").astype(np.float64)
+        op_code = np.where(op_code == 0, code, op_code)
     rows = col(table, "rows", np.nan)
     hidden = col(table, "hidden", np.nan)
     elements = col(table, "elements", np.nan)

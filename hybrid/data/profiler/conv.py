@@ -176,10 +176,7 @@ def pool_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> l
 
 def _bn_builder(backend: Backend, shape: tuple[int, int, int, int], direction: str, ws: float, llc: int):
     def build():
-        torch = backend.torch
-        dev = backend.torch_device
-        f32 = torch.float32
-        sets = rotation_sets(ws, llc)
+        torch, aten, dev, f32, sets = _build_env(backend, ws, llc)
         c = shape[1]
         xs = [random_tensor(torch, shape, f32, dev) for _ in range(sets)]
         weight, bias = random_tensor(torch, (c,), f32, dev), random_tensor(torch, (c,), f32, dev)
@@ -187,7 +184,6 @@ def _bn_builder(backend: Backend, shape: tuple[int, int, int, int], direction: s
         if direction == "fwd":
             return (lambda i: torch.nn.functional.batch_norm(xs[i % sets], rm, rv, weight, bias, True, 0.1,
                                                              1e-5)), None
-        aten = torch.ops.aten
         saved = [aten.native_batch_norm(x, weight, bias, rm, rv, True, 0.1, 1e-5) for x in xs]
         grads = [random_tensor(torch, shape, f32, dev) for _ in range(sets)]
 

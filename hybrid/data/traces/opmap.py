@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybrid.data.traces.parse import CUDA_SYNC_CALLS, PG_OP_RE
-from hybrid.ops.families import ACTIVATION_BACKWARD_OPS, ACTIVATION_BWD_FLOPS
+from hybrid.ops.families import (
+    ACTIVATION_BACKWARD_OPS,
+    ACTIVATION_BWD_FLOPS,
+    ELEMENTWISE_VARIANTS,
+    pool_row,
+    upsample_row,
+)
 
 #: Ops that launch no kernel when they are leaves (views, allocation, metadata); a composite op of these names
 #: (``aten::reshape`` that copies, ``aten::to`` that converts) is looked into instead.
@@ -417,8 +423,6 @@ POOLS = {
 def _map_pool(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dims: Sequence[Any],
               leaf: bool) -> OpMapping | None:
     """Pooling (and its backward) as an ``elementwise`` row built by :func:`hybrid.ops.families.pool_row`."""
-    from hybrid.ops.families import pool_row
-
     if base not in POOLS:
         return None
     kind, xi, k_arg, bwd, indices = POOLS[base]
@@ -471,8 +475,6 @@ def _map_upsample(base: str, dims: list[list[int]], dtype: str, extra: dict,
     The output map: the execution trace's output shape, else the ``output_size`` argument, else the input's spatial
     sizes times the ``scale_factors`` (floored, as ATen does); the backward reads its output gradient (the
     interpolated map) and takes the source map's size from its ``input_size`` argument."""
-    from hybrid.ops.families import upsample_row
-
     bwd = base.endswith("_backward")
     name = base[: -len("_backward")] if bwd else base
     if name not in UPSAMPLES or not dims or len(dims[0]) < 3:
@@ -548,8 +550,6 @@ def dropout_row(elements: int, dtype: str, backward: bool = False) -> dict[str, 
     """The one canonical row of a training dropout (forward: draw the mask, scale, multiply; backward: multiply
     the gradient by the mask), whichever ATen op the trace shows: the passes are the ``dropout`` variant's in
     :data:`hybrid.ops.families.ELEMENTWISE_VARIANTS` (forward) and a two-input product (backward)."""
-    from hybrid.ops.families import ELEMENTWISE_VARIANTS
-
     n_in, n_out, fpe = (2, 1, 1.0) if backward else ELEMENTWISE_VARIANTS["dropout"]
     return {"op": "elementwise", "elements": int(elements), "variant": "dropout",
             "direction": "bwd" if backward else "fwd", "n_inputs": float(n_in), "n_outputs": float(n_out),
