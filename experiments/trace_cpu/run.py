@@ -2,7 +2,8 @@
 
 For each model (BERT-large and GPT-2 layers, a small Llama, all from ``transformers`` model classes with random
 weights built from config objects, plus a small CNN written in torch; ``unet``, not in the default list: a small
-UNet with group norms, skips and nearest / bilinear upsampling), one training step (forward, loss,
+UNet with group norms, skips and nearest / bilinear upsampling; ``mixtral``, not in the default list either: a small
+Mixtral mixture of experts with top-2 routing), one training step (forward, loss,
 backward, AdamW step) is
 
 1. timed untraced: ``--steps`` steps after ``--warmup`` warm-up steps, median = the *measured* step time;
@@ -17,6 +18,7 @@ measured step times.
 
     python experiments/trace_cpu/run.py [--models bert,gpt2,llama,cnn] [--ddp] [--out results.md] [--json]
     python experiments/trace_cpu/run.py --models unet --steps 5 --out experiments/trace_cpu/unet_results.md
+    python experiments/trace_cpu/run.py --models mixtral --ddp --steps 10 --out experiments/trace_cpu/moe_results.md
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ MODELS = {
     "cnn": "CNN (4 conv3x3+BN+ReLU blocks 32-64-128-256 ch, max-pool, linear 10), batch 16 x 3x64x64",
     "unet": "UNet (conv3x3+GroupNorm+SiLU blocks 32-64-128 ch, stride-2 conv down, nearest 2x nn.Upsample + skip "
             "concat up, bilinear 2x output head), batch 4 x 3x64x64, MSE loss",
+    "mixtral": "Mixtral MoE (hidden 256, 8 heads, 4 KV heads, 8 experts of FFN 512, top-2 routing, router aux loss), "
+               "2 layers, vocab 4096, batch 2 x seq 128",
 }
 #: image models: (inputs, target) from build(), one loss on the model's output
 IMAGE_MODELS = ("cnn", "unet")
@@ -103,7 +107,8 @@ def build(name: str, attention: str = "eager", seq: int = 128, attn_dropout: flo
     positions = max(512, s)
     drop = {} if attn_dropout is None else {"bert": {"attention_probs_dropout_prob": attn_dropout},
                                             "gpt2": {"attn_pdrop": attn_dropout},
-                                            "llama": {"attention_dropout": attn_dropout}}.get(name, {})
+                                            "llama": {"attention_dropout": attn_dropout},
+                                            "mixtral": {"attention_dropout": attn_dropout}}.get(name, {})
     if name == "bert":
         cfg = tf.BertConfig(hidden_size=1024, num_attention_heads=16, intermediate_size=4096, num_hidden_layers=2,
                             vocab_size=30522, max_position_embeddings=positions, attn_implementation=attention,
@@ -120,6 +125,13 @@ def build(name: str, attention: str = "eager", seq: int = 128, attn_dropout: flo
                              num_hidden_layers=2, vocab_size=8192, max_position_embeddings=positions,
                              attn_implementation=attention, **drop)
         model = tf.LlamaForCausalLM(cfg)
+        vocab = cfg.vocab_size
+    elif name == "mixtral":
+        cfg = tf.MixtralConfig(hidden_size=256, num_attention_heads=8, num_key_value_heads=4, intermediate_size=512,
+                               num_hidden_layers=2, vocab_size=4096, num_local_experts=8, num_experts_per_tok=2,
+                               max_position_embeddings=positions, output_router_logits=True,
+                               attn_implementation=attention, **drop)
+        model = tf.MixtralForCausalLM(cfg)
         vocab = cfg.vocab_size
     else:
         raise SystemExit(f"unknown model {name!r}; known: {', '.join(MODELS)}")

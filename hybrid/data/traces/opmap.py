@@ -40,7 +40,9 @@ VIEW_OPS = frozenset(
     "is_same_size _has_compatible_shallow_copy_type item _local_scalar_dense scalar_tensor "
     "unsafe_split align_tensors broadcast_tensors meshgrid type_as "
     # views an RNN cell splits its gates with (a GRU's per-step ``unsafe_chunk``), and cuDNN's host-side check
-    "unsafe_chunk unsafe_split_with_sizes cudnn_is_acceptable".split())
+    "unsafe_chunk unsafe_split_with_sizes cudnn_is_acceptable "
+    # DDP's views of a flat bucket back into its gradients (``narrow`` + ``view`` per tensor)
+    "unflatten_dense_tensors".split())
 
 #: Elementwise op base name -> (breakdown label, variant, FLOPs per element). Inputs/outputs come from shapes.
 ELEMENTWISE: dict[str, tuple[str, str, float]] = {}
@@ -56,13 +58,16 @@ for _names, _label, _var, _f in (
      "erfinv hypot", "elementwise", "exp", 2.0),
     ("lerp addcmul addcdiv", "elementwise", "add", 2.0),
     ("copy _to_copy clone _copy_from _copy_from_and_resize cat stack index_select gather scatter scatter_add "
-     "index_add index index_put _index_put_impl masked_select repeat constant_pad_nd pad fill zero "
-     "zeros_like ones_like full full_like zeros ones fill_ zero_ new_zeros new_ones new_full "
-     "arange bernoulli uniform normal randn rand "
+     "scatter_reduce index_reduce index_add index index_put _index_put_impl masked_select repeat "
+     "constant_pad_nd pad fill zero zeros_like ones_like full full_like zeros ones fill_ zero_ new_zeros "
+     "new_ones new_full arange linspace logspace bernoulli uniform normal randn rand "
      "masked_scatter embedding_renorm one_hot repeat_interleave index_fill index_copy take take_along_dim",
      "copy", "copy", 0.0),
-    ("sum mean amax amin max min argmax argmin var std norm linalg_vector_norm prod all any cumsum "
-     "var_mean std_mean logsumexp count_nonzero", "reduction", "sum", 1.0),
+    # (histc / bincount: every value read, one bin counted each; nonzero: every value read, the indices of the
+    # non-zero ones written)
+    ("sum mean amax amin max min argmax argmin var std norm linalg_vector_norm prod all any cumsum cumprod "
+     "cummax cummin logcumsumexp var_mean std_mean logsumexp count_nonzero histc bincount nonzero",
+     "reduction", "sum", 1.0),
     ("mse_loss mse_loss_backward l1_loss smooth_l1_loss binary_cross_entropy "
      "binary_cross_entropy_with_logits nll_loss_forward nll_loss_backward nll_loss2d_forward "
      "nll_loss2d_backward", "elementwise", "add", 2.0),
@@ -661,6 +666,55 @@ def _map_attention(base: str, tdims: list[list[int]], dtype: str, extra: dict, l
     return OpMapping("op", "attention", row)
 
 
+#: Ops that order or select values along one dimension (MoE routers' top-k, samplers' and schedulers' sorts) ->
+#: the index of their ``dim`` argument (None: the whole tensor). Each is one row that reads the input once and
+#: writes the selected values and their int64 indices, with the comparisons per value as its FLOPs: log2 of the
+#: sorted length for a sort (a merge or radix sort's passes), 1 + log2(k) for a top-k (a compare with the k-th
+#: best, then an insert into the k kept).
+SELECTS: dict[str, int | None] = {"topk": 2, "kthvalue": 2, "sort": 1, "argsort": 1, "median": 1, "nanmedian": 1,
+                                  "mode": 1, "_unique2": None, "unique_dim": 1}
+
+
+def _map_select(base: str, n_args: int, tdims: list[list[int]], types: Sequence[Any], dtype: str, extra: dict,
+                out_dims: Sequence[Any]) -> OpMapping | None:
+    """The row of one sort or selection (see :data:`SELECTS`); integer keys (a router's expert ids) count their own
+    bytes in the row's passes (the row's dtype is fp32 then). Its backward (``value_selecting_reduction_backward``:
+    a zero-fill and a scatter) is costed from its child ops."""
+    if base not in SELECTS or not tdims:
+        return None
+    x = tdims[0]
+    if numel(x) <= 0:
+        return OpMapping("view", "view")  # nothing to order: no kernel
+    elements = numel(x)
+    whole = SELECTS[base] is None or (base in ("median", "nanmedian") and n_args <= 1)  # median(self): all values
+    length = elements
+    if not whole and x:
+        dim = _ints(_concrete(extra, SELECTS[base]))
+        if base == "sort" and not dim:  # sort.stable(self, *, stable, dim, descending)
+            dim = _ints(_concrete(extra, 2))
+        d = dim[0] if dim else -1
+        length = x[d] if -len(x) <= d < len(x) else x[-1]
+    length = max(int(length), 1)
+    k = None
+    if base in ("topk", "kthvalue"):
+        k = (_ints(_concrete(extra, 1)) or [length if base == "topk" else 1])[0]
+        k = max(1, min(int(k), length))
+    compares = 1.0 + math.log2(k) if base == "topk" else float(max(1.0, math.ceil(math.log2(length))))
+    outs = [numel(d) for d in out_dims if isinstance(d, list) and _is_shape(d)]
+    if not outs:
+        kept = elements // length * (k if base == "topk" else 1 if base in ("kthvalue", "median", "nanmedian",
+                                                                            "mode") else length)
+        outs = [kept] if base == "argsort" else [kept, kept]
+    row_bytes = float(_BYTES.get(dtype, 4))
+    key = (types[0] if types else None) or dtype
+    key = (float(_BYTES.get(str(key), 4)) if key in _BYTES else row_bytes) / row_bytes
+    values, indices = (0, sum(outs)) if base == "argsort" else (outs[0], sum(outs[1:]))
+    n_out = (values * key + indices * 8.0 / row_bytes) / elements
+    return OpMapping("op", "sort", {"op": "elementwise", "elements": int(elements), "variant": "copy",
+                                    "n_inputs": round(key, 4), "n_outputs": round(n_out, 4),
+                                    "flops_per_element": round(compares, 4), "dtype": dtype})
+
+
 def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequence[Any] = (),
            extra: dict[str, Any] | None = None, *, leaf: bool = True, group_size: int = 1) -> OpMapping | None:
     """The family mapping of one traced op (see the module docstring). A pure function: callers that map many
@@ -680,7 +734,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
             return OpMapping("view", "view")  # autograd bookkeeping that launched no kernel
         return None
     base = base_name(name)
-    plain = base.rstrip("_") if base.endswith("_") and not base.startswith("_") else base
+    # an in-place op's name ends in one "_" (``mul_``, ``_index_put_impl_``); operators (``__and__``) are not in-place
+    plain = base.rstrip("_") if base.endswith("_") and not base.startswith("__") else base
     inplace = plain != base
     if base in VIEW_OPS or plain in VIEW_OPS:
         if base == "dropout" and _concrete(extra, 2) == "True" and tdims and not _zero_p(extra):
@@ -767,6 +822,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "optimizer", {"op": "elementwise", "elements": int(max(elements, 1)),
                                              "variant": variant, "n_inputs": float(n_in), "n_outputs": n_out,
                                              "flops_per_element": fpe, "dtype": dtype})
+    if plain in SELECTS:
+        return _map_select(plain, len(dims), tdims, types, dtype, extra, out_dims)
     if plain in ("nll_loss_forward", "nll_loss2d_forward") and len(tdims) >= 2 and numel(tdims[1]) > 0:
         # picks one log-probability per target (a gather): target-sized, not the [N, C] input's size
         return _elementwise("elementwise", "add", 1.0, [tdims[1], tdims[1]], [], dtype, False)
@@ -807,6 +864,13 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
             if math.prod(size) <= 0:
                 return OpMapping("view", "view")  # empty tensor: no kernel
             out_dims = [size]
+        if not tdims and plain in ("linspace", "logspace") and not any(_is_shape(d) and d for d in out_dims):
+            steps = _ints(_concrete(extra, 2))  # linspace(start, end, steps, ...)
+            if not steps:
+                return OpMapping("view", "view") if leaf else None  # steps not recorded
+            if steps[0] <= 0:
+                return OpMapping("view", "view")
+            out_dims = [[steps[0]]]
         if not tdims and plain == "arange" and not any(_is_shape(d) and d for d in out_dims):
             count = arange_count([_concrete(extra, i) for i in range(len(dims))])
             if count is None:
