@@ -161,15 +161,13 @@ def test_same_device_is_refused_for_a_target_of_another_kind(tiny_trace, cpu_cat
 
 
 def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalog):
-    # grid sampling (a spatial transformer's resampling) has no family: listed, and costed at its traced time on
-    # the same CPU; the convolution, batch norm and pooling around it are costed by their families
-    grid = torch.nn.functional.affine_grid(torch.eye(2, 3).repeat(2, 1, 1), [2, 8, 16, 16], align_corners=False)
-
-    class GridSample(torch.nn.Module):
+    # an FFT filter (a Fourier neural operator's spectral layer) has no family: listed, and costed at its traced
+    # time on the same CPU; the convolution, batch norm and pooling around it are costed by their families
+    class Spectral(torch.nn.Module):
         def forward(self, y):
-            return torch.nn.functional.grid_sample(y, grid, align_corners=False)
+            return torch.fft.irfft2(torch.fft.rfft2(y) * 0.5, s=y.shape[-2:])
 
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), GridSample(), torch.nn.ReLU(),
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), Spectral(), torch.nn.ReLU(),
                                 torch.nn.BatchNorm2d(8), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
                                 torch.nn.Linear(8 * 8 * 8, 4))
     x = torch.randn(2, 3, 16, 16)
@@ -177,7 +175,7 @@ def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalo
     it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
     unm = it.unmodelled()
     names = set(unm["name"])
-    assert names and all("grid_sampler" in n for n in names), names
+    assert names and all("fft" in n for n in names), names
     assert not any(n.startswith("autograd::") for n in names)
     assert (unm["measured_us"] > 0).all() and (unm["costed_as"].str.startswith("trace time")).all()
     assert {"conv", "norm", "pool"} <= set(it.units["label"])
@@ -224,15 +222,15 @@ def test_time_of_unmapped_ops_around_costed_ones_is_listed(tmp_path, cpu_catalog
 
 
 def test_kernels_an_unmapped_op_launched_itself_are_kept(tmp_path):
-    """A GPU op nobody maps that zeroes its output through a costed op first (as CUDA's grid-sampler backward does)
+    """A GPU op nobody maps that zeroes its output through a costed op first (as CUDA's ``col2im``, F.fold, does)
     and spends little host time of its own is looked into; its own kernel belonged to no unit and was lost, even
     on the traced GPU. It is an unmodelled unit of its own now: at its traced time there, listed elsewhere."""
     ev = [
         {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": 1, "tid": 1, "ts": 0, "dur": 600},
-        {"ph": "X", "cat": "cpu_op", "name": "aten::grid_sampler_2d_backward", "pid": 1, "tid": 1, "ts": 10,
+        {"ph": "X", "cat": "cpu_op", "name": "aten::col2im", "pid": 1, "tid": 1, "ts": 10,
          "dur": 40, "args": {"External id": 5, "Record function id": 5,
-                             "Input Dims": [[8, 16, 64, 64], [8, 16, 128, 128], [8, 64, 64, 2], [], [], [], []],
-                             "Input type": ["float", "float", "float", "Scalar", "Scalar", "Scalar", ""]}},
+                             "Input Dims": [[8, 144, 16384], [], [], [], [], []],
+                             "Input type": ["float", "", "", "", "", ""]}},
         {"ph": "X", "cat": "cpu_op", "name": "aten::zero_", "pid": 1, "tid": 1, "ts": 12, "dur": 30,
          "args": {"External id": 6, "Record function id": 6, "Input Dims": [[8, 16, 128, 128]],
                   "Input type": ["float"]}},
@@ -241,7 +239,7 @@ def test_kernels_an_unmapped_op_launched_itself_are_kept(tmp_path):
                   "Input type": ["float", "Scalar"]}},
         {"ph": "X", "cat": "kernel", "name": "vectorized_elementwise_kernel", "pid": 0, "tid": 7, "ts": 50,
          "dur": 20, "args": {"External id": 7, "stream": 7, "device": 0}},
-        {"ph": "X", "cat": "kernel", "name": "grid_sampler_2d_backward_kernel", "pid": 0, "tid": 7, "ts": 70,
+        {"ph": "X", "cat": "kernel", "name": "col2im_kernel", "pid": 0, "tid": 7, "ts": 70,
          "dur": 300, "args": {"External id": 5, "stream": 7, "device": 0}},
         {"ph": "X", "cat": "cpu_op", "name": "aten::item", "pid": 1, "tid": 1, "ts": 60, "dur": 320,
          "args": {"External id": 8, "Record function id": 8, "Input Dims": [[]], "Input type": ["float"]}},
@@ -252,7 +250,7 @@ def test_kernels_an_unmapped_op_launched_itself_are_kept(tmp_path):
     tr = load_trace(path)
     u = trace_units(tr)
     assert u["device_us"].sum() == pytest.approx(tr.kernels["dur"].sum())  # every kernel in a unit
-    own = u[(u["name"] == "aten::grid_sampler_2d_backward")].iloc[0]
+    own = u[(u["name"] == "aten::col2im")].iloc[0]
     assert own["kind"] == "unmodelled" and own["device_us"] == 300 and own["dur"] == 0
     it = build_trace_graph([tr], "A100-SXM4-80GB", host="trace")
     pred = predict_trace(it, RooflineCostModel())
@@ -262,7 +260,7 @@ def test_kernels_an_unmapped_op_launched_itself_are_kept(tmp_path):
     assert pred.measured.iteration_us == pytest.approx(42 + 20 + 300 + 220, abs=1e-6)
     s = pred.summary()
     assert s["breakdown_ms"]["unmodelled"] == pytest.approx(0.3)
-    assert s["unmodelled"]["by_name"][0]["name"] == "aten::grid_sampler_2d_backward"
+    assert s["unmodelled"]["by_name"][0]["name"] == "aten::col2im"
     assert s["unmodelled"]["own_time"]["by_name"][0]["measured_ms"] == pytest.approx(0.01)  # 40 - 30 us
     other = predict_trace(build_trace_graph([tr], "H100-SXM"), RooflineCostModel()).summary()
     assert other["unmodelled"]["ops"] == 1 and other["breakdown_ms"].get("unmodelled", 0) == 0
@@ -1258,18 +1256,17 @@ def test_execution_trace_alone_predicts_other_devices_only(tiny_trace, cpu_catal
 
 
 def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace, tmp_path, capsys):
-    """Grid sampling (``grid_sampler_2d``) maps to no op family: on the traced CPU it keeps its traced time, on a
-    GPU it is priced at 0, which was said only in the last line of the text. A warning gives its share of the
+    """FFTs (``_fft_r2c``, ``_fft_c2r``) map to no op family: on the traced CPU they keep their traced time, on a
+    GPU they are priced at 0, which was said only in the last line of the text. A warning gives their share of the
     traced step (here most of it); a step without such ops (the tiny block) gets none."""
     torch.manual_seed(0)
-    grid = torch.nn.functional.affine_grid(torch.eye(2, 3).repeat(2, 1, 1), [2, 4, 128, 128], align_corners=False)
 
-    class GridSample(torch.nn.Module):
+    class Spectral(torch.nn.Module):
         def forward(self, y):
-            return torch.nn.functional.grid_sample(y, grid, mode="bilinear", align_corners=False)
+            return torch.fft.irfft2(torch.fft.rfft2(y), s=y.shape[-2:])
 
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), GridSample())
-    x = torch.randn(2, 3, 32, 32)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), Spectral())
+    x = torch.randn(2, 3, 128, 128)
     paths = record_step(lambda: net(x).sum().backward(), tmp_path / "lstm", warmup=1, measure_overhead=False,
                         memory=False, timed=0)
     warned = {}
@@ -1281,7 +1278,7 @@ def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace,
                                     if "ops no op family models" in w]
     note, = warned["lstm", "H100-SXM"]
     share = float(note.split("%")[0])
-    assert share >= 5 and "aten::grid_sampler_2d" in note and "priced at 0 on this target" in note
+    assert share >= 5 and "aten::_fft_" in note and "priced at 0 on this target" in note
     assert not warned["lstm", CPU] and not warned["tiny", "H100-SXM"] and not warned["tiny", CPU]
 
 

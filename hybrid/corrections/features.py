@@ -21,6 +21,7 @@ from hybrid.ops.families import (
     expected_unique_rows,
     factor_map,
     is_backward,
+    is_grid_sample_variant,
     is_inplace_variant,
     is_pool_variant,
     is_upsample_variant,
@@ -117,11 +118,17 @@ POOL_ELEMENTWISE_CODE = 7
 #: a CPU runs far slower than a copy of the same bytes (a nearest 2x upsample of [4, 8, 64, 64]: 162 us measured,
 #: 7 us as a copy); with its own code it is priced by the rows of its kind only.
 UPSAMPLE_ELEMENTWISE_CODE = 8
+#: Code of a grid-sampling row (variant ``grid_sample_<mode>``, :func:`hybrid.ops.families.grid_sample_row`):
+#: an interpolation whose source points are read from a grid (next to :data:`UPSAMPLE_ELEMENTWISE_CODE`, so that
+#: a device with no grid-sampling rows prices them from its interpolation rows); it keeps its passes and FLOPs.
+GRID_SAMPLE_ELEMENTWISE_CODE = 9
 
 
 def _elementwise_variant_code(variant: str) -> int:
-    """The pointwise ``op_code`` of an ``elementwise`` row of this variant: :data:`UPSAMPLE_ELEMENTWISE_CODE`,
-    :data:`POOL_ELEMENTWISE_CODE`, :data:`INPLACE_ELEMENTWISE_CODE` (first that applies), else 0."""
+    """The pointwise ``op_code`` of an ``elementwise`` row of this variant: :data:`GRID_SAMPLE_ELEMENTWISE_CODE`,
+    :data:`UPSAMPLE_ELEMENTWISE_CODE`, :data:`POOL_ELEMENTWISE_CODE`, :data:`INPLACE_ELEMENTWISE_CODE` (first that applies), else 0."""
+    if is_grid_sample_variant(variant):
+        return GRID_SAMPLE_ELEMENTWISE_CODE
     if is_upsample_variant(variant):
         return UPSAMPLE_ELEMENTWISE_CODE
     if is_pool_variant(variant):
@@ -284,7 +291,7 @@ def pointwise_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndar
     if "elements" in table.columns or (op_code == 0).any():
         n_in, n_out, fpe = elementwise_defaults(table)
         # (interpolation keeps them: its scale is in the source share and its mode in the FLOPs per value)
-        is_elem = (op_code == 0) | (op_code == UPSAMPLE_ELEMENTWISE_CODE)
+        is_elem = (op_code == 0) | (op_code == UPSAMPLE_ELEMENTWISE_CODE) | (op_code == GRID_SAMPLE_ELEMENTWISE_CODE)
         n_in, n_out, fpe = (np.where(is_elem, v, np.nan) for v in (n_in, n_out, fpe))
     else:
         n_in = n_out = fpe = np.full(len(table), np.nan)

@@ -187,6 +187,38 @@ def upsample_row(mode: str, direction: str, in_elements: int, out_elements: int,
     return row
 
 
+GRID_SAMPLE_PREFIX = "grid_sample_"
+
+
+def is_grid_sample_variant(variant: object) -> bool:
+    """True for the elementwise variant of a grid-sampling row (:func:`grid_sample_row`)."""
+    return isinstance(variant, str) and variant_base(variant).startswith(GRID_SAMPLE_PREFIX)
+
+
+def grid_sample_row(mode: str, direction: str, in_elements: int, channels: int, positions: int, dtype: str = "fp32",
+                    out_width: int | None = None, coords: int = 2) -> dict[str, object]:
+    """The canonical ``elementwise`` row of a grid sampling (``F.grid_sample``: ATen's ``grid_sampler_2d/3d``) or
+    its backward: an interpolation (:func:`upsample_row`'s passes and FLOPs for ``mode``) whose output map is
+    ``channels`` x ``positions`` (the grid's points) and whose source points come from the grid, read once more
+    (``coords`` values per point, shared by the channels: ``coords / channels`` per output value; the backward
+    also writes the grid's gradient). Variant ``grid_sample_<mode>``: the kernels compute each point's source
+    indices and weights from the grid, a different loop from an upsampling's (a CPU runs a bilinear grid sample
+    several times faster per value than ``upsample_bilinear2d``'s lines of the same width). The profiler and the
+    trace mapping both build rows with this function."""
+    if channels <= 0 or positions <= 0:
+        raise InvalidInputError(f"grid_sample_row: channels and positions must be positive, got {channels}, "
+                                f"{positions}")
+    if coords not in (2, 3):
+        raise InvalidInputError(f"grid_sample_row: coords must be 2 (2-D) or 3 (3-D), got {coords}")
+    row = upsample_row(mode, direction, in_elements, channels * positions, dtype, out_width=out_width)
+    share = coords / channels
+    row["variant"] = f"{GRID_SAMPLE_PREFIX}{mode}"
+    row["n_inputs"] = round(float(row["n_inputs"]) + share, 4)  # type: ignore[arg-type]
+    if direction == "bwd":
+        row["n_outputs"] = round(float(row["n_outputs"]) + share, 4)  # type: ignore[arg-type]
+    return row
+
+
 def pool_row(kind: str, direction: str, in_elements: int, out_elements: int, window: int, dtype: str = "fp32",
              indices: bool = True) -> dict[str, object]:
     """The canonical ``elementwise`` row of a 2-D max/avg pooling (``kind`` = "max" or "avg") or its backward.

@@ -9,7 +9,8 @@
   indices, 2x2 average pooling and global average pooling, forward and backward (``elementwise`` rows built by
   :func:`hybrid.ops.families.pool_row`, the same rows :mod:`hybrid.data.traces.opmap` gives traced pooling);
   interpolation (``upsample_nearest2d`` 2x and 4x, ``upsample_bilinear2d`` 2x, forward and backward:
-  ``elementwise`` rows of :func:`hybrid.ops.families.upsample_row`, as traced ``F.interpolate`` calls map).
+  ``elementwise`` rows of :func:`hybrid.ops.families.upsample_row`, as traced ``F.interpolate`` calls map; grid
+  sampling as rows of :func:`hybrid.ops.families.grid_sample_row`, as traced ``F.grid_sample`` calls map).
 
 Shapes are NCHW fp32 (plus bf16 for every second convolution on request); the ops are the ones a traced CNN
 training step runs, called with the arguments the trace records.
@@ -24,7 +25,7 @@ import numpy as np
 from hybrid.data.profiler.backend import Backend
 from hybrid.data.profiler.cases import Case, random_tensor
 from hybrid.data.profiler.timing import rotation_sets
-from hybrid.ops.families import pool_row, upsample_row
+from hybrid.ops.families import grid_sample_row, pool_row, upsample_row
 
 #: Forward FLOPs cap of one convolution, and configurations drawn, per (backend, quick).
 CONV_FLOP_CAP = {("cpu", False): 3e9, ("cpu", True): 1e8, ("cuda", False): 2e11, ("cuda", True): 2e10}
@@ -171,6 +172,18 @@ def pool_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int) -> l
                 ws = 4.0 * (n_in + n_out)
                 cases.append(Case("pool", row, _upsample_builder(backend, mode, (n, c, h, h), oh, direction, ws,
                                                                  llc_bytes), ws))
+    for j, (n, c, h) in enumerate(shapes[2::3]):
+        # grid sampling (F.grid_sample on an affine grid: a slight rotation and zoom of the map), bilinear and
+        # nearest, sampled at the map's size and, on every other shape, at twice its size (a warp that upsamples)
+        if h < 4:
+            continue
+        for oh in [h] + ([2 * h] if j % 2 == 0 and n * c * 4 * h * h <= cap else []):
+            for mode in ("bilinear", "nearest"):
+                for direction in ("fwd", "bwd"):
+                    row = grid_sample_row(mode, direction, n * c * h * h, c, n * oh * oh, "fp32", out_width=oh)
+                    ws = 4.0 * (n * c * (h * h + oh * oh) + 2 * n * oh * oh)
+                    cases.append(Case("pool", row, _grid_sample_builder(backend, mode, (n, c, h, h), oh, direction,
+                                                                        ws, llc_bytes), ws))
     return cases
 
 
@@ -247,5 +260,30 @@ def _upsample_builder(backend: Backend, mode: str, shape: tuple[int, int, int, i
         if mode == "nearest":
             return (lambda i: aten.upsample_nearest2d_backward(grads[i % sets], size, list(shape))), None
         return (lambda i: aten.upsample_bilinear2d_backward(grads[i % sets], size, list(shape), False)), None
+
+    return build
+
+
+def _grid_sample_builder(backend: Backend, mode: str, shape: tuple[int, int, int, int], out_hw: int, direction: str,
+                         ws: float, llc: int):
+    """``aten::grid_sampler_2d`` (zeros padding, ``align_corners=False``) of an NCHW map on an ``out_hw`` x
+    ``out_hw`` affine grid (rotated by 0.1 rad, zoomed 0.9x: every point inside the map, neighbours' taps shared as
+    in a real warp), or its backward (input and grid gradients): the ops ``F.grid_sample`` calls and a trace
+    records."""
+    def build():
+        torch, aten, dev, f32, sets = _build_env(backend, ws, llc)
+        n, c = shape[:2]
+        h = w = out_hw
+        a, z = 0.1, 0.9
+        theta = torch.tensor([[z * np.cos(a), -z * np.sin(a), 0.0], [z * np.sin(a), z * np.cos(a), 0.0]],
+                             dtype=f32, device=dev).expand(n, 2, 3)
+        grid = torch.nn.functional.affine_grid(theta, [n, c, h, w], align_corners=False).contiguous()
+        code = {"bilinear": 0, "nearest": 1}[mode]
+        xs = [random_tensor(torch, shape, f32, dev) for _ in range(sets)]
+        if direction == "fwd":
+            return (lambda i: aten.grid_sampler_2d(xs[i % sets], grid, code, 0, False)), None
+        grads = [random_tensor(torch, (n, c, h, w), f32, dev) for _ in range(sets)]
+        return (lambda i: aten.grid_sampler_2d_backward(grads[i % sets], xs[i % sets], grid, code, 0, False,
+                                                        [True, True])), None
 
     return build

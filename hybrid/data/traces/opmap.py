@@ -25,6 +25,7 @@ from hybrid.ops.families import (
     ACTIVATION_BACKWARD_OPS,
     ACTIVATION_BWD_FLOPS,
     ELEMENTWISE_VARIANTS,
+    grid_sample_row,
     pool_row,
     upsample_row,
 )
@@ -41,8 +42,8 @@ VIEW_OPS = frozenset(
     "unsafe_split align_tensors broadcast_tensors meshgrid type_as "
     # views an RNN cell splits its gates with (a GRU's per-step ``unsafe_chunk``), and cuDNN's host-side check
     "unsafe_chunk unsafe_split_with_sizes cudnn_is_acceptable "
-    # DDP's views of a flat bucket back into its gradients (``narrow`` + ``view`` per tensor)
-    "unflatten_dense_tensors".split())
+    # DDP's views of a flat bucket back into its gradients (``narrow`` + ``view`` per tensor); complex views
+    "unflatten_dense_tensors real imag view_as_real view_as_complex conj _conj".split())
 
 #: Elementwise op base name -> (breakdown label, variant, FLOPs per element). Inputs/outputs come from shapes.
 ELEMENTWISE: dict[str, tuple[str, str, float]] = {}
@@ -513,6 +514,46 @@ def _map_upsample(base: str, dims: list[list[int]], dtype: str, extra: dict,
                                                     out_width=width))
 
 
+#: Grid sampling (``F.grid_sample``: spatial transformers, deformable attention, optical-flow warps) -> (spatial
+#: dims, ``interpolation_mode`` argument index or None, arguments of (grad_output, input, grid) in the backward)
+GRID_SAMPLERS = {"grid_sampler_2d": (2, 2), "_grid_sampler_2d_cpu_fallback": (2, 2), "grid_sampler_3d": (3, 2),
+                 "cudnn_grid_sampler": (2, None), "grid_sampler_2d_backward": (2, 3),
+                 "_grid_sampler_2d_cpu_fallback_backward": (2, 3), "grid_sampler_3d_backward": (3, 3),
+                 "cudnn_grid_sampler_backward": (2, None)}
+#: ``interpolation_mode`` codes of the grid samplers -> the interpolation whose taps they read (2-D; 3-D bilinear
+#: is trilinear)
+GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+
+
+def _map_grid_sample(base: str, dims: list[list[int]], dtype: str, extra: dict) -> OpMapping | None:
+    """Grid sampling (and its backward) as the row :func:`hybrid.ops.families.grid_sample_row` builds: every output
+    value gathers its mode's taps from the input at the point its grid entry names, so the interpolated map is
+    [N, C, *grid's spatial sizes]."""
+    if base not in GRID_SAMPLERS:
+        return None
+    spatial, mode_arg = GRID_SAMPLERS[base]
+    bwd = base.endswith("_backward")
+    # (input, grid) argument indices: backward(grad_output, input, grid, ...), cuDNN's backward(input, grid, grad)
+    at = (1, 2) if bwd and base != "cudnn_grid_sampler_backward" else (0, 1)
+    x = dims[at[0]] if len(dims) > at[0] else []
+    grid = dims[at[1]] if len(dims) > at[1] else []
+    if len(x) != spatial + 2 or len(grid) != spatial + 2 or grid[-1] != spatial or grid[0] != x[0]:
+        return None
+    code = _first_int(_concrete(extra, mode_arg), 0) if mode_arg is not None else 0
+    mode = GRID_MODES.get(code)
+    if mode is None:
+        return None
+    if spatial == 3 and mode == "bilinear":
+        mode = "trilinear"
+    if spatial == 3 and mode == "bicubic":
+        return None  # (ATen has no 3-D bicubic grid sampling)
+    positions = numel(grid[:-1])
+    if numel(x) <= 0 or positions <= 0:
+        return OpMapping("view", "view")
+    return OpMapping("op", "grid_sample", grid_sample_row(mode, "bwd" if bwd else "fwd", numel(x), x[1], positions,
+                                                          dtype, out_width=grid[-2], coords=spatial))
+
+
 def _pool_out(base: str, x: list[int], extra: dict, k_arg: int) -> list[int] | None:
     """Output shape of a forward pooling from its arguments: kernel, stride (default: the kernel), padding,
     dilation (max pooling) and ceil mode; adaptive pooling: its output size."""
@@ -745,7 +786,7 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return _map_recurrent(plain, dims, dtype, extra)
     mp = (_map_gemm(plain, tdims, dtype, out_dims) or _map_conv(plain, dims_all, dtype, extra, out_dims)
           or _map_batch_norm(plain, dims_all, dtype, extra) or _map_pool(plain, dims_all, dtype, extra, out_dims, leaf)
-          or _map_upsample(plain, dims_all, dtype, extra, out_dims))
+          or _map_upsample(plain, dims_all, dtype, extra, out_dims) or _map_grid_sample(plain, dims_all, dtype, extra))
     if mp:
         return mp
     if base in ATTENTION_CAUSAL_ARG:
