@@ -126,7 +126,8 @@ GRID_SAMPLE_ELEMENTWISE_CODE = 9
 
 def _elementwise_variant_code(variant: str) -> int:
     """The pointwise ``op_code`` of an ``elementwise`` row of this variant: :data:`GRID_SAMPLE_ELEMENTWISE_CODE`,
-    :data:`UPSAMPLE_ELEMENTWISE_CODE`, :data:`POOL_ELEMENTWISE_CODE`, :data:`INPLACE_ELEMENTWISE_CODE` (first that applies), else 0."""
+    :data:`UPSAMPLE_ELEMENTWISE_CODE`, :data:`POOL_ELEMENTWISE_CODE`, :data:`INPLACE_ELEMENTWISE_CODE` (first that
+    applies), else 0."""
     if is_grid_sample_variant(variant):
         return GRID_SAMPLE_ELEMENTWISE_CODE
     if is_upsample_variant(variant):

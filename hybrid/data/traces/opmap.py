@@ -514,8 +514,8 @@ def _map_upsample(base: str, dims: list[list[int]], dtype: str, extra: dict,
                                                     out_width=width))
 
 
-#: Grid sampling (``F.grid_sample``: spatial transformers, deformable attention, optical-flow warps) -> (spatial
-#: dims, ``interpolation_mode`` argument index or None, arguments of (grad_output, input, grid) in the backward)
+#: Grid sampling (``F.grid_sample``: spatial transformers, deformable attention, optical-flow warps) and its
+#: backward -> (spatial dims, index of the ``interpolation_mode`` argument; None: cuDNN's, bilinear only)
 GRID_SAMPLERS = {"grid_sampler_2d": (2, 2), "_grid_sampler_2d_cpu_fallback": (2, 2), "grid_sampler_3d": (3, 2),
                  "cudnn_grid_sampler": (2, None), "grid_sampler_2d_backward": (2, 3),
                  "_grid_sampler_2d_cpu_fallback_backward": (2, 3), "grid_sampler_3d_backward": (3, 3),
@@ -709,9 +709,10 @@ def _map_attention(base: str, tdims: list[list[int]], dtype: str, extra: dict, l
 
 #: Ops that order or select values along one dimension (MoE routers' top-k, samplers' and schedulers' sorts) ->
 #: the index of their ``dim`` argument (None: the whole tensor). Each is one row that reads the input once and
-#: writes the selected values and their int64 indices, with the comparisons per value as its FLOPs: log2 of the
-#: sorted length for a sort (a merge or radix sort's passes), 1 + log2(k) for a top-k (a compare with the k-th
-#: best, then an insert into the k kept).
+#: writes the selected values and their int64 indices, with the comparisons per value as its FLOPs: 1 + log2(k) for
+#: a top-k (a compare with the k-th best, then an insert into the k kept), log2 of the length otherwise (a sort's
+#: passes; ``kthvalue``, ``median`` and ``mode`` priced as a sort of their dimension, which PyTorch's GPU kernels
+#: do or radix-select in as many passes, and an upper bound for a CPU's quickselect).
 SELECTS: dict[str, int | None] = {"topk": 2, "kthvalue": 2, "sort": 1, "argsort": 1, "median": 1, "nanmedian": 1,
                                   "mode": 1, "_unique2": None, "unique_dim": 1}
 
@@ -747,8 +748,8 @@ def _map_select(base: str, n_args: int, tdims: list[list[int]], types: Sequence[
                                                                             "mode") else length)
         outs = [kept] if base == "argsort" else [kept, kept]
     row_bytes = float(_BYTES.get(dtype, 4))
-    key = (types[0] if types else None) or dtype
-    key = (float(_BYTES.get(str(key), 4)) if key in _BYTES else row_bytes) / row_bytes
+    key_type = str(types[0]) if types and types[0] else dtype
+    key = _BYTES.get(key_type, row_bytes) / row_bytes  # the keys' bytes in units of the row's dtype
     values, indices = (0, sum(outs)) if base == "argsort" else (outs[0], sum(outs[1:]))
     n_out = (values * key + indices * 8.0 / row_bytes) / elements
     return OpMapping("op", "sort", {"op": "elementwise", "elements": int(elements), "variant": "copy",
