@@ -68,6 +68,9 @@ def test_routing_helpers_and_leading_underscore_in_place_ops_are_mapped():
     lin = _row("aten::linspace", [[], [], [], []], [None] * 4, concrete=["0.", "7.", "9", ""])
     assert lin[1]["elements"] == 9 and lin[1]["n_inputs"] == 0.0
     assert map_op("aten::linspace", [[], [], [], []], [None] * 4, [], {"concrete": ["0.", "7.", "0", ""]}).kind == "view"
+    # sub-pixel shuffles are one permuted copy of their input
+    ps = _row("aten::pixel_shuffle", [[2, 16, 16, 16], []], ["fp32", None], [[2, 4, 32, 32]], ["", "2"])
+    assert ps[0] == "copy" and (ps[1]["elements"], ps[1]["n_inputs"], ps[1]["n_outputs"]) == (8192, 1.0, 1.0)
     # operators keep their names: __and__ is not an in-place "__and"
     assert map_op("aten::__and__", [[4], [4]], ["bool", "bool"], [[4]], {}) is None
 

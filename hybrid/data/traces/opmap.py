@@ -62,7 +62,9 @@ for _names, _label, _var, _f in (
      "scatter_reduce index_reduce index_add index index_put _index_put_impl masked_select repeat "
      "constant_pad_nd pad fill zero zeros_like ones_like full full_like zeros ones fill_ zero_ new_zeros "
      "new_ones new_full arange linspace logspace bernoulli uniform normal randn rand "
-     "masked_scatter embedding_renorm one_hot repeat_interleave index_fill index_copy take take_along_dim",
+     "masked_scatter embedding_renorm one_hot repeat_interleave index_fill index_copy take take_along_dim "
+     # permuted copies: sub-pixel convolution's shuffles (super-resolution, VAE decoders), ShuffleNet's channels
+     "pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle",
      "copy", "copy", 0.0),
     # (histc / bincount: every value read, one bin counted each; nonzero: every value read, the indices of the
     # non-zero ones written)
