@@ -98,3 +98,29 @@ def load_experiment():
         return mod
 
     return load
+
+
+@pytest.fixture(scope="session")
+def cpu_variant_holdout():
+    """A held-out check on the committed CPU profile: ``fit(prefix)`` fits a pointwise model (200 trees, depth 6)
+    on its pointwise rows without a random quarter (seed 0) of those whose variant starts with ``prefix`` and
+    returns ``(model, held-out rows, catalog, the prefix's rows)``."""
+    import numpy as np
+
+    from hybrid.corrections import PointwiseXGB, XGBParams
+    from hybrid.data.bundle import load_bundle
+    from hybrid.ops.roofline import roofline
+
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+
+    def fit(prefix: str):
+        table, cat = load_bundle(bundle)
+        pw = table[table["op"].isin(["elementwise", "layernorm", "rmsnorm", "softmax", "batchnorm"])]
+        pw = pw.reset_index(drop=True)
+        mine = pw["variant"].astype("string").str.startswith(prefix, na=False).to_numpy()
+        test = mine & (np.random.default_rng(0).random(len(pw)) < 0.25)
+        train, held = pw[~test].reset_index(drop=True), pw[test].reset_index(drop=True)
+        model = PointwiseXGB(XGBParams(n_estimators=200, max_depth=6)).fit(train, roofline(train, cat), cat)
+        return model, held, cat, pw[mine]
+
+    return fit

@@ -11,13 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybrid.corrections import PointwiseXGB, XGBParams
 from hybrid.corrections.features import (
     GRID_SAMPLE_ELEMENTWISE_CODE,
     UPSAMPLE_ELEMENTWISE_CODE,
     pointwise_columns,
 )
-from hybrid.data.bundle import load_bundle
 from hybrid.data.traces.opmap import map_op
 from hybrid.errors import InvalidInputError
 from hybrid.ops.families import (
@@ -124,18 +122,12 @@ def test_the_profiler_times_grid_sampling_on_this_cpu():
                                                                 rel=1e-3)
 
 
-def test_the_cpu_profile_prices_held_out_grid_sampling():
+def test_the_cpu_profile_prices_held_out_grid_sampling(cpu_variant_holdout):
     """The committed CPU profile's grid-sampling rows (appended 2026-12-05): a pointwise model fitted without a
     quarter of them prices those within a factor of two (18% geomean on this draw), and better than the same rows
     priced as interpolations (30%: the reason grid sampling has its own op code)."""
-    table, cat = load_bundle(BUNDLE)
-    pw = table[table["op"].isin(["elementwise", "layernorm", "rmsnorm", "softmax", "batchnorm"])].reset_index(drop=True)
-    grid = pw["variant"].astype("string").str.startswith("grid_sample_", na=False).to_numpy()
-    assert grid.sum() >= 150 and set(pw.loc[grid, "direction"]) == {"fwd", "bwd"}
-    rng = np.random.default_rng(0)
-    test = grid & (rng.random(len(pw)) < 0.25)
-    train, held = pw[~test].reset_index(drop=True), pw[test].reset_index(drop=True)
-    model = PointwiseXGB(XGBParams(n_estimators=200, max_depth=6)).fit(train, roofline(train, cat), cat)
+    model, held, cat, grid = cpu_variant_holdout("grid_sample_")
+    assert len(grid) >= 150 and set(grid["direction"]) == {"fwd", "bwd"}
     measured = held["time_us"].to_numpy(dtype=np.float64)
 
     def gm(pred):

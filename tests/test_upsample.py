@@ -10,9 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hybrid.corrections import PointwiseXGB, XGBParams
 from hybrid.corrections.features import UPSAMPLE_ELEMENTWISE_CODE, pointwise_columns
-from hybrid.data.bundle import load_bundle
 from hybrid.data.traces.opmap import map_op
 from hybrid.errors import InvalidInputError
 from hybrid.ops.families import FAMILIES, is_upsample_variant, upsample_row
@@ -96,19 +94,12 @@ def test_interpolation_rows_get_their_own_code_and_keep_their_passes(catalog):
     assert f["log_hidden"].iloc[0] == pytest.approx(np.log(1024)) and np.isnan(f["log_hidden"].iloc[1])
 
 
-def test_the_cpu_profile_prices_held_out_interpolations():
+def test_the_cpu_profile_prices_held_out_interpolations(cpu_variant_holdout):
     """The committed CPU profile's interpolation rows (appended 2026-12-05): a pointwise model fitted without a
     quarter of them prices those within a factor of two, where a copy of the same bytes is several times faster
     than measured (the reason interpolation has its own op code)."""
-    table, cat = load_bundle(BUNDLE)
-    pw = table[table["op"].isin(["elementwise", "layernorm", "rmsnorm", "softmax", "batchnorm"])].reset_index(drop=True)
-    up = pw["variant"].astype("string").str.startswith("upsample_", na=False).to_numpy()
-    assert up.sum() >= 60 and set(pw.loc[up, "direction"]) == {"fwd", "bwd"}
-    rng = np.random.default_rng(0)
-    test = up & (rng.random(len(pw)) < 0.25)
-    train = pw[~test].reset_index(drop=True)
-    held = pw[test].reset_index(drop=True)
-    model = PointwiseXGB(XGBParams(n_estimators=200, max_depth=6)).fit(train, roofline(train, cat), cat)
+    model, held, cat, up = cpu_variant_holdout("upsample_")
+    assert len(up) >= 60 and set(up["direction"]) == {"fwd", "bwd"}
     pred = model.predict(held, roofline(held, cat), cat)
     ratio = pred / held["time_us"].to_numpy(dtype=np.float64)
     assert np.exp(np.mean(np.abs(np.log(ratio)))) < 1.6, ratio
