@@ -539,7 +539,8 @@ def _map_grid_sample(base: str, dims: list[list[int]], dtype: str, extra: dict) 
     at = (1, 2) if bwd and base != "cudnn_grid_sampler_backward" else (0, 1)
     x = dims[at[0]] if len(dims) > at[0] else []
     grid = dims[at[1]] if len(dims) > at[1] else []
-    if len(x) != spatial + 2 or len(grid) != spatial + 2 or grid[-1] != spatial or grid[0] != x[0]:
+    if (len(x) != spatial + 2 or len(grid) != spatial + 2 or grid[-1] != spatial or grid[0] != x[0]
+            or min(x + grid) < 0):
         return None
     code = _first_int(_concrete(extra, mode_arg), 0) if mode_arg is not None else 0
     mode = GRID_MODES.get(code)
