@@ -89,8 +89,15 @@ def test_unseen_gpus_priced_no_further_from_roofline_than_the_fitted_gpu(h200):
     with_envelope = _kernel_ratio(model, rows, base, catalog)
     fitted = with_envelope[-1]
     assert without[0] > 5 * fitted  # the H20, priced by the transfer booster: ~20x its memory bound
-    assert (with_envelope[:-1] <= fitted * (1 + 1e-6)).all(), dict(zip(rows["device"], with_envelope.round(2),
-                                                                    strict=True))
+    # rows whose roofline is under the host dispatch the prediction includes are left to the trees (the B200's
+    # 21 us decode under ~29 us of learned dispatch: the host, not the GPU, sets its time); every other unseen GPU
+    # is bounded by the fitted one
+    host_bound = base["time_us"].to_numpy() < model.host_part_us(rows, base, catalog)
+    assert host_bound[:-1].sum() <= 1 and not host_bound[-1]
+    assert np.isinf(model.envelope_log_ratio(rows, base, catalog)[host_bound]).all()
+    bounded = with_envelope[:-1][~host_bound[:-1]]
+    assert len(bounded) >= 5 and (bounded <= fitted * (1 + 1e-6)).all(), dict(
+        zip(rows["device"], with_envelope.round(2), strict=True))
     assert with_envelope[-1] == without[-1]  # the fitted GPU itself is not touched
 
 
