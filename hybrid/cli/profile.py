@@ -49,8 +49,8 @@ def _parse_ranks(value: str | None) -> tuple[int, ...] | None:
 def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: str | None, only: str | None,
             threads: int | None, seed: int, force_cpu: bool, clock: str, skip_existing: tuple[Path, ...],
             kernel_times: bool, force: bool, no_progress: bool) -> None:
-    """Measure GEMM/GEMV, elementwise, norms, softmax, convolutions, batch norm, pooling and interpolation,
-    embedding-bag lookups (fwd+bwd), optimizer steps and collectives on this machine and write a bundle:
+    """Measure GEMM/GEMV, elementwise, norms, softmax, convolutions, batch norm, pooling, interpolation and grid
+    sampling, embedding-bag lookups (fwd+bwd), optimizer steps and collectives on this machine and write a bundle:
     measurements.csv (canonical table), catalog.toml (the measured device/system), meta.json (machine, versions,
     ceilings, durations). Needs PyTorch (the `profile` extra)."""
     from hybrid.data.profiler.runner import ProfileOptions, run_profile

@@ -278,7 +278,7 @@ def pointwise_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndar
     """:func:`pointwise_columns` as a dict of arrays (op names decided once per distinct op)."""
     op_code = factor_map(table["op"], lambda o: POINTWISE_OPS.get(o, -1), "nan").astype(np.float64)
     if "variant" in table.columns and (op_code == 0).any():
-        # an elementwise row's own code by its variant (interpolation, then pooling, then in-place), once per variant
+        # an elementwise row's own code by its variant (_elementwise_variant_code), decided once per variant
         code = factor_map(table["variant"], _elementwise_variant_code, "").astype(np.float64)
         op_code = np.where(op_code == 0, code, op_code)
     rows = col(table, "rows", np.nan)
@@ -291,8 +291,8 @@ def pointwise_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndar
     elements = np.where(np.isnan(elements), rows * hidden, elements)
     if "elements" in table.columns or (op_code == 0).any():
         n_in, n_out, fpe = elementwise_defaults(table)
-        # (interpolation keeps them: its scale is in the source share and its mode in the FLOPs per value)
-        is_elem = (op_code == 0) | (op_code == UPSAMPLE_ELEMENTWISE_CODE) | (op_code == GRID_SAMPLE_ELEMENTWISE_CODE)
+        # (interpolation and grid sampling keep them: the scale is in the source share, the mode in the FLOPs)
+        is_elem = np.isin(op_code, (0, UPSAMPLE_ELEMENTWISE_CODE, GRID_SAMPLE_ELEMENTWISE_CODE))
         n_in, n_out, fpe = (np.where(is_elem, v, np.nan) for v in (n_in, n_out, fpe))
     else:
         n_in = n_out = fpe = np.full(len(table), np.nan)
