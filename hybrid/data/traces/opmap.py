@@ -43,7 +43,9 @@ VIEW_OPS = frozenset(
     # views an RNN cell splits its gates with (a GRU's per-step ``unsafe_chunk``), and cuDNN's host-side check
     "unsafe_chunk unsafe_split_with_sizes cudnn_is_acceptable "
     # DDP's views of a flat bucket back into its gradients (``narrow`` + ``view`` per tensor); complex views
-    "unflatten_dense_tensors real imag view_as_real view_as_complex conj _conj".split())
+    "unflatten_dense_tensors real imag view_as_real view_as_complex conj _conj "
+    # transposed and split views (Falcon's and CLIP's ``.T``, Mamba's ``tensor_split``)
+    "numpy_T mT mH adjoint matrix_H swapdims moveaxis tensor_split hsplit vsplit dsplit".split())
 
 #: Elementwise op base name -> (breakdown label, variant, FLOPs per element). Inputs/outputs come from shapes.
 ELEMENTWISE: dict[str, tuple[str, str, float]] = {}
@@ -869,7 +871,9 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
                                              "flops_per_element": fpe, "dtype": dtype})
     if plain in SELECTS:
         return _map_select(plain, len(dims), tdims, types, dtype, extra, out_dims)
-    if plain in ("nll_loss_forward", "nll_loss2d_forward") and len(tdims) >= 2 and numel(tdims[1]) > 0:
+    if (plain in ("nll_loss_forward", "nll_loss2d_forward", "nll_loss", "nll_loss_nd", "nll_loss2d")
+            and len(tdims) >= 2 and numel(tdims[1]) > 0):
+        # (the composites take the same arguments; an execution trace has recorded ``nll_loss`` without children)
         # picks one log-probability per target (a gather): target-sized, not the [N, C] input's size
         return _elementwise("elementwise", "add", 1.0, [tdims[1], tdims[1]], [], dtype, False)
     if plain in ("nll_loss_backward", "nll_loss2d_backward") and len(tdims) >= 3 and numel(tdims[1]) > 0:

@@ -1,0 +1,104 @@
+"""Trace coverage beyond the benchmark models: transposed / split views, the loss composites, composites whose one
+slow call looks like a kernel of its own, and real traced steps of architectures with those ops (Falcon's ``.T``,
+Mamba's ``tensor_split``) that leave nothing unmodelled (``experiments/trace_zoo`` runs 23 architectures)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hybrid.data.traces import load_traces
+from hybrid.data.traces.opmap import map_op
+from hybrid.workloads.trace_graph import trace_units
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = ROOT / "datasets" / "cpu-amd-epyc-1c"
+CPU = "cpu-amd-epyc-1c"
+
+
+@pytest.mark.parametrize("name", ["aten::numpy_T", "aten::mT", "aten::adjoint", "aten::tensor_split",
+                                  "aten::hsplit", "aten::swapdims", "aten::moveaxis"])
+def test_transposed_and_split_views_launch_nothing(name):
+    mp = map_op(name, [[96, 64]], ["float"], [], {})
+    assert mp is not None and mp.kind == "view"
+    # a composite of them (not a leaf) is looked into, as every view is
+    assert map_op(name, [[96, 64]], ["float"], [], {}, leaf=False) is None
+
+
+@pytest.mark.parametrize("name", ["aten::nll_loss", "aten::nll_loss_nd"])
+def test_the_loss_composites_cost_what_their_forward_costs(name):
+    """An execution trace has recorded ``aten::nll_loss`` without its children: it is the gather of one value per
+    target that ``nll_loss_forward`` is, not the [N, vocab] input's size and not an unmodelled op."""
+    dims, types = [[64, 128], [64], [], [], []], ["float", "long", None, None, None]
+    fwd = map_op("aten::nll_loss_forward", dims, types, [], {})
+    mp = map_op(name, dims, types, [], {})
+    assert mp is not None and mp.kind == "op" and mp.row == fwd.row
+    assert mp.row["elements"] == 64  # one per target, not 64 x 128
+
+
+def _x(name, ts, dur, **args):
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+
+def _slice_backward(ts: float, dur: float) -> list[dict]:
+    g, full = {"Input Dims": [[2, 4, 32, 4]], "Input type": ["float"]}, [[2, 4, 32, 8]]
+    return [_x("aten::slice_backward", ts, dur, **g),
+            _x("aten::zeros", ts + 1, 20), _x("aten::zero_", ts + 2, 8, **{"Input Dims": full, "Input type": ["float"]}),
+            _x("aten::copy_", ts + dur - 14, 12, **{"Input Dims": [[2, 4, 32, 4], [2, 4, 32, 4]],
+                                                     "Input type": ["float", "float"]})]
+
+
+def test_one_slow_call_of_a_composite_is_still_looked_into(tmp_path):
+    """A composite whose first call spends most of its time outside its children (a first call's dispatch and
+    recording) is judged by its calls' median: looked into like its other calls, its zero-fill and copy costed,
+    not one unmodelled unit. An unmapped op that spends most of every call outside its children stays one unit."""
+    ev = [_x("ProfilerStep#0", 0, 2000)]
+    ev += _slice_backward(10, 232)  # self share 0.83
+    ev += _slice_backward(300, 60)  # self share 0.33
+    ev += _slice_backward(400, 58)
+    for ts in (600, 800):  # a kernel with a helper, every call: self share 0.9
+        ev += [_x("aten::_my_kernel", ts, 100, **{"Input Dims": [[64]], "Input type": ["float"]}),
+               _x("aten::zero_", ts + 1, 10, **{"Input Dims": [[64]], "Input type": ["float"]})]
+    path = tmp_path / "kineto_rank0.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "record_shapes": 1, "traceEvents": ev}))
+    units = trace_units(load_traces([str(path)])[0])
+    assert "aten::slice_backward" not in set(units["name"])
+    assert (units["name"] == "aten::zeros").sum() == 3 and (units["name"] == "aten::copy_").sum() == 3
+    mine = units[units["name"] == "aten::_my_kernel"]
+    assert len(mine) == 2 and (mine["kind"] == "unmodelled").all()
+
+
+@pytest.mark.parametrize("arch", ["falcon", "mamba"])
+def test_a_traced_step_of_these_architectures_leaves_nothing_unmodelled(tmp_path, capsys, arch):
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    if not hasattr(tf, "FalconConfig") or not hasattr(tf, "MambaConfig"):
+        pytest.skip("transformers without Falcon / Mamba")
+    from hybrid.cli.main import main as cli_main
+    from hybrid.data.traces.record import record_step
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        if arch == "falcon":
+            cfg = tf.FalconConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4)
+            model = tf.FalconForCausalLM(cfg)
+        else:
+            cfg = tf.MambaConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, state_size=8)
+            model = tf.MambaForCausalLM(cfg)
+        ids = torch.randint(0, 100, (2, 32))
+        record_step(lambda: model(input_ids=ids, labels=ids).loss.backward(), tmp_path, warmup=1, timed=1,
+                    measure_overhead=False)
+    finally:
+        torch.set_num_threads(threads)
+    names = set()
+    for t in load_traces(sorted(str(p) for p in tmp_path.glob("*.json"))):
+        names |= set(t.ops["name"])
+    assert ("aten::numpy_T" if arch == "falcon" else "aten::tensor_split") in names  # the op this test is about
+    assert cli_main(["trace", "predict", str(tmp_path), "--device", CPU, "--bundle", str(BUNDLE), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["unmodelled"]["ops"] == 0, out["unmodelled"]
+    assert out["predicted_ms"] > 0
