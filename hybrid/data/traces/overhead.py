@@ -89,9 +89,12 @@ def input_counts(dims: Any) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------ measuring
-def _loops(device: str) -> dict[str, Callable[[], None]]:
-    """Three small loops bodies: views (host only), an in-place add (one launch on a GPU) and a tensor-list op
-    (one event with many inputs on a GPU; on a CPU the fallback runs one add per tensor)."""
+def _loops(device: str) -> dict[str, tuple[Callable[[], None], int]]:
+    """Four small loop bodies, each with its share of the iterations (a divisor): views (host only), an in-place
+    add (one launch on a GPU), a tensor-list op (one event with many inputs on a GPU; on a CPU the fallback runs
+    one add per tensor) and a tiny training step (a two-layer MLP's forward and backward: modules, autograd
+    nodes and the ops a real step records, ~120 events; real steps cost more per event than the three bare
+    loops, e.g. 10.8 against 7-10 us on a 2-core EPYC VM, so without it the fit fell short of them)."""
     import torch
 
     x = torch.zeros(16, device=device)
@@ -106,7 +109,14 @@ def _loops(device: str) -> dict[str, Callable[[], None]]:
     def foreach() -> None:
         torch._foreach_add_(xs, 1.0)
 
-    return {"views": views, "add": add, "foreach": foreach}
+    net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
+                              torch.nn.Linear(16, 4)).to(device)
+    inp = torch.randn(4, 16, device=device)
+
+    def step() -> None:
+        net(inp).sum().backward()
+
+    return {"views": (views, 1), "add": (add, 1), "foreach": (foreach, 1), "step": (step, 10)}
 
 
 def _time_loop(body: Callable[[], None], iters: int, sync: Callable[[], None]) -> float:
@@ -131,8 +141,8 @@ def measure_profiler_overhead(device: str = "cpu", execution_trace: bool = True,
                               repeats: int = 3) -> ProfilerOverhead:
     """Fit :class:`ProfilerOverhead` on this machine for steps on ``device`` (``"cpu"`` or ``"cuda"``), recorded
     as :func:`hybrid.data.traces.record.trace_step` records them (shapes, CUDA activity on a GPU, and the
-    execution-trace observer when ``execution_trace``). Each loop runs ``iters`` iterations; the untraced time is
-    the fastest of ``2 * repeats`` runs, the traced one the fastest of ``repeats``. Takes well under a second."""
+    execution-trace observer when ``execution_trace``). Each loop runs ``iters`` iterations (the training step a tenth of them); the untraced time is
+    the fastest of ``2 * repeats`` runs, the traced one the fastest of ``repeats``. Takes 1-2 s."""
     import torch
     from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
 
@@ -149,10 +159,11 @@ def measure_profiler_overhead(device: str = "cpu", execution_trace: bool = True,
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     rows, rhs, loops = [], [], {}
     with tempfile.TemporaryDirectory(prefix="hybrid-overhead-") as tmp:
-        for name, body in _loops(device).items():
-            for _ in range(max(3, iters // 20)):  # warm-up: allocator, kernels, dispatch caches
+        for name, (body, share) in _loops(device).items():
+            n = max(10, iters // share)
+            for _ in range(max(3, n // 20)):  # warm-up: allocator, kernels, dispatch caches
                 body()
-            plain = min(_time_loop(body, iters, sync) for _ in range(2 * repeats))
+            plain = min(_time_loop(body, n, sync) for _ in range(2 * repeats))
             traced, counted = np.inf, None
             for r in range(repeats):
                 et = ExecutionTraceObserver().register_callback(os.path.join(tmp, f"et_{name}_{r}.json")) \
@@ -161,7 +172,7 @@ def measure_profiler_overhead(device: str = "cpu", execution_trace: bool = True,
                     if et is not None:
                         et.start()
                     with record_function("ProfilerStep#0"):
-                        dt = _time_loop(body, iters, sync)
+                        dt = _time_loop(body, n, sync)
                     if et is not None:
                         et.stop()
                 if et is not None:
@@ -171,12 +182,12 @@ def measure_profiler_overhead(device: str = "cpu", execution_trace: bool = True,
                     counted = Path(tmp) / f"kineto_{name}.json"
                     prof.export_chrome_trace(str(counted))
             events, inputs, launches = _counts(counted)
-            per_iter = np.array([events, inputs, launches]) / iters
-            extra = max(traced - plain, 0.0) / iters * 1e6
+            per_iter = np.array([events, inputs, launches]) / n
+            extra = max(traced - plain, 0.0) / n * 1e6
             rows.append(per_iter)
             rhs.append(extra)
             loops[name] = {"events": per_iter[0], "inputs": per_iter[1], "launches": per_iter[2], "extra_us": extra,
-                           "untraced_us": plain / iters * 1e6}
+                           "untraced_us": plain / n * 1e6}
     from scipy.optimize import nnls
 
     a = np.asarray(rows)
