@@ -2,9 +2,9 @@
 
 Issue 10 asks that a user can predict *any* PyTorch model from its traces. ``experiments/trace_cpu`` checks the
 accuracy on four models at useful sizes; this benchmark checks the breadth: one training step (forward, loss,
-backward) of each of 23 architectures from the ``transformers`` model classes (random weights from config
-objects, no downloads: encoders, decoders, encoder-decoders, vision and speech models, mixture of experts, a
-state-space model), each one layer or stage, hidden size 16-64, batch 2, is
+backward) of each of 43 architectures from the ``transformers`` model classes (random weights from config objects,
+no downloads: encoders, decoders, encoder-decoders, sparse and linear attention, vision and speech models, mixture
+of experts, a state-space model), each one layer or stage, hidden size 16-64, batch 2, is
 
 1. recorded with :func:`hybrid.data.traces.record.record_step` (``--warmup`` warm-up steps, ``--timed`` untraced
    steps whose median is the *untraced* step time, then one traced step; one intra-op thread);
@@ -92,6 +92,33 @@ def _segformer(tf: Any, torch: Any) -> Callable[[], None]:
     return lambda: model(pixel_values=x, labels=y).loss.backward()
 
 
+def _classify(tf: Any, torch: Any, cfg: str, cls: str, seq: int = S, **kw: Any) -> Callable[[], None]:
+    model = getattr(tf, cls)(getattr(tf, cfg)(**kw))
+    ids, y = torch.randint(0, 100, (B, seq)), torch.randint(0, 2, (B,))
+    return lambda: model(input_ids=ids, labels=y).loss.backward()
+
+
+def _lm_len(tf: Any, torch: Any, seq: int, cfg: str, cls: str, **kw: Any) -> Callable[[], None]:
+    model = getattr(tf, cls)(getattr(tf, cfg)(**kw))
+    ids = torch.randint(0, 100, (B, seq))
+    return lambda: model(input_ids=ids, labels=ids).loss.backward()
+
+
+def _image_size(tf: Any, torch: Any, size: int, cfg: str, cls: str, **kw: Any) -> Callable[[], None]:
+    model = getattr(tf, cls)(getattr(tf, cfg)(**kw))
+    x, y = torch.randn(B, 3, size, size), torch.randint(0, 10, (B,))
+    return lambda: model(pixel_values=x, labels=y).loss.backward()
+
+
+def _hubert(tf: Any, torch: Any) -> Callable[[], None]:
+    cfg = tf.HubertConfig(vocab_size=32, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                          intermediate_size=128, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+                          num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+    model = tf.HubertForCTC(cfg)
+    x, ids = torch.randn(B, 4000), torch.randint(1, 30, (B, 8))
+    return lambda: model(input_values=x, labels=ids).loss.backward()
+
+
 SMALL = {"vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
          "intermediate_size": 128, "max_position_embeddings": 64}
 
@@ -150,6 +177,67 @@ MODELS: dict[str, tuple[str, Callable[[Any, Any], Callable[[], None]]]] = {
     "clip": ("CLIP (contrastive text + vision)", _clip),
     "whisper": ("Whisper (conv front end, encoder-decoder)", _whisper),
     "wav2vec2": ("wav2vec 2.0 (conv feature encoder, CTC loss)", _wav2vec2),
+    "fnet": ("FNet (Fourier token mixing)", lambda tf, t: _classify(
+        tf, t, "FNetConfig", "FNetForSequenceClassification", vocab_size=128, hidden_size=64, num_hidden_layers=1,
+        intermediate_size=128, max_position_embeddings=64)),
+    "convbert": ("ConvBERT (span-based dynamic convolution, unfold)", lambda tf, t: _lm(
+        tf, t, "ConvBertConfig", "ConvBertForMaskedLM", **SMALL)),
+    "funnel": ("Funnel Transformer (pooled sequence)", lambda tf, t: _classify(
+        tf, t, "FunnelConfig", "FunnelForSequenceClassification", vocab_size=128, d_model=64, n_head=4, d_head=16,
+        d_inner=128, block_sizes=[1, 1], num_decoder_layers=1)),
+    "longformer": ("Longformer (sliding-window attention, seq 64)", lambda tf, t: _lm_len(
+        tf, t, 64, "LongformerConfig", "LongformerForMaskedLM", attention_window=16, vocab_size=128,
+        hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
+        max_position_embeddings=130)),
+    "led": ("LED (Longformer encoder-decoder, seq 64)", lambda tf, t: _lm_len(
+        tf, t, 64, "LEDConfig", "LEDForConditionalGeneration", vocab_size=128, d_model=64, encoder_layers=1,
+        decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+        decoder_ffn_dim=128, attention_window=16, max_encoder_position_embeddings=128,
+        max_decoder_position_embeddings=128)),
+    "bigbird": ("BigBird (block-sparse attention, seq 256)", lambda tf, t: _lm_len(
+        tf, t, 256, "BigBirdConfig", "BigBirdForMaskedLM", attention_type="block_sparse", block_size=16,
+        num_random_blocks=2, vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=512)),
+    "reformer": ("Reformer (LSH + local attention, reversible, seq 64)", lambda tf, t: _lm_len(
+        tf, t, 64, "ReformerConfig", "ReformerModelWithLMHead", vocab_size=128, hidden_size=64,
+        num_attention_heads=2, attention_head_size=16, feed_forward_size=128, attn_layers=["lsh", "local"],
+        axial_pos_shape=[8, 8], axial_pos_embds_dim=[32, 32], max_position_embeddings=64, is_decoder=True,
+        lsh_attn_chunk_length=16, local_attn_chunk_length=16, num_buckets=4, num_hashes=1)),
+    "nystromformer": ("Nystromformer (landmark attention, seq 64)", lambda tf, t: _lm_len(
+        tf, t, 64, "NystromformerConfig", "NystromformerForMaskedLM", num_landmarks=8, segment_means_seq_len=64,
+        **{**SMALL, "max_position_embeddings": 128})),
+    "squeezebert": ("SqueezeBERT (grouped 1-D convolutions)", lambda tf, t: _lm(
+        tf, t, "SqueezeBertConfig", "SqueezeBertForMaskedLM", vocab_size=128, hidden_size=64, num_hidden_layers=1,
+        num_attention_heads=4, intermediate_size=128, embedding_size=64, max_position_embeddings=64)),
+    "albert": ("ALBERT (factorised embeddings)", lambda tf, t: _lm(tf, t, "AlbertConfig", "AlbertForMaskedLM",
+                                                                   embedding_size=32, **SMALL)),
+    "electra": ("ELECTRA generator", lambda tf, t: _lm(tf, t, "ElectraConfig", "ElectraForMaskedLM",
+                                                       embedding_size=32, **SMALL)),
+    "mpnet": ("MPNet (relative position buckets)", lambda tf, t: _lm(tf, t, "MPNetConfig", "MPNetForMaskedLM",
+                                                                     **SMALL)),
+    "deit": ("DeiT", lambda tf, t: _image(tf, t, "DeiTConfig", "DeiTForImageClassification", hidden_size=64,
+                                         num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
+                                         image_size=32, patch_size=8, num_labels=10)),
+    "beit": ("BEiT (relative position bias)", lambda tf, t: _image(
+        tf, t, "BeitConfig", "BeitForImageClassification", hidden_size=64, num_hidden_layers=1,
+        num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=10,
+        use_relative_position_bias=True)),
+    "levit": ("LeViT (attention biases, 64x64)", lambda tf, t: _image_size(
+        tf, t, 64, "LevitConfig", "LevitForImageClassification", image_size=64, hidden_sizes=[32, 48, 64],
+        num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8], num_labels=10)),
+    "poolformer": ("PoolFormer (average-pool token mixing)", lambda tf, t: _image(
+        tf, t, "PoolFormerConfig", "PoolFormerForImageClassification", hidden_sizes=[16, 32, 48, 64],
+        depths=[1, 1, 1, 1], num_labels=10)),
+    "resnet": ("ResNet (batch norm)", lambda tf, t: _image(
+        tf, t, "ResNetConfig", "ResNetForImageClassification", hidden_sizes=[16, 32], depths=[1, 1],
+        embedding_size=16, num_labels=10)),
+    "regnet": ("RegNet (grouped convolutions, squeeze-excitation)", lambda tf, t: _image(
+        tf, t, "RegNetConfig", "RegNetForImageClassification", hidden_sizes=[16, 32], depths=[1, 1],
+        embedding_size=16, groups_width=8, num_labels=10)),
+    "mobilenetv2": ("MobileNetV2 (depthwise separable)", lambda tf, t: _image(
+        tf, t, "MobileNetV2Config", "MobileNetV2ForImageClassification", depth_multiplier=0.35, image_size=32,
+        num_labels=10)),
+    "hubert": ("HuBERT (conv feature encoder, CTC loss)", _hubert),
 }
 
 

@@ -5,7 +5,8 @@ the trace has them) and answers with an :class:`OpMapping`:
 
 * ``kind="op"``: a row of the canonical measurement table (``op`` + the family's shape columns + ``dtype``)
   that any :class:`~hybrid.engine.costs.OpCostModel` can cost on any device, and a breakdown ``label`` (gemm,
-  attention, norm, softmax, dropout, embedding, elementwise, reduction, optimizer, copy);
+  attention, conv, norm, softmax, dropout, embedding, elementwise, reduction, optimizer, copy, pool, upsample,
+  grid_sample, sort, fold, fft);
 * ``kind="collective"``: a collective (``op`` = all_reduce, ..., ``size_bytes`` in the nccl-tests convention);
 * ``kind="view"``: an op that launches no kernel (views, ``empty``, metadata): host time only;
 * ``None``: not mapped here. The graph builder then looks inside the op (a composite op's children are mapped
@@ -613,6 +614,55 @@ def _rows_hidden(x: list[int]) -> tuple[int, int]:
     return max(1, math.prod(x[:-1])), x[-1]
 
 
+#: FFT ops (``torch.fft``: FNet's token mixing, spectral convolutions, FFT-based long convolutions)
+FFTS = frozenset({"_fft_c2c", "_fft_r2c", "_fft_c2r"})
+
+
+def _map_fft(plain: str, tdims: list[list[int]], types: Sequence[Any], extra: dict[str, Any],
+             out_dims: Sequence[Any]) -> OpMapping | None:
+    """An FFT as one elementwise row over its real-side values (complex-to-complex: its complex values): the input
+    read and the output written once (a complex value is two floats) and ``5 log2 L`` FLOPs per complex value, half
+    that for a real transform (``L``: the transformed length, the product of the transformed dimensions'; the
+    radix-2 count). No profile times FFTs: the trees price the row as the arithmetic rows nearest in features (on
+    the project's CPU, 6 transforms of 4 Ki to 3 Mi values: 0.21-0.90x of measured, the lowest a real transform
+    along a strided dimension)."""
+    if not tdims or numel(tdims[0]) <= 0:
+        return None
+    src = tdims[0]
+    dims = [d % len(src) for d in _ints(_concrete(extra, 1))] if src else []
+    if not dims:
+        return None
+    double = any(isinstance(t, str) and ("Double" in t or t == "fp64") for t in types[:1])
+    dtype = "fp64" if double else "fp32"
+    out = next((d for d in out_dims if _is_shape(d) and d), None)
+    if plain == "_fft_c2c":
+        n_real, n_in, n_out = numel(src), 2.0, 2.0
+        length = math.prod(src[d] for d in dims)
+        per = 5.0
+    elif plain == "_fft_r2c":
+        onesided = _concrete(extra, 3) not in ("False", "0")
+        half = [*src[:dims[-1]], src[dims[-1]] // 2 + 1, *src[dims[-1] + 1:]] if onesided else src
+        spectrum = numel(out) if out is not None else numel(half)
+        n_real, n_in, n_out = numel(src), 1.0, 2.0 * spectrum / max(numel(src), 1)
+        length = math.prod(src[d] for d in dims)
+        per = 2.5
+    else:  # _fft_c2r: a half spectrum in, the real signal of last_dim_size (argument 3) out
+        last = (_ints(_concrete(extra, 3)) or [0])[0]
+        if out is None and last <= 0:
+            return None
+        full = out if out is not None else [*src[:dims[-1]], last, *src[dims[-1] + 1:]]
+        n_real = numel(full)
+        n_in, n_out = 2.0 * numel(src) / max(n_real, 1), 1.0
+        length = math.prod(full[d] for d in dims)
+        per = 2.5
+    if n_real <= 0 or length <= 0:
+        return OpMapping("view", "view")
+    return OpMapping("op", "fft", {"op": "elementwise", "elements": int(n_real), "variant": "add",
+                                   "n_inputs": round(n_in, 4), "n_outputs": round(n_out, 4),
+                                   "flops_per_element": round(per * math.log2(max(length, 2)), 4),
+                                   "dtype": dtype})
+
+
 def _map_fold(plain: str, tdims: list[list[int]], dtype: str, extra: dict[str, Any],
               out_dims: Sequence[Any]) -> OpMapping | None:
     """``im2col`` (``F.unfold``: every sliding window's values gathered into a column) and ``col2im`` (``F.fold``:
@@ -921,6 +971,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(n), "variant": "copy",
                                                "n_inputs": round(2.0 * t / n, 4), "n_outputs": 1.0,
                                                "flops_per_element": 0.0, "dtype": dtype})
+    if plain in FFTS:
+        return _map_fft(plain, tdims, types, extra, out_dims)
     if plain in ("im2col", "col2im"):
         return _map_fold(plain, tdims, dtype, extra, out_dims)
     if plain in CONCAT_OPS and dims and isinstance(dims[0], list) and dims[0] and all(_is_shape(x) for x in dims[0]):
