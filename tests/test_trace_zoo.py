@@ -45,7 +45,8 @@ def _x(name, ts, dur, **args):
 def _slice_backward(ts: float, dur: float) -> list[dict]:
     g, full = {"Input Dims": [[2, 4, 32, 4]], "Input type": ["float"]}, [[2, 4, 32, 8]]
     return [_x("aten::slice_backward", ts, dur, **g),
-            _x("aten::zeros", ts + 1, 20), _x("aten::zero_", ts + 2, 8, **{"Input Dims": full, "Input type": ["float"]}),
+            _x("aten::zeros", ts + 1, 20),
+            _x("aten::zero_", ts + 2, 8, **{"Input Dims": full, "Input type": ["float"]}),
             _x("aten::copy_", ts + dur - 14, 12, **{"Input Dims": [[2, 4, 32, 4], [2, 4, 32, 4]],
                                                      "Input type": ["float", "float"]})]
 
@@ -194,7 +195,11 @@ def test_ffts_are_one_arithmetic_row_with_the_radix_2_flop_count():
     assert c2r["elements"] == 4096 and c2r["n_outputs"] == 1.0 and c2r["flops_per_element"] == r2c["flops_per_element"]
     # no transformed dimensions recorded, or no output size for a complex-to-real: not guessed at
     assert map_op("aten::_fft_c2c", [[2, 32, 64], [], [], []], [None] * 4, [], {}) is None
-    assert map_op("aten::_fft_c2r", [[2, 32, 33], [], [], []], [None] * 4, [], {"concrete": ['', '[2]', '0', '']}) is None
+    assert map_op("aten::_fft_c2r", [[2, 32, 33], [], [], []], [None] * 4, [],
+                  {"concrete": ['', '[2]', '0', '']}) is None
+    # a transformed dimension the tensor does not have
+    assert map_op("aten::_fft_c2c", [[2, 32, 64], [], [], []], [None] * 4, [],
+                  {"concrete": ['', '[1, 3]', '0', 'True']}) is None
 
 
 def test_a_traced_fnet_step_leaves_nothing_unmodelled(tmp_path, capsys):

@@ -6,12 +6,13 @@ A traced step is slower on the host than the same step untraced: ``torch.profile
 PyTorch, so a traced host time is no estimate of the untraced one: the project's H100 / H200 traces spend 3-5x
 more host time traced than their untraced steps take (``experiments/trace_gpu``).
 
-:func:`measure_profiler_overhead` times three small op loops with and without the recording configuration the
-step used, and fits the cost per recorded event, per recorded input and per kernel launch (non-negative least
-squares over the loops). :func:`trace_step <hybrid.data.traces.record.trace_step>` stores the result in the
-Chrome trace (metadata ``hybrid_profiler_overhead``), and the graph builder takes it off each traced host time
-(``hybrid.workloads.trace_costing.HostCosting``). Events are counted as :mod:`hybrid.data.traces.parse` counts
-them (rows of ``RankTrace.ops`` inside the step), so the loops and a real step are measured alike.
+:func:`measure_profiler_overhead` times four small op loops (the last a tiny training step) with and without the
+recording configuration the step used, and fits the cost per recorded event, per recorded input and per kernel
+launch (non-negative least squares over the loops). :func:`trace_step <hybrid.data.traces.record.trace_step>`
+stores the result in the Chrome trace (metadata ``hybrid_profiler_overhead``), and the graph builder takes it off
+each traced host time (``hybrid.workloads.trace_costing.HostCosting``). Events are counted as
+:mod:`hybrid.data.traces.parse` counts them (rows of ``RankTrace.ops`` inside the step), so the loops and a real
+step are measured alike.
 """
 
 from __future__ import annotations
@@ -141,8 +142,9 @@ def measure_profiler_overhead(device: str = "cpu", execution_trace: bool = True,
                               repeats: int = 3) -> ProfilerOverhead:
     """Fit :class:`ProfilerOverhead` on this machine for steps on ``device`` (``"cpu"`` or ``"cuda"``), recorded
     as :func:`hybrid.data.traces.record.trace_step` records them (shapes, CUDA activity on a GPU, and the
-    execution-trace observer when ``execution_trace``). Each loop runs ``iters`` iterations (the training step a tenth of them); the untraced time is
-    the fastest of ``2 * repeats`` runs, the traced one the median of ``repeats``. Takes 1-2 s."""
+    execution-trace observer when ``execution_trace``). Each loop runs ``iters`` iterations (the training step a
+    tenth of them); the untraced time is the fastest of ``2 * repeats`` runs, the traced one the median of
+    ``repeats``. Takes 1-2 s."""
     import torch
     from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
 
