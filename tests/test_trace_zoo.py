@@ -36,6 +36,9 @@ def test_the_loss_composites_cost_what_their_forward_costs(name):
     mp = map_op(name, dims, types, [], {})
     assert mp is not None and mp.kind == "op" and mp.row == fwd.row
     assert mp.row["elements"] == 64  # one per target, not 64 x 128
+    # with children it is looked into (under autocast, bf16 ``nll_loss`` casts its [N, vocab] input to fp32 first:
+    # a copy kernel that a gather-sized row would hide)
+    assert map_op(name, dims, types, [], {}, leaf=False) is None
 
 
 def _x(name, ts, dur, **args):

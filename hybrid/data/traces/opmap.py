@@ -961,9 +961,11 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
                                              "flops_per_element": fpe, "dtype": dtype})
     if plain in SELECTS:
         return _map_select(plain, len(dims), tdims, types, dtype, extra, out_dims)
-    if (plain in ("nll_loss_forward", "nll_loss2d_forward", "nll_loss", "nll_loss_nd", "nll_loss2d")
+    if ((plain in ("nll_loss_forward", "nll_loss2d_forward")
+         or (leaf and plain in ("nll_loss", "nll_loss_nd", "nll_loss2d")))
             and len(tdims) >= 2 and numel(tdims[1]) > 0):
-        # (the composites take the same arguments; an execution trace has recorded ``nll_loss`` without children)
+        # (the composites take the same arguments; an execution trace has recorded ``nll_loss`` without children.
+        # With children they are looked into: under autocast ``nll_loss`` casts its [N, vocab] input first)
         # picks one log-probability per target (a gather): target-sized, not the [N, C] input's size
         return _elementwise("elementwise", "add", 1.0, [tdims[1], tdims[1]], [], dtype, False)
     if plain in ("nll_loss_backward", "nll_loss2d_backward") and len(tdims) >= 3 and numel(tdims[1]) > 0:
