@@ -4,9 +4,12 @@ Mamba's ``tensor_split``) that leave nothing unmodelled (``experiments/trace_zoo
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from hybrid.data.traces import load_traces
@@ -16,6 +19,53 @@ from hybrid.workloads.trace_graph import trace_units
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "datasets" / "cpu-amd-epyc-1c"
 CPU = "cpu-amd-epyc-1c"
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """One intra-op thread, as the committed CPU profile was measured; the caller's count restored."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield torch
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _traced_step_predicted(build, tmp_path, capsys) -> dict:
+    """Record one step of ``build(torch)`` (one thread) and ``hybrid trace predict`` it on this CPU: its JSON."""
+    from hybrid.cli.main import main as cli_main
+    from hybrid.data.traces.record import record_step
+
+    with _one_thread() as torch:
+        torch.manual_seed(0)
+        record_step(build(torch), tmp_path, warmup=1, timed=1, measure_overhead=False)
+    assert cli_main(["trace", "predict", str(tmp_path), "--device", CPU, "--bundle", str(BUNDLE), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _median_us(fn, warmup: int = 2, runs: int = 9) -> float:
+    import time
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e6
+
+
+@pytest.fixture(scope="module")
+def cpu_model():
+    """A HybridPredictor fitted on the committed CPU profile (no FFT or fold/unfold rows in it)."""
+    from hybrid.corrections.predictor import HybridPredictor
+    from hybrid.data.bundle import load_bundle
+
+    table, cat = load_bundle(BUNDLE)
+    return HybridPredictor(catalog=cat).fit(table)
 
 
 @pytest.mark.parametrize("name", ["aten::numpy_T", "aten::mT", "aten::adjoint", "aten::tensor_split",
@@ -76,34 +126,25 @@ def test_one_slow_call_of_a_composite_is_still_looked_into(tmp_path):
 
 @pytest.mark.parametrize("arch", ["falcon", "mamba"])
 def test_a_traced_step_of_these_architectures_leaves_nothing_unmodelled(tmp_path, capsys, arch):
-    torch = pytest.importorskip("torch")
     tf = pytest.importorskip("transformers")
     if not hasattr(tf, "FalconConfig") or not hasattr(tf, "MambaConfig"):
         pytest.skip("transformers without Falcon / Mamba")
-    from hybrid.cli.main import main as cli_main
-    from hybrid.data.traces.record import record_step
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        torch.manual_seed(0)
+    def build(torch):
         if arch == "falcon":
-            cfg = tf.FalconConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4)
-            model = tf.FalconForCausalLM(cfg)
+            model = tf.FalconForCausalLM(tf.FalconConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1,
+                                                         num_attention_heads=4))
         else:
-            cfg = tf.MambaConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1, state_size=8)
-            model = tf.MambaForCausalLM(cfg)
+            model = tf.MambaForCausalLM(tf.MambaConfig(vocab_size=128, hidden_size=64, num_hidden_layers=1,
+                                                       state_size=8))
         ids = torch.randint(0, 100, (2, 32))
-        record_step(lambda: model(input_ids=ids, labels=ids).loss.backward(), tmp_path, warmup=1, timed=1,
-                    measure_overhead=False)
-    finally:
-        torch.set_num_threads(threads)
+        return lambda: model(input_ids=ids, labels=ids).loss.backward()
+
+    out = _traced_step_predicted(build, tmp_path, capsys)
     names = set()
     for t in load_traces(sorted(str(p) for p in tmp_path.glob("*.json"))):
         names |= set(t.ops["name"])
     assert ("aten::numpy_T" if arch == "falcon" else "aten::tensor_split") in names  # the op this test is about
-    assert cli_main(["trace", "predict", str(tmp_path), "--device", CPU, "--bundle", str(BUNDLE), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
     assert out["unmodelled"]["ops"] == 0, out["unmodelled"]
     assert out["predicted_ms"] > 0
 
@@ -135,45 +176,19 @@ def test_unfold_and_fold_are_nearest_interpolation_rows_over_the_columns():
     assert map_op("aten::col2im", cols, ["float"] + [None] * 5, [], {"concrete": bad}) is None
 
 
-def test_unfold_and_fold_on_this_cpu_within_a_loose_factor_of_their_time():
+def test_unfold_and_fold_on_this_cpu_within_a_loose_factor_of_their_time(cpu_model):
     """F.unfold / F.fold of a 16 x 128 x 14 x 14 map (3x3, stride 2), timed here, against the CPU profile's model:
     within 4x (0.33x and 0.63x measured on the project's VM; as plain copies they were 0.05x and 0.14x)."""
-    torch = pytest.importorskip("torch")
-    import time
-
-    import numpy as np
-    import pandas as pd
-
-    from hybrid.corrections.predictor import HybridPredictor
-    from hybrid.data.bundle import load_bundle
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread() as torch:
         x = torch.randn(16, 128, 14, 14)
         cols = torch.nn.functional.unfold(x, 3, padding=1, stride=2)
-
-        def best(fn):
-            for _ in range(3):
-                fn()
-            times = []
-            for _ in range(15):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return float(np.median(times)) * 1e6
-
-        measured = [best(lambda: torch.nn.functional.unfold(x, 3, padding=1, stride=2)),
-                    best(lambda: torch.nn.functional.fold(cols, (14, 14), 3, padding=1, stride=2))]
-    finally:
-        torch.set_num_threads(threads)
+        measured = [_median_us(lambda: torch.nn.functional.unfold(x, 3, padding=1, stride=2)),
+                    _median_us(lambda: torch.nn.functional.fold(cols, (14, 14), 3, padding=1, stride=2))]
     rows = [map_op("aten::im2col", [[16, 128, 14, 14], [], [], [], []], ["float"] + [None] * 4,
                    [list(cols.shape)], {"concrete": ['', '[3, 3]', '[1, 1]', '[1, 1]', '[2, 2]']}).row,
             map_op("aten::col2im", [list(cols.shape), [], [], [], [], []], ["float"] + [None] * 5, [[16, 128, 14, 14]],
                    {"concrete": ['', '[14, 14]', '[3, 3]', '[1, 1]', '[1, 1]', '[2, 2]']}).row]
-    table, cat = load_bundle(BUNDLE)
-    pred = HybridPredictor(catalog=cat).fit(table)
-    out = pred.predict(pd.DataFrame([{**r, "device": CPU} for r in rows]))["time_us"].to_numpy()
+    out = cpu_model.predict(pd.DataFrame([{**r, "device": CPU} for r in rows]))["time_us"].to_numpy()
     ratio = out / np.asarray(measured)
     assert ((ratio > 0.25) & (ratio < 4.0)).all(), (out, measured)
 
@@ -206,66 +221,32 @@ def test_ffts_are_one_arithmetic_row_with_the_radix_2_flop_count():
 
 
 def test_a_traced_fnet_step_leaves_nothing_unmodelled(tmp_path, capsys):
-    torch = pytest.importorskip("torch")
     tf = pytest.importorskip("transformers")
     if not hasattr(tf, "FNetConfig"):
         pytest.skip("transformers without FNet")
-    from hybrid.cli.main import main as cli_main
-    from hybrid.data.traces.record import record_step
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        torch.manual_seed(0)
+    def build(torch):
         model = tf.FNetForSequenceClassification(tf.FNetConfig(
             vocab_size=128, hidden_size=64, num_hidden_layers=1, intermediate_size=128, max_position_embeddings=64))
         ids, y = torch.randint(0, 100, (2, 32)), torch.randint(0, 2, (2,))
-        record_step(lambda: model(input_ids=ids, labels=y).loss.backward(), tmp_path, warmup=1, timed=1,
-                    measure_overhead=False)
-    finally:
-        torch.set_num_threads(threads)
-    assert cli_main(["trace", "predict", str(tmp_path), "--device", CPU, "--bundle", str(BUNDLE), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+        return lambda: model(input_ids=ids, labels=y).loss.backward()
+
+    out = _traced_step_predicted(build, tmp_path, capsys)
     assert out["unmodelled"]["ops"] == 0, out["unmodelled"]
     assert out["breakdown_ms"]["fft"] > 0 and out["breakdown_measured_ms"]["fft"] > 0
 
 
-def test_ffts_on_this_cpu_within_a_loose_factor_of_their_time():
+def test_ffts_on_this_cpu_within_a_loose_factor_of_their_time(cpu_model):
     """A complex FFT over [512, 768] of 8 maps and a one-sided real FFT along 65,536 values of 64 rows, timed here,
     against the CPU profile's model (no FFT in it): within 6x (0.78x and 0.37x measured on the project's VM)."""
-    torch = pytest.importorskip("torch")
-    import time
-
-    import numpy as np
-    import pandas as pd
-
-    from hybrid.corrections.predictor import HybridPredictor
-    from hybrid.data.bundle import load_bundle
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread() as torch:
         z, r = torch.randn(8, 512, 768, dtype=torch.complex64), torch.randn(64, 65536)
-
-        def med(fn):
-            for _ in range(2):
-                fn()
-            times = []
-            for _ in range(7):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return float(np.median(times)) * 1e6
-
-        measured = [med(lambda: torch.fft.fftn(z, dim=(1, 2))), med(lambda: torch.fft.rfft(r, dim=1))]
-    finally:
-        torch.set_num_threads(threads)
+        measured = [_median_us(lambda: torch.fft.fftn(z, dim=(1, 2)), runs=7),
+                    _median_us(lambda: torch.fft.rfft(r, dim=1), runs=7)]
     rows = [map_op("aten::_fft_c2c", [[8, 512, 768], [], [], []], [None] * 4, [[8, 512, 768]],
                    {"concrete": ['', '[1, 2]', '0', 'True']}).row,
             map_op("aten::_fft_r2c", [[64, 65536], [], [], []], ["float", None, None, None], [[64, 32769]],
                    {"concrete": ['', '[1]', '0', 'True']}).row]
-    table, cat = load_bundle(BUNDLE)
-    pred = HybridPredictor(catalog=cat).fit(table)
-    out = pred.predict(pd.DataFrame([{**row, "device": CPU} for row in rows]))["time_us"].to_numpy()
+    out = cpu_model.predict(pd.DataFrame([{**row, "device": CPU} for row in rows]))["time_us"].to_numpy()
     ratio = out / np.asarray(measured)
     assert ((ratio > 1 / 6) & (ratio < 4.0)).all(), (out, measured)

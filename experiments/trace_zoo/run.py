@@ -36,15 +36,15 @@ BUNDLE = ROOT / "datasets" / "cpu-amd-epyc-1c"
 B, S = 2, 32  # batch, sequence length
 
 
-def _lm(tf: Any, torch: Any, cfg: str, cls: str, **kw: Any) -> Callable[[], None]:
+def _lm(tf: Any, torch: Any, cfg: str, cls: str, seq: int = S, **kw: Any) -> Callable[[], None]:
     model = getattr(tf, cls)(getattr(tf, cfg)(**kw))
-    ids = torch.randint(0, 100, (B, S))
+    ids = torch.randint(0, 100, (B, seq))
     return lambda: model(input_ids=ids, labels=ids).loss.backward()
 
 
-def _image(tf: Any, torch: Any, cfg: str, cls: str, **kw: Any) -> Callable[[], None]:
+def _image(tf: Any, torch: Any, cfg: str, cls: str, size: int = 32, **kw: Any) -> Callable[[], None]:
     model = getattr(tf, cls)(getattr(tf, cfg)(**kw))
-    x, y = torch.randn(B, 3, 32, 32), torch.randint(0, 10, (B,))
+    x, y = torch.randn(B, 3, size, size), torch.randint(0, 10, (B,))
     return lambda: model(pixel_values=x, labels=y).loss.backward()
 
 
@@ -63,11 +63,12 @@ def _whisper(tf: Any, torch: Any) -> Callable[[], None]:
     return lambda: model(input_features=x, labels=ids).loss.backward()
 
 
-def _wav2vec2(tf: Any, torch: Any) -> Callable[[], None]:
-    cfg = tf.Wav2Vec2Config(vocab_size=32, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
-                            intermediate_size=128, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
-                            num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
-    model = tf.Wav2Vec2ForCTC(cfg)
+def _ctc_audio(tf: Any, torch: Any, cfg: str, cls: str) -> Callable[[], None]:
+    """A speech encoder on raw audio (conv feature encoder, CTC head and loss): wav2vec 2.0, HuBERT."""
+    model = getattr(tf, cls)(getattr(tf, cfg)(
+        vocab_size=32, hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
+        conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4))
     x, ids = torch.randn(B, 4000), torch.randint(1, 30, (B, 8))
     return lambda: model(input_values=x, labels=ids).loss.backward()
 
@@ -96,27 +97,6 @@ def _classify(tf: Any, torch: Any, cfg: str, cls: str, seq: int = S, **kw: Any) 
     model = getattr(tf, cls)(getattr(tf, cfg)(**kw))
     ids, y = torch.randint(0, 100, (B, seq)), torch.randint(0, 2, (B,))
     return lambda: model(input_ids=ids, labels=y).loss.backward()
-
-
-def _lm_len(tf: Any, torch: Any, seq: int, cfg: str, cls: str, **kw: Any) -> Callable[[], None]:
-    model = getattr(tf, cls)(getattr(tf, cfg)(**kw))
-    ids = torch.randint(0, 100, (B, seq))
-    return lambda: model(input_ids=ids, labels=ids).loss.backward()
-
-
-def _image_size(tf: Any, torch: Any, size: int, cfg: str, cls: str, **kw: Any) -> Callable[[], None]:
-    model = getattr(tf, cls)(getattr(tf, cfg)(**kw))
-    x, y = torch.randn(B, 3, size, size), torch.randint(0, 10, (B,))
-    return lambda: model(pixel_values=x, labels=y).loss.backward()
-
-
-def _hubert(tf: Any, torch: Any) -> Callable[[], None]:
-    cfg = tf.HubertConfig(vocab_size=32, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
-                          intermediate_size=128, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
-                          num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
-    model = tf.HubertForCTC(cfg)
-    x, ids = torch.randn(B, 4000), torch.randint(1, 30, (B, 8))
-    return lambda: model(input_values=x, labels=ids).loss.backward()
 
 
 SMALL = {"vocab_size": 128, "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
@@ -176,7 +156,8 @@ MODELS: dict[str, tuple[str, Callable[[Any, Any], Callable[[], None]]]] = {
     "segformer": ("SegFormer (bilinear upsampling head, 64x64)", _segformer),
     "clip": ("CLIP (contrastive text + vision)", _clip),
     "whisper": ("Whisper (conv front end, encoder-decoder)", _whisper),
-    "wav2vec2": ("wav2vec 2.0 (conv feature encoder, CTC loss)", _wav2vec2),
+    "wav2vec2": ("wav2vec 2.0 (conv feature encoder, CTC loss)",
+                 lambda tf, t: _ctc_audio(tf, t, "Wav2Vec2Config", "Wav2Vec2ForCTC")),
     "fnet": ("FNet (Fourier token mixing)", lambda tf, t: _classify(
         tf, t, "FNetConfig", "FNetForSequenceClassification", vocab_size=128, hidden_size=64, num_hidden_layers=1,
         intermediate_size=128, max_position_embeddings=64)),
@@ -185,26 +166,26 @@ MODELS: dict[str, tuple[str, Callable[[Any, Any], Callable[[], None]]]] = {
     "funnel": ("Funnel Transformer (pooled sequence)", lambda tf, t: _classify(
         tf, t, "FunnelConfig", "FunnelForSequenceClassification", vocab_size=128, d_model=64, n_head=4, d_head=16,
         d_inner=128, block_sizes=[1, 1], num_decoder_layers=1)),
-    "longformer": ("Longformer (sliding-window attention, seq 64)", lambda tf, t: _lm_len(
-        tf, t, 64, "LongformerConfig", "LongformerForMaskedLM", attention_window=16, vocab_size=128,
+    "longformer": ("Longformer (sliding-window attention, seq 64)", lambda tf, t: _lm(
+        tf, t, "LongformerConfig", "LongformerForMaskedLM", seq=64, attention_window=16, vocab_size=128,
         hidden_size=64, num_hidden_layers=1, num_attention_heads=4, intermediate_size=128,
         max_position_embeddings=130)),
-    "led": ("LED (Longformer encoder-decoder, seq 64)", lambda tf, t: _lm_len(
-        tf, t, 64, "LEDConfig", "LEDForConditionalGeneration", vocab_size=128, d_model=64, encoder_layers=1,
+    "led": ("LED (Longformer encoder-decoder, seq 64)", lambda tf, t: _lm(
+        tf, t, "LEDConfig", "LEDForConditionalGeneration", seq=64, vocab_size=128, d_model=64, encoder_layers=1,
         decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
         decoder_ffn_dim=128, attention_window=16, max_encoder_position_embeddings=128,
         max_decoder_position_embeddings=128)),
-    "bigbird": ("BigBird (block-sparse attention, seq 256)", lambda tf, t: _lm_len(
-        tf, t, 256, "BigBirdConfig", "BigBirdForMaskedLM", attention_type="block_sparse", block_size=16,
+    "bigbird": ("BigBird (block-sparse attention, seq 256)", lambda tf, t: _lm(
+        tf, t, "BigBirdConfig", "BigBirdForMaskedLM", seq=256, attention_type="block_sparse", block_size=16,
         num_random_blocks=2, vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
         intermediate_size=128, max_position_embeddings=512)),
-    "reformer": ("Reformer (LSH + local attention, reversible, seq 64)", lambda tf, t: _lm_len(
-        tf, t, 64, "ReformerConfig", "ReformerModelWithLMHead", vocab_size=128, hidden_size=64,
+    "reformer": ("Reformer (LSH + local attention, reversible, seq 64)", lambda tf, t: _lm(
+        tf, t, "ReformerConfig", "ReformerModelWithLMHead", seq=64, vocab_size=128, hidden_size=64,
         num_attention_heads=2, attention_head_size=16, feed_forward_size=128, attn_layers=["lsh", "local"],
         axial_pos_shape=[8, 8], axial_pos_embds_dim=[32, 32], max_position_embeddings=64, is_decoder=True,
         lsh_attn_chunk_length=16, local_attn_chunk_length=16, num_buckets=4, num_hashes=1)),
-    "nystromformer": ("Nystromformer (landmark attention, seq 64)", lambda tf, t: _lm_len(
-        tf, t, 64, "NystromformerConfig", "NystromformerForMaskedLM", num_landmarks=8, segment_means_seq_len=64,
+    "nystromformer": ("Nystromformer (landmark attention, seq 64)", lambda tf, t: _lm(
+        tf, t, "NystromformerConfig", "NystromformerForMaskedLM", seq=64, num_landmarks=8, segment_means_seq_len=64,
         **{**SMALL, "max_position_embeddings": 128})),
     "squeezebert": ("SqueezeBERT (grouped 1-D convolutions)", lambda tf, t: _lm(
         tf, t, "SqueezeBertConfig", "SqueezeBertForMaskedLM", vocab_size=128, hidden_size=64, num_hidden_layers=1,
@@ -222,8 +203,8 @@ MODELS: dict[str, tuple[str, Callable[[Any, Any], Callable[[], None]]]] = {
         tf, t, "BeitConfig", "BeitForImageClassification", hidden_size=64, num_hidden_layers=1,
         num_attention_heads=4, intermediate_size=128, image_size=32, patch_size=8, num_labels=10,
         use_relative_position_bias=True)),
-    "levit": ("LeViT (attention biases, 64x64)", lambda tf, t: _image_size(
-        tf, t, 64, "LevitConfig", "LevitForImageClassification", image_size=64, hidden_sizes=[32, 48, 64],
+    "levit": ("LeViT (attention biases, 64x64)", lambda tf, t: _image(
+        tf, t, "LevitConfig", "LevitForImageClassification", size=64, image_size=64, hidden_sizes=[32, 48, 64],
         num_attention_heads=[1, 2, 2], depths=[1, 1, 1], key_dim=[8, 8, 8], num_labels=10)),
     "poolformer": ("PoolFormer (average-pool token mixing)", lambda tf, t: _image(
         tf, t, "PoolFormerConfig", "PoolFormerForImageClassification", hidden_sizes=[16, 32, 48, 64],
@@ -237,7 +218,8 @@ MODELS: dict[str, tuple[str, Callable[[Any, Any], Callable[[], None]]]] = {
     "mobilenetv2": ("MobileNetV2 (depthwise separable)", lambda tf, t: _image(
         tf, t, "MobileNetV2Config", "MobileNetV2ForImageClassification", depth_multiplier=0.35, image_size=32,
         num_labels=10)),
-    "hubert": ("HuBERT (conv feature encoder, CTC loss)", _hubert),
+    "hubert": ("HuBERT (conv feature encoder, CTC loss)",
+               lambda tf, t: _ctc_audio(tf, t, "HubertConfig", "HubertForCTC")),
 }
 
 
