@@ -206,7 +206,10 @@ def test_ffts_are_one_arithmetic_row_with_the_radix_2_flop_count():
                  {"concrete": ['', '[-1]', '0', 'True']}).row
     assert r2c["elements"] == 4096 and r2c["n_inputs"] == 1.0
     assert r2c["n_outputs"] == pytest.approx(2 * 2 * 32 * 33 / 4096, abs=1e-4)
-    assert r2c["flops_per_element"] == pytest.approx(2.5 * 6)
+    assert r2c["flops_per_element"] == pytest.approx(2.5 * 6) and r2c["dtype"] == "fp32"
+    # a real fp64 input keeps its dtype (the trace reader records no complex dtypes: complex prices as fp32)
+    assert map_op("aten::_fft_r2c", [[2, 32, 64], [], [], []], ["fp64", None, None, None], [],
+                  {"concrete": ['', '[-1]', '0', 'True']}).row["dtype"] == "fp64"
     # complex-to-real back to a last dim of 64 (the argument), same count of real values
     c2r = map_op("aten::_fft_c2r", [[2, 32, 33], [], [], []], [None] * 4, [],
                  {"concrete": ['', '[2]', '0', '64']}).row

@@ -223,12 +223,14 @@ MODELS: dict[str, tuple[str, Callable[[Any, Any], Callable[[], None]]]] = {
 }
 
 
-def run_model(name: str, out_dir: Path, warmup: int, timed: int, bundle: str) -> dict[str, Any]:
+def run_model(name: str, out_dir: Path, warmup: int, timed: int, model: Any, catalog: Any) -> dict[str, Any]:
+    """Record one step of ``name`` into ``out_dir`` and predict it on this CPU with ``model`` (fitted once)."""
     import torch
     import transformers as tf
 
     from hybrid.data.traces import load_traces
     from hybrid.data.traces.record import record_step
+    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
 
     torch.manual_seed(0)
     step = MODELS[name][1](tf, torch)
@@ -236,7 +238,8 @@ def run_model(name: str, out_dir: Path, warmup: int, timed: int, bundle: str) ->
     record_step(step, out_dir, warmup=warmup, timed=timed)
     record_s = time.time() - t0
     traces = load_traces(sorted(str(p) for p in out_dir.glob("*.json")))
-    s = predict(traces, bundle)
+    s = predict_trace(build_trace_graph(traces, "cpu-amd-epyc-1c", catalog, same_device=True), model,
+                      model_name="hybrid").summary()
     bd = s.get("breakdown_ms", {})
     host = bd.get("host gaps", 0.0) + bd.get("view/host ops", 0.0)
     unm = s["unmodelled"]
@@ -245,22 +248,6 @@ def run_model(name: str, out_dir: Path, warmup: int, timed: int, bundle: str) ->
             "error_pct": s.get("untraced_error_pct"), "host_share": host / s["predicted_ms"],
             "unmodelled_ops": unm["ops"], "unmodelled": [u["name"] for u in unm["by_name"]],
             "record_s": record_s}
-
-
-_MODEL_CACHE: dict[str, Any] = {}
-
-
-def predict(traces: list[Any], bundle: str) -> dict[str, Any]:
-    from hybrid.corrections.predictor import HybridPredictor
-    from hybrid.data.bundle import load_bundle
-    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
-
-    if bundle not in _MODEL_CACHE:
-        table, cat = load_bundle(bundle)
-        _MODEL_CACHE[bundle] = (HybridPredictor(catalog=cat).fit(table), cat)
-    model, cat = _MODEL_CACHE[bundle]
-    it = build_trace_graph(traces, "cpu-amd-epyc-1c", cat, same_device=True)
-    return predict_trace(it, model, model_name="hybrid").summary()
 
 
 def write_report(rows: list[dict[str, Any]], args: argparse.Namespace, seconds: float) -> str:
@@ -325,16 +312,20 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown model(s) {unknown}; known: {', '.join(MODELS)}")
     import torch
 
+    from hybrid.corrections.predictor import HybridPredictor
+    from hybrid.data.bundle import load_bundle
     from hybrid.reports.markdown import write_benchmark_results
 
     torch.set_num_threads(1)
     t0 = time.time()
+    table, catalog = load_bundle(args.bundle)
+    model = HybridPredictor(catalog=catalog).fit(table)
     rows = []
     with tempfile.TemporaryDirectory(prefix="trace_zoo_") as tmp:
         for i, name in enumerate(names, 1):
             print(f"[{i}/{len(names)}] {name} ...", file=sys.stderr, flush=True)
             try:
-                rows.append(run_model(name, Path(tmp) / name, args.warmup, args.timed, args.bundle))
+                rows.append(run_model(name, Path(tmp) / name, args.warmup, args.timed, model, catalog))
             except Exception as exc:  # one architecture that no longer builds must not hide the others
                 rows.append({"model": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
     seconds = time.time() - t0

@@ -618,14 +618,15 @@ def _rows_hidden(x: list[int]) -> tuple[int, int]:
 FFTS = frozenset({"_fft_c2c", "_fft_r2c", "_fft_c2r"})
 
 
-def _map_fft(plain: str, tdims: list[list[int]], types: Sequence[Any], extra: dict[str, Any],
+def _map_fft(plain: str, tdims: list[list[int]], dtype: str, extra: dict[str, Any],
              out_dims: Sequence[Any]) -> OpMapping | None:
     """An FFT as one elementwise row over its real-side values (complex-to-complex: its complex values): the input
     read and the output written once (a complex value is two floats) and ``5 log2 L`` FLOPs per complex value, half
     that for a real transform (``L``: the transformed length, the product of the transformed dimensions'; the
     radix-2 count). No profile times FFTs: the trees price the row as the arithmetic rows nearest in features (on
     the project's CPU, 8 transforms of 4 Ki to 4 Mi values: 0.18-0.94x of measured, geomean 0.47x, the lowest real
-    transforms along strided dimensions)."""
+    transforms along strided dimensions). The trace reader records no complex dtypes: a complex input prices as
+    fp32 (complex64), a real fp64 input as fp64."""
     if not tdims or numel(tdims[0]) <= 0:
         return None
     src = tdims[0]
@@ -633,8 +634,6 @@ def _map_fft(plain: str, tdims: list[list[int]], types: Sequence[Any], extra: di
     if not src or not dims or any(not -len(src) <= d < len(src) for d in dims):
         return None  # the transformed dimensions not recorded (or not this tensor's): not guessed at
     dims = [d % len(src) for d in dims]
-    double = any(isinstance(t, str) and ("Double" in t or t == "fp64") for t in types[:1])
-    dtype = "fp64" if double else "fp32"
     out = next((d for d in out_dims if _is_shape(d) and d), None)
     if plain == "_fft_c2c":
         n_real, n_in, n_out = numel(src), 2.0, 2.0
@@ -975,7 +974,7 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
                                                "n_inputs": round(2.0 * t / n, 4), "n_outputs": 1.0,
                                                "flops_per_element": 0.0, "dtype": dtype})
     if plain in FFTS:
-        return _map_fft(plain, tdims, types, extra, out_dims)
+        return _map_fft(plain, tdims, dtype, extra, out_dims)
     if plain in ("im2col", "col2im"):
         return _map_fold(plain, tdims, dtype, extra, out_dims)
     if plain in CONCAT_OPS and dims and isinstance(dims[0], list) and dims[0] and all(_is_shape(x) for x in dims[0]):
