@@ -453,3 +453,21 @@ def test_dropout_follows_the_model_config() -> None:
     assert from_dict(m.to_dict()).dropout is False and m.summary()["dropout"] is False
     with pytest.raises(InvalidInputError, match="dropout"):
         TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, dropout="no")  # type: ignore[arg-type]
+
+
+def test_gemma3_config_as_published_without_vocab_size_loads() -> None:
+    """google/gemma-3-27b-it's config.json leaves vocab_size (and the window pattern) to Gemma3TextConfig's
+    defaults (262,208; 5 local layers per global one): the file as published must load at its 27.0B
+    (transformers builds 27,009,346,304 parameters from it), not fail for want of vocab_size."""
+    text = {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+            "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16,
+            "query_pre_attn_scalar": 168, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+            "sliding_window": 1024}
+    g3 = from_dict({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                    "text_config": text, "vision_config": {"hidden_size": 1152}})
+    assert g3.vocab_size == 262208 and g3.window_layer_share == pytest.approx(5 / 6)
+    assert g3.num_params == 27009346304
+    # Gemma 1/2's config classes default to a 256,000-token vocabulary
+    g2 = from_dict({"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
+                    "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "sliding_window": 4096})
+    assert g2.vocab_size == 256000 and g2.num_params == 9241705984  # gemma-2-9b

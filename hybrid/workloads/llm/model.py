@@ -710,6 +710,10 @@ _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qw
                "granitemoe")
 #: model_types read as another: multimodal configs' language models (their ``text_config``), vision-language
 #: models whose language model is a Qwen2/3
+#: The vocabulary of the Gemma config classes, which Google's published configs leave to them: gemma-3-27b-it's
+#: ``text_config`` names no ``vocab_size`` (transformers' Gemma3TextConfig: 262,208; GemmaConfig, Gemma2Config:
+#: 256,000)
+_GEMMA_VOCAB = {"gemma": 256000, "gemma2": 256000, "gemma3_text": 262208}
 _HF_AS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2",
           "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
           "qwen3_vl_moe_text": "qwen3_moe"}
@@ -797,7 +801,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
             kv_channels=_get(d, "head_dim", default=256), ffn_hidden_size=_get(d, "intermediate_size"),
             activation=_act(d.get("hidden_activation") or d.get("hidden_act") or "gelu_pytorch_tanh", gated=True),
-            normalization="RMSNorm", vocab_size=_get(d, "vocab_size"),
+            normalization="RMSNorm", vocab_size=_get(d, "vocab_size", default=_GEMMA_VOCAB[mt]),
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
