@@ -471,3 +471,19 @@ def test_gemma3_config_as_published_without_vocab_size_loads() -> None:
     g2 = from_dict({"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
                     "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "sliding_window": 4096})
     assert g2.vocab_size == 256000 and g2.num_params == 9241705984  # gemma-2-9b
+
+
+def test_qwen_moe_config_saved_by_transformers_5_keeps_its_experts() -> None:
+    """transformers 5 saves Qwen3MoeConfig's expert count as ``num_local_experts`` (its attribute map), so a
+    fine-tuned Qwen3-30B-A3B's config.json can name no ``num_experts``: it must still load as 128 experts
+    (30.53B / 3.35B), not silently as a dense 1.75B model; one naming neither is refused, naming the field."""
+    cfg = {"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
+           "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+           "moe_intermediate_size": 768, "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+           "max_position_embeddings": 40960, "tie_word_embeddings": False}
+    saved_by_v4 = from_dict({**cfg, "num_experts": 128})
+    saved_by_v5 = from_dict({**cfg, "num_local_experts": 128})
+    assert saved_by_v5.num_experts == 128 and saved_by_v5.num_params == saved_by_v4.num_params == 30532122624
+    assert saved_by_v5.num_active_params == saved_by_v4.num_active_params == 3353032704
+    with pytest.raises(InvalidInputError, match="num_experts"):
+        from_dict(cfg)

@@ -839,7 +839,12 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             if d.get("mlp_only_layers"):
                 raise InvalidInputError(f"model {nm!r}: mlp_only_layers (dense layers among MoE layers) "
                                         "is not supported")
-            kw.update(num_experts=_get(d, "num_experts"), moe_router_topk=_get(d, "num_experts_per_tok"),
+            # transformers 5 saves Qwen3MoeConfig's num_experts as num_local_experts (its attribute map); a
+            # config naming neither would otherwise load as a dense model of a tenth of the size
+            experts = _get(d, "num_experts", "num_local_experts")
+            if experts is None:
+                raise InvalidInputError(f"Hugging Face config ({mt}) lacks num_experts (or num_local_experts)")
+            kw.update(num_experts=experts, moe_router_topk=_get(d, "num_experts_per_tok"),
                       moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
                       moe_shared_expert_intermediate_size=_get(d, "shared_expert_intermediate_size") or None,
                       moe_layer_freq=_get(d, "decoder_sparse_step", default=1))
