@@ -487,3 +487,18 @@ def test_qwen_moe_config_saved_by_transformers_5_keeps_its_experts() -> None:
     assert saved_by_v5.num_active_params == saved_by_v4.num_active_params == 3353032704
     with pytest.raises(InvalidInputError, match="num_experts"):
         from_dict(cfg)
+
+
+def test_opt_with_projected_embeddings_is_refused_naming_the_field() -> None:
+    """OPT-350m embeds in 512 columns and projects to its 1024-wide layers (``word_embed_proj_dim``; 331,196,416
+    parameters as transformers builds it): the layout has no field here, and counting the table at the
+    hidden width gave 355.9M, 7% too many, and a 1024-wide output layer. Refused, naming the field; OPT models
+    whose embeddings are the hidden width (every other size) still load."""
+    opt350 = {"model_type": "opt", "activation_function": "relu", "do_layer_norm_before": False, "ffn_dim": 4096,
+              "hidden_size": 1024, "max_position_embeddings": 2048, "num_attention_heads": 16,
+              "num_hidden_layers": 24, "vocab_size": 50272, "word_embed_proj_dim": 512}
+    with pytest.raises(InvalidInputError, match="word_embed_proj_dim"):
+        from_dict(opt350)
+    opt13 = _hf("opt", activation_function="relu", ffn_dim=8192, hidden_size=2048, max_position_embeddings=2048,
+                num_attention_heads=32, num_hidden_layers=24, vocab_size=50272, word_embed_proj_dim=2048)
+    assert opt13.num_params == 1315758080 - 2 * 2048

@@ -640,6 +640,10 @@ def _hf_phi(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
 
 def _hf_opt(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """Meta's OPT: learned positions, ReLU MLP, biases, tied embeddings."""
+    h, proj = _int(d, "hidden_size"), _int(d, "word_embed_proj_dim", "hidden_size")
+    if proj != h:  # OPT-350m: a 512-wide table projected in and out of the 1024-wide layers
+        raise InvalidInputError(f"Hugging Face config (opt): word_embed_proj_dim {proj} differs from hidden_size {h} "
+                                "(embeddings projected in and out of the layers, as OPT-350m's) and is not supported")
     kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
               num_attention_heads=_get(d, "num_attention_heads"), ffn_hidden_size=_get(d, "ffn_dim"),
               activation=_act(d.get("activation_function", "relu"), False), normalization="LayerNorm",
