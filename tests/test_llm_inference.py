@@ -1194,3 +1194,14 @@ def test_a_quantised_checkpoint_is_served_in_its_format_unless_told_otherwise(ca
     assert code == 0 and d["precision"] == "fp16/w-int4" and any("checkpoint's format" in n for n in d["notes"])
     code, out, _ = run(capsys, "llm", "infer", str(cfg), "--device", "H100-SXM", "--dtype", "fp16", "--json")
     assert code == 0 and json.loads(out)["precision"] == "fp16"
+
+
+def test_a_rate_that_overflows_is_refused_not_run_offline():
+    """``1e400`` overflows to an infinite float: it was run silently as ``--rate inf`` (every request at time 0,
+    ``offline: true``), a different experiment from any finite rate asked. Only the spelled words mean offline."""
+    import math
+
+    for bad in ("1e400", "1e400/s", "6e400/min"):
+        with pytest.raises(InvalidInputError, match="finite"):
+            parse_rate(bad)
+    assert parse_rate("1e300") == 1e300 and parse_rate("inf") == math.inf

@@ -117,6 +117,9 @@ def parse_rate(text: str | float) -> float:
     if not m:
         raise InvalidInputError(f"bad rate {text!r} (examples: 10, 10/s, 600/min)")
     v = float(m.group(1)) / {None: 1, "s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600, "hr": 3600}[m.group(2)]
+    if not math.isfinite(v):  # 1e400 overflows to inf, which would silently run offline
+        raise InvalidInputError(f"rate {text!r} is not a finite number (for every request at once: "
+                                f"{', '.join(OFFLINE_RATE_WORDS)})")
     if not v > 0:
         raise InvalidInputError(f"rate must be positive, got {text!r}")
     return v
