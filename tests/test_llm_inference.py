@@ -1205,3 +1205,16 @@ def test_a_rate_that_overflows_is_refused_not_run_offline():
         with pytest.raises(InvalidInputError, match="finite"):
             parse_rate(bad)
     assert parse_rate("1e300") == 1e300 and parse_rate("inf") == math.inf
+
+
+def test_a_weight_only_format_as_compute_dtype_points_at_the_cli_spellings(capsys):
+    """``--dtype int8`` (``--dtype int4`` is a shorthand for w4a16, so int8 looks like one too) was refused with
+    "(weight-only formats go in weights=)", a Python keyword the CLI has no option for; the error now names the
+    options that do it."""
+    with pytest.raises(InvalidInputError, match=r"--weights int8.*--dtype w8a16"):
+        parse_precision("int8")
+    with pytest.raises(InvalidInputError, match=r"--weights int8"):
+        Precision("int8")
+    code, _, err = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--dtype", "int8")
+    assert code == 2 and "--weights int8" in err and "weights=" not in err
+    assert parse_precision("w8a16").weights == "int8"

@@ -33,9 +33,13 @@ class Precision:
 
     def __post_init__(self) -> None:
         c = normalize_dtype(self.compute) if self.compute not in WEIGHT_ONLY_BYTES else self.compute
+        if c in WEIGHT_ONLY_BYTES and c not in COMPUTE_DTYPES:  # int8, int4: storage, not a GEMM's arithmetic
+            short = {"int8": "w8a16", "int4": "w4a16"}[c]
+            raise InvalidInputError(f"{c} is a weight-only storage format here, not a compute dtype (int8 GEMMs, "
+                                    f"W8A8, are not modelled): --weights {c} or --dtype {short} (16-bit compute)")
         if c not in COMPUTE_DTYPES:
             raise InvalidInputError(f"compute dtype must be one of {COMPUTE_DTYPES}, got {self.compute!r} "
-                                    "(weight-only formats go in weights=)")
+                                    "(weight-only storage: --weights int8/int4/fp4 or --dtype w8a16/w4a16)")
         object.__setattr__(self, "compute", c)
         if self.weights is not None:
             w = str(self.weights).lower()
