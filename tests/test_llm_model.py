@@ -502,3 +502,28 @@ def test_opt_with_projected_embeddings_is_refused_naming_the_field() -> None:
     opt13 = _hf("opt", activation_function="relu", ffn_dim=8192, hidden_size=2048, max_position_embeddings=2048,
                 num_attention_heads=32, num_hidden_layers=24, vocab_size=50272, word_embed_proj_dim=2048)
     assert opt13.num_params == 1315758080 - 2 * 2048
+
+
+def test_nested_text_config_as_published_takes_its_config_class_defaults() -> None:
+    """transformers (4.x) wrote a nested ``text_config`` without the values equal to its config class's defaults,
+    so llava-hf/llava-1.5-7b-hf's names no layers, widths or heads (Vicuna-7B is LlamaConfig's default shape)
+    and gemma-3-4b-it's no heads (Gemma3TextConfig's 8 / 4 of 256 columns). Both files as published failed
+    ("lacks 'num_attention_heads'"); they load at the sizes transformers builds from them."""
+    llava = from_dict({
+        "architectures": ["LlavaForConditionalGeneration"], "image_token_index": 32000, "model_type": "llava",
+        "pad_token_id": 32001, "projector_hidden_act": "gelu", "tie_word_embeddings": False, "vocab_size": 32064,
+        "text_config": {"_name_or_path": "lmsys/vicuna-7b-v1.5", "architectures": ["LlamaForCausalLM"],
+                        "max_position_embeddings": 4096, "model_type": "llama", "rms_norm_eps": 1e-05,
+                        "torch_dtype": "float16", "vocab_size": 32064},
+        "vision_config": {"hidden_size": 1024, "model_type": "clip_vision_model"}})
+    assert (llava.num_layers, llava.hidden_size, llava.num_kv_heads) == (32, 4096, 32)
+    assert llava.num_params == 6738939904
+    g3 = from_dict({"model_type": "gemma3", "text_config": {
+        "hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}})
+    assert (g3.num_attention_heads, g3.num_kv_heads, g3.head_dim, g3.window_size) == (8, 4, 256, 1024)
+    assert g3.num_params == 3880263168
+    # a top-level config is written whole: a missing field there is still an error
+    with pytest.raises(InvalidInputError, match="num_attention_heads"):
+        from_dict({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
+                   "vocab_size": 32000})

@@ -714,6 +714,18 @@ _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qw
                "granitemoe")
 #: model_types read as another: multimodal configs' language models (their ``text_config``), vision-language
 #: models whose language model is a Qwen2/3
+#: transformers' config class defaults of the language models that vision-language configs nest: transformers 4.x
+#: wrote a nested ``text_config`` without the values equal to them (llava-1.5-7b-hf's Vicuna-7B names no layer,
+#: width or head count: LlamaConfig's defaults; gemma-3-4b-it's no heads), so they stand in for what is missing
+_HF_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                  num_attention_heads=32, max_position_embeddings=2048),
+    "mistral": dict(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                    num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=131072, sliding_window=4096),
+    "gemma3_text": dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                        num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131072,
+                        sliding_window=4096),
+}
 #: The vocabulary of the Gemma config classes, which Google's published configs leave to them: gemma-3-27b-it's
 #: ``text_config`` names no ``vocab_size`` (transformers' Gemma3TextConfig: 262,208; GemmaConfig, Gemma2Config:
 #: 256,000)
@@ -792,7 +804,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         inner = str(text.get("model_type") or "").lower()
         if not inner and mt not in _HF_AS:
             raise InvalidInputError(f"Hugging Face config ({mt}): its text_config names no model_type")
-        d, mt = text, inner or mt
+        mt = inner or mt
+        d = {**_HF_TEXT_DEFAULTS.get(_HF_AS.get(mt, mt), {}), **text}
     mt = _HF_AS.get(mt, mt)
     nm = name or str(_get(d, "_name_or_path", default=mt or "hf-model")).split("/")[-1].lower() or mt
     kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt}"
