@@ -523,6 +523,11 @@ def test_nested_text_config_as_published_takes_its_config_class_defaults() -> No
         "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}})
     assert (g3.num_attention_heads, g3.num_kv_heads, g3.head_dim, g3.window_size) == (8, 4, 256, 1024)
     assert g3.num_params == 3880263168
+    # Llama4TextConfig's defaults are Scout's: a text_config naming only its model_type is Scout
+    # (its QK-norm, use_qk_norm, is left as the loader reads it: a weightless L2 norm in transformers)
+    scout = from_dict({"model_type": "llama4", "text_config": {"model_type": "llama4_text"}})
+    assert (scout.num_experts, scout.num_moe_layers, scout.ffn_hidden_size) == (16, 48, 16384)
+    assert scout.num_params == pytest.approx(load_model("llama4-scout").num_params, rel=1e-6)
     # a top-level config is written whole: a missing field there is still an error
     with pytest.raises(InvalidInputError, match="num_attention_heads"):
         from_dict({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,

@@ -717,6 +717,7 @@ _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qw
 #: transformers' config class defaults of the language models that vision-language configs nest: transformers 4.x
 #: wrote a nested ``text_config`` without the values equal to them (llava-1.5-7b-hf's Vicuna-7B names no layer,
 #: width or head count: LlamaConfig's defaults; gemma-3-4b-it's no heads), so they stand in for what is missing
+#: (Llama, Mistral, Gemma 3, Llama 4)
 _HF_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                   num_attention_heads=32, max_position_embeddings=2048),
@@ -725,6 +726,11 @@ _HF_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                         num_attention_heads=8, num_key_value_heads=4, head_dim=256, max_position_embeddings=131072,
                         sliding_window=4096),
+    # Llama4TextConfig's defaults are Llama 4 Scout's language model
+    "llama4_text": dict(vocab_size=202048, hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384,
+                        num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+                        max_position_embeddings=131072, num_local_experts=16, num_experts_per_tok=1,
+                        interleave_moe_layer_step=1),
 }
 #: The vocabulary of the Gemma config classes, which Google's published configs leave to them: gemma-3-27b-it's
 #: ``text_config`` names no ``vocab_size`` (transformers' Gemma3TextConfig: 262,208; GemmaConfig, Gemma2Config:
