@@ -532,3 +532,16 @@ def test_nested_text_config_as_published_takes_its_config_class_defaults() -> No
     with pytest.raises(InvalidInputError, match="num_attention_heads"):
         from_dict({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                    "vocab_size": 32000})
+
+
+def test_megatron_num_query_groups_counts_only_with_group_query_attention() -> None:
+    """Megatron-LM reads --num-query-groups only under --group-query-attention (core_transformer_config_from_args
+    passes None, i.e. MHA, otherwise), and its argparse default is 1, so an arguments dump of an MHA model
+    (GPT-3) carries ``group_query_attention: false, num_query_groups: 1``: that was read as multi-query
+    attention (1 KV head: the KV cache 96x too small, 10% fewer parameters)."""
+    gpt3 = {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96, "seq_length": 2048,
+            "max_position_embeddings": 2048, "vocab_size": 50257}
+    dump = from_dict({**gpt3, "group_query_attention": False, "num_query_groups": 1})
+    assert dump.num_query_groups == 96 and dump.num_params == load_model("gpt3-175b").num_params
+    assert from_dict({**gpt3, "group-query-attention": True, "num-query-groups": 8}).num_query_groups == 8
+    assert from_dict({**gpt3, "num_query_groups": 8}).num_query_groups == 8  # no flag: the groups as given

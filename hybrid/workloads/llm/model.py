@@ -468,7 +468,7 @@ _FIELD_NAMES = {f.name for f in fields(TransformerConfig)}
 #: Megatron-LM argument spellings that map onto a field or a flag
 _MEGATRON_ALIASES = {
     "max_position_embeddings": "max_position_embeddings",
-    "group_query_attention": None,  # implied by num_query_groups
+    "group_query_attention": None,  # false: num_query_groups is ignored (MHA), as Megatron-LM does
     "window_size": "window_size",
     "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
 }
@@ -521,6 +521,7 @@ def _hf_dropout(d: Mapping[str, Any], mt: str) -> bool:
 def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     kw: dict[str, Any] = {}
     probs: dict[str, float] = {}
+    gqa: bool | None = None
     for key, value in d.items():
         k = str(key).lstrip("-").replace("-", "_")
         if k in ("swiglu",):
@@ -542,9 +543,13 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         elif k in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's probabilities (default 0.1 each)
             probs[k] = _probability(value, k)
         elif k == "group_query_attention":
-            continue
+            gqa = _as_bool(value, k)
         elif k in _FIELD_NAMES:
             kw[k] = value
+    if gqa is False:
+        # Megatron-LM reads --num-query-groups (argparse default 1) only under --group-query-attention: an
+        # arguments dump of an MHA model carries num_query_groups = 1, which is not multi-query attention
+        kw.pop("num_query_groups", None)
     if probs and "dropout" not in kw:  # an explicit dropout key wins; an unset probability is Megatron's 0.1
         kw["dropout"] = max(probs.get("hidden_dropout", 0.1), probs.get("attention_dropout", 0.1)) > 0
     if name is not None:
