@@ -545,3 +545,20 @@ def test_megatron_num_query_groups_counts_only_with_group_query_attention() -> N
     assert dump.num_query_groups == 96 and dump.num_params == load_model("gpt3-175b").num_params
     assert from_dict({**gpt3, "group-query-attention": True, "num-query-groups": 8}).num_query_groups == 8
     assert from_dict({**gpt3, "num_query_groups": 8}).num_query_groups == 8  # no flag: the groups as given
+
+
+def test_megatron_mla_fields_count_only_with_multi_latent_attention() -> None:
+    """Megatron-LM's argparse gives the MLA sizes defaults (kv_lora_rank 32, qk_head_dim 128, qk_pos_emb_head_dim
+    64, v_head_dim 128) whether or not --multi-latent-attention is set, so an arguments dump of a plain GPT carries
+    them with ``multi_latent_attention: false``: that was read as MLA (a 32-wide latent: the KV cache 43x too
+    small, 11% fewer parameters)."""
+    gpt = {"num_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "vocab_size": 50304,
+           "seq_length": 2048}
+    mla_defaults = {"q_lora_rank": None, "kv_lora_rank": 32, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64,
+                    "v_head_dim": 128}
+    dump = from_dict({**gpt, "multi_latent_attention": False, **mla_defaults})
+    plain = from_dict(gpt)
+    assert not dump.is_mla and dump.num_params == plain.num_params
+    assert dump.kv_cache_bytes_per_token() == plain.kv_cache_bytes_per_token() == 2 * 24 * 2048 * 2
+    assert from_dict({**gpt, "multi-latent-attention": True, **mla_defaults}).is_mla
+    assert from_dict({**gpt, **mla_defaults}).is_mla  # no flag: the fields as given (the library's DeepSeek-V3)

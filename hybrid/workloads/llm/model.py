@@ -522,6 +522,7 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     kw: dict[str, Any] = {}
     probs: dict[str, float] = {}
     gqa: bool | None = None
+    mla: bool | None = None
     for key, value in d.items():
         k = str(key).lstrip("-").replace("-", "_")
         if k in ("swiglu",):
@@ -544,12 +545,17 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             probs[k] = _probability(value, k)
         elif k == "group_query_attention":
             gqa = _as_bool(value, k)
+        elif k == "multi_latent_attention":
+            mla = _as_bool(value, k)
         elif k in _FIELD_NAMES:
             kw[k] = value
     if gqa is False:
         # Megatron-LM reads --num-query-groups (argparse default 1) only under --group-query-attention: an
         # arguments dump of an MHA model carries num_query_groups = 1, which is not multi-query attention
         kw.pop("num_query_groups", None)
+    if mla is False:  # likewise the MLA sizes, which have argparse defaults (kv_lora_rank 32...) without the flag
+        for f in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
+            kw.pop(f, None)
     if probs and "dropout" not in kw:  # an explicit dropout key wins; an unset probability is Megatron's 0.1
         kw["dropout"] = max(probs.get("hidden_dropout", 0.1), probs.get("attention_dropout", 0.1)) > 0
     if name is not None:
