@@ -562,3 +562,23 @@ def test_megatron_mla_fields_count_only_with_multi_latent_attention() -> None:
     assert dump.kv_cache_bytes_per_token() == plain.kv_cache_bytes_per_token() == 2 * 24 * 2048 * 2
     assert from_dict({**gpt, "multi-latent-attention": True, **mla_defaults}).is_mla
     assert from_dict({**gpt, **mla_defaults}).is_mla  # no flag: the fields as given (the library's DeepSeek-V3)
+
+
+def test_megatron_arguments_dump_with_nulls_and_padded_vocab_loads() -> None:
+    """A Megatron-LM arguments dump (``vars(args)`` as YAML/JSON) holds every argument, unset ones as null, and the
+    vocabulary as ``padded_vocab_size`` (``vocab_size`` is null unless given on the command line): it failed on
+    "vocab_size must be a positive integer, got None". Nulls are now unset (Megatron's defaults) and the padded
+    vocabulary stands in for a missing one."""
+    dump = {"num_layers": 24, "hidden_size": 2048, "ffn_hidden_size": 8192, "num_attention_heads": 16,
+            "kv_channels": 128, "group_query_attention": False, "num_query_groups": 1, "seq_length": 2048,
+            "max_position_embeddings": 2048, "position_embedding_type": "learned_absolute", "add_bias_linear": True,
+            "swiglu": False, "untie_embeddings_and_output_weights": False, "normalization": "LayerNorm",
+            "num_experts": None, "moe_router_topk": 2, "moe_ffn_hidden_size": None, "moe_layer_freq": 1,
+            "moe_first_k_dense": None, "window_size": None, "hidden_dropout": 0.1, "attention_dropout": 0.1,
+            "vocab_size": None, "padded_vocab_size": 50304, "make_vocab_size_divisible_by": 128,
+            "multi_latent_attention": False, "q_lora_rank": None, "kv_lora_rank": 32, "qk_head_dim": 128,
+            "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
+    m = from_dict(dump)
+    assert (m.vocab_size, m.num_query_groups, m.is_mla, m.is_moe, m.dropout) == (50304, 16, False, False, True)
+    assert m.num_params == load_model("gpt3-1.3b").num_params + (50304 - 50257) * 2048
+    assert from_dict({**dump, "vocab_size": 50257}).vocab_size == 50257  # the tokenizer's own wins

@@ -523,8 +523,14 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     probs: dict[str, float] = {}
     gqa: bool | None = None
     mla: bool | None = None
+    padded_vocab: Any = None
     for key, value in d.items():
         k = str(key).lstrip("-").replace("-", "_")
+        if value is None:  # an arguments dump (vars(args)) holds unset arguments as null: Megatron's defaults
+            continue
+        if k == "padded_vocab_size":  # the dump's vocabulary (vocab_size is null unless given); see below
+            padded_vocab = value
+            continue
         if k in ("swiglu",):
             if _as_bool(value, k):
                 kw["activation"] = "swiglu"
@@ -549,6 +555,8 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             mla = _as_bool(value, k)
         elif k in _FIELD_NAMES:
             kw[k] = value
+    if "vocab_size" not in kw and padded_vocab is not None:
+        kw["vocab_size"] = padded_vocab  # the rows Megatron allocated (padded for the dump's TP)
     if gqa is False:
         # Megatron-LM reads --num-query-groups (argparse default 1) only under --group-query-attention: an
         # arguments dump of an MHA model carries num_query_groups = 1, which is not multi-query attention
