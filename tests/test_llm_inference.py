@@ -1218,3 +1218,19 @@ def test_a_weight_only_format_as_compute_dtype_points_at_the_cli_spellings(capsy
     code, _, err = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--dtype", "int8")
     assert code == 2 and "--weights int8" in err and "weights=" not in err
     assert parse_precision("w8a16").weights == "int8"
+
+
+def test_vendor_labels_of_nvidia_quantised_checkpoints_fold():
+    """trtllm-bench tables name NVIDIA's quantised checkpoints by their Hugging Face ids
+    (``nvidia/Llama-3.3-70B-Instruct-FP8``, ``nvidia/DeepSeek-R1-0528-FP4``): the precision tag and R1's release
+    date were left in the folded label, so such rows were skipped as unknown models although the library has them
+    (``deepseek-r1-0528`` is a library alias). The row's precision column still says what it runs in."""
+    from hybrid.workloads.llm.vendor_tables import vendor_model
+
+    assert vendor_model("nvidia/Llama-3.3-70B-Instruct-FP8") == vendor_model("nvidia/Llama-3.3-70B-Instruct-FP4") \
+        == "llama3-70b"
+    assert vendor_model("nvidia/Llama-3.1-8B-Instruct-FP8") == "llama3-8b"
+    assert vendor_model("nvidia/DeepSeek-R1-0528-FP4") == vendor_model("DeepSeek R1 0528") == "deepseek-v3"
+    assert vendor_model("nvidia/Qwen3-235B-A22B-FP8") == "qwen3-235b-a22b"
+    assert vendor_model("Llama 3.1 8B NVFP4") == "llama3-8b"
+    assert vendor_model("FP8") is None and vendor_model("Grok 1 FP8") is None

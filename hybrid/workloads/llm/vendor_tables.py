@@ -47,6 +47,7 @@ _VENDOR_KEYS = {
     "llama4scout": "llama4-scout", "llama4maverick": "llama4-maverick", "mixtral8x22b": "mixtral-8x22b",
     "llama4scout17b16e": "llama4-scout", "llama4maverick17b128e": "llama4-maverick",
     "qwen330ba3b": "qwen3-30b-a3b", "gptoss120b": "gpt-oss-120b", "gptoss20b": "gpt-oss-20b",
+    "deepseekr10528": "deepseek-v3",
 }
 #: The labels of the first TensorRT-LLM tables, kept for reference (all of them fold into :data:`_VENDOR_KEYS`).
 VENDOR_MODELS = {"GPT-J 6B": "gptj-6b", "Mistral 7B": "mistral-7b", "Mixtral 8x7B": "mixtral-8x7b",
@@ -69,6 +70,9 @@ def vendor_model(label: str) -> str | None:
     """Model-library name of a vendor table's model label, or None (``LLaMA v3.1 70B`` -> ``llama3-70b``; a Hugging
     Face id's organisation is dropped: ``meta-llama/Llama-3.1-8B-Instruct`` -> ``llama3-8b``)."""
     s = re.sub(r"\b(meta|instruct|chat|hf|base)\b", "", str(label).lower().rsplit("/", 1)[-1])
+    # the precision tag of a quantised checkpoint ("nvidia/Llama-3.3-70B-Instruct-FP8"): the row's precision column
+    # says what it runs in
+    s = re.sub(r"[-_ ](?:nv|mx)?(?:fp|bf)(?:4|8|16)\s*$", "", s.strip(" -_"))
     s = re.sub(r"[-_ ]v\d+\.\d+\s*$", "", s.strip(" -_"))  # a release suffix: "Mixtral-8x7B-v0.1"
     s = re.sub(r"\bv(?=\d)", "", s)  # "LLaMA v2 7B" -> "llama 2 7b"
     return _VENDOR_KEYS.get(re.sub(r"[^a-z0-9]", "", s))
