@@ -731,8 +731,6 @@ _HF_MORE = {
 #: Llama-layout decoders under their own model_type (Granite's extra scalar multipliers cost nothing)
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "granite",
                "granitemoe")
-#: model_types read as another: multimodal configs' language models (their ``text_config``), vision-language
-#: models whose language model is a Qwen2/3
 #: transformers' config class defaults of the language models that vision-language configs nest: transformers 4.x
 #: wrote a nested ``text_config`` without the values equal to them (llava-1.5-7b-hf's Vicuna-7B names no layer,
 #: width or head count: LlamaConfig's defaults; gemma-3-4b-it's no heads), so they stand in for what is missing
@@ -755,6 +753,8 @@ _HF_TEXT_DEFAULTS: dict[str, dict[str, Any]] = {
 #: ``text_config`` names no ``vocab_size`` (transformers' Gemma3TextConfig: 262,208; GemmaConfig, Gemma2Config:
 #: 256,000)
 _GEMMA_VOCAB = {"gemma": 256000, "gemma2": 256000, "gemma3_text": 262208}
+#: model_types read as another: multimodal configs' language models (their ``text_config``), vision-language
+#: models whose language model is a Qwen2/3
 _HF_AS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen2_vl": "qwen2", "qwen2_5_vl": "qwen2",
           "qwen2_vl_text": "qwen2", "qwen2_5_vl_text": "qwen2", "qwen3_vl_text": "qwen3",
           "qwen3_vl_moe_text": "qwen3_moe"}
