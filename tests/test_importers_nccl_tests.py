@@ -326,3 +326,28 @@ def test_a_second_run_of_the_same_job_is_kept_and_said(tmp_path, catalog):
         warnings.simplefilter("always", DataImportWarning)
         assert len(import_paths("nccl-tests", [one], catalog=catalog)) == 8
     assert not [w for w in caught if "measured more than once" in str(w.message)]
+
+
+def test_every_type_in_one_section(tmp_path, catalog):
+    """``-d all`` sweeps every type in one section (int8 rows count one element per byte, half two bytes, ...): the
+    file name and the data are checked row by row against each row's own type size, not the first row's."""
+    body = LOG.replace("# Collective test starting: reduce_scatter_perf\n", "").replace(
+        "# Collective test concluded: reduce_scatter_perf\n", "")
+    head, rest = body.split("        1024", 1)
+    tail = rest[rest.index("# Out of bounds"):]
+    rows = []
+    for name, nbytes in (("int8", 1), ("half", 2), ("float", 4), ("double", 8)):
+        for size in (1024, 4096):
+            rows.append(f"{size:>12} {size // (nbytes * 4):>13} {name:>9}     sum      -1    20.00    0.05    0.04"
+                        "       0    19.90    0.05    0.04       0")
+    text = head + "\n".join(rows) + "\n" + tail
+    for fname in ("reduce_scatter_perf.log", "job.out"):  # named by the file, and inferred from the data
+        p = tmp_path / fname
+        p.write_text(text)
+        df = import_nccl_tests(p, catalog=catalog)
+        assert (df["op"] == "reduce_scatter").all() and (df["n_ranks"] == 4).all()
+        assert sorted(set(df["dtype"])) == ["fp16", "fp32", "fp64", "int8"] and len(df) == 16
+    no_ranks = tmp_path / "reduce_scatter_noranks.log"  # ranks from size / (count x type size), per row
+    no_ranks.write_text("\n".join(line for line in text.splitlines() if "Rank" not in line) + "\n")
+    df = import_nccl_tests(no_ranks, catalog=catalog, device="H100")
+    assert (df["n_ranks"] == 4).all() and len(df) == 16

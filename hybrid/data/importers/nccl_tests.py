@@ -308,23 +308,28 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
     return records
 
 
-def _counts_agree(op: str, records: list[tuple], type_bytes: float, ranks: int | None) -> bool:
+def _per_element(records: list[tuple], type_bytes: list[float]) -> np.ndarray:
+    """size / (count x type size) of each record with a non-zero count, each by its own type: ``-d all`` runs
+    every type in one section."""
+    return np.array([r[1] / (r[2] * tb) for r, tb in zip(records, type_bytes, strict=True) if r[2] > 0])
+
+
+def _counts_agree(op: str, records: list[tuple], type_bytes: list[float], ranks: int | None) -> bool:
     """Whether a section's element counts are those nccl-tests prints for ``op``: size / (count x type size) is the
     number of ranks for all-gather, reduce-scatter and all-to-all, 1 for the others."""
-    nz = [r for r in records if r[2] > 0]
-    if not nz:
+    per = _per_element(records, type_bytes)
+    if not len(per):
         return True
-    per = np.array([r[1] / (r[2] * type_bytes) for r in nz])
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
         return ranks is None or bool(np.allclose(per, ranks, rtol=0.01))
     return bool(np.allclose(per, 1.0, rtol=0.01))
 
 
-def _infer_op(records: list[tuple], type_bytes: float, ranks: int | None) -> str | None:
+def _infer_op(records: list[tuple], type_bytes: list[float], ranks: int | None) -> str | None:
     nz = [r for r in records if r[2] > 0]
     if not nz:
         return None
-    per = np.array([r[1] / (r[2] * type_bytes) for r in nz])
+    per = _per_element(records, type_bytes)
     reduces = str(nz[0][4]).lower() not in ("none", "-")
     if all(r[5] >= 0 for r in nz):
         return "reduce" if reduces else "broadcast"
@@ -402,11 +407,12 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
             members = sec.ranks
         ranks = len(members) or None
         op = sec.name
-        inferred = _infer_op(records, DTYPE_BYTES[types[0]], ranks) if op is None else None
+        type_bytes = [DTYPE_BYTES[t] for t in types]  # per record: `-d all` sweeps every type in one section
+        inferred = _infer_op(records, type_bytes, ranks) if op is None else None
         if op is None and file_name is not None:
             # a file name speaks for a section only if the section counts elements as that collective does (a
             # file of several tests names at most one of them)
-            if _counts_agree(file_name, records, DTYPE_BYTES[types[0]], ranks):
+            if _counts_agree(file_name, records, type_bytes, ranks):
                 op = file_name
             elif inferred is not None:
                 warn(path, f"section at line {sec.start_line}: its counts say {inferred}, not the file name's "
@@ -422,7 +428,7 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
                        "all_gather_perf.log")
                 raise ImportFormatError(f"{path}: line {sec.start_line}: {why}")
         if ranks is None:
-            per = {round(r[1] / (r[2] * DTYPE_BYTES[types[0]])) for r in records if r[2] > 0}
+            per = {round(x) for x in _per_element(records, type_bytes)}
             if op in ("all_gather", "reduce_scatter", "all_to_all") and len(per) == 1:
                 ranks = int(per.pop())
             else:
