@@ -106,9 +106,10 @@ def test_synthetic_log_fields(tmp_path, catalog):
     assert (import_nccl_tests(p, catalog=catalog, system="Sophia")["system"] == "Sophia").all()
 
 
-@pytest.mark.parametrize("tag", ["[1,{r}]<stdout>:", "{r}: "])
+@pytest.mark.parametrize("tag", ["[1,{r}]<stdout>:", "{r}: ", "[{r}] "])
 def test_launcher_tagged_lines_and_the_mpi_binary(tmp_path, catalog, tag):
-    """``mpirun --tag-output`` and ``srun --label`` put a tag before every line (and interleave the ranks' noise);
+    """``mpirun --tag-output``, ``srun --label`` and MPICH / Intel MPI's ``mpiexec -l`` put a tag before every line
+    (and interleave the ranks' noise);
     the MPI build names its test ``<name>_perf_mpi``."""
     body = LOG.replace("reduce_scatter_perf", "reduce_scatter_perf_mpi")
     lines = [tag.format(r=0) + line for line in body.splitlines()]

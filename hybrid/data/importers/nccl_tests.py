@@ -72,8 +72,9 @@ NCCL_TYPES: dict[str, str] = {
 }
 
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf)?(?:_mpi)?\b", re.I)
-#: What launchers put before each line: ``mpirun --tag-output`` (``[1,0]<stdout>:``), ``srun --label`` (``0: ``).
-_LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s)")
+#: What launchers put before each line: ``mpirun --tag-output`` (``[1,0]<stdout>:``), ``srun --label`` (``0: ``),
+#: MPICH / Intel MPI ``mpiexec -l`` / ``-prepend-rank`` (``[0] ``).
+_LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|\[\d+\]\s)")
 _COMMAND = re.compile(r"(?:^|[/\s])(\w+?)_perf(?:_mpi)?\b")
 _NTHREAD = re.compile(r"^#\s*nThread\s+\d+")
 _RANK = re.compile(
