@@ -196,6 +196,21 @@ def test_evaluate_roofline_needs_no_store(flow, tmp_path, monkeypatch):
     assert not list((tmp_path / "out").glob(".*tmp")), "no temporary files left behind"
 
 
+def test_evaluate_writes_parquet_predictions_for_a_parquet_name(tmp_path):
+    """`evaluate -o pred.parquet` writes Parquet (as canonical tables are written), not CSV text under that name."""
+    table = tmp_path / "t.csv"
+    table.write_text("device,op,dtype,time_us,m,n,k\nH100-SXM,gemm,fp16,40,1024,1024,1024\n"
+                     "T4,gemm,fp32,900,1024,1024,1024\n")
+    for name in ("pred.parquet", "pred.csv"):
+        rc, _, err = cli(["evaluate", str(table), "--model", "roofline", "-o", str(tmp_path / name)])
+        assert rc == 0, err
+    frame = pd.read_parquet(tmp_path / "pred.parquet")
+    assert frame["device"].tolist() == ["H100-SXM", "T4"] and (frame["predicted_us"] > 0).all()
+    csv = pd.read_csv(tmp_path / "pred.csv")
+    assert list(frame.columns) == list(csv.columns)
+    assert np.allclose(frame[["measured_us", "predicted_us"]], csv[["measured_us", "predicted_us"]])
+
+
 def test_unknown_model_is_one_line_error(flow):
     for ref, needle in (("nope", "no registered model named 'nope'"), ("kern/9", "has no version 9"),
                         ("kern/zero", "bad model version")):

@@ -143,9 +143,13 @@ def echo_comparison(summaries: dict[str, dict[str, Any]], groups: tuple[str, ...
 
 
 def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write a prediction frame as CSV atomically."""
+    """Write a prediction frame atomically: Parquet for a ``.parquet`` / ``.pq`` name (as canonical tables are
+    written; CSV text under that name is unreadable to Parquet readers), else CSV."""
     with atomic_file(path) as tmp:
-        frame.to_csv(tmp, index=False)
+        if Path(path).suffix.lower() in (".parquet", ".pq"):
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
     return Path(path)
 
 
@@ -154,7 +158,8 @@ def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 @click.option("--model", "-m", "model_ref", required=True,
               help="Registered model (NAME, NAME/3, models:/NAME/3) or 'roofline' for the analytical baseline.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the error figures.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write per-row predictions (CSV).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False),
+              help="Write per-row predictions (CSV; Parquet for a .parquet name).")
 @click.option("--max-rows", type=int, help="Evaluate on a random sample of at most this many rows.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --max-rows sampling.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
