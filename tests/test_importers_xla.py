@@ -136,3 +136,19 @@ def test_broken_csvs(shared_datasets, tmp_path, catalog):
     m.to_csv(p2, index=False)
     with pytest.raises(ImportFormatError, match=r"matmul\.csv: unknown XLA dtype combination 'q4xq4->f32'"):
         import_xla_matmul(p2, catalog=catalog)
+
+
+def test_matmul_csv_time_and_rate_must_agree(shared_datasets, tmp_path, catalog):
+    """The tidy CSV states each measurement twice (time_us and flops_per_s); a row where they disagree (a time in
+    ms, a mangled rate) is refused with its line, never imported with whichever column happened to be read."""
+    m = pd.read_csv(shared_datasets / "xla/matmul_sm90_H100.csv").head(10)
+    p = tmp_path / "matmul.csv"
+    m.to_csv(p, index=False)
+    assert len(import_xla_matmul(p, catalog=catalog)) == 10  # the public rows agree to rounding
+    m.loc[3, "time_us"] = m.loc[3, "time_us"] * 1e-3  # this row's time in ms
+    m.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"matmul\.csv: line 5: time_us .* and flops_per_s .* disagree"):
+        import_xla_matmul(p, catalog=catalog)
+    only_rate = m.drop(columns=["time_us"])  # one column alone is taken as given
+    only_rate.to_csv(p, index=False)
+    assert len(import_xla_matmul(p, catalog=catalog)) == 10

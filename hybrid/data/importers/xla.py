@@ -35,6 +35,7 @@ from hybrid.data.importers._common import (
     as_paths,
     catalog_or_default,
     concat,
+    csv_line,
     display_path,
     finish,
     numeric,
@@ -99,7 +100,18 @@ def _matmul_csv(path: Path) -> pd.DataFrame:
         raise ImportFormatError(f"{path}: needs a 'time_us' or a 'flops_per_s' column")
     dims = [numeric(df, c, path, positive=True) for c in ("b", "m", "n", "k")]
     t = numeric(df, "time_us", path, positive=True) if "time_us" in df.columns else None
-    f = numeric(df, "flops_per_s", path, positive=True) if t is None else None
+    f = numeric(df, "flops_per_s", path, positive=True) if "flops_per_s" in df.columns else None
+    if t is not None and f is not None:
+        # both columns state one measurement (time = 2 b m n k / rate, exactly so in the public table): a row where
+        # they disagree holds a time in another unit or a mangled value, and which one is right cannot be told
+        b, m, n, k = dims
+        implied = 2.0 * b * m * n * k / f * 1e6
+        off = np.abs(implied / t - 1.0) > 0.02
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}: time_us {t[i]:g} and flops_per_s {f[i]:g} "
+                                    f"disagree (2 b m n k / flops_per_s = {implied[i]:g} us)")
+        f = None
     return _matmul_frame(df["device"].astype("string").str.strip().to_numpy(), *dims, df["dtype"], f, t, path)
 
 
