@@ -191,3 +191,25 @@ def test_envelope_rows_read_the_predictor_summary():
         ("norm|fp32|memory", "H100-SXM", "1.00x")]
     assert envelope_rows({}) == [] and envelope_table([]) == ""
     assert "<td>T4, P4</td><td>1.23x</td>" in envelope_table(rows)
+
+
+def test_a_negative_seed_is_refused_before_any_run(tmp_path):
+    """numpy's generators take no negative seed: `calibrate --seed -1` died deep in the split with 'ValueError:
+    expected non-negative integer', and `evaluate --max-rows N --seed -1` too; both are input errors naming the
+    seed, refused before a run exists."""
+    from hybrid.cli.main import main
+    from hybrid.errors import InvalidInputError
+    from hybrid.tracking.inputs import subsample
+
+    with pytest.raises(InvalidInputError, match="seed must be a non-negative integer, got -1"):
+        CalibrationConfig(name="x", seed=-1)
+    table = pd.DataFrame({"device": ["T4"] * 4, "op": ["gemm"] * 4})
+    with pytest.raises(InvalidInputError, match="seed must be a non-negative integer, got -1"):
+        subsample(table, 2, seed=-1)
+    assert len(subsample(table, 2, seed=2**40)) == 2
+    csv = tmp_path / "t.csv"
+    csv.write_text("device,op,dtype,time_us,m,n,k\nT4,gemm,fp32,900,1024,1024,1024\nT4,gemm,fp32,120,512,512,512\n")
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    assert main(["calibrate", str(csv), "--name", "x", "--seed", "-1", "--tracking-uri", uri, "-q"]) == 2
+    assert not (tmp_path / "store.db").exists()
+    assert main(["evaluate", str(csv), "--model", "roofline", "--max-rows", "1", "--seed", "-1"]) == 2

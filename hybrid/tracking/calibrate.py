@@ -131,6 +131,9 @@ class CalibrationConfig:
             raise InvalidInputError("'roofline' is reserved for the analytical baseline")
         if not 0 < self.test_fraction < 1:
             raise InvalidInputError(f"test fraction must be in (0, 1), got {self.test_fraction}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
+            # numpy's generators take only non-negative seeds: refused here, before a run is created
+            raise InvalidInputError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.base:
             parse_model_ref(self.base)
             if self.collective_transfer is not None:

@@ -179,6 +179,8 @@ def subsample(table: pd.DataFrame, max_rows: int, seed: int = 0) -> pd.DataFrame
     """At most ``max_rows`` rows, drawn evenly from every (device, op) group so small groups survive."""
     if max_rows <= 0:
         raise InvalidInputError(f"max rows must be positive, got {max_rows}")
+    if seed < 0:  # numpy's generators take only non-negative seeds
+        raise InvalidInputError(f"seed must be a non-negative integer, got {seed}")
     if len(table) <= max_rows:
         return table
     groups = table.groupby(["device", "op"], sort=True, dropna=False).indices
