@@ -100,6 +100,17 @@ def test_predict_collective_json(capsys) -> None:
     assert json.loads(out)["time_us"] > res["time_us"]
 
 
+@pytest.mark.parametrize("op", ["broadcast", "reduce"])
+def test_predict_collective_of_every_op_a_table_holds(capsys, op) -> None:
+    """nccl-tests' broadcast_perf / reduce_perf logs import, calibrate and evaluate as ops `broadcast` / `reduce`:
+    `predict collective` prices them too instead of refusing the op."""
+    code, out, err = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", op, "--size", "64MiB",
+                         "--ranks", "8", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["op"] == op and res["size_bytes"] == 64 * 2**20 and res["time_us"] > 0
+
+
 @pytest.mark.parametrize("argv", [
     ["predict", "gemm", "-d", "H900", "-m", "8", "-n", "8", "-k", "8"],
     ["devices", "show", "Z100"],

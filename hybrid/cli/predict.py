@@ -7,6 +7,7 @@ import click
 from hybrid.cli.output import echo_json, warn_arch_device
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
+from hybrid.ops.families import COLLECTIVE_OPS
 from hybrid.ops.roofline import memory_fit, resolve_system, roofline
 from hybrid.ops.spec import Collective, Gemm
 from hybrid.units import format_bytes, normalize_dtype, parse_size
@@ -175,7 +176,7 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
 @predict.command("collective")
 @click.option("--system", "-s", required=True, help="Catalog system (or a device: a generic node of it).")
 @click.option("--op", "op", required=True,
-              type=click.Choice(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]))
+              type=click.Choice(list(COLLECTIVE_OPS)))  # every collective a table (nccl-tests) can hold
 @click.option("--size", required=True, help="Message size as nccl-tests reports it: 4096, 64KiB, 64MiB, 1GB (decimal), 8G (binary, as nccl-tests' "
                    "-b/-e read it).")
 @click.option("--ranks", type=click.IntRange(min=2), required=True,
