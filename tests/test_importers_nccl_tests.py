@@ -352,3 +352,25 @@ def test_every_type_in_one_section(tmp_path, catalog):
     no_ranks.write_text("\n".join(line for line in text.splitlines() if "Rank" not in line) + "\n")
     df = import_nccl_tests(no_ranks, catalog=catalog, device="H100")
     assert (df["n_ranks"] == 4).all() and len(df) == 16
+
+
+def test_a_directory_says_which_logs_its_name_patterns_left_out(tmp_path, catalog):
+    """In a directory of one's own, the files named like the format's (``*.log``) are read; a log saved under
+    another name beside them (Slurm's ``slurm-1234.out``) was left out without a word. It is named in a warning;
+    files that are not nccl-tests output (scripts, notes) are not."""
+    d = tmp_path / "runs"
+    (d / "a").mkdir(parents=True)
+    (d / "a" / "reduce_scatter_perf.log").write_text(LOG)
+    (d / "slurm-1234.out").write_text("\n".join("[1,0]<stdout>:" + line for line in LOG.splitlines()) + "\n")
+    (d / "a" / "job.sh").write_text("#!/bin/bash\nsrun ./reduce_scatter_perf -b 1K -e 8K\n")
+    (d / "notes.txt").write_text("# nThreads were 1 in every run\n")
+    with pytest.warns(DataImportWarning, match=r"1 file\(s\) hold nccl-tests output .* not read: .*slurm-1234\.out;"
+                                               r" name them explicitly") as caught:
+        df = import_paths("nccl-tests", [d], catalog=catalog, system="DGX-H100")
+    assert len(df) == 8 and set(df["source"]) == {f"nccl-tests:{(d / 'a' / 'reduce_scatter_perf.log').as_posix()}"}
+    assert not any("job.sh" in str(w.message) or "notes.txt" in str(w.message) for w in caught)
+    (d / "slurm-1234.out").unlink()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import_paths("nccl-tests", [d], catalog=catalog, system="DGX-H100")
+    assert not [w for w in caught if "not read" in str(w.message)]  # nothing left out: nothing said

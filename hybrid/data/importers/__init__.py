@@ -25,7 +25,7 @@ import pandas as pd
 from hybrid.data.importers._common import DataImportWarning
 from hybrid.data.importers.deepbench import import_deepbench
 from hybrid.data.importers.llmcompass import import_llmcompass, import_llmcompass_pointwise
-from hybrid.data.importers.nccl_tests import import_nccl_tests
+from hybrid.data.importers.nccl_tests import import_nccl_tests, looks_like_log
 from hybrid.data.importers.neusight import drop_cross_file_duplicates, import_neusight
 from hybrid.data.importers.vidur import import_vidur_compute, import_vidur_network
 from hybrid.data.importers.xla import import_xla_collectives, import_xla_matmul
@@ -51,6 +51,9 @@ class Importer:
     sources: tuple[str, ...] = ()
     #: applied to the concatenated table of all files (drops copies of one measurement in several files)
     dedupe: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    #: whether a file's content shows it is of this format whatever its name (nccl-tests output saved by a
+    #: scheduler as ``slurm-1234.out``): :meth:`unread` names such files that :meth:`find` leaves out
+    sniff: Callable[[Path], bool] | None = None
 
     def find(self, directory: str | os.PathLike) -> list[Path]:
         """Files of this format under ``directory``: the public-layout globs if ``directory`` is a data root;
@@ -65,6 +68,15 @@ class Importer:
         if found:
             return found
         return sorted(p for p in files if PurePosixPath(p.name).match(self.fallback))
+
+    def unread(self, directory: str | os.PathLike, found: Iterable[Path]) -> list[Path]:
+        """Files under ``directory`` that :meth:`find` left out although ``sniff`` recognises their content (a
+        ``slurm-1234.out`` beside ``all_reduce_perf.log``: the name pattern of the other files hid it)."""
+        d = Path(directory)
+        if self.sniff is None or any(p.is_file() for g in self.globs for p in d.glob(g)):
+            return []  # a public data root: its registry (the globs) says which files are data
+        chosen = set(found)
+        return sorted(p for p in Path(directory).rglob("*") if p.is_file() and p not in chosen and self.sniff(p))
 
 
 _NEUSIGHT = "neusight/scripts/asplos/data"
@@ -102,7 +114,7 @@ IMPORTERS: dict[str, Importer] = {
                  "*_*.csv", ("llmcompass",)),
         Importer("nccl-tests", "raw nccl-tests stdout logs (*_perf output)", import_nccl_tests,
                  ("nccl-tests/**/*.log", "nccl-tests/**/*output.dat", "nccl-tests/**/*output.dat.*"),
-                 "*", ("nccl-tests-alcf", "nccl-tests-xxrjun")),
+                 "*", ("nccl-tests-alcf", "nccl-tests-xxrjun"), sniff=looks_like_log),
     )
 }
 
@@ -128,6 +140,12 @@ def expand_paths(importer: Importer, paths: Iterable[str | os.PathLike]) -> tupl
                 raise ImportFormatError(f"{p}: no {importer.name} files found (patterns: "
                                         f"{', '.join(importer.globs)})")
             found.extend(hits)
+            if left := importer.unread(p, hits):
+                names = ", ".join(str(x) for x in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+                warnings.warn(f"{p}: {len(left)} file(s) hold {importer.name} output but are not named like the "
+                              f"files read there ({', '.join(g.rsplit('/', 1)[-1] for g in importer.globs)}), so "
+                              f"were not read: {names}; name them explicitly (or rename them) to import them",
+                              DataImportWarning, stacklevel=3)
         else:
             raise ImportFormatError(f"{p}: no such file or directory")
     if not explicit and not found:

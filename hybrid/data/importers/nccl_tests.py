@@ -100,6 +100,21 @@ class _Section:
     units: tuple[int, list[str]] | None = None  # (line, tokens) of the units line under the column header
 
 
+#: How much of a file :func:`looks_like_log` reads: the header comes before the data.
+_SNIFF_BYTES = 1 << 16
+
+
+def looks_like_log(path: Path) -> bool:
+    """Whether ``path`` holds nccl-tests output (a ``# nThread`` header, launcher tags allowed) within its first
+    64 KiB, whatever its name (``slurm-1234.out``, ``job.txt``); unreadable files are not."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except OSError:
+        return False
+    return re.search(rb"(?m)^(?:\S*[:\]]\s?)?\s*#\s*nThread\s+\d+", head) is not None
+
+
 def _nccl_version(code: str) -> str:
     """``22807`` -> ``2.28.7``; ``2708`` (pre-2.9 encoding) -> ``2.7.8``."""
     v = int(code)
