@@ -211,6 +211,19 @@ def test_evaluate_writes_parquet_predictions_for_a_parquet_name(tmp_path):
     assert np.allclose(frame[["measured_us", "predicted_us"]], csv[["measured_us", "predicted_us"]])
 
 
+def test_evaluate_json_has_coverage_for_every_device_even_without_intervals(tmp_path):
+    """`coverage_pct` is promised overall and per device: with no intervals (the roofline) both are null, rather
+    than the overall key null and the per-device key missing."""
+    table = tmp_path / "t.csv"
+    table.write_text("device,op,dtype,time_us,m,n,k\nH100-SXM,gemm,fp16,40,1024,1024,1024\n"
+                     "T4,gemm,fp32,900,1024,1024,1024\n")
+    rc, out, err = cli(["evaluate", str(table), "--model", "roofline", "--json"])
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["coverage_pct"] is None
+    assert {d: v["coverage_pct"] for d, v in res["by_device"].items()} == {"H100-SXM": None, "T4": None}
+
+
 def test_unknown_model_is_one_line_error(flow):
     for ref, needle in (("nope", "no registered model named 'nope'"), ("kern/9", "has no version 9"),
                         ("kern/zero", "bad model version")):

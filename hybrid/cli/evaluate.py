@@ -197,8 +197,8 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     result["by_method"] = by_method(frame)
     cov = interval_coverage(frame)
     result["coverage_pct"] = cov["coverage_pct"]
-    for dev, pct in cov["coverage_by_device"].items():
-        result["by_device"][dev]["coverage_pct"] = pct
+    for dev, per in result["by_device"].items():  # every device has the key (null without intervals: roofline)
+        per["coverage_pct"] = cov["coverage_by_device"].get(dev, float("nan"))
     result["coverage_by_band"] = cov["coverage_by_band"]
     no_band = int(frame["predicted_us_low"].isna().sum())
     borrowed = (int((~predicted["interval_calibrated"].to_numpy(bool)).sum()) - no_band
