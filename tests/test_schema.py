@@ -217,3 +217,20 @@ def test_a_row_the_roofline_refuses_names_file_row_and_csv_line(tmp_path):
         rc = main(["data", "validate", str(ok), str(bad)])
     assert rc != 0 and "row index" not in err.getvalue()
     assert f"{bad}: row 6 (CSV line 7): collective: 64 ranks" in err.getvalue()
+
+
+def test_fastest_and_slowest_repeat_bracket_the_median(catalog, tmp_path):
+    """time_us_min above time_us, or time_us_max below it, is no measurement (a swapped or misassigned column):
+    refused with the row; equal values (one repeat) and missing ones pass."""
+    base = {"device": "H100-SXM", "op": "gemm", "dtype": "fp16", "m": 1024, "n": 1024, "k": 1024}
+    ok = pd.DataFrame([{**base, "time_us": 10.0, "time_us_min": 9.0, "time_us_max": 12.0},
+                       {**base, "time_us": 10.0, "time_us_min": 10.0, "time_us_max": 10.0},
+                       {**base, "time_us": 10.0, "time_us_min": None, "time_us_max": None}])
+    assert len(validate(ok, catalog)) == 3
+    swapped = ok.assign(time_us_min=[9.0, 10.0, 20.0], time_us_max=[12.0, 10.0, 5.0])
+    with pytest.raises(SchemaError, match=r"row 3 .*column 'time_us_min': 20\.0 is above the median time_us 10\.0"):
+        validate(swapped, catalog)
+    p = tmp_path / "t.csv"
+    ok.assign(time_us_max=[12.0, 10.0, 8.0]).to_csv(p, index=False)
+    with pytest.raises(SchemaError, match=r"t\.csv: row 3 \(CSV line 4\), column 'time_us_max': 8\.0 is below"):
+        read_table(p, catalog)

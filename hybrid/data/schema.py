@@ -297,6 +297,21 @@ def validate(
                 i = int(np.flatnonzero(bad)[0])
                 raise _fail(df, i, b, problem.format(a=_show(df[a].iloc[i]), b=_show(df[b].iloc[i])), source)
 
+    # a measurement's fastest repeat cannot be slower than its median, nor its slowest faster (a swapped or
+    # misassigned column); rounding is monotone, so the order survives any printing of the three
+    if not prediction:
+        t = df["time_us"].to_numpy(dtype=np.float64, na_value=np.nan)
+        for name, bad_of, what in (("time_us_min", lambda v: v > t * (1 + 1e-9), "above"),
+                                   ("time_us_max", lambda v: v < t * (1 - 1e-9), "below")):
+            if name in df.columns:
+                v = df[name].to_numpy(dtype=np.float64, na_value=np.nan)
+                with np.errstate(invalid="ignore"):
+                    bad = bad_of(v)
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    raise _fail(df, i, name, f"{_show(df[name].iloc[i])} is {what} the median time_us "
+                                f"{_show(df['time_us'].iloc[i])}", source)
+
     # categorical values
     if "dtype" not in df.columns:
         df["dtype"] = "fp32"
