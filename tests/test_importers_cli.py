@@ -96,3 +96,19 @@ def test_a_table_named_twice_is_read_once(shared_datasets, tmp_path, capsys):
     res = capsys.readouterr()
     assert rc == 0 and json.loads(res.out)["rows"] == 2380
     assert "1 measurement table(s) named more than once; each is read once" in res.err
+
+
+def test_a_failed_import_says_why_it_found_no_rows(shared_datasets, tmp_path, capsys):
+    """The warnings of an import that ends in an error come before the `error:` line: 'no nccl-tests data rows
+    found' alone hid that the log's one section was a failed job, or a test the table has no op for."""
+    log = next((shared_datasets / "nccl-tests/argonne-lcf_alcf-nccl-tests/results_sirius").rglob("all_reduce_output.dat.1"))
+    head = log.read_text().splitlines()
+    failed = tmp_path / "all_reduce_perf.log"  # killed before its first data row: header only
+    failed.write_text("\n".join(line for line in head if line.lstrip().startswith("#")) + "\n")
+    rc = main(["data", "import", "nccl-tests", str(failed), "-o", str(tmp_path / "t.csv")])
+    err = capsys.readouterr().err
+    assert rc == 2 and not (tmp_path / "t.csv").exists()
+    assert "has no complete data rows (the test failed or was killed)" in err
+    assert err.index("warning:") < err.index("error:")
+    rc = main(["data", "import", "nccl-tests", str(failed), "-o", str(tmp_path / "t.csv"), "--quiet"])
+    assert rc == 2 and "warning:" not in capsys.readouterr().err  # --quiet: no warnings

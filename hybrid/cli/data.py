@@ -8,8 +8,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table, warn_arch_device
-from hybrid.cli.output import report_warnings as _report_warnings
+from hybrid.cli.output import echo_json, echo_table, said_warnings, warn_arch_device
 from hybrid.errors import InvalidInputError
 
 
@@ -60,11 +59,9 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
     if kernel_times and get_importer(fmt).name != "vidur-compute":
         raise InvalidInputError(f"--kernel-times applies to vidur-compute only, not {fmt!r}")
     cat = default_catalog()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with said_warnings(show=not quiet):  # also when it fails: they say why no rows were found
         table = import_paths(fmt, list(paths), device=device, system=system, catalog=cat, progress=not quiet)
     if not quiet:
-        _report_warnings(caught)
         for note in _override_notes(fmt, list(paths), table, device, system, cat):
             click.echo(f"warning: {note}", err=True)
     if kernel_times:
@@ -119,10 +116,8 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     from hybrid.data.quality import describe, implausible_rows, repeated_configs
     from hybrid.tracking.inputs import load_measurements
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with said_warnings():
         data = load_measurements(list(tables), bundle_catalog(list(tables)))
-    _report_warnings(caught)
     df = data.table
     counts = df.groupby(["op", "device"]).size().reset_index(name="rows")
     # physically implausible groups (GPU GEMMs faster than the datasheet peak): valid rows, but every fit leaves
@@ -206,11 +201,9 @@ def merge_cmd(bundles: tuple[Path, ...], output: Path, replace: bool, note: str 
     bundle and families measured again) into one bundle."""
     from hybrid.data.bundle import merge_bundles, read_meta
 
-    with warnings.catch_warnings(record=True) as caught:  # as warning: lines, once the merge is written
-        warnings.simplefilter("always")
+    with said_warnings():  # as warning: lines, once the merge is written (or failed)
         path, table = merge_bundles(bundles, output, on_duplicate="last" if replace else "error", note=note,
                                     force=force)
-    _report_warnings(caught)
     meta = read_meta(path)
     if as_json:
         echo_json({"path": str(path), "rows": len(table), "replaced_rows": meta["replaced_rows"],

@@ -72,6 +72,20 @@ def report_warnings(caught: list[warnings.WarningMessage]) -> None:
 
 
 @contextlib.contextmanager
+def said_warnings(show: bool = True) -> Iterator[list[warnings.WarningMessage]]:
+    """Collect every warning of the block and print each once as a ``warning:`` line when it ends (unless
+    ``show`` is false), also when it fails: then they come before the CLI's ``error:`` line, and say why (an
+    import that found no rows: the sections skipped as failed, truncated or of a test the table has no op for)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield caught
+        finally:
+            if show:
+                report_warnings(caught)
+
+
+@contextlib.contextmanager
 def quality_warnings() -> Iterator[None]:
     """Inside the block, data-quality warnings (:class:`~hybrid.errors.DataQualityWarning`, raised once per fit of a
     calibration's splits) are collected and printed once each as ``warning:`` lines at its end; every other
