@@ -374,3 +374,24 @@ def test_a_directory_says_which_logs_its_name_patterns_left_out(tmp_path, catalo
         warnings.simplefilter("always")
         import_paths("nccl-tests", [d], catalog=catalog, system="DGX-H100")
     assert not [w for w in caught if "not read" in str(w.message)]  # nothing left out: nothing said
+
+
+def test_one_rank_sections_are_skipped_with_the_likely_cause(tmp_path, catalog):
+    """A build without MPI started by mpirun prints one independent 1-rank test per process: local copies, no
+    communication, which `predict collective` refuses (at least 2 ranks). Such sections are skipped with a
+    warning saying so; the multi-rank sections of the file are kept."""
+    one = "\n".join(line for line in LOG.splitlines() if not re.search(r"Rank\s+[123]\b", line)) + "\n"
+    p = tmp_path / "reduce_scatter_perf.log"
+    p.write_text(one.replace("        1024           128", "        1024           512")
+                 .replace("        2048           256", "        2048          1024")
+                 .replace("        4096           512", "        4096          2048")
+                 .replace("        8192          1024", "        8192          4096") + LOG)
+    with pytest.warns(DataImportWarning, match=r"section at line \d+ ran on 1 rank: it measures no communication"
+                                               r" .*MPI=1.*; skipped"):
+        df = import_nccl_tests(p, catalog=catalog, system="DGX-H100")
+    assert len(df) == 8 and (df["n_ranks"] == 4).all()
+    alone = tmp_path / "alone_reduce_scatter_perf.log"
+    alone.write_text(p.read_text().split("# Collective test concluded")[0])
+    with pytest.raises(ImportFormatError, match="no nccl-tests data rows"), pytest.warns(DataImportWarning,
+                                                                                        match="ran on 1 rank"):
+        import_nccl_tests(alone, catalog=catalog, system="DGX-H100")

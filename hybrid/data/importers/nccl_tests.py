@@ -450,6 +450,14 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
             else:
                 raise ImportFormatError(f"{path}: line {sec.start_line}: no '#  Rank ...' lines, so the number "
                                         "of ranks is unknown")
+        if ranks == 1:
+            # one rank communicates with nobody: its times are a local copy (busbw 0). A build without MPI started
+            # by mpirun / srun prints one such section per process, which the canonical table cannot tell from
+            # collectives between GPUs (and `predict collective` refuses: at least 2 ranks)
+            warn(path, f"section at line {sec.start_line} ran on 1 rank: it measures no communication (a "
+                       "nccl-tests build without MPI started by mpirun / srun runs one independent 1-rank test per "
+                       "process; build it with MPI=1, or give one process all GPUs with -g N); skipped")
+            continue
         hosts = {h for h, _, _ in members.values()}
         gpu_names = Counter(g for _, g, _ in members.values())
         if device is None and not gpu_names:
