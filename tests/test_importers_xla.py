@@ -152,3 +152,23 @@ def test_matmul_csv_time_and_rate_must_agree(shared_datasets, tmp_path, catalog)
     only_rate = m.drop(columns=["time_us"])  # one column alone is taken as given
     only_rate.to_csv(p, index=False)
     assert len(import_xla_matmul(p, catalog=catalog)) == 10
+
+
+def test_collectives_csv_bytes_must_be_the_elements_of_the_dtype(shared_datasets, tmp_path, catalog):
+    """The collectives CSV states each output shape as num_elements and as bytes; bytes that are not the elements
+    times the element size (a BF16 row with F32 bytes, a mangled value) are refused with the line: the size the
+    time is derived from cannot be told."""
+    raw = pd.read_csv(shared_datasets / "xla/collectives_sm90_H100.csv").head(12)
+    p = tmp_path / "collectives.csv"
+    raw.to_csv(p, index=False)
+    assert len(import_xla_collectives(p, catalog=catalog)) == 12
+    half = raw.copy()
+    half["dtype"] = half["dtype"].astype(object)
+    half.loc[6, "dtype"] = "BF16"  # same bytes, half-size elements
+    half.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"collectives\.csv: line 8: bytes \d+ is not num_elements \d+ x 2 B "
+                                                r"\(BF16\)"):
+        import_xla_collectives(p, catalog=catalog)
+    half.loc[6, "bytes"] = half.loc[6, "num_elements"] * 2
+    half.to_csv(p, index=False)
+    assert import_xla_collectives(p, catalog=catalog)["dtype"].tolist().count("bf16") == 1

@@ -203,6 +203,16 @@ def _collectives_csv(path: Path) -> pd.DataFrame:
     need = ("device", "opcode", "bytes", "num_devices_per_group", "network_throughput_bytes_per_sec")
     df = read_csv_checked(path, need, what="XLA collectives")
     out_bytes = numeric(df, "bytes", path, positive=True)
+    if "num_elements" in df.columns and "dtype" in df.columns:
+        # the table states the output shape twice: elements and bytes must agree for the element type
+        elements = numeric(df, "num_elements", path, required=False, positive=True)
+        per_element = (df["dtype"].astype("string").str.strip().str.upper().map(_ELEMENT_BYTES)
+                       .to_numpy(dtype=np.float64, na_value=np.nan))
+        off = np.isfinite(elements) & np.isfinite(per_element) & (elements * per_element != out_bytes)
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}: bytes {out_bytes[i]:.0f} is not num_elements "
+                                    f"{elements[i]:.0f} x {per_element[i]:.0f} B ({str(df['dtype'].iloc[i]).strip()})")
     thr = numeric(df, "network_throughput_bytes_per_sec", path, positive=True)
     per_group = numeric(df, "num_devices_per_group", path, required=False, positive=True)
     groups = (numeric(df, "num_replica_groups", path, required=False, positive=True)
