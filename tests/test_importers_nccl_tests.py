@@ -6,10 +6,11 @@ import re
 import warnings
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from hybrid.data.importers import IMPORTERS, DataImportWarning, import_nccl_tests, import_paths
-from hybrid.errors import ImportFormatError
+from hybrid.errors import ImportFormatError, InvalidInputError
 
 # an independent, deliberately simple notion of "a data row": size, count, type, then numbers
 _ROW = re.compile(r"^\s*\d+\s+\d+\s+[a-z0-9_]+\s+\w+\s+-?\d+\s+[\d.eE+]+\s", re.M)
@@ -395,3 +396,27 @@ def test_one_rank_sections_are_skipped_with_the_likely_cause(tmp_path, catalog):
     with pytest.raises(ImportFormatError, match="no nccl-tests data rows"), pytest.warns(DataImportWarning,
                                                                                         match="ran on 1 rank"):
         import_nccl_tests(alone, catalog=catalog, system="DGX-H100")
+
+
+def test_a_system_whose_nodes_cannot_hold_the_run_is_an_error(tmp_path, catalog):
+    """8 ranks on one host labelled Polaris (4 GPUs per node): imported with a warning, the table was then read as
+    2 nodes of it (the roofline takes n_nodes 1 for 'not said'), costing a network the run never crossed. The
+    import refuses it, and so does reading a table that states such a layout."""
+    from hybrid.data.schema import check_rows
+
+    ranks = "".join(f"#  Rank  {r} Group  0 Pid  {20 + r} on node-a device  {r} [0000:1b:00] NVIDIA A100-SXM4-40GB\n"
+                    for r in range(8))
+    head, tail = LOG.split("#  Rank  0", 1)
+    p = tmp_path / "reduce_scatter_perf.log"
+    p.write_text(head + ranks + tail[tail.index("#\n"):])
+    assert (import_nccl_tests(p, catalog=catalog, system="DGX-A100")["n_ranks"] == 8).all()
+    with pytest.raises(ImportFormatError, match=r"line \d+: 8 ranks on 1 host\(s\) are 8 GPUs per node, more than "
+                                                r"system Polaris has \(4 x A100-SXM4-40GB per node\); check --system"):
+        import_nccl_tests(p, catalog=catalog, system="Polaris")
+    table = pd.DataFrame({"device": "H100-SXM", "op": "all_reduce", "time_us": [100.0, 100.0],
+                          "size_bytes": 1 << 20, "n_ranks": [8, 16], "n_nodes": [1, 1], "system": "DGX-H100"})
+    with pytest.raises(InvalidInputError, match=r"t\.csv: row 2 \(CSV line 3\): collective: 16 ranks on 1 node\(s\) "
+                                                r"of DGX-H100 \(8 GPUs per node\)"):
+        check_rows(table, catalog, "t.csv")
+    assert len(check_rows(table.head(1), catalog, "t.csv")) == 1
+    assert len(check_rows(table.drop(columns="n_nodes"), catalog, "t.csv")) == 2  # not said: spread over nodes

@@ -520,7 +520,36 @@ def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFra
         pos = int(m.group(1))  # a RangeIndex: the label is the row's position in the file
         raise InvalidInputError(f"{source}: row {pos + 1} (CSV line {pos + 2}): {msg[:m.start()]}") from None
     base.index = table.index
+    _check_stated_nodes(table, catalog, source)
     return base
+
+
+def _check_stated_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
+    """A collective row of a catalog system whose stated ``n_nodes`` cannot hold its ``n_ranks`` (more per node
+    than the system's GPUs) is refused like the roofline refuses such a layout on several nodes. The roofline
+    reads an ``n_nodes`` of 1 as "not said" (a missing value becomes 1) and spreads the ranks over as many nodes
+    as they need, right for a table that does not say, silently wrong for a log that did (16 ranks on one host of
+    an 8-GPU system: a mislabelled --system). Rows of a bare device (a generic node) are left to the roofline."""
+    if not {"n_ranks", "n_nodes", "system"} <= set(table.columns):
+        return
+    from hybrid.ops.families import COLLECTIVE_OPS
+
+    ranks = pd.to_numeric(table["n_ranks"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    nodes = pd.to_numeric(table["n_nodes"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    names = table["system"].astype("string")
+    stated = (table["op"].isin(COLLECTIVE_OPS).to_numpy() & np.isfinite(ranks) & np.isfinite(nodes)
+              & names.notna().to_numpy())
+    for name in pd.unique(names[stated]):
+        key = catalog.resolve_system(str(name), missing_ok=True)
+        if key is None:
+            continue
+        gpn = catalog.systems[key].gpus_per_node
+        bad = stated & (names == name).fillna(False).to_numpy() & (ranks > nodes * gpn)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidInputError(f"{source}: row {i + 1} (CSV line {i + 2}): collective: {int(ranks[i])} ranks on "
+                                    f"{int(nodes[i])} node(s) of {key} ({gpn} GPUs per node): more ranks per node "
+                                    "than the system's GPUs per node (a log of another system? check its system)")
 
 
 #: File suffixes a canonical table is written with.

@@ -471,12 +471,14 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
         if sys_key is not None and sys_key in catalog.systems:
             sobj = catalog.systems[sys_key]
             per_node = -(-ranks // nodes)
-            if sobj.device != dev_key or per_node > sobj.gpus_per_node:  # fewer GPUs per node: a subset run
-                what = (f"the log's GPU {dev_key}" if sobj.device != dev_key else
-                        f"{per_node} GPUs per node over {nodes} hosts")
-                warn(path, f"section at line {sec.start_line}: {what} does not match system {sys_key} "
-                           f"({sobj.gpus_per_node} x {sobj.device} per node); its rows are labelled {sys_key} "
-                           "anyway: check --system")
+            if per_node > sobj.gpus_per_node:  # no node of the system holds the run: the table would be refused
+                raise ImportFormatError(f"{path}: line {sec.start_line}: {ranks} ranks on {nodes} host(s) are "
+                                        f"{per_node} GPUs per node, more than system {sys_key} has "
+                                        f"({sobj.gpus_per_node} x {sobj.device} per node); check --system")
+            if sobj.device != dev_key:  # fewer GPUs per node than the system has: a subset run, said nothing
+                warn(path, f"section at line {sec.start_line}: the log's GPU {dev_key} does not match system "
+                           f"{sys_key} ({sobj.gpus_per_node} x {sobj.device} per node); its rows are labelled "
+                           f"{sys_key} anyway: check --system")
         for r, t in zip(records, types, strict=True):
             if r[1] > 0:  # zero-byte calls measure launch overhead only; size_bytes must be positive
                 out.append((dev_key, op, t, r[7], r[1], ranks, nodes, r[6], r[8], r[0], "nccl-tests",
