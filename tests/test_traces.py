@@ -1567,3 +1567,22 @@ def test_a_3d_convolution_is_its_depth_slices_2d_convolution(tmp_path, cpu_catal
         n * d, cout * k, c, h + k - 1, "bwd", "input")
     flops_tr = roofline(pd.DataFrame([{**tr, "device": CPU}]), cpu_catalog)["flops"].to_numpy()[0]
     assert flops_tr == pytest.approx(2.0 * n * c * d * h * h * cout * k ** 3)  # each input point into k^3 x C_out
+
+
+def test_compiled_fusion_keeps_no_host_time_of_fused_ops_on_the_traced_cpu(tiny_trace, cpu_catalog):
+    """A fused-away op has no dispatch or time of its own. Where the traced host is kept (the traced CPU), its
+    traced span must not reappear as the host gap before the next unit: before, ``--compiled`` on the traced CPU
+    predicted a BERT step at 60 ms against 28 ms eager (every fused op's traced time kept as a gap)."""
+    from hybrid.workloads.trace_fusion import compiled_fusion
+
+    traces = load_traces([tiny_trace["kineto"], tiny_trace["et"]])
+    eager = build_trace_graph(traces, CPU, cpu_catalog)
+    fused = build_trace_graph(traces, CPU, cpu_catalog, transform=compiled_fusion())
+    assert eager.same_device and fused.same_device
+    model = RooflineCostModel(cpu_catalog)
+    pe, pf = predict_trace(eager, model), predict_trace(fused, model)
+    gaps = [float(p.breakdown().set_index("label")["predicted_us"].get("host gaps", 0.0)) for p in (pe, pf)]
+    assert gaps[1] <= gaps[0] * 1.001 + 1e-6
+    assert pf.predicted_us < pe.predicted_us
+    # the re-simulation at traced times still reproduces the traced step
+    assert pf.measured.iteration_us == pytest.approx(pe.measured.iteration_us, rel=0.02)

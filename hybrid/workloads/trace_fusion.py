@@ -12,8 +12,9 @@ rewrites the units of a trace (:func:`hybrid.workloads.trace_units.trace_units`)
   between them; a GEMM, convolution, attention, embedding, collective or unmodelled op ends it;
 * the run becomes one kernel costed as its member that moves the most bytes (one pass over the largest tensors:
   the fused kernel reads its external inputs and writes its outputs once, and its largest member already reads
-  and writes tensors of that size); the other members become host-only units with no time (no kernel, no
-  dispatch or launch of their own). Views stay host-only as in eager mode.
+  and writes tensors of that size); the other members become host-only units with no predicted time (no kernel, no
+  dispatch or launch of their own; their traced span is not handed to the host gap after them). Views stay
+  host-only as in eager mode.
 
 This is a first-order model of fusion (no epilogue fusion into GEMMs, no recomputation or layout changes the
 compiler may choose); ``experiments/nlp_e2e`` scores it on NeuSight's ``torch.compile`` labels.
@@ -33,6 +34,9 @@ from hybrid.ops.families import family_of
 FUSIBLE_LABELS = frozenset({"elementwise", "norm", "softmax", "dropout", "reduction", "copy"})
 #: Unit kind of a fused-away member (host only, as a view).
 FUSED_KIND = "view"
+#: Unit column that marks a fused-away member: placed as a view with no predicted host time (its traced time is
+#: still the re-simulation's, which reproduces the traced step).
+FUSED_COLUMN = "fused"
 
 
 def _unit_bytes(rows: list[dict]) -> np.ndarray:
@@ -90,7 +94,12 @@ def compiled_fusion() -> Callable[[RankTrace, pd.DataFrame], pd.DataFrame]:
         fused_away = np.setdiff1d(members, keep)
         u.loc[fused_away, "kind"] = FUSED_KIND
         u.loc[fused_away, "device_us"] = np.nan
-        u.loc[fused_away, "dur"] = 0.0  # compiled code does not dispatch them: no host time of their own
+        # compiled code does not dispatch them: no host time of their own (:data:`FUSED_COLUMN`). Their traced
+        # span stays: the host gaps are measured between traced spans, and a span cut to nothing would hand the
+        # op's traced time to the gap before the next unit, which the traced host keeps (the traced CPU: a
+        # compiled step predicted slower than the eager one)
+        u[FUSED_COLUMN] = False
+        u.loc[fused_away, FUSED_COLUMN] = True
         return u
 
     return transform

@@ -55,6 +55,7 @@ from hybrid.workloads.trace_costing import (
     traced_gpu,
 )
 from hybrid.workloads.trace_deps import cross_dep_nodes, main_tid, rank_schedule
+from hybrid.workloads.trace_fusion import FUSED_COLUMN
 from hybrid.workloads.trace_units import (
     GAP_LABEL,
     OWN_TIME_ATTR,
@@ -215,6 +216,8 @@ class _Builder:
                            phase=u["phase"])
         else:  # view / unmodelled: host time (unmodelled: the trace's time only on the traced device)
             dur = (self.cost.unmodelled_us if kind == "unmodelled" else self.cost.host_us)(rank, u["dur"], *_recorded(u))
+            if u.get(FUSED_COLUMN):  # fused away by a compiler (trace_fusion): no dispatch of its own
+                dur = 0.0
             host_meas = u["dur"]
             if not self.on_cpu and name in SYNC_OPS:
                 # the host waits for the device: the wait comes from the dependency (its traced time is that wait)
