@@ -502,6 +502,26 @@ def test_bad_files_get_clear_errors(tmp_path, content, match):
         load_trace(p)
 
 
+_MM = b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "pid": 1, "tid": 1}'
+
+
+@pytest.mark.parametrize("dist,match", [
+    (b'{"rank": "x", "world_size": 2}', "distributedInfo rank is 'x'"),
+    (b'{"rank": 0, "world_size": "two"}', "distributedInfo world_size is 'two'"),
+    (b'{"rank": -1, "world_size": 2}', "distributedInfo rank is -1"),
+    (b'{"rank": 0, "world_size": 1.5}', "distributedInfo world_size is 1.5"),
+    (b'{"rank": 0, "world_size": -2}', "distributedInfo world_size is -2"),
+    (b'[0, 2]', "distributedInfo is not an object"),
+])
+def test_a_malformed_distributed_info_is_refused_by_name(tmp_path, dist, match):
+    """A Chrome trace's ``distributedInfo`` whose rank or world size is no whole number: before, a bare
+    ``ValueError: invalid literal for int()`` (no file named), or a negative rank taken as is."""
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents": [' + _MM + b'], "distributedInfo": ' + dist + b"}")
+    with pytest.raises(TraceFormatError, match=f"{p}: {match}"):
+        load_trace(p)
+
+
 def test_truncated_real_trace_and_cli_exit_code(tiny_trace, tmp_path, capsys):
     raw = Path(tiny_trace["kineto"]).read_bytes()
     cut = tmp_path / "cut.json"

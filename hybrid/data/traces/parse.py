@@ -152,6 +152,27 @@ def _num(v: Any, what: str, path: str) -> float:
     return x
 
 
+def _dist_info(doc: dict, path: str) -> tuple[dict, int, int]:
+    """A trace's ``distributedInfo`` (an object, or absent), its rank (default 0) and world size (default 1):
+    a value that is no whole number (``"x"``, ``1.5``), a negative rank or a world size below one is a
+    :class:`TraceFormatError` naming the file, not a bare ``int()`` error."""
+    dist = doc.get("distributedInfo") or {}
+    if not isinstance(dist, dict):
+        raise TraceFormatError(f"{path}: distributedInfo is not an object ({type(dist).__name__})")
+    out = []
+    for key, default, low in (("rank", 0, 0), ("world_size", 1, 1)):
+        v = dist.get(key, default)
+        v = default if v is None or v == "" else v
+        try:
+            n = int(v) if not isinstance(v, bool) and float(v) == int(float(v)) else None
+        except (TypeError, ValueError, OverflowError):
+            n = None
+        if n is None or n < low:
+            raise TraceFormatError(f"{path}: distributedInfo {key} is {v!r}, not a whole number >= {low}")
+        out.append(n)
+    return dist, out[0], out[1]
+
+
 def _nest(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Parent row and depth of every op, by time containment on its thread (ops sorted by tid, ts, -dur)."""
     n = len(ops)
@@ -227,9 +248,7 @@ def _dtype_of(t: Any) -> str | None:
 
 def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
     events = doc["traceEvents"]
-    dist = doc.get("distributedInfo") or {}
-    rank = int(dist.get("rank", 0) or 0)
-    world = int(dist.get("world_size", 1) or 1)
+    dist, rank, world = _dist_info(doc, path)
     groups: dict[str, tuple[int, ...]] = {}
     for pg in dist.get("pg_config", []) or []:
         try:
@@ -361,11 +380,10 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
             depth[i] = depth[parent[i]] + 1
     et["parent"], et["depth"], et["id"] = parent, depth, np.arange(len(et))
     et["ts"] = et["et_id"].astype(np.float64)  # order only
-    dist = doc.get("distributedInfo") or {}
-    world = int(dist.get("world_size", 1) or 1)
+    _, rank, world = _dist_info(doc, path)
     devices = {str(v[5]) for vals in et["extra"] for v in vals.get("values", []) if isinstance(v, list) and len(v) == 6}
     device = "meta" if devices == {"meta"} else ("cuda" if any(d.startswith("cuda") for d in devices) else "cpu")
-    tr = RankTrace(path, "et", int(dist.get("rank", 0) or 0), world, device, "",
+    tr = RankTrace(path, "et", rank, world, device, "",
                    et[list(OP_COLUMNS)].copy(), pd.DataFrame(columns=["name", "cat", "stream", "ts", "dur", "ext_id",
                                                                        "device", "op"]),
                    {"0": tuple(range(world))} if world > 1 else {}, (np.nan, np.nan), {"schema": doc.get("schema"), "pid": doc.get("pid")})
