@@ -485,6 +485,13 @@ def test_a_tensor_list_takes_its_dtype_from_the_execution_trace():
     (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": -4}]}', "negative"),
     (b"\x00\x01\x02\xff\xfe", "JSON"),
     (b'{"nodes": [{"name": "x"}], "schema": "1.0"}', "execution-trace node"),
+    # execution-trace nodes with a field of the wrong kind: before, a bare ValueError / TypeError, no file named
+    (b'{"nodes": [{"id": "a", "name": "aten::mm"}], "schema": "1.1"}', r"nodes\[0\] \('aten::mm'\) is not a valid"),
+    (b'{"nodes": [{"id": 1, "name": "aten::mm", "ctrl_deps": "z"}], "schema": "1.1"}', "not a valid execution-trace"),
+    (b'{"nodes": [{"id": 1, "name": "aten::mm", "inputs": {"shapes": 5}}], "schema": "1.1"}',
+     "not a valid execution-trace node"),
+    (b'{"nodes": [{"id": 1, "name": "aten::mm", "attrs": [{"name": "dur", "value": "q"}]}], "schema": "1.1"}',
+     "not a valid execution-trace node"),
     # a gzipped trace cut short (a copy interrupted), and a file with gzip's magic bytes but not gzip
     (gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "ts": i * 7.3, "dur": i % 13} for i in range(400)]})
                    .encode())[:300], r"truncated gzip file \(the file ends early\)"),

@@ -351,23 +351,27 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
     for k, nd in enumerate(nodes):
         if not isinstance(nd, dict) or "id" not in nd or "name" not in nd:
             raise TraceFormatError(f"{path}: nodes[{k}] is not an execution-trace node (needs 'id' and 'name')")
-        attrs = {a.get("name"): a.get("value") for a in nd.get("attrs", []) if isinstance(a, dict)}
-        inputs = nd.get("inputs") or {}
-        outputs = nd.get("outputs") or {}
-        if isinstance(inputs, list):  # older ET schema: flat lists
-            inputs = {"shapes": nd.get("input_shapes", []), "types": nd.get("input_types", [])}
-            outputs = {"shapes": nd.get("output_shapes", []), "types": nd.get("output_types", [])}
-        ids[int(nd["id"])] = len(rows)
-        rows.append({"et_id": int(nd["id"]), "et_parent": int(nd.get("ctrl_deps", nd.get("parent", -1)) or -1),
-                     "tid": str(attrs.get("tid", nd.get("tid", 0))), "name": str(nd["name"]),
-                     "cat": "cpu_op" if "::" in str(nd["name"]) else "user_annotation",
-                     "dims": list(inputs.get("shapes", [])),
-                     "types": [_dtype_of(t) for t in inputs.get("types", [])],
-                     "out_dims": list(outputs.get("shapes", [])), "rf_id": attrs.get("rf_id", -1), "ext_id": -1,
-                     "pg": str(attrs.get("pg_name", "") or ""),
-                     "extra": {"values": inputs.get("values", [])} if "values" in inputs else {},
-                     "dur": float(attrs["dur"]) if "dur" in attrs else np.nan,
-                     "seq": _seq(attrs.get("seq_id"))})
+        try:
+            attrs = {a.get("name"): a.get("value") for a in nd.get("attrs", []) if isinstance(a, dict)}
+            inputs = nd.get("inputs") or {}
+            outputs = nd.get("outputs") or {}
+            if isinstance(inputs, list):  # older ET schema: flat lists
+                inputs = {"shapes": nd.get("input_shapes", []), "types": nd.get("input_types", [])}
+                outputs = {"shapes": nd.get("output_shapes", []), "types": nd.get("output_types", [])}
+            ids[int(nd["id"])] = len(rows)
+            rows.append({"et_id": int(nd["id"]), "et_parent": int(nd.get("ctrl_deps", nd.get("parent", -1)) or -1),
+                         "tid": str(attrs.get("tid", nd.get("tid", 0))), "name": str(nd["name"]),
+                         "cat": "cpu_op" if "::" in str(nd["name"]) else "user_annotation",
+                         "dims": list(inputs.get("shapes", [])),
+                         "types": [_dtype_of(t) for t in inputs.get("types", [])],
+                         "out_dims": list(outputs.get("shapes", [])), "rf_id": attrs.get("rf_id", -1), "ext_id": -1,
+                         "pg": str(attrs.get("pg_name", "") or ""),
+                         "extra": {"values": inputs.get("values", [])} if "values" in inputs else {},
+                         "dur": float(attrs["dur"]) if "dur" in attrs else np.nan,
+                         "seq": _seq(attrs.get("seq_id"))})
+        except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong kind: no bare int() error
+            raise TraceFormatError(f"{path}: nodes[{k}] ({str(nd['name'])!r}) is not a valid execution-trace node "
+                                   f"({type(exc).__name__}: {exc})") from None
     if not rows:
         raise TraceFormatError(f"{path}: the execution trace has no nodes")
     et = pd.DataFrame(rows)
