@@ -529,6 +529,18 @@ def test_a_malformed_distributed_info_is_refused_by_name(tmp_path, dist, match):
         load_trace(p)
 
 
+def test_a_step_with_no_timed_family_prints_an_empty_breakdown(tmp_path, capsys):
+    """An execution trace of views only predicts 0 ms with no family to list: the text output used to end in
+    ``IndexError: list index out of range`` (the table's header read the first row)."""
+    p = tmp_path / "et.json"
+    p.write_text(json.dumps({"schema": "1.1", "nodes": [
+        {"id": 1, "name": "aten::view", "inputs": {"shapes": [[2, 3], []], "types": ["Tensor(float)", "Int"]},
+         "outputs": {"shapes": [[6]]}}]}))
+    assert cli_main(["trace", "predict", str(p), "--device", "H100-SXM"]) == 0
+    out = capsys.readouterr().out
+    assert "predicted 0.000 ms" in out and "family  nodes  predicted_ms" in out
+
+
 def test_truncated_real_trace_and_cli_exit_code(tiny_trace, tmp_path, capsys):
     raw = Path(tiny_trace["kineto"]).read_bytes()
     cut = tmp_path / "cut.json"

@@ -381,10 +381,11 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     if s["ranks"] > 1 and pred.iteration.graph.n_ranks > 1:
         click.echo(f"per family on rank {s['breakdown_rank']}, the rank that finishes last (one rank's time, "
                    "comparable with the step):")
-    rows = [[r["label"], int(r["nodes"]), r["predicted_us"] / 1e3]
-            + ([r["measured_us"] / 1e3] if "measured_us" in bd.columns and it.same_device else [])
+    measured_col = "measured_us" in bd.columns and it.same_device
+    rows = [[r["label"], int(r["nodes"]), r["predicted_us"] / 1e3] + ([r["measured_us"] / 1e3] if measured_col else [])
             for _, r in bd.iterrows()]
-    echo_table(rows, ["family", "nodes", "predicted_ms"] + (["measured_ms"] if len(rows[0]) > 3 else []))
+    # a step with nothing that takes time (views only, say) has no family to list: an empty table, not an IndexError
+    echo_table(rows, ["family", "nodes", "predicted_ms"] + (["measured_ms"] if measured_col else []))
     if rec.get("measured") and rec.get("kept"):
         click.echo(f"recording overhead taken off the traced host (measured when recorded): "
                    f"{rec['per_event_us']:.2f} us per event + {rec['per_input_us']:.2f} us per input + "
