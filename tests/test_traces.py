@@ -529,6 +529,23 @@ def test_a_malformed_distributed_info_is_refused_by_name(tmp_path, dist, match):
         load_trace(p)
 
 
+@pytest.mark.parametrize("meta,match", [
+    (b'"hybrid_untraced_step": "garbage"', "malformed hybrid_untraced_step"),
+    (b'"hybrid_step_memory": 5', "malformed hybrid_step_memory"),
+    (b'"hybrid_profiler_overhead": {"per_event_us": "a"}', "malformed hybrid_profiler_overhead"),
+    (b'"hybrid_fp32_precision": "zz"', "'hybrid_fp32_precision' is not JSON"),
+    (b'"hybrid_torch_threads": "abc"', "'hybrid_torch_threads' must be a thread count"),
+])
+def test_malformed_recording_metadata_is_refused_naming_the_file(tmp_path, meta, match):
+    """The metadata ``trace_step`` stores, malformed: the error came from whichever reader used it later, "in the
+    trace" of a job of several files, and only where it was used (an untraced step time only on the traced
+    hardware); a thread count was printed as is ("ran with abc PyTorch thread(s)")."""
+    p = tmp_path / "t.json"
+    p.write_bytes(b'{"traceEvents": [' + _MM + b"], " + meta + b"}")
+    with pytest.raises(TraceFormatError, match=f"{p}: .*{match}"):
+        load_trace(p)
+
+
 def test_a_step_with_no_timed_family_prints_an_empty_breakdown(tmp_path, capsys):
     """An execution trace of views only predicts 0 ms with no family to list: the text output used to end in
     ``IndexError: list index out of range`` (the table's header read the first row)."""

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.errors import ImportFormatError
+from hybrid.errors import ImportFormatError, InvalidInputError
 
 #: Host-side Kineto event categories that are ops or annotations.
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "python_function", "cpu_instant_event")
@@ -327,7 +327,28 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
     tr = RankTrace(path, "kineto", rank, world, device, device_name, ops, kernels, groups,
                    meta={**{k: v for k, v in doc.items() if k != "traceEvents"}, "pid": pid,
                          **({"no_shapes": True} if no_shapes else {})})
+    _check_metadata(tr.meta, path)
     return _finish(tr, step, launches)
+
+
+def _check_metadata(meta: dict[str, Any], path: str) -> None:
+    """Read the metadata ``trace_step`` stores (untraced step times, step memory, recording cost, fp32 switches,
+    thread count) once as the file is loaded, so that a malformed entry is refused naming the file (the readers
+    that use it later know only the metadata, and said "in the trace" of a job of several files)."""
+    from hybrid.data.traces.memory import memory_of
+    from hybrid.data.traces.overhead import overhead_of
+    from hybrid.data.traces.precision import recorded_switches
+    from hybrid.data.traces.record import untraced_step_us
+
+    for read in (untraced_step_us, memory_of, overhead_of, recorded_switches):
+        try:
+            read(meta)
+        except InvalidInputError as exc:
+            raise TraceFormatError(f"{path}: {exc}") from None
+    threads = meta.get("hybrid_torch_threads")
+    if threads not in (None, "") and not (str(threads).isdigit() and int(str(threads)) >= 1):
+        raise TraceFormatError(f"{path}: trace metadata 'hybrid_torch_threads' must be a thread count >= 1, got "
+                               f"{threads!r}")
 
 
 def _attach_comm_params(ops: pd.DataFrame, params: list[dict[str, Any]]) -> None:
