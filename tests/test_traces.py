@@ -760,9 +760,15 @@ def test_thread_count_is_recorded_and_a_bundle_mismatch_is_warned(tmp_path, caps
 
 
 def test_trace_step_writes_nothing_when_the_step_fails(tmp_path):
+    """Nothing is left behind, not even the directory the failed recording created (the execution trace's
+    temporary file was still there when it checked, so the empty directory stayed); one that was there stays."""
     with pytest.raises(RuntimeError), trace_step(tmp_path / "t"):
         raise RuntimeError("boom")
-    assert not any((tmp_path / "t").iterdir())
+    assert not (tmp_path / "t").exists()
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(RuntimeError), trace_step(tmp_path / "mine", execution_trace=False):
+        raise RuntimeError("boom")
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
 
 
 NESTED = """

@@ -222,8 +222,6 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
         _warn_other_files(out, rank)
     finally:
         _RECORDING = False
-        if created and not paths and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # nothing recorded: no empty directory left behind
         if et is not None:
             try:
                 et.unregister_callback()
@@ -231,6 +229,10 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
                 pass
         for p in (tmp_et, kin.with_name(f".{kin.name}.tmp")):
             p.unlink(missing_ok=True)
+        # after the temporary files went: the observer's open file kept the directory from being empty, and a
+        # failed step left the directory it had created behind
+        if created and not paths and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # nothing recorded: no empty directory left behind
 
 
 def _world_size() -> int:
