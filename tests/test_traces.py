@@ -481,6 +481,10 @@ def test_a_tensor_list_takes_its_dtype_from_the_execution_trace():
     (b'{"a": 1}', "not a PyTorch trace"),
     (b"[1, 2, 3]", "not a PyTorch trace"),
     (b'{"traceEvents": []}', "no op events"),
+    # GPU kernels only (activities=[CUDA]): was "an execution trace alone has no times" from predict, "no GPU
+    # kernels in the trace" from kernels
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "sgemm", "ts": 1, "dur": 10, "pid": 0, "tid": 7, '
+     b'"args": {"stream": 7, "External id": 5, "correlation": 9}}]}', r"1 GPU kernel/copy event\(s\) but no host op"),
     (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1}]}', "no 'ts'/'dur'"),
     (b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": -4}]}', "negative"),
     (b"\x00\x01\x02\xff\xfe", "JSON"),

@@ -307,6 +307,10 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                                    "PyTorch trace: its events are the engine's predictions, with no ops to re-cost")
         raise TraceFormatError(f"{path}: the Chrome trace has no op events (was it recorded by torch.profiler with "
                                "activities=[CPU]?)")
+    if not host_rows:  # kernels without the ops that launched them: nothing has shapes to re-cost, no step window
+        raise TraceFormatError(f"{path}: the Chrome trace has {len(kern_rows)} GPU kernel/copy event(s) but no host "
+                               "op: recorded with activities=[CUDA] only? Record with activities=[CPU, CUDA] (the ops "
+                               "and their shapes are the CPU side's)")
     if host_rows and not doc.get("record_shapes", 1) and all(not r["dims"] for r in host_rows):
         raise TraceFormatError(f"{path}: recorded without shapes; record with torch.profiler.profile(record_shapes=True)")
     # newer exports leave the flag out when it is off: no ATen op with input shapes says the same (an execution
