@@ -867,6 +867,68 @@ def _record_ddp(out: Path, hidden: int) -> None:
                 raise
 
 
+def _p2p_rank(rank: int, port: int, out: str) -> None:
+    """Rank 1 receives from rank 0 (late: rank 0 sleeps first), with a blocking recv and an irecv that work runs
+    beside; gloo records each receive's work (``gloo:recv``) on the calling thread, ending when the data came."""
+    import time
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    x, y = torch.randn(4096), torch.empty(4096)
+
+    def step() -> None:
+        if rank == 0:
+            time.sleep(0.03)
+            dist.send(x, dst=1)
+            time.sleep(0.03)
+            dist.send(x, dst=1)
+        else:
+            dist.recv(y, src=0)
+            h = dist.irecv(y, src=0)
+            for _ in range(20):
+                torch.tanh(x)  # work while the receive is in flight
+            h.wait()
+        dist.barrier()
+
+    record_step(step, out, warmup=1, measure_overhead=False, memory=False, timed=0)
+    dist.destroy_process_group()
+    os._exit(0)  # as _ddp_rank: no interpreter teardown of the profiler's and gloo's native state
+
+
+def test_gloo_point_to_point_work_that_outlasts_its_call_is_read(tmp_path, cpu_catalog):
+    """gloo's send / recv work (``gloo:send`` / ``gloo:recv``) starts inside the ``c10d::`` call on the calling
+    thread and ends when the transfer does, after the call returned: such a trace was refused as "a corrupted
+    'dur'", and the ops that ran beside an ``irecv`` would have been nested inside its work (never costed)."""
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "p2p"
+    out.mkdir()
+    for attempt in range(2):
+        try:
+            mp.start_processes(_p2p_rank, args=(_free_port(), str(out)), nprocs=2, start_method="spawn")
+            break
+        except mp.ProcessExitedException:
+            if attempt:
+                raise
+    traces = load_traces(trace_files([out]))
+    r1 = next(t for t in traces if t.rank == 1)
+    names = r1.ops["name"].astype(str)
+    recv = r1.ops[names == "gloo:recv"]
+    calls = r1.ops[names.str.startswith("c10d::recv")]
+    assert len(recv) == 2 and len(calls) == 2
+    # the work outlasts its call (what used to be refused)
+    assert (recv["ts"] + recv["dur"]).max() > (calls["ts"] + calls["dur"]).max()
+    # no op is nested inside gloo's work: the tanh beside the irecv are units of their own
+    assert not np.isin(r1.ops["parent"].to_numpy(), recv["id"].to_numpy()).any()
+    it = build_trace_graph(traces, "cpu-amd-epyc-1c-gloo", cpu_catalog)
+    units = it.units[it.units["rank"] == 1]
+    assert (units["name"] == "aten::tanh").sum() == 20
+    assert predict_trace(it, RooflineCostModel(cpu_catalog)).summary()["ranks"] == 2
+
+
 def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
     the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank

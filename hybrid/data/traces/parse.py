@@ -58,6 +58,11 @@ NEST_TOLERANCE_US = 2.0
 #: end after the op enclosing it by clock conversion too, so it is refused only when it ends later by more than
 #: that op's whole duration and by more than this (us).
 MAX_OVERRUN_US = 1000.0
+#: Name prefixes of a collective backend's own work (gloo's, NCCL's record functions). gloo records a send's or
+#: receive's work on the calling thread: it starts inside the ``c10d::`` call and ends when the transfer does, after
+#: the call returned (``irecv``: while the program runs on), so it may end after the op enclosing it and is never
+#: the parent of the ops that start during it.
+BACKEND_WORK_PREFIXES = ("gloo:", "nccl:")
 #: Columns of :attr:`RankTrace.ops`.
 OP_COLUMNS = ("id", "tid", "name", "cat", "ts", "dur", "parent", "depth", "dims", "types", "out_dims",
               "rf_id", "ext_id", "pg", "extra", "seq")
@@ -181,6 +186,7 @@ def _nest(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     tids = ops["tid"].to_numpy()
     ts = ops["ts"].to_numpy(dtype=np.float64)
     end = ts + ops["dur"].to_numpy(dtype=np.float64)
+    backend = ops["name"].astype(str).str.startswith(BACKEND_WORK_PREFIXES).to_numpy(dtype=bool)
     stack: list[int] = []
     last_tid: Any = object()
     for i in range(n):
@@ -192,6 +198,8 @@ def _nest(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         if stack:
             parent[i] = stack[-1]
             depth[i] = depth[stack[-1]] + 1
+            if backend[i] and end[i] > end[stack[-1]] + NEST_TOLERANCE_US:
+                continue  # a backend's work that outlasts its call (BACKEND_WORK_PREFIXES): encloses nothing
         stack.append(i)
     return parent, depth
 
@@ -199,8 +207,9 @@ def _nest(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 def _check_overrun(ops: pd.DataFrame, parent: np.ndarray, path: str) -> None:
     """Refuse an op that ends after the op enclosing it on its thread (it started inside that op) by more than
     :data:`NEST_TOLERANCE_US`: one of the two has a corrupted ``dur``, and the ops after it would be swallowed as its
-    children. Python frames (which may cross step annotations) aside; a runtime call (another clock) only past the
-    op's whole duration and :data:`MAX_OVERRUN_US`. The error names both ops, their thread and their times."""
+    children. Python frames (which may cross step annotations) and a backend's asynchronous work
+    (:data:`BACKEND_WORK_PREFIXES`) aside; a runtime call (another clock) only past the op's whole duration and
+    :data:`MAX_OVERRUN_US`. The error names both ops, their thread and their times."""
     if not len(ops):
         return
     kid = np.flatnonzero(parent >= 0)
@@ -211,7 +220,8 @@ def _check_overrun(ops: pd.DataFrame, parent: np.ndarray, path: str) -> None:
     over = (ts[kid] + dur[kid]) - (ts[par] + dur[par])
     runtime = np.char.startswith(cats[kid].astype(str), "cuda_") | np.char.startswith(cats[par].astype(str), "cuda_")
     limit = np.where(runtime, np.maximum(dur[par], MAX_OVERRUN_US), NEST_TOLERANCE_US)
-    bad = (over > limit) & (cats[kid] != "python_function") & (cats[par] != "python_function")
+    backend = ops["name"].astype(str).str.startswith(BACKEND_WORK_PREFIXES).to_numpy(dtype=bool)[kid]
+    bad = (over > limit) & (cats[kid] != "python_function") & (cats[par] != "python_function") & ~backend
     if bad.any():
         # the first in time: an op sticking out of its parent swallows the next op, which then sticks out of it
         idx = np.flatnonzero(bad)
