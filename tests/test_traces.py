@@ -763,6 +763,29 @@ def test_thread_count_is_recorded_and_a_bundle_mismatch_is_warned(tmp_path, caps
         torch.set_num_threads(before)
 
 
+def test_record_imports_the_modules_beside_the_script(tmp_path, monkeypatch, capsys):
+    """`hybrid trace record train.py` runs the script as `python train.py` would: its own directory first on the
+    import path, so ``from mymodel import build`` finds mymodel.py beside it (it raised ModuleNotFoundError from
+    any other working directory); the import path is restored afterwards."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    name = f"hybrid_test_sibling_{os.getpid()}"
+    (proj / f"{name}.py").write_text("import torch\ndef build():\n    return torch.nn.Linear(8, 8)\n")
+    (proj / "train.py").write_text(f"import torch\nfrom {name} import build\nm, x = build(), torch.randn(4, 8)\n"
+                                   "def step():\n    m(x).sum().backward()\n")
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    try:
+        assert cli_main(["trace", "record", str(proj / "train.py"), "-o", str(tmp_path / "out"), "--no-overhead",
+                         "--no-memory", "--timed", "0", "--warmup", "0", "--no-et"]) == 0, capsys.readouterr().err
+    finally:
+        sys.modules.pop(name, None)
+    assert (tmp_path / "out" / "kineto_rank0.json").is_file()
+    assert sys.path == before
+
+
 def test_trace_step_writes_nothing_when_the_step_fails(tmp_path):
     """Nothing is left behind, not even the directory the failed recording created (the execution trace's
     temporary file was still there when it checked, so the empty directory stayed); one that was there stays."""

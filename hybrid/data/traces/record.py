@@ -339,8 +339,21 @@ def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step
         import torch
 
         torch.set_num_threads(threads)
-    old_argv = sys.argv
+    old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [str(p), *(args or [])]
+    # as `python SCRIPT` does: the script's directory first on the import path, so that it imports the modules
+    # beside it (its model, its data loader); kept while its step runs (imports inside it), then taken off
+    sys.path.insert(0, str(p.resolve().parent))
+    try:
+        return _record_script(p, out_dir, step_fn, warmup, execution_trace, measure_overhead, memory, timed)
+    finally:
+        sys.argv = old_argv
+        sys.path[:] = old_path
+
+
+def _record_script(p: Path, out_dir: str | os.PathLike, step_fn: str, warmup: int, execution_trace: bool,
+                   measure_overhead: bool, memory: bool, timed: int) -> dict[str, Path]:
+    """:func:`record_script` once its arguments, import path and threads are set."""
     try:
         ns = runpy.run_path(str(p), run_name="__hybrid_trace__")
     except SyntaxError as exc:
@@ -351,8 +364,6 @@ def record_script(script: str | os.PathLike, out_dir: str | os.PathLike, *, step
                                 "'__main__':`)") from None
     except Exception as exc:
         raise _script_error(p, "its top level", exc) from exc
-    finally:
-        sys.argv = old_argv
     fn = ns.get(step_fn)
     if not callable(fn):
         raise InvalidInputError(f"{p} defines no function {step_fn!r} to trace (define `def {step_fn}(): ...` that "
