@@ -1513,6 +1513,35 @@ def test_compiled_fusion_runs_and_cost(meta_gpt2_trace):
     assert 0.3 * t_eager < t_fused < t_eager
 
 
+def test_an_execution_trace_of_a_schedule_is_cut_to_one_step(tmp_path):
+    """``profile(schedule=..., execution_trace_observer=...)`` writes one execution trace of every active step.
+    Given alone, it was predicted as all of them at once (2 steps: twice the time) and ``--step`` was ignored (an
+    absent step too); it is cut to the first step, or ``--step N``, as a Chrome trace is."""
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    x = torch.randn(16, 32)
+    et = ExecutionTraceObserver().register_callback(str(tmp_path / "et.json"))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=schedule(wait=1, warmup=1, active=2),
+                 execution_trace_observer=et) as prof:
+        for _ in range(4):
+            model(x).sum().backward()
+            prof.step()
+    path = tmp_path / "et.json"
+    whole = json.loads(path.read_text())
+    assert sum(str(n["name"]).startswith("ProfilerStep#") for n in whole["nodes"]) == 2
+    first, second = load_trace(path), load_trace(path, step=3)
+    assert first.meta["step"] == "ProfilerStep#2" and second.meta["step"] == "ProfilerStep#3"
+    gemms = [int((t.ops["name"] == "aten::addmm").sum()) for t in (first, second)]
+    assert gemms == [2, 2]  # one step's two linear layers, not both steps'
+    assert (first.ops["parent"] < len(first.ops)).all() and (first.ops["parent"] >= -1).all()
+    t1 = predict_trace(build_trace_graph([first], "H100-SXM"), RooflineCostModel()).predicted_us
+    t2 = predict_trace(build_trace_graph([second], "H100-SXM"), RooflineCostModel()).predicted_us
+    assert t1 == pytest.approx(t2, rel=0.05)
+    with pytest.raises(TraceFormatError, match=r"no ProfilerStep#9 in the trace \(it has #2, #3\)"):
+        load_trace(path, step=9)
+
+
 def test_a_scheduled_profile_with_python_stacks_parses_every_step(tmp_path, cpu_catalog):
     """torch.profiler as its tutorials use it: a wait/warmup/active schedule, Python stacks, memory events, written
     by ``tensorboard_trace_handler``. Python frames enclose everything (and the frame of ``prof.step()`` that starts

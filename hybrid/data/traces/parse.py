@@ -606,7 +606,44 @@ def load_trace(path: str | os.PathLike, step: int | None = None) -> RankTrace:
         kind = trace_kind(doc)
     except TraceFormatError as exc:
         raise TraceFormatError(f"{path}: {exc}") from None
-    return _parse_kineto(doc, str(path), step) if kind == "kineto" else _parse_et(doc, str(path))
+    return _parse_kineto(doc, str(path), step) if kind == "kineto" else _et_step(_parse_et(doc, str(path)), step)
+
+
+def _et_step(tr: RankTrace, step: int | None) -> RankTrace:
+    """An execution trace's ops cut to one step, as a Chrome trace's are: the first ``ProfilerStep#N`` (or
+    ``step``) and the ops under it. An execution trace recorded with a profiler schedule
+    (``profile(execution_trace_observer=...)``) holds every active step; alone, all of them were predicted as one
+    step (two steps: twice the time) and ``--step`` was ignored. The full op list stays in ``meta["et_ops"]``
+    for linking with a Chrome trace (:func:`link`), which picks the step itself."""
+    ops = tr.ops
+    names = ops["name"].astype(str)
+    is_step = names.str.match(_STEP_RE).to_numpy(dtype=bool) & (ops["parent"].to_numpy() < 0)
+    steps = ops[is_step]
+    if step is not None:
+        numbers = names[steps.index].str.extract(_STEP_RE)[0].astype(int)
+        if not (numbers == int(step)).any():
+            have = sorted(set(numbers.tolist()))
+            raise TraceFormatError(f"{tr.path}: no ProfilerStep#{step} in the trace ("
+                                   + (f"it has {', '.join(f'#{n}' for n in have)}" if have else
+                                      "it has no ProfilerStep annotation: leave --step out") + ")")
+        steps = steps[(numbers == int(step)).to_numpy()]
+    if not len(steps):
+        return tr
+    root = int(steps.index[0])
+    tr.meta["step"] = str(names.iat[root])
+    parent = ops["parent"].to_numpy()
+    keep = np.zeros(len(ops), dtype=bool)
+    keep[root] = True
+    for i in range(root + 1, len(ops)):  # parents come before their children (ids increase down the tree)
+        keep[i] = parent[i] >= 0 and keep[parent[i]]
+    new_pos = np.cumsum(keep) - 1
+    cut = ops[keep].reset_index(drop=True)
+    old_parent = cut["parent"].to_numpy()
+    cut["parent"] = np.where(old_parent >= 0, new_pos[np.maximum(old_parent, 0)], -1)
+    cut["depth"] = cut["depth"] - int(ops["depth"].iat[root])
+    cut["id"] = np.arange(len(cut))
+    tr.ops = cut
+    return tr
 
 
 #: File names a trace directory is searched for (gzipped traces are read transparently).
