@@ -1513,6 +1513,22 @@ def test_compiled_fusion_runs_and_cost(meta_gpt2_trace):
     assert 0.3 * t_eager < t_fused < t_eager
 
 
+def test_two_recordings_of_one_process_given_together_are_named(tmp_path):
+    """Two recordings made in one process (the project's H100 traces, or a script that records two models) given
+    together: their execution traces share a process id, which was refused as "cannot pair the execution traces
+    with the Chrome traces (two share a process id, or one has none)", naming no file."""
+    model = torch.nn.Linear(8, 8)
+    x = torch.randn(4, 8)
+    for d in ("a", "b"):
+        record_step(lambda: model(x).sum().backward(), tmp_path / d, warmup=0, measure_overhead=False,
+                    memory=False, timed=0)
+    pid = os.getpid()
+    with pytest.raises(TraceFormatError, match=rf"{tmp_path / 'a' / 'et_rank0.json'} \(process {pid}\), "
+                                               rf"{tmp_path / 'b' / 'et_rank0.json'} \(process {pid}\) share a "
+                                               r"process id \(several recordings given together\?"):
+        load_traces(trace_files([tmp_path / "a", tmp_path / "b"]))
+
+
 def test_an_execution_trace_of_a_schedule_is_cut_to_one_step(tmp_path):
     """``profile(schedule=..., execution_trace_observer=...)`` writes one execution trace of every active step.
     Given alone, it was predicted as all of them at once (2 steps: twice the time) and ``--step`` was ignored (an

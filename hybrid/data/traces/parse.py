@@ -739,8 +739,14 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
         # an execution trace has no rank of its own: pair it with the Chrome trace of the same process (pid)
         by_pid = {t.meta.get("pid"): t for t in ets}
         if len(by_pid) != len(ets) or None in by_pid:
-            raise TraceFormatError("cannot pair the execution traces with the Chrome traces (two share a process "
-                                   "id, or one has none)")
+            # name the files: several recordings of one process (each its own pair) given together, most often
+            shared = [t for t in ets if t.meta.get("pid") is None
+                      or sum(u.meta.get("pid") == t.meta.get("pid") for u in ets) > 1]
+            what = ", ".join(f"{t.path} (process {t.meta.get('pid', 'not named')})" for t in shared)
+            raise TraceFormatError(f"cannot pair the execution traces with the Chrome traces by process: {what} "
+                                   f"{'share a process id' if len(shared) > 1 else 'names no process'} (several "
+                                   "recordings given together? predict each recording on its own: its Chrome trace "
+                                   "with its execution trace, one job's ranks together)")
         out = []
         lone: list[RankTrace] = []  # Chrome traces without an execution trace of their process
         for k in kin:
