@@ -952,6 +952,23 @@ def test_gloo_point_to_point_work_that_outlasts_its_call_is_read(tmp_path, cpu_c
     assert predict_trace(it, RooflineCostModel(cpu_catalog)).summary()["ranks"] == 2
 
 
+def test_dp_refuses_a_rank_of_a_distributed_job_given_alone(tmp_path, tiny_trace):
+    """``--dp N`` adds DDP's gradient all-reduces to a one-process trace. The execution trace of one rank of a DDP
+    job, given alone (it names no world size, so it loads as one process), already calls the job's all-reduce:
+    it was replicated beside the added ones, the gradients priced twice; it is refused, naming the collective."""
+    from hybrid.workloads.trace_parallel import parallel_job
+
+    _record_ddp(tmp_path, 64)
+    rank1 = load_traces([tmp_path / "et_rank1.json"])
+    with pytest.raises(InvalidInputError, match=r"et_rank1.json: --dp adds DDP's gradient all-reduces .* already "
+                                                r"calls 1 collective\(s\) \(c10d::allreduce_\)"):
+        parallel_job(rank1, dp=2)
+    # as recorded, the two ranks predict together; a one-process step takes --dp
+    assert len(load_traces(trace_files([tmp_path]))) == 2
+    ranks, transform, info = parallel_job(load_traces([tiny_trace["kineto"], tiny_trace["et"]]), dp=2)
+    assert len(ranks) == 2 and transform is not None and info == {"dp": 2}
+
+
 def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
     the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank

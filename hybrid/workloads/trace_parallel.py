@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.data.traces.opmap import numel
-from hybrid.data.traces.parse import RankTrace
+from hybrid.data.traces.parse import PG_OP_RE, RankTrace
 from hybrid.errors import InvalidInputError
 from hybrid.units import DTYPE_BYTES
 
@@ -277,6 +277,16 @@ def parallel_job(traces: list[RankTrace], dp: int = 1, tp: int = 1, pp: int = 1,
     trace = traces[0]
     info: dict[str, int] = {mode: n}
     if mode == "dp":
+        names = trace.ops["name"].astype(str)
+        traced = names[names.str.match(PG_OP_RE) & names.str.startswith("c10d")]
+        if len(traced) and (trace.format == "et" or trace.world_size > 1):
+            # a rank of a distributed job (its execution trace given alone: it names no world size): its gradient
+            # all-reduces are in the trace already, and replicated they would be priced beside DDP's added ones
+            raise InvalidInputError(
+                f"{trace.path}: --dp adds DDP's gradient all-reduces to a one-process trace, but this one already "
+                f"calls {len(traced)} collective(s) ({', '.join(sorted(set(traced)))}): a rank of a distributed job, "
+                "whose own would be counted twice; predict the job's ranks as recorded (each rank's Chrome trace "
+                "with its execution trace), or record the step in one process without DDP")
         return replicate(trace, n), data_parallel(n), info
     if tokens is None or hidden is None:
         t_auto, h_auto = transformer_dims(trace)
