@@ -1373,6 +1373,15 @@ def test_a_gpu_trace_on_a_cpu_target_does_not_suggest_host_trace(tmp_path, capsy
     assert "no --host trace" in note and "keep the traced host with --host trace" not in note
 
 
+def test_a_meta_trace_on_a_cpu_target_is_not_called_a_gpu_trace(meta_gpt2_dir, capsys):
+    """The note for a meta-device trace predicted on a CPU explained it as "a GPU trace's host time is its
+    launches ... no --host trace": the trace is no GPU's, and --host trace is not refused for it."""
+    assert cli_main(["trace", "predict", str(meta_gpt2_dir), "--device", CPU, "--bundle", str(BUNDLE), "--roofline",
+                     "--json"]) == 0
+    note, = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "no launch model for a CPU" in w]
+    assert "meta-device trace" in note and "GPU trace" not in note
+
+
 def test_gpu_trace_kernels_streams_and_sync(tmp_path):
     tr = load_trace(_gpu_trace(tmp_path / "gpu.json"))
     assert tr.device == "cuda" and tr.device_name == "NVIDIA A100-SXM4-80GB" and len(tr.kernels) == 2

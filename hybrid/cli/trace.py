@@ -341,6 +341,9 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         notes.append("the traced host time was dropped and the engine has no launch model for a CPU: the prediction "
                      "holds the ops' compute only, no per-op dispatch or Python time "
                      + ("(keep the traced host with --host trace, or predict the traced CPU itself)" if cpu_traces
+                        # a meta-device trace's host times are PyTorch's dispatch of ops that computed nothing
+                        else "(a meta-device trace's host times are dispatch of ops that computed nothing, not a "
+                        "CPU step's work)" if {t.device for t in loaded} == {"meta"}
                         else "(a GPU trace's host time is its launches, which a CPU does not have: no --host trace)"))
     notes.append(precision_note(s.get("fp32_precision", {})))
     notes.append(compiled_note(it))
