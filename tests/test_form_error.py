@@ -160,3 +160,16 @@ def test_a_margin_narrows_intervals_that_hold_more_than_the_level():
     assert lo <= 1.24 <= hi and hi == pytest.approx(1.24)
     out = fe.e2e_interval({"t": 1.24, "t_low": 0.8, "t_high": 1.25}, "training", m)
     assert out["t_e2e_low"] == pytest.approx(0.8 / m.factor) and out["t_e2e_high"] == pytest.approx(1.24)
+
+
+def test_the_interval_line_says_narrowed_when_the_margin_is_below_one():
+    """The packaged training margin is negative (op ends at their extremes together over-cover): the CLI line must
+    not call a x0.97 factor a widening."""
+    from hybrid.cli.output import e2e_line
+
+    for factor, word in ((1.2, "widened x1.20"), (0.97, "narrowed x0.97")):
+        m = fe.FormMargin("training", np.log(factor), 10, 3, 78.0, 40.0)
+        vals = fe.e2e_interval({"iteration_s": 1.0, "iteration_s_low": 0.9, "iteration_s_high": 1.1}, "training", m)
+        vals["e2e_heldout_coverage_range_pct"] = (70.0, 90.0)
+        line = e2e_line(["iteration 0.9 - 1.1 s"], vals, "iteration times")
+        assert word in line and ("widened" in line) == (factor > 1.0), line

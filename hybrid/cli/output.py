@@ -112,8 +112,12 @@ def e2e_line(parts: Sequence[str], values: dict[str, Any], what: str) -> str:
     """The end-to-end interval line: ``parts`` (e.g. ``"TTFT 10.1 - 12.3 ms"``) and, from ``values``
     (:func:`hybrid.engine.form_error.e2e_interval`), the margin and how often it held on unseen software."""
     lo, hi = values["e2e_heldout_coverage_range_pct"]
-    return (f"end-to-end 80% interval: {', '.join(parts)} (the op-cost interval widened x{values['e2e_margin_factor']:.2f} "
-            "on each side for what op costs do not describe: framework, runtime, schedule; published "
+    factor = values["e2e_margin_factor"]
+    # the training margin can be negative (form_error.toml): op ends moving together over-cover, so it narrows
+    how = (f"widened x{factor:.2f} on each side for what op costs do not describe: framework, runtime, schedule"
+           if factor >= 1.0 else
+           f"narrowed x{factor:.2f} on each side: the op ends, each at its own extreme at once, over-cover")
+    return (f"end-to-end 80% interval: {', '.join(parts)} (the op-cost interval {how}; published "
             f"{what} of software it was not calibrated on fell inside {values['e2e_heldout_coverage_pct']:.0f}% of "
             f"the time on average, {lo:.0f}-{hi:.0f}% per software, experiments/e2e_intervals)")
 
