@@ -75,6 +75,42 @@ def test_routing_helpers_and_leading_underscore_in_place_ops_are_mapped():
     assert map_op("aten::__and__", [[4], [4]], ["bool", "bool"], [[4]], {}) is None
 
 
+def test_isin_compares_every_pair_for_a_small_test_set_and_sorts_otherwise():
+    """``isin`` (a generation loop's stopping criteria): PyTorch compares every element with every test value when
+    the test set is small (M < 10 N^0.145), else sorts both together; a scalar on either side is one value."""
+    label, row = _row("aten::isin", [[4, 12], [3]], ["int64", "int64"])
+    assert label == "sort" and row["elements"] == 48 and row["flops_per_element"] == 3.0
+    assert row["n_inputs"] == pytest.approx(2.0 * (1 + 3 / 48), abs=1e-3)  # int64 keys: 2 fp32 values each
+    assert row["n_outputs"] == pytest.approx(0.25)  # one bool byte per element
+    _, scalar = _row("aten::isin", [[4, 12], []], ["int64", None])
+    assert scalar["elements"] == 48 and scalar["flops_per_element"] == 1.0
+    _, big = _row("aten::isin", [[4, 12], [50000]], ["int64", "int64"])
+    assert big["elements"] == 50048 and big["flops_per_element"] == math.ceil(math.log2(50048))
+    assert map_op("aten::isin", [[0], [3]], ["int64", "int64"], [], {}).kind == "view"
+
+
+def test_a_traced_generation_stopping_check_leaves_nothing_unmodelled(tmp_path, capsys):
+    """``torch.isin`` as transformers' generation stopping criteria call it (next tokens against the EOS ids), in
+    a traced CPU step: costed from the committed CPU profile, not left unmodelled."""
+    torch = pytest.importorskip("torch")
+    from hybrid.cli.main import main as cli_main
+    from hybrid.data.traces.record import record_step
+
+    lin = torch.nn.Linear(64, 512)
+    x, eos = torch.randn(8, 64), torch.tensor([2, 7, 11])
+
+    def step() -> None:
+        with torch.no_grad():
+            tokens = lin(x).argmax(-1)
+            torch.isin(tokens, eos).all()
+
+    record_step(step, tmp_path, warmup=1, measure_overhead=False)
+    assert cli_main(["trace", "predict", str(tmp_path), "--device", CPU, "--bundle", str(BUNDLE), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert not any("isin" in u["name"] for u in out["unmodelled"]["by_name"]), out["unmodelled"]
+    assert out["breakdown_ms"]["sort"] > 0
+
+
 def test_a_traced_mixture_of_experts_step_leaves_nothing_unmodelled(tmp_path, capsys):
     """A real CPU training step of a tiny Mixtral (transformers, random weights, top-2 of 4 experts): the router's
     top-k, the experts' routing ops (a grouped GEMM's sort and histogram in transformers 5, a per-expert loop of

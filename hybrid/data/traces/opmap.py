@@ -851,6 +851,34 @@ def _map_select(base: str, n_args: int, tdims: list[list[int]], types: Sequence[
                                     "flops_per_element": round(compares, 4), "dtype": dtype})
 
 
+def _map_isin(types: Sequence[Any], dims: Sequence[Any], dtype: str) -> OpMapping | None:
+    """``isin(elements, test_elements)`` (a generation loop's stopping criteria, vocabulary masks) as the one row of
+    what PyTorch runs: every element compared with every test value where the test set is small (``M < 10
+    N^0.145``, its brute-force branch), else a sort of both sets together (label ``sort``, as :func:`_map_select`).
+    A scalar on either side counts as one value; the output is one byte per element."""
+    if len(dims) < 2:
+        return None
+
+    def size(i: int) -> int:  # a tensor argument's values; a scalar (no type recorded) is one
+        t = types[i] if i < len(types) else None
+        return numel(dims[i]) if _is_shape(dims[i]) and (t is not None or dims[i]) else 1
+
+    n, m = size(0), size(1)
+    if n <= 0:
+        return OpMapping("view", "view")  # nothing to test: no kernel
+    m = max(int(m), 1)
+    row_bytes = float(_BYTES.get(dtype, 4))
+    key = _BYTES.get(str(types[0]) if types and types[0] else dtype, row_bytes) / row_bytes
+    if m < 10.0 * n ** 0.145:  # brute force: N x M comparisons, the test set read once per element block
+        return OpMapping("op", "sort", {"op": "elementwise", "elements": int(n), "variant": "copy",
+                                        "n_inputs": round(key * (1.0 + m / n), 4), "n_outputs": round(1.0 / row_bytes, 4),
+                                        "flops_per_element": float(m), "dtype": dtype})
+    total = n + m  # sorted together, each element then checked against its neighbour
+    return OpMapping("op", "sort", {"op": "elementwise", "elements": int(total), "variant": "copy",
+                                    "n_inputs": round(key, 4), "n_outputs": round((key * total + n / row_bytes) / total, 4),
+                                    "flops_per_element": float(max(1.0, math.ceil(math.log2(total)))), "dtype": dtype})
+
+
 def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Sequence[Any] = (),
            extra: dict[str, Any] | None = None, *, leaf: bool = True, group_size: int = 1) -> OpMapping | None:
     """The family mapping of one traced op (see the module docstring). A pure function: callers that map many
@@ -958,6 +986,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "optimizer", {"op": "elementwise", "elements": int(max(elements, 1)),
                                              "variant": variant, "n_inputs": float(n_in), "n_outputs": n_out,
                                              "flops_per_element": fpe, "dtype": dtype})
+    if plain == "isin":
+        return _map_isin(types, dims, dtype)
     if plain in SELECTS:
         return _map_select(plain, len(dims), tdims, types, dtype, extra, out_dims)
     if ((plain in ("nll_loss_forward", "nll_loss2d_forward")
