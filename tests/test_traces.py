@@ -1808,3 +1808,32 @@ def test_compiled_fusion_keeps_no_host_time_of_fused_ops_on_the_traced_cpu(tiny_
     assert pf.predicted_us < pe.predicted_us
     # the re-simulation at traced times still reproduces the traced step
     assert pf.measured.iteration_us == pytest.approx(pe.measured.iteration_us, rel=0.02)
+
+
+def test_the_compiled_step_note_says_when_compiled_was_asked_of_a_compiled_trace():
+    """A trace recorded under torch.compile, predicted on another device: its generated code is left out, and
+    re-recording eagerly + ``--compiled`` is the advice; given ``--compiled`` already, the note says why that did
+    not help (it fuses eager ops, which this trace lacks) instead of only repeating the advice."""
+    from types import SimpleNamespace
+
+    from hybrid.cli.trace import compiled_note
+
+    unm = pd.DataFrame({"name": ["CompiledFxGraph abc", "aten::isin"], "count": [3, 1],
+                        "measured_us": [1500.0, 10.0]})
+    it = SimpleNamespace(same_device=False, unmodelled=lambda: unm)
+    plain, fused = compiled_note(it), compiled_note(it, fused=True)
+    assert "3 unit(s)" in plain and "1.500 ms" in plain and "recorded compiled" not in plain
+    assert fused.startswith(plain) and "recorded compiled" in fused
+    assert compiled_note(SimpleNamespace(same_device=True, unmodelled=lambda: unm)) is None
+
+
+def test_an_unknown_target_without_a_bundle_names_the_bundle_option(capsys):
+    """``--device cpu-amd-epyc-1c`` (a machine known only from its profile bundle) without ``--bundle``: the error
+    names the option as well as the catalog file."""
+    traces = str(Path(__file__).resolve().parents[1] / "datasets" / "traces-h100" / "cnn-fp32")
+    assert cli_main(["trace", "predict", traces, "--device", "cpu-amd-epyc-1c", "--roofline"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown device 'cpu-amd-epyc-1c'" in err and "--bundle DIR" in err
+    assert cli_main(["trace", "predict", traces, "--system", "DGX-H999", "--roofline"]) == 2
+    err = capsys.readouterr().err
+    assert "DGX-H999" in err and "--bundle" not in err  # a system: not a profiled machine

@@ -208,7 +208,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
             compare: str | None, gpu_hour_price: str | None, step: int | None, as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
-    from hybrid.errors import InvalidInputError
+    from hybrid.errors import InvalidInputError, UnknownDeviceError
     from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
 
     if bool(device) == bool(system):
@@ -226,6 +226,14 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     from hybrid.workloads.trace_parallel import chain, parallel_job
 
     model, cat, name = engine.model, engine.catalog, engine.name
+    if device and bundle is None and cat.resolve_device(device, missing_ok=True) is None:
+        # a machine profiled with `hybrid profile` (a CPU, a GPU the packaged catalog lacks) is described by its
+        # bundle's catalog.toml: name the option besides the catalog file
+        try:
+            cat.resolve_device(device)
+        except UnknownDeviceError as err:
+            raise UnknownDeviceError(f"{err.args[0]}; a machine profiled with `hybrid profile` is described by its "
+                                     "bundle: --bundle DIR") from None
     loaded = _load(traces, step)
     if (tokens is not None or hidden is not None) and tp == 1 and pp == 1:
         raise InvalidInputError("--tokens and --hidden go with --tp or --pp")
@@ -346,7 +354,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                         "CPU step's work)" if {t.device for t in loaded} == {"meta"}
                         else "(a GPU trace's host time is its launches, which a CPU does not have: no --host trace)"))
     notes.append(precision_note(s.get("fp32_precision", {})))
-    notes.append(compiled_note(it))
+    notes.append(compiled_note(it, fused=compiled))
     notes.append(unmodelled_note(it))
     notes.append(recurrent_note(it))
     for fam, n in s.get("unmeasured_families", {}).items():
@@ -448,9 +456,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 COMPILED_UNIT_RE = r"CompiledFxGraph|cpp_fused|triton_|TorchDynamo|Pregraph bytecode|AOTDispatcher"
 
 
-def compiled_note(it: Any) -> str | None:
+def compiled_note(it: Any, fused: bool = False) -> str | None:
     """A warning when a torch.compile step is predicted on another device: its fused code has no op to cost, so
-    it is left out (0 ms); tracing the model eagerly and predicting with --compiled costs it."""
+    it is left out (0 ms); tracing the model eagerly and predicting with --compiled costs it (``fused``: --compiled
+    was given, on a trace already compiled: --compiled fuses eager ops, which this trace does not have)."""
     if it.same_device:
         return None
     unm = it.unmodelled()
@@ -462,7 +471,8 @@ def compiled_note(it: Any) -> str | None:
     return (f"a torch.compile step: {int(hit['count'].sum())} unit(s) of its generated code and Dynamo's steps "
             f"({hit['measured_us'].sum() / 1e3:.3f} ms traced) have no ops to cost on this target and are left out "
             "(0 ms), so the prediction holds only the ops they call (GEMMs) and those outside them; trace the "
-            "model without torch.compile and predict with --compiled for a fused step")
+            "model without torch.compile and predict with --compiled for a fused step"
+            + (" (--compiled fuses a trace's eager ops, and this trace was recorded compiled)" if fused else ""))
 
 
 #: Share of the traced step in ops no family models, priced at 0 on another device, from which a warning says so.
