@@ -420,3 +420,23 @@ def test_a_system_whose_nodes_cannot_hold_the_run_is_an_error(tmp_path, catalog)
         check_rows(table, catalog, "t.csv")
     assert len(check_rows(table.head(1), catalog, "t.csv")) == 1
     assert len(check_rows(table.drop(columns="n_nodes"), catalog, "t.csv")) == 2  # not said: spread over nodes
+
+
+def test_alcf_logs_without_a_setup_number_are_its_first_setup(shared_datasets, catalog):
+    """ALCF's file names give the environment setup (``*_output.dat.N``); a name without N is the first run, the
+    default environment (Sirius' NCCL 2.21 folder has ``all_reduce_output.dat`` in place of ``.1``; Polaris' 2023
+    ``output.dat`` holds the bus bandwidths of its ``all_reduce_output.dat.1``). Unlabelled, their curves were the
+    ones a query naming no setting found, instead of the fastest setting's (a Polaris all-reduce at 3.4x)."""
+    alcf = shared_datasets / "nccl-tests/argonne-lcf_alcf-nccl-tests"
+    sirius = import_paths("nccl-tests", [alcf / "results_sirius/nccl_2_21/n2.g4.2024-04-29-21-10-30"], catalog=catalog)
+    assert "" not in set(sirius["algorithm"].fillna(""))
+    assert set(sirius["algorithm"]) == {f"env-setup-{n}" for n in range(1, 6)}
+    early = alcf / "results_polaris/nccl_2_18/n8.g4.2023-10-13-14-07-13"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataImportWarning)
+        plain, first = (import_nccl_tests(early / f, catalog=catalog) for f in ("output.dat", "all_reduce_output.dat.1"))
+        second = import_nccl_tests(early / "output.dat.2", catalog=catalog)
+    assert set(plain["algorithm"]) == set(first["algorithm"]) == {"env-setup-1"}
+    assert set(second["algorithm"]) == {"env-setup-2"}
+    cols = ["op", "size_bytes", "n_ranks", "in_place", "time_us"]
+    assert plain[cols].reset_index(drop=True).equals(first[cols].reset_index(drop=True))

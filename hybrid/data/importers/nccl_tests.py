@@ -81,7 +81,11 @@ _RANK = re.compile(
     r"^#\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
 _VERSION = re.compile(r"nccl-tests version\s+(\S+)(?:.*?nccl-library=(\d+))?", re.I)
 _NCCL_DIR = re.compile(r"nccl[_\-.]?(\d+)[_\-.](\d+)(?:[_\-.](\d+))?", re.I)
-_SETUP = re.compile(r"_output\.dat\.(\d+)$")
+#: ALCF's alcf-nccl-tests file names: ``<collective>_output.dat.N`` (N = environment setup); a name without N
+#: (``all_reduce_output.dat``, an early run's ``output.dat`` / ``output.dat.2``) is setup 1 or N: its first run is
+#: the default environment (Sirius' NCCL 2.21 folder has it in place of ``.1``; Polaris' 2023 ``output.dat`` holds
+#: the same bus bandwidths as its ``all_reduce_output.dat.1``)
+_SETUP = re.compile(r"(?:^|_)output\.dat(?:\.(\d+))?$")
 _NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 #: Time units a units line may give (nccl-tests prints ``(us)``), as a factor to microseconds.
 TIME_UNITS: dict[str, float] = {"ns": 1e-3, "nsec": 1e-3, "us": 1.0, "usec": 1.0, "\u00b5s": 1.0,
@@ -389,7 +393,7 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
         m = next((m for part in reversed(path.parent.parts) if (m := _NCCL_DIR.fullmatch(part))), None)
         lib = "NCCL " + ".".join(g for g in m.groups() if g) if m else None
     setup = _SETUP.search(path.name)
-    algorithm = f"env-setup-{setup.group(1)}" if setup else None
+    algorithm = f"env-setup-{setup.group(1) or 1}" if setup else None
     sys_key = resolve_system_name(system, catalog, path) if system else infer_system(path, catalog)
     source = f"nccl-tests:{display_path(path)}"
     out: list[tuple] = []
