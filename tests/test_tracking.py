@@ -213,3 +213,18 @@ def test_a_negative_seed_is_refused_before_any_run(tmp_path):
     assert main(["calibrate", str(csv), "--name", "x", "--seed", "-1", "--tracking-uri", uri, "-q"]) == 2
     assert not (tmp_path / "store.db").exists()
     assert main(["evaluate", str(csv), "--model", "roofline", "--max-rows", "1", "--seed", "-1"]) == 2
+
+
+@pytest.mark.parametrize("argv", [["quickstart"], ["profile", "--quick"], ["bench", "campaign", "OUT"],
+                                  ["llm", "serve", "llama3-8b", "--device", "H100-SXM"]])
+def test_every_seed_option_refuses_a_negative_seed_before_it_starts(argv, tmp_path, capsys, monkeypatch):
+    """Every ``--seed`` feeds numpy's generators, which take no negative seed: refused as the options are read
+    (quickstart loaded every bundle first, then failed), with the option named."""
+    from hybrid.cli.main import main
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert main([*argv, "--seed", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "--seed" in err and "-1" in err
+    assert not any(tmp_path.iterdir())  # nothing written: no store, no bundle, no output

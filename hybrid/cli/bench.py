@@ -26,7 +26,7 @@ def bench() -> None:
 @click.option("--threads", type=int, default=None, help="Torch threads per rank (default: cores // ranks).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: gloo; cuda: one GPU per rank, NCCL.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic data.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the synthetic data.")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
               help="Results CSV to add the row to; config and plan YAMLs are stored beside it.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -72,7 +72,7 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
 @bench.command("campaign")
 @click.argument("out_dir", metavar="OUT_DIR", type=click.Path(file_okay=False))
 @click.option("--configs", "n_configs", type=int, default=20, show_default=True, help="Random configurations.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of configs, plans and data.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of configs, plans and data.")
 @click.option("--ranks", type=int, default=2, show_default=True, help="Processes per run.")
 @click.option("--iters", type=int, default=15, show_default=True, help="Timed iterations per run.")
 @click.option("--warmup", type=int, default=5, show_default=True, help="Warm-up iterations per run.")

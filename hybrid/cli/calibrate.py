@@ -139,7 +139,7 @@ def print_result(result: Any) -> None:
 @click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Random hold-out share.")
 @click.option("--max-rows", type=int, help="Calibrate on a sample of at most this many rows in all, drawn evenly "
                                            "from every (device, op) group so that small groups survive.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--collective-transfer/--no-collective-transfer", default=None,
               help="Collectives of systems never measured get the cross-system transfer model (method "
                    "collective-transfer; the default for a new calibration) or the alpha-beta estimate "

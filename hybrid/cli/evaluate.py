@@ -161,7 +161,7 @@ def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 @click.option("--output", "-o", type=click.Path(dir_okay=False),
               help="Write per-row predictions (CSV; Parquet for a .parquet name).")
 @click.option("--max-rows", type=int, help="Evaluate on a random sample of at most this many rows.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --max-rows sampling.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --max-rows sampling.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
 def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str | None, max_rows: int | None,
              seed: int, tracking_uri: str | None) -> None:

@@ -419,7 +419,7 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 @click.option("--slo-percentile", type=float, default=99.0, show_default=True)
 @click.option("--max-batched-tokens", type=int, default=2048, show_default=True, help="Tokens per engine step.")
 @click.option("--max-seqs", type=int, default=256, show_default=True, help="Requests running at once.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--compare", default=None,
               help="Comma-separated systems to rank by the SLO-meeting rate per GPU (which serves the target most "
                    "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200; with --gpu-hour-price for each, by the cost of a "

@@ -172,7 +172,7 @@ def example_prediction(predictor, table: pd.DataFrame) -> list[tuple[str, str]]:
               help="Public datasets directory (default: $HYBRID_DATA_DIR or ../shared/datasets if present).")
 @click.option("--no-public", is_flag=True, help="Use only the project's committed measurement bundles.")
 @click.option("--name", default="quickstart", show_default=True, help="Registered model name.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
 def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, tracking_uri: str | None) -> None:
     """Calibrate from local measurements (committed bundles in datasets/, plus a NeuSight + nccl-tests subset
