@@ -1837,3 +1837,20 @@ def test_an_unknown_target_without_a_bundle_names_the_bundle_option(capsys):
     assert cli_main(["trace", "predict", traces, "--system", "DGX-H999", "--roofline"]) == 2
     err = capsys.readouterr().err
     assert "DGX-H999" in err and "--bundle" not in err  # a system: not a profiled machine
+
+
+def test_a_model_that_never_measured_the_target_says_so(cpu_catalog):
+    """``--bundle`` of a CPU profile predicting an H100: the corrections are the CPU's on the GPU's roofline, said
+    plainly; a model that saw other GPUs transfers from them; one that measured the target says nothing."""
+    from types import SimpleNamespace
+
+    from hybrid.cli.trace import unseen_device_note
+    cat = cpu_catalog  # the packaged catalog with the bundle's CPU
+    h100, h200 = cat.devices["H100-SXM"], cat.devices["H200"]
+    cpu_only = SimpleNamespace(devices_seen=[CPU])
+    note = unseen_device_note(cpu_only, h100, cat)
+    assert "no measurement of H100-SXM" in note and "CPU profile says nothing of a GPU" in note
+    gpus = SimpleNamespace(devices_seen=[CPU, "H100-SXM", "A100-SXM4-80GB"])
+    assert "transfer from those devices" in unseen_device_note(gpus, h200, cat)
+    assert unseen_device_note(gpus, h100, cat) is None
+    assert unseen_device_note(SimpleNamespace(), h100, cat) is None  # the roofline: nothing fitted

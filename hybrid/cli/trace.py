@@ -354,6 +354,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                         "CPU step's work)" if {t.device for t in loaded} == {"meta"}
                         else "(a GPU trace's host time is its launches, which a CPU does not have: no --host trace)"))
     notes.append(precision_note(s.get("fp32_precision", {})))
+    notes.append(unseen_device_note(model, it.target.device, cat))
     notes.append(compiled_note(it, fused=compiled))
     notes.append(unmodelled_note(it))
     notes.append(recurrent_note(it))
@@ -450,6 +451,21 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                    + ", ".join(f"{r['name']} x{r['count']}{ms(r['measured_ms'])}" for r in own["by_name"][:5]))
     if not roofline:  # the roofline by default (no --model or --bundle), not because --roofline asked for it
         roofline_note(name)
+
+
+def unseen_device_note(model: Any, device: Any, catalog: Any) -> str | None:
+    """A note when the calibrated model never measured the target device: its kernel corrections transfer from
+    the devices it saw (wider intervals), and a model fitted on CPUs alone knows nothing of a GPU's kernels."""
+    seen = [str(d) for d in getattr(model, "devices_seen", None) or []]
+    if not seen or device.key in seen:
+        return None
+    text = f"the model was fitted on no measurement of {device.key} (it saw {', '.join(seen[:6])}"
+    text += ", ...)" if len(seen) > 6 else ")"
+    kinds = {catalog.devices[k].kind for d in seen if (k := catalog.resolve_device(d, missing_ok=True))}
+    if device.kind == "gpu" and kinds == {"cpu"}:
+        return (text + ": a CPU profile says nothing of a GPU's kernels, so its corrections are the CPU's applied to "
+                "the GPU's roofline; calibrate on GPU measurements (public data: `hybrid quickstart`)")
+    return text + ": its corrections transfer from those devices (the unseen-device interval band)"
 
 
 #: Unmodelled units of a torch.compile step: Inductor's generated code (CPU), its Triton kernels, Dynamo's steps.
