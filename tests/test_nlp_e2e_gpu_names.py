@@ -8,6 +8,10 @@ import pytest
 @pytest.mark.parametrize("label, module, gcd", [
     ("AMD_Instinct_MI250", "MI250", "MI250-GCD"),
     ("AMD_Instinct_MI250X", "MI250X", "MI250X-GCD"),
+    # the same GPUs as torch.cuda.get_device_name prints them (spaces), and bare: one die too, not the module
+    ("AMD Instinct MI250X", "MI250X", "MI250X-GCD"),
+    ("AMD Instinct MI250", "MI250", "MI250-GCD"),
+    ("MI250X", "MI250X", "MI250X-GCD"),
 ])
 def test_single_process_mi250_labels_run_on_one_die(load_experiment, label, module, gcd):
     """A single PyTorch process runs on one of the module's two dies, so the label is predicted on half of it."""

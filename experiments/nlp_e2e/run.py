@@ -330,15 +330,23 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path, n_layer:
     return kin
 
 
-#: Label GPU names predicted on another catalog entry: an MI250 / MI250X module is two graphics compute dies,
-#: ROCm lists each as its own device and a single-process PyTorch program (every single-GPU label) runs on one,
-#: so those labels are predicted on one GCD (half the module's datasheet figures; hybrid/hardware/devices.toml).
-GPU_OVERRIDES = {"AMD_Instinct_MI250": "MI250-GCD", "AMD_Instinct_MI250X": "MI250X-GCD"}
+#: Catalog devices whose labels are predicted on another catalog entry: an MI250 / MI250X module is two graphics
+#: compute dies, ROCm lists each as its own device and a single-process PyTorch program (every single-GPU label)
+#: runs on one, so those labels are predicted on one GCD (half the module's datasheet figures;
+#: hybrid/hardware/devices.toml). Keyed by the resolved device, not the label's spelling: ``AMD_Instinct_MI250X``
+#: (NeuSight's file names), ``AMD Instinct MI250X`` (``torch.cuda.get_device_name``) and ``MI250X`` are one GPU.
+GPU_OVERRIDES = {"MI250": "MI250-GCD", "MI250X": "MI250X-GCD"}
 
 
 def resolve_gpu(name: str, catalog) -> str | None:
-    if name in GPU_OVERRIDES and catalog.resolve_device(GPU_OVERRIDES[name], missing_ok=True):
-        return catalog.resolve_device(GPU_OVERRIDES[name])
+    """Catalog key a label's GPU name is predicted on (:data:`GPU_OVERRIDES` applied), or None."""
+    key = _catalog_gpu(name, catalog)
+    if key in GPU_OVERRIDES and catalog.resolve_device(GPU_OVERRIDES[key], missing_ok=True):
+        return catalog.resolve_device(GPU_OVERRIDES[key])
+    return key
+
+
+def _catalog_gpu(name: str, catalog) -> str | None:
     cands = [name]
     s = name
     for pre in ("NVIDIA_", "Tesla_", "AMD_Instinct_", "AMD_", "NVIDIA "):
