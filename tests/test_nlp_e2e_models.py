@@ -176,3 +176,46 @@ def test_a_new_model_traces_with_the_labels_layers(bench, tmp_path):
                             "A100-PCIE-40GB", models, cache)["roofline"]
     assert set(cache) == {("gpt2_med", "inf", 128, 1, 2), ("gpt2_med", "inf", 128, 1, 1)}
     assert 0 < one < two
+
+
+@pytest.mark.parametrize("row, match", [
+    ("NVIDIA_H200,c,gpt2_med,inf,,8,,2,13.4", "row 3: seqlen must be a positive whole number"),
+    ("NVIDIA_H200,c,gpt2_med,inf,128,,,2,13.4", "row 3: batch must be a positive whole number"),
+    ("NVIDIA_H200,c,gpt2_med,inf,128,-8,,2,13.4", "row 3: batch must be a positive whole number"),
+    ("NVIDIA_H200,c,gpt2_med,inf,128,2.5,,2,13.4", "row 3: batch must be a positive whole number"),
+    ("NVIDIA_H200,c,gpt2_med,inf,128,8,,-3,13.4", "row 3: num_layer must be a whole number, 0 or more"),
+    ("NVIDIA_H200,c,gpt2_med,inf,128,8,,2,inf", "row 3: e2e_latency must be a positive number"),
+])
+def test_label_rows_without_a_usable_shape_or_time_are_input_errors(bench, tmp_path, row, match):
+    """A label whose step cannot be built as written is refused with its row, not a traceback halfway through the
+    run (empty seqlen / batch) nor predicted as another step (a negative num_layer was the model's own depth)."""
+    from hybrid.errors import InvalidInputError
+
+    path = tmp_path / "l.csv"
+    path.write_text("gpu,config,model,mode,seqlen,batch,extra,num_layer,e2e_latency\n"
+                    f"NVIDIA_H200,a,gpt2_med,inf,128,1,,2,1.0\n{row}\n")
+    with pytest.raises(InvalidInputError, match=match):
+        bench.read_labels(str(path))
+
+
+def test_label_names_lose_surrounding_blanks_and_bad_parallel_labels_are_skipped(bench, tmp_path):
+    from hybrid.hardware.catalog import default_catalog
+
+    path = tmp_path / "l.csv"
+    path.write_text("gpu,config,model,mode,seqlen,batch,extra,num_layer,e2e_latency\n"
+                    " NVIDIA_H200 , a, gpt2_med , train ,128.0,4,,2,1.0\n"
+                    "NVIDIA_H200,b,gpt2_med,train,128,4,dpX,2,1.0\n"
+                    "NVIDIA_H200,c,gpt2_med,train,128,4,dp0,2,1.0\n"
+                    "NVIDIA_H200,d,gpt2_med,train,128,4,tp0,2,1.0\n"
+                    "NVIDIA_H200,e,gpt2_med,train,128,6,dp4,2,1.0\n"
+                    "NVIDIA_H200,f,gpt2_med,train,128,8,dp4,2,1.0\n"
+                    "NVIDIA_H200,g,gpt2_med,train,128,8,pp4_1,2,1.0\n")
+    labels = bench.read_labels(str(path))
+    assert labels[["gpu", "model", "mode"]].iloc[0].tolist() == ["NVIDIA_H200", "gpt2_med", "train"]
+    assert labels["seqlen"].tolist() == [128] * 7
+    cat = default_catalog()
+    reasons = [bench.skip_reason(r, cat) for _, r in labels.iterrows()]
+    assert reasons[0] is None and reasons[5] is None and reasons[6] is None
+    assert reasons[1] == "unknown extra 'dpX'"
+    assert "no GPU" in reasons[2] and "no GPU" in reasons[3]
+    assert "not divisible" in reasons[4]  # 6 rows over 4 ranks: not the 4 x 1 step it would have been predicted as

@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 import tempfile
 import time
@@ -380,19 +381,31 @@ def read_labels(path: str) -> pd.DataFrame:
     if df.empty:
         raise InvalidInputError(f"{p}: no rows")
     df["e2e_latency"] = pd.to_numeric(df["e2e_latency"], errors="coerce")
-    bad = ~(df["e2e_latency"] > 0)
+    bad = ~(np.isfinite(df["e2e_latency"]) & (df["e2e_latency"] > 0))
     if bad.any():
         raise InvalidInputError(f"{p}: row {int(np.flatnonzero(bad)[0]) + 2}: e2e_latency must be a positive number")
     if "extra" not in df.columns:
         df["extra"] = ""
-    df["extra"] = df["extra"].astype(str).replace({"nan": "", "0": ""})
+    # names as written, without the blanks a hand-edited "a, b" CSV leaves around them (" train" is mode train)
+    for c in ("gpu", "model", "mode", "extra"):
+        df[c] = df[c].astype(str).str.strip()
+    df["extra"] = df["extra"].replace({"nan": "", "0": ""})
+    for c in ("seqlen", "batch"):  # every step needs both: an empty or fractional one is a broken row, not a guess
+        raw = df[c].astype(str).str.strip()
+        v = pd.to_numeric(raw, errors="coerce")
+        bad = ~(np.isfinite(v) & (v > 0) & (v == np.round(v)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidInputError(f"{p}: row {i + 2}: {c} must be a positive whole number (got {raw.iloc[i]!r})")
+        df[c] = v.astype(int)
     if "num_layer" in df.columns:  # layers to build (0 or empty: the model's own)
         raw = df["num_layer"].astype(str).str.strip()
         layers = pd.to_numeric(raw.replace({"": "0", "nan": "0"}), errors="coerce")
-        bad = ~(np.isfinite(layers) & (layers == np.round(layers)))
+        bad = ~(np.isfinite(layers) & (layers == np.round(layers)) & (layers >= 0))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise InvalidInputError(f"{p}: row {i + 2}: num_layer must be a whole number (got {raw.iloc[i]!r})")
+            raise InvalidInputError(f"{p}: row {i + 2}: num_layer must be a whole number, 0 or more "
+                                    f"(got {raw.iloc[i]!r})")
         df["num_layer"] = layers.astype(int)
     return df
 
@@ -516,8 +529,8 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
     name, mode, seq, batch, extra = row["model"], row["mode"], int(row["seqlen"]), int(row["batch"]), row["extra"]
     ranks, per_rank_batch = 1, batch
     if extra.startswith("dp"):
-        ranks = int(extra[2:].split("_")[0])
-        per_rank_batch = max(1, batch // ranks)
+        ranks = parallel_degree(extra)
+        per_rank_batch = batch // ranks  # a whole number of rows per rank (skip_reason)
     layers = label_layers(row)  # the label's num_layer (None: the model's own)
     key = (name, mode, seq, per_rank_batch, layers)
     if key not in cache:
@@ -529,11 +542,11 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
         traces = tp.replicate(trace, ranks)
         transform = tp.data_parallel(ranks)
     elif extra.startswith("tp"):
-        n = int(extra[2:].split("_")[0])
+        n = parallel_degree(extra)
         traces = tp.replicate(trace, n)
         transform = tp.tensor_parallel(n, batch * seq, hidden_size(cfg))
     elif extra.startswith("pp"):
-        n = int(extra[2:].split("_")[0])
+        n = parallel_degree(extra)
         transform = tp.pipeline_parallel(n, batch * seq, hidden_size(cfg))
     elif extra == "fusion":  # torch.compile: the eager trace with its pointwise runs fused
         from hybrid.workloads.trace_fusion import compiled_fusion
@@ -556,9 +569,21 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
     return out
 
 
+def parallel_degree(extra: str) -> int | None:
+    """GPUs of a parallel label's ``extra`` (``dp4``, ``tp4``, ``pp4_1``: 4), or None when it names none."""
+    m = re.fullmatch(r"(?:dp|tp|pp)(\d+)(?:_.*)?", str(extra))
+    return int(m.group(1)) if m else None
+
+
 def skip_reason(row: pd.Series, catalog, config_dir: str | Path | None = None) -> str | None:
-    if row["extra"] and row["extra"] != "fusion" and row["extra"][:2] not in ("dp", "tp", "pp"):
-        return f"unknown extra {row['extra']!r}"
+    extra = row["extra"]
+    if extra and extra != "fusion" and parallel_degree(extra) is None:
+        return f"unknown extra {extra!r}"
+    if extra and extra != "fusion" and parallel_degree(extra) < 1:
+        return f"extra {extra!r}: no GPU to run on"
+    if extra.startswith("dp") and int(row["batch"]) % parallel_degree(extra):
+        # the label's batch is the global one, split evenly over the ranks (NeuSight's dp4 labels: 4 = 4 x 1)
+        return f"extra {extra!r}: batch not divisible by the data-parallel ranks"
     if row["mode"] not in ("inf", "train"):
         return f"unknown mode {row['mode']!r}"
     if model_builder(str(row["model"]), label_layers(row), config_dir) is None:
