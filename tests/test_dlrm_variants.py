@@ -183,6 +183,38 @@ def test_gpu_benchmark_scores_an_mlperf_table_and_counts_what_it_skips(shared_da
     assert "not an MLPerf DLRM runs table" in capsys.readouterr().err
 
 
+def test_gpu_benchmark_skips_runs_with_fractional_counts(shared_datasets):
+    """0.5 nodes of 8 GPUs was read as 0 nodes and 4 GPUs (int()), 8.5 GPUs per node as 8: runs no one made."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    odd = pd.concat([row, row.assign(nodes=0.5), row.assign(acc_per_node=8.5), row.assign(global_batch_size=0.5)])
+    runs, skipped = bench.map_mlperf(odd, default_catalog())
+    assert len(runs) == 1 and runs["gpus"].iloc[0] == int(row["nodes"].iloc[0] * row["acc_per_node"].iloc[0])
+    assert skipped == {"node or accelerator count not a whole number": 2, "no global batch": 1}
+
+
+def test_gpu_benchmark_answers_a_table_with_nothing_to_score_without_calibrating(shared_datasets, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """A header-only table, or one whose every run is skipped, is answered at once (n_rows 0 and the skips), not
+    after fitting the calibration and scoring the fit round for nothing (minutes)."""
+    bench = _gpu_bench()
+
+    def no_calibration(*a, **k):
+        raise AssertionError("calibrated although no run is to be scored")
+
+    monkeypatch.setattr(bench, "public_calibration", no_calibration)
+    v10 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v1.0_dlrm_runs.csv")
+    for name, rows in (("header.csv", v10.head(0)), ("tpus.csv", v10[v10["accelerator"] == "TPU"].head(2))):
+        rows.to_csv(tmp_path / name, index=False)
+        rc = bench.main(["--data-dir", str(shared_datasets), "--mlperf", str(tmp_path / name), "--json"])
+        out = json.loads(capsys.readouterr().out)
+        assert rc == 0 and out["n_rows"] == 0 and out["geomean_pct"] is None and out["by_system"] == {}
+        assert out["n_skipped"] == len(rows)
+
+
 def test_config_files_can_name_a_variant(tmp_path):
     path = tmp_path / "mlperf.yaml"
     path.write_text("variant: mlperf\nsystem: DGX-H100\ngpus: 16\nbatch_size_per_gpu: 4096\ndtype: bf16\n")

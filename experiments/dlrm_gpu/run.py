@@ -191,12 +191,15 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
         if not (np.isfinite(gpn) and gpn > 0 and np.isfinite(nodes) and nodes > 0):
             skipped["no accelerators (CPU-only run)"] += 1
             continue
+        if gpn != round(gpn) or nodes != round(nodes):  # 0.5 nodes was 0 nodes of 4 GPUs: no run to predict
+            skipped["node or accelerator count not a whole number"] += 1
+            continue
         dev = map_device(r.accelerator, catalog)
         if dev is None:
             reason = "not a GPU (TPU)" if "tpu" in str(r.accelerator).lower() else "accelerator not in the catalog"
             skipped[reason] += 1
             continue
-        if not (np.isfinite(batch) and batch > 0):
+        if not (np.isfinite(batch) and batch > 0 and batch == round(batch)):
             skipped["no global batch"] += 1
             continue
         family = framework_family(getattr(r, "framework", ""))
@@ -705,6 +708,9 @@ def main(argv: list[str] | None = None) -> int:
             runs = drop_unplaceable(runs, with_node_systems(runs, catalog), skipped)
             n_input = len(given)
             fit_note = "none (default overheads)"
+            if len(runs) == 0:  # nothing to score: no calibration and fit-round scoring (minutes) for an empty answer
+                print(json.dumps(summary_json(runs, skipped, n_input, fit_note), indent=2))
+                return 0
             fit_rows = pd.DataFrame()
             if data_dir is not None:
                 fit_files = sorted(Path(f) for f in glob.glob(str(data_dir / MLPERF_GLOB)))
@@ -716,9 +722,6 @@ def main(argv: list[str] | None = None) -> int:
             calibrated, calib_note = calibrate(catalog)
             scored_in = pd.concat([fit_rows.assign(round="__fit__"), runs.assign(round="__score__")],
                                   ignore_index=True) if len(fit_rows) else runs.assign(round="__score__")
-            if len(scored_in) == 0:
-                print(json.dumps(summary_json(runs, skipped, n_input, fit_note), indent=2))
-                return 0
             scored, _ = score(scored_in, catalog, calibrated, "__fit__" if len(fit_rows) else None)
             scored = scored[scored["round"] == "__score__"].assign(fit_set=False)
             summary = summary_json(scored, skipped, n_input, fit_note)
