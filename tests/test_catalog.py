@@ -229,6 +229,8 @@ def test_unknown_device_lists_close_names(catalog, name: str, close: str) -> Non
     # another memory configuration with its own entry, found by the size the name states
     ("NVIDIA GH200 Grace Hopper Superchip 144GB", "GH200-144GB"), ("NVIDIA GH200-GraceHopper-Superchip-144GB", "GH200-144GB"),
     ("NVIDIA H200-SXM-141GB", "H200"),
+    # the SXM5 form factor spelled out, as for the H100 (NVIDIA's GPU feature discovery: NVIDIA-H200-SXM5-141GB)
+    ("NVIDIA H200-SXM5-141GB", "H200"), ("NVIDIA-H200-SXM5-141GB", "H200"),
     # architecture and marketing words some result tables put around the name
     ("NVIDIA Blackwell B200-SXM-180GB", "B200"), ("NVIDIA Hopper H100 80GB HBM3", "H100-SXM"),
     ("NVIDIA H100 Tensor Core GPU", "H100-SXM"), ("NVIDIA Ampere A100-SXM4-80GB", "A100-SXM4-80GB"),
