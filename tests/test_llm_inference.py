@@ -1234,3 +1234,36 @@ def test_vendor_labels_of_nvidia_quantised_checkpoints_fold():
     assert vendor_model("nvidia/Qwen3-235B-A22B-FP8") == "qwen3-235b-a22b"
     assert vendor_model("Llama 3.1 8B NVFP4") == "llama3-8b"
     assert vendor_model("FP8") is None and vendor_model("Grok 1 FP8") is None
+
+
+def test_table_scoring_counts_unmappable_tables_and_answers_strict_json_without_rows(load_experiment, tmp_path):
+    """``run.py --tables``: a table of GPUs the catalog lacks is counted among the skips beside the others (it used
+    to abort the whole run); with no row left the answer is strict JSON (None, not NaN) with the skips."""
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = load_experiment("llm_inference")
+    head = "trtllm_version,gpu,precision,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+    (tmp_path / "h100.csv").write_text(head + "v0.9.0,H100,FP8,LLaMA 7B,64,1,128,128,10000\n")
+    (tmp_path / "gaudi.csv").write_text(head + "v0.9.0,Gaudi3,BF16,LLaMA 7B,64,1,128,128,1000\n")
+    (tmp_path / "tp3.csv").write_text(head + "v0.9.0,H100,FP8,LLaMA 70B,64,3,128,128,1000\n")
+    roof = RooflineCostModel(default_catalog())
+    out = bench.score_tables([str(tmp_path / "h100.csv"), str(tmp_path / "gaudi.csv")], roof)
+    assert out["n_rows"] == 1 and out["skipped"] == {"GPU not in the catalog: Gaudi3": 1}
+    assert np.isfinite(out["rows"][0]["predicted"]) and out["rows"][0]["predicted"] > 0
+    for files in (["gaudi.csv"], ["tp3.csv"]):
+        out = bench.score_tables([str(tmp_path / f) for f in files], roof)
+        assert out["n_rows"] == 0 and out["n_skipped"] == 1 and out["geomean_pct"] is None
+        json.dumps(out, allow_nan=False)
+
+
+def test_table_scoring_reports_a_bad_table_as_an_error_before_fitting(load_experiment, shared_datasets, tmp_path,
+                                                                      capsys):
+    """A missing or malformed table is one ``error:`` line and exit status 2, before the calibration is fitted
+    (a traceback after the fit, before)."""
+    bench = load_experiment("llm_inference")
+    (tmp_path / "bad.csv").write_text("model,tp\nLLaMA 7B,1\n")
+    for f in ("missing.csv", "bad.csv"):
+        assert bench.main(["--data-dir", str(shared_datasets), "--tables", str(tmp_path / f), "--json"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and f in err and "Traceback" not in err

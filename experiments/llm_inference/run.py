@@ -28,6 +28,7 @@ from hybrid.data.importers import import_paths
 from hybrid.data.importers.vidur import MODEL_CONFIGS, kernel_timed
 from hybrid.data.paths import public_data_dir
 from hybrid.engine.costs import OpCostModel
+from hybrid.errors import HybridError
 from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import relative_errors
 from hybrid.workloads.llm.inference import cost_ops, make_setup, pass_ops, predict_many
@@ -247,15 +248,24 @@ def xla_section(data_dir: Path, comp: pd.DataFrame, net: pd.DataFrame, base: Hyb
     return "\n".join(lines) + "\n"
 
 
-def score_tables(files: list[str], pred: OpCostModel) -> dict:
-    """Predicted vs published for every row of ``files`` (TensorRT-LLM table format, any GPU and precision the
-    ``gpu``/``precision`` columns name): geomean |error| overall and per table, GPU, precision and kind, rows that
-    cannot be mapped counted per reason."""
+def read_tables(files: list[str]) -> list[tuple[str, pd.DataFrame]]:
+    """Every table of ``files`` read (:func:`read_table`; one without a mappable row comes back empty, its skips
+    counted), so that a malformed file is an error before any fit."""
+    return [(f, read_table(f, empty_ok=True)) for f in files]
+
+
+def score_tables(files: list[str] | list[tuple[str, pd.DataFrame]], pred: OpCostModel) -> dict:
+    """Predicted vs published for every row of ``files`` (paths, or :func:`read_tables`' answer; TensorRT-LLM
+    table format, any GPU and precision the ``gpu``/``precision`` columns name): geomean |error| overall and per
+    table, GPU, precision and kind, rows that cannot be mapped counted per reason. With no row left to score the
+    errors are None (strict JSON has no NaN) and the groups empty."""
+    tables = read_tables(files) if all(isinstance(f, str | Path) for f in files) else files
     frames, skipped = [], {}
-    for f in files:
-        df = read_table(f)
+    for f, df in tables:
         for k, v in df.attrs.get("skipped", {}).items():
             skipped[k] = skipped.get(k, 0) + v
+        if len(df) == 0:
+            continue
         a100_system = SYSTEM["A100"]  # measured NVLink curves for the A100 rows; other GPUs get their catalog node
         t = predict_table(df, pred, system=a100_system)
         for reason in t.loc[t["skip_reason"] != "", "skip_reason"]:
@@ -265,6 +275,10 @@ def score_tables(files: list[str], pred: OpCostModel) -> dict:
         t["precision_label"] = [pa["dtype"] + (f"/w-{pa['weights']}" if pa.get("weights") else "")
                                 for pa in t["precision_args"]]
         frames.append(t)
+    if not any(len(t) for t in frames):
+        return {"n_rows": 0, "geomean_pct": None, "roofline_geomean_pct": None, "max_pct": None,
+                "n_skipped": int(sum(skipped.values())), "skipped": skipped, "by_table": {}, "by_gpu": {},
+                "by_precision": {}, "by_kind": {}, "rows": []}
     res = pd.concat(frames, ignore_index=True)
     res["err"] = res["predicted"] / res["measured"] - 1
     res["err_roof"] = res["roofline"] / res["measured"] - 1
@@ -287,7 +301,7 @@ def score_tables(files: list[str], pred: OpCostModel) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
@@ -305,25 +319,33 @@ def main() -> None:
                     help="with --tables: calibrate on Vidur's A100/A40 data only (default: also XLA's H100 GEMMs in "
                          "bf16/fp8 and H100 collectives, the public measurements of the GPUs newer tables use)")
     ap.add_argument("--json", action="store_true", help="with --tables: print the JSON summary")
-    args = ap.parse_args()
-    data_dir = public_data_dir(args.data_dir)
+    args = ap.parse_args(argv)
+    try:
+        data_dir = public_data_dir(args.data_dir)
+        # the given tables first: a file that cannot be read is an error now, not after the fit
+        tables = read_tables(args.tables) if args.tables else None
+    except HybridError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     t0 = time.time()
     comp, net = load_vidur(data_dir)
-    if args.tables:
+    if tables is not None:
         fit = [comp, net]
         if not args.vidur_only:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 fit += [import_paths("xla-matmul", data_dir / "xla"), import_paths("xla-collectives", data_dir / "xla")]
-        summary = score_tables(args.tables, HybridPredictor().fit(pd.concat(fit, ignore_index=True)))
+        summary = score_tables(tables, HybridPredictor().fit(pd.concat(fit, ignore_index=True)))
         if args.json:
             print(json.dumps(summary, indent=2))
+        elif not summary["n_rows"]:
+            print(f"0 rows ({summary['n_skipped']} skipped: {summary['skipped']})")
         else:
             print(f"{summary['n_rows']} rows ({summary['n_skipped']} skipped): calibrated geomean "
                   f"{summary['geomean_pct']:.1f}%, roofline {summary['roofline_geomean_pct']:.1f}%")
             for k, v in summary["by_gpu"].items():
                 print(f"  {k}: {v['n_rows']} rows, {v['geomean_pct']:.1f}% (roofline {v['roofline_geomean_pct']:.1f}%)")
-        return
+        return 0
     if args.with_gpu_bundles:  # the bundles' rows join every fit below, as Vidur's compute rows do
         from hybrid.data.bundle import load_project_bundles
 
@@ -401,7 +423,8 @@ def main() -> None:
     text = "\n".join(head) + "\n## TensorRT-LLM tables (A100, FP16)\n\n" + trt + "\n" + vid + "\n" + xla
     print(text)
     write_benchmark_results(args.out, text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -164,9 +164,11 @@ def trtllm_allreduce(version: object) -> str:
     return "custom" if ver is None or ver >= (0, 8) else "nccl"
 
 
-def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.DataFrame:
+def read_table(path: str | os.PathLike, catalog: Catalog | None = None, empty_ok: bool = False) -> pd.DataFrame:
     """A published table with ``kind`` (throughput/first_token), ``model_name``, ``device`` (catalog key) and
-    ``measured`` columns added; rows it cannot map are dropped and counted in ``df.attrs["skipped"]``."""
+    ``measured`` columns added; rows it cannot map are dropped and counted in ``df.attrs["skipped"]``. A table
+    none of whose rows maps is an error, unless ``empty_ok`` (a caller scoring several tables, one of which is of
+    GPUs the catalog lacks): then it is returned without rows, its skips counted."""
     p = Path(path)
     try:
         df = pd.read_csv(p, comment="#")
@@ -221,7 +223,7 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None) -> pd.Da
     for g in gpus[df["model_name"].notna() & df["device"].isna()]:
         skipped[f"GPU not in the catalog: {g}"] += 1
     keep = df["model_name"].notna() & df["device"].notna()
-    if not keep.any():
+    if not keep.any() and not empty_ok:
         raise ImportFormatError(f"{p}: no row with a known model and GPU ({dict(skipped)})")
     out = df[keep].reset_index(drop=True)
     out.attrs["skipped"] = dict(skipped)
