@@ -574,6 +574,63 @@ def test_llm_foundry_rows_run_on_their_gpu_and_precision(tmp_path):
     assert cases[2].published_s == pytest.approx(128 * 2048 / 204800)
 
 
+_FOUNDRY_HEAD = ("section,Model,SeqLen (T),# GPUs,GPU,MFU,HFU,Model TFLOP,MicroBatchSize,GradAccum,GlobalBatchSize,"
+                 "Throughput (S/s),Throughput (T/s),Throughput (T/s/GPU),GlobalBatchSize (T),Precision,MP Mode,"
+                 "Sharding Strategy,Activation Checkpointing,Activation CPUOffload,NumParams")
+_FOUNDRY_ROW = ("H100 80GB,{model},2048,8,{gpu},40,40,125,16,1,{batch},100,{tps},25600,262144,amp_bf16,PURE,FULL_SHARD,"
+                "{ckpt},False,1")
+
+
+def test_llm_foundry_rows_that_cannot_be_mapped_are_skipped_with_their_reason(load_experiment, tmp_path):
+    """``run.py --mosaic``: an unknown model or GPU, a GPU without a catalog system, an empty throughput or flag
+    used to abort the run with a traceback (or, for an empty Activation Checkpointing cell, turn recompute on:
+    bool(nan)); each is now left out and counted; the good rows stay. A byte-order mark is read through."""
+    from hybrid.errors import InvalidInputError
+
+    mod = load_experiment("llm_training")
+    rows = [dict(model="125m", gpu="h100_80gb", batch=128, tps=204800, ckpt="False"),
+            dict(model="125m_custom", gpu="h100_80gb", batch=128, tps=204800, ckpt="False"),
+            dict(model="125m", gpu="gaudi2", batch=128, tps=204800, ckpt="False"),
+            dict(model="125m", gpu="l40s", batch=128, tps=204800, ckpt="False"),
+            dict(model="125m", gpu="h100_80gb", batch=128, tps="", ckpt="False"),
+            dict(model="125m", gpu="h100_80gb", batch=128, tps=204800, ckpt=""),
+            dict(model="125m", gpu="h100_80gb", batch=12.5, tps=204800, ckpt="True")]
+    path = tmp_path / "foundry.csv"
+    path.write_text("\ufeff" + "\r\n".join([_FOUNDRY_HEAD, *(_FOUNDRY_ROW.format(**r) for r in rows)]) + "\r\n",
+                    encoding="utf-8")
+    skipped: dict[str, int] = {}
+    cases = mod.mosaic_cases(tmp_path, None, path, skipped)
+    assert len(cases) == 1 and cases[0].system == "DGX-H100" and cases[0].cfg.recompute == "none"
+    assert cases[0].published_s == pytest.approx(128 * 2048 / 204800)
+    assert sum(skipped.values()) == 6, skipped
+    for word in ("unknown model 'mpt-125m_custom'", "unknown device 'gaudi2'", "no catalog system of L40S",
+                 "no throughput", "Activation Checkpointing not true/false", "GlobalBatchSize not a positive whole"):
+        assert any(k.startswith(word) for k in skipped), (word, skipped)
+    with pytest.raises(InvalidInputError, match="unknown model"):  # the project's own table: every row must map
+        mod.mosaic_cases(tmp_path, None, path)
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(InvalidInputError, match="not an llm-foundry benchmark table"):
+        mod.mosaic_cases(tmp_path, None, tmp_path / "other.csv", {})
+
+
+def test_llm_foundry_scoring_answers_bad_or_empty_tables_before_fitting(load_experiment, shared_datasets, tmp_path,
+                                                                        capsys):
+    """A missing table is one ``error:`` line (exit 2) and a table with no row to score an n_rows 0 answer with
+    its skips, both before the calibration is fitted (which took ~30 s first, then a traceback or NaN)."""
+    import json
+
+    mod = load_experiment("llm_training")
+    common = ["--data-dir", str(shared_datasets), "--json", "--mosaic"]
+    assert mod.main([*common, str(tmp_path / "missing.csv")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    path = tmp_path / "gaudi.csv"
+    path.write_text(_FOUNDRY_HEAD + "\n" + _FOUNDRY_ROW.format(model="125m", gpu="gaudi2", batch=128, tps=1000,
+                                                               ckpt="False") + "\n")
+    assert mod.main([*common, str(path)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_rows"] == 0 and out["geomean_pct"] is None and out["n_skipped"] == 1
+
+
 def test_inference_with_a_calibrated_model_carries_80pct_intervals(calibrated_store, tmp_path):
     from hybrid.workloads.llm.inference import make_setup, predict_static
 

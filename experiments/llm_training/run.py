@@ -44,7 +44,8 @@ from hybrid.workloads.llm.train import predict_training
 
 def read_published(path: Path) -> pd.DataFrame:
     """A published CSV without its ``#`` comment lines (a header may itself start with '#')."""
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines(keepends=True) if not ln.startswith("# ")]
+    # utf-8-sig: a byte-order mark (tables saved by spreadsheet tools) would otherwise glue onto the first column name
+    lines = [ln for ln in path.read_text(encoding="utf-8-sig").splitlines(keepends=True) if not ln.startswith("# ")]
     return pd.read_csv(io.StringIO("".join(lines)))
 
 
@@ -213,41 +214,90 @@ def mosaic_system(gpu: str, section: str) -> tuple[str, str]:
     return systems[0].key, dev
 
 
-def mosaic_cases(d: Path, max_rows: int | None, path: Path | None = None) -> list[Case]:
+#: Columns every llm-foundry row needs (the rest have defaults: GPU and Precision, MP Mode).
+MOSAIC_COLUMNS = ("section", "Model", "SeqLen (T)", "# GPUs", "MicroBatchSize", "GlobalBatchSize",
+                  "Throughput (T/s)", "Activation Checkpointing")
+
+
+def _whole(r: dict, col: str) -> int:
+    """A positive whole number from row ``r``'s ``col`` (ValueError naming the column otherwise)."""
+    v = pd.to_numeric(str(r.get(col, "")).replace(",", "").strip(), errors="coerce")
+    if not (np.isfinite(v) and v > 0 and v == round(v)):
+        raise ValueError(f"{col} not a positive whole number ({r.get(col)!r})")
+    return int(v)
+
+
+def _flag(r: dict, col: str) -> bool:
+    """A true/false cell (an empty one was read as True: ``bool(nan)``)."""
+    v = str(r.get(col, "")).strip().lower()
+    if v in ("true", "1", "yes", "1.0"):
+        return True
+    if v in ("false", "0", "no", "0.0"):
+        return False
+    raise ValueError(f"{col} not true/false ({r.get(col)!r})")
+
+
+def mosaic_cases(d: Path, max_rows: int | None, path: Path | None = None,
+                 skipped: dict[str, int] | None = None) -> list[Case]:
     """llm-foundry MPT rows (FSDP FULL_SHARD, FlashAttention), on the GPU and in the precision each row names:
     ``GPU`` (``a100_40gb``, ``a100_80gb``, ``h100_80gb``, any catalog GPU) and ``Precision`` (``bf16``,
     ``amp_bf16``, ``amp_fp8``...). A100 rows use the measured DGX A100 cluster's collective curves (Sophia);
-    other GPUs the transfer model from their catalog system."""
-    t = read_published(path or d / MOSAIC_FILE)
+    other GPUs the transfer model from their catalog system. With ``skipped`` (a table given to score), a row
+    that cannot be mapped (unknown model or GPU, a GPU without a catalog system, an empty or non-numeric cell) is
+    left out and counted there under its reason; without, it is an error (the project's own table)."""
+    from hybrid.errors import HybridError, InvalidInputError
+
+    src = path or d / MOSAIC_FILE
+    try:
+        t = read_published(src)
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InvalidInputError(f"{src}: cannot read an llm-foundry table ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in MOSAIC_COLUMNS if c not in t.columns]
+    if missing:
+        raise InvalidInputError(f"{src}: not an llm-foundry benchmark table (missing column(s) {missing})")
     out = []
     for r in t.to_dict(orient="records"):
-        s = int(r["SeqLen (T)"])
-        base = load_model(f"mpt-{r['Model']}")
-        from dataclasses import replace
-
-        model = replace(base, seq_length=s, max_position_embeddings=s)
-        gpus = int(r["# GPUs"])
-        B = int(r["GlobalBatchSize"])
-        pure = str(r["MP Mode"]).upper() == "PURE"
-        prec = str(r.get("Precision", "bf16")).lower()
-        dtype = "fp8" if "fp8" in prec else "fp16" if "fp16" in prec else "bf16"
-        # no dropout: llm-foundry's MPT defaults resid_pdrop = emb_pdrop = attn_pdrop = 0.0
-        # (llmfoundry/models/utils/config_defaults.py, MPTConfig) and its benchmark yamls set none
-        cfg = TrainingConfig(gpus=gpus, global_batch=B, micro_batch=int(r["MicroBatchSize"]), fsdp=True,
-                             recompute="full" if bool(r["Activation Checkpointing"]) else "none", dtype=dtype,
-                             flash_attention=True, dropout=False, grad_reduce_dtype="bf16" if pure else "fp32",
-                             fsdp_param_dtype="bf16", make_vocab_size_divisible_by=1)
-        published = B * s / float(r["Throughput (T/s)"])
-        system, gpu_label = mosaic_system(r.get("GPU", "nan"), str(r["section"]))
-        a100 = gpu_label.startswith("A100")
-        var = {"no prefetch": cfg.with_(overlap_param_gather=False)}
-        prec_label = "" if dtype == "bf16" else f", {dtype.upper()}"
-        out.append(Case(f"MosaicML llm-foundry MPT ({gpu_label}{prec_label}, FSDP, FlashAttention)",
-                        f"{r['Model']} s={s} {gpus} GPUs mb={r['MicroBatchSize']}{' ckpt' if cfg.recompute == 'full' else ''}",
-                        model, cfg, system, published, comm_system="Sophia" if a100 else None, variants=var))
+        try:
+            out.append(_mosaic_case(r))
+        except (HybridError, ValueError) as exc:
+            if skipped is None:
+                raise
+            reason = str(exc).split(" (did you mean", 1)[0].split("; closest known", 1)[0]
+            skipped[reason] = skipped.get(reason, 0) + 1
     if max_rows:
         out = out[:max_rows]
     return out
+
+
+def _mosaic_case(r: dict) -> Case:
+    """One llm-foundry row as a case (:func:`mosaic_cases`)."""
+    s = _whole(r, "SeqLen (T)")
+    base = load_model(f"mpt-{str(r['Model']).strip()}")
+    from dataclasses import replace
+
+    model = replace(base, seq_length=s, max_position_embeddings=s)
+    gpus = _whole(r, "# GPUs")
+    B = _whole(r, "GlobalBatchSize")
+    pure = str(r.get("MP Mode", "")).upper() == "PURE"
+    prec = str(r.get("Precision", "bf16")).lower()
+    dtype = "fp8" if "fp8" in prec else "fp16" if "fp16" in prec else "bf16"
+    # no dropout: llm-foundry's MPT defaults resid_pdrop = emb_pdrop = attn_pdrop = 0.0
+    # (llmfoundry/models/utils/config_defaults.py, MPTConfig) and its benchmark yamls set none
+    cfg = TrainingConfig(gpus=gpus, global_batch=B, micro_batch=_whole(r, "MicroBatchSize"), fsdp=True,
+                         recompute="full" if _flag(r, "Activation Checkpointing") else "none", dtype=dtype,
+                         flash_attention=True, dropout=False, grad_reduce_dtype="bf16" if pure else "fp32",
+                         fsdp_param_dtype="bf16", make_vocab_size_divisible_by=1)
+    tokens_per_s = pd.to_numeric(str(r.get("Throughput (T/s)", "")).replace(",", "").strip(), errors="coerce")
+    if not (np.isfinite(tokens_per_s) and tokens_per_s > 0):
+        raise ValueError(f"no throughput (Throughput (T/s) {r.get('Throughput (T/s)')!r})")
+    published = B * s / float(tokens_per_s)
+    system, gpu_label = mosaic_system(r.get("GPU", "nan"), str(r["section"]))
+    a100 = gpu_label.startswith("A100")
+    var = {"no prefetch": cfg.with_(overlap_param_gather=False)}
+    prec_label = "" if dtype == "bf16" else f", {dtype.upper()}"
+    return Case(f"MosaicML llm-foundry MPT ({gpu_label}{prec_label}, FSDP, FlashAttention)",
+                f"{r['Model']} s={s} {gpus} GPUs mb={r['MicroBatchSize']}{' ckpt' if cfg.recompute == 'full' else ''}",
+                model, cfg, system, published, comm_system="Sophia" if a100 else None, variants=var)
 
 
 NEUSIGHT_DEVICES = {"NVIDIA_A100_80GB_PCIe": "A100-PCIE-80GB", "Tesla_V100-PCIE-32GB": "V100-PCIE-32GB",
@@ -325,12 +375,24 @@ def _time(res: Any, case: Case) -> float:
     return res.iteration_s - (res.breakdown_s["optimizer"] if case.forward_backward_only else 0.0)
 
 
-def score(cases: list[Case], roof: Any, cals: dict[str, Any], progress: Callable[[str], None]) -> pd.DataFrame:
+def score(cases: list[Case], roof: Any, cals: dict[str, Any], progress: Callable[[str], None],
+          skipped: dict[str, int] | None = None) -> pd.DataFrame:
+    """Every case predicted (roofline, calibrated, the calibrated spread over its variants). With ``skipped``, a
+    case the library refuses to build (a batch that does not split over its GPUs...) is left out and counted
+    there under ``cannot run: <reason>``; without, it is an error."""
+    from hybrid.errors import InvalidInputError
+
     rows = []
     for c in cases:
         progress(c.label)
         cal = cals[c.predictor]
-        pr = predict(c, roof, False)
+        try:
+            pr = predict(c, roof, False)
+        except InvalidInputError as exc:
+            if skipped is None:
+                raise
+            skipped[f"cannot run: {exc}"] = skipped.get(f"cannot run: {exc}", 0) + 1
+            continue
         pc = predict(c, cal, True)
         spread = [_time(pc, c)]
         for v in c.variants.values():
@@ -351,6 +413,8 @@ def score(cases: list[Case], roof: Any, cals: dict[str, Any], progress: Callable
                      "bubble_s": pc.breakdown_s["pipeline_bubble"], "tp_s": pc.breakdown_s["tp_comm"],
                      "dp_s": pc.breakdown_s["dp_comm"], "fsdp_s": pc.breakdown_s["fsdp_comm"]})
     df = pd.DataFrame(rows)
+    if df.empty:
+        return df
     df["err_roofline"] = (df["roofline_s"] - df["published_s"]).abs() / df["published_s"]
     df["err_calibrated"] = (df["calibrated_s"] - df["published_s"]).abs() / df["published_s"]
     return df
@@ -422,18 +486,24 @@ def report(df: pd.DataFrame, mfu: list[tuple[Case, float, float]], cal_info: dic
     return o.getvalue()
 
 
-def mosaic_summary(df: pd.DataFrame) -> dict[str, Any]:
-    """JSON summary of scored rows: overall, per table (GPU and precision) and the rows."""
+def mosaic_summary(df: pd.DataFrame, skipped: dict[str, int] | None = None) -> dict[str, Any]:
+    """JSON summary of scored rows: overall, per table (GPU and precision) and the rows, with the rows left out
+    counted per reason (``n_skipped``, ``skipped``); without a scored row the errors are None (strict JSON)."""
     def block(g: pd.DataFrame) -> dict[str, Any]:
         return {"n_rows": int(len(g)), "geomean_pct": round(geomean(g["err_calibrated"].to_numpy()), 2),
                 "roofline_geomean_pct": round(geomean(g["err_roofline"].to_numpy()), 2),
                 "max_pct": round(100 * float(g["err_calibrated"].max()), 1)}
 
-    return {**block(df), "by_table": {k: block(g) for k, g in df.groupby("table")},
+    skipped = dict(skipped or {})
+    counts = {"n_skipped": int(sum(skipped.values())), "skipped": skipped}
+    if len(df) == 0:
+        return {"n_rows": 0, "geomean_pct": None, "roofline_geomean_pct": None, "max_pct": None, **counts,
+                "by_table": {}, "rows": []}
+    return {**block(df), **counts, "by_table": {k: block(g) for k, g in df.groupby("table")},
             "rows": df[["table", "row", "published_s", "calibrated_s", "roofline_s", "fits"]].to_dict(orient="records")}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
@@ -448,8 +518,21 @@ def main() -> int:
                     help="score only these llm-foundry-format tables (any GPU/precision the rows name); writes "
                          "nothing")
     ap.add_argument("--json", action="store_true", help="with --mosaic: print the JSON summary")
-    args = ap.parse_args()
-    d = public_data_dir(args.data_dir)
+    args = ap.parse_args(argv)
+    from hybrid.errors import HybridError
+
+    skipped: dict[str, int] = {}
+    try:
+        d = public_data_dir(args.data_dir)
+        # the given tables first: a file that cannot be read is an error now, not after the fit
+        given = [c for f in args.mosaic for c in mosaic_cases(d, None, Path(f), skipped)] if args.mosaic else None
+    except HybridError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if given is not None and not given:  # nothing to score: no fit for an empty answer
+        print(json.dumps(mosaic_summary(pd.DataFrame(), skipped), indent=2) if args.json else
+              f"0 rows ({sum(skipped.values())} skipped: {skipped})")
+        return 0
     command = "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
     t0 = time.perf_counter()
     extra = None
@@ -460,13 +543,13 @@ def main() -> int:
     cal, info = fit_calibrated(d, args.kernel_rows, args.seed, extra)
     print(f"calibrated predictor fitted in {info['fit_s']:.0f} s", file=sys.stderr)
     roof = HybridPredictor.roofline_only()
-    if args.mosaic:
-        cases = [c for f in args.mosaic for c in mosaic_cases(d, None, Path(f))]
-        df = score(cases, roof, {"default": cal}, lambda s: print(s, file=sys.stderr))
-        summary = mosaic_summary(df)
+    if given is not None:
+        df = score(given, roof, {"default": cal}, lambda s: print(s, file=sys.stderr), skipped)
+        summary = mosaic_summary(df, skipped)
         print(json.dumps(summary, indent=2) if args.json else
-              f"{summary['n_rows']} rows: calibrated geomean {summary['geomean_pct']:.1f}%, roofline "
-              f"{summary['roofline_geomean_pct']:.1f}%")
+              f"0 rows ({summary['n_skipped']} skipped: {summary['skipped']})" if not summary["n_rows"] else
+              f"{summary['n_rows']} rows ({summary['n_skipped']} skipped): calibrated geomean "
+              f"{summary['geomean_pct']:.1f}%, roofline {summary['roofline_geomean_pct']:.1f}%")
         return 0
     neu = fit_neusight(d, args.kernel_rows, args.seed, extra)
     cases = (korthikanti_cases(d) + narayanan_cases(d) + jan2021_cases(d)
