@@ -116,3 +116,29 @@ def test_leave_one_gpu_out_run_predicts_each_gpu_without_its_rows(load_experimen
     png = (tmp_path / "r.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert {f.name for f in tmp_path.iterdir()} == {"labels.csv", "traces", "r.md", "r.png"}
+
+
+def test_json_answer_is_strict_json_with_parallel_labels(load_experiment, tmp_path, capsys):
+    """A tensor- or pipeline-parallel label has no memory fraction (NaN): --json printed a bare NaN, which strict
+    parsers (JavaScript, Go, jq) reject; it is null now, and every mapped row is a finite positive prediction on
+    the GPU its public spelling names."""
+    import json
+    import math
+
+    bench = load_experiment("nlp_e2e")
+    labels = tmp_path / "labels.csv"
+    labels.write_text("gpu,config,model,mode,seqlen,batch,extra,num_layer,e2e_latency\n"
+                      "NVIDIA H100 80GB HBM3,a,gpt2_med,train,128,2,tp2,1,5.0\n"
+                      "NVIDIA_L4,b,gpt2_med,inf,128,2,,1,3.0\n")
+    assert bench.main(["--labels", str(labels), "--rows-per-gpu", "40", "--no-with-gpu-bundles",
+                       "--no-with-llmcompass", "--no-with-collectives", "--no-with-test-kernels",
+                       "--trace-dir", str(tmp_path / "traces"), "--json"]) == 0
+
+    def refuse(const: str):
+        raise ValueError(f"not JSON: {const}")
+
+    out = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert [r["device"] for r in out["rows"]] == ["H100-SXM", "L4"]
+    assert out["rows"][0]["memory_pct"] is None and out["rows"][1]["memory_pct"] > 0
+    assert all(math.isfinite(r["calibrated"]) and r["calibrated"] > 0 for r in out["rows"])
+    assert out["n_rows"] == 2 and set(out["by_gpu"]) == {"NVIDIA H100 80GB HBM3", "NVIDIA_L4"}

@@ -760,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
     result["seconds"] = time.time() - t0
     result["rows"] = table.to_dict(orient="records")
     if args.json:
-        print(json.dumps(result, indent=1, default=float))
+        print(json.dumps(json_safe(result), indent=1, allow_nan=False))
     # --json prints and writes nothing unless --out names a file (a scoring run must not rewrite results.md)
     default_name = ("results.md" if not args.leave_one_gpu_out else
                     f"heldout_{args.shots}_shots_results.md" if args.shots else "heldout_results.md")
@@ -780,6 +780,21 @@ def main(argv: list[str] | None = None) -> int:
     if not args.json:
         print(report(result, table, args))
     return 0
+
+
+def json_safe(obj):
+    """``obj`` with every NaN / infinity as None and numpy scalars as Python ones: the ``--json`` answer is read
+    by strict parsers (NaN is not JSON), and a tensor- or pipeline-parallel label has no memory fraction, a label
+    without an interval no interval."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj
 
 
 def parity_plot(table: pd.DataFrame, path: Path, result: dict) -> str:
