@@ -196,6 +196,22 @@ def test_gpu_benchmark_skips_runs_with_fractional_counts(shared_datasets):
     assert skipped == {"node or accelerator count not a whole number": 2, "no global batch": 1}
 
 
+def test_gpu_benchmark_names_the_accelerator_it_cannot_map(shared_datasets):
+    """Later rounds' accelerators map by their published spelling (H200 in its SXM5 spelling too); one the catalog
+    lacks is counted under its own name, so the reader knows which to add."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    dcnv2 = "NVIDIA/results/x/dlrm_dcnv2/result_0.txt"
+    rows = pd.concat([row.assign(mlperf_version="v4.0", accelerator=a, file=dcnv2) for a in
+                      ("NVIDIA H200-SXM5-141GB", "NVIDIA H100-SXM5-80GB", "Intel Gaudi 3", None)])
+    runs, skipped = bench.map_mlperf(rows, default_catalog())
+    assert list(runs["device"]) == ["H200", "H100-SXM"] and set(runs["variant"]) == {"mlperf-dcnv2"}
+    assert skipped == {"accelerator not in the catalog: Intel Gaudi 3": 1, "no accelerator named": 1}
+
+
 def test_gpu_benchmark_answers_a_table_with_nothing_to_score_without_calibrating(shared_datasets, tmp_path, capsys,
                                                                                  monkeypatch):
     """A header-only table, or one whose every run is skipped, is answered at once (n_rows 0 and the skips), not

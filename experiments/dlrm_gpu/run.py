@@ -196,7 +196,10 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
             continue
         dev = map_device(r.accelerator, catalog)
         if dev is None:
-            reason = "not a GPU (TPU)" if "tpu" in str(r.accelerator).lower() else "accelerator not in the catalog"
+            name = str(r.accelerator).strip() if pd.notna(r.accelerator) else ""
+            # which one: a judge adds it to a catalog file (HYBRID_CATALOG) or learns the spelling is new
+            reason = ("not a GPU (TPU)" if "tpu" in name.lower() else
+                      f"accelerator not in the catalog: {name}" if name else "no accelerator named")
             skipped[reason] += 1
             continue
         if not (np.isfinite(batch) and batch > 0 and batch == round(batch)):
