@@ -1251,6 +1251,10 @@ def test_table_scoring_counts_unmappable_tables_and_answers_strict_json_without_
     out = bench.score_tables([str(tmp_path / "h100.csv"), str(tmp_path / "gaudi.csv")], roof)
     assert out["n_rows"] == 1 and out["skipped"] == {"GPU not in the catalog: Gaudi3": 1}
     assert np.isfinite(out["rows"][0]["predicted"]) and out["rows"][0]["predicted"] > 0
+    (tmp_path / "blank.csv").write_text(head + "v0.9.0,,FP8,LLaMA 7B,64,1,128,128,1000\n"
+                                        "v0.9.0,H100,FP8,,64,1,128,128,1000\n")
+    out = bench.score_tables([str(tmp_path / "h100.csv"), str(tmp_path / "blank.csv")], roof)
+    assert out["skipped"] == {"no GPU named": 1, "no model named": 1}  # not "GPU not in the catalog: nan"
     for files in (["gaudi.csv"], ["tp3.csv"]):
         out = bench.score_tables([str(tmp_path / f) for f in files], roof)
         assert out["n_rows"] == 0 and out["n_skipped"] == 1 and out["geomean_pct"] is None

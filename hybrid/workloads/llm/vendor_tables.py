@@ -218,10 +218,15 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None, empty_ok
     except InvalidInputError as exc:
         raise ImportFormatError(f"{p}: {exc}") from None
     skipped: Counter = Counter()
+
+    def named(x: object) -> bool:  # an empty cell reads as NaN, whose text "nan" is a name no one wrote
+        return pd.notna(x) and bool(str(x).strip())
+
     for label in df.loc[df["model_name"].isna(), "model"]:
-        skipped[f"model not in the library: {label}"] += 1
-    for g in gpus[df["model_name"].notna() & df["device"].isna()]:
-        skipped[f"GPU not in the catalog: {g}"] += 1
+        skipped[f"model not in the library: {label}" if named(label) else "no model named"] += 1
+    raw_gpus = df["gpu"] if "gpu" in df.columns else gpus
+    for g in raw_gpus[df["model_name"].notna() & df["device"].isna()]:
+        skipped[f"GPU not in the catalog: {g}" if named(g) else "no GPU named"] += 1
     keep = df["model_name"].notna() & df["device"].notna()
     if not keep.any() and not empty_ok:
         raise ImportFormatError(f"{p}: no row with a known model and GPU ({dict(skipped)})")
