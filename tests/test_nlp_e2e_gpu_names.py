@@ -112,7 +112,11 @@ def test_leave_one_gpu_out_run_predicts_each_gpu_without_its_rows(load_experimen
     # a written report links its parity plot, written beside it (whole: no temporary file left)
     assert bench.main([*common[:-1], "--leave-one-gpu-out", "--out", str(tmp_path / "r.md")]) == 0
     capsys.readouterr()
-    assert "![predicted vs measured step time per GPU](r.png)" in (tmp_path / "r.md").read_text()
+    text = (tmp_path / "r.md").read_text()
+    assert "![predicted vs measured step time per GPU](r.png)" in text
+    # the report's command reproduces the run: the options that changed the fit are in it
+    command = text.split("Command: `", 1)[1].split("`", 1)[0]
+    assert "--no-with-collectives" in command and "--no-with-llmcompass" in command
     png = (tmp_path / "r.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert {f.name for f in tmp_path.iterdir()} == {"labels.csv", "traces", "r.md", "r.png"}
