@@ -613,6 +613,18 @@ def test_llm_foundry_rows_that_cannot_be_mapped_are_skipped_with_their_reason(lo
         mod.mosaic_cases(tmp_path, None, tmp_path / "other.csv", {})
 
 
+def test_llm_foundry_precision_the_model_does_not_cover_is_skipped(load_experiment, tmp_path):
+    """An fp32 row (or any precision but bf16 / fp16 / fp8) was predicted as bf16 mixed precision."""
+    mod = load_experiment("llm_training")
+    row = _FOUNDRY_ROW.format(model="125m", gpu="h100_80gb", batch=128, tps=204800, ckpt="False")
+    path = tmp_path / "foundry.csv"
+    path.write_text("\n".join([_FOUNDRY_HEAD, row.replace("amp_bf16", "fp32"), row.replace("amp_bf16", "amp_fp16"),
+                               row]) + "\n")
+    skipped: dict[str, int] = {}
+    cases = mod.mosaic_cases(tmp_path, None, path, skipped)
+    assert [c.cfg.dtype for c in cases] == ["fp16", "bf16"] and skipped == {"precision not modelled: 'fp32'": 1}
+
+
 def test_llm_foundry_scoring_answers_bad_or_empty_tables_before_fitting(load_experiment, shared_datasets, tmp_path,
                                                                         capsys):
     """A missing table is one ``error:`` line (exit 2) and a table with no row to score an n_rows 0 answer with
