@@ -219,3 +219,21 @@ def test_label_names_lose_surrounding_blanks_and_bad_parallel_labels_are_skipped
     assert reasons[1] == "unknown extra 'dpX'"
     assert "no GPU" in reasons[2] and "no GPU" in reasons[3]
     assert "not divisible" in reasons[4]  # 6 rows over 4 ranks: not the 4 x 1 step it would have been predicted as
+
+
+def test_labels_longer_than_the_position_table_are_skipped(bench, tmp_path):
+    """A BERT label of 1024 tokens (512 positions) stopped the whole run with a torch error while tracing, and a
+    GPT-2 one of 4096 (1024 positions) was traced and predicted as if it ran; both are skipped with the reason.
+    Switch (relative positions) has no such bound; NeuSight's own labels all fit."""
+    from hybrid.hardware.catalog import default_catalog
+
+    path = tmp_path / "l.csv"
+    path.write_text("gpu,config,model,mode,seqlen,batch,extra,num_layer,e2e_latency\n"
+                    "NVIDIA_L4,a,bert_large,inf,1024,1,,1,1.0\n"
+                    "NVIDIA_L4,b,gpt2_large,inf,4096,1,,1,1.0\n"
+                    "NVIDIA_L4,c,gpt2_large,inf,1024,1,,1,1.0\n"
+                    "NVIDIA_L4,d,switchxl4,inf,4096,1,,1,1.0\n")
+    cat = default_catalog()
+    reasons = [bench.skip_reason(r, cat) for _, r in bench.read_labels(str(path)).iterrows()]
+    assert reasons == ["seqlen longer than bert_large's 512 positions",
+                       "seqlen longer than gpt2_large's 1024 positions", None, None]

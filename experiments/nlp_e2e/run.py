@@ -575,6 +575,21 @@ def parallel_degree(extra: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+#: Architectures with a learned absolute position table (``model_type`` -> its config attribute): a longer
+#: sequence indexes past the table, which the meta-device trace does not check (GPT-2) or fails halfway through the
+#: run on (BERT), and which no GPU runs. Rotary / relative / ALiBi models have no such bound.
+LEARNED_POSITIONS = {"bert": "max_position_embeddings", "roberta": "max_position_embeddings",
+                     "distilbert": "max_position_embeddings", "opt": "max_position_embeddings",
+                     "gpt2": "n_positions", "gpt_neo": "max_position_embeddings", "gpt_bigcode": "n_positions"}
+
+
+def max_positions(cfg) -> int | None:
+    """Longest sequence the model's position table holds, or None where it has none."""
+    attr = LEARNED_POSITIONS.get(getattr(cfg, "model_type", ""))
+    n = getattr(cfg, attr, None) if attr else None
+    return int(n) if n else None
+
+
 def skip_reason(row: pd.Series, catalog, config_dir: str | Path | None = None) -> str | None:
     extra = row["extra"]
     if extra and extra != "fusion" and parallel_degree(extra) is None:
@@ -586,8 +601,12 @@ def skip_reason(row: pd.Series, catalog, config_dir: str | Path | None = None) -
         return f"extra {extra!r}: batch not divisible by the data-parallel ranks"
     if row["mode"] not in ("inf", "train"):
         return f"unknown mode {row['mode']!r}"
-    if model_builder(str(row["model"]), label_layers(row), config_dir) is None:
+    built = model_builder(str(row["model"]), label_layers(row), config_dir)
+    if built is None:
         return f"model {row['model']} not modelled (unknown architecture, no --model-configs file)"
+    most = max_positions(built[1])
+    if most is not None and int(row["seqlen"]) > most:
+        return f"seqlen longer than {row['model']}'s {most} positions"
     if resolve_gpu(str(row["gpu"]), catalog) is None:
         return f"GPU {row['gpu']} not in the catalog"
     return None
