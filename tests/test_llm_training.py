@@ -582,9 +582,9 @@ _FOUNDRY_ROW = ("H100 80GB,{model},2048,8,{gpu},40,40,125,16,1,{batch},100,{tps}
 
 
 def test_llm_foundry_rows_that_cannot_be_mapped_are_skipped_with_their_reason(load_experiment, tmp_path):
-    """``run.py --mosaic``: an unknown model or GPU, a GPU without a catalog system, an empty throughput or flag
-    used to abort the run with a traceback (or, for an empty Activation Checkpointing cell, turn recompute on:
-    bool(nan)); each is now left out and counted; the good rows stay. A byte-order mark is read through."""
+    """``run.py --mosaic``: an unknown model or GPU, an empty throughput or flag used to abort the run with a
+    traceback (or, for an empty Activation Checkpointing cell, turn recompute on: bool(nan)); each is now left out
+    and counted; the good rows stay. A byte-order mark is read through."""
     from hybrid.errors import InvalidInputError
 
     mod = load_experiment("llm_training")
@@ -600,10 +600,10 @@ def test_llm_foundry_rows_that_cannot_be_mapped_are_skipped_with_their_reason(lo
                     encoding="utf-8")
     skipped: dict[str, int] = {}
     cases = mod.mosaic_cases(tmp_path, None, path, skipped)
-    assert len(cases) == 1 and cases[0].system == "DGX-H100" and cases[0].cfg.recompute == "none"
+    assert [c.system for c in cases] == ["DGX-H100", "L40S"] and cases[0].cfg.recompute == "none"
     assert cases[0].published_s == pytest.approx(128 * 2048 / 204800)
-    assert sum(skipped.values()) == 6, skipped
-    for word in ("unknown model 'mpt-125m_custom'", "unknown device 'gaudi2'", "no catalog system of L40S",
+    assert sum(skipped.values()) == 5, skipped
+    for word in ("unknown model 'mpt-125m_custom'", "unknown device 'gaudi2'",
                  "no throughput", "Activation Checkpointing not true/false", "GlobalBatchSize not a positive whole"):
         assert any(k.startswith(word) for k in skipped), (word, skipped)
     with pytest.raises(InvalidInputError, match="unknown model"):  # the project's own table: every row must map
@@ -611,6 +611,26 @@ def test_llm_foundry_rows_that_cannot_be_mapped_are_skipped_with_their_reason(lo
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     with pytest.raises(InvalidInputError, match="not an llm-foundry benchmark table"):
         mod.mosaic_cases(tmp_path, None, tmp_path / "other.csv", {})
+
+
+def test_llm_foundry_gpu_without_a_catalog_system_runs_on_its_generic_node(load_experiment, tmp_path):
+    """An L40S / H100 PCIe / GH200 row stopped the run ('no catalog system'), although the training model costs a
+    bare device on a generic node of it; it is predicted there now, finite and positive."""
+    from hybrid.corrections.predictor import HybridPredictor
+
+    mod = load_experiment("llm_training")
+    path = tmp_path / "foundry.csv"
+    path.write_text("\n".join([_FOUNDRY_HEAD, *(_FOUNDRY_ROW.format(model="125m", gpu=g, batch=128, tps=204800,
+                                                                    ckpt="False")
+                                               for g in ("l40s", "NVIDIA H100 PCIe", "gh200"))]) + "\n")
+    skipped: dict[str, int] = {}
+    cases = mod.mosaic_cases(tmp_path, None, path, skipped)
+    assert [c.system for c in cases] == ["L40S", "H100-PCIE", "GH200"] and not skipped
+    assert all(c.comm_system is None for c in cases)
+    roof = HybridPredictor.roofline_only()
+    for c in cases:
+        t = mod.predict(c, roof, False).iteration_s
+        assert np.isfinite(t) and t > 0
 
 
 def test_llm_foundry_precision_the_model_does_not_cover_is_skipped(load_experiment, tmp_path):

@@ -198,7 +198,8 @@ MOSAIC_FILE = "published/mosaicml_llm_foundry_mpt_training_A100.csv"
 
 
 def mosaic_system(gpu: str, section: str) -> tuple[str, str]:
-    """(catalog system, label) of an llm-foundry row's ``GPU`` (and ``section``, which names 40 vs 80 GB)."""
+    """(catalog system, label) of an llm-foundry row's ``GPU`` (and ``section``, which names 40 vs 80 GB); a GPU
+    without a catalog system gets its device key, which the training model costs on a generic node of it."""
     g = str(gpu).strip().lower()
     if g in MOSAIC_GPUS:
         return MOSAIC_GPUS[g]
@@ -209,8 +210,8 @@ def mosaic_system(gpu: str, section: str) -> tuple[str, str]:
     cat = default_catalog()
     dev = cat.resolve_device(g.replace("_", " "))
     systems = sorted((s for s in cat.systems.values() if s.device == dev), key=lambda s: (s.inter_bw <= 0, s.key))
-    if not systems:
-        raise ValueError(f"no catalog system of {dev} for llm-foundry GPU {gpu!r}")
+    if not systems:  # a GPU the catalog has no system of (L40S, H100 PCIe, GH200): the device's generic node, as
+        return dev, dev  # predict_training builds it for a bare device (hybrid.ops.roofline.system_for_device)
     return systems[0].key, dev
 
 
