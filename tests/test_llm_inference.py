@@ -897,6 +897,29 @@ def test_vendor_table_rows_run_on_their_gpu_and_precision_and_unmappable_rows_ar
         read_table(path)
 
 
+def test_vendor_table_empty_measurements_are_skipped_and_thousands_separators_read(tmp_path):
+    """Vendor pages leave a cell empty where a configuration did not run and print "16,000": the first is a row
+    without a measurement (skipped, counted), the second a number; anything else that is not a positive number
+    still refuses the table."""
+    from hybrid.errors import ImportFormatError
+    from hybrid.workloads.llm.vendor_tables import read_table
+
+    head = "gpu,precision,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+    path = tmp_path / "t.csv"
+    path.write_text(head + 'H100,FP8,LLaMA 7B,256,1,128,128,"16,000"\n' + "H100,FP8,LLaMA 7B,64,1,128,128,\n"
+                    + "H100,FP8,LLaMA 7B,32,1,128,128,9000.5\n")
+    t = read_table(path)
+    assert list(t["measured"]) == [16000.0, 9000.5] and list(t["batch_size"]) == [256, 32]
+    assert t.attrs["skipped"] == {"no measured value (empty cell)": 1}
+    for bad in ("-5", "inf", "\"1,60\"", "fast"):
+        path.write_text(head + f"H100,FP8,LLaMA 7B,256,1,128,128,{bad}\n")
+        with pytest.raises(ImportFormatError, match="measured values must be positive numbers"):
+            read_table(path)
+    path.write_text(head + "H100,FP8,LLaMA 7B,256,1,128,128,\n")
+    with pytest.raises(ImportFormatError, match="no row has a measured value"):
+        read_table(path)
+
+
 def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path):
     """trtllm-bench pages (in-flight batching, max throughput) give no batch size: each row runs the largest batch
     the KV cache holds at full length, capped at trtllm-build's max_batch_size (or the table's own column)."""

@@ -185,14 +185,27 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None, empty_ok
         df["batch_size"] = 1 if LATENCY_COLUMN in df.columns else 0
     cat = catalog or default_catalog()
     if LATENCY_COLUMN in df.columns:
-        df["kind"], df["measured"], df["output_len"] = "first_token", pd.to_numeric(df[LATENCY_COLUMN], "coerce"), 1
+        col = LATENCY_COLUMN
+        df["kind"], df["output_len"] = "first_token", 1
     else:
         col = next((c for c in THROUGHPUT_COLUMNS if c in df.columns), None)
         if col is None or "output_len" not in df.columns:
             raise ImportFormatError(f"{p}: no throughput column ({', '.join(THROUGHPUT_COLUMNS)}) or output_len")
-        df["kind"], df["measured"] = "throughput", pd.to_numeric(df[col], errors="coerce")
-    if not (np.isfinite(df["measured"]) & (df["measured"] > 0)).all():
+        df["kind"] = "throughput"
+    # vendor pages print thousands separators ("16,000") and leave a cell empty where a configuration did not run:
+    # the former are numbers, the latter rows without a measurement (skipped and counted below); anything else that
+    # is not a positive number is a broken table
+    raw = df[col].astype("string").str.strip()
+    grouped = raw.str.fullmatch(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?").fillna(False)
+    measured = pd.to_numeric(raw.where(~grouped, raw.str.replace(",", "", regex=False)), errors="coerce")
+    df["measured"] = measured.astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    blank = (raw.isna() | (raw == "")).to_numpy(dtype=bool, na_value=True)
+    if not ((np.isfinite(df["measured"]) & (df["measured"] > 0)) | blank).all():
         raise ImportFormatError(f"{p}: measured values must be positive numbers")
+    unmeasured = int(blank.sum())
+    df = df[~blank].reset_index(drop=True)
+    if not len(df):
+        raise ImportFormatError(f"{p}: no row has a measured value ({col} is empty in all {unmeasured})")
     for c in ("pp", "ep"):
         if c not in df.columns:
             df[c] = 1
@@ -218,6 +231,8 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None, empty_ok
     except InvalidInputError as exc:
         raise ImportFormatError(f"{p}: {exc}") from None
     skipped: Counter = Counter()
+    if unmeasured:
+        skipped["no measured value (empty cell)"] += unmeasured
 
     def named(x: object) -> bool:  # an empty cell reads as NaN, whose text "nan" is a name no one wrote
         return pd.notna(x) and bool(str(x).strip())
