@@ -918,6 +918,14 @@ def test_vendor_table_empty_measurements_are_skipped_and_thousands_separators_re
     path.write_text(head + "H100,FP8,LLaMA 7B,256,1,128,128,\n")
     with pytest.raises(ImportFormatError, match="no row has a measured value"):
         read_table(path)
+    # a table that names precisions and leaves one empty does not say what that row ran in: skipped, counted
+    path.write_text(head + "H100,FP8,LLaMA 7B,256,1,128,128,100\n" + "H100,,LLaMA 7B,64,1,128,128,90\n"
+                    + "H100,,Grok 1,64,1,128,128,90\n")
+    t = read_table(path)
+    assert list(t["batch_size"]) == [256] and t.attrs["skipped"] == {
+        "no precision named (empty cell)": 1, "model not in the library: Grok 1": 1}
+    path.write_text(head.replace("precision,", "") + "H100,LLaMA 7B,64,1,128,128,90\n")
+    assert read_table(path)["precision_args"].iloc[0] == {"dtype": "fp16"}  # no precision column: FP16
 
 
 def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path):

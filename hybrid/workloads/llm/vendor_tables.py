@@ -226,6 +226,12 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None, empty_ok
     dev = {g: cat.resolve_device(g, missing_ok=True) for g in gpus.unique()}
     df["device"] = gpus.map(dev)
     precision = df["precision"] if "precision" in df.columns else pd.Series("FP16", index=df.index)
+    # a table without precisions is FP16 (the early TensorRT-LLM pages); one that names them and leaves a cell
+    # empty does not say what that row ran in (an FP8 table's blank is not FP16): skipped and counted below
+    unnamed = (precision.isna() | (precision.astype(str).str.strip() == "")).to_numpy(dtype=bool)
+    if unnamed.all():
+        precision, unnamed = pd.Series("FP16", index=df.index), np.zeros(len(df), dtype=bool)
+    precision = precision.where(~unnamed, "FP16")
     try:
         df["precision_args"] = [table_precision(x) for x in precision]
     except InvalidInputError as exc:
@@ -242,7 +248,10 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None, empty_ok
     raw_gpus = df["gpu"] if "gpu" in df.columns else gpus
     for g in raw_gpus[df["model_name"].notna() & df["device"].isna()]:
         skipped[f"GPU not in the catalog: {g}" if named(g) else "no GPU named"] += 1
-    keep = df["model_name"].notna() & df["device"].notna()
+    known = (df["model_name"].notna() & df["device"].notna()).to_numpy(dtype=bool)
+    if (unnamed & known).any():  # (each skipped row counted once, under its first reason)
+        skipped["no precision named (empty cell)"] += int((unnamed & known).sum())
+    keep = known & ~unnamed
     if not keep.any() and not empty_ok:
         raise ImportFormatError(f"{p}: no row with a known model and GPU ({dict(skipped)})")
     out = df[keep].reset_index(drop=True)
