@@ -485,14 +485,7 @@ def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, An
     is_step = names.str.match(_STEP_RE).to_numpy(dtype=bool)
     top_level = _top_level((ops["cat"] == "python_function").to_numpy(dtype=bool) | is_step, parent, depth)
     steps = ops[is_step & top_level]
-    if step is not None:
-        numbers = names[steps.index].str.extract(_STEP_RE)[0].astype(int)
-        if not (numbers == int(step)).any():
-            have = sorted(set(numbers.tolist()))
-            raise TraceFormatError(f"{tr.path}: no ProfilerStep#{step} in the trace ("
-                                   + (f"it has {', '.join(f'#{n}' for n in have)}" if have else
-                                      "it has no ProfilerStep annotation: leave --step out") + ")")
-        steps = steps[(numbers == int(step)).to_numpy()]
+    steps = _pick_step(tr.path, names, steps, step)
     if len(steps):
         s = steps.iloc[0]
         lo, hi = float(s["ts"]), float(s["ts"] + s["dur"])
@@ -609,6 +602,20 @@ def load_trace(path: str | os.PathLike, step: int | None = None) -> RankTrace:
     return _parse_kineto(doc, str(path), step) if kind == "kineto" else _et_step(_parse_et(doc, str(path)), step)
 
 
+def _pick_step(path: str, names: pd.Series, steps: pd.DataFrame, step: int | None) -> pd.DataFrame:
+    """The ``ProfilerStep#N`` rows among ``steps`` that ``step`` asks for (all of them without one); a step the
+    trace does not have is a :class:`TraceFormatError` listing those it has."""
+    if step is None:
+        return steps
+    numbers = names[steps.index].str.extract(_STEP_RE)[0].astype(int)
+    if not (numbers == int(step)).any():
+        have = sorted(set(numbers.tolist()))
+        raise TraceFormatError(f"{path}: no ProfilerStep#{step} in the trace ("
+                               + (f"it has {', '.join(f'#{n}' for n in have)}" if have else
+                                  "it has no ProfilerStep annotation: leave --step out") + ")")
+    return steps[(numbers == int(step)).to_numpy()]
+
+
 def _et_step(tr: RankTrace, step: int | None) -> RankTrace:
     """An execution trace's ops cut to one step, as a Chrome trace's are: the first ``ProfilerStep#N`` (or
     ``step``) and the ops under it. An execution trace recorded with a profiler schedule
@@ -619,23 +626,18 @@ def _et_step(tr: RankTrace, step: int | None) -> RankTrace:
     names = ops["name"].astype(str)
     is_step = names.str.match(_STEP_RE).to_numpy(dtype=bool) & (ops["parent"].to_numpy() < 0)
     steps = ops[is_step]
-    if step is not None:
-        numbers = names[steps.index].str.extract(_STEP_RE)[0].astype(int)
-        if not (numbers == int(step)).any():
-            have = sorted(set(numbers.tolist()))
-            raise TraceFormatError(f"{tr.path}: no ProfilerStep#{step} in the trace ("
-                                   + (f"it has {', '.join(f'#{n}' for n in have)}" if have else
-                                      "it has no ProfilerStep annotation: leave --step out") + ")")
-        steps = steps[(numbers == int(step)).to_numpy()]
+    steps = _pick_step(tr.path, names, steps, step)
     if not len(steps):
         return tr
     root = int(steps.index[0])
     tr.meta["step"] = str(names.iat[root])
     parent = ops["parent"].to_numpy()
+    depth = ops["depth"].to_numpy()
     keep = np.zeros(len(ops), dtype=bool)
     keep[root] = True
-    for i in range(root + 1, len(ops)):  # parents come before their children (ids increase down the tree)
-        keep[i] = parent[i] >= 0 and keep[parent[i]]
+    for d in range(int(depth[root]) + 1, int(depth.max(initial=0)) + 1):  # the root's subtree, level by level
+        lvl = np.flatnonzero((depth == d) & (parent >= 0))
+        keep[lvl] = keep[parent[lvl]]
     new_pos = np.cumsum(keep) - 1
     cut = ops[keep].reset_index(drop=True)
     old_parent = cut["parent"].to_numpy()
