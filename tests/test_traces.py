@@ -1833,7 +1833,7 @@ def test_an_unknown_target_without_a_bundle_names_the_bundle_option(capsys):
     traces = str(Path(__file__).resolve().parents[1] / "datasets" / "traces-h100" / "cnn-fp32")
     assert cli_main(["trace", "predict", traces, "--device", "cpu-amd-epyc-1c", "--roofline"]) == 2
     err = capsys.readouterr().err
-    assert "unknown device 'cpu-amd-epyc-1c'" in err and "--bundle DIR" in err
+    assert "unknown system or device 'cpu-amd-epyc-1c'" in err and "--bundle DIR" in err
     assert cli_main(["trace", "predict", traces, "--system", "DGX-H999", "--roofline"]) == 2
     err = capsys.readouterr().err
     assert "DGX-H999" in err and "--bundle" not in err  # a system: not a profiled machine

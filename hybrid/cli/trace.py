@@ -226,14 +226,12 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     from hybrid.workloads.trace_parallel import chain, parallel_job
 
     model, cat, name = engine.model, engine.catalog, engine.name
-    if device and bundle is None and cat.resolve_device(device, missing_ok=True) is None:
+    if (device and bundle is None and cat.resolve_device(device, missing_ok=True) is None
+            and cat.resolve_system(device, missing_ok=True) is None):
         # a machine profiled with `hybrid profile` (a CPU, a GPU the packaged catalog lacks) is described by its
         # bundle's catalog.toml: name the option besides the catalog file
-        try:
-            cat.resolve_device(device)
-        except UnknownDeviceError as err:
-            raise UnknownDeviceError(f"{err.args[0]}; a machine profiled with `hybrid profile` is described by its "
-                                     "bundle: --bundle DIR") from None
+        raise UnknownDeviceError(f"{cat.unknown_target(device)}; a machine profiled with `hybrid profile` is "
+                                 "described by its bundle: --bundle DIR")
     loaded = _load(traces, step)
     if (tokens is not None or hidden is not None) and tp == 1 and pp == 1:
         raise InvalidInputError("--tokens and --hidden go with --tp or --pp")
