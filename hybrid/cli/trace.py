@@ -216,13 +216,11 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     import warnings
 
     from hybrid.bench.validate import resolve_predictor
-    from hybrid.cli.output import report_warnings
+    from hybrid.cli.output import said_warnings
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with said_warnings():
         engine = resolve_predictor(model_ref, tracking_uri, bundle, roofline, default_bundle=False,
                                    extra_tables=extra_rows)
-    report_warnings(caught)
     from hybrid.workloads.trace_parallel import chain, parallel_job
 
     model, cat, name = engine.model, engine.catalog, engine.name
@@ -587,14 +585,10 @@ def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int 
             group.append(str(p))
     if skipped:
         click.echo("warning: a trace given twice (or a file and its directory) is read once", err=True)
-    import warnings
+    from hybrid.cli.output import said_warnings
 
-    from hybrid.cli.output import report_warnings
-
-    with warnings.catch_warnings(record=True) as caught:  # --device relabelling another GPU's traces: said
-        warnings.simplefilter("always")
+    with said_warnings():  # --device relabelling another GPU's traces: said
         table = kernel_rows([tr for group in steps.values() for tr in _load(tuple(group), step)], device=device)
-    report_warnings(caught)
     write_table(table, output, validate_rows=False)
     n = int(table["repeats"].sum())
     click.echo(f"{len(table)} distinct op rows ({n} traced ops, {table['op'].nunique()} op kinds, device "

@@ -116,7 +116,9 @@ def looks_like_log(path: Path) -> bool:
             head = fh.read(_SNIFF_BYTES)
     except OSError:
         return False
-    return re.search(rb"(?m)^(?:\S*[:\]]\s?)?\s*#\s*nThread\s+\d+", head) is not None
+    # the reader's own patterns: a launcher's tag taken off, then the header line
+    return any(_NTHREAD.match(_LAUNCHER_TAG.sub("", ln, count=1))
+               for ln in head.decode("utf-8", "replace").splitlines())
 
 
 def _nccl_version(code: str) -> str:
