@@ -63,6 +63,21 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[\s_\-./()]+", "", s)
 
 
+def _file_entries(path: Path, raw: dict[str, Any], table: str) -> dict[str, dict[str, Any]]:
+    """The ``[devices.*]`` / ``[systems.*]`` entries of one catalog file, each a table (a scalar in their place
+    was a TypeError or AttributeError that named neither the file nor the entry)."""
+    what = table.removesuffix("s")
+    section = raw.get(table, {})
+    if not isinstance(section, dict):
+        raise InvalidInputError(f"catalog file {path}: `{table}` must be a table of [{table}.NAME] entries, "
+                                f"got {section!r}")
+    for key, entry in section.items():
+        if not isinstance(entry, dict):
+            raise InvalidInputError(f"catalog file {path}: {what} {key!r} must be a table of fields "
+                                    f"([{table}.{key}]), got {entry!r}")
+    return section
+
+
 class Catalog:
     """Devices and systems by key, with alias resolution.
 
@@ -105,11 +120,11 @@ class Catalog:
             unknown = set(raw) - {"devices", "systems"}
             if unknown:
                 raise InvalidInputError(f"catalog file {p}: unknown top-level table(s) {sorted(unknown)}")
-            for key, entry in raw.get("devices", {}).items():
+            for key, entry in _file_entries(p, raw, "devices").items():
                 # An override may give only some fields of an existing device (but no field the catalog lacks).
                 check_entry_fields(f"catalog file {p}: device", key, entry, DEVICE_FIELDS)
                 dev_entries[key] = {**dev_entries.get(key, {}), **entry}
-            for key, entry in raw.get("systems", {}).items():
+            for key, entry in _file_entries(p, raw, "systems").items():
                 check_entry_fields(f"catalog file {p}: system", key, entry, SYSTEM_FIELDS)
                 if "host_mem_gib" in entry:  # the file's own figure: its source, borrowed by none unless it says
                     entry = {"host_mem_source": f"catalog file {p}", "host_mem_borrowed_by": [], **entry}

@@ -166,7 +166,10 @@ class Device:
             raise InvalidInputError(f"device {key!r}: missing field(s) {', '.join(missing)}")
         check_entry_fields("device", key, entry, DEVICE_FIELDS)
         peaks = {}
-        for dt, value in dict(entry["peak_tflops"]).items():
+        if not isinstance(entry["peak_tflops"], dict):
+            raise InvalidInputError(f"device {key!r}: peak_tflops must be a table of TFLOP/s per dtype "
+                                    f"({{ fp32 = ..., bf16 = ... }}), got {entry['peak_tflops']!r}")
+        for dt, value in entry["peak_tflops"].items():
             peaks[normalize_dtype(dt)] = _positive(key, f"peak_tflops.{dt}", value) * 1e12
         if "fp32" not in peaks:
             raise InvalidInputError(f"device {key!r}: peak_tflops must include fp32")
@@ -193,7 +196,7 @@ class Device:
             host_link_bw=_nonneg(key, "host_link_gbps", entry.get("host_link_gbps", 0.0)) * 1e9,
             kernel_latency_us=_nonneg(key, "kernel_latency_us", entry.get("kernel_latency_us", 4.0 if kind == "gpu" else 1.0)),
             mem_bw_shared=_nonneg(key, "mem_bw_shared_gbps", entry.get("mem_bw_shared_gbps", 0.0)) * 1e9,
-            aliases=tuple(str(a) for a in entry.get("aliases", ())),
+            aliases=_names(key, "aliases", entry.get("aliases", ())),
             source=str(entry["source"]),
             notes=str(entry.get("notes", "")),
         )
@@ -331,15 +334,15 @@ class System:
             raise InvalidInputError(f"system {key!r}: missing field(s) {', '.join(missing)}")
         check_entry_fields("system", key, entry, SYSTEM_FIELDS)
         gpn = _count(key, "gpus_per_node", entry["gpus_per_node"])
-        measured = tuple(str(x) for x in entry.get("measured_links", ()))
+        measured = _names(key, "measured_links", entry.get("measured_links", ()))
         if set(measured) - {"intra", "inter"}:
             raise InvalidInputError(f"system {key!r}: measured_links may name 'intra' and 'inter', got {list(measured)}")
         host_mem = _nonneg(key, "host_mem_gib", entry.get("host_mem_gib", 0.0)) * 2**30
-        borrowed = tuple(str(a) for a in entry.get("host_mem_borrowed_by", ()))
+        borrowed = _names(key, "host_mem_borrowed_by", entry.get("host_mem_borrowed_by", ()))
         if borrowed:
             from hybrid.hardware.catalog import normalize_name
 
-            names = {normalize_name(n) for n in (key, *entry.get("aliases", ()))}
+            names = {normalize_name(n) for n in (key, *_names(key, "aliases", entry.get("aliases", ())))}
             strangers = [b for b in borrowed if normalize_name(b) not in names]
             if strangers or host_mem <= 0:
                 raise InvalidInputError(
@@ -357,7 +360,7 @@ class System:
             intra_latency_us=_nonneg(key, "intra_latency_us", entry.get("intra_latency_us", 5.0)),
             inter_latency_us=_nonneg(key, "inter_latency_us", entry.get("inter_latency_us", 10.0)),
             max_nodes=_count(key, "max_nodes", entry.get("max_nodes", 1)),
-            aliases=tuple(str(a) for a in entry.get("aliases", ())),
+            aliases=_names(key, "aliases", entry.get("aliases", ())),
             source=str(entry["source"]),
             notes=str(entry.get("notes", "")),
             measured_links=measured,
@@ -463,6 +466,16 @@ def _count(key: str, name: str, value: Any, positive: bool = True) -> int:
     if v != int(v):
         raise InvalidInputError(f"{key!r}: field {name} must be a whole number, got {value!r}")
     return int(v)
+
+
+def _names(key: str, name: str, value: Any) -> tuple[str, ...]:
+    """A catalog list of names (``aliases``, ``measured_links``, ``host_mem_borrowed_by``): a list of strings. A
+    bare string would otherwise be taken letter by letter (``aliases = "RTX 5090"``: the aliases ``R``, ``T``...,
+    each then resolving to this entry)."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise InvalidInputError(f"{key!r}: field {name} must be a list of strings ({name} = [\"...\"]), "
+                                f"got {value!r}")
+    return tuple(value)
 
 
 def _positive(key: str, name: str, value: Any) -> float:
