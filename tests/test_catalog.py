@@ -706,3 +706,37 @@ def test_misshapen_user_file_gives_clear_error(tmp_path: Path, text: str, match:
     f.write_text(text)
     with pytest.raises(InvalidInputError, match=match):
         Catalog.load([f])
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("[devices.h100-sxm]\nmem_bw_gbps = 3000\n",
+     r"ovr.toml: device 'h100-sxm' is another name of the catalog's device 'H100-SXM'.*\[devices.H100-SXM\]"),
+    ("[devices.\"NVIDIA H100 80GB HBM3\"]\nmem_bw_gbps = 3000\n",
+     r"ovr.toml: device 'NVIDIA H100 80GB HBM3' is another name of the catalog's device 'H100-SXM'"),
+    ("[systems.\"dgx h100\"]\nintra_node_gbps = 400\n",
+     r"ovr.toml: system 'dgx h100' is another name of the catalog's system 'DGX-H100'.*\[systems.DGX-H100\]"),
+])
+def test_an_override_under_another_spelling_names_the_entry(tmp_path: Path, text: str, match: str) -> None:
+    """An override keyed by an alias or another spelling of an entry was taken for a new entry: `missing field(s)
+    vendor, kind, ...` (or an alias `claimed by both`), naming neither the file nor the key to use."""
+    f = tmp_path / "ovr.toml"
+    f.write_text(text)
+    with pytest.raises(InvalidInputError, match=match):
+        Catalog.load([f])
+
+
+def test_a_bad_value_names_the_catalog_file(tmp_path: Path) -> None:
+    """Values are checked after the files are merged; the error names the file that set the entry."""
+    first, second = tmp_path / "first.toml", tmp_path / "second.toml"
+    first.write_text("[devices.H100-SXM]\nmem_bw_gbps = 3000\n")
+    second.write_text("[devices.H100-SXM]\nmem_bw_gbps = -3000\n")
+    with pytest.raises(InvalidInputError, match=r"catalog file \S*second.toml: 'H100-SXM': field mem_bw_gbps must "
+                                                r"be positive"):
+        Catalog.load([first, second])
+    second.write_text("[systems.DGX-H100]\ngpus_per_node = 0\n")
+    with pytest.raises(InvalidInputError, match=r"catalog file \S*second.toml: 'DGX-H100': field gpus_per_node"):
+        Catalog.load([first, second])
+    # a new entry under a name of its own still loads beside an existing one
+    second.write_text("[devices.H100-Lab]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=60}\nmem_bw_gbps=3000\n"
+                      "mem_gib=80\nsource='lab'\n")
+    assert Catalog.load([first, second]).device("h100 lab").mem_bw == 3000e9

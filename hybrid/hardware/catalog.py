@@ -63,19 +63,46 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[\s_\-./()]+", "", s)
 
 
-def _file_entries(path: Path, raw: dict[str, Any], table: str) -> dict[str, dict[str, Any]]:
-    """The ``[devices.*]`` / ``[systems.*]`` entries of one catalog file, each a table (a scalar in their place
-    was a TypeError or AttributeError that named neither the file nor the entry)."""
+def _file_entries(path: Path, raw: dict[str, Any], table: str,
+                  entries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The ``[devices.*]`` / ``[systems.*]`` entries of one catalog file, checked against the entries so far.
+
+    Each must be a table. A key that is not an entry's key but another spelling of one (its key or an alias after
+    :func:`normalize_name`: ``[devices.h100-sxm]``, ``[devices."NVIDIA H100 80GB HBM3"]``) would be a new entry,
+    so an override meant for the existing one would fail on missing fields, or a full entry on a claimed alias,
+    neither naming the entry to override: say so instead."""
     what = table.removesuffix("s")
     section = raw.get(table, {})
     if not isinstance(section, dict):
         raise InvalidInputError(f"catalog file {path}: `{table}` must be a table of [{table}.NAME] entries, "
                                 f"got {section!r}")
+    names: dict[str, str] = {}
+    for key, entry in entries.items():
+        aliases = entry.get("aliases", ())  # not checked yet (Device.from_entry does): a bare string is no list
+        for name in (key, *(aliases if isinstance(aliases, list | tuple) else ())):
+            names.setdefault(normalize_name(name), key)
     for key, entry in section.items():
         if not isinstance(entry, dict):
             raise InvalidInputError(f"catalog file {path}: {what} {key!r} must be a table of fields "
                                     f"([{table}.{key}]), got {entry!r}")
+        known = names.get(normalize_name(key))
+        if key not in entries and known is not None:
+            raise InvalidInputError(
+                f"catalog file {path}: {what} {key!r} is another name of the catalog's {what} {known!r}; to change "
+                f"that entry, name it by its key ([{table}.{known}]), or give a new {what} a name of its own")
     return section
+
+
+def _from_entry(build: Callable[[str, dict[str, Any]], Any], what: str, key: str, entry: dict[str, Any],
+                origin: dict[tuple[str, str], Path]) -> Any:
+    """``build(key, entry)``, its error naming the catalog file that last set the entry (if one did)."""
+    try:
+        return build(key, entry)
+    except InvalidInputError as exc:
+        path = origin.get((what, key))
+        if path is None:
+            raise
+        raise InvalidInputError(f"catalog file {path}: {exc}") from None
 
 
 class Catalog:
@@ -109,6 +136,7 @@ class Catalog:
         systems_raw = tomllib.loads(pkg.joinpath("systems.toml").read_text(encoding="utf-8"))
         dev_entries: dict[str, dict[str, Any]] = dict(devices_raw.get("devices", {}))
         sys_entries: dict[str, dict[str, Any]] = dict(systems_raw.get("systems", {}))
+        origin: dict[tuple[str, str], Path] = {}  # the catalog file that last set each entry: errors name it
         for path in extra:
             p = Path(path)
             if not p.is_file():
@@ -120,17 +148,19 @@ class Catalog:
             unknown = set(raw) - {"devices", "systems"}
             if unknown:
                 raise InvalidInputError(f"catalog file {p}: unknown top-level table(s) {sorted(unknown)}")
-            for key, entry in _file_entries(p, raw, "devices").items():
+            for key, entry in _file_entries(p, raw, "devices", dev_entries).items():
                 # An override may give only some fields of an existing device (but no field the catalog lacks).
                 check_entry_fields(f"catalog file {p}: device", key, entry, DEVICE_FIELDS)
                 dev_entries[key] = {**dev_entries.get(key, {}), **entry}
-            for key, entry in _file_entries(p, raw, "systems").items():
+                origin[("device", key)] = p
+            for key, entry in _file_entries(p, raw, "systems", sys_entries).items():
                 check_entry_fields(f"catalog file {p}: system", key, entry, SYSTEM_FIELDS)
                 if "host_mem_gib" in entry:  # the file's own figure: its source, borrowed by none unless it says
                     entry = {"host_mem_source": f"catalog file {p}", "host_mem_borrowed_by": [], **entry}
                 sys_entries[key] = {**sys_entries.get(key, {}), **entry}
-        devices = {k: Device.from_entry(k, v) for k, v in dev_entries.items()}
-        systems = {k: System.from_entry(k, v) for k, v in sys_entries.items()}
+                origin[("system", key)] = p
+        devices = {k: _from_entry(Device.from_entry, "device", k, v, origin) for k, v in dev_entries.items()}
+        systems = {k: _from_entry(System.from_entry, "system", k, v, origin) for k, v in sys_entries.items()}
         return cls(devices, systems)
 
     def with_device(self, device: Device) -> Catalog:
