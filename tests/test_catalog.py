@@ -740,3 +740,19 @@ def test_a_bad_value_names_the_catalog_file(tmp_path: Path) -> None:
     second.write_text("[devices.H100-Lab]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=60}\nmem_bw_gbps=3000\n"
                       "mem_gib=80\nsource='lab'\n")
     assert Catalog.load([first, second]).device("h100 lab").mem_bw == 3000e9
+
+
+def test_a_peak_override_merges_dtype_by_dtype(tmp_path: Path) -> None:
+    """`peak_tflops = { bf16 = 500 }` on an existing device was refused (no fp32), and with fp32 added it dropped
+    every other dtype: fp8 and tf32 then fell back to bf16 / fp32 (H100 tf32 494.7 -> 67 TFLOP/s), silently."""
+    f = tmp_path / "ovr.toml"
+    f.write_text("[devices.H100-SXM]\npeak_tflops = { bf16 = 500 }\n")
+    dev = Catalog.load([f]).device("H100-SXM")
+    assert dev.peak("bf16") == 500e12
+    assert dev.peak("fp32") == pytest.approx(67e12) and dev.peak("tf32") == pytest.approx(494.7e12)
+    assert dev.peak("fp8") == pytest.approx(1978.9e12)
+    # a new device still needs fp32
+    f.write_text("[devices.X]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={bf16=1}\nmem_bw_gbps=1\nmem_gib=8\n"
+                 "source='s'\n")
+    with pytest.raises(InvalidInputError, match="must include fp32"):
+        Catalog.load([f])

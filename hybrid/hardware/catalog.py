@@ -151,7 +151,12 @@ class Catalog:
             for key, entry in _file_entries(p, raw, "devices", dev_entries).items():
                 # An override may give only some fields of an existing device (but no field the catalog lacks).
                 check_entry_fields(f"catalog file {p}: device", key, entry, DEVICE_FIELDS)
-                dev_entries[key] = {**dev_entries.get(key, {}), **entry}
+                old = dev_entries.get(key, {})
+                if isinstance(entry.get("peak_tflops"), dict) and isinstance(old.get("peak_tflops"), dict):
+                    # dtype by dtype, as every other field: `peak_tflops = { bf16 = 800 }` changes the bf16 peak
+                    # and keeps the datasheet's others (replacing the table would drop fp8, tf32, ... silently)
+                    entry = {**entry, "peak_tflops": {**old["peak_tflops"], **entry["peak_tflops"]}}
+                dev_entries[key] = {**old, **entry}
                 origin[("device", key)] = p
             for key, entry in _file_entries(p, raw, "systems", sys_entries).items():
                 check_entry_fields(f"catalog file {p}: system", key, entry, SYSTEM_FIELDS)
