@@ -756,3 +756,14 @@ def test_a_peak_override_merges_dtype_by_dtype(tmp_path: Path) -> None:
                  "source='s'\n")
     with pytest.raises(InvalidInputError, match="must include fp32"):
         Catalog.load([f])
+
+
+def test_a_system_on_an_unknown_gpu_names_the_file_and_the_closest(tmp_path: Path) -> None:
+    f = tmp_path / "sys.toml"
+    f.write_text("[systems.DGX-H100]\ndevice = 'H1OO'\n")
+    with pytest.raises(InvalidInputError, match=r"catalog file \S*sys.toml: system 'DGX-H100' names unknown device "
+                                                r"'H1OO' \(closest known: H100-SXM"):
+        Catalog.load([f])
+    f.write_text("[devices.H100-SXM]\npeak_tflops = { fp32 = 60, bf17 = 500 }\n")
+    with pytest.raises(InvalidInputError, match=r"sys.toml: device 'H100-SXM': peak_tflops: unknown dtype 'bf17'"):
+        Catalog.load([f])

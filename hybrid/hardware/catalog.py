@@ -166,6 +166,14 @@ class Catalog:
                 origin[("system", key)] = p
         devices = {k: _from_entry(Device.from_entry, "device", k, v, origin) for k, v in dev_entries.items()}
         systems = {k: _from_entry(System.from_entry, "system", k, v, origin) for k, v in sys_entries.items()}
+        known = cls(devices, {}) if origin else None  # the packaged entries agree (tests/test_catalog.py)
+        for key, sys in systems.items() if known is not None else ():
+            # what __init__ refuses, said here with the file and the closest names
+            if known.resolve_device(sys.device, missing_ok=True) is None:
+                where = f"catalog file {origin[('system', key)]}: " if ("system", key) in origin else ""
+                close = ", ".join(_close_names(sys.device, known._device_index, known.devices))
+                raise InvalidInputError(f"{where}system {key!r} names unknown device {sys.device!r}"
+                                        + (f" (closest known: {close})" if close else ""))
         return cls(devices, systems)
 
     def with_device(self, device: Device) -> Catalog:

@@ -170,7 +170,11 @@ class Device:
             raise InvalidInputError(f"device {key!r}: peak_tflops must be a table of TFLOP/s per dtype "
                                     f"({{ fp32 = ..., bf16 = ... }}), got {entry['peak_tflops']!r}")
         for dt, value in entry["peak_tflops"].items():
-            peaks[normalize_dtype(dt)] = _positive(key, f"peak_tflops.{dt}", value) * 1e12
+            try:
+                dtype = normalize_dtype(dt)
+            except InvalidInputError as exc:  # say where: a catalog file may hold many devices
+                raise InvalidInputError(f"device {key!r}: peak_tflops: {exc}") from None
+            peaks[dtype] = _positive(key, f"peak_tflops.{dt}", value) * 1e12
         if "fp32" not in peaks:
             raise InvalidInputError(f"device {key!r}: peak_tflops must include fp32")
         kind = str(entry["kind"]).lower()
