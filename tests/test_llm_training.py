@@ -831,6 +831,25 @@ def test_groups_that_do_not_tile_a_node_straddle_two():
     assert res.breakdown_s["tp_comm"] > 2 * tp8.breakdown_s["tp_comm"]
 
 
+def test_a_job_smaller_than_a_node_stays_inside_it():
+    """The groups a job has, not those a larger one would: 6 GPUs of an 8-GPU node were one DP group "2 nodes
+    (NICs)" (the group at ranks 6-11 of a 12-GPU job counted), its gradient all-reduce costed over the NICs."""
+    from hybrid.workloads.llm.config import group_nodes
+
+    assert group_nodes(6, 1, 8, ranks=6) == 1 and group_nodes(5, 1, 8, ranks=5) == 1
+    assert group_nodes(6, 1, 8, ranks=12) == 2 and group_nodes(13, 1, 8, ranks=13) == 2
+    assert group_nodes(3, 2, 8, ranks=6) == 1 and group_nodes(3, 4, 8, ranks=12) == 2
+    m = load_model("llama3-8b")
+    cfg = TrainingConfig(gpus=6, global_batch=24, fsdp=True, dropout=False)
+    six = predict_training(m, cfg, "DGX-H100", engine=False)
+    eight = predict_training(m, cfg.with_(gpus=8, global_batch=32), "DGX-H100", engine=False)
+    assert six.placement["dp"] == "6 ranks, 1 node (DGX-H100 intra-node fabric)"
+    assert set(six.ops["n_nodes"].dropna().astype(int)) == {1}
+    # the same NVSwitch node: about the 8-GPU job's gradient traffic, not a NIC's (2.6x more before)
+    assert six.breakdown_s["fsdp_comm"] + six.breakdown_s["dp_comm"] < 1.2 * (
+        eight.breakdown_s["fsdp_comm"] + eight.breakdown_s["dp_comm"])
+
+
 def test_last_stage_memory_counts_interleaved_warmup_and_the_recomputed_layer():
     m = load_model("llama3-8b")
     cfg = TrainingConfig(gpus=8, global_batch=64, pp=2, vp=4, recompute="full", dropout=False)

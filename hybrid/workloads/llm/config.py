@@ -184,29 +184,35 @@ class TrainingConfig:
         return d
 
 
-def group_nodes(size: int, stride: int, gpus_per_node: int) -> int:
+def group_nodes(size: int, stride: int, gpus_per_node: int, ranks: int | None = None) -> int:
     """Nodes spanned by the most spread group of ``size`` ranks ``stride`` apart (ranks packed ``gpus_per_node``
     per node, groups tiling the ranks in blocks of ``size x stride``). A group whose span does not divide the node
-    straddles two: TP 6 on 8-GPU nodes puts ranks 6-11 on two nodes, so its collectives cross the NICs."""
-    return int(group_nodes_vec(np.array([size]), np.array([stride]), gpus_per_node)[0])
+    straddles two: TP 6 on 8-GPU nodes puts ranks 6-11 on two nodes, so its collectives cross the NICs.
+    ``ranks``: the job's GPUs, when known: only the groups it has count (6 GPUs of an 8-GPU node are one DP group
+    inside the node; without it, the group at ranks 6-11 that a larger job would have is counted)."""
+    return int(group_nodes_vec(np.array([size]), np.array([stride]), gpus_per_node, ranks)[0])
 
 
-def _most_nodes(size: int, stride: int, gpn: int) -> int:
+def _most_nodes(size: int, stride: int, gpn: int, ranks: int | None = None) -> int:
     if size <= 1:
         return 1
     if stride >= gpn:  # ranks a node or more apart: one per node
         return size
     span = (size - 1) * stride
-    # group starts a + b * size * stride (a < stride); their offsets within a node repeat within gpn blocks
-    starts = (np.arange(stride)[:, None] + np.arange(gpn)[None, :] * size * stride) % gpn
+    # group starts a + b * size * stride (a < stride); their offsets within a node repeat within gpn blocks, and a
+    # job of `ranks` GPUs has only ranks / (size x stride) blocks
+    blocks = gpn if ranks is None else max(1, min(gpn, int(ranks) // (size * stride)))
+    starts = (np.arange(stride)[:, None] + np.arange(blocks)[None, :] * size * stride) % gpn
     return int(((starts + span) // gpn).max()) + 1
 
 
-def group_nodes_vec(size: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> np.ndarray:
-    """:func:`group_nodes` for arrays of sizes and strides (one evaluation per distinct pair)."""
+def group_nodes_vec(size: np.ndarray, stride: np.ndarray, gpus_per_node: int,
+                    ranks: int | None = None) -> np.ndarray:
+    """:func:`group_nodes` for arrays of sizes and strides (one evaluation per distinct pair) in a job of
+    ``ranks`` GPUs (None: any number of groups)."""
     size = np.asarray(size, dtype=np.int64).reshape(-1)
     stride = np.maximum(np.asarray(stride, dtype=np.int64).reshape(-1), 1)
     size, stride = np.broadcast_arrays(size, stride)
     pairs, inverse = np.unique(np.stack([size, stride], axis=1), axis=0, return_inverse=True)
-    nodes = np.array([_most_nodes(int(n), int(s), int(gpus_per_node)) for n, s in pairs], dtype=np.int64)
+    nodes = np.array([_most_nodes(int(n), int(s), int(gpus_per_node), ranks) for n, s in pairs], dtype=np.int64)
     return nodes[np.asarray(inverse).reshape(-1)]

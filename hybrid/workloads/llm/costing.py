@@ -240,15 +240,15 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
 
     forward_layer_ops(model, emit, tokens=T, norm_tokens=Tn, tp=t, gemm_dtype=gdt, act_dtype=adt, act_bytes=eb,
                       attention=attention, ep=ep, sp=sp, dropout=cfg.uses_dropout(model),
-                      tp_nodes=group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node),
-                      ep_nodes=group_nodes_vec(ep, t * cp, tgt.gpus_per_node), dense_count=dense_frac,
+                      tp_nodes=group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node, cfg.gpus),
+                      ep_nodes=group_nodes_vec(ep, t * cp, tgt.gpus_per_node, cfg.gpus), dense_count=dense_frac,
                       moe_count=moe_frac)
     multi = t > 1
     # ---------------------------------------------------------------- CP: ring exchange of K and V
     if cp.max() > 1:
         m_ = cp > 1
         kvbytes = (b * s * 2 * kv // np.maximum(t, 1) * eb).astype(np.float64) * (cp - 1)
-        nodes = group_nodes_vec(cp, t, tgt.gpus_per_node)
+        nodes = group_nodes_vec(cp, t, tgt.gpus_per_node, cfg.gpus)
         for role, mult in (("cpf", 1.0), ("cpb", 2.0)):
             R.add(kid[m_], role, mult, "send_recv", size_bytes=kvbytes[m_], n_ranks=2,
                   n_nodes=np.minimum(nodes[m_], 2), dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
@@ -272,7 +272,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     R.add(kid, "hf", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="fwd", device=dev, sub="other")
     R.add(kid, "hb", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="bwd", device=dev, sub="other")
     if multi.any():
-        nodes = group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node)
+        nodes = group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node, cfg.gpus)
         spm = multi & sp
         nsp = multi & ~sp
         # vocab-parallel embedding: each rank looks up its vocabulary slice, summed over TP (scattered with SP)
@@ -373,11 +373,14 @@ class GradientGroups:
         """Parameters per rank once sharded over the groups (the distributed optimizer, FSDP)."""
         return self.dense / self.dense_ranks + self.experts / self.expert_ranks
 
-    def parts(self, gpus_per_node: int) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
-        """(parameters, group size, nodes the group spans) for the dense and the expert part."""
-        return ((self.dense, self.dense_ranks, group_nodes_vec(self.dense_ranks, self.dense_stride, gpus_per_node)),
+    def parts(self, gpus_per_node: int, ranks: int | None = None
+              ) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]:
+        """(parameters, group size, nodes the group spans) for the dense and the expert part, in a job of
+        ``ranks`` GPUs (:func:`~hybrid.workloads.llm.config.group_nodes`)."""
+        return ((self.dense, self.dense_ranks,
+                 group_nodes_vec(self.dense_ranks, self.dense_stride, gpus_per_node, ranks)),
                 (self.experts, self.expert_ranks,
-                 group_nodes_vec(self.expert_ranks, self.expert_stride, gpus_per_node)))
+                 group_nodes_vec(self.expert_ranks, self.expert_stride, gpus_per_node, ranks)))
 
 
 def gradient_groups(m: pd.DataFrame, params: dict[str, np.ndarray]) -> GradientGroups:
@@ -409,7 +412,7 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
     layer_share = pp / model.num_layers  # one layer's share of the stage's layer parameters
     per_layer = ((params["layers"] - groups.experts) * layer_share, groups.experts * layer_share)
     pb = DTYPE_BYTES[cfg.fsdp_param_dtype]
-    for part, (n, ranks, nodes) in enumerate(groups.parts(gpn)):
+    for part, (n, ranks, nodes) in enumerate(groups.parts(gpn, cfg.gpus)):
         has = (ranks > 1) & (n > 0)
         plain = has & ~distopt & ~fsdp
         R.add(idx[plain], "dp_ar", 1.0, "all_reduce", size_bytes=(n * gb)[plain], n_ranks=ranks[plain],

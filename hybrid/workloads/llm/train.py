@@ -145,7 +145,7 @@ def placement(cfg: TrainingConfig, tgt: Target) -> dict[str, str]:
     def where(size: int, stride: int, what: str = "") -> str:
         if size <= 1:
             return "none"
-        nodes = group_nodes(size, stride, g)
+        nodes = group_nodes(size, stride, g, cfg.gpus)
         return (f"{size} ranks{what}, "
                 f"{'1 node (' + tgt.system + ' intra-node fabric)' if nodes == 1 else f'{nodes} nodes (NICs)'}")
 
