@@ -850,6 +850,20 @@ def test_a_job_smaller_than_a_node_stays_inside_it():
         eight.breakdown_s["fsdp_comm"] + eight.breakdown_s["dp_comm"])
 
 
+def test_pipeline_neighbours_on_two_nodes_cross_the_nics():
+    """12 GPUs at PP 2 on 8-GPU nodes: stage 0 is ranks 0-5, stage 1 ranks 6-11, so ranks 2-5 send to 8-11 on the
+    next node; the send/recv was costed inside a node (and placed "inside a node") because a stage (6) did not
+    fill a node."""
+    m = load_model("llama3-8b")
+    cfg = TrainingConfig(gpus=12, global_batch=24, pp=2, recompute="full", distributed_optimizer=True, dropout=False)
+    twelve = predict_training(m, cfg, "DGX-H100", engine=False)
+    assert twelve.placement["pp"] == "across nodes"
+    assert set(twelve.ops.loc[twelve.ops["role"] == "p2p", "n_nodes"].astype(int)) == {2}
+    six = predict_training(m, cfg.with_(gpus=6, global_batch=12), "DGX-H100", engine=False)
+    assert six.placement["pp"] == "inside a node"
+    assert set(six.ops.loc[six.ops["role"] == "p2p", "n_nodes"].astype(int)) == {1}
+
+
 def test_last_stage_memory_counts_interleaved_warmup_and_the_recomputed_layer():
     m = load_model("llama3-8b")
     cfg = TrainingConfig(gpus=8, global_batch=64, pp=2, vp=4, recompute="full", dropout=False)

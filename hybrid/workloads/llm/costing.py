@@ -438,7 +438,10 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
     pipe = pp > 1
     s = cfg.seq(model) // cp
     act = mb * s * model.hidden_size * eb / t
-    pp_nodes = np.where(t * cp * dp >= gpn, 2, 1)
+    # neighbours tp x cp x dp ranks apart: some pair crosses a node boundary as soon as the pipeline group spans
+    # two nodes (12 GPUs at pp 2 on 8-GPU nodes: ranks 2-5 send to 8-11), which also puts the first and last
+    # stage apart; not only when a stage fills a node
+    pp_nodes = np.minimum(group_nodes_vec(pp, t * cp * dp, gpn, cfg.gpus), 2)
     R.add(idx[pipe], "p2p", 1.0, "send_recv", size_bytes=act[pipe].astype(np.float64), n_ranks=2,
           n_nodes=pp_nodes[pipe], dtype=adt, device=dev, system=sysk)
     # tied embedding: gradient all-reduce between the first and last stage

@@ -152,7 +152,8 @@ def placement(cfg: TrainingConfig, tgt: Target) -> dict[str, str]:
     # gradients are reduced over DP x CP (the CP ranks hold the same weights)
     return {"tp": where(cfg.tp, 1), "cp": where(cfg.cp, cfg.tp),
             "dp": where(cfg.dp * cfg.cp, cfg.tp, " (DP x CP)" if cfg.cp > 1 else ""),
-            "pp": "none" if cfg.pp == 1 else ("across nodes" if cfg.tp * cfg.cp * cfg.dp >= g else "inside a node"),
+            "pp": "none" if cfg.pp == 1 else ("across nodes" if group_nodes(cfg.pp, cfg.tp * cfg.cp * cfg.dp, g, cfg.gpus)
+                                              > 1 else "inside a node"),
             "ep": where(cfg.ep, cfg.tp * cfg.cp)}
 
 
