@@ -582,3 +582,26 @@ def test_megatron_arguments_dump_with_nulls_and_padded_vocab_loads() -> None:
     assert (m.vocab_size, m.num_query_groups, m.is_mla, m.is_moe, m.dropout) == (50304, 16, False, False, True)
     assert m.num_params == load_model("gpt3-1.3b").num_params + (50304 - 50257) * 2048
     assert from_dict({**dump, "vocab_size": 50257}).vocab_size == 50257  # the tokenizer's own wins
+
+
+_LLAMA_SMALL = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
+                "vocab_size": 1000, "intermediate_size": 512}
+
+
+@pytest.mark.parametrize(("value", "tied"), [("false", False), ("False", False), ("true", True), (0, False),
+                                             (1, True), (False, False), (True, True)])
+def test_hf_boolean_field_given_as_a_string_is_read_as_what_it_says(value, tied: bool) -> None:
+    """``"tie_word_embeddings": "false"`` (a templated config.json) unties the output layer: ``bool("false")`` is
+    true, which tied it and dropped vocab x hidden parameters from the count."""
+    m = from_dict({**_LLAMA_SMALL, "tie_word_embeddings": value})
+    assert m.tied_embeddings is tied
+    assert m.param_counts()["output_layer"] == (0 if tied else 1000 * 256)
+    falcon = from_dict({"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 8,
+                        "num_hidden_layers": 2, "vocab_size": 1000, "multi_query": "false"})
+    assert falcon.num_kv_heads == 8  # multi-query "false": every head keeps its K and V
+
+
+@pytest.mark.parametrize("field", ["tie_word_embeddings", "attention_bias", "use_sliding_window"])
+def test_hf_boolean_field_of_another_type_is_refused_naming_it(field: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"field '{field}' must be true or false, got 'maybe'"):
+        from_dict({**_LLAMA_SMALL, "model_type": "mistral", "sliding_window": 64, field: "maybe"})

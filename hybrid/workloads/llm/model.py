@@ -598,6 +598,22 @@ def _int(d: Mapping[str, Any], *keys: str, default: Any = None) -> int:
     return int(f)
 
 
+def _flag(d: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A true/false field of a Hugging Face config (``default`` when absent or null). ``bool()`` of the raw value
+    would read the string ``"false"`` (a hand-edited or templated config.json) as true, untying a tied output layer
+    or adding biases; strings and 0/1 are read as what they say and anything else is refused naming the field."""
+    v = d.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.strip().lower() in ("true", "false", "yes", "no", "1", "0"):
+        return v.strip().lower() in ("true", "yes", "1")
+    if isinstance(v, int | float) and v in (0, 1):
+        return bool(v)
+    raise InvalidInputError(f"Hugging Face config field {key!r} must be true or false, got {v!r}")
+
+
 def _act(hidden_act: Any, gated: bool) -> str:
     a = str(hidden_act or "gelu").lower()
     if gated:
@@ -644,16 +660,16 @@ def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
               activation=_act(d.get("hidden_act"), False), normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
               max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 2048),
               position_embedding_type="rope", rotary_percent=_float(d, "rotary_pct", 1.0),
-              add_bias_linear=bool(d.get("attention_bias", True)),
-              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
-              parallel_attn=bool(d.get("use_parallel_residual", True)), parallel_attn_norms=2)
+              add_bias_linear=_flag(d, "attention_bias", True),
+              untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
+              parallel_attn=_flag(d, "use_parallel_residual", True), parallel_attn_norms=2)
 
 
 def _hf_phi(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """Phi-1, Phi-1.5, Phi-2: attention and MLP in parallel on one LayerNorm, partial rotary, biases."""
     kw.update(**_hf_decoder(d, False, "LayerNorm", 2048), rotary_percent=_float(d, "partial_rotary_factor", 0.5),
-              add_bias_linear=True, qk_layernorm=bool(d.get("qk_layernorm", False)),
-              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+              add_bias_linear=True, qk_layernorm=_flag(d, "qk_layernorm", False),
+              untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
               parallel_attn=True, parallel_attn_norms=1)
 
 
@@ -668,8 +684,8 @@ def _hf_opt(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
               activation=_act(d.get("activation_function", "relu"), False), normalization="LayerNorm",
               vocab_size=_get(d, "vocab_size"), seq_length=_seq(d, 2048),
               max_position_embeddings=_get(d, "max_position_embeddings"), position_embedding_type="learned_absolute",
-              add_bias_linear=bool(d.get("enable_bias", True)),
-              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+              add_bias_linear=_flag(d, "enable_bias", True),
+              untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
 
 
 def _hf_gpt_bigcode(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
@@ -677,27 +693,27 @@ def _hf_gpt_bigcode(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     h = _int(d, "n_embd", "hidden_size")
     heads = _int(d, "n_head", "num_attention_heads")
     kw.update(num_layers=_get(d, "n_layer", "num_hidden_layers"), hidden_size=h, num_attention_heads=heads,
-              num_query_groups=1 if d.get("multi_query", True) else heads,
+              num_query_groups=1 if _flag(d, "multi_query", True) else heads,
               ffn_hidden_size=_get(d, "n_inner", default=4 * h), activation=_act(d.get("activation_function"), False),
               normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
               seq_length=_seq(d, 2048, "n_positions", "max_position_embeddings"),
               max_position_embeddings=_get(d, "n_positions", "max_position_embeddings"),
               position_embedding_type="learned_absolute",
-              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+              untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
 
 
 def _hf_starcoder2(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """StarCoder2: GQA, rotary, LayerNorm, biases, a plain GELU MLP, sliding-window attention."""
-    kw.update(**_hf_decoder(d, False, "LayerNorm", 4096), add_bias_linear=bool(d.get("use_bias", True)),
+    kw.update(**_hf_decoder(d, False, "LayerNorm", 4096), add_bias_linear=_flag(d, "use_bias", True),
               window_size=_get(d, "sliding_window"),
-              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+              untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
 
 
 def _hf_olmo(d: Mapping[str, Any], kw: dict[str, Any], mt: str) -> None:
     """AI2's OLMo (non-parametric LayerNorm), OLMo 2 (RMSNorm after each block, QK-norm) and OLMoE (64 experts)."""
     kw.update(**_hf_decoder(d, True, "LayerNorm" if mt == "olmo" else "RMSNorm", 4096, act="silu"),
-              add_bias_linear=False, add_qkv_bias=bool(d.get("attention_bias", False)), qk_layernorm=mt != "olmo",
-              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)))
+              add_bias_linear=False, add_qkv_bias=_flag(d, "attention_bias", False), qk_layernorm=mt != "olmo",
+              untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
     if mt == "olmoe":
         kw.update(num_experts=_get(d, "num_experts"), moe_router_topk=_get(d, "num_experts_per_tok"),
                   moe_ffn_hidden_size=_get(d, "intermediate_size"))
@@ -707,9 +723,9 @@ def _hf_stablelm(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """StableLM (2): LayerNorm, SwiGLU, partial rotary, optional QKV bias, QK-norm and parallel residual."""
     kw.update(**_hf_decoder(d, True, "LayerNorm", 4096, act="silu"),
               rotary_percent=_float(d, "partial_rotary_factor", 0.25), add_bias_linear=False,
-              add_qkv_bias=bool(d.get("use_qkv_bias", False)), qk_layernorm=bool(d.get("qk_layernorm", False)),
-              parallel_attn=bool(d.get("use_parallel_residual", False)), parallel_attn_norms=1,
-              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)))
+              add_qkv_bias=_flag(d, "use_qkv_bias", False), qk_layernorm=_flag(d, "qk_layernorm", False),
+              parallel_attn=_flag(d, "use_parallel_residual", False), parallel_attn_norms=1,
+              untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
 
 
 def _hf_bloom(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
@@ -719,7 +735,7 @@ def _hf_bloom(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
               num_attention_heads=_get(d, "n_head", "num_attention_heads"), ffn_hidden_size=4 * h,
               activation="gelu", normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
               seq_length=_seq(d, 2048, "seq_length"), position_embedding_type="alibi",
-              untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+              untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
 
 
 _HF_MORE = {
@@ -847,7 +863,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
-            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)),
+            untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True),
             qk_layernorm=mt == "gemma3_text", sandwich_norm=mt != "gemma",
         )
         if mt != "gemma" and d.get("sliding_window"):
@@ -865,13 +881,13 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
             position_embedding_type="rope",
-            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+            untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             add_bias_linear=False,
-            add_qkv_bias=bool(d.get("attention_bias", mt in ("qwen2", "qwen2_moe"))),
+            add_qkv_bias=_flag(d, "attention_bias", mt in ("qwen2", "qwen2_moe")),
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
         )
         if mt in ("mistral", "mixtral", "qwen2", "qwen3", "phi3") and d.get("sliding_window") \
-                and d.get("use_sliding_window", True):
+                and _flag(d, "use_sliding_window", True):
             share = _sliding_share(d, mt)
             if share > 0:
                 kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
@@ -901,8 +917,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
-            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
-            qk_layernorm=bool(d.get("use_qk_norm", False)),
+            untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
+            qk_layernorm=_flag(d, "use_qk_norm", False),
             # every layer's MoE: routed experts plus one always-active shared expert of the same width, no gate
             num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=1),
             moe_ffn_hidden_size=expert_ffn, moe_shared_expert_intermediate_size=expert_ffn,
@@ -919,7 +935,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             vocab_size=_get(d, "vocab_size"), max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
             position_embedding_type="rope", add_bias_linear=False,
-            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+            untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             q_lora_rank=_get(d, "q_lora_rank"), kv_lora_rank=_get(d, "kv_lora_rank"),
             qk_head_dim=_get(d, "qk_nope_head_dim"), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim"),
             v_head_dim=_get(d, "v_head_dim"),
@@ -942,8 +958,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             vocab_size=_get(d, "vocab_size"), max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
             position_embedding_type="rope",
-            untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
-            add_bias_linear=bool(d.get("attention_bias", True)),
+            untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
+            add_bias_linear=_flag(d, "attention_bias", True),
             num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", "experts_per_token"),
             moe_ffn_hidden_size=_get(d, "intermediate_size"),
         )
@@ -957,7 +973,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   activation=_act(d.get("activation_function"), False), normalization="LayerNorm",
                   vocab_size=_get(d, "vocab_size"), seq_length=_get(d, "n_positions", "n_ctx"),
                   position_embedding_type="learned_absolute",
-                  untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+                  untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
     elif mt == "gptj":
         h = _int(d, "n_embd")
         kw.update(num_layers=_get(d, "n_layer"), hidden_size=h, num_attention_heads=_get(d, "n_head"),
@@ -966,7 +982,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   seq_length=_get(d, "n_positions"), position_embedding_type="rope",
                   rotary_percent=(float(d["rotary_dim"]) / (h // _int(d, "n_head"))
                                   if d.get("rotary_dim") else 1.0),
-                  untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", False)),
+                  untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
                   parallel_attn=True)
     elif mt == "mpt":
         attn = d.get("attn_config") or {}
@@ -977,23 +993,23 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   ffn_hidden_size=ffn_cfg.get("ffn_hidden_size") or int(float(d.get("expansion_ratio", 4)) * h),
                   activation="gelu", normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
                   seq_length=_get(d, "max_seq_len", default=2048),
-                  position_embedding_type=("alibi" if attn.get("alibi") else
-                                           "learned_absolute" if d.get("learned_pos_emb", True) else "none"),
-                  add_bias_linear=not bool(d.get("no_bias", False)),
-                  untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)))
+                  position_embedding_type=("alibi" if _flag(attn, "alibi", False) else
+                                           "learned_absolute" if _flag(d, "learned_pos_emb", True) else "none"),
+                  add_bias_linear=not _flag(d, "no_bias", False),
+                  untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
     elif mt in ("falcon", "refinedweb", "refinedwebmodel"):
         h = _int(d, "hidden_size", "n_embd")
         heads = _int(d, "num_attention_heads", "n_head")
-        new_arch = bool(d.get("new_decoder_architecture", False))
-        kv = _get(d, "num_kv_heads", "n_head_kv") if new_arch else (1 if d.get("multi_query", True) else heads)
+        new_arch = _flag(d, "new_decoder_architecture", False)
+        kv = _get(d, "num_kv_heads", "n_head_kv") if new_arch else (1 if _flag(d, "multi_query", True) else heads)
         kw.update(num_layers=_get(d, "num_hidden_layers", "n_layer"), hidden_size=h, num_attention_heads=heads,
                   num_query_groups=kv, ffn_hidden_size=_get(d, "ffn_hidden_size", default=4 * h),
                   activation="gelu", normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
                   seq_length=_get(d, "max_position_embeddings", default=2048),
-                  position_embedding_type="alibi" if d.get("alibi") else "rope",
-                  add_bias_linear=bool(d.get("bias", False)),
-                  untie_embeddings_and_output_weights=not bool(d.get("tie_word_embeddings", True)),
-                  parallel_attn=bool(d.get("parallel_attn", True)),
+                  position_embedding_type="alibi" if _flag(d, "alibi", False) else "rope",
+                  add_bias_linear=_flag(d, "bias", False),
+                  untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True),
+                  parallel_attn=_flag(d, "parallel_attn", True),
                   parallel_attn_norms=2 if new_arch else 1)
     elif mt == "bert":
         kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
