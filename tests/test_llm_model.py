@@ -605,3 +605,26 @@ def test_hf_boolean_field_given_as_a_string_is_read_as_what_it_says(value, tied:
 def test_hf_boolean_field_of_another_type_is_refused_naming_it(field: str) -> None:
     with pytest.raises(InvalidInputError, match=f"field '{field}' must be true or false, got 'maybe'"):
         from_dict({**_LLAMA_SMALL, "model_type": "mistral", "sliding_window": 64, field: "maybe"})
+
+
+@pytest.mark.parametrize(("model_type", "field", "value", "activation"), [
+    ("llama", "hidden_act", "silu", "swiglu"), ("llama", "hidden_act", "gelu", "geglu"),
+    ("llama", "hidden_act", "relu2", "geglu"), ("llama", "hidden_act", None, "swiglu"),  # null: LlamaConfig's silu
+    ("gpt_neox", "hidden_act", "relu2", "squared_relu"), ("gpt_neox", "hidden_act", "relu6", "relu"),
+    ("gpt_neox", "hidden_act", "gelu_fast", "gelu"), ("gpt2", "activation_function", "relu", "relu"),
+])
+def test_hf_activation_names_map_by_transformers_functions(model_type, field, value, activation) -> None:
+    cfg = {**_LLAMA_SMALL, "model_type": model_type, field: value}
+    if model_type == "gpt2":
+        cfg = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, field: value}
+    assert from_dict(cfg).activation == activation
+
+
+@pytest.mark.parametrize(("model_type", "field", "value"), [
+    ("llama", "hidden_act", "slu"), ("llama", "hidden_act", "gelu_tahn"), ("gpt_neox", "hidden_act", "sqaured_relu"),
+    ("llama", "hidden_act", 5), ("gemma", "hidden_activation", "gelu_pytorch"),
+])
+def test_hf_unknown_activation_is_refused_naming_the_field(model_type, field, value) -> None:
+    """A name transformers cannot build was read as GELU (GeGLU on a Llama: a typo of silu changed the op)."""
+    with pytest.raises(InvalidInputError, match=f"field '{field}': unknown activation {value!r}"):
+        from_dict({**_LLAMA_SMALL, "model_type": model_type, field: value})

@@ -614,15 +614,33 @@ def _flag(d: Mapping[str, Any], key: str, default: bool) -> bool:
     raise InvalidInputError(f"Hugging Face config field {key!r} must be true or false, got {v!r}")
 
 
-def _act(hidden_act: Any, gated: bool) -> str:
-    a = str(hidden_act or "gelu").lower()
+#: transformers' activation functions (``transformers.activations.ACT2FN``, the names a config.json's ``hidden_act`` /
+#: ``activation_function`` takes) by the op they cost here: SiLU gates a SwiGLU MLP, any other gates a GeGLU-like
+#: one (the same three matrices); an ungated MLP costs one pointwise op (ReLU, squared ReLU, or GELU-like for the
+#: rest). Whether the MLP is gated is the architecture's (Llama-like: always), not the activation's.
+_HF_ACTIVATIONS = {
+    **dict.fromkeys(("gelu", "gelu_10", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_python", "gelu_python_tanh",
+                     "gelu_pytorch_tanh", "quick_gelu", "laplace", "mish", "hardswish", "sigmoid", "tanh", "linear",
+                     "prelu", "xielu", "sqrtsoftplus"), "gelu"),
+    **dict.fromkeys(("relu", "relu6", "leaky_relu"), "relu"),
+    "relu2": "squared_relu", "silu": "silu", "swish": "silu",
+}
+
+
+def _act(hidden_act: Any, gated: bool, field: str = "hidden_act") -> str:
+    """The activation of a Hugging Face config (``hidden_act`` or the architecture's spelling, ``field``). A name
+    transformers does not know is refused rather than read as GELU: a typo (``"slu"``) would otherwise cost a
+    Llama-like model as GeGLU and, on an ungated architecture, ``"relu2"`` as GELU."""
+    a = str(hidden_act).strip().lower() if isinstance(hidden_act, str) else None
+    if gated and a in ("swiglu", "geglu"):  # spelled as the gated function itself
+        return a
+    kind = _HF_ACTIVATIONS.get(a) if a is not None else None
+    if kind is None:
+        raise InvalidInputError(f"Hugging Face config field {field!r}: unknown activation {hidden_act!r} "
+                                f"(transformers' names: {', '.join(sorted(_HF_ACTIVATIONS))})")
     if gated:
-        return "swiglu" if a in ("silu", "swish", "swiglu") else "geglu"
-    if a.startswith("gelu"):
-        return "gelu"
-    if a == "relu":
-        return "relu"
-    return "gelu"
+        return "swiglu" if kind == "silu" else "geglu"
+    return "gelu" if kind == "silu" else kind
 
 
 def _float(d: Mapping[str, Any], key: str, default: float) -> float:
@@ -644,7 +662,8 @@ def _hf_decoder(d: Mapping[str, Any], gated: bool, normalization: str, seq: int,
     heads = _int(d, "num_attention_heads")
     return dict(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
                 num_query_groups=_get(d, "num_key_value_heads", default=heads),
-                ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act", act), gated),
+                ffn_hidden_size=_get(d, "intermediate_size"),
+                activation=_act(_get(d, "hidden_act", default=act), gated),
                 normalization=normalization, vocab_size=_get(d, "vocab_size"),
                 max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, seq),
                 position_embedding_type="rope")
@@ -657,7 +676,8 @@ def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     h = _int(d, "hidden_size")
     kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=h, num_attention_heads=_get(d, "num_attention_heads"),
               ffn_hidden_size=_get(d, "intermediate_size", default=4 * h),
-              activation=_act(d.get("hidden_act"), False), normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
+              activation=_act(_get(d, "hidden_act", default="gelu"), False), normalization="LayerNorm",
+              vocab_size=_get(d, "vocab_size"),
               max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 2048),
               position_embedding_type="rope", rotary_percent=_float(d, "rotary_pct", 1.0),
               add_bias_linear=_flag(d, "attention_bias", True),
@@ -681,7 +701,8 @@ def _hf_opt(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
                                 "(embeddings projected in and out of the layers, as OPT-350m's) and is not supported")
     kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
               num_attention_heads=_get(d, "num_attention_heads"), ffn_hidden_size=_get(d, "ffn_dim"),
-              activation=_act(d.get("activation_function", "relu"), False), normalization="LayerNorm",
+              activation=_act(_get(d, "activation_function", default="relu"), False, "activation_function"),
+              normalization="LayerNorm",
               vocab_size=_get(d, "vocab_size"), seq_length=_seq(d, 2048),
               max_position_embeddings=_get(d, "max_position_embeddings"), position_embedding_type="learned_absolute",
               add_bias_linear=_flag(d, "enable_bias", True),
@@ -694,7 +715,8 @@ def _hf_gpt_bigcode(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     heads = _int(d, "n_head", "num_attention_heads")
     kw.update(num_layers=_get(d, "n_layer", "num_hidden_layers"), hidden_size=h, num_attention_heads=heads,
               num_query_groups=1 if _flag(d, "multi_query", True) else heads,
-              ffn_hidden_size=_get(d, "n_inner", default=4 * h), activation=_act(d.get("activation_function"), False),
+              ffn_hidden_size=_get(d, "n_inner", default=4 * h),
+              activation=_act(_get(d, "activation_function", default="gelu_pytorch_tanh"), False, "activation_function"),
               normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
               seq_length=_seq(d, 2048, "n_positions", "max_position_embeddings"),
               max_position_embeddings=_get(d, "n_positions", "max_position_embeddings"),
@@ -858,7 +880,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
             kv_channels=_get(d, "head_dim", default=256), ffn_hidden_size=_get(d, "intermediate_size"),
-            activation=_act(d.get("hidden_activation") or d.get("hidden_act") or "gelu_pytorch_tanh", gated=True),
+            activation=(_act(d["hidden_activation"], True, "hidden_activation") if d.get("hidden_activation") is not None
+                        else _act(_get(d, "hidden_act", default="gelu_pytorch_tanh"), True)),
             normalization="RMSNorm", vocab_size=_get(d, "vocab_size", default=_GEMMA_VOCAB[mt]),
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
@@ -876,7 +899,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
             kv_channels=_get(d, "head_dim"), ffn_hidden_size=_get(d, "intermediate_size"),
-            activation=_act(d.get("hidden_act", "silu"), gated=True), normalization="RMSNorm",
+            activation=_act(_get(d, "hidden_act", default="silu"), gated=True), normalization="RMSNorm",
             vocab_size=_get(d, "vocab_size"),
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
@@ -970,7 +993,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         kw.update(num_layers=_get(d, "n_layer", "num_hidden_layers"), hidden_size=h,
                   num_attention_heads=_get(d, "n_head", "num_attention_heads"),
                   ffn_hidden_size=_get(d, "n_inner", default=4 * h),
-                  activation=_act(d.get("activation_function"), False), normalization="LayerNorm",
+                  activation=_act(_get(d, "activation_function", default="gelu_new"), False, "activation_function"),
+                  normalization="LayerNorm",
                   vocab_size=_get(d, "vocab_size"), seq_length=_get(d, "n_positions", "n_ctx"),
                   position_embedding_type="learned_absolute",
                   untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
@@ -1014,7 +1038,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     elif mt == "bert":
         kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
                   num_attention_heads=_get(d, "num_attention_heads"),
-                  ffn_hidden_size=_get(d, "intermediate_size"), activation=_act(d.get("hidden_act"), False),
+                  ffn_hidden_size=_get(d, "intermediate_size"),
+                  activation=_act(_get(d, "hidden_act", default="gelu"), False),
                   normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
                   seq_length=_get(d, "max_position_embeddings", default=512),
                   position_embedding_type="learned_absolute", encoder_only=True,
