@@ -628,3 +628,48 @@ def test_hf_unknown_activation_is_refused_naming_the_field(model_type, field, va
     """A name transformers cannot build was read as GELU (GeGLU on a Llama: a typo of silu changed the op)."""
     with pytest.raises(InvalidInputError, match=f"field '{field}': unknown activation {value!r}"):
         from_dict({**_LLAMA_SMALL, "model_type": model_type, field: value})
+
+
+_QWEN_MOE = {"model_type": "qwen2_moe", "num_hidden_layers": 7, "hidden_size": 256, "num_attention_heads": 8,
+             "num_key_value_heads": 4, "intermediate_size": 1024, "moe_intermediate_size": 128,
+             "shared_expert_intermediate_size": 512, "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 1000,
+             "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize(("fields", "moe_layers"), [
+    ({}, 7), ({"decoder_sparse_step": 2}, 3), ({"decoder_sparse_step": 4}, 1),  # layers 1,3,5; layer 3
+    ({"decoder_sparse_step": 3}, 2), ({"mlp_only_layers": [0, 6]}, 5),
+    ({"decoder_sparse_step": 2, "mlp_only_layers": [1, 2]}, 2),  # 3 and 5 (2 is dense anyway)
+])
+def test_qwen_moe_sparse_layers_follow_transformers_rule(fields: dict, moe_layers: int) -> None:
+    """transformers' Qwen2/3-MoE: layer i is sparse when (i + 1) % decoder_sparse_step == 0 and i is not in
+    mlp_only_layers; the others hold a dense MLP of intermediate_size. Read as Megatron's every-N-th layer from
+    layer 0, a step of 4 on 7 layers gave 2 MoE layers (0 and 4) for transformers' 1, and mlp_only_layers was
+    refused. Parameter count by hand: attention, norms and MLPs per layer, embeddings, untied output layer."""
+    m = from_dict({**_QWEN_MOE, **fields})
+    assert m.num_moe_layers == moe_layers and m.num_dense_layers == 7 - moe_layers
+    h, q, kv = 256, 256, 128
+    attention = h * (q + 2 * kv) + (q + 2 * kv) + q * h  # Qwen2: QKV bias, no output bias
+    norms = 2 * h
+    dense = 3 * h * 1024
+    moe = 8 * 3 * h * 128 + 3 * h * 512 + h + 8 * h  # experts, shared expert and its gate, router
+    expected = (7 * (attention + norms) + (7 - moe_layers) * dense + moe_layers * moe + 2 * 1000 * h + h)
+    assert m.num_params == expected
+
+
+def test_qwen_moe_with_every_layer_dense_loads_as_a_dense_model() -> None:
+    m = from_dict({**_QWEN_MOE, "mlp_only_layers": list(range(7))})
+    assert not m.is_moe and m.ffn_hidden_size == 1024 and m.num_dense_layers == 7
+
+
+@pytest.mark.parametrize(("freq", "message"), [
+    ([1, 0], "one 0 \\(dense\\) or 1 \\(MoE\\) per layer \\(4\\)"), ([1, 2, 0, 1], "per layer"),
+    ([0, 0, 0, 0], "marks no layer as MoE"), (0, "moe_layer_freq"),
+])
+def test_moe_layer_freq_list_is_validated(freq, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        TransformerConfig(num_layers=4, hidden_size=64, num_attention_heads=4, num_experts=4, moe_layer_freq=freq)
+    ok = TransformerConfig(num_layers=4, hidden_size=64, num_attention_heads=4, num_experts=4,
+                           moe_layer_freq=[0, 1, 1, 0])
+    assert ok.moe_layer_freq == (0, 1, 1, 0) and ok.num_moe_layers == 2
+    assert from_dict(ok.to_dict()).num_params == ok.num_params  # round trip through the Megatron-style keys

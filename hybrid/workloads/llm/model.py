@@ -87,8 +87,10 @@ class TransformerConfig:
     moe_router_topk: int = 2
     moe_ffn_hidden_size: int | None = None
     moe_shared_expert_intermediate_size: int | None = None
-    #: every ``moe_layer_freq``-th layer is a MoE layer (1 = all)
-    moe_layer_freq: int = 1
+    #: every ``moe_layer_freq``-th layer is a MoE layer (1 = all; layers 0, freq, 2 freq, ...), or, as Megatron-LM's
+    #: ``--moe-layer-freq`` list, one 0 (dense) / 1 (MoE) per layer: Hugging Face's Qwen-MoE layouts
+    #: (``decoder_sparse_step`` counts from layer 1, ``mlp_only_layers``) and Llama 4's ``moe_layers``
+    moe_layer_freq: int | tuple[int, ...] = 1
     #: the first ``moe_first_k_dense`` layers are dense (DeepSeek-V3's ``first_k_dense_replace`` = 3)
     moe_first_k_dense: int = 0
     #: a sigmoid gate (one ``hidden``-wide vector) scales the shared expert (Qwen2-MoE); DeepSeek has none
@@ -130,12 +132,23 @@ class TransformerConfig:
                 )
 
         for f in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length",
-                  "moe_router_topk", "moe_layer_freq", "parallel_attn_norms"):
+                  "moe_router_topk", "parallel_attn_norms"):
             pos(getattr(self, f), f)
         for f in ("num_query_groups", "kv_channels", "ffn_hidden_size", "max_position_embeddings",
                   "window_size", "num_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
                   "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             pos(getattr(self, f), f, allow_none=True)
+        freq = self.moe_layer_freq
+        if isinstance(freq, list | tuple):
+            if len(freq) != self.num_layers or any(isinstance(x, bool) or x not in (0, 1) for x in freq):
+                raise InvalidInputError(f"model {self.name!r}: moe_layer_freq as a list needs one 0 (dense) or 1 (MoE) "
+                                        f"per layer ({self.num_layers}), got {list(freq)!r}")
+            if self.num_experts is not None and self.num_experts > 1 and not any(freq):
+                raise InvalidInputError(f"model {self.name!r}: moe_layer_freq marks no layer as MoE (a dense model "
+                                        "has no num_experts)")
+            object.__setattr__(self, "moe_layer_freq", tuple(int(x) for x in freq))
+        else:
+            pos(freq, "moe_layer_freq (or a list of one 0/1 per layer)")
         k_dense = self.moe_first_k_dense
         if isinstance(k_dense, bool) or not isinstance(k_dense, int) or not 0 <= k_dense < self.num_layers:
             raise InvalidInputError(f"model {self.name!r}: moe_first_k_dense must be in [0, num_layers), "
@@ -289,7 +302,10 @@ class TransformerConfig:
     def num_moe_layers(self) -> int:
         if not self.is_moe:
             return 0
-        return len([i for i in range(self.moe_first_k_dense, self.num_layers) if i % self.moe_layer_freq == 0])
+        freq = self.moe_layer_freq
+        if isinstance(freq, tuple):
+            return sum(freq[self.moe_first_k_dense:])
+        return len([i for i in range(self.moe_first_k_dense, self.num_layers) if i % freq == 0])
 
     @property
     def num_dense_layers(self) -> int:
@@ -857,6 +873,38 @@ def _sliding_share(d: Mapping[str, Any], mt: str) -> float:
     return 1.0
 
 
+def _hf_moe_layers(d: Mapping[str, Any], step_key: str, *, dense_key: str | None = None,
+                   moe_key: str | None = None) -> int | list[int]:
+    """:attr:`TransformerConfig.moe_layer_freq` of a Hugging Face MoE config whose sparse layers count from layer 1:
+    layer ``i`` is MoE when ``(i + 1) % step == 0`` (Qwen2/3-MoE's ``decoder_sparse_step``, Llama 4's
+    ``interleave_moe_layer_step``) and it is not in ``dense_key`` (Qwen's ``mlp_only_layers``, whose layers have a
+    dense MLP of ``intermediate_size``), or exactly the layers of ``moe_key`` (Llama 4's ``moe_layers``) where the
+    config lists them. Megatron's integer frequency counts from layer 0, so a step that does not divide the layers
+    (or any listed layer) needs the per-layer list; 1 when every layer is MoE, 0 when none is."""
+    layers = _int(d, "num_hidden_layers")
+
+    def indices(key: str) -> set[int]:
+        v = d.get(key)
+        if v is None:
+            return set()
+        if not isinstance(v, list | tuple) or any(isinstance(i, bool) or not isinstance(i, int) for i in v):
+            raise InvalidInputError(f"Hugging Face config field {key!r} must be a list of layer indices, got {v!r}")
+        return set(v)
+
+    if moe_key is not None and d.get(moe_key) is not None:
+        sparse = indices(moe_key)
+        pattern = [int(i in sparse) for i in range(layers)]
+    else:
+        step = _int(d, step_key, default=1)
+        if step < 1:
+            raise InvalidInputError(f"Hugging Face config field {step_key!r} must be a positive integer, got {step!r}")
+        dense = indices(dense_key) if dense_key is not None else set()
+        pattern = [int((i + 1) % step == 0 and i not in dense) for i in range(layers)]
+    if all(pattern):
+        return 1
+    return pattern if any(pattern) else 0
+
+
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     mt = str(d.get("model_type", "")).lower()
     quant, quant_kv, quant_detail = _hf_quantization(d.get("quantization_config"))
@@ -917,9 +965,6 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         if mt in ("mixtral", "granitemoe"):
             kw.update(num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok"))
         if mt in ("qwen2_moe", "qwen3_moe"):
-            if d.get("mlp_only_layers"):
-                raise InvalidInputError(f"model {nm!r}: mlp_only_layers (dense layers among MoE layers) "
-                                        "is not supported")
             # transformers 5 saves Qwen3MoeConfig's num_experts as num_local_experts (its attribute map); a
             # config naming neither would otherwise load as a dense model of a tenth of the size
             experts = _get(d, "num_experts", "num_local_experts")
@@ -928,7 +973,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             kw.update(num_experts=experts, moe_router_topk=_get(d, "num_experts_per_tok"),
                       moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
                       moe_shared_expert_intermediate_size=_get(d, "shared_expert_intermediate_size") or None,
-                      moe_layer_freq=_get(d, "decoder_sparse_step", default=1))
+                      moe_layer_freq=_hf_moe_layers(d, "decoder_sparse_step", dense_key="mlp_only_layers"))
+            if kw["moe_layer_freq"] == 0:  # every layer listed in mlp_only_layers: a dense model
+                for f in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                          "moe_shared_expert_intermediate_size", "moe_layer_freq"):
+                    kw.pop(f)
     elif mt == "llama4_text":
         heads = _int(d, "num_attention_heads")
         expert_ffn = _get(d, "intermediate_size")
@@ -945,7 +994,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             # every layer's MoE: routed experts plus one always-active shared expert of the same width, no gate
             num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=1),
             moe_ffn_hidden_size=expert_ffn, moe_shared_expert_intermediate_size=expert_ffn,
-            moe_shared_expert_gate=False, moe_layer_freq=_get(d, "interleave_moe_layer_step", default=1),
+            moe_shared_expert_gate=False,
+            moe_layer_freq=_hf_moe_layers(d, "interleave_moe_layer_step", moe_key="moe_layers"),
         )
     elif mt in ("deepseek_v2", "deepseek_v3"):
         heads = _int(d, "num_attention_heads")
