@@ -354,6 +354,24 @@ def test_cli_infer_json_keys(capsys):
     assert d["fits"] is True and d["max_batch"] >= 64 and d["ttft_ms"] > 0
 
 
+def test_one_output_token_has_no_tpot_in_infer_and_predict_many(capsys):
+    """`--output 1`: no decode step, so TPOT is undefined: null in JSON and "n/a" in text with a note (it read 0.0,
+    a time per output token no deployment has), NaN in predict_many's table, as `serve` leaves it out."""
+    code, out, _ = run(capsys, "llm", "infer", "llama3-8b", "--device", "H100-SXM", "--output", "1", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["tpot_ms"] is None and d["ttft_ms"] > 0 and d["latency_ms"] == d["ttft_ms"]
+    assert any("TPOT" in n and "undefined" in n for n in d["notes"])
+    code, out, _ = run(capsys, "llm", "infer", "llama3-8b", "--device", "H100-SXM", "--output", "1")
+    row = next(line for line in out.splitlines() if line.startswith("tpot_ms"))
+    assert code == 0 and row.split()[1] == "n/a" and "TPOT (time per output token after the first) is undefined" in out
+    s = make_setup("llama3-8b", "H100-SXM")
+    res = predict_many([s, s], [1, 1], [128, 128], [1, 2])
+    assert np.isnan(res["tpot_ms"].iloc[0]) and np.isnan(res["roofline_tpot_ms"].iloc[0])
+    assert res["tpot_ms"].iloc[1] > 0
+    two = predict_static(s, 1, 128, 2)
+    assert two.tpot_ms == pytest.approx(res["tpot_ms"].iloc[1], rel=1e-6)
+
+
 def test_cli_refusals_exit_2_with_one_line(capsys):
     code, out, err = run(capsys, "llm", "infer", "llama2-70b", "--device", "A100", "--json")
     assert code == 2 and "does not fit" in err and json.loads(out)["fits"] is False

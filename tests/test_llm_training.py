@@ -691,6 +691,27 @@ def test_inference_with_a_calibrated_model_carries_80pct_intervals(calibrated_st
     assert "predicted_low" not in predict_table(table).columns  # roofline: no interval
 
 
+def test_inference_interval_with_one_output_token_has_no_tpot(calibrated_store, capsys):
+    """`--output 1` with a calibrated model: no decode step, so TPOT and its interval ends are null (they read 0 and
+    0 - 0 ms before), while TTFT, latency and throughput keep theirs; the JSON stays strict (no NaN)."""
+    from hybrid.workloads.llm.inference import make_setup, predict_static
+
+    _, pred = calibrated_store
+    r = predict_static(make_setup("llama2-7b", "A100", tp=1), 8, 512, 1, pred)
+    d = r.to_dict()
+    assert r.tpot_ms is None and d["tpot_ms"] is None
+    assert d["tpot_ms_low"] is None and d["tpot_ms_high"] is None
+    assert d["tpot_ms_e2e_low"] is None and d["tpot_ms_e2e_high"] is None
+    assert d["ttft_ms_low"] <= r.ttft_ms <= d["ttft_ms_high"] and d["latency_ms"] == pytest.approx(r.ttft_ms)
+    assert d["ttft_ms_e2e_low"] <= d["ttft_ms_low"]
+    json.dumps({k: v for k, v in d.items() if k != "ops"}, allow_nan=False)
+    uri, _ = calibrated_store  # the text report: the interval lines without a TPOT range
+    assert main(["llm", "infer", "llama2-7b", "--device", "A100", "--output", "1", "--model", "llm-kern",
+                 "--tracking-uri", uri]) == 0
+    text = capsys.readouterr().out
+    assert "80% interval: TTFT" in text and "TPOT" not in text.split("80% interval")[1].split("\n")[0]
+
+
 def test_softmax_schedule_of_fused_attention():
     """`--softmax`: FlashAttention-2 (serial) vs FlashAttention-3-style (overlapped) kernels. On an H100 the exps of
     a long-sequence step cost time only in series; on an A100 `auto` is serial (pre-Hopper); unknown names refused."""

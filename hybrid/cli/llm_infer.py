@@ -137,7 +137,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
     from hybrid.workloads.llm.dims import context_note
-    from hybrid.workloads.llm.inference import boundedness, predict_static
+    from hybrid.workloads.llm.inference import TPOT_UNDEFINED_NOTE, boundedness, predict_static
     from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices, rank_compared
 
     _positive(batch=batch, input=input_len, output=output_len)
@@ -223,25 +223,27 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if as_json:
         echo_json(out)
     else:
-        rows = [(k, out[k]) for k in ("model", "device", "system", "tp", "pp", "ep", "attention_dp", "precision", "batch",
-                                      "input_len",
-                                      "output_len", "ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s",
-                                      "output_tokens_per_s_per_gpu", "roofline_latency_ms", "method", "max_batch",
-                                      "fits")]
+        rows = [(k, "n/a" if out[k] is None else out[k])  # tpot_ms: none without a decode step (--output 1)
+                for k in ("model", "device", "system", "tp", "pp", "ep", "attention_dp", "precision", "batch",
+                          "input_len", "output_len", "ttft_ms", "tpot_ms", "latency_ms", "output_tokens_per_s",
+                          "output_tokens_per_s_per_gpu", "roofline_latency_ms", "method", "max_batch", "fits")]
         if out.get("cost_per_1m_output_tokens") is not None:
             rows += [("gpu_hour_price", f"{out['gpu_hour_price']:g}"),
                      ("cost_per_1m_output_tokens", f"{out['cost_per_1m_output_tokens']:.4g}")]
         echo_table(rows, ["", "value"])
         if res.interval:  # a calibrated model's 80% interval (every op at the low / high end of its own)
             iv = res.interval
-            click.echo(f"80% interval: TTFT {iv['ttft_ms_low']:.2f} - {iv['ttft_ms_high']:.2f} ms, TPOT "
-                       f"{iv['tpot_ms_low']:.2f} - {iv['tpot_ms_high']:.2f} ms, {iv['output_tokens_per_s_per_gpu_low']:,.0f}"
+            tpot = (f"TPOT {iv['tpot_ms_low']:.2f} - {iv['tpot_ms_high']:.2f} ms, " if "tpot_ms_low" in iv
+                    else "")  # one output token: no TPOT
+            click.echo(f"80% interval: TTFT {iv['ttft_ms_low']:.2f} - {iv['ttft_ms_high']:.2f} ms, "
+                       f"{tpot}{iv['output_tokens_per_s_per_gpu_low']:,.0f}"
                        f" - {iv['output_tokens_per_s_per_gpu_high']:,.0f} tokens/s per GPU (how far the op costs can "
                        "be off, not the serving software's own overheads: published TensorRT-LLM figures fell inside "
                        "8-38% of the time per table, experiments/llm_inference)")
             if "ttft_ms_e2e_low" in out:
                 click.echo(e2e_line([f"TTFT {out['ttft_ms_e2e_low']:.2f} - {out['ttft_ms_e2e_high']:.2f} ms",
-                                     f"TPOT {out['tpot_ms_e2e_low']:.2f} - {out['tpot_ms_e2e_high']:.2f} ms",
+                                     *([f"TPOT {out['tpot_ms_e2e_low']:.2f} - {out['tpot_ms_e2e_high']:.2f} ms"]
+                                       if out.get("tpot_ms_e2e_low") is not None else []),
                                      f"{out['output_tokens_per_s_per_gpu_e2e_low']:,.0f} - "
                                      f"{out['output_tokens_per_s_per_gpu_e2e_high']:,.0f} tokens/s per GPU"],
                                     out, "figures"))
@@ -251,11 +253,12 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                    f"of {mem['capacity_gib']:.0f} GiB ({mem['reason']})")
         for phase, cats in res.breakdown_ms.items():
             tot = sum(cats.values()) or 1.0
-            click.echo(f"{phase:>8}: " + ", ".join(f"{c} {v:.1f} ms ({100 * v / tot:.0f}%)"
-                                                   for c, v in sorted(cats.items(), key=lambda kv: -kv[1])))
+            click.echo(f"{phase:>8}: " + (", ".join(f"{c} {v:.1f} ms ({100 * v / tot:.0f}%)"
+                                                    for c, v in sorted(cats.items(), key=lambda kv: -kv[1]))
+                                          or "none (no decode step)"))
         for note in res.notes:
-            if note.startswith("pipeline"):  # the schedule the totals use, and the engine's run of it
-                click.echo(note)
+            if note.startswith("pipeline") or note == TPOT_UNDEFINED_NOTE:  # the schedule the totals use, and the
+                click.echo(note)  # engine's run of it; why TPOT reads n/a
         if show_ops:
             b = boundedness(res)
             echo_table([(r["phase"], r["name"], r["op"], int(r["count"]), r["intensity"], r["time_us"], r["roofline_us"],

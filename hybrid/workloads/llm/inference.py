@@ -475,7 +475,9 @@ class InferenceResult:
     input_len: int
     output_len: int
     ttft_ms: float
-    tpot_ms: float
+    #: mean time between two output tokens of a request; None with one output token (no decode step: there is no
+    #: time *per output token* after the first, which 0 would claim), as ``serve`` leaves such requests out of TPOT
+    tpot_ms: float | None
     latency_ms: float
     output_tokens_per_s: float
     memory: MemoryPlan
@@ -503,7 +505,11 @@ class InferenceResult:
         return e2e_interval({**self.interval, **points}, "inference")
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready keys; without a decode step ``tpot_ms`` and its interval ends are None."""
         s = self.setup
+        undefined = {}  # the TPOT keys an interval has, null where there is no TPOT
+        if self.tpot_ms is None and self.interval:
+            undefined = {"tpot_ms_low": None, "tpot_ms_high": None, "tpot_ms_e2e_low": None, "tpot_ms_e2e_high": None}
         return {
             "model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": s.tp, "pp": s.pp, "ep": s.ep,
             "attention_dp": s.attention_dp,
@@ -513,7 +519,8 @@ class InferenceResult:
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
             "roofline_latency_ms": self.roofline_latency_ms, "method": self.method,
             "max_batch": self.memory.max_batch, "fits": self.memory.fits, "memory": self.memory.to_dict(),
-            **self.interval, **self.e2e_interval(), "breakdown_ms": self.breakdown_ms, "notes": self.notes,
+            **self.interval, **self.e2e_interval(), **undefined, "breakdown_ms": self.breakdown_ms,
+            "notes": self.notes,
             "ops": self.ops[["phase", "name", "op", "count", "flops", "bytes", "time_us", "roofline_us",
                              "bound"]].to_dict(orient="records"),
         }
@@ -858,6 +865,13 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
     return _Static(costed, micro, ttft, decode, cats, stage_times)
 
 
+def _tpot_ms(decode_us: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """Mean time per output token after the first (ms): the decode time over ``output_len - 1`` steps; NaN with
+    one output token (no decode step, so no TPOT; not 0)."""
+    steps = np.asarray(output_len, dtype=np.float64) - 1.0
+    return np.where(steps > 0, np.asarray(decode_us, dtype=np.float64) / np.maximum(steps, 1.0), np.nan) / 1e3
+
+
 def _interval_columns(r: _Static, batch: np.ndarray, output_len: np.ndarray, gpus: np.ndarray
                       ) -> dict[str, np.ndarray]:
     """The 80% interval of TTFT, TPOT, latency (``*_low`` / ``*_high``, ms) and throughput (low = at the high
@@ -868,11 +882,16 @@ def _interval_columns(r: _Static, batch: np.ndarray, output_len: np.ndarray, gpu
     for end in ("low", "high"):
         ttft, dec = r.ttft[f"time_us_{end}"], r.decode[f"time_us_{end}"]
         out[f"ttft_ms_{end}"] = ttft / 1e3
-        out[f"tpot_ms_{end}"] = dec / np.maximum(output_len - 1, 1) / 1e3
+        out[f"tpot_ms_{end}"] = _tpot_ms(dec, output_len)
         out[f"latency_ms_{end}"] = (ttft + dec) / 1e3
     for end, other in (("low", "high"), ("high", "low")):
         out[f"output_tokens_per_s_per_gpu_{end}"] = batch * output_len / (out[f"latency_ms_{other}"] / 1e3) / gpus
     return out
+
+
+#: The note of a static batch with one output token: no decode step, so no TPOT.
+TPOT_UNDEFINED_NOTE = ("one output token: no decode step, so TPOT (time per output token after the first) is "
+                       "undefined (null); latency = TTFT")
 
 
 def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: int,
@@ -909,6 +928,8 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
              *s.deployment_notes()]
     notes += [n for n in [context_note(s.model, input_len + output_len), s.device.slow_dtype_note(s.precision.compute)]
               if n]
+    if not steps:
+        notes.append(TPOT_UNDEFINED_NOTE)
     if s.pp > 1:
         st = {k: v[0] for k, v in r.stage_times.items()}  # this configuration: [prefill, decode mean]
         pipe = pipeline_on_engine(s.pp, micro, st["stage"][0], st["stage"][1], st["send"][0],
@@ -919,18 +940,20 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
                      f"{pipe['token_period_us'] / 1e3:.2f} ms (closed form {pipe['closed_form_period_us'] / 1e3:.2f})")
     return InferenceResult(
         setup=s, batch=batch, input_len=input_len, output_len=output_len, ttft_ms=ttft_us / 1e3,
-        tpot_ms=decode_us / steps / 1e3 if steps else 0.0, latency_ms=latency_us / 1e3,
+        tpot_ms=decode_us / steps / 1e3 if steps else None, latency_ms=latency_us / 1e3,
         output_tokens_per_s=batch * output_len / (latency_us / 1e6), memory=mem, breakdown_ms=breakdown, ops=ops,
         roofline_latency_ms=float(r.ttft["roofline_us"][0] + r.decode["roofline_us"][0]) / 1e3, method=method,
         notes=notes, interval={k: float(v[0]) for k, v in _interval_columns(
-            r, np.array([batch]), np.array([output_len]), np.array([float(s.gpus)])).items()})
+            r, np.array([batch]), np.array([output_len]), np.array([float(s.gpus)])).items()
+            if steps or not k.startswith("tpot_ms_")})
 
 
 def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.ndarray, output_len: np.ndarray,
                  cost_model: OpCostModel | None = None, *, decode_points: int = 24) -> pd.DataFrame:
     """Static-batch predictions for many configurations with ONE cost-model call (benchmark tables, sweeps).
 
-    Returns one row per configuration: ``ttft_ms``, ``tpot_ms``, ``latency_ms``, ``output_tokens_per_s_per_gpu``
+    Returns one row per configuration: ``ttft_ms``, ``tpot_ms`` (NaN with one output token: no decode step),
+    ``latency_ms``, ``output_tokens_per_s_per_gpu``
     (and ``roofline_*`` beside them), ``max_batch``, ``fits``."""
     def whole(x: Any, what: str) -> np.ndarray:
         """A column of positive whole numbers (a scalar for every configuration), refused by name otherwise: no
@@ -959,7 +982,7 @@ def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.
         ttft, dec = r.ttft[col], r.decode[col]
         lat = ttft + dec
         out[f"{key}ttft_ms"] = ttft / 1e3
-        out[f"{key}tpot_ms"] = dec / np.maximum(output_len - 1, 1) / 1e3
+        out[f"{key}tpot_ms"] = _tpot_ms(dec, output_len)
         out[f"{key}latency_ms"] = lat / 1e3
         out[f"{key}output_tokens_per_s_per_gpu"] = batch * output_len / (lat / 1e6) / gpus
     out.update(_interval_columns(r, batch, output_len, gpus))
