@@ -1320,3 +1320,21 @@ def test_table_scoring_reports_a_bad_table_as_an_error_before_fitting(load_exper
         assert bench.main(["--data-dir", str(shared_datasets), "--tables", str(tmp_path / f), "--json"]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and f in err and "Traceback" not in err
+
+
+def test_table_scoring_keeps_rows_that_do_not_fit_and_counts_them(load_experiment, tmp_path):
+    """``run.py --tables``: a row whose configuration the memory model predicts not to fit (LLaMA 70B in fp16 on one
+    80 GB A100) is scored, flagged per row and counted overall and per group (``n_not_fitting``), so a summary
+    says how many of its rows it could not place in memory instead of mixing them in silently."""
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = load_experiment("llm_inference")
+    head = "trtllm_version,gpu,precision,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+    (tmp_path / "t.csv").write_text(head + "v0.9.0,A100,FP16,LLaMA 7B,8,1,128,128,1000\n"
+                                    "v0.9.0,A100,FP16,LLaMA 70B,64,1,128,128,100\n")
+    out = bench.score_tables([str(tmp_path / "t.csv")], RooflineCostModel(default_catalog()))
+    assert out["n_rows"] == 2 and out["n_not_fitting"] == 1
+    assert [r["fits"] for r in out["rows"]] == [True, False]
+    assert out["by_table"]["t.csv"]["n_not_fitting"] == 1 and out["by_gpu"]["A100-SXM4-80GB"]["n_not_fitting"] == 1
+    json.dumps(out, allow_nan=False)

@@ -633,6 +633,25 @@ def test_llm_foundry_gpu_without_a_catalog_system_runs_on_its_generic_node(load_
         assert np.isfinite(t) and t > 0
 
 
+def test_llm_foundry_scoring_keeps_rows_that_do_not_fit_and_counts_them(load_experiment, tmp_path):
+    """``run.py --mosaic``: a job the memory model predicts not to fit (MPT-30B, batch 16 per GPU without activation
+    checkpointing on 8 H100) is scored and flagged (``fits`` false, ``n_not_fitting`` overall and per table)."""
+    from hybrid.corrections.predictor import HybridPredictor
+
+    mod = load_experiment("llm_training")
+    path = tmp_path / "foundry.csv"
+    path.write_text("\n".join([_FOUNDRY_HEAD, _FOUNDRY_ROW.format(model="125m", gpu="h100_80gb", batch=128,
+                                                                   tps=204800, ckpt="False"),
+                               _FOUNDRY_ROW.format(model="30b", gpu="h100_80gb", batch=128, tps=2000,
+                                                   ckpt="False")]) + "\n")
+    cases = mod.mosaic_cases(tmp_path, None, path, {})
+    roof = HybridPredictor.roofline_only()
+    df = mod.score(cases, roof, {"default": roof}, lambda s: None, {})
+    out = mod.mosaic_summary(df)
+    assert out["n_rows"] == 2 and [r["fits"] for r in out["rows"]] == [True, False]
+    assert out["n_not_fitting"] == 1 and out["by_table"][df["table"].iloc[0]]["n_not_fitting"] == 1
+
+
 def test_llm_foundry_precision_the_model_does_not_cover_is_skipped(load_experiment, tmp_path):
     """An fp32 row (or any precision but bf16 / fp16 / fp8) was predicted as bf16 mixed precision."""
     mod = load_experiment("llm_training")

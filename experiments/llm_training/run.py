@@ -493,16 +493,20 @@ def report(df: pd.DataFrame, mfu: list[tuple[Case, float, float]], cal_info: dic
 
 def mosaic_summary(df: pd.DataFrame, skipped: dict[str, int] | None = None) -> dict[str, Any]:
     """JSON summary of scored rows: overall, per table (GPU and precision) and the rows, with the rows left out
-    counted per reason (``n_skipped``, ``skipped``); without a scored row the errors are None (strict JSON)."""
+    counted per reason (``n_skipped``, ``skipped``); without a scored row the errors are None (strict JSON). A row
+    whose job the memory model predicts not to fit (the published run did) is scored and flagged: ``fits`` false
+    per row, ``n_not_fitting`` overall and per table."""
     def block(g: pd.DataFrame) -> dict[str, Any]:
         return {"n_rows": int(len(g)), "geomean_pct": round(geomean(g["err_calibrated"].to_numpy()), 2),
                 "roofline_geomean_pct": round(geomean(g["err_roofline"].to_numpy()), 2),
-                "max_pct": round(100 * float(g["err_calibrated"].max()), 1)}
+                "max_pct": round(100 * float(g["err_calibrated"].max()), 1),
+                "n_not_fitting": int((~g["fits"].astype(bool)).sum())}
 
     skipped = dict(skipped or {})
     counts = {"n_skipped": int(sum(skipped.values())), "skipped": skipped}
     if len(df) == 0:
-        return {"n_rows": 0, "geomean_pct": None, "roofline_geomean_pct": None, "max_pct": None, **counts,
+        return {"n_rows": 0, "geomean_pct": None, "roofline_geomean_pct": None, "max_pct": None, "n_not_fitting": 0,
+                **counts,
                 "by_table": {}, "rows": []}
     return {**block(df), **counts, "by_table": {k: block(g) for k, g in df.groupby("table")},
             "rows": df[["table", "row", "published_s", "calibrated_s", "roofline_s", "fits"]].to_dict(orient="records")}
@@ -554,7 +558,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=2) if args.json else
               f"0 rows ({summary['n_skipped']} skipped: {summary['skipped']})" if not summary["n_rows"] else
               f"{summary['n_rows']} rows ({summary['n_skipped']} skipped): calibrated geomean "
-              f"{summary['geomean_pct']:.1f}%, roofline {summary['roofline_geomean_pct']:.1f}%")
+              f"{summary['geomean_pct']:.1f}%, roofline {summary['roofline_geomean_pct']:.1f}%"
+              + (f"; {summary['n_not_fitting']} predicted not to fit in GPU memory (scored, flagged fits: false)"
+                 if summary["n_not_fitting"] else ""))
         return 0
     neu = fit_neusight(d, args.kernel_rows, args.seed, extra)
     cases = (korthikanti_cases(d) + narayanan_cases(d) + jan2021_cases(d)
