@@ -1338,3 +1338,14 @@ def test_table_scoring_keeps_rows_that_do_not_fit_and_counts_them(load_experimen
     assert [r["fits"] for r in out["rows"]] == [True, False]
     assert out["by_table"]["t.csv"]["n_not_fitting"] == 1 and out["by_gpu"]["A100-SXM4-80GB"]["n_not_fitting"] == 1
     json.dumps(out, allow_nan=False)
+
+
+def test_tpot_only_slo_with_one_token_outputs_is_refused(capsys):
+    """`serve --output-dist 1 --slo-tpot 40ms`: no request has a TPOT, so the SLO was met at every rate and the
+    answer was "every rate meets the SLO ... simulate more requests", advice that cannot help."""
+    code, _, err = run(capsys, "llm", "serve", "llama3-8b", "--device", "H100-SXM", "--requests", "20",
+                       "--output-dist", "1", "--slo-tpot", "40ms")
+    assert code == 2 and "no request generates more than one token" in err and "Traceback" not in err
+    code, out, _ = run(capsys, "llm", "serve", "llama3-8b", "--device", "H100-SXM", "--requests", "20",
+                       "--output-dist", "1", "--slo-tpot", "40ms", "--slo-ttft", "1s", "--json")
+    assert code == 0 and json.loads(out)["tpot_ms"]["p50"] is None  # with a TTFT SLO beside it: checked on TTFT

@@ -557,6 +557,12 @@ def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None,
     if trace is None and (input_dist is None or output_dist is None):
         raise InvalidInputError("give length distributions or a trace")
     probe = trace if trace is not None else make_trace(1.0, n, input_dist, output_dist, seed, arrival)
+    if slo.ttft_ms is None and slo.latency_ms is None and not (probe.output_len > 1).any():
+        # TPOT is over the requests that generate more than one token: none here, so a TPOT-only SLO would be met
+        # at every rate and read as "even a burst meets it"
+        raise InvalidInputError("--slo-tpot: no request generates more than one token, so none has a TPOT (time per "
+                                "output token after the first) to check; give output lengths above 1 or a TTFT or "
+                                "latency SLO")
     costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
                             int((probe.input_len + probe.output_len).max()), cost_model)
     base = trace_rate(probe) if trace is not None and len(trace) > 1 else 1.0
