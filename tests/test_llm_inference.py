@@ -370,6 +370,10 @@ def test_one_output_token_has_no_tpot_in_infer_and_predict_many(capsys):
     assert res["tpot_ms"].iloc[1] > 0
     two = predict_static(s, 1, 128, 2)
     assert two.tpot_ms == pytest.approx(res["tpot_ms"].iloc[1], rel=1e-6)
+    # a pipeline's note gave a "token period" of the sends alone (0.02 ms for llama3-70b on pp 2)
+    pipe = predict_static(make_setup("llama3-70b", "H100-SXM", "DGX-H100", tp=4, pp=2), 1, 128, 1)
+    note = next(n for n in pipe.notes if n.startswith("pipeline schedule"))
+    assert pipe.tpot_ms is None and "token period" not in note and note.endswith("no decode step")
 
 
 def test_cli_refusals_exit_2_with_one_line(capsys):

@@ -934,10 +934,12 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
         st = {k: v[0] for k, v in r.stage_times.items()}  # this configuration: [prefill, decode mean]
         pipe = pipeline_on_engine(s.pp, micro, st["stage"][0], st["stage"][1], st["send"][0],
                                   prefill_sum_us=st["total"][0], decode_sum_us=st["total"][1])
+        # without a decode step the "token period" would be the sends alone: none is given
+        period = (f", token period at mean context {pipe['token_period_us'] / 1e3:.2f} ms (closed form "
+                  f"{pipe['closed_form_period_us'] / 1e3:.2f})" if steps else "; no decode step")
         notes.append(f"pipeline schedule (closed form, breakdown category 'pipeline' = sends and bubbles): TTFT "
                      f"{ttft_us / 1e3:.2f} ms; the same schedule on the engine: TTFT {pipe['ttft_us'] / 1e3:.2f} ms "
-                     f"(closed form {pipe['closed_form_ttft_us'] / 1e3:.2f}), token period at mean context "
-                     f"{pipe['token_period_us'] / 1e3:.2f} ms (closed form {pipe['closed_form_period_us'] / 1e3:.2f})")
+                     f"(closed form {pipe['closed_form_ttft_us'] / 1e3:.2f}){period}")
     return InferenceResult(
         setup=s, batch=batch, input_len=input_len, output_len=output_len, ttft_ms=ttft_us / 1e3,
         tpot_ms=decode_us / steps / 1e3 if steps else None, latency_ms=latency_us / 1e3,
