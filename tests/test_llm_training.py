@@ -1089,6 +1089,23 @@ def test_cluster_the_catalog_cannot_hold_is_refused_or_noted(capsys):
     assert any("H100-SXM is a device, not a catalog system" in n for n in json.loads(cap.out)["notes"])
 
 
+def test_a_partly_filled_last_node_is_costed_evenly_and_said_so(capsys):
+    """13 GPUs on 8-GPU nodes: `hybrid predict collective` refuses ranks that do not split evenly over the nodes,
+    while training (and DLRM's shard/simulate, which share the check) costed the same collectives without a word."""
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.ops.roofline import cluster_notes
+
+    cat = default_catalog()
+    notes = cluster_notes(cat, "DGX-H100", 13, 8)
+    assert len(notes) == 1 and "13 GPUs fill 1 node(s) of 8 and 5 GPU(s) of another" in notes[0]
+    assert cluster_notes(cat, "DGX-H100", 16, 8) == [] and cluster_notes(cat, "DGX-H100", 6, 8) == []
+    assert any("fill" in n for n in cluster_notes(cat, "H100-SXM", 13, 8, "H100-SXM"))  # a bare device too
+    assert main(["llm", "train", "llama3-8b", "--system", "DGX-H100", "--gpus", "13", "--global-batch", "13",
+                 "--fsdp", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert any("spread evenly over the 2 nodes" in n for n in json.loads(cap.out)["notes"]) and "warning:" in cap.err
+
+
 def test_a_bare_cpu_device_prices_its_collectives_on_its_gloo_system(monkeypatch, capsys):
     """LLM training on a bare CPU device (the CPU profile bundle's ``cpu-amd-epyc-1c``) prices its data-parallel
     gradient reduction on the catalog's gloo system of that CPU, as ``--system cpu-amd-epyc-1c-gloo`` does

@@ -122,8 +122,15 @@ def cluster_notes(catalog: Catalog, system: str, gpus: int, gpus_per_node: int, 
     """Check a job of ``gpus`` GPUs on ``system`` (a catalog system key, or a device key / the key of its generic
     node, :func:`system_for_device`) at ``gpus_per_node`` GPUs per node: refuse several nodes of a single-node
     catalog system (no network between its nodes) with a one-line error; return notes on more nodes than the catalog
-    describes and on what a bare ``device`` across nodes is costed as (a generic node and NIC)."""
+    describes, on what a bare ``device`` across nodes is costed as (a generic node and NIC), and on a partly filled
+    last node (costed as if the ranks were spread evenly)."""
     nodes = max(1, math.ceil(gpus / gpus_per_node))
+    # `hybrid predict collective` refuses ranks that do not split evenly over the nodes; a job still runs on a
+    # partly filled last node, so it is costed, and said to be costed, as if the ranks were spread evenly
+    uneven = ([f"{gpus} GPUs fill {nodes - 1} node(s) of {gpus_per_node} and {gpus - (nodes - 1) * gpus_per_node} "
+               f"GPU(s) of another: collectives across nodes are costed as if the ranks were spread evenly over the "
+               f"{nodes} nodes (the collective models assume as many ranks on every node; a full node's NICs carry "
+               "more than that average)"] if nodes > 1 and gpus % gpus_per_node else [])
     entry = catalog.systems.get(system)
     if entry is not None:
         if nodes > 1 and entry.single_node:
@@ -133,14 +140,14 @@ def cluster_notes(catalog: Catalog, system: str, gpus: int, gpus_per_node: int, 
                 "(`hybrid devices`) or fewer GPUs")
         if nodes > entry.max_nodes:
             return [f"{gpus} GPUs are {nodes} nodes of {entry.key}, more than the {entry.max_nodes} the "
-                    "catalog describes: its network is costed as if it scaled that far"]
-        return []
+                    "catalog describes: its network is costed as if it scaled that far", *uneven]
+        return uneven
     if nodes > 1:
         dev = catalog.device(device or (system[: -len("-node")] if system.endswith("-node") else system))
         generic = system_for_device(dev, gpus_per_node)
         return [f"{dev.key} is a device, not a catalog system: {gpus} GPUs are costed as {nodes} generic "
                 f"nodes of {gpus_per_node} ({generic.intra_fabric} inside a node, {generic.inter_fabric} between "
-                "nodes); name a system (`hybrid devices`) for a real cluster's network"]
+                "nodes); name a system (`hybrid devices`) for a real cluster's network", *uneven]
     return []
 
 
