@@ -248,6 +248,14 @@ def test_search_returns_fitting_mappings_fastest_first():
     assert res["iteration_s"].iloc[0] <= plain.closed_form_iteration_s * 1.0001
 
 
+def test_search_without_a_mapping_says_which_batch_split_is_missing():
+    """7 GPUs, llama3-8b, global batch 64: TP, PP and CP can only be 1 (7 divides neither the 32 heads nor the 32
+    layers), so DP is 7, which no micro-batch split of 64 allows; the error said only "no valid mapping"."""
+    with pytest.raises(InvalidInputError, match=r"data-parallel degrees \[7\].*TP from \[1\].*PP from \[1\]"):
+        search(load_model("llama3-8b"), search_base(7, 64), "DGX-H100", top=1)
+    assert len(search(load_model("llama3-8b"), search_base(7, 56), "DGX-H100", top=1)) == 1  # 56 = 8 x 7
+
+
 def test_gqa_moe_and_cp_ep_run():
     mx = load_model("mixtral-8x7b")
     cfg = TrainingConfig(gpus=64, global_batch=64, tp=2, pp=4, ep=4, cp=2, sp=True, recompute="selective",

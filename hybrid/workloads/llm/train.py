@@ -366,7 +366,15 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
     ok &= (opt == "none") | (d > 1)
     ok &= (d * c) % e == 0
     if not ok.any():
-        raise InvalidInputError(f"no valid mapping of {model.name} on {G} GPUs with global batch {base.global_batch}")
+        # TP = PP = CP = 1, VP 1, no SP, replicated optimizer and EP 1 are always candidates, so only the batch split
+        # can leave nothing: say which data-parallel degrees the GPUs allow and why
+        dps = sorted({int(x) for x in d[G % (t * p * c) == 0]})
+        raise InvalidInputError(
+            f"no valid mapping of {model.name} on {G} GPUs with global batch {base.global_batch}: the splits leave "
+            f"data-parallel degrees {dps} (TP from {tps}: dividing the {model.num_attention_heads} heads and at most "
+            f"the {tgt.gpus_per_node} GPUs of a node; PP from {pps}: dividing the {L} layers; CP from {cps}), and "
+            f"the global batch is not a multiple of micro-batch x DP for any of them (micro-batches "
+            f"{sorted(int(b) for b in micro_batches)}); choose a global batch that is, or another GPU count")
     g = grid[ok]
     out = pd.DataFrame({"tp": g["tp"].to_numpy(np.int64), "pp": g["pp"].to_numpy(np.int64), "dp": d[ok],
                         "cp": g["cp"].to_numpy(np.int64), "ep": g["ep"].to_numpy(np.int64),
