@@ -1435,6 +1435,29 @@ def test_execution_trace_alone_predicts_other_devices_only(tiny_trace, cpu_catal
         build_trace_graph([et], CPU, cpu_catalog, same_device=True)
 
 
+def test_execution_trace_alone_refuses_host_trace(tiny_trace, cpu_catalog, capsys):
+    """``--host trace`` keeps the traced host gaps and op times; an execution trace alone has none. Asked for on
+    another device (where ``--same-device`` is not refused first), it was accepted and silently meant ``model``,
+    and the CPU note advised ``--host trace`` for that very input."""
+    et = load_trace(tiny_trace["et"])
+    for target in (CPU, "H100-SXM"):
+        with pytest.raises(InvalidInputError, match="execution trace alone has no times"):
+            build_trace_graph([et], target, cpu_catalog, same_device=False, host="trace")
+    assert build_trace_graph([et], CPU, cpu_catalog, same_device=False).info["host"] == "model"
+    et_file = str(tiny_trace["et"])
+    assert cli_main(["trace", "predict", et_file, "--device", CPU, "--bundle", str(BUNDLE), "--roofline",
+                     "--other-device", "--host", "trace"]) != 0
+    assert "--host trace" in capsys.readouterr().err
+    assert cli_main(["trace", "predict", et_file, "--device", CPU, "--bundle", str(BUNDLE), "--roofline",
+                     "--other-device"]) == 0
+    out = capsys.readouterr()
+    assert "no host times to keep" in out.out + out.err and "keep the traced host with" not in out.out + out.err
+    # a data-parallel job on a CPU keeps the traced host by default, where there is one (none here: not an error)
+    assert cli_main(["trace", "predict", et_file, "--device", CPU, "--bundle", str(BUNDLE), "--roofline",
+                     "--dp", "2"]) == 0
+    assert "collective" in capsys.readouterr().out
+
+
 def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace, tmp_path, capsys):
     """CTC loss (``_ctc_loss`` and its backward, a dynamic program over time steps) maps to no op family: on the
     traced CPU it keeps its traced time, on a GPU it is priced at 0, which was said only in the last line of the

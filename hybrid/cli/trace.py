@@ -252,11 +252,13 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     from hybrid.workloads.dlrm_graph import resolve_target
 
     cpu_traces = {t.device for t in loaded} == {"cpu"}
+    timed = all(t.has_times for t in loaded)
 
     def run(target: str) -> tuple[Any, Any]:
         # a parallel job on a CPU keeps the traced host time between ops (a CPU's ops are its host's work; the
         # engine has no launch model to replace it): without it, 2 DDP ranks came out faster than one process
-        host_t = "trace" if (parallel is not None and host == "auto" and cpu_traces
+        # (an execution trace alone has no host time to keep: auto stays auto, which resolves to model there)
+        host_t = "trace" if (parallel is not None and host == "auto" and cpu_traces and timed
                              and resolve_target(target, cat).device.kind == "cpu") else host
         graph = build_trace_graph(loaded, target, cat, same_device=same, host=host_t,
                                   transform=chain(fusion, parallel), fp32_precision=precision)
@@ -344,7 +346,9 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     if it.target.device.kind == "cpu" and it.info.get("host") == "model":
         notes.append("the traced host time was dropped and the engine has no launch model for a CPU: the prediction "
                      "holds the ops' compute only, no per-op dispatch or Python time "
-                     + ("(keep the traced host with --host trace, or predict the traced CPU itself)" if cpu_traces
+                     + ("(an execution trace alone has no host times to keep: link it with the Chrome trace of "
+                        "the same step for --host trace)" if not all(t.has_times for t in loaded)
+                        else "(keep the traced host with --host trace, or predict the traced CPU itself)" if cpu_traces
                         # a meta-device trace's host times are PyTorch's dispatch of ops that computed nothing
                         else "(a meta-device trace's host times are dispatch of ops that computed nothing, not a "
                         "CPU step's work)" if {t.device for t in loaded} == {"meta"}

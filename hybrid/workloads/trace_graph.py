@@ -400,6 +400,11 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
         if conflict:
             raise InvalidInputError(f"--same-device (same_device=True) cannot hold: {conflict}; the target would "
                                     "be priced with the traced times (use --other-device, or let the traces decide)")
+    if host == "trace" and not all(t.has_times for t in traces):
+        # (auto resolves to model there: nothing to keep; asked for explicitly, it was accepted and dropped silently)
+        raise InvalidInputError("--host trace keeps the traced host time, but an execution trace alone has no times "
+                                "(no host gaps or op durations to keep): link it with the Chrome trace of the same "
+                                "step, or use --host model")
     kind = kind_conflict(traces, tgt) if host == "trace" else None
     if kind:  # the traced host time as the target's: only meaningful on the same kind of hardware
         raise InvalidInputError(f"--host trace keeps the traced host time, but {kind}: a CPU trace's op times are "
