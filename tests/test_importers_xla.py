@@ -172,3 +172,48 @@ def test_collectives_csv_bytes_must_be_the_elements_of_the_dtype(shared_datasets
     half.loc[6, "bytes"] = half.loc[6, "num_elements"] * 2
     half.to_csv(p, index=False)
     assert import_xla_collectives(p, catalog=catalog)["dtype"].tolist().count("bf16") == 1
+
+
+def _one_collective(shape: str, groups: str = "1", per_group: str = "8") -> str:
+    return ('entries { key: "sm_90" value { entries { instruction { opcode: "all-reduce" '
+            f"shape {{ element_type: F32 {shape} }} iota_collective_device_list {{ num_replica_groups: {groups} "
+            f"num_devices_per_group: {per_group} }} }} network_throughput_bytes_per_sec: 1e11 }} }} }}\n")
+
+
+@pytest.mark.parametrize(("shape", "groups", "error"), [
+    ("dimensions: -4 dimensions: -8", "1", r"entry 1 \(all-reduce\): shape dimensions \[-4, -8\] are not all positive"),
+    ("dimensions: 10.5", "1", r"shape dimensions \[10.5\] are not all positive integers"),
+    ("dimensions: 1024", "-3", r"num_replica_groups -3 is not a positive integer"),
+    # 400 GB, then a byte count past 2^62 (the schema's bound, whose error named a CSV line)
+    ("dimensions: 100000000000", "1", r"entry 1 \(all_reduce\): a 372.5 GiB buffer does not fit in the 80 GiB "
+                                      r"of H100-SXM"),
+    ("dimensions: 9223372036854775807 dimensions: 9223372036854775807", "1", r"does not fit in the 80 GiB"),
+])
+def test_collectives_txtpb_absurd_layouts_are_refused(tmp_path, catalog, shape, groups, error):
+    """Two negative extents multiply into a positive byte count, 10.5 elements into 42 bytes, and a buffer larger
+    than any device's memory passed the schema's 2^62-byte bound: all were imported as measurements."""
+    p = tmp_path / "t.txtpb"
+    p.write_text(_one_collective(shape, groups))
+    with pytest.raises(ImportFormatError, match=r"t\.txtpb: .*" + error):
+        import_xla_collectives(p, catalog=catalog)
+    p.write_text(_one_collective("dimensions: 1024 dimensions: 4", groups="1"))
+    assert import_xla_collectives(p, catalog=catalog)["size_bytes"].tolist() == [16384]
+
+
+def test_collectives_csv_buffer_beyond_device_memory(shared_datasets, tmp_path, catalog):
+    raw = pd.read_csv(shared_datasets / "xla/collectives_sm90_H100.csv").head(10)
+    bad = raw.copy()
+    bad.loc[3, ["num_elements", "bytes"]] = [25_000_000_000, 100_000_000_000]
+    p = tmp_path / "collectives.csv"
+    bad.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"collectives\.csv: row 4 \(\w+\): a 93.13 GiB buffer does not fit in "
+                                                r"the 80 GiB of H100-SXM"):
+        import_xla_collectives(p, catalog=catalog)
+    # the same row measured on a larger device fits
+    assert len(import_xla_collectives(p, catalog=catalog, device="H200")) == 10
+    bad = raw.copy()
+    bad["num_replica_groups"] = bad["num_replica_groups"].astype(float)
+    bad.loc[2, "num_replica_groups"] = 2.5
+    bad.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"line 4, column 'num_replica_groups': 2.5 is not an integer"):
+        import_xla_collectives(p, catalog=catalog)

@@ -40,6 +40,7 @@ from hybrid.data.importers._common import (
     finish,
     numeric,
     read_csv_checked,
+    resolve_device_names,
     resolve_system_name,
     warn,
 )
@@ -219,6 +220,12 @@ def _collectives_csv(path: Path) -> pd.DataFrame:
               if "num_replica_groups" in df.columns else np.full(len(df), np.nan))
     pairs = (numeric(df, "source_target_pairs", path, required=False)
              if "source_target_pairs" in df.columns else np.zeros(len(df)))
+    for column, v in (("num_replica_groups", groups), ("num_devices_per_group", per_group),
+                      ("source_target_pairs", pairs)):
+        frac = np.isfinite(v) & (v != np.floor(v))
+        if frac.any():  # (2.5 replica groups was imported as a "replica_groups=2x4" variant)
+            i = int(np.flatnonzero(frac)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {column!r}: {v[i]:g} is not an integer")
     total = np.nanmax(np.where(np.isnan(groups), 1, groups) * per_group) if np.isfinite(per_group).any() else np.nan
     is_permute = df["opcode"].astype("string").str.strip().str.lower().str.startswith("collective-permute")
     is_permute = is_permute.fillna(False).to_numpy()
@@ -276,8 +283,17 @@ def _collectives_txtpb(path: Path, msg: textproto.Message) -> pd.DataFrame:
             dims = shape.get("dimensions", [])
             if etype not in _ELEMENT_BYTES:
                 raise ImportFormatError(f"{path}: unknown element_type {etype!r} in a {opcode} entry")
+            dims = dims if isinstance(dims, list) else [dims]
+            n = len(rows) + 1
+            if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+                # (two negative extents multiplied into a positive byte count, 10.5 into 42 bytes: both imported)
+                raise ImportFormatError(f"{path}: entry {n} ({opcode}): shape dimensions {dims} are not all "
+                                        "positive integers")
             out_bytes = float(np.prod(dims, dtype=np.float64)) * _ELEMENT_BYTES[etype] if dims else np.nan
             groups, per_group = _device_list(instr)
+            for what, v in (("num_replica_groups", groups), ("num_devices_per_group", per_group)):
+                if np.isfinite(v) and not (v > 0 and v == int(v)):
+                    raise ImportFormatError(f"{path}: entry {n} ({opcode}): {what} {v:g} is not a positive integer")
             pairs = [(int(textproto.first(p, "source", 0)), int(textproto.first(p, "target", 0)))
                      for p in instr.get("source_target_pairs", [])]
             ids = {d for pr in pairs for d in pr}
@@ -326,5 +342,24 @@ def import_xla_collectives(paths: Iterable[str | os.PathLike] | str | os.PathLik
         else:
             warn(p, f"catalog has no system {DEFAULT_COLLECTIVE_SYSTEM!r}; the system column is left empty "
                     "(pass --system)")
+        # (before the schema's own bound of 2^62 bytes, whose error names a CSV line even in a text proto)
+        _check_fits_memory(raw, p, cat, device, "entry" if _is_txtpb(p) else "row")
         frames.append(finish(raw, p, cat, source=f"xla-collectives:{display_path(p)}", device=device))
     return concat(frames, "XLA collectives")
+
+
+def _check_fits_memory(df: pd.DataFrame, path: Path, cat: Catalog, device: str | None, unit: str) -> None:
+    """Refuse a row whose buffer cannot exist: ``size_bytes`` (the all-gather output, the reduce-scatter input, the
+    all-reduce / all-to-all / permute buffer) is held whole by every device of the group, so it must fit in one
+    device's memory. (The schema only bounds sizes at 2^62 bytes: a 400 GB all-reduce on an 80 GB H100 was
+    imported as a measurement.)"""
+    names = [device] * len(df) if device is not None else [str(d) for d in df["device"]]
+    keys = resolve_device_names(set(names), cat, path)
+    devs = [keys[n] for n in names]
+    cap = np.array([cat.devices[d].mem_capacity for d in devs], dtype=np.float64)
+    over = df["size_bytes"].to_numpy(dtype=np.float64) > cap
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        raise ImportFormatError(f"{path}: {unit} {i + 1} ({df['op'].iloc[i]}): a "
+                                f"{df['size_bytes'].iloc[i] / 2**30:.4g} GiB buffer does not fit in the "
+                                f"{cap[i] / 2**30:.4g} GiB of {devs[i]} (every device of the group holds it whole)")
