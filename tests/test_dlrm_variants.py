@@ -214,8 +214,9 @@ def test_gpu_benchmark_names_the_accelerator_it_cannot_map(shared_datasets):
 
 def test_gpu_benchmark_answers_a_table_with_nothing_to_score_without_calibrating(shared_datasets, tmp_path, capsys,
                                                                                  monkeypatch):
-    """A header-only table, or one whose every run is skipped, is answered at once (n_rows 0 and the skips), not
-    after fitting the calibration and scoring the fit round for nothing (minutes)."""
+    """A table whose every run is skipped is answered at once (n_rows 0 and the skips), not after fitting the
+    calibration and scoring the fit round for nothing (minutes); a header-only table is an error at once, as in
+    the other benchmark scripts (tests/test_benchmark_header_only_labels.py)."""
     bench = _gpu_bench()
 
     def no_calibration(*a, **k):
@@ -223,12 +224,15 @@ def test_gpu_benchmark_answers_a_table_with_nothing_to_score_without_calibrating
 
     monkeypatch.setattr(bench, "public_calibration", no_calibration)
     v10 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v1.0_dlrm_runs.csv")
-    for name, rows in (("header.csv", v10.head(0)), ("tpus.csv", v10[v10["accelerator"] == "TPU"].head(2))):
-        rows.to_csv(tmp_path / name, index=False)
-        rc = bench.main(["--data-dir", str(shared_datasets), "--mlperf", str(tmp_path / name), "--json"])
-        out = json.loads(capsys.readouterr().out)
-        assert rc == 0 and out["n_rows"] == 0 and out["geomean_pct"] is None and out["by_system"] == {}
-        assert out["n_skipped"] == len(rows)
+    rows = v10[v10["accelerator"] == "TPU"].head(2)
+    rows.to_csv(tmp_path / "tpus.csv", index=False)
+    rc = bench.main(["--data-dir", str(shared_datasets), "--mlperf", str(tmp_path / "tpus.csv"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["n_rows"] == 0 and out["geomean_pct"] is None and out["by_system"] == {}
+    assert out["n_skipped"] == len(rows)
+    v10.head(0).to_csv(tmp_path / "header.csv", index=False)
+    assert bench.main(["--data-dir", str(shared_datasets), "--mlperf", str(tmp_path / "header.csv"), "--json"]) == 2
+    assert "header.csv: has no data rows" in capsys.readouterr().err
 
 
 def test_config_files_can_name_a_variant(tmp_path):

@@ -146,11 +146,13 @@ def read_mlperf(files: list[Path]) -> pd.DataFrame:
     for f in files:
         try:
             df = pd.read_csv(f)
-        except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise InvalidInputError(f"cannot read MLPerf table {f}: {str(exc).splitlines()[0]}") from None
         missing = [c for c in MLPERF_COLUMNS if c not in df.columns]
         if missing:
             raise InvalidInputError(f"{f}: not an MLPerf DLRM runs table (missing column(s) {missing})")
+        if df.empty:  # (a table of unmappable runs answers with its skips; one without runs is a mistake)
+            raise InvalidInputError(f"{f}: has no data rows (a header only)")
         frames.append(df.assign(file_name=Path(f).name))
     if not frames:
         raise InvalidInputError("no MLPerf table given")

@@ -256,6 +256,8 @@ def mosaic_cases(d: Path, max_rows: int | None, path: Path | None = None,
     missing = [c for c in MOSAIC_COLUMNS if c not in t.columns]
     if missing:
         raise InvalidInputError(f"{src}: not an llm-foundry benchmark table (missing column(s) {missing})")
+    if t.empty:  # (a table of unmappable rows answers with its skips; one without rows is a mistake)
+        raise InvalidInputError(f"{src}: has no data rows (a header only)")
     out = []
     for r in t.to_dict(orient="records"):
         try:

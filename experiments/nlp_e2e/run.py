@@ -379,7 +379,7 @@ def read_labels(path: str) -> pd.DataFrame:
     if missing:
         raise InvalidInputError(f"{p}: missing column(s) {missing}; a NeuSight e2e label table needs {LABEL_COLUMNS}")
     if df.empty:
-        raise InvalidInputError(f"{p}: no rows")
+        raise InvalidInputError(f"{p}: has no data rows (a header only)")
     df["e2e_latency"] = pd.to_numeric(df["e2e_latency"], errors="coerce")
     bad = ~(np.isfinite(df["e2e_latency"]) & (df["e2e_latency"] > 0))
     if bad.any():

@@ -172,13 +172,15 @@ def read_table(path: str | os.PathLike, catalog: Catalog | None = None, empty_ok
     p = Path(path)
     try:
         df = pd.read_csv(p, comment="#")
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise ImportFormatError(f"{p}: cannot read ({exc})") from None
     df = df.rename(columns={c: a for c, a in COLUMN_ALIASES if c in df.columns and a not in df.columns})
     need = ("model", "tp", "input_len")
     missing = [c for c in need if c not in df.columns]
-    if missing or len(df) == 0:
-        raise ImportFormatError(f"{p}: not a published inference table (missing {missing or 'rows'})")
+    if missing:
+        raise ImportFormatError(f"{p}: not a published inference table (missing {missing})")
+    if len(df) == 0:
+        raise ImportFormatError(f"{p}: has no data rows (a header only)")
     # later pages (trtllm-bench, in-flight batching) give the highest throughput without a batch size: those rows
     # get batch 0 = "as many requests as fit" (:func:`inflight_batch`); a latency table without one is batch 1
     if "batch_size" not in df.columns:
