@@ -586,13 +586,44 @@ def scaling_plot(runs: pd.DataFrame, path: Path) -> str:
     return path.name
 
 
+def given_intro(runs: pd.DataFrame, skipped: Counter, n_input: int, fit_round: str, fit_note: str,
+                calib_note: str, given: list[str]) -> list[str]:
+    """The opening of the report of tables given with ``--mlperf``: what was read, scored and fitted (the
+    committed report's opening describes the public rounds and DeepLearningExamples, none of which it scored)."""
+    fit_on = fit_note.startswith("framework constants fitted")
+    in_round = int(runs["fit_set"].sum())
+    return [
+        f"Tables scored: {', '.join(f'`{g}`' for g in given)}: {n_input} MLPerf rows read; mapped and scored: "
+        f"{len(runs)}. Skipped: " + (", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) or "none") + ".", "",
+        "Error = |predicted - measured| / measured of the per-iteration time (throughput = global batch / time; "
+        "errors here are on the time); geomean and max over runs.", "",
+        f"Calibration (public kernel and collective data only, no end-to-end data): {calib_note}.", "",
+        ("Fitted (`fitted` column): per framework family, the kernel model and two framework constants "
+         f"{fit_note.removeprefix('framework constants ')} of the public data (the MLPerf {fit_round} round), "
+         "not on these tables; "
+         + (f"{in_round} of the scored runs are of that round (in-sample where they are that file's runs: the "
+            "`fit round` rows and the `in fit set` column)." if in_round else "none of the scored runs is of that "
+            "round.")
+         if fit_on else
+         f"Fitted (`fitted` column): nothing fitted (no public MLPerf {fit_round} table to fit the framework "
+         "constants on), so it is the calibrated kernel model with each family's default overheads."),
+        ""]
+
+
 def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_round: str, calib_note: str,
-           command: str, seconds: float, plot: str) -> str:
+           command: str, seconds: float, plot: str | None, given: list[str] | None = None,
+           fit_note: str = "") -> str:
+    """The markdown report; ``given`` (tables scored with ``--mlperf``, ``fit_note`` saying what was fitted) opens
+    it with what was read from them instead of the public rounds' description, and drops the scaling curve."""
     held = runs[~runs["fit_set"]]
     fitted = runs[runs["fit_set"]]
     L = ["# DLRM on GPUs: predicted vs published training iterations", "",
          f"Command: `{command}` ({seconds:.0f} s on a shared, loaded 2-core machine; the timing does not affect "
-         "the numbers).", "",
+         "the numbers).", ""]
+    if given is not None:
+        L += given_intro(runs, skipped, n_input, fit_round, fit_note, calib_note, given)
+    else:
+        L += [
          f"Published runs read: {n_input} MLPerf rows + DeepLearningExamples; mapped and scored: {len(runs)} "
          f"(MLPerf {int((runs['source'] != 'DeepLearningExamples').sum())}, DeepLearningExamples "
          f"{int((runs['source'] == 'DeepLearningExamples').sum())} = 7 systems x 2 precisions). Skipped (MLPerf): "
@@ -604,8 +635,8 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
          "framework family (HugeCTR, PyTorch, other): which kernel model to use (roofline or calibrated, the one "
          "with the lower geomean error on that family's fit-round runs) and two framework constants with it; "
          f"scored on everything else ({len(held)} runs: the other MLPerf rounds and DeepLearningExamples, whose "
-         "PyTorch rows use the PyTorch family's choice). Rows of the fit round are in-sample for that column.", "",
-         "## Headline", "",
+         "PyTorch rows use the PyTorch family's choice). Rows of the fit round are in-sample for that column.", ""]
+    L += ["## Headline", "",
          "| runs | n | roofline geomean / max % | calibrated geomean / max % | fitted geomean / max % | "
          f"target (< {TARGET_PCT:.0f}% geomean) |", "|---|---|---|---|---|---|"]
     single = runs["nodes"] == 1
@@ -639,6 +670,8 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
     L += ["", "## Per GPU count", ""] + table_lines(runs, "gpus")
     L += ["", "## Per framework family", ""] + table_lines(runs, "family")
     L += ["", "## Per system", ""] + table_lines(runs, "system_label")
+    if not any(k != "zipf" for k in fits):  # nothing fitted (tables given without a fit round): no table
+        return "\n".join(L) + "\n"
     L += ["", "## Fitted framework constants (us)", "",
           "Fitted with `Overheads.fit_report(..., fit=('launch_us', 'iteration_us'))`: log error of the iteration "
           "+ a weak prior at the family's host overheads (engine defaults, launch 15 us and iteration 100 us; "
@@ -676,6 +709,8 @@ def report(runs: pd.DataFrame, skipped: Counter, n_input: int, fits: dict, fit_r
               "| zipf alpha | " + " | ".join(f"{a:g}" for a in scores) + " |",
               "|---|" + "---|" * len(scores),
               f"| {fit_round} HugeCTR geomean % | " + " | ".join(f"{v:.1f}" for v in scores.values()) + " |"]
+    if plot is None:
+        return "\n".join(L) + "\n"
     L += ["", "## Scaling curve", "", f"![predicted vs measured throughput]({plot})", "",
           "| series | GPUs | global batch | measured ms | fitted ms | calibrated ms | roofline ms |", "|---|---|---|---|---|---|---|"]
     sc = runs[(runs["source"] == "DeepLearningExamples") | (runs["system_label"].str.contains("NVIDIA dgxa100")
@@ -714,8 +749,11 @@ def main(argv: list[str] | None = None) -> int:
             n_input = len(given)
             fit_note = "none (default overheads)"
             if len(runs) == 0:  # nothing to score: no calibration and fit-round scoring (minutes) for an empty answer
-                print(json.dumps(summary_json(runs, skipped, n_input, fit_note), indent=2))
+                print(json.dumps(summary_json(runs, skipped, n_input, fit_note), indent=2) if args.json else
+                      f"no run to score: {n_input} MLPerf rows read, all skipped ("
+                      + ", ".join(f"{v} {k}" for k, v in sorted(skipped.items())) + ")")
                 return 0
+            in_fit_round = (runs["round"] == args.fit_round).to_numpy()
             fit_rows = pd.DataFrame()
             if data_dir is not None:
                 fit_files = sorted(Path(f) for f in glob.glob(str(data_dir / MLPERF_GLOB)))
@@ -727,14 +765,15 @@ def main(argv: list[str] | None = None) -> int:
             calibrated, calib_note = calibrate(catalog)
             scored_in = pd.concat([fit_rows.assign(round="__fit__"), runs.assign(round="__score__")],
                                   ignore_index=True) if len(fit_rows) else runs.assign(round="__score__")
-            scored, _ = score(scored_in, catalog, calibrated, "__fit__" if len(fit_rows) else None)
-            scored = scored[scored["round"] == "__score__"].assign(fit_set=False)
+            scored, fits = score(scored_in, catalog, calibrated, "__fit__" if len(fit_rows) else None)
+            # the given runs of the fit round (in-sample where they are the fitted file's own runs)
+            scored = scored[scored["round"] == "__score__"].assign(fit_set=in_fit_round & (len(fit_rows) > 0))
             summary = summary_json(scored, skipped, n_input, fit_note)
             if args.json:
                 print(json.dumps(summary, indent=2))
             else:
-                print(report(scored, skipped, n_input, {}, args.fit_round, calib_note, command, time.time() - t0,
-                             "(no plot)"))
+                print(report(scored, skipped, n_input, fits if len(fit_rows) else {}, args.fit_round, calib_note,
+                             command, time.time() - t0, None, given=list(args.mlperf), fit_note=fit_note))
             return 0
         files = sorted(Path(f) for f in glob.glob(str(data_dir / MLPERF_GLOB)))
         given = read_mlperf(files)
