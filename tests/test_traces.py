@@ -1486,6 +1486,28 @@ def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace,
     assert not warned["lstm", CPU] and not warned["tiny", "H100-SXM"] and not warned["tiny", CPU]
 
 
+def test_weight_norm_is_costed(tmp_path, cpu_catalog):
+    """A weight-normed convolution (wav2vec 2.0's and HuBERT's positional convolution) left its fused
+    ``_weight_norm_interface`` and its backward unmodelled (their traced time on the traced CPU, 0 elsewhere): the
+    backward's children (allocating and zeroing a per-slice buffer) hid none of its work. Each is one elementwise
+    row over the weight now."""
+    torch.manual_seed(0)
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(16, 16, 8, padding=4, groups=4), dim=2)
+    x = torch.randn(2, 16, 64)
+    paths = record_step(lambda: conv(x).pow(2).mean().backward(), tmp_path, warmup=1, execution_trace=False,
+                        measure_overhead=False, memory=False, timed=0)
+    it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
+    assert it.unmodelled().empty, set(it.unmodelled()["name"])
+    u = it.units[it.units["name"] == "aten::_weight_norm_interface"]
+    assert len(u) == 1 and u["kind"].iloc[0] == "op"
+    row = u["row"].iloc[0]
+    assert (row["elements"], row["n_inputs"], row["n_outputs"]) == (16 * 4 * 8, 2.0, 1.0)
+    b = it.units[it.units["name"] == "aten::_weight_norm_interface_backward"]
+    assert len(b) == 1 and (b["row"].iloc[0]["elements"], b["row"].iloc[0]["n_inputs"]) == (512, 4.0)
+    types = ["float"] * 4 + ["Scalar"]
+    assert map_op("aten::_weight_norm_interface", [[0, 4, 8], [1, 1, 8], []], types[2:]).kind == "view"
+
+
 def test_a_gru_on_the_cpu_is_costed_op_by_op(tmp_path):
     """PyTorch's CPU GRU runs each time step as ATen ops, splitting its gates with ``aten::unsafe_chunk`` (a view)
     and asking ``aten::cudnn_is_acceptable`` (a host check) first: both were unmodelled units (13% of a small
