@@ -217,3 +217,19 @@ def test_collectives_csv_buffer_beyond_device_memory(shared_datasets, tmp_path, 
     bad.to_csv(p, index=False)
     with pytest.raises(ImportFormatError, match=r"line 4, column 'num_replica_groups': 2.5 is not an integer"):
         import_xla_collectives(p, catalog=catalog)
+
+
+def test_matmul_beyond_device_memory_is_refused(tmp_path, catalog):
+    """Three 10^7 x 10^7 bf16 matrices (200 TB each) on an 80 GB H100 were imported as a 5 us GEMM."""
+    p = tmp_path / "matmul.csv"
+    p.write_text("device,b,m,n,k,dtype,time_us\nsm_90,1,256,256,256,bf16xbf16->bf16,5\n"
+                 "sm_90,1,10000000,10000000,10000000,bf16xbf16->bf16,5\n")
+    with pytest.raises(ImportFormatError, match=r"matmul\.csv: row 2 \(gemm\): a 5\.588e\+05 GiB set of operands "
+                                                r"and result does not fit in the 80 GiB of H100-SXM"):
+        import_xla_matmul(p, catalog=catalog)
+    # a batched GEMM counts every batch: 64 x 3 x 8192^2 bf16 = 24 GiB fits an H100, 512 batches do not
+    p.write_text("device,b,m,n,k,dtype,time_us\nsm_90,64,8192,8192,8192,bf16xbf16->bf16,5\n")
+    assert len(import_xla_matmul(p, catalog=catalog)) == 1
+    p.write_text("device,b,m,n,k,dtype,time_us\nsm_90,512,8192,8192,8192,bf16xbf16->bf16,5\n")
+    with pytest.raises(ImportFormatError, match=r"row 1 \(bmm\): a 192 GiB"):
+        import_xla_matmul(p, catalog=catalog)

@@ -46,6 +46,7 @@ from hybrid.data.importers._common import (
 )
 from hybrid.errors import ImportFormatError
 from hybrid.hardware.catalog import Catalog
+from hybrid.ops.families import dtype_bytes_vec
 
 #: XLA primitive / dtype spelling -> canonical dtype.
 XLA_DTYPES: dict[str, str] = {
@@ -160,6 +161,10 @@ def import_xla_matmul(paths: Iterable[str | os.PathLike] | str | os.PathLike, de
     frames = []
     for p in as_paths(paths):
         raw = _matmul_txtpb(p, _read_txtpb(p)) if _is_txtpb(p) else _matmul_csv(p)
+        b, m, n, k = (raw[c].to_numpy(dtype=np.float64) for c in ("b", "m", "n", "k"))
+        # inputs and result in the inputs' type (a lower bound where the result is wider, as fp8 -> bf16)
+        _check_fits_memory(raw, b * (m * k + k * n + m * n) * dtype_bytes_vec(raw), p, cat, device,
+                           "entry" if _is_txtpb(p) else "row", "set of operands and result")
         frames.append(finish(raw, p, cat, source=f"xla-matmul:{display_path(p)}", device=device))
     return concat(frames, "XLA matmul")
 
@@ -343,23 +348,26 @@ def import_xla_collectives(paths: Iterable[str | os.PathLike] | str | os.PathLik
             warn(p, f"catalog has no system {DEFAULT_COLLECTIVE_SYSTEM!r}; the system column is left empty "
                     "(pass --system)")
         # (before the schema's own bound of 2^62 bytes, whose error names a CSV line even in a text proto)
-        _check_fits_memory(raw, p, cat, device, "entry" if _is_txtpb(p) else "row")
+        _check_fits_memory(raw, raw["size_bytes"].to_numpy(dtype=np.float64), p, cat, device,
+                           "entry" if _is_txtpb(p) else "row",
+                           "buffer", " (every device of the group holds it whole)")
         frames.append(finish(raw, p, cat, source=f"xla-collectives:{display_path(p)}", device=device))
     return concat(frames, "XLA collectives")
 
 
-def _check_fits_memory(df: pd.DataFrame, path: Path, cat: Catalog, device: str | None, unit: str) -> None:
-    """Refuse a row whose buffer cannot exist: ``size_bytes`` (the all-gather output, the reduce-scatter input, the
-    all-reduce / all-to-all / permute buffer) is held whole by every device of the group, so it must fit in one
-    device's memory. (The schema only bounds sizes at 2^62 bytes: a 400 GB all-reduce on an 80 GB H100 was
-    imported as a measurement.)"""
+def _check_fits_memory(df: pd.DataFrame, nbytes: np.ndarray, path: Path, cat: Catalog, device: str | None,
+                       unit: str, what: str, why: str = "") -> None:
+    """Refuse a row whose tensors cannot exist: ``nbytes`` per row must fit in its device's memory. A collective's
+    ``size_bytes`` (the all-gather output, the reduce-scatter input, the all-reduce / all-to-all / permute buffer)
+    is held whole by every device of the group; a matmul's operands and result are on its one device. (The schema
+    bounds sizes at 2^62 bytes and dimensions not at all: a 400 GB all-reduce on an 80 GB H100, or a GEMM of three
+    200 TB matrices, was imported as a measurement.)"""
     names = [device] * len(df) if device is not None else [str(d) for d in df["device"]]
     keys = resolve_device_names(set(names), cat, path)
     devs = [keys[n] for n in names]
     cap = np.array([cat.devices[d].mem_capacity for d in devs], dtype=np.float64)
-    over = df["size_bytes"].to_numpy(dtype=np.float64) > cap
+    over = nbytes > cap
     if over.any():
         i = int(np.flatnonzero(over)[0])
-        raise ImportFormatError(f"{path}: {unit} {i + 1} ({df['op'].iloc[i]}): a "
-                                f"{df['size_bytes'].iloc[i] / 2**30:.4g} GiB buffer does not fit in the "
-                                f"{cap[i] / 2**30:.4g} GiB of {devs[i]} (every device of the group holds it whole)")
+        raise ImportFormatError(f"{path}: {unit} {i + 1} ({df['op'].iloc[i]}): a {nbytes[i] / 2**30:.4g} GiB "
+                                f"{what} does not fit in the {cap[i] / 2**30:.4g} GiB of {devs[i]}{why}")
