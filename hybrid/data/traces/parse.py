@@ -635,7 +635,16 @@ def _et_step(tr: RankTrace, step: int | None) -> RankTrace:
     depth = ops["depth"].to_numpy()
     keep = np.zeros(len(ops), dtype=bool)
     keep[root] = True
-    for d in range(int(depth[root]) + 1, int(depth.max(initial=0)) + 1):  # the root's subtree, level by level
+    # Ops of other threads recorded during the step are the step's too, as a Chrome trace's step window keeps them:
+    # a GPU step's backward runs on the autograd engine's device thread, whose ops hang off that thread's root, not
+    # the step annotation (alone, a GPU execution trace lost its whole backward pass). Node ids count up in
+    # recording order; the step ends where its thread records its next top-level op.
+    tids, order = ops["tid"].astype(str).to_numpy(), ops["ts"].to_numpy(dtype=np.float64)
+    top = parent < 0
+    after = top & (tids == tids[root]) & (order > order[root])
+    end = order[after].min() if after.any() else np.inf
+    keep[top & (tids != tids[root]) & (order > order[root]) & (order < end)] = True
+    for d in range(int(depth[root]) + 1, int(depth.max(initial=0)) + 1):  # the kept roots' subtrees, level by level
         lvl = np.flatnonzero((depth == d) & (parent >= 0))
         keep[lvl] = keep[parent[lvl]]
     new_pos = np.cumsum(keep) - 1
