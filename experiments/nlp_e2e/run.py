@@ -65,6 +65,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The labels the committed results are of (``--labels``' default).
+DEFAULT_LABELS = ROOT.parent / "shared" / "datasets" / "neusight" / "e2e_labels_dev.csv"
 sys.path.insert(0, str(ROOT))
 
 LABEL_COLUMNS = ("gpu", "model", "mode", "seqlen", "batch", "e2e_latency")
@@ -363,6 +365,29 @@ def _catalog_gpu(name: str, catalog) -> str | None:
     return None
 
 
+def results_path(args: argparse.Namespace) -> str | None:
+    """Where the markdown report goes: ``--out``, else the committed results beside this script for a run on the
+    public dev labels without ``--json``, else nowhere. The labels are recognised by path, not by name: a file of
+    one's own called ``e2e_labels_dev.csv`` (say the first rows of the public one, copied elsewhere) overwrote the
+    committed results.md, its plot and e2e_rows.csv with its partial scores."""
+    if args.out:
+        return str(args.out)
+    if args.json:
+        return None
+    from hybrid.data.paths import public_data_dir
+
+    public = [DEFAULT_LABELS]
+    base = public_data_dir(getattr(args, "data_dir", None), required=False)
+    if base is not None:
+        public.append(base / "neusight" / "e2e_labels_dev.csv")
+    given = Path(args.labels).resolve()
+    if not any(p.is_file() and given == p.resolve() for p in public):
+        return None
+    name = ("results.md" if not args.leave_one_gpu_out else
+            f"heldout_{args.shots}_shots_results.md" if args.shots else "heldout_results.md")
+    return str(Path(__file__).with_name(name))
+
+
 def read_labels(path: str) -> pd.DataFrame:
     from hybrid.errors import InvalidInputError
 
@@ -614,7 +639,7 @@ def skip_reason(row: pd.Series, catalog, config_dir: str | Path | None = None) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--labels", default=str(ROOT.parent / "shared" / "datasets" / "neusight" / "e2e_labels_dev.csv"))
+    ap.add_argument("--labels", default=str(DEFAULT_LABELS))
     ap.add_argument("--model", default=None, help="calibrated model from the tracking store (NAME[/VERSION])")
     ap.add_argument("--tracking-uri", default=None)
     ap.add_argument("--data-dir", default=None, help="public data directory (default ../shared/datasets)")
@@ -781,10 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(json_safe(result), indent=1, allow_nan=False))
     # --json prints and writes nothing unless --out names a file (a scoring run must not rewrite results.md)
-    default_name = ("results.md" if not args.leave_one_gpu_out else
-                    f"heldout_{args.shots}_shots_results.md" if args.shots else "heldout_results.md")
-    out = args.out or (str(Path(__file__).with_name(default_name))
-                       if Path(args.labels).name == "e2e_labels_dev.csv" and not args.json else None)
+    out = results_path(args)
     if out:
         plot = parity_plot(table, Path(out).with_suffix(".png"), result)
         write_benchmark_results(out, report(result, table, args, plot))
