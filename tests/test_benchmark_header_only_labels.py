@@ -46,3 +46,17 @@ def test_a_header_only_labels_file_is_an_error(script, content, load_experiment,
     if content == "header":
         assert "has no data rows" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before and not Path(out).exists()
+
+
+@pytest.mark.parametrize("script", ["dlrm_gpu", "llm_inference", "llm_training"])
+def test_a_table_given_twice_is_an_error(script, load_experiment, shared_datasets, tmp_path, capsys):
+    """The same table given twice (or as two spellings of one path) had its rows scored and counted twice (the
+    DLRM script: n_input 6 and n_rows 4 for a 3-row table)."""
+    option, header = HEADERS[script]
+    f = tmp_path / "t.csv"
+    f.write_text(header + "\n")
+    other = tmp_path / "sub" / ".." / "t.csv"
+    (tmp_path / "sub").mkdir()
+    rc = load_experiment(script).main([option, str(f), str(other), "--data-dir", str(shared_datasets), "--json"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "is given twice" in err and "Traceback" not in err

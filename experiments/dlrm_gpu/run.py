@@ -143,6 +143,11 @@ def node_system(catalog: Catalog, device: str, gpn: int) -> tuple[Catalog, str, 
 
 def read_mlperf(files: list[Path]) -> pd.DataFrame:
     frames = []
+    seen: dict[Path, Path] = {}
+    for f in files:
+        if (key := Path(f).resolve()) in seen:  # (its runs were scored, and counted, twice)
+            raise InvalidInputError(f"MLPerf table {f} is given twice (as {seen[key]} too): give each table once")
+        seen[key] = Path(f)
     for f in files:
         try:
             df = pd.read_csv(f)

@@ -28,7 +28,7 @@ from hybrid.data.importers import import_paths
 from hybrid.data.importers.vidur import MODEL_CONFIGS, kernel_timed
 from hybrid.data.paths import public_data_dir
 from hybrid.engine.costs import OpCostModel
-from hybrid.errors import HybridError
+from hybrid.errors import HybridError, InvalidInputError
 from hybrid.reports.markdown import write_benchmark_results
 from hybrid.reports.metrics import relative_errors
 from hybrid.workloads.llm.inference import cost_ops, make_setup, pass_ops, predict_many
@@ -251,6 +251,11 @@ def xla_section(data_dir: Path, comp: pd.DataFrame, net: pd.DataFrame, base: Hyb
 def read_tables(files: list[str]) -> list[tuple[str, pd.DataFrame]]:
     """Every table of ``files`` read (:func:`read_table`; one without a mappable row comes back empty, its skips
     counted), so that a malformed file is an error before any fit."""
+    seen: dict[Path, str] = {}
+    for f in files:
+        if (key := Path(f).resolve()) in seen:  # (its rows were scored, and counted, twice)
+            raise InvalidInputError(f"table {f} is given twice (as {seen[key]} too): give each table once")
+        seen[key] = str(f)
     return [(f, read_table(f, empty_ok=True)) for f in files]
 
 

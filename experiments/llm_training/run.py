@@ -536,6 +536,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         d = public_data_dir(args.data_dir)
         # the given tables first: a file that cannot be read is an error now, not after the fit
+        if args.mosaic and len({Path(f).resolve() for f in args.mosaic}) < len(args.mosaic):
+            from hybrid.errors import InvalidInputError
+
+            twice = next(f for i, f in enumerate(args.mosaic)
+                         if Path(f).resolve() in {Path(g).resolve() for g in args.mosaic[:i]})
+            raise InvalidInputError(f"table {twice} is given twice: give each table once")
         given = [c for f in args.mosaic for c in mosaic_cases(d, None, Path(f), skipped)] if args.mosaic else None
     except HybridError as exc:
         print(f"error: {exc}", file=sys.stderr)
