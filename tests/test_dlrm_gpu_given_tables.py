@@ -54,3 +54,20 @@ def test_given_tables_with_nothing_to_score_answer_in_text(load_experiment, shar
     assert load_experiment("dlrm_gpu").main(["--mlperf", str(given), "--data-dir", str(tmp_path / "none")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("no run to score: 2 MLPerf rows read, all skipped (2 no per-iteration time)"), out
+
+
+def test_json_summary_says_which_scored_runs_are_in_sample(load_experiment):
+    """The markdown report marked the given runs of the fit round in-sample; the ``--json`` summary did not say
+    how many there were or what the held-out runs alone score."""
+    from collections import Counter
+
+    import numpy as np
+
+    runs = pd.DataFrame({"err_fit_pct": [1.0, 4.0, 9.0], "err_roofline_pct": [20.0, 30.0, 40.0],
+                         "err_calibrated_pct": [5.0, 5.0, 5.0], "measured_ms": [1.0, 2.0, 3.0],
+                         "pred_fit_ms": [1.0, 2.0, 3.0], "system_label": ["a", "a", "b"], "gpus": [8, 8, 16],
+                         "fit_set": [True, False, False]})
+    out = load_experiment("dlrm_gpu").summary_json(runs, Counter(), 3, "fitted")
+    assert out["n_fit_round"] == 1 and out["held_out_geomean_pct"] == round(float(np.sqrt(4.0 * 9.0)), 2)
+    out = load_experiment("dlrm_gpu").summary_json(runs.assign(fit_set=True), Counter(), 3, "fitted")
+    assert out["n_fit_round"] == 3 and out["held_out_geomean_pct"] is None

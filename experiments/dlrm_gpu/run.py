@@ -532,6 +532,11 @@ def summary_json(runs: pd.DataFrame, skipped: Counter, n_input: int, fit_note: s
                    calibrated_default_overheads_geomean_pct=round(geomean(runs["err_calibrated_pct"]), 2),
                    by_system={k: block(g) for k, g in runs.groupby("system_label", sort=True)},
                    by_gpus={str(k): block(g) for k, g in runs.groupby("gpus", sort=True)})
+        if "fit_set" in runs.columns:  # runs of the round the framework constants were fitted on: in-sample
+            fit_set = runs["fit_set"].to_numpy(bool)
+            held = runs[~fit_set]
+            out.update(n_fit_round=int(fit_set.sum()),
+                       held_out_geomean_pct=round(geomean(held["err_fit_pct"]), 2) if len(held) else None)
     else:
         out.update(geomean_pct=None, max_pct=None, by_system={}, by_gpus={})
     return out
