@@ -124,10 +124,43 @@ def test_collective_bus_bytes() -> None:
     (lambda: Collective(op="all_reduce", size_bytes=6, n_ranks=2, dtype="fp64"), "8 B each"),
     (lambda: Collective(op="all_reduce", size_bytes=8, n_ranks=2, dtype="fp7"), "unknown dtype"),
     (lambda: specs_to_frame([]), "no ops"),
+    # what the table schema refuses in the same columns was priced (inf FLOPs, 12294 FLOPs for a 1024.5 x 2 x 3
+    # GEMM, negative bytes) or failed late with a missing-column error
+    (lambda: Gemm(m=float("inf"), n=1, k=1), "Gemm.m must be a positive number"),
+    (lambda: Gemm(m=1024.5, n=2, k=3), "Gemm.m must be a whole number"),
+    (lambda: Gemm(m=1, n=1, k=1, op="softmax"), "Gemm.op must be one of gemm"),
+    (lambda: Norm(rows=1, hidden=1, op="gemm"), "Norm.op must be one of layernorm"),
+    (lambda: Norm(rows=1, hidden=1, direction="sideways"), "Norm.direction"),
+    (lambda: Softmax(rows=1, hidden=1, direction="back"), "Softmax.direction"),
+    (lambda: Elementwise(elements=10, n_inputs=-1), "Elementwise.n_inputs must be a non-negative number"),
+    (lambda: Elementwise(elements=10, flops_per_element=float("nan")), "flops_per_element"),
+    (lambda: EmbeddingBag(num_embeddings=10, embedding_dim=8, pooling_factor=1, batch_size=1, index_dist="gauss"),
+     "index_dist"),
+    (lambda: EmbeddingBag(num_embeddings=10, embedding_dim=8, pooling_factor=1, batch_size=1, zipf_alpha=-1),
+     "zipf_alpha"),
+    (lambda: Attention(batch=1, heads=8, q_len=4, kv_len=4, head_dim=8, kv_heads=3), "multiple of the key/value"),
+    (lambda: Attention(batch=1, heads=8, q_len=4, kv_len=4, head_dim=8, kv_heads=0), "kv_heads"),
+    (lambda: Attention(batch=1, heads=8, q_len=4, kv_len=4, head_dim=8, causal="yes"), "causal"),
+    (lambda: Collective(op="all_reduce", size_bytes=8, n_ranks=2.5), "n_ranks must be a whole number"),
 ])
 def test_spec_validation(make, match: str) -> None:
     with pytest.raises(InvalidInputError, match=match):
         make()
+
+
+def test_spec_accepts_numpy_numbers() -> None:
+    """Shapes computed with numpy are numbers: np.int64 / np.int32 / integral floats were refused ("must be a
+    positive number, got np.int64(4)"); they are stored as plain ints, so rows and FLOPs match."""
+    import numpy as np
+
+    g = Gemm(m=np.int64(128), n=np.int32(256), k=64.0, b=np.uint8(2))
+    assert (g.m, g.n, g.k, g.b) == (128, 256, 64, 2) and all(type(v) is int for v in (g.m, g.n, g.k, g.b))
+    assert g.flops() == Gemm(m=128, n=256, k=64, b=2).flops()
+    a = Attention(batch=np.int64(2), heads=8, q_len=16, kv_len=16, head_dim=64, kv_heads=np.int64(2),
+                  causal=np.bool_(True))
+    assert a.kv_heads == 2 and a.causal is True
+    assert Norm(rows=4, hidden=8, direction=" BWD ").direction == "bwd"
+    assert Elementwise(elements=np.int64(10), n_inputs=np.float64(1.001)).n_inputs == pytest.approx(1.001)
 
 
 def test_specs_to_frame_mixed_families_round_trip(catalog) -> None:

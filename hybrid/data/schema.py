@@ -20,7 +20,7 @@ import pandas as pd
 from hybrid.atomic import atomic_file
 from hybrid.errors import InvalidInputError, SchemaError
 from hybrid.hardware.catalog import Catalog, default_catalog
-from hybrid.ops.families import FAMILIES, OP_TO_FAMILY
+from hybrid.ops.families import FAMILIES, INDEX_DISTS, OP_TO_FAMILY
 from hybrid.units import normalize_dtype
 
 
@@ -111,7 +111,6 @@ COLUMN_BY_NAME = {c.name: c for c in COLUMNS}
 MAX_INT = 2.0**62
 REQUIRED = ("device", "op", "time_us")
 DIRECTIONS = ("fwd", "bwd")
-INDEX_DISTS = ("uniform", "zipf")
 
 
 def required_columns(op: str) -> tuple[str, ...]:

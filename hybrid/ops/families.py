@@ -474,6 +474,9 @@ def _collective_bytes(df: Frame) -> Vector:
     return col(df, "size_bytes") * bus_factor(df["op"], col(df, "n_ranks"))
 
 
+#: ``index_dist`` values of embedding rows.
+INDEX_DISTS = ("uniform", "zipf")
+
 FAMILIES: dict[str, OpFamily] = {
     f.name: f
     for f in (

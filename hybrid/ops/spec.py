@@ -6,13 +6,17 @@ The dataclasses are a convenience front-end: the cost formulas live once, vector
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+import numbers
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
+import numpy as np
 import pandas as pd
 
 from hybrid.errors import InvalidInputError
-from hybrid.ops.families import COLLECTIVE_OPS, family_of
+from hybrid.ops.families import COLLECTIVE_OPS, INDEX_DISTS, family_of
+from hybrid.ops.roofline import DIRECTIONS
 from hybrid.units import dtype_bytes, normalize_dtype
 
 
@@ -21,14 +25,44 @@ class OpSpec:
     """Base class: subclasses set ``op`` (canonical op name) and the family's shape fields."""
 
     positive_fields: ClassVar[tuple[str, ...]] = ()
+    #: fields that count things (dimensions, rows, ranks, bytes): whole numbers, as the table schema requires of
+    #: the same columns (``hybrid.data.schema``); an optional one (``kv_heads``) may be None
+    integer_fields: ClassVar[tuple[str, ...]] = ()
+    #: optional numeric fields that may be 0 but not negative (None: the family's default)
+    nonnegative_fields: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
-        for name in self.positive_fields:
+        # The same checks the table schema makes of these columns: a dataclass op is priced by the same formulas
+        # without going through it, so an infinite, fractional or negative size gave an infinite, fractional or
+        # negative FLOP / byte count instead of an error. numpy numbers (shapes computed with numpy) are numbers.
+        name_ = type(self).__name__
+        for name in (*self.positive_fields, *self.nonnegative_fields):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-                raise InvalidInputError(f"{type(self).__name__}.{name} must be a positive number, got {value!r}")
+            if value is None and name not in self.positive_fields:
+                continue
+            positive = name in self.positive_fields
+            if (not isinstance(value, numbers.Real) or isinstance(value, (bool, np.bool_))
+                    or not math.isfinite(value) or not (value > 0 if positive else value >= 0)):
+                raise InvalidInputError(f"{name_}.{name} must be a {'positive' if positive else 'non-negative'} "
+                                        f"number (finite), got {value!r}")
+            if name in self.integer_fields:
+                if value != round(value):
+                    raise InvalidInputError(f"{name_}.{name} must be a whole number, got {value!r}")
+                value = int(value)
+            object.__setattr__(self, name, value if isinstance(value, int) else float(value))
         if hasattr(self, "dtype"):
             object.__setattr__(self, "dtype", normalize_dtype(self.dtype))  # type: ignore[attr-defined]
+        if hasattr(self, "direction"):
+            direction = str(self.direction).strip().lower()  # type: ignore[attr-defined]
+            if direction not in DIRECTIONS:
+                raise InvalidInputError(f"{name_}.direction must be one of {DIRECTIONS}, got "
+                                        f"{self.direction!r}")  # type: ignore[attr-defined]
+            object.__setattr__(self, "direction", direction)
+        default_op = next((f.default for f in fields(self) if f.name == "op"), None)
+        if isinstance(default_op, str):  # an op of the class's family: another family's op lacks its columns
+            family = family_of(default_op)
+            if self.op_name not in family.ops:
+                raise InvalidInputError(f"{name_}.op must be one of {', '.join(family.ops)}, got {self.op_name!r}")
 
     @property
     def op_name(self) -> str:
@@ -63,6 +97,7 @@ class Gemm(OpSpec):
     dtype: str = "fp16"
     op: str = "gemm"
     positive_fields: ClassVar[tuple[str, ...]] = ("m", "n", "k", "b")
+    integer_fields: ClassVar[tuple[str, ...]] = ("m", "n", "k", "b")
 
     @property
     def is_gemv(self) -> bool:
@@ -79,6 +114,8 @@ class Elementwise(OpSpec):
     dtype: str = "fp16"
     op: str = "elementwise"
     positive_fields: ClassVar[tuple[str, ...]] = ("elements",)
+    integer_fields: ClassVar[tuple[str, ...]] = ("elements",)
+    nonnegative_fields: ClassVar[tuple[str, ...]] = ("n_inputs", "n_outputs", "flops_per_element")
 
 
 @dataclass(frozen=True)
@@ -89,6 +126,7 @@ class Norm(OpSpec):
     op: str = "layernorm"  # or "rmsnorm"
     direction: str = "fwd"
     positive_fields: ClassVar[tuple[str, ...]] = ("rows", "hidden")
+    integer_fields: ClassVar[tuple[str, ...]] = ("rows", "hidden")
 
 
 @dataclass(frozen=True)
@@ -99,6 +137,7 @@ class Softmax(OpSpec):
     op: str = "softmax"
     direction: str = "fwd"
     positive_fields: ClassVar[tuple[str, ...]] = ("rows", "hidden")
+    integer_fields: ClassVar[tuple[str, ...]] = ("rows", "hidden")
 
 
 @dataclass(frozen=True)
@@ -117,6 +156,15 @@ class EmbeddingBag(OpSpec):
     op: str = "embedding_bag"
     positive_fields: ClassVar[tuple[str, ...]] = (
         "num_embeddings", "embedding_dim", "pooling_factor", "batch_size", "num_tables")
+    integer_fields: ClassVar[tuple[str, ...]] = ("num_embeddings", "embedding_dim", "batch_size", "num_tables")
+    nonnegative_fields: ClassVar[tuple[str, ...]] = ("zipf_alpha",)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        dist = str(self.index_dist).strip().lower()
+        if dist not in INDEX_DISTS:
+            raise InvalidInputError(f"EmbeddingBag.index_dist must be one of {INDEX_DISTS}, got {self.index_dist!r}")
+        object.__setattr__(self, "index_dist", dist)
 
 
 @dataclass(frozen=True)
@@ -132,6 +180,24 @@ class Attention(OpSpec):
     direction: str = "fwd"
     op: str = "attention"
     positive_fields: ClassVar[tuple[str, ...]] = ("batch", "heads", "q_len", "kv_len", "head_dim")
+    integer_fields: ClassVar[tuple[str, ...]] = ("batch", "heads", "q_len", "kv_len", "head_dim", "kv_heads")
+
+    def __post_init__(self) -> None:
+        kv = self.kv_heads
+        if kv is not None and (not isinstance(kv, numbers.Real) or isinstance(kv, (bool, np.bool_))
+                               or not math.isfinite(kv) or kv < 1 or kv != round(kv)):
+            raise InvalidInputError(f"Attention.kv_heads must be a positive whole number or None, got {kv!r}")
+        super().__post_init__()
+        if kv is not None:
+            object.__setattr__(self, "kv_heads", int(kv))
+            if self.heads % int(kv):  # GQA: each key/value head serves a whole group of query heads
+                raise InvalidInputError(f"Attention: query heads ({self.heads}) must be a multiple of the key/value "
+                                        f"heads ({int(kv)})")
+        causal = self.causal
+        if isinstance(causal, (bool, np.bool_)) or (isinstance(causal, numbers.Real) and causal in (0, 1)):  # True / False, numpy's, or 0 / 1 as tables write it
+            object.__setattr__(self, "causal", bool(causal))
+        else:
+            raise InvalidInputError(f"Attention.causal must be True or False, got {causal!r}")
 
 
 @dataclass(frozen=True)
@@ -144,6 +210,7 @@ class Collective(OpSpec):
     n_nodes: int = 1
     dtype: str = "fp32"
     positive_fields: ClassVar[tuple[str, ...]] = ("size_bytes", "n_ranks", "n_nodes")
+    integer_fields: ClassVar[tuple[str, ...]] = ("size_bytes", "n_ranks", "n_nodes")
 
     def __post_init__(self) -> None:
         super().__post_init__()
