@@ -29,8 +29,12 @@ _DTYPE_ALIASES: dict[str, str] = {
     "float16": "fp16", "half": "fp16", "f16": "fp16",
     "bfloat16": "bf16",
     "float8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "e4m3": "fp8", "e5m2": "fp8", "f8e4m3fn": "fp8",
-    "f8e5m2": "fp8",
+    "f8e5m2": "fp8", "f8e4m3": "fp8", "f8e4m3fnuz": "fp8", "f8e5m2fnuz": "fp8", "fp8_e4m3fn": "fp8", "e4m3fn": "fp8",
+    # PyTorch's (torch.float8_e4m3fn, as a trace or a model config prints it), also ml_dtypes' / JAX's names
+    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8",
+    "float8_e4m3": "fp8",
     "nvfp4": "fp4", "mxfp4": "fp4", "float4": "fp4", "fp4_e2m1": "fp4", "e2m1": "fp4", "f4e2m1fn": "fp4",
+    "float4_e2m1fn": "fp4", "float4_e2m1fn_x2": "fp4",
     "i8": "int8", "s8": "int8", "int": "int32", "int32_t": "int32", "i32": "int32", "s32": "int32",
     "uint8": "int8", "u8": "int8", "i64": "int64", "s64": "int64", "long": "int64",
 }

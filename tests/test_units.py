@@ -14,6 +14,9 @@ from hybrid.units import DTYPE_BYTES, DTYPE_FALLBACK, dtype_bytes, format_bytes,
     ("float16", "fp16"), ("torch.float16", "fp16"), ("half", "fp16"), ("BF16", "bf16"), ("torch.bfloat16", "bf16"),
     ("float", "fp32"), ("F32", "fp32"), ("double", "fp64"), ("fp8_e4m3", "fp8"), ("e5m2", "fp8"), (" int8 ", "int8"),
     ("tf32", "tf32"), ("long", "int64"), ("NVFP4", "fp4"), ("mxfp4", "fp4"), ("fp4_e2m1", "fp4"),
+    # PyTorch's own fp8 / fp4 names, as str(torch.float8_e4m3fn) prints them, were unknown dtypes
+    ("torch.float8_e4m3fn", "fp8"), ("float8_e5m2", "fp8"), ("torch.float8_e4m3fnuz", "fp8"),
+    ("float8_e5m2fnuz", "fp8"), ("torch.float4_e2m1fn_x2", "fp4"), ("FP8_E4M3FN", "fp8"),
 ])
 def test_normalize_dtype(name: str, canon: str) -> None:
     assert normalize_dtype(name) == canon
