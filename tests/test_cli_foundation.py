@@ -243,6 +243,28 @@ def test_interval_note_says_when_an_unseen_band_was_borrowed(capsys):
     assert "unseen system or layout" not in sized["interval_note"]
 
 
+def test_interval_note_of_a_fitted_device_in_an_unfitted_dtype_names_the_dtype(capsys):
+    """An H100 fp8 GEMM from a model fitted on the H100's bf16/fp16/fp32/tf32 GEMMs gets the unseen band (a dtype
+    never fitted); the note called that "an unseen device" (the H100 was fitted). A GPU never fitted keeps it."""
+    import pandas as pd
+
+    from hybrid.cli.predict import _interval, _seen_device_reason
+    from hybrid.corrections import HybridPredictor
+    from hybrid.corrections.kernel_xgb import GemmXGB, XGBParams
+
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "datasets" / "H100-SXM" / "measurements.csv")
+    pred = HybridPredictor(corrections=[GemmXGB(XGBParams(n_estimators=5))]).fit(table[table["op"] == "gemm"])
+    row = {"time_us_low": 80.0, "time_us_high": 160.0, "interval_calibrated": False, "interval_band": "unseen",
+           "method": "kernel-xgb"}
+    why = _seen_device_reason(pred, row, "H100-SXM", "fp8", "gemm", "GEMM")
+    out = _interval(row, "GEMM", reason=why)
+    assert "unseen device" not in out["interval_note"]
+    assert "fp8 on H100-SXM, whose GEMMs the model fitted only in bf16, fp16, fp32, tf32" in out["interval_note"]
+    assert _seen_device_reason(pred, row, "A100-SXM4-80GB", "fp8", "gemm", "GEMM") == ""
+    assert "unseen device" in _interval(row, "GEMM", reason="")["interval_note"]
+    assert _seen_device_reason(pred, {**row, "interval_band": "seen"}, "H100-SXM", "bf16", "gemm", "GEMM") == ""
+
+
 def test_interval_note_says_when_a_sibling_band_is_the_one_between_seen_and_unseen(capsys):
     """A GPU priced from a measured sibling in a model that could not calibrate a sibling band gets the band
     halfway between the seen and unseen ones; the note said it was borrowed from another op family or model, and

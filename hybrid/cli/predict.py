@@ -42,8 +42,9 @@ def _interval(row, what: str, between: bool = False, reason: str = "") -> dict:
     it was calibrated for this kind of prediction (``interval_calibrated``) and, where not, ``interval_note``
     (also printed to stderr). ``what``: the kind of op, for the note; ``between``: an uncalibrated sibling band is
     the one between the key's seen and unseen bands (``IntervalCalibration.sibling_fallback``); ``reason``: why a
-    collective row is on the unseen band (``extrapolation_reason``: a size beyond the measured ones, a layout never
-    measured), named in the note instead of "an unseen system or layout"."""
+    row is on the unseen band, named in the note instead of "an unseen system or layout" / "an unseen device" (a
+    collective's ``extrapolation_reason``: a size beyond the measured ones, a layout never measured; a GEMM of a
+    fitted device: :func:`_seen_device_reason`)."""
     lo, hi = float(row.get("time_us_low", float("nan"))), float(row.get("time_us_high", float("nan")))
     calibrated = bool(row.get("interval_calibrated", lo == lo and hi == hi))
     method = str(row.get("method", "the model"))
@@ -88,6 +89,24 @@ def _sibling_between(predictor, row, op: str) -> bool:
 
     intervals = getattr(predictor, "intervals", None)
     return intervals is not None and intervals.sibling_fallback(f"{row.get('method')}:{family_of(op).name}")
+
+
+def _seen_device_reason(predictor, row, device: str, dtype: str, op: str, what: str) -> str:
+    """Why a GEMM of a device the model fitted is on the unseen band (``reason`` of :func:`_interval`; '' for a
+    device it never fitted): its dtype was never fitted on that device's units, or the device was fitted only in
+    other op families (``HybridPredictor._bands``). The note called such a row's band that of an "unseen device"."""
+    from hybrid.ops.families import family_of
+
+    if row.get("interval_band") != "unseen" or device not in getattr(predictor, "devices_seen", ()):
+        return ""
+    family = family_of(op).name
+    corr = next((c for c in getattr(predictor, "corrections", []) if family in c.families and c.fitted), None)
+    if corr is None:
+        return ""
+    dtypes = (getattr(predictor, "dtypes_fitted", {}) or {}).get(corr.key, {}).get(device)
+    if dtypes:
+        return f"{dtype} on {device}, whose {what}s the model fitted only in {', '.join(dtypes)}"
+    return f"{device} was fitted only in other op families than {what}s"
 
 
 def _memory_fit(frame, cat, **target: str) -> dict:
@@ -143,8 +162,10 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         dev = cat.device(device)
         frame["device"] = dev.key
         out = loaded.predictor.predict(frame).iloc[0]
+        what = "GEMM" if spec.op != "gemv" else "GEMV"
+        why = _seen_device_reason(loaded.predictor, out, dev.key, spec.dtype, spec.op, what)
         extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
-                 **_interval(out, "GEMM" if spec.op != "gemv" else "GEMV", _sibling_between(loaded.predictor, out, spec.op))}
+                 **_interval(out, what, _sibling_between(loaded.predictor, out, spec.op), reason=why)}
         unseen = _unseen_dtype(loaded.predictor, spec.dtype)
         if unseen:
             extra.update(unseen)
