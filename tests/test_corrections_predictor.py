@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -316,3 +317,27 @@ def _prepared(catalog, rows):
     from hybrid.ops.roofline import roofline
 
     return rows, roofline(rows, catalog), catalog
+
+
+def test_save_replaces_only_a_saved_predictor(tmp_path):
+    """``save`` replaces its directory whole: on a directory of something else it deleted it, and on a file it
+    put a directory in its place (leaving the file hidden beside it). Both are refused now, untouched; an empty
+    directory and an earlier save are replaced."""
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "datasets" / "H100-SXM" / "measurements.csv")
+    pred = HybridPredictor(corrections=[GemmXGB(XGBParams(n_estimators=3))]).fit(table[table["op"] == "gemm"])
+    mine = tmp_path / "results"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(InvalidInputError, match=r"not a saved predictor \(it holds notes.txt\)"):
+        pred.save(mine)
+    assert (mine / "notes.txt").read_text() == "keep me" and not (mine / "manifest.json").exists()
+    note = tmp_path / "notes.txt"
+    note.write_text("keep me too")
+    with pytest.raises(InvalidInputError, match="exists and is not a directory"):
+        pred.save(note)
+    assert note.read_text() == "keep me too" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "results"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert (pred.save(empty) / "manifest.json").is_file()
+    pred.save(empty)  # an earlier save is replaced
+    assert HybridPredictor.load(empty).predict_time(table[table["op"] == "gemm"].head(3)).shape == (3,)

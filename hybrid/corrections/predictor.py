@@ -1008,8 +1008,19 @@ class HybridPredictor:
 
     # ------------------------------------------------------------------ persistence
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write the predictor to ``directory`` (created or replaced atomically); returns its path."""
+        """Write the predictor to ``directory`` (created or replaced atomically); returns its path.
+
+        Only an empty directory or an earlier saved predictor (its ``manifest.json``) is replaced: anything else
+        there (a file, a directory of other things) raises :class:`InvalidInputError` and is left as it was. The
+        replacement deletes the old directory, so ``save("results")`` on a directory of one's own deleted it, and
+        ``save("notes.txt")`` replaced the file with a directory (and left the file hidden beside it)."""
         target = Path(directory)
+        if target.exists() and not target.is_dir():
+            raise InvalidInputError(f"cannot save the predictor to {target}: it exists and is not a directory")
+        if target.is_dir() and not (target / "manifest.json").is_file() and any(target.iterdir()):
+            held = ", ".join(sorted(p.name for p in target.iterdir())[:5])
+            raise InvalidInputError(f"cannot save the predictor to {target}: the directory is not a saved predictor "
+                                    f"(it holds {held}) and saving replaces it; choose another directory")
         with atomic_directory(target) as tmp:
             entries = []
             for corr in self.corrections:
