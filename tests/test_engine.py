@@ -9,7 +9,7 @@ import pytest
 
 from hybrid.engine import Overheads, TaskGraph, simulate, simulate_durations, write_chrome_trace
 from hybrid.engine.costs import RooflineCostModel
-from hybrid.errors import InvalidInputError
+from hybrid.errors import InvalidInputError, SchemaError
 
 NO = Overheads.zero()
 
@@ -117,6 +117,43 @@ def test_cycle_and_bad_input_are_errors():
         g.add(5, "compute", "bad rank", duration_us=1.0)
     with pytest.raises(InvalidInputError, match="empty"):
         TaskGraph(2).compile()
+
+
+def test_refused_node_leaves_the_graph_as_it_was():
+    """A node refused for its kind, overhead, op or a missing dependency left the graph half-appended (its name,
+    rank and stream in, the rest not: per-node lists of unequal lengths), and an unknown kind was a bare ValueError
+    ("tuple.index(x): x not in tuple"). Each is an InvalidInputError now, the graph still compiles and simulates."""
+    g = TaskGraph(1)
+    g.add(0, "compute", "a", duration_us=2.0)
+    for bad, match in ((dict(kind="gpu"), "kind must be one of compute"),
+                       (dict(overhead="launch"), "overhead must be one of none"),
+                       (dict(op=[("op", "gemm")]), "op must be a mapping"),
+                       (dict(deps=[5]), "dependency 5 does not exist yet")):
+        with pytest.raises(InvalidInputError, match=match):
+            g.add(0, "compute", "bad", duration_us=1.0, **bad)
+    assert len(g) == 1
+    g.add(0, "compute", "b", duration_us=3.0)
+    res = simulate_durations(g.compile(), np.array([2.0, 3.0]))
+    assert res.iteration_us == 5.0
+    for n in (1.5, "2", 0, True):
+        with pytest.raises(InvalidInputError, match="whole number of ranks"):
+            TaskGraph(n)
+    assert TaskGraph(np.int64(2)).n_ranks == 2
+
+
+def test_negative_op_shape_is_refused_not_priced_as_one(catalog):
+    """``integral_shapes`` raised every integer column to at least 1, so a GEMM node given m=-1 was priced as a
+    1 x 1 x 1 GEMM (4 us on an H100); the predictor's validation refuses it now. Fractional shares still round."""
+    from hybrid.engine.costs import integral_shapes
+
+    g = TaskGraph(1)
+    g.kernel(0, "mm", {"op": "gemm", "device": "H100", "dtype": "bf16", "m": -1, "n": 64, "k": 64})
+    with pytest.raises(SchemaError, match="column .m.: must be positive"):
+        simulate(g, overheads=NO)
+    import pandas as pd
+
+    shares = integral_shapes(pd.DataFrame({"m": [0.4, 2.6, np.nan, 0.0], "n": [1, 1, 1, 1]}))
+    assert shares["m"].tolist()[:2] == [1.0, 3.0] and np.isnan(shares["m"].iloc[2]) and shares["m"].iloc[3] == 1.0
 
 
 def test_chrome_trace_has_one_track_per_rank_and_stream(tmp_path, catalog):

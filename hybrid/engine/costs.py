@@ -191,10 +191,13 @@ def model_catalog(model: OpCostModel, fallback: Catalog | None = None) -> Catalo
 
 
 def integral_shapes(ops: pd.DataFrame) -> pd.DataFrame:
-    """``ops`` with every integer column of the measurement schema rounded (at least 1 where present).
+    """``ops`` with every integer column of the measurement schema rounded (at least 1 where present and not
+    negative).
 
     Workload builders legitimately produce fractional shapes (a fused lookup's mean rows per table, a per-rank
-    share of a message); predictors validate rows against the schema, where those columns are integers.
+    share of a message, an empty tensor's 0); predictors validate rows against the schema, where those columns are
+    integers. A negative value is no such share but a wrong row (a task-graph op given ``m=-1``): it is left as it
+    is, for the predictor's validation to refuse by row and column; it was priced as a size of 1.
     """
     from hybrid.data.schema import COLUMNS
 
@@ -202,7 +205,8 @@ def integral_shapes(ops: pd.DataFrame) -> pd.DataFrame:
     for c in COLUMNS:
         if c.kind == "int" and c.name in out.columns:
             v = pd.to_numeric(out[c.name], errors="coerce")
-            out[c.name] = np.where(v.notna(), np.maximum(np.round(v.fillna(0.0)), 1.0), np.nan)
+            rounded = np.where(v < 0, v, np.maximum(np.round(v.fillna(0.0)), 1.0))
+            out[c.name] = np.where(v.notna(), rounded, np.nan)
     return out
 
 

@@ -113,8 +113,13 @@ class TaskGraph:
     synchronous_host: bool = False
 
     def __post_init__(self) -> None:
-        if int(self.n_ranks) <= 0:
-            raise InvalidInputError(f"a task graph needs at least one rank, got {self.n_ranks}")
+        try:
+            whole = int(self.n_ranks) == self.n_ranks and not isinstance(self.n_ranks, bool)
+        except (TypeError, ValueError, OverflowError):
+            whole = False
+        if not whole or int(self.n_ranks) <= 0:  # TaskGraph(1.5) was a graph of 1.5 ranks (int() where used)
+            raise InvalidInputError(f"a task graph needs a whole number of ranks, at least one, got {self.n_ranks!r}")
+        self.n_ranks = int(self.n_ranks)
 
     def __len__(self) -> int:
         return len(self._names)
@@ -160,14 +165,29 @@ class TaskGraph:
         ``phase`` defaults to the builder's current :attr:`phase`."""
         if duration_us < 0 or not np.isfinite(duration_us):
             raise InvalidInputError(f"node {name!r}: duration must be finite and >= 0, got {duration_us}")
-        sid = self.stream_id(rank, stream)
+        # every check before the first append: a refused node left the graph's per-node lists of unequal
+        # lengths (an unknown kind was a bare "tuple.index(x): x not in tuple" after name, rank and stream were in)
+        if kind not in KINDS:
+            raise InvalidInputError(f"node {name!r}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if overhead not in OVERHEAD_CATEGORIES:
+            raise InvalidInputError(f"node {name!r}: overhead must be one of {', '.join(OVERHEAD_CATEGORIES)}, "
+                                    f"got {overhead!r}")
+        if op is not None and not isinstance(op, Mapping):
+            raise InvalidInputError(f"node {name!r}: op must be a mapping of column -> value (one table row), got "
+                                    f"{type(op).__name__}")
         nid = len(self._names)
+        deps = [d for d in deps if d is not None]
+        for d in deps:
+            if not 0 <= d < nid:
+                raise InvalidInputError(f"node {name!r}: dependency {d} does not exist yet")
+        sid = self.stream_id(rank, stream)
+        oid = self.op_id(op) if op is not None else -1
         self._names.append(name)
         self._rank.append(int(rank))
         self._stream.append(sid)
         self._kind.append(KINDS.index(kind))
         self._fixed.append(float(duration_us))
-        self._op.append(self.op_id(op) if op is not None else -1)
+        self._op.append(oid)
         self._overhead.append(OVERHEAD_CATEGORIES.index(overhead))
         self._group.append(_group)
         self._args.append(args)
@@ -184,10 +204,6 @@ class TaskGraph:
             self._dst.append(nid)
         self._last_on_stream[sid] = nid
         for d in deps:
-            if d is None:
-                continue
-            if not 0 <= d < nid:
-                raise InvalidInputError(f"node {name!r}: dependency {d} does not exist yet")
             self._src.append(int(d))
             self._dst.append(nid)
         return nid
