@@ -140,7 +140,8 @@ def test_parse_model_ref(ref, expected):
     assert parse_model_ref(ref) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "kern/0", "kern/x", "a/b/c", "models:/"])
+@pytest.mark.parametrize("bad", ["", "kern/0", "kern/x", "a/b/c", "models:/",
+                                 "kern/99999999999999999999"])  # was an OverflowError from SQLite
 def test_parse_model_ref_rejects(bad):
     with pytest.raises(InvalidInputError):
         parse_model_ref(bad)

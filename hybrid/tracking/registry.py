@@ -68,6 +68,8 @@ def parse_model_ref(ref: str) -> ModelRef:
         return ModelRef(m.group("name"), None, m.group("alias"))
     if not version.isdigit() or int(version) < 1:
         raise InvalidInputError(f"bad model version {version!r} in {ref!r}; versions are 1, 2, 3, ...")
+    if int(version) >= 2**63:  # no registry numbers a version past a 64-bit integer (SQLite raised OverflowError)
+        raise InvalidInputError(f"bad model version {version!r} in {ref!r}: larger than any registry can hold")
     return ModelRef(m.group("name"), int(version))
 
 
