@@ -224,6 +224,18 @@ def test_predict_warns_when_the_operands_exceed_device_memory(capsys) -> None:
     assert json.loads(out)["fits_memory"] is False and "exceed the device's memory" in err
 
 
+def test_predict_refuses_sizes_past_the_schema_bound(capsys) -> None:
+    """A GEMM dimension or message size of 2^62 or more: --model refused it as "row 1 (CSV line 2), column 'm'",
+    the roofline timed it (1e23 x 4 x 4); both refuse it by flag now, before any output."""
+    code, out, err = run(capsys, "predict", "gemm", "-d", "H100", "-m", str(10**23), "-n", "4", "-k", "4", "--json")
+    assert code == 2 and out == "" and "-m must be below 2^62" in err and "CSV line" not in err
+    code, out, err = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1e30",
+                         "--ranks", "8", "--json")
+    assert code == 2 and out == "" and "--size '1e30' must be below 2^62 bytes" in err and "warning" not in err
+    code, out, err = run(capsys, "predict", "gemm", "-d", "H100", "-m", str(2**40), "-n", "4", "-k", "4", "--json")
+    assert code == 0 and json.loads(out)["fits_memory"] is False
+
+
 def test_interval_note_says_when_an_unseen_band_was_borrowed(capsys):
     """A row on the unseen band that the model never calibrated (a collective layout no log measured, in a model
     without an unseen collective band) is told so, not that the band came from another op family or model."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from hybrid.cli.output import echo_json, warn_arch_device
+from hybrid.data.schema import MAX_INT
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
 from hybrid.ops.families import COLLECTIVE_OPS
@@ -147,7 +148,11 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
          tracking_uri: str | None) -> None:
     """C[b,m,n] = A[b,m,k] @ B[b,k,n]; GEMV when m or n is 1."""
     cat = default_catalog()
-    bad = [f"{flag} must be > 0, got {v}" for flag, v in (("-m", m), ("-n", n), ("-k", k), ("--batch", b)) if v < 1]
+    dims = (("-m", m), ("-n", n), ("-k", k), ("--batch", b))
+    bad = [f"{flag} must be > 0, got {v}" for flag, v in dims if v < 1]
+    # the measurement schema's bound on a count (--model validates through it; it said "row 1 (CSV line 2), column
+    # 'm': ... too large" there, and the roofline timed the GEMM)
+    bad += [f"{flag} must be below 2^62, got {v}" for flag, v in dims if v >= MAX_INT]
     if bad:
         raise InvalidInputError("; ".join(bad))
     spec = Gemm(m=m, n=n, k=k, b=b, dtype=dtype, op="bmm" if b > 1 else ("gemv" if 1 in (m, n) else "gemm"))
@@ -210,7 +215,12 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
                model_ref: str | None, tracking_uri: str | None) -> None:
     """Collective time from the alpha-beta model (bus factor, intra-node fabric, NICs), or a calibrated model."""
     cat = default_catalog()
-    spec = Collective(op=op, size_bytes=parse_size(size), n_ranks=ranks, n_nodes=nodes, dtype=dtype)
+    size_bytes = parse_size(size)
+    if size_bytes >= MAX_INT:  # as -m/-n/-k: the schema's bound, refused by --model, timed by the roofline
+        raise InvalidInputError(f"--size {size!r} must be below 2^62 bytes (4 EiB)")
+    if ranks >= MAX_INT:
+        raise InvalidInputError(f"--ranks must be below 2^62, got {ranks}")
+    spec = Collective(op=op, size_bytes=size_bytes, n_ranks=ranks, n_nodes=nodes, dtype=dtype)
     frame = spec.to_frame()
     extra: dict = {}
     if model_ref:
