@@ -645,3 +645,22 @@ def test_rows_of_other_families_do_not_change_collective_predictions(polaris, ca
     assert list(s_mix[is_coll]) == list(s_alone)
     assert np.isnan(t_mix[~is_coll]).all() and set(s_mix[~is_coll]) == {""}
     assert {"collective-sigmoid", "collective-sigmoid (edge-anchored)"} <= set(s_alone)
+
+
+def test_sibling_curve_reason_names_no_size_extrapolation_within_the_curve(shared_datasets, catalog):
+    """A reduce-scatter never measured on Polaris, priced from the all-gather curve at its layout: at 64 MiB (inside
+    the curve's 128 B to 1 GiB) its reason said "the message size is 0.0625x beyond the sizes measured at this
+    layout"; only a size outside the curve says how far beyond it is."""
+    from hybrid.data.importers import import_paths
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logs = import_paths("nccl-tests", shared_datasets / "nccl-tests" / "argonne-lcf_alcf-nccl-tests",
+                            catalog=catalog)
+    train = logs[(logs["system"] == "Polaris") & (logs["op"] == "all_gather")]
+    model = CollectiveSigmoid().fit(train, roofline(train, catalog), catalog)
+    q = pd.DataFrame({"device": "A100-SXM4-40GB", "system": "Polaris", "op": "reduce_scatter", "dtype": "fp32",
+                      "size_bytes": [64 << 20, 64 << 30], "n_ranks": 8, "n_nodes": 2})
+    inside, outside = model.extrapolation_reason(q)
+    assert "priced from the all_gather curve" in inside and "beyond" not in inside, inside
+    assert "priced from the all_gather curve" in outside and "64x beyond the sizes measured" in outside, outside

@@ -1009,11 +1009,16 @@ class CollectiveSigmoid(Correction):
                         + " curve measured there (the same bytes per rank over the same rings)").to_numpy(dtype=object)
         outside = self.outside_sizes(table)
         lo, hi = self._curve_span(table)
-        span = outside & np.isfinite(lo)
+        # beyond the sizes of the curve itself: ``outside`` also holds a collective never measured on the system (a
+        # reduce-scatter on the sibling all-gather's curve), whose size may lie well within that curve (a 64 MiB one
+        # was "0.0625x beyond the sizes measured at this layout (128 B to 1.0 GiB)")
+        sizes = col(table, "size_bytes")
+        with np.errstate(invalid="ignore"):
+            span = outside & np.isfinite(lo) & ((sizes < lo) | (sizes > hi))
         if span.any():  # beyond the sizes of the curve measured at the layout: say how far, and from which sizes
             from hybrid.units import format_bytes
 
-            size = col(table, "size_bytes")[span]
+            size = sizes[span]
             factor = np.where(size < lo[span], lo[span] / size, size / hi[span])
             edges = pd.factorize(pd.MultiIndex.from_arrays([lo[span], hi[span]]))
             measured = np.array([f"{format_bytes(a)} to {format_bytes(b)}" for a, b in edges[1]], dtype=object)
