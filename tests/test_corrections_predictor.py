@@ -341,3 +341,25 @@ def test_save_replaces_only_a_saved_predictor(tmp_path):
     assert (pred.save(empty) / "manifest.json").is_file()
     pred.save(empty)  # an earlier save is replaced
     assert HybridPredictor.load(empty).predict_time(table[table["op"] == "gemm"].head(3)).shape == (3,)
+
+
+def test_adapting_on_alpha_beta_collectives_leaves_roofline_kernels_alone():
+    """Kernel rows no correction answers and collectives no correction answers shared one few-shot group
+    ("roofline"): five H100 all-reduces measured 100 us (alpha-beta 26.6 us) shifted every roofline-priced H100
+    kernel too, a 24 us layernorm to 76.5 us. Each has its own group now, and the adaptation still applies."""
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "datasets" / "H100-SXM" / "measurements.csv")
+    pred = HybridPredictor(corrections=[GemmXGB(XGBParams(n_estimators=3))]).fit(table[table["op"] == "gemm"])
+    coll = pd.DataFrame({"device": "H100", "op": "all_reduce", "size_bytes": [2**20] * 5, "n_ranks": 8,
+                         "system": "DGX-H100", "time_us": [100.0] * 5})
+    norm = pd.DataFrame({"device": ["H100"], "op": ["layernorm"], "dtype": ["bf16"], "rows": [4096],
+                         "hidden": [4096]})
+    for strategy in ("auto", "scale", "shift"):
+        adapted = pred.adapt(coll, strategy=strategy)
+        assert adapted.predict_time(norm)[0] == pytest.approx(pred.predict_time(norm)[0], rel=1e-12), strategy
+        assert adapted.predict_time(coll)[0] > 2 * pred.predict_time(coll)[0], strategy  # towards the 100 us
+        assert list(adapted.adaptation()) == ["alpha-beta"], strategy
+    # and the reverse: roofline kernels adapted, collectives unchanged
+    lns = pd.concat([norm] * 5, ignore_index=True).assign(time_us=100.0)
+    back = pred.adapt(lns, strategy="scale")
+    assert back.predict_time(coll)[0] == pytest.approx(pred.predict_time(coll)[0], rel=1e-12)
+    assert back.predict_time(norm)[0] > 2 * pred.predict_time(norm)[0]

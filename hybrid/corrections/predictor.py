@@ -137,9 +137,11 @@ class HybridPredictor:
         if len(set(keys)) != len(keys):
             raise InvalidInputError(f"corrections must have distinct keys, got {keys}")
         self.seed = seed
-        #: few-shot residual offsets: correction key (or "roofline") -> device -> log scale
+        #: few-shot residual offsets: correction key (or "roofline" / "alpha-beta": kernel rows / collectives no
+        #: correction answers) -> device -> log scale
         self.offsets: dict[str, dict[str, float]] = {}
-        #: few-shot additive host shifts (strategy ``shift``): correction key (or "roofline") -> device -> us
+        #: few-shot additive host shifts (strategy ``shift``): correction key (or "roofline" / "alpha-beta") -> device
+        #: -> us
         self.shifts: dict[str, dict[str, float]] = {}
         #: few-shot size drift of the scale (strategy ``auto``'s ``tilt`` form): correction key -> device ->
         #: :meth:`hybrid.corrections.adapt.Tilt.to_json` (slope, ref, lo, hi in ln roofline us)
@@ -701,8 +703,11 @@ class HybridPredictor:
         is_coll = isin_fast(base["family"], ("collective",))
         methods: list[Any] = [ROOFLINE, ALPHA_BETA]
         method = is_coll.astype(np.int64)
-        groups: list[str] = [ROOFLINE]
-        group = np.zeros(len(norm), dtype=np.int64)
+        # few-shot group keys: kernel rows no correction answers ("roofline") and collectives none answers
+        # ("alpha-beta") apart, so a scale or shift adapted on one never moves the other (a device's alpha-beta
+        # collectives moved its roofline layernorms by their +52 us, and the reverse)
+        groups: list[str] = [ROOFLINE, ALPHA_BETA]
+        group = is_coll.astype(np.int64)
         devices = norm["device"].to_numpy(dtype=object) if self.device_models else None
 
         def global_codes(codes: np.ndarray, names: list[Any]) -> np.ndarray:
