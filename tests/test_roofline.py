@@ -288,6 +288,25 @@ def test_bad_tables_raise(catalog, table: pd.DataFrame, match: str) -> None:
         roofline(table, catalog)
 
 
+@pytest.mark.parametrize(("change", "match"), [
+    ({"m": [-4, 4]}, "'m' must be positive and finite, got -4 at row index 'x'"),
+    ({"m": ["abc", 4]}, "'m' must be positive and finite, got 'abc'"),
+    ({"direction": ["fwd", "sideways"]}, "'direction' must be one of"),
+])
+def test_memory_fit_checks_shapes_as_the_roofline_does(catalog, change: dict, match: str) -> None:
+    """A GEMM of m=-4 had a footprint of -64 bytes and "fit" the device, one of m='abc' a NaN footprint; a table
+    with a column twice was a pandas TypeError in roofline and memory_fit alike."""
+    from hybrid.ops.roofline import footprint_bytes, memory_fit
+
+    table = pd.DataFrame({"device": "H100", "op": "gemm", "m": [4, 4], "n": 4, "k": 4}, index=["x", "y"])
+    for fn in (lambda t: roofline(t, catalog), lambda t: memory_fit(t, catalog), footprint_bytes):
+        with pytest.raises(InvalidInputError, match=match):
+            fn(table.assign(**change))
+        with pytest.raises(InvalidInputError, match="column 'm' more than once"):
+            fn(pd.concat([table, table[["m"]]], axis=1))
+    assert footprint_bytes(table).tolist() == [3 * 16 * 4] * 2
+
+
 def test_nan_in_optional_column_means_default(catalog) -> None:
     table = pd.DataFrame({"op": "gemm", "m": [64, 64], "n": 64, "k": 64, "b": [np.nan, 1.0], "device": "H100"})
     out = roofline(table, catalog)

@@ -211,6 +211,19 @@ def _dtypes(df: pd.DataFrame) -> pd.Series:
     return df["dtype"].fillna("fp32").rename("dtype")
 
 
+def _check_table(table: pd.DataFrame) -> None:
+    """What :func:`roofline` and :func:`footprint_bytes` need of a table before any formula reads it."""
+    if not isinstance(table, pd.DataFrame):
+        raise InvalidInputError(f"expected a DataFrame, got {type(table).__name__}")
+    if "op" not in table.columns:
+        raise InvalidInputError("table has no 'op' column")
+    if len(table) == 0:
+        raise InvalidInputError("table is empty")
+    dup = table.columns[table.columns.duplicated()]
+    if len(dup):  # table["m"] is then a frame: a pandas TypeError deep in a formula
+        raise InvalidInputError(f"table has the column {str(dup[0])!r} more than once")
+
+
 def roofline(
     table: pd.DataFrame,
     catalog: Catalog | None = None,
@@ -224,10 +237,7 @@ def roofline(
     (or pass ``device=``). Collective rows use ``system`` (column or argument); a row with only a device
     gets a generic node of that device. Returns a DataFrame with :data:`ROOFLINE_COLUMNS`, same index.
     """
-    if "op" not in table.columns:
-        raise InvalidInputError("table has no 'op' column")
-    if len(table) == 0:
-        raise InvalidInputError("table is empty")
+    _check_table(table)
     cat = catalog or default_catalog()
     op_codes, op_uniques = pd.factorize(table["op"], use_na_sentinel=True)
     if (op_codes < 0).any():
@@ -426,12 +436,18 @@ def footprint_bytes(table: pd.DataFrame) -> np.ndarray:
     overwrite its input is not counted twice). GEMM: A, B and C; elementwise: the larger of its inputs and
     outputs; norm / softmax: the rows (forward), the rows and their gradient (backward); embedding: every table
     plus the pooled outputs; attention: Q, K, V and O (twice as many backward: the gradients); conv: input, weight,
-    output (backward: what it reads and writes); collective: ``size_bytes`` (nccl-tests' total buffer)."""
+    output (backward: what it reads and writes); collective: ``size_bytes`` (nccl-tests' total buffer).
+
+    The shape columns are checked as :func:`roofline` checks them (a GEMM of ``m=-4`` had -64 bytes and "fit", one
+    of ``m='abc'`` NaN bytes and did not)."""
+    _check_table(table)
     fams = family_array(table["op"])
     out = np.zeros(len(table))
     for name in dict.fromkeys(fams):
         rows = np.flatnonzero(fams == name)
         sub = table.take(rows)
+        _positive(sub, FAMILIES[name].shape_columns, name)
+        _optional(sub, FAMILIES[name])
         eb = dtype_bytes_vec(sub)
         bwd = is_backward(sub)
         if name in ("gemm", "conv"):
@@ -459,8 +475,6 @@ def memory_fit(table: pd.DataFrame, catalog: Catalog | None = None, *, device: s
     device is its ``device`` column or, where that is empty, its system's GPU (``system=`` / ``device=`` as in
     :func:`roofline`). A row with ``fits_memory`` False describes an op the real device cannot run: its predicted
     time is a number all the same (see :func:`memory_warning`)."""
-    if "op" not in table.columns:
-        raise InvalidInputError("table has no 'op' column")
     cat = catalog or default_catalog()
     fp = footprint_bytes(table)
     if device is not None:
