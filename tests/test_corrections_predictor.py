@@ -363,3 +363,28 @@ def test_adapting_on_alpha_beta_collectives_leaves_roofline_kernels_alone():
     back = pred.adapt(lns, strategy="scale")
     assert back.predict_time(coll)[0] == pytest.approx(pred.predict_time(coll)[0], rel=1e-12)
     assert back.predict_time(norm)[0] > 2 * pred.predict_time(norm)[0]
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda p, t: p.calibrate_intervals(t, test_fraction=1.5), r"test_fraction must be in \(0, 1\), got 1.5"),
+    (lambda p, t: p.calibrate_intervals(t, test_fraction=-0.2), "test_fraction must be in"),
+    (lambda p, t: p.holdout_residuals(t, test_fraction=1.0), "test_fraction must be in"),
+    (lambda p, t: p.calibrate_intervals(t, test_fraction=float("nan")), "test_fraction must be in"),
+    (lambda p, t: p.calibrate_intervals(t, max_devices=-1), "max_devices must be a whole number >= 0"),
+    (lambda p, t: p.calibrate_intervals(t, seed=-1), "seed must be a whole number >= 0"),
+    (lambda p, t: HybridPredictor(seed=1.5), "seed must be a whole number >= 0"),
+    (lambda p, t: HybridPredictor(seed=-1), "seed must be a whole number >= 0"),
+    (lambda p, t: HybridPredictor(seed=None), "seed must be a whole number >= 0, got None"),  # fitted, then
+    # its save could not be loaded (nor adapted: adapt copies through save/load)
+])
+def test_interval_calibration_arguments_are_checked_before_any_fit(call, match):
+    """What ``hybrid calibrate`` checks of its options, the library took as it came: test_fraction 1.5 was numpy's
+    "Cannot take a larger sample than population", -0.2 or 1.0 an empty hold-out calibrating nothing, NaN "cannot
+    convert float NaN to integer"; HybridPredictor(seed=1.5) was XGBoost's "Invalid Parameter format" at fit, and
+    seed=-1 numpy's "expected non-negative integer" when intervals were calibrated, and seed=None a model whose save
+    did not load ("int() argument must be ... not 'NoneType'")."""
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "datasets" / "H100-SXM" / "measurements.csv")
+    gemms = table[table["op"] == "gemm"]
+    pred = HybridPredictor(corrections=[GemmXGB(XGBParams(n_estimators=2))]).fit(gemms)
+    with pytest.raises(InvalidInputError, match=match):
+        call(pred, gemms)

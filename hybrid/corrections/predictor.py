@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import numbers
 import os
 import tempfile
 import warnings
@@ -126,6 +127,9 @@ class HybridPredictor:
         model's sibling rule on / off (a GPU it never saw is priced from a fitted product of the same die and power
         class as well, :meth:`GemmXGB.sibling_proxy_us <hybrid.corrections.kernel_xgb.GemmXGB.sibling_proxy_us>`);
         None (default) keeps the GEMM correction's own setting (on for a new ``GemmXGB``)."""
+        # a bad seed was XGBoost's "Invalid Parameter format" at fit, numpy's error later, or (None) a model that
+        # fitted but failed to load or adapt ("int() argument must be ... not 'NoneType'")
+        _check_seed(seed, "seed", allow_none=False)
         self.catalog: Catalog = catalog if catalog is not None else default_catalog()
         self.corrections: list[Correction] = (list(corrections) if corrections is not None
                                               else default_corrections(seed, collective_transfer))
@@ -331,6 +335,13 @@ class HybridPredictor:
         hold-out refits copies of this predictor's corrections; ``self`` is not changed."""
         from tqdm.auto import tqdm
 
+        # before any fit: a bad fraction was numpy's "Cannot take a larger sample than population" (1.5), an empty
+        # hold-out (1.0, a negative one) or "cannot convert float NaN to integer"; a negative max_devices held none out
+        if not (isinstance(test_fraction, numbers.Real) and 0 < test_fraction < 1):
+            raise InvalidInputError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
+        if not isinstance(max_devices, numbers.Integral) or isinstance(max_devices, bool) or max_devices < 0:
+            raise InvalidInputError(f"max_devices must be a whole number >= 0, got {max_devices!r}")
+        _check_seed(seed, "seed")
         labels = table.index.to_numpy()  # the caller's index labels
         work = table.reset_index(drop=True)
         drop, _ = self.implausible(work)  # the rows a fit leaves out are not scored either
@@ -1166,6 +1177,16 @@ class HybridPredictor:
 
 #: Columns of a measurement table that prediction never reads (the measured outcome and its spread).
 MEASURED_COLUMNS = ("time_us", "time_us_std", "time_us_min", "time_us_max", "repeats")
+
+
+def _check_seed(seed: Any, what: str, allow_none: bool = True) -> None:
+    """A random seed: a whole number in [0, 2^63) (what numpy and XGBoost both take), or None where allowed (an
+    argument that defaults to the predictor's own seed)."""
+    if seed is None and allow_none:
+        return
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+        raise InvalidInputError(f"{what} must be a whole number >= 0{' (or None)' if allow_none else ''}, "
+                                f"got {seed!r}")
 
 
 def distinct_rows(table: pd.DataFrame, max_fraction: float | None = None) -> tuple[np.ndarray, np.ndarray] | None:
