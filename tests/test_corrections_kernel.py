@@ -348,3 +348,26 @@ def test_few_rows_of_a_new_gpu_weigh_more_in_a_refit_with_the_device_floor(neusi
         model = HybridPredictor(catalog, [GemmXGB(params)]).fit(train)
         errs[floor] = error_summary(model.predict_time(few), few["time_us"])["geomean_pct"]
     assert errs[100] < 0.7 * errs[0], errs
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"n_estimators": -3}, "n_estimators must be a whole number >= 1"),
+    ({"n_estimators": 0}, "n_estimators"),
+    ({"learning_rate": float("nan")}, "learning_rate must be a finite number > 0"),
+    ({"learning_rate": -1}, "learning_rate"),
+    ({"subsample": 2}, r"subsample must be a finite number in \(0, 1\]"),
+    ({"colsample_bytree": 0}, "colsample_bytree"),
+    ({"max_rows": -5}, "max_rows must be a whole number >= 1"),
+    ({"max_depth": 2.5}, "max_depth"),
+    ({"seed": -1}, "seed"),
+    ({"min_device_rows": -1}, "min_device_rows"),
+    ({"reg_lambda": float("inf")}, "reg_lambda"),
+])
+def test_xgb_params_refuse_what_would_fit_nonsense(kw: dict, match: str) -> None:
+    """n_estimators -3 fitted no tree (one prediction for every row), a NaN learning rate predicted about the
+    roofline, max_rows -5 was numpy's "negative dimensions are not allowed", subsample 2 an XGBoost error at fit."""
+    from hybrid.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=match):
+        XGBParams(**kw)
+    assert XGBParams(n_estimators=np.int64(5), max_depth=0, max_rows=None).n_estimators == 5

@@ -16,6 +16,8 @@ is better for it.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -161,6 +163,35 @@ class XGBParams:
     #: a device with fewer rows than this in a fit weighs as if it had this many (:func:`device_floor_weights`);
     #: 0 = every row weighs 1
     min_device_rows: int = MIN_DEVICE_ROWS
+
+    def __post_init__(self) -> None:
+        """Refuse what would fit nonsense: n_estimators -3 fitted no tree (every prediction the same), a NaN
+        learning rate predicted near the roofline, max_rows -5 was numpy's "negative dimensions are not allowed" and
+        subsample 2 or a negative learning rate XGBoost's errors at fit."""
+        def whole(name: str, low: int) -> None:
+            v = getattr(self, name)
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < low:
+                raise InvalidInputError(f"XGBParams.{name} must be a whole number >= {low}, got {v!r}")
+
+        def real(name: str, low: float, high: float = np.inf, open_low: bool = False) -> None:
+            v = getattr(self, name)
+            ok = (isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+                  and (v > low if open_low else v >= low) and v <= high)
+            if not ok:
+                span = f"in ({low:g}, {high:g}]" if high < np.inf else (f"> {low:g}" if open_low else f">= {low:g}")
+                raise InvalidInputError(f"XGBParams.{name} must be a finite number {span}, got {v!r}")
+
+        whole("n_estimators", 1)
+        whole("max_depth", 0)  # XGBoost: 0 = no depth limit
+        whole("seed", 0)
+        whole("min_device_rows", 0)
+        if self.max_rows is not None:
+            whole("max_rows", 1)
+        real("learning_rate", 0.0, open_low=True)
+        real("subsample", 0.0, 1.0, open_low=True)
+        real("colsample_bytree", 0.0, 1.0, open_low=True)
+        real("min_child_weight", 0.0)
+        real("reg_lambda", 0.0)
 
     def booster_params(self) -> dict[str, Any]:
         return {
