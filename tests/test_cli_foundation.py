@@ -224,6 +224,24 @@ def test_predict_warns_when_the_operands_exceed_device_memory(capsys) -> None:
     assert json.loads(out)["fits_memory"] is False and "exceed the device's memory" in err
 
 
+def test_predict_collective_on_a_bare_cpu_uses_its_gloo_system(capsys, monkeypatch) -> None:
+    """A CPU named as the system: its processes' collectives run over gloo, priced on the catalog's system of that
+    CPU as DLRM, LLM and trace predictions price them; predict priced a generic node's PCIe gen3 link (97 us for a
+    1 MiB all-reduce on 2 ranks, 1.2 ms on the profiled gloo system)."""
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c" / "catalog.toml"
+    monkeypatch.setenv("HYBRID_CATALOG", str(bundle))
+    args = ("predict", "collective", "--op", "all_reduce", "--size", "1MiB", "--ranks", "2", "--json")
+    code, out, err = run(capsys, *args, "-s", "cpu-amd-epyc-1c")
+    assert code == 0, err
+    bare = json.loads(out)
+    code, out, err = run(capsys, *args, "-s", "cpu-amd-epyc-1c-gloo")
+    named = json.loads(out)
+    assert bare["system"] == named["system"] == "cpu-amd-epyc-1c-gloo" and bare["time_us"] == named["time_us"]
+    assert "gloo collectives as profiled" in bare["note"] and "PCIe" not in bare["note"]
+    code, out, err = run(capsys, *args, "-s", "H100")  # a bare GPU keeps its generic node
+    assert json.loads(out)["system"] == "H100-SXM-node"
+
+
 def test_predict_refuses_sizes_past_the_schema_bound(capsys) -> None:
     """A GEMM dimension or message size of 2^62 or more: --model refused it as "row 1 (CSV line 2), column 'm'",
     the roofline timed it (1e23 x 4 x 4); both refuse it by flag now, before any output."""
