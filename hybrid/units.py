@@ -53,6 +53,14 @@ DTYPE_FALLBACK: dict[str, tuple[str, ...]] = {
 }
 
 
+def _bare(key: str) -> str:
+    return key.replace("_", "").replace("-", "")
+
+
+#: Every canonical name and alias without ``_`` / ``-``: ONNX's ``FLOAT8E4M3FN``, ``fp8-e5m2``, ``bf_16``.
+_BARE_DTYPES: dict[str, str] = {_bare(k): v for k, v in (*((k, k) for k in DTYPE_BYTES), *_DTYPE_ALIASES.items())}
+
+
 def normalize_dtype(name: str) -> str:
     """Return the canonical dtype name for ``name`` (``float16`` -> ``fp16``), or raise."""
     if not isinstance(name, str) or not name.strip():
@@ -62,6 +70,8 @@ def normalize_dtype(name: str) -> str:
         return key
     if key in _DTYPE_ALIASES:
         return _DTYPE_ALIASES[key]
+    if _bare(key) in _BARE_DTYPES:
+        return _BARE_DTYPES[_bare(key)]
     raise InvalidInputError(f"unknown dtype {name!r}; known: {', '.join(sorted(DTYPE_BYTES))}")
 
 

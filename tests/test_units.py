@@ -17,6 +17,8 @@ from hybrid.units import DTYPE_BYTES, DTYPE_FALLBACK, dtype_bytes, format_bytes,
     # PyTorch's own fp8 / fp4 names, as str(torch.float8_e4m3fn) prints them, were unknown dtypes
     ("torch.float8_e4m3fn", "fp8"), ("float8_e5m2", "fp8"), ("torch.float8_e4m3fnuz", "fp8"),
     ("float8_e5m2fnuz", "fp8"), ("torch.float4_e2m1fn_x2", "fp4"), ("FP8_E4M3FN", "fp8"),
+    # the same names without their separators or with hyphens (ONNX's FLOAT8E4M3FN, fp8-e5m2)
+    ("FLOAT8E4M3FN", "fp8"), ("fp8e4m3", "fp8"), ("fp8-e5m2", "fp8"), ("bf_16", "bf16"),
 ])
 def test_normalize_dtype(name: str, canon: str) -> None:
     assert normalize_dtype(name) == canon
