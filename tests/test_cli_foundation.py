@@ -293,6 +293,7 @@ def test_interval_note_of_a_fitted_device_in_an_unfitted_dtype_names_the_dtype(c
     assert _seen_device_reason(pred, row, "A100-SXM4-80GB", "fp8", "gemm", "GEMM") == ""
     assert "unseen device" in _interval(row, "GEMM", reason="")["interval_note"]
     assert _seen_device_reason(pred, {**row, "interval_band": "seen"}, "H100-SXM", "bf16", "gemm", "GEMM") == ""
+    assert _seen_device_reason(pred, row, "H100-SXM", "bf16", "gemm", "GEMM") == ""  # a fitted dtype: not the why
 
 
 def test_interval_note_says_when_a_sibling_band_is_the_one_between_seen_and_unseen(capsys):

@@ -105,8 +105,8 @@ def _seen_device_reason(predictor, row, device: str, dtype: str, op: str, what: 
     if corr is None:
         return ""
     dtypes = (getattr(predictor, "dtypes_fitted", {}) or {}).get(corr.key, {}).get(device)
-    if dtypes:
-        return f"{dtype} on {device}, whose {what}s the model fitted only in {', '.join(dtypes)}"
+    if dtypes:  # (a dtype it was fitted in: unseen for another reason, an adaptation, say; the note stays generic)
+        return "" if dtype in dtypes else f"{dtype} on {device}, whose {what}s the model fitted only in {', '.join(dtypes)}"
     return f"{device} was fitted only in other op families than {what}s"
 
 
