@@ -234,3 +234,17 @@ def test_fastest_and_slowest_repeat_bracket_the_median(catalog, tmp_path):
     ok.assign(time_us_max=[12.0, 10.0, 8.0]).to_csv(p, index=False)
     with pytest.raises(SchemaError, match=r"t\.csv: row 3 \(CSV line 4\), column 'time_us_max': 8\.0 is below"):
         read_table(p, catalog)
+
+
+def test_error_names_the_index_label_of_a_frame_with_its_own_index(catalog):
+    """A filtered frame keeps its labels: an error said "row 2" of the row labelled 448 (HybridPredictor.predict on
+    ``t[t.op == "gemm"]``), and ``frame.loc[2]`` is another row or none. The label is named too now; a frame with the
+    default index (a CSV just read) keeps the message it had."""
+    table = pd.DataFrame({"device": "H100", "op": "gemm", "time_us": 1.0, "m": [4, -3, 4], "n": 4, "k": 4},
+                         index=[446, 448, 450])
+    with pytest.raises(SchemaError, match=r"^t: row 2 \(CSV line 3, at row index 448\), column 'm': must be positive"):
+        validate(table, catalog, source="t")
+    with pytest.raises(SchemaError, match=r"row 2 \(CSV line 3, at row index 'b'\), column 'm'"):
+        validate(table.set_axis(["a", "b", "c"]), catalog)
+    with pytest.raises(SchemaError, match=r"^row 2 \(CSV line 3\), column 'm': must be positive"):
+        validate(table.reset_index(drop=True), catalog)

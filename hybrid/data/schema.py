@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_file
-from hybrid.errors import InvalidInputError, SchemaError
+from hybrid.errors import InvalidInputError, SchemaError, at_row
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import FAMILIES, INDEX_DISTS, OP_TO_FAMILY
 from hybrid.units import normalize_dtype
@@ -119,10 +119,13 @@ def required_columns(op: str) -> tuple[str, ...]:
     return REQUIRED + fam.shape_columns
 
 
-def _fail(df: pd.DataFrame, pos: int, column: str, problem: str, source: str) -> SchemaError:
+def _fail(df: pd.DataFrame, pos: int, column: str, problem: str, source: str, label: str = "") -> SchemaError:
     where = f"{source}: " if source else ""
     # +2: one for the header line, one for 1-based numbering, so it matches a CSV line number
-    return SchemaError(f"{where}row {pos + 1} (CSV line {pos + 2}), column {column!r}: {problem}")
+    exc = SchemaError(f"{where}row {pos + 1} (CSV line {pos + 2}{', ' + label if label else ''}), column {column!r}: "
+                      f"{problem}")
+    exc.row_args = (pos, column, problem, source)  # type: ignore[attr-defined]  # validate() adds the index label
+    return exc
 
 
 def _clean_text(values: pd.Series, lower: bool = True) -> pd.Series:
@@ -163,6 +166,29 @@ def as_category(values: pd.Series) -> pd.Series:
 
 
 def validate(
+    table: pd.DataFrame,
+    catalog: Catalog | None = None,
+    *,
+    source: str = "",
+    resolve_devices: bool = True,
+    prediction: bool = False,
+) -> pd.DataFrame:
+    """Check ``table`` against the schema and return a normalised copy (:func:`_validate`). An error names the row by
+    its position (and CSV line) and, for a frame whose index is not the default 0, 1, 2, ..., by its index label as
+    well: a filtered frame's row 2 is not the row labelled 2 (``HybridPredictor.predict`` on ``t[t.op == "gemm"]``
+    said "row 1" of a row labelled 368)."""
+    try:
+        return _validate(table, catalog, source=source, resolve_devices=resolve_devices, prediction=prediction)
+    except SchemaError as exc:
+        args = getattr(exc, "row_args", None)
+        index = table.index if isinstance(table, pd.DataFrame) else None
+        if args is None or index is None or (isinstance(index, pd.RangeIndex) and index.start == 0
+                                             and index.step == 1):
+            raise
+        raise _fail(table, *args, label=at_row(index, args[0])) from None
+
+
+def _validate(
     table: pd.DataFrame,
     catalog: Catalog | None = None,
     *,
