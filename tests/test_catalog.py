@@ -450,6 +450,20 @@ def test_missing_user_file(tmp_path: Path) -> None:
         Catalog.load([tmp_path / "nope.toml"])
 
 
+def test_one_user_file_given_alone_is_that_file(tmp_path: Path) -> None:
+    """``default_catalog(extra="site.toml")`` iterated the string: "catalog file not found: s". A path given alone
+    is the one file; a directory (a profiler bundle) or a non-path says what it is."""
+    f = tmp_path / "site.toml"
+    f.write_text('[devices.H100-SXM]\nkernel_latency_us = 3.5\n')
+    for extra in (str(f), f):
+        assert default_catalog(extra=extra).device("H100").kernel_latency_us == 3.5
+        assert Catalog.load(extra).device("H100").kernel_latency_us == 3.5
+    with pytest.raises(InvalidInputError, match="is a directory"):
+        Catalog.load([tmp_path])
+    with pytest.raises(InvalidInputError, match="catalog files are paths, got None"):
+        Catalog.load([None])
+
+
 # ------------------------------------------------------------------------------------------------ local CPU
 def test_local_cpu_joins_a_catalog(catalog) -> None:
     cpu = describe_local_cpu()

@@ -129,8 +129,11 @@ class Catalog:
 
     # ----------------------------------------------------------------- loading
     @classmethod
-    def load(cls, extra: Iterable[str | os.PathLike] = ()) -> Catalog:
-        """The packaged catalog, then each file in ``extra`` (later entries override earlier ones)."""
+    def load(cls, extra: Iterable[str | os.PathLike] | str | os.PathLike = ()) -> Catalog:
+        """The packaged catalog, then each file in ``extra`` (later entries override earlier ones; one path given
+        alone is that one file: ``extra="site.toml"`` was read letter by letter, "catalog file not found: s")."""
+        if isinstance(extra, str | os.PathLike):
+            extra = [extra]
         pkg = resources.files("hybrid.hardware")
         devices_raw = tomllib.loads(pkg.joinpath("devices.toml").read_text(encoding="utf-8"))
         systems_raw = tomllib.loads(pkg.joinpath("systems.toml").read_text(encoding="utf-8"))
@@ -138,7 +141,11 @@ class Catalog:
         sys_entries: dict[str, dict[str, Any]] = dict(systems_raw.get("systems", {}))
         origin: dict[tuple[str, str], Path] = {}  # the catalog file that last set each entry: errors name it
         for path in extra:
+            if not isinstance(path, str | os.PathLike):
+                raise InvalidInputError(f"catalog files are paths, got {path!r}")
             p = Path(path)
+            if p.is_dir():
+                raise InvalidInputError(f"catalog file {p} is a directory (name its .toml file)")
             if not p.is_file():
                 raise InvalidInputError(f"catalog file not found: {p}")
             try:
@@ -379,7 +386,7 @@ def _unknown(what: str, name: str, index: dict[str, str], entries: dict[str, Any
     return f"unknown {what} {name!r}{hint} (see `hybrid devices`, or add it with a catalog file via {CATALOG_ENV})"
 
 
-def default_catalog(extra: Iterable[str | os.PathLike] | None = None) -> Catalog:
+def default_catalog(extra: Iterable[str | os.PathLike] | str | os.PathLike | None = None) -> Catalog:
     """The packaged catalog plus the files named in ``$HYBRID_CATALOG`` (or ``extra`` if given).
 
     Loading takes a few milliseconds; callers that need it repeatedly should keep the returned object.
