@@ -143,3 +143,71 @@ def test_cli_help_and_one_line_errors(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not found" in err[0]
     assert main(["bench", "validate", str(tmp_path / "none.csv"), "--roofline"]) == 2
+
+
+def _fake_result(config, plan_name, ms=5.0):
+    from hybrid.bench.dlrm_harness import RunResult, config_hash
+
+    t = np.array([ms, ms * 1.1, ms * 0.9])
+    return RunResult(config_name=config.name, config_hash=config_hash(config), plan_name=plan_name,
+                     plan_hash="0" * 12, ranks=config.gpus, iter_ms=t, rank_iter_ms=np.vstack([t] * config.gpus))
+
+
+def test_results_refuse_another_config_under_a_stored_name(tmp_path):
+    """A second config named like one already in the table would rewrite configs/<name>.yaml under the first
+    one's rows (validate then predicted them on the wrong config): refused, nothing written; the same config
+    (a new plan, or a re-measured one) is still added."""
+    pytest.importorskip("torch")
+    from hybrid.bench.campaign import record_results
+
+    sp = CampaignSpace(tables=(3, 4), rows=(500, 3000), batch_sizes=(32,), pooling=(1, 3))
+    a = generate_configs(1, seed=5, space=sp)[0]
+    b = a.with_(batch_size_per_gpu=64)
+    plans = campaign_plans(a, seed=0)
+    first, second = list(plans)[:2]
+    out = tmp_path / "results.csv"
+    record_results(out, a, plans, [_fake_result(a, first)])
+    stored = (tmp_path / "configs" / f"{a.name}.yaml").read_text()
+    before = out.read_text()
+    with pytest.raises(InvalidInputError, match="another config named"):
+        record_results(out, b, plans, [_fake_result(b, second)])
+    assert out.read_text() == before and (tmp_path / "configs" / f"{a.name}.yaml").read_text() == stored
+    assert not (tmp_path / "plans" / a.name / f"{second}.yaml").exists()
+    # replacing every row of the old config is no conflict; the same config resumes
+    record_results(out, a, plans, [_fake_result(a, second)])
+    assert len(read_results(out)) == 2
+    record_results(out, b, plans, [_fake_result(b, first), _fake_result(b, second)])
+    assert DLRMConfig.from_file(tmp_path / "configs" / f"{a.name}.yaml").batch_size_per_gpu == 64
+
+
+def test_campaign_refuses_a_directory_of_another_campaign(tmp_path):
+    pytest.importorskip("torch")
+    from hybrid.bench.campaign import record_results
+
+    sp = CampaignSpace(tables=(3, 4), rows=(500, 3000), batch_sizes=(32,), pooling=(1, 3))
+    old = generate_configs(1, seed=5, space=sp)[0]
+    record_results(tmp_path / "results.csv", old, campaign_plans(old, seed=0), [_fake_result(old, "size_greedy")])
+    new = generate_configs(1, seed=6, space=sp)
+    assert new[0].name == old.name and new[0] != old
+    with pytest.raises(InvalidInputError, match="another --seed"):
+        run_campaign(tmp_path, configs=new, space=sp, iters=2, warmup=1, progress=False)
+    assert len(read_results(tmp_path)) == 1
+
+
+def test_bench_dlrm_refuses_another_config_before_measuring(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from hybrid.bench.campaign import record_results
+    from hybrid.workloads.dlrm import write_document
+
+    sp = CampaignSpace(tables=(3, 4), rows=(500, 3000), batch_sizes=(32,), pooling=(1, 3))
+    a = generate_configs(1, seed=5, space=sp)[0]
+    out = tmp_path / "results.csv"
+    record_results(out, a, campaign_plans(a, seed=0), [_fake_result(a, "size_greedy")])
+    write_document(a.with_(batch_size_per_gpu=64).to_dict(), tmp_path / "b.yaml")
+    other_plan = tmp_path / "other.yaml"  # another plan name: the first row would stay, on the wrong config
+    other_plan.write_text((tmp_path / "plans" / a.name / "size_greedy.yaml").read_text())
+    assert main(["bench", "dlrm", str(tmp_path / "b.yaml"), "--plan", str(other_plan), "-o", str(out),
+                 "--iters", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another config named" in err[0]
+    assert len(read_results(out)) == 1

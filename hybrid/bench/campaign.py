@@ -17,7 +17,7 @@ import datetime as _dt
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,15 +248,50 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
         df.to_csv(tmp, index=False, float_format="%.6g")
 
 
+def check_stored_config(results_path: str | os.PathLike, config: DLRMConfig,
+                        replaced_plans: Sequence[str] = ()) -> None:
+    """Refuse to store ``config`` beside ``results_path`` when the table already holds rows of another config of
+    the same name.
+
+    Rows point at their config by name (``configs/<name>.yaml``), so writing a different config under that name
+    would silently make the existing rows (other than those of ``replaced_plans``, which the new results replace)
+    describe a config they were not measured on; ``hybrid bench validate`` would then predict them on it and
+    compare plans measured on two configs. The stored file is compared by content (the current hash of both), not
+    by the table's ``config_hash`` column, so a table written by an older version still resumes."""
+    from hybrid.bench.dlrm_harness import config_hash
+
+    path = Path(results_path)
+    stored = path.parent / "configs" / f"{config.name}.yaml"
+    if not path.is_file() or not stored.is_file():
+        return
+    table = read_results(path)
+    rows = table[(table["config_name"].astype(str) == config.name)
+                 & ~table["plan_name"].astype(str).isin([str(p) for p in replaced_plans])]
+    if rows.empty:
+        return
+    try:
+        old = DLRMConfig.from_file(stored)
+    except (InvalidInputError, SchemaError, ImportFormatError, OSError) as exc:
+        raise InvalidInputError(f"{path} holds {len(rows)} row(s) of config {config.name!r}, whose stored "
+                                f"file cannot be read ({exc}); not overwriting it") from None
+    if config_hash(old) != config_hash(config):
+        raise InvalidInputError(
+            f"{path} already holds {len(rows)} row(s) of another config named {config.name!r} "
+            f"({stored} differs from this one); give this config another name or use another results table")
+
+
 def record_results(results_path: str | os.PathLike, config: DLRMConfig, plans: dict[str, ShardingPlan],
                    results: list[Any], extra: dict[str, Any] | None = None) -> pd.DataFrame:
     """Store ``config`` and ``plans`` as YAML beside ``results_path`` (``configs/<config>.yaml``,
     ``plans/<config>/<plan>.yaml``) and add one row per :class:`~hybrid.bench.dlrm_harness.RunResult` to the
-    table (a row of the same (config, plan) is replaced); the table is rewritten atomically. Returns it."""
+    table (a row of the same (config, plan) is replaced); the table is rewritten atomically. Returns it.
+    Another config stored under the same name with rows left in the table is an error
+    (:func:`check_stored_config`), raised before anything is written."""
     import torch
 
     path = Path(results_path)
     base = path.parent
+    check_stored_config(path, config, [res.plan_name for res in results])
     cfg_file = Path("configs") / f"{config.name}.yaml"
     write_document(config.with_(plan=None).to_dict(), base / cfg_file)
     stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -317,6 +352,11 @@ def run_campaign(
     existing = read_results(results_path) if results_path.is_file() else pd.DataFrame()
     done = set(zip(existing.get("config_name", []), existing.get("plan_name", []), strict=True))
     cfgs = configs if configs is not None else generate_configs(n_configs, seed, sp)
+    for cfg in cfgs:  # a directory of another campaign (another --seed, --ranks or --device): refuse up front
+        try:
+            check_stored_config(results_path, cfg)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"{exc} (was {out} measured with another --seed, --ranks or --device?)") from None
     opts = HarnessOptions(iters=iters, warmup=warmup, threads_per_rank=threads_per_rank, seed=seed, device=device)
     report = CampaignReport(out)
     t0 = time.perf_counter()

@@ -34,7 +34,7 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
          threads: int | None, device: str, seed: int, output: str | None, as_json: bool) -> None:
     """Train the DLRM in CONFIG on local processes and report the measured iteration time."""
     require_torch("hybrid bench dlrm")
-    from hybrid.bench.campaign import rank_capacity, record_results
+    from hybrid.bench.campaign import check_stored_config, rank_capacity, record_results
     from hybrid.bench.dlrm_harness import HarnessOptions, run_dlrm
     from hybrid.sharding.heuristics import default_plan
     from hybrid.sharding.plan import ShardingPlan
@@ -50,6 +50,8 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
     else:
         plan, plan_name = default_plan(config, rank_capacity(config.gpus)), "size_lookup_greedy"
     plan.validate(config)
+    if output:  # before measuring: another config of this name already in the table is refused
+        check_stored_config(output, config, [plan_name])
     opts = HarnessOptions(iters=iters, warmup=warmup, threads_per_rank=threads, device=device, seed=seed)
     (res,) = run_dlrm(config, {plan_name: plan}, opts)
     row = res.summary()
