@@ -121,6 +121,34 @@ def test_a_bare_path_that_is_not_a_db_file_is_a_clear_error(tmp_path, monkeypatc
     assert resolve_tracking_uri(str(home)) == str(home)
 
 
+def test_a_file_uri_is_the_file_store_and_refused_without_creating_it(tmp_path, monkeypatch, capsys):
+    """file:///folder is the file store in URI form: `hybrid models` (read-only) created the folder and then
+    printed MLflow's maintenance-mode paragraph. Now one line, nothing created; MLFLOW_ALLOW_FILE_STORE passes."""
+    from hybrid.cli.main import main
+    from hybrid.errors import InvalidInputError
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    folder = tmp_path / "nowhere" / "mlruns"
+    assert main(["models", "--tracking-uri", folder.as_uri()]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "file store" in err[0] and "maintenance" not in err[0]
+    assert not (tmp_path / "nowhere").exists()
+    home = tmp_path / "home"
+    open_store(f"sqlite:///{home / 'mlflow.db'}").client()
+    with pytest.raises(InvalidInputError, match=f"pass sqlite:///{home / 'mlflow.db'}"):
+        resolve_tracking_uri(home.as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert resolve_tracking_uri(home.as_uri()) == home.as_uri()
+
+
+def test_a_malformed_server_uri_is_one_clear_line(capsys):
+    from hybrid.cli.main import main
+
+    assert main(["models", "--tracking-uri", "http://[::1:5000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: malformed tracking URI") and "ValueError" not in err[0]
+
+
 def test_hybrid_home_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv("HYBRID_HOME", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))

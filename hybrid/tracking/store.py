@@ -97,6 +97,15 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
                                 f"path/to/mlflow.db, or sqlite:///path/to/mlflow.db) nor a server (http://host:port)"
                                 f"{hint}")
     scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if scheme == "file" and not os.environ.get("MLFLOW_ALLOW_FILE_STORE"):
+        # the file store again, in URI form: MLflow would create the folder (a read-only `hybrid models` too) and
+        # then refuse it with its maintenance-mode paragraph
+        folder = Path(unquote(uri.split("://", 1)[1].split("?", 1)[0]))
+        store = folder / "mlflow.db"
+        hint = f"; {store} exists: pass sqlite:///{store}" if store.is_file() else ""
+        raise InvalidInputError(f"tracking URI {uri!r} is MLflow's file store, which hybrid does not use (set "
+                                "MLFLOW_ALLOW_FILE_STORE to use it anyway): use sqlite:///path/to/mlflow.db or a "
+                                f"server (http://host:port){hint}")
     if scheme and scheme not in TRACKING_SCHEMES:
         raise InvalidInputError(f"unsupported tracking URI {uri!r}: use sqlite:///path/to/store.db, "
                                 "http(s)://host:port (an `mlflow server`), or a database URI "
@@ -188,7 +197,10 @@ def probe_server(uri: str, timeout_s: float | None = None) -> None:
     import socket
     from urllib.parse import urlsplit
 
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket: "http://[::1:5000"
+        raise TrackingError(f"malformed tracking URI {uri!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
         return
     timeout = probe_timeout_s() if timeout_s is None else timeout_s
