@@ -464,3 +464,31 @@ def test_shard_shows_overlapping_plans_past_top_and_shares_the_ranks_key(small_c
     assert main(["shard", str(small_config), "--strategy", "size_greedy", "--time-budget", "0.1", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)["plans"][0]
     assert plan["ranks"] == plan["breakdown"] and len(plan["ranks"]) == 8  # simulate --json's key too
+
+
+def test_search_and_memory_resolve_a_system_only_the_models_catalog_knows():
+    """A calibrated model fitted on a profile bundle knows the bundle's machine (`cpu-amd-epyc-1c`, its gloo
+    system); the graph and the search were given the model's catalog but the memory check read the packaged one,
+    so `hybrid simulate/shard --system cpu-amd-epyc-1c-gloo --model M` (and `bench campaign --model`, whose
+    search runs there) failed after the whole search with "unknown system or device"."""
+    from hybrid.corrections.predictor import HybridPredictor
+    from hybrid.data.bundle import bundle_catalog
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.sharding.search import evaluate_plan
+
+    catalog = bundle_catalog(["datasets/cpu-amd-epyc-1c"])
+    system = "cpu-amd-epyc-1c-gloo"
+    assert default_catalog().resolve_system(system, missing_ok=True) is None
+    model = HybridPredictor.roofline_only(catalog)
+    cfg = DLRMConfig.from_dict({"name": "tiny", "system": system, "gpus": 2, "batch_size_per_gpu": 32,
+                                "bottom_mlp": [16, 8], "top_mlp": [8, 1], "embedding_dim": 8, "tables": [
+                                    {"name": "a", "num_embeddings": 100, "embedding_dim": 8, "pooling_factor": 2},
+                                    {"name": "b", "num_embeddings": 200, "embedding_dim": 8, "pooling_factor": 3}]})
+    plan = ShardingPlan({"a": 0, "b": 1})
+    capacity = catalog.device(catalog.systems[system].device).mem_capacity
+    mem = memory_per_rank(cfg, plan, capacity, catalog=catalog)
+    assert mem.fits and len(mem.per_rank) == 2
+    ev = evaluate_plan(cfg, plan, model)
+    assert ev.memory.fits and ev.iteration_us > 0
+    best = search_plans(cfg, model, strategies=["size_greedy", "search"], time_budget_s=1.0, seed=0).best
+    assert best.iteration_us > 0

@@ -211,7 +211,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
         except InvalidInputError as exc:  # the default planner found no table-wise placement: say for which config
             raise InvalidInputError(f"{config_path}: {exc}") from None
         plan_source = "size_lookup_greedy (default)"
-    memory = memory_per_rank(config.with_(plan=None), plan, capacity, host_mem_per_node=host_mem)
+    memory = memory_per_rank(config.with_(plan=None), plan, capacity, host_mem_per_node=host_mem, catalog=catalog)
 
     if not memory.fits:
         raise InvalidInputError(f"{config_path}: plan does not fit: {memory.reason} (plan: {plan_source})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,9 @@ from hybrid.errors import InvalidInputError
 from hybrid.sharding.plan import ShardingPlan
 from hybrid.units import format_bytes
 from hybrid.workloads.dlrm import DLRMConfig
+
+if TYPE_CHECKING:
+    from hybrid.hardware.catalog import Catalog
 
 # Empirical constants: CUDA context + cuBLAS/NCCL workspaces ~1.5 GiB per process; the caching allocator loses
 # a few percent to fragmentation.
@@ -169,8 +172,12 @@ def check_host_mem(value: Any, option: str = "host_mem_per_node") -> float:
 
 
 def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | None = None, *,
-                    host_mem_per_node: float | None = None) -> MemoryReport:
+                    host_mem_per_node: float | None = None, catalog: Catalog | None = None) -> MemoryReport:
     """Memory of every rank under ``plan``; ``capacity`` (bytes) defaults to the config system's device.
+
+    ``catalog`` resolves the config's system (default: the packaged catalog plus ``$HYBRID_CATALOG``); pass the
+    cost model's (:func:`hybrid.engine.costs.model_catalog`) where the system is one only a calibrated model's
+    profile bundle describes (``cpu-...-gloo``), as the graph builder is given it.
 
     Tables placed in host memory must fit :data:`HOST_EMBEDDING_SHARE` of their node's host memory: the catalog's
     figure for the config's system as named (:meth:`hybrid.hardware.device.System.host_mem_origin`: a datasheet,
@@ -182,7 +189,7 @@ def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | No
     from hybrid.workloads.dlrm_graph import comm_volumes, place_pieces, resolve_target, shard_pieces
 
     R, eb, teb = config.gpus, config.dtype_bytes, config.embedding_dtype_bytes
-    catalog = default_catalog()
+    catalog = catalog if catalog is not None else default_catalog()
     target = resolve_target(config.system, catalog)
     device = target.device
     system = catalog.systems.get(target.system)

@@ -619,7 +619,7 @@ def evaluate_plan(config: DLRMConfig, plan: ShardingPlan, model: OpCostModel | N
     catalog = model_catalog(model)
     if capacity is None:
         capacity = resolve_target(config.system, catalog).device.mem_capacity
-    memory = memory_per_rank(config, plan, capacity, host_mem_per_node=host_mem_per_node)
+    memory = memory_per_rank(config, plan, capacity, host_mem_per_node=host_mem_per_node, catalog=catalog)
     ev = PlanEvaluation(name, plan, estimate_us, memory)
     if memory.fits:
         it = build_dlrm_graph(config, plan, catalog)
