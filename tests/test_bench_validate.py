@@ -200,3 +200,26 @@ def test_cli_refuses_a_bad_results_table_before_fitting(tmp_path, capsys):
     assert time.perf_counter() - t0 < 10
     err = capsys.readouterr().err
     assert "no data rows" in err and "[1/2]" not in err
+
+
+def test_validate_with_a_model_points_at_system_not_at_bundle(tmp_path, capsys):
+    """With --model, --bundle is refused, yet a run on `local-cpu` was told to "pass --system ... or --bundle":
+    the hint now names --system alone and the machines the model was profiled on."""
+    from hybrid.cli.main import main
+    from hybrid.data.paths import project_datasets_dir
+    from hybrid.tracking.calibrate import CalibrationConfig, calibrate
+    from hybrid.tracking.inputs import load_measurements
+
+    data = project_datasets_dir()
+    if not (data / "cpu-amd-epyc-1c").is_dir() or not (data / "dlrm-cpu-heldout-4242").is_dir():
+        pytest.skip("committed CPU bundle or campaign missing")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    m = load_measurements([str(data / "cpu-amd-epyc-1c")])
+    m.table = m.table.groupby("op", group_keys=False).head(25)  # a small real fit: the model is what matters
+    calibrate(m, CalibrationConfig(name="cpu", lodo=False), tracking_uri=uri)
+    capsys.readouterr()
+    assert main(["bench", "validate", str(data / "dlrm-cpu-heldout-4242"), "--model", "cpu",
+                 "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "'local-cpu'" in err and "--system" in err and "--bundle" not in err
+    assert "cpu-amd-epyc-1c-gloo" in err

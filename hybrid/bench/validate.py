@@ -151,6 +151,8 @@ class EnginePredictor:
     system: str | None = None  #: system/device the configs are predicted on (None: each config's own)
     overheads: Any = None  #: engine Overheads (None: engine defaults)
     target_note: str = ""  #: why no system could be taken from the bundle (said when a run needs one)
+    #: what to do about a run whose system the catalog does not know (default: --system or a --bundle)
+    unknown_system_hint: str = ""
 
     def graph(self, config: Any, plan: Any) -> Any:
         """The compiled task graph of one iteration of ``config`` under ``plan`` as the harness runs it
@@ -230,7 +232,8 @@ def _bundle_system(catalog: Any, bundle: Path, table: pd.DataFrame | None = None
 LOCAL_SYSTEMS = ("local-cpu", "local-cuda")
 
 
-def _check_target(catalog: Any, configs: list[Any], system: str | None, devices: set[str], note: str = "") -> None:
+def _check_target(catalog: Any, configs: list[Any], system: str | None, devices: set[str], note: str = "",
+                  unknown_hint: str = "") -> None:
     """A clear error if the runs cannot be mapped onto a catalog system: a config system the catalog does not
     know (e.g. ``local-cuda``) with no ``system`` given, or a CPU target for runs measured on CUDA (or back)."""
     from hybrid.workloads.dlrm_graph import resolve_target
@@ -241,8 +244,9 @@ def _check_target(catalog: Any, configs: list[Any], system: str | None, devices:
             if note:
                 raise InvalidInputError(note)
             hint = (" (the machine the campaign ran on)" if name in LOCAL_SYSTEMS else "")
-            raise InvalidInputError(f"the runs name system {name!r}{hint}, which the catalog does not know: pass "
-                                    "--system (e.g. H100-SXM) or --bundle with a `hybrid profile` of that machine")
+            raise InvalidInputError(f"the runs name system {name!r}{hint}, which the catalog does not know: "
+                                    + (unknown_hint or "pass --system (e.g. H100-SXM) or --bundle with a "
+                                       "`hybrid profile` of that machine"))
         kind = resolve_target(name, catalog).device.kind
         want = {"cuda": "gpu", "cpu": "cpu"}
         bad = [d for d in devices if d in want and want[d] != kind]
@@ -269,10 +273,20 @@ def resolve_predictor(model_ref: str | None = None, tracking_uri: str | None = N
     if extra_tables and not bundle:
         raise InvalidInputError("extra measurement tables join a --bundle's rows: give --bundle too")
     if model_ref:
+        from hybrid.hardware.catalog import default_catalog
         from hybrid.tracking.registry import load_predictor
 
         loaded = load_predictor(model_ref, tracking_uri=tracking_uri)
-        return EnginePredictor(str(loaded.ref), loaded.predictor, model_catalog(loaded.predictor), system)
+        cat = model_catalog(loaded.predictor)
+        # --bundle is refused with --model: a run the model's catalog cannot place needs --system, and the machines
+        # the model's profile bundles describe are the likely answer
+        packaged = default_catalog([])
+        added = sorted(k for k in cat.systems if k not in packaged.systems) or sorted(
+            k for k in cat.devices if k not in packaged.devices)
+        hint = (f"pass --system naming the machine they ran on ({loaded.ref} was fitted on profiles of "
+                f"{', '.join(added)}; its catalog also has every packaged system and device)" if added
+                else "pass --system naming the machine they ran on (e.g. H100-SXM)")
+        return EnginePredictor(str(loaded.ref), loaded.predictor, cat, system, unknown_system_hint=hint)
     if not bundle and not default_bundle:
         from hybrid.engine.costs import RooflineCostModel
         from hybrid.hardware.catalog import default_catalog
@@ -339,7 +353,8 @@ def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: Engi
             cfg = cfg.with_(gpus=int(row["ranks"]))
         pairs.append((cfg, plan))
     devices = set(table["device"].dropna().astype(str)) if "device" in table.columns else set()
-    _check_target(predictor.catalog, [c for c, _ in pairs], predictor.system, devices, predictor.target_note)
+    _check_target(predictor.catalog, [c for c, _ in pairs], predictor.system, devices, predictor.target_note,
+                  predictor.unknown_system_hint)
     graphs = [predictor.graph(cfg, plan) for cfg, plan in tqdm(pairs, desc="build graphs", disable=not progress)]
     iters, phases = predictor.simulate_graphs(graphs)
     table["predicted_ms"] = iters
