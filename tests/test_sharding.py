@@ -492,3 +492,18 @@ def test_search_and_memory_resolve_a_system_only_the_models_catalog_knows():
     assert ev.memory.fits and ev.iteration_us > 0
     best = search_plans(cfg, model, strategies=["size_greedy", "search"], time_budget_s=1.0, seed=0).best
     assert best.iteration_us > 0
+
+
+def test_unknown_system_error_names_the_config_file_or_the_option(tmp_path, capsys):
+    """Errors about a config name its file (docs/engine.md); an unknown `system:` in the file did not, and the
+    same message came for a misspelt --system."""
+    import yaml
+
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"name": "u", "system": "DGX-Z9", "gpus": 8, "tables": [
+        {"name": "a", "num_embeddings": 1000, "embedding_dim": 64, "pooling_factor": 2}]}))
+    for args, where in ((["simulate", str(path)], str(path)), (["shard", str(path), "--top", "1"], str(path)),
+                        (["simulate", str(path), "--system", "DGX-Z8"], "--system")):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {where}: unknown system or device"), (args, err)

@@ -7,6 +7,7 @@ import click
 from hybrid.cli.output import echo_json, echo_table, roofline_note
 from hybrid.cli.simulate import (
     HOST_MEM_UNUSED_NOTE,
+    config_target,
     echo_breakdown,
     host_mem_bytes,
     host_mem_option,
@@ -72,10 +73,11 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     need = check_search_size(config.gpus, names, available_memory_bytes(), cli=True)
     model, model_name = load_cost_model(model_ref, tracking_uri)
     from hybrid.engine.costs import model_catalog
-    from hybrid.workloads.dlrm_graph import check_target, collective_target, resolve_target
+    from hybrid.workloads.dlrm_graph import check_target, collective_target
 
     catalog = model_catalog(model)
-    target, coll_note = collective_target(resolve_target(config.system, catalog), catalog, config.gpus)
+    target, coll_note = collective_target(config_target(config, catalog, config_path, system), catalog,
+                                          config.gpus)
     notes = [coll_note] * bool(coll_note) + check_target(config, target, catalog)
     if own.plan is not None:
         notes.append(OWN_PLAN_NOTE)

@@ -60,6 +60,18 @@ def load_config(path: str, gpus: int | None = None, system: str | None = None, d
     return config
 
 
+def config_target(config: Any, catalog: Any, path: str, system: str | None) -> Any:
+    """The config's system resolved in ``catalog`` (:func:`hybrid.workloads.dlrm_graph.resolve_target`); a name the
+    catalog does not know is an error naming where it came from: ``--system`` or the config file."""
+    from hybrid.errors import UnknownDeviceError
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    try:
+        return resolve_target(config.system, catalog)
+    except UnknownDeviceError as exc:
+        raise UnknownDeviceError(f"{'--system' if system else path}: {exc}") from None
+
+
 def variant_hint(path: str) -> None:
     """A missing CONFIG that names a built-in variant (``hybrid simulate mlperf``): an error saying how a config
     uses it; any other name returns (the plain "file not found" follows)."""
@@ -173,7 +185,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     from hybrid.sharding.heuristics import default_plan
     from hybrid.sharding.memory import memory_per_rank
     from hybrid.sharding.plan import ShardingPlan
-    from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, collective_target, resolve_target
+    from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, collective_target
 
     host_mem = host_mem_bytes(host_mem_gib)  # checked before anything is read or written
     warned: list[str] = []  # the config's WorkloadWarnings (printed as they come; --json notes)
@@ -187,7 +199,8 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
         config = load_config(config_path, gpus=gpus, system=system, drop_plan=True, warned=warned)
     model, model_name = load_cost_model(model_ref, tracking_uri)
     catalog = model_catalog(model)
-    target, coll_note = collective_target(resolve_target(config.system, catalog), catalog, config.gpus)
+    target, coll_note = collective_target(config_target(config, catalog, config_path, system), catalog,
+                                          config.gpus)
     notes += [coll_note] * bool(coll_note) + check_target(config, target, catalog)
     for note in notes:
         click.echo(f"note: {note}", err=True)
