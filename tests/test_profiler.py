@@ -42,6 +42,31 @@ def test_cpu_device_key():
     assert cpu_device_key("Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", 2) == "cpu-intel-xeon-platinum-8375c-2c"
 
 
+def test_device_name_is_recorded_as_given():
+    """--device-name NAME names the device key (docs/profiler.md); it went through the hardware-name sanitiser,
+    which drops words such as "cpu": `--device-name cpu-lab2-1c` was recorded as `lab2-1c`, `cpu` as `unknown`."""
+    from hybrid.data.profiler.runner import ProfileOptions, device_key_for
+
+    assert device_key_for("cpu-lab2-1c") == "cpu-lab2-1c"
+    assert device_key_for("My Processor") == "My-Processor"
+    assert device_key_for("cpu") == "cpu"
+    assert device_key_for("a.b/c") == "a-b-c"  # a dot would nest the TOML table, a slash the default output path
+    with pytest.raises(InvalidInputError, match="no letter or digit"):
+        ProfileOptions(device_name="@@").checked()
+
+
+def test_quick_profile_records_the_given_device_name(tmp_path):
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    said: list[str] = []
+    res = run_profile(ProfileOptions(quick=True, families=("softmax",), progress=False, force_cpu=True,
+                                     device_name="cpu-lab2 box"), tmp_path / "p", log=said.append)
+    assert set(res.table["device"]) == {"cpu-lab2-box"}
+    table, catalog = load_bundle(tmp_path / "p")
+    assert set(table["device"]) == {"cpu-lab2-box"} and "cpu-lab2-box" in catalog.devices
+    assert any("device key: cpu-lab2-box" in m for m in said)
+
+
 def test_embedding_design_and_zipf_indices():
     from hybrid.data.profiler import embedding as emb
 

@@ -88,6 +88,8 @@ class ProfileOptions:
                                     "a CPU profile measures at most all of them")
         if self.device_name is not None and not self.device_name.strip():
             raise InvalidInputError("--device-name must not be empty")
+        if self.device_name is not None:
+            device_key_for(self.device_name)  # a name no key can be made of fails before anything is measured
         clock = (self.clock or "auto").strip().lower()
         if clock not in ("auto", "wall", "thread"):
             raise InvalidInputError(f"--clock must be auto, wall or thread, got {self.clock!r}")
@@ -118,6 +120,17 @@ def sanitize(name: str) -> str:
     s = re.sub(r"\b(processor|cpu|\d+-core)\b", "", s)
     s = re.sub(r"[^a-z0-9]+", "-", s).strip("-")
     return s or "unknown"
+
+
+def device_key_for(name: str) -> str:
+    """The catalog key of a device the user names (``--device-name``): the name as given, with each run of
+    characters a TOML bare key cannot hold replaced by ``-``. Not :func:`sanitize`, which drops words such as
+    ``cpu`` or ``processor`` from hardware-reported names: ``cpu-lab2-1c`` would have been recorded as
+    ``lab2-1c``, and ``cpu`` as ``unknown``. :class:`InvalidInputError` for a name with no letter or digit."""
+    key = re.sub(r"[^A-Za-z0-9_-]+", "-", name.strip()).strip("-")
+    if not re.search(r"[A-Za-z0-9]", key):
+        raise InvalidInputError(f"--device-name {name!r} has no letter or digit to make a device key of")
+    return key
 
 
 def cpu_device_key(model: str, cores: int) -> str:
@@ -167,6 +180,10 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                                     mem_bw_shared=ceilings.mem_bw * shared.ratio)
     durations["ceilings"] = time.perf_counter() - t0
     device_key, device_entry = _device_identity(backend, opts, ceilings)
+    if opts.device_name and device_key != opts.device_name.strip():
+        say(f"device key: {device_key} (--device-name {opts.device_name!r}: characters a catalog key cannot hold "
+            "replaced)" if device_entry is not None else f"device key: {device_key} (the catalog's name for "
+            f"--device-name {opts.device_name!r})")
     out = out or default_outdir(device_key)
     check_outdir(out, force)
 
@@ -393,11 +410,11 @@ def _device_identity(backend: Backend, opts: ProfileOptions, ceilings: Ceilings)
         key = catalog.resolve_device(name, missing_ok=True)
         if key is not None:
             return key, None
-        return sanitize(name), _gpu_entry(backend, name, ceilings)
+        return (device_key_for(name) if opts.device_name else sanitize(name)), _gpu_entry(backend, name, ceilings)
     from hybrid.hardware.cpu import cpu_model_name
 
     model = cpu_model_name()
-    key = sanitize(opts.device_name) if opts.device_name else cpu_device_key(model, backend.threads)
+    key = device_key_for(opts.device_name) if opts.device_name else cpu_device_key(model, backend.threads)
     known = catalog.resolve_device(key, missing_ok=True)
     if known is not None and catalog.devices[known].kind != "cpu":
         raise InvalidInputError(f"--device-name {opts.device_name!r} is the catalog GPU {known!r}; "
