@@ -138,3 +138,21 @@ def test_every_placement_computes_the_same_model():
     # and a different model (other weights) gives a different loss: the check can fail
     other = run_dlrm(cfg, {"tw": plans["tw"]}, HarnessOptions(iters=1, warmup=0, timeout_s=120))
     assert abs(other[0].first_loss - losses[0]) > 1e-6
+
+
+def test_more_threads_per_rank_than_cores_is_refused(capsys):
+    """`hybrid bench dlrm --threads 99` on a 2-core machine ran 99 threads per rank and recorded them; the
+    profiler refuses the same (`--threads` beyond the cores it may run on)."""
+    from pathlib import Path
+
+    from hybrid.bench.dlrm_harness import HarnessOptions, default_threads
+    from hybrid.cli.main import main
+
+    cores = default_threads(1)
+    assert HarnessOptions(threads_per_rank=cores).threads_per_rank == cores
+    with pytest.raises(InvalidInputError, match="exceeds the"):
+        HarnessOptions(threads_per_rank=cores + 1)
+    config = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "dlrm_example.yaml"
+    assert main(["bench", "dlrm", str(config), "--threads", str(cores + 1)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--threads {cores + 1}" in err[0]

@@ -473,10 +473,11 @@ def test_search_and_memory_resolve_a_system_only_the_models_catalog_knows():
     search runs there) failed after the whole search with "unknown system or device"."""
     from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.bundle import bundle_catalog
+    from hybrid.data.paths import project_datasets_dir
     from hybrid.hardware.catalog import default_catalog
     from hybrid.sharding.search import evaluate_plan
 
-    catalog = bundle_catalog(["datasets/cpu-amd-epyc-1c"])
+    catalog = bundle_catalog([project_datasets_dir() / "cpu-amd-epyc-1c"])
     system = "cpu-amd-epyc-1c-gloo"
     assert default_catalog().resolve_system(system, missing_ok=True) is None
     model = HybridPredictor.roofline_only(catalog)

@@ -104,6 +104,12 @@ class HarnessOptions:
             raise InvalidInputError(f"warmup must be >= 0, got {self.warmup}")
         if self.threads_per_rank is not None and self.threads_per_rank < 1:
             raise InvalidInputError(f"threads_per_rank must be >= 1, got {self.threads_per_rank}")
+        cores = default_threads(1)
+        if self.threads_per_rank is not None and self.threads_per_rank > cores:
+            # as `hybrid profile --threads`: more threads than cores time the scheduler, not the model, and the
+            # results row would record a thread count the machine cannot run
+            raise InvalidInputError(f"threads per rank (--threads {self.threads_per_rank}) exceeds the {cores} "
+                                    "cores this process may run on")
         if self.device not in ("cpu", "cuda"):
             raise InvalidInputError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
         if self.index_pool < 1:
