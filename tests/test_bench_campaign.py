@@ -211,3 +211,29 @@ def test_bench_dlrm_refuses_another_config_before_measuring(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "another config named" in err[0]
     assert len(read_results(out)) == 1
+
+
+def test_bench_dlrm_output_is_checked_before_measuring_and_a_directory_takes_results_csv(tmp_path, capsys):
+    """`-o` naming a CSV that is no results table failed only after the run, with configs/ and plans/ already
+    written beside it; `-o out/` wrote a CSV file named `out`. Now the table is checked first (nothing written)
+    and a directory means its results.csv, as `bench validate` reads it."""
+    pytest.importorskip("torch")
+    from hybrid.workloads.dlrm import write_document
+
+    sp = CampaignSpace(ranks=1, tables=(2, 2), rows=(100, 200), batch_sizes=(16,), pooling=(1, 2))
+    cfg = generate_configs(1, seed=3, space=sp)[0]
+    write_document(cfg.to_dict(), tmp_path / "c.yaml")
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    assert main(["bench", "dlrm", str(tmp_path / "c.yaml"), "--ranks", "1", "--iters", "1", "--warmup", "0",
+                 "-o", str(tmp_path / "other.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "missing column" in err[0]
+    assert not (tmp_path / "configs").exists() and not (tmp_path / "plans").exists()
+    (tmp_path / "afile").write_text("")
+    assert main(["bench", "dlrm", str(tmp_path / "c.yaml"), "--ranks", "1", "--iters", "1", "--warmup", "0",
+                 "-o", str(tmp_path / "afile" / "r.csv")]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
+    assert main(["bench", "dlrm", str(tmp_path / "c.yaml"), "--ranks", "1", "--iters", "2", "--warmup", "0",
+                 "--threads", "1", "-o", str(tmp_path / "out") + "/"]) == 0
+    assert (tmp_path / "out").is_dir() and len(read_results(tmp_path / "out")) == 1
+    assert (tmp_path / "out" / "configs" / f"{cfg.name}.yaml").is_file()

@@ -280,6 +280,29 @@ def check_stored_config(results_path: str | os.PathLike, config: DLRMConfig,
             f"({stored} differs from this one); give this config another name or use another results table")
 
 
+def results_output(results_path: str | os.PathLike, config: DLRMConfig,
+                   plan_names: Sequence[str] = ()) -> Path:
+    """Where ``hybrid bench dlrm -o`` adds its row, checked before anything is measured: a directory (an existing
+    one, or a path written with a trailing slash) means its ``results.csv``, as :func:`read_results` reads it; an
+    existing table must be a results table; another config stored under the name is refused
+    (:func:`check_stored_config`); and the nearest existing ancestor must be a writable directory."""
+    raw = os.fspath(results_path)
+    path = Path(raw)
+    if path.is_dir() or raw.endswith(("/", os.sep)):
+        path = path / "results.csv"
+    if path.is_file():
+        read_results(path)
+    check_stored_config(path, config, plan_names)
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InvalidInputError(f"cannot write output {path}: {ancestor} is a file, not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InvalidInputError(f"cannot write output {path}: {ancestor} is not writable")
+    return path
+
+
 def record_results(results_path: str | os.PathLike, config: DLRMConfig, plans: dict[str, ShardingPlan],
                    results: list[Any], extra: dict[str, Any] | None = None) -> pd.DataFrame:
     """Store ``config`` and ``plans`` as YAML beside ``results_path`` (``configs/<config>.yaml``,
@@ -291,6 +314,7 @@ def record_results(results_path: str | os.PathLike, config: DLRMConfig, plans: d
 
     path = Path(results_path)
     base = path.parent
+    old = read_results(path) if path.is_file() else None  # a table that is not one fails before any YAML is written
     check_stored_config(path, config, [res.plan_name for res in results])
     cfg_file = Path("configs") / f"{config.name}.yaml"
     write_document(config.with_(plan=None).to_dict(), base / cfg_file)
@@ -305,8 +329,7 @@ def record_results(results_path: str | os.PathLike, config: DLRMConfig, plans: d
                    python=platform.python_version(), **(extra or {}))
         new.append(row)
     table = pd.DataFrame(new)
-    if path.is_file():
-        old = read_results(path)
+    if old is not None:
         keys = set(zip(table["config_name"], table["plan_name"], strict=True))
         keep = [k not in keys for k in zip(old["config_name"], old["plan_name"], strict=True)]
         table = pd.concat([old[keep], table], ignore_index=True)

@@ -27,14 +27,15 @@ def bench() -> None:
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: gloo; cuda: one GPU per rank, NCCL.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the synthetic data.")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
-              help="Results CSV to add the row to; config and plan YAMLs are stored beside it.")
+@click.option("-o", "--output", "output", type=click.Path(), default=None,
+              help="Results CSV to add the row to (a directory: its results.csv); config and plan YAMLs "
+                   "are stored beside it.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int, warmup: int,
          threads: int | None, device: str, seed: int, output: str | None, as_json: bool) -> None:
     """Train the DLRM in CONFIG on local processes and report the measured iteration time."""
     require_torch("hybrid bench dlrm")
-    from hybrid.bench.campaign import check_stored_config, rank_capacity, record_results
+    from hybrid.bench.campaign import rank_capacity, record_results, results_output
     from hybrid.bench.dlrm_harness import HarnessOptions, run_dlrm
     from hybrid.sharding.heuristics import default_plan
     from hybrid.sharding.plan import ShardingPlan
@@ -50,8 +51,8 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
     else:
         plan, plan_name = default_plan(config, rank_capacity(config.gpus)), "size_lookup_greedy"
     plan.validate(config)
-    if output:  # before measuring: another config of this name already in the table is refused
-        check_stored_config(output, config, [plan_name])
+    if output:  # before measuring: a directory means its results.csv; a bad table or path is refused
+        output = str(results_output(output, config, [plan_name]))
     opts = HarnessOptions(iters=iters, warmup=warmup, threads_per_rank=threads, device=device, seed=seed)
     (res,) = run_dlrm(config, {plan_name: plan}, opts)
     row = res.summary()
