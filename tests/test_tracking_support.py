@@ -238,3 +238,21 @@ def test_lodo_holds_out_only_devices_whose_kind_remains_in_the_fit(catalog):
     assert lodo_devices(table[table.device != "V100-PCIE-32GB"], cfg, cat) == []
     explicit = CalibrationConfig(name="x", holdout_devices=("cpu-test",))
     assert lodo_devices(table, explicit, cat) == ["cpu-test"]  # an explicit choice is honoured
+
+
+def test_a_version_registered_without_a_hybrid_model_is_named_as_such(tmp_path, capsys):
+    """A registered version whose run holds no `model` folder (registered by another tool) gave MLflow's
+    "failed to download artifacts from path 'model'"; now one line saying it is not a hybrid predictor."""
+    from hybrid.cli.main import main
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = open_store(uri).client()
+    exp = client.create_experiment("other", artifact_location=(tmp_path / "art").as_uri())
+    run = client.create_run(exp)
+    client.set_terminated(run.info.run_id)
+    client.create_registered_model("foreign")
+    client.create_model_version("foreign", f"runs:/{run.info.run_id}/model", run.info.run_id)
+    assert main(["predict", "gemm", "--device", "A100", "--dtype", "fp32", "-m", "64", "-n", "64", "-k", "64",
+                 "--model", "foreign", "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "models:/foreign/1 is not a hybrid predictor" in err[0], err

@@ -158,7 +158,17 @@ def download_model(client: Any, version: Any, dst: Path) -> Path:
     """Download a registered version's model folder into ``dst``; returns the predictor directory."""
     with quiet_mlflow():
         if version.run_id:
-            local = retry(lambda: client.download_artifacts(version.run_id, MODEL_ARTIFACT_PATH, str(dst)))
+            try:
+                local = retry(lambda: client.download_artifacts(version.run_id, MODEL_ARTIFACT_PATH, str(dst)))
+            except Exception:
+                # a version registered by something else than `hybrid calibrate` (a run without the model folder):
+                # say so, rather than MLflow's "failed to download artifacts from path 'model'"
+                names = {Path(a.path).name for a in retry(lambda: client.list_artifacts(version.run_id))}
+                if MODEL_ARTIFACT_PATH in names:
+                    raise
+                raise ModelNotFoundError(
+                    f"models:/{version.name}/{version.version} is not a hybrid predictor: its run {version.run_id} "
+                    f"has no {MODEL_ARTIFACT_PATH!r} artifact (register models with `hybrid calibrate`)") from None
         else:  # a version registered from a plain artifact URI
             import mlflow.artifacts
 
