@@ -223,3 +223,18 @@ def test_validate_with_a_model_points_at_system_not_at_bundle(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "'local-cpu'" in err and "--system" in err and "--bundle" not in err
     assert "cpu-amd-epyc-1c-gloo" in err
+
+
+def test_nan_tolerance_and_negative_split_seed_are_refused(capsys):
+    """`--k nan` made every config a tolerant miss silently; `--split-seed -1` failed after the predictions with
+    "ValueError: expected non-negative integer"."""
+    from hybrid.cli.main import main
+
+    with pytest.raises(InvalidInputError, match="finite number >= 0"):
+        sharding_success(table(), predicted="predicted_ms", k=float("nan"))
+    with pytest.raises(InvalidInputError, match="non-negative integer"):
+        half_split(["a", "b", "c", "d"], seed=-1)
+    assert main(["bench", "validate", "results.csv", "--roofline", "--k", "nan"]) == 2
+    assert "--k must be a finite number" in capsys.readouterr().err
+    assert main(["bench", "validate", "results.csv", "--roofline", "--split-seed", "-1"]) == 2
+    assert "--split-seed" in capsys.readouterr().err

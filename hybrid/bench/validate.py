@@ -22,6 +22,17 @@ from hybrid.errors import InvalidInputError
 from hybrid.reports.metrics import error_summary
 
 
+def _check_k(k: Any) -> None:
+    """The tolerance multiple: a finite number >= 0 (a NaN made every config a tolerant miss without a word)."""
+    if isinstance(k, bool) or not isinstance(k, int | float | np.number) or not (np.isfinite(k) and k >= 0):
+        raise InvalidInputError(f"k must be a finite number >= 0, got {k!r}")
+
+
+def _check_split_seed(seed: Any) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise InvalidInputError(f"split seed must be a non-negative integer, got {seed!r}")
+
+
 def sharding_success(
     table: pd.DataFrame,
     predicted: str = "predicted_ms",
@@ -40,6 +51,7 @@ def sharding_success(
 
     Returns ``{n_configs, strict, tolerant, strict_pct, tolerant_pct, regret_pct, per_config: DataFrame}``.
     """
+    _check_k(k)
     need = [group, plan, predicted, measured, spread]
     missing = [c for c in need if c not in table.columns]
     if missing:
@@ -131,6 +143,7 @@ def evaluate(table: pd.DataFrame, k: float = 1.0) -> tuple[dict[str, Any], dict[
 
 def half_split(configs: list[str], seed: int = 0) -> tuple[list[str], list[str]]:
     """Configs split in two halves at random (reproducible)."""
+    _check_split_seed(seed)
     names = sorted(set(configs))
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(names))
@@ -338,6 +351,8 @@ def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: Engi
     random half of the configs and the other half is scored with them (``split``)."""
     from hybrid.bench.campaign import load_pair, read_results
 
+    _check_k(k)  # before any prediction
+    _check_split_seed(split_seed)
     if isinstance(results, pd.DataFrame):
         if campaign_dir is None:
             raise InvalidInputError("a results DataFrame needs campaign_dir (where configs/ and plans/ are)")

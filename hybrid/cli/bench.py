@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -173,7 +174,7 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
                                                 "configs').")
 @click.option("--k", "k", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
               help="Tolerant success: within k x the measured std of the fastest plan.")
-@click.option("--split-seed", type=int, default=0, show_default=True,
+@click.option("--split-seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the half split for fitting the engine overheads.")
 @click.option("--overheads", "overheads_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Engine host constants to predict with (JSON, as --save-overheads writes, e.g. fitted on another "
@@ -196,6 +197,8 @@ def validate(results_path: str, model_ref: str | None, tracking_uri: str | None,
         validate_campaign,
     )
 
+    if not math.isfinite(k):
+        raise InvalidInputError(f"--k must be a finite number >= 0, got {k}")
     overheads = load_overheads(overheads_file) if overheads_file else None  # a bad file fails before any fit
     read_results(results_path)  # so does a bad results table (read again, with its configs, below)
     if not as_json:
