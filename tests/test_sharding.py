@@ -508,3 +508,16 @@ def test_unknown_system_error_names_the_config_file_or_the_option(tmp_path, caps
         assert main(args) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: {where}: unknown system or device"), (args, err)
+
+
+def test_a_malformed_plan_file_names_the_file(tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text("name: u\nsystem: DGX-A100\ngpus: 8\ntables:\n- {name: a, num_embeddings: 1000}\n"
+                      "- {name: b, num_embeddings: 2000}\n")
+    plan = tmp_path / "p.yaml"
+    plan.write_text("a: {type: row_wise, ranks: [0, 0]}\nb: 0\n")
+    with pytest.raises(InvalidInputError, match=f"^{plan}: plan entry for table 'a'"):
+        ShardingPlan.from_file(plan)
+    assert main(["simulate", str(config), "--plan", str(plan)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {plan}: "), err

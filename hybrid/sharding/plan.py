@@ -180,7 +180,10 @@ class ShardingPlan(Mapping[str, Shard]):
                 raise InvalidInputError(f"{path} is a DLRM config without a `plan`, not a sharding plan (a mapping "
                                         "of table -> {type, ranks}, as `hybrid shard --output` writes)")
             doc = doc["plan"]  # a config's own plan
-        return cls.from_dict(doc)
+        try:
+            return cls.from_dict(doc)
+        except InvalidInputError as exc:  # a malformed entry: say which file, as the other plan errors do
+            raise InvalidInputError(f"{path}: {exc}") from None
 
     from_yaml = from_file
 
