@@ -97,6 +97,13 @@ def test_tracking_uri_precedence(tmp_path, monkeypatch):
     assert resolve_tracking_uri("sqlite:////x/y.db") == "sqlite:////x/y.db"
     # a bare path to a .db file is shorthand for sqlite
     assert resolve_tracking_uri(str(tmp_path / "s.db")) == f"sqlite:///{(tmp_path / 's.db').resolve()}"
+    # an explicit empty URI (`--tracking-uri "$UNSET"`) is an error, not the default store or $MLFLOW_TRACKING_URI
+    with pytest.raises(InvalidInputError, match="empty tracking URI"):
+        resolve_tracking_uri("")
+    with pytest.raises(InvalidInputError, match="empty tracking URI"):
+        resolve_tracking_uri("  ")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # an empty variable is unset
+    assert resolve_tracking_uri() == default
 
 
 def test_a_bare_path_that_is_not_a_db_file_is_a_clear_error(tmp_path, monkeypatch):

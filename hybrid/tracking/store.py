@@ -82,6 +82,11 @@ def default_tracking_uri() -> str:
 def resolve_tracking_uri(explicit: str | None = None) -> str:
     """``explicit`` > ``$MLFLOW_TRACKING_URI`` > :func:`default_tracking_uri`. A bare path to a ``.db`` file
     is accepted as shorthand for a SQLite URI."""
+    if explicit is not None and not explicit.strip():
+        # `--tracking-uri "$UNSET_VAR"`: an empty explicit URI fell back to the default store and calibrated into it
+        # (or read it) without a word; an empty $MLFLOW_TRACKING_URI still means unset, as MLflow takes it
+        raise InvalidInputError("empty tracking URI (--tracking-uri ''): name a store, or leave the option out for "
+                                f"${TRACKING_URI_ENV} / the default local store")
     uri = explicit or os.environ.get(TRACKING_URI_ENV) or default_tracking_uri()
     uri = uri.strip()
     if not uri:
