@@ -94,3 +94,17 @@ def test_cli_refuses_bad_input(tmp_path, capsys):
     assert "bogus" in capsys.readouterr().err
     assert main(["bench", "gpu-session", str(tmp_path / "c"), "--cpu", "--families", "collective"]) == 2
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_a_relative_output_dir_holds_the_steps_outputs(tmp_path, monkeypatch):
+    """Steps run in the checkout: `hybrid bench gpu-session sess` from another directory wrote session.json to
+    ./sess but every bundle to <checkout>/sess/; the plan's paths are now absolute."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(gs, "_module_available", lambda name: False)
+    steps = gs.default_steps(gs.Path("sess"), skip_existing=gs.Path("bundle"), families=("gemm",), dlrm_configs=1)
+    by = {s.name: s for s in steps}
+    out = by["profile-gemm"].argv[by["profile-gemm"].argv.index("-o") + 1]
+    assert out == str(tmp_path / "sess" / "profile-gemm")
+    assert by["profile-gemm"].argv[-1] == str(tmp_path / "bundle")
+    assert str(tmp_path / "sess" / "dlrm") in by["dlrm"].argv
+    assert by["traces"].argv[by["traces"].argv.index("--out") + 1] == str(tmp_path / "sess" / "traces")

@@ -94,8 +94,13 @@ def _module_available(name: str) -> bool:
 def default_steps(out: Path, *, skip_existing: Path | None = None, python: str = sys.executable,
                   families: Sequence[str] = ("attention", *KERNEL_FAMILIES), dlrm_configs: int = 4,
                   traces: bool = True, cpu: bool = False, remeasure: Sequence[str] = REMEASURE) -> list[Step]:
-    """The session plan of the module docstring (``cpu``: profile the CPU instead, for trying the plan out)."""
+    """The session plan of the module docstring (``cpu``: profile the CPU instead, for trying the plan out).
+
+    Paths in the steps are absolute: :func:`run_session` runs them in the checkout, so a relative ``out`` put the
+    steps' bundles under the checkout while ``session.json`` went to ``out`` beside the caller."""
     cli = [python, "-m", "hybrid.cli.main"]
+    out = Path(out).absolute()
+    skip_existing = Path(skip_existing).absolute() if skip_existing is not None else None
     steps = []
     for fam in families:
         name = f"profile-{fam}"
