@@ -41,6 +41,10 @@ def test_steps_run_in_order_and_failures_stay_local(tmp_path):
 def test_session_input_is_checked(tmp_path):
     with pytest.raises(InvalidInputError, match="budget"):
         gs.run_session(tmp_path, 0, [gs.Step("x", _py("pass"), 1)])
+    for bad in (float("inf"), float("nan")):  # inf wrote `"budget_s": Infinity` (not JSON) to session.json
+        with pytest.raises(InvalidInputError, match="finite number of seconds"):
+            gs.run_session(tmp_path / "inf", bad, [gs.Step("x", _py("pass"), 1)])
+    assert not (tmp_path / "inf").exists()
     with pytest.raises(InvalidInputError, match="no steps"):
         gs.run_session(tmp_path, 10, [])
 

@@ -25,6 +25,7 @@ Nothing here imports torch, MLflow or XGBoost: the steps do, in their own proces
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -156,8 +157,8 @@ def run_session(out: str | os.PathLike, budget_s: float, steps: Sequence[Step], 
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run ``steps`` in order within ``budget_s`` seconds; returns (and writes to ``OUT/session.json``) the
     manifest. A step's own files stay where it wrote them whatever its status."""
-    if not budget_s > 0:
-        raise InvalidInputError(f"the session budget must be positive, got {budget_s}")
+    if not (budget_s > 0 and math.isfinite(budget_s)):  # inf would also write `Infinity`, not JSON, to session.json
+        raise InvalidInputError(f"the session budget must be a finite number of seconds > 0, got {budget_s}")
     if not steps:
         raise InvalidInputError("the session has no steps")
     out = Path(out)
