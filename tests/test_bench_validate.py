@@ -238,3 +238,16 @@ def test_nan_tolerance_and_negative_split_seed_are_refused(capsys):
     assert "--k must be a finite number" in capsys.readouterr().err
     assert main(["bench", "validate", "results.csv", "--roofline", "--split-seed", "-1"]) == 2
     assert "--split-seed" in capsys.readouterr().err
+
+
+def test_overheads_file_refuses_booleans(tmp_path):
+    from hybrid.bench.validate import load_overheads
+
+    (tmp_path / "ov.json").write_text('{"kernel_launch_us": true}')
+    with pytest.raises(InvalidInputError, match="true/false for kernel_launch_us"):
+        load_overheads(tmp_path / "ov.json")
+    (tmp_path / "ov.json").write_text('{"overheads_us": {"kernel_launch_us": 7, "bogus_us": 1}}')
+    with pytest.raises(InvalidInputError, match="unknown overhead"):
+        load_overheads(tmp_path / "ov.json")
+    (tmp_path / "ov.json").write_text('{"kernel_launch_us": "7"}')
+    assert load_overheads(tmp_path / "ov.json").to_dict()["kernel_launch_us"] == 7.0

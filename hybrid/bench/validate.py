@@ -397,10 +397,17 @@ def load_overheads(path: str | os.PathLike) -> Any:
     values = data.get("overheads_us", data) if isinstance(data, dict) else None
     if not isinstance(values, dict) or not values:
         raise InvalidInputError(f"{p}: expected a JSON object of host constants in us (or one with 'overheads_us')")
+    flags = [k for k, v in values.items() if isinstance(v, bool)]
+    if flags:  # float(true) is 1.0: a flag is no time
+        raise InvalidInputError(f"{p}: host constants must be numbers of us, got true/false for {', '.join(flags)}")
     try:
-        return Overheads.from_dict({k: float(v) for k, v in values.items()})
+        numbers = {k: float(v) for k, v in values.items()}
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"{p}: host constants must be numbers ({exc})") from None
+    try:
+        return Overheads.from_dict(numbers)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"{p}: bad host constants ({exc})") from None
 
 
 def save_fitted_overheads(report: ValidationReport, path: str | os.PathLike, source: str) -> Path:
