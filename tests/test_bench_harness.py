@@ -156,3 +156,24 @@ def test_more_threads_per_rank_than_cores_is_refused(capsys):
     assert main(["bench", "dlrm", str(config), "--threads", str(cores + 1)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--threads {cores + 1}" in err[0]
+
+
+@pytest.mark.parametrize(("fields", "device", "match"), [
+    ({"grad_scaler": True}, "cpu", "grad_scaler"),
+    ({"bottom_mlp_placement": "model_parallel"}, "cpu", "bottom_mlp_placement"),
+    ({"dtype": "fp8"}, "cpu", "dtype fp8"),
+    ({"dtype": "tf32"}, "cpu", "dtype tf32"),
+    ({"dtype": "fp16", "embedding_dtype": "fp32"}, "cpu", "mixed precision"),
+    ({"embedding_placement": "host"}, "cuda", "embedding_placement host"),
+])
+def test_run_refuses_what_the_harness_does_not_run(fields, device, match):
+    """The harness trains one dtype, a data-parallel bottom MLP, no loss scaling and GPU-resident tables; a config
+    asking for more ran as if it had not (fp8 trained in fp32), recorded with its YAML for validate to predict."""
+    cfg = tiny_config().with_(**fields)
+    with pytest.raises(InvalidInputError, match=match):
+        run_dlrm(cfg, {"p": ShardingPlan({"a": 0, "b": 1, "c": 1})},
+                 HarnessOptions(iters=1, warmup=0, device=device))
+    from hybrid.bench.dlrm_harness import unsupported_features
+
+    assert unsupported_features(tiny_config()) == []
+    assert unsupported_features(tiny_config().with_(embedding_placement="host"), "cpu") == []  # a CPU's tables

@@ -309,9 +309,33 @@ def build_layout(config: DLRMConfig, plan: ShardingPlan, world: int) -> Layout:
 # ------------------------------------------------------------------------------------------- the worker
 
 
+#: Training dtypes the harness runs (one dtype for tables, MLPs and exchanges).
+HARNESS_DTYPES = ("fp32", "fp16", "bf16", "fp64")
+
+
 def _torch_dtype(torch: Any, name: str) -> Any:
     return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
             "fp64": torch.float64}.get(name, torch.float32)
+
+
+def unsupported_features(config: DLRMConfig, device: str = "cpu") -> list[str]:
+    """What of ``config`` the harness does not run (empty: all of it). It trains one dtype throughout, a
+    data-parallel bottom MLP, no loss scaling and, on GPUs, every table in GPU memory; a config asking for more
+    was measured as if it had not, while its stored YAML (what ``hybrid bench validate`` predicts) said it did."""
+    out = []
+    dtype = str(config.dtype)
+    if dtype not in HARNESS_DTYPES:
+        out.append(f"dtype {dtype} (the harness trains in {', '.join(HARNESS_DTYPES)})")
+    if (config.embedding_dtype or dtype) != dtype or config.lookup_dtype != dtype:
+        out.append(f"mixed precision (embedding_dtype {config.embedding_dtype or dtype}, lookup_output_dtype "
+                   f"{config.lookup_dtype}, dtype {dtype}: the harness runs every tensor in dtype)")
+    if bool(config.grad_scaler):
+        out.append("grad_scaler (the harness does no loss scaling)")
+    if str(config.bottom_mlp_placement) != "data_parallel":
+        out.append(f"bottom_mlp_placement {config.bottom_mlp_placement} (the harness runs it data-parallel)")
+    if device == "cuda" and str(config.embedding_placement) != "hbm":
+        out.append(f"embedding_placement {config.embedding_placement} (the harness keeps every table in GPU memory)")
+    return out
 
 
 def _mlp(nn: Any, n_in: int, widths: Sequence[int], final_act: bool) -> Any:
@@ -749,6 +773,10 @@ def run_dlrm(
     world = int(ranks or config.gpus)
     if world < 1:
         raise InvalidInputError(f"ranks must be >= 1, got {world}")
+    unsupported = unsupported_features(config, opts.device)
+    if unsupported:
+        raise InvalidInputError("the harness does not run " + "; ".join(unsupported) + ": the engine predicts such "
+                                "configs (`hybrid simulate`), the harness would measure another one")
     if opts.device == "cuda":
         import torch
 
