@@ -390,3 +390,44 @@ def test_predict_model_roofline_is_the_analytical_baseline():
     rc, out, err = cli([*args, "--model", "roofline"])
     assert rc == 0 and json.loads(out)["model"] == "roofline" and err == ""
     assert json.loads(out) == json.loads(cli(args)[1])
+
+
+def test_https_uri_of_a_plain_http_server_fails_fast_and_tls_servers_pass(tmp_path):
+    """https:// to a plain-HTTP server spent MLflow's retries (~40 s) before a paragraph about SSL; the probe now
+    completes a TLS handshake first. A real TLS listener (self-signed: certificates are MLflow's to check) passes
+    the probe, silent or plain ones fail in one line."""
+    import http.server
+    import shutil
+    import ssl
+    import subprocess
+    import threading
+
+    from hybrid.tracking.store import TrackingError, probe_server
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    web = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TrackingError, match="does not answer TLS .*plain http:// server"):
+            probe_server(f"https://127.0.0.1:{web.server_address[1]}", timeout_s=2)
+        assert time.monotonic() - t0 < 5
+    finally:
+        web.shutdown()
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a test certificate")
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"], check=True, capture_output=True)
+    tls = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    tls.socket = ctx.wrap_socket(tls.socket, server_side=True)
+    threading.Thread(target=tls.serve_forever, daemon=True).start()
+    try:
+        probe_server(f"https://127.0.0.1:{tls.server_address[1]}", timeout_s=5)  # no error
+    finally:
+        tls.shutdown()

@@ -233,6 +233,7 @@ def _answers_http(conn: Any, host: str, timeout: float, uri: str) -> None:
     any answer: a listener that accepts connections and never answers (a hung server, a wrong port) would
     otherwise hold every MLflow call for its whole retry budget. HTTPS endpoints are left to MLflow."""
     if uri.lower().startswith("https"):
+        _answers_tls(conn, host, timeout, uri)
         return
     conn.settimeout(timeout)
     try:
@@ -242,6 +243,29 @@ def _answers_http(conn: Any, host: str, timeout: float, uri: str) -> None:
         raise TrackingError(f"the tracking server {uri} accepts connections but sent no HTTP answer within "
                             f"{timeout:g} s (set ${PROBE_TIMEOUT_ENV} to wait longer; check --tracking-uri / "
                             "$MLFLOW_TRACKING_URI)") from None
+
+
+def _answers_tls(conn: Any, host: str, timeout: float, uri: str) -> None:
+    """Complete a TLS handshake on the open connection ``conn`` within ``timeout`` s (certificates are MLflow's to
+    check, not this probe's): an ``https://`` URI of a plain-HTTP server otherwise spent MLflow's retries (~40 s)
+    before a paragraph about SSL; a listener that never answers is reported as for plain HTTP."""
+    import ssl
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    conn.settimeout(timeout)
+    try:
+        with ctx.wrap_socket(conn, server_hostname=host, do_handshake_on_connect=False) as tls:
+            tls.do_handshake()
+    except TimeoutError:
+        raise TrackingError(f"the tracking server {uri} accepts connections but completed no TLS handshake within "
+                            f"{timeout:g} s (set ${PROBE_TIMEOUT_ENV} to wait longer; check --tracking-uri / "
+                            "$MLFLOW_TRACKING_URI)") from None
+    except (ssl.SSLError, ConnectionError) as exc:
+        reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+        raise TrackingError(f"the tracking server {uri} does not answer TLS ({str(reason).lower()}): is it a plain "
+                            "http:// server? check --tracking-uri / $MLFLOW_TRACKING_URI") from None
 
 
 @contextlib.contextmanager
