@@ -154,6 +154,8 @@ def test_a_server_that_never_answers_or_is_not_mlflow_fails_in_one_line(tmp_path
         rc, out, err = cli([*args, "--tracking-uri", f"http://127.0.0.1:{web.server_address[1]}"])
         ours = [line for line in err.splitlines() if line.startswith("error:")]  # (the web server logs too)
         assert rc == 2 and len(ours) == 1 and ours[0].startswith("error: tracking store:") and "404" in ours[0]
+        # without the web server's HTML page, and with what a 404 there means
+        assert "<!DOCTYPE" not in ours[0].upper() and "no MLflow tracking API there" in ours[0]
     finally:
         silent.close()
         web.shutdown()

@@ -151,12 +151,22 @@ def _run(argv: list[str] | None) -> int:
     except Exception as exc:  # an unexpected failure: still one line, traceback on request
         if type(exc).__module__.startswith("mlflow") and not os.environ.get("HYBRID_DEBUG"):
             # the tracking store or server refused a request (a wrong URL path, a server error, permissions)
-            click.echo(f"error: tracking store: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
-                       err=True)
+            click.echo(f"error: tracking store: {_store_message(exc)}", err=True)
             return 2
         return _unexpected(exc)
     # Without standalone mode click returns ``ctx.exit(code)``'s code instead of raising it.
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+
+def _store_message(exc: BaseException) -> str:
+    """One line of an MLflow failure: its first line without the response body a web server that is not MLflow
+    sends (an HTML page, cut after its first line), and for a 404 what it usually means."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    text = text.split(" Response body:", 1)[0].rstrip()
+    if "error code 404" in text:
+        text += (" (no MLflow tracking API there: is the tracking URI an `mlflow server`'s root URL? check "
+                 "--tracking-uri / $MLFLOW_TRACKING_URI)")
+    return text
 
 
 def _unexpected(exc: BaseException) -> int:
