@@ -105,6 +105,12 @@ def test_read_results_rejects_bad_tables(tmp_path):
     bad.to_csv(tmp_path / "neg.csv", index=False)
     with pytest.raises(SchemaError, match="row 3.*median_ms"):
         read_results(tmp_path / "neg.csv")
+    for value in ("two", 0, 1.5):  # 'two' was a ValueError in validate, 0 an error naming no row
+        bad = good.astype({"ranks": object})
+        bad.loc[1, "ranks"] = value
+        bad.to_csv(tmp_path / "ranks.csv", index=False)
+        with pytest.raises(SchemaError, match="row 3: column ranks must be a positive integer"):
+            read_results(tmp_path / "ranks.csv")
     pd.concat([good, good]).to_csv(tmp_path / "dup.csv", index=False)
     with pytest.raises(SchemaError, match="duplicate"):
         read_results(tmp_path / "dup.csv")

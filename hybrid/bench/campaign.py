@@ -235,6 +235,12 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
             raise SchemaError(f"{p}: row {int(bad[0]) + 2}: column {c} must be a positive number, "
                               f"got {str(df[c].iloc[bad[0]])!r}")
         df[c] = v
+    ranks = pd.to_numeric(df["ranks"], errors="coerce").to_numpy(dtype=float)
+    bad = np.flatnonzero(~np.isfinite(ranks) | (ranks < 1) | (ranks != np.round(ranks)))
+    if len(bad):  # read as the run's rank count: 'two' was a ValueError, 0 an error naming no row
+        raise SchemaError(f"{p}: row {int(bad[0]) + 2}: column ranks must be a positive integer, "
+                          f"got {str(df['ranks'].iloc[bad[0]])!r}")
+    df["ranks"] = ranks.astype(np.int64)
     dup = df.duplicated(["config_name", "plan_name"])
     if dup.any():
         i = int(np.flatnonzero(dup)[0])
