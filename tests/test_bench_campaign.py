@@ -243,3 +243,11 @@ def test_bench_dlrm_output_is_checked_before_measuring_and_a_directory_takes_res
                  "--threads", "1", "-o", str(tmp_path / "out") + "/"]) == 0
     assert (tmp_path / "out").is_dir() and len(read_results(tmp_path / "out")) == 1
     assert (tmp_path / "out" / "configs" / f"{cfg.name}.yaml").is_file()
+
+
+def test_campaign_system_without_model_is_refused(tmp_path, capsys):
+    """`--system` only says where the --model search costs plans; alone it was ignored without a word."""
+    assert main(["bench", "campaign", str(tmp_path / "c"), "--configs", "1", "--system", "DGX-A100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "give --model too" in err[0]
+    assert not (tmp_path / "c").exists()

@@ -97,6 +97,9 @@ def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, wa
     from hybrid.bench.campaign import CampaignSpace, run_campaign
 
     predictor = None
+    if search_system and not model_ref:  # it names where the --model search costs plans; alone it changed nothing
+        raise InvalidInputError("--system is the system the --model search costs plans on: give --model too (the "
+                                "runs themselves are measured on this machine)")
     if model_ref:
         from hybrid.cli.simulate import load_cost_model
         from hybrid.engine.costs import model_catalog
