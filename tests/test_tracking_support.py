@@ -156,6 +156,25 @@ def test_a_malformed_server_uri_is_one_clear_line(capsys):
     assert len(err) == 1 and err[0].startswith("error: malformed tracking URI") and "ValueError" not in err[0]
 
 
+def test_a_password_in_a_tracking_uri_is_never_shown(capsys):
+    """`--tracking-uri http://user:pw@host:port` (an mlflow server behind basic auth) printed the password in every
+    message, `hybrid models` / `calibrate` output and the run summary stored in MLflow."""
+    import socket
+
+    from hybrid.cli.main import main
+    from hybrid.tracking.store import redact_uri
+
+    assert redact_uri("http://ann:s3cr:et@host:5000/x") == "http://ann:***@host:5000/x"
+    assert redact_uri("https://ann@host") == "https://ann@host"  # no password: nothing to hide
+    assert redact_uri("sqlite:////tmp/a@b/mlflow.db") == "sqlite:////tmp/a@b/mlflow.db"
+    with socket.socket() as sock:  # a port nobody listens on once closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert main(["models", "--tracking-uri", f"http://ann:s3cret@127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert "s3cret" not in err and f"ann:***@127.0.0.1:{port}" in err, err
+
+
 def test_hybrid_home_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv("HYBRID_HOME", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))

@@ -9,7 +9,7 @@ import click
 
 from hybrid.cli.evaluate import echo_comparison
 from hybrid.cli.output import echo_json, quality_warnings
-from hybrid.tracking.store import DEFAULT_EXPERIMENT
+from hybrid.tracking.store import DEFAULT_EXPERIMENT, redact_uri
 
 #: ``--strategy`` choices: :data:`hybrid.corrections.adapt.STRATEGIES` (listed here so that ``--help`` does not
 #: import the numerical stack; a test keeps the two equal)
@@ -181,7 +181,7 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
         result = run_calibration(data, config, tracking_uri=tracking_uri, progress=not quiet)
     if as_json:
         echo_json({"run_id": result.run_id, "name": result.name, "version": result.version,
-                   "model": result.model_ref, "tracking_uri": result.tracking_uri,
+                   "model": result.model_ref, "tracking_uri": redact_uri(result.tracking_uri),
                    "corrections": list(result.summary.get("corrections", {})),
                    "collective_transfer": bool(config.collective_transfer), "errors": result.summaries,
                    "devices_sparse": sparse_devices(result), "lodo_held_out": lodo_held_out(result)})

@@ -161,8 +161,10 @@ def _run(argv: list[str] | None) -> int:
 def _store_message(exc: BaseException) -> str:
     """One line of an MLflow failure: its first line without the response body a web server that is not MLflow
     sends (an HTML page, cut after its first line), and for a 404 what it usually means."""
+    from hybrid.tracking.store import redact_uri
+
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    text = text.split(" Response body:", 1)[0].rstrip()
+    text = redact_uri(text.split(" Response body:", 1)[0].rstrip())  # MLflow's message names the URL it called
     if "error code 404" in text:
         text += (" (no MLflow tracking API there: is the tracking URI an `mlflow server`'s root URL? check "
                  "--tracking-uri / $MLFLOW_TRACKING_URI)")

@@ -24,9 +24,9 @@ def models(as_json: bool, tracking_uri: str | None) -> None:
     """List the registered models (what --model NAME, NAME/V accepts): latest version, its run, when it was
     registered and from what data (sha256 prefix), and its base model where it was adapted (--base)."""
     from hybrid.tracking.registry import list_models
-    from hybrid.tracking.store import open_store
+    from hybrid.tracking.store import open_store, redact_uri
 
-    uri = open_store(tracking_uri).uri
+    uri = redact_uri(open_store(tracking_uri).uri)  # shown, not opened: a password in it stays out of sight
     found = list_models(tracking_uri)
     if as_json:
         echo_json({"tracking_uri": uri, "models": found})

@@ -82,6 +82,7 @@ from hybrid.tracking.store import (
     is_lost_insert_race,
     open_store,
     quiet_mlflow,
+    redact_uri,
     retry,
     store_lock,
 )
@@ -285,7 +286,7 @@ def _end_failed_run(client: Any, store: Store, run_id: str, exc: BaseException) 
 
         what = "deleted" if bad_input else f"marked {status}"
         reason = str(mark_exc).splitlines()[0] if str(mark_exc) else type(mark_exc).__name__
-        warnings.warn(f"run {run_id} stays RUNNING in {store.uri}: it could not be {what} there ({reason[:200]})",
+        warnings.warn(f"run {run_id} stays RUNNING in {redact_uri(store.uri)}: it could not be {what} there ({reason[:200]})",
                       RunStateWarning, stacklevel=3)
 
 
@@ -586,7 +587,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
     retry(lambda: client.log_inputs(run_id, datasets=[DatasetInput(dataset)]), also=is_lost_insert_race)
 
     summary: dict[str, Any] = {
-        "name": config.name, "run_id": run_id, "tracking_uri": store.uri, "hybrid_version": __version__,
+        "name": config.name, "run_id": run_id, "tracking_uri": redact_uri(store.uri), "hybrid_version": __version__,
         "config": cfg, "base": base_info, "data": {"sha256": digest, "sources": data.sources, **profile},
         "extra_devices": data.extra_devices, "errors": summaries, "corrections": corrections,
         "predictor": _safe_summary(predictor), "calibration_seconds": elapsed_s,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -79,6 +80,16 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{(hybrid_home() / 'mlflow.db').resolve()}"
 
 
+#: The password of a URI's ``user:password@`` part (an ``mlflow server`` behind basic auth).
+_PASSWORD = re.compile(r"(://[^/@:]*):[^/@]*@")
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` as it may be shown: a password in it (``http://user:pw@host:5000``) replaced by ``***``. Messages, the
+    JSON outputs and the run summary stored in MLflow show this; the store itself is opened with the URI given."""
+    return _PASSWORD.sub(r"\1:***@", str(uri))
+
+
 def resolve_tracking_uri(explicit: str | None = None) -> str:
     """``explicit`` > ``$MLFLOW_TRACKING_URI`` > :func:`default_tracking_uri`. A bare path to a ``.db`` file
     is accepted as shorthand for a SQLite URI."""
@@ -98,7 +109,7 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
         # refuses with a paragraph about its maintenance mode: say what hybrid stores are instead
         store = Path(uri).expanduser() / "mlflow.db"
         hint = f"; {store} exists: pass that file" if store.is_file() else ""
-        raise InvalidInputError(f"tracking URI {uri!r} is neither a SQLite file (a bare path must end in .db: "
+        raise InvalidInputError(f"tracking URI {redact_uri(uri)!r} is neither a SQLite file (a bare path must end in .db: "
                                 f"path/to/mlflow.db, or sqlite:///path/to/mlflow.db) nor a server (http://host:port)"
                                 f"{hint}")
     scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
@@ -108,11 +119,11 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
         folder = Path(unquote(uri.split("://", 1)[1].split("?", 1)[0]))
         store = folder / "mlflow.db"
         hint = f"; {store} exists: pass sqlite:///{store}" if store.is_file() else ""
-        raise InvalidInputError(f"tracking URI {uri!r} is MLflow's file store, which hybrid does not use (set "
+        raise InvalidInputError(f"tracking URI {redact_uri(uri)!r} is MLflow's file store, which hybrid does not use (set "
                                 "MLFLOW_ALLOW_FILE_STORE to use it anyway): use sqlite:///path/to/mlflow.db or a "
                                 f"server (http://host:port){hint}")
     if scheme and scheme not in TRACKING_SCHEMES:
-        raise InvalidInputError(f"unsupported tracking URI {uri!r}: use sqlite:///path/to/store.db, "
+        raise InvalidInputError(f"unsupported tracking URI {redact_uri(uri)!r}: use sqlite:///path/to/store.db, "
                                 "http(s)://host:port (an `mlflow server`), or a database URI "
                                 f"({', '.join(s for s in TRACKING_SCHEMES if s not in ('http', 'https', 'sqlite'))})")
     return uri
@@ -205,26 +216,26 @@ def probe_server(uri: str, timeout_s: float | None = None) -> None:
     try:
         parts = urlsplit(uri)
     except ValueError as exc:  # e.g. an unclosed IPv6 bracket: "http://[::1:5000"
-        raise TrackingError(f"malformed tracking URI {uri!r}: {exc}") from None
+        raise TrackingError(f"malformed tracking URI {redact_uri(uri)!r}: {exc}") from None
     if parts.scheme not in ("http", "https"):
         return
     timeout = probe_timeout_s() if timeout_s is None else timeout_s
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise TrackingError(f"tracking URI {uri!r} has an invalid port") from None
+        raise TrackingError(f"tracking URI {redact_uri(uri)!r} has an invalid port") from None
     if not parts.hostname:
-        raise TrackingError(f"tracking URI {uri!r} names no host")
+        raise TrackingError(f"tracking URI {redact_uri(uri)!r} names no host")
     try:
         with socket.create_connection((parts.hostname, port), timeout=timeout) as conn:
             _answers_http(conn, parts.hostname, timeout, uri)
     except TimeoutError:
-        raise TrackingError(f"cannot reach the tracking server {uri}: no answer within {timeout:g} s "
+        raise TrackingError(f"cannot reach the tracking server {redact_uri(uri)}: no answer within {timeout:g} s "
                             f"(set ${PROBE_TIMEOUT_ENV} to wait longer; check --tracking-uri / "
                             "$MLFLOW_TRACKING_URI)") from None
     except OSError as exc:
         reason = (exc.strerror or str(exc) or type(exc).__name__).lower()
-        raise TrackingError(f"cannot reach the tracking server {uri}: {reason} (is the server running? "
+        raise TrackingError(f"cannot reach the tracking server {redact_uri(uri)}: {reason} (is the server running? "
                             "check --tracking-uri / $MLFLOW_TRACKING_URI)") from None
 
 
@@ -240,7 +251,7 @@ def _answers_http(conn: Any, host: str, timeout: float, uri: str) -> None:
         conn.sendall(f"GET /health HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
         conn.recv(1)
     except TimeoutError:
-        raise TrackingError(f"the tracking server {uri} accepts connections but sent no HTTP answer within "
+        raise TrackingError(f"the tracking server {redact_uri(uri)} accepts connections but sent no HTTP answer within "
                             f"{timeout:g} s (set ${PROBE_TIMEOUT_ENV} to wait longer; check --tracking-uri / "
                             "$MLFLOW_TRACKING_URI)") from None
 
@@ -259,12 +270,12 @@ def _answers_tls(conn: Any, host: str, timeout: float, uri: str) -> None:
         with ctx.wrap_socket(conn, server_hostname=host, do_handshake_on_connect=False) as tls:
             tls.do_handshake()
     except TimeoutError:
-        raise TrackingError(f"the tracking server {uri} accepts connections but completed no TLS handshake within "
+        raise TrackingError(f"the tracking server {redact_uri(uri)} accepts connections but completed no TLS handshake within "
                             f"{timeout:g} s (set ${PROBE_TIMEOUT_ENV} to wait longer; check --tracking-uri / "
                             "$MLFLOW_TRACKING_URI)") from None
     except (ssl.SSLError, ConnectionError) as exc:
         reason = getattr(exc, "reason", None) or str(exc) or type(exc).__name__
-        raise TrackingError(f"the tracking server {uri} does not answer TLS ({str(reason).lower()}): is it a plain "
+        raise TrackingError(f"the tracking server {redact_uri(uri)} does not answer TLS ({str(reason).lower()}): is it a plain "
                             "http:// server? check --tracking-uri / $MLFLOW_TRACKING_URI") from None
 
 
@@ -401,11 +412,11 @@ def ensure_experiment(client, store: Store, name: str = DEFAULT_EXPERIMENT) -> s
 
 def describe_store(store: Store) -> dict[str, str]:
     """Where a person finds the runs: the URI and the command that opens the MLflow UI on it."""
-    out = {"tracking_uri": store.uri}
+    out = {"tracking_uri": redact_uri(store.uri)}
     if store.is_local:
         root = artifact_root_for(store.uri) or ""
         out["ui_command"] = f"mlflow ui --backend-store-uri {store.uri}"
         out["artifacts"] = root
     else:
-        out["ui_url"] = store.uri
+        out["ui_url"] = redact_uri(store.uri)
     return out
