@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -251,3 +253,22 @@ def test_campaign_system_without_model_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "give --model too" in err[0]
     assert not (tmp_path / "c").exists()
+
+
+def test_bench_dlrm_replans_a_config_plan_written_for_another_rank_count(tmp_path, capsys):
+    """`bench dlrm CONFIG --ranks N` ran the config's own plan, written for its `gpus`, as it was (with more ranks
+    the extra ones idled while the stored config said N ranks); `simulate --gpus` plans afresh and says so, and so
+    does the harness now."""
+    pytest.importorskip("torch")
+    from hybrid.workloads.dlrm import write_document
+
+    sp = CampaignSpace(ranks=1, tables=(2, 2), rows=(100, 200), batch_sizes=(16,), pooling=(1, 2))
+    cfg = generate_configs(1, seed=3, space=sp)[0]
+    doc = {**cfg.to_dict(), "plan": {t.name: {"type": "table_wise", "ranks": [0]} for t in cfg.tables}}
+    write_document(doc, tmp_path / "c.yaml")
+    assert main(["bench", "dlrm", str(tmp_path / "c.yaml"), "--ranks", "2", "--iters", "1", "--warmup", "0",
+                 "--json"]) == 0
+    cap = capsys.readouterr()
+    assert "the config's plan is for 1 ranks; 2 ranks use the size-lookup greedy plan" in cap.err
+    out = json.loads(cap.out)
+    assert out["plan_name"] == "size_lookup_greedy" and out["ranks"] == 2, out
