@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+import numpy as np
+import pandas as pd
 
 from hybrid.cli.output import echo_json, warn_arch_device
 from hybrid.data.schema import MAX_INT
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
-from hybrid.ops.families import COLLECTIVE_OPS
+from hybrid.ops.families import COLLECTIVE_OPS, family_of
 from hybrid.ops.roofline import cpu_collective_system, memory_fit, resolve_system, roofline
 from hybrid.ops.spec import Collective, Gemm
 from hybrid.units import format_bytes, normalize_dtype, parse_size
@@ -16,7 +20,7 @@ from hybrid.units import format_bytes, normalize_dtype, parse_size
 
 @click.group()
 def predict() -> None:
-    """Predict the runtime of one op (roofline, or a calibrated model with --model)."""
+    """Predict the runtime of one op, or of every row of a table (roofline, or a calibrated model with --model)."""
 
 
 def _model_options(fn):
@@ -147,7 +151,6 @@ def _unseen_dtype(predictor, dtype: str) -> dict:
 def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool, model_ref: str | None,
          tracking_uri: str | None) -> None:
     """C[b,m,n] = A[b,m,k] @ B[b,k,n]; GEMV when m or n is 1."""
-    cat = default_catalog()
     dims = (("-m", m), ("-n", n), ("-k", k), ("--batch", b))
     bad = [f"{flag} must be > 0, got {v}" for flag, v in dims if v < 1]
     # the measurement schema's bound on a count (--model validates through it; it said "row 1 (CSV line 2), column
@@ -156,7 +159,18 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
     if bad:
         raise InvalidInputError("; ".join(bad))
     spec = Gemm(m=m, n=n, k=k, b=b, dtype=dtype, op="bmm" if b > 1 else ("gemv" if 1 in (m, n) else "gemm"))
-    frame = spec.to_frame()
+    _predict_kernel(spec.to_frame(), device, spec.dtype, spec.op, "GEMM" if spec.op != "gemv" else "GEMV",
+                    as_json, model_ref, tracking_uri)
+
+
+def _predict_kernel(frame, device: str, dtype: str, op: str, what: str, as_json: bool, model_ref: str | None,
+                    tracking_uri: str | None, shape: dict | None = None) -> None:
+    """Predict and print the one kernel row ``frame`` (any family but collectives; no ``device`` column) on
+    ``device``: the roofline or, with ``model_ref``, the calibrated model with its interval, the peak-dtype and
+    memory-fit notes. ``predict gemm`` and ``predict op`` share it, so both print the same keys; ``what`` names
+    the kind of op in the interval notes; ``shape`` (``predict op``: the columns given) is printed after the
+    dtype."""
+    cat = default_catalog()
     extra: dict = {}
     if model_ref:
         # the model's catalog may know devices the packaged one does not (a profiled CPU, say)
@@ -165,36 +179,36 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
         loaded = load_predictor(model_ref, tracking_uri=tracking_uri)
         cat = loaded.predictor.catalog
         dev = cat.device(device)
-        frame["device"] = dev.key
-        out = loaded.predictor.predict(frame).iloc[0]
-        what = "GEMM" if spec.op != "gemv" else "GEMV"
-        why = _seen_device_reason(loaded.predictor, out, dev.key, spec.dtype, spec.op, what)
+        out = loaded.predictor.predict(frame.assign(device=dev.key)).iloc[0]
+        why = _seen_device_reason(loaded.predictor, out, dev.key, dtype, op, what)
         extra = {"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
-                 **_interval(out, what, _sibling_between(loaded.predictor, out, spec.op), reason=why)}
-        unseen = _unseen_dtype(loaded.predictor, spec.dtype)
-        if unseen:
-            extra.update(unseen)
-            click.echo(f"warning: {unseen['dtype_note']}", err=True)
+                 **_interval(out, what, _sibling_between(loaded.predictor, out, op), reason=why)}
+        if family_of(op).name == "gemm":  # the GEMM model's fitted dtypes (other families have no dtype proxy)
+            unseen = _unseen_dtype(loaded.predictor, dtype)
+            if unseen:
+                extra.update(unseen)
+                click.echo(f"warning: {unseen['dtype_note']}", err=True)
     dev = cat.device(device)
-    used = dev.compute_peak_dtype(spec.dtype)
-    if used != spec.dtype:
+    used = dev.compute_peak_dtype(dtype)
+    if used != dtype:
         extra["peak_dtype"] = used
-        why = (f"its {spec.dtype} units add in 16 bits, so FP32-accumulating kernels run" if
-               dev.peak_dtype(spec.dtype) == spec.dtype else f"it has no {spec.dtype} units: timed")
+        why = (f"its {dtype} units add in 16 bits, so FP32-accumulating kernels run" if
+               dev.peak_dtype(dtype) == dtype else f"it has no {dtype} units: timed")
         extra["note"] = (f"{dev.key}: {why} at its {used} peak ({dev.peak(used) / 1e12:.4g} TFLOP/s) with "
-                         f"{spec.dtype} operand sizes")
+                         f"{dtype} operand sizes")
         click.echo(f"warning: {extra['note']}", err=True)  # stderr: the --json output stays one object
-    elif dev.lacks_units(spec.dtype):  # bf16 before Ampere: listed (and run) at the fp32 rate
-        extra["note"] = dev.slow_dtype_note(spec.dtype)
+    elif dev.lacks_units(dtype):  # bf16 before Ampere: listed (and run) at the fp32 rate
+        extra["note"] = dev.slow_dtype_note(dtype)
         click.echo(f"warning: {extra['note']}", err=True)
     row = roofline(frame, cat, device=dev.key).iloc[0]
     extra.update(_memory_fit(frame, cat, device=dev.key))
     t = float(out["time_us"]) if model_ref else float(row["time_us"])
+    flops, nbytes = float(row["flops"]), float(row["bytes"])
     _report({
-        "device": dev.key, "op": spec.op, "dtype": spec.dtype, "model": "roofline",
-        "time_us": t, "tflops_achieved": float(row["flops"]) / (t * 1e-6) / 1e12,
-        "bound": str(out["bound"] if model_ref else row["bound"]), "flops": float(row["flops"]),
-        "bytes": float(row["bytes"]), "arithmetic_intensity": float(row["flops"]) / float(row["bytes"]),
+        "device": dev.key, "op": op, "dtype": dtype, **(shape or {}), "model": "roofline",
+        "time_us": t, "tflops_achieved": flops / (t * 1e-6) / 1e12,
+        "bound": str(out["bound"] if model_ref else row["bound"]), "flops": flops,
+        "bytes": nbytes, "arithmetic_intensity": flops / nbytes if nbytes > 0 else float("nan"),
         **extra,
     }, as_json)
 
@@ -266,3 +280,185 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
         "algbw_gbps": spec.size_bytes / (t * 1e-6) / 1e9, "busbw_gbps": float(row["bytes"]) / (t * 1e-6) / 1e9,
         "bound": bound, **extra,
     }, as_json)
+
+
+#: Columns ``predict op`` accepts for any family besides its shape and optional ones: what a measured row of it
+#: may say that the predictor reads (the kernel flavour, the pass, the framework that ran it).
+_COMMON_OP_COLUMNS = ("variant", "direction", "framework")
+#: Columns of the schema that a family reads beyond its shape and optional ones (an elementwise row of an
+#: interpolation gives its lines: ``hybrid.ops.families.upsample_row``).
+_EXTRA_OP_COLUMNS = {"elementwise": ("rows", "hidden")}
+
+
+def _op_columns(family) -> tuple[str, ...]:
+    """The KEY=VALUE columns ``predict op`` accepts for ``family`` (an :class:`~hybrid.ops.families.OpFamily`)."""
+    return tuple(dict.fromkeys((*family.shape_columns, *family.optional_columns,
+                                *_EXTRA_OP_COLUMNS.get(family.name, ()), *_COMMON_OP_COLUMNS)))
+
+
+def _op_value(key: str, text: str) -> object:
+    """``text`` as the schema's column ``key`` holds it: counts as integers (or sizes with a suffix, as
+    ``--size`` reads them: 64K, 1M, 1MB), fractions as floats, flags and names as given (the schema decides)."""
+    from hybrid.data.schema import COLUMN_BY_NAME
+
+    kind = COLUMN_BY_NAME[key].kind
+    if kind in ("str", "bool"):
+        return text.strip()
+    try:
+        return float(text) if kind == "float" or not text.strip().lstrip("+-").isdigit() else int(text)
+    except ValueError:
+        if kind == "float":
+            raise InvalidInputError(f"{key}={text!r}: expected a number") from None
+    try:
+        return parse_size(text)
+    except InvalidInputError:
+        raise InvalidInputError(f"{key}={text!r}: expected a whole number (or a size as --size reads it: 64K and 1M are "
+                                f"2^10 and 2^20, 1MB 10^6)") from None
+
+
+def op_frame(op: str, pairs: tuple[str, ...], dtype: str, device: str) -> tuple[pd.DataFrame, dict]:
+    """The one-row canonical frame of kernel ``op`` from ``KEY=VALUE`` ``pairs`` (validated by the measurement
+    schema, without a device column) and the given columns' values as the schema read them. Errors name the unknown op (and the known ones),
+    the family's missing shape columns, keys the family does not accept (and those it does), and a bad value by
+    its KEY=VALUE."""
+    from hybrid.data.schema import validate
+    from hybrid.errors import SchemaError
+    from hybrid.ops.families import OP_TO_FAMILY
+
+    name = op.strip().lower()
+    kernels = sorted(o for o in OP_TO_FAMILY if o not in COLLECTIVE_OPS)
+    if name in COLLECTIVE_OPS:
+        raise InvalidInputError(f"{name} is a collective: use `hybrid predict collective --op {name}` (it takes "
+                                "a system, ranks and nodes)")
+    if name not in OP_TO_FAMILY:
+        raise InvalidInputError(f"unknown op {op!r}; known: {', '.join(kernels)}")
+    family = family_of(name)
+    accepted = _op_columns(family)
+    given: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        key = key.strip().lower()
+        if not eq or not key or not value.strip():
+            raise InvalidInputError(f"{pair!r}: shape values are KEY=VALUE (e.g. rows=4096); {name} takes "
+                                    f"{', '.join(accepted)}")
+        if key in given:
+            raise InvalidInputError(f"{key} given twice ({key}={given[key]}, {pair})")
+        given[key] = value
+    unknown = [k for k in given if k not in accepted]
+    if unknown:
+        raise InvalidInputError(f"{name} ({family.name} family) does not take {', '.join(unknown)}; it takes "
+                                f"{', '.join(accepted)}")
+    missing = [c for c in family.shape_columns if c not in given]
+    if missing:
+        raise InvalidInputError(f"{name} needs {', '.join(f'{c}=...' for c in missing)} (the {family.name} "
+                                f"family's shape: {', '.join(family.shape_columns)})")
+    values = {k: _op_value(k, v) for k, v in given.items()}
+    raw = pd.DataFrame([{"device": device, "op": name, "dtype": dtype, "time_us": 1.0, **values}])
+    try:
+        norm = validate(raw, resolve_devices=False)
+    except SchemaError as exc:
+        args = getattr(exc, "row_args", None)
+        if args is None:
+            raise
+        column, problem = args[1], args[2]
+        label = f"--dtype {dtype}" if column == "dtype" else f"{column}={given.get(column, values.get(column))}"
+        raise InvalidInputError(f"{name} {label}: {problem}") from None
+    # the values as the schema read them (causal=yes -> true, direction=BWD -> bwd), for the report
+    shown = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in norm.iloc[0].items() if k in given}
+    return norm.drop(columns=["device", "time_us"]), shown
+
+
+@predict.command("op")
+@click.argument("op")
+@click.argument("shape", nargs=-1)
+@click.option("--device", "-d", required=True, callback=warn_arch_device, help="Catalog device (any alias).")
+@click.option("--dtype", default="fp32", show_default=True, help="Element type (the schema's default, fp32).")
+@click.option("--json", "as_json", is_flag=True)
+@_model_options
+def op_command(op: str, shape: tuple[str, ...], device: str, dtype: str, as_json: bool, model_ref: str | None,
+               tracking_uri: str | None) -> None:
+    """One kernel of any op family by its op name (layernorm, softmax, elementwise, embedding_bag, attention,
+    conv2d, gemm, ...), its shape as the measurement schema's columns: KEY=VALUE ... (`hybrid data schema`;
+    counts take --size's suffixes, elements=64M; direction=fwd|bwd, variant=gelu, causal=true, index_dist=zipf).
+
+    Example: hybrid predict op layernorm -d H100 --dtype bf16 rows=16384 hidden=8192 direction=bwd"""
+    dtype = normalize_dtype(dtype)
+    frame, values = op_frame(op, shape, dtype, device)
+    name = str(frame["op"].iloc[0])
+    _predict_kernel(frame, device, dtype, name, name.upper() if name in ("gemm", "gemv", "bmm") else name,
+                    as_json, model_ref, tracking_uri, shape=values)
+
+
+def _predicted_columns(table: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (the rows to predict) with the prediction columns appended: ``predicted_us``, ``roofline_us``,
+    ``bound``, ``method`` and, where the model has intervals, ``predicted_us_low`` / ``predicted_us_high`` /
+    ``interval_band`` (the names ``hybrid evaluate -o`` writes)."""
+    out = table.reset_index(drop=True).copy()
+    taken = [c for c in ("predicted_us", "roofline_us", "bound", "method", "predicted_us_low", "predicted_us_high",
+                         "interval_band") if c in out.columns]
+    if taken:
+        raise InvalidInputError(f"the table already has the column(s) {', '.join(taken)} that the predictions "
+                                "are written to (a predictions file? predict its input table)")
+    out["predicted_us"] = predicted["time_us"].to_numpy(dtype=float)
+    out["roofline_us"] = predicted["roofline_us"].to_numpy(dtype=float)
+    out["bound"] = predicted["bound"].astype(str).to_numpy()
+    out["method"] = predicted["method"].astype(str).to_numpy()
+    if "time_us_low" in predicted.columns and predicted["time_us_low"].notna().any():
+        out["predicted_us_low"] = predicted["time_us_low"].to_numpy(dtype=float)
+        out["predicted_us_high"] = predicted["time_us_high"].to_numpy(dtype=float)
+        if "interval_band" in predicted.columns:
+            out["interval_band"] = predicted["interval_band"].astype(object).to_numpy()
+    return out
+
+
+@predict.command("table")
+@click.argument("table", type=click.Path(exists=True, dir_okay=False))
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the predictions (CSV; Parquet for a .parquet name).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object summarising what was written.")
+@_model_options
+def table_command(table: str, output: str, as_json: bool, model_ref: str | None, tracking_uri: str | None) -> None:
+    """Predict every row of a canonical op TABLE (CSV/Parquet, the measurement schema's columns; time_us and the
+    other measured columns are optional and ignored) in one call and write it with predicted_us, roofline_us,
+    bound, method and, with a calibrated model, the 80% interval (predicted_us_low / predicted_us_high,
+    interval_band). A bad row fails with its row and CSV line named, and nothing is written."""
+    from hybrid.cli.evaluate import load_model_for, write_predictions
+    from hybrid.corrections.predictor import MEASURED_COLUMNS
+    from hybrid.data.bundle import CATALOG_FILE, bundle_catalog
+    from hybrid.data.schema import check_rows, check_table_path, read_table, validate
+    from hybrid.tracking.inputs import merge_catalog
+
+    check_table_path(output)  # before any work: a bad name fails fast
+    path = Path(table)
+    cat = default_catalog()
+    if (path.parent / CATALOG_FILE).is_file():  # a table inside a bundle: its devices, as `hybrid evaluate` reads it
+        cat, _ = merge_catalog(cat, bundle_catalog([path]))
+    raw = read_table([path], cat, validate_rows=False)
+    # the measured columns are not inputs: a table of ops to time need not have them, and their values are ignored
+    inputs = raw.drop(columns=[c for c in MEASURED_COLUMNS if c in raw.columns]).assign(time_us=1.0)
+    norm = validate(inputs, cat, source=str(path))
+    base = check_rows(norm, cat, str(path))  # the roofline's per-row checks, named by row and CSV line
+    if model_ref:
+        loaded = load_model_for(model_ref, tracking_uri, cat, pd.unique(norm["device"].astype(str)))
+        predicted = loaded.predictor.predict(norm.drop(columns=["time_us"]))
+        ref = loaded.ref
+    else:
+        predicted = pd.DataFrame({"time_us": base["time_us"].to_numpy(dtype=float),
+                                  "roofline_us": base["time_us"].to_numpy(dtype=float),
+                                  "bound": base["bound"].astype(str).to_numpy(), "method": "roofline"})
+        ref = "roofline"
+    # the rows as the schema reads them (device keys, whole numbers written as such), measured columns as given
+    rows = norm.drop(columns=["time_us"]).assign(**{c: raw[c].to_numpy() for c in MEASURED_COLUMNS if c in raw})
+    frame = _predicted_columns(rows[[c for c in raw.columns if c in rows] + [c for c in rows if c not in raw]],
+                               predicted)
+    write_predictions(frame, output)
+    result = {"output": str(output), "n_rows": len(frame), "model": ref,
+              "total_predicted_us": float(frame["predicted_us"].sum()),
+              "by_method": {str(k): int(v) for k, v in frame["method"].value_counts().items()}}
+    if "predicted_us_low" in frame.columns:
+        result["rows_without_interval"] = int(frame["predicted_us_low"].isna().sum())
+    if as_json:
+        echo_json(result)
+        return
+    per = ", ".join(f"{m} {n:,}" for m, n in result["by_method"].items())
+    click.echo(f"{len(frame):,} rows predicted with {ref} ({per}): {output}")

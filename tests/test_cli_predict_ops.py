@@ -1,0 +1,196 @@
+"""``hybrid predict op`` (one kernel of any op family by its schema columns) and ``hybrid predict table`` (every row
+of a canonical table, written with its predictions): the numbers are those of ``roofline()`` /
+``HybridPredictor.predict`` on the same rows, errors name what is wrong, and nothing is written on an error."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_tracking_support import neusight_table, write_csv
+
+from hybrid.cli.main import main
+from hybrid.ops.roofline import roofline
+
+
+def cli(args: list[str]) -> tuple[int, str, str]:
+    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(args)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory, shared_datasets):
+    """A small real calibrated model (300 NeuSight bmm / layernorm / softmax rows, real XGBoost fits, 80% intervals)
+    in a temporary MLflow store, and its training table."""
+    root = tmp_path_factory.mktemp("pred_ops")
+    uri = f"sqlite:///{root / 'store' / 'mlflow.db'}"
+    csv = write_csv(neusight_table(shared_datasets, max_rows=300), root / "neusight.csv")
+    rc, _, err = cli(["calibrate", str(csv), "--name", "small", "--tracking-uri", uri, "--json", "-q", "--no-lodo"])
+    assert rc == 0, err
+    return {"uri": uri, "csv": csv}
+
+
+ROWS = {  # op, KEY=VALUE arguments, the same row as the schema holds it
+    "layernorm": (["rows=16384", "hidden=8192", "direction=bwd"], {"rows": 16384, "hidden": 8192, "direction": "bwd"}),
+    "elementwise": (["elements=64M", "variant=gelu"], {"elements": 2**26, "variant": "gelu"}),
+    "attention": (["batch=4", "heads=32", "kv_heads=8", "q_len=4096", "kv_len=4096", "head_dim=128", "causal=true"],
+                  {"batch": 4, "heads": 32, "kv_heads": 8, "q_len": 4096, "kv_len": 4096, "head_dim": 128,
+                   "causal": True}),
+    "embedding_bag": (["num_embeddings=1000000", "embedding_dim=128", "pooling_factor=20", "batch_size=2048",
+                       "index_dist=zipf", "zipf_alpha=1.1", "direction=bwd"],
+                      {"num_embeddings": 1_000_000, "embedding_dim": 128, "pooling_factor": 20.0, "batch_size": 2048,
+                       "index_dist": "zipf", "zipf_alpha": 1.1, "direction": "bwd"}),
+    "conv2d": (["batch=32", "in_channels=64", "out_channels=128", "height=56", "width=56", "kernel_h=3", "kernel_w=3",
+                "stride=2", "padding=1"],
+               {"batch": 32, "in_channels": 64, "out_channels": 128, "height": 56, "width": 56, "kernel_h": 3,
+                "kernel_w": 3, "stride": 2, "padding": 1}),
+}
+
+
+@pytest.mark.parametrize("op", list(ROWS))
+def test_predict_op_is_the_roofline_of_the_same_row(op):
+    args, row = ROWS[op]
+    rc, out, err = cli(["predict", "op", op, "-d", "H100", "--dtype", "bf16", *args, "--json"])
+    assert rc == 0, err
+    got = json.loads(out)
+    want = roofline(pd.DataFrame([{"op": op, "dtype": "bf16", **row}]), device="H100-SXM").iloc[0]
+    assert got["device"] == "H100-SXM" and got["op"] == op and got["model"] == "roofline"
+    assert got["time_us"] == pytest.approx(float(want["time_us"]), rel=1e-12)
+    assert got["flops"] == pytest.approx(float(want["flops"]), rel=1e-12)
+    assert got["bytes"] == pytest.approx(float(want["bytes"]), rel=1e-12)
+    assert got["bound"] == str(want["bound"])
+    assert {k: got[k] for k in row} == pytest.approx(row)  # the shape, as the schema read it
+    assert {"footprint_bytes", "fits_memory", "tflops_achieved", "arithmetic_intensity"} <= set(got)
+
+
+def test_predict_op_gemm_prints_what_predict_gemm_prints():
+    rc, out, err = cli(["predict", "op", "gemm", "-d", "H100", "--dtype", "bf16", "m=8192", "n=4096", "k=1024",
+                        "--json"])
+    assert rc == 0, err
+    via_op = json.loads(out)
+    rc, out, err = cli(["predict", "gemm", "-d", "H100", "--dtype", "bf16", "-m", "8192", "-n", "4096", "-k", "1024",
+                        "--json"])
+    assert rc == 0, err
+    assert {k: v for k, v in via_op.items() if k not in ("m", "n", "k")} == json.loads(out)
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["layrnorm", "rows=4", "hidden=4"], ["unknown op 'layrnorm'", "layernorm", "softmax", "conv2d"]),
+    (["softmax", "rows=4"], ["softmax needs hidden=", "rows, hidden"]),
+    (["attention", "batch=1", "heads=8"], ["q_len=", "kv_len=", "head_dim="]),
+    (["softmax", "rows=4", "hidden=8", "m=3"], ["does not take m", "rows, hidden", "direction"]),
+    (["softmax", "rows=-4", "hidden=8"], ["rows=-4", "must be positive"]),
+    (["softmax", "rows=4.5", "hidden=8"], ["rows=4.5", "integer"]),
+    (["softmax", "rows=4", "hidden=8", "direction=up"], ["direction=up", "fwd"]),
+    (["attention", "batch=1", "heads=6", "kv_heads=4", "q_len=8", "kv_len=8", "head_dim=64"], ["kv_heads", "multiple"]),
+    (["softmax", "rows", "hidden=8"], ["'rows'", "KEY=VALUE"]),
+    (["softmax", "rows=4", "rows=8", "hidden=8"], ["rows given twice"]),
+    (["all_reduce", "size_bytes=4096", "n_ranks=8"], ["hybrid predict collective"]),
+])
+def test_predict_op_errors_name_what_is_wrong(args, needles):
+    rc, out, err = cli(["predict", "op", *args, "-d", "H100"])
+    assert rc == 2 and out == ""
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def test_predict_op_with_a_model_is_the_predictor_on_the_same_row(small_model):
+    from hybrid.tracking.registry import load_predictor
+
+    rc, out, err = cli(["predict", "op", "layernorm", "-d", "T4", "rows=4096", "hidden=1024", "--json",
+                        "--model", "small", "--tracking-uri", small_model["uri"]])
+    assert rc == 0, err
+    got = json.loads(out)
+    predictor = load_predictor("small", tracking_uri=small_model["uri"]).predictor
+    want = predictor.predict(pd.DataFrame([{"device": "T4", "op": "layernorm", "dtype": "fp32", "rows": 4096,
+                                            "hidden": 1024}])).iloc[0]
+    assert got["model"] == "models:/small/1" and got["method"] == str(want["method"])
+    for key, col in (("time_us", "time_us"), ("roofline_us", "roofline_us"), ("time_us_low", "time_us_low"),
+                     ("time_us_high", "time_us_high")):
+        assert got[key] == pytest.approx(float(want[col]), rel=1e-12), key
+    assert got["time_us"] != pytest.approx(got["roofline_us"], rel=1e-3)  # the model, not the roofline
+    assert got["interval_band"] == str(want["interval_band"])
+
+
+def _table() -> pd.DataFrame:
+    """A mixed table of ops to time (no time_us): three families, two devices, a device alias."""
+    return pd.DataFrame([
+        {"device": "H100", "op": "gemm", "dtype": "bf16", "m": 4096, "n": 4096, "k": 4096},
+        {"device": "A100-SXM4-80GB", "op": "layernorm", "dtype": "fp16", "rows": 8192, "hidden": 4096,
+         "direction": "bwd"},
+        {"device": "H100", "op": "softmax", "rows": 1024, "hidden": 50257},
+        {"device": "H100", "op": "elementwise", "elements": 1 << 24, "variant": "silu"},
+    ])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_predict_table_is_the_roofline_of_every_row(tmp_path, suffix):
+    table = _table()
+    src = tmp_path / f"ops{suffix}"
+    table.to_parquet(src) if suffix == ".parquet" else table.to_csv(src, index=False)
+    dst = tmp_path / f"pred{suffix}"
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(dst), "--json"])
+    assert rc == 0, err
+    summary = json.loads(out)
+    assert summary["n_rows"] == 4 and summary["model"] == "roofline"
+    got = pd.read_parquet(dst) if suffix == ".parquet" else pd.read_csv(dst)
+    want = roofline(table)
+    assert len(got) == 4 and list(got["op"]) == list(table["op"])
+    assert got["device"].tolist() == ["H100-SXM", "A100-SXM4-80GB", "H100-SXM", "H100-SXM"]
+    np.testing.assert_allclose(got["predicted_us"], want["time_us"], rtol=1e-12)
+    np.testing.assert_allclose(got["roofline_us"], want["time_us"], rtol=1e-12)
+    assert got["bound"].tolist() == want["bound"].astype(str).tolist()
+    assert "predicted_us_low" not in got.columns  # the roofline has no interval
+    assert summary["total_predicted_us"] == pytest.approx(float(want["time_us"].sum()), rel=1e-12)
+
+
+def test_predict_table_with_a_model_is_the_predictor_on_the_same_rows(small_model, tmp_path):
+    from hybrid.tracking.registry import load_predictor
+
+    measured = pd.read_csv(small_model["csv"]).head(30)  # time_us present: ignored
+    src = tmp_path / "measured.csv"
+    measured.assign(time_us=-1.0).to_csv(src, index=False)  # not even a valid time: ignored, kept as given
+    dst = tmp_path / "pred.parquet"
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(dst), "--model", "small", "--tracking-uri",
+                        small_model["uri"]])
+    assert rc == 0, err
+    assert "30 rows predicted with models:/small/1" in out
+    got = pd.read_parquet(dst)
+    want = load_predictor("small", tracking_uri=small_model["uri"]).predictor.predict(measured.drop(columns="time_us"))
+    np.testing.assert_allclose(got["predicted_us"], want["time_us"], rtol=1e-12)
+    np.testing.assert_allclose(got["roofline_us"], want["roofline_us"], rtol=1e-12)
+    np.testing.assert_allclose(got["predicted_us_low"], want["time_us_low"], rtol=1e-12)
+    np.testing.assert_allclose(got["predicted_us_high"], want["time_us_high"], rtol=1e-12)
+    assert (got["predicted_us_low"] < got["predicted_us"]).all()
+    assert got["interval_band"].tolist() == want["interval_band"].astype(str).tolist()
+    assert (got["time_us"] == -1.0).all() and got["source"].tolist() == measured["source"].tolist()
+
+
+@pytest.mark.parametrize("change, needles", [
+    ({"m": [0, None, None, None]}, ["row 1 (CSV line 2)", "'m'", "must be positive"]),
+    ({"device": ["H100", "A100-SXM4-80GB", "H100", "NoSuchGPU"]}, ["row 4 (CSV line 5)", "'device'"]),
+    ({"op": ["gemm", "layernorm", "softmx", "elementwise"]}, ["row 3 (CSV line 4)", "unknown op 'softmx'"]),
+])
+def test_predict_table_bad_row_is_named_and_nothing_is_written(tmp_path, change, needles):
+    table = _table()
+    for col, values in change.items():
+        table[col] = values
+    src = tmp_path / "ops.csv"
+    table.to_csv(src, index=False)
+    fresh, kept = tmp_path / "fresh.csv", tmp_path / "kept.parquet"
+    kept.write_bytes(b"earlier output")
+    for dst in (fresh, kept):
+        rc, out, err = cli(["predict", "table", str(src), "-o", str(dst)])
+        assert rc == 2 and "Traceback" not in err
+        for needle in [str(src), *needles]:
+            assert needle in err, (needle, err)
+    assert not fresh.exists() and kept.read_bytes() == b"earlier output"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.parquet", "ops.csv"]  # no temporary file left
