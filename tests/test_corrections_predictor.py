@@ -388,3 +388,21 @@ def test_interval_calibration_arguments_are_checked_before_any_fit(call, match):
     pred = HybridPredictor(corrections=[GemmXGB(XGBParams(n_estimators=2))]).fit(gemms)
     with pytest.raises(InvalidInputError, match=match):
         call(pred, gemms)
+
+
+def test_scikit_learn_clone_and_params(catalog, gemm_rows):
+    """scikit-learn's estimator protocol: `sklearn.base.clone` raised TypeError (no get_params); a clone is a new,
+    unfitted predictor of the same arguments that fits to the same predictions, set_params changes arguments."""
+    from sklearn.base import clone
+
+    pred = HybridPredictor(catalog, seed=3, sibling_blend=False).fit(gemm_rows.iloc[:400])
+    twin = clone(pred)
+    assert twin is not pred and twin.get_params()["seed"] == 3 and twin.get_params()["sibling_blend"] is False
+    query = gemm_rows.iloc[400:450]
+    assert set(twin.predict(query)["method"]) == {"roofline"} != set(pred.predict(query)["method"])  # unfitted
+    np.testing.assert_allclose(twin.fit(gemm_rows.iloc[:400]).predict(query)["time_us"],
+                               pred.predict(query)["time_us"], rtol=1e-6)
+    assert twin.set_params(seed=7) is twin and twin.seed == 7 and twin.get_params()["seed"] == 7
+    assert set(twin.predict(query)["method"]) == {"roofline"}  # started over
+    with pytest.raises(InvalidInputError, match="no parameter"):
+        twin.set_params(learning_rate=0.1)

@@ -130,6 +130,10 @@ class HybridPredictor:
         # a bad seed was XGBoost's "Invalid Parameter format" at fit, numpy's error later, or (None) a model that
         # fitted but failed to load or adapt ("int() argument must be ... not 'NoneType'")
         _check_seed(seed, "seed", allow_none=False)
+        # the arguments as given, for scikit-learn's estimator protocol (get_params / set_params / clone)
+        self._init_params: dict[str, Any] = {"catalog": catalog, "corrections": corrections, "seed": seed,
+                                             "collective_transfer": collective_transfer,
+                                             "sibling_blend": sibling_blend}
         self.catalog: Catalog = catalog if catalog is not None else default_catalog()
         self.corrections: list[Correction] = (list(corrections) if corrections is not None
                                               else default_corrections(seed, collective_transfer))
@@ -1021,6 +1025,28 @@ class HybridPredictor:
         with tempfile.TemporaryDirectory(prefix="hybrid-copy-") as tmp:
             self.save(Path(tmp) / "p")
             return HybridPredictor.load(Path(tmp) / "p", catalog=self.catalog)
+
+    # ------------------------------------------------------------------ scikit-learn's estimator protocol
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's arguments as given (scikit-learn's protocol: ``sklearn.base.clone(pred)`` builds a new,
+        unfitted predictor from them). ``corrections`` given explicitly are the objects passed (a clone deep-copies
+        them, fitted or not, as scikit-learn copies any parameter that is no estimator); the default (None) builds
+        fresh ones. ``deep`` is accepted for the protocol; no parameter is an estimator itself."""
+        return dict(self._init_params)
+
+    def set_params(self, **params: Any) -> HybridPredictor:
+        """Set constructor arguments (scikit-learn's protocol) and start over from them, as a new predictor of those
+        arguments: the default corrections are built afresh (what was fitted or adapted is dropped); correction
+        objects given explicitly are the same objects again (fit changes them in place: fitted ones stay fitted).
+        An unknown name is refused."""
+        unknown = sorted(set(params) - set(self._init_params))
+        if unknown:
+            raise InvalidInputError(f"HybridPredictor has no parameter(s) {unknown}; it has "
+                                    f"{sorted(self._init_params)}")
+        fresh = HybridPredictor(**{**self._init_params, **params})
+        self.__dict__.clear()
+        self.__dict__.update(fresh.__dict__)
+        return self
 
     # ------------------------------------------------------------------ persistence
     def save(self, directory: str | os.PathLike) -> Path:
