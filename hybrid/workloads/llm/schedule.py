@@ -110,6 +110,27 @@ def stage_times(model: TransformerConfig, cfg: TrainingConfig, c: MappingCosts) 
     )
 
 
+def dp_reduce_exposed(reduce_s: np.ndarray, chunk_bwd_s: np.ndarray, pp: np.ndarray, vp: np.ndarray,
+                      buckets: np.ndarray) -> np.ndarray:
+    """DP gradient reduction left after the pipeline's end with ``overlap_grad_reduce``, as the engine runs it:
+    each of the ``vp`` model chunks reduces its ``reduce_s / vp`` in ``buckets`` pieces on one stream, bucket ``j``
+    once the ``j``-th share of the chunk's last backward (``chunk_bwd_s``) is done. The first stage runs its
+    cooldown backwards back to back, chunk ``vp - 1`` first and chunk 0 last, one chunk every ``pp`` backwards,
+    so chunk ``c``'s last backward ends ``c x pp x chunk_bwd_s`` before the pipeline does: with interleaving the
+    reduction of every chunk but the last overlaps the remaining backwards (the stage-wide bound
+    ``reduce - stage backward`` held only for ``vp = 1``)."""
+    nb = np.maximum(np.asarray(buckets, dtype=np.float64), 1.0)
+    vp_ = np.asarray(vp, dtype=np.float64)
+    piece = reduce_s / (vp_ * nb)
+    end = np.full(np.shape(reduce_s), -np.inf)  # the reduce stream's end, relative to the pipeline's end
+    for c in range(int(vp_.max()) - 1, -1, -1):  # chunks in the order their last backward finishes
+        for j in range(int(nb.max())):
+            on = (c < vp_) & (j < nb)
+            ready = -c * pp * chunk_bwd_s - chunk_bwd_s + (j + 1) * chunk_bwd_s / nb
+            end = np.where(on, np.maximum(end, ready) + piece, end)
+    return np.maximum(end, 0.0)
+
+
 def closed_form(st: StageTimes, m: Any, cfg: TrainingConfig) -> dict[str, np.ndarray]:
     """Iteration time per mapping without the engine: ``m x t_max + (pp - 1)/vp x t_mean`` + tail."""
     pp = m["pp"].to_numpy(np.float64)
@@ -125,12 +146,10 @@ def closed_form(st: StageTimes, m: Any, cfg: TrainingConfig) -> dict[str, np.nda
     t_mean = body + (extra_first + extra_last) / pp
     bubble = (pp - 1) / vp * t_mean + np.where(pp > 1, 2 * (pp - 1) * st.p2p, 0.0)
     pipeline = n * t_max + bubble
-    # DP: overlapped with the last backward of the stage (all but the last bucket) when overlap_grad_reduce
-    last_bwd = layers_stage * st.layer_b
-    buckets = np.minimum(st.layers_per_chunk, MAX_BUCKETS_PER_CHUNK) * vp
+    # DP: overlapped with each chunk's last backward (all but its last bucket) when overlap_grad_reduce
     if cfg.overlap_grad_reduce:
-        dp_exposed = np.maximum(st.dp_reduce - (last_bwd - last_bwd / np.maximum(buckets, 1)),
-                                st.dp_reduce / np.maximum(buckets, 1))
+        dp_exposed = dp_reduce_exposed(st.dp_reduce, st.layers_per_chunk * st.layer_b, pp, vp,
+                                       np.minimum(st.layers_per_chunk, MAX_BUCKETS_PER_CHUNK))
     else:
         dp_exposed = st.dp_reduce
     dp_exposed = np.where(st.dp_reduce > 0, dp_exposed, 0.0)
