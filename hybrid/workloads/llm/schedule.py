@@ -144,7 +144,9 @@ def closed_form(st: StageTimes, m: Any, cfg: TrainingConfig) -> dict[str, np.nda
     extra_last = st.head_f + st.head_b
     t_max = np.where(pp > 1, body + np.maximum(extra_first, extra_last), body + extra_first + extra_last)
     t_mean = body + (extra_first + extra_last) / pp
-    bubble = (pp - 1) / vp * t_mean + np.where(pp > 1, 2 * (pp - 1) * st.p2p, 0.0)
+    # the first microbatch's activations cross pp x vp - 1 stage boundaries on the way to the last chunk and its
+    # gradients as many back, each a send on the critical path (2 (pp - 1) without interleaving)
+    bubble = (pp - 1) / vp * t_mean + np.where(pp > 1, 2 * (pp * vp - 1) * st.p2p, 0.0)
     pipeline = n * t_max + bubble
     # DP: overlapped with each chunk's last backward (all but its last bucket) when overlap_grad_reduce
     if cfg.overlap_grad_reduce:
