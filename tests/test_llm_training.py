@@ -66,9 +66,27 @@ def test_interleaving_raises_in_flight_activations_by_korthikanti_factor(gpt175)
     inter, _ = memory_only(gpt175, base.with_(vp=3), "DGX-A100")
     layer_bytes = 34 * 2048 * 12288 / 8
     p, v = 8, 3
+    # the embedding's dropout masks: Megatron's interleaved order has 2 p microbatches of the first chunk alive at
+    # its peak (p under 1F1B), not the ((p - 1) 2 + (v - 1) p + 1) / v of an even spread over the chunks
     assert (inter.activations[0] - one.activations[0]) == pytest.approx(
-        layer_bytes * 96 * (p - 1) / (p * v) + 2048 * 12288 / 8 * (
-            ((p - 1) * 2 + (v - 1) * p + 1) / v - p), rel=1e-6)
+        layer_bytes * 96 * (p - 1) / (p * v) + 2048 * 12288 / 8 * (2 * p - p), rel=1e-6)
+
+
+def test_interleaved_first_chunk_microbatches_in_flight_follow_the_schedule(gpt175):
+    """The first stage's peak of live first-chunk microbatches (each with the embedding's dropout mask) in
+    Megatron's interleaved order is min(m, 2 pp), counted from :func:`schedule_order` itself."""
+    for pp, vp, m in ((8, 3, 8), (8, 3, 64), (4, 2, 16)):
+        live: set[tuple[int, int]] = set()
+        peak = 0
+        for kind, chunk, mb in schedule_order(pp, vp, m, 0):
+            (live.add if kind == "F" else live.discard)((chunk, mb))
+            peak = max(peak, sum(1 for c, _ in live if c == 0))
+        cfg = _cfg(pp=pp, vp=vp, gpus=8 * pp, global_batch=m, sp=True, flash_attention=True)
+        with_masks, _ = memory_only(gpt175, cfg, "DGX-A100")
+        without, _ = memory_only(gpt175, cfg.with_(dropout=False), "DGX-A100")
+        layers = 96 * (1 + (pp - 1) / (pp * vp)) if m > pp else 96  # all chunks' forwards first when m = pp
+        masks = with_masks.activations[0] - without.activations[0] - 2 * 2048 * 12288 / 8 * layers
+        assert masks == pytest.approx(peak * 2048 * 12288 / 8, rel=1e-9)
 
 
 def test_model_states_18_bytes_and_distributed_optimizer():

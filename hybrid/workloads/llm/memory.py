@@ -20,7 +20,8 @@ holds whole K/V heads (``ceil(kv_heads / t)`` of them, replicated), not ``kv / t
 
 In flight on the first pipeline stage (Korthikanti eq. 5, Narayanan et al. 2021): 1F1B holds ``min(pp, m)``
 microbatches of its ``L/pp`` layers; the interleaved schedule ``(pp - 1) x 2 + (vp - 1) x pp + 1`` model chunks
-of ``L/(pp vp)`` layers (``L (1 + (pp - 1)/(pp vp))`` layers' worth). The last stage adds the output layer and
+of ``L/(pp vp)`` layers (``L (1 + (pp - 1)/(pp vp))`` layers' worth), ``min(m, 2 pp)`` of them of the first chunk
+(the embedding's dropout mask). The last stage adds the output layer and
 the fp32 cross-entropy (``4 s b h / t (1 + v / h)``).
 
 Model states per parameter (mixed precision, Adam): 16-bit weights 2 + fp32 gradient 4 + fp32 master weights 4 +
@@ -156,9 +157,11 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     inflight_int = chunks * L / (pp * vp)
     inflight = np.where(vp > 1, inflight_int, inflight_1f1b)
     acts = tokens * stored * inflight + np.where(rc == "full", tokens * full_layer, 0.0)
-    # embedding dropout mask per in-flight microbatch on the first stage
+    # embedding dropout mask per in-flight microbatch of the first stage's first chunk: pp under 1F1B; interleaved,
+    # Megatron's order keeps up to two rounds of pp microbatches of chunk 0 alive (min(m, 2 pp), at the same time as
+    # the peak of all chunks), not the chunks / vp of an even spread
     h = model.hidden_size
-    n_inflight_mb = np.where(vp > 1, chunks / vp, np.minimum(pp, n_micro))
+    n_inflight_mb = np.where(vp > 1, np.minimum(n_micro, 2 * pp), np.minimum(pp, n_micro))
     acts = acts + (1.0 if cfg.uses_dropout(model) else 0.0) * tokens * h * np.where(sp, 1 / tp, 1.0) * n_inflight_mb
     # ------------------------------------------------------------------ output layer + loss (last stage)
     V = np.ceil(model.vocab_size / (cfg.make_vocab_size_divisible_by * tp)) * cfg.make_vocab_size_divisible_by * tp
