@@ -1353,3 +1353,36 @@ def test_tpot_only_slo_with_one_token_outputs_is_refused(capsys):
     code, out, _ = run(capsys, "llm", "serve", "llama3-8b", "--device", "H100-SXM", "--requests", "20",
                        "--output-dist", "1", "--slo-tpot", "40ms", "--slo-ttft", "1s", "--json")
     assert code == 0 and json.loads(out)["tpot_ms"]["p50"] is None  # with a TTFT SLO beside it: checked on TTFT
+
+
+def test_mean_context_caps_each_request_under_a_sliding_window_not_the_mean():
+    from hybrid.workloads.llm.kv_cache import cached_tokens, mean_context
+
+    mistral, llama, oss = (resolve_model(m) for m in ("mistral-7b", "llama3-8b", "gpt-oss-20b"))
+    # every layer windowed (4096): 100 and 12,000 tokens cache 100 and 4096, 2098 on average (not min(6050, 4096))
+    assert mean_context(mistral, np.array([100, 12000]), 3).tolist() == [2098.0, 2098.5, 2099.0]
+    assert mean_context(llama, np.array([100, 12000]), 2).tolist() == [6050.0, 6051.0]
+    # half the layers windowed (128): the context whose cache is the mean cache (100 -> 100, 1000 -> 564)
+    ctx = mean_context(oss, np.array([100, 1000]))
+    assert float(cached_tokens(oss, ctx)[0]) == pytest.approx((100 + 564) / 2) and ctx[0] == pytest.approx(536)
+
+
+def test_serve_decode_reads_each_requests_windowed_cache():
+    """Mistral's 4096-token window: requests of 100 and of 6,000 or 8,000 prompt tokens cache the same 100 + 4096
+    tokens, so their decode steps cost the same; the cap of their mean context (3,050 or 4,050 tokens) read up to
+    twice the cache and told them apart (48 requests of 100 and 8,000 tokens on an H100: TPOT 12.7 ms, now 10.1)."""
+    from hybrid.workloads.llm.serving import SchedulerConfig, StepCosts, Trace
+
+    s = make_setup("mistral-7b", "H100-SXM")
+    n, sched = 48, SchedulerConfig(max_batched_tokens=200_000, max_seqs=48)
+    costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs, 8064)  # one grid for both traces
+    tpot = []
+    for long in (6000, 8000):
+        trace = Trace(np.zeros(n), np.where(np.arange(n) % 2, 100, long), np.full(n, 64))
+        served = simulate(s, trace, sched=sched, costs=costs)
+        assert served.steps == 64  # one prefill step of every prompt, then 63 decode steps
+        tpot.append(float(np.mean(served.tpot_ms)))
+    assert tpot[0] == pytest.approx(tpot[1], rel=1e-3)
+    # and about a static batch whose every request caches that mean (~2,100 tokens), far below one at 4,050
+    static, at_mean = predict_static(s, n, 2098, 64), predict_static(s, n, 4050, 64)
+    assert tpot[1] == pytest.approx(static.tpot_ms, rel=0.05) and at_mean.tpot_ms > 1.3 * static.tpot_ms

@@ -74,6 +74,31 @@ def cached_tokens(model: TransformerConfig, context: int | np.ndarray) -> np.nda
     return share * np.minimum(c, model.window_size) + (1.0 - share) * c
 
 
+def mean_context(model: TransformerConfig, contexts: np.ndarray, steps: int = 1) -> np.ndarray:
+    """The one context length whose cache (:func:`cached_tokens`) is the mean cache of requests at ``contexts``,
+    for each of ``steps`` consecutive decode steps (every context one token longer per step): what a batched
+    decode step reads is the sum of the requests' caches, so a step of ``n`` requests costs as ``n`` requests at
+    this context. Without a sliding window that is the mean context; with one, the mean of the capped caches, not
+    the cap of the mean (requests of 100 and 12,000 tokens under a 4096-token window cache 2,098 tokens on
+    average, not 4,096)."""
+    c = np.sort(np.asarray(contexts, dtype=np.float64).ravel())
+    j = np.arange(max(int(steps), 0), dtype=np.float64)
+    if not len(c):
+        return np.zeros_like(j)
+    if not model.window_size:
+        return float(c.mean()) + j
+    w, share = float(model.window_size), model.window_layer_share
+    # mean over the requests of min(c_i + j, w): those still below the window grow, the others stay at it
+    below = np.searchsorted(c, w - j, side="left")  # requests with c_i + j < w
+    prefix = np.concatenate([[0.0], np.cumsum(c)])
+    capped = (prefix[below] + below * j + (len(c) - below) * w) / len(c)
+    if share >= 1.0:  # every layer windowed: a context up to the window caches itself
+        return np.minimum(capped, w)
+    cached = share * capped + (1.0 - share) * (float(c.mean()) + j)
+    # invert cached_tokens: up to the window a context caches itself; beyond it only the global layers grow
+    return np.where(cached <= w, cached, w + (cached - w) / (1.0 - share))
+
+
 def layer_matrix_params(model: TransformerConfig) -> int:
     """One layer's GEMM weights (the part weight-only formats store compressed): Q/K/V/output projections and the
     MLP matrices (MoE: every expert, the router and a shared expert with its gate). The rest of the layer's

@@ -2,7 +2,9 @@
 decode tokens of the running requests with chunks of waiting prompts, and latency percentiles come out.
 
 Costs: each step is one forward pass whose time is ``dense(T) + head(B) + decode_attention(n, mean context) +
-sum prefill_attention(chunk, context)`` for ``T`` tokens of ``B`` sequences. Those four functions are tabulated
+sum prefill_attention(chunk, context)`` for ``T`` tokens of ``B`` sequences (the mean context: the one whose cache
+is the requests' mean cache, :func:`~hybrid.workloads.llm.kv_cache.mean_context`, which a sliding window caps per
+request, not on the mean). Those four functions are tabulated
 once per deployment on log-spaced grids with ONE batched cost-model call (:func:`StepCosts.build`) and then
 interpolated, so simulating thousands of steps costs no further predictions.
 
@@ -34,6 +36,7 @@ from hybrid.workloads.llm.kv_cache import (
     activation_bytes,
     cached_tokens,
     kv_bytes_per_token,
+    mean_context,
     weight_bytes_per_gpu,
 )
 
@@ -474,8 +477,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             # decode-only stretch: nothing changes until a request finishes or an admissible one arrives, so the
             # steps up to that event are costed at once (contexts grow by one token per step)
             k = int((out[run] - generated[run]).min())
-            base_ctx = float(np.mean(inp[run] + generated[run]))
-            dts = costs.decode_steps_us(len(run), base_ctx + np.arange(k)) / 1e6
+            dts = costs.decode_steps_us(len(run), mean_context(s.model, inp[run] + generated[run], k)) / 1e6
             ends = now + np.cumsum(dts)
             if nxt < n and len(running) < sched.max_seqs and used + need[nxt] <= cap and arr[nxt] < ends[-1]:
                 k = int(np.searchsorted(ends, arr[nxt], side="left")) + 1
@@ -491,7 +493,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         pre_a = waiting[take > 0].astype(np.int64)
         chunks_a = take[take > 0].astype(np.float64)
         ctx_chunk = prefilled[pre_a] + chunks_a if len(pre_a) else np.zeros(0)
-        mean_ctx = float(np.mean(inp[dec] + generated[dec])) if len(dec) else 0.0
+        mean_ctx = float(mean_context(s.model, inp[dec] + generated[dec])[0]) if len(dec) else 0.0
         completes = pre_a[prefilled[pre_a] + chunks_a.astype(np.int64) >= inp[pre_a]] if len(pre_a) else pre_a
         tokens = len(dec) + float(chunks_a.sum())
         dt = costs.step_us(tokens, len(dec) + len(completes), len(dec), mean_ctx, chunks_a, ctx_chunk) / 1e6
