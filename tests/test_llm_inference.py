@@ -1386,3 +1386,29 @@ def test_serve_decode_reads_each_requests_windowed_cache():
     # and about a static batch whose every request caches that mean (~2,100 tokens), far below one at 4,050
     static, at_mean = predict_static(s, n, 2098, 64), predict_static(s, n, 4050, 64)
     assert tpot[1] == pytest.approx(static.tpot_ms, rel=0.05) and at_mean.tpot_ms > 1.3 * static.tpot_ms
+
+
+def test_serve_step_costs_interpolate_attention_as_it_grows_with_the_context():
+    """The step-cost grids are log-spaced (12 contexts to 16k tokens: 2.4x apart). A decode step's attention is
+    linear in the context, so it is interpolated linearly there (log-context interpolation overstated it by up to
+    9%); a prompt chunk's attention is tabulated over the tokens before the chunk, from 0 (over its context, the
+    first chunk of a prompt fell on grid corners no chunk reaches, whose context had been raised to the chunk:
+    a 3,000-token first chunk 43% dear, an 8,192-token prompt in one chunk 21%)."""
+    from hybrid.workloads.llm.inference import cost_ops, pass_ops
+    from hybrid.workloads.llm.serving import StepCosts
+
+    s = make_setup("llama3-8b", "H100-SXM")
+    costs = StepCosts.build(s, 8192, 64, 16384)
+
+    def attention_us(tokens: float, seqs: float, q: float, kv: float, phase: str) -> float:
+        f = cost_ops(pass_ops(s, np.array([tokens]), np.array([seqs]), np.array([q]), np.array([kv]), phase))
+        f = f[f["name"] == "attention"]
+        return float((f["time_us"] * f["count"]).sum())
+
+    for n, ctx in ((64, 700), (64, 1500), (64, 12000), (23, 3000)):
+        tab = float(costs._interp2(np.array([n]), np.array([ctx]), costs.dec_b, costs.dec_ctx, costs.dec_us)[0])
+        assert tab == pytest.approx(attention_us(n, n, 1, ctx, "decode"), rel=0.005)
+    for chunk, ctx in ((3000, 3000), (8192, 8192), (700, 700), (300, 5000), (1500, 9000)):
+        tab = float(costs._interp2(np.array([chunk]), np.array([ctx - chunk]), costs.pre_c, costs.pre_prior,
+                                   costs.pre_us)[0])
+        assert tab == pytest.approx(attention_us(chunk, 1, chunk, ctx, "prefill"), rel=0.02)
