@@ -103,17 +103,37 @@ def layer_matrix_params(model: TransformerConfig) -> int:
     """One layer's GEMM weights (the part weight-only formats store compressed): Q/K/V/output projections and the
     MLP matrices (MoE: every expert, the router and a shared expert with its gate). The rest of the layer's
     parameters (biases, norms, QK-norms) are :meth:`TransformerConfig.param_counts` minus these."""
+    dense, moe = _layer_matrix_params_by_kind(model)
+    if not model.is_moe:
+        return dense
+    # a mean over the layers when some are dense (DeepSeek's first layers, interleaved MoE)
+    return round((model.num_moe_layers * moe + model.num_dense_layers * dense) / model.num_layers)
+
+
+def _layer_matrix_params_by_kind(model: TransformerConfig) -> tuple[int, int]:
+    """GEMM weights of one dense layer and of one MoE layer (0 for a dense model)."""
     h, mats = model.hidden_size, (3 if model.gated else 2)
     attention = model.mla_matrix_params() if model.is_mla else h * (model.q_width + 2 * model.kv_width) + model.q_width * h
     dense = attention + mats * h * int(model.ffn_hidden_size)  # type: ignore[arg-type]
     if not model.is_moe:
-        return dense
+        return dense, 0
     e = int(model.num_experts)  # type: ignore[arg-type]
     shared = model.moe_shared_expert_intermediate_size or 0
     gate = h if model.moe_shared_expert_gate else 0
-    moe = attention + e * mats * h * expert_ffn(model) + h * e + (mats * h * shared + gate if shared else 0)
-    # a mean over the layers when some are dense (DeepSeek's first layers, interleaved MoE)
-    return round((model.num_moe_layers * moe + model.num_dense_layers * dense) / model.num_layers)
+    return dense, attention + e * mats * h * expert_ffn(model) + h * e + (mats * h * shared + gate if shared else 0)
+
+
+def stage_moe_layers(model: TransformerConfig, pp: int) -> np.ndarray:
+    """MoE layers of each pipeline stage (``ceil(layers / pp)`` consecutive layers each, the last the rest): the
+    dense layers of DeepSeek (its first 3) or of an interleaved model are not spread evenly over the stages."""
+    layers = model.num_layers
+    per = math.ceil(layers / pp)
+    if not model.is_moe:
+        return np.zeros(pp, dtype=np.int64)
+    freq, k = model.moe_layer_freq, model.moe_first_k_dense
+    is_moe = np.array([i >= k and (bool(freq[i]) if isinstance(freq, tuple) else i % freq == 0)
+                       for i in range(layers)], dtype=np.int64)
+    return np.array([int(is_moe[st * per:(st + 1) * per].sum()) for st in range(pp)], dtype=np.int64)
 
 
 def routed_expert_params(model: TransformerConfig) -> float:
@@ -136,23 +156,40 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
     ``attention_dp``: only the routed experts are split over the TP ranks (expert parallelism); attention, dense
     layers, embeddings and the output layer are whole on every rank."""
     c = model.param_counts()
-    layers = math.ceil(model.num_layers / pp)
     matrix = layer_matrix_params(model)
     per_layer_total = c["layers_total"] / model.num_layers
     split = tp
+
+    def layer_bytes(mat: float, experts: float) -> float:
+        """One layer of ``mat`` GEMM weights (``experts`` of them routed experts) on one GPU."""
+        if attention_dp:
+            mb = (experts / tp + (mat - experts)) * precision.weight_bytes
+        else:
+            # K and V projections of replicated KV heads (TP above the KV heads): columns beyond kv_width
+            kv_extra = 2.0 * model.hidden_size * (float(kv_width_split(model, tp)) - model.kv_width)
+            mb = (mat + kv_extra) / tp * precision.weight_bytes
+        return mb + (per_layer_total - matrix) * precision.act_bytes
+
     if attention_dp:
-        experts = routed_expert_params(model)
-        matrix_bytes = (experts / tp + (matrix - experts)) * precision.weight_bytes
         split = 1
-    else:
-        # K and V projections of replicated KV heads (TP above the KV heads): columns beyond kv_width, every layer
-        kv_extra = 2.0 * model.hidden_size * (float(kv_width_split(model, tp)) - model.kv_width)
-        matrix_bytes = (matrix + kv_extra) / tp * precision.weight_bytes
-    per_layer = matrix_bytes + (per_layer_total - matrix) * precision.act_bytes
     embed = (c["word_embedding"] / split + c["position_embedding"]) * precision.act_bytes
     head = c["output_layer"] / split * precision.weight_bytes + c["final_norm"] * precision.act_bytes
-    ends = embed + head if pp == 1 else max(embed, head)
-    return layers * per_layer + ends
+    per_stage = math.ceil(model.num_layers / pp)
+    if pp == 1 or not model.is_moe or model.num_dense_layers == 0:
+        per_layer = layer_bytes(matrix, routed_expert_params(model))
+        if pp == 1:
+            return model.num_layers * per_layer + embed + head
+        return per_stage * per_layer + max(embed, head)
+    # MoE layers and dense ones differ by the experts: the heaviest stage holds the most MoE layers
+    dense_mat, moe_mat = _layer_matrix_params_by_kind(model)
+    routed = routed_expert_params(model) * model.num_layers / model.num_moe_layers  # one MoE layer's
+    moe_l, dense_l = layer_bytes(moe_mat, routed), layer_bytes(dense_mat, 0.0)
+    n_moe = stage_moe_layers(model, pp)
+    n_layers = np.minimum(per_stage, np.maximum(model.num_layers - per_stage * np.arange(pp), 0))
+    stage = n_moe * moe_l + (n_layers - n_moe) * dense_l
+    stage[0] += embed
+    stage[-1] += head
+    return float(stage.max())
 
 
 def activation_bytes(model: TransformerConfig, precision: Precision, tokens: float | np.ndarray, sequences: float | np.ndarray,
