@@ -1427,3 +1427,15 @@ def test_pipeline_stage_weights_of_a_moe_model_with_dense_layers_count_the_heavi
     assert weight_bytes_per_gpu(m, fp8, tp=8, pp=4) == pytest.approx(16 * moe_layer, rel=2e-3)
     head = c["output_layer"] / 8  # the last stage's output layer (fp8 weights) beside its 30 MoE layers
     assert weight_bytes_per_gpu(m, fp8, tp=8, pp=2) == pytest.approx(30 * moe_layer + head, rel=2e-3)
+
+
+def test_serve_refuses_a_request_longer_than_one_attention_dp_ranks_cache():
+    """With attention data parallelism each rank caches its own requests whole: the replica's pooled cache (8
+    ranks' worth) admits requests together, but one request must fit one rank's cache."""
+    from hybrid.workloads.llm.serving import SchedulerConfig, Trace, kv_capacity_tokens
+
+    s = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    sched = SchedulerConfig()
+    per_rank = kv_capacity_tokens(s, sched) // 8
+    with pytest.raises(InvalidInputError, match=f"{per_rank} tokens that fit per GPU"):
+        simulate(s, Trace(np.zeros(1), np.array([per_rank + 1]), np.array([1])), sched=sched)

@@ -456,9 +456,12 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         need = np.ceil(cached_tokens(s.model, need)).astype(np.int64)
     if cap <= 0:
         raise InvalidInputError("does not fit: no memory left for the KV cache beside weights and activations")
-    if need.max() > cap:
+    # a request is cached whole on one rank (with attention data parallelism the ranks' caches are pooled for
+    # admission, but no request spans two of them)
+    per_rank = cap // (s.tp if s.attention_dp else 1)
+    if need.max() > per_rank:
         raise InvalidInputError(f"does not fit: a request of {int(need.max())} tokens needs more KV cache than the "
-                                f"{cap} tokens that fit per GPU")
+                                f"{per_rank} tokens that fit per GPU")
     if costs is None:
         costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
                                 int((trace.input_len + trace.output_len).max()), cost_model)
