@@ -10,7 +10,6 @@ of truncations, and through the real CLI entry point (in-process) for a sample o
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -23,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cli_run import run_cli as cli
 
-from hybrid.cli.main import main
 from hybrid.data.importers import import_paths
 from hybrid.data.schema import read_table
 from hybrid.errors import HybridError
@@ -33,12 +32,6 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "experiments" / "configs" / "dlrm_example.yaml"
 
 
-def cli(args: list[str]) -> tuple[int, str, str]:
-    """The real entry point, in-process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main([str(a) for a in args])
-    return rc, out.getvalue(), err.getvalue()
 
 
 def assert_one_clear_line(rc: int, err: str) -> None:

@@ -4,8 +4,6 @@ measurements, with real XGBoost fits and a real MLflow SQLite store in a tempora
 from __future__ import annotations
 
 import base64
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
@@ -13,21 +11,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from cli_run import run_cli as cli
 from test_tracking_support import last_json, neusight_table, write_csv
 
-from hybrid.cli.main import main
 from hybrid.data.schema import read_table
 from hybrid.tracking.inputs import table_digest
 
 ERROR_KEYS = {"n_rows", "geomean_pct", "mape_pct", "median_pct", "p90_pct"}
 
 
-def cli(args: list[str]) -> tuple[int, str, str]:
-    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(args)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

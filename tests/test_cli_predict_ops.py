@@ -4,25 +4,15 @@ of a canonical table, written with its predictions): the numbers are those of ``
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_run import run_cli as cli
 from test_tracking_support import neusight_table, write_csv
 
-from hybrid.cli.main import main
 from hybrid.ops.roofline import roofline
-
-
-def cli(args: list[str]) -> tuple[int, str, str]:
-    """Run the CLI in-process; returns (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(args)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -3,27 +3,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_run import run_cli as cli
 from test_tracking_support import last_json, neusight_table, write_csv
 
-from hybrid.cli.main import main
 from hybrid.corrections import GemmXGB, HybridPredictor, PointwiseXGB, XGBParams
 from hybrid.corrections.intervals import IntervalCalibration, adapted_code, coverage_pct, weighted_quantile
 from hybrid.hardware.catalog import default_catalog
-
-
-def cli(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(args)
-    return rc, out.getvalue(), err.getvalue()
 
 
 def test_weighted_quantile_is_conformal_and_weighted():

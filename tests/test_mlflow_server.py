@@ -4,7 +4,6 @@ tmp_path): two concurrent calibrations -> registry versions -> evaluate / predic
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import signal
@@ -15,9 +14,8 @@ import time
 import urllib.request
 
 import pytest
+from cli_run import run_cli as cli
 from test_tracking_support import concurrent_calibrations, neusight_table, write_csv
-
-from hybrid.cli.main import main
 
 #: Longest wait for the server to answer /health (first start creates the schema).
 STARTUP_TIMEOUT_S = 90
@@ -84,11 +82,6 @@ def mlflow_server(tmp_path):
         yield url
 
 
-def cli(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(args)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.slow

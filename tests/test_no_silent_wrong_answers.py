@@ -3,8 +3,6 @@ nothing. Every test here failed before the fix."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -18,18 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from hybrid.cli.main import main
+from cli_run import run_cli as cli
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "experiments" / "configs" / "dlrm_example.yaml"
-
-
-def cli(args: list) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main([str(a) for a in args])
-    return rc, out.getvalue(), err.getvalue()
 
 
 # ------------------------------------------------------------------------------ truncated files, importers
