@@ -362,10 +362,10 @@ def _check_fits_memory(df: pd.DataFrame, nbytes: np.ndarray, path: Path, cat: Ca
     is held whole by every device of the group; a matmul's operands and result are on its one device. (The schema
     bounds sizes at 2^62 bytes and dimensions not at all: a 400 GB all-reduce on an 80 GB H100, or a GEMM of three
     200 TB matrices, was imported as a measurement.)"""
-    names = [device] * len(df) if device is not None else [str(d) for d in df["device"]]
-    keys = resolve_device_names(set(names), cat, path)
-    devs = [keys[n] for n in names]
-    cap = np.array([cat.devices[d].mem_capacity for d in devs], dtype=np.float64)
+    names = pd.Series(device, index=df.index) if device is not None else df["device"].astype(str)
+    keys = resolve_device_names(set(names.unique()), cat, path)
+    devs = names.map(keys).to_numpy(dtype=object)
+    cap = names.map({n: cat.devices[k].mem_capacity for n, k in keys.items()}).to_numpy(dtype=np.float64)
     over = nbytes > cap
     if over.any():
         i = int(np.flatnonzero(over)[0])
