@@ -160,6 +160,32 @@ def test_report_on_tables_warns_when_rows_were_in_the_training_data(flow, tmp_pa
     assert "in-sample" in html.read_text()
 
 
+def test_an_adapted_model_counts_its_bases_training_rows_as_in_sample(flow, tmp_path):
+    """A model adapted with --base was fitted on its base's rows too, but its run's `train` split holds only the new
+    rows: evaluated on its base's training table it said `rows_in_training_data: 0` and warned of nothing, so the
+    check the docs give for comparing two models passed on in-sample errors."""
+    table = read_table(flow["csv"])
+    n = len(table)
+    new = table[table["device"] == "T4"].head(24).copy()
+    new["time_us"] *= 1.21  # the new GPU's own measurements (none of them a row of the base's table)
+    few = write_csv(new.reset_index(drop=True), tmp_path / "few.csv")
+    rc, _, err = cli(["calibrate", str(few), "--name", "kern-adapted", "--base", "kern/2", "--tracking-uri",
+                      flow["uri"], "-q"])
+    assert rc == 0, err
+    rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "kern-adapted", "--json", "--tracking-uri",
+                        flow["uri"]])
+    assert rc == 0, err
+    assert json.loads(out)["rows_in_training_data"] == n  # kern/2 was fitted on every row of this table
+    assert f"{n:,} of {n:,} rows (100%) were in the training data of models:/kern/2" in err
+    assert "which models:/kern-adapted/1 was adapted from" in err
+    rc, out, err = cli(["evaluate", str(few), "--model", "kern-adapted", "--json", "--tracking-uri", flow["uri"]])
+    assert rc == 0 and json.loads(out)["rows_in_training_data"] == len(new)  # its own rows, as before
+    html = tmp_path / "r.html"
+    rc, _, err = cli(["report", "--model", "kern-adapted", "--table", str(flow["csv"]), "-o", str(html), "-q",
+                      "--tracking-uri", flow["uri"]])
+    assert rc == 0 and "in-sample" in html.read_text() and "models:/kern/2" in err
+
+
 def test_models_lists_the_registered_models(flow, tmp_path):
     """`hybrid models` lists what --model accepts (there was no way to list it but a failed --model)."""
     rc, out, err = cli(["models", "--tracking-uri", flow["uri"]])

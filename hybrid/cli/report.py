@@ -82,10 +82,11 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
     title = f"hybrid evaluation: {loaded.ref if loaded.version else 'roofline'}"
     meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(tables),
             "rows": f"{len(frame):,}"}
-    seen = training_overlap(loaded, frame)
-    if seen is not None and seen.any():  # in-sample rows are no test of the model: say so, as evaluate does
+    overlap = training_overlap(loaded, frame)
+    if overlap is not None and overlap[0].any():  # in-sample rows are no test of the model: say so, as evaluate does
+        seen, seen_in = overlap
         said = (f"{int(seen.sum()):,} of {len(frame):,} rows ({100 * seen.mean():.0f}%) were in the training data "
-                f"of {loaded.ref} (run {loaded.run_id}): their errors are in-sample, not a test of the model")
+                f"of {' and '.join(seen_in)}: their errors are in-sample, not a test of the model")
         meta["rows in training data"] = said
         click.echo(f"warning: {said}; evaluate on held-out measurements", err=True)
     line = one_device_band_line(loaded, frame, interval_coverage(frame)["coverage_by_band"])
