@@ -169,9 +169,16 @@ def test_an_adapted_model_counts_its_bases_training_rows_as_in_sample(flow, tmp_
     new = table[table["device"] == "T4"].head(24).copy()
     new["time_us"] *= 1.21  # the new GPU's own measurements (none of them a row of the base's table)
     few = write_csv(new.reset_index(drop=True), tmp_path / "few.csv")
-    rc, _, err = cli(["calibrate", str(few), "--name", "kern-adapted", "--base", "kern/2", "--tracking-uri",
+    rc, _, err = cli(["calibrate", str(few), "--name", "kern-adapted", "--base", "kern", "--tracking-uri",
                       flow["uri"], "-q"])
     assert rc == 0, err
+    # `hybrid models` names the version it was adapted from (the tag said "kern", which means kern/3 once there is
+    # one), as the run's summary does
+    rc, out, err = cli(["models", "--json", "--tracking-uri", flow["uri"]])
+    tags = [v["tags"] for m in json.loads(out)["models"] if m["name"] == "kern-adapted" for v in m["versions"]]
+    assert rc == 0 and [t["base"] for t in tags] == ["kern/2"], out
+    rc, out, err = cli(["models", "--tracking-uri", flow["uri"]])
+    assert next(r for r in out.splitlines() if r.startswith("kern-adapted ")).split()[-1] == "kern/2", out
     rc, out, err = cli(["evaluate", str(flow["csv"]), "--model", "kern-adapted", "--json", "--tracking-uri",
                         flow["uri"]])
     assert rc == 0, err

@@ -602,9 +602,12 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
         if config.register:
             source = f"{run.info.artifact_uri}/{MODEL_ARTIFACT_PATH}"
             stage(f"register a version of {config.name}")
+            # the base as the version it resolved to: `--base gpus` names whatever is latest, and once gpus has a
+            # newer version the tag (what `hybrid models` lists) would name a model this one was not adapted from
+            base_tag = f"{base_info['name']}/{base_info['version']}" if base_info else (config.base or "")
             version = register_version(
                 client, config.name, run_id, source,
-                tags={"data_sha256": digest, "base": config.base or "", "hybrid_version": __version__},
+                tags={"data_sha256": digest, "base": base_tag, "hybrid_version": __version__},
                 description=f"hybrid calibrate on {len(table):,} rows ({', '.join(profile['rows_per_device'])})")
             retry(lambda: client.set_tag(run_id, "hybrid.registered_version", str(version)))
         summary["version"] = version
