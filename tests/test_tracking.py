@@ -108,6 +108,21 @@ def test_missing_model_and_version_errors(base_run):
         load_predictor("gpus/7", tracking_uri=base_run["uri"])
 
 
+def test_a_registered_model_without_versions_is_not_called_unregistered(tmp_path):
+    """A name registered with no versions (created by hand, or every version deleted) was "no registered model
+    named 'empty'; registered models: empty, ...": an error contradicting itself."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    open_store(uri).client().create_registered_model("empty")
+    MlflowClient(uri).create_registered_model("other")
+    with pytest.raises(ModelNotFoundError, match="model 'empty' is registered but has no versions") as err:
+        load_predictor("empty", tracking_uri=uri)
+    assert "no registered model" not in str(err.value)
+    with pytest.raises(ModelNotFoundError, match="no registered model named 'nope'; registered models: empty, other"):
+        load_predictor("nope", tracking_uri=uri)
+
+
 def test_stratified_split_covers_groups_and_is_reproducible(base_run):
     table = base_run["new"]
     tr, te = stratified_split(table, 0.25, seed=3)

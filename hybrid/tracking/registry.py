@@ -139,6 +139,9 @@ def resolve_version(client: Any, ref: ModelRef | str) -> Any:
     versions = retry(lambda: client.search_model_versions(f"name = '{_quote(ref.name)}'"))
     if not versions:
         known = sorted({m.name for m in retry(lambda: client.search_registered_models(max_results=1000))})
+        if ref.name in known:  # registered (by hand, or every version deleted) but with nothing to load
+            raise ModelNotFoundError(f"model {ref.name!r} is registered but has no versions (run `hybrid calibrate "
+                                     f"--name {ref.name}` to add one)")
         hint = f"; registered models: {', '.join(known)}" if known else "; no models are registered yet"
         raise ModelNotFoundError(f"no registered model named {ref.name!r}{hint} (run `hybrid calibrate` first)")
     by_number = {int(v.version): v for v in versions}
