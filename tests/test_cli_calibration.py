@@ -379,6 +379,44 @@ def test_a_table_file_inside_a_bundle_uses_its_catalog(tmp_path, monkeypatch):
     assert rc == 2 and "unknown device 'cpu-test-1c'" in err
 
 
+def test_a_device_only_the_model_knows_is_read_in_a_plain_table(tmp_path, monkeypatch):
+    """A model fitted on a bundle keeps its device's catalog entry (`predict gemm --device` takes it), but a plain
+    table of more rows of that device was "unknown device" to `evaluate`, `report --table`, `predict table` and
+    `calibrate --base`: the tables were checked against the packaged catalog before the model was loaded."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+    table = read_table(bundle / "measurements.csv", _bundle_cat(bundle)).assign(device="cpu-test-1c")
+    table = table[table["op"].isin(["gemm", "elementwise", "layernorm", "softmax"])]
+    small = tmp_path / "b"
+    small.mkdir()
+    (small / "catalog.toml").write_text((bundle / "catalog.toml").read_text().replace("cpu-amd-epyc-1c", "cpu-test-1c"))
+    table.sample(80, random_state=0).to_csv(small / "measurements.csv", index=False)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    rc, _, err = cli(["calibrate", str(small), "--name", "prof", "--no-lodo", "-q", "--tracking-uri", uri])
+    assert rc == 0, err
+    new = table.drop(table.sample(80, random_state=0).index).sample(12, random_state=1)
+    for c in ("time_us", "time_us_min", "time_us_max", "time_us_std"):  # re-measured: none of them a fitted row
+        new[c] = new[c] * 1.1
+    alone = tmp_path / "alone.csv"
+    new.to_csv(alone, index=False)
+    rc, out, err = cli(["evaluate", str(alone), "--model", "prof", "--json", "--tracking-uri", uri])
+    assert rc == 0, err
+    res = json.loads(out)
+    assert res["n_rows"] == 12 and list(res["by_device"]) == ["cpu-test-1c"] and res["rows_in_training_data"] == 0
+    assert "warning" not in err  # the model's own entry, not another description of the device
+    rc, out, err = cli(["predict", "table", str(alone), "-o", str(tmp_path / "p.csv"), "--model", "prof", "--json",
+                        "--tracking-uri", uri])
+    assert rc == 0 and json.loads(out)["n_rows"] == 12, err
+    rc, _, err = cli(["report", "--model", "prof", "--table", str(alone), "-o", str(tmp_path / "r.html"), "-q",
+                      "--tracking-uri", uri])
+    assert rc == 0 and (tmp_path / "r.html").is_file(), err
+    rc, _, err = cli(["calibrate", str(alone), "--name", "prof-again", "--base", "prof", "-q", "--tracking-uri", uri])
+    assert rc == 0, err
+    # without a model that knows it, the device is still unknown, in a one-line error
+    rc, _, err = cli(["evaluate", str(alone), "--model", "roofline"])
+    assert rc == 2 and "unknown device 'cpu-test-1c'" in err and len(err.strip().splitlines()) == 1
+
+
 def _bundle_cat(path: Path):
     from hybrid.data.bundle import bundle_catalog
 

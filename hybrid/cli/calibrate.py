@@ -166,6 +166,7 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
     """Calibrate on measured TABLES (canonical CSV/Parquet, or profiler bundle directories whose catalog.toml
     is merged), evaluate on held-out rows (random split + leave-one-device-out), record the run in MLflow and
     register the predictor as NAME. With --base, adapt an existing model to a new device from a few rows."""
+    from hybrid.cli.evaluate import catalog_for_tables, load_registered
     from hybrid.tracking.calibrate import CalibrationConfig
     from hybrid.tracking.calibrate import calibrate as run_calibration
     from hybrid.tracking.inputs import load_measurements, subsample
@@ -175,7 +176,9 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
                                collective_transfer=collective_transfer, adapt_strategy=adapt_strategy,
                                sibling_blend=sibling_blend)
     with quality_warnings():
-        data = load_measurements(tables)
+        # an adaptation's rows may name a device only its base knows (a profiled machine it was fitted on)
+        known = catalog_for_tables(load_registered(base, tracking_uri)) if base else None
+        data = load_measurements(tables, known)
         if max_rows is not None:
             data.table = subsample(data.table, max_rows, seed)
         result = run_calibration(data, config, tracking_uri=tracking_uri, progress=not quiet)

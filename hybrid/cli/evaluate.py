@@ -19,7 +19,36 @@ from hybrid.errors import InvalidInputError
 _STATS = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
 
 
-def load_model_for(ref: str, tracking_uri: str | None, catalog: Any, devices: Any = ()) -> Any:
+def load_registered(ref: str, tracking_uri: str | None) -> Any:
+    """The registered model ``ref`` names (None for ``roofline``), loaded before the tables it scores are read, so
+    that :func:`catalog_for_tables` can name the devices it was fitted on."""
+    from hybrid.tracking.registry import ROOFLINE, load_predictor, parse_model_ref
+
+    parsed = parse_model_ref(ref)
+    if parsed.name == ROOFLINE and parsed.version is None and parsed.alias is None:
+        return None
+    return load_predictor(ref, tracking_uri=tracking_uri)
+
+
+def catalog_for_tables(loaded: Any) -> Any:
+    """The catalog measured tables are checked against when ``loaded`` (a registered model, or None) scores them:
+    the packaged catalog (with ``$HYBRID_CATALOG``) plus the devices and systems the model was fitted on that it
+    lacks. A device known only from a bundle's catalog (a machine ``hybrid profile`` measured) is part of a model
+    fitted on that bundle (``HybridPredictor.save`` keeps its entry, and ``predict gemm --device`` takes it), but
+    a plain table of its rows was "unknown device" to ``evaluate`` and ``predict table`` and to ``calibrate
+    --base``, unless the bundle's catalog was given again."""
+    from hybrid.hardware.catalog import Catalog, default_catalog
+
+    cat = default_catalog()
+    if loaded is None:
+        return cat
+    fitted = loaded.predictor.catalog
+    extra = Catalog({k: d for k, d in fitted.devices.items() if k not in cat.devices},
+                    {k: v for k, v in fitted.systems.items() if k not in cat.systems})
+    return cat.merge(extra) if extra.devices or extra.systems else cat
+
+
+def load_model_for(ref: str, tracking_uri: str | None, catalog: Any, devices: Any = (), loaded: Any = None) -> Any:
     """A predictor for ``ref`` (``roofline`` or a registry reference) that knows every device of ``catalog``.
 
     A device the model was fitted on keeps the model's catalog entry (``HybridPredictor.fitted_devices``: its
@@ -27,12 +56,14 @@ def load_model_for(ref: str, tracking_uri: str | None, catalog: Any, devices: An
     devices the model only knows from the packaged catalog. For each of ``devices`` (the keys the measured rows
     name) that ``catalog`` describes unlike the fitted entry (:func:`~hybrid.tracking.inputs.spec_differences`: a
     profile of another machine under the name of a committed bundle's, or the same machine measured under other
-    load) a :class:`~hybrid.errors.DataQualityWarning` says so."""
+    load) a :class:`~hybrid.errors.DataQualityWarning` says so. ``loaded``: the model as
+    :func:`load_registered` gave it (not loaded again)."""
     from hybrid.hardware.catalog import Catalog
     from hybrid.tracking.inputs import merge_catalog, warn_other_machine
     from hybrid.tracking.registry import load_predictor
 
-    loaded = load_predictor(ref, tracking_uri=tracking_uri, catalog=catalog if ref == "roofline" else None)
+    if loaded is None:
+        loaded = load_predictor(ref, tracking_uri=tracking_uri, catalog=catalog if ref == "roofline" else None)
     if ref == "roofline":
         return loaded
     model = loaded.predictor
@@ -195,7 +226,8 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     from hybrid.tracking.inputs import load_measurements, subsample
 
     with quality_warnings():  # data-quality notes (a table named twice, ...) as `warning:` lines, as calibrate's
-        data = load_measurements(tables)
+        registered = load_registered(model_ref, tracking_uri)
+        data = load_measurements(tables, catalog_for_tables(registered))
         table = subsample(data.table, max_rows, seed) if max_rows is not None else data.table
         wrong = failed_validation(table)
         if wrong.any():  # a broken run's times are not a measurement to score against
@@ -204,7 +236,8 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
             click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong "
                        "results (#wrong > 0)", err=True)
             table = table.loc[~wrong].reset_index(drop=True)
-        loaded = load_model_for(model_ref, tracking_uri, data.catalog, pd.unique(table["device"].astype(str)))
+        loaded = load_model_for(model_ref, tracking_uri, data.catalog, pd.unique(table["device"].astype(str)),
+                                loaded=registered)
         predicted = loaded.predictor.predict(table)
     frame = prediction_frame(table, predicted, "all")
     result = summarize(frame, "model")

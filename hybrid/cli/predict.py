@@ -422,7 +422,7 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     other measured columns are optional and ignored) in one call and write it with predicted_us, roofline_us,
     bound, method and, with a calibrated model, the 80% interval (predicted_us_low / predicted_us_high,
     interval_band). A bad row fails with its row and CSV line named, and nothing is written."""
-    from hybrid.cli.evaluate import load_model_for, write_predictions
+    from hybrid.cli.evaluate import catalog_for_tables, load_model_for, load_registered, write_predictions
     from hybrid.corrections.predictor import MEASURED_COLUMNS
     from hybrid.data.bundle import CATALOG_FILE, bundle_catalog
     from hybrid.data.schema import check_rows, check_table_path, read_table, validate
@@ -430,7 +430,8 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
 
     check_table_path(output)  # before any work: a bad name fails fast
     path = Path(table)
-    cat = default_catalog()
+    registered = load_registered(model_ref, tracking_uri) if model_ref else None
+    cat = catalog_for_tables(registered)  # with the devices only the model knows (a profiled machine's)
     if (path.parent / CATALOG_FILE).is_file():  # a table inside a bundle: its devices, as `hybrid evaluate` reads it
         cat, _ = merge_catalog(cat, bundle_catalog([path]))
     raw = read_table([path], cat, validate_rows=False)
@@ -439,7 +440,8 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     norm = validate(inputs, cat, source=str(path))
     base = check_rows(norm, cat, str(path))  # the roofline's per-row checks, named by row and CSV line
     if model_ref:
-        loaded = load_model_for(model_ref, tracking_uri, cat, pd.unique(norm["device"].astype(str)))
+        loaded = load_model_for(model_ref, tracking_uri, cat, pd.unique(norm["device"].astype(str)),
+                                loaded=registered)
         predicted = loaded.predictor.predict(norm.drop(columns=["time_us"]))
         ref = loaded.ref
     else:

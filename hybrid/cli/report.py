@@ -59,14 +59,22 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
     """The report of ``model_ref`` evaluated on measured ``tables`` (as ``hybrid evaluate`` scores them)."""
     import pandas as pd
 
-    from hybrid.cli.evaluate import load_model_for, one_device_band_line, training_overlap
+    from hybrid.cli.evaluate import (
+        catalog_for_tables,
+        load_model_for,
+        load_registered,
+        one_device_band_line,
+        training_overlap,
+    )
     from hybrid.data.quality import failed_validation
     from hybrid.reports.html import render_report
     from hybrid.tracking.evaluation import interval_coverage, prediction_frame
     from hybrid.tracking.inputs import load_measurements
 
+    stage(f"load the model {model_ref}")
+    registered = load_registered(model_ref, uri)  # first: the tables may name devices only it knows
     stage(f"load {len(tables)} table(s)")
-    data = load_measurements(tables)
+    data = load_measurements(tables, catalog_for_tables(registered))
     table = data.table
     wrong = failed_validation(table)
     if wrong.any():  # as `hybrid evaluate`: a broken run's times are not a measurement to score against
@@ -75,8 +83,7 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
         click.echo(f"warning: left out {int(wrong.sum()):,} collective rows whose benchmark reported wrong "
                    "results (#wrong > 0)", err=True)
         table = table.loc[~wrong].reset_index(drop=True)
-    stage(f"load the model {model_ref}")
-    loaded = load_model_for(model_ref, uri, data.catalog, pd.unique(table["device"].astype(str)))
+    loaded = load_model_for(model_ref, uri, data.catalog, pd.unique(table["device"].astype(str)), loaded=registered)
     stage(f"predict {len(table):,} rows")
     frame = prediction_frame(table, loaded.predictor.predict(table), "all")
     title = f"hybrid evaluation: {loaded.ref if loaded.version else 'roofline'}"
