@@ -65,6 +65,18 @@ def test_transfer_follows_the_catalog_bandwidth(fitted):
     assert 150 < busbw < 600  # GB/s: an H100 NVSwitch node's bus bandwidth, not a unit slip
 
 
+def test_a_system_never_measured_is_said_to_be_priced_by_what_prices_it(fitted, measured, catalog):
+    """Without a fitted transfer model (`--no-collective-transfer`) a system never measured gets the alpha-beta
+    estimate (its method), but its `extrapolated` note said "the transfer model prices it"."""
+    q = _query("DGX-H100", "H100-SXM", [1 << 26])
+    plain = HybridPredictor(catalog, [CollectiveSigmoid(transfer=False)]).fit(measured)
+    assert plain.predict(q)["method"].iloc[0] == "alpha-beta"
+    assert plain.corrections[0].extrapolation_reason(q) == ["no log of system DGX-H100: the alpha-beta estimate "
+                                                              "prices it"]
+    assert fitted.predict(q)["method"].iloc[0] == "collective-transfer"
+    assert fitted.corrections[0].extrapolation_reason(q) == ["no log of system DGX-H100: the transfer model prices it"]
+
+
 def test_constants_are_physical(fitted):
     c = fitted.corrections[0].transfer.constants()
     for eff in (*c["bus_bw_efficiency_intra"].values(), *c["bus_bw_efficiency_inter"].values()):

@@ -977,15 +977,19 @@ class CollectiveSigmoid(Correction):
         for f in self.fits:
             layouts.setdefault((f.system, f.op, f.n_ranks, f.n_nodes), set()).add(f.algorithm)
         codes, keys = self._layout_keys(table)
+        # what answers a system or collective never measured: the transfer model where one was fitted, else the
+        # alpha-beta estimate (`--no-collective-transfer`, or too few systems to fit one; the row's method says so)
+        priced = ("the transfer model prices it" if self.transfer is not None and self.transfer.fitted
+                  else "the alpha-beta estimate prices it")
 
         def why(k: tuple[str, str, str, int, int]) -> str:
             s, o, used, r, n = k
             if o not in COLLECTIVE_OPS:
                 return ""
             if s not in systems:
-                return f"no log of system {s}: the transfer model prices it"
+                return f"no log of system {s}: {priced}"
             if (s, o) not in pairs:
-                return f"no {o} was measured on {s}: the transfer model prices it"
+                return f"no {o} was measured on {s}: {priced}"
             measured = layouts.get((s, o, r, n), set())
             if r < 0 or n < 0:
                 return "the row gives no ranks / nodes: no measured layout prices it"
