@@ -236,6 +236,31 @@ def test_evaluate_writes_parquet_predictions_for_a_parquet_name(tmp_path):
     assert np.allclose(frame[["measured_us", "predicted_us"]], csv[["measured_us", "predicted_us"]])
 
 
+def test_rows_in_a_dtype_their_device_lacks_are_warned_of_in_tables(tmp_path):
+    """`predict gemm --device T4 --dtype fp8` warns that the T4 has no fp8 units (timed at its fp16 peak), but a
+    table of such rows was scored by `evaluate`, `report --table` and `predict table` without a word, although the
+    README states every fallback as a `warning:` line and in `--json` output."""
+    table = tmp_path / "t.csv"
+    table.write_text("device,op,dtype,time_us,m,n,k\nT4,gemm,fp8,40,1024,1024,1024\nT4,gemm,fp8,41,1024,1024,2048\n"
+                     "P100-PCIE-16GB,gemm,bf16,900,1024,1024,1024\nA100-PCIE-40GB,gemm,bf16,30,1024,1024,1024\n")
+    expected = ["1 bf16 row(s) on P100-PCIE-16GB: P100-PCIE-16GB has no bf16 units: it runs converted to fp32",
+                "2 fp8 row(s) on T4: it has no fp8 units: timed at its fp16 peak"]  # by device
+    rc, out, err = cli(["evaluate", str(table), "--model", "roofline", "--json"])
+    assert rc == 0, err
+    notes = json.loads(out)["dtype_fallbacks"]
+    assert len(notes) == 2 and all(n.startswith(e) for n, e in zip(notes, expected, strict=True))
+    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 2 and "T4" in "".join(warned) and "A100" not in err
+    rc, out, err = cli(["predict", "table", str(table), "-o", str(tmp_path / "p.csv"), "--json"])
+    assert rc == 0 and len(json.loads(out)["dtype_fallbacks"]) == 2 and err.count("warning:") == 2, err
+    rc, _, err = cli(["report", "--model", "roofline", "--table", str(table), "-o", str(tmp_path / "r.html"), "-q"])
+    assert rc == 0 and err.count("warning:") == 2 and "no fp8 units" in (tmp_path / "r.html").read_text(), err
+    # none where every row runs on units of its own dtype
+    table.write_text("device,op,dtype,time_us,m,n,k\nA100-PCIE-40GB,gemm,bf16,30,1024,1024,1024\n")
+    rc, out, err = cli(["evaluate", str(table), "--model", "roofline", "--json"])
+    assert rc == 0 and "dtype_fallbacks" not in json.loads(out) and "warning" not in err
+
+
 def test_evaluate_json_has_coverage_for_every_device_even_without_intervals(tmp_path):
     """`coverage_pct` is promised overall and per device: with no intervals (the roofline) both are null, rather
     than the overall key null and the per-device key missing."""

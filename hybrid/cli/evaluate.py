@@ -117,6 +117,30 @@ def training_overlap(loaded: Any, frame: pd.DataFrame) -> tuple[np.ndarray, list
     return None if mask is None else (mask, sources)
 
 
+def dtype_fallback_notes(table: pd.DataFrame, catalog: Any) -> list[str]:
+    """One note per (device, dtype) of ``table`` that the device runs on other units (the roofline's fallback):
+    a dtype it has no units for (fp8 on a T4: its fp16 peak) or bf16 converted to fp32 on a GPU before Ampere.
+    ``predict gemm`` / ``predict op`` warn of these; a table of such rows was scored or predicted in silence,
+    although the README promises every fallback as a ``warning:`` line and in ``--json`` output."""
+    from hybrid.errors import HybridError
+
+    if not len(table) or "dtype" not in table.columns:
+        return []
+    notes = []
+    for (dev, dtype), n in table.groupby(["device", "dtype"], sort=True).size().items():
+        try:
+            device = catalog.device(str(dev))
+            used = device.peak_dtype(str(dtype))
+        except HybridError:  # no peak at all: the roofline's own error names the row
+            continue
+        if used != dtype:
+            notes.append(f"{n:,} {dtype} row(s) on {device.key}: it has no {dtype} units: timed at its {used} peak "
+                         f"({device.peak(used) / 1e12:.4g} TFLOP/s) with {dtype} operand sizes")
+        elif device.lacks_units(str(dtype)):
+            notes.append(f"{n:,} {dtype} row(s) on {device.key}: {device.slow_dtype_note(str(dtype))}")
+    return notes
+
+
 def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Error figures per model that answered (the prediction frame's ``method``: ``kernel-xgb``,
     ``collective-sigmoid`` (curves of a measured system), ``collective-transfer`` (the cross-system model),
@@ -255,6 +279,11 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     borrowed = (int((~predicted["interval_calibrated"].to_numpy(bool)).sum()) - no_band
                 if "interval_calibrated" in predicted.columns else 0)
     result["rows_without_interval"], result["rows_interval_borrowed"] = no_band, borrowed
+    fallbacks = dtype_fallback_notes(table, loaded.predictor.catalog)
+    if fallbacks:
+        result["dtype_fallbacks"] = fallbacks
+    for note in fallbacks:
+        click.echo(f"warning: {note}", err=True)
     if output:
         write_predictions(frame, output)
     if seen is not None and seen.any():

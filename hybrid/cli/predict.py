@@ -422,7 +422,13 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     other measured columns are optional and ignored) in one call and write it with predicted_us, roofline_us,
     bound, method and, with a calibrated model, the 80% interval (predicted_us_low / predicted_us_high,
     interval_band). A bad row fails with its row and CSV line named, and nothing is written."""
-    from hybrid.cli.evaluate import catalog_for_tables, load_model_for, load_registered, write_predictions
+    from hybrid.cli.evaluate import (
+        catalog_for_tables,
+        dtype_fallback_notes,
+        load_model_for,
+        load_registered,
+        write_predictions,
+    )
     from hybrid.corrections.predictor import MEASURED_COLUMNS
     from hybrid.data.bundle import CATALOG_FILE, bundle_catalog
     from hybrid.data.schema import check_rows, check_table_path, read_table, validate
@@ -459,6 +465,11 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
               "by_method": {str(k): int(v) for k, v in frame["method"].value_counts().items()}}
     if "predicted_us_low" in frame.columns:
         result["rows_without_interval"] = int(frame["predicted_us_low"].isna().sum())
+    fallbacks = dtype_fallback_notes(norm, loaded.predictor.catalog if model_ref else cat)
+    if fallbacks:
+        result["dtype_fallbacks"] = fallbacks
+    for note in fallbacks:  # stderr: the --json output stays one object
+        click.echo(f"warning: {note}", err=True)
     if as_json:
         echo_json(result)
         return

@@ -61,6 +61,7 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
 
     from hybrid.cli.evaluate import (
         catalog_for_tables,
+        dtype_fallback_notes,
         load_model_for,
         load_registered,
         one_device_band_line,
@@ -96,6 +97,11 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
                 f"of {' and '.join(seen_in)}: their errors are in-sample, not a test of the model")
         meta["rows in training data"] = said
         click.echo(f"warning: {said}; evaluate on held-out measurements", err=True)
+    fallbacks = dtype_fallback_notes(table, loaded.predictor.catalog)  # as evaluate warns of them
+    if fallbacks:
+        meta["dtype fallbacks"] = "; ".join(fallbacks)
+    for note in fallbacks:
+        click.echo(f"warning: {note}", err=True)
     line = one_device_band_line(loaded, frame, interval_coverage(frame)["coverage_by_band"])
     if line:  # as evaluate says it: intervals resting on one held-out device's errors
         meta["intervals"] = line.removeprefix("warning: ")
