@@ -32,7 +32,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.data.importers._common import as_paths, catalog_or_default, concat, display_path, finish
+from hybrid.data.importers._common import (
+    as_paths,
+    catalog_or_default,
+    concat,
+    display_path,
+    finish,
+    refuse_compressed,
+)
 from hybrid.errors import ImportFormatError
 from hybrid.hardware.catalog import Catalog
 
@@ -56,12 +63,14 @@ def _numeric_lines(path: Path, line_re: re.Pattern, groups: int, want: str) -> t
     1-based line number; a line that does not match ``line_re`` fails naming its number and the expected form
     ``want``."""
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not data
+        raw = path.read_bytes()
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    refuse_compressed(path, raw)
+    try:
+        text = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors) is not data
     except UnicodeDecodeError as exc:
-        raise ImportFormatError(f"{path}: not a UTF-8 text table (byte {exc.start}: {exc.reason}; a compressed "
-                                "file must be decompressed first)") from None
+        raise ImportFormatError(f"{path}: not a UTF-8 text table (byte {exc.start}: {exc.reason})") from None
     rows, numbers = [], []
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

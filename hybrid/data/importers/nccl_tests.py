@@ -45,6 +45,7 @@ from hybrid.data.importers._common import (
     catalog_or_default,
     display_path,
     infer_system,
+    refuse_compressed,
     resolve_device_names,
     resolve_system_name,
     warn,
@@ -377,9 +378,11 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
               skip_empty: bool) -> list[tuple]:
     """Rows of one log as tuples in :data:`_FIELDS` order (plain Python: hundreds of small files)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    refuse_compressed(path, raw)
+    text = raw.decode("utf-8", errors="replace")
     lines = [_LAUNCHER_TAG.sub("", line, count=1) for line in text.splitlines()]
     if lines and not text.endswith("\n"):
         # the last line was cut off mid-write: even a complete-looking number in it may be truncated
