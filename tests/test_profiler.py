@@ -35,6 +35,24 @@ def test_timing_summary():
     assert t.std_us == pytest.approx(np.std([3.0, 1.0, 2.0, 10.0], ddof=1))
 
 
+def test_a_memory_streaming_process_that_dies_is_an_error_not_a_hang():
+    """The shared-bandwidth step runs one process per core; one that dies (the OOM killer, with every core copying
+    the ceiling's buffer at once) made the parent wait 600 s on the queue while the others waited at the barrier
+    forever. Now its exit is seen within a second and nothing is left running. A negative size makes the worker
+    fail the way a killed one does, without a mock."""
+    import multiprocessing as mp
+    import time
+
+    from hybrid.data.profiler.memory_sharing import measure_shared_bandwidth
+    from hybrid.errors import HybridError
+
+    t0 = time.monotonic()
+    with pytest.raises(HybridError, match="memory-streaming process exited with code 1"):
+        measure_shared_bandwidth(-4, repeats=1, procs=2, trials=1)
+    assert time.monotonic() - t0 < 60
+    assert not mp.active_children()
+
+
 def test_cpu_device_key():
     from hybrid.data.profiler.runner import cpu_device_key
 

@@ -173,8 +173,13 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         from hybrid.data.profiler.memory_sharing import measure_shared_bandwidth
 
         say("measuring memory bandwidth with every core streaming")
-        shared = measure_shared_bandwidth(int(ceilings.details["copy_bytes"]), repeats=5 if opts.quick else 10,
-                                          trials=1 if opts.quick else 3)
+        try:
+            shared = measure_shared_bandwidth(int(ceilings.details["copy_bytes"]), repeats=5 if opts.quick else 10,
+                                              trials=1 if opts.quick else 3)
+        except HybridError as exc:  # an optional catalog field: the profile goes on without it
+            say(f"memory bandwidth with every core streaming not measured ({exc}); the catalog entry has no "
+                "mem_bw_shared_gbps")
+            shared = None
         if shared is not None:
             ceilings.details.update(shared_procs=shared.procs, shared_ratio=shared.ratio,
                                     mem_bw_shared=ceilings.mem_bw * shared.ratio)
