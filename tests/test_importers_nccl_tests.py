@@ -492,3 +492,21 @@ def test_a_time_unit_that_the_bandwidth_contradicts_is_an_error(tmp_path, catalo
     with pytest.warns(DataImportWarning, match="gives the times in ms"):
         df = import_nccl_tests(ms, catalog=catalog, system="xxrjun-H100-NDR")
     assert df["time_us"].tolist() == pytest.approx(base["time_us"].tolist())
+
+
+def test_a_log_saved_with_a_byte_order_mark_is_still_recognised(tmp_path, catalog):
+    """Older nccl-tests print ``# nThread`` on the first line; saved by a Windows editor it starts with a UTF-8 BOM.
+    Such a file beside the logs a directory search reads must still be named as left out (the sniff did not see
+    the header behind the BOM), and imported by name it gives the plain file's rows."""
+    body = LOG[LOG.index("# nThread"):]
+    d = tmp_path / "runs"
+    d.mkdir()
+    (d / "reduce_scatter_perf.log").write_text(LOG)
+    (d / "slurm-1234.out").write_bytes(b"\xef\xbb\xbf" + body.encode())
+    with pytest.warns(DataImportWarning, match=r"1 file\(s\) hold nccl-tests output .* not read: .*slurm-1234\.out"):
+        import_paths("nccl-tests", [d], catalog=catalog, system="DGX-H100")
+    plain = tmp_path / "plain.log"
+    plain.write_text(body)
+    ref = import_nccl_tests(plain, catalog=catalog, system="DGX-H100")
+    got = import_nccl_tests(d / "slurm-1234.out", catalog=catalog, system="DGX-H100")
+    assert got["time_us"].tolist() == ref["time_us"].tolist() and len(got) == 8

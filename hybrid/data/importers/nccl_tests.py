@@ -119,7 +119,7 @@ def looks_like_log(path: Path) -> bool:
         return False
     # the reader's own patterns: a launcher's tag taken off, then the header line
     return any(_NTHREAD.match(_LAUNCHER_TAG.sub("", ln, count=1))
-               for ln in head.decode("utf-8", "replace").splitlines())
+               for ln in head.decode("utf-8-sig", "replace").splitlines())
 
 
 def _nccl_version(code: str) -> str:
@@ -393,7 +393,7 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
     refuse_compressed(path, raw)
-    text = raw.decode("utf-8", errors="replace")
+    text = raw.decode("utf-8-sig", errors="replace")  # a byte-order mark is not part of the first line
     lines = [_LAUNCHER_TAG.sub("", line, count=1) for line in text.splitlines()]
     if lines and not text.endswith("\n"):
         # the last line was cut off mid-write: even a complete-looking number in it may be truncated
