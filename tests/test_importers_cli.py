@@ -134,3 +134,17 @@ def test_an_output_that_is_an_input_file_is_refused(shared_datasets, tmp_path, c
     assert rc == 2 and "is one of the neusight files read (from" in err, err
     assert out.read_bytes() == before
     assert main(["data", "import", "neusight", str(d), "-o", str(d / "table.csv"), "--quiet"]) == 0
+
+
+def test_system_is_refused_for_formats_without_collectives(shared_datasets, tmp_path, capsys):
+    """`--system` was dropped without a word by the kernel formats (their importers ignore it), so a user who
+    meant it as the GEMMs' machine got a table that says nothing of it; refused with exit 2 and the reason."""
+    out = tmp_path / "m.csv"
+    rc = main(["data", "import", "xla-matmul", str(shared_datasets / "xla/matmul_sm90_H100.csv"), "-o", str(out),
+               "--system", "DGX-H100", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--system names the system collectives ran on; xla-matmul" in err, err
+    assert not out.exists()
+    rc = main(["data", "import", "xla-collectives", str(shared_datasets / "xla/collectives_sm90_H100.csv"), "-o",
+               str(out), "--system", "DGX-H100", "--quiet"])
+    assert rc == 0 and set(read_table(out, validate_rows=False)["system"]) == {"DGX-H100"}

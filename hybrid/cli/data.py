@@ -57,6 +57,9 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
 
     check_table_path(output)
     _refuse_output_among_inputs(get_importer(fmt), list(paths), output)
+    if system is not None and not get_importer(fmt).takes_system:
+        raise InvalidInputError(f"--system names the system collectives ran on; {get_importer(fmt).name} files hold "
+                                "single-device kernels (use --device to name the device)")
     if kernel_times and get_importer(fmt).name != "vidur-compute":
         raise InvalidInputError(f"--kernel-times applies to vidur-compute only, not {fmt!r}")
     cat = default_catalog()
