@@ -148,3 +148,13 @@ def test_system_is_refused_for_formats_without_collectives(shared_datasets, tmp_
     rc = main(["data", "import", "xla-collectives", str(shared_datasets / "xla/collectives_sm90_H100.csv"), "-o",
                str(out), "--system", "DGX-H100", "--quiet"])
     assert rc == 0 and set(read_table(out, validate_rows=False)["system"]) == {"DGX-H100"}
+
+
+def test_an_unknown_device_option_is_the_option_s_error(shared_datasets, tmp_path, capsys):
+    """An unknown `--device` was reported as the first file's problem, ending "pass --device NAME ... to say which
+    catalog device ran it" to a user who had; it is the option's error, with the closest catalog names."""
+    rc = main(["data", "import", "xla-matmul", str(shared_datasets / "xla/matmul_sm90_H100.csv"), "-o",
+               str(tmp_path / "m.csv"), "--device", "H1OO", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error: --device: unknown device 'H1OO'; closest known" in err, err
+    assert "pass --device" not in err and not (tmp_path / "m.csv").exists()

@@ -63,6 +63,13 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
     if kernel_times and get_importer(fmt).name != "vidur-compute":
         raise InvalidInputError(f"--kernel-times applies to vidur-compute only, not {fmt!r}")
     cat = default_catalog()
+    if device is not None:  # checked here, where it is the option's fault, not each file's ("pass --device")
+        from hybrid.errors import UnknownDeviceError
+
+        try:
+            cat.resolve_device(device)
+        except UnknownDeviceError as exc:
+            raise InvalidInputError(f"--device: {exc}") from None
     with said_warnings(show=not quiet):  # also when it fails: they say why no rows were found
         table = import_paths(fmt, list(paths), device=device, system=system, catalog=cat, progress=not quiet)
     if not quiet:
