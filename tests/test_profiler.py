@@ -393,3 +393,22 @@ def test_skip_existing_skips_only_the_profiled_devices_rows(tmp_path):
         run_profile(ProfileOptions(quick=True, families=("gemm",), threads=1, progress=False, force_cpu=True,
                                    skip_existing=(str(tmp_path / "empty.csv"),)), tmp_path / "q")
     assert not (tmp_path / "q").exists()
+
+
+def test_device_name_and_default_output_errors_come_before_any_measurement(tmp_path, monkeypatch):
+    """A `--device-name` that is a catalog GPU on a CPU run, and a default output directory (./profile-<key>) that
+    already holds something, were refused only after the ceilings and the shared-bandwidth step (a minute of
+    measuring in a full profile); both are known before the first measurement."""
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    said: list[str] = []
+    opts = ProfileOptions(quick=True, families=("softmax",), threads=1, progress=False, force_cpu=True)
+    with pytest.raises(InvalidInputError, match="is the catalog GPU 'H100-SXM'; this run measures the CPU"):
+        run_profile(ProfileOptions(**{**opts.__dict__, "device_name": "H100-SXM"}), tmp_path / "b", log=said.append)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profile-lab-box" / "notes.txt").parent.mkdir()
+    (tmp_path / "profile-lab-box" / "notes.txt").write_text("mine\n")
+    with pytest.raises(InvalidInputError, match="profile-lab-box already exists"):
+        run_profile(ProfileOptions(**{**opts.__dict__, "device_name": "lab box"}), log=said.append)
+    assert not said, said  # nothing measured ("measuring ceilings ...")
+    assert (tmp_path / "profile-lab-box" / "notes.txt").read_text() == "mine\n"
