@@ -238,6 +238,40 @@ def test_cli_import_of_truncated_files(name, snippets, tmp_path):
         path.write_bytes(data)
 
 
+@pytest.mark.parametrize("name", list(SNIPPETS))
+def test_windows_line_endings_byte_order_mark_and_compressed_copies(name, snippets, tmp_path):
+    """A copy saved on Windows (CRLF, UTF-8 BOM) imports the same rows; a compressed copy (``.gz``, ``.bz2``) is
+    one clear line saying to decompress it, not a "truncated last line" read from the compressed bytes (CSV
+    formats) or a missing-header guess (nccl-tests), and nothing is written."""
+    import bz2
+    import gzip
+
+    path = snippets[name]
+    data = path.read_bytes()
+    fmt = FORMAT.get(name, name)
+    rc, _, err = cli(["data", "import", fmt, path, "-o", tmp_path / "ref.csv"])
+    assert rc == 0, err
+    ref = read_table(tmp_path / "ref.csv", validate_rows=False)
+    try:
+        for i, variant in enumerate((data.replace(b"\n", b"\r\n"), b"\xef\xbb\xbf" + data)):
+            path.write_bytes(variant)
+            out = tmp_path / f"variant{i}.csv"
+            rc, _, err = cli(["data", "import", fmt, path, "-o", out])
+            assert rc == 0, err
+            got = read_table(out, validate_rows=False)
+            assert len(got) == len(ref)
+            assert_rows_unchanged(got, ref, prefix=True)
+        for kind, packed in (("gzip", gzip.compress(data)), ("bzip2", bz2.compress(data))):
+            path.write_bytes(packed)
+            out = tmp_path / f"{kind}.csv"
+            rc, _, err = cli(["data", "import", fmt, path, "-o", out])
+            assert_one_clear_line(rc, err)
+            assert f"{path.name}: a {kind}-compressed file" in err and "decompress it first" in err, err
+            assert not out.exists()
+    finally:
+        path.write_bytes(data)
+
+
 # ----------------------------------------------------------------------------------------- bad values
 BAD_VALUES = ("nan", "NaN", "-12.5", "0", "inf", "-inf", "1e400", "abc", "")
 

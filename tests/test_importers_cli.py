@@ -112,3 +112,49 @@ def test_a_failed_import_says_why_it_found_no_rows(shared_datasets, tmp_path, ca
     assert err.index("warning:") < err.index("error:")
     rc = main(["data", "import", "nccl-tests", str(failed), "-o", str(tmp_path / "t.csv"), "--quiet"])
     assert rc == 2 and "warning:" not in capsys.readouterr().err  # --quiet: no warnings
+
+
+def test_an_output_that_is_an_input_file_is_refused(shared_datasets, tmp_path, capsys):
+    """`-o` naming a file the import reads (the file itself, or a file its directory search finds) replaced the raw
+    measurements with their canonical table, exit 0; refused with exit 2, the file untouched."""
+    src = tmp_path / "matmul.csv"
+    shutil.copy(shared_datasets / "xla/matmul_sm90_H100.csv", src)
+    before = src.read_bytes()
+    rc = main(["data", "import", "xla-matmul", str(src), "-o", str(tmp_path / "." / "matmul.csv"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "is one of the xla-matmul files read" in err, err
+    assert src.read_bytes() == before
+    d = tmp_path / "runs"
+    d.mkdir()
+    shutil.copy(shared_datasets / "neusight/test-dev/softmax.csv", d / "softmax.csv")
+    out = d / "softmax.csv"
+    before = out.read_bytes()
+    rc = main(["data", "import", "neusight", str(d), "-o", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "is one of the neusight files read (from" in err, err
+    assert out.read_bytes() == before
+    assert main(["data", "import", "neusight", str(d), "-o", str(d / "table.csv"), "--quiet"]) == 0
+
+
+def test_system_is_refused_for_formats_without_collectives(shared_datasets, tmp_path, capsys):
+    """`--system` was dropped without a word by the kernel formats (their importers ignore it), so a user who
+    meant it as the GEMMs' machine got a table that says nothing of it; refused with exit 2 and the reason."""
+    out = tmp_path / "m.csv"
+    rc = main(["data", "import", "xla-matmul", str(shared_datasets / "xla/matmul_sm90_H100.csv"), "-o", str(out),
+               "--system", "DGX-H100", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--system names the system collectives ran on; xla-matmul" in err, err
+    assert not out.exists()
+    rc = main(["data", "import", "xla-collectives", str(shared_datasets / "xla/collectives_sm90_H100.csv"), "-o",
+               str(out), "--system", "DGX-H100", "--quiet"])
+    assert rc == 0 and set(read_table(out, validate_rows=False)["system"]) == {"DGX-H100"}
+
+
+def test_an_unknown_device_option_is_the_option_s_error(shared_datasets, tmp_path, capsys):
+    """An unknown `--device` was reported as the first file's problem, ending "pass --device NAME ... to say which
+    catalog device ran it" to a user who had; it is the option's error, with the closest catalog names."""
+    rc = main(["data", "import", "xla-matmul", str(shared_datasets / "xla/matmul_sm90_H100.csv"), "-o",
+               str(tmp_path / "m.csv"), "--device", "H1OO", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "error: --device: unknown device 'H1OO'; closest known" in err, err
+    assert "pass --device" not in err and not (tmp_path / "m.csv").exists()

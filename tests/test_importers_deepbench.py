@@ -72,3 +72,31 @@ def test_non_gpu_rows_and_broken_files(shared_datasets, tmp_path, catalog):
     conv = shared_datasets / "deepbench/deepbench_conv_tidy.csv"
     with pytest.raises(ImportFormatError, match=r"deepbench_conv_tidy\.csv: neither a DeepBench GEMM"):
         import_deepbench(conv, catalog=catalog)
+
+
+def test_bad_gemm_rows_name_their_csv_line(shared_datasets, tmp_path, catalog):
+    """Errors name the CSV line even after skipped non-GPU rows (the layout error counted kept rows: "row 2" for
+    line 7); a row whose time and tflops disagree (a time from another row or in another unit) is an error, as in
+    the XLA and LLMCompass tables, not a GEMM 10x off; an empty gpu cell is a missing device name, not a lookup
+    of a device called 'nan'."""
+    raw = pd.read_csv(shared_datasets / "deepbench/deepbench_gemm_tidy.csv").head(8).astype({"gpu": object})
+    raw.loc[:3, "gpu"] = "iPhone_7"
+    p = tmp_path / "gemm.csv"
+    layout = raw.copy()
+    layout.loc[5, "A_T"] = "X"  # CSV line 7
+    layout.to_csv(p, index=False)
+    with pytest.warns(DataImportWarning, match="not a GPU"), \
+            pytest.raises(ImportFormatError, match=r"gemm\.csv: line 7: A_T/B_T must be N or T, got 'X'"):
+        import_deepbench(p, catalog=catalog)
+    slow = raw.copy()
+    slow.loc[6, "time_ms"] = slow.loc[6, "time_ms"] * 10  # CSV line 8
+    slow.to_csv(p, index=False)
+    with pytest.warns(DataImportWarning, match="not a GPU"), \
+            pytest.raises(ImportFormatError, match=r"gemm\.csv: line 8: time_ms .* and tflops .* disagree"):
+        import_deepbench(p, catalog=catalog)
+    blank = raw.copy()
+    blank.loc[5, "gpu"] = None
+    blank.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"gemm\.csv: line 7, column 'gpu': missing device name"):
+        import_deepbench(p, catalog=catalog)
+    assert len(import_deepbench(p, catalog=catalog, device="V100-SXM2-16GB")) == 8

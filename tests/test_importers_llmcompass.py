@@ -89,3 +89,28 @@ def test_broken_pointwise_tables_fail_with_file_and_line(tmp_path, catalog):
         import_llmcompass_pointwise(matmul, catalog=catalog)
     with pytest.raises(ImportFormatError, match="unknown LLMCompass GPU"):
         import_llmcompass_pointwise(tmp_path / "softmax_TPUv3.csv", catalog=catalog)
+
+
+def test_byte_order_mark_blank_lines_and_malformed_numbers(tmp_path, catalog):
+    """A BOM (a table saved by a Windows editor) is not data; an error after a blank line names the file's own line
+    number, not the data row's; a number the line pattern admits but float() does not ("1.2.3") is a clear error
+    naming the file and line, not a bare ValueError."""
+    soft = tmp_path / "figure5__cf__softmax_A100.csv"
+    soft.write_bytes(b"\xef\xbb\xbf4096, 32, 10.0\r\n4096, 64, 20.0\r\n")
+    np.testing.assert_allclose(import_llmcompass_pointwise(soft, catalog=catalog)["time_us"],
+                               [4096 * 32 / 10.0 / 1e3, 4096 * 64 / 20.0 / 1e3])
+    matmul = tmp_path / "figure5__ab__matmul_A100.csv"
+    matmul.write_bytes(b"\xef\xbb\xbf64, 64, 64, 0.01ms, 0.0524288Tflops\n")
+    np.testing.assert_allclose(import_llmcompass(matmul, catalog=catalog)["time_us"], [10.0])
+    soft.write_text("4096, 32, 10.0\n\n4096, 64, 0\n")
+    with pytest.raises(ImportFormatError, match="line 3: sizes and throughput must be positive"):
+        import_llmcompass_pointwise(soft, catalog=catalog)
+    matmul.write_text("\n64, 64, 64, 0.01ms, 0.0524Tflops\n64, 64, 64, 1.0ms, 0.0524Tflops\n")
+    with pytest.raises(ImportFormatError, match=r"line 3: time 1.0 ms .* disagree"):
+        import_llmcompass(matmul, catalog=catalog)
+    soft.write_text("4096, 32, 1.2.3\n")
+    with pytest.raises(ImportFormatError, match=r"figure5__cf__softmax_A100.csv: line 1: not a number"):
+        import_llmcompass_pointwise(soft, catalog=catalog)
+    matmul.write_text("64, 64, 64, 0.01ms, 0.05Tflops\n64, 64, 64, 0.01.0ms, 0.05Tflops\n")
+    with pytest.raises(ImportFormatError, match=r"figure5__ab__matmul_A100.csv: line 2: not a number"):
+        import_llmcompass(matmul, catalog=catalog)

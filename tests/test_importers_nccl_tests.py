@@ -440,3 +440,73 @@ def test_alcf_logs_without_a_setup_number_are_its_first_setup(shared_datasets, c
     assert set(second["algorithm"]) == {"env-setup-2"}
     cols = ["op", "size_bytes", "n_ranks", "in_place", "time_us"]
     assert plain[cols].reset_index(drop=True).equals(first[cols].reset_index(drop=True))
+
+
+BIG = """\
+# nccl-tests version 2.17.6 nccl-headers=22807 nccl-library=22807
+# Collective test starting: alltoall_perf
+# nThread 1 nGpus 1 minBytes 33554432 maxBytes 67108864 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+# Using devices
+#  Rank  0 Group  0 Pid 355580 on cnode2-006 device  0 [0000:61:00] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid 343125 on cnode2-010 device  0 [0000:1b:00] NVIDIA H100 80GB HBM3
+#
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)
+    33554432       2097152    double    none      -1  1292.74   25.96   12.98       0  1281.34   26.19   13.09    N/A
+    67108864       4194304    double    none      -1  2524.08   26.59   13.29       0  2525.66   26.57   13.29    N/A
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 13.3723
+#
+# Collective test concluded: alltoall_perf
+"""
+
+
+def test_a_time_unit_that_the_bandwidth_contradicts_is_an_error(tmp_path, catalog):
+    """nccl-tests prints algbw = size / time beside every time, so a time in another unit than the one read for it
+    (a units line edited or pasted over data it does not describe, a tool printing ms without a units line) is an
+    error naming the line, not a table 1000x off; a units line that matches its data still converts."""
+    units = "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)"
+    assert units in BIG
+    ref = tmp_path / "ref.log"
+    ref.write_text(BIG)
+    base = import_nccl_tests(ref, catalog=catalog, system="xxrjun-H100-NDR")
+    assert base["time_us"].tolist() == [1292.74, 1281.34, 2524.08, 2525.66]
+    wrong = tmp_path / "wrong_unit.log"
+    wrong.write_text(BIG.replace(units, units.replace("(us)", "(ms)")))
+    with pytest.raises(ImportFormatError, match=r"wrong_unit\.log: line 12: out-of-place time 1292\.74, read as "
+                                                r"1\.29274e\+06 us \(the units line 11\), disagrees with its algbw "
+                                                r"25\.96 GB/s"):
+        import_nccl_tests(wrong, catalog=catalog, system="xxrjun-H100-NDR")
+    in_ms = BIG
+    for us in ("1292.74", "1281.34", "2524.08", "2525.66"):
+        in_ms = in_ms.replace(us, f"{float(us) / 1e3:.5f}")
+    no_units = tmp_path / "ms_without_units.log"
+    no_units.write_text(in_ms.replace(units + "\n", ""))
+    with pytest.raises(ImportFormatError, match=r"ms_without_units\.log: line 11: .* time 1\.29274, read as "
+                                                r"1\.29274 us \(no units line"):
+        import_nccl_tests(no_units, catalog=catalog, system="xxrjun-H100-NDR")
+    ms = tmp_path / "ms.log"
+    ms.write_text(in_ms.replace(units, units.replace("(us)", "(ms)")))
+    with pytest.warns(DataImportWarning, match="gives the times in ms"):
+        df = import_nccl_tests(ms, catalog=catalog, system="xxrjun-H100-NDR")
+    assert df["time_us"].tolist() == pytest.approx(base["time_us"].tolist())
+
+
+def test_a_log_saved_with_a_byte_order_mark_is_still_recognised(tmp_path, catalog):
+    """Older nccl-tests print ``# nThread`` on the first line; saved by a Windows editor it starts with a UTF-8 BOM.
+    Such a file beside the logs a directory search reads must still be named as left out (the sniff did not see
+    the header behind the BOM), and imported by name it gives the plain file's rows."""
+    body = LOG[LOG.index("# nThread"):]
+    d = tmp_path / "runs"
+    d.mkdir()
+    (d / "reduce_scatter_perf.log").write_text(LOG)
+    (d / "slurm-1234.out").write_bytes(b"\xef\xbb\xbf" + body.encode())
+    with pytest.warns(DataImportWarning, match=r"1 file\(s\) hold nccl-tests output .* not read: .*slurm-1234\.out"):
+        import_paths("nccl-tests", [d], catalog=catalog, system="DGX-H100")
+    plain = tmp_path / "plain.log"
+    plain.write_text(body)
+    ref = import_nccl_tests(plain, catalog=catalog, system="DGX-H100")
+    got = import_nccl_tests(d / "slurm-1234.out", catalog=catalog, system="DGX-H100")
+    assert got["time_us"].tolist() == ref["time_us"].tolist() and len(got) == 8

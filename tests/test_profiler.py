@@ -35,6 +35,24 @@ def test_timing_summary():
     assert t.std_us == pytest.approx(np.std([3.0, 1.0, 2.0, 10.0], ddof=1))
 
 
+def test_a_memory_streaming_process_that_dies_is_an_error_not_a_hang():
+    """The shared-bandwidth step runs one process per core; one that dies (the OOM killer, with every core copying
+    the ceiling's buffer at once) made the parent wait 600 s on the queue while the others waited at the barrier
+    forever. Now its exit is seen within a second and nothing is left running. A negative size makes the worker
+    fail the way a killed one does, without a mock."""
+    import multiprocessing as mp
+    import time
+
+    from hybrid.data.profiler.memory_sharing import measure_shared_bandwidth
+    from hybrid.errors import HybridError
+
+    t0 = time.monotonic()
+    with pytest.raises(HybridError, match="memory-streaming process exited with code 1"):
+        measure_shared_bandwidth(-4, repeats=1, procs=2, trials=1)
+    assert time.monotonic() - t0 < 60
+    assert not mp.active_children()
+
+
 def test_cpu_device_key():
     from hybrid.data.profiler.runner import cpu_device_key
 
@@ -375,3 +393,22 @@ def test_skip_existing_skips_only_the_profiled_devices_rows(tmp_path):
         run_profile(ProfileOptions(quick=True, families=("gemm",), threads=1, progress=False, force_cpu=True,
                                    skip_existing=(str(tmp_path / "empty.csv"),)), tmp_path / "q")
     assert not (tmp_path / "q").exists()
+
+
+def test_device_name_and_default_output_errors_come_before_any_measurement(tmp_path, monkeypatch):
+    """A `--device-name` that is a catalog GPU on a CPU run, and a default output directory (./profile-<key>) that
+    already holds something, were refused only after the ceilings and the shared-bandwidth step (a minute of
+    measuring in a full profile); both are known before the first measurement."""
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    said: list[str] = []
+    opts = ProfileOptions(quick=True, families=("softmax",), threads=1, progress=False, force_cpu=True)
+    with pytest.raises(InvalidInputError, match="is the catalog GPU 'H100-SXM'; this run measures the CPU"):
+        run_profile(ProfileOptions(**{**opts.__dict__, "device_name": "H100-SXM"}), tmp_path / "b", log=said.append)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profile-lab-box" / "notes.txt").parent.mkdir()
+    (tmp_path / "profile-lab-box" / "notes.txt").write_text("mine\n")
+    with pytest.raises(InvalidInputError, match="profile-lab-box already exists"):
+        run_profile(ProfileOptions(**{**opts.__dict__, "device_name": "lab box"}), log=said.append)
+    assert not said, said  # nothing measured ("measuring ceilings ...")
+    assert (tmp_path / "profile-lab-box" / "notes.txt").read_text() == "mine\n"

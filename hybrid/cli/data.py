@@ -56,9 +56,20 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
     from hybrid.hardware.catalog import default_catalog
 
     check_table_path(output)
+    _refuse_output_among_inputs(get_importer(fmt), list(paths), output)
+    if system is not None and not get_importer(fmt).takes_system:
+        raise InvalidInputError(f"--system names the system collectives ran on; {get_importer(fmt).name} files hold "
+                                "single-device kernels (use --device to name the device)")
     if kernel_times and get_importer(fmt).name != "vidur-compute":
         raise InvalidInputError(f"--kernel-times applies to vidur-compute only, not {fmt!r}")
     cat = default_catalog()
+    if device is not None:  # checked here, where it is the option's fault, not each file's ("pass --device")
+        from hybrid.errors import UnknownDeviceError
+
+        try:
+            cat.resolve_device(device)
+        except UnknownDeviceError as exc:
+            raise InvalidInputError(f"--device: {exc}") from None
     with said_warnings(show=not quiet):  # also when it fails: they say why no rows were found
         table = import_paths(fmt, list(paths), device=device, system=system, catalog=cat, progress=not quiet)
     if not quiet:
@@ -72,6 +83,19 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
     summary = table.groupby(["op", "device"], dropna=False).size()
     click.echo(f"wrote {len(table)} rows ({summary.index.get_level_values(0).nunique()} ops, "
                f"{table['device'].nunique()} devices) to {output}")
+
+
+def _refuse_output_among_inputs(importer: Any, paths: list[Path], output: Path) -> None:
+    """An output that is one of the files read (named, or found in a named directory) would replace the raw
+    measurements with their canonical table: the import succeeded and the source file was gone. Refused."""
+    if not output.exists():
+        return
+    out = output.resolve()
+    for p in paths:
+        inputs = [p] if p.is_file() else importer.find(p) if p.is_dir() and out.is_relative_to(p.resolve()) else []
+        if any(f.resolve() == out for f in inputs):
+            raise InvalidInputError(f"output {output} is one of the {importer.name} files read (from {p}); writing "
+                                    "it would replace those measurements: choose another output path")
 
 
 def _override_notes(fmt: str, paths: list[Path], table: Any, device: str | None, system: str | None,

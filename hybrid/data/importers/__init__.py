@@ -54,6 +54,9 @@ class Importer:
     #: whether a file's content shows it is of this format whatever its name (nccl-tests output saved by a
     #: scheduler as ``slurm-1234.out``): :meth:`unread` names such files that :meth:`find` leaves out
     sniff: Callable[[Path], bool] | None = None
+    #: whether the format holds collectives, whose catalog system ``system=`` (``--system``) names; the kernel
+    #: formats ignore it, so the CLI refuses it for them rather than drop it without a word
+    takes_system: bool = True
 
     def find(self, directory: str | os.PathLike) -> list[Path]:
         """Files of this format under ``directory``: the public-layout globs if ``directory`` is a data root;
@@ -92,14 +95,15 @@ IMPORTERS: dict[str, Importer] = {
                   f"{_NEUSIGHT}/dataset_amd/test/collect/*/p*/*.csv",
                   # the test collections: the derived subset, or the whole upstream folder beside it
                   "neusight/test-dev/*.csv", "neusight/test/*.csv"),
-                 "*.csv", ("neusight-train", "neusight-amd", "neusight-test-dev"), drop_cross_file_duplicates),
+                 "*.csv", ("neusight-train", "neusight-amd", "neusight-test-dev"), drop_cross_file_duplicates,
+                 takes_system=False),
         Importer("xla-matmul", "XLA H100 matmul perf table (CSV or upstream .txtpb)", import_xla_matmul,
-                 ("xla/matmul_*.csv", "xla/*matmul_perf_table*.txtpb"), "*matmul*", ("xla-matmul",)),
+                 ("xla/matmul_*.csv", "xla/*matmul_perf_table*.txtpb"), "*matmul*", ("xla-matmul",), takes_system=False),
         Importer("xla-collectives", "XLA H100x8 collective perf table (CSV or upstream .txtpb)",
                  import_xla_collectives, ("xla/collectives_*.csv", "xla/*collective_perf_table*.txtpb"),
                  "*collective*", ("xla-collectives",)),
         Importer("vidur-compute", "Vidur FP16 transformer-layer op profiles (mlp.csv)", import_vidur_compute,
-                 ("vidur/data/profiling/compute/*/*/*/mlp.csv",), "mlp.csv", ("vidur-compute",)),
+                 ("vidur/data/profiling/compute/*/*/*/mlp.csv",), "mlp.csv", ("vidur-compute",), takes_system=False),
         Importer("vidur-network", "Vidur all_reduce / send_recv profiles", import_vidur_network,
                  ("vidur/data/profiling/network/*/all_reduce.csv", "vidur/data/profiling/network/*/send_recv.csv"),
                  "*.csv", ("vidur-network",)),
@@ -107,11 +111,11 @@ IMPORTERS: dict[str, Importer] = {
                  ("deepbench/deepbench_gemm_tidy.csv", "deepbench/deepbench_allreduce_tidy.csv"),
                  "deepbench_*_tidy.csv", ("deepbench-tidy",)),
         Importer("llmcompass", "LLMCompass A100 / MI210 FP16 matmul tables (figure 5 real hardware)",
-                 import_llmcompass, ("llmcompass/*matmul_*.csv",), "*matmul_*.csv", ("llmcompass",)),
+                 import_llmcompass, ("llmcompass/*matmul_*.csv",), "*matmul_*.csv", ("llmcompass",), takes_system=False),
         Importer("llmcompass-pointwise", "LLMCompass A100 / MI210 FP16 softmax, layernorm and GELU tables (figure 5 "
                  "real hardware)", import_llmcompass_pointwise,
                  ("llmcompass/*softmax_*.csv", "llmcompass/*layernorm_*.csv", "llmcompass/*gelu_*.csv"),
-                 "*_*.csv", ("llmcompass",)),
+                 "*_*.csv", ("llmcompass",), takes_system=False),
         Importer("nccl-tests", "raw nccl-tests stdout logs (*_perf output)", import_nccl_tests,
                  ("nccl-tests/**/*.log", "nccl-tests/**/*output.dat", "nccl-tests/**/*output.dat.*"),
                  "*", ("nccl-tests-alcf", "nccl-tests-xxrjun"), sniff=looks_like_log),

@@ -50,6 +50,22 @@ def display_path(path: Path) -> str:
     return p.as_posix()
 
 
+#: Leading bytes of the compressed formats a user may hand over instead of the text file (``results.csv.gz``).
+_COMPRESSED = {b"\x1f\x8b": ("gzip", "gunzip"), b"BZh": ("bzip2", "bunzip2"), b"\xfd7zXZ\x00": ("xz", "unxz"),
+               b"PK\x03\x04": ("zip", "unzip"), b"\x28\xb5\x2f\xfd": ("zstd", "unzstd")}
+
+
+def refuse_compressed(path: Path | str, head: bytes) -> None:
+    """Raise naming ``path`` when its first bytes ``head`` are those of a compressed file. The importers read text:
+    a compressed file read as one fails with a misleading message ("truncated last line", "no '# nThread'
+    header"), or, for pandas, is decompressed by its name while the checks on the raw bytes see the compressed
+    ones."""
+    for magic, (kind, tool) in _COMPRESSED.items():
+        if head.startswith(magic):
+            raise ImportFormatError(f"{path}: a {kind}-compressed file; the importers read the uncompressed text: "
+                                    f"decompress it first (`{tool} {path}`)")
+
+
 def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.DataFrame:
     """Read a CSV, failing with the file name on parse errors, missing columns, an empty body or a
     truncated last line (fewer fields than the header and no final newline)."""
@@ -58,6 +74,7 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
         raw = path.read_bytes()
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    refuse_compressed(path, raw)
     if not raw.strip():
         raise ImportFormatError(f"{path}: file is empty (expected a {what} CSV)")
     try:

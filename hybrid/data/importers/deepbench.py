@@ -29,6 +29,7 @@ from hybrid.data.importers._common import (
     as_paths,
     catalog_or_default,
     concat,
+    csv_line,
     display_path,
     finish,
     numeric,
@@ -93,8 +94,18 @@ def _gemm(df: pd.DataFrame, path: Path, device: str | None, catalog: Catalog) ->
     bad = ~layout.isin(["nn", "nt", "tn", "tt"])
     if bad.any():
         i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ImportFormatError(f"{path}: row {i + 1}: A_T/B_T must be N or T, got {df['A_T'].iloc[i]!r}, "
-                                f"{df['B_T'].iloc[i]!r}")
+        raise ImportFormatError(f"{path}: line {csv_line(df, i)}: A_T/B_T must be N or T, got "
+                                f"{df['A_T'].iloc[i]!r}, {df['B_T'].iloc[i]!r}")
+    if "tflops" in df.columns:
+        # the tidy table states each measurement twice (tflops = 2 M N K / time, exactly so in the public rows): a
+        # row where they disagree has a time or a size from another row or in another unit
+        rate = numeric(df, "tflops", path, required=False, positive=True)
+        implied = 2.0 * dims["m"] * dims["n"] * dims["k"] / (t * 1e-3) / 1e12
+        off = ~np.isnan(rate) & (np.abs(implied / np.where(np.isnan(rate), 1.0, rate) - 1.0) > 0.02)
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}: time_ms {t[i]:g} and tflops {rate[i]:g} "
+                                    f"disagree (2MNK/time = {implied[i]:.4g} TFLOP/s)")
     out = pd.DataFrame({
         "device": gpus.to_numpy(), "op": "gemm", "dtype": prec.map(lambda x: x[0]).to_numpy(),
         "time_us": t * 1000.0, "variant": (layout + prec.map(lambda x: x[1])).to_numpy(), "b": 1, **dims,
@@ -138,6 +149,10 @@ def import_deepbench(paths: Iterable[str | os.PathLike] | str | os.PathLike, dev
     frames = []
     for p in as_paths(paths):
         df = read_csv_checked(p, ("gpu",), what="DeepBench tidy")
+        blank = (df["gpu"].isna() | (df["gpu"].astype("string").str.strip() == "")).to_numpy()
+        if blank.any() and device is None:  # else the catalog is asked for a device called 'nan'
+            raise ImportFormatError(f"{p}: line {csv_line(df, int(np.flatnonzero(blank)[0]))}, column 'gpu': "
+                                    "missing device name (pass --device to name the one that ran the file)")
         if {"M", "N", "K", "time_ms"} <= set(df.columns):
             frames.append(_gemm(df, p, device, cat))
         elif {"num_floats", "num_gpus", "mean_time_ms"} <= set(df.columns):

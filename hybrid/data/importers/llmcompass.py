@@ -32,7 +32,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.data.importers._common import as_paths, catalog_or_default, concat, display_path, finish
+from hybrid.data.importers._common import (
+    as_paths,
+    catalog_or_default,
+    concat,
+    display_path,
+    finish,
+    refuse_compressed,
+)
 from hybrid.errors import ImportFormatError
 from hybrid.hardware.catalog import Catalog
 
@@ -51,31 +58,42 @@ def _gpu(path: Path, label: str, device: str | None) -> str:
     return gpu
 
 
-def _numeric_lines(path: Path, line_re: re.Pattern, groups: int, want: str) -> np.ndarray:
-    """The first ``groups`` groups of every non-blank line of ``path`` as floats (one row per line); a line that
-    does not match ``line_re`` fails naming its number and the expected form ``want``."""
+def _numeric_lines(path: Path, line_re: re.Pattern, groups: int, want: str) -> tuple[np.ndarray, np.ndarray]:
+    """The first ``groups`` groups of every non-blank line of ``path`` as floats (one row per line) and each row's
+    1-based line number; a line that does not match ``line_re`` fails naming its number and the expected form
+    ``want``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    rows = []
+    refuse_compressed(path, raw)
+    try:
+        text = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors) is not data
+    except UnicodeDecodeError as exc:
+        raise ImportFormatError(f"{path}: not a UTF-8 text table (byte {exc.start}: {exc.reason})") from None
+    rows, numbers = [], []
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         m = line_re.match(line)
         if m is None:
             raise ImportFormatError(f"{path}: line {i}: expected '{want}', got {line.strip()[:60]!r}")
-        rows.append([float(m.group(j)) for j in range(1, groups + 1)])
+        try:  # the patterns admit any run of digits, dots, signs and exponents ("1.2.3" too)
+            rows.append([float(m.group(j)) for j in range(1, groups + 1)])
+        except ValueError:
+            raise ImportFormatError(f"{path}: line {i}: not a number in {line.strip()[:60]!r} (expected "
+                                    f"'{want}')") from None
+        numbers.append(i)
     if not rows:
         raise ImportFormatError(f"{path}: no data lines")
-    return np.asarray(rows)
+    return np.asarray(rows), np.asarray(numbers)
 
 
-def _require_positive(path: Path, values: np.ndarray, what: str) -> None:
+def _require_positive(path: Path, values: np.ndarray, lines: np.ndarray, what: str) -> None:
     """Raise naming the first data line of ``path`` whose ``values`` are not all finite and positive."""
     bad = ~(np.isfinite(values) & (values > 0)).all(axis=1)
     if bad.any():
-        raise ImportFormatError(f"{path}: line {int(np.flatnonzero(bad)[0]) + 1}: {what} must be positive numbers")
+        raise ImportFormatError(f"{path}: line {lines[np.flatnonzero(bad)[0]]}: {what} must be positive numbers")
 
 
 def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
@@ -84,14 +102,14 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
         raise ImportFormatError(f"{path}: not an LLMCompass matmul table (expected figure5__*matmul_<GPU>.csv; the "
                                 "softmax/layernorm/GELU tables are the 'llmcompass-pointwise' format)")
     gpu = _gpu(path, match.group("gpu"), device)
-    a = _numeric_lines(path, _LINE, 5, "M, N, K, <t>ms, <x>Tflops")
+    a, lines = _numeric_lines(path, _LINE, 5, "M, N, K, <t>ms, <x>Tflops")
     mm, nn, kk, ms, tflops = a.T
-    _require_positive(path, a[:, :4], "sizes and time")
+    _require_positive(path, a[:, :4], lines, "sizes and time")
     implied = 2 * mm * nn * kk / (ms * 1e-3) / 1e12
     off = np.abs(implied / tflops - 1) > 0.02
     if off.any():
         i = int(np.flatnonzero(off)[0])
-        raise ImportFormatError(f"{path}: line {i + 1}: time {ms[i]} ms and {tflops[i]} TFLOP/s disagree "
+        raise ImportFormatError(f"{path}: line {lines[i]}: time {ms[i]} ms and {tflops[i]} TFLOP/s disagree "
                                 f"(2MNK/time = {implied[i]:.1f} TFLOP/s)")
     out = pd.DataFrame({"device": gpu, "op": "gemm", "dtype": "fp16", "time_us": ms * 1e3, "direction": "fwd",
                         "b": 1.0, "m": mm, "n": nn, "k": kk, "framework": "pytorch"})
@@ -120,8 +138,9 @@ def _pointwise_file(path: Path, device: str | None, catalog: Catalog) -> pd.Data
     gpu = _gpu(path, match.group("gpu"), device)
     op, n_shape = POINTWISE_KINDS[match.group("kind")]
     line_re = re.compile("^" + ",".join([_NUM] * (n_shape + 1)) + "$")
-    a = _numeric_lines(path, line_re, n_shape + 1, "M, N, <G elements/s>" if n_shape == 2 else "M, <G elements/s>")
-    _require_positive(path, a, "sizes and throughput")
+    want = "M, N, <G elements/s>" if n_shape == 2 else "M, <G elements/s>"
+    a, lines = _numeric_lines(path, line_re, n_shape + 1, want)
+    _require_positive(path, a, lines, "sizes and throughput")
     elements = a[:, :n_shape].prod(axis=1)
     out = pd.DataFrame({"device": gpu, "op": op, "dtype": "fp16", "direction": "fwd",
                         "time_us": elements / a[:, -1] / 1e3,

@@ -45,6 +45,7 @@ from hybrid.data.importers._common import (
     catalog_or_default,
     display_path,
     infer_system,
+    refuse_compressed,
     resolve_device_names,
     resolve_system_name,
     warn,
@@ -118,7 +119,7 @@ def looks_like_log(path: Path) -> bool:
         return False
     # the reader's own patterns: a launcher's tag taken off, then the header line
     return any(_NTHREAD.match(_LAUNCHER_TAG.sub("", ln, count=1))
-               for ln in head.decode("utf-8", "replace").splitlines())
+               for ln in head.decode("utf-8-sig", "replace").splitlines())
 
 
 def _nccl_version(code: str) -> str:
@@ -314,6 +315,17 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
                                             or header_cols[start + 3].lstrip("#") != "wrong"):
                 wrong = np.nan  # old nccl-tests print the max error, not a count; some layouts have no count
             algbw, busbw = _parse_number(chunk[1]), _parse_number(chunk[2])
+            if algbw >= 1.0 and np.isfinite(algbw) and size > 0 and not 0.5 < t * scale * algbw * 1e3 / size < 2.0:
+                # nccl-tests prints algbw = size / time (GB/s) beside each time: a time that is not size / algbw in
+                # the unit read for it is in another unit (a units line that does not match the data, or a
+                # tool printing ms without one), and would enter the table off by 1000x. Every public row
+                # agrees within 5% (two printed decimals).
+                unit = (f"the units line {sec.units[0]}" if sec.units is not None
+                        else "no units line: nccl-tests' microseconds")
+                raise ImportFormatError(
+                    f"{path}: line {no}: {'in-place' if in_place else 'out-of-place'} time {chunk[0]}, read as "
+                    f"{t * scale:g} us ({unit}), disagrees with its algbw {chunk[1]} GB/s, which makes it "
+                    f"{size / algbw / 1e3:g} us: the time is not in the unit read for it")
             # nccl-tests' bus-bandwidth factor of the test (two printed decimals: only where algbw has digits)
             factor = busbw / algbw if algbw >= 1.0 else np.nan
             records.append((no, size, count, dtype_name, redop, root, in_place, t * scale, wrong, factor))
@@ -377,9 +389,11 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
               skip_empty: bool) -> list[tuple]:
     """Rows of one log as tuples in :data:`_FIELDS` order (plain Python: hundreds of small files)."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        raw = path.read_bytes()
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    refuse_compressed(path, raw)
+    text = raw.decode("utf-8-sig", errors="replace")  # a byte-order mark is not part of the first line
     lines = [_LAUNCHER_TAG.sub("", line, count=1) for line in text.splitlines()]
     if lines and not text.endswith("\n"):
         # the last line was cut off mid-write: even a complete-looking number in it may be truncated

@@ -40,6 +40,7 @@ from hybrid.data.importers._common import (
     finish,
     numeric,
     read_csv_checked,
+    refuse_compressed,
     resolve_device_names,
     resolve_system_name,
     warn,
@@ -145,9 +146,14 @@ def _is_txtpb(path: Path) -> bool:
 
 def _read_txtpb(path: Path) -> textproto.Message:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ImportFormatError(f"{path}: cannot read ({exc})") from None
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    refuse_compressed(path, raw)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ImportFormatError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     if not text.strip():
         raise ImportFormatError(f"{path}: file is empty")
     return textproto.parse(text, str(path))

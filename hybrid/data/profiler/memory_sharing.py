@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
 import time
 from dataclasses import dataclass
 
 import numpy as np
+
+from hybrid.errors import HybridError
 
 
 @dataclass(frozen=True)
@@ -32,14 +35,23 @@ class SharedBandwidth:
         return float(sum(self.concurrent) / self.alone)
 
 
+#: How long the streaming processes may take before the measurement is given up (spawn, torch import, copies).
+RUN_TIMEOUT_S = 600.0
+
+
 def _stream(nbytes: int, repeats: int, start, out) -> None:
+    import signal
+
+    # Ctrl-C reaches the whole process group: the parent stops and terminates the workers, which need not each
+    # print a KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
 
     torch.set_num_threads(1)
     src = torch.rand(nbytes // 4)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    start.wait()
+    start.wait(timeout=RUN_TIMEOUT_S)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -49,22 +61,47 @@ def _stream(nbytes: int, repeats: int, start, out) -> None:
 
 
 def _run(nbytes: int, repeats: int, procs: int) -> list[float]:
+    """Stream rates of ``procs`` processes copying at once. A worker that dies (killed for memory: ``procs`` copies
+    of the ceiling's buffer are in memory together) is a :class:`HybridError` as soon as it is seen, never a wait
+    for a rate that will not come: the others would wait at the barrier for it, the parent on the queue and then,
+    at exit, on them."""
     ctx = mp.get_context("spawn")
     start, out = ctx.Barrier(procs), ctx.Queue()
-    workers = [ctx.Process(target=_stream, args=(nbytes, repeats, start, out)) for _ in range(procs)]
-    for w in workers:
-        w.start()
-    rates = [out.get(timeout=600) for _ in workers]
-    for w in workers:
-        w.join()
-    return rates
+    workers = [ctx.Process(target=_stream, args=(nbytes, repeats, start, out), daemon=True) for _ in range(procs)]
+    try:
+        for w in workers:
+            w.start()
+        rates: list[float] = []
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while len(rates) < procs:
+            try:
+                rates.append(out.get(timeout=0.5))
+            except queue.Empty:
+                dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+                if dead:
+                    raise HybridError(f"a memory-streaming process exited with code {dead[0]} (out of memory? "
+                                      f"{procs} processes each copy {nbytes / 2**20:.0f} MiB)") from None
+                if time.monotonic() > deadline:
+                    raise HybridError(f"the {procs} memory-streaming processes did not finish in "
+                                      f"{RUN_TIMEOUT_S:.0f} s") from None
+        for w in workers:
+            w.join()
+        return rates
+    finally:
+        for w in workers:
+            if w.is_alive():
+                w.terminate()
+        for w in workers:
+            if w.pid is not None:
+                w.join(timeout=10)
 
 
 def measure_shared_bandwidth(nbytes: int, repeats: int = 10, procs: int | None = None,
                              trials: int = 3) -> SharedBandwidth | None:
     """Lone and concurrent stream rates of a ``nbytes`` copy (the trial with the median ratio of ``trials``
     alternating lone/concurrent pairs: on a shared VM the bandwidth other tenants leave moves from minute to
-    minute, 1.0-1.9x for two streams on this project's 2-core VMs); None on a machine with one core."""
+    minute, 1.0-1.9x for two streams on this project's 2-core VMs); None on a machine with one core. A streaming
+    process that dies or hangs is a :class:`HybridError`."""
     procs = procs or len(os.sched_getaffinity(0))
     if procs < 2:
         return None

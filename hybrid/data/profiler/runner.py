@@ -164,6 +164,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         raise InvalidInputError("--kernel-times reads CUPTI kernel records: it needs a CUDA GPU (this run profiles "
                                 f"the {backend.kind})")
     durations: dict[str, float] = {}
+    key, _ = _device_key(backend, opts)  # a --device-name that cannot be used fails before a minute of ceilings
+    check_outdir(out or default_outdir(key), force)
 
     llc = last_level_cache_bytes(backend)
     t0 = time.perf_counter()
@@ -173,8 +175,13 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         from hybrid.data.profiler.memory_sharing import measure_shared_bandwidth
 
         say("measuring memory bandwidth with every core streaming")
-        shared = measure_shared_bandwidth(int(ceilings.details["copy_bytes"]), repeats=5 if opts.quick else 10,
-                                          trials=1 if opts.quick else 3)
+        try:
+            shared = measure_shared_bandwidth(int(ceilings.details["copy_bytes"]), repeats=5 if opts.quick else 10,
+                                              trials=1 if opts.quick else 3)
+        except HybridError as exc:  # an optional catalog field: the profile goes on without it
+            say(f"memory bandwidth with every core streaming not measured ({exc}); the catalog entry has no "
+                "mem_bw_shared_gbps")
+            shared = None
         if shared is not None:
             ceilings.details.update(shared_procs=shared.procs, shared_ratio=shared.ratio,
                                     mem_bw_shared=ceilings.mem_bw * shared.ratio)
@@ -400,8 +407,10 @@ def _release(backend: Backend) -> None:
         backend.torch.cuda.empty_cache()
 
 
-def _device_identity(backend: Backend, opts: ProfileOptions, ceilings: Ceilings) -> tuple[str, dict | None]:
-    """(device key, catalog entry to write or None when the catalog already knows the device)."""
+def _device_key(backend: Backend, opts: ProfileOptions) -> tuple[str, bool]:
+    """(device key, whether the catalog knows it as this GPU: no entry to write). Needs no measurement, so
+    :func:`run_profile` calls it before the ceilings: a ``--device-name`` naming a catalog GPU on a CPU run, or a
+    default output directory that exists, fails at once, not after a minute of ceilings."""
     from hybrid.hardware.catalog import default_catalog
 
     catalog = default_catalog()
@@ -409,17 +418,28 @@ def _device_identity(backend: Backend, opts: ProfileOptions, ceilings: Ceilings)
         name = opts.device_name or backend.device_name()
         key = catalog.resolve_device(name, missing_ok=True)
         if key is not None:
-            return key, None
-        return (device_key_for(name) if opts.device_name else sanitize(name)), _gpu_entry(backend, name, ceilings)
+            return key, True
+        return (device_key_for(name) if opts.device_name else sanitize(name)), False
     from hybrid.hardware.cpu import cpu_model_name
 
-    model = cpu_model_name()
-    key = device_key_for(opts.device_name) if opts.device_name else cpu_device_key(model, backend.threads)
+    key = device_key_for(opts.device_name) if opts.device_name else cpu_device_key(cpu_model_name(), backend.threads)
     known = catalog.resolve_device(key, missing_ok=True)
     if known is not None and catalog.devices[known].kind != "cpu":
         raise InvalidInputError(f"--device-name {opts.device_name!r} is the catalog GPU {known!r}; "
                                 "this run measures the CPU")
-    return key, _cpu_entry(model, backend.threads, ceilings)
+    return key, False
+
+
+def _device_identity(backend: Backend, opts: ProfileOptions, ceilings: Ceilings) -> tuple[str, dict | None]:
+    """(device key, catalog entry to write or None when the catalog already knows the device)."""
+    key, known = _device_key(backend, opts)
+    if known:
+        return key, None
+    if backend.is_cuda:
+        return key, _gpu_entry(backend, opts.device_name or backend.device_name(), ceilings)
+    from hybrid.hardware.cpu import cpu_model_name
+
+    return key, _cpu_entry(cpu_model_name(), backend.threads, ceilings)
 
 
 def _cpu_entry(model: str, threads: int, c: Ceilings) -> dict[str, Any]:
