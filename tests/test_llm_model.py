@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hybrid.errors import InvalidInputError
-from hybrid.workloads.llm.model import TransformerConfig, from_dict, library, load_model
+from hybrid.workloads.llm.model import TransformerConfig, from_dict, library, load_model, with_overrides
 
 
 @pytest.mark.parametrize(
@@ -673,3 +673,40 @@ def test_moe_layer_freq_list_is_validated(freq, message: str) -> None:
                            moe_layer_freq=[0, 1, 1, 0])
     assert ok.moe_layer_freq == (0, 1, 1, 0) and ok.num_moe_layers == 2
     assert from_dict(ok.to_dict()).num_params == ok.num_params  # round trip through the Megatron-style keys
+
+
+_SMALL_LLAMA = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+                    num_key_value_heads=4, vocab_size=32000)
+
+
+@pytest.mark.parametrize(("model_type", "fields", "expected"), [
+    # transformers 5 on the meta device (AutoModelForCausalLM.from_config): attention_bias biases Q, K, V *and* the
+    # output projection (1,024 per layer were missing), mlp_bias gate, up and down (6,656 per layer were missing)
+    ("llama", dict(attention_bias=True), 155751424),
+    ("llama", dict(mlp_bias=True), 155784192),
+    ("granite", dict(attention_bias=True, mlp_bias=True), 155804672),
+    ("qwen3", dict(head_dim=128, attention_bias=True), 176737280),
+    ("gemma2", dict(head_dim=128, attention_bias=True), 143983616),
+    ("qwen2", {}, 155743232),  # Qwen2's fixed QKV bias: no output-projection bias
+])
+def test_hf_attention_and_mlp_biases_are_counted(model_type: str, fields: dict, expected: int) -> None:
+    """A config.json's ``attention_bias`` (Llama, Granite, Qwen3, Gemma, OLMo, Llama 4) gives the output projection a
+    bias as well as Q/K/V, and Llama's / Granite's ``mlp_bias`` biases the MLP: both were left out of the count."""
+    m = _hf(model_type, **_SMALL_LLAMA, **fields)
+    assert m.num_params == expected
+    # biases are additions, not matmul weights: the forward FLOPs are those of the bias-free layout
+    plain = with_overrides(m, add_qkv_bias=False, add_attn_out_bias=False, add_mlp_bias=False)
+    assert plain.num_params < m.num_params
+    assert m.forward_flops_per_token(2048) == plain.forward_flops_per_token(2048)
+
+
+def test_forward_flops_exclude_the_mlp_and_expert_biases() -> None:
+    """``add_bias_linear`` (GPT-2, gpt-oss) biases the MLPs and experts too; those are not matmul weights either."""
+    gpt2 = load_model("gpt2-large")
+    assert gpt2.add_bias_linear
+    assert gpt2.forward_flops_per_token(1024) == with_overrides(gpt2, add_bias_linear=False).forward_flops_per_token(1024)
+    oss = load_model("gpt-oss-20b")
+    for active in (True, False):
+        assert oss.forward_flops_per_token(4096, active=active) == with_overrides(
+            oss, add_bias_linear=False).forward_flops_per_token(4096, active=active)
+

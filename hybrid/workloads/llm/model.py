@@ -13,7 +13,8 @@ Qwen2/3 (MoE), Gemma, DeepSeek, GPT-2, GPT-J, GPT-NeoX, OPT, Phi, OLMo, BLOOM, M
 Parameter counting (``param_counts``) is exact for the architectures in the library: per layer the
 Q/K/V/output projections (GQA: K and V have ``num_query_groups * kv_channels`` columns), the MLP (two
 matrices, three when gated: SwiGLU/GeGLU), biases when ``add_bias_linear`` (Q/K/V only when
-``add_qkv_bias``), norms (LayerNorm: weight and bias, RMSNorm: weight), QK-norms; MoE layers hold
+``add_qkv_bias``, the output projection's when ``add_attn_out_bias``, the MLP's when ``add_mlp_bias``), norms
+(LayerNorm: weight and bias, RMSNorm: weight), QK-norms; MoE layers hold
 ``num_experts`` MLPs of ``moe_ffn_hidden_size`` plus a router (and an optional shared expert); the word
 embedding, learned position embedding, token-type embedding, the final norm, and an untied output layer.
 """
@@ -71,6 +72,11 @@ class TransformerConfig:
     untie_embeddings_and_output_weights: bool = False
     add_bias_linear: bool = True
     add_qkv_bias: bool = False
+    #: the attention output projection has a bias without ``add_bias_linear`` (Hugging Face's ``attention_bias`` on
+    #: Llama, Granite, Gemma, OLMo, Qwen3 biases Q, K, V and the output; Qwen2's fixed QKV bias has none)
+    add_attn_out_bias: bool = False
+    #: the dense MLP's linears have biases without ``add_bias_linear`` (Hugging Face's ``mlp_bias``: Llama, Granite)
+    add_mlp_bias: bool = False
     qk_layernorm: bool = False
     #: attention and MLP read the same normalised input (GPT-J, Falcon): one norm per layer instead of two
     #: (Falcon's new decoder architecture keeps two norms: ``parallel_attn_norms = 2``).
@@ -312,14 +318,19 @@ class TransformerConfig:
         return self.num_layers - self.num_moe_layers
 
     # ----------------------------------------------------------------------------------- parameters
+    def _mlp_bias(self, ffn: int) -> int:
+        return (ffn * (2 if self.gated else 1) + self.hidden_size) if self.add_bias_linear or self.add_mlp_bias else 0
+
     def _mlp_params(self, ffn: int) -> int:
-        h = self.hidden_size
-        mats = 3 if self.gated else 2
-        bias = (ffn * (2 if self.gated else 1) + h) if self.add_bias_linear else 0
-        return mats * h * ffn + bias
+        return (3 if self.gated else 2) * self.hidden_size * ffn + self._mlp_bias(ffn)
 
     def _norm_params(self) -> int:
         return self.hidden_size * (2 if self.normalization == "LayerNorm" else 1)
+
+    def _attention_bias_params(self) -> int:
+        """Biases of the Q/K/V and output projections of one (non-MLA) layer."""
+        qkv = self.q_width + 2 * self.kv_width if self.add_bias_linear or self.add_qkv_bias else 0
+        return qkv + (self.hidden_size if self.add_bias_linear or self.add_attn_out_bias else 0)
 
     def mla_matrix_params(self) -> int:
         """MLA's projection weights per layer: query (through its low-rank bottleneck or direct), the KV latent
@@ -336,12 +347,9 @@ class TransformerConfig:
         if self.is_mla:  # projections plus the RMSNorms of the query bottleneck and the KV latent
             attention = self.mla_matrix_params() + (self.q_lora_rank or 0) + int(self.kv_lora_rank)  # type: ignore[arg-type]
         else:
-            qkv = h * (self.q_width + 2 * self.kv_width)
-            if self.add_bias_linear or self.add_qkv_bias:
-                qkv += self.q_width + 2 * self.kv_width
-            out = self.q_width * h + (h if self.add_bias_linear else 0)
+            weights = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
             qk_norm = 2 * d * (2 if self.normalization == "LayerNorm" else 1) if self.qk_layernorm else 0
-            attention = qkv + out + qk_norm
+            attention = weights + self._attention_bias_params() + qk_norm
         n_norms = (self.parallel_attn_norms if self.parallel_attn else 2) + (2 if self.sandwich_norm else 0)
         layer_norms = n_norms * self._norm_params()
         dense_mlp = self._mlp_params(int(self.ffn_hidden_size))  # type: ignore[arg-type]
@@ -436,8 +444,16 @@ class TransformerConfig:
         h = self.hidden_size
         norms = self.num_layers * c["norms_per_layer"]
         layer_weights = (c["layers_active"] if active else c["layers_total"]) - norms
-        if self.add_bias_linear:  # biases are additions, not matmul weights
-            layer_weights -= self.num_layers * (self.q_width + 2 * self.kv_width + h)
+        # biases are additions, not matmul weights: the attention's in every layer, the MLPs' in dense layers and,
+        # per MoE layer, those of the experts a token passes through (all of them with active=False) and the shared one
+        biases = 0.0 if self.is_mla else float(self.num_layers * self._attention_bias_params())
+        biases += self.num_dense_layers * self._mlp_bias(int(self.ffn_hidden_size))  # type: ignore[arg-type]
+        if self.is_moe:
+            experts = self.moe_router_topk if active else int(self.num_experts)  # type: ignore[arg-type]
+            fs = self.moe_shared_expert_intermediate_size
+            biases += self.num_moe_layers * (experts * self._mlp_bias(int(self.moe_ffn_hidden_size))  # type: ignore[arg-type]
+                                             + (self._mlp_bias(fs) if fs else 0))
+        layer_weights -= biases
         span = self.attention_span(s) if causal_skip else self.window_keys(s)
         # QK^T over the query/key head width and AV over the value width (both the head dim but under MLA)
         attention = 2.0 * span * (self.q_width + self.value_width) * self.num_layers
@@ -560,7 +576,8 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                 kw["position_embedding_type"] = "rope"
         elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
             kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
-        elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
+        elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "add_attn_out_bias",
+                   "add_mlp_bias", "qk_layernorm",
                    "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
             kw[k] = _as_bool(value, k)
         elif k in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's probabilities (default 0.1 each)
@@ -749,8 +766,9 @@ def _hf_starcoder2(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
 
 def _hf_olmo(d: Mapping[str, Any], kw: dict[str, Any], mt: str) -> None:
     """AI2's OLMo (non-parametric LayerNorm), OLMo 2 (RMSNorm after each block, QK-norm) and OLMoE (64 experts)."""
+    bias = _flag(d, "attention_bias", False)  # Q, K, V and output
     kw.update(**_hf_decoder(d, True, "LayerNorm" if mt == "olmo" else "RMSNorm", 4096, act="silu"),
-              add_bias_linear=False, add_qkv_bias=_flag(d, "attention_bias", False), qk_layernorm=mt != "olmo",
+              add_bias_linear=False, add_qkv_bias=bias, add_attn_out_bias=bias, qk_layernorm=mt != "olmo",
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
     if mt == "olmoe":
         kw.update(num_experts=_get(d, "num_experts"), moe_router_topk=_get(d, "num_experts_per_tok"),
@@ -782,6 +800,9 @@ _HF_MORE = {
     "olmo": lambda d, kw: _hf_olmo(d, kw, "olmo"), "olmo2": lambda d, kw: _hf_olmo(d, kw, "olmo2"),
     "olmoe": lambda d, kw: _hf_olmo(d, kw, "olmoe"),
 }
+#: Llama-layout decoders whose ``attention_bias`` (Qwen2) or whose fixed bias-free layout (Mistral, Mixtral, Phi-3)
+#: leaves the attention output projection without a bias
+_QKV_BIAS_ONLY = ("qwen2", "qwen2_moe", "mistral", "mixtral", "phi3")
 #: Llama-layout decoders under their own model_type (Granite's extra scalar multipliers cost nothing)
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "granite",
                "granitemoe")
@@ -934,6 +955,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
+            add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True),
             qk_layernorm=mt == "gemma3_text", sandwich_norm=mt != "gemma",
         )
@@ -955,6 +977,10 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             add_bias_linear=False,
             add_qkv_bias=_flag(d, "attention_bias", mt in ("qwen2", "qwen2_moe")),
+            # attention_bias biases the output projection as well but for Qwen2's (a fixed QKV bias); mlp_bias is
+            # Llama's and Granite's (transformers' LlamaMLP / GraniteMLP; the others' MLPs have none)
+            add_attn_out_bias=mt not in _QKV_BIAS_ONLY and _flag(d, "attention_bias", False),
+            add_mlp_bias=mt in ("llama", "granite") and _flag(d, "mlp_bias", False),
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
         )
         if mt in ("mistral", "mixtral", "qwen2", "qwen3", "phi3") and d.get("sliding_window") \
@@ -991,6 +1017,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             qk_layernorm=_flag(d, "use_qk_norm", False),
+            add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             # every layer's MoE: routed experts plus one always-active shared expert of the same width, no gate
             num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=1),
             moe_ffn_hidden_size=expert_ffn, moe_shared_expert_intermediate_size=expert_ffn,
