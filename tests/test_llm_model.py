@@ -363,9 +363,9 @@ def test_more_hf_architectures_load_with_their_published_sizes() -> None:
     olmo2 = _hf("olmo2", hidden_act="silu", hidden_size=4096, intermediate_size=11008, max_position_embeddings=4096,
                 num_attention_heads=32, num_hidden_layers=32, num_key_value_heads=32, vocab_size=100352,
                 tie_word_embeddings=False)
-    # OLMo 2 7B: 7.30B (its QK-norms span all heads: 0.25M more weights than per-head norms)
-    assert olmo2.qk_layernorm and olmo2.normalization == "RMSNorm"
-    assert olmo2.num_params == pytest.approx(7298617344, rel=1e-4)
+    # OLMo 2 7B: 7,298,617,344 (its QK-norms span all heads)
+    assert olmo2.qk_layernorm and olmo2.qk_layernorm_full_width and olmo2.normalization == "RMSNorm"
+    assert olmo2.num_params == 7298617344
     olmoe = _hf("olmoe", hidden_act="silu", hidden_size=2048, intermediate_size=1024, max_position_embeddings=4096,
                 num_attention_heads=16, num_experts=64, num_experts_per_tok=8, num_hidden_layers=16,
                 num_key_value_heads=16, vocab_size=50304, tie_word_embeddings=False)
@@ -710,3 +710,22 @@ def test_forward_flops_exclude_the_mlp_and_expert_biases() -> None:
         assert oss.forward_flops_per_token(4096, active=active) == with_overrides(
             oss, add_bias_linear=False).forward_flops_per_token(4096, active=active)
 
+
+def test_olmo_norm_layouts_match_transformers() -> None:
+    """OLMo 1's LayerNorms are non-parametric (no weight, no bias: 0.26M were counted), OLMo 2's and OLMoE's
+    QK-norms weigh every query/key column (one RMSNorm over all heads, not one head-wide weight): the published
+    configs load at the sizes transformers 5 builds from them (allenai/OLMo-7B-hf, OLMo-2-1124-7B, OLMoE-1B-7B)."""
+    olmo = _hf("olmo", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+               vocab_size=50304, max_position_embeddings=2048, attention_bias=False, hidden_act="silu")
+    assert olmo.num_params == 6888095744 and olmo.param_counts()["norms_per_layer"] == 0
+    olmo2 = _hf("olmo2", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                num_key_value_heads=32, vocab_size=100352, max_position_embeddings=4096, hidden_act="silu")
+    assert olmo2.num_params == 7298617344
+    olmoe = _hf("olmoe", hidden_size=2048, intermediate_size=1024, num_hidden_layers=16, num_attention_heads=16,
+                num_key_value_heads=16, num_experts=64, num_experts_per_tok=8, vocab_size=50304,
+                max_position_embeddings=4096, hidden_act="silu")
+    assert olmoe.num_params == 6919161856
+    # OLMo's attention_bias biases Q, K, V and the output projection (4 x 4,096 per layer)
+    biased = _hf("olmo", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                 vocab_size=50304, attention_bias=True)
+    assert biased.num_params == 6888095744 + 32 * 4 * 4096

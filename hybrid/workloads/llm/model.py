@@ -14,7 +14,8 @@ Parameter counting (``param_counts``) is exact for the architectures in the libr
 Q/K/V/output projections (GQA: K and V have ``num_query_groups * kv_channels`` columns), the MLP (two
 matrices, three when gated: SwiGLU/GeGLU), biases when ``add_bias_linear`` (Q/K/V only when
 ``add_qkv_bias``, the output projection's when ``add_attn_out_bias``, the MLP's when ``add_mlp_bias``), norms
-(LayerNorm: weight and bias, RMSNorm: weight), QK-norms; MoE layers hold
+(LayerNorm: weight and bias, RMSNorm: weight; none when not ``norm_affine``), QK-norms (one head wide, or over all
+heads when ``qk_layernorm_full_width``); MoE layers hold
 ``num_experts`` MLPs of ``moe_ffn_hidden_size`` plus a router (and an optional shared expert); the word
 embedding, learned position embedding, token-type embedding, the final norm, and an untied output layer.
 """
@@ -78,6 +79,11 @@ class TransformerConfig:
     #: the dense MLP's linears have biases without ``add_bias_linear`` (Hugging Face's ``mlp_bias``: Llama, Granite)
     add_mlp_bias: bool = False
     qk_layernorm: bool = False
+    #: the QK-norms weigh every query/key column (one norm over all heads' projections: OLMo 2, OLMoE) instead of
+    #: one ``kv_channels``-wide weight shared by the heads (Qwen3, Gemma 3)
+    qk_layernorm_full_width: bool = False
+    #: the norms have learned weights (LayerNorm: and biases); OLMo 1's LayerNorms are non-parametric
+    norm_affine: bool = True
     #: attention and MLP read the same normalised input (GPT-J, Falcon): one norm per layer instead of two
     #: (Falcon's new decoder architecture keeps two norms: ``parallel_attn_norms = 2``).
     parallel_attn: bool = False
@@ -324,8 +330,11 @@ class TransformerConfig:
     def _mlp_params(self, ffn: int) -> int:
         return (3 if self.gated else 2) * self.hidden_size * ffn + self._mlp_bias(ffn)
 
-    def _norm_params(self) -> int:
-        return self.hidden_size * (2 if self.normalization == "LayerNorm" else 1)
+    def _norm_params(self, width: int | None = None) -> int:
+        """Weights of one norm over ``width`` (default: hidden) columns: none when non-parametric (OLMo 1)."""
+        if not self.norm_affine:
+            return 0
+        return (self.hidden_size if width is None else width) * (2 if self.normalization == "LayerNorm" else 1)
 
     def _attention_bias_params(self) -> int:
         """Biases of the Q/K/V and output projections of one (non-MLA) layer."""
@@ -348,7 +357,10 @@ class TransformerConfig:
             attention = self.mla_matrix_params() + (self.q_lora_rank or 0) + int(self.kv_lora_rank)  # type: ignore[arg-type]
         else:
             weights = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
-            qk_norm = 2 * d * (2 if self.normalization == "LayerNorm" else 1) if self.qk_layernorm else 0
+            qk_norm = 0
+            if self.qk_layernorm:
+                qk_norm = (self._norm_params(self.q_width) + self._norm_params(self.kv_width)
+                           if self.qk_layernorm_full_width else 2 * self._norm_params(d))
             attention = weights + self._attention_bias_params() + qk_norm
         n_norms = (self.parallel_attn_norms if self.parallel_attn else 2) + (2 if self.sandwich_norm else 0)
         layer_norms = n_norms * self._norm_params()
@@ -577,7 +589,7 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
             kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
         elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "add_attn_out_bias",
-                   "add_mlp_bias", "qk_layernorm",
+                   "add_mlp_bias", "qk_layernorm_full_width", "norm_affine", "qk_layernorm",
                    "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
             kw[k] = _as_bool(value, k)
         elif k in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's probabilities (default 0.1 each)
@@ -768,7 +780,8 @@ def _hf_olmo(d: Mapping[str, Any], kw: dict[str, Any], mt: str) -> None:
     """AI2's OLMo (non-parametric LayerNorm), OLMo 2 (RMSNorm after each block, QK-norm) and OLMoE (64 experts)."""
     bias = _flag(d, "attention_bias", False)  # Q, K, V and output
     kw.update(**_hf_decoder(d, True, "LayerNorm" if mt == "olmo" else "RMSNorm", 4096, act="silu"),
-              add_bias_linear=False, add_qkv_bias=bias, add_attn_out_bias=bias, qk_layernorm=mt != "olmo",
+              add_bias_linear=False, add_qkv_bias=bias, add_attn_out_bias=bias, norm_affine=mt != "olmo",
+              qk_layernorm=mt != "olmo", qk_layernorm_full_width=mt != "olmo",
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
     if mt == "olmoe":
         kw.update(num_experts=_get(d, "num_experts"), moe_router_topk=_get(d, "num_experts_per_tok"),
