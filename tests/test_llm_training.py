@@ -1337,3 +1337,29 @@ def test_dropout_defaults_to_the_models_and_the_flag_overrides_it_both_ways(caps
     assert (out["dropout"], out["dropout_from"]) == (False, "model")
     with pytest.raises(InvalidInputError, match="dropout"):
         TrainingConfig(gpus=8, global_batch=8, dropout="yes")  # type: ignore[arg-type]
+
+
+def test_pipeline_pace_is_set_by_the_stage_with_the_most_moe_layers() -> None:
+    """DeepSeek-style models put dense layers first: the pipeline rank holding them has fewer MoE layers than the
+    others, and the slowest rank (all MoE) sets the pace. Layers were costed at the model's mean MoE share (13/16
+    here), so every stage looked lighter than the all-MoE ones that really run: 3% fast at pp 4 on DeepSeek-V3's
+    layer, ~5% when a fifth of the layers are dense. The busiest rank here holds only MoE layers, so the
+    pipeline's per-stage times equal those of the same model with every layer MoE."""
+    from hybrid.workloads.llm.costing import rank_moe_layers
+    from hybrid.workloads.llm.model import with_overrides
+
+    dsv3 = with_overrides(load_model("deepseek-v3"), num_layers=64, moe_first_k_dense=3)
+    assert rank_moe_layers(dsv3, 8).tolist() == [5] + [8] * 7
+    assert rank_moe_layers(dsv3, 4, 2).tolist() == [13, 16, 16, 16]  # rank 0: chunks of layers 0-7 and 32-39
+    m = with_overrides(load_model("deepseek-v3"), num_layers=16, moe_first_k_dense=3)
+    all_moe = with_overrides(m, moe_first_k_dense=0)
+    for pp, vp in ((4, 1), (2, 2)):
+        cfg = TrainingConfig(gpus=16 * pp, global_batch=64, tp=1, pp=pp, vp=vp, ep=16, seq_length=4096,
+                             distributed_optimizer=True)
+        got, ref = (predict_training(x, cfg, "DGX-H100", engine=False) for x in (m, all_moe))
+        for part in ("compute", "ep_comm", "pipeline_bubble"):
+            assert got.breakdown_s[part] == pytest.approx(ref.breakdown_s[part], rel=1e-9)
+    # without pipeline parallelism every rank runs every layer: the mean is right, and below the all-MoE model
+    cfg = TrainingConfig(gpus=16, global_batch=64, ep=16, seq_length=4096, distributed_optimizer=True)
+    got, ref = (predict_training(x, cfg, "DGX-H100", engine=False) for x in (m, all_moe))
+    assert got.breakdown_s["ep_comm"] == pytest.approx(ref.breakdown_s["ep_comm"] * 13 / 16, rel=1e-9)

@@ -320,6 +320,15 @@ class TransformerConfig:
         return len([i for i in range(self.moe_first_k_dense, self.num_layers) if i % freq == 0])
 
     @property
+    def moe_layer_mask(self) -> tuple[bool, ...]:
+        """Per layer, whether it is a MoE layer (``moe_first_k_dense``, then ``moe_layer_freq``)."""
+        if not self.is_moe:
+            return (False,) * self.num_layers
+        freq, k = self.moe_layer_freq, self.moe_first_k_dense
+        return tuple(i >= k and (bool(freq[i]) if isinstance(freq, tuple) else i % freq == 0)
+                     for i in range(self.num_layers))
+
+    @property
     def num_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
 
