@@ -1363,3 +1363,24 @@ def test_pipeline_pace_is_set_by_the_stage_with_the_most_moe_layers() -> None:
     cfg = TrainingConfig(gpus=16, global_batch=64, ep=16, seq_length=4096, distributed_optimizer=True)
     got, ref = (predict_training(x, cfg, "DGX-H100", engine=False) for x in (m, all_moe))
     assert got.breakdown_s["ep_comm"] == pytest.approx(ref.breakdown_s["ep_comm"] * 13 / 16, rel=1e-9)
+
+
+def test_memory_counts_the_pipeline_rank_with_the_most_moe_layers() -> None:
+    """The most loaded rank of a dense-first MoE model holds only MoE layers (pp 4, 16 layers, 3 dense: ranks 1-3
+    hold 4 MoE layers each). Parameters per rank were the mean over the stages (3.25 MoE layers), so the last
+    rank's weights were 6% short (8.82e9 of 9.35e9 bytes) of what it holds (the same as the all-MoE
+    model's last rank); without pipeline parallelism the whole model is on every rank."""
+    from hybrid.workloads.llm.model import with_overrides
+    from hybrid.workloads.llm.train import memory_only
+
+    m = with_overrides(load_model("deepseek-v3"), num_layers=16, moe_first_k_dense=3)
+    all_moe = with_overrides(m, moe_first_k_dense=0)
+    for pp, vp, fsdp in ((4, 1, False), (2, 2, False), (4, 1, True)):
+        cfg = TrainingConfig(gpus=16 * pp, global_batch=64, pp=pp, vp=vp, ep=16, seq_length=4096,
+                             distributed_optimizer=not fsdp, fsdp=fsdp)
+        got, ref = (memory_only(x, cfg, "DGX-H100")[0] for x in (m, all_moe))
+        for part in ("weights", "gradients", "optimizer", "gathered"):
+            assert getattr(got, part)[0] == pytest.approx(getattr(ref, part)[0], rel=1e-12), (pp, vp, part)
+    cfg = TrainingConfig(gpus=16, global_batch=64, ep=16, seq_length=4096, distributed_optimizer=True)
+    got, ref = (memory_only(x, cfg, "DGX-H100")[0] for x in (m, all_moe))
+    assert got.weights[0] < 0.95 * ref.weights[0]  # 3 dense layers in place of MoE ones

@@ -358,11 +358,50 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
     emb = V * h / t + c["position_embedding"]
     out = np.where(pp > 1, V * h / t, 0.0) if model.tied_embeddings else V * h / t
     out = out + c["final_norm"]
+    experts = expert_total / (t * ep) / pp
+    if model.is_moe and 0 < model.num_moe_layers < model.num_layers and (pp > 1).any():
+        return _uneven_stage_params(model, m, c, kv_extra, layers, experts, emb, out)
     first = layers + emb + np.where(pp > 1, 0.0, out)
     last = layers + out
-    experts = expert_total / (t * ep) / pp
     return {"layers": layers, "first": first, "last": np.where(pp > 1, last, first),
             "max": np.maximum(first, last), "experts": experts, "expert_share": experts / np.maximum(layers, 1)}
+
+
+def _uneven_stage_params(model: TransformerConfig, m: pd.DataFrame, c: dict[str, int], kv_extra: np.ndarray,
+                         layers: np.ndarray, experts: np.ndarray, emb: np.ndarray, out: np.ndarray
+                         ) -> dict[str, np.ndarray]:
+    """:func:`stage_params` of a model with dense and MoE layers: pipeline ranks hold different numbers of MoE
+    layers (:func:`rank_moe_layers`; DeepSeek's dense first layers sit on rank 0), so the most loaded rank is the
+    one with the most parameters, the embedding's and output layer's included, not the mean over the stages."""
+    t = m["tp"].to_numpy(np.float64)
+    pp = m["pp"].to_numpy(np.int64)
+    vp = m["vp"].to_numpy(np.int64)
+    ep = m["ep"].to_numpy(np.float64)
+    attn = c["attention_per_layer"] + c["norms_per_layer"] + kv_extra
+    routed = int(model.num_experts) * model._mlp_params(int(model.moe_ffn_hidden_size))  # noqa: SLF001
+    dense_layer = (attn + c["mlp_per_layer"]) / t
+    moe_layer = (attn + c["moe_per_layer_total"] - routed) / t + routed / (t * ep)
+    layers, experts = layers.copy(), experts.copy()
+    first, last, most = np.zeros(len(m)), np.zeros(len(m)), np.zeros(len(m))
+    for p_, v_ in {(int(a), int(b)) for a, b in zip(pp, vp, strict=True)}:
+        sel = (pp == p_) & (vp == v_)
+        if p_ == 1:
+            first[sel] = layers[sel] + emb[sel] + out[sel]
+            last[sel] = most[sel] = first[sel]
+            continue
+        n_moe = rank_moe_layers(model, p_, v_).astype(np.float64)[None, :]  # [1, rank]
+        per_rank = model.num_layers / p_
+        rank_layers = (per_rank - n_moe) * dense_layer[sel, None] + n_moe * moe_layer[sel, None]  # [mapping, rank]
+        total = rank_layers.copy()
+        total[:, 0] += emb[sel]
+        total[:, -1] += out[sel]
+        busiest = np.argmax(total, axis=1)
+        rows = np.arange(int(sel.sum()))
+        first[sel], last[sel], most[sel] = total[:, 0], total[:, -1], total[rows, busiest]
+        layers[sel] = rank_layers[rows, busiest]
+        experts[sel] = n_moe[0, busiest] * routed / (t[sel] * ep[sel])
+    return {"layers": layers, "first": first, "last": last, "max": most, "experts": experts,
+            "expert_share": experts / np.maximum(layers, 1)}
 
 
 @dataclass(frozen=True)

@@ -136,8 +136,7 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     wb = 4.0 if fp32 else 2.0  # 16-bit weights (fp8 training keeps bf16 weights; the fp8 copies are transient)
     master = 0.0 if fp32 else 4.0  # fp32 training needs no separate master copy
     # ------------------------------------------------------------------ model states
-    P_first, P_last = params["first"], params["last"]
-    P = np.maximum(P_first, P_last)
+    P = params["max"]  # the most loaded rank (the first or last stage, or one with more MoE layers)
     # sharded states (distributed optimizer, FSDP): dense parameters over DP x CP, experts over DP x CP / EP
     shard = gradient_groups(m, params).sharded()
     # FSDP: the fp32 flat-parameter shard is the master copy (4/dp), gradients 4/dp, Adam moments 8/dp
