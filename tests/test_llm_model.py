@@ -346,8 +346,8 @@ def test_more_hf_architectures_load_with_their_published_sizes() -> None:
     phi2 = _hf("phi", hidden_act="gelu_new", hidden_size=2560, intermediate_size=10240, num_attention_heads=32,
                num_hidden_layers=32, num_key_value_heads=32, partial_rotary_factor=0.4, vocab_size=51200,
                max_position_embeddings=2048, tie_word_embeddings=False)
-    # 2,779,683,840 with the output layer's bias (51,200), which this library does not count
-    assert phi2.num_params == 2779683840 - 51200
+    # 2,779,683,840 with the output layer's bias (51,200)
+    assert phi2.num_params == 2779683840 and phi2.output_layer_bias
     assert phi2.parallel_attn and phi2.parallel_attn_norms == 1 and phi2.rotary_percent == 0.4
     stablelm = _hf("stablelm", hidden_act="silu", hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
                    num_attention_heads=32, num_key_value_heads=32, partial_rotary_factor=0.25, use_qkv_bias=True,
@@ -729,3 +729,15 @@ def test_olmo_norm_layouts_match_transformers() -> None:
     biased = _hf("olmo", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
                  vocab_size=50304, attention_bias=True)
     assert biased.num_params == 6888095744 + 32 * 4 * 4096
+
+
+def test_gptj_and_mpt_bias_layouts_match_transformers() -> None:
+    """GPT-J's attention projections have no bias (its MLP and LM head have): 458,752 attention biases were counted
+    and the LM head's 50,400 missed. MPT's ``no_bias`` drops the LayerNorms' biases too (transformers and
+    llm-foundry alike): 266,240 were counted. Sizes as transformers 5 builds them from the published configs."""
+    gptj = _hf("gptj", n_embd=4096, n_layer=28, n_head=16, n_positions=2048, rotary_dim=64, vocab_size=50400)
+    assert gptj.num_params == 6050882784 == load_model("gptj-6b").num_params
+    assert not gptj.add_bias_linear and gptj.add_mlp_bias and gptj.output_layer_bias
+    mpt7 = _hf("mpt", d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048, no_bias=True,
+               expansion_ratio=4, attn_config={"alibi": True})
+    assert mpt7.num_params == 6649286656  # mosaicml/mpt-7b

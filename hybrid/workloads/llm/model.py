@@ -84,6 +84,10 @@ class TransformerConfig:
     qk_layernorm_full_width: bool = False
     #: the norms have learned weights (LayerNorm: and biases); OLMo 1's LayerNorms are non-parametric
     norm_affine: bool = True
+    #: LayerNorms have a bias (MPT's ``no_bias`` drops it, with the linear layers' biases)
+    norm_bias: bool = True
+    #: the output layer (LM head) has a bias over the vocabulary (GPT-J, Phi-1/1.5/2)
+    output_layer_bias: bool = False
     #: attention and MLP read the same normalised input (GPT-J, Falcon): one norm per layer instead of two
     #: (Falcon's new decoder architecture keeps two norms: ``parallel_attn_norms = 2``).
     parallel_attn: bool = False
@@ -343,7 +347,8 @@ class TransformerConfig:
         """Weights of one norm over ``width`` (default: hidden) columns: none when non-parametric (OLMo 1)."""
         if not self.norm_affine:
             return 0
-        return (self.hidden_size if width is None else width) * (2 if self.normalization == "LayerNorm" else 1)
+        bias = self.normalization == "LayerNorm" and self.norm_bias
+        return (self.hidden_size if width is None else width) * (2 if bias else 1)
 
     def _attention_bias_params(self) -> int:
         """Biases of the Q/K/V and output projections of one (non-MLA) layer."""
@@ -388,7 +393,8 @@ class TransformerConfig:
         tokentype = self.num_tokentypes * h
         embedding_norm = self._norm_params() if self.encoder_only else 0
         final_norm = 0 if self.encoder_only else self._norm_params()  # BERT is post-LN: norms are in layers
-        output_layer = 0 if self.tied_embeddings else self.vocab_size * h
+        output_layer = (0 if self.tied_embeddings else self.vocab_size * h) + (self.vocab_size if self.output_layer_bias
+                                                                               else 0)
         head = 0
         if self.encoder_only:  # MLM head (dense + norm + vocab bias) and pooler
             head = (h * h + h) + self._norm_params() + self.vocab_size + (h * h + h)
@@ -598,7 +604,8 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
             kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
         elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "add_attn_out_bias",
-                   "add_mlp_bias", "qk_layernorm_full_width", "norm_affine", "qk_layernorm",
+                   "add_mlp_bias", "qk_layernorm_full_width", "norm_affine", "norm_bias", "output_layer_bias",
+                   "qk_layernorm",
                    "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
             kw[k] = _as_bool(value, k)
         elif k in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's probabilities (default 0.1 each)
@@ -742,7 +749,7 @@ def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
 def _hf_phi(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """Phi-1, Phi-1.5, Phi-2: attention and MLP in parallel on one LayerNorm, partial rotary, biases."""
     kw.update(**_hf_decoder(d, False, "LayerNorm", 2048), rotary_percent=_float(d, "partial_rotary_factor", 0.5),
-              add_bias_linear=True, qk_layernorm=_flag(d, "qk_layernorm", False),
+              add_bias_linear=True, output_layer_bias=True, qk_layernorm=_flag(d, "qk_layernorm", False),
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
               parallel_attn=True, parallel_attn_norms=1)
 
@@ -1106,7 +1113,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   rotary_percent=(float(d["rotary_dim"]) / (h // _int(d, "n_head"))
                                   if d.get("rotary_dim") else 1.0),
                   untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
-                  parallel_attn=True)
+                  # Q/K/V and output projections without biases, the MLP and the LM head with them
+                  add_bias_linear=False, add_mlp_bias=True, output_layer_bias=True, parallel_attn=True)
     elif mt == "mpt":
         attn = d.get("attn_config") or {}
         ffn_cfg = d.get("ffn_config") or {}
@@ -1118,7 +1126,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   seq_length=_get(d, "max_seq_len", default=2048),
                   position_embedding_type=("alibi" if _flag(attn, "alibi", False) else
                                            "learned_absolute" if _flag(d, "learned_pos_emb", True) else "none"),
-                  add_bias_linear=not _flag(d, "no_bias", False),
+                  add_bias_linear=not _flag(d, "no_bias", False), norm_bias=not _flag(d, "no_bias", False),
                   untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
     elif mt in ("falcon", "refinedweb", "refinedwebmodel"):
         h = _int(d, "hidden_size", "n_embd")
