@@ -741,3 +741,23 @@ def test_gptj_and_mpt_bias_layouts_match_transformers() -> None:
     mpt7 = _hf("mpt", d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048, no_bias=True,
                expansion_ratio=4, attn_config={"alibi": True})
     assert mpt7.num_params == 6649286656  # mosaicml/mpt-7b
+
+
+def test_falcon_neox_and_gemma_layouts_follow_their_config_fields() -> None:
+    """Three config fields were read too coarsely: Falcon2-11B's ``num_ln_in_parallel_attn = 1`` (the new decoder
+    architecture with one norm, 2 x hidden per layer fewer); GPT-NeoX's ``attention_bias: false`` (only the
+    attention loses its biases, the MLP keeps them); a Gemma 2/3 ``layer_types`` list, which transformers 5 writes
+    and reads in place of ``sliding_window_pattern`` (3 of 6 sliding layers was costed as Gemma 3's 5 of 6)."""
+    falcon = _hf("falcon", hidden_size=256, num_hidden_layers=6, num_attention_heads=8, vocab_size=1000,
+                 new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1)
+    assert falcon.parallel_attn_norms == 1 and falcon.num_params == 4388352  # transformers 5
+    neox = _hf("gpt_neox", hidden_size=256, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=8,
+               vocab_size=1000, attention_bias=False)
+    assert neox.num_params == 5244928
+    gemma = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=8,
+                 num_key_value_heads=4, head_dim=32, vocab_size=1000, sliding_window=64)
+    kinds = ["sliding_attention", "full_attention"] * 3
+    assert _hf("gemma3_text", **gemma, layer_types=kinds).window_layer_share == 0.5
+    assert _hf("gemma3_text", **gemma).window_layer_share == pytest.approx(5 / 6)  # the config class's pattern
+    no_local = _hf("gemma2", **gemma, layer_types=["full_attention"] * 6)
+    assert no_local.window_size is None

@@ -741,7 +741,8 @@ def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
               vocab_size=_get(d, "vocab_size"),
               max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 2048),
               position_embedding_type="rope", rotary_percent=_float(d, "rotary_pct", 1.0),
-              add_bias_linear=_flag(d, "attention_bias", True),
+              # attention_bias is the attention's (query_key_value, dense); the MLP always has biases
+              add_bias_linear=_flag(d, "attention_bias", True), add_mlp_bias=True,
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
               parallel_attn=_flag(d, "use_parallel_residual", True), parallel_attn_norms=2)
 
@@ -989,9 +990,12 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             qk_layernorm=mt == "gemma3_text", sandwich_norm=mt != "gemma",
         )
         if mt != "gemma" and d.get("sliding_window"):
-            # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one
+            # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one, unless the
+            # config lists its layers' kinds (layer_types, which transformers 5 writes and reads first)
             pattern = _int(d, "sliding_window_pattern", default=2 if mt == "gemma2" else 6)
-            kw.update(window_size=_get(d, "sliding_window"), window_layer_share=(pattern - 1) / pattern)
+            share = _sliding_share(d, mt) if d.get("layer_types") else (pattern - 1) / pattern
+            if share > 0:
+                kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
     elif mt in _LLAMA_LIKE:
         heads = _int(d, "num_attention_heads")
         kw.update(
@@ -1141,7 +1145,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   add_bias_linear=_flag(d, "bias", False),
                   untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True),
                   parallel_attn=_flag(d, "parallel_attn", True),
-                  parallel_attn_norms=2 if new_arch else 1)
+                  # Falcon2-11B: the new decoder architecture with one norm (num_ln_in_parallel_attn = 1)
+                  parallel_attn_norms=_int(d, "num_ln_in_parallel_attn", default=2 if new_arch else 1))
     elif mt == "bert":
         kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
                   num_attention_heads=_get(d, "num_attention_heads"),
