@@ -761,3 +761,21 @@ def test_falcon_neox_and_gemma_layouts_follow_their_config_fields() -> None:
     assert _hf("gemma3_text", **gemma).window_layer_share == pytest.approx(5 / 6)  # the config class's pattern
     no_local = _hf("gemma2", **gemma, layer_types=["full_attention"] * 6)
     assert no_local.window_size is None
+
+
+@pytest.mark.parametrize(("model_type", "field"), [
+    ("mixtral", "num_local_experts"), ("granitemoe", "num_local_experts"), ("olmoe", "num_experts"),
+    ("gpt_oss", "num_local_experts"), ("llama4_text", "num_local_experts"),
+])
+def test_hf_moe_config_without_its_expert_count_is_refused(model_type: str, field: str) -> None:
+    """A Mixtral / Granite-MoE / OLMoE / gpt-oss / Llama 4 config that names no expert count loaded silently as a
+    dense model (transformers builds 8 to 128 experts from the class defaults: 13.9M parameters here, not 2.9M);
+    it is refused naming the field, as Qwen-MoE's already was. A missing top-k takes the class's default (OLMoE:
+    8 of 64, not this library's 2)."""
+    base = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                num_key_value_heads=4, vocab_size=1000, head_dim=32)
+    with pytest.raises(InvalidInputError, match=field):
+        _hf(model_type, **base)
+    m = _hf(model_type, **base, **{field: 16})
+    assert m.num_experts == 16
+    assert m.moe_router_topk == {"mixtral": 2, "granitemoe": 2, "olmoe": 8, "gpt_oss": 4, "llama4_text": 1}[model_type]

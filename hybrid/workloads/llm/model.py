@@ -801,8 +801,8 @@ def _hf_olmo(d: Mapping[str, Any], kw: dict[str, Any], mt: str) -> None:
               qk_layernorm=mt != "olmo", qk_layernorm_full_width=mt != "olmo",
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
     if mt == "olmoe":
-        kw.update(num_experts=_get(d, "num_experts"), moe_router_topk=_get(d, "num_experts_per_tok"),
-                  moe_ffn_hidden_size=_get(d, "intermediate_size"))
+        experts, topk = _hf_experts(d, mt, "num_experts", "num_local_experts")
+        kw.update(num_experts=experts, moe_router_topk=topk, moe_ffn_hidden_size=_get(d, "intermediate_size"))
 
 
 def _hf_stablelm(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
@@ -924,6 +924,23 @@ def _sliding_share(d: Mapping[str, Any], mt: str) -> float:
     return 1.0
 
 
+#: transformers' config-class defaults of the experts each token takes (``num_experts_per_tok``), which a config
+#: that leaves it out gets (this library's default, 2, is none of theirs for OLMoE, Qwen-MoE, DeepSeek-V3, gpt-oss)
+_HF_TOPK = {"mixtral": 2, "granitemoe": 2, "olmoe": 8, "qwen2_moe": 4, "qwen3_moe": 8, "llama4_text": 1,
+            "deepseek_v3": 8, "gpt_oss": 4}
+
+
+def _hf_experts(d: Mapping[str, Any], mt: str, *keys: str) -> tuple[Any, Any]:
+    """(experts, experts per token) of a Hugging Face MoE config: the first of ``keys`` present (transformers 5
+    saves some under their attribute-map alias), refused when none is, since the config would otherwise load as
+    a dense model a fraction of the size; the top-k takes the config class's default when absent."""
+    experts = _get(d, *keys)
+    if experts is None:
+        raise InvalidInputError(f"Hugging Face config ({mt}) lacks {' (or '.join(keys)}{')' * (len(keys) - 1)}: "
+                                "the number of experts")
+    return experts, _get(d, "num_experts_per_tok", "experts_per_token", default=_HF_TOPK.get(mt, 2))
+
+
 def _hf_moe_layers(d: Mapping[str, Any], step_key: str, *, dense_key: str | None = None,
                    moe_key: str | None = None) -> int | list[int]:
     """:attr:`TransformerConfig.moe_layer_freq` of a Hugging Face MoE config whose sparse layers count from layer 1:
@@ -1022,14 +1039,13 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             if share > 0:
                 kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
         if mt in ("mixtral", "granitemoe"):
-            kw.update(num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok"))
+            experts, topk = _hf_experts(d, mt, "num_local_experts", "num_experts")
+            kw.update(num_experts=experts, moe_router_topk=topk)
         if mt in ("qwen2_moe", "qwen3_moe"):
             # transformers 5 saves Qwen3MoeConfig's num_experts as num_local_experts (its attribute map); a
             # config naming neither would otherwise load as a dense model of a tenth of the size
-            experts = _get(d, "num_experts", "num_local_experts")
-            if experts is None:
-                raise InvalidInputError(f"Hugging Face config ({mt}) lacks num_experts (or num_local_experts)")
-            kw.update(num_experts=experts, moe_router_topk=_get(d, "num_experts_per_tok"),
+            experts, topk = _hf_experts(d, mt, "num_experts", "num_local_experts")
+            kw.update(num_experts=experts, moe_router_topk=topk,
                       moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
                       moe_shared_expert_intermediate_size=_get(d, "shared_expert_intermediate_size") or None,
                       moe_layer_freq=_hf_moe_layers(d, "decoder_sparse_step", dense_key="mlp_only_layers"))
@@ -1039,6 +1055,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                     kw.pop(f)
     elif mt == "llama4_text":
         heads = _int(d, "num_attention_heads")
+        experts, topk = _hf_experts(d, mt, "num_local_experts")
         expert_ffn = _get(d, "intermediate_size")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
@@ -1052,7 +1069,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             qk_layernorm=_flag(d, "use_qk_norm", False),
             add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             # every layer's MoE: routed experts plus one always-active shared expert of the same width, no gate
-            num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=1),
+            num_experts=experts, moe_router_topk=topk,
             moe_ffn_hidden_size=expert_ffn, moe_shared_expert_intermediate_size=expert_ffn,
             moe_shared_expert_gate=False,
             moe_layer_freq=_hf_moe_layers(d, "interleave_moe_layer_step", moe_key="moe_layers"),
@@ -1072,7 +1089,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             q_lora_rank=_get(d, "q_lora_rank"), kv_lora_rank=_get(d, "kv_lora_rank"),
             qk_head_dim=_get(d, "qk_nope_head_dim"), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim"),
             v_head_dim=_get(d, "v_head_dim"),
-            num_experts=_get(d, "n_routed_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=2),
+            num_experts=_get(d, "n_routed_experts"),
+            moe_router_topk=_get(d, "num_experts_per_tok", default=_HF_TOPK.get(mt, 2)),
             moe_ffn_hidden_size=moe_ffn,
             moe_shared_expert_intermediate_size=(n_shared * _int(d, "moe_intermediate_size")) if n_shared and moe_ffn
             else None,
@@ -1081,6 +1099,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         )
     elif mt == "gpt_oss":
         heads = _int(d, "num_attention_heads")
+        experts, topk = _hf_experts(d, mt, "num_local_experts", "num_experts")
         layers = _int(d, "num_hidden_layers")
         kinds = list(d.get("layer_types") or [])  # "sliding_attention" / "full_attention" per layer
         local = sum(1 for k in kinds if "sliding" in str(k)) / len(kinds) if kinds else 0.5
@@ -1093,7 +1112,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             position_embedding_type="rope",
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             add_bias_linear=_flag(d, "attention_bias", True),
-            num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", "experts_per_token"),
+            num_experts=experts, moe_router_topk=topk,
             moe_ffn_hidden_size=_get(d, "intermediate_size"),
         )
         if d.get("sliding_window") and local > 0:
