@@ -779,3 +779,14 @@ def test_hf_moe_config_without_its_expert_count_is_refused(model_type: str, fiel
     m = _hf(model_type, **base, **{field: 16})
     assert m.num_experts == 16
     assert m.moe_router_topk == {"mixtral": 2, "granitemoe": 2, "olmoe": 8, "gpt_oss": 4, "llama4_text": 1}[model_type]
+
+
+def test_hf_config_without_model_type_says_so() -> None:
+    """A config.json without ``model_type`` is read with Megatron-LM keys: the error named only Megatron's missing
+    ``num_layers``, which a Hugging Face user's file never has; it now says what the file lacks."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 11008,
+           "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 32000}
+    with pytest.raises(InvalidInputError, match="lacks num_layers .*no model_type"):
+        from_dict(cfg)
+    with pytest.raises(InvalidInputError, match="lacks num_attention_heads$"):
+        from_dict({"num_layers": 2, "hidden_size": 64})

@@ -631,7 +631,10 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         kw["name"] = name
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if k not in kw]
     if missing:
-        raise InvalidInputError(f"model config {kw.get('name', '')!r} lacks {', '.join(missing)}")
+        hf = [k for k in ("architectures", "num_hidden_layers", "n_layer", "n_layers") if k in d]
+        hint = (f" (it has Hugging Face fields ({', '.join(hf)}) but no model_type, which a config.json names its "
+                "architecture by: add it, e.g. \"model_type\": \"llama\")") if hf else ""
+        raise InvalidInputError(f"model config {kw.get('name', '')!r} lacks {', '.join(missing)}{hint}")
     try:
         return TransformerConfig(**kw)
     except TypeError as exc:  # wrong value types reach here only through odd YAML
