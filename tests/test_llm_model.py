@@ -790,3 +790,11 @@ def test_hf_config_without_model_type_says_so() -> None:
         from_dict(cfg)
     with pytest.raises(InvalidInputError, match="lacks num_attention_heads$"):
         from_dict({"num_layers": 2, "hidden_size": 64})
+
+
+def test_qwen3_config_without_head_dim_takes_the_class_default() -> None:
+    """Qwen3Config's head_dim defaults to 128, not hidden / heads: a Qwen3-0.6B config without it built 16 heads of
+    64 (508M parameters) where transformers builds 16 of 128 (596,049,920)."""
+    q = _hf("qwen3", hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+            num_key_value_heads=8, vocab_size=151936, tie_word_embeddings=True)
+    assert q.head_dim == 128 and q.num_params == 596049920

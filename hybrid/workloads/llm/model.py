@@ -1021,7 +1021,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
-            kv_channels=_get(d, "head_dim"), ffn_hidden_size=_get(d, "intermediate_size"),
+            # Qwen3Config's head_dim defaults to 128 whatever the width (Qwen3-0.6B: 16 heads of 128 on 1,024)
+            kv_channels=_get(d, "head_dim", default=128 if mt == "qwen3" else None),
+            ffn_hidden_size=_get(d, "intermediate_size"),
             activation=_act(_get(d, "hidden_act", default="silu"), gated=True), normalization="RMSNorm",
             vocab_size=_get(d, "vocab_size"),
             max_position_embeddings=_get(d, "max_position_embeddings"),
