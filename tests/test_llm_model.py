@@ -798,3 +798,25 @@ def test_qwen3_config_without_head_dim_takes_the_class_default() -> None:
     q = _hf("qwen3", hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
             num_key_value_heads=8, vocab_size=151936, tie_word_embeddings=True)
     assert q.head_dim == 128 and q.num_params == 596049920
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    # Qwen2MoeConfig: a 5,632-wide gated shared expert unless the config names another width
+    (dict(model_type="qwen2_moe", hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+          num_key_value_heads=4, vocab_size=1000, num_experts=4, moe_intermediate_size=64), 19395840),
+    # DeepseekV3Config: 1 shared expert, the first 3 layers dense
+    (dict(model_type="deepseek_v3", hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+          num_attention_heads=8, vocab_size=1000, n_routed_experts=8, moe_intermediate_size=64, q_lora_rank=64,
+          kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16), 2458240),
+    # Llama4TextConfig: heads of 128 whatever the width
+    (dict(model_type="llama4_text", hidden_size=256, intermediate_size=512, intermediate_size_mlp=512,
+          num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, vocab_size=1000, num_local_experts=4,
+          use_qk_norm=False), 11528448),
+    # GPT2Config: 1,024 positions (the table this library sized at its 2,048-token default)
+    (dict(model_type="gpt2", n_embd=256, n_layer=4, n_head=8, vocab_size=1000), 3677696),
+])
+def test_hf_configs_leaving_fields_to_their_class_defaults(fields: dict, expected: int) -> None:
+    """Fields a config.json may leave to its transformers config class changed the architecture when missing
+    (no shared expert, no dense first layers, hidden/heads-wide heads, a 2,048-row position table): they take the
+    class's defaults, and the model is the size transformers 5 builds from the same file."""
+    assert from_dict(fields).num_params == expected

@@ -1052,7 +1052,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             experts, topk = _hf_experts(d, mt, "num_experts", "num_local_experts")
             kw.update(num_experts=experts, moe_router_topk=topk,
                       moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
-                      moe_shared_expert_intermediate_size=_get(d, "shared_expert_intermediate_size") or None,
+                      # Qwen2MoeConfig's shared expert is 5,632 wide unless the config says otherwise; Qwen3's has none
+                      moe_shared_expert_intermediate_size=d.get("shared_expert_intermediate_size",
+                                                                5632 if mt == "qwen2_moe" else None) or None,
                       moe_layer_freq=_hf_moe_layers(d, "decoder_sparse_step", dense_key="mlp_only_layers"))
             if kw["moe_layer_freq"] == 0:  # every layer listed in mlp_only_layers: a dense model
                 for f in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
@@ -1065,7 +1067,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
-            kv_channels=_get(d, "head_dim"), ffn_hidden_size=_get(d, "intermediate_size_mlp", default=expert_ffn),
+            kv_channels=_get(d, "head_dim", default=128),  # Llama4TextConfig's default
+            ffn_hidden_size=_get(d, "intermediate_size_mlp", default=expert_ffn),
             activation="swiglu", normalization="RMSNorm", vocab_size=_get(d, "vocab_size"),
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
@@ -1081,7 +1084,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         )
     elif mt in ("deepseek_v2", "deepseek_v3"):
         heads = _int(d, "num_attention_heads")
-        n_shared = _int(d, "n_shared_experts", default=0)
+        # the config classes' defaults: DeepSeek-V3 1 shared expert and 3 dense layers first, V2 2 shared experts
+        n_shared = _int(d, "n_shared_experts", default=1 if mt == "deepseek_v3" else 2)
         moe_ffn = _get(d, "moe_intermediate_size")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
@@ -1100,7 +1104,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             moe_shared_expert_intermediate_size=(n_shared * _int(d, "moe_intermediate_size")) if n_shared and moe_ffn
             else None,
             moe_shared_expert_gate=False, moe_layer_freq=_get(d, "moe_layer_freq", default=1),
-            moe_first_k_dense=_get(d, "first_k_dense_replace", default=0),
+            moe_first_k_dense=_get(d, "first_k_dense_replace", default=3 if mt == "deepseek_v3" else 0),
         )
     elif mt == "gpt_oss":
         heads = _int(d, "num_attention_heads")
@@ -1110,7 +1114,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         local = sum(1 for k in kinds if "sliding" in str(k)) / len(kinds) if kinds else 0.5
         kw.update(
             num_layers=layers, hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
-            num_query_groups=_get(d, "num_key_value_heads", default=heads), kv_channels=_get(d, "head_dim"),
+            num_query_groups=_get(d, "num_key_value_heads", default=heads),
+            kv_channels=_get(d, "head_dim", default=64),  # GptOssConfig's default (64 heads of 64 on 2,880)
             ffn_hidden_size=_get(d, "intermediate_size"), activation="swiglu", normalization="RMSNorm",
             vocab_size=_get(d, "vocab_size"), max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
@@ -1129,7 +1134,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   ffn_hidden_size=_get(d, "n_inner", default=4 * h),
                   activation=_act(_get(d, "activation_function", default="gelu_new"), False, "activation_function"),
                   normalization="LayerNorm",
-                  vocab_size=_get(d, "vocab_size"), seq_length=_get(d, "n_positions", "n_ctx"),
+                  vocab_size=_get(d, "vocab_size"), seq_length=_get(d, "n_positions", "n_ctx", "max_position_embeddings", default=1024),
                   position_embedding_type="learned_absolute",
                   untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
     elif mt == "gptj":
