@@ -271,11 +271,11 @@ def test_gemma_and_phi_configs_load_with_local_global_windows() -> None:
             "hidden_activation": "gelu_pytorch_tanh"}
     g3 = from_dict({"model_type": "gemma3", "_name_or_path": "google/gemma-3-27b-it", "text_config": text})
     assert g3.name == "gemma-3-27b-it" and g3.activation == "geglu" and g3.sandwich_norm and g3.qk_layernorm
-    assert g3.tied_embeddings and g3.window_size == 1024 and g3.window_layer_share == pytest.approx(5 / 6)
+    assert g3.tied_embeddings and g3.window_size == 1024 and g3.window_layer_share == pytest.approx(52 / 62)  # 10 of 62 global
     assert g3.num_params / 1e9 == pytest.approx(27.0, rel=0.01)  # Google: 27B (the text model)
-    # 5 of 6 layers keep 1024 tokens, the global ones the whole context
+    # 52 of 62 layers keep 1024 tokens, the global ones the whole context
     plan = memory_plan(g3, Precision("bf16"), 80 * 2**30, batch=1, input_len=8000, output_len=192)
-    assert plan.kv_per_request == pytest.approx((5 / 6 * 1024 + 1 / 6 * 8192) * plan.kv_per_token)
+    assert plan.kv_per_request == pytest.approx((52 / 62 * 1024 + 10 / 62 * 8192) * plan.kv_per_token)
     assert g3.attention_span(8192) < 0.5 * (8192 + 1) / 2
     g2 = from_dict({"model_type": "gemma2", "hidden_size": 4608, "intermediate_size": 36864, "num_hidden_layers": 46,
                     "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "vocab_size": 256000,
@@ -465,7 +465,7 @@ def test_gemma3_config_as_published_without_vocab_size_loads() -> None:
             "sliding_window": 1024}
     g3 = from_dict({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
                     "text_config": text, "vision_config": {"hidden_size": 1152}})
-    assert g3.vocab_size == 262208 and g3.window_layer_share == pytest.approx(5 / 6)
+    assert g3.vocab_size == 262208 and g3.window_layer_share == pytest.approx(52 / 62)
     assert g3.num_params == 27009346304
     # Gemma 1/2's config classes default to a 256,000-token vocabulary
     g2 = from_dict({"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
@@ -820,3 +820,14 @@ def test_hf_configs_leaving_fields_to_their_class_defaults(fields: dict, expecte
     (no shared expert, no dense first layers, hidden/heads-wide heads, a 2,048-row position table): they take the
     class's defaults, and the model is the size transformers 5 builds from the same file."""
     assert from_dict(fields).num_params == expected
+
+
+def test_gemma_local_layer_share_counts_the_layers() -> None:
+    """Gemma's config classes slide every layer but each ``pattern``-th (``(i + 1) % pattern``): Gemma-3-1B's 26
+    layers have 22 local ones (0.846), not 5/6 (0.833); an odd Gemma 2 depth has one more local layer than global."""
+    g3 = _hf("gemma3_text", hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+             num_key_value_heads=1, head_dim=256, vocab_size=262144, sliding_window=512)
+    assert g3.window_layer_share == pytest.approx(22 / 26)
+    g2 = _hf("gemma2", hidden_size=256, intermediate_size=512, num_hidden_layers=25, num_attention_heads=8,
+             num_key_value_heads=4, head_dim=32, vocab_size=1000, sliding_window=64)
+    assert g2.window_layer_share == pytest.approx(13 / 25)

@@ -1012,8 +1012,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         if mt != "gemma" and d.get("sliding_window"):
             # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one, unless the
             # config lists its layers' kinds (layer_types, which transformers 5 writes and reads first)
+            # (the class's rule: layer i slides unless (i + 1) % pattern == 0; Gemma-3-1B's 26 layers: 22 local)
             pattern = _int(d, "sliding_window_pattern", default=2 if mt == "gemma2" else 6)
-            share = _sliding_share(d, mt) if d.get("layer_types") else (pattern - 1) / pattern
+            layers = _int(d, "num_hidden_layers")
+            share = (_sliding_share(d, mt) if d.get("layer_types")
+                     else (layers - layers // pattern) / layers if layers > 0 and pattern > 0 else 1.0)
             if share > 0:
                 kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
     elif mt in _LLAMA_LIKE:
