@@ -831,3 +831,21 @@ def test_gemma_local_layer_share_counts_the_layers() -> None:
     g2 = _hf("gemma2", hidden_size=256, intermediate_size=512, num_hidden_layers=25, num_attention_heads=8,
              num_key_value_heads=4, head_dim=32, vocab_size=1000, sliding_window=64)
     assert g2.window_layer_share == pytest.approx(13 / 25)
+
+
+def test_partial_rotary_as_transformers_5_saves_it() -> None:
+    """transformers 5 writes the share of each head that RoPE rotates into ``rope_parameters`` (GPT-NeoX's
+    ``rotary_pct``, Phi's and StableLM's ``partial_rotary_factor`` are no longer top-level): a Pythia config saved
+    by it rotated whole heads here (the class default is 0.25), a Phi-2 one took Phi's 0.5 instead of its 0.4;
+    Phi-3's factor (Phi-4-mini: 0.75) was not read at all."""
+    base = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+                vocab_size=1000)
+    rope = {"rope_theta": 10000.0, "rope_type": "default"}
+    assert _hf("gpt_neox", **base, rope_parameters={**rope, "partial_rotary_factor": 0.25}).rotary_percent == 0.25
+    assert _hf("gpt_neox", **base).rotary_percent == 0.25  # GPTNeoXConfig's default
+    assert _hf("gpt_neox", **base, rotary_pct=0.5).rotary_percent == 0.5
+    assert _hf("phi", **base, rope_parameters={**rope, "partial_rotary_factor": 0.4}).rotary_percent == 0.4
+    assert _hf("stablelm", **base, rope_parameters={**rope, "partial_rotary_factor": 0.5}).rotary_percent == 0.5
+    assert _hf("phi3", **base, partial_rotary_factor=0.75).rotary_percent == 0.75
+    assert _hf("phi3", **base, rope_parameters={**rope, "partial_rotary_factor": 0.75}).rotary_percent == 0.75
+    assert _hf("llama", **base, partial_rotary_factor=0.5).rotary_percent == 1.0  # Llama rotates whole heads

@@ -715,6 +715,18 @@ def _float(d: Mapping[str, Any], key: str, default: float) -> float:
         raise InvalidInputError(f"Hugging Face config field {key!r} must be a number, got {v!r}") from None
 
 
+def _rotary(d: Mapping[str, Any], key: str, default: float) -> float:
+    """The share of each head that rotary embeddings rotate: the config's ``key`` (``partial_rotary_factor``,
+    GPT-NeoX's ``rotary_pct``) or, as transformers 5 saves it, ``rope_parameters.partial_rotary_factor``; else the
+    config class's ``default``."""
+    if d.get(key) is not None:
+        return _float(d, key, default)
+    rope = d.get("rope_parameters")
+    if isinstance(rope, Mapping) and rope.get("partial_rotary_factor") is not None:
+        return _float(rope, "partial_rotary_factor", default)
+    return default
+
+
 def _seq(d: Mapping[str, Any], default: int, *keys: str) -> int:
     """Default training/inference sequence length: the model's positions, capped at 8192."""
     return min(_int(d, *(keys or ("max_position_embeddings",)), default=default), 8192)
@@ -743,7 +755,7 @@ def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
               activation=_act(_get(d, "hidden_act", default="gelu"), False), normalization="LayerNorm",
               vocab_size=_get(d, "vocab_size"),
               max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 2048),
-              position_embedding_type="rope", rotary_percent=_float(d, "rotary_pct", 1.0),
+              position_embedding_type="rope", rotary_percent=_rotary(d, "rotary_pct", 0.25),
               # attention_bias is the attention's (query_key_value, dense); the MLP always has biases
               add_bias_linear=_flag(d, "attention_bias", True), add_mlp_bias=True,
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
@@ -752,7 +764,7 @@ def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
 
 def _hf_phi(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """Phi-1, Phi-1.5, Phi-2: attention and MLP in parallel on one LayerNorm, partial rotary, biases."""
-    kw.update(**_hf_decoder(d, False, "LayerNorm", 2048), rotary_percent=_float(d, "partial_rotary_factor", 0.5),
+    kw.update(**_hf_decoder(d, False, "LayerNorm", 2048), rotary_percent=_rotary(d, "partial_rotary_factor", 0.5),
               add_bias_linear=True, output_layer_bias=True, qk_layernorm=_flag(d, "qk_layernorm", False),
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
               parallel_attn=True, parallel_attn_norms=1)
@@ -811,7 +823,7 @@ def _hf_olmo(d: Mapping[str, Any], kw: dict[str, Any], mt: str) -> None:
 def _hf_stablelm(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """StableLM (2): LayerNorm, SwiGLU, partial rotary, optional QKV bias, QK-norm and parallel residual."""
     kw.update(**_hf_decoder(d, True, "LayerNorm", 4096, act="silu"),
-              rotary_percent=_float(d, "partial_rotary_factor", 0.25), add_bias_linear=False,
+              rotary_percent=_rotary(d, "partial_rotary_factor", 0.25), add_bias_linear=False,
               add_qkv_bias=_flag(d, "use_qkv_bias", False), qk_layernorm=_flag(d, "qk_layernorm", False),
               parallel_attn=_flag(d, "use_parallel_residual", False), parallel_attn_norms=1,
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
@@ -1038,6 +1050,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             # attention_bias biases the output projection as well but for Qwen2's (a fixed QKV bias); mlp_bias is
             # Llama's and Granite's (transformers' LlamaMLP / GraniteMLP; the others' MLPs have none)
             add_attn_out_bias=mt not in _QKV_BIAS_ONLY and _flag(d, "attention_bias", False),
+            rotary_percent=_rotary(d, "partial_rotary_factor", 1.0) if mt == "phi3" else 1.0,  # Phi-4-mini: 0.75
             add_mlp_bias=mt in ("llama", "granite") and _flag(d, "mlp_bias", False),
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
         )
