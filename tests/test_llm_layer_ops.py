@@ -79,3 +79,27 @@ def test_sandwich_norms_add_two_norm_kernels_per_layer():
     sandwich = predict_static(make_setup(TransformerConfig(**base, sandwich_norm=True), "A100"), 2, 64, 4).ops
     extra = sandwich[(sandwich["phase"] == "prefill") & (sandwich["name"] == "sandwich_norms")]
     assert len(extra) == 1 and extra["count"].iloc[0] == 4 * 2 and "sandwich_norms" not in set(plain["name"])
+
+
+def test_expert_parallel_all_to_all_waits_for_the_busiest_rank():
+    """With EP over all-to-all (attention DP serving, training), a small decode step hits a fraction of the experts
+    and the busiest rank's share sets the step, as with EP inside TP: 1 token, top-8 of 256 experts over 8 ranks
+    hits 57 experts, 7.1 per rank on average but 12 on the busiest (the mean, rounded up to 8, was costed).
+    A training batch hits every expert: E / ep each, T k routed rows, unchanged."""
+    from hybrid.workloads.llm.layer_ops import busiest_rank_experts
+
+    model = load_model("deepseek-v3")
+    rows: dict[str, dict] = {}
+
+    def emit(part, name, category, count, op, bwd, bwd_cols=None, **cols):
+        if category == "moe":
+            rows[name] = cols
+
+    for tokens, ep, experts in ((1.0, 8, 12.0), (4096.0, 8, 32.0), (4096.0, 64, 4.0)):
+        rows.clear()
+        forward_layer_ops(model, emit, tokens=np.array([tokens]), tp=1, gemm_dtype="bf16", act_dtype="bf16",
+                          act_bytes=2, attention=None, ep=np.array([ep]), dense_count=0.0, moe_count=1.0)
+        assert rows["mlp_up_proj"]["b"][0] == experts
+        if tokens > 1:
+            assert rows["mlp_act"]["elements"][0] == tokens * 8 * 2048
+    assert busiest_rank_experts(np.array([57.0]), 256, 8)[0] == 12.0

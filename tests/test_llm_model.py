@@ -7,7 +7,7 @@ import json
 import pytest
 
 from hybrid.errors import InvalidInputError
-from hybrid.workloads.llm.model import TransformerConfig, from_dict, library, load_model
+from hybrid.workloads.llm.model import TransformerConfig, from_dict, library, load_model, with_overrides
 
 
 @pytest.mark.parametrize(
@@ -271,11 +271,11 @@ def test_gemma_and_phi_configs_load_with_local_global_windows() -> None:
             "hidden_activation": "gelu_pytorch_tanh"}
     g3 = from_dict({"model_type": "gemma3", "_name_or_path": "google/gemma-3-27b-it", "text_config": text})
     assert g3.name == "gemma-3-27b-it" and g3.activation == "geglu" and g3.sandwich_norm and g3.qk_layernorm
-    assert g3.tied_embeddings and g3.window_size == 1024 and g3.window_layer_share == pytest.approx(5 / 6)
+    assert g3.tied_embeddings and g3.window_size == 1024 and g3.window_layer_share == pytest.approx(52 / 62)  # 10 of 62 global
     assert g3.num_params / 1e9 == pytest.approx(27.0, rel=0.01)  # Google: 27B (the text model)
-    # 5 of 6 layers keep 1024 tokens, the global ones the whole context
+    # 52 of 62 layers keep 1024 tokens, the global ones the whole context
     plan = memory_plan(g3, Precision("bf16"), 80 * 2**30, batch=1, input_len=8000, output_len=192)
-    assert plan.kv_per_request == pytest.approx((5 / 6 * 1024 + 1 / 6 * 8192) * plan.kv_per_token)
+    assert plan.kv_per_request == pytest.approx((52 / 62 * 1024 + 10 / 62 * 8192) * plan.kv_per_token)
     assert g3.attention_span(8192) < 0.5 * (8192 + 1) / 2
     g2 = from_dict({"model_type": "gemma2", "hidden_size": 4608, "intermediate_size": 36864, "num_hidden_layers": 46,
                     "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "vocab_size": 256000,
@@ -346,8 +346,8 @@ def test_more_hf_architectures_load_with_their_published_sizes() -> None:
     phi2 = _hf("phi", hidden_act="gelu_new", hidden_size=2560, intermediate_size=10240, num_attention_heads=32,
                num_hidden_layers=32, num_key_value_heads=32, partial_rotary_factor=0.4, vocab_size=51200,
                max_position_embeddings=2048, tie_word_embeddings=False)
-    # 2,779,683,840 with the output layer's bias (51,200), which this library does not count
-    assert phi2.num_params == 2779683840 - 51200
+    # 2,779,683,840 with the output layer's bias (51,200)
+    assert phi2.num_params == 2779683840 and phi2.output_layer_bias
     assert phi2.parallel_attn and phi2.parallel_attn_norms == 1 and phi2.rotary_percent == 0.4
     stablelm = _hf("stablelm", hidden_act="silu", hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
                    num_attention_heads=32, num_key_value_heads=32, partial_rotary_factor=0.25, use_qkv_bias=True,
@@ -363,9 +363,9 @@ def test_more_hf_architectures_load_with_their_published_sizes() -> None:
     olmo2 = _hf("olmo2", hidden_act="silu", hidden_size=4096, intermediate_size=11008, max_position_embeddings=4096,
                 num_attention_heads=32, num_hidden_layers=32, num_key_value_heads=32, vocab_size=100352,
                 tie_word_embeddings=False)
-    # OLMo 2 7B: 7.30B (its QK-norms span all heads: 0.25M more weights than per-head norms)
-    assert olmo2.qk_layernorm and olmo2.normalization == "RMSNorm"
-    assert olmo2.num_params == pytest.approx(7298617344, rel=1e-4)
+    # OLMo 2 7B: 7,298,617,344 (its QK-norms span all heads)
+    assert olmo2.qk_layernorm and olmo2.qk_layernorm_full_width and olmo2.normalization == "RMSNorm"
+    assert olmo2.num_params == 7298617344
     olmoe = _hf("olmoe", hidden_act="silu", hidden_size=2048, intermediate_size=1024, max_position_embeddings=4096,
                 num_attention_heads=16, num_experts=64, num_experts_per_tok=8, num_hidden_layers=16,
                 num_key_value_heads=16, vocab_size=50304, tie_word_embeddings=False)
@@ -465,7 +465,7 @@ def test_gemma3_config_as_published_without_vocab_size_loads() -> None:
             "sliding_window": 1024}
     g3 = from_dict({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
                     "text_config": text, "vision_config": {"hidden_size": 1152}})
-    assert g3.vocab_size == 262208 and g3.window_layer_share == pytest.approx(5 / 6)
+    assert g3.vocab_size == 262208 and g3.window_layer_share == pytest.approx(52 / 62)
     assert g3.num_params == 27009346304
     # Gemma 1/2's config classes default to a 256,000-token vocabulary
     g2 = from_dict({"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42,
@@ -673,3 +673,179 @@ def test_moe_layer_freq_list_is_validated(freq, message: str) -> None:
                            moe_layer_freq=[0, 1, 1, 0])
     assert ok.moe_layer_freq == (0, 1, 1, 0) and ok.num_moe_layers == 2
     assert from_dict(ok.to_dict()).num_params == ok.num_params  # round trip through the Megatron-style keys
+
+
+_SMALL_LLAMA = dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+                    num_key_value_heads=4, vocab_size=32000)
+
+
+@pytest.mark.parametrize(("model_type", "fields", "expected"), [
+    # transformers 5 on the meta device (AutoModelForCausalLM.from_config): attention_bias biases Q, K, V *and* the
+    # output projection (1,024 per layer were missing), mlp_bias gate, up and down (6,656 per layer were missing)
+    ("llama", dict(attention_bias=True), 155751424),
+    ("llama", dict(mlp_bias=True), 155784192),
+    ("granite", dict(attention_bias=True, mlp_bias=True), 155804672),
+    ("qwen3", dict(head_dim=128, attention_bias=True), 176737280),
+    ("gemma2", dict(head_dim=128, attention_bias=True), 143983616),
+    ("qwen2", {}, 155743232),  # Qwen2's fixed QKV bias: no output-projection bias
+])
+def test_hf_attention_and_mlp_biases_are_counted(model_type: str, fields: dict, expected: int) -> None:
+    """A config.json's ``attention_bias`` (Llama, Granite, Qwen3, Gemma, OLMo, Llama 4) gives the output projection a
+    bias as well as Q/K/V, and Llama's / Granite's ``mlp_bias`` biases the MLP: both were left out of the count."""
+    m = _hf(model_type, **_SMALL_LLAMA, **fields)
+    assert m.num_params == expected
+    # biases are additions, not matmul weights: the forward FLOPs are those of the bias-free layout
+    plain = with_overrides(m, add_qkv_bias=False, add_attn_out_bias=False, add_mlp_bias=False)
+    assert plain.num_params < m.num_params
+    assert m.forward_flops_per_token(2048) == plain.forward_flops_per_token(2048)
+
+
+def test_forward_flops_exclude_the_mlp_and_expert_biases() -> None:
+    """``add_bias_linear`` (GPT-2, gpt-oss) biases the MLPs and experts too; those are not matmul weights either."""
+    gpt2 = load_model("gpt2-large")
+    assert gpt2.add_bias_linear
+    assert gpt2.forward_flops_per_token(1024) == with_overrides(gpt2, add_bias_linear=False).forward_flops_per_token(1024)
+    oss = load_model("gpt-oss-20b")
+    for active in (True, False):
+        assert oss.forward_flops_per_token(4096, active=active) == with_overrides(
+            oss, add_bias_linear=False).forward_flops_per_token(4096, active=active)
+
+
+def test_olmo_norm_layouts_match_transformers() -> None:
+    """OLMo 1's LayerNorms are non-parametric (no weight, no bias: 0.26M were counted), OLMo 2's and OLMoE's
+    QK-norms weigh every query/key column (one RMSNorm over all heads, not one head-wide weight): the published
+    configs load at the sizes transformers 5 builds from them (allenai/OLMo-7B-hf, OLMo-2-1124-7B, OLMoE-1B-7B)."""
+    olmo = _hf("olmo", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+               vocab_size=50304, max_position_embeddings=2048, attention_bias=False, hidden_act="silu")
+    assert olmo.num_params == 6888095744 and olmo.param_counts()["norms_per_layer"] == 0
+    olmo2 = _hf("olmo2", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                num_key_value_heads=32, vocab_size=100352, max_position_embeddings=4096, hidden_act="silu")
+    assert olmo2.num_params == 7298617344
+    olmoe = _hf("olmoe", hidden_size=2048, intermediate_size=1024, num_hidden_layers=16, num_attention_heads=16,
+                num_key_value_heads=16, num_experts=64, num_experts_per_tok=8, vocab_size=50304,
+                max_position_embeddings=4096, hidden_act="silu")
+    assert olmoe.num_params == 6919161856
+    # OLMo's attention_bias biases Q, K, V and the output projection (4 x 4,096 per layer)
+    biased = _hf("olmo", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                 vocab_size=50304, attention_bias=True)
+    assert biased.num_params == 6888095744 + 32 * 4 * 4096
+
+
+def test_gptj_and_mpt_bias_layouts_match_transformers() -> None:
+    """GPT-J's attention projections have no bias (its MLP and LM head have): 458,752 attention biases were counted
+    and the LM head's 50,400 missed. MPT's ``no_bias`` drops the LayerNorms' biases too (transformers and
+    llm-foundry alike): 266,240 were counted. Sizes as transformers 5 builds them from the published configs."""
+    gptj = _hf("gptj", n_embd=4096, n_layer=28, n_head=16, n_positions=2048, rotary_dim=64, vocab_size=50400)
+    assert gptj.num_params == 6050882784 == load_model("gptj-6b").num_params
+    assert not gptj.add_bias_linear and gptj.add_mlp_bias and gptj.output_layer_bias
+    mpt7 = _hf("mpt", d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048, no_bias=True,
+               expansion_ratio=4, attn_config={"alibi": True})
+    assert mpt7.num_params == 6649286656  # mosaicml/mpt-7b
+
+
+def test_falcon_neox_and_gemma_layouts_follow_their_config_fields() -> None:
+    """Three config fields were read too coarsely: Falcon2-11B's ``num_ln_in_parallel_attn = 1`` (the new decoder
+    architecture with one norm, 2 x hidden per layer fewer); GPT-NeoX's ``attention_bias: false`` (only the
+    attention loses its biases, the MLP keeps them); a Gemma 2/3 ``layer_types`` list, which transformers 5 writes
+    and reads in place of ``sliding_window_pattern`` (3 of 6 sliding layers was costed as Gemma 3's 5 of 6)."""
+    falcon = _hf("falcon", hidden_size=256, num_hidden_layers=6, num_attention_heads=8, vocab_size=1000,
+                 new_decoder_architecture=True, num_kv_heads=2, num_ln_in_parallel_attn=1)
+    assert falcon.parallel_attn_norms == 1 and falcon.num_params == 4388352  # transformers 5
+    neox = _hf("gpt_neox", hidden_size=256, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=8,
+               vocab_size=1000, attention_bias=False)
+    assert neox.num_params == 5244928
+    gemma = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=8,
+                 num_key_value_heads=4, head_dim=32, vocab_size=1000, sliding_window=64)
+    kinds = ["sliding_attention", "full_attention"] * 3
+    assert _hf("gemma3_text", **gemma, layer_types=kinds).window_layer_share == 0.5
+    assert _hf("gemma3_text", **gemma).window_layer_share == pytest.approx(5 / 6)  # the config class's pattern
+    no_local = _hf("gemma2", **gemma, layer_types=["full_attention"] * 6)
+    assert no_local.window_size is None
+
+
+@pytest.mark.parametrize(("model_type", "field"), [
+    ("mixtral", "num_local_experts"), ("granitemoe", "num_local_experts"), ("olmoe", "num_experts"),
+    ("gpt_oss", "num_local_experts"), ("llama4_text", "num_local_experts"),
+])
+def test_hf_moe_config_without_its_expert_count_is_refused(model_type: str, field: str) -> None:
+    """A Mixtral / Granite-MoE / OLMoE / gpt-oss / Llama 4 config that names no expert count loaded silently as a
+    dense model (transformers builds 8 to 128 experts from the class defaults: 13.9M parameters here, not 2.9M);
+    it is refused naming the field, as Qwen-MoE's already was. A missing top-k takes the class's default (OLMoE:
+    8 of 64, not this library's 2)."""
+    base = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+                num_key_value_heads=4, vocab_size=1000, head_dim=32)
+    with pytest.raises(InvalidInputError, match=field):
+        _hf(model_type, **base)
+    m = _hf(model_type, **base, **{field: 16})
+    assert m.num_experts == 16
+    assert m.moe_router_topk == {"mixtral": 2, "granitemoe": 2, "olmoe": 8, "gpt_oss": 4, "llama4_text": 1}[model_type]
+
+
+def test_hf_config_without_model_type_says_so() -> None:
+    """A config.json without ``model_type`` is read with Megatron-LM keys: the error named only Megatron's missing
+    ``num_layers``, which a Hugging Face user's file never has; it now says what the file lacks."""
+    cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 11008,
+           "num_attention_heads": 32, "num_hidden_layers": 32, "vocab_size": 32000}
+    with pytest.raises(InvalidInputError, match="lacks num_layers .*no model_type"):
+        from_dict(cfg)
+    with pytest.raises(InvalidInputError, match="lacks num_attention_heads$"):
+        from_dict({"num_layers": 2, "hidden_size": 64})
+
+
+def test_qwen3_config_without_head_dim_takes_the_class_default() -> None:
+    """Qwen3Config's head_dim defaults to 128, not hidden / heads: a Qwen3-0.6B config without it built 16 heads of
+    64 (508M parameters) where transformers builds 16 of 128 (596,049,920)."""
+    q = _hf("qwen3", hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+            num_key_value_heads=8, vocab_size=151936, tie_word_embeddings=True)
+    assert q.head_dim == 128 and q.num_params == 596049920
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    # Qwen2MoeConfig: a 5,632-wide gated shared expert unless the config names another width
+    (dict(model_type="qwen2_moe", hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+          num_key_value_heads=4, vocab_size=1000, num_experts=4, moe_intermediate_size=64), 19395840),
+    # DeepseekV3Config: 1 shared expert, the first 3 layers dense
+    (dict(model_type="deepseek_v3", hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+          num_attention_heads=8, vocab_size=1000, n_routed_experts=8, moe_intermediate_size=64, q_lora_rank=64,
+          kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16), 2458240),
+    # Llama4TextConfig: heads of 128 whatever the width
+    (dict(model_type="llama4_text", hidden_size=256, intermediate_size=512, intermediate_size_mlp=512,
+          num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, vocab_size=1000, num_local_experts=4,
+          use_qk_norm=False), 11528448),
+    # GPT2Config: 1,024 positions (the table this library sized at its 2,048-token default)
+    (dict(model_type="gpt2", n_embd=256, n_layer=4, n_head=8, vocab_size=1000), 3677696),
+])
+def test_hf_configs_leaving_fields_to_their_class_defaults(fields: dict, expected: int) -> None:
+    """Fields a config.json may leave to its transformers config class changed the architecture when missing
+    (no shared expert, no dense first layers, hidden/heads-wide heads, a 2,048-row position table): they take the
+    class's defaults, and the model is the size transformers 5 builds from the same file."""
+    assert from_dict(fields).num_params == expected
+
+
+def test_gemma_local_layer_share_counts_the_layers() -> None:
+    """Gemma's config classes slide every layer but each ``pattern``-th (``(i + 1) % pattern``): Gemma-3-1B's 26
+    layers have 22 local ones (0.846), not 5/6 (0.833); an odd Gemma 2 depth has one more local layer than global."""
+    g3 = _hf("gemma3_text", hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+             num_key_value_heads=1, head_dim=256, vocab_size=262144, sliding_window=512)
+    assert g3.window_layer_share == pytest.approx(22 / 26)
+    g2 = _hf("gemma2", hidden_size=256, intermediate_size=512, num_hidden_layers=25, num_attention_heads=8,
+             num_key_value_heads=4, head_dim=32, vocab_size=1000, sliding_window=64)
+    assert g2.window_layer_share == pytest.approx(13 / 25)
+
+
+def test_partial_rotary_as_transformers_5_saves_it() -> None:
+    """transformers 5 writes the share of each head that RoPE rotates into ``rope_parameters`` (GPT-NeoX's
+    ``rotary_pct``, Phi's and StableLM's ``partial_rotary_factor`` are no longer top-level): a Pythia config saved
+    by it rotated whole heads here (the class default is 0.25), a Phi-2 one took Phi's 0.5 instead of its 0.4;
+    Phi-3's factor (Phi-4-mini: 0.75) was not read at all."""
+    base = dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+                vocab_size=1000)
+    rope = {"rope_theta": 10000.0, "rope_type": "default"}
+    assert _hf("gpt_neox", **base, rope_parameters={**rope, "partial_rotary_factor": 0.25}).rotary_percent == 0.25
+    assert _hf("gpt_neox", **base).rotary_percent == 0.25  # GPTNeoXConfig's default
+    assert _hf("gpt_neox", **base, rotary_pct=0.5).rotary_percent == 0.5
+    assert _hf("phi", **base, rope_parameters={**rope, "partial_rotary_factor": 0.4}).rotary_percent == 0.4
+    assert _hf("stablelm", **base, rope_parameters={**rope, "partial_rotary_factor": 0.5}).rotary_percent == 0.5
+    assert _hf("phi3", **base, partial_rotary_factor=0.75).rotary_percent == 0.75
+    assert _hf("phi3", **base, rope_parameters={**rope, "partial_rotary_factor": 0.75}).rotary_percent == 0.75
+    assert _hf("llama", **base, partial_rotary_factor=0.5).rotary_percent == 1.0  # Llama rotates whole heads

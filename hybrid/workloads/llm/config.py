@@ -38,7 +38,7 @@ class TrainingConfig:
     seq_length: int | None = None
     sp: bool = False  # sequence parallelism (norms/dropout split over TP; RS+AG instead of AR)
     distributed_optimizer: bool = False  # ZeRO-1: optimizer states sharded over DP
-    fsdp: bool = False  # ZeRO-3: parameters/gradients/optimizer sharded over DP, gathered per layer
+    fsdp: bool = False  # ZeRO-3: states sharded over DP, gathered per layer (with PP: per stage, once per step)
     recompute: str = "none"
     dtype: str = "bf16"  # compute dtype of GEMMs; fp8 = fp8 GEMMs, bf16 everything else; fp32 = no mixed precision
     flash_attention: bool = True

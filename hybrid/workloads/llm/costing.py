@@ -206,23 +206,32 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         kernels are costed like any bf16 copy of that size."""
         if gdt != "fp8":
             return
-        one = dict(variant="copy", n_inputs=1, n_outputs=1, dtype=adt, device=dev, sub="fp8_cast")
+        one = dict(variant="copy", n_inputs=1, n_outputs=1, dtype=adt, device=dev, sub="fp8_cast", mix=mix[0])
         R.add(kid, fwd_role, count, "elementwise", elements=b * m * k, direction="fwd", **one)
         R.add(kid, bwd_role, count, "elementwise", elements=b * m * n, direction="bwd", **one)
         if weights_per_microbatch:
             R.add(kid, fwd_role, count, "elementwise", elements=b * k * n, direction="fwd", **one)
 
+    mix = [""]  # the MLP kind of the op being emitted (its rows' ``mix``), for fp8_casts too
+
     def emit(part: str, name: str, category: str, count: Any, op: str, bwd: str, bwd_cols: Any = None,
              **cols: Any) -> None:
-        """The shared builder's forward op, its training backward rows, roles and sub-totals."""
-        del name, category
+        """The shared builder's forward op, its training backward rows, roles and sub-totals. Rows of the MoE
+        layers' ops (experts, router, all-to-all) are tagged ``mix="moe"``, the dense MLP's ``"dense"``: their counts
+        are the layer shares (``dense_frac`` / ``moe_frac``), which :func:`busiest_stage_layer` replaces by the
+        busiest pipeline rank's."""
+        mix[0] = "moe" if category == "moe" or part == "ep" else "dense" if name.startswith("mlp_") else ""
+        cols = {**cols, "mix": mix[0]}
         fwd_role, bwd_role = roles[part]
         sub = {"linear": "gemm", "gemm": "gemm", "attention": "attn"}.get(op, "comm" if part != "compute" else "other")
         if op == "linear":  # forward GEMM, backward data- and weight-gradient GEMMs
-            m, n, k = cols["m"], cols["n"], cols["k"]
-            R.add(kid, fwd_role, count, "linear", b=1, m=m, n=n, k=k, dtype=gdt, direction="fwd", device=dev, sub=sub)
-            R.add(kid, bwd_role, count, "gemm", b=1, m=m, n=k, k=n, dtype=gdt, direction="bwd", device=dev, sub=sub)
-            R.add(kid, bwd_role, count, "gemm", b=1, m=k, n=n, k=m, dtype=gdt, direction="bwd", device=dev, sub=sub)
+            m, n, k, mx = cols["m"], cols["n"], cols["k"], mix[0]
+            R.add(kid, fwd_role, count, "linear", b=1, m=m, n=n, k=k, dtype=gdt, direction="fwd", device=dev, sub=sub,
+                  mix=mx)
+            R.add(kid, bwd_role, count, "gemm", b=1, m=m, n=k, k=n, dtype=gdt, direction="bwd", device=dev, sub=sub,
+                  mix=mx)
+            R.add(kid, bwd_role, count, "gemm", b=1, m=k, n=n, k=m, dtype=gdt, direction="bwd", device=dev, sub=sub,
+                  mix=mx)
             fp8_casts(count, fwd_role, bwd_role, 1, m, n, k)
             return
         if part != "compute":
@@ -349,11 +358,50 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
     emb = V * h / t + c["position_embedding"]
     out = np.where(pp > 1, V * h / t, 0.0) if model.tied_embeddings else V * h / t
     out = out + c["final_norm"]
+    experts = expert_total / (t * ep) / pp
+    if model.is_moe and 0 < model.num_moe_layers < model.num_layers and (pp > 1).any():
+        return _uneven_stage_params(model, m, c, kv_extra, layers, experts, emb, out)
     first = layers + emb + np.where(pp > 1, 0.0, out)
     last = layers + out
-    experts = expert_total / (t * ep) / pp
     return {"layers": layers, "first": first, "last": np.where(pp > 1, last, first),
             "max": np.maximum(first, last), "experts": experts, "expert_share": experts / np.maximum(layers, 1)}
+
+
+def _uneven_stage_params(model: TransformerConfig, m: pd.DataFrame, c: dict[str, int], kv_extra: np.ndarray,
+                         layers: np.ndarray, experts: np.ndarray, emb: np.ndarray, out: np.ndarray
+                         ) -> dict[str, np.ndarray]:
+    """:func:`stage_params` of a model with dense and MoE layers: pipeline ranks hold different numbers of MoE
+    layers (:func:`rank_moe_layers`; DeepSeek's dense first layers sit on rank 0), so the most loaded rank is the
+    one with the most parameters, the embedding's and output layer's included, not the mean over the stages."""
+    t = m["tp"].to_numpy(np.float64)
+    pp = m["pp"].to_numpy(np.int64)
+    vp = m["vp"].to_numpy(np.int64)
+    ep = m["ep"].to_numpy(np.float64)
+    attn = c["attention_per_layer"] + c["norms_per_layer"] + kv_extra
+    routed = int(model.num_experts) * model._mlp_params(int(model.moe_ffn_hidden_size))  # noqa: SLF001
+    dense_layer = (attn + c["mlp_per_layer"]) / t
+    moe_layer = (attn + c["moe_per_layer_total"] - routed) / t + routed / (t * ep)
+    layers, experts = layers.copy(), experts.copy()
+    first, last, most = np.zeros(len(m)), np.zeros(len(m)), np.zeros(len(m))
+    for p_, v_ in {(int(a), int(b)) for a, b in zip(pp, vp, strict=True)}:
+        sel = (pp == p_) & (vp == v_)
+        if p_ == 1:
+            first[sel] = layers[sel] + emb[sel] + out[sel]
+            last[sel] = most[sel] = first[sel]
+            continue
+        n_moe = rank_moe_layers(model, p_, v_).astype(np.float64)[None, :]  # [1, rank]
+        per_rank = model.num_layers / p_
+        rank_layers = (per_rank - n_moe) * dense_layer[sel, None] + n_moe * moe_layer[sel, None]  # [mapping, rank]
+        total = rank_layers.copy()
+        total[:, 0] += emb[sel]
+        total[:, -1] += out[sel]
+        busiest = np.argmax(total, axis=1)
+        rows = np.arange(int(sel.sum()))
+        first[sel], last[sel], most[sel] = total[:, 0], total[:, -1], total[rows, busiest]
+        layers[sel] = rank_layers[rows, busiest]
+        experts[sel] = n_moe[0, busiest] * routed / (t[sel] * ep[sel])
+    return {"layers": layers, "first": first, "last": last, "max": most, "experts": experts,
+            "expert_share": experts / np.maximum(layers, 1)}
 
 
 @dataclass(frozen=True)
@@ -530,11 +578,52 @@ def cost_mappings(model: TransformerConfig, cfg: TrainingConfig, mappings: pd.Da
     count = rows["count"].to_numpy()
     rows["total_s"] = secs * count
     layer, stage = _aggregate(rows, secs * count, len(keys), key_of, len(m))
+    layer = busiest_stage_layer(model, m, layer)
     ends = {}
     if low is not None and high is not None:
-        ends = {"low": _aggregate(rows, low * count, len(keys), key_of, len(m)),
-                "high": _aggregate(rows, high * count, len(keys), key_of, len(m))}
+        ends = {end: (busiest_stage_layer(model, m, lay), stg)
+                for end, (lay, stg) in (("low", _aggregate(rows, low * count, len(keys), key_of, len(m))),
+                                        ("high", _aggregate(rows, high * count, len(keys), key_of, len(m))))}
     return MappingCosts(m, layer, stage, params, rows, int(len(np.unique(secs))), ends)
+
+
+def rank_moe_layers(model: TransformerConfig, pp: int, vp: int = 1) -> np.ndarray:
+    """MoE layers held by each of ``pp`` pipeline ranks: rank ``r`` holds model chunks ``r, r + pp, ...`` of
+    ``layers / (pp vp)`` consecutive layers (Megatron-LM's interleaved layout; one chunk each without interleaving).
+    DeepSeek's first dense layers, or an interleaved model's, are not spread evenly over the ranks."""
+    mask = np.array(model.moe_layer_mask, dtype=np.int64)
+    chunks = mask[: len(mask) // (pp * vp) * pp * vp].reshape(vp, pp, -1)  # [chunk round, rank, layer]
+    return chunks.sum(axis=(0, 2))
+
+
+def busiest_stage_layer(model: TransformerConfig, m: pd.DataFrame, layer: dict[str, np.ndarray]
+                        ) -> dict[str, np.ndarray]:
+    """Per-layer times of the slowest pipeline rank, which sets the pipeline's pace, from the layer times costed
+    at the model's mean share of MoE layers: the MoE-only parts (``role@moe``: experts, router, all-to-all) and the
+    dense MLP's (``role@dense``) are re-weighed by that rank's share of MoE layers (the most when a MoE layer takes
+    longer than a dense one, else the fewest). DeepSeek-V3-like models (3 dense layers first) at pp 8 and 64 layers
+    put 5 MoE layers on the first rank and 8 on each other: the mean (7.6) made the pipeline ~5% fast."""
+    L = model.num_layers
+    n_moe = model.num_moe_layers
+    if not 0 < n_moe < L:
+        return layer
+    share = n_moe / L
+    pp = m["pp"].to_numpy(np.int64)
+    vp = m["vp"].to_numpy(np.int64)
+    most, fewest = np.full(len(m), share), np.full(len(m), share)
+    for p_, v_ in {(int(a), int(b)) for a, b in zip(pp, vp, strict=True)}:
+        counts = rank_moe_layers(model, p_, v_) / (L / p_)
+        sel = (pp == p_) & (vp == v_)
+        most[sel], fewest[sel] = counts.max(), counts.min()
+    roles = list(dict.fromkeys(k.split("@")[0] for k in layer if "@" in k))
+    per_moe = {r: layer.get(f"{r}@moe", 0.0) / share for r in roles}  # one MoE layer's MoE ops
+    per_dense = {r: layer.get(f"{r}@dense", 0.0) / (1.0 - share) for r in roles}  # one dense layer's MLP
+    slower = sum((per_moe[r] - per_dense[r]) for r in roles if r in ("f", "b", "epf", "epb", "tpf", "tpb")) > 0
+    x = np.where(slower, most, fewest)
+    out = dict(layer)
+    for r in roles:
+        out[r] = layer[r] + (x - share) * (per_moe[r] - per_dense[r])
+    return out
 
 
 def _aggregate(rows: pd.DataFrame, total_s: np.ndarray, nk: int, key_of: np.ndarray, n: int
@@ -554,6 +643,16 @@ def _aggregate(rows: pd.DataFrame, total_s: np.ndarray, nk: int, key_of: np.ndar
         arr = np.zeros(nk)
         arr[sel.index.to_numpy(np.int64)] = sel.to_numpy()
         table[name] = arr
+    # the MoE and dense MLP parts of each role (busiest_stage_layer re-weighs them per mapping)
+    if "mix" in lr.columns:
+        for kind in ("moe", "dense"):
+            part = lr[lr["mix"] == kind]
+            for (k, r), v in part.groupby(["key", "role"])["total_s"].sum().items():
+                table.setdefault(f"{r}@{kind}", np.zeros(nk))[int(k)] = float(v)
+            for sub, role, name in (("gemm", "f", "gemm_f"), ("gemm", "b", "gemm_b")):
+                sel = part[(part["sub"] == sub) & (part["role"] == role)].groupby("key")["total_s"].sum()
+                arr = table.setdefault(f"{name}@{kind}", np.zeros(nk))
+                arr[sel.index.to_numpy(np.int64)] = sel.to_numpy()
     layer = {k: v[key_of] for k, v in table.items()}
     sr = rows[rows["scope"] == "mapping"]
     stage = {}

@@ -130,9 +130,7 @@ def stage_moe_layers(model: TransformerConfig, pp: int) -> np.ndarray:
     per = math.ceil(layers / pp)
     if not model.is_moe:
         return np.zeros(pp, dtype=np.int64)
-    freq, k = model.moe_layer_freq, model.moe_first_k_dense
-    is_moe = np.array([i >= k and (bool(freq[i]) if isinstance(freq, tuple) else i % freq == 0)
-                       for i in range(layers)], dtype=np.int64)
+    is_moe = np.array(model.moe_layer_mask, dtype=np.int64)
     return np.array([int(is_moe[st * per:(st + 1) * per].sum()) for st in range(pp)], dtype=np.int64)
 
 

@@ -30,7 +30,8 @@ Ops (``name``: Vidur's ``mlp.csv`` names where it has them), per layer:
 ``mlp_up_proj``, ``mlp_act``,         dense MLP (gated: gate and up in one GEMM)
 ``mlp_down_proj``
 ``moe_router``, ``moe_permute``,      MoE: router ``linear``, token permute and unpermute, the routed experts as one
-``mlp_up_proj``, ``mlp_act``,         grouped GEMM (``b`` = local experts hit, :func:`moe_routing`), and an
+``mlp_up_proj``, ``mlp_act``,         grouped GEMM (``b`` = experts hit on the busiest rank, :func:`moe_routing`,
+                                      :func:`busiest_rank_experts`), and an
 ``mlp_down_proj``, ``shared_expert_*``  always-active shared expert
 ``tp_all_reduce`` (or all-gather +    TP collectives of ``[T, h]``: one per parallel block (two for sequential ones)
 reduce-scatter with SP),
@@ -182,10 +183,14 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
             local = busiest_rank_experts(hit, E, ep)
             per = np.maximum(np.floor(T * k / hit), 1.0)
             routed = local * T * k / hit  # routed token rows the busiest rank's experts take (T k with ep = 1)
-        else:
+        else:  # the EP group routes T ep tokens; the step waits for the rank whose experts got most hits
             et = t
-            local, per = moe_routing(T, E, k, ep)
-            routed = T * k
+            ep_arr = np.asarray(ep, dtype=np.float64)
+            hit, _ = moe_routing(T * ep_arr, E, k, 1)
+            local = busiest_rank_experts(hit, E, ep_arr)
+            _, per = moe_routing(T, E, k, ep)
+            # the busiest rank's routed rows: T k once every expert is hit (any training batch)
+            routed = np.where(hit >= E, T * k, local * per)
         linear("moe_router", "moe", T, E, h, moe_count)
         ew("moe_permute", "moe", "copy", T * k * h, 2 * moe_count)  # permute and unpermute
         emit("compute", "mlp_up_proj", "moe", moe_count, "gemm", "experts", b=local, m=per, n=up_mult * fm // et,

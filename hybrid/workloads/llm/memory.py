@@ -27,7 +27,8 @@ the fp32 cross-entropy (``4 s b h / t (1 + v / h)``).
 Model states per parameter (mixed precision, Adam): 16-bit weights 2 + fp32 gradient 4 + fp32 master weights 4 +
 Adam moments 8 = 18 bytes; the distributed optimizer shards the last 12 over DP (``6 + 12/dp``); FSDP shards all
 16 bytes of fp32 state over DP and adds two gathered layers (current + prefetched) of 16-bit weights and their
-gradients. A stated framework reserve (CUDA context, NCCL buffers, allocator fragmentation) is added.
+gradients; with pipeline parallelism the whole stage stays gathered through the step with its gradients accumulated
+unsharded in the reduce dtype (torchtitan's default with PP). A stated framework reserve (CUDA context, NCCL buffers, allocator fragmentation) is added.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.llm.config import TrainingConfig
 from hybrid.workloads.llm.costing import gradient_groups, kv_width_split
 from hybrid.workloads.llm.model import TransformerConfig
@@ -136,8 +138,7 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     wb = 4.0 if fp32 else 2.0  # 16-bit weights (fp8 training keeps bf16 weights; the fp8 copies are transient)
     master = 0.0 if fp32 else 4.0  # fp32 training needs no separate master copy
     # ------------------------------------------------------------------ model states
-    P_first, P_last = params["first"], params["last"]
-    P = np.maximum(P_first, P_last)
+    P = params["max"]  # the most loaded rank (the first or last stage, or one with more MoE layers)
     # sharded states (distributed optimizer, FSDP): dense parameters over DP x CP, experts over DP x CP / EP
     shard = gradient_groups(m, params).sharded()
     # FSDP: the fp32 flat-parameter shard is the master copy (4/dp), gradients 4/dp, Adam moments 8/dp
@@ -145,7 +146,11 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     grads = np.where(fsdp, 4.0 * shard, 4.0 * P)
     optim = np.where(fsdp, 8.0 * shard, np.where(distopt, (8.0 + master) * shard, (8.0 + master) * P))
     layer_p = params["layers"] * pp / L
-    gathered = np.where(fsdp, 2 * layer_p * (2.0 + 2.0), 0.0)
+    # FSDP: two layers gathered (the one computing and the prefetched one) with their 16-bit gradients; with PP
+    # the whole stage stays gathered through the step, its gradients accumulated unsharded in the reduce dtype
+    # (torchtitan / PyTorch pipelining, see schedule.py)
+    pb, gb = DTYPE_BYTES[cfg.fsdp_param_dtype], DTYPE_BYTES[cfg.grad_reduce_dtype]
+    gathered = np.where(fsdp, np.where(pp > 1, P * (pb + gb), 2 * layer_p * (2.0 + 2.0)), 0.0)
     # ------------------------------------------------------------------ activations
     stored, full_layer = activation_bytes_per_token(model, cfg, tp, sp, rc, seq)
     if fp32:  # the formulas count 2-byte activations (dropout masks are counted twice here: a small excess)

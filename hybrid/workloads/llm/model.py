@@ -13,7 +13,9 @@ Qwen2/3 (MoE), Gemma, DeepSeek, GPT-2, GPT-J, GPT-NeoX, OPT, Phi, OLMo, BLOOM, M
 Parameter counting (``param_counts``) is exact for the architectures in the library: per layer the
 Q/K/V/output projections (GQA: K and V have ``num_query_groups * kv_channels`` columns), the MLP (two
 matrices, three when gated: SwiGLU/GeGLU), biases when ``add_bias_linear`` (Q/K/V only when
-``add_qkv_bias``), norms (LayerNorm: weight and bias, RMSNorm: weight), QK-norms; MoE layers hold
+``add_qkv_bias``, the output projection's when ``add_attn_out_bias``, the MLP's when ``add_mlp_bias``), norms
+(LayerNorm: weight and bias, RMSNorm: weight; none when not ``norm_affine``), QK-norms (one head wide, or over all
+heads when ``qk_layernorm_full_width``); MoE layers hold
 ``num_experts`` MLPs of ``moe_ffn_hidden_size`` plus a router (and an optional shared expert); the word
 embedding, learned position embedding, token-type embedding, the final norm, and an untied output layer.
 """
@@ -71,7 +73,21 @@ class TransformerConfig:
     untie_embeddings_and_output_weights: bool = False
     add_bias_linear: bool = True
     add_qkv_bias: bool = False
+    #: the attention output projection has a bias without ``add_bias_linear`` (Hugging Face's ``attention_bias`` on
+    #: Llama, Granite, Gemma, OLMo, Qwen3 biases Q, K, V and the output; Qwen2's fixed QKV bias has none)
+    add_attn_out_bias: bool = False
+    #: the dense MLP's linears have biases without ``add_bias_linear`` (Hugging Face's ``mlp_bias``: Llama, Granite)
+    add_mlp_bias: bool = False
     qk_layernorm: bool = False
+    #: the QK-norms weigh every query/key column (one norm over all heads' projections: OLMo 2, OLMoE) instead of
+    #: one ``kv_channels``-wide weight shared by the heads (Qwen3, Gemma 3)
+    qk_layernorm_full_width: bool = False
+    #: the norms have learned weights (LayerNorm: and biases); OLMo 1's LayerNorms are non-parametric
+    norm_affine: bool = True
+    #: LayerNorms have a bias (MPT's ``no_bias`` drops it, with the linear layers' biases)
+    norm_bias: bool = True
+    #: the output layer (LM head) has a bias over the vocabulary (GPT-J, Phi-1/1.5/2)
+    output_layer_bias: bool = False
     #: attention and MLP read the same normalised input (GPT-J, Falcon): one norm per layer instead of two
     #: (Falcon's new decoder architecture keeps two norms: ``parallel_attn_norms = 2``).
     parallel_attn: bool = False
@@ -308,18 +324,36 @@ class TransformerConfig:
         return len([i for i in range(self.moe_first_k_dense, self.num_layers) if i % freq == 0])
 
     @property
+    def moe_layer_mask(self) -> tuple[bool, ...]:
+        """Per layer, whether it is a MoE layer (``moe_first_k_dense``, then ``moe_layer_freq``)."""
+        if not self.is_moe:
+            return (False,) * self.num_layers
+        freq, k = self.moe_layer_freq, self.moe_first_k_dense
+        return tuple(i >= k and (bool(freq[i]) if isinstance(freq, tuple) else i % freq == 0)
+                     for i in range(self.num_layers))
+
+    @property
     def num_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
 
     # ----------------------------------------------------------------------------------- parameters
-    def _mlp_params(self, ffn: int) -> int:
-        h = self.hidden_size
-        mats = 3 if self.gated else 2
-        bias = (ffn * (2 if self.gated else 1) + h) if self.add_bias_linear else 0
-        return mats * h * ffn + bias
+    def _mlp_bias(self, ffn: int) -> int:
+        return (ffn * (2 if self.gated else 1) + self.hidden_size) if self.add_bias_linear or self.add_mlp_bias else 0
 
-    def _norm_params(self) -> int:
-        return self.hidden_size * (2 if self.normalization == "LayerNorm" else 1)
+    def _mlp_params(self, ffn: int) -> int:
+        return (3 if self.gated else 2) * self.hidden_size * ffn + self._mlp_bias(ffn)
+
+    def _norm_params(self, width: int | None = None) -> int:
+        """Weights of one norm over ``width`` (default: hidden) columns: none when non-parametric (OLMo 1)."""
+        if not self.norm_affine:
+            return 0
+        bias = self.normalization == "LayerNorm" and self.norm_bias
+        return (self.hidden_size if width is None else width) * (2 if bias else 1)
+
+    def _attention_bias_params(self) -> int:
+        """Biases of the Q/K/V and output projections of one (non-MLA) layer."""
+        qkv = self.q_width + 2 * self.kv_width if self.add_bias_linear or self.add_qkv_bias else 0
+        return qkv + (self.hidden_size if self.add_bias_linear or self.add_attn_out_bias else 0)
 
     def mla_matrix_params(self) -> int:
         """MLA's projection weights per layer: query (through its low-rank bottleneck or direct), the KV latent
@@ -336,12 +370,12 @@ class TransformerConfig:
         if self.is_mla:  # projections plus the RMSNorms of the query bottleneck and the KV latent
             attention = self.mla_matrix_params() + (self.q_lora_rank or 0) + int(self.kv_lora_rank)  # type: ignore[arg-type]
         else:
-            qkv = h * (self.q_width + 2 * self.kv_width)
-            if self.add_bias_linear or self.add_qkv_bias:
-                qkv += self.q_width + 2 * self.kv_width
-            out = self.q_width * h + (h if self.add_bias_linear else 0)
-            qk_norm = 2 * d * (2 if self.normalization == "LayerNorm" else 1) if self.qk_layernorm else 0
-            attention = qkv + out + qk_norm
+            weights = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
+            qk_norm = 0
+            if self.qk_layernorm:
+                qk_norm = (self._norm_params(self.q_width) + self._norm_params(self.kv_width)
+                           if self.qk_layernorm_full_width else 2 * self._norm_params(d))
+            attention = weights + self._attention_bias_params() + qk_norm
         n_norms = (self.parallel_attn_norms if self.parallel_attn else 2) + (2 if self.sandwich_norm else 0)
         layer_norms = n_norms * self._norm_params()
         dense_mlp = self._mlp_params(int(self.ffn_hidden_size))  # type: ignore[arg-type]
@@ -359,7 +393,8 @@ class TransformerConfig:
         tokentype = self.num_tokentypes * h
         embedding_norm = self._norm_params() if self.encoder_only else 0
         final_norm = 0 if self.encoder_only else self._norm_params()  # BERT is post-LN: norms are in layers
-        output_layer = 0 if self.tied_embeddings else self.vocab_size * h
+        output_layer = (0 if self.tied_embeddings else self.vocab_size * h) + (self.vocab_size if self.output_layer_bias
+                                                                               else 0)
         head = 0
         if self.encoder_only:  # MLM head (dense + norm + vocab bias) and pooler
             head = (h * h + h) + self._norm_params() + self.vocab_size + (h * h + h)
@@ -436,8 +471,16 @@ class TransformerConfig:
         h = self.hidden_size
         norms = self.num_layers * c["norms_per_layer"]
         layer_weights = (c["layers_active"] if active else c["layers_total"]) - norms
-        if self.add_bias_linear:  # biases are additions, not matmul weights
-            layer_weights -= self.num_layers * (self.q_width + 2 * self.kv_width + h)
+        # biases are additions, not matmul weights: the attention's in every layer, the MLPs' in dense layers and,
+        # per MoE layer, those of the experts a token passes through (all of them with active=False) and the shared one
+        biases = 0.0 if self.is_mla else float(self.num_layers * self._attention_bias_params())
+        biases += self.num_dense_layers * self._mlp_bias(int(self.ffn_hidden_size))  # type: ignore[arg-type]
+        if self.is_moe:
+            experts = self.moe_router_topk if active else int(self.num_experts)  # type: ignore[arg-type]
+            fs = self.moe_shared_expert_intermediate_size
+            biases += self.num_moe_layers * (experts * self._mlp_bias(int(self.moe_ffn_hidden_size))  # type: ignore[arg-type]
+                                             + (self._mlp_bias(fs) if fs else 0))
+        layer_weights -= biases
         span = self.attention_span(s) if causal_skip else self.window_keys(s)
         # QK^T over the query/key head width and AV over the value width (both the head dim but under MLA)
         attention = 2.0 * span * (self.q_width + self.value_width) * self.num_layers
@@ -560,7 +603,9 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                 kw["position_embedding_type"] = "rope"
         elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
             kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
-        elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "qk_layernorm",
+        elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "add_attn_out_bias",
+                   "add_mlp_bias", "qk_layernorm_full_width", "norm_affine", "norm_bias", "output_layer_bias",
+                   "qk_layernorm",
                    "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
             kw[k] = _as_bool(value, k)
         elif k in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's probabilities (default 0.1 each)
@@ -586,7 +631,10 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         kw["name"] = name
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if k not in kw]
     if missing:
-        raise InvalidInputError(f"model config {kw.get('name', '')!r} lacks {', '.join(missing)}")
+        hf = [k for k in ("architectures", "num_hidden_layers", "n_layer", "n_layers") if k in d]
+        hint = (f" (it has Hugging Face fields ({', '.join(hf)}) but no model_type, which a config.json names its "
+                "architecture by: add it, e.g. \"model_type\": \"llama\")") if hf else ""
+        raise InvalidInputError(f"model config {kw.get('name', '')!r} lacks {', '.join(missing)}{hint}")
     try:
         return TransformerConfig(**kw)
     except TypeError as exc:  # wrong value types reach here only through odd YAML
@@ -667,6 +715,18 @@ def _float(d: Mapping[str, Any], key: str, default: float) -> float:
         raise InvalidInputError(f"Hugging Face config field {key!r} must be a number, got {v!r}") from None
 
 
+def _rotary(d: Mapping[str, Any], key: str, default: float) -> float:
+    """The share of each head that rotary embeddings rotate: the config's ``key`` (``partial_rotary_factor``,
+    GPT-NeoX's ``rotary_pct``) or, as transformers 5 saves it, ``rope_parameters.partial_rotary_factor``; else the
+    config class's ``default``."""
+    if d.get(key) is not None:
+        return _float(d, key, default)
+    rope = d.get("rope_parameters")
+    if isinstance(rope, Mapping) and rope.get("partial_rotary_factor") is not None:
+        return _float(rope, "partial_rotary_factor", default)
+    return default
+
+
 def _seq(d: Mapping[str, Any], default: int, *keys: str) -> int:
     """Default training/inference sequence length: the model's positions, capped at 8192."""
     return min(_int(d, *(keys or ("max_position_embeddings",)), default=default), 8192)
@@ -695,16 +755,17 @@ def _hf_gpt_neox(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
               activation=_act(_get(d, "hidden_act", default="gelu"), False), normalization="LayerNorm",
               vocab_size=_get(d, "vocab_size"),
               max_position_embeddings=_get(d, "max_position_embeddings"), seq_length=_seq(d, 2048),
-              position_embedding_type="rope", rotary_percent=_float(d, "rotary_pct", 1.0),
-              add_bias_linear=_flag(d, "attention_bias", True),
+              position_embedding_type="rope", rotary_percent=_rotary(d, "rotary_pct", 0.25),
+              # attention_bias is the attention's (query_key_value, dense); the MLP always has biases
+              add_bias_linear=_flag(d, "attention_bias", True), add_mlp_bias=True,
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
               parallel_attn=_flag(d, "use_parallel_residual", True), parallel_attn_norms=2)
 
 
 def _hf_phi(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """Phi-1, Phi-1.5, Phi-2: attention and MLP in parallel on one LayerNorm, partial rotary, biases."""
-    kw.update(**_hf_decoder(d, False, "LayerNorm", 2048), rotary_percent=_float(d, "partial_rotary_factor", 0.5),
-              add_bias_linear=True, qk_layernorm=_flag(d, "qk_layernorm", False),
+    kw.update(**_hf_decoder(d, False, "LayerNorm", 2048), rotary_percent=_rotary(d, "partial_rotary_factor", 0.5),
+              add_bias_linear=True, output_layer_bias=True, qk_layernorm=_flag(d, "qk_layernorm", False),
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
               parallel_attn=True, parallel_attn_norms=1)
 
@@ -749,18 +810,20 @@ def _hf_starcoder2(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
 
 def _hf_olmo(d: Mapping[str, Any], kw: dict[str, Any], mt: str) -> None:
     """AI2's OLMo (non-parametric LayerNorm), OLMo 2 (RMSNorm after each block, QK-norm) and OLMoE (64 experts)."""
+    bias = _flag(d, "attention_bias", False)  # Q, K, V and output
     kw.update(**_hf_decoder(d, True, "LayerNorm" if mt == "olmo" else "RMSNorm", 4096, act="silu"),
-              add_bias_linear=False, add_qkv_bias=_flag(d, "attention_bias", False), qk_layernorm=mt != "olmo",
+              add_bias_linear=False, add_qkv_bias=bias, add_attn_out_bias=bias, norm_affine=mt != "olmo",
+              qk_layernorm=mt != "olmo", qk_layernorm_full_width=mt != "olmo",
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
     if mt == "olmoe":
-        kw.update(num_experts=_get(d, "num_experts"), moe_router_topk=_get(d, "num_experts_per_tok"),
-                  moe_ffn_hidden_size=_get(d, "intermediate_size"))
+        experts, topk = _hf_experts(d, mt, "num_experts", "num_local_experts")
+        kw.update(num_experts=experts, moe_router_topk=topk, moe_ffn_hidden_size=_get(d, "intermediate_size"))
 
 
 def _hf_stablelm(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     """StableLM (2): LayerNorm, SwiGLU, partial rotary, optional QKV bias, QK-norm and parallel residual."""
     kw.update(**_hf_decoder(d, True, "LayerNorm", 4096, act="silu"),
-              rotary_percent=_float(d, "partial_rotary_factor", 0.25), add_bias_linear=False,
+              rotary_percent=_rotary(d, "partial_rotary_factor", 0.25), add_bias_linear=False,
               add_qkv_bias=_flag(d, "use_qkv_bias", False), qk_layernorm=_flag(d, "qk_layernorm", False),
               parallel_attn=_flag(d, "use_parallel_residual", False), parallel_attn_norms=1,
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
@@ -782,6 +845,9 @@ _HF_MORE = {
     "olmo": lambda d, kw: _hf_olmo(d, kw, "olmo"), "olmo2": lambda d, kw: _hf_olmo(d, kw, "olmo2"),
     "olmoe": lambda d, kw: _hf_olmo(d, kw, "olmoe"),
 }
+#: Llama-layout decoders whose ``attention_bias`` (Qwen2) or whose fixed bias-free layout (Mistral, Mixtral, Phi-3)
+#: leaves the attention output projection without a bias
+_QKV_BIAS_ONLY = ("qwen2", "qwen2_moe", "mistral", "mixtral", "phi3")
 #: Llama-layout decoders under their own model_type (Granite's extra scalar multipliers cost nothing)
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "granite",
                "granitemoe")
@@ -873,6 +939,23 @@ def _sliding_share(d: Mapping[str, Any], mt: str) -> float:
     return 1.0
 
 
+#: transformers' config-class defaults of the experts each token takes (``num_experts_per_tok``), which a config
+#: that leaves it out gets (this library's default, 2, is none of theirs for OLMoE, Qwen-MoE, DeepSeek-V3, gpt-oss)
+_HF_TOPK = {"mixtral": 2, "granitemoe": 2, "olmoe": 8, "qwen2_moe": 4, "qwen3_moe": 8, "llama4_text": 1,
+            "deepseek_v3": 8, "gpt_oss": 4}
+
+
+def _hf_experts(d: Mapping[str, Any], mt: str, *keys: str) -> tuple[Any, Any]:
+    """(experts, experts per token) of a Hugging Face MoE config: the first of ``keys`` present (transformers 5
+    saves some under their attribute-map alias), refused when none is, since the config would otherwise load as
+    a dense model a fraction of the size; the top-k takes the config class's default when absent."""
+    experts = _get(d, *keys)
+    if experts is None:
+        raise InvalidInputError(f"Hugging Face config ({mt}) lacks {' (or '.join(keys)}{')' * (len(keys) - 1)}: "
+                                "the number of experts")
+    return experts, _get(d, "num_experts_per_tok", "experts_per_token", default=_HF_TOPK.get(mt, 2))
+
+
 def _hf_moe_layers(d: Mapping[str, Any], step_key: str, *, dense_key: str | None = None,
                    moe_key: str | None = None) -> int | list[int]:
     """:attr:`TransformerConfig.moe_layer_freq` of a Hugging Face MoE config whose sparse layers count from layer 1:
@@ -934,19 +1017,28 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
+            add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True),
             qk_layernorm=mt == "gemma3_text", sandwich_norm=mt != "gemma",
         )
         if mt != "gemma" and d.get("sliding_window"):
-            # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one
+            # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one, unless the
+            # config lists its layers' kinds (layer_types, which transformers 5 writes and reads first)
+            # (the class's rule: layer i slides unless (i + 1) % pattern == 0; Gemma-3-1B's 26 layers: 22 local)
             pattern = _int(d, "sliding_window_pattern", default=2 if mt == "gemma2" else 6)
-            kw.update(window_size=_get(d, "sliding_window"), window_layer_share=(pattern - 1) / pattern)
+            layers = _int(d, "num_hidden_layers")
+            share = (_sliding_share(d, mt) if d.get("layer_types")
+                     else (layers - layers // pattern) / layers if layers > 0 and pattern > 0 else 1.0)
+            if share > 0:
+                kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
     elif mt in _LLAMA_LIKE:
         heads = _int(d, "num_attention_heads")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
-            kv_channels=_get(d, "head_dim"), ffn_hidden_size=_get(d, "intermediate_size"),
+            # Qwen3Config's head_dim defaults to 128 whatever the width (Qwen3-0.6B: 16 heads of 128 on 1,024)
+            kv_channels=_get(d, "head_dim", default=128 if mt == "qwen3" else None),
+            ffn_hidden_size=_get(d, "intermediate_size"),
             activation=_act(_get(d, "hidden_act", default="silu"), gated=True), normalization="RMSNorm",
             vocab_size=_get(d, "vocab_size"),
             max_position_embeddings=_get(d, "max_position_embeddings"),
@@ -955,6 +1047,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             add_bias_linear=False,
             add_qkv_bias=_flag(d, "attention_bias", mt in ("qwen2", "qwen2_moe")),
+            # attention_bias biases the output projection as well but for Qwen2's (a fixed QKV bias); mlp_bias is
+            # Llama's and Granite's (transformers' LlamaMLP / GraniteMLP; the others' MLPs have none)
+            add_attn_out_bias=mt not in _QKV_BIAS_ONLY and _flag(d, "attention_bias", False),
+            rotary_percent=_rotary(d, "partial_rotary_factor", 1.0) if mt == "phi3" else 1.0,  # Phi-4-mini: 0.75
+            add_mlp_bias=mt in ("llama", "granite") and _flag(d, "mlp_bias", False),
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
         )
         if mt in ("mistral", "mixtral", "qwen2", "qwen3", "phi3") and d.get("sliding_window") \
@@ -963,16 +1060,17 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             if share > 0:
                 kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
         if mt in ("mixtral", "granitemoe"):
-            kw.update(num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok"))
+            experts, topk = _hf_experts(d, mt, "num_local_experts", "num_experts")
+            kw.update(num_experts=experts, moe_router_topk=topk)
         if mt in ("qwen2_moe", "qwen3_moe"):
             # transformers 5 saves Qwen3MoeConfig's num_experts as num_local_experts (its attribute map); a
             # config naming neither would otherwise load as a dense model of a tenth of the size
-            experts = _get(d, "num_experts", "num_local_experts")
-            if experts is None:
-                raise InvalidInputError(f"Hugging Face config ({mt}) lacks num_experts (or num_local_experts)")
-            kw.update(num_experts=experts, moe_router_topk=_get(d, "num_experts_per_tok"),
+            experts, topk = _hf_experts(d, mt, "num_experts", "num_local_experts")
+            kw.update(num_experts=experts, moe_router_topk=topk,
                       moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
-                      moe_shared_expert_intermediate_size=_get(d, "shared_expert_intermediate_size") or None,
+                      # Qwen2MoeConfig's shared expert is 5,632 wide unless the config says otherwise; Qwen3's has none
+                      moe_shared_expert_intermediate_size=d.get("shared_expert_intermediate_size",
+                                                                5632 if mt == "qwen2_moe" else None) or None,
                       moe_layer_freq=_hf_moe_layers(d, "decoder_sparse_step", dense_key="mlp_only_layers"))
             if kw["moe_layer_freq"] == 0:  # every layer listed in mlp_only_layers: a dense model
                 for f in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
@@ -980,26 +1078,30 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                     kw.pop(f)
     elif mt == "llama4_text":
         heads = _int(d, "num_attention_heads")
+        experts, topk = _hf_experts(d, mt, "num_local_experts")
         expert_ffn = _get(d, "intermediate_size")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=_get(d, "num_key_value_heads", default=heads),
-            kv_channels=_get(d, "head_dim"), ffn_hidden_size=_get(d, "intermediate_size_mlp", default=expert_ffn),
+            kv_channels=_get(d, "head_dim", default=128),  # Llama4TextConfig's default
+            ffn_hidden_size=_get(d, "intermediate_size_mlp", default=expert_ffn),
             activation="swiglu", normalization="RMSNorm", vocab_size=_get(d, "vocab_size"),
             max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             qk_layernorm=_flag(d, "use_qk_norm", False),
+            add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             # every layer's MoE: routed experts plus one always-active shared expert of the same width, no gate
-            num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=1),
+            num_experts=experts, moe_router_topk=topk,
             moe_ffn_hidden_size=expert_ffn, moe_shared_expert_intermediate_size=expert_ffn,
             moe_shared_expert_gate=False,
             moe_layer_freq=_hf_moe_layers(d, "interleave_moe_layer_step", moe_key="moe_layers"),
         )
     elif mt in ("deepseek_v2", "deepseek_v3"):
         heads = _int(d, "num_attention_heads")
-        n_shared = _int(d, "n_shared_experts", default=0)
+        # the config classes' defaults: DeepSeek-V3 1 shared expert and 3 dense layers first, V2 2 shared experts
+        n_shared = _int(d, "n_shared_experts", default=1 if mt == "deepseek_v3" else 2)
         moe_ffn = _get(d, "moe_intermediate_size")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
@@ -1012,28 +1114,31 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             q_lora_rank=_get(d, "q_lora_rank"), kv_lora_rank=_get(d, "kv_lora_rank"),
             qk_head_dim=_get(d, "qk_nope_head_dim"), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim"),
             v_head_dim=_get(d, "v_head_dim"),
-            num_experts=_get(d, "n_routed_experts"), moe_router_topk=_get(d, "num_experts_per_tok", default=2),
+            num_experts=_get(d, "n_routed_experts"),
+            moe_router_topk=_get(d, "num_experts_per_tok", default=_HF_TOPK.get(mt, 2)),
             moe_ffn_hidden_size=moe_ffn,
             moe_shared_expert_intermediate_size=(n_shared * _int(d, "moe_intermediate_size")) if n_shared and moe_ffn
             else None,
             moe_shared_expert_gate=False, moe_layer_freq=_get(d, "moe_layer_freq", default=1),
-            moe_first_k_dense=_get(d, "first_k_dense_replace", default=0),
+            moe_first_k_dense=_get(d, "first_k_dense_replace", default=3 if mt == "deepseek_v3" else 0),
         )
     elif mt == "gpt_oss":
         heads = _int(d, "num_attention_heads")
+        experts, topk = _hf_experts(d, mt, "num_local_experts", "num_experts")
         layers = _int(d, "num_hidden_layers")
         kinds = list(d.get("layer_types") or [])  # "sliding_attention" / "full_attention" per layer
         local = sum(1 for k in kinds if "sliding" in str(k)) / len(kinds) if kinds else 0.5
         kw.update(
             num_layers=layers, hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
-            num_query_groups=_get(d, "num_key_value_heads", default=heads), kv_channels=_get(d, "head_dim"),
+            num_query_groups=_get(d, "num_key_value_heads", default=heads),
+            kv_channels=_get(d, "head_dim", default=64),  # GptOssConfig's default (64 heads of 64 on 2,880)
             ffn_hidden_size=_get(d, "intermediate_size"), activation="swiglu", normalization="RMSNorm",
             vocab_size=_get(d, "vocab_size"), max_position_embeddings=_get(d, "max_position_embeddings"),
             seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
             position_embedding_type="rope",
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             add_bias_linear=_flag(d, "attention_bias", True),
-            num_experts=_get(d, "num_local_experts"), moe_router_topk=_get(d, "num_experts_per_tok", "experts_per_token"),
+            num_experts=experts, moe_router_topk=topk,
             moe_ffn_hidden_size=_get(d, "intermediate_size"),
         )
         if d.get("sliding_window") and local > 0:
@@ -1045,7 +1150,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   ffn_hidden_size=_get(d, "n_inner", default=4 * h),
                   activation=_act(_get(d, "activation_function", default="gelu_new"), False, "activation_function"),
                   normalization="LayerNorm",
-                  vocab_size=_get(d, "vocab_size"), seq_length=_get(d, "n_positions", "n_ctx"),
+                  vocab_size=_get(d, "vocab_size"), seq_length=_get(d, "n_positions", "n_ctx", "max_position_embeddings", default=1024),
                   position_embedding_type="learned_absolute",
                   untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
     elif mt == "gptj":
@@ -1057,7 +1162,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   rotary_percent=(float(d["rotary_dim"]) / (h // _int(d, "n_head"))
                                   if d.get("rotary_dim") else 1.0),
                   untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
-                  parallel_attn=True)
+                  # Q/K/V and output projections without biases, the MLP and the LM head with them
+                  add_bias_linear=False, add_mlp_bias=True, output_layer_bias=True, parallel_attn=True)
     elif mt == "mpt":
         attn = d.get("attn_config") or {}
         ffn_cfg = d.get("ffn_config") or {}
@@ -1069,7 +1175,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   seq_length=_get(d, "max_seq_len", default=2048),
                   position_embedding_type=("alibi" if _flag(attn, "alibi", False) else
                                            "learned_absolute" if _flag(d, "learned_pos_emb", True) else "none"),
-                  add_bias_linear=not _flag(d, "no_bias", False),
+                  add_bias_linear=not _flag(d, "no_bias", False), norm_bias=not _flag(d, "no_bias", False),
                   untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
     elif mt in ("falcon", "refinedweb", "refinedwebmodel"):
         h = _int(d, "hidden_size", "n_embd")
@@ -1084,7 +1190,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   add_bias_linear=_flag(d, "bias", False),
                   untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True),
                   parallel_attn=_flag(d, "parallel_attn", True),
-                  parallel_attn_norms=2 if new_arch else 1)
+                  # Falcon2-11B: the new decoder architecture with one norm (num_ln_in_parallel_attn = 1)
+                  parallel_attn_norms=_int(d, "num_ln_in_parallel_attn", default=2 if new_arch else 1))
     elif mt == "bert":
         kw.update(num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
                   num_attention_heads=_get(d, "num_attention_heads"),

@@ -10,7 +10,11 @@ Per layer and microbatch on one rank (seconds)::
 TP comm is exposed (Megatron runs it on the compute stream) unless ``tp_comm_overlap``, where it hides behind
 the layer's GEMMs (``max(0, comm - gemm)``). CP's ring exchange overlaps with attention compute. FSDP gathers
 the next layer's parameters while this one computes (``overlap_param_gather``): a layer lasts
-``max(compute, gather)``; backward adds the re-gather and the gradient reduce-scatter.
+``max(compute, gather)``; backward adds the re-gather and the gradient reduce-scatter, every microbatch. With
+pipeline parallelism FSDP gathers once per step and keeps the stage unsharded (torchtitan's default
+``fsdp_reshard_after_forward`` with PP; PyTorch's pipeline schedules accumulate unsharded gradients and
+reduce-scatter them once, after the last backward): the gathers exposed in the first forward and that one
+reduce-scatter join the tail.
 
 The pipeline runs on :mod:`hybrid.engine` with one rank per stage (DP/TP ranks of a stage are symmetric): each
 rank's compute stream runs its 1F1B or interleaved order of (chunk, microbatch) forward/backward nodes (first
@@ -60,7 +64,9 @@ class StageTimes:
     dp_gather: np.ndarray  # distributed-optimizer parameter all-gather
     emb_sync: np.ndarray
     optimizer: np.ndarray
-    fsdp_tail: np.ndarray  # embedding gather/reduce and the last layer's reduce-scatter (FSDP)
+    #: FSDP: the embedding's gather/reduce and the last layer's reduce-scatter; with PP, the stage's gathers
+    #: exposed in the first forward and its one gradient reduce-scatter after the last backward
+    fsdp_tail: np.ndarray
     n_micro: np.ndarray
     layers_per_chunk: np.ndarray
 
@@ -87,7 +93,9 @@ def stage_times(model: TransformerConfig, cfg: TrainingConfig, c: MappingCosts) 
     recomp_comm = np.where(rc == "full", fwd - fwd_compute, 0.0)
     bwd_compute = L["b"] + recomp_compute
     bwd = bwd_compute + tpb + L["epb"] + cpb + recomp_comm
-    # FSDP per-layer gathers / reduce-scatters
+    # FSDP per-layer gathers / reduce-scatters: every microbatch without PP (reshard after forward, re-gather in
+    # backward); with PP once per step (torchtitan's default with PP: no reshard after forward, and PyTorch's
+    # pipeline schedules accumulate unsharded gradients, reduce-scattering them after the last backward)
     ag, rs = S["fsdp_ag"], S["fsdp_rs"]
     if cfg.overlap_param_gather:
         fwd_f = np.maximum(fwd, ag)
@@ -95,9 +103,13 @@ def stage_times(model: TransformerConfig, cfg: TrainingConfig, c: MappingCosts) 
     else:
         fwd_f = fwd + ag
         bwd_f = bwd + ag + rs
-    fsdp_exposed = np.where(fsdp, (fwd_f - fwd) + (bwd_f - bwd), 0.0)
-    fwd = np.where(fsdp, fwd_f, fwd)
-    bwd = np.where(fsdp, bwd_f, bwd)
+    per_micro = fsdp & (pp == 1)
+    once = fsdp & (pp > 1)
+    stage_layers = model.num_layers // pp
+    fsdp_once = np.where(once, stage_layers * ((fwd_f - fwd) + rs), 0.0)  # first forward's gathers, the reduce
+    fsdp_exposed = np.where(per_micro, (fwd_f - fwd) + (bwd_f - bwd), 0.0)
+    fwd = np.where(per_micro, fwd_f, fwd)
+    bwd = np.where(per_micro, bwd_f, bwd)
     return StageTimes(
         layer_f=fwd, layer_b=bwd, compute_f=fwd_compute, compute_b=bwd_compute,
         tp_exposed=tpf + tpb + np.where(rc == "full", tpf, 0.0), ep_exposed=L["epf"] + L["epb"] * 1.0
@@ -105,7 +117,7 @@ def stage_times(model: TransformerConfig, cfg: TrainingConfig, c: MappingCosts) 
         fsdp_exposed=fsdp_exposed,
         embed_f=L["ef"], embed_b=L["eb"], head_f=L["hf"] + L["htpf"], head_b=L["hb"] + L["htpb"],
         p2p=S["p2p"], dp_reduce=S["dp_ar"] + S["dp_rs"], dp_gather=S["dp_ag"], emb_sync=S["emb_ar"],
-        optimizer=S["opt"] + S.get("fp8w", 0.0), fsdp_tail=np.where(fsdp, S["fsdp_emb"] + rs, 0.0),
+        optimizer=S["opt"] + S.get("fp8w", 0.0), fsdp_tail=np.where(fsdp, S["fsdp_emb"] + np.where(once, fsdp_once, rs), 0.0),
         n_micro=cfg.global_batch // (mb * dp), layers_per_chunk=model.num_layers // (pp * vp),
     )
 

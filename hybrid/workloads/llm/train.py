@@ -285,14 +285,15 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
     tp = n * lps * float(st.tp_exposed[0])
     ep = n * lps * float(st.ep_exposed[0])
     cpx = n * lps * float(st.cp_exposed[0])
-    fsdp = n * lps * float(st.fsdp_exposed[0])
-    busy = compute + tp + ep + cpx + fsdp
+    fsdp_mb = n * lps * float(st.fsdp_exposed[0])  # per-microbatch gathers / reduce-scatters (no PP)
+    busy = compute + tp + ep + cpx + fsdp_mb
     bubble = max(0.0, pipeline - busy)
     tail = iteration - pipeline
     opt = float(st.optimizer[0])
     emb = float(st.emb_sync[0]) if pp > 1 else 0.0
-    breakdown = {"compute": compute, "tp_comm": tp, "ep_comm": ep, "cp_comm": cpx, "fsdp_comm": fsdp,
-                 "pipeline_bubble": bubble, "dp_comm": max(0.0, tail - opt - emb),
+    fsdp_tail = float(st.fsdp_tail[0])  # the embedding's and, with PP, the stage's once-per-step FSDP comm
+    breakdown = {"compute": compute, "tp_comm": tp, "ep_comm": ep, "cp_comm": cpx, "fsdp_comm": fsdp_mb + fsdp_tail,
+                 "pipeline_bubble": bubble, "dp_comm": max(0.0, tail - opt - emb - fsdp_tail),
                  "embedding_sync": emb, "optimizer": opt}
     # differences of the simulated times leave float residue (1e-16 s) where a part is absent (pp = 1, dp = 1)
     breakdown = {k: 0.0 if abs(v) <= 1e-12 * iteration else v for k, v in breakdown.items()}
