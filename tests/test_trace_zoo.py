@@ -348,3 +348,69 @@ def test_ctc_loss_on_this_cpu_within_a_loose_factor_of_its_time(cpu_model):
     out = cpu_model.predict(pd.DataFrame([{**r, "device": CPU} for r in (fwd, bwd)]))["time_us"].to_numpy()
     ratio = out / np.asarray(measured)
     assert ((ratio > 0.04) & (ratio < 2.0)).all(), (out, measured)
+
+
+def test_glu_the_gamma_functions_samplers_and_helper_views_are_mapped():
+    # GLU over [2, 64, 399] along dim 1: one value per output (half the input), both halves read
+    glu = map_op("aten::glu", [[2, 64, 399], []], ["fp32", None], [[2, 32, 399]], {"concrete": ['', '1']}, leaf=False)
+    assert glu.kind == "op" and glu.row["elements"] == 2 * 32 * 399
+    assert (glu.row["n_inputs"], glu.row["n_outputs"]) == (2.0, 1.0)
+    bwd_dims, bwd_types = [[2, 32, 399], [2, 64, 399], []], ["fp32", "fp32", None]
+    bwd = map_op("aten::glu_backward", bwd_dims, bwd_types, [[2, 64, 399]], {})
+    assert bwd.row["elements"] == 2 * 32 * 399 and bwd.row["n_outputs"] == 2.0 and bwd.row["direction"] == "bwd"
+    # a CPU's GLU backward is a composite of a sigmoid and products: looked into
+    assert map_op("aten::glu_backward", bwd_dims, bwd_types, [[2, 64, 399]], {}, leaf=False) is None
+    for name in ("aten::lgamma", "aten::digamma"):
+        assert map_op(name, [[2, 8]], ["fp32"], [[2, 8]], {}).row["elements"] == 16
+    assert map_op("aten::random_", [[8], [], [], []], ["int64", None, None, None], [[8]], {}).kind == "op"
+    assert map_op("aten::equal", [[2, 32, 64], [2, 32, 64]], ["fp32", "fp32"], [[]], {}).row["n_inputs"] == 2.0
+    for name, dims in (("aten::broadcast_to", [[2, 1, 3], [[], [], []]]), ("aten::resize_as_", [[0], [2, 64, 399], []])):
+        assert map_op(name, dims, ["fp32", "fp32", None], [], {}).kind == "view"
+        assert map_op(name, dims, ["fp32", "fp32", None], [], {}, leaf=False) is None
+
+
+def _audio_ctc(tf, torch, cfg: str, cls: str, **kw):
+    model = getattr(tf, cls)(getattr(tf, cfg)(
+        vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2, **kw))
+    x, labels = torch.randn(2, 4000), torch.randint(1, 32, (2, 12))
+    return lambda: model(input_values=x, labels=labels).loss.backward()
+
+
+def _time_series(tf, torch):
+    model = tf.TimeSeriesTransformerForPrediction(tf.TimeSeriesTransformerConfig(
+        prediction_length=8, context_length=16, lags_sequence=[1, 2, 3], num_time_features=1, d_model=16,
+        encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+        decoder_ffn_dim=32))
+    past, future = torch.randn(2, 19), torch.randn(2, 8)
+    return lambda: model(past_values=past, past_time_features=torch.randn(2, 19, 1),
+                         past_observed_mask=torch.ones(2, 19), future_values=future,
+                         future_time_features=torch.randn(2, 8, 1)).loss.backward()
+
+
+# (architecture, the ops it was left with unmodelled)
+STEPS = {"wav2vec2-conformer": ("aten::glu", "aten::resize_as_"), "wavlm": ("aten::broadcast_to",),
+         "time-series": ("aten::lgamma", "aten::digamma")}
+
+
+@pytest.mark.parametrize("arch", list(STEPS))
+def test_a_traced_step_with_glu_broadcast_or_gamma_ops_leaves_nothing_unmodelled(tmp_path, capsys, arch):
+    tf = pytest.importorskip("transformers")
+    if not all(hasattr(tf, c) for c in ("Wav2Vec2ConformerForCTC", "WavLMForCTC", "TimeSeriesTransformerConfig")):
+        pytest.skip("transformers without these models")
+
+    def build(torch):
+        if arch == "time-series":
+            return _time_series(tf, torch)
+        if arch == "wavlm":
+            return _audio_ctc(tf, torch, "WavLMConfig", "WavLMForCTC")
+        return _audio_ctc(tf, torch, "Wav2Vec2ConformerConfig", "Wav2Vec2ConformerForCTC",
+                          position_embeddings_type="relative", conv_depthwise_kernel_size=7)
+
+    out = _traced_step_predicted(build, tmp_path, capsys)
+    names = set()
+    for t in load_traces(sorted(str(p) for p in tmp_path.glob("*.json"))):
+        names |= set(t.ops["name"])
+    assert set(STEPS[arch]) <= names  # the ops this test is about
+    assert out["unmodelled"]["ops"] == 0, out["unmodelled"]

@@ -46,7 +46,10 @@ VIEW_OPS = frozenset(
     # DDP's views of a flat bucket back into its gradients (``narrow`` + ``view`` per tensor); complex views
     "unflatten_dense_tensors real imag view_as_real view_as_complex conj _conj "
     # transposed and split views (Falcon's and CLIP's ``.T``, Mamba's ``tensor_split``)
-    "numpy_T mT mH adjoint matrix_H swapdims moveaxis tensor_split hsplit vsplit dsplit reshape_as".split())
+    "numpy_T mT mH adjoint matrix_H swapdims moveaxis tensor_split hsplit vsplit dsplit reshape_as "
+    # a broadcast view (WavLM's relative position bias: ``expand`` inside), an output resized like another tensor
+    # before a kernel writes it (the CPU GLU backward's)
+    "broadcast_to resize_as".split())
 
 #: Elementwise op base name -> (breakdown label, variant, FLOPs per element). Inputs/outputs come from shapes.
 ELEMENTWISE: dict[str, tuple[str, str, float]] = {}
@@ -61,10 +64,15 @@ for _names, _label, _var, _f in (
     ("exp log log1p expm1 sqrt rsqrt pow sin cos exp2 log2 log10 tan sinh cosh asin acos atan atan2 erfc "
      "erfinv hypot", "elementwise", "exp", 2.0),
     ("lerp addcmul addcdiv", "elementwise", "add", 2.0),
+    # the log-gamma function and its derivatives (a Student-t or negative-binomial likelihood: the time-series
+    # transformers' loss): series and recurrences, 2-7x an exp's time on the project's CPU
+    ("lgamma digamma polygamma mvlgamma", "elementwise", "exp", 8.0),
     ("copy _to_copy clone _copy_from _copy_from_and_resize cat stack index_select gather scatter scatter_add "
      "scatter_reduce index_reduce index_add index index_put _index_put_impl masked_select repeat "
      "constant_pad_nd pad fill zero zeros_like ones_like full full_like zeros ones fill_ zero_ new_zeros "
      "new_ones new_full arange linspace logspace bernoulli uniform normal randn rand "
+     # in-place samplers (``randint`` fills its output with ``random_``)
+     "random exponential geometric cauchy log_normal "
      "masked_scatter embedding_renorm one_hot repeat_interleave index_fill index_copy take take_along_dim "
      # permuted copies: sub-pixel convolution's shuffles (super-resolution, VAE decoders), ShuffleNet's channels
      "pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle",
@@ -72,7 +80,9 @@ for _names, _label, _var, _f in (
     # (histc / bincount: every value read, one bin counted each; nonzero: every value read, the indices of the
     # non-zero ones written)
     ("sum mean amax amin max min argmax argmin var std norm linalg_vector_norm prod all any cumsum cumprod "
-     "cummax cummin logcumsumexp var_mean std_mean logsumexp count_nonzero histc bincount nonzero",
+     "cummax cummin logcumsumexp var_mean std_mean logsumexp count_nonzero histc bincount nonzero "
+     # whether two tensors are equal (one bool): both read
+     "equal",
      "reduction", "sum", 1.0),
     ("mse_loss mse_loss_backward l1_loss smooth_l1_loss binary_cross_entropy "
      "binary_cross_entropy_with_logits nll_loss_forward nll_loss_backward nll_loss2d_forward "
@@ -1123,6 +1133,20 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
     if plain in ("_weight_norm_interface", "_weight_norm_interface_backward") and tdims:
         # (fused kernels, leaves or not: their children only allocate and zero their outputs)
         return _map_weight_norm(plain, tdims, dtype)
+    if plain == "glu" and tdims and numel(tdims[0]) > 0:
+        # a gated linear unit (the Conformer's convolution module, gated CNNs): out = a x sigmoid(b) over the two
+        # halves of the input along ``dim``: per output value both halves read once, a sigmoid and a product (a
+        # leaf or not: on a CPU its children are the two halves' views)
+        half = numel(tdims[0]) // 2
+        return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(half), "variant": "swiglu",
+                                               "n_inputs": 2.0, "n_outputs": 1.0, "flops_per_element": 5.0,
+                                               "dtype": dtype})
+    if plain == "glu_backward" and leaf and len(tdims) >= 2 and numel(tdims[0]) > 0:
+        # (one kernel on a GPU; a CPU's composite of sigmoid and products is looked into): per output value the
+        # gradient and both halves read, both halves' gradients written
+        return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(numel(tdims[0])),
+                                               "variant": "swiglu", "n_inputs": 3.0, "n_outputs": 2.0,
+                                               "flops_per_element": 8.0, "dtype": dtype, "direction": "bwd"})
     if plain in ACTIVATION_BACKWARD_OPS:
         # an activation's backward: the profile's backward row of that activation (its variant, FLOPs and
         # direction), so that a trace and a profile describe the same kernel alike
