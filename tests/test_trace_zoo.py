@@ -414,3 +414,30 @@ def test_a_traced_step_with_glu_broadcast_or_gamma_ops_leaves_nothing_unmodelled
         names |= set(t.ops["name"])
     assert set(STEPS[arch]) <= names  # the ops this test is about
     assert out["unmodelled"]["ops"] == 0, out["unmodelled"]
+
+
+def test_a_traced_multihead_attention_inference_with_a_padding_mask_leaves_nothing_unmodelled(tmp_path, capsys):
+    """nn.MultiheadAttention's inference fast path with a key padding mask runs ``_masked_softmax`` (the masked
+    scores' softmax, one kernel): a softmax row over the scores, not an unmodelled op."""
+    dims, types = [[2, 4, 32, 32], [2, 32], [], []], ["fp32", "bool", None, None]
+    mp = map_op("aten::_masked_softmax", dims, types, [[2, 4, 32, 32]], {"concrete": ['', '', '3', '1']}, leaf=False)
+    assert mp.kind == "op" and mp.row == {"op": "softmax", "rows": 256, "hidden": 32, "dtype": "fp32",
+                                          "direction": "fwd"}
+
+    def build(torch):
+        att = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
+        x, mask = torch.randn(2, 32, 64), torch.zeros(2, 32, dtype=torch.bool)
+        mask[:, -4:] = True
+
+        def step():
+            with torch.inference_mode():
+                att(x, x, x, key_padding_mask=mask, need_weights=False)
+        return step
+
+    out = _traced_step_predicted(build, tmp_path, capsys)
+    names = set()
+    for t in load_traces(sorted(str(p) for p in tmp_path.glob("*.json"))):
+        names |= set(t.ops["name"])
+    assert "aten::_masked_softmax" in names
+    assert out["unmodelled"]["ops"] == 0, out["unmodelled"]
+    assert out["breakdown_ms"]["softmax"] > 0

@@ -1043,8 +1043,10 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
             return None
         return OpMapping("op", "norm", {"op": "layernorm", "rows": x[0] * groups, "hidden": numel(x) // (x[0] * groups),
                                         "dtype": dtype, "direction": "bwd" if "backward" in plain else "fwd"})
+    # (``_masked_softmax``: nn.MultiheadAttention's inference fast path with a padding mask, the masked scores'
+    # softmax in one kernel; its mask is a fraction of the scores' bytes)
     if plain in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_softmax_backward_data",
-                 "_log_softmax_backward_data", "_safe_softmax") and tdims:
+                 "_log_softmax_backward_data", "_safe_softmax", "_masked_softmax", "_masked_softmax_backward") and tdims:
         rows, hidden = _rows_hidden(tdims[0])
         return OpMapping("op", "softmax", {"op": "softmax", "rows": rows, "hidden": hidden, "dtype": dtype,
                                            "direction": "bwd" if "backward" in plain else "fwd"})
