@@ -441,3 +441,28 @@ def test_a_traced_multihead_attention_inference_with_a_padding_mask_leaves_nothi
     assert "aten::_masked_softmax" in names
     assert out["unmodelled"]["ops"] == 0, out["unmodelled"]
     assert out["breakdown_ms"]["softmax"] > 0
+
+
+def test_a_traced_step_with_3d_pooling_costs_every_pooling_and_its_backward(tmp_path):
+    """3-D max, average and adaptive pooling (and LocalResponseNorm, which runs avg_pool3d over the channels) were
+    unmodelled forwards, and their backwards were looked into for their zero-fills, the pooling kernel lost: each
+    is a pooling row now, forward and backward."""
+    from hybrid.data.traces.record import record_step
+
+    with _one_thread() as torch:
+        x = torch.randn(2, 4, 8, 8, 8, requires_grad=True)
+        img = torch.randn(2, 8, 16, 16, requires_grad=True)
+        lrn = torch.nn.LocalResponseNorm(3)
+
+        def step():
+            y = (torch.nn.functional.max_pool3d(x, 2).sum() + torch.nn.functional.avg_pool3d(x, 2).sum()
+                 + torch.nn.functional.adaptive_avg_pool3d(x, 2).sum() + lrn(img).sum())
+            y.backward()
+
+        record_step(step, tmp_path, warmup=1, timed=0, measure_overhead=False, memory=False)
+    units = trace_units(load_traces(sorted(str(p) for p in tmp_path.glob("*.json")))[0])
+    assert not (units["kind"] == "unmodelled").any(), sorted(set(units.loc[units["kind"] == "unmodelled", "name"]))
+    pools = units[units["label"] == "pool"]
+    # max, avg, adaptive avg and LRN's avg pooling, each forward and backward
+    assert (pools["phase"] == "forward").sum() == 4 and (pools["phase"] == "backward").sum() == 4
+    assert {r["variant"] for r in pools["row"]} == {"maxpool", "avgpool"}

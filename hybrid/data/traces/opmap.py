@@ -438,6 +438,14 @@ POOLS = {
     "adaptive_avg_pool2d": ("avg", 0, -1, False, False), "_adaptive_avg_pool2d": ("avg", 0, -1, False, False),
     "_adaptive_avg_pool2d_backward": ("avg", 1, -1, True, False),
     "adaptive_max_pool2d": ("max", 0, -1, False, True), "adaptive_max_pool2d_backward": ("max", 1, -1, True, True),
+    # 3-D pooling (video and volumetric networks; LocalResponseNorm runs avg_pool3d over the channels): the same
+    # arguments, a window of k_d x k_h x k_w
+    "max_pool3d": ("max", 0, 1, False, False), "max_pool3d_with_indices": ("max", 0, 1, False, True),
+    "max_pool3d_with_indices_backward": ("max", 1, 2, True, True),
+    "avg_pool3d": ("avg", 0, 1, False, False), "avg_pool3d_backward": ("avg", 1, 2, True, False),
+    "adaptive_avg_pool3d": ("avg", 0, -1, False, False), "_adaptive_avg_pool3d": ("avg", 0, -1, False, False),
+    "_adaptive_avg_pool3d_backward": ("avg", 1, -1, True, False),
+    "adaptive_max_pool3d": ("max", 0, -1, False, True), "adaptive_max_pool3d_backward": ("max", 1, -1, True, True),
 }
 
 
@@ -466,8 +474,8 @@ def _map_pool(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
         window = math.prod(k) if len(k) >= 2 else (k[0] ** (len(x) - 2) if k else max(1, n_in // n_out))
     else:
         window = max(1, round(n_in / n_out))
-    if base == "max_pool2d" and not leaf:
-        indices = True  # calls max_pool2d_with_indices (training)
+    if base in ("max_pool2d", "max_pool3d") and not leaf:
+        indices = True  # calls max_pool2d_with_indices (training; max_pool3d always)
     row = pool_row(kind, "bwd" if bwd else "fwd", n_in, n_out, int(window), dtype, indices)
     return OpMapping("op", "pool", row)
 
