@@ -466,3 +466,46 @@ def test_a_traced_step_with_3d_pooling_costs_every_pooling_and_its_backward(tmp_
     # max, avg, adaptive avg and LRN's avg pooling, each forward and backward
     assert (pools["phase"] == "forward").sum() == 4 and (pools["phase"] == "backward").sum() == 4
     assert {r["variant"] for r in pools["row"]} == {"maxpool", "avgpool"}
+
+
+def test_activations_losses_and_helpers_of_a_traced_step_leave_nothing_unmodelled(tmp_path):
+    """PReLU, log-sigmoid, hard / soft shrinkage, RReLU, logit, xlogy, logaddexp, sinc, the Huber and smooth-L1
+    losses' backwards, ``Tensor.unfold`` (a view), matrix x vector products, ``randint`` and autograd's storage-less
+    zero tensor were unmodelled ops of a traced CPU step (each costed at 0 on any other device)."""
+    from hybrid.data.traces.record import record_step
+
+    f = pytest.importorskip("torch").nn.functional
+    with _one_thread() as torch:
+        torch.manual_seed(0)
+        x = torch.randn(2, 8, 16, 16, requires_grad=True)
+        prelu, w = torch.nn.PReLU(8), torch.randn(8, 16, requires_grad=True)
+
+        def step():
+            p = torch.sigmoid(x)
+            y = (prelu(x).sum() + f.logsigmoid(x).sum() + f.hardshrink(x).sum() + f.softshrink(x).sum()
+                 + f.rrelu(x, training=True).sum() + torch.logit(p).sum() + torch.xlogy(p, p + 1).sum()
+                 + torch.logaddexp(x, 2 * x).sum() + torch.sinc(x).sum() + f.huber_loss(x, torch.zeros_like(x))
+                 + f.smooth_l1_loss(x, torch.zeros_like(x)) + x.unfold(3, 4, 2).sum()
+                 + torch.addmv(x[0, 0, 0, :8], w, x[0, 0, 1]).sum() + (torch.sgn(x) * x).sum())
+            y = y + torch.randint(0, 4, (8,)).sum()
+            y.backward()
+
+        record_step(step, tmp_path, warmup=1, timed=0, measure_overhead=False, memory=False)
+    units = trace_units(load_traces(sorted(str(p) for p in tmp_path.glob("*.json")))[0])
+    assert not (units["kind"] == "unmodelled").any(), sorted(set(units.loc[units["kind"] == "unmodelled", "name"]))
+    names = set(units["name"])
+    assert {"aten::prelu", "aten::logit", "aten::xlogy", "aten::sinc", "aten::addmv", "aten::unfold"} <= names
+    gemv = units[units["name"] == "aten::addmv"]["row"].iloc[0]
+    assert (gemv["op"], gemv["m"], gemv["n"], gemv["k"]) == ("gemv", 8, 1, 16)
+
+
+def test_matrix_vector_products_are_gemv_rows_and_randint_takes_its_size_argument():
+    assert map_op("aten::mv", [[16, 8], [8]], ["fp32", "fp32"], [[16]], {}).row == {
+        "op": "gemv", "m": 16, "n": 1, "k": 8, "dtype": "fp32", "variant": "mv"}
+    # randint(low, high, size) without a recorded output: the list argument
+    dims, types = [[], [], [[]], [], [], [], []], [None] * 7
+    mp = map_op("aten::randint", dims, types, [], {"concrete": ['0', '8', '[8, 3]', '4', '', '', 'False']})
+    assert mp.kind == "op" and mp.row["elements"] == 24
+    pb = map_op("aten::_prelu_kernel_backward", [[2, 8, 16, 16], [2, 8, 16, 16], [1, 8, 1, 1]], ["fp32"] * 3,
+                [[2, 8, 16, 16], [2, 8, 16, 16]], {})
+    assert pb.row["elements"] == 2 * 8 * 16 * 16 and pb.row["n_outputs"] == 2.0

@@ -49,7 +49,10 @@ VIEW_OPS = frozenset(
     "numpy_T mT mH adjoint matrix_H swapdims moveaxis tensor_split hsplit vsplit dsplit reshape_as "
     # a broadcast view (WavLM's relative position bias: ``expand`` inside), an output resized like another tensor
     # before a kernel writes it (the CPU GLU backward's)
-    "broadcast_to resize_as".split())
+    "broadcast_to resize_as "
+    # ``Tensor.unfold``'s sliding windows (a strided view: audio framing, patching), autograd's zero tensor
+    # without storage
+    "unfold _efficientzerotensor".split())
 
 #: Elementwise op base name -> (breakdown label, variant, FLOPs per element). Inputs/outputs come from shapes.
 ELEMENTWISE: dict[str, tuple[str, str, float]] = {}
@@ -58,11 +61,14 @@ for _names, _label, _var, _f in (
      "logical_or bitwise_and bitwise_or", "elementwise", "add", 1.0),
     ("neg abs sign reciprocal relu clamp clamp_min clamp_max threshold hardtanh leaky_relu logical_not "
      "bitwise_not masked_fill where square tril triu flip roll sgn isinf isnan isfinite isposinf isneginf "
-     "nan_to_num logical_xor bitwise_xor floor ceil round trunc frac fmod", "elementwise", "relu", 1.0),
+     "nan_to_num logical_xor bitwise_xor floor ceil round trunc frac fmod "
+     # piecewise-linear activations: PReLU (its per-channel weight broadcast), shrinkage, randomised leaky ReLU
+     "prelu _prelu_kernel hardshrink softshrink rrelu rrelu_with_noise", "elementwise", "relu", 1.0),
     ("gelu erf softplus mish", "elementwise", "gelu", 8.0),
-    ("silu sigmoid tanh hardswish hardsigmoid elu selu", "elementwise", "silu", 4.0),
+    ("silu sigmoid tanh hardswish hardsigmoid elu selu celu log_sigmoid log_sigmoid_forward", "elementwise",
+     "silu", 4.0),
     ("exp log log1p expm1 sqrt rsqrt pow sin cos exp2 log2 log10 tan sinh cosh asin acos atan atan2 erfc "
-     "erfinv hypot", "elementwise", "exp", 2.0),
+     "erfinv hypot logit xlogy xlog1py special_xlog1py logaddexp logaddexp2 sinc", "elementwise", "exp", 2.0),
     ("lerp addcmul addcdiv", "elementwise", "add", 2.0),
     # the log-gamma function and its derivatives (a Student-t or negative-binomial likelihood: the time-series
     # transformers' loss): series and recurrences, 2-7x an exp's time on the project's CPU
@@ -72,7 +78,7 @@ for _names, _label, _var, _f in (
      "constant_pad_nd pad fill zero zeros_like ones_like full full_like zeros ones fill_ zero_ new_zeros "
      "new_ones new_full arange linspace logspace bernoulli uniform normal randn rand "
      # in-place samplers (``randint`` fills its output with ``random_``)
-     "random exponential geometric cauchy log_normal "
+     "random exponential geometric cauchy log_normal randint "
      "masked_scatter embedding_renorm one_hot repeat_interleave index_fill index_copy take take_along_dim "
      # permuted copies: sub-pixel convolution's shuffles (super-resolution, VAE decoders), ShuffleNet's channels
      "pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle",
@@ -86,7 +92,7 @@ for _names, _label, _var, _f in (
      "reduction", "sum", 1.0),
     ("mse_loss mse_loss_backward l1_loss smooth_l1_loss binary_cross_entropy "
      "binary_cross_entropy_with_logits nll_loss_forward nll_loss_backward nll_loss2d_forward "
-     "nll_loss2d_backward", "elementwise", "add", 2.0),
+     "nll_loss2d_backward huber_loss huber_loss_backward smooth_l1_loss_backward", "elementwise", "add", 2.0),
 ):
     for _n in _names.split():
         ELEMENTWISE[_n] = (_label, _var, _f)
@@ -175,6 +181,14 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
     if base == "addmm" and len(dims) >= 3 and len(dims[1]) == 2 and len(dims[2]) == 2:
         (m, k), (_, n) = dims[1], dims[2]
         return _gemm(m, n, k, 1, dtype, "addmm")
+    if base in ("mv", "addmv"):
+        # matrix x vector (an RNN cell's or a classifier's single-sample product): the profile's ``gemv`` rows
+        # (n = 1); addmv(bias [m], A [m, k], x [k])
+        at = 1 if base == "addmv" else 0
+        if len(dims) > at + 1 and len(dims[at]) == 2 and len(dims[at + 1]) == 1 and min(dims[at]) > 0:
+            m, k = dims[at]
+            return OpMapping("op", "gemm", {"op": "gemv", "m": m, "n": 1, "k": k, "dtype": dtype, "variant": base})
+        return None
     if base == "bmm" and len(dims) >= 2 and len(dims[0]) == 3 and len(dims[1]) == 3:
         (b, m, k), (_, _, n) = dims[0], dims[1]
         return _gemm(m, n, k, b, dtype, "bmm")
@@ -1157,6 +1171,12 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(numel(tdims[0])),
                                                "variant": "swiglu", "n_inputs": 3.0, "n_outputs": 2.0,
                                                "flops_per_element": 8.0, "dtype": dtype, "direction": "bwd"})
+    if plain == "_prelu_kernel_backward" and len(tdims) >= 2 and numel(tdims[1]) > 0:
+        # the gradients of the input and of the (broadcast) weight, each input-sized (the weight's then reduced
+        # by a sum of its own): the gradient and the input read, both written
+        return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(numel(tdims[1])),
+                                               "variant": "relu", "n_inputs": 2.0, "n_outputs": 2.0,
+                                               "flops_per_element": 2.0, "dtype": dtype, "direction": "bwd"})
     if plain in ACTIVATION_BACKWARD_OPS:
         # an activation's backward: the profile's backward row of that activation (its variant, FLOPs and
         # direction), so that a trace and a profile describe the same kernel alike
@@ -1172,6 +1192,9 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
             # a factory op (zeros, ones, full, ...) given its size as an argument: allocate and fill ("[]" is a
             # 0-d tensor, one element; a zero extent is an empty tensor, allocated without a kernel)
             text = _concrete(extra, 0).strip()
+            if plain == "randint":  # randint(high, size, ...) or randint(low, high, size, ...): the list argument
+                text = next((t for t in (_concrete(extra, i).strip() for i in range(len(dims)))
+                             if t.startswith(("[", "("))), "")
             size = _ints(text)
             if not size and text not in ("[]", "()"):
                 return OpMapping("view", "view") if leaf else None  # size not recorded
@@ -1218,7 +1241,7 @@ def _cast(mp: OpMapping, types: Sequence[Any], code: str) -> OpMapping:
 
 
 #: Factory ops whose size is their first argument (no tensor input).
-CREATION_OPS = frozenset({"zeros", "ones", "full", "rand", "randn"})
+CREATION_OPS = frozenset({"zeros", "ones", "full", "rand", "randn", "randint"})
 #: Ops that join a TensorList (their first argument) into one new tensor.
 CONCAT_OPS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack"})
 
