@@ -509,3 +509,8 @@ def test_matrix_vector_products_are_gemv_rows_and_randint_takes_its_size_argumen
     pb = map_op("aten::_prelu_kernel_backward", [[2, 8, 16, 16], [2, 8, 16, 16], [1, 8, 1, 1]], ["fp32"] * 3,
                 [[2, 8, 16, 16], [2, 8, 16, 16]], {})
     assert pb.row["elements"] == 2 * 8 * 16 * 16 and pb.row["n_outputs"] == 2.0
+    # Tensor.unfold's backward: the [2, 8, 64] input's gradient filled from [2, 8, 15, 8] windows (argument 1: its size)
+    ub = map_op("aten::unfold_backward", [[2, 8, 15, 8], [[], [], []], [], [], []], ["fp32"] + [None] * 4, [],
+                {"concrete": ['', '[2, 8, 64]', '2', '8', '4']}, leaf=False)
+    assert ub.kind == "op" and ub.row["elements"] == 2 * 8 * 64
+    assert ub.row["n_inputs"] == pytest.approx(15 * 8 / 64, abs=1e-4)

@@ -1171,6 +1171,16 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(numel(tdims[0])),
                                                "variant": "swiglu", "n_inputs": 3.0, "n_outputs": 2.0,
                                                "flops_per_element": 8.0, "dtype": dtype, "direction": "bwd"})
+    if plain == "unfold_backward" and tdims:
+        # ``Tensor.unfold``'s backward (grad, input_sizes, dim, size, step): the input-sized gradient zero-filled,
+        # then every window value added into it (one kernel with helpers: a self share near one half made it flip
+        # between looked into and unmodelled)
+        n_out, n_grad = math.prod(_ints(_concrete(extra, 1)) or [0]), numel(tdims[0])
+        if n_out <= 0 or n_grad <= 0:
+            return None
+        return OpMapping("op", "copy", {"op": "elementwise", "elements": int(n_out), "variant": "copy",
+                                        "n_inputs": round(n_grad / n_out, 4), "n_outputs": 1.0,
+                                        "flops_per_element": 0.0, "dtype": dtype})
     if plain == "_prelu_kernel_backward" and len(tdims) >= 2 and numel(tdims[1]) > 0:
         # the gradients of the input and of the (broadcast) weight, each input-sized (the weight's then reduced
         # by a sum of its own): the gradient and the input read, both written
