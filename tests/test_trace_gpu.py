@@ -91,6 +91,39 @@ def test_op_on_cpu_tensors_in_a_gpu_trace_is_host_time():
     assert costed == {"aten::_foreach_mul_"}
 
 
+def test_op_on_cpu_tensors_in_a_gpu_execution_trace_alone_is_host_time(tmp_path):
+    """Given alone (no kernels to tell), a GPU execution trace says where each tensor lives: the step counters'
+    ``_foreach_add_`` on 0-d CPU tensors is host time, as with the Chrome trace, not a GPU kernel; a CPU tensor's
+    ``_to_copy`` to ``cuda:0`` (its output on the GPU) stays a copy."""
+    from hybrid.data.traces import load_trace
+
+    tr = load_trace(SNIPPETS / "foreach-add-cpu" / "et_rank0.json.gz")
+    assert tr.device == "cuda" and len(tr.kernels) == 0
+    u = trace_units(tr)
+    assert list(u.loc[u["name"] == "aten::_foreach_add_", "kind"]) == ["view"]
+    assert list(u.loc[u["name"] == "aten::_foreach_mul_", "kind"]) == ["op"]
+    it = build_trace_graph([tr], "H100-SXM", host="model")
+    names = it.graph.compile().names
+    assert {names[i] for i, lab in enumerate(it.node_label) if lab == "optimizer"} == {"aten::_foreach_mul_"}
+
+    def node(i: int, name: str, values: list, out: list, parent: int = 2) -> dict:
+        return {"id": i, "name": name, "ctrl_deps": parent, "attrs": [{"name": "tid", "type": "uint64", "value": 1}],
+                "inputs": {"values": values, "shapes": [[]] + [[]] * (len(values) - 1),
+                           "types": ["Tensor(float)"] + ["Int"] * (len(values) - 1)},
+                "outputs": {"values": out, "shapes": [[]], "types": ["Tensor(float)"]}}
+
+    cpu, gpu = [11, 12, 0, 1, 4, "cpu"], [13, 14, 0, 1, 4, "cuda:0"]
+    nodes = [{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 0},
+             {"id": 2, "name": "ProfilerStep#0", "ctrl_deps": 1},
+             node(3, "aten::_to_copy", [cpu, 6, "<None>", "cuda:0", "<None>", False, "<None>"], [gpu]),
+             node(4, "aten::add_", [cpu, cpu, 1.0], [cpu]), node(5, "aten::add_", [gpu, gpu, 1.0], [gpu])]
+    path = tmp_path / "et.json"
+    path.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+    u = trace_units(load_trace(path))
+    assert list(zip(u["name"], u["kind"], strict=True)) == [("aten::_to_copy", "op"), ("aten::add_", "view"),
+                                                            ("aten::add_", "op")]
+
+
 def test_cudnn_convolution_keeps_all_its_kernels():
     tr, u = _units("cudnn-conv")
     assert list(u["label"]) == ["conv"]

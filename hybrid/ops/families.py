@@ -118,6 +118,8 @@ ACTIVATION_BACKWARD_OPS: dict[str, str] = {
     "gelu_backward": "gelu", "silu_backward": "silu", "sigmoid_backward": "sigmoid", "tanh_backward": "tanh",
     "elu_backward": "silu", "softplus_backward": "sigmoid", "hardswish_backward": "silu",
     "hardsigmoid_backward": "relu", "mish_backward": "gelu",
+    "hardshrink_backward": "relu", "softshrink_backward": "relu", "rrelu_with_noise_backward": "relu",
+    "log_sigmoid_backward": "sigmoid", "logit_backward": "sigmoid",
 }
 
 

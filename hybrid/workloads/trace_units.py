@@ -13,6 +13,7 @@ ops one by one (each op once).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ import pandas as pd
 
 from hybrid.data.traces.opmap import VIEW_OPS, OpMapping, base_name, map_op
 from hybrid.data.traces.overhead import input_counts
-from hybrid.data.traces.parse import RankTrace
+from hybrid.data.traces.parse import RankTrace, et_tensor_devices
 from hybrid.data.traces.precision import tf32_kernels
 from hybrid.errors import InvalidInputError
 
@@ -157,6 +158,22 @@ def _compiled_code_units(ops: pd.DataFrame, names: np.ndarray, cats: np.ndarray,
                              "phase": phase[g], "pg": "", "math_attention": "", "device_us": np.nan, "kstream": "",
                              "n_events": 0.0, "n_inputs": 0.0, "n_launch": 0.0, "n_tf32": 0.0})
     return pd.DataFrame(rows, columns=cols)
+
+
+#: A device argument of an execution-trace op (``aten::to``'s ``cuda:0``)
+_DEVICE_ARG = re.compile(r"^(cpu|cuda|hip|xpu|mps|meta)(:\d+)?$")
+
+
+def _host_tensors_only(extra: Any) -> bool:
+    """Whether an execution-trace op's recorded tensors, inputs and outputs, are all on the CPU and no argument
+    names another device (a CPU tensor's ``_to_copy`` to ``cuda:0`` copies it to the GPU). False without tensors or
+    where the trace records no devices."""
+    if not isinstance(extra, dict):
+        return False
+    values = extra.get("values")
+    devices = et_tensor_devices(values) + et_tensor_devices(extra.get("out_values"))
+    named = [v for v in values if isinstance(v, str) and _DEVICE_ARG.match(v)] if isinstance(values, list) else []
+    return bool(devices) and all(d == "cpu" for d in devices + named)
 
 
 def _map_all(names: np.ndarray, dims: np.ndarray, types: np.ndarray, outs: np.ndarray, extra: np.ndarray,
@@ -340,6 +357,16 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
             more["n_launch"] = [float((kh == e).sum()) for e in extra]
             out = pd.concat([out, more], ignore_index=True)
             idx = np.concatenate([idx, extra])
+    if trace.device == "cuda" and not len(trace.kernels) and len(out):
+        # an execution trace alone (no kernels): an op whose tensors are all on the host ran there (AdamW's 0-d step
+        # counters when the optimizer is not capturable, a mask built on the CPU), as a GPU trace with kernels
+        # shows by its launching none: host time only, whatever its family
+        extra_all = ops["extra"].to_numpy(dtype=object)
+        cpu_side = np.fromiter((k in ("op", "unmodelled") and _host_tensors_only(extra_all[i])
+                                for i, k in zip(idx, out["kind"], strict=True)), dtype=bool, count=len(out))
+        out.loc[cpu_side, "kind"] = "view"
+        out.loc[cpu_side, "label"] = VIEW_LABEL
+        out.loc[cpu_side, "row"] = pd.Series([{}] * int(cpu_side.sum()), index=out.index[cpu_side], dtype=object)
     if trace.device != "cuda":
         compiled = _compiled_code_units(ops, names, cats, parent, kids_order, starts, phase)
         if len(compiled):

@@ -46,7 +46,13 @@ VIEW_OPS = frozenset(
     # DDP's views of a flat bucket back into its gradients (``narrow`` + ``view`` per tensor); complex views
     "unflatten_dense_tensors real imag view_as_real view_as_complex conj _conj "
     # transposed and split views (Falcon's and CLIP's ``.T``, Mamba's ``tensor_split``)
-    "numpy_T mT mH adjoint matrix_H swapdims moveaxis tensor_split hsplit vsplit dsplit reshape_as".split())
+    "numpy_T mT mH adjoint matrix_H swapdims moveaxis tensor_split hsplit vsplit dsplit reshape_as "
+    # a broadcast view (WavLM's relative position bias: ``expand`` inside), an output resized like another tensor
+    # before a kernel writes it (the CPU GLU backward's)
+    "broadcast_to resize_as "
+    # ``Tensor.unfold``'s sliding windows (a strided view: audio framing, patching), autograd's zero tensor
+    # without storage
+    "unfold _efficientzerotensor".split())
 
 #: Elementwise op base name -> (breakdown label, variant, FLOPs per element). Inputs/outputs come from shapes.
 ELEMENTWISE: dict[str, tuple[str, str, float]] = {}
@@ -55,16 +61,24 @@ for _names, _label, _var, _f in (
      "logical_or bitwise_and bitwise_or", "elementwise", "add", 1.0),
     ("neg abs sign reciprocal relu clamp clamp_min clamp_max threshold hardtanh leaky_relu logical_not "
      "bitwise_not masked_fill where square tril triu flip roll sgn isinf isnan isfinite isposinf isneginf "
-     "nan_to_num logical_xor bitwise_xor floor ceil round trunc frac fmod", "elementwise", "relu", 1.0),
+     "nan_to_num logical_xor bitwise_xor floor ceil round trunc frac fmod "
+     # piecewise-linear activations: PReLU (its per-channel weight broadcast), shrinkage, randomised leaky ReLU
+     "prelu _prelu_kernel hardshrink softshrink rrelu rrelu_with_noise", "elementwise", "relu", 1.0),
     ("gelu erf softplus mish", "elementwise", "gelu", 8.0),
-    ("silu sigmoid tanh hardswish hardsigmoid elu selu", "elementwise", "silu", 4.0),
+    ("silu sigmoid tanh hardswish hardsigmoid elu selu celu log_sigmoid log_sigmoid_forward", "elementwise",
+     "silu", 4.0),
     ("exp log log1p expm1 sqrt rsqrt pow sin cos exp2 log2 log10 tan sinh cosh asin acos atan atan2 erfc "
-     "erfinv hypot", "elementwise", "exp", 2.0),
+     "erfinv hypot logit xlogy xlog1py special_xlog1py logaddexp logaddexp2 sinc", "elementwise", "exp", 2.0),
     ("lerp addcmul addcdiv", "elementwise", "add", 2.0),
+    # the log-gamma function and its derivatives (a Student-t or negative-binomial likelihood: the time-series
+    # transformers' loss): series and recurrences, 2-7x an exp's time on the project's CPU
+    ("lgamma digamma polygamma mvlgamma", "elementwise", "exp", 8.0),
     ("copy _to_copy clone _copy_from _copy_from_and_resize cat stack index_select gather scatter scatter_add "
      "scatter_reduce index_reduce index_add index index_put _index_put_impl masked_select repeat "
      "constant_pad_nd pad fill zero zeros_like ones_like full full_like zeros ones fill_ zero_ new_zeros "
      "new_ones new_full arange linspace logspace bernoulli uniform normal randn rand "
+     # in-place samplers (``randint`` fills its output with ``random_``)
+     "random exponential geometric cauchy log_normal randint "
      "masked_scatter embedding_renorm one_hot repeat_interleave index_fill index_copy take take_along_dim "
      # permuted copies: sub-pixel convolution's shuffles (super-resolution, VAE decoders), ShuffleNet's channels
      "pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle",
@@ -72,11 +86,13 @@ for _names, _label, _var, _f in (
     # (histc / bincount: every value read, one bin counted each; nonzero: every value read, the indices of the
     # non-zero ones written)
     ("sum mean amax amin max min argmax argmin var std norm linalg_vector_norm prod all any cumsum cumprod "
-     "cummax cummin logcumsumexp var_mean std_mean logsumexp count_nonzero histc bincount nonzero",
+     "cummax cummin logcumsumexp var_mean std_mean logsumexp count_nonzero histc bincount nonzero "
+     # whether two tensors are equal (one bool): both read
+     "equal",
      "reduction", "sum", 1.0),
     ("mse_loss mse_loss_backward l1_loss smooth_l1_loss binary_cross_entropy "
      "binary_cross_entropy_with_logits nll_loss_forward nll_loss_backward nll_loss2d_forward "
-     "nll_loss2d_backward", "elementwise", "add", 2.0),
+     "nll_loss2d_backward huber_loss huber_loss_backward smooth_l1_loss_backward", "elementwise", "add", 2.0),
 ):
     for _n in _names.split():
         ELEMENTWISE[_n] = (_label, _var, _f)
@@ -165,6 +181,14 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
     if base == "addmm" and len(dims) >= 3 and len(dims[1]) == 2 and len(dims[2]) == 2:
         (m, k), (_, n) = dims[1], dims[2]
         return _gemm(m, n, k, 1, dtype, "addmm")
+    if base in ("mv", "addmv"):
+        # matrix x vector (an RNN cell's or a classifier's single-sample product): the profile's ``gemv`` rows
+        # (n = 1); addmv(bias [m], A [m, k], x [k])
+        at = 1 if base == "addmv" else 0
+        if len(dims) > at + 1 and len(dims[at]) == 2 and len(dims[at + 1]) == 1 and min(dims[at]) > 0:
+            m, k = dims[at]
+            return OpMapping("op", "gemm", {"op": "gemv", "m": m, "n": 1, "k": k, "dtype": dtype, "variant": base})
+        return None
     if base == "bmm" and len(dims) >= 2 and len(dims[0]) == 3 and len(dims[1]) == 3:
         (b, m, k), (_, _, n) = dims[0], dims[1]
         return _gemm(m, n, k, b, dtype, "bmm")
@@ -428,6 +452,14 @@ POOLS = {
     "adaptive_avg_pool2d": ("avg", 0, -1, False, False), "_adaptive_avg_pool2d": ("avg", 0, -1, False, False),
     "_adaptive_avg_pool2d_backward": ("avg", 1, -1, True, False),
     "adaptive_max_pool2d": ("max", 0, -1, False, True), "adaptive_max_pool2d_backward": ("max", 1, -1, True, True),
+    # 3-D pooling (video and volumetric networks; LocalResponseNorm runs avg_pool3d over the channels): the same
+    # arguments, a window of k_d x k_h x k_w
+    "max_pool3d": ("max", 0, 1, False, False), "max_pool3d_with_indices": ("max", 0, 1, False, True),
+    "max_pool3d_with_indices_backward": ("max", 1, 2, True, True),
+    "avg_pool3d": ("avg", 0, 1, False, False), "avg_pool3d_backward": ("avg", 1, 2, True, False),
+    "adaptive_avg_pool3d": ("avg", 0, -1, False, False), "_adaptive_avg_pool3d": ("avg", 0, -1, False, False),
+    "_adaptive_avg_pool3d_backward": ("avg", 1, -1, True, False),
+    "adaptive_max_pool3d": ("max", 0, -1, False, True), "adaptive_max_pool3d_backward": ("max", 1, -1, True, True),
 }
 
 
@@ -456,8 +488,8 @@ def _map_pool(base: str, dims: list[list[int]], dtype: str, extra: dict, out_dim
         window = math.prod(k) if len(k) >= 2 else (k[0] ** (len(x) - 2) if k else max(1, n_in // n_out))
     else:
         window = max(1, round(n_in / n_out))
-    if base == "max_pool2d" and not leaf:
-        indices = True  # calls max_pool2d_with_indices (training)
+    if base in ("max_pool2d", "max_pool3d") and not leaf:
+        indices = True  # calls max_pool2d_with_indices (training; max_pool3d always)
     row = pool_row(kind, "bwd" if bwd else "fwd", n_in, n_out, int(window), dtype, indices)
     return OpMapping("op", "pool", row)
 
@@ -661,6 +693,87 @@ def _map_fft(plain: str, tdims: list[list[int]], dtype: str, extra: dict[str, An
                                    "n_inputs": round(n_in, 4), "n_outputs": round(n_out, 4),
                                    "flops_per_element": round(per * math.log2(max(length, 2)), 4),
                                    "dtype": dtype})
+
+
+#: CTC loss ops -> (index of ``log_probs``, of ``targets``, of ``input_lengths``, of ``target_lengths``, of the
+#: ``log_alpha`` table among the inputs or -1, backward): ``_ctc_loss(log_probs, targets, input_lengths,
+#: target_lengths, blank, zero_infinity)`` (its ``.Tensor`` overload takes the lengths as tensors),
+#: ``_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, ...)``,
+#: cuDNN's ``_cudnn_ctc_loss(log_probs, targets, input_lengths, target_lengths, ...)`` (which computes the gradient
+#: in its forward) and the ``ctc_loss`` composite (same first four arguments; mapped only as a leaf).
+CTC_LOSS = {"_ctc_loss": (0, 1, 2, 3, -1, False), "_ctc_loss_backward": (1, 2, 3, 4, 6, True),
+            "_cudnn_ctc_loss": (0, 1, 2, 3, -1, True), "ctc_loss": (0, 1, 2, 3, -1, False)}
+#: Exp / log evaluations of one CTC state: the forward's (and the backward's beta) log-sum-exp of up to 3
+#: predecessors (3 exp, 1 log); the backward's log-add-exp of alpha x beta into its symbol's gradient (2 exp, 1 log)
+CTC_STATE_EXPS = 4
+CTC_GRAD_STATE_EXPS = 3
+#: Exp evaluations of one [T, N, C] gradient value: exp(log_prob) - exp(alpha beta - nll - log_prob)
+CTC_GRAD_EXPS = 2
+#: FLOPs besides the exps, per state (the max, 3 subtractions, 2 sums, the emission's log probability added; the
+#: backward's 4 more) and per gradient value (2 subtractions, the product with the loss gradient)
+CTC_STATE_FLOPS = 7.0
+CTC_GRAD_STATE_FLOPS = 4.0
+CTC_GRAD_FLOPS = 3.0
+
+
+def _map_ctc(plain: str, dims: Sequence[Any], out_dims: Sequence[Any], dtype: str,
+             extra: dict[str, Any]) -> OpMapping | None:
+    """CTC loss as one ``exp`` elementwise row over its dynamic-programming tables. The forward fills alpha over
+    T x (2S + 1) states per sequence (S: the longest target; the blank-interleaved target has 2S + 1 states): per
+    state a log-sum-exp of up to 3 predecessors plus one log probability gathered from the [T, N, C] input, the
+    table written once. The backward fills beta the same way, log-adds alpha x beta into each state's symbol's
+    gradient, then turns the [T, N, C] gradient into the input's (filled, read and written, the log probabilities
+    read). States count the sequences' recorded lengths (input length x (2 x target length + 1)) where the trace
+    has them, else the whole table (the ``log_alpha`` shape, or T x N x (2S + 1) with S the recorded longest target
+    or a padded [N, S] target's width); with concatenated targets and nothing else, S is not guessed at.
+
+    The row has one element per exp / log evaluation, the unit the profile's ``exp`` rows time. No profile times
+    CTC, and the kernels are slower than that work done in parallel: they evaluate their exps one state at a time
+    (scalar code on a CPU) in a chain of T dependent steps per sequence, which an elementwise row does not see. On
+    the project's CPU (one thread) the row priced 0.11-0.16x of the measured forward and backward of three sizes
+    (T 200-500, N 2-8, S 12-100): a lower bound, not an unmodelled op costed at zero on another device."""
+    li, ti, ili, tli, ai, bwd = CTC_LOSS[plain]
+    lp = dims[li] if len(dims) > li else None
+    if not _is_shape(lp) or len(lp) not in (2, 3):
+        return None
+    t_max, n, c = (lp[0], 1, lp[1]) if len(lp) == 2 else (lp[0], lp[1], lp[2])
+    in_lens, tgt_lens = _ints(_concrete(extra, ili)), _ints(_concrete(extra, tli))
+    alpha = dims[ai] if 0 <= ai < len(dims) else (out_dims[1] if not bwd and len(out_dims) > 1 else None)
+    targets = dims[ti] if len(dims) > ti else None
+    if _is_shape(alpha) and len(alpha) == 3:
+        s_max = (alpha[2] - 1) // 2
+    elif tgt_lens:
+        s_max = max(tgt_lens)
+    elif _is_shape(targets) and len(targets) == 2:
+        s_max = targets[1]  # padded [N, S_max] targets
+    else:
+        return None  # concatenated targets and no lengths: the longest target is not recorded
+    if len(in_lens) == n and len(tgt_lens) == n:
+        states = sum(min(max(ti_, 0), t_max) * (2 * min(max(si, 0), s_max) + 1)
+                     for ti_, si in zip(in_lens, tgt_lens, strict=True))
+    else:
+        states = t_max * n * (2 * s_max + 1)
+    grad = t_max * n * c
+    if min(t_max, n, c) <= 0 or states <= 0:
+        return OpMapping("view", "view")
+    # forward: a log probability read and alpha written per state
+    exps, reads, writes, flops = CTC_STATE_EXPS * states, states, states, CTC_STATE_FLOPS * states
+    if bwd:
+        # beta: alpha and a log probability read, beta written per state; the gradient filled, read and written,
+        # the log probabilities read (cuDNN's forward computes the alpha table too)
+        own = 0 if plain != "_cudnn_ctc_loss" else 1
+        exps = own * exps + (CTC_STATE_EXPS + CTC_GRAD_STATE_EXPS) * states + CTC_GRAD_EXPS * grad
+        reads = own * reads + 2 * states + 2 * grad
+        writes = own * writes + states + 2 * grad
+        flops = own * flops + (CTC_STATE_FLOPS + CTC_GRAD_STATE_FLOPS) * states + CTC_GRAD_FLOPS * grad
+    # one element per exp / log evaluation, each as a profiled ``exp`` element: one value read, one written, 2 FLOPs
+    # (the tables' traffic, reads + writes, is below 2 values per evaluation; the other FLOPs are added)
+    elements = exps
+    n_in, n_out = max(1.0, reads / elements), max(1.0, writes / elements)
+    fpe = 2.0 + flops / elements
+    return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(elements), "variant": "exp",
+                                           "n_inputs": round(n_in, 4), "n_outputs": round(n_out, 4),
+                                           "flops_per_element": round(fpe, 4), "dtype": dtype})
 
 
 def _map_fold(plain: str, tdims: list[list[int]], dtype: str, extra: dict[str, Any],
@@ -952,8 +1065,10 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
             return None
         return OpMapping("op", "norm", {"op": "layernorm", "rows": x[0] * groups, "hidden": numel(x) // (x[0] * groups),
                                         "dtype": dtype, "direction": "bwd" if "backward" in plain else "fwd"})
+    # (``_masked_softmax``: nn.MultiheadAttention's inference fast path with a padding mask, the masked scores'
+    # softmax in one kernel; its mask is a fraction of the scores' bytes)
     if plain in ("softmax", "_softmax", "log_softmax", "_log_softmax", "_softmax_backward_data",
-                 "_log_softmax_backward_data", "_safe_softmax") and tdims:
+                 "_log_softmax_backward_data", "_safe_softmax", "_masked_softmax", "_masked_softmax_backward") and tdims:
         rows, hidden = _rows_hidden(tdims[0])
         return OpMapping("op", "softmax", {"op": "softmax", "rows": rows, "hidden": hidden, "dtype": dtype,
                                            "direction": "bwd" if "backward" in plain else "fwd"})
@@ -1023,6 +1138,8 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(n), "variant": "copy",
                                                "n_inputs": round(2.0 * t / n, 4), "n_outputs": 1.0,
                                                "flops_per_element": 0.0, "dtype": dtype})
+    if plain in CTC_LOSS and (leaf or plain != "ctc_loss"):
+        return _map_ctc(plain, dims, out_dims, dtype, extra)
     if plain in FFTS:
         return _map_fft(plain, tdims, dtype, extra, out_dims)
     if plain in ("im2col", "col2im"):
@@ -1040,6 +1157,36 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
     if plain in ("_weight_norm_interface", "_weight_norm_interface_backward") and tdims:
         # (fused kernels, leaves or not: their children only allocate and zero their outputs)
         return _map_weight_norm(plain, tdims, dtype)
+    if plain == "glu" and tdims and numel(tdims[0]) > 0:
+        # a gated linear unit (the Conformer's convolution module, gated CNNs): out = a x sigmoid(b) over the two
+        # halves of the input along ``dim``: per output value both halves read once, a sigmoid and a product (a
+        # leaf or not: on a CPU its children are the two halves' views)
+        half = numel(tdims[0]) // 2
+        return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(half), "variant": "swiglu",
+                                               "n_inputs": 2.0, "n_outputs": 1.0, "flops_per_element": 5.0,
+                                               "dtype": dtype})
+    if plain == "glu_backward" and leaf and len(tdims) >= 2 and numel(tdims[0]) > 0:
+        # (one kernel on a GPU; a CPU's composite of sigmoid and products is looked into): per output value the
+        # gradient and both halves read, both halves' gradients written
+        return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(numel(tdims[0])),
+                                               "variant": "swiglu", "n_inputs": 3.0, "n_outputs": 2.0,
+                                               "flops_per_element": 8.0, "dtype": dtype, "direction": "bwd"})
+    if plain == "unfold_backward" and tdims:
+        # ``Tensor.unfold``'s backward (grad, input_sizes, dim, size, step): the input-sized gradient zero-filled,
+        # then every window value added into it (one kernel with helpers: a self share near one half made it flip
+        # between looked into and unmodelled)
+        n_out, n_grad = math.prod(_ints(_concrete(extra, 1)) or [0]), numel(tdims[0])
+        if n_out <= 0 or n_grad <= 0:
+            return None
+        return OpMapping("op", "copy", {"op": "elementwise", "elements": int(n_out), "variant": "copy",
+                                        "n_inputs": round(n_grad / n_out, 4), "n_outputs": 1.0,
+                                        "flops_per_element": 0.0, "dtype": dtype})
+    if plain == "_prelu_kernel_backward" and len(tdims) >= 2 and numel(tdims[1]) > 0:
+        # the gradients of the input and of the (broadcast) weight, each input-sized (the weight's then reduced
+        # by a sum of its own): the gradient and the input read, both written
+        return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(numel(tdims[1])),
+                                               "variant": "relu", "n_inputs": 2.0, "n_outputs": 2.0,
+                                               "flops_per_element": 2.0, "dtype": dtype, "direction": "bwd"})
     if plain in ACTIVATION_BACKWARD_OPS:
         # an activation's backward: the profile's backward row of that activation (its variant, FLOPs and
         # direction), so that a trace and a profile describe the same kernel alike
@@ -1055,6 +1202,9 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
             # a factory op (zeros, ones, full, ...) given its size as an argument: allocate and fill ("[]" is a
             # 0-d tensor, one element; a zero extent is an empty tensor, allocated without a kernel)
             text = _concrete(extra, 0).strip()
+            if plain == "randint":  # randint(high, size, ...) or randint(low, high, size, ...): the list argument
+                text = next((t for t in (_concrete(extra, i).strip() for i in range(len(dims)))
+                             if t.startswith(("[", "("))), "")
             size = _ints(text)
             if not size and text not in ("[]", "()"):
                 return OpMapping("view", "view") if leaf else None  # size not recorded
@@ -1101,7 +1251,7 @@ def _cast(mp: OpMapping, types: Sequence[Any], code: str) -> OpMapping:
 
 
 #: Factory ops whose size is their first argument (no tensor input).
-CREATION_OPS = frozenset({"zeros", "ones", "full", "rand", "randn"})
+CREATION_OPS = frozenset({"zeros", "ones", "full", "rand", "randn", "randint"})
 #: Ops that join a TensorList (their first argument) into one new tensor.
 CONCAT_OPS = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack"})
 

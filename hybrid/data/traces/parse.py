@@ -379,6 +379,27 @@ def _attach_comm_params(ops: pd.DataFrame, params: list[dict[str, Any]]) -> None
             ops.at[i, "extra"] = {**ops.at[i, "extra"], "comm": {k: p[k] for k in p if k not in ("ts", "tid")}}
 
 
+def _et_tensor_device(v: Any) -> str | None:
+    """The device of one execution-trace tensor value (``[tensor id, storage id, offset, numel, element size,
+    device]``), else None."""
+    if isinstance(v, list) and len(v) == 6 and isinstance(v[5], str) and all(isinstance(x, int) for x in v[:5]):
+        return v[5]
+    return None
+
+
+def et_tensor_devices(values: Any) -> list[str]:
+    """The devices of the tensors among an execution-trace op's input ``values`` (a TensorList's tensors each
+    counted; scalars and other arguments left out): ``cpu``, ``cuda:0``, ``meta``..."""
+    out: list[str] = []
+    for v in values if isinstance(values, list) else []:
+        d = _et_tensor_device(v)
+        if d is not None:
+            out.append(d)
+        elif isinstance(v, list):
+            out.extend(d for d in map(_et_tensor_device, v) if d is not None)
+    return out
+
+
 def _parse_et(doc: dict, path: str) -> RankTrace:
     nodes = doc["nodes"]
     rows: list[dict[str, Any]] = []
@@ -401,7 +422,8 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
                          "types": [_dtype_of(t) for t in inputs.get("types", [])],
                          "out_dims": list(outputs.get("shapes", [])), "rf_id": attrs.get("rf_id", -1), "ext_id": -1,
                          "pg": str(attrs.get("pg_name", "") or ""),
-                         "extra": {"values": inputs.get("values", [])} if "values" in inputs else {},
+                         "extra": ({"values": inputs.get("values", [])} if "values" in inputs else {})
+                         | ({"out_values": outputs.get("values", [])} if "values" in outputs else {}),
                          "dur": float(attrs["dur"]) if "dur" in attrs else np.nan,
                          "seq": _seq(attrs.get("seq_id"))})
         except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong kind: no bare int() error
@@ -420,7 +442,7 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
     et["parent"], et["depth"], et["id"] = parent, depth, np.arange(len(et))
     et["ts"] = et["et_id"].astype(np.float64)  # order only
     _, rank, world = _dist_info(doc, path)
-    devices = {str(v[5]) for vals in et["extra"] for v in vals.get("values", []) if isinstance(v, list) and len(v) == 6}
+    devices = {d for vals in et["extra"] for d in et_tensor_devices(vals.get("values", []))}
     device = "meta" if devices == {"meta"} else ("cuda" if any(d.startswith("cuda") for d in devices) else "cpu")
     tr = RankTrace(path, "et", rank, world, device, "",
                    et[list(OP_COLUMNS)].copy(), pd.DataFrame(columns=["name", "cat", "stream", "ts", "dur", "ext_id",
