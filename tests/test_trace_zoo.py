@@ -266,90 +266,6 @@ def test_ffts_on_this_cpu_within_a_loose_factor_of_their_time(cpu_model):
     assert ((ratio > 1 / 6) & (ratio < 4.0)).all(), (out, measured)
 
 
-# CTC loss as traced from Wav2Vec2ForCTC (T 399, N 2, C 32, two 12-symbol targets concatenated)
-CTC_FWD = ([[399, 2, 32], [24], [[], []], [[], []], [], []], ["fp32", "int64", None, None, None, None],
-           [[2], [2, 399, 25]], {"concrete": ['', '', '[399, 399]', '[12, 12]', '0', 'False']})
-CTC_BWD = ([[2], [399, 2, 32], [24], [[], []], [[], []], [2], [2, 399, 25], [], []],
-           ["fp32", "fp32", "int64", None, None, "fp32", "fp32", None, None], [[399, 2, 32]],
-           {"concrete": ['', '', '', '[399, 399]', '[12, 12]', '', '', '0', 'False']})
-
-
-def test_ctc_loss_is_an_exp_row_over_its_alpha_and_beta_tables():
-    fwd = map_op("aten::_ctc_loss", *CTC_FWD)
-    assert fwd is not None and fwd.kind == "op"
-    states = 2 * 399 * 25
-    # 4 exp / log evaluations per state (log-sum-exp of 3 predecessors)
-    assert (fwd.row["variant"], fwd.row["elements"], fwd.row["dtype"]) == ("exp", 4 * states, "fp32")
-    bwd = map_op("aten::_ctc_loss_backward", *CTC_BWD)
-    # beta (4) and alpha x beta into the gradient (3) per state, 2 per value of the [T, N, C] gradient
-    assert bwd.row["elements"] == 7 * states + 2 * 399 * 2 * 32
-    assert bwd.row["flops_per_element"] > 2.0
-    # shorter sequences: only their states are computed
-    dims, types, out, _ = CTC_FWD
-    short = map_op("aten::_ctc_loss", dims, types, out, {"concrete": ['', '', '[399, 100]', '[12, 3]', '0', 'False']})
-    assert short.row["elements"] == 4 * (399 * 25 + 100 * 7)
-    # the lengths as tensors (``_ctc_loss.Tensor``): the whole log_alpha table
-    tens = map_op("aten::_ctc_loss", [[399, 2, 32], [2, 12], [2], [2], [], []], ["fp32", "int64", "int64", "int64"],
-                  [[2], [2, 399, 25]], {})
-    assert tens.row["elements"] == 4 * states
-    # padded [N, S] targets and nothing else: S is their width; concatenated ones: not guessed at
-    assert map_op("aten::_ctc_loss", [[399, 2, 32], [2, 12], [2], [2], [], []],
-                  ["fp32", "int64", "int64", "int64"], [], {}).row["elements"] == 4 * states
-    assert map_op("aten::_ctc_loss", [[399, 2, 32], [24], [2], [2], [], []],
-                  ["fp32", "int64", "int64", "int64"], [], {}) is None
-    # the composite is looked into unless it is a leaf
-    assert map_op("aten::ctc_loss", *CTC_FWD[:3], CTC_FWD[3], leaf=False) is None
-
-
-def test_a_traced_wav2vec2_ctc_step_leaves_nothing_unmodelled(tmp_path, capsys):
-    tf = pytest.importorskip("transformers")
-    if not hasattr(tf, "Wav2Vec2ForCTC"):
-        pytest.skip("transformers without Wav2Vec2")
-
-    def build(torch):
-        model = tf.Wav2Vec2ForCTC(tf.Wav2Vec2Config(
-            vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-            conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
-            num_conv_pos_embedding_groups=2))
-        model.train()
-        x, labels = torch.randn(2, 4000), torch.randint(1, 32, (2, 12))
-        return lambda: model(input_values=x, labels=labels).loss.backward()
-
-    out = _traced_step_predicted(build, tmp_path, capsys)
-    names = set()
-    for t in load_traces(sorted(str(p) for p in tmp_path.glob("*.json"))):
-        names |= set(t.ops["name"])
-    assert {"aten::_ctc_loss", "aten::_ctc_loss_backward"} <= names
-    assert out["unmodelled"]["ops"] == 0, out["unmodelled"]
-
-
-def test_ctc_loss_on_this_cpu_within_a_loose_factor_of_its_time(cpu_model):
-    """CTC forward and backward (T 300, N 4, C 32, S 30), timed here, against the CPU profile's ``exp`` rows: the
-    kernels evaluate their exps one state at a time, in T dependent steps, so the row is a lower bound (0.11-0.16x
-    measured on the project's VM); within 0.04-2x (as [T, N, C]-sized elementwise rows, or one element per state,
-    they were 0.02-0.06x, which the lower bound refuses)."""
-    t_, n, c, s = 300, 4, 32, 30
-    with _one_thread() as torch:
-        torch.manual_seed(0)
-        lp = torch.randn(t_, n, c).log_softmax(2)
-        tg, il, tl = torch.randint(1, c, (n * s,)), [t_] * n, [s] * n
-        nll, alpha = torch.ops.aten._ctc_loss(lp, tg, il, tl, 0, False)
-        g = torch.ones(n)
-        measured = [_median_us(lambda: torch.ops.aten._ctc_loss(lp, tg, il, tl, 0, False), runs=7),
-                    _median_us(lambda: torch.ops.aten._ctc_loss_backward(g, lp, tg, il, tl, nll, alpha, 0, False),
-                               runs=7)]
-    lens = {"il": str(il), "tl": str(tl)}
-    fwd = map_op("aten::_ctc_loss", [[t_, n, c], [n * s], [[]] * n, [[]] * n, [], []],
-                 ["fp32", "int64", None, None, None, None], [[n], list(alpha.shape)],
-                 {"concrete": ['', '', lens["il"], lens["tl"], '0', 'False']}).row
-    bwd = map_op("aten::_ctc_loss_backward", [[n], [t_, n, c], [n * s], [[]] * n, [[]] * n, [n], list(alpha.shape),
-                                              [], []], ["fp32", "fp32", "int64", None, None, "fp32", "fp32", None, None],
-                 [[t_, n, c]], {"concrete": ['', '', '', lens["il"], lens["tl"], '', '', '0', 'False']}).row
-    out = cpu_model.predict(pd.DataFrame([{**r, "device": CPU} for r in (fwd, bwd)]))["time_us"].to_numpy()
-    ratio = out / np.asarray(measured)
-    assert ((ratio > 0.04) & (ratio < 2.0)).all(), (out, measured)
-
-
 def test_glu_the_gamma_functions_samplers_and_helper_views_are_mapped():
     # GLU over [2, 64, 399] along dim 1: one value per output (half the input), both halves read
     glu = map_op("aten::glu", [[2, 64, 399], []], ["fp32", None], [[2, 32, 399]], {"concrete": ['', '1']}, leaf=False)
@@ -374,8 +290,9 @@ def _audio_ctc(tf, torch, cfg: str, cls: str, **kw):
         vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
         conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
         num_conv_pos_embedding_groups=2, **kw))
-    x, labels = torch.randn(2, 4000), torch.randint(1, 32, (2, 12))
-    return lambda: model(input_values=x, labels=labels).loss.backward()
+    x = torch.randn(2, 4000)
+    # no labels: the CTC loss stays unmodelled (docs/traces.md), and these tests are about the encoders' ops
+    return lambda: model(input_values=x).logits.float().pow(2).mean().backward()
 
 
 def _time_series(tf, torch):
@@ -387,6 +304,28 @@ def _time_series(tf, torch):
     return lambda: model(past_values=past, past_time_features=torch.randn(2, 19, 1),
                          past_observed_mask=torch.ones(2, 19), future_values=future,
                          future_time_features=torch.randn(2, 8, 1)).loss.backward()
+
+
+def test_a_traced_ctc_step_accounts_for_its_ctc_loss_as_unmodelled(tmp_path, capsys):
+    """CTC loss (a scalar dynamic program over T dependent steps) is not priced as a vectorised elementwise row
+    (0.11-0.16x of its CPU time: a silent 7x under-estimate): both its ops are listed unmodelled with their
+    traced time, costed at that time on the traced device."""
+    tf = pytest.importorskip("transformers")
+    if not hasattr(tf, "Wav2Vec2ForCTC"):
+        pytest.skip("transformers without Wav2Vec2")
+
+    def build(torch):
+        model = tf.Wav2Vec2ForCTC(tf.Wav2Vec2Config(
+            vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+            conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+            num_conv_pos_embedding_groups=2))
+        x, labels = torch.randn(2, 4000), torch.randint(1, 32, (2, 12))
+        return lambda: model(input_values=x, labels=labels).loss.backward()
+
+    out = _traced_step_predicted(build, tmp_path, capsys)
+    listed = {r["name"]: r for r in out["unmodelled"]["by_name"]}
+    assert set(listed) == {"aten::_ctc_loss", "aten::_ctc_loss_backward"}, listed
+    assert all(r["measured_us"] > 0 and r["costed_as"].startswith("trace time") for r in listed.values())
 
 
 # (architecture, the ops it was left with unmodelled)

@@ -695,87 +695,6 @@ def _map_fft(plain: str, tdims: list[list[int]], dtype: str, extra: dict[str, An
                                    "dtype": dtype})
 
 
-#: CTC loss ops -> (index of ``log_probs``, of ``targets``, of ``input_lengths``, of ``target_lengths``, of the
-#: ``log_alpha`` table among the inputs or -1, backward): ``_ctc_loss(log_probs, targets, input_lengths,
-#: target_lengths, blank, zero_infinity)`` (its ``.Tensor`` overload takes the lengths as tensors),
-#: ``_ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, ...)``,
-#: cuDNN's ``_cudnn_ctc_loss(log_probs, targets, input_lengths, target_lengths, ...)`` (which computes the gradient
-#: in its forward) and the ``ctc_loss`` composite (same first four arguments; mapped only as a leaf).
-CTC_LOSS = {"_ctc_loss": (0, 1, 2, 3, -1, False), "_ctc_loss_backward": (1, 2, 3, 4, 6, True),
-            "_cudnn_ctc_loss": (0, 1, 2, 3, -1, True), "ctc_loss": (0, 1, 2, 3, -1, False)}
-#: Exp / log evaluations of one CTC state: the forward's (and the backward's beta) log-sum-exp of up to 3
-#: predecessors (3 exp, 1 log); the backward's log-add-exp of alpha x beta into its symbol's gradient (2 exp, 1 log)
-CTC_STATE_EXPS = 4
-CTC_GRAD_STATE_EXPS = 3
-#: Exp evaluations of one [T, N, C] gradient value: exp(log_prob) - exp(alpha beta - nll - log_prob)
-CTC_GRAD_EXPS = 2
-#: FLOPs besides the exps, per state (the max, 3 subtractions, 2 sums, the emission's log probability added; the
-#: backward's 4 more) and per gradient value (2 subtractions, the product with the loss gradient)
-CTC_STATE_FLOPS = 7.0
-CTC_GRAD_STATE_FLOPS = 4.0
-CTC_GRAD_FLOPS = 3.0
-
-
-def _map_ctc(plain: str, dims: Sequence[Any], out_dims: Sequence[Any], dtype: str,
-             extra: dict[str, Any]) -> OpMapping | None:
-    """CTC loss as one ``exp`` elementwise row over its dynamic-programming tables. The forward fills alpha over
-    T x (2S + 1) states per sequence (S: the longest target; the blank-interleaved target has 2S + 1 states): per
-    state a log-sum-exp of up to 3 predecessors plus one log probability gathered from the [T, N, C] input, the
-    table written once. The backward fills beta the same way, log-adds alpha x beta into each state's symbol's
-    gradient, then turns the [T, N, C] gradient into the input's (filled, read and written, the log probabilities
-    read). States count the sequences' recorded lengths (input length x (2 x target length + 1)) where the trace
-    has them, else the whole table (the ``log_alpha`` shape, or T x N x (2S + 1) with S the recorded longest target
-    or a padded [N, S] target's width); with concatenated targets and nothing else, S is not guessed at.
-
-    The row has one element per exp / log evaluation, the unit the profile's ``exp`` rows time. No profile times
-    CTC, and the kernels are slower than that work done in parallel: they evaluate their exps one state at a time
-    (scalar code on a CPU) in a chain of T dependent steps per sequence, which an elementwise row does not see. On
-    the project's CPU (one thread) the row priced 0.11-0.16x of the measured forward and backward of three sizes
-    (T 200-500, N 2-8, S 12-100): a lower bound, not an unmodelled op costed at zero on another device."""
-    li, ti, ili, tli, ai, bwd = CTC_LOSS[plain]
-    lp = dims[li] if len(dims) > li else None
-    if not _is_shape(lp) or len(lp) not in (2, 3):
-        return None
-    t_max, n, c = (lp[0], 1, lp[1]) if len(lp) == 2 else (lp[0], lp[1], lp[2])
-    in_lens, tgt_lens = _ints(_concrete(extra, ili)), _ints(_concrete(extra, tli))
-    alpha = dims[ai] if 0 <= ai < len(dims) else (out_dims[1] if not bwd and len(out_dims) > 1 else None)
-    targets = dims[ti] if len(dims) > ti else None
-    if _is_shape(alpha) and len(alpha) == 3:
-        s_max = (alpha[2] - 1) // 2
-    elif tgt_lens:
-        s_max = max(tgt_lens)
-    elif _is_shape(targets) and len(targets) == 2:
-        s_max = targets[1]  # padded [N, S_max] targets
-    else:
-        return None  # concatenated targets and no lengths: the longest target is not recorded
-    if len(in_lens) == n and len(tgt_lens) == n:
-        states = sum(min(max(ti_, 0), t_max) * (2 * min(max(si, 0), s_max) + 1)
-                     for ti_, si in zip(in_lens, tgt_lens, strict=True))
-    else:
-        states = t_max * n * (2 * s_max + 1)
-    grad = t_max * n * c
-    if min(t_max, n, c) <= 0 or states <= 0:
-        return OpMapping("view", "view")
-    # forward: a log probability read and alpha written per state
-    exps, reads, writes, flops = CTC_STATE_EXPS * states, states, states, CTC_STATE_FLOPS * states
-    if bwd:
-        # beta: alpha and a log probability read, beta written per state; the gradient filled, read and written,
-        # the log probabilities read (cuDNN's forward computes the alpha table too)
-        own = 0 if plain != "_cudnn_ctc_loss" else 1
-        exps = own * exps + (CTC_STATE_EXPS + CTC_GRAD_STATE_EXPS) * states + CTC_GRAD_EXPS * grad
-        reads = own * reads + 2 * states + 2 * grad
-        writes = own * writes + states + 2 * grad
-        flops = own * flops + (CTC_STATE_FLOPS + CTC_GRAD_STATE_FLOPS) * states + CTC_GRAD_FLOPS * grad
-    # one element per exp / log evaluation, each as a profiled ``exp`` element: one value read, one written, 2 FLOPs
-    # (the tables' traffic, reads + writes, is below 2 values per evaluation; the other FLOPs are added)
-    elements = exps
-    n_in, n_out = max(1.0, reads / elements), max(1.0, writes / elements)
-    fpe = 2.0 + flops / elements
-    return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(elements), "variant": "exp",
-                                           "n_inputs": round(n_in, 4), "n_outputs": round(n_out, 4),
-                                           "flops_per_element": round(fpe, 4), "dtype": dtype})
-
-
 def _map_fold(plain: str, tdims: list[list[int]], dtype: str, extra: dict[str, Any],
               out_dims: Sequence[Any]) -> OpMapping | None:
     """``im2col`` (``F.unfold``: every sliding window's values gathered into a column) and ``col2im`` (``F.fold``:
@@ -1138,8 +1057,6 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(n), "variant": "copy",
                                                "n_inputs": round(2.0 * t / n, 4), "n_outputs": 1.0,
                                                "flops_per_element": 0.0, "dtype": dtype})
-    if plain in CTC_LOSS and (leaf or plain != "ctc_loss"):
-        return _map_ctc(plain, dims, out_dims, dtype, extra)
     if plain in FFTS:
         return _map_fft(plain, tdims, dtype, extra, out_dims)
     if plain in ("im2col", "col2im"):
