@@ -99,7 +99,10 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
                    "(larger batches and tables).")
 def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, warmup: int, threads: int | None,
              model_ref: str | None, tracking_uri: str | None, search_system: str | None, device: str) -> None:
-    """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable)."""
+    """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable).
+
+    A configuration whose runs fail is named on stderr and the others are still measured; the command then exits
+    with code 2 (running it again retries only what is missing)."""
     require_torch("hybrid bench campaign")
     from hybrid.bench.campaign import CampaignSpace, run_campaign
 
@@ -124,10 +127,22 @@ def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, wa
     report = run_campaign(out_dir, n_configs=n_configs, seed=seed, space=space,
                           iters=iters, warmup=warmup, threads_per_rank=threads, predictor=predictor,
                           search_system=search_system, device=device)
+    results = Path(out_dir) / "results.csv"
     click.echo(f"{report.measured} runs measured, {report.skipped} already present, "
-               f"{len(report.failures)} config(s) failed, {report.seconds:.0f} s -> {Path(out_dir) / 'results.csv'}")
+               f"{len(report.failures)} of {report.configs} config(s) failed, {report.seconds:.0f} s"
+               + (f" -> {results}" if results.is_file() else " (no results written)"))
     for f in report.failures:
         click.echo(f"failed: {f}", err=True)
+    if report.failures:
+        # a script chaining `campaign && validate` must not take a broken or partial campaign for a finished one;
+        # the runs that did finish stay in results.csv and running the same command again retries only the rest
+        from hybrid.bench.dlrm_harness import HarnessError
+
+        n, total = len(report.failures), report.configs
+        what = f"all {total} configs failed" if n == total else f"{n} of {total} configs failed"
+        raise HarnessError(f"{what} (first: {report.failures[0]})"
+                           + ("" if n == total else f"; the others' runs are in {results}")
+                           + "; run the same command again to retry the failed ones")
 
 
 @bench.command("gpu-session")
