@@ -333,3 +333,26 @@ def test_calibrate_warns_when_every_held_out_device_had_a_sibling() -> None:
     assert "--holdout-device" in line
     assert sibling_unseen_line(["H100-SXM", "H200", "T4"], ["H100-SXM", "H200"]) is None
     assert sibling_unseen_line([], []) is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["predict", "gemm", "-d", "H100-SXM", "-m", "512", "-n", "512", "-k", "512", "--model", ""],
+    ["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB", "--ranks", "8",
+     "--model", " "],
+    ["simulate", "experiments/configs/dlrm_example.yaml", "--model", ""],
+    ["shard", "experiments/configs/dlrm_example.yaml", "--model", ""],
+    ["llm", "train", "llama-2-7b", "--system", "DGX-H100", "--gpus", "8", "--model", ""],
+    ["llm", "infer", "llama-2-7b", "--system", "DGX-H100", "--model", ""],
+    ["trace", "predict", "t.json", "--device", "H100-SXM", "--model", ""],
+    ["bench", "validate", "r.csv", "--model", ""],
+    ["calibrate", ".", "--name", "m", "--base", ""],
+])
+def test_an_empty_model_name_is_refused(capsys, argv: list[str]) -> None:
+    """`--model ''` (e.g. `--model "$MODEL"` with the variable unset) was taken for no model: roofline numbers,
+    exit 0, where the user asked for a calibrated one."""
+    root = Path(__file__).resolve().parents[1]
+    argv = [str(root / a) if a.endswith(".yaml") else a for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and not out, (code, out)
+    flag = "--base" if "--base" in argv else "--model"
+    assert err.strip() == f"error: {flag} is empty: give a value or leave the option out"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import echo_json, echo_table, named
 from hybrid.data.profiler.backend import require_torch
 from hybrid.errors import InvalidInputError
 
@@ -88,7 +88,7 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
 @click.option("--iters", type=int, default=15, show_default=True, help="Timed iterations per run.")
 @click.option("--warmup", type=int, default=5, show_default=True, help="Warm-up iterations per run.")
 @click.option("--threads", type=int, default=None, help="Torch threads per rank (default: cores // ranks).")
-@click.option("--model", "model_ref", default=None,
+@click.option("--model", "model_ref", default=None, callback=named,
               help="Calibrated model: adds the plan its search finds fastest to each config's plans.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
 @click.option("--system", "search_system", default=None,
@@ -187,7 +187,7 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
 
 @bench.command("validate")
 @click.argument("results_path", metavar="RESULTS", type=click.Path(exists=False))
-@click.option("--model", "model_ref", default=None,
+@click.option("--model", "model_ref", default=None, callback=named,
               help="Calibrated model from the tracking store (NAME, NAME/3). Default: fit a HybridPredictor "
                    "on --bundle.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")

@@ -18,6 +18,7 @@ from hybrid.cli.output import (
     echo_json,
     echo_table,
     gpu_hour_price_option,
+    named,
     roofline_note,
     warn_arch_device,
 )
@@ -78,7 +79,7 @@ def _deploy_options(fn):
                           "TensorRT-LLM / vLLM for small messages inside a node."),
         click.option("--reserve-gib", type=float, default=2.0, show_default=True,
                      help="Memory kept back per GPU for the runtime (CUDA context, workspaces)."),
-        click.option("--model", "model_ref", default=None,
+        click.option("--model", "model_ref", default=None, callback=named,
                      help="Calibrated model (NAME, NAME/3, models:/NAME/3); default: roofline only."),
         click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store holding --model."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),

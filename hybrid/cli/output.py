@@ -199,3 +199,16 @@ def compare_names(compare: str | None, catalog: Any) -> list[str]:
     for name in names:
         resolve_system(catalog, name)  # a system, or a device's generic node
     return names
+
+
+def named(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback for options naming something (``--model NAME``): an empty or blank name is refused.
+
+    Commands test such options for truth (``if model_ref:``), so ``--model ''`` (an unset shell variable,
+    ``--model "$MODEL"``) silently meant "no model" and gave roofline-only numbers under the user's nose."""
+    if value is not None and not value.strip():
+        from hybrid.errors import InvalidInputError
+
+        flag = max(param.opts, key=len) if param.opts else str(param.name)
+        raise InvalidInputError(f"{flag} is empty: give a value or leave the option out")
+    return value

@@ -8,7 +8,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from hybrid.cli.output import echo_json, warn_arch_device
+from hybrid.cli.output import echo_json, named, warn_arch_device
 from hybrid.data.schema import MAX_INT
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
@@ -27,7 +27,7 @@ def _model_options(fn):
     """``--model`` / ``--tracking-uri`` shared by the predict sub-commands."""
     fn = click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                       help="MLflow store holding --model (default: local SQLite store).")(fn)
-    return click.option("--model", "model_ref", default=None, callback=lambda _c, _p, v: None if v == "roofline" else v,
+    return click.option("--model", "model_ref", default=None, callback=lambda c, p, v: None if v == "roofline" else named(c, p, v),
                         help="Calibrated model (NAME, NAME/3, models:/NAME/3); default (or 'roofline'): "
                              "analytical only.")(fn)
 

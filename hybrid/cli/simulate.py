@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import e2e_line, echo_json, echo_table, roofline_note
+from hybrid.cli.output import e2e_line, echo_json, echo_table, named, roofline_note
 
 
 def load_cost_model(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, str]:
@@ -91,7 +91,7 @@ def variant_hint(path: str) -> None:
 def model_options(fn):
     fn = click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                       help="MLflow store holding --model (default: local store).")(fn)
-    return click.option("--model", "model_ref", default=None,
+    return click.option("--model", "model_ref", default=None, callback=named,
                         help="Calibrated model (NAME, NAME/3, models:/NAME/3); default: analytical only.")(fn)
 
 

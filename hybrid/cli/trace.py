@@ -15,6 +15,7 @@ from hybrid.cli.output import (
     echo_json,
     echo_table,
     gpu_hour_price_option,
+    named,
     roofline_note,
     warn_arch_device,
 )
@@ -155,7 +156,8 @@ def _fallback_brief(fallback: dict[str, Any]) -> str:
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("--device", default=None, callback=warn_arch_device, help="Target device (catalog key or alias).")
 @click.option("--system", default=None, help="Target system (collectives use its fabric).")
-@click.option("--model", "model_ref", default=None, help="Calibrated model from the tracking store (NAME[/VERSION]).")
+@click.option("--model", "model_ref", default=None, callback=named,
+              help="Calibrated model from the tracking store (NAME[/VERSION]).")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
 @click.option("--bundle", default=None, type=click.Path(file_okay=False),
               help="Fit the predictor on this profile bundle (e.g. datasets/cpu-amd-epyc-1c) and use its catalog.")
