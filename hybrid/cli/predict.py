@@ -8,7 +8,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from hybrid.cli.output import echo_json, named, warn_arch_device
+from hybrid.cli.output import echo_json, named, said_warnings, warn_arch_device
 from hybrid.data.schema import MAX_INT
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
@@ -437,7 +437,8 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     # the measured columns are not inputs: a table of ops to time need not have them, and their values are ignored
     inputs = raw.drop(columns=[c for c in MEASURED_COLUMNS if c in raw.columns]).assign(time_us=1.0)
     norm = validate(inputs, cat, source=str(path))
-    base = check_rows(norm, cat, str(path))  # the roofline's per-row checks, named by row and CSV line
+    with said_warnings():  # rows kept but said (a collective's device that is not its system's GPU)
+        base = check_rows(norm, cat, str(path))  # the roofline's per-row checks, named by row and CSV line
     if model_ref:
         loaded = load_model_for(model_ref, tracking_uri, cat, pd.unique(norm["device"].astype(str)))
         predicted = loaded.predictor.predict(norm.drop(columns=["time_us"]))
