@@ -356,3 +356,35 @@ def test_an_empty_model_name_is_refused(capsys, argv: list[str]) -> None:
     assert code == 2 and not out, (code, out)
     flag = "--base" if "--base" in argv else "--model"
     assert err.strip() == f"error: {flag} is empty: give a value or leave the option out"
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "experiments/configs/dlrm_example.yaml", "--trace", ""],
+    ["simulate", "experiments/configs/dlrm_example.yaml", "--plan", ""],
+    ["shard", "experiments/configs/dlrm_example.yaml", "--output", " "],
+    ["llm", "train", "llama2-7b", "--system", "DGX-H100", "--gpus", "8", "--global-batch", "64", "--trace", ""],
+    ["llm", "memory", "llama2-7b", "--system", "DGX-H100", "--gpus", "8", "--global-batch", "64", "--plot", ""],
+    ["llm", "infer", "llama2-7b", "--system", "DGX-H100", "--dtype", ""],
+    ["llm", "infer", "llama2-7b", "--system", "DGX-H100", "--kv-dtype", ""],
+    ["llm", "infer", "llama2-7b", "--system", "DGX-H100", "--roofline-plot", ""],
+    ["llm", "infer", "llama2-7b", "--system", "DGX-H100", "--device", ""],
+    ["llm", "serve", "llama2-7b", "--system", "DGX-H100", "--slo-ttft", ""],
+    ["trace", "predict", "t.json", "--device", "H100-SXM", "--bundle", ""],
+    ["trace", "predict", "t.json", "--device", "", "--system", "DGX-H100"],
+    ["bench", "validate", "r.csv", "--system", ""],
+    ["bench", "validate", "r.csv", "--bundle", ""],
+    ["bench", "validate", "r.csv", "-o", ""],
+    ["profile", "--quick", "-o", ""],
+])
+def test_an_empty_option_value_is_refused(capsys, argv: list[str]) -> None:
+    """An optional value given empty (`--trace "$OUT"` with the variable unset) was taken for the option left out:
+    `simulate --trace ''` wrote no trace, `llm infer --dtype ''` ran fp16, `trace predict --device ''
+    --system S` and `bench validate --bundle ''` used their defaults, `profile -o ''` wrote into `.`; all
+    without a word."""
+    root = Path(__file__).resolve().parents[1]
+    argv = [str(root / a) if a.endswith(".yaml") else a for a in argv]
+    code, out, err = run(capsys, *argv)
+    flag = next(a for a, b in zip(argv[:-1], argv[1:], strict=True) if a.startswith("-") and not b.strip())
+    flag = {"-o": "--output"}.get(flag, flag)
+    assert code == 2 and not out, (code, out)
+    assert err.strip() == f"error: {flag} is empty: give a value or leave the option out"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table, roofline_note
+from hybrid.cli.output import echo_json, echo_table, named, roofline_note
 from hybrid.cli.simulate import (
     HOST_MEM_UNUSED_NOTE,
     config_target,
@@ -31,7 +31,7 @@ def shown_plans(result, top: int) -> list:
 @click.command("shard")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--gpus", type=int, default=None, help="Number of ranks (default: the config's).")
-@click.option("--system", default=None, help="Catalog system or device (default: the config's).")
+@click.option("--system", default=None, callback=named, help="Catalog system or device (default: the config's).")
 @click.option("--top", "top", type=int, default=5, show_default=True,
               help="How many plans to show (and any other whose 80% interval overlaps the best plan's).")
 @click.option("--strategy", "strategies", multiple=True,
@@ -40,7 +40,7 @@ def shown_plans(result, top: int) -> list:
 @click.option("--time-budget", type=float, default=20.0, show_default=True, help="Seconds for local search.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the random baseline (a non-negative integer).")
-@click.option("--output", "output", type=click.Path(dir_okay=False), default=None,
+@click.option("--output", "output", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Write the best plan here (YAML or JSON by extension).")
 @host_mem_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -166,11 +166,11 @@ def host_memory_line(hm: dict[str, Any]) -> str:
 
 @click.command("simulate")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
-@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Sharding plan (YAML/JSON); default: the config's `plan`, else size-lookup greedy.")
 @click.option("--gpus", type=int, default=None, help="Override the config's number of ranks.")
-@click.option("--system", default=None, help="Override the config's system (catalog system or device).")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--system", default=None, callback=named, help="Override the config's system (catalog system or device).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Write the timeline as Chrome trace JSON (open in Perfetto or chrome://tracing).")
 @host_mem_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
