@@ -388,3 +388,13 @@ def test_an_empty_option_value_is_refused(capsys, argv: list[str]) -> None:
     flag = {"-o": "--output"}.get(flag, flag)
     assert code == 2 and not out, (code, out)
     assert err.strip() == f"error: {flag} is empty: give a value or leave the option out"
+
+
+@pytest.mark.parametrize("nodes", ["0", "-2"])
+def test_predict_collective_nodes_below_one_names_the_option(capsys, nodes: str) -> None:
+    """`--nodes 0` failed with the library's field ("Collective.n_nodes must be a positive number"); it is checked
+    as `--ranks` is, naming the option."""
+    code, out, err = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB",
+                         "--ranks", "8", "--nodes", nodes)
+    assert code == 2 and not out
+    assert f"Invalid value for '--nodes': {nodes} is not in the range x>=1" in err and "Collective." not in err

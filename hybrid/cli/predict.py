@@ -222,7 +222,7 @@ def _predict_kernel(frame, device: str, dtype: str, op: str, what: str, as_json:
                    "-b/-e read it).")
 @click.option("--ranks", type=click.IntRange(min=2), required=True,
               help="GPUs taking part (at least 2: a collective of one rank moves nothing).")
-@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes the ranks span.")
 @click.option("--dtype", default="fp32", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @_model_options
