@@ -545,3 +545,18 @@ def test_overlap_flags_compare_with_the_best_plan_and_say_false_for_it():
     # the best (first fitting) plan has no interval: nothing is compared with the runner-up
     evs = [ev("d", 9, np.nan, np.nan), ev("a", 10, 8, 12), ev("b", 11, 11.5, 14)]
     assert flag_overlaps(evs) == [] and [e.overlaps_best for e in evs] == [None, None, None]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--strategy", ""], "--strategy names no strategy (got ''); known: size_greedy"),
+    (["--strategy", " , "], "--strategy names no strategy (got ' , ')"),
+    (["--time-budget", "nan"], "--time-budget must be a finite number of seconds >= 0, got nan"),
+    (["--time-budget", "-1"], "--time-budget must be a finite number of seconds >= 0, got -1.0"),
+])
+def test_shard_refuses_an_empty_strategy_and_a_bad_budget_up_front(small_config, capsys, args, needle):
+    """`--strategy ''` (an unset shell variable) ran every strategy; a bad --time-budget was refused only after the
+    config was read and the search announced ("local search budget nan s")."""
+    assert main(["shard", str(small_config), *args]) == 2
+    cap = capsys.readouterr()
+    assert not cap.out and cap.err.startswith("error: ") and needle in cap.err
+    assert cap.err.count("\n") == 1 and "searching" not in cap.err

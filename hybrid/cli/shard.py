@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from hybrid.cli.output import echo_json, echo_table, named, roofline_note
@@ -55,7 +57,12 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     from hybrid.workloads.dlrm import check_document_path
     if top <= 0:
         raise InvalidInputError("--top must be positive")
-    names = [s for item in strategies for s in item.split(",") if s]
+    names = [s.strip() for item in strategies for s in item.split(",") if s.strip()]
+    if strategies and not names:  # `--strategy "$S"` with S unset ran every strategy
+        raise InvalidInputError(f"--strategy names no strategy (got {', '.join(map(repr, strategies))}); known: "
+                                f"{', '.join(STRATEGIES)}")
+    if not math.isfinite(time_budget) or time_budget < 0:  # refused before the config is read, not after
+        raise InvalidInputError(f"--time-budget must be a finite number of seconds >= 0, got {time_budget}")
     unknown = [s for s in names if s not in STRATEGIES]
     if unknown:
         raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")
