@@ -35,7 +35,8 @@ class OutputPathError(HybridError, OSError):
 
 
 class DataQualityWarning(UserWarning):
-    """Measurements a fit leaves out because they cannot be physical (``hybrid.data.quality``)."""
+    """Measurements a fit leaves out because they cannot be physical (``hybrid.data.quality``), or rows kept whose
+    labels disagree (a collective row whose device is not its system's GPU, ``hybrid.data.schema.check_rows``)."""
 
 
 class DtypeFallbackWarning(UserWarning):

@@ -436,6 +436,9 @@ BAD_COMMANDS = [
     ["profile", "--threads", "0", "-o", "p"],
     ["profile", "--threads", "100000", "-o", "p"],  # more threads than cores: refused, not a 100000-core "CPU"
     ["quickstart", "--data-dir", "/nonexistent/hybrid-data"],
+    # a bad model name was refused only after every bundle was read (and the public subset imported): up front now
+    ["quickstart", "--no-public", "--name", "a b"],
+    ["quickstart", "--data-dir", ""],  # was the default data directory
     ["data", "import", "no-such-format", "x.csv", "-o", "x.csv"],
     ["predict", "gemm", "-d", "H100", "-m", "8", "-n", "8", "-k", "8", "--model", "q", "--tracking-uri", "bogus://x"],
     # a GPU without fp8 (fp4) tensor cores cannot train in it: no silent fall-back to the bf16 rate

@@ -272,3 +272,30 @@ def test_bench_dlrm_replans_a_config_plan_written_for_another_rank_count(tmp_pat
     assert "the config's plan is for 1 ranks; 2 ranks use the size-lookup greedy plan" in cap.err
     out = json.loads(cap.out)
     assert out["plan_name"] == "size_lookup_greedy" and out["ranks"] == 2, out
+
+
+def test_campaign_whose_configs_fail_exits_nonzero(tmp_path, monkeypatch, capsys):
+    """Every config failing (here gloo told to use a network interface that does not exist, a real worker
+    failure) exited 0 with "-> OUT/results.csv" although nothing was written: a script chaining `campaign &&
+    validate` took it for a finished campaign. A partial failure also exits 2, naming how many failed, with the
+    other configs' rows kept (a second run retries only the failed ones)."""
+    pytest.importorskip("torch")
+    from hybrid.bench.campaign import record_results
+
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "no-such-interface")  # inherited by the spawned workers
+    args = ["bench", "campaign", str(tmp_path / "c"), "--configs", "2", "--seed", "5", "--ranks", "1", "--iters",
+            "1", "--warmup", "0"]
+    # the first config measured before (rows written as the harness writes them): only the second one runs here
+    first = generate_configs(2, seed=5, space=CampaignSpace(ranks=1))[0]
+    plans = campaign_plans(first, seed=5)
+    record_results(tmp_path / "c" / "results.csv", first, plans, [_fake_result(first, p) for p in plans])
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "failed: c001:" in err and "error: 1 of 2 configs failed" in err and "no-such-interface" in err
+    assert len(read_results(tmp_path / "c")) == len(plans)
+    # nothing measured at all
+    assert main(["bench", "campaign", str(tmp_path / "d"), "--configs", "1", "--ranks", "1", "--iters", "1",
+                 "--warmup", "0"]) == 2
+    cap = capsys.readouterr()
+    assert "error: all 1 configs failed" in cap.err and "(no results written)" in cap.out
+    assert not (tmp_path / "d" / "results.csv").exists()

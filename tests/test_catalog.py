@@ -781,3 +781,36 @@ def test_a_system_on_an_unknown_gpu_names_the_file_and_the_closest(tmp_path: Pat
     f.write_text("[devices.H100-SXM]\npeak_tflops = { fp32 = 60, bf17 = 500 }\n")
     with pytest.raises(InvalidInputError, match=r"sys.toml: device 'H100-SXM': peak_tflops: unknown dtype 'bf17'"):
         Catalog.load([f])
+
+
+def test_a_system_named_like_a_device_is_refused_at_load(tmp_path: Path, monkeypatch) -> None:
+    """A site file's system `A100` (a node of H100s) made `-s A100` the H100 node, `-d A100` the A100-SXM4-80GB and
+    `hybrid devices show A100` the system: one name, two things, chosen by the option. Refused when the catalog is
+    loaded, naming the file; a system named as its own GPU reads (`DGX-H100` as H100-SXM) stays the convention."""
+    entry = 'device = "{dev}"\ngpus_per_node = 8\nintra_node_gbps = 450\nsource = "lab"\n'
+    f = tmp_path / "site.toml"
+    f.write_text("[systems.A100]\n" + entry.format(dev="H100-SXM"))
+    with pytest.raises(InvalidInputError, match=rf"catalog file {re.escape(str(f))}: system 'A100': the name 'A100' "
+                                                r"also names device 'A100-SXM4-80GB'; systems and devices need "
+                                                r"distinct names"):
+        Catalog.load(f)
+    f.write_text("[systems.H100-SXM]\n" + entry.format(dev="H100-SXM"))  # its own GPU's name: still two things
+    with pytest.raises(InvalidInputError, match="also names device 'H100-SXM'"):
+        Catalog.load(f)
+    f.write_text("[systems.Lab]\n" + entry.format(dev="A100") + 'aliases = ["HGX H100 80GB"]\n')
+    with pytest.raises(InvalidInputError, match=r"the name 'HGX H100 80GB' reads as device 'H100-SXM' but the system "
+                                                r"holds 'A100-SXM4-80GB'"):
+        Catalog.load(f)
+    f.write_text("[systems.Lab]\n" + entry.format(dev="H100-SXM") + 'aliases = ["HGX H100 80GB"]\n')
+    assert Catalog.load(f).system("HGX H100 80GB").key == "Lab"
+    # through the CLI: one error line, exit 2
+    f.write_text("[systems.A100]\n" + entry.format(dev="H100-SXM"))
+    monkeypatch.setenv("HYBRID_CATALOG", str(f))
+    from cli_run import run_cli
+
+    rc, out, err = run_cli(["predict", "gemm", "-d", "A100", "-m", "64", "-n", "64", "-k", "64"])
+    assert rc == 2 and not out and err.startswith("error: catalog file") and err.count("\n") == 1
+    # catalogs built in code are checked too (a merged bundle catalog)
+    cat = default_catalog([])
+    with pytest.raises(InvalidInputError, match="also names device"):
+        cat.with_system(dataclasses.replace(cat.system("DGX-H100"), key="V100-SXM2-32GB", aliases=()))

@@ -553,3 +553,18 @@ def test_report_clears_its_progress_line_before_an_error(flow, tmp_path):
     assert "no registered model named 'nope'" in tail
     assert "report: load the run of nope" in head and head.endswith("\r"), repr(err)
     assert head.rstrip("\r").rpartition("\r")[2].strip() == "", repr(err)  # the last drawn state is blank
+
+
+@pytest.mark.parametrize("name", ["", " "])
+def test_an_empty_experiment_name_is_refused_before_any_work(tmp_path, name):
+    """`--experiment ' '` calibrated into a new MLflow experiment named ' ' (and `''` failed in MLflow only after
+    the tables were read): both are refused up front, no experiment created."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+    rc, out, err = cli(["calibrate", str(bundle), "--name", "m", "--experiment", name, "--tracking-uri", uri, "-q"])
+    assert rc == 2 and not out
+    assert err.strip() == f"error: experiment name must not be empty, got {name!r}"
+    if (tmp_path / "mlflow.db").exists():
+        from mlflow import MlflowClient
+
+        assert name not in {e.name for e in MlflowClient(tracking_uri=uri).search_experiments()}

@@ -333,3 +333,68 @@ def test_calibrate_warns_when_every_held_out_device_had_a_sibling() -> None:
     assert "--holdout-device" in line
     assert sibling_unseen_line(["H100-SXM", "H200", "T4"], ["H100-SXM", "H200"]) is None
     assert sibling_unseen_line([], []) is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["predict", "gemm", "-d", "H100-SXM", "-m", "512", "-n", "512", "-k", "512", "--model", ""],
+    ["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB", "--ranks", "8",
+     "--model", " "],
+    ["simulate", "experiments/configs/dlrm_example.yaml", "--model", ""],
+    ["shard", "experiments/configs/dlrm_example.yaml", "--model", ""],
+    ["llm", "train", "llama2-7b", "--system", "DGX-H100", "--gpus", "8", "--global-batch", "64", "--model", ""],
+    ["llm", "infer", "llama2-7b", "--system", "DGX-H100", "--model", ""],
+    ["trace", "predict", "t.json", "--device", "H100-SXM", "--model", ""],
+    ["bench", "validate", "r.csv", "--model", ""],
+    ["calibrate", ".", "--name", "m", "--base", ""],
+])
+def test_an_empty_model_name_is_refused(capsys, argv: list[str]) -> None:
+    """`--model ''` (e.g. `--model "$MODEL"` with the variable unset) was taken for no model: roofline numbers,
+    exit 0, where the user asked for a calibrated one."""
+    root = Path(__file__).resolve().parents[1]
+    argv = [str(root / a) if a.endswith(".yaml") else a for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and not out, (code, out)
+    flag = "--base" if "--base" in argv else "--model"
+    assert err.strip() == f"error: {flag} is empty: give a value or leave the option out"
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "experiments/configs/dlrm_example.yaml", "--trace", ""],
+    ["simulate", "experiments/configs/dlrm_example.yaml", "--plan", ""],
+    ["shard", "experiments/configs/dlrm_example.yaml", "--output", " "],
+    ["llm", "train", "llama2-7b", "--system", "DGX-H100", "--gpus", "8", "--global-batch", "64", "--trace", ""],
+    ["llm", "memory", "llama2-7b", "--system", "DGX-H100", "--gpus", "8", "--global-batch", "64", "--plot", ""],
+    ["llm", "infer", "llama2-7b", "--system", "DGX-H100", "--dtype", ""],
+    ["llm", "infer", "llama2-7b", "--system", "DGX-H100", "--kv-dtype", ""],
+    ["llm", "infer", "llama2-7b", "--system", "DGX-H100", "--roofline-plot", ""],
+    ["llm", "infer", "llama2-7b", "--system", "DGX-H100", "--device", ""],
+    ["llm", "serve", "llama2-7b", "--system", "DGX-H100", "--slo-ttft", ""],
+    ["trace", "predict", "t.json", "--device", "H100-SXM", "--bundle", ""],
+    ["trace", "predict", "t.json", "--device", "", "--system", "DGX-H100"],
+    ["bench", "validate", "r.csv", "--system", ""],
+    ["bench", "validate", "r.csv", "--bundle", ""],
+    ["bench", "validate", "r.csv", "-o", ""],
+    ["profile", "--quick", "-o", ""],
+])
+def test_an_empty_option_value_is_refused(capsys, argv: list[str]) -> None:
+    """An optional value given empty (`--trace "$OUT"` with the variable unset) was taken for the option left out:
+    `simulate --trace ''` wrote no trace, `llm infer --dtype ''` ran fp16, `trace predict --device ''
+    --system S` and `bench validate --bundle ''` used their defaults, `profile -o ''` wrote into `.`; all
+    without a word."""
+    root = Path(__file__).resolve().parents[1]
+    argv = [str(root / a) if a.endswith(".yaml") else a for a in argv]
+    code, out, err = run(capsys, *argv)
+    flag = next(a for a, b in zip(argv[:-1], argv[1:], strict=True) if a.startswith("-") and not b.strip())
+    flag = {"-o": "--output"}.get(flag, flag)
+    assert code == 2 and not out, (code, out)
+    assert err.strip() == f"error: {flag} is empty: give a value or leave the option out"
+
+
+@pytest.mark.parametrize("nodes", ["0", "-2"])
+def test_predict_collective_nodes_below_one_names_the_option(capsys, nodes: str) -> None:
+    """`--nodes 0` failed with the library's field ("Collective.n_nodes must be a positive number"); it is checked
+    as `--ranks` is, naming the option."""
+    code, out, err = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB",
+                         "--ranks", "8", "--nodes", nodes)
+    assert code == 2 and not out
+    assert f"Invalid value for '--nodes': {nodes} is not in the range x>=1" in err and "Collective." not in err

@@ -184,3 +184,36 @@ def test_predict_table_bad_row_is_named_and_nothing_is_written(tmp_path, change,
             assert needle in err, (needle, err)
     assert not fresh.exists() and kept.read_bytes() == b"earlier output"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.parquet", "ops.csv"]  # no temporary file left
+
+
+def test_a_collective_row_whose_device_is_not_its_systems_gpu_is_said(tmp_path):
+    """A row `device V100-SXM2-32GB, system DGX-H100` was priced on the DGX-H100's fabric without a word (and, in a
+    measured table, fitted and scored under the V100). It is kept, as `hybrid data import --system` keeps a
+    sibling GPU's rows on a system (a what-if, or a node no catalog system describes), but said: one `warning:`
+    naming the first such row and how many more; a system named by a device (its generic node) holds that device."""
+    from hybrid.data.schema import check_rows, read_table
+    from hybrid.errors import DataQualityWarning
+    from hybrid.hardware.catalog import default_catalog
+
+    src = tmp_path / "coll.csv"
+    src.write_text("device,op,dtype,size_bytes,n_ranks,n_nodes,system,time_us\n"
+                   "H100,all_reduce,bf16,1048576,8,1,DGX-H100,30\n"
+                   "H100-SXM,all_gather,bf16,1048576,8,1,H100-SXM,30\n"
+                   "H100-SXM,all_reduce,bf16,4096,8,1,,30\n"  # no system: a generic node of the device
+                   "V100-SXM2-32GB,all_reduce,bf16,1048576,8,1,dgx-h100,30\n"
+                   "V100-SXM2-32GB,all_reduce,bf16,2097152,8,1,DGX-H100,30\n")
+    dst = tmp_path / "out.csv"
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 0 and dst.exists()
+    assert err.strip() == (f"warning: {src}: row 4 (CSV line 5) and 1 more: collective of device V100-SXM2-32GB on "
+                           "system dgx-h100, whose GPU is H100-SXM: costed on dgx-h100's fabric (a mislabelled system "
+                           "or device? fix it, or add a system of these nodes to a catalog file, HYBRID_CATALOG)")
+    # where measured tables are read (calibrate, evaluate) too; rows that agree say nothing
+    cat = default_catalog()
+    table = read_table(src, cat)
+    with pytest.warns(DataQualityWarning, match=r"row 4 \(CSV line 5\) and 1 more: collective of device V100"):
+        check_rows(table, cat, str(src))
+    ok = tmp_path / "ok.csv"
+    table.head(3).to_csv(ok, index=False)
+    rc, _, err = cli(["predict", "table", str(ok), "-o", str(dst)])
+    assert rc == 0 and not err

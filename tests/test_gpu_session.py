@@ -97,7 +97,11 @@ def test_cli_refuses_bad_input(tmp_path, capsys):
     assert main(["bench", "gpu-session", str(tmp_path / "b"), "--cpu", "--families", "gemm,bogus"]) == 2
     assert "bogus" in capsys.readouterr().err
     assert main(["bench", "gpu-session", str(tmp_path / "c"), "--cpu", "--families", "collective"]) == 2
-    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+    capsys.readouterr()
+    # an empty --families (an unset shell variable) ran every family, for minutes: refused like `profile --only ''`
+    assert main(["bench", "gpu-session", str(tmp_path / "d"), "--cpu", "--families", ""]) == 2
+    assert "unknown or unsupported profile family (none given)" in capsys.readouterr().err
+    assert not any((tmp_path / n).exists() for n in "bcd")
 
 
 def test_a_relative_output_dir_holds_the_steps_outputs(tmp_path, monkeypatch):

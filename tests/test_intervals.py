@@ -362,7 +362,7 @@ def test_engine_iteration_interval_and_sharding_overlap_flags(fitted, shared_dat
     lo, hi = best.iteration_interval_us
     assert lo < best.iteration_us < hi
     d = best.to_dict(with_plan=False)
-    assert d["iteration_us_low"] == pytest.approx(lo, abs=1e-3) and d["overlaps_best"] is None
+    assert d["iteration_us_low"] == pytest.approx(lo, abs=1e-3) and d["overlaps_best"] is False
     others = [e for e in res.evaluations if e.fits and e is not best]
     assert others and all(isinstance(e.overlaps_best, bool) for e in others)
     for e in others:  # the flag is exactly interval overlap

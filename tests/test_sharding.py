@@ -521,3 +521,42 @@ def test_a_malformed_plan_file_names_the_file(tmp_path, capsys):
     assert main(["simulate", str(config), "--plan", str(plan)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {plan}: "), err
+
+
+def test_overlap_flags_compare_with_the_best_plan_and_say_false_for_it():
+    """`hybrid shard --json` gave the best plan `overlaps_best: null` (the LLM search's `overlaps_fastest` is
+    false for the fastest); and when the best plan had no interval (an op of its plan without one) the others were
+    compared with the runner-up instead, which then read as the best (flag null) although a faster plan existed."""
+    from types import SimpleNamespace
+
+    from hybrid.sharding.memory import MemoryReport
+    from hybrid.sharding.search import PlanEvaluation, _interval_dict, flag_overlaps
+
+    def ev(name, ms, lo, hi, fits=True):
+        mem = MemoryReport(pd.DataFrame({"total": [1.0], "fits": [fits]}), 2.0)
+        return PlanEvaluation(name, ShardingPlan(), float("nan"), mem, ms,
+                              SimpleNamespace(iteration_us_low=lo, iteration_us_high=hi))
+
+    evs = [ev("a", 10, 8, 12), ev("b", 11, 11.5, 14), ev("c", 20, 15, 25), ev("d", 12, np.nan, np.nan),
+           ev("e", 9, 5, 13, fits=False)]
+    assert flag_overlaps(evs) == ["b"]
+    assert [e.overlaps_best for e in evs] == [False, True, False, None, None]
+    assert _interval_dict(evs[0]) == {"iteration_us_low": 8, "iteration_us_high": 12, "overlaps_best": False}
+    # the best (first fitting) plan has no interval: nothing is compared with the runner-up
+    evs = [ev("d", 9, np.nan, np.nan), ev("a", 10, 8, 12), ev("b", 11, 11.5, 14)]
+    assert flag_overlaps(evs) == [] and [e.overlaps_best for e in evs] == [None, None, None]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--strategy", ""], "--strategy names no strategy (got ''); known: size_greedy"),
+    (["--strategy", " , "], "--strategy names no strategy (got ' , ')"),
+    (["--time-budget", "nan"], "--time-budget must be a finite number of seconds >= 0, got nan"),
+    (["--time-budget", "-1"], "--time-budget must be a finite number of seconds >= 0, got -1.0"),
+])
+def test_shard_refuses_an_empty_strategy_and_a_bad_budget_up_front(small_config, capsys, args, needle):
+    """`--strategy ''` (an unset shell variable) ran every strategy; a bad --time-budget was refused only after the
+    config was read and the search announced ("local search budget nan s")."""
+    assert main(["shard", str(small_config), *args]) == 2
+    cap = capsys.readouterr()
+    assert not cap.out and cap.err.startswith("error: ") and needle in cap.err
+    assert cap.err.count("\n") == 1 and "searching" not in cap.err

@@ -351,7 +351,8 @@ class CampaignReport:
     measured: int = 0
     skipped: int = 0
     seconds: float = 0.0
-    failures: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  #: one "CONFIG: why" per configuration that failed
+    configs: int = 0  #: configurations of the campaign, those already measured included
 
 
 def run_campaign(
@@ -387,7 +388,7 @@ def run_campaign(
         except InvalidInputError as exc:
             raise InvalidInputError(f"{exc} (was {out} measured with another --seed, --ranks or --device?)") from None
     opts = HarnessOptions(iters=iters, warmup=warmup, threads_per_rank=threads_per_rank, seed=seed, device=device)
-    report = CampaignReport(out)
+    report = CampaignReport(out, configs=len(cfgs))
     t0 = time.perf_counter()
     bar = tqdm(cfgs, desc="dlrm campaign", unit="config", disable=not progress)
     for cfg in bar:

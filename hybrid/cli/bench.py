@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table
+from hybrid.cli.output import echo_json, echo_table, named
 from hybrid.data.profiler.backend import require_torch
 from hybrid.errors import InvalidInputError
 
@@ -19,7 +19,7 @@ def bench() -> None:
 
 @bench.command("dlrm")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
-@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Sharding plan (YAML/JSON). Default: the config's `plan:`, else size-lookup greedy.")
 @click.option("--ranks", type=int, default=None, help="Processes (default: the config's gpus).")
 @click.option("--iters", type=int, default=15, show_default=True, help="Timed iterations.")
@@ -28,7 +28,7 @@ def bench() -> None:
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: gloo; cuda: one GPU per rank, NCCL.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the synthetic data.")
-@click.option("-o", "--output", "output", type=click.Path(), default=None,
+@click.option("-o", "--output", "output", type=click.Path(), default=None, callback=named,
               help="Results CSV to add the row to (a directory: its results.csv); config and plan YAMLs "
                    "are stored beside it.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -88,10 +88,10 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
 @click.option("--iters", type=int, default=15, show_default=True, help="Timed iterations per run.")
 @click.option("--warmup", type=int, default=5, show_default=True, help="Warm-up iterations per run.")
 @click.option("--threads", type=int, default=None, help="Torch threads per rank (default: cores // ranks).")
-@click.option("--model", "model_ref", default=None,
+@click.option("--model", "model_ref", default=None, callback=named,
               help="Calibrated model: adds the plan its search finds fastest to each config's plans.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
-@click.option("--system", "search_system", default=None,
+@click.option("--system", "search_system", default=None, callback=named,
               help="System the --model search costs plans on (default: the one system the model's profile "
                    "bundle added, e.g. cpu-...-gloo).")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
@@ -99,7 +99,10 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
                    "(larger batches and tables).")
 def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, warmup: int, threads: int | None,
              model_ref: str | None, tracking_uri: str | None, search_system: str | None, device: str) -> None:
-    """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable)."""
+    """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable).
+
+    A configuration whose runs fail is named on stderr and the others are still measured; the command then exits
+    with code 2 (running it again retries only what is missing)."""
     require_torch("hybrid bench campaign")
     from hybrid.bench.campaign import CampaignSpace, run_campaign
 
@@ -124,10 +127,22 @@ def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, wa
     report = run_campaign(out_dir, n_configs=n_configs, seed=seed, space=space,
                           iters=iters, warmup=warmup, threads_per_rank=threads, predictor=predictor,
                           search_system=search_system, device=device)
+    results = Path(out_dir) / "results.csv"
     click.echo(f"{report.measured} runs measured, {report.skipped} already present, "
-               f"{len(report.failures)} config(s) failed, {report.seconds:.0f} s -> {Path(out_dir) / 'results.csv'}")
+               f"{len(report.failures)} of {report.configs} config(s) failed, {report.seconds:.0f} s"
+               + (f" -> {results}" if results.is_file() else " (no results written)"))
     for f in report.failures:
         click.echo(f"failed: {f}", err=True)
+    if report.failures:
+        # a script chaining `campaign && validate` must not take a broken or partial campaign for a finished one;
+        # the runs that did finish stay in results.csv and running the same command again retries only the rest
+        from hybrid.bench.dlrm_harness import HarnessError
+
+        n, total = len(report.failures), report.configs
+        what = f"all {total} configs failed" if n == total else f"{n} of {total} configs failed"
+        raise HarnessError(f"{what} (first: {report.failures[0]})"
+                           + ("" if n == total else f"; the others' runs are in {results}")
+                           + "; run the same command again to retry the failed ones")
 
 
 @bench.command("gpu-session")
@@ -150,7 +165,7 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
 
     if dlrm_configs < 0:
         raise InvalidInputError(f"--dlrm-configs must be >= 0, got {dlrm_configs}")
-    fams = tuple(f.strip().lower() for f in families.split(",") if f.strip()) if families else (
+    fams = tuple(f.strip().lower() for f in families.split(",") if f.strip()) if families is not None else (
         "attention", *KERNEL_FAMILIES)
     bad = [f for f in fams if f not in PROFILE_FAMILIES or f == "collective"]
     if bad or not fams:
@@ -172,15 +187,15 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
 
 @bench.command("validate")
 @click.argument("results_path", metavar="RESULTS", type=click.Path(exists=False))
-@click.option("--model", "model_ref", default=None,
+@click.option("--model", "model_ref", default=None, callback=named,
               help="Calibrated model from the tracking store (NAME, NAME/3). Default: fit a HybridPredictor "
                    "on --bundle.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
-@click.option("--bundle", "bundle", type=click.Path(file_okay=False), default=None,
+@click.option("--bundle", "bundle", type=click.Path(file_okay=False), default=None, callback=named,
               help="Profile bundle directory (`hybrid profile` output) to fit the predictor on; default: the "
                    "newest datasets/cpu-* of the checkout.")
 @click.option("--roofline", is_flag=True, help="Use the analytical roofline only (no corrections).")
-@click.option("--system", default=None, help="System/device to predict on (default: the bundle's, else the "
+@click.option("--system", default=None, callback=named, help="System/device to predict on (default: the bundle's, else the "
                                                 "configs').")
 @click.option("--k", "k", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
               help="Tolerant success: within k x the measured std of the fastest plan.")
@@ -189,10 +204,10 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
 @click.option("--overheads", "overheads_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Engine host constants to predict with (JSON, as --save-overheads writes, e.g. fitted on another "
                    "machine's runs); default: the engine's defaults.")
-@click.option("--save-overheads", type=click.Path(dir_okay=False), default=None,
+@click.option("--save-overheads", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Write the host constants fitted on all of RESULTS' configs (in-sample) as JSON, for --overheads "
                    "on other runs.")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Write the per-row predictions (CSV).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def validate(results_path: str, model_ref: str | None, tracking_uri: str | None, bundle: str | None,

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from hybrid.cli.evaluate import echo_comparison
-from hybrid.cli.output import echo_json, quality_warnings
+from hybrid.cli.output import echo_json, named, quality_warnings
 from hybrid.tracking.store import DEFAULT_EXPERIMENT, redact_uri
 
 #: ``--strategy`` choices: :data:`hybrid.corrections.adapt.STRATEGIES` (listed here so that ``--help`` does not
@@ -126,7 +126,7 @@ def print_result(result: Any) -> None:
 @click.command()
 @click.argument("tables", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--name", required=True, help="Registered model name (a new version is added per run).")
-@click.option("--base", help="Adapt this registered model (NAME, NAME/3) to the new measurements (few-shot). "
+@click.option("--base", callback=named, help="Adapt this registered model (NAME, NAME/3) to the new measurements (few-shot). "
                             "With the training tables at hand, calibrating on them plus the new rows (no --base; a "
                             "device with under 100 rows weighs as if it had 100) is the alternative: more accurate "
                             "on the public-GPU benchmark, not on every GPU (docs/corrections.md).")

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_file
-from hybrid.cli.output import echo_json, echo_table, quality_warnings
+from hybrid.cli.output import echo_json, echo_table, named, quality_warnings
 from hybrid.errors import InvalidInputError
 
 _STATS = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
@@ -227,7 +227,7 @@ def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 
 @click.command()
 @click.argument("tables", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option("--model", "-m", "model_ref", required=True,
+@click.option("--model", "-m", "model_ref", required=True, callback=named,
               help="Registered model (NAME, NAME/3, models:/NAME/3) or 'roofline' for the analytical baseline.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the error figures.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False),

@@ -13,6 +13,7 @@ from hybrid.cli.output import (
     echo_json,
     echo_table,
     gpu_hour_price_option,
+    named,
     roofline_note,
 )
 from hybrid.cli.simulate import load_cost_model, model_options
@@ -127,7 +128,7 @@ def remedy_text(remedies: list[dict[str, Any]]) -> str:
 @llm.command("train")
 @job_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Chrome trace of the pipeline (one process per stage).")
 @click.option("--allow-oom", is_flag=True, help="Predict even when the mapping does not fit in memory.")
 @gpu_hour_price_option("Adds the cost of a million training tokens.")
@@ -229,7 +230,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
 @llm.command("memory")
 @job_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Bar plot of the breakdown (PNG/SVG/PDF).")
 def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     """Memory per GPU of a training job (weights, gradients, optimizer, activations, ...), and whether it fits."""

@@ -18,8 +18,9 @@ from hybrid.cli.output import (
     echo_json,
     echo_table,
     gpu_hour_price_option,
+    named,
+    named_device,
     roofline_note,
-    warn_arch_device,
 )
 from hybrid.errors import InvalidInputError
 
@@ -46,9 +47,9 @@ def _price(prices: Any, s: Any) -> float | None:
 
 def _deploy_options(fn):
     opts = [
-        click.option("--device", "-d", default=None, callback=warn_arch_device,
+        click.option("--device", "-d", default=None, callback=named_device,
                      help="Catalog GPU (default: the system's GPU)."),
-        click.option("--system", "-s", default=None, help="Catalog system (TP collectives run on its fabric)."),
+        click.option("--system", "-s", default=None, callback=named, help="Catalog system (TP collectives run on its fabric)."),
         click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
         click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
         click.option("--ep", type=int, default=1, show_default=True,
@@ -57,12 +58,12 @@ def _deploy_options(fn):
         click.option("--attention-dp", is_flag=True,
                      help="Attention data parallelism (MoE, with --ep equal to --tp): each rank runs attention and the "
                           "dense layers whole on its own share of the requests; experts over all ranks."),
-        click.option("--dtype", default=None,
+        click.option("--dtype", default=None, callback=named,
                      help="Compute dtype fp16/bf16/fp8/fp4 (fp4: W4A4 on FP4 tensor cores), or weight-only "
                           "shorthand w8a16 / w4a16. Default: fp16, or the format a quantised checkpoint's "
                           "config.json declares (quantization_config: GPTQ/AWQ int4, fp8, MXFP4, ...)."),
-        click.option("--weights", default=None, help="Weight-only storage: int8, int4, fp4 (compute stays 16 bit)."),
-        click.option("--kv-dtype", default=None,
+        click.option("--weights", default=None, callback=named, help="Weight-only storage: int8, int4, fp4 (compute stays 16 bit)."),
+        click.option("--kv-dtype", default=None, callback=named,
                      help="KV-cache dtype (default: fp8 with --dtype fp8 or fp4, else the dtype; a quantised "
                           "checkpoint served in its own format keeps a 16-bit cache unless it quantises the cache "
                           "too)."),
@@ -78,7 +79,7 @@ def _deploy_options(fn):
                           "TensorRT-LLM / vLLM for small messages inside a node."),
         click.option("--reserve-gib", type=float, default=2.0, show_default=True,
                      help="Memory kept back per GPU for the runtime (CUDA context, workspaces)."),
-        click.option("--model", "model_ref", default=None,
+        click.option("--model", "model_ref", default=None, callback=named,
                      help="Calibrated model (NAME, NAME/3, models:/NAME/3); default: roofline only."),
         click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store holding --model."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
@@ -121,7 +122,7 @@ def _positive(**values: int) -> None:
 @click.option("--input", "input_len", type=int, default=128, show_default=True, help="Prompt tokens per request.")
 @click.option("--output", "output_len", type=int, default=128, show_default=True, help="Generated tokens per request.")
 @click.option("--ops", "show_ops", is_flag=True, help="Also print the per-op table (compute- or memory-bound).")
-@click.option("--roofline-plot", type=click.Path(dir_okay=False), default=None,
+@click.option("--roofline-plot", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Write a roofline plot (PNG) of the prefill and decode ops.")
 @click.option("--compare", default=None,
               help="Comma-separated systems (or GPUs) to run the same static batch on too, ranked by output "
@@ -414,11 +415,11 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
               help="Prompt lengths: 512, 64-1024 (uniform), exp:512, normal:512,128, lognormal:300,0.8.")
 @click.option("--output-dist", default="128", show_default=True, help="Output lengths (same forms).")
 @click.option("--arrival", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True)
-@click.option("--trace", "trace_file", type=click.Path(dir_okay=False), default=None,
+@click.option("--trace", "trace_file", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Replay a request trace (CSV: arrival_s,input_len,output_len) instead of --rate/--*-dist.")
-@click.option("--slo-ttft", default=None, help="TTFT target, e.g. 200ms or 0.5s (a bare number is milliseconds).")
-@click.option("--slo-tpot", default=None, help="Time-per-output-token target, e.g. 50ms (a bare number is milliseconds).")
-@click.option("--slo-latency", default=None, help="End-to-end latency target, e.g. 10s (a bare number is milliseconds).")
+@click.option("--slo-ttft", default=None, callback=named, help="TTFT target, e.g. 200ms or 0.5s (a bare number is milliseconds).")
+@click.option("--slo-tpot", default=None, callback=named, help="Time-per-output-token target, e.g. 50ms (a bare number is milliseconds).")
+@click.option("--slo-latency", default=None, callback=named, help="End-to-end latency target, e.g. 10s (a bare number is milliseconds).")
 @click.option("--slo-percentile", type=float, default=99.0, show_default=True)
 @click.option("--max-batched-tokens", type=int, default=2048, show_default=True, help="Tokens per engine step.")
 @click.option("--max-seqs", type=int, default=256, show_default=True, help="Requests running at once.")

@@ -199,3 +199,23 @@ def compare_names(compare: str | None, catalog: Any) -> list[str]:
     for name in names:
         resolve_system(catalog, name)  # a system, or a device's generic node
     return names
+
+
+def named(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Click callback for options naming something (``--model NAME``, ``--system S``, ``--trace FILE``): an empty or
+    blank value is refused.
+
+    Commands test such options for truth (``if model_ref:``), so ``--model ''`` (an unset shell variable,
+    ``--model "$MODEL"``) silently meant "no model" and gave roofline-only numbers under the user's nose, and
+    ``--trace ''`` wrote no trace without a word."""
+    if value is not None and not value.strip():
+        from hybrid.errors import InvalidInputError
+
+        flag = max(param.opts, key=len) if param.opts else str(param.name)
+        raise InvalidInputError(f"{flag} is empty: give a value or leave the option out")
+    return value
+
+
+def named_device(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """:func:`named`, then :func:`warn_arch_device`: the callback of optional ``--device`` options."""
+    return warn_arch_device(ctx, param, named(ctx, param, value))

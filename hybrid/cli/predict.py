@@ -8,7 +8,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from hybrid.cli.output import echo_json, warn_arch_device
+from hybrid.cli.output import echo_json, named, said_warnings, warn_arch_device
 from hybrid.data.schema import MAX_INT
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
@@ -27,7 +27,7 @@ def _model_options(fn):
     """``--model`` / ``--tracking-uri`` shared by the predict sub-commands."""
     fn = click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                       help="MLflow store holding --model (default: local SQLite store).")(fn)
-    return click.option("--model", "model_ref", default=None, callback=lambda _c, _p, v: None if v == "roofline" else v,
+    return click.option("--model", "model_ref", default=None, callback=lambda c, p, v: None if v == "roofline" else named(c, p, v),
                         help="Calibrated model (NAME, NAME/3, models:/NAME/3); default (or 'roofline'): "
                              "analytical only.")(fn)
 
@@ -222,7 +222,7 @@ def _predict_kernel(frame, device: str, dtype: str, op: str, what: str, as_json:
                    "-b/-e read it).")
 @click.option("--ranks", type=click.IntRange(min=2), required=True,
               help="GPUs taking part (at least 2: a collective of one rank moves nothing).")
-@click.option("--nodes", type=int, default=1, show_default=True)
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes the ranks span.")
 @click.option("--dtype", default="fp32", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @_model_options
@@ -444,7 +444,8 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     # the measured columns are not inputs: a table of ops to time need not have them, and their values are ignored
     inputs = raw.drop(columns=[c for c in MEASURED_COLUMNS if c in raw.columns]).assign(time_us=1.0)
     norm = validate(inputs, cat, source=str(path))
-    base = check_rows(norm, cat, str(path))  # the roofline's per-row checks, named by row and CSV line
+    with said_warnings():  # rows kept but said (a collective's device that is not its system's GPU)
+        base = check_rows(norm, cat, str(path))  # the roofline's per-row checks, named by row and CSV line
     if model_ref:
         loaded = load_model_for(model_ref, tracking_uri, cat, pd.unique(norm["device"].astype(str)),
                                 loaded=registered)

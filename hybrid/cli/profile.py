@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from hybrid.cli.output import named
 from hybrid.data.profiler.cases import PROFILE_FAMILIES
 from hybrid.errors import InvalidInputError
 
@@ -25,7 +26,7 @@ def _parse_ranks(value: str | None) -> tuple[int, ...] | None:
 
 @click.command("profile")
 @click.option("--quick", is_flag=True, help="Small sweeps (about a minute on 2 CPU cores); collectives with 2 ranks.")
-@click.option("-o", "--output", "outdir", type=click.Path(path_type=Path), default=None,
+@click.option("-o", "--output", "outdir", type=click.Path(), default=None, callback=named,
               help="Bundle directory to create [default: ./profile-<device key>].")
 @click.option("--device-name", default=None,
               help="Device key to record (CPU: replaces cpu-<model>-<cores>c; GPU: a catalog name or alias).")
@@ -46,7 +47,7 @@ def _parse_ranks(value: str | None) -> tuple[int, ...] | None:
                    "eager timings): kernel_times.csv beside measurements.csv, framework cupti (docs/profiler.md).")
 @click.option("--force", is_flag=True, help="Replace an existing output directory.")
 @click.option("--no-progress", is_flag=True, help="No progress bars on stderr.")
-def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: str | None, only: str | None,
+def profile(quick: bool, outdir: str | None, device_name: str | None, ranks: str | None, only: str | None,
             threads: int | None, seed: int, force_cpu: bool, clock: str, skip_existing: tuple[Path, ...],
             kernel_times: bool, force: bool, no_progress: bool) -> None:
     """Measure GEMM/GEMV, elementwise, norms, softmax, convolutions, batch norm, pooling, interpolation and grid
@@ -61,7 +62,7 @@ def profile(quick: bool, outdir: Path | None, device_name: str | None, ranks: st
                           skip_existing=tuple(str(p) for p in skip_existing), kernel_times=kernel_times)
     # the command line as typed (when called through main(argv) from Python, sys.argv is someone else's)
     command = ["hybrid", *sys.argv[1:]] if sys.argv[1:2] == ["profile"] else None
-    result = run_profile(opts, outdir, force=force, command=command,
+    result = run_profile(opts, Path(outdir) if outdir is not None else None, force=force, command=command,
                          log=lambda msg: click.echo(msg, err=True))
     counts = ", ".join(f"{k} {v}" for k, v in result.meta["row_counts"].items())
     kt = result.meta.get("kernel_times")

@@ -11,6 +11,7 @@ import click
 import pandas as pd
 from tqdm.auto import tqdm
 
+from hybrid.cli.output import named
 from hybrid.errors import HybridError, InvalidInputError
 
 #: Public subset imported when a data directory is available: (label, importer module:function, glob patterns
@@ -168,7 +169,7 @@ def example_prediction(predictor, table: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 @click.command()
-@click.option("--data-dir", type=click.Path(file_okay=False),
+@click.option("--data-dir", type=click.Path(file_okay=False), callback=named,
               help="Public datasets directory (default: $HYBRID_DATA_DIR or ../shared/datasets if present).")
 @click.option("--no-public", is_flag=True, help="Use only the project's committed measurement bundles.")
 @click.option("--name", default="quickstart", show_default=True, help="Registered model name.")
@@ -187,7 +188,9 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
     from hybrid.tracking.inputs import Measurements, load_measurements
     from hybrid.tracking.store import hybrid_home
 
-    public = None if no_public else public_data_dir(data_dir, required=bool(data_dir))  # a bad --data-dir first
+    # a bad --name or --data-dir first, before minutes of reading and importing measurements
+    config = CalibrationConfig(name=name, seed=seed, max_lodo_devices=QUICKSTART_LODO_DEVICES)
+    public = None if no_public else public_data_dir(data_dir, required=data_dir is not None)
     bundles = project_bundles()
     if bundles:
         data = load_measurements(bundles)
@@ -207,7 +210,6 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
                                 "(pass --data-dir or set HYBRID_DATA_DIR, or run `hybrid profile`)")
     n_devices = data.table["device"].nunique()
     click.echo(f"calibrating on {len(data.table):,} rows, {n_devices} devices ...")
-    config = CalibrationConfig(name=name, seed=seed, max_lodo_devices=QUICKSTART_LODO_DEVICES)
     config.holdout_devices = tuple(quickstart_holdouts(data, config))
     lodo_note = lodo_coverage(data, config)
     with quality_warnings():  # data-quality notes as `warning:` lines, as calibrate gives them

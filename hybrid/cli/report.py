@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from hybrid.cli.output import quality_warnings
+from hybrid.cli.output import named, quality_warnings
 from hybrid.errors import InvalidInputError
 
 
 @click.command()
-@click.option("--model", "-m", "model_ref", help="Registered model (NAME, NAME/3, models:/NAME/3): its run.")
-@click.option("--run", "run_id", help="Calibration run id.")
+@click.option("--model", "-m", "model_ref", callback=named, help="Registered model (NAME, NAME/3, models:/NAME/3): its run.")
+@click.option("--run", "run_id", callback=named, help="Calibration run id.")
 @click.option("--table", "tables", multiple=True, type=click.Path(exists=True),
               help="Instead of the run's own evaluation, evaluate --model on these measured tables.")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")

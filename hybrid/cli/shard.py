@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
-from hybrid.cli.output import echo_json, echo_table, roofline_note
+from hybrid.cli.output import echo_json, echo_table, named, roofline_note
 from hybrid.cli.simulate import (
     HOST_MEM_UNUSED_NOTE,
     config_target,
@@ -31,7 +33,7 @@ def shown_plans(result, top: int) -> list:
 @click.command("shard")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.option("--gpus", type=int, default=None, help="Number of ranks (default: the config's).")
-@click.option("--system", default=None, help="Catalog system or device (default: the config's).")
+@click.option("--system", default=None, callback=named, help="Catalog system or device (default: the config's).")
 @click.option("--top", "top", type=int, default=5, show_default=True,
               help="How many plans to show (and any other whose 80% interval overlaps the best plan's).")
 @click.option("--strategy", "strategies", multiple=True,
@@ -40,7 +42,7 @@ def shown_plans(result, top: int) -> list:
 @click.option("--time-budget", type=float, default=20.0, show_default=True, help="Seconds for local search.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the random baseline (a non-negative integer).")
-@click.option("--output", "output", type=click.Path(dir_okay=False), default=None,
+@click.option("--output", "output", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Write the best plan here (YAML or JSON by extension).")
 @host_mem_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -55,7 +57,12 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     from hybrid.workloads.dlrm import check_document_path
     if top <= 0:
         raise InvalidInputError("--top must be positive")
-    names = [s for item in strategies for s in item.split(",") if s]
+    names = [s.strip() for item in strategies for s in item.split(",") if s.strip()]
+    if strategies and not names:  # `--strategy "$S"` with S unset ran every strategy
+        raise InvalidInputError(f"--strategy names no strategy (got {', '.join(map(repr, strategies))}); known: "
+                                f"{', '.join(STRATEGIES)}")
+    if not math.isfinite(time_budget) or time_budget < 0:  # refused before the config is read, not after
+        raise InvalidInputError(f"--time-budget must be a finite number of seconds >= 0, got {time_budget}")
     unknown = [s for s in names if s not in STRATEGIES]
     if unknown:
         raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")

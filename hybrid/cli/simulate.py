@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import e2e_line, echo_json, echo_table, roofline_note
+from hybrid.cli.output import e2e_line, echo_json, echo_table, named, roofline_note
 
 
 def load_cost_model(model_ref: str | None, tracking_uri: str | None) -> tuple[Any, str]:
@@ -91,7 +91,7 @@ def variant_hint(path: str) -> None:
 def model_options(fn):
     fn = click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                       help="MLflow store holding --model (default: local store).")(fn)
-    return click.option("--model", "model_ref", default=None,
+    return click.option("--model", "model_ref", default=None, callback=named,
                         help="Calibrated model (NAME, NAME/3, models:/NAME/3); default: analytical only.")(fn)
 
 
@@ -166,11 +166,11 @@ def host_memory_line(hm: dict[str, Any]) -> str:
 
 @click.command("simulate")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
-@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--plan", "plan_path", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Sharding plan (YAML/JSON); default: the config's `plan`, else size-lookup greedy.")
 @click.option("--gpus", type=int, default=None, help="Override the config's number of ranks.")
-@click.option("--system", default=None, help="Override the config's system (catalog system or device).")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--system", default=None, callback=named, help="Override the config's system (catalog system or device).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Write the timeline as Chrome trace JSON (open in Perfetto or chrome://tracing).")
 @host_mem_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

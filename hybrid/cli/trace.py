@@ -15,8 +15,9 @@ from hybrid.cli.output import (
     echo_json,
     echo_table,
     gpu_hour_price_option,
+    named,
+    named_device,
     roofline_note,
-    warn_arch_device,
 )
 
 
@@ -153,11 +154,12 @@ def _fallback_brief(fallback: dict[str, Any]) -> str:
 
 @trace.command("predict")
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
-@click.option("--device", default=None, callback=warn_arch_device, help="Target device (catalog key or alias).")
-@click.option("--system", default=None, help="Target system (collectives use its fabric).")
-@click.option("--model", "model_ref", default=None, help="Calibrated model from the tracking store (NAME[/VERSION]).")
+@click.option("--device", default=None, callback=named_device, help="Target device (catalog key or alias).")
+@click.option("--system", default=None, callback=named, help="Target system (collectives use its fabric).")
+@click.option("--model", "model_ref", default=None, callback=named,
+              help="Calibrated model from the tracking store (NAME[/VERSION]).")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", default=None, help="MLflow store of --model.")
-@click.option("--bundle", default=None, type=click.Path(file_okay=False),
+@click.option("--bundle", default=None, type=click.Path(file_okay=False), callback=named,
               help="Fit the predictor on this profile bundle (e.g. datasets/cpu-amd-epyc-1c) and use its catalog.")
 @click.option("--rows", "extra_rows", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="Measurement table joined to --bundle's rows before the fit (repeatable), e.g. the kernel rows "
@@ -560,7 +562,7 @@ def memory_line(m: dict[str, Any]) -> str:
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
               help="Where to write the measurement rows (the canonical table: .csv or .parquet).")
-@click.option("--device", default=None, callback=warn_arch_device,
+@click.option("--device", default=None, callback=named_device,
               help="Catalog GPU the traces ran on (default: the GPU name the traces record).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 def kernels(traces: tuple[str, ...], output: str, device: str | None, step: int | None) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_file
-from hybrid.errors import InvalidInputError, SchemaError, at_row
+from hybrid.errors import InvalidInputError, SchemaError, UnknownDeviceError, at_row
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import FAMILIES, INDEX_DISTS, OP_TO_FAMILY
 from hybrid.units import normalize_dtype
@@ -546,6 +546,7 @@ def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFra
         raise InvalidInputError(f"{source}: row {pos + 1} (CSV line {pos + 2}): {msg[:m.start()]}") from None
     base.index = table.index
     _check_stated_nodes(table, catalog, source)
+    _check_system_device(table, catalog, source)
     return base
 
 
@@ -575,6 +576,59 @@ def _check_stated_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> N
             raise InvalidInputError(f"{source}: row {i + 1} (CSV line {i + 2}): collective: {int(ranks[i])} ranks on "
                                     f"{int(nodes[i])} node(s) of {key} ({gpn} GPUs per node): more ranks per node "
                                     "than the system's GPUs per node (a log of another system? check its system)")
+
+
+def _check_system_device(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
+    """Collective rows whose ``system`` holds another GPU than their ``device`` are said in a
+    :class:`~hybrid.errors.DataQualityWarning` naming the first of them: such a row is priced (and its collective
+    curve fitted) on the system's fabric while errors, intervals and held-out splits go by its device. That is kept,
+    not refused, as `hybrid data import --system` keeps it (a system used for a node of a sibling GPU, e.g. ALCF's
+    Sophia logs as DGX-A100, or a what-if), but no longer silently: a mislabelled column looks just the same."""
+    bad = system_device_mismatch(table, catalog)
+    if bad is not None:
+        import warnings
+
+        from hybrid.errors import DataQualityWarning
+
+        i, system, holds, device, n = bad
+        warnings.warn(f"{source}: row {i + 1} (CSV line {i + 2})" + (f" and {n - 1} more" if n > 1 else "")
+                      + f": collective of device {device} on system {system}, whose GPU is {holds}: costed on "
+                      f"{system}'s fabric (a mislabelled system or device? fix it, or add a system of these nodes "
+                      "to a catalog file, HYBRID_CATALOG)", DataQualityWarning, stacklevel=3)
+
+
+def system_device_mismatch(table: pd.DataFrame, catalog: Catalog) -> tuple[int, str, str, str, int] | None:
+    """The first collective row of ``table`` (validated: device keys) whose ``system`` holds another device than
+    the row's: ``(position, system as written, the system's device, the row's device, how many rows disagree)``;
+    None when all agree.
+    A ``system`` that names a device (its generic node) holds that device; systems the catalog does not know are
+    left to the roofline, which refuses them."""
+    if "system" not in table.columns or "device" not in table.columns:
+        return None
+    from hybrid.ops.families import COLLECTIVE_OPS
+    from hybrid.ops.roofline import resolve_system
+
+    names = table["system"].astype("string").str.strip()
+    stated = (table["op"].astype(str).isin(COLLECTIVE_OPS) & names.notna() & (names != "")).fillna(False)
+    stated = stated.to_numpy(dtype=bool)
+    if not stated.any():
+        return None
+    devices = table["device"].astype(str).to_numpy()
+    systems = names.fillna("").to_numpy(dtype=object)
+    pairs = pd.DataFrame({"s": systems[stated], "d": devices[stated]}).drop_duplicates()
+    bad = np.zeros(len(table), dtype=bool)
+    for name, device in zip(pairs["s"], pairs["d"], strict=True):
+        try:
+            holds = resolve_system(catalog, str(name)).device
+        except UnknownDeviceError:
+            continue
+        if holds != device:
+            bad |= stated & (systems == name) & (devices == device)
+    if not bad.any():
+        return None
+    i = int(np.flatnonzero(bad)[0])
+    name = str(systems[i])
+    return i, name, resolve_system(catalog, name).device, str(devices[i]), int(bad.sum())
 
 
 #: File suffixes a canonical table is written with.

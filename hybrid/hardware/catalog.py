@@ -113,7 +113,7 @@ class Catalog:
     'A100-PCIE-40GB'
     """
 
-    def __init__(self, devices: dict[str, Device], systems: dict[str, System]):
+    def __init__(self, devices: dict[str, Device], systems: dict[str, System], check_names: bool = True):
         self.devices = dict(devices)
         self.systems = dict(systems)
         self._device_index = _build_index(self.devices.values(), "device")
@@ -126,6 +126,33 @@ class Catalog:
                 # A system may name its GPU by any alias ("NVIDIA H100 80GB HBM3"); everything downstream compares
                 # it with device keys (the rows' `device`, the importers' GPU check), so keep the key.
                 self.systems[key] = replace(sys, device=dev_key)
+        clash = self.name_clash() if check_names else None
+        if clash is not None:
+            raise InvalidInputError(clash)
+
+    def name_clash(self, system_keys: Iterable[str] | None = None) -> str | None:
+        """Why a name of a system (of ``system_keys``, default all) also names a device, or None.
+
+        Where a system is expected (``--system``, a row's ``system``) a device name means a generic node of that
+        device, and where a device is expected a system name means its GPU (``DGX-H100`` is an H100-SXM); a system
+        named exactly as a device (``A100`` for a node of H100s, in a user's catalog file) made ``-s A100`` and
+        ``-d A100`` two different GPUs and ``hybrid devices show A100`` the system. Refused: one name, one thing.
+        A system name that reads as another GPU than its own (``resolve_device``'s loose matching included) is
+        refused too; one that reads as its own GPU (``DGX-H100``, ``HGX H100``) is the catalog's convention."""
+        for key in (self.systems if system_keys is None else system_keys):
+            sys = self.systems[key]
+            for name in (key, *sys.aliases):
+                norm = normalize_name(name)
+                exact = self._device_index.get(norm)
+                if exact is not None:
+                    return (f"system {key!r}: the name {name!r} also names device {exact!r}; systems and devices "
+                            "need distinct names (a device name where a system is expected means a generic node "
+                            "of it): rename the system or drop that alias")
+                dev = self.resolve_device(name, missing_ok=True)
+                if dev is not None and dev != sys.device:
+                    return (f"system {key!r}: the name {name!r} reads as device {dev!r} but the system holds "
+                            f"{sys.device!r}: rename the system or drop that alias")
+        return None
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -181,6 +208,14 @@ class Catalog:
                 close = ", ".join(_close_names(sys.device, known._device_index, known.devices))
                 raise InvalidInputError(f"{where}system {key!r} names unknown device {sys.device!r}"
                                         + (f" (closest known: {close})" if close else ""))
+        if known is not None:  # a name shared by a system and a device: refused naming the file that made it
+            whole = cls(devices, systems, check_names=False)
+            for key in systems:
+                clash = whole.name_clash([key])
+                if clash is not None:
+                    where = origin.get(("system", key)) or next(
+                        (origin[("device", d)] for d in devices if ("device", d) in origin and repr(d) in clash), None)
+                    raise InvalidInputError(f"catalog file {where}: {clash}" if where else clash)
         return cls(devices, systems)
 
     def with_device(self, device: Device) -> Catalog:

@@ -519,7 +519,8 @@ class PlanEvaluation:
     sim: SimResult | None = None
     error: str = ""
     origin: str = ""  # for "search": which seed's local search produced it
-    #: whether this plan's 80% iteration-time interval overlaps the best plan's (None: no intervals / the best)
+    #: whether this plan's 80% iteration-time interval overlaps the best plan's (False for the best itself, as the
+    #: LLM search's ``overlaps_fastest``; None: this plan or the best has no interval, or it was not compared)
     overlaps_best: bool | None = None
 
     @property
@@ -568,15 +569,22 @@ def _interval_dict(ev: PlanEvaluation) -> dict[str, Any]:
 
 def flag_overlaps(evaluations: list[PlanEvaluation]) -> list[str]:
     """Mark every fitting plan whose 80% iteration interval overlaps the best (first fitting) plan's interval:
-    the model cannot tell them apart at that confidence. Returns the names of the overlapping plans."""
-    fitting = [e for e in evaluations if e.fits and np.isfinite(e.iteration_interval_us[0])]
-    if not fitting:
+    the model cannot tell them apart at that confidence. Returns the names of the overlapping plans.
+
+    The best plan is the first fitting one whether or not it has an interval: when it has none (an op of its plan
+    the model gives no interval for), no plan is compared with it (every flag stays None), rather than comparing
+    the others with the runner-up as if it were the best (which then read as the best, flag None)."""
+    fitting = [e for e in evaluations if e.fits]
+    if not fitting or not np.all(np.isfinite(fitting[0].iteration_interval_us)):
         return []
     best = fitting[0]
+    best.overlaps_best = False
     b_lo, b_hi = best.iteration_interval_us
     out = []
     for e in fitting[1:]:
         lo, hi = e.iteration_interval_us
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            continue
         e.overlaps_best = bool(lo <= b_hi and b_lo <= hi)
         if e.overlaps_best:
             out.append(e.name)

@@ -130,6 +130,9 @@ class CalibrationConfig:
             raise InvalidInputError(f"bad model name {self.name!r}: use letters, digits, '-', '_' and '.'")
         if self.name == "roofline":
             raise InvalidInputError("'roofline' is reserved for the analytical baseline")
+        if not isinstance(self.experiment, str) or not self.experiment.strip():
+            # MLflow refuses '' only when the run is created (after the tables are read) and takes ' ' as a name
+            raise InvalidInputError(f"experiment name must not be empty, got {self.experiment!r}")
         if not 0 < self.test_fraction < 1:
             raise InvalidInputError(f"test fraction must be in (0, 1), got {self.test_fraction}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
