@@ -108,3 +108,21 @@ def test_device_folder_of_either_vidur_layout(shared_datasets, tmp_path, catalog
     with pytest.raises(UnknownDeviceError, match=r"unknown device 'gpu-x'.*--device"):
         import_vidur_compute(unknown, catalog=catalog)
     assert set(import_vidur_compute(unknown, device="L40S", catalog=catalog)["device"]) == {"L40S"}
+
+
+def test_network_folder_naming_no_system_says_how_to_name_one(shared_datasets, tmp_path, catalog):
+    """The folder of a network profile is read as its system: a folder the catalog does not know (and whose
+    prefix is no device) is an error that says the folder name was read as the system and that ``--system`` or
+    ``--device`` names it, not a bare "unknown device 'mycluster'"."""
+    from hybrid.errors import UnknownDeviceError
+
+    p = tmp_path / "mycluster" / "all_reduce.csv"
+    p.parent.mkdir()
+    p.write_bytes((shared_datasets / "vidur/data/profiling/network/a100_dgx/all_reduce.csv").read_bytes())
+    with pytest.raises(UnknownDeviceError, match=r"all_reduce\.csv: folder name 'mycluster' is read as the "
+                                                 r"system.*--system NAME.*--device NAME"):
+        import_vidur_network(p, catalog=catalog)
+    df = import_vidur_network(p, system="DGX-A100", catalog=catalog)
+    assert set(df["system"]) == {catalog.resolve_system("DGX-A100")}
+    df = import_vidur_network(p, device="A100-SXM4-80GB", catalog=catalog)
+    assert set(df["device"]) == {"A100-SXM4-80GB"} and df["system"].isna().all()

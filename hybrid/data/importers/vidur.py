@@ -48,7 +48,7 @@ from hybrid.data.importers._common import (
     resolve_system_name,
     warn,
 )
-from hybrid.errors import HybridError, ImportFormatError
+from hybrid.errors import HybridError, ImportFormatError, UnknownDeviceError
 from hybrid.hardware.catalog import Catalog
 
 
@@ -280,6 +280,13 @@ def _network_file(path: Path, device: str | None, system: str | None, catalog: C
             device = catalog.systems[sys_key].device
         else:
             device = folder.split("_")[0]
+            if catalog.resolve_device(device, missing_ok=True) is None:
+                # Neither reading of the folder names anything: say that the folder is read as the system and
+                # how to name one, rather than only "unknown device 'mycluster'" (which suggests --device alone).
+                raise UnknownDeviceError(
+                    f"{path}: folder name {folder!r} is read as the system (Vidur's network/<system>/ layout), "
+                    f"but the catalog has no system {folder!r} and no device {device!r}; pass --system NAME "
+                    "(a catalog system, see `hybrid devices --systems`) or --device NAME (the GPU that ran it)")
             warn(path, f"catalog has no system {folder!r}; system left empty, device taken as {device!r}")
     out = pd.DataFrame({
         "device": device, "op": stat, "dtype": "fp16", **t, "repeats": 3, "size_bytes": size,
