@@ -233,3 +233,18 @@ def test_matmul_beyond_device_memory_is_refused(tmp_path, catalog):
     p.write_text("device,b,m,n,k,dtype,time_us\nsm_90,512,8192,8192,8192,bf16xbf16->bf16,5\n")
     with pytest.raises(ImportFormatError, match=r"row 1 \(bmm\): a 192 GiB"):
         import_xla_matmul(p, catalog=catalog)
+
+
+@pytest.mark.parametrize(("column", "kind"), [("opcode", "collectives"), ("dtype", "collectives"),
+                                              ("dtype", "matmul")])
+def test_csv_empty_opcode_or_dtype_cell_is_refused_with_its_line(shared_datasets, tmp_path, catalog, column, kind):
+    """An empty opcode cell was refused as "unknown collective opcode nan" with no column, and an empty collective
+    dtype cell was imported as fp32: both are errors naming the file, the CSV line and the column."""
+    raw = pd.read_csv(shared_datasets / f"xla/{kind}_sm90_H100.csv").head(8)
+    raw[column] = raw[column].astype(object)
+    raw.loc[5, column] = None
+    p = tmp_path / f"{kind}.csv"
+    raw.to_csv(p, index=False)
+    importer = import_xla_collectives if kind == "collectives" else import_xla_matmul
+    with pytest.raises(ImportFormatError, match=rf"{kind}\.csv: line 7, column '{column}': missing value"):
+        importer(p, catalog=catalog)

@@ -141,6 +141,17 @@ def numeric(df: pd.DataFrame, column: str, path: Path, *, required: bool = True,
     return values
 
 
+def text(df: pd.DataFrame, column: str, path: Path) -> pd.Series:
+    """Column as stripped strings; an empty cell raises naming the file, CSV line and column. (pandas reads an
+    empty cell as NaN, which a lookup table turns into "unknown opcode nan" or a silent default.)"""
+    values = df[column].astype("string").str.strip()
+    missing = (values.isna() | (values == "")).to_numpy(dtype=bool)
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {column!r}: missing value (empty)")
+    return values
+
+
 def csv_line(df: pd.DataFrame, pos: int) -> int:
     """1-based CSV line of the row at position ``pos`` (the index holds the original 0-based row number)."""
     label = df.index[pos]

@@ -43,6 +43,7 @@ from hybrid.data.importers._common import (
     refuse_compressed,
     resolve_device_names,
     resolve_system_name,
+    text,
     warn,
 )
 from hybrid.errors import ImportFormatError
@@ -115,7 +116,8 @@ def _matmul_csv(path: Path) -> pd.DataFrame:
             raise ImportFormatError(f"{path}: line {csv_line(df, i)}: time_us {t[i]:g} and flops_per_s {f[i]:g} "
                                     f"disagree (2 b m n k / flops_per_s = {implied[i]:g} us)")
         f = None
-    return _matmul_frame(df["device"].astype("string").str.strip().to_numpy(), *dims, df["dtype"], f, t, path)
+    return _matmul_frame(df["device"].astype("string").str.strip().to_numpy(), *dims, text(df, "dtype", path), f, t,
+                         path)
 
 
 def _matmul_txtpb(path: Path, msg: textproto.Message) -> pd.DataFrame:
@@ -214,6 +216,8 @@ def _collective_frame(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
 def _collectives_csv(path: Path) -> pd.DataFrame:
     need = ("device", "opcode", "bytes", "num_devices_per_group", "network_throughput_bytes_per_sec")
     df = read_csv_checked(path, need, what="XLA collectives")
+    opcode = text(df, "opcode", path)
+    dtype_col = text(df, "dtype", path) if "dtype" in df.columns else None
     out_bytes = numeric(df, "bytes", path, positive=True)
     if "num_elements" in df.columns and "dtype" in df.columns:
         # the table states the output shape twice: elements and bytes must agree for the element type
@@ -238,7 +242,7 @@ def _collectives_csv(path: Path) -> pd.DataFrame:
             i = int(np.flatnonzero(frac)[0])
             raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {column!r}: {v[i]:g} is not an integer")
     total = np.nanmax(np.where(np.isnan(groups), 1, groups) * per_group) if np.isfinite(per_group).any() else np.nan
-    is_permute = df["opcode"].astype("string").str.strip().str.lower().str.startswith("collective-permute")
+    is_permute = opcode.str.lower().str.startswith("collective-permute")
     is_permute = is_permute.fillna(False).to_numpy()
     if is_permute.any() and not np.isfinite(total):
         total = np.nanmax(2 * pairs)
@@ -249,10 +253,9 @@ def _collectives_csv(path: Path) -> pd.DataFrame:
     # exchange or a ring; the CSV does not say which).
     kind = np.where(2 * pairs == total, "one_way", np.where(pairs == total, "two_way", "pairs"))
     kind = np.char.add(kind.astype(str), np.char.add(":pairs=", np.nan_to_num(pairs).astype(int).astype(str)))
-    dtype = (df["dtype"].astype("string").str.strip().str.lower().map(lambda d: XLA_DTYPES.get(d, d))
-             if "dtype" in df.columns else "fp32")
+    dtype = dtype_col.str.lower().map(lambda d: XLA_DTYPES.get(d, d)) if dtype_col is not None else "fp32"
     raw = pd.DataFrame({
-        "device": df["device"].astype("string").str.strip(), "opcode": df["opcode"], "dtype": dtype,
+        "device": df["device"].astype("string").str.strip(), "opcode": opcode, "dtype": dtype,
         "out_bytes": out_bytes, "groups": groups, "per_group": per_group, "pairs": pairs,
         "pair_kind": kind, "ranks": np.full(len(df), total), "throughput": thr,
     })
