@@ -126,3 +126,15 @@ def test_network_folder_naming_no_system_says_how_to_name_one(shared_datasets, t
     assert set(df["system"]) == {catalog.resolve_system("DGX-A100")}
     df = import_vidur_network(p, device="A100-SXM4-80GB", catalog=catalog)
     assert set(df["device"]) == {"A100-SXM4-80GB"} and df["system"].isna().all()
+
+
+def test_tp_degree_not_dividing_the_model_names_the_line(shared_datasets, tmp_path, catalog):
+    """A tensor-parallel degree that does not divide the model's dimensions was refused with no line to look at."""
+    raw = pd.read_csv(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv").head(6)
+    raw.loc[3, "num_tensor_parallel_workers"] = 3  # 4096 hidden, 32 heads: 3 divides neither
+    d = tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf"
+    d.mkdir(parents=True)
+    raw.to_csv(d / "mlp.csv", index=False)
+    with pytest.raises(ImportFormatError, match=r"mlp\.csv: line 5: tensor-parallel degree 3 does not divide the "
+                                                r"model dimensions of \w+"):
+        import_vidur_compute(d / "mlp.csv", catalog=catalog)

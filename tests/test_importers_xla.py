@@ -127,7 +127,7 @@ def test_broken_csvs(shared_datasets, tmp_path, catalog):
     bad["opcode"] = bad["opcode"].astype(object)
     bad.loc[4, "opcode"] = "all-shuffle"
     bad.to_csv(p, index=False)
-    with pytest.raises(ImportFormatError, match=r"collectives\.csv: row 5: unknown collective opcode 'all-shuffle'"):
+    with pytest.raises(ImportFormatError, match=r"collectives\.csv: line 6: unknown collective opcode 'all-shuffle'"):
         import_xla_collectives(p, catalog=catalog)
     m = pd.read_csv(shared_datasets / "xla/matmul_sm90_H100.csv").head(10)
     m["dtype"] = m["dtype"].astype(object)
@@ -206,7 +206,7 @@ def test_collectives_csv_buffer_beyond_device_memory(shared_datasets, tmp_path, 
     bad.loc[3, ["num_elements", "bytes"]] = [25_000_000_000, 100_000_000_000]
     p = tmp_path / "collectives.csv"
     bad.to_csv(p, index=False)
-    with pytest.raises(ImportFormatError, match=r"collectives\.csv: row 4 \(\w+\): a 93.13 GiB buffer does not fit in "
+    with pytest.raises(ImportFormatError, match=r"collectives\.csv: line 5 \(\w+\): a 93.13 GiB buffer does not fit in "
                                                 r"the 80 GiB of H100-SXM"):
         import_xla_collectives(p, catalog=catalog)
     # the same row measured on a larger device fits
@@ -224,14 +224,14 @@ def test_matmul_beyond_device_memory_is_refused(tmp_path, catalog):
     p = tmp_path / "matmul.csv"
     p.write_text("device,b,m,n,k,dtype,time_us\nsm_90,1,256,256,256,bf16xbf16->bf16,5\n"
                  "sm_90,1,10000000,10000000,10000000,bf16xbf16->bf16,5\n")
-    with pytest.raises(ImportFormatError, match=r"matmul\.csv: row 2 \(gemm\): a 5\.588e\+05 GiB set of operands "
+    with pytest.raises(ImportFormatError, match=r"matmul\.csv: line 3 \(gemm\): a 5\.588e\+05 GiB set of operands "
                                                 r"and result does not fit in the 80 GiB of H100-SXM"):
         import_xla_matmul(p, catalog=catalog)
     # a batched GEMM counts every batch: 64 x 3 x 8192^2 bf16 = 24 GiB fits an H100, 512 batches do not
     p.write_text("device,b,m,n,k,dtype,time_us\nsm_90,64,8192,8192,8192,bf16xbf16->bf16,5\n")
     assert len(import_xla_matmul(p, catalog=catalog)) == 1
     p.write_text("device,b,m,n,k,dtype,time_us\nsm_90,512,8192,8192,8192,bf16xbf16->bf16,5\n")
-    with pytest.raises(ImportFormatError, match=r"row 1 \(bmm\): a 192 GiB"):
+    with pytest.raises(ImportFormatError, match=r"matmul\.csv: line 2 \(bmm\): a 192 GiB"):
         import_xla_matmul(p, catalog=catalog)
 
 
@@ -248,3 +248,17 @@ def test_csv_empty_opcode_or_dtype_cell_is_refused_with_its_line(shared_datasets
     importer = import_xla_collectives if kind == "collectives" else import_xla_matmul
     with pytest.raises(ImportFormatError, match=rf"{kind}\.csv: line 7, column '{column}': missing value"):
         importer(p, catalog=catalog)
+
+
+def test_collectives_csv_errors_name_the_csv_line(shared_datasets, tmp_path, catalog):
+    """Row-level errors of the collectives CSV named the data row ("row 3"), one less than the file's line, where
+    every other importer names the CSV line."""
+    raw = pd.read_csv(shared_datasets / "xla/collectives_sm90_H100.csv").head(6)
+    raw = raw[~raw["opcode"].str.startswith("collective-permute")].reset_index(drop=True)
+    raw["num_devices_per_group"] = raw["num_devices_per_group"].astype(float)
+    raw.loc[2, "num_devices_per_group"] = np.nan
+    p = tmp_path / "collectives.csv"
+    raw.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=rf"collectives\.csv: line 4: {raw['opcode'][2]} without devices "
+                                                r"per group"):
+        import_xla_collectives(p, catalog=catalog)

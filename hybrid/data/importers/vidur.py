@@ -41,6 +41,7 @@ from hybrid.data.importers._common import (
     as_paths,
     catalog_or_default,
     concat,
+    csv_line,
     display_path,
     finish,
     numeric,
@@ -197,12 +198,20 @@ def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFr
                 out["variant"] = "add"
         out["tp"] = tp
         out["num_tokens"] = tokens
+        out["_row"] = np.arange(len(df))
         frames.append(out)
     table = pd.concat(frames, ignore_index=True, sort=False)
-    frac = [c for c in ("n", "k", "elements") if c in table.columns
-            and (np.abs(table[c] - np.round(table[c])) > 1e-9).any()]
-    if frac:
-        raise ImportFormatError(f"{path}: tensor-parallel degree does not divide the model dimensions ({frac})")
+    frac = np.zeros(len(table), dtype=bool)
+    for c in ("n", "k", "elements"):
+        if c in table.columns:
+            frac |= (np.abs(table[c] - np.round(table[c])) > 1e-9).to_numpy()
+    if frac.any():
+        j = int(np.flatnonzero(frac)[0])
+        i = int(table["_row"].iloc[j])
+        raise ImportFormatError(
+            f"{path}: line {csv_line(df, i)}: tensor-parallel degree {tp[i]:g} does not divide the model dimensions "
+            f"of {table['variant'].iloc[j]} (hidden {h}, heads {q}, kv heads {kv}, MLP {f})")
+    table = table.drop(columns="_row")
     table["dtype"] = "fp16"
     table["direction"] = "fwd"
     table["framework"] = "pytorch"

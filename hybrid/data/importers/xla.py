@@ -146,6 +146,12 @@ def _is_txtpb(path: Path) -> bool:
     return path.suffix.lower() in (".txtpb", ".pbtxt", ".textproto", ".txt", ".prototxt")
 
 
+def _locate(path: Path, i: int) -> str:
+    """Where row ``i`` of an imported table (one per CSV data row, in order) sits in its file: the CSV line, as the
+    other importers name it, or the text proto's entry number."""
+    return f"entry {i + 1}" if _is_txtpb(path) else f"line {i + 2}"
+
+
 def _read_txtpb(path: Path) -> textproto.Message:
     try:
         raw = path.read_bytes()
@@ -172,7 +178,7 @@ def import_xla_matmul(paths: Iterable[str | os.PathLike] | str | os.PathLike, de
         b, m, n, k = (raw[c].to_numpy(dtype=np.float64) for c in ("b", "m", "n", "k"))
         # inputs and result in the inputs' type (a lower bound where the result is wider, as fp8 -> bf16)
         _check_fits_memory(raw, b * (m * k + k * n + m * n) * dtype_bytes_vec(raw), p, cat, device,
-                           "entry" if _is_txtpb(p) else "row", "set of operands and result")
+                           "set of operands and result")
         frames.append(finish(raw, p, cat, source=f"xla-matmul:{display_path(p)}", device=device))
     return concat(frames, "XLA matmul")
 
@@ -185,7 +191,7 @@ def _collective_frame(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
     unknown = ~opcode.isin(list(XLA_COLLECTIVES))
     if unknown.any():
         i = int(np.flatnonzero(unknown.to_numpy())[0])
-        raise ImportFormatError(f"{path}: row {i + 1}: unknown collective opcode {raw['opcode'].iloc[i]!r} "
+        raise ImportFormatError(f"{path}: {_locate(path, i)}: unknown collective opcode {raw['opcode'].iloc[i]!r} "
                                 f"(known: {', '.join(sorted(XLA_COLLECTIVES))})")
     op = opcode.map(XLA_COLLECTIVES).to_numpy(dtype=object)
     out_bytes = raw["out_bytes"].to_numpy(dtype=np.float64)
@@ -195,7 +201,7 @@ def _collective_frame(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
     bad = ~is_permute & ~(per_group > 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ImportFormatError(f"{path}: row {i + 1}: {raw['opcode'].iloc[i]} without devices per group")
+        raise ImportFormatError(f"{path}: {_locate(path, i)}: {raw['opcode'].iloc[i]} without devices per group")
     size = np.where(op == "reduce_scatter", out_bytes * per_group, out_bytes)
     thr = raw["throughput"].to_numpy(dtype=np.float64)
     ranks = np.where(is_permute, raw["ranks"].to_numpy(dtype=np.float64), per_group)
@@ -357,15 +363,13 @@ def import_xla_collectives(paths: Iterable[str | os.PathLike] | str | os.PathLik
             warn(p, f"catalog has no system {DEFAULT_COLLECTIVE_SYSTEM!r}; the system column is left empty "
                     "(pass --system)")
         # (before the schema's own bound of 2^62 bytes, whose error names a CSV line even in a text proto)
-        _check_fits_memory(raw, raw["size_bytes"].to_numpy(dtype=np.float64), p, cat, device,
-                           "entry" if _is_txtpb(p) else "row",
-                           "buffer", " (every device of the group holds it whole)")
+        _check_fits_memory(raw, raw["size_bytes"].to_numpy(dtype=np.float64), p, cat, device, "buffer", " (every device of the group holds it whole)")
         frames.append(finish(raw, p, cat, source=f"xla-collectives:{display_path(p)}", device=device))
     return concat(frames, "XLA collectives")
 
 
 def _check_fits_memory(df: pd.DataFrame, nbytes: np.ndarray, path: Path, cat: Catalog, device: str | None,
-                       unit: str, what: str, why: str = "") -> None:
+                       what: str, why: str = "") -> None:
     """Refuse a row whose tensors cannot exist: ``nbytes`` per row must fit in its device's memory. A collective's
     ``size_bytes`` (the all-gather output, the reduce-scatter input, the all-reduce / all-to-all / permute buffer)
     is held whole by every device of the group; a matmul's operands and result are on its one device. (The schema
@@ -378,5 +382,5 @@ def _check_fits_memory(df: pd.DataFrame, nbytes: np.ndarray, path: Path, cat: Ca
     over = nbytes > cap
     if over.any():
         i = int(np.flatnonzero(over)[0])
-        raise ImportFormatError(f"{path}: {unit} {i + 1} ({df['op'].iloc[i]}): a {nbytes[i] / 2**30:.4g} GiB "
+        raise ImportFormatError(f"{path}: {_locate(path, i)} ({df['op'].iloc[i]}): a {nbytes[i] / 2**30:.4g} GiB "
                                 f"{what} does not fit in the {cap[i] / 2**30:.4g} GiB of {devs[i]}{why}")
