@@ -114,3 +114,22 @@ def test_byte_order_mark_blank_lines_and_malformed_numbers(tmp_path, catalog):
     matmul.write_text("64, 64, 64, 0.01ms, 0.05Tflops\n64, 64, 64, 0.01.0ms, 0.05Tflops\n")
     with pytest.raises(ImportFormatError, match=r"figure5__ab__matmul_A100.csv: line 2: not a number"):
         import_llmcompass(matmul, catalog=catalog)
+
+
+@pytest.mark.parametrize("cut", [185, 183])
+def test_pointwise_table_cut_inside_its_last_value_is_refused(shared_datasets, tmp_path, catalog, cut):
+    """The public tables end without a newline, so a copy cut inside the last value (167.54... -> 167. or 16) was
+    imported with the wrong throughput. The upstream script writes every throughput as a Python float (digits after
+    a point), which a cut at or before the point is not; the complete tables all import."""
+    src = shared_datasets / "llmcompass/figure5__cf__softmax_A100.csv"
+    p = tmp_path / src.name
+    p.write_bytes(src.read_bytes()[:cut])
+    with pytest.raises(ImportFormatError, match=r"softmax_A100\.csv: line 7 has no final newline and ends in "
+                                                r"'16(7\.)?', not a float .*cut"):
+        import_llmcompass_pointwise(p, catalog=catalog)
+    p.write_bytes(src.read_bytes()[:cut] + b"\n")  # a newline says the line is complete: taken as written
+    assert len(import_llmcompass_pointwise(p, catalog=catalog)) == 7
+    for table in sorted((shared_datasets / "llmcompass").glob("figure5__*_*.csv")):
+        if any(k in table.name for k in ("softmax", "layernorm", "gelu")):
+            assert not table.read_bytes().endswith(b"\n")
+            assert len(import_llmcompass_pointwise(table, catalog=catalog)) > 0

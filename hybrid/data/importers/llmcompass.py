@@ -58,10 +58,21 @@ def _gpu(path: Path, label: str, device: str | None) -> str:
     return gpu
 
 
-def _numeric_lines(path: Path, line_re: re.Pattern, groups: int, want: str) -> tuple[np.ndarray, np.ndarray]:
+#: How Python writes a float (``f"{x}"``, the shortest repr): digits after a point, or an exponent. Never "167." or
+#: "167", which is what a file cut inside such a value ends with.
+_PY_FLOAT = re.compile(r"^(?:[0-9]+\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9](?:\.[0-9]+)?[eE][+-]?[0-9]+)$")
+
+
+def _numeric_lines(path: Path, line_re: re.Pattern, groups: int, want: str,
+                   float_group: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The first ``groups`` groups of every non-blank line of ``path`` as floats (one row per line) and each row's
     1-based line number; a line that does not match ``line_re`` fails naming its number and the expected form
-    ``want``."""
+    ``want``.
+
+    ``float_group`` is a group the upstream writer always formats as a Python float. The public tables lack a final
+    newline, so a file cut inside its last value parses; when the last line has no newline and that group is not a
+    float as Python writes one (``167.`` or ``167`` for ``167.54...``), the file is refused as cut. (A cut after a
+    decimal digit, ``167.5``, looks like a complete value and cannot be told.)"""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -84,8 +95,17 @@ def _numeric_lines(path: Path, line_re: re.Pattern, groups: int, want: str) -> t
             raise ImportFormatError(f"{path}: line {i}: not a number in {line.strip()[:60]!r} (expected "
                                     f"'{want}')") from None
         numbers.append(i)
+        last = (i, line, m)
     if not rows:
         raise ImportFormatError(f"{path}: no data lines")
+    lines = text.splitlines()
+    if float_group is not None and not text.endswith(("\n", "\r")) and last[0] == len(lines):
+        value = last[2].group(float_group).strip()
+        if not _PY_FLOAT.match(value):
+            raise ImportFormatError(
+                f"{path}: line {last[0]} has no final newline and ends in {value!r}, not a float as the upstream "
+                f"script writes one (digits after a decimal point): the file looks cut mid-value "
+                f"({last[1].strip()[:60]!r}); restore the complete file")
     return np.asarray(rows), np.asarray(numbers)
 
 
@@ -139,7 +159,7 @@ def _pointwise_file(path: Path, device: str | None, catalog: Catalog) -> pd.Data
     op, n_shape = POINTWISE_KINDS[match.group("kind")]
     line_re = re.compile("^" + ",".join([_NUM] * (n_shape + 1)) + "$")
     want = "M, N, <G elements/s>" if n_shape == 2 else "M, <G elements/s>"
-    a, lines = _numeric_lines(path, line_re, n_shape + 1, want)
+    a, lines = _numeric_lines(path, line_re, n_shape + 1, want, float_group=n_shape + 1)
     _require_positive(path, a, lines, "sizes and throughput")
     elements = a[:, :n_shape].prod(axis=1)
     out = pd.DataFrame({"device": gpu, "op": op, "dtype": "fp16", "direction": "fwd",
