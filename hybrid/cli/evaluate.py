@@ -230,8 +230,8 @@ def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 @click.option("--model", "-m", "model_ref", required=True, callback=named,
               help="Registered model (NAME, NAME/3, models:/NAME/3) or 'roofline' for the analytical baseline.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the error figures.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="Write per-row predictions (CSV; Parquet for a .parquet name).")
+@click.option("--output", "-o", type=click.Path(),
+              help="Write per-row predictions (a .csv name: CSV; .parquet: Parquet).")
 @click.option("--max-rows", type=int, help="Evaluate on a random sample of at most this many rows.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --max-rows sampling.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
@@ -246,9 +246,12 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     and which model answered how many rows (``by_method``: per-system collective curves, the cross-system
     transfer model, alpha-beta, the kernel models or the roofline)."""
     from hybrid.data.quality import failed_validation
+    from hybrid.data.schema import check_table_path
     from hybrid.tracking.evaluation import interval_coverage, prediction_frame, summarize
     from hybrid.tracking.inputs import load_measurements, subsample
 
+    if output:  # before any work, as `predict table`: CSV text was written under any other name (out.txt)
+        check_table_path(output)
     with quality_warnings():  # data-quality notes (a table named twice, ...) as `warning:` lines, as calibrate's
         registered = load_registered(model_ref, tracking_uri)
         data = load_measurements(tables, catalog_for_tables(registered))
