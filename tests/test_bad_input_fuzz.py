@@ -539,3 +539,19 @@ def test_trace_predict_parallel_degrees_checked_before_the_trace_is_read(option,
         rc, out, err = cli(["trace", "predict", junk, "--device", "H100-SXM", "--roofline", option, "8"])
         assert_one_clear_line(rc, err)
         assert "error: --tokens and --hidden go with --tp or --pp" in err, err
+
+
+@pytest.mark.parametrize(("size", "dtype", "said"), [
+    ("1.5", "fp32", "--size '1.5' is not a whole number of fp32 elements (4 B each; it reads as 2 B)"),
+    ("6", "fp32", "--size '6' is not a whole number of fp32 elements (4 B each)"),
+    ("3", "bf16", "--size '3' is not a whole number of bf16 elements (2 B each)")])
+def test_predict_collective_size_not_whole_elements_quotes_what_was_typed(size, dtype, said, monkeypatch, tmp_path):
+    """`--size 1.5` said "size 2 B is not a whole number of fp32 elements": a size the user never typed."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    rc, out, err = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", size, "--ranks", "8",
+                        "--dtype", dtype])
+    assert_one_clear_line(rc, err)
+    assert said in err and out == "", err
+    rc, out, _ = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "6", "--ranks", "8",
+                      "--dtype", "bf16", "--json"])
+    assert rc == 0 and json.loads(out)["size_bytes"] == 6
