@@ -141,6 +141,26 @@ def dtype_fallback_notes(table: pd.DataFrame, catalog: Any) -> list[str]:
     return notes
 
 
+def implausible_note(table: pd.DataFrame, catalog: Any) -> tuple[dict[str, Any], str] | None:
+    """(``implausible`` JSON value, ``warning:`` line) for the GPU GEMM rows of ``table`` faster than the datasheet
+    peak allows (:func:`hybrid.data.quality.implausible_rows`), or None without any. ``hybrid data validate`` warns
+    of these and every fit leaves them out, but ``evaluate`` scored them in silence: a group timed in ms where us
+    belong, or sparse kernels, moves the error figures without a word. They are kept (a score of the table as
+    given) and said, in the same shape as ``data validate --json``'s ``implausible`` key."""
+    from hybrid.data.quality import describe, implausible_rows
+    from hybrid.ops.roofline import roofline
+
+    if not len(table):
+        return None
+    drop, bad = implausible_rows(table, roofline(table, catalog), catalog)
+    if not drop.any():
+        return None
+    n = int(drop.sum())
+    line = (f"warning: {n:,} of {len(table):,} rows are GEMMs faster than the datasheet peak allows, which every fit "
+            f"leaves out (hybrid data validate): {describe(bad)}; scored here as measured")
+    return {"rows": n, "groups": bad.to_dict("records")}, line
+
+
 def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Error figures per model that answered (the prediction frame's ``method``: ``kernel-xgb``,
     ``collective-sigmoid`` (curves of a measured system), ``collective-transfer`` (the cross-system model),
@@ -287,6 +307,10 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
         result["dtype_fallbacks"] = fallbacks
     for note in fallbacks:
         click.echo(f"warning: {note}", err=True)
+    implausible = implausible_note(table, data.catalog)
+    if implausible is not None:
+        result["implausible"], line = implausible
+        click.echo(line, err=True)
     if output:
         write_predictions(frame, output)
     if seen is not None and seen.any():
