@@ -522,3 +522,36 @@ def test_a_dtype_fallback_warns_on_stderr_with_json_too(tmp_path, monkeypatch):
     rc, out, err = cli(["predict", "gemm", "--device", "T4", "--dtype", "fp8", "-m", "8", "-n", "8", "-k", "8", "--json"])
     assert rc == 0 and "warning: T4: it has no fp8 units" in err
     assert "fp8 operand sizes" in json.loads(out)["note"]
+
+
+@pytest.mark.parametrize("option", ["--dp", "--tp", "--pp", "--tokens", "--hidden"])
+def test_trace_predict_parallel_degrees_checked_before_the_trace_is_read(option, tmp_path, monkeypatch):
+    """`trace predict --dp 0` said "dp must be a positive integer" (not the option's name), and only after the
+    trace was parsed: a file that is no trace failed on that instead, and a large trace was parsed for nothing."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    junk = tmp_path / "not-a-trace.json"
+    junk.write_text("{}")
+    rc, out, err = cli(["trace", "predict", junk, "--device", "H100-SXM", "--roofline", option, "0"])
+    assert_one_clear_line(rc, err)
+    assert f"'{option}'" in err and "0 is not in the range" in err and "trace" not in err.split("Error:")[1], err
+    assert out == ""
+    if option == "--tokens":  # --tokens without --tp/--pp is refused before the trace is read too
+        rc, out, err = cli(["trace", "predict", junk, "--device", "H100-SXM", "--roofline", option, "8"])
+        assert_one_clear_line(rc, err)
+        assert "error: --tokens and --hidden go with --tp or --pp" in err, err
+
+
+@pytest.mark.parametrize(("size", "dtype", "said"), [
+    ("1.5", "fp32", "--size '1.5' is not a whole number of fp32 elements (4 B each; it reads as 2 B)"),
+    ("6", "fp32", "--size '6' is not a whole number of fp32 elements (4 B each)"),
+    ("3", "bf16", "--size '3' is not a whole number of bf16 elements (2 B each)")])
+def test_predict_collective_size_not_whole_elements_quotes_what_was_typed(size, dtype, said, monkeypatch, tmp_path):
+    """`--size 1.5` said "size 2 B is not a whole number of fp32 elements": a size the user never typed."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    rc, out, err = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", size, "--ranks", "8",
+                        "--dtype", dtype])
+    assert_one_clear_line(rc, err)
+    assert said in err and out == "", err
+    rc, out, _ = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "6", "--ranks", "8",
+                      "--dtype", "bf16", "--json"])
+    assert rc == 0 and json.loads(out)["size_bytes"] == 6

@@ -241,7 +241,7 @@ def test_rows_in_a_dtype_their_device_lacks_are_warned_of_in_tables(tmp_path):
     table of such rows was scored by `evaluate`, `report --table` and `predict table` without a word, although the
     README states every fallback as a `warning:` line and in `--json` output."""
     table = tmp_path / "t.csv"
-    table.write_text("device,op,dtype,time_us,m,n,k\nT4,gemm,fp8,40,1024,1024,1024\nT4,gemm,fp8,41,1024,1024,2048\n"
+    table.write_text("device,op,dtype,time_us,m,n,k\nT4,gemm,fp8,80,1024,1024,1024\nT4,gemm,fp8,160,1024,1024,2048\n"
                      "P100-PCIE-16GB,gemm,bf16,900,1024,1024,1024\nA100-PCIE-40GB,gemm,bf16,30,1024,1024,1024\n")
     expected = ["1 bf16 row(s) on P100-PCIE-16GB: P100-PCIE-16GB has no bf16 units: it runs converted to fp32",
                 "2 fp8 row(s) on T4: it has no fp8 units: timed at its fp16 peak"]  # by device
@@ -259,6 +259,26 @@ def test_rows_in_a_dtype_their_device_lacks_are_warned_of_in_tables(tmp_path):
     table.write_text("device,op,dtype,time_us,m,n,k\nA100-PCIE-40GB,gemm,bf16,30,1024,1024,1024\n")
     rc, out, err = cli(["evaluate", str(table), "--model", "roofline", "--json"])
     assert rc == 0 and "dtype_fallbacks" not in json.loads(out) and "warning" not in err
+
+
+def test_evaluate_says_rows_faster_than_the_datasheet_peak(tmp_path):
+    """GEMMs faster than the datasheet peak allows (`data validate` warns of them, every fit leaves them out) were
+    scored by `evaluate` without a word; now a `warning:` line with their count and the `implausible` key."""
+    table = tmp_path / "t.csv"
+    table.write_text("device,op,dtype,time_us,m,n,k\nH100-SXM,gemm,fp16,20,4096,4096,4096\n"
+                     "H100-SXM,gemm,fp16,30,2048,4096,4096\nA100-SXM4-80GB,gemm,fp16,200,1024,1024,1024\n")
+    rc, out, err = cli(["evaluate", str(table), "--model", "roofline", "--json"])
+    assert rc == 0, err
+    said = json.loads(out)["implausible"]
+    assert said["rows"] == 2 and [(g["device"], g["dtype"], g["rows"]) for g in said["groups"]] == [
+        ("H100-SXM", "fp16", 2)]
+    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and warned[0].startswith("warning: 2 of 3 rows are GEMMs faster than the datasheet peak")
+    rc, out, err = cli(["evaluate", str(table), "--model", "roofline"])  # the text form says it too
+    assert rc == 0 and "warning: 2 of 3 rows" in err
+    table.write_text("device,op,dtype,time_us,m,n,k\nA100-SXM4-80GB,gemm,fp16,200,1024,1024,1024\n")
+    rc, out, err = cli(["evaluate", str(table), "--model", "roofline", "--json"])
+    assert rc == 0 and "implausible" not in json.loads(out) and "warning" not in err
 
 
 def test_evaluate_json_has_coverage_for_every_device_even_without_intervals(tmp_path):

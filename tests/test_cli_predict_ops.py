@@ -217,3 +217,22 @@ def test_a_collective_row_whose_device_is_not_its_systems_gpu_is_said(tmp_path):
     table.head(3).to_csv(ok, index=False)
     rc, _, err = cli(["predict", "table", str(ok), "-o", str(dst)])
     assert rc == 0 and not err
+
+
+def test_evaluate_output_name_checked_before_any_work(tmp_path):
+    """`evaluate -o out.txt` wrote CSV under a .txt name (`predict table` and `data import` refuse it), and `-o DIR`
+    gave click's usage error instead of the tool's `error:` line; both now fail first, naming the output."""
+    src = tmp_path / "t.csv"
+    src.write_text("op,device,dtype,m,n,k,time_us\ngemm,H100-SXM,fp16,1024,1024,1024,20\n")
+    txt = tmp_path / "out.txt"
+    rc, out, err = cli(["evaluate", str(src), "--model", "roofline", "-o", str(txt)])
+    assert rc != 0 and not txt.exists() and not out
+    assert err.strip() == f"error: output {txt}: use a .csv or .parquet file name"
+    folder = tmp_path / "preds.csv"
+    folder.mkdir()
+    for cmd in (["evaluate", str(src), "--model", "roofline"], ["predict", "table", str(src)]):
+        rc, out, err = cli([*cmd, "-o", str(folder)])
+        assert rc != 0 and not out and list(folder.iterdir()) == []
+        assert err.strip() == f"error: cannot write output {folder}: it is a directory", cmd
+    rc, _, err = cli(["evaluate", str(src), "--model", "roofline", "-o", str(tmp_path / "ok.csv")])
+    assert rc == 0 and (tmp_path / "ok.csv").is_file()

@@ -176,6 +176,14 @@ def test_calibrate_cli_collective_transfer_flag(measured, tmp_path):
     rc, _, err = cli(["calibrate", str(csv), "--name", "x", "--tracking-uri", uri, "--base", "coll-plain",
                       "--collective-transfer", "-q"])
     assert rc == 2 and "base" in err and len(err.strip().splitlines()) == 1
+    # an adapted model keeps its base's collective model, and --json says which (it said false for every --base)
+    few = write_csv(measured.head(40), tmp_path / "few.csv")
+    for base, on in (("coll-transfer", True), ("coll-plain", False)):
+        rc, out, err = cli(["calibrate", str(few), "--name", f"{base}-adapted", "--base", base, "--tracking-uri", uri,
+                            "--json", "-q"])
+        assert rc == 0, err
+        assert last_json(out)["collective_transfer"] is on, base
+    assert ask("coll-transfer-adapted", "DGX-H100")["method"] == "collective-transfer"
     from hybrid.tracking.calibrate import CalibrationConfig
 
     assert CalibrationConfig(name="a").collective_transfer is True  # default: on for a new calibration

@@ -227,6 +227,13 @@ def test_options_are_checked():
         ProfileOptions(ranks=(1,)).checked()
     assert ProfileOptions(quick=True).checked().ranks == (2,)
     assert ProfileOptions().checked().ranks == (2, 4)
+    # --ranks only sets the collectives' process counts: without collective in --only it was ignored in silence
+    # (and meta.json recorded it), now refused before anything is measured
+    with pytest.raises(InvalidInputError, match="--ranks sets the process counts of the collectives, which --only "
+                                                "gemm,softmax does not measure"):
+        ProfileOptions(families=("gemm", "softmax"), ranks=(4,)).checked()
+    assert ProfileOptions(families=("gemm",)).checked().ranks == ()  # meta.json: no collective process counts
+    assert ProfileOptions(families=("gemm", "collective"), ranks=(4,)).checked().ranks == (4,)
 
 
 # ------------------------------------------------------------------------------------------ end to end

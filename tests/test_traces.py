@@ -1238,8 +1238,9 @@ def test_trace_predict_parallel_modes_from_the_cli(meta_gpt2_dir, meta_gpt2_trac
     pp = predict("--pp", "2")
     assert pp["ranks"] == 2 and pp["parallel"] == {"pp": 2, "tokens": 32, "hidden": 64}  # 2 GPUs, one timeline
     assert pp["predicted_ms"] > single["predicted_ms"]  # one micro-batch: the stages in series, plus the sends
-    for bad, msg in ((["--dp", "2", "--tp", "2"], "one parallel mode"), (["--tp", "0"], "positive integer"),
-                     (["--tokens", "8"], "go with --tp or --pp"), (["--pp", "2", "--hidden", "-1"], "positive")):
+    for bad, msg in ((["--dp", "2", "--tp", "2"], "one parallel mode"), (["--tp", "0"], "'--tp': 0 is not in the range x>=1"),
+                     (["--tokens", "8"], "go with --tp or --pp"),
+                     (["--pp", "2", "--hidden", "-1"], "'--hidden': -1 is not in the range x>=1")):
         assert cli_main(["trace", "predict", str(meta_gpt2_dir), "--device", "A100-SXM4-80GB", "--roofline",
                          *bad]) == 2
         assert msg in capsys.readouterr().err

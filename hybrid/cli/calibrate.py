@@ -123,6 +123,16 @@ def print_result(result: Any) -> None:
     click.echo(f"report command: hybrid report --run {result.run_id} -o report.html")
 
 
+def carries_collective_transfer(predictor: Any) -> bool:
+    """Whether ``predictor`` prices collectives of systems never measured with the cross-system transfer model:
+    the new calibration's ``--collective-transfer`` setting, or an adapted model's base's (which it keeps). The
+    config's flag is False for every ``--base`` run, and ``--json`` reported that even for a base fitted with the
+    transfer model on, whose adapted model still answers with it."""
+    from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
+
+    return any(isinstance(c, CollectiveSigmoid) and c.use_transfer for c in getattr(predictor, "corrections", ()))
+
+
 @click.command()
 @click.argument("tables", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--name", required=True, help="Registered model name (a new version is added per run).")
@@ -186,7 +196,7 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
         echo_json({"run_id": result.run_id, "name": result.name, "version": result.version,
                    "model": result.model_ref, "tracking_uri": redact_uri(result.tracking_uri),
                    "corrections": list(result.summary.get("corrections", {})),
-                   "collective_transfer": bool(config.collective_transfer), "errors": result.summaries,
+                   "collective_transfer": carries_collective_transfer(result.predictor), "errors": result.summaries,
                    "devices_sparse": sparse_devices(result), "lodo_held_out": lodo_held_out(result)})
         held = lodo_held_out(result)  # on stderr, as the text form gives them: JSON stays on stdout
         for line in (unseen_line(held), sibling_unseen_line(held, sibling_devices(result))):

@@ -141,6 +141,26 @@ def dtype_fallback_notes(table: pd.DataFrame, catalog: Any) -> list[str]:
     return notes
 
 
+def implausible_note(table: pd.DataFrame, catalog: Any) -> tuple[dict[str, Any], str] | None:
+    """(``implausible`` JSON value, ``warning:`` line) for the GPU GEMM rows of ``table`` faster than the datasheet
+    peak allows (:func:`hybrid.data.quality.implausible_rows`), or None without any. ``hybrid data validate`` warns
+    of these and every fit leaves them out, but ``evaluate`` scored them in silence: a group timed in ms where us
+    belong, or sparse kernels, moves the error figures without a word. They are kept (a score of the table as
+    given) and said, in the same shape as ``data validate --json``'s ``implausible`` key."""
+    from hybrid.data.quality import describe, implausible_rows
+    from hybrid.ops.roofline import roofline
+
+    if not len(table):
+        return None
+    drop, bad = implausible_rows(table, roofline(table, catalog), catalog)
+    if not drop.any():
+        return None
+    n = int(drop.sum())
+    line = (f"warning: {n:,} of {len(table):,} rows are GEMMs faster than the datasheet peak allows, which every fit "
+            f"leaves out (hybrid data validate): {describe(bad)}; scored here as measured")
+    return {"rows": n, "groups": bad.to_dict("records")}, line
+
+
 def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Error figures per model that answered (the prediction frame's ``method``: ``kernel-xgb``,
     ``collective-sigmoid`` (curves of a measured system), ``collective-transfer`` (the cross-system model),
@@ -230,8 +250,8 @@ def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 @click.option("--model", "-m", "model_ref", required=True, callback=named,
               help="Registered model (NAME, NAME/3, models:/NAME/3) or 'roofline' for the analytical baseline.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the error figures.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False),
-              help="Write per-row predictions (CSV; Parquet for a .parquet name).")
+@click.option("--output", "-o", type=click.Path(),
+              help="Write per-row predictions (a .csv name: CSV; .parquet: Parquet).")
 @click.option("--max-rows", type=int, help="Evaluate on a random sample of at most this many rows.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --max-rows sampling.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
@@ -246,9 +266,12 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
     and which model answered how many rows (``by_method``: per-system collective curves, the cross-system
     transfer model, alpha-beta, the kernel models or the roofline)."""
     from hybrid.data.quality import failed_validation
+    from hybrid.data.schema import check_table_path
     from hybrid.tracking.evaluation import interval_coverage, prediction_frame, summarize
     from hybrid.tracking.inputs import load_measurements, subsample
 
+    if output:  # before any work, as `predict table`: CSV text was written under any other name (out.txt)
+        check_table_path(output)
     with quality_warnings():  # data-quality notes (a table named twice, ...) as `warning:` lines, as calibrate's
         registered = load_registered(model_ref, tracking_uri)
         data = load_measurements(tables, catalog_for_tables(registered))
@@ -284,6 +307,10 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
         result["dtype_fallbacks"] = fallbacks
     for note in fallbacks:
         click.echo(f"warning: {note}", err=True)
+    implausible = implausible_note(table, data.catalog)
+    if implausible is not None:
+        result["implausible"], line = implausible
+        click.echo(line, err=True)
     if output:
         write_predictions(frame, output)
     if seen is not None and seen.any():

@@ -15,7 +15,7 @@ from hybrid.hardware.catalog import default_catalog
 from hybrid.ops.families import COLLECTIVE_OPS, family_of
 from hybrid.ops.roofline import cpu_collective_system, memory_fit, resolve_system, roofline
 from hybrid.ops.spec import Collective, Gemm
-from hybrid.units import format_bytes, normalize_dtype, parse_size
+from hybrid.units import dtype_bytes, format_bytes, normalize_dtype, parse_size
 
 
 @click.group()
@@ -235,6 +235,11 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
         raise InvalidInputError(f"--size {size!r} must be below 2^62 bytes (4 EiB)")
     if ranks >= MAX_INT:
         raise InvalidInputError(f"--ranks must be below 2^62, got {ranks}")
+    elem = int(dtype_bytes(dtype))  # also refuses an unknown dtype
+    if elem >= 1 and size_bytes % elem:  # said here with what was typed: the spec's error named the rounded bytes
+        read = "" if size.strip() == str(size_bytes) else f"; it reads as {size_bytes:,} B"  # (--size 1.5: "2 B")
+        raise InvalidInputError(f"--size {size!r} is not a whole number of {dtype} elements ({elem} B each{read}): "
+                                f"give a multiple of {elem} bytes")
     spec = Collective(op=op, size_bytes=size_bytes, n_ranks=ranks, n_nodes=nodes, dtype=dtype)
     frame = spec.to_frame()
     extra: dict = {}
@@ -413,7 +418,7 @@ def _predicted_columns(table: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataF
 
 @predict.command("table")
 @click.argument("table", type=click.Path(exists=True, dir_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False),
+@click.option("--output", "-o", required=True, type=click.Path(),
               help="Where to write the predictions (CSV; Parquet for a .parquet name).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object summarising what was written.")
 @_model_options

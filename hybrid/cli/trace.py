@@ -184,17 +184,17 @@ def _fallback_brief(fallback: dict[str, Any]) -> str:
 @click.option("--compiled", is_flag=True,
               help="Predict the step as torch.compile would run it: each run of pointwise ops between library "
                    "calls fused into one kernel (docs/traces.md).")
-@click.option("--dp", type=int, default=1, show_default=True,
+@click.option("--dp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Data parallelism: the (one-rank) trace on each of N ranks, DDP's bucketed gradient all-reduces "
                    "added (record the trace at the per-rank batch).")
-@click.option("--tp", type=int, default=1, show_default=True,
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Tensor parallelism (Megatron-style) of a transformer's one-rank trace over N ranks.")
-@click.option("--pp", type=int, default=1, show_default=True,
+@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Pipeline parallelism of a transformer's one-rank trace: N stages, one micro-batch.")
-@click.option("--tokens", type=int, default=None,
+@click.option("--tokens", type=click.IntRange(min=1), default=None,
               help="With --tp/--pp: tokens per step (batch x sequence; default: read from the trace's norm or "
                    "linear layers).")
-@click.option("--hidden", type=int, default=None,
+@click.option("--hidden", type=click.IntRange(min=1), default=None,
               help="With --tp/--pp: the model's hidden size (default: read from the trace).")
 @click.option("--compare", default=None,
               help="Comma-separated devices or systems to predict the same job on too, ranked by step time (or, with "
@@ -215,6 +215,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 
     if bool(device) == bool(system):
         raise InvalidInputError("give exactly one of --device or --system")
+    if (tokens is not None or hidden is not None) and tp == 1 and pp == 1:  # before the trace is read
+        raise InvalidInputError("--tokens and --hidden go with --tp or --pp")
     import warnings
 
     from hybrid.bench.validate import resolve_predictor
@@ -233,8 +235,6 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         raise UnknownDeviceError(f"{cat.unknown_target(device)}; a machine profiled with `hybrid profile` is "
                                  "described by its bundle: --bundle DIR")
     loaded = _load(traces, step)
-    if (tokens is not None or hidden is not None) and tp == 1 and pp == 1:
-        raise InvalidInputError("--tokens and --hidden go with --tp or --pp")
     loaded, parallel, parallel_info = parallel_job(loaded, dp=dp, tp=tp, pp=pp, tokens=tokens, hidden=hidden)
     if parallel is not None and same is None:
         same = False  # a job the trace did not run: predicted, not re-simulated from its measured host

@@ -79,6 +79,11 @@ class ProfileOptions:
             raise InvalidInputError(f"--ranks must be >= 2 (collectives need peers), got {list(ranks)}")
         if any(r > 64 for r in ranks):
             raise InvalidInputError(f"--ranks {max(ranks)} is more local processes than sensible (max 64)")
+        if "collective" not in fams:
+            if self.ranks is not None:  # was ignored in silence, and meta.json recorded the counts as if measured
+                raise InvalidInputError(f"--ranks sets the process counts of the collectives, which --only "
+                                        f"{','.join(fams)} does not measure: add collective to --only, or drop --ranks")
+            ranks = ()  # meta.json's options say no collective was run
         if self.threads is not None and self.threads < 1:
             raise InvalidInputError(f"--threads must be >= 1, got {self.threads}")
         cores = available_cores()
