@@ -200,8 +200,8 @@ def test_a_collective_row_whose_device_is_not_its_systems_gpu_is_said(tmp_path):
                    "H100,all_reduce,bf16,1048576,8,1,DGX-H100,30\n"
                    "H100-SXM,all_gather,bf16,1048576,8,1,H100-SXM,30\n"
                    "H100-SXM,all_reduce,bf16,4096,8,1,,30\n"  # no system: a generic node of the device
-                   "V100-SXM2-32GB,all_reduce,bf16,1048576,8,1,dgx-h100,30\n"
-                   "V100-SXM2-32GB,all_reduce,bf16,2097152,8,1,DGX-H100,30\n")
+                   "V100-SXM2-32GB,all_reduce,fp16,1048576,8,1,dgx-h100,30\n"
+                   "V100-SXM2-32GB,all_reduce,fp16,2097152,8,1,DGX-H100,30\n")
     dst = tmp_path / "out.csv"
     rc, out, err = cli(["predict", "table", str(src), "-o", str(dst)])
     assert rc == 0 and dst.exists()
