@@ -281,6 +281,30 @@ def test_evaluate_says_rows_faster_than_the_datasheet_peak(tmp_path):
     assert rc == 0 and "implausible" not in json.loads(out) and "warning" not in err
 
 
+def test_evaluate_says_collectives_far_faster_than_the_fabric(tmp_path):
+    """Collectives far faster than their fabric allows (a log in ms, or the wrong system: calibration leaves them
+    out) were scored by `evaluate` without a word, unlike GEMMs over the datasheet peak; now a `warning:` line
+    with their count and the `implausible_collectives` key."""
+    table = tmp_path / "t.csv"
+    table.write_text("device,op,dtype,size_bytes,n_ranks,n_nodes,system,time_us,m,n,k\n"
+                     "H100-SXM,all_reduce,bf16,1048576,8,1,DGX-H100,0.03,,,\n"
+                     "A100-SXM4-80GB,gemm,fp16,,,,,200,1024,1024,1024\n")
+    rc, out, err = cli(["evaluate", str(table), "--model", "roofline", "--json"])
+    assert rc == 0, err
+    said = json.loads(out)
+    assert "implausible" not in said  # the GEMM row is plausible
+    groups = said["implausible_collectives"]["groups"]
+    assert said["implausible_collectives"]["rows"] == 1 and [(g["group"], g["op"], g["rows"]) for g in groups] == [
+        ("DGX-H100", "all_reduce", 1)] and groups[0]["fastest_over_roofline"] > 100
+    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and warned[0].startswith("warning: 1 of 2 rows are collectives far faster than the "
+                                                     "fabric allows") and "DGX-H100 all_reduce" in warned[0], err
+    table.write_text("device,op,dtype,size_bytes,n_ranks,n_nodes,system,time_us\n"
+                     "H100-SXM,all_reduce,bf16,1048576,8,1,DGX-H100,30\n")
+    rc, out, err = cli(["evaluate", str(table), "--model", "roofline", "--json"])
+    assert rc == 0 and "implausible_collectives" not in json.loads(out) and "warning" not in err
+
+
 def test_evaluate_json_has_coverage_for_every_device_even_without_intervals(tmp_path):
     """`coverage_pct` is promised overall and per device: with no intervals (the roofline) both are null, rather
     than the overall key null and the per-device key missing."""

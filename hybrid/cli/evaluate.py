@@ -141,24 +141,38 @@ def dtype_fallback_notes(table: pd.DataFrame, catalog: Any) -> list[str]:
     return notes
 
 
-def implausible_note(table: pd.DataFrame, catalog: Any) -> tuple[dict[str, Any], str] | None:
-    """(``implausible`` JSON value, ``warning:`` line) for the GPU GEMM rows of ``table`` faster than the datasheet
-    peak allows (:func:`hybrid.data.quality.implausible_rows`), or None without any. ``hybrid data validate`` warns
-    of these and every fit leaves them out, but ``evaluate`` scored them in silence: a group timed in ms where us
-    belong, or sparse kernels, moves the error figures without a word. They are kept (a score of the table as
-    given) and said, in the same shape as ``data validate --json``'s ``implausible`` key."""
-    from hybrid.data.quality import describe, implausible_rows
+def implausible_notes(table: pd.DataFrame, catalog: Any) -> dict[str, tuple[dict[str, Any], str]]:
+    """The rows of ``table`` that calibration leaves out as physically implausible, as ``{JSON key: (value,
+    warning: line)}``; empty without any. ``implausible``: GPU GEMM rows faster than the datasheet peak allows
+    (:func:`hybrid.data.quality.implausible_rows`, in the same shape as ``data validate --json``'s
+    ``implausible`` key); ``implausible_collectives``: collective rows far faster than their fabric allows
+    (:func:`hybrid.data.quality.implausible_collectives`: a log in ms, or the wrong system).
+
+    Every fit (GEMMs) and every calibration (both) leaves them out, but ``evaluate`` scored them in silence: a
+    group timed in ms where us belong, or sparse kernels, moves the error figures without a word. They are kept
+    (a score of the table as given) and said."""
+    from hybrid.data.quality import describe, describe_collectives, implausible_collectives, implausible_rows
     from hybrid.ops.roofline import roofline
 
     if not len(table):
-        return None
-    drop, bad = implausible_rows(table, roofline(table, catalog), catalog)
-    if not drop.any():
-        return None
-    n = int(drop.sum())
-    line = (f"warning: {n:,} of {len(table):,} rows are GEMMs faster than the datasheet peak allows, which every fit "
-            f"leaves out (hybrid data validate): {describe(bad)}; scored here as measured")
-    return {"rows": n, "groups": bad.to_dict("records")}, line
+        return {}
+    base = roofline(table, catalog)  # one roofline for both checks
+    notes: dict[str, tuple[dict[str, Any], str]] = {}
+    drop, bad = implausible_rows(table, base, catalog)
+    if drop.any():
+        n = int(drop.sum())
+        notes["implausible"] = ({"rows": n, "groups": bad.to_dict("records")},
+                                f"warning: {n:,} of {len(table):,} rows are GEMMs faster than the datasheet peak "
+                                "allows, which every fit leaves out (hybrid data validate): "
+                                f"{describe(bad)}; scored here as measured")
+    coll, bad_coll = implausible_collectives(table, base)
+    if coll.any():
+        n = int(coll.sum())
+        notes["implausible_collectives"] = (
+            {"rows": n, "groups": bad_coll.to_dict("records")},
+            f"warning: {n:,} of {len(table):,} rows are collectives far faster than the fabric allows, which "
+            f"calibration leaves out: {describe_collectives(bad_coll)}; scored here as measured")
+    return notes
 
 
 def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
@@ -307,9 +321,8 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
         result["dtype_fallbacks"] = fallbacks
     for note in fallbacks:
         click.echo(f"warning: {note}", err=True)
-    implausible = implausible_note(table, data.catalog)
-    if implausible is not None:
-        result["implausible"], line = implausible
+    for key, (value, line) in implausible_notes(table, data.catalog).items():
+        result[key] = value
         click.echo(line, err=True)
     if output:
         write_predictions(frame, output)
