@@ -305,6 +305,31 @@ def test_evaluate_says_collectives_far_faster_than_the_fabric(tmp_path):
     assert rc == 0 and "implausible_collectives" not in json.loads(out) and "warning" not in err
 
 
+def test_report_on_tables_says_implausible_rows_as_evaluate_does(tmp_path):
+    """`report --table` scored GEMMs faster than the datasheet peak and collectives far faster than their fabric
+    without a word, where `evaluate` warns of both: now the same `warning:` lines, and a line each in the
+    report's header."""
+    table = tmp_path / "t.csv"
+    table.write_text("device,op,dtype,size_bytes,n_ranks,n_nodes,system,time_us,m,n,k\n"
+                     "H100-SXM,all_reduce,bf16,1048576,8,1,DGX-H100,0.03,,,\n"
+                     "H100-SXM,gemm,fp16,,,,,20,4096,4096,4096\n"
+                     "A100-SXM4-80GB,gemm,fp16,,,,,200,1024,1024,1024\n")
+    html = tmp_path / "r.html"
+    rc, _, err = cli(["report", "--model", "roofline", "--table", str(table), "-o", str(html), "-q"])
+    assert rc == 0, err
+    warned = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 2, err
+    assert warned[0].startswith("warning: 1 of 3 rows are GEMMs faster than the datasheet peak"), err
+    assert warned[1].startswith("warning: 1 of 3 rows are collectives far faster than the fabric allows"), err
+    page = html.read_text()
+    assert "<th>implausible GEMMs</th><td>1 of 3 rows are GEMMs faster than the datasheet peak" in page
+    assert "<th>implausible collectives</th><td>1 of 3 rows are collectives far faster" in page
+    assert "DGX-H100 all_reduce: 1 rows" in page
+    table.write_text("device,op,dtype,time_us,m,n,k\nA100-SXM4-80GB,gemm,fp16,200,1024,1024,1024\n")
+    rc, _, err = cli(["report", "--model", "roofline", "--table", str(table), "-o", str(html), "-q"])
+    assert rc == 0 and "warning" not in err and "implausible" not in html.read_text(), err
+
+
 def test_evaluate_json_has_coverage_for_every_device_even_without_intervals(tmp_path):
     """`coverage_pct` is promised overall and per device: with no intervals (the roofline) both are null, rather
     than the overall key null and the per-device key missing."""

@@ -55,6 +55,10 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
     click.echo(f"report written to {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
+#: The report header's label for each of :func:`hybrid.cli.evaluate.implausible_notes`'s keys.
+_IMPLAUSIBLE_LABELS = {"implausible": "implausible GEMMs", "implausible_collectives": "implausible collectives"}
+
+
 def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -> str:
     """The report of ``model_ref`` evaluated on measured ``tables`` (as ``hybrid evaluate`` scores them)."""
     import pandas as pd
@@ -62,6 +66,7 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
     from hybrid.cli.evaluate import (
         catalog_for_tables,
         dtype_fallback_notes,
+        implausible_notes,
         load_model_for,
         load_registered,
         one_device_band_line,
@@ -102,6 +107,11 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
         meta["dtype fallbacks"] = "; ".join(fallbacks)
     for note in fallbacks:
         click.echo(f"warning: {note}", err=True)
+    # as evaluate warns of them: GEMMs over the datasheet peak, collectives far faster than their fabric (scored
+    # as measured, but every calibration leaves them out)
+    for key, (_, said) in implausible_notes(table, data.catalog).items():
+        meta[_IMPLAUSIBLE_LABELS[key]] = said.removeprefix("warning: ")
+        click.echo(said, err=True)
     line = one_device_band_line(loaded, frame, interval_coverage(frame)["coverage_by_band"])
     if line:  # as evaluate says it: intervals resting on one held-out device's errors
         meta["intervals"] = line.removeprefix("warning: ")
