@@ -299,6 +299,14 @@ def test_evaluate_says_collectives_far_faster_than_the_fabric(tmp_path):
     warned = [line for line in err.splitlines() if line.startswith("warning:")]
     assert len(warned) == 1 and warned[0].startswith("warning: 1 of 2 rows are collectives far faster than the "
                                                      "fabric allows") and "DGX-H100 all_reduce" in warned[0], err
+    # `data validate` says them too (it checked GEMMs only), its key beside `implausible`
+    rc, out, err = cli(["data", "validate", str(table), "--json"])
+    assert rc == 0, err
+    said = json.loads(out)
+    assert said["implausible"]["rows"] == 0 and said["implausible_collectives"]["rows"] == 1
+    assert [g["group"] for g in said["implausible_collectives"]["groups"]] == ["DGX-H100"]
+    rc, out, err = cli(["data", "validate", str(table)])
+    assert rc == 0 and "warning: 1 rows are collectives far faster than the fabric allows" in err, err
     table.write_text("device,op,dtype,size_bytes,n_ranks,n_nodes,system,time_us\n"
                      "H100-SXM,all_reduce,bf16,1048576,8,1,DGX-H100,30\n")
     rc, out, err = cli(["evaluate", str(table), "--model", "roofline", "--json"])
