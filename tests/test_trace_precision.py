@@ -267,3 +267,30 @@ def test_runtime_call_linking_finds_the_innermost_op_running_at_the_call(tmp_pat
     names = tr.ops["name"].to_numpy()
     linked = dict(zip(tr.kernels["name"], names[tr.kernels["op"].to_numpy()], strict=True))
     assert linked == {"ampere_sgemm_64x64_nn": "aten::linear", "vectorized_elementwise_kernel": "aten::relu"}
+
+
+def test_a_committed_execution_trace_alone_says_which_fp32_math_it_assumed(capsys):
+    """The committed fp32 CNN step on an H100, its execution trace alone (no kernels to read the math from): the
+    convolutions are priced on TF32 by PyTorch's default cuDNN switch (4.3 ms against 8.8 ms for the linked pair,
+    whose kernels ran IEEE fp32). The assumption is said, text and --json, with the option that overrides it, and
+    the option brings the execution trace alone to the pair's price."""
+    cnn = ROOT / "datasets" / "traces-h100" / "cnn-fp32"
+    et = str(cnn / "et_rank0.json.gz")
+    capsys.readouterr()
+    assert cli_main(["trace", "predict", et, "--device", "H100-SXM", "--json"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    conv = alone["fp32_precision"]["conv"]
+    assert conv["source"] == "PyTorch default" and conv["mode"] == "tf32" and conv["tf32_ops"] == conv["fp32_ops"] > 0
+    assert any(f"{conv['fp32_ops']} fp32 convolution(s) priced on TF32" in w and "--fp32-conv ieee" in w
+               for w in alone["warnings"])
+    assert cli_main(["trace", "predict", et, "--device", "H100-SXM"]) == 0
+    text = capsys.readouterr()
+    assert "--fp32-conv ieee" in text.out + text.err and "convolution(s) on TF32 (PyTorch default)" in text.out
+    assert cli_main(["trace", "predict", str(cnn), "--device", "H100-SXM", "--json"]) == 0
+    pair = json.loads(capsys.readouterr().out)
+    assert pair["fp32_precision"]["conv"]["source"] == "kernels" and pair["fp32_precision"]["conv"]["tf32_ops"] == 0
+    assert not any("TF32" in w for w in pair.get("warnings", []))
+    assert alone["predicted_ms"] < 0.7 * pair["predicted_ms"]
+    assert cli_main(["trace", "predict", et, "--device", "H100-SXM", "--json", "--fp32-conv", "ieee"]) == 0
+    ieee = json.loads(capsys.readouterr().out)
+    assert ieee["predicted_ms"] == pytest.approx(pair["predicted_ms"], rel=0.05)
