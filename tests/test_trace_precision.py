@@ -294,3 +294,33 @@ def test_a_committed_execution_trace_alone_says_which_fp32_math_it_assumed(capsy
     assert cli_main(["trace", "predict", et, "--device", "H100-SXM", "--json", "--fp32-conv", "ieee"]) == 0
     ieee = json.loads(capsys.readouterr().out)
     assert ieee["predicted_ms"] == pytest.approx(pair["predicted_ms"], rel=0.05)
+
+
+def test_an_execution_trace_alone_carries_the_recorded_switches(tmp_path):
+    """``trace_step`` stored the program's fp32 math switches in the Chrome trace only: its execution trace given
+    alone fell back to PyTorch's defaults (a program that allowed TF32 matmuls had them priced on FP32 units, with
+    a warning that the trace does not say). The execution trace carries them now, stamped without re-parsing."""
+    model, x = _LinearConv(), torch.randn(16, 8, 16, 16)
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = True, False
+        paths = record_step(lambda: model(x).sum().backward(), tmp_path, warmup=1, measure_overhead=False,
+                            memory=False, timed=0)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    doc = json.loads(Path(paths["et"]).read_text())
+    assert doc[METADATA_KEY] == {"matmul": "tf32", "conv": "ieee"} and doc["nodes"]  # the trace itself intact
+    for files in ([paths["et"]], [paths["kineto"], paths["et"]]):
+        it = build_trace_graph(load_traces(files), A100)
+        acc = it.info["fp32_precision"]
+        assert acc["matmul"]["source"] == acc["conv"]["source"] == "recorded", files
+        assert set(_gemm_dtypes(it)) == {"tf32"}
+        assert {r["dtype"] for r in it.units["row"] if isinstance(r, dict) and r.get("op") == "conv2d"} == {"fp32"}
+    # the stamp on other shapes of JSON: leading space, an empty object; a non-object left as it is
+    from hybrid.data.traces.record import _stamp_json
+
+    for text, want in ((' \n{"a": 1}', {"k": [1], "a": 1}), ("{ }", {"k": [1]}), ("[1]", [1])):
+        f = tmp_path / "doc.json"
+        f.write_text(text)
+        _stamp_json(f, "k", [1])
+        assert json.loads(f.read_text()) == want and not list(tmp_path.glob("*.stamp"))

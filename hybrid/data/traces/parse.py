@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hybrid.data.traces.precision import METADATA_KEY as PRECISION_KEY
 from hybrid.errors import ImportFormatError, InvalidInputError
 
 #: Host-side Kineto event categories that are ops or annotations.
@@ -448,6 +449,8 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
                    et[list(OP_COLUMNS)].copy(), pd.DataFrame(columns=["name", "cat", "stream", "ts", "dur", "ext_id",
                                                                        "device", "op"]),
                    {"0": tuple(range(world))} if world > 1 else {}, (np.nan, np.nan), {"schema": doc.get("schema"), "pid": doc.get("pid")})
+    if PRECISION_KEY in doc:  # the fp32 math switches ``trace_step`` stamps into its execution traces
+        tr.meta[PRECISION_KEY] = doc[PRECISION_KEY]
     tr.meta["et_ops"] = et
     return tr
 

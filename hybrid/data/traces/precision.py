@@ -10,7 +10,8 @@ an A100 the two rates differ 8x (156 vs 19.5 TFLOP/s dense), so a trace must say
   launched a TF32 kernel is priced as ``tf32`` and one that launched only FP32 kernels as ``fp32`` (not for a
   trace of a GPU without TF32 units: there every kernel is FP32 whatever the program allows);
 * **recorded** (a trace made by ``hybrid trace record`` / :func:`hybrid.data.traces.record.trace_step`): the two
-  switches as the traced program had set them (:data:`METADATA_KEY`), for ops without kernels (a CPU or
+  switches as the traced program had set them (:data:`METADATA_KEY`: the Chrome trace's metadata, and a
+  top-level member of the execution trace, which is read alone too), for ops without kernels (a CPU or
   meta-device trace predicted for a GPU);
 * **PyTorch's defaults** otherwise (matmuls FP32, convolutions TF32), said so in the prediction's info;
 * an explicit choice (``hybrid trace predict --fp32-matmul/--fp32-conv``) overrides all three.

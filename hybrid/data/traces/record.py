@@ -215,6 +215,11 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
         os.replace(tmp_k, kin)
         paths["kineto"] = kin
         if execution_trace:
+            from hybrid.data.traces.precision import METADATA_KEY as PRECISION_KEY
+            from hybrid.data.traces.precision import current_switches
+
+            # the execution trace alone (no Chrome trace) says which fp32 math its program allowed too
+            _stamp_json(tmp_et, PRECISION_KEY, current_switches())
             os.replace(tmp_et, etp)
             paths["et"] = etp
         else:  # an execution trace of an earlier recording would be read with this step's Chrome trace
@@ -233,6 +238,31 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
         # failed step left the directory it had created behind
         if created and not paths and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # nothing recorded: no empty directory left behind
+
+
+def _stamp_json(path: Path, key: str, value: Any) -> None:
+    """Add ``key: value`` to the top-level object of a written JSON file without parsing it (an execution trace
+    runs to gigabytes): a streamed copy with the member put first. A file that is not a JSON object is left as
+    it is (the trace reader says what is wrong with it)."""
+    import shutil
+
+    with open(path, "rb") as src:
+        head = src.read(4096)
+        lead = len(head) - len(head.lstrip())
+        if head[lead:lead + 1] != b"{":
+            return
+        src.seek(lead + 1)
+        tmp = path.with_name(path.name + ".stamp")
+        try:
+            with open(tmp, "wb") as dst:
+                dst.write(b"{" + json.dumps(key).encode() + b": " + json.dumps(value).encode())
+                rest = head[lead + 1:].lstrip()
+                if not rest.startswith(b"}"):
+                    dst.write(b", ")  # members follow (an empty object gets none)
+                shutil.copyfileobj(src, dst)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def _world_size() -> int:
