@@ -849,3 +849,23 @@ def test_partial_rotary_as_transformers_5_saves_it() -> None:
     assert _hf("phi3", **base, partial_rotary_factor=0.75).rotary_percent == 0.75
     assert _hf("phi3", **base, rope_parameters={**rope, "partial_rotary_factor": 0.75}).rotary_percent == 0.75
     assert _hf("llama", **base, partial_rotary_factor=0.5).rotary_percent == 1.0  # Llama rotates whole heads
+
+
+def test_qk_norm_weights_match_transformers() -> None:
+    """Sizes as transformers 5 builds them (AutoModelForCausalLM.from_config on the meta device). Llama 4's QK-norm
+    (``use_qk_norm``) is a weightless L2 norm: 2 x 128 per layer were counted (12,288 on Scout). StableLM's
+    ``qk_layernorm`` is one bias-free LayerNorm per query and KV head (160 x 40 per layer on the 12B), not a shared
+    head-wide one with a bias: 230,400 were missing on stablelm-2-12b."""
+    assert load_model("llama4-scout").num_params == 107769861120
+    scout = _hf("llama4_text", hidden_size=512, intermediate_size=256, intermediate_size_mlp=1024, num_hidden_layers=4,
+                num_attention_heads=8, num_key_value_heads=2, head_dim=64, num_local_experts=4,
+                num_experts_per_tok=1, vocab_size=1000, interleave_moe_layer_step=1, tie_word_embeddings=False)
+    assert scout.qk_layernorm and scout.num_params == 11522560  # use_qk_norm: Llama4TextConfig's default, True
+    stablelm = _hf("stablelm", hidden_act="silu", hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                   num_attention_heads=32, num_key_value_heads=8, partial_rotary_factor=0.25, qk_layernorm=True,
+                   use_parallel_residual=True, vocab_size=100352, max_position_embeddings=4096,
+                   tie_word_embeddings=False)
+    assert stablelm.num_params == 12143185920
+    # the fields round-trip through the Megatron-style keys
+    assert from_dict(stablelm.to_dict()).num_params == stablelm.num_params
+    assert from_dict(scout.to_dict()).num_params == scout.num_params

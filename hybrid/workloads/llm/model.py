@@ -15,7 +15,8 @@ Q/K/V/output projections (GQA: K and V have ``num_query_groups * kv_channels`` c
 matrices, three when gated: SwiGLU/GeGLU), biases when ``add_bias_linear`` (Q/K/V only when
 ``add_qkv_bias``, the output projection's when ``add_attn_out_bias``, the MLP's when ``add_mlp_bias``), norms
 (LayerNorm: weight and bias, RMSNorm: weight; none when not ``norm_affine``), QK-norms (one head wide, or over all
-heads when ``qk_layernorm_full_width``); MoE layers hold
+heads when ``qk_layernorm_full_width``; none when not ``qk_layernorm_affine``, no bias when not
+``qk_layernorm_bias``); MoE layers hold
 ``num_experts`` MLPs of ``moe_ffn_hidden_size`` plus a router (and an optional shared expert); the word
 embedding, learned position embedding, token-type embedding, the final norm, and an untied output layer.
 """
@@ -82,6 +83,11 @@ class TransformerConfig:
     #: the QK-norms weigh every query/key column (one norm over all heads' projections: OLMo 2, OLMoE) instead of
     #: one ``kv_channels``-wide weight shared by the heads (Qwen3, Gemma 3)
     qk_layernorm_full_width: bool = False
+    #: the QK-norms have learned weights: Llama 4's (``use_qk_norm``, transformers' weightless L2 RMSNorm) have none
+    qk_layernorm_affine: bool = True
+    #: LayerNorm QK-norms have a bias (StableLM's per-head ``qk_layernorm`` LayerNorms have none; with
+    #: ``qk_layernorm_full_width`` as they weigh every head separately)
+    qk_layernorm_bias: bool = True
     #: the norms have learned weights (LayerNorm: and biases); OLMo 1's LayerNorms are non-parametric
     norm_affine: bool = True
     #: LayerNorms have a bias (MPT's ``no_bias`` drops it, with the linear layers' biases)
@@ -372,9 +378,10 @@ class TransformerConfig:
         else:
             weights = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
             qk_norm = 0
-            if self.qk_layernorm:
-                qk_norm = (self._norm_params(self.q_width) + self._norm_params(self.kv_width)
-                           if self.qk_layernorm_full_width else 2 * self._norm_params(d))
+            if self.qk_layernorm and self.qk_layernorm_affine and self.norm_affine:
+                width = self.q_width + self.kv_width if self.qk_layernorm_full_width else 2 * d
+                bias = self.normalization == "LayerNorm" and self.norm_bias and self.qk_layernorm_bias
+                qk_norm = width * (2 if bias else 1)
             attention = weights + self._attention_bias_params() + qk_norm
         n_norms = (self.parallel_attn_norms if self.parallel_attn else 2) + (2 if self.sandwich_norm else 0)
         layer_norms = n_norms * self._norm_params()
@@ -604,7 +611,8 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
             kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
         elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "add_attn_out_bias",
-                   "add_mlp_bias", "qk_layernorm_full_width", "norm_affine", "norm_bias", "output_layer_bias",
+                   "add_mlp_bias", "qk_layernorm_full_width", "qk_layernorm_affine",
+                   "qk_layernorm_bias", "norm_affine", "norm_bias", "output_layer_bias",
                    "qk_layernorm",
                    "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
             kw[k] = _as_bool(value, k)
@@ -825,6 +833,8 @@ def _hf_stablelm(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     kw.update(**_hf_decoder(d, True, "LayerNorm", 4096, act="silu"),
               rotary_percent=_rotary(d, "partial_rotary_factor", 0.25), add_bias_linear=False,
               add_qkv_bias=_flag(d, "use_qkv_bias", False), qk_layernorm=_flag(d, "qk_layernorm", False),
+              # transformers' StableLmLayerNormPerHead: a bias-free LayerNorm per query and per KV head
+              qk_layernorm_full_width=True, qk_layernorm_bias=False,
               parallel_attn=_flag(d, "use_parallel_residual", False), parallel_attn_norms=1,
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
 
@@ -1090,7 +1100,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
-            qk_layernorm=_flag(d, "use_qk_norm", False),
+            # Llama4TextConfig's default; a weightless L2 norm (the 128E model's config turns it off)
+            qk_layernorm=_flag(d, "use_qk_norm", True), qk_layernorm_affine=False,
             add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             # every layer's MoE: routed experts plus one always-active shared expert of the same width, no gate
             num_experts=experts, moe_router_topk=topk,
