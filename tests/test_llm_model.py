@@ -869,3 +869,20 @@ def test_qk_norm_weights_match_transformers() -> None:
     # the fields round-trip through the Megatron-style keys
     assert from_dict(stablelm.to_dict()).num_params == stablelm.num_params
     assert from_dict(scout.to_dict()).num_params == scout.num_params
+
+
+@pytest.mark.parametrize(("model_type", "q_lora_rank", "expected"), [
+    ("deepseek_v3", 96, 7022576), ("deepseek_v2", None, 7353776)])
+def test_deepseek_mla_attention_bias_is_counted(model_type: str, q_lora_rank: int | None, expected: int) -> None:
+    """DeepSeek's ``attention_bias`` biases the query bottleneck's and the KV latent's down-projections and the
+    output projection (transformers 5 on the meta device); it was not read: 688 per layer missing here."""
+    cfg = dict(hidden_size=512, intermediate_size=1024, moe_intermediate_size=128, num_hidden_layers=3,
+               num_attention_heads=8, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+               first_k_dense_replace=1, q_lora_rank=q_lora_rank, kv_lora_rank=64, qk_nope_head_dim=32,
+               qk_rope_head_dim=16, v_head_dim=32, vocab_size=1000)
+    m = _hf(model_type, **cfg, attention_bias=True)
+    assert m.num_params == expected
+    plain = _hf(model_type, **cfg)
+    assert m.num_params - plain.num_params == 3 * ((q_lora_rank or 0) + 64 + 16 + 512)
+    # biases are additions, not matmul weights
+    assert m.forward_flops_per_token(2048) == plain.forward_flops_per_token(2048)

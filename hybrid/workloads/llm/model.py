@@ -357,7 +357,12 @@ class TransformerConfig:
         return (self.hidden_size if width is None else width) * (2 if bias else 1)
 
     def _attention_bias_params(self) -> int:
-        """Biases of the Q/K/V and output projections of one (non-MLA) layer."""
+        """Biases of the Q/K/V and output projections of one layer. Under MLA, ``add_qkv_bias`` is Hugging Face's
+        ``attention_bias`` on the down-projections (the query bottleneck's, when there is one, and the KV latent's
+        with its rotary key; the up-projections have none) and ``add_attn_out_bias`` the output projection's."""
+        if self.is_mla:
+            down = (self.q_lora_rank or 0) + int(self.kv_lora_rank) + int(self.qk_pos_emb_head_dim)  # type: ignore[arg-type]
+            return (down if self.add_qkv_bias else 0) + (self.hidden_size if self.add_attn_out_bias else 0)
         qkv = self.q_width + 2 * self.kv_width if self.add_bias_linear or self.add_qkv_bias else 0
         return qkv + (self.hidden_size if self.add_bias_linear or self.add_attn_out_bias else 0)
 
@@ -373,8 +378,9 @@ class TransformerConfig:
     def param_counts(self) -> dict[str, int]:
         """Parameters by part; ``total`` counts every expert, ``active`` only ``moe_router_topk`` of them."""
         h, d = self.hidden_size, self.head_dim
-        if self.is_mla:  # projections plus the RMSNorms of the query bottleneck and the KV latent
-            attention = self.mla_matrix_params() + (self.q_lora_rank or 0) + int(self.kv_lora_rank)  # type: ignore[arg-type]
+        if self.is_mla:  # projections (and their biases) plus the RMSNorms of the query bottleneck and the KV latent
+            attention = (self.mla_matrix_params() + self._attention_bias_params() + (self.q_lora_rank or 0)
+                         + int(self.kv_lora_rank))  # type: ignore[arg-type]
         else:
             weights = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
             qk_norm = 0
@@ -480,7 +486,7 @@ class TransformerConfig:
         layer_weights = (c["layers_active"] if active else c["layers_total"]) - norms
         # biases are additions, not matmul weights: the attention's in every layer, the MLPs' in dense layers and,
         # per MoE layer, those of the experts a token passes through (all of them with active=False) and the shared one
-        biases = 0.0 if self.is_mla else float(self.num_layers * self._attention_bias_params())
+        biases = float(self.num_layers * self._attention_bias_params())
         biases += self.num_dense_layers * self._mlp_bias(int(self.ffn_hidden_size))  # type: ignore[arg-type]
         if self.is_moe:
             experts = self.moe_router_topk if active else int(self.num_experts)  # type: ignore[arg-type]
@@ -1123,6 +1129,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             q_lora_rank=_get(d, "q_lora_rank"), kv_lora_rank=_get(d, "kv_lora_rank"),
+            # attention_bias: the query and KV down-projections' biases and the output projection's
+            add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             qk_head_dim=_get(d, "qk_nope_head_dim"), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim"),
             v_head_dim=_get(d, "v_head_dim"),
             num_experts=_get(d, "n_routed_experts"),
