@@ -603,8 +603,10 @@ def test_hf_boolean_field_given_as_a_string_is_read_as_what_it_says(value, tied:
 
 @pytest.mark.parametrize("field", ["tie_word_embeddings", "attention_bias", "use_sliding_window"])
 def test_hf_boolean_field_of_another_type_is_refused_naming_it(field: str) -> None:
+    # attention_bias on a Llama: transformers' Mistral never reads it, so neither does the loader there
+    model_type = "llama" if field == "attention_bias" else "mistral"
     with pytest.raises(InvalidInputError, match=f"field '{field}' must be true or false, got 'maybe'"):
-        from_dict({**_LLAMA_SMALL, "model_type": "mistral", "sliding_window": 64, field: "maybe"})
+        from_dict({**_LLAMA_SMALL, "model_type": model_type, "sliding_window": 64, field: "maybe"})
 
 
 @pytest.mark.parametrize(("model_type", "field", "value", "activation"), [
@@ -886,3 +888,23 @@ def test_deepseek_mla_attention_bias_is_counted(model_type: str, q_lora_rank: in
     assert m.num_params - plain.num_params == 3 * ((q_lora_rank or 0) + 64 + 16 + 512)
     # biases are additions, not matmul weights
     assert m.forward_flops_per_token(2048) == plain.forward_flops_per_token(2048)
+
+
+@pytest.mark.parametrize(("model_type", "fields", "expected"), [
+    ("qwen2", dict(attention_bias=False), 5484544),  # Qwen2Attention: bias=True on Q, K, V whatever the config says
+    ("mistral", dict(attention_bias=True), 5483008),  # Mistral, Mixtral, Phi-3: never a bias
+    ("mixtral", dict(attention_bias=True, num_local_experts=4), 14924288),
+    ("phi3", dict(attention_bias=True), 5483008),
+    # Qwen2-MoE reads its own qkv_bias (default True), not attention_bias
+    ("qwen2_moe", dict(attention_bias=False, num_experts=4, moe_intermediate_size=128,
+                       shared_expert_intermediate_size=256), 4703232),
+    ("qwen2_moe", dict(attention_bias=True, qkv_bias=False, num_experts=4, moe_intermediate_size=128,
+                       shared_expert_intermediate_size=256), 4701696),
+])
+def test_hf_attention_bias_is_ignored_where_transformers_ignores_it(model_type: str, fields: dict,
+                                                                     expected: int) -> None:
+    """transformers 5 fixes these models' attention biases and never reads ``attention_bias``; the loader read it
+    (1,536 parameters too few or too many here). Sizes as AutoModelForCausalLM.from_config builds them."""
+    m = _hf(model_type, hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+            num_key_value_heads=2, vocab_size=1000, **fields)
+    assert m.num_params == expected

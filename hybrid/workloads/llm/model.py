@@ -861,9 +861,9 @@ _HF_MORE = {
     "olmo": lambda d, kw: _hf_olmo(d, kw, "olmo"), "olmo2": lambda d, kw: _hf_olmo(d, kw, "olmo2"),
     "olmoe": lambda d, kw: _hf_olmo(d, kw, "olmoe"),
 }
-#: Llama-layout decoders whose ``attention_bias`` (Qwen2) or whose fixed bias-free layout (Mistral, Mixtral, Phi-3)
-#: leaves the attention output projection without a bias
-_QKV_BIAS_ONLY = ("qwen2", "qwen2_moe", "mistral", "mixtral", "phi3")
+#: Llama-layout decoders whose attention biases transformers fixes, ignoring ``attention_bias``: Qwen2's Q/K/V always
+#: (Qwen2-MoE's by its own ``qkv_bias``), no output-projection bias; Mistral, Mixtral and Phi-3 have none at all
+_FIXED_ATTN_BIAS = ("qwen2", "qwen2_moe", "mistral", "mixtral", "phi3")
 #: Llama-layout decoders under their own model_type (Granite's extra scalar multipliers cost nothing)
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "granite",
                "granitemoe")
@@ -1062,10 +1062,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             position_embedding_type="rope",
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             add_bias_linear=False,
-            add_qkv_bias=_flag(d, "attention_bias", mt in ("qwen2", "qwen2_moe")),
-            # attention_bias biases the output projection as well but for Qwen2's (a fixed QKV bias); mlp_bias is
+            add_qkv_bias=(mt == "qwen2" or (mt == "qwen2_moe" and _flag(d, "qkv_bias", True))
+                          or (mt not in _FIXED_ATTN_BIAS and _flag(d, "attention_bias", False))),
+            # attention_bias biases the output projection as well (not where transformers ignores it); mlp_bias is
             # Llama's and Granite's (transformers' LlamaMLP / GraniteMLP; the others' MLPs have none)
-            add_attn_out_bias=mt not in _QKV_BIAS_ONLY and _flag(d, "attention_bias", False),
+            add_attn_out_bias=mt not in _FIXED_ATTN_BIAS and _flag(d, "attention_bias", False),
             rotary_percent=_rotary(d, "partial_rotary_factor", 1.0) if mt == "phi3" else 1.0,  # Phi-4-mini: 0.75
             add_mlp_bias=mt in ("llama", "granite") and _flag(d, "mlp_bias", False),
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
