@@ -11,7 +11,7 @@ from hybrid.workloads.llm.config import TrainingConfig
 from hybrid.workloads.llm.costing import _layer_rows, resolve_target
 from hybrid.workloads.llm.inference import make_setup, pass_ops
 from hybrid.workloads.llm.layer_ops import forward_layer_ops, moe_routing
-from hybrid.workloads.llm.model import load_model
+from hybrid.workloads.llm.model import TransformerConfig, load_model
 
 SHAPE = ["op", "b", "m", "n", "k", "elements", "variant", "rows", "hidden", "size_bytes", "n_ranks"]
 
@@ -66,7 +66,30 @@ def test_moe_routing_expected_experts_and_tokens():
     assert local[0] == 16 and per[0] == 4096 * 2 * 4 / 64
     # one decode token hits exactly top-k experts; 8 tokens on Mixtral hit E (1 - (6/8)^8) = 7.2 -> 7
     l1, p1 = moe_routing(np.array([1.0, 8.0]), 8, 2)
-    assert l1.tolist() == [2.0, 7.0] and p1[0] == 1.0 and p1[1] == np.floor(16 / 7)
+    assert l1.tolist() == [2.0, 7.0] and p1[0] == 1.0 and p1[1] == 16 / 7
+
+
+def test_moe_grouped_gemm_rows_conserve_the_routed_tokens():
+    """The routed experts' grouped GEMM (``b`` experts of ``m`` rows each) takes every one of the ``T k`` routed
+    tokens: 100 tokens, top-8 of 128 experts hit all 128, 6.25 rows each (flooring to 6 costed 768 rows for 800)."""
+    local, per = moe_routing(np.array([100.0, 8.0]), 128, 8)
+    assert local[0] == 128 and np.allclose(local * per, [800.0, 64.0])
+    model = TransformerConfig(num_layers=2, hidden_size=256, num_attention_heads=4, activation="swiglu",
+                              normalization="RMSNorm", position_embedding_type="rope", add_bias_linear=False,
+                              vocab_size=1024, num_experts=128, moe_router_topk=8, moe_ffn_hidden_size=128)
+    rows: dict[str, dict] = {}
+
+    def emit(part, name, category, count, op, bwd, bwd_cols=None, **cols):
+        if category == "moe":
+            rows[name] = cols
+
+    for kw in ({"tp": 1, "ep": np.array([1])}, {"tp": 2, "ep": np.array([2]), "ep_within_tp": True}):
+        rows.clear()
+        forward_layer_ops(model, emit, tokens=np.array([100.0]), gemm_dtype="bf16", act_dtype="bf16", act_bytes=2,
+                          attention=None, dense_count=0.0, moe_count=1.0, **kw)
+        up, routed = rows["mlp_up_proj"], 800.0 / kw["ep"][0]  # inside TP: the busiest rank's half of the experts
+        assert up["b"][0] * up["m"][0] == pytest.approx(routed)
+        assert rows["mlp_act"]["elements"][0] == pytest.approx(routed * 128)  # the activation agrees
 
 
 def test_sandwich_norms_add_two_norm_kernels_per_layer():

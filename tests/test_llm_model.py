@@ -603,8 +603,10 @@ def test_hf_boolean_field_given_as_a_string_is_read_as_what_it_says(value, tied:
 
 @pytest.mark.parametrize("field", ["tie_word_embeddings", "attention_bias", "use_sliding_window"])
 def test_hf_boolean_field_of_another_type_is_refused_naming_it(field: str) -> None:
+    # attention_bias on a Llama: transformers' Mistral never reads it, so neither does the loader there
+    model_type = "llama" if field == "attention_bias" else "mistral"
     with pytest.raises(InvalidInputError, match=f"field '{field}' must be true or false, got 'maybe'"):
-        from_dict({**_LLAMA_SMALL, "model_type": "mistral", "sliding_window": 64, field: "maybe"})
+        from_dict({**_LLAMA_SMALL, "model_type": model_type, "sliding_window": 64, field: "maybe"})
 
 
 @pytest.mark.parametrize(("model_type", "field", "value", "activation"), [
@@ -849,3 +851,60 @@ def test_partial_rotary_as_transformers_5_saves_it() -> None:
     assert _hf("phi3", **base, partial_rotary_factor=0.75).rotary_percent == 0.75
     assert _hf("phi3", **base, rope_parameters={**rope, "partial_rotary_factor": 0.75}).rotary_percent == 0.75
     assert _hf("llama", **base, partial_rotary_factor=0.5).rotary_percent == 1.0  # Llama rotates whole heads
+
+
+def test_qk_norm_weights_match_transformers() -> None:
+    """Sizes as transformers 5 builds them (AutoModelForCausalLM.from_config on the meta device). Llama 4's QK-norm
+    (``use_qk_norm``) is a weightless L2 norm: 2 x 128 per layer were counted (12,288 on Scout). StableLM's
+    ``qk_layernorm`` is one bias-free LayerNorm per query and KV head (160 x 40 per layer on the 12B), not a shared
+    head-wide one with a bias: 230,400 were missing on stablelm-2-12b."""
+    assert load_model("llama4-scout").num_params == 107769861120
+    scout = _hf("llama4_text", hidden_size=512, intermediate_size=256, intermediate_size_mlp=1024, num_hidden_layers=4,
+                num_attention_heads=8, num_key_value_heads=2, head_dim=64, num_local_experts=4,
+                num_experts_per_tok=1, vocab_size=1000, interleave_moe_layer_step=1, tie_word_embeddings=False)
+    assert scout.qk_layernorm and scout.num_params == 11522560  # use_qk_norm: Llama4TextConfig's default, True
+    stablelm = _hf("stablelm", hidden_act="silu", hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                   num_attention_heads=32, num_key_value_heads=8, partial_rotary_factor=0.25, qk_layernorm=True,
+                   use_parallel_residual=True, vocab_size=100352, max_position_embeddings=4096,
+                   tie_word_embeddings=False)
+    assert stablelm.num_params == 12143185920
+    # the fields round-trip through the Megatron-style keys
+    assert from_dict(stablelm.to_dict()).num_params == stablelm.num_params
+    assert from_dict(scout.to_dict()).num_params == scout.num_params
+
+
+@pytest.mark.parametrize(("model_type", "q_lora_rank", "expected"), [
+    ("deepseek_v3", 96, 7022576), ("deepseek_v2", None, 7353776)])
+def test_deepseek_mla_attention_bias_is_counted(model_type: str, q_lora_rank: int | None, expected: int) -> None:
+    """DeepSeek's ``attention_bias`` biases the query bottleneck's and the KV latent's down-projections and the
+    output projection (transformers 5 on the meta device); it was not read: 688 per layer missing here."""
+    cfg = dict(hidden_size=512, intermediate_size=1024, moe_intermediate_size=128, num_hidden_layers=3,
+               num_attention_heads=8, n_routed_experts=8, num_experts_per_tok=2, n_shared_experts=1,
+               first_k_dense_replace=1, q_lora_rank=q_lora_rank, kv_lora_rank=64, qk_nope_head_dim=32,
+               qk_rope_head_dim=16, v_head_dim=32, vocab_size=1000)
+    m = _hf(model_type, **cfg, attention_bias=True)
+    assert m.num_params == expected
+    plain = _hf(model_type, **cfg)
+    assert m.num_params - plain.num_params == 3 * ((q_lora_rank or 0) + 64 + 16 + 512)
+    # biases are additions, not matmul weights
+    assert m.forward_flops_per_token(2048) == plain.forward_flops_per_token(2048)
+
+
+@pytest.mark.parametrize(("model_type", "fields", "expected"), [
+    ("qwen2", dict(attention_bias=False), 5484544),  # Qwen2Attention: bias=True on Q, K, V whatever the config says
+    ("mistral", dict(attention_bias=True), 5483008),  # Mistral, Mixtral, Phi-3: never a bias
+    ("mixtral", dict(attention_bias=True, num_local_experts=4), 14924288),
+    ("phi3", dict(attention_bias=True), 5483008),
+    # Qwen2-MoE reads its own qkv_bias (default True), not attention_bias
+    ("qwen2_moe", dict(attention_bias=False, num_experts=4, moe_intermediate_size=128,
+                       shared_expert_intermediate_size=256), 4703232),
+    ("qwen2_moe", dict(attention_bias=True, qkv_bias=False, num_experts=4, moe_intermediate_size=128,
+                       shared_expert_intermediate_size=256), 4701696),
+])
+def test_hf_attention_bias_is_ignored_where_transformers_ignores_it(model_type: str, fields: dict,
+                                                                     expected: int) -> None:
+    """transformers 5 fixes these models' attention biases and never reads ``attention_bias``; the loader read it
+    (1,536 parameters too few or too many here). Sizes as AutoModelForCausalLM.from_config builds them."""
+    m = _hf(model_type, hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+            num_key_value_heads=2, vocab_size=1000, **fields)
+    assert m.num_params == expected

@@ -60,13 +60,15 @@ def moe_routing(tokens: np.ndarray, experts: int, topk: int, ep: np.ndarray | in
     """(local experts hit, tokens per hit expert) for ``tokens`` tokens per rank routed top-``topk`` over
     ``experts`` experts split over ``ep`` ranks, assuming uniform routing: the EP group routes ``tokens x ep``
     tokens, which hit ``E (1 - (1 - k/E)^(T ep))`` distinct experts on expectation (all of them for any training
-    batch; a few for a decode step of a small batch); their ``T ep k`` routed tokens are shared evenly."""
+    batch; a few for a decode step of a small batch); their ``T ep k`` routed tokens are shared evenly. The share is
+    the exact mean, not rounded: it is the ``m`` of the grouped GEMM whose ``b x m`` rows must add up to the routed
+    tokens (flooring it lost 4% of them at 100 tokens top-8 of 128 experts: 768 rows for 800)."""
     T = np.asarray(tokens, dtype=np.float64)
     ep_ = np.asarray(ep, dtype=np.float64)
     E, k = float(experts), float(topk)
     hit = np.clip(np.round(E * -np.expm1(T * ep_ * np.log1p(-k / E))), 1.0, E) if k < E else np.full_like(T, E)
     local = np.maximum(np.ceil(hit / ep_), 1.0)
-    per = np.maximum(np.floor(T * k * ep_ / hit), 1.0)
+    per = np.maximum(T * k * ep_ / hit, 1.0)
     return local, per
 
 
@@ -181,7 +183,7 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
             et = np.maximum(t // np.asarray(ep), 1)
             hit, _ = moe_routing(T, E, k, 1)
             local = busiest_rank_experts(hit, E, ep)
-            per = np.maximum(np.floor(T * k / hit), 1.0)
+            per = np.maximum(T * k / hit, 1.0)  # each hit expert's even share: local x per = routed
             routed = local * T * k / hit  # routed token rows the busiest rank's experts take (T k with ep = 1)
         else:  # the EP group routes T ep tokens; the step waits for the rank whose experts got most hits
             et = t

@@ -15,7 +15,8 @@ Q/K/V/output projections (GQA: K and V have ``num_query_groups * kv_channels`` c
 matrices, three when gated: SwiGLU/GeGLU), biases when ``add_bias_linear`` (Q/K/V only when
 ``add_qkv_bias``, the output projection's when ``add_attn_out_bias``, the MLP's when ``add_mlp_bias``), norms
 (LayerNorm: weight and bias, RMSNorm: weight; none when not ``norm_affine``), QK-norms (one head wide, or over all
-heads when ``qk_layernorm_full_width``); MoE layers hold
+heads when ``qk_layernorm_full_width``; none when not ``qk_layernorm_affine``, no bias when not
+``qk_layernorm_bias``); MoE layers hold
 ``num_experts`` MLPs of ``moe_ffn_hidden_size`` plus a router (and an optional shared expert); the word
 embedding, learned position embedding, token-type embedding, the final norm, and an untied output layer.
 """
@@ -82,6 +83,11 @@ class TransformerConfig:
     #: the QK-norms weigh every query/key column (one norm over all heads' projections: OLMo 2, OLMoE) instead of
     #: one ``kv_channels``-wide weight shared by the heads (Qwen3, Gemma 3)
     qk_layernorm_full_width: bool = False
+    #: the QK-norms have learned weights: Llama 4's (``use_qk_norm``, transformers' weightless L2 RMSNorm) have none
+    qk_layernorm_affine: bool = True
+    #: LayerNorm QK-norms have a bias (StableLM's per-head ``qk_layernorm`` LayerNorms have none; with
+    #: ``qk_layernorm_full_width`` as they weigh every head separately)
+    qk_layernorm_bias: bool = True
     #: the norms have learned weights (LayerNorm: and biases); OLMo 1's LayerNorms are non-parametric
     norm_affine: bool = True
     #: LayerNorms have a bias (MPT's ``no_bias`` drops it, with the linear layers' biases)
@@ -351,7 +357,12 @@ class TransformerConfig:
         return (self.hidden_size if width is None else width) * (2 if bias else 1)
 
     def _attention_bias_params(self) -> int:
-        """Biases of the Q/K/V and output projections of one (non-MLA) layer."""
+        """Biases of the Q/K/V and output projections of one layer. Under MLA, ``add_qkv_bias`` is Hugging Face's
+        ``attention_bias`` on the down-projections (the query bottleneck's, when there is one, and the KV latent's
+        with its rotary key; the up-projections have none) and ``add_attn_out_bias`` the output projection's."""
+        if self.is_mla:
+            down = (self.q_lora_rank or 0) + int(self.kv_lora_rank) + int(self.qk_pos_emb_head_dim)  # type: ignore[arg-type]
+            return (down if self.add_qkv_bias else 0) + (self.hidden_size if self.add_attn_out_bias else 0)
         qkv = self.q_width + 2 * self.kv_width if self.add_bias_linear or self.add_qkv_bias else 0
         return qkv + (self.hidden_size if self.add_bias_linear or self.add_attn_out_bias else 0)
 
@@ -367,14 +378,16 @@ class TransformerConfig:
     def param_counts(self) -> dict[str, int]:
         """Parameters by part; ``total`` counts every expert, ``active`` only ``moe_router_topk`` of them."""
         h, d = self.hidden_size, self.head_dim
-        if self.is_mla:  # projections plus the RMSNorms of the query bottleneck and the KV latent
-            attention = self.mla_matrix_params() + (self.q_lora_rank or 0) + int(self.kv_lora_rank)  # type: ignore[arg-type]
+        if self.is_mla:  # projections (and their biases) plus the RMSNorms of the query bottleneck and the KV latent
+            attention = (self.mla_matrix_params() + self._attention_bias_params() + (self.q_lora_rank or 0)
+                         + int(self.kv_lora_rank))  # type: ignore[arg-type]
         else:
             weights = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
             qk_norm = 0
-            if self.qk_layernorm:
-                qk_norm = (self._norm_params(self.q_width) + self._norm_params(self.kv_width)
-                           if self.qk_layernorm_full_width else 2 * self._norm_params(d))
+            if self.qk_layernorm and self.qk_layernorm_affine and self.norm_affine:
+                width = self.q_width + self.kv_width if self.qk_layernorm_full_width else 2 * d
+                bias = self.normalization == "LayerNorm" and self.norm_bias and self.qk_layernorm_bias
+                qk_norm = width * (2 if bias else 1)
             attention = weights + self._attention_bias_params() + qk_norm
         n_norms = (self.parallel_attn_norms if self.parallel_attn else 2) + (2 if self.sandwich_norm else 0)
         layer_norms = n_norms * self._norm_params()
@@ -473,7 +486,7 @@ class TransformerConfig:
         layer_weights = (c["layers_active"] if active else c["layers_total"]) - norms
         # biases are additions, not matmul weights: the attention's in every layer, the MLPs' in dense layers and,
         # per MoE layer, those of the experts a token passes through (all of them with active=False) and the shared one
-        biases = 0.0 if self.is_mla else float(self.num_layers * self._attention_bias_params())
+        biases = float(self.num_layers * self._attention_bias_params())
         biases += self.num_dense_layers * self._mlp_bias(int(self.ffn_hidden_size))  # type: ignore[arg-type]
         if self.is_moe:
             experts = self.moe_router_topk if active else int(self.num_experts)  # type: ignore[arg-type]
@@ -604,7 +617,8 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         elif k in ("tied_embeddings", "tie_word_embeddings", "share_embeddings_and_output_weights"):
             kw["untie_embeddings_and_output_weights"] = not _as_bool(value, k)
         elif k in ("untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "add_attn_out_bias",
-                   "add_mlp_bias", "qk_layernorm_full_width", "norm_affine", "norm_bias", "output_layer_bias",
+                   "add_mlp_bias", "qk_layernorm_full_width", "qk_layernorm_affine",
+                   "qk_layernorm_bias", "norm_affine", "norm_bias", "output_layer_bias",
                    "qk_layernorm",
                    "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
             kw[k] = _as_bool(value, k)
@@ -825,6 +839,8 @@ def _hf_stablelm(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
     kw.update(**_hf_decoder(d, True, "LayerNorm", 4096, act="silu"),
               rotary_percent=_rotary(d, "partial_rotary_factor", 0.25), add_bias_linear=False,
               add_qkv_bias=_flag(d, "use_qkv_bias", False), qk_layernorm=_flag(d, "qk_layernorm", False),
+              # transformers' StableLmLayerNormPerHead: a bias-free LayerNorm per query and per KV head
+              qk_layernorm_full_width=True, qk_layernorm_bias=False,
               parallel_attn=_flag(d, "use_parallel_residual", False), parallel_attn_norms=1,
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False))
 
@@ -845,9 +861,9 @@ _HF_MORE = {
     "olmo": lambda d, kw: _hf_olmo(d, kw, "olmo"), "olmo2": lambda d, kw: _hf_olmo(d, kw, "olmo2"),
     "olmoe": lambda d, kw: _hf_olmo(d, kw, "olmoe"),
 }
-#: Llama-layout decoders whose ``attention_bias`` (Qwen2) or whose fixed bias-free layout (Mistral, Mixtral, Phi-3)
-#: leaves the attention output projection without a bias
-_QKV_BIAS_ONLY = ("qwen2", "qwen2_moe", "mistral", "mixtral", "phi3")
+#: Llama-layout decoders whose attention biases transformers fixes, ignoring ``attention_bias``: Qwen2's Q/K/V always
+#: (Qwen2-MoE's by its own ``qkv_bias``), no output-projection bias; Mistral, Mixtral and Phi-3 have none at all
+_FIXED_ATTN_BIAS = ("qwen2", "qwen2_moe", "mistral", "mixtral", "phi3")
 #: Llama-layout decoders under their own model_type (Granite's extra scalar multipliers cost nothing)
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "phi3", "granite",
                "granitemoe")
@@ -1046,10 +1062,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             position_embedding_type="rope",
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             add_bias_linear=False,
-            add_qkv_bias=_flag(d, "attention_bias", mt in ("qwen2", "qwen2_moe")),
-            # attention_bias biases the output projection as well but for Qwen2's (a fixed QKV bias); mlp_bias is
+            add_qkv_bias=(mt == "qwen2" or (mt == "qwen2_moe" and _flag(d, "qkv_bias", True))
+                          or (mt not in _FIXED_ATTN_BIAS and _flag(d, "attention_bias", False))),
+            # attention_bias biases the output projection as well (not where transformers ignores it); mlp_bias is
             # Llama's and Granite's (transformers' LlamaMLP / GraniteMLP; the others' MLPs have none)
-            add_attn_out_bias=mt not in _QKV_BIAS_ONLY and _flag(d, "attention_bias", False),
+            add_attn_out_bias=mt not in _FIXED_ATTN_BIAS and _flag(d, "attention_bias", False),
             rotary_percent=_rotary(d, "partial_rotary_factor", 1.0) if mt == "phi3" else 1.0,  # Phi-4-mini: 0.75
             add_mlp_bias=mt in ("llama", "granite") and _flag(d, "mlp_bias", False),
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
@@ -1090,7 +1107,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             seq_length=min(_int(d, "max_position_embeddings", default=8192), 8192),
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
-            qk_layernorm=_flag(d, "use_qk_norm", False),
+            # Llama4TextConfig's default; a weightless L2 norm (the 128E model's config turns it off)
+            qk_layernorm=_flag(d, "use_qk_norm", True), qk_layernorm_affine=False,
             add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             # every layer's MoE: routed experts plus one always-active shared expert of the same width, no gate
             num_experts=experts, moe_router_topk=topk,
@@ -1112,6 +1130,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
             q_lora_rank=_get(d, "q_lora_rank"), kv_lora_rank=_get(d, "kv_lora_rank"),
+            # attention_bias: the query and KV down-projections' biases and the output projection's
+            add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             qk_head_dim=_get(d, "qk_nope_head_dim"), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim"),
             v_head_dim=_get(d, "v_head_dim"),
             num_experts=_get(d, "n_routed_experts"),
