@@ -1417,13 +1417,11 @@ def test_serve_step_costs_interpolate_attention_as_it_grows_with_the_context():
 def test_pipeline_stage_weights_of_a_moe_model_with_dense_layers_count_the_heaviest_stage():
     """DeepSeek-V3's first 3 layers are dense: at pp 4 (16 layers a stage) stages 2 and 3 hold 16 MoE layers each,
     not 16 layers of the model's mean (which left 0.85 GB per GPU out in fp8 on 8-way TP: 22.17 GB for 23.02)."""
-    from hybrid.workloads.llm.kv_cache import stage_moe_layers
-
     m = resolve_model("deepseek-v3")
     fp8 = parse_precision("fp8", None, None)
     c = m.param_counts()
     moe_layer = (c["attention_per_layer"] + c["moe_per_layer_total"]) / 8  # 1 byte a weight, split 8 ways
-    assert stage_moe_layers(m, 4).tolist() == [13, 16, 16, 13]
+    assert list(m.moe_layers_per_rank(4)) == [13, 16, 16, 13]
     assert weight_bytes_per_gpu(m, fp8, tp=8, pp=4) == pytest.approx(16 * moe_layer, rel=2e-3)
     head = c["output_layer"] / 8  # the last stage's output layer (fp8 weights) beside its 30 MoE layers
     assert weight_bytes_per_gpu(m, fp8, tp=8, pp=2) == pytest.approx(30 * moe_layer + head, rel=2e-3)

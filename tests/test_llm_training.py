@@ -1345,12 +1345,11 @@ def test_pipeline_pace_is_set_by_the_stage_with_the_most_moe_layers() -> None:
     here), so every stage looked lighter than the all-MoE ones that really run: 3% fast at pp 4 on DeepSeek-V3's
     layer, ~5% when a fifth of the layers are dense. The busiest rank here holds only MoE layers, so the
     pipeline's per-stage times equal those of the same model with every layer MoE."""
-    from hybrid.workloads.llm.costing import rank_moe_layers
     from hybrid.workloads.llm.model import with_overrides
 
     dsv3 = with_overrides(load_model("deepseek-v3"), num_layers=64, moe_first_k_dense=3)
-    assert rank_moe_layers(dsv3, 8).tolist() == [5] + [8] * 7
-    assert rank_moe_layers(dsv3, 4, 2).tolist() == [13, 16, 16, 16]  # rank 0: chunks of layers 0-7 and 32-39
+    assert list(dsv3.moe_layers_per_rank(8)) == [5] + [8] * 7
+    assert list(dsv3.moe_layers_per_rank(4, 2)) == [13, 16, 16, 16]  # rank 0: chunks of layers 0-7 and 32-39
     m = with_overrides(load_model("deepseek-v3"), num_layers=16, moe_first_k_dense=3)
     all_moe = with_overrides(m, moe_first_k_dense=0)
     for pp, vp in ((4, 1), (2, 2)):

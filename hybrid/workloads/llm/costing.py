@@ -371,8 +371,9 @@ def _uneven_stage_params(model: TransformerConfig, m: pd.DataFrame, c: dict[str,
                          layers: np.ndarray, experts: np.ndarray, emb: np.ndarray, out: np.ndarray
                          ) -> dict[str, np.ndarray]:
     """:func:`stage_params` of a model with dense and MoE layers: pipeline ranks hold different numbers of MoE
-    layers (:func:`rank_moe_layers`; DeepSeek's dense first layers sit on rank 0), so the most loaded rank is the
-    one with the most parameters, the embedding's and output layer's included, not the mean over the stages."""
+    layers (``TransformerConfig.moe_layers_per_rank``; DeepSeek's dense first layers sit on rank 0), so the most
+    loaded rank is the one with the most parameters, the embedding's and output layer's included, not the mean
+    over the stages."""
     t = m["tp"].to_numpy(np.float64)
     pp = m["pp"].to_numpy(np.int64)
     vp = m["vp"].to_numpy(np.int64)
@@ -389,7 +390,7 @@ def _uneven_stage_params(model: TransformerConfig, m: pd.DataFrame, c: dict[str,
             first[sel] = layers[sel] + emb[sel] + out[sel]
             last[sel] = most[sel] = first[sel]
             continue
-        n_moe = rank_moe_layers(model, p_, v_).astype(np.float64)[None, :]  # [1, rank]
+        n_moe = np.asarray(model.moe_layers_per_rank(p_, v_), dtype=np.float64)[None, :]  # [1, rank]
         per_rank = model.num_layers / p_
         rank_layers = (per_rank - n_moe) * dense_layer[sel, None] + n_moe * moe_layer[sel, None]  # [mapping, rank]
         total = rank_layers.copy()
@@ -587,15 +588,6 @@ def cost_mappings(model: TransformerConfig, cfg: TrainingConfig, mappings: pd.Da
     return MappingCosts(m, layer, stage, params, rows, int(len(np.unique(secs))), ends)
 
 
-def rank_moe_layers(model: TransformerConfig, pp: int, vp: int = 1) -> np.ndarray:
-    """MoE layers held by each of ``pp`` pipeline ranks: rank ``r`` holds model chunks ``r, r + pp, ...`` of
-    ``layers / (pp vp)`` consecutive layers (Megatron-LM's interleaved layout; one chunk each without interleaving).
-    DeepSeek's first dense layers, or an interleaved model's, are not spread evenly over the ranks."""
-    mask = np.array(model.moe_layer_mask, dtype=np.int64)
-    chunks = mask[: len(mask) // (pp * vp) * pp * vp].reshape(vp, pp, -1)  # [chunk round, rank, layer]
-    return chunks.sum(axis=(0, 2))
-
-
 def busiest_stage_layer(model: TransformerConfig, m: pd.DataFrame, layer: dict[str, np.ndarray]
                         ) -> dict[str, np.ndarray]:
     """Per-layer times of the slowest pipeline rank, which sets the pipeline's pace, from the layer times costed
@@ -612,7 +604,7 @@ def busiest_stage_layer(model: TransformerConfig, m: pd.DataFrame, layer: dict[s
     vp = m["vp"].to_numpy(np.int64)
     most, fewest = np.full(len(m), share), np.full(len(m), share)
     for p_, v_ in {(int(a), int(b)) for a, b in zip(pp, vp, strict=True)}:
-        counts = rank_moe_layers(model, p_, v_) / (L / p_)
+        counts = np.asarray(model.moe_layers_per_rank(p_, v_), dtype=np.float64) / (L / p_)
         sel = (pp == p_) & (vp == v_)
         most[sel], fewest[sel] = counts.max(), counts.min()
     roles = list(dict.fromkeys(k.split("@")[0] for k in layer if "@" in k))

@@ -123,17 +123,6 @@ def _layer_matrix_params_by_kind(model: TransformerConfig) -> tuple[int, int]:
     return dense, attention + e * mats * h * expert_ffn(model) + h * e + (mats * h * shared + gate if shared else 0)
 
 
-def stage_moe_layers(model: TransformerConfig, pp: int) -> np.ndarray:
-    """MoE layers of each pipeline stage (``ceil(layers / pp)`` consecutive layers each, the last the rest): the
-    dense layers of DeepSeek (its first 3) or of an interleaved model are not spread evenly over the stages."""
-    layers = model.num_layers
-    per = math.ceil(layers / pp)
-    if not model.is_moe:
-        return np.zeros(pp, dtype=np.int64)
-    is_moe = np.array(model.moe_layer_mask, dtype=np.int64)
-    return np.array([int(is_moe[st * per:(st + 1) * per].sum()) for st in range(pp)], dtype=np.int64)
-
-
 def routed_expert_params(model: TransformerConfig) -> float:
     """One layer's routed-expert GEMM weights (a mean over the layers when some are dense); 0 for dense models."""
     if not model.is_moe:
@@ -182,7 +171,7 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
     dense_mat, moe_mat = _layer_matrix_params_by_kind(model)
     routed = routed_expert_params(model) * model.num_layers / model.num_moe_layers  # one MoE layer's
     moe_l, dense_l = layer_bytes(moe_mat, routed), layer_bytes(dense_mat, 0.0)
-    n_moe = stage_moe_layers(model, pp)
+    n_moe = np.asarray(model.moe_layers_per_rank(pp), dtype=np.int64)
     n_layers = np.minimum(per_stage, np.maximum(model.num_layers - per_stage * np.arange(pp), 0))
     stage = n_moe * moe_l + (n_layers - n_moe) * dense_l
     stage[0] += embed

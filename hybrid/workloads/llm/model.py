@@ -338,6 +338,19 @@ class TransformerConfig:
         return tuple(i >= k and (bool(freq[i]) if isinstance(freq, tuple) else i % freq == 0)
                      for i in range(self.num_layers))
 
+    def moe_layers_per_rank(self, pp: int, vp: int = 1) -> tuple[int, ...]:
+        """MoE layers held by each of ``pp`` pipeline ranks. Without interleaving (``vp`` 1) rank ``r`` holds
+        ``ceil(layers / pp)`` consecutive layers (the last rank the rest); with it, model chunks ``r, r + pp, ...``
+        of ``layers / (pp vp)`` consecutive layers (Megatron-LM's interleaved layout). DeepSeek's first dense
+        layers, or an interleaved model's, are not spread evenly over the ranks."""
+        mask = self.moe_layer_mask
+        if vp <= 1:
+            per = -(-self.num_layers // pp)
+            return tuple(sum(mask[r * per:(r + 1) * per]) for r in range(pp))
+        chunk = self.num_layers // (pp * vp)
+        return tuple(sum(sum(mask[(c * pp + r) * chunk:(c * pp + r + 1) * chunk]) for c in range(vp))
+                     for r in range(pp))
+
     @property
     def num_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
