@@ -51,6 +51,12 @@ class WorkloadWarning(UserWarning):
     below one lookup in a thousand samples)."""
 
 
+class TransferWarning(UserWarning):
+    """Predictions a model makes for hardware unlike any it was fitted on: rows of a kind of processor (CPU or GPU)
+    that the correction answering them never measured (``HybridPredictor.cross_kind_devices``), e.g. a CPU priced
+    by kernel trees fitted on GPUs only. Their intervals are not calibrated for them."""
+
+
 class RunStateWarning(UserWarning):
     """A calibration run that failed or was interrupted and whose tracking store could not be told (unreachable,
     refused): the run stays ``RUNNING`` there (``hybrid.tracking.calibrate``)."""

@@ -398,3 +398,24 @@ def test_predict_collective_nodes_below_one_names_the_option(capsys, nodes: str)
                          "--ranks", "8", "--nodes", nodes)
     assert code == 2 and not out
     assert f"Invalid value for '--nodes': {nodes} is not in the range x>=1" in err and "Collective." not in err
+
+
+def test_hybrid_warnings_raised_deep_in_a_command_are_warning_lines(capsys):
+    """While a command runs, a warning of hybrid's own (a model priced across kinds of processor inside the LLM
+    engine) is one ``warning:`` line, not Python's file/line/source form; other packages' keep theirs; the hook is
+    put back afterwards."""
+    import warnings
+
+    from hybrid.cli.main import _warning_line
+    from hybrid.errors import TransferWarning
+
+    before = warnings.showwarning
+    assert main(["devices", "--help"]) == 0
+    assert warnings.showwarning is before
+    foreign: list[str] = []
+    show = _warning_line(lambda message, *rest: foreign.append(str(message)))
+    show(TransferWarning("H100-SXM (a GPU: kernel-xgb-gemm fitted on CPUs only)"), TransferWarning, "costs.py", 81)
+    show(FutureWarning("a pandas deprecation"), FutureWarning, "frame.py", 1)
+    err = capsys.readouterr().err
+    assert "warning: H100-SXM (a GPU: kernel-xgb-gemm fitted on CPUs only)\n" in err
+    assert "costs.py" not in err and foreign == ["a pandas deprecation"]

@@ -60,6 +60,27 @@ def test_roofline_only_and_unfitted_families_fall_back(catalog, gemm_rows):
     assert "need" in few.fit_info["kernel-xgb-gemm"]["reason"]
 
 
+def test_rows_of_a_kind_of_processor_the_fit_never_measured_are_said(catalog, gemm_rows, cpu_profile):
+    """Kernel trees fitted on GPUs only, asked for a CPU: the prediction warns (TransferWarning naming the device
+    and the correction) and the CPU row's interval is not called calibrated; the GPU rows stay calibrated."""
+    from hybrid.errors import TransferWarning
+    from hybrid.hardware.catalog import Catalog
+
+    _, cpu_cat = cpu_profile
+    both = Catalog({**catalog.devices, **cpu_cat.devices}, catalog.systems)
+    pred = HybridPredictor(both, [GemmXGB(XGBParams(n_estimators=30))]).fit(gemm_rows)
+    pred.calibrate_intervals(gemm_rows, max_devices=0)
+    cpu = next(k for k, d in cpu_cat.devices.items() if d.kind == "cpu")
+    query = gemm_rows.iloc[:3].drop(columns="time_us").reset_index(drop=True)
+    query.loc[1, "device"] = cpu
+    with pytest.warns(TransferWarning, match=rf"{cpu} \(a CPU: kernel-xgb-gemm fitted on GPUs only\)"):
+        out = pred.predict(query)
+    assert list(out["interval_calibrated"]) == [True, False, True]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TransferWarning)
+        pred.predict(query.drop(index=1))  # GPU rows alone: nothing to say
+
+
 def test_few_shot_adaptation_improves_held_out_gpu(catalog, gemm_rows, tmp_path):
     held = "P4"
     base = HybridPredictor(catalog, [GemmXGB(XGBParams(n_estimators=120, max_depth=6, learning_rate=0.1))])

@@ -1885,17 +1885,23 @@ def test_an_unknown_target_without_a_bundle_names_the_bundle_option(capsys):
     assert "DGX-H999" in err and "--bundle" not in err  # a system: not a profiled machine
 
 
-def test_a_model_that_never_measured_the_target_says_so(cpu_catalog):
+def test_a_model_that_never_measured_the_target_says_so(cpu_catalog, capsys):
     """``--bundle`` of a CPU profile predicting an H100: the corrections are the CPU's on the GPU's roofline, said
-    plainly; a model that saw other GPUs transfers from them; one that measured the target says nothing."""
+    plainly by the prediction (a TransferWarning, once, also in --json); a model that saw other GPUs transfers
+    from them; one that measured the target says nothing."""
     from types import SimpleNamespace
 
     from hybrid.cli.trace import unseen_device_note
     cat = cpu_catalog  # the packaged catalog with the bundle's CPU
     h100, h200 = cat.devices["H100-SXM"], cat.devices["H200"]
-    cpu_only = SimpleNamespace(devices_seen=[CPU])
-    note = unseen_device_note(cpu_only, h100, cat)
-    assert "no measurement of H100-SXM" in note and "CPU profile says nothing of a GPU" in note
+    assert unseen_device_note(SimpleNamespace(devices_seen=[CPU]), h100, cat) is None  # the prediction says it
+    traces = str(Path(__file__).resolve().parents[1] / "datasets" / "traces-h100" / "cnn-fp32")
+    bundle = str(Path(__file__).resolve().parents[1] / "datasets" / CPU)
+    assert cli_main(["trace", "predict", traces, "--device", "H100-SXM", "--bundle", bundle, "--json"]) == 0
+    cap = capsys.readouterr()
+    said = [w for w in json.loads(cap.out)["warnings"] if "never measured a processor of this kind" in w]
+    assert len(said) == 1 and said[0].startswith("H100-SXM (a GPU: kernel-xgb-") and "fitted on CPUs only" in said[0]
+    assert cap.err.count("never measured a processor of this kind") == 1 and "TransferWarning" not in cap.err
     gpus = SimpleNamespace(devices_seen=[CPU, "H100-SXM", "A100-SXM4-80GB"])
     assert "transfer from those devices" in unseen_device_note(gpus, h200, cat)
     assert unseen_device_note(gpus, h100, cat) is None

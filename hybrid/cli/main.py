@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 import threading
+import warnings
+from collections.abc import Callable
 
 import click
 
@@ -111,12 +113,30 @@ def main(argv: list[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     from hybrid.tracking.store import bounded_http
 
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_line(shown)
     try:
         with bounded_http():  # MLflow's HTTP retries/timeouts bounded for this command only
             return _run(argv)
     finally:
+        warnings.showwarning = shown
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _warning_line(shown: Callable[..., None]) -> Callable[..., None]:
+    """``warnings.showwarning`` for a command's run: hybrid's own warnings (:mod:`hybrid.errors`: a model priced
+    across kinds of processor deep in the engine, a workload no published run matches) as one ``warning:`` line on
+    stderr, like the ones the commands collect themselves, instead of Python's file, line and source-code form;
+    any other package's warnings as ``shown`` prints them."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if getattr(category, "__module__", "").startswith("hybrid."):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    return show
 
 
 def _run(argv: list[str] | None) -> int:

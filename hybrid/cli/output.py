@@ -88,15 +88,17 @@ def said_warnings(show: bool = True) -> Iterator[list[warnings.WarningMessage]]:
 @contextlib.contextmanager
 def quality_warnings() -> Iterator[None]:
     """Inside the block, data-quality warnings (:class:`~hybrid.errors.DataQualityWarning`, raised once per fit of a
-    calibration's splits) are collected and printed once each as ``warning:`` lines at its end; every other
+    calibration's splits) and predictions across kinds of processor (:class:`~hybrid.errors.TransferWarning`) are
+    collected and printed once each as ``warning:`` lines at its end; every other
     warning goes on as it would have. A calibration run the tracking store could not be told about
     (:class:`~hybrid.errors.RunStateWarning`: left ``RUNNING``) is a ``warning:`` line too, also when the block
     fails (before the CLI's ``error:`` line)."""
-    from hybrid.errors import DataQualityWarning, RunStateWarning
+    from hybrid.errors import DataQualityWarning, RunStateWarning, TransferWarning
 
-    ours = (DataQualityWarning, RunStateWarning)
+    ours = (DataQualityWarning, RunStateWarning, TransferWarning)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DataQualityWarning)
+        warnings.simplefilter("always", TransferWarning)
         try:
             yield
         except BaseException:

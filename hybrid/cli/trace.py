@@ -283,13 +283,15 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
             return None, None
         return price, price * summary["ranks"] * summary["predicted_ms"] / 3.6e6 * 1000
 
-    from hybrid.errors import DtypeFallbackWarning
+    from hybrid.errors import DtypeFallbackWarning, TransferWarning
 
-    with warnings.catch_warnings(record=True) as caught:  # said below with the other warnings (and in --json)
-        warnings.simplefilter("always", DtypeFallbackWarning)
+    said = (DtypeFallbackWarning, TransferWarning)  # said below with the other warnings (and in --json)
+    with warnings.catch_warnings(record=True) as caught:
+        for category in said:
+            warnings.simplefilter("always", category)
         it, pred = run(device or system)
     for w in caught:
-        if not issubclass(w.category, DtypeFallbackWarning):
+        if not issubclass(w.category, said):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     s = summary_of(pred)
     s["kernel_times"] = kernel_times
@@ -364,7 +366,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
                      f"other op kinds, or the roofline){hint}")
-    notes += [str(w.message) for w in caught if issubclass(w.category, DtypeFallbackWarning)]
+    notes += [str(w.message) for w in caught if issubclass(w.category, said)]
     notes += compared_fallbacks
     notes = list(dict.fromkeys(w for w in notes if w))
     if notes:
@@ -457,16 +459,16 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
 
 def unseen_device_note(model: Any, device: Any, catalog: Any) -> str | None:
     """A note when the calibrated model never measured the target device: its kernel corrections transfer from
-    the devices it saw (wider intervals), and a model fitted on CPUs alone knows nothing of a GPU's kernels."""
+    the devices it saw (wider intervals). A model that measured no device of the target's kind (a GPU priced by a
+    CPU profile) is said by the prediction itself (:class:`~hybrid.errors.TransferWarning`), not here."""
     seen = [str(d) for d in getattr(model, "devices_seen", None) or []]
     if not seen or device.key in seen:
         return None
+    kinds = {catalog.devices[k].kind for d in seen if (k := catalog.resolve_device(d, missing_ok=True))}
+    if kinds and device.kind not in kinds:
+        return None
     text = f"the model was fitted on no measurement of {device.key} (it saw {', '.join(seen[:6])}"
     text += ", ...)" if len(seen) > 6 else ")"
-    kinds = {catalog.devices[k].kind for d in seen if (k := catalog.resolve_device(d, missing_ok=True))}
-    if device.kind == "gpu" and kinds == {"cpu"}:
-        return (text + ": a CPU profile says nothing of a GPU's kernels, so its corrections are the CPU's applied to "
-                "the GPU's roofline; calibrate on GPU measurements (public data: `hybrid quickstart`)")
     return text + ": its corrections transfer from those devices (the unseen-device interval band)"
 
 

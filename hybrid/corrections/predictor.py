@@ -69,7 +69,7 @@ from hybrid.corrections.kernel_xgb import (
     floored_devices,
 )
 from hybrid.data.schema import as_category, validate
-from hybrid.errors import DataQualityWarning, HybridError, InvalidInputError
+from hybrid.errors import DataQualityWarning, HybridError, InvalidInputError, TransferWarning
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System
 from hybrid.ops.families import family_array
@@ -704,6 +704,38 @@ class HybridPredictor:
         return ({d for per in self.offsets.values() for d in per} | {d for per in self.shifts.values() for d in per}
                 | {d for per in self.tilts.values() for d in per} | {d for _, d in self.device_models})
 
+    def cross_kind_devices(self, norm: pd.DataFrame, group: tuple[np.ndarray, list[str]]
+                           ) -> tuple[np.ndarray, dict[str, list[str]]]:
+        """Rows answered by a correction fitted on no device of their device's kind (a CPU priced by kernel trees
+        fitted on GPUs only, a GPU's collectives by curves of gloo on CPUs), and per such device the corrections
+        that did it. ``norm``: validated rows; ``group``: (correction code per row, keys) as :meth:`_raw_codes`
+        gives them.
+
+        Such a row is a transfer across kinds of processor, which nothing the corrections were checked on
+        supports (docs/corrections.md: a model of the committed H100 profile priced the committed CPU profile
+        worse than the roofline alone): the prediction says so (:class:`~hybrid.errors.TransferWarning`) and its interval is not calibrated for it."""
+        rows = np.zeros(len(norm), dtype=bool)
+        odd: dict[str, list[str]] = {}
+        if not self.devices_fitted:
+            return rows, odd
+        devices = _distinct_text(norm["device"])
+        kind = {d: self.catalog.device(d).kind for d in devices}
+        for corr in self.corrections:
+            fitted = self.devices_fitted.get(corr.key)
+            if not corr.fitted or not fitted:
+                continue
+            kinds = {self.catalog.devices[d].kind for d in fitted if d in self.catalog.devices}
+            other = [d for d in devices if kinds and kind[d] not in kinds]
+            if not other:
+                continue
+            mine = _group_rows(group, corr.key) & isin_fast(norm["device"], other)
+            if not mine.any():
+                continue
+            rows |= mine
+            for d in pd.unique(norm["device"].to_numpy(dtype=object)[mine]):
+                odd.setdefault(str(d), []).append(corr.key)
+        return rows, odd
+
     # ------------------------------------------------------------------ predict
     def _raw(self, norm: pd.DataFrame, base: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(time_us, method, group key used for offsets) before few-shot offsets."""
@@ -805,6 +837,9 @@ class HybridPredictor:
         """:meth:`predict` without the de-duplication of identical rows."""
         norm, base = self._prepare(table, training=False)
         time, method, methods, group_codes, groups = self._raw_codes(norm, base)
+        cross, odd = self.cross_kind_devices(norm, (group_codes, groups))
+        if odd:
+            warnings.warn(cross_kind_note(odd, self.catalog), TransferWarning, stacklevel=3)
         group = (np.array(groups, dtype=object)[group_codes] if (self.offsets or self.shifts or self.tilts)
                  else None)
         if self.offsets or self.tilts:
@@ -840,7 +875,8 @@ class HybridPredictor:
                 out["time_us_low"] = out["time_us_high"] = np.full(len(time), np.nan)
             else:
                 bands = self._bands(norm, base, (group_codes, groups))
-                lo, hi, out["interval_calibrated"] = self.intervals.coded_bounds(method, methods, base["family"], bands)
+                lo, hi, calibrated = self.intervals.coded_bounds(method, methods, base["family"], bands)
+                out["interval_calibrated"] = calibrated & ~cross  # no band was calibrated across kinds of processor
                 # which band the row got (seen / unseen / few / adapted-k / sibling): why one interval is wider than
                 # another; a few-row, adapted or sibling band never calibrated for the row is the unseen one it got
                 out["interval_band"] = _text_array(list(APPLIED_BAND_NAMES), self.intervals.applied_bands(
@@ -1251,6 +1287,19 @@ def distinct_rows(table: pd.DataFrame, max_fraction: float | None = None) -> tup
         return None
     _, first = np.unique(codes, return_index=True)
     return first, codes
+
+
+def cross_kind_note(odd: dict[str, list[str]], catalog: Catalog) -> str:
+    """The warning for :meth:`HybridPredictor.cross_kind_devices`' devices (``{device: correction keys}``)."""
+    parts = []
+    for dev, keys in odd.items():
+        kind = catalog.device(dev).kind
+        other = "GPUs" if kind == "cpu" else "CPUs" if kind == "gpu" else "other kinds of processor"
+        parts.append(f"{dev} (a {kind.upper() if kind in ('cpu', 'gpu') else kind}: {', '.join(keys)} fitted on "
+                     f"{other} only)")
+    return (f"{'; '.join(parts)}: the model never measured a processor of this kind, and nothing checks these "
+            "corrections across kinds (some op families come out worse than the roofline alone; intervals not "
+            "calibrated): calibrate with measurements of one (`hybrid profile` on it), or compare with the roofline")
 
 
 def _group_rows(group: np.ndarray | tuple[np.ndarray, list[str]], key: str) -> np.ndarray:
