@@ -1405,3 +1405,18 @@ def test_fsdp_with_pipeline_parallelism_gathers_once_per_step() -> None:
     mem = memory_only(m, cfg, "DGX-H100")[0]
     stage = m.num_params / 2  # about half the model per stage
     assert mem.gathered[0] == pytest.approx(stage * (2 + 4), rel=0.05)
+
+
+def test_context_parallel_ring_sends_the_whole_replicated_kv_heads_a_rank_holds():
+    """With TP above the KV heads (Qwen3-30B-A3B: 4 KV heads at TP 8) each rank holds one whole, replicated KV
+    head, as at TP 4, so the ring exchanges the same K/V bytes; it used to send kv_width / tp, half a head."""
+    m = load_model("qwen3-30b-a3b")
+    sent = {}
+    for tp in (4, 8):
+        cfg = TrainingConfig(gpus=16, global_batch=16, tp=tp, cp=2, seq_length=2048)
+        ops = predict_training(m, cfg, "DGX-H100", engine=False).ops
+        ring = ops[(ops["role"] == "cpf") & (ops["op"] == "send_recv")]
+        assert len(ring) == 1
+        sent[tp] = float(ring["size_bytes"].iloc[0])
+    # one rank's K and V of its 1024 tokens: 1 head x 128 dims x 2 (K, V) x 2 bytes, once to the one other rank
+    assert sent[4] == sent[8] == 1024 * 2 * 128 * 2

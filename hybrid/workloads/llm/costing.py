@@ -147,7 +147,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     T = b * s  # tokens per rank per microbatch
     Tn = np.where(sp, T // t, T)  # tokens of norms/dropout/residual ops (SP splits them over TP)
     h = model.hidden_size
-    kv, d = model.kv_width, model.head_dim
+    d = model.head_dim
     heads = model.num_attention_heads // t
     kvh = np.maximum(model.num_kv_heads // t, 1)
     if model.is_mla:  # training runs MLA unabsorbed: multi-head attention over 192-dim scores, 128-dim values
@@ -256,7 +256,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     # ---------------------------------------------------------------- CP: ring exchange of K and V
     if cp.max() > 1:
         m_ = cp > 1
-        kvbytes = (b * s * 2 * kv // np.maximum(t, 1) * eb).astype(np.float64) * (cp - 1)
+        # one rank's K and V: whole, replicated KV heads when TP exceeds them (kv_width_split), as it holds them
+        kvbytes = b * s * 2.0 * kv_width_split(model, t) / np.maximum(t, 1) * eb * (cp - 1)
         nodes = group_nodes_vec(cp, t, tgt.gpus_per_node, cfg.gpus)
         for role, mult in (("cpf", 1.0), ("cpb", 2.0)):
             R.add(kid[m_], role, mult, "send_recv", size_bytes=kvbytes[m_], n_ranks=2,
