@@ -1135,6 +1135,24 @@ def test_memory_text_output_names_the_job_it_sized(capsys, tmp_path):
         assert part in first, (part, first)
 
 
+def test_train_text_output_names_the_job_as_memory_does(capsys, tmp_path):
+    """The docs promise `llm train`'s first line names the job as `llm memory`'s does; it left out the sequence
+    length (a config without one trains at the default 4096), EP, SP, the optimizer states and the attention kernel."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 4,
+                               "num_attention_heads": 16, "vocab_size": 32000, "intermediate_size": 2816}))
+    args = [str(cfg), "--system", "DGX-A100", "--gpus", "16", "--tp", "2", "--global-batch", "32", "--sp",
+            "--recompute", "full", "--distributed-optimizer"]
+    assert main(["llm", "memory", *args]) == 0
+    memory_first = capsys.readouterr().out.splitlines()[0]
+    assert main(["llm", "train", *args]) == 0
+    train_first = capsys.readouterr().out.splitlines()[0]
+    assert train_first == memory_first + ", cost model roofline"
+    for part in ("tp 2 pp 1 dp 8 cp 1 ep 1 vp 1", "seq 4096", "sp on", "optimizer states distributed",
+                 "FlashAttention"):
+        assert part in train_first, (part, train_first)
+
+
 def test_cluster_the_catalog_cannot_hold_is_refused_or_noted(capsys):
     """16 GPUs on a single-node system (XLA-H100x8: no network between nodes) were refused deep in the collective
     model ("collective: 16 ranks on 2 node(s) ... at row index 29"); now a one-line error as DLRM's `simulate`

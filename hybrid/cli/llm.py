@@ -34,6 +34,18 @@ def dropout_text(model: Any, cfg: Any) -> str:
             + ("(the model's)" if cfg.dropout_source() == "model" else f"({'--dropout' if on else '--no-dropout'})"))
 
 
+def job_line(model: Any, cfg: Any, device: str, system: str) -> str:
+    """The job a command sized, first line of `llm train` and `llm memory` alike: the mapping, microbatches,
+    sequence length (a config without one trains at a default), recompute, SP, optimizer states, dropout and
+    attention kernel, which all move the numbers that follow."""
+    states = "FSDP" if cfg.fsdp else "distributed" if cfg.distributed_optimizer else "replicated"
+    return (f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {device} ({system}); "
+            f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} ep {cfg.ep} vp {cfg.vp}, micro {cfg.micro_batch} x "
+            f"{cfg.num_microbatches}, seq {cfg.seq(model)}, recompute {cfg.recompute}, sp {'on' if cfg.sp else 'off'}, "
+            f"optimizer states {states}, {dropout_text(model, cfg)}, "
+            f"{'FlashAttention' if cfg.flash_attention else 'unfused attention'}")
+
+
 @click.group("llm")
 def llm() -> None:
     """LLMs: model library; training (iteration time, memory per GPU, mapping search); inference (static batch, serving, capacity)."""
@@ -188,10 +200,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
     if as_json:
         echo_json(summary)
         return
-    click.echo(f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {pred.target.device} "
-               f"({pred.target.system}); tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} vp {cfg.vp}, "
-               f"micro {cfg.micro_batch} x {cfg.num_microbatches}, recompute {cfg.recompute}, "
-               f"{dropout_text(model, cfg)}, cost model {name}")
+    click.echo(f"{job_line(model, cfg, pred.target.device, pred.target.system)}, cost model {name}")
     click.echo(f"iteration: {pred.iteration_s:.3f} s (closed form {pred.closed_form_iteration_s:.3f} s)   "
                f"tokens/s: {pred.tokens_per_s:,.0f} ({pred.tokens_per_s / cfg.gpus:,.0f} per GPU)   "
                f"MFU {pred.mfu * 100:.1f}%  HFU {pred.hfu * 100:.1f}%")
@@ -263,12 +272,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     if as_json:
         echo_json(out)
         return
-    states = "FSDP" if cfg.fsdp else "distributed" if cfg.distributed_optimizer else "replicated"
-    click.echo(f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {tgt.device} ({tgt.system}); "
-               f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} ep {cfg.ep} vp {cfg.vp}, micro {cfg.micro_batch} x "
-               f"{cfg.num_microbatches}, seq {cfg.seq(model)}, recompute {cfg.recompute}, sp {'on' if cfg.sp else 'off'}, "
-               f"optimizer states {states}, {dropout_text(model, cfg)}, "
-               f"{'FlashAttention' if cfg.flash_attention else 'unfused attention'}")
+    click.echo(job_line(model, cfg, tgt.device, tgt.system))
     echo_table([[k, v] for k, v in row.items()], ["part", "GiB"])
     click.echo(out["reason"] + ("" if out["fits"] else f"; {remedy_text(out['fits_with'])}"))
 
