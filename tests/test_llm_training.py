@@ -1438,3 +1438,19 @@ def test_context_parallel_ring_sends_the_whole_replicated_kv_heads_a_rank_holds(
         sent[tp] = float(ring["size_bytes"].iloc[0])
     # one rank's K and V of its 1024 tokens: 1 head x 128 dims x 2 (K, V) x 2 bytes, once to the one other rank
     assert sent[4] == sent[8] == 1024 * 2 * 128 * 2
+
+
+def test_fp32_fsdp_gathers_fp32_parameters():
+    """fp32 training has no 16-bit copy: FSDP all-gathers the fp32 parameters it computes with and holds them (and
+    their gradients) in fp32. `--dtype fp32 --fsdp` used to gather them in bf16 and count 2-byte gathered layers."""
+    m = load_model("gpt3-1.3b")
+    base = TrainingConfig(gpus=8, global_batch=32, fsdp=True)
+    assert base.fsdp_gather_dtype == "bf16" and base.with_(dtype="fp32").fsdp_gather_dtype == "fp32"
+    assert base.with_(dtype="fp32", fsdp_param_dtype="bf16").fsdp_gather_dtype == "bf16"  # an explicit choice stays
+    gathered = {dt: memory_only(m, base.with_(dtype=dt), "DGX-A100")[0].gathered[0] for dt in ("bf16", "fp32")}
+    assert gathered["fp32"] == pytest.approx(2 * gathered["bf16"])
+    ops = predict_training(m, base.with_(dtype="fp32"), "DGX-A100", engine=False).ops
+    ag = ops[ops["role"] == "fsdp_ag"]
+    assert len(ag) == 1 and ag["dtype"].iloc[0] == "fp32"
+    layer_params = m.param_counts()["layers_total"] / m.num_layers
+    assert ag["size_bytes"].iloc[0] == pytest.approx(4 * layer_params)

@@ -461,7 +461,7 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
     groups = gradient_groups(m, params)
     layer_share = pp / model.num_layers  # one layer's share of the stage's layer parameters
     per_layer = ((params["layers"] - groups.experts) * layer_share, groups.experts * layer_share)
-    pb = DTYPE_BYTES[cfg.fsdp_param_dtype]
+    pb = DTYPE_BYTES[cfg.fsdp_gather_dtype]
     for part, (n, ranks, nodes) in enumerate(groups.parts(gpn, cfg.gpus)):
         has = (ranks > 1) & (n > 0)
         plain = has & ~distopt & ~fsdp
@@ -475,13 +475,13 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
         fs = (ranks > 1) & fsdp & (per_layer[part] > 0)
         if fs.any():  # per layer: gather its parameters, reduce-scatter its gradients
             R.add(idx[fs], "fsdp_ag", 1.0, "all_gather", size_bytes=(per_layer[part] * pb)[fs], n_ranks=ranks[fs],
-                  n_nodes=nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
+                  n_nodes=nodes[fs], dtype=cfg.fsdp_gather_dtype, device=dev, system=sysk)
             R.add(idx[fs], "fsdp_rs", 1.0, "reduce_scatter", size_bytes=(per_layer[part] * gb)[fs],
                   n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
         if part == 0 and fs.any():  # embedding / output layer: dense, once
             emb = (params["max"] - params["layers"])
             R.add(idx[fs], "fsdp_emb", 1.0, "all_gather", size_bytes=(np.maximum(emb, 1.0) * pb)[fs],
-                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
+                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.fsdp_gather_dtype, device=dev, system=sysk)
             R.add(idx[fs], "fsdp_emb", 1.0, "reduce_scatter", size_bytes=(np.maximum(emb, 1.0) * gb)[fs],
                   n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
     # pipeline send/recv of [b, s/cp, h] (split over TP: Megatron's scatter-gather / SP)
