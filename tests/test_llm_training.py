@@ -1035,6 +1035,25 @@ def test_sequence_past_a_learned_position_table_is_warned_in_train_memory_and_se
         assert rc == 0 and "position" not in cap.err and "notes" not in json.loads(cap.out)
 
 
+def test_search_compare_ranks_its_own_system_last_when_nothing_fits_there(capsys):
+    """GPT-3 13B on 2 GPUs fits on an H200 (141 GB) but not an H100 (80 GB). `--system HGX-H200 --compare DGX-H100`
+    ranked the H100 last with the reason, but `--system DGX-H100 --compare HGX-H200` ended with that reason as an
+    error and compared nothing: this run's system now ranks like any compared one."""
+    job = ["llm", "search", "gpt3-13b", "--gpus", "2", "--global-batch", "8", "--top", "1"]
+    assert main([*job, "--system", "DGX-H100", "--compare", "HGX-H200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["system"] for r in out["compare"]] == ["HGX-H200", "DGX-H100"]
+    assert out["compare"][0]["mapping"] is not None and out["compare"][1]["mapping"] is None
+    assert out["compare"][1]["note"].startswith("this run: no mapping fits in 80 GiB")
+    assert out["mappings"] == [] and out["fitting"] == 0 and "no mapping fits" in out["error"]
+    assert main([*job, "--system", "DGX-H100", "--compare", "HGX-H200"]) == 0
+    text = capsys.readouterr().out
+    assert "(DGX-H100), global batch 8: no mapping fits" in text and "this run: no mapping fits" in text
+    # nothing fits on any compared system: this run's one-line error, as without --compare
+    assert main([*job, "--system", "DGX-H100", "--compare", "DGX-A100"]) == 2
+    assert "no mapping fits in 80 GiB" in capsys.readouterr().err
+
+
 def test_compare_rows_are_what_llm_train_gives_on_each_system(capsys):
     """Each --compare row is its system's own fastest mapping, timed as `llm train` times that mapping there:
     iteration_s its closed form, engine_s its (headline) engine iteration."""
