@@ -1282,6 +1282,20 @@ def test_a_refusal_names_the_knobs_that_make_the_job_fit(capsys):
         ["--fsdp --recompute full"]
 
 
+def test_fsdp_remedy_of_a_distributed_optimizer_job_says_to_drop_it(capsys):
+    """Llama-2-13B on 8 A100s with the distributed optimizer fits only with FSDP; the remedy said `--fsdp`, which added
+    to that job's flags is refused ("choose one of --fsdp and --distributed-optimizer")."""
+    job = ["llama2-13b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--distributed-optimizer"]
+    assert main(["llm", "memory", *job, "--json"]) == 0
+    flags = [f["flags"] for f in json.loads(capsys.readouterr().out)["fits_with"]]
+    assert flags == ["--fsdp (dropping --distributed-optimizer)"]
+    assert main(["llm", "memory", *[a for a in job if a != "--distributed-optimizer"], "--fsdp", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is True  # what the remedy says to run fits
+    # a job without the distributed optimizer keeps the plain flag
+    assert main(["llm", "memory", *job[:-1], "--json"]) == 0
+    assert "--fsdp" in [f["flags"] for f in json.loads(capsys.readouterr().out)["fits_with"]]
+
+
 def test_selective_recomputation_with_flash_attention_is_noted_as_a_no_op(capsys):
     """With FlashAttention the 5as/h score term Korthikanti's selective recomputation drops is never stored:
     selective = none in memory (sbh(10 + 24/t) per layer either way) and time, which the job now says."""
