@@ -1035,6 +1035,25 @@ def test_sequence_past_a_learned_position_table_is_warned_in_train_memory_and_se
         assert rc == 0 and "position" not in cap.err and "notes" not in json.loads(cap.out)
 
 
+def test_search_compare_ranks_its_own_system_last_when_nothing_fits_there(capsys):
+    """GPT-3 13B on 2 GPUs fits on an H200 (141 GB) but not an H100 (80 GB). `--system HGX-H200 --compare DGX-H100`
+    ranked the H100 last with the reason, but `--system DGX-H100 --compare HGX-H200` ended with that reason as an
+    error and compared nothing: this run's system now ranks like any compared one."""
+    job = ["llm", "search", "gpt3-13b", "--gpus", "2", "--global-batch", "8", "--top", "1"]
+    assert main([*job, "--system", "DGX-H100", "--compare", "HGX-H200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["system"] for r in out["compare"]] == ["HGX-H200", "DGX-H100"]
+    assert out["compare"][0]["mapping"] is not None and out["compare"][1]["mapping"] is None
+    assert out["compare"][1]["note"].startswith("this run: no mapping fits in 80 GiB")
+    assert out["mappings"] == [] and out["fitting"] == 0 and "no mapping fits" in out["error"]
+    assert main([*job, "--system", "DGX-H100", "--compare", "HGX-H200"]) == 0
+    text = capsys.readouterr().out
+    assert "(DGX-H100), global batch 8: no mapping fits" in text and "this run: no mapping fits" in text
+    # nothing fits on any compared system: this run's one-line error, as without --compare
+    assert main([*job, "--system", "DGX-H100", "--compare", "DGX-A100"]) == 2
+    assert "no mapping fits in 80 GiB" in capsys.readouterr().err
+
+
 def test_compare_rows_are_what_llm_train_gives_on_each_system(capsys):
     """Each --compare row is its system's own fastest mapping, timed as `llm train` times that mapping there:
     iteration_s its closed form, engine_s its (headline) engine iteration."""
@@ -1133,6 +1152,24 @@ def test_memory_text_output_names_the_job_it_sized(capsys, tmp_path):
     for part in ("16 x A100-SXM4-80GB", "tp 2 pp 1 dp 8", "micro 1 x 4", "seq 4096", "recompute full",
                  "optimizer states distributed", "dropout off (the model's)"):  # a Llama config: no dropout
         assert part in first, (part, first)
+
+
+def test_train_text_output_names_the_job_as_memory_does(capsys, tmp_path):
+    """The docs promise `llm train`'s first line names the job as `llm memory`'s does; it left out the sequence
+    length (a config without one trains at the default 4096), EP, SP, the optimizer states and the attention kernel."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 4,
+                               "num_attention_heads": 16, "vocab_size": 32000, "intermediate_size": 2816}))
+    args = [str(cfg), "--system", "DGX-A100", "--gpus", "16", "--tp", "2", "--global-batch", "32", "--sp",
+            "--recompute", "full", "--distributed-optimizer"]
+    assert main(["llm", "memory", *args]) == 0
+    memory_first = capsys.readouterr().out.splitlines()[0]
+    assert main(["llm", "train", *args]) == 0
+    train_first = capsys.readouterr().out.splitlines()[0]
+    assert train_first == memory_first + ", cost model roofline"
+    for part in ("tp 2 pp 1 dp 8 cp 1 ep 1 vp 1", "seq 4096", "sp on", "optimizer states distributed",
+                 "FlashAttention"):
+        assert part in train_first, (part, train_first)
 
 
 def test_cluster_the_catalog_cannot_hold_is_refused_or_noted(capsys):
@@ -1243,6 +1280,20 @@ def test_a_refusal_names_the_knobs_that_make_the_job_fit(capsys):
     long = TrainingConfig(gpus=8, global_batch=64, seq_length=32768, dropout=False)
     assert [f["flags"] for f in memory_remedies(load_model("llama3-8b"), long, "DGX-H100")] == \
         ["--fsdp --recompute full"]
+
+
+def test_fsdp_remedy_of_a_distributed_optimizer_job_says_to_drop_it(capsys):
+    """Llama-2-13B on 8 A100s with the distributed optimizer fits only with FSDP; the remedy said `--fsdp`, which added
+    to that job's flags is refused ("choose one of --fsdp and --distributed-optimizer")."""
+    job = ["llama2-13b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--distributed-optimizer"]
+    assert main(["llm", "memory", *job, "--json"]) == 0
+    flags = [f["flags"] for f in json.loads(capsys.readouterr().out)["fits_with"]]
+    assert flags == ["--fsdp (dropping --distributed-optimizer)"]
+    assert main(["llm", "memory", *[a for a in job if a != "--distributed-optimizer"], "--fsdp", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is True  # what the remedy says to run fits
+    # a job without the distributed optimizer keeps the plain flag
+    assert main(["llm", "memory", *job[:-1], "--json"]) == 0
+    assert "--fsdp" in [f["flags"] for f in json.loads(capsys.readouterr().out)["fits_with"]]
 
 
 def test_selective_recomputation_with_flash_attention_is_noted_as_a_no_op(capsys):
@@ -1405,3 +1456,34 @@ def test_fsdp_with_pipeline_parallelism_gathers_once_per_step() -> None:
     mem = memory_only(m, cfg, "DGX-H100")[0]
     stage = m.num_params / 2  # about half the model per stage
     assert mem.gathered[0] == pytest.approx(stage * (2 + 4), rel=0.05)
+
+
+def test_context_parallel_ring_sends_the_whole_replicated_kv_heads_a_rank_holds():
+    """With TP above the KV heads (Qwen3-30B-A3B: 4 KV heads at TP 8) each rank holds one whole, replicated KV
+    head, as at TP 4, so the ring exchanges the same K/V bytes; it used to send kv_width / tp, half a head."""
+    m = load_model("qwen3-30b-a3b")
+    sent = {}
+    for tp in (4, 8):
+        cfg = TrainingConfig(gpus=16, global_batch=16, tp=tp, cp=2, seq_length=2048)
+        ops = predict_training(m, cfg, "DGX-H100", engine=False).ops
+        ring = ops[(ops["role"] == "cpf") & (ops["op"] == "send_recv")]
+        assert len(ring) == 1
+        sent[tp] = float(ring["size_bytes"].iloc[0])
+    # one rank's K and V of its 1024 tokens: 1 head x 128 dims x 2 (K, V) x 2 bytes, once to the one other rank
+    assert sent[4] == sent[8] == 1024 * 2 * 128 * 2
+
+
+def test_fp32_fsdp_gathers_fp32_parameters():
+    """fp32 training has no 16-bit copy: FSDP all-gathers the fp32 parameters it computes with and holds them (and
+    their gradients) in fp32. `--dtype fp32 --fsdp` used to gather them in bf16 and count 2-byte gathered layers."""
+    m = load_model("gpt3-1.3b")
+    base = TrainingConfig(gpus=8, global_batch=32, fsdp=True)
+    assert base.fsdp_gather_dtype == "bf16" and base.with_(dtype="fp32").fsdp_gather_dtype == "fp32"
+    assert base.with_(dtype="fp32", fsdp_param_dtype="bf16").fsdp_gather_dtype == "bf16"  # an explicit choice stays
+    gathered = {dt: memory_only(m, base.with_(dtype=dt), "DGX-A100")[0].gathered[0] for dt in ("bf16", "fp32")}
+    assert gathered["fp32"] == pytest.approx(2 * gathered["bf16"])
+    ops = predict_training(m, base.with_(dtype="fp32"), "DGX-A100", engine=False).ops
+    ag = ops[ops["role"] == "fsdp_ag"]
+    assert len(ag) == 1 and ag["dtype"].iloc[0] == "fp32"
+    layer_params = m.param_counts()["layers_total"] / m.num_layers
+    assert ag["size_bytes"].iloc[0] == pytest.approx(4 * layer_params)

@@ -34,6 +34,18 @@ def dropout_text(model: Any, cfg: Any) -> str:
             + ("(the model's)" if cfg.dropout_source() == "model" else f"({'--dropout' if on else '--no-dropout'})"))
 
 
+def job_line(model: Any, cfg: Any, device: str, system: str) -> str:
+    """The job a command sized, first line of `llm train` and `llm memory` alike: the mapping, microbatches,
+    sequence length (a config without one trains at a default), recompute, SP, optimizer states, dropout and
+    attention kernel, which all move the numbers that follow."""
+    states = "FSDP" if cfg.fsdp else "distributed" if cfg.distributed_optimizer else "replicated"
+    return (f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {device} ({system}); "
+            f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} ep {cfg.ep} vp {cfg.vp}, micro {cfg.micro_batch} x "
+            f"{cfg.num_microbatches}, seq {cfg.seq(model)}, recompute {cfg.recompute}, sp {'on' if cfg.sp else 'off'}, "
+            f"optimizer states {states}, {dropout_text(model, cfg)}, "
+            f"{'FlashAttention' if cfg.flash_attention else 'unfused attention'}")
+
+
 @click.group("llm")
 def llm() -> None:
     """LLMs: model library; training (iteration time, memory per GPU, mapping search); inference (static batch, serving, capacity)."""
@@ -188,10 +200,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
     if as_json:
         echo_json(summary)
         return
-    click.echo(f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {pred.target.device} "
-               f"({pred.target.system}); tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} vp {cfg.vp}, "
-               f"micro {cfg.micro_batch} x {cfg.num_microbatches}, recompute {cfg.recompute}, "
-               f"{dropout_text(model, cfg)}, cost model {name}")
+    click.echo(f"{job_line(model, cfg, pred.target.device, pred.target.system)}, cost model {name}")
     click.echo(f"iteration: {pred.iteration_s:.3f} s (closed form {pred.closed_form_iteration_s:.3f} s)   "
                f"tokens/s: {pred.tokens_per_s:,.0f} ({pred.tokens_per_s / cfg.gpus:,.0f} per GPU)   "
                f"MFU {pred.mfu * 100:.1f}%  HFU {pred.hfu * 100:.1f}%")
@@ -263,12 +272,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     if as_json:
         echo_json(out)
         return
-    states = "FSDP" if cfg.fsdp else "distributed" if cfg.distributed_optimizer else "replicated"
-    click.echo(f"{model.name} ({model.num_params / 1e9:.1f}B) on {cfg.gpus} x {tgt.device} ({tgt.system}); "
-               f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp} cp {cfg.cp} ep {cfg.ep} vp {cfg.vp}, micro {cfg.micro_batch} x "
-               f"{cfg.num_microbatches}, seq {cfg.seq(model)}, recompute {cfg.recompute}, sp {'on' if cfg.sp else 'off'}, "
-               f"optimizer states {states}, {dropout_text(model, cfg)}, "
-               f"{'FlashAttention' if cfg.flash_attention else 'unfused attention'}")
+    click.echo(job_line(model, cfg, tgt.device, tgt.system))
     echo_table([[k, v] for k, v in row.items()], ["part", "GiB"])
     click.echo(out["reason"] + ("" if out["fits"] else f"; {remedy_text(out['fits_with'])}"))
 
@@ -350,24 +354,41 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                                        if price is not None else None)
         return price
 
-    res = search(model, base, system, cost_model, top=top, **space)
-    price = priced(res, system)
-    payload: dict[str, Any] = {"model": model.name, "cost_model": name, "candidates": res.attrs.get("n_candidates"),
-                               "fitting": res.attrs.get("n_fit"), "dropout": base.uses_dropout(model),
-                               "dropout_from": base.dropout_source()}
+    # with --compare, this run's system is one of the ranked ones: where nothing fits (or it cannot run the dtype)
+    # it ranks last with the reason, as a compared system does, instead of ending the comparison
+    own_error: InvalidInputError | None = None
+    try:
+        res = search(model, base, system, cost_model, top=top, **space)
+    except InvalidInputError as exc:
+        if not others:
+            raise
+        own_error, res = exc, None
+    price = priced(res, system) if res is not None else None
+    payload: dict[str, Any] = {"model": model.name, "cost_model": name,
+                               "candidates": None if res is None else res.attrs.get("n_candidates"),
+                               "fitting": 0 if res is None else res.attrs.get("n_fit"),
+                               "dropout": base.uses_dropout(model), "dropout_from": base.dropout_source()}
+    if own_error is not None:
+        payload["error"] = str(own_error)
     # the fastest pick's own warnings: a learned position table too short, TP above the KV heads
-    kv_note = kv_replication_note(model, int(res["tp"].iloc[0]))
+    kv_note = kv_replication_note(model, int(res["tp"].iloc[0])) if res is not None else ""
     if notes := [n for n in (model.position_note(base.seq(model)), kv_note and f"fastest mapping: {kv_note}",
-                             *res.attrs.get("notes", [])) if n]:
+                             *([] if res is None else res.attrs.get("notes", []))) if n]:
         payload["notes"] = notes
         for note in notes:
             click.echo(f"warning: {note}", err=True)
-    if prices is not None:
+    if prices is not None and res is not None:
         payload["gpu_hour_price"] = price
-    if run_tokens is not None:  # the fastest mapping's run
+    if run_tokens is not None and res is not None:  # the fastest mapping's run
         payload["run"] = training_run(run_tokens, float(res["tokens_per_s_per_gpu"].iloc[0]) * gpus, gpus, price)
     ranking: list[dict[str, Any]] = []
-    if others:  # this run's own system ranks with the others (its fastest mapping)
+    if own_error is not None:
+        t0 = targets[system]
+        ranking.append({"system": t0.key, "device": t0.device, "gpus": gpus, "mapping": None, "iteration_s": None,
+                        "engine_s": None, "tokens_per_s_per_gpu": None, "mfu": None,
+                        **({"gpu_hour_price": None, "cost_per_1m_tokens": None} if prices is not None else {}),
+                        "note": f"this run: {own_error}"})
+    elif others:  # this run's own system ranks with the others (its fastest mapping)
         b0 = res.iloc[0]
         t0 = targets[system]
         ranking.append({"system": t0.key, "device": t0.device, "gpus": gpus, "mapping": {
@@ -412,36 +433,22 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
             ranking, lambda r: math.inf if r["mapping"] is None else -r["tokens_per_s_per_gpu"], "cost_per_1m_tokens",
             lambda r: r["mapping"] is not None)
         payload["compare_ranked_by"] = "cost_per_1m_tokens" if by_cost else "tokens_per_s_per_gpu"
+        if own_error is not None and all(r["mapping"] is None for r in payload["compare"]):
+            raise own_error  # nothing fits anywhere: this run's own one-line error, as without --compare
     if as_json:
-        payload["mappings"] = res.to_dict(orient="records")
-        if "overlapping_fastest" in res.attrs:
+        payload["mappings"] = [] if res is None else res.to_dict(orient="records")
+        if res is not None and "overlapping_fastest" in res.attrs:
             payload["overlapping_fastest"] = res.attrs["overlapping_fastest"]
         echo_json(payload)
         return
-    click.echo(f"{model.name} on {gpus} GPUs ({system}), global batch {global_batch}: "
-               f"{res.attrs.get('n_candidates')} mappings, {res.attrs.get('n_fit')} fit; {dropout_text(model, base)}; "
-               f"cost model {name}")
-    intervals = "iteration_s_low" in res.columns
-    echo_table([[r.tp, r.pp, r.cp, r.dp, r.ep, r.mb, r.vp, r.recompute, "y" if r.sp else "",
-                 "dist" if r.distopt else ("fsdp" if r.fsdp else ""), r.iteration_s, *([r.iteration_s_low, r.iteration_s_high, "~" if r.overlaps_fastest else ""]
-                                  if intervals else []), "-" if r.engine_s != r.engine_s else r.engine_s,
-                 r.mfu * 100, r.memory_gib]
-                for r in res.itertuples()],
-               ["tp", "pp", "cp", "dp", "ep", "mb", "vp", "recompute", "sp", "optim", "iter_s",
-                *(["iter_low", "iter_high", "overlap"] if intervals else []), "engine_s", "mfu%", "mem_gib"])
-    if res["engine_s"].isna().any():
-        click.echo(f"engine_s: the {int(res['engine_s'].notna().sum())} fastest by the closed form re-timed on the "
-                   "engine (-: not simulated)")
-    if intervals and len(res) > 1:  # with one pick there is nothing to overlap
-        click.echo(f"~: 80% interval overlaps the fastest pick's ({res.attrs.get('overlapping_fastest', 0)} of "
-                   f"{len(res) - 1}): the model cannot tell them apart at that confidence")
-    if price is not None:
-        click.echo(f"at {price:g} per GPU-hour: {float(res['cost_per_1m_tokens'].iloc[0]):.4g} per million training "
-                   "tokens (fastest mapping)")
-    if "run" in payload:
-        r = payload["run"]
-        click.echo(f"run of {r['tokens']:.4g} tokens (fastest mapping): {r['days']:.3g} days, "
-                   f"{r['gpu_hours']:,.0f} GPU-hours" + (f", cost {r['cost']:,.0f}" if "cost" in r else ""))
+    if res is None:
+        click.echo(f"{model.name} on {gpus} GPUs ({system}), global batch {global_batch}: {own_error}; "
+                   f"{dropout_text(model, base)}; cost model {name}")
+    else:
+        click.echo(f"{model.name} on {gpus} GPUs ({system}), global batch {global_batch}: "
+                   f"{res.attrs.get('n_candidates')} mappings, {res.attrs.get('n_fit')} fit; "
+                   f"{dropout_text(model, base)}; cost model {name}")
+        _search_table(res, price, payload)
     if "compare" in payload:
         by_cost = payload["compare_ranked_by"] == "cost_per_1m_tokens"
         click.echo("\nsystems by " + ("cost per million training tokens of their fastest mapping (lowest first):"
@@ -468,6 +475,31 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                     *(["GPU-hour price", "per 1M tokens"] if prices is not None else []),
                     *(["run days"] if run_tokens is not None else []), "note"])
     roofline_note(name)
+
+
+def _search_table(res: Any, price: float | None, payload: dict[str, Any]) -> None:
+    """`llm search`'s text output of its own system: the mappings, their notes, the price and run of the fastest."""
+    intervals = "iteration_s_low" in res.columns
+    echo_table([[r.tp, r.pp, r.cp, r.dp, r.ep, r.mb, r.vp, r.recompute, "y" if r.sp else "",
+                 "dist" if r.distopt else ("fsdp" if r.fsdp else ""), r.iteration_s, *([r.iteration_s_low, r.iteration_s_high, "~" if r.overlaps_fastest else ""]
+                                  if intervals else []), "-" if r.engine_s != r.engine_s else r.engine_s,
+                 r.mfu * 100, r.memory_gib]
+                for r in res.itertuples()],
+               ["tp", "pp", "cp", "dp", "ep", "mb", "vp", "recompute", "sp", "optim", "iter_s",
+                *(["iter_low", "iter_high", "overlap"] if intervals else []), "engine_s", "mfu%", "mem_gib"])
+    if res["engine_s"].isna().any():
+        click.echo(f"engine_s: the {int(res['engine_s'].notna().sum())} fastest by the closed form re-timed on the "
+                   "engine (-: not simulated)")
+    if intervals and len(res) > 1:  # with one pick there is nothing to overlap
+        click.echo(f"~: 80% interval overlaps the fastest pick's ({res.attrs.get('overlapping_fastest', 0)} of "
+                   f"{len(res) - 1}): the model cannot tell them apart at that confidence")
+    if price is not None:
+        click.echo(f"at {price:g} per GPU-hour: {float(res['cost_per_1m_tokens'].iloc[0]):.4g} per million training "
+                   "tokens (fastest mapping)")
+    if "run" in payload:
+        r = payload["run"]
+        click.echo(f"run of {r['tokens']:.4g} tokens (fastest mapping): {r['days']:.3g} days, "
+                   f"{r['gpu_hours']:,.0f} GPU-hours" + (f", cost {r['cost']:,.0f}" if "cost" in r else ""))
 
 
 # inference commands (infer, serve, capacity) live in their own module

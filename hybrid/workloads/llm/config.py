@@ -53,7 +53,10 @@ class TrainingConfig:
     overlap_param_gather: bool = True  # distributed optimizer / FSDP parameter all-gather prefetch
     tp_comm_overlap: bool = False  # TP collectives hidden behind the adjacent GEMMs (userbuffers)
     grad_reduce_dtype: str = "fp32"  # Megatron accumulates and reduces gradients in fp32 by default
-    fsdp_param_dtype: str = "bf16"  # dtype of FSDP-gathered parameters (fp32 for PyTorch "DEFAULT" mixed prec.)
+    #: dtype of FSDP-gathered parameters (fp32 for PyTorch "DEFAULT" mixed prec.); None: the job's, fp32 for fp32
+    #: training (no mixed precision: FSDP gathers the fp32 parameters it computes with), bf16 otherwise
+    #: (:attr:`fsdp_gather_dtype`)
+    fsdp_param_dtype: str | None = None
     reserve_gib: float = 3.0  # CUDA context, NCCL buffers, allocator fragmentation (stated assumption)
     #: Megatron pads the vocabulary to a multiple of this x TP
     make_vocab_size_divisible_by: int = 128
@@ -99,7 +102,8 @@ class TrainingConfig:
                                     f"got {self.fp8_weight_cast!r}")
         object.__setattr__(self, "fp8_weight_cast", wc)
         object.__setattr__(self, "grad_reduce_dtype", normalize_dtype(self.grad_reduce_dtype))
-        object.__setattr__(self, "fsdp_param_dtype", normalize_dtype(self.fsdp_param_dtype))
+        if self.fsdp_param_dtype is not None:
+            object.__setattr__(self, "fsdp_param_dtype", normalize_dtype(self.fsdp_param_dtype))
         if isinstance(self.reserve_gib, bool) or not isinstance(self.reserve_gib, int | float) \
                 or not (np.isfinite(self.reserve_gib) and self.reserve_gib >= 0):
             raise InvalidInputError(f"reserve_gib must be >= 0, got {self.reserve_gib!r}")
@@ -161,6 +165,14 @@ class TrainingConfig:
         if self.sp and t > 1 and (s // self.cp) % t:
             raise InvalidInputError(f"sequence parallelism splits each CP rank's {s // self.cp} tokens over tp "
                                     f"({t}): they must be divisible by it")
+
+    @property
+    def fsdp_gather_dtype(self) -> str:
+        """The dtype FSDP gathers parameters in: :attr:`fsdp_param_dtype` when set, else fp32 for fp32 training and
+        bf16 for mixed precision (bf16, fp16, fp8: Transformer Engine's fp8 keeps bf16 weights)."""
+        if self.fsdp_param_dtype is not None:
+            return self.fsdp_param_dtype
+        return "fp32" if self.dtype == "fp32" else "bf16"
 
     def uses_dropout(self, model: Any) -> bool:
         """Whether the job trains with dropout: :attr:`dropout` when set, else the model's own."""

@@ -147,7 +147,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     T = b * s  # tokens per rank per microbatch
     Tn = np.where(sp, T // t, T)  # tokens of norms/dropout/residual ops (SP splits them over TP)
     h = model.hidden_size
-    kv, d = model.kv_width, model.head_dim
+    d = model.head_dim
     heads = model.num_attention_heads // t
     kvh = np.maximum(model.num_kv_heads // t, 1)
     if model.is_mla:  # training runs MLA unabsorbed: multi-head attention over 192-dim scores, 128-dim values
@@ -256,7 +256,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     # ---------------------------------------------------------------- CP: ring exchange of K and V
     if cp.max() > 1:
         m_ = cp > 1
-        kvbytes = (b * s * 2 * kv // np.maximum(t, 1) * eb).astype(np.float64) * (cp - 1)
+        # one rank's K and V: whole, replicated KV heads when TP exceeds them (kv_width_split), as it holds them
+        kvbytes = b * s * 2.0 * kv_width_split(model, t) / np.maximum(t, 1) * eb * (cp - 1)
         nodes = group_nodes_vec(cp, t, tgt.gpus_per_node, cfg.gpus)
         for role, mult in (("cpf", 1.0), ("cpb", 2.0)):
             R.add(kid[m_], role, mult, "send_recv", size_bytes=kvbytes[m_], n_ranks=2,
@@ -460,7 +461,7 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
     groups = gradient_groups(m, params)
     layer_share = pp / model.num_layers  # one layer's share of the stage's layer parameters
     per_layer = ((params["layers"] - groups.experts) * layer_share, groups.experts * layer_share)
-    pb = DTYPE_BYTES[cfg.fsdp_param_dtype]
+    pb = DTYPE_BYTES[cfg.fsdp_gather_dtype]
     for part, (n, ranks, nodes) in enumerate(groups.parts(gpn, cfg.gpus)):
         has = (ranks > 1) & (n > 0)
         plain = has & ~distopt & ~fsdp
@@ -474,13 +475,13 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
         fs = (ranks > 1) & fsdp & (per_layer[part] > 0)
         if fs.any():  # per layer: gather its parameters, reduce-scatter its gradients
             R.add(idx[fs], "fsdp_ag", 1.0, "all_gather", size_bytes=(per_layer[part] * pb)[fs], n_ranks=ranks[fs],
-                  n_nodes=nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
+                  n_nodes=nodes[fs], dtype=cfg.fsdp_gather_dtype, device=dev, system=sysk)
             R.add(idx[fs], "fsdp_rs", 1.0, "reduce_scatter", size_bytes=(per_layer[part] * gb)[fs],
                   n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
         if part == 0 and fs.any():  # embedding / output layer: dense, once
             emb = (params["max"] - params["layers"])
             R.add(idx[fs], "fsdp_emb", 1.0, "all_gather", size_bytes=(np.maximum(emb, 1.0) * pb)[fs],
-                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.fsdp_param_dtype, device=dev, system=sysk)
+                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.fsdp_gather_dtype, device=dev, system=sysk)
             R.add(idx[fs], "fsdp_emb", 1.0, "reduce_scatter", size_bytes=(np.maximum(emb, 1.0) * gb)[fs],
                   n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
     # pipeline send/recv of [b, s/cp, h] (split over TP: Megatron's scatter-gather / SP)

@@ -26,8 +26,8 @@ the fp32 cross-entropy (``4 s b h / t (1 + v / h)``).
 
 Model states per parameter (mixed precision, Adam): 16-bit weights 2 + fp32 gradient 4 + fp32 master weights 4 +
 Adam moments 8 = 18 bytes; the distributed optimizer shards the last 12 over DP (``6 + 12/dp``); FSDP shards all
-16 bytes of fp32 state over DP and adds two gathered layers (current + prefetched) of 16-bit weights and their
-gradients; with pipeline parallelism the whole stage stays gathered through the step with its gradients accumulated
+16 bytes of fp32 state over DP and adds two gathered layers (current + prefetched) of weights and their gradients
+in the gather dtype (16-bit; fp32 when training in fp32); with pipeline parallelism the whole stage stays gathered through the step with its gradients accumulated
 unsharded in the reduce dtype (torchtitan's default with PP). A stated framework reserve (CUDA context, NCCL buffers, allocator fragmentation) is added.
 """
 
@@ -146,11 +146,12 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     grads = np.where(fsdp, 4.0 * shard, 4.0 * P)
     optim = np.where(fsdp, 8.0 * shard, np.where(distopt, (8.0 + master) * shard, (8.0 + master) * P))
     layer_p = params["layers"] * pp / L
-    # FSDP: two layers gathered (the one computing and the prefetched one) with their 16-bit gradients; with PP
+    # FSDP: two layers gathered (the one computing and the prefetched one) with their gradients, both in the gather
+    # dtype (16-bit under mixed precision, fp32 for fp32 training); with PP
     # the whole stage stays gathered through the step, its gradients accumulated unsharded in the reduce dtype
     # (torchtitan / PyTorch pipelining, see schedule.py)
-    pb, gb = DTYPE_BYTES[cfg.fsdp_param_dtype], DTYPE_BYTES[cfg.grad_reduce_dtype]
-    gathered = np.where(fsdp, np.where(pp > 1, P * (pb + gb), 2 * layer_p * (2.0 + 2.0)), 0.0)
+    pb, gb = DTYPE_BYTES[cfg.fsdp_gather_dtype], DTYPE_BYTES[cfg.grad_reduce_dtype]
+    gathered = np.where(fsdp, np.where(pp > 1, P * (pb + gb), 2 * layer_p * (pb + pb)), 0.0)
     # ------------------------------------------------------------------ activations
     stored, full_layer = activation_bytes_per_token(model, cfg, tp, sp, rc, seq)
     if fp32:  # the formulas count 2-byte activations (dropout masks are counted twice here: a small excess)

@@ -225,8 +225,9 @@ def memory_remedies(model: TransformerConfig, cfg: TrainingConfig, system: str, 
         options.append(("--micro-batch 1", {"mb": 1}))
     if cfg.recompute == "none" and not cfg.flash_attention:  # FlashAttention stores no scores: selective = none
         options.append(("--recompute selective", {"recompute": "selective"}))
-    if sharded and not cfg.fsdp:
-        options.append(("--fsdp", {"fsdp": True, "distopt": False}))
+    if sharded and not cfg.fsdp:  # the two are exclusive: a job with the distributed optimizer must drop it
+        options.append(("--fsdp (dropping --distributed-optimizer)" if cfg.distributed_optimizer else "--fsdp",
+                        {"fsdp": True, "distopt": False}))
     if cfg.recompute != "full":
         options.append(("--recompute full", {"recompute": "full"}))
     if not options:
