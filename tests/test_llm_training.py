@@ -1487,3 +1487,28 @@ def test_fp32_fsdp_gathers_fp32_parameters():
     assert len(ag) == 1 and ag["dtype"].iloc[0] == "fp32"
     layer_params = m.param_counts()["layers_total"] / m.num_layers
     assert ag["size_bytes"].iloc[0] == pytest.approx(4 * layer_params)
+
+
+def test_search_counts_the_reserve_train_and_memory_count(capsys):
+    """`llm search --reserve-gib`: a mapping fits only with the framework reserve left free, as `llm train` /
+    `llm memory` judge it (the search assumed 3 GiB whatever those were told): a 40 GiB reserve leaves fewer
+    mappings, each within the GPU's memory with the reserve counted, and `llm memory` agrees on the fastest."""
+    base = ["llm", "search", "llama2-13b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--json"]
+    assert main(base) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert main([*base, "--reserve-gib", "40"]) == 0
+    tight = json.loads(capsys.readouterr().out)
+    assert 0 < tight["fitting"] < default["fitting"]
+    best = tight["mappings"][0]
+    assert best["memory_gib"] <= 80.0
+    args = ["llm", "memory", "llama2-13b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--json",
+            "--tp", str(best["tp"]), "--pp", str(best["pp"]), "--cp", str(best["cp"]), "--vp", str(best["vp"]),
+            "--micro-batch", str(best["mb"]), "--recompute", best["recompute"], "--reserve-gib", "40",
+            *(["--sp"] if best["sp"] else []), *(["--distributed-optimizer"] if best["distopt"] else []),
+            *(["--fsdp"] if best["fsdp"] else [])]
+    assert main(args) == 0
+    mem = json.loads(capsys.readouterr().out)
+    assert mem["fits"] and mem["memory_gib"]["total"] == pytest.approx(best["memory_gib"], rel=1e-6)
+    assert mem["memory_gib"]["reserve"] == 40.0
+    assert main([*base, "--reserve-gib", "-1"]) == 2
+    assert "reserve_gib must be >= 0" in capsys.readouterr().err

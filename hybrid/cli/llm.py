@@ -291,6 +291,9 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto", show_default=True,
               help=SOFTMAX_HELP)
 @click.option("--dropout/--no-dropout", default=None, help=DROPOUT_HELP)
+@click.option("--reserve-gib", type=float, default=3.0, show_default=True,
+              help="Framework reserve per GPU (CUDA context, NCCL, fragmentation), as `llm train` / `llm memory` "
+                   "count it: what a mapping must leave free to fit.")
 @click.option("--top", type=int, default=10, show_default=True)
 @click.option("--max-cp", type=int, default=8, show_default=True,
               help="Largest context-parallel degree searched (1: no CP).")
@@ -306,7 +309,8 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @model_options
 def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: int | None, dtype: str,
-               fp8_weight_cast: str, no_flash_attention: bool, softmax: str, dropout: bool | None, top: int, max_cp: int, no_fsdp: bool, no_ep: bool,
+               fp8_weight_cast: str, no_flash_attention: bool, softmax: str, dropout: bool | None, reserve_gib: float,
+               top: int, max_cp: int, no_fsdp: bool, no_ep: bool,
                compare: str | None, gpu_hour_price: str | None, train_tokens: str | None, as_json: bool,
                model_ref: str | None, tracking_uri: str | None) -> None:
     """Every (tp, pp, cp, dp, ep, micro-batch, vp, recompute, SP, distributed optimizer or FSDP) mapping that
@@ -333,7 +337,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         raise InvalidInputError(f"--top must be positive, got {top}")
     model = load_model(model_name)
     base = search_base(gpus, global_batch, seq_length=seq, dtype=dtype, flash_attention=not no_flash_attention,
-                       softmax=softmax, fp8_weight_cast=fp8_weight_cast, dropout=dropout)
+                       softmax=softmax, fp8_weight_cast=fp8_weight_cast, dropout=dropout, reserve_gib=reserve_gib)
     cost_model, name = load_cost_model(model_ref, tracking_uri)
     if max_cp <= 0:
         raise InvalidInputError(f"--max-cp must be positive, got {max_cp}")
