@@ -1512,3 +1512,20 @@ def test_search_counts_the_reserve_train_and_memory_count(capsys):
     assert mem["memory_gib"]["reserve"] == 40.0
     assert main([*base, "--reserve-gib", "-1"]) == 2
     assert "reserve_gib must be >= 0" in capsys.readouterr().err
+
+
+def test_allow_oom_predicts_and_still_says_what_makes_it_fit(capsys):
+    """`llm train --allow-oom` on a job that does not fit: predicted, with the same remedies the refusal and
+    `llm memory` give (`fits_with` in --json, after the reason in text); a job that fits has no such key."""
+    job = ["llama2-13b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32"]
+    assert main(["llm", "memory", *job, "--json"]) == 0
+    remedies = json.loads(capsys.readouterr().out)["fits_with"]
+    assert remedies and remedies[0]["flags"] == "--fsdp"
+    assert main(["llm", "train", *job, "--allow-oom", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fits"] is False and out["fits_with"] == remedies
+    assert main(["llm", "train", *job, "--allow-oom"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("memory per GPU"))
+    assert "it fits with --fsdp (" in line
+    assert main(["llm", "train", *job, "--fsdp", "--json"]) == 0
+    assert "fits_with" not in json.loads(capsys.readouterr().out)

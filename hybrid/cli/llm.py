@@ -173,11 +173,13 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
 
         prices = parse_gpu_hour_prices(gpu_hour_price, model_catalog(cost_model, default_catalog()))
     pred = predict_training(model, cfg, kw["system"], cost_model, name)
-    if not pred.fits and not allow_oom:
-        raise InvalidInputError(f"mapping does not fit: {pred.fit_reason}; "
-                                f"{remedy_text(memory_remedies(model, cfg, kw['system'], model_catalog(cost_model)))} "
+    remedies = None if pred.fits else memory_remedies(model, cfg, kw["system"], model_catalog(cost_model))
+    if remedies is not None and not allow_oom:
+        raise InvalidInputError(f"mapping does not fit: {pred.fit_reason}; {remedy_text(remedies)} "
                                 "(--allow-oom predicts anyway)")
     summary = pred.summary()
+    if remedies is not None:  # --allow-oom: predicted anyway, with what would make it fit (as `llm memory` says)
+        summary["fits_with"] = remedies
     for note in pred.notes:
         click.echo(f"warning: {note}", err=True)
     price = prices.price(pred.target.system, pred.target.device) if prices is not None else None
@@ -221,7 +223,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
                ["part", "seconds", "% of iteration"])
     click.echo(f"closed-form bubble (pp-1)/vp x t_stage: {pred.bubble_closed_form_s:.3f} s")
     click.echo(f"memory per GPU: {pred.memory['total']:.1f} GiB of {pred.memory['capacity']:.0f} "
-               f"({pred.fit_reason})")
+               f"({pred.fit_reason}" + ("" if remedies is None else f"; {remedy_text(remedies)}") + ")")
     click.echo("placement: " + "; ".join(f"{k}: {v}" for k, v in pred.placement.items() if v != "none"))
     click.echo(f"FLOPs: {summary['flops_formula']}")
     if summary.get("cost_per_1m_tokens") is not None:
