@@ -251,3 +251,30 @@ def test_overheads_file_refuses_booleans(tmp_path):
         load_overheads(tmp_path / "ov.json")
     (tmp_path / "ov.json").write_text('{"kernel_launch_us": "7"}')
     assert load_overheads(tmp_path / "ov.json").to_dict()["kernel_launch_us"] == 7.0
+
+
+def test_saved_host_constants_are_strict_json(tmp_path):
+    """A constant the fit cannot identify has an infinite standard error; the saved file said `Infinity`, which
+    Python reads but strict JSON parsers (RFC 8259: JavaScript's JSON.parse, Go's encoding/json) refuse. It is
+    null there now, as in every `--json` output, and the file still loads."""
+    import json
+    import math
+
+    from hybrid.bench.validate import ValidationReport, load_overheads, save_fitted_overheads
+
+    report = ValidationReport(
+        table=table(), errors={}, success={},
+        in_sample={"overheads_us": {"kernel_launch_us": 5.0, "optimizer_step_us": 80.0},
+                   "fit": {"params": {"optimizer_step_us": 80.0}, "se_us": {"optimizer_step_us": math.inf,
+                                                                            "launch_us": float("nan")},
+                           "identified": {"optimizer_step_us": False}},
+                   "geomean_pct": 4.0})
+    path = save_fitted_overheads(report, tmp_path / "ov.json", source="runs.csv")
+
+    def refuse(token: str) -> None:
+        raise ValueError(f"not strict JSON: {token}")
+
+    doc = json.loads(path.read_text(), parse_constant=refuse)
+    assert doc["fit"]["se_us"] == {"optimizer_step_us": None, "launch_us": None}
+    assert doc["fit"]["identified"] == {"optimizer_step_us": False}
+    assert load_overheads(path).to_dict()["optimizer_step_us"] == 80.0

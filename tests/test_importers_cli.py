@@ -158,3 +158,21 @@ def test_an_unknown_device_option_is_the_option_s_error(shared_datasets, tmp_pat
     err = capsys.readouterr().err
     assert rc == 2 and "error: --device: unknown device 'H1OO'; closest known" in err, err
     assert "pass --device" not in err and not (tmp_path / "m.csv").exists()
+
+
+def test_imported_columns_in_schema_order_extras_last(shared_datasets, tmp_path, capsys):
+    """docs/schema.md: importers' extra columns are kept at the end. Files of several op families were concatenated
+    in order of appearance, so Vidur's `model`, `tp`, `num_tokens` sat before the elementwise columns and
+    NeuSight's norm / elementwise columns after the provenance ones."""
+    from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS
+
+    order = [c.name for c in COLUMNS]
+    for fmt, path in (("vidur-compute", "vidur/data/profiling/compute/a100"),
+                      ("neusight", "neusight/test-dev")):
+        out = tmp_path / f"{fmt}.csv"
+        assert main(["data", "import", fmt, str(shared_datasets / path), "-o", str(out), "--quiet"]) == 0
+        capsys.readouterr()
+        columns = list(pd.read_csv(out, nrows=0).columns)
+        canonical = [c for c in columns if c in COLUMN_BY_NAME]
+        assert canonical == [c for c in order if c in canonical], (fmt, columns)
+        assert columns[:len(canonical)] == canonical, (fmt, columns)  # extras (Vidur's model, tp, ...) last

@@ -1529,3 +1529,14 @@ def test_allow_oom_predicts_and_still_says_what_makes_it_fit(capsys):
     assert "it fits with --fsdp (" in line
     assert main(["llm", "train", *job, "--fsdp", "--json"]) == 0
     assert "fits_with" not in json.loads(capsys.readouterr().out)
+
+
+def test_search_explains_an_mfu_above_100_percent(capsys):
+    """`hybrid llm search` (and its --compare table) printed 102% MFU for the 8k-token job above with no word on
+    why, while `llm train` explains it; a search that shows none above 100% says nothing."""
+    args = ["llm", "search", "llama3-8b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "64", "--top", "2"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "102." in text and "MFU above 100% because model FLOPs count the full s x s attention scores" in text
+    assert main([*args[:-2], "--seq", "1024", "--top", "2"]) == 0
+    assert "MFU above 100%" not in capsys.readouterr().out

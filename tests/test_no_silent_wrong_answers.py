@@ -160,6 +160,15 @@ def test_probe_timeout_is_configurable(monkeypatch):
     monkeypatch.setenv(PROBE_TIMEOUT_ENV, "soon")
     with pytest.raises(InvalidInputError, match=PROBE_TIMEOUT_ENV):
         probe_timeout_s()
+    # `inf` (wait forever) and 1e10 s passed the check and crashed the probe's socket deadline with "OverflowError:
+    # timestamp out of range for platform time_t"; nan was called not positive
+    for raw in ("inf", "1e10", "nan"):
+        monkeypatch.setenv(PROBE_TIMEOUT_ENV, raw)
+        with pytest.raises(InvalidInputError, match=rf"\${PROBE_TIMEOUT_ENV} must be a finite number of seconds up "
+                                                    rf"to 86400 .*got '{raw}'"):
+            probe_timeout_s()
+    monkeypatch.setenv(PROBE_TIMEOUT_ENV, "86400")
+    assert probe_timeout_s() == 86400
 
 
 def test_mlflow_http_retries_are_bounded_only_while_hybrid_runs(monkeypatch):

@@ -419,3 +419,21 @@ def test_device_name_and_default_output_errors_come_before_any_measurement(tmp_p
         run_profile(ProfileOptions(**{**opts.__dict__, "device_name": "lab box"}), log=said.append)
     assert not said, said  # nothing measured ("measuring ceilings ...")
     assert (tmp_path / "profile-lab-box" / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_run_with_every_case_already_measured_says_how_many(tmp_path):
+    """`hybrid profile --skip-existing B` where B holds every configuration of the families asked for: the error
+    said "see the log", and the log said nothing of them; it names the count, the tables and what to do now."""
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+    from hybrid.errors import HybridError
+
+    opts = ProfileOptions(quick=True, families=("softmax",), progress=False, force_cpu=True,
+                          device_name="lab-box")
+    first = run_profile(opts, tmp_path / "a")
+    said: list[str] = []
+    with pytest.raises(HybridError, match=rf"all {len(first.table)} configuration\(s\) of softmax .* already in "
+                                          r"--skip-existing .*a"):
+        run_profile(ProfileOptions(**{**opts.__dict__, "skip_existing": (str(tmp_path / "a"),)}), tmp_path / "b",
+                    log=said.append)
+    assert any(f"{len(first.table)} configuration(s) already in --skip-existing" in m for m in said), said
+    assert not (tmp_path / "b").exists()

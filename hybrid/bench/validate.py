@@ -421,7 +421,22 @@ def save_fitted_overheads(report: ValidationReport, path: str | os.PathLike, sou
     doc = {"overheads_us": ins["overheads_us"], "fit": ins.get("fit"), "fitted_on": str(source),
            "n_runs": int(len(report.table)), "n_configs": int(report.table["config_name"].nunique()),
            "in_sample_geomean_pct": ins.get("geomean_pct")}
-    return write_text(Path(path), json.dumps(doc, indent=1, default=float) + "\n")
+    # a constant the runs do not identify has an infinite standard error: null, as the CLI's --json writes it, since
+    # `Infinity` / `NaN` are not JSON and strict parsers (JavaScript, Go) refuse the whole file
+    return write_text(Path(path), json.dumps(_finite_or_null(doc), indent=1, allow_nan=False, default=float) + "\n")
+
+
+def _finite_or_null(value: Any) -> Any:
+    """``value`` with every non-finite float (NumPy scalars included) as None, recursively through dicts and lists."""
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_finite_or_null(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, (np.integer, np.bool_)):
+        return value.item()
+    return value
 
 
 def _in_sample_fit(table: pd.DataFrame, graphs: list[Any], predictor: EnginePredictor, k: float) -> dict[str, Any]:

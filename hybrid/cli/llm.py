@@ -480,6 +480,12 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                    ["system", "device", "fastest mapping", "iter_s", "tokens/s/GPU", "mfu%",
                     *(["GPU-hour price", "per 1M tokens"] if prices is not None else []),
                     *(["run days"] if run_tokens is not None else []), "note"])
+    shown_mfu = ([] if res is None else [float(res["mfu"].max())]) + [
+        r["mfu"] for r in payload.get("compare", []) if r["mfu"] is not None]
+    if shown_mfu and max(shown_mfu) > 1.0:  # as `llm train` says it, per mapping there (with its causal-FLOP MFU)
+        click.echo("note: MFU above 100% because model FLOPs count the full s x s attention scores (Megatron's "
+                   "convention) while causal attention kernels compute about half of them; `hybrid llm train` with a "
+                   "mapping gives its MFU counting only those (mfu_causal)")
     roofline_note(name)
 
 

@@ -53,6 +53,9 @@ LOCK_TIMEOUT_S = 300.0
 #: Seconds to wait for a tracking server to accept a connection (environment override of the default).
 PROBE_TIMEOUT_ENV = "HYBRID_TRACKING_TIMEOUT"
 DEFAULT_PROBE_TIMEOUT_S = 5.0
+#: The longest wait :data:`PROBE_TIMEOUT_ENV` may ask for: far beyond any server that answers at all, and far below
+#: the deadlines that overflow the platform's time_t (``inf``, 1e10 s).
+MAX_PROBE_TIMEOUT_S = 86400.0
 #: MLflow HTTP settings used while hybrid talks to a server, unless the user set them: MLflow's defaults
 #: (7 retries with exponential backoff, 120 s timeout) keep a command silent for many minutes.
 HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -202,8 +205,11 @@ def probe_timeout_s() -> float:
         value = float(raw)
     except ValueError:
         raise InvalidInputError(f"${PROBE_TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
-    if not value > 0:
+    if value <= 0:
         raise InvalidInputError(f"${PROBE_TIMEOUT_ENV} must be positive, got {raw!r}")
+    if not value <= MAX_PROBE_TIMEOUT_S:  # nan, inf, 1e10: the probe's socket deadline overflowed time_t
+        raise InvalidInputError(f"${PROBE_TIMEOUT_ENV} must be a finite number of seconds up to "
+                                f"{MAX_PROBE_TIMEOUT_S:.0f} (a day), got {raw!r}")
     return value
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.data.schema import validate
+from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, validate
 from hybrid.errors import HybridError, ImportFormatError, SchemaError, UnknownDeviceError
 from hybrid.hardware.catalog import Catalog, default_catalog
 
@@ -237,4 +237,8 @@ def concat(frames: list[pd.DataFrame], what: str) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     if not frames:
         raise ImportFormatError(f"no rows imported ({what})")
-    return pd.concat(frames, ignore_index=True, sort=False)
+    table = pd.concat(frames, ignore_index=True, sort=False)
+    # the union of the files' columns in schema order, extras last, as :func:`validate` orders one file's (files of
+    # other op families add their shape columns after the first file's extras and provenance otherwise)
+    extra = [c for c in table.columns if c not in COLUMN_BY_NAME]
+    return table[[c.name for c in COLUMNS if c.name in table.columns] + extra]

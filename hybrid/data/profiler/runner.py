@@ -255,9 +255,19 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
             system_key = None
         durations["collective"] = time.perf_counter() - t0
 
-    if not rows and not kernel_rows:
-        raise HybridError("the profile produced no measurements (every case was skipped or already in "
-                          "--skip-existing; see the log)")
+    kernel_families = [f for f in opts.families if f != "collective"]
+    if opts.skip_existing and kernel_families:
+        say(f"{n_known} configuration(s) already in --skip-existing, not measured again")
+    if not rows and not kernel_rows:  # name what left nothing to measure: the log says no more than this
+        why = []
+        if n_known:
+            why.append(f"{'' if skipped else 'all '}{n_known} configuration(s) of {', '.join(kernel_families)} "
+                       f"are already in --skip-existing {', '.join(opts.skip_existing)}")
+        if skipped:
+            why.append(f"{len(skipped)} case(s) failed and were skipped (first: {skipped[0]['reason']})")
+        hint = (" (measure other families with --only, or leave out --skip-existing to measure these again)"
+                if n_known else "")
+        raise HybridError(f"the profile produced no measurements: {'; '.join(why) or 'no case to measure'}{hint}")
     # kernel times alone (every configuration already in --skip-existing): the eager table is a header only
     table = _finish_table(backend, device_key, rows) if rows else pd.DataFrame(columns=["device", "op", "time_us"])
     kernel_table = None
