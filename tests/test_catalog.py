@@ -814,3 +814,18 @@ def test_a_system_named_like_a_device_is_refused_at_load(tmp_path: Path, monkeyp
     cat = default_catalog([])
     with pytest.raises(InvalidInputError, match="also names device"):
         cat.with_system(dataclasses.replace(cat.system("DGX-H100"), key="V100-SXM2-32GB", aliases=()))
+
+
+def test_an_alias_two_entries_claim_names_the_catalog_file_that_made_the_clash(tmp_path):
+    """A site catalog giving a device an alias another device holds: refused naming that file, as every other
+    catalog-file error does (it named only the two entries)."""
+    from hybrid.hardware.catalog import Catalog
+
+    site = tmp_path / "site.toml"
+    site.write_text('[devices.T4]\naliases = ["H100"]\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=rf"^catalog file {re.escape(str(site))}: device alias 'H100' is "
+                                                r"claimed by both"):
+        Catalog.load(site)
+    site.write_text('[systems.DGX-A100]\naliases = ["DGX-H100"]\nhost_mem_borrowed_by = []\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=rf"^catalog file {re.escape(str(site))}: system alias 'DGX-H100'"):
+        Catalog.load(site)

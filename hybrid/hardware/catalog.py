@@ -200,7 +200,10 @@ class Catalog:
                 origin[("system", key)] = p
         devices = {k: _from_entry(Device.from_entry, "device", k, v, origin) for k, v in dev_entries.items()}
         systems = {k: _from_entry(System.from_entry, "system", k, v, origin) for k, v in sys_entries.items()}
-        known = cls(devices, {}) if origin else None  # the packaged entries agree (tests/test_catalog.py)
+        try:
+            known = cls(devices, {}) if origin else None  # the packaged entries agree (tests/test_catalog.py)
+        except AliasClashError as exc:
+            raise _named_clash(exc, origin) from None
         for key, sys in systems.items() if known is not None else ():
             # what __init__ refuses, said here with the file and the closest names
             if known.resolve_device(sys.device, missing_ok=True) is None:
@@ -209,7 +212,10 @@ class Catalog:
                 raise InvalidInputError(f"{where}system {key!r} names unknown device {sys.device!r}"
                                         + (f" (closest known: {close})" if close else ""))
         if known is not None:  # a name shared by a system and a device: refused naming the file that made it
-            whole = cls(devices, systems, check_names=False)
+            try:
+                whole = cls(devices, systems, check_names=False)
+            except AliasClashError as exc:
+                raise _named_clash(exc, origin) from None
             for key in systems:
                 clash = whole.name_clash([key])
                 if clash is not None:
@@ -394,6 +400,15 @@ class Catalog:
         return self.with_device(replace(dev, **fields))
 
 
+class AliasClashError(InvalidInputError):
+    """Two catalog entries of one kind answer to the same name; ``what`` (device / system) and ``keys`` (both
+    entries, the later last) let :meth:`Catalog.load` name the catalog file that made the clash."""
+
+    def __init__(self, message: str, what: str, keys: tuple[str, str]) -> None:
+        super().__init__(message)
+        self.what, self.keys = what, keys
+
+
 def _build_index(entries: Iterable[Device | System], what: str) -> dict[str, str]:
     index: dict[str, str] = {}
     for entry in entries:
@@ -403,9 +418,17 @@ def _build_index(entries: Iterable[Device | System], what: str) -> dict[str, str
                 continue
             other = index.get(norm)
             if other is not None and other != entry.key:
-                raise InvalidInputError(f"{what} alias {name!r} is claimed by both {other!r} and {entry.key!r}")
+                raise AliasClashError(f"{what} alias {name!r} is claimed by both {other!r} and {entry.key!r}", what,
+                                      (other, entry.key))
             index[norm] = entry.key
     return index
+
+
+def _named_clash(exc: AliasClashError, origin: dict[tuple[str, str], Path]) -> InvalidInputError:
+    """``exc`` prefixed with the catalog file that set one of the two entries (the later one first), as the other
+    errors of :meth:`Catalog.load` name theirs."""
+    where = next((origin[(exc.what, k)] for k in reversed(exc.keys) if (exc.what, k) in origin), None)
+    return InvalidInputError(f"catalog file {where}: {exc}" if where is not None else str(exc))
 
 
 def _close_names(name: str, index: dict[str, str], entries: dict[str, Any]) -> list[str]:
