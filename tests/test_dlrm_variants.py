@@ -196,6 +196,20 @@ def test_gpu_benchmark_skips_runs_with_fractional_counts(shared_datasets):
     assert skipped == {"node or accelerator count not a whole number": 2, "no global batch": 1}
 
 
+def test_gpu_benchmark_skips_runs_with_fewer_samples_than_gpus(shared_datasets):
+    """A global batch below the GPU count (a garbage node count, say) was rounded up to one sample per GPU: a run
+    with 4x the published batch was predicted, and 1e9 nodes built a rank tuple of 4e9 entries (MemoryError)."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    odd = pd.concat([row, row.assign(global_batch_size=1), row.assign(nodes=1e9)])
+    runs, skipped = bench.map_mlperf(odd, default_catalog())
+    assert len(runs) == 1 and runs["global_batch"].iloc[0] == int(row["global_batch_size"].iloc[0])
+    assert skipped == {"global batch smaller than the GPU count (fewer than one sample per GPU)": 2}
+
+
 def test_gpu_benchmark_names_the_accelerator_it_cannot_map(shared_datasets):
     """Later rounds' accelerators map by their published spelling (H200 in its SXM5 spelling too); one the catalog
     lacks is counted under its own name, so the reader knows which to add."""

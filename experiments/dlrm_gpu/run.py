@@ -212,6 +212,9 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
         if not (np.isfinite(batch) and batch > 0 and batch == round(batch)):
             skipped["no global batch"] += 1
             continue
+        if batch < gpn * nodes:  # (rounded up to a sample per GPU it priced another batch; 1e9 nodes: MemoryError)
+            skipped["global batch smaller than the GPU count (fewer than one sample per GPU)"] += 1
+            continue
         family = framework_family(getattr(r, "framework", ""))
         variant = mlperf_variant(r)
         rows.append({"source": f"MLPerf {r.mlperf_version}", "round": str(r.mlperf_version),
