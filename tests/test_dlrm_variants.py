@@ -210,6 +210,20 @@ def test_gpu_benchmark_skips_runs_with_fewer_samples_than_gpus(shared_datasets):
     assert skipped == {"global batch smaller than the GPU count (fewer than one sample per GPU)": 2}
 
 
+def test_gpu_benchmark_tells_garbage_counts_from_cpu_only_runs(shared_datasets):
+    """A node count that is no number or a negative GPU count was counted as a CPU-only run."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv").astype({"nodes": object})
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    odd = pd.concat([row.assign(nodes="abc"), row.assign(acc_per_node=-8), row.assign(nodes=-1),
+                     row.assign(acc_per_node=0, accelerator=None), row.assign(acc_per_node=float("nan"))])
+    runs, skipped = bench.map_mlperf(odd, default_catalog())
+    assert len(runs) == 0
+    assert skipped == {"malformed node or accelerator count": 3, "no accelerators (CPU-only run)": 2}
+
+
 def test_gpu_benchmark_names_the_accelerator_it_cannot_map(shared_datasets):
     """Later rounds' accelerators map by their published spelling (H200 in its SXM5 spelling too); one the catalog
     lacks is counted under its own name, so the reader knows which to add."""

@@ -196,7 +196,10 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
             skipped["no per-iteration time"] += 1
             continue
         if not (np.isfinite(gpn) and gpn > 0 and np.isfinite(nodes) and nodes > 0):
-            skipped["no accelerators (CPU-only run)"] += 1
+            # CPU-only rows leave the accelerator count empty or 0; a count that is no number or negative is garbage
+            garbage = any((pd.notna(raw) and not np.isfinite(v)) or v < 0
+                          for raw, v in ((r.acc_per_node, gpn), (r.nodes, nodes)))
+            skipped["malformed node or accelerator count" if garbage else "no accelerators (CPU-only run)"] += 1
             continue
         if gpn != round(gpn) or nodes != round(nodes):  # 0.5 nodes was 0 nodes of 4 GPUs: no run to predict
             skipped["node or accelerator count not a whole number"] += 1
