@@ -224,6 +224,23 @@ def test_gpu_benchmark_tells_garbage_counts_from_cpu_only_runs(shared_datasets):
     assert skipped == {"malformed node or accelerator count": 3, "no accelerators (CPU-only run)": 2}
 
 
+def test_gpu_benchmark_skips_rows_of_another_benchmark(shared_datasets):
+    """A row whose benchmark column or result directory names another MLPerf benchmark (BERT rows put in the DLRM
+    format) was predicted as the DLRM of its round."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    odd = pd.concat([row, row.assign(file="ASUSTeK/results/ESCN4A-E11/bert/result_0.txt"),
+                     row.assign(benchmark="bert"), row.assign(benchmark="dlrm_dcnv2"),
+                     row.assign(benchmark="DLRM", file="x/dlrm/result_1.txt"),
+                     row.assign(file="NVIDIA/logs/dgxa100_n8.log")])  # no result directory: names no benchmark
+    runs, skipped = bench.map_mlperf(odd, default_catalog())
+    assert list(runs["variant"]) == ["mlperf", "mlperf-dcnv2", "mlperf", "mlperf"]
+    assert skipped == {"not a DLRM run (benchmark bert)": 2}
+
+
 def test_gpu_benchmark_names_the_accelerator_it_cannot_map(shared_datasets):
     """Later rounds' accelerators map by their published spelling (H200 in its SXM5 spelling too); one the catalog
     lacks is counted under its own name, so the reader knows which to add."""
