@@ -58,6 +58,19 @@ def test_dcnv2_variant_has_cross_layers_and_multi_hot_lookups():
         dlrm_variant("dcnv2", dcn_layers=0)
 
 
+def test_dcnv2_cross_layers_have_one_bias_per_layer():
+    """TorchRec's LowRankCrossNet (the DCNv2 reference) computes x_0 * (W (V x_l) + b) + x_l: V has no bias. The
+    model counted one on V too (3 x 512 parameters), in its parameter count, memory and DDP all-reduce bytes."""
+    cfg = dlrm_variant("dcnv2", gpus=8, batch_size_per_gpu=8192, dtype="fp16")
+    bottom = 13 * 512 + 512 + 512 * 256 + 256 + 256 * 128 + 128
+    cross = 3 * (3456 * 512 + 512 * 3456 + 3456)
+    top = 3456 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 512 + 512 + 512 * 256 + 256 + 256 + 1
+    assert cfg.dense_params() == bottom + cross + top == 16_044_545
+    g = build_dlrm_graph(cfg, size_lookup_greedy(cfg, capacity=1e18)).graph
+    ddp = [a["bytes"] for n, a in zip(g._names, g._args, strict=True) if n.startswith("ddp all_reduce bucket")]
+    assert sum(ddp) / 8 == cfg.dense_params() * 2  # one node per rank and bucket; fp16 gradients
+
+
 def test_dle_variants_have_the_published_model_sizes():
     for name, size in DLE_MODEL_BYTES.items():
         cfg = dlrm_variant(name)

@@ -442,6 +442,13 @@ class DLRMConfig:
         """True for the DCNv2 cross-layer linears of :meth:`mlp_layers` (no ReLU after them)."""
         return name.startswith("dcn")
 
+    @staticmethod
+    def layer_bias(name: str, out_features: int) -> int:
+        """Bias parameters of the linear ``name`` of :meth:`mlp_layers`: one per output, except a low-rank cross
+        layer's down-projection V (TorchRec's ``LowRankCrossNet``: x_0 * (U (V x_l) + b) + x_l, one bias per
+        layer, on U)."""
+        return 0 if name.startswith("dcn") and name.endswith("_v") else out_features
+
     def table(self, name: str) -> TableConfig:
         for t in self.tables:
             if t.name == name:
@@ -470,7 +477,7 @@ class DLRMConfig:
 
     def dense_params(self) -> int:
         """Parameters of the MLPs (weights + biases)."""
-        return sum(i * o + o for _, i, o in self.mlp_layers())
+        return sum(i * o + self.layer_bias(n, o) for n, i, o in self.mlp_layers())
 
     def with_(self, **changes: Any) -> DLRMConfig:
         """A copy with fields replaced (re-validated); e.g. ``config.with_(gpus=16, plan=None)``."""
