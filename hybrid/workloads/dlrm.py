@@ -41,7 +41,7 @@ import numpy as np
 import yaml
 
 from hybrid.atomic import write_text
-from hybrid.errors import InvalidInputError, WorkloadWarning
+from hybrid.errors import InvalidInputError, OutputPathError, WorkloadWarning
 from hybrid.sharding.plan import ShardingPlan
 from hybrid.units import normalize_dtype
 
@@ -115,10 +115,16 @@ DOCUMENT_SUFFIXES = (".json", ".yaml", ".yml")
 
 def check_document_path(path: str | os.PathLike) -> Path:
     """``path`` as a :class:`Path` if it names a document :func:`write_document` writes (:data:`DOCUMENT_SUFFIXES`);
-    else a clear error (call it before the work that produces the document)."""
+    else a clear error (call it before the work that produces the document): another suffix, or a path under a
+    file (the write would fail only once the work is done)."""
     p = Path(path)
     if p.suffix.lower() not in DOCUMENT_SUFFIXES:
         raise InvalidInputError(f"output {p}: use a .json, .yaml or .yml file name")
+    ancestor = p.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise OutputPathError(f"cannot write output {p}: {ancestor} is a file, not a directory")
     return p
 
 
