@@ -146,6 +146,17 @@ def test_cli_shard_refuses_an_output_under_a_file_before_searching(small_config,
     assert "searching sharding plans" not in err
 
 
+def test_cli_a_bad_rank_count_names_the_option_not_the_config(small_config, capsys):
+    """simulate --gpus 0 blamed the config file ('dlrm.yaml: gpus must be a positive integer'), bench dlrm
+    --ranks -2 a config key the user never wrote; shard already named its option."""
+    for args, option in ((["simulate", str(small_config), "--gpus", "0"], "--gpus"),
+                         (["shard", str(small_config), "--gpus", "-1"], "--gpus"),
+                         (["bench", "dlrm", str(small_config), "--ranks", "-2"], "--ranks")):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"error: {option} must be positive, got" in err and "dlrm.yaml" not in err, err
+
+
 def test_cli_simulate_trace(small_config, tmp_path, capsys):
     plan = ShardingPlan.from_dict({f"t{i}": i % 8 for i in range(24)})
     plan_path = plan.save(tmp_path / "plan.json")

@@ -42,6 +42,8 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
     from hybrid.sharding.plan import ShardingPlan
     from hybrid.workloads.dlrm import DLRMConfig, load_document
 
+    if ranks is not None and ranks <= 0:  # the option's error, not the config's `gpus`
+        raise InvalidInputError(f"--ranks must be positive, got {ranks}")
     doc = load_document(config_path, what="DLRM config")
     file_plan = doc.pop("plan", None) if isinstance(doc, dict) else None
     config = DLRMConfig.from_dict(doc, gpus=ranks)
