@@ -311,6 +311,22 @@ def test_config_files_can_name_a_variant(tmp_path):
         DLRMConfig.from_file(path)
 
 
+def test_a_variants_embedding_dim_override_reaches_its_tables(tmp_path):
+    """`variant: mlperf` + `embedding_dim: 64` left every table at 128 (the variant's tables carry their width)
+    while the config said 64: the override was silently dropped. It now sets the variant's tables' width, so a
+    dot interaction also needs the bottom MLP's output to match (a clear error, not a silent 128)."""
+    path = tmp_path / "v.yaml"
+    path.write_text("variant: mlperf\nembedding_dim: 64\nbottom_mlp: [512, 256, 64]\n")
+    cfg = DLRMConfig.from_file(path)
+    assert {t.embedding_dim for t in cfg.tables} == {64} and cfg.num_tables == 26
+    assert cfg.tables[0].num_embeddings == dlrm_variant("mlperf").tables[0].num_embeddings
+    path.write_text("variant: mlperf\nembedding_dim: 64\n")
+    with pytest.raises(InvalidInputError, match=r"embedding_dim == bottom_mlp\[-1\] \(128\)"):
+        DLRMConfig.from_file(path)
+    lib = dlrm_variant("mlperf", embedding_dim=64, bottom_mlp=(512, 256, 64))
+    assert lib.tables == cfg.tables
+
+
 def test_model_parallel_bottom_mlp_runs_on_one_rank_with_the_global_batch():
     dle = dlrm_variant("dle-large", system="DGX-1", gpus=8, batch_size_per_gpu=8192)
     assert dle.bottom_mlp_placement == "model_parallel"

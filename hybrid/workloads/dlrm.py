@@ -501,13 +501,10 @@ class DLRMConfig:
         _check_keys(data, (*cls.FIELDS, "variant"), "DLRM config")
         doc = dict(data)
         if "variant" in doc:  # a published model by name (hybrid.workloads.dlrm_variants); other keys override
-            from hybrid.workloads.dlrm_variants import dlrm_variant
+            from hybrid.workloads.dlrm_variants import apply_overrides, dlrm_variant
 
             base = dlrm_variant(str(doc.pop("variant"))).to_dict()
-            if "tables" in doc or "num_tables" in doc or "table_generator" in doc:
-                base.pop("tables")
-            base.update(doc)
-            doc = base
+            doc = apply_overrides(base, doc)
         doc.update({k: v for k, v in overrides.items() if v is not None})
         default_dim = _positive_int(doc.get("embedding_dim", 64), "embedding_dim")
         if "tables" in doc and doc["tables"] is not None:
