@@ -247,6 +247,27 @@ def test_bench_dlrm_output_is_checked_before_measuring_and_a_directory_takes_res
     assert (tmp_path / "out" / "configs" / f"{cfg.name}.yaml").is_file()
 
 
+def test_a_config_name_that_is_a_path_is_refused_before_measuring(tmp_path, capsys):
+    """The stored config and plans are named by the config's name: `name: ../../escaped` wrote escaped.yaml and
+    escaped/<plan>.yaml two directories above the results table (`bench dlrm -o`), outside it."""
+    pytest.importorskip("torch")
+    from hybrid.bench.campaign import record_results
+    from hybrid.workloads.dlrm import write_document
+
+    sp = CampaignSpace(ranks=1, tables=(2, 2), rows=(100, 200), batch_sizes=(16,), pooling=(1, 2))
+    cfg = generate_configs(1, seed=3, space=sp)[0]
+    out = tmp_path / "a" / "b" / "res"
+    for name in ("../../escaped", "x/y", "..", ""):
+        write_document(cfg.with_(name=name).to_dict(), tmp_path / "c.yaml")
+        assert main(["bench", "dlrm", str(tmp_path / "c.yaml"), "--ranks", "1", "--iters", "1", "--warmup", "0",
+                     "-o", str(out) + "/"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"config name {name!r} cannot name the files stored" in err[0], err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["c.yaml"]
+    with pytest.raises(InvalidInputError, match="cannot name the files stored"):
+        record_results(tmp_path / "r.csv", cfg.with_(name="../up"), campaign_plans(cfg), [])
+
+
 def test_campaign_system_without_model_is_refused(tmp_path, capsys):
     """`--system` only says where the --model search costs plans; alone it was ignored without a word."""
     assert main(["bench", "campaign", str(tmp_path / "c"), "--configs", "1", "--system", "DGX-A100"]) == 2

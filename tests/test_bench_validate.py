@@ -114,6 +114,37 @@ def test_engine_predictions_for_a_stored_campaign(tmp_path):
     assert pred(cfg, plan) == pytest.approx(p.iloc[0])
 
 
+def test_runs_with_one_plan_per_config_are_validated_without_sharding_success(tmp_path, capsys):
+    """A results table whose every config ran one plan (`hybrid bench dlrm -o DIR` once, single-GPU runs) has
+    prediction errors to report but no plan choice to score: validate stopped with 'no config has two or more
+    plans to choose between' and showed neither. The errors are reported, the sharding success is empty (None),
+    and the in-sample / half-split overhead fits (4 configs) do not fail on it either."""
+    import json
+
+    from hybrid.bench.campaign import campaign_plans, generate_configs
+    from hybrid.cli.main import main as cli_main
+    from hybrid.workloads.dlrm import write_document
+
+    rows = []
+    for i, cfg in enumerate(generate_configs(4, seed=11)):
+        write_document(cfg.to_dict(), tmp_path / "configs" / f"{cfg.name}.yaml")
+        write_document(campaign_plans(cfg)["size_greedy"].to_dict(), tmp_path / "plans" / cfg.name / "sg.yaml")
+        rows.append({"config_name": cfg.name, "plan_name": "size_greedy", "ranks": 2, "median_ms": 50.0 + i,
+                     "std_ms": 2.0, "config_file": f"configs/{cfg.name}.yaml", "plan_file": f"plans/{cfg.name}/sg.yaml"})
+    pd.DataFrame(rows).to_csv(tmp_path / "results.csv", index=False)
+    args = ["bench", "validate", str(tmp_path / "results.csv"), "--roofline", "--system", "DGX-A100"]
+    assert cli_main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["errors"]["n_rows"] == 4 and np.isfinite(out["errors"]["geomean_pct"])
+    assert out["sharding"]["n_configs"] == 0 and out["sharding"]["strict_pct"] is None
+    assert out["in_sample"]["strict_pct"] is None and np.isfinite(out["in_sample"]["geomean_pct"])
+    assert out["split"]["test_strict_pct"] is None and np.isfinite(out["split"]["test_geomean_pct"])
+    assert cli_main(args) == 0
+    text = capsys.readouterr().out
+    assert "4 (config, plan) pairs, 4 configs" in text
+    assert "sharding success: no config ran two or more plans (no plan choice to score)" in text
+
+
 def test_phase_errors_per_phase():
     from hybrid.bench.validate import phase_errors
 

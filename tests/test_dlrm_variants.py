@@ -58,6 +58,19 @@ def test_dcnv2_variant_has_cross_layers_and_multi_hot_lookups():
         dlrm_variant("dcnv2", dcn_layers=0)
 
 
+def test_dcnv2_cross_layers_have_one_bias_per_layer():
+    """TorchRec's LowRankCrossNet (the DCNv2 reference) computes x_0 * (W (V x_l) + b) + x_l: V has no bias. The
+    model counted one on V too (3 x 512 parameters), in its parameter count, memory and DDP all-reduce bytes."""
+    cfg = dlrm_variant("dcnv2", gpus=8, batch_size_per_gpu=8192, dtype="fp16")
+    bottom = 13 * 512 + 512 + 512 * 256 + 256 + 256 * 128 + 128
+    cross = 3 * (3456 * 512 + 512 * 3456 + 3456)
+    top = 3456 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 * 512 + 512 + 512 * 256 + 256 + 256 + 1
+    assert cfg.dense_params() == bottom + cross + top == 16_044_545
+    g = build_dlrm_graph(cfg, size_lookup_greedy(cfg, capacity=1e18)).graph
+    ddp = [a["bytes"] for n, a in zip(g._names, g._args, strict=True) if n.startswith("ddp all_reduce bucket")]
+    assert sum(ddp) / 8 == cfg.dense_params() * 2  # one node per rank and bucket; fp16 gradients
+
+
 def test_dle_variants_have_the_published_model_sizes():
     for name, size in DLE_MODEL_BYTES.items():
         cfg = dlrm_variant(name)
@@ -196,6 +209,51 @@ def test_gpu_benchmark_skips_runs_with_fractional_counts(shared_datasets):
     assert skipped == {"node or accelerator count not a whole number": 2, "no global batch": 1}
 
 
+def test_gpu_benchmark_skips_runs_with_fewer_samples_than_gpus(shared_datasets):
+    """A global batch below the GPU count (a garbage node count, say) was rounded up to one sample per GPU: a run
+    with 4x the published batch was predicted, and 1e9 nodes built a rank tuple of 4e9 entries (MemoryError)."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    odd = pd.concat([row, row.assign(global_batch_size=1), row.assign(nodes=1e9)])
+    runs, skipped = bench.map_mlperf(odd, default_catalog())
+    assert len(runs) == 1 and runs["global_batch"].iloc[0] == int(row["global_batch_size"].iloc[0])
+    assert skipped == {"global batch smaller than the GPU count (fewer than one sample per GPU)": 2}
+
+
+def test_gpu_benchmark_tells_garbage_counts_from_cpu_only_runs(shared_datasets):
+    """A node count that is no number or a negative GPU count was counted as a CPU-only run."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv").astype({"nodes": object})
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    odd = pd.concat([row.assign(nodes="abc"), row.assign(acc_per_node=-8), row.assign(nodes=-1),
+                     row.assign(acc_per_node=0, accelerator=None), row.assign(acc_per_node=float("nan"))])
+    runs, skipped = bench.map_mlperf(odd, default_catalog())
+    assert len(runs) == 0
+    assert skipped == {"malformed node or accelerator count": 3, "no accelerators (CPU-only run)": 2}
+
+
+def test_gpu_benchmark_skips_rows_of_another_benchmark(shared_datasets):
+    """A row whose benchmark column or result directory names another MLPerf benchmark (BERT rows put in the DLRM
+    format) was predicted as the DLRM of its round."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    odd = pd.concat([row, row.assign(file="ASUSTeK/results/ESCN4A-E11/bert/result_0.txt"),
+                     row.assign(benchmark="bert"), row.assign(benchmark="dlrm_dcnv2"),
+                     row.assign(benchmark="DLRM", file="x/dlrm/result_1.txt"),
+                     row.assign(file="NVIDIA/logs/dgxa100_n8.log")])  # no result directory: names no benchmark
+    runs, skipped = bench.map_mlperf(odd, default_catalog())
+    assert list(runs["variant"]) == ["mlperf", "mlperf-dcnv2", "mlperf", "mlperf"]
+    assert skipped == {"not a DLRM run (benchmark bert)": 2}
+
+
 def test_gpu_benchmark_names_the_accelerator_it_cannot_map(shared_datasets):
     """Later rounds' accelerators map by their published spelling (H200 in its SXM5 spelling too); one the catalog
     lacks is counted under its own name, so the reader knows which to add."""
@@ -251,6 +309,22 @@ def test_config_files_can_name_a_variant(tmp_path):
     path.write_text("variant: nope\n")
     with pytest.raises(InvalidInputError, match="unknown DLRM variant 'nope'"):
         DLRMConfig.from_file(path)
+
+
+def test_a_variants_embedding_dim_override_reaches_its_tables(tmp_path):
+    """`variant: mlperf` + `embedding_dim: 64` left every table at 128 (the variant's tables carry their width)
+    while the config said 64: the override was silently dropped. It now sets the variant's tables' width, so a
+    dot interaction also needs the bottom MLP's output to match (a clear error, not a silent 128)."""
+    path = tmp_path / "v.yaml"
+    path.write_text("variant: mlperf\nembedding_dim: 64\nbottom_mlp: [512, 256, 64]\n")
+    cfg = DLRMConfig.from_file(path)
+    assert {t.embedding_dim for t in cfg.tables} == {64} and cfg.num_tables == 26
+    assert cfg.tables[0].num_embeddings == dlrm_variant("mlperf").tables[0].num_embeddings
+    path.write_text("variant: mlperf\nembedding_dim: 64\n")
+    with pytest.raises(InvalidInputError, match=r"embedding_dim == bottom_mlp\[-1\] \(128\)"):
+        DLRMConfig.from_file(path)
+    lib = dlrm_variant("mlperf", embedding_dim=64, bottom_mlp=(512, 256, 64))
+    assert lib.tables == cfg.tables
 
 
 def test_model_parallel_bottom_mlp_runs_on_one_rank_with_the_global_batch():

@@ -137,6 +137,26 @@ def test_cli_shard_json(small_config, tmp_path, capsys):
                                                                if p["name"] == data["best"])["plan"]
 
 
+def test_cli_shard_refuses_an_output_under_a_file_before_searching(small_config, tmp_path, capsys):
+    """--output whose parent is a file was found out only when the best plan was written, after the whole search
+    (20 s by default); the suffix alone was checked up front."""
+    assert main(["shard", str(small_config), "--output", str(small_config / "best.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write output {small_config / 'best.yaml'}: {small_config} is a file, not a directory" in err
+    assert "searching sharding plans" not in err
+
+
+def test_cli_a_bad_rank_count_names_the_option_not_the_config(small_config, capsys):
+    """simulate --gpus 0 blamed the config file ('dlrm.yaml: gpus must be a positive integer'), bench dlrm
+    --ranks -2 a config key the user never wrote; shard already named its option."""
+    for args, option in ((["simulate", str(small_config), "--gpus", "0"], "--gpus"),
+                         (["shard", str(small_config), "--gpus", "-1"], "--gpus"),
+                         (["bench", "dlrm", str(small_config), "--ranks", "-2"], "--ranks")):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"error: {option} must be positive, got" in err and "dlrm.yaml" not in err, err
+
+
 def test_cli_simulate_trace(small_config, tmp_path, capsys):
     plan = ShardingPlan.from_dict({f"t{i}": i % 8 for i in range(24)})
     plan_path = plan.save(tmp_path / "plan.json")

@@ -7,7 +7,8 @@ Every published GPU run that can be mapped is predicted by the critical-path eng
 variant it ran (:mod:`hybrid.workloads.dlrm_variants`: ``mlperf`` for MLPerf, ``dle-small`` / ``dle-large`` for
 DeepLearningExamples), hybrid parallel (tables model-parallel with all-to-all, MLPs data-parallel with DDP
 all-reduce), on a node built from the run's accelerator, GPUs per node and node count. Rows that cannot be
-mapped (TPUs, CPUs, accelerators not in the catalog, rows without a per-iteration time; with ``--mlperf`` also runs
+mapped (TPUs, CPUs, accelerators not in the catalog, rows without a per-iteration time, rows of another MLPerf
+benchmark, malformed counts; with ``--mlperf`` also runs
 whose tables no plan can place even with host memory, e.g. DLRM-DCNv2 on one 8 GB P4) are skipped and counted with
 the reason.
 
@@ -183,11 +184,33 @@ def mlperf_variant(r) -> str:
     return "mlperf-dcnv2" if round_number(r.mlperf_version) >= 3.0 else "mlperf"
 
 
+def named_benchmark(r) -> str | None:
+    """The MLPerf benchmark a row names (its ``benchmark`` column, else the directory of a result file in MLPerf's
+    layout: ``.../bert/result_0.txt`` is BERT), lower case, or None where it names none."""
+    bench = getattr(r, "benchmark", None)
+    if isinstance(bench, str) and bench.strip():
+        return bench.strip().lower()
+    path = getattr(r, "file", None)
+    parts = re.split(r"[/\\]+", path.strip()) if isinstance(path, str) else []
+    if len(parts) >= 2 and parts[-2] and re.fullmatch(r"result_\d+\.txt", parts[-1]):
+        return parts[-2].lower()
+    return None
+
+
+def is_dlrm_benchmark(name: str) -> bool:
+    """True for MLPerf's DLRM benchmarks by any of their names (``dlrm``, ``dlrm_dcnv2``, ``recommendation``)."""
+    return "dlrm" in name or name.startswith("recommend")
+
+
 def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counter]:
     """Mappable GPU runs (one row per run) and the count of skipped runs per reason."""
     skipped: Counter = Counter()
     rows = []
     for r in df.itertuples(index=False):
+        bench = named_benchmark(r)
+        if bench is not None and not is_dlrm_benchmark(bench):  # (another benchmark's rows were priced as DLRM)
+            skipped[f"not a DLRM run (benchmark {bench})"] += 1
+            continue
         ms = pd.to_numeric(r.median_ms_per_iteration, errors="coerce")
         gpn = pd.to_numeric(r.acc_per_node, errors="coerce")
         nodes = pd.to_numeric(r.nodes, errors="coerce")
@@ -196,7 +219,10 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
             skipped["no per-iteration time"] += 1
             continue
         if not (np.isfinite(gpn) and gpn > 0 and np.isfinite(nodes) and nodes > 0):
-            skipped["no accelerators (CPU-only run)"] += 1
+            # CPU-only rows leave the accelerator count empty or 0; a count that is no number or negative is garbage
+            garbage = any((pd.notna(raw) and not np.isfinite(v)) or v < 0
+                          for raw, v in ((r.acc_per_node, gpn), (r.nodes, nodes)))
+            skipped["malformed node or accelerator count" if garbage else "no accelerators (CPU-only run)"] += 1
             continue
         if gpn != round(gpn) or nodes != round(nodes):  # 0.5 nodes was 0 nodes of 4 GPUs: no run to predict
             skipped["node or accelerator count not a whole number"] += 1
@@ -211,6 +237,9 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
             continue
         if not (np.isfinite(batch) and batch > 0 and batch == round(batch)):
             skipped["no global batch"] += 1
+            continue
+        if batch < gpn * nodes:  # (rounded up to a sample per GPU it priced another batch; 1e9 nodes: MemoryError)
+            skipped["global batch smaller than the GPU count (fewer than one sample per GPU)"] += 1
             continue
         family = framework_family(getattr(r, "framework", ""))
         variant = mlperf_variant(r)

@@ -254,6 +254,16 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
         df.to_csv(tmp, index=False, float_format="%.6g")
 
 
+def check_stored_name(name: Any, what: str = "config") -> None:
+    """Refuse a config (or plan) name that cannot name the files stored beside a results table
+    (``configs/<name>.yaml``, ``plans/<name>/``): a path (``../../x`` wrote outside the table's directory), ``.``,
+    ``..`` or nothing."""
+    text = str(name)
+    if text in ("", ".", "..") or any(sep in text for sep in ("/", "\\", "\0")):
+        raise InvalidInputError(f"{what} name {text!r} cannot name the files stored beside the results table "
+                                f"({what}s/<name>.yaml): give it a plain file name, without path separators")
+
+
 def check_stored_config(results_path: str | os.PathLike, config: DLRMConfig,
                         replaced_plans: Sequence[str] = ()) -> None:
     """Refuse to store ``config`` beside ``results_path`` when the table already holds rows of another config of
@@ -264,6 +274,9 @@ def check_stored_config(results_path: str | os.PathLike, config: DLRMConfig,
     describe a config they were not measured on; ``hybrid bench validate`` would then predict them on it and
     compare plans measured on two configs. The stored file is compared by content (the current hash of both), not
     by the table's ``config_hash`` column, so a table written by an older version still resumes."""
+    check_stored_name(config.name)  # (names the stored files: before anything is measured or written)
+    for plan in replaced_plans:
+        check_stored_name(plan, "plan")
     from hybrid.bench.dlrm_harness import config_hash
 
     path = Path(results_path)

@@ -135,9 +135,20 @@ class ValidationReport:
                 "phases": self.phases, "in_sample": self.in_sample}
 
 
+#: :func:`evaluate`'s sharding success where no config ran two or more plans (nothing to choose between).
+NO_PLAN_CHOICE: dict[str, Any] = {"n_configs": 0, "strict": 0, "tolerant": 0, "strict_pct": None,
+                                  "tolerant_pct": None, "regret_pct": None}
+
+
 def evaluate(table: pd.DataFrame, k: float = 1.0) -> tuple[dict[str, Any], dict[str, Any]]:
     """Error summary (overall, by plan type) and sharding success of a table with ``predicted_ms``."""
     errors = error_summary(table["predicted_ms"], table["median_ms"], groups={"by_plan": table["plan_name"]})
+    counts = table.groupby("config_name")["plan_name"].size() if "config_name" in table.columns else None
+    if counts is not None and len(counts) and counts.max() < 2:
+        # every config ran one plan (one `hybrid bench dlrm` run, single-GPU runs): the errors stand on their
+        # own, there is no plan choice to score
+        _check_k(k)
+        return errors, dict(NO_PLAN_CHOICE, per_config=pd.DataFrame())
     return errors, sharding_success(table, k=k)
 
 

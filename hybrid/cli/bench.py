@@ -42,6 +42,8 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
     from hybrid.sharding.plan import ShardingPlan
     from hybrid.workloads.dlrm import DLRMConfig, load_document
 
+    if ranks is not None and ranks <= 0:  # the option's error, not the config's `gpus`
+        raise InvalidInputError(f"--ranks must be positive, got {ranks}")
     doc = load_document(config_path, what="DLRM config")
     file_plan = doc.pop("plan", None) if isinstance(doc, dict) else None
     config = DLRMConfig.from_dict(doc, gpus=ranks)
@@ -253,22 +255,26 @@ def validate(results_path: str, model_ref: str | None, tracking_uri: str | None,
     if used is not None:
         click.echo(f"host constants from {overheads_file}: " + ", ".join(f"{k} {v:.1f} us" for k, v in used.items()))
     click.echo(f"predictor {pred.name} on {results_path}: {e['n_rows']} (config, plan) pairs, "
-               f"{sh['n_configs']} configs")
+               f"{report.table['config_name'].nunique()} configs")
     echo_table([["all", e["n_rows"], e["geomean_pct"], e["mape_pct"], e["median_pct"], e["p90_pct"]]]
                + [[name, v["n_rows"], v["geomean_pct"], v["mape_pct"], v["median_pct"], v["p90_pct"]]
                   for name, v in s["errors_by_plan"].items()],
                ["plans", "n", "geomean_%", "mape_%", "median_%", "p90_%"])
-    click.echo(f"sharding success: strict {sh['strict']}/{sh['n_configs']} ({sh['strict_pct']:.1f}%), "
-               f"tolerant {sh['tolerant']}/{sh['n_configs']} ({sh['tolerant_pct']:.1f}%), "
-               f"mean regret {sh['regret_pct']:.1f}%")
+    if sh["n_configs"]:
+        click.echo(f"sharding success: strict {sh['strict']}/{sh['n_configs']} ({sh['strict_pct']:.1f}%), "
+                   f"tolerant {sh['tolerant']}/{sh['n_configs']} ({sh['tolerant_pct']:.1f}%), "
+                   f"mean regret {sh['regret_pct']:.1f}%")
+    else:
+        click.echo("sharding success: no config ran two or more plans (no plan choice to score)")
     if s["phases"]:
         echo_table([[ph, v["n_rows"], v["geomean_pct"], v["ratio_median"], v["measured_median_ms"],
                      v["predicted_median_ms"]] for ph, v in s["phases"].items()],
                    ["phase", "n", "geomean_%", "pred/meas", "measured_ms", "predicted_ms"])
     if s["in_sample"]:
         ins = s["in_sample"]
-        click.echo(f"overheads fitted on all configs (in-sample): geomean {ins['geomean_pct']:.1f}%, "
-                   f"strict {ins['strict_pct']:.1f}%, tolerant {ins['tolerant_pct']:.1f}%")
+        click.echo(f"overheads fitted on all configs (in-sample): geomean {ins['geomean_pct']:.1f}%"
+                   + (f", strict {ins['strict_pct']:.1f}%, tolerant {ins['tolerant_pct']:.1f}%"
+                      if ins["strict_pct"] is not None else ""))
         if ins.get("fit"):
             from hybrid.engine.overheads import Overheads
 
@@ -276,5 +282,6 @@ def validate(results_path: str, model_ref: str | None, tracking_uri: str | None,
     if s["split"]:
         sp = s["split"]
         click.echo(f"overheads fitted on {sp['n_fit_configs']} configs, tested on {sp['n_test_configs']}: "
-                   f"geomean {sp['test_geomean_pct']:.1f}% (before fit {sp['test_geomean_before_pct']:.1f}%), "
-                   f"strict {sp['test_strict_pct']:.1f}%, tolerant {sp['test_tolerant_pct']:.1f}%")
+                   f"geomean {sp['test_geomean_pct']:.1f}% (before fit {sp['test_geomean_before_pct']:.1f}%)"
+                   + (f", strict {sp['test_strict_pct']:.1f}%, tolerant {sp['test_tolerant_pct']:.1f}%"
+                      if sp["test_strict_pct"] is not None else ""))

@@ -182,12 +182,15 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     from hybrid.engine.costs import model_catalog
     from hybrid.engine.simulate import simulate as run
     from hybrid.engine.trace import write_chrome_trace
+    from hybrid.errors import InvalidInputError
     from hybrid.sharding.heuristics import default_plan
     from hybrid.sharding.memory import memory_per_rank
     from hybrid.sharding.plan import ShardingPlan
     from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, collective_target
 
     host_mem = host_mem_bytes(host_mem_gib)  # checked before anything is read or written
+    if gpus is not None and gpus <= 0:  # the option's error, not the config file's (as shard says it)
+        raise InvalidInputError(f"--gpus must be positive, got {gpus}")
     warned: list[str] = []  # the config's WorkloadWarnings (printed as they come; --json notes)
     config = load_config(config_path, system=system, drop_plan=bool(plan_path), warned=warned)
     notes = []
@@ -205,7 +208,6 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     for note in notes:
         click.echo(f"note: {note}", err=True)
     capacity = target.device.mem_capacity
-    from hybrid.errors import InvalidInputError
 
     if plan_path:
         plan = ShardingPlan.from_file(plan_path)

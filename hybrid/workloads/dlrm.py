@@ -41,7 +41,7 @@ import numpy as np
 import yaml
 
 from hybrid.atomic import write_text
-from hybrid.errors import InvalidInputError, WorkloadWarning
+from hybrid.errors import InvalidInputError, OutputPathError, WorkloadWarning
 from hybrid.sharding.plan import ShardingPlan
 from hybrid.units import normalize_dtype
 
@@ -115,10 +115,16 @@ DOCUMENT_SUFFIXES = (".json", ".yaml", ".yml")
 
 def check_document_path(path: str | os.PathLike) -> Path:
     """``path`` as a :class:`Path` if it names a document :func:`write_document` writes (:data:`DOCUMENT_SUFFIXES`);
-    else a clear error (call it before the work that produces the document)."""
+    else a clear error (call it before the work that produces the document): another suffix, or a path under a
+    file (the write would fail only once the work is done)."""
     p = Path(path)
     if p.suffix.lower() not in DOCUMENT_SUFFIXES:
         raise InvalidInputError(f"output {p}: use a .json, .yaml or .yml file name")
+    ancestor = p.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise OutputPathError(f"cannot write output {p}: {ancestor} is a file, not a directory")
     return p
 
 
@@ -442,6 +448,13 @@ class DLRMConfig:
         """True for the DCNv2 cross-layer linears of :meth:`mlp_layers` (no ReLU after them)."""
         return name.startswith("dcn")
 
+    @staticmethod
+    def layer_bias(name: str, out_features: int) -> int:
+        """Bias parameters of the linear ``name`` of :meth:`mlp_layers`: one per output, except a low-rank cross
+        layer's down-projection V (TorchRec's ``LowRankCrossNet``: x_0 * (U (V x_l) + b) + x_l, one bias per
+        layer, on U)."""
+        return 0 if name.startswith("dcn") and name.endswith("_v") else out_features
+
     def table(self, name: str) -> TableConfig:
         for t in self.tables:
             if t.name == name:
@@ -470,7 +483,7 @@ class DLRMConfig:
 
     def dense_params(self) -> int:
         """Parameters of the MLPs (weights + biases)."""
-        return sum(i * o + o for _, i, o in self.mlp_layers())
+        return sum(i * o + self.layer_bias(n, o) for n, i, o in self.mlp_layers())
 
     def with_(self, **changes: Any) -> DLRMConfig:
         """A copy with fields replaced (re-validated); e.g. ``config.with_(gpus=16, plan=None)``."""
@@ -488,13 +501,10 @@ class DLRMConfig:
         _check_keys(data, (*cls.FIELDS, "variant"), "DLRM config")
         doc = dict(data)
         if "variant" in doc:  # a published model by name (hybrid.workloads.dlrm_variants); other keys override
-            from hybrid.workloads.dlrm_variants import dlrm_variant
+            from hybrid.workloads.dlrm_variants import apply_overrides, dlrm_variant
 
             base = dlrm_variant(str(doc.pop("variant"))).to_dict()
-            if "tables" in doc or "num_tables" in doc or "table_generator" in doc:
-                base.pop("tables")
-            base.update(doc)
-            doc = base
+            doc = apply_overrides(base, doc)
         doc.update({k: v for k, v in overrides.items() if v is not None})
         default_dim = _positive_int(doc.get("embedding_dim", 64), "embedding_dim")
         if "tables" in doc and doc["tables"] is not None:

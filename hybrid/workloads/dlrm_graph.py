@@ -755,7 +755,7 @@ def build_dlrm_graph(
                 g.kernel(r, f"{name} bwd dgrad", kop("gemm", b=1, m=B, n=fin, k=fout, direction="bwd"))
             wgrad[r] = g.kernel(r, f"{name} bwd wgrad", kop("gemm", b=1, m=fout, n=fin, k=B, direction="bwd"))
         pending.append(wgrad)
-        pending_bytes += (fin * fout + fout) * eb
+        pending_bytes += (fin * fout + config.layer_bias(name, fout)) * eb
         flush()
         if i == n_bottom:  # interaction backward, then the data-parallel tables
             for r in all_ranks:
@@ -817,7 +817,8 @@ def build_dlrm_graph(
     g.phase = "optimizer"
     def dense_tensors(r: int) -> list[float]:
         mine = [lay for i, lay in enumerate(layers) if not (mp_bottom and i < n_bottom and r not in bottom_ranks)]
-        return [float(fin * fout) for _, fin, fout in mine] + [float(fout) for _, _, fout in mine]
+        return ([float(fin * fout) for _, fin, fout in mine]
+                + [float(b) for name, _, fout in mine if (b := config.layer_bias(name, fout))])
 
     for r in all_ranks:
         step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")

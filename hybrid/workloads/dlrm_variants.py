@@ -120,13 +120,27 @@ def resolve_variant(name: str) -> Variant:
     return VARIANTS[key]
 
 
+def apply_overrides(doc: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """A variant's document ``doc`` (:meth:`DLRMConfig.to_dict`) with ``fields`` over it. Tables given anew
+    (``tables``, ``num_tables``, ``table_generator``) replace the variant's; else an ``embedding_dim`` is the width
+    of the variant's own tables, which carry the variant's width each (it was only the default of tables given
+    without one, so the override was dropped: the config said 64, every table stayed 128)."""
+    out = dict(doc)
+    if any(k in fields for k in ("tables", "num_tables", "table_generator")):
+        out.pop("tables", None)
+    elif fields.get("embedding_dim") is not None:
+        out["tables"] = [{**t, "embedding_dim": fields["embedding_dim"]} for t in out["tables"]]
+    out.update(fields)
+    return out
+
+
 def dlrm_variant(name: str, **fields: Any) -> DLRMConfig:
     """The config of a published DLRM variant; ``fields`` (gpus, system, batch_size_per_gpu, dtype, plan, ...)
     override the defaults (8 GPUs of a DGX A100, 55296 / 8 samples per GPU, FP32)."""
     v = resolve_variant(name)
     doc = v.config.to_dict()
     doc["description"] = f"{v.description}. Source: {v.source}"
-    doc.update({k: val for k, val in fields.items() if val is not None})
+    doc = apply_overrides(doc, {k: val for k, val in fields.items() if val is not None})
     plan = doc.pop("plan", None)
     config = DLRMConfig.from_dict(doc)
     return config.with_plan(plan) if plan is not None else config
