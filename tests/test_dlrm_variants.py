@@ -135,7 +135,9 @@ def test_tables_in_host_memory_must_fit_the_nodes_host_memory(capsys, tmp_path):
     assert memory_per_rank(two, size_lookup_greedy(two, capacity=1e18)).fits
     elsewhere = cfg.with_(system="H200")  # a bare GPU (a generic node): no host memory stated, unchecked
     assert memory_per_rank(elsewhere, size_lookup_greedy(elsewhere, capacity=1e18)).fits
-    assert "spreads the tables over the nodes" in one.reason and "1 of 1 node(s)" in one.reason
+    # one node: no other node to spread the tables to, so no such advice
+    assert "spreads the tables over the nodes" not in one.reason and "1 of 1 node(s)" in one.reason
+    assert "more nodes, smaller tables, or fewer tables in host memory" in one.reason
     # the CLI refuses the plan with that reason (exit 2, nothing simulated)
     import yaml
 

@@ -88,12 +88,13 @@ class MemoryReport:
         if over.any() and (self.per_rank["total"] <= self.capacity).all():
             worst = int(np.argmax(per_node))
             where = f" ({self.other_plans})" if self.other_plans else ""
+            # on one node there is no other node to spread them to
+            spread = f"a plan that spreads the tables over the nodes{where}, " if len(per_node) > 1 else ""
             return (f"node {worst}'s host memory would hold {format_bytes(per_node[worst])} of embedding tables "
                     f"(weights and optimizer state placed there), more than {HOST_EMBEDDING_SHARE:.0%} of its "
                     f"{format_bytes(self.host_capacity)} (source: {self.host_source_note}); {int(over.sum())} of "
                     f"{len(per_node)} node(s) do not fit: "
-                    f"a plan that spreads the tables over the nodes{where}, more nodes, "
-                    "smaller tables, or fewer tables in host memory")
+                    f"{spread}more nodes, smaller tables, or fewer tables in host memory")
         row = self.per_rank.loc[self.per_rank["total"].idxmax()]
         over = int((~self.per_rank["fits"]).sum())
         return (f"rank {int(row['rank'])} needs {format_bytes(row['total'])} > {format_bytes(self.capacity)} device "
