@@ -1437,3 +1437,18 @@ def test_serve_refuses_a_request_longer_than_one_attention_dp_ranks_cache():
     per_rank = kv_capacity_tokens(s, sched) // 8
     with pytest.raises(InvalidInputError, match=f"{per_rank} tokens that fit per GPU"):
         simulate(s, Trace(np.zeros(1), np.array([per_rank + 1]), np.array([1])), sched=sched)
+
+
+def test_slo_search_on_a_trace_whose_requests_all_arrive_at_once():
+    """Such a trace has no gaps to compress or stretch: scaling them gave NaN arrival times and the SLO search never
+    returned. All at once they either meet the SLO (no rate bounds them) or miss it (refused, with the reason)."""
+    from hybrid.workloads.llm.serving import Trace
+
+    s = make_setup("llama2-7b", "A100")
+    burst = Trace(np.zeros(3), np.array([128, 256, 512]), np.array([64, 32, 16]))
+    rate, res = max_rate(s, SLO(ttft_ms=5000), 3, None, None, trace=burst)
+    assert rate == np.inf and res is not None and len(res.ttft_ms) == 3
+    with pytest.raises(InvalidInputError, match="all arrive at the same time"):
+        max_rate(s, SLO(ttft_ms=1e-3), 3, None, None, trace=burst)
+    with pytest.raises(InvalidInputError, match="finite"):
+        simulate(s, Trace(np.array([0.0, np.nan]), np.array([128, 128]), np.array([8, 8])))

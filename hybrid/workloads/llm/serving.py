@@ -449,6 +449,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     """Run the trace through the continuous-batching scheduler; see the module docstring for the policy."""
     if s.pp != 1:
         raise InvalidInputError("continuous-batching simulation supports tensor parallelism only (pp = 1)")
+    if not np.isfinite(trace.arrival_s).all():  # the scheduler's clock could never reach a NaN arrival
+        raise InvalidInputError("every arrival time of a trace must be a finite number")
     sched = sched or SchedulerConfig()
     cap = kv_capacity_tokens(s, sched)
     need = (trace.input_len + trace.output_len).astype(np.int64)
@@ -584,6 +586,15 @@ def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None,
     costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
                             int((probe.input_len + probe.output_len).max()), cost_model)
     base = trace_rate(probe) if trace is not None and len(trace) > 1 else 1.0
+    if not math.isfinite(base):
+        # every request of the trace arrives at the same time: there are no gaps to compress or stretch (scaling
+        # them gave 0 x inf = NaN arrival times, on which the scheduler never advanced), so the trace is one burst
+        burst = simulate(s, trace, cost_model, sched, costs)
+        if slo.met(burst):
+            return math.inf, burst
+        raise InvalidInputError(f"the trace's {len(trace)} requests all arrive at the same time, so it has no "
+                                "arrival rate to search over, and all at once they miss the SLO: give arrival "
+                                "times spread out (or --rate with --input-dist / --output-dist)")
 
     def run(rate: float) -> ServeResult:
         if trace is not None:
