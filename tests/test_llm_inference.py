@@ -1452,3 +1452,28 @@ def test_slo_search_on_a_trace_whose_requests_all_arrive_at_once():
         max_rate(s, SLO(ttft_ms=1e-3), 3, None, None, trace=burst)
     with pytest.raises(InvalidInputError, match="finite"):
         simulate(s, Trace(np.array([0.0, np.nan]), np.array([128, 128]), np.array([8, 8])))
+
+
+def test_request_lengths_are_taken_as_given_or_refused(tmp_path):
+    """A fixed length above the tails' cap had been clipped to 1,048,576 tokens without a word, a huge one raised a
+    bare TypeError / ValueError, an infinite mean was clipped too, and a trace's 1e30-token prompt wrapped round
+    to a negative int64 that "fit" and was simulated."""
+    import math
+
+    from hybrid.workloads.llm.serving import read_trace
+
+    rng = np.random.default_rng(0)
+    assert (parse_dist("2000000").sample(3, rng) == 2_000_000).all()
+    u = parse_dist("1500000-1600000").sample(50, rng)
+    assert u.min() >= 1_500_000 and u.max() <= 1_600_000
+    for bad in ("99999999999999999999", "1-99999999999999999999", "exp:inf", "exp:1e30", "lognormal:300,inf",
+                "normal:nan,5"):
+        with pytest.raises(InvalidInputError, match="length distribution"):
+            parse_dist(bad)
+    huge = tmp_path / "huge.csv"
+    huge.write_text("arrival_s,input_len,output_len\n0,128,64\n0.1,1e30,1\n")
+    with pytest.raises(InvalidInputError, match="line 3: input_len must be a whole token count"):
+        read_trace(huge)
+    s = make_setup("llama3-8b", system="DGX-H100")
+    with pytest.raises(InvalidInputError, match="a request of 2000064 tokens"):
+        simulate(s, make_trace(math.inf, 2, parse_dist("2000000"), parse_dist("64")))

@@ -45,6 +45,14 @@ HEAD_OPS = ("final_layernorm", "lm_head", "logits_all_gather", "sampling")
 
 
 # ------------------------------------------------------------------------------------------------ workload
+#: The longest request length taken from a distribution or a trace file: far beyond any model's context and any
+#: GPU's KV cache (so such a request is refused as not fitting, with its length), and small enough that token
+#: counts and their sums stay exact integers (a count of 1e30 had wrapped round to a negative int64 and "fit").
+MAX_TOKENS = 1 << 40
+#: Where the sampled lengths of a distribution with a tail (exp, normal, lognormal) are clipped by default.
+SAMPLE_CAP = 1 << 20
+
+
 @dataclass(frozen=True)
 class LengthDist:
     """Token-length distribution: ``fixed``, ``uniform`` (lo..hi), ``exp`` (mean), ``normal`` (mean, std),
@@ -53,7 +61,7 @@ class LengthDist:
     kind: str
     a: float
     b: float = 0.0
-    cap: int = 1 << 20
+    cap: int = SAMPLE_CAP
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         if self.kind == "fixed":
@@ -80,27 +88,31 @@ def parse_dist(text: str | int) -> LengthDist:
     """``128`` (fixed), ``64-512`` (uniform), ``exp:256``, ``normal:512,128``, ``lognormal:300,0.8``."""
     s = str(text).strip().lower()
     try:
+        # a fixed or uniform length is taken as given (never clipped to the tails' cap), up to MAX_TOKENS
         if re.fullmatch(r"\d+", s):
             v = int(s)
-            if v < 1:
+            if not 1 <= v <= MAX_TOKENS:
                 raise ValueError
-            return LengthDist("fixed", v)
+            return LengthDist("fixed", v, cap=max(SAMPLE_CAP, v))
         m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", s)
         if m:
             lo, hi = int(m.group(1)), int(m.group(2))
-            if not 1 <= lo <= hi:
+            if not 1 <= lo <= hi <= MAX_TOKENS:
                 raise ValueError
-            return LengthDist("uniform", lo, hi)
+            return LengthDist("uniform", lo, hi, cap=max(SAMPLE_CAP, hi))
         kind, _, args = s.partition(":")
         vals = [float(x) for x in args.split(",")] if args else []
-        if kind == "exp" and len(vals) == 1 and vals[0] >= 1:
+        # a tail's mean or median beyond the cap would come out as the cap, not as asked: refused
+        ok = all(math.isfinite(v) for v in vals) and bool(vals) and 1 <= vals[0] <= SAMPLE_CAP
+        if kind == "exp" and len(vals) == 1 and ok:
             return LengthDist("exp", vals[0])
-        if kind in ("normal", "lognormal") and len(vals) == 2 and vals[0] >= 1 and vals[1] >= 0:
+        if kind in ("normal", "lognormal") and len(vals) == 2 and ok and vals[1] >= 0:
             return LengthDist(kind, vals[0], vals[1])
     except ValueError:
         pass
     raise InvalidInputError(f"bad length distribution {text!r} (examples: 128, 64-512, exp:256, normal:512,128, "
-                            "lognormal:300,0.8; lengths >= 1)")
+                            f"lognormal:300,0.8; lengths >= 1, at most {MAX_TOKENS} fixed or uniform, means and "
+                            f"medians at most {SAMPLE_CAP})")
 
 
 #: Spellings of an infinite arrival rate: every request arrives at once (:data:`OFFLINE_RATE`).
@@ -202,12 +214,12 @@ def read_trace(path: str | os.PathLike) -> Trace:
         raise InvalidInputError(f"trace file {p}: its last line has no final newline (truncated file?); add the "
                                 "newline if the file is complete")
     for key, v in cols.items():
-        bad = ~np.isfinite(v) | (v < 0 if key == "arrival_s" else (v < 1) | (v != np.round(v)))
+        bad = ~np.isfinite(v) | (v < 0 if key == "arrival_s" else (v < 1) | (v > MAX_TOKENS) | (v != np.round(v)))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise InvalidInputError(f"trace file {p}, line {i + 2}: {key} must be "
-                                    f"{'a time >= 0' if key == 'arrival_s' else 'a whole token count >= 1'}, got "
-                                    f"{str(df[src[key]].iloc[i])!r}")
+                                    f"{'a time >= 0' if key == 'arrival_s' else f'a whole token count from 1 to {MAX_TOKENS}'}"
+                                    f", got {str(df[src[key]].iloc[i])!r}")
     order = np.argsort(cols["arrival_s"], kind="stable")
     return Trace(cols["arrival_s"][order], np.round(cols["input_len"][order]).astype(np.int64),
                  np.round(cols["output_len"][order]).astype(np.int64))
