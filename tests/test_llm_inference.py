@@ -1477,3 +1477,21 @@ def test_request_lengths_are_taken_as_given_or_refused(tmp_path):
     s = make_setup("llama3-8b", system="DGX-H100")
     with pytest.raises(InvalidInputError, match="a request of 2000064 tokens"):
         simulate(s, make_trace(math.inf, 2, parse_dist("2000000"), parse_dist("64")))
+
+
+def test_pipeline_send_between_nodes_crosses_the_nics():
+    """Neighbouring pipeline stages are tp ranks apart: TP 8 x PP 2 on 8-GPU nodes puts the stages on two nodes
+    and TP 2 x PP 8 has its stage 3 -> 4 send between nodes; both had been costed as an NVLink send inside a node
+    (a 537 MB prefill activation in 1.2 ms instead of ~11 ms over a 400 Gb/s NIC)."""
+    from hybrid.workloads.llm.inference import cost_ops, pass_ops
+
+    def send(tp: int, pp: int) -> tuple[float, float]:
+        s = make_setup("llama3.1-405b", system="DGX-H100", tp=tp, pp=pp, dtype="fp8")
+        t = cost_ops(pass_ops(s, np.array([16384.0]), np.array([8.0]), np.array([2048.0]), np.array([2048.0])))
+        row = t[t["name"] == "pp_send_recv"].iloc[0]
+        return float(row["n_nodes"]), float(row["time_us"])
+
+    inside, across, straddling = send(4, 2), send(8, 2), send(2, 8)
+    assert inside[0] == 1 and across[0] == 2 and straddling[0] == 2
+    # the same message (16384 tokens x 16384 wide in 16 bit) in every case: over the NIC several times slower
+    assert across[1] > 5 * inside[1] and straddling[1] > 2 * inside[1]
