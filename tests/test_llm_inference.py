@@ -1495,3 +1495,14 @@ def test_pipeline_send_between_nodes_crosses_the_nics():
     assert inside[0] == 1 and across[0] == 2 and straddling[0] == 2
     # the same message (16384 tokens x 16384 wide in 16 bit) in every case: over the NIC several times slower
     assert across[1] > 5 * inside[1] and straddling[1] > 2 * inside[1]
+
+
+def test_serve_refuses_a_bad_reserve_as_infer_does(capsys):
+    """``llm serve`` sized its KV cache from --reserve-gib unchecked: NaN raised a bare ValueError and a negative
+    reserve silently added memory (538,417 KV tokens instead of 513,841 for llama3-8b on an H100 at -1 GiB)."""
+    for bad in ("nan", "-1"):
+        code, _, err = run(capsys, "llm", "serve", "llama3-8b", "-d", "H100-SXM", "--requests", "4",
+                           "--reserve-gib", bad)
+        assert code == 2 and "reserve must be a finite number >= 0 GiB" in err, err
+    with pytest.raises(InvalidInputError, match="reserve"):
+        make_setup("llama3-8b", "H100-SXM", reserve_gib=float("nan"))

@@ -31,6 +31,7 @@ throughput = ``batch x output / latency / GPUs``. Pipeline parallelism splits th
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +128,10 @@ class InferenceSetup:
             raise InvalidInputError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         if self.allreduce not in ALLREDUCE_KINDS:
             raise InvalidInputError(f"allreduce must be one of {ALLREDUCE_KINDS}, got {self.allreduce!r}")
+        if not (isinstance(self.reserve_gib, numbers.Real) and math.isfinite(self.reserve_gib)
+                and self.reserve_gib >= 0):
+            # checked here, not only in the memory plan: continuous batching sizes its KV cache from it directly
+            raise InvalidInputError(f"reserve must be a finite number >= 0 GiB, got {self.reserve_gib!r}")
         if not isinstance(self.ep, int) or self.ep < 1:
             raise InvalidInputError(f"ep must be a positive integer, got {self.ep!r}")
         if self.ep > 1:
