@@ -1506,3 +1506,14 @@ def test_serve_refuses_a_bad_reserve_as_infer_does(capsys):
         assert code == 2 and "reserve must be a finite number >= 0 GiB" in err, err
     with pytest.raises(InvalidInputError, match="reserve"):
         make_setup("llama3-8b", "H100-SXM", reserve_gib=float("nan"))
+
+
+def test_infer_compare_shows_the_systems_when_this_run_does_not_fit(capsys):
+    """--compare answers "where does it fit": the text report refused at once when this run's own system could not
+    hold the model (llama3-70b on one A100), before ranking the others, while --json ranked them."""
+    code, out, err = run(capsys, "llm", "infer", "llama3-70b", "--system", "DGX-A100", "--batch", "4",
+                         "--compare", "HGX-H200,DGX-H100")
+    assert code == 2 and "does not fit" in err
+    rows = [ln for ln in out.splitlines() if ln.startswith(("HGX-H200", "DGX-A100", "DGX-H100"))]
+    assert [r.split()[0] for r in rows] == ["HGX-H200", "DGX-A100", "DGX-H100"]
+    assert "this run; does not fit" in rows[1] and "does not fit" in rows[2] and "does not fit" not in rows[0]

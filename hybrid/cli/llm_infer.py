@@ -148,7 +148,9 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
-    if not res.memory.fits and not as_json:  # refused; --json still reports the prediction with fits: false
+    if not res.memory.fits and not as_json and not others:
+        # refused; --json still reports the prediction with fits: false, and --compare its ranking of the systems
+        # (where the model does fit may be the answer), both before the refusal below
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
     if roofline_plot:
         from hybrid.reports.plots import save_png
