@@ -283,6 +283,13 @@ class StepCosts:
         tok = _log_grid(max_tokens + max_seqs, points)
         seq = _log_grid(max_seqs, points // 2)
         db, dc = _log_grid(max_seqs, points // 2), _log_grid(max_ctx, points // 2)
+        w = s.model.window_size
+        if w and 1 < w < dc[-1]:
+            # a sliding window caps the cache at w tokens: decode attention grows linearly up to the window and
+            # flat (or, with some global layers, slower) beyond it; a kink that linear interpolation between grid
+            # points around it cut short (mistral-7b, 32 requests at a mean context of 4096: 9.9 ms a step instead
+            # of 10.9), so the window is a grid point
+            dc = np.unique(np.append(dc, float(w)))
         pc, px = _log_grid(max_tokens, points // 2), np.concatenate([[0.0], _log_grid(max_ctx, points // 2)])
         DB, DC = np.meshgrid(db, dc, indexing="ij")
         PC, PX = np.meshgrid(pc, px, indexing="ij")  # chunk, earlier tokens: context PC + PX
