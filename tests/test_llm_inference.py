@@ -374,6 +374,8 @@ def test_one_output_token_has_no_tpot_in_infer_and_predict_many(capsys):
     pipe = predict_static(make_setup("llama3-70b", "H100-SXM", "DGX-H100", tp=4, pp=2), 1, 128, 1)
     note = next(n for n in pipe.notes if n.startswith("pipeline schedule"))
     assert pipe.tpot_ms is None and "token period" not in note and note.endswith("no decode step")
+    # and no decode breakdown, as without a pipeline (it had a "pipeline" category of 0.0 ms)
+    assert pipe.breakdown_ms["decode"] == {} and predict_static(s, 1, 128, 1).breakdown_ms["decode"] == {}
 
 
 def test_cli_refusals_exit_2_with_one_line(capsys):

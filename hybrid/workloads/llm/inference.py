@@ -924,6 +924,8 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
     latency_us = ttft_us + decode_us
     breakdown: dict[str, dict[str, float]] = {"prefill": {}, "decode": {}}
     for row in r.categories.itertuples(index=False):
+        if row.phase == "decode" and not steps:  # a pipeline's zero "bubble" of a decode phase that never runs
+            continue
         breakdown[str(row.phase)][str(row.category)] = float(row.ms)
     costed = r.costed
     # per-op view: the prefill pass and the decode step at mid-generation
