@@ -1536,3 +1536,15 @@ def test_serving_decode_cost_at_a_sliding_window_is_not_cut_short():
     res = simulate(s, make_trace(np.inf, 32, parse_dist("6000"), parse_dist("64")),
                    sched=SchedulerConfig(max_batched_tokens=192000, max_seqs=32))
     assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.03)
+
+
+def test_capacity_longest_context_says_when_it_is_past_the_models_positions(capsys):
+    """The per-context rows said "beyond the model's 32768 positions"; the longest context for a batch (634,496
+    tokens for mistral-7b, whose sliding window caps the cache) said nothing unless the positions were learned."""
+    code, out, _ = run(capsys, "llm", "capacity", "mistral-7b", "--device", "A100", "--batch", "8",
+                       "--max-num-tokens", "8192", "--json")
+    mc = json.loads(out)["max_context_for_batch"]
+    assert code == 0 and mc["max_context"] > 32768 and mc["note"] == "beyond the model's 32768 positions"
+    code, out, _ = run(capsys, "llm", "capacity", "llama3-8b", "--device", "H100-SXM", "--batch", "64", "--json")
+    mc = json.loads(out)["max_context_for_batch"]
+    assert code == 0 and mc["max_context"] < 8192 and "note" not in mc

@@ -374,6 +374,9 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         if s.model.position_note(mc["max_context"]):
             mc["note"] = (f"the model learns {s.model.max_position_embeddings} absolute positions: it cannot run a "
                           "context past them")
+        elif s.model.max_position_embeddings and mc["max_context"] > s.model.max_position_embeddings:
+            # as the per-context rows say: memory allows it, the model was built for fewer positions
+            mc["note"] = f"beyond the model's {s.model.max_position_embeddings} positions"
         if mc["max_context"] < 1:  # not even one token per request fits beside the weights
             out["fits"] = False
             from hybrid.workloads.llm.kv_cache import request_bytes
