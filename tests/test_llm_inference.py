@@ -1548,3 +1548,18 @@ def test_capacity_longest_context_says_when_it_is_past_the_models_positions(caps
     code, out, _ = run(capsys, "llm", "capacity", "llama3-8b", "--device", "H100-SXM", "--batch", "64", "--json")
     mc = json.loads(out)["max_context_for_batch"]
     assert code == 0 and mc["max_context"] < 8192 and "note" not in mc
+
+
+def test_trace_errors_name_the_files_own_line(tmp_path):
+    """pandas skips comment and blank lines, so "line {row + 2}" pointed at the header of a trace with two comment
+    lines and a blank one (the bad row is on line 6); a header with spaces after its commas was "no input_len
+    column"."""
+    from hybrid.workloads.llm.serving import read_trace
+
+    f = tmp_path / "t.csv"
+    f.write_text("# my trace\n# exported\narrival_s,input_len,output_len\n0,128,64\n\n1,-1,5\n")
+    with pytest.raises(InvalidInputError, match="line 6: input_len"):
+        read_trace(f)
+    f.write_text("arrival_s, input_len, output_len\n0, 128, 64\n1, 12, 5\n")
+    t = read_trace(f)
+    assert t.input_len.tolist() == [128, 12] and t.output_len.tolist() == [64, 5]

@@ -195,7 +195,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
     p = Path(path)
     try:
         raw = p.read_bytes()
-        df = pd.read_csv(p, comment="#")
+        # skipinitialspace: a header written "arrival_s, input_len, output_len" names its columns without the spaces
+        df = pd.read_csv(p, comment="#", skipinitialspace=True)
     except FileNotFoundError:
         raise InvalidInputError(f"trace file {p} does not exist") from None
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -213,11 +214,17 @@ def read_trace(path: str | os.PathLike) -> Trace:
         # the last value may be a prefix of the real one (a token count of 16 cut to 1): refuse, do not guess
         raise InvalidInputError(f"trace file {p}: its last line has no final newline (truncated file?); add the "
                                 "newline if the file is complete")
+    # the file's line of each row: pandas skips comment and blank lines, so a row's index does not give it (the
+    # header and rows are the lines with something before any '#'; a quoted field spanning lines breaks the count,
+    # and then the row number is given instead)
+    lines = [i + 1 for i, ln in enumerate(re.split(r"\r\n|\r|\n", raw.decode("utf-8", errors="replace")))
+             if ln.split("#", 1)[0].strip()]
+    where = (lambda i: f"line {lines[i + 1]}") if len(lines) == len(df) + 1 else (lambda i: f"request row {i + 1}")
     for key, v in cols.items():
         bad = ~np.isfinite(v) | (v < 0 if key == "arrival_s" else (v < 1) | (v > MAX_TOKENS) | (v != np.round(v)))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise InvalidInputError(f"trace file {p}, line {i + 2}: {key} must be "
+            raise InvalidInputError(f"trace file {p}, {where(i)}: {key} must be "
                                     f"{'a time >= 0' if key == 'arrival_s' else f'a whole token count from 1 to {MAX_TOKENS}'}"
                                     f", got {str(df[src[key]].iloc[i])!r}")
     order = np.argsort(cols["arrival_s"], kind="stable")
