@@ -1563,3 +1563,16 @@ def test_trace_errors_name_the_files_own_line(tmp_path):
     f.write_text("arrival_s, input_len, output_len\n0, 128, 64\n1, 12, 5\n")
     t = read_trace(f)
     assert t.input_len.tolist() == [128, 12] and t.output_len.tolist() == [64, 5]
+
+
+def test_a_step_budget_below_the_running_requests_is_refused(capsys):
+    """--max-batched-tokens 16 with --max-seqs 256 ran steps of up to 256 decode tokens, 16 times the stated
+    budget, without a word (vLLM refuses max_num_batched_tokens < max_num_seqs)."""
+    from hybrid.workloads.llm.serving import SchedulerConfig
+
+    with pytest.raises(InvalidInputError, match="must be at least --max-seqs"):
+        SchedulerConfig(max_batched_tokens=16, max_seqs=256)
+    assert SchedulerConfig(max_batched_tokens=64, max_seqs=64).max_seqs == 64
+    code, _, err = run(capsys, "llm", "serve", "llama3-8b", "-d", "H100-SXM", "--requests", "4",
+                       "--max-batched-tokens", "16")
+    assert code == 2 and "--max-batched-tokens (16) must be at least --max-seqs (256)" in err

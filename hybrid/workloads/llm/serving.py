@@ -437,6 +437,11 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.max_batched_tokens < 1 or self.max_seqs < 1:
             raise InvalidInputError("max_batched_tokens and max_seqs must be >= 1")
+        if self.max_batched_tokens < self.max_seqs:
+            # every running request puts its decode token in each step, so fewer tokens per step than requests
+            # running is a budget the steps would exceed (vLLM refuses the same configuration)
+            raise InvalidInputError(f"--max-batched-tokens ({self.max_batched_tokens}) must be at least --max-seqs "
+                                    f"({self.max_seqs}): each step carries one decode token per running request")
 
 
 def kv_capacity_tokens(s: InferenceSetup, sched: SchedulerConfig) -> int:
