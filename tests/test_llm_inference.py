@@ -1576,3 +1576,17 @@ def test_a_step_budget_below_the_running_requests_is_refused(capsys):
     code, _, err = run(capsys, "llm", "serve", "llama3-8b", "-d", "H100-SXM", "--requests", "4",
                        "--max-batched-tokens", "16")
     assert code == 2 and "--max-batched-tokens (16) must be at least --max-seqs (256)" in err
+
+
+def test_prefill_activations_count_the_wider_dense_layers_of_an_moe_model():
+    """The widest prefill intermediate of an MoE model with dense layers was the experts' (top-k x expert width)
+    alone: Llama 4 Maverick's dense MLPs are 16384 wide against one 8192-wide expert. By hand, per token per GPU
+    at TP 8 in 16 bit: 2 x (2h + 3 f / 8)."""
+    from hybrid.workloads.llm.kv_cache import activation_bytes
+
+    fp16 = Precision("fp16")
+    m = resolve_model("llama4-maverick")  # (its QKV, 56 heads of 128 / 8, is narrower)
+    assert float(activation_bytes(m, fp16, 1.0, 0.0, 8)) == pytest.approx(2 * (2 * 5120 + 3 * 16384 / 8))
+    # an MoE model without dense layers keeps the routed experts' width (Qwen3-235B: 8 x 1536)
+    q = resolve_model("qwen3-235b-a22b")
+    assert float(activation_bytes(q, fp16, 1.0, 0.0, 8)) == pytest.approx(2 * (2 * 4096 + 3 * 1536 * 8 / 8))
