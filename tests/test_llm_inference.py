@@ -1590,3 +1590,11 @@ def test_prefill_activations_count_the_wider_dense_layers_of_an_moe_model():
     # an MoE model without dense layers keeps the routed experts' width (Qwen3-235B: 8 x 1536)
     q = resolve_model("qwen3-235b-a22b")
     assert float(activation_bytes(q, fp16, 1.0, 0.0, 8)) == pytest.approx(2 * (2 * 4096 + 3 * 1536 * 8 / 8))
+
+
+def test_serve_notes_a_context_past_the_positions_once(capsys):
+    code, out, err = run(capsys, "llm", "serve", "llama3-8b", "-d", "H100-SXM", "--requests", "3", "--input-dist",
+                         "9000", "--json")
+    notes = json.loads(out)["notes"]
+    assert code == 0 and sum("exceeds the 8192 positions" in n for n in notes) == 1, notes
+    assert "the longest request: a context of 9128 tokens exceeds the 8192 positions" in err

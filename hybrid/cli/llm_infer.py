@@ -513,8 +513,8 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     from hybrid.workloads.llm.dims import context_note
 
     longest = context_note(s.model, int((trace.input_len + trace.output_len).max()))
-    if longest:
-        out["notes"] = [*out.get("notes", []), f"the longest request: {longest}"]
+    if longest:  # in place of the simulation's own copy of the same note
+        out["notes"] = [*(n for n in out.get("notes", []) if n != longest), f"the longest request: {longest}"]
         click.echo(f"warning: the longest request: {longest}", err=True)
     for note in s.deployment_notes():
         out["notes"] = [*out.get("notes", []), note]
