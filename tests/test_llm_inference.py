@@ -1598,3 +1598,10 @@ def test_serve_notes_a_context_past_the_positions_once(capsys):
     notes = json.loads(out)["notes"]
     assert code == 0 and sum("exceeds the 8192 positions" in n for n in notes) == 1, notes
     assert "the longest request: a context of 9128 tokens exceeds the 8192 positions" in err
+
+
+def test_serve_says_what_leaves_no_room_for_the_kv_cache(capsys):
+    """llama3-70b on one A100: `infer` names the 131.4 GiB of weights, `serve` said only "no memory left for the
+    KV cache beside weights and activations"."""
+    code, _, err = run(capsys, "llm", "serve", "llama3-70b", "--system", "DGX-A100", "--requests", "4")
+    assert code == 2 and "weights 131.4 GiB" in err and "of 80.0 GiB" in err and "more tensor parallelism" in err

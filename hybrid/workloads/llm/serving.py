@@ -487,8 +487,16 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     need = (trace.input_len + trace.output_len).astype(np.int64)
     if s.model.window_size:
         need = np.ceil(cached_tokens(s.model, need)).astype(np.int64)
-    if cap <= 0:
-        raise InvalidInputError("does not fit: no memory left for the KV cache beside weights and activations")
+    if cap <= 0:  # say what takes the memory, as the static batch's plan does
+        ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)
+        w = weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp) / GIB
+        act = float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
+                                     math.ceil(sched.max_seqs / ranks), act_tp)) / GIB
+        raise InvalidInputError(
+            f"does not fit: no memory left for the KV cache: weights {w:.1f} GiB + a step's activations {act:.1f} GiB "
+            f"(--max-batched-tokens, --max-seqs) + reserve {s.reserve_gib:g} GiB per GPU of "
+            f"{s.device.mem_capacity / GIB:.1f} GiB" + ("; use more tensor parallelism or smaller weights"
+                                                      if w + s.reserve_gib >= s.device.mem_capacity / GIB else ""))
     # a request is cached whole on one rank (with attention data parallelism the ranks' caches are pooled for
     # admission, but no request spans two of them)
     per_rank = cap // (s.tp if s.attention_dp else 1)
