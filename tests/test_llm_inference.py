@@ -1605,3 +1605,23 @@ def test_serve_says_what_leaves_no_room_for_the_kv_cache(capsys):
     KV cache beside weights and activations"."""
     code, _, err = run(capsys, "llm", "serve", "llama3-70b", "--system", "DGX-A100", "--requests", "4")
     assert code == 2 and "weights 131.4 GiB" in err and "of 80.0 GiB" in err and "more tensor parallelism" in err
+
+
+def test_serving_clock_keeps_its_resolution_or_refuses():
+    """At 1e-300 requests/s the arrivals sit near 1e300 s, where adding a step's milliseconds leaves the clock where
+    it was: every TTFT, TPOT and latency came out 0. Arrival times in Unix seconds are simulated as from the first
+    arrival, the same as the trace shifted to 0."""
+    import math
+
+    from hybrid.workloads.llm.serving import Trace
+
+    s = make_setup("llama3-8b", "H100-SXM")
+    with pytest.raises(InvalidInputError, match="too long for the simulation's clock"):
+        simulate(s, make_trace(1e-300, 5, parse_dist("512"), parse_dist("128")))
+    t = make_trace(3.0, 20, parse_dist("512"), parse_dist("64"), seed=2)
+    unix = Trace(t.arrival_s + 1.7e9, t.input_len, t.output_len)
+    a, b = simulate(s, t), simulate(s, unix)
+    assert np.median(a.ttft_ms) > 1 and not math.isnan(a.output_tokens_per_s_per_gpu)
+    # (the arrivals themselves were rounded to 0.24 us at 1.7e9 s)
+    np.testing.assert_allclose(b.ttft_ms, a.ttft_ms, rtol=0, atol=1e-3)
+    np.testing.assert_allclose(b.latency_ms, a.latency_ms, rtol=0, atol=1e-3)

@@ -507,7 +507,15 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
                                 int((trace.input_len + trace.output_len).max()), cost_model)
     n = len(trace)
-    arr, inp, out = trace.arrival_s, trace.input_len.astype(np.int64), trace.output_len.astype(np.int64)
+    # the clock starts at the first arrival (a trace in Unix time keeps its sub-microsecond resolution), and it
+    # must still resolve a step at the last one: at 1e-300 requests/s every step added nothing to a clock near
+    # 1e300 s, and TTFT, TPOT and latency all came out 0
+    arr = trace.arrival_s - float(np.min(trace.arrival_s))
+    span = float(np.max(arr))
+    if np.spacing(span) > 1e-6:  # a microsecond: a step is at least several
+        raise InvalidInputError(f"the arrivals span {span:.3g} s, too long for the simulation's clock to time engine "
+                                "steps (microseconds) in double precision; use a higher rate or a shorter trace")
+    inp, out = trace.input_len.astype(np.int64), trace.output_len.astype(np.int64)
     prefilled = np.zeros(n, dtype=np.int64)
     generated = np.zeros(n, dtype=np.int64)
     first = np.full(n, np.nan)
