@@ -374,6 +374,8 @@ def test_one_output_token_has_no_tpot_in_infer_and_predict_many(capsys):
     pipe = predict_static(make_setup("llama3-70b", "H100-SXM", "DGX-H100", tp=4, pp=2), 1, 128, 1)
     note = next(n for n in pipe.notes if n.startswith("pipeline schedule"))
     assert pipe.tpot_ms is None and "token period" not in note and note.endswith("no decode step")
+    # and no decode breakdown, as without a pipeline (it had a "pipeline" category of 0.0 ms)
+    assert pipe.breakdown_ms["decode"] == {} and predict_static(s, 1, 128, 1).breakdown_ms["decode"] == {}
 
 
 def test_cli_refusals_exit_2_with_one_line(capsys):
@@ -1437,3 +1439,189 @@ def test_serve_refuses_a_request_longer_than_one_attention_dp_ranks_cache():
     per_rank = kv_capacity_tokens(s, sched) // 8
     with pytest.raises(InvalidInputError, match=f"{per_rank} tokens that fit per GPU"):
         simulate(s, Trace(np.zeros(1), np.array([per_rank + 1]), np.array([1])), sched=sched)
+
+
+def test_slo_search_on_a_trace_whose_requests_all_arrive_at_once():
+    """Such a trace has no gaps to compress or stretch: scaling them gave NaN arrival times and the SLO search never
+    returned. All at once they either meet the SLO (no rate bounds them) or miss it (refused, with the reason)."""
+    from hybrid.workloads.llm.serving import Trace
+
+    s = make_setup("llama2-7b", "A100")
+    burst = Trace(np.zeros(3), np.array([128, 256, 512]), np.array([64, 32, 16]))
+    rate, res = max_rate(s, SLO(ttft_ms=5000), 3, None, None, trace=burst)
+    assert rate == np.inf and res is not None and len(res.ttft_ms) == 3
+    with pytest.raises(InvalidInputError, match="all arrive at the same time"):
+        max_rate(s, SLO(ttft_ms=1e-3), 3, None, None, trace=burst)
+    with pytest.raises(InvalidInputError, match="finite"):
+        simulate(s, Trace(np.array([0.0, np.nan]), np.array([128, 128]), np.array([8, 8])))
+
+
+def test_request_lengths_are_taken_as_given_or_refused(tmp_path):
+    """A fixed length above the tails' cap had been clipped to 1,048,576 tokens without a word, a huge one raised a
+    bare TypeError / ValueError, an infinite mean was clipped too, and a trace's 1e30-token prompt wrapped round
+    to a negative int64 that "fit" and was simulated."""
+    import math
+
+    from hybrid.workloads.llm.serving import read_trace
+
+    rng = np.random.default_rng(0)
+    assert (parse_dist("2000000").sample(3, rng) == 2_000_000).all()
+    u = parse_dist("1500000-1600000").sample(50, rng)
+    assert u.min() >= 1_500_000 and u.max() <= 1_600_000
+    for bad in ("99999999999999999999", "1-99999999999999999999", "exp:inf", "exp:1e30", "lognormal:300,inf",
+                "normal:nan,5"):
+        with pytest.raises(InvalidInputError, match="length distribution"):
+            parse_dist(bad)
+    huge = tmp_path / "huge.csv"
+    huge.write_text("arrival_s,input_len,output_len\n0,128,64\n0.1,1e30,1\n")
+    with pytest.raises(InvalidInputError, match="line 3: input_len must be a whole token count"):
+        read_trace(huge)
+    s = make_setup("llama3-8b", system="DGX-H100")
+    with pytest.raises(InvalidInputError, match="a request of 2000064 tokens"):
+        simulate(s, make_trace(math.inf, 2, parse_dist("2000000"), parse_dist("64")))
+
+
+def test_pipeline_send_between_nodes_crosses_the_nics():
+    """Neighbouring pipeline stages are tp ranks apart: TP 8 x PP 2 on 8-GPU nodes puts the stages on two nodes
+    and TP 2 x PP 8 has its stage 3 -> 4 send between nodes; both had been costed as an NVLink send inside a node
+    (a 537 MB prefill activation in 1.2 ms instead of ~11 ms over a 400 Gb/s NIC)."""
+    from hybrid.workloads.llm.inference import cost_ops, pass_ops
+
+    def send(tp: int, pp: int) -> tuple[float, float]:
+        s = make_setup("llama3.1-405b", system="DGX-H100", tp=tp, pp=pp, dtype="fp8")
+        t = cost_ops(pass_ops(s, np.array([16384.0]), np.array([8.0]), np.array([2048.0]), np.array([2048.0])))
+        row = t[t["name"] == "pp_send_recv"].iloc[0]
+        return float(row["n_nodes"]), float(row["time_us"])
+
+    inside, across, straddling = send(4, 2), send(8, 2), send(2, 8)
+    assert inside[0] == 1 and across[0] == 2 and straddling[0] == 2
+    # the same message (16384 tokens x 16384 wide in 16 bit) in every case: over the NIC several times slower
+    assert across[1] > 5 * inside[1] and straddling[1] > 2 * inside[1]
+
+
+def test_serve_refuses_a_bad_reserve_as_infer_does(capsys):
+    """``llm serve`` sized its KV cache from --reserve-gib unchecked: NaN raised a bare ValueError and a negative
+    reserve silently added memory (538,417 KV tokens instead of 513,841 for llama3-8b on an H100 at -1 GiB)."""
+    for bad in ("nan", "-1"):
+        code, _, err = run(capsys, "llm", "serve", "llama3-8b", "-d", "H100-SXM", "--requests", "4",
+                           "--reserve-gib", bad)
+        assert code == 2 and "reserve must be a finite number >= 0 GiB" in err, err
+    with pytest.raises(InvalidInputError, match="reserve"):
+        make_setup("llama3-8b", "H100-SXM", reserve_gib=float("nan"))
+
+
+def test_infer_compare_shows_the_systems_when_this_run_does_not_fit(capsys):
+    """--compare answers "where does it fit": the text report refused at once when this run's own system could not
+    hold the model (llama3-70b on one A100), before ranking the others, while --json ranked them."""
+    code, out, err = run(capsys, "llm", "infer", "llama3-70b", "--system", "DGX-A100", "--batch", "4",
+                         "--compare", "HGX-H200,DGX-H100")
+    assert code == 2 and "does not fit" in err
+    rows = [ln for ln in out.splitlines() if ln.startswith(("HGX-H200", "DGX-A100", "DGX-H100"))]
+    assert [r.split()[0] for r in rows] == ["HGX-H200", "DGX-A100", "DGX-H100"]
+    assert "this run; does not fit" in rows[1] and "does not fit" in rows[2] and "does not fit" not in rows[0]
+
+
+def test_serving_decode_cost_at_a_sliding_window_is_not_cut_short():
+    """A sliding window caps the cache, so decode attention is the same at any context past the window; the step
+    costs interpolated linearly between grid points either side of the window and priced mistral-7b's steps
+    at a 4096-token mean context 9% below those at 6000 (serve's TPOT 9.9 ms against infer's 10.9 ms)."""
+    from hybrid.workloads.llm.serving import SchedulerConfig, StepCosts
+
+    s = make_setup("mistral-7b", "H100-SXM")
+    assert s.model.window_size == 4096 and s.model.window_layer_share == 1.0
+    c = StepCosts.build(s, 192000, 32, 6064)
+    at_window, beyond = c.decode_steps_us(32, np.array([4096.0, 6000.0]))
+    assert at_window == pytest.approx(beyond, rel=1e-3)
+    static = predict_static(s, 32, 6000, 64)
+    res = simulate(s, make_trace(np.inf, 32, parse_dist("6000"), parse_dist("64")),
+                   sched=SchedulerConfig(max_batched_tokens=192000, max_seqs=32))
+    assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.03)
+
+
+def test_capacity_longest_context_says_when_it_is_past_the_models_positions(capsys):
+    """The per-context rows said "beyond the model's 32768 positions"; the longest context for a batch (634,496
+    tokens for mistral-7b, whose sliding window caps the cache) said nothing unless the positions were learned."""
+    code, out, _ = run(capsys, "llm", "capacity", "mistral-7b", "--device", "A100", "--batch", "8",
+                       "--max-num-tokens", "8192", "--json")
+    mc = json.loads(out)["max_context_for_batch"]
+    assert code == 0 and mc["max_context"] > 32768 and mc["note"] == "beyond the model's 32768 positions"
+    code, out, _ = run(capsys, "llm", "capacity", "llama3-8b", "--device", "H100-SXM", "--batch", "64", "--json")
+    mc = json.loads(out)["max_context_for_batch"]
+    assert code == 0 and mc["max_context"] < 8192 and "note" not in mc
+
+
+def test_trace_errors_name_the_files_own_line(tmp_path):
+    """pandas skips comment and blank lines, so "line {row + 2}" pointed at the header of a trace with two comment
+    lines and a blank one (the bad row is on line 6); a header with spaces after its commas was "no input_len
+    column"."""
+    from hybrid.workloads.llm.serving import read_trace
+
+    f = tmp_path / "t.csv"
+    f.write_text("# my trace\n# exported\narrival_s,input_len,output_len\n0,128,64\n\n1,-1,5\n")
+    with pytest.raises(InvalidInputError, match="line 6: input_len"):
+        read_trace(f)
+    f.write_text("arrival_s, input_len, output_len\n0, 128, 64\n1, 12, 5\n")
+    t = read_trace(f)
+    assert t.input_len.tolist() == [128, 12] and t.output_len.tolist() == [64, 5]
+
+
+def test_a_step_budget_below_the_running_requests_is_refused(capsys):
+    """--max-batched-tokens 16 with --max-seqs 256 ran steps of up to 256 decode tokens, 16 times the stated
+    budget, without a word (vLLM refuses max_num_batched_tokens < max_num_seqs)."""
+    from hybrid.workloads.llm.serving import SchedulerConfig
+
+    with pytest.raises(InvalidInputError, match="must be at least --max-seqs"):
+        SchedulerConfig(max_batched_tokens=16, max_seqs=256)
+    assert SchedulerConfig(max_batched_tokens=64, max_seqs=64).max_seqs == 64
+    code, _, err = run(capsys, "llm", "serve", "llama3-8b", "-d", "H100-SXM", "--requests", "4",
+                       "--max-batched-tokens", "16")
+    assert code == 2 and "--max-batched-tokens (16) must be at least --max-seqs (256)" in err
+
+
+def test_prefill_activations_count_the_wider_dense_layers_of_an_moe_model():
+    """The widest prefill intermediate of an MoE model with dense layers was the experts' (top-k x expert width)
+    alone: Llama 4 Maverick's dense MLPs are 16384 wide against one 8192-wide expert. By hand, per token per GPU
+    at TP 8 in 16 bit: 2 x (2h + 3 f / 8)."""
+    from hybrid.workloads.llm.kv_cache import activation_bytes
+
+    fp16 = Precision("fp16")
+    m = resolve_model("llama4-maverick")  # (its QKV, 56 heads of 128 / 8, is narrower)
+    assert float(activation_bytes(m, fp16, 1.0, 0.0, 8)) == pytest.approx(2 * (2 * 5120 + 3 * 16384 / 8))
+    # an MoE model without dense layers keeps the routed experts' width (Qwen3-235B: 8 x 1536)
+    q = resolve_model("qwen3-235b-a22b")
+    assert float(activation_bytes(q, fp16, 1.0, 0.0, 8)) == pytest.approx(2 * (2 * 4096 + 3 * 1536 * 8 / 8))
+
+
+def test_serve_notes_a_context_past_the_positions_once(capsys):
+    code, out, err = run(capsys, "llm", "serve", "llama3-8b", "-d", "H100-SXM", "--requests", "3", "--input-dist",
+                         "9000", "--json")
+    notes = json.loads(out)["notes"]
+    assert code == 0 and sum("exceeds the 8192 positions" in n for n in notes) == 1, notes
+    assert "the longest request: a context of 9128 tokens exceeds the 8192 positions" in err
+
+
+def test_serve_says_what_leaves_no_room_for_the_kv_cache(capsys):
+    """llama3-70b on one A100: `infer` names the 131.4 GiB of weights, `serve` said only "no memory left for the
+    KV cache beside weights and activations"."""
+    code, _, err = run(capsys, "llm", "serve", "llama3-70b", "--system", "DGX-A100", "--requests", "4")
+    assert code == 2 and "weights 131.4 GiB" in err and "of 80.0 GiB" in err and "more tensor parallelism" in err
+
+
+def test_serving_clock_keeps_its_resolution_or_refuses():
+    """At 1e-300 requests/s the arrivals sit near 1e300 s, where adding a step's milliseconds leaves the clock where
+    it was: every TTFT, TPOT and latency came out 0. Arrival times in Unix seconds are simulated as from the first
+    arrival, the same as the trace shifted to 0."""
+    import math
+
+    from hybrid.workloads.llm.serving import Trace
+
+    s = make_setup("llama3-8b", "H100-SXM")
+    with pytest.raises(InvalidInputError, match="too long for the simulation's clock"):
+        simulate(s, make_trace(1e-300, 5, parse_dist("512"), parse_dist("128")))
+    t = make_trace(3.0, 20, parse_dist("512"), parse_dist("64"), seed=2)
+    unix = Trace(t.arrival_s + 1.7e9, t.input_len, t.output_len)
+    a, b = simulate(s, t), simulate(s, unix)
+    assert np.median(a.ttft_ms) > 1 and not math.isnan(a.output_tokens_per_s_per_gpu)
+    # (the arrivals themselves were rounded to 0.24 us at 1.7e9 s)
+    np.testing.assert_allclose(b.ttft_ms, a.ttft_ms, rtol=0, atol=1e-3)
+    np.testing.assert_allclose(b.latency_ms, a.latency_ms, rtol=0, atol=1e-3)

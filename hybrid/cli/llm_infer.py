@@ -148,7 +148,9 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     s = _setup(model_name, device, system, tp, pp, dtype, weights, kv_dtype, attention_kernel, allreduce, reserve_gib, cat,
                ep=ep, attention_dp=attention_dp, softmax=softmax)
     res = predict_static(s, batch, input_len, output_len, cost, check_memory=False)
-    if not res.memory.fits and not as_json:  # refused; --json still reports the prediction with fits: false
+    if not res.memory.fits and not as_json and not others:
+        # refused; --json still reports the prediction with fits: false, and --compare its ranking of the systems
+        # (where the model does fit may be the answer), both before the refusal below
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
     if roofline_plot:
         from hybrid.reports.plots import save_png
@@ -372,6 +374,9 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
         if s.model.position_note(mc["max_context"]):
             mc["note"] = (f"the model learns {s.model.max_position_embeddings} absolute positions: it cannot run a "
                           "context past them")
+        elif s.model.max_position_embeddings and mc["max_context"] > s.model.max_position_embeddings:
+            # as the per-context rows say: memory allows it, the model was built for fewer positions
+            mc["note"] = f"beyond the model's {s.model.max_position_embeddings} positions"
         if mc["max_context"] < 1:  # not even one token per request fits beside the weights
             out["fits"] = False
             from hybrid.workloads.llm.kv_cache import request_bytes
@@ -508,8 +513,8 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     from hybrid.workloads.llm.dims import context_note
 
     longest = context_note(s.model, int((trace.input_len + trace.output_len).max()))
-    if longest:
-        out["notes"] = [*out.get("notes", []), f"the longest request: {longest}"]
+    if longest:  # in place of the simulation's own copy of the same note
+        out["notes"] = [*(n for n in out.get("notes", []) if n != longest), f"the longest request: {longest}"]
         click.echo(f"warning: the longest request: {longest}", err=True)
     for note in s.deployment_notes():
         out["notes"] = [*out.get("notes", []), note]

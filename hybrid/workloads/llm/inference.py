@@ -31,6 +31,7 @@ throughput = ``batch x output / latency / GPUs``. Pipeline parallelism splits th
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System, pair_bridge_bw
 from hybrid.ops.p2p_allreduce import p2p_allreduce_us, trtllm_strategy
 from hybrid.ops.roofline import resolve_system, roofline, softmax_schedule, system_for_device
+from hybrid.workloads.llm.config import group_nodes
 from hybrid.workloads.llm.dims import context_note, resolve_model
 from hybrid.workloads.llm.kv_cache import (
     DEFAULT_RESERVE_GIB,
@@ -126,6 +128,10 @@ class InferenceSetup:
             raise InvalidInputError(f"attention_kernel must be one of {ATTENTION_KERNELS}, got {self.attention_kernel!r}")
         if self.allreduce not in ALLREDUCE_KINDS:
             raise InvalidInputError(f"allreduce must be one of {ALLREDUCE_KINDS}, got {self.allreduce!r}")
+        if not (isinstance(self.reserve_gib, numbers.Real) and math.isfinite(self.reserve_gib)
+                and self.reserve_gib >= 0):
+            # checked here, not only in the memory plan: continuous batching sizes its KV cache from it directly
+            raise InvalidInputError(f"reserve must be a finite number >= 0 GiB, got {self.reserve_gib!r}")
         if not isinstance(self.ep, int) or self.ep < 1:
             raise InvalidInputError(f"ep must be a positive integer, got {self.ep!r}")
         if self.ep > 1:
@@ -255,8 +261,9 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     def norm(name: str, rows: np.ndarray, count: float) -> None:
         emit("compute", name, "norm", count, m.normalization.lower(), "same", rows=rows, hidden=float(h), dtype=adt)
 
-    def coll(name: str, op: str, size: np.ndarray, ranks: int, count: float, category: str = "comm") -> None:
-        nodes = max(1, math.ceil(ranks / s.system.gpus_per_node))
+    def coll(name: str, op: str, size: np.ndarray, ranks: int, count: float, category: str = "comm",
+             nodes: int | None = None) -> None:
+        nodes = max(1, math.ceil(ranks / s.system.gpus_per_node)) if nodes is None else nodes
         emit("tp", name, category, count, op, "same", size_bytes=size, n_ranks=float(ranks), n_nodes=float(nodes),
              dtype=adt, system=s.system.key)
 
@@ -333,7 +340,11 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     blocks.append(_block(n_scen, scenario=scen, phase=ph, name="sampling", category="sampling", count=1.0, op="softmax",
                          dtype="fp32", rows=B, hidden=float(m.vocab_size), bytes_actual=np.nan))
     if s.pp > 1:
-        coll("pp_send_recv", "send_recv", T * h * ab, 2, 1.0, category="pipeline")
+        # neighbouring stages are tp ranks apart: as soon as the pipeline spans two nodes some stage's send crosses
+        # the NICs (TP 8 x PP 2 on 8-GPU nodes: every one; TP 2 x PP 8: stage 3 to 4), and the slowest send is the
+        # one the schedule waits for (as training's pipeline sends, hybrid.workloads.llm.costing)
+        pp_nodes = min(group_nodes(s.pp, s.tp, s.system.gpus_per_node, s.gpus), 2)
+        coll("pp_send_recv", "send_recv", T * h * ab, 2, 1.0, category="pipeline", nodes=pp_nodes)
     table = pd.concat([pd.DataFrame(b) for b in blocks], ignore_index=True, sort=False)
     table = table[table["count"].to_numpy(dtype=np.float64) > 0].copy()
     table["device"] = s.device.key
@@ -913,6 +924,8 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
     latency_us = ttft_us + decode_us
     breakdown: dict[str, dict[str, float]] = {"prefill": {}, "decode": {}}
     for row in r.categories.itertuples(index=False):
+        if row.phase == "decode" and not steps:  # a pipeline's zero "bubble" of a decode phase that never runs
+            continue
         breakdown[str(row.phase)][str(row.category)] = float(row.ms)
     costed = r.costed
     # per-op view: the prefill pass and the decode step at mid-generation

@@ -190,6 +190,9 @@ def activation_bytes(model: TransformerConfig, precision: Precision, tokens: flo
     ffn = expert_ffn(model) / tp * (3 if model.gated else 2)
     if model.is_moe:
         ffn *= model.moe_router_topk
+        if model.num_dense_layers:  # dense layers between the MoE ones can be wider (Llama 4 Maverick: 16384
+            # against top-1 of 8192; DeepSeek-V3's first three: 18432 against top-8 of 2048)
+            ffn = max(ffn, int(model.ffn_hidden_size) / tp * (3 if model.gated else 2))  # type: ignore[arg-type]
     per_token = precision.act_bytes * (2 * h + max(qkv, ffn))
     logits = np.asarray(sequences, dtype=np.float64) * model.vocab_size / tp * 4.0
     return np.asarray(tokens, dtype=np.float64) * per_token + logits

@@ -45,6 +45,14 @@ HEAD_OPS = ("final_layernorm", "lm_head", "logits_all_gather", "sampling")
 
 
 # ------------------------------------------------------------------------------------------------ workload
+#: The longest request length taken from a distribution or a trace file: far beyond any model's context and any
+#: GPU's KV cache (so such a request is refused as not fitting, with its length), and small enough that token
+#: counts and their sums stay exact integers (a count of 1e30 had wrapped round to a negative int64 and "fit").
+MAX_TOKENS = 1 << 40
+#: Where the sampled lengths of a distribution with a tail (exp, normal, lognormal) are clipped by default.
+SAMPLE_CAP = 1 << 20
+
+
 @dataclass(frozen=True)
 class LengthDist:
     """Token-length distribution: ``fixed``, ``uniform`` (lo..hi), ``exp`` (mean), ``normal`` (mean, std),
@@ -53,7 +61,7 @@ class LengthDist:
     kind: str
     a: float
     b: float = 0.0
-    cap: int = 1 << 20
+    cap: int = SAMPLE_CAP
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         if self.kind == "fixed":
@@ -80,27 +88,31 @@ def parse_dist(text: str | int) -> LengthDist:
     """``128`` (fixed), ``64-512`` (uniform), ``exp:256``, ``normal:512,128``, ``lognormal:300,0.8``."""
     s = str(text).strip().lower()
     try:
+        # a fixed or uniform length is taken as given (never clipped to the tails' cap), up to MAX_TOKENS
         if re.fullmatch(r"\d+", s):
             v = int(s)
-            if v < 1:
+            if not 1 <= v <= MAX_TOKENS:
                 raise ValueError
-            return LengthDist("fixed", v)
+            return LengthDist("fixed", v, cap=max(SAMPLE_CAP, v))
         m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", s)
         if m:
             lo, hi = int(m.group(1)), int(m.group(2))
-            if not 1 <= lo <= hi:
+            if not 1 <= lo <= hi <= MAX_TOKENS:
                 raise ValueError
-            return LengthDist("uniform", lo, hi)
+            return LengthDist("uniform", lo, hi, cap=max(SAMPLE_CAP, hi))
         kind, _, args = s.partition(":")
         vals = [float(x) for x in args.split(",")] if args else []
-        if kind == "exp" and len(vals) == 1 and vals[0] >= 1:
+        # a tail's mean or median beyond the cap would come out as the cap, not as asked: refused
+        ok = all(math.isfinite(v) for v in vals) and bool(vals) and 1 <= vals[0] <= SAMPLE_CAP
+        if kind == "exp" and len(vals) == 1 and ok:
             return LengthDist("exp", vals[0])
-        if kind in ("normal", "lognormal") and len(vals) == 2 and vals[0] >= 1 and vals[1] >= 0:
+        if kind in ("normal", "lognormal") and len(vals) == 2 and ok and vals[1] >= 0:
             return LengthDist(kind, vals[0], vals[1])
     except ValueError:
         pass
     raise InvalidInputError(f"bad length distribution {text!r} (examples: 128, 64-512, exp:256, normal:512,128, "
-                            "lognormal:300,0.8; lengths >= 1)")
+                            f"lognormal:300,0.8; lengths >= 1, at most {MAX_TOKENS} fixed or uniform, means and "
+                            f"medians at most {SAMPLE_CAP})")
 
 
 #: Spellings of an infinite arrival rate: every request arrives at once (:data:`OFFLINE_RATE`).
@@ -183,7 +195,8 @@ def read_trace(path: str | os.PathLike) -> Trace:
     p = Path(path)
     try:
         raw = p.read_bytes()
-        df = pd.read_csv(p, comment="#")
+        # skipinitialspace: a header written "arrival_s, input_len, output_len" names its columns without the spaces
+        df = pd.read_csv(p, comment="#", skipinitialspace=True)
     except FileNotFoundError:
         raise InvalidInputError(f"trace file {p} does not exist") from None
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
@@ -201,13 +214,19 @@ def read_trace(path: str | os.PathLike) -> Trace:
         # the last value may be a prefix of the real one (a token count of 16 cut to 1): refuse, do not guess
         raise InvalidInputError(f"trace file {p}: its last line has no final newline (truncated file?); add the "
                                 "newline if the file is complete")
+    # the file's line of each row: pandas skips comment and blank lines, so a row's index does not give it (the
+    # header and rows are the lines with something before any '#'; a quoted field spanning lines breaks the count,
+    # and then the row number is given instead)
+    lines = [i + 1 for i, ln in enumerate(re.split(r"\r\n|\r|\n", raw.decode("utf-8", errors="replace")))
+             if ln.split("#", 1)[0].strip()]
+    where = (lambda i: f"line {lines[i + 1]}") if len(lines) == len(df) + 1 else (lambda i: f"request row {i + 1}")
     for key, v in cols.items():
-        bad = ~np.isfinite(v) | (v < 0 if key == "arrival_s" else (v < 1) | (v != np.round(v)))
+        bad = ~np.isfinite(v) | (v < 0 if key == "arrival_s" else (v < 1) | (v > MAX_TOKENS) | (v != np.round(v)))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise InvalidInputError(f"trace file {p}, line {i + 2}: {key} must be "
-                                    f"{'a time >= 0' if key == 'arrival_s' else 'a whole token count >= 1'}, got "
-                                    f"{str(df[src[key]].iloc[i])!r}")
+            raise InvalidInputError(f"trace file {p}, {where(i)}: {key} must be "
+                                    f"{'a time >= 0' if key == 'arrival_s' else f'a whole token count from 1 to {MAX_TOKENS}'}"
+                                    f", got {str(df[src[key]].iloc[i])!r}")
     order = np.argsort(cols["arrival_s"], kind="stable")
     return Trace(cols["arrival_s"][order], np.round(cols["input_len"][order]).astype(np.int64),
                  np.round(cols["output_len"][order]).astype(np.int64))
@@ -271,6 +290,13 @@ class StepCosts:
         tok = _log_grid(max_tokens + max_seqs, points)
         seq = _log_grid(max_seqs, points // 2)
         db, dc = _log_grid(max_seqs, points // 2), _log_grid(max_ctx, points // 2)
+        w = s.model.window_size
+        if w and 1 < w < dc[-1]:
+            # a sliding window caps the cache at w tokens: decode attention grows linearly up to the window and
+            # flat (or, with some global layers, slower) beyond it; a kink that linear interpolation between grid
+            # points around it cut short (mistral-7b, 32 requests at a mean context of 4096: 9.9 ms a step instead
+            # of 10.9), so the window is a grid point
+            dc = np.unique(np.append(dc, float(w)))
         pc, px = _log_grid(max_tokens, points // 2), np.concatenate([[0.0], _log_grid(max_ctx, points // 2)])
         DB, DC = np.meshgrid(db, dc, indexing="ij")
         PC, PX = np.meshgrid(pc, px, indexing="ij")  # chunk, earlier tokens: context PC + PX
@@ -411,6 +437,11 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.max_batched_tokens < 1 or self.max_seqs < 1:
             raise InvalidInputError("max_batched_tokens and max_seqs must be >= 1")
+        if self.max_batched_tokens < self.max_seqs:
+            # every running request puts its decode token in each step, so fewer tokens per step than requests
+            # running is a budget the steps would exceed (vLLM refuses the same configuration)
+            raise InvalidInputError(f"--max-batched-tokens ({self.max_batched_tokens}) must be at least --max-seqs "
+                                    f"({self.max_seqs}): each step carries one decode token per running request")
 
 
 def kv_capacity_tokens(s: InferenceSetup, sched: SchedulerConfig) -> int:
@@ -449,13 +480,23 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     """Run the trace through the continuous-batching scheduler; see the module docstring for the policy."""
     if s.pp != 1:
         raise InvalidInputError("continuous-batching simulation supports tensor parallelism only (pp = 1)")
+    if not np.isfinite(trace.arrival_s).all():  # the scheduler's clock could never reach a NaN arrival
+        raise InvalidInputError("every arrival time of a trace must be a finite number")
     sched = sched or SchedulerConfig()
     cap = kv_capacity_tokens(s, sched)
     need = (trace.input_len + trace.output_len).astype(np.int64)
     if s.model.window_size:
         need = np.ceil(cached_tokens(s.model, need)).astype(np.int64)
-    if cap <= 0:
-        raise InvalidInputError("does not fit: no memory left for the KV cache beside weights and activations")
+    if cap <= 0:  # say what takes the memory, as the static batch's plan does
+        ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)
+        w = weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp) / GIB
+        act = float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
+                                     math.ceil(sched.max_seqs / ranks), act_tp)) / GIB
+        raise InvalidInputError(
+            f"does not fit: no memory left for the KV cache: weights {w:.1f} GiB + a step's activations {act:.1f} GiB "
+            f"(--max-batched-tokens, --max-seqs) + reserve {s.reserve_gib:g} GiB per GPU of "
+            f"{s.device.mem_capacity / GIB:.1f} GiB" + ("; use more tensor parallelism or smaller weights"
+                                                      if w + s.reserve_gib >= s.device.mem_capacity / GIB else ""))
     # a request is cached whole on one rank (with attention data parallelism the ranks' caches are pooled for
     # admission, but no request spans two of them)
     per_rank = cap // (s.tp if s.attention_dp else 1)
@@ -466,7 +507,15 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
                                 int((trace.input_len + trace.output_len).max()), cost_model)
     n = len(trace)
-    arr, inp, out = trace.arrival_s, trace.input_len.astype(np.int64), trace.output_len.astype(np.int64)
+    # the clock starts at the first arrival (a trace in Unix time keeps its sub-microsecond resolution), and it
+    # must still resolve a step at the last one: at 1e-300 requests/s every step added nothing to a clock near
+    # 1e300 s, and TTFT, TPOT and latency all came out 0
+    arr = trace.arrival_s - float(np.min(trace.arrival_s))
+    span = float(np.max(arr))
+    if np.spacing(span) > 1e-6:  # a microsecond: a step is at least several
+        raise InvalidInputError(f"the arrivals span {span:.3g} s, too long for the simulation's clock to time engine "
+                                "steps (microseconds) in double precision; use a higher rate or a shorter trace")
+    inp, out = trace.input_len.astype(np.int64), trace.output_len.astype(np.int64)
     prefilled = np.zeros(n, dtype=np.int64)
     generated = np.zeros(n, dtype=np.int64)
     first = np.full(n, np.nan)
@@ -584,6 +633,15 @@ def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None,
     costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
                             int((probe.input_len + probe.output_len).max()), cost_model)
     base = trace_rate(probe) if trace is not None and len(trace) > 1 else 1.0
+    if not math.isfinite(base):
+        # every request of the trace arrives at the same time: there are no gaps to compress or stretch (scaling
+        # them gave 0 x inf = NaN arrival times, on which the scheduler never advanced), so the trace is one burst
+        burst = simulate(s, trace, cost_model, sched, costs)
+        if slo.met(burst):
+            return math.inf, burst
+        raise InvalidInputError(f"the trace's {len(trace)} requests all arrive at the same time, so it has no "
+                                "arrival rate to search over, and all at once they miss the SLO: give arrival "
+                                "times spread out (or --rate with --input-dist / --output-dist)")
 
     def run(rate: float) -> ServeResult:
         if trace is not None:
