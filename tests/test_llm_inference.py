@@ -1625,3 +1625,22 @@ def test_serving_clock_keeps_its_resolution_or_refuses():
     # (the arrivals themselves were rounded to 0.24 us at 1.7e9 s)
     np.testing.assert_allclose(b.ttft_ms, a.ttft_ms, rtol=0, atol=1e-3)
     np.testing.assert_allclose(b.latency_ms, a.latency_ms, rtol=0, atol=1e-3)
+
+
+def test_absurd_lengths_and_batches_are_refused_by_name(capsys):
+    """A prompt or batch far past any model (2^39 tokens, 10^20 requests) was an OverflowError or an error naming
+    an internal op-table row; now one line naming the option's value and the bound, before any costing; the
+    largest request still allowed (2^26 tokens) is predicted (here: does not fit, with its reason)."""
+    cases = {("--input", "549755813888"): "a request of 549755813888 + 128 tokens is longer than any model's context",
+             ("--batch", "99999999999999999999"): "batch must be at most 1099511627776 (2^40)",
+             ("--batch", "1048576", "--input", "1048576"): "holds 1.1e+12 tokens, more than the 1.1e+12 (2^40)"}
+    for args, said in cases.items():
+        assert main(["llm", "infer", "llama3-8b", "--device", "H100-SXM", *args]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "OverflowError" not in err and "CSV line" not in err, err
+    assert main(["llm", "infer", "llama3-8b", "--device", "H100-SXM", "--input", str((1 << 26) - 64),
+                 "--output", "64"]) == 2
+    assert "does not fit: one request's KV cache" in capsys.readouterr().err
+    s = make_setup("llama3-8b", device="H100-SXM")
+    with pytest.raises(InvalidInputError, match="at most 67,108,864"):
+        memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, input_len=1 << 26, output_len=1)

@@ -29,6 +29,16 @@ from hybrid.workloads.llm.precision import Precision
 GIB = 2.0**30
 #: Memory kept back for the runtime (CUDA context, library workspaces, fragmentation), GiB.
 DEFAULT_RESERVE_GIB = 2.0
+#: The most tokens a request length, a batch or a batch's whole prompt and output may hold (a request length from a
+#: distribution or a trace file too): far beyond any model's context and any GPU's KV cache (so such a request is
+#: refused as not fitting, with its length), and small enough that token counts, their sums and the op tables'
+#: element counts (tokens x hidden x ...) stay exact integers (a count of 1e30 had wrapped round to a negative int64
+#: and "fit"; a 2^39-token prompt failed inside the op table, 2^67 as an OverflowError).
+MAX_TOKENS = 1 << 40
+#: The longest request (prompt + output) a static batch is predicted for: 6x the longest context any model offers
+#: (Llama 4 Scout, 10M tokens), and small enough that a prefill's attention elements (tokens^2 x heads) stay inside
+#: the op tables' exact range (a 2^39-token prompt failed inside them, naming an internal row).
+MAX_REQUEST_TOKENS = 1 << 26
 
 
 def check_parallel(model: TransformerConfig, tp: int, pp: int) -> None:
@@ -302,6 +312,15 @@ def memory_plan(model: TransformerConfig, precision: Precision, capacity: float,
     for name, v in (("batch", batch), ("input_len", input_len), ("output_len", output_len)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
             raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+        if v > MAX_TOKENS:
+            raise InvalidInputError(f"{name} must be at most {MAX_TOKENS} (2^40), got {v}")
+    if input_len + output_len > MAX_REQUEST_TOKENS:
+        raise InvalidInputError(f"a request of {input_len} + {output_len} tokens is longer than any model's context by "
+                                f"far: at most {MAX_REQUEST_TOKENS:,} (2^26) tokens per request")
+    if batch * (input_len + output_len) > MAX_TOKENS:
+        raise InvalidInputError(f"a batch of {batch} requests of {input_len} + {output_len} tokens holds "
+                                f"{batch * (input_len + output_len):.3g} tokens, more than the {MAX_TOKENS:.3g} (2^40) "
+                                "a prediction takes")
     r = memory_table(model, precision, capacity, batch=np.array([batch]), input_len=np.array([input_len]),
                      output_len=np.array([output_len]), tp=tp, pp=pp, reserve_gib=reserve_gib,
                      prefill_tokens=prefill_tokens, attention_dp=attention_dp).iloc[0]

@@ -33,6 +33,7 @@ from hybrid.workloads.llm.dims import context_note
 from hybrid.workloads.llm.inference import InferenceSetup, cost_ops, isotonic_log, pass_ops
 from hybrid.workloads.llm.kv_cache import (
     GIB,
+    MAX_TOKENS,
     activation_bytes,
     cached_tokens,
     kv_bytes_per_token,
@@ -45,10 +46,6 @@ HEAD_OPS = ("final_layernorm", "lm_head", "logits_all_gather", "sampling")
 
 
 # ------------------------------------------------------------------------------------------------ workload
-#: The longest request length taken from a distribution or a trace file: far beyond any model's context and any
-#: GPU's KV cache (so such a request is refused as not fitting, with its length), and small enough that token
-#: counts and their sums stay exact integers (a count of 1e30 had wrapped round to a negative int64 and "fit").
-MAX_TOKENS = 1 << 40
 #: Where the sampled lengths of a distribution with a tail (exp, normal, lognormal) are clipped by default.
 SAMPLE_CAP = 1 << 20
 
