@@ -77,6 +77,12 @@ ATTENTION_KERNELS = ("grouped", "per_query_head")
 #: Tensor-parallel all-reduce implementations (see :attr:`InferenceSetup.allreduce`).
 ALLREDUCE_KINDS = ("nccl", "custom")
 #: Ops that run once per forward pass (not per layer).
+#: GEMMs that stay 16-bit in fp8, fp4 and weight-only int8 / int4 / fp4 deployments: the output layer, which
+#: NVIDIA ModelOpt's quantisation configs (TensorRT-LLM's FP8, INT4-AWQ and NVFP4 checkpoints) and vLLM's AWQ,
+#: GPTQ and FP8 methods leave unquantised (a 128k-vocabulary head is 1 GB of Llama-3-8B's weights in 16 bit; read
+#: as int4 it was a quarter of that, and decode at batch 1 about 12% fast). Its weights, inputs and outputs are
+#: 16-bit (:func:`hybrid.workloads.llm.kv_cache.weight_bytes_per_gpu` counts it so too).
+HEAD_16BIT = ("lm_head",)
 PASS_OPS = ("embedding", "position_embedding", "final_layernorm", "lm_head", "logits_all_gather", "sampling",
             "pp_send_recv")
 #: Op categories of the breakdown.
@@ -253,7 +259,9 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     p2p_ok = s.allreduce == "custom" and s.device.link_bw > 0 and _all_pairs_nvlink(s.system, tp, s.device)
 
     def gemm(name: str, cat: str, mm: np.ndarray, nn: float, kk: float, count: float) -> None:
-        emit("compute", name, cat, count, "linear", "linear", b=1.0, m=mm, n=nn, k=kk, dtype=cdt)
+        # the output layer runs in 16 bit whatever the deployment's GEMM format (HEAD_16BIT)
+        emit("compute", name, cat, count, "linear", "linear", b=1.0, m=mm, n=nn, k=kk,
+             dtype=adt if name in HEAD_16BIT else cdt)
 
     def elem(name: str, cat: str, elements: np.ndarray, variant: str, count: float) -> None:
         emit("compute", name, cat, count, "elementwise", "same", variant=variant, elements=elements, dtype=adt)
@@ -278,9 +286,10 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
             mm = np.maximum(np.asarray(cols["m"], dtype=np.float64), 1.0)
             bb = np.asarray(cols.get("b", 1.0), dtype=np.float64)
             weights = 1.0 if op == "linear" else bb  # a grouped GEMM reads each expert's weights
+            i_b, o_b, w_b = (ab, ab, ab) if name in HEAD_16BIT else (in_b, out_b, wb)
             cols = {**cols, "m": mm, "b": np.broadcast_to(bb, (n_scen,)),
-                    "bytes_actual": bb * (in_b * mm * cols["k"] + out_b * mm * cols["n"])
-                    + weights * cols["k"] * cols["n"] * wb}
+                    "bytes_actual": bb * (i_b * mm * cols["k"] + o_b * mm * cols["n"])
+                    + weights * cols["k"] * cols["n"] * w_b}
         elif op == "elementwise":
             cols = {**cols, "elements": np.maximum(np.asarray(cols["elements"], dtype=np.float64), 1.0)}
         cols.setdefault("bytes_actual", np.nan)

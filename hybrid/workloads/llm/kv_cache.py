@@ -147,7 +147,8 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
     """Bytes of weights on the most loaded GPU (the bottleneck pipeline stage), from the model's exact parameter
     count (:meth:`TransformerConfig.param_counts`): GEMM weights in the weight format split over TP; biases and
     norms in 16 bit (counted whole on every rank); the word embedding (vocab-parallel) and a learned position
-    embedding stay 16 bit on the first stage, the final norm and an untied output layer on the last. When TP
+    embedding stay 16 bit on the first stage, the final norm and an untied output layer (16 bit too: quantisers
+    leave it out) on the last. When TP
     exceeds the KV heads, each rank holds whole replicated KV heads (``ceil(kv_heads / tp)`` of them, the K and V
     columns of :func:`hybrid.workloads.llm.costing.kv_width_split`), not ``kv_heads / tp`` of a head.
     ``attention_dp``: only the routed experts are split over the TP ranks (expert parallelism); attention, dense
@@ -170,7 +171,8 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
     if attention_dp:
         split = 1
     embed = (c["word_embedding"] / split + c["position_embedding"]) * precision.act_bytes
-    head = c["output_layer"] / split * precision.weight_bytes + c["final_norm"] * precision.act_bytes
+    # the output layer stays 16-bit in quantised deployments (:data:`hybrid.workloads.llm.inference.HEAD_16BIT`)
+    head = c["output_layer"] / split * precision.act_bytes + c["final_norm"] * precision.act_bytes
     per_stage = math.ceil(model.num_layers / pp)
     if pp == 1 or not model.is_moe or model.num_dense_layers == 0:
         per_layer = layer_bytes(matrix, routed_expert_params(model))
