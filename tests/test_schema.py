@@ -165,6 +165,23 @@ def test_values_that_must_agree_across_columns(catalog, extra, message):
         validate(good, catalog)
 
 
+def test_an_elementwise_rows_lines_must_be_its_elements(catalog):
+    """rows x hidden of an elementwise row (an interpolated map's lines) are its elements: a row giving both apart
+    was priced on elements alone, the lines ignored without a word; consistent lines, or none, pass (the committed
+    CPU profile's 288 interpolation rows all agree), and another family's rows / hidden are not checked."""
+    base = {"device": "H100-SXM", "time_us": 1.0, "dtype": "fp16", "op": "elementwise", "variant": "add",
+            "elements": 1 << 20}
+    validate(pd.DataFrame([{**base, "rows": 1024, "hidden": 1024}]), catalog)
+    validate(pd.DataFrame([base]), catalog)
+    mixed = pd.DataFrame([{**base, "rows": 1000, "hidden": 1024},
+                          {"device": "H100-SXM", "time_us": 1.0, "dtype": "fp16", "op": "layernorm", "rows": 7,
+                           "hidden": 1024}])
+    with pytest.raises(SchemaError, match=r"column 'elements': an elementwise row's lines, rows x hidden \(1000 x "
+                                          r"1024\), must be its elements \(1048576\)"):
+        validate(mixed, catalog)
+    validate(mixed.iloc[1:], catalog)  # a norm's rows x hidden is not an element count
+
+
 def test_raw_nccl_tests_output_or_a_public_csv_named_as_a_table_says_how_to_import_it(tmp_path):
     """`hybrid calibrate all_reduce.log` (or a folder of logs, or NeuSight's own CSV) said only "missing required
     column(s) device, op, time_us" / "not a measurement bundle"; it now names the import command."""

@@ -59,8 +59,8 @@ COLUMNS: tuple[Column, ...] = (
        "small share, 0 for a scalar)", nonneg=True),
     _C("flops_per_element", "float", "elementwise: FLOPs per output element", nonneg=True),
     # norms, softmax
-    _C("rows", "int", "norm/softmax: number of rows (batchnorm: channels)", positive=True),
-    _C("hidden", "int", "norm/softmax: row length (batchnorm: N x H x W values per channel)", positive=True),
+    _C("rows", "int", "norm/softmax: number of rows (batchnorm: channels); elementwise (optional): an interpolated map's lines, rows x hidden = elements", positive=True),
+    _C("hidden", "int", "norm/softmax: row length (batchnorm: N x H x W values per channel); elementwise: the lines' length", positive=True),
     # embedding bags
     _C("num_tables", "int", "embedding: number of tables looked up by the kernel", positive=True),
     _C("num_embeddings", "int", "embedding: rows per table", positive=True),
@@ -321,6 +321,20 @@ def _validate(
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
                 raise _fail(df, i, b, problem.format(a=_show(df[a].iloc[i]), b=_show(df[b].iloc[i])), source)
+
+    # an elementwise row's lines (rows x hidden: an interpolated map's, hybrid.ops.families.upsample_row) are its
+    # elements; a row giving both shapes apart was priced on elements alone, the lines silently ignored
+    if {"rows", "hidden", "elements"} <= set(df.columns):
+        ew = op_codes == (list(op_uniques).index("elementwise") if "elementwise" in list(op_uniques) else -2)
+        if ew.any():
+            r, h, e = (pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+                       for c in ("rows", "hidden", "elements"))
+            bad = ew & np.isfinite(r) & np.isfinite(h) & np.isfinite(e) & (r * h != e)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise _fail(df, i, "elements", f"an elementwise row's lines, rows x hidden ({_show(df['rows'].iloc[i])} "
+                            f"x {_show(df['hidden'].iloc[i])}), must be its elements ({_show(df['elements'].iloc[i])})",
+                            source)
 
     # a measurement's fastest repeat cannot be slower than its median, nor its slowest faster (a swapped or
     # misassigned column); rounding is monotone, so the order survives any printing of the three
