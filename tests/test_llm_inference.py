@@ -1674,3 +1674,22 @@ def test_the_output_layer_stays_16_bit_in_quantised_deployments():
         up = ops[ops["name"] == "mlp_up_proj"].iloc[0]
         assert up["bytes_actual"] < 0.6 * 2.0 * up["k"] * up["n"]  # the layers' weights stay in the format
         assert float(cost_ops(ops).loc[lambda f: f["name"] == "lm_head", "time_us"].iloc[0]) > 0
+
+
+def test_serve_compare_ranks_the_other_systems_when_this_run_does_not_fit(capsys):
+    """`llm serve --compare` stopped with "does not fit" when this run's own system could not hold the model,
+    without ranking the others (`llm infer --compare` ranks them): now the others are ranked, this run last with
+    its reason; --json carries the ranking and the error (exit 0), the text shows the table, then exits 2."""
+    args = ["llm", "serve", "llama3-70b", "--system", "DGX-A100", "--requests", "20", "--slo-ttft", "500ms",
+            "--compare", "HGX-H200"]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["error"].startswith("does not fit: no memory left for the KV cache: weights 131.4 GiB")
+    assert [r["system"] for r in out["compare"]] == ["HGX-H200", "DGX-A100"]
+    assert out["compare"][0]["rate_per_gpu"] > 0 and out["compare"][1]["note"].startswith("this run: does not fit")
+    assert main(args) == 2
+    cap = capsys.readouterr()
+    assert "systems by SLO-meeting requests/s per GPU" in cap.out and "HGX-H200" in cap.out
+    assert cap.err.startswith("error: does not fit")
+    assert main(args[:-2]) == 2  # without --compare: the refusal alone
+    assert "does not fit" in capsys.readouterr().err

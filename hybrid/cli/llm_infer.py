@@ -476,7 +476,66 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     trace = read_trace(trace_file) if trace_file else make_trace(r_s, n_requests, idist, odist, seed, arrival)
     costs, costs_low, costs_high = StepCosts.build_bounds(s, sched.max_batched_tokens, sched.max_seqs,
                                                           int((trace.input_len + trace.output_len).max()), cost)
-    res = simulate(s, trace, cost, sched, costs)
+    slo = SLO(parse_time_ms(slo_ttft) if slo_ttft else None, parse_time_ms(slo_tpot) if slo_tpot else None,
+              parse_time_ms(slo_latency) if slo_latency else None, slo_percentile)
+    mean_out = float(trace.output_len.mean())
+
+    def rank_others(ranking: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+        """``ranking`` (this run's row) with every --compare system's SLO-meeting rate, ranked (see below)."""
+        from hybrid.ops.roofline import resolve_system
+
+        for name in [c.strip() for c in str(compare).split(",") if c.strip()]:
+            known = resolve_system(cat, name)
+            if (known.key, known.device) == (s.system.key, s.device.key):
+                continue  # this run's own system, ranked above
+            try:
+                other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
+                               allreduce, reserve_gib, cat, ep=ep, attention_dp=attention_dp, softmax=softmax)
+                r_best, at_best = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
+                                           trace=trace if trace_file else None, progress=sys.stderr.isatty(),
+                                           arrival=arrival)
+                row = {"system": other.system.key, "device": other.device.key, "gpus": other.gpus}
+                if prices is not None:
+                    p_other = _price(prices, other)
+                    row["gpu_hour_price"] = p_other
+                    # steady state at the SLO-meeting rate (the rate its arrivals realised): every request served
+                    row["cost_per_1m_output_tokens"] = (
+                        None if p_other is None or at_best is None or not math.isfinite(r_best)
+                        else _steady_cost(p_other, at_best.rate, mean_out, other.gpus))
+                if math.isfinite(r_best):
+                    ranking.append({**row, "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus,
+                                    "note": "" if r_best > 0 else "no rate meets the SLO"})
+                else:  # the trace cannot load this system: no rate to rank it by
+                    ranking.append({**row, "max_rate_per_s": None, "rate_per_gpu": None,
+                                    "note": "every rate meets the SLO with so few requests (--requests)"})
+            except InvalidInputError as exc:  # does not fit / no fp8 there: ranked last, with the reason
+                ranking.append({"system": known.key, "device": known.device, "gpus": tp * pp, "max_rate_per_s": 0.0,
+                                "rate_per_gpu": 0.0, **({"gpu_hour_price": None, "cost_per_1m_output_tokens": None}
+                                                        if prices is not None else {}), "note": str(exc)})
+        # unloaded systems (every rate meets the SLO: None) first, as the fastest; no rate at all last
+        return rank_compared(
+            ranking, lambda r: -(math.inf if r["rate_per_gpu"] is None else r["rate_per_gpu"]),
+            "cost_per_1m_output_tokens", lambda r: r["rate_per_gpu"] is not None and r["rate_per_gpu"] > 0)
+
+    try:
+        res = simulate(s, trace, cost, sched, costs)
+    except InvalidInputError as exc:
+        if not compare or slo.empty:
+            raise
+        # this run's own deployment does not fit: the other systems are still ranked (where it does fit may be
+        # the answer), this one last with the reason, as `llm infer --compare` does; then the refusal
+        ranking = [{"system": s.system.key, "device": s.device.key, "gpus": s.gpus, "max_rate_per_s": 0.0,
+                    "rate_per_gpu": 0.0, **({"gpu_hour_price": _price(prices, s), "cost_per_1m_output_tokens": None}
+                                            if prices is not None else {}), "note": f"this run: {exc}"}]
+        ranked, by_cost = rank_others(ranking)
+        failed = {"model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": tp, "pp": pp,
+                  "gpus": s.gpus, "error": str(exc), "compare": ranked,
+                  "compare_ranked_by": "cost_per_1m_output_tokens" if by_cost else "rate_per_gpu"}
+        if as_json:
+            echo_json(failed)
+            return
+        _compare_table(failed, prices is not None)
+        raise
     out: dict[str, Any] = {"model": s.model.name, "device": s.device.key, "system": s.system.key, "tp": tp,
                            "pp": pp, "gpus": s.gpus, "ep": ep, "attention_dp": attention_dp, "precision": s.precision.label, "input_dist": input_dist, "output_dist": output_dist,
                            **res.to_dict(), "cost_model": cost_ref, "method": costs.method}
@@ -493,7 +552,6 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         out["notes"] = [*out.get("notes", []), note]
         click.echo(f"warning: {note}", err=True)
     price = _price(prices, s)
-    mean_out = float(trace.output_len.mean())
     if prices is not None:
         # offline: the deployment's throughput, every GPU busy. At a finite rate the GPUs are paid for whether busy
         # or not, and a short trace's throughput is diluted by its ramp-up and drain: the cost is given at the
@@ -519,8 +577,6 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     for note in s.deployment_notes():
         out["notes"] = [*out.get("notes", []), note]
         click.echo(f"warning: {note}", err=True)
-    slo = SLO(parse_time_ms(slo_ttft) if slo_ttft else None, parse_time_ms(slo_tpot) if slo_tpot else None,
-              parse_time_ms(slo_latency) if slo_latency else None, slo_percentile)
     if not slo.empty:
         out["slo"] = {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "latency_ms": slo.latency_ms,
                       "percentile": slo_percentile, "met_at_rate": slo.met(res)}
@@ -571,40 +627,7 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                         "cost_per_1m_output_tokens")} if prices is not None else {}),
                     "note": ("this run; every rate meets the SLO with so few requests (--requests)" if mine is None
                              else "this run" if mine > 0 else "this run; no rate meets the SLO")}]
-        from hybrid.ops.roofline import resolve_system
-
-        for name in [c.strip() for c in compare.split(",") if c.strip()]:
-            known = resolve_system(cat, name)
-            if (known.key, known.device) == (s.system.key, s.device.key):
-                continue  # this run's own system, ranked above
-            try:
-                other = _setup(model_name, None, name, tp, pp, dtype, weights, kv_dtype, attention_kernel,
-                               allreduce, reserve_gib, cat, ep=ep, attention_dp=attention_dp, softmax=softmax)
-                r_best, at_best = max_rate(other, slo, n_requests, idist, odist, cost, sched, seed,
-                                           trace=trace if trace_file else None, progress=sys.stderr.isatty(),
-                                           arrival=arrival)
-                row = {"system": other.system.key, "device": other.device.key, "gpus": other.gpus}
-                if prices is not None:
-                    p_other = _price(prices, other)
-                    row["gpu_hour_price"] = p_other
-                    # steady state at the SLO-meeting rate (the rate its arrivals realised): every request served
-                    row["cost_per_1m_output_tokens"] = (
-                        None if p_other is None or at_best is None or not math.isfinite(r_best)
-                        else _steady_cost(p_other, at_best.rate, mean_out, other.gpus))
-                if math.isfinite(r_best):
-                    ranking.append({**row, "max_rate_per_s": r_best, "rate_per_gpu": r_best / other.gpus,
-                                    "note": "" if r_best > 0 else "no rate meets the SLO"})
-                else:  # the trace cannot load this system: no rate to rank it by
-                    ranking.append({**row, "max_rate_per_s": None, "rate_per_gpu": None,
-                                    "note": "every rate meets the SLO with so few requests (--requests)"})
-            except InvalidInputError as exc:  # does not fit / no fp8 there: ranked last, with the reason
-                ranking.append({"system": known.key, "device": known.device, "gpus": tp * pp, "max_rate_per_s": 0.0,
-                                "rate_per_gpu": 0.0, **({"gpu_hour_price": None, "cost_per_1m_output_tokens": None}
-                                                        if prices is not None else {}), "note": str(exc)})
-        # unloaded systems (every rate meets the SLO: None) first, as the fastest; no rate at all last
-        out["compare"], by_cost = rank_compared(
-            ranking, lambda r: -(math.inf if r["rate_per_gpu"] is None else r["rate_per_gpu"]),
-            "cost_per_1m_output_tokens", lambda r: r["rate_per_gpu"] is not None and r["rate_per_gpu"] > 0)
+        out["compare"], by_cost = rank_others(ranking)
         out["compare_ranked_by"] = "cost_per_1m_output_tokens" if by_cost else "rate_per_gpu"
     if as_json:
         echo_json(out)
@@ -637,21 +660,25 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     if costs:
         click.echo(f"at {out['gpu_hour_price']:g} per GPU-hour: " + "; ".join(costs))
     if "compare" in out:
-        dash = "-"
-        if out["compare_ranked_by"] == "cost_per_1m_output_tokens":
-            click.echo("\nsystems by cost per million output tokens at their SLO-meeting rate (lowest first):")
-        else:
-            click.echo("\nsystems by SLO-meeting requests/s per GPU (highest first):")
-        priced = prices is not None
-        echo_table([(r["system"], r["device"], r["gpus"], dash if r["max_rate_per_s"] is None else r["max_rate_per_s"],
-                     dash if r["rate_per_gpu"] is None else r["rate_per_gpu"],
-                     *([dash if r["gpu_hour_price"] is None else f"{r['gpu_hour_price']:g}",
-                        dash if r["cost_per_1m_output_tokens"] is None else f"{r['cost_per_1m_output_tokens']:.4g}"]
-                       if priced else []), r["note"])
-                    for r in out["compare"]],
-                   ["system", "device", "gpus", "max rate/s", "per GPU",
-                    *(["GPU-hour price", "per 1M tokens"] if priced else []), "note"])
+        _compare_table(out, prices is not None)
     roofline_note(cost_ref)
+
+
+def _compare_table(out: dict[str, Any], priced: bool) -> None:
+    """`llm serve --compare`'s ranking of the systems (``out["compare"]``) as a text table."""
+    dash = "-"
+    if out["compare_ranked_by"] == "cost_per_1m_output_tokens":
+        click.echo("\nsystems by cost per million output tokens at their SLO-meeting rate (lowest first):")
+    else:
+        click.echo("\nsystems by SLO-meeting requests/s per GPU (highest first):")
+    echo_table([(r["system"], r["device"], r["gpus"], dash if r["max_rate_per_s"] is None else r["max_rate_per_s"],
+                 dash if r["rate_per_gpu"] is None else r["rate_per_gpu"],
+                 *([dash if r["gpu_hour_price"] is None else f"{r['gpu_hour_price']:g}",
+                    dash if r["cost_per_1m_output_tokens"] is None else f"{r['cost_per_1m_output_tokens']:.4g}"]
+                   if priced else []), r["note"])
+                for r in out["compare"]],
+               ["system", "device", "gpus", "max rate/s", "per GPU",
+                *(["GPU-hour price", "per 1M tokens"] if priced else []), "note"])
 
 
 def register(group: click.Group) -> None:
