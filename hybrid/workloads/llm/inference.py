@@ -841,6 +841,13 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
     costed["context"] = kv[sc]
     send = (costed["category"] == "pipeline").to_numpy()
     once = costed["name"].isin(PASS_OPS).to_numpy() & ~send  # embedding, output layer, sampling: one stage each
+    # per-layer rows by the kind of layer they belong to (pass_ops counts them at the model's mean MoE share)
+    moe_row = ((costed["category"] == "moe") | (costed["name"] == "ep_all_to_all")).to_numpy() & ~send & ~once
+    dense_row = (costed["name"].isin(("mlp_up_proj", "mlp_act", "mlp_down_proj")).to_numpy() & ~moe_row
+                 & ~send & ~once)
+    layer_row = ~send & ~once & ~moe_row & ~dense_row
+    kinds = np.select([moe_row, dense_row, layer_row], [1, 2, 0], default=3)  # 3: a pass op
+    stage_mult = stage_multipliers(setups)  # [configs, stages, 4]: per kind, a stage's rows over the mean stage's
     m_, p_ = micro.astype(np.float64), pp.astype(np.float64)
     # the layers of all stages over those of the slowest (ceil(L / pp) layers)
     layer_share = np.array([s.model.num_layers / s.layers_per_stage for s in setups])
@@ -849,9 +856,16 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
     cols = ["time_us", "roofline_us"] + [c for c in ("time_us_low", "time_us_high") if c in costed.columns]
     for col in cols:
         t = costed[col].to_numpy() * costed["count"].to_numpy()
-        stage = np.bincount(sc, weights=np.where(send, 0.0, t), minlength=n_sc)  # the slowest (last) stage
-        pass_t = np.bincount(sc, weights=np.where(once, t, 0.0), minlength=n_sc)
-        total = (stage - pass_t) * layer_share[cfg] + pass_t  # every stage's ops: each layer and pass op once
+        by_kind = np.stack([np.bincount(sc, weights=np.where(~send & (kinds == k), t, 0.0), minlength=n_sc)
+                            for k in range(4)], axis=1)  # [scenarios, kind]
+        mean_stage = by_kind.sum(axis=1)
+        pass_t = by_kind[:, 3]
+        # the slowest stage: the one whose layers cost the most (a dense-first MoE model's stages hold different
+        # numbers of MoE layers; the pipeline runs at the pace of the one with the most, as training's does)
+        per_stage = np.einsum("sk,srk->sr", by_kind, stage_mult[cfg])
+        slowest = np.argmax(per_stage, axis=1)
+        stage = per_stage[np.arange(n_sc), slowest]
+        total = (mean_stage - pass_t) * layer_share[cfg] + pass_t  # every stage's ops: each layer and pass op once
         total = np.where(pp[cfg] > 1, total, stage)
         sends = np.bincount(sc, weights=np.where(send, t, 0.0), minlength=n_sc)
         pre_sc = np.flatnonzero(is_pre)  # one per configuration, in order
@@ -863,8 +877,10 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
             # first pass through every stage, each op once in that pass); "pipeline" = sends and bubbles
             first = np.where(once, 1.0, layer_share[cfg][sc])
             m_sc = m_[cfg][sc]
+            busy = stage_mult[cfg[sc], slowest[sc], kinds]  # the row's share in the slowest stage
             # prefill: total + (m - 1) x slowest; decode: m x slowest, or one trip through every stage if longer
-            mult = np.where(is_pre[sc], first + m_sc - 1.0, np.where(m_sc * stage[sc] >= total[sc], m_sc, first))
+            mult = np.where(is_pre[sc], first + (m_sc - 1.0) * busy,
+                            np.where(m_sc * stage[sc] >= total[sc], m_sc * busy, first))
             ops_t = np.where(send, 0.0, t) * mult * np.where(is_pre, 1.0, weight)[sc]
             cat = pd.DataFrame({"config": cfg[sc], "phase": costed["phase"].to_numpy(),
                                 "category": costed["category"].to_numpy(), "ms": ops_t / 1e3})
@@ -883,6 +899,31 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
             cats = pd.concat([cat, pipe[(p_ > 1)[pipe["config"].to_numpy()]]], ignore_index=True) \
                 .groupby(["config", "phase", "category"], as_index=False)["ms"].sum()
     return _Static(costed, micro, ttft, decode, cats, stage_times)
+
+
+def stage_multipliers(setups: list[InferenceSetup]) -> np.ndarray:
+    """Per deployment and pipeline stage, what its per-layer op rows cost against :func:`pass_ops`' mean stage
+    (``ceil(L / pp)`` layers at the model's mean MoE share), by row kind: ``[..., 0]`` layer ops every layer has
+    (attention, norms, TP collectives), ``1`` MoE rows, ``2`` dense-MLP rows, ``3`` pass ops (1: counted with every
+    stage, the slowest being charged them all). Shape ``[deployments, max pp, 4]``; stages a deployment lacks are
+    zeros. A dense model, or one whose layers are all MoE, has every stage alike (ones; the last stage's fewer
+    layers, if any, are not the slowest); a dense-first MoE model (DeepSeek-V3's 3 dense layers) does not: at pp 4
+    its stages hold 13, 16, 16 and 13 of its 58 MoE layers (:meth:`TransformerConfig.moe_layers_per_rank`)."""
+    R = max(s.pp for s in setups)
+    out = np.zeros((len(setups), R, 4))
+    for i, s in enumerate(setups):
+        m, L = s.model, s.layers_per_stage
+        if s.pp <= 1 or not m.is_moe or m.num_dense_layers == 0:
+            out[i, :s.pp] = 1.0
+            continue
+        n_moe = np.asarray(m.moe_layers_per_rank(s.pp), dtype=np.float64)
+        n_layers = np.minimum(L, np.maximum(m.num_layers - L * np.arange(s.pp), 0)).astype(np.float64)
+        share = m.num_moe_layers / m.num_layers
+        out[i, :s.pp, 0] = n_layers / L
+        out[i, :s.pp, 1] = n_moe / (share * L)
+        out[i, :s.pp, 2] = (n_layers - n_moe) / ((1.0 - share) * L)
+        out[i, :s.pp, 3] = 1.0
+    return out
 
 
 def _tpot_ms(decode_us: np.ndarray, output_len: np.ndarray) -> np.ndarray:
