@@ -53,7 +53,7 @@ class WorkloadWarning(UserWarning):
 
 class TransferWarning(UserWarning):
     """Predictions a model makes for hardware unlike any it was fitted on: rows of a kind of processor (CPU or GPU)
-    that the correction answering them never measured (``HybridPredictor.cross_kind_devices``), e.g. a CPU priced
+    that the correction answering them never measured (``HybridPredictor._cross_kind_rows``), e.g. a CPU priced
     by kernel trees fitted on GPUs only. Their intervals are not calibrated for them."""
 
 

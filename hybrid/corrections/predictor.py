@@ -704,7 +704,7 @@ class HybridPredictor:
         return ({d for per in self.offsets.values() for d in per} | {d for per in self.shifts.values() for d in per}
                 | {d for per in self.tilts.values() for d in per} | {d for _, d in self.device_models})
 
-    def cross_kind_devices(self, norm: pd.DataFrame, group: tuple[np.ndarray, list[str]]
+    def _cross_kind_rows(self, norm: pd.DataFrame, group: tuple[np.ndarray, list[str]]
                            ) -> tuple[np.ndarray, dict[str, list[str]]]:
         """Rows answered by a correction fitted on no device of their device's kind (a CPU priced by kernel trees
         fitted on GPUs only, a GPU's collectives by curves of gloo on CPUs), and per such device the corrections
@@ -713,7 +713,8 @@ class HybridPredictor:
 
         Such a row is a transfer across kinds of processor, which helps some op families and hurts others
         (docs/corrections.md: CPU-fitted embedding lookups beat the roofline on an H100; an H100-fitted model
-        priced the committed CPU profile worse than the roofline alone): the prediction says so (:class:`~hybrid.errors.TransferWarning`) and its interval is not calibrated for it."""
+        priced the committed CPU profile worse than the roofline alone): the prediction says so
+        (:class:`~hybrid.errors.TransferWarning`) and its interval is not calibrated for it."""
         rows = np.zeros(len(norm), dtype=bool)
         odd: dict[str, list[str]] = {}
         if not self.devices_fitted:
@@ -837,7 +838,7 @@ class HybridPredictor:
         """:meth:`predict` without the de-duplication of identical rows."""
         norm, base = self._prepare(table, training=False)
         time, method, methods, group_codes, groups = self._raw_codes(norm, base)
-        cross, odd = self.cross_kind_devices(norm, (group_codes, groups))
+        cross, odd = self._cross_kind_rows(norm, (group_codes, groups))
         if odd:
             warnings.warn(cross_kind_note(odd, self.catalog), TransferWarning, stacklevel=3)
         group = (np.array(groups, dtype=object)[group_codes] if (self.offsets or self.shifts or self.tilts)
@@ -1290,7 +1291,7 @@ def distinct_rows(table: pd.DataFrame, max_fraction: float | None = None) -> tup
 
 
 def cross_kind_note(odd: dict[str, list[str]], catalog: Catalog) -> str:
-    """The warning for :meth:`HybridPredictor.cross_kind_devices`' devices (``{device: correction keys}``)."""
+    """The warning for :meth:`HybridPredictor._cross_kind_rows`' devices (``{device: correction keys}``)."""
     parts = []
     for dev, keys in odd.items():
         kind = catalog.device(dev).kind

@@ -64,7 +64,7 @@ from hybrid.workloads.llm.kv_cache import (
     memory_plan,
     memory_table,
 )
-from hybrid.workloads.llm.layer_ops import forward_layer_ops
+from hybrid.workloads.llm.layer_ops import MLP_OPS, forward_layer_ops
 from hybrid.workloads.llm.model import TransformerConfig
 from hybrid.workloads.llm.precision import Precision, checkpoint_precision, parse_precision
 
@@ -76,13 +76,13 @@ COST_COLUMNS = ("device", "op", "dtype", "variant", "b", "m", "n", "k", "element
 ATTENTION_KERNELS = ("grouped", "per_query_head")
 #: Tensor-parallel all-reduce implementations (see :attr:`InferenceSetup.allreduce`).
 ALLREDUCE_KINDS = ("nccl", "custom")
-#: Ops that run once per forward pass (not per layer).
 #: GEMMs that stay 16-bit in fp8, fp4 and weight-only int8 / int4 / fp4 deployments: the output layer, which
 #: NVIDIA ModelOpt's quantisation configs (TensorRT-LLM's FP8, INT4-AWQ and NVFP4 checkpoints) and vLLM's AWQ,
 #: GPTQ and FP8 methods leave unquantised (a 128k-vocabulary head is 1 GB of Llama-3-8B's weights in 16 bit; read
 #: as int4 it was a quarter of that, and decode at batch 1 about 12% fast). Its weights, inputs and outputs are
 #: 16-bit (:func:`hybrid.workloads.llm.kv_cache.weight_bytes_per_gpu` counts it so too).
 HEAD_16BIT = ("lm_head",)
+#: Ops that run once per forward pass (not per layer).
 PASS_OPS = ("embedding", "position_embedding", "final_layernorm", "lm_head", "logits_all_gather", "sampling",
             "pp_send_recv")
 #: Op categories of the breakdown.
@@ -843,7 +843,7 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
     once = costed["name"].isin(PASS_OPS).to_numpy() & ~send  # embedding, output layer, sampling: one stage each
     # per-layer rows by the kind of layer they belong to (pass_ops counts them at the model's mean MoE share)
     moe_row = ((costed["category"] == "moe") | (costed["name"] == "ep_all_to_all")).to_numpy() & ~send & ~once
-    dense_row = (costed["name"].isin(("mlp_up_proj", "mlp_act", "mlp_down_proj")).to_numpy() & ~moe_row
+    dense_row = (costed["name"].isin(MLP_OPS).to_numpy() & ~moe_row
                  & ~send & ~once)
     layer_row = ~send & ~once & ~moe_row & ~dense_row
     kinds = np.select([moe_row, dense_row, layer_row], [1, 2, 0], default=3)  # 3: a pass op
@@ -917,7 +917,7 @@ def stage_multipliers(setups: list[InferenceSetup]) -> np.ndarray:
             out[i, :s.pp] = 1.0
             continue
         n_moe = np.asarray(m.moe_layers_per_rank(s.pp), dtype=np.float64)
-        n_layers = np.minimum(L, np.maximum(m.num_layers - L * np.arange(s.pp), 0)).astype(np.float64)
+        n_layers = np.asarray(m.layers_per_rank(s.pp), dtype=np.float64)
         share = m.num_moe_layers / m.num_layers
         out[i, :s.pp, 0] = n_layers / L
         out[i, :s.pp, 1] = n_moe / (share * L)

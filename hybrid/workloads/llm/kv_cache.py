@@ -184,7 +184,7 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
     routed = routed_expert_params(model) * model.num_layers / model.num_moe_layers  # one MoE layer's
     moe_l, dense_l = layer_bytes(moe_mat, routed), layer_bytes(dense_mat, 0.0)
     n_moe = np.asarray(model.moe_layers_per_rank(pp), dtype=np.int64)
-    n_layers = np.minimum(per_stage, np.maximum(model.num_layers - per_stage * np.arange(pp), 0))
+    n_layers = np.asarray(model.layers_per_rank(pp), dtype=np.int64)
     stage = n_moe * moe_l + (n_layers - n_moe) * dense_l
     stage[0] += embed
     stage[-1] += head

@@ -48,6 +48,9 @@ import numpy as np
 
 from hybrid.workloads.llm.model import TransformerConfig
 
+#: Names of the MLP's ops (:func:`forward_layer_ops`): a dense layer's rows, or with category ``"moe"`` a MoE
+#: layer's experts (which :func:`hybrid.workloads.llm.inference._static_batch` tells apart per pipeline stage).
+MLP_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
 #: ``emit(part, name, category, count, op, bwd, **cols)``: ``part`` is ``"compute"``, ``"tp"`` or ``"ep"``;
 #: ``count`` per layer (0 where the op does not run for a scenario); ``bwd`` how training derives the backward
 #: rows: ``"linear"`` (data- and weight-gradient GEMMs), ``"experts"`` (grouped GEMM: same shape + weight

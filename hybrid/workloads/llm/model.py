@@ -338,6 +338,12 @@ class TransformerConfig:
         return tuple(i >= k and (bool(freq[i]) if isinstance(freq, tuple) else i % freq == 0)
                      for i in range(self.num_layers))
 
+    def layers_per_rank(self, pp: int) -> tuple[int, ...]:
+        """Layers held by each of ``pp`` pipeline ranks: ``ceil(layers / pp)`` consecutive layers each, the last rank
+        the rest (as :meth:`moe_layers_per_rank` splits them without interleaving)."""
+        per = -(-self.num_layers // pp)
+        return tuple(max(0, min(per, self.num_layers - r * per)) for r in range(pp))
+
     def moe_layers_per_rank(self, pp: int, vp: int = 1) -> tuple[int, ...]:
         """MoE layers held by each of ``pp`` pipeline ranks. Without interleaving (``vp`` 1) rank ``r`` holds
         ``ceil(layers / pp)`` consecutive layers (the last rank the rest); with it, model chunks ``r, r + pp, ...``
