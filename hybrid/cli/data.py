@@ -137,13 +137,7 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     schema; print row counts per op and device. A bundle's catalog.toml (or that of a table's directory) names
     its devices."""
     from hybrid.data.bundle import bundle_catalog
-    from hybrid.data.quality import (
-        describe,
-        describe_collectives,
-        implausible_collectives,
-        implausible_rows,
-        repeated_configs,
-    )
+    from hybrid.data.quality import implausible_findings, repeated_configs
     from hybrid.tracking.inputs import load_measurements
 
     with said_warnings():
@@ -153,16 +147,13 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     # physically implausible groups (GPU GEMMs faster than the datasheet peak): valid rows, but every fit leaves
     # them out; said here so that a unit slip (ms in time_us) shows before a calibration
     # (on the roofline computed while the rows were checked: not a second time)
-    base = data.roofline()
-    drop, bad = implausible_rows(df, base, data.catalog)
     # collectives far faster than their fabric allows (a log in ms, the wrong system): calibration leaves them out
-    coll, bad_coll = implausible_collectives(df, base)
+    findings = implausible_findings(df, data.roofline(), data.catalog)
     # configurations measured more than once: kept (each a sample for the fits), said with how far they spread
     _, repeats = repeated_configs(df)
     if as_json:
         echo_json({"rows": len(df), "by_op_device": counts.to_dict(orient="records"),
-                   "implausible": {"rows": int(drop.sum()), "groups": bad.to_dict("records")},
-                   "implausible_collectives": {"rows": int(coll.sum()), "groups": bad_coll.to_dict("records")},
+                   **{key: value for key, (value, _) in findings.items()},
                    "repeated": {"configs": int(repeats["configs"].sum()), "rows": int(repeats["rows"].sum()),
                                 "differing": int(repeats["differing"].sum()),
                                 "by_op_device": repeats.astype(object).where(repeats.notna(), None)
@@ -176,12 +167,9 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
                      "" if r.spread_median != r.spread_median else f"{r.spread_median:.3f}x",
                      "" if r.spread_max != r.spread_max else f"{r.spread_max:.3f}x"] for r in repeats.itertuples()],
                    ["op", "device", "configs", "rows", "differing", "median spread", "max spread"])
-    if drop.any():
-        click.echo(f"warning: {int(drop.sum())} rows are GEMMs faster than the datasheet peak allows, which every fit "
-                   f"leaves out: {describe(bad)}", err=True)
-    if coll.any():
-        click.echo(f"warning: {int(coll.sum())} rows are collectives far faster than the fabric allows, which "
-                   f"calibration leaves out: {describe_collectives(bad_coll)}", err=True)
+    for _, said in findings.values():
+        if said:
+            click.echo(f"warning: {said}", err=True)
     click.echo(f"ok: {len(df)} rows in {len(tables)} table(s)")
 
 

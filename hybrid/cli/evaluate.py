@@ -143,36 +143,19 @@ def dtype_fallback_notes(table: pd.DataFrame, catalog: Any) -> list[str]:
 
 def implausible_notes(table: pd.DataFrame, catalog: Any) -> dict[str, tuple[dict[str, Any], str]]:
     """The rows of ``table`` that calibration leaves out as physically implausible, as ``{JSON key: (value,
-    warning: line)}``; empty without any. ``implausible``: GPU GEMM rows faster than the datasheet peak allows
-    (:func:`hybrid.data.quality.implausible_rows`, in the same shape as ``data validate --json``'s
-    ``implausible`` key); ``implausible_collectives``: collective rows far faster than their fabric allows
-    (:func:`hybrid.data.quality.implausible_collectives`: a log in ms, or the wrong system).
+    warning: line)}``; empty without any (:func:`hybrid.data.quality.implausible_findings`, the words and JSON
+    of ``data validate``: GEMMs faster than the datasheet peak, collectives far faster than their fabric).
 
     Every fit (GEMMs) and every calibration (both) leaves them out, but ``evaluate`` scored them in silence: a
     group timed in ms where us belong, or sparse kernels, moves the error figures without a word. They are kept
     (a score of the table as given) and said."""
-    from hybrid.data.quality import describe, describe_collectives, implausible_collectives, implausible_rows
+    from hybrid.data.quality import implausible_findings
     from hybrid.ops.roofline import roofline
 
     if not len(table):
         return {}
-    base = roofline(table, catalog)  # one roofline for both checks
-    notes: dict[str, tuple[dict[str, Any], str]] = {}
-    drop, bad = implausible_rows(table, base, catalog)
-    if drop.any():
-        n = int(drop.sum())
-        notes["implausible"] = ({"rows": n, "groups": bad.to_dict("records")},
-                                f"warning: {n:,} of {len(table):,} rows are GEMMs faster than the datasheet peak "
-                                "allows, which every fit leaves out (hybrid data validate): "
-                                f"{describe(bad)}; scored here as measured")
-    coll, bad_coll = implausible_collectives(table, base)
-    if coll.any():
-        n = int(coll.sum())
-        notes["implausible_collectives"] = (
-            {"rows": n, "groups": bad_coll.to_dict("records")},
-            f"warning: {n:,} of {len(table):,} rows are collectives far faster than the fabric allows, which "
-            f"calibration leaves out: {describe_collectives(bad_coll)}; scored here as measured")
-    return notes
+    return {key: (value, f"warning: {said}; scored here as measured")
+            for key, (value, said) in implausible_findings(table, roofline(table, catalog), catalog).items() if said}
 
 
 def by_method(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:

@@ -140,6 +140,28 @@ def describe_collectives(groups: pd.DataFrame) -> str:
             + " (times in milliseconds or seconds? time_us holds microseconds; or the wrong --system)")
 
 
+def implausible_findings(norm: pd.DataFrame, base: pd.DataFrame,
+                         catalog: Catalog) -> dict[str, tuple[dict[str, object], str]]:
+    """Both plausibility checks of one measurement table, worded once for every command that says them
+    (``data validate``, ``evaluate``, ``report --table``): ``{key: (JSON value, sentence)}`` with the keys
+    ``implausible`` (:func:`implausible_rows`) and ``implausible_collectives`` (:func:`implausible_collectives`)
+    always present; the value is ``{"rows": n, "groups": [...]}`` and the sentence is empty when ``n`` is 0.
+    Arguments as :func:`implausible_rows`."""
+    total = len(norm)
+    drop, bad = implausible_rows(norm, base, catalog)
+    coll, bad_coll = implausible_collectives(norm, base)
+    n, n_coll = int(drop.sum()), int(coll.sum())
+    return {
+        "implausible": ({"rows": n, "groups": bad.to_dict("records")},
+                        f"{n:,} of {total:,} rows are GEMMs faster than the datasheet peak allows, which every fit "
+                        f"leaves out: {describe(bad)}" if n else ""),
+        "implausible_collectives": ({"rows": n_coll, "groups": bad_coll.to_dict("records")},
+                                    f"{n_coll:,} of {total:,} rows are collectives far faster than the fabric "
+                                    f"allows, which calibration leaves out: {describe_collectives(bad_coll)}"
+                                    if n_coll else ""),
+    }
+
+
 def failed_validation(table: pd.DataFrame) -> np.ndarray:
     """Rows whose benchmark reported wrong results (nccl-tests ``#wrong`` > 0): their times measured a broken
     run, so no fit uses them and no score counts them."""
