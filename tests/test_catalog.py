@@ -410,6 +410,25 @@ def test_user_file_cpu_entry(tmp_path: Path) -> None:
     assert dev.kind == "cpu" and dev.kernel_latency_us == 1.0 and dev.peak("fp16") == 6.9e12
 
 
+@pytest.mark.parametrize("arch, cc", [("sm_90", 90), ("sm_90a", 90), ("sm_100a", 100), ("sm_100f", 100),
+                                      ("SM_103A", 103), ("sm_120", 120), ("gfx942", 0), ("sm_9x", 0)])
+def test_user_device_arch_suffix_keeps_its_generation(tmp_path: Path, arch: str, cc: int) -> None:
+    """nvcc / XLA print Hopper and Blackwell targets with an arch- or family-specific suffix (``sm_90a``,
+    ``sm_100f``); a catalog file copying one into ``arch`` read as compute capability 0, so its NVSwitch system lost
+    NVLS (and its attention the overlapped softmax) without a word."""
+    from hybrid.hardware.device import nvls_capable
+
+    f = tmp_path / "site.toml"
+    f.write_text(f'[devices.Next-GPU]\nvendor = "nvidia"\nkind = "gpu"\narch = "{arch}"\n'
+                 "peak_tflops = { fp32 = 80, bf16 = 2500 }\nmem_bw_gbps = 8000\nmem_gib = 192\n"
+                 'link = "NVLink5"\nlink_gbps = 900\nsource = "design study"\n\n'
+                 '[systems.Next-Node]\ndevice = "Next-GPU"\ngpus_per_node = 8\nintra_fabric = "NVSwitch"\n'
+                 'intra_node_gbps = 900\nsource = "design study"\n')
+    cat = Catalog.load([f])
+    assert cat.device("Next-GPU").compute_capability == cc
+    assert nvls_capable(cat.system("Next-Node"), cat.device("Next-GPU")) == (cc >= 90)
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ("[devices.X\nvendor='nvidia'", "not valid TOML"),
     ("[gpus.X]\nvendor='nvidia'", "unknown top-level"),

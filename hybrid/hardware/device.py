@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,8 @@ DEVICE_FIELDS = frozenset({*DEVICE_REQUIRED, "arch", "l2_mib", "l2_bw_gbps", "sm
 #: L2 bytes per clock per SM of the A100 whitepaper (5120 B/clk, 108 SMs): the estimate :meth:`Device.l2_bandwidth`
 #: uses for GPUs whose L2 bandwidth is not published.
 L2_BYTES_PER_CLK_PER_SM = 5120 / 108
+#: An NVIDIA ``arch``: ``sm_90``, or with the arch-specific / family-specific suffix (``sm_90a``, ``sm_100f``).
+_SM_ARCH = re.compile(r"sm_(\d+)[af]?")
 
 
 @dataclass(frozen=True)
@@ -124,10 +127,14 @@ class Device:
 
     @property
     def compute_capability(self) -> int:
-        """NVIDIA compute capability as an integer (``arch`` ``sm_90`` -> 90); 0 for other vendors or no ``arch``."""
-        arch = str(self.arch).lower()
-        digits = arch[3:] if arch.startswith("sm_") else ""
-        return int(digits) if str(self.vendor).lower() == "nvidia" and digits.isdigit() else 0
+        """NVIDIA compute capability as an integer (``arch`` ``sm_90`` -> 90); 0 for other vendors or no ``arch``.
+
+        The architecture-specific and family-specific targets nvcc and XLA print (``sm_90a``, ``sm_100a``,
+        ``sm_100f``) are the same compute capability: a catalog file that copies one into ``arch`` read as 0 before,
+        which turned off what depends on the generation (NVLS on an NVSwitch node, the HGX switch of a generic node,
+        the overlapped attention softmax)."""
+        match = _SM_ARCH.fullmatch(str(self.arch).strip().lower())
+        return int(match.group(1)) if str(self.vendor).lower() == "nvidia" and match else 0
 
     def l2_bandwidth(self) -> float:
         """L2 read bandwidth in bytes/s: the catalog's published figure, else an estimate from the SMs and clock at
