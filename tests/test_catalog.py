@@ -428,6 +428,35 @@ def test_user_device_arch_suffix_keeps_its_generation(tmp_path: Path, arch: str,
     assert cat.device("Next-GPU").compute_capability == cc
     assert nvls_capable(cat.system("Next-Node"), cat.device("Next-GPU")) == (cc >= 90)
 
+@pytest.mark.parametrize("gen", [1, 2, 7])
+def test_user_device_pcie_generation_is_priced_as_itself(tmp_path: Path, gen: int) -> None:
+    """``pcie_gen`` outside the generations the bandwidth tables listed (3-6) was priced as gen3 by the generic
+    node (a PCIe 7.0 design got 12 GB/s, an eighth of gen6's 96) and as gen4 by DLRM's host link, silently."""
+    from hybrid.ops.roofline import PCIE_GBPS, system_for_device
+    from hybrid.workloads.dlrm_graph import PCIE_X16_BW, host_link_bw
+
+    f = tmp_path / "site.toml"
+    f.write_text(f'[devices.Card]\nvendor = "nvidia"\nkind = "gpu"\narch = "sm_120"\npcie_gen = {gen}\n'
+                 "peak_tflops = { fp32 = 100 }\nmem_bw_gbps = 2000\nmem_gib = 96\nsource = \"design study\"\n")
+    dev = Catalog.load([f]).device("Card")
+    intra, host = system_for_device(dev).intra_bw, host_link_bw(dev)
+    assert (intra > PCIE_GBPS[6] * 1e9 and host > PCIE_X16_BW[6]) if gen == 7 else \
+        (intra < PCIE_GBPS[3] * 1e9 and host < PCIE_X16_BW[3])
+
+
+def test_pcie_generation_outside_the_known_ones_is_refused(tmp_path: Path) -> None:
+    from hybrid.hardware.device import PCIE_GENERATIONS
+    from hybrid.ops.roofline import PCIE_GBPS
+    from hybrid.workloads.dlrm_graph import PCIE_X16_BW
+
+    assert set(PCIE_GENERATIONS) <= set(PCIE_GBPS) and set(PCIE_GENERATIONS) - {0} <= set(PCIE_X16_BW)
+    f = tmp_path / "site.toml"
+    f.write_text('[devices.Card]\nvendor = "nvidia"\nkind = "gpu"\npcie_gen = 8\n'
+                 "peak_tflops = { fp32 = 100 }\nmem_bw_gbps = 2000\nmem_gib = 96\nsource = \"design study\"\n")
+    with pytest.raises(InvalidInputError, match="pcie_gen must be a PCIe generation from 1 to 7"):
+        Catalog.load([f])
+
+
 
 @pytest.mark.parametrize(("text", "match"), [
     ("[devices.X\nvendor='nvidia'", "not valid TOML"),

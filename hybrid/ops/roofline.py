@@ -39,8 +39,10 @@ ROOFLINE_COLUMNS = ("family", "flops", "bytes", "compute_us", "busy_us", "memory
 #: Categories of the ``bound`` column.
 BOUNDS = ("compute", "memory", "latency", "bandwidth")
 
-#: Effective PCIe bandwidth per direction (GB/s) by generation, used when a device has no GPU-to-GPU link.
-PCIE_GBPS = {0: 12.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}
+#: Effective PCIe bandwidth per direction (GB/s) by generation, used when a device has no GPU-to-GPU link (~0.76 of
+#: the x16 link rate; 0 = not stated: gen3). Every generation a catalog entry may name
+#: (:data:`hybrid.hardware.device.PCIE_GENERATIONS`) is here: gen 1, 2 and 7 fell back to gen3's 12 GB/s.
+PCIE_GBPS = {0: 12.0, 1: 3.0, 2: 6.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0, 7: 192.0}
 #: Default NIC share per GPU when a node description is synthesised from a bare device (100 Gb/s).
 DEFAULT_NIC_GBPS = 12.5
 
