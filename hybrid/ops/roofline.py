@@ -406,10 +406,14 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
     ag = ring_g * size / intra + np.where(multi, ring_n * size / (g * inter), 0.0)
     a2a = np.maximum((g - 1.0) / n * size / intra, np.where(multi, (n - g) / n * size / inter, 0.0))
     p2p = size / np.where(multi, inter, intra)
+    # broadcast / reduce (nccl-tests' bus factor 1): inside a node a GPU's links carry the whole message, and across
+    # nodes every node receives (sends) all of it through its g NICs, whatever the node count: the all-gather's
+    # (nodes - 1)/nodes share there priced 2 nodes of 1 GPU at half the NIC's time (bus bandwidth above its rate)
+    bc = (ring_g + 1.0 / n) * size / intra + np.where(multi, size / (g * inter), 0.0)
     bw_s = np.select(
         [op == "all_reduce", np.isin(op, ["all_gather", "reduce_scatter"]), op == "all_to_all"],
         [ar, ag, a2a],
-        default=np.where(np.isin(op, ["broadcast", "reduce"]), ag + size / intra / n, p2p),
+        default=np.where(np.isin(op, ["broadcast", "reduce"]), bc, p2p),
     )
     # latency term: tree-like number of steps inside and across nodes; all_reduce pays it twice
     steps = np.where(op == "all_reduce", 2.0, 1.0)
