@@ -727,6 +727,19 @@ def test_a_shared_architecture_string_names_the_other_gpus_it_could_be(catalog, 
                                                    if d.arch == "gfx906" and k != catalog.resolve_device("gfx906")]
 
 
+@pytest.mark.parametrize("name, members", [("sm_61", ("P4", "GTX-1080Ti", "TitanXp")), ("gfx900", ("MI25", "Vega-FE")),
+                                           ("sm_52", ("M40", "TitanX"))])
+def test_an_architecture_no_default_maps_names_its_gpus(catalog, name, members) -> None:
+    """``sm_61`` is five catalog GPUs and none is its default: the error suggested A10, P100, RTX PRO 6000, B300
+    and B200 (names spelt alike), not one Pascal GP10x part."""
+    with pytest.raises(UnknownDeviceError) as err:
+        catalog.resolve_device(name)
+    msg = str(err.value)
+    assert "an architecture, not a product" in msg and all(m in msg for m in members)
+    listed = msg.split("have it: ", 1)[1].split(";", 1)[0].split(", ")
+    assert listed == [k for k, d in catalog.devices.items() if d.arch.lower() == name]
+
+
 def test_a_stated_sxm_generation_names_its_own_board(catalog):
     """``V100 SXM3`` was resolved as the SXM2 part (the SXM word stripped, then the bare V100), ``H100-SXM9`` as the
     H100 SXM, both silently."""
