@@ -410,6 +410,54 @@ def test_user_file_cpu_entry(tmp_path: Path) -> None:
     assert dev.kind == "cpu" and dev.kernel_latency_us == 1.0 and dev.peak("fp16") == 6.9e12
 
 
+@pytest.mark.parametrize("arch, cc", [("sm_90", 90), ("sm_90a", 90), ("sm_100a", 100), ("sm_100f", 100),
+                                      ("SM_103A", 103), ("sm_120", 120), ("gfx942", 0), ("sm_9x", 0)])
+def test_user_device_arch_suffix_keeps_its_generation(tmp_path: Path, arch: str, cc: int) -> None:
+    """nvcc / XLA print Hopper and Blackwell targets with an arch- or family-specific suffix (``sm_90a``,
+    ``sm_100f``); a catalog file copying one into ``arch`` read as compute capability 0, so its NVSwitch system lost
+    NVLS (and its attention the overlapped softmax) without a word."""
+    from hybrid.hardware.device import nvls_capable
+
+    f = tmp_path / "site.toml"
+    f.write_text(f'[devices.Next-GPU]\nvendor = "nvidia"\nkind = "gpu"\narch = "{arch}"\n'
+                 "peak_tflops = { fp32 = 80, bf16 = 2500 }\nmem_bw_gbps = 8000\nmem_gib = 192\n"
+                 'link = "NVLink5"\nlink_gbps = 900\nsource = "design study"\n\n'
+                 '[systems.Next-Node]\ndevice = "Next-GPU"\ngpus_per_node = 8\nintra_fabric = "NVSwitch"\n'
+                 'intra_node_gbps = 900\nsource = "design study"\n')
+    cat = Catalog.load([f])
+    assert cat.device("Next-GPU").compute_capability == cc
+    assert nvls_capable(cat.system("Next-Node"), cat.device("Next-GPU")) == (cc >= 90)
+
+@pytest.mark.parametrize("gen", [1, 2, 7])
+def test_user_device_pcie_generation_is_priced_as_itself(tmp_path: Path, gen: int) -> None:
+    """``pcie_gen`` outside the generations the bandwidth tables listed (3-6) was priced as gen3 by the generic
+    node (a PCIe 7.0 design got 12 GB/s, an eighth of gen6's 96) and as gen4 by DLRM's host link, silently."""
+    from hybrid.ops.roofline import PCIE_GBPS, system_for_device
+    from hybrid.workloads.dlrm_graph import PCIE_X16_BW, host_link_bw
+
+    f = tmp_path / "site.toml"
+    f.write_text(f'[devices.Card]\nvendor = "nvidia"\nkind = "gpu"\narch = "sm_120"\npcie_gen = {gen}\n'
+                 "peak_tflops = { fp32 = 100 }\nmem_bw_gbps = 2000\nmem_gib = 96\nsource = \"design study\"\n")
+    dev = Catalog.load([f]).device("Card")
+    intra, host = system_for_device(dev).intra_bw, host_link_bw(dev)
+    assert (intra > PCIE_GBPS[6] * 1e9 and host > PCIE_X16_BW[6]) if gen == 7 else \
+        (intra < PCIE_GBPS[3] * 1e9 and host < PCIE_X16_BW[3])
+
+
+def test_pcie_generation_outside_the_known_ones_is_refused(tmp_path: Path) -> None:
+    from hybrid.hardware.device import PCIE_GENERATIONS
+    from hybrid.ops.roofline import PCIE_GBPS
+    from hybrid.workloads.dlrm_graph import PCIE_X16_BW
+
+    assert set(PCIE_GENERATIONS) <= set(PCIE_GBPS) and set(PCIE_GENERATIONS) - {0} <= set(PCIE_X16_BW)
+    f = tmp_path / "site.toml"
+    f.write_text('[devices.Card]\nvendor = "nvidia"\nkind = "gpu"\npcie_gen = 8\n'
+                 "peak_tflops = { fp32 = 100 }\nmem_bw_gbps = 2000\nmem_gib = 96\nsource = \"design study\"\n")
+    with pytest.raises(InvalidInputError, match="pcie_gen must be a PCIe generation from 1 to 7"):
+        Catalog.load([f])
+
+
+
 @pytest.mark.parametrize(("text", "match"), [
     ("[devices.X\nvendor='nvidia'", "not valid TOML"),
     ("[gpus.X]\nvendor='nvidia'", "unknown top-level"),
@@ -677,6 +725,19 @@ def test_a_shared_architecture_string_names_the_other_gpus_it_could_be(catalog, 
     assert catalog.arch_alternatives("H100") == [] and catalog.arch_alternatives("NVIDIA H200") == []
     assert catalog.arch_alternatives("gfx906") == [k for k, d in catalog.devices.items()
                                                    if d.arch == "gfx906" and k != catalog.resolve_device("gfx906")]
+
+
+@pytest.mark.parametrize("name, members", [("sm_61", ("P4", "GTX-1080Ti", "TitanXp")), ("gfx900", ("MI25", "Vega-FE")),
+                                           ("sm_52", ("M40", "TitanX"))])
+def test_an_architecture_no_default_maps_names_its_gpus(catalog, name, members) -> None:
+    """``sm_61`` is five catalog GPUs and none is its default: the error suggested A10, P100, RTX PRO 6000, B300
+    and B200 (names spelt alike), not one Pascal GP10x part."""
+    with pytest.raises(UnknownDeviceError) as err:
+        catalog.resolve_device(name)
+    msg = str(err.value)
+    assert "an architecture, not a product" in msg and all(m in msg for m in members)
+    listed = msg.split("have it: ", 1)[1].split(";", 1)[0].split(", ")
+    assert listed == [k for k, d in catalog.devices.items() if d.arch.lower() == name]
 
 
 def test_a_stated_sxm_generation_names_its_own_board(catalog):

@@ -62,6 +62,36 @@ def test_collective_waits_for_its_slowest_participant():
     assert wait == pytest.approx([20.0, 10.0, 0.0])
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"ranks": [0, 5]}, "rank 5 out of range"),
+    ({"ranks": [0, 1], "deps": {1: [99]}}, "dependency 99 of rank 1"),
+    ({"ranks": [0, 1], "ops": [None, "gemm"]}, "op of rank 1 must be a mapping"),
+])
+def test_refused_collective_leaves_the_graph_unchanged(kwargs, match):
+    """A collective refused at its second rank had already added the first rank's launch and member: a caller who
+    caught the error simulated a one-member collective (and its launch) it never asked for."""
+    g = TaskGraph(2)
+    g.add(0, "compute", "a", duration_us=10.0)
+    g.add(1, "compute", "b", duration_us=20.0)
+    with pytest.raises(InvalidInputError, match=match):
+        g.collective("ar", duration_us=50.0, **kwargs)
+    assert len(g) == 2
+    assert simulate(g, overheads=NO).iteration_us == pytest.approx(20.0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"deps": [99]}, "dependency 99"), ({"op": "gemm"}, "op must be a mapping"),
+    ({"duration_us": float("nan")}, "duration must be finite"),
+])
+def test_refused_kernel_leaves_no_launch_behind(kwargs, match):
+    """``kernel`` added the CPU launch first: a kernel refused after it left a launch without its kernel on the
+    host stream, which the next kernel's launch then queued behind."""
+    g = TaskGraph(1)
+    with pytest.raises(InvalidInputError, match=match):
+        g.kernel(0, "k", **kwargs)
+    assert len(g) == 0
+
+
 def test_collective_members_take_the_longest_estimate(catalog):
     g = TaskGraph(2)
     op = {"op": "all_reduce", "device": "H100-SXM", "system": "DGX-H100", "dtype": "fp32", "n_ranks": 2}

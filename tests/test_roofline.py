@@ -128,6 +128,24 @@ def test_collective_bandwidth_term_matches_ring_formula(catalog) -> None:
     assert row["latency_us"] == pytest.approx(2 * catalog.systems["DGX-A100"].intra_latency_us * 3)  # 2 x log2(8)
 
 
+@pytest.mark.parametrize("op", ["broadcast", "reduce"])
+@pytest.mark.parametrize("ranks, nodes", [(2, 2), (4, 4), (16, 2)])
+def test_multi_node_broadcast_sends_the_whole_message_through_the_nics(catalog, op, ranks, nodes) -> None:
+    """A broadcast (reduce) moves the whole message into (out of) every node, over its GPUs' NICs: nccl-tests'
+    bus factor 1. The alpha-beta term took the all-gather's (nodes - 1)/nodes share of it, so 2 nodes of one GPU
+    each were priced at half the NIC's time (bus bandwidth twice the NIC's rate); the layout model likewise."""
+    from hybrid.corrections.collective_sigmoid import layout_terms
+
+    size, g = 1 << 30, ranks // nodes
+    nic = catalog.systems["DGX-H100"].inter_bw
+    row = one(pd.DataFrame({"op": [op], "size_bytes": [size], "n_ranks": [ranks], "n_nodes": [nodes]}), catalog,
+              system="DGX-H100")
+    intra = (g - 1) / g + 1 / ranks  # inside a node as on one node: a GPU's links carry the message once
+    assert row["memory_us"] == pytest.approx((intra * size / 450e9 + size / (g * nic)) * 1e6)
+    assert row["memory_us"] * 1e-6 >= size / (g * nic)
+    assert layout_terms(np.array([op]), np.array([ranks]), np.array([nodes]))[0, 4] == pytest.approx(1 / g)
+
+
 def test_all_reduce_bound_on_an_nvls_node_is_nvls(catalog) -> None:
     """A Hopper NVSwitch node reduces in the switch (NVLS): (g + 1)/g bytes per link instead of the ring's
     2 (g - 1)/g, so the roofline stays a bound where NCCL's measured 8-GPU all-reduce (483 GB/s bus bandwidth on

@@ -179,7 +179,8 @@ def layout_terms(op: np.ndarray, ranks: np.ndarray, nodes: np.ndarray, pair_fact
     bc = np.isin(op, ["broadcast", "reduce"])
     intra = np.select([ar, agrs, a2a, bc], [2 * rg, rg, (g - 1.0) / n, rg + 1.0 / n], default=np.where(multi, 0.0, 1.0))
     intra = intra * np.where(g <= 2.0, pair_factor, 1.0)
-    inter = np.select([ar, agrs, a2a, bc], [2 * rn / g, rn / g, (n - g) / n, rn / g], default=1.0)
+    # broadcast / reduce: every node receives (sends) the whole message through its g NICs (the roofline's term)
+    inter = np.select([ar, agrs, a2a, bc], [2 * rn / g, rn / g, (n - g) / n, 1.0 / g], default=1.0)
     inter = np.where(multi, inter, 0.0)
     steps = np.where(ar, 2.0, 1.0)
     # latency steps: log2 (tree-like) for all-reduce and the rest; a ring all-gather / reduce-scatter takes n - 1

@@ -228,6 +228,16 @@ class TaskGraph:
         """
         if not (np.isfinite(scale) and scale >= 0):
             raise InvalidInputError(f"kernel {name!r}: scale must be finite and >= 0, got {scale}")
+        # what the kernel's own add would refuse, checked before its launch is added (a launch without its kernel)
+        if op is not None and not isinstance(op, Mapping):
+            raise InvalidInputError(f"kernel {name!r}: op must be a mapping of column -> value (one table row), got "
+                                    f"{type(op).__name__}")
+        deps = [d for d in deps if d is not None]
+        for d in deps:
+            if not 0 <= d < len(self._names):
+                raise InvalidInputError(f"kernel {name!r}: dependency {d} does not exist yet")
+        if not (duration_us >= 0 and np.isfinite(duration_us)):
+            raise InvalidInputError(f"kernel {name!r}: duration must be finite and >= 0, got {duration_us}")
         if self.synchronous_host:
             host_deps = [*host_deps, self.last(rank, stream)]
         launch = self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="kernel_launch", deps=host_deps)
@@ -266,6 +276,19 @@ class TaskGraph:
         per_rank = [ops] * len(ranks) if ops is None or isinstance(ops, Mapping) else list(ops)
         if len(per_rank) != len(ranks):
             raise InvalidInputError(f"collective {name!r}: {len(per_rank)} op rows for {len(ranks)} ranks")
+        # every check before the first member is added: a refusal at the second rank (out of range, a dependency
+        # that does not exist, an op that is no row) left the first rank's launch and member in the graph, a
+        # collective of one member that a caller who caught the error simulated without a word
+        n_nodes = len(self._names)
+        for rank, op in zip(ranks, per_rank, strict=True):
+            if not 0 <= rank < self.n_ranks:
+                raise InvalidInputError(f"collective {name!r}: rank {rank} out of range for {self.n_ranks} ranks")
+            if op is not None and not isinstance(op, Mapping):
+                raise InvalidInputError(f"collective {name!r}: the op of rank {rank} must be a mapping of column -> "
+                                        f"value (one table row), got {type(op).__name__}")
+            for d in (deps or {}).get(rank, ()):
+                if d is not None and not 0 <= d < n_nodes:
+                    raise InvalidInputError(f"collective {name!r}: dependency {d} of rank {rank} does not exist yet")
         gid = self._n_groups
         self._n_groups += 1
         out: dict[int, int] = {}

@@ -263,6 +263,10 @@ class Catalog:
             key, variant = self._loose_device(name)
         if key is None and not missing_ok:
             msg = _unknown("device", name, self._device_index, self.devices)
+            same_arch = self.arch_alternatives(name)
+            if same_arch:  # an architecture no default maps (sm_61): its GPUs, not the names that spell alike
+                msg = (f"unknown device {name!r}: an architecture, not a product, and {len(same_arch)} catalog GPUs "
+                       f"have it: {', '.join(same_arch)}; name the one you mean (see `hybrid devices`)")
             if variant is not None:  # a known part in a memory configuration the catalog lacks: say which
                 dev = self.devices[variant]
                 close = ", ".join(_close_names(name, self._device_index, self.devices))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,12 @@ DEVICE_FIELDS = frozenset({*DEVICE_REQUIRED, "arch", "l2_mib", "l2_bw_gbps", "sm
 #: L2 bytes per clock per SM of the A100 whitepaper (5120 B/clk, 108 SMs): the estimate :meth:`Device.l2_bandwidth`
 #: uses for GPUs whose L2 bandwidth is not published.
 L2_BYTES_PER_CLK_PER_SM = 5120 / 108
+#: PCIe generations a catalog ``pcie_gen`` may name (0 = not stated). The bandwidth tables that read it
+#: (``hybrid.ops.roofline.PCIE_GBPS``, ``hybrid.workloads.dlrm_graph.PCIE_X16_BW``) know each of them: a generation
+#: they lacked (``pcie_gen = 7`` for a PCIe 7.0 design) was priced as PCIe gen3 (or gen4) without a word.
+PCIE_GENERATIONS = range(0, 8)
+#: An NVIDIA ``arch``: ``sm_90``, or with the arch-specific / family-specific suffix (``sm_90a``, ``sm_100f``).
+_SM_ARCH = re.compile(r"sm_(\d+)[af]?")
 
 
 @dataclass(frozen=True)
@@ -124,10 +131,14 @@ class Device:
 
     @property
     def compute_capability(self) -> int:
-        """NVIDIA compute capability as an integer (``arch`` ``sm_90`` -> 90); 0 for other vendors or no ``arch``."""
-        arch = str(self.arch).lower()
-        digits = arch[3:] if arch.startswith("sm_") else ""
-        return int(digits) if str(self.vendor).lower() == "nvidia" and digits.isdigit() else 0
+        """NVIDIA compute capability as an integer (``arch`` ``sm_90`` -> 90); 0 for other vendors or no ``arch``.
+
+        The architecture-specific and family-specific targets nvcc and XLA print (``sm_90a``, ``sm_100a``,
+        ``sm_100f``) are the same compute capability: a catalog file that copies one into ``arch`` read as 0 before,
+        which turned off what depends on the generation (NVLS on an NVSwitch node, the HGX switch of a generic node,
+        the overlapped attention softmax)."""
+        match = _SM_ARCH.fullmatch(str(self.arch).strip().lower())
+        return int(match.group(1)) if str(self.vendor).lower() == "nvidia" and match else 0
 
     def l2_bandwidth(self) -> float:
         """L2 read bandwidth in bytes/s: the catalog's published figure, else an estimate from the SMs and clock at
@@ -196,7 +207,7 @@ class Device:
             tdp_w=_nonneg(key, "tdp_w", entry.get("tdp_w", 0.0)),
             link_bw=_nonneg(key, "link_gbps", entry.get("link_gbps", 0.0)) * 1e9,
             link_name=str(entry.get("link", "")),
-            pcie_gen=_count(key, "pcie_gen", entry.get("pcie_gen", 0), positive=False),
+            pcie_gen=_pcie_gen(key, entry.get("pcie_gen", 0)),
             host_link_bw=_nonneg(key, "host_link_gbps", entry.get("host_link_gbps", 0.0)) * 1e9,
             kernel_latency_us=_nonneg(key, "kernel_latency_us", entry.get("kernel_latency_us", 4.0 if kind == "gpu" else 1.0)),
             mem_bw_shared=_nonneg(key, "mem_bw_shared_gbps", entry.get("mem_bw_shared_gbps", 0.0)) * 1e9,
@@ -470,6 +481,15 @@ def _count(key: str, name: str, value: Any, positive: bool = True) -> int:
     if v != int(v):
         raise InvalidInputError(f"{key!r}: field {name} must be a whole number, got {value!r}")
     return int(v)
+
+
+def _pcie_gen(key: str, value: Any) -> int:
+    """A catalog ``pcie_gen``: a whole number among :data:`PCIE_GENERATIONS` (0 = not stated)."""
+    gen = _count(key, "pcie_gen", value, positive=False)
+    if gen not in PCIE_GENERATIONS:
+        raise InvalidInputError(f"{key!r}: field pcie_gen must be a PCIe generation from {PCIE_GENERATIONS[1]} to "
+                                f"{PCIE_GENERATIONS[-1]} (0 = not stated), got {value!r}")
+    return gen
 
 
 def _names(key: str, name: str, value: Any) -> tuple[str, ...]:

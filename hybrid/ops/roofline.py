@@ -39,8 +39,10 @@ ROOFLINE_COLUMNS = ("family", "flops", "bytes", "compute_us", "busy_us", "memory
 #: Categories of the ``bound`` column.
 BOUNDS = ("compute", "memory", "latency", "bandwidth")
 
-#: Effective PCIe bandwidth per direction (GB/s) by generation, used when a device has no GPU-to-GPU link.
-PCIE_GBPS = {0: 12.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0}
+#: Effective PCIe bandwidth per direction (GB/s) by generation, used when a device has no GPU-to-GPU link (~0.76 of
+#: the x16 link rate; 0 = not stated: gen3). Every generation a catalog entry may name
+#: (:data:`hybrid.hardware.device.PCIE_GENERATIONS`) is here: gen 1, 2 and 7 fell back to gen3's 12 GB/s.
+PCIE_GBPS = {0: 12.0, 1: 3.0, 2: 6.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0, 7: 192.0}
 #: Default NIC share per GPU when a node description is synthesised from a bare device (100 Gb/s).
 DEFAULT_NIC_GBPS = 12.5
 
@@ -404,10 +406,14 @@ def _collective(df: pd.DataFrame, cat: Catalog, system: str | None) -> dict[str,
     ag = ring_g * size / intra + np.where(multi, ring_n * size / (g * inter), 0.0)
     a2a = np.maximum((g - 1.0) / n * size / intra, np.where(multi, (n - g) / n * size / inter, 0.0))
     p2p = size / np.where(multi, inter, intra)
+    # broadcast / reduce (nccl-tests' bus factor 1): inside a node a GPU's links carry the whole message, and across
+    # nodes every node receives (sends) all of it through its g NICs, whatever the node count: the all-gather's
+    # (nodes - 1)/nodes share there priced 2 nodes of 1 GPU at half the NIC's time (bus bandwidth above its rate)
+    bc = (ring_g + 1.0 / n) * size / intra + np.where(multi, size / (g * inter), 0.0)
     bw_s = np.select(
         [op == "all_reduce", np.isin(op, ["all_gather", "reduce_scatter"]), op == "all_to_all"],
         [ar, ag, a2a],
-        default=np.where(np.isin(op, ["broadcast", "reduce"]), ag + size / intra / n, p2p),
+        default=np.where(np.isin(op, ["broadcast", "reduce"]), bc, p2p),
     )
     # latency term: tree-like number of steps inside and across nodes; all_reduce pays it twice
     steps = np.where(op == "all_reduce", 2.0, 1.0)

@@ -212,8 +212,10 @@ HARNESS_WORK: dict[str, tuple[str, ...]] = {
 }
 HARNESS_GPU_WORK = HARNESS_WORK["gpu"]
 
-#: Nominal PCIe x16 bandwidth per direction (bytes/s) by generation (PCI-SIG: 8/16/32 GT/s per lane, 128b/130b).
-PCIE_X16_BW = {3: 15.75e9, 4: 31.5e9, 5: 63.0e9, 6: 121.0e9}
+#: Nominal PCIe x16 bandwidth per direction (bytes/s) by generation (PCI-SIG: 2.5/5 GT/s per lane with 8b/10b,
+#: 8/16/32 GT/s with 128b/130b, 64/128 GT/s PAM4 with FLIT encoding); every generation a catalog entry may name
+#: (:data:`hybrid.hardware.device.PCIE_GENERATIONS`): gen 1, 2 and 7 read as gen4 before.
+PCIE_X16_BW = {1: 4.0e9, 2: 8.0e9, 3: 15.75e9, 4: 31.5e9, 5: 63.0e9, 6: 121.0e9, 7: 242.0e9}
 #: Share of a GPU's memory that embedding tables (+ optimizer state) may take when placement is ``auto``; the
 #: rest holds the MLPs, activations, communication buffers and the framework's workspace.
 EMBEDDING_MEMORY_SHARE = 0.8
