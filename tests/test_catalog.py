@@ -890,3 +890,12 @@ def test_an_alias_two_entries_claim_names_the_catalog_file_that_made_the_clash(t
     site.write_text('[systems.DGX-A100]\naliases = ["DGX-H100"]\nhost_mem_borrowed_by = []\n', encoding="utf-8")
     with pytest.raises(InvalidInputError, match=rf"^catalog file {re.escape(str(site))}: system alias 'DGX-H100'"):
         Catalog.load(site)
+
+
+@pytest.mark.parametrize("key", ["B300", "GB300"])
+def test_blackwell_ultra_int8_is_the_cut_rate_not_fp16s(key: str, catalog) -> None:
+    """Blackwell Ultra cut INT8 tensor-core math (HGX B300: 2 POPS sparse per 8 GPUs against HGX B200's 72): with no
+    int8 entry an int8 GEMM fell back to the fp16 rate, 18x faster than the part runs it."""
+    dev = catalog.devices[key]
+    assert dev.peak("int8") < dev.peak("fp16") / 10
+    assert dev.peak("int8") < catalog.devices["B200"].peak("int8") / 20
