@@ -908,3 +908,39 @@ def test_hf_attention_bias_is_ignored_where_transformers_ignores_it(model_type: 
     m = _hf(model_type, hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
             num_key_value_heads=2, vocab_size=1000, **fields)
     assert m.num_params == expected
+
+
+def test_layer_types_must_list_one_known_kind_per_layer() -> None:
+    """A ``layer_types`` that is a string, lists another number of layers or names a kind not costed here
+    (Llama 4's ``chunked_attention``, Qwen3-Next's ``linear_attention``) was read as every layer sliding, or as a
+    share of the wrong number of layers; a ``sliding_window_pattern`` of 0 as every layer sliding. Each is refused,
+    naming the field, as transformers refuses them."""
+    gemma = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=8,
+                 num_key_value_heads=4, head_dim=32, vocab_size=1000, sliding_window=64)
+    for bad in ("sliding_attention", ["sliding_attention"] * 5, ["sliding_attention", "chunked_attention"] * 3):
+        for mt in ("gemma2", "gemma3_text", "mistral", "qwen2"):
+            with pytest.raises(InvalidInputError, match="layer_types"):
+                _hf(mt, **gemma, use_sliding_window=True, layer_types=bad)
+    oss = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=8, head_dim=32,
+               num_key_value_heads=4, vocab_size=1000, num_local_experts=4, sliding_window=64)
+    with pytest.raises(InvalidInputError, match="layer_types"):
+        _hf("gpt_oss", **oss, layer_types=["sliding_attention"] * 4)
+    assert _hf("gpt_oss", **oss, layer_types=["sliding_attention", "full_attention"] * 3).window_layer_share == 0.5
+    with pytest.raises(InvalidInputError, match="sliding_window_pattern"):
+        _hf("gemma2", **gemma, sliding_window_pattern=0)
+    # an empty list lists nothing: the config class's rule, as without one
+    assert _hf("gemma2", **gemma, layer_types=[]).window_layer_share == 0.5
+
+
+def test_qwen_slides_only_when_use_sliding_window_says_so() -> None:
+    """Qwen2Config and Qwen3Config default ``use_sliding_window`` to false: a config without it has no sliding
+    layer in transformers, but was read as sliding from ``max_window_layers`` on (Qwen2.5-1.5B's 28 layers with
+    ``max_window_layers`` 21: 7 layers' caches capped at the window). Mistral has no such switch and slides."""
+    qwen = {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12, "num_key_value_heads": 2,
+            "num_hidden_layers": 28, "vocab_size": 151936, "max_position_embeddings": 131072,
+            "sliding_window": 32768, "max_window_layers": 21}
+    for mt in ("qwen2", "qwen3"):
+        assert _hf(mt, **qwen).window_size is None
+        on = _hf(mt, **qwen, use_sliding_window=True)
+        assert on.window_size == 32768 and on.window_layer_share == pytest.approx(7 / 28)
+    assert _hf("mistral", **qwen).window_size == 32768

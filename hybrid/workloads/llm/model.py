@@ -960,13 +960,37 @@ def _hf_quantization(qc: Any) -> tuple[str | None, bool, str]:
     return fmt, kv, detail
 
 
+#: The per-layer attention kinds of a ``layer_types`` list that this library costs: global attention and attention
+#: within ``sliding_window``. Others change the architecture (Llama 4's ``chunked_attention``, Qwen3-Next's
+#: ``linear_attention``) and are refused rather than costed as one of these.
+_LAYER_KINDS = ("full_attention", "sliding_attention")
+
+
+def _listed_share(d: Mapping[str, Any]) -> float | None:
+    """Share of sliding-window layers in the config's ``layer_types`` (None when it lists none). The list must
+    name one known kind per layer, as transformers checks: a string, a list of another length or an unknown kind
+    was read as every layer sliding (or as a share of the wrong number of layers)."""
+    kinds = d.get("layer_types")
+    if kinds is None or (isinstance(kinds, (list, tuple)) and not kinds):
+        return None
+    layers = _int(d, "num_hidden_layers")
+    if not isinstance(kinds, (list, tuple)) or len(kinds) != layers:
+        raise InvalidInputError(f"Hugging Face config field 'layer_types' must list one attention kind per layer "
+                                f"({layers}), got {kinds!r:.200}")
+    unknown = sorted({str(k) for k in kinds if k not in _LAYER_KINDS})
+    if unknown:
+        raise InvalidInputError(f"Hugging Face config field 'layer_types': attention kind(s) {', '.join(unknown)} "
+                                f"not supported (only {', '.join(_LAYER_KINDS)})")
+    return sum(1 for k in kinds if k == "sliding_attention") / layers
+
+
 def _sliding_share(d: Mapping[str, Any], mt: str) -> float:
     """Share of the layers that attend within ``sliding_window``: the config's ``layer_types`` where it lists
     them; Qwen2/Qwen3 otherwise slide only from layer ``max_window_layers`` on (Hugging Face's rule, so the usual
     ``max_window_layers = num_hidden_layers`` slides none); every layer for Mistral, Mixtral and Phi-3."""
-    kinds = d.get("layer_types")
-    if isinstance(kinds, (list, tuple)) and kinds:
-        return sum(1 for k in kinds if "sliding" in str(k)) / len(kinds)
+    listed = _listed_share(d)
+    if listed is not None:
+        return listed
     if mt in ("qwen2", "qwen3") and d.get("max_window_layers") is not None:
         layers = _int(d, "num_hidden_layers")
         if layers > 0:  # (no layers is refused where the config is built)
@@ -1061,9 +1085,13 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             # config lists its layers' kinds (layer_types, which transformers 5 writes and reads first)
             # (the class's rule: layer i slides unless (i + 1) % pattern == 0; Gemma-3-1B's 26 layers: 22 local)
             pattern = _int(d, "sliding_window_pattern", default=2 if mt == "gemma2" else 6)
+            if pattern < 1:  # read as every layer sliding; transformers divides by it
+                raise InvalidInputError(f"Hugging Face config field 'sliding_window_pattern' must be a positive "
+                                        f"integer, got {d.get('sliding_window_pattern')!r}")
             layers = _int(d, "num_hidden_layers")
-            share = (_sliding_share(d, mt) if d.get("layer_types")
-                     else (layers - layers // pattern) / layers if layers > 0 and pattern > 0 else 1.0)
+            listed = _listed_share(d)
+            share = (listed if listed is not None
+                     else (layers - layers // pattern) / layers if layers > 0 else 1.0)
             if share > 0:
                 kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
     elif mt in _LLAMA_LIKE:
@@ -1090,8 +1118,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             add_mlp_bias=mt in ("llama", "granite") and _flag(d, "mlp_bias", False),
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
         )
+        # Qwen2Config / Qwen3Config default use_sliding_window to false (Mistral, Mixtral, Phi-3 have no such switch)
         if mt in ("mistral", "mixtral", "qwen2", "qwen3", "phi3") and d.get("sliding_window") \
-                and _flag(d, "use_sliding_window", True):
+                and _flag(d, "use_sliding_window", mt not in ("qwen2", "qwen3")):
             share = _sliding_share(d, mt)
             if share > 0:
                 kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
@@ -1165,8 +1194,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         heads = _int(d, "num_attention_heads")
         experts, topk = _hf_experts(d, mt, "num_local_experts", "num_experts")
         layers = _int(d, "num_hidden_layers")
-        kinds = list(d.get("layer_types") or [])  # "sliding_attention" / "full_attention" per layer
-        local = sum(1 for k in kinds if "sliding" in str(k)) / len(kinds) if kinds else 0.5
+        listed = _listed_share(d)  # "sliding_attention" / "full_attention" per layer
+        local = listed if listed is not None else 0.5
         kw.update(
             num_layers=layers, hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
             num_query_groups=_get(d, "num_key_value_heads", default=heads),
