@@ -944,3 +944,31 @@ def test_qwen_slides_only_when_use_sliding_window_says_so() -> None:
         on = _hf(mt, **qwen, use_sliding_window=True)
         assert on.window_size == 32768 and on.window_layer_share == pytest.approx(7 / 28)
     assert _hf("mistral", **qwen).window_size == 32768
+
+
+def test_moe_configs_without_expert_fields_take_the_config_class_defaults_or_are_refused() -> None:
+    """A Qwen-MoE or DeepSeek config without ``moe_intermediate_size`` gave its experts the dense MLP's
+    ``intermediate_size`` (Qwen1.5-MoE-A2.7B: 51.7e9 parameters for 14.3e9; DeepSeek-V2-Lite 112.7e9 for 15.7e9),
+    not its config class's default; a DeepSeek config without ``n_routed_experts`` loaded as a dense model of
+    2.6e9, where every other MoE config naming no experts is refused."""
+    qwen = {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16, "num_hidden_layers": 24,
+            "vocab_size": 151936, "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632}
+    published = _hf("qwen2_moe", **qwen)
+    assert published.num_params == 14_315_784_192  # Qwen/Qwen1.5-MoE-A2.7B
+    assert _hf("qwen2_moe", **{k: v for k, v in qwen.items() if k != "moe_intermediate_size"}).num_params \
+        == published.num_params  # Qwen2MoeConfig's 1408
+    q3 = _hf("qwen3_moe", **{**{k: v for k, v in qwen.items() if k != "moe_intermediate_size"}, "num_experts": 128})
+    assert q3.moe_ffn_hidden_size == 768
+    lite = {"hidden_size": 2048, "intermediate_size": 10944, "num_attention_heads": 16, "num_hidden_layers": 27,
+            "vocab_size": 102400, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 64, "n_shared_experts": 2,
+            "num_experts_per_tok": 6, "moe_intermediate_size": 1408, "first_k_dense_replace": 1}
+    v2 = _hf("deepseek_v2", **lite)
+    assert v2.num_params == 15_706_484_224 and v2.kv_cache_bytes_per_token(2.0) == (512 + 64) * 27 * 2
+    no_width = _hf("deepseek_v2", **{k: v for k, v in lite.items() if k != "moe_intermediate_size"})
+    assert no_width.moe_ffn_hidden_size == 1407 and no_width.moe_shared_expert_intermediate_size == 2 * 1407
+    assert _hf("deepseek_v3", **{k: v for k, v in lite.items() if k != "moe_intermediate_size"}
+               ).moe_ffn_hidden_size == 2048
+    with pytest.raises(InvalidInputError, match="n_routed_experts"):
+        _hf("deepseek_v2", **{k: v for k, v in lite.items() if k != "n_routed_experts"})

@@ -1004,6 +1004,12 @@ _HF_TOPK = {"mixtral": 2, "granitemoe": 2, "olmoe": 8, "qwen2_moe": 4, "qwen3_mo
             "deepseek_v3": 8, "gpt_oss": 4}
 
 
+#: transformers' config-class defaults of the routed experts' width (``moe_intermediate_size``), which a config that
+#: leaves it out gets; without them the experts took the dense MLP's ``intermediate_size`` (Megatron's default),
+#: a model several times its size (Qwen1.5-MoE-A2.7B 51.7e9 parameters for 14.3e9)
+_HF_MOE_FFN = {"qwen2_moe": 1408, "qwen3_moe": 768, "deepseek_v2": 1407, "deepseek_v3": 2048}
+
+
 def _hf_experts(d: Mapping[str, Any], mt: str, *keys: str) -> tuple[Any, Any]:
     """(experts, experts per token) of a Hugging Face MoE config: the first of ``keys`` present (transformers 5
     saves some under their attribute-map alias), refused when none is, since the config would otherwise load as
@@ -1132,7 +1138,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             # config naming neither would otherwise load as a dense model of a tenth of the size
             experts, topk = _hf_experts(d, mt, "num_experts", "num_local_experts")
             kw.update(num_experts=experts, moe_router_topk=topk,
-                      moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
+                      moe_ffn_hidden_size=_get(d, "moe_intermediate_size", default=_HF_MOE_FFN[mt]),
                       # Qwen2MoeConfig's shared expert is 5,632 wide unless the config says otherwise; Qwen3's has none
                       moe_shared_expert_intermediate_size=d.get("shared_expert_intermediate_size",
                                                                 5632 if mt == "qwen2_moe" else None) or None,
@@ -1168,7 +1174,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         heads = _int(d, "num_attention_heads")
         # the config classes' defaults: DeepSeek-V3 1 shared expert and 3 dense layers first, V2 2 shared experts
         n_shared = _int(d, "n_shared_experts", default=1 if mt == "deepseek_v3" else 2)
-        moe_ffn = _get(d, "moe_intermediate_size")
+        moe_ffn = _get(d, "moe_intermediate_size", default=_HF_MOE_FFN[mt])
+        # refused when absent, as for the other MoE configs: it loaded as a dense model (DeepSeek-V2-Lite 2.6e9)
+        experts, topk = _hf_experts(d, mt, "n_routed_experts", "num_experts")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=heads,
@@ -1182,11 +1190,10 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
             qk_head_dim=_get(d, "qk_nope_head_dim"), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim"),
             v_head_dim=_get(d, "v_head_dim"),
-            num_experts=_get(d, "n_routed_experts"),
-            moe_router_topk=_get(d, "num_experts_per_tok", default=_HF_TOPK.get(mt, 2)),
+            num_experts=experts, moe_router_topk=topk,
             moe_ffn_hidden_size=moe_ffn,
-            moe_shared_expert_intermediate_size=(n_shared * _int(d, "moe_intermediate_size")) if n_shared and moe_ffn
-            else None,
+            moe_shared_expert_intermediate_size=(n_shared * _int(d, "moe_intermediate_size",
+                                                                 default=_HF_MOE_FFN[mt])) if n_shared else None,
             moe_shared_expert_gate=False, moe_layer_freq=_get(d, "moe_layer_freq", default=1),
             moe_first_k_dense=_get(d, "first_k_dense_replace", default=3 if mt == "deepseek_v3" else 0),
         )
