@@ -972,3 +972,40 @@ def test_moe_configs_without_expert_fields_take_the_config_class_defaults_or_are
                ).moe_ffn_hidden_size == 2048
     with pytest.raises(InvalidInputError, match="n_routed_experts"):
         _hf("deepseek_v2", **{k: v for k, v in lite.items() if k != "n_routed_experts"})
+
+
+def test_mpt_attention_ffn_and_position_options_follow_llm_foundry() -> None:
+    """llm-foundry's MPT options were ignored: ``attn_type: multiquery_attention`` costed 32 KV heads for one (its
+    KV cache 32x too large), ``kv_n_heads`` was read for multi-head attention too (llm-foundry reads it for
+    grouped-query attention only), a gated ``mptglu`` MLP was costed ungated, rotary MPTs got a learned position
+    table, QK LayerNorms and RMSNorms were missed, a MegaBlocks MoE (``mb_moe``) loaded as a dense model and a
+    malformed ``attn_config`` crashed with an AttributeError."""
+    mpt7 = dict(d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048, no_bias=True,
+                expansion_ratio=4)
+    base = _hf("mpt", **mpt7, attn_config={"alibi": True})
+    assert base.num_params == 6649286656 and base.num_query_groups == 32  # mosaicml/mpt-7b
+    mqa = _hf("mpt", **mpt7, attn_config={"alibi": True, "attn_type": "multiquery_attention"})
+    assert mqa.num_query_groups == 1 and mqa.kv_cache_bytes_per_token(2.0) == base.kv_cache_bytes_per_token(2.0) / 32
+    assert mqa.num_params == base.num_params - 32 * 2 * 4096 * (4096 - 128)
+    gqa = _hf("mpt", **mpt7, attn_config={"alibi": True, "attn_type": "grouped_query_attention", "kv_n_heads": 8})
+    assert gqa.num_query_groups == 8
+    # a saved attn_config carrying llm-foundry's kv_n_heads default beside multi-head attention stays multi-head
+    assert _hf("mpt", **mpt7, attn_config={"alibi": True, "kv_n_heads": 1}).num_query_groups == 32
+    glu = _hf("mpt", **mpt7, attn_config={"alibi": True},
+              ffn_config={"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}})
+    assert glu.activation == "swiglu" and glu.num_params == base.num_params + 32 * 4096 * 16384
+    rope = _hf("mpt", **mpt7, attn_config={"rope": True})
+    assert rope.position_embedding_type == "rope" and rope.num_params == base.num_params
+    learned = _hf("mpt", **mpt7)
+    assert learned.num_params == base.num_params + 2048 * 4096
+    qk = _hf("mpt", **{**mpt7, "no_bias": False}, attn_config={"alibi": True, "qk_ln": True})
+    plain = _hf("mpt", **{**mpt7, "no_bias": False}, attn_config={"alibi": True})
+    assert qk.num_params == plain.num_params + 32 * 2 * (4096 + 4096)  # q_ln and k_ln, weights and biases
+    assert _hf("mpt", **mpt7, norm_type="rmsnorm").normalization == "RMSNorm"
+    for bad, match in (({"ffn_config": {"ffn_type": "mb_moe", "moe_num_experts": 8}}, "mb_moe"),
+                       ({"attn_config": {"attn_type": "sliding"}}, "attn_type"),
+                       ({"attn_config": {"qk_gn": True}}, "qk_gn"),
+                       ({"norm_type": "batchnorm"}, "norm_type"),
+                       ({"attn_config": "alibi"}, "attn_config")):
+        with pytest.raises(InvalidInputError, match=match):
+            _hf("mpt", **mpt7, **bad)

@@ -874,6 +874,57 @@ def _hf_bloom(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
 
 
+#: llm-foundry's MPT options (``attn_config.attn_type``, ``ffn_config.ffn_type``, ``norm_type``) this library
+#: costs; the others (MegaBlocks MoE ``mb_moe`` / ``mb_dmoe``, QK group norms, ...) change the architecture and are
+#: refused rather than costed as a dense multi-head MPT
+_MPT_ATTN = ("multihead_attention", "multiquery_attention", "grouped_query_attention")
+_MPT_FFN = ("mptmlp", "te_ln_mlp", "mptglu")
+_MPT_NORMS = {"layernorm": "LayerNorm", "low_precision_layernorm": "LayerNorm", "rmsnorm": "RMSNorm",
+              "low_precision_rmsnorm": "RMSNorm", "triton_rmsnorm": "RMSNorm"}
+
+
+def _hf_mpt(d: Mapping[str, Any]) -> dict[str, Any]:
+    """MosaicML's MPT as llm-foundry builds it (``NumParams``): ALiBi, rotary or learned positions; multi-head,
+    multi-query (one KV head) or grouped-query attention (``kv_n_heads``, read for that kind only: llm-foundry
+    ignores it otherwise); a plain or gated (``mptglu``) MLP with ``ffn_act_fn``; optional full-width QK LayerNorms;
+    ``no_bias`` drops every bias, the norms' too. An option that changes the layout and is not costed here is
+    refused rather than read as the default: a multi-query MPT had its KV cache costed 32x too large, a MegaBlocks
+    MoE as a dense model."""
+    attn, ffn_cfg = d.get("attn_config") or {}, d.get("ffn_config") or {}
+    for key, v in (("attn_config", attn), ("ffn_config", ffn_cfg)):
+        if not isinstance(v, Mapping):
+            raise InvalidInputError(f"Hugging Face config (mpt) field {key!r} must be a mapping, got {v!r:.100}")
+    attn_type = str(attn.get("attn_type") or "multihead_attention")
+    ffn_type = str(ffn_cfg.get("ffn_type") or "mptmlp")
+    norm = str(d.get("norm_type") or "low_precision_layernorm").lower()
+    for field, value, known in (("attn_config.attn_type", attn_type, _MPT_ATTN),
+                                ("ffn_config.ffn_type", ffn_type, _MPT_FFN), ("norm_type", norm, tuple(_MPT_NORMS))):
+        if value not in known:
+            raise InvalidInputError(f"Hugging Face config (mpt): {field} {value!r} is not supported "
+                                    f"({', '.join(known)})")
+    if _flag(attn, "qk_gn", False):
+        raise InvalidInputError("Hugging Face config (mpt): attn_config.qk_gn (per-head QK group norms) is not "
+                                "supported")
+    h, heads = _int(d, "d_model"), _int(d, "n_heads")
+    kv = {"multihead_attention": heads, "multiquery_attention": 1,
+          "grouped_query_attention": _get(attn, "kv_n_heads", default=heads)}[attn_type]
+    act = ffn_cfg.get("ffn_act_fn")
+    act_name = (act.get("name") if isinstance(act, Mapping) else act) or "gelu"
+    rope = _flag(attn, "rope", False)
+    no_bias = _flag(d, "no_bias", False)
+    return dict(num_layers=_get(d, "n_layers"), hidden_size=h, num_attention_heads=heads, num_query_groups=kv,
+                ffn_hidden_size=ffn_cfg.get("ffn_hidden_size") or int(float(d.get("expansion_ratio", 4)) * h),
+                activation=_act(act_name, ffn_type == "mptglu", "ffn_config.ffn_act_fn"),
+                normalization=_MPT_NORMS[norm], vocab_size=_get(d, "vocab_size"),
+                seq_length=_get(d, "max_seq_len", default=2048),
+                # MPTConfig turns learned positions off under ALiBi or rotary embeddings
+                position_embedding_type=("alibi" if _flag(attn, "alibi", False) else "rope" if rope else
+                                         "learned_absolute" if _flag(d, "learned_pos_emb", True) else "none"),
+                qk_layernorm=_flag(attn, "qk_ln", False), qk_layernorm_full_width=True,
+                add_bias_linear=not no_bias, norm_bias=not no_bias,
+                untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
+
+
 _HF_MORE = {
     "gpt_neox": _hf_gpt_neox, "phi": _hf_phi, "opt": _hf_opt, "gpt_bigcode": _hf_gpt_bigcode,
     "starcoder2": _hf_starcoder2, "stablelm": _hf_stablelm, "bloom": _hf_bloom,
@@ -1240,18 +1291,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   # Q/K/V and output projections without biases, the MLP and the LM head with them
                   add_bias_linear=False, add_mlp_bias=True, output_layer_bias=True, parallel_attn=True)
     elif mt == "mpt":
-        attn = d.get("attn_config") or {}
-        ffn_cfg = d.get("ffn_config") or {}
-        h = _int(d, "d_model")
-        kw.update(num_layers=_get(d, "n_layers"), hidden_size=h, num_attention_heads=_get(d, "n_heads"),
-                  num_query_groups=attn.get("kv_n_heads"),
-                  ffn_hidden_size=ffn_cfg.get("ffn_hidden_size") or int(float(d.get("expansion_ratio", 4)) * h),
-                  activation="gelu", normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
-                  seq_length=_get(d, "max_seq_len", default=2048),
-                  position_embedding_type=("alibi" if _flag(attn, "alibi", False) else
-                                           "learned_absolute" if _flag(d, "learned_pos_emb", True) else "none"),
-                  add_bias_linear=not _flag(d, "no_bias", False), norm_bias=not _flag(d, "no_bias", False),
-                  untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
+        kw.update(_hf_mpt(d))
     elif mt in ("falcon", "refinedweb", "refinedwebmodel"):
         h = _int(d, "hidden_size", "n_embd")
         heads = _int(d, "num_attention_heads", "n_head")
