@@ -972,6 +972,12 @@ def test_moe_configs_without_expert_fields_take_the_config_class_defaults_or_are
                ).moe_ffn_hidden_size == 2048
     with pytest.raises(InvalidInputError, match="n_routed_experts"):
         _hf("deepseek_v2", **{k: v for k, v in lite.items() if k != "n_routed_experts"})
+    # MLA's widths left out: the config classes' defaults (kv_lora_rank 512, rotary 64, nope 128, value 128, a
+    # 1536-wide query bottleneck unless it is null), not multi-head attention
+    mla = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    bare = _hf("deepseek_v2", **{k: v for k, v in lite.items() if k not in mla})
+    assert bare.is_mla and bare.num_params == v2.num_params and bare.kv_cache_bytes_per_token(2.0) == 31104
+    assert _hf("deepseek_v3", **{k: v for k, v in lite.items() if k != "q_lora_rank"}).q_lora_rank == 1536
 
 
 def test_mpt_attention_ffn_and_position_options_follow_llm_foundry() -> None:

@@ -1236,11 +1236,16 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
-            q_lora_rank=_get(d, "q_lora_rank"), kv_lora_rank=_get(d, "kv_lora_rank"),
+            # MLA's widths: the config classes' defaults (DeepseekV2Config and DeepseekV3Config alike) where a field
+            # is absent; without them a config leaving kv_lora_rank out loaded as multi-head attention (a KV cache
+            # 7x DeepSeek-V2-Lite's). An explicit null q_lora_rank is no query bottleneck (V2-Lite)
+            q_lora_rank=d["q_lora_rank"] if "q_lora_rank" in d else 1536,
+            kv_lora_rank=_get(d, "kv_lora_rank", default=512),
             # attention_bias: the query and KV down-projections' biases and the output projection's
             add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
-            qk_head_dim=_get(d, "qk_nope_head_dim"), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim"),
-            v_head_dim=_get(d, "v_head_dim"),
+            qk_head_dim=_get(d, "qk_nope_head_dim", default=128), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim",
+                                                                                          default=64),
+            v_head_dim=_get(d, "v_head_dim", default=128),
             num_experts=experts, moe_router_topk=topk,
             moe_ffn_hidden_size=moe_ffn,
             moe_shared_expert_intermediate_size=(n_shared * _int(d, "moe_intermediate_size",
