@@ -1015,3 +1015,17 @@ def test_mpt_attention_ffn_and_position_options_follow_llm_foundry() -> None:
                        ({"attn_config": "alibi"}, "attn_config")):
         with pytest.raises(InvalidInputError, match=match):
             _hf("mpt", **mpt7, **bad)
+
+
+def test_gemma2_and_gemma3_without_sliding_window_take_the_class_window() -> None:
+    """Gemma2Config and Gemma3TextConfig slide within 4096 tokens when the config names no ``sliding_window`` (a
+    nested ``text_config`` as transformers 4 wrote it leaves the default out); such a config was costed with every
+    layer global (Gemma-2-9B at 8k context: a 2 GiB request's KV cache read as 2.6 GiB)."""
+    gemma2_9b = dict(hidden_size=3584, intermediate_size=14336, num_hidden_layers=42, num_attention_heads=16,
+                     num_key_value_heads=8, head_dim=256, vocab_size=256000, max_position_embeddings=8192)
+    for mt, share in (("gemma2", 0.5), ("gemma3_text", 35 / 42)):
+        m = _hf(mt, **gemma2_9b)
+        assert m.window_size == 4096 and m.window_layer_share == pytest.approx(share)
+        assert m.num_params == _hf(mt, **gemma2_9b, sliding_window=4096).num_params
+    assert _hf("gemma2", **gemma2_9b).num_params == 9_241_705_984  # google/gemma-2-9b
+    assert _hf("gemma", **gemma2_9b).window_size is None  # Gemma 1 has no window

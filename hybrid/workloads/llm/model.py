@@ -1137,7 +1137,10 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True),
             qk_layernorm=mt == "gemma3_text", sandwich_norm=mt != "gemma",
         )
-        if mt != "gemma" and d.get("sliding_window"):
+        # Gemma2Config's and Gemma3TextConfig's window is 4096 tokens when the config leaves it out (a text_config
+        # as transformers 4 wrote it omits it at that value): every layer was costed as global attention
+        window = _get(d, "sliding_window", default=4096) if mt != "gemma" else None
+        if window:
             # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one, unless the
             # config lists its layers' kinds (layer_types, which transformers 5 writes and reads first)
             # (the class's rule: layer i slides unless (i + 1) % pattern == 0; Gemma-3-1B's 26 layers: 22 local)
@@ -1150,7 +1153,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             share = (listed if listed is not None
                      else (layers - layers // pattern) / layers if layers > 0 else 1.0)
             if share > 0:
-                kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
+                kw.update(window_size=window, window_layer_share=share)
     elif mt in _LLAMA_LIKE:
         heads = _int(d, "num_attention_heads")
         kw.update(
