@@ -1719,3 +1719,23 @@ def test_a_dense_first_moe_pipeline_runs_at_the_pace_of_its_all_moe_stage():
 
     every_moe = replace(m, moe_first_k_dense=0)
     np.testing.assert_allclose(stage(m), stage(every_moe), rtol=1e-9)  # prefill and decode: 16 MoE layers each
+
+
+def test_roofline_plot_written_only_for_a_deployment_that_fits(capsys, tmp_path):
+    """``--roofline-plot`` with ``--json`` (or ``--compare``) wrote the plot of a deployment that does not fit and
+    then failed (exit 2); the text form refuses before plotting. A failed command now leaves no plot, and one that
+    succeeds writes it, creating missing parent directories as every output does."""
+    plot = tmp_path / "sub" / "r.png"
+    code, out, err = run(capsys, "llm", "infer", "llama2-70b", "--device", "A100", "--json", "--roofline-plot",
+                         str(plot))
+    assert code == 2 and "does not fit" in err and json.loads(out)["fits"] is False
+    assert not plot.exists() and not plot.parent.exists()
+    code, _, err = run(capsys, "llm", "infer", "llama2-70b", "--device", "A100", "--compare", "H100-SXM",
+                       "--roofline-plot", str(plot))
+    assert code == 2 and "does not fit" in err and not plot.exists()
+    code, _, _ = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--json", "--roofline-plot", str(plot))
+    assert code == 0 and plot.read_bytes().startswith(b"\x89PNG")
+    # a parent that is a file: the atomic writer's one-line reason, not mkdir's bare "file exists"
+    code, _, err = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--roofline-plot",
+                       str(plot / "x.png"))
+    assert code == 2 and "a parent is a file, not a directory" in err

@@ -908,3 +908,124 @@ def test_hf_attention_bias_is_ignored_where_transformers_ignores_it(model_type: 
     m = _hf(model_type, hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
             num_key_value_heads=2, vocab_size=1000, **fields)
     assert m.num_params == expected
+
+
+def test_layer_types_must_list_one_known_kind_per_layer() -> None:
+    """A ``layer_types`` that is a string, lists another number of layers or names a kind not costed here
+    (Llama 4's ``chunked_attention``, Qwen3-Next's ``linear_attention``) was read as every layer sliding, or as a
+    share of the wrong number of layers; a ``sliding_window_pattern`` of 0 as every layer sliding. Each is refused,
+    naming the field, as transformers refuses them."""
+    gemma = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=8,
+                 num_key_value_heads=4, head_dim=32, vocab_size=1000, sliding_window=64)
+    for bad in ("sliding_attention", ["sliding_attention"] * 5, ["sliding_attention", "chunked_attention"] * 3):
+        for mt in ("gemma2", "gemma3_text", "mistral", "qwen2"):
+            with pytest.raises(InvalidInputError, match="layer_types"):
+                _hf(mt, **gemma, use_sliding_window=True, layer_types=bad)
+    oss = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=6, num_attention_heads=8, head_dim=32,
+               num_key_value_heads=4, vocab_size=1000, num_local_experts=4, sliding_window=64)
+    with pytest.raises(InvalidInputError, match="layer_types"):
+        _hf("gpt_oss", **oss, layer_types=["sliding_attention"] * 4)
+    assert _hf("gpt_oss", **oss, layer_types=["sliding_attention", "full_attention"] * 3).window_layer_share == 0.5
+    with pytest.raises(InvalidInputError, match="sliding_window_pattern"):
+        _hf("gemma2", **gemma, sliding_window_pattern=0)
+    # an empty list lists nothing: the config class's rule, as without one
+    assert _hf("gemma2", **gemma, layer_types=[]).window_layer_share == 0.5
+
+
+def test_qwen_slides_only_when_use_sliding_window_says_so() -> None:
+    """Qwen2Config and Qwen3Config default ``use_sliding_window`` to false: a config without it has no sliding
+    layer in transformers, but was read as sliding from ``max_window_layers`` on (Qwen2.5-1.5B's 28 layers with
+    ``max_window_layers`` 21: 7 layers' caches capped at the window). Mistral has no such switch and slides."""
+    qwen = {"hidden_size": 1536, "intermediate_size": 8960, "num_attention_heads": 12, "num_key_value_heads": 2,
+            "num_hidden_layers": 28, "vocab_size": 151936, "max_position_embeddings": 131072,
+            "sliding_window": 32768, "max_window_layers": 21}
+    for mt in ("qwen2", "qwen3"):
+        assert _hf(mt, **qwen).window_size is None
+        on = _hf(mt, **qwen, use_sliding_window=True)
+        assert on.window_size == 32768 and on.window_layer_share == pytest.approx(7 / 28)
+    assert _hf("mistral", **qwen).window_size == 32768
+
+
+def test_moe_configs_without_expert_fields_take_the_config_class_defaults_or_are_refused() -> None:
+    """A Qwen-MoE or DeepSeek config without ``moe_intermediate_size`` gave its experts the dense MLP's
+    ``intermediate_size`` (Qwen1.5-MoE-A2.7B: 51.7e9 parameters for 14.3e9; DeepSeek-V2-Lite 112.7e9 for 15.7e9),
+    not its config class's default; a DeepSeek config without ``n_routed_experts`` loaded as a dense model of
+    2.6e9, where every other MoE config naming no experts is refused."""
+    qwen = {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16, "num_hidden_layers": 24,
+            "vocab_size": 151936, "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632}
+    published = _hf("qwen2_moe", **qwen)
+    assert published.num_params == 14_315_784_192  # Qwen/Qwen1.5-MoE-A2.7B
+    assert _hf("qwen2_moe", **{k: v for k, v in qwen.items() if k != "moe_intermediate_size"}).num_params \
+        == published.num_params  # Qwen2MoeConfig's 1408
+    q3 = _hf("qwen3_moe", **{**{k: v for k, v in qwen.items() if k != "moe_intermediate_size"}, "num_experts": 128})
+    assert q3.moe_ffn_hidden_size == 768
+    lite = {"hidden_size": 2048, "intermediate_size": 10944, "num_attention_heads": 16, "num_hidden_layers": 27,
+            "vocab_size": 102400, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64, "v_head_dim": 128, "n_routed_experts": 64, "n_shared_experts": 2,
+            "num_experts_per_tok": 6, "moe_intermediate_size": 1408, "first_k_dense_replace": 1}
+    v2 = _hf("deepseek_v2", **lite)
+    assert v2.num_params == 15_706_484_224 and v2.kv_cache_bytes_per_token(2.0) == (512 + 64) * 27 * 2
+    no_width = _hf("deepseek_v2", **{k: v for k, v in lite.items() if k != "moe_intermediate_size"})
+    assert no_width.moe_ffn_hidden_size == 1407 and no_width.moe_shared_expert_intermediate_size == 2 * 1407
+    assert _hf("deepseek_v3", **{k: v for k, v in lite.items() if k != "moe_intermediate_size"}
+               ).moe_ffn_hidden_size == 2048
+    with pytest.raises(InvalidInputError, match="n_routed_experts"):
+        _hf("deepseek_v2", **{k: v for k, v in lite.items() if k != "n_routed_experts"})
+    # MLA's widths left out: the config classes' defaults (kv_lora_rank 512, rotary 64, nope 128, value 128, a
+    # 1536-wide query bottleneck unless it is null), not multi-head attention
+    mla = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+    bare = _hf("deepseek_v2", **{k: v for k, v in lite.items() if k not in mla})
+    assert bare.is_mla and bare.num_params == v2.num_params and bare.kv_cache_bytes_per_token(2.0) == 31104
+    assert _hf("deepseek_v3", **{k: v for k, v in lite.items() if k != "q_lora_rank"}).q_lora_rank == 1536
+
+
+def test_mpt_attention_ffn_and_position_options_follow_llm_foundry() -> None:
+    """llm-foundry's MPT options were ignored: ``attn_type: multiquery_attention`` costed 32 KV heads for one (its
+    KV cache 32x too large), ``kv_n_heads`` was read for multi-head attention too (llm-foundry reads it for
+    grouped-query attention only), a gated ``mptglu`` MLP was costed ungated, rotary MPTs got a learned position
+    table, QK LayerNorms and RMSNorms were missed, a MegaBlocks MoE (``mb_moe``) loaded as a dense model and a
+    malformed ``attn_config`` crashed with an AttributeError."""
+    mpt7 = dict(d_model=4096, n_heads=32, n_layers=32, vocab_size=50432, max_seq_len=2048, no_bias=True,
+                expansion_ratio=4)
+    base = _hf("mpt", **mpt7, attn_config={"alibi": True})
+    assert base.num_params == 6649286656 and base.num_query_groups == 32  # mosaicml/mpt-7b
+    mqa = _hf("mpt", **mpt7, attn_config={"alibi": True, "attn_type": "multiquery_attention"})
+    assert mqa.num_query_groups == 1 and mqa.kv_cache_bytes_per_token(2.0) == base.kv_cache_bytes_per_token(2.0) / 32
+    assert mqa.num_params == base.num_params - 32 * 2 * 4096 * (4096 - 128)
+    gqa = _hf("mpt", **mpt7, attn_config={"alibi": True, "attn_type": "grouped_query_attention", "kv_n_heads": 8})
+    assert gqa.num_query_groups == 8
+    # a saved attn_config carrying llm-foundry's kv_n_heads default beside multi-head attention stays multi-head
+    assert _hf("mpt", **mpt7, attn_config={"alibi": True, "kv_n_heads": 1}).num_query_groups == 32
+    glu = _hf("mpt", **mpt7, attn_config={"alibi": True},
+              ffn_config={"ffn_type": "mptglu", "ffn_act_fn": {"name": "silu"}})
+    assert glu.activation == "swiglu" and glu.num_params == base.num_params + 32 * 4096 * 16384
+    rope = _hf("mpt", **mpt7, attn_config={"rope": True})
+    assert rope.position_embedding_type == "rope" and rope.num_params == base.num_params
+    learned = _hf("mpt", **mpt7)
+    assert learned.num_params == base.num_params + 2048 * 4096
+    qk = _hf("mpt", **{**mpt7, "no_bias": False}, attn_config={"alibi": True, "qk_ln": True})
+    plain = _hf("mpt", **{**mpt7, "no_bias": False}, attn_config={"alibi": True})
+    assert qk.num_params == plain.num_params + 32 * 2 * (4096 + 4096)  # q_ln and k_ln, weights and biases
+    assert _hf("mpt", **mpt7, norm_type="rmsnorm").normalization == "RMSNorm"
+    for bad, match in (({"ffn_config": {"ffn_type": "mb_moe", "moe_num_experts": 8}}, "mb_moe"),
+                       ({"attn_config": {"attn_type": "sliding"}}, "attn_type"),
+                       ({"attn_config": {"qk_gn": True}}, "qk_gn"),
+                       ({"norm_type": "batchnorm"}, "norm_type"),
+                       ({"attn_config": "alibi"}, "attn_config")):
+        with pytest.raises(InvalidInputError, match=match):
+            _hf("mpt", **mpt7, **bad)
+
+
+def test_gemma2_and_gemma3_without_sliding_window_take_the_class_window() -> None:
+    """Gemma2Config and Gemma3TextConfig slide within 4096 tokens when the config names no ``sliding_window`` (a
+    nested ``text_config`` as transformers 4 wrote it leaves the default out); such a config was costed with every
+    layer global (Gemma-2-9B at 8k context: a 2 GiB request's KV cache read as 2.6 GiB)."""
+    gemma2_9b = dict(hidden_size=3584, intermediate_size=14336, num_hidden_layers=42, num_attention_heads=16,
+                     num_key_value_heads=8, head_dim=256, vocab_size=256000, max_position_embeddings=8192)
+    for mt, share in (("gemma2", 0.5), ("gemma3_text", 35 / 42)):
+        m = _hf(mt, **gemma2_9b)
+        assert m.window_size == 4096 and m.window_layer_share == pytest.approx(share)
+        assert m.num_params == _hf(mt, **gemma2_9b, sliding_window=4096).num_params
+    assert _hf("gemma2", **gemma2_9b).num_params == 9_241_705_984  # google/gemma-2-9b
+    assert _hf("gemma", **gemma2_9b).window_size is None  # Gemma 1 has no window

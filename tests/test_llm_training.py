@@ -540,6 +540,29 @@ def test_cli_search_switches(capsys):
     assert "--max-cp" in capsys.readouterr().err
 
 
+def test_cli_search_takes_fp32_as_train_does(capsys):
+    """`llm train --dtype fp32` is modelled end to end (fp32 weights without a master copy, GEMMs at the fp32 rate,
+    fp32 FSDP gathers), but `llm search` offered only bf16/fp16/fp8 (exit 2 on --dtype fp32), so a CPU bundle or an
+    fp32 job could not be searched. Its fastest fp32 mapping is what `train` predicts for that mapping."""
+    args = ["llm", "search", "gpt3-125m", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--top", "1",
+            "--max-cp", "1", "--json"]
+    assert main([*args, "--dtype", "fp32"]) == 0
+    fp32 = json.loads(capsys.readouterr().out)["mappings"][0]
+    assert main(args) == 0
+    bf16 = json.loads(capsys.readouterr().out)["mappings"][0]
+    assert fp32["iteration_s"] > 2 * bf16["iteration_s"]  # A100: 19.5 fp32 TFLOP/s against 312 bf16
+    r = fp32
+    assert main(["llm", "train", "gpt3-125m", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32",
+                 "--dtype", "fp32", "--tp", str(r["tp"]), "--pp", str(r["pp"]), "--micro-batch", str(r["mb"]),
+                 "--recompute", r["recompute"], *(["--sp"] if r["sp"] else []),
+                 *(["--distributed-optimizer"] if r["distopt"] else []), *(["--fsdp"] if r["fsdp"] else []),
+                 *(["--vp", str(r["vp"])] if r["vp"] > 1 else []), "--json"]) == 0
+    train = json.loads(capsys.readouterr().out)
+    assert train["dtype"] == "fp32"
+    assert train["iteration_s"] == pytest.approx(r["iteration_s"], rel=1e-9)
+    assert train["memory_gib_per_rank"] == pytest.approx(r["memory_gib"], rel=1e-9)
+
+
 # ------------------------------------------------------------------ iteration interval of `llm train`
 def test_train_interval_is_the_search_interval(calibrated_store):
     _, pred = calibrated_store

@@ -285,7 +285,7 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 @click.option("--gpus", type=int, required=True)
 @click.option("--global-batch", type=int, required=True)
 @click.option("--seq", type=int, default=None)
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True)
+@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True)
 @click.option("--fp8-weight-cast", type=click.Choice(["microbatch", "step"]), default="microbatch", show_default=True,
               help="fp8: cast each weight to fp8 every microbatch (Transformer Engine's default) or once per "
                    "iteration (Megatron-LM).")

@@ -152,7 +152,9 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         # refused; --json still reports the prediction with fits: false, and --compare its ranking of the systems
         # (where the model does fit may be the answer), both before the refusal below
         raise InvalidInputError(f"does not fit: {res.memory.reason}")
-    if roofline_plot:
+    if roofline_plot and res.memory.fits:
+        # nothing for a deployment that cannot run: the command fails (below), as its text form does before
+        # this point, and a failed command leaves no output behind (--json and --compare still print theirs)
         from hybrid.reports.plots import save_png
         from hybrid.reports.roofline_plot import op_roofline
 

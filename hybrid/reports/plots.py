@@ -211,7 +211,9 @@ FIGURE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 
 def save_png(fig: Figure, path: str | os.PathLike) -> Path:
     """Write the figure atomically (nothing half-written on failure) in the format its suffix names (PNG, SVG or
-    PDF; PNG without a suffix); returns the path."""
+    PDF; PNG without a suffix); returns the path. Missing parent directories are created, as for every output
+    (:func:`hybrid.atomic.atomic_file`, which also says why a path cannot be written: a parent that is a file,
+    no permission)."""
     from hybrid.atomic import atomic_file
     from hybrid.errors import InvalidInputError
 
@@ -219,7 +221,6 @@ def save_png(fig: Figure, path: str | os.PathLike) -> Path:
     fmt = FIGURE_FORMATS.get(p.suffix.lower(), "png" if not p.suffix else None)
     if fmt is None:
         raise InvalidInputError(f"cannot write a plot as {p.name}: use a .png, .svg or .pdf file name")
-    p.parent.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=DPI)
     with atomic_file(p) as tmp:

@@ -874,6 +874,57 @@ def _hf_bloom(d: Mapping[str, Any], kw: dict[str, Any]) -> None:
               untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
 
 
+#: llm-foundry's MPT options (``attn_config.attn_type``, ``ffn_config.ffn_type``, ``norm_type``) this library
+#: costs; the others (MegaBlocks MoE ``mb_moe`` / ``mb_dmoe``, QK group norms, ...) change the architecture and are
+#: refused rather than costed as a dense multi-head MPT
+_MPT_ATTN = ("multihead_attention", "multiquery_attention", "grouped_query_attention")
+_MPT_FFN = ("mptmlp", "te_ln_mlp", "mptglu")
+_MPT_NORMS = {"layernorm": "LayerNorm", "low_precision_layernorm": "LayerNorm", "rmsnorm": "RMSNorm",
+              "low_precision_rmsnorm": "RMSNorm", "triton_rmsnorm": "RMSNorm"}
+
+
+def _hf_mpt(d: Mapping[str, Any]) -> dict[str, Any]:
+    """MosaicML's MPT as llm-foundry builds it (``NumParams``): ALiBi, rotary or learned positions; multi-head,
+    multi-query (one KV head) or grouped-query attention (``kv_n_heads``, read for that kind only: llm-foundry
+    ignores it otherwise); a plain or gated (``mptglu``) MLP with ``ffn_act_fn``; optional full-width QK LayerNorms;
+    ``no_bias`` drops every bias, the norms' too. An option that changes the layout and is not costed here is
+    refused rather than read as the default: a multi-query MPT had its KV cache costed 32x too large, a MegaBlocks
+    MoE as a dense model."""
+    attn, ffn_cfg = d.get("attn_config") or {}, d.get("ffn_config") or {}
+    for key, v in (("attn_config", attn), ("ffn_config", ffn_cfg)):
+        if not isinstance(v, Mapping):
+            raise InvalidInputError(f"Hugging Face config (mpt) field {key!r} must be a mapping, got {v!r:.100}")
+    attn_type = str(attn.get("attn_type") or "multihead_attention")
+    ffn_type = str(ffn_cfg.get("ffn_type") or "mptmlp")
+    norm = str(d.get("norm_type") or "low_precision_layernorm").lower()
+    for field, value, known in (("attn_config.attn_type", attn_type, _MPT_ATTN),
+                                ("ffn_config.ffn_type", ffn_type, _MPT_FFN), ("norm_type", norm, tuple(_MPT_NORMS))):
+        if value not in known:
+            raise InvalidInputError(f"Hugging Face config (mpt): {field} {value!r} is not supported "
+                                    f"({', '.join(known)})")
+    if _flag(attn, "qk_gn", False):
+        raise InvalidInputError("Hugging Face config (mpt): attn_config.qk_gn (per-head QK group norms) is not "
+                                "supported")
+    h, heads = _int(d, "d_model"), _int(d, "n_heads")
+    kv = {"multihead_attention": heads, "multiquery_attention": 1,
+          "grouped_query_attention": _get(attn, "kv_n_heads", default=heads)}[attn_type]
+    act = ffn_cfg.get("ffn_act_fn")
+    act_name = (act.get("name") if isinstance(act, Mapping) else act) or "gelu"
+    rope = _flag(attn, "rope", False)
+    no_bias = _flag(d, "no_bias", False)
+    return dict(num_layers=_get(d, "n_layers"), hidden_size=h, num_attention_heads=heads, num_query_groups=kv,
+                ffn_hidden_size=ffn_cfg.get("ffn_hidden_size") or int(float(d.get("expansion_ratio", 4)) * h),
+                activation=_act(act_name, ffn_type == "mptglu", "ffn_config.ffn_act_fn"),
+                normalization=_MPT_NORMS[norm], vocab_size=_get(d, "vocab_size"),
+                seq_length=_get(d, "max_seq_len", default=2048),
+                # MPTConfig turns learned positions off under ALiBi or rotary embeddings
+                position_embedding_type=("alibi" if _flag(attn, "alibi", False) else "rope" if rope else
+                                         "learned_absolute" if _flag(d, "learned_pos_emb", True) else "none"),
+                qk_layernorm=_flag(attn, "qk_ln", False), qk_layernorm_full_width=True,
+                add_bias_linear=not no_bias, norm_bias=not no_bias,
+                untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
+
+
 _HF_MORE = {
     "gpt_neox": _hf_gpt_neox, "phi": _hf_phi, "opt": _hf_opt, "gpt_bigcode": _hf_gpt_bigcode,
     "starcoder2": _hf_starcoder2, "stablelm": _hf_stablelm, "bloom": _hf_bloom,
@@ -960,13 +1011,37 @@ def _hf_quantization(qc: Any) -> tuple[str | None, bool, str]:
     return fmt, kv, detail
 
 
+#: The per-layer attention kinds of a ``layer_types`` list that this library costs: global attention and attention
+#: within ``sliding_window``. Others change the architecture (Llama 4's ``chunked_attention``, Qwen3-Next's
+#: ``linear_attention``) and are refused rather than costed as one of these.
+_LAYER_KINDS = ("full_attention", "sliding_attention")
+
+
+def _listed_share(d: Mapping[str, Any]) -> float | None:
+    """Share of sliding-window layers in the config's ``layer_types`` (None when it lists none). The list must
+    name one known kind per layer, as transformers checks: a string, a list of another length or an unknown kind
+    was read as every layer sliding (or as a share of the wrong number of layers)."""
+    kinds = d.get("layer_types")
+    if kinds is None or (isinstance(kinds, (list, tuple)) and not kinds):
+        return None
+    layers = _int(d, "num_hidden_layers")
+    if not isinstance(kinds, (list, tuple)) or len(kinds) != layers:
+        raise InvalidInputError(f"Hugging Face config field 'layer_types' must list one attention kind per layer "
+                                f"({layers}), got {kinds!r:.200}")
+    unknown = sorted({str(k) for k in kinds if k not in _LAYER_KINDS})
+    if unknown:
+        raise InvalidInputError(f"Hugging Face config field 'layer_types': attention kind(s) {', '.join(unknown)} "
+                                f"not supported (only {', '.join(_LAYER_KINDS)})")
+    return sum(1 for k in kinds if k == "sliding_attention") / layers
+
+
 def _sliding_share(d: Mapping[str, Any], mt: str) -> float:
     """Share of the layers that attend within ``sliding_window``: the config's ``layer_types`` where it lists
     them; Qwen2/Qwen3 otherwise slide only from layer ``max_window_layers`` on (Hugging Face's rule, so the usual
     ``max_window_layers = num_hidden_layers`` slides none); every layer for Mistral, Mixtral and Phi-3."""
-    kinds = d.get("layer_types")
-    if isinstance(kinds, (list, tuple)) and kinds:
-        return sum(1 for k in kinds if "sliding" in str(k)) / len(kinds)
+    listed = _listed_share(d)
+    if listed is not None:
+        return listed
     if mt in ("qwen2", "qwen3") and d.get("max_window_layers") is not None:
         layers = _int(d, "num_hidden_layers")
         if layers > 0:  # (no layers is refused where the config is built)
@@ -978,6 +1053,12 @@ def _sliding_share(d: Mapping[str, Any], mt: str) -> float:
 #: that leaves it out gets (this library's default, 2, is none of theirs for OLMoE, Qwen-MoE, DeepSeek-V3, gpt-oss)
 _HF_TOPK = {"mixtral": 2, "granitemoe": 2, "olmoe": 8, "qwen2_moe": 4, "qwen3_moe": 8, "llama4_text": 1,
             "deepseek_v3": 8, "gpt_oss": 4}
+
+
+#: transformers' config-class defaults of the routed experts' width (``moe_intermediate_size``), which a config that
+#: leaves it out gets; without them the experts took the dense MLP's ``intermediate_size`` (Megatron's default),
+#: a model several times its size (Qwen1.5-MoE-A2.7B 51.7e9 parameters for 14.3e9)
+_HF_MOE_FFN = {"qwen2_moe": 1408, "qwen3_moe": 768, "deepseek_v2": 1407, "deepseek_v3": 2048}
 
 
 def _hf_experts(d: Mapping[str, Any], mt: str, *keys: str) -> tuple[Any, Any]:
@@ -1056,16 +1137,23 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True),
             qk_layernorm=mt == "gemma3_text", sandwich_norm=mt != "gemma",
         )
-        if mt != "gemma" and d.get("sliding_window"):
+        # Gemma2Config's and Gemma3TextConfig's window is 4096 tokens when the config leaves it out (a text_config
+        # as transformers 4 wrote it omits it at that value): every layer was costed as global attention
+        window = _get(d, "sliding_window", default=4096) if mt != "gemma" else None
+        if window:
             # Gemma 2 alternates local and global layers; Gemma 3 has 5 local layers per global one, unless the
             # config lists its layers' kinds (layer_types, which transformers 5 writes and reads first)
             # (the class's rule: layer i slides unless (i + 1) % pattern == 0; Gemma-3-1B's 26 layers: 22 local)
             pattern = _int(d, "sliding_window_pattern", default=2 if mt == "gemma2" else 6)
+            if pattern < 1:  # read as every layer sliding; transformers divides by it
+                raise InvalidInputError(f"Hugging Face config field 'sliding_window_pattern' must be a positive "
+                                        f"integer, got {d.get('sliding_window_pattern')!r}")
             layers = _int(d, "num_hidden_layers")
-            share = (_sliding_share(d, mt) if d.get("layer_types")
-                     else (layers - layers // pattern) / layers if layers > 0 and pattern > 0 else 1.0)
+            listed = _listed_share(d)
+            share = (listed if listed is not None
+                     else (layers - layers // pattern) / layers if layers > 0 else 1.0)
             if share > 0:
-                kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
+                kw.update(window_size=window, window_layer_share=share)
     elif mt in _LLAMA_LIKE:
         heads = _int(d, "num_attention_heads")
         kw.update(
@@ -1090,8 +1178,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             add_mlp_bias=mt in ("llama", "granite") and _flag(d, "mlp_bias", False),
             qk_layernorm=mt in ("qwen3", "qwen3_moe"),
         )
+        # Qwen2Config / Qwen3Config default use_sliding_window to false (Mistral, Mixtral, Phi-3 have no such switch)
         if mt in ("mistral", "mixtral", "qwen2", "qwen3", "phi3") and d.get("sliding_window") \
-                and _flag(d, "use_sliding_window", True):
+                and _flag(d, "use_sliding_window", mt not in ("qwen2", "qwen3")):
             share = _sliding_share(d, mt)
             if share > 0:
                 kw.update(window_size=_get(d, "sliding_window"), window_layer_share=share)
@@ -1103,7 +1192,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             # config naming neither would otherwise load as a dense model of a tenth of the size
             experts, topk = _hf_experts(d, mt, "num_experts", "num_local_experts")
             kw.update(num_experts=experts, moe_router_topk=topk,
-                      moe_ffn_hidden_size=_get(d, "moe_intermediate_size"),
+                      moe_ffn_hidden_size=_get(d, "moe_intermediate_size", default=_HF_MOE_FFN[mt]),
                       # Qwen2MoeConfig's shared expert is 5,632 wide unless the config says otherwise; Qwen3's has none
                       moe_shared_expert_intermediate_size=d.get("shared_expert_intermediate_size",
                                                                 5632 if mt == "qwen2_moe" else None) or None,
@@ -1139,7 +1228,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         heads = _int(d, "num_attention_heads")
         # the config classes' defaults: DeepSeek-V3 1 shared expert and 3 dense layers first, V2 2 shared experts
         n_shared = _int(d, "n_shared_experts", default=1 if mt == "deepseek_v3" else 2)
-        moe_ffn = _get(d, "moe_intermediate_size")
+        moe_ffn = _get(d, "moe_intermediate_size", default=_HF_MOE_FFN[mt])
+        # refused when absent, as for the other MoE configs: it loaded as a dense model (DeepSeek-V2-Lite 2.6e9)
+        experts, topk = _hf_experts(d, mt, "n_routed_experts", "num_experts")
         kw.update(
             num_layers=_get(d, "num_hidden_layers"), hidden_size=_get(d, "hidden_size"),
             num_attention_heads=heads, num_query_groups=heads,
@@ -1148,16 +1239,20 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             seq_length=min(_int(d, "max_position_embeddings", default=4096), 8192),
             position_embedding_type="rope", add_bias_linear=False,
             untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", False),
-            q_lora_rank=_get(d, "q_lora_rank"), kv_lora_rank=_get(d, "kv_lora_rank"),
+            # MLA's widths: the config classes' defaults (DeepseekV2Config and DeepseekV3Config alike) where a field
+            # is absent; without them a config leaving kv_lora_rank out loaded as multi-head attention (a KV cache
+            # 7x DeepSeek-V2-Lite's). An explicit null q_lora_rank is no query bottleneck (V2-Lite)
+            q_lora_rank=d["q_lora_rank"] if "q_lora_rank" in d else 1536,
+            kv_lora_rank=_get(d, "kv_lora_rank", default=512),
             # attention_bias: the query and KV down-projections' biases and the output projection's
             add_qkv_bias=_flag(d, "attention_bias", False), add_attn_out_bias=_flag(d, "attention_bias", False),
-            qk_head_dim=_get(d, "qk_nope_head_dim"), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim"),
-            v_head_dim=_get(d, "v_head_dim"),
-            num_experts=_get(d, "n_routed_experts"),
-            moe_router_topk=_get(d, "num_experts_per_tok", default=_HF_TOPK.get(mt, 2)),
+            qk_head_dim=_get(d, "qk_nope_head_dim", default=128), qk_pos_emb_head_dim=_get(d, "qk_rope_head_dim",
+                                                                                          default=64),
+            v_head_dim=_get(d, "v_head_dim", default=128),
+            num_experts=experts, moe_router_topk=topk,
             moe_ffn_hidden_size=moe_ffn,
-            moe_shared_expert_intermediate_size=(n_shared * _int(d, "moe_intermediate_size")) if n_shared and moe_ffn
-            else None,
+            moe_shared_expert_intermediate_size=(n_shared * _int(d, "moe_intermediate_size",
+                                                                 default=_HF_MOE_FFN[mt])) if n_shared else None,
             moe_shared_expert_gate=False, moe_layer_freq=_get(d, "moe_layer_freq", default=1),
             moe_first_k_dense=_get(d, "first_k_dense_replace", default=3 if mt == "deepseek_v3" else 0),
         )
@@ -1165,8 +1260,8 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         heads = _int(d, "num_attention_heads")
         experts, topk = _hf_experts(d, mt, "num_local_experts", "num_experts")
         layers = _int(d, "num_hidden_layers")
-        kinds = list(d.get("layer_types") or [])  # "sliding_attention" / "full_attention" per layer
-        local = sum(1 for k in kinds if "sliding" in str(k)) / len(kinds) if kinds else 0.5
+        listed = _listed_share(d)  # "sliding_attention" / "full_attention" per layer
+        local = listed if listed is not None else 0.5
         kw.update(
             num_layers=layers, hidden_size=_get(d, "hidden_size"), num_attention_heads=heads,
             num_query_groups=_get(d, "num_key_value_heads", default=heads),
@@ -1204,18 +1299,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                   # Q/K/V and output projections without biases, the MLP and the LM head with them
                   add_bias_linear=False, add_mlp_bias=True, output_layer_bias=True, parallel_attn=True)
     elif mt == "mpt":
-        attn = d.get("attn_config") or {}
-        ffn_cfg = d.get("ffn_config") or {}
-        h = _int(d, "d_model")
-        kw.update(num_layers=_get(d, "n_layers"), hidden_size=h, num_attention_heads=_get(d, "n_heads"),
-                  num_query_groups=attn.get("kv_n_heads"),
-                  ffn_hidden_size=ffn_cfg.get("ffn_hidden_size") or int(float(d.get("expansion_ratio", 4)) * h),
-                  activation="gelu", normalization="LayerNorm", vocab_size=_get(d, "vocab_size"),
-                  seq_length=_get(d, "max_seq_len", default=2048),
-                  position_embedding_type=("alibi" if _flag(attn, "alibi", False) else
-                                           "learned_absolute" if _flag(d, "learned_pos_emb", True) else "none"),
-                  add_bias_linear=not _flag(d, "no_bias", False), norm_bias=not _flag(d, "no_bias", False),
-                  untie_embeddings_and_output_weights=not _flag(d, "tie_word_embeddings", True))
+        kw.update(_hf_mpt(d))
     elif mt in ("falcon", "refinedweb", "refinedwebmodel"):
         h = _int(d, "hidden_size", "n_embd")
         heads = _int(d, "num_attention_heads", "n_head")
