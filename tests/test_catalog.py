@@ -769,10 +769,12 @@ def test_user_system_naming_its_gpu_by_alias_keeps_the_device_key(tmp_path: Path
     ("systems = [1, 2]\n", r"bad.toml: `systems` must be a table"),
     ("[devices]\nX = 5\n", r"bad.toml: device 'X' must be a table of fields"),
     ("[devices.H100-SXM]\npeak_tflops = 5\n", r"device 'H100-SXM': peak_tflops must be a table"),
-    ("[devices.H100-SXM]\naliases = 'foo'\n", r"'H100-SXM': field aliases must be a list of strings"),
-    ("[devices.H100-SXM]\naliases = [5]\n", r"field aliases must be a list of strings"),
-    ("[systems.DGX-H100]\nmeasured_links = 'intra'\n", r"field measured_links must be a list of strings"),
-    ("[systems.DGX-H100]\nhost_mem_borrowed_by = 'HGX H100'\n", r"host_mem_borrowed_by must be a list of strings"),
+    ("[devices.H100-SXM]\naliases = 'foo'\n", r"'H100-SXM': field aliases must be a list of non-empty strings"),
+    ("[devices.H100-SXM]\naliases = [5]\n", r"field aliases must be a list of non-empty strings"),
+    ("[systems.DGX-H100]\nmeasured_links = 'intra'\n", r"field measured_links must be a list of non-empty strings"),
+    ("[systems.DGX-H100]\nhost_mem_borrowed_by = 'HGX H100'\n", r"host_mem_borrowed_by must be a list of non-empty strings"),
+    ("[devices.H100-SXM]\naliases = ['', 'x']\n", r"field aliases must be a list of non-empty strings"),
+    ("[devices.H100-SXM]\naliases = ['  ']\n", r"field aliases must be a list of non-empty strings"),
 ])
 def test_misshapen_user_file_gives_clear_error(tmp_path: Path, text: str, match: str) -> None:
     """A field or table of the wrong shape was a TypeError / AttributeError, or (a bare string for a list of names)

@@ -496,8 +496,8 @@ def _names(key: str, name: str, value: Any) -> tuple[str, ...]:
     """A catalog list of names (``aliases``, ``measured_links``, ``host_mem_borrowed_by``): a list of strings. A
     bare string would otherwise be taken letter by letter (``aliases = "RTX 5090"``: the aliases ``R``, ``T``...,
     each then resolving to this entry)."""
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
-        raise InvalidInputError(f"{key!r}: field {name} must be a list of strings ({name} = [\"...\"]), "
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise InvalidInputError(f"{key!r}: field {name} must be a list of non-empty strings ({name} = [\"...\"]), "
                                 f"got {value!r}")
     return tuple(value)
 
