@@ -1029,3 +1029,24 @@ def test_gemma2_and_gemma3_without_sliding_window_take_the_class_window() -> Non
         assert m.num_params == _hf(mt, **gemma2_9b, sliding_window=4096).num_params
     assert _hf("gemma2", **gemma2_9b).num_params == 9_241_705_984  # google/gemma-2-9b
     assert _hf("gemma", **gemma2_9b).window_size is None  # Gemma 1 has no window
+
+
+def test_null_or_unbuilt_shared_experts_are_not_counted() -> None:
+    """DeepSeek's modelling code builds shared experts only when ``n_shared_experts`` is not None: an explicit
+    null was read as the config class's default (2 for V2); transformers' Qwen3-MoE has no shared expert at all,
+    but a ``shared_expert_intermediate_size`` left in a qwen3_moe config.json gave it one."""
+    ds = dict(hidden_size=512, intermediate_size=1024, moe_intermediate_size=128, num_hidden_layers=3,
+              num_attention_heads=8, n_routed_experts=8, num_experts_per_tok=2, first_k_dense_replace=1,
+              q_lora_rank=None, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+              vocab_size=1000)
+    for mt in ("deepseek_v2", "deepseek_v3"):
+        assert _hf(mt, **ds, n_shared_experts=None).moe_shared_expert_intermediate_size is None
+        assert _hf(mt, **ds, n_shared_experts=None).num_params == _hf(mt, **ds, n_shared_experts=0).num_params
+        assert _hf(mt, **ds).moe_shared_expert_intermediate_size == (1 if mt == "deepseek_v3" else 2) * 128
+    qwen = dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+                num_key_value_heads=2, vocab_size=1000, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128)
+    q3 = _hf("qwen3_moe", **qwen, shared_expert_intermediate_size=256)
+    assert q3.moe_shared_expert_intermediate_size is None
+    assert q3.num_params == _hf("qwen3_moe", **qwen).num_params
+    # Qwen2-MoE's shared expert stays
+    assert _hf("qwen2_moe", **qwen, shared_expert_intermediate_size=256).moe_shared_expert_intermediate_size == 256

@@ -1193,9 +1193,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             experts, topk = _hf_experts(d, mt, "num_experts", "num_local_experts")
             kw.update(num_experts=experts, moe_router_topk=topk,
                       moe_ffn_hidden_size=_get(d, "moe_intermediate_size", default=_HF_MOE_FFN[mt]),
-                      # Qwen2MoeConfig's shared expert is 5,632 wide unless the config says otherwise; Qwen3's has none
-                      moe_shared_expert_intermediate_size=d.get("shared_expert_intermediate_size",
-                                                                5632 if mt == "qwen2_moe" else None) or None,
+                      # Qwen2MoeConfig's shared expert is 5,632 wide unless the config says otherwise; Qwen3-MoE has
+                      # none (transformers' Qwen3MoeSparseMoeBlock: router and experts only), so a
+                      # shared_expert_intermediate_size left in its config builds nothing
+                      moe_shared_expert_intermediate_size=(d.get("shared_expert_intermediate_size", 5632) or None)
+                      if mt == "qwen2_moe" else None,
                       moe_layer_freq=_hf_moe_layers(d, "decoder_sparse_step", dense_key="mlp_only_layers"))
             if kw["moe_layer_freq"] == 0:  # every layer listed in mlp_only_layers: a dense model
                 for f in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
@@ -1226,8 +1228,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         )
     elif mt in ("deepseek_v2", "deepseek_v3"):
         heads = _int(d, "num_attention_heads")
-        # the config classes' defaults: DeepSeek-V3 1 shared expert and 3 dense layers first, V2 2 shared experts
-        n_shared = _int(d, "n_shared_experts", default=1 if mt == "deepseek_v3" else 2)
+        # the config classes' defaults: DeepSeek-V3 1 shared expert and 3 dense layers first, V2 2 shared experts;
+        # an explicit null is none (DeepSeek's modelling code builds shared experts only when it is not None, and
+        # none of 0 width), not the default
+        n_shared = (0 if "n_shared_experts" in d and d["n_shared_experts"] is None
+                    else _int(d, "n_shared_experts", default=1 if mt == "deepseek_v3" else 2))
         moe_ffn = _get(d, "moe_intermediate_size", default=_HF_MOE_FFN[mt])
         # refused when absent, as for the other MoE configs: it loaded as a dense model (DeepSeek-V2-Lite 2.6e9)
         experts, topk = _hf_experts(d, mt, "n_routed_experts", "num_experts")
