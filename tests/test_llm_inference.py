@@ -1733,8 +1733,13 @@ def test_roofline_plot_written_only_for_a_deployment_that_fits(capsys, tmp_path)
     code, _, err = run(capsys, "llm", "infer", "llama2-70b", "--device", "A100", "--compare", "H100-SXM",
                        "--roofline-plot", str(plot))
     assert code == 2 and "does not fit" in err and not plot.exists()
-    code, _, _ = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--json", "--roofline-plot", str(plot))
+    code, out, _ = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--json", "--roofline-plot", str(plot))
     assert code == 0 and plot.read_bytes().startswith(b"\x89PNG")
+    # where it went, as `llm memory --plot` says: a JSON key, and a line of the text form
+    assert json.loads(out)["plot"] == str(plot)
+    plot.unlink()
+    code, out, _ = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--roofline-plot", str(plot))
+    assert code == 0 and f"plot written to {plot}" in out and plot.exists()
     # a parent that is a file: the atomic writer's one-line reason, not mkdir's bare "file exists"
     code, _, err = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--roofline-plot",
                        str(plot / "x.png"))
