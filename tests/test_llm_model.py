@@ -1050,3 +1050,27 @@ def test_null_or_unbuilt_shared_experts_are_not_counted() -> None:
     assert q3.num_params == _hf("qwen3_moe", **qwen).num_params
     # Qwen2-MoE's shared expert stays
     assert _hf("qwen2_moe", **qwen, shared_expert_intermediate_size=256).moe_shared_expert_intermediate_size == 256
+
+
+def test_native_params_json_loads(tmp_path) -> None:
+    """Mistral's native ``params.json`` (mistral_inference's TransformerArgs) and Meta's original Llama one were
+    refused with the hint to add ``"model_type": "llama"``, which cannot work (their keys are not a config.json's).
+    They load as the Llama-layout decoders they describe; sizes as the Hugging Face checkpoints count them."""
+    mistral = dict(dim=4096, n_layers=32, head_dim=128, hidden_dim=14336, n_heads=32, n_kv_heads=8, norm_eps=1e-5,
+                   vocab_size=32768, rope_theta=1e6)
+    ckpt = tmp_path / "Mistral-7B-v0.3"
+    ckpt.mkdir()
+    (ckpt / "params.json").write_text(json.dumps(mistral))
+    for ref in (ckpt, ckpt / "params.json"):
+        m = load_model(ref)
+        assert m.num_params == 7_248_023_552 and m.name == "Mistral-7B-v0.3" and m.num_kv_heads == 8
+    mixtral = from_dict({**mistral, "vocab_size": 32000, "moe": {"num_experts": 8, "num_experts_per_tok": 2}})
+    assert (mixtral.num_params, mixtral.num_active_params) == (46_702_792_704, 12_879_925_248)
+    assert from_dict({**mistral, "sliding_window": 4096}).window_size == 4096
+    llama3 = dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256, multiple_of=1024,
+                  ffn_dim_multiplier=1.3, norm_eps=1e-5, rope_theta=500000.0, use_scaled_rope=True)
+    assert from_dict(llama3).num_params == 8_030_261_248  # Meta-Llama-3-8B
+    with pytest.raises(InvalidInputError, match="vocab_size"):
+        from_dict({**llama3, "vocab_size": -1})
+    with pytest.raises(InvalidInputError, match="hidden_dim"):
+        from_dict({k: v for k, v in mistral.items() if k != "hidden_dim"})

@@ -1353,12 +1353,66 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         raise InvalidInputError(f"Hugging Face config ({mt}): a field has the wrong type ({exc})") from None
 
 
+#: the keys that mark a native ``params.json`` (Mistral's ``mistral_inference``, Meta's original Llama checkpoints)
+_NATIVE_PARAMS_KEYS = ("dim", "n_layers", "n_heads")
+
+
+def _from_native_params(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
+    """A native ``params.json`` as ``mistral_inference`` (``TransformerArgs``: ``dim``, ``n_layers``, ``head_dim``,
+    ``hidden_dim``, ``n_heads``, ``n_kv_heads``, ``norm_eps``, ``vocab_size``, ``rope_theta``, optional ``moe``
+    and ``sliding_window``) and Meta's original Llama code (``ModelArgs``: no ``hidden_dim`` but ``multiple_of`` and
+    ``ffn_dim_multiplier``) write it: a Llama-layout decoder (RMSNorm, SwiGLU, rotary, no biases, an untied output
+    layer; Mixtral's ``moe``: every layer's MLP ``num_experts`` experts of ``hidden_dim``, top
+    ``num_experts_per_tok``). A vision encoder (``vision_encoder``, Pixtral) is not costed: the language model is."""
+    if str(d.get("model_type") or "transformer") != "transformer":  # mistral_inference's MambaArgs (Codestral Mamba)
+        raise InvalidInputError(f"params.json model_type {d.get('model_type')!r} is not supported (only Mistral's "
+                                "and Llama's transformer layout)")
+    dim, heads = _int(d, "dim"), _int(d, "n_heads")
+    vocab = _int(d, "vocab_size")
+    if vocab < 1:  # Meta's params.json leaves -1 for the tokenizer to fill in
+        raise InvalidInputError(f"params.json field 'vocab_size' is {vocab}: the vocabulary is the tokenizer's "
+                                "there; give its size (e.g. 32000 for Llama 2, 128256 for Llama 3)")
+    if d.get("hidden_dim") is not None:
+        ffn = _int(d, "hidden_dim")
+    elif d.get("multiple_of") is not None:  # Meta's FeedForward: 2/3 of 4 x dim, scaled, rounded up
+        ffn = int(2 * 4 * dim / 3)
+        if d.get("ffn_dim_multiplier") is not None:
+            ffn = int(_float(d, "ffn_dim_multiplier", 1.0) * ffn)
+        mult = _int(d, "multiple_of")
+        ffn = mult * -(-ffn // mult) if mult > 0 else ffn
+    else:
+        raise InvalidInputError("params.json lacks 'hidden_dim' (Mistral) or 'multiple_of' (Llama): the MLP width")
+    window = d.get("sliding_window")
+    if isinstance(window, list | tuple):
+        raise InvalidInputError(f"params.json field 'sliding_window' as a per-layer list ({window!r:.80}) is not "
+                                "supported: describe the model with a Hugging Face config.json (layer_types)")
+    kw: dict[str, Any] = dict(
+        name=name or "params", num_layers=_int(d, "n_layers"), hidden_size=dim, num_attention_heads=heads,
+        num_query_groups=_int(d, "n_kv_heads", default=heads), kv_channels=_int(d, "head_dim", default=dim // heads),
+        ffn_hidden_size=ffn, activation="swiglu", normalization="RMSNorm", vocab_size=vocab,
+        seq_length=min(_int(d, "max_seq_len", default=8192), 8192), position_embedding_type="rope",
+        untie_embeddings_and_output_weights=not _flag(d, "tied_embeddings", False), add_bias_linear=False,
+        window_size=_int(d, "sliding_window") if window is not None else None, dropout=False,
+        source="native params.json (Mistral / Llama layout" + ("; the vision encoder is not costed)"
+                                                              if d.get("vision_encoder") else ")"))
+    moe = d.get("moe")
+    if moe is not None:
+        if not isinstance(moe, Mapping):
+            raise InvalidInputError(f"params.json field 'moe' must be a mapping, got {moe!r:.80}")
+        kw.update(num_experts=_int(moe, "num_experts"), moe_router_topk=_int(moe, "num_experts_per_tok", default=2))
+    return TransformerConfig(**kw)
+
+
 def from_dict(d: Mapping[str, Any], name: str | None = None) -> TransformerConfig:
-    """A model from a Megatron-style mapping or a Hugging Face ``config.json`` mapping (has ``model_type``)."""
+    """A model from a Megatron-style mapping, a Hugging Face ``config.json`` mapping (has ``model_type``) or a
+    native ``params.json`` (Mistral's, Meta's Llama: ``dim``, ``n_layers``, ``n_heads``)."""
     if not isinstance(d, Mapping):
         raise InvalidInputError(f"model config must be a mapping, got {type(d).__name__}")
     if "model" in d and isinstance(d["model"], Mapping) and "num_layers" not in d:
         d = d["model"]
+    if all(k in d for k in _NATIVE_PARAMS_KEYS) and str(d.get("model_type") or "transformer") in ("transformer",
+                                                                                                    "mamba"):
+        return _from_native_params(d, name)
     if "model_type" in d:
         try:
             return _from_hf(d, name)
@@ -1421,7 +1475,7 @@ def load_model(name_or_path: str | os.PathLike | Mapping[str, Any]) -> Transform
         return lib[key]
     p = Path(s)
     if p.is_dir():  # a Hugging Face checkpoint directory: its config.json
-        found = [p / n for n in ("config.json", "config.yaml", "config.yml") if (p / n).is_file()]
+        found = [p / n for n in ("config.json", "config.yaml", "config.yml", "params.json") if (p / n).is_file()]
         if not found:
             raise InvalidInputError(f"model directory {p} has no config.json (a Hugging Face checkpoint directory "
                                     "holds one; or name the YAML/JSON file itself)")
@@ -1437,7 +1491,7 @@ def load_model(name_or_path: str | os.PathLike | Mapping[str, Any]) -> Transform
             raise InvalidInputError(f"malformed model config {p}: {first}") from None
         if data is None:
             raise InvalidInputError(f"model config {p} is empty")
-        stem = p.stem if p.stem.lower() != "config" else p.parent.name or p.stem
+        stem = p.stem if p.stem.lower() not in ("config", "params") else p.parent.name or p.stem
         return from_dict(data, name=None if isinstance(data, Mapping) and "model_type" in data
                          and data.get("_name_or_path") else stem)
     import difflib
