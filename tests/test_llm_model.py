@@ -312,7 +312,7 @@ def test_gpt_oss_config_json_loads_like_the_library_entry(tmp_path) -> None:
     ({"num_attention_heads": "abc"}, "'num_attention_heads' must be a number, got 'abc'"),
     ({"num_attention_heads": 32.5}, "must be a whole number"),
     ({"intermediate_size": None}, "lacks the fields for ffn_hidden_size (intermediate_size)"),
-    ({"hidden_size": "big"}, "hidden_size must be a positive integer"),
+    ({"hidden_size": "big"}, "field 'hidden_size' must be a positive integer"),
     ({"max_position_embeddings": [4096]}, "max_position_embeddings"),
 ])
 def test_hf_config_with_a_missing_or_mistyped_field_is_an_input_error(change, message) -> None:
@@ -1074,3 +1074,23 @@ def test_native_params_json_loads(tmp_path) -> None:
         from_dict({**llama3, "vocab_size": -1})
     with pytest.raises(InvalidInputError, match="hidden_dim"):
         from_dict({k: v for k, v in mistral.items() if k != "hidden_dim"})
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_hidden_layers": "32"}, "field 'num_hidden_layers' must be a positive integer, got '32'"),
+    ({"max_position_embeddings": 0}, "field 'max_position_embeddings' must be a positive integer, got 0"),
+    ({"num_attention_heads": "32"}, "field 'num_attention_heads' must be a number, got '32'"),
+    ({"num_key_value_heads": "8"}, "field 'num_key_value_heads' must be a positive integer, got '8'"),
+    ({"intermediate_size": -1}, "field 'intermediate_size' must be a positive integer, got -1"),
+    ({"vocab_size": True}, "field 'vocab_size' must be a positive integer, got True"),
+])
+def test_hf_config_type_errors_name_the_config_key(change, message) -> None:
+    """Type errors of a config.json named the internal field (``"num_hidden_layers": "32"``: "num_layers must be
+    a positive integer"; ``"max_position_embeddings": 0``: "seq_length must be ..."), and a string was accepted
+    for some whole-number keys (``num_attention_heads``) and refused for others: now every string is refused,
+    naming the key the user wrote; a whole float (32.0) is its integer."""
+    base = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "vocab_size": 32000, "intermediate_size": 11008, "max_position_embeddings": 4096}
+    with pytest.raises(InvalidInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        from_dict({**base, **change})
+    assert from_dict({**base, "num_hidden_layers": 32.0}).num_layers == 32

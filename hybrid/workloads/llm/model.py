@@ -686,13 +686,65 @@ def _int(d: Mapping[str, Any], *keys: str, default: Any = None) -> int:
     v = _get(d, *keys, default=default)
     if v is None:
         raise InvalidInputError(f"Hugging Face config lacks {keys[0]!r}")
+    key = next((k for k in keys if d.get(k) is not None), keys[0])
+    # one rule for every whole-number field: a string is refused (a JSON number is what transformers reads), as
+    # the fields passed on as they are were; "32" was accepted here and refused there
+    if isinstance(v, bool | str):
+        raise InvalidInputError(f"Hugging Face config field {key!r} must be a number, got {v!r}")
     try:
         f = float(v)
     except (TypeError, ValueError):
-        raise InvalidInputError(f"Hugging Face config field {keys[0]!r} must be a number, got {v!r}") from None
+        raise InvalidInputError(f"Hugging Face config field {key!r} must be a number, got {v!r}") from None
     if not f.is_integer():
-        raise InvalidInputError(f"Hugging Face config field {keys[0]!r} must be a whole number, got {v!r}")
+        raise InvalidInputError(f"Hugging Face config field {key!r} must be a whole number, got {v!r}")
     return int(f)
+
+
+#: The config.json keys each whole-number field of :class:`TransformerConfig` is read from, to name the key a user
+#: wrote in an error (not the field's internal name: ``"num_hidden_layers": "32"`` said "num_layers must be ...",
+#: ``"max_position_embeddings": 0`` "seq_length must be ...")
+_HF_INT_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer", "n_layers"),
+    "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "n_heads"),
+    "num_query_groups": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "kv_n_heads"),
+    "kv_channels": ("head_dim",),
+    "ffn_hidden_size": ("intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
+    "vocab_size": ("vocab_size",),
+    "seq_length": ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length"),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions"),
+    "window_size": ("sliding_window",),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "moe_router_topk": ("num_experts_per_tok", "experts_per_token"),
+    "moe_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
+    "moe_shared_expert_intermediate_size": ("shared_expert_intermediate_size", "moe_intermediate_size"),
+    "q_lora_rank": ("q_lora_rank",), "kv_lora_rank": ("kv_lora_rank",), "qk_head_dim": ("qk_nope_head_dim",),
+    "qk_pos_emb_head_dim": ("qk_rope_head_dim",), "v_head_dim": ("v_head_dim",),
+    "parallel_attn_norms": ("num_ln_in_parallel_attn",),
+    "moe_first_k_dense": ("first_k_dense_replace",), "num_tokentypes": ("type_vocab_size",),
+}
+#: the fields of :data:`_HF_INT_KEYS` that may be 0
+_HF_INT_ZERO_OK = ("moe_first_k_dense", "num_tokentypes")
+
+
+def _check_hf_ints(d: Mapping[str, Any], kw: dict[str, Any], mt: str, prefix: str) -> None:
+    """Whole-number fields of a Hugging Face config as :class:`TransformerConfig` takes them, or an error naming the
+    config.json key the value came from (``prefix``: ``text_config.`` for a nested language model). A whole float
+    (``32.0``) is read as the integer; a string, a bool, a fraction or a value below 1 (0 where allowed) is refused."""
+    for field, keys in _HF_INT_KEYS.items():
+        v = kw.get(field)
+        if v is None:
+            continue
+        ok_float = isinstance(v, float) and v.is_integer()
+        if ok_float:
+            kw[field] = v = int(v)
+        low = 0 if field in _HF_INT_ZERO_OK else 1
+        if not isinstance(v, bool) and isinstance(v, int) and v >= low:
+            continue
+        key = next((k for k in keys if k in d and type(d[k]) is type(v) and d[k] == v), None)
+        where = f"field {prefix + key!r}" if key else f"field for {field} ({' / '.join(prefix + k for k in keys)})"
+        need = "a whole number >= 0" if low == 0 else "a positive integer"
+        raise InvalidInputError(f"Hugging Face config ({mt}) {where} must be {need}, got {v!r}")
 
 
 def _flag(d: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -1116,6 +1168,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             raise InvalidInputError(f"Hugging Face config ({mt}): its text_config names no model_type")
         mt = inner or mt
         d = {**_HF_TEXT_DEFAULTS.get(_HF_AS.get(mt, mt), {}), **text}
+        nested = "text_config."
+    else:
+        nested = ""
     mt = _HF_AS.get(mt, mt)
     nm = name or str(_get(d, "_name_or_path", default=mt or "hf-model")).split("/")[-1].lower() or mt
     kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt}"
@@ -1336,6 +1391,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                                 "or describe the model with Megatron-LM keys, docs/llm_training.md)")
     kw = {k: v for k, v in kw.items() if v is not None}
     kw["dropout"] = _hf_dropout(d, mt)
+    _check_hf_ints(d, kw, mt, nested)
     needed = ["num_layers", "hidden_size", "num_attention_heads", "vocab_size"]
     if mt not in ("gpt2", "gptj", "mpt", "falcon", "refinedweb", "refinedwebmodel", "gpt_neox", "gpt_bigcode",
                   "bloom"):  # no documented FFN default
