@@ -1744,3 +1744,47 @@ def test_roofline_plot_written_only_for_a_deployment_that_fits(capsys, tmp_path)
     code, _, err = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--roofline-plot",
                        str(plot / "x.png"))
     assert code == 2 and "a parent is a file, not a directory" in err
+
+
+def test_llama4_chunked_attention_caps_the_cache_and_the_prefill_attention():
+    """Llama 4 Scout/Maverick attend within 8192-token chunks on 3 in 4 layers (the 4th, NoPE, globally); the library
+    and config.json loading costed every layer as global: a 128k-token request's KV cache 3.2x too large, a 32k
+    prompt's attention with 4x the within-chunk pairs on those layers. The cache of a chunked layer is bounded at
+    one chunk per request (what a serving system reserves; a decode step reads up to it), and prefill attention
+    counts the within-chunk causal pairs exactly."""
+    from dataclasses import replace
+
+    from hybrid.workloads.llm.inference import cost_ops, pass_ops
+    from hybrid.workloads.llm.serving import StepCosts
+
+    for name in ("llama4-scout", "llama4-maverick"):
+        assert (resolve_model(name).attention_chunk_size, resolve_model(name).chunk_layer_share) == (8192, 0.75)
+    scout = resolve_model("llama4-scout")
+    glob = replace(scout, attention_chunk_size=None)
+    p, ctx = parse_precision("fp8"), 131072
+    chunked = memory_plan(scout, p, 80 * 2**30, batch=1, input_len=ctx - 1024, output_len=1024, tp=8)
+    full = memory_plan(glob, p, 80 * 2**30, batch=1, input_len=ctx - 1024, output_len=1024, tp=8)
+    assert chunked.kv_per_request == pytest.approx(full.kv_per_request * (0.75 * 8192 + 0.25 * ctx) / ctx)
+    assert chunked.max_batch > full.max_batch
+    s = make_setup(scout, "H100-SXM", tp=8, dtype="fp8")
+
+    def attention(tokens: float, q: float, kv: float, phase: str):
+        f = cost_ops(pass_ops(s, np.array([tokens]), np.array([1.0]), np.array([q]), np.array([kv]), phase))
+        return f[f["name"] == "attention"]
+
+    heads, d, layers = 40 / 8, 128, 48
+    pre = attention(32768, 32768, 32768, "prefill")
+    pairs = 0.75 * 4 * 8192 * 8193 / 2 + 0.25 * 32768 * 32769 / 2
+    # (the op row holds whole keys: 8192 for the 8192.5 that gives the pairs exactly)
+    assert float((pre["flops"] * pre["count"]).sum()) == pytest.approx(4 * heads * d * pairs * layers, rel=1e-4)
+    # a prompt chunk of 4096 tokens after 16,000: queries at positions 16,000..20,095 (the chunk boundary at 16,384)
+    q, before = 4096, 16000
+    local = sum(p % 8192 + 1 for p in range(before, before + q))
+    pairs = 0.75 * local + 0.25 * (q * (before + q) - q * (q - 1) / 2)
+    pre = attention(q, q, before + q, "prefill")
+    assert float((pre["flops"] * pre["count"]).sum()) == pytest.approx(4 * heads * d * pairs * layers, rel=1e-6)
+    # a decode step at 20,000 tokens reads at most a chunk on the chunked layers
+    dec = attention(1, 1, 20000, "decode")
+    assert float(dec["kv_len"].iloc[0]) == pytest.approx(0.75 * 8192 + 0.25 * 20000)
+    # the serving cost grid has the chunk as a decode context point (the kink of that bound)
+    assert 8192.0 in StepCosts.build(s, 8192, 16, 32768).dec_ctx

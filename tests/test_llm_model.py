@@ -1094,3 +1094,36 @@ def test_hf_config_type_errors_name_the_config_key(change, message) -> None:
     with pytest.raises(InvalidInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         from_dict({**base, **change})
     assert from_dict({**base, "num_hidden_layers": 32.0}).num_layers == 32
+
+
+def test_llama4_chunked_attention_is_read_as_transformers_reads_it() -> None:
+    """Llama 4's ``attention_chunk_size`` (Llama4TextConfig's default 8192) and its chunked layers were ignored: every
+    layer was costed as global attention. transformers chunks the RoPE layers: ``layer_types``'
+    ``chunked_attention`` entries where listed, else the 1s of ``no_rope_layers``, else (absent or empty) every layer
+    but each ``no_rope_layer_interval``-th (4). A null chunk size is no chunking."""
+    base = dict(hidden_size=512, intermediate_size=256, intermediate_size_mlp=1024, num_hidden_layers=8,
+                num_attention_heads=8, num_key_value_heads=2, head_dim=64, vocab_size=1000, num_local_experts=4,
+                max_position_embeddings=1 << 20)
+    m = _hf("llama4_text", **base)
+    assert (m.attention_chunk_size, m.chunk_layer_share) == (8192, 0.75)
+    assert _hf("llama4_text", **base, no_rope_layers=[], attention_chunk_size=4096).attention_chunk_size == 4096
+    assert _hf("llama4_text", **base, no_rope_layers=[1, 0] * 4).chunk_layer_share == 0.5
+    assert _hf("llama4_text", **base, no_rope_layer_interval=2).chunk_layer_share == 0.5
+    assert _hf("llama4_text", **base, layer_types=["chunked_attention"] * 7 + ["full_attention"]
+               ).chunk_layer_share == 7 / 8
+    assert _hf("llama4_text", **base, attention_chunk_size=None).attention_chunk_size is None
+    for bad in ({"no_rope_layers": [1, 0]}, {"layer_types": ["sliding_attention"] * 8}):
+        with pytest.raises(InvalidInputError, match=next(iter(bad))):
+            _hf("llama4_text", **base, **bad)
+    nested = from_dict({"model_type": "llama4", "text_config": {"model_type": "llama4_text", **base,
+                                                                "attention_chunk_size": 8192, "no_rope_layers": []}})
+    assert (nested.attention_chunk_size, nested.chunk_layer_share) == (8192, 0.75)
+    # the cache bound and the attention pairs
+    assert m.window_keys(32768) == pytest.approx(0.75 * 8192 + 0.25 * 32768) and m.window_keys(5000) == 5000
+    assert m.attention_span(8192) == pytest.approx(8193 / 2)  # one chunk: global attention's
+    assert m.attention_span(20000) == pytest.approx(
+        (0.75 * (2 * 8192 * 8193 / 2 + 3616 * 3617 / 2) + 0.25 * 20000 * 20001 / 2) / 20000)
+    # the fields round-trip through the Megatron-style keys; windows and chunks together are refused
+    assert from_dict(m.to_dict()).attention_chunk_size == 8192
+    with pytest.raises(InvalidInputError, match="not supported"):
+        with_overrides(m, window_size=4096)

@@ -166,7 +166,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
               device=dev, sub="other", **kw)
 
     causal = 1 if model.causal else 0
-    span = model.window_keys(s_full)  # keys per query: window-limited on local layers (their share)
+    # keys per query: window-limited on local layers (their share); chunked layers' within-chunk pairs exactly
+    span = float(model.causal_kv_len(s_full, s_full))
     attention = None
     if cfg.flash_attention:
         # CP: each rank's s/cp queries attend over the whole (causal, load-balanced) sequence: pairs / cp

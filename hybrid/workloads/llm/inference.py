@@ -58,7 +58,7 @@ from hybrid.workloads.llm.dims import context_note, resolve_model
 from hybrid.workloads.llm.kv_cache import (
     DEFAULT_RESERVE_GIB,
     MemoryPlan,
-    cached_tokens,
+    attended_keys,
     check_parallel,
     kv_heads_per_rank,
     memory_plan,
@@ -299,7 +299,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category=category, count=cnt, op=op, **cols))
 
     # ---- one transformer layer (count = layers of the stage): the ops training uses too
-    kv_att = cached_tokens(m, kvn)
+    kv_att = attended_keys(m, qn, kvn)  # cached tokens; a chunked model's prefill: its within-chunk pairs
     moe_share = m.num_moe_layers / m.num_layers  # MoE layers among the layers (dense ones: the rest)
     kv_read = np.full(n, float(kvh))  # DRAM reads each cached KV head once per step
     # decode kernels that run one thread block per query head (masked MHA) read a KV head through L2 once per

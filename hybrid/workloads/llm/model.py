@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from hybrid.errors import InvalidInputError
@@ -103,6 +104,12 @@ class TransformerConfig:
     #: share of the layers that use ``window_size`` (Gemma 2: 1/2, Gemma 3: 5/6 local layers); the others attend
     #: to the whole context. Costs and cache sizes are the layer-weighted mean of both kinds.
     window_layer_share: float = 1.0
+    #: chunked local attention (Llama 4's ``attention_chunk_size``, 8192): a query attends only to the earlier
+    #: tokens of its own chunk of this many positions (chunks start at 0, C, 2C, ...; unlike a sliding window the
+    #: span resets at each chunk boundary); ``None`` = none. Not together with ``window_size``.
+    attention_chunk_size: int | None = None
+    #: share of the layers that attend within chunks (Llama 4: 3 in 4, its RoPE layers; the NoPE ones are global)
+    chunk_layer_share: float = 1.0
     #: Gemma 2/3 "sandwich" norms: a second RMSNorm after the attention block and after the MLP (4 per layer)
     sandwich_norm: bool = False
     num_experts: int | None = None
@@ -157,7 +164,7 @@ class TransformerConfig:
                   "moe_router_topk", "parallel_attn_norms"):
             pos(getattr(self, f), f)
         for f in ("num_query_groups", "kv_channels", "ffn_hidden_size", "max_position_embeddings",
-                  "window_size", "num_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+                  "window_size", "attention_chunk_size", "num_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
                   "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             pos(getattr(self, f), f, allow_none=True)
         freq = self.moe_layer_freq
@@ -203,6 +210,13 @@ class TransformerConfig:
         if isinstance(ws, bool) or not isinstance(ws, int | float) or not 0 < ws <= 1:
             raise InvalidInputError(f"model {self.name!r}: window_layer_share must be in (0, 1], got {ws!r}")
         object.__setattr__(self, "window_layer_share", float(ws))
+        cs = self.chunk_layer_share
+        if isinstance(cs, bool) or not isinstance(cs, int | float) or not 0 < cs <= 1:
+            raise InvalidInputError(f"model {self.name!r}: chunk_layer_share must be in (0, 1], got {cs!r}")
+        object.__setattr__(self, "chunk_layer_share", float(cs))
+        if self.window_size and self.attention_chunk_size:
+            raise InvalidInputError(f"model {self.name!r}: sliding-window and chunked attention together "
+                                    "(window_size and attention_chunk_size) are not supported")
         set_ = object.__setattr__
         set_(self, "rotary_percent", float(rp))
         set_(self, "activation", act)
@@ -469,26 +483,81 @@ class TransformerConfig:
         return (c["layers_active"] if active else c["layers_total"]) / self.num_layers
 
     # ----------------------------------------------------------------------------------- FLOPs, KV cache
+    @property
+    def kv_cap(self) -> int | None:
+        """The most tokens a local layer keeps cached per request: the sliding window, or the attention chunk
+        (a request at any position may hold up to a chunk: the bound a serving system reserves); ``None``."""
+        return self.window_size or self.attention_chunk_size or None
+
+    @property
+    def kv_cap_share(self) -> float:
+        """Share of the layers that :attr:`kv_cap` caps (windowed or chunked layers; the others are global)."""
+        if self.window_size:
+            return self.window_layer_share
+        return self.chunk_layer_share if self.attention_chunk_size else 0.0
+
+    def chunk_pairs(self, tokens: Any) -> Any:
+        """(query, key) pairs of chunked causal attention over the first ``tokens`` positions: ``n`` full chunks of
+        ``C (C + 1) / 2`` and a partial one of ``r (r + 1) / 2`` (``tokens = n C + r``); full causal attention's
+        ``t (t + 1) / 2`` without chunks. Arrays too."""
+        t = np.asarray(tokens, dtype=np.float64)
+        c = self.attention_chunk_size
+        if not c:
+            return t * (t + 1) / 2
+        n, r = np.floor_divide(t, c), np.mod(t, c)
+        return n * c * (c + 1) / 2 + r * (r + 1) / 2
+
+    def causal_kv_len(self, q_len: Any, kv_len: Any) -> Any:
+        """The keys per query of one causal attention row (``q_len`` new queries, the last of a ``kv_len``-token
+        sequence: ``q kv - q (q - 1) / 2`` pairs when ``kv >= q``) that costs the model's attention as the
+        layer-weighted mean of its layers. Sliding windows: the cached tokens (:meth:`window_keys`; the row's pair
+        formula then counts the window's pairs). Chunked attention: the ``kv_len`` at which the row's pairs equal the
+        layer mean of the within-chunk pairs (:meth:`chunk_pairs` of the positions these queries take) and the
+        global layers' pairs, so FLOPs are exact; a decode query (``q_len`` 1) keeps the chunk bound (up to
+        ``min(context, C)`` keys, what a request keeps cached), which its cost grid can interpolate."""
+        q = np.asarray(q_len, dtype=np.float64)
+        kv = np.asarray(kv_len, dtype=np.float64)
+        if not self.attention_chunk_size or not self.causal:
+            return self.window_keys(kv) if self.window_size else kv
+        share = self.chunk_layer_share
+        full = q * kv - q * (q - 1) / 2
+        local = self.chunk_pairs(kv) - self.chunk_pairs(np.maximum(kv - q, 0.0))
+        pairs = share * local + (1.0 - share) * full
+        # the row counts q k - m (m - 1) / 2 pairs with m = min(q, k): solve for k (k >= q: linear; else quadratic)
+        above = (pairs + q * (q - 1) / 2) / np.maximum(q, 1.0)
+        b = 2 * q + 1
+        below = (b - np.sqrt(np.maximum(b * b - 8 * pairs, 0.0))) / 2
+        k = np.where(pairs >= q * (q + 1) / 2, above, below)
+        decode = self.window_keys(kv)  # q = 1: the chunk bound
+        return np.where(q <= 1, decode, np.minimum(k, kv))
+
     def attention_span(self, seq_len: int) -> float:
-        """Mean number of keys a query attends to in a causal sequence of ``seq_len`` (window-limited; with
-        local and global layers, their layer-weighted mean)."""
+        """Mean number of keys a query attends to in a causal sequence of ``seq_len`` (window-limited, or within
+        its chunk; with local and global layers, their layer-weighted mean)."""
         s = float(seq_len)
         if not self.causal:
             return s
-        w = self.window_size
         full = (s + 1) / 2
+        if self.attention_chunk_size:
+            local = float(self.chunk_pairs(s)) / s if s > 0 else 0.0
+            return self.chunk_layer_share * local + (1.0 - self.chunk_layer_share) * full
+        w = self.window_size
         if w is None or w >= s:
             return full
         local = (w * (w + 1) / 2 + (s - w) * w) / s
         return self.window_layer_share * local + (1.0 - self.window_layer_share) * full
 
-    def window_keys(self, context: float) -> float:
-        """Keys the last query of a ``context``-token sequence attends to, or the tokens a request keeps cached,
-        as the layer-weighted mean over local (windowed) and global layers."""
-        c = float(context)
-        if not self.window_size:
-            return c
-        return self.window_layer_share * min(c, self.window_size) + (1.0 - self.window_layer_share) * c
+    def window_keys(self, context: Any) -> Any:
+        """Keys the last query of a ``context``-token sequence attends to at most, or the tokens a request keeps
+        cached, as the layer-weighted mean over local (windowed or chunked: up to a window / a chunk) and global
+        layers."""
+        cap = self.kv_cap
+        if not cap:
+            return context if np.ndim(context) else float(context)
+        share = self.kv_cap_share
+        out = share * np.minimum(np.asarray(context, dtype=np.float64), cap) + (1.0 - share) * np.asarray(
+            context, dtype=np.float64)
+        return out if np.ndim(out) else float(out)
 
     def forward_flops_per_token(self, seq_len: int | None = None, causal_skip: bool = False,
                                 active: bool = True) -> float:
@@ -513,7 +582,12 @@ class TransformerConfig:
             biases += self.num_moe_layers * (experts * self._mlp_bias(int(self.moe_ffn_hidden_size))  # type: ignore[arg-type]
                                              + (self._mlp_bias(fs) if fs else 0))
         layer_weights -= biases
-        span = self.attention_span(s) if causal_skip else self.window_keys(s)
+        if causal_skip:
+            span = self.attention_span(s)
+        elif self.attention_chunk_size and self.causal:  # each chunk's full square: 2 x causal pairs - diagonal
+            span = 2.0 * self.attention_span(s) - 1.0
+        else:
+            span = self.window_keys(s)
         # QK^T over the query/key head width and AV over the value width (both the head dim but under MLA)
         attention = 2.0 * span * (self.q_width + self.value_width) * self.num_layers
         head = 2.0 * h * h if self.encoder_only else 0.0
@@ -713,7 +787,7 @@ _HF_INT_KEYS: dict[str, tuple[str, ...]] = {
     "vocab_size": ("vocab_size",),
     "seq_length": ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length"),
     "max_position_embeddings": ("max_position_embeddings", "n_positions"),
-    "window_size": ("sliding_window",),
+    "window_size": ("sliding_window",), "attention_chunk_size": ("attention_chunk_size",),
     "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
     "moe_router_topk": ("num_experts_per_tok", "experts_per_token"),
     "moe_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
@@ -1069,10 +1143,12 @@ def _hf_quantization(qc: Any) -> tuple[str | None, bool, str]:
 _LAYER_KINDS = ("full_attention", "sliding_attention")
 
 
-def _listed_share(d: Mapping[str, Any]) -> float | None:
-    """Share of sliding-window layers in the config's ``layer_types`` (None when it lists none). The list must
-    name one known kind per layer, as transformers checks: a string, a list of another length or an unknown kind
-    was read as every layer sliding (or as a share of the wrong number of layers)."""
+def _listed_share(d: Mapping[str, Any], local: str = "sliding_attention",
+                  known: tuple[str, ...] = _LAYER_KINDS) -> float | None:
+    """Share of the ``local`` layers (sliding-window; Llama 4: ``chunked_attention``) in the config's
+    ``layer_types`` (None when it lists none). The list must name one ``known`` kind per layer, as transformers
+    checks: a string, a list of another length or an unknown kind was read as every layer sliding (or as a share of
+    the wrong number of layers)."""
     kinds = d.get("layer_types")
     if kinds is None or (isinstance(kinds, (list, tuple)) and not kinds):
         return None
@@ -1080,11 +1156,37 @@ def _listed_share(d: Mapping[str, Any]) -> float | None:
     if not isinstance(kinds, (list, tuple)) or len(kinds) != layers:
         raise InvalidInputError(f"Hugging Face config field 'layer_types' must list one attention kind per layer "
                                 f"({layers}), got {kinds!r:.200}")
-    unknown = sorted({str(k) for k in kinds if k not in _LAYER_KINDS})
+    unknown = sorted({str(k) for k in kinds if k not in known})
     if unknown:
         raise InvalidInputError(f"Hugging Face config field 'layer_types': attention kind(s) {', '.join(unknown)} "
-                                f"not supported (only {', '.join(_LAYER_KINDS)})")
-    return sum(1 for k in kinds if k == "sliding_attention") / layers
+                                f"not supported here (only {', '.join(known)})")
+    return sum(1 for k in kinds if k == local) / layers
+
+
+def _llama4_chunks(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama 4's chunked local attention as transformers' Llama4TextConfig reads it: ``attention_chunk_size``
+    (default 8192; null: none) on the layers ``layer_types`` lists as ``chunked_attention``, else those whose
+    ``no_rope_layers`` entry is 1 (the RoPE layers; 0 marks a NoPE layer, which attends globally), else (absent or
+    an empty list) every layer but each ``no_rope_layer_interval``-th (default 4: layers 3, 7, ... are global)."""
+    chunk = d["attention_chunk_size"] if "attention_chunk_size" in d else 8192
+    if chunk is None:
+        return {}
+    layers = _int(d, "num_hidden_layers")
+    share = _listed_share(d, "chunked_attention", ("full_attention", "chunked_attention"))
+    if share is None:
+        rope = d.get("no_rope_layers")
+        if rope:
+            if not isinstance(rope, list | tuple) or len(rope) != layers or any(x not in (0, 1) for x in rope):
+                raise InvalidInputError(f"Hugging Face config field 'no_rope_layers' must list one 0 (NoPE, global "
+                                        f"attention) or 1 (RoPE, chunked) per layer ({layers}), got {rope!r:.200}")
+            share = sum(1 for x in rope if x) / layers
+        else:
+            interval = _int(d, "no_rope_layer_interval", default=4)
+            if interval < 1:
+                raise InvalidInputError(f"Hugging Face config field 'no_rope_layer_interval' must be a positive "
+                                        f"integer, got {interval!r}")
+            share = sum(1 for i in range(layers) if (i + 1) % interval) / layers if layers > 0 else 1.0
+    return dict(attention_chunk_size=chunk, chunk_layer_share=share) if share > 0 else {}
 
 
 def _sliding_share(d: Mapping[str, Any], mt: str) -> float:
@@ -1281,6 +1383,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             moe_shared_expert_gate=False,
             moe_layer_freq=_hf_moe_layers(d, "interleave_moe_layer_step", moe_key="moe_layers"),
         )
+        kw.update(_llama4_chunks(d))
     elif mt in ("deepseek_v2", "deepseek_v3"):
         heads = _int(d, "num_attention_heads")
         # the config classes' defaults: DeepSeek-V3 1 shared expert and 3 dense layers first, V2 2 shared experts;
