@@ -1788,3 +1788,34 @@ def test_llama4_chunked_attention_caps_the_cache_and_the_prefill_attention():
     assert float(dec["kv_len"].iloc[0]) == pytest.approx(0.75 * 8192 + 0.25 * 20000)
     # the serving cost grid has the chunk as a decode context point (the kink of that bound)
     assert 8192.0 in StepCosts.build(s, 8192, 16, 32768).dec_ctx
+
+
+def test_reward_and_bare_models_cost_no_vocabulary_head():
+    """A sequence classifier (reward model) or a bare model loaded from config.json was costed with a vocabulary-sized
+    LM head: its GEMM, the logits' TP gather and sampling over 128k columns, and its 16-bit weights in memory. The
+    classifier's score layer runs on the last token of each sequence; a bare model has no head and samples nothing."""
+    from hybrid.workloads.llm.inference import pass_ops
+    from hybrid.workloads.llm.model import from_dict
+
+    base = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+            "max_position_embeddings": 8192}
+    lm = make_setup(from_dict({**base, "architectures": ["LlamaForCausalLM"]}), "H100-SXM", tp=2)
+    reward = make_setup(from_dict({**base, "architectures": ["LlamaForSequenceClassification"], "num_labels": 1}),
+                        "H100-SXM", tp=2)
+    bare = make_setup(from_dict({**base, "architectures": ["LlamaModel"]}), "H100-SXM", tp=2)
+
+    def head_ops(s):
+        ops = pass_ops(s, np.array([4096.0]), np.array([4.0]), np.array([1024.0]), np.array([1024.0]))
+        return ops[ops["name"].isin(["lm_head", "logits_all_gather", "sampling"])]
+
+    assert set(head_ops(lm)["name"]) == {"lm_head", "logits_all_gather", "sampling"}
+    score = head_ops(reward)
+    assert score["name"].tolist() == ["lm_head"] and float(score["n"].iloc[0]) == 1.0
+    assert float(score["m"].iloc[0]) == 4.0  # the last token of each of the 4 sequences
+    assert head_ops(bare).empty
+    w = {k: weight_bytes_per_gpu(s.model, s.precision, 2, 1) for k, s in (("lm", lm), ("r", reward), ("b", bare))}
+    assert w["lm"] - w["b"] == pytest.approx(128256 * 4096 / 2 * 2)  # the untied 16-bit LM head's TP share
+    assert w["r"] - w["b"] == pytest.approx(4096 * 2)
+    tpot = [predict_static(s, 8, 1024, 16).tpot_ms for s in (lm, reward, bare)]
+    assert tpot[0] > tpot[1] >= tpot[2]

@@ -1127,3 +1127,32 @@ def test_llama4_chunked_attention_is_read_as_transformers_reads_it() -> None:
     assert from_dict(m.to_dict()).attention_chunk_size == 8192
     with pytest.raises(InvalidInputError, match="not supported"):
         with_overrides(m, window_size=4096)
+
+
+def test_reward_and_bare_models_have_no_language_model_head() -> None:
+    """``architectures: ["LlamaForSequenceClassification"]`` (a reward model: a ``num_labels``-wide score layer on the
+    last token) and ``["LlamaModel"]`` / ``["MistralModel"]`` (bare / embedding models: no head) were given a
+    vocabulary-sized LM head, its parameters and its FLOPs (Llama-3-8B: 525M parameters, 2 h V FLOPs per token)."""
+    base = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+            "max_position_embeddings": 8192}
+    lm = from_dict({**base, "architectures": ["LlamaForCausalLM"]})
+    assert lm.num_params == 8_030_261_248 and lm.output_head == "lm"
+    reward = from_dict({**base, "architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "LABEL_0"}})
+    assert (reward.output_head, reward.num_labels) == ("classifier", 1)
+    assert reward.num_params == lm.num_params - 128256 * 4096 + 4096  # Skywork-Reward-Llama-3.1-8B: 7.50e9
+    assert from_dict({**base, "architectures": ["LlamaForSequenceClassification"]}).num_labels == 2
+    assert from_dict({**base, "architectures": ["LlamaForSequenceClassification"], "num_labels": 3}).num_labels == 3
+    for arch in ("LlamaModel", "MistralModel"):
+        bare = from_dict({**base, "model_type": arch[:-5].lower(), "architectures": [arch]})
+        assert bare.output_head == "none" and bare.param_counts()["output_layer"] == 0
+    bare = from_dict({**base, "architectures": ["LlamaModel"]})
+    assert bare.num_params == lm.num_params - 128256 * 4096
+    s = 8192
+    assert lm.forward_flops_per_token(s) - bare.forward_flops_per_token(s) == 2.0 * 4096 * 128256
+    assert reward.forward_flops_per_token(s) - bare.forward_flops_per_token(s) == pytest.approx(2.0 * 4096 / s)
+    # a vision-language model keeps its LM head; the fields round-trip
+    assert from_dict({**base, "architectures": ["LlavaForConditionalGeneration"]}).output_head == "lm"
+    assert from_dict(reward.to_dict()).num_params == reward.num_params
+    with pytest.raises(InvalidInputError, match="output_head"):
+        with_overrides(lm, output_head="score")

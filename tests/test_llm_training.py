@@ -1593,3 +1593,30 @@ def test_chunked_attention_layers_cost_their_within_chunk_pairs():
     short = TrainingConfig(gpus=8, global_batch=8, micro_batch=1, tp=8, flash_attention=True, seq_length=8192)
     assert predict_training(chunked, short, "DGX-A100", engine=False).iteration_s == pytest.approx(
         predict_training(base, short, "DGX-A100", engine=False).iteration_s, rel=1e-9)
+
+
+def test_reward_model_training_has_no_vocabulary_head():
+    """A reward model (``LlamaForSequenceClassification``) trained as if it had an LM head: the output GEMMs over a
+    128k vocabulary on every token, the fp32 cross entropy and its logits memory. Its score layer runs on the last
+    token of each sequence; the MFU's model FLOPs drop the 2 h V per token."""
+    from hybrid.workloads.llm.model import from_dict
+    from hybrid.workloads.llm.train import model_flops
+
+    base = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+            "max_position_embeddings": 8192}
+    lm = from_dict({**base, "architectures": ["LlamaForCausalLM"]})
+    reward = from_dict({**base, "architectures": ["LlamaForSequenceClassification"], "num_labels": 1})
+    cfg = TrainingConfig(gpus=8, global_batch=8, micro_batch=1, tp=8, flash_attention=True, seq_length=4096)
+    pl, pr = (predict_training(m, cfg, "DGX-A100", engine=False) for m in (lm, reward))
+
+    def head_flops(pred):
+        ops = pred.ops
+        rows = ops[(ops["scope"] == "layer") & ops["role"].isin(["hf", "hb"]) & (family_array(ops["op"]) == "gemm")]
+        return float((FAMILIES["gemm"].flops(rows) * rows["count"].to_numpy()).sum())
+
+    assert head_flops(pl) == pytest.approx(3 * 2 * 4096 * 128256 / 8 * 4096, rel=0.01)
+    assert head_flops(pr) == pytest.approx(3 * 2 * 1 * 4096 * 1, rel=1e-6)
+    assert pr.iteration_s < pl.iteration_s
+    mf_l, mf_r = model_flops(lm, cfg)[0], model_flops(reward, cfg)[0]
+    assert mf_l - mf_r == pytest.approx(3 * 8 * 4096 * (2 * 4096 * 128256 - 2 * 4096 / 4096))

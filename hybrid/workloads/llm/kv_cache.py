@@ -184,7 +184,9 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
         split = 1
     embed = (c["word_embedding"] / split + c["position_embedding"]) * precision.act_bytes
     # the output layer stays 16-bit in quantised deployments (:data:`hybrid.workloads.llm.inference.HEAD_16BIT`)
-    head = c["output_layer"] / split * precision.act_bytes + c["final_norm"] * precision.act_bytes
+    # (vocab-parallel; a classifier's score layer is replicated)
+    head = (c["output_layer"] / (split if model.lm_head else 1) * precision.act_bytes
+            + c["final_norm"] * precision.act_bytes)
     per_stage = math.ceil(model.num_layers / pp)
     if pp == 1 or not model.is_moe or model.num_dense_layers == 0:
         per_layer = layer_bytes(matrix, routed_expert_params(model))
@@ -218,7 +220,9 @@ def activation_bytes(model: TransformerConfig, precision: Precision, tokens: flo
             # against top-1 of 8192; DeepSeek-V3's first three: 18432 against top-8 of 2048)
             ffn = max(ffn, int(model.ffn_hidden_size) / tp * (3 if model.gated else 2))  # type: ignore[arg-type]
     per_token = precision.act_bytes * (2 * h + max(qkv, ffn))
-    logits = np.asarray(sequences, dtype=np.float64) * model.vocab_size / tp * 4.0
+    # fp32 logits of the last tokens: over the vocabulary split over TP, a classifier's labels, or none
+    width = model.vocab_size / tp if model.lm_head else model.head_width
+    logits = np.asarray(sequences, dtype=np.float64) * width * 4.0
     return np.asarray(tokens, dtype=np.float64) * per_token + logits
 
 

@@ -45,6 +45,8 @@ NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 POSITION_EMBEDDINGS = ("learned_absolute", "rope", "alibi", "none")
 #: weight formats of quantised checkpoints (``TransformerConfig.quantization``)
 QUANTIZATIONS = ("int8", "int4", "fp8", "fp4")
+#: what the last layer feeds (``TransformerConfig.output_head``)
+OUTPUT_HEADS = ("lm", "classifier", "none")
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,13 @@ class TransformerConfig:
     norm_bias: bool = True
     #: the output layer (LM head) has a bias over the vocabulary (GPT-J, Phi-1/1.5/2)
     output_layer_bias: bool = False
+    #: the head on the last layer: ``lm`` (a language-model head over the vocabulary, every token in training),
+    #: ``classifier`` (a sequence classifier / reward model, transformers' ``*ForSequenceClassification``: a
+    #: bias-free ``num_labels``-wide score layer on the last token of each sequence), ``none`` (a bare model, an
+    #: embedding model: transformers' ``LlamaModel``, ``MistralModel``; the final norm's hidden states are the output)
+    output_head: str = "lm"
+    #: outputs of the ``classifier`` head (transformers' ``num_labels``, default 2; a reward model's 1)
+    num_labels: int = 2
     #: attention and MLP read the same normalised input (GPT-J, Falcon): one norm per layer instead of two
     #: (Falcon's new decoder architecture keeps two norms: ``parallel_attn_norms = 2``).
     parallel_attn: bool = False
@@ -161,7 +170,7 @@ class TransformerConfig:
                 )
 
         for f in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length",
-                  "moe_router_topk", "parallel_attn_norms"):
+                  "moe_router_topk", "parallel_attn_norms", "num_labels"):
             pos(getattr(self, f), f)
         for f in ("num_query_groups", "kv_channels", "ffn_hidden_size", "max_position_embeddings",
                   "window_size", "attention_chunk_size", "num_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
@@ -255,6 +264,12 @@ class TransformerConfig:
                                     f"or none, got {self.quantization!r}")
         if self.encoder_only and self.num_experts is not None:
             raise InvalidInputError(f"model {self.name!r}: encoder-only MoE models are not supported")
+        if self.output_head not in OUTPUT_HEADS:
+            raise InvalidInputError(f"model {self.name!r}: output_head must be one of {', '.join(OUTPUT_HEADS)}, got "
+                                    f"{self.output_head!r}")
+        if self.encoder_only and self.output_head != "lm":
+            raise InvalidInputError(f"model {self.name!r}: encoder-only models are costed with their MLM head and "
+                                    "pooler only (output_head lm)")
         if not isinstance(self.dropout, bool):
             raise InvalidInputError(f"model {self.name!r}: dropout must be true or false, got {self.dropout!r}")
 
@@ -304,6 +319,29 @@ class TransformerConfig:
     @property
     def tied_embeddings(self) -> bool:
         return not self.untie_embeddings_and_output_weights
+
+    @property
+    def lm_head(self) -> bool:
+        """A language-model head over the vocabulary (not a classifier's score layer, not a bare model)."""
+        return self.output_head == "lm"
+
+    @property
+    def tied_output(self) -> bool:
+        """The output layer is the word embedding's transpose (only a language-model head shares it)."""
+        return self.lm_head and self.tied_embeddings
+
+    @property
+    def head_width(self) -> int:
+        """Outputs of the head per position it runs on: the vocabulary, the classifier's labels, or 0."""
+        return {"lm": self.vocab_size, "classifier": self.num_labels}.get(self.output_head, 0)
+
+    def head_flops_per_token(self, seq_len: int | float) -> float:
+        """Forward matmul FLOPs of the head per token of ``seq_len``-token sequences: ``2 h V`` for a
+        language-model head (every token), ``2 h num_labels / seq_len`` for a classifier (the last token of each
+        sequence), none for a bare model."""
+        if self.output_head == "classifier":
+            return 2.0 * self.hidden_size * self.num_labels / max(float(seq_len), 1.0)
+        return 2.0 * self.hidden_size * self.head_width
 
     @property
     def is_moe(self) -> bool:
@@ -439,8 +477,11 @@ class TransformerConfig:
         tokentype = self.num_tokentypes * h
         embedding_norm = self._norm_params() if self.encoder_only else 0
         final_norm = 0 if self.encoder_only else self._norm_params()  # BERT is post-LN: norms are in layers
-        output_layer = (0 if self.tied_embeddings else self.vocab_size * h) + (self.vocab_size if self.output_layer_bias
-                                                                               else 0)
+        if self.lm_head:
+            output_layer = (0 if self.tied_embeddings else self.vocab_size * h) + (self.vocab_size if
+                                                                                   self.output_layer_bias else 0)
+        else:  # a classifier's bias-free score layer (transformers' ``score``), or nothing
+            output_layer = h * self.head_width
         head = 0
         if self.encoder_only:  # MLM head (dense + norm + vocab bias) and pooler
             head = (h * h + h) + self._norm_params() + self.vocab_size + (h * h + h)
@@ -561,7 +602,8 @@ class TransformerConfig:
 
     def forward_flops_per_token(self, seq_len: int | None = None, causal_skip: bool = False,
                                 active: bool = True) -> float:
-        """Forward matmul FLOPs per token: 2 x (layer matmul weights) + 2 x hidden x vocab (logits)
+        """Forward matmul FLOPs per token: 2 x (layer matmul weights) + the head (2 x hidden x vocab logits of a
+        language-model head; :meth:`head_flops_per_token`)
         + attention 4 x seq x q_width per layer (QK^T and AV).
 
         ``causal_skip=False`` counts the full seq x seq score matrix (Megatron-LM's and llm-foundry's
@@ -591,7 +633,7 @@ class TransformerConfig:
         # QK^T over the query/key head width and AV over the value width (both the head dim but under MLA)
         attention = 2.0 * span * (self.q_width + self.value_width) * self.num_layers
         head = 2.0 * h * h if self.encoder_only else 0.0
-        return 2.0 * layer_weights + 2.0 * h * self.vocab_size + attention + head
+        return 2.0 * layer_weights + self.head_flops_per_token(s) + attention + head
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """Bytes of K and V cached per token over all layers (MLA: the latent and the rotary key, once)."""
@@ -796,6 +838,7 @@ _HF_INT_KEYS: dict[str, tuple[str, ...]] = {
     "qk_pos_emb_head_dim": ("qk_rope_head_dim",), "v_head_dim": ("v_head_dim",),
     "parallel_attn_norms": ("num_ln_in_parallel_attn",),
     "moe_first_k_dense": ("first_k_dense_replace",), "num_tokentypes": ("type_vocab_size",),
+    "num_labels": ("num_labels",),
 }
 #: the fields of :data:`_HF_INT_KEYS` that may be 0
 _HF_INT_ZERO_OK = ("moe_first_k_dense", "num_tokentypes")
@@ -1258,8 +1301,26 @@ def _hf_moe_layers(d: Mapping[str, Any], step_key: str, *, dense_key: str | None
     return pattern if any(pattern) else 0
 
 
+def _hf_head(d: Mapping[str, Any]) -> dict[str, Any]:
+    """The head a config.json's ``architectures`` names: ``*ForSequenceClassification`` (a reward model, a
+    classifier) a ``num_labels``-wide score layer (``num_labels``, else its ``id2label``'s size, else
+    transformers' 2); a bare model (``LlamaModel``, ``MistralModel``, ``Qwen2Model``: an embedding model) none;
+    anything else (``*ForCausalLM``, ``*ForConditionalGeneration``, no ``architectures``) a language-model head."""
+    arch = d.get("architectures")
+    first = arch[0] if isinstance(arch, list | tuple) and arch and isinstance(arch[0], str) else ""
+    if first.endswith("ForSequenceClassification"):
+        labels = d.get("num_labels")
+        if labels is None and isinstance(d.get("id2label"), Mapping) and d["id2label"]:
+            labels = len(d["id2label"])
+        return {"output_head": "classifier", "num_labels": 2 if labels is None else labels, "arch": first}
+    if first.endswith("Model") and "For" not in first:
+        return {"output_head": "none", "arch": first}
+    return {}
+
+
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     mt = str(d.get("model_type", "")).lower()
+    head = _hf_head(d)  # the outer config's architectures (a multimodal config's model)
     quant, quant_kv, quant_detail = _hf_quantization(d.get("quantization_config"))
     text = d.get("text_config")
     if isinstance(text, Mapping) and "num_hidden_layers" not in d and "n_layer" not in d:
@@ -1494,6 +1555,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                                 "or describe the model with Megatron-LM keys, docs/llm_training.md)")
     kw = {k: v for k, v in kw.items() if v is not None}
     kw["dropout"] = _hf_dropout(d, mt)
+    if head and mt != "bert":  # (BERT: its MLM head and pooler, whatever the architecture)
+        arch = head.pop("arch")
+        kw.update(head)
+        kw["source"] += (f" as {arch}: a {head.get('num_labels')}-label score layer on the last token"
+                         if head["output_head"] == "classifier" else f" as {arch}: no language-model head")
     _check_hf_ints(d, kw, mt, nested)
     needed = ["num_layers", "hidden_size", "num_attention_heads", "vocab_size"]
     if mt not in ("gpt2", "gptj", "mpt", "falcon", "refinedweb", "refinedwebmodel", "gpt_neox", "gpt_bigcode",
