@@ -1733,9 +1733,89 @@ def test_roofline_plot_written_only_for_a_deployment_that_fits(capsys, tmp_path)
     code, _, err = run(capsys, "llm", "infer", "llama2-70b", "--device", "A100", "--compare", "H100-SXM",
                        "--roofline-plot", str(plot))
     assert code == 2 and "does not fit" in err and not plot.exists()
-    code, _, _ = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--json", "--roofline-plot", str(plot))
+    code, out, _ = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--json", "--roofline-plot", str(plot))
     assert code == 0 and plot.read_bytes().startswith(b"\x89PNG")
+    # where it went, as `llm memory --plot` says: a JSON key, and a line of the text form
+    assert json.loads(out)["plot"] == str(plot)
+    plot.unlink()
+    code, out, _ = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--roofline-plot", str(plot))
+    assert code == 0 and f"plot written to {plot}" in out and plot.exists()
     # a parent that is a file: the atomic writer's one-line reason, not mkdir's bare "file exists"
     code, _, err = run(capsys, "llm", "infer", "llama2-7b", "--device", "A100", "--roofline-plot",
                        str(plot / "x.png"))
     assert code == 2 and "a parent is a file, not a directory" in err
+
+
+def test_llama4_chunked_attention_caps_the_cache_and_the_prefill_attention():
+    """Llama 4 Scout/Maverick attend within 8192-token chunks on 3 in 4 layers (the 4th, NoPE, globally); the library
+    and config.json loading costed every layer as global: a 128k-token request's KV cache 3.2x too large, a 32k
+    prompt's attention with 4x the within-chunk pairs on those layers. The cache of a chunked layer is bounded at
+    one chunk per request (what a serving system reserves; a decode step reads up to it), and prefill attention
+    counts the within-chunk causal pairs exactly."""
+    from dataclasses import replace
+
+    from hybrid.workloads.llm.inference import cost_ops, pass_ops
+    from hybrid.workloads.llm.serving import StepCosts
+
+    for name in ("llama4-scout", "llama4-maverick"):
+        assert (resolve_model(name).attention_chunk_size, resolve_model(name).chunk_layer_share) == (8192, 0.75)
+    scout = resolve_model("llama4-scout")
+    glob = replace(scout, attention_chunk_size=None)
+    p, ctx = parse_precision("fp8"), 131072
+    chunked = memory_plan(scout, p, 80 * 2**30, batch=1, input_len=ctx - 1024, output_len=1024, tp=8)
+    full = memory_plan(glob, p, 80 * 2**30, batch=1, input_len=ctx - 1024, output_len=1024, tp=8)
+    assert chunked.kv_per_request == pytest.approx(full.kv_per_request * (0.75 * 8192 + 0.25 * ctx) / ctx)
+    assert chunked.max_batch > full.max_batch
+    s = make_setup(scout, "H100-SXM", tp=8, dtype="fp8")
+
+    def attention(tokens: float, q: float, kv: float, phase: str):
+        f = cost_ops(pass_ops(s, np.array([tokens]), np.array([1.0]), np.array([q]), np.array([kv]), phase))
+        return f[f["name"] == "attention"]
+
+    heads, d, layers = 40 / 8, 128, 48
+    pre = attention(32768, 32768, 32768, "prefill")
+    pairs = 0.75 * 4 * 8192 * 8193 / 2 + 0.25 * 32768 * 32769 / 2
+    # (the op row holds whole keys: 8192 for the 8192.5 that gives the pairs exactly)
+    assert float((pre["flops"] * pre["count"]).sum()) == pytest.approx(4 * heads * d * pairs * layers, rel=1e-4)
+    # a prompt chunk of 4096 tokens after 16,000: queries at positions 16,000..20,095 (the chunk boundary at 16,384)
+    q, before = 4096, 16000
+    local = sum(p % 8192 + 1 for p in range(before, before + q))
+    pairs = 0.75 * local + 0.25 * (q * (before + q) - q * (q - 1) / 2)
+    pre = attention(q, q, before + q, "prefill")
+    assert float((pre["flops"] * pre["count"]).sum()) == pytest.approx(4 * heads * d * pairs * layers, rel=1e-6)
+    # a decode step at 20,000 tokens reads at most a chunk on the chunked layers
+    dec = attention(1, 1, 20000, "decode")
+    assert float(dec["kv_len"].iloc[0]) == pytest.approx(0.75 * 8192 + 0.25 * 20000)
+    # the serving cost grid has the chunk as a decode context point (the kink of that bound)
+    assert 8192.0 in StepCosts.build(s, 8192, 16, 32768).dec_ctx
+
+
+def test_reward_and_bare_models_cost_no_vocabulary_head():
+    """A sequence classifier (reward model) or a bare model loaded from config.json was costed with a vocabulary-sized
+    LM head: its GEMM, the logits' TP gather and sampling over 128k columns, and its 16-bit weights in memory. The
+    classifier's score layer runs on the last token of each sequence; a bare model has no head and samples nothing."""
+    from hybrid.workloads.llm.inference import pass_ops
+    from hybrid.workloads.llm.model import from_dict
+
+    base = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+            "max_position_embeddings": 8192}
+    lm = make_setup(from_dict({**base, "architectures": ["LlamaForCausalLM"]}), "H100-SXM", tp=2)
+    reward = make_setup(from_dict({**base, "architectures": ["LlamaForSequenceClassification"], "num_labels": 1}),
+                        "H100-SXM", tp=2)
+    bare = make_setup(from_dict({**base, "architectures": ["LlamaModel"]}), "H100-SXM", tp=2)
+
+    def head_ops(s):
+        ops = pass_ops(s, np.array([4096.0]), np.array([4.0]), np.array([1024.0]), np.array([1024.0]))
+        return ops[ops["name"].isin(["lm_head", "logits_all_gather", "sampling"])]
+
+    assert set(head_ops(lm)["name"]) == {"lm_head", "logits_all_gather", "sampling"}
+    score = head_ops(reward)
+    assert score["name"].tolist() == ["lm_head"] and float(score["n"].iloc[0]) == 1.0
+    assert float(score["m"].iloc[0]) == 4.0  # the last token of each of the 4 sequences
+    assert head_ops(bare).empty
+    w = {k: weight_bytes_per_gpu(s.model, s.precision, 2, 1) for k, s in (("lm", lm), ("r", reward), ("b", bare))}
+    assert w["lm"] - w["b"] == pytest.approx(128256 * 4096 / 2 * 2)  # the untied 16-bit LM head's TP share
+    assert w["r"] - w["b"] == pytest.approx(4096 * 2)
+    tpot = [predict_static(s, 8, 1024, 16).tpot_ms for s in (lm, reward, bare)]
+    assert tpot[0] > tpot[1] >= tpot[2]

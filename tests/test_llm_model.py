@@ -312,7 +312,7 @@ def test_gpt_oss_config_json_loads_like_the_library_entry(tmp_path) -> None:
     ({"num_attention_heads": "abc"}, "'num_attention_heads' must be a number, got 'abc'"),
     ({"num_attention_heads": 32.5}, "must be a whole number"),
     ({"intermediate_size": None}, "lacks the fields for ffn_hidden_size (intermediate_size)"),
-    ({"hidden_size": "big"}, "hidden_size must be a positive integer"),
+    ({"hidden_size": "big"}, "field 'hidden_size' must be a positive integer"),
     ({"max_position_embeddings": [4096]}, "max_position_embeddings"),
 ])
 def test_hf_config_with_a_missing_or_mistyped_field_is_an_input_error(change, message) -> None:
@@ -1029,3 +1029,130 @@ def test_gemma2_and_gemma3_without_sliding_window_take_the_class_window() -> Non
         assert m.num_params == _hf(mt, **gemma2_9b, sliding_window=4096).num_params
     assert _hf("gemma2", **gemma2_9b).num_params == 9_241_705_984  # google/gemma-2-9b
     assert _hf("gemma", **gemma2_9b).window_size is None  # Gemma 1 has no window
+
+
+def test_null_or_unbuilt_shared_experts_are_not_counted() -> None:
+    """DeepSeek's modelling code builds shared experts only when ``n_shared_experts`` is not None: an explicit
+    null was read as the config class's default (2 for V2); transformers' Qwen3-MoE has no shared expert at all,
+    but a ``shared_expert_intermediate_size`` left in a qwen3_moe config.json gave it one."""
+    ds = dict(hidden_size=512, intermediate_size=1024, moe_intermediate_size=128, num_hidden_layers=3,
+              num_attention_heads=8, n_routed_experts=8, num_experts_per_tok=2, first_k_dense_replace=1,
+              q_lora_rank=None, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+              vocab_size=1000)
+    for mt in ("deepseek_v2", "deepseek_v3"):
+        assert _hf(mt, **ds, n_shared_experts=None).moe_shared_expert_intermediate_size is None
+        assert _hf(mt, **ds, n_shared_experts=None).num_params == _hf(mt, **ds, n_shared_experts=0).num_params
+        assert _hf(mt, **ds).moe_shared_expert_intermediate_size == (1 if mt == "deepseek_v3" else 2) * 128
+    qwen = dict(hidden_size=512, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=8,
+                num_key_value_heads=2, vocab_size=1000, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128)
+    q3 = _hf("qwen3_moe", **qwen, shared_expert_intermediate_size=256)
+    assert q3.moe_shared_expert_intermediate_size is None
+    assert q3.num_params == _hf("qwen3_moe", **qwen).num_params
+    # Qwen2-MoE's shared expert stays
+    assert _hf("qwen2_moe", **qwen, shared_expert_intermediate_size=256).moe_shared_expert_intermediate_size == 256
+
+
+def test_native_params_json_loads(tmp_path) -> None:
+    """Mistral's native ``params.json`` (mistral_inference's TransformerArgs) and Meta's original Llama one were
+    refused with the hint to add ``"model_type": "llama"``, which cannot work (their keys are not a config.json's).
+    They load as the Llama-layout decoders they describe; sizes as the Hugging Face checkpoints count them."""
+    mistral = dict(dim=4096, n_layers=32, head_dim=128, hidden_dim=14336, n_heads=32, n_kv_heads=8, norm_eps=1e-5,
+                   vocab_size=32768, rope_theta=1e6)
+    ckpt = tmp_path / "Mistral-7B-v0.3"
+    ckpt.mkdir()
+    (ckpt / "params.json").write_text(json.dumps(mistral))
+    for ref in (ckpt, ckpt / "params.json"):
+        m = load_model(ref)
+        assert m.num_params == 7_248_023_552 and m.name == "Mistral-7B-v0.3" and m.num_kv_heads == 8
+    mixtral = from_dict({**mistral, "vocab_size": 32000, "moe": {"num_experts": 8, "num_experts_per_tok": 2}})
+    assert (mixtral.num_params, mixtral.num_active_params) == (46_702_792_704, 12_879_925_248)
+    assert from_dict({**mistral, "sliding_window": 4096}).window_size == 4096
+    llama3 = dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256, multiple_of=1024,
+                  ffn_dim_multiplier=1.3, norm_eps=1e-5, rope_theta=500000.0, use_scaled_rope=True)
+    assert from_dict(llama3).num_params == 8_030_261_248  # Meta-Llama-3-8B
+    with pytest.raises(InvalidInputError, match="vocab_size"):
+        from_dict({**llama3, "vocab_size": -1})
+    with pytest.raises(InvalidInputError, match="hidden_dim"):
+        from_dict({k: v for k, v in mistral.items() if k != "hidden_dim"})
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_hidden_layers": "32"}, "field 'num_hidden_layers' must be a positive integer, got '32'"),
+    ({"max_position_embeddings": 0}, "field 'max_position_embeddings' must be a positive integer, got 0"),
+    ({"num_attention_heads": "32"}, "field 'num_attention_heads' must be a number, got '32'"),
+    ({"num_key_value_heads": "8"}, "field 'num_key_value_heads' must be a positive integer, got '8'"),
+    ({"intermediate_size": -1}, "field 'intermediate_size' must be a positive integer, got -1"),
+    ({"vocab_size": True}, "field 'vocab_size' must be a positive integer, got True"),
+])
+def test_hf_config_type_errors_name_the_config_key(change, message) -> None:
+    """Type errors of a config.json named the internal field (``"num_hidden_layers": "32"``: "num_layers must be
+    a positive integer"; ``"max_position_embeddings": 0``: "seq_length must be ..."), and a string was accepted
+    for some whole-number keys (``num_attention_heads``) and refused for others: now every string is refused,
+    naming the key the user wrote; a whole float (32.0) is its integer."""
+    base = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "vocab_size": 32000, "intermediate_size": 11008, "max_position_embeddings": 4096}
+    with pytest.raises(InvalidInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        from_dict({**base, **change})
+    assert from_dict({**base, "num_hidden_layers": 32.0}).num_layers == 32
+
+
+def test_llama4_chunked_attention_is_read_as_transformers_reads_it() -> None:
+    """Llama 4's ``attention_chunk_size`` (Llama4TextConfig's default 8192) and its chunked layers were ignored: every
+    layer was costed as global attention. transformers chunks the RoPE layers: ``layer_types``'
+    ``chunked_attention`` entries where listed, else the 1s of ``no_rope_layers``, else (absent or empty) every layer
+    but each ``no_rope_layer_interval``-th (4). A null chunk size is no chunking."""
+    base = dict(hidden_size=512, intermediate_size=256, intermediate_size_mlp=1024, num_hidden_layers=8,
+                num_attention_heads=8, num_key_value_heads=2, head_dim=64, vocab_size=1000, num_local_experts=4,
+                max_position_embeddings=1 << 20)
+    m = _hf("llama4_text", **base)
+    assert (m.attention_chunk_size, m.chunk_layer_share) == (8192, 0.75)
+    assert _hf("llama4_text", **base, no_rope_layers=[], attention_chunk_size=4096).attention_chunk_size == 4096
+    assert _hf("llama4_text", **base, no_rope_layers=[1, 0] * 4).chunk_layer_share == 0.5
+    assert _hf("llama4_text", **base, no_rope_layer_interval=2).chunk_layer_share == 0.5
+    assert _hf("llama4_text", **base, layer_types=["chunked_attention"] * 7 + ["full_attention"]
+               ).chunk_layer_share == 7 / 8
+    assert _hf("llama4_text", **base, attention_chunk_size=None).attention_chunk_size is None
+    for bad in ({"no_rope_layers": [1, 0]}, {"layer_types": ["sliding_attention"] * 8}):
+        with pytest.raises(InvalidInputError, match=next(iter(bad))):
+            _hf("llama4_text", **base, **bad)
+    nested = from_dict({"model_type": "llama4", "text_config": {"model_type": "llama4_text", **base,
+                                                                "attention_chunk_size": 8192, "no_rope_layers": []}})
+    assert (nested.attention_chunk_size, nested.chunk_layer_share) == (8192, 0.75)
+    # the cache bound and the attention pairs
+    assert m.window_keys(32768) == pytest.approx(0.75 * 8192 + 0.25 * 32768) and m.window_keys(5000) == 5000
+    assert m.attention_span(8192) == pytest.approx(8193 / 2)  # one chunk: global attention's
+    assert m.attention_span(20000) == pytest.approx(
+        (0.75 * (2 * 8192 * 8193 / 2 + 3616 * 3617 / 2) + 0.25 * 20000 * 20001 / 2) / 20000)
+    # the fields round-trip through the Megatron-style keys; windows and chunks together are refused
+    assert from_dict(m.to_dict()).attention_chunk_size == 8192
+    with pytest.raises(InvalidInputError, match="not supported"):
+        with_overrides(m, window_size=4096)
+
+
+def test_reward_and_bare_models_have_no_language_model_head() -> None:
+    """``architectures: ["LlamaForSequenceClassification"]`` (a reward model: a ``num_labels``-wide score layer on the
+    last token) and ``["LlamaModel"]`` / ``["MistralModel"]`` (bare / embedding models: no head) were given a
+    vocabulary-sized LM head, its parameters and its FLOPs (Llama-3-8B: 525M parameters, 2 h V FLOPs per token)."""
+    base = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+            "max_position_embeddings": 8192}
+    lm = from_dict({**base, "architectures": ["LlamaForCausalLM"]})
+    assert lm.num_params == 8_030_261_248 and lm.output_head == "lm"
+    reward = from_dict({**base, "architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "LABEL_0"}})
+    assert (reward.output_head, reward.num_labels) == ("classifier", 1)
+    assert reward.num_params == lm.num_params - 128256 * 4096 + 4096  # Skywork-Reward-Llama-3.1-8B: 7.50e9
+    assert from_dict({**base, "architectures": ["LlamaForSequenceClassification"]}).num_labels == 2
+    assert from_dict({**base, "architectures": ["LlamaForSequenceClassification"], "num_labels": 3}).num_labels == 3
+    for arch in ("LlamaModel", "MistralModel"):
+        bare = from_dict({**base, "model_type": arch[:-5].lower(), "architectures": [arch]})
+        assert bare.output_head == "none" and bare.param_counts()["output_layer"] == 0
+    bare = from_dict({**base, "architectures": ["LlamaModel"]})
+    assert bare.num_params == lm.num_params - 128256 * 4096
+    s = 8192
+    assert lm.forward_flops_per_token(s) - bare.forward_flops_per_token(s) == 2.0 * 4096 * 128256
+    assert reward.forward_flops_per_token(s) - bare.forward_flops_per_token(s) == pytest.approx(2.0 * 4096 / s)
+    # a vision-language model keeps its LM head; the fields round-trip
+    assert from_dict({**base, "architectures": ["LlavaForConditionalGeneration"]}).output_head == "lm"
+    assert from_dict(reward.to_dict()).num_params == reward.num_params
+    with pytest.raises(InvalidInputError, match="output_head"):
+        with_overrides(lm, output_head="score")

@@ -1563,3 +1563,60 @@ def test_search_explains_an_mfu_above_100_percent(capsys):
     assert "102." in text and "MFU above 100% because model FLOPs count the full s x s attention scores" in text
     assert main([*args[:-2], "--seq", "1024", "--top", "2"]) == 0
     assert "MFU above 100%" not in capsys.readouterr().out
+
+
+def test_chunked_attention_layers_cost_their_within_chunk_pairs():
+    """Llama 4's chunked local attention (8192-token chunks on 3 in 4 layers) was costed as global attention: a
+    32k-token sequence's attention had 4x the within-chunk pairs on those layers. The fused attention row now
+    counts the layer mean of the within-chunk and the global pairs, and the MFU's FLOPs likewise."""
+    from hybrid.workloads.llm.model import with_overrides
+
+    base = load_model("llama3-8b")
+    chunked = with_overrides(base, attention_chunk_size=8192, chunk_layer_share=0.75)
+    s = 32768
+    cfg = TrainingConfig(gpus=8, global_batch=8, micro_batch=1, tp=8, flash_attention=True, seq_length=s)
+
+    def attention_flops(model):
+        ops = predict_training(model, cfg, "DGX-A100", engine=False).ops
+        rows = ops[(ops["scope"] == "layer") & (ops["role"] == "f") & (family_array(ops["op"]) == "attention")]
+        return float((FAMILIES["attention"].flops(rows) * rows["count"].to_numpy()).sum())
+
+    full_pairs = s * (s + 1) / 2
+    mixed = 0.75 * 4 * 8192 * 8193 / 2 + 0.25 * full_pairs
+    assert attention_flops(chunked) == pytest.approx(attention_flops(base) * mixed / full_pairs, rel=1e-6)
+    # causal-skip FLOPs per token: the mean keys per query of the mixed layers
+    assert chunked.attention_span(s) == pytest.approx(mixed / s)
+    att = 2.0 * (chunked.q_width + chunked.value_width) * chunked.num_layers
+    assert base.forward_flops_per_token(s, causal_skip=True) - chunked.forward_flops_per_token(s, causal_skip=True) \
+        == pytest.approx(att * (full_pairs - mixed) / s)
+    # up to one chunk, chunked attention is global attention
+    short = TrainingConfig(gpus=8, global_batch=8, micro_batch=1, tp=8, flash_attention=True, seq_length=8192)
+    assert predict_training(chunked, short, "DGX-A100", engine=False).iteration_s == pytest.approx(
+        predict_training(base, short, "DGX-A100", engine=False).iteration_s, rel=1e-9)
+
+
+def test_reward_model_training_has_no_vocabulary_head():
+    """A reward model (``LlamaForSequenceClassification``) trained as if it had an LM head: the output GEMMs over a
+    128k vocabulary on every token, the fp32 cross entropy and its logits memory. Its score layer runs on the last
+    token of each sequence; the MFU's model FLOPs drop the 2 h V per token."""
+    from hybrid.workloads.llm.model import from_dict
+    from hybrid.workloads.llm.train import model_flops
+
+    base = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "intermediate_size": 14336,
+            "max_position_embeddings": 8192}
+    lm = from_dict({**base, "architectures": ["LlamaForCausalLM"]})
+    reward = from_dict({**base, "architectures": ["LlamaForSequenceClassification"], "num_labels": 1})
+    cfg = TrainingConfig(gpus=8, global_batch=8, micro_batch=1, tp=8, flash_attention=True, seq_length=4096)
+    pl, pr = (predict_training(m, cfg, "DGX-A100", engine=False) for m in (lm, reward))
+
+    def head_flops(pred):
+        ops = pred.ops
+        rows = ops[(ops["scope"] == "layer") & ops["role"].isin(["hf", "hb"]) & (family_array(ops["op"]) == "gemm")]
+        return float((FAMILIES["gemm"].flops(rows) * rows["count"].to_numpy()).sum())
+
+    assert head_flops(pl) == pytest.approx(3 * 2 * 4096 * 128256 / 8 * 4096, rel=0.01)
+    assert head_flops(pr) == pytest.approx(3 * 2 * 1 * 4096 * 1, rel=1e-6)
+    assert pr.iteration_s < pl.iteration_s
+    mf_l, mf_r = model_flops(lm, cfg)[0], model_flops(reward, cfg)[0]
+    assert mf_l - mf_r == pytest.approx(3 * 8 * 4096 * (2 * 4096 * 128256 - 2 * 4096 / 4096))

@@ -163,6 +163,10 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
                  roofline_plot)
     out = res.to_dict()
     out["cost_model"] = cost_ref
+    if roofline_plot and res.memory.fits:  # where it went, as `llm memory --plot` says (a JSON key, a line)
+        out["plot"] = roofline_plot
+        if not as_json:
+            click.echo(f"plot written to {roofline_plot}")
     price = _price(prices, s)
     if prices is not None:
         # the static batch's throughput per GPU at that price (None: no price for this system or GPU)

@@ -166,7 +166,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
               device=dev, sub="other", **kw)
 
     causal = 1 if model.causal else 0
-    span = model.window_keys(s_full)  # keys per query: window-limited on local layers (their share)
+    # keys per query: window-limited on local layers (their share); chunked layers' within-chunk pairs exactly
+    span = float(model.causal_kv_len(s_full, s_full))
     attention = None
     if cfg.flash_attention:
         # CP: each rank's s/cp queries attend over the whole (causal, load-balanced) sequence: pairs / cp
@@ -275,12 +276,21 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     R.add(kid, "hb", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="bwd", device=dev, sub="other")
     # the output layer is not a Transformer Engine module: under fp8 it stays a 16-bit GEMM
     hdt = adt if gdt == "fp8" else gdt
-    R.add(kid, "hf", 1.0, "linear", b=1, m=T, n=V // t, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
-    R.add(kid, "hb", 1.0, "gemm", b=1, m=T, n=h, k=V // t, dtype=hdt, direction="bwd", device=dev, sub="gemm")
-    R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=V // t, k=T, dtype=hdt, direction="bwd", device=dev, sub="gemm")
-    # vocab-parallel cross entropy in fp32: softmax over V/t columns, backward (softmax - one-hot)
-    R.add(kid, "hf", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="fwd", device=dev, sub="other")
-    R.add(kid, "hb", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="bwd", device=dev, sub="other")
+    if model.lm_head:
+        R.add(kid, "hf", 1.0, "linear", b=1, m=T, n=V // t, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
+        R.add(kid, "hb", 1.0, "gemm", b=1, m=T, n=h, k=V // t, dtype=hdt, direction="bwd", device=dev, sub="gemm")
+        R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=V // t, k=T, dtype=hdt, direction="bwd", device=dev, sub="gemm")
+        # vocab-parallel cross entropy in fp32: softmax over V/t columns, backward (softmax - one-hot)
+        R.add(kid, "hf", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="fwd", device=dev, sub="other")
+        R.add(kid, "hb", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="bwd", device=dev, sub="other")
+    elif model.output_head == "classifier":
+        # a replicated score layer on the last token of each sequence (b rows), its loss over num_labels columns
+        nl = model.num_labels
+        R.add(kid, "hf", 1.0, "linear", b=1, m=b, n=nl, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
+        R.add(kid, "hb", 1.0, "gemm", b=1, m=b, n=h, k=nl, dtype=hdt, direction="bwd", device=dev, sub="gemm")
+        R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=nl, k=b, dtype=hdt, direction="bwd", device=dev, sub="gemm")
+        R.add(kid, "hf", 1.0, "softmax", rows=b, hidden=nl, dtype="fp32", direction="fwd", device=dev, sub="other")
+        R.add(kid, "hb", 1.0, "softmax", rows=b, hidden=nl, dtype="fp32", direction="bwd", device=dev, sub="other")
     if multi.any():
         nodes = group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node, cfg.gpus)
         spm = multi & sp
@@ -290,6 +300,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
               n_nodes=nodes[nsp], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
         R.add(kid[spm], "ef", 1.0, "reduce_scatter", size_bytes=(T * h * eb * 1.0)[spm], n_ranks=t[spm],
               n_nodes=nodes[spm], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
+        if not model.lm_head:  # a replicated classifier's or no head: no vocab-parallel logits to combine
+            return R.frame()
         # logits max/sum all-reduces (tiny) + with SP the all-gather of the final norm output
         R.add(kid[multi], "htpf", 2.0, "all_reduce", size_bytes=(T * 4.0)[multi], n_ranks=t[multi],
               n_nodes=nodes[multi], dtype="fp32", device=dev, system=tgt.comm_system, sub="comm")
@@ -357,7 +369,10 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
     V = padded_vocab_vec(model, cfg, t)
     h = model.hidden_size
     emb = V * h / t + c["position_embedding"]
-    out = np.where(pp > 1, V * h / t, 0.0) if model.tied_embeddings else V * h / t
+    if model.lm_head:
+        out = np.where(pp > 1, V * h / t, 0.0) if model.tied_embeddings else V * h / t
+    else:  # a classifier's replicated score layer, or none
+        out = np.full(np.shape(t), float(c["output_layer"]))
     out = out + c["final_norm"]
     experts = expert_total / (t * ep) / pp
     if model.is_moe and 0 < model.num_moe_layers < model.num_layers and (pp > 1).any():
@@ -495,7 +510,7 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
     R.add(idx[pipe], "p2p", 1.0, "send_recv", size_bytes=act[pipe].astype(np.float64), n_ranks=2,
           n_nodes=pp_nodes[pipe], dtype=adt, device=dev, system=sysk)
     # tied embedding: gradient all-reduce between the first and last stage
-    if model.tied_embeddings:
+    if model.tied_output:
         V = padded_vocab_vec(model, cfg, t.astype(np.float64))
         R.add(idx[pipe], "emb_ar", 1.0, "all_reduce",
               size_bytes=(V * model.hidden_size / t * gb)[pipe].astype(np.float64), n_ranks=2,

@@ -58,7 +58,7 @@ from hybrid.workloads.llm.dims import context_note, resolve_model
 from hybrid.workloads.llm.kv_cache import (
     DEFAULT_RESERVE_GIB,
     MemoryPlan,
-    cached_tokens,
+    attended_keys,
     check_parallel,
     kv_heads_per_rank,
     memory_plan,
@@ -299,7 +299,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         blocks.append(_block(n_scen, scenario=scen, phase=ph, name=name, category=category, count=cnt, op=op, **cols))
 
     # ---- one transformer layer (count = layers of the stage): the ops training uses too
-    kv_att = cached_tokens(m, kvn)
+    kv_att = attended_keys(m, qn, kvn)  # cached tokens; a chunked model's prefill: its within-chunk pairs
     moe_share = m.num_moe_layers / m.num_layers  # MoE layers among the layers (dense ones: the rest)
     kv_read = np.full(n, float(kvh))  # DRAM reads each cached KV head once per step
     # decode kernels that run one thread block per query head (masked MHA) read a KV head through L2 once per
@@ -343,11 +343,14 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     if m.position_embedding_type == "learned_absolute":  # GPT-2/MPT-style learned positions added to the input
         elem("position_embedding", "elementwise", T * h, "add", 1.0)
     norm("final_layernorm", B, 1.0)
-    gemm("lm_head", "lm_head", B, m.vocab_size / tp, h, 1.0)
-    if tp > 1:
-        coll("logits_all_gather", "all_gather", B * m.vocab_size * ab, tp, 1.0)
-    blocks.append(_block(n_scen, scenario=scen, phase=ph, name="sampling", category="sampling", count=1.0, op="softmax",
-                         dtype="fp32", rows=B, hidden=float(m.vocab_size), bytes_actual=np.nan))
+    if m.lm_head:
+        gemm("lm_head", "lm_head", B, m.vocab_size / tp, h, 1.0)
+        if tp > 1:
+            coll("logits_all_gather", "all_gather", B * m.vocab_size * ab, tp, 1.0)
+        blocks.append(_block(n_scen, scenario=scen, phase=ph, name="sampling", category="sampling", count=1.0,
+                             op="softmax", dtype="fp32", rows=B, hidden=float(m.vocab_size), bytes_actual=np.nan))
+    elif m.output_head == "classifier":  # a replicated score layer on each sequence's last token; nothing sampled
+        gemm("lm_head", "lm_head", B, float(m.num_labels), h, 1.0)
     if s.pp > 1:
         # neighbouring stages are tp ranks apart: as soon as the pipeline spans two nodes some stage's send crosses
         # the NICs (TP 8 x PP 2 on 8-GPU nodes: every one; TP 2 x PP 8: stage 3 to 4), and the slowest send is the

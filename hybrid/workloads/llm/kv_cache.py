@@ -5,7 +5,7 @@ over tensor parallelism by KV heads (a rank holds ``ceil(kv_heads / tp)`` heads,
 heads than ranks replicates them) and over pipeline stages by layers. Multi-head latent attention (DeepSeek)
 caches one latent plus one rotary key per token and layer (``kv_lora_rank + qk_pos_emb_head_dim`` elements,
 576 for DeepSeek-V3), shared by all heads, so every TP rank holds all of it. Mistral's sliding window caps the cached
-tokens per request. Weights per GPU: the layers of one pipeline stage split over TP, the embedding and the
+tokens per request, Llama 4's chunked attention at a chunk (the most a request holds on those layers). Weights per GPU: the layers of one pipeline stage split over TP, the embedding and the
 output layer (vocab-parallel) on the first/last stage (both counted on the bottleneck stage when pp = 1).
 Activations: the prefill working set of the largest batch of tokens processed at once (the widest intermediate:
 QKV or the MLP's up/gate output, plus the residual stream twice) and the fp32 logits of the last tokens.
@@ -76,12 +76,24 @@ def kv_bytes_per_token(model: TransformerConfig, precision: Precision, tp: int =
 
 
 def cached_tokens(model: TransformerConfig, context: int | np.ndarray) -> np.ndarray:
-    """Tokens a request of ``context`` tokens keeps in the cache (sliding window caps it)."""
+    """Tokens a request of ``context`` tokens keeps in the cache (a sliding window caps it; chunked attention at
+    a chunk, the most a request holds whatever its position within the current chunk: the worst case a serving
+    system reserves, and what a decode step at that context is costed to read)."""
     c = np.asarray(context, dtype=np.float64)
-    if not model.window_size:
+    cap = model.kv_cap
+    if not cap:
         return c
-    share = model.window_layer_share  # local layers keep the window, global ones everything
-    return share * np.minimum(c, model.window_size) + (1.0 - share) * c
+    share = model.kv_cap_share  # local layers keep the window (or chunk), global ones everything
+    return share * np.minimum(c, cap) + (1.0 - share) * c
+
+
+def attended_keys(model: TransformerConfig, q_len: np.ndarray, context: np.ndarray) -> np.ndarray:
+    """Keys per query of the attention row of a pass with ``q_len`` new tokens of a ``context``-token sequence:
+    the cached tokens (:func:`cached_tokens`), except a chunked model's prefill, whose within-chunk pairs are
+    counted exactly (:meth:`TransformerConfig.causal_kv_len`)."""
+    if not model.attention_chunk_size:
+        return cached_tokens(model, context)
+    return np.asarray(model.causal_kv_len(q_len, context), dtype=np.float64)
 
 
 def mean_context(model: TransformerConfig, contexts: np.ndarray, steps: int = 1) -> np.ndarray:
@@ -95,9 +107,9 @@ def mean_context(model: TransformerConfig, contexts: np.ndarray, steps: int = 1)
     j = np.arange(max(int(steps), 0), dtype=np.float64)
     if not len(c):
         return np.zeros_like(j)
-    if not model.window_size:
+    if not model.kv_cap:
         return float(c.mean()) + j
-    w, share = float(model.window_size), model.window_layer_share
+    w, share = float(model.kv_cap), model.kv_cap_share
     # mean over the requests of min(c_i + j, w): those still below the window grow, the others stay at it
     below = np.searchsorted(c, w - j, side="left")  # requests with c_i + j < w
     prefix = np.concatenate([[0.0], np.cumsum(c)])
@@ -172,7 +184,9 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
         split = 1
     embed = (c["word_embedding"] / split + c["position_embedding"]) * precision.act_bytes
     # the output layer stays 16-bit in quantised deployments (:data:`hybrid.workloads.llm.inference.HEAD_16BIT`)
-    head = c["output_layer"] / split * precision.act_bytes + c["final_norm"] * precision.act_bytes
+    # (vocab-parallel; a classifier's score layer is replicated)
+    head = (c["output_layer"] / (split if model.lm_head else 1) * precision.act_bytes
+            + c["final_norm"] * precision.act_bytes)
     per_stage = math.ceil(model.num_layers / pp)
     if pp == 1 or not model.is_moe or model.num_dense_layers == 0:
         per_layer = layer_bytes(matrix, routed_expert_params(model))
@@ -206,7 +220,9 @@ def activation_bytes(model: TransformerConfig, precision: Precision, tokens: flo
             # against top-1 of 8192; DeepSeek-V3's first three: 18432 against top-8 of 2048)
             ffn = max(ffn, int(model.ffn_hidden_size) / tp * (3 if model.gated else 2))  # type: ignore[arg-type]
     per_token = precision.act_bytes * (2 * h + max(qkv, ffn))
-    logits = np.asarray(sequences, dtype=np.float64) * model.vocab_size / tp * 4.0
+    # fp32 logits of the last tokens: over the vocabulary split over TP, a classifier's labels, or none
+    width = model.vocab_size / tp if model.lm_head else model.head_width
+    logits = np.asarray(sequences, dtype=np.float64) * width * 4.0
     return np.asarray(tokens, dtype=np.float64) * per_token + logits
 
 

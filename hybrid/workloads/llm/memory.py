@@ -172,6 +172,8 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     # ------------------------------------------------------------------ output layer + loss (last stage)
     V = np.ceil(model.vocab_size / (cfg.make_vocab_size_divisible_by * tp)) * cfg.make_vocab_size_divisible_by * tp
     logits = 4.0 * tokens * h / tp * (1.0 + V / h)
+    if not model.lm_head:  # a classifier scores the last token of each sequence (fp32), a bare model nothing
+        logits = 4.0 * mb * (h + model.head_width) if model.head_width else 0.0 * tokens
     # the logits live on the last stage; when pp > 1 the first stage's activations usually dominate
     # the last stage: one microbatch in flight under 1F1B; (vp - 1) x pp + 1 chunks interleaved (its warm-up)
     chunks_last = np.where(vp > 1, np.minimum((vp - 1) * pp + 1, n_micro * vp), 1)

@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from hybrid.errors import InvalidInputError
@@ -44,6 +45,8 @@ NORMALIZATIONS = ("LayerNorm", "RMSNorm")
 POSITION_EMBEDDINGS = ("learned_absolute", "rope", "alibi", "none")
 #: weight formats of quantised checkpoints (``TransformerConfig.quantization``)
 QUANTIZATIONS = ("int8", "int4", "fp8", "fp4")
+#: what the last layer feeds (``TransformerConfig.output_head``)
+OUTPUT_HEADS = ("lm", "classifier", "none")
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,13 @@ class TransformerConfig:
     norm_bias: bool = True
     #: the output layer (LM head) has a bias over the vocabulary (GPT-J, Phi-1/1.5/2)
     output_layer_bias: bool = False
+    #: the head on the last layer: ``lm`` (a language-model head over the vocabulary, every token in training),
+    #: ``classifier`` (a sequence classifier / reward model, transformers' ``*ForSequenceClassification``: a
+    #: bias-free ``num_labels``-wide score layer on the last token of each sequence), ``none`` (a bare model, an
+    #: embedding model: transformers' ``LlamaModel``, ``MistralModel``; the final norm's hidden states are the output)
+    output_head: str = "lm"
+    #: outputs of the ``classifier`` head (transformers' ``num_labels``, default 2; a reward model's 1)
+    num_labels: int = 2
     #: attention and MLP read the same normalised input (GPT-J, Falcon): one norm per layer instead of two
     #: (Falcon's new decoder architecture keeps two norms: ``parallel_attn_norms = 2``).
     parallel_attn: bool = False
@@ -103,6 +113,12 @@ class TransformerConfig:
     #: share of the layers that use ``window_size`` (Gemma 2: 1/2, Gemma 3: 5/6 local layers); the others attend
     #: to the whole context. Costs and cache sizes are the layer-weighted mean of both kinds.
     window_layer_share: float = 1.0
+    #: chunked local attention (Llama 4's ``attention_chunk_size``, 8192): a query attends only to the earlier
+    #: tokens of its own chunk of this many positions (chunks start at 0, C, 2C, ...; unlike a sliding window the
+    #: span resets at each chunk boundary); ``None`` = none. Not together with ``window_size``.
+    attention_chunk_size: int | None = None
+    #: share of the layers that attend within chunks (Llama 4: 3 in 4, its RoPE layers; the NoPE ones are global)
+    chunk_layer_share: float = 1.0
     #: Gemma 2/3 "sandwich" norms: a second RMSNorm after the attention block and after the MLP (4 per layer)
     sandwich_norm: bool = False
     num_experts: int | None = None
@@ -154,10 +170,10 @@ class TransformerConfig:
                 )
 
         for f in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length",
-                  "moe_router_topk", "parallel_attn_norms"):
+                  "moe_router_topk", "parallel_attn_norms", "num_labels"):
             pos(getattr(self, f), f)
         for f in ("num_query_groups", "kv_channels", "ffn_hidden_size", "max_position_embeddings",
-                  "window_size", "num_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+                  "window_size", "attention_chunk_size", "num_experts", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
                   "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
             pos(getattr(self, f), f, allow_none=True)
         freq = self.moe_layer_freq
@@ -203,6 +219,13 @@ class TransformerConfig:
         if isinstance(ws, bool) or not isinstance(ws, int | float) or not 0 < ws <= 1:
             raise InvalidInputError(f"model {self.name!r}: window_layer_share must be in (0, 1], got {ws!r}")
         object.__setattr__(self, "window_layer_share", float(ws))
+        cs = self.chunk_layer_share
+        if isinstance(cs, bool) or not isinstance(cs, int | float) or not 0 < cs <= 1:
+            raise InvalidInputError(f"model {self.name!r}: chunk_layer_share must be in (0, 1], got {cs!r}")
+        object.__setattr__(self, "chunk_layer_share", float(cs))
+        if self.window_size and self.attention_chunk_size:
+            raise InvalidInputError(f"model {self.name!r}: sliding-window and chunked attention together "
+                                    "(window_size and attention_chunk_size) are not supported")
         set_ = object.__setattr__
         set_(self, "rotary_percent", float(rp))
         set_(self, "activation", act)
@@ -241,6 +264,12 @@ class TransformerConfig:
                                     f"or none, got {self.quantization!r}")
         if self.encoder_only and self.num_experts is not None:
             raise InvalidInputError(f"model {self.name!r}: encoder-only MoE models are not supported")
+        if self.output_head not in OUTPUT_HEADS:
+            raise InvalidInputError(f"model {self.name!r}: output_head must be one of {', '.join(OUTPUT_HEADS)}, got "
+                                    f"{self.output_head!r}")
+        if self.encoder_only and self.output_head != "lm":
+            raise InvalidInputError(f"model {self.name!r}: encoder-only models are costed with their MLM head and "
+                                    "pooler only (output_head lm)")
         if not isinstance(self.dropout, bool):
             raise InvalidInputError(f"model {self.name!r}: dropout must be true or false, got {self.dropout!r}")
 
@@ -290,6 +319,29 @@ class TransformerConfig:
     @property
     def tied_embeddings(self) -> bool:
         return not self.untie_embeddings_and_output_weights
+
+    @property
+    def lm_head(self) -> bool:
+        """A language-model head over the vocabulary (not a classifier's score layer, not a bare model)."""
+        return self.output_head == "lm"
+
+    @property
+    def tied_output(self) -> bool:
+        """The output layer is the word embedding's transpose (only a language-model head shares it)."""
+        return self.lm_head and self.tied_embeddings
+
+    @property
+    def head_width(self) -> int:
+        """Outputs of the head per position it runs on: the vocabulary, the classifier's labels, or 0."""
+        return {"lm": self.vocab_size, "classifier": self.num_labels}.get(self.output_head, 0)
+
+    def head_flops_per_token(self, seq_len: int | float) -> float:
+        """Forward matmul FLOPs of the head per token of ``seq_len``-token sequences: ``2 h V`` for a
+        language-model head (every token), ``2 h num_labels / seq_len`` for a classifier (the last token of each
+        sequence), none for a bare model."""
+        if self.output_head == "classifier":
+            return 2.0 * self.hidden_size * self.num_labels / max(float(seq_len), 1.0)
+        return 2.0 * self.hidden_size * self.head_width
 
     @property
     def is_moe(self) -> bool:
@@ -425,8 +477,11 @@ class TransformerConfig:
         tokentype = self.num_tokentypes * h
         embedding_norm = self._norm_params() if self.encoder_only else 0
         final_norm = 0 if self.encoder_only else self._norm_params()  # BERT is post-LN: norms are in layers
-        output_layer = (0 if self.tied_embeddings else self.vocab_size * h) + (self.vocab_size if self.output_layer_bias
-                                                                               else 0)
+        if self.lm_head:
+            output_layer = (0 if self.tied_embeddings else self.vocab_size * h) + (self.vocab_size if
+                                                                                   self.output_layer_bias else 0)
+        else:  # a classifier's bias-free score layer (transformers' ``score``), or nothing
+            output_layer = h * self.head_width
         head = 0
         if self.encoder_only:  # MLM head (dense + norm + vocab bias) and pooler
             head = (h * h + h) + self._norm_params() + self.vocab_size + (h * h + h)
@@ -469,30 +524,86 @@ class TransformerConfig:
         return (c["layers_active"] if active else c["layers_total"]) / self.num_layers
 
     # ----------------------------------------------------------------------------------- FLOPs, KV cache
+    @property
+    def kv_cap(self) -> int | None:
+        """The most tokens a local layer keeps cached per request: the sliding window, or the attention chunk
+        (a request at any position may hold up to a chunk: the bound a serving system reserves); ``None``."""
+        return self.window_size or self.attention_chunk_size or None
+
+    @property
+    def kv_cap_share(self) -> float:
+        """Share of the layers that :attr:`kv_cap` caps (windowed or chunked layers; the others are global)."""
+        if self.window_size:
+            return self.window_layer_share
+        return self.chunk_layer_share if self.attention_chunk_size else 0.0
+
+    def chunk_pairs(self, tokens: Any) -> Any:
+        """(query, key) pairs of chunked causal attention over the first ``tokens`` positions: ``n`` full chunks of
+        ``C (C + 1) / 2`` and a partial one of ``r (r + 1) / 2`` (``tokens = n C + r``); full causal attention's
+        ``t (t + 1) / 2`` without chunks. Arrays too."""
+        t = np.asarray(tokens, dtype=np.float64)
+        c = self.attention_chunk_size
+        if not c:
+            return t * (t + 1) / 2
+        n, r = np.floor_divide(t, c), np.mod(t, c)
+        return n * c * (c + 1) / 2 + r * (r + 1) / 2
+
+    def causal_kv_len(self, q_len: Any, kv_len: Any) -> Any:
+        """The keys per query of one causal attention row (``q_len`` new queries, the last of a ``kv_len``-token
+        sequence: ``q kv - q (q - 1) / 2`` pairs when ``kv >= q``) that costs the model's attention as the
+        layer-weighted mean of its layers. Sliding windows: the cached tokens (:meth:`window_keys`; the row's pair
+        formula then counts the window's pairs). Chunked attention: the ``kv_len`` at which the row's pairs equal the
+        layer mean of the within-chunk pairs (:meth:`chunk_pairs` of the positions these queries take) and the
+        global layers' pairs, so FLOPs are exact; a decode query (``q_len`` 1) keeps the chunk bound (up to
+        ``min(context, C)`` keys, what a request keeps cached), which its cost grid can interpolate."""
+        q = np.asarray(q_len, dtype=np.float64)
+        kv = np.asarray(kv_len, dtype=np.float64)
+        if not self.attention_chunk_size or not self.causal:
+            return self.window_keys(kv) if self.window_size else kv
+        share = self.chunk_layer_share
+        full = q * kv - q * (q - 1) / 2
+        local = self.chunk_pairs(kv) - self.chunk_pairs(np.maximum(kv - q, 0.0))
+        pairs = share * local + (1.0 - share) * full
+        # the row counts q k - m (m - 1) / 2 pairs with m = min(q, k): solve for k (k >= q: linear; else quadratic)
+        above = (pairs + q * (q - 1) / 2) / np.maximum(q, 1.0)
+        b = 2 * q + 1
+        below = (b - np.sqrt(np.maximum(b * b - 8 * pairs, 0.0))) / 2
+        k = np.where(pairs >= q * (q + 1) / 2, above, below)
+        decode = self.window_keys(kv)  # q = 1: the chunk bound
+        return np.where(q <= 1, decode, np.minimum(k, kv))
+
     def attention_span(self, seq_len: int) -> float:
-        """Mean number of keys a query attends to in a causal sequence of ``seq_len`` (window-limited; with
-        local and global layers, their layer-weighted mean)."""
+        """Mean number of keys a query attends to in a causal sequence of ``seq_len`` (window-limited, or within
+        its chunk; with local and global layers, their layer-weighted mean)."""
         s = float(seq_len)
         if not self.causal:
             return s
-        w = self.window_size
         full = (s + 1) / 2
+        if self.attention_chunk_size:
+            local = float(self.chunk_pairs(s)) / s if s > 0 else 0.0
+            return self.chunk_layer_share * local + (1.0 - self.chunk_layer_share) * full
+        w = self.window_size
         if w is None or w >= s:
             return full
         local = (w * (w + 1) / 2 + (s - w) * w) / s
         return self.window_layer_share * local + (1.0 - self.window_layer_share) * full
 
-    def window_keys(self, context: float) -> float:
-        """Keys the last query of a ``context``-token sequence attends to, or the tokens a request keeps cached,
-        as the layer-weighted mean over local (windowed) and global layers."""
-        c = float(context)
-        if not self.window_size:
-            return c
-        return self.window_layer_share * min(c, self.window_size) + (1.0 - self.window_layer_share) * c
+    def window_keys(self, context: Any) -> Any:
+        """Keys the last query of a ``context``-token sequence attends to at most, or the tokens a request keeps
+        cached, as the layer-weighted mean over local (windowed or chunked: up to a window / a chunk) and global
+        layers."""
+        cap = self.kv_cap
+        if not cap:
+            return context if np.ndim(context) else float(context)
+        share = self.kv_cap_share
+        out = share * np.minimum(np.asarray(context, dtype=np.float64), cap) + (1.0 - share) * np.asarray(
+            context, dtype=np.float64)
+        return out if np.ndim(out) else float(out)
 
     def forward_flops_per_token(self, seq_len: int | None = None, causal_skip: bool = False,
                                 active: bool = True) -> float:
-        """Forward matmul FLOPs per token: 2 x (layer matmul weights) + 2 x hidden x vocab (logits)
+        """Forward matmul FLOPs per token: 2 x (layer matmul weights) + the head (2 x hidden x vocab logits of a
+        language-model head; :meth:`head_flops_per_token`)
         + attention 4 x seq x q_width per layer (QK^T and AV).
 
         ``causal_skip=False`` counts the full seq x seq score matrix (Megatron-LM's and llm-foundry's
@@ -513,11 +624,16 @@ class TransformerConfig:
             biases += self.num_moe_layers * (experts * self._mlp_bias(int(self.moe_ffn_hidden_size))  # type: ignore[arg-type]
                                              + (self._mlp_bias(fs) if fs else 0))
         layer_weights -= biases
-        span = self.attention_span(s) if causal_skip else self.window_keys(s)
+        if causal_skip:
+            span = self.attention_span(s)
+        elif self.attention_chunk_size and self.causal:  # each chunk's full square: 2 x causal pairs - diagonal
+            span = 2.0 * self.attention_span(s) - 1.0
+        else:
+            span = self.window_keys(s)
         # QK^T over the query/key head width and AV over the value width (both the head dim but under MLA)
         attention = 2.0 * span * (self.q_width + self.value_width) * self.num_layers
         head = 2.0 * h * h if self.encoder_only else 0.0
-        return 2.0 * layer_weights + 2.0 * h * self.vocab_size + attention + head
+        return 2.0 * layer_weights + self.head_flops_per_token(s) + attention + head
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """Bytes of K and V cached per token over all layers (MLA: the latent and the rotary key, once)."""
@@ -686,13 +802,66 @@ def _int(d: Mapping[str, Any], *keys: str, default: Any = None) -> int:
     v = _get(d, *keys, default=default)
     if v is None:
         raise InvalidInputError(f"Hugging Face config lacks {keys[0]!r}")
+    key = next((k for k in keys if d.get(k) is not None), keys[0])
+    # one rule for every whole-number field: a string is refused (a JSON number is what transformers reads), as
+    # the fields passed on as they are were; "32" was accepted here and refused there
+    if isinstance(v, bool | str):
+        raise InvalidInputError(f"Hugging Face config field {key!r} must be a number, got {v!r}")
     try:
         f = float(v)
     except (TypeError, ValueError):
-        raise InvalidInputError(f"Hugging Face config field {keys[0]!r} must be a number, got {v!r}") from None
+        raise InvalidInputError(f"Hugging Face config field {key!r} must be a number, got {v!r}") from None
     if not f.is_integer():
-        raise InvalidInputError(f"Hugging Face config field {keys[0]!r} must be a whole number, got {v!r}")
+        raise InvalidInputError(f"Hugging Face config field {key!r} must be a whole number, got {v!r}")
     return int(f)
+
+
+#: The config.json keys each whole-number field of :class:`TransformerConfig` is read from, to name the key a user
+#: wrote in an error (not the field's internal name: ``"num_hidden_layers": "32"`` said "num_layers must be ...",
+#: ``"max_position_embeddings": 0`` "seq_length must be ...")
+_HF_INT_KEYS: dict[str, tuple[str, ...]] = {
+    "num_layers": ("num_hidden_layers", "n_layer", "n_layers"),
+    "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "n_heads"),
+    "num_query_groups": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "kv_n_heads"),
+    "kv_channels": ("head_dim",),
+    "ffn_hidden_size": ("intermediate_size_mlp", "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size"),
+    "vocab_size": ("vocab_size",),
+    "seq_length": ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length"),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions"),
+    "window_size": ("sliding_window",), "attention_chunk_size": ("attention_chunk_size",),
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "moe_router_topk": ("num_experts_per_tok", "experts_per_token"),
+    "moe_ffn_hidden_size": ("moe_intermediate_size", "intermediate_size"),
+    "moe_shared_expert_intermediate_size": ("shared_expert_intermediate_size", "moe_intermediate_size"),
+    "q_lora_rank": ("q_lora_rank",), "kv_lora_rank": ("kv_lora_rank",), "qk_head_dim": ("qk_nope_head_dim",),
+    "qk_pos_emb_head_dim": ("qk_rope_head_dim",), "v_head_dim": ("v_head_dim",),
+    "parallel_attn_norms": ("num_ln_in_parallel_attn",),
+    "moe_first_k_dense": ("first_k_dense_replace",), "num_tokentypes": ("type_vocab_size",),
+    "num_labels": ("num_labels",),
+}
+#: the fields of :data:`_HF_INT_KEYS` that may be 0
+_HF_INT_ZERO_OK = ("moe_first_k_dense", "num_tokentypes")
+
+
+def _check_hf_ints(d: Mapping[str, Any], kw: dict[str, Any], mt: str, prefix: str) -> None:
+    """Whole-number fields of a Hugging Face config as :class:`TransformerConfig` takes them, or an error naming the
+    config.json key the value came from (``prefix``: ``text_config.`` for a nested language model). A whole float
+    (``32.0``) is read as the integer; a string, a bool, a fraction or a value below 1 (0 where allowed) is refused."""
+    for field, keys in _HF_INT_KEYS.items():
+        v = kw.get(field)
+        if v is None:
+            continue
+        ok_float = isinstance(v, float) and v.is_integer()
+        if ok_float:
+            kw[field] = v = int(v)
+        low = 0 if field in _HF_INT_ZERO_OK else 1
+        if not isinstance(v, bool) and isinstance(v, int) and v >= low:
+            continue
+        key = next((k for k in keys if k in d and type(d[k]) is type(v) and d[k] == v), None)
+        where = f"field {prefix + key!r}" if key else f"field for {field} ({' / '.join(prefix + k for k in keys)})"
+        need = "a whole number >= 0" if low == 0 else "a positive integer"
+        raise InvalidInputError(f"Hugging Face config ({mt}) {where} must be {need}, got {v!r}")
 
 
 def _flag(d: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -1017,10 +1186,12 @@ def _hf_quantization(qc: Any) -> tuple[str | None, bool, str]:
 _LAYER_KINDS = ("full_attention", "sliding_attention")
 
 
-def _listed_share(d: Mapping[str, Any]) -> float | None:
-    """Share of sliding-window layers in the config's ``layer_types`` (None when it lists none). The list must
-    name one known kind per layer, as transformers checks: a string, a list of another length or an unknown kind
-    was read as every layer sliding (or as a share of the wrong number of layers)."""
+def _listed_share(d: Mapping[str, Any], local: str = "sliding_attention",
+                  known: tuple[str, ...] = _LAYER_KINDS) -> float | None:
+    """Share of the ``local`` layers (sliding-window; Llama 4: ``chunked_attention``) in the config's
+    ``layer_types`` (None when it lists none). The list must name one ``known`` kind per layer, as transformers
+    checks: a string, a list of another length or an unknown kind was read as every layer sliding (or as a share of
+    the wrong number of layers)."""
     kinds = d.get("layer_types")
     if kinds is None or (isinstance(kinds, (list, tuple)) and not kinds):
         return None
@@ -1028,11 +1199,37 @@ def _listed_share(d: Mapping[str, Any]) -> float | None:
     if not isinstance(kinds, (list, tuple)) or len(kinds) != layers:
         raise InvalidInputError(f"Hugging Face config field 'layer_types' must list one attention kind per layer "
                                 f"({layers}), got {kinds!r:.200}")
-    unknown = sorted({str(k) for k in kinds if k not in _LAYER_KINDS})
+    unknown = sorted({str(k) for k in kinds if k not in known})
     if unknown:
         raise InvalidInputError(f"Hugging Face config field 'layer_types': attention kind(s) {', '.join(unknown)} "
-                                f"not supported (only {', '.join(_LAYER_KINDS)})")
-    return sum(1 for k in kinds if k == "sliding_attention") / layers
+                                f"not supported here (only {', '.join(known)})")
+    return sum(1 for k in kinds if k == local) / layers
+
+
+def _llama4_chunks(d: Mapping[str, Any]) -> dict[str, Any]:
+    """Llama 4's chunked local attention as transformers' Llama4TextConfig reads it: ``attention_chunk_size``
+    (default 8192; null: none) on the layers ``layer_types`` lists as ``chunked_attention``, else those whose
+    ``no_rope_layers`` entry is 1 (the RoPE layers; 0 marks a NoPE layer, which attends globally), else (absent or
+    an empty list) every layer but each ``no_rope_layer_interval``-th (default 4: layers 3, 7, ... are global)."""
+    chunk = d["attention_chunk_size"] if "attention_chunk_size" in d else 8192
+    if chunk is None:
+        return {}
+    layers = _int(d, "num_hidden_layers")
+    share = _listed_share(d, "chunked_attention", ("full_attention", "chunked_attention"))
+    if share is None:
+        rope = d.get("no_rope_layers")
+        if rope:
+            if not isinstance(rope, list | tuple) or len(rope) != layers or any(x not in (0, 1) for x in rope):
+                raise InvalidInputError(f"Hugging Face config field 'no_rope_layers' must list one 0 (NoPE, global "
+                                        f"attention) or 1 (RoPE, chunked) per layer ({layers}), got {rope!r:.200}")
+            share = sum(1 for x in rope if x) / layers
+        else:
+            interval = _int(d, "no_rope_layer_interval", default=4)
+            if interval < 1:
+                raise InvalidInputError(f"Hugging Face config field 'no_rope_layer_interval' must be a positive "
+                                        f"integer, got {interval!r}")
+            share = sum(1 for i in range(layers) if (i + 1) % interval) / layers if layers > 0 else 1.0
+    return dict(attention_chunk_size=chunk, chunk_layer_share=share) if share > 0 else {}
 
 
 def _sliding_share(d: Mapping[str, Any], mt: str) -> float:
@@ -1104,8 +1301,26 @@ def _hf_moe_layers(d: Mapping[str, Any], step_key: str, *, dense_key: str | None
     return pattern if any(pattern) else 0
 
 
+def _hf_head(d: Mapping[str, Any]) -> dict[str, Any]:
+    """The head a config.json's ``architectures`` names: ``*ForSequenceClassification`` (a reward model, a
+    classifier) a ``num_labels``-wide score layer (``num_labels``, else its ``id2label``'s size, else
+    transformers' 2); a bare model (``LlamaModel``, ``MistralModel``, ``Qwen2Model``: an embedding model) none;
+    anything else (``*ForCausalLM``, ``*ForConditionalGeneration``, no ``architectures``) a language-model head."""
+    arch = d.get("architectures")
+    first = arch[0] if isinstance(arch, list | tuple) and arch and isinstance(arch[0], str) else ""
+    if first.endswith("ForSequenceClassification"):
+        labels = d.get("num_labels")
+        if labels is None and isinstance(d.get("id2label"), Mapping) and d["id2label"]:
+            labels = len(d["id2label"])
+        return {"output_head": "classifier", "num_labels": 2 if labels is None else labels, "arch": first}
+    if first.endswith("Model") and "For" not in first:
+        return {"output_head": "none", "arch": first}
+    return {}
+
+
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     mt = str(d.get("model_type", "")).lower()
+    head = _hf_head(d)  # the outer config's architectures (a multimodal config's model)
     quant, quant_kv, quant_detail = _hf_quantization(d.get("quantization_config"))
     text = d.get("text_config")
     if isinstance(text, Mapping) and "num_hidden_layers" not in d and "n_layer" not in d:
@@ -1116,6 +1331,9 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             raise InvalidInputError(f"Hugging Face config ({mt}): its text_config names no model_type")
         mt = inner or mt
         d = {**_HF_TEXT_DEFAULTS.get(_HF_AS.get(mt, mt), {}), **text}
+        nested = "text_config."
+    else:
+        nested = ""
     mt = _HF_AS.get(mt, mt)
     nm = name or str(_get(d, "_name_or_path", default=mt or "hf-model")).split("/")[-1].lower() or mt
     kw: dict[str, Any] = {"name": nm, "source": f"Hugging Face config.json (model_type {mt}"
@@ -1193,9 +1411,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             experts, topk = _hf_experts(d, mt, "num_experts", "num_local_experts")
             kw.update(num_experts=experts, moe_router_topk=topk,
                       moe_ffn_hidden_size=_get(d, "moe_intermediate_size", default=_HF_MOE_FFN[mt]),
-                      # Qwen2MoeConfig's shared expert is 5,632 wide unless the config says otherwise; Qwen3's has none
-                      moe_shared_expert_intermediate_size=d.get("shared_expert_intermediate_size",
-                                                                5632 if mt == "qwen2_moe" else None) or None,
+                      # Qwen2MoeConfig's shared expert is 5,632 wide unless the config says otherwise; Qwen3-MoE has
+                      # none (transformers' Qwen3MoeSparseMoeBlock: router and experts only), so a
+                      # shared_expert_intermediate_size left in its config builds nothing
+                      moe_shared_expert_intermediate_size=(d.get("shared_expert_intermediate_size", 5632) or None)
+                      if mt == "qwen2_moe" else None,
                       moe_layer_freq=_hf_moe_layers(d, "decoder_sparse_step", dense_key="mlp_only_layers"))
             if kw["moe_layer_freq"] == 0:  # every layer listed in mlp_only_layers: a dense model
                 for f in ("num_experts", "moe_router_topk", "moe_ffn_hidden_size",
@@ -1224,10 +1444,14 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             moe_shared_expert_gate=False,
             moe_layer_freq=_hf_moe_layers(d, "interleave_moe_layer_step", moe_key="moe_layers"),
         )
+        kw.update(_llama4_chunks(d))
     elif mt in ("deepseek_v2", "deepseek_v3"):
         heads = _int(d, "num_attention_heads")
-        # the config classes' defaults: DeepSeek-V3 1 shared expert and 3 dense layers first, V2 2 shared experts
-        n_shared = _int(d, "n_shared_experts", default=1 if mt == "deepseek_v3" else 2)
+        # the config classes' defaults: DeepSeek-V3 1 shared expert and 3 dense layers first, V2 2 shared experts;
+        # an explicit null is none (DeepSeek's modelling code builds shared experts only when it is not None, and
+        # none of 0 width), not the default
+        n_shared = (0 if "n_shared_experts" in d and d["n_shared_experts"] is None
+                    else _int(d, "n_shared_experts", default=1 if mt == "deepseek_v3" else 2))
         moe_ffn = _get(d, "moe_intermediate_size", default=_HF_MOE_FFN[mt])
         # refused when absent, as for the other MoE configs: it loaded as a dense model (DeepSeek-V2-Lite 2.6e9)
         experts, topk = _hf_experts(d, mt, "n_routed_experts", "num_experts")
@@ -1331,6 +1555,12 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                                 "or describe the model with Megatron-LM keys, docs/llm_training.md)")
     kw = {k: v for k, v in kw.items() if v is not None}
     kw["dropout"] = _hf_dropout(d, mt)
+    if head and mt != "bert":  # (BERT: its MLM head and pooler, whatever the architecture)
+        arch = head.pop("arch")
+        kw.update(head)
+        kw["source"] += (f" as {arch}: a {head.get('num_labels')}-label score layer on the last token"
+                         if head["output_head"] == "classifier" else f" as {arch}: no language-model head")
+    _check_hf_ints(d, kw, mt, nested)
     needed = ["num_layers", "hidden_size", "num_attention_heads", "vocab_size"]
     if mt not in ("gpt2", "gptj", "mpt", "falcon", "refinedweb", "refinedwebmodel", "gpt_neox", "gpt_bigcode",
                   "bloom"):  # no documented FFN default
@@ -1348,12 +1578,66 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
         raise InvalidInputError(f"Hugging Face config ({mt}): a field has the wrong type ({exc})") from None
 
 
+#: the keys that mark a native ``params.json`` (Mistral's ``mistral_inference``, Meta's original Llama checkpoints)
+_NATIVE_PARAMS_KEYS = ("dim", "n_layers", "n_heads")
+
+
+def _from_native_params(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
+    """A native ``params.json`` as ``mistral_inference`` (``TransformerArgs``: ``dim``, ``n_layers``, ``head_dim``,
+    ``hidden_dim``, ``n_heads``, ``n_kv_heads``, ``norm_eps``, ``vocab_size``, ``rope_theta``, optional ``moe``
+    and ``sliding_window``) and Meta's original Llama code (``ModelArgs``: no ``hidden_dim`` but ``multiple_of`` and
+    ``ffn_dim_multiplier``) write it: a Llama-layout decoder (RMSNorm, SwiGLU, rotary, no biases, an untied output
+    layer; Mixtral's ``moe``: every layer's MLP ``num_experts`` experts of ``hidden_dim``, top
+    ``num_experts_per_tok``). A vision encoder (``vision_encoder``, Pixtral) is not costed: the language model is."""
+    if str(d.get("model_type") or "transformer") != "transformer":  # mistral_inference's MambaArgs (Codestral Mamba)
+        raise InvalidInputError(f"params.json model_type {d.get('model_type')!r} is not supported (only Mistral's "
+                                "and Llama's transformer layout)")
+    dim, heads = _int(d, "dim"), _int(d, "n_heads")
+    vocab = _int(d, "vocab_size")
+    if vocab < 1:  # Meta's params.json leaves -1 for the tokenizer to fill in
+        raise InvalidInputError(f"params.json field 'vocab_size' is {vocab}: the vocabulary is the tokenizer's "
+                                "there; give its size (e.g. 32000 for Llama 2, 128256 for Llama 3)")
+    if d.get("hidden_dim") is not None:
+        ffn = _int(d, "hidden_dim")
+    elif d.get("multiple_of") is not None:  # Meta's FeedForward: 2/3 of 4 x dim, scaled, rounded up
+        ffn = int(2 * 4 * dim / 3)
+        if d.get("ffn_dim_multiplier") is not None:
+            ffn = int(_float(d, "ffn_dim_multiplier", 1.0) * ffn)
+        mult = _int(d, "multiple_of")
+        ffn = mult * -(-ffn // mult) if mult > 0 else ffn
+    else:
+        raise InvalidInputError("params.json lacks 'hidden_dim' (Mistral) or 'multiple_of' (Llama): the MLP width")
+    window = d.get("sliding_window")
+    if isinstance(window, list | tuple):
+        raise InvalidInputError(f"params.json field 'sliding_window' as a per-layer list ({window!r:.80}) is not "
+                                "supported: describe the model with a Hugging Face config.json (layer_types)")
+    kw: dict[str, Any] = dict(
+        name=name or "params", num_layers=_int(d, "n_layers"), hidden_size=dim, num_attention_heads=heads,
+        num_query_groups=_int(d, "n_kv_heads", default=heads), kv_channels=_int(d, "head_dim", default=dim // heads),
+        ffn_hidden_size=ffn, activation="swiglu", normalization="RMSNorm", vocab_size=vocab,
+        seq_length=min(_int(d, "max_seq_len", default=8192), 8192), position_embedding_type="rope",
+        untie_embeddings_and_output_weights=not _flag(d, "tied_embeddings", False), add_bias_linear=False,
+        window_size=_int(d, "sliding_window") if window is not None else None, dropout=False,
+        source="native params.json (Mistral / Llama layout" + ("; the vision encoder is not costed)"
+                                                              if d.get("vision_encoder") else ")"))
+    moe = d.get("moe")
+    if moe is not None:
+        if not isinstance(moe, Mapping):
+            raise InvalidInputError(f"params.json field 'moe' must be a mapping, got {moe!r:.80}")
+        kw.update(num_experts=_int(moe, "num_experts"), moe_router_topk=_int(moe, "num_experts_per_tok", default=2))
+    return TransformerConfig(**kw)
+
+
 def from_dict(d: Mapping[str, Any], name: str | None = None) -> TransformerConfig:
-    """A model from a Megatron-style mapping or a Hugging Face ``config.json`` mapping (has ``model_type``)."""
+    """A model from a Megatron-style mapping, a Hugging Face ``config.json`` mapping (has ``model_type``) or a
+    native ``params.json`` (Mistral's, Meta's Llama: ``dim``, ``n_layers``, ``n_heads``)."""
     if not isinstance(d, Mapping):
         raise InvalidInputError(f"model config must be a mapping, got {type(d).__name__}")
     if "model" in d and isinstance(d["model"], Mapping) and "num_layers" not in d:
         d = d["model"]
+    if all(k in d for k in _NATIVE_PARAMS_KEYS) and str(d.get("model_type") or "transformer") in ("transformer",
+                                                                                                    "mamba"):
+        return _from_native_params(d, name)
     if "model_type" in d:
         try:
             return _from_hf(d, name)
@@ -1416,7 +1700,7 @@ def load_model(name_or_path: str | os.PathLike | Mapping[str, Any]) -> Transform
         return lib[key]
     p = Path(s)
     if p.is_dir():  # a Hugging Face checkpoint directory: its config.json
-        found = [p / n for n in ("config.json", "config.yaml", "config.yml") if (p / n).is_file()]
+        found = [p / n for n in ("config.json", "config.yaml", "config.yml", "params.json") if (p / n).is_file()]
         if not found:
             raise InvalidInputError(f"model directory {p} has no config.json (a Hugging Face checkpoint directory "
                                     "holds one; or name the YAML/JSON file itself)")
@@ -1432,7 +1716,7 @@ def load_model(name_or_path: str | os.PathLike | Mapping[str, Any]) -> Transform
             raise InvalidInputError(f"malformed model config {p}: {first}") from None
         if data is None:
             raise InvalidInputError(f"model config {p} is empty")
-        stem = p.stem if p.stem.lower() != "config" else p.parent.name or p.stem
+        stem = p.stem if p.stem.lower() not in ("config", "params") else p.parent.name or p.stem
         return from_dict(data, name=None if isinstance(data, Mapping) and "model_type" in data
                          and data.get("_name_or_path") else stem)
     import difflib

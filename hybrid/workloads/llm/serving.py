@@ -287,7 +287,7 @@ class StepCosts:
         tok = _log_grid(max_tokens + max_seqs, points)
         seq = _log_grid(max_seqs, points // 2)
         db, dc = _log_grid(max_seqs, points // 2), _log_grid(max_ctx, points // 2)
-        w = s.model.window_size
+        w = s.model.kv_cap  # a sliding window, or an attention chunk (the same bound on what decode reads)
         if w and 1 < w < dc[-1]:
             # a sliding window caps the cache at w tokens: decode attention grows linearly up to the window and
             # flat (or, with some global layers, slower) beyond it; a kink that linear interpolation between grid
@@ -482,7 +482,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     sched = sched or SchedulerConfig()
     cap = kv_capacity_tokens(s, sched)
     need = (trace.input_len + trace.output_len).astype(np.int64)
-    if s.model.window_size:
+    if s.model.kv_cap:
         need = np.ceil(cached_tokens(s.model, need)).astype(np.int64)
     if cap <= 0:  # say what takes the memory, as the static batch's plan does
         ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)
