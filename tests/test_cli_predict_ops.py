@@ -164,6 +164,23 @@ def test_predict_table_with_a_model_is_the_predictor_on_the_same_rows(small_mode
     assert (got["time_us"] == -1.0).all() and got["source"].tolist() == measured["source"].tolist()
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_predict_table_keeps_the_users_column_order(tmp_path, suffix):
+    """The written table came out in the schema's column order (``m,n,k,op,dtype,device,note`` written as
+    ``device,op,dtype,m,n,k,note``): the user's columns now keep their order, and what the tool adds (the schema's
+    default dtype of a table without one, then the predictions) comes after them."""
+    table = pd.DataFrame({"m": [1024, 2048], "n": [1024, 512], "k": [4096, 64], "op": ["gemm", "gemm"],
+                          "dtype": ["fp16", "bf16"], "device": ["H100", "A100-SXM4-40GB"], "note": ["a", "b"]})
+    for given, added in ((table, []), (table.drop(columns="dtype"), ["dtype"])):
+        src, dst = tmp_path / f"ops{suffix}", tmp_path / f"pred{suffix}"
+        given.to_parquet(src) if suffix == ".parquet" else given.to_csv(src, index=False)
+        rc, _, err = cli(["predict", "table", str(src), "-o", str(dst)])
+        assert rc == 0, err
+        got = pd.read_parquet(dst) if suffix == ".parquet" else pd.read_csv(dst)
+        assert list(got.columns) == [*given.columns, *added, "predicted_us", "roofline_us", "bound", "method"]
+        assert got["note"].tolist() == ["a", "b"] and got["m"].tolist() == [1024, 2048]
+
+
 @pytest.mark.parametrize("change, needles", [
     ({"m": [0, None, None, None]}, ["row 1 (CSV line 2)", "'m'", "must be positive"]),
     ({"device": ["H100", "A100-SXM4-80GB", "H100", "NoSuchGPU"]}, ["row 4 (CSV line 5)", "'device'"]),

@@ -500,8 +500,11 @@ def read_table(
     catalog: Catalog | None = None,
     *,
     validate_rows: bool = True,
+    file_order: bool = False,
 ) -> pd.DataFrame:
-    """Read one or more canonical tables (``.csv`` or ``.parquet``), validate and concatenate them."""
+    """Read one or more canonical tables (``.csv`` or ``.parquet``), validate and concatenate them. The columns
+    come in the schema's order, unknown ones after them; ``file_order`` keeps them as the (first) file has them
+    instead, for output a user compares with their own table (``hybrid predict table``)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     frames = []
@@ -530,6 +533,8 @@ def read_table(
     if not frames:
         raise SchemaError("no measurement tables given")
     out = pd.concat(frames, ignore_index=True, sort=False)
+    if file_order:
+        return out
     ordered = [c.name for c in COLUMNS if c.name in out.columns]
     return out[ordered + [c for c in out.columns if c not in COLUMN_BY_NAME]]
 
