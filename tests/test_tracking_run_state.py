@@ -182,3 +182,36 @@ def test_a_server_gone_after_registration_names_the_version_left(tmp_path, share
     with sqlite3.connect(tmp_path / "server.db") as db:
         assert [r[0] for r in db.execute("select status from runs")] == ["RUNNING"]
         assert db.execute("select name, version from model_versions").fetchall() == [("lost", 1)]
+
+
+def test_a_version_whose_run_did_not_finish_is_not_listed_as_usable(tmp_path, shared_datasets, monkeypatch):
+    """A version a failed calibration could not take back (its server was gone: the case above) was listed by
+    `hybrid models` and loaded by `--model NAME` like any other once the store was back. `hybrid models` now shows
+    each latest version's run status and a `warning:` line per version whose run did not finish, and loading such
+    a version says so; a finished run's version says nothing."""
+    import json
+
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
+    rc, out, err = cli(["calibrate", str(csv), "--name", "done", "--no-lodo", "-q", "--json"])
+    assert rc == 0, err
+    run_id = json.loads(out)["run_id"]
+    predict = ["predict", "gemm", "-d", "V100", "-m", "256", "-n", "256", "-k", "4096", "--dtype", "fp32", "--model",
+               "done"]
+    rc, out, err = cli(["models"])
+    assert rc == 0 and not err and "FINISHED" in next(r for r in out.splitlines() if r.startswith("done ")), out
+    rc, _, err = cli(predict)
+    assert rc == 0 and "not FINISHED" not in err, err
+
+    MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}").update_run(run_id, "RUNNING")  # as the lost server left it
+    note = f"warning: models:/done/1 comes from run {run_id}, which is RUNNING, not FINISHED: its calibration did not"
+    rc, out, err = cli(["models"])
+    assert rc == 0 and "RUNNING" in next(r for r in out.splitlines() if r.startswith("done ")), out
+    assert err.startswith(note), err
+    rc, out, err = cli(["models", "--json"])
+    assert rc == 0 and json.loads(out)["models"][0]["versions"][0]["run_status"] == "RUNNING"
+    rc, _, err = cli(predict)
+    assert rc == 0 and note in err, err
