@@ -521,6 +521,8 @@ def read_table(
                     raise SchemaError(f"{p}: the last line has no final newline (truncated file?); its last "
                                       "value may be cut short. Add the newline if the file is complete")
                 df = pd.read_csv(p, comment=None, skipinitialspace=True)
+        except SchemaError:  # our own finding (a truncated table): already says what is wrong, and it is no format
+            raise
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as exc:
             raise SchemaError(f"{p}: cannot parse as a table ({type(exc).__name__}: {str(exc).splitlines()[0]})"
                               + (import_hint(p) if p.suffix.lower() not in (".parquet", ".pq") else "")) from None
