@@ -181,6 +181,32 @@ def test_predict_table_keeps_the_users_column_order(tmp_path, suffix):
         assert got["note"].tolist() == ["a", "b"] and got["m"].tolist() == [1024, 2048]
 
 
+def test_predict_table_says_what_predict_gemm_says_of_its_rows(small_model, tmp_path):
+    """`predict gemm --model` warns of an fp16 GEMM the model never fitted (fp32 NeuSight rows: the trees extrapolate)
+    and of an 80% interval borrowed for a device the model never measured (no held-out device: --no-lodo); the
+    same rows through `predict table` got the same numbers without a word. The table now says both, on stderr and
+    in --json (rows_interval_borrowed, as evaluate's; dtype_notes, predict gemm's dtype_note per dtype)."""
+    src = tmp_path / "ops.csv"
+    pd.DataFrame({"device": ["H100", "H100"], "op": ["gemm", "gemm"], "dtype": ["fp16", "fp32"], "m": [1024, 512],
+                  "n": [1024, 512], "k": [1024, 512]}).to_csv(src, index=False)
+    one = ["predict", "gemm", "-d", "H100", "--dtype", "fp16", "-m", "1024", "-n", "1024", "-k", "1024", "--model",
+           "small", "--tracking-uri", small_model["uri"], "--json"]
+    rc, out, err = cli(one)
+    assert rc == 0, err
+    single = json.loads(out)
+    assert not single["interval_calibrated"] and single["dtype_note"].startswith("no fp16 GEMM in the calibration")
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(tmp_path / "p.csv"), "--model", "small",
+                        "--tracking-uri", small_model["uri"], "--json"])
+    assert rc == 0, err
+    summary = json.loads(out)
+    assert summary["rows_interval_borrowed"] == 2 and summary["rows_without_interval"] == 0
+    assert summary["dtype_notes"] == [single["dtype_note"]]  # fp32 was fitted: nothing to say of it
+    assert f"warning: {single['dtype_note']}" in err.splitlines()
+    assert "warning: 2 of 2 rows have an 80% interval not calibrated for their case" in err
+    got = pd.read_csv(tmp_path / "p.csv")
+    assert got["predicted_us"].iloc[0] == pytest.approx(single["time_us"], rel=1e-12)
+
+
 @pytest.mark.parametrize("change, needles", [
     ({"m": [0, None, None, None]}, ["row 1 (CSV line 2)", "'m'", "must be positive"]),
     ({"device": ["H100", "A100-SXM4-80GB", "H100", "NoSuchGPU"]}, ["row 4 (CSV line 5)", "'device'"]),
