@@ -243,3 +243,18 @@ def test_every_seed_option_refuses_a_negative_seed_before_it_starts(argv, tmp_pa
     err = capsys.readouterr().err
     assert "--seed" in err and "-1" in err
     assert not any(tmp_path.iterdir())  # nothing written: no store, no bundle, no output
+
+
+def test_excluding_a_device_the_data_does_not_have_is_an_error(tmp_path, shared_datasets):
+    """`--exclude-device V100` resolves to the catalog's V100-SXM2-16GB; NeuSight's V100 is V100-PCIE-32GB, so nothing
+    was excluded and the "never seen" GPU stayed in the fit without a word (`--holdout-device` names such a device
+    as having no rows). Now the same error, naming what the name resolved to and the data's devices, and no run."""
+    from hybrid.errors import InvalidInputError
+
+    table = neusight_table(shared_datasets, max_rows=200, files=("bmm.csv",))
+    assert "V100-PCIE-32GB" in set(table["device"])
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(InvalidInputError, match=r"exclude device\(s\) V100 \(V100-SXM2-16GB\) have no rows, so "
+                                                r"nothing would be excluded; devices in the data: .*V100-PCIE-32GB"):
+        calibrate(table, CalibrationConfig(name="x", exclude_devices=("V100", "T4"), lodo=False), tracking_uri=uri)
+    assert not (tmp_path / "mlflow.db").exists()  # refused before any run

@@ -230,6 +230,14 @@ def calibrate(
         raise InvalidInputError("every row needs a measured time_us to calibrate on")
     if config.exclude_devices:
         drop = {cat.resolve_device(d) for d in config.exclude_devices}
+        present = set(table["device"].astype(str))
+        # a name that resolves to another variant than the data's (V100 is the catalog's V100-SXM2-16GB, NeuSight's
+        # is V100-PCIE-32GB) excluded nothing, and the "unseen" device stayed in the fit without a word
+        missing = [f"{d} ({key})" if str(key) != d else d for d in config.exclude_devices
+                   if str(key := cat.resolve_device(d)) not in present]
+        if missing:
+            raise InvalidInputError(f"exclude device(s) {', '.join(missing)} have no rows, so nothing would be "
+                                    f"excluded; devices in the data: {', '.join(sorted(present))}")
         table = table[~table["device"].isin(drop)].reset_index(drop=True)
         if len(table) == 0:
             raise InvalidInputError(f"excluding {', '.join(sorted(map(str, drop)))} leaves no rows")
