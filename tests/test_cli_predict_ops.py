@@ -279,3 +279,26 @@ def test_evaluate_output_name_checked_before_any_work(tmp_path):
         assert err.strip() == f"error: cannot write output {folder}: it is a directory", cmd
     rc, _, err = cli(["evaluate", str(src), "--model", "roofline", "-o", str(tmp_path / "ok.csv")])
     assert rc == 0 and (tmp_path / "ok.csv").is_file()
+
+
+def test_an_output_that_is_the_input_table_is_refused(tmp_path):
+    """`evaluate my.csv -o my.csv` replaced the user's measurements with the predictions frame (split, measured_us,
+    ...: no longer a table any command reads) and said "predictions written"; `predict table T -o T` rewrote the
+    input too. Both now refuse before any work (a bundle's measurements.csv as well) and leave the file as it was,
+    as `data import` does for its inputs."""
+    src = tmp_path / "mine.csv"
+    src.write_text("op,device,dtype,m,n,k,time_us\ngemm,H100-SXM,fp16,1024,1024,1024,20\n")
+    before = src.read_bytes()
+    for cmd in (["evaluate", str(src), "--model", "roofline", "-o", str(tmp_path / "." / "mine.csv")],
+                ["predict", "table", str(src), "-o", str(src)]):
+        rc, out, err = cli(cmd)
+        assert rc == 2 and not out, (cmd, err)
+        assert "is the measurement table" in err and "would replace those measurements" in err, err
+        assert src.read_bytes() == before
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "measurements.csv").write_bytes(before)
+    rc, _, err = cli(["evaluate", str(bundle), "--model", "roofline", "-o", str(bundle / "measurements.csv")])
+    assert rc == 2 and "would replace those measurements" in err and (bundle / "measurements.csv").read_bytes() == before
+    rc, _, err = cli(["evaluate", str(src), "--model", "roofline", "-o", str(tmp_path / "pred.csv")])
+    assert rc == 0, err  # another name is fine

@@ -8,7 +8,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from hybrid.cli.output import echo_json, named, said_warnings, warn_arch_device
+from hybrid.cli.output import echo_json, named, refuse_output_among_tables, said_warnings, warn_arch_device
 from hybrid.data.schema import MAX_INT
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
@@ -440,6 +440,7 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     from hybrid.tracking.inputs import merge_catalog
 
     check_table_path(output)  # before any work: a bad name fails fast
+    refuse_output_among_tables(output, [table])
     path = Path(table)
     registered = load_registered(model_ref, tracking_uri) if model_ref else None
     cat = catalog_for_tables(registered)  # with the devices only the model knows (a profiled machine's)
