@@ -439,6 +439,21 @@ def _to_bool(value: object) -> object:
 _TAIL_CHUNK = 4096
 
 
+def _refuse_repeated_columns(path: Path) -> None:
+    """A CSV header naming a column twice (``...,m,n,k,m``) is an error: pandas reads the second as ``m.1``, an
+    unknown column kept beside the data, so one of the two values was dropped from the fit without a word."""
+    import csv
+
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        header = [c.strip() for c in next(csv.reader(fh), [])]
+    seen: set[str] = set()
+    # empty names (trailing commas, a saved index) are pandas' "Unnamed: i" columns, each its own
+    repeated = list(dict.fromkeys(c for c in header if c and (c in seen or seen.add(c))))  # type: ignore[func-returns-value]
+    if repeated:
+        raise SchemaError(f"{path}: the header names column(s) {', '.join(map(repr, repeated))} more than once; "
+                          "keep one of each")
+
+
 def lacks_final_newline(path: str | os.PathLike) -> bool:
     """True when a file with some non-whitespace content does not end with a newline (a truncated table).
 
@@ -521,6 +536,7 @@ def read_table(
                     raise SchemaError(f"{p}: the last line has no final newline (truncated file?); its last "
                                       "value may be cut short. Add the newline if the file is complete")
                 df = pd.read_csv(p, comment=None, skipinitialspace=True)
+                _refuse_repeated_columns(p)
         except SchemaError:  # our own finding (a truncated table): already says what is wrong, and it is no format
             raise
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as exc:
