@@ -258,3 +258,15 @@ def test_excluding_a_device_the_data_does_not_have_is_an_error(tmp_path, shared_
                                                 r"nothing would be excluded; devices in the data: .*V100-PCIE-32GB"):
         calibrate(table, CalibrationConfig(name="x", exclude_devices=("V100", "T4"), lodo=False), tracking_uri=uri)
     assert not (tmp_path / "mlflow.db").exists()  # refused before any run
+
+
+def test_no_lodo_with_holdout_devices_is_refused(tmp_path):
+    """`--no-lodo --holdout-device P4` ran the leave-one-device-out split on the P4 anyway (its `lodo` and `adapted`
+    splits in the run), although --no-lodo says it skips that split; the contradiction is now refused up front."""
+    from hybrid.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=r"holdout devices choose the leave-one-device-out folds, which "
+                                                r"lodo=False \(--no-lodo\) skips"):
+        CalibrationConfig(name="x", holdout_devices=("P4",), lodo=False)
+    assert CalibrationConfig(name="x", holdout_devices=("P4",)).lodo  # either alone is fine
+    assert not CalibrationConfig(name="x", lodo=False).holdout_devices

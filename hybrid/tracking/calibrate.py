@@ -137,6 +137,11 @@ class CalibrationConfig:
             raise InvalidInputError(f"experiment name must not be empty, got {self.experiment!r}")
         if not 0 < self.test_fraction < 1:
             raise InvalidInputError(f"test fraction must be in (0, 1), got {self.test_fraction}")
+        if self.holdout_devices and not self.lodo:
+            # the holdout list won: the leave-one-device-out split (and its adapted band) ran anyway, minutes on a
+            # large table, for a user who asked to skip it
+            raise InvalidInputError("holdout devices choose the leave-one-device-out folds, which lodo=False "
+                                    "(--no-lodo) skips: give one or the other")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             # numpy's generators take only non-negative seeds: refused here, before a run is created
             raise InvalidInputError(f"seed must be a non-negative integer, got {self.seed!r}")
