@@ -164,6 +164,49 @@ def test_predict_table_with_a_model_is_the_predictor_on_the_same_rows(small_mode
     assert (got["time_us"] == -1.0).all() and got["source"].tolist() == measured["source"].tolist()
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_predict_table_keeps_the_users_column_order(tmp_path, suffix):
+    """The written table came out in the schema's column order (``m,n,k,op,dtype,device,note`` written as
+    ``device,op,dtype,m,n,k,note``): the user's columns now keep their order, and what the tool adds (the schema's
+    default dtype of a table without one, then the predictions) comes after them."""
+    table = pd.DataFrame({"m": [1024, 2048], "n": [1024, 512], "k": [4096, 64], "op": ["gemm", "gemm"],
+                          "dtype": ["fp16", "bf16"], "device": ["H100", "A100-SXM4-40GB"], "note": ["a", "b"]})
+    for given, added in ((table, []), (table.drop(columns="dtype"), ["dtype"])):
+        src, dst = tmp_path / f"ops{suffix}", tmp_path / f"pred{suffix}"
+        given.to_parquet(src) if suffix == ".parquet" else given.to_csv(src, index=False)
+        rc, _, err = cli(["predict", "table", str(src), "-o", str(dst)])
+        assert rc == 0, err
+        got = pd.read_parquet(dst) if suffix == ".parquet" else pd.read_csv(dst)
+        assert list(got.columns) == [*given.columns, *added, "predicted_us", "roofline_us", "bound", "method"]
+        assert got["note"].tolist() == ["a", "b"] and got["m"].tolist() == [1024, 2048]
+
+
+def test_predict_table_says_what_predict_gemm_says_of_its_rows(small_model, tmp_path):
+    """`predict gemm --model` warns of an fp16 GEMM the model never fitted (fp32 NeuSight rows: the trees extrapolate)
+    and of an 80% interval borrowed for a device the model never measured (no held-out device: --no-lodo); the
+    same rows through `predict table` got the same numbers without a word. The table now says both, on stderr and
+    in --json (rows_interval_borrowed, as evaluate's; dtype_notes, predict gemm's dtype_note per dtype)."""
+    src = tmp_path / "ops.csv"
+    pd.DataFrame({"device": ["H100", "H100"], "op": ["gemm", "gemm"], "dtype": ["fp16", "fp32"], "m": [1024, 512],
+                  "n": [1024, 512], "k": [1024, 512]}).to_csv(src, index=False)
+    one = ["predict", "gemm", "-d", "H100", "--dtype", "fp16", "-m", "1024", "-n", "1024", "-k", "1024", "--model",
+           "small", "--tracking-uri", small_model["uri"], "--json"]
+    rc, out, err = cli(one)
+    assert rc == 0, err
+    single = json.loads(out)
+    assert not single["interval_calibrated"] and single["dtype_note"].startswith("no fp16 GEMM in the calibration")
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(tmp_path / "p.csv"), "--model", "small",
+                        "--tracking-uri", small_model["uri"], "--json"])
+    assert rc == 0, err
+    summary = json.loads(out)
+    assert summary["rows_interval_borrowed"] == 2 and summary["rows_without_interval"] == 0
+    assert summary["dtype_notes"] == [single["dtype_note"]]  # fp32 was fitted: nothing to say of it
+    assert f"warning: {single['dtype_note']}" in err.splitlines()
+    assert "warning: 2 of 2 rows have an 80% interval not calibrated for their case" in err
+    got = pd.read_csv(tmp_path / "p.csv")
+    assert got["predicted_us"].iloc[0] == pytest.approx(single["time_us"], rel=1e-12)
+
+
 @pytest.mark.parametrize("change, needles", [
     ({"m": [0, None, None, None]}, ["row 1 (CSV line 2)", "'m'", "must be positive"]),
     ({"device": ["H100", "A100-SXM4-80GB", "H100", "NoSuchGPU"]}, ["row 4 (CSV line 5)", "'device'"]),
@@ -236,3 +279,26 @@ def test_evaluate_output_name_checked_before_any_work(tmp_path):
         assert err.strip() == f"error: cannot write output {folder}: it is a directory", cmd
     rc, _, err = cli(["evaluate", str(src), "--model", "roofline", "-o", str(tmp_path / "ok.csv")])
     assert rc == 0 and (tmp_path / "ok.csv").is_file()
+
+
+def test_an_output_that_is_the_input_table_is_refused(tmp_path):
+    """`evaluate my.csv -o my.csv` replaced the user's measurements with the predictions frame (split, measured_us,
+    ...: no longer a table any command reads) and said "predictions written"; `predict table T -o T` rewrote the
+    input too. Both now refuse before any work (a bundle's measurements.csv as well) and leave the file as it was,
+    as `data import` does for its inputs."""
+    src = tmp_path / "mine.csv"
+    src.write_text("op,device,dtype,m,n,k,time_us\ngemm,H100-SXM,fp16,1024,1024,1024,20\n")
+    before = src.read_bytes()
+    for cmd in (["evaluate", str(src), "--model", "roofline", "-o", str(tmp_path / "." / "mine.csv")],
+                ["predict", "table", str(src), "-o", str(src)]):
+        rc, out, err = cli(cmd)
+        assert rc == 2 and not out, (cmd, err)
+        assert "is the measurement table" in err and "would replace those measurements" in err, err
+        assert src.read_bytes() == before
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "measurements.csv").write_bytes(before)
+    rc, _, err = cli(["evaluate", str(bundle), "--model", "roofline", "-o", str(bundle / "measurements.csv")])
+    assert rc == 2 and "would replace those measurements" in err and (bundle / "measurements.csv").read_bytes() == before
+    rc, _, err = cli(["evaluate", str(src), "--model", "roofline", "-o", str(tmp_path / "pred.csv")])
+    assert rc == 0, err  # another name is fine

@@ -88,11 +88,22 @@ def test_read_table_errors(tmp_path, catalog):
     p = tmp_path / "t.csv"
     write_table(_table(), p, catalog)
     p.write_text(p.read_text()[:-25])  # truncated last row: a required value goes missing
-    with pytest.raises(SchemaError, match=r"t\.csv: the last line has no final newline"):
+    with pytest.raises(SchemaError, match=r"t\.csv: the last line has no final newline") as info:
         read_table(p, catalog)
+    # said once and as itself: it was wrapped as "t.csv: cannot parse as a table (SchemaError: t.csv: the last line
+    # ...)" with the hint for raw public formats ("import other formats first"), which a cut canonical table is not
+    assert str(info.value) == (f"{p}: the last line has no final newline (truncated file?); its last value may be cut "
+                               "short. Add the newline if the file is complete")
     p.write_text(p.read_text() + "\n")  # the same cut with a newline: the missing value is named
     with pytest.raises(SchemaError, match=r"t\.csv: row 3"):
         read_table(p, catalog)
+    # a column named twice: pandas read the second as 'm.1', kept as an unknown column, its values ignored
+    d = tmp_path / "d.csv"
+    d.write_text("\ufeffdevice,op,dtype,time_us,m,n,k, m,,\nH100,gemm,fp16,20,1024,1024,1024,5,,\n", encoding="utf-8")
+    with pytest.raises(SchemaError, match=r"d\.csv: the header names column\(s\) 'm' more than once"):
+        read_table(d, catalog)
+    d.write_text("device,op,dtype,time_us,m,n,k,,\nH100,gemm,fp16,20,1024,1024,1024,,\n")  # empty names: no error
+    assert len(read_table(d, catalog)) == 1
     g = tmp_path / "g.parquet"
     g.write_bytes(b"not parquet at all")
     with pytest.raises(SchemaError, match=r"g\.parquet: cannot parse"):

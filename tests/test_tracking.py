@@ -243,3 +243,30 @@ def test_every_seed_option_refuses_a_negative_seed_before_it_starts(argv, tmp_pa
     err = capsys.readouterr().err
     assert "--seed" in err and "-1" in err
     assert not any(tmp_path.iterdir())  # nothing written: no store, no bundle, no output
+
+
+def test_excluding_a_device_the_data_does_not_have_is_an_error(tmp_path, shared_datasets):
+    """`--exclude-device V100` resolves to the catalog's V100-SXM2-16GB; NeuSight's V100 is V100-PCIE-32GB, so nothing
+    was excluded and the "never seen" GPU stayed in the fit without a word (`--holdout-device` names such a device
+    as having no rows). Now the same error, naming what the name resolved to and the data's devices, and no run."""
+    from hybrid.errors import InvalidInputError
+
+    table = neusight_table(shared_datasets, max_rows=200, files=("bmm.csv",))
+    assert "V100-PCIE-32GB" in set(table["device"])
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with pytest.raises(InvalidInputError, match=r"exclude device\(s\) V100 \(V100-SXM2-16GB\) have no rows, so "
+                                                r"nothing would be excluded; devices in the data: .*V100-PCIE-32GB"):
+        calibrate(table, CalibrationConfig(name="x", exclude_devices=("V100", "T4"), lodo=False), tracking_uri=uri)
+    assert not (tmp_path / "mlflow.db").exists()  # refused before any run
+
+
+def test_no_lodo_with_holdout_devices_is_refused(tmp_path):
+    """`--no-lodo --holdout-device P4` ran the leave-one-device-out split on the P4 anyway (its `lodo` and `adapted`
+    splits in the run), although --no-lodo says it skips that split; the contradiction is now refused up front."""
+    from hybrid.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match=r"holdout devices choose the leave-one-device-out folds, which "
+                                                r"lodo=False \(--no-lodo\) skips"):
+        CalibrationConfig(name="x", holdout_devices=("P4",), lodo=False)
+    assert CalibrationConfig(name="x", holdout_devices=("P4",)).lodo  # either alone is fine
+    assert not CalibrationConfig(name="x", lodo=False).holdout_devices

@@ -119,3 +119,99 @@ def test_sigterm_mid_calibration_ends_the_run_killed(entry, tmp_path, shared_dat
     else:
         assert proc.returncode != 0 and "KeyboardInterrupt" in err, err
     assert _statuses(MlflowClient(f"sqlite:///{Path(db)}")) == {"calibrate-term": "KILLED"}
+
+
+def test_a_failure_after_registration_takes_the_version_back(tmp_path, shared_datasets, monkeypatch):
+    """The report fails to render after the model was registered: the run ended FAILED but its version stayed in the
+    registry, listed by `hybrid models` and loaded by `--model NAME` as if the calibration had succeeded (its run
+    without the training rows evaluate checks against, nor the report). The version is now deleted with the run
+    marked FAILED; nothing says a run stayed RUNNING."""
+    import hybrid.reports.html as html
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
+
+    def broken_report(*args, **kwargs):
+        raise RuntimeError("no room for the report")
+
+    with monkeypatch.context() as m:
+        m.setattr(html, "render_report", broken_report)
+        rc, _, err = cli(["calibrate", str(csv), "--name", "half", "--no-lodo", "-q"])
+    assert rc == 1 and "no room for the report" in err, err
+    assert "stays RUNNING" not in err and "stays in the registry" not in err, err
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+    assert _statuses(client) == {"calibrate-half": "FAILED"}
+    rc, out, err = cli(["models", "--json"])
+    assert rc == 0, err
+    import json
+
+    assert [m["versions"] for m in json.loads(out)["models"] if m["name"] == "half"] in ([], [[]])
+    rc, _, err = cli(["evaluate", str(csv), "--model", "half"])
+    assert rc != 0 and "no versions" in err, err
+
+
+def test_a_server_gone_after_registration_names_the_version_left(tmp_path, shared_datasets, monkeypatch):
+    """The server dies right after the model version was registered: the run stays RUNNING and the version stays
+    in the registry, neither of which can be helped; the warning used to name the run only, so the version (which
+    `--model NAME` then loads once the server is back) looked usable. It now names the version and how to delete it,
+    and does not wait for the dead server a second time to say so."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setattr("hybrid.tracking.store.RETRY_MAX_DELAY_S", 0.01)
+    csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
+    register = calibrate_module.register_version
+    with running_mlflow_server(tmp_path) as (url, proc):
+        def register_then_lose_server(*args, **kwargs):
+            version = register(*args, **kwargs)
+            stop_server(proc)
+            return version
+
+        monkeypatch.setattr(calibrate_module, "register_version", register_then_lose_server)
+        rc, _, err = cli(["calibrate", str(csv), "--name", "lost", "--no-lodo", "-q", "--tracking-uri", url])
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert re.match(rf"^warning: run \w+ stays RUNNING in {re.escape(url)}: it could not be marked FAILED there; "
+                    rf"models:/lost/1, registered from it before the failure, stays in the registry and is "
+                    rf"incomplete: delete it with `MlflowClient\('{re.escape(url)}'\)\.delete_model_version\('lost', "
+                    r"'1'\)`", lines[0]), err
+    assert lines[-1].startswith("error: tracking store:"), err
+    with sqlite3.connect(tmp_path / "server.db") as db:
+        assert [r[0] for r in db.execute("select status from runs")] == ["RUNNING"]
+        assert db.execute("select name, version from model_versions").fetchall() == [("lost", 1)]
+
+
+def test_a_version_whose_run_did_not_finish_is_not_listed_as_usable(tmp_path, shared_datasets, monkeypatch):
+    """A version a failed calibration could not take back (its server was gone: the case above) was listed by
+    `hybrid models` and loaded by `--model NAME` like any other once the store was back. `hybrid models` now shows
+    each latest version's run status and a `warning:` line per version whose run did not finish, and loading such
+    a version says so; a finished run's version says nothing."""
+    import json
+
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
+    rc, out, err = cli(["calibrate", str(csv), "--name", "done", "--no-lodo", "-q", "--json"])
+    assert rc == 0, err
+    run_id = json.loads(out)["run_id"]
+    predict = ["predict", "gemm", "-d", "V100", "-m", "256", "-n", "256", "-k", "4096", "--dtype", "fp32", "--model",
+               "done"]
+    rc, out, err = cli(["models"])
+    assert rc == 0 and not err and "FINISHED" in next(r for r in out.splitlines() if r.startswith("done ")), out
+    rc, _, err = cli(predict)
+    assert rc == 0 and "not FINISHED" not in err, err
+
+    MlflowClient(f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}").update_run(run_id, "RUNNING")  # as the lost server left it
+    note = f"warning: models:/done/1 comes from run {run_id}, which is RUNNING, not FINISHED: its calibration did not"
+    rc, out, err = cli(["models"])
+    assert rc == 0 and "RUNNING" in next(r for r in out.splitlines() if r.startswith("done ")), out
+    assert err.startswith(note), err
+    rc, out, err = cli(["models", "--json"])
+    assert rc == 0 and json.loads(out)["models"][0]["versions"][0]["run_status"] == "RUNNING"
+    rc, _, err = cli(predict)
+    assert rc == 0 and note in err, err

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_file
-from hybrid.cli.output import echo_json, echo_table, named, quality_warnings
+from hybrid.cli.output import echo_json, echo_table, named, quality_warnings, refuse_output_among_tables
 from hybrid.errors import InvalidInputError
 
 _STATS = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
@@ -269,6 +269,7 @@ def evaluate(tables: tuple[str, ...], model_ref: str, as_json: bool, output: str
 
     if output:  # before any work, as `predict table`: CSV text was written under any other name (out.txt)
         check_table_path(output)
+        refuse_output_among_tables(output, tables)
     with quality_warnings():  # data-quality notes (a table named twice, ...) as `warning:` lines, as calibrate's
         registered = load_registered(model_ref, tracking_uri)
         data = load_measurements(tables, catalog_for_tables(registered))

@@ -22,8 +22,9 @@ def _when(ms: object) -> str:
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
 def models(as_json: bool, tracking_uri: str | None) -> None:
     """List the registered models (what --model NAME, NAME/V accepts): latest version, its run, when it was
-    registered and from what data (sha256 prefix), and its base model where it was adapted (--base)."""
-    from hybrid.tracking.registry import list_models
+    registered, its run's status (FINISHED for a calibration that completed; a version whose run did not finish
+    is also a warning line), from what data (sha256 prefix), and its base model where it was adapted (--base)."""
+    from hybrid.tracking.registry import incomplete_note, list_models
     from hybrid.tracking.store import open_store, redact_uri
 
     uri = redact_uri(open_store(tracking_uri).uri)  # shown, not opened: a password in it stays out of sight
@@ -34,11 +35,16 @@ def models(as_json: bool, tracking_uri: str | None) -> None:
     if not found:
         click.echo(f"no models are registered in {uri} (run `hybrid calibrate` or `hybrid quickstart`)")
         return
-    rows = []
+    rows, notes = [], []
     for m in sorted(found, key=lambda m: m["name"]):
         last = m["versions"][-1] if m["versions"] else {}
         tags = last.get("tags", {})
         rows.append([m["name"], last.get("version", ""), len(m["versions"]), _when(last.get("created")),
-                     last.get("run_id", ""), str(tags.get("data_sha256", ""))[:12], tags.get("base", "") or "-"])
-    echo_table(rows, ["name", "latest", "versions", "registered (UTC)", "run id", "data sha256", "base"])
+                     last.get("run_id", ""), last.get("run_status") or "-", str(tags.get("data_sha256", ""))[:12],
+                     tags.get("base", "") or "-"])
+        notes += [n for v in m["versions"] if (n := incomplete_note(f"models:/{m['name']}/{v['version']}",
+                                                                     v.get("run_id"), v.get("run_status")))]
+    echo_table(rows, ["name", "latest", "versions", "registered (UTC)", "run id", "run", "data sha256", "base"])
     click.echo(f"tracking store: {uri}")
+    for note in notes:  # a version a failed calibration left registered is not listed as if it were usable
+        click.echo(f"warning: {note}", err=True)

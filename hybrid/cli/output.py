@@ -7,6 +7,7 @@ import json
 import math
 import warnings
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -221,3 +222,20 @@ def named(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
 def named_device(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """:func:`named`, then :func:`warn_arch_device`: the callback of optional ``--device`` options."""
     return warn_arch_device(ctx, param, named(ctx, param, value))
+
+
+def refuse_output_among_tables(output: str | Path, tables: Sequence[str | Path]) -> None:
+    """Refuse an ``-o`` that is one of the measurement tables read (a table named, or a bundle directory's
+    ``measurements.csv``): `evaluate -o my.csv` on `my.csv` replaced the user's measurements with the predictions
+    frame (another layout, which no command reads back as a table) and said only "predictions written"."""
+    from hybrid.data.bundle import TABLE_FILE
+    from hybrid.errors import InvalidInputError
+
+    out = Path(output)
+    if not out.exists():
+        return
+    for t in map(Path, tables):
+        src = t / TABLE_FILE if t.is_dir() else t
+        if src.exists() and src.resolve() == out.resolve():
+            raise InvalidInputError(f"output {output} is the measurement table {t} read: writing it would replace "
+                                    "those measurements; choose another output path")

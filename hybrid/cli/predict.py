@@ -8,11 +8,11 @@ import click
 import numpy as np
 import pandas as pd
 
-from hybrid.cli.output import echo_json, named, said_warnings, warn_arch_device
+from hybrid.cli.output import echo_json, named, refuse_output_among_tables, said_warnings, warn_arch_device
 from hybrid.data.schema import MAX_INT
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
-from hybrid.ops.families import COLLECTIVE_OPS, family_of
+from hybrid.ops.families import COLLECTIVE_OPS, family_array, family_of
 from hybrid.ops.roofline import cpu_collective_system, memory_fit, resolve_system, roofline
 from hybrid.ops.spec import Collective, Gemm
 from hybrid.units import dtype_bytes, format_bytes, normalize_dtype, parse_size
@@ -440,12 +440,14 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     from hybrid.tracking.inputs import merge_catalog
 
     check_table_path(output)  # before any work: a bad name fails fast
+    refuse_output_among_tables(output, [table])
     path = Path(table)
     registered = load_registered(model_ref, tracking_uri) if model_ref else None
     cat = catalog_for_tables(registered)  # with the devices only the model knows (a profiled machine's)
     if (path.parent / CATALOG_FILE).is_file():  # a table inside a bundle: its devices, as `hybrid evaluate` reads it
         cat, _ = merge_catalog(cat, bundle_catalog([path]))
-    raw = read_table([path], cat, validate_rows=False)
+    # in the file's column order: the written table is the user's, their columns as they laid them out
+    raw = read_table([path], cat, validate_rows=False, file_order=True)
     # the measured columns are not inputs: a table of ops to time need not have them, and their values are ignored
     inputs = raw.drop(columns=[c for c in MEASURED_COLUMNS if c in raw.columns]).assign(time_us=1.0)
     norm = validate(inputs, cat, source=str(path))
@@ -469,12 +471,29 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     result = {"output": str(output), "n_rows": len(frame), "model": ref,
               "total_predicted_us": float(frame["predicted_us"].sum()),
               "by_method": {str(k): int(v) for k, v in frame["method"].value_counts().items()}}
+    notes = []
     if "predicted_us_low" in frame.columns:
-        result["rows_without_interval"] = int(frame["predicted_us_low"].isna().sum())
+        no_band = int(frame["predicted_us_low"].isna().sum())
+        # what `predict gemm` / `op` say of one row (interval_note, dtype_note), counted over the table: an interval
+        # not calibrated for its case and a GEMM dtype the model never fitted, which the table used to hide
+        borrowed = (int((~predicted["interval_calibrated"].to_numpy(bool)).sum()) - no_band
+                    if "interval_calibrated" in predicted.columns else 0)
+        result["rows_without_interval"], result["rows_interval_borrowed"] = no_band, borrowed
+        if borrowed:
+            notes.append(f"{borrowed:,} of {len(frame):,} rows have an 80% interval not calibrated for their case "
+                         "(borrowed from another band, op family or model: its coverage is unknown; `hybrid predict "
+                         "gemm|op|collective --model` says why for one row)")
+    if model_ref:
+        gemm_rows = family_array(norm["op"]) == "gemm"
+        dtype_notes = [n for d in pd.unique(norm.loc[gemm_rows, "dtype"].astype(str))
+                       if (n := _unseen_dtype(loaded.predictor, d).get("dtype_note"))]
+        if dtype_notes:
+            result["dtype_notes"] = dtype_notes
+        notes += dtype_notes
     fallbacks = dtype_fallback_notes(norm, loaded.predictor.catalog if model_ref else cat)
     if fallbacks:
         result["dtype_fallbacks"] = fallbacks
-    for note in fallbacks:  # stderr: the --json output stays one object
+    for note in notes + fallbacks:  # stderr: the --json output stays one object
         click.echo(f"warning: {note}", err=True)
     if as_json:
         echo_json(result)

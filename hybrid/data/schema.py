@@ -439,6 +439,21 @@ def _to_bool(value: object) -> object:
 _TAIL_CHUNK = 4096
 
 
+def _refuse_repeated_columns(path: Path) -> None:
+    """A CSV header naming a column twice (``...,m,n,k,m``) is an error: pandas reads the second as ``m.1``, an
+    unknown column kept beside the data, so one of the two values was dropped from the fit without a word."""
+    import csv
+
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        header = [c.strip() for c in next(csv.reader(fh), [])]
+    seen: set[str] = set()
+    # empty names (trailing commas, a saved index) are pandas' "Unnamed: i" columns, each its own
+    repeated = list(dict.fromkeys(c for c in header if c and (c in seen or seen.add(c))))  # type: ignore[func-returns-value]
+    if repeated:
+        raise SchemaError(f"{path}: the header names column(s) {', '.join(map(repr, repeated))} more than once; "
+                          "keep one of each")
+
+
 def lacks_final_newline(path: str | os.PathLike) -> bool:
     """True when a file with some non-whitespace content does not end with a newline (a truncated table).
 
@@ -500,8 +515,11 @@ def read_table(
     catalog: Catalog | None = None,
     *,
     validate_rows: bool = True,
+    file_order: bool = False,
 ) -> pd.DataFrame:
-    """Read one or more canonical tables (``.csv`` or ``.parquet``), validate and concatenate them."""
+    """Read one or more canonical tables (``.csv`` or ``.parquet``), validate and concatenate them. The columns
+    come in the schema's order, unknown ones after them; ``file_order`` keeps them as the (first) file has them
+    instead, for output a user compares with their own table (``hybrid predict table``)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     frames = []
@@ -518,6 +536,9 @@ def read_table(
                     raise SchemaError(f"{p}: the last line has no final newline (truncated file?); its last "
                                       "value may be cut short. Add the newline if the file is complete")
                 df = pd.read_csv(p, comment=None, skipinitialspace=True)
+                _refuse_repeated_columns(p)
+        except SchemaError:  # our own finding (a truncated table): already says what is wrong, and it is no format
+            raise
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as exc:
             raise SchemaError(f"{p}: cannot parse as a table ({type(exc).__name__}: {str(exc).splitlines()[0]})"
                               + (import_hint(p) if p.suffix.lower() not in (".parquet", ".pq") else "")) from None
@@ -530,6 +551,8 @@ def read_table(
     if not frames:
         raise SchemaError("no measurement tables given")
     out = pd.concat(frames, ignore_index=True, sort=False)
+    if file_order:
+        return out
     ordered = [c.name for c in COLUMNS if c.name in out.columns]
     return out[ordered + [c for c in out.columns if c not in COLUMN_BY_NAME]]
 

@@ -77,9 +77,11 @@ from hybrid.tracking.registry import (
 )
 from hybrid.tracking.store import (
     DEFAULT_EXPERIMENT,
+    RETRY_ATTEMPTS,
     Store,
     ensure_experiment,
     is_lost_insert_race,
+    is_transient,
     open_store,
     quiet_mlflow,
     redact_uri,
@@ -135,6 +137,11 @@ class CalibrationConfig:
             raise InvalidInputError(f"experiment name must not be empty, got {self.experiment!r}")
         if not 0 < self.test_fraction < 1:
             raise InvalidInputError(f"test fraction must be in (0, 1), got {self.test_fraction}")
+        if self.holdout_devices and not self.lodo:
+            # the holdout list won: the leave-one-device-out split (and its adapted band) ran anyway, minutes on a
+            # large table, for a user who asked to skip it
+            raise InvalidInputError("holdout devices choose the leave-one-device-out folds, which lodo=False "
+                                    "(--no-lodo) skips: give one or the other")
         if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
             # numpy's generators take only non-negative seeds: refused here, before a run is created
             raise InvalidInputError(f"seed must be a non-negative integer, got {self.seed!r}")
@@ -228,6 +235,14 @@ def calibrate(
         raise InvalidInputError("every row needs a measured time_us to calibrate on")
     if config.exclude_devices:
         drop = {cat.resolve_device(d) for d in config.exclude_devices}
+        present = set(table["device"].astype(str))
+        # a name that resolves to another variant than the data's (V100 is the catalog's V100-SXM2-16GB, NeuSight's
+        # is V100-PCIE-32GB) excluded nothing, and the "unseen" device stayed in the fit without a word
+        missing = [f"{d} ({key})" if str(key) != d else d for d in config.exclude_devices
+                   if str(key := cat.resolve_device(d)) not in present]
+        if missing:
+            raise InvalidInputError(f"exclude device(s) {', '.join(missing)} have no rows, so nothing would be "
+                                    f"excluded; devices in the data: {', '.join(sorted(present))}")
         table = table[~table["device"].isin(drop)].reset_index(drop=True)
         if len(table) == 0:
             raise InvalidInputError(f"excluding {', '.join(sorted(map(str, drop)))} leaves no rows")
@@ -243,6 +258,7 @@ def calibrate(
                 "mlflow.source.name": "hybrid calibrate", "mlflow.source.type": "LOCAL"}))
         run_id = run.info.run_id
         t0 = time.time()
+        registered: list[int] = []  # the version _publish registered, if it got that far before a failure
         try:
             if left_out:
                 retry(lambda: client.set_tag(run_id, "hybrid.left_out_implausible", left_out[:4000]))
@@ -261,36 +277,63 @@ def calibrate(
 
             with publishing, store_lock(store), quiet_mlflow():
                 version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
-                                            summaries, base_info, time.time() - t0, stage)
+                                            summaries, base_info, time.time() - t0, stage, registered)
                 retry(lambda: client.set_terminated(run_id, "FINISHED"))
         except BaseException as exc:
-            _end_failed_run(client, store, run_id, exc)
+            _end_failed_run(client, store, run_id, exc, (config.name, registered[0]) if registered else None)
             raise
     return CalibrationResult(run_id, exp_id, config.name, version, store.uri, predictor, predictions,
                              summaries, summary, report_html)
 
 
-def _end_failed_run(client: Any, store: Store, run_id: str, exc: BaseException) -> None:
+def _end_failed_run(client: Any, store: Store, run_id: str, exc: BaseException,
+                    registered: tuple[str, int] | None = None) -> None:
     """End the run of a calibration that raised ``exc``: bad input found while fitting (nothing fits, a split
     leaves no rows) deletes it, as for input refused before the run started; an interrupt (Ctrl-C, or the SIGTERM
-    the CLI and :func:`calibrate` turn into one) marks it ``KILLED``; any other failure ``FAILED``. Where the store
-    cannot be told (the server went away mid-run, it refuses the request), a :class:`~hybrid.errors.RunStateWarning`
-    says the run stays ``RUNNING`` there; the original failure is raised by the caller either way."""
+    the CLI and :func:`calibrate` turn into one) marks it ``KILLED``; any other failure ``FAILED``.
+
+    A version ``registered`` (name, version) before the failure is deleted first: its run never recorded what
+    ``evaluate`` and ``report`` read back (the training rows, the report), and ``NAME`` (latest) would load it
+    as if the calibration had succeeded. Where the store cannot be told (the server went away mid-run, it
+    refuses the request), a :class:`~hybrid.errors.RunStateWarning` says the run stays ``RUNNING`` there, and
+    names the version left registered; the original failure is raised by the caller either way."""
+    import warnings
+
     bad_input = isinstance(exc, (InvalidInputError, UnknownDeviceError, SchemaError))  # a typo: no run
     status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
+    uri = redact_uri(store.uri)
+    # the failure itself was the store out of reach through every retry (~40 s): one more try each, not as long again
+    attempts = 1 if is_transient(exc) else RETRY_ATTEMPTS
+    left_registered = ""
+    if registered is not None:
+        name, version = registered
+        try:
+            with quiet_mlflow():
+                retry(lambda: client.delete_model_version(name, str(version)), attempts)
+        except Exception as del_exc:  # noqa: BLE001 - said below, with the run's state
+            reason = str(del_exc).splitlines()[0] if str(del_exc) else type(del_exc).__name__
+            left_registered = (f"; models:/{name}/{version}, registered from it before the failure, stays in the "
+                               f"registry and is incomplete: delete it with `MlflowClient({uri!r})."
+                               f"delete_model_version({name!r}, '{version}')` ({reason[:200]})")
+            if is_transient(del_exc) or "timed out" in reason.lower():  # the store is gone: marking the run
+                # would only wait as long again
+                warnings.warn(f"run {run_id} stays RUNNING in {uri}: it could not be marked {status} there"
+                              f"{left_registered}", RunStateWarning, stacklevel=3)
+                return
     try:
         with quiet_mlflow():
             if bad_input:
-                retry(lambda: client.delete_run(run_id))
+                retry(lambda: client.delete_run(run_id), attempts)
             else:
-                retry(lambda: client.set_terminated(run_id, status))
+                retry(lambda: client.set_terminated(run_id, status), attempts)
     except Exception as mark_exc:  # noqa: BLE001 - the original failure matters more: said, not raised
-        import warnings
-
         what = "deleted" if bad_input else f"marked {status}"
         reason = str(mark_exc).splitlines()[0] if str(mark_exc) else type(mark_exc).__name__
-        warnings.warn(f"run {run_id} stays RUNNING in {redact_uri(store.uri)}: it could not be {what} there ({reason[:200]})",
-                      RunStateWarning, stacklevel=3)
+        warnings.warn(f"run {run_id} stays RUNNING in {uri}: it could not be {what} there ({reason[:200]})"
+                      f"{left_registered}", RunStateWarning, stacklevel=3)
+        return
+    if left_registered:
+        warnings.warn(f"run {run_id} was marked {status} in {uri}{left_registered}", RunStateWarning, stacklevel=3)
 
 
 @contextlib.contextmanager
@@ -536,9 +579,11 @@ def _describe_corrections(predictor: Any) -> dict[str, Any]:
 def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Measurements,
              config: CalibrationConfig, predictor: Any, predictions: pd.DataFrame,
              summaries: dict[str, Any], base_info: dict[str, Any] | None, elapsed_s: float,
-             stage: Callable[[str], None] = lambda what: None) -> tuple[int | None, dict[str, Any], str]:
+             stage: Callable[[str], None] = lambda what: None,
+             registered: list[int] | None = None) -> tuple[int | None, dict[str, Any], str]:
     """Log the run's parameters, metrics, dataset, model and report to the store and register the model;
-    ``stage`` is told each step as it starts (the progress line on stderr)."""
+    ``stage`` is told each step as it starts (the progress line on stderr); the registered version is appended
+    to ``registered`` as soon as it exists, so that a later failure can take it back."""
     from mlflow.entities import Dataset, DatasetInput, Metric, Param, RunTag
 
     from hybrid.reports.html import envelope_rows, plotted_splits, render_report
@@ -612,6 +657,8 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
                 client, config.name, run_id, source,
                 tags={"data_sha256": digest, "base": base_tag, "hybrid_version": __version__},
                 description=f"hybrid calibrate on {len(table):,} rows ({', '.join(profile['rows_per_device'])})")
+            if registered is not None:
+                registered.append(version)
             retry(lambda: client.set_tag(run_id, "hybrid.registered_version", str(version)))
         summary["version"] = version
         out = tmp / "run"

@@ -190,8 +190,8 @@ def download_model(client: Any, version: Any, dst: Path) -> Path:
     return local / rel
 
 
-def _sqlite_version(db: Path, ref: ModelRef) -> tuple[str, int, str, Path] | None:
-    """(name, version, run id, predictor directory) of ``ref`` read straight from a local MLflow SQLite
+def _sqlite_version(db: Path, ref: ModelRef) -> tuple[str, int, str, Path, str] | None:
+    """(name, version, run id, predictor directory, run status) of ``ref`` read straight from a local MLflow SQLite
     registry whose run artifacts are local files; None when it cannot be answered that way."""
     if not db.is_file():
         return None
@@ -224,7 +224,7 @@ def _sqlite_version(db: Path, ref: ModelRef) -> tuple[str, int, str, Path] | Non
                               "ORDER BY version DESC LIMIT 1", args).fetchone()
             if row is None or not row[1]:
                 return None
-            art = con.execute("SELECT artifact_uri FROM runs WHERE run_uuid = ?", (row[1],)).fetchone()
+            art = con.execute("SELECT artifact_uri, status FROM runs WHERE run_uuid = ?", (row[1],)).fetchone()
         finally:
             con.close()
     except (sqlite3.Error, ValueError):
@@ -238,7 +238,7 @@ def _sqlite_version(db: Path, ref: ModelRef) -> tuple[str, int, str, Path] | Non
         return None
     if pred_dir is None or not (pred_dir / "manifest.json").is_file():
         return None
-    return ref.name, int(row[0]), str(row[1]), pred_dir
+    return ref.name, int(row[0]), str(row[1]), pred_dir, str(art[1])
 
 
 def _predictor_dir(model_dir: Path) -> Path | None:
@@ -266,6 +266,7 @@ def load_predictor(ref: str, tracking_uri: str | None = None, catalog: Any = Non
         fast = _sqlite_version(store.db_path, parsed)
         if fast is not None:
             predictor = HybridPredictor.load(fast[3], catalog=catalog)
+            _warn_incomplete(f"models:/{fast[0]}/{fast[1]}", fast[2], fast[4])
             return LoadedModel(predictor, fast[0], fast[1], fast[2], store.uri)
     client = store.client(create=False)
     version = resolve_version(client, parsed)
@@ -275,16 +276,51 @@ def load_predictor(ref: str, tracking_uri: str | None = None, catalog: Any = Non
         predictor = HybridPredictor.load(pred_dir, catalog=catalog)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    _warn_incomplete(f"models:/{version.name}/{version.version}", version.run_id,
+                     _run_status(client, version.run_id))
     return LoadedModel(predictor, version.name, int(version.version), version.run_id, store.uri)
 
 
+def _warn_incomplete(ref: str, run_id: str | None, status: str | None) -> None:
+    """A :class:`~hybrid.errors.RunStateWarning` when the loaded version's run did not finish (:func:`incomplete_note`)."""
+    note = incomplete_note(ref, run_id, status)
+    if note:
+        import warnings
+
+        from hybrid.errors import RunStateWarning
+
+        warnings.warn(note, RunStateWarning, stacklevel=3)
+
+
+def _run_status(client: Any, run_id: str | None) -> str | None:
+    """The status of a version's run (``FINISHED`` for a calibration that completed), None where there is no run
+    (a version registered from a plain artifact URI) or it cannot be read (deleted)."""
+    if not run_id:
+        return None
+    try:
+        return str(retry(lambda: client.get_run(run_id)).info.status)
+    except Exception:  # noqa: BLE001 - a deleted or foreign run: nothing to say about it
+        return None
+
+
+def incomplete_note(ref: str, run_id: str | None, status: str | None) -> str | None:
+    """What to say about a registered version whose run did not finish (None when it did, or there is no run): a
+    calibration that failed after registering it (the server gone before it could be taken back) left it with a
+    run that recorded neither its training rows nor its report."""
+    if not run_id or status in (None, "FINISHED"):
+        return None
+    return (f"{ref} comes from run {run_id}, which is {status}, not FINISHED: its calibration did not complete after "
+            "registering it (its report, predictions and training rows may be missing), or is still recording it")
+
+
 def list_models(tracking_uri: str | None = None) -> list[dict[str, Any]]:
-    """Every registered model with its versions (number, run id, creation time, tags)."""
+    """Every registered model with its versions (number, run id, the run's status, creation time, tags)."""
     client = open_store(tracking_uri).client(create=False)
     out = []
     for rm in retry(lambda: client.search_registered_models(max_results=1000)):
         versions = retry(lambda rm=rm: client.search_model_versions(f"name = '{_quote(rm.name)}'"))
         out.append({"name": rm.name, "versions": [
-            {"version": int(v.version), "run_id": v.run_id, "created": v.creation_timestamp, "tags": dict(v.tags)}
+            {"version": int(v.version), "run_id": v.run_id, "run_status": _run_status(client, v.run_id),
+             "created": v.creation_timestamp, "tags": dict(v.tags)}
             for v in sorted(versions, key=lambda v: int(v.version))]})
     return out
