@@ -137,7 +137,7 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     schema; print row counts per op and device. A bundle's catalog.toml (or that of a table's directory) names
     its devices."""
     from hybrid.data.bundle import bundle_catalog
-    from hybrid.data.quality import implausible_findings, repeated_configs
+    from hybrid.data.quality import failed_validation, implausible_findings, repeated_configs
     from hybrid.tracking.inputs import load_measurements
 
     with said_warnings():
@@ -149,11 +149,14 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     # (on the roofline computed while the rows were checked: not a second time)
     # collectives far faster than their fabric allows (a log in ms, the wrong system): calibration leaves them out
     findings = implausible_findings(df, data.roofline(), data.catalog)
+    # rows whose benchmark reported wrong results (nccl-tests #wrong > 0): calibrate and evaluate drop them
+    wrong = int(failed_validation(df).sum())
     # configurations measured more than once: kept (each a sample for the fits), said with how far they spread
     _, repeats = repeated_configs(df)
     if as_json:
         echo_json({"rows": len(df), "by_op_device": counts.to_dict(orient="records"),
                    **{key: value for key, (value, _) in findings.items()},
+                   "failed_validation": {"rows": wrong},
                    "repeated": {"configs": int(repeats["configs"].sum()), "rows": int(repeats["rows"].sum()),
                                 "differing": int(repeats["differing"].sum()),
                                 "by_op_device": repeats.astype(object).where(repeats.notna(), None)
@@ -170,6 +173,9 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     for _, said in findings.values():
         if said:
             click.echo(f"warning: {said}", err=True)
+    if wrong:
+        click.echo(f"warning: {wrong:,} of {len(df):,} rows report wrong results (#wrong > 0 in the benchmark's own "
+                   "check), which calibration and evaluate leave out", err=True)
     click.echo(f"ok: {len(df)} rows in {len(tables)} table(s)")
 
 
