@@ -358,3 +358,12 @@ def test_cpu_gloo_collectives_do_not_set_the_pcie_gpu_fabric():
     sig = p.corrections[0]
     assert sig.coverage(q, catalog).tolist()[1:] == ["transfer model: unseen system", "sigmoid",
                                                      "alpha-beta: unseen collective on this system"]
+
+
+def test_a_model_without_fitted_collectives_does_not_claim_the_transfer_model():
+    """A calibration on a table without collectives reported `collective_transfer: true` although every collective
+    is then priced by alpha-beta (and its adapted models, which do not carry the unsaved setting, said false)."""
+    from hybrid.cli.calibrate import carries_collective_transfer
+    from hybrid.corrections.predictor import HybridPredictor
+
+    assert not carries_collective_transfer(HybridPredictor(collective_transfer=True))

@@ -127,10 +127,13 @@ def carries_collective_transfer(predictor: Any) -> bool:
     """Whether ``predictor`` prices collectives of systems never measured with the cross-system transfer model:
     the new calibration's ``--collective-transfer`` setting, or an adapted model's base's (which it keeps). The
     config's flag is False for every ``--base`` run, and ``--json`` reported that even for a base fitted with the
-    transfer model on, whose adapted model still answers with it."""
+    transfer model on, whose adapted model still answers with it. False where no collective was fitted (a table
+    without collectives): such a model prices every collective with the alpha-beta estimate, and the setting is
+    not saved with it, so its adapted models said false where the base had said true."""
     from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
 
-    return any(isinstance(c, CollectiveSigmoid) and c.use_transfer for c in getattr(predictor, "corrections", ()))
+    return any(isinstance(c, CollectiveSigmoid) and c.fitted and c.use_transfer
+               for c in getattr(predictor, "corrections", ()))
 
 
 @click.command()
