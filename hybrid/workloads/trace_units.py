@@ -46,6 +46,9 @@ COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"
 #: a bf16 model records; :func:`hybrid.data.traces.precision.apply_math_attention_dtype`).
 MATH_ATTENTION_OPS = frozenset({"aten::_scaled_dot_product_attention_math"})
 _HALF = ("bf16", "fp16")
+#: Breakdown labels of the costed ops a kernel with helpers calls before its own work (zero-filling or allocating
+#: its output, a contiguous copy of its input): an unmapped op that calls anything else is a composite.
+HELPER_LABELS = frozenset({"copy"})
 
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -235,9 +238,14 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     # does an op's subtree hold anything the families cost? ... or work nobody models (a leaf that is neither
     # mapped nor a view)? Children pass it up, deepest level first.
     costed = np.fromiter((m is not None and m.kind in ("op", "collective") for m in mapped), dtype=bool, count=n)
+    # ... and a costed op that is more than a helper (an allocation, fill or copy: what a kernel with helpers calls
+    # before doing its own work)? An op calling one is a composite, whatever its self time
+    computes = np.fromiter((m is not None and m.kind in ("op", "collective") and m.label not in HELPER_LABELS
+                            for m in mapped), dtype=bool, count=n)
     opaque = ~is_mapped & ~transparent & ~view_named
     for lvl in reversed(levels[1:]):
         np.logical_or.at(costed, parent[lvl], costed[lvl])
+        np.logical_or.at(computes, parent[lvl], computes[lvl])
         np.logical_or.at(opaque, parent[lvl], opaque[lvl])
     # an op that calls itself (autocast re-dispatches ``aten::linear`` in fp32 as casts + ``aten::linear`` in bf16;
     # ``aten::softmax`` with a dtype argument likewise) is a wrapper: its inner call and the casts are the units
@@ -293,8 +301,12 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
             continue
         if mp is None and len(kids):
             # an ATen op that spends most of its time outside its children is a kernel with helpers (a pooling
-            # backward that zeroes its output first): one unit; a composite that only calls others is looked into
-            own = self_share[i] > 0.5 and is_aten[i] and not view_named[i] and not forwards[i]
+            # backward that zeroes its output first): one unit; a composite that only calls others is looked into,
+            # and so is one that calls more than helpers (a softmax, a GEMM, a gather): a call of it descheduled
+            # between its children (the only call of ``cross_entropy_loss`` in a step, 460 of its 520 us) made it
+            # one unmodelled unit, priced at 0 on another device with the softmax and gather it calls
+            own = (self_share[i] > 0.5 and is_aten[i] and not view_named[i] and not forwards[i]
+                   and not computes[i])
             if (costed[i] and not own) or (opaque[i] and not is_aten[i]):
                 if costed[i] and is_aten[i] and not view_named[i]:
                     inside.append(i)  # its time outside its children is accounted (own_time), not lost
