@@ -321,6 +321,41 @@ def test_a_torch_compile_step_on_the_cpu_keeps_inductor_code_as_unmodelled_ops(t
     assert not notes[CPU] and len(notes["H100-SXM"]) == 1 and "predict with --compiled" in notes["H100-SXM"][0]
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_a_torch_compile_step_s_execution_trace_alone_lists_its_generated_code(tmp_path, capsys, device):
+    """An execution trace alone of a torch.compile step has its graph calls (``## Call CompiledFxGraph ##``) but no
+    times to split them by: each call is one unmodelled unit (no time), so the step's fused code is listed and
+    warned about as left out on another device, rather than silently missing from it (before, the prediction held
+    the graph's GEMMs only and said nothing)."""
+    t = [11, 12, 0, 512, 4, device]
+
+    def node(i: int, name: str, parent: int, tensors: int = 0) -> dict:
+        return {"id": i, "name": name, "ctrl_deps": parent, "attrs": [{"name": "tid", "type": "uint64", "value": 1}],
+                "inputs": {"values": [t] * tensors, "shapes": [[16, 32]] * tensors,
+                           "types": ["Tensor(float)"] * tensors},
+                "outputs": {"values": [t] if tensors else [], "shapes": [[16, 32]] if tensors else [],
+                            "types": ["Tensor(float)"] if tensors else []}}
+
+    nodes = [{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 0},
+             node(2, "ProfilerStep#0", 1), node(3, "## Call CompiledFxGraph fxqsnaxl63h6trdnujm ##", 2),
+             node(4, "aten::mm", 3, tensors=2)]
+    nodes[-1]["inputs"]["shapes"] = [[16, 32], [32, 64]]
+    nodes[-1]["outputs"]["shapes"] = [[16, 64]]
+    path = tmp_path / "et_rank0.json"
+    path.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+    tr = load_trace(path)
+    assert not tr.has_times and tr.device == device.split(":")[0]
+    u = trace_units(tr)
+    assert list(zip(u["name"], u["kind"], strict=True)) == [("CompiledFxGraph fxqsnaxl (generated code)", "unmodelled"),
+                                                            ("aten::mm", "op")]
+    assert cli_main(["trace", "predict", str(path), "--device", "A100-SXM4-80GB", "--roofline", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["unmodelled"]["ops"] == 1
+    assert [r["name"] for r in out["unmodelled"]["by_name"]] == ["CompiledFxGraph fxqsnaxl (generated code)"]
+    compiled = [w for w in out["warnings"] if "torch.compile step" in w]
+    assert len(compiled) == 1 and "no times" in compiled[0] and "nan" not in compiled[0]
+
+
 @pytest.mark.parametrize("name,dims,types,expect", [
     ("aten::mm", [[8, 16], [16, 32]], ["fp32"] * 2, {"op": "gemm", "m": 8, "n": 32, "k": 16}),
     ("aten::addmm", [[32], [8, 16], [16, 32], [], []], ["fp32"] * 3 + [None, None],
@@ -1866,7 +1901,7 @@ def test_the_compiled_step_note_says_when_compiled_was_asked_of_a_compiled_trace
 
     unm = pd.DataFrame({"name": ["CompiledFxGraph abc", "aten::isin"], "count": [3, 1],
                         "measured_us": [1500.0, 10.0]})
-    it = SimpleNamespace(same_device=False, unmodelled=lambda: unm)
+    it = SimpleNamespace(same_device=False, unmodelled=lambda: unm, traces=[])
     plain, fused = compiled_note(it), compiled_note(it, fused=True)
     assert "3 unit(s)" in plain and "1.500 ms" in plain and "recorded compiled" not in plain
     assert fused.startswith(plain) and "recorded compiled" in fused
