@@ -356,6 +356,55 @@ def test_a_torch_compile_step_s_execution_trace_alone_lists_its_generated_code(t
     assert len(compiled) == 1 and "no times" in compiled[0] and "nan" not in compiled[0]
 
 
+def test_ops_the_chrome_trace_did_not_record_on_another_thread_are_said_to_be_left_out(tmp_path):
+    """A step that hands work to a Python thread of its own: torch.profiler's CPU activity does not record that
+    thread's ops, the execution trace does. Linked, the Chrome trace's ops are the step (the other thread's GEMM
+    is not in it) and a note names what the execution trace holds beyond them; before, it was left out unsaid."""
+    import queue
+    import threading
+
+    a = torch.randn(64, 64)
+    todo: queue.Queue = queue.Queue()
+    done: queue.Queue = queue.Queue()
+
+    def worker() -> None:
+        while todo.get() is not None:
+            torch.mm(a, a)
+            done.put(1)
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+
+    def step() -> None:
+        todo.put(1)
+        torch.mm(a, a).relu_()
+        done.get()
+
+    try:
+        step()
+        with trace_step(tmp_path, measure_overhead=False):
+            step()
+    finally:
+        todo.put(None)
+        t.join()
+    files = [str(tmp_path / "kineto_rank0.json"), str(tmp_path / "et_rank0.json")]
+    linked = load_traces(files)[0]
+    assert linked.meta["et_only_ops"] == {"aten::mm": 1}
+    it = build_trace_graph([linked], "A100-SXM4-80GB")
+    notes = [n for n in it.info["notes"] if "did not record" in n]
+    assert len(notes) == 1 and "aten::mm x1" in notes[0] and "left out" in notes[0]
+    assert (it.units["label"] == "gemm").sum() == 1
+    alone = build_trace_graph(load_traces(files[1:]), "A100-SXM4-80GB")
+    assert (alone.units["label"] == "gemm").sum() == 2
+    # a step on one thread: nothing to say
+    single = tmp_path / "single"
+    with trace_step(single, measure_overhead=False):
+        torch.mm(a, a).relu_()
+    tr = load_traces([str(single / "kineto_rank0.json"), str(single / "et_rank0.json")])[0]
+    assert "et_only_ops" not in tr.meta
+    assert not [n for n in build_trace_graph([tr], "A100-SXM4-80GB").info["notes"] if "did not record" in n]
+
+
 @pytest.mark.parametrize("name,dims,types,expect", [
     ("aten::mm", [[8, 16], [16, 32]], ["fp32"] * 2, {"op": "gemm", "m": 8, "n": 32, "k": 16}),
     ("aten::addmm", [[32], [8, 16], [16, 32], [], []], ["fp32"] * 3 + [None, None],
