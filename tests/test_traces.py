@@ -405,6 +405,29 @@ def test_ops_the_chrome_trace_did_not_record_on_another_thread_are_said_to_be_le
     assert not [n for n in build_trace_graph([tr], "A100-SXM4-80GB").info["notes"] if "did not record" in n]
 
 
+def test_a_trace_without_a_step_annotation_is_said_to_be_predicted_whole(tmp_path, capsys):
+    """``torch.profiler.profile`` around several iterations without a schedule's ``prof.step()`` writes no
+    ``ProfilerStep#N``: the whole window is predicted as "one step" (three iterations: three times one). A warning
+    says so; with the annotation, nothing is said."""
+    mm = {"Input Dims": [[8, 16], [16, 32]], "Input type": ["float", "float"]}
+
+    def x(name: str, ts: float, dur: float, **args) -> dict:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+    iterations = [x("aten::mm", 100 * i, 50, **mm) for i in range(3)]
+    for name, events in (("plain", iterations),
+                         ("stepped", [{**x("ProfilerStep#0", 0, 90), "cat": "user_annotation"}, *iterations[:1]])):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"schemaVersion": 1, "record_shapes": 1, "traceEvents": events}))
+        assert cli_main(["trace", "predict", str(path), "--device", "A100-SXM4-80GB", "--roofline", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        said = [w for w in out.get("warnings", []) if "ProfilerStep" in w]
+        if name == "plain":
+            assert len(said) == 1 and "predicted as one step" in said[0] and "0.250 ms" in said[0]
+        else:
+            assert not said
+
+
 @pytest.mark.parametrize("name,dims,types,expect", [
     ("aten::mm", [[8, 16], [16, 32]], ["fp32"] * 2, {"op": "gemm", "m": 8, "n": 32, "k": 16}),
     ("aten::addmm", [[32], [8, 16], [16, 32], [], []], ["fp32"] * 3 + [None, None],

@@ -510,6 +510,15 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 # a transform that splits the traced tensors over ranks (tensor / pipeline
                                 # parallelism): the memory measured when recording is not any rank's
                                 "memory_as_traced": not getattr(transform, "splits_memory", False)})
+    for tr in traces:
+        if "step" not in tr.meta:
+            # no ``ProfilerStep#N`` to cut one iteration from (a ``torch.profiler.profile`` without a schedule's
+            # ``prof.step()``): the whole recorded window is the "step", a profile of 3 iterations 3x one
+            span = f" ({tr.step_us / 1e3:.3f} ms)" if tr.has_times else ""
+            it.info["notes"].append(
+                f"{tr.path}: no ProfilerStep#N annotation, so everything it recorded{span} is predicted as one step "
+                "(a profile of several iterations gives their sum); record one step with `hybrid trace record`, or "
+                "call prof.step() after each iteration (a torch.profiler schedule) to predict one")
     for tr, ops in et_only:
         n = sum(ops.values())
         names = ", ".join(f"{k} x{v}" for k, v in list(ops.items())[:3]) + (", ..." if len(ops) > 3 else "")
