@@ -526,6 +526,6 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
             f"rank {tr.rank}: its execution trace ({tr.meta.get('linked_et')}) holds {n} ATen op(s) its Chrome trace "
             f"did not record ({names}), left out of this prediction: ops of a thread the profiler did not follow "
             "(torch.profiler records the thread that started it and autograd's; the execution trace every thread), "
-            "e.g. a Python thread the step starts or hands work to; the execution trace alone prices them (without "
-            "times)")
+            "e.g. a Python thread the step starts or hands work to, or ops recorded outside the Chrome trace's "
+            "step; the execution trace alone prices them (without times)")
     return it
