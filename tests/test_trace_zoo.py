@@ -79,6 +79,15 @@ def test_transposed_and_split_views_launch_nothing(name):
     assert map_op(name, [[96, 64]], ["float"], [], {}, leaf=False) is None
 
 
+@pytest.mark.parametrize("name", ["aten::_nnz", "aten::is_coalesced", "aten::_coalesced_", "aten::sparse_dim",
+                                  "aten::dense_dim"])
+def test_a_sparse_tensor_s_metadata_launches_nothing(name):
+    """SparseAdam's step over an ``EmbeddingBag(sparse=True)`` gradient reads (and sets) the sparse tensor's metadata:
+    no kernel, so a view, not 26 unmodelled ops that took a seventh of the unmodelled time of such a step."""
+    mp = map_op(name, [[1000, 32]], ["float"], [], {})
+    assert mp is not None and mp.kind == "view"
+
+
 @pytest.mark.parametrize("name", ["aten::nll_loss", "aten::nll_loss_nd"])
 def test_the_loss_composites_cost_what_their_forward_costs(name):
     """An execution trace has recorded ``aten::nll_loss`` without its children: it is the gather of one value per
@@ -132,6 +141,41 @@ def test_one_slow_call_of_a_composite_is_still_looked_into(tmp_path):
     assert (units["name"] == "aten::zeros").sum() == 3 and (units["name"] == "aten::copy_").sum() == 3
     mine = units[units["name"] == "aten::_my_kernel"]
     assert len(mine) == 2 and (mine["kind"] == "unmodelled").all()
+
+
+def test_a_descheduled_composite_calling_compute_ops_is_still_looked_into(tmp_path):
+    """A composite called once in the step (``cross_entropy_loss``: a log-softmax, then the loss gather) whose one
+    call was descheduled between its children spends most of that call outside them; it is still looked into:
+    its softmax and gather are costed, on another device too, and its time outside them is listed as its own. As
+    one unmodelled unit it was priced at 0 on a GPU, the ops it calls with it."""
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
+
+    desched = 400.0
+    ls = {"Input Dims": [[64, 1000], [], []], "Input type": ["float", "Scalar", ""]}
+    loss = {"Input Dims": [[64, 1000], [64], [], [], []], "Input type": ["float", "long", "Scalar", "Scalar",
+                                                                       "Scalar"]}
+    ce = {"Input Dims": [[64, 1000], [64], [], [], [], []],
+          "Input type": ["float", "long", "", "Scalar", "Scalar", "Scalar"]}
+    ev = [_x("ProfilerStep#0", 0, 2000),
+          _x("aten::cross_entropy_loss", 10, 60 + desched, **ce),  # self share 0.87
+          _x("aten::log_softmax", 12, 30, **ls), _x("aten::_log_softmax", 14, 26, **ls),
+          _x("aten::nll_loss_nd", 45 + desched, 20, **loss), _x("aten::nll_loss", 47 + desched, 16, **loss),
+          _x("aten::nll_loss_forward", 49 + desched, 12, **loss)]
+    path = tmp_path / "kineto_rank0.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "record_shapes": 1, "traceEvents": ev}))
+    traces = load_traces([str(path)])
+    units = trace_units(traces[0])
+    assert list(units["name"]) == ["aten::log_softmax", "aten::nll_loss_forward"]
+    assert list(units["kind"]) == ["op", "op"]
+    it = build_trace_graph(traces, "A100-SXM4-80GB")
+    assert it.unmodelled().empty
+    own = it.own_time().set_index("name")
+    assert own.at["aten::cross_entropy_loss", "own_us"] == pytest.approx(60 + desched - 30 - 20)
+    pred = predict_trace(it, RooflineCostModel(default_catalog()))
+    bd = pred.breakdown().set_index("label")["predicted_us"]
+    assert bd["softmax"] > 0 and bd["elementwise"] > 0
 
 
 @pytest.mark.parametrize("arch", ["falcon", "mamba"])

@@ -321,6 +321,113 @@ def test_a_torch_compile_step_on_the_cpu_keeps_inductor_code_as_unmodelled_ops(t
     assert not notes[CPU] and len(notes["H100-SXM"]) == 1 and "predict with --compiled" in notes["H100-SXM"][0]
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_a_torch_compile_step_s_execution_trace_alone_lists_its_generated_code(tmp_path, capsys, device):
+    """An execution trace alone of a torch.compile step has its graph calls (``## Call CompiledFxGraph ##``) but no
+    times to split them by: each call is one unmodelled unit (no time), so the step's fused code is listed and
+    warned about as left out on another device, rather than silently missing from it (before, the prediction held
+    the graph's GEMMs only and said nothing)."""
+    t = [11, 12, 0, 512, 4, device]
+
+    def node(i: int, name: str, parent: int, tensors: int = 0) -> dict:
+        return {"id": i, "name": name, "ctrl_deps": parent, "attrs": [{"name": "tid", "type": "uint64", "value": 1}],
+                "inputs": {"values": [t] * tensors, "shapes": [[16, 32]] * tensors,
+                           "types": ["Tensor(float)"] * tensors},
+                "outputs": {"values": [t] if tensors else [], "shapes": [[16, 32]] if tensors else [],
+                            "types": ["Tensor(float)"] if tensors else []}}
+
+    nodes = [{"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 0},
+             node(2, "ProfilerStep#0", 1), node(3, "## Call CompiledFxGraph fxqsnaxl63h6trdnujm ##", 2),
+             node(4, "aten::mm", 3, tensors=2)]
+    nodes[-1]["inputs"]["shapes"] = [[16, 32], [32, 64]]
+    nodes[-1]["outputs"]["shapes"] = [[16, 64]]
+    path = tmp_path / "et_rank0.json"
+    path.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+    tr = load_trace(path)
+    assert not tr.has_times and tr.device == device.split(":")[0]
+    u = trace_units(tr)
+    assert list(zip(u["name"], u["kind"], strict=True)) == [("CompiledFxGraph fxqsnaxl (generated code)", "unmodelled"),
+                                                            ("aten::mm", "op")]
+    assert cli_main(["trace", "predict", str(path), "--device", "A100-SXM4-80GB", "--roofline", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["unmodelled"]["ops"] == 1
+    assert [r["name"] for r in out["unmodelled"]["by_name"]] == ["CompiledFxGraph fxqsnaxl (generated code)"]
+    compiled = [w for w in out["warnings"] if "torch.compile step" in w]
+    assert len(compiled) == 1 and "no times" in compiled[0] and "nan" not in compiled[0]
+
+
+def test_ops_the_chrome_trace_did_not_record_on_another_thread_are_said_to_be_left_out(tmp_path):
+    """A step that hands work to a Python thread of its own: torch.profiler's CPU activity does not record that
+    thread's ops, the execution trace does. Linked, the Chrome trace's ops are the step (the other thread's GEMM
+    is not in it) and a note names what the execution trace holds beyond them; before, it was left out unsaid."""
+    import queue
+    import threading
+
+    a = torch.randn(64, 64)
+    todo: queue.Queue = queue.Queue()
+    done: queue.Queue = queue.Queue()
+
+    def worker() -> None:
+        while todo.get() is not None:
+            torch.mm(a, a)
+            done.put(1)
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+
+    def step() -> None:
+        todo.put(1)
+        torch.mm(a, a).relu_()
+        done.get()
+
+    try:
+        step()
+        with trace_step(tmp_path, measure_overhead=False):
+            step()
+    finally:
+        todo.put(None)
+        t.join()
+    files = [str(tmp_path / "kineto_rank0.json"), str(tmp_path / "et_rank0.json")]
+    linked = load_traces(files)[0]
+    assert linked.meta["et_only_ops"] == {"aten::mm": 1}
+    it = build_trace_graph([linked], "A100-SXM4-80GB")
+    notes = [n for n in it.info["notes"] if "did not record" in n]
+    assert len(notes) == 1 and "aten::mm x1" in notes[0] and "left out" in notes[0]
+    assert (it.units["label"] == "gemm").sum() == 1
+    alone = build_trace_graph(load_traces(files[1:]), "A100-SXM4-80GB")
+    assert (alone.units["label"] == "gemm").sum() == 2
+    # a step on one thread: nothing to say
+    single = tmp_path / "single"
+    with trace_step(single, measure_overhead=False):
+        torch.mm(a, a).relu_()
+    tr = load_traces([str(single / "kineto_rank0.json"), str(single / "et_rank0.json")])[0]
+    assert "et_only_ops" not in tr.meta
+    assert not [n for n in build_trace_graph([tr], "A100-SXM4-80GB").info["notes"] if "did not record" in n]
+
+
+def test_a_trace_without_a_step_annotation_is_said_to_be_predicted_whole(tmp_path, capsys):
+    """``torch.profiler.profile`` around several iterations without a schedule's ``prof.step()`` writes no
+    ``ProfilerStep#N``: the whole window is predicted as "one step" (three iterations: three times one). A warning
+    says so; with the annotation, nothing is said."""
+    mm = {"Input Dims": [[8, 16], [16, 32]], "Input type": ["float", "float"]}
+
+    def x(name: str, ts: float, dur: float, **args) -> dict:
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+    iterations = [x("aten::mm", 100 * i, 50, **mm) for i in range(3)]
+    for name, events in (("plain", iterations),
+                         ("stepped", [{**x("ProfilerStep#0", 0, 90), "cat": "user_annotation"}, *iterations[:1]])):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"schemaVersion": 1, "record_shapes": 1, "traceEvents": events}))
+        assert cli_main(["trace", "predict", str(path), "--device", "A100-SXM4-80GB", "--roofline", "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        said = [w for w in out.get("warnings", []) if "ProfilerStep" in w]
+        if name == "plain":
+            assert len(said) == 1 and "predicted as one step" in said[0] and "0.250 ms" in said[0]
+        else:
+            assert not said
+
+
 @pytest.mark.parametrize("name,dims,types,expect", [
     ("aten::mm", [[8, 16], [16, 32]], ["fp32"] * 2, {"op": "gemm", "m": 8, "n": 32, "k": 16}),
     ("aten::addmm", [[32], [8, 16], [16, 32], [], []], ["fp32"] * 3 + [None, None],
@@ -1866,7 +1973,7 @@ def test_the_compiled_step_note_says_when_compiled_was_asked_of_a_compiled_trace
 
     unm = pd.DataFrame({"name": ["CompiledFxGraph abc", "aten::isin"], "count": [3, 1],
                         "measured_us": [1500.0, 10.0]})
-    it = SimpleNamespace(same_device=False, unmodelled=lambda: unm)
+    it = SimpleNamespace(same_device=False, unmodelled=lambda: unm, traces=[])
     plain, fused = compiled_note(it), compiled_note(it, fused=True)
     assert "3 unit(s)" in plain and "1.500 ms" in plain and "recorded compiled" not in plain
     assert fused.startswith(plain) and "recorded compiled" in fused

@@ -488,8 +488,10 @@ def compiled_note(it: Any, fused: bool = False) -> str | None:
     hit = unm[unm["name"].astype(str).str.contains(COMPILED_UNIT_RE)]
     if not len(hit):
         return None
+    timed = all(t.has_times for t in it.traces)  # an execution trace alone: no times to say
+    traced = f"{hit['measured_us'].sum() / 1e3:.3f} ms traced" if timed else "no times: an execution trace alone"
     return (f"a torch.compile step: {int(hit['count'].sum())} unit(s) of its generated code and Dynamo's steps "
-            f"({hit['measured_us'].sum() / 1e3:.3f} ms traced) have no ops to cost on this target and are left out "
+            f"({traced}) have no ops to cost on this target and are left out "
             "(0 ms), so the prediction holds only the ops they call (GEMMs) and those outside them; trace the "
             "model without torch.compile and predict with --compiled for a fused step"
             + (" (--compiled fuses a trace's eager ops, and this trace was recorded compiled)" if fused else ""))

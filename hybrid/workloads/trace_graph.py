@@ -437,6 +437,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
             u = transform(tr, u).reset_index(drop=True)
         scheds.append(rank_schedule(tr, u))
     costing = costing.with_gaps(traces, scheds)
+    et_only = [(tr, tr.meta["et_only_ops"]) for tr in traces if tr.meta.get("et_only_ops")]
     b = _Builder(traces, tgt, costing, scheds)
     # walk all ranks together; collectives are added once every member of their group has reached them
     pos = [0] * n_ranks
@@ -487,11 +488,12 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
         s["rank"] = tr.rank
         s["node"] = b.node[r]
         units.append(s)
-    return TraceIteration(b.g, traces, tgt, same, pd.concat(units, ignore_index=True), b.labels, b.measured,
+    it = TraceIteration(b.g, traces, tgt, same, pd.concat(units, ignore_index=True), b.labels, b.measured,
                           info={"target": named, "device": tgt.device.key, "same_device": same, "host": host,
                                 # where the collectives are priced, and what to know about it (a bare CPU device)
                                 **({"collective_system": tgt.system, "notes": [coll_note] if coll_note else []}
                                    if has_collectives else {"notes": []}),
+                                **({"et_only_ops": {tr.rank: ops for tr, ops in et_only}} if et_only else {}),
                                 "traced_device": sorted({t.device for t in traces}),
                                 "recording_overhead": _overhead_info(costing),
                                 "fp32_precision": _precision_info(precision_info),
@@ -508,3 +510,22 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                 # a transform that splits the traced tensors over ranks (tensor / pipeline
                                 # parallelism): the memory measured when recording is not any rank's
                                 "memory_as_traced": not getattr(transform, "splits_memory", False)})
+    for tr in traces:
+        if "step" not in tr.meta:
+            # no ``ProfilerStep#N`` to cut one iteration from (a ``torch.profiler.profile`` without a schedule's
+            # ``prof.step()``): the whole recorded window is the "step", a profile of 3 iterations 3x one
+            span = f" ({tr.step_us / 1e3:.3f} ms)" if tr.has_times else ""
+            it.info["notes"].append(
+                f"{tr.path}: no ProfilerStep#N annotation, so everything it recorded{span} is predicted as one step "
+                "(a profile of several iterations gives their sum); record one step with `hybrid trace record`, or "
+                "call prof.step() after each iteration (a torch.profiler schedule) to predict one")
+    for tr, ops in et_only:
+        n = sum(ops.values())
+        names = ", ".join(f"{k} x{v}" for k, v in list(ops.items())[:3]) + (", ..." if len(ops) > 3 else "")
+        it.info["notes"].append(
+            f"rank {tr.rank}: its execution trace ({tr.meta.get('linked_et')}) holds {n} ATen op(s) its Chrome trace "
+            f"did not record ({names}), left out of this prediction: ops of a thread the profiler did not follow "
+            "(torch.profiler records the thread that started it and autograd's; the execution trace every thread), "
+            "e.g. a Python thread the step starts or hands work to, or ops recorded outside the Chrome trace's "
+            "step; the execution trace alone prices them (without times)")
+    return it

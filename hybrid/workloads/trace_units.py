@@ -46,6 +46,9 @@ COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"
 #: a bf16 model records; :func:`hybrid.data.traces.precision.apply_math_attention_dtype`).
 MATH_ATTENTION_OPS = frozenset({"aten::_scaled_dot_product_attention_math"})
 _HALF = ("bf16", "fp16")
+#: Breakdown labels of the costed ops a kernel with helpers calls before its own work (zero-filling or allocating
+#: its output, a contiguous copy of its input): an unmapped op that calls anything else is a composite.
+HELPER_LABELS = frozenset({"copy"})
 
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -129,12 +132,17 @@ def _math_attention(ops: pd.DataFrame, names: np.ndarray, parent: np.ndarray, le
 
 
 def _compiled_code_units(ops: pd.DataFrame, names: np.ndarray, cats: np.ndarray, parent: np.ndarray,
-                         kids_order: np.ndarray, starts: np.ndarray, phase: np.ndarray) -> pd.DataFrame:
+                         kids_order: np.ndarray, starts: np.ndarray, phase: np.ndarray, on_gpu: bool = False
+                         ) -> pd.DataFrame:
     """Unmodelled units for the code an Inductor-compiled graph ran between its ATen ops (:data:`
     COMPILED_GRAPH_PREFIX`; a CPU trace): each stretch of the graph call's time outside the ops it calls is one
     unit (named ``CompiledFxGraph <hash> (generated code)``) with exactly that time, so it is no host gap but the
     graph's fused kernels: costed at the trace's time on the traced CPU, listed as unmodelled elsewhere. A graph
-    recorded with kernel profiling has its kernels as ops of their own (unmodelled units already): not split."""
+    recorded with kernel profiling has its kernels as ops of their own (unmodelled units already): not split.
+
+    An execution trace alone has no times to split by: each graph call is one such unit there (no time, listed
+    and priced at 0 like every unmodelled op of it), on a GPU too (its kernels are not in the file), so that the
+    generated code is said to be left out rather than silently missing from the step."""
     cols = list(UNIT_COLUMNS)
     graphs = np.flatnonzero(pd.Series(names, dtype=object).str.startswith(COMPILED_GRAPH_PREFIX).to_numpy(bool))
     if not len(graphs):
@@ -144,19 +152,23 @@ def _compiled_code_units(ops: pd.DataFrame, names: np.ndarray, cats: np.ndarray,
     rows: list[dict[str, Any]] = []
     for g in graphs:
         kids = kids_order[starts[g]:starts[g + 1]]
-        if not np.isfinite(dur[g]) or any(not str(names[k]).startswith("aten::") and cats[k] == "cpu_op"
-                                          for k in kids):
+        if any(not str(names[k]).startswith("aten::") and cats[k] == "cpu_op" for k in kids):
             continue
-        kids = kids[np.argsort(ts[kids], kind="stable")]
-        edges = [ts[g], *np.ravel(np.column_stack([ts[kids], ts[kids] + dur[kids]])), ts[g] + dur[g]]
         key = str(names[g])[len(COMPILED_GRAPH_PREFIX):].strip(" #")
         label = f"CompiledFxGraph {key[:8]} (generated code)".replace("  ", " ")
-        for a, b in zip(edges[::2], edges[1::2], strict=True):
-            if b - a > 0:
-                rows.append({"op_id": int(g), "tid": ops["tid"].iat[g], "name": label, "ts": float(a),
-                             "dur": float(b - a), "kind": "unmodelled", "label": UNMODELLED_LABEL, "row": None,
-                             "phase": phase[g], "pg": "", "math_attention": "", "device_us": np.nan, "kstream": "",
-                             "n_events": 0.0, "n_inputs": 0.0, "n_launch": 0.0, "n_tf32": 0.0})
+        if not np.isfinite(dur[g]):  # an execution trace alone: the whole call, untimed
+            spans = [(ts[g], np.nan)]
+        elif on_gpu:
+            continue  # a GPU trace with times: the graph's kernels are units already
+        else:
+            kids = kids[np.argsort(ts[kids], kind="stable")]
+            edges = [ts[g], *np.ravel(np.column_stack([ts[kids], ts[kids] + dur[kids]])), ts[g] + dur[g]]
+            spans = [(a, b - a) for a, b in zip(edges[::2], edges[1::2], strict=True) if b - a > 0]
+        for a, d in spans:
+            rows.append({"op_id": int(g), "tid": ops["tid"].iat[g], "name": label, "ts": float(a), "dur": float(d),
+                         "kind": "unmodelled", "label": UNMODELLED_LABEL, "row": None, "phase": phase[g], "pg": "",
+                         "math_attention": "", "device_us": np.nan, "kstream": "", "n_events": 0.0,
+                         "n_inputs": 0.0, "n_launch": 0.0, "n_tf32": 0.0})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -235,9 +247,14 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     # does an op's subtree hold anything the families cost? ... or work nobody models (a leaf that is neither
     # mapped nor a view)? Children pass it up, deepest level first.
     costed = np.fromiter((m is not None and m.kind in ("op", "collective") for m in mapped), dtype=bool, count=n)
+    # ... and a costed op that is more than a helper (an allocation, fill or copy: what a kernel with helpers calls
+    # before doing its own work)? An op calling one is a composite, whatever its self time
+    computes = np.fromiter((m is not None and m.kind in ("op", "collective") and m.label not in HELPER_LABELS
+                            for m in mapped), dtype=bool, count=n)
     opaque = ~is_mapped & ~transparent & ~view_named
     for lvl in reversed(levels[1:]):
         np.logical_or.at(costed, parent[lvl], costed[lvl])
+        np.logical_or.at(computes, parent[lvl], computes[lvl])
         np.logical_or.at(opaque, parent[lvl], opaque[lvl])
     # an op that calls itself (autocast re-dispatches ``aten::linear`` in fp32 as casts + ``aten::linear`` in bf16;
     # ``aten::softmax`` with a dtype argument likewise) is a wrapper: its inner call and the casts are the units
@@ -293,8 +310,12 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
             continue
         if mp is None and len(kids):
             # an ATen op that spends most of its time outside its children is a kernel with helpers (a pooling
-            # backward that zeroes its output first): one unit; a composite that only calls others is looked into
-            own = self_share[i] > 0.5 and is_aten[i] and not view_named[i] and not forwards[i]
+            # backward that zeroes its output first): one unit; a composite that only calls others is looked into,
+            # and so is one that calls more than helpers (a softmax, a GEMM, a gather): a call of it descheduled
+            # between its children (the only call of ``cross_entropy_loss`` in a step, 460 of its 520 us) made it
+            # one unmodelled unit, priced at 0 on another device with the softmax and gather it calls
+            own = (self_share[i] > 0.5 and is_aten[i] and not view_named[i] and not forwards[i]
+                   and not computes[i])
             if (costed[i] and not own) or (opaque[i] and not is_aten[i]):
                 if costed[i] and is_aten[i] and not view_named[i]:
                     inside.append(i)  # its time outside its children is accounted (own_time), not lost
@@ -367,8 +388,9 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
         out.loc[cpu_side, "kind"] = "view"
         out.loc[cpu_side, "label"] = VIEW_LABEL
         out.loc[cpu_side, "row"] = pd.Series([{}] * int(cpu_side.sum()), index=out.index[cpu_side], dtype=object)
-    if trace.device != "cuda":
-        compiled = _compiled_code_units(ops, names, cats, parent, kids_order, starts, phase)
+    if trace.device != "cuda" or not trace.has_times:
+        compiled = _compiled_code_units(ops, names, cats, parent, kids_order, starts, phase,
+                                        on_gpu=trace.device == "cuda")
         if len(compiled):
             out = pd.concat([out, compiled], ignore_index=True)
             idx = np.concatenate([idx, compiled["op_id"].to_numpy(dtype=np.int64)])

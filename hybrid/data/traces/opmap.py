@@ -52,7 +52,10 @@ VIEW_OPS = frozenset(
     "broadcast_to resize_as "
     # ``Tensor.unfold``'s sliding windows (a strided view: audio framing, patching), autograd's zero tensor
     # without storage
-    "unfold _efficientzerotensor".split())
+    "unfold _efficientzerotensor "
+    # a sparse tensor's metadata, read or set (an EmbeddingBag(sparse=True) gradient's SparseAdam step asks
+    # ``_nnz`` / ``is_coalesced`` of it): no kernel, and no op to list as unmodelled
+    "_nnz is_coalesced _coalesced_ sparse_dim dense_dim _dimI _dimV".split())
 
 #: Elementwise op base name -> (breakdown label, variant, FLOPs per element). Inputs/outputs come from shapes.
 ELEMENTWISE: dict[str, tuple[str, str, float]] = {}

@@ -581,6 +581,22 @@ def _fill_lists(dims: list, types: list, et_dims: list, et_types: list) -> tuple
     return d_out, t_out[:max(len(types), len(dims))]
 
 
+def _et_only_ops(kineto_ops: pd.DataFrame, et: RankTrace) -> dict[str, int]:
+    """ATen ops of the execution trace's step that the Chrome trace did not record (no op of it has their
+    record-function id), outermost ones per name: ops run on a thread the profiler's CPU activity did not follow
+    (torch.profiler records the thread that started it and autograd's; the observer every thread), e.g. a Python
+    thread of the step's own. None in the project's traces of single-threaded steps."""
+    have = {int(r) for r in kineto_ops["rf_id"] if r is not None and int(r) > 0}
+    eo = et.ops
+    rf = np.array([int(r) if r is not None else -1 for r in eo["rf_id"]], dtype=np.int64)
+    aten = eo["name"].astype(str).str.startswith("aten::").to_numpy(dtype=bool)
+    lost = aten & (rf > 0) & ~np.isin(rf, list(have))
+    parent = eo["parent"].to_numpy(dtype=np.int64)
+    outer = lost & ~np.where(parent >= 0, lost[np.maximum(parent, 0)], False)
+    counts = eo.loc[outer, "name"].astype(str).value_counts()
+    return {str(k): int(v) for k, v in counts.items()}
+
+
 def link(kineto: RankTrace, et: RankTrace) -> RankTrace:
     """Kineto times with the execution trace's output shapes, and the shapes of TensorList inputs Kineto leaves
     empty (matched by record-function id); an op Kineto recorded without shapes takes all of the ET's inputs."""
@@ -613,6 +629,9 @@ def link(kineto: RankTrace, et: RankTrace) -> RankTrace:
                                "profiled step (record both inside the same profiler window)")
     ops["out_dims"], ops["pg"], ops["dims"], ops["types"] = outs, pgs, dims, types
     meta = {**kineto.meta, "linked_et": et.path, "et_matched": matched}
+    missing = _et_only_ops(ops, et)
+    if missing:
+        meta["et_only_ops"] = missing
     return RankTrace(kineto.path, "kineto+et", kineto.rank, kineto.world_size, kineto.device, kineto.device_name, ops,
                      kineto.kernels, kineto.process_groups or et.process_groups, kineto.window, meta)
 
