@@ -13,7 +13,7 @@ from hybrid.workloads.llm.dims import INFERENCE_MODEL_NAMES, resolve_model
 from hybrid.workloads.llm.inference import make_setup, predict_many, predict_static
 from hybrid.workloads.llm.kv_cache import kv_bytes_per_token, memory_plan, weight_bytes_per_gpu
 from hybrid.workloads.llm.precision import Precision, parse_precision
-from hybrid.workloads.llm.serving import SLO, make_trace, max_rate, parse_dist, parse_rate, simulate
+from hybrid.workloads.llm.serving import SLO, Trace, make_trace, max_rate, parse_dist, parse_rate, simulate
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -1817,5 +1817,11 @@ def test_reward_and_bare_models_cost_no_vocabulary_head():
     w = {k: weight_bytes_per_gpu(s.model, s.precision, 2, 1) for k, s in (("lm", lm), ("r", reward), ("b", bare))}
     assert w["lm"] - w["b"] == pytest.approx(128256 * 4096 / 2 * 2)  # the untied 16-bit LM head's TP share
     assert w["r"] - w["b"] == pytest.approx(4096 * 2)
-    tpot = [predict_static(s, 8, 1024, 16).tpot_ms for s in (lm, reward, bare)]
-    assert tpot[0] > tpot[1] >= tpot[2]
+    ttft = [predict_static(s, 8, 1024, 1).ttft_ms for s in (lm, reward, bare)]
+    assert ttft[0] > ttft[1] >= ttft[2]
+    # they generate nothing: more than one output token was costed as decode steps they never run
+    for s in (reward, bare):
+        with pytest.raises(InvalidInputError, match="generates no tokens, so every request has output length 1"):
+            predict_static(s, 8, 1024, 16)
+        with pytest.raises(InvalidInputError, match="generates no tokens"):
+            simulate(s, Trace(arrival_s=np.zeros(2), input_len=np.full(2, 64), output_len=np.array([1, 8])))

@@ -256,6 +256,17 @@ def _gib(x: np.ndarray) -> np.ndarray:
     return np.char.add(np.char.mod("%.1f", np.asarray(x, dtype=np.float64) / GIB), " GiB")
 
 
+def check_generates(model: TransformerConfig, output_len: np.ndarray | int) -> None:
+    """Refuse generated tokens of a model without a language-model head (a sequence classifier such as a reward
+    model, or a bare model): it scores (or embeds) a sequence in one forward pass and samples nothing, so its
+    requests have one output (``output_len`` 1, the prefill's); more were costed as decode steps it never runs."""
+    out = np.asarray(output_len)
+    if not model.lm_head and out.size and int(out.max()) > 1:
+        what = "a sequence classifier" if model.output_head == "classifier" else "a model without an output layer"
+        raise InvalidInputError(f"model {model.name!r} is {what} (no language-model head): it generates no tokens, so "
+                                f"every request has output length 1 (one forward pass), got {int(out.max())}")
+
+
 def memory_table(model: TransformerConfig, precision: Precision, capacity: float, *, batch: np.ndarray,
                  input_len: np.ndarray, output_len: np.ndarray, tp: int = 1, pp: int = 1,
                  reserve_gib: float = DEFAULT_RESERVE_GIB, prefill_tokens: int | None = None,
@@ -268,6 +279,7 @@ def memory_table(model: TransformerConfig, precision: Precision, capacity: float
     for name, v in (("batch", bt), ("input_len", inp), ("output_len", out)):
         if (v < 1).any():
             raise InvalidInputError(f"{name} must be a positive integer, got {int(v.min())}")
+    check_generates(model, out)
     if not (np.isfinite(reserve_gib) and reserve_gib >= 0):
         raise InvalidInputError(f"reserve must be a finite number >= 0 GiB, got {reserve_gib}")
     check_parallel(model, tp, pp)

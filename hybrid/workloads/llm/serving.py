@@ -36,6 +36,7 @@ from hybrid.workloads.llm.kv_cache import (
     MAX_TOKENS,
     activation_bytes,
     cached_tokens,
+    check_generates,
     kv_bytes_per_token,
     mean_context,
     weight_bytes_per_gpu,
@@ -479,6 +480,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         raise InvalidInputError("continuous-batching simulation supports tensor parallelism only (pp = 1)")
     if not np.isfinite(trace.arrival_s).all():  # the scheduler's clock could never reach a NaN arrival
         raise InvalidInputError("every arrival time of a trace must be a finite number")
+    check_generates(s.model, trace.output_len)
     sched = sched or SchedulerConfig()
     cap = kv_capacity_tokens(s, sched)
     need = (trace.input_len + trace.output_len).astype(np.int64)
