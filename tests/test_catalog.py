@@ -444,12 +444,30 @@ def test_user_device_pcie_generation_is_priced_as_itself(tmp_path: Path, gen: in
         (intra < PCIE_GBPS[3] * 1e9 and host < PCIE_X16_BW[3])
 
 
+def test_a_device_stating_no_pcie_generation_has_one_pcie_speed(tmp_path: Path) -> None:
+    """``pcie_gen = 0`` (not stated) was gen 3 for a generic node's GPU-to-GPU path and gen 4 for DLRM's host link:
+    one card, two PCIe generations. Both read :data:`PCIE_GEN_NOT_STATED` now."""
+    from hybrid.hardware.device import PCIE_GEN_NOT_STATED
+    from hybrid.ops.roofline import PCIE_GBPS, system_for_device
+    from hybrid.workloads.dlrm_graph import PCIE_X16_BW, host_link_bw
+
+    f = tmp_path / "site.toml"
+    f.write_text('[devices.Card]\nvendor = "nvidia"\nkind = "gpu"\n'
+                 "peak_tflops = { fp32 = 100 }\nmem_bw_gbps = 2000\nmem_gib = 96\nsource = \"design study\"\n")
+    dev = Catalog.load([f]).device("Card")
+    node = system_for_device(dev)
+    assert dev.pcie_gen == 0 and dev.pcie_generation == PCIE_GEN_NOT_STATED
+    assert node.intra_bw == pytest.approx(PCIE_GBPS[PCIE_GEN_NOT_STATED] * 1e9)
+    assert host_link_bw(dev) == pytest.approx(PCIE_X16_BW[PCIE_GEN_NOT_STATED])
+    assert f"gen{PCIE_GEN_NOT_STATED}" in node.intra_fabric or f"gen{PCIE_GEN_NOT_STATED}" in str(node.notes)
+
+
 def test_pcie_generation_outside_the_known_ones_is_refused(tmp_path: Path) -> None:
     from hybrid.hardware.device import PCIE_GENERATIONS
     from hybrid.ops.roofline import PCIE_GBPS
     from hybrid.workloads.dlrm_graph import PCIE_X16_BW
 
-    assert set(PCIE_GENERATIONS) <= set(PCIE_GBPS) and set(PCIE_GENERATIONS) - {0} <= set(PCIE_X16_BW)
+    assert set(PCIE_GENERATIONS) - {0} <= set(PCIE_GBPS) and set(PCIE_GENERATIONS) - {0} <= set(PCIE_X16_BW)
     f = tmp_path / "site.toml"
     f.write_text('[devices.Card]\nvendor = "nvidia"\nkind = "gpu"\npcie_gen = 8\n'
                  "peak_tflops = { fp32 = 100 }\nmem_bw_gbps = 2000\nmem_gib = 96\nsource = \"design study\"\n")

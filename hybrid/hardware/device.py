@@ -27,6 +27,10 @@ L2_BYTES_PER_CLK_PER_SM = 5120 / 108
 #: (``hybrid.ops.roofline.PCIE_GBPS``, ``hybrid.workloads.dlrm_graph.PCIE_X16_BW``) know each of them: a generation
 #: they lacked (``pcie_gen = 7`` for a PCIe 7.0 design) was priced as PCIe gen3 (or gen4) without a word.
 PCIE_GENERATIONS = range(0, 8)
+#: The generation a device that states none (``pcie_gen = 0``) is priced as, wherever PCIe is read (a generic
+#: node's GPU-to-GPU path, a host link): gen 4, the slot of the A100 / MI100 generation onwards. The roofline read
+#: gen 3 and DLRM's host link gen 4 before, so one user device had two PCIe speeds.
+PCIE_GEN_NOT_STATED = 4
 #: An NVIDIA ``arch``: ``sm_90``, or with the arch-specific / family-specific suffix (``sm_90a``, ``sm_100f``).
 _SM_ARCH = re.compile(r"sm_(\d+)[af]?")
 
@@ -139,6 +143,11 @@ class Device:
         the overlapped attention softmax)."""
         match = _SM_ARCH.fullmatch(str(self.arch).strip().lower())
         return int(match.group(1)) if str(self.vendor).lower() == "nvidia" and match else 0
+
+    @property
+    def pcie_generation(self) -> int:
+        """The PCIe generation its PCIe links are priced at: ``pcie_gen``, or :data:`PCIE_GEN_NOT_STATED`."""
+        return self.pcie_gen or PCIE_GEN_NOT_STATED
 
     def l2_bandwidth(self) -> float:
         """L2 read bandwidth in bytes/s: the catalog's published figure, else an estimate from the SMs and clock at

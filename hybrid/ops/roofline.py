@@ -40,9 +40,10 @@ ROOFLINE_COLUMNS = ("family", "flops", "bytes", "compute_us", "busy_us", "memory
 BOUNDS = ("compute", "memory", "latency", "bandwidth")
 
 #: Effective PCIe bandwidth per direction (GB/s) by generation, used when a device has no GPU-to-GPU link (~0.76 of
-#: the x16 link rate; 0 = not stated: gen3). Every generation a catalog entry may name
-#: (:data:`hybrid.hardware.device.PCIE_GENERATIONS`) is here: gen 1, 2 and 7 fell back to gen3's 12 GB/s.
-PCIE_GBPS = {0: 12.0, 1: 3.0, 2: 6.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0, 7: 192.0}
+#: the x16 link rate; a device that states none: :data:`hybrid.hardware.device.PCIE_GEN_NOT_STATED`). Every
+#: generation a catalog entry may name (:data:`hybrid.hardware.device.PCIE_GENERATIONS`) is here: gen 1, 2 and 7
+#: fell back to gen3's 12 GB/s.
+PCIE_GBPS = {1: 3.0, 2: 6.0, 3: 12.0, 4: 24.0, 5: 48.0, 6: 96.0, 7: 192.0}
 #: Default NIC share per GPU when a node description is synthesised from a bare device (100 Gb/s).
 DEFAULT_NIC_GBPS = 12.5
 
@@ -58,8 +59,8 @@ def _on_hgx_switch(device: Device) -> bool:
 def system_for_device(device: Device, gpus_per_node: int = 8) -> System:
     """A generic node of ``device`` GPUs for collectives on a device that has no catalog system: its NVLink (to
     the NVSwitch of an 8-GPU HGX board for Ampere-or-later SXM parts, so Hopper-or-later ones get NVLS) or PCIe."""
-    intra = device.link_bw / 1e9 if device.link_bw > 0 else PCIE_GBPS.get(device.pcie_gen, 12.0)
-    fabric = device.link_name or f"PCIe gen{device.pcie_gen or 3}"
+    intra = device.link_bw / 1e9 if device.link_bw > 0 else PCIE_GBPS[device.pcie_generation]
+    fabric = device.link_name or f"PCIe gen{device.pcie_generation}"
     if _on_hgx_switch(device) and "switch" not in fabric.lower():
         fabric = f"{fabric} + NVSwitch (generic 8-GPU HGX board)"
     return System.from_entry(

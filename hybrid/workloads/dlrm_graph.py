@@ -226,7 +226,7 @@ def host_link_bw(device: Device) -> float:
     Grace superchip's NVLink-C2C), else PCIe x16 of its generation (gen 4 when the catalog does not say)."""
     if device.host_link_bw > 0:
         return float(device.host_link_bw)
-    return PCIE_X16_BW.get(int(device.pcie_gen or 4), PCIE_X16_BW[4])
+    return PCIE_X16_BW[device.pcie_generation]
 
 
 def host_placement_allowed(config: DLRMConfig, device: Device) -> bool:
