@@ -255,13 +255,15 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
         gloo, cpu_note = cpu_collective_system(cat, cat.device(sys_.device), system, ranks)
         if gloo is not None:  # (a generic node priced them over a PCIe gen3 link: 97 us for 1 MiB, gloo 1.2 ms)
             system, sys_, generic = gloo.key, gloo, False
-    sys_.check_layout(ranks, nodes, generic=generic)
+    beyond = sys_.check_layout(ranks, nodes, generic=generic)
     if cpu_note:
         extra["note"] = cpu_note
     elif generic:
         extra["note"] = (f"{system!r} is a device, not a catalog system: a hypothetical node of "
                          f"{sys_.gpus_per_node} x {sys_.device} ({sys_.intra_fabric}, {sys_.inter_fabric} between "
                          "nodes); name a catalog system (hybrid devices --systems) for a real one")
+    if beyond:  # as the engine and the workloads cost it (a note, not a refusal)
+        extra["note"] = f"{extra['note']}; {beyond}" if "note" in extra else beyond
     row = roofline(frame, cat, system=system).iloc[0]
     extra.update(_memory_fit(frame, cat, system=system))
     t = float(row["time_us"])

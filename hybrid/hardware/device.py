@@ -331,10 +331,13 @@ class System:
                                 "vendors and their host memory varies: give yours with --host-mem-gib")
         return "stated", source
 
-    def check_layout(self, ranks: int, nodes: int, generic: bool = False) -> None:
+    def check_layout(self, ranks: int, nodes: int, generic: bool = False) -> str:
         """A collective's ``ranks`` over ``nodes`` must fit this system: at most ``gpus_per_node`` ranks per
-        node, the same number on every node, at most ``max_nodes`` nodes; else :class:`InvalidInputError`
-        (``generic``: the system is a generic node of its device, not a catalog entry, and says so)."""
+        node, the same number on every node, one node of a single-node system; else :class:`InvalidInputError`
+        (``generic``: the system is a generic node of its device, not a catalog entry, and says so). Returns a
+        note where the layout is costed beyond what the catalog describes ('' otherwise): more than ``max_nodes``
+        nodes of a system with a network, whose network is costed as if it scaled that far, as the engine and
+        every workload do (the largest installation a catalog entry describes is no limit of the design)."""
         what = (f"a generic node of {self.device} ({self.gpus_per_node} GPUs per node, no catalog system)"
                 if generic else f"system {self.key} ({self.gpus_per_node} GPUs per node)")
         if ranks < 1 or nodes < 1:
@@ -348,8 +351,13 @@ class System:
         if ranks % nodes:
             raise InvalidInputError(f"{ranks} ranks do not split evenly over {nodes} nodes of {what}; the model "
                                     "assumes the same number of ranks on every node")
+        if nodes > 1 and self.single_node:
+            raise InvalidInputError(f"{what} is a single node (no network between nodes in the catalog); got --nodes "
+                                    f"{nodes}")
         if nodes > self.max_nodes:
-            raise InvalidInputError(f"{what} has at most {self.max_nodes} node(s); got --nodes {nodes}")
+            return (f"{nodes} nodes of {self.key}, more than the {self.max_nodes} the catalog describes: its network "
+                    "is costed as if it scaled that far")
+        return ""
 
     @classmethod
     def from_entry(cls, key: str, entry: dict[str, Any]) -> System:
