@@ -296,3 +296,18 @@ def test_data_validate_counts_rows_whose_benchmark_reported_wrong_results(tmp_pa
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         assert main(["data", "validate", str(csv)]) == 0
     assert "warning: 1 of 9 rows report wrong results (#wrong > 0" in err.getvalue()
+
+
+def test_absurd_speedups_are_said_in_powers_of_ten():
+    """A time of 1e-300 us made the message print the speed-up over the roofline with hundreds of digits."""
+    from hybrid.data.quality import describe, describe_collectives
+
+    g = pd.DataFrame({"device": ["H100-SXM"], "dtype": ["bf16"], "framework": [""], "rows": [3],
+                      "fastest_over_roofline": [3.2e302]})
+    text = describe(g)
+    assert "up to 3e+302x faster than the roofline" in text and len(text) < 200
+    assert "up to 1.32x" in describe(g.assign(fastest_over_roofline=1.3249))
+    c = pd.DataFrame({"group": ["DGX-H100"], "op": ["all_reduce"], "source": ["a"], "rows": [1],
+                      "fastest_over_roofline": [887.2]})
+    assert "up to 887x faster" in describe_collectives(c)
+    assert "up to 9e+299x faster" in describe_collectives(c.assign(fastest_over_roofline=9e299))

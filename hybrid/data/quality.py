@@ -70,12 +70,18 @@ def implausible_rows(norm: pd.DataFrame, base: pd.DataFrame, catalog: Catalog,
 UNIT_HINT_FACTOR = 20.0
 
 
+def _factor(x: float, decimals: int = 2) -> str:
+    """A speed-up factor for a message: ``1.32x``; beyond 10^4 in powers of ten (``3e+302x``: a time of 1e-300 us
+    printed hundreds of digits)."""
+    return f"{x:.{decimals}f}x" if x < 1e4 else f"{x:.0e}x"
+
+
 def describe(groups: pd.DataFrame, rows: bool = True) -> str:
     """The groups in one line, e.g. ``H100-SXM fp8 (xla): 1125 rows, up to 1.34x faster than the roofline``
     (``rows=False``: without the row counts, so the fits of one calibration's splits give the same message); a
     group over :data:`UNIT_HINT_FACTOR` x asks whether its times are in another unit."""
     text = "; ".join(f"{r.device} {r.dtype}{f' ({r.framework})' if r.framework else ''}: "
-                     f"{f'{int(r.rows)} rows, ' if rows else ''}up to {r.fastest_over_roofline:.2f}x faster than the "
+                     f"{f'{int(r.rows)} rows, ' if rows else ''}up to {_factor(r.fastest_over_roofline)} faster than the "
                      "roofline" for r in groups.itertuples())
     if len(groups) and float(groups["fastest_over_roofline"].max()) > UNIT_HINT_FACTOR:
         text += " (times in milliseconds or seconds? time_us holds microseconds)"
@@ -136,7 +142,8 @@ def describe_collectives(groups: pd.DataFrame) -> str:
                                                         fastest=("fastest_over_roofline", "max")).reset_index()
     return ("; ".join(f"{r.group} {r.op}: {int(r.rows)} rows"
                       + (f" of {int(r.sources)} source(s)" if r.sources > 1 else "")
-                      + f", up to {r.fastest:.0f}x faster than the alpha-beta estimate" for r in per.itertuples())
+                      + f", up to {_factor(r.fastest, 0)} faster than the alpha-beta estimate"
+                      for r in per.itertuples())
             + " (times in milliseconds or seconds? time_us holds microseconds; or the wrong --system)")
 
 
