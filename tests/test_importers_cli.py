@@ -90,7 +90,7 @@ def test_import_overrides_say_what_they_changed(shared_datasets, tmp_path, capsy
 def test_a_table_named_twice_is_read_once(shared_datasets, tmp_path, capsys):
     out = tmp_path / "db.csv"
     assert main(["data", "import", "deepbench", str(shared_datasets / "deepbench/deepbench_gemm_tidy.csv"), "-o",
-                 str(out), "--quiet"]) == 0
+                 str(out), "-q"]) == 0  # -q as calibrate and report take it
     capsys.readouterr()
     rc = main(["data", "validate", str(out), str(tmp_path / "." / "db.csv"), "--json"])
     res = capsys.readouterr()

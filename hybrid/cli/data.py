@@ -38,7 +38,7 @@ def formats(as_json: bool) -> None:
 @click.option("--device", default=None, callback=warn_arch_device,
               help="Catalog device that ran the measurements (overrides the files).")
 @click.option("--system", default=None, help="Catalog system the collectives ran on (overrides inference).")
-@click.option("--quiet", is_flag=True, help="No progress bar, no warnings.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no warnings.")
 @click.option("--kernel-times", is_flag=True,
               help="vidur-compute only: label the rows as the kernel times they are (framework 'vidur'), for "
                    "calibrating kernel-bound LLM serving/training; default: framework-timed, as the mixed-source "
