@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from hybrid.data.schema import COLUMNS, read_table, schema_markdown, validate, write_table
-from hybrid.errors import SchemaError
+from hybrid.errors import HybridError, SchemaError
 
 
 def _table() -> pd.DataFrame:
@@ -276,3 +276,27 @@ def test_error_names_the_index_label_of_a_frame_with_its_own_index(catalog):
         validate(table.set_axis(["a", "b", "c"]), catalog)
     with pytest.raises(SchemaError, match=r"^row 2 \(CSV line 3\), column 'm': must be positive"):
         validate(table.reset_index(drop=True), catalog)
+
+
+@pytest.mark.parametrize("content", [b"\x7fELF\x02\x01\x01\x00\x00\x00" * 20, b"device,op\nH100,\xe9\xff\n"])
+def test_a_binary_file_is_said_to_be_one_not_a_truncated_table(tmp_path, content):
+    """An executable or a file in another encoding given as a CSV was blamed on a truncated last line ("looks
+    truncated (no final newline)") or a codec position, by the importers and by every command reading tables."""
+    from hybrid.cli.main import main
+    from hybrid.data.importers import import_paths
+
+    p = tmp_path / "odd.csv"
+    p.write_bytes(content)
+    with pytest.raises(SchemaError, match="a binary file|not UTF-8 text") as exc:
+        read_table(p)
+    assert "truncated" not in str(exc.value)
+    with pytest.raises(HybridError, match="a binary file|not UTF-8 text") as exc:
+        import_paths("neusight", [p])
+    assert "truncated" not in str(exc.value) and "expected a NeuSight CSV" in str(exc.value)
+    assert main(["data", "validate", str(p)]) == 2
+    # UTF-8 text whose multi-byte character the probe cuts in two is text
+    q = tmp_path / "straddle.csv"
+    q.write_text("device,op\n" + "a" * 8181 + "\u00e9\n", encoding="utf-8")
+    from hybrid.data.schema import TEXT_PROBE_BYTES, binary_file_reason
+
+    assert q.stat().st_size > TEXT_PROBE_BYTES and binary_file_reason(q) == ""

@@ -454,6 +454,26 @@ def _refuse_repeated_columns(path: Path) -> None:
                           "keep one of each")
 
 
+#: Bytes read from the start of a text table to tell it from a binary file (:func:`binary_file_reason`).
+TEXT_PROBE_BYTES = 8192
+
+
+def binary_file_reason(path: str | os.PathLike) -> str:
+    """Why a file named as a CSV table is no text ('' for text): a NUL byte or bytes that are no UTF-8 in its
+    first :data:`TEXT_PROBE_BYTES` (an executable, an image, a spreadsheet saved as .xlsx). Said before the
+    parsers' own findings, which blamed a truncated last line ("no final newline") or a codec position."""
+    with open(path, "rb") as fh:
+        head = fh.read(TEXT_PROBE_BYTES)
+    if b"\x00" in head:
+        return "a binary file (NUL bytes), not a text table"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if len(head) < TEXT_PROBE_BYTES or exc.start < len(head) - 3:  # not a character cut by the probe's end
+            return f"not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start}): a binary file, or text in another encoding"
+    return ""
+
+
 def lacks_final_newline(path: str | os.PathLike) -> bool:
     """True when a file with some non-whitespace content does not end with a newline (a truncated table).
 
@@ -531,6 +551,9 @@ def read_table(
             if p.suffix.lower() in (".parquet", ".pq"):
                 df = pd.read_parquet(p)
             else:
+                binary = binary_file_reason(p)
+                if binary:
+                    raise SchemaError(f"{p}: {binary}" + import_hint(p))
                 if lacks_final_newline(p):
                     # tables are written with a final newline: without it the last value may be cut short
                     raise SchemaError(f"{p}: the last line has no final newline (truncated file?); its last "

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, validate
+from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, binary_file_reason, validate
 from hybrid.errors import HybridError, ImportFormatError, SchemaError, UnknownDeviceError
 from hybrid.hardware.catalog import Catalog, default_catalog
 
@@ -77,6 +77,9 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
     refuse_compressed(path, raw)
     if not raw.strip():
         raise ImportFormatError(f"{path}: file is empty (expected a {what} CSV)")
+    binary = binary_file_reason(path)
+    if binary:
+        raise ImportFormatError(f"{path}: {binary} (expected a {what} CSV)")
     try:
         df = pd.read_csv(path, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
