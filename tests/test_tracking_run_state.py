@@ -49,24 +49,31 @@ def test_failed_and_interrupted_runs_are_ended_on_the_server(tmp_path, shared_da
         assert _statuses(MlflowClient(url)) == {"calibrate-crash": "FAILED", "calibrate-interrupt": "KILLED"}
 
 
-def test_a_server_gone_mid_run_is_said_not_silent(tmp_path, shared_datasets, monkeypatch):
-    """The server dies after the fits: recording fails, the run cannot be marked FAILED; the CLI says which run stays
-    RUNNING where, before its error line, and the server's store indeed holds it RUNNING."""
+def _calibrate_losing_the_server_after(tmp_path, shared_datasets, monkeypatch, step: str) -> tuple[int, str, str]:
+    """``hybrid calibrate`` against a real ``mlflow server`` that is stopped as soon as the calibration's ``step``
+    (a function of :mod:`hybrid.tracking.calibrate`) returns: (exit code, stderr, the server's URL)."""
     monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     # a dead server is retried like a restarting one: no MLflow-level retries and short waits keep the test short
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setattr("hybrid.tracking.store.RETRY_MAX_DELAY_S", 0.01)
     csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
-    fit_run = calibrate_module._fit_run
+    original = getattr(calibrate_module, step)
     with running_mlflow_server(tmp_path) as (url, proc):
-        def fit_then_lose_server(*args, **kwargs):
-            out = fit_run(*args, **kwargs)
+        def then_lose_server(*args, **kwargs):
+            out = original(*args, **kwargs)
             stop_server(proc)
             return out
 
-        monkeypatch.setattr(calibrate_module, "_fit_run", fit_then_lose_server)
+        monkeypatch.setattr(calibrate_module, step, then_lose_server)
         rc, _, err = cli(["calibrate", str(csv), "--name", "lost", "--no-lodo", "-q", "--tracking-uri", url])
+    return rc, err, url
+
+
+def test_a_server_gone_mid_run_is_said_not_silent(tmp_path, shared_datasets, monkeypatch):
+    """The server dies after the fits: recording fails, the run cannot be marked FAILED; the CLI says which run stays
+    RUNNING where, before its error line, and the server's store indeed holds it RUNNING."""
+    rc, err, url = _calibrate_losing_the_server_after(tmp_path, shared_datasets, monkeypatch, "_fit_run")
     assert rc == 2, err
     lines = err.strip().splitlines()
     warning = re.search(rf"^warning: run (\w+) stays RUNNING in {re.escape(url)}: it could not be marked FAILED",
@@ -158,20 +165,7 @@ def test_a_server_gone_after_registration_names_the_version_left(tmp_path, share
     in the registry, neither of which can be helped; the warning used to name the run only, so the version (which
     `--model NAME` then loads once the server is back) looked usable. It now names the version and how to delete it,
     and does not wait for the dead server a second time to say so."""
-    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    monkeypatch.setattr("hybrid.tracking.store.RETRY_MAX_DELAY_S", 0.01)
-    csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
-    register = calibrate_module.register_version
-    with running_mlflow_server(tmp_path) as (url, proc):
-        def register_then_lose_server(*args, **kwargs):
-            version = register(*args, **kwargs)
-            stop_server(proc)
-            return version
-
-        monkeypatch.setattr(calibrate_module, "register_version", register_then_lose_server)
-        rc, _, err = cli(["calibrate", str(csv), "--name", "lost", "--no-lodo", "-q", "--tracking-uri", url])
+    rc, err, url = _calibrate_losing_the_server_after(tmp_path, shared_datasets, monkeypatch, "register_version")
     assert rc == 2, err
     lines = err.strip().splitlines()
     assert re.match(rf"^warning: run \w+ stays RUNNING in {re.escape(url)}: it could not be marked FAILED there; "
