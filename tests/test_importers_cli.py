@@ -176,3 +176,16 @@ def test_imported_columns_in_schema_order_extras_last(shared_datasets, tmp_path,
         canonical = [c for c in columns if c in COLUMN_BY_NAME]
         assert canonical == [c for c in order if c in canonical], (fmt, columns)
         assert columns[:len(canonical)] == canonical, (fmt, columns)  # extras (Vidur's model, tp, ...) last
+
+
+def test_a_canonical_table_given_to_an_importer_is_said_to_be_one(tmp_path, capsys):
+    """`hybrid data import xla-matmul` of a table `data import` or `hybrid profile` wrote passed the column check
+    (device, b, m, n, k, dtype are canonical columns too) and failed rows later on a missing `b`."""
+    from pathlib import Path
+
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "H100-SXM" / "measurements.csv"
+    for fmt in ("xla-matmul", "neusight", "deepbench"):
+        rc = main(["data", "import", fmt, str(bundle), "-o", str(tmp_path / f"{fmt}.csv"), "-q"])
+        err = capsys.readouterr().err
+        assert rc == 2 and "already a canonical measurement table" in err and "use it as it is" in err, (fmt, err)
+        assert not (tmp_path / f"{fmt}.csv").exists()

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, binary_file_reason, validate
+from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, REQUIRED, binary_file_reason, validate
 from hybrid.errors import HybridError, ImportFormatError, SchemaError, UnknownDeviceError
 from hybrid.hardware.catalog import Catalog, default_catalog
 
@@ -87,6 +87,13 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
         hint = "; the file looks truncated (no final newline)" if not raw.endswith(b"\n") else ""
         raise ImportFormatError(f"{path}: not a readable {what} CSV ({first}){hint}") from None
     df.columns = [str(c).strip() for c in df.columns]
+    if all(c in df.columns for c in REQUIRED) and "op" not in required:
+        # a table `data import` or `hybrid profile` wrote, given back to an importer: the columns an upstream
+        # format shares with it passed, and the error came rows later (xla-matmul: "line 454, column 'b': missing
+        # value") or the import re-read canonical values as upstream ones
+        raise ImportFormatError(f"{path}: already a canonical measurement table (columns "
+                                f"{', '.join(REQUIRED)}), not a {what} CSV: use it as it is (`hybrid data validate "
+                                f"{path}`, `hybrid calibrate {path} ...`)")
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise ImportFormatError(
