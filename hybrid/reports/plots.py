@@ -43,6 +43,13 @@ def _grid(n: int, ncols: int = 3) -> tuple[int, int]:
     return (n + ncols - 1) // ncols, ncols
 
 
+def plain(text: object) -> str:
+    """``text`` as matplotlib draws it literally: a user's name (a device key, a model or file name) holding two
+    ``$`` would otherwise be parsed as mathtext, drawn as formula or failing the whole figure at save time
+    (``Unknown symbol: \\x``)."""
+    return str(text).replace("$", r"\$")
+
+
 def new_figure(width: float, height: float) -> Figure:
     """A figure on the Agg canvas (no pyplot state), constrained layout."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
@@ -78,11 +85,11 @@ def predicted_vs_measured(frame: pd.DataFrame, title: str = "Predicted vs measur
         ax.set_ylim(lo, hi)
         ax.set_xlabel("measured (us)")
         ax.set_ylabel("predicted (us)")
-        ax.set_title(f"{fam} ({len(frame[frame['family'].astype(str) == fam]):,} rows)")
+        ax.set_title(plain(f"{fam} ({len(frame[frame['family'].astype(str) == fam]):,} rows)"))
         ax.grid(True, which="major", alpha=0.3)
         if i == 0:
             _legend(ax, loc="upper left", fontsize=8, markerscale=2)
-    fig.suptitle(f"{title}  (dashed: factor of 2)")
+    fig.suptitle(plain(f"{title}  (dashed: factor of 2)"))
     return fig
 
 
@@ -107,7 +114,7 @@ def error_cdf(frame: pd.DataFrame, title: str = "Error distribution") -> Figure:
     for fam, sub in frame.groupby(frame["family"].astype(str)):
         err = np.maximum(np.sort(relative_error(sub, "model")) * 100, 1e-3)
         ax2.step(err, np.arange(1, len(err) + 1) / len(err), where="post",
-                 label=f"{fam} (median {np.median(err):.1f}%)")
+                 label=plain(f"{fam} (median {np.median(err):.1f}%)"))
     for a, t in ((ax, "all rows"), (ax2, "calibrated model, per family")):
         a.set_xscale("log")
         a.set_xlabel("|predicted - measured| / measured (%)")
@@ -118,7 +125,7 @@ def error_cdf(frame: pd.DataFrame, title: str = "Error distribution") -> Figure:
         a.grid(True, alpha=0.3)
         a.legend(fontsize=8, loc="lower right")
         a.set_title(t)
-    fig.suptitle(title)
+    fig.suptitle(plain(title))
     return fig
 
 
@@ -146,11 +153,11 @@ def error_vs_size(frame: pd.DataFrame, title: str = "Error vs problem size") -> 
         unit = str(sub["size_unit"].iloc[0]) if "size_unit" in sub.columns and len(sub) else ""
         ax.set_xlabel(f"problem size ({unit})")
         ax.set_ylabel("predicted / measured")
-        ax.set_title(fam)
+        ax.set_title(plain(fam))
         ax.grid(True, alpha=0.3)
         if i == 0:
             _legend(ax, fontsize=8, markerscale=2)
-    fig.suptitle(title)
+    fig.suptitle(plain(title))
     return fig
 
 
@@ -190,11 +197,11 @@ def error_by_device(frame: pd.DataFrame, title: str = "Geomean error per device"
         bars = ax.bar(x + (j - (len(models) - 1) / 2) * width, vals, width, color=STYLE[m]["color"],
                       label=STYLE[m]["label"])
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
-    ax.set_xticks(x, devices, rotation=20, ha="right")
+    ax.set_xticks(x, [plain(d) for d in devices], rotation=20, ha="right")
     ax.set_ylabel("geomean |error| (%)")
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.set_title(title)
+    ax.set_title(plain(title))
     return fig
 
 

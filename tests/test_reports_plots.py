@@ -1,0 +1,46 @@
+"""Report figures and HTML pages drawn from small hand-made prediction frames (no calibration needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from hybrid.reports.plots import figure_png, standard_figures
+
+
+def _frame(devices: list[str], n: int = 12, families: tuple[str, ...] = ("gemm", "norm")) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for dev in devices:
+        for fam in families:
+            for i in range(n):
+                meas = float(10 ** rng.uniform(1, 3))
+                rows.append({"split": "all", "device": dev, "op": fam, "family": fam, "size": 1e6 * (i + 1),
+                             "size_unit": "FLOP" if fam == "gemm" else "B", "measured_us": meas,
+                             "predicted_us": meas * rng.uniform(0.8, 1.2), "roofline_us": meas * 0.5})
+    return pd.DataFrame(rows)
+
+
+def test_a_name_with_dollar_signs_is_drawn_as_written_not_as_mathtext():
+    """A device named with two '$' (a catalog key is any TOML string) was parsed as mathtext by matplotlib: the
+    report died at save time with 'ValueError: Unknown symbol: \\x' (or drew the name as a formula)."""
+    name = 'Lab<b>&"GPU"$\\x$'
+    figs = standard_figures(_frame([name, "H100-SXM"]), title="all")
+    for fig in figs.values():
+        assert figure_png(fig).startswith(b"\x89PNG")
+    ticks = [t.get_text() for t in figs["error_by_device"].axes[0].get_xticklabels()]
+    assert "Lab<b>&\"GPU\"\\$\\x\\$" in ticks
+
+
+def test_llm_plots_draw_a_model_name_with_dollar_signs(tmp_path):
+    from hybrid.hardware import default_catalog
+    from hybrid.reports.llm_plots import breakdown_bars, memory_bars
+    from hybrid.reports.plots import save_png
+    from hybrid.reports.roofline_plot import op_roofline
+
+    memory_bars({"tiny$\\x$ full": {"weights": 1.0, "reserve": 2.0}}, 80.0, tmp_path / "m.png", title="a$\\y$")
+    breakdown_bars({"sys$\\x$": {"compute$\\z$": 1.0}}, tmp_path / "b.png")
+    points = pd.DataFrame({"intensity": [1.0, 100.0], "achieved_tflops": [1.0, 50.0], "phase": ["prefill", "decode"],
+                           "name": ["op$\\x$", "mlp"]})
+    save_png(op_roofline(points, [default_catalog().device("H100-SXM")], title="m$\\q$"), tmp_path / "r.png")
+    assert all((tmp_path / f).read_bytes().startswith(b"\x89PNG") for f in ("m.png", "b.png", "r.png"))
