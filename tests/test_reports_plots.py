@@ -44,3 +44,28 @@ def test_llm_plots_draw_a_model_name_with_dollar_signs(tmp_path):
                            "name": ["op$\\x$", "mlp"]})
     save_png(op_roofline(points, [default_catalog().device("H100-SXM")], title="m$\\q$"), tmp_path / "r.png")
     assert all((tmp_path / f).read_bytes().startswith(b"\x89PNG") for f in ("m.png", "b.png", "r.png"))
+
+
+def test_a_roofline_report_shows_the_roofline_once_not_as_a_calibrated_model(tmp_path, monkeypatch, capsys):
+    """`report --model roofline --table T` put the roofline's own figures under "hybrid (calibrated)" beside the same
+    figures as "roofline only", every model cell marked worse (red) than the identical baseline."""
+    from hybrid.cli.main import main
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    csv = tmp_path / "t.csv"
+    csv.write_text("device,op,dtype,time_us,m,n,k\nH100-SXM,gemm,fp16,900,4096,4096,4096\n"
+                   "H100-SXM,gemm,fp16,120,1024,2048,512\n")
+    out = tmp_path / "r.html"
+    assert main(["report", "--model", "roofline", "--table", str(csv), "-o", str(out), "-q"]) == 0
+    text = out.read_text()
+    assert "hybrid (calibrated)" not in text and 'class="worse"' not in text
+    assert text.count("roofline only<br>geomean %") == 3  # overall, per family, per device
+    assert text.count("data:image/png;base64,") == 4
+
+
+def test_a_model_cell_equal_to_the_roofline_is_not_marked_worse():
+    from hybrid.reports.html import error_table
+
+    same = {"n_rows": 2, "geomean_pct": 10.0, "mape_pct": 12.0, "median_pct": 10.0, "p90_pct": 20.0}
+    text = error_table({"model": dict(same, p90_pct=30.0), "roofline": same})
+    assert text.count('class="worse"') == 1 and 'class="better"' not in text

@@ -83,7 +83,7 @@ def error_table(summaries: Mapping[str, Mapping[str, Any]], group: str | None = 
             for m in models:
                 v = per[m][s] if per[m] else float("nan")
                 cls = ""
-                if m == "model" and "roofline" in per and per["roofline"]:
+                if m == "model" and "roofline" in per and per["roofline"] and v != per["roofline"][s]:
                     cls = ' class="better"' if v < per["roofline"][s] else ' class="worse"'
                 cells.append(f"<td{cls}>{_fmt(float(v))}</td>")
         out.append(f"<tr><td>{_esc(k)}</td><td>{first['n_rows']:,}</td>{''.join(cells)}</tr>")
