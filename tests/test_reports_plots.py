@@ -69,3 +69,16 @@ def test_a_model_cell_equal_to_the_roofline_is_not_marked_worse():
     same = {"n_rows": 2, "geomean_pct": 10.0, "mape_pct": 12.0, "median_pct": 10.0, "p90_pct": 20.0}
     text = error_table({"model": dict(same, p90_pct=30.0), "roofline": same})
     assert text.count('class="worse"') == 1 and 'class="better"' not in text
+
+
+def test_the_error_cdf_of_a_one_row_family_draws_its_step():
+    """An ECDF drawn from (e_i, i/n) alone drew nothing for a family of one row (a table with one row: an empty
+    right panel beside its legend) and started every curve at 1/n instead of 0."""
+    from hybrid.reports.plots import error_cdf
+
+    frame = pd.concat([_frame(["H100-SXM"], n=5, families=("gemm",)), _frame(["H100-SXM"], n=1, families=("norm",))])
+    fig = error_cdf(frame)
+    lines = {ln.get_label().split(" (")[0]: ln for ln in fig.axes[1].get_lines() if not ln.get_label().startswith("_")}
+    y = lines["norm"].get_ydata()
+    assert list(y) == [0.0, 1.0]
+    assert lines["gemm"].get_ydata()[0] == 0.0 and len(set(lines["gemm"].get_xdata()[:2])) == 1

@@ -100,6 +100,12 @@ def relative_error(frame: pd.DataFrame, model: str) -> np.ndarray:
     return np.abs(pred - meas) / meas
 
 
+def _ecdf(err: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step points of the empirical CDF of sorted ``err``, rising from 0 at the smallest error: without that first
+    point a family of one row drew nothing (one point, no step) and every curve began at 1/n, not 0."""
+    return np.r_[err[:1], err], np.r_[0.0, np.arange(1, len(err) + 1) / len(err)]
+
+
 def error_cdf(frame: pd.DataFrame, title: str = "Error distribution") -> Figure:
     """Cumulative distribution of the relative error, model against roofline: overall (left) and per op
     family for the calibrated model (right; the roofline's in a frame without a calibrated model)."""
@@ -108,14 +114,12 @@ def error_cdf(frame: pd.DataFrame, title: str = "Error distribution") -> Figure:
     for m in _models(frame):
         err = np.sort(relative_error(frame, m)) * 100
         err = np.maximum(err, 1e-3)
-        y = np.arange(1, len(err) + 1) / len(err)
         med = np.median(err)
-        ax.step(err, y, where="post", color=STYLE[m]["color"], label=f"{STYLE[m]['label']} (median {med:.1f}%)")
+        ax.step(*_ecdf(err), where="post", color=STYLE[m]["color"], label=f"{STYLE[m]['label']} (median {med:.1f}%)")
     first = (_models(frame) or ["model"])[0]  # the calibrated model; the roofline where it is all there is
     for fam, sub in frame.groupby(frame["family"].astype(str)):
         err = np.maximum(np.sort(relative_error(sub, first)) * 100, 1e-3)
-        ax2.step(err, np.arange(1, len(err) + 1) / len(err), where="post",
-                 label=plain(f"{fam} (median {np.median(err):.1f}%)"))
+        ax2.step(*_ecdf(err), where="post", label=plain(f"{fam} (median {np.median(err):.1f}%)"))
     for a, t in ((ax, "all rows"), (ax2, f"{STYLE[first]['label']}, per family")):
         a.set_xscale("log")
         a.set_xlabel("|predicted - measured| / measured (%)")
