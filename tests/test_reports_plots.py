@@ -82,3 +82,21 @@ def test_the_error_cdf_of_a_one_row_family_draws_its_step():
     y = lines["norm"].get_ydata()
     assert list(y) == [0.0, 1.0]
     assert lines["gemm"].get_ydata()[0] == 0.0 and len(set(lines["gemm"].get_xdata()[:2])) == 1
+
+
+def test_the_interval_table_counts_only_rows_with_an_interval():
+    """Collectives scored by a model calibrated without any get no interval (NaN): the table showed their device
+    as '-' marked red with a width of 'nanx', and its 'all rows' line counted them in the rows whose coverage it gave."""
+    from hybrid.reports.html import interval_table
+
+    frame = _frame(["H200", "A100-SXM4-40GB"], n=3)
+    seen = frame["device"] == "H200"
+    frame["predicted_us_low"] = np.where(seen, frame["measured_us"] / 2, np.nan)
+    frame["predicted_us_high"] = np.where(seen, frame["measured_us"] * 2, np.nan)
+    frame["interval_band"] = np.where(seen, "seen", None)
+    text = interval_table(frame)
+    assert "nan" not in text.lower()
+    assert "<tr><td>A100-SXM4-40GB</td><td>0 of 6</td><td>no interval</td><td>-</td></tr>" in text
+    assert "<tr><td>H200</td><td>6</td>" in text and "<td>4.00x</td>" in text
+    assert "<tr><td>all rows</td><td>6 of 12</td><td>100.0</td><td>4.00x</td></tr>" in text
+    assert "6 rows have no prediction interval" in text

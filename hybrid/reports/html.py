@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hybrid.atomic import write_text
@@ -93,22 +94,36 @@ def error_table(summaries: Mapping[str, Mapping[str, Any]], group: str | None = 
 
 def interval_table(frame: pd.DataFrame) -> str:
     """HTML table of the 80% prediction intervals of one split: per device, the share of measurements inside
-    their interval (nominal 80%) and the median interval width (high / low); empty without intervals."""
+    their interval (nominal 80%) and the median interval width (high / low), over the rows that have an interval
+    (a model without collective measurements gives its collectives none: docs/corrections.md); a device without
+    any says so, and a note counts the rows left out. Empty without intervals."""
     from hybrid.tracking.evaluation import interval_coverage
 
     cov = interval_coverage(frame)
     if not cov["coverage_by_device"]:
         return ""
-    ratio = frame["predicted_us_high"] / frame["predicted_us_low"]
-    out = ["<table><tr><th>device</th><th>rows</th><th>inside 80% interval %</th>"
+    low, high = (frame[c].astype(np.float64) for c in ("predicted_us_low", "predicted_us_high"))
+    has = pd.Series(np.isfinite(low) & np.isfinite(high), index=frame.index)
+    ratio = (high / low)[has]
+    out = ["<table><tr><th>device</th><th>rows with an interval</th><th>inside 80% interval %</th>"
            "<th>median width (high / low)</th></tr>"]
     for dev, g in frame.groupby("device", sort=True):
+        n = int(has[g.index].sum())
+        if not n:
+            out.append(f"<tr><td>{_esc(dev)}</td><td>0 of {len(g):,}</td><td>no interval</td><td>-</td></tr>")
+            continue
         pct = cov["coverage_by_device"].get(str(dev), float("nan"))
         cls = ' class="better"' if 70 <= pct <= 90 else ' class="worse"'
-        out.append(f"<tr><td>{_esc(dev)}</td><td>{len(g):,}</td><td{cls}>{_fmt(float(pct))}</td>"
-                   f"<td>{float(ratio[g.index].median()):.2f}x</td></tr>")
-    out.append(f"<tr><td>all rows</td><td>{len(frame):,}</td><td>{_fmt(float(cov['coverage_pct']))}</td>"
+        rows = f"{n:,}" if n == len(g) else f"{n:,} of {len(g):,}"
+        out.append(f"<tr><td>{_esc(dev)}</td><td>{rows}</td><td{cls}>{_fmt(float(pct))}</td>"
+                   f"<td>{float(ratio.reindex(g.index).median()):.2f}x</td></tr>")
+    n = int(has.sum())
+    rows = f"{n:,}" if n == len(frame) else f"{n:,} of {len(frame):,}"
+    out.append(f"<tr><td>all rows</td><td>{rows}</td><td>{_fmt(float(cov['coverage_pct']))}</td>"
                f"<td>{float(ratio.median()):.2f}x</td></tr></table>")
+    if n < len(frame):
+        out.append(f"<p class='note'>{len(frame) - n:,} rows have no prediction interval (a model calibrated without "
+                   "measurements of their kind gives them none) and are not counted.</p>")
     return "\n".join(out)
 
 
