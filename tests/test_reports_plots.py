@@ -100,3 +100,19 @@ def test_the_interval_table_counts_only_rows_with_an_interval():
     assert "<tr><td>H200</td><td>6</td>" in text and "<td>4.00x</td>" in text
     assert "<tr><td>all rows</td><td>6 of 12</td><td>100.0</td><td>4.00x</td></tr>" in text
     assert "6 rows have no prediction interval" in text
+
+
+def test_the_adapted_split_has_a_table_per_number_of_rows_adapted_to():
+    """`hybrid calibrate` prints the adapted split per number of rows adapted to (5, 10, 20, 50: how the error falls
+    with them); the report gave only the pooled figures of all four."""
+    from hybrid.reports.html import render_report
+
+    frame = _frame(["H100-SXM"], n=8).assign(split="adapted")
+    frame["shots"] = np.resize([5, 10, 20, 50], len(frame))
+    text = render_report(frame, title="t", images={"adapted": {"x": b"png"}})
+    table = text[text.index("Per number of rows adapted to"):]
+    table = table[:table.index("</table>")]
+    assert [m for m in ("5 rows", "10 rows", "20 rows", "50 rows") if f"<td>{m}</td>" in table] == [
+        "5 rows", "10 rows", "20 rows", "50 rows"]
+    assert table.index("<td>5 rows</td>") < table.index("<td>10 rows</td>") < table.index("<td>50 rows</td>")
+    assert "<th>rows adapted to</th>" in table

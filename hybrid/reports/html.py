@@ -68,14 +68,28 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{_esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
 
 
+#: The first column's heading of each grouping of :func:`error_table`.
+_GROUP_LABELS = {"by_op": "op", "by_device": "device", "by_shots": "rows adapted to"}
+
+
+def _natural(key: str) -> tuple[float, str]:
+    """Sort key of a group label: by its leading number where it has one ("5 rows" before "10 rows"), else by text."""
+    head = key.split(" ", 1)[0]
+    try:
+        return float(head), key
+    except ValueError:
+        return float("inf"), key
+
+
 def error_table(summaries: Mapping[str, Mapping[str, Any]], group: str | None = None) -> str:
-    """HTML table: one row per group value (``by_op``/``by_device``) or one overall row, with geomean, MAPE,
+    """HTML table: one row per group value (``by_op``/``by_device``/``by_shots``) or one overall row, with geomean, MAPE,
     median and p90 of each compared model side by side; the model's cell is green where it beats roofline."""
     models = [m for m in ("model", "base", "roofline") if m in summaries]
-    keys = sorted(summaries[models[0]][group]) if group else ["all rows"]
+    keys = sorted(summaries[models[0]][group], key=_natural) if group else ["all rows"]
     stats = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
     head = "".join(f"<th>{STYLE[m]['label']}<br>{s.replace('_pct', '')} %</th>" for s in stats for m in models)
-    out = [f"<table><tr><th>{_esc(group.replace('by_', '') if group else '')}</th><th>rows</th>{head}</tr>"]
+    label = _GROUP_LABELS.get(group, group.replace("by_", "")) if group else ""
+    out = [f"<table><tr><th>{_esc(label)}</th><th>rows</th>{head}</tr>"]
     for k in keys:
         per = {m: (summaries[m][group].get(k) if group else summaries[m]) for m in models}
         first = per[models[0]]
@@ -183,6 +197,8 @@ def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, A
         parts.append("<h3>Overall</h3>" + error_table(summ))
         parts.append("<h3>Per op family</h3>" + error_table(summ, "by_op"))
         parts.append("<h3>Per device</h3>" + error_table(summ, "by_device"))
+        if "by_shots" in summ[next(iter(summ))]:  # the adapted split: how the error falls with the rows adapted to
+            parts.append("<h3>Per number of rows adapted to</h3>" + error_table(summ, "by_shots"))
         intervals = interval_table(sub)
         if intervals:
             in_sample = split == "train"
