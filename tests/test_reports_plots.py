@@ -116,3 +116,20 @@ def test_the_adapted_split_has_a_table_per_number_of_rows_adapted_to():
         "5 rows", "10 rows", "20 rows", "50 rows"]
     assert table.index("<td>5 rows</td>") < table.index("<td>10 rows</td>") < table.index("<td>50 rows</td>")
     assert "<th>rows adapted to</th>" in table
+
+
+def test_llm_memory_plot_names_the_job_and_whether_it_fits(tmp_path, capsys):
+    """The --plot file stands alone: it was titled 'Memory per GPU' whatever the job, its one bar labelled
+    'llama2-70b none' (the recompute setting, unnamed), and nothing on it said that the job does not fit."""
+    import matplotlib
+
+    from hybrid.cli.main import main
+
+    out = tmp_path / "m.svg"
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as <text>, readable here
+        assert main(["llm", "memory", "llama2-70b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "8",
+                     "--plot", str(out)]) == 0
+    svg = out.read_text()
+    assert "Memory per GPU: does not fit" in svg
+    assert "llama2-70b on 8 x A100-SXM4-80GB (DGX-A100), tp 1 pp 1 dp 8, micro 1" in svg
+    assert "llama2-70b, recompute none" in svg

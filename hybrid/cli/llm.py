@@ -267,7 +267,11 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     if plot_path:
         from hybrid.reports.llm_plots import memory_bars
 
-        memory_bars({f"{model.name} {cfg.recompute}": row}, row["capacity"], plot_path)
+        # the plot file stands alone: its title names the job and says whether it fits, as the text form does
+        verdict = "fits" if out["fits"] else "does not fit"
+        memory_bars({f"{model.name}, recompute {cfg.recompute}": row}, row["capacity"], plot_path,
+                    title=f"Memory per GPU: {verdict}\n{model.name} on {cfg.gpus} x {tgt.device} ({tgt.system}), "
+                          f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp}, micro {cfg.micro_batch}")
         out["plot"] = plot_path
         if not as_json:
             click.echo(f"plot written to {plot_path}")

@@ -32,7 +32,7 @@ def memory_bars(rows: Mapping[str, Mapping[str, float]], capacity_gib: float, pa
     ax.set_xticks(x, [plain(k) for k in labels], rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("GiB per GPU")
     ax.legend(fontsize=7, ncol=2)
-    ax.set_title(plain(title))
+    ax.set_title(plain(title), fontsize=10)
     return save_png(fig, path)
 
 
