@@ -276,3 +276,18 @@ def test_error_names_the_index_label_of_a_frame_with_its_own_index(catalog):
         validate(table.set_axis(["a", "b", "c"]), catalog)
     with pytest.raises(SchemaError, match=r"^row 2 \(CSV line 3\), column 'm': must be positive"):
         validate(table.reset_index(drop=True), catalog)
+
+
+def test_a_large_csv_is_read_with_one_dtype_per_column(tmp_path, catalog):
+    """pandas reads a CSV in chunks of 262,144 rows: a column empty for the first chunk and named in a later one (a
+    table `hybrid data import neusight` wrote, variant) came back with mixed types and a raw DtypeWarning (pandas'
+    source line and all) on the stderr of `hybrid report --table` / evaluate."""
+    import warnings
+
+    p = tmp_path / "big.csv"
+    row = "T4,elementwise,fp32,10.5,{},1000\n"
+    p.write_text("device,op,dtype,time_us,variant,elements\n" + row.format("") * 270_000 + row.format("add") * 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.DtypeWarning)
+        table = read_table(p, catalog, validate_rows=False)
+    assert len(table) == 270_005 and table["variant"].dropna().tolist() == ["add"] * 5
