@@ -133,3 +133,18 @@ def test_llm_memory_plot_names_the_job_and_whether_it_fits(tmp_path, capsys):
     assert "Memory per GPU: does not fit" in svg
     assert "llama2-70b on 8 x A100-SXM4-80GB (DGX-A100), tp 1 pp 1 dp 8, micro 1" in svg
     assert "llama2-70b, recompute none" in svg
+
+
+def test_a_report_on_tables_keeps_the_warnings_in_its_header(tmp_path, monkeypatch, capsys):
+    """Data-quality and transfer warnings of `report --table` (a table named twice; a model that never measured a
+    processor of the table's kind) went to stderr only; the page, which is what is kept and shared, said nothing."""
+    from hybrid.cli.main import main
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    csv = tmp_path / "t.csv"
+    csv.write_text("device,op,dtype,time_us,m,n,k\nH100-SXM,gemm,fp16,900,4096,4096,4096\n")
+    out = tmp_path / "r.html"
+    assert main(["report", "--model", "roofline", "--table", str(csv), "--table", str(csv), "-o", str(out), "-q"]) == 0
+    assert "warning: 1 measurement table(s) named more than once" in capsys.readouterr().err  # still said there
+    assert "<tr><th>warning</th><td>1 measurement table(s) named more than once; each is read once</td></tr>" in (
+        out.read_text())
