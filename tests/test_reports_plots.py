@@ -162,3 +162,17 @@ def test_simulate_prints_the_throughput_with_thousands_separators(capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "throughput:" in ln)
     value = line.split("throughput: ")[1].split(" samples/s")[0]
     assert "," in value and value.replace(",", "").isdigit()
+
+
+def test_a_ratio_axis_over_decades_is_labelled_per_decade():
+    """Ratios from 0.0003 to 1 (a roofline thousands of times off) got the fixed labels 0.01 ... 1: nothing under
+    0.01, and six labels crowded between 0.1 and 2."""
+    from hybrid.reports.plots import error_vs_size
+
+    frame = _frame(["H100-SXM"], families=("gemm",))
+    frame["roofline_us"] = frame["measured_us"] * np.geomspace(3e-4, 1, len(frame))
+    ax = error_vs_size(frame).axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["0.001", "0.01", "0.1", "1"]
+    narrow = error_vs_size(_frame(["H100-SXM"], families=("gemm",))).axes[0]
+    assert [t.get_text() for t in narrow.get_yticklabels()] == ["0.5", "1", "2"]

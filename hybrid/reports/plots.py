@@ -167,11 +167,16 @@ def error_vs_size(frame: pd.DataFrame, title: str = "Error vs problem size") -> 
 
 
 def _ratio_ticks(ax) -> None:
-    """Plain labels (0.25, 0.5, 1, 2, 4, ...) on a log-scaled ratio axis."""
+    """Plain labels (0.25, 0.5, 1, 2, 4, ...; one per decade over more than 2.5 decades) on a log-scaled ratio
+    axis: the fixed list left ratios under 0.01 unlabelled and crowded eight labels into the decade around 1."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     lo, hi = ax.get_ylim()
-    ticks = [t for t in (0.01, 0.03, 0.1, 0.25, 0.5, 1, 2, 4, 10, 30, 100) if lo <= t <= hi]
+    if np.log10(hi / lo) > 2.5:  # ratios over decades (a roofline 1000x off): a label per decade, none crowded
+        ticks = [10.0 ** k for k in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+                 if lo <= 10.0 ** k <= hi]
+    else:
+        ticks = [t for t in (0.01, 0.03, 0.1, 0.25, 0.5, 1, 2, 4, 10, 30, 100) if lo <= t <= hi]
     ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
