@@ -146,8 +146,9 @@ def test_a_report_on_tables_keeps_the_warnings_in_its_header(tmp_path, monkeypat
     out = tmp_path / "r.html"
     assert main(["report", "--model", "roofline", "--table", str(csv), "--table", str(csv), "-o", str(out), "-q"]) == 0
     assert "warning: 1 measurement table(s) named more than once" in capsys.readouterr().err  # still said there
-    assert "<tr><th>warning</th><td>1 measurement table(s) named more than once; each is read once</td></tr>" in (
-        out.read_text())
+    text = out.read_text()
+    assert "<tr><th>warning</th><td>1 measurement table(s) named more than once; each is read once</td></tr>" in text
+    assert f"<tr><th>tables</th><td>{csv}</td></tr>" in text  # read once, listed once
 
 
 def test_simulate_prints_the_throughput_with_thousands_separators(capsys):

@@ -119,7 +119,7 @@ def _evaluation(model_ref: str, tables: tuple[str, ...], uri: str, stage) -> tup
     stage(f"predict {len(table):,} rows")
     frame = prediction_frame(table, loaded.predictor.predict(table), "all")
     title = f"hybrid evaluation: {loaded.ref if loaded.version else 'roofline'}"
-    meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(tables),
+    meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(dict.fromkeys(tables)),
             "rows": f"{len(frame):,}"}
     overlap = training_overlap(loaded, frame)
     if overlap is not None and overlap[0].any():  # in-sample rows are no test of the model: say so, as evaluate does
