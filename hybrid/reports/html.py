@@ -186,8 +186,10 @@ def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, A
     if meta:
         rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in meta.items())
         parts.append(f"<table class='meta'>{rows}</table>")
+    compared = any({"model", "roofline"} <= set(per) for per in summaries.values())  # a roofline-only page: no colours
     parts.append("<p class='note'>Errors are |predicted - measured| / measured. Geomean is the geometric mean "
-                 "of the relative errors. Green: the calibrated model beats the roofline baseline.</p>")
+                 "of the relative errors." + (" Green: the calibrated model beats the roofline baseline (red: it "
+                                              "does not)." if compared else "") + "</p>")
     splits = [str(s) for s in pd.unique(predictions["split"])]
     with_figures = plotted_splits(splits)
     for split, sub in predictions.groupby("split", sort=False):
