@@ -199,7 +199,7 @@ def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, A
         parts.append("<h3>Overall</h3>" + error_table(summ))
         parts.append("<h3>Per op family</h3>" + error_table(summ, "by_op"))
         parts.append("<h3>Per device</h3>" + error_table(summ, "by_device"))
-        if "by_shots" in summ[next(iter(summ))]:  # the adapted split: how the error falls with the rows adapted to
+        if summ and all("by_shots" in per for per in summ.values()):  # the adapted split: how the error falls with the rows adapted to
             parts.append("<h3>Per number of rows adapted to</h3>" + error_table(summ, "by_shots"))
         intervals = interval_table(sub)
         if intervals:
