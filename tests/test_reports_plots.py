@@ -177,3 +177,14 @@ def test_a_ratio_axis_over_decades_is_labelled_per_decade():
     assert labels == ["0.001", "0.01", "0.1", "1"]
     narrow = error_vs_size(_frame(["H100-SXM"], families=("gemm",))).axes[0]
     assert [t.get_text() for t in narrow.get_yticklabels()] == ["0.5", "1", "2"]
+
+
+def test_llm_train_says_the_memory_per_gpu_once(capsys):
+    """'memory per GPU: 59.9 GiB of 80 (fits: 59.9 of 80.0 GiB)': the same two figures twice, the capacity at two
+    precisions."""
+    from hybrid.cli.main import main
+
+    assert main(["llm", "train", "llama2-7b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32",
+                 "--fsdp"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("memory per GPU"))
+    assert line.startswith("memory per GPU: fits: ") and line.endswith(" of 80.0 GiB") and line.count(" of ") == 1

@@ -222,8 +222,9 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
     echo_table([[k, v, v / pred.iteration_s * 100] for k, v in pred.breakdown_s.items()],
                ["part", "seconds", "% of iteration"])
     click.echo(f"closed-form bubble (pp-1)/vp x t_stage: {pred.bubble_closed_form_s:.3f} s")
-    click.echo(f"memory per GPU: {pred.memory['total']:.1f} GiB of {pred.memory['capacity']:.0f} "
-               f"({pred.fit_reason}" + ("" if remedies is None else f"; {remedy_text(remedies)}") + ")")
+    # the reason holds both figures ("fits: 59.9 of 80.0 GiB"): said once, at one precision (the capacity was also
+    # printed rounded to whole GiB before it, "74.5 GiB of 75 (fits: 74.5 of 74.5 GiB)")
+    click.echo(f"memory per GPU: {pred.fit_reason}" + ("" if remedies is None else f"; {remedy_text(remedies)}"))
     click.echo("placement: " + "; ".join(f"{k}: {v}" for k, v in pred.placement.items() if v != "none"))
     click.echo(f"FLOPs: {summary['flops_formula']}")
     if summary.get("cost_per_1m_tokens") is not None:
