@@ -188,3 +188,13 @@ def test_llm_train_says_the_memory_per_gpu_once(capsys):
                  "--fsdp"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("memory per GPU"))
     assert line.startswith("memory per GPU: fits: ") and line.endswith(" of 80.0 GiB") and line.count(" of ") == 1
+
+
+def test_llm_search_counts_its_mappings_with_thousands_separators(capsys):
+    from hybrid.cli.main import main
+
+    assert main(["llm", "search", "gpt3-175b", "--system", "DGX-A100", "--gpus", "1024", "--global-batch", "1536",
+                 "--top", "1"]) == 0
+    head = next(x for x in capsys.readouterr().out.splitlines() if " mappings, " in x)
+    count = head.split(": ")[1].split(" mappings")[0]
+    assert "," in count and count.replace(",", "").isdigit()  # 12,236, not 12236

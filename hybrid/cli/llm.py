@@ -457,7 +457,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                    f"{dropout_text(model, base)}; cost model {name}")
     else:
         click.echo(f"{model.name} on {gpus} GPUs ({system}), global batch {global_batch}: "
-                   f"{res.attrs.get('n_candidates')} mappings, {res.attrs.get('n_fit')} fit; "
+                   f"{res.attrs.get('n_candidates', 0):,} mappings, {res.attrs.get('n_fit', 0):,} fit; "
                    f"{dropout_text(model, base)}; cost model {name}")
         _search_table(res, price, payload)
     if "compare" in payload:
