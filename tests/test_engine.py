@@ -316,6 +316,9 @@ def test_overheads_fit_report_says_what_the_data_identify(catalog):
     assert not rep["identified"]["collective_launch_us"] and not rep["identified"]["optimizer_step_us"]
     assert fitted.collective_launch_us == pytest.approx(40.0, rel=1e-3)  # stays at its prior
     assert rep["se_us"]["optimizer_step_us"] == float("inf")
+    # said in words: 'se inf' read as a number
+    line = Overheads.describe_fit(rep)
+    assert "inf" not in line and "optimizer_step_us 80.0 us (on no run's critical path, not identified" in line
     # a per-iteration constant can never exceed half the shortest measured iteration
     _, rep2 = Overheads.fit_report(graphs, np.array(measured) * 20, model, start=start, fit=("iteration_us",))
     assert rep2["params"]["iteration_us"] <= 0.5 * min(measured) * 20 + 1e-6

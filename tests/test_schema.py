@@ -300,3 +300,18 @@ def test_a_binary_file_is_said_to_be_one_not_a_truncated_table(tmp_path, content
     from hybrid.data.schema import TEXT_PROBE_BYTES, binary_file_reason
 
     assert q.stat().st_size > TEXT_PROBE_BYTES and binary_file_reason(q) == ""
+
+
+def test_a_large_csv_is_read_with_one_dtype_per_column(tmp_path, catalog):
+    """pandas reads a CSV in chunks of 262,144 rows: a column empty for the first chunk and named in a later one (a
+    table `hybrid data import neusight` wrote, variant) came back with mixed types and a raw DtypeWarning (pandas'
+    source line and all) on the stderr of `hybrid report --table` / evaluate."""
+    import warnings
+
+    p = tmp_path / "big.csv"
+    row = "T4,elementwise,fp32,10.5,{},1000\n"
+    p.write_text("device,op,dtype,time_us,variant,elements\n" + row.format("") * 270_000 + row.format("add") * 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pd.errors.DtypeWarning)
+        table = read_table(p, catalog, validate_rows=False)
+    assert len(table) == 270_005 and table["variant"].dropna().tolist() == ["add"] * 5

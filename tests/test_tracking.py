@@ -188,6 +188,10 @@ def test_implausible_groups_are_left_out_of_every_split_and_tagged(tmp_path):
     assert "L4" not in set(res.predictions["device"]) and len(res.predictions) > 0
     run = open_store(uri).client().get_run(res.run_id)
     assert run.data.tags["hybrid.left_out_implausible"].startswith("L4 fp16 (pytorch): 30 rows")
+    # the run's summary and its report's header say so too: the report's row counts leave them out
+    assert len(res.summary["left_out"]) == 1 and "L4 fp16 (pytorch): 30 rows" in res.summary["left_out"][0]
+    assert "<tr><th>left out</th><td>left out of the fit and of every score, GEMMs faster than the datasheet" in (
+        res.report_html)
 
 
 def test_envelope_rows_read_the_predictor_summary():

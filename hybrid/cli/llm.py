@@ -222,8 +222,9 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
     echo_table([[k, v, v / pred.iteration_s * 100] for k, v in pred.breakdown_s.items()],
                ["part", "seconds", "% of iteration"])
     click.echo(f"closed-form bubble (pp-1)/vp x t_stage: {pred.bubble_closed_form_s:.3f} s")
-    click.echo(f"memory per GPU: {pred.memory['total']:.1f} GiB of {pred.memory['capacity']:.0f} "
-               f"({pred.fit_reason}" + ("" if remedies is None else f"; {remedy_text(remedies)}") + ")")
+    # the reason holds both figures ("fits: 59.9 of 80.0 GiB"): said once, at one precision (the capacity was also
+    # printed rounded to whole GiB before it, "74.5 GiB of 75 (fits: 74.5 of 74.5 GiB)")
+    click.echo(f"memory per GPU: {pred.fit_reason}" + ("" if remedies is None else f"; {remedy_text(remedies)}"))
     click.echo("placement: " + "; ".join(f"{k}: {v}" for k, v in pred.placement.items() if v != "none"))
     click.echo(f"FLOPs: {summary['flops_formula']}")
     if summary.get("cost_per_1m_tokens") is not None:
@@ -267,7 +268,11 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
     if plot_path:
         from hybrid.reports.llm_plots import memory_bars
 
-        memory_bars({f"{model.name} {cfg.recompute}": row}, row["capacity"], plot_path)
+        # the plot file stands alone: its title names the job and says whether it fits, as the text form does
+        verdict = "fits" if out["fits"] else "does not fit"
+        memory_bars({f"{model.name}, recompute {cfg.recompute}": row}, row["capacity"], plot_path,
+                    title=f"Memory per GPU: {verdict}\n{model.name} on {cfg.gpus} x {tgt.device} ({tgt.system}), "
+                          f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp}, micro {cfg.micro_batch}")
         out["plot"] = plot_path
         if not as_json:
             click.echo(f"plot written to {plot_path}")
@@ -452,7 +457,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                    f"{dropout_text(model, base)}; cost model {name}")
     else:
         click.echo(f"{model.name} on {gpus} GPUs ({system}), global batch {global_batch}: "
-                   f"{res.attrs.get('n_candidates')} mappings, {res.attrs.get('n_fit')} fit; "
+                   f"{res.attrs.get('n_candidates', 0):,} mappings, {res.attrs.get('n_fit', 0):,} fit; "
                    f"{dropout_text(model, base)}; cost model {name}")
         _search_table(res, price, payload)
     if "compare" in payload:

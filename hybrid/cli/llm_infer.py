@@ -123,7 +123,7 @@ def _positive(**values: int) -> None:
 @click.option("--output", "output_len", type=int, default=128, show_default=True, help="Generated tokens per request.")
 @click.option("--ops", "show_ops", is_flag=True, help="Also print the per-op table (compute- or memory-bound).")
 @click.option("--roofline-plot", type=click.Path(dir_okay=False), default=None, callback=named,
-              help="Write a roofline plot (PNG) of the prefill and decode ops.")
+              help="Write a roofline plot of the prefill and decode ops (PNG/SVG/PDF).")
 @click.option("--compare", default=None,
               help="Comma-separated systems (or GPUs) to run the same static batch on too, ranked by output "
                    "tokens/s per GPU (or, with --gpu-hour-price for each, by the cost of a million output tokens).")

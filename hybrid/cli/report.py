@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from hybrid.cli.output import named, quality_warnings
@@ -60,7 +62,32 @@ _IMPLAUSIBLE_LABELS = {"implausible": "implausible GEMMs", "implausible_collecti
 
 
 def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -> str:
-    """The report of ``model_ref`` evaluated on measured ``tables`` (as ``hybrid evaluate`` scores them)."""
+    """The report of ``model_ref`` evaluated on measured ``tables`` (as ``hybrid evaluate`` scores them). The
+    data-quality and transfer warnings met on the way (a table named twice, a machine unlike the one the model was
+    fitted on, a kind of processor it never measured) go in the header too, not only on stderr: the page is what
+    is kept and shared."""
+    import warnings
+
+    from hybrid.errors import DataQualityWarning, TransferWarning
+    from hybrid.reports.html import render_report
+
+    ours = (DataQualityWarning, TransferWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        for kind in ours:
+            warnings.simplefilter("always", kind)
+        frame, title, meta = _evaluation(model_ref, tables, uri, stage)
+    said = list(dict.fromkeys(str(w.message) for w in caught if issubclass(w.category, ours)))
+    for i, message in enumerate(said):
+        meta["warning" if i == 0 else f"warning {i + 1}"] = message
+    for w in caught:  # on to the caller's handling (quality_warnings: warning: lines on stderr)
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    images = _plots(frame, stage)
+    stage("render the HTML")
+    return render_report(frame, title=title, meta=meta, images=images)
+
+
+def _evaluation(model_ref: str, tables: tuple[str, ...], uri: str, stage) -> tuple[Any, str, dict[str, Any]]:
+    """The prediction frame, title and header of :func:`_evaluation_page`'s report."""
     import pandas as pd
 
     from hybrid.cli.evaluate import (
@@ -73,7 +100,6 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
         training_overlap,
     )
     from hybrid.data.quality import failed_validation
-    from hybrid.reports.html import render_report
     from hybrid.tracking.evaluation import interval_coverage, prediction_frame
     from hybrid.tracking.inputs import load_measurements
 
@@ -93,7 +119,7 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
     stage(f"predict {len(table):,} rows")
     frame = prediction_frame(table, loaded.predictor.predict(table), "all")
     title = f"hybrid evaluation: {loaded.ref if loaded.version else 'roofline'}"
-    meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(tables),
+    meta = {"model": loaded.ref if loaded.version else "roofline", "tables": ", ".join(dict.fromkeys(tables)),
             "rows": f"{len(frame):,}"}
     overlap = training_overlap(loaded, frame)
     if overlap is not None and overlap[0].any():  # in-sample rows are no test of the model: say so, as evaluate does
@@ -116,9 +142,11 @@ def _evaluation_page(model_ref: str, tables: tuple[str, ...], uri: str, stage) -
     if line:  # as evaluate says it: intervals resting on one held-out device's errors
         meta["intervals"] = line.removeprefix("warning: ")
         click.echo(line, err=True)
-    images = _plots(frame, stage)
-    stage("render the HTML")
-    return render_report(frame, title=title, meta=meta, images=images)
+    if not loaded.version:
+        # the roofline baseline scored: its predictions are the roofline's, shown once as what they are, not again
+        # under a "hybrid (calibrated)" heading beside identical roofline figures (every cell marked worse)
+        frame["predicted_us"] = float("nan")
+    return frame, title, meta
 
 
 def _run_page(model_ref: str | None, run_id: str | None, store, stage) -> str:

@@ -267,7 +267,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
         return
     click.echo(f"{config.name}: {config.gpus} x {iteration.target.device.key} ({iteration.target.system}), "
                f"model {model_name}, plan {plan_source}")
-    click.echo(f"iteration: {result.iteration_us / 1e3:.3f} ms   throughput: {summary['samples_per_s']:.0f} samples/s"
+    click.echo(f"iteration: {result.iteration_us / 1e3:.3f} ms   throughput: {summary['samples_per_s']:,.0f} samples/s"
                f"   peak memory/rank: {memory.peak / 2**30:.2f} GiB")
     if "iteration_us_low" in summary:
         click.echo(f"80% interval: {summary['iteration_us_low'] / 1e3:.3f} - {summary['iteration_us_high'] / 1e3:.3f} ms "

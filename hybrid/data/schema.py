@@ -558,7 +558,9 @@ def read_table(
                     # tables are written with a final newline: without it the last value may be cut short
                     raise SchemaError(f"{p}: the last line has no final newline (truncated file?); its last "
                                       "value may be cut short. Add the newline if the file is complete")
-                df = pd.read_csv(p, comment=None, skipinitialspace=True)
+                # one dtype per column (low_memory=False): read in chunks, a column empty for its first 262,144 rows and
+                # named later (variant) got mixed types and pandas' raw DtypeWarning on stderr
+                df = pd.read_csv(p, comment=None, skipinitialspace=True, low_memory=False)
                 _refuse_repeated_columns(p)
         except SchemaError:  # our own finding (a truncated table): already says what is wrong, and it is no format
             raise

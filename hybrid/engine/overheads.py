@@ -7,6 +7,7 @@ values so simulated iterations match measured iteration times.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
@@ -196,7 +197,11 @@ class Overheads:
     @staticmethod
     def describe_fit(report: dict[str, Any]) -> str:
         """One line for a :meth:`fit_report` report: each constant with its standard error and whether the
-        data identify it."""
-        parts = [f"{k} {v:.1f} us (se {report['se_us'][k]:.1f}{'' if report['identified'][k] else ', not identified'}"
+        data identify it (a constant on no run's critical path has no standard error, said in words, not 'se inf')."""
+        def se(k: str) -> str:
+            value = report["se_us"][k]
+            return f"se {value:.1f}" if math.isfinite(value) else "on no run's critical path"
+
+        parts = [f"{k} {v:.1f} us ({se(k)}{'' if report['identified'][k] else ', not identified'}"
                  f"{', at a bound' if report['at_bound'][k] else ''})" for k, v in report["params"].items()]
         return ", ".join(parts) + f"; median |log error| on the fit runs {report['median_abs_log_error']:.3f}"

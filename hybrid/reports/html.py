@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from hybrid.atomic import write_text
@@ -67,14 +68,28 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{_esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
 
 
+#: The first column's heading of each grouping of :func:`error_table`.
+_GROUP_LABELS = {"by_op": "op", "by_device": "device", "by_shots": "rows adapted to"}
+
+
+def _natural(key: str) -> tuple[float, str]:
+    """Sort key of a group label: by its leading number where it has one ("5 rows" before "10 rows"), else by text."""
+    head = key.split(" ", 1)[0]
+    try:
+        return float(head), key
+    except ValueError:
+        return float("inf"), key
+
+
 def error_table(summaries: Mapping[str, Mapping[str, Any]], group: str | None = None) -> str:
-    """HTML table: one row per group value (``by_op``/``by_device``) or one overall row, with geomean, MAPE,
+    """HTML table: one row per group value (``by_op``/``by_device``/``by_shots``) or one overall row, with geomean, MAPE,
     median and p90 of each compared model side by side; the model's cell is green where it beats roofline."""
     models = [m for m in ("model", "base", "roofline") if m in summaries]
-    keys = sorted(summaries[models[0]][group]) if group else ["all rows"]
+    keys = sorted(summaries[models[0]][group], key=_natural) if group else ["all rows"]
     stats = ("geomean_pct", "mape_pct", "median_pct", "p90_pct")
     head = "".join(f"<th>{STYLE[m]['label']}<br>{s.replace('_pct', '')} %</th>" for s in stats for m in models)
-    out = [f"<table><tr><th>{_esc(group.replace('by_', '') if group else '')}</th><th>rows</th>{head}</tr>"]
+    label = _GROUP_LABELS.get(group, group.replace("by_", "")) if group else ""
+    out = [f"<table><tr><th>{_esc(label)}</th><th>rows</th>{head}</tr>"]
     for k in keys:
         per = {m: (summaries[m][group].get(k) if group else summaries[m]) for m in models}
         first = per[models[0]]
@@ -83,7 +98,7 @@ def error_table(summaries: Mapping[str, Mapping[str, Any]], group: str | None = 
             for m in models:
                 v = per[m][s] if per[m] else float("nan")
                 cls = ""
-                if m == "model" and "roofline" in per and per["roofline"]:
+                if m == "model" and "roofline" in per and per["roofline"] and v != per["roofline"][s]:
                     cls = ' class="better"' if v < per["roofline"][s] else ' class="worse"'
                 cells.append(f"<td{cls}>{_fmt(float(v))}</td>")
         out.append(f"<tr><td>{_esc(k)}</td><td>{first['n_rows']:,}</td>{''.join(cells)}</tr>")
@@ -93,22 +108,36 @@ def error_table(summaries: Mapping[str, Mapping[str, Any]], group: str | None = 
 
 def interval_table(frame: pd.DataFrame) -> str:
     """HTML table of the 80% prediction intervals of one split: per device, the share of measurements inside
-    their interval (nominal 80%) and the median interval width (high / low); empty without intervals."""
+    their interval (nominal 80%) and the median interval width (high / low), over the rows that have an interval
+    (a model without collective measurements gives its collectives none: docs/corrections.md); a device without
+    any says so, and a note counts the rows left out. Empty without intervals."""
     from hybrid.tracking.evaluation import interval_coverage
 
     cov = interval_coverage(frame)
     if not cov["coverage_by_device"]:
         return ""
-    ratio = frame["predicted_us_high"] / frame["predicted_us_low"]
-    out = ["<table><tr><th>device</th><th>rows</th><th>inside 80% interval %</th>"
+    low, high = (frame[c].astype(np.float64) for c in ("predicted_us_low", "predicted_us_high"))
+    has = pd.Series(np.isfinite(low) & np.isfinite(high), index=frame.index)
+    ratio = (high / low)[has]
+    out = ["<table><tr><th>device</th><th>rows with an interval</th><th>inside 80% interval %</th>"
            "<th>median width (high / low)</th></tr>"]
     for dev, g in frame.groupby("device", sort=True):
+        n = int(has[g.index].sum())
+        if not n:
+            out.append(f"<tr><td>{_esc(dev)}</td><td>0 of {len(g):,}</td><td>no interval</td><td>-</td></tr>")
+            continue
         pct = cov["coverage_by_device"].get(str(dev), float("nan"))
         cls = ' class="better"' if 70 <= pct <= 90 else ' class="worse"'
-        out.append(f"<tr><td>{_esc(dev)}</td><td>{len(g):,}</td><td{cls}>{_fmt(float(pct))}</td>"
-                   f"<td>{float(ratio[g.index].median()):.2f}x</td></tr>")
-    out.append(f"<tr><td>all rows</td><td>{len(frame):,}</td><td>{_fmt(float(cov['coverage_pct']))}</td>"
+        rows = f"{n:,}" if n == len(g) else f"{n:,} of {len(g):,}"
+        out.append(f"<tr><td>{_esc(dev)}</td><td>{rows}</td><td{cls}>{_fmt(float(pct))}</td>"
+                   f"<td>{float(ratio.reindex(g.index).median()):.2f}x</td></tr>")
+    n = int(has.sum())
+    rows = f"{n:,}" if n == len(frame) else f"{n:,} of {len(frame):,}"
+    out.append(f"<tr><td>all rows</td><td>{rows}</td><td>{_fmt(float(cov['coverage_pct']))}</td>"
                f"<td>{float(ratio.median()):.2f}x</td></tr></table>")
+    if n < len(frame):
+        out.append(f"<p class='note'>{len(frame) - n:,} rows have no prediction interval (a model calibrated without "
+                   "measurements of their kind gives them none) and are not counted.</p>")
     return "\n".join(out)
 
 
@@ -157,8 +186,10 @@ def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, A
     if meta:
         rows = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in meta.items())
         parts.append(f"<table class='meta'>{rows}</table>")
+    compared = any({"model", "roofline"} <= set(per) for per in summaries.values())  # a roofline-only page: no colours
     parts.append("<p class='note'>Errors are |predicted - measured| / measured. Geomean is the geometric mean "
-                 "of the relative errors. Green: the calibrated model beats the roofline baseline.</p>")
+                 "of the relative errors." + (" Green: the calibrated model beats the roofline baseline (red: it "
+                                              "does not)." if compared else "") + "</p>")
     splits = [str(s) for s in pd.unique(predictions["split"])]
     with_figures = plotted_splits(splits)
     for split, sub in predictions.groupby("split", sort=False):
@@ -168,6 +199,8 @@ def render_report(predictions: pd.DataFrame, *, title: str, meta: Mapping[str, A
         parts.append("<h3>Overall</h3>" + error_table(summ))
         parts.append("<h3>Per op family</h3>" + error_table(summ, "by_op"))
         parts.append("<h3>Per device</h3>" + error_table(summ, "by_device"))
+        if summ and all("by_shots" in per for per in summ.values()):  # the adapted split: how the error falls with the rows adapted to
+            parts.append("<h3>Per number of rows adapted to</h3>" + error_table(summ, "by_shots"))
         intervals = interval_table(sub)
         if intervals:
             in_sample = split == "train"

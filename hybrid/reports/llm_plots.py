@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hybrid.reports.plots import new_figure, save_png
+from hybrid.reports.plots import new_figure, plain, save_png
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "logits", "gathered", "reserve")
 
@@ -29,10 +29,10 @@ def memory_bars(rows: Mapping[str, Mapping[str, float]], capacity_gib: float, pa
             ax.bar(x, vals, bottom=bottom, label=part)
             bottom += vals
     ax.axhline(capacity_gib, color="k", ls="--", lw=1, label=f"capacity {capacity_gib:.1f} GiB")
-    ax.set_xticks(x, labels, rotation=35, ha="right", fontsize=8)
+    ax.set_xticks(x, [plain(k) for k in labels], rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("GiB per GPU")
     ax.legend(fontsize=7, ncol=2)
-    ax.set_title(title)
+    ax.set_title(plain(title), fontsize=10)
     return save_png(fig, path)
 
 
@@ -49,10 +49,10 @@ def breakdown_bars(rows: Mapping[str, Mapping[str, float]], path: str | os.PathL
     parts = list(dict.fromkeys(p for k in labels for p in rows[k]))
     for part in parts:
         vals = np.array([float(rows[k].get(part, 0.0)) for k in labels]) / ref
-        ax.bar(x, vals, bottom=bottom, label=part)
+        ax.bar(x, vals, bottom=bottom, label=plain(part))
         bottom += vals
-    ax.set_xticks(x, labels, rotation=25, ha="right", fontsize=8)
+    ax.set_xticks(x, [plain(k) for k in labels], rotation=25, ha="right", fontsize=8)
     ax.set_ylabel("time / fastest")
     ax.legend(fontsize=8)
-    ax.set_title(title)
+    ax.set_title(plain(title))
     return save_png(fig, path)

@@ -43,6 +43,13 @@ def _grid(n: int, ncols: int = 3) -> tuple[int, int]:
     return (n + ncols - 1) // ncols, ncols
 
 
+def plain(text: object) -> str:
+    """``text`` as matplotlib draws it literally: a user's name (a device key, a model or file name) holding two
+    ``$`` would otherwise be parsed as mathtext, drawn as formula or failing the whole figure at save time
+    (``Unknown symbol: \\x``)."""
+    return str(text).replace("$", r"\$")
+
+
 def new_figure(width: float, height: float) -> Figure:
     """A figure on the Agg canvas (no pyplot state), constrained layout."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
@@ -78,11 +85,11 @@ def predicted_vs_measured(frame: pd.DataFrame, title: str = "Predicted vs measur
         ax.set_ylim(lo, hi)
         ax.set_xlabel("measured (us)")
         ax.set_ylabel("predicted (us)")
-        ax.set_title(f"{fam} ({len(frame[frame['family'].astype(str) == fam]):,} rows)")
+        ax.set_title(plain(f"{fam} ({len(frame[frame['family'].astype(str) == fam]):,} rows)"))
         ax.grid(True, which="major", alpha=0.3)
         if i == 0:
             _legend(ax, loc="upper left", fontsize=8, markerscale=2)
-    fig.suptitle(f"{title}  (dashed: factor of 2)")
+    fig.suptitle(plain(f"{title}  (dashed: factor of 2)"))
     return fig
 
 
@@ -93,22 +100,27 @@ def relative_error(frame: pd.DataFrame, model: str) -> np.ndarray:
     return np.abs(pred - meas) / meas
 
 
+def _ecdf(err: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step points of the empirical CDF of sorted ``err``, rising from 0 at the smallest error: without that first
+    point a family of one row drew nothing (one point, no step) and every curve began at 1/n, not 0."""
+    return np.r_[err[:1], err], np.r_[0.0, np.arange(1, len(err) + 1) / len(err)]
+
+
 def error_cdf(frame: pd.DataFrame, title: str = "Error distribution") -> Figure:
     """Cumulative distribution of the relative error, model against roofline: overall (left) and per op
-    family for the calibrated model (right)."""
+    family for the calibrated model (right; the roofline's in a frame without a calibrated model)."""
     fig = new_figure(11, 4.2)
     ax, ax2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for m in _models(frame):
         err = np.sort(relative_error(frame, m)) * 100
         err = np.maximum(err, 1e-3)
-        y = np.arange(1, len(err) + 1) / len(err)
         med = np.median(err)
-        ax.step(err, y, where="post", color=STYLE[m]["color"], label=f"{STYLE[m]['label']} (median {med:.1f}%)")
+        ax.step(*_ecdf(err), where="post", color=STYLE[m]["color"], label=f"{STYLE[m]['label']} (median {med:.1f}%)")
+    first = (_models(frame) or ["model"])[0]  # the calibrated model; the roofline where it is all there is
     for fam, sub in frame.groupby(frame["family"].astype(str)):
-        err = np.maximum(np.sort(relative_error(sub, "model")) * 100, 1e-3)
-        ax2.step(err, np.arange(1, len(err) + 1) / len(err), where="post",
-                 label=f"{fam} (median {np.median(err):.1f}%)")
-    for a, t in ((ax, "all rows"), (ax2, "calibrated model, per family")):
+        err = np.maximum(np.sort(relative_error(sub, first)) * 100, 1e-3)
+        ax2.step(*_ecdf(err), where="post", label=plain(f"{fam} (median {np.median(err):.1f}%)"))
+    for a, t in ((ax, "all rows"), (ax2, f"{STYLE[first]['label']}, per family")):
         a.set_xscale("log")
         a.set_xlabel("|predicted - measured| / measured (%)")
         a.set_ylabel("fraction of rows")
@@ -118,7 +130,7 @@ def error_cdf(frame: pd.DataFrame, title: str = "Error distribution") -> Figure:
         a.grid(True, alpha=0.3)
         a.legend(fontsize=8, loc="lower right")
         a.set_title(t)
-    fig.suptitle(title)
+    fig.suptitle(plain(title))
     return fig
 
 
@@ -146,20 +158,25 @@ def error_vs_size(frame: pd.DataFrame, title: str = "Error vs problem size") -> 
         unit = str(sub["size_unit"].iloc[0]) if "size_unit" in sub.columns and len(sub) else ""
         ax.set_xlabel(f"problem size ({unit})")
         ax.set_ylabel("predicted / measured")
-        ax.set_title(fam)
+        ax.set_title(plain(fam))
         ax.grid(True, alpha=0.3)
         if i == 0:
             _legend(ax, fontsize=8, markerscale=2)
-    fig.suptitle(title)
+    fig.suptitle(plain(title))
     return fig
 
 
 def _ratio_ticks(ax) -> None:
-    """Plain labels (0.25, 0.5, 1, 2, 4, ...) on a log-scaled ratio axis."""
+    """Plain labels (0.25, 0.5, 1, 2, 4, ...; one per decade over more than 2.5 decades) on a log-scaled ratio
+    axis: the fixed list left ratios under 0.01 unlabelled and crowded eight labels into the decade around 1."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     lo, hi = ax.get_ylim()
-    ticks = [t for t in (0.01, 0.03, 0.1, 0.25, 0.5, 1, 2, 4, 10, 30, 100) if lo <= t <= hi]
+    if np.log10(hi / lo) > 2.5:  # ratios over decades (a roofline 1000x off): a label per decade, none crowded
+        ticks = [10.0 ** k for k in range(int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi))) + 1)
+                 if lo <= 10.0 ** k <= hi]
+    else:
+        ticks = [t for t in (0.01, 0.03, 0.1, 0.25, 0.5, 1, 2, 4, 10, 30, 100) if lo <= t <= hi]
     ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -190,11 +207,11 @@ def error_by_device(frame: pd.DataFrame, title: str = "Geomean error per device"
         bars = ax.bar(x + (j - (len(models) - 1) / 2) * width, vals, width, color=STYLE[m]["color"],
                       label=STYLE[m]["label"])
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
-    ax.set_xticks(x, devices, rotation=20, ha="right")
+    ax.set_xticks(x, [plain(d) for d in devices], rotation=20, ha="right")
     ax.set_ylabel("geomean |error| (%)")
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.set_title(title)
+    ax.set_title(plain(title))
     return fig
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from hybrid.hardware.device import Device
-from hybrid.reports.plots import new_figure
+from hybrid.reports.plots import new_figure, plain
 
 MARKERS = {"prefill": "o", "decode": "^"}
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
@@ -31,23 +31,23 @@ def op_roofline(points: pd.DataFrame, devices: list[Device], dtype: str = "fp16"
         c = COLORS[i % len(COLORS)]
         peak = dev.compute_peak(dtype) / 1e12
         ax.plot(x, np.minimum(peak, x * dev.mem_bw / 1e12), color=c, lw=1.5,
-                label=f"{dev.key} roof ({peak:.0f} TFLOP/s, {dev.mem_bw / 1e9:.0f} GB/s)")
+                label=plain(f"{dev.key} roof ({peak:.0f} TFLOP/s, {dev.mem_bw / 1e9:.0f} GB/s)"))
         ax.axvline(dev.compute_peak(dtype) / dev.mem_bw, color=c, ls=":", lw=0.8)
         sub = pts[pts["device"] == dev.key] if "device" in pts.columns else pts
         for phase, marker in MARKERS.items():
             s = sub[sub["phase"] == phase]
             if len(s):
                 ax.scatter(s["intensity"], s["achieved_tflops"], marker=marker, color=c, s=28, alpha=0.8,
-                           label=f"{dev.key} {phase} ops" if len(devices) > 1 else f"{phase} ops")
+                           label=plain(f"{dev.key} {phase} ops" if len(devices) > 1 else f"{phase} ops"))
         if i == 0:
             for _, r in sub.drop_duplicates(["phase", "name"]).iterrows():
-                ax.annotate(str(r["name"]), (r["intensity"], r["achieved_tflops"]), fontsize=6, alpha=0.7,
+                ax.annotate(plain(r["name"]), (r["intensity"], r["achieved_tflops"]), fontsize=6, alpha=0.7,
                             xytext=(3, 2), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel(f"achieved TFLOP/s ({dtype})")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(plain(title), fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, loc="lower right")
     return fig

@@ -246,7 +246,8 @@ def calibrate(
         table = table[~table["device"].isin(drop)].reset_index(drop=True)
         if len(table) == 0:
             raise InvalidInputError(f"excluding {', '.join(sorted(map(str, drop)))} leaves no rows")
-    table, left_out = _drop_implausible(table, cat)
+    dropped: list[str] = []  # what was left out of the fit and every score, for the run's summary and report
+    table, left_out = _drop_implausible(table, cat, dropped)
 
     with _sigterm_interrupts():  # a SIGTERM ends the run as KILLED, not RUNNING forever
         store = open_store(tracking_uri)
@@ -277,7 +278,8 @@ def calibrate(
 
             with publishing, store_lock(store), quiet_mlflow():
                 version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
-                                            summaries, base_info, time.time() - t0, stage, registered)
+                                            summaries, base_info, time.time() - t0, stage, registered,
+                                            left_out=dropped)
                 retry(lambda: client.set_terminated(run_id, "FINISHED"))
         except BaseException as exc:
             _end_failed_run(client, store, run_id, exc, (config.name, registered[0]) if registered else None)
@@ -355,10 +357,13 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, str]:
+def _drop_implausible(table: pd.DataFrame, cat: Catalog,
+                      notes: list[str] | None = None) -> tuple[pd.DataFrame, str]:
     """``table`` without the GPU GEMM groups faster than the datasheet peak allows (:mod:`hybrid.data.quality`),
     before any split: every fit leaves them out, so no split scores them either (a group timed in ms where us
-    belong scored thousands of percent). Warns naming them; refuses a table of nothing else, before a run starts."""
+    belong scored thousands of percent). Warns naming them, and appends each warning's text to ``notes`` (the
+    run's summary keeps them: its report says what its row counts leave out); refuses a table of nothing else,
+    before a run starts."""
     import warnings
 
     from hybrid.corrections.predictor import HybridPredictor
@@ -376,8 +381,11 @@ def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, 
         if wrong.all():
             raise InvalidInputError(f"every one of the {len(table):,} rows reports wrong results (#wrong > 0): "
                                     "nothing to calibrate on")
-        warnings.warn(f"left out of the fit and of every score, {int(wrong.sum()):,} collective rows whose "
-                      "benchmark reported wrong results (#wrong > 0)", DataQualityWarning, stacklevel=3)
+        said = (f"left out of the fit and of every score, {int(wrong.sum()):,} collective rows whose benchmark "
+                "reported wrong results (#wrong > 0)")
+        warnings.warn(said, DataQualityWarning, stacklevel=3)
+        if notes is not None:
+            notes.append(said)
         table = table.loc[~wrong].reset_index(drop=True)
     # one validation and roofline of the rows for both checks (each predictor method would compute its own)
     norm, base = HybridPredictor(catalog=cat)._prepare(table, training=True)
@@ -388,8 +396,11 @@ def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, 
         if coll.all():
             raise InvalidInputError(f"every training row is a collective far faster than its system's fabric allows "
                                     f"({describe_collectives(bad_coll)})")
-        warnings.warn("left out of the fit and of every score, collectives far faster than the fabric allows "
-                      f"(hybrid.data.quality): {describe_collectives(bad_coll)}", DataQualityWarning, stacklevel=3)
+        said = ("left out of the fit and of every score, collectives far faster than the fabric allows "
+                f"(hybrid.data.quality): {describe_collectives(bad_coll)}")
+        warnings.warn(said, DataQualityWarning, stacklevel=3)
+        if notes is not None:
+            notes.append(said)
         table = table.loc[~coll].reset_index(drop=True)
         norm, base = norm.loc[~coll], base.loc[~coll]
     drop, bad = implausible_rows(norm, base, cat)
@@ -397,8 +408,11 @@ def _drop_implausible(table: pd.DataFrame, cat: Catalog) -> tuple[pd.DataFrame, 
         return table, ""
     if drop.all():
         raise nothing_plausible(bad)
-    warnings.warn("left out of the fit and of every score, GEMMs faster than the datasheet peak allows "
-                  f"(hybrid.data.quality): {describe(bad)}", DataQualityWarning, stacklevel=3)
+    said = ("left out of the fit and of every score, GEMMs faster than the datasheet peak allows "
+            f"(hybrid.data.quality): {describe(bad)}")
+    warnings.warn(said, DataQualityWarning, stacklevel=3)
+    if notes is not None:
+        notes.append(said)
     return table.loc[~drop].reset_index(drop=True), describe(bad)
 
 
@@ -580,7 +594,8 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
              config: CalibrationConfig, predictor: Any, predictions: pd.DataFrame,
              summaries: dict[str, Any], base_info: dict[str, Any] | None, elapsed_s: float,
              stage: Callable[[str], None] = lambda what: None,
-             registered: list[int] | None = None) -> tuple[int | None, dict[str, Any], str]:
+             registered: list[int] | None = None,
+             left_out: list[str] | None = None) -> tuple[int | None, dict[str, Any], str]:
     """Log the run's parameters, metrics, dataset, model and report to the store and register the model;
     ``stage`` is told each step as it starts (the progress line on stderr); the registered version is appended
     to ``registered`` as soon as it exists, so that a later failure can take it back."""
@@ -639,6 +654,7 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
         "config": cfg, "base": base_info, "data": {"sha256": digest, "sources": data.sources, **profile},
         "extra_devices": data.extra_devices, "errors": summaries, "corrections": corrections,
         "predictor": _safe_summary(predictor), "calibration_seconds": elapsed_s,
+        "left_out": list(left_out or []),
     }
     tmp = Path(tempfile.mkdtemp(prefix="hybrid-run-"))
     try:
@@ -713,4 +729,6 @@ def report_meta(summary: dict[str, Any]) -> dict[str, Any]:
     if summary.get("base"):
         b = summary["base"]
         meta["adapted from"] = f"models:/{b['name']}/{b['version']}"
+    for i, note in enumerate(summary.get("left_out") or []):  # rows the counts above and every split leave out
+        meta["left out" if i == 0 else f"left out ({i + 1})"] = note
     return meta
