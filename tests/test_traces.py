@@ -1174,6 +1174,7 @@ def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_tr
 
     def variant(name: str, **dist: int) -> Path:
         d = copy.deepcopy(doc)
+        d["recording"] = name  # two recordings never hold the same bytes (an identical file is a copy: below)
         if dist:
             d["distributedInfo"] = {"backend": "gloo", **dist}
         path = tmp_path / name
@@ -1191,6 +1192,21 @@ def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_tr
         load_traces([a, one])
     with pytest.raises(TraceFormatError, match=r"a.json is given twice"):
         load_traces([a, tmp_path / "." / "a.json"])
+    # the same trace kept as x.json and x.json.gz in one directory (or a copy under another name): the pair is
+    # named, not taken for two single-process runs
+    dup = tmp_path / "dup"
+    dup.mkdir()
+    (dup / "x.json").write_bytes(a.read_bytes())
+    (dup / "x.json.gz").write_bytes(gzip.compress(a.read_bytes()))
+    with pytest.raises(TraceFormatError, match=r"dup/x.json and .*dup/x.json.gz hold the same content \(the one "
+                                               r"gzipped, the other not\): one trace given twice"):
+        load_traces(trace_files([dup]))
+    (dup / "x.json.gz").unlink()
+    (dup / "y.json").write_bytes(a.read_bytes())
+    with pytest.raises(TraceFormatError, match=r"dup/x.json and .*dup/y.json hold the same content: one trace"):
+        load_traces(trace_files([dup]))
+    assert cli_main(["trace", "predict", str(dup), "--device", "T4", "--roofline"]) == 2
+    assert "hold the same content" in capsys.readouterr().err
     # a Chrome trace with the execution trace of another recording (another process): both named, with their pids
     x = torch.randn(4, 4)
     with trace_step(tmp_path / "other", measure_overhead=False):
