@@ -49,6 +49,13 @@ _HALF = ("bf16", "fp16")
 #: Breakdown labels of the costed ops a kernel with helpers calls before its own work (zero-filling or allocating
 #: its output, a contiguous copy of its input): an unmapped op that calls anything else is a composite.
 HELPER_LABELS = frozenset({"copy"})
+#: Helpers (base names) that write without reading a tensor: fills, factories and samplers. A kernel hands its
+#: own argument to one of them to initialise it (``x.zero_()`` before accumulating into ``x``), so unlike a copy
+#: of the op's arguments, one called with the op's own argument shapes is no sign that the op forwards its call.
+WRITE_ONLY_HELPERS = frozenset(
+    "fill fill_ zero zero_ zeros zeros_like ones ones_like full full_like new_zeros new_ones new_full new_empty "
+    "empty empty_like arange linspace logspace random random_ uniform uniform_ normal normal_ bernoulli bernoulli_ "
+    "rand randn randint exponential_ geometric_ cauchy_ log_normal_".split())
 
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -204,6 +211,11 @@ def _map_all(names: np.ndarray, dims: np.ndarray, types: np.ndarray, outs: np.nd
     return out
 
 
+def _write_only(name: str) -> bool:
+    """Whether an op is a helper that writes without reading (:data:`WRITE_ONLY_HELPERS`)."""
+    return str(name).rsplit("::", 1)[-1] in WRITE_ONLY_HELPERS
+
+
 def _same_family(a: str, b: str) -> bool:
     """Whether two op names are one op's layers: one's base name (no namespace, no leading or trailing
     underscores) holds the other's (``nll_loss`` in ``nll_loss_nd``; ``dropout`` in ``native_dropout``)."""
@@ -252,9 +264,13 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     computes = np.fromiter((m is not None and m.kind in ("op", "collective") and m.label not in HELPER_LABELS
                             for m in mapped), dtype=bool, count=n)
     opaque = ~is_mapped & ~transparent & ~view_named
+    # (what a costed op calls inside is part of its one unit, not work of the op above it: ``aten::repeat``, a copy,
+    # adds index tensors on a CPU, which made ``aten::tile`` calling only it look like a composite that computes)
+    unit_op = costed.copy()
     for lvl in reversed(levels[1:]):
         np.logical_or.at(costed, parent[lvl], costed[lvl])
-        np.logical_or.at(computes, parent[lvl], computes[lvl])
+        up = lvl[~unit_op[parent[lvl]]]
+        np.logical_or.at(computes, parent[up], computes[up])
         np.logical_or.at(opaque, parent[lvl], opaque[lvl])
     # an op that calls itself (autocast re-dispatches ``aten::linear`` in fp32 as casts + ``aten::linear`` in bf16;
     # ``aten::softmax`` with a dtype argument likewise) is a wrapper: its inner call and the casts are the units
@@ -264,15 +280,27 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     # an op whose one child is an op of its own family called with the op's own argument shapes forwards the
     # call (``nll_loss_nd`` -> ``nll_loss`` -> ``nll_loss_forward``, ``dropout`` -> ``native_dropout``): the callee
     # does the work, whatever one call's self time says (a call descheduled for 70 us gave a 133 us
-    # ``nll_loss_nd`` a self share of 0.52). A kernel with helpers calls other ops (``_ctc_loss``, a pooling
-    # backward zeroing its output first)
+    # ``nll_loss_nd`` a self share of 0.52). So does one whose one child is a costed copy of the op's own
+    # arguments (``tile`` -> ``repeat``, shapes and dtypes alike): the copy moves the op's data, and a single call
+    # descheduled before it made ``tile`` one unmodelled unit, priced at 0 on another device. A kernel with helpers
+    # calls other ops (``_ctc_loss``, a pooling backward zeroing its output first), or a fill of its own argument
+    # (:data:`WRITE_ONLY_HELPERS`)
     forwards = np.zeros(n, dtype=bool)
     only = kid[n_children[parent[kid]] == 1]
     if len(only):
-        op_dims = ops["dims"].to_numpy()
-        same = np.fromiter((_same_family(names[p], names[c]) and bool(op_dims[c])
-                            and repr(op_dims[c]) == repr(op_dims[p])
-                            for c, p in zip(only, parent[only], strict=True)), dtype=bool, count=len(only))
+        op_dims, op_types = ops["dims"].to_numpy(), ops["types"].to_numpy()
+
+        def forwarded(c: int, p: int) -> bool:
+            if not op_dims[c] or repr(op_dims[c]) != repr(op_dims[p]):
+                return False
+            if _same_family(names[p], names[c]):
+                return True
+            mc = mapped[c]
+            return (mc is not None and mc.kind == "op" and mc.label in HELPER_LABELS and not _write_only(names[c])
+                    and repr(op_types[c]) == repr(op_types[p]))
+
+        same = np.fromiter((forwarded(c, p) for c, p in zip(only, parent[only], strict=True)), dtype=bool,
+                           count=len(only))
         forwards[parent[only[same]]] = True
     child_sum = np.bincount(parent[has_parent], dur[has_parent], minlength=n)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -283,8 +311,8 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     # of every call outside them (and a composite looked into keeps its own time, accounted, not lost)
     with_kids = n_children > 0
     if with_kids.any():
-        med = pd.Series(self_share[with_kids]).groupby(names[with_kids]).min()
-        self_share[with_kids] = med.reindex(names[with_kids]).to_numpy(dtype=np.float64)
+        least = pd.Series(self_share[with_kids]).groupby(names[with_kids]).min()
+        self_share[with_kids] = least.reindex(names[with_kids]).to_numpy(dtype=np.float64)
     is_aten = sname.str.startswith("aten::").to_numpy(dtype=bool)
     backend = (sname.str.startswith("gloo:") | sname.str.startswith("nccl:")).to_numpy(dtype=bool) & has_c10d
     # children lists in row order (rows are parent-first, time-ordered per thread)
