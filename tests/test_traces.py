@@ -768,6 +768,35 @@ def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     assert any("no launch model for a CPU" in w for w in other["warnings"])
 
 
+def test_the_first_op_of_a_step_recorded_without_the_overhead_measurement_starts_with_it(tmp_path):
+    """A process's first ``record_function`` costs 1-9 ms (PyTorch sets its profiler ops up on first use). Recorded
+    without the overhead measurement (whose loops used to absorb it), the step's own annotation was that first
+    one: 0.7-15 ms between the step's start and its first op on this VM (a host gap kept in the prediction on the
+    traced CPU) against 40-130 us when warm. In a fresh process, so that nothing warmed it before; a second
+    process if the first was descheduled there."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "tile.py"
+    script.write_text("import torch\nx = torch.randn(16, 32)\ndef step():\n    return torch.tile(x, (4, 1)).sum()\n")
+    gaps = []
+    for attempt in range(2):
+        out = tmp_path / f"out{attempt}"
+        run = subprocess.run([sys.executable, "-c", "import sys; from hybrid.cli.main import main; "
+                              "sys.exit(main(sys.argv[1:]))", "trace", "record", str(script), "-o", str(out),
+                              "--no-et", "--no-overhead", "--no-memory", "--timed", "0", "--warmup", "1",
+                              "--threads", "1"],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        tr = load_traces([out / "kineto_rank0.json"])[0]
+        ops = tr.ops[tr.ops["parent"] >= 0]
+        assert ops["name"].iloc[0] == "aten::tile"
+        gaps.append(float(ops["ts"].min() - tr.window[0]))
+        if gaps[-1] < 500:
+            break
+    assert min(gaps) < 500, gaps  # us
+
+
 def test_untraced_timings_are_checked_and_left_out_on_the_meta_device(tmp_path):
     """trace_step stores untraced timings it is given, refusing non-times; record_step times none of a meta-device
     step (its calls time the meta dispatch, not hardware) and none with timed=0."""
