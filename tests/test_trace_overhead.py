@@ -141,3 +141,10 @@ def test_trace_record_names_the_failing_line_of_the_users_script(tmp_path, capsy
     quits.write_text("import sys\nsys.exit(3)\n")
     assert main(["trace", "record", str(quits), "-o", str(tmp_path / "u")]) == 2
     assert "exited (status 3) while its top level ran" in capsys.readouterr().err
+    # sys.exit() inside the step (after the top level ran): a message and exit code 2, not the script's status
+    # without a word, and nothing written
+    ends = tmp_path / "ends.py"
+    ends.write_text("import sys\ndef step():\n    sys.exit(3)\n")
+    assert main(["trace", "record", str(ends), "-o", str(tmp_path / "v"), "--no-overhead"]) == 2
+    assert f"{ends}: step() exited (status 3) instead of returning" in capsys.readouterr().err
+    assert not (tmp_path / "v").exists()

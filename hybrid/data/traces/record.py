@@ -411,6 +411,9 @@ def _record_script(p: Path, out_dir: str | os.PathLike, step_fn: str, warmup: in
                            memory=memory, timed=timed)
     except InvalidInputError:
         raise
+    except SystemExit as exc:  # sys.exit() inside the step: the process ended with its status and not a word
+        raise InvalidInputError(f"{p}: {step_fn}() exited (status {exc.code}) instead of returning: it must run one "
+                                "step and return; nothing was recorded") from None
     except Exception as exc:
         raise _script_error(p, f"{step_fn}()", exc) from exc
 
