@@ -223,6 +223,25 @@ def test_a_composite_that_forwards_to_one_copy_is_looked_into_however_slow_its_o
     assert bd["copy"] > 0
 
 
+def test_sampling_a_token_leaves_nothing_unmodelled(tmp_path):
+    """``torch.multinomial`` (``generate(do_sample=True)``'s sampler) checks its probabilities with ``aminmax`` and
+    ``_assert_async`` before its exponential / divide / argmax: a reduction and a check of one value, not 3 unmodelled
+    ops per sampled token (0 ms on another device, a GPU's check kernel lost)."""
+    from hybrid.data.traces.record import record_step
+
+    with _one_thread() as torch:
+        probs = torch.softmax(torch.randn(2, 128), -1)
+        paths = record_step(lambda: torch.multinomial(probs, 1), tmp_path, warmup=1, execution_trace=False,
+                            measure_overhead=False, memory=False, timed=0)
+    tr = load_traces([paths["kineto"]])[0]
+    names = set(tr.ops["name"])
+    assert {"aten::aminmax", "aten::_assert_async"} <= names
+    units = trace_units(tr)
+    assert (units["kind"] != "unmodelled").all(), units[units["kind"] == "unmodelled"]["name"].tolist()
+    red = units[units["name"].isin(["aten::aminmax", "aten::_assert_async"])]
+    assert set(red["label"]) == {"reduction"} and 128 * 2 in {r["elements"] for r in red["row"]}
+
+
 @pytest.mark.parametrize("arch", ["falcon", "mamba"])
 def test_a_traced_step_of_these_architectures_leaves_nothing_unmodelled(tmp_path, capsys, arch):
     tf = pytest.importorskip("transformers")
