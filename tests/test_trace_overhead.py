@@ -148,3 +148,10 @@ def test_trace_record_names_the_failing_line_of_the_users_script(tmp_path, capsy
     assert main(["trace", "record", str(ends), "-o", str(tmp_path / "v"), "--no-overhead"]) == 2
     assert f"{ends}: step() exited (status 3) instead of returning" in capsys.readouterr().err
     assert not (tmp_path / "v").exists()
+    # an output directory that cannot be created (under a file): said so, not blamed on the script's step
+    (tmp_path / "a_file").write_text("")
+    ok = tmp_path / "ok.py"
+    ok.write_text("import torch\ndef step():\n    torch.ones(4).sum()\n")
+    assert main(["trace", "record", str(ok), "-o", str(tmp_path / "a_file" / "t"), "--no-overhead"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write the trace into {tmp_path / 'a_file' / 't'}" in err and "step() raised" not in err
