@@ -223,6 +223,40 @@ def test_a_composite_that_forwards_to_one_copy_is_looked_into_however_slow_its_o
     assert bd["copy"] > 0
 
 
+def test_a_composite_is_judged_by_its_calls_on_every_rank_of_the_job(tmp_path):
+    """A composite called once per step on each rank of a 2-rank job, rank 0's call descheduled before its copies
+    (self share 0.9), rank 1's not (0.2): looked into on both ranks, its copies costed on another device. Judged
+    rank by rank, rank 0 made it one unmodelled unit, priced at 0 there while rank 1 costed the same copies."""
+    from hybrid.workloads.trace_graph import build_trace_graph, job_units
+
+    cp = {"Input Dims": [[256, 1024], [256, 1024], []], "Input type": ["float", "float", "Scalar"]}
+    comp = {"Input Dims": [[256, 1024], [2]], "Input type": ["float", "long"]}
+    paths = []
+    for rank, desched in ((0, 900.0), (1, 0.0)):
+        ev = [_x("ProfilerStep#0", 0, 3000),
+              _x("aten::_my_composite", 10, 100 + desched, **comp),
+              _x("aten::copy_", 12 + desched, 40, **cp), _x("aten::copy_", 60 + desched, 40, **cp),
+              _x("c10d::allreduce_", 2000, 50, **{"Input Dims": [[[1024]], [], [], [], [], []],
+                                                  "Input type": ["GenericList[Tensor(float)]", "", "", "", "Int",
+                                                                 "Int"]}),
+              _x("record_param_comms", 2010, 30, **{"Process Group Name": "0", "Group size": 2,
+                                                   "In msg nelems": 1024, "Out msg nelems": 1024,
+                                                   "dtype": "Float"})]
+        path = tmp_path / f"kineto_rank{rank}.json"
+        path.write_text(json.dumps({"schemaVersion": 1, "record_shapes": 1, "traceEvents": ev,
+                                    "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo",
+                                                        "pg_config": [{"pg_name": "0", "ranks": [0, 1]}]}}))
+        paths.append(str(path))
+    traces = load_traces(paths)
+    assert (trace_units(traces[0])["name"] == "aten::_my_composite").any()  # alone: one unit on rank 0
+    for units in job_units(traces):
+        assert "aten::_my_composite" not in set(units["name"]) and (units["name"] == "aten::copy_").sum() == 2
+    it = build_trace_graph(traces, "A100-SXM4-80GB")
+    assert it.unmodelled().empty
+    assert set(it.info["own_time"]["rank"]) == {0, 1}
+    assert it.own_time().set_index("name").at["aten::_my_composite", "count"] == 2
+
+
 def test_sampling_a_token_leaves_nothing_unmodelled(tmp_path):
     """``torch.multinomial`` (``generate(do_sample=True)``'s sampler) checks its probabilities with ``aminmax`` and
     ``_assert_async`` before its exponential / divide / argmax: a reduction and a check of one value, not 3 unmodelled

@@ -223,8 +223,50 @@ def _same_family(a: str, b: str) -> bool:
     return bool(x) and bool(y) and (x in y or y in x)
 
 
-def trace_units(trace: RankTrace) -> pd.DataFrame:
-    """The units of one rank's trace (see the module docstring), in time order per thread.
+def _self_shares(names: np.ndarray, parent: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op, the share of its time outside its children (0 for an op without time), and the time its children
+    took."""
+    has_parent = parent >= 0
+    child_sum = np.bincount(parent[has_parent], dur[has_parent], minlength=len(names))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(dur > 0, 1.0 - child_sum / np.where(dur > 0, dur, 1.0), 0.0)
+    return share, child_sum
+
+
+def least_self_shares(trace: RankTrace) -> dict[str, float]:
+    """Per op name, the least share of an op's time outside its children over its calls that have children, in one
+    rank's trace: what :func:`trace_units` tells a kernel with helpers from a composite by (:func:`job_units` pools
+    it over a job's ranks)."""
+    ops = trace.ops
+    if ops.empty:
+        return {}
+    parent = ops["parent"].to_numpy(dtype=np.int64)
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    share, _ = _self_shares(names, parent, ops["dur"].to_numpy(dtype=np.float64))
+    with_kids = np.bincount(parent[parent >= 0], minlength=len(names)) > 0
+    if not with_kids.any():
+        return {}
+    least = pd.Series(share[with_kids]).groupby(names[with_kids]).min()
+    return {str(k): float(v) for k, v in least.items()}
+
+
+def job_units(traces: list[RankTrace]) -> list[pd.DataFrame]:
+    """:func:`trace_units` of each rank of one job, an op name judged by its calls on every rank: a composite
+    called once per step on each rank, one rank's call descheduled, is looked into on that rank too (it was one
+    unmodelled unit there, its ops priced at 0 on another device, while the other ranks costed them)."""
+    if len(traces) < 2:
+        return [trace_units(t) for t in traces]
+    pooled: dict[str, float] = {}
+    for t in traces:
+        for name, share in least_self_shares(t).items():
+            pooled[name] = min(pooled.get(name, np.inf), share)
+    return [trace_units(t, peer_self_shares=pooled) for t in traces]
+
+
+def trace_units(trace: RankTrace, peer_self_shares: dict[str, float] | None = None) -> pd.DataFrame:
+    """The units of one rank's trace (see the module docstring), in time order per thread. ``peer_self_shares``:
+    per op name, the least self share of its calls on the job's other ranks (:func:`job_units`), which the op's
+    own calls are judged with.
 
     Columns (:data:`UNIT_COLUMNS`): ``op_id, tid, name, ts, dur, kind, label, row, phase, pg, device_us`` (measured
     time of the unit's GPU kernels; NaN where the trace has no kernels), ``kstream`` (its kernels' stream) and
@@ -302,16 +344,18 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
         same = np.fromiter((forwarded(c, p) for c, p in zip(only, parent[only], strict=True)), dtype=bool,
                            count=len(only))
         forwards[parent[only[same]]] = True
-    child_sum = np.bincount(parent[has_parent], dur[has_parent], minlength=n)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        self_share = np.where(dur > 0, 1.0 - child_sum / np.where(dur > 0, dur, 1.0), 0.0)
-    # judged per op name (the least over its calls that have children): one slow call (a first call's dispatch
-    # and recording, 155 of a CPU `slice_backward`'s 232 us against 20 us on its later calls; a call descheduled
-    # on a loaded machine) does not make a composite a kernel of its own, while a kernel with helpers spends most
-    # of every call outside them (and a composite looked into keeps its own time, accounted, not lost)
+    self_share, child_sum = _self_shares(names, parent, dur)
+    # judged per op name (the least over its calls that have children, on every rank of the job): one slow call
+    # (a first call's dispatch and recording, 155 of a CPU `slice_backward`'s 232 us against 20 us on its later
+    # calls; a call descheduled on a loaded machine) does not make a composite a kernel of its own, while a kernel
+    # with helpers spends most of every call outside them (and a composite looked into keeps its own time,
+    # accounted, not lost). The least, not the median: descheduling only ever adds to a call's self share
     with_kids = n_children > 0
     if with_kids.any():
         least = pd.Series(self_share[with_kids]).groupby(names[with_kids]).min()
+        if peer_self_shares:
+            peers = pd.Series(peer_self_shares, dtype=np.float64).reindex(least.index).fillna(np.inf)
+            least = np.minimum(least, peers)
         self_share[with_kids] = least.reindex(names[with_kids]).to_numpy(dtype=np.float64)
     is_aten = sname.str.startswith("aten::").to_numpy(dtype=bool)
     backend = (sname.str.startswith("gloo:") | sname.str.startswith("nccl:")).to_numpy(dtype=bool) & has_c10d
