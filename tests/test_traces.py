@@ -1090,6 +1090,40 @@ def test_gloo_point_to_point_work_that_outlasts_its_call_is_read(tmp_path, cpu_c
     assert predict_trace(it, RooflineCostModel(cpu_catalog)).summary()["ranks"] == 2
 
 
+def test_dp_of_a_step_recorded_under_ddp_in_one_process_exchanges_its_gradients_once(tmp_path):
+    """A DDP script recorded in a one-process group (world size 1, a Chrome trace: not refused) already calls DDP's
+    gradient all-reduce; ``--dp 2`` runs it over both ranks and adds no modelled bucket beside it (it did: the
+    gradients were exchanged twice, 2 all-reduces per rank of the same 9,488 bytes for a one-bucket MLP)."""
+    import subprocess
+    import sys
+
+    from hybrid.workloads.trace_parallel import parallel_job
+
+    script = tmp_path / "ddp1.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        f"os.environ['MASTER_ADDR'] = '127.0.0.1'; os.environ['MASTER_PORT'] = '{_free_port()}'\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), "
+        "torch.nn.ReLU(), torch.nn.Linear(64, 4)))\n"
+        "x = torch.randn(8, 32)\n"
+        "def step():\n    model(x).sum().backward()\n")
+    run = subprocess.run([sys.executable, "-c", "import sys; from hybrid.cli.main import main; "
+                          "sys.exit(main(sys.argv[1:]))", "trace", "record", str(script), "-o", str(tmp_path / "out"),
+                          "--no-et", "--no-overhead", "--no-memory", "--timed", "0", "--warmup", "1"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    traced = load_traces([tmp_path / "out" / "kineto_rank0.json"])
+    assert traced[0].world_size == 1
+    ranks, transform, _ = parallel_job(traced, dp=2)
+    it = build_trace_graph(ranks, "A100-SXM4-80GB", transform=transform)
+    colls = it.units[it.units["kind"] == "collective"]
+    assert {r["n_ranks"] for r in colls["row"]} == {2}
+    ar = colls[[r["op"] == "all_reduce" for r in colls["row"]]]  # (DDP's forward also broadcasts a few bytes)
+    assert ar.groupby("rank").size().to_dict() == {0: 1, 1: 1}
+    assert [r["size_bytes"] for r in ar["row"]] == [4 * (32 * 64 + 64 + 64 * 4 + 4)] * 2
+
+
 def test_dp_refuses_a_rank_of_a_distributed_job_given_alone(tmp_path, tiny_trace):
     """``--dp N`` adds DDP's gradient all-reduces to a one-process trace. The execution trace of one rank of a DDP
     job, given alone (it names no world size, so it loads as one process), already calls the job's all-reduce:
