@@ -131,7 +131,9 @@ def test_recorded_trace_carries_its_memory_and_predict_compares_it(meta_mlp_dir,
         assert m["fits"] and not m["near_capacity"] and m["ranks_measured"] == 1
     # a re-mapped tensor-parallel job: the traced process's memory is not its GPUs'
     assert "not estimated" in predict("T4", "--tp", "2", "--tokens", "512", "--hidden", "8192")["memory"]["note"]
-    assert "fraction" in predict("T4", "--dp", "2")["memory"]  # each data-parallel rank holds the traced tensors
+    dp = predict("T4", "--dp", "2")["memory"]
+    assert "fraction" in dp  # each data-parallel rank holds the traced tensors
+    assert dp["ranks_measured"] == 1  # one traced process, replicated: not two measurements
     assert cli_main(["trace", "predict", str(meta_mlp_dir), "--device", "T4", "--roofline"]) == 0
     text = capsys.readouterr().out
     assert "memory: peak" in text and "of the device's 16.0 GiB" in text

@@ -64,12 +64,16 @@ def test_measured_overhead_fits_its_loops_and_the_execution_trace_costs_most():
     assert et_extra > 2 * sum(loop["extra_us"] for loop in kineto.loops.values())
     # the fitted costs explain the loops' extra time (the loops differ in events per input): their total within
     # 30%, each loop within a factor of 3 (quiet machine: 0.65-1.21x per loop over 8 runs, 0.72-1.54x with the
-    # training-step loop over 3 runs on 2026-12-06; a full CI run on 2026-12-06 put one loop beyond 2x)
+    # training-step loop over 3 runs on 2026-12-06; a full CI run on 2026-12-06 put one loop beyond 2x) or by less
+    # than 5% of the total: the views loop, 1-2% of it, is as small as the others' noise (its extra time measured
+    # 17-49 us per iteration in six back-to-back runs on the loaded VM, 0.46-2.27x the fit); a loop the fit misses
+    # by a factor, the tensor-list loop's 15-35% say, is still refused
     fits = [et.cost_us(loop["events"], loop["inputs"], loop["launches"]) for loop in et.loops.values()]
     extras = [loop["extra_us"] for loop in et.loops.values()]
     assert all(loop["events"] > 0 for loop in et.loops.values())
     assert sum(fits) == pytest.approx(sum(extras), rel=0.3)
-    assert all(1 / 3 < f / x < 3.0 for f, x in zip(fits, extras, strict=True)), (fits, extras)
+    assert all(1 / 3 < f / x < 3.0 or abs(f - x) < 0.05 * sum(extras)
+               for f, x in zip(fits, extras, strict=True)), (fits, extras)
     with pytest.raises(InvalidInputError, match="iters"):
         measure_profiler_overhead("cpu", iters=5)
     if not torch.cuda.is_available():
@@ -137,3 +141,17 @@ def test_trace_record_names_the_failing_line_of_the_users_script(tmp_path, capsy
     quits.write_text("import sys\nsys.exit(3)\n")
     assert main(["trace", "record", str(quits), "-o", str(tmp_path / "u")]) == 2
     assert "exited (status 3) while its top level ran" in capsys.readouterr().err
+    # sys.exit() inside the step (after the top level ran): a message and exit code 2, not the script's status
+    # without a word, and nothing written
+    ends = tmp_path / "ends.py"
+    ends.write_text("import sys\ndef step():\n    sys.exit(3)\n")
+    assert main(["trace", "record", str(ends), "-o", str(tmp_path / "v"), "--no-overhead"]) == 2
+    assert f"{ends}: step() exited (status 3) instead of returning" in capsys.readouterr().err
+    assert not (tmp_path / "v").exists()
+    # an output directory that cannot be created (under a file): said so, not blamed on the script's step
+    (tmp_path / "a_file").write_text("")
+    ok = tmp_path / "ok.py"
+    ok.write_text("import torch\ndef step():\n    torch.ones(4).sum()\n")
+    assert main(["trace", "record", str(ok), "-o", str(tmp_path / "a_file" / "t"), "--no-overhead"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write the trace into {tmp_path / 'a_file' / 't'}" in err and "step() raised" not in err

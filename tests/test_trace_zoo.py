@@ -178,6 +178,104 @@ def test_a_descheduled_composite_calling_compute_ops_is_still_looked_into(tmp_pa
     assert bd["softmax"] > 0 and bd["elementwise"] > 0
 
 
+@pytest.mark.parametrize("index_arithmetic", [False, True])
+def test_a_composite_that_forwards_to_one_copy_is_looked_into_however_slow_its_one_call(tmp_path,
+                                                                                       index_arithmetic):
+    """``aten::tile`` calls only ``aten::repeat`` (a copy) with its own arguments. Its one call in the step,
+    descheduled before the copy, spends most of its time outside it; it is still looked into: the copy is costed,
+    on another device too. As one unmodelled unit it was priced at 0 there. On a CPU the copy calls index
+    arithmetic inside (``aten::add``): part of the copy's unit, not work of ``tile``'s. A kernel that fills its own
+    argument first (``zero_``, the same shapes) stays one unit, and so does one whose helper, a copy, happens to
+    call an elementwise op inside."""
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
+
+    desched = 800.0
+    big = {"Input Dims": [[256, 1024], []], "Input type": ["float", "ScalarList"]}
+    ev = [_x("ProfilerStep#0", 0, 3000),
+          _x("aten::tile", 10, 100 + desched, **big),  # self share 0.9
+          _x("aten::repeat", 12 + desched, 96, **big),
+          _x("aten::empty", 14 + desched, 4),
+          _x("aten::copy_", 20 + desched, 70, **{"Input Dims": [[4, 256, 1024], [4, 256, 1024], []],
+                                                  "Input type": ["float", "float", "Scalar"]})]
+    if index_arithmetic:  # as on a CPU
+        ev.append(_x("aten::add", 92 + desched, 10, **{"Input Dims": [[2], [], []],
+                                                        "Input type": ["long", "Scalar", "Scalar"]}))
+    one = {"Input Dims": [[64]], "Input type": ["float"]}
+    for ts in (1000, 1200):  # kernels with a helper, every call: self share 0.9
+        ev += [_x("aten::_my_kernel", ts, 100, **one), _x("aten::zero_", ts + 1, 10, **one)]
+        ev += [_x("aten::_my_other", ts + 100, 100, **{"Input Dims": [[64], [64]], "Input type": ["float", "float"]}),
+               _x("aten::clone", ts + 101, 10, **{"Input Dims": [[64], []], "Input type": ["float", ""]}),
+               _x("aten::add", ts + 102, 5, **{"Input Dims": [[2], [], []], "Input type": ["long", "Scalar",
+                                                                                           "Scalar"]})]
+    path = tmp_path / "kineto_rank0.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "record_shapes": 1, "traceEvents": ev}))
+    traces = load_traces([str(path)])
+    units = trace_units(traces[0]).set_index("name")
+    assert "aten::tile" not in units.index and units.at["aten::repeat", "kind"] == "op"
+    assert (units.loc["aten::_my_kernel", "kind"] == "unmodelled").all()
+    assert (units.loc["aten::_my_other", "kind"] == "unmodelled").all() and "aten::clone" not in units.index
+    it = build_trace_graph(traces, "A100-SXM4-80GB")
+    assert set(it.unmodelled()["name"]) == {"aten::_my_kernel", "aten::_my_other"}
+    assert it.own_time().set_index("name").at["aten::tile", "own_us"] == pytest.approx(100 + desched - 96)
+    bd = predict_trace(it, RooflineCostModel(default_catalog())).breakdown().set_index("label")["predicted_us"]
+    assert bd["copy"] > 0
+
+
+def test_a_composite_is_judged_by_its_calls_on_every_rank_of_the_job(tmp_path):
+    """A composite called once per step on each rank of a 2-rank job, rank 0's call descheduled before its copies
+    (self share 0.9), rank 1's not (0.2): looked into on both ranks, its copies costed on another device. Judged
+    rank by rank, rank 0 made it one unmodelled unit, priced at 0 there while rank 1 costed the same copies."""
+    from hybrid.workloads.trace_graph import build_trace_graph, job_units
+
+    cp = {"Input Dims": [[256, 1024], [256, 1024], []], "Input type": ["float", "float", "Scalar"]}
+    comp = {"Input Dims": [[256, 1024], [2]], "Input type": ["float", "long"]}
+    paths = []
+    for rank, desched in ((0, 900.0), (1, 0.0)):
+        ev = [_x("ProfilerStep#0", 0, 3000),
+              _x("aten::_my_composite", 10, 100 + desched, **comp),
+              _x("aten::copy_", 12 + desched, 40, **cp), _x("aten::copy_", 60 + desched, 40, **cp),
+              _x("c10d::allreduce_", 2000, 50, **{"Input Dims": [[[1024]], [], [], [], [], []],
+                                                  "Input type": ["GenericList[Tensor(float)]", "", "", "", "Int",
+                                                                 "Int"]}),
+              _x("record_param_comms", 2010, 30, **{"Process Group Name": "0", "Group size": 2,
+                                                   "In msg nelems": 1024, "Out msg nelems": 1024,
+                                                   "dtype": "Float"})]
+        path = tmp_path / f"kineto_rank{rank}.json"
+        path.write_text(json.dumps({"schemaVersion": 1, "record_shapes": 1, "traceEvents": ev,
+                                    "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo",
+                                                        "pg_config": [{"pg_name": "0", "ranks": [0, 1]}]}}))
+        paths.append(str(path))
+    traces = load_traces(paths)
+    assert (trace_units(traces[0])["name"] == "aten::_my_composite").any()  # alone: one unit on rank 0
+    for units in job_units(traces):
+        assert "aten::_my_composite" not in set(units["name"]) and (units["name"] == "aten::copy_").sum() == 2
+    it = build_trace_graph(traces, "A100-SXM4-80GB")
+    assert it.unmodelled().empty
+    assert set(it.info["own_time"]["rank"]) == {0, 1}
+    assert it.own_time().set_index("name").at["aten::_my_composite", "count"] == 2
+
+
+def test_sampling_a_token_leaves_nothing_unmodelled(tmp_path):
+    """``torch.multinomial`` (``generate(do_sample=True)``'s sampler) checks its probabilities with ``aminmax`` and
+    ``_assert_async`` before its exponential / divide / argmax: a reduction and a check of one value, not 3 unmodelled
+    ops per sampled token (0 ms on another device, a GPU's check kernel lost)."""
+    from hybrid.data.traces.record import record_step
+
+    with _one_thread() as torch:
+        probs = torch.softmax(torch.randn(2, 128), -1)
+        paths = record_step(lambda: torch.multinomial(probs, 1), tmp_path, warmup=1, execution_trace=False,
+                            measure_overhead=False, memory=False, timed=0)
+    tr = load_traces([paths["kineto"]])[0]
+    names = set(tr.ops["name"])
+    assert {"aten::aminmax", "aten::_assert_async"} <= names
+    units = trace_units(tr)
+    assert (units["kind"] != "unmodelled").all(), units[units["kind"] == "unmodelled"]["name"].tolist()
+    red = units[units["name"].isin(["aten::aminmax", "aten::_assert_async"])]
+    assert set(red["label"]) == {"reduction"} and 128 * 2 in {r["elements"] for r in red["row"]}
+
+
 @pytest.mark.parametrize("arch", ["falcon", "mamba"])
 def test_a_traced_step_of_these_architectures_leaves_nothing_unmodelled(tmp_path, capsys, arch):
     tf = pytest.importorskip("transformers")

@@ -190,9 +190,10 @@ def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalo
     bd = pred.breakdown().set_index("label")
     # the traced time less what recording the op's own events cost (Kineto alone here: well under 1 us each)
     rec = it.info["recording_overhead"]
-    # (per recorded op and input together: the fit's split between the two is ill-conditioned; a loaded machine
-    # measured 9.8 us, so the bound catches unit slips (ms, ns), not the machine's load)
-    assert rec["measured"] and not rec["execution_trace"] and 0 < rec["per_event_us"] + rec["per_input_us"] < 25
+    # (per recorded op and input together: the fit's split between the two is ill-conditioned; 0.6-1.4 us on the
+    # project's VM, 9.8 us under load: the bounds catch unit slips, ms (x1000) or ns (/1000), not the machine's
+    # load, which only adds to the traced runs' time)
+    assert rec["measured"] and not rec["execution_trace"] and 0.05 < rec["per_event_us"] + rec["per_input_us"] < 100
     u = it.units[it.units["kind"] == "unmodelled"]
     untraced = np.maximum(u["dur"] - rec["per_event_us"] * u["n_events"] - rec["per_input_us"] * u["n_inputs"],
                           0.05 * u["dur"])
@@ -767,6 +768,35 @@ def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     assert any("no launch model for a CPU" in w for w in other["warnings"])
 
 
+def test_the_first_op_of_a_step_recorded_without_the_overhead_measurement_starts_with_it(tmp_path):
+    """A process's first ``record_function`` costs 1-9 ms (PyTorch sets its profiler ops up on first use). Recorded
+    without the overhead measurement (whose loops used to absorb it), the step's own annotation was that first
+    one: 0.7-15 ms between the step's start and its first op on this VM (a host gap kept in the prediction on the
+    traced CPU) against 40-130 us when warm. In a fresh process, so that nothing warmed it before; a second
+    process if the first was descheduled there."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "tile.py"
+    script.write_text("import torch\nx = torch.randn(16, 32)\ndef step():\n    return torch.tile(x, (4, 1)).sum()\n")
+    gaps = []
+    for attempt in range(2):
+        out = tmp_path / f"out{attempt}"
+        run = subprocess.run([sys.executable, "-c", "import sys; from hybrid.cli.main import main; "
+                              "sys.exit(main(sys.argv[1:]))", "trace", "record", str(script), "-o", str(out),
+                              "--no-et", "--no-overhead", "--no-memory", "--timed", "0", "--warmup", "1",
+                              "--threads", "1"],
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        tr = load_traces([out / "kineto_rank0.json"])[0]
+        ops = tr.ops[tr.ops["parent"] >= 0]
+        assert ops["name"].iloc[0] == "aten::tile"
+        gaps.append(float(ops["ts"].min() - tr.window[0]))
+        if gaps[-1] < 500:
+            break
+    assert min(gaps) < 500, gaps  # us
+
+
 def test_untraced_timings_are_checked_and_left_out_on_the_meta_device(tmp_path):
     """trace_step stores untraced timings it is given, refusing non-times; record_step times none of a meta-device
     step (its calls time the meta dispatch, not hardware) and none with timed=0."""
@@ -1060,6 +1090,40 @@ def test_gloo_point_to_point_work_that_outlasts_its_call_is_read(tmp_path, cpu_c
     assert predict_trace(it, RooflineCostModel(cpu_catalog)).summary()["ranks"] == 2
 
 
+def test_dp_of_a_step_recorded_under_ddp_in_one_process_exchanges_its_gradients_once(tmp_path):
+    """A DDP script recorded in a one-process group (world size 1, a Chrome trace: not refused) already calls DDP's
+    gradient all-reduce; ``--dp 2`` runs it over both ranks and adds no modelled bucket beside it (it did: the
+    gradients were exchanged twice, 2 all-reduces per rank of the same 9,488 bytes for a one-bucket MLP)."""
+    import subprocess
+    import sys
+
+    from hybrid.workloads.trace_parallel import parallel_job
+
+    script = tmp_path / "ddp1.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        f"os.environ['MASTER_ADDR'] = '127.0.0.1'; os.environ['MASTER_PORT'] = '{_free_port()}'\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), "
+        "torch.nn.ReLU(), torch.nn.Linear(64, 4)))\n"
+        "x = torch.randn(8, 32)\n"
+        "def step():\n    model(x).sum().backward()\n")
+    run = subprocess.run([sys.executable, "-c", "import sys; from hybrid.cli.main import main; "
+                          "sys.exit(main(sys.argv[1:]))", "trace", "record", str(script), "-o", str(tmp_path / "out"),
+                          "--no-et", "--no-overhead", "--no-memory", "--timed", "0", "--warmup", "1"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    traced = load_traces([tmp_path / "out" / "kineto_rank0.json"])
+    assert traced[0].world_size == 1
+    ranks, transform, _ = parallel_job(traced, dp=2)
+    it = build_trace_graph(ranks, "A100-SXM4-80GB", transform=transform)
+    colls = it.units[it.units["kind"] == "collective"]
+    assert {r["n_ranks"] for r in colls["row"]} == {2}
+    ar = colls[[r["op"] == "all_reduce" for r in colls["row"]]]  # (DDP's forward also broadcasts a few bytes)
+    assert ar.groupby("rank").size().to_dict() == {0: 1, 1: 1}
+    assert [r["size_bytes"] for r in ar["row"]] == [4 * (32 * 64 + 64 + 64 * 4 + 4)] * 2
+
+
 def test_dp_refuses_a_rank_of_a_distributed_job_given_alone(tmp_path, tiny_trace):
     """``--dp N`` adds DDP's gradient all-reduces to a one-process trace. The execution trace of one rank of a DDP
     job, given alone (it names no world size, so it loads as one process), already calls the job's all-reduce:
@@ -1174,6 +1238,7 @@ def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_tr
 
     def variant(name: str, **dist: int) -> Path:
         d = copy.deepcopy(doc)
+        d["recording"] = name  # two recordings never hold the same bytes (an identical file is a copy: below)
         if dist:
             d["distributedInfo"] = {"backend": "gloo", **dist}
         path = tmp_path / name
@@ -1191,6 +1256,21 @@ def test_single_process_runs_given_as_ranks_are_refused_naming_the_files(tiny_tr
         load_traces([a, one])
     with pytest.raises(TraceFormatError, match=r"a.json is given twice"):
         load_traces([a, tmp_path / "." / "a.json"])
+    # the same trace kept as x.json and x.json.gz in one directory (or a copy under another name): the pair is
+    # named, not taken for two single-process runs
+    dup = tmp_path / "dup"
+    dup.mkdir()
+    (dup / "x.json").write_bytes(a.read_bytes())
+    (dup / "x.json.gz").write_bytes(gzip.compress(a.read_bytes()))
+    with pytest.raises(TraceFormatError, match=r"dup/x.json and .*dup/x.json.gz hold the same content \(the one "
+                                               r"gzipped, the other not\): one trace given twice"):
+        load_traces(trace_files([dup]))
+    (dup / "x.json.gz").unlink()
+    (dup / "y.json").write_bytes(a.read_bytes())
+    with pytest.raises(TraceFormatError, match=r"dup/x.json and .*dup/y.json hold the same content: one trace"):
+        load_traces(trace_files([dup]))
+    assert cli_main(["trace", "predict", str(dup), "--device", "T4", "--roofline"]) == 2
+    assert "hold the same content" in capsys.readouterr().err
     # a Chrome trace with the execution trace of another recording (another process): both named, with their pids
     x = torch.randn(4, 4)
     with trace_step(tmp_path / "other", measure_overhead=False):

@@ -63,12 +63,11 @@ def _load(paths: tuple[str, ...], step: int | None) -> list[Any]:
 def import_(traces: tuple[str, ...], output: str, step: int | None) -> None:
     """Parse TRACE... (Chrome/Kineto and/or execution traces, one per rank) into a graph of op units (JSON)."""
     from hybrid.atomic import write_text
-    from hybrid.workloads.trace_graph import trace_units
+    from hybrid.workloads.trace_graph import job_units
 
     loaded = _load(traces, step)
     ranks = []
-    for tr in loaded:
-        u = trace_units(tr)
+    for tr, u in zip(loaded, job_units(loaded), strict=True):
         counts = u.groupby(["kind", "label"]).size()
         ranks.append({
             "rank": tr.rank, "path": tr.path, "format": tr.format, "traced_device": tr.device,

@@ -320,14 +320,15 @@ class TracePrediction:
         ``note`` when the graph splits the traced tensors over ranks (tensor / pipeline parallelism)."""
         from hybrid.data.traces.memory import memory_of, memory_verdict
 
-        mems = [m for t in self.iteration.traces if (m := memory_of(t.meta)) is not None]
-        if not mems:
+        # one per traced file: a ``--dp`` job's ranks are copies of one traced process (its one measurement)
+        measured = {t.path: m for t in self.iteration.traces if (m := memory_of(t.meta)) is not None}
+        if not measured:
             return {}
         if not self.iteration.info.get("memory_as_traced", True):
             return {"note": "not estimated for a job that splits the traced step over ranks (tensor or pipeline "
                             "parallelism): the memory measured when recording is the whole traced process's"}
-        worst = max(mems, key=lambda m: m.peak_bytes)
-        return {**memory_verdict(worst, self.iteration.target.device.mem_capacity), "ranks_measured": len(mems)}
+        worst = max(measured.values(), key=lambda m: m.peak_bytes)
+        return {**memory_verdict(worst, self.iteration.target.device.mem_capacity), "ranks_measured": len(measured)}
 
     @property
     def workload_kind(self) -> str:

@@ -63,11 +63,12 @@ from hybrid.workloads.trace_units import (
     UNIT_KINDS,
     UNMODELLED_LABEL,
     VIEW_LABEL,
+    job_units,
     trace_units,
 )
 
 __all__ = ["GAP_LABEL", "PHASE_MARKERS", "SYNC_OPS", "UNIT_KINDS", "UNMODELLED_LABEL", "VIEW_LABEL", "WAIT_LABEL",
-           "TraceIteration", "TracePrediction", "build_trace_graph", "main_tid", "measured_durations",
+           "TraceIteration", "TracePrediction", "build_trace_graph", "job_units", "main_tid", "measured_durations",
            "predict_trace", "trace_units"]
 
 #: Host ops that wait for the device (a GPU target's host stream waits for its kernel and comm streams).
@@ -423,8 +424,7 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     precision_info = []
     math_info: list[dict[str, Any]] = []
     own_time: list[pd.DataFrame] = []
-    for tr in traces:
-        u = trace_units(tr)
+    for tr, u in zip(traces, job_units(traces), strict=True):
         own = u.attrs.pop(OWN_TIME_ATTR, None)
         if own and len(own["name"]):
             own_time.append(pd.DataFrame(own).assign(rank=tr.rank))

@@ -89,6 +89,12 @@ def data_parallel(ranks: int, bucket_bytes: int = DDP_BUCKET_BYTES, first_bucket
             return units
         ops = trace.ops
         names = ops["name"].astype(str)
+        if names.str.startswith("DistributedDataParallel.forward").any() and (
+                (units["kind"] == "collective") & (units["phase"] == "backward")).any():
+            # a step recorded under DDP in a one-process group: its gradient all-reduces (DDP's own buckets, where
+            # its reducer launched them) are in the trace, and replicated they run over the job's ranks; adding
+            # modelled buckets beside them exchanged the gradients twice
+            return units
         grads = ops[(names == "torch::autograd::AccumulateGrad")].sort_values("ts", kind="stable")
         new, pending, cap, last = [], 0.0, first_bucket_bytes, None
         for _, g in grads.iterrows():

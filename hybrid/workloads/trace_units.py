@@ -49,6 +49,13 @@ _HALF = ("bf16", "fp16")
 #: Breakdown labels of the costed ops a kernel with helpers calls before its own work (zero-filling or allocating
 #: its output, a contiguous copy of its input): an unmapped op that calls anything else is a composite.
 HELPER_LABELS = frozenset({"copy"})
+#: Helpers (base names) that write without reading a tensor: fills, factories and samplers. A kernel hands its
+#: own argument to one of them to initialise it (``x.zero_()`` before accumulating into ``x``), so unlike a copy
+#: of the op's arguments, one called with the op's own argument shapes is no sign that the op forwards its call.
+WRITE_ONLY_HELPERS = frozenset(
+    "fill fill_ zero zero_ zeros zeros_like ones ones_like full full_like new_zeros new_ones new_full new_empty "
+    "empty empty_like arange linspace logspace random random_ uniform uniform_ normal normal_ bernoulli bernoulli_ "
+    "rand randn randint exponential_ geometric_ cauchy_ log_normal_".split())
 
 
 def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -204,6 +211,11 @@ def _map_all(names: np.ndarray, dims: np.ndarray, types: np.ndarray, outs: np.nd
     return out
 
 
+def _write_only(name: str) -> bool:
+    """Whether an op is a helper that writes without reading (:data:`WRITE_ONLY_HELPERS`)."""
+    return str(name).rsplit("::", 1)[-1] in WRITE_ONLY_HELPERS
+
+
 def _same_family(a: str, b: str) -> bool:
     """Whether two op names are one op's layers: one's base name (no namespace, no leading or trailing
     underscores) holds the other's (``nll_loss`` in ``nll_loss_nd``; ``dropout`` in ``native_dropout``)."""
@@ -211,8 +223,50 @@ def _same_family(a: str, b: str) -> bool:
     return bool(x) and bool(y) and (x in y or y in x)
 
 
-def trace_units(trace: RankTrace) -> pd.DataFrame:
-    """The units of one rank's trace (see the module docstring), in time order per thread.
+def _self_shares(names: np.ndarray, parent: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op, the share of its time outside its children (0 for an op without time), and the time its children
+    took."""
+    has_parent = parent >= 0
+    child_sum = np.bincount(parent[has_parent], dur[has_parent], minlength=len(names))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(dur > 0, 1.0 - child_sum / np.where(dur > 0, dur, 1.0), 0.0)
+    return share, child_sum
+
+
+def least_self_shares(trace: RankTrace) -> dict[str, float]:
+    """Per op name, the least share of an op's time outside its children over its calls that have children, in one
+    rank's trace: what :func:`trace_units` tells a kernel with helpers from a composite by (:func:`job_units` pools
+    it over a job's ranks)."""
+    ops = trace.ops
+    if ops.empty:
+        return {}
+    parent = ops["parent"].to_numpy(dtype=np.int64)
+    names = ops["name"].astype(str).to_numpy(dtype=object)
+    share, _ = _self_shares(names, parent, ops["dur"].to_numpy(dtype=np.float64))
+    with_kids = np.bincount(parent[parent >= 0], minlength=len(names)) > 0
+    if not with_kids.any():
+        return {}
+    least = pd.Series(share[with_kids]).groupby(names[with_kids]).min()
+    return {str(k): float(v) for k, v in least.items()}
+
+
+def job_units(traces: list[RankTrace]) -> list[pd.DataFrame]:
+    """:func:`trace_units` of each rank of one job, an op name judged by its calls on every rank: a composite
+    called once per step on each rank, one rank's call descheduled, is looked into on that rank too (it was one
+    unmodelled unit there, its ops priced at 0 on another device, while the other ranks costed them)."""
+    if len(traces) < 2:
+        return [trace_units(t) for t in traces]
+    pooled: dict[str, float] = {}
+    for t in traces:
+        for name, share in least_self_shares(t).items():
+            pooled[name] = min(pooled.get(name, np.inf), share)
+    return [trace_units(t, peer_self_shares=pooled) for t in traces]
+
+
+def trace_units(trace: RankTrace, peer_self_shares: dict[str, float] | None = None) -> pd.DataFrame:
+    """The units of one rank's trace (see the module docstring), in time order per thread. ``peer_self_shares``:
+    per op name, the least self share of its calls on the job's other ranks (:func:`job_units`), which the op's
+    own calls are judged with.
 
     Columns (:data:`UNIT_COLUMNS`): ``op_id, tid, name, ts, dur, kind, label, row, phase, pg, device_us`` (measured
     time of the unit's GPU kernels; NaN where the trace has no kernels), ``kstream`` (its kernels' stream) and
@@ -252,9 +306,13 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     computes = np.fromiter((m is not None and m.kind in ("op", "collective") and m.label not in HELPER_LABELS
                             for m in mapped), dtype=bool, count=n)
     opaque = ~is_mapped & ~transparent & ~view_named
+    # (what a costed op calls inside is part of its one unit, not work of the op above it: ``aten::repeat``, a copy,
+    # adds index tensors on a CPU, which made ``aten::tile`` calling only it look like a composite that computes)
+    unit_op = costed.copy()
     for lvl in reversed(levels[1:]):
         np.logical_or.at(costed, parent[lvl], costed[lvl])
-        np.logical_or.at(computes, parent[lvl], computes[lvl])
+        up = lvl[~unit_op[parent[lvl]]]
+        np.logical_or.at(computes, parent[up], computes[up])
         np.logical_or.at(opaque, parent[lvl], opaque[lvl])
     # an op that calls itself (autocast re-dispatches ``aten::linear`` in fp32 as casts + ``aten::linear`` in bf16;
     # ``aten::softmax`` with a dtype argument likewise) is a wrapper: its inner call and the casts are the units
@@ -264,27 +322,41 @@ def trace_units(trace: RankTrace) -> pd.DataFrame:
     # an op whose one child is an op of its own family called with the op's own argument shapes forwards the
     # call (``nll_loss_nd`` -> ``nll_loss`` -> ``nll_loss_forward``, ``dropout`` -> ``native_dropout``): the callee
     # does the work, whatever one call's self time says (a call descheduled for 70 us gave a 133 us
-    # ``nll_loss_nd`` a self share of 0.52). A kernel with helpers calls other ops (``_ctc_loss``, a pooling
-    # backward zeroing its output first)
+    # ``nll_loss_nd`` a self share of 0.52). So does one whose one child is a costed copy of the op's own
+    # arguments (``tile`` -> ``repeat``, shapes and dtypes alike): the copy moves the op's data, and a single call
+    # descheduled before it made ``tile`` one unmodelled unit, priced at 0 on another device. A kernel with helpers
+    # calls other ops (``_ctc_loss``, a pooling backward zeroing its output first), or a fill of its own argument
+    # (:data:`WRITE_ONLY_HELPERS`)
     forwards = np.zeros(n, dtype=bool)
     only = kid[n_children[parent[kid]] == 1]
     if len(only):
-        op_dims = ops["dims"].to_numpy()
-        same = np.fromiter((_same_family(names[p], names[c]) and bool(op_dims[c])
-                            and repr(op_dims[c]) == repr(op_dims[p])
-                            for c, p in zip(only, parent[only], strict=True)), dtype=bool, count=len(only))
+        op_dims, op_types = ops["dims"].to_numpy(), ops["types"].to_numpy()
+
+        def forwarded(c: int, p: int) -> bool:
+            if not op_dims[c] or repr(op_dims[c]) != repr(op_dims[p]):
+                return False
+            if _same_family(names[p], names[c]):
+                return True
+            mc = mapped[c]
+            return (mc is not None and mc.kind == "op" and mc.label in HELPER_LABELS and not _write_only(names[c])
+                    and repr(op_types[c]) == repr(op_types[p]))
+
+        same = np.fromiter((forwarded(c, p) for c, p in zip(only, parent[only], strict=True)), dtype=bool,
+                           count=len(only))
         forwards[parent[only[same]]] = True
-    child_sum = np.bincount(parent[has_parent], dur[has_parent], minlength=n)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        self_share = np.where(dur > 0, 1.0 - child_sum / np.where(dur > 0, dur, 1.0), 0.0)
-    # judged per op name (the least over its calls that have children): one slow call (a first call's dispatch
-    # and recording, 155 of a CPU `slice_backward`'s 232 us against 20 us on its later calls; a call descheduled
-    # on a loaded machine) does not make a composite a kernel of its own, while a kernel with helpers spends most
-    # of every call outside them (and a composite looked into keeps its own time, accounted, not lost)
+    self_share, child_sum = _self_shares(names, parent, dur)
+    # judged per op name (the least over its calls that have children, on every rank of the job): one slow call
+    # (a first call's dispatch and recording, 155 of a CPU `slice_backward`'s 232 us against 20 us on its later
+    # calls; a call descheduled on a loaded machine) does not make a composite a kernel of its own, while a kernel
+    # with helpers spends most of every call outside them (and a composite looked into keeps its own time,
+    # accounted, not lost). The least, not the median: descheduling only ever adds to a call's self share
     with_kids = n_children > 0
     if with_kids.any():
-        med = pd.Series(self_share[with_kids]).groupby(names[with_kids]).min()
-        self_share[with_kids] = med.reindex(names[with_kids]).to_numpy(dtype=np.float64)
+        least = pd.Series(self_share[with_kids]).groupby(names[with_kids]).min()
+        if peer_self_shares:
+            peers = pd.Series(peer_self_shares, dtype=np.float64).reindex(least.index).fillna(np.inf)
+            least = np.minimum(least, peers)
+        self_share[with_kids] = least.reindex(names[with_kids]).to_numpy(dtype=np.float64)
     is_aten = sname.str.startswith("aten::").to_numpy(dtype=bool)
     backend = (sname.str.startswith("gloo:") | sname.str.startswith("nccl:")).to_numpy(dtype=bool) & has_c10d
     # children lists in row order (rows are parent-first, time-ordered per thread)

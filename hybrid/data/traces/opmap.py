@@ -90,8 +90,9 @@ for _names, _label, _var, _f in (
     # non-zero ones written)
     ("sum mean amax amin max min argmax argmin var std norm linalg_vector_norm prod all any cumsum cumprod "
      "cummax cummin logcumsumexp var_mean std_mean logsumexp count_nonzero histc bincount nonzero "
-     # whether two tensors are equal (one bool): both read
-     "equal",
+     # whether two tensors are equal (one bool): both read; min and max at once (``multinomial`` checks its
+     # probabilities with it); a check of one value (``_assert_async``: one tiny kernel on a GPU, a read on a CPU)
+     "equal aminmax _assert_async",
      "reduction", "sum", 1.0),
     ("mse_loss mse_loss_backward l1_loss smooth_l1_loss binary_cross_entropy "
      "binary_cross_entropy_with_logits nll_loss_forward nll_loss_backward nll_loss2d_forward "

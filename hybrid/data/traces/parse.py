@@ -18,9 +18,11 @@ raise :class:`TraceFormatError` naming the file and the problem.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import re
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -775,6 +777,35 @@ def _check_one_job(traces: list[RankTrace]) -> None:
                                "communicates")
 
 
+def _content_key(path: str | os.PathLike) -> tuple[int, str] | None:
+    """Length and digest of a file's content, gunzipped (a trace and its gzipped copy agree); None where it cannot
+    be read (:func:`load_trace` then says why)."""
+    try:
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        return None
+    return len(raw), hashlib.sha1(raw, usedforsecurity=False).hexdigest()
+
+
+def _refuse_copies(paths: list[str | os.PathLike]) -> None:
+    """Refuse two files of the same content (a directory holding ``x.json`` and its ``x.json.gz``, a backup copy),
+    naming the pair: read as two traces, they were refused as two single-process runs or two claims of one rank."""
+    seen: dict[tuple[int, str], str] = {}
+    for p in paths:
+        key = _content_key(p)
+        if key is None or not key[0]:
+            continue
+        if key in seen:
+            first = seen[key]
+            how = (" (the one gzipped, the other not)" if str(p).removesuffix(".gz") == first.removesuffix(".gz")
+                   else "")
+            raise TraceFormatError(f"{first} and {p} hold the same content{how}: one trace given twice; keep "
+                                   "one of them (a directory's every *.json and *.json.gz is read as a trace)")
+        seen[key] = str(p)
+
+
 def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike], step: int | None = None
                 ) -> list[RankTrace]:
     """Traces of one job: one per rank. A Kineto and an ET file of the same rank are linked."""
@@ -785,6 +816,8 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
         if real in given:
             raise TraceFormatError(f"{p} is given twice (as {given[real]} too): give each rank's trace once")
         given[real] = str(p)
+    if len(paths) > 1:
+        _refuse_copies(paths)
     loaded = [load_trace(p, step) for p in paths]
     if not loaded:
         raise TraceFormatError("no trace files given")
