@@ -262,7 +262,7 @@ def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: s
 ON_DUPLICATE = ("error", "last")
 #: ``meta.json`` keys that differ per profiler run and are kept per run (a list, in the order of the bundles).
 _PER_RUN_META = ("date", "command", "options", "row_counts", "durations_s", "skipped_cases", "skip_existing",
-                 "ceilings", "machine")
+                 "ceilings", "machine", "partial", "interrupted")
 
 
 def _catalog_body(text: str) -> str:

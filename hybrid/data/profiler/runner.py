@@ -210,50 +210,76 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     kernel_rows: list[dict[str, Any]] = []
     kernel_notes: dict[str, str] = {}
     skipped: list[dict[str, Any]] = []
-    for family in opts.families:
-        if family == "collective":
-            continue
-        t0 = time.perf_counter()
-        cases = family_cases(backend, family, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
-                             arena_bytes=_arena_bytes(opts.quick))
-        every = cases
-        if known:
-            fresh = [c for c in cases if config_key(c.row) not in known]
-            n_known += len(cases) - len(fresh)
-            cases = fresh
-        rows += _measure_cases(backend, family, cases, policy, opts.progress, skipped, clock)
-        durations[family] = time.perf_counter() - t0
-        _release(backend)
-        if opts.kernel_times and every:
-            # every configuration of the family, the ones --skip-existing left out included: kernel rows are a
-            # table of their own, and a GPU measured before has none yet; the fresh ones first
-            fresh_ids = {id(c) for c in cases}
-            order = cases + [c for c in every if id(c) not in fresh_ids]
-            t0 = time.perf_counter()
-            found, note = _kernel_times(backend, family, order, say)
-            kernel_rows += found
-            kernel_notes[family] = note
-            durations[f"{family} kernel times"] = time.perf_counter() - t0
-            _release(backend)
-
-    system_key, system_entry, coll_notes = None, None, {}
-    if "collective" in opts.families:
-        t0 = time.perf_counter()
-        system_key = f"{device_key}-{'nccl' if backend.is_cuda else 'gloo'}"
-        coll_rows: list[dict[str, Any]] = []
-        for world in opts.ranks or ():
-            if backend.is_cuda and torch.cuda.device_count() < world:
-                coll_notes[f"x{world}"] = f"skipped: {torch.cuda.device_count()} GPU(s) < {world} ranks"
+    coll_rows: list[dict[str, Any]] = []
+    coll_notes: dict[str, Any] = {}
+    system_key = f"{device_key}-{'nccl' if backend.is_cuda else 'gloo'}"
+    done: list[str] = []  # families measured to their end
+    now: dict[str, Any] = {}  # the step under way: what an interruption cut short
+    interrupted: KeyboardInterrupt | None = None
+    t0 = time.perf_counter()
+    try:
+        for family in opts.families:
+            if family == "collective":
                 continue
-            res = coll.run_collectives(backend, world, quick=opts.quick, progress=opts.progress)
-            coll_rows += [{**r, "system": system_key} for r in res.rows]
-            coll_notes[f"x{world}"] = {"calls": res.calls, "unsupported": res.unsupported}
-        if coll_rows:
-            system_entry = _system_entry(backend, device_key, coll_rows)
-            rows += coll_rows
-        else:
-            system_key = None
-        durations["collective"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            now = {"family": family, "step": "listing cases"}
+            cases = family_cases(backend, family, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
+                                 arena_bytes=_arena_bytes(opts.quick))
+            every = cases
+            if known:
+                fresh = [c for c in cases if config_key(c.row) not in known]
+                n_known += len(cases) - len(fresh)
+                cases = fresh
+            now = {"family": family, "step": "measuring", "rows_before": len(rows), "cases": len(cases)}
+            say(f"{family}: {len(cases)} configurations")  # with --no-progress the only sign of progress
+            _measure_cases(backend, family, cases, policy, opts.progress, skipped, clock, into=rows)
+            durations[family] = time.perf_counter() - t0
+            _release(backend)
+            if opts.kernel_times and every:
+                # every configuration of the family, the ones --skip-existing left out included: kernel rows are a
+                # table of their own, and a GPU measured before has none yet; the fresh ones first
+                fresh_ids = {id(c) for c in cases}
+                order = cases + [c for c in every if id(c) not in fresh_ids]
+                t0 = time.perf_counter()
+                now = {"family": family, "step": "kernel times"}
+                found, note = _kernel_times(backend, family, order, say)
+                kernel_rows += found
+                kernel_notes[family] = note
+                durations[f"{family} kernel times"] = time.perf_counter() - t0
+                _release(backend)
+            done.append(family)
+
+        if "collective" in opts.families:
+            t0 = time.perf_counter()
+            for world in opts.ranks or ():
+                if backend.is_cuda and torch.cuda.device_count() < world:
+                    coll_notes[f"x{world}"] = f"skipped: {torch.cuda.device_count()} GPU(s) < {world} ranks"
+                    continue
+                now = {"family": "collective", "step": f"{world} ranks"}
+                res = coll.run_collectives(backend, world, quick=opts.quick, progress=opts.progress)
+                coll_rows += [{**r, "system": system_key} for r in res.rows]
+                coll_notes[f"x{world}"] = {"calls": res.calls, "unsupported": res.unsupported}
+            durations["collective"] = time.perf_counter() - t0
+            done.append("collective")
+    except KeyboardInterrupt as exc:  # Ctrl-C, or the SIGTERM of a time limit that the CLI raises as one
+        # what was measured is kept (a partial bundle below), then the interruption goes on
+        interrupted = exc
+        if now:
+            durations[now["family"] + (" kernel times" if now["step"] == "kernel times" else "")] = \
+                time.perf_counter() - t0
+        if now.get("step") == "kernel times":
+            kernel_notes[now["family"]] = "interrupted"
+        if now.get("step") == "measuring":
+            now["measured"] = len(rows) - now.pop("rows_before")
+    system_entry = None
+    if coll_rows:
+        system_entry = _system_entry(backend, device_key, coll_rows)
+        rows += coll_rows
+    else:
+        system_key = None
+    if interrupted is not None and not rows and not kernel_rows:
+        say(f"interrupted {_during(now)}, before any configuration was measured: nothing written")
+        raise interrupted
 
     kernel_families = [f for f in opts.families if f != "collective"]
     if opts.skip_existing and kernel_families:
@@ -288,8 +314,50 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                                 "per_family": kernel_notes,
                                 "what": "median CUPTI kernel time of 3 marked calls per configuration (framework "
                                         "cupti), measured after the family's eager timings"}
+    meta["partial"] = interrupted is not None
+    if interrupted is not None:
+        meta["interrupted"] = _interruption(interrupted, now, done, opts, coll_notes, out)
     path = write_bundle(out, table, text, meta, force=force, kernel_times=kernel_table)
+    if interrupted is not None:
+        say(f"interrupted {_during(now)}: the {len(table)} rows measured so far are in {path}, a partial bundle "
+            f"(meta.json: partial); measure the rest with `{meta['interrupted']['resume']}`, then "
+            f"`hybrid data merge {path} {path}-rest -o ALL`")
+        raise interrupted
     return ProfileResult(path=path, table=table, catalog_text=text, meta=meta)
+
+
+def _during(now: dict[str, Any]) -> str:
+    """Where a run was interrupted, for the log: ``in gemm (measuring)``."""
+    return f"in {now['family']} ({now['step']})" if now else "before the first family"
+
+
+def _interruption(exc: KeyboardInterrupt, now: dict[str, Any], done: list[str], opts: ProfileOptions,
+                  coll_notes: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``meta.json``'s ``interrupted``: what stopped the run, where, which families are whole, and the command that
+    measures the rest. A family cut short keeps the configurations it finished (each row a complete measurement),
+    which ``--skip-existing`` passes over when the run is resumed; collectives are kept per process count."""
+    rest = [f for f in opts.families if f not in done]
+    resume = ["hybrid", "profile", *(["--quick"] if opts.quick else []), *(["--cpu"] if opts.force_cpu else [])]
+    for flag, value in (("--threads", opts.threads), ("--device-name", opts.device_name),
+                        ("--seed", opts.seed or None), ("--clock", None if opts.clock == "auto" else opts.clock)):
+        if value is not None:
+            resume += [flag, str(value)]
+    if opts.kernel_times:
+        resume.append("--kernel-times")
+    resume += ["--only", ",".join(rest)]
+    if "collective" in rest:  # the process counts not measured yet (collectives are not --skip-existing'd)
+        resume += ["--ranks", ",".join(str(r) for r in opts.ranks if f"x{r}" not in coll_notes)]
+    for table in (*opts.skip_existing, str(out)):
+        resume += ["--skip-existing", table]
+    resume += ["-o", f"{out}-rest"]
+    return {
+        "by": "SIGTERM" if type(exc).__name__ == "Terminated" else "SIGINT" if type(exc) is KeyboardInterrupt
+              else type(exc).__name__,
+        "during": now or None,
+        "families_complete": list(done),
+        "families_not_complete": rest,
+        "resume": shlex.join(resume),
+    }
 
 
 _CLOCK_DOC = {
@@ -378,11 +446,14 @@ def _arena_bytes(quick: bool) -> float:
 
 
 def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any, progress: bool,
-                   skipped: list[dict[str, Any]], clock: str = "wall") -> list[dict[str, Any]]:
+                   skipped: list[dict[str, Any]], clock: str = "wall",
+                   into: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Time ``cases``; each row is appended to ``into`` (returned; a new list by default) as soon as it is measured,
+    so an interrupted family keeps the configurations it finished."""
     from tqdm import tqdm
 
     oom = _oom_errors(backend)
-    rows = []
+    rows = [] if into is None else into
     for case in tqdm(cases, desc=family, unit="cfg", disable=not progress, leave=False, file=sys.stderr):
         try:
             run, prepare = case.build()
