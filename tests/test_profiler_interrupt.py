@@ -76,3 +76,65 @@ def test_an_interrupted_profile_keeps_the_finished_families_as_a_partial_bundle(
         run_profile(ProfileOptions(quick=True, families=("gemm",), threads=2, device_name="lab-box", force_cpu=True,
                                    progress=False, skip_existing=(str(out),)), tmp_path / "rest")
     assert not (tmp_path / "rest").exists()
+
+
+def _children(pid: int) -> set[int]:
+    """Direct child processes of ``pid`` (Linux /proc)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found.update(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            pass
+    return found
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (an orphan's zombie may never be reaped in a container)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from /proc")
+def test_sigterm_during_the_collectives_stops_the_ranks_and_keeps_the_kernel_families(tmp_path):
+    """SIGTERM to the profiler alone (a job scheduler's or `kill`'s, not the terminal's Ctrl-C to the whole group)
+    while the gloo ranks ran: the profiler never exited (multiprocessing waits at exit for its non-daemonic
+    children, which went on without it) and the ranks were left running. Now it stops them and exits 143, and
+    the partial bundle holds the finished gemm family."""
+    out = tmp_path / "p"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", "profile", "--quick", "--cpu", "--threads",
+                             "2", "--only", "gemm,collective", "--no-progress", "-o", str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ranks: set[int] = set()
+    try:
+        for text in proc.stderr:
+            if text.startswith("collective:"):
+                break
+        deadline = time.monotonic() + 60
+        while len(ranks) < 2 and time.monotonic() < deadline:  # the two gloo ranks (and a resource tracker)
+            ranks = {c for c in _children(proc.pid) if "spawn_main" in Path(f"/proc/{c}/cmdline").read_text()
+                     and "pipe_handle" in Path(f"/proc/{c}/cmdline").read_text()}
+            time.sleep(0.1)
+        assert len(ranks) == 2, ranks
+        time.sleep(1.0)  # the ranks under way
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=30)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in ranks:  # never leave them behind, even when the test fails
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 143, err
+    time.sleep(0.5)
+    assert not [pid for pid in ranks if _running(pid)]
+    table, _ = load_bundle(out)
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["interrupted"]["by"] == "SIGTERM" and meta["interrupted"]["families_complete"] == ["gemm"]
+    assert meta["interrupted"]["during"] == {"family": "collective", "step": "2 ranks"}
+    assert "--only collective --ranks 2" in meta["interrupted"]["resume"]
+    assert len(table) == 14 and meta["system"] is None

@@ -62,17 +62,43 @@ def run_collectives(backend: Backend, world: int, *, quick: bool, progress: bool
         out = Path(tmp) / "rank0.json"
         args = (world, str(Path(tmp) / "store"), str(out), list(ops), list(sizes), threads, backend.kind, quick,
                 progress)
+        ctx = None
         try:
-            torch.multiprocessing.start_processes(_worker, args=args, nprocs=world, join=True, start_method="spawn")
+            # daemonic, and stopped below: an interrupted parent (Ctrl-C, the SIGTERM of a time limit) neither
+            # leaves ranks running nor waits at exit for ranks whose peers are gone
+            ctx = torch.multiprocessing.start_processes(_worker, args=args, nprocs=world, join=False, daemon=True,
+                                                        start_method="spawn")
+            while not ctx.join():
+                pass
         except Exception as exc:  # ProcessRaisedException / ProcessExitedException: one line for the user
             msg = str(exc).strip().splitlines()
             raise HybridError(f"collective benchmark with {world} processes failed: {msg[-1] if msg else exc}") from None
+        finally:
+            if ctx is not None:
+                _stop(ctx.processes)
         data = json.loads(out.read_text())
     return CollectiveResult(rows=data["rows"], unsupported=data["unsupported"], calls=data["calls"])
 
 
+def _stop(processes: list[Any]) -> None:
+    """Terminate the ranks still running (none after a normal join), then kill any that ignores it."""
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
 def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str], sizes: list[int], threads: int,
             kind: str, quick: bool, progress: bool) -> None:
+    import signal
+
+    # Ctrl-C reaches the whole process group: the parent stops the ranks (run_collectives), which need not each
+    # print a KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
     import torch.distributed as dist
 

@@ -256,6 +256,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                     coll_notes[f"x{world}"] = f"skipped: {torch.cuda.device_count()} GPU(s) < {world} ranks"
                     continue
                 now = {"family": "collective", "step": f"{world} ranks"}
+                say(f"collective: {world} processes")
                 res = coll.run_collectives(backend, world, quick=opts.quick, progress=opts.progress)
                 coll_rows += [{**r, "system": system_key} for r in res.rows]
                 coll_notes[f"x{world}"] = {"calls": res.calls, "unsupported": res.unsupported}
