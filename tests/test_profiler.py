@@ -437,3 +437,21 @@ def test_a_run_with_every_case_already_measured_says_how_many(tmp_path):
                     log=said.append)
     assert any(f"{len(first.table)} configuration(s) already in --skip-existing" in m for m in said), said
     assert not (tmp_path / "b").exists()
+
+
+def test_skip_existing_of_the_output_directory_is_refused(tmp_path):
+    """`--skip-existing B -o B --force` (extend a bundle in place) read B, measured only what B lacked, then replaced
+    B with those rows alone: the rows B held were gone. Refused before anything is measured, B untouched."""
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / TABLE_FILE).write_text("device,op,time_us\n")
+    (b / CATALOG_FILE).write_text("")
+    said: list[str] = []
+    for skip in (b, b / TABLE_FILE):
+        opts = ProfileOptions(quick=True, families=("softmax",), progress=False, force_cpu=True,
+                              skip_existing=(str(skip),))
+        with pytest.raises(InvalidInputError, match="is the output directory .*hybrid data merge"):
+            run_profile(opts, b, force=True, log=said.append)
+    assert not said and sorted(p.name for p in b.iterdir()) == [CATALOG_FILE, TABLE_FILE]

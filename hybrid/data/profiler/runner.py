@@ -153,6 +153,18 @@ def check_outdir(outdir: Path | None, force: bool) -> None:
         check_bundle_outdir(outdir, force)
 
 
+def _refuse_extending_in_place(out: Path, skip_existing: Sequence[str]) -> None:
+    """``--skip-existing B -o B --force`` read B, then replaced it with the new configurations alone: every row B
+    held was lost. Refused before anything is measured (measure into another directory and merge)."""
+    target = out.resolve()
+    for p in skip_existing:
+        given = Path(p).resolve()
+        if target in (given, given.parent if given.is_file() else given):
+            raise InvalidInputError(f"--skip-existing {p} is the output directory {out}: the new bundle would replace "
+                                    f"it with the new configurations alone; write to another directory (-o) and "
+                                    f"combine the two with `hybrid data merge {p} NEW -o ALL`")
+
+
 def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None, *, force: bool = False,
                 command: Sequence[str] | None = None,
                 log: Callable[[str], None] | None = None) -> ProfileResult:
@@ -171,6 +183,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     durations: dict[str, float] = {}
     key, _ = _device_key(backend, opts)  # a --device-name that cannot be used fails before a minute of ceilings
     check_outdir(out or default_outdir(key), force)
+    _refuse_extending_in_place(out or default_outdir(key), opts.skip_existing)
 
     llc = last_level_cache_bytes(backend)
     t0 = time.perf_counter()
