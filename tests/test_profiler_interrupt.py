@@ -138,3 +138,28 @@ def test_sigterm_during_the_collectives_stops_the_ranks_and_keeps_the_kernel_fam
     assert meta["interrupted"]["during"] == {"family": "collective", "step": "2 ranks"}
     assert "--only collective --ranks 2" in meta["interrupted"]["resume"]
     assert len(table) == 14 and meta["system"] is None
+
+
+def test_an_interrupted_forced_run_leaves_the_bundle_it_would_replace(tmp_path):
+    """`--force` replaces a bundle when the run ends; a run cut short must not swap a whole bundle for a partial
+    one: the old one stays and the partial rows go beside it (``<out>-partial``). The interruption is raised from
+    the log callback as the second family starts, where a Ctrl-C would land."""
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    opts = ProfileOptions(quick=True, families=("softmax",), progress=False, force_cpu=True, device_name="lab-box")
+    old = run_profile(opts, tmp_path / "b")
+
+    def log(msg: str) -> None:
+        if msg.startswith("norm:"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_profile(ProfileOptions(**{**opts.__dict__, "families": ("softmax", "norm")}), tmp_path / "b",
+                    force=True, log=log)
+    kept = json.loads((tmp_path / "b" / "meta.json").read_text())
+    assert kept["partial"] is False and kept["date"] == old.meta["date"]
+    table, _ = load_bundle(tmp_path / "b-partial")
+    meta = json.loads((tmp_path / "b-partial" / "meta.json").read_text())
+    assert meta["partial"] and meta["interrupted"]["families_complete"] == ["softmax"] and len(table) == len(old.table)
+    assert f"-o {tmp_path / 'b-partial'}-rest" in meta["interrupted"]["resume"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "b-partial"]

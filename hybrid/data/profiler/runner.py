@@ -329,6 +329,9 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                                 "what": "median CUPTI kernel time of 3 marked calls per configuration (framework "
                                         "cupti), measured after the family's eager timings"}
     meta["partial"] = interrupted is not None
+    if interrupted is not None and out.exists():
+        # --force replaces a bundle when the run ends; a run cut short leaves it and writes its rows beside it
+        out, force = _free_sibling(out, "partial"), False
     if interrupted is not None:
         meta["interrupted"] = _interruption(interrupted, now, done, opts, coll_notes, out)
     path = write_bundle(out, table, text, meta, force=force, kernel_times=kernel_table)
@@ -338,6 +341,16 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
             f"`hybrid data merge {path} {path}-rest -o ALL`")
         raise interrupted
     return ProfileResult(path=path, table=table, catalog_text=text, meta=meta)
+
+
+def _free_sibling(path: Path, tag: str) -> Path:
+    """``<path>-<tag>``, or ``<path>-<tag>-2``, ...: the first that does not exist."""
+    n = 1
+    while True:
+        cand = path.with_name(f"{path.name}-{tag}" + (f"-{n}" if n > 1 else ""))
+        if not cand.exists():
+            return cand
+        n += 1
 
 
 def _during(now: dict[str, Any]) -> str:
