@@ -437,6 +437,11 @@ def test_a_run_with_every_case_already_measured_says_how_many(tmp_path):
                     log=said.append)
     assert any(f"{len(first.table)} configuration(s) already in --skip-existing" in m for m in said), said
     assert not (tmp_path / "b").exists()
+    # a canonical table may be Parquet: it was read as CSV and refused ("cannot read ... UnicodeDecodeError")
+    first.table.to_parquet(tmp_path / "a.parquet", index=False)
+    with pytest.raises(HybridError, match=rf"all {len(first.table)} configuration\(s\) of softmax"):
+        run_profile(ProfileOptions(**{**opts.__dict__, "skip_existing": (str(tmp_path / "a.parquet"),)}),
+                    tmp_path / "b")
 
 
 def test_skip_existing_of_the_output_directory_is_refused(tmp_path):

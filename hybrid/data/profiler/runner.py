@@ -441,9 +441,9 @@ def _existing_tables(paths: Sequence[str]) -> list[pd.DataFrame]:
     frames = []
     for p in paths:
         f = _table_file(Path(p))
-        try:
-            frames.append(pd.read_csv(f))
-        except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        try:  # a canonical table is CSV or Parquet (hybrid.data.schema.read_table); Parquet was read as CSV
+            frames.append(pd.read_parquet(f) if f.suffix.lower() in (".parquet", ".pq") else pd.read_csv(f))
+        except (OSError, ValueError, ImportError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             raise InvalidInputError(f"--skip-existing {p}: cannot read {f} as a measurement table "
                                     f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
         if "device" not in frames[-1].columns:
