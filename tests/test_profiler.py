@@ -460,3 +460,18 @@ def test_skip_existing_of_the_output_directory_is_refused(tmp_path):
         with pytest.raises(InvalidInputError, match="is the output directory .*hybrid data merge"):
             run_profile(opts, b, force=True, log=said.append)
     assert not said and sorted(p.name for p in b.iterdir()) == [CATALOG_FILE, TABLE_FILE]
+
+
+def test_collective_rows_record_the_bytes_the_ranks_moved():
+    """`--ranks 3` (or 8 at 16 B): the chunked ops move whole chunks of size / ranks elements, and the rows recorded
+    the size asked for, not the size of the buffers (an all_gather over 3 ranks of '1024 B' gathers 1020 B; over 8
+    ranks, '16 B' gathers 32 B). Real gloo ranks; the recorded size is checked against the buffers' bytes."""
+    from hybrid.data.profiler.backend import open_backend
+    from hybrid.data.profiler.collectives import message_bytes, run_collectives
+
+    assert message_bytes("all_gather", 16, 8) == 32 and message_bytes("all_reduce", 16, 8) == 16
+    assert message_bytes("all_to_all", 1024, 4) == 1024
+    backend = open_backend(torch, threads=1, force_cpu=True)
+    res = run_collectives(backend, 3, quick=True, progress=False, ops=("all_reduce", "all_gather"), sizes=(16, 1024))
+    got = {(r["op"], r["size_bytes"]) for r in res.rows}
+    assert got == {("all_reduce", 16), ("all_reduce", 1024), ("all_gather", 12), ("all_gather", 1020)}

@@ -139,7 +139,8 @@ def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str
                 bufs = _buffers(torch, op, size, world, device, gen)
                 timing = _time_op(torch, dist, fn, bufs, op, world, cuda, quick)
                 if rank == 0:
-                    rows.append({"op": op, "dtype": "fp32", "size_bytes": int(size), "n_ranks": world,
+                    rows.append({"op": op, "dtype": "fp32", "size_bytes": message_bytes(op, size, world),
+                                 "n_ranks": world,
                                  "n_nodes": 1, "in_place": op == "all_reduce", "algorithm": call,
                                  "wrong": 0, **timing.as_row()})
                 if bar is not None:
@@ -171,9 +172,22 @@ def _collective(dist: Any, op: str, world: int) -> tuple[Any, str]:
     raise HybridError(f"unknown collective {op!r}; known: {', '.join(COLLECTIVE_OPS)}")
 
 
-def _buffers(torch: Any, op: str, size: int, world: int, device: Any, gen: Any) -> tuple[Any, ...]:
+def _elements(size: int, world: int) -> tuple[int, int]:
+    """(fp32 elements of an all_reduce buffer, elements per rank's chunk of the other ops) for ``size`` bytes."""
     n = max(1, size // 4)
-    chunk = max(1, n // world)
+    return n, max(1, n // world)
+
+
+def message_bytes(op: str, size: int, world: int) -> int:
+    """``size_bytes`` of the buffers :func:`_buffers` builds for a requested ``size`` (nccl-tests convention).
+    The other ops move whole chunks of ``size / world`` elements: with 8 ranks a 16 B all_gather is 8 x 4 B =
+    32 B, with 3 ranks a 1 KiB one 1020 B; rows recorded the requested size instead."""
+    n, chunk = _elements(size, world)
+    return 4 * (n if op == "all_reduce" else chunk * world)
+
+
+def _buffers(torch: Any, op: str, size: int, world: int, device: Any, gen: Any) -> tuple[Any, ...]:
+    n, chunk = _elements(size, world)
 
     def rnd(k: int) -> Any:
         return torch.rand(k, generator=gen, device=device).add_(0.5)
