@@ -475,3 +475,17 @@ def test_collective_rows_record_the_bytes_the_ranks_moved():
     res = run_collectives(backend, 3, quick=True, progress=False, ops=("all_reduce", "all_gather"), sizes=(16, 1024))
     got = {(r["op"], r["size_bytes"]) for r in res.rows}
     assert got == {("all_reduce", 16), ("all_reduce", 1024), ("all_gather", 12), ("all_gather", 1020)}
+
+
+def test_collective_sizes_that_collapse_to_one_buffer_are_measured_once():
+    """With 16 ranks or more the smallest all_gather points are all one element per rank (64 B): each was measured
+    and written as a row of the same configuration."""
+    from hybrid.data.profiler.collectives import FULL_SIZES, distinct_sizes, message_bytes
+
+    for world in (2, 3, 8, 16, 64):
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+            kept = distinct_sizes(op, FULL_SIZES, world)
+            assert len({message_bytes(op, s, world) for s in kept}) == len(kept)
+            assert {message_bytes(op, s, world) for s in kept} == {message_bytes(op, s, world) for s in FULL_SIZES}
+    assert distinct_sizes("all_gather", FULL_SIZES, 16)[:2] == [16, 256]
+    assert distinct_sizes("all_reduce", FULL_SIZES, 64) == list(FULL_SIZES)

@@ -19,6 +19,7 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -119,7 +120,8 @@ def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str
     if progress and rank == 0:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(ops) * len(sizes), desc=f"collective x{world}", unit="cfg", leave=False)
+        bar = tqdm(total=sum(len(distinct_sizes(op, sizes, world)) for op in ops), desc=f"collective x{world}",
+                   unit="cfg", leave=False)
     try:
         for op in ops:
             fn, call = _collective(dist, op, world)
@@ -133,9 +135,9 @@ def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str
                 unsupported[op] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 dist.barrier()
                 if bar is not None:
-                    bar.update(len(sizes))
+                    bar.update(len(distinct_sizes(op, sizes, world)))
                 continue
-            for size in sizes:
+            for size in distinct_sizes(op, sizes, world):
                 bufs = _buffers(torch, op, size, world, device, gen)
                 timing = _time_op(torch, dist, fn, bufs, op, world, cuda, quick)
                 if rank == 0:
@@ -184,6 +186,20 @@ def message_bytes(op: str, size: int, world: int) -> int:
     32 B, with 3 ranks a 1 KiB one 1020 B; rows recorded the requested size instead."""
     n, chunk = _elements(size, world)
     return 4 * (n if op == "all_reduce" else chunk * world)
+
+
+def distinct_sizes(op: str, sizes: Sequence[int], world: int) -> list[int]:
+    """``sizes`` less those whose buffers (:func:`message_bytes`) repeat an earlier one's: with 16 or more ranks
+    the 16 B and 64 B points of an all_gather are both one element per rank, which would be one configuration
+    measured twice (two rows ``hybrid data merge`` refuses)."""
+    seen: set[int] = set()
+    out = []
+    for size in sizes:
+        b = message_bytes(op, size, world)
+        if b not in seen:
+            seen.add(b)
+            out.append(size)
+    return out
 
 
 def _buffers(torch: Any, op: str, size: int, world: int, device: Any, gen: Any) -> tuple[Any, ...]:
