@@ -163,3 +163,26 @@ def test_an_interrupted_forced_run_leaves_the_bundle_it_would_replace(tmp_path):
     assert meta["partial"] and meta["interrupted"]["families_complete"] == ["softmax"] and len(table) == len(old.table)
     assert f"-o {tmp_path / 'b-partial'}-rest" in meta["interrupted"]["resume"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "b-partial"]
+
+
+def test_data_validate_says_which_bundles_are_partial(tmp_path, capsys):
+    """A partial bundle validates (its rows are whole measurements), but `hybrid data validate`, the check before a
+    bundle is committed or calibrated on, said nothing of the families it lacks."""
+    from hybrid.cli.main import main
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    def log(msg: str) -> None:
+        if msg.startswith("norm:"):
+            raise KeyboardInterrupt
+
+    opts = ProfileOptions(quick=True, families=("softmax", "norm"), progress=False, force_cpu=True,
+                          device_name="lab-box")
+    with pytest.raises(KeyboardInterrupt):
+        run_profile(opts, tmp_path / "b", log=log)
+    capsys.readouterr()
+    assert main(["data", "validate", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'b'} is a partial bundle" in err and "not complete: norm" in err and "--skip-existing" in err
+    assert main(["data", "validate", "--json", str(tmp_path / "b")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [p["families_not_complete"] for p in out["partial_bundles"]] == [["norm"]]
