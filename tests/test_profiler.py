@@ -489,3 +489,18 @@ def test_collective_sizes_that_collapse_to_one_buffer_are_measured_once():
             assert {message_bytes(op, s, world) for s in kept} == {message_bytes(op, s, world) for s in FULL_SIZES}
     assert distinct_sizes("all_gather", FULL_SIZES, 16)[:2] == [16, 256]
     assert distinct_sizes("all_reduce", FULL_SIZES, 64) == list(FULL_SIZES)
+
+
+def test_an_output_that_cannot_be_created_is_refused_before_measuring(tmp_path):
+    """`-o afile/sub` (a parent is a file): the profiler measured everything, then failed to write ("a parent is a
+    file"), minutes of a full profile lost. Now refused before the ceilings."""
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+    from hybrid.errors import OutputPathError
+
+    (tmp_path / "afile").write_text("x")
+    said: list[str] = []
+    opts = ProfileOptions(quick=True, families=("softmax",), progress=False, force_cpu=True)
+    for out in (tmp_path / "afile" / "sub", tmp_path / "afile" / "a" / "b"):
+        with pytest.raises(OutputPathError, match="afile is a file, not a directory"):
+            run_profile(opts, out, log=said.append)
+    assert not said
