@@ -504,3 +504,25 @@ def test_an_output_that_cannot_be_created_is_refused_before_measuring(tmp_path):
         with pytest.raises(OutputPathError, match="afile is a file, not a directory"):
             run_profile(opts, out, log=said.append)
     assert not said
+
+
+def test_skip_existing_leaves_out_collectives_measured_before(tmp_path):
+    """--skip-existing "leaves out every configuration the bundle already holds": the collectives were measured
+    again whatever the table held (and `hybrid data merge` then refused the two bundles as duplicates). A table
+    holding every quick point with 2 ranks leaves nothing to measure, and no process is started."""
+    import pandas as pd
+
+    from hybrid.data.profiler.collectives import COLLECTIVE_OPS, QUICK_SIZES, message_bytes
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+    from hybrid.errors import HybridError
+
+    rows = [{"device": "lab-box", "system": "lab-box-gloo", "op": op, "dtype": "fp32",
+             "size_bytes": message_bytes(op, s, 2), "n_ranks": 2, "n_nodes": 1, "time_us": 10.0}
+            for op in COLLECTIVE_OPS for s in QUICK_SIZES]
+    pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
+    said: list[str] = []
+    with pytest.raises(HybridError, match=r"all 20 configuration\(s\) of collective are already in --skip-existing"):
+        run_profile(ProfileOptions(quick=True, families=("collective",), progress=False, force_cpu=True,
+                                   device_name="lab-box", skip_existing=(str(tmp_path / "t.csv"),)),
+                    tmp_path / "b", log=said.append)
+    assert "20 configuration(s) already in --skip-existing, not measured again" in said

@@ -19,7 +19,7 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -47,22 +47,32 @@ class CollectiveResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     unsupported: dict[str, str] = field(default_factory=dict)
     calls: dict[str, str] = field(default_factory=dict)
+    #: (op, size) points left out because ``skip`` held them (``hybrid profile --skip-existing``)
+    already: int = 0
 
 
 def run_collectives(backend: Backend, world: int, *, quick: bool, progress: bool = True,
-                    ops: tuple[str, ...] = COLLECTIVE_OPS, sizes: tuple[int, ...] | None = None) -> CollectiveResult:
-    """Spawn ``world`` processes and measure ``ops`` over ``sizes``; returns rank 0's results."""
+                    ops: tuple[str, ...] = COLLECTIVE_OPS, sizes: tuple[int, ...] | None = None,
+                    skip: Collection[tuple[str, float]] = ()) -> CollectiveResult:
+    """Spawn ``world`` processes and measure ``ops`` over ``sizes``; returns rank 0's results. ``skip``: (op,
+    ``size_bytes``) points measured before with this many ranks, left out (no process is started when that is
+    every point)."""
     torch = backend.torch
     if world < 2:
         raise HybridError(f"collectives need at least 2 ranks, got {world}")
     if backend.is_cuda and torch.cuda.device_count() < world:
         raise HybridError(f"{world} ranks need {world} GPUs; this machine has {torch.cuda.device_count()}")
     sizes = tuple(sizes or (QUICK_SIZES if quick else FULL_SIZES))
+    every = {op: distinct_sizes(op, sizes, world) for op in ops}
+    plan = {op: [s for s in ss if not _held(op, message_bytes(op, s, world), skip)] for op, ss in every.items()}
+    already = sum(len(every[op]) - len(plan[op]) for op in ops)
+    plan = {op: ss for op, ss in plan.items() if ss}
+    if not plan:
+        return CollectiveResult(already=already)
     threads = max(1, backend.threads // world) if not backend.is_cuda else 1
     with tempfile.TemporaryDirectory(prefix="hybrid-collectives-") as tmp:
         out = Path(tmp) / "rank0.json"
-        args = (world, str(Path(tmp) / "store"), str(out), list(ops), list(sizes), threads, backend.kind, quick,
-                progress)
+        args = (world, str(Path(tmp) / "store"), str(out), plan, threads, backend.kind, quick, progress)
         ctx = None
         try:
             # daemonic, and stopped below: an interrupted parent (Ctrl-C, the SIGTERM of a time limit) neither
@@ -78,7 +88,7 @@ def run_collectives(backend: Backend, world: int, *, quick: bool, progress: bool
             if ctx is not None:
                 _stop(ctx.processes)
         data = json.loads(out.read_text())
-    return CollectiveResult(rows=data["rows"], unsupported=data["unsupported"], calls=data["calls"])
+    return CollectiveResult(rows=data["rows"], unsupported=data["unsupported"], calls=data["calls"], already=already)
 
 
 def _stop(processes: list[Any]) -> None:
@@ -93,7 +103,7 @@ def _stop(processes: list[Any]) -> None:
             p.join()
 
 
-def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str], sizes: list[int], threads: int,
+def _worker(rank: int, world: int, store_path: str, out_path: str, plan: dict[str, list[int]], threads: int,
             kind: str, quick: bool, progress: bool) -> None:
     import signal
 
@@ -120,10 +130,9 @@ def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str
     if progress and rank == 0:
         from tqdm import tqdm
 
-        bar = tqdm(total=sum(len(distinct_sizes(op, sizes, world)) for op in ops), desc=f"collective x{world}",
-                   unit="cfg", leave=False)
+        bar = tqdm(total=sum(len(ss) for ss in plan.values()), desc=f"collective x{world}", unit="cfg", leave=False)
     try:
-        for op in ops:
+        for op, sizes in plan.items():
             fn, call = _collective(dist, op, world)
             calls[op] = call
             # probe on a small buffer: an unsupported op raises on every rank alike
@@ -135,9 +144,9 @@ def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str
                 unsupported[op] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 dist.barrier()
                 if bar is not None:
-                    bar.update(len(distinct_sizes(op, sizes, world)))
+                    bar.update(len(sizes))
                 continue
-            for size in distinct_sizes(op, sizes, world):
+            for size in sizes:
                 bufs = _buffers(torch, op, size, world, device, gen)
                 timing = _time_op(torch, dist, fn, bufs, op, world, cuda, quick)
                 if rank == 0:
@@ -172,6 +181,12 @@ def _collective(dist: Any, op: str, world: int) -> tuple[Any, str]:
     if op == "all_to_all":
         return (lambda out, x: dist.all_to_all_single(out, x)), "all_to_all_single"
     raise HybridError(f"unknown collective {op!r}; known: {', '.join(COLLECTIVE_OPS)}")
+
+
+def _held(op: str, nbytes: int, skip: Collection[tuple[str, float]]) -> bool:
+    """Whether ``skip`` holds ``(op, nbytes)``; to 6 significant digits, as tables are compared
+    (:func:`hybrid.data.profiler.cases.config_key`: 16 MiB reads back as 1.67772e7)."""
+    return any(o == op and abs(float(b) - nbytes) <= 1e-5 * nbytes for o, b in skip)
 
 
 def _elements(size: int, world: int) -> tuple[int, int]:

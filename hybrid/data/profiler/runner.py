@@ -270,9 +270,12 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                     continue
                 now = {"family": "collective", "step": f"{world} ranks"}
                 say(f"collective: {world} processes")
-                res = coll.run_collectives(backend, world, quick=opts.quick, progress=opts.progress)
+                res = coll.run_collectives(backend, world, quick=opts.quick, progress=opts.progress,
+                                           skip=_known_collectives(known, world))
+                n_known += res.already
                 coll_rows += [{**r, "system": system_key} for r in res.rows]
-                coll_notes[f"x{world}"] = {"calls": res.calls, "unsupported": res.unsupported}
+                coll_notes[f"x{world}"] = {"calls": res.calls, "unsupported": res.unsupported,
+                                           **({"already_measured": res.already} if res.already else {})}
             durations["collective"] = time.perf_counter() - t0
             done.append("collective")
     except KeyboardInterrupt as exc:  # Ctrl-C, or the SIGTERM of a time limit that the CLI raises as one
@@ -295,13 +298,12 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         say(f"interrupted {_during(now)}, before any configuration was measured: nothing written")
         raise interrupted
 
-    kernel_families = [f for f in opts.families if f != "collective"]
-    if opts.skip_existing and kernel_families:
+    if opts.skip_existing:
         say(f"{n_known} configuration(s) already in --skip-existing, not measured again")
     if not rows and not kernel_rows:  # name what left nothing to measure: the log says no more than this
         why = []
         if n_known:
-            why.append(f"{'' if skipped else 'all '}{n_known} configuration(s) of {', '.join(kernel_families)} "
+            why.append(f"{'' if skipped else 'all '}{n_known} configuration(s) of {', '.join(opts.families)} "
                        f"are already in --skip-existing {', '.join(opts.skip_existing)}")
         if skipped:
             why.append(f"{len(skipped)} case(s) failed and were skipped (first: {skipped[0]['reason']})")
@@ -462,6 +464,17 @@ def _existing_keys(frames: Sequence[pd.DataFrame], device: str) -> tuple[set[fro
         other += int((~mine).sum())
         keys.update(config_key(r) for r in df[mine.to_numpy()].to_dict("records"))
     return keys, other
+
+
+def _known_collectives(known: set[frozenset], world: int) -> set[tuple[str, float]]:
+    """(op, size_bytes) of the ``--skip-existing`` collective rows with ``world`` ranks on one node."""
+    out = set()
+    for key in known:
+        d = dict(key)
+        if d.get("op") in coll.COLLECTIVE_OPS and d.get("n_ranks") == world and d.get("n_nodes", 1) == 1 \
+                and "size_bytes" in d:
+            out.add((str(d["op"]), float(d["size_bytes"])))
+    return out
 
 
 def _arena_bytes(quick: bool) -> float:
