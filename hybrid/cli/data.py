@@ -189,10 +189,14 @@ def _partial_bundles(paths: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]
     """The bundles among ``paths`` whose ``meta.json`` says the profile was interrupted (``partial``; a merged
     bundle lists it per run and is not flagged: the rest may be in it), with their ``interrupted`` record."""
     from hybrid.data.bundle import read_meta
+    from hybrid.errors import SchemaError
 
     found = []
     for p in paths:
-        meta = read_meta(p) if p.is_dir() else {}
+        try:
+            meta = read_meta(p) if p.is_dir() else {}
+        except SchemaError:  # an unreadable meta.json says nothing of the table validate checks
+            continue
         if meta.get("partial") is True:
             stop = meta.get("interrupted")
             found.append((p, stop if isinstance(stop, dict) else {}))
