@@ -163,6 +163,12 @@ def test_an_interrupted_forced_run_leaves_the_bundle_it_would_replace(tmp_path):
     assert meta["partial"] and meta["interrupted"]["families_complete"] == ["softmax"] and len(table) == len(old.table)
     assert f"-o {tmp_path / 'b-partial'}-rest" in meta["interrupted"]["resume"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "b-partial"]
+    # an empty output directory is no bundle to keep: the partial one goes there
+    (tmp_path / "e").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        run_profile(ProfileOptions(**{**opts.__dict__, "families": ("softmax", "norm")}), tmp_path / "e", log=log)
+    assert json.loads((tmp_path / "e" / "meta.json").read_text())["partial"] is True
+    assert not (tmp_path / "e-partial").exists()
 
 
 def test_data_validate_says_which_bundles_are_partial(tmp_path, capsys):

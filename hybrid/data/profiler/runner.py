@@ -331,8 +331,9 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                                 "what": "median CUPTI kernel time of 3 marked calls per configuration (framework "
                                         "cupti), measured after the family's eager timings"}
     meta["partial"] = interrupted is not None
-    if interrupted is not None and out.exists():
+    if interrupted is not None and out.is_dir() and any(out.iterdir()):
         # --force replaces a bundle when the run ends; a run cut short leaves it and writes its rows beside it
+        # (an empty directory, as a run without --force may fill, is no bundle to keep)
         out, force = _free_sibling(out, "partial"), False
     if interrupted is not None:
         meta["interrupted"] = _interruption(interrupted, now, done, opts, coll_notes, out)
