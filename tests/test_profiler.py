@@ -526,3 +526,19 @@ def test_skip_existing_leaves_out_collectives_measured_before(tmp_path):
                                    device_name="lab-box", skip_existing=(str(tmp_path / "t.csv"),)),
                     tmp_path / "b", log=said.append)
     assert "20 configuration(s) already in --skip-existing, not measured again" in said
+
+
+def test_the_gloo_system_is_read_with_the_bus_factor_of_the_op_measured():
+    """Without all_reduce rows (gloo without it, or all_reduce already in --skip-existing) the system's bandwidth was
+    read from the other ops with all_reduce's bus factor 2(n-1)/n: twice their (n-1)/n, the bandwidth doubled."""
+    from hybrid.data.profiler.backend import Backend
+    from hybrid.data.profiler.runner import _system_entry
+
+    backend = Backend(torch, "cpu", 1)
+    # 2 ranks, 1 MiB all_gather in 1000 us: bus bandwidth 1 MiB x 1/2 / 1 ms = 0.524 GB/s; 16 B in 100 us
+    rows = [{"op": "all_gather", "size_bytes": s, "n_ranks": 2, "time_us": t} for s, t in ((16, 100.0), (2**20, 1000.0))]
+    entry = _system_entry(backend, "cpu-x-1c", rows)
+    assert entry["intra_node_gbps"] == pytest.approx(2**20 * 0.5 / 1e-3 / 1e9)
+    assert entry["intra_latency_us"] == pytest.approx(100.0) and "all_gather" in entry["source"]
+    ar = _system_entry(backend, "cpu-x-1c", [{**r, "op": "all_reduce"} for r in rows] + rows)
+    assert ar["intra_node_gbps"] == pytest.approx(2**20 * 1.0 / 1e-3 / 1e9) and ar["intra_latency_us"] == 50.0

@@ -618,19 +618,24 @@ def _gpu_entry(backend: Backend, name: str, c: Ceilings) -> dict[str, Any]:
 
 def _system_entry(backend: Backend, device_key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Local N-process system: bus bandwidth from the largest messages, step latency from the smallest."""
+    from hybrid.ops.families import bus_factor
+
     df = pd.DataFrame(rows)
-    ar = df[df["op"] == "all_reduce"] if (df["op"] == "all_reduce").any() else df
-    n = ar["n_ranks"].astype(float)
-    bus = ar["size_bytes"] * 2.0 * (n - 1) / n / (ar["time_us"] * 1e-6)
+    # all_reduce where measured; else (unsupported, or already in --skip-existing) the first op that was, with its
+    # own bus factor ((n-1)/n, not all_reduce's 2(n-1)/n, which doubled the bandwidth) and latency steps
+    op = next(o for o in (*coll.COLLECTIVE_OPS, *df["op"].unique()) if (df["op"] == o).any())
+    ar = df[df["op"] == op]
+    bus = ar["size_bytes"] * bus_factor(ar["op"], ar["n_ranks"]) / (ar["time_us"] * 1e-6)
     smallest = ar[ar["n_ranks"] == ar["n_ranks"].min()]
     small = smallest.loc[smallest["size_bytes"].idxmin()]
-    steps = 2.0 * max(1.0, np.ceil(np.log2(max(float(small["n_ranks"]), 2.0))))
+    twice = 2.0 if op == "all_reduce" else 1.0  # the roofline's latency term: all_reduce pays the steps twice
+    steps = twice * max(1.0, np.ceil(np.log2(max(float(small["n_ranks"]), 2.0))))
     fabric = "NCCL between local GPUs" if backend.is_cuda else "gloo over shared memory / loopback between local processes"
     return {
         "device": device_key, "gpus_per_node": int(df["n_ranks"].max()), "intra_fabric": fabric,
         "intra_node_gbps": float(bus.max()) / 1e9, "intra_latency_us": float(small["time_us"]) / steps,
-        "source": f"measured by hybrid profile on {_dt.date.today().isoformat()}: intra_node_gbps = best all_reduce "
-                  "bus bandwidth, intra_latency_us = smallest all_reduce / (2 log2 ranks)",
+        "source": f"measured by hybrid profile on {_dt.date.today().isoformat()}: intra_node_gbps = best {op} "
+                  f"bus bandwidth, intra_latency_us = smallest {op} / ({'2 ' if twice == 2 else ''}log2 ranks)",
     }
 
 
