@@ -375,7 +375,7 @@ def _interruption(exc: KeyboardInterrupt, now: dict[str, Any], done: list[str], 
     if opts.kernel_times:
         resume.append("--kernel-times")
     resume += ["--only", ",".join(rest)]
-    if "collective" in rest:  # the process counts not measured yet (collectives are not --skip-existing'd)
+    if "collective" in rest:  # the process counts not finished (--skip-existing passes over their points held)
         resume += ["--ranks", ",".join(str(r) for r in opts.ranks if f"x{r}" not in coll_notes)]
     for table in (*opts.skip_existing, str(out)):
         resume += ["--skip-existing", table]
