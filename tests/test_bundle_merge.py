@@ -205,3 +205,20 @@ def test_force_replaces_a_bundle_but_never_another_directory(tmp_path):
     assert (victim / "notes.txt").read_text() == "mine"
     first, _ = merge_bundles(paths[:2], tmp_path / "m")
     merge_bundles(paths[1:], first, force=True)  # a bundle: replaced
+
+
+def test_collective_runs_of_two_process_counts_merge(tmp_path):
+    """`--ranks 2` and `--ranks 4` runs of one CPU (or an interrupted run and its rest) write gloo systems of 2 and 4
+    processes per node: the merge was refused ('catalog.toml entries differ'). The merged system holds the most
+    processes of any run, so the 4-process rows fit it."""
+    cpu = project_datasets_dir() / "cpu-amd-epyc-1c"
+    table, _ = load_bundle(cpu)
+    text = (cpu / "catalog.toml").read_text()
+    coll = table[family_array(table["op"]) == "collective"]
+    two = write_bundle(tmp_path / "x2", coll[coll["n_ranks"] == 2].reset_index(drop=True),
+                       text.replace("gpus_per_node = 4", "gpus_per_node = 2"), {"date": "1"})
+    four = write_bundle(tmp_path / "x4", coll[coll["n_ranks"] == 4].reset_index(drop=True), text, {"date": "2"})
+    path, merged = merge_bundles([two, four], tmp_path / "all")
+    back, cat = load_bundle(path)
+    assert len(back) == len(coll) and cat.systems["cpu-amd-epyc-1c-gloo"].gpus_per_node == 4
+    assert (path / "catalog.toml").read_text().startswith("#")  # the header comment kept

@@ -116,3 +116,21 @@ def test_a_relative_output_dir_holds_the_steps_outputs(tmp_path, monkeypatch):
     assert by["profile-gemm"].argv[-1] == str(tmp_path / "bundle")
     assert str(tmp_path / "sess" / "dlrm") in by["dlrm"].argv
     assert by["traces"].argv[by["traces"].argv.index("--out") + 1] == str(tmp_path / "sess" / "traces")
+
+
+def test_a_step_out_of_time_gets_sigterm_before_it_is_killed(tmp_path):
+    """A step past its limit was SIGKILLed: a `hybrid profile` step lost every family it had measured. It now gets
+    SIGTERM first (the profiler then writes its partial bundle), and SIGKILL only at its limit."""
+    code = ("import signal, sys, time\n"
+            "def stop(*a):\n"
+            "    open('term.txt', 'w').write('kept'); print('wrote partial'); sys.exit(143)\n"
+            "signal.signal(signal.SIGTERM, stop)\n"
+            "time.sleep(60)\n")
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    man = gs.run_session(tmp_path / "s", 60, [gs.Step("slow", _py(code), 3), gs.Step("deaf", _py(stubborn), 3)],
+                         cwd=tmp_path)
+    got = {s["name"]: s for s in man["steps"]}
+    assert (tmp_path / "term.txt").read_text() == "kept"
+    assert got["slow"]["status"] == "timeout" and got["slow"]["returncode"] == 143
+    assert "wrote partial" in got["slow"]["output_tail"] and got["slow"]["seconds"] < 3.5
+    assert got["deaf"]["status"] == "timeout" and got["deaf"]["returncode"] == -9 and got["deaf"]["seconds"] < 4.5

@@ -437,3 +437,108 @@ def test_a_run_with_every_case_already_measured_says_how_many(tmp_path):
                     log=said.append)
     assert any(f"{len(first.table)} configuration(s) already in --skip-existing" in m for m in said), said
     assert not (tmp_path / "b").exists()
+    # a canonical table may be Parquet: it was read as CSV and refused ("cannot read ... UnicodeDecodeError")
+    first.table.to_parquet(tmp_path / "a.parquet", index=False)
+    with pytest.raises(HybridError, match=rf"all {len(first.table)} configuration\(s\) of softmax"):
+        run_profile(ProfileOptions(**{**opts.__dict__, "skip_existing": (str(tmp_path / "a.parquet"),)}),
+                    tmp_path / "b")
+
+
+def test_skip_existing_of_the_output_directory_is_refused(tmp_path):
+    """`--skip-existing B -o B --force` (extend a bundle in place) read B, measured only what B lacked, then replaced
+    B with those rows alone: the rows B held were gone. Refused before anything is measured, B untouched."""
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    b = tmp_path / "b"
+    b.mkdir()
+    (b / TABLE_FILE).write_text("device,op,time_us\n")
+    (b / CATALOG_FILE).write_text("")
+    said: list[str] = []
+    for skip in (b, b / TABLE_FILE):
+        opts = ProfileOptions(quick=True, families=("softmax",), progress=False, force_cpu=True,
+                              skip_existing=(str(skip),))
+        with pytest.raises(InvalidInputError, match="is the output directory .*hybrid data merge"):
+            run_profile(opts, b, force=True, log=said.append)
+    assert not said and sorted(p.name for p in b.iterdir()) == [CATALOG_FILE, TABLE_FILE]
+
+
+def test_collective_rows_record_the_bytes_the_ranks_moved():
+    """`--ranks 3` (or 8 at 16 B): the chunked ops move whole chunks of size / ranks elements, and the rows recorded
+    the size asked for, not the size of the buffers (an all_gather over 3 ranks of '1024 B' gathers 1020 B; over 8
+    ranks, '16 B' gathers 32 B). Real gloo ranks; the recorded size is checked against the buffers' bytes."""
+    from hybrid.data.profiler.backend import open_backend
+    from hybrid.data.profiler.collectives import message_bytes, run_collectives
+
+    assert message_bytes("all_gather", 16, 8) == 32 and message_bytes("all_reduce", 16, 8) == 16
+    assert message_bytes("all_to_all", 1024, 4) == 1024
+    backend = open_backend(torch, threads=1, force_cpu=True)
+    res = run_collectives(backend, 3, quick=True, progress=False, ops=("all_reduce", "all_gather"), sizes=(16, 1024))
+    got = {(r["op"], r["size_bytes"]) for r in res.rows}
+    assert got == {("all_reduce", 16), ("all_reduce", 1024), ("all_gather", 12), ("all_gather", 1020)}
+
+
+def test_collective_sizes_that_collapse_to_one_buffer_are_measured_once():
+    """With 16 ranks or more the smallest all_gather points are all one element per rank (64 B): each was measured
+    and written as a row of the same configuration."""
+    from hybrid.data.profiler.collectives import FULL_SIZES, distinct_sizes, message_bytes
+
+    for world in (2, 3, 8, 16, 64):
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+            kept = distinct_sizes(op, FULL_SIZES, world)
+            assert len({message_bytes(op, s, world) for s in kept}) == len(kept)
+            assert {message_bytes(op, s, world) for s in kept} == {message_bytes(op, s, world) for s in FULL_SIZES}
+    assert distinct_sizes("all_gather", FULL_SIZES, 16)[:2] == [16, 256]
+    assert distinct_sizes("all_reduce", FULL_SIZES, 64) == list(FULL_SIZES)
+
+
+def test_an_output_that_cannot_be_created_is_refused_before_measuring(tmp_path):
+    """`-o afile/sub` (a parent is a file): the profiler measured everything, then failed to write ("a parent is a
+    file"), minutes of a full profile lost. Now refused before the ceilings."""
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+    from hybrid.errors import OutputPathError
+
+    (tmp_path / "afile").write_text("x")
+    said: list[str] = []
+    opts = ProfileOptions(quick=True, families=("softmax",), progress=False, force_cpu=True)
+    for out in (tmp_path / "afile" / "sub", tmp_path / "afile" / "a" / "b"):
+        with pytest.raises(OutputPathError, match="afile is a file, not a directory"):
+            run_profile(opts, out, log=said.append)
+    assert not said
+
+
+def test_skip_existing_leaves_out_collectives_measured_before(tmp_path):
+    """--skip-existing "leaves out every configuration the bundle already holds": the collectives were measured
+    again whatever the table held (and `hybrid data merge` then refused the two bundles as duplicates). A table
+    holding every quick point with 2 ranks leaves nothing to measure, and no process is started."""
+    import pandas as pd
+
+    from hybrid.data.profiler.collectives import COLLECTIVE_OPS, QUICK_SIZES, message_bytes
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+    from hybrid.errors import HybridError
+
+    rows = [{"device": "lab-box", "system": "lab-box-gloo", "op": op, "dtype": "fp32",
+             "size_bytes": message_bytes(op, s, 2), "n_ranks": 2, "n_nodes": 1, "time_us": 10.0}
+            for op in COLLECTIVE_OPS for s in QUICK_SIZES]
+    pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
+    said: list[str] = []
+    with pytest.raises(HybridError, match=r"all 20 configuration\(s\) of collective are already in --skip-existing"):
+        run_profile(ProfileOptions(quick=True, families=("collective",), progress=False, force_cpu=True,
+                                   device_name="lab-box", skip_existing=(str(tmp_path / "t.csv"),)),
+                    tmp_path / "b", log=said.append)
+    assert "20 configuration(s) already in --skip-existing, not measured again" in said
+
+
+def test_the_gloo_system_is_read_with_the_bus_factor_of_the_op_measured():
+    """Without all_reduce rows (gloo without it, or all_reduce already in --skip-existing) the system's bandwidth was
+    read from the other ops with all_reduce's bus factor 2(n-1)/n: twice their (n-1)/n, the bandwidth doubled."""
+    from hybrid.data.profiler.backend import Backend
+    from hybrid.data.profiler.runner import _system_entry
+
+    backend = Backend(torch, "cpu", 1)
+    # 2 ranks, 1 MiB all_gather in 1000 us: bus bandwidth 1 MiB x 1/2 / 1 ms = 0.524 GB/s; 16 B in 100 us
+    rows = [{"op": "all_gather", "size_bytes": s, "n_ranks": 2, "time_us": t} for s, t in ((16, 100.0), (2**20, 1000.0))]
+    entry = _system_entry(backend, "cpu-x-1c", rows)
+    assert entry["intra_node_gbps"] == pytest.approx(2**20 * 0.5 / 1e-3 / 1e9)
+    assert entry["intra_latency_us"] == pytest.approx(100.0) and "all_gather" in entry["source"]
+    ar = _system_entry(backend, "cpu-x-1c", [{**r, "op": "all_reduce"} for r in rows] + rows)
+    assert ar["intra_node_gbps"] == pytest.approx(2**20 * 1.0 / 1e-3 / 1e9) and ar["intra_latency_us"] == 50.0

@@ -186,21 +186,40 @@ def run_session(out: str | os.PathLike, budget_s: float, steps: Sequence[Step], 
     return manifest
 
 
+#: A step that runs out of time gets SIGTERM this long (at most a tenth of its limit) before its limit, then
+#: SIGKILL at the limit: ``hybrid profile`` writes what it measured as a partial bundle on SIGTERM
+#: (docs/profiler.md, interrupted runs), which a SIGKILL at the limit threw away.
+TERM_GRACE_S = 20.0
+
+
 def _run_step(step: Step, timeout: float, env: dict[str, str], cwd: Path) -> StepResult:
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(step.argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as exc:
-        tail = _tail(exc.stdout) + _tail(exc.stderr)
-        return StepResult(step.name, "timeout", time.monotonic() - t0, None, step.argv,
-                          f"stopped after {timeout:.0f} s", tail[-TAIL_CHARS:])
+        proc = subprocess.Popen(step.argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, stdin=subprocess.DEVNULL)
     except OSError as exc:
         return StepResult(step.name, "failed", time.monotonic() - t0, None, step.argv, f"could not start: {exc}")
+    grace = min(TERM_GRACE_S, 0.1 * timeout)
+    try:
+        out, err = proc.communicate(timeout=timeout - grace)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # the step keeps what it finished (a profile's partial bundle), then stops
+        try:
+            out, err = proc.communicate(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        return StepResult(step.name, "timeout", time.monotonic() - t0, proc.returncode, step.argv,
+                          f"stopped after {timeout - grace:.0f} s (SIGTERM, then SIGKILL at {timeout:.0f} s)",
+                          (_tail(out) + _tail(err))[-TAIL_CHARS:])
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
     status = "ok" if proc.returncode == 0 else "failed"
     return StepResult(step.name, status, time.monotonic() - t0, proc.returncode, step.argv,
                       "" if status == "ok" else f"exit code {proc.returncode}",
-                      (_tail(proc.stdout) + _tail(proc.stderr))[-TAIL_CHARS:])
+                      (_tail(out) + _tail(err))[-TAIL_CHARS:])
 
 
 def _tail(text: Any) -> str:

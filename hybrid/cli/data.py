@@ -143,6 +143,7 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     with said_warnings():
         data = load_measurements(list(tables), bundle_catalog(list(tables)))
     df = data.table
+    partial = _partial_bundles(tables)
     counts = df.groupby(["op", "device"]).size().reset_index(name="rows")
     # physically implausible groups (GPU GEMMs faster than the datasheet peak): valid rows, but every fit leaves
     # them out; said here so that a unit slip (ms in time_us) shows before a calibration
@@ -157,6 +158,7 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
         echo_json({"rows": len(df), "by_op_device": counts.to_dict(orient="records"),
                    **{key: value for key, (value, _) in findings.items()},
                    "failed_validation": {"rows": wrong},
+                   "partial_bundles": [{"bundle": str(p), **stop} for p, stop in partial],
                    "repeated": {"configs": int(repeats["configs"].sum()), "rows": int(repeats["rows"].sum()),
                                 "differing": int(repeats["differing"].sum()),
                                 "by_op_device": repeats.astype(object).where(repeats.notna(), None)
@@ -173,10 +175,32 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     for _, said in findings.values():
         if said:
             click.echo(f"warning: {said}", err=True)
+    for p, stop in partial:
+        click.echo(f"warning: {p} is a partial bundle: its profile was interrupted (families not complete: "
+                   f"{', '.join(stop.get('families_not_complete') or []) or 'unknown'}); measure the rest with "
+                   f"`{stop.get('resume', 'hybrid profile --skip-existing ...')}` and merge the two", err=True)
     if wrong:
         click.echo(f"warning: {wrong:,} of {len(df):,} rows report wrong results (#wrong > 0 in the benchmark's own "
                    "check), which calibration and evaluate leave out", err=True)
     click.echo(f"ok: {len(df)} rows in {len(tables)} table(s)")
+
+
+def _partial_bundles(paths: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]]]:
+    """The bundles among ``paths`` whose ``meta.json`` says the profile was interrupted (``partial``; a merged
+    bundle lists it per run and is not flagged: the rest may be in it), with their ``interrupted`` record."""
+    from hybrid.data.bundle import read_meta
+    from hybrid.errors import SchemaError
+
+    found = []
+    for p in paths:
+        try:
+            meta = read_meta(p) if p.is_dir() else {}
+        except SchemaError:  # an unreadable meta.json says nothing of the table validate checks
+            continue
+        if meta.get("partial") is True:
+            stop = meta.get("interrupted")
+            found.append((p, stop if isinstance(stop, dict) else {}))
+    return found
 
 
 @data.command("schema")

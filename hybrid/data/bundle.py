@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_directory
-from hybrid.errors import InvalidInputError, SchemaError
+from hybrid.errors import InvalidInputError, OutputPathError, SchemaError
 from hybrid.hardware.catalog import CATALOG_ENV, Catalog, default_catalog
 
 TABLE_FILE = "measurements.csv"
@@ -214,11 +214,25 @@ def catalog_toml(devices: Mapping[str, Mapping[str, Any]], systems: Mapping[str,
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
+def _check_creatable(out: Path) -> None:
+    """The bundle (written into a temporary sibling, then renamed) can be created beside ``out``: the nearest
+    existing ancestor is a directory this process may write into. Else :class:`OutputPathError` now: the profiler
+    found out after measuring (a full profile, a lent GPU's minutes), when the write failed."""
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputPathError(f"cannot write output {out}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputPathError(f"cannot write output {out}: no permission to create files in {parent}")
+
+
 def check_bundle_outdir(out: Path, force: bool) -> None:
     """Where a bundle may be written: a new or empty directory, or (``force``) an existing bundle it replaces; never
     a file, nor a directory of something else (``--force`` would delete it whole). Checked before any work."""
     if out.exists() and not out.is_dir():
         raise InvalidInputError(f"output path {out} exists and is not a directory")
+    _check_creatable(out)
     if not (out.is_dir() and any(out.iterdir())):
         return
     if not force:
@@ -262,7 +276,7 @@ def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: s
 ON_DUPLICATE = ("error", "last")
 #: ``meta.json`` keys that differ per profiler run and are kept per run (a list, in the order of the bundles).
 _PER_RUN_META = ("date", "command", "options", "row_counts", "durations_s", "skipped_cases", "skip_existing",
-                 "ceilings", "machine")
+                 "ceilings", "machine", "partial", "interrupted")
 
 
 def _catalog_body(text: str) -> str:
@@ -273,8 +287,9 @@ def _catalog_body(text: str) -> str:
 #: Device fields ``hybrid profile`` measures (its ceilings): two runs on one machine differ in them by noise.
 MEASURED_DEVICE_FIELDS = ("peak_tflops", "mem_bw_gbps", "kernel_latency_us", "boost_clock_mhz", "source", "notes",
                           "mem_bw_shared_gbps", "mem_gib")  # mem_gib: a CPU's MemTotal moves by kilobytes between boots
-#: System fields its collective sweep measures.
-MEASURED_SYSTEM_FIELDS = ("intra_node_gbps", "intra_latency_us", "inter_node_gbps", "inter_latency_us", "source")
+#: System fields its collective sweep measures (``gpus_per_node``: the most processes a run used, ``--ranks``).
+MEASURED_SYSTEM_FIELDS = ("intra_node_gbps", "intra_latency_us", "inter_node_gbps", "inter_latency_us", "source",
+                          "gpus_per_node")
 
 
 def _described(text: str) -> dict[str, Any]:
@@ -392,8 +407,32 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
         kernel = pd.concat(kts, ignore_index=True, sort=False)
         kkeys = pd.Series([config_key(r) for r in kernel.to_dict("records")])
         kernel = kernel[~kkeys.duplicated(keep="last").to_numpy()].reset_index(drop=True)
-    path = write_bundle(out, merged, texts[base], meta, force=force, kernel_times=kernel)
+    path = write_bundle(out, merged, _widest_cpu_systems(texts, base), meta, force=force, kernel_times=kernel)
     return path, merged
+
+
+def _widest_cpu_systems(texts: list[str], base: int) -> str:
+    """``texts[base]`` with each CPU system's ``gpus_per_node`` the largest of all runs: a run with ``--ranks 2``
+    writes 2 and one with ``--ranks 4`` (or the rest of an interrupted run) 4, and the merged 4-process rows would
+    not fit a system of 2 (the merge was refused as 'catalog.toml entries differ')."""
+    try:
+        parsed = [tomllib.loads(t) if t.strip() else {} for t in texts]
+    except tomllib.TOMLDecodeError:
+        return texts[base]
+    ref = parsed[base]
+    cpus = {k for k, e in ref.get("devices", {}).items() if str(e.get("kind", "")).lower() == "cpu"}
+    changed = False
+    for key, entry in ref.get("systems", {}).items():
+        if entry.get("device") not in cpus:
+            continue
+        widest = max(int(p.get("systems", {}).get(key, {}).get("gpus_per_node", 0)) for p in parsed)
+        if widest > int(entry.get("gpus_per_node", 0)):
+            entry["gpus_per_node"] = widest
+            changed = True
+    if not changed:
+        return texts[base]
+    header = "\n".join(line.lstrip()[1:].strip() for line in texts[base].splitlines() if line.lstrip().startswith("#"))
+    return catalog_toml(ref.get("devices", {}), ref.get("systems", {}), header=header)
 
 
 def load_kernel_times(path: str | os.PathLike) -> pd.DataFrame:

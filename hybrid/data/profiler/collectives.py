@@ -19,6 +19,7 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -46,33 +47,69 @@ class CollectiveResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     unsupported: dict[str, str] = field(default_factory=dict)
     calls: dict[str, str] = field(default_factory=dict)
+    #: (op, size) points left out because ``skip`` held them (``hybrid profile --skip-existing``)
+    already: int = 0
 
 
 def run_collectives(backend: Backend, world: int, *, quick: bool, progress: bool = True,
-                    ops: tuple[str, ...] = COLLECTIVE_OPS, sizes: tuple[int, ...] | None = None) -> CollectiveResult:
-    """Spawn ``world`` processes and measure ``ops`` over ``sizes``; returns rank 0's results."""
+                    ops: tuple[str, ...] = COLLECTIVE_OPS, sizes: tuple[int, ...] | None = None,
+                    skip: Collection[tuple[str, float]] = ()) -> CollectiveResult:
+    """Spawn ``world`` processes and measure ``ops`` over ``sizes``; returns rank 0's results. ``skip``: (op,
+    ``size_bytes``) points measured before with this many ranks, left out (no process is started when that is
+    every point)."""
     torch = backend.torch
     if world < 2:
         raise HybridError(f"collectives need at least 2 ranks, got {world}")
     if backend.is_cuda and torch.cuda.device_count() < world:
         raise HybridError(f"{world} ranks need {world} GPUs; this machine has {torch.cuda.device_count()}")
     sizes = tuple(sizes or (QUICK_SIZES if quick else FULL_SIZES))
+    every = {op: distinct_sizes(op, sizes, world) for op in ops}
+    plan = {op: [s for s in ss if not _held(op, message_bytes(op, s, world), skip)] for op, ss in every.items()}
+    already = sum(len(every[op]) - len(plan[op]) for op in ops)
+    plan = {op: ss for op, ss in plan.items() if ss}
+    if not plan:
+        return CollectiveResult(already=already)
     threads = max(1, backend.threads // world) if not backend.is_cuda else 1
     with tempfile.TemporaryDirectory(prefix="hybrid-collectives-") as tmp:
         out = Path(tmp) / "rank0.json"
-        args = (world, str(Path(tmp) / "store"), str(out), list(ops), list(sizes), threads, backend.kind, quick,
-                progress)
+        args = (world, str(Path(tmp) / "store"), str(out), plan, threads, backend.kind, quick, progress)
+        ctx = None
         try:
-            torch.multiprocessing.start_processes(_worker, args=args, nprocs=world, join=True, start_method="spawn")
+            # daemonic, and stopped below: an interrupted parent (Ctrl-C, the SIGTERM of a time limit) neither
+            # leaves ranks running nor waits at exit for ranks whose peers are gone
+            ctx = torch.multiprocessing.start_processes(_worker, args=args, nprocs=world, join=False, daemon=True,
+                                                        start_method="spawn")
+            while not ctx.join():
+                pass
         except Exception as exc:  # ProcessRaisedException / ProcessExitedException: one line for the user
             msg = str(exc).strip().splitlines()
             raise HybridError(f"collective benchmark with {world} processes failed: {msg[-1] if msg else exc}") from None
+        finally:
+            if ctx is not None:
+                _stop(ctx.processes)
         data = json.loads(out.read_text())
-    return CollectiveResult(rows=data["rows"], unsupported=data["unsupported"], calls=data["calls"])
+    return CollectiveResult(rows=data["rows"], unsupported=data["unsupported"], calls=data["calls"], already=already)
 
 
-def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str], sizes: list[int], threads: int,
+def _stop(processes: list[Any]) -> None:
+    """Terminate the ranks still running (none after a normal join), then kill any that ignores it."""
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _worker(rank: int, world: int, store_path: str, out_path: str, plan: dict[str, list[int]], threads: int,
             kind: str, quick: bool, progress: bool) -> None:
+    import signal
+
+    # Ctrl-C reaches the whole process group: the parent stops the ranks (run_collectives), which need not each
+    # print a KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import torch
     import torch.distributed as dist
 
@@ -93,9 +130,9 @@ def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str
     if progress and rank == 0:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(ops) * len(sizes), desc=f"collective x{world}", unit="cfg", leave=False)
+        bar = tqdm(total=sum(len(ss) for ss in plan.values()), desc=f"collective x{world}", unit="cfg", leave=False)
     try:
-        for op in ops:
+        for op, sizes in plan.items():
             fn, call = _collective(dist, op, world)
             calls[op] = call
             # probe on a small buffer: an unsupported op raises on every rank alike
@@ -113,7 +150,8 @@ def _worker(rank: int, world: int, store_path: str, out_path: str, ops: list[str
                 bufs = _buffers(torch, op, size, world, device, gen)
                 timing = _time_op(torch, dist, fn, bufs, op, world, cuda, quick)
                 if rank == 0:
-                    rows.append({"op": op, "dtype": "fp32", "size_bytes": int(size), "n_ranks": world,
+                    rows.append({"op": op, "dtype": "fp32", "size_bytes": message_bytes(op, size, world),
+                                 "n_ranks": world,
                                  "n_nodes": 1, "in_place": op == "all_reduce", "algorithm": call,
                                  "wrong": 0, **timing.as_row()})
                 if bar is not None:
@@ -145,9 +183,42 @@ def _collective(dist: Any, op: str, world: int) -> tuple[Any, str]:
     raise HybridError(f"unknown collective {op!r}; known: {', '.join(COLLECTIVE_OPS)}")
 
 
-def _buffers(torch: Any, op: str, size: int, world: int, device: Any, gen: Any) -> tuple[Any, ...]:
+def _held(op: str, nbytes: int, skip: Collection[tuple[str, float]]) -> bool:
+    """Whether ``skip`` holds ``(op, nbytes)``; to 6 significant digits, as tables are compared
+    (:func:`hybrid.data.profiler.cases.config_key`: 16 MiB reads back as 1.67772e7)."""
+    return any(o == op and abs(float(b) - nbytes) <= 1e-5 * nbytes for o, b in skip)
+
+
+def _elements(size: int, world: int) -> tuple[int, int]:
+    """(fp32 elements of an all_reduce buffer, elements per rank's chunk of the other ops) for ``size`` bytes."""
     n = max(1, size // 4)
-    chunk = max(1, n // world)
+    return n, max(1, n // world)
+
+
+def message_bytes(op: str, size: int, world: int) -> int:
+    """``size_bytes`` of the buffers :func:`_buffers` builds for a requested ``size`` (nccl-tests convention).
+    The other ops move whole chunks of ``size / world`` elements: with 8 ranks a 16 B all_gather is 8 x 4 B =
+    32 B, with 3 ranks a 1 KiB one 1020 B; rows recorded the requested size instead."""
+    n, chunk = _elements(size, world)
+    return 4 * (n if op == "all_reduce" else chunk * world)
+
+
+def distinct_sizes(op: str, sizes: Sequence[int], world: int) -> list[int]:
+    """``sizes`` less those whose buffers (:func:`message_bytes`) repeat an earlier one's: with 16 or more ranks
+    the 16 B and 64 B points of an all_gather are both one element per rank, which would be one configuration
+    measured twice (two rows ``hybrid data merge`` refuses)."""
+    seen: set[int] = set()
+    out = []
+    for size in sizes:
+        b = message_bytes(op, size, world)
+        if b not in seen:
+            seen.add(b)
+            out.append(size)
+    return out
+
+
+def _buffers(torch: Any, op: str, size: int, world: int, device: Any, gen: Any) -> tuple[Any, ...]:
+    n, chunk = _elements(size, world)
 
     def rnd(k: int) -> Any:
         return torch.rand(k, generator=gen, device=device).add_(0.5)

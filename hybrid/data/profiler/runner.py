@@ -153,6 +153,18 @@ def check_outdir(outdir: Path | None, force: bool) -> None:
         check_bundle_outdir(outdir, force)
 
 
+def _refuse_extending_in_place(out: Path, skip_existing: Sequence[str]) -> None:
+    """``--skip-existing B -o B --force`` read B, then replaced it with the new configurations alone: every row B
+    held was lost. Refused before anything is measured (measure into another directory and merge)."""
+    target = out.resolve()
+    for p in skip_existing:
+        given = Path(p).resolve()
+        if target in (given, given.parent if given.is_file() else given):
+            raise InvalidInputError(f"--skip-existing {p} is the output directory {out}: the new bundle would replace "
+                                    f"it with the new configurations alone; write to another directory (-o) and "
+                                    f"combine the two with `hybrid data merge {p} NEW -o ALL`")
+
+
 def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None, *, force: bool = False,
                 command: Sequence[str] | None = None,
                 log: Callable[[str], None] | None = None) -> ProfileResult:
@@ -171,6 +183,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     durations: dict[str, float] = {}
     key, _ = _device_key(backend, opts)  # a --device-name that cannot be used fails before a minute of ceilings
     check_outdir(out or default_outdir(key), force)
+    _refuse_extending_in_place(out or default_outdir(key), opts.skip_existing)
 
     llc = last_level_cache_bytes(backend)
     t0 = time.perf_counter()
@@ -210,58 +223,87 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     kernel_rows: list[dict[str, Any]] = []
     kernel_notes: dict[str, str] = {}
     skipped: list[dict[str, Any]] = []
-    for family in opts.families:
-        if family == "collective":
-            continue
-        t0 = time.perf_counter()
-        cases = family_cases(backend, family, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
-                             arena_bytes=_arena_bytes(opts.quick))
-        every = cases
-        if known:
-            fresh = [c for c in cases if config_key(c.row) not in known]
-            n_known += len(cases) - len(fresh)
-            cases = fresh
-        rows += _measure_cases(backend, family, cases, policy, opts.progress, skipped, clock)
-        durations[family] = time.perf_counter() - t0
-        _release(backend)
-        if opts.kernel_times and every:
-            # every configuration of the family, the ones --skip-existing left out included: kernel rows are a
-            # table of their own, and a GPU measured before has none yet; the fresh ones first
-            fresh_ids = {id(c) for c in cases}
-            order = cases + [c for c in every if id(c) not in fresh_ids]
-            t0 = time.perf_counter()
-            found, note = _kernel_times(backend, family, order, say)
-            kernel_rows += found
-            kernel_notes[family] = note
-            durations[f"{family} kernel times"] = time.perf_counter() - t0
-            _release(backend)
-
-    system_key, system_entry, coll_notes = None, None, {}
-    if "collective" in opts.families:
-        t0 = time.perf_counter()
-        system_key = f"{device_key}-{'nccl' if backend.is_cuda else 'gloo'}"
-        coll_rows: list[dict[str, Any]] = []
-        for world in opts.ranks or ():
-            if backend.is_cuda and torch.cuda.device_count() < world:
-                coll_notes[f"x{world}"] = f"skipped: {torch.cuda.device_count()} GPU(s) < {world} ranks"
+    coll_rows: list[dict[str, Any]] = []
+    coll_notes: dict[str, Any] = {}
+    system_key = f"{device_key}-{'nccl' if backend.is_cuda else 'gloo'}"
+    done: list[str] = []  # families measured to their end
+    now: dict[str, Any] = {}  # the step under way: what an interruption cut short
+    interrupted: KeyboardInterrupt | None = None
+    t0 = time.perf_counter()
+    try:
+        for family in opts.families:
+            if family == "collective":
                 continue
-            res = coll.run_collectives(backend, world, quick=opts.quick, progress=opts.progress)
-            coll_rows += [{**r, "system": system_key} for r in res.rows]
-            coll_notes[f"x{world}"] = {"calls": res.calls, "unsupported": res.unsupported}
-        if coll_rows:
-            system_entry = _system_entry(backend, device_key, coll_rows)
-            rows += coll_rows
-        else:
-            system_key = None
-        durations["collective"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            now = {"family": family, "step": "listing cases"}
+            cases = family_cases(backend, family, quick=opts.quick, seed=opts.seed, llc_bytes=llc,
+                                 arena_bytes=_arena_bytes(opts.quick))
+            every = cases
+            if known:
+                fresh = [c for c in cases if config_key(c.row) not in known]
+                n_known += len(cases) - len(fresh)
+                cases = fresh
+            now = {"family": family, "step": "measuring", "rows_before": len(rows), "cases": len(cases)}
+            say(f"{family}: {len(cases)} configurations")  # with --no-progress the only sign of progress
+            _measure_cases(backend, family, cases, policy, opts.progress, skipped, clock, into=rows)
+            durations[family] = time.perf_counter() - t0
+            _release(backend)
+            if opts.kernel_times and every:
+                # every configuration of the family, the ones --skip-existing left out included: kernel rows are a
+                # table of their own, and a GPU measured before has none yet; the fresh ones first
+                fresh_ids = {id(c) for c in cases}
+                order = cases + [c for c in every if id(c) not in fresh_ids]
+                t0 = time.perf_counter()
+                now = {"family": family, "step": "kernel times"}
+                found, note = _kernel_times(backend, family, order, say)
+                kernel_rows += found
+                kernel_notes[family] = note
+                durations[f"{family} kernel times"] = time.perf_counter() - t0
+                _release(backend)
+            done.append(family)
 
-    kernel_families = [f for f in opts.families if f != "collective"]
-    if opts.skip_existing and kernel_families:
+        if "collective" in opts.families:
+            t0 = time.perf_counter()
+            for world in opts.ranks or ():
+                if backend.is_cuda and torch.cuda.device_count() < world:
+                    coll_notes[f"x{world}"] = f"skipped: {torch.cuda.device_count()} GPU(s) < {world} ranks"
+                    continue
+                now = {"family": "collective", "step": f"{world} ranks"}
+                say(f"collective: {world} processes")
+                res = coll.run_collectives(backend, world, quick=opts.quick, progress=opts.progress,
+                                           skip=_known_collectives(known, world))
+                n_known += res.already
+                coll_rows += [{**r, "system": system_key} for r in res.rows]
+                coll_notes[f"x{world}"] = {"calls": res.calls, "unsupported": res.unsupported,
+                                           **({"already_measured": res.already} if res.already else {})}
+            durations["collective"] = time.perf_counter() - t0
+            done.append("collective")
+    except KeyboardInterrupt as exc:  # Ctrl-C, or the SIGTERM of a time limit that the CLI raises as one
+        # what was measured is kept (a partial bundle below), then the interruption goes on
+        interrupted = exc
+        if now:
+            durations[now["family"] + (" kernel times" if now["step"] == "kernel times" else "")] = \
+                time.perf_counter() - t0
+        if now.get("step") == "kernel times":
+            kernel_notes[now["family"]] = "interrupted"
+        if now.get("step") == "measuring":
+            now["measured"] = len(rows) - now.pop("rows_before")
+    system_entry = None
+    if coll_rows:
+        system_entry = _system_entry(backend, device_key, coll_rows)
+        rows += coll_rows
+    else:
+        system_key = None
+    if interrupted is not None and not rows and not kernel_rows:
+        say(f"interrupted {_during(now)}, before any configuration was measured: nothing written")
+        raise interrupted
+
+    if opts.skip_existing:
         say(f"{n_known} configuration(s) already in --skip-existing, not measured again")
     if not rows and not kernel_rows:  # name what left nothing to measure: the log says no more than this
         why = []
         if n_known:
-            why.append(f"{'' if skipped else 'all '}{n_known} configuration(s) of {', '.join(kernel_families)} "
+            why.append(f"{'' if skipped else 'all '}{n_known} configuration(s) of {', '.join(opts.families)} "
                        f"are already in --skip-existing {', '.join(opts.skip_existing)}")
         if skipped:
             why.append(f"{len(skipped)} case(s) failed and were skipped (first: {skipped[0]['reason']})")
@@ -288,8 +330,64 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                                 "per_family": kernel_notes,
                                 "what": "median CUPTI kernel time of 3 marked calls per configuration (framework "
                                         "cupti), measured after the family's eager timings"}
+    meta["partial"] = interrupted is not None
+    if interrupted is not None and out.is_dir() and any(out.iterdir()):
+        # --force replaces a bundle when the run ends; a run cut short leaves it and writes its rows beside it
+        # (an empty directory, as a run without --force may fill, is no bundle to keep)
+        out, force = _free_sibling(out, "partial"), False
+    if interrupted is not None:
+        meta["interrupted"] = _interruption(interrupted, now, done, opts, coll_notes, out)
     path = write_bundle(out, table, text, meta, force=force, kernel_times=kernel_table)
+    if interrupted is not None:
+        say(f"interrupted {_during(now)}: the {len(table)} rows measured so far are in {path}, a partial bundle "
+            f"(meta.json: partial); measure the rest with `{meta['interrupted']['resume']}`, then "
+            f"`hybrid data merge {path} {path}-rest -o ALL`")
+        raise interrupted
     return ProfileResult(path=path, table=table, catalog_text=text, meta=meta)
+
+
+def _free_sibling(path: Path, tag: str) -> Path:
+    """``<path>-<tag>``, or ``<path>-<tag>-2``, ...: the first that does not exist."""
+    n = 1
+    while True:
+        cand = path.with_name(f"{path.name}-{tag}" + (f"-{n}" if n > 1 else ""))
+        if not cand.exists():
+            return cand
+        n += 1
+
+
+def _during(now: dict[str, Any]) -> str:
+    """Where a run was interrupted, for the log: ``in gemm (measuring)``."""
+    return f"in {now['family']} ({now['step']})" if now else "before the first family"
+
+
+def _interruption(exc: KeyboardInterrupt, now: dict[str, Any], done: list[str], opts: ProfileOptions,
+                  coll_notes: dict[str, Any], out: Path) -> dict[str, Any]:
+    """``meta.json``'s ``interrupted``: what stopped the run, where, which families are whole, and the command that
+    measures the rest. A family cut short keeps the configurations it finished (each row a complete measurement),
+    which ``--skip-existing`` passes over when the run is resumed; collectives are kept per process count."""
+    rest = [f for f in opts.families if f not in done]
+    resume = ["hybrid", "profile", *(["--quick"] if opts.quick else []), *(["--cpu"] if opts.force_cpu else [])]
+    for flag, value in (("--threads", opts.threads), ("--device-name", opts.device_name),
+                        ("--seed", opts.seed or None), ("--clock", None if opts.clock == "auto" else opts.clock)):
+        if value is not None:
+            resume += [flag, str(value)]
+    if opts.kernel_times:
+        resume.append("--kernel-times")
+    resume += ["--only", ",".join(rest)]
+    if "collective" in rest:  # the process counts not finished (--skip-existing passes over their points held)
+        resume += ["--ranks", ",".join(str(r) for r in opts.ranks if f"x{r}" not in coll_notes)]
+    for table in (*opts.skip_existing, str(out)):
+        resume += ["--skip-existing", table]
+    resume += ["-o", f"{out}-rest"]
+    return {
+        "by": "SIGTERM" if type(exc).__name__ == "Terminated" else "SIGINT" if type(exc) is KeyboardInterrupt
+              else type(exc).__name__,
+        "during": now or None,
+        "families_complete": list(done),
+        "families_not_complete": rest,
+        "resume": shlex.join(resume),
+    }
 
 
 _CLOCK_DOC = {
@@ -346,9 +444,9 @@ def _existing_tables(paths: Sequence[str]) -> list[pd.DataFrame]:
     frames = []
     for p in paths:
         f = _table_file(Path(p))
-        try:
-            frames.append(pd.read_csv(f))
-        except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        try:  # a canonical table is CSV or Parquet (hybrid.data.schema.read_table); Parquet was read as CSV
+            frames.append(pd.read_parquet(f) if f.suffix.lower() in (".parquet", ".pq") else pd.read_csv(f))
+        except (OSError, ValueError, ImportError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             raise InvalidInputError(f"--skip-existing {p}: cannot read {f} as a measurement table "
                                     f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
         if "device" not in frames[-1].columns:
@@ -369,6 +467,17 @@ def _existing_keys(frames: Sequence[pd.DataFrame], device: str) -> tuple[set[fro
     return keys, other
 
 
+def _known_collectives(known: set[frozenset], world: int) -> set[tuple[str, float]]:
+    """(op, size_bytes) of the ``--skip-existing`` collective rows with ``world`` ranks on one node."""
+    out = set()
+    for key in known:
+        d = dict(key)
+        if d.get("op") in coll.COLLECTIVE_OPS and d.get("n_ranks") == world and d.get("n_nodes", 1) == 1 \
+                and "size_bytes" in d:
+            out.add((str(d["op"]), float(d["size_bytes"])))
+    return out
+
+
 def _arena_bytes(quick: bool) -> float:
     from hybrid.hardware.cpu import available_memory_bytes
 
@@ -378,11 +487,14 @@ def _arena_bytes(quick: bool) -> float:
 
 
 def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any, progress: bool,
-                   skipped: list[dict[str, Any]], clock: str = "wall") -> list[dict[str, Any]]:
+                   skipped: list[dict[str, Any]], clock: str = "wall",
+                   into: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Time ``cases``; each row is appended to ``into`` (returned; a new list by default) as soon as it is measured,
+    so an interrupted family keeps the configurations it finished."""
     from tqdm import tqdm
 
     oom = _oom_errors(backend)
-    rows = []
+    rows = [] if into is None else into
     for case in tqdm(cases, desc=family, unit="cfg", disable=not progress, leave=False, file=sys.stderr):
         try:
             run, prepare = case.build()
@@ -506,19 +618,24 @@ def _gpu_entry(backend: Backend, name: str, c: Ceilings) -> dict[str, Any]:
 
 def _system_entry(backend: Backend, device_key: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Local N-process system: bus bandwidth from the largest messages, step latency from the smallest."""
+    from hybrid.ops.families import bus_factor
+
     df = pd.DataFrame(rows)
-    ar = df[df["op"] == "all_reduce"] if (df["op"] == "all_reduce").any() else df
-    n = ar["n_ranks"].astype(float)
-    bus = ar["size_bytes"] * 2.0 * (n - 1) / n / (ar["time_us"] * 1e-6)
+    # all_reduce where measured; else (unsupported, or already in --skip-existing) the first op that was, with its
+    # own bus factor ((n-1)/n, not all_reduce's 2(n-1)/n, which doubled the bandwidth) and latency steps
+    op = next(o for o in (*coll.COLLECTIVE_OPS, *df["op"].unique()) if (df["op"] == o).any())
+    ar = df[df["op"] == op]
+    bus = ar["size_bytes"] * bus_factor(ar["op"], ar["n_ranks"]) / (ar["time_us"] * 1e-6)
     smallest = ar[ar["n_ranks"] == ar["n_ranks"].min()]
     small = smallest.loc[smallest["size_bytes"].idxmin()]
-    steps = 2.0 * max(1.0, np.ceil(np.log2(max(float(small["n_ranks"]), 2.0))))
+    twice = 2.0 if op == "all_reduce" else 1.0  # the roofline's latency term: all_reduce pays the steps twice
+    steps = twice * max(1.0, np.ceil(np.log2(max(float(small["n_ranks"]), 2.0))))
     fabric = "NCCL between local GPUs" if backend.is_cuda else "gloo over shared memory / loopback between local processes"
     return {
         "device": device_key, "gpus_per_node": int(df["n_ranks"].max()), "intra_fabric": fabric,
         "intra_node_gbps": float(bus.max()) / 1e9, "intra_latency_us": float(small["time_us"]) / steps,
-        "source": f"measured by hybrid profile on {_dt.date.today().isoformat()}: intra_node_gbps = best all_reduce "
-                  "bus bandwidth, intra_latency_us = smallest all_reduce / (2 log2 ranks)",
+        "source": f"measured by hybrid profile on {_dt.date.today().isoformat()}: intra_node_gbps = best {op} "
+                  f"bus bandwidth, intra_latency_us = smallest {op} / ({'2 ' if twice == 2 else ''}log2 ranks)",
     }
 
 
