@@ -315,3 +315,17 @@ def test_a_large_csv_is_read_with_one_dtype_per_column(tmp_path, catalog):
         warnings.simplefilter("error", pd.errors.DtypeWarning)
         table = read_table(p, catalog, validate_rows=False)
     assert len(table) == 270_005 and table["variant"].dropna().tolist() == ["add"] * 5
+
+
+def test_a_bad_row_of_a_parquet_table_is_named_without_a_csv_line(tmp_path, catalog):
+    """A Parquet file has no lines: its bad row was named '(CSV line 2)'."""
+    bad = _table().copy()
+    bad.loc[0, "time_us"] = -1.0
+    pq, csv = tmp_path / "t.parquet", tmp_path / "t.csv"
+    bad.to_parquet(pq)
+    bad.to_csv(csv, index=False)
+    with pytest.raises(SchemaError, match=r"t\.parquet: row 1, column 'time_us'") as exc:
+        read_table(pq, catalog)
+    assert "CSV line" not in str(exc.value)
+    with pytest.raises(SchemaError, match=r"row 1 \(CSV line 2\), column 'time_us'"):
+        read_table(csv, catalog)

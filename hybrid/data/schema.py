@@ -121,9 +121,12 @@ def required_columns(op: str) -> tuple[str, ...]:
 
 def _fail(df: pd.DataFrame, pos: int, column: str, problem: str, source: str, label: str = "") -> SchemaError:
     where = f"{source}: " if source else ""
-    # +2: one for the header line, one for 1-based numbering, so it matches a CSV line number
-    exc = SchemaError(f"{where}row {pos + 1} (CSV line {pos + 2}{', ' + label if label else ''}), column {column!r}: "
-                      f"{problem}")
+    # +2: one for the header line, one for 1-based numbering, so it matches a CSV line number (a Parquet file has
+    # no lines: its row alone)
+    parts = [] if str(source).lower().endswith((".parquet", ".pq")) else [f"CSV line {pos + 2}"]
+    parts += [label] if label else []
+    said = f" ({', '.join(parts)})" if parts else ""
+    exc = SchemaError(f"{where}row {pos + 1}{said}, column {column!r}: {problem}")
     exc.row_args = (pos, column, problem, source)  # type: ignore[attr-defined]  # validate() adds the index label
     return exc
 
