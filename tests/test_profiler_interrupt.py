@@ -58,6 +58,7 @@ def test_an_interrupted_profile_keeps_the_finished_families_as_a_partial_bundle(
                                "elementwise:", signal.SIGINT)
     assert rc == 130, err
     assert "a partial bundle" in err and "Traceback" not in err, err
+    assert err.rstrip().endswith("interrupted"), err  # Ctrl-C said as such (click's Abort printed 'aborted')
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p"]  # no temporary left beside it
     table, _ = load_bundle(out)  # validates
     meta = json.loads((out / "meta.json").read_text())

@@ -148,7 +148,8 @@ def _run(argv: list[str] | None) -> int:
         if isinstance(exc.__cause__, Terminated):
             click.echo("terminated", err=True)
             return 143
-        click.echo("aborted", err=True)
+        # Ctrl-C reaches here as click's Abort: said as the interruption it is, like one raised outside click
+        click.echo("interrupted" if isinstance(exc.__cause__, KeyboardInterrupt) else "aborted", err=True)
         return 130
     except click.ClickException as exc:
         exc.show()
