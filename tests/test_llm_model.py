@@ -1096,6 +1096,20 @@ def test_hf_config_type_errors_name_the_config_key(change, message) -> None:
     assert from_dict({**base, "num_hidden_layers": 32.0}).num_layers == 32
 
 
+@pytest.mark.parametrize("change", [{"num_hidden_layers": "48"}, {"max_position_embeddings": 0},
+                                    {"num_attention_heads": "40"}])
+def test_a_multimodal_config_s_errors_name_the_text_config_key(change) -> None:
+    """A multimodal config's language model is read from its ``text_config``; a bad value there was named as a
+    top-level key ('num_hidden_layers'), which the user's file does not have."""
+    text = {"model_type": "llama4_text", "hidden_size": 5120, "num_attention_heads": 40, "num_hidden_layers": 48,
+            "num_key_value_heads": 8, "vocab_size": 202048, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+            "num_local_experts": 16, "num_experts_per_tok": 1, "max_position_embeddings": 10485760, "head_dim": 128}
+    key = next(iter(change))
+    with pytest.raises(InvalidInputError, match=rf"field 'text_config\.{key}' must be"):
+        from_dict({"model_type": "llama4", "text_config": {**text, **change}})
+    assert from_dict({"model_type": "llama4", "text_config": text}).num_layers == 48
+
+
 def test_llama4_chunked_attention_is_read_as_transformers_reads_it() -> None:
     """Llama 4's ``attention_chunk_size`` (Llama4TextConfig's default 8192) and its chunked layers were ignored: every
     layer was costed as global attention. transformers chunks the RoPE layers: ``layer_types``'

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -1628,6 +1629,21 @@ def _from_native_params(d: Mapping[str, Any], name: str | None) -> TransformerCo
     return TransformerConfig(**kw)
 
 
+def _in_text_config(d: Mapping[str, Any], exc: InvalidInputError) -> InvalidInputError:
+    """``exc`` naming a field of a multimodal config's ``text_config`` as the user wrote it (``'text_config.
+    num_hidden_layers'``): the checks see the nested mapping alone and named its keys bare, as if top-level."""
+    text = d.get("text_config")
+    if not isinstance(text, Mapping):
+        return exc
+
+    def qualify(m: re.Match) -> str:
+        key = m.group(2)
+        return f"{m.group(1)}'text_config.{key}'" if key in text and key not in d else m.group(0)
+
+    said = re.sub(r"(Hugging Face config field )'([^']+)'", qualify, str(exc))
+    return exc if said == str(exc) else InvalidInputError(said)
+
+
 def from_dict(d: Mapping[str, Any], name: str | None = None) -> TransformerConfig:
     """A model from a Megatron-style mapping, a Hugging Face ``config.json`` mapping (has ``model_type``) or a
     native ``params.json`` (Mistral's, Meta's Llama: ``dim``, ``n_layers``, ``n_heads``)."""
@@ -1641,8 +1657,8 @@ def from_dict(d: Mapping[str, Any], name: str | None = None) -> TransformerConfi
     if "model_type" in d:
         try:
             return _from_hf(d, name)
-        except InvalidInputError:
-            raise
+        except InvalidInputError as exc:
+            raise _in_text_config(d, exc) from None
         except (TypeError, ValueError) as exc:  # a field of the wrong type that no check above named
             raise InvalidInputError(f"Hugging Face config ({d.get('model_type')}): a field has the wrong type "
                                     f"({exc})") from None
