@@ -58,6 +58,21 @@ def output_error(path: str | os.PathLike, exc: OSError) -> OutputPathError:
     return OutputPathError(f"cannot write output {os.fspath(path)}: {reason}")
 
 
+def check_creatable(path: str | os.PathLike) -> Path:
+    """``path`` as a :class:`Path` if a file (or directory) can be created there: its nearest existing ancestor is a
+    directory this process may write into. Else :class:`OutputPathError` now, before the work whose result it is
+    (a profile, a search, a campaign found out when the write failed, after it)."""
+    target = Path(path)
+    ancestor = target.absolute().parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputPathError(f"cannot write output {target}: {ancestor} is a file, not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputPathError(f"cannot write output {target}: no permission to create files in {ancestor}")
+    return target
+
+
 def _prepare_parent(target: Path) -> None:
     if target.exists() and target.is_dir() and not target.is_symlink():
         raise OutputPathError(f"cannot write output {target}: it is a directory")

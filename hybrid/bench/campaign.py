@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.atomic import atomic_file
+from hybrid.atomic import atomic_file, check_creatable
 from hybrid.errors import ImportFormatError, InvalidInputError, SchemaError
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig, TableConfig, write_document
@@ -312,14 +312,7 @@ def results_output(results_path: str | os.PathLike, config: DLRMConfig,
     if path.is_file():
         read_results(path)
     check_stored_config(path, config, plan_names)
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise InvalidInputError(f"cannot write output {path}: {ancestor} is a file, not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise InvalidInputError(f"cannot write output {path}: {ancestor} is not writable")
-    return path
+    return check_creatable(path)
 
 
 def record_results(results_path: str | os.PathLike, config: DLRMConfig, plans: dict[str, ShardingPlan],

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hybrid.atomic import atomic_directory
-from hybrid.errors import InvalidInputError, OutputPathError, SchemaError
+from hybrid.atomic import atomic_directory, check_creatable
+from hybrid.errors import InvalidInputError, SchemaError
 from hybrid.hardware.catalog import CATALOG_ENV, Catalog, default_catalog
 
 TABLE_FILE = "measurements.csv"
@@ -214,25 +214,12 @@ def catalog_toml(devices: Mapping[str, Mapping[str, Any]], systems: Mapping[str,
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-def _check_creatable(out: Path) -> None:
-    """The bundle (written into a temporary sibling, then renamed) can be created beside ``out``: the nearest
-    existing ancestor is a directory this process may write into. Else :class:`OutputPathError` now: the profiler
-    found out after measuring (a full profile, a lent GPU's minutes), when the write failed."""
-    parent = out.absolute().parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise OutputPathError(f"cannot write output {out}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputPathError(f"cannot write output {out}: no permission to create files in {parent}")
-
-
 def check_bundle_outdir(out: Path, force: bool) -> None:
     """Where a bundle may be written: a new or empty directory, or (``force``) an existing bundle it replaces; never
     a file, nor a directory of something else (``--force`` would delete it whole). Checked before any work."""
     if out.exists() and not out.is_dir():
         raise InvalidInputError(f"output path {out} exists and is not a directory")
-    _check_creatable(out)
+    check_creatable(out)
     if not (out.is_dir() and any(out.iterdir())):
         return
     if not force:

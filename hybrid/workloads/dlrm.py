@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from hybrid.atomic import write_text
-from hybrid.errors import InvalidInputError, OutputPathError, WorkloadWarning
+from hybrid.atomic import check_creatable, write_text
+from hybrid.errors import InvalidInputError, WorkloadWarning
 from hybrid.sharding.plan import ShardingPlan
 from hybrid.units import normalize_dtype
 
@@ -120,12 +120,7 @@ def check_document_path(path: str | os.PathLike) -> Path:
     p = Path(path)
     if p.suffix.lower() not in DOCUMENT_SUFFIXES:
         raise InvalidInputError(f"output {p}: use a .json, .yaml or .yml file name")
-    ancestor = p.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if ancestor.exists() and not ancestor.is_dir():
-        raise OutputPathError(f"cannot write output {p}: {ancestor} is a file, not a directory")
-    return p
+    return check_creatable(p)
 
 
 def write_document(data: Any, path: str | os.PathLike) -> Path:
