@@ -591,9 +591,9 @@ def test_merge_adds_devices_and_systems_and_other_wins(catalog):
 
 
 def test_peak_dtype_names_the_units_peak_uses(catalog):
-    m40 = catalog.device("M40")  # Maxwell: no fp16 / tf32 units, fp8 falls back to its (fp32-rate) bf16 entry
+    m40 = catalog.device("M40")  # Maxwell: no fp16 / tf32 units; its bf16 entry is the fp32 rate, and named fp32
     assert m40.peak_dtype("fp16") == "fp32" and m40.peak("fp16") == m40.peak_flops["fp32"]
-    assert m40.peak_dtype("half") == "fp32" and m40.peak_dtype("fp8") == "bf16"
+    assert m40.peak_dtype("half") == "fp32" and m40.peak_dtype("fp8") == "fp32"
     assert catalog.device("P4").peak_dtype("fp8") == "fp16"
     for dt in ("fp32", "fp16", "bf16", "tf32", "fp8"):
         for name in ("A100-SXM4-80GB", "T4", "P4", "M40", "H100-SXM"):
@@ -601,6 +601,15 @@ def test_peak_dtype_names_the_units_peak_uses(catalog):
             assert d.peak(dt) == d.peak_flops[d.peak_dtype(dt)]
     with pytest.raises(InvalidInputError):
         m40.peak_dtype("no-such-type")
+
+
+def test_a_device_with_bf16_units_only_runs_fp16_and_int8_on_them(catalog):
+    # a user's entry for a part whose datasheet lists bf16 tensor cores and no fp16 line: fp16 was priced at fp32
+    base = catalog.device("H100-SXM")
+    dev = dataclasses.replace(base, key="bf16-only", aliases=(), peak_flops={"fp32": 60e12, "bf16": 900e12})
+    assert dev.peak_dtype("fp16") == "bf16" and dev.peak("fp16") == 900e12
+    assert dev.peak_dtype("int8") == "bf16" and dev.peak_dtype("fp8") == "bf16"
+    assert dev.peak_dtype("tf32") == "fp32"
 
 
 def test_system_check_layout(catalog):

@@ -80,7 +80,8 @@ class Device:
         if name in self.peak_flops:
             return name
         for alt in DTYPE_FALLBACK.get(name, ()):
-            if alt in self.peak_flops:
+            # a bf16 listed at the FP32 rate (no bf16 units: :meth:`lacks_units`) is FP32, and named so
+            if alt in self.peak_flops and not (alt == "bf16" and self.lacks_units(alt) and "fp32" in self.peak_flops):
                 return alt
         raise InvalidInputError(f"device {self.key} has no peak for dtype {name} (known: {sorted(self.peak_flops)})")
 
