@@ -758,6 +758,16 @@ def test_a_shared_architecture_string_names_the_other_gpus_it_could_be(catalog, 
                                                    if d.arch == "gfx906" and k != catalog.resolve_device("gfx906")]
 
 
+def test_arch_suffixes_name_the_same_chips_on_both_sides(catalog) -> None:
+    """``sm_100f`` (nvcc's family-specific target) is B200's architecture as ``sm_100`` is, and a user's device whose
+    ``arch`` was copied as ``sm_90a`` is one of the Hopper parts ``sm_90`` could mean: both were missed (exact match)."""
+    assert "GB200" in catalog.arch_alternatives("sm_100f") and "GB200" in catalog.arch_alternatives("sm_100")
+    mine = dataclasses.replace(catalog.device("H100-SXM"), key="lab-h100", aliases=(), arch="sm_90a")
+    merged = catalog.merge(Catalog({"lab-h100": mine}, {}))
+    assert "lab-h100" in merged.arch_alternatives("sm_90") and "lab-h100" in merged.arch_alternatives("sm_90a")
+    assert merged.arch_alternatives("gfx90a") == catalog.arch_alternatives("gfx90a")  # AMD's "a" is the name
+
+
 @pytest.mark.parametrize("name, members", [("sm_61", ("P4", "GTX-1080Ti", "TitanXp")), ("gfx900", ("MI25", "Vega-FE")),
                                            ("sm_52", ("M40", "TitanX"))])
 def test_an_architecture_no_default_maps_names_its_gpus(catalog, name, members) -> None:

@@ -105,6 +105,12 @@ def _from_entry(build: Callable[[str, dict[str, Any]], Any], what: str, key: str
         raise InvalidInputError(f"catalog file {path}: {exc}") from None
 
 
+def _bare_arch(arch: str) -> str:
+    """An architecture string without nvcc's arch- / family-specific suffix: ``sm_90a`` and ``sm_100f`` are
+    ``sm_90`` and ``sm_100``; ``gfx90a`` stays (its ``a`` is part of the AMD target name)."""
+    arch = arch.strip().lower()
+    return arch[:-1] if re.fullmatch(r"sm_\d+[af]", arch) else arch
+
 class Catalog:
     """Devices and systems by key, with alias resolution.
 
@@ -285,11 +291,11 @@ class Catalog:
         one of them (see its catalog ``notes``); a caller that takes names from users says which it picked."""
         text = str(name).strip().split(":", 1)[0] if _ROCM_TARGET.match(str(name).strip()) else str(name).strip()
         arch = text.lower()
-        if not re.fullmatch(r"sm_\d+a?|gfx[0-9a-f]+", arch):
+        if not re.fullmatch(r"sm_\d+[af]?|gfx[0-9a-f]+", arch):
             return []
-        arch = arch[:-1] if arch.startswith("sm_") and arch.endswith("a") else arch
         key = self.resolve_device(name, missing_ok=True)
-        return [k for k, d in self.devices.items() if str(d.arch).lower() == arch and k != key]
+        # the arch-specific / family-specific suffixes (sm_90a, sm_100f) name the same chips, on either side
+        return [k for k, d in self.devices.items() if _bare_arch(str(d.arch)) == _bare_arch(arch) and k != key]
 
     def same_die(self, name: str, max_tdp_ratio: float | None = None) -> list[str]:
         """Other catalog GPUs built from the same die configuration as ``name``: the same vendor, architecture
