@@ -1620,3 +1620,53 @@ def test_reward_model_training_has_no_vocabulary_head():
     assert pr.iteration_s < pl.iteration_s
     mf_l, mf_r = model_flops(lm, cfg)[0], model_flops(reward, cfg)[0]
     assert mf_l - mf_r == pytest.approx(3 * 8 * 4096 * (2 * 4096 * 128256 - 2 * 4096 / 4096))
+
+
+@pytest.mark.parametrize("local", [dict(window_size=4096, window_layer_share=1.0),
+                                   dict(window_size=4096, window_layer_share=0.5),
+                                   dict(attention_chunk_size=8192, chunk_layer_share=0.75)])
+def test_context_parallel_keeps_windows_and_chunks(local):
+    """At CP > 1 sliding-window (Mistral, Gemma) and chunked (Llama 4) layers were costed as global attention: each
+    rank's attention had all s keys per query (a 64k sequence with a 4096 window: 4x the pairs of CP 1 at CP 2),
+    and their K and V went round the ring hidden behind that inflated attention. By hand: a rank's attention is the
+    CP 1 row's pairs / cp; the global layers' share keeps the ring of (cp - 1) x one rank's K and V, the local
+    layers' share all-gathers the whole sequence's K and V (reduce-scattering dK, dV in backward), exposed, as
+    Transformer Engine's all-gather CP runs windows (its ring refuses them)."""
+    from hybrid.workloads.llm.model import with_overrides
+
+    m = with_overrides(load_model("llama3-8b"), **local)
+    share = local.get("window_layer_share", local.get("chunk_layer_share"))
+    s, cp = 65536, 4
+    base = TrainingConfig(gpus=4, global_batch=4, seq_length=s, recompute="full")
+
+    def attention(cfg):
+        ops = predict_training(m, cfg, "DGX-H100", engine=False).ops
+        rows = ops[(ops["scope"] == "layer") & (ops["role"] == "f") & (family_array(ops["op"]) == "attention")]
+        return float((FAMILIES["attention"].flops(rows) * rows["count"].to_numpy()).sum()), ops
+
+    f1, _ = attention(base)
+    fc, ops = attention(base.with_(cp=cp, global_batch=1))
+    assert fc == pytest.approx(f1 / cp, rel=1e-9)
+    kv_rank = (s // cp) * 2 * m.kv_width * 2  # one rank's K and V in bf16 (micro-batch 1, TP 1)
+    ring = ops[ops["role"] == "cpf"]
+    assert len(ring) == (share < 1)  # every layer local: no ring at all
+    if share < 1:
+        assert ring["op"].iloc[0] == "send_recv" and float(ring["size_bytes"].iloc[0]) == kv_rank * (cp - 1)
+        assert float(ring["count"].iloc[0]) == pytest.approx(1.0 - share)
+    gf, gb = ops[ops["role"] == "cpgf"], ops[ops["role"] == "cpgb"]
+    assert list(gf["op"]) == ["all_gather"] and sorted(gb["op"]) == ["all_gather", "reduce_scatter"]
+    assert set(gf["size_bytes"]) | set(gb["size_bytes"]) == {kv_rank * cp}
+    assert np.allclose(np.r_[gf["count"], gb["count"]], share)
+    # the gather is exposed: the breakdown's CP time holds at least it, per layer, microbatch and recomputed forward
+    res = predict_training(m, base.with_(cp=cp, global_batch=1), "DGX-H100", engine=False)
+    gathered = float((gf["total_s"]).sum() * 2 + gb["total_s"].sum()) * m.num_layers
+    assert res.breakdown_s["cp_comm"] >= gathered * (1 - 1e-9) > 0
+
+
+def test_context_parallel_of_global_attention_is_the_hidden_ring_only():
+    """A model without windows keeps the overlapped ring alone (no all-gather rows)."""
+    m = load_model("llama3-8b")
+    ops = predict_training(m, TrainingConfig(gpus=4, global_batch=1, cp=4, seq_length=65536), "DGX-H100",
+                           engine=False).ops
+    assert not ops["role"].isin(["cpgf", "cpgb"]).any()
+    assert float(ops.loc[ops["role"] == "cpf", "count"].iloc[0]) == 1.0

@@ -170,9 +170,10 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     span = float(model.causal_kv_len(s_full, s_full))
     attention = None
     if cfg.flash_attention:
-        # CP: each rank's s/cp queries attend over the whole (causal, load-balanced) sequence: pairs / cp
-        # (per key: a search mixes CP degrees, and a CP = 1 key keeps the sliding window)
-        kv_len = np.where(cp == 1, min(span, s_full), s_full)
+        # CP: each rank's s/cp queries (two load-balanced chunks) take 1/cp of the whole sequence's (query, key)
+        # pairs, within the sliding window or attention chunk on local layers as at CP 1 (Transformer Engine's
+        # all-gather CP runs each chunk's queries against the keys of its window only); pairs / cp
+        kv_len = np.full(np.shape(cp), min(span, s_full))
         attention = {"count": 1.0 / cp, "batch": b, "heads": heads, "q_len": s_full, "kv_len": kv_len,
                      "head_dim": d, "kv_heads": kvh, "causal": causal, "dtype": adt}
         overlap = softmax_schedule(cfg.softmax)
@@ -254,15 +255,29 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
                       ep_nodes=group_nodes_vec(ep, t * cp, tgt.gpus_per_node, cfg.gpus), dense_count=dense_frac,
                       moe_count=moe_frac)
     multi = t > 1
-    # ---------------------------------------------------------------- CP: ring exchange of K and V
+    # ---------------------------------------------------------------- CP: exchange of K and V
     if cp.max() > 1:
         m_ = cp > 1
         # one rank's K and V: whole, replicated KV heads when TP exceeds them (kv_width_split), as it holds them
-        kvbytes = b * s * 2.0 * kv_width_split(model, t) / np.maximum(t, 1) * eb * (cp - 1)
+        kv_rank = b * s * 2.0 * kv_width_split(model, t) / np.maximum(t, 1) * eb
         nodes = group_nodes_vec(cp, t, tgt.gpus_per_node, cfg.gpus)
+        local = cp_local_share(model)
+        # global layers: the ring (cp - 1 steps of one rank's K and V; backward K, V and dK, dV), overlapped with
+        # the attention blocks
         for role, mult in (("cpf", 1.0), ("cpb", 2.0)):
-            R.add(kid[m_], role, mult, "send_recv", size_bytes=kvbytes[m_], n_ranks=2,
+            R.add(kid[m_], role, mult * (1.0 - local), "send_recv", size_bytes=(kv_rank * (cp - 1))[m_], n_ranks=2,
                   n_nodes=np.minimum(nodes[m_], 2), dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
+        if local > 0:
+            # sliding-window / chunked layers: Transformer Engine's ring (cp_comm_type p2p) refuses a window, so they
+            # run its all-gather CP (Megatron-LM's per-layer --cp-comm-type all_gather): the whole sequence's K and V
+            # gathered before the attention, exposed ("KV all-gather between CP ranks is exposed",
+            # AttnFuncWithCPAndKVAllGather); the backward gathers them again and reduce-scatters dK, dV. Every rank
+            # gets all K and V whatever the window: its two chunks sit at both ends of the sequence.
+            full = (kv_rank * cp)[m_]
+            comm = dict(n_ranks=cp[m_], n_nodes=nodes[m_], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
+            R.add(kid[m_], "cpgf", local, "all_gather", size_bytes=full, **comm)
+            R.add(kid[m_], "cpgb", local, "all_gather", size_bytes=full, **comm)
+            R.add(kid[m_], "cpgb", local, "reduce_scatter", size_bytes=full, **comm)
     # ---------------------------------------------------------------- embedding (first stage), head (last stage)
     # padded per key's TP (the search's base config carries a placeholder TP)
     V = padded_vocab_vec(model, cfg, t).astype(np.int64)
@@ -321,6 +336,13 @@ def padded_vocab_vec(model: TransformerConfig, cfg: TrainingConfig, tp: np.ndarr
     """Megatron's padded vocabulary (multiple of ``make_vocab_size_divisible_by x tp``) per TP degree."""
     mult = cfg.make_vocab_size_divisible_by * np.asarray(tp, dtype=np.float64)
     return np.ceil(model.vocab_size / mult) * mult
+
+
+def cp_local_share(model: TransformerConfig) -> float:
+    """Share of the layers that attend within a sliding window or an attention chunk (causal models): under context
+    parallelism they exchange K and V by an exposed all-gather instead of the overlapped ring (see
+    :func:`_layer_rows`); 0 for a model with global attention only."""
+    return float(model.kv_cap_share) if (model.kv_cap and model.causal) else 0.0
 
 
 def kv_width_split(model: TransformerConfig, tp: Any) -> np.ndarray:
@@ -640,7 +662,7 @@ def _aggregate(rows: pd.DataFrame, total_s: np.ndarray, nk: int, key_of: np.ndar
     rows = rows.assign(total_s=total_s)
     # per layer key and role
     lr = rows[rows["scope"] == "layer"]
-    roles = ("f", "b", "s", "tpf", "tpb", "epf", "epb", "cpf", "cpb", "ef", "eb", "hf", "hb", "htpf", "htpb")
+    roles = ("f", "b", "s", "tpf", "tpb", "epf", "epb", "cpf", "cpb", "cpgf", "cpgb", "ef", "eb", "hf", "hb", "htpf", "htpb")
     table = {r: np.zeros(nk) for r in roles}
     g = lr.groupby(["key", "role"])["total_s"].sum()
     for (k, r), v in g.items():
