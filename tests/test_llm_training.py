@@ -1670,3 +1670,39 @@ def test_context_parallel_of_global_attention_is_the_hidden_ring_only():
                            engine=False).ops
     assert not ops["role"].isin(["cpgf", "cpgb"]).any()
     assert float(ops.loc[ops["role"] == "cpf", "count"].iloc[0]) == 1.0
+
+
+def test_bert_sequence_classifier_trains_with_its_pooler_and_classifier_not_the_mlm_head():
+    """``BertForSequenceClassification`` was read as BERT with its MLM head: 30522-wide logits on every token, the
+    fp32 cross entropy over them and their memory (and Megatron-key descriptions of an encoder classifier were
+    refused). It is BertModel (embeddings, layers, pooler) plus a num_labels-wide classifier with bias on the pooled
+    [CLS] token: transformers' parameter count exactly, the head GEMMs by hand."""
+    from hybrid.workloads.llm.model import from_dict
+
+    base = {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+            "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2, "vocab_size": 30522}
+    cls = from_dict({**base, "architectures": ["BertForSequenceClassification"],
+                     "id2label": {"0": "a", "1": "b", "2": "c"}})
+    bare = from_dict({**base, "architectures": ["BertModel"]})
+    mlm = from_dict({**base, "architectures": ["BertForMaskedLM"]})
+    assert (cls.output_head, cls.num_labels, bare.output_head, mlm.output_head) == ("classifier", 3, "none", "lm")
+    # transformers: BertModel (bert-base-uncased) 109,482,240 parameters; its classifier 768 x 3 + 3
+    assert bare.num_params == 109_482_240 and cls.num_params == 109_482_240 + 768 * 3 + 3
+    b, s = 32, 512
+    cfg = TrainingConfig(gpus=1, global_batch=b, micro_batch=b, seq_length=s)
+    pc, pm = (predict_training(m, cfg, "DGX-A100", engine=False) for m in (cls, mlm))
+    head = pc.ops[(pc.ops["scope"] == "layer") & pc.ops["role"].isin(["hf", "hb"])
+                  & (family_array(pc.ops["op"]) == "gemm")]
+    assert not (head[["m", "n", "k"]] == 30522).any().any()
+    # pooler (b x 768 x 768) and classifier (b x 768 x 3), forward and two backward GEMMs each
+    assert float((FAMILIES["gemm"].flops(head) * head["count"].to_numpy()).sum()) == pytest.approx(
+        3 * 2 * b * 768 * (768 + 3), rel=1e-9)
+    assert pc.memory["logits"] < 1e-3 < pm.memory["logits"] and pc.iteration_s < pm.iteration_s
+    # model FLOPs: the pooler and classifier once per sequence, not 2 h (h + V) per token
+    assert model_flops(mlm, cfg)[0] - model_flops(cls, cfg)[0] == pytest.approx(
+        3 * b * s * (2 * 768 * 768 + 2 * 768 * 30522 - (2 * 768 * 768 + 2 * 768 * 3) / s), rel=1e-9)
+    # a Megatron-key description of an encoder classifier is accepted too
+    assert from_dict({"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "ffn_hidden_size": 3072,
+                      "vocab_size": 30522, "seq_length": 512, "encoder_only": True, "output_head": "classifier",
+                      "num_labels": 3, "num_tokentypes": 2, "position_embedding_type": "learned_absolute"}
+                     ).output_head == "classifier"

@@ -287,10 +287,18 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     if cfg.uses_dropout(model):
         ew("ef", "dropout", Tn * h)
     ew("eb", "add", Tn * h, 2, direction="bwd")  # scatter-add of row gradients (+ dropout backward)
-    R.add(kid, "hf", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="fwd", device=dev, sub="other")
-    R.add(kid, "hb", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="bwd", device=dev, sub="other")
+    # the final norm (an encoder's, post-LN, has none: its MLM head's norm stands there, a classifier has neither)
+    if model.lm_head or not model.encoder_only:
+        R.add(kid, "hf", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="fwd", device=dev, sub="other")
+        R.add(kid, "hb", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="bwd", device=dev, sub="other")
     # the output layer is not a Transformer Engine module: under fp8 it stays a 16-bit GEMM
     hdt = adt if gdt == "fp8" else gdt
+    if model.encoder_only:
+        # replicated h x h dense layers: the MLM head's transform on every token, else the pooler on each [CLS]
+        rows = T if model.lm_head else b
+        R.add(kid, "hf", 1.0, "linear", b=1, m=rows, n=h, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
+        R.add(kid, "hb", 1.0, "gemm", b=1, m=rows, n=h, k=h, dtype=hdt, direction="bwd", device=dev, sub="gemm")
+        R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=h, k=rows, dtype=hdt, direction="bwd", device=dev, sub="gemm")
     if model.lm_head:
         R.add(kid, "hf", 1.0, "linear", b=1, m=T, n=V // t, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
         R.add(kid, "hb", 1.0, "gemm", b=1, m=T, n=h, k=V // t, dtype=hdt, direction="bwd", device=dev, sub="gemm")
@@ -299,7 +307,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         R.add(kid, "hf", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="fwd", device=dev, sub="other")
         R.add(kid, "hb", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="bwd", device=dev, sub="other")
     elif model.output_head == "classifier":
-        # a replicated score layer on the last token of each sequence (b rows), its loss over num_labels columns
+        # a replicated score layer on the last token (an encoder's pooled [CLS] token) of each sequence (b rows), its
+        # loss over num_labels columns
         nl = model.num_labels
         R.add(kid, "hf", 1.0, "linear", b=1, m=b, n=nl, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
         R.add(kid, "hb", 1.0, "gemm", b=1, m=b, n=h, k=nl, dtype=hdt, direction="bwd", device=dev, sub="gemm")
@@ -395,7 +404,7 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
         out = np.where(pp > 1, V * h / t, 0.0) if model.tied_embeddings else V * h / t
     else:  # a classifier's replicated score layer, or none
         out = np.full(np.shape(t), float(c["output_layer"]))
-    out = out + c["final_norm"]
+    out = out + c["final_norm"] + c["head"]  # (an encoder's replicated pooler and MLM head transform)
     experts = expert_total / (t * ep) / pp
     if model.is_moe and 0 < model.num_moe_layers < model.num_layers and (pp > 1).any():
         return _uneven_stage_params(model, m, c, kv_extra, layers, experts, emb, out)
