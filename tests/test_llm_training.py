@@ -1706,3 +1706,33 @@ def test_bert_sequence_classifier_trains_with_its_pooler_and_classifier_not_the_
                       "vocab_size": 30522, "seq_length": 512, "encoder_only": True, "output_head": "classifier",
                       "num_labels": 3, "num_tokentypes": 2, "position_embedding_type": "learned_absolute"}
                      ).output_head == "classifier"
+
+
+def test_sequence_parallel_backward_all_gather_is_exposed_beyond_its_data_gradient_gemm():
+    """Megatron-LM's column-parallel linears under SP all-gather their sequence-split input again in backward for
+    the weight gradient, async beside the input-gradient GEMM only (layers.py: ``handle.wait()`` before the weight
+    gradient). It was taken as hidden, never costed; a GQA model's QKV data-gradient GEMM ([T, h] x [h, 768] at TP 8
+    for Llama-3-8B) is shorter than the gather of [T, h]. By hand: each block adds max(0, gather - its dgrad GEMM)."""
+    m = load_model("llama3-8b")
+    T, h, t = 4096, 4096, 8
+    cfg = TrainingConfig(gpus=8, tp=8, sp=True, global_batch=4, seq_length=T)
+    p = predict_training(m, cfg, "DGX-H100", engine=False)
+    ops = p.ops[p.ops["scope"] == "layer"]
+    ag = ops[(ops["role"] == "spgb")]
+    assert len(ag) == 2 and set(ag["size_bytes"]) == {T * h * 2} and set(ag["op"]) == {"all_gather"}
+    gather = float(ag["time_s"].iloc[0])
+
+    def dgrad(k):  # the input-gradient GEMM [T, k] x [k, h] of the linear reading the norm output
+        rows = ops[(ops["role"] == "b") & (ops["op"] == "gemm") & (ops["m"] == T) & (ops["n"] == h) & (ops["k"] == k)]
+        assert len(rows) == 1
+        return float(rows["total_s"].iloc[0])
+
+    qkv, fc1 = dgrad((32 + 2 * 8) * 128 // t), dgrad(2 * 14336 // t)
+    assert gather > qkv  # the case the old model missed
+    exposed = max(0.0, gather - qkv) + max(0.0, gather - fc1)
+    lay = ops.groupby("role")["total_s"].sum()
+    tp_layer = float(lay["tpf"] + lay["tpb"]) + exposed
+    assert p.breakdown_s["tp_comm"] == pytest.approx(cfg.num_microbatches * m.num_layers * tp_layer, rel=1e-9)
+    # without SP there is no such gather (the all-reduce path keeps the whole input)
+    ops_ar = predict_training(m, cfg.with_(sp=False), "DGX-H100", engine=False).ops
+    assert not (ops_ar["role"] == "spgb").any()

@@ -231,7 +231,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             R.add(kid, fwd_role, count, "linear", b=1, m=m, n=n, k=k, dtype=gdt, direction="fwd", device=dev, sub=sub,
                   mix=mx)
             R.add(kid, bwd_role, count, "gemm", b=1, m=m, n=k, k=n, dtype=gdt, direction="bwd", device=dev, sub=sub,
-                  mix=mx)
+                  mix=mx, dgrad=_sp_block(name))
             R.add(kid, bwd_role, count, "gemm", b=1, m=k, n=n, k=m, dtype=gdt, direction="bwd", device=dev, sub=sub,
                   mix=mx)
             fp8_casts(count, fwd_role, bwd_role, 1, m, n, k)
@@ -243,7 +243,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             return
         R.add(kid, fwd_role, count, op, direction="fwd", device=dev, sub=sub, **cols)
         if bwd in ("same", "experts"):
-            R.add(kid, bwd_role, count, op, direction="bwd", device=dev, sub=sub, **{**cols, **(bwd_cols or {})})
+            dg = {"dgrad": _sp_block(name)} if bwd == "experts" else {}
+            R.add(kid, bwd_role, count, op, direction="bwd", device=dev, sub=sub, **{**cols, **(bwd_cols or {})}, **dg)
         if bwd == "experts":  # weight gradient of a grouped GEMM
             R.add(kid, bwd_role, count, op, direction="bwd", device=dev, sub=sub,
                   **{**cols, "m": cols["k"], "k": cols["m"]})
@@ -255,6 +256,19 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
                       ep_nodes=group_nodes_vec(ep, t * cp, tgt.gpus_per_node, cfg.gpus), dense_count=dense_frac,
                       moe_count=moe_frac)
     multi = t > 1
+    # ---------------------------------------------------------------- SP: the weight gradients' input all-gather
+    if (multi & sp).any():
+        # Megatron-LM's column-parallel linears (QKV, FC1) keep only their sequence-split input and all-gather it
+        # again in backward for the weight-gradient GEMM, launched async_op=True before the input-gradient GEMM and
+        # waited for before the weight gradient (megatron/core/tensor_parallel/layers.py,
+        # LinearWithGradAccumulationAndAsyncCommunication.backward; Transformer Engine's LayerNormLinear likewise):
+        # hidden behind that block's data-gradient GEMM, exposed beyond it (_aggregate: role "spgb")
+        spm = multi & sp
+        blocks = ("attn", "mlp") if not model.parallel_attn else ("attn",)
+        for blk in blocks:
+            R.add(kid[spm], "spgb", 1.0, "all_gather", size_bytes=(T * h * eb * 1.0)[spm], n_ranks=t[spm],
+                  n_nodes=group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node, cfg.gpus)[spm], dtype=adt, device=dev,
+                  system=tgt.comm_system, sub="comm", dgrad=blk)
     # ---------------------------------------------------------------- CP: exchange of K and V
     if cp.max() > 1:
         m_ = cp > 1
@@ -345,6 +359,17 @@ def padded_vocab_vec(model: TransformerConfig, cfg: TrainingConfig, tp: np.ndarr
     """Megatron's padded vocabulary (multiple of ``make_vocab_size_divisible_by x tp``) per TP degree."""
     mult = cfg.make_vocab_size_divisible_by * np.asarray(tp, dtype=np.float64)
     return np.ceil(model.vocab_size / mult) * mult
+
+
+#: The GEMMs that read a layer block's (sequence-parallel) norm output: their data-gradient GEMM hides the backward
+#: all-gather of that input (``_layer_rows``; a parallel-attention layer's one block reads it for both).
+_SP_BLOCK_GEMMS = {"attn_pre_proj": "attn", "attn_q_proj": "attn", "attn_q_a_proj": "attn", "attn_kv_a_proj": "attn",
+                   "mlp_up_proj": "mlp", "shared_expert_up_proj": "mlp"}
+
+
+def _sp_block(name: str) -> str:
+    """The block (``attn`` / ``mlp``) whose input-gradient GEMM ``name`` is, '' for the other GEMMs."""
+    return _SP_BLOCK_GEMMS.get(name, "")
 
 
 def cp_local_share(model: TransformerConfig) -> float:
@@ -671,7 +696,8 @@ def _aggregate(rows: pd.DataFrame, total_s: np.ndarray, nk: int, key_of: np.ndar
     rows = rows.assign(total_s=total_s)
     # per layer key and role
     lr = rows[rows["scope"] == "layer"]
-    roles = ("f", "b", "s", "tpf", "tpb", "epf", "epb", "cpf", "cpb", "cpgf", "cpgb", "ef", "eb", "hf", "hb", "htpf", "htpb")
+    roles = ("f", "b", "s", "tpf", "tpb", "spgb", "epf", "epb", "cpf", "cpb", "cpgf", "cpgb", "ef", "eb", "hf", "hb", "htpf",
+             "htpb")
     table = {r: np.zeros(nk) for r in roles}
     g = lr.groupby(["key", "role"])["total_s"].sum()
     for (k, r), v in g.items():
@@ -682,6 +708,17 @@ def _aggregate(rows: pd.DataFrame, total_s: np.ndarray, nk: int, key_of: np.ndar
         arr = np.zeros(nk)
         arr[sel.index.to_numpy(np.int64)] = sel.to_numpy()
         table[name] = arr
+    # SP's backward all-gathers: what each exceeds its block's data-gradient GEMMs by (a parallel-attention layer's
+    # one gather hides behind both blocks' GEMMs)
+    table["spgb"] = np.zeros(nk)
+    if "dgrad" in lr.columns and (lr["role"] == "spgb").any():
+        blk = lr["dgrad"].fillna("").astype(str)
+        gather = lr[lr["role"] == "spgb"]
+        single = set(gather["dgrad"]) == {"attn"}
+        blk = blk.where(~single | (blk == ""), "attn")
+        dgrad = lr[(lr["role"] == "b") & (blk != "")].assign(blk=blk).groupby(["key", "blk"])["total_s"].sum()
+        for (k, b_), ag in gather.groupby(["key", "dgrad"])["total_s"].sum().items():
+            table["spgb"][int(k)] += max(0.0, float(ag) - float(dgrad.get((k, b_), 0.0)))
     # the MoE and dense MLP parts of each role (busiest_stage_layer re-weighs them per mapping)
     if "mix" in lr.columns:
         for kind in ("moe", "dense"):
