@@ -1326,7 +1326,20 @@ def _hf_head(d: Mapping[str, Any]) -> dict[str, Any]:
         return {"output_head": "classifier", "num_labels": 2 if labels is None else labels, "arch": first}
     if first.endswith("Model") and "For" not in first:
         return {"output_head": "none", "arch": first}
+    per_token = next((h for h in _PER_TOKEN_HEADS if first.endswith(h)), None)
+    if per_token:  # read as a language-model head, these were costed with vocabulary logits on every token
+        raise InvalidInputError(f"Hugging Face architecture {first} ({_PER_TOKEN_HEADS[per_token]}) is not modelled: "
+                                "the heads costed here are a language-model head (*ForCausalLM, *ForMaskedLM), a "
+                                "sequence classifier (*ForSequenceClassification) and none (*Model); set "
+                                "architectures to one of those for the backbone's cost")
     return {}
+
+
+#: Heads of a config.json's ``architectures`` that :func:`_hf_head` refuses (their outputs per token or per choice
+#: are none of the modelled heads).
+_PER_TOKEN_HEADS = {"ForTokenClassification": "a num_labels-wide classifier on every token",
+                    "ForQuestionAnswering": "start/end logits on every token",
+                    "ForMultipleChoice": "one score per choice, each choice a sequence"}
 
 
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
