@@ -1170,3 +1170,16 @@ def test_reward_and_bare_models_have_no_language_model_head() -> None:
     assert from_dict(reward.to_dict()).num_params == reward.num_params
     with pytest.raises(InvalidInputError, match="output_head"):
         with_overrides(lm, output_head="score")
+
+
+@pytest.mark.parametrize("arch", ["LlamaForTokenClassification", "BertForQuestionAnswering",
+                                  "BertForMultipleChoice"])
+def test_per_token_and_multiple_choice_heads_are_refused_not_costed_as_a_language_model(arch):
+    """``*ForTokenClassification`` / ``*ForQuestionAnswering`` / ``*ForMultipleChoice`` were read as a language-model
+    head (vocabulary logits on every token) without a word; they are refused, naming the heads that are modelled."""
+    mt = "llama" if arch.startswith("Llama") else "bert"
+    d = {"model_type": mt, "hidden_size": 1024, "num_attention_heads": 16, "num_hidden_layers": 4,
+         "vocab_size": 32000, "intermediate_size": 4096, "architectures": [arch]}
+    with pytest.raises(InvalidInputError, match=f"{arch} .*is not modelled.*ForSequenceClassification"):
+        from_dict(d)
+    assert from_dict({**d, "architectures": [arch.replace(arch[arch.index("For"):], "Model")]}).output_head == "none"

@@ -1620,3 +1620,119 @@ def test_reward_model_training_has_no_vocabulary_head():
     assert pr.iteration_s < pl.iteration_s
     mf_l, mf_r = model_flops(lm, cfg)[0], model_flops(reward, cfg)[0]
     assert mf_l - mf_r == pytest.approx(3 * 8 * 4096 * (2 * 4096 * 128256 - 2 * 4096 / 4096))
+
+
+@pytest.mark.parametrize("local", [dict(window_size=4096, window_layer_share=1.0),
+                                   dict(window_size=4096, window_layer_share=0.5),
+                                   dict(attention_chunk_size=8192, chunk_layer_share=0.75)])
+def test_context_parallel_keeps_windows_and_chunks(local):
+    """At CP > 1 sliding-window (Mistral, Gemma) and chunked (Llama 4) layers were costed as global attention: each
+    rank's attention had all s keys per query (a 64k sequence with a 4096 window: 4x the pairs of CP 1 at CP 2),
+    and their K and V went round the ring hidden behind that inflated attention. By hand: a rank's attention is the
+    CP 1 row's pairs / cp; the global layers' share keeps the ring of (cp - 1) x one rank's K and V, the local
+    layers' share all-gathers the whole sequence's K and V (reduce-scattering dK, dV in backward), exposed, as
+    Transformer Engine's all-gather CP runs windows (its ring refuses them)."""
+    from hybrid.workloads.llm.model import with_overrides
+
+    m = with_overrides(load_model("llama3-8b"), **local)
+    share = local.get("window_layer_share", local.get("chunk_layer_share"))
+    s, cp = 65536, 4
+    base = TrainingConfig(gpus=4, global_batch=4, seq_length=s, recompute="full")
+
+    def attention(cfg):
+        ops = predict_training(m, cfg, "DGX-H100", engine=False).ops
+        rows = ops[(ops["scope"] == "layer") & (ops["role"] == "f") & (family_array(ops["op"]) == "attention")]
+        return float((FAMILIES["attention"].flops(rows) * rows["count"].to_numpy()).sum()), ops
+
+    f1, _ = attention(base)
+    fc, ops = attention(base.with_(cp=cp, global_batch=1))
+    assert fc == pytest.approx(f1 / cp, rel=1e-9)
+    kv_rank = (s // cp) * 2 * m.kv_width * 2  # one rank's K and V in bf16 (micro-batch 1, TP 1)
+    ring = ops[ops["role"] == "cpf"]
+    assert len(ring) == (share < 1)  # every layer local: no ring at all
+    if share < 1:
+        assert ring["op"].iloc[0] == "send_recv" and float(ring["size_bytes"].iloc[0]) == kv_rank * (cp - 1)
+        assert float(ring["count"].iloc[0]) == pytest.approx(1.0 - share)
+    gf, gb = ops[ops["role"] == "cpgf"], ops[ops["role"] == "cpgb"]
+    assert list(gf["op"]) == ["all_gather"] and sorted(gb["op"]) == ["all_gather", "reduce_scatter"]
+    assert set(gf["size_bytes"]) | set(gb["size_bytes"]) == {kv_rank * cp}
+    assert np.allclose(np.r_[gf["count"], gb["count"]], share)
+    # the gather is exposed: the breakdown's CP time holds at least it, per layer, microbatch and recomputed forward
+    res = predict_training(m, base.with_(cp=cp, global_batch=1), "DGX-H100", engine=False)
+    gathered = float((gf["total_s"]).sum() * 2 + gb["total_s"].sum()) * m.num_layers
+    assert res.breakdown_s["cp_comm"] >= gathered * (1 - 1e-9) > 0
+
+
+def test_context_parallel_of_global_attention_is_the_hidden_ring_only():
+    """A model without windows keeps the overlapped ring alone (no all-gather rows)."""
+    m = load_model("llama3-8b")
+    ops = predict_training(m, TrainingConfig(gpus=4, global_batch=1, cp=4, seq_length=65536), "DGX-H100",
+                           engine=False).ops
+    assert not ops["role"].isin(["cpgf", "cpgb"]).any()
+    assert float(ops.loc[ops["role"] == "cpf", "count"].iloc[0]) == 1.0
+
+
+def test_bert_sequence_classifier_trains_with_its_pooler_and_classifier_not_the_mlm_head():
+    """``BertForSequenceClassification`` was read as BERT with its MLM head: 30522-wide logits on every token, the
+    fp32 cross entropy over them and their memory (and Megatron-key descriptions of an encoder classifier were
+    refused). It is BertModel (embeddings, layers, pooler) plus a num_labels-wide classifier with bias on the pooled
+    [CLS] token: transformers' parameter count exactly, the head GEMMs by hand."""
+    from hybrid.workloads.llm.model import from_dict
+
+    base = {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+            "intermediate_size": 3072, "max_position_embeddings": 512, "type_vocab_size": 2, "vocab_size": 30522}
+    cls = from_dict({**base, "architectures": ["BertForSequenceClassification"],
+                     "id2label": {"0": "a", "1": "b", "2": "c"}})
+    bare = from_dict({**base, "architectures": ["BertModel"]})
+    mlm = from_dict({**base, "architectures": ["BertForMaskedLM"]})
+    assert (cls.output_head, cls.num_labels, bare.output_head, mlm.output_head) == ("classifier", 3, "none", "lm")
+    # transformers: BertModel (bert-base-uncased) 109,482,240 parameters; its classifier 768 x 3 + 3
+    assert bare.num_params == 109_482_240 and cls.num_params == 109_482_240 + 768 * 3 + 3
+    b, s = 32, 512
+    cfg = TrainingConfig(gpus=1, global_batch=b, micro_batch=b, seq_length=s)
+    pc, pm = (predict_training(m, cfg, "DGX-A100", engine=False) for m in (cls, mlm))
+    head = pc.ops[(pc.ops["scope"] == "layer") & pc.ops["role"].isin(["hf", "hb"])
+                  & (family_array(pc.ops["op"]) == "gemm")]
+    assert not (head[["m", "n", "k"]] == 30522).any().any()
+    # pooler (b x 768 x 768) and classifier (b x 768 x 3), forward and two backward GEMMs each
+    assert float((FAMILIES["gemm"].flops(head) * head["count"].to_numpy()).sum()) == pytest.approx(
+        3 * 2 * b * 768 * (768 + 3), rel=1e-9)
+    assert pc.memory["logits"] < 1e-3 < pm.memory["logits"] and pc.iteration_s < pm.iteration_s
+    # model FLOPs: the pooler and classifier once per sequence, not 2 h (h + V) per token
+    assert model_flops(mlm, cfg)[0] - model_flops(cls, cfg)[0] == pytest.approx(
+        3 * b * s * (2 * 768 * 768 + 2 * 768 * 30522 - (2 * 768 * 768 + 2 * 768 * 3) / s), rel=1e-9)
+    # a Megatron-key description of an encoder classifier is accepted too
+    assert from_dict({"num_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "ffn_hidden_size": 3072,
+                      "vocab_size": 30522, "seq_length": 512, "encoder_only": True, "output_head": "classifier",
+                      "num_labels": 3, "num_tokentypes": 2, "position_embedding_type": "learned_absolute"}
+                     ).output_head == "classifier"
+
+
+def test_sequence_parallel_backward_all_gather_is_exposed_beyond_its_data_gradient_gemm():
+    """Megatron-LM's column-parallel linears under SP all-gather their sequence-split input again in backward for
+    the weight gradient, async beside the input-gradient GEMM only (layers.py: ``handle.wait()`` before the weight
+    gradient). It was taken as hidden, never costed; a GQA model's QKV data-gradient GEMM ([T, h] x [h, 768] at TP 8
+    for Llama-3-8B) is shorter than the gather of [T, h]. By hand: each block adds max(0, gather - its dgrad GEMM)."""
+    m = load_model("llama3-8b")
+    T, h, t = 4096, 4096, 8
+    cfg = TrainingConfig(gpus=8, tp=8, sp=True, global_batch=4, seq_length=T)
+    p = predict_training(m, cfg, "DGX-H100", engine=False)
+    ops = p.ops[p.ops["scope"] == "layer"]
+    ag = ops[(ops["role"] == "spgb")]
+    assert len(ag) == 2 and set(ag["size_bytes"]) == {T * h * 2} and set(ag["op"]) == {"all_gather"}
+    gather = float(ag["time_s"].iloc[0])
+
+    def dgrad(k):  # the input-gradient GEMM [T, k] x [k, h] of the linear reading the norm output
+        rows = ops[(ops["role"] == "b") & (ops["op"] == "gemm") & (ops["m"] == T) & (ops["n"] == h) & (ops["k"] == k)]
+        assert len(rows) == 1
+        return float(rows["total_s"].iloc[0])
+
+    qkv, fc1 = dgrad((32 + 2 * 8) * 128 // t), dgrad(2 * 14336 // t)
+    assert gather > qkv  # the case the old model missed
+    exposed = max(0.0, gather - qkv) + max(0.0, gather - fc1)
+    lay = ops.groupby("role")["total_s"].sum()
+    tp_layer = float(lay["tpf"] + lay["tpb"]) + exposed
+    assert p.breakdown_s["tp_comm"] == pytest.approx(cfg.num_microbatches * m.num_layers * tp_layer, rel=1e-9)
+    # without SP there is no such gather (the all-reduce path keeps the whole input)
+    ops_ar = predict_training(m, cfg.with_(sp=False), "DGX-H100", engine=False).ops
+    assert not (ops_ar["role"] == "spgb").any()

@@ -170,9 +170,10 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     span = float(model.causal_kv_len(s_full, s_full))
     attention = None
     if cfg.flash_attention:
-        # CP: each rank's s/cp queries attend over the whole (causal, load-balanced) sequence: pairs / cp
-        # (per key: a search mixes CP degrees, and a CP = 1 key keeps the sliding window)
-        kv_len = np.where(cp == 1, min(span, s_full), s_full)
+        # CP: each rank's s/cp queries (two load-balanced chunks) take 1/cp of the whole sequence's (query, key)
+        # pairs, within the sliding window or attention chunk on local layers as at CP 1 (Transformer Engine's
+        # all-gather CP runs each chunk's queries against the keys of its window only); pairs / cp
+        kv_len = np.full(np.shape(cp), min(span, s_full))
         attention = {"count": 1.0 / cp, "batch": b, "heads": heads, "q_len": s_full, "kv_len": kv_len,
                      "head_dim": d, "kv_heads": kvh, "causal": causal, "dtype": adt}
         overlap = softmax_schedule(cfg.softmax)
@@ -230,7 +231,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             R.add(kid, fwd_role, count, "linear", b=1, m=m, n=n, k=k, dtype=gdt, direction="fwd", device=dev, sub=sub,
                   mix=mx)
             R.add(kid, bwd_role, count, "gemm", b=1, m=m, n=k, k=n, dtype=gdt, direction="bwd", device=dev, sub=sub,
-                  mix=mx)
+                  mix=mx, dgrad=_sp_block(name))
             R.add(kid, bwd_role, count, "gemm", b=1, m=k, n=n, k=m, dtype=gdt, direction="bwd", device=dev, sub=sub,
                   mix=mx)
             fp8_casts(count, fwd_role, bwd_role, 1, m, n, k)
@@ -242,7 +243,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             return
         R.add(kid, fwd_role, count, op, direction="fwd", device=dev, sub=sub, **cols)
         if bwd in ("same", "experts"):
-            R.add(kid, bwd_role, count, op, direction="bwd", device=dev, sub=sub, **{**cols, **(bwd_cols or {})})
+            dg = {"dgrad": _sp_block(name)} if bwd == "experts" else {}
+            R.add(kid, bwd_role, count, op, direction="bwd", device=dev, sub=sub, **{**cols, **(bwd_cols or {})}, **dg)
         if bwd == "experts":  # weight gradient of a grouped GEMM
             R.add(kid, bwd_role, count, op, direction="bwd", device=dev, sub=sub,
                   **{**cols, "m": cols["k"], "k": cols["m"]})
@@ -254,15 +256,42 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
                       ep_nodes=group_nodes_vec(ep, t * cp, tgt.gpus_per_node, cfg.gpus), dense_count=dense_frac,
                       moe_count=moe_frac)
     multi = t > 1
-    # ---------------------------------------------------------------- CP: ring exchange of K and V
+    # ---------------------------------------------------------------- SP: the weight gradients' input all-gather
+    if (multi & sp).any():
+        # Megatron-LM's column-parallel linears (QKV, FC1) keep only their sequence-split input and all-gather it
+        # again in backward for the weight-gradient GEMM, launched async_op=True before the input-gradient GEMM and
+        # waited for before the weight gradient (megatron/core/tensor_parallel/layers.py,
+        # LinearWithGradAccumulationAndAsyncCommunication.backward; Transformer Engine's LayerNormLinear likewise):
+        # hidden behind that block's data-gradient GEMM, exposed beyond it (_aggregate: role "spgb")
+        spm = multi & sp
+        blocks = ("attn", "mlp") if not model.parallel_attn else ("attn",)
+        for blk in blocks:
+            R.add(kid[spm], "spgb", 1.0, "all_gather", size_bytes=(T * h * eb * 1.0)[spm], n_ranks=t[spm],
+                  n_nodes=group_nodes_vec(t, np.ones_like(t), tgt.gpus_per_node, cfg.gpus)[spm], dtype=adt, device=dev,
+                  system=tgt.comm_system, sub="comm", dgrad=blk)
+    # ---------------------------------------------------------------- CP: exchange of K and V
     if cp.max() > 1:
         m_ = cp > 1
         # one rank's K and V: whole, replicated KV heads when TP exceeds them (kv_width_split), as it holds them
-        kvbytes = b * s * 2.0 * kv_width_split(model, t) / np.maximum(t, 1) * eb * (cp - 1)
+        kv_rank = b * s * 2.0 * kv_width_split(model, t) / np.maximum(t, 1) * eb
         nodes = group_nodes_vec(cp, t, tgt.gpus_per_node, cfg.gpus)
+        local = cp_local_share(model)
+        # global layers: the ring (cp - 1 steps of one rank's K and V; backward K, V and dK, dV), overlapped with
+        # the attention blocks
         for role, mult in (("cpf", 1.0), ("cpb", 2.0)):
-            R.add(kid[m_], role, mult, "send_recv", size_bytes=kvbytes[m_], n_ranks=2,
+            R.add(kid[m_], role, mult * (1.0 - local), "send_recv", size_bytes=(kv_rank * (cp - 1))[m_], n_ranks=2,
                   n_nodes=np.minimum(nodes[m_], 2), dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
+        if local > 0:
+            # sliding-window / chunked layers: Transformer Engine's ring (cp_comm_type p2p) refuses a window, so they
+            # run its all-gather CP (Megatron-LM's per-layer --cp-comm-type all_gather): the whole sequence's K and V
+            # gathered before the attention, exposed ("KV all-gather between CP ranks is exposed",
+            # AttnFuncWithCPAndKVAllGather); the backward gathers them again and reduce-scatters dK, dV. Every rank
+            # gets all K and V whatever the window: its two chunks sit at both ends of the sequence.
+            full = (kv_rank * cp)[m_]
+            comm = dict(n_ranks=cp[m_], n_nodes=nodes[m_], dtype=adt, device=dev, system=tgt.comm_system, sub="comm")
+            R.add(kid[m_], "cpgf", local, "all_gather", size_bytes=full, **comm)
+            R.add(kid[m_], "cpgb", local, "all_gather", size_bytes=full, **comm)
+            R.add(kid[m_], "cpgb", local, "reduce_scatter", size_bytes=full, **comm)
     # ---------------------------------------------------------------- embedding (first stage), head (last stage)
     # padded per key's TP (the search's base config carries a placeholder TP)
     V = padded_vocab_vec(model, cfg, t).astype(np.int64)
@@ -272,10 +301,18 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     if cfg.uses_dropout(model):
         ew("ef", "dropout", Tn * h)
     ew("eb", "add", Tn * h, 2, direction="bwd")  # scatter-add of row gradients (+ dropout backward)
-    R.add(kid, "hf", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="fwd", device=dev, sub="other")
-    R.add(kid, "hb", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="bwd", device=dev, sub="other")
+    # the final norm (an encoder's, post-LN, has none: its MLM head's norm stands there, a classifier has neither)
+    if model.lm_head or not model.encoder_only:
+        R.add(kid, "hf", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="fwd", device=dev, sub="other")
+        R.add(kid, "hb", 1.0, norm_op, rows=Tn, hidden=h, dtype=adt, direction="bwd", device=dev, sub="other")
     # the output layer is not a Transformer Engine module: under fp8 it stays a 16-bit GEMM
     hdt = adt if gdt == "fp8" else gdt
+    if model.encoder_only:
+        # replicated h x h dense layers: the MLM head's transform on every token, else the pooler on each [CLS]
+        rows = T if model.lm_head else b
+        R.add(kid, "hf", 1.0, "linear", b=1, m=rows, n=h, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
+        R.add(kid, "hb", 1.0, "gemm", b=1, m=rows, n=h, k=h, dtype=hdt, direction="bwd", device=dev, sub="gemm")
+        R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=h, k=rows, dtype=hdt, direction="bwd", device=dev, sub="gemm")
     if model.lm_head:
         R.add(kid, "hf", 1.0, "linear", b=1, m=T, n=V // t, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
         R.add(kid, "hb", 1.0, "gemm", b=1, m=T, n=h, k=V // t, dtype=hdt, direction="bwd", device=dev, sub="gemm")
@@ -284,7 +321,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         R.add(kid, "hf", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="fwd", device=dev, sub="other")
         R.add(kid, "hb", 1.0, "softmax", rows=T, hidden=V // t, dtype="fp32", direction="bwd", device=dev, sub="other")
     elif model.output_head == "classifier":
-        # a replicated score layer on the last token of each sequence (b rows), its loss over num_labels columns
+        # a replicated score layer on the last token (an encoder's pooled [CLS] token) of each sequence (b rows), its
+        # loss over num_labels columns
         nl = model.num_labels
         R.add(kid, "hf", 1.0, "linear", b=1, m=b, n=nl, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
         R.add(kid, "hb", 1.0, "gemm", b=1, m=b, n=h, k=nl, dtype=hdt, direction="bwd", device=dev, sub="gemm")
@@ -321,6 +359,24 @@ def padded_vocab_vec(model: TransformerConfig, cfg: TrainingConfig, tp: np.ndarr
     """Megatron's padded vocabulary (multiple of ``make_vocab_size_divisible_by x tp``) per TP degree."""
     mult = cfg.make_vocab_size_divisible_by * np.asarray(tp, dtype=np.float64)
     return np.ceil(model.vocab_size / mult) * mult
+
+
+#: The GEMMs that read a layer block's (sequence-parallel) norm output: their data-gradient GEMM hides the backward
+#: all-gather of that input (``_layer_rows``; a parallel-attention layer's one block reads it for both).
+_SP_BLOCK_GEMMS = {"attn_pre_proj": "attn", "attn_q_proj": "attn", "attn_q_a_proj": "attn", "attn_kv_a_proj": "attn",
+                   "mlp_up_proj": "mlp", "shared_expert_up_proj": "mlp"}
+
+
+def _sp_block(name: str) -> str:
+    """The block (``attn`` / ``mlp``) whose input-gradient GEMM ``name`` is, '' for the other GEMMs."""
+    return _SP_BLOCK_GEMMS.get(name, "")
+
+
+def cp_local_share(model: TransformerConfig) -> float:
+    """Share of the layers that attend within a sliding window or an attention chunk (causal models): under context
+    parallelism they exchange K and V by an exposed all-gather instead of the overlapped ring (see
+    :func:`_layer_rows`); 0 for a model with global attention only."""
+    return float(model.kv_cap_share) if (model.kv_cap and model.causal) else 0.0
 
 
 def kv_width_split(model: TransformerConfig, tp: Any) -> np.ndarray:
@@ -373,7 +429,7 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
         out = np.where(pp > 1, V * h / t, 0.0) if model.tied_embeddings else V * h / t
     else:  # a classifier's replicated score layer, or none
         out = np.full(np.shape(t), float(c["output_layer"]))
-    out = out + c["final_norm"]
+    out = out + c["final_norm"] + c["head"]  # (an encoder's replicated pooler and MLM head transform)
     experts = expert_total / (t * ep) / pp
     if model.is_moe and 0 < model.num_moe_layers < model.num_layers and (pp > 1).any():
         return _uneven_stage_params(model, m, c, kv_extra, layers, experts, emb, out)
@@ -640,7 +696,8 @@ def _aggregate(rows: pd.DataFrame, total_s: np.ndarray, nk: int, key_of: np.ndar
     rows = rows.assign(total_s=total_s)
     # per layer key and role
     lr = rows[rows["scope"] == "layer"]
-    roles = ("f", "b", "s", "tpf", "tpb", "epf", "epb", "cpf", "cpb", "ef", "eb", "hf", "hb", "htpf", "htpb")
+    roles = ("f", "b", "s", "tpf", "tpb", "spgb", "epf", "epb", "cpf", "cpb", "cpgf", "cpgb", "ef", "eb", "hf", "hb", "htpf",
+             "htpb")
     table = {r: np.zeros(nk) for r in roles}
     g = lr.groupby(["key", "role"])["total_s"].sum()
     for (k, r), v in g.items():
@@ -651,6 +708,17 @@ def _aggregate(rows: pd.DataFrame, total_s: np.ndarray, nk: int, key_of: np.ndar
         arr = np.zeros(nk)
         arr[sel.index.to_numpy(np.int64)] = sel.to_numpy()
         table[name] = arr
+    # SP's backward all-gathers: what each exceeds its block's data-gradient GEMMs by (a parallel-attention layer's
+    # one gather hides behind both blocks' GEMMs)
+    table["spgb"] = np.zeros(nk)
+    if "dgrad" in lr.columns and (lr["role"] == "spgb").any():
+        blk = lr["dgrad"].fillna("").astype(str)
+        gather = lr[lr["role"] == "spgb"]
+        single = set(gather["dgrad"]) == {"attn"}
+        blk = blk.where(~single | (blk == ""), "attn")
+        dgrad = lr[(lr["role"] == "b") & (blk != "")].assign(blk=blk).groupby(["key", "blk"])["total_s"].sum()
+        for (k, b_), ag in gather.groupby(["key", "dgrad"])["total_s"].sum().items():
+            table["spgb"][int(k)] += max(0.0, float(ag) - float(dgrad.get((k, b_), 0.0)))
     # the MoE and dense MLP parts of each role (busiest_stage_layer re-weighs them per mapping)
     if "mix" in lr.columns:
         for kind in ("moe", "dense"):

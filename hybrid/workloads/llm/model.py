@@ -101,7 +101,9 @@ class TransformerConfig:
     #: the head on the last layer: ``lm`` (a language-model head over the vocabulary, every token in training),
     #: ``classifier`` (a sequence classifier / reward model, transformers' ``*ForSequenceClassification``: a
     #: bias-free ``num_labels``-wide score layer on the last token of each sequence), ``none`` (a bare model, an
-    #: embedding model: transformers' ``LlamaModel``, ``MistralModel``; the final norm's hidden states are the output)
+    #: embedding model: transformers' ``LlamaModel``, ``MistralModel``; the final norm's hidden states are the output).
+    #: Encoder-only (BERT) models keep their pooler with every head: ``lm`` adds the MLM head, ``classifier``
+    #: (``BertForSequenceClassification``) a ``num_labels``-wide classifier with bias on the pooled [CLS] token
     output_head: str = "lm"
     #: outputs of the ``classifier`` head (transformers' ``num_labels``, default 2; a reward model's 1)
     num_labels: int = 2
@@ -268,9 +270,6 @@ class TransformerConfig:
         if self.output_head not in OUTPUT_HEADS:
             raise InvalidInputError(f"model {self.name!r}: output_head must be one of {', '.join(OUTPUT_HEADS)}, got "
                                     f"{self.output_head!r}")
-        if self.encoder_only and self.output_head != "lm":
-            raise InvalidInputError(f"model {self.name!r}: encoder-only models are costed with their MLM head and "
-                                    "pooler only (output_head lm)")
         if not isinstance(self.dropout, bool):
             raise InvalidInputError(f"model {self.name!r}: dropout must be true or false, got {self.dropout!r}")
 
@@ -484,8 +483,12 @@ class TransformerConfig:
         else:  # a classifier's bias-free score layer (transformers' ``score``), or nothing
             output_layer = h * self.head_width
         head = 0
-        if self.encoder_only:  # MLM head (dense + norm + vocab bias) and pooler
-            head = (h * h + h) + self._norm_params() + self.vocab_size + (h * h + h)
+        if self.encoder_only:  # the pooler (dense + tanh on [CLS]); with the MLM head its dense, norm and vocab bias;
+            head = h * h + h  # a classifier's bias (BertForSequenceClassification's ``classifier``)
+            if self.lm_head:
+                head += (h * h + h) + self._norm_params() + self.vocab_size
+            elif self.output_head == "classifier":
+                head += self.num_labels
         per_layer_dense = attention + layer_norms + dense_mlp
         per_layer_moe_total = attention + layer_norms + moe_total
         per_layer_moe_active = attention + layer_norms + moe_active
@@ -612,7 +615,6 @@ class TransformerConfig:
         """
         s = self.seq_length if seq_len is None else int(seq_len)
         c = self.param_counts()
-        h = self.hidden_size
         norms = self.num_layers * c["norms_per_layer"]
         layer_weights = (c["layers_active"] if active else c["layers_total"]) - norms
         # biases are additions, not matmul weights: the attention's in every layer, the MLPs' in dense layers and,
@@ -633,8 +635,16 @@ class TransformerConfig:
             span = self.window_keys(s)
         # QK^T over the query/key head width and AV over the value width (both the head dim but under MLA)
         attention = 2.0 * span * (self.q_width + self.value_width) * self.num_layers
-        head = 2.0 * h * h if self.encoder_only else 0.0
-        return 2.0 * layer_weights + self.head_flops_per_token(s) + attention + head
+        return 2.0 * layer_weights + self.head_flops_per_token(s) + attention + self.encoder_head_flops_per_token(s)
+
+    def encoder_head_flops_per_token(self, seq_len: int | float) -> float:
+        """Forward matmul FLOPs per token of an encoder's head transform: the MLM head's dense ``h x h`` on every
+        token (``2 h^2``), or, for a classifier or a bare encoder, only the pooler's dense on each sequence's [CLS]
+        token (``2 h^2 / seq_len``); 0 for a decoder."""
+        if not self.encoder_only:
+            return 0.0
+        h2 = 2.0 * self.hidden_size ** 2
+        return h2 if self.lm_head else h2 / max(float(seq_len), 1.0)
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """Bytes of K and V cached per token over all layers (MLA: the latent and the rotary key, once)."""
@@ -1316,7 +1326,20 @@ def _hf_head(d: Mapping[str, Any]) -> dict[str, Any]:
         return {"output_head": "classifier", "num_labels": 2 if labels is None else labels, "arch": first}
     if first.endswith("Model") and "For" not in first:
         return {"output_head": "none", "arch": first}
+    per_token = next((h for h in _PER_TOKEN_HEADS if first.endswith(h)), None)
+    if per_token:  # read as a language-model head, these were costed with vocabulary logits on every token
+        raise InvalidInputError(f"Hugging Face architecture {first} ({_PER_TOKEN_HEADS[per_token]}) is not modelled: "
+                                "the heads costed here are a language-model head (*ForCausalLM, *ForMaskedLM), a "
+                                "sequence classifier (*ForSequenceClassification) and none (*Model); set "
+                                "architectures to one of those for the backbone's cost")
     return {}
+
+
+#: Heads of a config.json's ``architectures`` that :func:`_hf_head` refuses (their outputs per token or per choice
+#: are none of the modelled heads).
+_PER_TOKEN_HEADS = {"ForTokenClassification": "a num_labels-wide classifier on every token",
+                    "ForQuestionAnswering": "start/end logits on every token",
+                    "ForMultipleChoice": "one score per choice, each choice a sequence"}
 
 
 def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
@@ -1556,10 +1579,11 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                                 "or describe the model with Megatron-LM keys, docs/llm_training.md)")
     kw = {k: v for k, v in kw.items() if v is not None}
     kw["dropout"] = _hf_dropout(d, mt)
-    if head and mt != "bert":  # (BERT: its MLM head and pooler, whatever the architecture)
+    if head:  # BERT: its pooler always; the MLM head (BertForMaskedLM, BertForPreTraining) or this head instead
         arch = head.pop("arch")
         kw.update(head)
-        kw["source"] += (f" as {arch}: a {head.get('num_labels')}-label score layer on the last token"
+        token = "pooled [CLS] token" if mt == "bert" else "last token"
+        kw["source"] += (f" as {arch}: a {head.get('num_labels')}-label score layer on the {token}"
                          if head["output_head"] == "classifier" else f" as {arch}: no language-model head")
     _check_hf_ints(d, kw, mt, nested)
     needed = ["num_layers", "hidden_size", "num_attention_heads", "vocab_size"]

@@ -85,8 +85,10 @@ def stage_times(model: TransformerConfig, cfg: TrainingConfig, c: MappingCosts) 
     if cfg.tp_comm_overlap:
         tpf = np.maximum(0.0, tpf - L["gemm_f"])
         tpb = np.maximum(0.0, tpb - L["gemm_b"])
-    cpf = np.maximum(0.0, L["cpf"] - L["attn_f"])
-    cpb = np.maximum(0.0, L["cpb"] - L["attn_b"])
+    tpb = tpb + L["spgb"]  # SP: the weight gradients' input all-gather beyond the data-gradient GEMM it hides behind
+    # the ring (global layers) hides behind the attention blocks; the all-gather of windowed / chunked layers does not
+    cpf = np.maximum(0.0, L["cpf"] - L["attn_f"]) + L["cpgf"]
+    cpb = np.maximum(0.0, L["cpb"] - L["attn_b"]) + L["cpgb"]
     fwd_compute = L["f"]
     fwd = fwd_compute + tpf + L["epf"] + cpf
     recomp_compute = np.where(rc == "full", fwd_compute, np.where(rc == "selective", L["s"], 0.0))

@@ -47,7 +47,7 @@ def model_flops(model: TransformerConfig, cfg: TrainingConfig) -> tuple[float, f
     fwd = model.forward_flops_per_token(s, causal_skip=False)
     mf = 3.0 * fwd * tokens
     if cfg.recompute == "full":  # the layers run forward again; the output layer does not (Megatron's HFU)
-        head = model.head_flops_per_token(s) + (2.0 * model.hidden_size ** 2 if model.encoder_only else 0.0)
+        head = model.head_flops_per_token(s) + model.encoder_head_flops_per_token(s)
         hf = mf + (fwd - head) * tokens
     elif cfg.recompute == "selective" and not cfg.flash_attention:  # FlashAttention: nothing extra (as timed)
         hf = mf + 2.0 * s * (model.q_width + model.value_width) * model.num_layers * tokens
