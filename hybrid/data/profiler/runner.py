@@ -47,6 +47,8 @@ SOURCE = "hybrid-profile"
 #: Embedding weight arena: at most this many bytes, and at most this share of available memory.
 ARENA_MAX_BYTES = {False: 2 * 2**30, True: 64 * 2**20}
 ARENA_MEMORY_SHARE = 0.15
+#: The largest ``--seed`` (numpy's 32-bit seed range; the per-table seeds derived from it fit torch's 64 bits).
+MAX_SEED = 2**32 - 1
 
 
 @dataclass
@@ -85,6 +87,10 @@ class ProfileOptions:
                 raise InvalidInputError(f"--ranks sets the process counts of the collectives, which --only "
                                         f"{','.join(fams)} does not measure: add collective to --only, or drop --ranks")
             ranks = ()  # meta.json's options say no collective was run
+        if not 0 <= int(self.seed) <= MAX_SEED:
+            # the embedding and optimizer designs seed each table's generator with seed * 100003 + i: a larger seed
+            # overflowed torch's 64-bit seed when the embedding family started, after minutes of other families
+            raise InvalidInputError(f"--seed must be between 0 and {MAX_SEED}, got {self.seed}")
         if self.threads is not None and self.threads < 1:
             raise InvalidInputError(f"--threads must be >= 1, got {self.threads}")
         cores = available_cores()
