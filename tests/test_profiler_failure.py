@@ -99,3 +99,26 @@ def test_a_family_failing_midway_keeps_its_finished_configurations(tmp_path, mon
                                                  r"nothing written$"):
         run_profile(ProfileOptions(**{**opts.__dict__, "families": ("norm",)}), tmp_path / "c")
     assert not (tmp_path / "c").exists()
+
+
+def test_a_cpu_case_that_cannot_allocate_is_skipped_not_fatal(tmp_path, monkeypatch):
+    """PyTorch's CPU allocator says out of memory with a RuntimeError ("DefaultCPUAllocator: can't allocate memory"),
+    not MemoryError: a CPU case too large for the process's memory limit ended the run instead of being recorded
+    under skipped_cases as a GPU case out of memory is."""
+    from hybrid.data.profiler import kernels
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    real = kernels.softmax_cases
+    listed = []
+
+    def one_too_large(*args, **kwargs):
+        cases = listed[:] = real(*args, **kwargs)
+        cases[1].build = lambda: (torch.empty(2**62, dtype=torch.uint8), None)  # a real allocation failure
+        return cases
+
+    monkeypatch.setattr(kernels, "softmax_cases", one_too_large)
+    res = run_profile(ProfileOptions(quick=True, families=("softmax",), progress=False, force_cpu=True, threads=2,
+                                     device_name="lab-box"), tmp_path / "b")
+    assert res.meta["partial"] is False and len(res.table) == len(listed) - 1 > 0
+    (skip,) = res.meta["skipped_cases"]
+    assert skip["op"] == "softmax" and "can't allocate memory" in skip["reason"]

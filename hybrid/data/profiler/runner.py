@@ -550,7 +550,6 @@ def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any
     configuration under way, which a failure names."""
     from tqdm import tqdm
 
-    oom = _oom_errors(backend)
     rows = [] if into is None else into
     for case in tqdm(cases, desc=family, unit="cfg", disable=not progress, leave=False, file=sys.stderr):
         if current is not None:
@@ -558,7 +557,10 @@ def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any
         try:
             run, prepare = case.build()
             timing = measure(backend, run, prepare=prepare, policy=policy, clock=clock)
-        except oom as exc:  # record, never drop silently
+        except Exception as exc:
+            if not _is_oom(backend, exc):
+                raise
+            # record, never drop silently
             skipped.append({**case.row, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
             _release(backend)
             continue
@@ -574,10 +576,9 @@ def _kernel_times(backend: Backend, family: str, cases: list[Case], say: Callabl
                   ) -> tuple[list[dict[str, Any]], str]:
     """The family's kernel-timed rows and a note for ``meta.json``; a failure of the pass is logged and costs only
     these rows."""
-    oom = _oom_errors(backend)
     say(f"{family}: kernel times of {len(cases)} configurations (torch.profiler, CUPTI)")
     try:
-        times = kernel_pass(backend, cases, skip=lambda exc: isinstance(exc, oom))
+        times = kernel_pass(backend, cases, skip=lambda exc: _is_oom(backend, exc))
     except Exception as exc:  # noqa: BLE001 - the eager rows are measured already; keep them
         msg = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         say(f"{family}: kernel-time pass {msg}")
@@ -586,8 +587,20 @@ def _kernel_times(backend: Backend, family: str, cases: list[Case], say: Callabl
 
 
 def _oom_errors(backend: Backend) -> tuple[type[BaseException], ...]:
-    """The exceptions that mean a case did not fit in memory (recorded as skipped, never fatal)."""
+    """The exception types that mean a case did not fit in memory (recorded as skipped, never fatal)."""
     return tuple(t for t in (MemoryError, getattr(backend.torch, "OutOfMemoryError", None)) if t is not None)
+
+
+#: What PyTorch's CPU allocator says when an allocation fails: a plain ``RuntimeError``, not ``MemoryError`` or
+#: ``torch.OutOfMemoryError`` (which only the CUDA allocator raises).
+_CPU_ALLOC_FAILED = "DefaultCPUAllocator: can't allocate memory"
+
+
+def _is_oom(backend: Backend, exc: BaseException) -> bool:
+    """Whether ``exc`` means a case did not fit in memory: a CPU case too large for the memory limit (``ulimit -v``,
+    a container's address-space cap) failed the whole run instead of being skipped as a GPU case is."""
+    return isinstance(exc, _oom_errors(backend)) or (isinstance(exc, RuntimeError)
+                                                     and _CPU_ALLOC_FAILED in str(exc))
 
 
 def _release(backend: Backend) -> None:
