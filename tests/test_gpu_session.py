@@ -134,3 +134,52 @@ def test_a_step_out_of_time_gets_sigterm_before_it_is_killed(tmp_path):
     assert got["slow"]["status"] == "timeout" and got["slow"]["returncode"] == 143
     assert "wrote partial" in got["slow"]["output_tail"] and got["slow"]["seconds"] < 3.5
     assert got["deaf"]["status"] == "timeout" and got["deaf"]["returncode"] == -9 and got["deaf"]["seconds"] < 4.5
+
+
+def test_a_session_run_again_resumes_the_families_cut_short(tmp_path, monkeypatch):
+    """Running the session again into the same OUT measured every family again from the start (minutes of a lent
+    GPU), and a second interruption of a step left `profile-F` and `profile-F-partial` holding the same
+    configurations (merge refused them without --replace). Now a partial `profile-F` gets only the configurations it
+    lacks, merged into it, and a complete one is not measured again."""
+    pytest.importorskip("torch")
+    from hybrid.data.profiler import kernels
+    from hybrid.data.profiler.runner import ProfileFailedError, ProfileOptions, run_profile
+
+    sess = tmp_path / "sess"
+    target = sess / "profile-norm"
+    real = kernels.norm_cases
+    listed = []
+
+    def cut_short(*args, **kwargs):  # the earlier session's norm step stopped after two configurations
+        cases = listed[:] = real(*args, **kwargs)
+        cases[2].build = lambda: (_ for _ in ()).throw(RuntimeError("the session's step stopped here"))
+        return cases
+
+    monkeypatch.setattr(kernels, "norm_cases", cut_short)
+    with pytest.raises(ProfileFailedError):
+        run_profile(ProfileOptions(quick=True, families=("norm",), threads=2, progress=False, force_cpu=True,
+                                   device_name="lab-box"), target)
+    monkeypatch.undo()
+    before, _ = load_bundle(target)
+    assert len(before) == 2 and gs.bundle_state(target) == "partial"
+
+    (step,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    rest = sess / "profile-norm-rest"
+    assert step.resume == (str(target), str(rest)) and step.unavailable is None
+    assert step.argv[step.argv.index("-o") + 1] == str(rest) and step.argv[-2:] == ["--skip-existing", str(target)]
+    # the same device key as the run before, and no one-thread shared-bandwidth probe (seconds of this test)
+    argv = [*step.argv[:step.argv.index("--threads")], "--threads", "2", "--device-name", "lab-box",
+            *step.argv[step.argv.index("--threads") + 2:]]
+    man = gs.run_session(sess, 300, [gs.Step(step.name, argv, step.timeout_s, resume=step.resume)])
+    (res,) = man["steps"]
+    assert res["status"] == "ok", res
+    assert res["reason"].startswith(f"resumed: merged into {target} ({len(listed)} rows, complete)"), res
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-norm", gs.MANIFEST]  # no rest, no -partial
+    after, _ = load_bundle(target)
+    assert len(after) == len(listed)
+    kept = before.merge(after, on=list(before.columns), how="inner")  # the two rows measured before, as they were
+    assert len(kept) == 2
+
+    # a third run measures nothing of norm again
+    (again,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    assert "measured whole by an earlier session" in again.unavailable and again.resume is None
