@@ -57,6 +57,9 @@ def test_default_plan(tmp_path, monkeypatch):
     assert names[:3] == ["profile-attention", "profile-gemm", "traces"] and names[-1] == "dlrm"
     only = [st.name for st in gs.default_steps(tmp_path, families=("attention", "norm"))]
     assert only == ["profile-attention", "profile-norm", "traces", "dlrm"]  # no GEMM step: after the profiles
+    # a family named twice was measured twice, the second run replacing the first in the same directory
+    twice = [st.name for st in gs.default_steps(tmp_path, families=("norm", "attention", "norm"), dlrm_configs=0)]
+    assert twice == ["profile-norm", "profile-attention", "traces"]
     assert {f"profile-{f}" for f in gs.KERNEL_FAMILIES} <= set(names)
     by = {s.name: s for s in steps}
     assert "--skip-existing" not in by["profile-norm"].argv  # re-timed since the H100 bundle: measured whole

@@ -114,7 +114,7 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
     out = Path(out).absolute()
     skip_existing = Path(skip_existing).absolute() if skip_existing is not None else None
     steps = []
-    for fam in families:
+    for fam in dict.fromkeys(families):  # `--families gemm,gemm` measured the family twice, into one directory
         name = f"profile-{fam}"
         target = out / name
         state = bundle_state(target)
