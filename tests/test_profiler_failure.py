@@ -96,7 +96,7 @@ def test_a_family_failing_midway_keeps_its_finished_configurations(tmp_path, mon
     monkeypatch.setattr(kernels, "norm_cases", first_fails)
     with pytest.raises(ProfileFailedError, match=r"^norm failed \(measuring, 0 of \d+ configurations done\): "
                                                  r"RuntimeError: boom, before any configuration was measured: "
-                                                 r"nothing written$"):
+                                                 r"nothing written \(HYBRID_DEBUG=1 for a traceback\)$"):
         run_profile(ProfileOptions(**{**opts.__dict__, "families": ("norm",)}), tmp_path / "c")
     assert not (tmp_path / "c").exists()
 
@@ -122,3 +122,28 @@ def test_a_cpu_case_that_cannot_allocate_is_skipped_not_fatal(tmp_path, monkeypa
     assert res.meta["partial"] is False and len(res.table) == len(listed) - 1 > 0
     (skip,) = res.meta["skipped_cases"]
     assert skip["op"] == "softmax" and "can't allocate memory" in skip["reason"]
+
+
+def test_hybrid_debug_shows_the_traceback_of_a_failed_family(tmp_path, monkeypatch, capsys):
+    """The one-line error wraps the family's exception; HYBRID_DEBUG=1, which shows the traceback of any other
+    failure, showed nothing more for it."""
+    from hybrid.cli.main import main
+    from hybrid.data.profiler import kernels
+    from hybrid.data.profiler.runner import ProfileFailedError
+
+    real = kernels.softmax_cases
+
+    def first_fails(*args, **kwargs):
+        cases = real(*args, **kwargs)
+        cases[0].build = lambda: (_ for _ in ()).throw(RuntimeError("boom"))
+        return cases
+
+    monkeypatch.setattr(kernels, "softmax_cases", first_fails)
+    argv = ["profile", "--quick", "--cpu", "--threads", "2", "--only", "softmax", "--no-progress", "-o",
+            str(tmp_path / "p")]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.rstrip().splitlines()[-1].startswith("error: softmax failed (measuring, 0 of ")
+    monkeypatch.setenv("HYBRID_DEBUG", "1")
+    with pytest.raises(ProfileFailedError) as info:
+        main(argv)
+    assert isinstance(info.value.__cause__, RuntimeError) and str(info.value.__cause__) == "boom"

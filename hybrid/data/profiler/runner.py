@@ -313,8 +313,9 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
         say(f"interrupted {_during(now)}, before any configuration was measured: nothing written")
         raise interrupted
     if failed is not None and not rows and not kernel_rows:
+        hint = "" if isinstance(failed, HybridError) else " (HYBRID_DEBUG=1 for a traceback)"
         raise ProfileFailedError(f"{_failure(failed, now)}, before any configuration was measured: nothing "
-                                 "written") from failed
+                                 f"written{hint}") from failed
 
     if opts.skip_existing:
         say(f"{n_known} configuration(s) already in --skip-existing, not measured again")
