@@ -88,6 +88,14 @@ def test_cli_cpu_dry_run_measures(tmp_path, capsys):
     table, _ = load_bundle(out / "profile-attention")
     assert set(table["op"]) == {"attention"}
     assert "1 of 1 steps ok" in capsys.readouterr().out
+    # the same command again: the family measured whole is not measured again (it was, from the start)
+    meta = (out / "profile-attention" / "meta.json").read_text()
+    assert main(["bench", "gpu-session", str(out), "--cpu", "--families", "attention", "--dlrm-configs", "0",
+                 "--no-traces", "--budget", "300"]) == 0
+    assert "0 of 1 steps ok (1 measured by an earlier session into" in capsys.readouterr().out
+    (step,) = json.loads((out / gs.MANIFEST).read_text())["steps"]
+    assert step["status"] == "skipped" and gs.MEASURED_BEFORE in step["reason"]
+    assert (out / "profile-attention" / "meta.json").read_text() == meta
 
 
 def test_cli_refuses_bad_input(tmp_path, capsys):

@@ -63,6 +63,8 @@ TRACES_AFTER = "profile-gemm"
 #: Characters of a step's output kept in the manifest.
 TAIL_CHARS = 2000
 MANIFEST = "session.json"
+#: The reason of a step skipped because an earlier session into the same OUT measured its family whole.
+MEASURED_BEFORE = "measured whole by an earlier session"
 
 
 @dataclass
@@ -130,8 +132,8 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
         if skip_existing is not None and fam not in remeasure:
             argv += ["--skip-existing", str(skip_existing)]
         if state == "complete":
-            steps.append(Step(name, argv, limit, unavailable=f"{target} holds the {fam} family measured whole by an "
-                                                             "earlier session (remove it to measure it again)"))
+            steps.append(Step(name, argv, limit, unavailable=f"{target} holds the {fam} family {MEASURED_BEFORE} "
+                                                             "(remove it to measure it again)"))
         elif state == "partial":
             steps.append(Step(name, [*argv, "--skip-existing", str(target)], limit,
                               resume=(str(target), str(rest))))
