@@ -222,3 +222,37 @@ def test_collective_runs_of_two_process_counts_merge(tmp_path):
     back, cat = load_bundle(path)
     assert len(back) == len(coll) and cat.systems["cpu-amd-epyc-1c-gloo"].gpus_per_node == 4
     assert (path / "catalog.toml").read_text().startswith("#")  # the header comment kept
+
+
+def test_two_runs_on_a_gpu_the_catalog_does_not_know_merge(tmp_path):
+    """On a GPU the catalog does not know (or with a --device-name of its own), `hybrid profile` writes the GPU's
+    entry with its measured ceilings, which differ run by run: the per-family bundles of a gpu-session could not be
+    merged ('catalog.toml entries differ'). A GPU entry of the catalog's own, changed, is still refused."""
+    from hybrid.data.bundle import catalog_toml
+
+    table, _ = load_bundle(H100)
+    fam = family_array(table["op"])
+    table = table.assign(device="lab-gpu")
+
+    def entry(peak: float, bw: float, sms: int = 132, source: str = "measured by hybrid profile on 2026-12-06: "
+                                                                       "lab-gpu (not in the catalog)") -> dict:
+        return {"vendor": "nvidia", "kind": "gpu", "arch": "sm_90", "peak_tflops": {"fp32": peak, "bf16": 10 * peak},
+                "mem_bw_gbps": bw, "mem_gib": 79.2, "l2_mib": 50.0, "sms": sms, "kernel_latency_us": 5.1,
+                "aliases": ["lab-gpu"], "source": source}
+
+    a = write_bundle(tmp_path / "a", table[fam == "gemm"].reset_index(drop=True),
+                     catalog_toml({"lab-gpu": entry(50.1, 3000.2)}, {}), {"date": "1"})
+    b = write_bundle(tmp_path / "b", table[fam == "norm"].reset_index(drop=True),
+                     catalog_toml({"lab-gpu": entry(50.3, 2990.7)}, {}), {"date": "2"})
+    with pytest.warns(UserWarning, match="ceilings slightly differently"):
+        _, merged = merge_bundles([a, b], tmp_path / "ab")
+    assert len(merged) == int((fam == "gemm").sum() + (fam == "norm").sum())
+    other = write_bundle(tmp_path / "c", table[fam == "norm"].reset_index(drop=True),
+                         catalog_toml({"lab-gpu": entry(50.3, 2990.7, sms=108)}, {}), {"date": "3"})
+    with pytest.raises(InvalidInputError, match="catalog.toml entries differ"):  # another GPU (SM count)
+        merge_bundles([a, other], tmp_path / "ac")
+    user = [write_bundle(tmp_path / f"u{i}", table[fam == f].reset_index(drop=True),
+                         catalog_toml({"lab-gpu": entry(50.0 + i, 3000.0, source="datasheet")}, {}), {"date": str(i)})
+            for i, f in enumerate(("gemm", "norm"))]
+    with pytest.raises(InvalidInputError, match="catalog.toml entries differ"):  # not a profiler measurement
+        merge_bundles(user, tmp_path / "uu")

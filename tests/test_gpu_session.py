@@ -57,6 +57,9 @@ def test_default_plan(tmp_path, monkeypatch):
     assert names[:3] == ["profile-attention", "profile-gemm", "traces"] and names[-1] == "dlrm"
     only = [st.name for st in gs.default_steps(tmp_path, families=("attention", "norm"))]
     assert only == ["profile-attention", "profile-norm", "traces", "dlrm"]  # no GEMM step: after the profiles
+    # a family named twice was measured twice, the second run replacing the first in the same directory
+    twice = [st.name for st in gs.default_steps(tmp_path, families=("norm", "attention", "norm"), dlrm_configs=0)]
+    assert twice == ["profile-norm", "profile-attention", "traces"]
     assert {f"profile-{f}" for f in gs.KERNEL_FAMILIES} <= set(names)
     by = {s.name: s for s in steps}
     assert "--skip-existing" not in by["profile-norm"].argv  # re-timed since the H100 bundle: measured whole
@@ -85,6 +88,14 @@ def test_cli_cpu_dry_run_measures(tmp_path, capsys):
     table, _ = load_bundle(out / "profile-attention")
     assert set(table["op"]) == {"attention"}
     assert "1 of 1 steps ok" in capsys.readouterr().out
+    # the same command again: the family measured whole is not measured again (it was, from the start)
+    meta = (out / "profile-attention" / "meta.json").read_text()
+    assert main(["bench", "gpu-session", str(out), "--cpu", "--families", "attention", "--dlrm-configs", "0",
+                 "--no-traces", "--budget", "300"]) == 0
+    assert "0 of 1 steps ok (1 measured by an earlier session into" in capsys.readouterr().out
+    (step,) = json.loads((out / gs.MANIFEST).read_text())["steps"]
+    assert step["status"] == "skipped" and gs.MEASURED_BEFORE in step["reason"]
+    assert (out / "profile-attention" / "meta.json").read_text() == meta
 
 
 def test_cli_refuses_bad_input(tmp_path, capsys):
@@ -134,3 +145,52 @@ def test_a_step_out_of_time_gets_sigterm_before_it_is_killed(tmp_path):
     assert got["slow"]["status"] == "timeout" and got["slow"]["returncode"] == 143
     assert "wrote partial" in got["slow"]["output_tail"] and got["slow"]["seconds"] < 3.5
     assert got["deaf"]["status"] == "timeout" and got["deaf"]["returncode"] == -9 and got["deaf"]["seconds"] < 4.5
+
+
+def test_a_session_run_again_resumes_the_families_cut_short(tmp_path, monkeypatch):
+    """Running the session again into the same OUT measured every family again from the start (minutes of a lent
+    GPU), and a second interruption of a step left `profile-F` and `profile-F-partial` holding the same
+    configurations (merge refused them without --replace). Now a partial `profile-F` gets only the configurations it
+    lacks, merged into it, and a complete one is not measured again."""
+    pytest.importorskip("torch")
+    from hybrid.data.profiler import kernels
+    from hybrid.data.profiler.runner import ProfileFailedError, ProfileOptions, run_profile
+
+    sess = tmp_path / "sess"
+    target = sess / "profile-norm"
+    real = kernels.norm_cases
+    listed = []
+
+    def cut_short(*args, **kwargs):  # the earlier session's norm step stopped after two configurations
+        cases = listed[:] = real(*args, **kwargs)
+        cases[2].build = lambda: (_ for _ in ()).throw(RuntimeError("the session's step stopped here"))
+        return cases
+
+    monkeypatch.setattr(kernels, "norm_cases", cut_short)
+    with pytest.raises(ProfileFailedError):
+        run_profile(ProfileOptions(quick=True, families=("norm",), threads=2, progress=False, force_cpu=True,
+                                   device_name="lab-box"), target)
+    monkeypatch.undo()
+    before, _ = load_bundle(target)
+    assert len(before) == 2 and gs.bundle_state(target) == "partial"
+
+    (step,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    rest = sess / "profile-norm-rest"
+    assert step.resume == (str(target), str(rest)) and step.unavailable is None
+    assert step.argv[step.argv.index("-o") + 1] == str(rest) and step.argv[-2:] == ["--skip-existing", str(target)]
+    # the same device key as the run before, and no one-thread shared-bandwidth probe (seconds of this test)
+    argv = [*step.argv[:step.argv.index("--threads")], "--threads", "2", "--device-name", "lab-box",
+            *step.argv[step.argv.index("--threads") + 2:]]
+    man = gs.run_session(sess, 300, [gs.Step(step.name, argv, step.timeout_s, resume=step.resume)])
+    (res,) = man["steps"]
+    assert res["status"] == "ok", res
+    assert res["reason"].startswith(f"resumed: merged into {target} ({len(listed)} rows, complete)"), res
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-norm", gs.MANIFEST]  # no rest, no -partial
+    after, _ = load_bundle(target)
+    assert len(after) == len(listed)
+    kept = before.merge(after, on=list(before.columns), how="inner")  # the two rows measured before, as they were
+    assert len(kept) == 2
+
+    # a third run measures nothing of norm again
+    (again,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    assert "measured whole by an earlier session" in again.unavailable and again.resume is None

@@ -234,6 +234,12 @@ def test_options_are_checked():
         ProfileOptions(families=("gemm", "softmax"), ranks=(4,)).checked()
     assert ProfileOptions(families=("gemm",)).checked().ranks == ()  # meta.json: no collective process counts
     assert ProfileOptions(families=("gemm", "collective"), ranks=(4,)).checked().ranks == (4,)
+    # a seed whose per-table seeds (seed * 100003 + i) overflow torch's 64 bits failed when the embedding family
+    # started, minutes in; a negative one (from Python) in numpy, in the first family
+    for bad in (200_000_000_000_000, 2**32, -1):
+        with pytest.raises(InvalidInputError, match="--seed must be between 0 and 4294967295"):
+            ProfileOptions(seed=bad).checked()
+    assert ProfileOptions(seed=2**32 - 1).checked().seed == 2**32 - 1
 
 
 # ------------------------------------------------------------------------------------------ end to end
@@ -354,6 +360,8 @@ def test_cli_bad_option_leaves_no_output(tmp_path, capsys):
     assert main(["profile", "--quick", "--only", "gemm,bogus", "-o", str(out)]) == 2
     assert "unknown op family bogus" in capsys.readouterr().err
     assert main(["profile", "--quick", "--ranks", "1", "-o", str(out)]) == 2
+    assert main(["profile", "--quick", "--seed", "200000000000000", "-o", str(out)]) == 2
+    assert "--seed" in capsys.readouterr().err
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 

@@ -30,6 +30,7 @@ import os
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,6 +63,8 @@ TRACES_AFTER = "profile-gemm"
 #: Characters of a step's output kept in the manifest.
 TAIL_CHARS = 2000
 MANIFEST = "session.json"
+#: The reason of a step skipped because an earlier session into the same OUT measured its family whole.
+MEASURED_BEFORE = "measured whole by an earlier session"
 
 
 @dataclass
@@ -73,6 +76,9 @@ class Step:
     timeout_s: float
     #: why the step cannot run on this machine (then it is recorded as skipped, not run)
     unavailable: str | None = None
+    #: (bundle, rest): the step measures what an earlier session's partial ``bundle`` lacks into ``rest``, which
+    #: :func:`run_session` then merges into ``bundle`` (:func:`default_steps`, a session run again)
+    resume: tuple[str, str] | None = None
 
 
 @dataclass
@@ -98,14 +104,25 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
     """The session plan of the module docstring (``cpu``: profile the CPU instead, for trying the plan out).
 
     Paths in the steps are absolute: :func:`run_session` runs them in the checkout, so a relative ``out`` put the
-    steps' bundles under the checkout while ``session.json`` went to ``out`` beside the caller."""
+    steps' bundles under the checkout while ``session.json`` went to ``out`` beside the caller.
+
+    A session run again into the same ``out`` resumes (:func:`bundle_state`): a family whose ``profile-F`` bundle is
+    complete is not measured again (skipped, with the reason), and one whose bundle is partial (the step ran out of
+    time, was interrupted or failed) measures only the configurations it lacks, into ``profile-F-rest``, which
+    :func:`run_session` merges into ``profile-F``. Measuring everything again re-ran every finished family (minutes
+    of a lent GPU), and a second interruption left ``profile-F`` and ``profile-F-partial`` holding the same
+    configurations."""
     cli = [python, "-m", "hybrid.cli.main"]
     out = Path(out).absolute()
     skip_existing = Path(skip_existing).absolute() if skip_existing is not None else None
     steps = []
-    for fam in families:
+    for fam in dict.fromkeys(families):  # `--families gemm,gemm` measured the family twice, into one directory
         name = f"profile-{fam}"
-        argv = [*cli, "profile", "--only", fam, "-o", str(out / name), "--no-progress", "--force"]
+        target = out / name
+        state = bundle_state(target)
+        rest = out / f"{name}-rest"
+        dest = rest if state == "partial" else target
+        argv = [*cli, "profile", "--only", fam, "-o", str(dest), "--no-progress", "--force"]
         if cpu:
             argv += ["--cpu", "--threads", "1", "--quick"]
         limit = STEP_LIMITS.get(name, STEP_LIMITS["profile"])
@@ -114,7 +131,14 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
             limit += int(MAX_PASS_S)
         if skip_existing is not None and fam not in remeasure:
             argv += ["--skip-existing", str(skip_existing)]
-        steps.append(Step(name, argv, limit))
+        if state == "complete":
+            steps.append(Step(name, argv, limit, unavailable=f"{target} holds the {fam} family {MEASURED_BEFORE} "
+                                                             "(remove it to measure it again)"))
+        elif state == "partial":
+            steps.append(Step(name, [*argv, "--skip-existing", str(target)], limit,
+                              resume=(str(target), str(rest))))
+        else:
+            steps.append(Step(name, argv, limit))
     tail: list[Step] = []
     if dlrm_configs > 0:
         tail.append(Step("dlrm", [*cli, "bench", "campaign", str(out / "dlrm"), "--device", "cpu" if cpu else "cuda",
@@ -138,6 +162,22 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
         at = names.index(TRACES_AFTER) + 1 if TRACES_AFTER in names else len(steps)
         steps.insert(at, step)
     return steps + tail
+
+
+def bundle_state(path: Path) -> str | None:
+    """``"complete"`` or ``"partial"`` for a profile bundle at ``path`` (its ``meta.json``'s ``partial``: a merged
+    bundle's per-run list says complete when its last run, the one that measured the rest, finished), None when
+    ``path`` holds no bundle whose meta can be read (the step then runs as in a new session)."""
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or not (path / "measurements.csv").is_file():
+        return None
+    partial = meta.get("partial", False)
+    if isinstance(partial, list):
+        partial = bool(partial[-1]) if partial else False
+    return "partial" if partial else "complete"
 
 
 def committed_bundle_for(device_name: str, datasets: Path | None = None) -> Path | None:
@@ -178,12 +218,49 @@ def run_session(out: str | os.PathLike, budget_s: float, steps: Sequence[Step], 
             res = StepResult(step.name, "skipped", argv=step.argv,
                              reason=f"{left:.0f} s left of the budget, the step may need {step.timeout_s:.0f} s")
         else:
+            if step.resume is not None:  # a rest left by a session stopped before it merged: merged first
+                _merge_rest(*step.resume)
             res = _run_step(step, min(step.timeout_s, left), run_env, root)
+            if step.resume is not None:
+                merged = _merge_rest(*step.resume)
+                res.reason = "; ".join(r for r in (res.reason, merged) if r)
         manifest["steps"].append(asdict(res))
         manifest["elapsed_s"] = round(time.monotonic() - start, 1)
         write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
         say(f"{res.name}: {res.status} ({res.seconds:.0f} s){' - ' + res.reason if res.reason else ''}")
     return manifest
+
+
+def _merge_rest(bundle: str, rest: str) -> str:
+    """Merge the bundle ``rest`` (what a resumed step measured) into ``bundle``, replacing it, and remove ``rest``;
+    what happened, for the step's ``reason`` ('' when there is no ``rest``). A merge that fails leaves both as they
+    are and says how to merge them by hand."""
+    import shutil
+
+    from hybrid.data.bundle import merge_bundles
+    from hybrid.errors import HybridError
+
+    base, extra = Path(bundle), Path(rest)
+    if bundle_state(extra) is None:
+        return ""
+    tmp = base.with_name(f".{base.name}-merging")
+    old = base.with_name(f".{base.name}-merged-away")
+    for stale in (tmp, old):
+        if stale.exists():
+            shutil.rmtree(stale)
+    try:
+        with warnings.catch_warnings():  # the two runs' measured CPU ceilings differ a little: expected here
+            warnings.simplefilter("ignore", UserWarning)
+            _, table = merge_bundles([base, extra], tmp, on_duplicate="last",
+                                     note=f"{extra.name} (the rest of an interrupted session step) merged in")
+    except (HybridError, OSError, ValueError) as exc:
+        return (f"the rest is in {extra} and could not be merged into {base} ({exc}); merge them with `hybrid data "
+                f"merge {base} {extra} -o ALL --replace`")
+    base.rename(old)
+    tmp.rename(base)
+    shutil.rmtree(old)
+    shutil.rmtree(extra)
+    return f"resumed: merged into {base} ({len(table)} rows, {bundle_state(base)})"
 
 
 #: A step that runs out of time gets SIGTERM this long (at most a tenth of its limit) before its limit, then

@@ -162,7 +162,13 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
     """Measure a lent GPU in one prepared command: attention, GEMMs, traces, the other kernel families, DLRM runs
     (in that order, within --budget), with OUT_DIR/session.json saying what ran. Needs only PyTorch and pandas."""
     torch = require_torch("hybrid bench gpu-session")
-    from hybrid.bench.gpu_session import KERNEL_FAMILIES, committed_bundle_for, default_steps, run_session
+    from hybrid.bench.gpu_session import (
+        KERNEL_FAMILIES,
+        MEASURED_BEFORE,
+        committed_bundle_for,
+        default_steps,
+        run_session,
+    )
     from hybrid.data.profiler.cases import PROFILE_FAMILIES
 
     if dlrm_configs < 0:
@@ -183,7 +189,10 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
                           traces=not no_traces, cpu=cpu)
     manifest = run_session(out_dir, budget_s, steps, progress=click.echo)
     done = sum(s["status"] == "ok" for s in manifest["steps"])
-    click.echo(f"{done} of {len(manifest['steps'])} steps ok in {manifest['elapsed_s']:.0f} s -> "
+    before = sum(s["status"] == "skipped" and MEASURED_BEFORE in s["reason"] for s in manifest["steps"])
+    click.echo(f"{done} of {len(manifest['steps'])} steps ok"
+               + (f" ({before} measured by an earlier session into {out_dir})" if before else "")
+               + f" in {manifest['elapsed_s']:.0f} s -> "
                f"{Path(out_dir) / 'session.json'}")
 
 

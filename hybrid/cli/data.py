@@ -176,7 +176,8 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
         if said:
             click.echo(f"warning: {said}", err=True)
     for p, stop in partial:
-        click.echo(f"warning: {p} is a partial bundle: its profile was interrupted (families not complete: "
+        how = f"failed ({stop['error']})" if stop.get("by") == "error" and stop.get("error") else "was interrupted"
+        click.echo(f"warning: {p} is a partial bundle: its profile {how} (families not complete: "
                    f"{', '.join(stop.get('families_not_complete') or []) or 'unknown'}); measure the rest with "
                    f"`{stop.get('resume', 'hybrid profile --skip-existing ...')}` and merge the two", err=True)
     if wrong:

@@ -155,6 +155,8 @@ def _run(argv: list[str] | None) -> int:
         exc.show()
         return exc.exit_code
     except HybridError as exc:
+        if os.environ.get("HYBRID_DEBUG") and exc.__cause__ is not None:
+            raise  # the failure the one line wraps (a profile family's kernel that raised), with its traceback
         click.echo(f"error: {exc}", err=True)
         return 2
     except Terminated:

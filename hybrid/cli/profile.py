@@ -34,7 +34,8 @@ def _parse_ranks(value: str | None) -> tuple[int, ...] | None:
 @click.option("--only", default=None,
               help=f"Comma-separated op families: {','.join(PROFILE_FAMILIES)} [default: all].")
 @click.option("--threads", type=int, default=None, help="torch.set_num_threads value [default: all available cores].")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the shape / embedding designs.")
+@click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=0, show_default=True,
+              help="Seed of the shape / embedding designs.")
 @click.option("--cpu", "force_cpu", is_flag=True, help="Profile the CPU even when a CUDA GPU is available.")
 @click.option("--clock", type=click.Choice(["auto", "wall", "thread"]), default="auto", show_default=True,
               help="CPU timer: thread = on-core time of the measuring thread (needs --threads 1; robust to other "

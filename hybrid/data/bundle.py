@@ -271,6 +271,8 @@ def _catalog_body(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
 
 
+#: How the ``source`` of a catalog entry that ``hybrid profile`` measured begins (``hybrid.data.profiler.runner``).
+PROFILER_SOURCE = "measured by hybrid profile"
 #: Device fields ``hybrid profile`` measures (its ceilings): two runs on one machine differ in them by noise.
 MEASURED_DEVICE_FIELDS = ("peak_tflops", "mem_bw_gbps", "kernel_latency_us", "boost_clock_mhz", "source", "notes",
                           "mem_bw_shared_gbps", "mem_gib")  # mem_gib: a CPU's MemTotal moves by kilobytes between boots
@@ -285,8 +287,12 @@ def _described(text: str) -> dict[str, Any]:
         raw = tomllib.loads(text) if text.strip() else {}
     except tomllib.TOMLDecodeError:
         return {"text": text}
-    # only a CPU entry is the profiler's own measurement (a GPU's comes from the packaged catalog or a user override)
-    cpus = {k for k, e in raw.get("devices", {}).items() if str(e.get("kind", "")).lower() == "cpu"}
+    # the profiler's own measurements: a CPU entry, and the entry it writes for a GPU the catalog does not know
+    # (`hybrid profile` on a new GPU, or with a --device-name of its own: its ceilings differ run by run, and the
+    # per-family bundles of a session could not be merged); a GPU's other entries come from the packaged catalog
+    # or a user override
+    cpus = {k for k, e in raw.get("devices", {}).items() if str(e.get("kind", "")).lower() == "cpu"
+            or str(e.get("source", "")).startswith(PROFILER_SOURCE)}
     devs = {k: {f: v for f, v in e.items() if k not in cpus or f not in MEASURED_DEVICE_FIELDS}
             for k, e in raw.get("devices", {}).items()}
     syss = {k: {f: v for f, v in e.items() if e.get("device") not in cpus or f not in MEASURED_SYSTEM_FIELDS}

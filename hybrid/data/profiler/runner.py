@@ -13,6 +13,7 @@ import re
 import shlex
 import sys
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +47,8 @@ SOURCE = "hybrid-profile"
 #: Embedding weight arena: at most this many bytes, and at most this share of available memory.
 ARENA_MAX_BYTES = {False: 2 * 2**30, True: 64 * 2**20}
 ARENA_MEMORY_SHARE = 0.15
+#: The largest ``--seed`` (numpy's 32-bit seed range; the per-table seeds derived from it fit torch's 64 bits).
+MAX_SEED = 2**32 - 1
 
 
 @dataclass
@@ -84,6 +87,10 @@ class ProfileOptions:
                 raise InvalidInputError(f"--ranks sets the process counts of the collectives, which --only "
                                         f"{','.join(fams)} does not measure: add collective to --only, or drop --ranks")
             ranks = ()  # meta.json's options say no collective was run
+        if not 0 <= int(self.seed) <= MAX_SEED:
+            # the embedding and optimizer designs seed each table's generator with seed * 100003 + i: a larger seed
+            # overflowed torch's 64-bit seed when the embedding family started, after minutes of other families
+            raise InvalidInputError(f"--seed must be between 0 and {MAX_SEED}, got {self.seed}")
         if self.threads is not None and self.threads < 1:
             raise InvalidInputError(f"--threads must be >= 1, got {self.threads}")
         cores = available_cores()
@@ -229,6 +236,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     done: list[str] = []  # families measured to their end
     now: dict[str, Any] = {}  # the step under way: what an interruption cut short
     interrupted: KeyboardInterrupt | None = None
+    failed: Exception | None = None  # a family that raised: what it measured is kept as for an interruption
     t0 = time.perf_counter()
     try:
         for family in opts.families:
@@ -245,7 +253,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                 cases = fresh
             now = {"family": family, "step": "measuring", "rows_before": len(rows), "cases": len(cases)}
             say(f"{family}: {len(cases)} configurations")  # with --no-progress the only sign of progress
-            _measure_cases(backend, family, cases, policy, opts.progress, skipped, clock, into=rows)
+            _measure_cases(backend, family, cases, policy, opts.progress, skipped, clock, into=rows, current=now)
             durations[family] = time.perf_counter() - t0
             _release(backend)
             if opts.kernel_times and every:
@@ -278,9 +286,14 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                                            **({"already_measured": res.already} if res.already else {})}
             durations["collective"] = time.perf_counter() - t0
             done.append("collective")
-    except KeyboardInterrupt as exc:  # Ctrl-C, or the SIGTERM of a time limit that the CLI raises as one
-        # what was measured is kept (a partial bundle below), then the interruption goes on
-        interrupted = exc
+    except (KeyboardInterrupt, Exception) as exc:
+        # Ctrl-C, the SIGTERM of a time limit that the CLI raises as one, or a family that failed (a kernel that
+        # raises, a collective whose ranks cannot connect): what was measured is kept (a partial bundle below),
+        # then the interruption goes on or the failure is reported with where the rows are
+        if isinstance(exc, KeyboardInterrupt):
+            interrupted = exc
+        else:
+            failed = exc
         if now:
             durations[now["family"] + (" kernel times" if now["step"] == "kernel times" else "")] = \
                 time.perf_counter() - t0
@@ -288,6 +301,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
             kernel_notes[now["family"]] = "interrupted"
         if now.get("step") == "measuring":
             now["measured"] = len(rows) - now.pop("rows_before")
+    failing_case = now.pop("case", None)  # the configuration under way (_measure_cases), said for a failure only
+    stopped: BaseException | None = interrupted or failed
     system_entry = None
     if coll_rows:
         system_entry = _system_entry(backend, device_key, coll_rows)
@@ -297,6 +312,10 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     if interrupted is not None and not rows and not kernel_rows:
         say(f"interrupted {_during(now)}, before any configuration was measured: nothing written")
         raise interrupted
+    if failed is not None and not rows and not kernel_rows:
+        hint = "" if isinstance(failed, HybridError) else " (HYBRID_DEBUG=1 for a traceback)"
+        raise ProfileFailedError(f"{_failure(failed, now)}, before any configuration was measured: nothing "
+                                 f"written{hint}") from failed
 
     if opts.skip_existing:
         say(f"{n_known} configuration(s) already in --skip-existing, not measured again")
@@ -330,20 +349,57 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                                 "per_family": kernel_notes,
                                 "what": "median CUPTI kernel time of 3 marked calls per configuration (framework "
                                         "cupti), measured after the family's eager timings"}
-    meta["partial"] = interrupted is not None
-    if interrupted is not None and out.is_dir() and any(out.iterdir()):
+    meta["partial"] = stopped is not None
+    if stopped is not None and out.is_dir() and any(out.iterdir()):
         # --force replaces a bundle when the run ends; a run cut short leaves it and writes its rows beside it
         # (an empty directory, as a run without --force may fill, is no bundle to keep)
         out, force = _free_sibling(out, "partial"), False
-    if interrupted is not None:
-        meta["interrupted"] = _interruption(interrupted, now, done, opts, coll_notes, out)
+    if stopped is not None:
+        meta["interrupted"] = _interruption(stopped, now, done, opts, coll_notes, out)
+        if failed is not None:
+            meta["interrupted"]["error"] = _error_line(failed)
+            if failing_case is not None:
+                meta["interrupted"]["configuration"] = failing_case
+            meta["interrupted"]["traceback"] = "".join(traceback.format_exception(failed))[-4000:]
     path = write_bundle(out, table, text, meta, force=force, kernel_times=kernel_table)
+    rest = (f"the {len(table)} rows measured so far are in {path}, a partial bundle (meta.json: partial); measure "
+            f"the rest with `{meta['interrupted']['resume']}`, then `hybrid data merge {path} {path}-rest -o ALL`"
+            if stopped is not None else "")
     if interrupted is not None:
-        say(f"interrupted {_during(now)}: the {len(table)} rows measured so far are in {path}, a partial bundle "
-            f"(meta.json: partial); measure the rest with `{meta['interrupted']['resume']}`, then "
-            f"`hybrid data merge {path} {path}-rest -o ALL`")
+        say(f"interrupted {_during(now)}: {rest}")
         raise interrupted
+    if failed is not None:
+        raise ProfileFailedError(f"{_failure(failed, now)}; {rest}", path=path, meta=meta) from failed
     return ProfileResult(path=path, table=table, catalog_text=text, meta=meta)
+
+
+class ProfileFailedError(HybridError):
+    """A family of :func:`run_profile` raised (a kernel that fails, a collective whose ranks cannot connect). What
+    was measured before it is in the partial bundle ``path`` (None when nothing was), as an interrupted run's is;
+    ``meta`` is its ``meta.json`` (``interrupted``: ``by = "error"``, the ``error``, the ``resume`` command)."""
+
+    def __init__(self, message: str, *, path: Path | None = None, meta: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.meta = meta
+
+
+def _error_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (a torch error's message runs over many lines of C++ context)."""
+    text = str(exc).strip().splitlines()
+    if isinstance(exc, HybridError) and text:  # hybrid's own one-line messages say what failed without a type
+        return text[0][:300]
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+def _failure(exc: BaseException, now: dict[str, Any]) -> str:
+    """The one-line head of a failed run's error: the family, the step and the failure."""
+    if not now:
+        return f"the profile failed before the first family ({_error_line(exc)})"
+    where = now["step"]
+    if now.get("step") == "measuring" and "cases" in now:
+        where = f"measuring, {now.get('measured', 0)} of {now['cases']} configurations done"
+    return f"{now['family']} failed ({where}): {_error_line(exc)}"
 
 
 def _free_sibling(path: Path, tag: str) -> Path:
@@ -361,7 +417,7 @@ def _during(now: dict[str, Any]) -> str:
     return f"in {now['family']} ({now['step']})" if now else "before the first family"
 
 
-def _interruption(exc: KeyboardInterrupt, now: dict[str, Any], done: list[str], opts: ProfileOptions,
+def _interruption(exc: BaseException, now: dict[str, Any], done: list[str], opts: ProfileOptions,
                   coll_notes: dict[str, Any], out: Path) -> dict[str, Any]:
     """``meta.json``'s ``interrupted``: what stopped the run, where, which families are whole, and the command that
     measures the rest. A family cut short keeps the configurations it finished (each row a complete measurement),
@@ -382,7 +438,7 @@ def _interruption(exc: KeyboardInterrupt, now: dict[str, Any], done: list[str], 
     resume += ["-o", f"{out}-rest"]
     return {
         "by": "SIGTERM" if type(exc).__name__ == "Terminated" else "SIGINT" if type(exc) is KeyboardInterrupt
-              else type(exc).__name__,
+              else "error" if not isinstance(exc, KeyboardInterrupt) else type(exc).__name__,
         "during": now or None,
         "families_complete": list(done),
         "families_not_complete": rest,
@@ -488,24 +544,32 @@ def _arena_bytes(quick: bool) -> float:
 
 def _measure_cases(backend: Backend, family: str, cases: list[Case], policy: Any, progress: bool,
                    skipped: list[dict[str, Any]], clock: str = "wall",
-                   into: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+                   into: list[dict[str, Any]] | None = None,
+                   current: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Time ``cases``; each row is appended to ``into`` (returned; a new list by default) as soon as it is measured,
-    so an interrupted family keeps the configurations it finished."""
+    so an interrupted family keeps the configurations it finished. ``current["case"]`` (when given) is the
+    configuration under way, which a failure names."""
     from tqdm import tqdm
 
-    oom = _oom_errors(backend)
     rows = [] if into is None else into
     for case in tqdm(cases, desc=family, unit="cfg", disable=not progress, leave=False, file=sys.stderr):
+        if current is not None:
+            current["case"] = {k: (v.item() if hasattr(v, "item") else v) for k, v in case.row.items()}
         try:
             run, prepare = case.build()
             timing = measure(backend, run, prepare=prepare, policy=policy, clock=clock)
-        except oom as exc:  # record, never drop silently
+        except Exception as exc:
+            if not _is_oom(backend, exc):
+                raise
+            # record, never drop silently
             skipped.append({**case.row, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
             _release(backend)
             continue
         finally:
             run = prepare = None  # free the case's tensors before the next one
         rows.append({**case.row, **timing.as_row()})
+    if current is not None:
+        current.pop("case", None)
     return rows
 
 
@@ -513,10 +577,9 @@ def _kernel_times(backend: Backend, family: str, cases: list[Case], say: Callabl
                   ) -> tuple[list[dict[str, Any]], str]:
     """The family's kernel-timed rows and a note for ``meta.json``; a failure of the pass is logged and costs only
     these rows."""
-    oom = _oom_errors(backend)
     say(f"{family}: kernel times of {len(cases)} configurations (torch.profiler, CUPTI)")
     try:
-        times = kernel_pass(backend, cases, skip=lambda exc: isinstance(exc, oom))
+        times = kernel_pass(backend, cases, skip=lambda exc: _is_oom(backend, exc))
     except Exception as exc:  # noqa: BLE001 - the eager rows are measured already; keep them
         msg = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         say(f"{family}: kernel-time pass {msg}")
@@ -525,8 +588,20 @@ def _kernel_times(backend: Backend, family: str, cases: list[Case], say: Callabl
 
 
 def _oom_errors(backend: Backend) -> tuple[type[BaseException], ...]:
-    """The exceptions that mean a case did not fit in memory (recorded as skipped, never fatal)."""
+    """The exception types that mean a case did not fit in memory (recorded as skipped, never fatal)."""
     return tuple(t for t in (MemoryError, getattr(backend.torch, "OutOfMemoryError", None)) if t is not None)
+
+
+#: What PyTorch's CPU allocator says when an allocation fails: a plain ``RuntimeError``, not ``MemoryError`` or
+#: ``torch.OutOfMemoryError`` (which only the CUDA allocator raises).
+_CPU_ALLOC_FAILED = "DefaultCPUAllocator: can't allocate memory"
+
+
+def _is_oom(backend: Backend, exc: BaseException) -> bool:
+    """Whether ``exc`` means a case did not fit in memory: a CPU case too large for the memory limit (``ulimit -v``,
+    a container's address-space cap) failed the whole run instead of being skipped as a GPU case is."""
+    return isinstance(exc, _oom_errors(backend)) or (isinstance(exc, RuntimeError)
+                                                     and _CPU_ALLOC_FAILED in str(exc))
 
 
 def _release(backend: Backend) -> None:
