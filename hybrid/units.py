@@ -43,8 +43,8 @@ _DTYPE_ALIASES: dict[str, str] = {
 DTYPE_FALLBACK: dict[str, tuple[str, ...]] = {
     "tf32": ("fp32",),
     "bf16": ("fp16", "fp32"),
-    # a device listing only bf16 tensor-core units (a user entry, a bf16-first accelerator) runs fp16 on them at
-    # the same width: priced at fp32 it was 8-16x too slow
+    # a GPU listing only bf16 tensor-core units (a user entry, a bf16-first accelerator) runs fp16 on them at the
+    # same width: priced at fp32 it was 8-16x too slow (a CPU's bf16 units do not: Device.peak_dtype)
     "fp16": ("bf16", "fp32"),
     "fp8": ("fp16", "bf16", "fp32"),
     "fp4": ("fp8", "fp16", "bf16", "fp32"),  # no FP4 units: dequantised to the next narrowest path the device has

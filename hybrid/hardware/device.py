@@ -80,8 +80,12 @@ class Device:
         if name in self.peak_flops:
             return name
         for alt in DTYPE_FALLBACK.get(name, ()):
-            # a bf16 listed at the FP32 rate (no bf16 units: :meth:`lacks_units`) is FP32, and named so
-            if alt in self.peak_flops and not (alt == "bf16" and self.lacks_units(alt) and "fp32" in self.peak_flops):
+            # a bf16 listed at the FP32 rate (no bf16 units: :meth:`lacks_units`) is FP32, and named so; a CPU's bf16
+            # units (AMX, AVX512-BF16) do not run fp16 or int8: those stay on its FP32 path
+            if alt == "bf16" and (self.lacks_units(alt) and "fp32" in self.peak_flops
+                                  or self.kind != "gpu" and name in ("fp16", "int8")):
+                continue
+            if alt in self.peak_flops:
                 return alt
         raise InvalidInputError(f"device {self.key} has no peak for dtype {name} (known: {sorted(self.peak_flops)})")
 
