@@ -510,3 +510,46 @@ def test_a_log_saved_with_a_byte_order_mark_is_still_recognised(tmp_path, catalo
     ref = import_nccl_tests(plain, catalog=catalog, system="DGX-H100")
     got = import_nccl_tests(d / "slurm-1234.out", catalog=catalog, system="DGX-H100")
     assert got["time_us"].tolist() == ref["time_us"].tolist() and len(got) == 8
+
+
+PER_ITER = """\
+# nccl-tests version 2.17.8 nccl-headers=22807 nccl-library=22807
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 4 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0
+# Per-Iteration Report: CUDA event timing; i_* uses max over process rows
+#
+# Using devices
+#  Rank  0 Group  0 Pid  41230 on     node-a device  0 [0000:07:00] NVIDIA A100-SXM4-40GB
+#  Rank  1 Group  0 Pid  41230 on     node-a device  1 [0000:0b:00] NVIDIA A100-SXM4-40GB
+#  Rank  2 Group  0 Pid  41230 on     node-a device  2 [0000:48:00] NVIDIA A100-SXM4-40GB
+#  Rank  3 Group  0 Pid  41230 on     node-a device  3 [0000:4c:00] NVIDIA A100-SXM4-40GB
+#
+#                                                      out-of-place (+ per-iteration)                                in-place (+ per-iteration)
+#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)
+     1048576        262144     float     sum      -1    29.51   35.53   53.30       0    28.10    31.20    31.20     2.11    29.80   35.19   52.78       0    28.40    31.90    31.90     2.40
+     2097152        524288     float     sum      -1    40.12   52.27   78.41       0    39.00    42.10    42.10     1.50    40.50   51.78   77.67       0    39.20    42.90    42.90     1.61
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 65.54
+#
+# Collective test concluded: all_reduce_perf
+"""
+
+
+def test_the_per_iteration_report_columns_are_not_time_columns(tmp_path, catalog):
+    """nccl-tests' per-iteration report adds i_min / i_max / i_p99 (us) and i_cv% (%) to each timing group, and
+    their units to the units line: each group's time unit is still the one before its bandwidths (the line was
+    refused as 10 time units for 2 time columns)."""
+    p = tmp_path / "all_reduce_perf.log"
+    p.write_text(PER_ITER)
+    df = import_nccl_tests(p, catalog=catalog, system="DGX-A100")
+    assert df["time_us"].tolist() == [29.51, 29.80, 40.12, 40.50]
+    assert df["in_place"].tolist() == [False, True, False, True] and (df["wrong"] == 0).all()
+    # the group's own time column still says its unit
+    ms = tmp_path / "ms.log"
+    units = next(line for line in PER_ITER.splitlines() if "(elements)" in line)
+    head, tail = units.split("(us)", 1)
+    ms.write_text(PER_ITER.replace(units, head + "(ms)" + tail))
+    with pytest.warns(DataImportWarning, match="in ms / us"), \
+            pytest.raises(ImportFormatError, match=r"ms\.log: line 15: out-of-place time 29\.51, read as 29510 us"):
+        import_nccl_tests(ms, catalog=catalog, system="DGX-A100")

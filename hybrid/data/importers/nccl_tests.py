@@ -229,8 +229,16 @@ def _time_scales(sec: _Section, path: Path, n_groups: int) -> list[float]:
         return [1.0] * n_groups
     no, toks = sec.units
     # the units line: (B) and (elements) for size and count, then per timing group the time's unit and two
-    # bandwidths (GB/s); #wrong has none
-    units = [t[1:-1] for t in toks if t not in ("(B)", "(elements)") and "/s" not in t.lower()]
+    # bandwidths (GB/s); #wrong has none. Where the line gives bandwidths, a group's time unit is the one right
+    # before them: nccl-tests' per-iteration report (-I) adds four more columns per group, i_min / i_max / i_p99
+    # in (us) and i_cv% in (%), which are no time column of the table
+    rest = [t for t in toks if t not in ("(B)", "(elements)")]
+    is_bw = ["/s" in t.lower() for t in rest]
+    if any(is_bw):
+        units = [t[1:-1] for i, t in enumerate(rest)
+                 if not is_bw[i] and i + 1 < len(rest) and is_bw[i + 1]]
+    else:
+        units = [t[1:-1] for t in rest]
     if len(units) != n_groups:
         raise ImportFormatError(f"{path}: line {no}: the units line gives {len(units)} time unit(s) "
                                 f"({', '.join(units) or 'none'}) for {n_groups} time column(s); cannot tell which "
