@@ -422,6 +422,21 @@ def test_a_system_whose_nodes_cannot_hold_the_run_is_an_error(tmp_path, catalog)
     assert len(check_rows(table.drop(columns="n_nodes"), catalog, "t.csv")) == 2  # not said: spread over nodes
 
 
+def test_a_run_over_several_hosts_on_a_single_node_system_is_an_error(tmp_path, catalog):
+    """LOG ran on two hosts; a single-node system (no network between nodes: XLA-H100x8) cannot hold it. The import
+    wrote the table anyway, which `data validate` and calibration then refused ('several nodes of a single-node
+    system'); it is refused at import, naming the hosts. One host of the same system is fine."""
+    p = tmp_path / "reduce_scatter_perf.log"
+    p.write_text(LOG)
+    with pytest.raises(ImportFormatError, match=r"reduce_scatter_perf\.log: line 4: 4 ranks on 2 hosts \(node-a, "
+                                                r"node-b\), but system XLA-H100x8 is a single node"):
+        import_nccl_tests(p, catalog=catalog, system="XLA-H100x8")
+    one = tmp_path / "one_host.log"
+    one.write_text(LOG.replace(" on node-b ", " on node-a "))
+    df = import_nccl_tests(one, catalog=catalog, system="XLA-H100x8")
+    assert (df["n_nodes"] == 1).all() and (df["system"] == "XLA-H100x8").all()
+
+
 def test_alcf_logs_without_a_setup_number_are_its_first_setup(shared_datasets, catalog):
     """ALCF's file names give the environment setup (``*_output.dat.N``); a name without N is the first run, the
     default environment (Sirius' NCCL 2.21 folder has ``all_reduce_output.dat`` in place of ``.1``; Polaris' 2023

@@ -503,6 +503,11 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
                 raise ImportFormatError(f"{path}: line {sec.start_line}: {ranks} ranks on {nodes} host(s) are "
                                         f"{per_node} GPUs per node, more than system {sys_key} has "
                                         f"({sobj.gpus_per_node} x {sobj.device} per node); check --system")
+            if nodes > 1 and sobj.single_node:  # no network between its nodes: the table would be refused too
+                raise ImportFormatError(f"{path}: line {sec.start_line}: {ranks} ranks on {nodes} hosts "
+                                        f"({', '.join(sorted(hosts)[:3])}{', ...' if nodes > 3 else ''}), but "
+                                        f"system {sys_key} is a single node (max_nodes {sobj.max_nodes}, no "
+                                        "inter_node_gbps); check --system, or give the system its network")
             if sobj.device != dev_key:  # fewer GPUs per node than the system has: a subset run, said nothing
                 warn(path, f"section at line {sec.start_line}: the log's GPU {dev_key} does not match system "
                            f"{sys_key} ({sobj.gpus_per_node} x {sobj.device} per node); its rows are labelled "
