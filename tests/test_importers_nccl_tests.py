@@ -568,3 +568,37 @@ def test_the_per_iteration_report_columns_are_not_time_columns(tmp_path, catalog
     with pytest.warns(DataImportWarning, match="in ms / us"), \
             pytest.raises(ImportFormatError, match=r"ms\.log: line 15: out-of-place time 29\.51, read as 29510 us"):
         import_nccl_tests(ms, catalog=catalog, system="DGX-A100")
+
+
+RCCL_IN_PLACE = """\
+# nThread 1 nGpus 8 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+rccl-tests: Version develop:b0a3bd4
+# Using devices
+""" + "".join(f"#   Rank {r:2d} Pid  51234 on mi300x-n01 device {r:2d} [0000:{12 + 16 * r:02x}:00.0] AMD Instinct MI300X\n"
+              for r in range(8)) + """\
+#
+#                                                 in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)
+     1048576        262144     float     sum      -1    32.02   32.75   57.31      0
+     2097152        524288     float     sum      -1    34.03   61.62  107.83      0
+# Errors with asterisks indicate errors that have exceeded the maximum threshold.
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 82.57
+#
+"""
+
+
+def test_an_in_place_only_run_is_labelled_in_place(tmp_path, catalog):
+    """rccl-tests run with ``-O 0`` measures in place only: one timing group, titled "in-place" above the column
+    header. Its rows were labelled out-of-place (a one-group header was taken for the out-of-place group)."""
+    p = tmp_path / "all_reduce_perf.log"
+    p.write_text(RCCL_IN_PLACE)
+    df = import_nccl_tests(p, catalog=catalog, system="MI300X-Platform")
+    assert df["in_place"].tolist() == [True, True] and df["time_us"].tolist() == [32.02, 34.03]
+    assert (df["device"] == "MI300X").all() and (df["n_ranks"] == 8).all()
+    # a one-group header without that title keeps the old reading (out-of-place first)
+    plain = tmp_path / "plain_all_reduce_perf.log"
+    plain.write_text(RCCL_IN_PLACE.replace("in-place\n", "\n"))
+    assert not import_nccl_tests(plain, catalog=catalog, system="MI300X-Platform")["in_place"].any()

@@ -103,6 +103,7 @@ class _Section:
     bad_lines: list[int] = field(default_factory=list)
     concluded: bool = False
     units: tuple[int, list[str]] | None = None  # (line, tokens) of the units line under the column header
+    places: list[bool] | None = None  # per timing group, in-place or not, from the title line above the header
 
 
 #: How much of a file :func:`looks_like_log` reads: the header comes before the data.
@@ -147,6 +148,7 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
     sections: list[_Section] = []
     meta: dict[str, str] = {}
     pending_name: str | None = None
+    pending_places: list[bool] | None = None  # the "out-of-place ... in-place" title line above a column header
     cur: _Section | None = None
     for no, raw in enumerate(lines, start=1):
         line = raw.rstrip("\n")
@@ -191,6 +193,11 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
                     cur = _Section(no, name=pending_name)
                     sections.append(cur)
                 cur.columns = toks
+                cur.places, pending_places = pending_places, None
+                continue
+            if places := [t == "in-place" for t in toks if t in ("out-of-place", "in-place")]:
+                # "out-of-place  in-place" (rccl-tests -O 0: "in-place" alone, one timing group)
+                pending_places = places
                 continue
             continue
         toks = s.split()
@@ -210,14 +217,18 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
     return sections, meta
 
 
-def _layout(columns: list[str] | None) -> tuple[int, list[tuple[int, bool]]]:
-    """(index of the first timing column, [(start index of a time/algbw/busbw/wrong group, in_place)])."""
+def _layout(columns: list[str] | None, places: list[bool] | None = None) -> tuple[int, list[tuple[int, bool]]]:
+    """(index of the first timing column, [(start index of a time/algbw/busbw/wrong group, in_place)]). Which
+    group is in place comes from the title line above the header where it names one per group (rccl-tests run
+    with ``-O 0`` measures in place only: one group, titled "in-place"), else out-of-place then in-place."""
     if columns is None:  # modern default layout
         return 5, [(5, False), (9, True)]
     cols = [c.lower() for c in columns]
-    starts = [i for i, c in enumerate(cols) if c == "time"]
+    starts = [i for i, c in enumerate(cols) if c == "time"][:2]
+    if places is None or len(places) != len(starts):
+        places = [k == 1 for k in range(len(starts))]
     # column names include "size count type redop root": timings start after them
-    return (starts[0] if starts else 5), [(i, k == 1) for k, i in enumerate(starts[:2])]
+    return (starts[0] if starts else 5), list(zip(starts, places, strict=True))
 
 
 def _time_scales(sec: _Section, path: Path, n_groups: int) -> list[float]:
@@ -291,7 +302,7 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
     """(line, size, count, type, redop, root, in_place, time_us, wrong, busbw / algbw) per measured row of a
     section."""
     header_cols = [c.lower() for c in sec.columns] if sec.columns else None
-    first_time, groups = _layout(sec.columns)
+    first_time, groups = _layout(sec.columns, sec.places)
     has_root = header_cols is None or "root" in header_cols
     records: list[tuple] = []
     bad = list(sec.bad_lines)
