@@ -602,3 +602,16 @@ def test_an_in_place_only_run_is_labelled_in_place(tmp_path, catalog):
     plain = tmp_path / "plain_all_reduce_perf.log"
     plain.write_text(RCCL_IN_PLACE.replace("in-place\n", "\n"))
     assert not import_nccl_tests(plain, catalog=catalog, system="MI300X-Platform")["in_place"].any()
+
+
+def test_cpu_launch_times_are_refused(tmp_path, catalog):
+    """``-C 1`` prints 'cputime' in place of 'time': the host's time to enqueue the iterations, taken before they
+    complete (algbw and busbw beside it still come from the completed time). The header was not recognised, the
+    default layout read those launch times as the collectives' times (LOG's small sizes, algbw under 1, passed
+    unchecked); now the file is refused, naming the header line."""
+    header = next(line for line in LOG.splitlines() if "#wrong" in line)
+    p = tmp_path / "reduce_scatter_perf.log"
+    p.write_text(LOG.replace(header, header.replace("    time", " cputime")))
+    with pytest.raises(ImportFormatError, match=r"reduce_scatter_perf\.log: line 13: the time columns are 'cputime' "
+                                                r"\(nccl-tests run with -C 1\)"):
+        import_nccl_tests(p, catalog=catalog, system="DGX-H100")

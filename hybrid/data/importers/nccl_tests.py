@@ -99,6 +99,7 @@ class _Section:
     name: str | None = None  # "?test" for a test no canonical op covers (gather, scatter, alltoallv): skipped
     ranks: dict[int, tuple[str, str, int]] = field(default_factory=dict)  # rank -> (host, GPU, split group)
     columns: list[str] | None = None
+    columns_line: int = 0
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     bad_lines: list[int] = field(default_factory=list)
     concluded: bool = False
@@ -188,11 +189,11 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
                     and all(t.startswith("(") and t.endswith(")") for t in toks):
                 cur.units = (no, toks)  # "(B) (elements) (us) (GB/s) (GB/s) (us) (GB/s) (GB/s)"
                 continue
-            if "size" in toks and "count" in toks and "time" in toks:
+            if "size" in toks and "count" in toks and ("time" in toks or "cputime" in toks):
                 if cur is None:
                     cur = _Section(no, name=pending_name)
                     sections.append(cur)
-                cur.columns = toks
+                cur.columns, cur.columns_line = toks, no
                 cur.places, pending_places = pending_places, None
                 continue
             if places := [t == "in-place" for t in toks if t in ("out-of-place", "in-place")]:
@@ -302,6 +303,13 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
     """(line, size, count, type, redop, root, in_place, time_us, wrong, busbw / algbw) per measured row of a
     section."""
     header_cols = [c.lower() for c in sec.columns] if sec.columns else None
+    if header_cols is not None and "cputime" in header_cols:
+        # nccl-tests / rccl-tests -C 1: the host's time to enqueue the iterations, taken before they complete (the
+        # algbw / busbw beside it still come from the completed time): read as the collective's time it entered
+        # the table as a launch overhead, or failed the algbw check as a time "in another unit"
+        raise ImportFormatError(f"{path}: line {sec.columns_line}: the time columns are 'cputime' (nccl-tests run "
+                                "with -C 1): the CPU time to launch the iterations, not the collectives' duration; "
+                                "rerun without -C (or with -C 0)")
     first_time, groups = _layout(sec.columns, sec.places)
     has_root = header_cols is None or "root" in header_cols
     records: list[tuple] = []
