@@ -615,3 +615,26 @@ def test_cpu_launch_times_are_refused(tmp_path, catalog):
     with pytest.raises(ImportFormatError, match=r"reduce_scatter_perf\.log: line 13: the time columns are 'cputime' "
                                                 r"\(nccl-tests run with -C 1\)"):
         import_nccl_tests(p, catalog=catalog, system="DGX-H100")
+
+
+def test_ranks_spread_unevenly_over_hosts_are_said_and_the_fullest_host_must_fit(tmp_path, catalog):
+    """The table keeps ranks and nodes only, which every model reads as an even spread: a run of 3 + 1 ranks was
+    imported as 4 ranks on 2 nodes without a word (a warning names the hosts now), and 5 + 1 ranks on Polaris (4 GPUs
+    per node) passed the node check as 3 per node although one host held 5."""
+    uneven = LOG.replace("Rank  2 Group  0 Pid  13 on node-b", "Rank  2 Group  0 Pid  13 on node-a")
+    p = tmp_path / "reduce_scatter_perf.log"
+    p.write_text(uneven)
+    with pytest.warns(DataImportWarning, match=r"its 4 ranks are spread unevenly over 2 hosts \(3 on node-a, 1 on "
+                                               r"node-b\); the table records 4 ranks on 2 nodes, which the models "
+                                               r"read as 2 per node"):
+        df = import_nccl_tests(p, catalog=catalog, system="DGX-H100")
+    assert (df["n_ranks"] == 4).all() and (df["n_nodes"] == 2).all()
+    ranks = "".join(f"#  Rank  {r} Group  0 Pid  {20 + r} on node-{'a' if r < 5 else 'b'} device  {r} [0000:1b:00] "
+                    "NVIDIA A100-SXM4-40GB\n" for r in range(6))
+    head, tail = LOG.split("#  Rank  0", 1)
+    five = tmp_path / "five_and_one.log"
+    five.write_text(head + ranks + tail[tail.index("#\n"):])
+    with pytest.warns(DataImportWarning, match="spread unevenly"), \
+            pytest.raises(ImportFormatError, match=r"6 ranks on 2 host\(s\) are 5 GPUs per node, more than system "
+                                                   r"Polaris has \(4 x A100-SXM4-40GB per node\)"):
+        import_nccl_tests(five, catalog=catalog, system="Polaris")

@@ -515,9 +515,15 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
         dev_name = device or gpu_names.most_common(1)[0][0]
         dev_key = resolve_device_names([dev_name], catalog, path)[dev_name]
         nodes = max(1, len(hosts))
+        per_host = Counter(h for h, _, _ in members.values())
+        if len(set(per_host.values())) > 1:  # the table keeps ranks and nodes only: read as an even spread
+            shown = ", ".join(f"{n} on {h}" for h, n in sorted(per_host.items(), key=lambda x: (-x[1], x[0]))[:4])
+            warn(path, f"section at line {sec.start_line}: its {ranks} ranks are spread unevenly over {nodes} hosts "
+                       f"({shown}{', ...' if nodes > 4 else ''}); the table records {ranks} ranks on {nodes} nodes, "
+                       f"which the models read as {ranks / nodes:g} per node")
         if sys_key is not None and sys_key in catalog.systems:
             sobj = catalog.systems[sys_key]
-            per_node = -(-ranks // nodes)
+            per_node = max(max(per_host.values(), default=0), -(-ranks // nodes))  # the fullest host
             if per_node > sobj.gpus_per_node:  # no node of the system holds the run: the table would be refused
                 raise ImportFormatError(f"{path}: line {sec.start_line}: {ranks} ranks on {nodes} host(s) are "
                                         f"{per_node} GPUs per node, more than system {sys_key} has "
