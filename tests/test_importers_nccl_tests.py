@@ -638,3 +638,36 @@ def test_ranks_spread_unevenly_over_hosts_are_said_and_the_fullest_host_must_fit
             pytest.raises(ImportFormatError, match=r"6 ranks on 2 host\(s\) are 5 GPUs per node, more than system "
                                                    r"Polaris has \(4 x A100-SXM4-40GB per node\)"):
         import_nccl_tests(five, catalog=catalog, system="Polaris")
+
+
+OLD_ERROR = """\
+# nThread 1 nGpus 4 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
+#
+# Using devices
+#   Rank  0 Pid  20405 on       dgx1 device  0 [0x06] Tesla V100-SXM2-32GB
+#   Rank  1 Pid  20405 on       dgx1 device  1 [0x07] Tesla V100-SXM2-32GB
+#   Rank  2 Pid  20405 on       dgx1 device  2 [0x0a] Tesla V100-SXM2-32GB
+#   Rank  3 Pid  20405 on       dgx1 device  3 [0x0b] Tesla V100-SXM2-32GB
+#
+#                                                     out-of-place                       in-place
+#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     1048576        262144   float     sum    35.12   29.86   44.79  0e+00    35.40   29.62   44.43  0e+00
+     2097152        524288   float     sum    52.31   40.09   60.14  2e-01*    52.02   40.31   60.47  0e+00
+     4194304       1048576   float     sum    88.50   47.39   71.09  0e+00    88.71   47.28   70.92  4e+00*
+# Out of bounds values : 2 FAILED
+# Avg bus bandwidth    : 58.64
+#
+"""
+
+
+def test_an_old_error_column_marked_failed_is_flagged_wrong(tmp_path, catalog):
+    """Old nccl-tests (and rccl-tests) print the max error, not a count, and mark one past the type's threshold with
+    '*' ("2e-01*": the check failed). Such rows were imported with an empty `wrong`, as valid measurements that
+    calibration then fitted; they are flagged now (wrong = 1: the count is not printed), the others stay empty."""
+    p = tmp_path / "all_reduce_perf.log"
+    p.write_text(OLD_ERROR)
+    df = import_nccl_tests(p, catalog=catalog, system="DGX-1")
+    flagged = df[df["wrong"] > 0]
+    assert list(zip(flagged["size_bytes"], flagged["in_place"], strict=True)) == [(2097152, False), (4194304, True)]
+    assert (flagged["wrong"] == 1).all() and df["wrong"].isna().sum() == 4 and len(df) == 6

@@ -341,6 +341,10 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
             if header_cols is not None and (start + 3 >= len(header_cols)
                                             or header_cols[start + 3].lstrip("#") != "wrong"):
                 wrong = np.nan  # old nccl-tests print the max error, not a count; some layouts have no count
+            if wrong_tok.endswith("*") and not wrong > 0:
+                # old nccl-tests / rccl-tests mark an error past the type's threshold with '*' ("2e-01*": the check
+                # failed): flagged as one wrong element (the count is not printed), left out of calibration
+                wrong = 1.0
             algbw, busbw = _parse_number(chunk[1]), _parse_number(chunk[2])
             if algbw >= 1.0 and np.isfinite(algbw) and size > 0 and not 0.5 < t * scale * algbw * 1e3 / size < 2.0:
                 # nccl-tests prints algbw = size / time (GB/s) beside each time: a time that is not size / algbw in
