@@ -645,3 +645,33 @@ def test_an_empty_experiment_name_is_refused_before_any_work(tmp_path, name):
         from mlflow import MlflowClient
 
         assert name not in {e.name for e in MlflowClient(tracking_uri=uri).search_experiments()}
+
+
+def test_a_site_system_on_a_packaged_gpu_is_read_in_tables_with_its_model(tmp_path, monkeypatch):
+    """A model calibrated with a site catalog file (HYBRID_CATALOG) whose system runs a packaged GPU keeps that
+    system in its saved catalog, and loads without the file; but `evaluate`, `predict table`, `report --table` and
+    `calibrate --base` then failed before reading a row: "system 'Lab-Node' names unknown device 'A100-SXM4-40GB'"
+    (the extra entries were made a catalog of their own, without the packaged GPU they name)."""
+    from hybrid.cli.evaluate import catalog_for_tables
+    from hybrid.corrections import CollectiveSigmoid, HybridPredictor
+    from hybrid.hardware.catalog import default_catalog
+
+    monkeypatch.delenv("HYBRID_CATALOG", raising=False)
+    site = tmp_path / "site.toml"
+    site.write_text('[systems.Lab-Node]\ndevice = "A100-SXM4-40GB"\ngpus_per_node = 4\nintra_node_gbps = 200\n'
+                    'inter_node_gbps = 25\nmax_nodes = 8\nsource = "our lab"\n')
+    sizes = np.array([2.0 ** k for k in range(8, 30, 2)])
+    table = pd.DataFrame({"device": "A100-SXM4-40GB", "system": "Lab-Node", "op": "all_reduce", "dtype": "fp32",
+                          "size_bytes": sizes, "n_ranks": 4, "n_nodes": 1,
+                          "time_us": 20.0 + sizes * 1.5 / 150e3})
+    pred = HybridPredictor(default_catalog(extra=[site]), [CollectiveSigmoid()]).fit(table)
+    pred.save(tmp_path / "model")
+    loaded = HybridPredictor.load(tmp_path / "model")  # the packaged catalog: the system from the saved one
+    assert loaded.catalog.system("Lab-Node").device == "A100-SXM4-40GB"
+    assert loaded.predict(table)["method"].eq("collective-sigmoid").all()
+
+    class Registered:  # what `load_registered` gives: the loaded model under `.predictor`
+        predictor = loaded
+
+    cat = catalog_for_tables(Registered())
+    assert cat.system("Lab-Node").device == "A100-SXM4-40GB" and "H100-SXM" in cat.devices

@@ -419,3 +419,11 @@ def test_hybrid_warnings_raised_deep_in_a_command_are_warning_lines(capsys):
     err = capsys.readouterr().err
     assert "warning: H100-SXM (a GPU: kernel-xgb-gemm fitted on CPUs only)\n" in err
     assert "costs.py" not in err and foreign == ["a pandas deprecation"]
+
+
+def test_predict_collective_more_nodes_than_ranks_names_the_options(capsys) -> None:
+    """`--ranks 2 --nodes 4` failed with the library's fields ("n_nodes (4) cannot exceed n_ranks (2)")."""
+    code, out, err = run(capsys, "predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB",
+                         "--ranks", "2", "--nodes", "4")
+    assert code == 2 and not out
+    assert err.strip() == "error: --ranks 2 cannot span --nodes 4: every node needs a rank"

@@ -134,6 +134,22 @@ def test_wrong_rows_dropped_and_failures_recorded(polaris, catalog, tmp_path):
     np.testing.assert_array_equal(again.predict(polaris, base, catalog), model.predict(polaris, base, catalog))
 
 
+def test_a_layout_measured_at_too_few_sizes_is_not_said_never_measured(polaris, catalog):
+    """A truncated log leaves a layout with 3 sizes: no curve (recorded in failures), priced across layouts like an
+    unmeasured one, but `predict collective` said it was 'never measured' for a layout the user's own log holds;
+    the reason says it was measured and why it gave no curve."""
+    few = polaris[polaris["op"] == "all_gather"].drop_duplicates("size_bytes").head(3).assign(n_ranks=4096,
+                                                                                              n_nodes=1024)
+    df = pd.concat([polaris, few], ignore_index=True)
+    model = CollectiveSigmoid().fit(df, roofline(df, catalog), catalog)
+    why = model.extrapolation_reason(few.head(1))[0]
+    assert why == ("4096 ranks on 1024 node(s) were measured for all_gather on Polaris but gave no curve: only 3 "
+                   "message sizes (need 5); priced across layouts")
+    other = few.head(1).assign(n_ranks=2048, n_nodes=512)  # a layout the table does not hold at all
+    assert model.extrapolation_reason(other)[0] == ("2048 ranks on 512 node(s) were never measured for all_gather "
+                                                    "on Polaris: priced across layouts")
+
+
 @pytest.fixture(scope="module")
 def vidur_pairs(shared_datasets, catalog) -> pd.DataFrame:
     """Vidur's all-reduces on 4 A100 PCIe cards bridged in pairs (NVLink bridge in a pair, PCIe between pairs)."""

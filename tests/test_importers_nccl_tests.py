@@ -422,6 +422,21 @@ def test_a_system_whose_nodes_cannot_hold_the_run_is_an_error(tmp_path, catalog)
     assert len(check_rows(table.drop(columns="n_nodes"), catalog, "t.csv")) == 2  # not said: spread over nodes
 
 
+def test_a_run_over_several_hosts_on_a_single_node_system_is_an_error(tmp_path, catalog):
+    """LOG ran on two hosts; a single-node system (no network between nodes: XLA-H100x8) cannot hold it. The import
+    wrote the table anyway, which `data validate` and calibration then refused ('several nodes of a single-node
+    system'); it is refused at import, naming the hosts. One host of the same system is fine."""
+    p = tmp_path / "reduce_scatter_perf.log"
+    p.write_text(LOG)
+    with pytest.raises(ImportFormatError, match=r"reduce_scatter_perf\.log: line 4: 4 ranks on 2 hosts \(node-a, "
+                                                r"node-b\), but system XLA-H100x8 is a single node"):
+        import_nccl_tests(p, catalog=catalog, system="XLA-H100x8")
+    one = tmp_path / "one_host.log"
+    one.write_text(LOG.replace(" on node-b ", " on node-a "))
+    df = import_nccl_tests(one, catalog=catalog, system="XLA-H100x8")
+    assert (df["n_nodes"] == 1).all() and (df["system"] == "XLA-H100x8").all()
+
+
 def test_alcf_logs_without_a_setup_number_are_its_first_setup(shared_datasets, catalog):
     """ALCF's file names give the environment setup (``*_output.dat.N``); a name without N is the first run, the
     default environment (Sirius' NCCL 2.21 folder has ``all_reduce_output.dat`` in place of ``.1``; Polaris' 2023
@@ -510,3 +525,149 @@ def test_a_log_saved_with_a_byte_order_mark_is_still_recognised(tmp_path, catalo
     ref = import_nccl_tests(plain, catalog=catalog, system="DGX-H100")
     got = import_nccl_tests(d / "slurm-1234.out", catalog=catalog, system="DGX-H100")
     assert got["time_us"].tolist() == ref["time_us"].tolist() and len(got) == 8
+
+
+PER_ITER = """\
+# nccl-tests version 2.17.8 nccl-headers=22807 nccl-library=22807
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 4 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0
+# Per-Iteration Report: CUDA event timing; i_* uses max over process rows
+#
+# Using devices
+#  Rank  0 Group  0 Pid  41230 on     node-a device  0 [0000:07:00] NVIDIA A100-SXM4-40GB
+#  Rank  1 Group  0 Pid  41230 on     node-a device  1 [0000:0b:00] NVIDIA A100-SXM4-40GB
+#  Rank  2 Group  0 Pid  41230 on     node-a device  2 [0000:48:00] NVIDIA A100-SXM4-40GB
+#  Rank  3 Group  0 Pid  41230 on     node-a device  3 [0000:4c:00] NVIDIA A100-SXM4-40GB
+#
+#                                                      out-of-place (+ per-iteration)                                in-place (+ per-iteration)
+#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%)
+     1048576        262144     float     sum      -1    29.51   35.53   53.30       0    28.10    31.20    31.20     2.11    29.80   35.19   52.78       0    28.40    31.90    31.90     2.40
+     2097152        524288     float     sum      -1    40.12   52.27   78.41       0    39.00    42.10    42.10     1.50    40.50   51.78   77.67       0    39.20    42.90    42.90     1.61
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 65.54
+#
+# Collective test concluded: all_reduce_perf
+"""
+
+
+def test_the_per_iteration_report_columns_are_not_time_columns(tmp_path, catalog):
+    """nccl-tests' per-iteration report adds i_min / i_max / i_p99 (us) and i_cv% (%) to each timing group, and
+    their units to the units line: each group's time unit is still the one before its bandwidths (the line was
+    refused as 10 time units for 2 time columns)."""
+    p = tmp_path / "all_reduce_perf.log"
+    p.write_text(PER_ITER)
+    df = import_nccl_tests(p, catalog=catalog, system="DGX-A100")
+    assert df["time_us"].tolist() == [29.51, 29.80, 40.12, 40.50]
+    assert df["in_place"].tolist() == [False, True, False, True] and (df["wrong"] == 0).all()
+    # the group's own time column still says its unit
+    ms = tmp_path / "ms.log"
+    units = next(line for line in PER_ITER.splitlines() if "(elements)" in line)
+    head, tail = units.split("(us)", 1)
+    ms.write_text(PER_ITER.replace(units, head + "(ms)" + tail))
+    with pytest.warns(DataImportWarning, match="in ms / us"), \
+            pytest.raises(ImportFormatError, match=r"ms\.log: line 15: out-of-place time 29\.51, read as 29510 us"):
+        import_nccl_tests(ms, catalog=catalog, system="DGX-A100")
+
+
+RCCL_IN_PLACE = """\
+# nThread 1 nGpus 8 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
+#
+rccl-tests: Version develop:b0a3bd4
+# Using devices
+""" + "".join(f"#   Rank {r:2d} Pid  51234 on mi300x-n01 device {r:2d} [0000:{12 + 16 * r:02x}:00.0] AMD Instinct MI300X\n"
+              for r in range(8)) + """\
+#
+#                                                 in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)
+     1048576        262144     float     sum      -1    32.02   32.75   57.31      0
+     2097152        524288     float     sum      -1    34.03   61.62  107.83      0
+# Errors with asterisks indicate errors that have exceeded the maximum threshold.
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 82.57
+#
+"""
+
+
+def test_an_in_place_only_run_is_labelled_in_place(tmp_path, catalog):
+    """rccl-tests run with ``-O 0`` measures in place only: one timing group, titled "in-place" above the column
+    header. Its rows were labelled out-of-place (a one-group header was taken for the out-of-place group)."""
+    p = tmp_path / "all_reduce_perf.log"
+    p.write_text(RCCL_IN_PLACE)
+    df = import_nccl_tests(p, catalog=catalog, system="MI300X-Platform")
+    assert df["in_place"].tolist() == [True, True] and df["time_us"].tolist() == [32.02, 34.03]
+    assert (df["device"] == "MI300X").all() and (df["n_ranks"] == 8).all()
+    # a one-group header without that title keeps the old reading (out-of-place first)
+    plain = tmp_path / "plain_all_reduce_perf.log"
+    plain.write_text(RCCL_IN_PLACE.replace("in-place\n", "\n"))
+    assert not import_nccl_tests(plain, catalog=catalog, system="MI300X-Platform")["in_place"].any()
+
+
+def test_cpu_launch_times_are_refused(tmp_path, catalog):
+    """``-C 1`` prints 'cputime' in place of 'time': the host's time to enqueue the iterations, taken before they
+    complete (algbw and busbw beside it still come from the completed time). The header was not recognised, the
+    default layout read those launch times as the collectives' times (LOG's small sizes, algbw under 1, passed
+    unchecked); now the file is refused, naming the header line."""
+    header = next(line for line in LOG.splitlines() if "#wrong" in line)
+    p = tmp_path / "reduce_scatter_perf.log"
+    p.write_text(LOG.replace(header, header.replace("    time", " cputime")))
+    with pytest.raises(ImportFormatError, match=r"reduce_scatter_perf\.log: line 13: the time columns are 'cputime' "
+                                                r"\(nccl-tests run with -C 1\)"):
+        import_nccl_tests(p, catalog=catalog, system="DGX-H100")
+
+
+def test_ranks_spread_unevenly_over_hosts_are_said_and_the_fullest_host_must_fit(tmp_path, catalog):
+    """The table keeps ranks and nodes only, which every model reads as an even spread: a run of 3 + 1 ranks was
+    imported as 4 ranks on 2 nodes without a word (a warning names the hosts now), and 5 + 1 ranks on Polaris (4 GPUs
+    per node) passed the node check as 3 per node although one host held 5."""
+    uneven = LOG.replace("Rank  2 Group  0 Pid  13 on node-b", "Rank  2 Group  0 Pid  13 on node-a")
+    p = tmp_path / "reduce_scatter_perf.log"
+    p.write_text(uneven)
+    with pytest.warns(DataImportWarning, match=r"its 4 ranks are spread unevenly over 2 hosts \(3 on node-a, 1 on "
+                                               r"node-b\); the table records 4 ranks on 2 nodes, which the models "
+                                               r"read as 2 per node"):
+        df = import_nccl_tests(p, catalog=catalog, system="DGX-H100")
+    assert (df["n_ranks"] == 4).all() and (df["n_nodes"] == 2).all()
+    ranks = "".join(f"#  Rank  {r} Group  0 Pid  {20 + r} on node-{'a' if r < 5 else 'b'} device  {r} [0000:1b:00] "
+                    "NVIDIA A100-SXM4-40GB\n" for r in range(6))
+    head, tail = LOG.split("#  Rank  0", 1)
+    five = tmp_path / "five_and_one.log"
+    five.write_text(head + ranks + tail[tail.index("#\n"):])
+    with pytest.warns(DataImportWarning, match="spread unevenly"), \
+            pytest.raises(ImportFormatError, match=r"6 ranks on 2 host\(s\) are 5 GPUs per node, more than system "
+                                                   r"Polaris has \(4 x A100-SXM4-40GB per node\)"):
+        import_nccl_tests(five, catalog=catalog, system="Polaris")
+
+
+OLD_ERROR = """\
+# nThread 1 nGpus 4 minBytes 1048576 maxBytes 4194304 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
+#
+# Using devices
+#   Rank  0 Pid  20405 on       dgx1 device  0 [0x06] Tesla V100-SXM2-32GB
+#   Rank  1 Pid  20405 on       dgx1 device  1 [0x07] Tesla V100-SXM2-32GB
+#   Rank  2 Pid  20405 on       dgx1 device  2 [0x0a] Tesla V100-SXM2-32GB
+#   Rank  3 Pid  20405 on       dgx1 device  3 [0x0b] Tesla V100-SXM2-32GB
+#
+#                                                     out-of-place                       in-place
+#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     1048576        262144   float     sum    35.12   29.86   44.79  0e+00    35.40   29.62   44.43  0e+00
+     2097152        524288   float     sum    52.31   40.09   60.14  2e-01*    52.02   40.31   60.47  0e+00
+     4194304       1048576   float     sum    88.50   47.39   71.09  0e+00    88.71   47.28   70.92  4e+00*
+# Out of bounds values : 2 FAILED
+# Avg bus bandwidth    : 58.64
+#
+"""
+
+
+def test_an_old_error_column_marked_failed_is_flagged_wrong(tmp_path, catalog):
+    """Old nccl-tests (and rccl-tests) print the max error, not a count, and mark one past the type's threshold with
+    '*' ("2e-01*": the check failed). Such rows were imported with an empty `wrong`, as valid measurements that
+    calibration then fitted; they are flagged now (wrong = 1: the count is not printed), the others stay empty."""
+    p = tmp_path / "all_reduce_perf.log"
+    p.write_text(OLD_ERROR)
+    df = import_nccl_tests(p, catalog=catalog, system="DGX-1")
+    flagged = df[df["wrong"] > 0]
+    assert list(zip(flagged["size_bytes"], flagged["in_place"], strict=True)) == [(2097152, False), (4194304, True)]
+    assert (flagged["wrong"] == 1).all() and df["wrong"].isna().sum() == 4 and len(df) == 6

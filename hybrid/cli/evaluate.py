@@ -43,9 +43,11 @@ def catalog_for_tables(loaded: Any) -> Any:
     if loaded is None:
         return cat
     fitted = loaded.predictor.catalog
-    extra = Catalog({k: d for k, d in fitted.devices.items() if k not in cat.devices},
-                    {k: v for k, v in fitted.systems.items() if k not in cat.systems})
-    return cat.merge(extra) if extra.devices or extra.systems else cat
+    devices = {k: d for k, d in fitted.devices.items() if k not in cat.devices}
+    systems = {k: v for k, v in fitted.systems.items() if k not in cat.systems}
+    # one catalog of both: a system of a site catalog file on a packaged GPU (the model's `Lab-Node` of A100s) named
+    # a device the extra entries alone lacked ("system 'Lab-Node' names unknown device 'A100-SXM4-40GB'")
+    return Catalog({**cat.devices, **devices}, {**cat.systems, **systems}) if devices or systems else cat
 
 
 def load_model_for(ref: str, tracking_uri: str | None, catalog: Any, devices: Any = (), loaded: Any = None) -> Any:

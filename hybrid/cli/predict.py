@@ -235,6 +235,8 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
         raise InvalidInputError(f"--size {size!r} must be below 2^62 bytes (4 EiB)")
     if ranks >= MAX_INT:
         raise InvalidInputError(f"--ranks must be below 2^62, got {ranks}")
+    if nodes > ranks:  # said with the options (the spec named its fields: "n_nodes (4) cannot exceed n_ranks (2)")
+        raise InvalidInputError(f"--ranks {ranks} cannot span --nodes {nodes}: every node needs a rank")
     elem = int(dtype_bytes(dtype))  # also refuses an unknown dtype
     if elem >= 1 and size_bytes % elem:  # said here with what was typed: the spec's error named the rounded bytes
         read = "" if size.strip() == str(size_bytes) else f"; it reads as {size_bytes:,} B"  # (--size 1.5: "2 B")

@@ -978,6 +978,13 @@ class CollectiveSigmoid(Correction):
         for f in self.fits:
             layouts.setdefault((f.system, f.op, f.n_ranks, f.n_nodes), set()).add(f.algorithm)
         codes, keys = self._layout_keys(table)
+        # layouts measured but left without a curve (too few message sizes, a failed fit: a truncated log), which
+        # are priced across layouts all the same, but were not "never measured"
+        unfitted: dict[tuple[str, str, int, int], str] = {}
+        for f in self.failures:
+            if int(f.get("n_ranks", 0)) > 0:
+                unfitted.setdefault((str(f["system"]), str(f["op"]), int(f["n_ranks"]), int(f["n_nodes"])),
+                                    str(f["reason"]))
         # what answers a system or collective never measured: the transfer model where one was fitted, else the
         # alpha-beta estimate (`--no-collective-transfer`, or too few systems to fit one; the row's method says so)
         priced = ("the transfer model prices it" if self.transfer is not None and self.transfer.fitted
@@ -995,6 +1002,9 @@ class CollectiveSigmoid(Correction):
             if r < 0 or n < 0:
                 return "the row gives no ranks / nodes: no measured layout prices it"
             if not measured:
+                if (reason := unfitted.get((s, o, r, n))) is not None:
+                    return (f"{r} ranks on {n} node(s) were measured for {o} on {s} but gave no curve: {reason}; "
+                            "priced across layouts")
                 return f"{r} ranks on {n} node(s) were never measured for {o} on {s}: priced across layouts"
             if used not in measured:
                 return (f"this layout was measured only with {', '.join(sorted(measured))}, not with {used} that "

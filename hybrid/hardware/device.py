@@ -386,17 +386,24 @@ class System:
                     f"system {key!r}: host_mem_borrowed_by names the entry's own names (key or aliases) that borrow "
                     f"its host_mem_gib; got {strangers or list(borrowed)}"
                     + ("" if host_mem > 0 else " without host_mem_gib"))
+        max_nodes = _count(key, "max_nodes", entry.get("max_nodes", 1))
+        inter_bw = _nonneg(key, "inter_node_gbps", entry.get("inter_node_gbps", 0.0)) * 1e9
+        if max_nodes > 1 and inter_bw <= 0:  # several nodes and no network: costed at a default NIC no one stated
+            raise InvalidInputError(f"system {key!r}: max_nodes {max_nodes} but no inter_node_gbps (the GPU's share "
+                                    "of the node's NICs, GB/s per direction): collectives across its nodes would "
+                                    "be costed at an assumed NIC; give inter_node_gbps, or max_nodes = 1 for a "
+                                    "single node")
         return cls(
             key=key,
             device=str(entry["device"]),
             gpus_per_node=gpn,
             intra_bw=_positive(key, "intra_node_gbps", entry["intra_node_gbps"]) * 1e9,
             intra_fabric=str(entry.get("intra_fabric", "")),
-            inter_bw=_nonneg(key, "inter_node_gbps", entry.get("inter_node_gbps", 0.0)) * 1e9,
+            inter_bw=inter_bw,
             inter_fabric=str(entry.get("inter_fabric", "")),
             intra_latency_us=_nonneg(key, "intra_latency_us", entry.get("intra_latency_us", 5.0)),
             inter_latency_us=_nonneg(key, "inter_latency_us", entry.get("inter_latency_us", 10.0)),
-            max_nodes=_count(key, "max_nodes", entry.get("max_nodes", 1)),
+            max_nodes=max_nodes,
             aliases=_names(key, "aliases", entry.get("aliases", ())),
             source=str(entry["source"]),
             notes=str(entry.get("notes", "")),

@@ -99,10 +99,12 @@ class _Section:
     name: str | None = None  # "?test" for a test no canonical op covers (gather, scatter, alltoallv): skipped
     ranks: dict[int, tuple[str, str, int]] = field(default_factory=dict)  # rank -> (host, GPU, split group)
     columns: list[str] | None = None
+    columns_line: int = 0
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     bad_lines: list[int] = field(default_factory=list)
     concluded: bool = False
     units: tuple[int, list[str]] | None = None  # (line, tokens) of the units line under the column header
+    places: list[bool] | None = None  # per timing group, in-place or not, from the title line above the header
 
 
 #: How much of a file :func:`looks_like_log` reads: the header comes before the data.
@@ -147,6 +149,7 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
     sections: list[_Section] = []
     meta: dict[str, str] = {}
     pending_name: str | None = None
+    pending_places: list[bool] | None = None  # the "out-of-place ... in-place" title line above a column header
     cur: _Section | None = None
     for no, raw in enumerate(lines, start=1):
         line = raw.rstrip("\n")
@@ -186,11 +189,16 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
                     and all(t.startswith("(") and t.endswith(")") for t in toks):
                 cur.units = (no, toks)  # "(B) (elements) (us) (GB/s) (GB/s) (us) (GB/s) (GB/s)"
                 continue
-            if "size" in toks and "count" in toks and "time" in toks:
+            if "size" in toks and "count" in toks and ("time" in toks or "cputime" in toks):
                 if cur is None:
                     cur = _Section(no, name=pending_name)
                     sections.append(cur)
-                cur.columns = toks
+                cur.columns, cur.columns_line = toks, no
+                cur.places, pending_places = pending_places, None
+                continue
+            if places := [t == "in-place" for t in toks if t in ("out-of-place", "in-place")]:
+                # "out-of-place  in-place" (rccl-tests -O 0: "in-place" alone, one timing group)
+                pending_places = places
                 continue
             continue
         toks = s.split()
@@ -210,14 +218,18 @@ def _split_sections(lines: list[str], path: Path) -> tuple[list[_Section], dict[
     return sections, meta
 
 
-def _layout(columns: list[str] | None) -> tuple[int, list[tuple[int, bool]]]:
-    """(index of the first timing column, [(start index of a time/algbw/busbw/wrong group, in_place)])."""
+def _layout(columns: list[str] | None, places: list[bool] | None = None) -> tuple[int, list[tuple[int, bool]]]:
+    """(index of the first timing column, [(start index of a time/algbw/busbw/wrong group, in_place)]). Which
+    group is in place comes from the title line above the header where it names one per group (rccl-tests run
+    with ``-O 0`` measures in place only: one group, titled "in-place"), else out-of-place then in-place."""
     if columns is None:  # modern default layout
         return 5, [(5, False), (9, True)]
     cols = [c.lower() for c in columns]
-    starts = [i for i, c in enumerate(cols) if c == "time"]
+    starts = [i for i, c in enumerate(cols) if c == "time"][:2]
+    if places is None or len(places) != len(starts):
+        places = [k == 1 for k in range(len(starts))]
     # column names include "size count type redop root": timings start after them
-    return (starts[0] if starts else 5), [(i, k == 1) for k, i in enumerate(starts[:2])]
+    return (starts[0] if starts else 5), list(zip(starts, places, strict=True))
 
 
 def _time_scales(sec: _Section, path: Path, n_groups: int) -> list[float]:
@@ -229,8 +241,16 @@ def _time_scales(sec: _Section, path: Path, n_groups: int) -> list[float]:
         return [1.0] * n_groups
     no, toks = sec.units
     # the units line: (B) and (elements) for size and count, then per timing group the time's unit and two
-    # bandwidths (GB/s); #wrong has none
-    units = [t[1:-1] for t in toks if t not in ("(B)", "(elements)") and "/s" not in t.lower()]
+    # bandwidths (GB/s); #wrong has none. Where the line gives bandwidths, a group's time unit is the one right
+    # before them: nccl-tests' per-iteration report (-I) adds four more columns per group, i_min / i_max / i_p99
+    # in (us) and i_cv% in (%), which are no time column of the table
+    rest = [t for t in toks if t not in ("(B)", "(elements)")]
+    is_bw = ["/s" in t.lower() for t in rest]
+    if any(is_bw):
+        units = [t[1:-1] for i, t in enumerate(rest)
+                 if not is_bw[i] and i + 1 < len(rest) and is_bw[i + 1]]
+    else:
+        units = [t[1:-1] for t in rest]
     if len(units) != n_groups:
         raise ImportFormatError(f"{path}: line {no}: the units line gives {len(units)} time unit(s) "
                                 f"({', '.join(units) or 'none'}) for {n_groups} time column(s); cannot tell which "
@@ -283,7 +303,14 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
     """(line, size, count, type, redop, root, in_place, time_us, wrong, busbw / algbw) per measured row of a
     section."""
     header_cols = [c.lower() for c in sec.columns] if sec.columns else None
-    first_time, groups = _layout(sec.columns)
+    if header_cols is not None and "cputime" in header_cols:
+        # nccl-tests / rccl-tests -C 1: the host's time to enqueue the iterations, taken before they complete (the
+        # algbw / busbw beside it still come from the completed time): read as the collective's time it entered
+        # the table as a launch overhead, or failed the algbw check as a time "in another unit"
+        raise ImportFormatError(f"{path}: line {sec.columns_line}: the time columns are 'cputime' (nccl-tests run "
+                                "with -C 1): the CPU time to launch the iterations, not the collectives' duration; "
+                                "rerun without -C (or with -C 0)")
+    first_time, groups = _layout(sec.columns, sec.places)
     has_root = header_cols is None or "root" in header_cols
     records: list[tuple] = []
     bad = list(sec.bad_lines)
@@ -314,6 +341,10 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
             if header_cols is not None and (start + 3 >= len(header_cols)
                                             or header_cols[start + 3].lstrip("#") != "wrong"):
                 wrong = np.nan  # old nccl-tests print the max error, not a count; some layouts have no count
+            if wrong_tok.endswith("*") and not wrong > 0:
+                # old nccl-tests / rccl-tests mark an error past the type's threshold with '*' ("2e-01*": the check
+                # failed): flagged as one wrong element (the count is not printed), left out of calibration
+                wrong = 1.0
             algbw, busbw = _parse_number(chunk[1]), _parse_number(chunk[2])
             if algbw >= 1.0 and np.isfinite(algbw) and size > 0 and not 0.5 < t * scale * algbw * 1e3 / size < 2.0:
                 # nccl-tests prints algbw = size / time (GB/s) beside each time: a time that is not size / algbw in
@@ -488,13 +519,24 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
         dev_name = device or gpu_names.most_common(1)[0][0]
         dev_key = resolve_device_names([dev_name], catalog, path)[dev_name]
         nodes = max(1, len(hosts))
+        per_host = Counter(h for h, _, _ in members.values())
+        if len(set(per_host.values())) > 1:  # the table keeps ranks and nodes only: read as an even spread
+            shown = ", ".join(f"{n} on {h}" for h, n in sorted(per_host.items(), key=lambda x: (-x[1], x[0]))[:4])
+            warn(path, f"section at line {sec.start_line}: its {ranks} ranks are spread unevenly over {nodes} hosts "
+                       f"({shown}{', ...' if nodes > 4 else ''}); the table records {ranks} ranks on {nodes} nodes, "
+                       f"which the models read as {ranks / nodes:g} per node")
         if sys_key is not None and sys_key in catalog.systems:
             sobj = catalog.systems[sys_key]
-            per_node = -(-ranks // nodes)
+            per_node = max(max(per_host.values(), default=0), -(-ranks // nodes))  # the fullest host
             if per_node > sobj.gpus_per_node:  # no node of the system holds the run: the table would be refused
                 raise ImportFormatError(f"{path}: line {sec.start_line}: {ranks} ranks on {nodes} host(s) are "
                                         f"{per_node} GPUs per node, more than system {sys_key} has "
                                         f"({sobj.gpus_per_node} x {sobj.device} per node); check --system")
+            if nodes > 1 and sobj.single_node:  # no network between its nodes: the table would be refused too
+                raise ImportFormatError(f"{path}: line {sec.start_line}: {ranks} ranks on {nodes} hosts "
+                                        f"({', '.join(sorted(hosts)[:3])}{', ...' if nodes > 3 else ''}), but "
+                                        f"system {sys_key} is a single node (max_nodes {sobj.max_nodes}, no "
+                                        "inter_node_gbps); check --system, or give the system its network")
             if sobj.device != dev_key:  # fewer GPUs per node than the system has: a subset run, said nothing
                 warn(path, f"section at line {sec.start_line}: the log's GPU {dev_key} does not match system "
                            f"{sys_key} ({sobj.gpus_per_node} x {sobj.device} per node); its rows are labelled "
