@@ -580,3 +580,18 @@ def test_shard_refuses_an_empty_strategy_and_a_bad_budget_up_front(small_config,
     cap = capsys.readouterr()
     assert not cap.out and cap.err.startswith("error: ") and needle in cap.err
     assert cap.err.count("\n") == 1 and "searching" not in cap.err
+
+
+def test_greedy_plans_mixed_precision_tables_by_their_own_dtype():
+    """The planner's memory and data-parallel volumes of a table are in the table's dtype (``embedding_dtype``), not
+    the dense one: FP32 tables of an FP16 model (mixed precision) were planned at half their size, so the greedy plan
+    of 436 GiB of tables on 8 x 80 GB put 75.5 GiB of them on one rank and failed the memory check."""
+    rows = [117, 61, 189, 69, 71, 42, 71, 152, 142]  # millions (dim 128, FP32: 512 bytes a row)
+    pooling = [6, 16, 17, 27, 19, 24, 34, 29, 15]
+    c = DLRMConfig.from_dict({
+        "name": "mixed", "system": "DGX-A100", "gpus": 8, "batch_size_per_gpu": 2048, "dtype": "fp16",
+        "embedding_dtype": "fp32", "bottom_mlp": [512, 256, 128], "top_mlp": [1024, 1], "embedding_dim": 128,
+        "tables": [{"name": f"t{i}", "num_embeddings": n * 1_000_000, "pooling_factor": p}
+                   for i, (n, p) in enumerate(zip(rows, pooling, strict=True))]})
+    greedy = search_plans(c, strategies=["greedy"]).evaluations[0]
+    assert greedy.name == "greedy" and greedy.fits, greedy.reason

@@ -230,8 +230,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     frag = 1.0 + FRAGMENTATION
     idx = B * pool * INDEX_BYTES
     C = np.zeros((T, n_opt, 11))
+    w = rows * dims * config.embedding_dtype_bytes  # the tables' weights are in their own dtype (mixed precision)
     for j, o in enumerate(options):
-        w = rows * dims * eb
         w_held = 0.0 if host_weights else w  # a sharded piece's weights and state (in host memory: none on the GPU)
         C[:, j, _EMB] = emb_us[:, j]
         if host_weights and o.type != "data_parallel":  # (replicated tables stay on the GPU: place_pieces)
