@@ -595,3 +595,15 @@ def test_greedy_plans_mixed_precision_tables_by_their_own_dtype():
                    for i, (n, p) in enumerate(zip(rows, pooling, strict=True))]})
     greedy = search_plans(c, strategies=["greedy"]).evaluations[0]
     assert greedy.name == "greedy" and greedy.fits, greedy.reason
+
+
+def test_search_alone_says_why_when_it_has_no_plan_to_start_from():
+    """``--strategy search`` where neither the greedy placement nor a baseline places the tables: the search is
+    listed with why; it was left out, and the error read 'no plan fits in device memory ()'."""
+    c = DLRMConfig.from_dict({"system": "DGX-A100", "gpus": 8, "embedding_dim": 128, "bottom_mlp": [512, 128],
+                              "tables": [{"name": f"t{i}", "num_embeddings": 150_000_000} for i in range(9)]})
+    result = search_plans(c, strategies=["search"])
+    assert [e.name for e in result.evaluations] == ["search"] and not result.evaluations[0].fits
+    with pytest.raises(InvalidInputError, match=r"search: no plan to start local search from: greedy failed "
+                                                r"\(table 't8' fits nowhere"):
+        _ = result.best

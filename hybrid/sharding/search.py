@@ -823,6 +823,9 @@ def search_plans(
                 found[p] = (f"search<{seed_name}>", obj)
         ranked = sorted(found.items(), key=lambda kv: kv[1][1])[:max(1, simulate_top)]
         candidates += [(name, plan, obj) for plan, (name, obj) in ranked]
+        if not seeds:  # every plan it starts from failed: say why (the error listed no reason at all)
+            errors["search"] = (f"no plan to start local search from: greedy failed ({errors.get('greedy', '?')}) "
+                                "and no table-wise baseline fits")
 
     stages.update()
     stages.close()
