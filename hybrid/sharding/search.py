@@ -846,11 +846,14 @@ def search_plans(
         fitting = [e for e in search_evals if e.fits]
         pool = fitting or search_evals
         best = min(pool, key=lambda e: e.iteration_us if np.isfinite(e.iteration_us) else np.inf)
-        best_base = [e for e in evaluations if e.name in BASELINES and e.fits]
-        # local search from a baseline seed never returns something worse than that seed by the estimate;
-        # by simulation, fall back to the seed when the simulated time disagrees
-        for e in best_base:
-            if e.iteration_us < best.iteration_us:
+        def simulated(e: PlanEvaluation) -> float:  # a plan that does not fit is never the better one
+            return e.iteration_us if e.fits and np.isfinite(e.iteration_us) else np.inf
+
+        # local search from a seed (the greedy placement or a baseline) never returns something worse than that
+        # seed by the estimate; by simulation, fall back to the seed when the simulated time disagrees (or when
+        # what the search found does not fit)
+        for e in [e for e in evaluations if (e.name in BASELINES or e.name == "greedy") and e.fits]:
+            if simulated(e) < simulated(best):
                 best = PlanEvaluation(f"{e.name} (seed kept)", e.plan, e.estimate_us, e.memory, e.iteration_us,
                                       e.sim)
         evaluations = [e for e in evaluations if not e.name.startswith("search<")]
