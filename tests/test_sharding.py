@@ -627,3 +627,22 @@ def test_search_is_never_worse_than_the_greedy_plan_it_starts_from():
     assert greedy.fits and search.fits
     assert search.iteration_us <= greedy.iteration_us * (1 + 1e-9), search.origin
     assert res.best.name in ("greedy", "search")
+
+
+def test_cli_simulate_keeps_a_plan_naming_no_rank_on_another_rank_count(tmp_path, capsys):
+    """A config whose plan replicates every table (data-parallel: no rank named) is the same plan on any GPU count:
+    ``simulate --gpus N`` kept it only at the config's own count and otherwise priced the size-lookup greedy plan
+    (table-wise) with the note "the config's plan is for 8 ranks", so a data-parallel scaling study compared
+    another plan at every other count."""
+    doc = {"name": "dp", "system": "DGX-H100", "gpus": 8, "tables": [
+        {"name": "a", "num_embeddings": 1000, "pooling_factor": 2}, {"name": "b", "num_embeddings": 1000}],
+        "plan": {"a": "data_parallel", "b": {"type": "dp"}}}
+    path = tmp_path / "dp.yaml"
+    path.write_text(json.dumps(doc))
+    assert ShardingPlan.from_dict(doc["plan"]).rank_free and not ShardingPlan({"a": 0, "b": "dp"}).rank_free
+    for gpus in ("4", "16"):
+        assert main(["simulate", str(path), "--gpus", gpus, "--json"]) == 0
+        out = capsys.readouterr()
+        got = json.loads(out.out)
+        assert got["plan_source"] == "config" and got["shard_types"] == {"data_parallel": 2}, got["plan_source"]
+        assert "plan is for 8 ranks" not in out.err
