@@ -646,3 +646,22 @@ def test_cli_simulate_keeps_a_plan_naming_no_rank_on_another_rank_count(tmp_path
         got = json.loads(out.out)
         assert got["plan_source"] == "config" and got["shard_types"] == {"data_parallel": 2}, got["plan_source"]
         assert "plan is for 8 ranks" not in out.err
+
+
+def test_memory_counts_a_model_parallel_bottom_mlp_on_the_rank_that_runs_it():
+    """``bottom_mlp_placement: model_parallel`` (DeepLearningExamples' hybrid parallel): rank 0 runs the bottom MLP on
+    the global batch, as the graph builds it. The memory check gave every rank its local batch of it, so 16 GPUs of
+    327,680 samples each fitted at 47.4 GiB a rank although rank 0 keeps 82 GiB."""
+    from hybrid.sharding.heuristics import size_lookup_greedy
+    from hybrid.sharding.memory import ACTIVATION_COPIES
+    from hybrid.workloads.dlrm_variants import dlrm_variant
+
+    c = dlrm_variant("dle-small", gpus=16, system="DGX-A100", batch_size_per_gpu=327_680)
+    mem = memory_per_rank(c, size_lookup_greedy(c, capacity=1e15))
+    per_sample = (sum(c.bottom_mlp) + c.dense_features) * ACTIVATION_COPIES * c.dtype_bytes
+    acts = mem.per_rank["activations"].to_numpy()
+    assert acts[0] - acts[1] == pytest.approx(per_sample * c.batch_size_per_gpu * c.gpus)
+    assert not mem.fits and mem.reason.startswith("rank 0 needs") and mem.per_rank["fits"].iloc[1:].all()
+    # data-parallel (the default): every rank its own batch, as before
+    dp = memory_per_rank(c.with_(bottom_mlp_placement="data_parallel"), size_lookup_greedy(c, capacity=1e15))
+    assert dp.fits and dp.per_rank["activations"].max() < acts[0]
