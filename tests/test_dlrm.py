@@ -349,6 +349,30 @@ def test_row_counts_beyond_int64_are_refused_naming_table_and_key(tmp_path):
     assert main(["simulate", str(path)]) != 0
 
 
+def test_integers_past_what_the_op_tables_price_are_refused_at_load(tmp_path, capsys):
+    """The op tables the cost models price take integers below 2**62 (and the graph rounds op shapes to 6 digits):
+    a table of 2**62 rows, or a global batch of 2**62, loaded and then failed inside ``hybrid shard`` (or ``simulate``
+    of host-placed tables) as "predict: row 6 (CSV line 7), column 'num_embeddings': ... is too large"."""
+    from hybrid.cli.main import main
+    from hybrid.workloads.dlrm import MAX_ROWS
+
+    with pytest.raises(InvalidInputError, match=r"table 'x': num_embeddings 4611686018427387392 is more rows than "
+                                                r"hybrid prices \(at most 10\*\*18"):
+        config(tables=[{"name": "x", "num_embeddings": 2**62 - 512}], plan=None)
+    with pytest.raises(InvalidInputError, match=r"batch_size_per_gpu 576,460,752,303,423,488 x gpus 4 is a global "
+                                                r"batch too large"):
+        config(batch_size_per_gpu=2**59, plan=None)
+    with pytest.raises(InvalidInputError, match=r"embedding_dim 2000000000000000000 is too large"):
+        config(embedding_dim=2 * 10**18, plan=None)
+    # the largest accepted table is priced: on a bare GPU (host memory unchecked) in host memory, row-wise
+    path = tmp_path / "host.yaml"
+    path.write_text(f"system: H100-SXM\ngpus: 2\nembedding_placement: host\ntables:\n"
+                    f"  - {{name: t0, num_embeddings: {MAX_ROWS}}}\n  - {{name: t1, num_embeddings: {MAX_ROWS}}}\n")
+    for args in (["simulate", str(path), "--json"], ["shard", str(path), "--strategy", "greedy", "--json"]):
+        assert main(args) == 0, capsys.readouterr().err
+        capsys.readouterr()
+
+
 @pytest.mark.parametrize("dtype", ["fp8", "fp64"])
 def test_fp8_and_fp64_training_dtypes_warn_how_they_are_priced(dtype):
     from hybrid.errors import WorkloadWarning

@@ -661,3 +661,15 @@ def test_simulate_json_gives_memory_per_rank_like_shard(tmp_path, capsys):
     assert max(sim["memory_per_rank_bytes"]) == pytest.approx(sim["peak_memory_bytes"])
     assert sim["memory_per_rank_bytes"] == pytest.approx(best["memory_per_rank_bytes"])
     assert sim["iteration_us"] == pytest.approx(best["iteration_us"], rel=1e-6)
+
+
+def test_gpu_benchmark_skips_a_global_batch_past_what_is_priced(shared_datasets):
+    """A global batch of 1e30 samples was counted as a run that "does not fit", the reason a 100-character config
+    error quoting a 30-digit per-GPU batch."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    runs, skipped = bench.map_mlperf(pd.concat([row, row.assign(global_batch_size=1e30)]), default_catalog())
+    assert len(runs) == 1 and skipped == {"malformed global batch (more than 10**18 samples)": 1}

@@ -157,3 +157,24 @@ def test_devices_show_names_host_memory_origin_of_the_name_typed(name: str, kind
     assert main(["devices", "show", name]) == 0
     text = capsys.readouterr().out
     assert f"kind={kind}" in text and all(": " in line for line in text.splitlines())
+
+
+@pytest.mark.parametrize("placement", ["host", "auto"])
+def test_greedy_and_search_keep_each_nodes_host_memory(placement, tmp_path, capsys):
+    """The planner's own strategies hold each node's share of the tables in host memory to what the memory check
+    allows. They ignored host memory (and with ``host``, planned the weights in GPU memory whenever they fitted
+    there), so ``hybrid shard`` put a table that only fits spread over both nodes on one node, and answered "no plan
+    fits" although a row-wise plan over the two nodes fits."""
+    # one table of 3.2G rows (dim 128, fp16, Adagrad: 1526 GiB), more than the 16 GPUs' memory (80 GB A100s) holds;
+    # 1000 GiB of host memory per node takes 800 GiB of tables: half of it on each node fits, all on one does not
+    cfg = _config(f"spread-{placement}", "DGX-A100", 16, [3_200_000_000, 1_000_000, 1_000_000]).with_(
+        embedding_placement=placement)
+    path = _write(cfg, tmp_path)
+    assert main(["shard", path, "--strategy", "greedy,search", "--time-budget", "1", "--host-mem-gib", "1000",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for name in ("greedy", "search"):
+        plan = next(p for p in out["plans"] if p["name"] == name)
+        assert plan["fits"], plan["reason"]
+        assert all(b <= HOST_EMBEDDING_SHARE * 1000 * GIB for b in plan["host_memory"]["per_node_bytes"])
+    assert out["host_memory"]["fits_per_node"] == [True, True]

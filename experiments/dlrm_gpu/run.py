@@ -52,6 +52,7 @@ from hybrid.reports.markdown import write_benchmark_results
 from hybrid.sharding.heuristics import size_lookup_greedy
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.sharding.search import greedy_plan
+from hybrid.workloads.dlrm import MAX_INT_PRICED
 from hybrid.workloads.dlrm_graph import PCIE_X16_BW, build_dlrm_graph
 from hybrid.workloads.dlrm_hybrid_embedding import HybridEmbedding
 from hybrid.workloads.dlrm_variants import dlrm_variant
@@ -240,6 +241,9 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
             continue
         if batch < gpn * nodes:  # (rounded up to a sample per GPU it priced another batch; 1e9 nodes: MemoryError)
             skipped["global batch smaller than the GPU count (fewer than one sample per GPU)"] += 1
+            continue
+        if batch > MAX_INT_PRICED:  # (counted as a run that "does not fit", with the config's error as the reason)
+            skipped["malformed global batch (more than 10**18 samples)"] += 1
             continue
         family = framework_family(getattr(r, "framework", ""))
         variant = mlperf_variant(r)

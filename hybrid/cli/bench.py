@@ -48,9 +48,11 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
     file_plan = doc.pop("plan", None) if isinstance(doc, dict) else None
     config = DLRMConfig.from_dict(doc, gpus=ranks)
     own_ranks = DLRMConfig.from_dict(doc).gpus if ranks is not None else config.gpus
-    if file_plan is not None and not plan_path and own_ranks != config.gpus:
+    if (file_plan is not None and not plan_path and own_ranks != config.gpus
+            and not ShardingPlan.from_dict(file_plan).rank_free):
         # the config's plan was written for its own rank count: with more ranks the extra ones idled (with fewer
-        # it named ranks that do not exist); plan afresh, as `hybrid simulate --gpus` does, and say so
+        # it named ranks that do not exist); plan afresh, as `hybrid simulate --gpus` does, and say so (a plan
+        # naming no rank, every table data-parallel, is the same plan on any count)
         click.echo(f"note: the config's plan is for {own_ranks} ranks; {config.gpus} ranks use the size-lookup "
                    "greedy plan (give --plan for another)", err=True)
         file_plan = None

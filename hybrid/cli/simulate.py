@@ -195,11 +195,14 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     config = load_config(config_path, system=system, drop_plan=bool(plan_path), warned=warned)
     notes = []
     if gpus is not None and gpus != config.gpus:
-        # the config's plan was written for its own rank count: plan afresh for the new one, and say so
-        if config.plan is not None:
+        # the config's plan was written for its own rank count: plan afresh for the new one, and say so; a plan
+        # that names no rank (every table data-parallel) is the same plan on any count, and is kept
+        keep = config.plan is not None and config.plan.rank_free
+        if config.plan is not None and not keep:
             notes.append(f"the config's plan is for {config.gpus} ranks; {gpus} ranks use the size-lookup greedy "
                          "plan (give --plan for another)")
-        config = load_config(config_path, gpus=gpus, system=system, drop_plan=True, warned=warned)
+        config = load_config(config_path, gpus=gpus, system=system, drop_plan=not keep or bool(plan_path),
+                             warned=warned)
     model, model_name = load_cost_model(model_ref, tracking_uri)
     catalog = model_catalog(model)
     target, coll_note = collective_target(config_target(config, catalog, config_path, system), catalog,

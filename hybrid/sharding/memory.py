@@ -215,6 +215,12 @@ def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | No
     comm = 2.0 * (vol.output_send + vol.output_recv + vol.input_send + vol.input_recv) + 2.0 * vol.row_wise_bytes
     dense, acts_dense = dense_rank_bytes(config)
     acts = acts_emb + acts_dense
+    if config.bottom_mlp_placement == "model_parallel" and R > 1 and any(p.type != "data_parallel" for p in pieces):
+        # as the graph runs it (hybrid.workloads.dlrm_graph): rank 0 runs the bottom MLP on the global batch, the
+        # others none; dense_rank_bytes kept every rank's local batch of it
+        bottom = (sum(config.bottom_mlp) + config.dense_features) * ACTIVATION_COPIES * eb * config.batch_size_per_gpu
+        acts[0] += bottom * (R - 1)
+        acts[1:] -= bottom
     if capacity is None:
         capacity = device.mem_capacity
     reserve = np.full(R, RUNTIME_RESERVE_BYTES)

@@ -237,6 +237,12 @@ class ShardingPlan(Mapping[str, Shard]):
         return self
 
     @property
+    def rank_free(self) -> bool:
+        """True when the plan names no rank (every table data-parallel, replicated on whatever ranks there are): it
+        is the same plan for any rank count, where a plan that places tables on ranks was written for its own."""
+        return all(shard.type == "data_parallel" and not shard.ranks for shard in self._shards.values())
+
+    @property
     def min_gpus(self) -> int:
         """The fewest ranks the plan fits in: its highest rank + 1 (1 for a plan of data-parallel tables only)."""
         return 1 + max((r for shard in self._shards.values() for r in shard.ranks), default=0)

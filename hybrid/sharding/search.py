@@ -32,6 +32,7 @@ from hybrid.errors import InvalidInputError
 from hybrid.sharding.heuristics import BASELINES
 from hybrid.sharding.memory import (
     FRAGMENTATION,
+    HOST_EMBEDDING_SHARE,
     MemoryReport,
     check_host_mem,
     memory_per_rank,
@@ -89,8 +90,9 @@ def check_search_size(gpus: int, strategies: list[str] | tuple[str, ...] | None,
         msg += "; use fewer --gpus" if cli else "; use fewer ranks"
     raise InvalidInputError(msg)
 
-#: Coefficients of one placement option (see :func:`_coefficients`).
-_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP = range(10)
+#: Coefficients of one placement option (see :func:`estimate_costs`); ``_HOST``: the bytes of weights and optimizer
+#: state each holder rank keeps of the table, which go to its node's host memory when the search plans them there.
+_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP, _HOST = range(11)
 #: Size grid (bytes) on which collective times are predicted once and interpolated.
 _GRID = np.logspace(2, 11.5, 48)
 
@@ -109,12 +111,25 @@ class CostTables:
 
     options: list[Option]
     emb_us: np.ndarray  # [T, O] embedding fwd+bwd marginal time on each holder rank
-    coeffs: np.ndarray  # [T, O, 10] additive coefficients (time, memory, communication volumes)
+    coeffs: np.ndarray  # [T, O, 11] additive coefficients (time, memory, communication volumes, host bytes)
     grids: dict[str, np.ndarray]  # collective -> predicted us on _GRID
     dp_update_us_per_byte: float
     n_ranks: int
     budget: float  # memory per rank available to embeddings
     dense_bytes: float = 0.0  # dense gradients every rank all-reduces anyway
+    #: tables' weights in host memory (``embedding_placement`` host/auto, planned with ``host_weights``): the bytes
+    #: of them each node may hold (:data:`~hybrid.sharding.memory.HOST_EMBEDDING_SHARE` of its host memory; inf:
+    #: not stated, unchecked, as :func:`~hybrid.sharding.memory.memory_per_rank` leaves it) and its GPUs per node
+    host_budget: float = math.inf
+    gpus_per_node: int = 8
+
+    def host_per_node(self, v: np.ndarray) -> np.ndarray:
+        """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 7, R]:
+        what the node's host memory takes when they all live there (``host``); under ``auto`` the graph keeps some
+        in GPU memory (:func:`hybrid.workloads.dlrm_graph.place_pieces`), so this is an upper bound there, and a
+        plan the search keeps passes the memory check's host test."""
+        node = np.arange(v.shape[2]) // self.gpus_per_node
+        return v[:, 6] @ (node[:, None] == np.arange(int(node[-1]) + 1)[None, :])
 
     def collective_us(self, op: str, size: np.ndarray | float) -> np.ndarray:
         s = np.maximum(np.asarray(size, dtype=np.float64), _GRID[0])
@@ -152,8 +167,11 @@ def _valid(config: DLRMConfig, options: list[Option]) -> np.ndarray:
 
 
 def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                   host_weights: bool = False) -> CostTables:
-    """All predictions the search needs, in one ``model.predict`` call."""
+                   host_weights: bool = False, host_mem_per_node: float | None = None) -> CostTables:
+    """All predictions the search needs, in one ``model.predict`` call. ``host_weights``: the sharded tables'
+    weights and state planned in host memory, each node's share of them held to
+    :data:`~hybrid.sharding.memory.HOST_EMBEDDING_SHARE` of ``host_mem_per_node`` bytes (None or 0: not stated,
+    unchecked), as the memory check holds them."""
     R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
     Bg = B * R
     options = _options(config)
@@ -211,11 +229,13 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     mult = optimizer_multiplier(config)
     frag = 1.0 + FRAGMENTATION
     idx = B * pool * INDEX_BYTES
-    C = np.zeros((T, n_opt, 10))
+    C = np.zeros((T, n_opt, 11))
+    w = rows * dims * config.embedding_dtype_bytes  # the tables' weights are in their own dtype (mixed precision)
     for j, o in enumerate(options):
-        w = rows * dims * eb
         w_held = 0.0 if host_weights else w  # a sharded piece's weights and state (in host memory: none on the GPU)
         C[:, j, _EMB] = emb_us[:, j]
+        if host_weights and o.type != "data_parallel":  # (replicated tables stay on the GPU: place_pieces)
+            C[:, j, _HOST] = w / o.k * mult
         if o.type in ("table_wise", "column_wise"):
             dk = dims / o.k
             C[:, j, _MEM] = frag * (w_held / o.k * mult + Bg * dk * eb * 6.0 + Bg * pool * 8.0 * 3.0)
@@ -236,8 +256,12 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
             C[:, j, _DP] = w
     dev = target.device
     dp_update = (3.0 + mult) / dev.mem_bw * 1e6  # us per byte of dense table update (read/write w, g, state)
+    host = {}
+    if host_weights and host_mem_per_node is not None and host_mem_per_node > 0:
+        host = {"host_budget": HOST_EMBEDDING_SHARE * float(host_mem_per_node),
+                "gpus_per_node": int(target.gpus_per_node)}
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
-                      config.dense_params() * eb)
+                      config.dense_params() * eb, **host)
 
 
 # ------------------------------------------------------------------------------------------------ search state
@@ -245,27 +269,29 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
 class _State:
     """Additive per-rank totals of a (partial) plan."""
 
-    v: np.ndarray  # [6, R]: emb, mem, osend, orecv, isend, irecv
+    v: np.ndarray  # [7, R]: emb, mem, osend, orecv, isend, irecv, host (weights and state in host memory)
     rw: float = 0.0
     dp: float = 0.0
 
 
 def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
-    """[n, 6, R] state change of adding n pieces with coefficient rows ``coef`` [n, 10] on holders ``H`` [n, R]."""
+    """[n, 7, R] state change of adding n pieces with coefficient rows ``coef`` [n, 11] on holders ``H`` [n, R]."""
     H = H.astype(np.float64)
-    out = np.empty((len(coef), 6, H.shape[1]))
+    out = np.empty((len(coef), 7, H.shape[1]))
     out[:, 0] = H * coef[:, _EMB, None]
     out[:, 1] = H * coef[:, _MEM, None]
     out[:, 2] = H * coef[:, _OSEND, None]
     out[:, 3] = coef[:, _ORECV_ALL, None] + H * coef[:, _ORECV_H, None]
     out[:, 4] = coef[:, _ISEND_ALL, None] + H * coef[:, _ISEND_H, None]
     out[:, 5] = H * coef[:, _IRECV_H, None]
+    out[:, 6] = H * coef[:, _HOST, None]
     return out
 
 
 def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
                extra: np.ndarray | None = None) -> np.ndarray:
-    """Estimated iteration-dependent time (us) for states ``v`` [n, 6, R] (inf where memory overflows).
+    """Estimated iteration-dependent time (us) for states ``v`` [n, 7, R] (inf where a rank's memory overflows, or
+    a node's host memory the tables placed there: :meth:`CostTables.host_per_node`).
 
     ``extra`` (greedy construction): ``[embedding time, pooled-output bytes each rank will still receive,
     index bytes each rank will still send]`` of the tables not placed yet, so the estimate of a partial plan
@@ -292,6 +318,8 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
                 - costs.collective_us("all_reduce", costs.dense_bytes))
     obj += dp * costs.dp_update_us_per_byte
     over = v[:, 1].max(axis=1) > costs.budget
+    if math.isfinite(costs.host_budget):
+        over |= (costs.host_per_node(v) > costs.host_budget).any(axis=1)
     return np.where(over, np.inf, obj)
 
 
@@ -310,7 +338,7 @@ class _Search:
         self.R = config.gpus
         self.T = len(config.tables)
         self.opt_index = {(o.type, o.k): j for j, o in enumerate(costs.options)}
-        self.state = _State(np.zeros((6, self.R)))
+        self.state = _State(np.zeros((7, self.R)))
         self.assign: list[tuple[int, tuple[int, ...]] | None] = [None] * self.T
 
     # state bookkeeping -------------------------------------------------------------------------------------
@@ -422,8 +450,10 @@ class _Search:
                     raise InvalidInputError(
                         f"no embedding table fits: the dense layers, activations and runtime reserve alone need "
                         f"{-self.costs.budget / 2**30:.1f} GiB more than each rank's memory")
+                host = (f"; {self.costs.host_budget / 2**30:,.1f} GiB of each node's host memory for the tables "
+                        "placed there" if math.isfinite(self.costs.host_budget) else "")
                 raise InvalidInputError(f"table {self.config.tables[t].name!r} fits nowhere within the memory "
-                                        f"budget ({self.costs.budget / 2**30:.1f} GiB per rank)")
+                                        f"budget ({self.costs.budget / 2**30:.1f} GiB per rank{host})")
             self.place(t, int(js[best]), tuple(np.flatnonzero(masks[best]).tolist()))
         return self
 
@@ -636,19 +666,26 @@ def evaluate_plan(config: DLRMConfig, plan: ShardingPlan, model: OpCostModel | N
     return ev
 
 
-def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float
-                     ) -> tuple[CostTables, _Search | InvalidInputError]:
+def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
+                     host_mem_per_node: float | None = None) -> tuple[CostTables, _Search | InvalidInputError]:
     """The cost tables a search plans with, and their greedy placement (or the error that none places every
-    table). With ``embedding_placement`` ``host`` or ``auto`` on a GPU, when the sharded tables fit no placement in
-    GPU memory, the tables with those weights in host memory, where the graph then places them
-    (:func:`hybrid.workloads.dlrm_graph.place_pieces`); a config that fits the GPUs keeps its tables."""
-    costs = estimate_costs(config, model, target, capacity)
-    try:
-        return costs, _Search(config, costs).greedy()
-    except InvalidInputError as exc:
-        if not host_placement_allowed(config, target.device):
-            return costs, exc
-    costs = estimate_costs(config, model, target, capacity, host_weights=True)
+    table). With ``embedding_placement`` ``host`` on a GPU, and with ``auto`` when the sharded tables fit no
+    placement in GPU memory, the tables with those weights in host memory, where the graph then places them
+    (:func:`hybrid.workloads.dlrm_graph.place_pieces`), each node's share within its host memory as the memory
+    check holds it (``host_mem_per_node`` bytes, else the catalog's figure for the system); a config that fits the
+    GPUs keeps its tables."""
+    allowed = host_placement_allowed(config, target.device)
+    if not (allowed and config.embedding_placement == "host"):  # (``host``: every sharded table is there anyway)
+        costs = estimate_costs(config, model, target, capacity)
+        try:
+            return costs, _Search(config, costs).greedy()
+        except InvalidInputError as exc:
+            if not allowed:
+                return costs, exc
+    if host_mem_per_node is None:
+        system = model_catalog(model).systems.get(target.system)
+        host_mem_per_node = float(system.host_mem) if system is not None else None
+    costs = estimate_costs(config, model, target, capacity, host_weights=True, host_mem_per_node=host_mem_per_node)
     try:
         return costs, _Search(config, costs).greedy()
     except InvalidInputError as exc:
@@ -740,7 +777,7 @@ def search_plans(
     stages = tqdm(total=4, desc=f"shard {config.gpus} ranks", unit="stage", disable=not progress, leave=False)
     stages.set_postfix_str("cost tables")
     planned = "greedy" in strategies or "search" in strategies  # baselines alone need no greedy placement
-    costs, greedy = (_placeable_costs(config, model, target, capacity) if planned
+    costs, greedy = (_placeable_costs(config, model, target, capacity, host_mem_per_node) if planned
                      else (estimate_costs(config, model, target, capacity), None))
     stages.update()
     stages.set_postfix_str("baselines")
@@ -786,6 +823,9 @@ def search_plans(
                 found[p] = (f"search<{seed_name}>", obj)
         ranked = sorted(found.items(), key=lambda kv: kv[1][1])[:max(1, simulate_top)]
         candidates += [(name, plan, obj) for plan, (name, obj) in ranked]
+        if not seeds:  # every plan it starts from failed: say why (the error listed no reason at all)
+            errors["search"] = (f"no plan to start local search from: greedy failed ({errors.get('greedy', '?')}) "
+                                "and no table-wise baseline fits")
 
     stages.update()
     stages.close()
@@ -806,11 +846,14 @@ def search_plans(
         fitting = [e for e in search_evals if e.fits]
         pool = fitting or search_evals
         best = min(pool, key=lambda e: e.iteration_us if np.isfinite(e.iteration_us) else np.inf)
-        best_base = [e for e in evaluations if e.name in BASELINES and e.fits]
-        # local search from a baseline seed never returns something worse than that seed by the estimate;
-        # by simulation, fall back to the seed when the simulated time disagrees
-        for e in best_base:
-            if e.iteration_us < best.iteration_us:
+        def simulated(e: PlanEvaluation) -> float:  # a plan that does not fit is never the better one
+            return e.iteration_us if e.fits and np.isfinite(e.iteration_us) else np.inf
+
+        # local search from a seed (the greedy placement or a baseline) never returns something worse than that
+        # seed by the estimate; by simulation, fall back to the seed when the simulated time disagrees (or when
+        # what the search found does not fit)
+        for e in [e for e in evaluations if (e.name in BASELINES or e.name == "greedy") and e.fits]:
+            if simulated(e) < simulated(best):
                 best = PlanEvaluation(f"{e.name} (seed kept)", e.plan, e.estimate_us, e.memory, e.iteration_us,
                                       e.sim)
         evaluations = [e for e in evaluations if not e.name.startswith("search<")]

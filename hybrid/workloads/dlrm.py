@@ -50,8 +50,14 @@ PLACEMENTS = ("hbm", "host", "auto")
 BOTTOM_PLACEMENTS = ("data_parallel", "model_parallel")
 OPTIMIZERS = ("sgd", "adagrad")
 INDEX_DISTS = ("uniform", "zipf")
-#: Most rows a table can have: an int64 index (what the lookups take) addresses rows up to 2**63 - 1.
-MAX_ROWS = 2**63 - 1
+#: Largest integer a config field may hold: the op tables the cost models price take integers below 2**62 (about
+#: 4.6e18, :data:`hybrid.data.schema.MAX_INT`) and the DLRM graph rounds op shapes to 6 significant digits (up, past
+#: 2**62, from 2**62 - 512); a larger row count, width or global batch was accepted here and failed later as an op
+#: table's row ("predict: row 6 (CSV line 7), column 'num_embeddings' ... is too large (at most 2^62)") in ``hybrid
+#: shard``, or in ``simulate`` of host-placed tables.
+MAX_INT_PRICED = 10**18
+#: Most rows a table can have: what the op tables price (an int64 index would address up to 2**63 - 1).
+MAX_ROWS = MAX_INT_PRICED
 #: Dense training dtypes published DLRM training runs use (MLPerf, NVIDIA DeepLearningExamples, TorchRec: FP32,
 #: TF32 or mixed FP16/BF16); another ``dtype`` (fp8, fp64, ...) is priced as given, with a :class:`WorkloadWarning`.
 TRAINING_DTYPES = ("fp32", "tf32", "fp16", "bf16")
@@ -133,18 +139,23 @@ def write_document(data: Any, path: str | os.PathLike) -> Path:
     return write_text(p, text)
 
 
-def _positive_int(value: Any, what: str) -> int:
+def _positive_int(value: Any, what: str, limit: int | None = MAX_INT_PRICED) -> int:
+    """``value`` as a positive integer, at most ``limit`` (None: unbounded; the caller checks), else one line."""
     if isinstance(value, bool) or value is None:
         raise InvalidInputError(f"{what} must be a positive integer, got {value!r}")
     if isinstance(value, int | np.integer) and value > 0:  # exact (a float loses digits past 2**53)
-        return int(value)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"{what} must be a positive integer, got {value!r}") from None
-    if not np.isfinite(number) or number <= 0 or number != int(number):
-        raise InvalidInputError(f"{what} must be a positive integer, got {value!r}")
-    return int(number)
+        number = int(value)
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"{what} must be a positive integer, got {value!r}") from None
+        if not np.isfinite(number) or number <= 0 or number != int(number):
+            raise InvalidInputError(f"{what} must be a positive integer, got {value!r}")
+        number = int(number)
+    if limit is not None and number > limit:
+        raise InvalidInputError(f"{what} {value!r} is too large: hybrid prices integers up to 10**18")
+    return number
 
 
 def _positive_float(value: Any, what: str, allow_zero: bool = False) -> float:
@@ -179,10 +190,10 @@ class TableConfig:
         if not isinstance(self.name, str) or not self.name.strip():
             raise InvalidInputError(f"table name must be a non-empty string, got {self.name!r}")
         where = f"table {self.name!r}"
-        rows = _positive_int(self.num_embeddings, f"{where}: num_embeddings")
+        rows = _positive_int(self.num_embeddings, f"{where}: num_embeddings", limit=None)
         if rows > MAX_ROWS:
-            raise InvalidInputError(f"{where}: num_embeddings {self.num_embeddings!r} is more rows than an int64 index "
-                                    f"addresses (at most 2**63 - 1 = {MAX_ROWS})")
+            raise InvalidInputError(f"{where}: num_embeddings {self.num_embeddings!r} is more rows than hybrid prices "
+                                    "(at most 10**18; an int64 index would address 2**63 - 1)")
         object.__setattr__(self, "num_embeddings", rows)
         object.__setattr__(self, "embedding_dim", _positive_int(self.embedding_dim, f"{where}: embedding_dim"))
         object.__setattr__(self, "pooling_factor", _positive_float(self.pooling_factor, f"{where}: pooling_factor"))
@@ -256,10 +267,10 @@ class TableGenerator:
             if not isinstance(value, (list, tuple)) or len(value) != 2:
                 raise InvalidInputError(f"table_generator.{name} must be [lo, hi], got {value!r}")
             if conv is int:  # row counts: whole and positive (0.5 rows would round to an empty table)
-                lo, hi = (_positive_int(v, f"table_generator.{name}") for v in value)
+                lo, hi = (_positive_int(v, f"table_generator.{name}", limit=None) for v in value)
                 if hi > MAX_ROWS:
-                    raise InvalidInputError(f"table_generator.{name}: {hi} is more rows than an int64 index "
-                                            f"addresses (at most 2**63 - 1 = {MAX_ROWS})")
+                    raise InvalidInputError(f"table_generator.{name}: {hi} is more rows than hybrid prices (at most "
+                                            "10**18; an int64 index would address 2**63 - 1)")
             else:
                 lo, hi = (conv(_positive_float(v, f"table_generator.{name}", allow_zero=name == "zipf_alpha"))
                           for v in value)
@@ -349,6 +360,9 @@ class DLRMConfig:
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "gpus", _positive_int(self.gpus, "gpus"))
         object.__setattr__(self, "batch_size_per_gpu", _positive_int(self.batch_size_per_gpu, "batch_size_per_gpu"))
+        if self.batch_size_per_gpu * self.gpus > MAX_INT_PRICED:  # (the lookups of the global batch are one op)
+            raise InvalidInputError(f"batch_size_per_gpu {self.batch_size_per_gpu:,} x gpus {self.gpus:,} is a global "
+                                    "batch too large: hybrid prices integers up to 10**18")
         object.__setattr__(self, "dense_features", _positive_int(self.dense_features, "dense_features"))
         object.__setattr__(self, "embedding_dim", _positive_int(self.embedding_dim, "embedding_dim"))
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
