@@ -803,7 +803,7 @@ def test_serve_says_why_no_rate_meets_the_slo_and_leaves_tpot_out_for_one_token_
                          "--slo-ttft", "1ms", "--json")
     d = json.loads(out)
     assert code == 0 and d["max_rate_meeting_slo_per_s"] == 0.0
-    assert "no rate meets the SLO: a request alone on the deployment misses it (ttft" in err
+    assert "no rate meets the SLO: the requests alone on the deployment miss it (p99 ttft" in err
     assert any("short trace" in n for n in json.loads(run(capsys, "llm", "serve", "llama3-8b", "--device",
                                                           "H100-SXM", "--requests", "100", "--slo-ttft", "300ms",
                                                           "--json")[1])["notes"])
@@ -811,6 +811,22 @@ def test_serve_says_why_no_rate_meets_the_slo_and_leaves_tpot_out_for_one_token_
                        "--output-dist", "1", "--json")
     d = json.loads(out)
     assert code == 0 and d["tpot_ms"]["p50"] is None and d["ttft_ms"]["p50"] > 0
+
+
+def test_serve_says_a_traces_own_requests_miss_the_slo_alone(capsys, tmp_path):
+    """With a trace, why no rate meets the SLO is judged on the trace's requests, each alone: 8000-token prompts
+    take 147 ms to a first token by themselves, so a 50 ms TTFT is out of reach at any rate. A request of the
+    default --input-dist (512 tokens, 10 ms alone) stood in for them, and the note blamed queueing."""
+    trace = tmp_path / "long.csv"
+    trace.write_text("arrival_s,input_len,output_len\n0,8000,50\n1,8000,50\n2,8000,50\n")
+    code, out, err = run(capsys, "llm", "serve", "llama3-8b", "--system", "DGX-H100", "--trace", str(trace),
+                         "--slo-ttft", "50ms", "--json")
+    assert code == 0 and json.loads(out)["max_rate_meeting_slo_per_s"] == 0.0
+    assert "the requests alone on the deployment miss it (p99 ttft 1" in err and "queueing" not in err
+    # generated requests: the SLO's percentile of the drawn lengths alone (p90 of prompts up to 8192 tokens)
+    code, out, err = run(capsys, "llm", "serve", "llama3-8b", "--system", "DGX-H100", "--requests", "100",
+                         "--input-dist", "128-8192", "--slo-ttft", "100ms", "--slo-percentile", "90")
+    assert code == 0 and "the requests alone on the deployment miss it (p90 ttft" in err
 
 
 class _Counting:
