@@ -829,6 +829,23 @@ def test_serve_says_a_traces_own_requests_miss_the_slo_alone(capsys, tmp_path):
     assert code == 0 and "the requests alone on the deployment miss it (p90 ttft" in err
 
 
+def test_serve_refuses_request_generating_options_beside_a_trace(capsys, tmp_path):
+    """A trace brings its own arrivals, lengths and count: `--trace t.csv --rate 50/s` replayed the trace at its
+    own rate and said nothing; now options that generate requests are refused beside it (one line, exit 2)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,input_len,output_len\n0,100,5\n0.5,100,5\n")
+    code, out, err = run(capsys, "llm", "serve", "llama3-8b", "--system", "DGX-H100", "--trace", str(trace),
+                         "--rate", "50/s", "--json")
+    assert code == 2 and out == "" and "--rate generates requests; --trace replays its own" in err
+    assert len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "llm", "serve", "llama3-8b", "--system", "DGX-H100", "--trace", str(trace),
+                       "--requests", "5", "--output-dist", "exp:20", "--seed", "2")
+    assert code == 2 and "--requests, --output-dist, --seed generate requests" in err
+    # a default value is not a choice the trace overrides
+    code, out, _ = run(capsys, "llm", "serve", "llama3-8b", "--system", "DGX-H100", "--trace", str(trace), "--json")
+    assert code == 0 and json.loads(out)["requests"] == 2
+
+
 class _Counting:
     """A cost model that counts its predict calls (wrapping the engine's default, roofline-only predictor)."""
 

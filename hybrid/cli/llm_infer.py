@@ -467,6 +467,16 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     )
 
     _positive(requests=n_requests)
+    if trace_file:
+        # a trace brings its own arrivals, lengths and count: options that generate requests would be ignored
+        # (`--trace t.csv --rate 50/s` replayed the trace at its own rate, silently)
+        ctx = click.get_current_context()
+        generating = [p.opts[0] for p in ctx.command.params
+                      if p.name in ("rate", "n_requests", "input_dist", "output_dist", "arrival", "seed")
+                      and ctx.get_parameter_source(p.name) not in (None, click.core.ParameterSource.DEFAULT)]
+        if generating:
+            raise InvalidInputError(f"{', '.join(generating)} generate{'s' if len(generating) == 1 else ''} requests; "
+                                    "--trace replays its own (arrival times, lengths, count): give one or the other")
     if not 0 < slo_percentile <= 100:
         raise InvalidInputError(f"--slo-percentile must be in (0, 100], got {slo_percentile}")
     cost, cat, cost_ref = _predictor(model_ref, tracking_uri)
