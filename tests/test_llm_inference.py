@@ -350,6 +350,20 @@ def test_serve_decode_steps_of_a_few_moe_requests_cost_what_the_static_batch_doe
         assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.005), n
 
 
+def test_simulate_refuses_a_trace_out_of_arrival_order():
+    """The scheduler admits requests first come first served in the trace's order, so a Trace built by hand with a
+    later request listed first made the earlier one wait for it (its TTFT 5 s, the run's duration 0.06 s);
+    read_trace and make_trace sort, and simulate now refuses an unsorted trace rather than answer wrongly."""
+    from hybrid.workloads.llm.serving import Trace
+
+    s = make_setup("llama3-8b", "H100-SXM")
+    lengths = np.array([100, 100]), np.array([10, 10])
+    with pytest.raises(InvalidInputError, match="in order of arrival: request 2 arrives at 0 s, before request 1"):
+        simulate(s, Trace(np.array([5.0, 0.0]), *lengths))
+    ok = simulate(s, Trace(np.array([0.0, 5.0]), *lengths))
+    assert ok.ttft_ms[1] == pytest.approx(ok.ttft_ms[0], rel=0.2) and ok.duration_s > 5
+
+
 def test_highest_rate_meeting_the_slo():
     s = make_setup("llama2-7b", "A100")
     slo = SLO(ttft_ms=250, tpot_ms=40)

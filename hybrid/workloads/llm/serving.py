@@ -492,6 +492,13 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         raise InvalidInputError("continuous-batching simulation supports tensor parallelism only (pp = 1)")
     if not np.isfinite(trace.arrival_s).all():  # the scheduler's clock could never reach a NaN arrival
         raise InvalidInputError("every arrival time of a trace must be a finite number")
+    if (np.diff(trace.arrival_s) < 0).any():
+        # the scheduler admits first come first served in the trace's order: a request listed after a later one
+        # waited for it (arrivals 5 s, 0 s: the second request's TTFT came out 5 s, the duration 0.06 s)
+        i = int(np.flatnonzero(np.diff(trace.arrival_s) < 0)[0])
+        raise InvalidInputError(f"a trace's requests must be in order of arrival: request {i + 2} arrives at "
+                                f"{trace.arrival_s[i + 1]:g} s, before request {i + 1} at {trace.arrival_s[i]:g} s "
+                                "(read_trace and make_trace sort them)")
     check_generates(s.model, trace.output_len)
     sched = sched or SchedulerConfig()
     cap = kv_capacity_tokens(s, sched)
