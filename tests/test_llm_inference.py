@@ -860,6 +860,17 @@ def test_serve_refuses_request_generating_options_beside_a_trace(capsys, tmp_pat
     assert code == 0 and json.loads(out)["requests"] == 2
 
 
+def test_every_inference_option_says_what_it_does():
+    """`llm serve --help` listed --arrival, --slo-percentile and --seed with no word on what they do."""
+    import click
+
+    from hybrid.cli.llm_infer import capacity, infer, serve
+
+    bare = [f"{c.name} {p.opts[0]}" for c in (infer, serve, capacity) for p in c.params
+            if isinstance(p, click.Option) and not p.hidden and not p.help]
+    assert bare == []
+
+
 class _Counting:
     """A cost model that counts its predict calls (wrapping the engine's default, roofline-only predictor)."""
 

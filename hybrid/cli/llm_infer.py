@@ -425,16 +425,19 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 @click.option("--input-dist", default="512", show_default=True,
               help="Prompt lengths: 512, 64-1024 (uniform), exp:512, normal:512,128, lognormal:300,0.8.")
 @click.option("--output-dist", default="128", show_default=True, help="Output lengths (same forms).")
-@click.option("--arrival", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True)
+@click.option("--arrival", type=click.Choice(["poisson", "uniform"]), default="poisson", show_default=True,
+              help="Arrival times at --rate: a Poisson process (exponential gaps) or evenly spaced.")
 @click.option("--trace", "trace_file", type=click.Path(dir_okay=False), default=None, callback=named,
               help="Replay a request trace (CSV: arrival_s,input_len,output_len) instead of --rate/--*-dist.")
 @click.option("--slo-ttft", default=None, callback=named, help="TTFT target, e.g. 200ms or 0.5s (a bare number is milliseconds).")
 @click.option("--slo-tpot", default=None, callback=named, help="Time-per-output-token target, e.g. 50ms (a bare number is milliseconds).")
 @click.option("--slo-latency", default=None, callback=named, help="End-to-end latency target, e.g. 10s (a bare number is milliseconds).")
-@click.option("--slo-percentile", type=float, default=99.0, show_default=True)
+@click.option("--slo-percentile", type=float, default=99.0, show_default=True,
+              help="Percentile of the requests' TTFT / TPOT / latency that must meet each --slo-* target.")
 @click.option("--max-batched-tokens", type=int, default=2048, show_default=True, help="Tokens per engine step.")
 @click.option("--max-seqs", type=int, default=256, show_default=True, help="Requests running at once.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Random seed of the arrivals and lengths (the same lengths at every rate).")
 @click.option("--compare", default=None,
               help="Comma-separated systems to rank by the SLO-meeting rate per GPU (which serves the target most "
                    "cheaply), e.g. DGX-A100,DGX-H100,HGX-H200; with --gpu-hour-price for each, by the cost of a "
