@@ -364,6 +364,17 @@ def test_simulate_refuses_a_trace_out_of_arrival_order():
     assert ok.ttft_ms[1] == pytest.approx(ok.ttft_ms[0], rel=0.2) and ok.duration_s > 5
 
 
+def test_scheduler_limits_are_named_as_the_cli_spells_them():
+    """`--max-seqs 0` said "max_batched_tokens and max_seqs must be >= 1": neither which one nor the flag; a
+    fractional limit from Python (2048.5 tokens a step) was taken as given."""
+    from hybrid.workloads.llm.serving import SchedulerConfig
+
+    with pytest.raises(InvalidInputError, match=r"^--max-seqs must be a positive integer, got 0$"):
+        SchedulerConfig(2048, 0)
+    with pytest.raises(InvalidInputError, match=r"^--max-batched-tokens must be a positive integer, got 2048.5$"):
+        SchedulerConfig(2048.5, 16)
+
+
 def test_highest_rate_meeting_the_slo():
     s = make_setup("llama2-7b", "A100")
     slo = SLO(ttft_ms=250, tpot_ms=40)

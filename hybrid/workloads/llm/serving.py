@@ -445,8 +445,9 @@ class SchedulerConfig:
     max_seqs: int = 256  # running requests
 
     def __post_init__(self) -> None:
-        if self.max_batched_tokens < 1 or self.max_seqs < 1:
-            raise InvalidInputError("max_batched_tokens and max_seqs must be >= 1")
+        for flag, v in (("--max-batched-tokens", self.max_batched_tokens), ("--max-seqs", self.max_seqs)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise InvalidInputError(f"{flag} must be a positive integer, got {v!r}")
         if self.max_batched_tokens < self.max_seqs:
             # every running request puts its decode token in each step, so fewer tokens per step than requests
             # running is a budget the steps would exceed (vLLM refuses the same configuration)
