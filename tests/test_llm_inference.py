@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import numpy as np
 import pytest
@@ -869,6 +871,25 @@ def test_serve_refuses_request_generating_options_beside_a_trace(capsys, tmp_pat
     # a default value is not a choice the trace overrides
     code, out, _ = run(capsys, "llm", "serve", "llama3-8b", "--system", "DGX-H100", "--trace", str(trace), "--json")
     assert code == 0 and json.loads(out)["requests"] == 2
+
+
+def test_a_rate_above_capacity_is_said_to_grow_the_queue(capsys):
+    """At 200 requests/s a single H100 serving Llama-3-8B completes about 65/s: the queue grows with every request
+    simulated (p50 TTFT 0.5, 3.4 and 17.7 s for 250, 1000 and 4000 requests) and the output read as a steady
+    state. Now the run is flagged overloaded with what it completes; a rate it keeps up with is not."""
+    s = make_setup("llama3-8b", "H100-SXM")
+    idist, odist = parse_dist("512"), parse_dist("128")
+    over = simulate(s, make_trace(200.0, 400, idist, odist, 0))
+    assert over.overloaded and "the queue grows over the run" in over.notes[-1]
+    served = float(re.search(r"completes about ([0-9.]+)/s", over.notes[-1]).group(1))
+    assert 20 < served < 150  # the deployment's own capacity, well under the offered 200/s
+    calm = simulate(s, make_trace(20.0, 400, idist, odist, 0))
+    assert not calm.overloaded and not any("queue grows" in n for n in calm.notes)
+    burst = simulate(s, make_trace(math.inf, 400, idist, odist, 0))  # offline: a burst by design, no note
+    assert not burst.overloaded
+    code, out, err = run(capsys, "llm", "serve", "llama3-8b", "--device", "H100-SXM", "--rate", "200/s",
+                         "--requests", "400", "--input-dist", "512", "--output-dist", "128", "--json")
+    assert code == 0 and json.loads(out)["overloaded"] is True and "warning: the queue grows" in err
 
 
 def test_every_inference_option_says_what_it_does():

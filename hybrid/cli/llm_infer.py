@@ -597,6 +597,8 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     for note in s.deployment_notes():
         out["notes"] = [*out.get("notes", []), note]
         click.echo(f"warning: {note}", err=True)
+    if res.overloaded:  # the percentiles of a growing queue: said, not only listed in the JSON's notes
+        click.echo(f"warning: {res.notes[-1]}", err=True)
     if not slo.empty:
         out["slo"] = {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "latency_ms": slo.latency_ms,
                       "percentile": slo_percentile, "met_at_rate": slo.met(res)}

@@ -421,6 +421,8 @@ class ServeResult:
     kv_capacity_tokens: int
     max_running: int
     notes: list[str] = field(default_factory=list)
+    #: the arrivals outpace the deployment: the queue grows over the run (:func:`queue_growth_note`)
+    overloaded: bool = False
 
     def percentiles(self, qs: tuple[float, ...] = (50, 90, 99)) -> dict[str, dict[str, float | None]]:
         """Percentiles and mean of each latency over the requests it is defined for (TPOT: requests that generate
@@ -436,7 +438,7 @@ class ServeResult:
         return {"rate_per_s": self.rate, "requests": len(self.ttft_ms), **self.percentiles(),
                 "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu, "duration_s": self.duration_s,
                 "steps": self.steps, "kv_capacity_tokens": self.kv_capacity_tokens, "max_running": self.max_running,
-                "notes": self.notes}
+                "overloaded": self.overloaded, "notes": self.notes}
 
 
 @dataclass(frozen=True)
@@ -595,10 +597,42 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     tpot = np.where(out > 1, (finish - first) * 1e3 / np.maximum(out - 1, 1), np.nan)
     duration = float(np.nanmax(finish) - arr[0])
     thr = float(out.sum()) / duration / s.gpus if duration > 0 else float("nan")
+    growth = queue_growth_note(arr, ttft, duration)
     return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
                        notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step, "
                               f"<= {sched.max_seqs} running, whole-request KV reservation ({cap} tokens/GPU)"]
-                       + [x for x in [context_note(s.model, int((inp + out).max()))] if x])
+                       + [x for x in [context_note(s.model, int((inp + out).max())), growth] if x],
+                       overloaded=bool(growth))
+
+
+#: Fewest requests whose first and last quarters :func:`queue_growth_note` compares (fewer: too noisy to say).
+QUEUE_GROWTH_MIN_REQUESTS = 40
+#: How much longer the last quarter's median TTFT must be than the first quarter's to call the queue growing.
+QUEUE_GROWTH_RATIO = 2.0
+
+
+def queue_growth_note(arrival_s: np.ndarray, ttft_ms: np.ndarray, duration_s: float) -> str:
+    """A note when the arrivals outpace the deployment ('' otherwise): the requests' time to first token grows over
+    the run (the last quarter's median at least :data:`QUEUE_GROWTH_RATIO` times the first quarter's) and the
+    requests completed per second fall short of the arrival rate. Then there is no steady state: the percentiles
+    grow with the number of requests simulated, and a user reading them as the deployment's latency at that rate
+    would be misled. ``arrival_s`` from 0, in order; a burst (every request at once) is overloaded by design and
+    gets no note."""
+    n = len(arrival_s)
+    span = float(arrival_s[-1] - arrival_s[0]) if n else 0.0
+    if n < QUEUE_GROWTH_MIN_REQUESTS or span <= 0 or duration_s <= 0:
+        return ""
+    q = n // 4
+    first, last = float(np.median(ttft_ms[:q])), float(np.median(ttft_ms[-q:]))
+    offered = (n - 1) / span
+    served = n / duration_s
+    if not (last >= QUEUE_GROWTH_RATIO * first and served < 0.95 * offered):
+        return ""
+    return (f"the queue grows over the run: requests arrive at {offered:.3g}/s and this deployment completes about "
+            f"{served:.3g}/s; the last quarter of the requests waited {last / 1e3:.3g} s for their first token "
+            f"(median) against {first / 1e3:.3g} s for the first quarter, so the percentiles grow with the number of "
+            "requests simulated and describe no steady state (lower the rate, or give an SLO for the highest rate "
+            "that meets it)")
 
 
 def trace_rate(trace: Trace) -> float:
