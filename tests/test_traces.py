@@ -161,24 +161,23 @@ def test_same_device_is_refused_for_a_target_of_another_kind(tiny_trace, cpu_cat
 
 
 def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalog):
-    # a CTC loss (a speech model's, over a CNN's per-frame logits) has no family: listed, and costed at its traced
-    # time on the same CPU; the convolution, batch norm and pooling before it are costed by their families (this
-    # test used an FFT filter until FFTs were mapped)
+    # a multi-class hinge loss over a CNN's logits has no family: listed, and costed at its traced time on the same
+    # CPU; the convolution, batch norm and pooling before it are costed by their families (this test used an FFT
+    # filter until FFTs were mapped, then a CTC loss until CTC was)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
                                 torch.nn.BatchNorm2d(8), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
                                 torch.nn.Linear(8 * 8 * 8, 16 * 5))
     x = torch.randn(2, 3, 16, 16)
-    targets, frames, lengths = torch.randint(1, 5, (2, 4)), torch.full((2,), 16), torch.full((2,), 4)
+    y = torch.randint(0, 80, (2,))
 
     def step():
-        logp = model(x).view(2, 16, 5).transpose(0, 1).log_softmax(-1)
-        torch.nn.functional.ctc_loss(logp, targets, frames, lengths).backward()
+        torch.nn.functional.multi_margin_loss(model(x), y).backward()
 
     paths = record_step(step, tmp_path, warmup=1, execution_trace=False)
     it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
     unm = it.unmodelled()
     names = set(unm["name"])
-    assert names and all("ctc" in n for n in names), names
+    assert names and all("multi_margin" in n for n in names), names
     assert not any(n.startswith("autograd::") for n in names)
     assert (unm["measured_us"] > 0).all() and (unm["costed_as"].str.startswith("trace time")).all()
     assert {"conv", "norm", "pool"} <= set(it.units["label"])
@@ -1648,18 +1647,16 @@ def test_execution_trace_alone_refuses_host_trace(tiny_trace, cpu_catalog, capsy
 
 
 def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace, tmp_path, capsys):
-    """CTC loss (``_ctc_loss`` and its backward, a dynamic program over time steps) maps to no op family: on the
-    traced CPU it keeps its traced time, on a GPU it is priced at 0, which was said only in the last line of the
-    text. A warning gives its share of the traced step (here most of it); a step without such ops (the tiny block)
-    gets none. (This test used FFTs until they were mapped.)"""
+    """A multi-class hinge loss (``multi_margin_loss`` and its backward) maps to no op family: on the traced CPU it
+    keeps its traced time, on a GPU it is priced at 0, which was said only in the last line of the text. A warning
+    gives its share of the traced step (here most of it); a step without such ops (the tiny block) gets none. (This
+    test used FFTs until they were mapped, then CTC losses until they were.)"""
     torch.manual_seed(0)
-    proj = torch.nn.Linear(8, 20)
-    x, targets = torch.randn(200, 4, 8), torch.randint(1, 20, (4, 60))
-    lengths, target_lengths = torch.full((4,), 200, dtype=torch.long), torch.full((4,), 60, dtype=torch.long)
+    proj = torch.nn.Linear(8, 500)
+    x, y = torch.randn(2000, 8), torch.randint(0, 500, (2000,))
 
     def step():
-        logp = proj(x).log_softmax(-1)
-        torch.nn.functional.ctc_loss(logp, targets, lengths, target_lengths).backward()
+        torch.nn.functional.multi_margin_loss(proj(x), y).backward()
 
     paths = record_step(step, tmp_path / "lstm", warmup=1, measure_overhead=False, memory=False, timed=0)
     warned = {}
@@ -1671,7 +1668,7 @@ def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace,
                                     if "ops no op family models" in w]
     note, = warned["lstm", "H100-SXM"]
     share = float(note.split("%")[0])
-    assert share >= 5 and "aten::_ctc_loss" in note and "priced at 0 on this target" in note
+    assert share >= 5 and "aten::multi_margin_loss" in note and "priced at 0 on this target" in note
     assert not warned["lstm", CPU] and not warned["tiny", "H100-SXM"] and not warned["tiny", CPU]
 
 

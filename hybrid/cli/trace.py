@@ -361,6 +361,7 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     notes.append(compiled_note(it, fused=compiled))
     notes.append(unmodelled_note(it))
     notes.append(recurrent_note(it))
+    notes.append(lower_bound_note(it))
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
@@ -539,6 +540,28 @@ def recurrent_note(it: Any) -> str | None:
     return (f"{len(rows)} recurrent layer op(s) are priced as one batched GEMM of their {steps} steps in all; the "
             f"steps run in series as small kernels, so the prediction leaves out about {steps} x "
             f"{lat:g} us = {steps * lat / 1e3:.3f} ms of per-step kernel latency on this GPU (a lower bound)")
+
+
+def lower_bound_note(it: Any) -> str | None:
+    """A warning when ops priced by a first-order count that no profile measures run on another device than the
+    traced one: LAPACK factorisations and solves (label ``linalg``, :func:`hybrid.data.traces.opmap._map_linalg`:
+    the textbook FLOP count at the device's FP32 / FP64 rate, while blocked factorisations run their panels far
+    below peak, most of all small ones on a GPU) and CTC losses (label ``ctc``, ``_map_ctc``: scalar dependent
+    cells, a GPU's T steps in series). On the traced device the measured time per family shows how far off they
+    are."""
+    if it.same_device or not len(it.units):
+        return None
+    parts = []
+    for label, what in (("linalg", "LAPACK factorisation/solve"), ("ctc", "CTC loss")):
+        u = it.units[it.units["label"] == label]
+        if len(u):
+            counts = u["name"].map(lambda n: str(n).split("::", 1)[-1].split(".", 1)[0]).value_counts()
+            parts.append(f"{len(u)} {what} op(s) ({', '.join(f'{n} x{c}' for n, c in counts.head(4).items())})")
+    if not parts:
+        return None
+    return (f"{' and '.join(parts)} are priced by their FLOP and byte counts at this device's peak rates (FP32/FP64 "
+            "units, no tensor cores): a lower bound, since these algorithms run far below peak (sequential panels "
+            "or time steps) and no profile measures them")
 
 
 def memory_line(m: dict[str, Any]) -> str:
