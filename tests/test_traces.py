@@ -1140,6 +1140,53 @@ def test_dp_refuses_a_rank_of_a_distributed_job_given_alone(tmp_path, tiny_trace
     assert len(ranks) == 2 and transform is not None and info == {"dp": 2}
 
 
+def test_tp_of_a_step_recorded_under_ddp_in_one_process_has_no_gradient_all_reduce(tmp_path, capsys):
+    """A transformer block's DDP script recorded in a one-process group (world size 1) calls DDP's gradient
+    all-reduce over that one process: it exchanged nothing. ``--tp 2`` replicated it over the two tensor-parallel
+    ranks as an all-reduce of the whole gradient, which a tensor-parallel job does not run; it is host time now,
+    and a warning says so. A rank of a distributed job given alone (its execution trace) was refused with --dp
+    only; with --tp and --pp it is too, naming it."""
+    import subprocess
+    import sys
+
+    from hybrid.workloads.trace_parallel import parallel_job
+
+    script = tmp_path / "ddp1.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        f"os.environ['MASTER_ADDR'] = '127.0.0.1'; os.environ['MASTER_PORT'] = '{_free_port()}'\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.LayerNorm(64), "
+        "torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)))\n"
+        "x = torch.randn(4, 16, 64)\n"
+        "def step():\n    model(x).sum().backward()\n")
+    run = subprocess.run([sys.executable, "-c", "import sys; from hybrid.cli.main import main; "
+                          "sys.exit(main(sys.argv[1:]))", "trace", "record", str(script), "-o", str(tmp_path / "out"),
+                          "--no-et", "--no-overhead", "--no-memory", "--timed", "0", "--warmup", "1"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    traced = load_traces([tmp_path / "out" / "kineto_rank0.json"])
+    ranks, transform, info = parallel_job(traced, tp=2)
+    assert info == {"tp": 2, "tokens": 64, "hidden": 64}
+    it = build_trace_graph(ranks, "A100-SXM4-80GB", transform=transform)
+    colls = it.units[it.units["kind"] == "collective"]
+    assert len(colls) and set(colls["name"]) == {"TP all_reduce (hidden state)"}, set(colls["name"])
+    assert {r["size_bytes"] for r in colls["row"]} == {4 * 64 * 64}  # the hidden state, not the gradients
+    assert transform.local_collectives >= 1
+    assert cli_main(["trace", "predict", str(tmp_path / "out"), "--device", "A100-SXM4-80GB", "--roofline", "--tp",
+                     "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("ran in a one-process group" in w for w in out["warnings"]), out["warnings"]
+    # rank 0 of a 2-rank DDP job, its execution trace given alone (it names no world size): refused by name
+    _record_ddp(tmp_path / "ddp2", 64)
+    rank0 = load_traces([tmp_path / "ddp2" / "et_rank0.json"])
+    for mode in ("tp", "pp"):
+        with pytest.raises(InvalidInputError, match=rf"et_rank0.json: --{mode} splits a one-process trace .* "
+                                                    r"already calls 1 collective\(s\) \(c10d::allreduce_\) as a rank "
+                                                    r"of a distributed job \(an execution trace alone"):
+            parallel_job(rank0, **{mode: 2}, tokens=8, hidden=64)
+
+
 def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
     the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank

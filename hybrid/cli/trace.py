@@ -362,6 +362,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     notes.append(unmodelled_note(it))
     notes.append(recurrent_note(it))
     notes.append(lower_bound_note(it))
+    if getattr(parallel, "local_collectives", 0):
+        notes.append(f"the trace's {parallel.local_collectives} collective(s) ran in a one-process group (DDP in one "
+                     "process: they exchanged nothing) and a tensor-parallel job has no gradient all-reduce: they are "
+                     "host time only; data parallelism on top of --tp is not modelled (one parallel mode at a time)")
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
