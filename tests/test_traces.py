@@ -1187,6 +1187,35 @@ def test_tp_of_a_step_recorded_under_ddp_in_one_process_has_no_gradient_all_redu
             parallel_job(rank0, **{mode: 2}, tokens=8, hidden=64)
 
 
+def test_a_missing_step_names_the_chrome_trace_and_files_of_other_windows(tmp_path, capsys):
+    """``--step`` of a directory holding a Chrome trace and its execution trace: the error named the execution
+    trace (``et_rank0.json`` comes first in the directory) rather than the trace whose step is predicted; it names
+    the Chrome trace first now, and both files' steps. An execution trace of other steps than its Chrome trace's
+    is said to be of another profiler window, with the file that has the step."""
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16)
+    et = ExecutionTraceObserver().register_callback(str(tmp_path / "et.json"))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=schedule(wait=1, warmup=1, active=2),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(tmp_path / "kineto.json")),
+                 execution_trace_observer=et) as prof:
+        for _ in range(4):
+            model(x).sum().backward()
+            prof.step()
+    assert cli_main(["trace", "predict", str(tmp_path), "--device", "H100-SXM", "--roofline", "--step", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "kineto.json: no ProfilerStep#1 in the trace (it has #2, #3); nor has " in err and "et.json (it has #2, #3)" in err
+    # the execution trace without step 3's annotation: the Chrome trace has it, the execution trace not
+    doc = json.loads((tmp_path / "et.json").read_text())
+    doc["nodes"] = [n for n in doc["nodes"] if n["name"] != "ProfilerStep#3"]
+    (tmp_path / "et.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"et.json: no ProfilerStep#3 in the trace \(it has #2\); .*kineto.json "
+                                               r"has it: files of different profiler windows"):
+        load_traces(trace_files([tmp_path]), step=3)
+    assert load_traces(trace_files([tmp_path]), step=2)[0].meta["step"] == "ProfilerStep#2"
+
+
 def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
     the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank
