@@ -88,6 +88,12 @@ def test_a_traced_qr_is_priced_by_its_flops_on_another_device_and_said_to_be_a_l
     assert out["breakdown_ms"]["linalg"] > 0 and out["unmodelled"]["own_time"]["ops"] == 0
     assert any("1 LAPACK factorisation/solve op(s) (linalg_qr x1)" in w and "lower bound" in w
                for w in out["warnings"]), out["warnings"]
+    # the traced CPU compared with a GPU: the GPU's row is the lower bound, said with its name
+    assert cli_main(["trace", "predict", str(tmp_path), "--device", CPU, "--bundle", str(BUNDLE), "--roofline",
+                     "--compare", "H100-SXM", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any(w.startswith("--compare H100-SXM: 1 LAPACK factorisation/solve op(s)") for w in out["warnings"]), \
+        out["warnings"]
 
 
 def test_a_traced_step_with_bucketize_trace_fractional_pooling_lu_and_ctc_leaves_nothing_unmodelled(tmp_path):

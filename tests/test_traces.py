@@ -1746,6 +1746,12 @@ def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace,
     share = float(note.split("%")[0])
     assert share >= 5 and "aten::multi_margin_loss" in note and "priced at 0 on this target" in note
     assert not warned["lstm", CPU] and not warned["tiny", "H100-SXM"] and not warned["tiny", CPU]
+    # predicted on the traced CPU and compared with a GPU: the GPU's row prices them at 0 too, which only the
+    # traced target's own warnings could say, and they did not (its prediction keeps their traced time)
+    assert cli_main(["trace", "predict", str(paths["kineto"].parent), "--device", CPU, "--bundle", str(BUNDLE),
+                     "--roofline", "--compare", "H100-SXM", "--json"]) == 0
+    compared = [w for w in json.loads(capsys.readouterr().out).get("warnings", []) if "ops no op family models" in w]
+    assert len(compared) == 1 and compared[0].startswith("--compare H100-SXM: ") and "priced at 0" in compared[0]
 
 
 def test_weight_norm_is_costed(tmp_path, cpu_catalog):

@@ -306,7 +306,11 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
             try:
                 with warnings.catch_warnings():  # the compared targets' own: from their summaries, below
                     warnings.simplefilter("ignore", DtypeFallbackWarning)
-                    o = s if other == (device or system) else summary_of(run(other)[1])
+                    if other == (device or system):
+                        o, o_it = s, it
+                    else:
+                        o_it, o_pred = run(other)
+                        o = summary_of(o_pred)
             except InvalidInputError as exc:  # a target the job cannot run on: ranked last, with the reason
                 failed.append({"target": other, "device": "", "ranks": None, "predicted_ms": None,
                                **({"gpu_hour_price": None, "cost_per_1k_steps": None} if prices is not None else {}),
@@ -331,6 +335,11 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                 note = "; ".join([note] * bool(note) + [_fallback_brief(f) for f in fallbacks])
                 if o is not s:
                     compared_fallbacks += [f"--compare {o['target']}: {f['note']}" for f in fallbacks]
+            if o is not s and it.same_device:
+                # ops a compared device prices at 0 (unmodelled) or by a lower bound, which the traced target's own
+                # prediction (their traced time) does not say
+                compared_fallbacks += [f"--compare {o['target']}: {n}" for n in (unmodelled_note(o_it),
+                                                                                 lower_bound_note(o_it)) if n]
             ranking.append({**row, "note": note})
         s["compare"], by_cost = rank_compared(ranking + failed, lambda r: r["predicted_ms"] if r["ranks"] else math.inf,
                                               "cost_per_1k_steps", lambda r: bool(r["ranks"]))
