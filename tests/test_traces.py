@@ -161,24 +161,23 @@ def test_same_device_is_refused_for_a_target_of_another_kind(tiny_trace, cpu_cat
 
 
 def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalog):
-    # a CTC loss (a speech model's, over a CNN's per-frame logits) has no family: listed, and costed at its traced
-    # time on the same CPU; the convolution, batch norm and pooling before it are costed by their families (this
-    # test used an FFT filter until FFTs were mapped)
+    # a multi-class hinge loss over a CNN's logits has no family: listed, and costed at its traced time on the same
+    # CPU; the convolution, batch norm and pooling before it are costed by their families (this test used an FFT
+    # filter until FFTs were mapped, then a CTC loss until CTC was)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
                                 torch.nn.BatchNorm2d(8), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
                                 torch.nn.Linear(8 * 8 * 8, 16 * 5))
     x = torch.randn(2, 3, 16, 16)
-    targets, frames, lengths = torch.randint(1, 5, (2, 4)), torch.full((2,), 16), torch.full((2,), 4)
+    y = torch.randint(0, 80, (2,))
 
     def step():
-        logp = model(x).view(2, 16, 5).transpose(0, 1).log_softmax(-1)
-        torch.nn.functional.ctc_loss(logp, targets, frames, lengths).backward()
+        torch.nn.functional.multi_margin_loss(model(x), y).backward()
 
     paths = record_step(step, tmp_path, warmup=1, execution_trace=False)
     it = build_trace_graph(load_traces([paths["kineto"]]), CPU, cpu_catalog)
     unm = it.unmodelled()
     names = set(unm["name"])
-    assert names and all("ctc" in n for n in names), names
+    assert names and all("multi_margin" in n for n in names), names
     assert not any(n.startswith("autograd::") for n in names)
     assert (unm["measured_us"] > 0).all() and (unm["costed_as"].str.startswith("trace time")).all()
     assert {"conv", "norm", "pool"} <= set(it.units["label"])
@@ -1141,6 +1140,82 @@ def test_dp_refuses_a_rank_of_a_distributed_job_given_alone(tmp_path, tiny_trace
     assert len(ranks) == 2 and transform is not None and info == {"dp": 2}
 
 
+def test_tp_of_a_step_recorded_under_ddp_in_one_process_has_no_gradient_all_reduce(tmp_path, capsys):
+    """A transformer block's DDP script recorded in a one-process group (world size 1) calls DDP's gradient
+    all-reduce over that one process: it exchanged nothing. ``--tp 2`` replicated it over the two tensor-parallel
+    ranks as an all-reduce of the whole gradient, which a tensor-parallel job does not run; it is host time now,
+    and a warning says so. A rank of a distributed job given alone (its execution trace) was refused with --dp
+    only; with --tp and --pp it is too, naming it."""
+    import subprocess
+    import sys
+
+    from hybrid.workloads.trace_parallel import parallel_job
+
+    script = tmp_path / "ddp1.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        f"os.environ['MASTER_ADDR'] = '127.0.0.1'; os.environ['MASTER_PORT'] = '{_free_port()}'\n"
+        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
+        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.LayerNorm(64), "
+        "torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)))\n"
+        "x = torch.randn(4, 16, 64)\n"
+        "def step():\n    model(x).sum().backward()\n")
+    run = subprocess.run([sys.executable, "-c", "import sys; from hybrid.cli.main import main; "
+                          "sys.exit(main(sys.argv[1:]))", "trace", "record", str(script), "-o", str(tmp_path / "out"),
+                          "--no-et", "--no-overhead", "--no-memory", "--timed", "0", "--warmup", "1"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    traced = load_traces([tmp_path / "out" / "kineto_rank0.json"])
+    ranks, transform, info = parallel_job(traced, tp=2)
+    assert info == {"tp": 2, "tokens": 64, "hidden": 64}
+    it = build_trace_graph(ranks, "A100-SXM4-80GB", transform=transform)
+    colls = it.units[it.units["kind"] == "collective"]
+    assert len(colls) and set(colls["name"]) == {"TP all_reduce (hidden state)"}, set(colls["name"])
+    assert {r["size_bytes"] for r in colls["row"]} == {4 * 64 * 64}  # the hidden state, not the gradients
+    assert transform.local_collectives >= 1
+    assert cli_main(["trace", "predict", str(tmp_path / "out"), "--device", "A100-SXM4-80GB", "--roofline", "--tp",
+                     "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("ran in a one-process group" in w for w in out["warnings"]), out["warnings"]
+    # rank 0 of a 2-rank DDP job, its execution trace given alone (it names no world size): refused by name
+    _record_ddp(tmp_path / "ddp2", 64)
+    rank0 = load_traces([tmp_path / "ddp2" / "et_rank0.json"])
+    for mode in ("tp", "pp"):
+        with pytest.raises(InvalidInputError, match=rf"et_rank0.json: --{mode} splits a one-process trace .* "
+                                                    r"already calls 1 collective\(s\) \(c10d::allreduce_\) as a rank "
+                                                    r"of a distributed job \(an execution trace alone"):
+            parallel_job(rank0, **{mode: 2}, tokens=8, hidden=64)
+
+
+def test_a_missing_step_names_the_chrome_trace_and_files_of_other_windows(tmp_path, capsys):
+    """``--step`` of a directory holding a Chrome trace and its execution trace: the error named the execution
+    trace (``et_rank0.json`` comes first in the directory) rather than the trace whose step is predicted; it names
+    the Chrome trace first now, and both files' steps. An execution trace of other steps than its Chrome trace's
+    is said to be of another profiler window, with the file that has the step."""
+    from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, schedule
+
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16)
+    et = ExecutionTraceObserver().register_callback(str(tmp_path / "et.json"))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, schedule=schedule(wait=1, warmup=1, active=2),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(tmp_path / "kineto.json")),
+                 execution_trace_observer=et) as prof:
+        for _ in range(4):
+            model(x).sum().backward()
+            prof.step()
+    assert cli_main(["trace", "predict", str(tmp_path), "--device", "H100-SXM", "--roofline", "--step", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "kineto.json: no ProfilerStep#1 in the trace (it has #2, #3); nor has " in err and "et.json (it has #2, #3)" in err
+    # the execution trace without step 3's annotation: the Chrome trace has it, the execution trace not
+    doc = json.loads((tmp_path / "et.json").read_text())
+    doc["nodes"] = [n for n in doc["nodes"] if n["name"] != "ProfilerStep#3"]
+    (tmp_path / "et.json").write_text(json.dumps(doc))
+    with pytest.raises(TraceFormatError, match=r"et.json: no ProfilerStep#3 in the trace \(it has #2\); .*kineto.json "
+                                               r"has it: files of different profiler windows"):
+        load_traces(trace_files([tmp_path]), step=3)
+    assert load_traces(trace_files([tmp_path]), step=2)[0].meta["step"] == "ProfilerStep#2"
+
+
 def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
     the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank
@@ -1648,18 +1723,16 @@ def test_execution_trace_alone_refuses_host_trace(tiny_trace, cpu_catalog, capsy
 
 
 def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace, tmp_path, capsys):
-    """CTC loss (``_ctc_loss`` and its backward, a dynamic program over time steps) maps to no op family: on the
-    traced CPU it keeps its traced time, on a GPU it is priced at 0, which was said only in the last line of the
-    text. A warning gives its share of the traced step (here most of it); a step without such ops (the tiny block)
-    gets none. (This test used FFTs until they were mapped.)"""
+    """A multi-class hinge loss (``multi_margin_loss`` and its backward) maps to no op family: on the traced CPU it
+    keeps its traced time, on a GPU it is priced at 0, which was said only in the last line of the text. A warning
+    gives its share of the traced step (here most of it); a step without such ops (the tiny block) gets none. (This
+    test used FFTs until they were mapped, then CTC losses until they were.)"""
     torch.manual_seed(0)
-    proj = torch.nn.Linear(8, 20)
-    x, targets = torch.randn(200, 4, 8), torch.randint(1, 20, (4, 60))
-    lengths, target_lengths = torch.full((4,), 200, dtype=torch.long), torch.full((4,), 60, dtype=torch.long)
+    proj = torch.nn.Linear(8, 500)
+    x, y = torch.randn(2000, 8), torch.randint(0, 500, (2000,))
 
     def step():
-        logp = proj(x).log_softmax(-1)
-        torch.nn.functional.ctc_loss(logp, targets, lengths, target_lengths).backward()
+        torch.nn.functional.multi_margin_loss(proj(x), y).backward()
 
     paths = record_step(step, tmp_path / "lstm", warmup=1, measure_overhead=False, memory=False, timed=0)
     warned = {}
@@ -1671,8 +1744,14 @@ def test_unmodelled_ops_priced_at_zero_elsewhere_are_warned_by_share(tiny_trace,
                                     if "ops no op family models" in w]
     note, = warned["lstm", "H100-SXM"]
     share = float(note.split("%")[0])
-    assert share >= 5 and "aten::_ctc_loss" in note and "priced at 0 on this target" in note
+    assert share >= 5 and "aten::multi_margin_loss" in note and "priced at 0 on this target" in note
     assert not warned["lstm", CPU] and not warned["tiny", "H100-SXM"] and not warned["tiny", CPU]
+    # predicted on the traced CPU and compared with a GPU: the GPU's row prices them at 0 too, which only the
+    # traced target's own warnings could say, and they did not (its prediction keeps their traced time)
+    assert cli_main(["trace", "predict", str(paths["kineto"].parent), "--device", CPU, "--bundle", str(BUNDLE),
+                     "--roofline", "--compare", "H100-SXM", "--json"]) == 0
+    compared = [w for w in json.loads(capsys.readouterr().out).get("warnings", []) if "ops no op family models" in w]
+    assert len(compared) == 1 and compared[0].startswith("--compare H100-SXM: ") and "priced at 0" in compared[0]
 
 
 def test_weight_norm_is_costed(tmp_path, cpu_catalog):

@@ -306,7 +306,11 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
             try:
                 with warnings.catch_warnings():  # the compared targets' own: from their summaries, below
                     warnings.simplefilter("ignore", DtypeFallbackWarning)
-                    o = s if other == (device or system) else summary_of(run(other)[1])
+                    if other == (device or system):
+                        o, o_it = s, it
+                    else:
+                        o_it, o_pred = run(other)
+                        o = summary_of(o_pred)
             except InvalidInputError as exc:  # a target the job cannot run on: ranked last, with the reason
                 failed.append({"target": other, "device": "", "ranks": None, "predicted_ms": None,
                                **({"gpu_hour_price": None, "cost_per_1k_steps": None} if prices is not None else {}),
@@ -331,6 +335,11 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                 note = "; ".join([note] * bool(note) + [_fallback_brief(f) for f in fallbacks])
                 if o is not s:
                     compared_fallbacks += [f"--compare {o['target']}: {f['note']}" for f in fallbacks]
+            if o is not s and it.same_device:
+                # ops a compared device prices at 0 (unmodelled) or by a lower bound, which the traced target's own
+                # prediction (their traced time) does not say
+                compared_fallbacks += [f"--compare {o['target']}: {n}" for n in (unmodelled_note(o_it),
+                                                                                 lower_bound_note(o_it)) if n]
             ranking.append({**row, "note": note})
         s["compare"], by_cost = rank_compared(ranking + failed, lambda r: r["predicted_ms"] if r["ranks"] else math.inf,
                                               "cost_per_1k_steps", lambda r: bool(r["ranks"]))
@@ -361,6 +370,11 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     notes.append(compiled_note(it, fused=compiled))
     notes.append(unmodelled_note(it))
     notes.append(recurrent_note(it))
+    notes.append(lower_bound_note(it))
+    if getattr(parallel, "local_collectives", 0):
+        notes.append(f"the trace's {parallel.local_collectives} collective(s) ran in a one-process group (DDP in one "
+                     "process: they exchanged nothing) and a tensor-parallel job has no gradient all-reduce: they are "
+                     "host time only; data parallelism on top of --tp is not modelled (one parallel mode at a time)")
     for fam, n in s.get("unmeasured_families", {}).items():
         hint = "; `hybrid profile --only attention` measures them" if fam == "attention" else ""
         notes.append(f"{n} {fam} op(s) priced without any {fam} measurement in the model (extrapolated from "
@@ -539,6 +553,28 @@ def recurrent_note(it: Any) -> str | None:
     return (f"{len(rows)} recurrent layer op(s) are priced as one batched GEMM of their {steps} steps in all; the "
             f"steps run in series as small kernels, so the prediction leaves out about {steps} x "
             f"{lat:g} us = {steps * lat / 1e3:.3f} ms of per-step kernel latency on this GPU (a lower bound)")
+
+
+def lower_bound_note(it: Any) -> str | None:
+    """A warning when ops priced by a first-order count that no profile measures run on another device than the
+    traced one: LAPACK factorisations and solves (label ``linalg``, :func:`hybrid.data.traces.opmap._map_linalg`:
+    the textbook FLOP count at the device's FP32 / FP64 rate, while blocked factorisations run their panels far
+    below peak, most of all small ones on a GPU) and CTC losses (label ``ctc``, ``_map_ctc``: scalar dependent
+    cells, a GPU's T steps in series). On the traced device the measured time per family shows how far off they
+    are."""
+    if it.same_device or not len(it.units):
+        return None
+    parts = []
+    for label, what in (("linalg", "LAPACK factorisation/solve"), ("ctc", "CTC loss")):
+        u = it.units[it.units["label"] == label]
+        if len(u):
+            counts = u["name"].map(lambda n: str(n).split("::", 1)[-1].split(".", 1)[0]).value_counts()
+            parts.append(f"{len(u)} {what} op(s) ({', '.join(f'{n} x{c}' for n, c in counts.head(4).items())})")
+    if not parts:
+        return None
+    return (f"{' and '.join(parts)} are priced by their FLOP and byte counts at this device's peak rates (FP32/FP64 "
+            "units, no tensor cores): a lower bound, since these algorithms run far below peak (sequential panels "
+            "or time steps) and no profile measures them")
 
 
 def memory_line(m: dict[str, Any]) -> str:

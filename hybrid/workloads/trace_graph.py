@@ -57,6 +57,7 @@ from hybrid.workloads.trace_costing import (
 from hybrid.workloads.trace_deps import cross_dep_nodes, main_tid, rank_schedule
 from hybrid.workloads.trace_fusion import FUSED_COLUMN
 from hybrid.workloads.trace_units import (
+    FIRST_ORDER_LABELS,
     GAP_LABEL,
     OWN_TIME_ATTR,
     PHASE_MARKERS,
@@ -194,6 +195,8 @@ class _Builder:
         self.gap(rank, u, deps)
         meas = u["device_us"] if np.isfinite(u.get("device_us", np.nan)) else u["dur"]
         kind, name, stream = u["kind"], u["name"], u["stream"]
+        if kind == "op" and self.cost.same_device and self.has_times and u["label"] in FIRST_ORDER_LABELS:
+            kind = "unmodelled"  # its traced time, a measurement of the target (costed as an unmodelled op's)
         if kind == "op":
             row = {**u["row"], "device": self.tgt.device.key}
             if self.on_cpu:

@@ -31,7 +31,7 @@ from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import family_array
 from hybrid.workloads.trace_costing import traced_gpu
-from hybrid.workloads.trace_units import trace_units
+from hybrid.workloads.trace_units import FIRST_ORDER_LABELS, trace_units
 
 
 def trace_device(trace: RankTrace, catalog: Catalog, device: str | None = None) -> str:
@@ -72,7 +72,8 @@ def kernel_rows(traces: Sequence[RankTrace], catalog: Catalog | None = None, dev
         # an fp32 matmul / convolution whose kernels ran TF32 is a tf32 measurement (hybrid.data.traces.precision)
         u, _ = apply_fp32_precision(trace_units(tr), tr.meta, "tf32" in cat.device(key).peak_flops)
         dev_us = pd.to_numeric(u["device_us"], errors="coerce").to_numpy(dtype=np.float64)
-        keep = ((u["kind"] == "op").to_numpy() & np.isfinite(dev_us) & (dev_us > 0)
+        keep = ((u["kind"] == "op").to_numpy() & ~u["label"].isin(FIRST_ORDER_LABELS).to_numpy()
+                & np.isfinite(dev_us) & (dev_us > 0)
                 & np.fromiter((isinstance(r, dict) and bool(r.get("op")) for r in u["row"]), dtype=bool,
                               count=len(u)))
         if not keep.any():

@@ -36,6 +36,7 @@ from hybrid.data.traces.opmap import numel
 from hybrid.data.traces.parse import PG_OP_RE, RankTrace
 from hybrid.errors import InvalidInputError
 from hybrid.units import DTYPE_BYTES
+from hybrid.workloads.trace_units import VIEW_LABEL
 
 DDP_BUCKET_BYTES = 25 * 2**20
 DDP_FIRST_BUCKET_BYTES = 2**20
@@ -115,8 +116,13 @@ def data_parallel(ranks: int, bucket_bytes: int = DDP_BUCKET_BYTES, first_bucket
     return transform
 
 
-def tensor_parallel(ranks: int, tokens: int, hidden: int):
-    """A ``transform`` splitting a transformer's work Megatron-style over ``ranks`` (see the module docstring)."""
+def tensor_parallel(ranks: int, tokens: int, hidden: int, local_collectives: bool = False):
+    """A ``transform`` splitting a transformer's work Megatron-style over ``ranks`` (see the module docstring).
+    ``local_collectives``: the trace's own collectives ran in a one-process group (a step recorded under DDP in
+    one process): they exchanged nothing there, and a tensor-parallel job has no gradient all-reduce (each rank
+    holds its own shard), so they are host time only. Replicated over the ranks as recorded they became
+    all-reduces of the whole gradient across the tensor-parallel ranks (``transform.local_collectives``: how many
+    were made host time, per rank)."""
     if ranks < 1 or tokens < 1 or hidden < 1:
         raise InvalidInputError("tensor_parallel needs positive ranks, tokens and hidden size")
     if hidden % ranks:
@@ -167,6 +173,10 @@ def tensor_parallel(ranks: int, tokens: int, hidden: int):
         if ranks <= 1:
             return units
         out = units.copy()
+        if local_collectives:
+            local = (out["kind"] == "collective").to_numpy() & (out["op_id"] >= 0).to_numpy()
+            out.loc[local, "kind"], out.loc[local, "label"] = "view", VIEW_LABEL
+            transform.local_collectives = int(local.sum())
         new = []
         rows = list(out["row"])
         for i, u in out.iterrows():
@@ -181,6 +191,7 @@ def tensor_parallel(ranks: int, tokens: int, hidden: int):
         return _insert(out, new)
 
     transform.splits_memory = ranks > 1  # each rank holds a share of the traced tensors, not all of them
+    transform.local_collectives = 0
     return transform
 
 
@@ -282,22 +293,30 @@ def parallel_job(traces: list[RankTrace], dp: int = 1, tp: int = 1, pp: int = 1,
     (mode, n), = on.items()
     trace = traces[0]
     info: dict[str, int] = {mode: n}
+    names = trace.ops["name"].astype(str)
+    traced = names[names.str.match(PG_OP_RE) & names.str.startswith("c10d")]
+    if len(traced) and (trace.format == "et" or trace.world_size > 1):
+        # a rank of a distributed job (its execution trace given alone: it names no world size): its collectives
+        # (DDP's gradient all-reduces) are in the trace already, and replicated over the new job's ranks they would
+        # be priced as that job's (beside DDP's added ones with --dp; as all-reduces of the whole gradient across
+        # the tensor-parallel ranks with --tp, which a tensor-parallel job does not run)
+        what = {"dp": "--dp adds DDP's gradient all-reduces to a one-process trace",
+                "tp": "--tp splits a one-process trace over tensor-parallel ranks",
+                "pp": "--pp splits a one-process trace into pipeline stages"}[mode]
+        raise InvalidInputError(
+            f"{trace.path}: {what}, but this one already calls {len(traced)} collective(s) "
+            f"({', '.join(sorted(set(traced)))}) as a rank of a distributed job"
+            + (" (an execution trace alone names no world size: give its Chrome trace with it)"
+               if trace.format == "et" else f" of {trace.world_size} ranks")
+            + ", whose own would be " + ("counted twice" if mode == "dp" else "priced as the new job's")
+            + "; predict the job's ranks as recorded (each rank's Chrome trace with its execution trace), or "
+            "record the step in one process without DDP")
     if mode == "dp":
-        names = trace.ops["name"].astype(str)
-        traced = names[names.str.match(PG_OP_RE) & names.str.startswith("c10d")]
-        if len(traced) and (trace.format == "et" or trace.world_size > 1):
-            # a rank of a distributed job (its execution trace given alone: it names no world size): its gradient
-            # all-reduces are in the trace already, and replicated they would be priced beside DDP's added ones
-            raise InvalidInputError(
-                f"{trace.path}: --dp adds DDP's gradient all-reduces to a one-process trace, but this one already "
-                f"calls {len(traced)} collective(s) ({', '.join(sorted(set(traced)))}): a rank of a distributed job, "
-                "whose own would be counted twice; predict the job's ranks as recorded (each rank's Chrome trace "
-                "with its execution trace), or record the step in one process without DDP")
         return replicate(trace, n), data_parallel(n), info
     if tokens is None or hidden is None:
         t_auto, h_auto = transformer_dims(trace)
         tokens, hidden = tokens or t_auto, hidden or h_auto
     info.update(tokens=int(tokens), hidden=int(hidden))
     if mode == "tp":
-        return replicate(trace, n), tensor_parallel(n, int(tokens), int(hidden)), info
+        return replicate(trace, n), tensor_parallel(n, int(tokens), int(hidden), local_collectives=len(traced) > 0), info
     return [trace], pipeline_parallel(n, int(tokens), int(hidden)), info

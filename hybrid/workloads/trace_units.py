@@ -49,6 +49,12 @@ _HALF = ("bf16", "fp16")
 #: Breakdown labels of the costed ops a kernel with helpers calls before its own work (zero-filling or allocating
 #: its output, a contiguous copy of its input): an unmapped op that calls anything else is a composite.
 HELPER_LABELS = frozenset({"copy"})
+#: Breakdown labels of ops priced by a first-order count that no profile measures (LAPACK factorisations and
+#: solves, CTC losses: :mod:`hybrid.data.traces.opmap`): on the traced device they keep their traced time, which is
+#: a measurement of the target (the count is a lower bound, 0.1-0.7x of it on the project's CPU), elsewhere the
+#: cost model prices the count; nor are their kernels measurement rows of the family their row borrows
+#: (``hybrid trace kernels``).
+FIRST_ORDER_LABELS = frozenset({"linalg", "ctc"})
 #: Helpers (base names) that write without reading a tensor: fills, factories and samplers. A kernel hands its
 #: own argument to one of them to initialise it (``x.zero_()`` before accumulating into ``x``), so unlike a copy
 #: of the op's arguments, one called with the op's own argument shapes is no sign that the op forwards its call.

@@ -699,6 +699,218 @@ def _map_fft(plain: str, tdims: list[list[int]], dtype: str, extra: dict[str, An
                                    "dtype": dtype})
 
 
+#: Fractional max pooling (``nn.FractionalMaxPool2d/3d``): name -> (index of the input, backward). Arguments:
+#: ``(input, kernel_size, output_size, random_samples)``, backward ``(grad_output, input, kernel_size, output_size,
+#: indices)``.
+FRACTIONAL_POOLS = {"fractional_max_pool2d": (0, False), "fractional_max_pool3d": (0, False),
+                    "fractional_max_pool2d_backward": (1, True), "fractional_max_pool3d_backward": (1, True)}
+
+
+def _map_fractional_pool(plain: str, dims: list[list[int]], dtype: str, extra: dict[str, Any],
+                         out_dims: Sequence[Any]) -> OpMapping | None:
+    """A fractional max pooling (pseudo-random window positions, ``kernel_size`` windows, ``output_size`` out) as
+    the max-pooling row of :func:`hybrid.ops.families.pool_row`, with its argmax indices (it always returns them).
+    Unmodelled before 2026-12-06."""
+    xi, bwd = FRACTIONAL_POOLS[plain]
+    if len(dims) <= xi or len(dims[xi]) < 3 or not _is_shape(dims[xi]):
+        return None
+    x = dims[xi]
+    spatial = 3 if "3d" in plain else 2
+    kern = _ints(_concrete(extra, 2 if bwd else 1))
+    if bwd:
+        y: list[int] | None = dims[0] if _is_shape(dims[0]) else None
+    else:
+        y = next((d for d in out_dims if _is_shape(d) and d), None)
+        size = _ints(_concrete(extra, 2))
+        if y is None and size:
+            y = list(x[:-spatial]) + (size * spatial)[:spatial]
+    if y is None or not kern:
+        return None
+    n_in, n_out = numel(x), numel(y)
+    if n_in <= 0 or n_out <= 0:
+        return OpMapping("view", "view")
+    window = math.prod((kern * spatial)[:spatial])
+    return OpMapping("op", "pool", pool_row("max", "bwd" if bwd else "fwd", n_in, n_out, int(window), dtype, True))
+
+
+def _map_bucketize(plain: str, tdims: list[list[int]], types: Sequence[Any], extra: dict[str, Any]
+                   ) -> OpMapping | None:
+    """``bucketize(input, boundaries, out_int32, right)`` / ``searchsorted(sorted_sequence, input, out_int32,
+    ...)``: a binary search of each value among the boundaries (label ``sort``): every value read once, the
+    boundaries once, an int64 (int32) index written per value, counted in the input's bytes, and ``log2`` of the
+    boundaries' length comparisons per value (quantile binning, relative-position buckets). Unmodelled before
+    2026-12-06."""
+    if len(tdims) < 2:
+        return None
+    vi, bi = (0, 1) if plain == "bucketize" else (1, 0)
+    vals, bounds = tdims[vi], tdims[bi]
+    n = numel(vals)
+    if n <= 0:
+        return OpMapping("view", "view")
+    length = bounds[-1] if bounds else 1
+    src = types[vi] if vi < len(types) and types[vi] in _BYTES else "fp32"
+    dtype = src if src in _FLOATS else "fp32"
+    idx_bytes = 4 if _concrete(extra, 2) == "True" else 8
+    return OpMapping("op", "sort", {"op": "elementwise", "elements": int(n), "variant": "add",
+                                    "n_inputs": round((n * _BYTES[src] / _BYTES[dtype] + numel(bounds)) / n, 4),
+                                    "n_outputs": round(idx_bytes / _BYTES[dtype], 4),
+                                    "flops_per_element": round(max(math.log2(max(length, 1) + 1), 1.0), 4),
+                                    "dtype": dtype})
+
+
+#: Connectionist temporal classification loss kernels (``F.ctc_loss``: wav2vec 2.0, HuBERT, OCR heads; cuDNN's on
+#: a GPU). Forward ``(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)``; backward
+#: ``(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood, log_alpha, blank, ...)``.
+CTC_OPS = frozenset({"_ctc_loss", "_ctc_loss_backward", "_cudnn_ctc_loss"})
+
+
+def _map_ctc(plain: str, tdims: list[list[int]], dims: Sequence[Any], dtype: str, extra: dict[str, Any]
+             ) -> OpMapping | None:
+    """A CTC loss (label ``ctc``): its dynamic program has ``B x T x (2S + 1)`` cells (batch, input frames, the
+    longest target), each a log-sum-exp of up to three predecessors: an ``exp`` row of 4 evaluations per cell,
+    reading the log-probabilities ``[T, B, C]`` and the targets once and writing the cells (log alpha) once; the
+    backward runs the recursion backwards (log beta) and writes the ``[T, B, C]`` gradient, twice the work. A lower
+    bound: the cells are scalar, dependent work (on the project's CPU 15-31 ns per cell forward, which the CPU
+    profile's exp rows price at 0.06-0.41x of that), and a GPU runs the T steps in series inside its kernel
+    (``trace predict`` says so on another device). Before 2026-12-06 it was left unmodelled, at 0 on any other
+    device."""
+    bwd = plain == "_ctc_loss_backward"
+    off = 1 if bwd else 0
+    if len(tdims) < 2 + off:
+        return None
+    lp, tg = tdims[off], tdims[off + 1]
+    if len(lp) not in (2, 3) or numel(lp) <= 0:
+        return None
+    t_len, batch = lp[0], (lp[1] if len(lp) == 3 else 1)
+    tl = _ints(_concrete(extra, off + 3))  # target lengths as recorded (an IntArrayRef; a CUDA tensor: not)
+    if len(tg) == 2:
+        s_len = tg[1]
+    else:
+        s_len = max(tl) if tl else -(-numel(tg) // max(batch, 1))
+    cells = batch * t_len * (2 * max(s_len, 0) + 1)
+    if cells <= 0:
+        return OpMapping("view", "view")
+    n_lp = numel(lp)
+    if bwd:  # log_probs, log_alpha and the targets read; log beta and the [T, B, C] gradient written
+        n_in, n_out = (n_lp + cells + numel(tg)) / cells, (cells + n_lp) / cells
+    else:
+        n_in, n_out = (n_lp + numel(tg)) / cells, 1.0
+    return OpMapping("op", "ctc", {"op": "elementwise", "elements": int(cells), "variant": "exp",
+                                   "n_inputs": round(n_in, 4), "n_outputs": round(n_out, 4),
+                                   "flops_per_element": 16.0 if bwd else 8.0, "dtype": dtype,
+                                   **({"direction": "bwd"} if bwd else {})})
+
+
+#: LAPACK (cuSOLVER / MAGMA on a GPU) factorisations and solves: the ATen ops that call the library themselves
+#: (the composites above them, ``linalg_solve``, ``linalg_inv``, ``linalg_det``, are looked into). See
+#: :func:`_map_linalg`.
+LINALG_OPS = frozenset({
+    "linalg_qr", "geqrf", "linalg_householder_product", "orgqr", "ormqr", "linalg_lu_factor_ex", "lu_factor_ex",
+    "linalg_lu_solve", "lu_solve", "linalg_cholesky_ex", "cholesky", "_cholesky_solve_helper", "cholesky_inverse",
+    "linalg_solve_triangular", "triangular_solve", "_linalg_eigh", "_linalg_svd", "linalg_eig", "linalg_eigvals",
+    "linalg_lstsq"})
+
+
+def _getrf_flops(m: int, n: int) -> float:
+    """LU with partial pivoting of an m x n matrix (LAWN 41: ``2n^3/3`` square, ``mn^2 - n^3/3`` for m >= n)."""
+    k = min(m, n)
+    return 2.0 * m * n * k - (m + n) * k * k + 2.0 * k ** 3 / 3.0
+
+
+def _geqrf_flops(m: int, n: int) -> float:
+    """Householder QR of an m x n matrix (LAWN 41: ``2mn^2 - 2n^3/3`` for m >= n, ``2nm^2 - 2m^3/3`` else)."""
+    k = min(m, n)
+    return 4.0 * m * n * k - 2.0 * (m + n) * k * k + 4.0 * k ** 3 / 3.0
+
+
+def _orgqr_flops(m: int, q: int, k: int) -> float:
+    """Forming the m x q matrix Q from k Householder reflectors (LAWN 41 ``DORGQR``: ``4mqk - 2(m + q)k^2 + 4k^3/3``)."""
+    return max(4.0 * m * q * k - 2.0 * (m + q) * k * k + 4.0 * k ** 3 / 3.0, 0.0)
+
+
+def _map_linalg(plain: str, tdims: list[list[int]], dtype: str, extra: dict[str, Any],
+                out_dims: Sequence[Any]) -> OpMapping | None:
+    """A LAPACK factorisation or solve (:data:`LINALG_OPS`) as one arithmetic row (label ``linalg``): its
+    inputs read and the factored matrix written once, and the textbook FLOP count of the algorithm per matrix
+    (LAWN 41 for LU, QR and Cholesky; Golub and Van Loan for the eigen- and singular value decompositions:
+    symmetric eigenvalues ``4n^3/3``, with vectors ``9n^3``; a general matrix ``10n^3`` / ``25n^3``; SVD values
+    ``4mn^2 - 4n^3/3``, with thin U, V ``6mn^2 + 20n^3``), times the batch. So the roofline prices it at the
+    device's FP32 (FP64) rate of its dtype: a lower bound, since a factorisation's panels run well below peak,
+    most of all a small one on a GPU (``trace predict`` says so on another device). Before 2026-12-06 these ops
+    were unmapped: ``linalg_qr`` was looked into for the ``triu`` it calls and its own time (the LAPACK calls)
+    priced at 0 on any other device, with no warning."""
+    if not tdims or len(tdims[0]) < 2 or numel(tdims[0]) <= 0:
+        return None
+    a = tdims[0]
+    m, n = a[-2], a[-1]
+    batch = math.prod(a[:-2]) if len(a) > 2 else 1
+    k = min(m, n)
+    outs = [d for d in out_dims if _is_shape(d)]
+    rhs = tdims[1] if len(tdims) > 1 else None  # B of a solve (the second tensor input)
+    if plain == "linalg_qr":
+        # mode: the ET's recorded argument, else the shape of Q it returned (a Chrome trace records neither:
+        # the default, "reduced"); mode "r" returns an empty Q
+        mode = _concrete(extra, 1).strip("'\" ")
+        if not mode and outs:
+            q = outs[0]
+            mode = "r" if numel(q) == 0 else ("complete" if len(q) >= 2 and q[-1] == m and m > n else "reduced")
+        f = _geqrf_flops(m, n) + (0.0 if mode == "r" else _orgqr_flops(m, m if mode == "complete" else k, k))
+    elif plain == "geqrf":
+        f = _geqrf_flops(m, n)
+    elif plain in ("linalg_householder_product", "orgqr"):
+        tau = tdims[1] if len(tdims) > 1 and tdims[1] else [k]
+        f = _orgqr_flops(m, n, min(tau[-1], n))
+    elif plain == "ormqr":
+        # C (the third tensor) multiplied by Q of k reflectors: about two products with the reflectors' panel
+        c = tdims[2] if len(tdims) > 2 else a
+        f = 4.0 * numel(c[-2:]) * min(k, (tdims[1][-1] if len(tdims) > 1 and tdims[1] else k))
+    elif plain in ("linalg_lu_factor_ex", "lu_factor_ex"):
+        f = _getrf_flops(m, n)
+    elif plain in ("linalg_lu_solve", "lu_solve", "_cholesky_solve_helper"):
+        # two triangular solves per right-hand side: B is argument 2 of lu_solve (LU, pivots, B), 0 of the
+        # Cholesky solve (B, L)
+        b = tdims[2] if plain != "_cholesky_solve_helper" and len(tdims) > 2 else tdims[0]
+        lu = tdims[0] if plain != "_cholesky_solve_helper" else (tdims[1] if len(tdims) > 1 else None)
+        if lu is None or len(lu) < 2 or len(b) < 2:
+            return None
+        batch, f = 1, 2.0 * lu[-1] * numel(b)  # (B's elements hold its batch)
+    elif plain in ("linalg_cholesky_ex", "cholesky"):
+        f = n ** 3 / 3.0
+    elif plain == "cholesky_inverse":
+        f = 2.0 * n ** 3 / 3.0
+    elif plain in ("linalg_solve_triangular", "triangular_solve"):
+        # one triangular solve per right-hand side (linalg_solve_triangular(A, B), triangular_solve(B, A))
+        tri, b = (a, rhs) if plain == "linalg_solve_triangular" else (rhs, a)
+        if tri is None or b is None or len(tri) < 2:
+            return None
+        batch, f = 1, float(tri[-1]) * numel(b)  # (B's elements hold its batch)
+    elif plain == "_linalg_eigh":
+        vectors = _concrete(extra, 2) not in ("False", "0")
+        f = (9.0 if vectors else 4.0 / 3.0) * n ** 3
+    elif plain == "linalg_eig":
+        f = 25.0 * n ** 3
+    elif plain == "linalg_eigvals":
+        f = 10.0 * n ** 3
+    elif plain == "_linalg_svd":
+        big = max(m, n)
+        uv = _concrete(extra, 2) not in ("False", "0")
+        f = (6.0 * big * k * k + 20.0 * k ** 3) if uv else (4.0 * big * k * k - 4.0 * k ** 3 / 3.0)
+    elif plain == "linalg_lstsq":
+        # a QR of A, Q^T applied to B and a triangular solve (LAPACK's gelsy on a CPU, gels on a GPU)
+        r = numel(rhs) // max(m, 1) if rhs else 1
+        f = _geqrf_flops(m, n) + 4.0 * m * k * r + float(k * k * r)
+    else:
+        return None
+    flops = float(f) * batch
+    sizes = [numel(d) for d in tdims]
+    elements = max(sizes)
+    if flops <= 0 or elements <= 0:
+        return OpMapping("view", "view")
+    return OpMapping("op", "linalg", {"op": "elementwise", "elements": int(elements), "variant": "add",
+                                      "n_inputs": round(sum(sizes) / elements, 4), "n_outputs": 1.0,
+                                      "flops_per_element": round(flops / elements, 4), "dtype": dtype})
+
+
 def _map_fold(plain: str, tdims: list[list[int]], dtype: str, extra: dict[str, Any],
               out_dims: Sequence[Any]) -> OpMapping | None:
     """``im2col`` (``F.unfold``: every sliding window's values gathered into a column) and ``col2im`` (``F.fold``:
@@ -1065,6 +1277,19 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return _map_fft(plain, tdims, dtype, extra, out_dims)
     if plain in ("im2col", "col2im"):
         return _map_fold(plain, tdims, dtype, extra, out_dims)
+    if plain in LINALG_OPS:
+        return _map_linalg(plain, tdims, dtype, extra, out_dims)
+    if plain in FRACTIONAL_POOLS:
+        return _map_fractional_pool(plain, dims_all, dtype, extra, out_dims)
+    if plain in ("bucketize", "searchsorted"):
+        return _map_bucketize(plain, tdims, [t for d, t in zip(dims, types, strict=False) if _is_shape(d)
+                                             and (t is not None or d)], extra)
+    if plain in CTC_OPS:
+        return _map_ctc(plain, tdims, dims, dtype, extra)
+    if plain == "trace" and tdims and len(tdims[0]) == 2:
+        # the sum of a matrix's diagonal: min(m, n) values read (strided), one written
+        k = min(tdims[0])
+        return _elementwise("reduction", "sum", 1.0, [[k]], [[]], dtype, False)
     if plain in CONCAT_OPS and dims and isinstance(dims[0], list) and dims[0] and all(_is_shape(x) for x in dims[0]):
         # a TensorList joined into one new tensor: every input element read once and written once (one kernel)
         total = numel(dims[0])

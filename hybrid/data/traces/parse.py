@@ -78,6 +78,20 @@ class TraceFormatError(ImportFormatError):
     """A trace file that cannot be read: not JSON, truncated, or JSON of another kind."""
 
 
+class MissingStepError(TraceFormatError):
+    """A ``--step`` the trace file does not have (``path``, ``steps``: the step numbers it has, ``kind``: "kineto"
+    or "et"); :func:`load_traces`
+    words it for the files given together (a Chrome trace and its execution trace)."""
+
+    def __init__(self, path: str, step: int, steps: list[int], kind: str) -> None:
+        self.path, self.step, self.steps, self.kind = path, int(step), list(steps), kind
+        super().__init__(f"{path}: no ProfilerStep#{step} in the trace ({self.has()})")
+
+    def has(self) -> str:
+        return (f"it has {', '.join(f'#{n}' for n in self.steps)}" if self.steps
+                else "it has no ProfilerStep annotation: leave --step out")
+
+
 @dataclass
 class RankTrace:
     """One rank's trace, normalised.
@@ -512,7 +526,7 @@ def _finish(tr: RankTrace, step: int | None, launches: list[tuple[str, float, An
     is_step = names.str.match(_STEP_RE).to_numpy(dtype=bool)
     top_level = _top_level((ops["cat"] == "python_function").to_numpy(dtype=bool) | is_step, parent, depth)
     steps = ops[is_step & top_level]
-    steps = _pick_step(tr.path, names, steps, step)
+    steps = _pick_step(tr.path, names, steps, step, "kineto")
     if len(steps):
         s = steps.iloc[0]
         lo, hi = float(s["ts"]), float(s["ts"] + s["dur"])
@@ -648,17 +662,14 @@ def load_trace(path: str | os.PathLike, step: int | None = None) -> RankTrace:
     return _parse_kineto(doc, str(path), step) if kind == "kineto" else _et_step(_parse_et(doc, str(path)), step)
 
 
-def _pick_step(path: str, names: pd.Series, steps: pd.DataFrame, step: int | None) -> pd.DataFrame:
+def _pick_step(path: str, names: pd.Series, steps: pd.DataFrame, step: int | None, kind: str) -> pd.DataFrame:
     """The ``ProfilerStep#N`` rows among ``steps`` that ``step`` asks for (all of them without one); a step the
     trace does not have is a :class:`TraceFormatError` listing those it has."""
     if step is None:
         return steps
     numbers = names[steps.index].str.extract(_STEP_RE)[0].astype(int)
     if not (numbers == int(step)).any():
-        have = sorted(set(numbers.tolist()))
-        raise TraceFormatError(f"{path}: no ProfilerStep#{step} in the trace ("
-                               + (f"it has {', '.join(f'#{n}' for n in have)}" if have else
-                                  "it has no ProfilerStep annotation: leave --step out") + ")")
+        raise MissingStepError(path, int(step), sorted(set(numbers.tolist())), kind)
     return steps[(numbers == int(step)).to_numpy()]
 
 
@@ -672,7 +683,7 @@ def _et_step(tr: RankTrace, step: int | None) -> RankTrace:
     names = ops["name"].astype(str)
     is_step = names.str.match(_STEP_RE).to_numpy(dtype=bool) & (ops["parent"].to_numpy() < 0)
     steps = ops[is_step]
-    steps = _pick_step(tr.path, names, steps, step)
+    steps = _pick_step(tr.path, names, steps, step, "et")
     if not len(steps):
         return tr
     root = int(steps.index[0])
@@ -806,6 +817,23 @@ def _refuse_copies(paths: list[str | os.PathLike]) -> None:
         seen[key] = str(p)
 
 
+def _missing_step(missing: list[MissingStepError], loaded: list[RankTrace]) -> TraceFormatError:
+    """One error for a ``--step`` some of the files given together lack, naming the file that decides: a Chrome
+    trace before an execution trace (a directory lists ``et_rank0.json`` first, and the error named it, not the
+    trace whose step is predicted), and the files that do have the step (an execution trace of other steps than
+    its Chrome trace's: two recordings' files)."""
+    missing = sorted(missing, key=lambda e: (e.kind != "kineto", e.path))
+    first, rest = missing[0], missing[1:]
+    msg = str(first)
+    if rest:
+        msg += "; nor has " + "; ".join(f"{e.path} ({e.has()})" for e in rest[:4])
+    if loaded:
+        have = ", ".join(t.path for t in loaded[:4])
+        msg += (f"; {have} {'has' if len(loaded) == 1 else 'have'} it: files of different profiler windows (two "
+                "recordings?) given together; give the files of one recording, or leave the execution trace out")
+    return TraceFormatError(msg)
+
+
 def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike], step: int | None = None
                 ) -> list[RankTrace]:
     """Traces of one job: one per rank. A Kineto and an ET file of the same rank are linked."""
@@ -818,7 +846,14 @@ def load_traces(paths: Sequence[str | os.PathLike] | Iterable[str | os.PathLike]
         given[real] = str(p)
     if len(paths) > 1:
         _refuse_copies(paths)
-    loaded = [load_trace(p, step) for p in paths]
+    loaded, missing = [], []
+    for p in paths:
+        try:
+            loaded.append(load_trace(p, step))
+        except MissingStepError as exc:
+            missing.append(exc)
+    if missing:
+        raise _missing_step(missing, loaded)
     if not loaded:
         raise TraceFormatError("no trace files given")
     kin = [t for t in loaded if t.format == "kineto"]
