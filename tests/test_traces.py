@@ -190,9 +190,9 @@ def test_unmodelled_ops_use_trace_time_on_the_traced_device(tmp_path, cpu_catalo
     # the traced time less what recording the op's own events cost (Kineto alone here: well under 1 us each)
     rec = it.info["recording_overhead"]
     # (per recorded op and input together: the fit's split between the two is ill-conditioned; 0.6-1.4 us on the
-    # project's VM, 9.8 us under load: the bounds catch unit slips, ms (x1000) or ns (/1000), not the machine's
-    # load, which only adds to the traced runs' time)
-    assert rec["measured"] and not rec["execution_trace"] and 0.05 < rec["per_event_us"] + rec["per_input_us"] < 100
+    # project's VM, 9.8 us under load and 128-446 us at a load average of 8 on 2 cores: the bounds catch unit
+    # slips, ms (x1000: 600 us and up) or ns (/1000), not the machine's load, which only adds to the traced runs' time)
+    assert rec["measured"] and not rec["execution_trace"] and 0.05 < rec["per_event_us"] + rec["per_input_us"] < 550
     u = it.units[it.units["kind"] == "unmodelled"]
     untraced = np.maximum(u["dur"] - rec["per_event_us"] * u["n_events"] - rec["per_input_us"] * u["n_inputs"],
                           0.05 * u["dur"])
