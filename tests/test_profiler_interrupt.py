@@ -24,11 +24,18 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _lowest_priority() -> None:
+    """The profiler's niceness at its lowest: on a loaded machine (a second test worker, other jobs) the test
+    process must see the line and send the signal before the quick run it watches has finished everything."""
+    os.nice(19)
+
+
 def _interrupt_after(argv: list[str], line: str, sig: int, timeout: float = 120.0) -> tuple[int, str]:
     """Run ``hybrid <argv>`` and send ``sig`` once a stderr line starts with ``line``; (exit code, stderr)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", *argv], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_lowest_priority if hasattr(os, "nice") else None)
     err: list[str] = []
     deadline = time.monotonic() + timeout
     try:
@@ -50,13 +57,14 @@ def test_an_interrupted_profile_keeps_the_finished_families_as_a_partial_bundle(
     """Ctrl-C once elementwise is under way: gemm (finished) is kept in a bundle that validates, meta.json says it
     is partial and how to resume, and the resumed run measures none of the configurations kept again.
 
-    Two more families follow elementwise: on a loaded machine (a parallel test worker on the other core) the signal
-    can land after elementwise's quick sweep is done, and the run must still be cut short, in whichever family."""
+    Three more families follow elementwise, and the profiler runs at the lowest priority: on a loaded machine (a
+    parallel test worker on the other core, a load average of 8 once) the signal landed after the whole quick run
+    was done; it may still land after elementwise, and the run must be cut short, in whichever family."""
     from hybrid.data.profiler.runner import ProfileOptions, run_profile
     from hybrid.errors import HybridError
 
     out = tmp_path / "p"
-    families = ["gemm", "elementwise", "norm", "softmax"]
+    families = ["gemm", "elementwise", "norm", "softmax", "pool"]
     rc, err = _interrupt_after(["profile", "--quick", "--cpu", "--threads", "2", "--device-name", "lab-box",
                                 "--only", ",".join(families), "--no-progress", "-o", str(out)],
                                "elementwise:", signal.SIGINT)
@@ -74,9 +82,11 @@ def test_an_interrupted_profile_keeps_the_finished_families_as_a_partial_bundle(
     assert stop["by"] == "SIGINT" and stop["families_complete"] == families[:cut]
     assert stop["families_not_complete"] == families[cut:]
     gemm = table[table["op"].isin(["gemm", "gemv", "bmm", "linear"])]
-    ops = {"elementwise": ["elementwise"], "norm": ["layernorm", "rmsnorm", "batchnorm"], "softmax": ["softmax"]}
-    n_cut = int(table["op"].isin(ops[during]).sum())
-    assert set(table["op"]) <= {"gemm", "gemv", "bmm", "linear", *(o for f in families[1:cut + 1] for o in ops[f])}
+    # the ops of the families that may finish before the signal lands
+    ops = {"gemm": ["gemm", "gemv", "bmm", "linear"], "elementwise": ["elementwise"],
+           "norm": ["layernorm", "rmsnorm"], "softmax": ["softmax"]}
+    complete = table["op"].isin([o for f in families[:cut] for o in ops[f]])
+    n_cut = len(table) - int(complete.sum())  # the rows kept of the family cut short
     assert len(gemm) == 14 and n_cut == stop["during"]["measured"] < stop["during"]["cases"]
     assert meta["n_rows"] == len(table)
     assert f"--only {','.join(families[cut:])} --skip-existing {out} -o {out}-rest" in stop["resume"]
