@@ -179,6 +179,8 @@ def test_cli_simulate_trace(small_config, tmp_path, capsys):
     ("name: x\ngpus: 2\ngpus: 4\ntables: [{name: a, num_embeddings: 10}]\n", "key 'gpus' appears twice"),
     ("name: x\ntables: [{name: a, num_embeddings: 10, index_dist: uniform, zipf_alpha: 1.1}]\n",
      "index_dist uniform contradicts zipf_alpha 1.1"),
+    # a Zipf law without its exponent was alpha 0: uniform indices, the skew meant silently dropped
+    ("name: x\ntables: [{name: a, num_embeddings: 10, index_dist: zipf}]\n", "index_dist zipf needs zipf_alpha > 0"),
     ("name: x\nnum_tables: 4\ntable_generator: {dims: '64'}\n", "table_generator.dims must be a list"),
     ("name: x\nnum_tables: 4\ntable_generator: {seed: -3}\n", "table_generator.seed must be a non-negative"),
     ("name: x\nnum_tables: 4\ntable_generator: {seed: abc}\n", "table_generator.seed must be a non-negative"),

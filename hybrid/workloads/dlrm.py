@@ -205,6 +205,9 @@ class TableConfig:
         if dist == "uniform" and alpha > 0:
             raise InvalidInputError(f"{where}: index_dist uniform contradicts zipf_alpha {alpha:g} (uniform indices "
                                     "have no skew); drop one of them")
+        if dist == "zipf" and alpha == 0:  # a Zipf law of exponent 0 is uniform: a skew meant, none priced
+            raise InvalidInputError(f"{where}: index_dist zipf needs zipf_alpha > 0, the skew's exponent (e.g. 1.05; "
+                                    "0 would be uniform indices)")
         object.__setattr__(self, "zipf_alpha", alpha if dist == "zipf" else 0.0)
 
     FIELDS = ("name", "num_embeddings", "embedding_dim", "pooling_factor", "index_dist", "zipf_alpha")
