@@ -212,3 +212,29 @@ def test_data_validate_says_which_bundles_are_partial(tmp_path, capsys):
     assert main(["data", "validate", "--json", str(tmp_path / "b")]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [p["families_not_complete"] for p in out["partial_bundles"]] == [["norm"]]
+
+
+def test_data_validate_flags_a_merged_bundle_whose_last_run_was_cut_short(tmp_path, capsys):
+    """A merged bundle keeps ``partial`` and ``interrupted`` per run. A resumed `gpu-session` step whose rest was
+    cut short again is ``partial: [true, true]``, and validate said nothing (only ``partial is True`` was read);
+    ``[true, false]`` (the rest measured by the last run) is whole."""
+    from hybrid.cli.main import main
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    def log(msg: str) -> None:
+        if msg.startswith("norm:"):
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_profile(ProfileOptions(quick=True, families=("softmax", "norm"), progress=False, force_cpu=True,
+                                   device_name="lab-box"), tmp_path / "b", log=log)
+    meta_file = tmp_path / "b" / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    stop = meta["interrupted"]
+    for runs, flagged in (([True, True], True), ([True, False], False)):
+        meta_file.write_text(json.dumps({**meta, "partial": runs,
+                                         "interrupted": [stop, stop if runs[-1] else None]}))
+        capsys.readouterr()
+        assert main(["data", "validate", "--json", str(tmp_path / "b")]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert [p["families_not_complete"] for p in out["partial_bundles"]] == ([["norm"]] if flagged else [])

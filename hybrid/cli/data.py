@@ -187,8 +187,9 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
 
 
 def _partial_bundles(paths: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]]]:
-    """The bundles among ``paths`` whose ``meta.json`` says the profile was interrupted (``partial``; a merged
-    bundle lists it per run and is not flagged: the rest may be in it), with their ``interrupted`` record."""
+    """The bundles among ``paths`` whose ``meta.json`` says the profile was interrupted (``partial``), with their
+    ``interrupted`` record. A merged bundle lists both per run: flagged when its last run, the one that measured the
+    rest (a resumed ``gpu-session`` step), was cut short too; an earlier partial run's rest may be in it."""
     from hybrid.data.bundle import read_meta
     from hybrid.errors import SchemaError
 
@@ -198,8 +199,11 @@ def _partial_bundles(paths: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]
             meta = read_meta(p) if p.is_dir() else {}
         except SchemaError:  # an unreadable meta.json says nothing of the table validate checks
             continue
-        if meta.get("partial") is True:
-            stop = meta.get("interrupted")
+        partial, stop = meta.get("partial"), meta.get("interrupted")
+        if isinstance(partial, list):  # merged: per run, in order; the last run measured what the others left
+            partial = bool(partial[-1]) if partial else False
+            stop = stop[-1] if isinstance(stop, list) and stop else {}
+        if partial is True:
             found.append((p, stop if isinstance(stop, dict) else {}))
     return found
 
