@@ -59,7 +59,7 @@ def test_read_table_refuses_a_table_cut_inside_its_last_value(tmp_path, shared_d
 @pytest.mark.parametrize("ranks, nodes, needle", [
     (64, 1, "64 ranks do not fit on 1 node(s) of system DGX-H100 (8 GPUs per node): use --nodes 8"),
     (16, 3, "16 ranks do not split evenly over 3 nodes"),
-    (16, 32, "n_nodes (32) cannot exceed n_ranks (16)"),
+    (16, 32, "--ranks 16 cannot span --nodes 32"),
 ])
 def test_predict_collective_rejects_layouts_the_system_cannot_have(ranks, nodes, needle):
     rc, out, err = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1MiB",

@@ -24,9 +24,14 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _lowest_priority() -> None:
-    """The profiler's niceness at its lowest: on a loaded machine (a second test worker, other jobs) the test
-    process must see the line and send the signal before the quick run it watches has finished everything."""
+def _as_from_a_terminal() -> None:
+    """In the profiler's process before it starts: Ctrl-C's default disposition, and the lowest priority.
+
+    A test run started in the background (``cmd &`` in a script, as nohup and some CI runners start it) ignores
+    SIGINT, and an ignored signal stays ignored across fork and exec (Python then installs no KeyboardInterrupt
+    handler): the profiler never saw the test's Ctrl-C and ran to the end, exit 0. The niceness lets the test
+    process, on a loaded machine, see the line and send the signal before the quick run it watches has finished."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.nice(19)
 
 
@@ -35,7 +40,7 @@ def _interrupt_after(argv: list[str], line: str, sig: int, timeout: float = 120.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", *argv], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_lowest_priority if hasattr(os, "nice") else None)
+                            preexec_fn=_as_from_a_terminal if hasattr(os, "nice") else None)
     err: list[str] = []
     deadline = time.monotonic() + timeout
     try:
@@ -57,9 +62,8 @@ def test_an_interrupted_profile_keeps_the_finished_families_as_a_partial_bundle(
     """Ctrl-C once elementwise is under way: gemm (finished) is kept in a bundle that validates, meta.json says it
     is partial and how to resume, and the resumed run measures none of the configurations kept again.
 
-    Three more families follow elementwise, and the profiler runs at the lowest priority: on a loaded machine (a
-    parallel test worker on the other core, a load average of 8 once) the signal landed after the whole quick run
-    was done; it may still land after elementwise, and the run must be cut short, in whichever family."""
+    Three more families follow elementwise: on a loaded machine (a parallel test worker on the other core) the
+    signal may land after elementwise's quick sweep is done, and the run must be cut short, in whichever family."""
     from hybrid.data.profiler.runner import ProfileOptions, run_profile
     from hybrid.errors import HybridError
 
