@@ -1089,30 +1089,37 @@ def test_gloo_point_to_point_work_that_outlasts_its_call_is_read(tmp_path, cpu_c
     assert predict_trace(it, RooflineCostModel(cpu_catalog)).summary()["ranks"] == 2
 
 
-def test_dp_of_a_step_recorded_under_ddp_in_one_process_exchanges_its_gradients_once(tmp_path):
-    """A DDP script recorded in a one-process group (world size 1, a Chrome trace: not refused) already calls DDP's
-    gradient all-reduce; ``--dp 2`` runs it over both ranks and adds no modelled bucket beside it (it did: the
-    gradients were exchanged twice, 2 all-reduces per rank of the same 9,488 bytes for a one-bucket MLP)."""
+def _record_one_process_ddp(tmp_path: Path, layers: str, inputs: str) -> list:
+    """Record (``hybrid trace record``, Chrome trace only) one training step of ``nn.Sequential(layers)`` wrapped in
+    DDP over a one-process gloo group, on ``inputs``; the loaded trace."""
     import subprocess
     import sys
-
-    from hybrid.workloads.trace_parallel import parallel_job
 
     script = tmp_path / "ddp1.py"
     script.write_text(
         "import os, torch, torch.distributed as dist\n"
         f"os.environ['MASTER_ADDR'] = '127.0.0.1'; os.environ['MASTER_PORT'] = '{_free_port()}'\n"
         "dist.init_process_group('gloo', rank=0, world_size=1)\n"
-        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(32, 64), "
-        "torch.nn.ReLU(), torch.nn.Linear(64, 4)))\n"
-        "x = torch.randn(8, 32)\n"
+        f"model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential({layers}))\n"
+        f"x = {inputs}\n"
         "def step():\n    model(x).sum().backward()\n")
     run = subprocess.run([sys.executable, "-c", "import sys; from hybrid.cli.main import main; "
                           "sys.exit(main(sys.argv[1:]))", "trace", "record", str(script), "-o", str(tmp_path / "out"),
                           "--no-et", "--no-overhead", "--no-memory", "--timed", "0", "--warmup", "1"],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    traced = load_traces([tmp_path / "out" / "kineto_rank0.json"])
+    return load_traces([tmp_path / "out" / "kineto_rank0.json"])
+
+
+def test_dp_of_a_step_recorded_under_ddp_in_one_process_exchanges_its_gradients_once(tmp_path):
+    """A DDP script recorded in a one-process group (world size 1, a Chrome trace: not refused) already calls DDP's
+    gradient all-reduce; ``--dp 2`` runs it over both ranks and adds no modelled bucket beside it (it did: the
+    gradients were exchanged twice, 2 all-reduces per rank of the same 9,488 bytes for a one-bucket MLP)."""
+
+    from hybrid.workloads.trace_parallel import parallel_job
+
+    traced = _record_one_process_ddp(tmp_path, "torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)",
+                                     "torch.randn(8, 32)")
     assert traced[0].world_size == 1
     ranks, transform, _ = parallel_job(traced, dp=2)
     it = build_trace_graph(ranks, "A100-SXM4-80GB", transform=transform)
@@ -1146,26 +1153,11 @@ def test_tp_of_a_step_recorded_under_ddp_in_one_process_has_no_gradient_all_redu
     ranks as an all-reduce of the whole gradient, which a tensor-parallel job does not run; it is host time now,
     and a warning says so. A rank of a distributed job given alone (its execution trace) was refused with --dp
     only; with --tp and --pp it is too, naming it."""
-    import subprocess
-    import sys
 
     from hybrid.workloads.trace_parallel import parallel_job
 
-    script = tmp_path / "ddp1.py"
-    script.write_text(
-        "import os, torch, torch.distributed as dist\n"
-        f"os.environ['MASTER_ADDR'] = '127.0.0.1'; os.environ['MASTER_PORT'] = '{_free_port()}'\n"
-        "dist.init_process_group('gloo', rank=0, world_size=1)\n"
-        "model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.LayerNorm(64), "
-        "torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)))\n"
-        "x = torch.randn(4, 16, 64)\n"
-        "def step():\n    model(x).sum().backward()\n")
-    run = subprocess.run([sys.executable, "-c", "import sys; from hybrid.cli.main import main; "
-                          "sys.exit(main(sys.argv[1:]))", "trace", "record", str(script), "-o", str(tmp_path / "out"),
-                          "--no-et", "--no-overhead", "--no-memory", "--timed", "0", "--warmup", "1"],
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    traced = load_traces([tmp_path / "out" / "kineto_rank0.json"])
+    traced = _record_one_process_ddp(tmp_path, "torch.nn.LayerNorm(64), torch.nn.Linear(64, 256), torch.nn.GELU(), "
+                                     "torch.nn.Linear(256, 64)", "torch.randn(4, 16, 64)")
     ranks, transform, info = parallel_job(traced, tp=2)
     assert info == {"tp": 2, "tokens": 64, "hidden": 64}
     it = build_trace_graph(ranks, "A100-SXM4-80GB", transform=transform)
