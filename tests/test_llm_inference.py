@@ -1691,6 +1691,10 @@ def test_trace_errors_name_the_files_own_line(tmp_path):
     f.write_text("arrival_s, input_len, output_len\n0, 128, 64\n1, 12, 5\n")
     t = read_trace(f)
     assert t.input_len.tolist() == [128, 12] and t.output_len.tolist() == [64, 5]
+    # a column named twice (after a comment line): the first was read, the second dropped without a word
+    f.write_text("# exported\narrival_s,input_len,output_len, arrival_s\n0,10,5,1\n")
+    with pytest.raises(InvalidInputError, match="names column\\(s\\) 'arrival_s' more than once"):
+        read_trace(f)
 
 
 def test_a_step_budget_below_the_running_requests_is_refused(capsys):

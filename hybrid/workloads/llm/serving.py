@@ -18,6 +18,7 @@ that finishes its prompt. Tensor parallelism only (one model replica; pipeline p
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 import re
@@ -200,6 +201,13 @@ def read_trace(path: str | os.PathLike) -> Trace:
         raise InvalidInputError(f"trace file {p} does not exist") from None
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"trace file {p}: cannot read ({' '.join(str(exc).split())[:120]})") from None
+    header = next((ln for ln in re.split(r"\r\n|\r|\n", raw.decode("utf-8", errors="replace"))
+                   if ln.split("#", 1)[0].strip()), "")
+    names_ = [c.strip() for c in next(csv.reader([header.split("#", 1)[0]]), [])]
+    repeated = sorted({c for c in names_ if c and names_.count(c) > 1})
+    if repeated:  # pandas reads the second as "arrival_s.1": the first was used, the other dropped without a word
+        raise InvalidInputError(f"trace file {p}: the header names column(s) {', '.join(map(repr, repeated))} more "
+                                "than once; keep one of each")
     cols, src = {}, {}
     for key, names in TRACE_COLUMNS.items():
         found = next((c for c in names if c in df.columns), None)
