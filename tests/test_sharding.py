@@ -182,6 +182,9 @@ def test_cli_simulate_trace(small_config, tmp_path, capsys):
     # a Zipf law without its exponent was alpha 0: uniform indices, the skew meant silently dropped
     ("name: x\ntables: [{name: a, num_embeddings: 10, index_dist: zipf}]\n", "index_dist zipf needs zipf_alpha > 0"),
     ("name: x\nnum_tables: 4\ntable_generator: {dims: '64'}\n", "table_generator.dims must be a list"),
+    ("name: x\nnum_tables: 4\ntable_generator: {index_dist: pareto}\n", "table_generator.index_dist must be one of"),
+    ("name: x\nnum_tables: 4\ntable_generator: {zipf_alpha: [0, 1.2]}\n",
+     "table_generator.zipf_alpha: index_dist zipf needs exponents > 0"),
     ("name: x\nnum_tables: 4\ntable_generator: {seed: -3}\n", "table_generator.seed must be a non-negative"),
     ("name: x\nnum_tables: 4\ntable_generator: {seed: abc}\n", "table_generator.seed must be a non-negative"),
     ("name: x\nnum_tables: 4\ntable_generator: {rows: [0.5, 3]}\n", "table_generator.rows must be a positive int"),

@@ -289,12 +289,22 @@ class TableGenerator:
         seed = data.get("seed", 0)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise InvalidInputError(f"table_generator.seed must be a non-negative integer, got {seed!r}")
+        # checked here, by the generator's own key: each generated table's check named table 't0' of a config that
+        # lists no table
+        dist = str(data.get("index_dist", "zipf")).strip().lower()
+        if dist not in INDEX_DISTS:
+            raise InvalidInputError(f"table_generator.index_dist must be one of {INDEX_DISTS}, got "
+                                    f"{data.get('index_dist')!r}")
+        alpha = pair("zipf_alpha", cls.zipf_alpha, float)
+        if dist == "zipf" and alpha[0] <= 0:
+            raise InvalidInputError(f"table_generator.zipf_alpha: index_dist zipf needs exponents > 0, got {alpha[0]:g} "
+                                    "(0 would be uniform indices)")
         return cls(
             seed=seed,
             rows=pair("rows", cls.rows, int),
             pooling=pair("pooling", cls.pooling, float),
-            index_dist=str(data.get("index_dist", "zipf")),
-            zipf_alpha=pair("zipf_alpha", cls.zipf_alpha, float),
+            index_dist=dist,
+            zipf_alpha=alpha,
             dims=tuple(_positive_int(d, "table_generator.dims") for d in dims),
         )
 
