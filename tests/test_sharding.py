@@ -155,6 +155,10 @@ def test_cli_a_bad_rank_count_names_the_option_not_the_config(small_config, caps
         assert main(args) == 2
         err = capsys.readouterr().err
         assert f"error: {option} must be positive, got" in err and "dlrm.yaml" not in err, err
+    for cmd in ("simulate", "shard"):  # past what is priced: the config file was named, not the option
+        assert main([cmd, str(small_config), "--gpus", str(2**62)]) == 2
+        err = capsys.readouterr().err
+        assert f"error: --gpus {2**62} is too large" in err and "dlrm.yaml" not in err, err
 
 
 def test_cli_simulate_trace(small_config, tmp_path, capsys):

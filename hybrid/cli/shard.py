@@ -9,6 +9,7 @@ import click
 from hybrid.cli.output import echo_json, echo_table, named, roofline_note
 from hybrid.cli.simulate import (
     HOST_MEM_UNUSED_NOTE,
+    check_gpus_option,
     config_target,
     echo_breakdown,
     host_mem_bytes,
@@ -66,8 +67,7 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     unknown = [s for s in names if s not in STRATEGIES]
     if unknown:
         raise InvalidInputError(f"unknown strategy {unknown[0]!r}; known: {', '.join(STRATEGIES)}")
-    if gpus is not None and gpus <= 0:
-        raise InvalidInputError(f"--gpus must be positive, got {gpus}")
+    check_gpus_option(gpus)
     host_mem = host_mem_bytes(host_mem_gib)
     if output:
         check_document_path(output)  # before the search, not after it

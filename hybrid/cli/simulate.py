@@ -21,6 +21,17 @@ def load_cost_model(model_ref: str | None, tracking_uri: str | None) -> tuple[An
     return loaded.predictor, str(loaded.ref)
 
 
+def check_gpus_option(gpus: int | None) -> None:
+    """``--gpus`` checked as the option it is (a value past what is priced was said to be the config file's)."""
+    from hybrid.errors import InvalidInputError
+    from hybrid.workloads.dlrm import MAX_INT_PRICED
+
+    if gpus is not None and gpus <= 0:
+        raise InvalidInputError(f"--gpus must be positive, got {gpus}")
+    if gpus is not None and gpus > MAX_INT_PRICED:
+        raise InvalidInputError(f"--gpus {gpus} is too large: hybrid prices integers up to 10**18")
+
+
 def load_config(path: str, gpus: int | None = None, system: str | None = None, drop_plan: bool = False,
                 warned: list[str] | None = None):
     """A DLRM config with CLI overrides; ``drop_plan`` ignores the file's plan (e.g. when ranks change).
@@ -189,8 +200,7 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     from hybrid.workloads.dlrm_graph import build_dlrm_graph, check_target, collective_target
 
     host_mem = host_mem_bytes(host_mem_gib)  # checked before anything is read or written
-    if gpus is not None and gpus <= 0:  # the option's error, not the config file's (as shard says it)
-        raise InvalidInputError(f"--gpus must be positive, got {gpus}")
+    check_gpus_option(gpus)
     warned: list[str] = []  # the config's WorkloadWarnings (printed as they come; --json notes)
     config = load_config(config_path, system=system, drop_plan=bool(plan_path), warned=warned)
     notes = []
