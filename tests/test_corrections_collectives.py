@@ -148,6 +148,16 @@ def test_a_layout_measured_at_too_few_sizes_is_not_said_never_measured(polaris, 
     other = few.head(1).assign(n_ranks=2048, n_nodes=512)  # a layout the table does not hold at all
     assert model.extrapolation_reason(other)[0] == ("2048 ranks on 512 node(s) were never measured for all_gather "
                                                     "on Polaris: priced across layouts")
+    # and `hybrid calibrate` says so when it fits (the layout was only in the run's MLflow params)
+    from hybrid.cli.calibrate import unfitted_curves_line
+    from hybrid.corrections.predictor import HybridPredictor
+
+    assert model.unfitted_layouts() == {("Polaris", "all_gather", 4096, 1024): "only 3 message sizes (need 5)"}
+    line = unfitted_curves_line(HybridPredictor(catalog, [model]))
+    assert line == ("warning: 1 measured collective layout(s) got no curve and are priced across layouts: all_gather "
+                    "on 4096 ranks / 1024 node(s) of Polaris: only 3 message sizes (need 5)")
+    assert unfitted_curves_line(HybridPredictor(catalog, [CollectiveSigmoid().fit(polaris, roofline(polaris, catalog),
+                                                                                  catalog)])) is None
 
 
 @pytest.fixture(scope="module")

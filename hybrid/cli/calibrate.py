@@ -92,6 +92,8 @@ def print_result(result: Any) -> None:
     click.echo(f"run {result.run_id}" + (f"  ->  registered {result.model_ref}" if result.version else ""))
     fitted = ", ".join(result.summary.get("corrections", {})) or "none (too few rows: roofline only)"
     click.echo(f"corrections fitted: {fitted}")
+    if line := unfitted_curves_line(result.predictor):
+        click.echo(line, err=True)
     sparse = sparse_devices(result)
     if sparse:
         click.echo("few-row devices (each weighs as if it had the correction's device floor of rows; their intervals "
@@ -121,6 +123,25 @@ def print_result(result: Any) -> None:
     if "ui_command" in where:
         click.echo(f"browse runs:    {where['ui_command']}")
     click.echo(f"report command: hybrid report --run {result.run_id} -o report.html")
+
+
+def unfitted_curves_line(predictor: Any, shown: int = 5) -> str | None:
+    """What ``hybrid calibrate`` says (stderr) of the measured collective layouts that got no curve (a truncated log
+    left too few message sizes): they were only in the run's MLflow params, and a user learnt of them from
+    ``predict collective``'s ``extrapolated`` text on one layout at a time."""
+    from hybrid.corrections.collective_sigmoid import CollectiveSigmoid
+
+    missing: dict[tuple[str, str, int, int], str] = {}
+    for c in getattr(predictor, "corrections", ()):
+        if isinstance(c, CollectiveSigmoid) and c.fitted:
+            missing.update(c.unfitted_layouts())
+    if not missing:
+        return None
+    items = sorted(missing.items())
+    listed = "; ".join(f"{op} on {r} ranks / {n} node(s) of {s}: {why}" for (s, op, r, n), why in items[:shown])
+    more = f"; {len(items) - shown} more in the run's params (collective-sigmoid failures)" if len(items) > shown else ""
+    return (f"warning: {len(items)} measured collective layout(s) got no curve and are priced across layouts: "
+            f"{listed}{more}")
 
 
 def carries_collective_transfer(predictor: Any) -> bool:
@@ -202,7 +223,8 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
                    "collective_transfer": carries_collective_transfer(result.predictor), "errors": result.summaries,
                    "devices_sparse": sparse_devices(result), "lodo_held_out": lodo_held_out(result)})
         held = lodo_held_out(result)  # on stderr, as the text form gives them: JSON stays on stdout
-        for line in (unseen_line(held), sibling_unseen_line(held, sibling_devices(result))):
+        for line in (unseen_line(held), sibling_unseen_line(held, sibling_devices(result)),
+                     unfitted_curves_line(result.predictor)):
             if line:
                 click.echo(line, err=True)
         return

@@ -980,11 +980,7 @@ class CollectiveSigmoid(Correction):
         codes, keys = self._layout_keys(table)
         # layouts measured but left without a curve (too few message sizes, a failed fit: a truncated log), which
         # are priced across layouts all the same, but were not "never measured"
-        unfitted: dict[tuple[str, str, int, int], str] = {}
-        for f in self.failures:
-            if int(f.get("n_ranks", 0)) > 0:
-                unfitted.setdefault((str(f["system"]), str(f["op"]), int(f["n_ranks"]), int(f["n_nodes"])),
-                                    str(f["reason"]))
+        unfitted = self.unfitted_layouts()
         # what answers a system or collective never measured: the transfer model where one was fitted, else the
         # alpha-beta estimate (`--no-collective-transfer`, or too few systems to fit one; the row's method says so)
         priced = ("the transfer model prices it" if self.transfer is not None and self.transfer.fitted
@@ -1161,6 +1157,17 @@ class CollectiveSigmoid(Correction):
         obj.size_range = {k: (float(v[0]), float(v[1])) for k, v in meta.get("size_range", {}).items()}
         obj._fitted = True
         return obj
+
+    def unfitted_layouts(self) -> dict[tuple[str, str, int, int], str]:
+        """Layouts (system, collective, ranks, nodes) the table measured that got no curve in any setting (too few
+        message sizes, a failed fit: a truncated log), with the first reason; they are priced across layouts."""
+        curves = {(f.system, f.op, f.n_ranks, f.n_nodes) for f in self.fits}
+        out: dict[tuple[str, str, int, int], str] = {}
+        for f in self.failures:
+            key = (str(f["system"]), str(f["op"]), int(f.get("n_ranks", 0)), int(f.get("n_nodes", 0)))
+            if key[2] > 0 and key not in curves:
+                out.setdefault(key, str(f["reason"]))
+        return out
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "key": self.key, "families": list(self.families),
