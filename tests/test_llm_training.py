@@ -1736,3 +1736,25 @@ def test_sequence_parallel_backward_all_gather_is_exposed_beyond_its_data_gradie
     # without SP there is no such gather (the all-reduce path keeps the whole input)
     ops_ar = predict_training(m, cfg.with_(sp=False), "DGX-H100", engine=False).ops
     assert not (ops_ar["role"] == "spgb").any()
+
+
+def test_cp_all_gather_of_windowed_layers_counts_the_whole_sequence_kv_in_memory():
+    """Sliding-window layers under CP all-gather the whole sequence's K and V (costing's cpgf / cpgb roles): every
+    rank holds them, and in backward whole-sequence dK, dV beside them, for one layer; memory counts that by hand
+    (``2 x b s 2 kv / t`` bytes, ``s`` the whole sequence) over the same model with global attention only."""
+    from hybrid.workloads.llm.model import with_overrides
+
+    mistral = load_model("mistral-7b")
+    dense = with_overrides(mistral, window_size=None)
+    s, kv = 32768, 8 * 128  # 8 KV heads of 128
+    for tp, mb, dtype, eb in ((1, 1, "bf16", 2), (2, 2, "fp8", 2), (1, 1, "fp32", 4)):
+        cfg = TrainingConfig(gpus=8 * tp, global_batch=mb, micro_batch=mb, tp=tp, cp=8, seq_length=s, dtype=dtype)
+        windowed, _ = memory_only(mistral, cfg, "DGX-H100")
+        plain, _ = memory_only(dense, cfg, "DGX-H100")
+        extra = 2 * mb * s * 2 * kv / tp * eb
+        assert windowed.activations[0] - plain.activations[0] == pytest.approx(extra, rel=1e-9)
+        assert windowed.total[0] - plain.total[0] == pytest.approx(extra, rel=1e-9)
+        # without CP the windowed layers attend locally: nothing gathered
+        one, _ = memory_only(mistral, cfg.with_(gpus=tp, cp=1), "DGX-H100")
+        ref, _ = memory_only(dense, cfg.with_(gpus=tp, cp=1), "DGX-H100")
+        assert one.activations[0] == pytest.approx(ref.activations[0], rel=1e-12)
