@@ -1736,3 +1736,51 @@ def test_sequence_parallel_backward_all_gather_is_exposed_beyond_its_data_gradie
     # without SP there is no such gather (the all-reduce path keeps the whole input)
     ops_ar = predict_training(m, cfg.with_(sp=False), "DGX-H100", engine=False).ops
     assert not (ops_ar["role"] == "spgb").any()
+
+
+def test_cp_all_gather_of_windowed_layers_counts_the_whole_sequence_kv_in_memory():
+    """Sliding-window layers under CP all-gather the whole sequence's K and V (costing's cpgf / cpgb roles): every
+    rank holds them, and in backward whole-sequence dK, dV beside them, for one layer; memory counts that by hand
+    (``2 x b s 2 kv / t`` bytes, ``s`` the whole sequence) over the same model with global attention only."""
+    from hybrid.workloads.llm.model import with_overrides
+
+    mistral = load_model("mistral-7b")
+    dense = with_overrides(mistral, window_size=None)
+    s, kv = 32768, 8 * 128  # 8 KV heads of 128
+    for tp, mb, dtype, eb in ((1, 1, "bf16", 2), (2, 2, "fp8", 2), (1, 1, "fp32", 4)):
+        cfg = TrainingConfig(gpus=8 * tp, global_batch=mb, micro_batch=mb, tp=tp, cp=8, seq_length=s, dtype=dtype)
+        windowed, _ = memory_only(mistral, cfg, "DGX-H100")
+        plain, _ = memory_only(dense, cfg, "DGX-H100")
+        extra = 2 * mb * s * 2 * kv / tp * eb
+        assert windowed.activations[0] - plain.activations[0] == pytest.approx(extra, rel=1e-9)
+        assert windowed.total[0] - plain.total[0] == pytest.approx(extra, rel=1e-9)
+        # without CP the windowed layers attend locally: nothing gathered
+        one, _ = memory_only(mistral, cfg.with_(gpus=tp, cp=1), "DGX-H100")
+        ref, _ = memory_only(dense, cfg.with_(gpus=tp, cp=1), "DGX-H100")
+        assert one.activations[0] == pytest.approx(ref.activations[0], rel=1e-12)
+
+
+def test_closed_form_pipeline_is_the_engines_with_few_microbatches():
+    """The closed form priced the bubble at the mean stage (the embedding and output layer spread over the stages)
+    on top of ``m x t_max``: ``max(e, h) - (e + h)/pp`` too much, 5% with one microbatch on llama3-8b at pp 4
+    (0.529 against the engine's 0.504 s). The busiest stage's idle time is the other stages' layers plus the
+    lighter end: with one microbatch the pipeline is every stage once, forward and back, with its sends."""
+    from hybrid.workloads.llm.costing import cost_mappings, mappings_frame
+    from hybrid.workloads.llm.schedule import closed_form, simulate_mapping, stage_times
+    from hybrid.workloads.llm.train import _prepare
+
+    model = load_model("llama3-8b")
+    for pp, vp, gb in ((4, 1, 1), (4, 1, 2), (8, 1, 3), (4, 1, 8), (4, 2, 4), (2, 4, 2)):
+        cfg = TrainingConfig(gpus=pp, pp=pp, vp=vp, global_batch=gb)
+        cm, tgt, _ = _prepare(model, cfg, "DGX-H100", None, None)
+        costs = cost_mappings(model, cfg, mappings_frame(cfg), tgt, cm)
+        st = stage_times(model, cfg, costs)
+        cf = closed_form(st, costs.mappings, cfg)
+        _, fig = simulate_mapping(st, 0, costs.mappings, cfg)
+        assert float(cf["pipeline_s"][0]) == pytest.approx(fig["pipeline_s"], rel=1e-9), (pp, vp, gb)
+        if gb == 1:  # by hand: the one microbatch through every stage's layers, both ends and 2 (pp - 1) sends
+            layers = model.num_layers * float(st.layer_f[0] + st.layer_b[0])
+            ends = float(st.embed_f[0] + st.embed_b[0] + st.head_f[0] + st.head_b[0])
+            assert fig["pipeline_s"] == pytest.approx(layers + ends + 2 * (pp - 1) * float(st.p2p[0]), rel=1e-9)
+    pred = predict_training(model, TrainingConfig(gpus=4, pp=4, global_batch=1), "DGX-H100")
+    assert pred.closed_form_iteration_s == pytest.approx(pred.iteration_s, rel=1e-9)

@@ -221,7 +221,7 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
                             "iterations"))
     echo_table([[k, v, v / pred.iteration_s * 100] for k, v in pred.breakdown_s.items()],
                ["part", "seconds", "% of iteration"])
-    click.echo(f"closed-form bubble (pp-1)/vp x t_stage: {pred.bubble_closed_form_s:.3f} s")
+    click.echo(f"closed-form bubble (pp-1)/vp x t_layers + lighter end: {pred.bubble_closed_form_s:.3f} s")
     # the reason holds both figures ("fits: 59.9 of 80.0 GiB"): said once, at one precision (the capacity was also
     # printed rounded to whole GiB before it, "74.5 GiB of 75 (fits: 74.5 of 74.5 GiB)")
     click.echo(f"memory per GPU: {pred.fit_reason}" + ("" if remedies is None else f"; {remedy_text(remedies)}"))

@@ -22,7 +22,9 @@ In flight on the first pipeline stage (Korthikanti eq. 5, Narayanan et al. 2021)
 microbatches of its ``L/pp`` layers; the interleaved schedule ``(pp - 1) x 2 + (vp - 1) x pp + 1`` model chunks
 of ``L/(pp vp)`` layers (``L (1 + (pp - 1)/(pp vp))`` layers' worth), ``min(m, 2 pp)`` of them of the first chunk
 (the embedding's dropout mask). The last stage adds the output layer and
-the fp32 cross-entropy (``4 s b h / t (1 + v / h)``).
+the fp32 cross-entropy (``4 s b h / t (1 + v / h)``). Context parallelism over sliding-window or chunked layers
+(an all-gather of K and V, not the ring) adds, on every stage, one layer's whole-sequence K and V with their
+gradients while it runs backward: ``2 x b s 2 kv / t`` in the activation dtype (``s`` the whole sequence).
 
 Model states per parameter (mixed precision, Adam): 16-bit weights 2 + fp32 gradient 4 + fp32 master weights 4 +
 Adam moments 8 = 18 bytes; the distributed optimizer shards the last 12 over DP (``6 + 12/dp``); FSDP shards all
@@ -40,7 +42,7 @@ import pandas as pd
 
 from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.llm.config import TrainingConfig
-from hybrid.workloads.llm.costing import gradient_groups, kv_width_split
+from hybrid.workloads.llm.costing import cp_local_share, gradient_groups, kv_width_split
 from hybrid.workloads.llm.model import TransformerConfig
 
 GIB = 2.0**30
@@ -162,7 +164,15 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     chunks = np.minimum((pp - 1) * 2 + (vp - 1) * pp + 1, n_micro * vp)
     inflight_int = chunks * L / (pp * vp)
     inflight = np.where(vp > 1, inflight_int, inflight_1f1b)
-    acts = tokens * stored * inflight + np.where(rc == "full", tokens * full_layer, 0.0)
+    # CP with sliding-window / chunked layers: their all-gather CP (costing.py, roles cpgf / cpgb) holds one layer's
+    # whole-sequence K and V on every rank; its backward (Transformer Engine's AttnFuncWithCPAndKVAllGather) gathers
+    # them again beside whole-sequence dK and dV buffers before the reduce-scatter: twice that, one layer at a time,
+    # on any stage (in the activation dtype, replicated KV heads when TP exceeds them)
+    adt_bytes = DTYPE_BYTES["bf16" if cfg.dtype == "fp8" else cfg.dtype]
+    kv_full = mb * seq * 2.0 * kv_width_split(model, tp) / tp * adt_bytes
+    cp_gather = np.where((cp > 1) & (cp_local_share(model) > 0), 2.0 * kv_full, 0.0)
+    transient = np.where(rc == "full", tokens * full_layer, 0.0) + cp_gather
+    acts = tokens * stored * inflight + transient
     # embedding dropout mask per in-flight microbatch of the first stage's first chunk: pp under 1F1B; interleaved,
     # Megatron's order keeps up to two rounds of pp microbatches of chunk 0 alive (min(m, 2 pp), at the same time as
     # the peak of all chunks), not the chunks / vp of an even spread
@@ -177,7 +187,7 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     # the logits live on the last stage; when pp > 1 the first stage's activations usually dominate
     # the last stage: one microbatch in flight under 1F1B; (vp - 1) x pp + 1 chunks interleaved (its warm-up)
     chunks_last = np.where(vp > 1, np.minimum((vp - 1) * pp + 1, n_micro * vp), 1)
-    last_only = tokens * stored * chunks_last * L / (pp * vp) + np.where(rc == "full", tokens * full_layer, 0.0)
+    last_only = tokens * stored * chunks_last * L / (pp * vp) + transient
     last_acts = last_only + logits
     first_total = acts
     pick_last = (pp > 1) & (last_acts > first_total)
