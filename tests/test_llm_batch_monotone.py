@@ -112,6 +112,46 @@ def test_serving_step_costs_never_fall_with_tokens_sequences_or_context(h100_pre
             assert np.all(np.diff(grid, axis=axis) >= -1e-9 * np.abs(grid).max()), (grid.shape, axis)
     # without the fit the learned grids do fall somewhere (what the fit is for)
     monkeypatch.setattr(serving, "_never_falling", lambda z: z)
+    monkeypatch.setattr(serving, "_batch_envelope", lambda z: z)
     raw = serving.StepCosts.build(s, 2048, 256, 4096, h100_predictor)
     assert any((np.diff(g, axis=a) < 0).any() for g in (raw.dense_us, raw.head_us, raw.dec_us, raw.pre_us)
                for a in range(g.ndim))
+
+
+def test_offline_serving_prices_a_whole_batch_step_as_the_static_batch_does(h100_predictor):
+    """`llm serve --rate inf` with the whole batch prefilled in one step is `llm infer`'s static batch
+    (docs/llm_inference.md), with a calibrated model too: each op's batch envelope is the same rule at the same
+    token count. The serving grid fitted the dense ops' sum on a coarser log grid (1299 and 1800 tokens around a
+    1600-token step) and interpolated across a learned step: TTFT 51.3 ms against the static batch's 48.9, and
+    36.3 ms of dense ops against 32.7 with `hybrid quickstart`'s model."""
+    import math
+
+    from hybrid.workloads.llm.serving import (
+        HEAD_OPS,
+        SchedulerConfig,
+        StepCosts,
+        make_trace,
+        parse_dist,
+        simulate,
+    )
+
+    s = make_setup("llama3-8b", system="DGX-H100")
+    batch, prompt, out = 200, 8, 128
+    static = predict_static(s, batch, prompt, out, h100_predictor)
+    costs = StepCosts.build(s, batch * prompt, batch, prompt + out, h100_predictor)
+    assert costs.method != "roofline"
+    ops = static.ops
+    for phase, tokens in (("prefill", batch * prompt), ("decode", batch)):
+        o = ops[ops["phase"] == phase]
+        t = (o["time_us"] * o["count"]).to_numpy()
+        head = o["name"].isin(HEAD_OPS).to_numpy()
+        dense = ~head & (o["name"] != "attention").to_numpy()
+        step_dense = StepCosts._interp1(np.array([float(tokens)]), costs.tokens, costs.dense_us)[0]
+        step_head = StepCosts._interp1(np.array([float(batch)]), costs.seqs, costs.head_us)[0]
+        assert step_dense == pytest.approx(t[dense].sum(), rel=0.005), phase
+        assert step_head == pytest.approx(t[head].sum(), rel=0.005), phase
+    res = simulate(s, make_trace(math.inf, batch, parse_dist(str(prompt)), parse_dist(str(out))), h100_predictor,
+                   sched=SchedulerConfig(max_batched_tokens=batch * prompt, max_seqs=batch))
+    assert res.steps == out  # one prefill step, then the decode steps
+    assert np.median(res.ttft_ms) == pytest.approx(static.ttft_ms, rel=0.03)
+    assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.03)
