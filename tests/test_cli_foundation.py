@@ -390,6 +390,33 @@ def test_an_empty_option_value_is_refused(capsys, argv: list[str]) -> None:
     assert err.strip() == f"error: {flag} is empty: give a value or leave the option out"
 
 
+@pytest.mark.parametrize("argv", [
+    ["data", "import", "neusight", "t.csv", "-o", ""],
+    ["data", "pull", "neusight-test-dev", "-o", ""],
+    ["data", "merge", "b1", "b2", "-o", ""],
+    ["evaluate", "t.csv", "--model", "m", "-o", ""],
+    ["predict", "table", "t.csv", "-o", ""],
+    ["report", "--model", "m", "-o", ""],
+    ["trace", "import", "t.json", "-o", ""],
+    ["trace", "kernels", "t.json", "-o", ""],
+    ["trace", "record", "train.py", "-o", ""],
+])
+def test_an_empty_output_is_refused(capsys, tmp_path: Path, monkeypatch, argv: list[str]) -> None:
+    """`-o ""` (`-o "$OUT"` with the variable unset): `evaluate` wrote no predictions and `data pull`
+    materialised the source in the working directory, both with exit 0; the others failed on '.' ("output .: use
+    a .csv or .parquet file name", "cannot write output .: it is a directory")."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("t.csv", "t.json", "train.py"):
+        (tmp_path / name).write_text("x\n")
+    for name in ("b1", "b2"):
+        (tmp_path / name).mkdir()
+    before = sorted(tmp_path.iterdir())
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and not out, (code, out)
+    assert err.strip() == "error: --output is empty: give a value or leave the option out"
+    assert sorted(tmp_path.iterdir()) == before
+
+
 @pytest.mark.parametrize("nodes", ["0", "-2"])
 def test_predict_collective_nodes_below_one_names_the_option(capsys, nodes: str) -> None:
     """`--nodes 0` failed with the library's field ("Collective.n_nodes must be a positive number"); it is checked

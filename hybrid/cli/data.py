@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from hybrid.cli.output import echo_json, echo_table, said_warnings, warn_arch_device
+from hybrid.cli.output import echo_json, echo_table, named_path, said_warnings, warn_arch_device
 from hybrid.errors import InvalidInputError
 
 
@@ -33,7 +33,7 @@ def formats(as_json: bool) -> None:
 @data.command("import")
 @click.argument("fmt", metavar="FORMAT")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
+@click.option("-o", "--output", required=True, type=click.Path(), callback=named_path,
               help="Output table (.csv or .parquet); written atomically.")
 @click.option("--device", default=None, callback=warn_arch_device,
               help="Catalog device that ran the measurements (overrides the files).")
@@ -235,7 +235,7 @@ def sources_cmd(as_json: bool) -> None:
 @click.argument("name")
 @click.option("--from", "from_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Local mirror in the public data layout (default: download from upstream at the pinned commit).")
-@click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False), callback=named_path,
               help="Directory to materialise the source in (public data layout).")
 def pull_cmd(name: str, from_dir: Path | None, out_dir: Path) -> None:
     """Materialise source NAME under OUTPUT, verified by sha256 (nothing is written unless all files match)."""
@@ -247,7 +247,7 @@ def pull_cmd(name: str, from_dir: Path | None, out_dir: Path) -> None:
 
 @data.command("merge")
 @click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path, file_okay=False))
-@click.option("-o", "--output", required=True, type=click.Path(path_type=Path, file_okay=False),
+@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), callback=named_path,
               help="Directory of the merged bundle (written atomically).")
 @click.option("--replace", is_flag=True,
               help="A configuration in several bundles keeps the last bundle's row (a re-measurement replaces it); "

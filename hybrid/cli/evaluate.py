@@ -249,7 +249,7 @@ def write_predictions(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 @click.option("--model", "-m", "model_ref", required=True, callback=named,
               help="Registered model (NAME, NAME/3, models:/NAME/3) or 'roofline' for the analytical baseline.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the error figures.")
-@click.option("--output", "-o", type=click.Path(),
+@click.option("--output", "-o", type=click.Path(), callback=named,
               help="Write per-row predictions (a .csv name: CSV; .parquet: Parquet).")
 @click.option("--max-rows", type=int, help="Evaluate on a random sample of at most this many rows.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of --max-rows sampling.")

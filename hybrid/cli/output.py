@@ -219,6 +219,17 @@ def named(ctx: click.Context, param: click.Parameter, value: str | None) -> str 
     return value
 
 
+def named_path(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | None:
+    """:func:`named`, then the value as a :class:`~pathlib.Path`: the callback of path options that must not be
+    empty (``-o ""``, an unset shell variable).
+
+    The option keeps a plain ``click.Path`` type (no ``path_type``): ``Path("")`` is ``Path(".")``, so once converted
+    an empty value could no longer be told from ``.``, and ``data pull -o ""`` materialised the source in the
+    working directory with exit 0."""
+    value = named(ctx, param, value)
+    return None if value is None else Path(value)
+
+
 def named_device(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """:func:`named`, then :func:`warn_arch_device`: the callback of optional ``--device`` options."""
     return warn_arch_device(ctx, param, named(ctx, param, value))

@@ -422,7 +422,7 @@ def _predicted_columns(table: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataF
 
 @predict.command("table")
 @click.argument("table", type=click.Path(exists=True, dir_okay=False))
-@click.option("--output", "-o", required=True, type=click.Path(),
+@click.option("--output", "-o", required=True, type=click.Path(), callback=named,
               help="Where to write the predictions (CSV; Parquet for a .parquet name).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object summarising what was written.")
 @_model_options

@@ -15,7 +15,8 @@ from hybrid.errors import InvalidInputError
 @click.option("--run", "run_id", callback=named, help="Calibration run id.")
 @click.option("--table", "tables", multiple=True, type=click.Path(exists=True),
               help="Instead of the run's own evaluation, evaluate --model on these measured tables.")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), help="HTML file to write.")
+@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False), callback=named,
+              help="HTML file to write.")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line.")
 def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], output: str,

@@ -57,7 +57,7 @@ def _load(paths: tuple[str, ...], step: int | None) -> list[Any]:
 
 @trace.command("import")
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), callback=named,
               help="Where to write the parsed graph (JSON).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
 def import_(traces: tuple[str, ...], output: str, step: int | None) -> None:
@@ -599,7 +599,7 @@ def memory_line(m: dict[str, Any]) -> str:
 
 @trace.command("kernels")
 @click.argument("traces", nargs=-1, required=True, type=click.Path())
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), callback=named,
               help="Where to write the measurement rows (the canonical table: .csv or .parquet).")
 @click.option("--device", default=None, callback=named_device,
               help="Catalog GPU the traces ran on (default: the GPU name the traces record).")
@@ -655,7 +655,8 @@ class _RecordCommand(click.Command):
 @trace.command("record", cls=_RecordCommand)
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("script_args", nargs=-1)
-@click.option("-o", "--output", "out_dir", default="traces", show_default=True, type=click.Path(file_okay=False))
+@click.option("-o", "--output", "out_dir", default="traces", show_default=True, type=click.Path(file_okay=False),
+              callback=named)
 @click.option("--step-fn", default="step", show_default=True, help="Function of SCRIPT that runs one step.")
 @click.option("--warmup", type=int, default=2, show_default=True, help="Untraced steps first.")
 @click.option("--no-et", is_flag=True, help="Chrome trace only (no execution trace).")
