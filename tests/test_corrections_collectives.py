@@ -488,6 +488,7 @@ def test_unmeasured_layouts_and_settings_get_the_unseen_band(polaris, shared_dat
     why = sigmoid.extrapolation_reason(q)  # what `hybrid predict collective` says beside the unseen band
     assert why[0] == why[4] == "" and "16 ranks on 4 node(s) were never measured" in why[1]
     assert "4 ranks on 1 node(s)" in why[2] and "measured only with env-setup-1" in why[3]
+    assert not why[3].endswith("extrapolated")  # printed as `extrapolated: ...`, it said the word twice
     assert "no log of system" in sigmoid.extrapolation_reason(q.assign(system="Nowhere"))[0]
     out = hp.predict(q)
     assert (out["method"] == "collective-sigmoid").all()

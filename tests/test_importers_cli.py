@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pandas as pd
@@ -18,10 +19,14 @@ def test_import_writes_a_valid_table(shared_datasets, tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     table = read_table(out)
     assert len(table) == 17418 and set(table["op"]) == {"all_reduce", "send_recv"}
-    assert "wrote 17418 rows" in capsys.readouterr().out
+    assert "wrote 17418 rows (2 ops, 3 devices) to" in capsys.readouterr().out
     rc = main(["data", "validate", str(out), "--json"])
     summary = json.loads(capsys.readouterr().out)
     assert rc == 0 and summary["rows"] == 17418
+    one = tmp_path / "pairs.csv"  # one GPU's logs: "1 device", not "1 devices"
+    assert main(["data", "import", "vidur-network", str(shared_datasets / "vidur/data/profiling/network/"
+                                                       "a100_pairwise_nvlink"), "-o", str(one), "--quiet"]) == 0
+    assert re.search(r"rows \(\d ops?, 1 device\) to", capsys.readouterr().out)
 
 
 def test_import_error_leaves_no_output(shared_datasets, tmp_path, capsys):

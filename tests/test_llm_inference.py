@@ -267,6 +267,14 @@ def test_zero_lengths_and_bad_distributions_are_refused():
     with pytest.raises(InvalidInputError):
         parse_rate("-3/s")
     assert parse_rate("600/min") == 10.0
+    from hybrid.workloads.llm.serving import parse_time_ms
+
+    # a zero SLO is a bound, not a typo: it said "bad time '0ms'" as for "abc"
+    with pytest.raises(InvalidInputError, match="a time bound must be positive, got '0ms'"):
+        parse_time_ms("0ms")
+    with pytest.raises(InvalidInputError, match="bad time 'abc'"):
+        parse_time_ms("abc")
+    assert parse_time_ms("0.5s") == 500.0
 
 
 # ------------------------------------------------------------------------------------------------ serving

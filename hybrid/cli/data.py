@@ -81,8 +81,9 @@ def import_cmd(fmt: str, paths: tuple[Path, ...], output: Path, device: str | No
         table = kernel_timed(table)
     write_table(table, output, cat, validate_rows=False)
     summary = table.groupby(["op", "device"], dropna=False).size()
-    click.echo(f"wrote {len(table)} rows ({summary.index.get_level_values(0).nunique()} ops, "
-               f"{table['device'].nunique()} devices) to {output}")
+    n_ops, n_dev = summary.index.get_level_values(0).nunique(), table["device"].nunique()
+    click.echo(f"wrote {len(table)} rows ({n_ops} op{'s' * (n_ops != 1)}, {n_dev} device{'s' * (n_dev != 1)}) "
+               f"to {output}")
 
 
 def _refuse_output_among_inputs(importer: Any, paths: list[Path], output: Path) -> None:

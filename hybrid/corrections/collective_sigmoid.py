@@ -1003,8 +1003,9 @@ class CollectiveSigmoid(Correction):
                             "priced across layouts")
                 return f"{r} ranks on {n} node(s) were never measured for {o} on {s}: priced across layouts"
             if used not in measured:
+                # (no trailing "extrapolated": `predict collective` prints it as the value of `extrapolated:`)
                 return (f"this layout was measured only with {', '.join(sorted(measured))}, not with {used} that "
-                        "prices the row (the fastest setting measured on the system): extrapolated")
+                        "prices the row (the fastest setting measured on the system)")
             return ""
 
         per = np.array([why(k) for k in keys] + [""], dtype=object)

@@ -151,8 +151,10 @@ def parse_time_ms(text: str | float) -> float:
     """``200ms``, ``0.2s``, ``200`` (ms) -> milliseconds (> 0)."""
     s = str(text).strip().lower()
     m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(ms|s|us)?", s)
-    if not m or not float(m.group(1)) > 0:
+    if not m:
         raise InvalidInputError(f"bad time {text!r} (examples: 200ms, 0.5s)")
+    if not float(m.group(1)) > 0:  # a bound no request can meet
+        raise InvalidInputError(f"a time bound must be positive, got {text!r}")
     return float(m.group(1)) * {None: 1.0, "ms": 1.0, "s": 1e3, "us": 1e-3}[m.group(2)]
 
 
