@@ -168,16 +168,15 @@ def bundle_state(path: Path) -> str | None:
     """``"complete"`` or ``"partial"`` for a profile bundle at ``path`` (its ``meta.json``'s ``partial``: a merged
     bundle's per-run list says complete when its last run, the one that measured the rest, finished), None when
     ``path`` holds no bundle whose meta can be read (the step then runs as in a new session)."""
+    from hybrid.data.bundle import partial_stop
+
     try:
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or not (path / "measurements.csv").is_file():
         return None
-    partial = meta.get("partial", False)
-    if isinstance(partial, list):
-        partial = bool(partial[-1]) if partial else False
-    return "partial" if partial else "complete"
+    return "partial" if partial_stop(meta) is not None else "complete"
 
 
 def committed_bundle_for(device_name: str, datasets: Path | None = None) -> Path | None:

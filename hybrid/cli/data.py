@@ -191,7 +191,7 @@ def _partial_bundles(paths: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]
     """The bundles among ``paths`` whose ``meta.json`` says the profile was interrupted (``partial``), with their
     ``interrupted`` record. A merged bundle lists both per run: flagged when its last run, the one that measured the
     rest (a resumed ``gpu-session`` step), was cut short too; an earlier partial run's rest may be in it."""
-    from hybrid.data.bundle import read_meta
+    from hybrid.data.bundle import partial_stop, read_meta
     from hybrid.errors import SchemaError
 
     found = []
@@ -200,12 +200,9 @@ def _partial_bundles(paths: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]
             meta = read_meta(p) if p.is_dir() else {}
         except SchemaError:  # an unreadable meta.json says nothing of the table validate checks
             continue
-        partial, stop = meta.get("partial"), meta.get("interrupted")
-        if isinstance(partial, list):  # merged: per run, in order; the last run measured what the others left
-            partial = bool(partial[-1]) if partial else False
-            stop = stop[-1] if isinstance(stop, list) and stop else {}
-        if partial is True:
-            found.append((p, stop if isinstance(stop, dict) else {}))
+        stop = partial_stop(meta)
+        if stop is not None:
+            found.append((p, stop))
     return found
 
 

@@ -160,6 +160,20 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
         raise SchemaError(f"{meta}: not valid JSON ({exc})") from None
 
 
+def partial_stop(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``interrupted`` record of a bundle whose profile was cut short (interrupted or failed), ``{}`` where it
+    has none, None for a whole bundle. A merged bundle keeps ``partial`` and ``interrupted`` per run, in order: it
+    is partial when its last run, the one that measured what the others left (a resumed ``gpu-session`` step),
+    was cut short too."""
+    partial, stop = meta.get("partial", False), meta.get("interrupted")
+    if isinstance(partial, list):
+        partial = bool(partial[-1]) if partial else False
+        stop = stop[-1] if isinstance(stop, list) and stop else {}
+    if partial is not True:
+        return None
+    return stop if isinstance(stop, dict) else {}
+
+
 def run_options(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The profiler options of each run behind a bundle's ``meta.json``: one dict for a single ``hybrid profile``
     run, one per run for a merged bundle (:func:`merge_bundles` keeps ``options`` per run); [] without any."""

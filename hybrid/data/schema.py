@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -442,16 +442,22 @@ def _to_bool(value: object) -> object:
 _TAIL_CHUNK = 4096
 
 
+def repeated_names(header: Sequence[str]) -> list[str]:
+    """The column names a CSV header gives more than once (stripped; in order of their second appearance). Empty
+    names (trailing commas, a saved index) are pandas' "Unnamed: i" columns, each its own."""
+    seen: set[str] = set()
+    names = [str(c).strip() for c in header]
+    return list(dict.fromkeys(c for c in names if c and (c in seen or seen.add(c))))  # type: ignore[func-returns-value]
+
+
 def _refuse_repeated_columns(path: Path) -> None:
     """A CSV header naming a column twice (``...,m,n,k,m``) is an error: pandas reads the second as ``m.1``, an
     unknown column kept beside the data, so one of the two values was dropped from the fit without a word."""
     import csv
 
     with open(path, encoding="utf-8-sig", newline="") as fh:
-        header = [c.strip() for c in next(csv.reader(fh), [])]
-    seen: set[str] = set()
-    # empty names (trailing commas, a saved index) are pandas' "Unnamed: i" columns, each its own
-    repeated = list(dict.fromkeys(c for c in header if c and (c in seen or seen.add(c))))  # type: ignore[func-returns-value]
+        header = next(csv.reader(fh), [])
+    repeated = repeated_names(header)
     if repeated:
         raise SchemaError(f"{path}: the header names column(s) {', '.join(map(repr, repeated))} more than once; "
                           "keep one of each")

@@ -732,6 +732,15 @@ def isotonic_log(values: np.ndarray) -> np.ndarray:
     return np.exp(fit)
 
 
+def op_occurrence_keys(ops: pd.DataFrame) -> np.ndarray:
+    """Each op row's identity across scenarios of a costed pass table: its name and its occurrence among the
+    scenario's ops of that name (``mlp_up_proj#1``). A model whose layers differ (dense and MoE layers interleaved)
+    has two ``mlp_up_proj`` rows of other shapes, each with its own batch envelope (static batching's
+    :func:`_apply_envelope`, serving's step tables)."""
+    nth = ops.groupby(["scenario", "name"], sort=False).cumcount().to_numpy()
+    return np.char.add(np.char.add(ops["name"].to_numpy(dtype=str), "#"), nth.astype(str))
+
+
 def _apply_envelope(costed: pd.DataFrame, comp: pd.DataFrame, env: _Envelope, columns: list[str],
                     rows: np.ndarray) -> None:
     """In place: every learned op time of ``costed``'s ``rows`` (scenario ``i``, column in ``columns``) becomes its
@@ -739,13 +748,8 @@ def _apply_envelope(costed: pd.DataFrame, comp: pd.DataFrame, env: _Envelope, co
     numbers the companions): the isotonic fit (:func:`isotonic_log`) of the grid batches up to
     :data:`BATCH_GRID_FIT`, then the running maximum beyond; log-log interpolated between the grid batches around
     the scenario's batch. Ops answered analytically (:data:`ANALYTICAL_METHODS`) keep their time."""
-    # an op is its name and its occurrence among the scenario's ops of that name: a model whose layers differ
-    # (dense and MoE layers interleaved) has two ``mlp_up_proj`` rows of other shapes, each with its own chain
-    def op_key(f: pd.DataFrame) -> np.ndarray:
-        nth = f.groupby(["scenario", "name"], sort=False).cumcount().to_numpy()
-        return np.char.add(np.char.add(f["name"].to_numpy(dtype=str), "#"), nth.astype(str))
-
-    names, name_codes = np.unique(np.concatenate([op_key(costed), op_key(comp)]), return_inverse=True)
+    names, name_codes = np.unique(np.concatenate([op_occurrence_keys(costed), op_occurrence_keys(comp)]),
+                                  return_inverse=True)
     own_name, comp_name = name_codes[:len(costed)], name_codes[len(costed):]
     sc = costed["scenario"].to_numpy(dtype=np.int64)
     chain = env.chain[sc]

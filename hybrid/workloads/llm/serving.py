@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hybrid.data.schema import repeated_names
 from hybrid.engine.costs import OpCostModel
 from hybrid.errors import InvalidInputError
 from hybrid.workloads.llm.dims import context_note
@@ -38,6 +39,7 @@ from hybrid.workloads.llm.inference import (
     batch_grid,
     cost_ops,
     isotonic_log,
+    op_occurrence_keys,
     pass_ops,
 )
 from hybrid.workloads.llm.kv_cache import (
@@ -212,8 +214,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
         raise InvalidInputError(f"trace file {p}: cannot read ({' '.join(str(exc).split())[:120]})") from None
     header = next((ln for ln in re.split(r"\r\n|\r|\n", raw.decode("utf-8", errors="replace"))
                    if ln.split("#", 1)[0].strip()), "")
-    names_ = [c.strip() for c in next(csv.reader([header.split("#", 1)[0]]), [])]
-    repeated = sorted({c for c in names_ if c and names_.count(c) > 1})
+    repeated = repeated_names(next(csv.reader([header.split("#", 1)[0]]), []))
     if repeated:  # pandas reads the second as "arrival_s.1": the first was used, the other dropped without a word
         raise InvalidInputError(f"trace file {p}: the header names column(s) {', '.join(map(repr, repeated))} more "
                                 "than once; keep one of each")
@@ -360,9 +361,7 @@ class StepCosts:
         o2 = len(tok) + len(seq)
         o3 = o2 + DB.size
         method = "+".join(sorted(set(map(str, costed["method"]))))
-        nth = costed.groupby(["scenario", "name"], sort=False).cumcount().to_numpy()
-        op_names, op_code = np.unique(np.char.add(np.char.add(name.astype(str), "#"), nth.astype(str)),
-                                      return_inverse=True)
+        op_names, op_code = np.unique(op_occurrence_keys(costed), return_inverse=True)
 
         def assemble(column: str) -> StepCosts | None:
             if column not in costed.columns:
