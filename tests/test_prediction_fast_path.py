@@ -159,3 +159,49 @@ def test_prediction_threads_do_not_change_predictions(catalog, tmp_path):
     model.save(tmp_path / "m")
     loaded = type(model).load(tmp_path / "m")
     np.testing.assert_array_equal(loaded.predict(table, base, catalog), whole)
+
+
+def test_repeated_feature_rows_walk_the_trees_once_and_change_nothing(catalog):
+    """A table distinct as rows (a row id, a name per layer) but not as features has the trees walked once per
+    distinct feature row: the same numbers as walking every row, while a block of distinct shapes is left whole."""
+    from hybrid.corrections import kernel_xgb as kx
+
+    rng = np.random.default_rng(11)
+    n = 3 * kx.FEATURE_DEDUP_MIN_ROWS
+    shapes = rng.integers(16, 4096, (300, 3)).astype(float)  # 300 shapes over 12,288 rows
+    pick = rng.integers(0, len(shapes), n)
+    table = pd.DataFrame({"device": rng.choice(["T4", "A100-PCIE-40GB"], n), "op": "gemm", "dtype": "fp32",
+                          "b": 1.0, "m": shapes[pick, 0], "n": shapes[pick, 1], "k": shapes[pick, 2],
+                          "row_id": np.arange(n)})
+    train = table.iloc[:600].drop(columns="row_id").assign(time_us=rng.uniform(20, 900, 600))
+    model = GemmXGB(XGBParams(n_estimators=30, max_depth=4)).fit(train, roofline(train, catalog), catalog)
+    model.extents = {}
+    base = roofline(table, catalog)
+    walked: list[int] = []
+    booster = model.booster
+    original = booster.inplace_predict
+
+    def counting(x, **kw):
+        walked.append(len(x))
+        return original(x, **kw)
+
+    booster.inplace_predict = counting  # type: ignore[method-assign]
+    reduced = model.predict(table, base, catalog)
+    assert walked and max(walked) <= 600  # at most 600 distinct (shape, device) rows, not 12,288
+    walked.clear()
+    old = kx.FEATURE_DEDUP_MIN_ROWS
+    try:
+        kx.FEATURE_DEDUP_MIN_ROWS = 10**12  # every row through the trees
+        whole = model.predict(table, base, catalog)
+    finally:
+        kx.FEATURE_DEDUP_MIN_ROWS = old
+    assert max(walked) == n
+    np.testing.assert_array_equal(reduced, whole)
+    # distinct shapes: no reduction, and -0.0 / 0.0 (different bytes) are never merged into a wrong row
+    distinct = rng.normal(size=(n, 5)).astype(np.float32)
+    assert kx.repeated_feature_rows(distinct) is None
+    signed = np.zeros((n, 2), dtype=np.float32)
+    signed[::2, 0] = -0.0
+    rows, inverse = kx.repeated_feature_rows(signed)
+    assert len(rows) == 2 and np.array_equal(np.signbit(rows[inverse][:, 0]), np.signbit(signed[:, 0]))
+    assert kx.repeated_feature_rows(signed[: kx.FEATURE_DEDUP_MIN_ROWS - 1]) is None  # small blocks: as they are
