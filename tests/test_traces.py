@@ -765,6 +765,30 @@ def test_cli_import_and_predict(tiny_trace, tmp_path, capsys):
     other = json.loads(capsys.readouterr().out)
     assert not other["same_device"] and other["predicted_ms"] < s["predicted_ms"] and "untraced_ms" not in other
     assert any("no launch model for a CPU" in w for w in other["warnings"])
+    assert s["untraced_source"] == "recorded"
+
+
+def test_an_untraced_step_time_is_given_or_its_absence_is_warned(tiny_trace, tmp_path, capsys):
+    """A trace recorded without `hybrid trace record`'s timing (here: the same trace, its untraced timing
+    removed) compares with the traced step, which includes the recording cost: said, and `--untraced-ms` gives the
+    step timed without the profiler; on another device it is refused (there is nothing of that device to compare)."""
+    doc = json.loads(Path(tiny_trace["kineto"]).read_text())
+    doc.pop("hybrid_untraced_step")
+    bare = tmp_path / "kineto_rank0.json"
+    bare.write_text(json.dumps(doc))
+    args = ["trace", "predict", str(bare), "--device", CPU, "--bundle", str(BUNDLE), "--roofline", "--json"]
+    assert cli_main(args) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert "untraced_ms" not in s and any("--untraced-ms" in w and "recording cost" in w for w in s["warnings"])
+    assert cli_main([*args, "--untraced-ms", "2.5"]) == 0
+    given = json.loads(capsys.readouterr().out)
+    assert given["untraced_ms"] == 2.5 and given["untraced_source"] == "given"
+    assert given["untraced_error_pct"] == pytest.approx((given["predicted_ms"] / 2.5 - 1) * 100)
+    assert not any("--untraced-ms" in w for w in given.get("warnings", []))
+    assert cli_main([*args, "--other-device", "--untraced-ms", "2.5"]) == 2
+    assert "traced hardware only" in capsys.readouterr().err
+    assert cli_main([*args, "--untraced-ms", "0"]) == 2  # not a time: click's range check
+    assert "--untraced-ms" in capsys.readouterr().err
 
 
 def test_the_first_op_of_a_step_recorded_without_the_overhead_measurement_starts_with_it(tmp_path):

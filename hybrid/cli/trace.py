@@ -200,13 +200,18 @@ def _fallback_brief(fallback: dict[str, Any]) -> str:
                    "--gpu-hour-price for each, by cost): which hardware to run this model on.")
 @gpu_hour_price_option("Adds the cost of 1000 steps (all ranks).")
 @click.option("--step", type=int, default=None, help="ProfilerStep#N to use (default: the first one).")
+@click.option("--untraced-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="The step's time measured without the profiler (your own timing, e.g. a trace directory's "
+                   "steps.json) to compare with on the traced hardware; replaces the one `hybrid trace record` "
+                   "stores in the trace.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def predict(traces: tuple[str, ...], device: str | None, system: str | None, model_ref: str | None,
             tracking_uri: str | None, bundle: str | None, extra_rows: tuple[str, ...], roofline: bool,
             same: bool | None, host: str,
             kernel_times: bool, fp32_matmul: str, fp32_conv: str, compiled: bool, dp: int, tp: int, pp: int,
             tokens: int | None, hidden: int | None,
-            compare: str | None, gpu_hour_price: str | None, step: int | None, as_json: bool) -> None:
+            compare: str | None, gpu_hour_price: str | None, step: int | None, untraced_ms: float | None,
+            as_json: bool) -> None:
     """Predict the traced step on --device/--system: time, per-family breakdown, measured time when it's the
     traced hardware."""
     from hybrid.errors import InvalidInputError, UnknownDeviceError
@@ -293,6 +298,15 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
         if not issubclass(w.category, said):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     s = summary_of(pred)
+    if untraced_ms is not None:
+        if "measured_ms" not in s:
+            raise InvalidInputError("--untraced-ms is compared with the prediction on the traced hardware only: "
+                                    f"{s['target']} is not the trace's device (or the trace has no step time)")
+        s["untraced_ms"] = float(untraced_ms)
+        s["untraced_error_pct"] = (s["predicted_ms"] / untraced_ms - 1.0) * 100.0
+        s["untraced_source"] = "given"
+    elif "untraced_ms" in s:
+        s["untraced_source"] = "recorded"
     s["kernel_times"] = kernel_times
     s["compiled"] = compiled
     s["parallel"] = parallel_info or None
@@ -381,6 +395,10 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
                      f"other op kinds, or the roofline){hint}")
     notes += [str(w.message) for w in caught if issubclass(w.category, said)]
     notes += compared_fallbacks
+    if "measured_ms" in s and "untraced_ms" not in s:
+        notes.append(f"the traced step ({s['measured_ms']:.3f} ms) includes the profiler's recording cost (for a "
+                     "small model several times the step), so its error is not the prediction's: give --untraced-ms "
+                     "(the step timed without the profiler), or record with `hybrid trace record`, which times it")
     notes = list(dict.fromkeys(w for w in notes if w))
     if notes:
         s["warnings"] = notes
@@ -395,8 +413,8 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
     if "measured_ms" in s:
         line += f"; traced step {s['measured_ms']:.3f} ms ({s['error_pct']:+.1f}%)"
     if "untraced_ms" in s:
-        line += (f"; untraced step {s['untraced_ms']:.3f} ms ({s['untraced_error_pct']:+.1f}%; timed when recorded, "
-                 "without the profiler)")
+        how = "as given (--untraced-ms)" if s.get("untraced_source") == "given" else "timed when recorded"
+        line += f"; untraced step {s['untraced_ms']:.3f} ms ({s['untraced_error_pct']:+.1f}%; {how}, without the profiler)"
     click.echo(line)
     if "predicted_ms_low" in s:
         click.echo(f"80% interval: {s['predicted_ms_low']:.3f} - {s['predicted_ms_high']:.3f} ms (every op at the low / "
