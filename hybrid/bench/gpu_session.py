@@ -39,6 +39,7 @@ from typing import Any
 from hybrid.atomic import write_text
 from hybrid.data.profiler.kernel_times import MAX_PASS_S
 from hybrid.errors import InvalidInputError
+from hybrid.invocation import command
 
 #: Kernel families profiled after attention, most valuable first (every one in ``PROFILE_FAMILIES`` but
 #: attention and collectives, which one GPU cannot measure).
@@ -253,8 +254,8 @@ def _merge_rest(bundle: str, rest: str) -> str:
             _, table = merge_bundles([base, extra], tmp, on_duplicate="last",
                                      note=f"{extra.name} (the rest of an interrupted session step) merged in")
     except (HybridError, OSError, ValueError) as exc:
-        return (f"the rest is in {extra} and could not be merged into {base} ({exc}); merge them with `hybrid data "
-                f"merge {base} {extra} -o ALL --replace`")
+        return (f"the rest is in {extra} and could not be merged into {base} ({exc}); merge them with "
+                f"`{command('data', 'merge', str(base), str(extra), '-o', 'ALL', '--replace')}`")
     base.rename(old)
     tmp.rename(base)
     shutil.rmtree(old)

@@ -41,6 +41,8 @@ from hybrid.data.profiler.timing import (
     measure,
 )
 from hybrid.errors import HybridError, InvalidInputError
+from hybrid.invocation import command as cli_command
+from hybrid.invocation import invocation
 
 #: ``source`` column of every profiler row.
 SOURCE = "hybrid-profile"
@@ -169,7 +171,7 @@ def _refuse_extending_in_place(out: Path, skip_existing: Sequence[str]) -> None:
         if target in (given, given.parent if given.is_file() else given):
             raise InvalidInputError(f"--skip-existing {p} is the output directory {out}: the new bundle would replace "
                                     f"it with the new configurations alone; write to another directory (-o) and "
-                                    f"combine the two with `hybrid data merge {p} NEW -o ALL`")
+                                    f"combine the two with `{cli_command('data', 'merge', str(p), 'NEW', '-o', 'ALL')}`")
 
 
 def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None, *, force: bool = False,
@@ -363,7 +365,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
             meta["interrupted"]["traceback"] = "".join(traceback.format_exception(failed))[-4000:]
     path = write_bundle(out, table, text, meta, force=force, kernel_times=kernel_table)
     rest = (f"the {len(table)} rows measured so far are in {path}, a partial bundle (meta.json: partial); measure "
-            f"the rest with `{meta['interrupted']['resume']}`, then `hybrid data merge {path} {path}-rest -o ALL`"
+            f"the rest with `{meta['interrupted']['resume']}`, then "
+            f"`{cli_command('data', 'merge', str(path), f'{path}-rest', '-o', 'ALL')}`"
             if stopped is not None else "")
     if interrupted is not None:
         say(f"interrupted {_during(now)}: {rest}")
@@ -423,7 +426,8 @@ def _interruption(exc: BaseException, now: dict[str, Any], done: list[str], opts
     measures the rest. A family cut short keeps the configurations it finished (each row a complete measurement),
     which ``--skip-existing`` passes over when the run is resumed; collectives are kept per process count."""
     rest = [f for f in opts.families if f not in done]
-    resume = ["hybrid", "profile", *(["--quick"] if opts.quick else []), *(["--cpu"] if opts.force_cpu else [])]
+    # the CLI as this process was started (`python -m hybrid.cli.main` from a checkout has no `hybrid` script)
+    resume = [*invocation(), "profile", *(["--quick"] if opts.quick else []), *(["--cpu"] if opts.force_cpu else [])]
     for flag, value in (("--threads", opts.threads), ("--device-name", opts.device_name),
                         ("--seed", opts.seed or None), ("--clock", None if opts.clock == "auto" else opts.clock)):
         if value is not None:
