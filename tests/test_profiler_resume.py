@@ -72,3 +72,34 @@ def test_the_resume_command_runs_as_the_profile_was_started(tmp_path, monkeypatc
     assert proc.returncode == 0, proc.stderr
     rest, _ = load_bundle(tmp_path / "b-rest")
     assert 0 < len(rest) <= len(listed) - 2  # the configurations b lacks
+
+
+def test_a_configuration_that_always_fails_is_skipped_by_the_resume(tmp_path, monkeypatch):
+    """The third norm configuration raises every time: every resume (`--skip-existing` the partial bundle) failed
+    on it again with nothing measured. A resume now skips a configuration that failed in a run it extends, counted
+    in meta.json, and measures the others; a resume of that resume still skips it."""
+    from hybrid.data.bundle import load_bundle, merge_bundles
+    from hybrid.data.profiler.runner import ProfileFailedError, run_profile
+
+    listed = _failing_norm(monkeypatch, 2, 5)
+    with pytest.raises(ProfileFailedError):
+        run_profile(_opts(), tmp_path / "b")
+    # the first resume skips the third configuration, then fails at the sixth: 2 more rows kept
+    with pytest.raises(ProfileFailedError) as info:
+        run_profile(_opts(skip_existing=(str(tmp_path / "b"),)), tmp_path / "r1")
+    first, _ = load_bundle(tmp_path / "r1")
+    assert len(first) == 2 and info.value.meta["skip_existing"]["cases_failed_before"] == 1
+    merge_bundles([tmp_path / "b", tmp_path / "r1"], tmp_path / "m", on_duplicate="last")
+    # the second resume (of the merged bundle, as gpu-session does) skips both and finishes the family
+    res = run_profile(_opts(skip_existing=(str(tmp_path / "m"),)), tmp_path / "r2")
+    assert res.meta["partial"] is False and len(res.table) == len(listed) - 6
+    assert res.meta["skip_existing"]["cases_failed_before"] == 2
+    skipped = res.meta["skipped_cases"]
+    assert len(skipped) == 2 and all("no kernel image is available" in s["failed_before"] for s in skipped)
+    assert all(s["reason"].startswith("failed in an earlier run") for s in skipped)
+    assert {(s["op"], s["hidden"]) for s in skipped} == {(listed[i].row["op"], listed[i].row["hidden"]) for i in (2, 5)}
+    # and a resume of a bundle that holds such a skip keeps skipping it
+    merge_bundles([tmp_path / "m", tmp_path / "r2"], tmp_path / "all", on_duplicate="last")
+    monkeypatch.undo()
+    with pytest.raises(Exception, match="already in --skip-existing"):  # nothing left: the two failures skipped
+        run_profile(_opts(skip_existing=(str(tmp_path / "all"),)), tmp_path / "r3")
