@@ -195,3 +195,35 @@ def test_a_session_run_again_resumes_the_families_cut_short(tmp_path, monkeypatc
     # a third run measures nothing of norm again
     (again,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
     assert "measured whole by an earlier session" in again.unavailable and again.resume is None
+
+
+def _fake_bundle(path, *, partial: bool, rows: str = "x\n") -> None:
+    """A directory bundle_state reads (meta.json's partial, a measurements.csv): the swap moves directories only."""
+    path.mkdir(parents=True)
+    (path / "meta.json").write_text(json.dumps({"partial": partial}))
+    (path / "measurements.csv").write_text(rows)
+
+
+def test_a_merge_cut_between_its_two_renames_is_recovered_on_the_next_start(tmp_path):
+    """The merge of a resumed step swapped the directories with two renames: a SIGTERM between them left no
+    `profile-F` (the bundle hidden in `.profile-F-merged-away`), and the next session measured the family from
+    scratch and then deleted the hidden bundle. The next start now puts it back and resumes it."""
+    sess = tmp_path / "sess"
+    target, rest = sess / "profile-norm", sess / "profile-norm-rest"
+    _fake_bundle(target, partial=True, rows="old\n")
+    _fake_bundle(rest, partial=False)
+    _fake_bundle(gs._merging(target), partial=False, rows="merged\n")
+    target.rename(gs._aside(target))  # the first rename of gs._swap_in, then the process was killed
+    assert not target.exists()
+
+    (step,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    assert step.resume == (str(target), str(rest)) and step.argv[-2:] == ["--skip-existing", str(target)]
+    assert (target / "measurements.csv").read_text() == "old\n"  # the bundle as it was before the merge
+    assert rest.is_dir()  # still there: merged again before the step runs
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-norm", "profile-norm-rest"]
+
+    # killed after the second rename: the merged bundle stands, the aside one is only removed
+    _fake_bundle(gs._aside(target), partial=True, rows="old\n")
+    assert gs.recover_swap(target) == ""
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-norm", "profile-norm-rest"]
+    assert (target / "measurements.csv").read_text() == "old\n"

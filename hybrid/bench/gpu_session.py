@@ -120,6 +120,7 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
     for fam in dict.fromkeys(families):  # `--families gemm,gemm` measured the family twice, into one directory
         name = f"profile-{fam}"
         target = out / name
+        recover_swap(target)  # a session stopped in the middle of merging a rest into the bundle
         state = bundle_state(target)
         rest = out / f"{name}-rest"
         dest = rest if state == "partial" else target
@@ -241,13 +242,10 @@ def _merge_rest(bundle: str, rest: str) -> str:
     from hybrid.errors import HybridError
 
     base, extra = Path(bundle), Path(rest)
+    recover_swap(base)
     if bundle_state(extra) is None:
         return ""
-    tmp = base.with_name(f".{base.name}-merging")
-    old = base.with_name(f".{base.name}-merged-away")
-    for stale in (tmp, old):
-        if stale.exists():
-            shutil.rmtree(stale)
+    tmp = _merging(base)
     try:
         with warnings.catch_warnings():  # the two runs' measured CPU ceilings differ a little: expected here
             warnings.simplefilter("ignore", UserWarning)
@@ -256,11 +254,53 @@ def _merge_rest(bundle: str, rest: str) -> str:
     except (HybridError, OSError, ValueError) as exc:
         return (f"the rest is in {extra} and could not be merged into {base} ({exc}); merge them with "
                 f"`{command('data', 'merge', str(base), str(extra), '-o', 'ALL', '--replace')}`")
-    base.rename(old)
-    tmp.rename(base)
-    shutil.rmtree(old)
-    shutil.rmtree(extra)
+    _swap_in(base, tmp)
+    shutil.rmtree(extra)  # only once the merged bundle is in place: a crash before this merges the rest again
     return f"resumed: merged into {base} ({len(table)} rows, {bundle_state(base)})"
+
+
+def _merging(bundle: Path) -> Path:
+    """Where :func:`_merge_rest` writes the merged bundle before it replaces ``bundle``."""
+    return bundle.with_name(f".{bundle.name}-merging")
+
+
+def _aside(bundle: Path) -> Path:
+    """Where :func:`_swap_in` keeps the replaced ``bundle`` until the new one is in place."""
+    return bundle.with_name(f".{bundle.name}-merged-away")
+
+
+def _swap_in(bundle: Path, new: Path) -> None:
+    """Replace the directory ``bundle`` by ``new``: two renames, which a signal can split (no atomic exchange of
+    two directories here). Between them ``bundle`` does not exist and the old one is at :func:`_aside`, which
+    :func:`recover_swap` puts back on the next start; after them the aside one is only removed."""
+    import shutil
+
+    old = _aside(bundle)
+    bundle.rename(old)
+    new.rename(bundle)
+    shutil.rmtree(old)
+
+
+def recover_swap(bundle: str | os.PathLike) -> str:
+    """Undo or finish a :func:`_swap_in` of ``bundle`` that a crash (SIGTERM, SIGKILL, a machine given back) cut
+    short, and remove a half-written merge: a session stopped between the two renames left ``profile-F`` missing,
+    so the next session measured the family from scratch and the bundle stayed hidden in ``.profile-F-merged-away``.
+    The old bundle is put back (its rest, removed only once a merge is in place, is merged again). What was done,
+    '' when nothing was left over."""
+    import shutil
+
+    base = Path(bundle)
+    old, tmp = _aside(base), _merging(base)
+    said = ""
+    if old.exists():
+        if base.exists():  # the merged bundle is in place: the aside one is what the swap had still to remove
+            shutil.rmtree(old)
+        else:
+            old.rename(base)
+            said = f"{base} put back from {old} (a merge into it was cut short)"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    return said
 
 
 #: A step that runs out of time gets SIGTERM this long (at most a tenth of its limit) before its limit, then
