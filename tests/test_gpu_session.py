@@ -227,3 +227,68 @@ def test_a_merge_cut_between_its_two_renames_is_recovered_on_the_next_start(tmp_
     assert gs.recover_swap(target) == ""
     assert sorted(p.name for p in sess.iterdir()) == ["profile-norm", "profile-norm-rest"]
     assert (target / "measurements.csv").read_text() == "old\n"
+
+
+def test_partial_bundles_left_beside_a_family_are_folded_into_its_resume(tmp_path, monkeypatch):
+    """A `--force` run over an existing `profile-F` that is cut short writes its rows beside it, as
+    `profile-F-partial` (sessions before resuming existed did so on every run). A session run again looked at
+    `profile-F` alone: the leftover's configurations were measured again and the leftover stayed. It is now merged
+    into `profile-F` before the step, which measures only what neither holds."""
+    pytest.importorskip("torch")
+    from hybrid.data.profiler import kernels
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    sess = tmp_path / "sess"
+    target, leftover = sess / "profile-norm", sess / "profile-norm-partial"
+    real = kernels.norm_cases
+    listed: list = []
+
+    def stop_at(i):
+        def cases(*args, **kwargs):
+            got = listed[:] = real(*args, **kwargs)
+            got[i].build = lambda: (_ for _ in ()).throw(KeyboardInterrupt())
+            return got
+        return cases
+
+    opts = ProfileOptions(quick=True, families=("norm",), threads=2, progress=False, force_cpu=True,
+                          device_name="lab-box")
+    for at in (2, 5):  # the first session's step, then a later one over it with --force: both cut short
+        monkeypatch.setattr(kernels, "norm_cases", stop_at(at))
+        with pytest.raises(KeyboardInterrupt):
+            run_profile(opts, target, force=True)
+    monkeypatch.undo()
+    assert gs.bundle_state(target) == gs.bundle_state(leftover) == "partial"
+    assert gs.partial_leftovers(target) == [str(leftover)]
+
+    (step,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    assert step.fold == (str(leftover),) and step.resume == (str(target), str(sess / "profile-norm-rest"))
+    assert step.argv[-2:] == ["--skip-existing", str(target)]  # after the fold: what neither bundle holds
+    # the step itself stands in for the profile it runs (the resume of a partial bundle is tested above)
+    man = gs.run_session(sess, 60, [gs.Step(step.name, _py("pass"), 30, resume=step.resume, fold=step.fold)])
+    (res,) = man["steps"]
+    assert res["status"] == "ok", res
+    assert f"merged into {target} (5 rows, partial), with profile-norm-partial left by an earlier" in res["reason"]
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-norm", gs.MANIFEST]
+    table, _ = load_bundle(target)
+    assert len(table) == 5  # the two configurations of the first run, and the five of the one over it, once each
+
+
+def test_leftovers_beside_a_complete_family_are_named_with_the_merge_command(tmp_path):
+    sess = tmp_path / "sess"
+    _fake_bundle(sess / "profile-gemm", partial=False)
+    _fake_bundle(sess / "profile-gemm-partial", partial=True)
+    _fake_bundle(sess / "profile-gemm-partial-2", partial=True)
+    (sess / "profile-gemm-partial-3").mkdir()  # no bundle: not named
+    (step,) = gs.default_steps(sess, families=("gemm",), dlrm_configs=0, traces=False, cpu=True)
+    left = [str(sess / "profile-gemm-partial"), str(sess / "profile-gemm-partial-2")]
+    assert gs.partial_leftovers(sess / "profile-gemm") == left
+    assert gs.MEASURED_BEFORE in step.unavailable and step.resume is None
+    assert f"data merge {sess / 'profile-gemm'} {left[0]} {left[1]} -o ALL --replace" in step.unavailable
+    # only a leftover, no profile-F (removed, or never renamed into place): the leftover becomes the bundle resumed
+    _fake_bundle(sess / "profile-norm-partial", partial=True, rows="kept\n")
+    (step,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    assert step.unavailable is None and step.fold == (str(sess / "profile-norm-partial"),)
+    man = gs.run_session(sess, 60, [gs.Step(step.name, _py("pass"), 30, resume=step.resume, fold=step.fold)])
+    assert "profile-norm-partial (left by an earlier session) is now" in man["steps"][0]["reason"]
+    assert (sess / "profile-norm" / "measurements.csv").read_text() == "kept\n"
+    assert not (sess / "profile-norm-partial").exists()
