@@ -292,3 +292,42 @@ def test_leftovers_beside_a_complete_family_are_named_with_the_merge_command(tmp
     assert "profile-norm-partial (left by an earlier session) is now" in man["steps"][0]["reason"]
     assert (sess / "profile-norm" / "measurements.csv").read_text() == "kept\n"
     assert not (sess / "profile-norm-partial").exists()
+
+
+def test_a_session_stopped_during_a_step_lets_the_step_keep_its_work(tmp_path):
+    """Ctrl-C or the SIGTERM of `timeout 555 ... gpu-session` on the session SIGKILLed the step under way: a profile
+    step lost every configuration it had measured (its partial bundle is written on SIGTERM), and session.json did
+    not name the step. The step now gets SIGTERM first, and the manifest records it as interrupted."""
+    import os
+    import signal
+    import threading
+    import time
+
+    code = ("import signal, sys, time\n"
+            "def stop(*a):\n"
+            "    open('term.txt', 'w').write('kept'); sys.exit(143)\n"
+            "signal.signal(signal.SIGTERM, stop)\n"
+            "open('started.txt', 'w').write('x')\n"
+            "time.sleep(60)\n")
+
+    def stop_session(*_):
+        raise KeyboardInterrupt
+
+    def when_started():  # the session's own interruption, once the step runs (its timeout is far away)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, stop_session)
+    watcher = threading.Thread(target=when_started, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gs.run_session(tmp_path / "s", 120, [gs.Step("slow", _py(code), 90)], cwd=tmp_path)
+    finally:
+        watcher.join()
+        signal.signal(signal.SIGUSR1, previous)
+    assert (tmp_path / "term.txt").read_text() == "kept"
+    (step,) = json.loads((tmp_path / "s" / gs.MANIFEST).read_text())["steps"]
+    assert step["name"] == "slow" and step["status"] == "interrupted" and "KeyboardInterrupt" in step["reason"]

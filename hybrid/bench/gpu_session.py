@@ -88,7 +88,7 @@ class Step:
 @dataclass
 class StepResult:
     name: str
-    status: str  # ok | failed | timeout | skipped
+    status: str  # ok | failed | timeout | skipped | interrupted (the session itself was stopped during the step)
     seconds: float = 0.0
     returncode: int | None = None
     argv: list[str] = field(default_factory=list)
@@ -253,7 +253,17 @@ def run_session(out: str | os.PathLike, budget_s: float, steps: Sequence[Step], 
             before = ""
             if step.resume is not None:  # a rest left by a session stopped before it merged, leftovers: merged first
                 before = _merge_rest(*step.resume, fold=step.fold)
-            res = _run_step(step, min(step.timeout_s, left), run_env, root)
+            t0 = time.monotonic()
+            try:
+                res = _run_step(step, min(step.timeout_s, left), run_env, root)
+            except BaseException as exc:  # Ctrl-C or the SIGTERM of a time limit on the session: said, then on
+                res = StepResult(step.name, "interrupted", time.monotonic() - t0, argv=step.argv,
+                                 reason=f"the session was stopped ({type(exc).__name__}) during the step; the step "
+                                        "got SIGTERM to keep what it measured")
+                manifest["steps"].append(asdict(res))
+                manifest["elapsed_s"] = round(time.monotonic() - start, 1)
+                write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+                raise
             if step.resume is not None:
                 merged = _merge_rest(*step.resume)
                 res.reason = "; ".join(r for r in (res.reason, before, merged) if r)
@@ -353,6 +363,11 @@ def recover_swap(bundle: str | os.PathLike) -> str:
 #: SIGKILL at the limit: ``hybrid profile`` writes what it measured as a partial bundle on SIGTERM
 #: (docs/profiler.md, interrupted runs), which a SIGKILL at the limit threw away.
 TERM_GRACE_S = 20.0
+#: A step under way when the session itself is stopped (Ctrl-C, the SIGTERM of ``timeout 555 ... gpu-session``)
+#: gets SIGTERM and this long to write what it measured, then SIGKILL: it was SIGKILLed at once, and a profile step
+#: lost the configurations it had measured. Shorter than :data:`TERM_GRACE_S`: whoever stopped the session may
+#: kill it soon.
+INTERRUPT_GRACE_S = 10.0
 
 
 def _run_step(step: Step, timeout: float, env: dict[str, str], cwd: Path) -> StepResult:
@@ -376,8 +391,12 @@ def _run_step(step: Step, timeout: float, env: dict[str, str], cwd: Path) -> Ste
                           f"stopped after {timeout - grace:.0f} s (SIGTERM, then SIGKILL at {timeout:.0f} s)",
                           (_tail(out) + _tail(err))[-TAIL_CHARS:])
     except BaseException:
-        proc.kill()
-        proc.wait()
+        proc.terminate()
+        try:
+            proc.communicate(timeout=INTERRUPT_GRACE_S)  # its output drained: a full pipe would block its exit
+        except BaseException:  # still running, or stopped a second time: no more waiting
+            proc.kill()
+            proc.wait()
         raise
     status = "ok" if proc.returncode == 0 else "failed"
     return StepResult(step.name, status, time.monotonic() - t0, proc.returncode, step.argv,
