@@ -154,7 +154,7 @@ def test_a_session_run_again_resumes_the_families_cut_short(tmp_path, monkeypatc
     lacks, merged into it, and a complete one is not measured again."""
     pytest.importorskip("torch")
     from hybrid.data.profiler import kernels
-    from hybrid.data.profiler.runner import ProfileFailedError, ProfileOptions, run_profile
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
 
     sess = tmp_path / "sess"
     target = sess / "profile-norm"
@@ -163,11 +163,12 @@ def test_a_session_run_again_resumes_the_families_cut_short(tmp_path, monkeypatc
 
     def cut_short(*args, **kwargs):  # the earlier session's norm step stopped after two configurations
         cases = listed[:] = real(*args, **kwargs)
-        cases[2].build = lambda: (_ for _ in ()).throw(RuntimeError("the session's step stopped here"))
+        # interrupted (a step's time limit), not failed: a configuration that failed is skipped by the resume
+        cases[2].build = lambda: (_ for _ in ()).throw(KeyboardInterrupt())
         return cases
 
     monkeypatch.setattr(kernels, "norm_cases", cut_short)
-    with pytest.raises(ProfileFailedError):
+    with pytest.raises(KeyboardInterrupt):
         run_profile(ProfileOptions(quick=True, families=("norm",), threads=2, progress=False, force_cpu=True,
                                    device_name="lab-box"), target)
     monkeypatch.undo()
@@ -194,3 +195,139 @@ def test_a_session_run_again_resumes_the_families_cut_short(tmp_path, monkeypatc
     # a third run measures nothing of norm again
     (again,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
     assert "measured whole by an earlier session" in again.unavailable and again.resume is None
+
+
+def _fake_bundle(path, *, partial: bool, rows: str = "x\n") -> None:
+    """A directory bundle_state reads (meta.json's partial, a measurements.csv): the swap moves directories only."""
+    path.mkdir(parents=True)
+    (path / "meta.json").write_text(json.dumps({"partial": partial}))
+    (path / "measurements.csv").write_text(rows)
+
+
+def test_a_merge_cut_between_its_two_renames_is_recovered_on_the_next_start(tmp_path):
+    """The merge of a resumed step swapped the directories with two renames: a SIGTERM between them left no
+    `profile-F` (the bundle hidden in `.profile-F-merged-away`), and the next session measured the family from
+    scratch and then deleted the hidden bundle. The next start now puts it back and resumes it."""
+    sess = tmp_path / "sess"
+    target, rest = sess / "profile-norm", sess / "profile-norm-rest"
+    _fake_bundle(target, partial=True, rows="old\n")
+    _fake_bundle(rest, partial=False)
+    _fake_bundle(gs._merging(target), partial=False, rows="merged\n")
+    target.rename(gs._aside(target))  # the first rename of gs._swap_in, then the process was killed
+    assert not target.exists()
+
+    (step,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    assert step.resume == (str(target), str(rest)) and step.argv[-2:] == ["--skip-existing", str(target)]
+    assert (target / "measurements.csv").read_text() == "old\n"  # the bundle as it was before the merge
+    assert rest.is_dir()  # still there: merged again before the step runs
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-norm", "profile-norm-rest"]
+
+    # killed after the second rename: the merged bundle stands, the aside one is only removed
+    _fake_bundle(gs._aside(target), partial=True, rows="old\n")
+    assert gs.recover_swap(target) == ""
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-norm", "profile-norm-rest"]
+    assert (target / "measurements.csv").read_text() == "old\n"
+
+
+def test_partial_bundles_left_beside_a_family_are_folded_into_its_resume(tmp_path, monkeypatch):
+    """A `--force` run over an existing `profile-F` that is cut short writes its rows beside it, as
+    `profile-F-partial` (sessions before resuming existed did so on every run). A session run again looked at
+    `profile-F` alone: the leftover's configurations were measured again and the leftover stayed. It is now merged
+    into `profile-F` before the step, which measures only what neither holds."""
+    pytest.importorskip("torch")
+    from hybrid.data.profiler import kernels
+    from hybrid.data.profiler.runner import ProfileOptions, run_profile
+
+    sess = tmp_path / "sess"
+    target, leftover = sess / "profile-norm", sess / "profile-norm-partial"
+    real = kernels.norm_cases
+    listed: list = []
+
+    def stop_at(i):
+        def cases(*args, **kwargs):
+            got = listed[:] = real(*args, **kwargs)
+            got[i].build = lambda: (_ for _ in ()).throw(KeyboardInterrupt())
+            return got
+        return cases
+
+    opts = ProfileOptions(quick=True, families=("norm",), threads=2, progress=False, force_cpu=True,
+                          device_name="lab-box")
+    for at in (2, 5):  # the first session's step, then a later one over it with --force: both cut short
+        monkeypatch.setattr(kernels, "norm_cases", stop_at(at))
+        with pytest.raises(KeyboardInterrupt):
+            run_profile(opts, target, force=True)
+    monkeypatch.undo()
+    assert gs.bundle_state(target) == gs.bundle_state(leftover) == "partial"
+    assert gs.partial_leftovers(target) == [str(leftover)]
+
+    (step,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    assert step.fold == (str(leftover),) and step.resume == (str(target), str(sess / "profile-norm-rest"))
+    assert step.argv[-2:] == ["--skip-existing", str(target)]  # after the fold: what neither bundle holds
+    # the step itself stands in for the profile it runs (the resume of a partial bundle is tested above)
+    man = gs.run_session(sess, 60, [gs.Step(step.name, _py("pass"), 30, resume=step.resume, fold=step.fold)])
+    (res,) = man["steps"]
+    assert res["status"] == "ok", res
+    assert f"merged into {target} (5 rows, partial), with profile-norm-partial left by an earlier" in res["reason"]
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-norm", gs.MANIFEST]
+    table, _ = load_bundle(target)
+    assert len(table) == 5  # the two configurations of the first run, and the five of the one over it, once each
+
+
+def test_leftovers_beside_a_complete_family_are_named_with_the_merge_command(tmp_path):
+    sess = tmp_path / "sess"
+    _fake_bundle(sess / "profile-gemm", partial=False)
+    _fake_bundle(sess / "profile-gemm-partial", partial=True)
+    _fake_bundle(sess / "profile-gemm-partial-2", partial=True)
+    (sess / "profile-gemm-partial-3").mkdir()  # no bundle: not named
+    (step,) = gs.default_steps(sess, families=("gemm",), dlrm_configs=0, traces=False, cpu=True)
+    left = [str(sess / "profile-gemm-partial"), str(sess / "profile-gemm-partial-2")]
+    assert gs.partial_leftovers(sess / "profile-gemm") == left
+    assert gs.MEASURED_BEFORE in step.unavailable and step.resume is None
+    assert f"data merge {sess / 'profile-gemm'} {left[0]} {left[1]} -o ALL --replace" in step.unavailable
+    # only a leftover, no profile-F (removed, or never renamed into place): the leftover becomes the bundle resumed
+    _fake_bundle(sess / "profile-norm-partial", partial=True, rows="kept\n")
+    (step,) = gs.default_steps(sess, families=("norm",), dlrm_configs=0, traces=False, cpu=True)
+    assert step.unavailable is None and step.fold == (str(sess / "profile-norm-partial"),)
+    man = gs.run_session(sess, 60, [gs.Step(step.name, _py("pass"), 30, resume=step.resume, fold=step.fold)])
+    assert "profile-norm-partial (left by an earlier session) is now" in man["steps"][0]["reason"]
+    assert (sess / "profile-norm" / "measurements.csv").read_text() == "kept\n"
+    assert not (sess / "profile-norm-partial").exists()
+
+
+def test_a_session_stopped_during_a_step_lets_the_step_keep_its_work(tmp_path):
+    """Ctrl-C or the SIGTERM of `timeout 555 ... gpu-session` on the session SIGKILLed the step under way: a profile
+    step lost every configuration it had measured (its partial bundle is written on SIGTERM), and session.json did
+    not name the step. The step now gets SIGTERM first, and the manifest records it as interrupted."""
+    import os
+    import signal
+    import threading
+    import time
+
+    code = ("import signal, sys, time\n"
+            "def stop(*a):\n"
+            "    open('term.txt', 'w').write('kept'); sys.exit(143)\n"
+            "signal.signal(signal.SIGTERM, stop)\n"
+            "open('started.txt', 'w').write('x')\n"
+            "time.sleep(60)\n")
+
+    def stop_session(*_):
+        raise KeyboardInterrupt
+
+    def when_started():  # the session's own interruption, once the step runs (its timeout is far away)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, stop_session)
+    watcher = threading.Thread(target=when_started, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            gs.run_session(tmp_path / "s", 120, [gs.Step("slow", _py(code), 90)], cwd=tmp_path)
+    finally:
+        watcher.join()
+        signal.signal(signal.SIGUSR1, previous)
+    assert (tmp_path / "term.txt").read_text() == "kept"
+    (step,) = json.loads((tmp_path / "s" / gs.MANIFEST).read_text())["steps"]
+    assert step["name"] == "slow" and step["status"] == "interrupted" and "KeyboardInterrupt" in step["reason"]

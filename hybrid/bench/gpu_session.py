@@ -39,6 +39,7 @@ from typing import Any
 from hybrid.atomic import write_text
 from hybrid.data.profiler.kernel_times import MAX_PASS_S
 from hybrid.errors import InvalidInputError
+from hybrid.invocation import command
 
 #: Kernel families profiled after attention, most valuable first (every one in ``PROFILE_FAMILIES`` but
 #: attention and collectives, which one GPU cannot measure).
@@ -79,12 +80,15 @@ class Step:
     #: (bundle, rest): the step measures what an earlier session's partial ``bundle`` lacks into ``rest``, which
     #: :func:`run_session` then merges into ``bundle`` (:func:`default_steps`, a session run again)
     resume: tuple[str, str] | None = None
+    #: partial bundles an earlier session left beside ``bundle`` (:func:`partial_leftovers`), merged into it with the
+    #: rest before the step runs
+    fold: tuple[str, ...] = ()
 
 
 @dataclass
 class StepResult:
     name: str
-    status: str  # ok | failed | timeout | skipped
+    status: str  # ok | failed | timeout | skipped | interrupted (the session itself was stopped during the step)
     seconds: float = 0.0
     returncode: int | None = None
     argv: list[str] = field(default_factory=list)
@@ -109,7 +113,10 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
     A session run again into the same ``out`` resumes (:func:`bundle_state`): a family whose ``profile-F`` bundle is
     complete is not measured again (skipped, with the reason), and one whose bundle is partial (the step ran out of
     time, was interrupted or failed) measures only the configurations it lacks, into ``profile-F-rest``, which
-    :func:`run_session` merges into ``profile-F``. Measuring everything again re-ran every finished family (minutes
+    :func:`run_session` merges into ``profile-F``. Partial bundles an earlier session left beside it
+    (:func:`partial_leftovers`: ``profile-F-partial``, written when a ``--force`` run over ``profile-F`` was cut short)
+    are merged in first, so their configurations are not measured again; beside a complete ``profile-F`` the skip
+    reason names them and the merge command. Measuring everything again re-ran every finished family (minutes
     of a lent GPU), and a second interruption left ``profile-F`` and ``profile-F-partial`` holding the same
     configurations."""
     cli = [python, "-m", "hybrid.cli.main"]
@@ -119,7 +126,11 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
     for fam in dict.fromkeys(families):  # `--families gemm,gemm` measured the family twice, into one directory
         name = f"profile-{fam}"
         target = out / name
+        recover_swap(target)  # a session stopped in the middle of merging a rest into the bundle
         state = bundle_state(target)
+        leftovers = partial_leftovers(target)
+        if state is None and leftovers and not target.exists():  # the leftovers become the bundle to resume
+            state = "partial"
         rest = out / f"{name}-rest"
         dest = rest if state == "partial" else target
         argv = [*cli, "profile", "--only", fam, "-o", str(dest), "--no-progress", "--force"]
@@ -132,11 +143,15 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
         if skip_existing is not None and fam not in remeasure:
             argv += ["--skip-existing", str(skip_existing)]
         if state == "complete":
+            left = ""
+            if leftovers:  # measured again over a complete bundle: whether they should replace its rows is not ours
+                left = (f"; {', '.join(leftovers)} (left by an earlier session) hold configurations measured again: "
+                        f"`{command('data', 'merge', str(target), *leftovers, '-o', 'ALL', '--replace')}` keeps them")
             steps.append(Step(name, argv, limit, unavailable=f"{target} holds the {fam} family {MEASURED_BEFORE} "
-                                                             "(remove it to measure it again)"))
+                                                             f"(remove it to measure it again){left}"))
         elif state == "partial":
             steps.append(Step(name, [*argv, "--skip-existing", str(target)], limit,
-                              resume=(str(target), str(rest))))
+                              resume=(str(target), str(rest)), fold=tuple(leftovers)))
         else:
             steps.append(Step(name, argv, limit))
     tail: list[Step] = []
@@ -179,6 +194,24 @@ def bundle_state(path: Path) -> str | None:
     return "partial" if partial_stop(meta) is not None else "complete"
 
 
+def partial_leftovers(bundle: Path) -> list[str]:
+    """The partial bundles beside ``bundle`` that runs into it left (``<bundle>-partial``, ``-partial-2``, ...: a
+    ``--force`` run over an existing bundle writes what it measured before it was cut short there, as sessions did
+    before they resumed; ``<bundle>-rest-partial...`` of a resumed step whose earlier rest was not merged), in the
+    order they were written. A session that looked at ``profile-F`` alone measured their configurations again."""
+    out = []
+    for stem in (bundle.name, f"{bundle.name}-rest"):
+        n = 1
+        while True:
+            cand = bundle.with_name(f"{stem}-partial" + (f"-{n}" if n > 1 else ""))
+            if not cand.exists():
+                break
+            if bundle_state(cand) is not None:
+                out.append(str(cand))
+            n += 1
+    return out
+
+
 def committed_bundle_for(device_name: str, datasets: Path | None = None) -> Path | None:
     """The committed bundle (``datasets/<catalog key>/``) of the GPU ``device_name`` names, if there is one."""
     from hybrid.data.paths import project_datasets_dir
@@ -217,12 +250,23 @@ def run_session(out: str | os.PathLike, budget_s: float, steps: Sequence[Step], 
             res = StepResult(step.name, "skipped", argv=step.argv,
                              reason=f"{left:.0f} s left of the budget, the step may need {step.timeout_s:.0f} s")
         else:
-            if step.resume is not None:  # a rest left by a session stopped before it merged: merged first
-                _merge_rest(*step.resume)
-            res = _run_step(step, min(step.timeout_s, left), run_env, root)
+            before = ""
+            if step.resume is not None:  # a rest left by a session stopped before it merged, leftovers: merged first
+                before = _merge_rest(*step.resume, fold=step.fold)
+            t0 = time.monotonic()
+            try:
+                res = _run_step(step, min(step.timeout_s, left), run_env, root)
+            except BaseException as exc:  # Ctrl-C or the SIGTERM of a time limit on the session: said, then on
+                res = StepResult(step.name, "interrupted", time.monotonic() - t0, argv=step.argv,
+                                 reason=f"the session was stopped ({type(exc).__name__}) during the step; the step "
+                                        "got SIGTERM to keep what it measured")
+                manifest["steps"].append(asdict(res))
+                manifest["elapsed_s"] = round(time.monotonic() - start, 1)
+                write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+                raise
             if step.resume is not None:
                 merged = _merge_rest(*step.resume)
-                res.reason = "; ".join(r for r in (res.reason, merged) if r)
+                res.reason = "; ".join(r for r in (res.reason, before, merged) if r)
         manifest["steps"].append(asdict(res))
         manifest["elapsed_s"] = round(time.monotonic() - start, 1)
         write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
@@ -230,42 +274,100 @@ def run_session(out: str | os.PathLike, budget_s: float, steps: Sequence[Step], 
     return manifest
 
 
-def _merge_rest(bundle: str, rest: str) -> str:
-    """Merge the bundle ``rest`` (what a resumed step measured) into ``bundle``, replacing it, and remove ``rest``;
-    what happened, for the step's ``reason`` ('' when there is no ``rest``). A merge that fails leaves both as they
-    are and says how to merge them by hand."""
+def _merge_rest(bundle: str, rest: str, fold: Sequence[str] = ()) -> str:
+    """Merge the bundle ``rest`` (what a resumed step measured), after the partial bundles ``fold`` (an earlier
+    session's leftovers), into ``bundle``, replacing it (created when it does not exist), and remove them; what
+    happened, for the step's ``reason`` ('' when there is nothing to merge). A merge that fails leaves them all as
+    they are and says how to merge them by hand."""
     import shutil
 
     from hybrid.data.bundle import merge_bundles
     from hybrid.errors import HybridError
 
-    base, extra = Path(bundle), Path(rest)
-    if bundle_state(extra) is None:
+    base = Path(bundle)
+    recover_swap(base)
+    extras = [Path(p) for p in (*fold, rest) if bundle_state(Path(p)) is not None]
+    if not extras:
         return ""
-    tmp = base.with_name(f".{base.name}-merging")
-    old = base.with_name(f".{base.name}-merged-away")
-    for stale in (tmp, old):
-        if stale.exists():
-            shutil.rmtree(stale)
+    parts = [base, *extras] if base.exists() else extras
+    names = " and ".join(e.name for e in extras)
+    tmp = _merging(base)
+    if len(parts) == 1:  # one leftover and no bundle: it becomes the bundle
+        parts[0].rename(base)
+        return f"resumed: {parts[0]} (left by an earlier session) is now {base} ({bundle_state(base)})"
     try:
         with warnings.catch_warnings():  # the two runs' measured CPU ceilings differ a little: expected here
             warnings.simplefilter("ignore", UserWarning)
-            _, table = merge_bundles([base, extra], tmp, on_duplicate="last",
-                                     note=f"{extra.name} (the rest of an interrupted session step) merged in")
+            _, table = merge_bundles(parts, tmp, on_duplicate="last",
+                                     note=f"{names} (what interrupted session steps measured) merged in")
     except (HybridError, OSError, ValueError) as exc:
-        return (f"the rest is in {extra} and could not be merged into {base} ({exc}); merge them with `hybrid data "
-                f"merge {base} {extra} -o ALL --replace`")
-    base.rename(old)
-    tmp.rename(base)
+        what = f"the rest is in {extras[0]}" if len(extras) == 1 else f"{names} are beside it"
+        return (f"{what} and could not be merged into {base} ({exc}); merge them with "
+                f"`{command('data', 'merge', *map(str, parts), '-o', 'ALL', '--replace')}`")
+    if base.exists():
+        _swap_in(base, tmp)
+    else:
+        tmp.rename(base)
+    for extra in extras:  # only once the merged bundle is in place: a crash before this merges them again
+        shutil.rmtree(extra)
+    left = [e.name for e in extras if str(e) in {str(p) for p in fold}]
+    return (f"resumed: merged into {base} ({len(table)} rows, {bundle_state(base)})"
+            + (f", with {' and '.join(left)} left by an earlier session" if left else ""))
+
+
+def _merging(bundle: Path) -> Path:
+    """Where :func:`_merge_rest` writes the merged bundle before it replaces ``bundle``."""
+    return bundle.with_name(f".{bundle.name}-merging")
+
+
+def _aside(bundle: Path) -> Path:
+    """Where :func:`_swap_in` keeps the replaced ``bundle`` until the new one is in place."""
+    return bundle.with_name(f".{bundle.name}-merged-away")
+
+
+def _swap_in(bundle: Path, new: Path) -> None:
+    """Replace the directory ``bundle`` by ``new``: two renames, which a signal can split (no atomic exchange of
+    two directories here). Between them ``bundle`` does not exist and the old one is at :func:`_aside`, which
+    :func:`recover_swap` puts back on the next start; after them the aside one is only removed."""
+    import shutil
+
+    old = _aside(bundle)
+    bundle.rename(old)
+    new.rename(bundle)
     shutil.rmtree(old)
-    shutil.rmtree(extra)
-    return f"resumed: merged into {base} ({len(table)} rows, {bundle_state(base)})"
+
+
+def recover_swap(bundle: str | os.PathLike) -> str:
+    """Undo or finish a :func:`_swap_in` of ``bundle`` that a crash (SIGTERM, SIGKILL, a machine given back) cut
+    short, and remove a half-written merge: a session stopped between the two renames left ``profile-F`` missing,
+    so the next session measured the family from scratch and the bundle stayed hidden in ``.profile-F-merged-away``.
+    The old bundle is put back (its rest, removed only once a merge is in place, is merged again). What was done,
+    '' when nothing was left over."""
+    import shutil
+
+    base = Path(bundle)
+    old, tmp = _aside(base), _merging(base)
+    said = ""
+    if old.exists():
+        if base.exists():  # the merged bundle is in place: the aside one is what the swap had still to remove
+            shutil.rmtree(old)
+        else:
+            old.rename(base)
+            said = f"{base} put back from {old} (a merge into it was cut short)"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    return said
 
 
 #: A step that runs out of time gets SIGTERM this long (at most a tenth of its limit) before its limit, then
 #: SIGKILL at the limit: ``hybrid profile`` writes what it measured as a partial bundle on SIGTERM
 #: (docs/profiler.md, interrupted runs), which a SIGKILL at the limit threw away.
 TERM_GRACE_S = 20.0
+#: A step under way when the session itself is stopped (Ctrl-C, the SIGTERM of ``timeout 555 ... gpu-session``)
+#: gets SIGTERM and this long to write what it measured, then SIGKILL: it was SIGKILLed at once, and a profile step
+#: lost the configurations it had measured. Shorter than :data:`TERM_GRACE_S`: whoever stopped the session may
+#: kill it soon.
+INTERRUPT_GRACE_S = 10.0
 
 
 def _run_step(step: Step, timeout: float, env: dict[str, str], cwd: Path) -> StepResult:
@@ -289,8 +391,12 @@ def _run_step(step: Step, timeout: float, env: dict[str, str], cwd: Path) -> Ste
                           f"stopped after {timeout - grace:.0f} s (SIGTERM, then SIGKILL at {timeout:.0f} s)",
                           (_tail(out) + _tail(err))[-TAIL_CHARS:])
     except BaseException:
-        proc.kill()
-        proc.wait()
+        proc.terminate()
+        try:
+            proc.communicate(timeout=INTERRUPT_GRACE_S)  # its output drained: a full pipe would block its exit
+        except BaseException:  # still running, or stopped a second time: no more waiting
+            proc.kill()
+            proc.wait()
         raise
     status = "ok" if proc.returncode == 0 else "failed"
     return StepResult(step.name, status, time.monotonic() - t0, proc.returncode, step.argv,

@@ -56,13 +56,14 @@ def profile(quick: bool, outdir: str | None, device_name: str | None, ranks: str
     measurements.csv (canonical table), catalog.toml (the measured device/system), meta.json (machine, versions,
     ceilings, durations). Needs PyTorch (the `profile` extra)."""
     from hybrid.data.profiler.runner import ProfileOptions, run_profile
+    from hybrid.invocation import invocation
 
     families = tuple(only.split(",")) if only is not None else PROFILE_FAMILIES
     opts = ProfileOptions(quick=quick, families=families, ranks=_parse_ranks(ranks), device_name=device_name,
                           threads=threads, seed=seed, progress=not no_progress, force_cpu=force_cpu, clock=clock,
                           skip_existing=tuple(str(p) for p in skip_existing), kernel_times=kernel_times)
     # the command line as typed (when called through main(argv) from Python, sys.argv is someone else's)
-    command = ["hybrid", *sys.argv[1:]] if sys.argv[1:2] == ["profile"] else None
+    command = [*invocation(), *sys.argv[1:]] if sys.argv[1:2] == ["profile"] else None
     result = run_profile(opts, Path(outdir) if outdir is not None else None, force=force, command=command,
                          log=lambda msg: click.echo(msg, err=True))
     counts = ", ".join(f"{k} {v}" for k, v in result.meta["row_counts"].items())

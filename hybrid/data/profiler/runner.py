@@ -41,6 +41,8 @@ from hybrid.data.profiler.timing import (
     measure,
 )
 from hybrid.errors import HybridError, InvalidInputError
+from hybrid.invocation import command as cli_command
+from hybrid.invocation import invocation
 
 #: ``source`` column of every profiler row.
 SOURCE = "hybrid-profile"
@@ -169,7 +171,7 @@ def _refuse_extending_in_place(out: Path, skip_existing: Sequence[str]) -> None:
         if target in (given, given.parent if given.is_file() else given):
             raise InvalidInputError(f"--skip-existing {p} is the output directory {out}: the new bundle would replace "
                                     f"it with the new configurations alone; write to another directory (-o) and "
-                                    f"combine the two with `hybrid data merge {p} NEW -o ALL`")
+                                    f"combine the two with `{cli_command('data', 'merge', str(p), 'NEW', '-o', 'ALL')}`")
 
 
 def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None, *, force: bool = False,
@@ -181,6 +183,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     out = Path(outdir) if outdir is not None else None
     check_outdir(out, force)
     existing = _existing_tables(opts.skip_existing)
+    failures = _failed_before(opts.skip_existing)
     torch = require_torch()
     backend = open_backend(torch, threads=opts.threads, force_cpu=opts.force_cpu)
     say = log or (lambda _msg: None)
@@ -222,6 +225,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     policy = QUICK_POLICY if opts.quick else FULL_POLICY
     clock = choose_clock(backend, opts.clock)
     known, other_rows = _existing_keys(existing, device_key)
+    failed_before = {k: err for dev, k, err in failures if dev in (None, device_key)}
+    n_failed_before = 0
     if opts.skip_existing and other_rows:
         say(f"--skip-existing: {other_rows} rows of other devices than {device_key} are not skipped (only "
             f"{device_key}'s own configurations are)")
@@ -251,6 +256,15 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                 fresh = [c for c in cases if config_key(c.row) not in known]
                 n_known += len(cases) - len(fresh)
                 cases = fresh
+            if failed_before:  # failed in a run this one extends: skipped, counted, so a resume gets past it
+                again = [c for c in cases if config_key(c.row) in failed_before]
+                for c in again:
+                    err = failed_before[config_key(c.row)]
+                    skipped.append({**c.row, "reason": f"failed in an earlier run ({err}); not measured again",
+                                    "failed_before": err})
+                n_failed_before += len(again)
+                cases = [c for c in cases if config_key(c.row) not in failed_before]
+                every = [c for c in every if config_key(c.row) not in failed_before]
             now = {"family": family, "step": "measuring", "rows_before": len(rows), "cases": len(cases)}
             say(f"{family}: {len(cases)} configurations")  # with --no-progress the only sign of progress
             _measure_cases(backend, family, cases, policy, opts.progress, skipped, clock, into=rows, current=now)
@@ -319,13 +333,19 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
 
     if opts.skip_existing:
         say(f"{n_known} configuration(s) already in --skip-existing, not measured again")
+    if n_failed_before:
+        say(f"{n_failed_before} configuration(s) that failed in an earlier run skipped (meta.json: skipped_cases; "
+            "a run without --skip-existing measures them again)")
     if not rows and not kernel_rows:  # name what left nothing to measure: the log says no more than this
         why = []
         if n_known:
             why.append(f"{'' if skipped else 'all '}{n_known} configuration(s) of {', '.join(opts.families)} "
                        f"are already in --skip-existing {', '.join(opts.skip_existing)}")
-        if skipped:
-            why.append(f"{len(skipped)} case(s) failed and were skipped (first: {skipped[0]['reason']})")
+        if n_failed_before:
+            why.append(f"{n_failed_before} configuration(s) failed in an earlier run and were skipped")
+        if len(skipped) > n_failed_before:
+            first = next(c for c in skipped if "failed_before" not in c)
+            why.append(f"{len(skipped) - n_failed_before} case(s) failed and were skipped (first: {first['reason']})")
         hint = (" (measure other families with --only, or leave out --skip-existing to measure these again)"
                 if n_known else "")
         raise HybridError(f"the profile produced no measurements: {'; '.join(why) or 'no case to measure'}{hint}")
@@ -343,7 +363,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     meta = _meta(backend, opts, ceilings, device_key, system_key, durations, skipped, coll_notes, command, table)
     meta["clock"] = {"name": clock, "what": _CLOCK_DOC[clock]}
     if opts.skip_existing:
-        meta["skip_existing"] = {"tables": list(opts.skip_existing), "cases_not_measured_again": n_known}
+        meta["skip_existing"] = {"tables": list(opts.skip_existing), "cases_not_measured_again": n_known,
+                                 "cases_failed_before": n_failed_before}
     if opts.kernel_times:
         meta["kernel_times"] = {"file": KERNEL_TIMES_FILE, "rows": 0 if kernel_table is None else len(kernel_table),
                                 "per_family": kernel_notes,
@@ -363,7 +384,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
             meta["interrupted"]["traceback"] = "".join(traceback.format_exception(failed))[-4000:]
     path = write_bundle(out, table, text, meta, force=force, kernel_times=kernel_table)
     rest = (f"the {len(table)} rows measured so far are in {path}, a partial bundle (meta.json: partial); measure "
-            f"the rest with `{meta['interrupted']['resume']}`, then `hybrid data merge {path} {path}-rest -o ALL`"
+            f"the rest with `{meta['interrupted']['resume']}`, then "
+            f"`{cli_command('data', 'merge', str(path), f'{path}-rest', '-o', 'ALL')}`"
             if stopped is not None else "")
     if interrupted is not None:
         say(f"interrupted {_during(now)}: {rest}")
@@ -423,7 +445,8 @@ def _interruption(exc: BaseException, now: dict[str, Any], done: list[str], opts
     measures the rest. A family cut short keeps the configurations it finished (each row a complete measurement),
     which ``--skip-existing`` passes over when the run is resumed; collectives are kept per process count."""
     rest = [f for f in opts.families if f not in done]
-    resume = ["hybrid", "profile", *(["--quick"] if opts.quick else []), *(["--cpu"] if opts.force_cpu else [])]
+    # the CLI as this process was started (`python -m hybrid.cli.main` from a checkout has no `hybrid` script)
+    resume = [*invocation(), "profile", *(["--quick"] if opts.quick else []), *(["--cpu"] if opts.force_cpu else [])]
     for flag, value in (("--threads", opts.threads), ("--device-name", opts.device_name),
                         ("--seed", opts.seed or None), ("--clock", None if opts.clock == "auto" else opts.clock)):
         if value is not None:
@@ -508,6 +531,33 @@ def _existing_tables(paths: Sequence[str]) -> list[pd.DataFrame]:
         if "device" not in frames[-1].columns:
             raise InvalidInputError(f"--skip-existing {p}: {f} has no device column")
     return frames
+
+
+def _failed_before(paths: Sequence[str]) -> list[tuple[str | None, frozenset, str]]:
+    """(device, configuration key, error) of the configurations that made a run behind a ``--skip-existing`` bundle
+    fail (``meta.json``'s ``interrupted.configuration``, per run in a merged bundle) or that such a run skipped for
+    having failed before (``skipped_cases`` with ``failed_before``). A configuration that fails every time (a
+    kernel the GPU cannot run) stopped every resume at the same point with nothing measured; a resume skips them."""
+    from hybrid.data.bundle import read_meta
+
+    found: list[tuple[str | None, frozenset, str]] = []
+    for p in paths:
+        if not Path(p).is_dir():
+            continue
+        try:
+            meta = read_meta(p)
+        except HybridError:  # a table without a readable meta says nothing of failures
+            continue
+        device = meta.get("device") if isinstance(meta.get("device"), str) else None
+        stops = meta.get("interrupted")
+        for stop in stops if isinstance(stops, list) else [stops]:
+            if isinstance(stop, dict) and stop.get("by") == "error" and isinstance(stop.get("configuration"), dict):
+                found.append((device, config_key(stop["configuration"]), str(stop.get("error") or "an error")))
+        for case in meta.get("skipped_cases") or []:
+            if isinstance(case, dict) and case.get("failed_before"):
+                row = {k: v for k, v in case.items() if k not in ("reason", "failed_before")}
+                found.append((device, config_key(row), str(case["failed_before"])))
+    return found
 
 
 def _existing_keys(frames: Sequence[pd.DataFrame], device: str) -> tuple[set[frozenset], int]:
