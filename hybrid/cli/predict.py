@@ -276,9 +276,7 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
             frame["system"] = sys_.key
         out = loaded.predictor.predict(frame).iloc[0]
         t, bound = float(out["time_us"]), str(out["bound"])
-        sigmoid = next((c for c in loaded.predictor.corrections if hasattr(c, "extrapolation_reason") and c.fitted),
-                       None)
-        why = sigmoid.extrapolation_reason(frame)[0] if sigmoid is not None else ""
+        why = loaded.predictor.collective_reasons(frame)[0]  # (and what a few-shot adaptation changed)
         extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
                       **_interval(out, "collective", reason=why)})
         if why:  # why the row is on the unseen band (or the transfer model answered)
