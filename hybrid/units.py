@@ -92,8 +92,9 @@ _SIZE_UNITS = {
 }
 
 
-def parse_size(text: str | int | float) -> int:
-    """Parse ``64MiB``, ``1.5GB``, ``4096`` into a positive number of bytes."""
+def parse_size(text: str | int | float, whole: bool = False) -> int:
+    """Parse ``64MiB``, ``1.5GB``, ``4096`` into a positive number of bytes (a fraction of a byte rounded, or with
+    ``whole`` refused: a message of 1000.5 bytes is no collective anyone ran, and rounding it priced another)."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:
@@ -111,6 +112,8 @@ def parse_size(text: str | int | float) -> int:
         raise InvalidInputError(f"size {text!r} is too large (not a finite number of bytes)")
     if round(value) < 1:  # rounded to whole bytes below (1.3GiB is fine), but not to nothing
         raise InvalidInputError(f"size {text!r} is less than one byte ({value:g} B)")
+    if whole and value != round(value):
+        raise InvalidInputError(f"size {text!r} is {value:,.12g} B, not a whole number of bytes")
     return int(round(value))
 
 

@@ -541,6 +541,22 @@ def test_trace_predict_parallel_degrees_checked_before_the_trace_is_read(option,
         assert "error: --tokens and --hidden go with --tp or --pp" in err, err
 
 
+@pytest.mark.parametrize(("size", "said"), [("1000.5", "size '1000.5' is 1,000.5 B, not a whole number of bytes"),
+                                            ("1.0001K", "size '1.0001K' is 1,024.1024 B, not a whole number")])
+def test_predict_collective_refuses_a_fraction_of_a_byte(size, said, monkeypatch, tmp_path):
+    """`--size 1000.5` (int8) was priced as a 1000-byte collective and `--size 1.0001K` as 1024 B: a message nobody
+    sent, rounded silently. A size that is a whole number of bytes still reads."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    rc, out, err = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", size, "--ranks", "8",
+                        "--dtype", "int8"])
+    assert_one_clear_line(rc, err)
+    assert said in err and out == "", err
+    for whole, size_bytes in (("1000.0", 1000), ("1.5K", 1536)):
+        rc, out, _ = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", whole, "--ranks",
+                          "8", "--dtype", "int8", "--json"])
+        assert rc == 0 and json.loads(out)["size_bytes"] == size_bytes
+
+
 @pytest.mark.parametrize(("size", "dtype", "said"), [
     ("1.5", "fp32", "--size '1.5' is not a whole number of fp32 elements (4 B each; it reads as 2 B)"),
     ("6", "fp32", "--size '6' is not a whole number of fp32 elements (4 B each)"),

@@ -960,3 +960,30 @@ def test_a_multi_node_system_without_a_network_is_refused_at_load(tmp_path: Path
     assert Catalog.load(f).system("NoNet").single_node
     f.write_text(entry + "max_nodes = 4\ninter_node_gbps = 25\n")
     assert Catalog.load(f).system("NoNet").inter_bw == 25e9
+
+
+@pytest.mark.parametrize("name, part, nearest", [
+    ("sm_110", "Jetson Thor", "B300 (sm_103)"), ("sm_110f", "Jetson Thor", "B200 (sm_100)"),
+    ("sm_101", "called sm_110 from CUDA 13.0 on", "B200 (sm_100)"), ("sm_101a", "Jetson Thor", "B300 (sm_103)"),
+    ("sm_121", "DGX Spark's GB10", "RTX-PRO-6000-Blackwell (sm_120)"),
+    ("sm_121a", "GB10", "RTX-PRO-6000-Blackwell (sm_120)")])
+def test_an_architecture_no_catalog_gpu_has_names_the_part_and_the_nearest_parts(catalog, name, part,
+                                                                                   nearest) -> None:
+    """``sm_121`` (DGX Spark) suggested RTX PRO 6000, B300, B200 and an AMD MI210 (names spelt alike), ``sm_110``
+    (Jetson Thor; ``sm_101`` before CUDA 13) A100 among them: the refusal now says which part the architecture is and
+    lists the catalog GPUs of the nearest compute capabilities."""
+    with pytest.raises(UnknownDeviceError) as err:
+        catalog.resolve_device(name)
+    msg = str(err.value)
+    assert part in msg and nearest in msg and "MI210" not in msg and "A100" not in msg, msg
+    listed = msg.split("closest known parts: ", 1)[1].split(" (see", 1)[0].split(", ")
+    assert 0 < len(listed) <= 5 and all(catalog.devices[p.split(" (")[0]].arch.startswith("sm_1") for p in listed)
+
+
+def test_gh200_as_nvidia_smi_names_it_with_its_hbm3_is_the_96gb_part(catalog) -> None:
+    """``NVIDIA GH200 480GB`` names the Grace side's 480 GB LPDDR5X; its GPU has 96 GB HBM3. With the memory kind
+    appended it was refused as "GH200 ... not in this memory configuration"."""
+    for name in ("NVIDIA GH200 480GB HBM3", "GH200 480GB HBM3", "NVIDIA GH200 480GB"):
+        assert catalog.resolve_device(name) == "GH200", name
+    assert catalog.devices["GH200"].mem_capacity == 96 * 2**30
+    assert catalog.resolve_device("NVIDIA GH200 144G HBM3e") == "GH200-144GB"

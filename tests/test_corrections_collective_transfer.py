@@ -77,6 +77,26 @@ def test_a_system_never_measured_is_said_to_be_priced_by_what_prices_it(fitted, 
     assert fitted.corrections[0].extrapolation_reason(q) == ["no log of system DGX-H100: the transfer model prices it"]
 
 
+@pytest.mark.parametrize("transfer", [True, False])
+def test_a_system_adapted_to_few_shot_rows_is_not_said_to_have_no_log(measured, catalog, transfer):
+    """After ``adapt`` (``hybrid calibrate --base``) with the user's own logs of a system the base fit never saw, the
+    answer still said "no log of system XLA-H100x8": it now says the base fit lacked it, what prices it and that it
+    was adapted to those rows. Rows of a device no adaptation touched keep their plain wording."""
+    sophia = measured[measured["system"] == "Sophia"]
+    xla = measured[(measured["system"] == "XLA-H100x8") & (measured["op"] == "all_reduce")]
+    base = HybridPredictor(catalog, [CollectiveSigmoid(transfer=transfer)]).fit(sophia)
+    adapted = base.adapt(xla.head(12))
+    cols = ["device", "system", "op", "size_bytes", "n_ranks", "n_nodes"]
+    q = pd.concat([xla.head(1)[cols], _query("DGX-A100", "A100-SXM4-40GB", [1 << 26])], ignore_index=True)
+    priced = "the transfer model" if transfer else "the alpha-beta estimate"
+    assert base.collective_reasons(q) == [f"no log of system XLA-H100x8: {priced} prices it",
+                                          f"no log of system DGX-A100: {priced} prices it"]
+    said = adapted.collective_reasons(q)
+    assert said[0].startswith(f"system XLA-H100x8 was not in the base fit: {priced} prices it, adapted")
+    assert "12 measured rows of H100-SXM" in said[0] and "no log" not in said[0]
+    assert said[1] == f"no log of system DGX-A100: {priced} prices it"
+
+
 def test_constants_are_physical(fitted):
     c = fitted.corrections[0].transfer.constants()
     for eff in (*c["bus_bw_efficiency_intra"].values(), *c["bus_bw_efficiency_inter"].values()):

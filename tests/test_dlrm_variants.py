@@ -208,7 +208,31 @@ def test_gpu_benchmark_skips_runs_with_fractional_counts(shared_datasets):
     odd = pd.concat([row, row.assign(nodes=0.5), row.assign(acc_per_node=8.5), row.assign(global_batch_size=0.5)])
     runs, skipped = bench.map_mlperf(odd, default_catalog())
     assert len(runs) == 1 and runs["gpus"].iloc[0] == int(row["nodes"].iloc[0] * row["acc_per_node"].iloc[0])
-    assert skipped == {"node or accelerator count not a whole number": 2, "no global batch": 1}
+    assert skipped == {"node or accelerator count not a whole number": 2, "global batch not a whole number": 1}
+
+
+def test_gpu_benchmark_skips_runs_whose_gpus_per_node_no_system_has(shared_datasets):
+    """Any accelerators per node was accepted: 1000 A100s a node were costed on a generic node built for them (one
+    NVLink fabric), and a row naming DGX-A100 with 2 a node on a 2-GPU node, not the DGX it names. A fractional
+    global batch was counted as no batch at all; a whole one written as a float is a batch."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    batch = int(row["global_batch_size"].iloc[0])
+    odd = pd.concat([row, row.assign(acc_per_node=1000), row.assign(system="DGX-A100", acc_per_node=4),
+                     row.assign(system="DGX-A100", acc_per_node=8), row.assign(global_batch_size=batch + 0.5),
+                     row.assign(global_batch_size=float(batch)), row.assign(global_batch_size=float("nan")),
+                     # a rack-scale NVLink system's tray of 4 is one of its nodes, as MLPerf counts them
+                     row.assign(system="GB200-NVL72", accelerator="NVIDIA GB200", acc_per_node=4)])
+    runs, skipped = bench.map_mlperf(odd, default_catalog())
+    gpn = int(row["acc_per_node"].iloc[0])
+    assert list(runs["gpn"]) == [gpn, 8, gpn, 4] and set(runs["global_batch"]) == {batch}
+    largest = max(s.gpus_per_node for s in default_catalog().systems.values())
+    assert skipped == {f"more accelerators per node than any catalog system holds ({largest})": 1,
+                       "accelerators per node not those of system DGX-A100 (8 GPUs per node)": 1,
+                       "global batch not a whole number": 1, "no global batch": 1}
 
 
 def test_gpu_benchmark_skips_runs_with_fewer_samples_than_gpus(shared_datasets):

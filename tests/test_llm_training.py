@@ -1708,6 +1708,42 @@ def test_bert_sequence_classifier_trains_with_its_pooler_and_classifier_not_the_
                      ).output_head == "classifier"
 
 
+def test_bert_masked_lm_has_no_pooler_as_in_transformers():
+    """``BertForMaskedLM`` builds its encoder with ``add_pooling_layer=False``: it was counted (and its config
+    described) with BertModel's pooler, 1,049,600 parameters too many for BERT-large against transformers. Its
+    parameters are transformers' exactly, and its head GEMMs are the MLM transform's alone; a model with the
+    pooler and the MLM head (BertForPreTraining's layout, the library's bert-large) costs both."""
+    from hybrid.workloads.llm.model import from_dict
+
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers")
+    hf = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "intermediate_size": 256, "max_position_embeddings": 128, "type_vocab_size": 2, "vocab_size": 1000}
+    mlm = from_dict({**hf, "architectures": ["BertForMaskedLM"]})
+    kw = {k: v for k, v in hf.items() if k != "model_type"}
+    with torch.device("meta"):
+        ref = tf.BertForMaskedLM(tf.BertConfig(**kw))
+    assert not mlm.pooler and mlm.num_params == sum(p.numel() for p in ref.parameters())
+    b, s, h = 4, 128, 64
+    cfg = TrainingConfig(gpus=1, global_batch=b, micro_batch=b, seq_length=s)
+
+    def head_gemm_rows(model) -> list[int]:
+        ops = predict_training(model, cfg, "DGX-A100", engine=False).ops
+        sq = ops[(ops["scope"] == "layer") & (ops["role"] == "hf") & (family_array(ops["op"]) == "gemm")
+                 & (ops["n"] == h) & (ops["k"] == h)]
+        return sorted(int(m) for m in sq["m"])
+
+    assert head_gemm_rows(mlm) == [b * s]
+    pretraining = from_dict({**hf, "architectures": ["BertForPreTraining"]})
+    assert pretraining.pooler and pretraining.num_params == mlm.num_params + h * h + h
+    assert head_gemm_rows(pretraining) == [b, b * s]
+    assert model_flops(pretraining, cfg)[0] - model_flops(mlm, cfg)[0] == pytest.approx(3 * b * 2 * h * h)
+    # a Megatron-key description says it the same way
+    assert from_dict({**mlm.to_dict(), "name": "x"}).num_params == mlm.num_params
+    with pytest.raises(InvalidInputError, match="pooler"):
+        from_dict({**mlm.to_dict(), "output_head": "classifier"})
+
+
 def test_sequence_parallel_backward_all_gather_is_exposed_beyond_its_data_gradient_gemm():
     """Megatron-LM's column-parallel linears under SP all-gather their sequence-split input again in backward for
     the weight gradient, async beside the input-gradient GEMM only (layers.py: ``handle.wait()`` before the weight

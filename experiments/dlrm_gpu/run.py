@@ -8,7 +8,8 @@ variant it ran (:mod:`hybrid.workloads.dlrm_variants`: ``mlperf`` for MLPerf, ``
 DeepLearningExamples), hybrid parallel (tables model-parallel with all-to-all, MLPs data-parallel with DDP
 all-reduce), on a node built from the run's accelerator, GPUs per node and node count. Rows that cannot be
 mapped (TPUs, CPUs, accelerators not in the catalog, rows without a per-iteration time, rows of another MLPerf
-benchmark, malformed counts; with ``--mlperf`` also runs
+benchmark, malformed counts, accelerators per node that are not a node of the catalog system the row names or
+more than any catalog system holds, fractional global batches; with ``--mlperf`` also runs
 whose tables no plan can place even with host memory, e.g. DLRM-DCNv2 on one 8 GB P4) are skipped and counted with
 the reason.
 
@@ -127,7 +128,7 @@ def node_system(catalog: Catalog, device: str, gpn: int) -> tuple[Catalog, str, 
     # rack-scale NVLink domains (GB200 / GB300 NVL72): MLPerf counts a tray of 4 GPUs as a node, but every GPU of
     # the rack shares one NVLink switch fabric, so the run is costed on the rack system (its NICs only between racks)
     for key, s in catalog.systems.items():
-        if s.device == device and s.gpus_per_node > gpn and s.gpus_per_node % gpn == 0 and "NVL" in key.upper():
+        if s.device == device and s.gpus_per_node != gpn and fits_node(key, s.gpus_per_node, gpn):
             return catalog, key, stand_in
     key = f"{device}-x{gpn}-node"
     if key in catalog.systems:
@@ -203,10 +204,17 @@ def is_dlrm_benchmark(name: str) -> bool:
     return "dlrm" in name or name.startswith("recommend")
 
 
+def fits_node(key: str, gpus_per_node: int, gpn: float) -> bool:
+    """Whether ``gpn`` accelerators per node is a node of catalog system ``key``: its own count, or a tray of a
+    rack-scale NVLink system (GB200 NVL72: MLPerf counts 4 GPUs a node), as :func:`node_system` maps them."""
+    return gpn == gpus_per_node or ("NVL" in key.upper() and gpus_per_node > gpn and gpus_per_node % gpn == 0)
+
+
 def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counter]:
     """Mappable GPU runs (one row per run) and the count of skipped runs per reason."""
     skipped: Counter = Counter()
     rows = []
+    largest_node = max((s.gpus_per_node for s in catalog.systems.values()), default=8)
     for r in df.itertuples(index=False):
         bench = named_benchmark(r)
         if bench is not None and not is_dlrm_benchmark(bench):  # (another benchmark's rows were priced as DLRM)
@@ -236,8 +244,21 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
                       f"accelerator not in the catalog: {name}" if name else "no accelerator named")
             skipped[reason] += 1
             continue
-        if not (np.isfinite(batch) and batch > 0 and batch == round(batch)):
+        named = catalog.resolve_system(str(r.system), missing_ok=True) if isinstance(r.system, str) else None
+        if named is not None and not fits_node(named, catalog.systems[named].gpus_per_node, gpn):
+            # a table naming a catalog system (DGX-A100: 8 GPUs a node) with another count was costed on a node
+            # of that count built for it, not on the system it names
+            skipped[f"accelerators per node not those of system {named} "
+                    f"({catalog.systems[named].gpus_per_node} GPUs per node)"] += 1
+            continue
+        if gpn > largest_node:  # a generic node of 1000 GPUs, all on one NVLink fabric, was built and costed
+            skipped[f"more accelerators per node than any catalog system holds ({largest_node})"] += 1
+            continue
+        if not (np.isfinite(batch) and batch > 0):
             skipped["no global batch"] += 1
+            continue
+        if batch != round(batch):  # (65536.0 is a whole batch; 55296.5 samples is no run anyone made)
+            skipped["global batch not a whole number"] += 1
             continue
         if batch < gpn * nodes:  # (rounded up to a sample per GPU it priced another batch; 1e9 nodes: MemoryError)
             skipped["global batch smaller than the GPU count (fewer than one sample per GPU)"] += 1

@@ -242,6 +242,7 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
         read = "" if size.strip() == str(size_bytes) else f"; it reads as {size_bytes:,} B"  # (--size 1.5: "2 B")
         raise InvalidInputError(f"--size {size!r} is not a whole number of {dtype} elements ({elem} B each{read}): "
                                 f"give a multiple of {elem} bytes")
+    parse_size(size, whole=True)  # 1000.5 B was priced as 1000 B: refused, naming what was typed
     spec = Collective(op=op, size_bytes=size_bytes, n_ranks=ranks, n_nodes=nodes, dtype=dtype)
     frame = spec.to_frame()
     extra: dict = {}
@@ -276,9 +277,7 @@ def collective(system: str, op: str, size: str, ranks: int, nodes: int, dtype: s
             frame["system"] = sys_.key
         out = loaded.predictor.predict(frame).iloc[0]
         t, bound = float(out["time_us"]), str(out["bound"])
-        sigmoid = next((c for c in loaded.predictor.corrections if hasattr(c, "extrapolation_reason") and c.fitted),
-                       None)
-        why = sigmoid.extrapolation_reason(frame)[0] if sigmoid is not None else ""
+        why = loaded.predictor.collective_reasons(frame)[0]  # (and what a few-shot adaptation changed)
         extra.update({"model": loaded.ref, "roofline_us": float(out["roofline_us"]), "method": str(out["method"]),
                       **_interval(out, "collective", reason=why)})
         if why:  # why the row is on the unseen band (or the transfer model answered)
@@ -319,7 +318,7 @@ def _op_value(key: str, text: str) -> object:
         if kind == "float":
             raise InvalidInputError(f"{key}={text!r}: expected a number") from None
     try:
-        return parse_size(text)
+        return parse_size(text, whole=True)
     except InvalidInputError:
         raise InvalidInputError(f"{key}={text!r}: expected a whole number (or a size as --size reads it: 64K and 1M are "
                                 f"2^10 and 2^20, 1MB 10^6)") from None

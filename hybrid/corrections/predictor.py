@@ -699,6 +699,34 @@ class HybridPredictor:
         the model (its corrections are relative to those entries' rooflines; :meth:`save` keeps them)."""
         return set(self.devices_seen) | self._adapted_devices()
 
+    def collective_reasons(self, table: pd.DataFrame) -> list[str]:
+        """Per row of ``table``, why a collective's prediction is not read off a curve measured for it ('' where it
+        is): the collective correction's :meth:`~hybrid.corrections.collective_sigmoid.CollectiveSigmoid.
+        extrapolation_reason`, and, where a few-shot adaptation (:meth:`adapt`, ``hybrid calibrate --base``) of the
+        row's device moves the answer, that too: a system the base fit never logged is then priced by the transfer
+        model or the alpha-beta estimate scaled to the user's own measurements, not by "no log" alone."""
+        corr = next((c for c in self.corrections if c.fitted and hasattr(c, "extrapolation_reason")), None)
+        if corr is None or not len(table):
+            return [""] * len(table)
+        reasons = list(corr.extrapolation_reason(table))
+        adapted = self._adapted_devices()
+        if not adapted or not any(reasons):
+            return reasons
+        norm, base = self._prepare(table, training=False)
+        _, _, _, codes, keys = self._raw_codes(norm, base)
+        fits = self.adaptation()
+        devices = norm["device"].astype(str).to_numpy()
+        for i, why in enumerate(reasons):
+            fit = fits.get(keys[codes[i]], {}).get(devices[i]) if why else None
+            if fit is None:
+                continue
+            rows = f"{int(fit['rows'])} measured rows" if fit.get("rows") else "measured rows"
+            what = f" ({fit['form']})" if fit.get("form") else ""
+            if why.startswith("no log of system "):
+                why = why.replace("no log of system ", "system ", 1).replace(": ", " was not in the base fit: ", 1)
+            reasons[i] = f"{why}, adapted{what} to {rows} of {devices[i]} (few-shot)"
+        return reasons
+
     def _adapted_devices(self) -> set[str]:
         """Devices with a few-shot scale, tilt, shift or device model."""
         return ({d for per in self.offsets.values() for d in per} | {d for per in self.shifts.values() for d in per}

@@ -105,6 +105,14 @@ def _from_entry(build: Callable[[str, dict[str, Any]], Any], what: str, key: str
         raise InvalidInputError(f"catalog file {path}: {exc}") from None
 
 
+#: NVIDIA architectures no catalog entry has, and the parts they are, for the refusal of a bare ``sm_NNN``
+#: (nearest-named products were no help: ``sm_121`` offered an MI210). Sources: NVIDIA cuRANDDx 0.2.1 release notes
+#: ("Thor SM renaming from sm_101 to sm_110 starting from CUDA 13.0"; CUDA 12.9 and older label Thor sm_101) and
+#: NVIDIA's DGX Spark / CUDA GPU compute capability pages (GB10: compute capability 12.1).
+UNCATALOGUED_ARCHS = {"sm_101": "Jetson Thor (called sm_110 from CUDA 13.0 on)", "sm_110": "Jetson Thor",
+                      "sm_121": "DGX Spark's GB10"}
+
+
 def _bare_arch(arch: str) -> str:
     """An architecture string without nvcc's arch- / family-specific suffix: ``sm_90a`` and ``sm_100f`` are
     ``sm_90`` and ``sm_100``; ``gfx90a`` stays (its ``a`` is part of the AMD target name)."""
@@ -270,6 +278,13 @@ class Catalog:
         if key is None and not missing_ok:
             msg = _unknown("device", name, self._device_index, self.devices)
             same_arch = self.arch_alternatives(name)
+            nearest = self._nearest_arch_parts(name) if not same_arch else None
+            if nearest:  # an NVIDIA architecture no catalog GPU has (sm_110): what it is, and the nearest we have
+                part = UNCATALOGUED_ARCHS.get(_bare_arch(str(name)))
+                msg = (f"unknown device {name!r}: " + (f"the architecture of {part}, which the catalog lacks"
+                                                         if part else "an NVIDIA architecture no catalog GPU has")
+                       + "; closest known parts: " + ", ".join(nearest[:5])
+                       + f" (see `hybrid devices`, or add it with a catalog file via {CATALOG_ENV})")
             if same_arch:  # an architecture no default maps (sm_61): its GPUs, not the names that spell alike
                 msg = (f"unknown device {name!r}: an architecture, not a product, and {len(same_arch)} catalog GPUs "
                        f"have it: {', '.join(same_arch)}; name the one you mean (see `hybrid devices`)")
@@ -283,6 +298,23 @@ class Catalog:
                        "name, with its mem_gib, mem_bw_gbps and aliases), see docs/hardware.md")
             raise UnknownDeviceError(msg)
         return key
+
+    def _nearest_arch_parts(self, name: str) -> list[str]:
+        """For a bare NVIDIA architecture string no catalog GPU has (``sm_110``, ``sm_121a``), the catalog GPUs of the
+        two nearest compute capabilities present, as ``KEY (sm_NNN)``, nearest first (a tie: the older first);
+        empty for anything else."""
+        m = re.fullmatch(r"sm_(\d+)[af]?", str(name).strip().lower())
+        if not m:
+            return []
+        cc = int(m.group(1))
+        by_cc: dict[int, list[str]] = {}
+        for key, d in self.devices.items():
+            if d.kind == "gpu" and d.compute_capability > 0:
+                by_cc.setdefault(d.compute_capability, []).append(key)
+        if not by_cc or cc in by_cc:
+            return []
+        near = sorted(by_cc, key=lambda c: (abs(c - cc), c))[:2]
+        return [f"{k} (sm_{c})" for c in near for k in by_cc[c]]
 
     def arch_alternatives(self, name: str) -> list[str]:
         """Other catalog devices that ``name`` could equally mean when it is a bare architecture string (``sm_90``,

@@ -10,7 +10,8 @@
 4. the best few plans (and the baselines) are simulated end to end with the critical-path engine and checked
    for memory; the fastest that fits wins.
 
-The estimate (per rank: embedding kernel time; plus all-to-all times from the per-rank send/receive volumes,
+The estimate (per rank: embedding kernel time, with the host link its lookups and updates cross for a table in
+host memory, priced as the graph prices it; plus all-to-all times from the per-rank send/receive volumes,
 row-wise reduce-scatter/all-gather and data-parallel all-reduce) is additive and updated incrementally, so
 500 tables over 64 GPUs searches in about a second (experiments/engine_scaling/results.md).
 """
@@ -29,6 +30,7 @@ from hybrid.engine.costs import OpCostModel, default_cost_model, model_catalog, 
 from hybrid.engine.overheads import Overheads
 from hybrid.engine.simulate import SimResult, simulate
 from hybrid.errors import InvalidInputError
+from hybrid.ops.families import expected_unique_rows
 from hybrid.sharding.heuristics import BASELINES
 from hybrid.sharding.memory import (
     FRAGMENTATION,
@@ -47,7 +49,9 @@ from hybrid.workloads.dlrm_graph import (
     Target,
     build_dlrm_graph,
     collective_target,
+    host_link_us,
     host_placement_allowed,
+    host_update_passes,
     resolve_target,
 )
 
@@ -223,6 +227,16 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     c0 = 2 * n + 3
     grids = {op: np.maximum(times[c0 + i * len(_GRID): c0 + (i + 1) * len(_GRID)], 1e-6)
              for i, op in enumerate(coll_ops)}
+    if host_weights:
+        # a sharded piece in host memory: its lookups read their rows, and its update reads and writes the touched
+        # rows (and their optimizer state), over the host link instead of HBM, priced as the graph prices them
+        looked_up = piece_batch * piece_pool
+        unique = expected_unique_rows(piece_rows, looked_up, np.repeat(alpha, n_opt).reshape(T, n_opt))
+        link_us = (host_link_us(target.device, looked_up, piece_dim, config.embedding_dtype_bytes)
+                   + host_link_us(target.device, unique, piece_dim, config.embedding_dtype_bytes,
+                                  host_update_passes(config.optimizer)))
+        sharded = np.array([o.type != "data_parallel" for o in options])  # (replicated tables stay on the GPU)
+        emb_us = emb_us + np.where(sharded, link_us, 0.0)
     valid = _valid(config, options)
     emb_us = np.where(valid, emb_us, np.inf)
     # additive coefficients per (table, option)

@@ -229,6 +229,23 @@ def host_link_bw(device: Device) -> float:
     return PCIE_X16_BW[device.pcie_generation]
 
 
+def host_update_passes(optimizer: str) -> float:
+    """Passes over each touched row an embedding table's update makes in memory: SGD reads and writes the weights
+    (2), Adagrad the weights and their accumulator (4)."""
+    return 2.0 if optimizer == "sgd" else 4.0
+
+
+def host_link_us(device: Device, rows: float | np.ndarray, dim: float | np.ndarray, dtype_bytes: float,
+                 passes: float = 1.0) -> float | np.ndarray:
+    """Time (us) a kernel adds when ``rows`` rows of ``dim`` elements (``passes`` times each: weights, optimizer
+    state) cross the GPU's host link (:func:`host_link_bw`) instead of its HBM: its table is in host memory. The one
+    price the graph (:func:`build_dlrm_graph`) and the sharding planner's estimate
+    (:func:`hybrid.sharding.search.estimate_costs`) give a table there."""
+    nbytes = np.asarray(rows, dtype=np.float64) * passes * dim * dtype_bytes
+    us = np.maximum(nbytes * (1.0 / host_link_bw(device) - 1.0 / device.mem_bw), 0.0) * 1e6
+    return float(us) if us.ndim == 0 else us
+
+
 def host_placement_allowed(config: DLRMConfig, device: Device) -> bool:
     """Whether tables may live in host memory: ``embedding_placement`` host or auto, on a GPU (a CPU's tables are in
     host memory anyway). The one rule the graph (:func:`place_pieces`) and the planners follow."""
@@ -412,7 +429,7 @@ def build_dlrm_graph(
     emb_dt = config.embedding_dtype
     # a table in host memory: its kernels move the rows they touch over the host link instead of HBM (zero-copy /
     # UVM gathers and updates); what they read and write in GPU memory (indices, outputs, gradients) stays there
-    host_bw, teb = host_link_bw(target.device), config.embedding_dtype_bytes
+    teb = config.embedding_dtype_bytes
     dev = target.device.key
     coll_system = target.system
     if collective_system is not None:
@@ -485,8 +502,7 @@ def build_dlrm_graph(
         weights and optimizer state, ``passes`` per row) crossing the host link instead of HBM; 0 in GPU memory."""
         if not grp["host"]:
             return 0.0
-        nbytes = rows * passes * grp["embedding_dim"] * teb
-        return max(nbytes * (1.0 / host_bw - 1.0 / target.device.mem_bw), 0.0) * 1e6
+        return float(host_link_us(target.device, rows, grp["embedding_dim"], teb, passes))
 
     def lookups(grp: dict[str, Any]) -> float:
         return grp["batch_size"] * grp["pooling_factor"] * grp["num_tables"]
@@ -849,7 +865,8 @@ def build_dlrm_graph(
                 # with the op: given over the share, it is charged once)
                 done = g.kernel(r, "embedding sgd update", emb(grp, "bwd", "sparse_sgd"), deps=deps,
                                 host_deps=[step], scale=SPARSE_SGD_UPDATE_SHARE,
-                                duration_us=host_us(grp, grp["unique_rows"], 2.0) / SPARSE_SGD_UPDATE_SHARE)
+                                duration_us=host_us(grp, grp["unique_rows"], host_update_passes("sgd"))
+                                / SPARSE_SGD_UPDATE_SHARE)
             else:  # coalesce (like the index-add of the backward) + dense Adagrad math over the coalesced rows
                 # the coalesce sorts and sums the sparse gradient, in GPU memory wherever the weights are
                 g.kernel(r, f"embedding {config.optimizer} coalesce", emb(grp, "bwd", "sparse_sgd"), deps=deps,
@@ -858,7 +875,7 @@ def build_dlrm_graph(
                 done = g.kernel(r, f"embedding {config.optimizer} update", kop(
                     "elementwise", variant=config.optimizer, dtype=emb_dt,
                     elements=_round(grp["unique_rows"] * grp["embedding_dim"])),
-                    duration_us=host_us(grp, grp["unique_rows"], 4.0))
+                    duration_us=host_us(grp, grp["unique_rows"], host_update_passes(config.optimizer)))
             if "sparse coalesce host waits" in work:  # coalescing reads the unique-row count back to the host
                 step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)", kind="cpu",
                              overhead="kernel_launch", deps=[done])

@@ -308,11 +308,12 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
     # the output layer is not a Transformer Engine module: under fp8 it stays a 16-bit GEMM
     hdt = adt if gdt == "fp8" else gdt
     if model.encoder_only:
-        # replicated h x h dense layers: the MLM head's transform on every token, else the pooler on each [CLS]
-        rows = T if model.lm_head else b
-        R.add(kid, "hf", 1.0, "linear", b=1, m=rows, n=h, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
-        R.add(kid, "hb", 1.0, "gemm", b=1, m=rows, n=h, k=h, dtype=hdt, direction="bwd", device=dev, sub="gemm")
-        R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=h, k=rows, dtype=hdt, direction="bwd", device=dev, sub="gemm")
+        # replicated h x h dense layers: the MLM head's transform on every token, the pooler on each [CLS] (where the
+        # model has them: BertForMaskedLM has no pooler, a classifier or a bare encoder no MLM head)
+        for rows in [T] * model.lm_head + [b] * model.pooler:
+            R.add(kid, "hf", 1.0, "linear", b=1, m=rows, n=h, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
+            R.add(kid, "hb", 1.0, "gemm", b=1, m=rows, n=h, k=h, dtype=hdt, direction="bwd", device=dev, sub="gemm")
+            R.add(kid, "hb", 1.0, "gemm", b=1, m=h, n=h, k=rows, dtype=hdt, direction="bwd", device=dev, sub="gemm")
     if model.lm_head:
         R.add(kid, "hf", 1.0, "linear", b=1, m=T, n=V // t, k=h, dtype=hdt, direction="fwd", device=dev, sub="gemm")
         R.add(kid, "hb", 1.0, "gemm", b=1, m=T, n=h, k=V // t, dtype=hdt, direction="bwd", device=dev, sub="gemm")

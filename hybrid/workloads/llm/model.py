@@ -148,6 +148,10 @@ class TransformerConfig:
     #: BERT-style: bidirectional attention, MLM head (dense + norm + output bias), pooler, token types
     encoder_only: bool = False
     num_tokentypes: int = 0
+    #: an encoder's pooler (dense + tanh on each sequence's [CLS] token): BertModel's, kept by
+    #: ``BertForPreTraining`` and ``BertForSequenceClassification`` (whose classifier reads the pooled token) but not
+    #: by ``BertForMaskedLM``, which builds its encoder with ``add_pooling_layer=False``. Ignored for a decoder.
+    pooler: bool = True
     #: the weight format a quantised checkpoint ships in (its config.json's ``quantization_config``): ``int8`` /
     #: ``int4`` weight-only (GPTQ, AWQ, bitsandbytes), ``fp8``, ``fp4`` (MXFP4/NVFP4); ``None`` = 16-bit. Inference
     #: defaults its precision to it (:func:`hybrid.workloads.llm.precision.checkpoint_precision`); sizes ignore it.
@@ -270,6 +274,11 @@ class TransformerConfig:
         if self.output_head not in OUTPUT_HEADS:
             raise InvalidInputError(f"model {self.name!r}: output_head must be one of {', '.join(OUTPUT_HEADS)}, got "
                                     f"{self.output_head!r}")
+        if not isinstance(self.pooler, bool):
+            raise InvalidInputError(f"model {self.name!r}: pooler must be true or false, got {self.pooler!r}")
+        if self.encoder_only and self.output_head == "classifier" and not self.pooler:
+            raise InvalidInputError(f"model {self.name!r}: an encoder's classifier reads the pooled [CLS] token: it "
+                                    "needs the pooler (pooler = true)")
         if not isinstance(self.dropout, bool):
             raise InvalidInputError(f"model {self.name!r}: dropout must be true or false, got {self.dropout!r}")
 
@@ -484,7 +493,7 @@ class TransformerConfig:
             output_layer = h * self.head_width
         head = 0
         if self.encoder_only:  # the pooler (dense + tanh on [CLS]); with the MLM head its dense, norm and vocab bias;
-            head = h * h + h  # a classifier's bias (BertForSequenceClassification's ``classifier``)
+            head = h * h + h if self.pooler else 0  # a classifier's bias (BertForSequenceClassification's)
             if self.lm_head:
                 head += (h * h + h) + self._norm_params() + self.vocab_size
             elif self.output_head == "classifier":
@@ -639,12 +648,12 @@ class TransformerConfig:
 
     def encoder_head_flops_per_token(self, seq_len: int | float) -> float:
         """Forward matmul FLOPs per token of an encoder's head transform: the MLM head's dense ``h x h`` on every
-        token (``2 h^2``), or, for a classifier or a bare encoder, only the pooler's dense on each sequence's [CLS]
-        token (``2 h^2 / seq_len``); 0 for a decoder."""
+        token (``2 h^2``) and the pooler's dense on each sequence's [CLS] token (``2 h^2 / seq_len``) where the model
+        has them (``BertForMaskedLM``: no pooler; a classifier or a bare encoder: the pooler only); 0 for a decoder."""
         if not self.encoder_only:
             return 0.0
         h2 = 2.0 * self.hidden_size ** 2
-        return h2 if self.lm_head else h2 / max(float(seq_len), 1.0)
+        return (h2 if self.lm_head else 0.0) + (h2 / max(float(seq_len), 1.0) if self.pooler else 0.0)
 
     def kv_cache_bytes_per_token(self, bytes_per_element: float = 2.0) -> float:
         """Bytes of K and V cached per token over all layers (MLA: the latent and the rotary key, once)."""
@@ -766,7 +775,7 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                    "add_mlp_bias", "qk_layernorm_full_width", "qk_layernorm_affine",
                    "qk_layernorm_bias", "norm_affine", "norm_bias", "output_layer_bias",
                    "qk_layernorm",
-                   "parallel_attn", "encoder_only", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
+                   "parallel_attn", "encoder_only", "pooler", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
             kw[k] = _as_bool(value, k)
         elif k in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's probabilities (default 0.1 each)
             probs[k] = _probability(value, k)
@@ -1326,6 +1335,8 @@ def _hf_head(d: Mapping[str, Any]) -> dict[str, Any]:
         return {"output_head": "classifier", "num_labels": 2 if labels is None else labels, "arch": first}
     if first.endswith("Model") and "For" not in first:
         return {"output_head": "none", "arch": first}
+    if first.endswith("ForMaskedLM"):  # transformers' BertForMaskedLM: BertModel(add_pooling_layer=False)
+        return {"output_head": "lm", "pooler": False, "arch": first}
     per_token = next((h for h in _PER_TOKEN_HEADS if first.endswith(h)), None)
     if per_token:  # read as a language-model head, these were costed with vocabulary logits on every token
         raise InvalidInputError(f"Hugging Face architecture {first} ({_PER_TOKEN_HEADS[per_token]}) is not modelled: "
@@ -1579,12 +1590,16 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                                 "or describe the model with Megatron-LM keys, docs/llm_training.md)")
     kw = {k: v for k, v in kw.items() if v is not None}
     kw["dropout"] = _hf_dropout(d, mt)
-    if head:  # BERT: its pooler always; the MLM head (BertForMaskedLM, BertForPreTraining) or this head instead
+    if head:  # BERT: the MLM head without the pooler (BertForMaskedLM), or this head with it instead
         arch = head.pop("arch")
         kw.update(head)
         token = "pooled [CLS] token" if mt == "bert" else "last token"
-        kw["source"] += (f" as {arch}: a {head.get('num_labels')}-label score layer on the {token}"
-                         if head["output_head"] == "classifier" else f" as {arch}: no language-model head")
+        if head["output_head"] == "classifier":
+            kw["source"] += f" as {arch}: a {head.get('num_labels')}-label score layer on the {token}"
+        elif head["output_head"] == "none":
+            kw["source"] += f" as {arch}: no language-model head"
+        elif mt == "bert":
+            kw["source"] += f" as {arch}: the MLM head, no pooler"
     _check_hf_ints(d, kw, mt, nested)
     needed = ["num_layers", "hidden_size", "num_attention_heads", "vocab_size"]
     if mt not in ("gpt2", "gptj", "mpt", "falcon", "refinedweb", "refinedwebmodel", "gpt_neox", "gpt_bigcode",
