@@ -229,6 +229,23 @@ def test_a_merge_cut_between_its_two_renames_is_recovered_on_the_next_start(tmp_
     assert (target / "measurements.csv").read_text() == "old\n"
 
 
+def test_merged_leftovers_are_deleted_aside_and_a_cut_deletion_is_cleaned_up(tmp_path):
+    """A merged rest is renamed aside before it is deleted, so a stop during the deletion never leaves a
+    half-deleted bundle under the name the next step writes to; the hidden remains go on the next start."""
+    sess = tmp_path / "sess"
+    target, rest = sess / "profile-norm", sess / "profile-norm-rest"
+    _fake_bundle(target, partial=True)
+    _fake_bundle(rest, partial=False)
+    gs._remove(rest)
+    assert not rest.exists() and not gs._deleting(rest).exists()
+    # a deletion cut short: the hidden directory, half gone, is all that is left of the rest
+    half = gs._deleting(rest)
+    _fake_bundle(half, partial=False)
+    (half / "measurements.csv").unlink()
+    assert gs.recover_swap(target) == ""
+    assert sorted(p.name for p in sess.iterdir()) == ["profile-norm"]
+
+
 def test_partial_bundles_left_beside_a_family_are_folded_into_its_resume(tmp_path, monkeypatch):
     """A `--force` run over an existing `profile-F` that is cut short writes its rows beside it, as
     `profile-F-partial` (sessions before resuming existed did so on every run). A session run again looked at

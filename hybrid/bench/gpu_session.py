@@ -279,7 +279,6 @@ def _merge_rest(bundle: str, rest: str, fold: Sequence[str] = ()) -> str:
     session's leftovers), into ``bundle``, replacing it (created when it does not exist), and remove them; what
     happened, for the step's ``reason`` ('' when there is nothing to merge). A merge that fails leaves them all as
     they are and says how to merge them by hand."""
-    import shutil
 
     from hybrid.data.bundle import merge_bundles
     from hybrid.errors import HybridError
@@ -309,10 +308,28 @@ def _merge_rest(bundle: str, rest: str, fold: Sequence[str] = ()) -> str:
     else:
         tmp.rename(base)
     for extra in extras:  # only once the merged bundle is in place: a crash before this merges them again
-        shutil.rmtree(extra)
+        _remove(extra)
     left = [e.name for e in extras if str(e) in {str(p) for p in fold}]
     return (f"resumed: merged into {base} ({len(table)} rows, {bundle_state(base)})"
             + (f", with {' and '.join(left)} left by an earlier session" if left else ""))
+
+
+def _deleting(path: Path) -> Path:
+    """Where :func:`_remove` moves a merged leftover before deleting it."""
+    return path.with_name(f".{path.name}-deleting")
+
+
+def _remove(path: Path) -> None:
+    """Delete the directory ``path``: renamed aside first (one atomic step), so a stop during the deletion leaves a
+    hidden, half-deleted directory (removed by the next :func:`recover_swap`) rather than a half-deleted bundle
+    under the name the next step writes to (``-o profile-F-rest --force`` refused it as "not a bundle")."""
+    import shutil
+
+    gone = _deleting(path)
+    if gone.exists():
+        shutil.rmtree(gone)
+    path.rename(gone)
+    shutil.rmtree(gone)
 
 
 def _merging(bundle: Path) -> Path:
@@ -356,6 +373,9 @@ def recover_swap(bundle: str | os.PathLike) -> str:
             said = f"{base} put back from {old} (a merge into it was cut short)"
     if tmp.exists():
         shutil.rmtree(tmp)
+    for gone in base.parent.glob(f".{base.name}*-deleting"):  # a deletion of merged leftovers cut short
+        if gone.is_dir():
+            shutil.rmtree(gone)
     return said
 
 
