@@ -164,9 +164,10 @@ def test_offline_burst_of_short_prompts_prices_one_batched_attention_kernel(h100
     chunks are ONE attention kernel, priced from the cost-model row the static batch prices (batch = chunks).
     Priced as one single-sequence kernel per chunk, one fixed cost kept, the learned correction of a small chunk
     counted once per chunk: 200 prompts of 8 tokens on 8 H100s took 16.2 ms to the first token against the static
-    batch's 11.2 (`hybrid quickstart`'s model: attention 20.8 ms against 0.21, TTFT 35.7 ms against 15.1). With
-    the default token budget the prompts are grid chunks (powers of two to 2048); with a budget of 1600 tokens they
-    fall between the grid's chunks, where a learned correction is interpolated (a few % of the attention)."""
+    batch's 11.2 (`hybrid quickstart`'s model: attention 20.8 ms against 0.21, TTFT 35.7 ms against 15.1). A
+    prompt length off the chunk grid (8 or 24 tokens with a 1600-token budget) is a grid point of the trace's
+    own, so its learned correction is not interpolated between grid chunks (24 tokens: 16% over the static
+    batch's attention with quickstart's model)."""
     import math
 
     from hybrid.workloads.llm.serving import SchedulerConfig, StepCosts, make_trace, parse_dist, simulate
@@ -174,19 +175,23 @@ def test_offline_burst_of_short_prompts_prices_one_batched_attention_kernel(h100
     model = h100_predictor if calibrated else None
     for tp in (1, 8):
         s = make_setup("llama3-8b", system="DGX-H100", tp=tp)
-        for batch, prompt, budget in ((200, 8, 2048), (128, 16, 2048), (200, 8, 1600)):
+        for batch, prompt, budget in ((200, 8, 2048), (128, 16, 2048), (200, 8, 1600), (64, 24, 1600)):
             static = predict_static(s, batch, prompt, 2, model)
             sched = SchedulerConfig(max_batched_tokens=budget)
-            costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs, prompt + 2, model)
+            trace = make_trace(math.inf, batch, parse_dist(str(prompt)), parse_dist("2"))
+            costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs, prompt + 2, model,
+                                    prompt_lengths=trace.input_len)
             assert ("kernel-xgb" in costs.method) == calibrated
             att = costs.prefill_attention_us(np.full(batch, float(prompt)), np.zeros(batch))
-            on_grid = prompt in costs.pre_c
-            assert att == pytest.approx(static.breakdown_ms["prefill"]["attention"] * 1e3,
-                                        rel=0.01 if on_grid or not calibrated else 0.06), (tp, batch, budget)
-            res = simulate(s, make_trace(math.inf, batch, parse_dist(str(prompt)), parse_dist("2")), model,
-                           sched=sched, costs=costs)
+            assert att == pytest.approx(static.breakdown_ms["prefill"]["attention"] * 1e3, rel=0.01), (tp, batch)
+            res = simulate(s, trace, model, sched=sched)  # its own step costs, the trace's prompt length on the grid
             assert res.steps == 2  # one prefill step, one decode step
             assert np.median(res.ttft_ms) == pytest.approx(static.ttft_ms, rel=0.02), (tp, batch, budget)
+    # without the trace's lengths a prompt between grid chunks is interpolated there (the grid is unchanged)
+    plain = StepCosts.build(s, 1600, 256, 26, model)
+    assert 24.0 not in plain.pre_c and 24.0 in StepCosts.build(s, 1600, 256, 26, model,
+                                                                prompt_lengths=np.array([24, 24])).pre_c
+    assert len(StepCosts.build(s, 1600, 256, 26, model, prompt_lengths=np.arange(3, 40)).pre_c) == len(plain.pre_c)
 
 
 def test_serving_prompt_chunks_of_unequal_shapes_cost_their_summed_work_on_the_roofline():

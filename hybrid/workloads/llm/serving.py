@@ -290,6 +290,11 @@ def _batch_envelope(values: np.ndarray) -> np.ndarray:
     return z
 
 
+#: Most distinct prompt lengths of a trace that :meth:`StepCosts.build_bounds` puts on its chunk grid (each costs
+#: one more chunk length across the chunk-count x earlier-token grid, about 700 cost-model rows).
+PROMPT_GRID_POINTS = 4
+
+
 @dataclass
 class StepCosts:
     """Interpolated per-step costs (microseconds) of one deployment."""
@@ -323,17 +328,22 @@ class StepCosts:
 
     @classmethod
     def build(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
-              cost_model: OpCostModel | None = None, points: int = 24) -> StepCosts:
-        """Step costs on a grid of batch shapes, every op at its predicted time."""
-        return cls.build_bounds(s, max_tokens, max_seqs, max_ctx, cost_model, points)[0]
+              cost_model: OpCostModel | None = None, points: int = 24,
+              prompt_lengths: np.ndarray | None = None) -> StepCosts:
+        """Step costs on a grid of batch shapes, every op at its predicted time (``prompt_lengths``: see
+        :meth:`build_bounds`)."""
+        return cls.build_bounds(s, max_tokens, max_seqs, max_ctx, cost_model, points, prompt_lengths)[0]
 
     @classmethod
     def build_bounds(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
-                     cost_model: OpCostModel | None = None, points: int = 24
+                     cost_model: OpCostModel | None = None, points: int = 24,
+                     prompt_lengths: np.ndarray | None = None
                      ) -> tuple[StepCosts, StepCosts | None, StepCosts | None]:
         """(predicted, low, high) step costs from one costing of the grid: low / high with every op at the low /
         high end of its 80% interval (None when the cost model gives no interval for every op: a roofline-only
-        model, or collectives of a model calibrated without any)."""
+        model, or collectives of a model calibrated without any). ``prompt_lengths`` (the requests' prompt
+        lengths): when they take at most :data:`PROMPT_GRID_POINTS` values within ``max_tokens``, each is a
+        chunk grid point too."""
         # decode-only steps carry exactly one token per running request: every such count the static batch prices
         # (batch_grid: each to 16, then 8 per octave) is a grid point too. An MoE layer's cost steps with the
         # experts a few tokens hit, which interpolation across the log grid's gaps cut (Mixtral on 2 H100s, 6
@@ -351,6 +361,15 @@ class StepCosts:
             # of 10.9), so the window is a grid point
             dc = np.unique(np.append(dc, float(w)))
         pc, px = _log_grid(max_tokens, points // 2), np.concatenate([[0.0], _log_grid(max_ctx, points // 2)])
+        if prompt_lengths is not None:
+            # a few prompt lengths (a benchmark's fixed length) are grid chunks: a whole prompt prefilled in one
+            # step is then priced at its own cost-model row, not interpolated between grid chunks, where a learned
+            # correction is not the interpolation (quickstart's model, 100 prompts of 24 tokens in one step on 8
+            # H100s: attention 16% over the static batch's)
+            own = np.unique(np.asarray(prompt_lengths, dtype=np.float64))
+            own = own[(own >= 1) & (own <= max_tokens)]
+            if len(own) <= PROMPT_GRID_POINTS:
+                pc = np.unique(np.append(pc, own))
         # a step's prompt chunks: n of them (at most the running requests), on the static batch's grid of batches.
         # Whole prompts (no earlier tokens) are the static batch's prefill rows, fitted along the same chain (to
         # BATCH_GRID_FIT chunks); chunks after earlier tokens have no static counterpart, and are costed only to the
@@ -655,7 +674,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
                                 f"{per_rank} tokens that fit per GPU")
     if costs is None:
         costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
-                                int((trace.input_len + trace.output_len).max()), cost_model)
+                                int((trace.input_len + trace.output_len).max()), cost_model,
+                                prompt_lengths=trace.input_len)
     n = len(trace)
     # the clock starts at the first arrival (a trace in Unix time keeps its sub-microsecond resolution), and it
     # must still resolve a step at the last one: at 1e-300 requests/s every step added nothing to a clock near
@@ -813,7 +833,8 @@ def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None,
                                 "output token after the first) to check; give output lengths above 1 or a TTFT or "
                                 "latency SLO")
     costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
-                            int((probe.input_len + probe.output_len).max()), cost_model)
+                            int((probe.input_len + probe.output_len).max()), cost_model,
+                            prompt_lengths=probe.input_len)
     base = trace_rate(probe) if trace is not None and len(trace) > 1 else 1.0
     if not math.isfinite(base):
         # every request of the trace arrives at the same time: there are no gaps to compress or stretch (scaling
