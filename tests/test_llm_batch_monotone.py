@@ -111,7 +111,7 @@ def test_serving_step_costs_never_fall_with_tokens_sequences_or_context(h100_pre
         for axis in range(grid.ndim):
             assert np.all(np.diff(grid, axis=axis) >= -1e-9 * np.abs(grid).max()), (grid.shape, axis)
     # without the fit the learned grids do fall somewhere (what the fit is for)
-    monkeypatch.setattr(serving, "_never_falling", lambda z: z)
+    monkeypatch.setattr(serving, "_never_falling", lambda z, axes=None: z)
     monkeypatch.setattr(serving, "_batch_envelope", lambda z: z)
     raw = serving.StepCosts.build(s, 2048, 256, 4096, h100_predictor)
     assert any((np.diff(g, axis=a) < 0).any() for g in (raw.dense_us, raw.head_us, raw.dec_us, raw.pre_us)
@@ -155,3 +155,69 @@ def test_offline_serving_prices_a_whole_batch_step_as_the_static_batch_does(h100
     assert res.steps == out  # one prefill step, then the decode steps
     assert np.median(res.ttft_ms) == pytest.approx(static.ttft_ms, rel=0.03)
     assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.03)
+
+
+@pytest.mark.parametrize("calibrated", [False, True], ids=["roofline", "calibrated"])
+def test_offline_burst_of_short_prompts_prices_one_batched_attention_kernel(h100_predictor, calibrated):
+    """`llm serve --rate inf` with every prompt prefilled in one step reaches its first token when `llm infer`'s
+    static batch does, on the roofline and with a calibrated model, on one GPU and on eight: the step's prompt
+    chunks are ONE attention kernel, priced from the cost-model row the static batch prices (batch = chunks).
+    Priced as one single-sequence kernel per chunk, one fixed cost kept, the learned correction of a small chunk
+    counted once per chunk: 200 prompts of 8 tokens on 8 H100s took 16.2 ms to the first token against the static
+    batch's 11.2 (`hybrid quickstart`'s model: attention 20.8 ms against 0.21, TTFT 35.7 ms against 15.1). A
+    prompt length off the chunk grid (8 or 24 tokens with a 1600-token budget) is a grid point of the trace's
+    own, so its learned correction is not interpolated between grid chunks (24 tokens: 16% over the static
+    batch's attention with quickstart's model)."""
+    import math
+
+    from hybrid.workloads.llm.serving import SchedulerConfig, StepCosts, make_trace, parse_dist, simulate
+
+    model = h100_predictor if calibrated else None
+    for tp in (1, 8):
+        s = make_setup("llama3-8b", system="DGX-H100", tp=tp)
+        for batch, prompt, budget in ((200, 8, 2048), (128, 16, 2048), (200, 8, 1600), (64, 24, 1600)):
+            static = predict_static(s, batch, prompt, 2, model)
+            sched = SchedulerConfig(max_batched_tokens=budget)
+            trace = make_trace(math.inf, batch, parse_dist(str(prompt)), parse_dist("2"))
+            costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs, prompt + 2, model,
+                                    prompt_lengths=trace.input_len)
+            assert ("kernel-xgb" in costs.method) == calibrated
+            att = costs.prefill_attention_us(np.full(batch, float(prompt)), np.zeros(batch))
+            assert att == pytest.approx(static.breakdown_ms["prefill"]["attention"] * 1e3, rel=0.01), (tp, batch)
+            res = simulate(s, trace, model, sched=sched)  # its own step costs, the trace's prompt length on the grid
+            assert res.steps == 2  # one prefill step, one decode step
+            assert np.median(res.ttft_ms) == pytest.approx(static.ttft_ms, rel=0.02), (tp, batch, budget)
+    # without the trace's lengths a prompt between grid chunks is interpolated there (the grid is unchanged)
+    plain = StepCosts.build(s, 1600, 256, 26, model)
+    assert 24.0 not in plain.pre_c and 24.0 in StepCosts.build(s, 1600, 256, 26, model,
+                                                                prompt_lengths=np.array([24, 24])).pre_c
+    assert len(StepCosts.build(s, 1600, 256, 26, model, prompt_lengths=np.arange(3, 40)).pre_c) == len(plain.pre_c)
+
+
+def test_serving_prompt_chunks_of_unequal_shapes_cost_their_summed_work_on_the_roofline():
+    """A step's unequal prompt chunks (a long prompt's chunk after thousands of its tokens beside fresh short
+    prompts) are priced at their own roofline times the learned correction of one batched kernel of their mean
+    shape: on the roofline the kernel's fixed cost (its latency term) once plus every chunk's work above it
+    (each chunk from the one-chunk table); with attention data parallelism a rank's share of the work, at least
+    the longest chunk."""
+    from hybrid.workloads.llm.serving import StepCosts
+
+    steps = (([3000, 40, 40, 500, 7], [5000, 0, 0, 0, 0]), ([1, 2, 700, 16], [0, 9000, 0, 100]),
+             ([2048] * 4, [0, 2048, 4096, 6144]), ([100] * 8, [0] * 8))
+    for s in (make_setup("llama3-8b", "H100-SXM"),
+              make_setup("qwen3-30b-a3b", system="DGX-H100", tp=4, ep=4, dtype="fp8", attention_dp=True)):
+        costs = StepCosts.build(s, 8192, 64, 16384)
+        one = costs.pre_roof[0]
+        base = costs.pre_fixed_us
+        assert 0 < base < float(one[0, 0])  # the launches: less than a one-token chunk's whole time
+        for chunks, prior in steps:
+            c, p = np.array(chunks, dtype=float), np.array(prior, dtype=float)
+            work = costs._interp2(c, p, costs.pre_c, costs.pre_prior, one - base)
+            dp = costs.dp_ranks
+            want = base + (work.sum() if dp == 1 else max(work.sum() / dp, work.max()))
+            assert costs.prefill_attention_us(c, p) == pytest.approx(want, rel=1e-6), (s.model.name, chunks, prior)
+        # and one chunk alone costs its own roofline (interpolated in the one-chunk table, off its grid points)
+        f = cost_ops(pass_ops(s, np.array([64.0]), np.array([1.0]), np.array([64.0]), np.array([64.0 + 512.0]),
+                              "prefill", names=("attention",)))
+        assert costs.prefill_attention_us(np.array([64.0]), np.array([512.0])) == pytest.approx(
+            float((f["roofline_us"] * f["count"]).sum()), rel=0.01)

@@ -1546,7 +1546,7 @@ def test_serve_step_costs_interpolate_attention_as_it_grows_with_the_context():
         assert tab == pytest.approx(attention_us(n, n, 1, ctx, "decode"), rel=0.005)
     for chunk, ctx in ((3000, 3000), (8192, 8192), (700, 700), (300, 5000), (1500, 9000)):
         tab = float(costs._interp2(np.array([chunk]), np.array([ctx - chunk]), costs.pre_c, costs.pre_prior,
-                                   costs.pre_us)[0])
+                                   costs.pre_us[0])[0])  # one chunk: the grid's first chunk count
         assert tab == pytest.approx(attention_us(chunk, 1, chunk, ctx, "prefill"), rel=0.02)
 
 

@@ -495,7 +495,8 @@ def serve(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     sched = SchedulerConfig(max_batched_tokens, max_seqs)
     trace = read_trace(trace_file) if trace_file else make_trace(r_s, n_requests, idist, odist, seed, arrival)
     costs, costs_low, costs_high = StepCosts.build_bounds(s, sched.max_batched_tokens, sched.max_seqs,
-                                                          int((trace.input_len + trace.output_len).max()), cost)
+                                                          int((trace.input_len + trace.output_len).max()), cost,
+                                                          prompt_lengths=trace.input_len)
     slo = SLO(parse_time_ms(slo_ttft) if slo_ttft else None, parse_time_ms(slo_tpot) if slo_tpot else None,
               parse_time_ms(slo_latency) if slo_latency else None, slo_percentile)
     mean_out = float(trace.output_len.mean())

@@ -222,12 +222,14 @@ def _block(size_: int, **cols: Any) -> dict[str, np.ndarray]:
 
 
 def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.ndarray, kv_len: np.ndarray,
-             phase: str | np.ndarray = "prefill") -> pd.DataFrame:
+             phase: str | np.ndarray = "prefill", names: tuple[str, ...] | None = None) -> pd.DataFrame:
     """Op rows of one forward pass per scenario ``i`` (``tokens[i]`` new tokens of ``seqs[i]`` sequences, each
     with ``q_len[i]`` new and ``kv_len[i]`` attended tokens), on one GPU of the bottleneck pipeline stage.
 
     Columns: ``scenario``, ``phase``, ``name``, ``category``, ``count`` (how often the op runs per pass: the
     layers of a stage, or 1), ``bytes_actual`` (bytes with the real weight/KV storage) and the cost columns.
+    ``names``: only the rows of these ops (the others are not built: a grid of attention shapes, the serving step
+    tables, has ten thousand scenarios whose other ops nobody reads).
     """
     m, p, tp = s.model, s.precision, s.tp
     T = np.asarray(tokens, dtype=np.float64)
@@ -280,6 +282,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         """One op row per scenario (count per pass: per-layer ops x the stage's layers), with the bytes the op
         moves in the deployment's weight-only / KV formats (``bytes_actual``) beside the 16-bit row's."""
         del part, bwd, bwd_cols
+        if names is not None and name not in names:
+            return
         per_layer = name not in PASS_OPS
         cnt = np.broadcast_to(np.asarray(count, dtype=np.float64) * (L if per_layer else 1.0), (n_scen,))
         if op in ("linear", "gemm"):
@@ -347,8 +351,10 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         gemm("lm_head", "lm_head", B, m.vocab_size / tp, h, 1.0)
         if tp > 1:
             coll("logits_all_gather", "all_gather", B * m.vocab_size * ab, tp, 1.0)
-        blocks.append(_block(n_scen, scenario=scen, phase=ph, name="sampling", category="sampling", count=1.0,
-                             op="softmax", dtype="fp32", rows=B, hidden=float(m.vocab_size), bytes_actual=np.nan))
+        if names is None or "sampling" in names:
+            blocks.append(_block(n_scen, scenario=scen, phase=ph, name="sampling", category="sampling", count=1.0,
+                                 op="softmax", dtype="fp32", rows=B, hidden=float(m.vocab_size),
+                                 bytes_actual=np.nan))
     elif m.output_head == "classifier":  # a replicated score layer on each sequence's last token; nothing sampled
         gemm("lm_head", "lm_head", B, float(m.num_labels), h, 1.0)
     if s.pp > 1:
@@ -357,6 +363,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         # one the schedule waits for (as training's pipeline sends, hybrid.workloads.llm.costing)
         pp_nodes = min(group_nodes(s.pp, s.tp, s.system.gpus_per_node, s.gpus), 2)
         coll("pp_send_recv", "send_recv", T * h * ab, 2, 1.0, category="pipeline", nodes=pp_nodes)
+    if not blocks:  # ``names`` named no op of this pass
+        raise InvalidInputError(f"no op of {m.name}'s forward pass is named {', '.join(names or ())}")
     table = pd.concat([pd.DataFrame(b) for b in blocks], ignore_index=True, sort=False)
     table = table[table["count"].to_numpy(dtype=np.float64) > 0].copy()
     table["device"] = s.device.key

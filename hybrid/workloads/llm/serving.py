@@ -2,12 +2,17 @@
 decode tokens of the running requests with chunks of waiting prompts, and latency percentiles come out.
 
 Costs: each step is one forward pass whose time is ``dense(T) + head(B) + decode_attention(n, mean context) +
-sum prefill_attention(chunk, context)`` for ``T`` tokens of ``B`` sequences (the mean context: the one whose cache
-is the requests' mean cache, :func:`~hybrid.workloads.llm.kv_cache.mean_context`, which a sliding window caps per
-request, not on the mean; the step's prompt chunks share one attention kernel, so its fixed cost, a one-token
-chunk's, counts once and each chunk adds its work above that). Those four functions are tabulated
-once per deployment on log-spaced grids with ONE batched cost-model call (:func:`StepCosts.build`) and then
-interpolated, so simulating thousands of steps costs no further predictions.
+prefill_attention(chunks)`` for ``T`` tokens of ``B`` sequences (the mean context: the one whose cache is the
+requests' mean cache, :func:`~hybrid.workloads.llm.kv_cache.mean_context`, which a sliding window caps per
+request, not on the mean). The step's prompt chunks run in ONE attention kernel per layer (FlashAttention's varlen
+kernel, TensorRT-LLM's context FMHA), priced as the static batch prices its prefill: the cost-model row of that
+kernel over ``n`` chunks of the step's mean chunk after its mean earlier tokens (with whole prompts, the static
+batch's row at batch ``n``), scaled by the roofline of the step's own chunks against that mean shape (the kernel's
+fixed cost once, each chunk's work above it), :meth:`StepCosts.prefill_attention_us`. So ``n`` equal prompts cost
+what a static batch of ``n`` does, with a calibrated model too, and unequal chunks cost their summed roofline work
+times the learned correction of one batched kernel, not one correction per chunk. Those functions are tabulated
+once per deployment (prefill attention over chunks x chunk x earlier tokens) with ONE batched cost-model call
+(:func:`StepCosts.build`) and then interpolated, so simulating thousands of steps costs no further predictions.
 
 Scheduler (stated, close to vLLM's with chunked prefill): first come, first served; a request is admitted when
 its whole KV cache (prompt + output tokens) fits in the free KV memory and fewer than ``max_seqs`` requests run
@@ -254,17 +259,17 @@ def _log_grid(hi: float, points: int) -> np.ndarray:
     return np.unique(np.round(np.geomspace(1, max(hi, 2), points)))
 
 
-def _never_falling(grid: np.ndarray) -> np.ndarray:
+def _never_falling(grid: np.ndarray, axes: tuple[int, ...] | None = None) -> np.ndarray:
     """A step-cost grid (ascending tokens / sequences, and context on a second axis) made non-decreasing along every
     axis, as static batching's batch envelope makes op times (:func:`~hybrid.workloads.llm.inference.isotonic_log`:
     the closest non-decreasing sequence in log time; learned corrections are piecewise constant in their size
     features, so a larger batch could come out cheaper). One axis after the other keeps the first axis's order: the
     fit is order-preserving (a row never below another stays so). Analytical (roofline) grids are unchanged, and a
-    grid with a zero or non-finite entry is left as it is."""
+    grid with a zero or non-finite entry is left as it is. ``axes``: only those (default: every axis)."""
     z = np.asarray(grid, dtype=np.float64)
     if not (np.isfinite(z).all() and (z > 0).all()):
         return z
-    for axis in range(z.ndim):
+    for axis in range(z.ndim) if axes is None else axes:
         z = np.moveaxis(isotonic_log(np.moveaxis(z, axis, -1)), -1, axis)
     return z
 
@@ -285,6 +290,11 @@ def _batch_envelope(values: np.ndarray) -> np.ndarray:
     return z
 
 
+#: Most distinct prompt lengths of a trace that :meth:`StepCosts.build_bounds` puts on its chunk grid (each costs
+#: one more chunk length across the chunk-count x earlier-token grid, about 700 cost-model rows).
+PROMPT_GRID_POINTS = 4
+
+
 @dataclass
 class StepCosts:
     """Interpolated per-step costs (microseconds) of one deployment."""
@@ -296,11 +306,20 @@ class StepCosts:
     dec_b: np.ndarray
     dec_ctx: np.ndarray
     dec_us: np.ndarray  # [len(dec_b), len(dec_ctx)]
+    #: numbers of prompt chunks in one step (static batching's :func:`batch_grid`, to at least
+    #: :data:`BATCH_GRID_FIT`: the static batch's prefill chain, fitted the same way)
+    pre_n: np.ndarray
     pre_c: np.ndarray
     #: the prompt's tokens before a chunk (context - chunk, from 0): a chunk's context is never below the chunk, so
     #: a (chunk, context) grid would have corners no step reaches
     pre_prior: np.ndarray
-    pre_us: np.ndarray  # [len(pre_c), len(pre_prior)]
+    #: one batched (varlen) attention kernel over ``n`` chunks of ``c`` tokens after ``p`` earlier tokens each,
+    #: ``[len(pre_n), len(pre_c), len(pre_prior)]``: the static batch's prefill row at batch ``n``
+    pre_us: np.ndarray
+    #: the roofline of those kernels, same shape (``n = 1``: one chunk alone, :meth:`prefill_attention_us`)
+    pre_roof: np.ndarray
+    #: the fixed part of that roofline (its latency term: the launches), which one kernel pays once for all chunks
+    pre_fixed_us: float
     #: the op-cost models that answered (``+``-joined ``method`` of the costed ops: ``roofline``, ``kernel-xgb``...)
     method: str = "roofline"
     #: ranks that run attention side by side on requests of their own (attention data parallelism: ``tp``; else 1):
@@ -309,17 +328,22 @@ class StepCosts:
 
     @classmethod
     def build(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
-              cost_model: OpCostModel | None = None, points: int = 24) -> StepCosts:
-        """Step costs on a grid of batch shapes, every op at its predicted time."""
-        return cls.build_bounds(s, max_tokens, max_seqs, max_ctx, cost_model, points)[0]
+              cost_model: OpCostModel | None = None, points: int = 24,
+              prompt_lengths: np.ndarray | None = None) -> StepCosts:
+        """Step costs on a grid of batch shapes, every op at its predicted time (``prompt_lengths``: see
+        :meth:`build_bounds`)."""
+        return cls.build_bounds(s, max_tokens, max_seqs, max_ctx, cost_model, points, prompt_lengths)[0]
 
     @classmethod
     def build_bounds(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
-                     cost_model: OpCostModel | None = None, points: int = 24
+                     cost_model: OpCostModel | None = None, points: int = 24,
+                     prompt_lengths: np.ndarray | None = None
                      ) -> tuple[StepCosts, StepCosts | None, StepCosts | None]:
         """(predicted, low, high) step costs from one costing of the grid: low / high with every op at the low /
         high end of its 80% interval (None when the cost model gives no interval for every op: a roofline-only
-        model, or collectives of a model calibrated without any)."""
+        model, or collectives of a model calibrated without any). ``prompt_lengths`` (the requests' prompt
+        lengths): when they take at most :data:`PROMPT_GRID_POINTS` values within ``max_tokens``, each is a
+        chunk grid point too."""
         # decode-only steps carry exactly one token per running request: every such count the static batch prices
         # (batch_grid: each to 16, then 8 per octave) is a grid point too. An MoE layer's cost steps with the
         # experts a few tokens hit, which interpolation across the log grid's gaps cut (Mixtral on 2 H100s, 6
@@ -337,8 +361,24 @@ class StepCosts:
             # of 10.9), so the window is a grid point
             dc = np.unique(np.append(dc, float(w)))
         pc, px = _log_grid(max_tokens, points // 2), np.concatenate([[0.0], _log_grid(max_ctx, points // 2)])
+        if prompt_lengths is not None:
+            # a few prompt lengths (a benchmark's fixed length) are grid chunks: a whole prompt prefilled in one
+            # step is then priced at its own cost-model row, not interpolated between grid chunks, where a learned
+            # correction is not the interpolation (quickstart's model, 100 prompts of 24 tokens in one step on 8
+            # H100s: attention 16% over the static batch's)
+            own = np.unique(np.asarray(prompt_lengths, dtype=np.float64))
+            own = own[(own >= 1) & (own <= max_tokens)]
+            if len(own) <= PROMPT_GRID_POINTS:
+                pc = np.unique(np.append(pc, own))
+        # a step's prompt chunks: n of them (at most the running requests), on the static batch's grid of batches.
+        # Whole prompts (no earlier tokens) are the static batch's prefill rows, fitted along the same chain (to
+        # BATCH_GRID_FIT chunks); chunks after earlier tokens have no static counterpart, and are costed only to the
+        # counts a step reaches (a third fewer cost-model rows)
+        fit_n = batch_grid(max(max_seqs, BATCH_GRID_FIT))
+        pn = batch_grid(max_seqs)
         DB, DC = np.meshgrid(db, dc, indexing="ij")
-        PC, PX = np.meshgrid(pc, px, indexing="ij")  # chunk, earlier tokens: context PC + PX
+        WN, WC = np.meshgrid(fit_n, pc, indexing="ij")  # whole prompts: chunks, chunk
+        PN, PC, PX = np.meshgrid(pn, pc, px[1:], indexing="ij")  # chunks, chunk, earlier tokens: context PC + PX
         # one table: dense passes (T tokens, 1 sequence), heads (B sequences), decode and prefill attention; with
         # attention data parallelism a step's tokens spread over the tp ranks (as tp sequences of T / tp tokens:
         # pass_ops gives each rank its share of the sequences), not all on one rank as one sequence would
@@ -347,12 +387,21 @@ class StepCosts:
             (tok, np.minimum(tok, float(dp)), np.ones_like(tok), np.ones_like(tok)),  # dense(T): q_len 1
             (seq, seq, np.ones_like(seq), np.ones_like(seq)),  # head(B)
             (DB.ravel(), DB.ravel(), np.ones(DB.size), DC.ravel()),  # decode attention
-            (PC.ravel(), np.ones(PC.size), PC.ravel(), (PC + PX).ravel()),  # prefill attention (one chunk)
+            # prefill attention: ONE kernel over n chunks (the static batch's prefill row at batch n; with attention
+            # data parallelism pass_ops gives a rank its ceil(n / tp) of them, as it does the static batch)
+            ((WN * WC).ravel(), WN.ravel(), WC.ravel(), WC.ravel()),
+            ((PN * PC).ravel(), PN.ravel(), PC.ravel(), (PC + PX).ravel()),
         ]
         cat = [np.concatenate([p[j] for p in parts]) for j in range(4)]
         phase = np.concatenate([np.full(len(p[0]), f"part{i}", dtype=object) for i, p in enumerate(parts)])
         off = len(phase)
-        costed = cost_ops(pass_ops(s, *cat, phase=phase), cost_model, s.catalog)
+        # the attention parts keep their attention rows only (their other ops are never read): the prefill grid is
+        # chunks x chunk x earlier tokens, ten times the other parts' scenarios
+        n_ops = len(tok) + len(seq)
+        whole = pass_ops(s, *(c[:n_ops] for c in cat), phase=phase[:n_ops])
+        att = pass_ops(s, *(c[n_ops:] for c in cat), phase=phase[n_ops:], names=("attention",))
+        att = att.assign(scenario=att["scenario"].to_numpy() + n_ops)
+        costed = cost_ops(pd.concat([whole, att], ignore_index=True), cost_model, s.catalog)
         name = costed["name"].to_numpy()
         ph = costed["phase"].to_numpy()
         sc = costed["scenario"].to_numpy(dtype=np.int64)
@@ -360,6 +409,7 @@ class StepCosts:
         is_head = np.isin(name, HEAD_OPS)
         o2 = len(tok) + len(seq)
         o3 = o2 + DB.size
+        o4 = o3 + WN.size
         method = "+".join(sorted(set(map(str, costed["method"]))))
         op_names, op_code = np.unique(op_occurrence_keys(costed), return_inverse=True)
 
@@ -384,8 +434,26 @@ class StepCosts:
             head = _never_falling(_batch_envelope(by_op((ph == "part1") & is_head, len(tok), o2)).sum(axis=0))
             # decode attention: the static rule along the sequences at every context, then never falling in it
             dec = _never_falling(_batch_envelope(total((ph == "part2") & is_att)[o2: o3].reshape(DB.shape).T).T)
-            pre = _never_falling(total((ph == "part3") & is_att)[o3: o3 + PC.size].reshape(PC.shape))
-            return cls(tok, dense, seq, head, db, dc, dec, pc, px, pre, method, dp)
+            # prefill attention: the static batch's rule along the chunks at every (chunk, earlier tokens), then
+            # never falling along the chunk's tokens
+            fresh = _batch_envelope(total((ph == "part3") & is_att)[o3: o4].reshape(WN.shape).T).T[:len(pn)]
+            after = np.moveaxis(_batch_envelope(np.moveaxis(
+                total((ph == "part4") & is_att)[o4: o4 + PN.size].reshape(PN.shape), 0, -1)), -1, 0)
+            # along the earlier tokens a running maximum from the whole prompt (the static batch's row, which the
+            # fit must not move): a learned row of a chunk after earlier tokens (q_len < kv_len) can come out below
+            # the fresh chunk's, and the isotonic fit pooled the two (200 fresh 8-token prompts on an H100 priced 8%
+            # under the static batch's attention with a model fitted on the committed H100 bundle)
+            pre = _never_falling(np.concatenate([fresh[:, :, None], after], axis=2), axes=(0, 1))
+            pre = np.maximum.accumulate(pre, axis=2)
+            return cls(tok, dense, seq, head, db, dc, dec, pn, pc, px, pre, pre_roof, fixed, method, dp)
+
+        # the same kernels' roofline (analytical: never falling already), the same for every column
+        roof = costed["roofline_us"].to_numpy(dtype=np.float64) * costed["count"].to_numpy()
+        roof = np.bincount(sc[is_att], weights=roof[is_att], minlength=off)
+        pre_roof = np.concatenate([roof[o3: o4].reshape(WN.shape)[:len(pn), :, None],
+                                   roof[o4: o4 + PN.size].reshape(PN.shape)], axis=2)
+        lat = costed["latency_us"].to_numpy(dtype=np.float64) * costed["count"].to_numpy()
+        fixed = float(lat[is_att & (sc == o3)].sum())  # one one-token chunk's kernel
 
         main = assemble("time_us")
         assert main is not None  # (cost_ops checks every time is finite)
@@ -428,19 +496,54 @@ class StepCosts:
         if n_dec > 0:
             t += float(self._interp2(np.array([n_dec]), np.array([mean_ctx]), self.dec_b, self.dec_ctx, self.dec_us)[0])
         if len(chunks):
-            each = self._interp2(chunks, np.asarray(chunk_ctx, dtype=np.float64) - chunks, self.pre_c,
-                                 self.pre_prior, self.pre_us)
-            # the step's prompt chunks run in ONE attention kernel per layer (FlashAttention's varlen kernel,
-            # TensorRT-LLM's context FMHA), as the static batch's prefill does: its fixed cost (a one-token
-            # chunk's: the launches) once, each chunk's work above that. Summing whole per-chunk costs paid the
-            # launches once per prompt (256 prompts of 32 tokens on 8 H100s: TTFT 69 ms against the static
-            # batch's 36)
-            base = float(self.pre_us[0, 0])
-            work = np.maximum(each - base, 0.0)
-            # one rank's attention over its requests' chunks: all of them, or their share over the data-parallel
-            # ranks (at least the longest chunk, which one rank runs whole)
-            t += base + float(work.sum() if self.dp_ranks <= 1 else max(work.sum() / self.dp_ranks, work.max()))
+            t += self.prefill_attention_us(chunks, np.asarray(chunk_ctx, dtype=np.float64) - chunks)
         return t
+
+    def prefill_attention_us(self, chunks: np.ndarray, prior: np.ndarray) -> float:
+        """One step's prompt chunks (``chunks[i]`` tokens after ``prior[i]`` earlier tokens of the prompt) as ONE
+        attention kernel per layer (FlashAttention's varlen kernel, TensorRT-LLM's context FMHA), as the static
+        batch's prefill: the roofline of the step's own chunks times the cost model's correction of one batched
+        kernel of ``n`` chunks of their mean shape (mean chunk, mean earlier tokens: :attr:`pre_us` over
+        :attr:`pre_roof`, the static batch's prefill row at batch ``n`` when the chunks are whole prompts).
+
+        The roofline: the kernel's fixed cost (:attr:`pre_fixed_us`, the launches) once, plus each chunk's work
+        above it (one chunk's roofline less the fixed cost); with attention data parallelism a rank's share of the
+        work, at least the longest chunk's (one rank runs it whole). Equal chunks cost the batched row itself, so
+        an offline burst of equal prompts costs what the static batch does (with attention data parallelism when
+        the ranks share them evenly). Pricing each chunk as its own kernel and keeping one fixed cost was exact for
+        the roofline but multiplied a learned correction of small chunks by their number (``hybrid quickstart``'s
+        model, 200 prompts of 8 tokens in one step on 8 H100s: attention 20.8 ms against the static batch's 0.21,
+        TTFT 35.7 ms against 15.1; on one H100 4.0 ms against 0.6); a one-token chunk's whole time taken as the
+        fixed cost left that token's work out of every other chunk (5% of those prompts' roofline attention)."""
+        c = np.asarray(chunks, dtype=np.float64)
+        p = np.asarray(prior, dtype=np.float64)
+        n = len(c)
+        base = self.pre_fixed_us
+        # the work itself interpolated (a power of the chunk): a fixed cost ~100x a small chunk's work, interpolated
+        # with it and taken off after, left that work several times off between grid chunks
+        work = self._interp2(c, p, self.pre_c, self.pre_prior, np.maximum(self.pre_roof[0] - base, 0.0))
+        if self.dp_ranks <= 1:
+            roof = base + float(work.sum())
+        else:
+            roof = base + max(float(work.sum()) / self.dp_ranks, float(work.max()))
+        c_mean, p_mean = float(c.mean()), float(p.mean())
+        learned = self._interp_chunks(n, c_mean, p_mean, self.pre_us)
+        analytical = self._interp_chunks(n, c_mean, p_mean, self.pre_roof)
+        return roof * learned / analytical if analytical > 0 else learned
+
+    def _interp_chunks(self, n: float, chunk: float, prior: float, table: np.ndarray) -> float:
+        """``table`` (:attr:`pre_us` or :attr:`pre_roof`) at ``n`` chunks of ``chunk`` tokens after ``prior``
+        earlier ones: (chunk, prior) as :meth:`_interp2`, then log-log in the chunks between the grid counts around
+        ``n`` (as the static batch interpolates its envelope between grid batches)."""
+        g = np.log(self.pre_n)
+        x = math.log(max(float(n), 1.0))
+        i = int(np.clip(np.searchsorted(g, x) - 1, 0, len(g) - 2))
+        lo, hi = (float(self._interp2(np.array([chunk]), np.array([prior]), self.pre_c, self.pre_prior,
+                                      table[k])[0]) for k in (i, i + 1))
+        w = min(max((x - g[i]) / (g[i + 1] - g[i]), 0.0), 1.0)
+        if lo > 0 and hi > 0:
+            return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
+        return (1 - w) * lo + w * hi
 
     def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray) -> np.ndarray:
         """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised)."""
@@ -571,7 +674,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
                                 f"{per_rank} tokens that fit per GPU")
     if costs is None:
         costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
-                                int((trace.input_len + trace.output_len).max()), cost_model)
+                                int((trace.input_len + trace.output_len).max()), cost_model,
+                                prompt_lengths=trace.input_len)
     n = len(trace)
     # the clock starts at the first arrival (a trace in Unix time keeps its sub-microsecond resolution), and it
     # must still resolve a step at the last one: at 1e-300 requests/s every step added nothing to a clock near
@@ -729,7 +833,8 @@ def max_rate(s: InferenceSetup, slo: SLO, n: int, input_dist: LengthDist | None,
                                 "output token after the first) to check; give output lengths above 1 or a TTFT or "
                                 "latency SLO")
     costs = StepCosts.build(s, sched.max_batched_tokens, sched.max_seqs,
-                            int((probe.input_len + probe.output_len).max()), cost_model)
+                            int((probe.input_len + probe.output_len).max()), cost_model,
+                            prompt_lengths=probe.input_len)
     base = trace_rate(probe) if trace is not None and len(trace) > 1 else 1.0
     if not math.isfinite(base):
         # every request of the trace arrives at the same time: there are no gaps to compress or stretch (scaling
