@@ -194,6 +194,23 @@ def test_offline_burst_of_short_prompts_prices_one_batched_attention_kernel(h100
     assert len(StepCosts.build(s, 1600, 256, 26, model, prompt_lengths=np.arange(3, 40)).pre_c) == len(plain.pre_c)
 
 
+def test_an_offline_burst_of_long_prompts_prices_its_dense_ops_where_the_static_batch_does(h100_predictor):
+    """n prompts of a trace's few lengths are token points of the serving step's dense ops, so a burst prefilled in
+    one step prices its GEMMs, norms and elementwise ops at the tokens the static batch prices them (48 prompts of
+    300 tokens: 6.1% over the static batch's dense ops, interpolated between the grid's 14336 and 15360 tokens
+    with learned corrections in between; the per-op monotone fits of the two grids still pool differently)."""
+    from hybrid.workloads.llm.serving import StepCosts
+
+    s = make_setup("llama3-8b", system="DGX-H100", tp=1)
+    for batch, prompt, budget in ((10, 1500, 15000), (48, 300, 14400)):
+        pre = predict_static(s, batch, prompt, 2, h100_predictor).breakdown_ms["prefill"]
+        dense = sum(v for k, v in pre.items() if k not in ("attention", "lm_head", "sampling")) * 1e3
+        costs = StepCosts.build(s, budget, batch, prompt + 2, h100_predictor, prompt_lengths=np.array([prompt]))
+        assert float(batch * prompt) in costs.tokens
+        got = float(costs._interp1(np.array([float(batch * prompt)]), costs.tokens, costs.dense_us)[0])
+        assert got == pytest.approx(dense, rel=0.035), (batch, prompt)
+
+
 def test_serving_prompt_chunks_of_unequal_shapes_cost_their_summed_work_on_the_roofline():
     """A step's unequal prompt chunks (a long prompt's chunk after thousands of its tokens beside fresh short
     prompts) are priced at their own roofline times the learned correction of one batched kernel of their mean

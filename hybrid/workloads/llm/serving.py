@@ -343,7 +343,8 @@ class StepCosts:
         high end of its 80% interval (None when the cost model gives no interval for every op: a roofline-only
         model, or collectives of a model calibrated without any). ``prompt_lengths`` (the requests' prompt
         lengths): when they take at most :data:`PROMPT_GRID_POINTS` values within ``max_tokens``, each is a
-        chunk grid point too."""
+        chunk grid point too, and ``n`` prompts of each (``n`` on the static batch's grid) token points of the dense
+        ops: an offline burst of equal prompts is priced where the static batch prices it."""
         # decode-only steps carry exactly one token per running request: every such count the static batch prices
         # (batch_grid: each to 16, then 8 per octave) is a grid point too. An MoE layer's cost steps with the
         # experts a few tokens hit, which interpolation across the log grid's gaps cut (Mixtral on 2 H100s, 6
@@ -370,6 +371,12 @@ class StepCosts:
             own = own[(own >= 1) & (own <= max_tokens)]
             if len(own) <= PROMPT_GRID_POINTS:
                 pc = np.unique(np.append(pc, own))
+                # and n whole prompts of a length are token points of the dense ops, for n on the static batch's
+                # grid: the static batch prices its prefill's dense ops at exactly those tokens (quickstart's model,
+                # 10 prompts of 1500 tokens in one step on an H100: TTFT 345 ms interpolated between 14336 and
+                # 15360 tokens, 364 ms at 15000 as the static batch)
+                whole = (batch_grid(max_seqs)[:, None] * own[None, :]).ravel()
+                tok = np.unique(np.append(tok, whole[whole <= max_tokens + max_seqs]))
         # a step's prompt chunks: n of them (at most the running requests), on the static batch's grid of batches.
         # Whole prompts (no earlier tokens) are the static batch's prefill rows, fitted along the same chain (to
         # BATCH_GRID_FIT chunks); chunks after earlier tokens have no static counterpart, and are costed only to the
