@@ -161,24 +161,30 @@ def _run_page(model_ref: str | None, run_id: str | None, store, stage) -> str:
     rec = read_run(rid, store=store)
     s = rec.summary
     title = f"hybrid calibration: {s.get('name')}" + (f" v{s['version']}" if s.get("version") else "")
-    images = _plots(rec.predictions, stage)
+    images = _plots(rec.predictions, stage, drawn=rec.images)
     stage("render the HTML")
     return render_report(rec.predictions, title=title, meta=report_meta(s), summaries=s.get("errors"),
                          images=images, envelope=envelope_rows(s.get("predictor") or {}))
 
 
-def _plots(predictions, stage) -> dict[str, dict[str, bytes]]:
+def _plots(predictions, stage, drawn: dict[str, dict[str, bytes]] | None = None) -> dict[str, dict[str, bytes]]:
     """The report's figures per plotted split (what :func:`~hybrid.reports.html.render_report` would draw), drawn
-    here so that each split's plotting shows as a stage."""
+    here so that each split's plotting shows as a stage. ``drawn``: figures a calibration run logged of the same
+    predictions (``RunRecord.images``), used where a split has every figure (a run's report took 14-22 s, most of
+    it redrawing them)."""
     import pandas as pd
 
     from hybrid.reports.html import plotted_splits
-    from hybrid.reports.plots import figure_png, standard_figures
+    from hybrid.reports.plots import STANDARD_FIGURES, figure_png, standard_figures
 
     with_figures = plotted_splits([str(s) for s in pd.unique(predictions["split"])])
     images: dict[str, dict[str, bytes]] = {}
     for split, sub in predictions.groupby("split", sort=False):
         if str(split) not in with_figures:
+            continue
+        logged = (drawn or {}).get(str(split), {})
+        if set(STANDARD_FIGURES) <= set(logged):  # the run's own figures of these rows
+            images[str(split)] = {stem: logged[stem] for stem in STANDARD_FIGURES}
             continue
         stage(f"plot split {split} ({len(sub):,} rows)")
         images[str(split)] = {stem: figure_png(fig) for stem, fig in standard_figures(sub, title=str(split)).items()}
