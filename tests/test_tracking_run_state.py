@@ -132,7 +132,7 @@ def test_a_failure_after_registration_takes_the_version_back(tmp_path, shared_da
     """The report fails to render after the model was registered: the run ended FAILED but its version stayed in the
     registry, listed by `hybrid models` and loaded by `--model NAME` as if the calibration had succeeded (its run
     without the training rows evaluate checks against, nor the report). The version is now deleted with the run
-    marked FAILED; nothing says a run stayed RUNNING."""
+    marked FAILED, and the registered model it created with it; nothing says a run stayed RUNNING."""
     import hybrid.reports.html as html
 
     monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
@@ -155,9 +155,53 @@ def test_a_failure_after_registration_takes_the_version_back(tmp_path, shared_da
     assert rc == 0, err
     import json
 
-    assert [m["versions"] for m in json.loads(out)["models"] if m["name"] == "half"] in ([], [[]])
+    assert [m["name"] for m in json.loads(out)["models"]] == []
     rc, _, err = cli(["evaluate", str(csv), "--model", "half"])
-    assert rc != 0 and "no versions" in err, err
+    assert rc != 0 and "no registered model named 'half'" in err, err
+
+
+@pytest.mark.parametrize("where", ["local", "server"])
+def test_an_interrupted_first_calibration_leaves_no_empty_model(where, tmp_path, shared_datasets, monkeypatch):
+    """Ctrl-C while the first calibration of a new name was recording its run (after the registration) deleted the
+    version but left the registered model it had created: `hybrid models` listed NAME with no version and no run,
+    and `--model NAME` said it was registered. The name is now taken back with its version, locally and on a real
+    server; a name that had a version before keeps it, and its registered model."""
+    import json
+
+    from mlflow import MlflowClient
+
+    import hybrid.reports.html as html
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def check(uri: list[str]) -> None:
+        rc, out, err = cli(["calibrate", str(csv), "--name", "kept", "--no-lodo", "-q", *uri])
+        assert rc == 0, err
+        with monkeypatch.context() as m:
+            m.setattr(html, "render_report", interrupted)
+            for name in ("fresh", "kept"):
+                rc, _, err = cli(["calibrate", str(csv), "--name", name, "--no-lodo", "-q", *uri])
+                assert rc == 130 and "stays" not in err, err
+        rc, out, err = cli(["models", "--json", *uri])
+        assert rc == 0, err
+        assert {m["name"]: [v["version"] for v in m["versions"]] for m in json.loads(out)["models"]} == {"kept": [1]}
+        rc, _, err = cli(["evaluate", str(csv), "--model", "fresh", *uri])
+        assert rc == 2 and "no registered model named 'fresh'" in err, err
+        client = MlflowClient(uri[1] if uri else f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+        exp = client.get_experiment_by_name("hybrid-calibration")
+        assert sorted((r.info.run_name, r.info.status) for r in client.search_runs([exp.experiment_id])) == [
+            ("calibrate-fresh", "KILLED"), ("calibrate-kept", "FINISHED"), ("calibrate-kept", "KILLED")]
+
+    if where == "local":
+        check([])
+    else:
+        with running_mlflow_server(tmp_path) as (url, _):
+            check(["--tracking-uri", url])
 
 
 def test_a_server_gone_after_registration_names_the_version_left(tmp_path, shared_datasets, monkeypatch):

@@ -31,7 +31,7 @@ import yaml
 
 from hybrid import __version__
 from hybrid.errors import InvalidInputError, ModelNotFoundError
-from hybrid.tracking.store import Store, open_store, quiet_mlflow, retry
+from hybrid.tracking.store import RETRY_ATTEMPTS, Store, open_store, quiet_mlflow, retry
 
 #: Artifact folder of a run holding the pyfunc model.
 MODEL_ARTIFACT_PATH = "model"
@@ -107,8 +107,12 @@ def save_pyfunc(predictor: Any, directory: Path) -> Path:
 
 
 def register_version(client: Any, name: str, run_id: str, source: str, *, tags: dict[str, str] | None = None,
-                     description: str | None = None) -> int:
-    """Register ``source`` (a run's model folder) as a new version of ``name`` (created if missing)."""
+                     description: str | None = None, created: list[str] | None = None) -> int:
+    """Register ``source`` (a run's model folder) as a new version of ``name`` (created if missing).
+
+    Where this call created the registered model, ``name`` is appended to ``created`` at once, before the version
+    exists: a calibration that fails later (or is interrupted in between) then knows the name is its own to take
+    back (:func:`drop_if_empty`) instead of leaving a model with no versions in the registry."""
     try:
         retry(lambda: client.get_registered_model(name))
     except Exception as exc:
@@ -117,12 +121,27 @@ def register_version(client: Any, name: str, run_id: str, source: str, *, tags: 
         try:
             retry(lambda: client.create_registered_model(
                 name, description="hybrid calibrated predictor (roofline + learned corrections)"))
+            if created is not None:
+                created.append(name)
         except Exception as exc2:  # another process created it first
             if "already exists" not in str(exc2).lower() and "RESOURCE_ALREADY_EXISTS" not in str(exc2):
                 raise
     mv = retry(lambda: client.create_model_version(name, source, run_id=run_id, tags=tags or {},
                                                    description=description))
     return int(mv.version)
+
+
+def drop_if_empty(client: Any, name: str, attempts: int = RETRY_ATTEMPTS) -> bool:
+    """Delete registered model ``name`` if it has no versions (a failed calibration's own name, whose version was
+    taken back); True if it was deleted. Only for a name the caller created (``register_version(created=...)``):
+    a model someone registered by hand, with no versions yet, is theirs. Call it under the store lock: MLflow's
+    delete takes any version registered meanwhile with it, and the lock keeps other ``hybrid`` processes on a
+    local store from registering one between the check and the delete (a server has no such lock: the window
+    there is one request)."""
+    if retry(lambda: client.search_model_versions(f"name = '{_quote(name)}'"), attempts):
+        return False
+    retry(lambda: client.delete_registered_model(name), attempts)
+    return True
 
 
 def resolve_version(client: Any, ref: ModelRef | str) -> Any:
