@@ -188,12 +188,52 @@ class Store:
                 raise TrackingError(f"cannot create the tracking store directory {self.db_path.parent}: "
                                     f"{exc.strerror or exc}") from None
             with store_lock(self), quiet_mlflow():
+                _check_sqlite_store(self.db_path, create)
                 client = retry(lambda: MlflowClient(tracking_uri=self.uri, registry_uri=self.uri))
                 # The first call creates the tables; do it while holding the lock.
                 retry(lambda: client.search_experiments(max_results=1))
             return client
         probe_server(self.uri)
         return MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+
+
+#: Tables every MLflow SQLite store has from its first migration on: a database with tables but none of these is
+#: something else's.
+_MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs"})
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_sqlite_store(db: Path, create: bool) -> None:
+    """Refuse a local store file MLflow would misuse: a file that is not SQLite (MLflow's multi-line
+    ``DatabaseError: file is not a database`` with its SQL), a SQLite database of another program (MLflow writes
+    its ~60 tables into it, even for a read-only ``hybrid models``) and, read-only (``create=False``), a database
+    without MLflow's tables (an empty file: nothing was calibrated into it, and reading would create the schema)."""
+    if not db.is_file():
+        return
+    try:
+        with open(db, "rb") as fh:
+            head = fh.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise TrackingError(f"cannot read the tracking store {db}: {exc.strerror or exc}") from None
+    if head and head != _SQLITE_HEADER:
+        raise TrackingError(f"{db} is not a SQLite database, so not a tracking store; check --tracking-uri / "
+                            "$MLFLOW_TRACKING_URI")
+    tables: set[str] = set()
+    if head:
+        import sqlite3
+
+        try:
+            with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.Error as exc:
+            raise TrackingError(f"cannot read the tracking store {db}: {exc}") from None
+    if tables and not tables & _MLFLOW_TABLES:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise TrackingError(f"{db} is a SQLite database of something else (tables {shown}), not an MLflow tracking "
+                            "store: name another file (check --tracking-uri / $MLFLOW_TRACKING_URI)")
+    if not tables and not create:
+        raise TrackingError(f"no tracking store at {db} (an empty database: nothing was calibrated into it); "
+                            "check --tracking-uri / $MLFLOW_TRACKING_URI, or run `hybrid calibrate` first")
 
 
 def probe_timeout_s() -> float:
