@@ -632,6 +632,26 @@ def test_report_clears_its_progress_line_before_an_error(flow, tmp_path):
     assert head.rstrip("\r").rpartition("\r")[2].strip() == "", repr(err)  # the last drawn state is blank
 
 
+@pytest.mark.parametrize("option, says", [
+    (["--holdout-device", "T4"], "error: holdout devices choose the leave-one-device-out folds of a new calibration"),
+    (["--test-fraction", "0.5"], "error: --test-fraction is the random hold-out of a new calibration"),
+])
+def test_options_an_adaptation_ignored_are_refused(tmp_path, option, says):
+    """`calibrate --base` took `--holdout-device` and `--test-fraction` and did nothing with them: an adaptation has
+    no leave-one-device-out folds and holds out half of its new rows whatever the share. Both are refused up front,
+    before the base is loaded or a store touched."""
+    from hybrid.tracking.calibrate import CalibrationConfig
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+    rc, out, err = cli(["calibrate", str(bundle), "--name", "m", "--base", "gpus", *option, "--tracking-uri", uri,
+                        "-q"])
+    assert rc == 2 and not out and err.startswith(says) and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "store").exists()
+    with pytest.raises(ValueError, match="holdout devices"):
+        CalibrationConfig(name="m", base="gpus", holdout_devices=("T4",))
+
+
 @pytest.mark.parametrize("name", ["", " "])
 def test_an_empty_experiment_name_is_refused_before_any_work(tmp_path, name):
     """`--experiment ' '` calibrated into a new MLflow experiment named ' ' (and `''` failed in MLflow only after

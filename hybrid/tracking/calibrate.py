@@ -148,6 +148,12 @@ class CalibrationConfig:
             raise InvalidInputError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.base:
             parse_model_ref(self.base)
+            if self.holdout_devices:
+                # an adaptation has no leave-one-device-out folds (its score is the adapt split: half the new rows
+                # held out), so the devices were accepted and nothing was held out
+                raise InvalidInputError("holdout devices choose the leave-one-device-out folds of a new calibration; "
+                                        "an adaptation (base, --base) has none: it is scored on half of its new "
+                                        "rows held out (the adapt split)")
             if self.collective_transfer is not None:
                 raise InvalidInputError("collective_transfer applies to a new calibration; an adapted model (base) "
                                         "keeps the collective model of its base")
