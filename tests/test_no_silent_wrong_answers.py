@@ -342,6 +342,29 @@ def test_bench_validate_says_what_it_is_doing(tmp_path):
     assert rc == 0 and "(config, plan) pairs" in out
 
 
+def test_quickstart_refuses_a_data_dir_without_public_data(tmp_path, monkeypatch, capsys, catalog):
+    """`quickstart --data-dir ../shared` (one level above the mirror) skipped every public source with a note and
+    calibrated on the project's bundles alone, minutes later, as if that was asked for: refused up front now, nothing
+    recorded. The skip notes (a default directory missing one source) start their own line instead of being glued
+    to the end of the drawn progress bar."""
+    import re
+
+    from hybrid.cli.quickstart import import_public_subset
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    above = tmp_path / "shared"
+    (above / "datasets" / "neusight" / "test-dev").mkdir(parents=True)
+    rc, out, err = cli(["quickstart", "--data-dir", above])
+    assert rc == 2 and not out and err.startswith(f"error: --data-dir {above} holds none of the public data"), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "home").exists()
+
+    table, used = import_public_subset(above, catalog, progress=True)
+    err = capsys.readouterr().err
+    notes = [line for line in re.split(r"[\r\n]", err) if "note:" in line]
+    assert len(table) == 0 and not used and len(notes) == 4, err
+    assert all(line.startswith("note: ") for line in notes), notes
+
+
 def test_quickstart_says_how_many_devices_leave_one_out_covers(shared_datasets, catalog):
     from hybrid.cli.quickstart import QUICKSTART_LODO_DEVICES, lodo_coverage
     from hybrid.data.importers import import_paths
