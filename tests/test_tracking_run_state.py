@@ -128,6 +128,43 @@ def test_sigterm_mid_calibration_ends_the_run_killed(entry, tmp_path, shared_dat
     assert _statuses(MlflowClient(f"sqlite:///{Path(db)}")) == {"calibrate-term": "KILLED"}
 
 
+def test_a_store_killed_while_its_schema_is_created_is_absent_not_broken(tmp_path, shared_datasets):
+    """The first command of a new local store creates MLflow's schema (dozens of migrations, a second or two). Killed
+    in the middle (Ctrl-C, SIGKILL, a full disk), it left a half-migrated mlflow.db on which every later command,
+    `hybrid models` included, failed with MLflow's multi-line `OperationalError: table ... already exists`. The
+    schema is now built beside the store and moved into place whole: killed at any moment, the store is absent
+    (`no tracking store`), and the next calibration creates it."""
+    csv = write_csv(neusight_table(shared_datasets, max_rows=60, files=("softmax.csv",)), tmp_path / "t.csv")
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(HYBRID_HOME=str(home), PYTHONPATH=str(REPO))
+
+    def hybrid(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "hybrid.cli.main", *args], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+
+    proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", "calibrate", str(csv), "--name", "m",
+                             "--no-lodo", "-q"], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    try:
+        # the moment the schema's first tables are committed to the database, wherever it is built
+        while not any(p.stat().st_size for p in (home.glob("*mlflow.db*") if home.is_dir() else ())
+                      if p.is_file() and not p.name.endswith((".lock", "-journal", "-wal", "-shm"))):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no store was created"
+            time.sleep(0.002)
+        proc.kill()
+    finally:
+        proc.kill()
+        proc.communicate()
+    out = hybrid("models")
+    assert out.returncode == 2 and out.stderr.startswith("error: no tracking store at"), out.stderr
+    out = hybrid("calibrate", str(csv), "--name", "m", "--no-lodo", "-q")
+    assert out.returncode == 0, out.stderr
+    out = hybrid("models")
+    assert out.returncode == 0 and out.stdout.startswith("name"), out.stdout + out.stderr
+
+
 def test_a_failure_after_registration_takes_the_version_back(tmp_path, shared_datasets, monkeypatch):
     """The report fails to render after the model was registered: the run ended FAILED but its version stayed in the
     registry, listed by `hybrid models` and loaded by `--model NAME` as if the calibration had succeeded (its run

@@ -189,6 +189,8 @@ class Store:
                                     f"{exc.strerror or exc}") from None
             with store_lock(self), quiet_mlflow():
                 _check_sqlite_store(self.db_path, create)
+                if create and (not self.db_path.exists() or self.db_path.stat().st_size == 0):
+                    _create_schema_aside(self.db_path)
                 client = retry(lambda: MlflowClient(tracking_uri=self.uri, registry_uri=self.uri))
                 # The first call creates the tables; do it while holding the lock.
                 retry(lambda: client.search_experiments(max_results=1))
@@ -223,7 +225,9 @@ def _check_sqlite_store(db: Path, create: bool) -> None:
         import sqlite3
 
         try:
-            with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            # read-write but never created (mode=rw): a hot journal a killed writer left is rolled back, as MLflow's own
+            # connection would; read-only, that failed with "attempt to write a readonly database"
+            with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=30)) as conn:
                 tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.Error as exc:
             raise TrackingError(f"cannot read the tracking store {db}: {exc}") from None
@@ -234,6 +238,30 @@ def _check_sqlite_store(db: Path, create: bool) -> None:
     if not tables and not create:
         raise TrackingError(f"no tracking store at {db} (an empty database: nothing was calibrated into it); "
                             "check --tracking-uri / $MLFLOW_TRACKING_URI, or run `hybrid calibrate` first")
+
+
+def _create_schema_aside(db: Path) -> None:
+    """Create a new local store's MLflow schema (dozens of migrations, a second or two) in a temporary file beside
+    ``db`` and move it into place once complete. Created in place, a Ctrl-C or a kill in the middle left a
+    half-migrated database that every later command (``hybrid models`` included) failed on with MLflow's
+    multi-line ``OperationalError: table ... already exists``; now ``db`` is either absent or whole."""
+    from mlflow import MlflowClient
+
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.creating")
+    uri = f"sqlite:///{tmp.resolve()}"
+    try:
+        retry(lambda: MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments(max_results=1))
+        if not db.exists() or db.stat().st_size == 0:
+            # a journal beside an empty database (a writer killed in its first transaction) would be "rolled back"
+            # onto the new one, truncating it to the empty file's size
+            for stale in (db.with_name(db.name + sfx) for sfx in ("-journal", "-wal", "-shm")):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+        os.replace(tmp, db)
+    finally:
+        for leftover in (tmp, *(tmp.with_name(tmp.name + sfx) for sfx in ("-journal", "-wal", "-shm"))):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
 
 
 def probe_timeout_s() -> float:
