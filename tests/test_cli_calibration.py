@@ -632,6 +632,25 @@ def test_report_clears_its_progress_line_before_an_error(flow, tmp_path):
     assert head.rstrip("\r").rpartition("\r")[2].strip() == "", repr(err)  # the last drawn state is blank
 
 
+def test_models_lists_every_registered_model_past_one_page(tmp_path):
+    """The registry was read one page at a time: with more than 1,000 registered models (a shared server's), `hybrid
+    models` listed the first 1,000 and left the others out without a word, and `--model` of one of those said no
+    model of that name was registered. Every page is read now."""
+    from hybrid.tracking.store import open_store
+
+    db = tmp_path / "mlflow.db"
+    client = open_store(str(db)).client()
+    names = [f"m{i:04d}" for i in range(1001)]
+    for name in names:
+        client.create_registered_model(name)
+    rc, out, err = cli(["models", "--json", "--tracking-uri", db])
+    assert rc == 0, err
+    assert [m["name"] for m in json.loads(out)["models"]] == names
+    rc, _, err = cli(["predict", "gemm", "-d", "T4", "-m", "8", "-n", "8", "-k", "8", "--model", names[-1],
+                      "--tracking-uri", db])
+    assert rc == 2 and f"model {names[-1]!r} is registered but has no versions" in err, err
+
+
 @pytest.mark.parametrize("option, says", [
     (["--holdout-device", "T4"], "error: holdout devices choose the leave-one-device-out folds of a new calibration"),
     (["--test-fraction", "0.5"], "error: --test-fraction is the random hold-out of a new calibration"),
