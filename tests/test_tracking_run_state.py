@@ -290,3 +290,25 @@ def test_a_version_whose_run_did_not_finish_is_not_listed_as_usable(tmp_path, sh
     assert rc == 0 and json.loads(out)["models"][0]["versions"][0]["run_status"] == "RUNNING"
     rc, _, err = cli(predict)
     assert rc == 0 and note in err, err
+
+
+def test_an_experiment_name_keeps_its_artifacts_inside_the_store(tmp_path, monkeypatch):
+    """The experiment's name went into its artifact location as it was: `--experiment ../../escaped` wrote every run's
+    model, predictions and report two folders above the store's `artifacts/`, and `a #1` and `a #2` both wrote to
+    `artifacts/a ` (a file URI ends at '#'). Each experiment now gets its own folder inside `artifacts/`, and its
+    models load as before."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "store" / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    csv = tmp_path / "t.csv"
+    csv.write_text("device,op,dtype,m,n,k,time_us\nT4,gemm,fp32,64,64,64,10\nT4,gemm,fp32,512,512,512,90\n"
+                   "T4,gemm,fp32,1024,1024,1024,400\n")
+    names = ["../../escaped", "a #1", "a #2", "hybrid-calibration"]
+    for i, experiment in enumerate(names, 1):
+        rc, _, err = cli(["calibrate", str(csv), "--name", "m", "--experiment", experiment, "--no-lodo", "-q"])
+        assert rc == 0, err
+        rc, _, err = cli(["evaluate", str(csv), "--model", f"m/{i}"])
+        assert rc == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store", "t.csv"]
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["home"]
+    artifacts = tmp_path / "store" / "home" / "artifacts"
+    assert len(list(artifacts.iterdir())) == 4 and (artifacts / "hybrid-calibration").is_dir()

@@ -462,6 +462,19 @@ def retry(fn: Callable[[], _T], attempts: int = RETRY_ATTEMPTS, base_delay_s: fl
     raise AssertionError("unreachable")
 
 
+def artifact_folder(experiment: str) -> str:
+    """The folder under a local store's ``artifacts/`` for ``experiment``: its name where that is a plain file name
+    (``hybrid-calibration``), else the name with every other character replaced and a digest of the name appended.
+    The name went into the artifact URI as it was: ``--experiment ../../x`` wrote the runs' artifacts outside the
+    store, and ``a #1`` / ``a #2`` both wrote to ``artifacts/a `` (the URI ends at ``#``)."""
+    import hashlib
+
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", experiment):
+        return experiment
+    plain = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"
+    return f"{plain[:80]}-{hashlib.sha256(experiment.encode()).hexdigest()[:12]}"
+
+
 def ensure_experiment(client, store: Store, name: str = DEFAULT_EXPERIMENT) -> str:
     """The id of experiment ``name``, created if missing (artifacts of a local store go beside its database).
     Safe when two processes create it at once."""
@@ -472,7 +485,7 @@ def ensure_experiment(client, store: Store, name: str = DEFAULT_EXPERIMENT) -> s
         return exp.experiment_id
     location = None
     if store.artifact_root is not None:
-        location = f"{store.artifact_root}/{name}"
+        location = f"{store.artifact_root}/{artifact_folder(name)}"
     try:
         return retry(lambda: client.create_experiment(name, artifact_location=location))
     except Exception as exc:
