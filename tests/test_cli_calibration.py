@@ -640,6 +640,45 @@ def test_report_clears_its_progress_line_before_an_error(flow, tmp_path):
     assert head.rstrip("\r").rpartition("\r")[2].strip() == "", repr(err)  # the last drawn state is blank
 
 
+def test_models_lists_every_registered_model_past_one_page(tmp_path):
+    """The registry was read one page at a time: with more than 1,000 registered models (a shared server's), `hybrid
+    models` listed the first 1,000 and left the others out without a word, and `--model` of one of those said no
+    model of that name was registered. Every page is read now."""
+    from hybrid.tracking.store import open_store
+
+    db = tmp_path / "mlflow.db"
+    client = open_store(str(db)).client()
+    names = [f"m{i:04d}" for i in range(1001)]
+    for name in names:
+        client.create_registered_model(name)
+    rc, out, err = cli(["models", "--json", "--tracking-uri", db])
+    assert rc == 0, err
+    assert [m["name"] for m in json.loads(out)["models"]] == names
+    rc, _, err = cli(["predict", "gemm", "-d", "T4", "-m", "8", "-n", "8", "-k", "8", "--model", names[-1],
+                      "--tracking-uri", db])
+    assert rc == 2 and f"model {names[-1]!r} is registered but has no versions" in err, err
+
+
+@pytest.mark.parametrize("option, says", [
+    (["--holdout-device", "T4"], "error: holdout devices choose the leave-one-device-out folds of a new calibration"),
+    (["--test-fraction", "0.5"], "error: --test-fraction is the random hold-out of a new calibration"),
+])
+def test_options_an_adaptation_ignored_are_refused(tmp_path, option, says):
+    """`calibrate --base` took `--holdout-device` and `--test-fraction` and did nothing with them: an adaptation has
+    no leave-one-device-out folds and holds out half of its new rows whatever the share. Both are refused up front,
+    before the base is loaded or a store touched."""
+    from hybrid.tracking.calibrate import CalibrationConfig
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    bundle = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+    rc, out, err = cli(["calibrate", str(bundle), "--name", "m", "--base", "gpus", *option, "--tracking-uri", uri,
+                        "-q"])
+    assert rc == 2 and not out and err.startswith(says) and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "store").exists()
+    with pytest.raises(ValueError, match="holdout devices"):
+        CalibrationConfig(name="m", base="gpus", holdout_devices=("T4",))
+
+
 @pytest.mark.parametrize("name", ["", " "])
 def test_an_empty_experiment_name_is_refused_before_any_work(tmp_path, name):
     """`--experiment ' '` calibrated into a new MLflow experiment named ' ' (and `''` failed in MLflow only after

@@ -194,6 +194,35 @@ def test_read_only_commands_never_create_a_store(tmp_path, shared_datasets):
         assert not (tmp_path / "nonexistent").exists()
 
 
+def test_a_store_file_that_is_not_an_mlflow_store_is_left_alone(tmp_path):
+    """A `--tracking-uri x.db` naming the wrong file: a SQLite database of another program got MLflow's ~60 tables
+    written into it, by a read-only `hybrid models` too; an empty file was turned into an empty store by `hybrid
+    models` (then "no models are registered") instead of "no tracking store"; a file that is not SQLite gave
+    MLflow's three-line DatabaseError with its SQL. Each is now one error line, and no file is changed."""
+    import sqlite3
+
+    other = tmp_path / "app.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE users (id INTEGER)")
+    (tmp_path / "empty.db").write_bytes(b"")
+    (tmp_path / "notes.db").write_text("not a database\n")
+    table = tmp_path / "t.csv"
+    table.write_text("device,op,dtype,m,n,k,time_us\nT4,gemm,fp32,64,64,64,10\n")
+    cases = {other: "is a SQLite database of something else (tables users)",
+             tmp_path / "empty.db": "no tracking store at",
+             tmp_path / "notes.db": "is not a SQLite database"}
+    for path, says in cases.items():
+        before = path.read_bytes()
+        commands = [["models"], ["evaluate", table, "--model", "kern"]]
+        if path != tmp_path / "empty.db":  # an empty file is a new SQLite database: calibrate may start a store there
+            commands.append(["calibrate", table, "--name", "kern", "--no-lodo", "-q"])
+        for args in commands:
+            rc, _, err = cli([*args, "--tracking-uri", path])
+            assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, (path, args, err)
+        assert path.read_bytes() == before, path
+        assert not path.with_name(path.name + "-journal").exists()
+
+
 # ------------------------------------------------------------------------------ outputs
 def test_outputs_get_the_permissions_of_an_ordinary_write(tmp_path):
     from hybrid.atomic import atomic_directory, write_text
@@ -311,6 +340,29 @@ def test_bench_validate_says_what_it_is_doing(tmp_path):
     rc, out, err = cli(["bench", "validate", tmp_path / "results.csv", "--roofline", "--system", "H100-SXM"])
     assert "[1/2] building the roofline predictor" in err and "[2/2] predicting every (config, plan)" in err
     assert rc == 0 and "(config, plan) pairs" in out
+
+
+def test_quickstart_refuses_a_data_dir_without_public_data(tmp_path, monkeypatch, capsys, catalog):
+    """`quickstart --data-dir ../shared` (one level above the mirror) skipped every public source with a note and
+    calibrated on the project's bundles alone, minutes later, as if that was asked for: refused up front now, nothing
+    recorded. The skip notes (a default directory missing one source) start their own line instead of being glued
+    to the end of the drawn progress bar."""
+    import re
+
+    from hybrid.cli.quickstart import import_public_subset
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    above = tmp_path / "shared"
+    (above / "datasets" / "neusight" / "test-dev").mkdir(parents=True)
+    rc, out, err = cli(["quickstart", "--data-dir", above])
+    assert rc == 2 and not out and err.startswith(f"error: --data-dir {above} holds none of the public data"), err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "home").exists()
+
+    table, used = import_public_subset(above, catalog, progress=True)
+    err = capsys.readouterr().err
+    notes = [line for line in re.split(r"[\r\n]", err) if "note:" in line]
+    assert len(table) == 0 and not used and len(notes) == 4, err
+    assert all(line.startswith("note: ") for line in notes), notes
 
 
 def test_quickstart_says_how_many_devices_leave_one_out_covers(shared_datasets, catalog):

@@ -128,11 +128,48 @@ def test_sigterm_mid_calibration_ends_the_run_killed(entry, tmp_path, shared_dat
     assert _statuses(MlflowClient(f"sqlite:///{Path(db)}")) == {"calibrate-term": "KILLED"}
 
 
+def test_a_store_killed_while_its_schema_is_created_is_absent_not_broken(tmp_path, shared_datasets):
+    """The first command of a new local store creates MLflow's schema (dozens of migrations, a second or two). Killed
+    in the middle (Ctrl-C, SIGKILL, a full disk), it left a half-migrated mlflow.db on which every later command,
+    `hybrid models` included, failed with MLflow's multi-line `OperationalError: table ... already exists`. The
+    schema is now built beside the store and moved into place whole: killed at any moment, the store is absent
+    (`no tracking store`), and the next calibration creates it."""
+    csv = write_csv(neusight_table(shared_datasets, max_rows=60, files=("softmax.csv",)), tmp_path / "t.csv")
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(HYBRID_HOME=str(home), PYTHONPATH=str(REPO))
+
+    def hybrid(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "hybrid.cli.main", *args], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
+
+    proc = subprocess.Popen([sys.executable, "-m", "hybrid.cli.main", "calibrate", str(csv), "--name", "m",
+                             "--no-lodo", "-q"], env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    try:
+        # the moment the schema's first tables are committed to the database, wherever it is built
+        while not any(p.stat().st_size for p in (home.glob("*mlflow.db*") if home.is_dir() else ())
+                      if p.is_file() and not p.name.endswith((".lock", "-journal", "-wal", "-shm"))):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no store was created"
+            time.sleep(0.002)
+        proc.kill()
+    finally:
+        proc.kill()
+        proc.communicate()
+    out = hybrid("models")
+    assert out.returncode == 2 and out.stderr.startswith("error: no tracking store at"), out.stderr
+    out = hybrid("calibrate", str(csv), "--name", "m", "--no-lodo", "-q")
+    assert out.returncode == 0, out.stderr
+    out = hybrid("models")
+    assert out.returncode == 0 and out.stdout.startswith("name"), out.stdout + out.stderr
+
+
 def test_a_failure_after_registration_takes_the_version_back(tmp_path, shared_datasets, monkeypatch):
     """The report fails to render after the model was registered: the run ended FAILED but its version stayed in the
     registry, listed by `hybrid models` and loaded by `--model NAME` as if the calibration had succeeded (its run
     without the training rows evaluate checks against, nor the report). The version is now deleted with the run
-    marked FAILED; nothing says a run stayed RUNNING."""
+    marked FAILED, and the registered model it created with it; nothing says a run stayed RUNNING."""
     import hybrid.reports.html as html
 
     monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
@@ -155,9 +192,53 @@ def test_a_failure_after_registration_takes_the_version_back(tmp_path, shared_da
     assert rc == 0, err
     import json
 
-    assert [m["versions"] for m in json.loads(out)["models"] if m["name"] == "half"] in ([], [[]])
+    assert [m["name"] for m in json.loads(out)["models"]] == []
     rc, _, err = cli(["evaluate", str(csv), "--model", "half"])
-    assert rc != 0 and "no versions" in err, err
+    assert rc != 0 and "no registered model named 'half'" in err, err
+
+
+@pytest.mark.parametrize("where", ["local", "server"])
+def test_an_interrupted_first_calibration_leaves_no_empty_model(where, tmp_path, shared_datasets, monkeypatch):
+    """Ctrl-C while the first calibration of a new name was recording its run (after the registration) deleted the
+    version but left the registered model it had created: `hybrid models` listed NAME with no version and no run,
+    and `--model NAME` said it was registered. The name is now taken back with its version, locally and on a real
+    server; a name that had a version before keeps it, and its registered model."""
+    import json
+
+    from mlflow import MlflowClient
+
+    import hybrid.reports.html as html
+
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    csv = write_csv(neusight_table(shared_datasets, max_rows=200, files=("bmm.csv", "softmax.csv")), tmp_path / "t.csv")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def check(uri: list[str]) -> None:
+        rc, out, err = cli(["calibrate", str(csv), "--name", "kept", "--no-lodo", "-q", *uri])
+        assert rc == 0, err
+        with monkeypatch.context() as m:
+            m.setattr(html, "render_report", interrupted)
+            for name in ("fresh", "kept"):
+                rc, _, err = cli(["calibrate", str(csv), "--name", name, "--no-lodo", "-q", *uri])
+                assert rc == 130 and "stays" not in err, err
+        rc, out, err = cli(["models", "--json", *uri])
+        assert rc == 0, err
+        assert {m["name"]: [v["version"] for v in m["versions"]] for m in json.loads(out)["models"]} == {"kept": [1]}
+        rc, _, err = cli(["evaluate", str(csv), "--model", "fresh", *uri])
+        assert rc == 2 and "no registered model named 'fresh'" in err, err
+        client = MlflowClient(uri[1] if uri else f"sqlite:///{tmp_path / 'home' / 'mlflow.db'}")
+        exp = client.get_experiment_by_name("hybrid-calibration")
+        assert sorted((r.info.run_name, r.info.status) for r in client.search_runs([exp.experiment_id])) == [
+            ("calibrate-fresh", "KILLED"), ("calibrate-kept", "FINISHED"), ("calibrate-kept", "KILLED")]
+
+    if where == "local":
+        check([])
+    else:
+        with running_mlflow_server(tmp_path) as (url, _):
+            check(["--tracking-uri", url])
 
 
 def test_a_server_gone_after_registration_names_the_version_left(tmp_path, shared_datasets, monkeypatch):
@@ -209,3 +290,25 @@ def test_a_version_whose_run_did_not_finish_is_not_listed_as_usable(tmp_path, sh
     assert rc == 0 and json.loads(out)["models"][0]["versions"][0]["run_status"] == "RUNNING"
     rc, _, err = cli(predict)
     assert rc == 0 and note in err, err
+
+
+def test_an_experiment_name_keeps_its_artifacts_inside_the_store(tmp_path, monkeypatch):
+    """The experiment's name went into its artifact location as it was: `--experiment ../../escaped` wrote every run's
+    model, predictions and report two folders above the store's `artifacts/`, and `a #1` and `a #2` both wrote to
+    `artifacts/a ` (a file URI ends at '#'). Each experiment now gets its own folder inside `artifacts/`, and its
+    models load as before."""
+    monkeypatch.setenv("HYBRID_HOME", str(tmp_path / "store" / "home"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    csv = tmp_path / "t.csv"
+    csv.write_text("device,op,dtype,m,n,k,time_us\nT4,gemm,fp32,64,64,64,10\nT4,gemm,fp32,512,512,512,90\n"
+                   "T4,gemm,fp32,1024,1024,1024,400\n")
+    names = ["../../escaped", "a #1", "a #2", "hybrid-calibration"]
+    for i, experiment in enumerate(names, 1):
+        rc, _, err = cli(["calibrate", str(csv), "--name", "m", "--experiment", experiment, "--no-lodo", "-q"])
+        assert rc == 0, err
+        rc, _, err = cli(["evaluate", str(csv), "--model", f"m/{i}"])
+        assert rc == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store", "t.csv"]
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["home"]
+    artifacts = tmp_path / "store" / "home" / "artifacts"
+    assert len(list(artifacts.iterdir())) == 4 and (artifacts / "hybrid-calibration").is_dir()

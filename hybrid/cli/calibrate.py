@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from hybrid.cli.evaluate import echo_comparison
 from hybrid.cli.output import echo_json, named, quality_warnings
+from hybrid.errors import InvalidInputError
 from hybrid.tracking.store import DEFAULT_EXPERIMENT, redact_uri
 
 #: ``--strategy`` choices: :data:`hybrid.corrections.adapt.STRATEGIES` (listed here so that ``--help`` does not
@@ -205,6 +207,10 @@ def calibrate(tables: tuple[str, ...], name: str, base: str | None, holdout_devi
     from hybrid.tracking.calibrate import calibrate as run_calibration
     from hybrid.tracking.inputs import load_measurements, subsample
 
+    if base and click.get_current_context().get_parameter_source("test_fraction") != ParameterSource.DEFAULT:
+        # the adapt split holds out half of the new rows whatever the share asked for: it was taken and ignored
+        raise InvalidInputError("--test-fraction is the random hold-out of a new calibration; an adaptation (--base) "
+                               "is scored on half of its new rows held out (the adapt split)")
     config = CalibrationConfig(name=name, base=base, holdout_devices=holdout_device, exclude_devices=exclude_device,
                                seed=seed, test_fraction=test_fraction, lodo=not no_lodo, experiment=experiment,
                                collective_transfer=collective_transfer, adapt_strategy=adapt_strategy,

@@ -4,6 +4,7 @@ and show how well it predicts, in one command (no server needed)."""
 from __future__ import annotations
 
 import glob
+import sys
 import warnings
 from pathlib import Path
 
@@ -96,6 +97,11 @@ def import_public_subset(data_dir: Path, catalog, seed: int = 0, progress: bool 
     return table, used
 
 
+def public_patterns() -> list[str]:
+    """The file patterns (relative to the public-data directory) of every source quickstart reads."""
+    return [pat for _, _, patterns, _ in PUBLIC_SUBSET + PUBLIC_WHOLE for pat in patterns]
+
+
 def _import_sources(sources: tuple, data_dir: Path, catalog, progress: bool) -> tuple[pd.DataFrame, list[str]]:
     import importlib
 
@@ -106,7 +112,8 @@ def _import_sources(sources: tuple, data_dir: Path, catalog, progress: bool) -> 
                                                 disable=not progress, leave=False):
         files = sorted(f for pat in patterns for f in glob.glob(str(data_dir / pat)))
         if not files:
-            click.echo(f"note: {label}: no files under {data_dir}, skipped", err=True)
+            # through tqdm: a plain echo was glued to the end of the drawn bar ("...?source/s]note: ...")
+            tqdm.write(f"note: {label}: no files under {data_dir}, skipped", file=sys.stderr)
             continue
         module, fn = target.split(":")
         try:
@@ -117,7 +124,7 @@ def _import_sources(sources: tuple, data_dir: Path, catalog, progress: bool) -> 
             frames.append(validate(df, catalog, source=label))
             used.append(f"{label}: {len(df):,} rows")
         except (HybridError, ImportError, OSError) as exc:
-            click.echo(f"note: {label}: skipped ({str(exc).splitlines()[0]})", err=True)
+            tqdm.write(f"note: {label}: skipped ({str(exc).splitlines()[0]})", file=sys.stderr)
     if not frames:
         return pd.DataFrame(), used
     return pd.concat(frames, ignore_index=True, sort=False), used
@@ -191,6 +198,12 @@ def quickstart(data_dir: str | None, no_public: bool, name: str, seed: int, trac
     # a bad --name or --data-dir first, before minutes of reading and importing measurements
     config = CalibrationConfig(name=name, seed=seed, max_lodo_devices=QUICKSTART_LODO_DEVICES)
     public = None if no_public else public_data_dir(data_dir, required=data_dir is not None)
+    if public is not None and data_dir is not None and not any(glob.glob(str(public / p)) for p in public_patterns()):
+        # a directory above or below the mirror (../shared, ../shared/datasets/neusight): every source was skipped
+        # with a note and the model fitted on the project's bundles alone, minutes later, as if that was asked for
+        raise InvalidInputError(f"--data-dir {data_dir} holds none of the public data quickstart reads ("
+                                + ", ".join(public_patterns()[:2]) + ", ...): name the directory that holds "
+                                "neusight/, nccl-tests/ and xla/ (or leave --data-dir out, or pass --no-public)")
     bundles = project_bundles()
     if bundles:
         data = load_measurements(bundles)

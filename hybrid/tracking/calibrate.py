@@ -70,6 +70,7 @@ from hybrid.tracking.inputs import Measurements, merge_catalog, table_digest
 from hybrid.tracking.registry import (
     MODEL_ARTIFACT_PATH,
     download_model,
+    drop_if_empty,
     parse_model_ref,
     register_version,
     resolve_version,
@@ -147,6 +148,12 @@ class CalibrationConfig:
             raise InvalidInputError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.base:
             parse_model_ref(self.base)
+            if self.holdout_devices:
+                # an adaptation has no leave-one-device-out folds (its score is the adapt split: half the new rows
+                # held out), so the devices were accepted and nothing was held out
+                raise InvalidInputError("holdout devices choose the leave-one-device-out folds of a new calibration; "
+                                        "an adaptation (base, --base) has none: it is scored on half of its new "
+                                        "rows held out (the adapt split)")
             if self.collective_transfer is not None:
                 raise InvalidInputError("collective_transfer applies to a new calibration; an adapted model (base) "
                                         "keeps the collective model of its base")
@@ -260,6 +267,7 @@ def calibrate(
         run_id = run.info.run_id
         t0 = time.time()
         registered: list[int] = []  # the version _publish registered, if it got that far before a failure
+        created: list[str] = []  # the registered model's name, where _publish created it (a new name)
         try:
             if left_out:
                 retry(lambda: client.set_tag(run_id, "hybrid.left_out_implausible", left_out[:4000]))
@@ -279,24 +287,27 @@ def calibrate(
             with publishing, store_lock(store), quiet_mlflow():
                 version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
                                             summaries, base_info, time.time() - t0, stage, registered,
-                                            left_out=dropped)
+                                            left_out=dropped, created=created)
                 retry(lambda: client.set_terminated(run_id, "FINISHED"))
         except BaseException as exc:
-            _end_failed_run(client, store, run_id, exc, (config.name, registered[0]) if registered else None)
+            _end_failed_run(client, store, run_id, exc, (config.name, registered[0]) if registered else None,
+                            created_model=created[0] if created else None)
             raise
     return CalibrationResult(run_id, exp_id, config.name, version, store.uri, predictor, predictions,
                              summaries, summary, report_html)
 
 
 def _end_failed_run(client: Any, store: Store, run_id: str, exc: BaseException,
-                    registered: tuple[str, int] | None = None) -> None:
+                    registered: tuple[str, int] | None = None, created_model: str | None = None) -> None:
     """End the run of a calibration that raised ``exc``: bad input found while fitting (nothing fits, a split
     leaves no rows) deletes it, as for input refused before the run started; an interrupt (Ctrl-C, or the SIGTERM
     the CLI and :func:`calibrate` turn into one) marks it ``KILLED``; any other failure ``FAILED``.
 
     A version ``registered`` (name, version) before the failure is deleted first: its run never recorded what
     ``evaluate`` and ``report`` read back (the training rows, the report), and ``NAME`` (latest) would load it
-    as if the calibration had succeeded. Where the store cannot be told (the server went away mid-run, it
+    as if the calibration had succeeded. A registered model this run created (``created_model``: the first
+    calibration of a new name) is deleted with it when no version is left: ``hybrid models`` listed it, with no
+    version, after the first calibration of a name was interrupted. Where the store cannot be told (the server went away mid-run, it
     refuses the request), a :class:`~hybrid.errors.RunStateWarning` says the run stays ``RUNNING`` there, and
     names the version left registered; the original failure is raised by the caller either way."""
     import warnings
@@ -322,6 +333,15 @@ def _end_failed_run(client: Any, store: Store, run_id: str, exc: BaseException,
                 warnings.warn(f"run {run_id} stays RUNNING in {uri}: it could not be marked {status} there"
                               f"{left_registered}", RunStateWarning, stacklevel=3)
                 return
+    if created_model is not None and not left_registered:
+        try:
+            with store_lock(store), quiet_mlflow():  # no other hybrid process registers a version meanwhile
+                drop_if_empty(client, created_model, attempts)
+        except Exception as drop_exc:  # noqa: BLE001 - said below, with the run's state
+            reason = str(drop_exc).splitlines()[0] if str(drop_exc) else type(drop_exc).__name__
+            left_registered = (f"; the registered model {created_model!r}, created by it, stays in the registry with "
+                               f"no versions: delete it with `MlflowClient({uri!r}).delete_registered_model("
+                               f"{created_model!r})` ({reason[:200]})")
     try:
         with quiet_mlflow():
             if bad_input:
@@ -595,10 +615,12 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
              summaries: dict[str, Any], base_info: dict[str, Any] | None, elapsed_s: float,
              stage: Callable[[str], None] = lambda what: None,
              registered: list[int] | None = None,
-             left_out: list[str] | None = None) -> tuple[int | None, dict[str, Any], str]:
+             left_out: list[str] | None = None,
+             created: list[str] | None = None) -> tuple[int | None, dict[str, Any], str]:
     """Log the run's parameters, metrics, dataset, model and report to the store and register the model;
     ``stage`` is told each step as it starts (the progress line on stderr); the registered version is appended
-    to ``registered`` as soon as it exists, so that a later failure can take it back."""
+    to ``registered`` as soon as it exists, so that a later failure can take it back (and the model's name to
+    ``created`` where this run created the registered model)."""
     from mlflow.entities import Dataset, DatasetInput, Metric, Param, RunTag
 
     from hybrid.reports.html import envelope_rows, plotted_splits, render_report
@@ -672,7 +694,8 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
             version = register_version(
                 client, config.name, run_id, source,
                 tags={"data_sha256": digest, "base": base_tag, "hybrid_version": __version__},
-                description=f"hybrid calibrate on {len(table):,} rows ({', '.join(profile['rows_per_device'])})")
+                description=f"hybrid calibrate on {len(table):,} rows ({', '.join(profile['rows_per_device'])})",
+                created=created)
             if registered is not None:
                 registered.append(version)
             retry(lambda: client.set_tag(run_id, "hybrid.registered_version", str(version)))

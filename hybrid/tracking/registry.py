@@ -22,6 +22,7 @@ import re
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ import yaml
 
 from hybrid import __version__
 from hybrid.errors import InvalidInputError, ModelNotFoundError
-from hybrid.tracking.store import Store, open_store, quiet_mlflow, retry
+from hybrid.tracking.store import RETRY_ATTEMPTS, Store, open_store, quiet_mlflow, retry
 
 #: Artifact folder of a run holding the pyfunc model.
 MODEL_ARTIFACT_PATH = "model"
@@ -107,8 +108,12 @@ def save_pyfunc(predictor: Any, directory: Path) -> Path:
 
 
 def register_version(client: Any, name: str, run_id: str, source: str, *, tags: dict[str, str] | None = None,
-                     description: str | None = None) -> int:
-    """Register ``source`` (a run's model folder) as a new version of ``name`` (created if missing)."""
+                     description: str | None = None, created: list[str] | None = None) -> int:
+    """Register ``source`` (a run's model folder) as a new version of ``name`` (created if missing).
+
+    Where this call created the registered model, ``name`` is appended to ``created`` at once, before the version
+    exists: a calibration that fails later (or is interrupted in between) then knows the name is its own to take
+    back (:func:`drop_if_empty`) instead of leaving a model with no versions in the registry."""
     try:
         retry(lambda: client.get_registered_model(name))
     except Exception as exc:
@@ -117,12 +122,57 @@ def register_version(client: Any, name: str, run_id: str, source: str, *, tags: 
         try:
             retry(lambda: client.create_registered_model(
                 name, description="hybrid calibrated predictor (roofline + learned corrections)"))
+            if created is not None:
+                created.append(name)
         except Exception as exc2:  # another process created it first
             if "already exists" not in str(exc2).lower() and "RESOURCE_ALREADY_EXISTS" not in str(exc2):
                 raise
     mv = retry(lambda: client.create_model_version(name, source, run_id=run_id, tags=tags or {},
                                                    description=description))
     return int(mv.version)
+
+
+#: Page sizes of the registry searches (MLflow's largest: a larger page is refused).
+MODELS_PAGE = 1000
+VERSIONS_PAGE = 10000
+
+
+def _all_pages(fetch: Callable[[str | None], Any]) -> list[Any]:
+    """Every result of a paged MLflow search: ``fetch(page_token)`` until a page has no next token. One page was
+    read before: a store with more than 1,000 registered models listed the first 1,000 in `hybrid models`, the
+    others not at all, and said nothing."""
+    out: list[Any] = []
+    token: str | None = None
+    while True:
+        page = retry(lambda token=token: fetch(token))
+        out.extend(page)
+        token = getattr(page, "token", None)
+        if not token:
+            return out
+
+
+def registered_models(client: Any) -> list[Any]:
+    """Every registered model of the store."""
+    return _all_pages(lambda t: client.search_registered_models(max_results=MODELS_PAGE, page_token=t))
+
+
+def model_versions(client: Any, name: str) -> list[Any]:
+    """Every version of registered model ``name``."""
+    return _all_pages(lambda t: client.search_model_versions(f"name = '{_quote(name)}'", max_results=VERSIONS_PAGE,
+                                                             page_token=t))
+
+
+def drop_if_empty(client: Any, name: str, attempts: int = RETRY_ATTEMPTS) -> bool:
+    """Delete registered model ``name`` if it has no versions (a failed calibration's own name, whose version was
+    taken back); True if it was deleted. Only for a name the caller created (``register_version(created=...)``):
+    a model someone registered by hand, with no versions yet, is theirs. Call it under the store lock: MLflow's
+    delete takes any version registered meanwhile with it, and the lock keeps other ``hybrid`` processes on a
+    local store from registering one between the check and the delete (a server has no such lock: the window
+    there is one request)."""
+    if retry(lambda: client.search_model_versions(f"name = '{_quote(name)}'"), attempts):
+        return False
+    retry(lambda: client.delete_registered_model(name), attempts)
+    return True
 
 
 def resolve_version(client: Any, ref: ModelRef | str) -> Any:
@@ -136,9 +186,9 @@ def resolve_version(client: Any, ref: ModelRef | str) -> Any:
             return retry(lambda: client.get_model_version_by_alias(ref.name, ref.alias))
         except Exception:
             raise ModelNotFoundError(f"model {ref.name!r} has no alias {ref.alias!r}") from None
-    versions = retry(lambda: client.search_model_versions(f"name = '{_quote(ref.name)}'"))
+    versions = model_versions(client, ref.name)
     if not versions:
-        known = sorted({m.name for m in retry(lambda: client.search_registered_models(max_results=1000))})
+        known = sorted({m.name for m in registered_models(client)})
         if ref.name in known:  # registered (by hand, or every version deleted) but with nothing to load
             raise ModelNotFoundError(f"model {ref.name!r} is registered but has no versions (run `hybrid calibrate "
                                      f"--name {ref.name}` to add one)")
@@ -317,8 +367,8 @@ def list_models(tracking_uri: str | None = None) -> list[dict[str, Any]]:
     """Every registered model with its versions (number, run id, the run's status, creation time, tags)."""
     client = open_store(tracking_uri).client(create=False)
     out = []
-    for rm in retry(lambda: client.search_registered_models(max_results=1000)):
-        versions = retry(lambda rm=rm: client.search_model_versions(f"name = '{_quote(rm.name)}'"))
+    for rm in registered_models(client):
+        versions = model_versions(client, rm.name)
         out.append({"name": rm.name, "versions": [
             {"version": int(v.version), "run_id": v.run_id, "run_status": _run_status(client, v.run_id),
              "created": v.creation_timestamp, "tags": dict(v.tags)}

@@ -188,12 +188,80 @@ class Store:
                 raise TrackingError(f"cannot create the tracking store directory {self.db_path.parent}: "
                                     f"{exc.strerror or exc}") from None
             with store_lock(self), quiet_mlflow():
+                _check_sqlite_store(self.db_path, create)
+                if create and (not self.db_path.exists() or self.db_path.stat().st_size == 0):
+                    _create_schema_aside(self.db_path)
                 client = retry(lambda: MlflowClient(tracking_uri=self.uri, registry_uri=self.uri))
                 # The first call creates the tables; do it while holding the lock.
                 retry(lambda: client.search_experiments(max_results=1))
             return client
         probe_server(self.uri)
         return MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+
+
+#: Tables every MLflow SQLite store has from its first migration on: a database with tables but none of these is
+#: something else's.
+_MLFLOW_TABLES = frozenset({"alembic_version", "experiments", "runs"})
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_sqlite_store(db: Path, create: bool) -> None:
+    """Refuse a local store file MLflow would misuse: a file that is not SQLite (MLflow's multi-line
+    ``DatabaseError: file is not a database`` with its SQL), a SQLite database of another program (MLflow writes
+    its ~60 tables into it, even for a read-only ``hybrid models``) and, read-only (``create=False``), a database
+    without MLflow's tables (an empty file: nothing was calibrated into it, and reading would create the schema)."""
+    if not db.is_file():
+        return
+    try:
+        with open(db, "rb") as fh:
+            head = fh.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise TrackingError(f"cannot read the tracking store {db}: {exc.strerror or exc}") from None
+    if head and head != _SQLITE_HEADER:
+        raise TrackingError(f"{db} is not a SQLite database, so not a tracking store; check --tracking-uri / "
+                            "$MLFLOW_TRACKING_URI")
+    tables: set[str] = set()
+    if head:
+        import sqlite3
+
+        try:
+            # read-write but never created (mode=rw): a hot journal a killed writer left is rolled back, as MLflow's own
+            # connection would; read-only, that failed with "attempt to write a readonly database"
+            with contextlib.closing(sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=30)) as conn:
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.Error as exc:
+            raise TrackingError(f"cannot read the tracking store {db}: {exc}") from None
+    if tables and not tables & _MLFLOW_TABLES:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise TrackingError(f"{db} is a SQLite database of something else (tables {shown}), not an MLflow tracking "
+                            "store: name another file (check --tracking-uri / $MLFLOW_TRACKING_URI)")
+    if not tables and not create:
+        raise TrackingError(f"no tracking store at {db} (an empty database: nothing was calibrated into it); "
+                            "check --tracking-uri / $MLFLOW_TRACKING_URI, or run `hybrid calibrate` first")
+
+
+def _create_schema_aside(db: Path) -> None:
+    """Create a new local store's MLflow schema (dozens of migrations, a second or two) in a temporary file beside
+    ``db`` and move it into place once complete. Created in place, a Ctrl-C or a kill in the middle left a
+    half-migrated database that every later command (``hybrid models`` included) failed on with MLflow's
+    multi-line ``OperationalError: table ... already exists``; now ``db`` is either absent or whole."""
+    from mlflow import MlflowClient
+
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.creating")
+    uri = f"sqlite:///{tmp.resolve()}"
+    try:
+        retry(lambda: MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments(max_results=1))
+        if not db.exists() or db.stat().st_size == 0:
+            # a journal beside an empty database (a writer killed in its first transaction) would be "rolled back"
+            # onto the new one, truncating it to the empty file's size
+            for stale in (db.with_name(db.name + sfx) for sfx in ("-journal", "-wal", "-shm")):
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+        os.replace(tmp, db)
+    finally:
+        for leftover in (tmp, *(tmp.with_name(tmp.name + sfx) for sfx in ("-journal", "-wal", "-shm"))):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
 
 
 def probe_timeout_s() -> float:
@@ -394,6 +462,19 @@ def retry(fn: Callable[[], _T], attempts: int = RETRY_ATTEMPTS, base_delay_s: fl
     raise AssertionError("unreachable")
 
 
+def artifact_folder(experiment: str) -> str:
+    """The folder under a local store's ``artifacts/`` for ``experiment``: its name where that is a plain file name
+    (``hybrid-calibration``), else the name with every other character replaced and a digest of the name appended.
+    The name went into the artifact URI as it was: ``--experiment ../../x`` wrote the runs' artifacts outside the
+    store, and ``a #1`` / ``a #2`` both wrote to ``artifacts/a `` (the URI ends at ``#``)."""
+    import hashlib
+
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", experiment):
+        return experiment
+    plain = re.sub(r"[^A-Za-z0-9._-]+", "_", experiment).strip("._") or "experiment"
+    return f"{plain[:80]}-{hashlib.sha256(experiment.encode()).hexdigest()[:12]}"
+
+
 def ensure_experiment(client, store: Store, name: str = DEFAULT_EXPERIMENT) -> str:
     """The id of experiment ``name``, created if missing (artifacts of a local store go beside its database).
     Safe when two processes create it at once."""
@@ -404,7 +485,7 @@ def ensure_experiment(client, store: Store, name: str = DEFAULT_EXPERIMENT) -> s
         return exp.experiment_id
     location = None
     if store.artifact_root is not None:
-        location = f"{store.artifact_root}/{name}"
+        location = f"{store.artifact_root}/{artifact_folder(name)}"
     try:
         return retry(lambda: client.create_experiment(name, artifact_location=location))
     except Exception as exc:
