@@ -104,6 +104,13 @@ def test_tracking_uri_precedence(tmp_path, monkeypatch):
         resolve_tracking_uri("  ")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # an empty variable is unset
     assert resolve_tracking_uri() == default
+    # a blank variable reaches a CLI command as its --tracking-uri (click's envvar): the message names the variable
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", " ")
+    with pytest.raises(InvalidInputError, match=r"\$MLFLOW_TRACKING_URI is ' '"):
+        resolve_tracking_uri(" ")
+    from hybrid.cli.main import main as cli_main
+
+    assert cli_main(["models"]) == 2
 
 
 def test_a_bare_path_that_is_not_a_db_file_is_a_clear_error(tmp_path, monkeypatch):

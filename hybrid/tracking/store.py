@@ -99,8 +99,12 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
     if explicit is not None and not explicit.strip():
         # `--tracking-uri "$UNSET_VAR"`: an empty explicit URI fell back to the default store and calibrated into it
         # (or read it) without a word; an empty $MLFLOW_TRACKING_URI still means unset, as MLflow takes it
-        raise InvalidInputError("empty tracking URI (--tracking-uri ''): name a store, or leave the option out for "
-                                f"${TRACKING_URI_ENV} / the default local store")
+        # a CLI option reads $MLFLOW_TRACKING_URI too (click's envvar): a blank variable arrives here as the option
+        if os.environ.get(TRACKING_URI_ENV) == explicit and explicit:
+            raise InvalidInputError(f"empty tracking URI (${TRACKING_URI_ENV} is {explicit!r}): name a store in it, "
+                                    "or unset it for the default local store")
+        raise InvalidInputError(f"empty tracking URI (--tracking-uri {explicit!r}): name a store, or leave the option "
+                                f"out for ${TRACKING_URI_ENV} / the default local store")
     uri = explicit or os.environ.get(TRACKING_URI_ENV) or default_tracking_uri()
     uri = uri.strip()
     if not uri:
