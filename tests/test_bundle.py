@@ -226,3 +226,23 @@ def test_measurements_carry_the_roofline_computed_while_checking_rows(tmp_path):
     again = data.roofline()
     assert len(again) == 3
     pd.testing.assert_frame_equal(again, roofline(data.table, data.catalog))
+
+
+def test_a_bundle_without_its_catalog_file_is_read_with_the_catalog_given(tmp_path):
+    """A bundle folder copied without its catalog.toml, whose device only a model's catalog knows (`hybrid evaluate
+    DIR --model M`), is read with the catalog given, as its measurements.csv alone is: it named the device unknown."""
+    import shutil
+
+    from hybrid.tracking.inputs import load_measurements
+
+    src = Path(__file__).resolve().parents[1] / "datasets" / "cpu-amd-epyc-1c"
+    bare = tmp_path / "copied"
+    bare.mkdir()
+    shutil.copy(src / "measurements.csv", bare / "measurements.csv")
+    model_catalog = bundle_catalog([src])  # what a model fitted on the bundle knows
+    with pytest.raises(SchemaError, match="unknown device 'cpu-amd-epyc-1c'"):
+        load_measurements([bare])  # no catalog given: the default one, which lacks the device
+    as_dir = load_measurements([bare], model_catalog)
+    as_file = load_measurements([bare / "measurements.csv"], model_catalog)
+    assert len(as_dir.table) == len(as_file.table) > 0
+    assert set(as_dir.table["device"].astype(str)) == {"cpu-amd-epyc-1c"}

@@ -84,14 +84,17 @@ def load_bundle(path: str | os.PathLike) -> tuple[pd.DataFrame, Catalog]:
     return table, catalog
 
 
-def load_bundle_checked(path: str | os.PathLike) -> tuple[pd.DataFrame, Catalog, pd.DataFrame]:
+def load_bundle_checked(path: str | os.PathLike, catalog: Catalog | None = None
+                        ) -> tuple[pd.DataFrame, Catalog, pd.DataFrame]:
     """:func:`load_bundle` and the roofline frame of its rows, computed while checking them (same index; empty
-    for a bundle without eager rows), for callers that would compute it again."""
+    for a bundle without eager rows), for callers that would compute it again. ``catalog``: the one to read a
+    bundle without a ``catalog.toml`` with (a model's, which knows the devices it was fitted on; a bundle copied
+    without its catalog file named its own device unknown although the model knew it), instead of the default."""
     from hybrid.data.schema import check_rows, read_table
 
     p = Path(path)
     table_path = _table_file(p)
-    catalog = bundle_catalog([p])
+    catalog = catalog if catalog is not None and _catalog_file(p) is None else bundle_catalog([p])
     if p.is_dir() and _kernel_only(p):  # a kernel-time run over configurations measured before: no eager rows
         return pd.DataFrame(columns=pd.read_csv(table_path, nrows=0).columns), catalog, pd.DataFrame()
     table = read_table(table_path, catalog)

@@ -126,7 +126,7 @@ def load_measurements(paths: Sequence[str | os.PathLike], catalog: Catalog | Non
     extra: list[str] = []
     described: dict[str, tuple[str, Device]] = {}  # device key -> the first bundle that measured it, its entry
     for b in bundles:
-        table, bcat, base = load_bundle_checked(b)
+        table, bcat, base = load_bundle_checked(b, catalog)
         for key in pd.unique(table["device"].astype(str)):
             if key not in bcat.devices:
                 continue
