@@ -289,3 +289,23 @@ def test_a_version_registered_without_a_hybrid_model_is_named_as_such(tmp_path, 
                  "--model", "foreign", "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "models:/foreign/1 is not a hybrid predictor" in err[0], err
+
+
+def test_a_deleted_run_is_listed_as_deleted_not_finished(tmp_path):
+    """A registered version whose run was deleted in MLflow (kept until `mlflow gc`, then its model is gone) was
+    listed FINISHED; it is listed DELETED with a note saying what that means."""
+    from hybrid.tracking.registry import incomplete_note, list_models
+    from hybrid.tracking.store import open_store
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = open_store(uri).client(create=True)
+    exp = client.create_experiment("e", artifact_location=(tmp_path / "art").as_uri())
+    run = client.create_run(exp)
+    client.set_terminated(run.info.run_id, "FINISHED")
+    client.create_registered_model("m")
+    client.create_model_version("m", f"runs:/{run.info.run_id}/model", run_id=run.info.run_id)
+    status = lambda: next(v["run_status"] for m in list_models(uri) if m["name"] == "m" for v in m["versions"])  # noqa: E731
+    assert status() == "FINISHED" and incomplete_note("models:/m/1", run.info.run_id, "FINISHED") is None
+    client.delete_run(run.info.run_id)
+    assert status() == "DELETED"
+    assert "was deleted in MLflow" in incomplete_note("models:/m/1", run.info.run_id, "DELETED")

@@ -22,8 +22,8 @@ def _when(ms: object) -> str:
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow store (default: local SQLite store).")
 def models(as_json: bool, tracking_uri: str | None) -> None:
     """List the registered models (what --model NAME, NAME/V accepts): latest version, its run, when it was
-    registered, its run's status (FINISHED for a calibration that completed; a version whose run did not finish
-    is also a warning line), from what data (sha256 prefix), and its base model where it was adapted (--base)."""
+    registered, its run's status (FINISHED for a calibration that completed, DELETED for a run deleted in MLflow;
+    a version whose run did not finish or was deleted is also a warning line), from what data (sha256 prefix), and its base model where it was adapted (--base)."""
     from hybrid.tracking.registry import incomplete_note, list_models
     from hybrid.tracking.store import open_store, redact_uri
 

@@ -348,9 +348,11 @@ def _run_status(client: Any, run_id: str | None) -> str | None:
     if not run_id:
         return None
     try:
-        return str(retry(lambda: client.get_run(run_id)).info.status)
+        info = retry(lambda: client.get_run(run_id)).info
     except Exception:  # noqa: BLE001 - a deleted or foreign run: nothing to say about it
         return None
+    # a run deleted in MLflow (kept until `mlflow gc`) still reads FINISHED: listed as what it is
+    return "DELETED" if str(getattr(info, "lifecycle_stage", "")) == "deleted" else str(info.status)
 
 
 def incomplete_note(ref: str, run_id: str | None, status: str | None) -> str | None:
@@ -359,6 +361,9 @@ def incomplete_note(ref: str, run_id: str | None, status: str | None) -> str | N
     run that recorded neither its training rows nor its report."""
     if not run_id or status in (None, "FINISHED"):
         return None
+    if status == "DELETED":
+        return (f"{ref} comes from run {run_id}, which was deleted in MLflow: its artifacts (the model itself, its "
+                "report and training rows) go at the store's next `mlflow gc`; restore the run or calibrate again")
     return (f"{ref} comes from run {run_id}, which is {status}, not FINISHED: its calibration did not complete after "
             "registering it (its report, predictions and training rows may be missing), or is still recording it")
 
