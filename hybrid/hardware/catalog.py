@@ -111,6 +111,7 @@ def _from_entry(build: Callable[[str, dict[str, Any]], Any], what: str, key: str
 #: NVIDIA's DGX Spark / CUDA GPU compute capability pages (GB10: compute capability 12.1).
 UNCATALOGUED_ARCHS = {"sm_101": "Jetson Thor (called sm_110 from CUDA 13.0 on)", "sm_110": "Jetson Thor",
                       "sm_121": "DGX Spark's GB10"}
+_UNCATALOGUED_CC = {int(k.removeprefix("sm_")) for k in UNCATALOGUED_ARCHS}
 
 
 def _bare_arch(arch: str) -> str:
@@ -302,7 +303,8 @@ class Catalog:
     def _nearest_arch_parts(self, name: str) -> list[str]:
         """For a bare NVIDIA architecture string no catalog GPU has (``sm_110``, ``sm_121a``), the catalog GPUs of the
         two nearest compute capabilities present, as ``KEY (sm_NNN)``, nearest first (a tie: the older first);
-        empty for anything else."""
+        empty for anything else, and for a number far from every catalogued part (``sm_999``) unless it is a known
+        uncatalogued part (:data:`UNCATALOGUED_ARCHS`)."""
         m = re.fullmatch(r"sm_(\d+)[af]?", str(name).strip().lower())
         if not m:
             return []
@@ -311,8 +313,8 @@ class Catalog:
         for key, d in self.devices.items():
             if d.kind == "gpu" and d.compute_capability > 0:
                 by_cc.setdefault(d.compute_capability, []).append(key)
-        if not by_cc or cc in by_cc:
-            return []
+        if not by_cc or cc in by_cc or (cc not in _UNCATALOGUED_CC and min(abs(c - cc) for c in by_cc) > 20):
+            return []  # a known one, or no architecture near any part (sm_999: a typo, not a new GPU)
         near = sorted(by_cc, key=lambda c: (abs(c - cc), c))[:2]
         return [f"{k} (sm_{c})" for c in near for k in by_cc[c]]
 
