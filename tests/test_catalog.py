@@ -987,3 +987,52 @@ def test_gh200_as_nvidia_smi_names_it_with_its_hbm3_is_the_96gb_part(catalog) ->
         assert catalog.resolve_device(name) == "GH200", name
     assert catalog.devices["GH200"].mem_capacity == 96 * 2**30
     assert catalog.resolve_device("NVIDIA GH200 144G HBM3e") == "GH200-144GB"
+
+
+_GPU = "[devices.X]\nvendor='nvidia'\nkind='gpu'\nsource='s'\n"
+
+
+@pytest.mark.parametrize(("fields", "match"), [
+    ("peak_tflops={fp32=60e12}\nmem_bw_gbps=4000\nmem_gib=96", r"peak_tflops.fp32 = 6e\+13 .*FLOP/s or GFLOP/s"),
+    ("peak_tflops={fp32=60, bf16=9e8}\nmem_bw_gbps=4000\nmem_gib=96", r"peak_tflops.bf16 = 9e\+08"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4e12\nmem_gib=96", r"mem_bw_gbps = 4e\+12 .*B/s or MB/s"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=3.35\nmem_gib=96", r"mem_bw_gbps = 3.35 .*written in TB/s"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=98304", r"mem_gib = 98304 .*bytes or MiB"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=96\nboost_clock_mhz=1.98", r"boost_clock_mhz = 1.98 .*GHz"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=96\nlink_gbps=450e9", r"link_gbps = 4.5e\+11"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=96\nl2_mib=52428800", r"l2_mib = 5.24288e\+07 .*bytes"),
+])
+def test_a_value_in_the_wrong_unit_is_refused(tmp_path: Path, fields: str, match: str) -> None:
+    """A figure written in base units or one prefix off (B/s in a GB/s field, GHz in a MHz one) loaded silently: a
+    4e12 ``mem_bw_gbps`` priced memory-bound kernels at ~0. The error names the file, the entry, the field and the
+    likely slip."""
+    f = tmp_path / "units.toml"
+    f.write_text(_GPU + fields + "\n")
+    with pytest.raises(InvalidInputError, match=r"catalog file \S*units.toml: device 'X': field " + match):
+        Catalog.load([f])
+
+
+def test_a_system_bandwidth_in_the_wrong_unit_is_refused(tmp_path: Path) -> None:
+    """A 450e9 ``intra_node_gbps`` (B/s) priced a 1 GB all-reduce at its 10 us of latency alone."""
+    f = tmp_path / "sys.toml"
+    f.write_text("[systems.Lab]\ndevice='H100'\ngpus_per_node=8\nintra_node_gbps=450e9\nsource='s'\n")
+    with pytest.raises(InvalidInputError, match=r"catalog file \S*sys.toml: system 'Lab': field intra_node_gbps"):
+        Catalog.load([f])
+    # an override of a packaged entry is checked after the merge, too
+    f.write_text("[devices.H100-SXM]\nmem_bw_gbps = 3.35\n")
+    with pytest.raises(InvalidInputError, match=r"device 'H100-SXM': field mem_bw_gbps = 3.35"):
+        Catalog.load([f])
+
+
+def test_plausible_extremes_still_load(tmp_path: Path) -> None:
+    """The unit bounds leave room for real parts: a CPU profiled on one core (a few GB/s, TiB of host memory), a
+    future GPU several times the packaged catalog's largest figures."""
+    f = tmp_path / "ok.toml"
+    f.write_text("[devices.OneCore]\nvendor='amd'\nkind='cpu'\npeak_tflops={fp32=0.05}\nmem_bw_gbps=4\n"
+                 "mem_gib=6144\nboost_clock_mhz=2600\nsource='s'\n"
+                 "[devices.Future]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=400, fp4=100000}\n"
+                 "mem_bw_gbps=40000\nmem_gib=2048\nl2_mib=1024\nlink_gbps=7200\nboost_clock_mhz=3000\nsource='s'\n")
+    cat = Catalog.load([f])
+    assert cat.device("OneCore").mem_bw == 4e9 and cat.device("Future").peak("fp4") == 1e17
+    for dev in default_catalog().devices.values():  # every packaged entry passes its own check
+        Device.from_entry(dev.key, dev.to_entry())
