@@ -1036,3 +1036,22 @@ def test_plausible_extremes_still_load(tmp_path: Path) -> None:
     assert cat.device("OneCore").mem_bw == 4e9 and cat.device("Future").peak("fp4") == 1e17
     for dev in default_catalog().devices.values():  # every packaged entry passes its own check
         Device.from_entry(dev.key, dev.to_entry())
+
+
+def test_an_override_says_which_figures_its_file_changed(tmp_path: Path) -> None:
+    """An override kept the packaged ``source``: `hybrid devices show H100-SXM` credited NVIDIA's datasheet with a
+    user's measured 3000 GB/s. The merged source names the fields and the file; a file's own source wins, and a
+    field restated at its packaged value changes nothing."""
+    packaged = default_catalog()
+    f = tmp_path / "site.toml"
+    f.write_text("[devices.H100-SXM]\nmem_bw_gbps = 3000\npeak_tflops = { bf16 = 800, fp32 = 67 }\n"
+                 "[systems.DGX-H100]\ninter_node_gbps = 25\ngpus_per_node = 8\n")
+    cat = Catalog.load([f])
+    dev, sys_ = cat.device("H100-SXM"), cat.system("DGX-H100")
+    assert dev.source == f"{packaged.device('H100-SXM').source}; mem_bw_gbps, peak_tflops from catalog file {f}"
+    assert sys_.source == f"{packaged.system('DGX-H100').source}; inter_node_gbps from catalog file {f}"
+    f.write_text("[devices.H100-SXM]\nmem_bw_gbps = 3000\nsource = 'our STREAM run'\n"
+                 "[systems.DGX-H100]\ngpus_per_node = 8\nnotes = 'ours'\n")
+    cat = Catalog.load([f])
+    assert cat.device("H100-SXM").source == "our STREAM run"
+    assert cat.system("DGX-H100").source == packaged.system("DGX-H100").source
