@@ -1055,3 +1055,18 @@ def test_an_override_says_which_figures_its_file_changed(tmp_path: Path) -> None
     cat = Catalog.load([f])
     assert cat.device("H100-SXM").source == "our STREAM run"
     assert cat.system("DGX-H100").source == packaged.system("DGX-H100").source
+
+
+def test_a_key_field_other_than_the_table_name_is_refused(tmp_path: Path) -> None:
+    """``key`` is a known field (the JSON of `hybrid devices show` reads back) but the table's name is the key:
+    ``key = "OTHER"`` under [devices.NEW] was dropped silently and the device stayed NEW."""
+    f = tmp_path / "k.toml"
+    gpu = "vendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=96\nsource='s'\n"
+    f.write_text("[devices.NEW]\nkey = 'OTHER'\n" + gpu)
+    with pytest.raises(InvalidInputError, match=r"catalog file \S*k.toml: device 'NEW': field key = 'OTHER' differs"):
+        Catalog.load([f])
+    f.write_text("[systems.DGX-H100]\nkey = 'MyDGX'\n")
+    with pytest.raises(InvalidInputError, match=r"system 'DGX-H100': field key = 'MyDGX' .*\[systems.DGX-H100\]"):
+        Catalog.load([f])
+    f.write_text("[devices.NEW]\nkey = 'NEW'\n" + gpu)  # the same name: what `devices show --json` prints
+    assert Catalog.load([f]).device("NEW").key == "NEW"

@@ -110,6 +110,16 @@ def _overridden_source(path: Path, old: dict[str, Any], entry: dict[str, Any]) -
     return {**entry, "source": f"{old.get('source', '')}; {', '.join(changed)} from catalog file {path}".lstrip("; ")}
 
 
+def _check_key_field(path: Path, table: str, key: str, entry: dict[str, Any]) -> None:
+    """A file entry's ``key`` field (accepted so that `hybrid devices show NAME --json` output reads back) must be
+    its table's name, which is the key: ``key = "OTHER"`` under [devices.NEW] was ignored without a word, the entry
+    staying NEW."""
+    if "key" in entry and entry["key"] != key:
+        raise InvalidInputError(f"catalog file {path}: {table.removesuffix('s')} {key!r}: field key = {entry['key']!r} "
+                                f"differs from the entry's name: the table name is the key ([{table}.{key}]); rename "
+                                "the table, or drop the field")
+
+
 def _from_entry(build: Callable[[str, dict[str, Any]], Any], what: str, key: str, entry: dict[str, Any],
                 origin: dict[tuple[str, str], Path]) -> Any:
     """``build(key, entry)``, its error naming the catalog file that last set the entry (if one did)."""
@@ -216,6 +226,7 @@ class Catalog:
             for key, entry in _file_entries(p, raw, "devices", dev_entries).items():
                 # An override may give only some fields of an existing device (but no field the catalog lacks).
                 check_entry_fields(f"catalog file {p}: device", key, entry, DEVICE_FIELDS)
+                _check_key_field(p, "devices", key, entry)
                 old = dev_entries.get(key, {})
                 if isinstance(entry.get("peak_tflops"), dict) and isinstance(old.get("peak_tflops"), dict):
                     # dtype by dtype, as every other field: `peak_tflops = { bf16 = 800 }` changes the bf16 peak
@@ -225,6 +236,7 @@ class Catalog:
                 origin[("device", key)] = p
             for key, entry in _file_entries(p, raw, "systems", sys_entries).items():
                 check_entry_fields(f"catalog file {p}: system", key, entry, SYSTEM_FIELDS)
+                _check_key_field(p, "systems", key, entry)
                 if "host_mem_gib" in entry:  # the file's own figure: its source, borrowed by none unless it says
                     entry = {"host_mem_source": f"catalog file {p}", "host_mem_borrowed_by": [], **entry}
                 old = sys_entries.get(key, {})
