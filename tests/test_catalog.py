@@ -1070,3 +1070,16 @@ def test_a_key_field_other_than_the_table_name_is_refused(tmp_path: Path) -> Non
         Catalog.load([f])
     f.write_text("[devices.NEW]\nkey = 'NEW'\n" + gpu)  # the same name: what `devices show --json` prints
     assert Catalog.load([f]).device("NEW").key == "NEW"
+
+
+def test_a_device_taking_a_packaged_system_name_is_told_to_rename_the_device(tmp_path: Path) -> None:
+    """A file's new device named like a packaged system was refused with "rename the system": the file holds no
+    system, so the advice must name its device."""
+    f = tmp_path / "dev.toml"
+    f.write_text("[devices.Lab-GPU]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=60}\nmem_bw_gbps=4000\n"
+                 "mem_gib=96\nsource='s'\naliases=['DGX-H100']\n")
+    with pytest.raises(InvalidInputError) as exc:
+        Catalog.load([f])
+    msg = str(exc.value)
+    assert msg.startswith(f"catalog file {f}: system 'DGX-H100'") and "rename device 'Lab-GPU'" in msg
+    assert "rename the system" not in msg

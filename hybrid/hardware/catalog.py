@@ -263,8 +263,14 @@ class Catalog:
             for key in systems:
                 clash = whole.name_clash([key])
                 if clash is not None:
-                    where = origin.get(("system", key)) or next(
-                        (origin[("device", d)] for d in devices if ("device", d) in origin and repr(d) in clash), None)
+                    where = origin.get(("system", key))
+                    culprit = None if where is not None else next(
+                        (d for d in devices if ("device", d) in origin and repr(d) in clash), None)
+                    if culprit is not None:
+                        # the file's device took a packaged system's name: renaming that system is no advice
+                        where = origin[("device", culprit)]
+                        clash = (clash.removesuffix(": rename the system or drop that alias")
+                                 + f": rename device {culprit!r} of this file or drop that alias of it")
                     raise InvalidInputError(f"catalog file {where}: {clash}" if where else clash)
         return cls(devices, systems)
 
