@@ -411,7 +411,7 @@ def test_user_file_cpu_entry(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("arch, cc", [("sm_90", 90), ("sm_90a", 90), ("sm_100a", 100), ("sm_100f", 100),
-                                      ("SM_103A", 103), ("sm_120", 120), ("gfx942", 0), ("sm_9x", 0)])
+                                      ("SM_103A", 103), ("sm_120", 120), ("", 0)])
 def test_user_device_arch_suffix_keeps_its_generation(tmp_path: Path, arch: str, cc: int) -> None:
     """nvcc / XLA print Hopper and Blackwell targets with an arch- or family-specific suffix (``sm_90a``,
     ``sm_100f``); a catalog file copying one into ``arch`` read as compute capability 0, so its NVSwitch system lost
@@ -1083,3 +1083,20 @@ def test_a_device_taking_a_packaged_system_name_is_told_to_rename_the_device(tmp
     msg = str(exc.value)
     assert msg.startswith(f"catalog file {f}: system 'DGX-H100'") and "rename device 'Lab-GPU'" in msg
     assert "rename the system" not in msg
+
+
+@pytest.mark.parametrize("arch, hint", [("9.0", "sm_90?"), ("sm90", "sm_90?"), ("compute_90", "sm_90?"),
+                                        ("12.0", "sm_120?"), ("hopper", "as nvcc names it, e.g."),
+                                        ("gfx942", "as nvcc names it, e.g."), ("sm_9x", "as nvcc names it, e.g.")])
+def test_an_nvidia_arch_that_is_no_compute_capability_is_refused(tmp_path: Path, arch: str, hint: str) -> None:
+    """``arch = "9.0"`` (what `nvidia-smi --query-gpu=compute_cap` prints), ``sm90`` or ``hopper`` loaded as
+    compute capability 0: the new GPU's NVSwitch system lost NVLS (and its attention the overlapped softmax)
+    without a word. An NVIDIA GPU's arch is nvcc's name or nothing; other vendors' and CPUs' are free text."""
+    f = tmp_path / "site.toml"
+    gpu = "kind = 'gpu'\npeak_tflops = { fp32 = 60 }\nmem_bw_gbps = 4000\nmem_gib = 96\nsource = 's'\n"
+    f.write_text(f"[devices.XG]\nvendor = 'nvidia'\narch = '{arch}'\n" + gpu)
+    with pytest.raises(InvalidInputError, match=rf"catalog file \S*site.toml: device 'XG': field arch = "
+                                                rf"'{re.escape(arch)}' is no NVIDIA compute capability.*{re.escape(hint)}"):
+        Catalog.load([f])
+    f.write_text(f"[devices.XG]\nvendor = 'amd'\narch = '{arch}'\n" + gpu)
+    assert Catalog.load([f]).device("XG").arch == arch

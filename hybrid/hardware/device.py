@@ -265,6 +265,7 @@ class Device:
         kind = str(entry["kind"]).lower()
         if kind not in ("gpu", "cpu"):
             raise InvalidInputError(f"device {key!r}: kind must be 'gpu' or 'cpu', got {kind!r}")
+        _check_nvidia_arch(key, str(entry["vendor"]).lower(), kind, str(entry.get("arch", "")))
         device = cls(
             key=key,
             vendor=str(entry["vendor"]).lower(),
@@ -556,6 +557,20 @@ def _optional_bool(key: str, name: str, value: Any) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     raise InvalidInputError(f"{key!r}: field {name} must be true or false, got {value!r}")
+
+
+def _check_nvidia_arch(key: str, vendor: str, kind: str, arch: str) -> None:
+    """An NVIDIA GPU's ``arch`` must be a compute capability as nvcc names it (``sm_90``, ``sm_100a``) or empty
+    (unknown): everything that depends on the generation reads it so (:meth:`Device.compute_capability`: NVLS on an
+    NVSwitch node, the generic node's switch, the attention softmax, Pascal's half sums), and ``9.0`` (what
+    ``nvidia-smi --query-gpu=compute_cap`` prints), ``sm90`` or ``hopper`` read as no generation at all: a Hopper
+    NVSwitch system lost NVLS without a word."""
+    if vendor != "nvidia" or kind != "gpu" or not arch.strip() or _SM_ARCH.fullmatch(arch.strip().lower()):
+        return
+    digits = re.fullmatch(r"(?:sm|compute)?[_ ]?(\d+)(?:\.(\d))?([af]?)", arch.strip().lower())
+    hint = f" (sm_{digits[1]}{digits[2] or ''}{digits[3]}?)" if digits else ""
+    raise InvalidInputError(f"device {key!r}: field arch = {arch!r} is no NVIDIA compute capability: write it as nvcc "
+                            f"names it{hint}, e.g. 'sm_90' for Hopper (compute capability 9.0), or leave arch out")
 
 
 def _number(key: str, name: str, value: Any) -> float:
