@@ -1100,3 +1100,17 @@ def test_an_nvidia_arch_that_is_no_compute_capability_is_refused(tmp_path: Path,
         Catalog.load([f])
     f.write_text(f"[devices.XG]\nvendor = 'amd'\narch = '{arch}'\n" + gpu)
     assert Catalog.load([f]).device("XG").arch == arch
+
+
+@pytest.mark.parametrize("fabric", ["NV Switch", "NVLink-Switch", "nvlink_switch tray", "GB300 NVL 72", "NVL36"])
+def test_an_nvswitch_fabric_is_read_whatever_its_separators(tmp_path: Path, fabric: str) -> None:
+    """``intra_fabric = "NVLink-Switch"`` (or "NV Switch", "NVL 72") read as NVLink or PCIe: a new Hopper NVSwitch
+    system written so lost NVLS and was costed as another fabric, without a word."""
+    from hybrid.hardware.device import intra_fabric_class, nvls_capable
+
+    f = tmp_path / "site.toml"
+    f.write_text(f'[systems.Lab]\ndevice = "H100-SXM"\ngpus_per_node = 8\nintra_fabric = "{fabric}"\n'
+                 'intra_node_gbps = 450\nsource = "s"\n')
+    cat = Catalog.load([f])
+    assert intra_fabric_class(cat.system("Lab")) == "nvswitch"
+    assert nvls_capable(cat.system("Lab"), cat.device("H100-SXM"))

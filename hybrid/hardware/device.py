@@ -504,11 +504,14 @@ class System:
 
 def intra_fabric_class(system: System) -> str:
     """Class of a system's intra-node links from its catalog text: ``pcie-pairs`` (PCIe cards bridged in pairs),
-    ``nvswitch`` (NVSwitch, an NVLink switch, an NVL72 rack), ``nvlink``, ``infinity-fabric`` or ``pcie``."""
-    text = system.intra_fabric.lower()
+    ``nvswitch`` (NVSwitch, an NVLink switch, an NVL36 / NVL72 rack; any separator or none between the words),
+    ``nvlink``, ``infinity-fabric`` or ``pcie``."""
+    # separators as one space: "NVLink-Switch", "NV Switch" or "NVL 36" read as PCIe (or NVLink) before, so a new
+    # NVSwitch system written so lost NVLS and was costed as another fabric, without a word
+    text = re.sub(r"[\s_\-]+", " ", system.intra_fabric.lower())
     if "pcie" in text and ("pair" in text or "bridge" in text):
         return "pcie-pairs"
-    if "nvswitch" in text or "nvlink switch" in text or "nvl72" in text:
+    if re.search(r"nv ?switch|nvlink ?switch|(?<![a-z0-9])nvl ?\d+", text):
         return "nvswitch"
     if "nvlink" in text:
         return "nvlink"
