@@ -411,7 +411,7 @@ def test_user_file_cpu_entry(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("arch, cc", [("sm_90", 90), ("sm_90a", 90), ("sm_100a", 100), ("sm_100f", 100),
-                                      ("SM_103A", 103), ("sm_120", 120), ("gfx942", 0), ("sm_9x", 0)])
+                                      ("SM_103A", 103), ("sm_120", 120), ("", 0)])
 def test_user_device_arch_suffix_keeps_its_generation(tmp_path: Path, arch: str, cc: int) -> None:
     """nvcc / XLA print Hopper and Blackwell targets with an arch- or family-specific suffix (``sm_90a``,
     ``sm_100f``); a catalog file copying one into ``arch`` read as compute capability 0, so its NVSwitch system lost
@@ -987,3 +987,130 @@ def test_gh200_as_nvidia_smi_names_it_with_its_hbm3_is_the_96gb_part(catalog) ->
         assert catalog.resolve_device(name) == "GH200", name
     assert catalog.devices["GH200"].mem_capacity == 96 * 2**30
     assert catalog.resolve_device("NVIDIA GH200 144G HBM3e") == "GH200-144GB"
+
+
+_GPU = "[devices.X]\nvendor='nvidia'\nkind='gpu'\nsource='s'\n"
+
+
+@pytest.mark.parametrize(("fields", "match"), [
+    ("peak_tflops={fp32=60e12}\nmem_bw_gbps=4000\nmem_gib=96", r"peak_tflops.fp32 = 6e\+13 .*FLOP/s or GFLOP/s"),
+    ("peak_tflops={fp32=60, bf16=9e8}\nmem_bw_gbps=4000\nmem_gib=96", r"peak_tflops.bf16 = 9e\+08"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4e12\nmem_gib=96", r"mem_bw_gbps = 4e\+12 .*B/s or MB/s"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=3.35\nmem_gib=96", r"mem_bw_gbps = 3.35 .*written in TB/s"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=98304", r"mem_gib = 98304 .*bytes or MiB"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=96\nboost_clock_mhz=1.98", r"boost_clock_mhz = 1.98 .*GHz"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=96\nlink_gbps=450e9", r"link_gbps = 4.5e\+11"),
+    ("peak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=96\nl2_mib=52428800", r"l2_mib = 5.24288e\+07 .*bytes"),
+])
+def test_a_value_in_the_wrong_unit_is_refused(tmp_path: Path, fields: str, match: str) -> None:
+    """A figure written in base units or one prefix off (B/s in a GB/s field, GHz in a MHz one) loaded silently: a
+    4e12 ``mem_bw_gbps`` priced memory-bound kernels at ~0. The error names the file, the entry, the field and the
+    likely slip."""
+    f = tmp_path / "units.toml"
+    f.write_text(_GPU + fields + "\n")
+    with pytest.raises(InvalidInputError, match=r"catalog file \S*units.toml: device 'X': field " + match):
+        Catalog.load([f])
+
+
+def test_a_system_bandwidth_in_the_wrong_unit_is_refused(tmp_path: Path) -> None:
+    """A 450e9 ``intra_node_gbps`` (B/s) priced a 1 GB all-reduce at its 10 us of latency alone."""
+    f = tmp_path / "sys.toml"
+    f.write_text("[systems.Lab]\ndevice='H100'\ngpus_per_node=8\nintra_node_gbps=450e9\nsource='s'\n")
+    with pytest.raises(InvalidInputError, match=r"catalog file \S*sys.toml: system 'Lab': field intra_node_gbps"):
+        Catalog.load([f])
+    # an override of a packaged entry is checked after the merge, too
+    f.write_text("[devices.H100-SXM]\nmem_bw_gbps = 3.35\n")
+    with pytest.raises(InvalidInputError, match=r"device 'H100-SXM': field mem_bw_gbps = 3.35"):
+        Catalog.load([f])
+
+
+def test_plausible_extremes_still_load(tmp_path: Path) -> None:
+    """The unit bounds leave room for real parts: a CPU profiled on one core (a few GB/s, TiB of host memory), a
+    future GPU several times the packaged catalog's largest figures."""
+    f = tmp_path / "ok.toml"
+    f.write_text("[devices.OneCore]\nvendor='amd'\nkind='cpu'\npeak_tflops={fp32=0.05}\nmem_bw_gbps=4\n"
+                 "mem_gib=6144\nboost_clock_mhz=2600\nsource='s'\n"
+                 "[devices.Future]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=400, fp4=100000}\n"
+                 "mem_bw_gbps=40000\nmem_gib=2048\nl2_mib=1024\nlink_gbps=7200\nboost_clock_mhz=3000\nsource='s'\n")
+    cat = Catalog.load([f])
+    assert cat.device("OneCore").mem_bw == 4e9 and cat.device("Future").peak("fp4") == 1e17
+    for dev in default_catalog().devices.values():  # every packaged entry passes its own check
+        Device.from_entry(dev.key, dev.to_entry())
+
+
+def test_an_override_says_which_figures_its_file_changed(tmp_path: Path) -> None:
+    """An override kept the packaged ``source``: `hybrid devices show H100-SXM` credited NVIDIA's datasheet with a
+    user's measured 3000 GB/s. The merged source names the fields and the file; a file's own source wins, and a
+    field restated at its packaged value changes nothing."""
+    packaged = default_catalog()
+    f = tmp_path / "site.toml"
+    f.write_text("[devices.H100-SXM]\nmem_bw_gbps = 3000\npeak_tflops = { bf16 = 800, fp32 = 67 }\n"
+                 "[systems.DGX-H100]\ninter_node_gbps = 25\ngpus_per_node = 8\n")
+    cat = Catalog.load([f])
+    dev, sys_ = cat.device("H100-SXM"), cat.system("DGX-H100")
+    assert dev.source == f"{packaged.device('H100-SXM').source}; mem_bw_gbps, peak_tflops from catalog file {f}"
+    assert sys_.source == f"{packaged.system('DGX-H100').source}; inter_node_gbps from catalog file {f}"
+    f.write_text("[devices.H100-SXM]\nmem_bw_gbps = 3000\nsource = 'our STREAM run'\n"
+                 "[systems.DGX-H100]\ngpus_per_node = 8\nnotes = 'ours'\n")
+    cat = Catalog.load([f])
+    assert cat.device("H100-SXM").source == "our STREAM run"
+    assert cat.system("DGX-H100").source == packaged.system("DGX-H100").source
+
+
+def test_a_key_field_other_than_the_table_name_is_refused(tmp_path: Path) -> None:
+    """``key`` is a known field (the JSON of `hybrid devices show` reads back) but the table's name is the key:
+    ``key = "OTHER"`` under [devices.NEW] was dropped silently and the device stayed NEW."""
+    f = tmp_path / "k.toml"
+    gpu = "vendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=60}\nmem_bw_gbps=4000\nmem_gib=96\nsource='s'\n"
+    f.write_text("[devices.NEW]\nkey = 'OTHER'\n" + gpu)
+    with pytest.raises(InvalidInputError, match=r"catalog file \S*k.toml: device 'NEW': field key = 'OTHER' differs"):
+        Catalog.load([f])
+    f.write_text("[systems.DGX-H100]\nkey = 'MyDGX'\n")
+    with pytest.raises(InvalidInputError, match=r"system 'DGX-H100': field key = 'MyDGX' .*\[systems.DGX-H100\]"):
+        Catalog.load([f])
+    f.write_text("[devices.NEW]\nkey = 'NEW'\n" + gpu)  # the same name: what `devices show --json` prints
+    assert Catalog.load([f]).device("NEW").key == "NEW"
+
+
+def test_a_device_taking_a_packaged_system_name_is_told_to_rename_the_device(tmp_path: Path) -> None:
+    """A file's new device named like a packaged system was refused with "rename the system": the file holds no
+    system, so the advice must name its device."""
+    f = tmp_path / "dev.toml"
+    f.write_text("[devices.Lab-GPU]\nvendor='nvidia'\nkind='gpu'\npeak_tflops={fp32=60}\nmem_bw_gbps=4000\n"
+                 "mem_gib=96\nsource='s'\naliases=['DGX-H100']\n")
+    with pytest.raises(InvalidInputError) as exc:
+        Catalog.load([f])
+    msg = str(exc.value)
+    assert msg.startswith(f"catalog file {f}: system 'DGX-H100'") and "rename device 'Lab-GPU'" in msg
+    assert "rename the system" not in msg
+
+
+@pytest.mark.parametrize("arch, hint", [("9.0", "sm_90?"), ("sm90", "sm_90?"), ("compute_90", "sm_90?"),
+                                        ("12.0", "sm_120?"), ("hopper", "as nvcc names it, e.g."),
+                                        ("gfx942", "as nvcc names it, e.g."), ("sm_9x", "as nvcc names it, e.g.")])
+def test_an_nvidia_arch_that_is_no_compute_capability_is_refused(tmp_path: Path, arch: str, hint: str) -> None:
+    """``arch = "9.0"`` (what `nvidia-smi --query-gpu=compute_cap` prints), ``sm90`` or ``hopper`` loaded as
+    compute capability 0: the new GPU's NVSwitch system lost NVLS (and its attention the overlapped softmax)
+    without a word. An NVIDIA GPU's arch is nvcc's name or nothing; other vendors' and CPUs' are free text."""
+    f = tmp_path / "site.toml"
+    gpu = "kind = 'gpu'\npeak_tflops = { fp32 = 60 }\nmem_bw_gbps = 4000\nmem_gib = 96\nsource = 's'\n"
+    f.write_text(f"[devices.XG]\nvendor = 'nvidia'\narch = '{arch}'\n" + gpu)
+    with pytest.raises(InvalidInputError, match=rf"catalog file \S*site.toml: device 'XG': field arch = "
+                                                rf"'{re.escape(arch)}' is no NVIDIA compute capability.*{re.escape(hint)}"):
+        Catalog.load([f])
+    f.write_text(f"[devices.XG]\nvendor = 'amd'\narch = '{arch}'\n" + gpu)
+    assert Catalog.load([f]).device("XG").arch == arch
+
+
+@pytest.mark.parametrize("fabric", ["NV Switch", "NVLink-Switch", "nvlink_switch tray", "GB300 NVL 72", "NVL36"])
+def test_an_nvswitch_fabric_is_read_whatever_its_separators(tmp_path: Path, fabric: str) -> None:
+    """``intra_fabric = "NVLink-Switch"`` (or "NV Switch", "NVL 72") read as NVLink or PCIe: a new Hopper NVSwitch
+    system written so lost NVLS and was costed as another fabric, without a word."""
+    from hybrid.hardware.device import intra_fabric_class, nvls_capable
+
+    f = tmp_path / "site.toml"
+    f.write_text(f'[systems.Lab]\ndevice = "H100-SXM"\ngpus_per_node = 8\nintra_fabric = "{fabric}"\n'
+                 'intra_node_gbps = 450\nsource = "s"\n')
+    cat = Catalog.load([f])
+    assert intra_fabric_class(cat.system("Lab")) == "nvswitch"
+    assert nvls_capable(cat.system("Lab"), cat.device("H100-SXM"))

@@ -93,6 +93,33 @@ def _file_entries(path: Path, raw: dict[str, Any], table: str,
     return section
 
 
+#: Fields an override may change without changing what the entry's ``source`` vouches for.
+_UNSOURCED_FIELDS = frozenset({"source", "notes", "aliases", "key", "host_mem_source", "host_mem_borrowed_by"})
+
+
+def _overridden_source(path: Path, old: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """``entry`` (a catalog file's table for an entry that exists already, ``old``) with a ``source`` that says
+    which of its figures the file changed, unless the file states a source of its own: the merged entry kept the
+    datasheet's, so ``hybrid devices show H100-SXM`` credited NVIDIA's datasheet with a user's measured
+    ``mem_bw_gbps = 3000``."""
+    if not old or "source" in entry:
+        return entry
+    changed = sorted(f for f, v in entry.items() if f not in _UNSOURCED_FIELDS and old.get(f) != v)
+    if not changed:
+        return entry
+    return {**entry, "source": f"{old.get('source', '')}; {', '.join(changed)} from catalog file {path}".lstrip("; ")}
+
+
+def _check_key_field(path: Path, table: str, key: str, entry: dict[str, Any]) -> None:
+    """A file entry's ``key`` field (accepted so that `hybrid devices show NAME --json` output reads back) must be
+    its table's name, which is the key: ``key = "OTHER"`` under [devices.NEW] was ignored without a word, the entry
+    staying NEW."""
+    if "key" in entry and entry["key"] != key:
+        raise InvalidInputError(f"catalog file {path}: {table.removesuffix('s')} {key!r}: field key = {entry['key']!r} "
+                                f"differs from the entry's name: the table name is the key ([{table}.{key}]); rename "
+                                "the table, or drop the field")
+
+
 def _from_entry(build: Callable[[str, dict[str, Any]], Any], what: str, key: str, entry: dict[str, Any],
                 origin: dict[tuple[str, str], Path]) -> Any:
     """``build(key, entry)``, its error naming the catalog file that last set the entry (if one did)."""
@@ -200,18 +227,21 @@ class Catalog:
             for key, entry in _file_entries(p, raw, "devices", dev_entries).items():
                 # An override may give only some fields of an existing device (but no field the catalog lacks).
                 check_entry_fields(f"catalog file {p}: device", key, entry, DEVICE_FIELDS)
+                _check_key_field(p, "devices", key, entry)
                 old = dev_entries.get(key, {})
                 if isinstance(entry.get("peak_tflops"), dict) and isinstance(old.get("peak_tflops"), dict):
                     # dtype by dtype, as every other field: `peak_tflops = { bf16 = 800 }` changes the bf16 peak
                     # and keeps the datasheet's others (replacing the table would drop fp8, tf32, ... silently)
                     entry = {**entry, "peak_tflops": {**old["peak_tflops"], **entry["peak_tflops"]}}
-                dev_entries[key] = {**old, **entry}
+                dev_entries[key] = {**old, **_overridden_source(p, old, entry)}
                 origin[("device", key)] = p
             for key, entry in _file_entries(p, raw, "systems", sys_entries).items():
                 check_entry_fields(f"catalog file {p}: system", key, entry, SYSTEM_FIELDS)
+                _check_key_field(p, "systems", key, entry)
                 if "host_mem_gib" in entry:  # the file's own figure: its source, borrowed by none unless it says
                     entry = {"host_mem_source": f"catalog file {p}", "host_mem_borrowed_by": [], **entry}
-                sys_entries[key] = {**sys_entries.get(key, {}), **entry}
+                old = sys_entries.get(key, {})
+                sys_entries[key] = {**old, **_overridden_source(p, old, entry)}
                 origin[("system", key)] = p
         devices = {k: _from_entry(Device.from_entry, "device", k, v, origin) for k, v in dev_entries.items()}
         systems = {k: _from_entry(System.from_entry, "system", k, v, origin) for k, v in sys_entries.items()}
@@ -234,8 +264,14 @@ class Catalog:
             for key in systems:
                 clash = whole.name_clash([key])
                 if clash is not None:
-                    where = origin.get(("system", key)) or next(
-                        (origin[("device", d)] for d in devices if ("device", d) in origin and repr(d) in clash), None)
+                    where = origin.get(("system", key))
+                    culprit = None if where is not None else next(
+                        (d for d in devices if ("device", d) in origin and repr(d) in clash), None)
+                    if culprit is not None:
+                        # the file's device took a packaged system's name: renaming that system is no advice
+                        where = origin[("device", culprit)]
+                        clash = (clash.removesuffix(": rename the system or drop that alias")
+                                 + f": rename device {culprit!r} of this file or drop that alias of it")
                     raise InvalidInputError(f"catalog file {where}: {clash}" if where else clash)
         return cls(devices, systems)
 

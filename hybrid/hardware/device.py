@@ -20,6 +20,66 @@ DEVICE_FIELDS = frozenset({*DEVICE_REQUIRED, "arch", "l2_mib", "l2_bw_gbps", "sm
                            "kernel_latency_us",
                            "mem_bw_shared_gbps", "aliases", "notes", "key"})
 
+#: The largest value a catalog field may hold, in its unit, and the unit slip a larger one suggests. Each bound is
+#: at least ~7x the largest figure the packaged catalog holds (GB300's 15,000 TFLOP/s dense fp4, MI355X's 8,000 GB/s
+#: and 288 GiB, HGX B300's 900 GB/s NVLink), yet below the same figure written in base units (FLOP/s, B/s, bytes)
+#: or one prefix down (GB/s as MB/s, GiB as MiB, MHz as kHz), which the loader took silently: a 4e12
+#: ``mem_bw_gbps`` (B/s written in GB/s) costed every memory-bound kernel at ~0 and a 450e9 ``intra_node_gbps``
+#: an all-reduce of 1 GB at its latency alone.
+UNIT_CEILINGS: dict[str, tuple[float, str]] = {
+    "peak_tflops": (1e6, "TFLOP/s (1e12 FLOP/s): was it written in FLOP/s or GFLOP/s?"),
+    "mem_bw_gbps": (1e5, "GB/s (1e9 B/s): was it written in B/s or MB/s?"),
+    "mem_bw_shared_gbps": (1e5, "GB/s (1e9 B/s): was it written in B/s or MB/s?"),
+    "l2_bw_gbps": (1e6, "GB/s (1e9 B/s): was it written in B/s or MB/s?"),
+    "link_gbps": (1e5, "GB/s per direction (1e9 B/s): was it written in B/s, b/s or MB/s?"),
+    "host_link_gbps": (1e5, "GB/s per direction (1e9 B/s): was it written in B/s, b/s or MB/s?"),
+    "l2_mib": (1e4, "MiB: was it written in bytes or KiB?"),
+    "boost_clock_mhz": (1e4, "MHz: was it written in Hz or kHz?"),
+    "tdp_w": (1e5, "W: was it written in mW?"),
+    "kernel_latency_us": (1e4, "us: was it written in ns?"),
+    "intra_node_gbps": (1e5, "GB/s per GPU per direction (1e9 B/s): was it written in B/s, b/s or MB/s?"),
+    "inter_node_gbps": (1e5, "GB/s per GPU per direction (1e9 B/s): was it written in B/s, b/s or MB/s?"),
+    "intra_latency_us": (1e5, "us: was it written in ns?"),
+    "inter_latency_us": (1e5, "us: was it written in ns?"),
+    "host_mem_gib": (1e6, "GiB: was it written in bytes or MiB?"),
+}
+#: ``mem_gib`` of one GPU (of a CPU device: its host's memory, up to UNIT_CEILINGS's 1e6 GiB): 10 TiB, ~35x MI355X's
+#: 288 GiB and below an 80 GiB card written in MiB (81,920).
+GPU_MEM_GIB_CEILING = 1e4
+#: The least a non-zero ``boost_clock_mhz`` may be: a clock written in GHz (``1.98``) rather than MHz; no catalog
+#: device, GPU or CPU, boosts below 50 MHz.
+MIN_BOOST_CLOCK_MHZ = 50.0
+#: The least a GPU's ``mem_bw_gbps`` may be: a bandwidth written in TB/s (``3.35``) rather than GB/s; the slowest
+#: catalog GPU (M60) has 160 GB/s, a Jetson Nano 25.6. CPUs are exempt: one core of a profile may stream ~10 GB/s.
+MIN_GPU_MEM_BW_GBPS = 10.0
+
+
+def check_units(what: str, key: str, entry: dict[str, Any], kind: str = "") -> None:
+    """Refuse a catalog value whose size says it was written in another unit than the field's (bytes for GiB, B/s
+    for GB/s, GHz for MHz: :data:`UNIT_CEILINGS`, :data:`MIN_BOOST_CLOCK_MHZ`, :data:`MIN_GPU_MEM_BW_GBPS`),
+    naming the field, its unit and the likely slip. Run after the fields are known to be finite numbers."""
+    def refuse(name: str, value: float, bound: str, hint: str) -> None:
+        raise InvalidInputError(f"{what} {key!r}: field {name} = {value:g} is {bound}, implausible in "
+                                f"{hint}")
+
+    for name, (ceiling, hint) in UNIT_CEILINGS.items():
+        if name not in entry:
+            continue
+        values = entry[name].items() if isinstance(entry[name], dict) else [(None, entry[name])]
+        for sub, value in values:
+            if float(value) > ceiling:
+                refuse(name if sub is None else f"{name}.{sub}", float(value), f"above {ceiling:,.0f}", hint)
+    if kind == "gpu" and float(entry.get("mem_gib", 0)) > GPU_MEM_GIB_CEILING:
+        refuse("mem_gib", float(entry["mem_gib"]), f"above {GPU_MEM_GIB_CEILING:,.0f} (for one GPU's memory)",
+               "GiB: was it written in bytes or MiB?")
+    clock = float(entry.get("boost_clock_mhz", 0))
+    if 0 < clock < MIN_BOOST_CLOCK_MHZ:
+        refuse("boost_clock_mhz", clock, f"below {MIN_BOOST_CLOCK_MHZ:g}", "MHz: was it written in GHz?")
+    if kind == "gpu" and float(entry.get("mem_bw_gbps", MIN_GPU_MEM_BW_GBPS)) < MIN_GPU_MEM_BW_GBPS:
+        refuse("mem_bw_gbps", float(entry["mem_bw_gbps"]), f"below {MIN_GPU_MEM_BW_GBPS:g} (for a GPU's memory)",
+               "GB/s (1e9 B/s): was it written in TB/s?")
+
+
 #: L2 bytes per clock per SM of the A100 whitepaper (5120 B/clk, 108 SMs): the estimate :meth:`Device.l2_bandwidth`
 #: uses for GPUs whose L2 bandwidth is not published.
 L2_BYTES_PER_CLK_PER_SM = 5120 / 108
@@ -205,7 +265,8 @@ class Device:
         kind = str(entry["kind"]).lower()
         if kind not in ("gpu", "cpu"):
             raise InvalidInputError(f"device {key!r}: kind must be 'gpu' or 'cpu', got {kind!r}")
-        return cls(
+        _check_nvidia_arch(key, str(entry["vendor"]).lower(), kind, str(entry.get("arch", "")))
+        device = cls(
             key=key,
             vendor=str(entry["vendor"]).lower(),
             kind=kind,
@@ -229,6 +290,8 @@ class Device:
             source=str(entry["source"]),
             notes=str(entry.get("notes", "")),
         )
+        check_units("device", key, entry, kind)  # every number is a finite one by now
+        return device
 
     def to_entry(self) -> dict[str, Any]:
         """Inverse of :meth:`from_entry` (human units), for display and JSON output."""
@@ -393,7 +456,7 @@ class System:
                                     "of the node's NICs, GB/s per direction): collectives across its nodes would "
                                     "be costed at an assumed NIC; give inter_node_gbps, or max_nodes = 1 for a "
                                     "single node")
-        return cls(
+        system = cls(
             key=key,
             device=str(entry["device"]),
             gpus_per_node=gpn,
@@ -413,6 +476,8 @@ class System:
             host_mem_source=str(entry.get("host_mem_source", "")),
             host_mem_borrowed_by=borrowed,
         )
+        check_units("system", key, entry)  # every number is a finite one by now
+        return system
 
     def to_entry(self) -> dict[str, Any]:
         return {
@@ -439,11 +504,14 @@ class System:
 
 def intra_fabric_class(system: System) -> str:
     """Class of a system's intra-node links from its catalog text: ``pcie-pairs`` (PCIe cards bridged in pairs),
-    ``nvswitch`` (NVSwitch, an NVLink switch, an NVL72 rack), ``nvlink``, ``infinity-fabric`` or ``pcie``."""
-    text = system.intra_fabric.lower()
+    ``nvswitch`` (NVSwitch, an NVLink switch, an NVL36 / NVL72 rack; any separator or none between the words),
+    ``nvlink``, ``infinity-fabric`` or ``pcie``."""
+    # separators as one space: "NVLink-Switch", "NV Switch" or "NVL 36" read as PCIe (or NVLink) before, so a new
+    # NVSwitch system written so lost NVLS and was costed as another fabric, without a word
+    text = re.sub(r"[\s_\-]+", " ", system.intra_fabric.lower())
     if "pcie" in text and ("pair" in text or "bridge" in text):
         return "pcie-pairs"
-    if "nvswitch" in text or "nvlink switch" in text or "nvl72" in text:
+    if re.search(r"nv ?switch|nvlink ?switch|(?<![a-z0-9])nvl ?\d+", text):
         return "nvswitch"
     if "nvlink" in text:
         return "nvlink"
@@ -492,6 +560,20 @@ def _optional_bool(key: str, name: str, value: Any) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     raise InvalidInputError(f"{key!r}: field {name} must be true or false, got {value!r}")
+
+
+def _check_nvidia_arch(key: str, vendor: str, kind: str, arch: str) -> None:
+    """An NVIDIA GPU's ``arch`` must be a compute capability as nvcc names it (``sm_90``, ``sm_100a``) or empty
+    (unknown): everything that depends on the generation reads it so (:meth:`Device.compute_capability`: NVLS on an
+    NVSwitch node, the generic node's switch, the attention softmax, Pascal's half sums), and ``9.0`` (what
+    ``nvidia-smi --query-gpu=compute_cap`` prints), ``sm90`` or ``hopper`` read as no generation at all: a Hopper
+    NVSwitch system lost NVLS without a word."""
+    if vendor != "nvidia" or kind != "gpu" or not arch.strip() or _SM_ARCH.fullmatch(arch.strip().lower()):
+        return
+    digits = re.fullmatch(r"(?:sm|compute)?[_ ]?(\d+)(?:\.(\d))?([af]?)", arch.strip().lower())
+    hint = f" (sm_{digits[1]}{digits[2] or ''}{digits[3]}?)" if digits else ""
+    raise InvalidInputError(f"device {key!r}: field arch = {arch!r} is no NVIDIA compute capability: write it as nvcc "
+                            f"names it{hint}, e.g. 'sm_90' for Hopper (compute capability 9.0), or leave arch out")
 
 
 def _number(key: str, name: str, value: Any) -> float:
