@@ -1114,3 +1114,24 @@ def test_an_nvswitch_fabric_is_read_whatever_its_separators(tmp_path: Path, fabr
     cat = Catalog.load([f])
     assert intra_fabric_class(cat.system("Lab")) == "nvswitch"
     assert nvls_capable(cat.system("Lab"), cat.device("H100-SXM"))
+
+
+@pytest.mark.parametrize("fabric", ["UALink", "custom 900 GB/s fabric", "proprietary mesh"])
+def test_an_intra_fabric_no_class_reads_is_refused(tmp_path: Path, fabric: str) -> None:
+    """An ``intra_fabric`` that names no fabric the cost model reads was costed as PCIe without a word (its class
+    picks the collective algorithms, NVLS and the transfer model's link type): refused naming the words it reads;
+    left out, a system is PCIe as documented; written with other separators, the class is read the same."""
+    from hybrid.hardware.device import intra_fabric_class
+
+    def load(text: str | None):
+        f = tmp_path / "site.toml"
+        line = "" if text is None else f'intra_fabric = "{text}"\n'
+        f.write_text(f'[systems.Lab]\ndevice = "H100-SXM"\ngpus_per_node = 8\n{line}intra_node_gbps = 450\n'
+                     'source = "s"\n')
+        return Catalog.load([f]).system("Lab")
+
+    with pytest.raises(InvalidInputError, match=r"intra_fabric = .*names no GPU fabric the cost model reads"):
+        load(fabric)
+    assert intra_fabric_class(load(None)) == "pcie"
+    assert intra_fabric_class(load("nv-link bridges, fully connected")) == "nvlink"
+    assert intra_fabric_class(load("PCI-E gen5, bridged in pairs")) == "pcie-pairs"

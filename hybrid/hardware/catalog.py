@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from hybrid.errors import InvalidInputError, UnknownDeviceError
-from hybrid.hardware.device import DEVICE_FIELDS, SYSTEM_FIELDS, Device, System, check_entry_fields
+from hybrid.hardware.device import (
+    DEVICE_FIELDS,
+    SYSTEM_FIELDS,
+    Device,
+    System,
+    check_entry_fields,
+    fabric_named,
+)
 
 #: Environment variable naming extra catalog files (``os.pathsep``-separated) that add or override entries.
 CATALOG_ENV = "HYBRID_CATALOG"
@@ -168,6 +175,15 @@ class Catalog:
                 # A system may name its GPU by any alias ("NVIDIA H100 80GB HBM3"); everything downstream compares
                 # it with device keys (the rows' `device`, the importers' GPU check), so keep the key.
                 self.systems[key] = replace(sys, device=dev_key)
+            if self.devices[dev_key].kind == "gpu" and sys.intra_fabric.strip() and not fabric_named(sys.intra_fabric):
+                # a GPU fabric the cost model cannot read (UALink, "custom 900 GB/s fabric") was costed as PCIe,
+                # without a word (a CPU's gloo "shared memory" system has no GPU fabric to read)
+                raise InvalidInputError(
+                    f"system {sys.key!r}: field intra_fabric = {sys.intra_fabric!r} names no GPU fabric the cost model "
+                    "reads (it takes the class from the words NVSwitch / NVLink Switch / NVL72, NVLink, Infinity "
+                    "Fabric / xGMI, or PCIe, with 'pairs' or 'bridges' for bridged PCIe cards): write the closest of "
+                    "them (the class picks the collective algorithms, NVLS on an NVSwitch node, and the transfer "
+                    "model's link type), or leave intra_fabric out for PCIe")
         clash = self.name_clash() if check_names else None
         if clash is not None:
             raise InvalidInputError(clash)

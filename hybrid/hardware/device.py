@@ -502,6 +502,13 @@ class System:
         }
 
 
+def fabric_named(text: str) -> bool:
+    """Whether ``text`` (a system's ``intra_fabric``) names a fabric :func:`intra_fabric_class` reads: one of
+    NVSwitch, NVLink, Infinity Fabric / xGMI or PCIe (any case, any separators)."""
+    t = re.sub(r"[\s_\-]+", " ", text.lower())
+    return bool(re.search(r"nv ?switch|nv ?link|(?<![a-z0-9])nvl ?\d+|infinity|xgmi|pci ?e|pci express", t))
+
+
 def intra_fabric_class(system: System) -> str:
     """Class of a system's intra-node links from its catalog text: ``pcie-pairs`` (PCIe cards bridged in pairs),
     ``nvswitch`` (NVSwitch, an NVLink switch, an NVL36 / NVL72 rack; any separator or none between the words),
@@ -509,11 +516,11 @@ def intra_fabric_class(system: System) -> str:
     # separators as one space: "NVLink-Switch", "NV Switch" or "NVL 36" read as PCIe (or NVLink) before, so a new
     # NVSwitch system written so lost NVLS and was costed as another fabric, without a word
     text = re.sub(r"[\s_\-]+", " ", system.intra_fabric.lower())
-    if "pcie" in text and ("pair" in text or "bridge" in text):
+    if re.search(r"pci ?e|pci express", text) and ("pair" in text or "bridge" in text):
         return "pcie-pairs"
-    if re.search(r"nv ?switch|nvlink ?switch|(?<![a-z0-9])nvl ?\d+", text):
+    if re.search(r"nv ?switch|nv ?link ?switch|(?<![a-z0-9])nvl ?\d+", text):
         return "nvswitch"
-    if "nvlink" in text:
+    if re.search(r"nv ?link", text):
         return "nvlink"
     if "infinity" in text or "xgmi" in text:
         return "infinity-fabric"
