@@ -242,6 +242,12 @@ def run_session(out: str | os.PathLike, budget_s: float, steps: Sequence[Step], 
     manifest: dict[str, Any] = {"budget_s": budget_s, "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                                 "steps": []}
     say = progress or (lambda _msg: None)
+
+    def record(res: StepResult) -> None:  # the manifest on disk after every step, so a stopped session keeps it
+        manifest["steps"].append(asdict(res))
+        manifest["elapsed_s"] = round(time.monotonic() - start, 1)
+        write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+
     for step in steps:
         left = budget_s - (time.monotonic() - start)
         if step.unavailable:
@@ -260,16 +266,12 @@ def run_session(out: str | os.PathLike, budget_s: float, steps: Sequence[Step], 
                 res = StepResult(step.name, "interrupted", time.monotonic() - t0, argv=step.argv,
                                  reason=f"the session was stopped ({type(exc).__name__}) during the step; the step "
                                         "got SIGTERM to keep what it measured")
-                manifest["steps"].append(asdict(res))
-                manifest["elapsed_s"] = round(time.monotonic() - start, 1)
-                write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+                record(res)
                 raise
             if step.resume is not None:
                 merged = _merge_rest(*step.resume)
                 res.reason = "; ".join(r for r in (res.reason, before, merged) if r)
-        manifest["steps"].append(asdict(res))
-        manifest["elapsed_s"] = round(time.monotonic() - start, 1)
-        write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        record(res)
         say(f"{res.name}: {res.status} ({res.seconds:.0f} s){' - ' + res.reason if res.reason else ''}")
     return manifest
 

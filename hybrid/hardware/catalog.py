@@ -19,7 +19,7 @@ from hybrid.hardware.device import (
     Device,
     System,
     check_entry_fields,
-    fabric_named,
+    fabric_class,
 )
 
 #: Environment variable naming extra catalog files (``os.pathsep``-separated) that add or override entries.
@@ -175,7 +175,7 @@ class Catalog:
                 # A system may name its GPU by any alias ("NVIDIA H100 80GB HBM3"); everything downstream compares
                 # it with device keys (the rows' `device`, the importers' GPU check), so keep the key.
                 self.systems[key] = replace(sys, device=dev_key)
-            if self.devices[dev_key].kind == "gpu" and sys.intra_fabric.strip() and not fabric_named(sys.intra_fabric):
+            if self.devices[dev_key].kind == "gpu" and sys.intra_fabric.strip() and fabric_class(sys.intra_fabric) is None:
                 # a GPU fabric the cost model cannot read (UALink, "custom 900 GB/s fabric") was costed as PCIe,
                 # without a word (a CPU's gloo "shared memory" system has no GPU fabric to read)
                 raise InvalidInputError(

@@ -502,29 +502,29 @@ class System:
         }
 
 
-def fabric_named(text: str) -> bool:
-    """Whether ``text`` (a system's ``intra_fabric``) names a fabric :func:`intra_fabric_class` reads: one of
-    NVSwitch, NVLink, Infinity Fabric / xGMI or PCIe (any case, any separators)."""
+def fabric_class(text: str) -> str | None:
+    """The fabric class an ``intra_fabric`` text names: ``pcie-pairs`` (PCIe cards bridged in pairs), ``nvswitch``
+    (NVSwitch, an NVLink switch, an NVL36 / NVL72 rack), ``nvlink``, ``infinity-fabric`` (or xGMI) or ``pcie``; any
+    case, any separator or none between the words; None for text that names none of them (``UALink``)."""
+    # separators as one space: "NVLink-Switch", "NV Switch" or "NVL 36" read as PCIe (or NVLink) before, so a new
+    # NVSwitch system written so lost NVLS and was costed as another fabric, without a word
     t = re.sub(r"[\s_\-]+", " ", text.lower())
-    return bool(re.search(r"nv ?switch|nv ?link|(?<![a-z0-9])nvl ?\d+|infinity|xgmi|pci ?e|pci express", t))
+    pcie = re.search(r"pci ?e|pci express", t) is not None
+    if pcie and ("pair" in t or "bridge" in t):
+        return "pcie-pairs"
+    if re.search(r"nv ?switch|nv ?link ?switch|(?<![a-z0-9])nvl ?\d+", t):
+        return "nvswitch"
+    if re.search(r"nv ?link", t):
+        return "nvlink"
+    if "infinity" in t or "xgmi" in t:
+        return "infinity-fabric"
+    return "pcie" if pcie else None
 
 
 def intra_fabric_class(system: System) -> str:
-    """Class of a system's intra-node links from its catalog text: ``pcie-pairs`` (PCIe cards bridged in pairs),
-    ``nvswitch`` (NVSwitch, an NVLink switch, an NVL36 / NVL72 rack; any separator or none between the words),
-    ``nvlink``, ``infinity-fabric`` or ``pcie``."""
-    # separators as one space: "NVLink-Switch", "NV Switch" or "NVL 36" read as PCIe (or NVLink) before, so a new
-    # NVSwitch system written so lost NVLS and was costed as another fabric, without a word
-    text = re.sub(r"[\s_\-]+", " ", system.intra_fabric.lower())
-    if re.search(r"pci ?e|pci express", text) and ("pair" in text or "bridge" in text):
-        return "pcie-pairs"
-    if re.search(r"nv ?switch|nv ?link ?switch|(?<![a-z0-9])nvl ?\d+", text):
-        return "nvswitch"
-    if re.search(r"nv ?link", text):
-        return "nvlink"
-    if "infinity" in text or "xgmi" in text:
-        return "infinity-fabric"
-    return "pcie"
+    """Class of a system's intra-node links (:func:`fabric_class` of its ``intra_fabric``): text naming no class,
+    or none at all, is ``pcie`` (a GPU system's unreadable text is refused when its catalog loads)."""
+    return fabric_class(system.intra_fabric) or "pcie"
 
 
 def full_mesh(system: System) -> bool:
