@@ -709,3 +709,16 @@ def test_estimate_prices_tables_in_host_memory_over_the_host_link_as_the_graph_d
     graph_link = link["host"] - link["hbm"]
     assert (graph_link > 100.0).all()  # the link is what the host placement costs here: milliseconds
     np.testing.assert_allclose(est["host"] - est["hbm"], graph_link, rtol=1e-3)
+
+
+def test_no_plan_fits_blames_device_memory_when_tables_cannot_go_to_the_host():
+    """With `embedding_placement: hbm` host memory takes no table, yet the error said 'no plan fits in host or
+    device memory': it looked for the words 'host memory' in the reasons, which the baselines' hint
+    '(weights in host memory)' contains."""
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 1, "embedding_placement": "hbm", "tables": [
+        {"name": "huge", "num_embeddings": 400_000_000}, {"name": "small", "num_embeddings": 1000}]})
+    res = search_plans(c, RooflineCostModel(), time_budget_s=0.2)
+    with pytest.raises(InvalidInputError, match=r"^no plan fits in device memory \(") as err:
+        _ = res.best
+    assert "weights in host memory" in str(err.value)  # the hint that fooled it is still there
+

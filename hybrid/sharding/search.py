@@ -651,7 +651,11 @@ class SearchResult:
             for e in self.evaluations:
                 by_reason.setdefault(e.reason, []).append(e.name)
             reasons = "; ".join(f"{', '.join(names)}: {why}" for why, names in by_reason.items())
-            where = "host or device memory" if "host memory" in reasons else "device memory"
+            # host memory is named only where it limited a plan: a plan rejected for a node's host memory, or a
+            # greedy placement short of it (not the hint "weights in host memory" of a plan limited by the GPUs)
+            host = any((not e.error and "host_fits" in e.memory.per_rank and not e.memory.per_rank["host_fits"].all())
+                       or "node's host memory" in e.error for e in self.evaluations)
+            where = "host or device memory" if host else "device memory"
             raise InvalidInputError(f"no plan fits in {where} ({reasons})")
         return fitting[0]
 
