@@ -563,7 +563,7 @@ def test_overlap_flags_compare_with_the_best_plan_and_say_false_for_it():
 
     def ev(name, ms, lo, hi, fits=True):
         mem = MemoryReport(pd.DataFrame({"total": [1.0], "fits": [fits]}), 2.0)
-        return PlanEvaluation(name, ShardingPlan(), float("nan"), mem, ms,
+        return PlanEvaluation(name, ShardingPlan({name: 0}), float("nan"), mem, ms,
                               SimpleNamespace(iteration_us_low=lo, iteration_us_high=hi))
 
     evs = [ev("a", 10, 8, 12), ev("b", 11, 11.5, 14), ev("c", 20, 15, 25), ev("d", 12, np.nan, np.nan),
@@ -722,3 +722,23 @@ def test_no_plan_fits_blames_device_memory_when_tables_cannot_go_to_the_host():
         _ = res.best
     assert "weights in host memory" in str(err.value)  # the hint that fooled it is still there
 
+
+def test_a_plan_identical_to_the_best_is_not_flagged_as_overlapping_it():
+    """The search's answer is often the very plan of a baseline or of greedy (listed twice: 'greedy' and
+    'search'); `hybrid shard` flagged it as overlapping the best plan's interval and told the user to measure them
+    apart, though they are one plan."""
+    from types import SimpleNamespace
+
+    from hybrid.sharding.memory import MemoryReport
+    from hybrid.sharding.search import PlanEvaluation, flag_overlaps
+
+    p1, p2 = ShardingPlan({"t": 0}), ShardingPlan({"t": 1})
+
+    def ev(name, plan, ms, lo, hi):
+        mem = MemoryReport(pd.DataFrame({"total": [1.0], "fits": [True]}), 2.0)
+        return PlanEvaluation(name, plan, float("nan"), mem, ms,
+                              SimpleNamespace(iteration_us_low=lo, iteration_us_high=hi))
+
+    evs = [ev("greedy", p1, 10, 8, 12), ev("search", p1, 10, 8, 12), ev("size_greedy", p2, 11, 9, 13)]
+    assert flag_overlaps(evs) == ["size_greedy"]
+    assert [e.overlaps_best for e in evs] == [False, False, True]

@@ -613,7 +613,9 @@ def _interval_dict(ev: PlanEvaluation) -> dict[str, Any]:
 
 def flag_overlaps(evaluations: list[PlanEvaluation]) -> list[str]:
     """Mark every fitting plan whose 80% iteration interval overlaps the best (first fitting) plan's interval:
-    the model cannot tell them apart at that confidence. Returns the names of the overlapping plans.
+    the model cannot tell them apart at that confidence. Returns the names of the overlapping plans. A plan that
+    is the best plan under another name (the search's answer is often a baseline's or greedy's plan) is no other
+    plan to measure: its flag is False, as the best's.
 
     The best plan is the first fitting one whether or not it has an interval: when it has none (an op of its plan
     the model gives no interval for), no plan is compared with it (every flag stays None), rather than comparing
@@ -627,6 +629,9 @@ def flag_overlaps(evaluations: list[PlanEvaluation]) -> list[str]:
     out = []
     for e in fitting[1:]:
         lo, hi = e.iteration_interval_us
+        if e.plan == best.plan:  # the best plan itself under another name (the search's answer, a seed kept)
+            e.overlaps_best = False
+            continue
         if not (np.isfinite(lo) and np.isfinite(hi)):
             continue
         e.overlaps_best = bool(lo <= b_hi and b_lo <= hi)
