@@ -363,6 +363,20 @@ def test_fit_error_says_more_gpus_cannot_hold_a_table_whose_weights_exceed_a_ran
     assert "row- or column-wise" in msg and "try more GPUs" not in msg
 
 
+def test_fit_error_on_one_gpu_says_a_split_needs_more_gpus():
+    """On one GPU the hint said 'split it over ranks with a row- or column-wise plan (`hybrid shard` searches
+    them)', but one rank splits nothing: `hybrid shard` then failed alike. It now names how many GPUs a split
+    needs."""
+    from hybrid.sharding.heuristics import default_plan
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 1, "embedding_placement": "hbm", "tables": [
+        {"name": "t0", "num_embeddings": 1_000_000_000}, {"name": "t1", "num_embeddings": 1000}]})
+    with pytest.raises(InvalidInputError) as err:
+        default_plan(c)
+    msg = str(err.value)  # 238.4 GiB of weights over a ~78.5 GiB budget per rank: 4 GPUs
+    assert "split it over 4 or more GPUs with a row- or column-wise plan (one GPU splits nothing)" in msg
+    assert "split it over ranks" not in msg
+
 def test_fit_hint_names_hybrid_shard_only_outside_it(tmp_path, capsys):
     """The plans a table-wise placement cannot make: outside ``hybrid shard`` (simulate's default plan) the error
     sends the user to that command; inside it, to the strategies that make them (said to be not run when

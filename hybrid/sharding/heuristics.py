@@ -94,9 +94,13 @@ def _fit_hint(config: DLRMConfig, t: int, mem: np.ndarray, budget: float, host_w
     grows = np.maximum(mem - weights, 0.0)  # outputs, buffers, indices: proportional to the global batch
     R, Bg = config.gpus, config.global_batch
     if weights[t] > budget:
+        # one rank has no other to split it with: a split needs more GPUs first
+        ranks = ("ranks with a row- or column-wise plan" if R > 1 else
+                 f"{max(int(np.ceil(weights[t] / budget)), 2):,} or more GPUs with a row- or column-wise plan "
+                 "(one GPU splits nothing)")
         return (f"its weights{' and optimizer state' if optimizer_multiplier(config) > 1 else ''} alone "
                 f"({weights[t] / gib:.1f} GiB) exceed a rank's budget, so no number of GPUs holds it table-wise: "
-                f"split it over ranks with a row- or column-wise plan ({other_plans}){host}")
+                f"split it over {ranks} ({other_plans}){host}")
     if mem[t] > budget:
         return (f"its pooled outputs, their gradients, all-to-all buffers and indices for the global batch of {Bg:,} "
                 f"({grows[t] / gib:.1f} GiB) grow with the GPU count (batch_size_per_gpu fixed), so more GPUs make "
