@@ -756,3 +756,27 @@ def test_a_plan_identical_to_the_best_is_not_flagged_as_overlapping_it():
     evs = [ev("greedy", p1, 10, 8, 12), ev("search", p1, 10, 8, 12), ev("size_greedy", p2, 11, 9, 13)]
     assert flag_overlaps(evs) == ["size_greedy"]
     assert [e.overlaps_best for e in evs] == [False, False, True]
+
+
+def test_the_estimate_sends_the_input_volumes_the_graph_sends():
+    """The search's estimate priced the input all-to-all on the lookup indices alone, the graph
+    (:func:`hybrid.workloads.dlrm_graph.comm_volumes`) on the indices plus one bag length per sample and piece:
+    half the bytes of a one-hot table-wise table, and 1/(1 + k) of a one-hot table row-wise over k ranks, so the
+    search found row-wise splits of one-hot tables cheaper than the graph then priced them."""
+    from hybrid.engine.costs import model_catalog
+    from hybrid.sharding.search import _Search, estimate_costs
+    from hybrid.workloads.dlrm_graph import comm_volumes, resolve_target, shard_pieces
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 4, "batch_size_per_gpu": 512, "tables": [
+        {"name": "a", "num_embeddings": 100_000, "pooling_factor": 1},
+        {"name": "b", "num_embeddings": 200_000, "pooling_factor": 3},
+        {"name": "c", "num_embeddings": 50_000, "pooling_factor": 20},
+        {"name": "d", "num_embeddings": 1000, "pooling_factor": 2}]})
+    model = RooflineCostModel()
+    costs = estimate_costs(c, model, resolve_target(c.system, model_catalog(model)), 80 * 2**30)
+    plan = ShardingPlan({"a": {"type": "row_wise", "ranks": [0, 1, 2, 3]}, "b": 1,
+                         "c": {"type": "column_wise", "ranks": [2, 3]}, "d": "data_parallel"})
+    v = _Search(c, costs).load_plan(plan).state.v
+    vol = comm_volumes(c, shard_pieces(c, plan))
+    np.testing.assert_allclose(v[4], vol.input_send, rtol=1e-9)
+    np.testing.assert_allclose(v[5], vol.input_recv, rtol=1e-9)

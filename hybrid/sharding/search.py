@@ -242,7 +242,10 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     # additive coefficients per (table, option)
     mult = optimizer_multiplier(config)
     frag = 1.0 + FRAGMENTATION
+    # what one source rank sends a piece's holder, as the graph sends it (dlrm_graph.comm_volumes): the piece's lookup
+    # indices plus one bag length per sample (a row-wise piece gets 1/k of the indices, every piece the lengths)
     idx = B * pool * INDEX_BYTES
+    lengths = B * INDEX_BYTES
     C = np.zeros((T, n_opt, 11))
     w = rows * dims * config.embedding_dtype_bytes  # the tables' weights are in their own dtype (mixed precision)
     for j, o in enumerate(options):
@@ -256,14 +259,14 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
             C[:, j, _OSEND] = (R - 1) * B * dk * eb
             C[:, j, _ORECV_ALL] = B * dims * eb
             C[:, j, _ORECV_H] = -B * dk * eb
-            C[:, j, _ISEND_ALL] = o.k * idx
-            C[:, j, _ISEND_H] = -idx
-            C[:, j, _IRECV_H] = (R - 1) * idx
+            C[:, j, _ISEND_ALL] = o.k * (idx + lengths)
+            C[:, j, _ISEND_H] = -(idx + lengths)
+            C[:, j, _IRECV_H] = (R - 1) * (idx + lengths)
         elif o.type == "row_wise":
             C[:, j, _MEM] = frag * (w_held / o.k * mult + Bg * dims * eb * 4.0 + Bg * pool / o.k * 8.0 * 3.0)
-            C[:, j, _ISEND_ALL] = idx
-            C[:, j, _ISEND_H] = -idx / o.k
-            C[:, j, _IRECV_H] = (R - 1) * idx / o.k
+            C[:, j, _ISEND_ALL] = idx + o.k * lengths
+            C[:, j, _ISEND_H] = -(idx / o.k + lengths)
+            C[:, j, _IRECV_H] = (R - 1) * (idx / o.k + lengths)
             C[:, j, _RW] = Bg * dims * eb
         else:  # data_parallel: dense gradient of the whole table, all-reduced
             C[:, j, _MEM] = frag * (w * (mult + 1.0) + B * dims * eb * 2.0)
