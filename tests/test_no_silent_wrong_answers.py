@@ -296,6 +296,19 @@ def test_shard_refuses_a_search_that_cannot_fit_in_memory():
     assert "--strategy size_greedy,lookup_greedy,size_lookup_greedy,random" in err
 
 
+def test_shard_search_size_error_names_the_configs_gpus_when_no_option_gave_them(tmp_path):
+    """A config of 100000 GPUs run without --gpus was refused as '--gpus 100000: ...', an option never given."""
+    import yaml
+
+    doc = yaml.safe_load(open(CONFIG))
+    doc.pop("plan", None)
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump({**doc, "gpus": 100000}))
+    rc, out, err = cli(["shard", str(path)])
+    assert rc == 2 and "100000 ranks (the config's gpus): the plan search would need about" in err, err
+    assert "--gpus 100000" not in err and "use fewer --gpus" not in err
+
+
 def test_search_size_estimate():
     from hybrid.sharding.search import check_search_size, estimate_search_bytes
 

@@ -77,7 +77,7 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
     own = load_config(config_path, system=system, warned=warned)
     config = load_config(config_path, gpus=gpus, system=system, drop_plan=True, warned=warned)
     # checked here too (search_plans checks again) to spell the way out as this command's options
-    need = check_search_size(config.gpus, names, available_memory_bytes(), cli=True)
+    need = check_search_size(config.gpus, names, available_memory_bytes(), cli=True, gpus_option=gpus is not None)
     model, model_name = load_cost_model(model_ref, tracking_uri)
     from hybrid.engine.costs import model_catalog
     from hybrid.workloads.dlrm_graph import check_target, collective_target

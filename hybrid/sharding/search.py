@@ -73,15 +73,15 @@ def estimate_search_bytes(gpus: int, strategies: list[str] | tuple[str, ...] | N
 
 
 def check_search_size(gpus: int, strategies: list[str] | tuple[str, ...] | None, available: float | None, *,
-                      cli: bool = False) -> float:
+                      cli: bool = False, gpus_option: bool = True) -> float:
     """The estimated bytes of the search; :class:`InvalidInputError` naming a way out when it does not fit in
     :data:`SEARCH_MEMORY_SHARE` of ``available`` host memory (None: unknown, no check). ``cli`` spells the way
-    out as ``hybrid shard`` options."""
+    out as ``hybrid shard`` options; ``gpus_option`` False: the rank count is the config's, not a ``--gpus``."""
     need = estimate_search_bytes(gpus, strategies)
     if available is None or need <= SEARCH_MEMORY_SHARE * available:
         return need
     gib = 2**30
-    what = f"--gpus {gpus}" if cli else f"{gpus} ranks"
+    what = f"--gpus {gpus}" if cli and gpus_option else f"{gpus} ranks" + (" (the config's gpus)" if cli else "")
     msg = (f"{what}: the plan search would need about {need / gib:,.1f} GiB of memory, more than the "
            f"{available / gib:,.1f} GiB available")
     base = estimate_search_bytes(gpus, list(BASELINES))
