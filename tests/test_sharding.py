@@ -780,3 +780,19 @@ def test_the_estimate_sends_the_input_volumes_the_graph_sends():
     vol = comm_volumes(c, shard_pieces(c, plan))
     np.testing.assert_allclose(v[4], vol.input_send, rtol=1e-9)
     np.testing.assert_allclose(v[5], vol.input_recv, rtol=1e-9)
+
+
+@pytest.mark.parametrize("placement", ["auto", "host"])
+def test_a_baseline_gets_one_estimate_whichever_strategies_run(placement):
+    """Run alone, the table-wise baselines were estimated on cost tables with every weight in GPU memory: a plan
+    whose tables the graph puts in host memory (``auto`` past the GPU's memory, ``host``) was estimated as
+    overflowing (``estimate_us`` null) or without its host-link time, and with greedy among the strategies the
+    same plan got another estimate."""
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 1, "embedding_placement": placement, "tables": [
+        {"name": "t0", "num_embeddings": 300_000_000}, {"name": "t1", "num_embeddings": 100_000_000},
+        {"name": "t2", "num_embeddings": 1000}]})
+    alone = search_plans(c, RooflineCostModel(), strategies=["size_greedy"]).by_name("size_greedy")
+    both = search_plans(c, RooflineCostModel(), strategies=["size_greedy", "greedy"], time_budget_s=0.1)
+    assert alone.plan == both.by_name("size_greedy").plan
+    assert np.isfinite(alone.estimate_us)
+    assert alone.estimate_us == pytest.approx(both.by_name("size_greedy").estimate_us)

@@ -708,14 +708,36 @@ def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, cap
         except InvalidInputError as exc:
             if not allowed:
                 return costs, exc
-    if host_mem_per_node is None:
-        system = model_catalog(model).systems.get(target.system)
-        host_mem_per_node = float(system.host_mem) if system is not None else None
-    costs = estimate_costs(config, model, target, capacity, host_weights=True, host_mem_per_node=host_mem_per_node)
+    costs = _host_costs(config, model, target, capacity, host_mem_per_node)
     try:
         return costs, _Search(config, costs).greedy()
     except InvalidInputError as exc:
         return costs, exc
+
+
+def _host_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
+                host_mem_per_node: float | None = None) -> CostTables:
+    """The cost tables with the sharded tables' weights in host memory, each node's share held to its host memory
+    (``host_mem_per_node`` bytes, else the catalog's figure for the system)."""
+    if host_mem_per_node is None:
+        system = model_catalog(model).systems.get(target.system)
+        host_mem_per_node = float(system.host_mem) if system is not None else None
+    return estimate_costs(config, model, target, capacity, host_weights=True, host_mem_per_node=host_mem_per_node)
+
+
+def _baseline_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
+                    plans: list[ShardingPlan], host_mem_per_node: float | None = None) -> CostTables:
+    """The cost tables that estimate table-wise baseline ``plans`` when no greedy placement runs (it needs memory
+    growing with ranks^2), chosen as :func:`_placeable_costs` chooses them: weights in host memory with
+    ``embedding_placement`` host on a GPU, and with ``auto`` when the plans overflow the GPUs' memory (where the
+    baselines then placed them, :func:`hybrid.sharding.heuristics.greedy_place`); else in GPU memory."""
+    allowed = host_placement_allowed(config, target.device)
+    if allowed and config.embedding_placement == "host":
+        return _host_costs(config, model, target, capacity, host_mem_per_node)
+    costs = estimate_costs(config, model, target, capacity)
+    if allowed and any(not math.isfinite(_Search(config, costs).load_plan(p).objective()) for p in plans):
+        return _host_costs(config, model, target, capacity, host_mem_per_node)
+    return costs
 
 
 def greedy_plan(config: DLRMConfig, model: OpCostModel | None = None, *, capacity: float | None = None,
@@ -804,7 +826,7 @@ def search_plans(
     stages.set_postfix_str("cost tables")
     planned = "greedy" in strategies or "search" in strategies  # baselines alone need no greedy placement
     costs, greedy = (_placeable_costs(config, model, target, capacity, host_mem_per_node) if planned
-                     else (estimate_costs(config, model, target, capacity), None))
+                     else (None, None))
     stages.update()
     stages.set_postfix_str("baselines")
 
@@ -819,6 +841,8 @@ def search_plans(
                 baselines[name] = fn(config, capacity, other_plans=other_plans, **extra)
             except InvalidInputError as exc:
                 errors[name] = str(exc)
+    if costs is None:  # baselines alone: estimated on the cost tables the search would plan them with
+        costs = _baseline_costs(config, model, target, capacity, list(baselines.values()), host_mem_per_node)
     candidates: list[tuple[str, ShardingPlan, float]] = []
     for name, plan in baselines.items():
         if name in strategies:
