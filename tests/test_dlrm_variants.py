@@ -249,6 +249,23 @@ def test_gpu_benchmark_skips_runs_with_fewer_samples_than_gpus(shared_datasets):
     assert skipped == {"global batch smaller than the GPU count (fewer than one sample per GPU)": 2}
 
 
+def test_gpu_benchmark_skips_runs_whose_global_batch_the_gpus_do_not_share_evenly(shared_datasets):
+    """A global batch that is no multiple of the GPU count was priced as round(batch / GPUs) samples per GPU: 100
+    samples on 64 GPUs became 2 per GPU, a run of 128 samples scored against the published time of 100."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    v21 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
+    gpus = int(row["nodes"].iloc[0] * row["acc_per_node"].iloc[0])
+    batch = int(row["global_batch_size"].iloc[0])
+    odd = pd.concat([row, row.assign(global_batch_size=batch + 1), row.assign(global_batch_size=gpus + gpus // 2)])
+    runs, skipped = bench.map_mlperf(odd, default_catalog())
+    assert list(runs["global_batch"]) == [batch]
+    assert skipped == {"global batch not a multiple of the GPU count (samples per GPU not whole)": 2}
+    for r in runs.itertuples(index=False):  # what is priced is the published batch
+        assert bench.run_config(r, default_catalog())[0].global_batch == r.global_batch
+
 def test_gpu_benchmark_tells_garbage_counts_from_cpu_only_runs(shared_datasets):
     """A node count that is no number or a negative GPU count was counted as a CPU-only run."""
     from hybrid.hardware.catalog import default_catalog

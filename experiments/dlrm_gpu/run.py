@@ -9,9 +9,9 @@ DeepLearningExamples), hybrid parallel (tables model-parallel with all-to-all, M
 all-reduce), on a node built from the run's accelerator, GPUs per node and node count. Rows that cannot be
 mapped (TPUs, CPUs, accelerators not in the catalog, rows without a per-iteration time, rows of another MLPerf
 benchmark, malformed counts, accelerators per node that are not a node of the catalog system the row names or
-more than any catalog system holds, fractional global batches; with ``--mlperf`` also runs
-whose tables no plan can place even with host memory, e.g. DLRM-DCNv2 on one 8 GB P4) are skipped and counted with
-the reason.
+more than any catalog system holds, fractional global batches or ones the GPUs do not share evenly; with
+``--mlperf`` also runs whose tables no plan can place even with host memory, e.g. DLRM-DCNv2 on one 8 GB P4) are
+skipped and counted with the reason.
 
 Predictors, side by side:
 
@@ -265,6 +265,9 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
             continue
         if batch > MAX_INT_PRICED:  # (counted as a run that "does not fit", with the config's error as the reason)
             skipped["malformed global batch (more than 10**18 samples)"] += 1
+            continue
+        if batch % (gpn * nodes):  # (priced as round(batch / GPUs) per GPU: 100 samples on 64 GPUs ran 128)
+            skipped["global batch not a multiple of the GPU count (samples per GPU not whole)"] += 1
             continue
         family = framework_family(getattr(r, "framework", ""))
         variant = mlperf_variant(r)
