@@ -714,3 +714,21 @@ def test_gpu_benchmark_skips_a_global_batch_past_what_is_priced(shared_datasets)
     row = v21[v21["median_ms_per_iteration"].notna() & v21["accelerator"].str.contains("A100")].head(1)
     runs, skipped = bench.map_mlperf(pd.concat([row, row.assign(global_batch_size=1e30)]), default_catalog())
     assert len(runs) == 1 and skipped == {"malformed global batch (more than 10**18 samples)": 1}
+
+
+def test_gpu_benchmark_maps_a_bare_a100_of_a_round_before_the_80gb_part_to_the_40gb_card(shared_datasets):
+    """MLPerf v0.7 (July 2020) predates the A100 80GB (November 2020): its bare "NVIDIA A100" (Inspur nf5488) was
+    priced on the catalog's default for a bare "A100", the 80 GB part (2039 GB/s instead of 1555)."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    cat = default_catalog()
+    v07 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v0.7_dlrm_runs.csv")
+    bare = v07[v07["accelerator"] == "NVIDIA A100"]
+    assert len(bare)
+    runs, _ = bench.map_mlperf(bare, cat)
+    assert len(runs) and set(runs["device"]) == {"A100-SXM4-40GB"}
+    assert bench.map_device("NVIDIA A100", cat, "v0.7") == "A100-SXM4-40GB"
+    # a later round's bare name stays the catalog's reading; a named part is that part in any round
+    assert bench.map_device("NVIDIA A100", cat, "v2.1") == cat.resolve_device("A100")
+    assert bench.map_device("NVIDIA A100-SXM4-80GB", cat, "v0.7") == "A100-SXM4-80GB"

@@ -104,10 +104,21 @@ def framework_family(text: str) -> str:
     return "other"
 
 
-def map_device(name: str, catalog: Catalog) -> str | None:
-    """Catalog key of a published accelerator string (power limits, 'NVIDIA ' and 'CTS' removed), or None."""
+#: Rounds published before a part's larger-memory variant existed: a bare name there can only be the part of the
+#: time. MLPerf Training v0.7 (July 2020) predates the A100 80GB (November 2020), so its bare "NVIDIA A100"
+#: (Inspur nf5488) is the 40 GB SXM4 part (1555 GB/s), not the catalog's default for a bare "A100" (the 80 GB).
+BARE_NAME_BY_ROUND = {("A100", "v0.7"): "A100-SXM4-40GB"}
+
+
+def map_device(name: str, catalog: Catalog, round_: str | None = None) -> str | None:
+    """Catalog key of a published accelerator string (power limits, 'NVIDIA ' and 'CTS' removed), or None;
+    ``round_`` (the row's ``mlperf_version``) resolves a bare name that round can only mean
+    (:data:`BARE_NAME_BY_ROUND`)."""
     raw = str(name)
     clean = re.sub(r"\(.*?\)", "", raw).replace("NVIDIA ", "").replace(" CTS", "").strip()
+    era = BARE_NAME_BY_ROUND.get((clean, str(round_).strip().lower() if round_ is not None else ""))
+    if era is not None and era in catalog.devices:
+        return era
     for cand in (raw, clean, clean.replace("-SXM-", "-SXM4-")):
         key = catalog.resolve_device(cand, missing_ok=True) if cand else None
         if key is not None and catalog.devices[key].kind == "gpu":
@@ -236,7 +247,7 @@ def map_mlperf(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, Counte
         if gpn != round(gpn) or nodes != round(nodes):  # 0.5 nodes was 0 nodes of 4 GPUs: no run to predict
             skipped["node or accelerator count not a whole number"] += 1
             continue
-        dev = map_device(r.accelerator, catalog)
+        dev = map_device(r.accelerator, catalog, getattr(r, "mlperf_version", None))
         if dev is None:
             name = str(r.accelerator).strip() if pd.notna(r.accelerator) else ""
             # which one: a judge adds it to a catalog file (HYBRID_CATALOG) or learns the spelling is new
