@@ -133,6 +133,8 @@ def test_cli_shard_json(small_config, tmp_path, capsys):
     first = data["plans"][0]
     assert len(first["breakdown"]) == 8 and len(first["memory_per_rank_bytes"]) == 8
     assert len(first["plan"]) == 24
+    assert first["critical_path_us"] == first["critical_path"]  # microseconds, under the name that says so
+    assert sum(first["critical_path_us"].values()) == pytest.approx(first["iteration_us"], rel=1e-6)
     assert ShardingPlan.from_file(out_plan).to_dict() == next(p for p in data["plans"]
                                                                if p["name"] == data["best"])["plan"]
 
@@ -473,7 +475,9 @@ def test_cli_simulate_says_when_the_host_sets_the_iteration(tmp_path, capsys):
                                             "batch_size_per_gpu": 6912, "dtype": "fp16", "embedding_dtype": "fp16"})
     assert main(["simulate", str(cfg), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    cp = data["critical_path"]
+    cp = data["critical_path_us"]  # microseconds by kind (the unit in its name, as every other time key)
+    assert cp == data["critical_path"]  # the old name, kept for existing readers
+    assert sum(cp.values()) == pytest.approx(data["iteration_us"], rel=1e-9)
     assert cp["cpu"] / sum(cp.values()) > HOST_BOUND_SHARE
     assert any(n.startswith("the iteration is host-bound") and "faster GPU will not show" in n
                for n in data["notes"])

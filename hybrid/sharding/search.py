@@ -601,7 +601,7 @@ class PlanEvaluation:
         if self.sim is not None:
             out["breakdown"] = self.sim.summary()["ranks"]
             out["ranks"] = out["breakdown"]  # the per-rank key of simulate --json too
-            out["critical_path"] = self.sim.critical_path_summary()
+            out["critical_path_us"] = out["critical_path"] = self.sim.critical_path_summary()  # (us; both names)
         if with_plan:
             out["plan"] = self.plan.to_dict()
         return out
