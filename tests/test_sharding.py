@@ -568,6 +568,10 @@ def test_a_malformed_plan_file_names_the_file(tmp_path, capsys):
     assert main(["simulate", str(config), "--plan", str(plan)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {plan}: "), err
+    csv = tmp_path / "plan.csv"  # a table given as a plan read as one string: "must be a mapping ..., got str"
+    csv.write_text("table,type,ranks\na,table_wise,0\n")
+    with pytest.raises(InvalidInputError, match=f"^{csv}: not a sharding plan: it reads as text, not a mapping"):
+        ShardingPlan.from_file(csv)
 
 
 def test_overlap_flags_compare_with_the_best_plan_and_say_false_for_it():

@@ -164,7 +164,9 @@ class ShardingPlan(Mapping[str, Shard]):
     def from_dict(cls, data: Mapping[str, Any]) -> ShardingPlan:
         """A plan from ``{table: {type, ranks}}`` (or a document with a top-level ``plan`` key)."""
         if not isinstance(data, Mapping):
-            raise InvalidInputError(f"a sharding plan must be a mapping of table -> shard, got {type(data).__name__}")
+            what = {"str": "text", "list": "a list", "NoneType": "nothing"}.get(type(data).__name__, type(data).__name__)
+            raise InvalidInputError(f"not a sharding plan: it reads as {what}, not a mapping of table -> {{type, ranks}} "
+                                    "(a YAML or JSON plan, as `hybrid shard --output` writes)")
         if "plan" in data and isinstance(data["plan"], Mapping):
             data = data["plan"]
         return cls(data)
