@@ -722,3 +722,14 @@ def test_a_site_system_on_a_packaged_gpu_is_read_in_tables_with_its_model(tmp_pa
 
     cat = catalog_for_tables(Registered())
     assert cat.system("Lab-Node").device == "A100-SXM4-40GB" and "H100-SXM" in cat.devices
+
+
+def test_help_says_an_adaptation_has_no_lodo_split():
+    """`calibrate --base M --no-lodo` is accepted and changes nothing (an adaptation runs no leave-one-device-out
+    split); the help said only 'Skip the leave-one-device-out split', as if --base runs had one."""
+    from click.testing import CliRunner
+
+    from hybrid.cli.main import cli
+
+    out = " ".join(CliRunner().invoke(cli, ["calibrate", "--help"], terminal_width=200).output.split())
+    assert "Not needed with --base: an adaptation has no such split" in out, out

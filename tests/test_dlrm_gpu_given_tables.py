@@ -71,3 +71,23 @@ def test_json_summary_says_which_scored_runs_are_in_sample(load_experiment):
     assert out["n_fit_round"] == 1 and out["held_out_geomean_pct"] == round(float(np.sqrt(4.0 * 9.0)), 2)
     out = load_experiment("dlrm_gpu").summary_json(runs.assign(fit_set=True), Counter(), 3, "fitted")
     assert out["n_fit_round"] == 3 and out["held_out_geomean_pct"] is None
+
+
+def test_each_system_row_names_the_catalog_system_it_was_costed_on(load_experiment, shared_datasets, tmp_path,
+                                                                    capsys):
+    """A run is labelled with the system its submitter named (Lenovo's SR670v2, 4 A100-SXM4-40GB a node) but costed
+    on a catalog system of that GPU and count (Polaris, ALCF's machine: its NICs price the inter-node traffic), and
+    neither the report nor the JSON summary said which."""
+    import json
+
+    raw = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v2.1_dlrm_runs.csv")
+    given = tmp_path / "sr670.csv"
+    raw[raw["system"].str.startswith("SR670v2")].head(1).to_csv(given, index=False)
+    exp = load_experiment("dlrm_gpu")
+    assert exp.main(["--mlperf", str(given), "--data-dir", str(tmp_path / "none"), "--json"]) == 0
+    (label, block), = json.loads(capsys.readouterr().out)["by_system"].items()
+    assert "SR670v2" in label and block["costed_system"] == "Polaris", block
+    assert exp.main(["--mlperf", str(given), "--data-dir", str(tmp_path / "none")]) == 0
+    text = capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.startswith("| v2.1") and "SR670v2" in line)
+    assert "| costed on |" in text and "| Polaris |" in row, row

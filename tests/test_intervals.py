@@ -982,3 +982,25 @@ def test_collective_hold_out_keeps_each_settings_edges(shared_datasets):
         train, test = table.iloc[tr], table.iloc[te]
         model = CollectiveSigmoid().fit(train, roofline(train, cat), cat)
         assert not model.beyond_curves(test).any()
+
+
+def test_a_measured_device_adapted_in_one_family_keeps_the_seen_band_in_the_others(fitted):
+    """Few-shot adaptation (`hybrid calibrate --base`) of a GPU the base model measured, with GEMM rows only, moved
+    every row of that GPU to the unseen band, its softmax rows too, which the adaptation does not touch (the same
+    prediction as the base's, the base's seen band). The adapted family gets the adapted band as before."""
+    from hybrid.ops.families import family_array
+
+    pred, train, _ = fitted
+    dev = "P4"
+    mine = train[train["device"] == dev]
+    fam = family_array(mine["op"])
+    gemm, soft = mine[fam == "gemm"], mine[fam == "softmax"]
+    assert len(gemm) >= 30 and len(soft) >= 10
+    adapted = pred.adapt(gemm.head(20))
+    assert adapted.adapt_forms["kernel-xgb-gemm"][dev]["rows"] == 20
+    base_soft, out_soft = pred.predict(soft), adapted.predict(soft)
+    np.testing.assert_allclose(out_soft["time_us"], base_soft["time_us"])  # untouched by the adaptation
+    assert set(base_soft["interval_band"]) == {"seen"}
+    assert set(out_soft["interval_band"]) == {"seen"}, set(out_soft["interval_band"])
+    np.testing.assert_allclose(out_soft["time_us_high"], base_soft["time_us_high"])
+    assert set(adapted.predict(gemm.tail(10))["interval_band"]) == {"adapted-20"}

@@ -99,6 +99,12 @@ def test_hf_configs_load_as_they_are(tmp_path) -> None:
             "intermediate_size": 4096, "vocab_size": 30522, "max_position_embeddings": 512, "type_vocab_size": 2,
             "hidden_act": "gelu"}
     assert from_dict(bert).num_params == load_model("bert-large").num_params
+    # the library's bert-large is BertForPreTraining's layout (MLM head and pooler, Devlin et al.'s pre-training, as
+    # docs/llm_training.md says); its source named only the checkpoint's config.json, whose BertForMaskedLM has no
+    # pooler: loaded from that file the same model counted h^2 + h fewer parameters with nothing saying why
+    lib = load_model("bert-large")
+    assert lib.pooler and "BertForPreTraining" in lib.source and "BertForMaskedLM" in lib.source, lib.source
+    assert from_dict({**bert, "architectures": ["BertForMaskedLM"]}).num_params == lib.num_params - 1024 * 1024 - 1024
     ckpt = tmp_path / "Llama-2-7b-hf"
     ckpt.mkdir()
     f = ckpt / "config.json"

@@ -87,7 +87,8 @@ def test_a_family_failing_midway_keeps_its_finished_configurations(tmp_path, mon
     assert stop["error"].startswith("RuntimeError: CUDA error: an illegal memory access was encountered")
     assert meta["row_counts"] == table.groupby("op").size().to_dict()
 
-    # nothing measured yet: no bundle, the same one-line error
+    # nothing measured yet: the same one-line error; the configuration is recorded (a bundle of no rows) for the
+    # resume to skip (tests/test_profiler_resume.py)
     def first_fails(*args, **kwargs):
         cases = real(*args, **kwargs)
         cases[0].build = lambda: (_ for _ in ()).throw(RuntimeError("boom"))
@@ -96,9 +97,10 @@ def test_a_family_failing_midway_keeps_its_finished_configurations(tmp_path, mon
     monkeypatch.setattr(kernels, "norm_cases", first_fails)
     with pytest.raises(ProfileFailedError, match=r"^norm failed \(measuring, 0 of \d+ configurations done\): "
                                                  r"RuntimeError: boom, before any configuration was measured: "
-                                                 r"nothing written \(HYBRID_DEBUG=1 for a traceback\)$"):
+                                                 r"the failing configuration is recorded in .*"
+                                                 r"\(HYBRID_DEBUG=1 for a traceback\)$"):
         run_profile(ProfileOptions(**{**opts.__dict__, "families": ("norm",)}), tmp_path / "c")
-    assert not (tmp_path / "c").exists()
+    assert json.loads((tmp_path / "c" / "meta.json").read_text())["n_rows"] == 0
 
 
 def test_a_cpu_case_that_cannot_allocate_is_skipped_not_fatal(tmp_path, monkeypatch):
@@ -145,5 +147,5 @@ def test_hybrid_debug_shows_the_traceback_of_a_failed_family(tmp_path, monkeypat
     assert capsys.readouterr().err.rstrip().splitlines()[-1].startswith("error: softmax failed (measuring, 0 of ")
     monkeypatch.setenv("HYBRID_DEBUG", "1")
     with pytest.raises(ProfileFailedError) as info:
-        main(argv)
+        main([*argv[:-1], str(tmp_path / "p2")])  # p holds the first run's record of the failure
     assert isinstance(info.value.__cause__, RuntimeError) and str(info.value.__cause__) == "boom"

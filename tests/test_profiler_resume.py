@@ -103,3 +103,37 @@ def test_a_configuration_that_always_fails_is_skipped_by_the_resume(tmp_path, mo
     monkeypatch.undo()
     with pytest.raises(Exception, match="already in --skip-existing"):  # nothing left: the two failures skipped
         run_profile(_opts(skip_existing=(str(tmp_path / "all"),)), tmp_path / "r3")
+
+
+def test_a_first_configuration_that_always_fails_is_recorded_for_the_resume(tmp_path, monkeypatch):
+    """A run that failed on its FIRST configuration wrote nothing, so nothing recorded the failure: every resume (a
+    gpu-session run again, `--skip-existing` the bundle) failed on the same configuration with nothing measured,
+    and so did a resume whose first configuration to measure failed (two failing configurations in a row): the
+    family could never be measured. Now such a run writes a record (meta.json naming the configuration, a table of
+    no rows) that the resume skips, and a resume's rest merges with it."""
+    from hybrid.bench import gpu_session as gs
+    from hybrid.data.bundle import load_bundle, merge_bundles, read_meta
+    from hybrid.data.profiler.runner import ProfileFailedError, run_profile
+
+    listed = _failing_norm(monkeypatch, 0, 1)
+    with pytest.raises(ProfileFailedError) as info:
+        run_profile(_opts(), tmp_path / "b")
+    msg = str(info.value)
+    assert "before any configuration was measured" in msg and f"recorded in {tmp_path / 'b'}" in msg, msg
+    assert "skipped by the resume" in msg and info.value.meta["interrupted"]["resume"] in msg, msg
+    assert gs.bundle_state(tmp_path / "b") == "partial"
+    empty, _ = load_bundle(tmp_path / "b")
+    assert len(empty) == 0
+    meta = read_meta(tmp_path / "b")
+    assert meta["n_rows"] == 0 and meta["interrupted"]["configuration"]["hidden"] == listed[0].row["hidden"]
+    # the resume skips the first configuration, fails on the second: recorded again, not nothing written
+    with pytest.raises(ProfileFailedError, match="before any configuration was measured"):
+        run_profile(_opts(skip_existing=(str(tmp_path / "b"),)), tmp_path / "r1")
+    merge_bundles([tmp_path / "b", tmp_path / "r1"], tmp_path / "m")
+    assert len(load_bundle(tmp_path / "m")[0]) == 0
+    # the next resume skips both and measures the rest of the family
+    res = run_profile(_opts(skip_existing=(str(tmp_path / "m"),)), tmp_path / "r2")
+    assert res.meta["partial"] is False and len(res.table) == len(listed) - 2
+    assert res.meta["skip_existing"]["cases_failed_before"] == 2
+    path, table = merge_bundles([tmp_path / "m", tmp_path / "r2"], tmp_path / "all")
+    assert len(table) == len(listed) - 2 and gs.bundle_state(path) == "complete"

@@ -58,6 +58,11 @@ def test_adapting_the_registered_model_to_a_new_gpu(base_run):
     params = open_store(base_run["uri"]).client().get_run(res.run_id).data.params
     forms = {k: v for k, v in params.items() if k.startswith("adapt.") and k.endswith(f".{NEW_GPU}.form")}
     assert forms and set(forms.values()) <= {"scale", "shift", "affine"}, params
+    # the run's base tag names the version `--base gpus` resolved to (the latest, which moves once gpus gets a
+    # version 2), and the base's run; it held the reference as typed
+    tags = open_store(base_run["uri"]).client().get_run(res.run_id).data.tags
+    assert tags["hybrid.base"] == "gpus/1" and tags["hybrid.base_run_id"] == base_run["result"].run_id, tags
+    assert params["base"] == "gpus"  # the configuration as given stays a parameter
     key = next(iter(forms))[: -len(".form")]
     assert float(params[f"{key}.scale"]) > 0 and np.isfinite(float(params[f"{key}.shift_us"]))
     assert res.summary["predictor"]["adaptation"]

@@ -369,6 +369,12 @@ def with_node_systems(runs: pd.DataFrame, catalog: Catalog) -> Catalog:
     return catalog
 
 
+def costed_system(r: Any, catalog: Catalog) -> str:
+    """The catalog system run ``r`` is costed on (:func:`run_config`): the one a table names, else a node of its GPU
+    and count (a catalog system of them: Lenovo's SR670v2 with 4 A100-SXM4-40GB is costed as Polaris)."""
+    return run_config(r, catalog)[0].system
+
+
 def run_config(r: Any, catalog: Catalog) -> tuple[Any, str | None, Catalog]:
     """(the DLRM config of run ``r``, the measured system its collectives stand in for or None, the catalog with
     the run's node system added)."""
@@ -549,7 +555,9 @@ def score(runs: pd.DataFrame, catalog: Catalog, calibrated, fit_round: str | Non
     fit_mask = (runs["round"] == fit_round).to_numpy() if fit_round is not None else np.zeros(len(runs), bool)
     alpha, alpha_scores = choose_zipf_alpha(runs, catalog, fit_mask)
     key, graphs, cat = build_graphs(runs, catalog, alpha)
-    runs = runs.assign(key=key.to_numpy())
+    # the system each run was costed on, beside the one its submitter named (system_label): they differ
+    costed = {k: costed_system(r, cat) for k, r in zip(key, runs.itertuples(index=False), strict=True)}
+    runs = runs.assign(key=key.to_numpy(), costed_system=key.map(costed).to_numpy())
     uniq = list(key.unique())
     by_key = dict(zip(uniq, graphs, strict=True))
     fam_of = runs.drop_duplicates("key").set_index("key")["family"]
@@ -585,7 +593,8 @@ def score(runs: pd.DataFrame, catalog: Catalog, calibrated, fit_round: str | Non
 
 def summary_json(runs: pd.DataFrame, skipped: Counter, n_input: int, fit_note: str) -> dict:
     def block(g: pd.DataFrame) -> dict:
-        return {"n_rows": int(len(g)), "geomean_pct": round(geomean(g["err_fit_pct"]), 2),
+        return {"n_rows": int(len(g)), **({"costed_system": costed_on(g)} if "costed_system" in g.columns else {}),
+                "geomean_pct": round(geomean(g["err_fit_pct"]), 2),
                 "max_pct": round(float(g["err_fit_pct"].max()), 2),
                 "roofline_geomean_pct": round(geomean(g["err_roofline_pct"]), 2),
                 "measured_ms_median": round(float(g["measured_ms"].median()), 4),
@@ -611,13 +620,23 @@ def summary_json(runs: pd.DataFrame, skipped: Counter, n_input: int, fit_note: s
 
 
 # --------------------------------------------------------------------------------------------- report
+def costed_on(g: pd.DataFrame) -> str:
+    """The catalog system(s) the runs ``g`` were costed on, comma-separated."""
+    return ", ".join(sorted(map(str, g["costed_system"].unique())))
+
+
 def table_lines(runs: pd.DataFrame, by: str) -> list[str]:
-    lines = [f"| {by} | runs | measured ms (median) | roofline geomean / max % | calibrated geomean / max % | "
-             "fitted geomean / max % | in fit set |", "|---|---|---|---|---|---|---|"]
+    """A markdown table of the scores per ``by``; per system (``system_label``) with the catalog system the runs
+    were costed on (the label is the submitter's name for it)."""
+    costed = by == "system_label" and "costed_system" in runs.columns
+    lines = [f"| {by} |{' costed on |' if costed else ''} runs | measured ms (median) | roofline geomean / max % | "
+             "calibrated geomean / max % | fitted geomean / max % | in fit set |",
+             "|---|" + ("---|" if costed else "") + "---|---|---|---|---|---|"]
     for k, g in runs.groupby(by, sort=True):
         cells = [f"{geomean(g[f'err_{n}_pct']):.1f} / {g[f'err_{n}_pct'].max():.1f}"
                  for n in ("roofline", "calibrated", "fit")]
-        lines.append(f"| {k} | {len(g)} | {g['measured_ms'].median():.3f} | " + " | ".join(cells)
+        lines.append(f"| {k} |{f' {costed_on(g)} |' if costed else ''} {len(g)} | {g['measured_ms'].median():.3f} | "
+                     + " | ".join(cells)
                      + f" | {'yes' if g['fit_set'].all() else 'no' if not g['fit_set'].any() else 'part'} |")
     return lines
 

@@ -171,7 +171,9 @@ def carries_collective_transfer(predictor: Any) -> bool:
                    "then up to 8 more with the most collective rows; only devices whose kind, GPU or CPU, keeps "
                    "another in the fit).")
 @click.option("--exclude-device", multiple=True, help="Drop these devices' rows entirely.")
-@click.option("--no-lodo", is_flag=True, help="Skip the leave-one-device-out split.")
+@click.option("--no-lodo", is_flag=True, help="Skip the leave-one-device-out split. Not needed with --base: an "
+                                                "adaptation has no such split (it is scored on half its new rows, "
+                                                "the adapt split).")
 @click.option("--test-fraction", type=float, default=0.2, show_default=True, help="Random hold-out share.")
 @click.option("--max-rows", type=int, help="Calibrate on a sample of at most this many rows in all, drawn evenly "
                                            "from every (device, op) group so that small groups survive.")

@@ -562,7 +562,7 @@ class HybridPredictor:
     def _bands(self, norm: pd.DataFrame, base: pd.DataFrame,
                groups: tuple[np.ndarray, list[str]] | None = None) -> np.ndarray:
         """Interval band per row (:data:`~hybrid.corrections.intervals.BAND_NAMES` codes): seen when its device (and
-        system, for collectives) was in the fit and not adapted (a collective also at a layout measured in the setting that
+        system, for collectives) was in the fit and the row's correction was not adapted to it (a collective also at a layout measured in the setting that
         prices it and within a few doublings of the message sizes measured for its system and op:
         ``CollectiveSigmoid.extrapolated``); few when the device's few rows of the row's
         correction were up-weighted by the fit (:meth:`_sparse_devices`); adapted-k when the device was adapted
@@ -572,7 +572,17 @@ class HybridPredictor:
         saw its device (the device was in the fit only with other families' rows, :attr:`devices_fitted`). An
         unseen kernel row whose correction fitted another variant of its die (:meth:`sibling_rows`) is sibling."""
         adapted = self._adapted_devices()
-        seen = isin_fast(norm["device"], set(self.devices_seen) - adapted)
+        seen = isin_fast(norm["device"], set(self.devices_seen))
+        if adapted and groups is not None:
+            # adapted where the row's own correction was adapted to its device: a base-measured GPU adapted with
+            # GEMM rows keeps the seen band on its softmax rows, which the adaptation leaves as the base had them
+            codes, keys = groups
+            devices = norm["device"].to_numpy(dtype=object)
+            for key, dev in self._adapted_pairs():
+                if key in keys:
+                    seen &= ~((codes == keys.index(key)) & (devices == dev))
+        elif adapted:
+            seen &= ~isin_fast(norm["device"], adapted)
         band = np.where(seen, SEEN, UNSEEN).astype(np.int64)
         odd_dtype = np.zeros(len(norm), dtype=bool)
         for corr in self.corrections:
@@ -729,8 +739,12 @@ class HybridPredictor:
 
     def _adapted_devices(self) -> set[str]:
         """Devices with a few-shot scale, tilt, shift or device model."""
-        return ({d for per in self.offsets.values() for d in per} | {d for per in self.shifts.values() for d in per}
-                | {d for per in self.tilts.values() for d in per} | {d for _, d in self.device_models})
+        return {d for _, d in self._adapted_pairs()}
+
+    def _adapted_pairs(self) -> set[tuple[str, str]]:
+        """(few-shot group key, device) of each few-shot scale, tilt, shift or device model."""
+        return ({(k, d) for store in (self.offsets, self.shifts, self.tilts) for k, per in store.items() for d in per}
+                | {(str(k), str(d)) for k, d in self.device_models})
 
     def _cross_kind_rows(self, norm: pd.DataFrame, group: tuple[np.ndarray, list[str]]
                            ) -> tuple[np.ndarray, dict[str, list[str]]]:

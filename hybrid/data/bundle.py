@@ -95,18 +95,41 @@ def load_bundle_checked(path: str | os.PathLike, catalog: Catalog | None = None
     p = Path(path)
     table_path = _table_file(p)
     catalog = catalog if catalog is not None and _catalog_file(p) is None else bundle_catalog([p])
-    if p.is_dir() and _kernel_only(p):  # a kernel-time run over configurations measured before: no eager rows
+    if p.is_dir() and _no_eager_rows(p):  # kernel times alone, or the record of a run that failed at once
         return pd.DataFrame(columns=pd.read_csv(table_path, nrows=0).columns), catalog, pd.DataFrame()
     table = read_table(table_path, catalog)
     return table, catalog, check_rows(table, catalog, str(table_path))
 
 
+def _header_only(path: Path) -> bool:
+    """Whether the bundle's eager table is a header alone."""
+    try:
+        with open(path / TABLE_FILE, encoding="utf-8") as fh:
+            return sum(1 for line in fh if line.strip()) <= 1
+    except OSError:
+        return False
+
+
 def _kernel_only(path: Path) -> bool:
     """A bundle whose eager table is a header alone beside a kernel-times table (see :func:`write_bundle`)."""
-    if not (path / KERNEL_TIMES_FILE).is_file():
+    return (path / KERNEL_TIMES_FILE).is_file() and _header_only(path)
+
+
+def _failure_record(path: Path) -> bool:
+    """A partial bundle of no rows: the record of a profile that failed on its first configuration (``meta.json``
+    names it, so that a resume skips it; see :func:`write_bundle`'s ``record``)."""
+    if not _header_only(path):
         return False
-    with open(path / TABLE_FILE, encoding="utf-8") as fh:
-        return sum(1 for line in fh if line.strip()) <= 1
+    try:
+        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and partial_stop(meta) is not None
+
+
+def _no_eager_rows(path: Path) -> bool:
+    """A bundle whose eager table is a header alone by design: kernel times alone, or a failure record."""
+    return _kernel_only(path) or _failure_record(path)
 
 
 #: Device kinds :func:`project_bundles` can select.
@@ -248,10 +271,12 @@ def check_bundle_outdir(out: Path, force: bool) -> None:
 
 
 def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: str, meta: Mapping[str, Any], *,
-                 force: bool = False, kernel_times: pd.DataFrame | None = None) -> Path:
+                 force: bool = False, kernel_times: pd.DataFrame | None = None, record: bool = False) -> Path:
     """Write a bundle atomically: validate ``table`` against the default catalog plus ``catalog_text``, write
     all three files into a temporary sibling directory, then rename it to ``outdir``. ``kernel_times`` (rows
-    timed by their kernels alone, if any) goes to :data:`KERNEL_TIMES_FILE`, validated the same way.
+    timed by their kernels alone, if any) goes to :data:`KERNEL_TIMES_FILE`, validated the same way. ``record``:
+    an empty ``table`` is written as a header alone (a partial bundle recording, in ``meta``, a profile that failed
+    before it measured anything), not refused.
 
     An existing non-empty ``outdir`` is an error unless ``force`` (then it is replaced).
     """
@@ -259,13 +284,13 @@ def write_bundle(outdir: str | os.PathLike, table: pd.DataFrame, catalog_text: s
 
     out = Path(outdir)
     check_bundle_outdir(out, force)
-    kernel_only = len(table) == 0 and kernel_times is not None and len(kernel_times) > 0
+    kernel_only = len(table) == 0 and (record or (kernel_times is not None and len(kernel_times) > 0))
     with atomic_directory(out) as tmp:
         (tmp / CATALOG_FILE).write_text(catalog_text, encoding="utf-8")
         catalog = bundle_catalog([tmp])
         if kernel_only:  # every configuration was measured before (--skip-existing): the header alone
-            pd.DataFrame(columns=list(table.columns) or list(kernel_times.columns)).to_csv(tmp / TABLE_FILE,
-                                                                                          index=False)
+            columns = list(table.columns) or (list(kernel_times.columns) if kernel_times is not None else [])
+            pd.DataFrame(columns=columns or ["device", "op", "time_us"]).to_csv(tmp / TABLE_FILE, index=False)
         else:
             write_table(table, tmp / TABLE_FILE, catalog)
         if kernel_times is not None and len(kernel_times):
@@ -353,7 +378,7 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
         if not d.is_dir():
             raise InvalidInputError(f"{d}: not a bundle directory")
         table, _ = load_bundle(d)
-        if table.empty and not _kernel_only(d):
+        if table.empty and not _no_eager_rows(d):
             raise InvalidInputError(f"{d}: the bundle's table has no rows")
         cat = _catalog_file(d)
         text = cat.read_text(encoding="utf-8") if cat is not None else ""
@@ -361,7 +386,8 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
         metas.append(read_meta(d))
         bodies.append(_catalog_body(text))
         texts.append(text)
-    devices = sorted({str(v) for t in tables for v in t["device"].unique()})
+    devices = sorted({str(v) for t in tables for v in t["device"].unique()}
+                     | {str(m["device"]) for t, m in zip(tables, metas, strict=True) if t.empty and m.get("device")})
     if len(devices) != 1:
         raise InvalidInputError(f"bundles of different devices cannot be merged: {', '.join(devices)}")
     base = 0  # the bundle whose catalog.toml the merge keeps
@@ -417,7 +443,8 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
         kernel = pd.concat(kts, ignore_index=True, sort=False)
         kkeys = pd.Series([config_key(r) for r in kernel.to_dict("records")])
         kernel = kernel[~kkeys.duplicated(keep="last").to_numpy()].reset_index(drop=True)
-    path = write_bundle(out, merged, _widest_cpu_systems(texts, base), meta, force=force, kernel_times=kernel)
+    path = write_bundle(out, merged, _widest_cpu_systems(texts, base), meta, force=force, kernel_times=kernel,
+                        record=merged.empty)
     return path, merged
 
 

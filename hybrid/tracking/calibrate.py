@@ -273,6 +273,11 @@ def calibrate(
                 retry(lambda: client.set_tag(run_id, "hybrid.left_out_implausible", left_out[:4000]))
             if config.base:
                 predictor, frames, base_info = _adapt_run(client, store, table, cat, config, progress)
+                # the version the reference resolved to (`--base gpus` is whatever is latest; an alias moves), and
+                # its run: the tag held the reference as typed
+                resolved = f"{base_info['name']}/{base_info['version']}"
+                retry(lambda: client.set_tag(run_id, "hybrid.base", resolved))
+                retry(lambda: client.set_tag(run_id, "hybrid.base_run_id", str(base_info["run_id"] or "")))
             else:
                 predictor, frames = _fit_run(HybridPredictor, table, cat, config, progress)
                 base_info = None

@@ -195,9 +195,20 @@ class Store:
                 _check_sqlite_store(self.db_path, create)
                 if create and (not self.db_path.exists() or self.db_path.stat().st_size == 0):
                     _create_schema_aside(self.db_path)
-                client = retry(lambda: MlflowClient(tracking_uri=self.uri, registry_uri=self.uri))
-                # The first call creates the tables; do it while holding the lock.
-                retry(lambda: client.search_experiments(max_results=1))
+                try:
+                    client = retry(lambda: MlflowClient(tracking_uri=self.uri, registry_uri=self.uri))
+                    # The first call creates the tables; do it while holding the lock.
+                    retry(lambda: client.search_experiments(max_results=1))
+                except Exception as exc:
+                    half = _half_created(exc)
+                    if half is None:
+                        raise
+                    raise TrackingError(
+                        f"the tracking store {self.db_path} is half-migrated: a command that created or upgraded "
+                        f"its MLflow schema in place was stopped in the middle (earlier versions of hybrid created "
+                        f"it in place), and MLflow cannot finish it ({half}); move it aside (`mv {self.db_path} "
+                        f"{self.db_path}.broken`) and calibrate again, or restore it from a backup if it holds runs "
+                        "you need") from None
             return client
         probe_server(self.uri)
         return MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
@@ -242,6 +253,22 @@ def _check_sqlite_store(db: Path, create: bool) -> None:
     if not tables and not create:
         raise TrackingError(f"no tracking store at {db} (an empty database: nothing was calibrated into it); "
                             "check --tracking-uri / $MLFLOW_TRACKING_URI, or run `hybrid calibrate` first")
+
+
+#: What MLflow's schema migrations say when they meet the tables of a migration that a killed command applied without
+#: recording it (SQLite commits each statement of a migration of its own).
+_HALF_CREATED_RE = re.compile(r"(table|index) \S+ already exists|duplicate column name: \S+")
+
+
+def _half_created(exc: BaseException) -> str | None:
+    """The line of ``exc`` (MLflow's multi-line ``OperationalError`` with its SQL) that says a store's schema is
+    half-created, None for any other failure."""
+    for e in (exc, exc.__cause__, exc.__context__):
+        if e is not None and type(e).__name__ == "OperationalError":
+            m = _HALF_CREATED_RE.search(str(e))
+            if m:
+                return m.group(0)
+    return None
 
 
 def _create_schema_aside(db: Path) -> None:

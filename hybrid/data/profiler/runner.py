@@ -326,7 +326,10 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     if interrupted is not None and not rows and not kernel_rows:
         say(f"interrupted {_during(now)}, before any configuration was measured: nothing written")
         raise interrupted
-    if failed is not None and not rows and not kernel_rows:
+    # failed before a row: recorded (a partial bundle of no rows) when the failure was a configuration's, which a
+    # resume then skips; writing nothing made every resume fail on the same configuration, the family never measured
+    record = failed is not None and not rows and not kernel_rows and failing_case is not None
+    if failed is not None and not rows and not kernel_rows and not record:
         hint = "" if isinstance(failed, HybridError) else " (HYBRID_DEBUG=1 for a traceback)"
         raise ProfileFailedError(f"{_failure(failed, now)}, before any configuration was measured: nothing "
                                  f"written{hint}") from failed
@@ -336,7 +339,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
     if n_failed_before:
         say(f"{n_failed_before} configuration(s) that failed in an earlier run skipped (meta.json: skipped_cases; "
             "a run without --skip-existing measures them again)")
-    if not rows and not kernel_rows:  # name what left nothing to measure: the log says no more than this
+    if not rows and not kernel_rows and not record:  # name what left nothing to measure: the log says no more than this
         why = []
         if n_known:
             why.append(f"{'' if skipped else 'all '}{n_known} configuration(s) of {', '.join(opts.families)} "
@@ -350,7 +353,8 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                 if n_known else "")
         raise HybridError(f"the profile produced no measurements: {'; '.join(why) or 'no case to measure'}{hint}")
     # kernel times alone (every configuration already in --skip-existing): the eager table is a header only
-    table = _finish_table(backend, device_key, rows) if rows else pd.DataFrame(columns=["device", "op", "time_us"])
+    table = (_finish_table(backend, device_key, rows) if rows else
+             pd.DataFrame(columns=["device", *(failing_case or {}), "time_us"] if record else ["device", "op", "time_us"]))
     kernel_table = None
     if kernel_rows:
         kernel_table = _finish_table(backend, device_key, kernel_rows, framework=KERNEL_FRAMEWORK)
@@ -382,11 +386,17 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
             if failing_case is not None:
                 meta["interrupted"]["configuration"] = failing_case
             meta["interrupted"]["traceback"] = "".join(traceback.format_exception(failed))[-4000:]
-    path = write_bundle(out, table, text, meta, force=force, kernel_times=kernel_table)
+    path = write_bundle(out, table, text, meta, force=force, kernel_times=kernel_table, record=record)
     rest = (f"the {len(table)} rows measured so far are in {path}, a partial bundle (meta.json: partial); measure "
             f"the rest with `{meta['interrupted']['resume']}`, then "
             f"`{cli_command('data', 'merge', str(path), f'{path}-rest', '-o', 'ALL')}`"
             if stopped is not None else "")
+    if record:
+        hint = "" if isinstance(failed, HybridError) else " (HYBRID_DEBUG=1 for a traceback)"
+        raise ProfileFailedError(f"{_failure(failed, now)}, before any configuration was measured: the failing "
+                                 f"configuration is recorded in {path} (meta.json; a bundle of no rows), to be "
+                                 f"skipped by the resume `{meta['interrupted']['resume']}`{hint}",
+                                 path=path, meta=meta) from failed
     if interrupted is not None:
         say(f"interrupted {_during(now)}: {rest}")
         raise interrupted
