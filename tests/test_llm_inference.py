@@ -1959,3 +1959,24 @@ def test_reward_and_bare_models_cost_no_vocabulary_head():
             predict_static(s, 8, 1024, 16)
         with pytest.raises(InvalidInputError, match="generates no tokens"):
             simulate(s, Trace(arrival_s=np.zeros(2), input_len=np.full(2, 64), output_len=np.array([1, 8])))
+
+
+def test_serve_with_one_running_request_at_a_time_prices_its_steps():
+    """--max-seqs 1 (one request at a time, a latency-only deployment) left the step costs' grid of prompt chunks
+    one point long, and interpolating between its "two" ends divided 0 by 0: every prefill step cost NaN, TTFT
+    and latency came out null (one request) and a second request never started (the simulation's clock stuck at
+    NaN: the command hung). Each request now costs what a static batch of one does."""
+    import math
+
+    from hybrid.workloads.llm.serving import SchedulerConfig, StepCosts
+
+    s = make_setup("llama3-8b", "H100-SXM")
+    costs = StepCosts.build(s, 2048, 1, 640)
+    assert math.isfinite(costs.prefill_attention_us(np.array([512.0]), np.array([0.0])))
+    static = predict_static(s, 1, 512, 128)
+    for n in (1, 3):
+        res = simulate(s, make_trace(math.inf, n, parse_dist("512"), parse_dist("128")),
+                       sched=SchedulerConfig(max_seqs=1), costs=costs)
+        assert np.isfinite(res.ttft_ms).all() and np.isfinite(res.latency_ms).all()
+        assert res.ttft_ms[0] == pytest.approx(static.ttft_ms, rel=0.01)
+        assert res.latency_ms[-1] == pytest.approx(n * static.latency_ms, rel=0.02)  # one after the other

@@ -36,7 +36,7 @@ import pandas as pd
 
 from hybrid.data.schema import repeated_names
 from hybrid.engine.costs import OpCostModel
-from hybrid.errors import InvalidInputError
+from hybrid.errors import HybridError, InvalidInputError
 from hybrid.workloads.llm.dims import context_note
 from hybrid.workloads.llm.inference import (
     BATCH_GRID_FIT,
@@ -546,6 +546,9 @@ class StepCosts:
         earlier ones: (chunk, prior) as :meth:`_interp2`, then log-log in the chunks between the grid counts around
         ``n`` (as the static batch interpolates its envelope between grid batches)."""
         g = np.log(self.pre_n)
+        if len(g) == 1:  # one chunk per step at most (max_seqs 1): no counts to interpolate between (0 / 0 was NaN)
+            return float(self._interp2(np.array([chunk]), np.array([prior]), self.pre_c, self.pre_prior,
+                                       table[0])[0])
         x = math.log(max(float(n), 1.0))
         i = int(np.clip(np.searchsorted(g, x) - 1, 0, len(g) - 2))
         lo, hi = (float(self._interp2(np.array([chunk]), np.array([prior]), self.pre_c, self.pre_prior,
@@ -707,6 +710,9 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     steps = 0
     max_running = 0
     while nxt < n or running:
+        if not math.isfinite(now):  # a step priced NaN froze the clock: no request was ever admitted again (a hang)
+            raise HybridError(f"the simulation's clock is no longer a finite time after {steps} steps (a step's cost "
+                              "came out NaN or infinite); this is a bug, please report the command")
         # admit arrived requests in order while their whole KV cache fits
         while nxt < n and arr[nxt] <= now and len(running) < sched.max_seqs and used + need[nxt] <= cap:
             running.append(nxt)
