@@ -1980,3 +1980,12 @@ def test_serve_with_one_running_request_at_a_time_prices_its_steps():
         assert np.isfinite(res.ttft_ms).all() and np.isfinite(res.latency_ms).all()
         assert res.ttft_ms[0] == pytest.approx(static.ttft_ms, rel=0.01)
         assert res.latency_ms[-1] == pytest.approx(n * static.latency_ms, rel=0.02)  # one after the other
+
+
+def test_serve_help_says_its_pipeline_option_takes_one_stage_only(capsys):
+    """`llm serve --help` offered --pp as any pipeline degree, and serve then refused every pp > 1."""
+    assert main(["llm", "serve", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "simulates one pipeline stage: 1 only" in text
+    assert main(["llm", "serve", "llama3-8b", "-s", "DGX-H100", "--pp", "2", "--rate", "1/s"]) == 2
+    assert "pp = 1" in capsys.readouterr().err

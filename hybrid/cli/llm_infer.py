@@ -51,7 +51,8 @@ def _deploy_options(fn):
                      help="Catalog GPU (default: the system's GPU)."),
         click.option("--system", "-s", default=None, callback=named, help="Catalog system (TP collectives run on its fabric)."),
         click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
-        click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel degree."),
+        click.option("--pp", type=int, default=1, show_default=True,
+                     help="Pipeline-parallel degree (`llm serve` simulates one pipeline stage: 1 only)."),
         click.option("--ep", type=int, default=1, show_default=True,
                      help="Expert parallelism of an MoE model inside the TP group (experts spread over ep of the TP "
                           "ranks, each split tp/ep ways; TensorRT-LLM's moe_ep_size)."),
