@@ -63,6 +63,7 @@ def test_adapting_the_registered_model_to_a_new_gpu(base_run):
     tags = open_store(base_run["uri"]).client().get_run(res.run_id).data.tags
     assert tags["hybrid.base"] == "gpus/1" and tags["hybrid.base_run_id"] == base_run["result"].run_id, tags
     assert params["base"] == "gpus"  # the configuration as given stays a parameter
+    assert res.summary["config"]["lodo"] is False  # an adaptation has no leave-one-device-out split (it said true)
     key = next(iter(forms))[: -len(".form")]
     assert float(params[f"{key}.scale"]) > 0 and np.isfinite(float(params[f"{key}.shift_us"]))
     assert res.summary["predictor"]["adaptation"]

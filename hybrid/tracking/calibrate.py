@@ -636,6 +636,8 @@ def _publish(client: Any, store: Store, run: Any, table: pd.DataFrame, data: Mea
     profile = data_profile(table)
     corrections = _describe_corrections(predictor)
     cfg = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()}
+    if config.base:  # an adaptation has no leave-one-device-out split (it is scored on the adapt split): say so
+        cfg["lodo"] = False
     params = flatten_params("", {
         "name": config.name, "base": config.base or "", "seed": config.seed, "test_fraction": config.test_fraction,
         "holdout_devices": ",".join(sorted(set(predictions.loc[predictions["split"] == "lodo", "device"]
