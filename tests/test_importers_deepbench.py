@@ -100,3 +100,24 @@ def test_bad_gemm_rows_name_their_csv_line(shared_datasets, tmp_path, catalog):
     with pytest.raises(ImportFormatError, match=r"gemm\.csv: line 7, column 'gpu': missing device name"):
         import_deepbench(p, catalog=catalog)
     assert len(import_deepbench(p, catalog=catalog, device="V100-SXM2-16GB")) == 8
+
+
+def test_allreduce_time_checked_against_its_bandwidth(shared_datasets, tmp_path, catalog):
+    """The all-reduce table states each measurement twice, as the GEMM table does: GBps = num_gpus x 4 num_floats /
+    time, exactly so in every public row. A time 10x off (another row's, or microseconds in the ms column) and a
+    fractional float count (1.5 floats: a 6-byte buffer) were imported as measurements without a word."""
+    raw = pd.read_csv(shared_datasets / "deepbench/deepbench_allreduce_tidy.csv")
+    raw = raw[raw["mean_time_ms"].notna()].head(8).reset_index(drop=True)
+    p = tmp_path / "allreduce.csv"
+    raw.to_csv(p, index=False)
+    assert len(import_deepbench(p, catalog=catalog)) == 8
+    slow = raw.copy()
+    slow.loc[4, "mean_time_ms"] = slow.loc[4, "mean_time_ms"] * 10  # CSV line 6
+    slow.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"allreduce\.csv: line 6: mean_time_ms .* and GBps .* disagree"):
+        import_deepbench(p, catalog=catalog)
+    frac = raw.drop(columns=["GBps"]).astype({"num_floats": float})
+    frac.loc[2, "num_floats"] = 1.5  # CSV line 4
+    frac.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"allreduce\.csv: line 4, column 'num_floats': 1\.5 is not a whole"):
+        import_deepbench(p, catalog=catalog)
