@@ -138,3 +138,25 @@ def test_tp_degree_not_dividing_the_model_names_the_line(shared_datasets, tmp_pa
     with pytest.raises(ImportFormatError, match=r"mlp\.csv: line 5: tensor-parallel degree 3 does not divide the "
                                                 r"model dimensions of \w+"):
         import_vidur_compute(d / "mlp.csv", catalog=catalog)
+
+
+@pytest.mark.parametrize("value, problem", [
+    (1.5, r"devices_per_node 1\.5 is not a whole number"),
+    (3, r"num_workers 4 is not a multiple of devices_per_node 3"),
+    (16, r"devices_per_node 16 is more than max_devices_per_node 8"),
+    (1000, r"devices_per_node 1000 is more than max_devices_per_node 8"),
+])
+def test_network_devices_per_node_that_cannot_be_is_refused(shared_datasets, tmp_path, catalog, value, problem):
+    """``n_nodes`` is num_workers / devices_per_node: a devices_per_node of 1.5 was read as 2 nodes (ceil), one of
+    1000 as 1 node, 3 for 4 workers as 2 nodes (an uneven spread), all written to the table without a word. Every
+    public row has a whole devices_per_node dividing num_workers and at most max_devices_per_node."""
+    raw = pd.read_csv(shared_datasets / "vidur/data/profiling/network/a100_dgx/all_reduce.csv")
+    raw = raw[raw["num_workers"] == 4].head(6).reset_index(drop=True).astype({"devices_per_node": object})
+    p = tmp_path / "a100_dgx" / "all_reduce.csv"
+    p.parent.mkdir()
+    raw.to_csv(p, index=False)
+    assert len(import_vidur_network(p, catalog=catalog)) == 6
+    raw.loc[3, "devices_per_node"] = value  # CSV line 5
+    raw.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"all_reduce\.csv: line 5: " + problem):
+        import_vidur_network(p, catalog=catalog)

@@ -279,6 +279,19 @@ def _network_file(path: Path, device: str | None, system: str | None, catalog: C
     workers = numeric(df, "num_workers", path, positive=True)
     per_node = (numeric(df, "devices_per_node", path, positive=True) if "devices_per_node" in df.columns
                 else workers)
+    cap = (numeric(df, "max_devices_per_node", path, required=False, positive=True)
+           if "max_devices_per_node" in df.columns else np.full(len(df), np.nan))
+    # n_nodes = num_workers / devices_per_node: a devices_per_node of 1.5 was read as 2 nodes (rounded up), 1000 as
+    # 1 node, 3 for 4 workers as 2 nodes of an uneven spread, all without a word
+    for bad, why in ((per_node != np.floor(per_node), lambda i: f"devices_per_node {per_node[i]:g} is not a whole "
+                      "number"),
+                     (per_node > cap, lambda i: f"devices_per_node {per_node[i]:g} is more than max_devices_per_node "
+                      f"{cap[i]:g}"),
+                     (np.fmod(workers, per_node) != 0, lambda i: f"num_workers {workers[i]:g} is not a multiple of "
+                      f"devices_per_node {per_node[i]:g} (workers are devices_per_node on each node)")):
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}: {why(i)}")
     t = {k: MS_TO_US * numeric(df, f"time_stats.{stat}.{s}", path, required=s == "median", positive=s == "median")
          for s, k in _STATS.items() if f"time_stats.{stat}.{s}" in df.columns}
     folder = path.parent.name
@@ -299,7 +312,7 @@ def _network_file(path: Path, device: str | None, system: str | None, catalog: C
             warn(path, f"catalog has no system {folder!r}; system left empty, device taken as {device!r}")
     out = pd.DataFrame({
         "device": device, "op": stat, "dtype": "fp16", **t, "repeats": 3, "size_bytes": size,
-        "n_ranks": workers, "n_nodes": np.ceil(workers / per_node), "system": sys_key, "in_place": True if stat == "all_reduce" else None,
+        "n_ranks": workers, "n_nodes": workers / per_node, "system": sys_key, "in_place": True if stat == "all_reduce" else None,
         "framework": "pytorch",
     })
     return finish(out, path, catalog, source=f"vidur-network:{display_path(path)}", device=None)
