@@ -262,3 +262,25 @@ def test_collectives_csv_errors_name_the_csv_line(shared_datasets, tmp_path, cat
     with pytest.raises(ImportFormatError, match=rf"collectives\.csv: line 4: {raw['opcode'][2]} without devices "
                                                 r"per group"):
         import_xla_collectives(p, catalog=catalog)
+
+
+@pytest.mark.parametrize(("groups", "per_group", "devices"), [(1, 1000, 1000), (4, 4, 16)])
+def test_collectives_csv_more_devices_than_the_system_is_refused(shared_datasets, tmp_path, catalog, groups,
+                                                                 per_group, devices):
+    """A row whose replica groups span more devices than the system's one node (XLA-H100x8: 8 GPUs) was imported,
+    and `hybrid data validate` refused the written table ("1000 ranks on 125 node(s) of XLA-H100x8"); worse, the
+    collective-permute rows of the file took that count as their ranks (the largest group layout of the file)."""
+    raw = pd.read_csv(shared_datasets / "xla/collectives_sm90_H100.csv").head(10)
+    assert raw["opcode"].str.startswith("collective-permute").any()
+    p = tmp_path / "collectives.csv"
+    raw.to_csv(p, index=False)
+    good = import_xla_collectives(p, catalog=catalog)
+    assert (good["n_ranks"] <= 8).all()
+    row = int(np.flatnonzero(raw["opcode"] == "all-to-all")[-1])  # after the permute rows
+    assert row > int(np.flatnonzero(raw["opcode"].str.startswith("collective-permute"))[0])
+    raw.loc[row, ["num_replica_groups", "num_devices_per_group"]] = [groups, per_group]
+    raw.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=rf"collectives\.csv: line {row + 2} \(all_to_all\): {groups} replica "
+                                                rf"group\(s\) of {per_group} are {devices} devices, more than system "
+                                                r"XLA-H100x8 has \(8 x H100-SXM in one node\)"):
+        import_xla_collectives(p, catalog=catalog)
