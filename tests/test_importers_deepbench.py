@@ -121,3 +121,14 @@ def test_allreduce_time_checked_against_its_bandwidth(shared_datasets, tmp_path,
     frac.to_csv(p, index=False)
     with pytest.raises(ImportFormatError, match=r"allreduce\.csv: line 4, column 'num_floats': 1\.5 is not a whole"):
         import_deepbench(p, catalog=catalog)
+
+
+def test_errors_name_the_file_line_after_a_blank_line(shared_datasets, tmp_path, catalog):
+    """pandas skips blank lines: an error on a row after one named the line before it (position + 2)."""
+    lines = (shared_datasets / "deepbench/deepbench_gemm_tidy.csv").read_text().splitlines()[:8]
+    cells = lines[6].split(",")
+    cells[-2] = "-1"  # time_ms of file line 8 (one blank line above it)
+    p = tmp_path / "gemm.csv"
+    p.write_text("\n".join(lines[:4] + [""] + lines[4:6] + [",".join(cells)]) + "\n")
+    with pytest.raises(ImportFormatError, match=r"gemm\.csv: line 8, column 'time_ms': must be > 0"):
+        import_deepbench(p, catalog=catalog)

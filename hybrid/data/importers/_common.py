@@ -16,7 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, REQUIRED, binary_file_reason, validate
+from hybrid.data.schema import (
+    COLUMN_BY_NAME,
+    COLUMNS,
+    REQUIRED,
+    binary_file_reason,
+    csv_record_lines,
+    validate,
+)
 from hybrid.errors import HybridError, ImportFormatError, SchemaError, UnknownDeviceError
 from hybrid.hardware.catalog import Catalog, default_catalog
 
@@ -87,6 +94,10 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
         hint = "; the file looks truncated (no final newline)" if not raw.endswith(b"\n") else ""
         raise ImportFormatError(f"{path}: not a readable {what} CSV ({first}){hint}") from None
     df.columns = [str(c).strip() for c in df.columns]
+    if (lines := csv_record_lines(path, len(df))) is not None and len(lines) == len(df):
+        # blank lines (which pandas skips) shifted the rows: the index holds each row's file line - 2, which
+        # :func:`csv_line` names (it said the line before the row's after each blank line)
+        df.index = pd.Index(np.asarray(lines, dtype=np.int64) - 2)
     if all(c in df.columns for c in REQUIRED) and "op" not in required:
         # a table `data import` or `hybrid profile` wrote, given back to an importer: the columns an upstream
         # format shares with it passed, and the error came rows later (xla-matmul: "line 454, column 'b': missing
@@ -113,7 +124,7 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
             fields = len(next(csv.reader([last])))
         except (csv.Error, StopIteration):
             fields = 0
-        line = len(df) + 1
+        line = csv_line(df, len(df) - 1)
         if fields < header_fields:
             raise ImportFormatError(
                 f"{path}: truncated last line (line {line}: {fields} of {header_fields} fields, "
