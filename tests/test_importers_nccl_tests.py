@@ -671,3 +671,27 @@ def test_an_old_error_column_marked_failed_is_flagged_wrong(tmp_path, catalog):
     flagged = df[df["wrong"] > 0]
     assert list(zip(flagged["size_bytes"], flagged["in_place"], strict=True)) == [(2097152, False), (4194304, True)]
     assert (flagged["wrong"] == 1).all() and df["wrong"].isna().sum() == 4 and len(df) == 6
+
+
+def test_a_section_over_different_gpus_is_refused_unless_device_names_them(tmp_path, catalog):
+    """Ranks on two GPU models (2 x H100 + 2 x A100) were imported as the "most common" one with a warning: on a
+    tie, rank 0's GPU, so the A100s' collective entered the table as H100 measurements. Refused now (naming the file,
+    the section's line and the GPUs) unless --device says what to label them; two spellings of one catalog GPU are
+    no mix at all and pass without a word."""
+    p = tmp_path / "all_gather.log"
+    mixed = LOG.replace("on node-b device  0 [0000:1b:00] NVIDIA H100 80GB HBM3",
+                        "on node-b device  0 [0000:1b:00] NVIDIA A100-SXM4-80GB").replace(
+                        "on node-b device  1 [0000:2b:00] NVIDIA H100 80GB HBM3",
+                        "on node-b device  1 [0000:2b:00] NVIDIA A100-SXM4-80GB")
+    p.write_text(mixed)
+    with pytest.raises(ImportFormatError, match=r"all_gather\.log: line 4: the ranks run on different GPUs "
+                                                r"\(2 x H100-SXM, 2 x A100-SXM4-80GB\).*pass --device"):
+        import_nccl_tests(p, catalog=catalog)
+    df = import_nccl_tests(p, catalog=catalog, device="A100-SXM4-80GB")
+    assert len(df) == 8 and (df["device"] == "A100-SXM4-80GB").all()
+    p.write_text(LOG.replace("on node-b device  1 [0000:2b:00] NVIDIA H100 80GB HBM3",
+                             "on node-b device  1 [0000:2b:00] H100-SXM"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataImportWarning)
+        df = import_nccl_tests(p, catalog=catalog, system="DGX-H100")
+    assert len(df) == 8 and (df["device"] == "H100-SXM").all()
