@@ -250,6 +250,7 @@ def test_rows_without_a_system_are_said_to_be_unreachable_by_system(tmp_path, ca
     with pytest.warns(DataImportWarning, match=r"8 rows name no system .*H100-SXM.*pass --system"):
         df = import_nccl_tests(log, catalog=catalog)
     assert "system" not in df.columns or df["system"].isna().all()
+    log.write_text(LOG.replace("       3    20.50", "       0    20.50"))  # (a #wrong row is said too)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataImportWarning)
         df = import_nccl_tests(log, catalog=catalog, system="DGX-H100")
@@ -690,8 +691,25 @@ def test_a_section_over_different_gpus_is_refused_unless_device_names_them(tmp_p
     df = import_nccl_tests(p, catalog=catalog, device="A100-SXM4-80GB")
     assert len(df) == 8 and (df["device"] == "A100-SXM4-80GB").all()
     p.write_text(LOG.replace("on node-b device  1 [0000:2b:00] NVIDIA H100 80GB HBM3",
-                             "on node-b device  1 [0000:2b:00] H100-SXM"))
+                             "on node-b device  1 [0000:2b:00] H100-SXM").replace("       3    20.50",
+                                                                                 "       0    20.50"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataImportWarning)
         df = import_nccl_tests(p, catalog=catalog, system="DGX-H100")
     assert len(df) == 8 and (df["device"] == "H100-SXM").all()
+
+
+def test_rows_with_wrong_results_are_said_at_import(tmp_path, catalog):
+    """A log whose #wrong column is > 0 (the collective returned wrong data) was imported without a word: the rows
+    are kept (column ``wrong``) and every fit and score leaves them out, which the user learnt only from the
+    calibration's counts. The import says how many and where the first is."""
+    p = tmp_path / "rs.log"
+    p.write_text(LOG)
+    with pytest.warns(DataImportWarning, match=r"rs\.log: 1 row\(s\) report #wrong > 0 \(first: line 17, "
+                                               r"out-of-place\).*left out of calibration"):
+        df = import_nccl_tests(p, catalog=catalog, system="DGX-H100")
+    assert (df["wrong"] > 0).sum() == 1
+    p.write_text(LOG.replace("       3    20.50", "       0    20.50"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataImportWarning)
+        assert (import_nccl_tests(p, catalog=catalog, system="DGX-H100")["wrong"] == 0).all()

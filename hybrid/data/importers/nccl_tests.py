@@ -590,6 +590,16 @@ def import_nccl_tests(paths: Iterable[str | os.PathLike] | str | os.PathLike, de
              f"their collective curves will be keyed on the GPU ({devices}): `hybrid predict collective --system "
              "GPU` (a generic node of it) reads them, a catalog system's name does not; pass --system (a catalog "
              "system, or one added with HYBRID_CATALOG)")
+    wrong = pd.to_numeric(table["wrong"], errors="coerce").fillna(0.0).to_numpy() > 0
+    if wrong.any():  # kept (column wrong), but no fit or score reads them: said here, not only in the fit's counts
+        i = int(np.flatnonzero(wrong)[0])
+        n_files = table.loc[wrong, "source"].nunique()
+        first = str(table["source"].iloc[i]).split(":", 1)[-1]
+        warn(first if n_files == 1 else f"{n_files} files",
+             f"{int(wrong.sum()):,} row(s) report #wrong > 0 (first: {'' if n_files == 1 else first + ' '}"
+             f"line {table['source_line'].iloc[i]}, "
+             f"{'in-place' if table['in_place'].iloc[i] else 'out-of-place'}): the collective returned wrong data; "
+             "kept with their count in column wrong, and left out of calibration and scores")
     table = table.dropna(axis=1, how="all")
     # one validation for all files (rows were built from parsed numbers; devices are already catalog keys)
     where = str(files[0]) if len(files) == 1 else f"nccl-tests import of {len(files)} files"
