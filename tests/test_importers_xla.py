@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from hybrid.data.importers import IMPORTERS, import_xla_collectives, import_xla_matmul
+from hybrid.data.importers import IMPORTERS, DataImportWarning, import_xla_collectives, import_xla_matmul
 from hybrid.data.importers.textproto import first, map_entries, parse
 from hybrid.errors import ImportFormatError
 
@@ -284,3 +286,23 @@ def test_collectives_csv_more_devices_than_the_system_is_refused(shared_datasets
                                                 rf"group\(s\) of {per_group} are {devices} devices, more than system "
                                                 r"XLA-H100x8 has \(8 x H100-SXM in one node\)"):
         import_xla_collectives(p, catalog=catalog)
+
+
+def test_a_table_of_another_gpu_is_not_labelled_the_h100_system(shared_datasets, tmp_path, catalog):
+    """Without --system every row was put on the default system XLA-H100x8, whatever GPU the table's key names: an
+    A100 (sm_80) table became A100 collectives costed on the H100 node's NVLink, with no word at import. Rows of
+    another GPU than the default system's now name no system, with a warning that says to pass --system."""
+    p = tmp_path / "a100_collective_perf_table.txtpb"
+    p.write_text(_one_collective("dimensions: 1024", per_group="4").replace('"sm_90"', '"sm_80"'))
+    with pytest.warns(DataImportWarning, match=r"1 row\(s\) of A100-SXM4-80GB.*not the GPU of the default system "
+                                               r"XLA-H100x8 \(H100-SXM\).*pass --system"):
+        df = import_xla_collectives(p, catalog=catalog)
+    assert (df["device"] == "A100-SXM4-80GB").all()
+    assert "system" not in df.columns or df["system"].isna().all()
+    df = import_xla_collectives(p, catalog=catalog, system="DGX-A100")
+    assert (df["system"] == catalog.resolve_system("DGX-A100")).all()
+    # the H100 table keeps its default system, without a word
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataImportWarning)
+        df = import_xla_collectives(shared_datasets / "xla/collectives_sm90_H100.csv", catalog=catalog)
+    assert (df["system"] == "XLA-H100x8").all()

@@ -360,7 +360,17 @@ def import_xla_collectives(paths: Iterable[str | os.PathLike] | str | os.PathLik
         if system is not None:
             raw["system"] = resolve_system_name(system, cat, p)
         elif (key := cat.resolve_system(DEFAULT_COLLECTIVE_SYSTEM, missing_ok=True)) is not None:
-            raw["system"] = key
+            # the default system is the H100 node the public table was measured on: rows of another GPU (a table
+            # generated on A100s, key sm_80) were put on it and costed on its NVLink, without a word
+            names = pd.Series(device, index=raw.index) if device is not None else raw["device"].astype(str)
+            keys = names.map(resolve_device_names(set(names.unique()), cat, p))
+            own = (keys == cat.systems[key].device).to_numpy()
+            raw["system"] = np.where(own, key, None)
+            if not own.all():
+                others = ", ".join(sorted(set(keys[~own])))
+                warn(p, f"{int((~own).sum())} row(s) of {others} are not the GPU of the default system {key} "
+                        f"({cat.systems[key].device}): their system is left empty; pass --system naming the "
+                        "system they ran on")
         else:
             warn(p, f"catalog has no system {DEFAULT_COLLECTIVE_SYSTEM!r}; the system column is left empty "
                     "(pass --system)")
