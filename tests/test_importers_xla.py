@@ -306,3 +306,16 @@ def test_a_table_of_another_gpu_is_not_labelled_the_h100_system(shared_datasets,
         warnings.simplefilter("error", DataImportWarning)
         df = import_xla_collectives(shared_datasets / "xla/collectives_sm90_H100.csv", catalog=catalog)
     assert (df["system"] == "XLA-H100x8").all()
+
+
+@pytest.mark.parametrize(("throughput", "said"), [("-5", r"throughput -5 is not positive"),
+                                                  ("0", r"throughput 0 is not positive")])
+def test_collectives_txtpb_throughput_that_is_not_positive_says_its_value(tmp_path, catalog, throughput, said):
+    """A negative throughput was reported as "missing or zero throughput"."""
+    p = tmp_path / "t.txtpb"
+    p.write_text(_one_collective("dimensions: 1024").replace("1e11", throughput))
+    with pytest.raises(ImportFormatError, match=r"t\.txtpb: entry 1 \(all-reduce\): " + said):
+        import_xla_collectives(p, catalog=catalog)
+    p.write_text(_one_collective("dimensions: 1024").replace(" network_throughput_bytes_per_sec: 1e11", ""))
+    with pytest.raises(ImportFormatError, match=r"entry 1 \(all-reduce\): missing throughput"):
+        import_xla_collectives(p, catalog=catalog)

@@ -343,7 +343,9 @@ def _collectives_txtpb(path: Path, msg: textproto.Message) -> pd.DataFrame:
         bad = ~(raw[c].to_numpy(dtype=np.float64) > 0)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ImportFormatError(f"{path}: entry {i + 1} ({raw['opcode'].iloc[i]}): missing or zero {c}")
+            v = float(raw[c].iloc[i])
+            problem = f"missing {c}" if np.isnan(v) else f"{c} {v:g} is not positive"
+            raise ImportFormatError(f"{path}: entry {i + 1} ({raw['opcode'].iloc[i]}): {problem}")
     return _collective_frame(raw, path)
 
 
