@@ -132,3 +132,21 @@ def test_errors_name_the_file_line_after_a_blank_line(shared_datasets, tmp_path,
     p.write_text("\n".join(lines[:4] + [""] + lines[4:6] + [",".join(cells)]) + "\n")
     with pytest.raises(ImportFormatError, match=r"gemm\.csv: line 8, column 'time_ms': must be > 0"):
         import_deepbench(p, catalog=catalog)
+
+
+def test_schema_errors_name_the_source_line_after_skipped_rows(shared_datasets, tmp_path, catalog):
+    """Rows skipped on purpose (no time, not a GPU) shifted the schema's "row N (CSV line N+1)" of the imported rows
+    away from the file's lines: a fractional num_gpus on line 6 behind a timeless row was said to be on line 5."""
+    from hybrid.errors import HybridError
+
+    raw = pd.read_csv(shared_datasets / "deepbench/deepbench_allreduce_tidy.csv")
+    raw = raw[raw["mean_time_ms"].notna()].head(6).reset_index(drop=True).drop(columns=["GBps"])
+    raw.loc[1, "mean_time_ms"] = np.nan  # CSV line 3: skipped (no time)
+    raw["num_gpus"] = raw["num_gpus"].astype(float)
+    raw.loc[4, "num_gpus"] = 2.5  # CSV line 6
+    p = tmp_path / "allreduce.csv"
+    raw.to_csv(p, index=False)
+    with pytest.warns(DataImportWarning, match="no time"), \
+            pytest.raises(HybridError, match=r"allreduce\.csv: line 6, column 'n_ranks' of the imported row: "
+                                             r"expected an integer"):
+        import_deepbench(p, catalog=catalog)

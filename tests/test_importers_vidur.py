@@ -9,7 +9,7 @@ import pytest
 from hybrid.corrections.collective_transfer import intra_class
 from hybrid.data.importers import import_vidur_compute, import_vidur_network
 from hybrid.data.importers.vidur import MODEL_CONFIGS
-from hybrid.errors import ImportFormatError
+from hybrid.errors import HybridError, ImportFormatError
 from hybrid.ops.families import FAMILIES
 
 
@@ -160,3 +160,17 @@ def test_network_devices_per_node_that_cannot_be_is_refused(shared_datasets, tmp
     raw.to_csv(p, index=False)
     with pytest.raises(ImportFormatError, match=r"all_reduce\.csv: line 5: " + problem):
         import_vidur_network(p, catalog=catalog)
+
+
+def test_schema_errors_of_imported_rows_name_the_source_line(shared_datasets, tmp_path, catalog):
+    """The schema checks each imported row (a median above the row's max time), but its error named the position in
+    the long table built from the wide file: "row 27 (CSV line 28)" of a 12-line mlp.csv whose bad value sat on
+    line 6. The error names the file's line now."""
+    raw = pd.read_csv(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv").head(11)
+    raw.loc[4, "time_stats.mlp_up_proj.median"] = 1000.0  # CSV line 6: 1 s, above the row's max
+    d = tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf"
+    d.mkdir(parents=True)
+    raw.to_csv(d / "mlp.csv", index=False)
+    with pytest.raises(HybridError, match=r"mlp\.csv: line 6 \(mlp_up_proj\), column 'time_us_max' of the imported "
+                                          r"row: .* is below the median time_us"):
+        import_vidur_compute(d / "mlp.csv", catalog=catalog)

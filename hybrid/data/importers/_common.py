@@ -225,8 +225,14 @@ def infer_system(path: Path, catalog: Catalog) -> str | None:
 def finish(df: pd.DataFrame, path: Path, catalog: Catalog, *, source: str, device: str | None = None,
            framework: str | None = None) -> pd.DataFrame:
     """Fill provenance, apply the ``device`` override, resolve device names (clear error naming the file
-    and ``--device``) and validate the table against the schema."""
+    and ``--device``) and validate the table against the schema.
+
+    A ``_line`` column (the source file's line of each row, where rows were skipped or one line gave several rows)
+    is dropped, and names the line in the schema's errors (which named "row N (CSV line N+1)" of the imported
+    rows: another line of the file, or one past its end)."""
     df = df.reset_index(drop=True)
+    lines = df.pop("_line").to_numpy() if "_line" in df.columns else None
+    where = df.pop("_where").to_numpy() if "_where" in df.columns else None
     if device is not None:
         key = resolve_device_names([device], catalog, path)[device]
         df["device"] = key
@@ -238,8 +244,14 @@ def finish(df: pd.DataFrame, path: Path, catalog: Catalog, *, source: str, devic
         df["framework"] = framework
     try:
         return validate(df, catalog, source=str(path))
-    except SchemaError:
-        raise
+    except SchemaError as exc:
+        args = getattr(exc, "row_args", None)
+        if lines is None or args is None:
+            raise
+        pos, column, problem = args[:3]
+        said = f" ({where[pos]})" if where is not None else ""
+        raise SchemaError(f"{path}: line {int(lines[pos])}{said}, column {column!r} of the imported row: "
+                          f"{problem}") from None
     except HybridError as exc:  # pragma: no cover - validate only raises SchemaError
         raise ImportFormatError(f"{path}: {exc}") from None
 

@@ -110,7 +110,7 @@ def _gemm(df: pd.DataFrame, path: Path, device: str | None, catalog: Catalog) ->
     out = pd.DataFrame({
         "device": gpus.to_numpy(), "op": "gemm", "dtype": prec.map(lambda x: x[0]).to_numpy(),
         "time_us": t * 1000.0, "variant": (layout + prec.map(lambda x: x[1])).to_numpy(), "b": 1, **dims,
-        "framework": "deepbench",
+        "framework": "deepbench", "_line": df.index.to_numpy() + 2,  # (csv_line: non-GPU rows were skipped)
     })
     return finish(out, path, catalog, source=f"deepbench:{display_path(path)}", device=device)
 
@@ -148,7 +148,7 @@ def _allreduce(df: pd.DataFrame, path: Path, device: str | None, system: str | N
     out = pd.DataFrame({
         "device": gpus.to_numpy(), "op": "all_reduce", "dtype": "fp32", "time_us": t * 1000.0,
         "size_bytes": floats * 4.0, "n_ranks": ranks, "n_nodes": np.where(np.isnan(nodes), 1.0, nodes),
-        "framework": "deepbench",
+        "framework": "deepbench", "_line": df.index.to_numpy() + 2,  # (csv_line: rows were skipped)
     })
     if "std_ms" in df.columns:
         out["time_us_std"] = numeric(df, "std_ms", path, required=False) * 1000.0

@@ -199,6 +199,7 @@ def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFr
         out["tp"] = tp
         out["num_tokens"] = tokens
         out["_row"] = np.arange(len(df))
+        out["_where"] = name  # the file's op, said with the line in the schema's errors
         frames.append(out)
     table = pd.concat(frames, ignore_index=True, sort=False)
     frac = np.zeros(len(table), dtype=bool)
@@ -211,7 +212,8 @@ def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFr
         raise ImportFormatError(
             f"{path}: line {csv_line(df, i)}: tensor-parallel degree {tp[i]:g} does not divide the model dimensions "
             f"of {table['variant'].iloc[j]} (hidden {h}, heads {q}, kv heads {kv}, MLP {f})")
-    table = table.drop(columns="_row")
+    rows = table.pop("_row").to_numpy()
+    table["_line"] = df.index.to_numpy()[rows] + 2  # the file's line of each row (csv_line), for the schema's errors
     table["dtype"] = "fp16"
     table["direction"] = "fwd"
     table["framework"] = "pytorch"
