@@ -713,3 +713,21 @@ def test_rows_with_wrong_results_are_said_at_import(tmp_path, catalog):
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataImportWarning)
         assert (import_nccl_tests(p, catalog=catalog, system="DGX-H100")["wrong"] == 0).all()
+
+
+def test_a_file_named_twice_is_read_once(shared_datasets, tmp_path, catalog):
+    """A file given twice (two overlapping shell globs, a directory and a file in it, a path spelt two ways) was read
+    twice: every row doubled, said only as "configurations measured more than once ... each a sample"."""
+    p = tmp_path / "rs.log"
+    p.write_text(LOG.replace("       3    20.50", "       0    20.50"))
+    once = import_paths("nccl-tests", [p], system="DGX-H100", catalog=catalog)
+    with pytest.warns(DataImportWarning, match=r"rs\.log: given more than once \(as .*\); read once"):
+        twice = import_paths("nccl-tests", [p, tmp_path / ".." / tmp_path.name / "rs.log"], system="DGX-H100",
+                             catalog=catalog)
+    assert len(twice) == len(once) == 8
+    with pytest.warns(DataImportWarning, match=r"rs\.log: given more than once"):
+        assert len(import_paths("nccl-tests", [tmp_path, p], system="DGX-H100", catalog=catalog)) == 8
+    d = shared_datasets / "llmcompass"
+    with pytest.warns(DataImportWarning, match=r"figure5__ab__matmul_A100\.csv: given more than once"):
+        both = import_paths("llmcompass", [d, d / "figure5__ab__matmul_A100.csv"], catalog=catalog)
+    assert len(both) == len(import_paths("llmcompass", [d], catalog=catalog)) == 42
