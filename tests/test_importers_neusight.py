@@ -338,3 +338,17 @@ def test_copies_across_files_are_dropped_once_over_all_chunks(shared_datasets, c
     assert len(one_chunk) == len(two_chunks) < raw  # the aggregated file's copies are gone
     assert len(one_chunk) == len(import_neusight(files, catalog=catalog))  # same as the importer on its own
     assert not one_chunk["source"].astype(str).str.endswith("collect/ln.csv").any()  # per-GPU files kept
+
+
+def test_a_directory_without_files_of_the_format_says_every_pattern_tried(tmp_path):
+    """A directory outside the public layout is searched for the format's file-name pattern (neusight: any *.csv
+    below it), but the error listed only the public-layout globs, as if files had to sit under
+    neusight/scripts/asplos/..."""
+    from hybrid.data.importers import import_paths
+    from hybrid.errors import ImportFormatError
+
+    (tmp_path / "notes.txt").write_text("no tables here\n")
+    with pytest.raises(ImportFormatError, match=rf"{tmp_path.name}: no neusight files found \(patterns: "
+                                                r"neusight/scripts/.*; outside that layout, any file named \*\.csv "
+                                                r"below the directory\)"):
+        import_paths("neusight", [tmp_path])

@@ -142,7 +142,8 @@ def expand_paths(importer: Importer, paths: Iterable[str | os.PathLike]) -> tupl
             hits = importer.find(p)
             if not hits:
                 raise ImportFormatError(f"{p}: no {importer.name} files found (patterns: "
-                                        f"{', '.join(importer.globs)})")
+                                        f"{', '.join(importer.globs)}; outside that layout, any file named "
+                                        f"{importer.fallback} below the directory)")
             found.extend(hits)
             if left := importer.unread(p, hits):
                 names = ", ".join(str(x) for x in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
