@@ -150,3 +150,15 @@ def test_schema_errors_name_the_source_line_after_skipped_rows(shared_datasets, 
             pytest.raises(HybridError, match=r"allreduce\.csv: line 6, column 'n_ranks' of the imported row: "
                                              r"expected an integer"):
         import_deepbench(p, catalog=catalog)
+
+
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_a_file_separated_otherwise_than_by_commas_is_said_so(shared_datasets, tmp_path, catalog, sep):
+    """A tidy table saved with semicolons or tabs (a spreadsheet's export) was refused as "missing column(s) 'gpu'"
+    with its whole header shown as one column name; the error now says what is likely wrong."""
+    raw = pd.read_csv(shared_datasets / "deepbench/deepbench_allreduce_tidy.csv").head(5)
+    p = tmp_path / "allreduce.csv"
+    raw.to_csv(p, index=False, sep=sep)
+    with pytest.raises(ImportFormatError, match=r"allreduce\.csv: missing column\(s\) 'gpu' .*the header is one "
+                                                r"column: is the file separated by something other than commas\?"):
+        import_deepbench(p, catalog=catalog)

@@ -110,6 +110,8 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
         raise ImportFormatError(
             f"{path}: missing column(s) {', '.join(repr(c) for c in missing)} for a {what} CSV "
             f"(found: {', '.join(repr(c) for c in df.columns[:12])}{' ...' if len(df.columns) > 12 else ''})"
+            + ("; the header is one column: is the file separated by something other than commas?"
+               if len(df.columns) == 1 and any(sep in str(df.columns[0]) for sep in (";", "\t", "|")) else "")
         )
     if len(df) == 0:
         raise ImportFormatError(f"{path}: no data rows (header only)")
