@@ -174,3 +174,24 @@ def test_schema_errors_of_imported_rows_name_the_source_line(shared_datasets, tm
     with pytest.raises(HybridError, match=r"mlp\.csv: line 6 \(mlp_up_proj\), column 'time_us_max' of the imported "
                                           r"row: .* is below the median time_us"):
         import_vidur_compute(d / "mlp.csv", catalog=catalog)
+
+
+@pytest.mark.parametrize(("value", "rows", "error"), [
+    (None, slice(None), r"line 2, column 'n_embd': missing value"),
+    ("abc", slice(None), r"line 2, column 'n_embd': not a number \('abc'\)"),
+    (4096.5, slice(None), r"line 2, column 'n_embd': 4096\.5 is not a whole number"),
+    (8192, slice(3, None), r"line 5, column 'n_embd': 8192 differs from line 2's 4096: the model dimension columns "
+                           r"change between rows; one model per file"),
+])
+def test_model_dimension_columns_are_checked_with_their_line(shared_datasets, tmp_path, catalog, value, rows, error):
+    """The model dimension columns were read as int(first row): an empty column crashed (ValueError: cannot convert
+    float NaN to integer, naming no file), a fractional hidden size 4096.5 was cut to 4096 silently, and rows that
+    disagreed were refused without a line."""
+    raw = pd.read_csv(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv").head(6)
+    raw["n_embd"] = raw["n_embd"].astype(object)
+    raw.loc[raw.index[rows], "n_embd"] = value
+    d = tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf"
+    d.mkdir(parents=True)
+    raw.to_csv(d / "mlp.csv", index=False)
+    with pytest.raises(ImportFormatError, match=r"mlp\.csv: " + error):
+        import_vidur_compute(d / "mlp.csv", catalog=catalog)

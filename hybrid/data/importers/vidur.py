@@ -102,12 +102,33 @@ def _model_dims(df: pd.DataFrame, path: Path) -> ModelConfig:
     known = MODEL_CONFIGS.get(name)
     cols = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp")
     if all(c in df.columns for c in cols):
-        uniq = df[list(cols)].drop_duplicates()
-        if len(uniq) != 1:
-            raise ImportFormatError(f"{path}: model dimension columns change between rows; one model per file")
-        row = uniq.iloc[0]
-        gated = str(row["use_gated_mlp"]).strip().lower() in ("true", "1", "1.0")
-        heads, kv, hidden, inter = (int(row[c]) for c in cols[:4])
+        # each column checked with its line: int() of the first row crashed on an empty column (NaN) and cut a
+        # fractional 4096.5 to 4096 without a word
+        dims = []
+        for c in cols[:4]:
+            v = numeric(df, c, path, positive=True)
+            frac = v != np.floor(v)
+            if frac.any():
+                i = int(np.flatnonzero(frac)[0])
+                raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {c!r}: {v[i]:g} is not a whole number")
+            dims.append(v)
+        gated_col = df["use_gated_mlp"].astype("string").str.strip().str.lower()
+        flags = gated_col.isin(["true", "1", "1.0"]).to_numpy(dtype=bool)
+        known_flag = gated_col.isin(["true", "false", "1", "0", "1.0", "0.0"]).fillna(False).to_numpy(dtype=bool)
+        if not known_flag.all():
+            i = int(np.flatnonzero(~known_flag)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column 'use_gated_mlp': expected true/false, "
+                                    f"got {df['use_gated_mlp'].iloc[i]!r}")
+        for c, v in (*zip(cols[:4], dims, strict=True), ("use_gated_mlp", flags)):
+            differs = v != v[0]
+            if differs.any():
+                i = int(np.flatnonzero(differs)[0])
+                raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {c!r}: {df[c].iloc[i]} differs from "
+                                        f"line {csv_line(df, 0)}'s {df[c].iloc[0]}: the model dimension columns change "
+                                        "between rows; one model per file")
+        gated = bool(flags[0])
+        heads, kv, hidden, inter = (int(v[0]) for v in dims)
+        row = dict(zip(cols, (heads, kv, hidden, inter, gated), strict=True))
         if min(heads, kv, hidden, inter) <= 0 or hidden % heads:
             raise ImportFormatError(f"{path}: implausible model dimensions {dict(row)}")
         post_norm = any(c.startswith("time_stats.post_attention_layernorm.") for c in df.columns)
