@@ -352,3 +352,18 @@ def test_a_directory_without_files_of_the_format_says_every_pattern_tried(tmp_pa
                                                 r"neusight/scripts/.*; outside that layout, any file named \*\.csv "
                                                 r"below the directory\)"):
         import_paths("neusight", [tmp_path])
+
+
+@pytest.mark.parametrize("column", ["B", "H"])
+def test_a_fractional_elementwise_shape_is_refused_with_its_line(shared_datasets, tmp_path, column):
+    """An elementwise row's elements are B x H: B = 1.5 with H = 8192 made 12288 elements, a whole number the schema
+    accepted, so the damaged row was imported as a measurement of another shape."""
+    from hybrid.data.importers import import_neusight
+    from hybrid.errors import ImportFormatError
+
+    raw = pd.read_csv(shared_datasets / "neusight/test-dev/elem.csv").head(8).astype({column: float})
+    raw.loc[4, column] = 1.5  # CSV line 6
+    p = tmp_path / "elem.csv"
+    raw.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=rf"elem\.csv: line 6, column '{column}': 1\.5 is not a whole number"):
+        import_neusight(p)
