@@ -100,3 +100,65 @@ def test_bad_gemm_rows_name_their_csv_line(shared_datasets, tmp_path, catalog):
     with pytest.raises(ImportFormatError, match=r"gemm\.csv: line 7, column 'gpu': missing device name"):
         import_deepbench(p, catalog=catalog)
     assert len(import_deepbench(p, catalog=catalog, device="V100-SXM2-16GB")) == 8
+
+
+def test_allreduce_time_checked_against_its_bandwidth(shared_datasets, tmp_path, catalog):
+    """The all-reduce table states each measurement twice, as the GEMM table does: GBps = num_gpus x 4 num_floats /
+    time, exactly so in every public row. A time 10x off (another row's, or microseconds in the ms column) and a
+    fractional float count (1.5 floats: a 6-byte buffer) were imported as measurements without a word."""
+    raw = pd.read_csv(shared_datasets / "deepbench/deepbench_allreduce_tidy.csv")
+    raw = raw[raw["mean_time_ms"].notna()].head(8).reset_index(drop=True)
+    p = tmp_path / "allreduce.csv"
+    raw.to_csv(p, index=False)
+    assert len(import_deepbench(p, catalog=catalog)) == 8
+    slow = raw.copy()
+    slow.loc[4, "mean_time_ms"] = slow.loc[4, "mean_time_ms"] * 10  # CSV line 6
+    slow.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"allreduce\.csv: line 6: mean_time_ms .* and GBps .* disagree"):
+        import_deepbench(p, catalog=catalog)
+    frac = raw.drop(columns=["GBps"]).astype({"num_floats": float})
+    frac.loc[2, "num_floats"] = 1.5  # CSV line 4
+    frac.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"allreduce\.csv: line 4, column 'num_floats': 1\.5 is not a whole"):
+        import_deepbench(p, catalog=catalog)
+
+
+def test_errors_name_the_file_line_after_a_blank_line(shared_datasets, tmp_path, catalog):
+    """pandas skips blank lines: an error on a row after one named the line before it (position + 2)."""
+    lines = (shared_datasets / "deepbench/deepbench_gemm_tidy.csv").read_text().splitlines()[:8]
+    cells = lines[6].split(",")
+    cells[-2] = "-1"  # time_ms of file line 8 (one blank line above it)
+    p = tmp_path / "gemm.csv"
+    p.write_text("\n".join(lines[:4] + [""] + lines[4:6] + [",".join(cells)]) + "\n")
+    with pytest.raises(ImportFormatError, match=r"gemm\.csv: line 8, column 'time_ms': must be > 0"):
+        import_deepbench(p, catalog=catalog)
+
+
+def test_schema_errors_name_the_source_line_after_skipped_rows(shared_datasets, tmp_path, catalog):
+    """Rows skipped on purpose (no time, not a GPU) shifted the schema's "row N (CSV line N+1)" of the imported rows
+    away from the file's lines: a fractional num_gpus on line 6 behind a timeless row was said to be on line 5."""
+    from hybrid.errors import HybridError
+
+    raw = pd.read_csv(shared_datasets / "deepbench/deepbench_allreduce_tidy.csv")
+    raw = raw[raw["mean_time_ms"].notna()].head(6).reset_index(drop=True).drop(columns=["GBps"])
+    raw.loc[1, "mean_time_ms"] = np.nan  # CSV line 3: skipped (no time)
+    raw["num_gpus"] = raw["num_gpus"].astype(float)
+    raw.loc[4, "num_gpus"] = 2.5  # CSV line 6
+    p = tmp_path / "allreduce.csv"
+    raw.to_csv(p, index=False)
+    with pytest.warns(DataImportWarning, match="no time"), \
+            pytest.raises(HybridError, match=r"allreduce\.csv: line 6, column 'n_ranks' of the imported row: "
+                                             r"expected an integer"):
+        import_deepbench(p, catalog=catalog)
+
+
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_a_file_separated_otherwise_than_by_commas_is_said_so(shared_datasets, tmp_path, catalog, sep):
+    """A tidy table saved with semicolons or tabs (a spreadsheet's export) was refused as "missing column(s) 'gpu'"
+    with its whole header shown as one column name; the error now says what is likely wrong."""
+    raw = pd.read_csv(shared_datasets / "deepbench/deepbench_allreduce_tidy.csv").head(5)
+    p = tmp_path / "allreduce.csv"
+    raw.to_csv(p, index=False, sep=sep)
+    with pytest.raises(ImportFormatError, match=r"allreduce\.csv: missing column\(s\) 'gpu' .*the header is one "
+                                                r"column: is the file separated by something other than commas\?"):
+        import_deepbench(p, catalog=catalog)

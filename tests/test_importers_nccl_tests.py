@@ -250,6 +250,7 @@ def test_rows_without_a_system_are_said_to_be_unreachable_by_system(tmp_path, ca
     with pytest.warns(DataImportWarning, match=r"8 rows name no system .*H100-SXM.*pass --system"):
         df = import_nccl_tests(log, catalog=catalog)
     assert "system" not in df.columns or df["system"].isna().all()
+    log.write_text(LOG.replace("       3    20.50", "       0    20.50"))  # (a #wrong row is said too)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataImportWarning)
         df = import_nccl_tests(log, catalog=catalog, system="DGX-H100")
@@ -671,3 +672,62 @@ def test_an_old_error_column_marked_failed_is_flagged_wrong(tmp_path, catalog):
     flagged = df[df["wrong"] > 0]
     assert list(zip(flagged["size_bytes"], flagged["in_place"], strict=True)) == [(2097152, False), (4194304, True)]
     assert (flagged["wrong"] == 1).all() and df["wrong"].isna().sum() == 4 and len(df) == 6
+
+
+def test_a_section_over_different_gpus_is_refused_unless_device_names_them(tmp_path, catalog):
+    """Ranks on two GPU models (2 x H100 + 2 x A100) were imported as the "most common" one with a warning: on a
+    tie, rank 0's GPU, so the A100s' collective entered the table as H100 measurements. Refused now (naming the file,
+    the section's line and the GPUs) unless --device says what to label them; two spellings of one catalog GPU are
+    no mix at all and pass without a word."""
+    p = tmp_path / "all_gather.log"
+    mixed = LOG.replace("on node-b device  0 [0000:1b:00] NVIDIA H100 80GB HBM3",
+                        "on node-b device  0 [0000:1b:00] NVIDIA A100-SXM4-80GB").replace(
+                        "on node-b device  1 [0000:2b:00] NVIDIA H100 80GB HBM3",
+                        "on node-b device  1 [0000:2b:00] NVIDIA A100-SXM4-80GB")
+    p.write_text(mixed)
+    with pytest.raises(ImportFormatError, match=r"all_gather\.log: line 4: the ranks run on different GPUs "
+                                                r"\(2 x H100-SXM, 2 x A100-SXM4-80GB\).*pass --device"):
+        import_nccl_tests(p, catalog=catalog)
+    df = import_nccl_tests(p, catalog=catalog, device="A100-SXM4-80GB")
+    assert len(df) == 8 and (df["device"] == "A100-SXM4-80GB").all()
+    p.write_text(LOG.replace("on node-b device  1 [0000:2b:00] NVIDIA H100 80GB HBM3",
+                             "on node-b device  1 [0000:2b:00] H100-SXM").replace("       3    20.50",
+                                                                                 "       0    20.50"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataImportWarning)
+        df = import_nccl_tests(p, catalog=catalog, system="DGX-H100")
+    assert len(df) == 8 and (df["device"] == "H100-SXM").all()
+
+
+def test_rows_with_wrong_results_are_said_at_import(tmp_path, catalog):
+    """A log whose #wrong column is > 0 (the collective returned wrong data) was imported without a word: the rows
+    are kept (column ``wrong``) and every fit and score leaves them out, which the user learnt only from the
+    calibration's counts. The import says how many and where the first is."""
+    p = tmp_path / "rs.log"
+    p.write_text(LOG)
+    with pytest.warns(DataImportWarning, match=r"rs\.log: 1 row\(s\) report #wrong > 0 \(first: line 17, "
+                                               r"out-of-place\).*left out of calibration"):
+        df = import_nccl_tests(p, catalog=catalog, system="DGX-H100")
+    assert (df["wrong"] > 0).sum() == 1
+    p.write_text(LOG.replace("       3    20.50", "       0    20.50"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataImportWarning)
+        assert (import_nccl_tests(p, catalog=catalog, system="DGX-H100")["wrong"] == 0).all()
+
+
+def test_a_file_named_twice_is_read_once(shared_datasets, tmp_path, catalog):
+    """A file given twice (two overlapping shell globs, a directory and a file in it, a path spelt two ways) was read
+    twice: every row doubled, said only as "configurations measured more than once ... each a sample"."""
+    p = tmp_path / "rs.log"
+    p.write_text(LOG.replace("       3    20.50", "       0    20.50"))
+    once = import_paths("nccl-tests", [p], system="DGX-H100", catalog=catalog)
+    with pytest.warns(DataImportWarning, match=r"rs\.log: given more than once \(as .*\); read once"):
+        twice = import_paths("nccl-tests", [p, tmp_path / ".." / tmp_path.name / "rs.log"], system="DGX-H100",
+                             catalog=catalog)
+    assert len(twice) == len(once) == 8
+    with pytest.warns(DataImportWarning, match=r"rs\.log: given more than once"):
+        assert len(import_paths("nccl-tests", [tmp_path, p], system="DGX-H100", catalog=catalog)) == 8
+    d = shared_datasets / "llmcompass"
+    with pytest.warns(DataImportWarning, match=r"figure5__ab__matmul_A100\.csv: given more than once"):
+        both = import_paths("llmcompass", [d, d / "figure5__ab__matmul_A100.csv"], catalog=catalog)
+    assert len(both) == len(import_paths("llmcompass", [d], catalog=catalog)) == 42

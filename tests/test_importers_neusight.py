@@ -338,3 +338,32 @@ def test_copies_across_files_are_dropped_once_over_all_chunks(shared_datasets, c
     assert len(one_chunk) == len(two_chunks) < raw  # the aggregated file's copies are gone
     assert len(one_chunk) == len(import_neusight(files, catalog=catalog))  # same as the importer on its own
     assert not one_chunk["source"].astype(str).str.endswith("collect/ln.csv").any()  # per-GPU files kept
+
+
+def test_a_directory_without_files_of_the_format_says_every_pattern_tried(tmp_path):
+    """A directory outside the public layout is searched for the format's file-name pattern (neusight: any *.csv
+    below it), but the error listed only the public-layout globs, as if files had to sit under
+    neusight/scripts/asplos/..."""
+    from hybrid.data.importers import import_paths
+    from hybrid.errors import ImportFormatError
+
+    (tmp_path / "notes.txt").write_text("no tables here\n")
+    with pytest.raises(ImportFormatError, match=rf"{tmp_path.name}: no neusight files found \(patterns: "
+                                                r"neusight/scripts/.*; outside that layout, any file named \*\.csv "
+                                                r"below the directory\)"):
+        import_paths("neusight", [tmp_path])
+
+
+@pytest.mark.parametrize("column", ["B", "H"])
+def test_a_fractional_elementwise_shape_is_refused_with_its_line(shared_datasets, tmp_path, column):
+    """An elementwise row's elements are B x H: B = 1.5 with H = 8192 made 12288 elements, a whole number the schema
+    accepted, so the damaged row was imported as a measurement of another shape."""
+    from hybrid.data.importers import import_neusight
+    from hybrid.errors import ImportFormatError
+
+    raw = pd.read_csv(shared_datasets / "neusight/test-dev/elem.csv").head(8).astype({column: float})
+    raw.loc[4, column] = 1.5  # CSV line 6
+    p = tmp_path / "elem.csv"
+    raw.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=rf"elem\.csv: line 6, column '{column}': 1\.5 is not a whole number"):
+        import_neusight(p)

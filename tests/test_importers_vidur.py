@@ -9,7 +9,7 @@ import pytest
 from hybrid.corrections.collective_transfer import intra_class
 from hybrid.data.importers import import_vidur_compute, import_vidur_network
 from hybrid.data.importers.vidur import MODEL_CONFIGS
-from hybrid.errors import ImportFormatError
+from hybrid.errors import HybridError, ImportFormatError
 from hybrid.ops.families import FAMILIES
 
 
@@ -137,4 +137,61 @@ def test_tp_degree_not_dividing_the_model_names_the_line(shared_datasets, tmp_pa
     raw.to_csv(d / "mlp.csv", index=False)
     with pytest.raises(ImportFormatError, match=r"mlp\.csv: line 5: tensor-parallel degree 3 does not divide the "
                                                 r"model dimensions of \w+"):
+        import_vidur_compute(d / "mlp.csv", catalog=catalog)
+
+
+@pytest.mark.parametrize("value, problem", [
+    (1.5, r"devices_per_node 1\.5 is not a whole number"),
+    (3, r"num_workers 4 is not a multiple of devices_per_node 3"),
+    (16, r"devices_per_node 16 is more than max_devices_per_node 8"),
+    (1000, r"devices_per_node 1000 is more than max_devices_per_node 8"),
+])
+def test_network_devices_per_node_that_cannot_be_is_refused(shared_datasets, tmp_path, catalog, value, problem):
+    """``n_nodes`` is num_workers / devices_per_node: a devices_per_node of 1.5 was read as 2 nodes (ceil), one of
+    1000 as 1 node, 3 for 4 workers as 2 nodes (an uneven spread), all written to the table without a word. Every
+    public row has a whole devices_per_node dividing num_workers and at most max_devices_per_node."""
+    raw = pd.read_csv(shared_datasets / "vidur/data/profiling/network/a100_dgx/all_reduce.csv")
+    raw = raw[raw["num_workers"] == 4].head(6).reset_index(drop=True).astype({"devices_per_node": object})
+    p = tmp_path / "a100_dgx" / "all_reduce.csv"
+    p.parent.mkdir()
+    raw.to_csv(p, index=False)
+    assert len(import_vidur_network(p, catalog=catalog)) == 6
+    raw.loc[3, "devices_per_node"] = value  # CSV line 5
+    raw.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"all_reduce\.csv: line 5: " + problem):
+        import_vidur_network(p, catalog=catalog)
+
+
+def test_schema_errors_of_imported_rows_name_the_source_line(shared_datasets, tmp_path, catalog):
+    """The schema checks each imported row (a median above the row's max time), but its error named the position in
+    the long table built from the wide file: "row 27 (CSV line 28)" of a 12-line mlp.csv whose bad value sat on
+    line 6. The error names the file's line now."""
+    raw = pd.read_csv(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv").head(11)
+    raw.loc[4, "time_stats.mlp_up_proj.median"] = 1000.0  # CSV line 6: 1 s, above the row's max
+    d = tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf"
+    d.mkdir(parents=True)
+    raw.to_csv(d / "mlp.csv", index=False)
+    with pytest.raises(HybridError, match=r"mlp\.csv: line 6 \(mlp_up_proj\), column 'time_us_max' of the imported "
+                                          r"row: .* is below the median time_us"):
+        import_vidur_compute(d / "mlp.csv", catalog=catalog)
+
+
+@pytest.mark.parametrize(("value", "rows", "error"), [
+    (None, slice(None), r"line 2, column 'n_embd': missing value"),
+    ("abc", slice(None), r"line 2, column 'n_embd': not a number \('abc'\)"),
+    (4096.5, slice(None), r"line 2, column 'n_embd': 4096\.5 is not a whole number"),
+    (8192, slice(3, None), r"line 5, column 'n_embd': 8192 differs from line 2's 4096: the model dimension columns "
+                           r"change between rows; one model per file"),
+])
+def test_model_dimension_columns_are_checked_with_their_line(shared_datasets, tmp_path, catalog, value, rows, error):
+    """The model dimension columns were read as int(first row): an empty column crashed (ValueError: cannot convert
+    float NaN to integer, naming no file), a fractional hidden size 4096.5 was cut to 4096 silently, and rows that
+    disagreed were refused without a line."""
+    raw = pd.read_csv(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv").head(6)
+    raw["n_embd"] = raw["n_embd"].astype(object)
+    raw.loc[raw.index[rows], "n_embd"] = value
+    d = tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf"
+    d.mkdir(parents=True)
+    raw.to_csv(d / "mlp.csv", index=False)
+    with pytest.raises(ImportFormatError, match=r"mlp\.csv: " + error):
         import_vidur_compute(d / "mlp.csv", catalog=catalog)

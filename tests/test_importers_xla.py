@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from hybrid.data.importers import IMPORTERS, import_xla_collectives, import_xla_matmul
+from hybrid.data.importers import IMPORTERS, DataImportWarning, import_xla_collectives, import_xla_matmul
 from hybrid.data.importers.textproto import first, map_entries, parse
 from hybrid.errors import ImportFormatError
 
@@ -261,4 +263,59 @@ def test_collectives_csv_errors_name_the_csv_line(shared_datasets, tmp_path, cat
     raw.to_csv(p, index=False)
     with pytest.raises(ImportFormatError, match=rf"collectives\.csv: line 4: {raw['opcode'][2]} without devices "
                                                 r"per group"):
+        import_xla_collectives(p, catalog=catalog)
+
+
+@pytest.mark.parametrize(("groups", "per_group", "devices"), [(1, 1000, 1000), (4, 4, 16)])
+def test_collectives_csv_more_devices_than_the_system_is_refused(shared_datasets, tmp_path, catalog, groups,
+                                                                 per_group, devices):
+    """A row whose replica groups span more devices than the system's one node (XLA-H100x8: 8 GPUs) was imported,
+    and `hybrid data validate` refused the written table ("1000 ranks on 125 node(s) of XLA-H100x8"); worse, the
+    collective-permute rows of the file took that count as their ranks (the largest group layout of the file)."""
+    raw = pd.read_csv(shared_datasets / "xla/collectives_sm90_H100.csv").head(10)
+    assert raw["opcode"].str.startswith("collective-permute").any()
+    p = tmp_path / "collectives.csv"
+    raw.to_csv(p, index=False)
+    good = import_xla_collectives(p, catalog=catalog)
+    assert (good["n_ranks"] <= 8).all()
+    row = int(np.flatnonzero(raw["opcode"] == "all-to-all")[-1])  # after the permute rows
+    assert row > int(np.flatnonzero(raw["opcode"].str.startswith("collective-permute"))[0])
+    raw.loc[row, ["num_replica_groups", "num_devices_per_group"]] = [groups, per_group]
+    raw.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=rf"collectives\.csv: line {row + 2} \(all_to_all\): {groups} replica "
+                                                rf"group\(s\) of {per_group} are {devices} devices, more than system "
+                                                r"XLA-H100x8 has \(8 x H100-SXM in one node\)"):
+        import_xla_collectives(p, catalog=catalog)
+
+
+def test_a_table_of_another_gpu_is_not_labelled_the_h100_system(shared_datasets, tmp_path, catalog):
+    """Without --system every row was put on the default system XLA-H100x8, whatever GPU the table's key names: an
+    A100 (sm_80) table became A100 collectives costed on the H100 node's NVLink, with no word at import. Rows of
+    another GPU than the default system's now name no system, with a warning that says to pass --system."""
+    p = tmp_path / "a100_collective_perf_table.txtpb"
+    p.write_text(_one_collective("dimensions: 1024", per_group="4").replace('"sm_90"', '"sm_80"'))
+    with pytest.warns(DataImportWarning, match=r"1 row\(s\) of A100-SXM4-80GB.*not the GPU of the default system "
+                                               r"XLA-H100x8 \(H100-SXM\).*pass --system"):
+        df = import_xla_collectives(p, catalog=catalog)
+    assert (df["device"] == "A100-SXM4-80GB").all()
+    assert "system" not in df.columns or df["system"].isna().all()
+    df = import_xla_collectives(p, catalog=catalog, system="DGX-A100")
+    assert (df["system"] == catalog.resolve_system("DGX-A100")).all()
+    # the H100 table keeps its default system, without a word
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataImportWarning)
+        df = import_xla_collectives(shared_datasets / "xla/collectives_sm90_H100.csv", catalog=catalog)
+    assert (df["system"] == "XLA-H100x8").all()
+
+
+@pytest.mark.parametrize(("throughput", "said"), [("-5", r"throughput -5 is not positive"),
+                                                  ("0", r"throughput 0 is not positive")])
+def test_collectives_txtpb_throughput_that_is_not_positive_says_its_value(tmp_path, catalog, throughput, said):
+    """A negative throughput was reported as "missing or zero throughput"."""
+    p = tmp_path / "t.txtpb"
+    p.write_text(_one_collective("dimensions: 1024").replace("1e11", throughput))
+    with pytest.raises(ImportFormatError, match=r"t\.txtpb: entry 1 \(all-reduce\): " + said):
+        import_xla_collectives(p, catalog=catalog)
+    p.write_text(_one_collective("dimensions: 1024").replace(" network_throughput_bytes_per_sec: 1e11", ""))
+    with pytest.raises(ImportFormatError, match=r"entry 1 \(all-reduce\): missing throughput"):
         import_xla_collectives(p, catalog=catalog)

@@ -329,3 +329,26 @@ def test_a_bad_row_of_a_parquet_table_is_named_without_a_csv_line(tmp_path, cata
     assert "CSV line" not in str(exc.value)
     with pytest.raises(SchemaError, match=r"row 1 \(CSV line 2\), column 'time_us'"):
         read_table(csv, catalog)
+
+
+def test_errors_name_the_file_line_after_blank_lines(tmp_path):
+    """pandas skips blank lines, so a row after one sat on a later file line than "position + 2": a table with a
+    blank line between two blocks said "CSV line 7" for a bad value on line 8, and the roofline's check likewise."""
+    from hybrid.errors import InvalidInputError
+    from hybrid.tracking.inputs import load_measurements
+
+    head = "device,op,dtype,time_us,b,m,n,k\n"
+    row = "A100-SXM4-80GB,gemm,fp16,190.0,{b},64,12288,12288\n"
+    p = tmp_path / "blank.csv"
+    p.write_text(head + row.format(b=1) * 4 + "\n\n" + row.format(b=1) + row.format(b=-1))
+    with pytest.raises(SchemaError, match=r"blank\.csv: row 6 \(CSV line 9\), column 'b': must be positive"):
+        read_table(p)
+    coll = "device,op,dtype,time_us,size_bytes,n_ranks,n_nodes,system\n"
+    p.write_text(coll + "H100-SXM,all_reduce,fp16,20,1024,8,1,DGX-H100\n" * 2 + "\n"
+                 + "H100-SXM,all_reduce,fp16,20,16384,64,2,DGX-H100\n")
+    with pytest.raises(InvalidInputError, match=r"blank\.csv: row 3 \(CSV line 5\): collective: 64 ranks"):
+        load_measurements([p])
+    # without blank lines, as before
+    p.write_text(head + row.format(b=1) * 5 + row.format(b=-1))
+    with pytest.raises(SchemaError, match=r"row 6 \(CSV line 7\), column 'b'"):
+        read_table(p)

@@ -119,11 +119,51 @@ def required_columns(op: str) -> tuple[str, ...]:
     return REQUIRED + fam.shape_columns
 
 
+def csv_record_lines(path: str | os.PathLike, n_rows: int | None = None) -> tuple[int, ...] | None:
+    """The 1-based file line on which each data row of CSV file ``path`` starts, as pandas reads the rows (blank
+    lines skipped, a quoted field may span lines); None when that is simply 2, 3, ... (the common case, told from a
+    quick look at the bytes). pandas skips blank lines, so an error placed at "position + 2" named an earlier line
+    than the row's after each blank line."""
+    import csv
+    import io
+
+    raw = Path(path).read_bytes()
+    body = raw.lstrip(b"\xef\xbb\xbf")
+    text = body.rstrip(b"\r\n")
+    # a blank line starts with a newline, a space, a tab or a carriage return after a newline (a quick scan first)
+    maybe_blank = text[:1] in (b"\n", b" ", b"\t", b"\r") or re.search(rb"\n[\n \t\r]", text) is not None
+    if not (maybe_blank and re.search(rb"(^|\n)[ \t\r]*(\n|$)", text)) and (
+            b'"' not in text or (n_rows is not None and text.count(b"\n") == n_rows)):
+        return None  # no blank line, and no quoted field holding a newline (one line per row after the header)
+    reader = csv.reader(io.StringIO(body.decode("utf-8", "replace"), newline=""))
+    lines: list[int] = []
+    seen_header, last = False, 0
+    for record in reader:
+        start, last = last + 1, reader.line_num
+        if not record or (len(record) == 1 and not record[0].strip()):
+            continue  # a blank line: pandas skips it
+        if not seen_header:
+            seen_header = True
+            continue
+        lines.append(start)
+    if lines == list(range(2, len(lines) + 2)):
+        return None
+    return tuple(lines)
+
+
+def row_line(df: pd.DataFrame, pos: int) -> int:
+    """The CSV file line of row ``pos`` of a table :func:`read_table` read (its ``csv_lines`` attribute where blank
+    lines shifted the rows), else ``pos + 2`` (one for the header line, one for 1-based numbering)."""
+    lines = df.attrs.get("csv_lines") if isinstance(df, pd.DataFrame) else None
+    if isinstance(lines, tuple) and 0 <= pos < len(lines):
+        return lines[pos]
+    return pos + 2
+
+
 def _fail(df: pd.DataFrame, pos: int, column: str, problem: str, source: str, label: str = "") -> SchemaError:
     where = f"{source}: " if source else ""
-    # +2: one for the header line, one for 1-based numbering, so it matches a CSV line number (a Parquet file has
-    # no lines: its row alone)
-    parts = [] if str(source).lower().endswith((".parquet", ".pq")) else [f"CSV line {pos + 2}"]
+    # the row's CSV file line (a Parquet file has no lines: its row alone)
+    parts = [] if str(source).lower().endswith((".parquet", ".pq")) else [f"CSV line {row_line(df, pos)}"]
     parts += [label] if label else []
     said = f" ({', '.join(parts)})" if parts else ""
     exc = SchemaError(f"{where}row {pos + 1}{said}, column {column!r}: {problem}")
@@ -570,6 +610,8 @@ def read_table(
                 # one dtype per column (low_memory=False): read in chunks, a column empty for its first 262,144 rows and
                 # named later (variant) got mixed types and pandas' raw DtypeWarning on stderr
                 df = pd.read_csv(p, comment=None, skipinitialspace=True, low_memory=False)
+                if (lines := csv_record_lines(p, len(df))) is not None and len(lines) == len(df):
+                    df.attrs["csv_lines"] = lines  # blank lines shifted the rows: errors name the file's lines
                 _refuse_repeated_columns(p)
         except SchemaError:  # our own finding (a truncated table): already says what is wrong, and it is no format
             raise
@@ -614,7 +656,7 @@ def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFra
         if m is None:
             raise
         pos = int(m.group(1))  # a RangeIndex: the label is the row's position in the file
-        raise InvalidInputError(f"{source}: row {pos + 1} (CSV line {pos + 2}): {msg[:m.start()]}") from None
+        raise InvalidInputError(f"{source}: row {pos + 1} (CSV line {row_line(table, pos)}): {msg[:m.start()]}") from None
     base.index = table.index
     _check_stated_nodes(table, catalog, source)
     _check_system_device(table, catalog, source)
@@ -644,7 +686,7 @@ def _check_stated_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> N
         bad = stated & (names == name).fillna(False).to_numpy() & (ranks > nodes * gpn)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise InvalidInputError(f"{source}: row {i + 1} (CSV line {i + 2}): collective: {int(ranks[i])} ranks on "
+            raise InvalidInputError(f"{source}: row {i + 1} (CSV line {row_line(table, i)}): collective: {int(ranks[i])} ranks on "
                                     f"{int(nodes[i])} node(s) of {key} ({gpn} GPUs per node): more ranks per node "
                                     "than the system's GPUs per node (a log of another system? check its system)")
 
@@ -662,7 +704,7 @@ def _check_system_device(table: pd.DataFrame, catalog: Catalog, source: str) -> 
         from hybrid.errors import DataQualityWarning
 
         i, system, holds, device, n = bad
-        warnings.warn(f"{source}: row {i + 1} (CSV line {i + 2})" + (f" and {n - 1} more" if n > 1 else "")
+        warnings.warn(f"{source}: row {i + 1} (CSV line {row_line(table, i)})" + (f" and {n - 1} more" if n > 1 else "")
                       + f": collective of device {device} on system {system}, whose GPU is {holds}: costed on "
                       f"{system}'s fabric (a mislabelled system or device? fix it, or add a system of these nodes "
                       "to a catalog file, HYBRID_CATALOG)", DataQualityWarning, stacklevel=3)

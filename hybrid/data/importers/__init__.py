@@ -142,7 +142,8 @@ def expand_paths(importer: Importer, paths: Iterable[str | os.PathLike]) -> tupl
             hits = importer.find(p)
             if not hits:
                 raise ImportFormatError(f"{p}: no {importer.name} files found (patterns: "
-                                        f"{', '.join(importer.globs)})")
+                                        f"{', '.join(importer.globs)}; outside that layout, any file named "
+                                        f"{importer.fallback} below the directory)")
             found.extend(hits)
             if left := importer.unread(p, hits):
                 names = ", ".join(str(x) for x in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
@@ -154,7 +155,23 @@ def expand_paths(importer: Importer, paths: Iterable[str | os.PathLike]) -> tupl
             raise ImportFormatError(f"{p}: no such file or directory")
     if not explicit and not found:
         raise ImportFormatError("no input files given")
-    return explicit, found
+    # a file given twice (overlapping globs, a directory and a file in it, a path spelt two ways) is read once: it
+    # was read twice, every row doubled, said only as configurations "measured more than once ... each a sample"
+    seen: dict[Path, Path] = {}
+    repeats: dict[Path, list[Path]] = {}
+    kept: tuple[list[Path], list[Path]] = ([], [])
+    for out, files in zip(kept, (explicit, found), strict=True):
+        for f in files:
+            key = f.resolve()
+            if key in seen:
+                repeats.setdefault(seen[key], []).append(f)
+                continue
+            seen[key] = f
+            out.append(f)
+    for first, again in repeats.items():
+        warnings.warn(f"{first}: given more than once (as {', '.join(str(x) for x in [first, *again][:4])}); read "
+                      "once", DataImportWarning, stacklevel=3)
+    return kept
 
 
 def import_paths(fmt: str, paths: Iterable[str | os.PathLike] | str | os.PathLike, *, device: str | None = None,

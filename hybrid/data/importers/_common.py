@@ -16,7 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.data.schema import COLUMN_BY_NAME, COLUMNS, REQUIRED, binary_file_reason, validate
+from hybrid.data.schema import (
+    COLUMN_BY_NAME,
+    COLUMNS,
+    REQUIRED,
+    binary_file_reason,
+    csv_record_lines,
+    validate,
+)
 from hybrid.errors import HybridError, ImportFormatError, SchemaError, UnknownDeviceError
 from hybrid.hardware.catalog import Catalog, default_catalog
 
@@ -87,6 +94,10 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
         hint = "; the file looks truncated (no final newline)" if not raw.endswith(b"\n") else ""
         raise ImportFormatError(f"{path}: not a readable {what} CSV ({first}){hint}") from None
     df.columns = [str(c).strip() for c in df.columns]
+    if (lines := csv_record_lines(path, len(df))) is not None and len(lines) == len(df):
+        # blank lines (which pandas skips) shifted the rows: the index holds each row's file line - 2, which
+        # :func:`csv_line` names (it said the line before the row's after each blank line)
+        df.index = pd.Index(np.asarray(lines, dtype=np.int64) - 2)
     if all(c in df.columns for c in REQUIRED) and "op" not in required:
         # a table `data import` or `hybrid profile` wrote, given back to an importer: the columns an upstream
         # format shares with it passed, and the error came rows later (xla-matmul: "line 454, column 'b': missing
@@ -99,6 +110,8 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
         raise ImportFormatError(
             f"{path}: missing column(s) {', '.join(repr(c) for c in missing)} for a {what} CSV "
             f"(found: {', '.join(repr(c) for c in df.columns[:12])}{' ...' if len(df.columns) > 12 else ''})"
+            + ("; the header is one column: is the file separated by something other than commas?"
+               if len(df.columns) == 1 and any(sep in str(df.columns[0]) for sep in (";", "\t", "|")) else "")
         )
     if len(df) == 0:
         raise ImportFormatError(f"{path}: no data rows (header only)")
@@ -113,7 +126,7 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
             fields = len(next(csv.reader([last])))
         except (csv.Error, StopIteration):
             fields = 0
-        line = len(df) + 1
+        line = csv_line(df, len(df) - 1)
         if fields < header_fields:
             raise ImportFormatError(
                 f"{path}: truncated last line (line {line}: {fields} of {header_fields} fields, "
@@ -214,8 +227,14 @@ def infer_system(path: Path, catalog: Catalog) -> str | None:
 def finish(df: pd.DataFrame, path: Path, catalog: Catalog, *, source: str, device: str | None = None,
            framework: str | None = None) -> pd.DataFrame:
     """Fill provenance, apply the ``device`` override, resolve device names (clear error naming the file
-    and ``--device``) and validate the table against the schema."""
+    and ``--device``) and validate the table against the schema.
+
+    A ``_line`` column (the source file's line of each row, where rows were skipped or one line gave several rows)
+    is dropped, and names the line in the schema's errors (which named "row N (CSV line N+1)" of the imported
+    rows: another line of the file, or one past its end)."""
     df = df.reset_index(drop=True)
+    lines = df.pop("_line").to_numpy() if "_line" in df.columns else None
+    where = df.pop("_where").to_numpy() if "_where" in df.columns else None
     if device is not None:
         key = resolve_device_names([device], catalog, path)[device]
         df["device"] = key
@@ -227,8 +246,14 @@ def finish(df: pd.DataFrame, path: Path, catalog: Catalog, *, source: str, devic
         df["framework"] = framework
     try:
         return validate(df, catalog, source=str(path))
-    except SchemaError:
-        raise
+    except SchemaError as exc:
+        args = getattr(exc, "row_args", None)
+        if lines is None or args is None:
+            raise
+        pos, column, problem = args[:3]
+        said = f" ({where[pos]})" if where is not None else ""
+        raise SchemaError(f"{path}: line {int(lines[pos])}{said}, column {column!r} of the imported row: "
+                          f"{problem}") from None
     except HybridError as exc:  # pragma: no cover - validate only raises SchemaError
         raise ImportFormatError(f"{path}: {exc}") from None
 

@@ -10,7 +10,8 @@
 * ``Int8 multiplication, 32 bit accumulation`` -> int8
 
 ``deepbench_allreduce_tidy.csv``: ``gpu, num_floats, num_gpus, num_nodes (empty = 1), mean_time_ms, std_ms,
-algorithm`` -> ``all_reduce`` of ``4 * num_floats`` bytes in fp32 (the nccl-tests size). Rows left blank in the
+algorithm`` -> ``all_reduce`` of ``4 * num_floats`` bytes in fp32 (the nccl-tests size); where the file has a
+``GBps`` column (``num_gpus x 4 num_floats / time``) each time is checked against it. Rows left blank in the
 upstream sheets (no time) are skipped with a warning. Rows of devices that are not GPUs (iPhone, Raspberry
 Pi, Xeon Phi KNL) are skipped with a warning.
 """
@@ -109,7 +110,7 @@ def _gemm(df: pd.DataFrame, path: Path, device: str | None, catalog: Catalog) ->
     out = pd.DataFrame({
         "device": gpus.to_numpy(), "op": "gemm", "dtype": prec.map(lambda x: x[0]).to_numpy(),
         "time_us": t * 1000.0, "variant": (layout + prec.map(lambda x: x[1])).to_numpy(), "b": 1, **dims,
-        "framework": "deepbench",
+        "framework": "deepbench", "_line": df.index.to_numpy() + 2,  # (csv_line: non-GPU rows were skipped)
     })
     return finish(out, path, catalog, source=f"deepbench:{display_path(path)}", device=device)
 
@@ -128,10 +129,26 @@ def _allreduce(df: pd.DataFrame, path: Path, device: str | None, system: str | N
     ranks = numeric(df, "num_gpus", path, positive=True)
     nodes = numeric(df, "num_nodes", path, required=False, positive=True) if "num_nodes" in df.columns \
         else np.full(len(df), np.nan)
+    frac = floats != np.floor(floats)
+    if frac.any():  # (1.5 floats was imported as a 6-byte buffer)
+        i = int(np.flatnonzero(frac)[0])
+        raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column 'num_floats': {floats[i]:g} is not a whole "
+                                "number of floats")
+    if "GBps" in df.columns:
+        # the tidy table states each measurement twice, as the GEMM table does: GBps = num_gpus x 4 num_floats /
+        # time (exactly so in every public row); a row where they disagree has a time or a size from another row or
+        # in another unit
+        rate = numeric(df, "GBps", path, required=False, positive=True)
+        implied = ranks * 4.0 * floats / (t * 1e-3) / 1e9
+        off = ~np.isnan(rate) & (np.abs(implied / np.where(np.isnan(rate), 1.0, rate) - 1.0) > 0.02)
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}: mean_time_ms {t[i]:g} and GBps {rate[i]:g} "
+                                    f"disagree (num_gpus x 4 num_floats / time = {implied[i]:.4g} GB/s)")
     out = pd.DataFrame({
         "device": gpus.to_numpy(), "op": "all_reduce", "dtype": "fp32", "time_us": t * 1000.0,
         "size_bytes": floats * 4.0, "n_ranks": ranks, "n_nodes": np.where(np.isnan(nodes), 1.0, nodes),
-        "framework": "deepbench",
+        "framework": "deepbench", "_line": df.index.to_numpy() + 2,  # (csv_line: rows were skipped)
     })
     if "std_ms" in df.columns:
         out["time_us_std"] = numeric(df, "std_ms", path, required=False) * 1000.0

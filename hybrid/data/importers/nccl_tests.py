@@ -13,7 +13,8 @@ nccl-tests ``size``), ``wrong`` (``#wrong``; ``N/A`` -> empty) and ``dtype``.
   count = size / type size -> all_reduce, or sendrecv without a reduction; ``size / (count x type size)`` =
   ranks -> reduce_scatter with a reduction). A section whose collective stays ambiguous is an error.
 * ``n_ranks`` = number of Rank lines (else ``size / (count x type size)`` for gather-like tests), ``n_nodes`` =
-  number of distinct hosts, ``device`` = the GPU name the Rank lines print (``--device`` overrides).
+  number of distinct hosts, ``device`` = the GPU name the Rank lines print (``--device`` overrides); ranks on
+  different catalog GPUs are an error unless ``--device`` names one.
 * ``system``: ``--system``, else the nearest directory whose name is a catalog system alias
   (``results_polaris`` -> ``Polaris``), else empty.
 * Rows with ``#wrong > 0`` are kept (column ``wrong``); calibration drops them. Zero-byte rows are skipped.
@@ -514,10 +515,21 @@ def _one_file(path: Path, device: str | None, system: str | None, catalog: Catal
         if device is None and not gpu_names:
             raise ImportFormatError(f"{path}: line {sec.start_line}: no '#  Rank ... device' lines naming the "
                                     "GPU; pass --device")
-        if len(gpu_names) > 1:
-            warn(path, f"section at line {sec.start_line} mixes GPUs {dict(gpu_names)}; using the most common")
-        dev_name = device or gpu_names.most_common(1)[0][0]
-        dev_key = resolve_device_names([dev_name], catalog, path)[dev_name]
+        if device is None:
+            keys = resolve_device_names(list(gpu_names), catalog, path)
+            by_key: Counter[str] = Counter()
+            for name, n in gpu_names.items():
+                by_key[keys[name]] += n
+            if len(by_key) > 1:
+                # (labelled "the most common" with a warning: on a tie rank 0's GPU, so a collective over A100s and
+                # H100s entered the table as H100 measurements)
+                raise ImportFormatError(f"{path}: line {sec.start_line}: the ranks run on different GPUs ("
+                                        + ", ".join(f"{n} x {k}" for k, n in by_key.most_common()) + "): a "
+                                        "collective over them measures none of them alone; pass --device to label "
+                                        "its rows anyway")
+            dev_key = next(iter(by_key))
+        else:
+            dev_key = resolve_device_names([device], catalog, path)[device]
         nodes = max(1, len(hosts))
         per_host = Counter(h for h, _, _ in members.values())
         if len(set(per_host.values())) > 1:  # the table keeps ranks and nodes only: read as an even spread
@@ -578,6 +590,16 @@ def import_nccl_tests(paths: Iterable[str | os.PathLike] | str | os.PathLike, de
              f"their collective curves will be keyed on the GPU ({devices}): `hybrid predict collective --system "
              "GPU` (a generic node of it) reads them, a catalog system's name does not; pass --system (a catalog "
              "system, or one added with HYBRID_CATALOG)")
+    wrong = pd.to_numeric(table["wrong"], errors="coerce").fillna(0.0).to_numpy() > 0
+    if wrong.any():  # kept (column wrong), but no fit or score reads them: said here, not only in the fit's counts
+        i = int(np.flatnonzero(wrong)[0])
+        n_files = table.loc[wrong, "source"].nunique()
+        first = str(table["source"].iloc[i]).split(":", 1)[-1]
+        warn(first if n_files == 1 else f"{n_files} files",
+             f"{int(wrong.sum()):,} row(s) report #wrong > 0 (first: {'' if n_files == 1 else first + ' '}"
+             f"line {table['source_line'].iloc[i]}, "
+             f"{'in-place' if table['in_place'].iloc[i] else 'out-of-place'}): the collective returned wrong data; "
+             "kept with their count in column wrong, and left out of calibration and scores")
     table = table.dropna(axis=1, how="all")
     # one validation for all files (rows were built from parsed numbers; devices are already catalog keys)
     where = str(files[0]) if len(files) == 1 else f"nccl-tests import of {len(files)} files"

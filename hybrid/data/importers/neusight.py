@@ -151,6 +151,12 @@ def _one_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFrame:
             table = pd.DataFrame.from_dict(ELEMENTWISE_OPS, orient="index",
                                            columns=["variant", "n_inputs", "n_outputs", "flops_per_element"])
             looked = table.reindex(ops.to_numpy())
+            for column, v in (("B", rows_b), ("H", hid)):
+                frac = is_elem & (v != np.floor(v))
+                if frac.any():  # (B = 1.5 times H = 8192 made 12288 elements, a whole number the schema accepted)
+                    i = int(np.flatnonzero(frac)[0])
+                    raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {column!r}: {v[i]:g} is not a "
+                                            "whole number")
             out["elements"] = np.where(is_elem, rows_b * hid, np.nan)
             out["variant"] = np.where(is_elem, looked["variant"].to_numpy(dtype=object), None)
             for c in ("n_inputs", "n_outputs", "flops_per_element"):

@@ -102,12 +102,33 @@ def _model_dims(df: pd.DataFrame, path: Path) -> ModelConfig:
     known = MODEL_CONFIGS.get(name)
     cols = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "use_gated_mlp")
     if all(c in df.columns for c in cols):
-        uniq = df[list(cols)].drop_duplicates()
-        if len(uniq) != 1:
-            raise ImportFormatError(f"{path}: model dimension columns change between rows; one model per file")
-        row = uniq.iloc[0]
-        gated = str(row["use_gated_mlp"]).strip().lower() in ("true", "1", "1.0")
-        heads, kv, hidden, inter = (int(row[c]) for c in cols[:4])
+        # each column checked with its line: int() of the first row crashed on an empty column (NaN) and cut a
+        # fractional 4096.5 to 4096 without a word
+        dims = []
+        for c in cols[:4]:
+            v = numeric(df, c, path, positive=True)
+            frac = v != np.floor(v)
+            if frac.any():
+                i = int(np.flatnonzero(frac)[0])
+                raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {c!r}: {v[i]:g} is not a whole number")
+            dims.append(v)
+        gated_col = df["use_gated_mlp"].astype("string").str.strip().str.lower()
+        flags = gated_col.isin(["true", "1", "1.0"]).to_numpy(dtype=bool)
+        known_flag = gated_col.isin(["true", "false", "1", "0", "1.0", "0.0"]).fillna(False).to_numpy(dtype=bool)
+        if not known_flag.all():
+            i = int(np.flatnonzero(~known_flag)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column 'use_gated_mlp': expected true/false, "
+                                    f"got {df['use_gated_mlp'].iloc[i]!r}")
+        for c, v in (*zip(cols[:4], dims, strict=True), ("use_gated_mlp", flags)):
+            differs = v != v[0]
+            if differs.any():
+                i = int(np.flatnonzero(differs)[0])
+                raise ImportFormatError(f"{path}: line {csv_line(df, i)}, column {c!r}: {df[c].iloc[i]} differs from "
+                                        f"line {csv_line(df, 0)}'s {df[c].iloc[0]}: the model dimension columns change "
+                                        "between rows; one model per file")
+        gated = bool(flags[0])
+        heads, kv, hidden, inter = (int(v[0]) for v in dims)
+        row = dict(zip(cols, (heads, kv, hidden, inter, gated), strict=True))
         if min(heads, kv, hidden, inter) <= 0 or hidden % heads:
             raise ImportFormatError(f"{path}: implausible model dimensions {dict(row)}")
         post_norm = any(c.startswith("time_stats.post_attention_layernorm.") for c in df.columns)
@@ -199,6 +220,7 @@ def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFr
         out["tp"] = tp
         out["num_tokens"] = tokens
         out["_row"] = np.arange(len(df))
+        out["_where"] = name  # the file's op, said with the line in the schema's errors
         frames.append(out)
     table = pd.concat(frames, ignore_index=True, sort=False)
     frac = np.zeros(len(table), dtype=bool)
@@ -211,7 +233,8 @@ def _compute_file(path: Path, device: str | None, catalog: Catalog) -> pd.DataFr
         raise ImportFormatError(
             f"{path}: line {csv_line(df, i)}: tensor-parallel degree {tp[i]:g} does not divide the model dimensions "
             f"of {table['variant'].iloc[j]} (hidden {h}, heads {q}, kv heads {kv}, MLP {f})")
-    table = table.drop(columns="_row")
+    rows = table.pop("_row").to_numpy()
+    table["_line"] = df.index.to_numpy()[rows] + 2  # the file's line of each row (csv_line), for the schema's errors
     table["dtype"] = "fp16"
     table["direction"] = "fwd"
     table["framework"] = "pytorch"
@@ -279,6 +302,19 @@ def _network_file(path: Path, device: str | None, system: str | None, catalog: C
     workers = numeric(df, "num_workers", path, positive=True)
     per_node = (numeric(df, "devices_per_node", path, positive=True) if "devices_per_node" in df.columns
                 else workers)
+    cap = (numeric(df, "max_devices_per_node", path, required=False, positive=True)
+           if "max_devices_per_node" in df.columns else np.full(len(df), np.nan))
+    # n_nodes = num_workers / devices_per_node: a devices_per_node of 1.5 was read as 2 nodes (rounded up), 1000 as
+    # 1 node, 3 for 4 workers as 2 nodes of an uneven spread, all without a word
+    for bad, why in ((per_node != np.floor(per_node), lambda i: f"devices_per_node {per_node[i]:g} is not a whole "
+                      "number"),
+                     (per_node > cap, lambda i: f"devices_per_node {per_node[i]:g} is more than max_devices_per_node "
+                      f"{cap[i]:g}"),
+                     (np.fmod(workers, per_node) != 0, lambda i: f"num_workers {workers[i]:g} is not a multiple of "
+                      f"devices_per_node {per_node[i]:g} (workers are devices_per_node on each node)")):
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}: {why(i)}")
     t = {k: MS_TO_US * numeric(df, f"time_stats.{stat}.{s}", path, required=s == "median", positive=s == "median")
          for s, k in _STATS.items() if f"time_stats.{stat}.{s}" in df.columns}
     folder = path.parent.name
@@ -299,7 +335,7 @@ def _network_file(path: Path, device: str | None, system: str | None, catalog: C
             warn(path, f"catalog has no system {folder!r}; system left empty, device taken as {device!r}")
     out = pd.DataFrame({
         "device": device, "op": stat, "dtype": "fp16", **t, "repeats": 3, "size_bytes": size,
-        "n_ranks": workers, "n_nodes": np.ceil(workers / per_node), "system": sys_key, "in_place": True if stat == "all_reduce" else None,
+        "n_ranks": workers, "n_nodes": workers / per_node, "system": sys_key, "in_place": True if stat == "all_reduce" else None,
         "framework": "pytorch",
     })
     return finish(out, path, catalog, source=f"vidur-network:{display_path(path)}", device=None)

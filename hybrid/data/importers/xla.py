@@ -216,6 +216,8 @@ def _collective_frame(raw: pd.DataFrame, path: Path) -> pd.DataFrame:
         "time_us": size / thr * 1e6, "variant": variant, "size_bytes": size, "n_ranks": ranks,
         "n_nodes": 1, "in_place": False, "framework": "xla",
         "source_target_pairs": raw["pairs"].to_numpy(dtype=np.float64),
+        # every device the row's replica groups (or permute pairs) span: popped by the importer after its check
+        "_devices": np.where(is_permute, ranks, np.where(np.isnan(groups), 1.0, groups) * per_group),
     })
 
 
@@ -341,7 +343,9 @@ def _collectives_txtpb(path: Path, msg: textproto.Message) -> pd.DataFrame:
         bad = ~(raw[c].to_numpy(dtype=np.float64) > 0)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ImportFormatError(f"{path}: entry {i + 1} ({raw['opcode'].iloc[i]}): missing or zero {c}")
+            v = float(raw[c].iloc[i])
+            problem = f"missing {c}" if np.isnan(v) else f"{c} {v:g} is not positive"
+            raise ImportFormatError(f"{path}: entry {i + 1} ({raw['opcode'].iloc[i]}): {problem}")
     return _collective_frame(raw, path)
 
 
@@ -358,14 +362,47 @@ def import_xla_collectives(paths: Iterable[str | os.PathLike] | str | os.PathLik
         if system is not None:
             raw["system"] = resolve_system_name(system, cat, p)
         elif (key := cat.resolve_system(DEFAULT_COLLECTIVE_SYSTEM, missing_ok=True)) is not None:
-            raw["system"] = key
+            # the default system is the H100 node the public table was measured on: rows of another GPU (a table
+            # generated on A100s, key sm_80) were put on it and costed on its NVLink, without a word
+            names = pd.Series(device, index=raw.index) if device is not None else raw["device"].astype(str)
+            keys = names.map(resolve_device_names(set(names.unique()), cat, p))
+            own = (keys == cat.systems[key].device).to_numpy()
+            raw["system"] = np.where(own, key, None)
+            if not own.all():
+                others = ", ".join(sorted(set(keys[~own])))
+                warn(p, f"{int((~own).sum())} row(s) of {others} are not the GPU of the default system {key} "
+                        f"({cat.systems[key].device}): their system is left empty; pass --system naming the "
+                        "system they ran on")
         else:
             warn(p, f"catalog has no system {DEFAULT_COLLECTIVE_SYSTEM!r}; the system column is left empty "
                     "(pass --system)")
+        _check_fits_system(raw, p, cat)
+        raw = raw.drop(columns="_devices")
         # (before the schema's own bound of 2^62 bytes, whose error names a CSV line even in a text proto)
         _check_fits_memory(raw, raw["size_bytes"].to_numpy(dtype=np.float64), p, cat, device, "buffer", " (every device of the group holds it whole)")
         frames.append(finish(raw, p, cat, source=f"xla-collectives:{display_path(p)}", device=device))
     return concat(frames, "XLA collectives")
+
+
+def _check_fits_system(df: pd.DataFrame, path: Path, cat: Catalog) -> None:
+    """Refuse a row whose replica groups (or permute pairs) span more devices than its system's one node holds (the
+    rows are one node's: ``n_nodes`` 1). Such a row was imported and the written table refused by `hybrid data
+    validate`; its count also became the ranks of the file's collective-permute rows (the largest layout)."""
+    if "system" not in df.columns:
+        return
+    for name in pd.unique(df["system"].dropna()):
+        sobj = cat.systems[str(name)]
+        rows = (df["system"] == name).to_numpy() & (df["_devices"].to_numpy(dtype=np.float64) > sobj.gpus_per_node)
+        if rows.any():
+            # a replica-group row first: the permute rows' count is the file's largest layout, so theirs follows it
+            groups = rows & (df["op"] != "send_recv").to_numpy()
+            i = int(np.flatnonzero(groups if groups.any() else rows)[0])
+            op, n = df["op"].iloc[i], df["_devices"].iloc[i]
+            what = (f"its source_target_pairs span {n:g} devices" if op == "send_recv" else
+                    f"{str(df['variant'].iloc[i]).split('=')[-1].replace('x', ' replica group(s) of ')} are {n:g} "
+                    "devices")
+            raise ImportFormatError(f"{path}: {_locate(path, i)} ({op}): {what}, more than system {name} has "
+                                    f"({sobj.gpus_per_node} x {sobj.device} in one node); check the row, or --system")
 
 
 def _check_fits_memory(df: pd.DataFrame, nbytes: np.ndarray, path: Path, cat: Catalog, device: str | None,
