@@ -732,3 +732,21 @@ def test_gpu_benchmark_maps_a_bare_a100_of_a_round_before_the_80gb_part_to_the_4
     # a later round's bare name stays the catalog's reading; a named part is that part in any round
     assert bench.map_device("NVIDIA A100", cat, "v2.1") == cat.resolve_device("A100")
     assert bench.map_device("NVIDIA A100-SXM4-80GB", cat, "v0.7") == "A100-SXM4-80GB"
+
+
+def test_gpu_benchmark_run_config_reads_nan_columns_of_the_other_source_as_unset(shared_datasets):
+    """MLPerf and DeepLearningExamples runs in one table leave each other's columns NaN: run_config refused the
+    MLPerf rows (NaN is no dtype: the whole benchmark stopped with 'dtype must be a non-empty string, got nan') and
+    read a NaN grad_scaler as True (bool(NaN))."""
+    from hybrid.hardware.catalog import default_catalog
+
+    bench = _gpu_bench()
+    cat = default_catalog()
+    v10 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v1.0_dlrm_runs.csv")
+    runs, _ = bench.map_mlperf(v10[v10["system"] == "dgxa100_ngc21.05_merlin_hugectr"].head(1), cat)
+    row = runs.assign(grad_scaler=np.nan, lookup_output_dtype=np.nan)
+    cat = bench.with_node_systems(row, cat)
+    r = next(row.itertuples(index=False))
+    cfg, _, _ = bench.run_config(r, cat)
+    assert cfg.grad_scaler is False and cfg.lookup_output_dtype is None
+    assert bench.costed_system(r, cat) == cfg.system

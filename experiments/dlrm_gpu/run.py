@@ -385,11 +385,15 @@ def run_config(r: Any, catalog: Catalog) -> tuple[Any, str | None, Catalog]:
         cat, system, stand_in = node_system(cat, r.device, int(r.gpn))
     if stand_in is None and r.device.startswith(("A100-SXM", "H100")) and int(r.gpn) == 8:
         stand_in = COLLECTIVE_STAND_IN[("H100" if r.device.startswith("H100") else "A100", 8)]
+    # a table of MLPerf and DeepLearningExamples runs together leaves the columns only one source sets NaN in the
+    # other's rows: NaN is no dtype (the config refused it), and bool(NaN) is True (a grad scaler nobody ran)
+    scaler = getattr(r, "grad_scaler", False)
+    lookup_dtype = getattr(r, "lookup_output_dtype", None)
     cfg = dlrm_variant(r.variant, system=system, gpus=int(r.gpus),
                        batch_size_per_gpu=max(1, int(round(r.global_batch / r.gpus))), dtype=r.dtype,
                        embedding_dtype=r.embedding_dtype, embedding_placement="auto",
-                       bottom_mlp_placement=r.bottom, grad_scaler=bool(getattr(r, "grad_scaler", False)),
-                       lookup_output_dtype=getattr(r, "lookup_output_dtype", "") or None)
+                       bottom_mlp_placement=r.bottom, grad_scaler=bool(scaler) and not pd.isna(scaler),
+                       lookup_output_dtype=lookup_dtype if isinstance(lookup_dtype, str) and lookup_dtype else None)
     return cfg, stand_in, cat
 
 
