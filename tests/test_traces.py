@@ -459,6 +459,14 @@ def test_a_trace_without_a_step_annotation_is_said_to_be_predicted_whole(tmp_pat
     # AMP's GradScaler: unscale every gradient in place (and check it is finite), then update the scale
     ("aten::_amp_foreach_non_finite_check_and_unscale_", [[[16, 4], [8]], [1], [1]], ["fp32", "fp32", "fp32"],
      {"op": "elementwise", "elements": 72, "variant": "mul_", "n_inputs": 1.0}),
+    # Adam(foreach=True): a ScalarList argument (bias corrections, step sizes) is no tensor read; the execution trace
+    # records it as one 0-d shape per value, with no dtype
+    ("aten::_foreach_div_", [[[8, 3], [8]], [[], []]], ["fp32", None],
+     {"op": "elementwise", "elements": 32, "variant": "div_", "n_inputs": 1.0}),
+    ("aten::_foreach_addcdiv_", [[[8, 3], [8]], [[8, 3], [8]], [[8, 3], [8]], [[], []]], ["fp32", "fp32", "fp32", None],
+     {"op": "elementwise", "elements": 32, "n_inputs": 3.0}),
+    ("aten::_foreach_add_", [[[], [], []], [], []], ["fp32", "fp32", None],  # Adam's step counts: 0-d tensors
+     {"op": "elementwise", "elements": 3, "n_inputs": 1.0}),
     ("aten::_amp_update_scale_", [[1], [1], [1], [], [], []], ["fp32", "int32", "fp32", None, None, None],
      {"op": "elementwise", "elements": 1}),
     ("aten::isnan", [[4, 128]], ["bf16"], {"op": "elementwise", "elements": 512, "dtype": "bf16"}),

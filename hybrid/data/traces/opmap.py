@@ -1242,7 +1242,11 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return _elementwise("elementwise", "add", 1.0, [[1], [1]], [], "fp32", True)
     if (base.startswith("_foreach_") or base.startswith("_fused_adam") or base.startswith("_fused_sgd")
             or base.startswith("_amp_foreach_")):  # (GradScaler's unscale-and-check-finite over every gradient)
-        lists = [d for d in dims if isinstance(d, list) and d and all(_is_shape(x) for x in d)]
+        at = [i for i, d in enumerate(dims) if isinstance(d, list) and d and all(_is_shape(x) for x in d)]
+        # a ScalarList (Adam's bias corrections and step sizes) reads no tensor: the execution trace records it as
+        # one 0-d shape per value, with no dtype (a TensorList has its tensors' dtype)
+        typed = [i for i in at if i < len(types) and types[i] is not None]
+        lists = [dims[i] for i in (typed or at)]
         if not lists:
             return None
         elements = numel(lists[0])
