@@ -1240,6 +1240,34 @@ def test_a_missing_step_names_the_chrome_trace_and_files_of_other_windows(tmp_pa
     assert load_traces(trace_files([tmp_path]), step=2)[0].meta["step"] == "ProfilerStep#2"
 
 
+def test_windows_of_one_profiler_schedule_are_named_as_such(tmp_path, capsys):
+    """A schedule with ``repeat=2`` written by ``tensorboard_trace_handler``: one Chrome trace per window, of one
+    process. Given as a directory they were refused as "the same model recorded twice, or on two machines"; the
+    error says now that they are windows of one process, and that one file is predicted at a time. A ``--step`` only
+    the second window has no longer advises leaving out an execution trace there is none of."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=1, warmup=1, active=1, repeat=2),
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(6):
+            model(x).sum().backward()
+            prof.step()
+    files = trace_files([tmp_path])
+    assert len(files) == 2
+    with pytest.raises(TraceFormatError, match=r"not of one job: they are 2 profiler windows of one process \(process "
+                                               r"\d+; ProfilerStep#2 in .*, ProfilerStep#5 in .*\): a schedule with "
+                                               r"repeat > 1"):
+        load_traces(files)
+    assert cli_main(["trace", "predict", str(tmp_path), "--device", "H100-SXM", "--roofline", "--step", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "files of different profiler windows" in err and "execution trace" not in err
+    assert load_traces([p for p in files if load_traces([p], step=None)[0].meta["step"] == "ProfilerStep#5"],
+                       step=5)[0].meta["step"] == "ProfilerStep#5"
+
+
 def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
     the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank

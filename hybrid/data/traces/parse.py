@@ -757,6 +757,15 @@ def _check_one_job(traces: list[RankTrace]) -> None:
     if len(traces) < 2:
         return
     tail = "; give one trace per rank of one recording"
+    pids = {t.meta.get("pid") for t in traces}
+    if (all(t.world_size == 1 and t.format == "kineto" for t in traces) and len(pids) == 1 and None not in pids
+            and _disjoint([t.window for t in traces])):
+        where = ", ".join(f"{t.meta.get('step') or 'no step annotation'} in {t.path}"
+                          for t in sorted(traces, key=lambda t: t.window[0]))
+        raise TraceFormatError(f"the traces are not of one job: they are {len(traces)} profiler windows of one process "
+                               f"(process {pids.pop()}; {where}): a schedule with repeat > 1, or several profile() "
+                               "calls, writes one file per window. Predict one file at a time (--step N picks a step "
+                               "within it)")
     if all(t.world_size == 1 for t in traces):
         detail = "; ".join(_says(t) for t in traces)
         raise TraceFormatError(f"the traces are not of one job: each is a single-process run (world size 1), not a "
@@ -786,6 +795,12 @@ def _check_one_job(traces: list[RankTrace]) -> None:
                                "their collectives: traces of separate runs?). Predict each on its own (a rank that "
                                "communicates nothing predicts alone the same), or give the ranks of a step that "
                                "communicates")
+
+
+def _disjoint(windows: list[tuple[float, float]]) -> bool:
+    """Whether time windows (on one clock) follow one another without overlapping (NaN windows never do)."""
+    ws = sorted(windows)
+    return all(np.isfinite(a[1]) and np.isfinite(b[0]) and a[1] <= b[0] for a, b in zip(ws, ws[1:], strict=False))
 
 
 def _content_key(path: str | os.PathLike) -> tuple[int, str] | None:
@@ -830,7 +845,9 @@ def _missing_step(missing: list[MissingStepError], loaded: list[RankTrace]) -> T
     if loaded:
         have = ", ".join(t.path for t in loaded[:4])
         msg += (f"; {have} {'has' if len(loaded) == 1 else 'have'} it: files of different profiler windows (two "
-                "recordings?) given together; give the files of one recording, or leave the execution trace out")
+                "recordings?) given together; give the files of one recording"
+                + (", or leave the execution trace out" if any(t.format == "et" for t in loaded)
+                   or any(e.kind != "kineto" for e in missing) else ""))
     return TraceFormatError(msg)
 
 
