@@ -841,6 +841,17 @@ def test_untraced_timings_are_checked_and_left_out_on_the_meta_device(tmp_path):
     with trace_step(tmp_path / "given", untraced_us=[30.0, 10.0, 20.0], measure_overhead=False):
         (x @ x).sum()
     assert untraced_step_us(load_trace(tmp_path / "given" / "kineto_rank0.json").meta) == 20.0
+    # one timing given as a number (the docs' "your own timings": a median, say) is one call; a TypeError before
+    with trace_step(tmp_path / "one", untraced_us=25.0, measure_overhead=False):
+        (x @ x).sum()
+    assert untraced_step_us(load_trace(tmp_path / "one" / "kineto_rank0.json").meta) == 25.0
+    # a zero is no time: refused, as a list holding it is (a bare 0 was dropped unsaid, being falsy)
+    with pytest.raises(InvalidInputError, match=r"untraced_us must be times > 0"):
+        with trace_step(tmp_path / "zero", untraced_us=0, measure_overhead=False):
+            (x @ x).sum()
+    with pytest.raises(InvalidInputError, match=r"untraced_us must be times > 0"):
+        with trace_step(tmp_path / "text", untraced_us="fast", measure_overhead=False):  # type: ignore[arg-type]
+            (x @ x).sum()
     with pytest.raises(InvalidInputError, match="malformed hybrid_untraced_step"):
         untraced_step_us({UNTRACED_KEY: '{"median_us": 0}'})
     w = torch.randn(4, 4, device="meta", requires_grad=True)
