@@ -518,6 +518,30 @@ def test_collective_and_view_mapping():
     assert map_op("aten::some_new_op", [[4]], ["fp32"]) is None
 
 
+def test_gathers_and_scatters_of_tensor_lists_are_sized_as_the_whole_buffer():
+    """A gloo ``dist.all_gather(outs, x)`` (no NCCL comm record): the Chrome trace leaves the output list of lists
+    empty (``[]``), which read as a 0-d tensor made the collective 4 bytes; the execution trace records it nested
+    (``[[[256], [256]]]``), which counted 0 (1 byte). Both are the gathered buffer now, nccl-tests' size: 2 x 256
+    fp32 = 2048 bytes. A reduce-scatter's size is its whole input likewise (the output list is one rank's share)."""
+    kineto = map_op("c10d::allgather_", [[], [[256]], [], [], []], [None, "fp32", None, None, None], group_size=2)
+    assert kineto.kind == "collective" and kineto.row["op"] == "all_gather" and kineto.row["size_bytes"] == 2048
+    et = map_op("c10d::allgather_", [[[[256], [256]]], [[256]], [], [], []], ["fp32", "fp32", None, None, None],
+                group_size=2)
+    assert et.row["size_bytes"] == 2048
+    base = map_op("c10d::_allgather_base_", [[512], [256], [], [], []], ["fp32", "fp32", None, None, None],
+                  group_size=2)
+    assert base.row["size_bytes"] == 2048
+    rs = map_op("c10d::reduce_scatter_", [[[256]], [], [], [], [], []], ["fp32", None, None, None, None, None],
+                group_size=4)
+    assert rs.row["op"] == "reduce_scatter" and rs.row["size_bytes"] == 4 * 256 * 4
+    rs_et = map_op("c10d::reduce_scatter_", [[[256]], [[[256]] * 4], [], [], [], []],
+                   ["fp32", "fp32", None, None, None, None], group_size=4)
+    assert rs_et.row["size_bytes"] == 4 * 256 * 4
+    rs_base = map_op("c10d::_reduce_scatter_base_", [[256], [1024], [], [], [], []],
+                     ["fp32", "fp32", None, None, None, None], group_size=4)
+    assert rs_base.row["size_bytes"] == 4 * 256 * 4
+
+
 def test_concat_creation_and_arange_are_costed_from_their_arguments():
     """What a meta-device trace of a Hugging Face model records for ``torch.cat`` (a TensorList, no output shape),
     ``torch.zeros`` (the size as a scalar list; ``[]`` is a 0-d tensor) and ``torch.arange`` (scalar bounds): each a

@@ -132,6 +132,17 @@ def numel(d: Any) -> int:
     return 0
 
 
+def _list_numel(d: Any) -> int | None:
+    """Elements of a tensor-list argument of a collective, however deeply nested (a list of lists: one list per
+    rank); None where the trace left it unrecorded (``[]``: Kineto records no list of lists)."""
+    if not isinstance(d, list) or not d:
+        return None
+    if _is_shape(d) or all(_is_shape(x) for x in d):
+        return numel(d)
+    parts = [_list_numel(x) for x in d]
+    return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+
+
 def _tensor_dims(dims: Sequence[Any], types: Sequence[Any]) -> list[list[int]]:
     """Shapes of the tensor inputs (scalars and non-tensors left out; a 0-d tensor is [])."""
     out = []
@@ -995,10 +1006,17 @@ def map_collective(name: str, dims: list[list[int]], dtype: str, group_size: int
     elems = numel(dims[0]) if dims else 0
     if comm:
         elems = max(int(comm.get("In msg nelems", 0) or 0), int(comm.get("Out msg nelems", 0) or 0), elems)
-    elif canon == "all_gather" and "base" not in low and "into_tensor" not in low and len(dims) >= 2:
-        elems = numel(dims[0])  # output list: the whole gathered buffer
+    elif canon in ("all_gather", "reduce_scatter") and "base" not in low and "tensor" not in low and len(dims) >= 2:
+        # nccl-tests' size: the whole gathered buffer (all_gather's output list, reduce_scatter's input list), a
+        # list of lists the Chrome trace leaves empty ([]) and the execution trace records nested; else n x the
+        # one rank's share on the other side
+        whole, share = (dims[0], dims[1]) if canon == "all_gather" else (dims[1], dims[0])
+        total = _list_numel(whole)
+        elems = total if total is not None else (_list_numel(share) or 0) * n
     elif canon == "all_gather":
         elems = elems * n if "base" not in low else max(numel(d) for d in dims[:2])
+    elif canon == "reduce_scatter" and len(dims) >= 2:
+        elems = max(numel(d) for d in dims[:2])  # the input: n x the output
     if "barrier" in low:
         elems = 1
     dt = dtype if dtype in _BYTES else "fp32"
