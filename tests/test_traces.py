@@ -540,6 +540,15 @@ def test_gathers_and_scatters_of_tensor_lists_are_sized_as_the_whole_buffer():
     rs_base = map_op("c10d::_reduce_scatter_base_", [[256], [1024], [], [], [], []],
                      ["fp32", "fp32", None, None, None, None], group_size=4)
     assert rs_base.row["size_bytes"] == 4 * 256 * 4
+    # dist.gather / dist.scatter (a root's receive or send of every rank's share): unmodelled before, priced at
+    # 0 off the traced CPU; now the all-gather / reduce-scatter of the same buffer (the root's link carries it)
+    gather = map_op("c10d::gather_", [[], [[256]], [], [], [], []], [None, "fp32", None, None, None, None],
+                    group_size=2)
+    assert gather.kind == "collective" and gather.row["op"] == "all_gather" and gather.row["size_bytes"] == 2048
+    scatter = map_op("c10d::scatter_", [[[256]], [], [], [], [], []], ["fp32", None, None, None, None, None],
+                     group_size=2)
+    assert scatter.kind == "collective" and scatter.row["op"] == "reduce_scatter"
+    assert scatter.row["size_bytes"] == 2048
 
 
 def test_concat_creation_and_arange_are_costed_from_their_arguments():

@@ -105,7 +105,10 @@ for _names, _label, _var, _f in (
 COLLECTIVES = (("allreduce", "all_reduce"), ("all_reduce", "all_reduce"), ("allgather", "all_gather"),
                ("all_gather", "all_gather"), ("reduce_scatter", "reduce_scatter"), ("alltoall", "all_to_all"),
                ("all_to_all", "all_to_all"), ("broadcast", "broadcast"), ("reduce_", "reduce"), ("send", "send_recv"),
-               ("recv", "send_recv"), ("barrier", "all_reduce"))
+               ("recv", "send_recv"), ("barrier", "all_reduce"),
+               # a root's gather / scatter of every rank's share: the all-gather / reduce-scatter of that buffer (the
+               # root's link carries (n - 1) / n of it either way; no family of their own)
+               ("gather", "all_gather"), ("scatter", "reduce_scatter"))
 _COLLECTIVE_RE = PG_OP_RE
 _BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
           "uint8": 1, "bool": 1}
