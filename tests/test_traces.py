@@ -630,6 +630,9 @@ def test_a_tensor_list_takes_its_dtype_from_the_execution_trace():
     (b'{"a": 1}', "not a PyTorch trace"),
     (b"[1, 2, 3]", "not a PyTorch trace"),
     (b'{"traceEvents": []}', "no op events"),
+    # the key is there but holds no list: was "not a PyTorch trace ... got an object with keys ['traceEvents']"
+    (b'{"traceEvents": 5}', r"malformed Chrome trace: its 'traceEvents' is int, not a list of events"),
+    (b'{"schema": "1.0.1", "nodes": {"a": 1}}', r"malformed execution trace: its 'nodes' is dict"),
     # GPU kernels only (activities=[CUDA]): was "an execution trace alone has no times" from predict, "no GPU
     # kernels in the trace" from kernels
     (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "sgemm", "ts": 1, "dur": 10, "pid": 0, "tid": 7, '

@@ -159,6 +159,11 @@ def trace_kind(doc: Any) -> str:
     if isinstance(doc, dict) and doc.get("format") == "hybrid-trace-graph":
         raise TraceFormatError("not a PyTorch trace but the op units `hybrid trace import` wrote (an output for "
                                "reading, not an input); give the traces it was imported from")
+    for key, kind in (("traceEvents", "Chrome trace"), ("nodes", "execution trace")):
+        if (isinstance(doc, dict) and key in doc and not isinstance(doc[key], list)
+                and (key == "traceEvents" or "schema" in doc)):
+            raise TraceFormatError(f"malformed {kind}: its '{key}' is {type(doc[key]).__name__}, not a list of "
+                                   "events")
     what = type(doc).__name__ if not isinstance(doc, dict) else f"an object with keys {sorted(doc)[:6]}"
     raise TraceFormatError(f"not a PyTorch trace: expected a torch.profiler Chrome trace (with 'traceEvents') or an "
                            f"execution trace (with 'nodes'), got {what}")
