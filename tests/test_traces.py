@@ -551,6 +551,22 @@ def test_gathers_and_scatters_of_tensor_lists_are_sized_as_the_whole_buffer():
     assert scatter.row["size_bytes"] == 2048
 
 
+def test_dot_products_and_outer_product_updates_are_costed():
+    """``torch.dot`` / ``vdot`` (a 1-D inner product) and ``torch.addr`` (M + u v^T) were unmodelled: their traced
+    time on the traced CPU, 0 ms on any other target. A dot is the 1 x k gemv (2k FLOPs, both vectors read once);
+    addr a pointwise update of M's elements (each read and written once, u and v read once, 3 FLOPs each)."""
+    for name in ("aten::dot", "aten::vdot"):
+        mp = map_op(name, [[4096], [4096]], ["fp32", "fp32"])
+        assert mp is not None and mp.kind == "op" and mp.label == "gemm"
+        assert (mp.row["op"], mp.row["m"], mp.row["n"], mp.row["k"]) == ("gemv", 1, 1, 4096)
+    assert map_op("aten::dot", [[0], [0]], ["fp32", "fp32"]) is None  # nothing to price: looked into, as before
+    addr = map_op("aten::addr", [[40, 16], [40], [16], [], []], ["bf16", "bf16", "bf16", None, None])
+    assert addr is not None and addr.kind == "op" and addr.row["op"] == "elementwise"
+    assert addr.row["elements"] == 640 and addr.row["dtype"] == "bf16" and addr.row["flops_per_element"] == 3.0
+    assert addr.row["n_inputs"] == round(1 + (40 + 16) / 640, 4) and addr.row["n_outputs"] == 1.0
+    assert map_op("aten::addr_", [[40, 16], [40], [16], [], []], ["fp32"] * 3 + [None] * 2).row["variant"] == "add_"
+
+
 def test_concat_creation_and_arange_are_costed_from_their_arguments():
     """What a meta-device trace of a Hugging Face model records for ``torch.cat`` (a TensorList, no output shape),
     ``torch.zeros`` (the size as a scalar list; ``[]`` is a 0-d tensor) and ``torch.arange`` (scalar bounds): each a

@@ -207,6 +207,11 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
             m, k = dims[at]
             return OpMapping("op", "gemm", {"op": "gemv", "m": m, "n": 1, "k": k, "dtype": dtype, "variant": base})
         return None
+    if (base in ("dot", "vdot") and len(dims) >= 2 and len(dims[0]) == 1 and len(dims[1]) == 1
+            and dims[0][0] > 0):
+        # a 1-D inner product (``torch.dot``; ``inner`` / ``matmul`` of two vectors call it): the 1 x k gemv
+        return OpMapping("op", "gemm", {"op": "gemv", "m": 1, "n": 1, "k": dims[0][0], "dtype": dtype,
+                                        "variant": base})
     if base == "bmm" and len(dims) >= 2 and len(dims[0]) == 3 and len(dims[1]) == 3:
         (b, m, k), (_, _, n) = dims[0], dims[1]
         return _gemm(m, n, k, b, dtype, "bmm")
@@ -1259,6 +1264,9 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "embedding", {"op": "elementwise", "elements": int(elements), "variant": "copy",
                                              "n_inputs": round(numel(grad) / elements, 4), "n_outputs": 1.0,
                                              "flops_per_element": 0.0, "dtype": dtype})
+    if plain == "addr" and len(tdims) >= 3 and len(tdims[0]) == 2 and len(tdims[1]) == 1 and len(tdims[2]) == 1:
+        # M + u v^T (beta * M + alpha * u_i * v_j): each of M's elements read and written once, u and v read once
+        return _elementwise("elementwise", "add", 3.0, tdims[:3], [], dtype, base.endswith("_"))
     if base.rstrip("_") == "_amp_update_scale":  # GradScaler's scale update: one scalar kernel
         return _elementwise("elementwise", "add", 1.0, [[1], [1]], [], "fp32", True)
     if (base.startswith("_foreach_") or base.startswith("_fused_adam") or base.startswith("_fused_sgd")
