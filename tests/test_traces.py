@@ -567,6 +567,26 @@ def test_dot_products_and_outer_product_updates_are_costed():
     assert map_op("aten::addr_", [[40, 16], [40], [16], [], []], ["fp32"] * 3 + [None] * 2).row["variant"] == "add_"
 
 
+def test_cross_products_and_pairwise_distances_are_costed():
+    """``torch.cross`` (``linalg_cross``, also twice in its backward) and ``torch.pdist`` (``_pdist_forward`` /
+    ``_pdist_backward``) were unmodelled: 0 ms on any target but the traced CPU. A cross product is a pointwise
+    row of its output (2 products and a difference per component); pdist works on every pair's M components (a
+    difference, a square, a sum: 3 FLOPs each), reading each row once and writing one distance per pair (its
+    backward: the pairs' gradients and distances read, every input element written)."""
+    c = map_op("aten::linalg_cross", [[4, 3], [4, 3], []], ["fp32", "fp32", None])
+    assert c is not None and c.kind == "op" and c.row["op"] == "elementwise"
+    assert c.row["elements"] == 12 and c.row["n_inputs"] == 2.0 and c.row["flops_per_element"] == 3.0
+    n, m = 64, 32
+    pairs = n * (n - 1) // 2
+    f = map_op("aten::_pdist_forward", [[n, m], []], ["fp32", None])
+    assert f is not None and f.kind == "op" and f.row["elements"] == pairs * m
+    assert f.row["n_inputs"] == round(n * m / (pairs * m), 4) and f.row["n_outputs"] == round(1 / m, 4)
+    b = map_op("aten::_pdist_backward", [[pairs], [n, m], [], [pairs]], ["fp32", "fp32", None, "fp32"])
+    assert b is not None and b.kind == "op" and b.row["elements"] == pairs * m
+    assert b.row["n_outputs"] == round(n * m / (pairs * m), 4)
+    assert map_op("aten::_pdist_forward", [[1, m], []], ["fp32", None]).kind == "view"  # one row: no pairs
+
+
 def test_concat_creation_and_arange_are_costed_from_their_arguments():
     """What a meta-device trace of a Hugging Face model records for ``torch.cat`` (a TensorList, no output shape),
     ``torch.zeros`` (the size as a scalar list; ``[]`` is a 0-d tensor) and ``torch.arange`` (scalar bounds): each a

@@ -1267,6 +1267,26 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
     if plain == "addr" and len(tdims) >= 3 and len(tdims[0]) == 2 and len(tdims[1]) == 1 and len(tdims[2]) == 1:
         # M + u v^T (beta * M + alpha * u_i * v_j): each of M's elements read and written once, u and v read once
         return _elementwise("elementwise", "add", 3.0, tdims[:3], [], dtype, base.endswith("_"))
+    if plain == "linalg_cross" and len(tdims) >= 2:
+        # u x v per 3-vector: two products and a difference per output component
+        return _elementwise("elementwise", "mul", 3.0, tdims[:2], out_dims, dtype, False)
+    if plain in ("_pdist_forward", "_pdist_backward"):
+        # torch.pdist over N rows of M: N (N - 1) / 2 pairs, M components each (difference, square, sum)
+        fwd = plain == "_pdist_forward"
+        x = (tdims[0] if fwd else tdims[1]) if len(tdims) >= (1 if fwd else 2) else []
+        if len(x) == 2:
+            n, m = x
+            pairs = n * (n - 1) // 2
+            work = pairs * m
+            if work <= 0:
+                return OpMapping("view", "view")
+            # forward: the rows read once, one distance per pair written; backward: the pairs' gradients and
+            # distances and the rows read, every row's gradient written
+            read, written = (n * m, pairs) if fwd else (2 * pairs + n * m, n * m)
+            return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(work), "variant": "mul",
+                                                   "n_inputs": round(read / work, 4),
+                                                   "n_outputs": round(written / work, 4),
+                                                   "flops_per_element": 3.0, "dtype": dtype})
     if base.rstrip("_") == "_amp_update_scale":  # GradScaler's scale update: one scalar kernel
         return _elementwise("elementwise", "add", 1.0, [[1], [1]], [], "fp32", True)
     if (base.startswith("_foreach_") or base.startswith("_fused_adam") or base.startswith("_fused_sgd")
