@@ -1400,9 +1400,14 @@ def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     # one of them alone is one process, predicted on another device (its collectives have no measured time)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # was: "All-NaN axis encountered" from the collectives
-        s = predict_trace(build_trace_graph(load_traces([a / "et_rank1.json"]), "H100-SXM", cpu_catalog),
-                          RooflineCostModel(cpu_catalog)).summary()
+        it = build_trace_graph(load_traces([a / "et_rank1.json"]), "H100-SXM", cpu_catalog)
+        s = predict_trace(it, RooflineCostModel(cpu_catalog)).summary()
     assert s["ranks"] == 1 and s["breakdown_ms"]["collective"] > 0 and "measured_ms" not in s
+    # ... and it says so: the job's all-reduce priced as one process's (exchanging nothing) was said nowhere
+    assert any("names no rank or world size: its 1 collective(s) are priced as one process's" in n
+               for n in it.info["notes"]), it.info["notes"]
+    assert not any("priced as one process's" in n for n in build_trace_graph(
+        load_traces([a / "kineto_rank0.json", a / "kineto_rank1.json"]), sys_, cpu_catalog).info["notes"])
 
 
 def test_a_cpu_device_prices_its_collectives_on_its_gloo_system(tiny_trace, tmp_path, cpu_catalog, capsys):
