@@ -467,6 +467,10 @@ def test_a_trace_without_a_step_annotation_is_said_to_be_predicted_whole(tmp_pat
      {"op": "elementwise", "elements": 32, "n_inputs": 3.0}),
     ("aten::_foreach_add_", [[[], [], []], [], []], ["fp32", "fp32", None],  # Adam's step counts: 0-d tensors
      {"op": "elementwise", "elements": 3, "n_inputs": 1.0}),
+    # clip_grad_norm_(foreach=True): one norm per gradient, 2 values written for 32 read (it wrote 32)
+    ("aten::_foreach_norm", [[[8, 3], [8]], []], ["fp32", None],
+     {"op": "elementwise", "elements": 32, "variant": "norm", "n_inputs": 1.0, "n_outputs": round(2 / 32, 4)}),
+    ("aten::_foreach_max", [[[8, 3], [8]]], ["fp32"], {"elements": 32, "n_outputs": round(2 / 32, 4)}),
     ("aten::_amp_update_scale_", [[1], [1], [1], [], [], []], ["fp32", "int32", "fp32", None, None, None],
      {"op": "elementwise", "elements": 1}),
     ("aten::isnan", [[4, 128]], ["bf16"], {"op": "elementwise", "elements": 512, "dtype": "bf16"}),

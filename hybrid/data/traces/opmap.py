@@ -1306,8 +1306,11 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         fpe = 12.0 if "adam" in base else 1.0
         n_in = len(lists) if "adam" not in base else 4.0
         n_out = 1.0 if "adam" not in base else 3.0
+        if variant in ("norm", "max"):  # a reduction per tensor (clip_grad_norm_'s norms): one value each
+            n_out = len(lists[0]) / max(elements, 1)
         return OpMapping("op", "optimizer", {"op": "elementwise", "elements": int(max(elements, 1)),
-                                             "variant": variant, "n_inputs": float(n_in), "n_outputs": n_out,
+                                             "variant": variant, "n_inputs": float(n_in),
+                                             "n_outputs": round(float(n_out), 4),
                                              "flops_per_element": fpe, "dtype": dtype})
     if plain == "isin":
         return _map_isin(types, dims, dtype)
