@@ -459,6 +459,18 @@ def test_a_trace_without_a_step_annotation_is_said_to_be_predicted_whole(tmp_pat
     # AMP's GradScaler: unscale every gradient in place (and check it is finite), then update the scale
     ("aten::_amp_foreach_non_finite_check_and_unscale_", [[[16, 4], [8]], [1], [1]], ["fp32", "fp32", "fp32"],
      {"op": "elementwise", "elements": 72, "variant": "mul_", "n_inputs": 1.0}),
+    # Adam(foreach=True): a ScalarList argument (bias corrections, step sizes) is no tensor read; the execution trace
+    # records it as one 0-d shape per value, with no dtype
+    ("aten::_foreach_div_", [[[8, 3], [8]], [[], []]], ["fp32", None],
+     {"op": "elementwise", "elements": 32, "variant": "div_", "n_inputs": 1.0}),
+    ("aten::_foreach_addcdiv_", [[[8, 3], [8]], [[8, 3], [8]], [[8, 3], [8]], [[], []]], ["fp32", "fp32", "fp32", None],
+     {"op": "elementwise", "elements": 32, "n_inputs": 3.0}),
+    ("aten::_foreach_add_", [[[], [], []], [], []], ["fp32", "fp32", None],  # Adam's step counts: 0-d tensors
+     {"op": "elementwise", "elements": 3, "n_inputs": 1.0}),
+    # clip_grad_norm_(foreach=True): one norm per gradient, 2 values written for 32 read (it wrote 32)
+    ("aten::_foreach_norm", [[[8, 3], [8]], []], ["fp32", None],
+     {"op": "elementwise", "elements": 32, "variant": "norm", "n_inputs": 1.0, "n_outputs": round(2 / 32, 4)}),
+    ("aten::_foreach_max", [[[8, 3], [8]]], ["fp32"], {"elements": 32, "n_outputs": round(2 / 32, 4)}),
     ("aten::_amp_update_scale_", [[1], [1], [1], [], [], []], ["fp32", "int32", "fp32", None, None, None],
      {"op": "elementwise", "elements": 1}),
     ("aten::isnan", [[4, 128]], ["bf16"], {"op": "elementwise", "elements": 512, "dtype": "bf16"}),
@@ -508,6 +520,75 @@ def test_collective_and_view_mapping():
     # a composite view-named op that did copy is looked into, not taken as free
     assert map_op("aten::reshape", [[4, 4], []], ["fp32", None], leaf=False) is None
     assert map_op("aten::some_new_op", [[4]], ["fp32"]) is None
+
+
+def test_gathers_and_scatters_of_tensor_lists_are_sized_as_the_whole_buffer():
+    """A gloo ``dist.all_gather(outs, x)`` (no NCCL comm record): the Chrome trace leaves the output list of lists
+    empty (``[]``), which read as a 0-d tensor made the collective 4 bytes; the execution trace records it nested
+    (``[[[256], [256]]]``), which counted 0 (1 byte). Both are the gathered buffer now, nccl-tests' size: 2 x 256
+    fp32 = 2048 bytes. A reduce-scatter's size is its whole input likewise (the output list is one rank's share)."""
+    kineto = map_op("c10d::allgather_", [[], [[256]], [], [], []], [None, "fp32", None, None, None], group_size=2)
+    assert kineto.kind == "collective" and kineto.row["op"] == "all_gather" and kineto.row["size_bytes"] == 2048
+    et = map_op("c10d::allgather_", [[[[256], [256]]], [[256]], [], [], []], ["fp32", "fp32", None, None, None],
+                group_size=2)
+    assert et.row["size_bytes"] == 2048
+    base = map_op("c10d::_allgather_base_", [[512], [256], [], [], []], ["fp32", "fp32", None, None, None],
+                  group_size=2)
+    assert base.row["size_bytes"] == 2048
+    rs = map_op("c10d::reduce_scatter_", [[[256]], [], [], [], [], []], ["fp32", None, None, None, None, None],
+                group_size=4)
+    assert rs.row["op"] == "reduce_scatter" and rs.row["size_bytes"] == 4 * 256 * 4
+    rs_et = map_op("c10d::reduce_scatter_", [[[256]], [[[256]] * 4], [], [], [], []],
+                   ["fp32", "fp32", None, None, None, None], group_size=4)
+    assert rs_et.row["size_bytes"] == 4 * 256 * 4
+    rs_base = map_op("c10d::_reduce_scatter_base_", [[256], [1024], [], [], [], []],
+                     ["fp32", "fp32", None, None, None, None], group_size=4)
+    assert rs_base.row["size_bytes"] == 4 * 256 * 4
+    # dist.gather / dist.scatter (a root's receive or send of every rank's share): unmodelled before, priced at
+    # 0 off the traced CPU; now the all-gather / reduce-scatter of the same buffer (the root's link carries it)
+    gather = map_op("c10d::gather_", [[], [[256]], [], [], [], []], [None, "fp32", None, None, None, None],
+                    group_size=2)
+    assert gather.kind == "collective" and gather.row["op"] == "all_gather" and gather.row["size_bytes"] == 2048
+    scatter = map_op("c10d::scatter_", [[[256]], [], [], [], [], []], ["fp32", None, None, None, None, None],
+                     group_size=2)
+    assert scatter.kind == "collective" and scatter.row["op"] == "reduce_scatter"
+    assert scatter.row["size_bytes"] == 2048
+
+
+def test_dot_products_and_outer_product_updates_are_costed():
+    """``torch.dot`` / ``vdot`` (a 1-D inner product) and ``torch.addr`` (M + u v^T) were unmodelled: their traced
+    time on the traced CPU, 0 ms on any other target. A dot is the 1 x k gemv (2k FLOPs, both vectors read once);
+    addr a pointwise update of M's elements (each read and written once, u and v read once, 3 FLOPs each)."""
+    for name in ("aten::dot", "aten::vdot"):
+        mp = map_op(name, [[4096], [4096]], ["fp32", "fp32"])
+        assert mp is not None and mp.kind == "op" and mp.label == "gemm"
+        assert (mp.row["op"], mp.row["m"], mp.row["n"], mp.row["k"]) == ("gemv", 1, 1, 4096)
+    assert map_op("aten::dot", [[0], [0]], ["fp32", "fp32"]) is None  # nothing to price: looked into, as before
+    addr = map_op("aten::addr", [[40, 16], [40], [16], [], []], ["bf16", "bf16", "bf16", None, None])
+    assert addr is not None and addr.kind == "op" and addr.row["op"] == "elementwise"
+    assert addr.row["elements"] == 640 and addr.row["dtype"] == "bf16" and addr.row["flops_per_element"] == 3.0
+    assert addr.row["n_inputs"] == round(1 + (40 + 16) / 640, 4) and addr.row["n_outputs"] == 1.0
+    assert map_op("aten::addr_", [[40, 16], [40], [16], [], []], ["fp32"] * 3 + [None] * 2).row["variant"] == "add_"
+
+
+def test_cross_products_and_pairwise_distances_are_costed():
+    """``torch.cross`` (``linalg_cross``, also twice in its backward) and ``torch.pdist`` (``_pdist_forward`` /
+    ``_pdist_backward``) were unmodelled: 0 ms on any target but the traced CPU. A cross product is a pointwise
+    row of its output (2 products and a difference per component); pdist works on every pair's M components (a
+    difference, a square, a sum: 3 FLOPs each), reading each row once and writing one distance per pair (its
+    backward: the pairs' gradients and distances read, every input element written)."""
+    c = map_op("aten::linalg_cross", [[4, 3], [4, 3], []], ["fp32", "fp32", None])
+    assert c is not None and c.kind == "op" and c.row["op"] == "elementwise"
+    assert c.row["elements"] == 12 and c.row["n_inputs"] == 2.0 and c.row["flops_per_element"] == 3.0
+    n, m = 64, 32
+    pairs = n * (n - 1) // 2
+    f = map_op("aten::_pdist_forward", [[n, m], []], ["fp32", None])
+    assert f is not None and f.kind == "op" and f.row["elements"] == pairs * m
+    assert f.row["n_inputs"] == round(n * m / (pairs * m), 4) and f.row["n_outputs"] == round(1 / m, 4)
+    b = map_op("aten::_pdist_backward", [[pairs], [n, m], [], [pairs]], ["fp32", "fp32", None, "fp32"])
+    assert b is not None and b.kind == "op" and b.row["elements"] == pairs * m
+    assert b.row["n_outputs"] == round(n * m / (pairs * m), 4)
+    assert map_op("aten::_pdist_forward", [[1, m], []], ["fp32", None]).kind == "view"  # one row: no pairs
 
 
 def test_concat_creation_and_arange_are_costed_from_their_arguments():
@@ -589,6 +670,9 @@ def test_a_tensor_list_takes_its_dtype_from_the_execution_trace():
     (b'{"a": 1}', "not a PyTorch trace"),
     (b"[1, 2, 3]", "not a PyTorch trace"),
     (b'{"traceEvents": []}', "no op events"),
+    # the key is there but holds no list: was "not a PyTorch trace ... got an object with keys ['traceEvents']"
+    (b'{"traceEvents": 5}', r"malformed Chrome trace: its 'traceEvents' is int, not a list of events"),
+    (b'{"schema": "1.0.1", "nodes": {"a": 1}}', r"malformed execution trace: its 'nodes' is dict"),
     # GPU kernels only (activities=[CUDA]): was "an execution trace alone has no times" from predict, "no GPU
     # kernels in the trace" from kernels
     (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "sgemm", "ts": 1, "dur": 10, "pid": 0, "tid": 7, '
@@ -833,6 +917,17 @@ def test_untraced_timings_are_checked_and_left_out_on_the_meta_device(tmp_path):
     with trace_step(tmp_path / "given", untraced_us=[30.0, 10.0, 20.0], measure_overhead=False):
         (x @ x).sum()
     assert untraced_step_us(load_trace(tmp_path / "given" / "kineto_rank0.json").meta) == 20.0
+    # one timing given as a number (the docs' "your own timings": a median, say) is one call; a TypeError before
+    with trace_step(tmp_path / "one", untraced_us=25.0, measure_overhead=False):
+        (x @ x).sum()
+    assert untraced_step_us(load_trace(tmp_path / "one" / "kineto_rank0.json").meta) == 25.0
+    # a zero is no time: refused, as a list holding it is (a bare 0 was dropped unsaid, being falsy)
+    with pytest.raises(InvalidInputError, match=r"untraced_us must be times > 0"):
+        with trace_step(tmp_path / "zero", untraced_us=0, measure_overhead=False):
+            (x @ x).sum()
+    with pytest.raises(InvalidInputError, match=r"untraced_us must be times > 0"):
+        with trace_step(tmp_path / "text", untraced_us="fast", measure_overhead=False):  # type: ignore[arg-type]
+            (x @ x).sum()
     with pytest.raises(InvalidInputError, match="malformed hybrid_untraced_step"):
         untraced_step_us({UNTRACED_KEY: '{"median_us": 0}'})
     w = torch.randn(4, 4, device="meta", requires_grad=True)
@@ -1232,6 +1327,34 @@ def test_a_missing_step_names_the_chrome_trace_and_files_of_other_windows(tmp_pa
     assert load_traces(trace_files([tmp_path]), step=2)[0].meta["step"] == "ProfilerStep#2"
 
 
+def test_windows_of_one_profiler_schedule_are_named_as_such(tmp_path, capsys):
+    """A schedule with ``repeat=2`` written by ``tensorboard_trace_handler``: one Chrome trace per window, of one
+    process. Given as a directory they were refused as "the same model recorded twice, or on two machines"; the
+    error says now that they are windows of one process, and that one file is predicted at a time. A ``--step`` only
+    the second window has no longer advises leaving out an execution trace there is none of."""
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    model = torch.nn.Linear(16, 16)
+    x = torch.randn(4, 16)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+                 schedule=schedule(wait=1, warmup=1, active=1, repeat=2),
+                 on_trace_ready=tensorboard_trace_handler(str(tmp_path))) as prof:
+        for _ in range(6):
+            model(x).sum().backward()
+            prof.step()
+    files = trace_files([tmp_path])
+    assert len(files) == 2
+    with pytest.raises(TraceFormatError, match=r"not of one job: they are 2 profiler windows of one process \(process "
+                                               r"\d+; ProfilerStep#2 in .*, ProfilerStep#5 in .*\): a schedule with "
+                                               r"repeat > 1"):
+        load_traces(files)
+    assert cli_main(["trace", "predict", str(tmp_path), "--device", "H100-SXM", "--roofline", "--step", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "files of different profiler windows" in err and "execution trace" not in err
+    assert load_traces([p for p in files if load_traces([p], step=None)[0].meta["step"] == "ProfilerStep#5"],
+                       step=5)[0].meta["step"] == "ProfilerStep#5"
+
+
 def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     """Rank traces of different recordings given together: two 2-rank DDP jobs of MLPs of width 64 and 128 agree on
     the world size and the groups, but not on the gradient all-reduce (each rank's parameters); a rank of a 3-rank
@@ -1281,9 +1404,14 @@ def test_ranks_of_different_jobs_are_refused(tmp_path, cpu_catalog, capsys):
     # one of them alone is one process, predicted on another device (its collectives have no measured time)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # was: "All-NaN axis encountered" from the collectives
-        s = predict_trace(build_trace_graph(load_traces([a / "et_rank1.json"]), "H100-SXM", cpu_catalog),
-                          RooflineCostModel(cpu_catalog)).summary()
+        it = build_trace_graph(load_traces([a / "et_rank1.json"]), "H100-SXM", cpu_catalog)
+        s = predict_trace(it, RooflineCostModel(cpu_catalog)).summary()
     assert s["ranks"] == 1 and s["breakdown_ms"]["collective"] > 0 and "measured_ms" not in s
+    # ... and it says so: the job's all-reduce priced as one process's (exchanging nothing) was said nowhere
+    assert any("names no rank or world size: its 1 collective(s) are priced as one process's" in n
+               for n in it.info["notes"]), it.info["notes"]
+    assert not any("priced as one process's" in n for n in build_trace_graph(
+        load_traces([a / "kineto_rank0.json", a / "kineto_rank1.json"]), sys_, cpu_catalog).info["notes"])
 
 
 def test_a_cpu_device_prices_its_collectives_on_its_gloo_system(tiny_trace, tmp_path, cpu_catalog, capsys):

@@ -522,6 +522,12 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                 f"{tr.path}: no ProfilerStep#N annotation, so everything it recorded{span} is predicted as one step "
                 "(a profile of several iterations gives their sum); record one step with `hybrid trace record`, or "
                 "call prof.step() after each iteration (a torch.profiler schedule) to predict one")
+    if transform is None and has_collectives and all(tr.format == "et" for tr in traces):
+        n = sum(lab == "collective" for lab in b.labels)
+        it.info["notes"].append(
+            f"{traces[0].path}: an execution trace alone names no rank or world size: its {n} collective(s) are "
+            "priced as one process's (a group of one, exchanging nothing), not as the job's; give each rank's "
+            "Chrome trace (kineto_rank<r>.json) with its execution trace")
     for tr, ops in et_only:
         n = sum(ops.values())
         names = ", ".join(f"{k} x{v}" for k, v in list(ops.items())[:3]) + (", ..." if len(ops) > 3 else "")

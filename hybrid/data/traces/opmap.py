@@ -105,7 +105,10 @@ for _names, _label, _var, _f in (
 COLLECTIVES = (("allreduce", "all_reduce"), ("all_reduce", "all_reduce"), ("allgather", "all_gather"),
                ("all_gather", "all_gather"), ("reduce_scatter", "reduce_scatter"), ("alltoall", "all_to_all"),
                ("all_to_all", "all_to_all"), ("broadcast", "broadcast"), ("reduce_", "reduce"), ("send", "send_recv"),
-               ("recv", "send_recv"), ("barrier", "all_reduce"))
+               ("recv", "send_recv"), ("barrier", "all_reduce"),
+               # a root's gather / scatter of every rank's share: the all-gather / reduce-scatter of that buffer (the
+               # root's link carries (n - 1) / n of it either way; no family of their own)
+               ("gather", "all_gather"), ("scatter", "reduce_scatter"))
 _COLLECTIVE_RE = PG_OP_RE
 _BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int64": 8, "int32": 4, "int8": 1,
           "uint8": 1, "bool": 1}
@@ -130,6 +133,17 @@ def numel(d: Any) -> int:
     if isinstance(d, list) and d and all(_is_shape(x) for x in d):
         return sum(math.prod(x) if x else 1 for x in d)
     return 0
+
+
+def _list_numel(d: Any) -> int | None:
+    """Elements of a tensor-list argument of a collective, however deeply nested (a list of lists: one list per
+    rank); None where the trace left it unrecorded (``[]``: Kineto records no list of lists)."""
+    if not isinstance(d, list) or not d:
+        return None
+    if _is_shape(d) or all(_is_shape(x) for x in d):
+        return numel(d)
+    parts = [_list_numel(x) for x in d]
+    return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
 
 
 def _tensor_dims(dims: Sequence[Any], types: Sequence[Any]) -> list[list[int]]:
@@ -193,6 +207,11 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
             m, k = dims[at]
             return OpMapping("op", "gemm", {"op": "gemv", "m": m, "n": 1, "k": k, "dtype": dtype, "variant": base})
         return None
+    if (base in ("dot", "vdot") and len(dims) >= 2 and len(dims[0]) == 1 and len(dims[1]) == 1
+            and dims[0][0] > 0):
+        # a 1-D inner product (``torch.dot``; ``inner`` / ``matmul`` of two vectors call it): the 1 x k gemv
+        return OpMapping("op", "gemm", {"op": "gemv", "m": 1, "n": 1, "k": dims[0][0], "dtype": dtype,
+                                        "variant": base})
     if base == "bmm" and len(dims) >= 2 and len(dims[0]) == 3 and len(dims[1]) == 3:
         (b, m, k), (_, _, n) = dims[0], dims[1]
         return _gemm(m, n, k, b, dtype, "bmm")
@@ -995,10 +1014,17 @@ def map_collective(name: str, dims: list[list[int]], dtype: str, group_size: int
     elems = numel(dims[0]) if dims else 0
     if comm:
         elems = max(int(comm.get("In msg nelems", 0) or 0), int(comm.get("Out msg nelems", 0) or 0), elems)
-    elif canon == "all_gather" and "base" not in low and "into_tensor" not in low and len(dims) >= 2:
-        elems = numel(dims[0])  # output list: the whole gathered buffer
+    elif canon in ("all_gather", "reduce_scatter") and "base" not in low and "tensor" not in low and len(dims) >= 2:
+        # nccl-tests' size: the whole gathered buffer (all_gather's output list, reduce_scatter's input list), a
+        # list of lists the Chrome trace leaves empty ([]) and the execution trace records nested; else n x the
+        # one rank's share on the other side
+        whole, share = (dims[0], dims[1]) if canon == "all_gather" else (dims[1], dims[0])
+        total = _list_numel(whole)
+        elems = total if total is not None else (_list_numel(share) or 0) * n
     elif canon == "all_gather":
         elems = elems * n if "base" not in low else max(numel(d) for d in dims[:2])
+    elif canon == "reduce_scatter" and len(dims) >= 2:
+        elems = max(numel(d) for d in dims[:2])  # the input: n x the output
     if "barrier" in low:
         elems = 1
     dt = dtype if dtype in _BYTES else "fp32"
@@ -1238,11 +1264,38 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("op", "embedding", {"op": "elementwise", "elements": int(elements), "variant": "copy",
                                              "n_inputs": round(numel(grad) / elements, 4), "n_outputs": 1.0,
                                              "flops_per_element": 0.0, "dtype": dtype})
+    if plain == "addr" and len(tdims) >= 3 and len(tdims[0]) == 2 and len(tdims[1]) == 1 and len(tdims[2]) == 1:
+        # M + u v^T (beta * M + alpha * u_i * v_j): each of M's elements read and written once, u and v read once
+        return _elementwise("elementwise", "add", 3.0, tdims[:3], [], dtype, base.endswith("_"))
+    if plain == "linalg_cross" and len(tdims) >= 2:
+        # u x v per 3-vector: two products and a difference per output component
+        return _elementwise("elementwise", "mul", 3.0, tdims[:2], out_dims, dtype, False)
+    if plain in ("_pdist_forward", "_pdist_backward"):
+        # torch.pdist over N rows of M: N (N - 1) / 2 pairs, M components each (difference, square, sum)
+        fwd = plain == "_pdist_forward"
+        x = (tdims[0] if fwd else tdims[1]) if len(tdims) >= (1 if fwd else 2) else []
+        if len(x) == 2:
+            n, m = x
+            pairs = n * (n - 1) // 2
+            work = pairs * m
+            if work <= 0:
+                return OpMapping("view", "view")
+            # forward: the rows read once, one distance per pair written; backward: the pairs' gradients and
+            # distances and the rows read, every row's gradient written
+            read, written = (n * m, pairs) if fwd else (2 * pairs + n * m, n * m)
+            return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(work), "variant": "mul",
+                                                   "n_inputs": round(read / work, 4),
+                                                   "n_outputs": round(written / work, 4),
+                                                   "flops_per_element": 3.0, "dtype": dtype})
     if base.rstrip("_") == "_amp_update_scale":  # GradScaler's scale update: one scalar kernel
         return _elementwise("elementwise", "add", 1.0, [[1], [1]], [], "fp32", True)
     if (base.startswith("_foreach_") or base.startswith("_fused_adam") or base.startswith("_fused_sgd")
             or base.startswith("_amp_foreach_")):  # (GradScaler's unscale-and-check-finite over every gradient)
-        lists = [d for d in dims if isinstance(d, list) and d and all(_is_shape(x) for x in d)]
+        at = [i for i, d in enumerate(dims) if isinstance(d, list) and d and all(_is_shape(x) for x in d)]
+        # a ScalarList (Adam's bias corrections and step sizes) reads no tensor: the execution trace records it as
+        # one 0-d shape per value, with no dtype (a TensorList has its tensors' dtype)
+        typed = [i for i in at if i < len(types) and types[i] is not None]
+        lists = [dims[i] for i in (typed or at)]
         if not lists:
             return None
         elements = numel(lists[0])
@@ -1253,8 +1306,11 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         fpe = 12.0 if "adam" in base else 1.0
         n_in = len(lists) if "adam" not in base else 4.0
         n_out = 1.0 if "adam" not in base else 3.0
+        if variant in ("norm", "max"):  # a reduction per tensor (clip_grad_norm_'s norms): one value each
+            n_out = len(lists[0]) / max(elements, 1)
         return OpMapping("op", "optimizer", {"op": "elementwise", "elements": int(max(elements, 1)),
-                                             "variant": variant, "n_inputs": float(n_in), "n_outputs": n_out,
+                                             "variant": variant, "n_inputs": float(n_in),
+                                             "n_outputs": round(float(n_out), 4),
                                              "flops_per_element": fpe, "dtype": dtype})
     if plain == "isin":
         return _map_isin(types, dims, dtype)

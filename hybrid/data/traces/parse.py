@@ -159,6 +159,11 @@ def trace_kind(doc: Any) -> str:
     if isinstance(doc, dict) and doc.get("format") == "hybrid-trace-graph":
         raise TraceFormatError("not a PyTorch trace but the op units `hybrid trace import` wrote (an output for "
                                "reading, not an input); give the traces it was imported from")
+    for key, kind in (("traceEvents", "Chrome trace"), ("nodes", "execution trace")):
+        if (isinstance(doc, dict) and key in doc and not isinstance(doc[key], list)
+                and (key == "traceEvents" or "schema" in doc)):
+            raise TraceFormatError(f"malformed {kind}: its '{key}' is {type(doc[key]).__name__}, not a list of "
+                                   "events")
     what = type(doc).__name__ if not isinstance(doc, dict) else f"an object with keys {sorted(doc)[:6]}"
     raise TraceFormatError(f"not a PyTorch trace: expected a torch.profiler Chrome trace (with 'traceEvents') or an "
                            f"execution trace (with 'nodes'), got {what}")
@@ -757,6 +762,15 @@ def _check_one_job(traces: list[RankTrace]) -> None:
     if len(traces) < 2:
         return
     tail = "; give one trace per rank of one recording"
+    pids = {t.meta.get("pid") for t in traces}
+    if (all(t.world_size == 1 and t.format == "kineto" for t in traces) and len(pids) == 1 and None not in pids
+            and _disjoint([t.window for t in traces])):
+        where = ", ".join(f"{t.meta.get('step') or 'no step annotation'} in {t.path}"
+                          for t in sorted(traces, key=lambda t: t.window[0]))
+        raise TraceFormatError(f"the traces are not of one job: they are {len(traces)} profiler windows of one process "
+                               f"(process {pids.pop()}; {where}): a schedule with repeat > 1, or several profile() "
+                               "calls, writes one file per window. Predict one file at a time (--step N picks a step "
+                               "within it)")
     if all(t.world_size == 1 for t in traces):
         detail = "; ".join(_says(t) for t in traces)
         raise TraceFormatError(f"the traces are not of one job: each is a single-process run (world size 1), not a "
@@ -786,6 +800,12 @@ def _check_one_job(traces: list[RankTrace]) -> None:
                                "their collectives: traces of separate runs?). Predict each on its own (a rank that "
                                "communicates nothing predicts alone the same), or give the ranks of a step that "
                                "communicates")
+
+
+def _disjoint(windows: list[tuple[float, float]]) -> bool:
+    """Whether time windows (on one clock) follow one another without overlapping (NaN windows never do)."""
+    ws = sorted(windows)
+    return all(np.isfinite(a[1]) and np.isfinite(b[0]) and a[1] <= b[0] for a, b in zip(ws, ws[1:], strict=False))
 
 
 def _content_key(path: str | os.PathLike) -> tuple[int, str] | None:
@@ -830,7 +850,9 @@ def _missing_step(missing: list[MissingStepError], loaded: list[RankTrace]) -> T
     if loaded:
         have = ", ".join(t.path for t in loaded[:4])
         msg += (f"; {have} {'has' if len(loaded) == 1 else 'have'} it: files of different profiler windows (two "
-                "recordings?) given together; give the files of one recording, or leave the execution trace out")
+                "recordings?) given together; give the files of one recording"
+                + (", or leave the execution trace out" if any(t.format == "et" for t in loaded)
+                   or any(e.kind != "kineto" for e in missing) else ""))
     return TraceFormatError(msg)
 
 

@@ -115,7 +115,7 @@ def _refuse_nested() -> None:
 def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, device: str | None = None,
                name: str = "ProfilerStep#0", cuda: bool | None = None,
                measure_overhead: bool = True, memory: StepMemory | None = None,
-               untraced_us: Sequence[float] | None = None) -> Iterator[dict[str, Path]]:
+               untraced_us: Sequence[float] | float | None = None) -> Iterator[dict[str, Path]]:
     """Profile the enclosed step: Chrome trace with shapes (and an execution trace) written to ``out_dir``.
 
     Yields a dict that holds, after the block, ``{"kineto": path, "et": path}``. Files are written to a
@@ -124,7 +124,7 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
     first (:func:`hybrid.data.traces.overhead.measure_profiler_overhead`, ~1-3 s) and stored in the Chrome trace,
     so that predictions can take it off the traced host times. ``memory``: the step's tensor memory
     (:class:`~hybrid.data.traces.memory.StepMemory`), stored in the Chrome trace. ``untraced_us``: wall times (us)
-    of untraced calls of the same step, stored with their median (:data:`UNTRACED_KEY`).
+    of untraced calls of the same step (or one time), stored with their median (:data:`UNTRACED_KEY`).
     """
     import torch
     from torch.profiler import ExecutionTraceObserver, ProfilerActivity, profile, record_function
@@ -132,12 +132,18 @@ def trace_step(out_dir: str | os.PathLike, *, execution_trace: bool = True, devi
     global _RECORDING
     _refuse_nested()
     untraced = None
-    if untraced_us:
+    given = ([untraced_us] if isinstance(untraced_us, int | float | str) or not hasattr(untraced_us, "__iter__")
+             else list(untraced_us)) if untraced_us is not None else []
+    if given:
         import numpy as np
 
-        times = np.asarray(list(untraced_us), dtype=np.float64)
-        if not (np.isfinite(times).all() and (times > 0).all()):
-            raise InvalidInputError(f"untraced_us must be times > 0 (us), got {list(untraced_us)}")
+        try:
+            times = np.asarray(given, dtype=np.float64)
+        except (TypeError, ValueError):
+            times = np.array([np.nan])
+        if not (times.ndim == 1 and np.isfinite(times).all() and (times > 0).all()):
+            raise InvalidInputError(f"untraced_us must be times > 0 (us): one number or a list of them, got "
+                                    f"{untraced_us!r}")
         untraced = json.dumps({"times_us": [round(float(t), 3) for t in times], "calls": len(times),
                                "median_us": round(float(np.median(times)), 3)})
     out = Path(out_dir)
