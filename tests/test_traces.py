@@ -144,6 +144,17 @@ def test_other_device_drops_traced_host_time_and_reports_unmodelled(tiny_trace, 
         assert (unm["costed_as"] == "unmodelled (0 us)").all()
 
 
+def test_no_model_prices_the_graph_with_the_catalog_it_was_built_with(tiny_trace, cpu_catalog):
+    """predict_trace(it, None) priced with the default catalog, which lacks a bundle's own CPU:
+    UnknownDeviceError for a graph built on that CPU with the bundle's catalog."""
+    traces = load_traces([tiny_trace["kineto"]])
+    it = build_trace_graph(traces, CPU, cpu_catalog)
+    assert it.catalog is cpu_catalog
+    alone = predict_trace(it, None).summary()["predicted_ms"]
+    assert alone == pytest.approx(predict_trace(it, RooflineCostModel(cpu_catalog)).summary()["predicted_ms"])
+    assert alone > 0
+
+
 def test_same_device_is_refused_for_a_target_of_another_kind(tiny_trace, cpu_catalog, capsys):
     """--same-device on a CPU trace with a GPU target would price the GPU with the CPU's traced times: refused, by
     the library and by the CLI (exit 2); on a CPU target it still holds."""

@@ -441,6 +441,11 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
     from hybrid.engine.simulate import simulate, simulate_durations
 
 
+    if model is None and iteration.catalog is not None:
+        # the roofline of the catalog the graph was built with: the default catalog lacks a bundle's own device
+        from hybrid.engine.costs import RooflineCostModel
+
+        model = RooflineCostModel(iteration.catalog)
     if overheads is None:
         if iteration.target.device.kind == "cpu" or iteration.info.get("host") == "trace":
             overheads = Overheads.zero()

@@ -91,6 +91,9 @@ class TraceIteration:
     node_label: list[str]
     node_measured_us: list[float]
     info: dict[str, Any] = field(default_factory=dict)
+    #: the catalog the graph was built with (the target's device and system are its entries): what the roofline
+    #: prices it with when no model is given
+    catalog: Catalog | None = None
 
     @property
     def measured_step_us(self) -> float:
@@ -512,7 +515,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
                                                    "fp32_ops": sum(m["fp32_ops"] for m in math_info)},
                                 # a transform that splits the traced tensors over ranks (tensor / pipeline
                                 # parallelism): the memory measured when recording is not any rank's
-                                "memory_as_traced": not getattr(transform, "splits_memory", False)})
+                                "memory_as_traced": not getattr(transform, "splits_memory", False)},
+                          catalog=cat)
     for tr in traces:
         if "step" not in tr.meta:
             # no ``ProfilerStep#N`` to cut one iteration from (a ``torch.profiler.profile`` without a schedule's
