@@ -127,8 +127,19 @@ def test_pointwise_table_cut_inside_its_last_value_is_refused(shared_datasets, t
     with pytest.raises(ImportFormatError, match=r"softmax_A100\.csv: line 7 has no final newline and ends in "
                                                 r"'16(7\.)?', not a float .*cut"):
         import_llmcompass_pointwise(p, catalog=catalog)
-    p.write_bytes(src.read_bytes()[:cut] + b"\n")  # a newline says the line is complete: taken as written
-    assert len(import_llmcompass_pointwise(p, catalog=catalog)) == 7
+    # a newline after the cut (an editor's, a copy's) was taken as a complete line: 16 G elements/s for 167.54,
+    # a time 10x too long; no line of the upstream script is written so
+    p.write_bytes(src.read_bytes()[:cut] + b"\n")
+    with pytest.raises(ImportFormatError, match=r"softmax_A100\.csv: line 7: '16(7\.)?' is not a float as the "
+                                                r"upstream script writes one .*cut mid-value"):
+        import_llmcompass_pointwise(p, catalog=catalog)
+    whole = src.read_bytes()  # the same, with a line after it: every line is checked, not only the last
+    p.write_bytes(whole[:cut] + b"\n" + whole[whole.index(b"\n", cut) + 1:])
+    with pytest.raises(ImportFormatError, match=r"line 7: '16(7\.)?' is not a float"):
+        import_llmcompass_pointwise(p, catalog=catalog)
+    p.write_bytes(whole + b"\n")  # the complete table with a final newline imports as without one
+    assert len(import_llmcompass_pointwise(p, catalog=catalog)) == len(import_llmcompass_pointwise(src,
+                                                                                                   catalog=catalog))
     for table in sorted((shared_datasets / "llmcompass").glob("figure5__*_*.csv")):
         if any(k in table.name for k in ("softmax", "layernorm", "gelu")):
             assert not table.read_bytes().endswith(b"\n")
