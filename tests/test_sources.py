@@ -32,8 +32,10 @@ def test_every_source_verifies_against_the_public_files(shared_datasets):
         assert s.license and s.description
         if s.repository:
             assert len(s.commit) >= 8 and s.commit in readme
-        if s.importer:
-            assert s.importer in IMPORTERS
+        if s.importer:  # one format, or several (a folder of matmul and pointwise tables), comma-separated
+            assert all(name.strip() in IMPORTERS for name in s.importer.split(",")), s.importer
+    # a folder that importers read names them (LLMCompass's showed "-": two formats read it)
+    assert sources["llmcompass"].importer.replace(" ", "").split(",") == ["llmcompass", "llmcompass-pointwise"]
     assert sum(s.file_count for s in sources.values() if s.glob) == 148 + 622
 
 

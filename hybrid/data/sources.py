@@ -55,6 +55,7 @@ class Source:
     commit: str = ""
     upstream_path: str = ""
     license: str = ""
+    #: the ``hybrid data import`` format(s) that read it, comma-separated ("" where none does)
     importer: str = ""
     derived: bool = False
     downloadable: bool = True
