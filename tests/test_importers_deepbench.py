@@ -123,6 +123,27 @@ def test_allreduce_time_checked_against_its_bandwidth(shared_datasets, tmp_path,
         import_deepbench(p, catalog=catalog)
 
 
+def test_allreduce_line_cut_short_and_too_many_gpus_on_one_node_are_refused(shared_datasets, tmp_path, catalog):
+    """A line cut after num_gpus was skipped as 'left blank in the upstream sheets' (whose blank rows keep their
+    algorithm); num_gpus 1000 with num_nodes empty was imported as one node of 1000 GPUs."""
+    src = shared_datasets / "deepbench/deepbench_allreduce_tidy.csv"
+    lines = src.read_text().splitlines()
+    p = tmp_path / "allreduce.csv"
+    p.write_text("\n".join(lines[:6]) + "\n" + ",".join(lines[6].split(",")[:5]) + "\n")  # line 7 cut short
+    with pytest.raises(ImportFormatError, match=r"allreduce\.csv: line 7: no mean_time_ms and no algorithm .* cut"):
+        import_deepbench(p, catalog=catalog)
+    blank = [ln for ln in lines if ln.split(",")[6] == ""][:2]  # the upstream's own blank rows: skipped, as ever
+    p.write_text("\n".join(lines[:6] + blank) + "\n")
+    with pytest.warns(UserWarning, match="left blank in the upstream sheets"):
+        assert len(import_deepbench(p, catalog=catalog)) == 5
+    raw = pd.read_csv(src)
+    raw = raw[raw["mean_time_ms"].notna()].head(3).reset_index(drop=True).drop(columns=["GBps"])
+    raw.loc[1, "num_gpus"] = 1000  # CSV line 3, num_nodes empty
+    raw.to_csv(p, index=False)
+    with pytest.raises(ImportFormatError, match=r"line 3: num_gpus 1000 with num_nodes empty .* give num_nodes"):
+        import_deepbench(p, catalog=catalog)
+
+
 def test_errors_name_the_file_line_after_a_blank_line(shared_datasets, tmp_path, catalog):
     """pandas skips blank lines: an error on a row after one named the line before it (position + 2)."""
     lines = (shared_datasets / "deepbench/deepbench_gemm_tidy.csv").read_text().splitlines()[:8]

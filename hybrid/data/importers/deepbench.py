@@ -120,6 +120,15 @@ def _allreduce(df: pd.DataFrame, path: Path, device: str | None, system: str | N
     gpus = df["gpu"].astype("string").str.strip()
     keep = _device_mask(gpus, device, catalog, path)
     blank = df["mean_time_ms"].isna().to_numpy() & keep
+    if "algorithm" in df.columns:
+        # the upstream sheets' blank rows keep their algorithm; a row with neither time nor algorithm is a line cut
+        # short (a truncated copy), not a blank measurement
+        cut = blank & df["algorithm"].astype("string").str.strip().fillna("").eq("").to_numpy()
+        if cut.any():
+            i = int(np.flatnonzero(cut)[0])
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}: no mean_time_ms and no algorithm (the upstream "
+                                    "sheets' rows without a time keep their algorithm): the line looks cut short; "
+                                    "restore the complete file")
     if blank.any():
         warn(path, f"skipped {int(blank.sum())} row(s) with no time (left blank in the upstream sheets)")
     keep &= ~blank
@@ -129,6 +138,13 @@ def _allreduce(df: pd.DataFrame, path: Path, device: str | None, system: str | N
     ranks = numeric(df, "num_gpus", path, positive=True)
     nodes = numeric(df, "num_nodes", path, required=False, positive=True) if "num_nodes" in df.columns \
         else np.full(len(df), np.nan)
+    largest = max((sy.gpus_per_node for sy in catalog.systems.values()), default=8)
+    crowded = np.isnan(nodes) & (ranks > largest)
+    if crowded.any():  # (an empty num_nodes is one node: 1000 ranks were imported as one node of 1000 GPUs)
+        i = int(np.flatnonzero(crowded)[0])
+        raise ImportFormatError(f"{path}: line {csv_line(df, i)}: num_gpus {ranks[i]:g} with num_nodes empty (one "
+                                f"node) is more GPUs than any catalog system holds in a node ({largest}); give "
+                                "num_nodes")
     frac = floats != np.floor(floats)
     if frac.any():  # (1.5 floats was imported as a 6-byte buffer)
         i = int(np.flatnonzero(frac)[0])
