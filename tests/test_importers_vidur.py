@@ -162,6 +162,24 @@ def test_network_devices_per_node_that_cannot_be_is_refused(shared_datasets, tmp
         import_vidur_network(p, catalog=catalog)
 
 
+def test_network_line_cut_short_is_called_cut_and_lines_count_blank_lines(shared_datasets, tmp_path, catalog):
+    """A line cut before its collective read "line 7: collective <NA> does not match the time_stats column", and the
+    line number was the row position + 2, one short after a blank line."""
+    src = shared_datasets / "vidur/data/profiling/network/a100_dgx/all_reduce.csv"
+    lines = src.read_text().splitlines()
+    d = tmp_path / "a100_dgx"
+    d.mkdir()
+    p = d / "all_reduce.csv"
+    p.write_text("\n".join(lines[:6]) + "\n" + ",".join(lines[6].split(",")[:8]) + "\n")
+    with pytest.raises(ImportFormatError, match=r"all_reduce\.csv: line 7: no collective \(nor any of "
+                                                r"devices_per_node, max_devices_per_node\): the line looks cut short"):
+        import_vidur_network(p, catalog=catalog)
+    other = lines[6].replace("all_reduce,", "all_gather,")  # another collective, after a blank line: line 8
+    p.write_text("\n".join(lines[:6]) + "\n\n" + other + "\n")
+    with pytest.raises(ImportFormatError, match=r"line 8: collective 'all_gather' does not match"):
+        import_vidur_network(p, catalog=catalog)
+
+
 def test_schema_errors_of_imported_rows_name_the_source_line(shared_datasets, tmp_path, catalog):
     """The schema checks each imported row (a median above the row's max time), but its error named the position in
     the long table built from the wide file: "row 27 (CSV line 28)" of a 12-line mlp.csv whose bad value sat on

@@ -294,8 +294,15 @@ def _network_file(path: Path, device: str | None, system: str | None, catalog: C
     coll = df["collective"].astype("string").str.strip().str.lower()
     if coll.isna().any() or (coll != stat).any():
         i = int(np.flatnonzero((coll.isna() | (coll != stat)).to_numpy())[0])
-        raise ImportFormatError(f"{path}: line {i + 2}: collective {df['collective'].iloc[i]!r} does not match "
-                                f"the time_stats column ({stat!r})")
+        if pd.isna(df["collective"].iloc[i]):
+            # nothing from the collective column on: the line ends early (a truncated copy), not another collective
+            after = list(df.columns[list(df.columns).index("collective"):])
+            cut = bool(df.iloc[i][after].isna().all())
+            raise ImportFormatError(f"{path}: line {csv_line(df, i)}: no collective"
+                                    + (f" (nor any of {', '.join(after[1:])}): the line looks cut short; restore the "
+                                       "complete file" if cut and len(after) > 1 else f" (expected {stat!r})"))
+        raise ImportFormatError(f"{path}: line {csv_line(df, i)}: collective {df['collective'].iloc[i]!r} does not "
+                                f"match the time_stats column ({stat!r})")
     if stat not in ("all_reduce", "send_recv", "all_gather", "reduce_scatter", "broadcast"):
         raise ImportFormatError(f"{path}: unknown collective {stat!r}")
     size = numeric(df, "size", path, positive=True)
