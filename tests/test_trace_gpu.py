@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -277,3 +278,19 @@ def test_an_execution_trace_keeps_other_threads_ops_of_its_step_only(tmp_path):
     path.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
     sizes = [sorted(d[0][0] for d in load_trace(path, step=s).ops.query("name == 'aten::mm'")["dims"]) for s in (0, 1)]
     assert sizes == [[64, 96], [128, 160]]
+
+
+def test_a_family_breakdown_longer_than_the_step_says_why(capsys):
+    """A GPU step's families (host launches beside the kernels they launch) summed to more than the predicted step
+    with nothing said: the table read as shares of the step."""
+    assert cli_main(["trace", "predict", str(ROOT / "datasets" / "traces-h100" / "cnn-bf16"), "--device",
+                     "H100-SXM", "--roofline"]) == 0
+    out = capsys.readouterr().out
+    step = float(re.search(r"predicted ([0-9.]+) ms per step", out).group(1))
+    # the table's rows: family (may hold a space), nodes, predicted_ms, measured_ms
+    fams = [float(m.group(1)) for m in re.finditer(r"^\S.*?\s{2,}\d+\s+([0-9.]+)\s+[0-9.]+\s*$", out, re.M)]
+    note = re.search(r"\(the families sum to ([0-9.]+) ms over a ([0-9.]+) ms step: the rank's streams and threads "
+                     r"run side by side\)", out)
+    assert note and float(note.group(2)) == pytest.approx(step, abs=1e-3)
+    assert len(fams) >= 8 and float(note.group(1)) == pytest.approx(sum(fams), rel=0.02)
+    assert float(note.group(1)) > step

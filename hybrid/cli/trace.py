@@ -433,6 +433,12 @@ def predict(traces: tuple[str, ...], device: str | None, system: str | None, mod
             for _, r in bd.iterrows()]
     # a step with nothing that takes time (views only, say) has no family to list: an empty table, not an IndexError
     echo_table(rows, ["family", "nodes", "predicted_ms"] + (["measured_ms"] if measured_col else []))
+    total_ms = float(bd["predicted_us"].sum()) / 1e3 if len(bd) else 0.0
+    if total_ms > 1.01 * s["predicted_ms"]:
+        # the families are the rank's work on all its streams and threads (GPU streams beside the host; gloo's
+        # worker threads beside the main one), which run at the same time: their sum is no share of the step
+        click.echo(f"(the families sum to {total_ms:.3f} ms over a {s['predicted_ms']:.3f} ms step: the rank's "
+                   "streams and threads run side by side)")
     if rec.get("measured") and rec.get("kept"):
         click.echo(f"recording overhead taken off the traced host (measured when recorded): "
                    f"{rec['per_event_us']:.2f} us per event + {rec['per_input_us']:.2f} us per input + "
