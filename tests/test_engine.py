@@ -208,6 +208,24 @@ def test_chrome_trace_has_one_track_per_rank_and_stream(tmp_path, catalog):
     assert not list(tmp_path.glob(".trace.json*"))  # no temp file left behind
 
 
+def test_chrome_trace_events_on_one_stream_never_overlap(tmp_path):
+    """Back-to-back nodes on one stream stay back to back in the trace: ``ts`` and ``dur`` were rounded apart (4
+    decimals each), so an event could end up to 1e-4 us after the next one on its track began (a strict reader, or
+    Perfetto at ns resolution, sees an improperly nested slice)."""
+    g = TaskGraph(1)
+    durations = np.random.default_rng(0).uniform(0.0, 10.0, 200)
+    for i, d in enumerate(durations):
+        g.add(0, "compute", f"k{i}", duration_us=float(d))
+    r = simulate(g, overheads=NO)
+    data = json.loads(write_chrome_trace(r, tmp_path / "t.json").read_text())
+    events = sorted((e["ts"], e["dur"]) for e in data["traceEvents"] if e["ph"] == "X")
+    assert len(events) == len(durations)
+    for (ts, dur), (nxt, _) in zip(events, events[1:], strict=False):
+        assert dur >= 0 and ts + dur <= nxt
+    last_ts, last_dur = events[-1]
+    assert last_ts + last_dur == pytest.approx(r.iteration_us, abs=1e-4)
+
+
 def _launch_bound_runs(model: RooflineCostModel) -> tuple[list, list[float]]:
     """Graphs of 5, 20 and 60 tiny kernels after an iteration overhead, and their iterations simulated with known
     overheads (launch 12 us, iteration 50 us; no collectives or optimizer step: those constants touch no critical

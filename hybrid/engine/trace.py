@@ -31,6 +31,25 @@ def _clean(value: Any) -> Any:
     return value
 
 
+#: Decimals (of a microsecond) the trace's ``ts`` and event ends are rounded to.
+TS_DECIMALS = 4
+
+
+def _rounded_spans(start: np.ndarray, finish: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``ts`` and ``dur`` per node with start and END rounded (not start and duration apart, whose rounding errors
+    add up: an event could end 1e-4 us after the next one on its stream began, an improperly nested slice), and
+    ``dur`` trimmed by an ulp where ``ts + dur`` in floating point would still pass the rounded end."""
+    ts = np.round(np.asarray(start, dtype=np.float64), TS_DECIMALS)
+    end = np.maximum(np.round(np.asarray(finish, dtype=np.float64), TS_DECIMALS), ts)
+    dur = end - ts
+    for _ in range(8):  # one or two steps at most: the sum is within an ulp of ``end``
+        over = ts + dur > end
+        if not over.any():
+            break
+        dur[over] = np.nextafter(dur[over], 0.0)
+    return ts, dur
+
+
 def chrome_trace(result: SimResult, name: str = "hybrid simulation") -> dict[str, Any]:
     """The trace as a JSON-ready dict ``{"traceEvents": [...], "displayTimeUnit": "ns", "metadata": ...}``."""
     g = result.graph
@@ -47,6 +66,7 @@ def chrome_trace(result: SimResult, name: str = "hybrid simulation") -> dict[str
         events.append({"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": rank, "args": {"sort_index": rank}})
     ops = g.ops.to_dict(orient="records") if len(g.ops) else []
+    ts, dur = _rounded_spans(result.start, result.finish)
     for i in range(len(g)):
         if g.kind[i] == SYNC:
             continue
@@ -61,8 +81,7 @@ def chrome_trace(result: SimResult, name: str = "hybrid simulation") -> dict[str
             args.update({k: _clean(v) for k, v in g.args[i].items()})
         events.append({
             "ph": "X", "name": g.names[i], "cat": KINDS[g.kind[i]], "pid": int(g.rank[i]),
-            "tid": tids[int(g.stream[i])], "ts": round(float(result.start[i]), 4),
-            "dur": round(float(result.durations[i]), 4), "args": args,
+            "tid": tids[int(g.stream[i])], "ts": float(ts[i]), "dur": float(dur[i]), "args": args,
         })
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "metadata": {"name": name, "iteration_us": result.iteration_us, "n_ranks": g.n_ranks}}
