@@ -300,6 +300,21 @@ def test_comm_overlap_blocks_compute_for_the_unhidden_share(overlap, expected):
         g.collective("bad", [0], duration_us=1.0, comm_overlap=1.5)
 
 
+@pytest.mark.parametrize("overlap, expected", [(1.0, 100.0), (0.999, 100.05), (0.5, 125.0), (0.0, 150.0)])
+def test_partial_comm_overlap_does_not_hold_the_collective_behind_compute(overlap, expected):
+    """A 50 us collective beside an independent 100 us kernel on each rank: the compute pays the unhidden share,
+    ``(1 - overlap) x 50`` us. The interference node was a member of the collective, so the collective waited for
+    the compute stream: any overlap below 1 (even 0.999) serialised it behind the kernel (150 us, as overlap 0)."""
+    g = TaskGraph(2)
+    for r in range(2):
+        g.add(r, "compute", "long", duration_us=100.0)
+    ids = g.collective("ar", [0, 1], duration_us=50.0, launch=False, comm_overlap=overlap)
+    r = simulate(g, overheads=NO)
+    assert r.iteration_us == pytest.approx(expected)
+    assert r.start[ids[0]] == pytest.approx(0.0) and r.start[ids[1]] == pytest.approx(0.0)
+    assert r.breakdown["collective_wait_us"].tolist() == pytest.approx([0.0, 0.0])
+
+
 def test_synchronous_host_waits_for_each_kernel():
     """3 kernels of 10 us with 5 us launches: a GPU host runs ahead (5 + 30), a CPU's does not (3 x 15)."""
     ov = Overheads(kernel_launch_us=5.0, framework_us=0.0, collective_launch_us=0.0, optimizer_step_us=0.0,
