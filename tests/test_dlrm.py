@@ -63,10 +63,17 @@ def test_yaml_round_trip_and_generator(tmp_path):
     ({"tables": [{"name": "x", "num_embeddings": 10, "pooling_factor": float("nan")}]}, "pooling_factor"),
     ({"tables": [{"name": "x", "num_embeddings": 10, "rows": 3}]}, "unknown key"),
     ({"tabels": []}, "unknown key"),
+    ({"name": ""}, "name must be a non-empty string"),
+    ({"name": ["a", "b"]}, "name must be a non-empty string"),
+    ({"name": {"a": 1}}, "name must be a non-empty string"),
 ])
 def test_bad_configs_name_the_problem(change, message):
     with pytest.raises(InvalidInputError, match=message):
         config(**change)
+
+
+def test_a_numeric_config_name_is_kept_as_text():
+    assert config(name=2024).name == "2024"
 
 
 def test_malformed_file_is_one_clear_error(tmp_path):

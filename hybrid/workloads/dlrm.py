@@ -370,6 +370,14 @@ class DLRMConfig:
                "embedding_placement", "bottom_mlp_placement", "lookup_output_dtype", "grad_scaler")
 
     def __post_init__(self) -> None:
+        # the name labels the output, the trace and its JSON: a number (YAML `name: 2024`) is kept as text; a list,
+        # a mapping or an empty name was carried into them as such (`"config": [1, 2]`, a line starting ": 8 x")
+        name = self.name
+        if isinstance(name, (int, float, np.integer, np.floating)) and not isinstance(name, (bool, np.bool_)):
+            name = str(name)
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInputError(f"name must be a non-empty string, got {self.name!r}")
+        object.__setattr__(self, "name", name.strip())
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "gpus", _positive_int(self.gpus, "gpus"))
         object.__setattr__(self, "batch_size_per_gpu", _positive_int(self.batch_size_per_gpu, "batch_size_per_gpu"))
