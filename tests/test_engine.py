@@ -390,3 +390,26 @@ def test_ranks_sharing_a_cpu_memory_system_split_its_bandwidth():
     # without a measured shared bandwidth nothing changes
     plain = RooflineCostModel(default_catalog().with_device(cpu))
     assert np.allclose(SharedMemoryBandwidth(plain, 2).predict(rows)["time_us"], plain.predict(rows)["time_us"])
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"kernel_launch_us": "abc"}, "kernel_launch_us must be a number of us"),
+    ({"kernel_launch_us": None}, "kernel_launch_us must be a number of us"),
+    ({"iteration_us": True}, "iteration_us must be a number of us"),
+])
+def test_overheads_from_dict_names_a_value_that_is_no_number(values, message):
+    """A constant that is no number was a bare ``could not convert string to float: 'abc'`` (or a TypeError)."""
+    with pytest.raises(InvalidInputError, match=message):
+        Overheads.from_dict(values)
+
+
+def test_engine_refuses_inputs_of_the_wrong_type_by_name():
+    g = TaskGraph(1)
+    with pytest.raises(InvalidInputError, match="duration must be a number"):
+        g.add(0, "compute", "a", duration_us="3")  # was "'<' not supported between instances of 'str' and 'int'"
+    with pytest.raises(InvalidInputError, match="duration must be a number"):
+        g.kernel(0, "k", duration_us="3")
+    assert len(g) == 0
+    g.add(0, "compute", "a", duration_us=1.0)
+    with pytest.raises(InvalidInputError, match="overheads must be an Overheads"):
+        simulate(g, overheads={"kernel_launch_us": 1.0})  # was "'dict' object has no attribute 'vector'"

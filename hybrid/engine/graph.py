@@ -47,6 +47,15 @@ OVERHEAD_CATEGORIES: tuple[str, ...] = ("none", "kernel_launch", "collective_lau
 HOST, COMPUTE_STREAM, COMM_STREAM = "host", "compute", "comm"
 
 
+def _check_duration(what: str, duration_us: Any) -> None:
+    """A node's fixed duration: a finite number >= 0 (a string was a bare ``'<' not supported`` TypeError)."""
+    if isinstance(duration_us, (bool, np.bool_)) or not isinstance(duration_us, (int, float, np.integer,
+                                                                                  np.floating)):
+        raise InvalidInputError(f"{what}: duration must be a number of us, got {duration_us!r}")
+    if duration_us < 0 or not np.isfinite(duration_us):
+        raise InvalidInputError(f"{what}: duration must be finite and >= 0, got {duration_us}")
+
+
 @dataclass
 class CompiledGraph:
     """Flat arrays describing a task graph (node ``i`` is row ``i`` everywhere).
@@ -164,8 +173,7 @@ class TaskGraph:
         """Append a node on ``(rank, stream)`` after that stream's previous node; returns its id.
 
         ``phase`` defaults to the builder's current :attr:`phase`."""
-        if duration_us < 0 or not np.isfinite(duration_us):
-            raise InvalidInputError(f"node {name!r}: duration must be finite and >= 0, got {duration_us}")
+        _check_duration(f"node {name!r}", duration_us)
         # every check before the first append: a refused node left the graph's per-node lists of unequal
         # lengths (an unknown kind was a bare "tuple.index(x): x not in tuple" after name, rank and stream were in)
         if kind not in KINDS:
@@ -237,8 +245,7 @@ class TaskGraph:
         for d in deps:
             if not 0 <= d < len(self._names):
                 raise InvalidInputError(f"kernel {name!r}: dependency {d} does not exist yet")
-        if not (duration_us >= 0 and np.isfinite(duration_us)):
-            raise InvalidInputError(f"kernel {name!r}: duration must be finite and >= 0, got {duration_us}")
+        _check_duration(f"kernel {name!r}", duration_us)
         if self.synchronous_host:
             host_deps = [*host_deps, self.last(rank, stream)]
         launch = self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="kernel_launch", deps=host_deps)
