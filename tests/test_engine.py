@@ -413,3 +413,16 @@ def test_engine_refuses_inputs_of_the_wrong_type_by_name():
     g.add(0, "compute", "a", duration_us=1.0)
     with pytest.raises(InvalidInputError, match="overheads must be an Overheads"):
         simulate(g, overheads={"kernel_launch_us": 1.0})  # was "'dict' object has no attribute 'vector'"
+
+
+def test_chrome_trace_writes_node_args_json_cannot_hold_as_text(tmp_path):
+    """A node's ``args`` with a set, a numpy array or an object were a bare "Object of type set is not JSON
+    serializable" once the whole simulation had run; NaN inside a list was written as NaN (invalid JSON)."""
+    g = TaskGraph(1)
+    g.add(0, "compute", "a", duration_us=3.0,
+          args={"s": {2}, "arr": np.array([1.5, 2.5]), "path": tmp_path, "nested": [1.0, float("nan")], "n": np.int64(4)})
+    data = json.loads(write_chrome_trace(simulate(g, overheads=NO), tmp_path / "t.json").read_text(),
+                      parse_constant=lambda c: pytest.fail(f"invalid JSON constant {c}"))
+    args = next(e for e in data["traceEvents"] if e["ph"] == "X")["args"]
+    assert args["s"] == [2] and args["arr"] == [1.5, 2.5] and args["path"] == str(tmp_path)
+    assert args["nested"] == [1.0, None] and args["n"] == 4

@@ -23,12 +23,30 @@ STREAM_TIDS = {"host": 0, "compute": 1, "comm": 2}
 
 
 def _clean(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
+    """``value`` as JSON holds it: numpy scalars as numbers, NaN / inf as null (JSON has neither), arrays, sets and
+    tuples as lists, mappings with text keys, anything else (a path, an object) as its text."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
         return int(value)
     if isinstance(value, (np.floating, float)):
         v = float(value)
-        return None if math.isnan(v) else v
-    return value
+        return v if math.isfinite(v) else None
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, np.ndarray):
+        return [_clean(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [_clean(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    return str(value)
 
 
 #: Decimals (of a microsecond) the trace's ``ts`` and event ends are rounded to.
