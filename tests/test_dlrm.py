@@ -406,3 +406,20 @@ def test_a_pooling_factor_below_the_minimum_warns_naming_the_table():
 
     with pytest.warns(WorkloadWarning, match=r"table\(s\) 'x' \(1e-09\): pooling_factor below 0.001"):
         config(plan=None, tables=[{"name": "x", "num_embeddings": 10, "pooling_factor": 1e-9}])
+
+
+@pytest.mark.parametrize("key, value", [("dcn_layers", 2), ("dcn_low_rank", 32)])
+def test_dcn_keys_without_a_dcn_interaction_warn_that_they_are_ignored(key, value):
+    """``dcn_layers`` / ``dcn_low_rank`` with ``interaction: dot`` (or cat) changed nothing and said nothing: a user
+    who forgot ``interaction: dcn`` got the dot model's time."""
+    import warnings
+
+    from hybrid.errors import WorkloadWarning
+
+    with pytest.warns(WorkloadWarning, match=f"{key} applies to interaction: dcn only.*ignored"):
+        c = config(**{key: value})
+    assert c.mlp_layers() == config().mlp_layers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WorkloadWarning)
+        dcn = config(interaction="dcn", **{key: value})  # where it applies: no warning
+    assert len(dcn.mlp_layers()) > len(c.mlp_layers())

@@ -557,6 +557,14 @@ class DLRMConfig:
         config = cls(tables=tuple(tables), plan=ShardingPlan.from_dict(plan) if plan is not None else None,
                      extra=extra, **kwargs)
         config.warn_unusual()
+        if config.interaction != "dcn":  # the document's own keys (a variant's are its own business)
+            import warnings
+
+            for key in ("dcn_layers", "dcn_low_rank"):
+                if data.get(key) is not None or overrides.get(key) is not None:
+                    warnings.warn(f"{key} applies to interaction: dcn only; with interaction: {config.interaction} it "
+                                  "is ignored (set `interaction: dcn` for DCNv2 cross layers)", WorkloadWarning,
+                                  stacklevel=2)
         return config
 
     def unusual(self) -> list[str]:
