@@ -423,3 +423,14 @@ def test_dcn_keys_without_a_dcn_interaction_warn_that_they_are_ignored(key, valu
         warnings.simplefilter("error", WorkloadWarning)
         dcn = config(interaction="dcn", **{key: value})  # where it applies: no warning
     assert len(dcn.mlp_layers()) > len(c.mlp_layers())
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_config_saved_with_a_byte_order_mark_loads(tmp_path, suffix):
+    """Windows editors save UTF-8 with a BOM: a JSON config was "malformed ... Unexpected UTF-8 BOM"."""
+    import json
+
+    doc = config().to_dict()
+    path = tmp_path / f"c{suffix}"
+    path.write_text(json.dumps(doc), encoding="utf-8-sig")
+    assert DLRMConfig.from_file(path) == config()

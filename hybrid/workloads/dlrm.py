@@ -99,7 +99,7 @@ def load_document(path: str | os.PathLike, what: str = "config") -> Any:
     if not p.is_file():
         raise InvalidInputError(f"{what} file not found: {p}")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) was a malformed JSON file
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"cannot read {what} {p}: {exc}") from None
     try:
