@@ -434,3 +434,14 @@ def test_a_config_saved_with_a_byte_order_mark_loads(tmp_path, suffix):
     path = tmp_path / f"c{suffix}"
     path.write_text(json.dumps(doc), encoding="utf-8-sig")
     assert DLRMConfig.from_file(path) == config()
+
+
+def test_breakdown_columns_add_up_as_the_docs_say(catalog):
+    """docs/engine.md: per rank compute + exposed comm + idle = the iteration; host time runs beside them on the
+    CPU (not in that sum) and the critical path's parts add up to the iteration."""
+    res = simulate(build_dlrm_graph(config(), catalog=catalog).graph, RooflineCostModel(catalog))
+    b = res.breakdown
+    assert np.allclose(b["compute_us"] + b["exposed_comm_us"] + b["idle_us"], res.iteration_us)
+    assert np.allclose(b["exposed_comm_us"] + b["overlapped_comm_us"], b["comm_us"])
+    assert (b["host_us"] > 0).all() and (b["host_us"] <= res.iteration_us + 1e-9).all()
+    assert sum(res.critical_path_summary().values()) == pytest.approx(res.iteration_us)
