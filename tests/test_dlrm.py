@@ -63,10 +63,17 @@ def test_yaml_round_trip_and_generator(tmp_path):
     ({"tables": [{"name": "x", "num_embeddings": 10, "pooling_factor": float("nan")}]}, "pooling_factor"),
     ({"tables": [{"name": "x", "num_embeddings": 10, "rows": 3}]}, "unknown key"),
     ({"tabels": []}, "unknown key"),
+    ({"name": ""}, "name must be a non-empty string"),
+    ({"name": ["a", "b"]}, "name must be a non-empty string"),
+    ({"name": {"a": 1}}, "name must be a non-empty string"),
 ])
 def test_bad_configs_name_the_problem(change, message):
     with pytest.raises(InvalidInputError, match=message):
         config(**change)
+
+
+def test_a_numeric_config_name_is_kept_as_text():
+    assert config(name=2024).name == "2024"
 
 
 def test_malformed_file_is_one_clear_error(tmp_path):
@@ -399,3 +406,42 @@ def test_a_pooling_factor_below_the_minimum_warns_naming_the_table():
 
     with pytest.warns(WorkloadWarning, match=r"table\(s\) 'x' \(1e-09\): pooling_factor below 0.001"):
         config(plan=None, tables=[{"name": "x", "num_embeddings": 10, "pooling_factor": 1e-9}])
+
+
+@pytest.mark.parametrize("key, value", [("dcn_layers", 2), ("dcn_low_rank", 32)])
+def test_dcn_keys_without_a_dcn_interaction_warn_that_they_are_ignored(key, value):
+    """``dcn_layers`` / ``dcn_low_rank`` with ``interaction: dot`` (or cat) changed nothing and said nothing: a user
+    who forgot ``interaction: dcn`` got the dot model's time."""
+    import warnings
+
+    from hybrid.errors import WorkloadWarning
+
+    with pytest.warns(WorkloadWarning, match=f"{key} applies to interaction: dcn only.*ignored"):
+        c = config(**{key: value})
+    assert c.mlp_layers() == config().mlp_layers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WorkloadWarning)
+        dcn = config(interaction="dcn", **{key: value})  # where it applies: no warning
+    assert len(dcn.mlp_layers()) > len(c.mlp_layers())
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_config_saved_with_a_byte_order_mark_loads(tmp_path, suffix):
+    """Windows editors save UTF-8 with a BOM: a JSON config was "malformed ... Unexpected UTF-8 BOM"."""
+    import json
+
+    doc = config().to_dict()
+    path = tmp_path / f"c{suffix}"
+    path.write_text(json.dumps(doc), encoding="utf-8-sig")
+    assert DLRMConfig.from_file(path) == config()
+
+
+def test_breakdown_columns_add_up_as_the_docs_say(catalog):
+    """docs/engine.md: per rank compute + exposed comm + idle = the iteration; host time runs beside them on the
+    CPU (not in that sum) and the critical path's parts add up to the iteration."""
+    res = simulate(build_dlrm_graph(config(), catalog=catalog).graph, RooflineCostModel(catalog))
+    b = res.breakdown
+    assert np.allclose(b["compute_us"] + b["exposed_comm_us"] + b["idle_us"], res.iteration_us)
+    assert np.allclose(b["exposed_comm_us"] + b["overlapped_comm_us"], b["comm_us"])
+    assert (b["host_us"] > 0).all() and (b["host_us"] <= res.iteration_us + 1e-9).all()
+    assert sum(res.critical_path_summary().values()) == pytest.approx(res.iteration_us)

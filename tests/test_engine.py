@@ -208,6 +208,24 @@ def test_chrome_trace_has_one_track_per_rank_and_stream(tmp_path, catalog):
     assert not list(tmp_path.glob(".trace.json*"))  # no temp file left behind
 
 
+def test_chrome_trace_events_on_one_stream_never_overlap(tmp_path):
+    """Back-to-back nodes on one stream stay back to back in the trace: ``ts`` and ``dur`` were rounded apart (4
+    decimals each), so an event could end up to 1e-4 us after the next one on its track began (a strict reader, or
+    Perfetto at ns resolution, sees an improperly nested slice)."""
+    g = TaskGraph(1)
+    durations = np.random.default_rng(0).uniform(0.0, 10.0, 200)
+    for i, d in enumerate(durations):
+        g.add(0, "compute", f"k{i}", duration_us=float(d))
+    r = simulate(g, overheads=NO)
+    data = json.loads(write_chrome_trace(r, tmp_path / "t.json").read_text())
+    events = sorted((e["ts"], e["dur"]) for e in data["traceEvents"] if e["ph"] == "X")
+    assert len(events) == len(durations)
+    for (ts, dur), (nxt, _) in zip(events, events[1:], strict=False):
+        assert dur >= 0 and ts + dur <= nxt
+    last_ts, last_dur = events[-1]
+    assert last_ts + last_dur == pytest.approx(r.iteration_us, abs=1e-4)
+
+
 def _launch_bound_runs(model: RooflineCostModel) -> tuple[list, list[float]]:
     """Graphs of 5, 20 and 60 tiny kernels after an iteration overhead, and their iterations simulated with known
     overheads (launch 12 us, iteration 50 us; no collectives or optimizer step: those constants touch no critical
@@ -280,6 +298,21 @@ def test_comm_overlap_blocks_compute_for_the_unhidden_share(overlap, expected):
     assert r.breakdown.loc[0, "collectives"] == 1  # the interference node is not a second collective
     with pytest.raises(InvalidInputError, match="comm_overlap"):
         g.collective("bad", [0], duration_us=1.0, comm_overlap=1.5)
+
+
+@pytest.mark.parametrize("overlap, expected", [(1.0, 100.0), (0.999, 100.05), (0.5, 125.0), (0.0, 150.0)])
+def test_partial_comm_overlap_does_not_hold_the_collective_behind_compute(overlap, expected):
+    """A 50 us collective beside an independent 100 us kernel on each rank: the compute pays the unhidden share,
+    ``(1 - overlap) x 50`` us. The interference node was a member of the collective, so the collective waited for
+    the compute stream: any overlap below 1 (even 0.999) serialised it behind the kernel (150 us, as overlap 0)."""
+    g = TaskGraph(2)
+    for r in range(2):
+        g.add(r, "compute", "long", duration_us=100.0)
+    ids = g.collective("ar", [0, 1], duration_us=50.0, launch=False, comm_overlap=overlap)
+    r = simulate(g, overheads=NO)
+    assert r.iteration_us == pytest.approx(expected)
+    assert r.start[ids[0]] == pytest.approx(0.0) and r.start[ids[1]] == pytest.approx(0.0)
+    assert r.breakdown["collective_wait_us"].tolist() == pytest.approx([0.0, 0.0])
 
 
 def test_synchronous_host_waits_for_each_kernel():
@@ -357,3 +390,39 @@ def test_ranks_sharing_a_cpu_memory_system_split_its_bandwidth():
     # without a measured shared bandwidth nothing changes
     plain = RooflineCostModel(default_catalog().with_device(cpu))
     assert np.allclose(SharedMemoryBandwidth(plain, 2).predict(rows)["time_us"], plain.predict(rows)["time_us"])
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"kernel_launch_us": "abc"}, "kernel_launch_us must be a number of us"),
+    ({"kernel_launch_us": None}, "kernel_launch_us must be a number of us"),
+    ({"iteration_us": True}, "iteration_us must be a number of us"),
+])
+def test_overheads_from_dict_names_a_value_that_is_no_number(values, message):
+    """A constant that is no number was a bare ``could not convert string to float: 'abc'`` (or a TypeError)."""
+    with pytest.raises(InvalidInputError, match=message):
+        Overheads.from_dict(values)
+
+
+def test_engine_refuses_inputs_of_the_wrong_type_by_name():
+    g = TaskGraph(1)
+    with pytest.raises(InvalidInputError, match="duration must be a number"):
+        g.add(0, "compute", "a", duration_us="3")  # was "'<' not supported between instances of 'str' and 'int'"
+    with pytest.raises(InvalidInputError, match="duration must be a number"):
+        g.kernel(0, "k", duration_us="3")
+    assert len(g) == 0
+    g.add(0, "compute", "a", duration_us=1.0)
+    with pytest.raises(InvalidInputError, match="overheads must be an Overheads"):
+        simulate(g, overheads={"kernel_launch_us": 1.0})  # was "'dict' object has no attribute 'vector'"
+
+
+def test_chrome_trace_writes_node_args_json_cannot_hold_as_text(tmp_path):
+    """A node's ``args`` with a set, a numpy array or an object were a bare "Object of type set is not JSON
+    serializable" once the whole simulation had run; NaN inside a list was written as NaN (invalid JSON)."""
+    g = TaskGraph(1)
+    g.add(0, "compute", "a", duration_us=3.0,
+          args={"s": {2}, "arr": np.array([1.5, 2.5]), "path": tmp_path, "nested": [1.0, float("nan")], "n": np.int64(4)})
+    data = json.loads(write_chrome_trace(simulate(g, overheads=NO), tmp_path / "t.json").read_text(),
+                      parse_constant=lambda c: pytest.fail(f"invalid JSON constant {c}"))
+    args = next(e for e in data["traceEvents"] if e["ph"] == "X")["args"]
+    assert args["s"] == [2] and args["arr"] == [1.5, 2.5] and args["path"] == str(tmp_path)
+    assert args["nested"] == [1.0, None] and args["n"] == 4

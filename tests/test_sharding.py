@@ -16,6 +16,7 @@ from hybrid.sharding.heuristics import BASELINES, size_greedy
 from hybrid.sharding.memory import memory_per_rank
 from hybrid.sharding.plan import ShardingPlan
 from hybrid.sharding.search import search_plans
+from hybrid.units import format_bytes
 from hybrid.workloads.dlrm import DLRMConfig
 
 
@@ -40,6 +41,19 @@ def test_memory_rejects_a_plan_that_cannot_fit():
     # the baselines work around it (table-wise needs it alone on a rank, here impossible with adagrad)
     with pytest.raises(InvalidInputError, match="does not fit"):
         size_greedy(c)
+
+
+def test_fit_reason_names_a_data_parallel_tables_gradient_and_adds_up():
+    """SGD keeps no optimizer state, yet a data-parallel table's dense gradient was reported as "optimizer state
+    239.8 GiB"; and the parts named (embeddings + that + activations) fell short of the total the rank needs."""
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 2, "optimizer": "sgd", "tables": [
+        {"name": "huge", "num_embeddings": 400_000_000}, {"name": "small", "num_embeddings": 1000}]})
+    m = memory_per_rank(c, ShardingPlan({"huge": "data_parallel", "small": "data_parallel"}))
+    assert not m.fits
+    assert "optimizer state" not in m.reason and "gradients" in m.reason
+    row = m.per_rank.loc[0]
+    other = row["total"] - row["embeddings"] - row["embedding_optimizer"] - row["activations"]
+    assert other > 0 and f"other {format_bytes(other)}" in m.reason
 
 
 def test_baselines_place_every_table_and_balance_their_cost():

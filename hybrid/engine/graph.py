@@ -20,7 +20,8 @@ flat numpy arrays that :func:`hybrid.engine.simulate.simulate` evaluates. Semant
   (:meth:`hybrid.engine.simulate.SimResult.phase_times`);
 * ``comm_overlap`` of a collective (1 = fully hidden behind compute, like a GPU's separate comm stream; 0 =
   compute and communication share the same cores, like gloo on a CPU) adds, per member, an *interference*
-  node on the compute stream that starts with the collective and lasts ``1 - comm_overlap`` of its time.
+  node on the compute stream that starts with the collective (or once the compute stream before it is free) and
+  lasts ``1 - comm_overlap`` of its time; the collective itself does not wait for the compute stream.
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ OVERHEAD_CATEGORIES: tuple[str, ...] = ("none", "kernel_launch", "collective_lau
 
 #: Default stream names.
 HOST, COMPUTE_STREAM, COMM_STREAM = "host", "compute", "comm"
+
+
+def _check_duration(what: str, duration_us: Any) -> None:
+    """A node's fixed duration: a finite number >= 0 (a string was a bare ``'<' not supported`` TypeError)."""
+    if isinstance(duration_us, (bool, np.bool_)) or not isinstance(duration_us, (int, float, np.integer,
+                                                                                  np.floating)):
+        raise InvalidInputError(f"{what}: duration must be a number of us, got {duration_us!r}")
+    if duration_us < 0 or not np.isfinite(duration_us):
+        raise InvalidInputError(f"{what}: duration must be finite and >= 0, got {duration_us}")
 
 
 @dataclass
@@ -163,8 +173,7 @@ class TaskGraph:
         """Append a node on ``(rank, stream)`` after that stream's previous node; returns its id.
 
         ``phase`` defaults to the builder's current :attr:`phase`."""
-        if duration_us < 0 or not np.isfinite(duration_us):
-            raise InvalidInputError(f"node {name!r}: duration must be finite and >= 0, got {duration_us}")
+        _check_duration(f"node {name!r}", duration_us)
         # every check before the first append: a refused node left the graph's per-node lists of unequal
         # lengths (an unknown kind was a bare "tuple.index(x): x not in tuple" after name, rank and stream were in)
         if kind not in KINDS:
@@ -236,8 +245,7 @@ class TaskGraph:
         for d in deps:
             if not 0 <= d < len(self._names):
                 raise InvalidInputError(f"kernel {name!r}: dependency {d} does not exist yet")
-        if not (duration_us >= 0 and np.isfinite(duration_us)):
-            raise InvalidInputError(f"kernel {name!r}: duration must be finite and >= 0, got {duration_us}")
+        _check_duration(f"kernel {name!r}", duration_us)
         if self.synchronous_host:
             host_deps = [*host_deps, self.last(rank, stream)]
         launch = self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="kernel_launch", deps=host_deps)
@@ -262,9 +270,9 @@ class TaskGraph:
 
         Returns ``{rank: node id}``. Each member depends on its own ``deps[rank]`` and (if ``launch``) on a
         CPU launch node on its host stream. With ``comm_overlap < 1`` each member also gets an interference
-        node on its compute stream, in the same synchronisation group (it starts with the collective), lasting
-        ``1 - comm_overlap`` of the collective's time: the share of the communication that compute cannot
-        overlap with (progress threads on the compute cores).
+        node on its compute stream that starts with the collective (or once the compute stream before it is free:
+        the collective does not wait for it), lasting ``1 - comm_overlap`` of the collective's time: the share of
+        the communication that compute cannot overlap with (progress threads on the compute cores).
         """
         if not 0.0 <= float(comm_overlap) <= 1.0:
             raise InvalidInputError(f"collective {name!r}: comm_overlap must be in [0, 1], got {comm_overlap}")
@@ -332,10 +340,15 @@ class TaskGraph:
         names = list(self._names)
         args = list(self._args)
         n_groups = self._n_groups
+        interference = np.zeros(n, dtype=bool)
+        interference[list(self._interference)] = True
         if n_groups:
-            # edges into a collective member go to the group's sync node; sync -> every member
+            # edges into a collective member go to the group's sync node; sync -> every member. An interference node
+            # (comm_overlap < 1) keeps its own inputs (the compute stream before it) and only waits for the sync node:
+            # it starts with the collective, or once the compute stream is free, but the collective does not wait for
+            # the compute stream (that serialised every collective of overlap < 1 behind compute, as overlap 0 did)
             sync_of_group = n + np.arange(n_groups, dtype=np.int64)
-            member_group = group[dst]
+            member_group = np.where(interference[dst], -1, group[dst])
             into_member = member_group >= 0
             dst = np.where(into_member, sync_of_group[np.maximum(member_group, 0)], dst)
             members = np.flatnonzero(group >= 0)
@@ -356,8 +369,7 @@ class TaskGraph:
         phase = np.concatenate([np.asarray(self._phase, dtype=np.int16), np.full(n_groups, -1, np.int16)])
         scale = np.concatenate([np.asarray(self._scale, dtype=np.float64), np.ones(n_groups)])
         phase_names = tuple(k for k, _ in sorted(self._phase_ids.items(), key=lambda kv: kv[1]))
-        interference = np.zeros(len(rank), dtype=bool)
-        interference[list(self._interference)] = True
+        interference = np.concatenate([interference, np.zeros(n_groups, dtype=bool)])
         return CompiledGraph(names, rank, stream, stream_names, kind, fixed, op_index, overhead, group, src, dst,
                              own, ops, args, int(self.n_ranks), n, phase, phase_names, scale, interference,
                              bool(self.synchronous_host))

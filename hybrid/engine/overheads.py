@@ -46,6 +46,8 @@ class Overheads:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise InvalidInputError(f"overhead {f.name} must be a number of us, got {value!r}")
             if not np.isfinite(value) or value < 0:
                 raise InvalidInputError(f"overhead {f.name} must be finite and >= 0, got {value!r}")
 
@@ -63,7 +65,17 @@ class Overheads:
         unknown = set(data) - known
         if unknown:
             raise InvalidInputError(f"unknown overhead(s) {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**{k: float(v) for k, v in data.items()})
+        values = {}
+        for k, v in data.items():  # float("abc") / float(None) were bare ValueError / TypeError; float(True) was 1 us
+            if isinstance(v, str):
+                try:
+                    v = float(v)
+                except ValueError:
+                    pass
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                raise InvalidInputError(f"overhead {k} must be a number of us, got {v!r}")
+            values[k] = float(v)
+        return cls(**values)
 
     @classmethod
     def zero(cls) -> Overheads:

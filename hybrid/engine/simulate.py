@@ -332,6 +332,9 @@ def simulate(
     if not isinstance(graph, TaskGraph | CompiledGraph):
         raise InvalidInputError(f"simulate needs a TaskGraph (or a builder's result with .graph), got "
                                 f"{type(graph).__name__}")
+    if overheads is not None and not isinstance(overheads, Overheads):
+        raise InvalidInputError(f"overheads must be an Overheads (Overheads.from_dict for a mapping of us), got "
+                                f"{type(overheads).__name__}")
     compiled = graph.compile() if isinstance(graph, TaskGraph) else graph
     methods: list = []
     over = overheads if overheads is not None else Overheads()

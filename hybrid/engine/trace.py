@@ -23,12 +23,49 @@ STREAM_TIDS = {"host": 0, "compute": 1, "comm": 2}
 
 
 def _clean(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
+    """``value`` as JSON holds it: numpy scalars as numbers, NaN / inf as null (JSON has neither), arrays, sets and
+    tuples as lists, mappings with text keys, anything else (a path, an object) as its text."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (np.integer, int)):
         return int(value)
     if isinstance(value, (np.floating, float)):
         v = float(value)
-        return None if math.isnan(v) else v
-    return value
+        return v if math.isfinite(v) else None
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, np.ndarray):
+        return [_clean(v) for v in value.tolist()]
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [_clean(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return items
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    return str(value)
+
+
+#: Decimals (of a microsecond) the trace's ``ts`` and event ends are rounded to.
+TS_DECIMALS = 4
+
+
+def _rounded_spans(start: np.ndarray, finish: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``ts`` and ``dur`` per node with start and END rounded (not start and duration apart, whose rounding errors
+    add up: an event could end 1e-4 us after the next one on its stream began, an improperly nested slice), and
+    ``dur`` trimmed by an ulp where ``ts + dur`` in floating point would still pass the rounded end."""
+    ts = np.round(np.asarray(start, dtype=np.float64), TS_DECIMALS)
+    end = np.maximum(np.round(np.asarray(finish, dtype=np.float64), TS_DECIMALS), ts)
+    dur = end - ts
+    for _ in range(8):  # one or two steps at most: the sum is within an ulp of ``end``
+        over = ts + dur > end
+        if not over.any():
+            break
+        dur[over] = np.nextafter(dur[over], 0.0)
+    return ts, dur
 
 
 def chrome_trace(result: SimResult, name: str = "hybrid simulation") -> dict[str, Any]:
@@ -47,6 +84,7 @@ def chrome_trace(result: SimResult, name: str = "hybrid simulation") -> dict[str
         events.append({"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": rank, "args": {"sort_index": rank}})
     ops = g.ops.to_dict(orient="records") if len(g.ops) else []
+    ts, dur = _rounded_spans(result.start, result.finish)
     for i in range(len(g)):
         if g.kind[i] == SYNC:
             continue
@@ -61,8 +99,7 @@ def chrome_trace(result: SimResult, name: str = "hybrid simulation") -> dict[str
             args.update({k: _clean(v) for k, v in g.args[i].items()})
         events.append({
             "ph": "X", "name": g.names[i], "cat": KINDS[g.kind[i]], "pid": int(g.rank[i]),
-            "tid": tids[int(g.stream[i])], "ts": round(float(result.start[i]), 4),
-            "dur": round(float(result.durations[i]), 4), "args": args,
+            "tid": tids[int(g.stream[i])], "ts": float(ts[i]), "dur": float(dur[i]), "args": args,
         })
     return {"traceEvents": events, "displayTimeUnit": "ns",
             "metadata": {"name": name, "iteration_us": result.iteration_us, "n_ranks": g.n_ranks}}

@@ -60,6 +60,9 @@ class MemoryReport:
     #: where :attr:`reason` sends the user for other plans (:data:`SHARD_HINT`; "" inside ``hybrid shard``, which
     #: shows the other plans it made)
     other_plans: str = SHARD_HINT
+    #: what the ``embedding_optimizer`` column holds, as :attr:`reason` names it (adagrad's accumulators, the dense
+    #: gradients of data-parallel tables, or both; SGD keeps no optimizer state)
+    embedding_optimizer_label: str = "optimizer state"
 
     @property
     def fits(self) -> bool:
@@ -97,10 +100,13 @@ class MemoryReport:
                     f"{spread}more nodes, smaller tables, or fewer tables in host memory")
         row = self.per_rank.loc[self.per_rank["total"].idxmax()]
         over = int((~self.per_rank["fits"]).sum())
+        # the rest of the total (MLPs, communication buffers, indices, fragmentation, runtime reserve): the parts
+        # named add up to what the rank needs
+        other = max(float(row["total"] - row["embeddings"] - row["embedding_optimizer"] - row["activations"]), 0.0)
         return (f"rank {int(row['rank'])} needs {format_bytes(row['total'])} > {format_bytes(self.capacity)} device "
-                f"memory (embeddings {format_bytes(row['embeddings'])} + optimizer state "
-                f"{format_bytes(row['embedding_optimizer'])} + activations {format_bytes(row['activations'])}); "
-                f"{over} of {len(self.per_rank)} ranks do not fit")
+                f"memory (embeddings {format_bytes(row['embeddings'])} + {self.embedding_optimizer_label} "
+                f"{format_bytes(row['embedding_optimizer'])} + activations {format_bytes(row['activations'])} + other "
+                f"{format_bytes(other)}); {over} of {len(self.per_rank)} ranks do not fit")
 
     def host_memory_summary(self) -> dict[str, Any] | None:
         """What each node's host memory holds of the tables placed there and the check of it (None when no table
@@ -238,6 +244,10 @@ def memory_per_rank(config: DLRMConfig, plan: ShardingPlan, capacity: float | No
         "activations": acts, "comm_buffers": comm, "indices": indices, "reserve": reserve, "total": total,
         "capacity": np.full(R, float(capacity)), "host_embeddings": host_emb}), float(capacity), host_cap,
         int(target.gpus_per_node), source, note)
+    label = [*(["optimizer state"] if mult > 1 else []),
+             *(["data-parallel table gradients"] if any(p.type == "data_parallel" and not p.host for p in pieces)
+               else [])]
+    report.embedding_optimizer_label = " and ".join(label) or "optimizer state"
     # a rank fits when its GPU holds its share and its node's host memory what the node's ranks placed there
     node_fits = (report.host_per_node <= HOST_EMBEDDING_SHARE * host_cap if host_cap > 0
                  else np.ones(len(report.host_per_node), dtype=bool))

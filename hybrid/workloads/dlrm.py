@@ -99,7 +99,7 @@ def load_document(path: str | os.PathLike, what: str = "config") -> Any:
     if not p.is_file():
         raise InvalidInputError(f"{what} file not found: {p}")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) was a malformed JSON file
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInputError(f"cannot read {what} {p}: {exc}") from None
     try:
@@ -370,6 +370,14 @@ class DLRMConfig:
                "embedding_placement", "bottom_mlp_placement", "lookup_output_dtype", "grad_scaler")
 
     def __post_init__(self) -> None:
+        # the name labels the output, the trace and its JSON: a number (YAML `name: 2024`) is kept as text; a list,
+        # a mapping or an empty name was carried into them as such (`"config": [1, 2]`, a line starting ": 8 x")
+        name = self.name
+        if isinstance(name, (int, float, np.integer, np.floating)) and not isinstance(name, (bool, np.bool_)):
+            name = str(name)
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInputError(f"name must be a non-empty string, got {self.name!r}")
+        object.__setattr__(self, "name", name.strip())
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "gpus", _positive_int(self.gpus, "gpus"))
         object.__setattr__(self, "batch_size_per_gpu", _positive_int(self.batch_size_per_gpu, "batch_size_per_gpu"))
@@ -549,6 +557,14 @@ class DLRMConfig:
         config = cls(tables=tuple(tables), plan=ShardingPlan.from_dict(plan) if plan is not None else None,
                      extra=extra, **kwargs)
         config.warn_unusual()
+        if config.interaction != "dcn":  # the document's own keys (a variant's are its own business)
+            import warnings
+
+            for key in ("dcn_layers", "dcn_low_rank"):
+                if data.get(key) is not None or overrides.get(key) is not None:
+                    warnings.warn(f"{key} applies to interaction: dcn only; with interaction: {config.interaction} it "
+                                  "is ignored (set `interaction: dcn` for DCNv2 cross layers)", WorkloadWarning,
+                                  stacklevel=2)
         return config
 
     def unusual(self) -> list[str]:
