@@ -128,16 +128,23 @@ def test_network_folder_naming_no_system_says_how_to_name_one(shared_datasets, t
     assert set(df["device"]) == {"A100-SXM4-80GB"} and df["system"].isna().all()
 
 
+def _llama_mlp_file(tmp_path, raw: pd.DataFrame):
+    """``raw`` written as Vidur's A100 Llama-2-7B ``mlp.csv`` under ``tmp_path`` (the layout the importer reads the
+    device and model from); returns its path."""
+    d = tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf"
+    d.mkdir(parents=True)
+    raw.to_csv(d / "mlp.csv", index=False)
+    return d / "mlp.csv"
+
+
 def test_tp_degree_not_dividing_the_model_names_the_line(shared_datasets, tmp_path, catalog):
     """A tensor-parallel degree that does not divide the model's dimensions was refused with no line to look at."""
     raw = pd.read_csv(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv").head(6)
     raw.loc[3, "num_tensor_parallel_workers"] = 3  # 4096 hidden, 32 heads: 3 divides neither
-    d = tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf"
-    d.mkdir(parents=True)
-    raw.to_csv(d / "mlp.csv", index=False)
+    mlp = _llama_mlp_file(tmp_path, raw)
     with pytest.raises(ImportFormatError, match=r"mlp\.csv: line 5: tensor-parallel degree 3 does not divide the "
                                                 r"model dimensions of \w+"):
-        import_vidur_compute(d / "mlp.csv", catalog=catalog)
+        import_vidur_compute(mlp, catalog=catalog)
 
 
 @pytest.mark.parametrize("value, problem", [
@@ -186,12 +193,10 @@ def test_schema_errors_of_imported_rows_name_the_source_line(shared_datasets, tm
     line 6. The error names the file's line now."""
     raw = pd.read_csv(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv").head(11)
     raw.loc[4, "time_stats.mlp_up_proj.median"] = 1000.0  # CSV line 6: 1 s, above the row's max
-    d = tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf"
-    d.mkdir(parents=True)
-    raw.to_csv(d / "mlp.csv", index=False)
+    mlp = _llama_mlp_file(tmp_path, raw)
     with pytest.raises(HybridError, match=r"mlp\.csv: line 6 \(mlp_up_proj\), column 'time_us_max' of the imported "
                                           r"row: .* is below the median time_us"):
-        import_vidur_compute(d / "mlp.csv", catalog=catalog)
+        import_vidur_compute(mlp, catalog=catalog)
 
 
 @pytest.mark.parametrize(("value", "rows", "error"), [
@@ -208,8 +213,6 @@ def test_model_dimension_columns_are_checked_with_their_line(shared_datasets, tm
     raw = pd.read_csv(shared_datasets / "vidur/data/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv").head(6)
     raw["n_embd"] = raw["n_embd"].astype(object)
     raw.loc[raw.index[rows], "n_embd"] = value
-    d = tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf"
-    d.mkdir(parents=True)
-    raw.to_csv(d / "mlp.csv", index=False)
+    mlp = _llama_mlp_file(tmp_path, raw)
     with pytest.raises(ImportFormatError, match=r"mlp\.csv: " + error):
-        import_vidur_compute(d / "mlp.csv", catalog=catalog)
+        import_vidur_compute(mlp, catalog=catalog)
