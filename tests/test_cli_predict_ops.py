@@ -229,6 +229,25 @@ def test_predict_table_bad_row_is_named_and_nothing_is_written(tmp_path, change,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.parquet", "ops.csv"]  # no temporary file left
 
 
+def test_predict_table_unknown_system_names_its_row(tmp_path):
+    """A collective row naming a system the catalog lacks failed with "unknown system or device 'nosys'" alone:
+    the one bad row of a table was not named (every other bad value is, by row and CSV line), nor the file."""
+    src = tmp_path / "coll.csv"
+    src.write_text("device,op,dtype,size_bytes,n_ranks,system\n"
+                   "H100,all_reduce,fp32,1048576,8,DGX-H100\n"
+                   "H100,all_gather,fp32,1048576,8,nosys\n")
+    dst = tmp_path / "out.csv"
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 2 and not out and not dst.exists() and "Traceback" not in err
+    assert err.startswith(f"error: {src}: row 2 (CSV line 3): unknown system or device 'nosys'"), err
+    measured = tmp_path / "measured.csv"  # where measured tables are read too
+    measured.write_text("device,op,dtype,size_bytes,n_ranks,system,time_us\n"
+                        "H100,all_reduce,fp32,1048576,8,DGX-H100,30\n"
+                        "H100,all_gather,fp32,1048576,8,nosys,30\n")
+    rc, out, err = cli(["evaluate", str(measured), "--model", "roofline"])
+    assert rc == 2 and "row 2 (CSV line 3)" in err and "'nosys'" in err, err
+
+
 def test_a_collective_row_whose_device_is_not_its_systems_gpu_is_said(tmp_path):
     """A row `device V100-SXM2-32GB, system DGX-H100` was priced on the DGX-H100's fabric without a word (and, in a
     measured table, fitted and scored under the V100). It is kept, as `hybrid data import --system` keeps a

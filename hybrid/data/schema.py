@@ -648,6 +648,7 @@ def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFra
 
     if len(table) == 0:
         return pd.DataFrame(index=table.index)
+    _check_systems(table, catalog, source)
     try:
         base = roofline(table.reset_index(drop=True), catalog)
     except InvalidInputError as exc:
@@ -661,6 +662,25 @@ def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFra
     _check_stated_nodes(table, catalog, source)
     _check_system_device(table, catalog, source)
     return base
+
+
+def _check_systems(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
+    """A collective row whose ``system`` is neither a catalog system nor a device (its generic node) is refused
+    naming the file, its first such row and CSV line; the roofline's error named the system alone."""
+    if "system" not in table.columns:
+        return
+    from hybrid.ops.families import COLLECTIVE_OPS
+    from hybrid.ops.roofline import resolve_system
+
+    names = table["system"].astype("string").str.strip()
+    stated = (table["op"].astype(str).isin(COLLECTIVE_OPS) & names.notna() & (names != "")).fillna(False)
+    stated = stated.to_numpy(dtype=bool)
+    for name in pd.unique(names[stated]):
+        try:
+            resolve_system(catalog, str(name))
+        except UnknownDeviceError as exc:
+            i = int(np.flatnonzero(stated & (names == name).fillna(False).to_numpy(dtype=bool))[0])
+            raise UnknownDeviceError(f"{source}: row {i + 1} (CSV line {row_line(table, i)}): {exc}") from None
 
 
 def _check_stated_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
