@@ -71,6 +71,10 @@ def test_predict_op_gemm_prints_what_predict_gemm_prints():
     assert {k: v for k, v in via_op.items() if k not in ("m", "n", "k")} == json.loads(out)
 
 
+EMB = ["embedding_bag", "num_embeddings=100000", "embedding_dim=128", "pooling_factor=20", "batch_size=4096",
+       "direction=bwd"]
+
+
 @pytest.mark.parametrize("args, needles", [
     (["layrnorm", "rows=4", "hidden=4"], ["unknown op 'layrnorm'", "layernorm", "softmax", "conv2d"]),
     (["softmax", "rows=4"], ["softmax needs hidden=", "rows, hidden"]),
@@ -83,6 +87,11 @@ def test_predict_op_gemm_prints_what_predict_gemm_prints():
     (["softmax", "rows", "hidden=8"], ["'rows'", "KEY=VALUE"]),
     (["softmax", "rows=4", "rows=8", "hidden=8"], ["rows given twice"]),
     (["all_reduce", "size_bytes=4096", "n_ranks=8"], ["hybrid predict collective"]),
+    # the roofline read zipf_alpha alone (index_dist=zipf without it priced uniform indices, index_dist=uniform
+    # with it a skew) while the embedding model reads index_dist: refused, as the DLRM table configs refuse them
+    ([*EMB, "index_dist=zipf"], ["index_dist=zipf", "zipf_alpha > 0"]),
+    ([*EMB, "index_dist=zipf", "zipf_alpha=0"], ["index_dist=zipf", "zipf_alpha > 0"]),
+    ([*EMB, "index_dist=uniform", "zipf_alpha=1.1"], ["zipf_alpha=1.1", "index_dist uniform contradicts zipf_alpha 1.1"]),
 ])
 def test_predict_op_errors_name_what_is_wrong(args, needles):
     rc, out, err = cli(["predict", "op", *args, "-d", "H100"])

@@ -416,6 +416,7 @@ def _validate(
                 i = int(np.flatnonzero(bad.to_numpy())[0])
                 raise _fail(df, i, name, f"must be one of {allowed}, got {_show(df[name].iloc[i])}", source)
             df[name] = _text_column(vals, prediction)
+    _check_index_dist(df, source)
 
     # devices
     dev = _clean_text(df["device"], lower=False)
@@ -445,6 +446,27 @@ def _validate(
     ordered = [c.name for c in COLUMNS if c.name in df.columns]
     extra = [c for c in df.columns if c not in COLUMN_BY_NAME]
     return df[ordered + extra]
+
+
+def _check_index_dist(df: pd.DataFrame, source: str) -> None:
+    """An embedding row's ``index_dist`` must agree with its ``zipf_alpha``: ``zipf`` needs an exponent > 0 and
+    ``uniform`` has none (0 or missing), as the DLRM table configs require. The roofline prices the skew from
+    ``zipf_alpha`` alone and the embedding model from ``index_dist``: ``zipf`` without an exponent was priced as
+    uniform indices, ``uniform`` with one as skewed by the roofline and not by the model."""
+    if "index_dist" not in df.columns:
+        return
+    dist = df["index_dist"].astype("string").str.lower()
+    alpha = (pd.to_numeric(df["zipf_alpha"], errors="coerce") if "zipf_alpha" in df.columns
+             else pd.Series(np.nan, index=df.index)).fillna(0.0).to_numpy(dtype=np.float64)
+    zipf = dist.eq("zipf").fillna(False).to_numpy(dtype=bool)
+    uniform = dist.eq("uniform").fillna(False).to_numpy(dtype=bool)
+    for bad, column, problem in ((zipf & ~(alpha > 0), "index_dist", lambda a: "index_dist zipf needs zipf_alpha > 0, the skew's exponent "
+                          "(e.g. 1.05; 0 or none would be uniform indices)"),
+                         (uniform & (alpha > 0), "zipf_alpha", lambda a: f"index_dist uniform contradicts zipf_alpha {a:g} (uniform "
+                          "indices have no skew); drop one of them")):
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise _fail(df, i, column, problem(alpha[i]), source)
 
 
 def _text_column(values: pd.Series, prediction: bool) -> object:
