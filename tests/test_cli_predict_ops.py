@@ -89,6 +89,10 @@ EMB = ["embedding_bag", "num_embeddings=100000", "embedding_dim=128", "pooling_f
     (["all_reduce", "size_bytes=4096", "n_ranks=8"], ["hybrid predict collective"]),
     # the roofline read zipf_alpha alone (index_dist=zipf without it priced uniform indices, index_dist=uniform
     # with it a skew) while the embedding model reads index_dist: refused, as the DLRM table configs refuse them
+    # a NaN typed for an optional column was the column left out (flops_per_element=nan: the variant's default,
+    # printed as "nan"), for a shape column "missing value (NaN/empty)"
+    (["elementwise", "elements=1M", "flops_per_element=nan"], ["flops_per_element='nan'", "not a number"]),
+    (["softmax", "rows=NaN", "hidden=8"], ["rows='NaN'", "not a number"]),
     ([*EMB, "index_dist=zipf"], ["index_dist=zipf", "zipf_alpha > 0"]),
     ([*EMB, "index_dist=zipf", "zipf_alpha=0"], ["index_dist=zipf", "zipf_alpha > 0"]),
     ([*EMB, "index_dist=uniform", "zipf_alpha=1.1"], ["zipf_alpha=1.1", "index_dist uniform contradicts zipf_alpha 1.1"]),

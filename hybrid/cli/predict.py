@@ -312,6 +312,8 @@ def _op_value(key: str, text: str) -> object:
     kind = COLUMN_BY_NAME[key].kind
     if kind in ("str", "bool"):
         return text.strip()
+    if text.strip().lower() in ("nan", "+nan", "-nan"):  # read as the column left out (its default), or "missing"
+        raise InvalidInputError(f"{key}={text!r}: not a number (give one; an optional column left out takes its default)")
     try:
         return float(text) if kind == "float" or not text.strip().lstrip("+-").isdigit() else int(text)
     except ValueError:
