@@ -242,6 +242,20 @@ def test_predict_table_bad_row_is_named_and_nothing_is_written(tmp_path, change,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.parquet", "ops.csv"]  # no temporary file left
 
 
+def test_predict_table_not_comma_separated_says_so_without_asking_for_time_us(tmp_path):
+    """A table of ops to time separated by semicolons failed with "missing required column(s) device, op, time_us":
+    `predict table` does not need time_us (its docstring: optional and ignored), and the separator, the actual
+    problem, was not named (as `hybrid.data.schema.validate` names it)."""
+    src = tmp_path / "ops.csv"
+    src.write_text("device;op;m;n;k\nH100;gemm;64;64;64\n")
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(tmp_path / "out.csv")])
+    assert rc == 2 and not out
+    assert f"error: {src}: missing required column(s) device, op (" in err, err
+    assert "time_us" not in err and "separated by something other than commas" in err, err
+    rc, out, err = cli(["evaluate", str(src), "--model", "roofline"])  # a measured table does need time_us
+    assert rc == 2 and "missing required column(s) device, op, time_us" in err and "other than commas" in err, err
+
+
 def test_predict_table_unknown_system_names_its_row(tmp_path):
     """A collective row naming a system the catalog lacks failed with "unknown system or device 'nosys'" alone:
     the one bad row of a table was not named (every other bad value is, by row and CSV line), nor the file."""

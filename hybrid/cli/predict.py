@@ -452,7 +452,7 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     if (path.parent / CATALOG_FILE).is_file():  # a table inside a bundle: its devices, as `hybrid evaluate` reads it
         cat, _ = merge_catalog(cat, bundle_catalog([path]))
     # in the file's column order: the written table is the user's, their columns as they laid them out
-    raw = read_table([path], cat, validate_rows=False, file_order=True)
+    raw = read_table([path], cat, validate_rows=False, file_order=True, required=("device", "op"))
     # the measured columns are not inputs: a table of ops to time need not have them, and their values are ignored
     inputs = raw.drop(columns=[c for c in MEASURED_COLUMNS if c in raw.columns]).assign(time_us=1.0)
     norm = validate(inputs, cat, source=str(path))

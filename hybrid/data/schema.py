@@ -607,10 +607,12 @@ def read_table(
     *,
     validate_rows: bool = True,
     file_order: bool = False,
+    required: Sequence[str] = REQUIRED,
 ) -> pd.DataFrame:
     """Read one or more canonical tables (``.csv`` or ``.parquet``), validate and concatenate them. The columns
     come in the schema's order, unknown ones after them; ``file_order`` keeps them as the (first) file has them
-    instead, for output a user compares with their own table (``hybrid predict table``)."""
+    instead, for output a user compares with their own table (``hybrid predict table``). ``required``: the columns
+    a file lacking all of them is refused for before any row is read (a table of ops to time has no ``time_us``)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     frames = []
@@ -640,11 +642,13 @@ def read_table(
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as exc:
             raise SchemaError(f"{p}: cannot parse as a table ({type(exc).__name__}: {str(exc).splitlines()[0]})"
                               + (import_hint(p) if p.suffix.lower() not in (".parquet", ".pq") else "")) from None
-        if any(c not in df.columns for c in REQUIRED) and p.suffix.lower() not in (".parquet", ".pq") \
-                and (looks_like_nccl_tests(p) or not any(c in df.columns for c in REQUIRED)):
+        if any(c not in df.columns for c in required) and p.suffix.lower() not in (".parquet", ".pq") \
+                and (looks_like_nccl_tests(p) or not any(c in df.columns for c in required)):
             # not a canonical table at all (raw nccl-tests output, a public format's own CSV): say how to import it
-            missing = [c for c in REQUIRED if c not in df.columns]
-            raise SchemaError(f"{p}: missing required column(s) {', '.join(missing)}" + import_hint(p))
+            # (and when the header is one column, that the separator is no comma)
+            missing = [c for c in required if c not in df.columns]
+            raise SchemaError(f"{p}: missing required column(s) {', '.join(missing)}"
+                              + _column_hint(df.columns, missing) + import_hint(p))
         frames.append(validate(df, catalog, source=str(p)) if validate_rows else df)
     if not frames:
         raise SchemaError("no measurement tables given")
