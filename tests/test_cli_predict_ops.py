@@ -348,3 +348,16 @@ def test_an_output_that_is_the_input_table_is_refused(tmp_path):
     assert rc == 2 and "would replace those measurements" in err and (bundle / "measurements.csv").read_bytes() == before
     rc, _, err = cli(["evaluate", str(src), "--model", "roofline", "-o", str(tmp_path / "pred.csv")])
     assert rc == 0, err  # another name is fine
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["predict", "gemm", "-m", "64", "-n", "64", "-k", "64", "-d", ""], "--device"),
+    (["predict", "op", "softmax", "rows=4", "hidden=8", "-d", " "], "--device"),
+    (["predict", "collective", "--op", "all_reduce", "--size", "1M", "--ranks", "2", "-s", ""], "--system"),
+])
+def test_an_empty_device_or_system_is_named_as_empty(args, flag):
+    """`-d "$GPU"` with GPU unset said "unknown device ''; closest known: Vega-FE, V100S-PCIE-32GB, ..." (and
+    `predict op` "device=None: missing device name"): the option is empty, as `--model ''` is said to be."""
+    rc, out, err = cli(args)
+    assert rc == 2 and not out
+    assert err.strip() == f"error: {flag} is empty: give a value or leave the option out", err

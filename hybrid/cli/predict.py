@@ -214,7 +214,7 @@ def _predict_kernel(frame, device: str, dtype: str, op: str, what: str, as_json:
 
 
 @predict.command("collective")
-@click.option("--system", "-s", required=True, help="Catalog system (or a device: a generic node of it; a CPU: the catalog's system of "
+@click.option("--system", "-s", required=True, callback=named, help="Catalog system (or a device: a generic node of it; a CPU: the catalog's system of "
                    "it, its processes' gloo collectives).")
 @click.option("--op", "op", required=True,
               type=click.Choice(list(COLLECTIVE_OPS)))  # every collective a table (nccl-tests) can hold
