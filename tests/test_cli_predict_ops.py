@@ -93,6 +93,8 @@ EMB = ["embedding_bag", "num_embeddings=100000", "embedding_dim=128", "pooling_f
     # printed as "nan"), for a shape column "missing value (NaN/empty)"
     (["elementwise", "elements=1M", "flops_per_element=nan"], ["flops_per_element='nan'", "not a number"]),
     (["softmax", "rows=NaN", "hidden=8"], ["rows='NaN'", "not a number"]),
+    # a "gemv" of 64 rows was priced as a GEMM (roofline) and as a GEMV (the model's is_gemv feature reads the op)
+    (["gemv", "m=64", "n=4096", "k=4096"], ["gemv m=64 n=4096", "m=1 or n=1", "predict op gemm"]),
     ([*EMB, "index_dist=zipf"], ["index_dist=zipf", "zipf_alpha > 0"]),
     ([*EMB, "index_dist=zipf", "zipf_alpha=0"], ["index_dist=zipf", "zipf_alpha > 0"]),
     ([*EMB, "index_dist=uniform", "zipf_alpha=1.1"], ["zipf_alpha=1.1", "index_dist uniform contradicts zipf_alpha 1.1"]),

@@ -363,6 +363,9 @@ def op_frame(op: str, pairs: tuple[str, ...], dtype: str, device: str) -> tuple[
         raise InvalidInputError(f"{name} needs {', '.join(f'{c}=...' for c in missing)} (the {family.name} "
                                 f"family's shape: {', '.join(family.shape_columns)})")
     values = {k: _op_value(k, v) for k, v in given.items()}
+    if name == "gemv" and 1 not in (values.get("m"), values.get("n")):  # the kernel model's is_gemv reads the op
+        raise InvalidInputError(f"gemv m={values.get('m')} n={values.get('n')}: a GEMV has m=1 or n=1 (a vector); "
+                                "use `hybrid predict op gemm` for a matrix")
     raw = pd.DataFrame([{"device": device, "op": name, "dtype": dtype, "time_us": 1.0, **values}])
     try:
         norm = validate(raw, resolve_devices=False)
