@@ -71,6 +71,10 @@ def test_predict_op_gemm_prints_what_predict_gemm_prints():
     assert {k: v for k, v in via_op.items() if k not in ("m", "n", "k")} == json.loads(out)
 
 
+EMB = ["embedding_bag", "num_embeddings=100000", "embedding_dim=128", "pooling_factor=20", "batch_size=4096",
+       "direction=bwd"]
+
+
 @pytest.mark.parametrize("args, needles", [
     (["layrnorm", "rows=4", "hidden=4"], ["unknown op 'layrnorm'", "layernorm", "softmax", "conv2d"]),
     (["softmax", "rows=4"], ["softmax needs hidden=", "rows, hidden"]),
@@ -83,6 +87,17 @@ def test_predict_op_gemm_prints_what_predict_gemm_prints():
     (["softmax", "rows", "hidden=8"], ["'rows'", "KEY=VALUE"]),
     (["softmax", "rows=4", "rows=8", "hidden=8"], ["rows given twice"]),
     (["all_reduce", "size_bytes=4096", "n_ranks=8"], ["hybrid predict collective"]),
+    # the roofline read zipf_alpha alone (index_dist=zipf without it priced uniform indices, index_dist=uniform
+    # with it a skew) while the embedding model reads index_dist: refused, as the DLRM table configs refuse them
+    # a NaN typed for an optional column was the column left out (flops_per_element=nan: the variant's default,
+    # printed as "nan"), for a shape column "missing value (NaN/empty)"
+    (["elementwise", "elements=1M", "flops_per_element=nan"], ["flops_per_element='nan'", "not a number"]),
+    (["softmax", "rows=NaN", "hidden=8"], ["rows='NaN'", "not a number"]),
+    # a "gemv" of 64 rows was priced as a GEMM (roofline) and as a GEMV (the model's is_gemv feature reads the op)
+    (["gemv", "m=64", "n=4096", "k=4096"], ["gemv m=64 n=4096", "m=1 or n=1", "predict op gemm"]),
+    ([*EMB, "index_dist=zipf"], ["index_dist=zipf", "zipf_alpha > 0"]),
+    ([*EMB, "index_dist=zipf", "zipf_alpha=0"], ["index_dist=zipf", "zipf_alpha > 0"]),
+    ([*EMB, "index_dist=uniform", "zipf_alpha=1.1"], ["zipf_alpha=1.1", "index_dist uniform contradicts zipf_alpha 1.1"]),
 ])
 def test_predict_op_errors_name_what_is_wrong(args, needles):
     rc, out, err = cli(["predict", "op", *args, "-d", "H100"])
@@ -229,6 +244,39 @@ def test_predict_table_bad_row_is_named_and_nothing_is_written(tmp_path, change,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.parquet", "ops.csv"]  # no temporary file left
 
 
+def test_predict_table_not_comma_separated_says_so_without_asking_for_time_us(tmp_path):
+    """A table of ops to time separated by semicolons failed with "missing required column(s) device, op, time_us":
+    `predict table` does not need time_us (its docstring: optional and ignored), and the separator, the actual
+    problem, was not named (as `hybrid.data.schema.validate` names it)."""
+    src = tmp_path / "ops.csv"
+    src.write_text("device;op;m;n;k\nH100;gemm;64;64;64\n")
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(tmp_path / "out.csv")])
+    assert rc == 2 and not out
+    assert f"error: {src}: missing required column(s) device, op (" in err, err
+    assert "time_us" not in err and "separated by something other than commas" in err, err
+    rc, out, err = cli(["evaluate", str(src), "--model", "roofline"])  # a measured table does need time_us
+    assert rc == 2 and "missing required column(s) device, op, time_us" in err and "other than commas" in err, err
+
+
+def test_predict_table_unknown_system_names_its_row(tmp_path):
+    """A collective row naming a system the catalog lacks failed with "unknown system or device 'nosys'" alone:
+    the one bad row of a table was not named (every other bad value is, by row and CSV line), nor the file."""
+    src = tmp_path / "coll.csv"
+    src.write_text("device,op,dtype,size_bytes,n_ranks,system\n"
+                   "H100,all_reduce,fp32,1048576,8,DGX-H100\n"
+                   "H100,all_gather,fp32,1048576,8,nosys\n")
+    dst = tmp_path / "out.csv"
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 2 and not out and not dst.exists() and "Traceback" not in err
+    assert err.startswith(f"error: {src}: row 2 (CSV line 3): unknown system or device 'nosys'"), err
+    measured = tmp_path / "measured.csv"  # where measured tables are read too
+    measured.write_text("device,op,dtype,size_bytes,n_ranks,system,time_us\n"
+                        "H100,all_reduce,fp32,1048576,8,DGX-H100,30\n"
+                        "H100,all_gather,fp32,1048576,8,nosys,30\n")
+    rc, out, err = cli(["evaluate", str(measured), "--model", "roofline"])
+    assert rc == 2 and "row 2 (CSV line 3)" in err and "'nosys'" in err, err
+
+
 def test_a_collective_row_whose_device_is_not_its_systems_gpu_is_said(tmp_path):
     """A row `device V100-SXM2-32GB, system DGX-H100` was priced on the DGX-H100's fabric without a word (and, in a
     measured table, fitted and scored under the V100). It is kept, as `hybrid data import --system` keeps a
@@ -302,3 +350,16 @@ def test_an_output_that_is_the_input_table_is_refused(tmp_path):
     assert rc == 2 and "would replace those measurements" in err and (bundle / "measurements.csv").read_bytes() == before
     rc, _, err = cli(["evaluate", str(src), "--model", "roofline", "-o", str(tmp_path / "pred.csv")])
     assert rc == 0, err  # another name is fine
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["predict", "gemm", "-m", "64", "-n", "64", "-k", "64", "-d", ""], "--device"),
+    (["predict", "op", "softmax", "rows=4", "hidden=8", "-d", " "], "--device"),
+    (["predict", "collective", "--op", "all_reduce", "--size", "1M", "--ranks", "2", "-s", ""], "--system"),
+])
+def test_an_empty_device_or_system_is_named_as_empty(args, flag):
+    """`-d "$GPU"` with GPU unset said "unknown device ''; closest known: Vega-FE, V100S-PCIE-32GB, ..." (and
+    `predict op` "device=None: missing device name"): the option is empty, as `--model ''` is said to be."""
+    rc, out, err = cli(args)
+    assert rc == 2 and not out
+    assert err.strip() == f"error: {flag} is empty: give a value or leave the option out", err

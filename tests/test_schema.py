@@ -352,3 +352,24 @@ def test_errors_name_the_file_line_after_blank_lines(tmp_path):
     p.write_text(head + row.format(b=1) * 5 + row.format(b=-1))
     with pytest.raises(SchemaError, match=r"row 6 \(CSV line 7\), column 'b'"):
         read_table(p)
+
+
+@pytest.mark.parametrize("dist, alpha, column, needle", [
+    ("zipf", None, "index_dist", "index_dist zipf needs zipf_alpha > 0"),
+    ("zipf", 0.0, "index_dist", "index_dist zipf needs zipf_alpha > 0"),
+    ("uniform", 1.1, "zipf_alpha", "index_dist uniform contradicts zipf_alpha 1.1"),
+])
+def test_embedding_index_dist_contradicting_zipf_alpha_is_refused(dist, alpha, column, needle):
+    """The roofline prices an embedding row's skew from ``zipf_alpha`` alone and the embedding model from
+    ``index_dist`` (uniform: no skew): a row of ``index_dist zipf`` without an exponent was priced as uniform indices,
+    one of ``uniform`` with an exponent as skewed by the one and not the other. Refused, naming the row."""
+    ok = {"device": "H100", "op": "embedding_bag", "num_embeddings": 100000, "embedding_dim": 128,
+          "pooling_factor": 20, "batch_size": 4096, "time_us": 10.0}
+    rows = pd.DataFrame([{**ok, "index_dist": "uniform", "zipf_alpha": 0.0},
+                         {**ok, "index_dist": "zipf", "zipf_alpha": 1.05},
+                         {**ok, "index_dist": dist, "zipf_alpha": alpha}])
+    with pytest.raises(SchemaError, match=rf"row 3 .*column '{column}'") as exc:
+        validate(rows, source="t.csv")
+    assert needle in str(exc.value)
+    assert len(validate(rows.head(2))) == 2
+    assert len(validate(rows.head(2).drop(columns=["index_dist"]))) == 2  # no index_dist: the exponent says it

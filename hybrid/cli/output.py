@@ -167,7 +167,9 @@ def arch_note(name: str, catalog: Any = None) -> str | None:
 
 def warn_arch_device(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Click callback for ``--device`` options: print :func:`arch_note` on stderr (unknown names are left to the
-    command, which names them in its error)."""
+    command, which names them in its error); an empty or blank value is refused (:func:`named`: an unset shell
+    variable was "unknown device ''" with the closest names to nothing)."""
+    value = named(ctx, param, value)
     if value:
         from hybrid.errors import UnknownDeviceError
 

@@ -214,7 +214,7 @@ def _predict_kernel(frame, device: str, dtype: str, op: str, what: str, as_json:
 
 
 @predict.command("collective")
-@click.option("--system", "-s", required=True, help="Catalog system (or a device: a generic node of it; a CPU: the catalog's system of "
+@click.option("--system", "-s", required=True, callback=named, help="Catalog system (or a device: a generic node of it; a CPU: the catalog's system of "
                    "it, its processes' gloo collectives).")
 @click.option("--op", "op", required=True,
               type=click.Choice(list(COLLECTIVE_OPS)))  # every collective a table (nccl-tests) can hold
@@ -312,6 +312,8 @@ def _op_value(key: str, text: str) -> object:
     kind = COLUMN_BY_NAME[key].kind
     if kind in ("str", "bool"):
         return text.strip()
+    if text.strip().lower() in ("nan", "+nan", "-nan"):  # read as the column left out (its default), or "missing"
+        raise InvalidInputError(f"{key}={text!r}: not a number (give one; an optional column left out takes its default)")
     try:
         return float(text) if kind == "float" or not text.strip().lstrip("+-").isdigit() else int(text)
     except ValueError:
@@ -361,6 +363,9 @@ def op_frame(op: str, pairs: tuple[str, ...], dtype: str, device: str) -> tuple[
         raise InvalidInputError(f"{name} needs {', '.join(f'{c}=...' for c in missing)} (the {family.name} "
                                 f"family's shape: {', '.join(family.shape_columns)})")
     values = {k: _op_value(k, v) for k, v in given.items()}
+    if name == "gemv" and 1 not in (values.get("m"), values.get("n")):  # the kernel model's is_gemv reads the op
+        raise InvalidInputError(f"gemv m={values.get('m')} n={values.get('n')}: a GEMV has m=1 or n=1 (a vector); "
+                                "use `hybrid predict op gemm` for a matrix")
     raw = pd.DataFrame([{"device": device, "op": name, "dtype": dtype, "time_us": 1.0, **values}])
     try:
         norm = validate(raw, resolve_devices=False)
@@ -450,7 +455,7 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     if (path.parent / CATALOG_FILE).is_file():  # a table inside a bundle: its devices, as `hybrid evaluate` reads it
         cat, _ = merge_catalog(cat, bundle_catalog([path]))
     # in the file's column order: the written table is the user's, their columns as they laid them out
-    raw = read_table([path], cat, validate_rows=False, file_order=True)
+    raw = read_table([path], cat, validate_rows=False, file_order=True, required=("device", "op"))
     # the measured columns are not inputs: a table of ops to time need not have them, and their values are ignored
     inputs = raw.drop(columns=[c for c in MEASURED_COLUMNS if c in raw.columns]).assign(time_us=1.0)
     norm = validate(inputs, cat, source=str(path))

@@ -416,6 +416,7 @@ def _validate(
                 i = int(np.flatnonzero(bad.to_numpy())[0])
                 raise _fail(df, i, name, f"must be one of {allowed}, got {_show(df[name].iloc[i])}", source)
             df[name] = _text_column(vals, prediction)
+    _check_index_dist(df, source)
 
     # devices
     dev = _clean_text(df["device"], lower=False)
@@ -445,6 +446,27 @@ def _validate(
     ordered = [c.name for c in COLUMNS if c.name in df.columns]
     extra = [c for c in df.columns if c not in COLUMN_BY_NAME]
     return df[ordered + extra]
+
+
+def _check_index_dist(df: pd.DataFrame, source: str) -> None:
+    """An embedding row's ``index_dist`` must agree with its ``zipf_alpha``: ``zipf`` needs an exponent > 0 and
+    ``uniform`` has none (0 or missing), as the DLRM table configs require. The roofline prices the skew from
+    ``zipf_alpha`` alone and the embedding model from ``index_dist``: ``zipf`` without an exponent was priced as
+    uniform indices, ``uniform`` with one as skewed by the roofline and not by the model."""
+    if "index_dist" not in df.columns:
+        return
+    dist = df["index_dist"].astype("string").str.lower()
+    alpha = (pd.to_numeric(df["zipf_alpha"], errors="coerce") if "zipf_alpha" in df.columns
+             else pd.Series(np.nan, index=df.index)).fillna(0.0).to_numpy(dtype=np.float64)
+    zipf = dist.eq("zipf").fillna(False).to_numpy(dtype=bool)
+    uniform = dist.eq("uniform").fillna(False).to_numpy(dtype=bool)
+    for bad, column, problem in ((zipf & ~(alpha > 0), "index_dist", lambda a: "index_dist zipf needs zipf_alpha > 0, the skew's exponent "
+                          "(e.g. 1.05; 0 or none would be uniform indices)"),
+                         (uniform & (alpha > 0), "zipf_alpha", lambda a: f"index_dist uniform contradicts zipf_alpha {a:g} (uniform "
+                          "indices have no skew); drop one of them")):
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise _fail(df, i, column, problem(alpha[i]), source)
 
 
 def _text_column(values: pd.Series, prediction: bool) -> object:
@@ -585,10 +607,12 @@ def read_table(
     *,
     validate_rows: bool = True,
     file_order: bool = False,
+    required: Sequence[str] = REQUIRED,
 ) -> pd.DataFrame:
     """Read one or more canonical tables (``.csv`` or ``.parquet``), validate and concatenate them. The columns
     come in the schema's order, unknown ones after them; ``file_order`` keeps them as the (first) file has them
-    instead, for output a user compares with their own table (``hybrid predict table``)."""
+    instead, for output a user compares with their own table (``hybrid predict table``). ``required``: the columns
+    a file lacking all of them is refused for before any row is read (a table of ops to time has no ``time_us``)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     frames = []
@@ -618,11 +642,13 @@ def read_table(
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as exc:
             raise SchemaError(f"{p}: cannot parse as a table ({type(exc).__name__}: {str(exc).splitlines()[0]})"
                               + (import_hint(p) if p.suffix.lower() not in (".parquet", ".pq") else "")) from None
-        if any(c not in df.columns for c in REQUIRED) and p.suffix.lower() not in (".parquet", ".pq") \
-                and (looks_like_nccl_tests(p) or not any(c in df.columns for c in REQUIRED)):
+        if any(c not in df.columns for c in required) and p.suffix.lower() not in (".parquet", ".pq") \
+                and (looks_like_nccl_tests(p) or not any(c in df.columns for c in required)):
             # not a canonical table at all (raw nccl-tests output, a public format's own CSV): say how to import it
-            missing = [c for c in REQUIRED if c not in df.columns]
-            raise SchemaError(f"{p}: missing required column(s) {', '.join(missing)}" + import_hint(p))
+            # (and when the header is one column, that the separator is no comma)
+            missing = [c for c in required if c not in df.columns]
+            raise SchemaError(f"{p}: missing required column(s) {', '.join(missing)}"
+                              + _column_hint(df.columns, missing) + import_hint(p))
         frames.append(validate(df, catalog, source=str(p)) if validate_rows else df)
     if not frames:
         raise SchemaError("no measurement tables given")
@@ -648,6 +674,7 @@ def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFra
 
     if len(table) == 0:
         return pd.DataFrame(index=table.index)
+    _check_systems(table, catalog, source)
     try:
         base = roofline(table.reset_index(drop=True), catalog)
     except InvalidInputError as exc:
@@ -661,6 +688,25 @@ def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFra
     _check_stated_nodes(table, catalog, source)
     _check_system_device(table, catalog, source)
     return base
+
+
+def _check_systems(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
+    """A collective row whose ``system`` is neither a catalog system nor a device (its generic node) is refused
+    naming the file, its first such row and CSV line; the roofline's error named the system alone."""
+    if "system" not in table.columns:
+        return
+    from hybrid.ops.families import COLLECTIVE_OPS
+    from hybrid.ops.roofline import resolve_system
+
+    names = table["system"].astype("string").str.strip()
+    stated = (table["op"].astype(str).isin(COLLECTIVE_OPS) & names.notna() & (names != "")).fillna(False)
+    stated = stated.to_numpy(dtype=bool)
+    for name in pd.unique(names[stated]):
+        try:
+            resolve_system(catalog, str(name))
+        except UnknownDeviceError as exc:
+            i = int(np.flatnonzero(stated & (names == name).fillna(False).to_numpy(dtype=bool))[0])
+            raise UnknownDeviceError(f"{source}: row {i + 1} (CSV line {row_line(table, i)}): {exc}") from None
 
 
 def _check_stated_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
