@@ -460,10 +460,13 @@ def _check_index_dist(df: pd.DataFrame, source: str) -> None:
              else pd.Series(np.nan, index=df.index)).fillna(0.0).to_numpy(dtype=np.float64)
     zipf = dist.eq("zipf").fillna(False).to_numpy(dtype=bool)
     uniform = dist.eq("uniform").fillna(False).to_numpy(dtype=bool)
-    for bad, column, problem in ((zipf & ~(alpha > 0), "index_dist", lambda a: "index_dist zipf needs zipf_alpha > 0, the skew's exponent "
-                          "(e.g. 1.05; 0 or none would be uniform indices)"),
-                         (uniform & (alpha > 0), "zipf_alpha", lambda a: f"index_dist uniform contradicts zipf_alpha {a:g} (uniform "
-                          "indices have no skew); drop one of them")):
+    checks = ((zipf & ~(alpha > 0), "index_dist",
+               lambda a: "index_dist zipf needs zipf_alpha > 0, the skew's exponent (e.g. 1.05; 0 or none would be "
+                         "uniform indices)"),
+              (uniform & (alpha > 0), "zipf_alpha",
+               lambda a: f"index_dist uniform contradicts zipf_alpha {a:g} (uniform indices have no skew); drop one "
+                         "of them"))
+    for bad, column, problem in checks:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise _fail(df, i, column, problem(alpha[i]), source)
