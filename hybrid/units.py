@@ -98,7 +98,10 @@ def parse_size(text: str | int | float, whole: bool = False) -> int:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:
-        match = _SIZE_RE.match(str(text))
+        raw = str(text).strip()
+        match = _SIZE_RE.match(raw)
+        if match is None and raw.startswith("-") and _SIZE_RE.match(raw[1:]) is not None:
+            raise InvalidInputError(f"size must be positive, got {text!r}")  # (-5, -64MiB: not "cannot parse")
         if not match or match.group(2).lower() not in _SIZE_UNITS:
             raise InvalidInputError(f"cannot parse size {text!r} (examples: 4096, 64KiB, 64MiB, 1GB)")
         unit = match.group(2)

@@ -72,3 +72,12 @@ def test_format_bytes() -> None:
     assert format_bytes(67108864) == "64.0 MiB"
     assert format_bytes(512) == "512 B"
     assert format_bytes(1536) == "1.5 KiB"
+
+
+@pytest.mark.parametrize("negative", ["-5", "-64MiB", " -1.5 GB", -5])
+def test_a_negative_size_is_said_to_be_negative_not_unparseable(negative) -> None:
+    """``--size -5`` said "cannot parse size '-5'" (the pattern has no sign), as for a word."""
+    with pytest.raises(InvalidInputError, match="size must be positive"):
+        parse_size(negative)
+    with pytest.raises(InvalidInputError, match="cannot parse size"):
+        parse_size("-abc")
