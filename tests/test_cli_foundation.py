@@ -57,6 +57,9 @@ def test_devices_systems_json(capsys, catalog) -> None:
 
 
 def test_devices_show_alias(capsys) -> None:
+    for empty in ("", "  "):  # an unset shell variable: was "unknown device ''; closest known: Vega-FE, ..."
+        code, _, err = run(capsys, "devices", "show", empty)
+        assert code == 2 and "NAME is empty: give a device or system" in err and "closest" not in err, err
     code, out, _ = run(capsys, "devices", "show", "Tesla T4")
     assert code == 0
     assert "key: T4" in out and "65" in out

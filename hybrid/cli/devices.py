@@ -47,6 +47,11 @@ def devices(ctx: click.Context, as_json: bool, systems: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def show(name: str, as_json: bool) -> None:
     """Show one device or system (any alias works: 'Tesla T4', 'sm_90', 'DGX H100', ...)."""
+    if not name.strip():  # ("", an unset shell variable: was "unknown device ''; closest known: Vega-FE, ...")
+        from hybrid.errors import InvalidInputError
+
+        raise InvalidInputError("NAME is empty: give a device or system (`hybrid devices` and `hybrid devices "
+                                "--systems` list them)")
     cat = default_catalog()
     key = cat.resolve_system(name, missing_ok=True)
     entry = cat.systems[key].to_entry() if key else cat.device(name).to_entry()
