@@ -363,3 +363,15 @@ def test_an_empty_device_or_system_is_named_as_empty(args, flag):
     rc, out, err = cli(args)
     assert rc == 2 and not out
     assert err.strip() == f"error: {flag} is empty: give a value or leave the option out", err
+
+
+def test_predict_op_warns_of_an_elementwise_variant_without_counts():
+    """variant=foo was priced as 1 input, 1 output, 1 FLOP per element without a word."""
+    rc, out, err = cli(["predict", "op", "elementwise", "-d", "H100", "elements=1M", "variant=foo", "--json"])
+    assert rc == 0, err
+    assert "variant 'foo' is not one the library has counts for" in err and "n_inputs, n_outputs" in err
+    assert json.loads(out)["bytes"] == pytest.approx(2 * 4 * 2**20)  # as warned: 1 in + 1 out of fp32
+    for known in (["variant=gelu_"], ["variant=maxpool"],
+                  ["variant=foo", "n_inputs=2", "n_outputs=1", "flops_per_element=3"]):
+        rc, _, err = cli(["predict", "op", "elementwise", "-d", "H100", "elements=1M", *known])
+        assert rc == 0 and "not one the library has counts for" not in err, (known, err)

@@ -381,6 +381,32 @@ def op_frame(op: str, pairs: tuple[str, ...], dtype: str, device: str) -> tuple[
     return norm.drop(columns=["device", "time_us"]), shown
 
 
+def unknown_variant_note(values: dict) -> str | None:
+    """The warning for an elementwise ``variant`` the library has no counts for (:data:`hybrid.ops.families.
+    ELEMENTWISE_VARIANTS`, pooling / upsampling / grid-sampling rows aside) whose inputs, outputs or FLOPs per
+    element were left out: they take 1 / 1 / 1 (``variant=foo`` was priced so without a word); None otherwise."""
+    from hybrid.ops.families import (
+        ELEMENTWISE_VARIANTS,
+        is_grid_sample_variant,
+        is_pool_variant,
+        is_upsample_variant,
+        variant_base,
+    )
+
+    variant = values.get("variant")
+    if not isinstance(variant, str) or not variant:
+        return None
+    base = variant_base(variant.lower())
+    if (base in ELEMENTWISE_VARIANTS or is_pool_variant(base) or is_upsample_variant(base)
+            or is_grid_sample_variant(base)):
+        return None
+    left = [k for k in ("n_inputs", "n_outputs", "flops_per_element") if k not in values]
+    if not left:
+        return None
+    return (f"variant {variant!r} is not one the library has counts for (known: {', '.join(sorted(ELEMENTWISE_VARIANTS))}"
+            f"): {', '.join(left)} taken as 1; give {'/'.join(f'{k}=...' for k in left)} for its real traffic and work")
+
+
 @predict.command("op")
 @click.argument("op")
 @click.argument("shape", nargs=-1)
@@ -398,6 +424,9 @@ def op_command(op: str, shape: tuple[str, ...], device: str, dtype: str, as_json
     dtype = normalize_dtype(dtype)
     frame, values = op_frame(op, shape, dtype, device)
     name = str(frame["op"].iloc[0])
+    note = unknown_variant_note(values)
+    if note:
+        click.echo(f"warning: {note}", err=True)
     _predict_kernel(frame, device, dtype, name, name.upper() if name in ("gemm", "gemv", "bmm") else name,
                     as_json, model_ref, tracking_uri, shape=values)
 
