@@ -1820,3 +1820,29 @@ def test_closed_form_pipeline_is_the_engines_with_few_microbatches():
             assert fig["pipeline_s"] == pytest.approx(layers + ends + 2 * (pp - 1) * float(st.p2p[0]), rel=1e-9)
     pred = predict_training(model, TrainingConfig(gpus=4, pp=4, global_batch=1), "DGX-H100")
     assert pred.closed_form_iteration_s == pytest.approx(pred.iteration_s, rel=1e-9)
+
+
+def test_search_says_which_gpu_hour_prices_price_nothing(capsys):
+    """`llm search --gpu-hour-price DGX-B200=3 --compare DGX-A100` on a DGX-H100 priced nothing and said nothing:
+    every price column '-', no cost, no word that the B200's price was never used (nor, unlike `llm train`, that the
+    searched system had no price)."""
+    args = ["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--top", "1",
+            "--json"]
+    assert main([*args, "--gpu-hour-price", "DGX-B200=3"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert out["gpu_hour_price"] is None and out["mappings"][0]["cost_per_1m_tokens"] is None
+    assert "no GPU-hour price given for DGX-A100 (A100-SXM4-80GB)" in cap.err
+    assert "the GPU-hour price of DGX-B200 prices none of the systems searched (DGX-A100): ignored" in cap.err
+    assert any("DGX-B200" in n for n in out["notes"])
+    # compared: only the price that prices no compared system is named; a GPU whose system has its own price too
+    assert main([*args, "--compare", "DGX-H100", "--gpu-hour-price", "DGX-A100=2,DGX-H100=4,H100=3,B200=5"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert sorted(r["gpu_hour_price"] for r in out["compare"]) == [2.0, 4.0]
+    assert "no GPU-hour price given" not in cap.err
+    assert ("the GPU-hour price of H100-SXM, B200 prices none of the systems searched (DGX-A100, DGX-H100): ignored; "
+            "a system's own price wins over its GPU's") in cap.err
+    # every price used: nothing to say
+    assert main([*args, "--compare", "DGX-H100", "--gpu-hour-price", "DGX-A100=2,H100=3"]) == 0
+    assert "GPU-hour price" not in capsys.readouterr().err

@@ -383,8 +383,19 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         payload["error"] = str(own_error)
     # the fastest pick's own warnings: a learned position table too short, TP above the KV heads
     kv_note = kv_replication_note(model, int(res["tp"].iloc[0])) if res is not None else ""
+    price_notes: list[str] = []
+    if prices is not None:  # as `llm train` says it; and a price that prices no searched system is no silent no-op
+        systems = list({t.key: t for t in targets.values()}.values())
+        if unpriced := [f"{t.key} ({t.device})" for t in systems if prices.price(t.key, t.device) is None]:
+            price_notes.append(f"no GPU-hour price given for {', '.join(unpriced)}: no cost per token for it")
+        if unused := prices.unused([(t.key, t.device) for t in systems]):
+            price_notes.append(f"the GPU-hour price of {', '.join(unused)} prices none of the systems searched "
+                               f"({', '.join(t.key for t in systems)}): ignored"
+                               + ("; a system's own price wins over its GPU's"
+                                  if set(unused) & {t.device for t in systems} else "")
+                               + ("" if others else " (--compare a system to rank it beside this one)"))
     if notes := [n for n in (model.position_note(base.seq(model)), kv_note and f"fastest mapping: {kv_note}",
-                             *([] if res is None else res.attrs.get("notes", []))) if n]:
+                             *([] if res is None else res.attrs.get("notes", [])), *price_notes) if n]:
         payload["notes"] = notes
         for note in notes:
             click.echo(f"warning: {note}", err=True)
