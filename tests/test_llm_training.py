@@ -1846,3 +1846,25 @@ def test_search_says_which_gpu_hour_prices_price_nothing(capsys):
     # every price used: nothing to say
     assert main([*args, "--compare", "DGX-H100", "--gpu-hour-price", "DGX-A100=2,H100=3"]) == 0
     assert "GPU-hour price" not in capsys.readouterr().err
+
+
+def test_search_table_tells_close_mappings_apart(capsys):
+    """The text table printed iter_s and engine_s at two decimals: the five fastest llama2-7b mappings on 16 H100s
+    (0.8161 ... 0.8226 s) all read '0.82', so the table 'fastest first' showed no order at all."""
+    args = ["llm", "search", "llama2-7b", "--system", "DGX-H100", "--gpus", "16", "--global-batch", "64", "--top", "6"]
+    assert main([*args, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["mappings"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[1]
+
+    def column(name: str) -> list[str]:  # cells by position (the empty sp / optim cells leave no word)
+        at = header.index(name)
+        return [ln[at:].split()[0] for ln in lines[3:3 + len(rows)]]
+
+    shown = [float(v) for v in column("iter_s")]
+    assert shown == [pytest.approx(r["iteration_s"], rel=5e-4) for r in rows]
+    assert len(set(shown)) == len(shown) and shown == sorted(shown)  # the order is visible
+    engine = column("engine_s")
+    assert engine[-1] == "-"  # beyond the engine-timed five
+    assert float(engine[0]) == pytest.approx(rows[0]["engine_s"], rel=5e-4)

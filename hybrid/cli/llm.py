@@ -508,10 +508,14 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
 def _search_table(res: Any, price: float | None, payload: dict[str, Any]) -> None:
     """`llm search`'s text output of its own system: the mappings, their notes, the price and run of the fastest."""
     intervals = "iteration_s_low" in res.columns
+
+    def sec(v: float) -> str:  # 4 significant digits: close picks differ in the third (0.8161 / 0.8173, not 0.82)
+        return "-" if v != v else f"{v:.4g}"
+
     echo_table([[r.tp, r.pp, r.cp, r.dp, r.ep, r.mb, r.vp, r.recompute, "y" if r.sp else "",
-                 "dist" if r.distopt else ("fsdp" if r.fsdp else ""), r.iteration_s, *([r.iteration_s_low, r.iteration_s_high, "~" if r.overlaps_fastest else ""]
-                                  if intervals else []), "-" if r.engine_s != r.engine_s else r.engine_s,
-                 r.mfu * 100, r.memory_gib]
+                 "dist" if r.distopt else ("fsdp" if r.fsdp else ""), sec(r.iteration_s),
+                 *([sec(r.iteration_s_low), sec(r.iteration_s_high), "~" if r.overlaps_fastest else ""]
+                   if intervals else []), sec(r.engine_s), r.mfu * 100, r.memory_gib]
                 for r in res.itertuples()],
                ["tp", "pp", "cp", "dp", "ep", "mb", "vp", "recompute", "sp", "optim", "iter_s",
                 *(["iter_low", "iter_high", "overlap"] if intervals else []), "engine_s", "mfu%", "mem_gib"])
