@@ -272,7 +272,10 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
         verdict = "fits" if out["fits"] else "does not fit"
         memory_bars({f"{model.name}, recompute {cfg.recompute}": row}, row["capacity"], plot_path,
                     title=f"Memory per GPU: {verdict}\n{model.name} on {cfg.gpus} x {tgt.device} ({tgt.system}), "
-                          f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp}, micro {cfg.micro_batch}")
+                          f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp}"
+                          # the other degrees where used: the mapping multiplies to the GPUs of the title
+                          + "".join(f" {k} {v}" for k, v in (("cp", cfg.cp), ("ep", cfg.ep), ("vp", cfg.vp)) if v > 1)
+                          + f", micro {cfg.micro_batch}")
         out["plot"] = plot_path
         if not as_json:
             click.echo(f"plot written to {plot_path}")
