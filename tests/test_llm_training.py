@@ -1868,3 +1868,25 @@ def test_search_table_tells_close_mappings_apart(capsys):
     engine = column("engine_s")
     assert engine[-1] == "-"  # beyond the engine-timed five
     assert float(engine[0]) == pytest.approx(rows[0]["engine_s"], rel=5e-4)
+
+
+def test_training_on_bf16_without_bf16_units_says_so(capsys):
+    """bf16 (the default) on a V100, which has no bf16 units, is costed at the fp32 peak (15.7 TFLOP/s, 8x below its
+    fp16 tensor cores): `llm train` / `llm search` said nothing, and `--compare DGX-1` ranked the V100 node seven
+    times slower than fp16 would, without a word, where `llm infer` warns."""
+    job = ["gpt3-1.3b", "--gpus", "8", "--global-batch", "32"]
+    v100 = "V100-SXM2-32GB has no bf16 units: it runs converted to fp32, at the fp32 peak (15.7 TFLOP/s)"
+    assert main(["llm", "train", *job, "--system", "DGX-1", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert v100 in cap.err and any(v100 in n for n in json.loads(cap.out)["notes"])
+    assert main(["llm", "search", *job, "--system", "DGX-1", "--top", "1", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert v100 in cap.err and any(v100 in n for n in json.loads(cap.out)["notes"])
+    assert main(["llm", "search", *job, "--system", "DGX-A100", "--top", "1", "--compare", "DGX-1", "--json"]) == 0
+    rows = {r["system"]: r for r in json.loads(capsys.readouterr().out)["compare"]}
+    assert v100 in rows["DGX-1"]["note"] and "fp16 runs on its 125 TFLOP/s units" in rows["DGX-1"]["note"]
+    # fp16, or bf16 on an A100: nothing to say
+    assert main(["llm", "search", *job, "--system", "DGX-A100", "--top", "1", "--compare", "DGX-1", "--dtype", "fp16",
+                 "--json"]) == 0
+    cap = capsys.readouterr()
+    assert "no bf16 units" not in cap.err and all(r["note"] in ("", "this run") for r in json.loads(cap.out)["compare"])

@@ -452,7 +452,8 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                                                                    else float(b.cost_per_1m_tokens)))
         if run_tokens is not None:
             row["run"] = training_run(run_tokens, float(b.tokens_per_s_per_gpu) * gpus, gpus, p_other)
-        ranking.append({**row, "note": ""})
+        # bf16 on a GPU without bf16 units (V100): ranked at its fp32 rate, which --dtype fp16 would not be
+        ranking.append({**row, "note": cat.device(targets[other].device).slow_dtype_note(dtype)})
     if others:
         payload["compare"], by_cost = rank_compared(
             ranking, lambda r: math.inf if r["mapping"] is None else -r["tokens_per_s_per_gpu"], "cost_per_1m_tokens",

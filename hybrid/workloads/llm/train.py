@@ -174,8 +174,17 @@ def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
     if cfg.tp > tgt.gpus_per_node:
         raise InvalidInputError(f"tensor parallel size {cfg.tp} exceeds the {tgt.gpus_per_node} GPUs of one "
                                 f"{tgt.system} node")
-    return cm, tgt, [tgt.comm_note] * bool(tgt.comm_note) + cluster_notes(cat, tgt.system, cfg.gpus,
-                                                                            tgt.gpus_per_node, tgt.device)
+    return cm, tgt, target_notes(cat, tgt, cfg)
+
+
+def target_notes(catalog: Any, tgt: Target, cfg: TrainingConfig) -> list[str]:
+    """Warnings about where a job of ``cfg`` runs: a bare CPU's collectives (``tgt.comm_note``), a dtype the GPU has
+    no units for (bf16 before Ampere: costed at the fp32 peak, :meth:`~hybrid.hardware.device.Device.slow_dtype_note`,
+    as inference says it) and the cluster's (:func:`~hybrid.ops.roofline.cluster_notes`, which refuses several nodes
+    of a single-node system)."""
+    slow = catalog.device(tgt.device).slow_dtype_note(cfg.dtype)
+    return ([tgt.comm_note] * bool(tgt.comm_note) + [slow] * bool(slow)
+            + cluster_notes(catalog, tgt.system, cfg.gpus, tgt.gpus_per_node, tgt.device))
 
 
 def job_notes(model: TransformerConfig, cfg: TrainingConfig) -> list[str]:
@@ -411,8 +420,7 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     cm = _cost_model(cost_model, base)
     cat = model_catalog(cm)
     tgt = resolve_target(system, cat, base.dtype, comm_system, base.gpus)
-    cluster = ([tgt.comm_note] * bool(tgt.comm_note)  # a bare CPU's collectives on its gloo system
-               + cluster_notes(cat, tgt.system, base.gpus, tgt.gpus_per_node, tgt.device))  # refuses what cannot be
+    cluster = target_notes(cat, tgt, base)  # refuses what cannot be
     cand = candidate_mappings(model, base, tgt, **space)
     costs = cost_mappings(model, base, cand, tgt, cm)
     st = stage_times(model, base, costs)
