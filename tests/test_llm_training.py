@@ -1890,3 +1890,11 @@ def test_training_on_bf16_without_bf16_units_says_so(capsys):
                  "--json"]) == 0
     cap = capsys.readouterr()
     assert "no bf16 units" not in cap.err and all(r["note"] in ("", "this run") for r in json.loads(cap.out)["compare"])
+
+
+def test_search_compare_ranks_each_system_once(capsys):
+    """`--compare DGX-H100,dgx-h100,NVIDIA DGX-H100` searched the DGX-H100 three times and ranked it in three rows."""
+    assert main(["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--top",
+                 "1", "--compare", "DGX-H100,dgx-h100,NVIDIA DGX-H100,H100,DGX-A100", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["compare"]
+    assert [r["system"] for r in rows] == ["DGX-H100", "H100-SXM-node", "DGX-A100"]
