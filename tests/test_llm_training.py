@@ -1898,3 +1898,23 @@ def test_search_compare_ranks_each_system_once(capsys):
                  "1", "--compare", "DGX-H100,dgx-h100,NVIDIA DGX-H100,H100,DGX-A100", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["compare"]
     assert [r["system"] for r in rows] == ["DGX-H100", "H100-SXM-node", "DGX-A100"]
+
+
+def test_search_pairs_expert_and_tensor_parallelism_with_sp_only(capsys):
+    """Megatron-core refuses EP > 1 with TP > 1 unless sequence parallelism is on (ModelParallelConfig: 'When using
+    expert parallelism and tensor parallelism, sequence parallelism must be used'); the search offered such
+    mappings, and `llm train` costed them without a word."""
+    mx = load_model("mixtral-8x7b")
+    base = search_base(32, 64)
+    tgt_cand = search(mx, base, "DGX-H100", top=100000, engine_top=0)
+    both = tgt_cand[(tgt_cand["ep"] > 1) & (tgt_cand["tp"] > 1)]
+    assert len(both) > 0 and both["sp"].all()
+    assert ((tgt_cand["ep"] > 1) & (tgt_cand["tp"] == 1)).any()  # EP alone stays
+    args = ["llm", "train", "mixtral-8x7b", "--system", "DGX-H100", "--gpus", "16", "--tp", "2", "--ep", "8",
+            "--global-batch", "32", "--fsdp", "--recompute", "full", "--json"]
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    assert "sequence parallelism (ep 8, tp 2): add --sp" in cap.err
+    assert any("Megatron-core refuses" in n for n in json.loads(cap.out)["notes"])
+    assert main([*args, "--sp"]) == 0
+    assert "Megatron-core" not in capsys.readouterr().err
