@@ -1918,3 +1918,14 @@ def test_search_pairs_expert_and_tensor_parallelism_with_sp_only(capsys):
     assert any("Megatron-core refuses" in n for n in json.loads(cap.out)["notes"])
     assert main([*args, "--sp"]) == 0
     assert "Megatron-core" not in capsys.readouterr().err
+
+
+def test_search_compare_rows_carry_their_systems_warnings(capsys):
+    """A compared system's own warnings were dropped: `--compare H100` (a bare device, costed as generic nodes with a
+    generic NIC) ranked beside the searched system without a word."""
+    assert main(["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "16", "--global-batch", "32",
+                 "--top", "1", "--compare", "H100,GB200-NVL72", "--json"]) == 0
+    rows = {r["system"]: r for r in json.loads(capsys.readouterr().out)["compare"]}
+    assert "H100-SXM is a device, not a catalog system" in rows["H100-SXM-node"]["note"]
+    assert rows["GB200-NVL72"]["note"] == ""  # 16 GPUs of one NVL72 rack: nothing to say
+    assert rows["DGX-A100"]["note"] == "this run"

@@ -452,8 +452,9 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                                                                    else float(b.cost_per_1m_tokens)))
         if run_tokens is not None:
             row["run"] = training_run(run_tokens, float(b.tokens_per_s_per_gpu) * gpus, gpus, p_other)
-        # bf16 on a GPU without bf16 units (V100): ranked at its fp32 rate, which --dtype fp16 would not be
-        ranking.append({**row, "note": cat.device(targets[other].device).slow_dtype_note(dtype)})
+        # what its own search warns (bf16 on a GPU without bf16 units, ranked at its fp32 rate; a device costed as
+        # generic nodes; more nodes than the catalog describes; a partly filled node), as this run's are
+        ranking.append({**row, "note": "; ".join(best.attrs.get("notes", []))})
     if others:
         payload["compare"], by_cost = rank_compared(
             ranking, lambda r: math.inf if r["mapping"] is None else -r["tokens_per_s_per_gpu"], "cost_per_1m_tokens",
