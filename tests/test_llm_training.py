@@ -1929,3 +1929,12 @@ def test_search_compare_rows_carry_their_systems_warnings(capsys):
     assert "H100-SXM is a device, not a catalog system" in rows["H100-SXM-node"]["note"]
     assert rows["GB200-NVL72"]["note"] == ""  # 16 GPUs of one NVL72 rack: nothing to say
     assert rows["DGX-A100"]["note"] == "this run"
+
+
+def test_search_help_says_what_each_option_is(capsys):
+    """`llm search --help` listed --system, --gpus, --global-batch, --seq, --no-flash-attention and --top bare."""
+    assert main(["llm", "search", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for phrase in ("Catalog system", "Total GPUs", "Sequences per iteration", "Sequence length (default: the model's)",
+                   "Unfused attention", "Fitting mappings shown", "MODEL_OR_FILE: a library name"):
+        assert phrase in text, phrase

@@ -289,22 +289,23 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 
 @llm.command("search")
 @click.argument("model_name", metavar="MODEL_OR_FILE")
-@click.option("--system", required=True)
-@click.option("--gpus", type=int, required=True)
-@click.option("--global-batch", type=int, required=True)
-@click.option("--seq", type=int, default=None)
+@click.option("--system", required=True, help="Catalog system (DGX-A100, DGX-H100, DGX-B200, GB200-NVL72...) or GPU.")
+@click.option("--gpus", type=int, required=True, help="Total GPUs: every mapping uses all of them.")
+@click.option("--global-batch", type=int, required=True,
+              help="Sequences per iteration: a multiple of micro-batch x DP for each mapping.")
+@click.option("--seq", type=int, default=None, help="Sequence length (default: the model's).")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True)
 @click.option("--fp8-weight-cast", type=click.Choice(["microbatch", "step"]), default="microbatch", show_default=True,
               help="fp8: cast each weight to fp8 every microbatch (Transformer Engine's default) or once per "
                    "iteration (Megatron-LM).")
-@click.option("--no-flash-attention", is_flag=True)
+@click.option("--no-flash-attention", is_flag=True, help="Unfused attention (s x s scores in memory; no CP).")
 @click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto", show_default=True,
               help=SOFTMAX_HELP)
 @click.option("--dropout/--no-dropout", default=None, help=DROPOUT_HELP)
 @click.option("--reserve-gib", type=float, default=3.0, show_default=True,
               help="Framework reserve per GPU (CUDA context, NCCL, fragmentation), as `llm train` / `llm memory` "
                    "count it: what a mapping must leave free to fit.")
-@click.option("--top", type=int, default=10, show_default=True)
+@click.option("--top", type=int, default=10, show_default=True, help="Fitting mappings shown, fastest first.")
 @click.option("--max-cp", type=int, default=8, show_default=True,
               help="Largest context-parallel degree searched (1: no CP).")
 @click.option("--no-fsdp", is_flag=True, help="Leave FSDP / ZeRO-3 out of the search.")
@@ -325,6 +326,9 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                model_ref: str | None, tracking_uri: str | None) -> None:
     """Every (tp, pp, cp, dp, ep, micro-batch, vp, recompute, SP, distributed optimizer or FSDP) mapping that
     fits, fastest first (CP up to --max-cp, EP for MoE models only).
+
+    MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config or a Hugging Face config.json (or its
+    checkpoint directory), as `hybrid llm train` takes.
 
     With a calibrated --model (80% intervals), each mapping carries iteration_s_low / iteration_s_high and the
     picks whose interval overlaps the fastest pick's are flagged (overlaps_fastest; '~' in the table)."""
