@@ -1938,3 +1938,36 @@ def test_search_help_says_what_each_option_is(capsys):
     for phrase in ("Catalog system", "Total GPUs", "Sequences per iteration", "Sequence length (default: the model's)",
                    "Unfused attention", "Fitting mappings shown", "MODEL_OR_FILE: a library name"):
         assert phrase in text, phrase
+
+
+def test_search_compare_flags_systems_it_cannot_rank_apart(calibrated_store, capsys):
+    """With a calibrated --model the mapping table flags the picks whose 80% interval overlaps the fastest's, but the
+    --compare ranking of systems carried no interval: three systems within 2% in cost per token, well inside the
+    model's own uncertainty, read as a firm ranking."""
+    uri, _ = calibrated_store
+    args = ["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--top", "1",
+            "--model", "llm-kern", "--tracking-uri", uri, "--compare", "DGX-H100,A100-SXM4-40GB"]
+
+    def overlaps(a, b):
+        return a[0] <= b[1] and a[1] >= b[0]
+
+    for extra, by_cost in (([], False), (["--gpu-hour-price", "DGX-H100=4,A100-SXM4-40GB=1.5,DGX-A100=1.6"], True)):
+        assert main([*args, *extra, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["compare"]
+        assert rows[0]["overlaps_first"] is False
+
+        def span(r, by_cost=by_cost):
+            k = r["cost_per_1m_tokens"] / r["iteration_s"] if by_cost else 1.0
+            return r["iteration_s_low"] * k, r["iteration_s_high"] * k
+
+        for r in rows:
+            assert r["iteration_s_low"] <= r["iteration_s"] <= r["iteration_s_high"]
+        assert [r["overlaps_first"] for r in rows[1:]] == [overlaps(span(r), span(rows[0])) for r in rows[1:]]
+        # by speed the H100 is clearly first; by cost at these prices the three are within the model's uncertainty
+        assert any(r["overlaps_first"] for r in rows) == by_cost
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "overlap" in text and "interval overlaps the first system's" in text
+    # without intervals (roofline): no flag
+    assert main([*args[:11], "--compare", "DGX-H100", "--json"]) == 0
+    assert all("overlaps_first" not in r for r in json.loads(capsys.readouterr().out)["compare"])

@@ -426,7 +426,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
             "optimizer": "dist" if b0.distopt else ("fsdp" if b0.fsdp else "")},
             "iteration_s": float(b0.iteration_s), "engine_s": float(b0.engine_s),
             "tokens_per_s_per_gpu": float(b0.tokens_per_s_per_gpu),
-            "mfu": float(b0.mfu), "memory_gib": float(b0.memory_gib),
+            "mfu": float(b0.mfu), "memory_gib": float(b0.memory_gib), **_interval_of(b0),
             **({"gpu_hour_price": price, "cost_per_1m_tokens": None if price is None
                 else float(b0.cost_per_1m_tokens)} if prices is not None else {}),
             **({"run": training_run(run_tokens, float(b0.tokens_per_s_per_gpu) * gpus, gpus, price)}
@@ -450,7 +450,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                             "sp": bool(b.sp), "optimizer": "dist" if b.distopt else ("fsdp" if b.fsdp else "")},
                    iteration_s=float(b.iteration_s), engine_s=float(b.engine_s),
                    tokens_per_s_per_gpu=float(b.tokens_per_s_per_gpu),
-                   mfu=float(b.mfu), memory_gib=float(b.memory_gib))
+                   mfu=float(b.mfu), memory_gib=float(b.memory_gib), **_interval_of(b))
         if prices is not None:
             row.update(gpu_hour_price=p_other, cost_per_1m_tokens=(None if p_other is None
                                                                    else float(b.cost_per_1m_tokens)))
@@ -464,6 +464,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
             ranking, lambda r: math.inf if r["mapping"] is None else -r["tokens_per_s_per_gpu"], "cost_per_1m_tokens",
             lambda r: r["mapping"] is not None)
         payload["compare_ranked_by"] = "cost_per_1m_tokens" if by_cost else "tokens_per_s_per_gpu"
+        _flag_overlapping_systems(payload["compare"], by_cost)
         if own_error is not None and all(r["mapping"] is None for r in payload["compare"]):
             raise own_error  # nothing fits anywhere: this run's own one-line error, as without --compare
     if as_json:
@@ -482,6 +483,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         _search_table(res, price, payload)
     if "compare" in payload:
         by_cost = payload["compare_ranked_by"] == "cost_per_1m_tokens"
+        intervals = "overlaps_first" in payload["compare"][0]
         click.echo("\nsystems by " + ("cost per million training tokens of their fastest mapping (lowest first):"
                                       if by_cost else "tokens/s per GPU of their fastest mapping (highest first):"))
         dash = "-"
@@ -501,10 +503,15 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                      *([_num(r["gpu_hour_price"], "g"), _num(r["cost_per_1m_tokens"], ".4g")] if prices is not None
                        else []),
                      *([_num(r["run"]["days"], ".3g") if "run" in r else dash] if run_tokens is not None else []),
+                     *(["~" if r.get("overlaps_first") else ""] if intervals else []),
                      r["note"]] for r in payload["compare"]],
                    ["system", "device", "fastest mapping", "iter_s", "tokens/s/GPU", "mfu%",
                     *(["GPU-hour price", "per 1M tokens"] if prices is not None else []),
-                    *(["run days"] if run_tokens is not None else []), "note"])
+                    *(["run days"] if run_tokens is not None else []), *(["overlap"] if intervals else []),
+                    "note"])
+        if intervals and len(payload["compare"]) > 1:
+            click.echo(f"~: 80% interval overlaps the first system's ({sum(bool(r.get('overlaps_first')) for r in payload['compare'])} of "
+                       f"{len(payload['compare']) - 1}): the model cannot rank them apart at that confidence")
     shown_mfu = ([] if res is None else [float(res["mfu"].max())]) + [
         r["mfu"] for r in payload.get("compare", []) if r["mfu"] is not None]
     if shown_mfu and max(shown_mfu) > 1.0:  # as `llm train` says it, per mapping there (with its causal-FLOP MFU)
@@ -512,6 +519,32 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                    "convention) while causal attention kernels compute about half of them; `hybrid llm train` with a "
                    "mapping gives its MFU counting only those (mfu_causal)")
     roofline_note(name)
+
+
+def _interval_of(best: Any) -> dict[str, float]:
+    """A compared system's fastest mapping's 80% interval (``iteration_s_low`` / ``_high``; {} without one)."""
+    if "iteration_s_low" not in best.index:
+        return {}
+    return {"iteration_s_low": float(best.iteration_s_low), "iteration_s_high": float(best.iteration_s_high)}
+
+
+def _flag_overlapping_systems(rows: list[dict[str, Any]], by_cost: bool) -> None:
+    """``overlaps_first`` on each ranked system with an interval (a calibrated --model): whether its 80% interval
+    overlaps the first-ranked system's, in the quantity ranked by (iteration time, the same tokens per iteration
+    everywhere; or cost per million tokens, proportional to it at each system's price), as the mapping table flags
+    the picks it cannot tell from the fastest. False for the first; absent without intervals."""
+    def span(r: dict[str, Any]) -> tuple[float, float] | None:
+        if r.get("iteration_s_low") is None or r.get("iteration_s") is None:
+            return None
+        scale = r["cost_per_1m_tokens"] / r["iteration_s"] if by_cost else 1.0
+        return r["iteration_s_low"] * scale, r["iteration_s_high"] * scale
+
+    first = span(rows[0]) if rows else None
+    if first is None:
+        return
+    for i, r in enumerate(rows):
+        if (own := span(r)) is not None:
+            r["overlaps_first"] = i > 0 and own[0] <= first[1] and own[1] >= first[0]
 
 
 def _search_table(res: Any, price: float | None, payload: dict[str, Any]) -> None:
