@@ -1820,3 +1820,154 @@ def test_closed_form_pipeline_is_the_engines_with_few_microbatches():
             assert fig["pipeline_s"] == pytest.approx(layers + ends + 2 * (pp - 1) * float(st.p2p[0]), rel=1e-9)
     pred = predict_training(model, TrainingConfig(gpus=4, pp=4, global_batch=1), "DGX-H100")
     assert pred.closed_form_iteration_s == pytest.approx(pred.iteration_s, rel=1e-9)
+
+
+def test_search_says_which_gpu_hour_prices_price_nothing(capsys):
+    """`llm search --gpu-hour-price DGX-B200=3 --compare DGX-A100` on a DGX-H100 priced nothing and said nothing:
+    every price column '-', no cost, no word that the B200's price was never used (nor, unlike `llm train`, that the
+    searched system had no price)."""
+    args = ["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--top", "1",
+            "--json"]
+    assert main([*args, "--gpu-hour-price", "DGX-B200=3"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert out["gpu_hour_price"] is None and out["mappings"][0]["cost_per_1m_tokens"] is None
+    assert "no GPU-hour price given for DGX-A100 (A100-SXM4-80GB)" in cap.err
+    assert "the GPU-hour price of DGX-B200 prices none of the systems searched (DGX-A100): ignored" in cap.err
+    assert any("DGX-B200" in n for n in out["notes"])
+    # compared: only the price that prices no compared system is named; a GPU whose system has its own price too
+    assert main([*args, "--compare", "DGX-H100", "--gpu-hour-price", "DGX-A100=2,DGX-H100=4,H100=3,B200=5"]) == 0
+    cap = capsys.readouterr()
+    out = json.loads(cap.out)
+    assert sorted(r["gpu_hour_price"] for r in out["compare"]) == [2.0, 4.0]
+    assert "no GPU-hour price given" not in cap.err
+    assert ("the GPU-hour price of H100-SXM, B200 prices none of the systems searched (DGX-A100, DGX-H100): ignored; "
+            "a system's own price wins over its GPU's") in cap.err
+    # every price used: nothing to say
+    assert main([*args, "--compare", "DGX-H100", "--gpu-hour-price", "DGX-A100=2,H100=3"]) == 0
+    assert "GPU-hour price" not in capsys.readouterr().err
+
+
+def test_search_table_tells_close_mappings_apart(capsys):
+    """The text table printed iter_s and engine_s at two decimals: the five fastest llama2-7b mappings on 16 H100s
+    (0.8161 ... 0.8226 s) all read '0.82', so the table 'fastest first' showed no order at all."""
+    args = ["llm", "search", "llama2-7b", "--system", "DGX-H100", "--gpus", "16", "--global-batch", "64", "--top", "6"]
+    assert main([*args, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["mappings"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[1]
+
+    def column(name: str) -> list[str]:  # cells by position (the empty sp / optim cells leave no word)
+        at = header.index(name)
+        return [ln[at:].split()[0] for ln in lines[3:3 + len(rows)]]
+
+    shown = [float(v) for v in column("iter_s")]
+    assert shown == [pytest.approx(r["iteration_s"], rel=5e-4) for r in rows]
+    assert len(set(shown)) == len(shown) and shown == sorted(shown)  # the order is visible
+    engine = column("engine_s")
+    assert engine[-1] == "-"  # beyond the engine-timed five
+    assert float(engine[0]) == pytest.approx(rows[0]["engine_s"], rel=5e-4)
+
+
+def test_training_on_bf16_without_bf16_units_says_so(capsys):
+    """bf16 (the default) on a V100, which has no bf16 units, is costed at the fp32 peak (15.7 TFLOP/s, 8x below its
+    fp16 tensor cores): `llm train` / `llm search` said nothing, and `--compare DGX-1` ranked the V100 node seven
+    times slower than fp16 would, without a word, where `llm infer` warns."""
+    job = ["gpt3-1.3b", "--gpus", "8", "--global-batch", "32"]
+    v100 = "V100-SXM2-32GB has no bf16 units: it runs converted to fp32, at the fp32 peak (15.7 TFLOP/s)"
+    assert main(["llm", "train", *job, "--system", "DGX-1", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert v100 in cap.err and any(v100 in n for n in json.loads(cap.out)["notes"])
+    assert main(["llm", "search", *job, "--system", "DGX-1", "--top", "1", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert v100 in cap.err and any(v100 in n for n in json.loads(cap.out)["notes"])
+    assert main(["llm", "search", *job, "--system", "DGX-A100", "--top", "1", "--compare", "DGX-1", "--json"]) == 0
+    rows = {r["system"]: r for r in json.loads(capsys.readouterr().out)["compare"]}
+    assert v100 in rows["DGX-1"]["note"] and "fp16 runs on its 125 TFLOP/s units" in rows["DGX-1"]["note"]
+    # fp16, or bf16 on an A100: nothing to say
+    assert main(["llm", "search", *job, "--system", "DGX-A100", "--top", "1", "--compare", "DGX-1", "--dtype", "fp16",
+                 "--json"]) == 0
+    cap = capsys.readouterr()
+    assert "no bf16 units" not in cap.err and all(r["note"] in ("", "this run") for r in json.loads(cap.out)["compare"])
+
+
+def test_search_compare_ranks_each_system_once(capsys):
+    """`--compare DGX-H100,dgx-h100,NVIDIA DGX-H100` searched the DGX-H100 three times and ranked it in three rows."""
+    assert main(["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--top",
+                 "1", "--compare", "DGX-H100,dgx-h100,NVIDIA DGX-H100,H100,DGX-A100", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["compare"]
+    assert [r["system"] for r in rows] == ["DGX-H100", "H100-SXM-node", "DGX-A100"]
+
+
+def test_search_pairs_expert_and_tensor_parallelism_with_sp_only(capsys):
+    """Megatron-core refuses EP > 1 with TP > 1 unless sequence parallelism is on (ModelParallelConfig: 'When using
+    expert parallelism and tensor parallelism, sequence parallelism must be used'); the search offered such
+    mappings, and `llm train` costed them without a word."""
+    mx = load_model("mixtral-8x7b")
+    base = search_base(32, 64)
+    tgt_cand = search(mx, base, "DGX-H100", top=100000, engine_top=0)
+    both = tgt_cand[(tgt_cand["ep"] > 1) & (tgt_cand["tp"] > 1)]
+    assert len(both) > 0 and both["sp"].all()
+    assert ((tgt_cand["ep"] > 1) & (tgt_cand["tp"] == 1)).any()  # EP alone stays
+    args = ["llm", "train", "mixtral-8x7b", "--system", "DGX-H100", "--gpus", "16", "--tp", "2", "--ep", "8",
+            "--global-batch", "32", "--fsdp", "--recompute", "full", "--json"]
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    assert "sequence parallelism (ep 8, tp 2): add --sp" in cap.err
+    assert any("Megatron-core refuses" in n for n in json.loads(cap.out)["notes"])
+    assert main([*args, "--sp"]) == 0
+    assert "Megatron-core" not in capsys.readouterr().err
+
+
+def test_search_compare_rows_carry_their_systems_warnings(capsys):
+    """A compared system's own warnings were dropped: `--compare H100` (a bare device, costed as generic nodes with a
+    generic NIC) ranked beside the searched system without a word."""
+    assert main(["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "16", "--global-batch", "32",
+                 "--top", "1", "--compare", "H100,GB200-NVL72", "--json"]) == 0
+    rows = {r["system"]: r for r in json.loads(capsys.readouterr().out)["compare"]}
+    assert "H100-SXM is a device, not a catalog system" in rows["H100-SXM-node"]["note"]
+    assert rows["GB200-NVL72"]["note"] == ""  # 16 GPUs of one NVL72 rack: nothing to say
+    assert rows["DGX-A100"]["note"] == "this run"
+
+
+def test_search_help_says_what_each_option_is(capsys):
+    """`llm search --help` listed --system, --gpus, --global-batch, --seq, --no-flash-attention and --top bare."""
+    assert main(["llm", "search", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    for phrase in ("Catalog system", "Total GPUs", "Sequences per iteration", "Sequence length (default: the model's)",
+                   "Unfused attention", "Fitting mappings shown", "MODEL_OR_FILE: a library name"):
+        assert phrase in text, phrase
+
+
+def test_search_compare_flags_systems_it_cannot_rank_apart(calibrated_store, capsys):
+    """With a calibrated --model the mapping table flags the picks whose 80% interval overlaps the fastest's, but the
+    --compare ranking of systems carried no interval: three systems within 2% in cost per token, well inside the
+    model's own uncertainty, read as a firm ranking."""
+    uri, _ = calibrated_store
+    args = ["llm", "search", "gpt3-1.3b", "--system", "DGX-A100", "--gpus", "8", "--global-batch", "32", "--top", "1",
+            "--model", "llm-kern", "--tracking-uri", uri, "--compare", "DGX-H100,A100-SXM4-40GB"]
+
+    def overlaps(a, b):
+        return a[0] <= b[1] and a[1] >= b[0]
+
+    for extra, by_cost in (([], False), (["--gpu-hour-price", "DGX-H100=4,A100-SXM4-40GB=1.5,DGX-A100=1.6"], True)):
+        assert main([*args, *extra, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["compare"]
+        assert rows[0]["overlaps_first"] is False
+
+        def span(r, by_cost=by_cost):
+            k = r["cost_per_1m_tokens"] / r["iteration_s"] if by_cost else 1.0
+            return r["iteration_s_low"] * k, r["iteration_s_high"] * k
+
+        for r in rows:
+            assert r["iteration_s_low"] <= r["iteration_s"] <= r["iteration_s_high"]
+        assert [r["overlaps_first"] for r in rows[1:]] == [overlaps(span(r), span(rows[0])) for r in rows[1:]]
+        # by speed the H100 is clearly first; by cost at these prices the three are within the model's uncertainty
+        assert any(r["overlaps_first"] for r in rows) == by_cost
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "overlap" in text and "interval overlaps the first system's" in text
+    # without intervals (roofline): no flag
+    assert main([*args[:11], "--compare", "DGX-H100", "--json"]) == 0
+    assert all("overlaps_first" not in r for r in json.loads(capsys.readouterr().out)["compare"])

@@ -135,6 +135,24 @@ def test_llm_memory_plot_names_the_job_and_whether_it_fits(tmp_path, capsys):
     assert "llama2-70b, recompute none" in svg
 
 
+def test_llm_memory_plot_title_holds_the_whole_mapping(tmp_path):
+    """The title said 'on 64 x A100 ..., tp 2 pp 4 dp 2' for a job with cp 4 and vp 5: a mapping of 16 GPUs, the
+    context-parallel (and expert, virtual-pipeline) degree left out."""
+    import matplotlib
+
+    from hybrid.cli.main import main
+
+    out = tmp_path / "m.svg"
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        assert main(["llm", "memory", "llama2-70b", "--system", "DGX-A100", "--gpus", "64", "--global-batch", "128",
+                     "--tp", "2", "--pp", "4", "--cp", "4", "--vp", "5", "--sp", "--distributed-optimizer",
+                     "--plot", str(out)]) == 0
+        assert "on 64 x A100-SXM4-80GB (DGX-A100), tp 2 pp 4 dp 2 cp 4 vp 5, micro 1" in out.read_text()
+        assert main(["llm", "memory", "mixtral-8x7b", "--system", "DGX-H100", "--gpus", "16", "--global-batch", "32",
+                     "--tp", "2", "--ep", "8", "--fsdp", "--recompute", "full", "--plot", str(out)]) == 0
+        assert "on 16 x H100-SXM (DGX-H100), tp 2 pp 1 dp 8 ep 8, micro 1" in out.read_text()
+
+
 def test_a_report_on_tables_keeps_the_warnings_in_its_header(tmp_path, monkeypatch, capsys):
     """Data-quality and transfer warnings of `report --table` (a table named twice; a model that never measured a
     processor of the table's kind) went to stderr only; the page, which is what is kept and shared, said nothing."""

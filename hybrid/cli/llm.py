@@ -272,7 +272,10 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
         verdict = "fits" if out["fits"] else "does not fit"
         memory_bars({f"{model.name}, recompute {cfg.recompute}": row}, row["capacity"], plot_path,
                     title=f"Memory per GPU: {verdict}\n{model.name} on {cfg.gpus} x {tgt.device} ({tgt.system}), "
-                          f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp}, micro {cfg.micro_batch}")
+                          f"tp {cfg.tp} pp {cfg.pp} dp {cfg.dp}"
+                          # the other degrees where used: the mapping multiplies to the GPUs of the title
+                          + "".join(f" {k} {v}" for k, v in (("cp", cfg.cp), ("ep", cfg.ep), ("vp", cfg.vp)) if v > 1)
+                          + f", micro {cfg.micro_batch}")
         out["plot"] = plot_path
         if not as_json:
             click.echo(f"plot written to {plot_path}")
@@ -286,22 +289,23 @@ def memory(as_json: bool, plot_path: str | None, **kw: Any) -> None:
 
 @llm.command("search")
 @click.argument("model_name", metavar="MODEL_OR_FILE")
-@click.option("--system", required=True)
-@click.option("--gpus", type=int, required=True)
-@click.option("--global-batch", type=int, required=True)
-@click.option("--seq", type=int, default=None)
+@click.option("--system", required=True, help="Catalog system (DGX-A100, DGX-H100, DGX-B200, GB200-NVL72...) or GPU.")
+@click.option("--gpus", type=int, required=True, help="Total GPUs: every mapping uses all of them.")
+@click.option("--global-batch", type=int, required=True,
+              help="Sequences per iteration: a multiple of micro-batch x DP for each mapping.")
+@click.option("--seq", type=int, default=None, help="Sequence length (default: the model's).")
 @click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp32"]), default="bf16", show_default=True)
 @click.option("--fp8-weight-cast", type=click.Choice(["microbatch", "step"]), default="microbatch", show_default=True,
               help="fp8: cast each weight to fp8 every microbatch (Transformer Engine's default) or once per "
                    "iteration (Megatron-LM).")
-@click.option("--no-flash-attention", is_flag=True)
+@click.option("--no-flash-attention", is_flag=True, help="Unfused attention (s x s scores in memory; no CP).")
 @click.option("--softmax", type=click.Choice(["auto", "serial", "overlapped"]), default="auto", show_default=True,
               help=SOFTMAX_HELP)
 @click.option("--dropout/--no-dropout", default=None, help=DROPOUT_HELP)
 @click.option("--reserve-gib", type=float, default=3.0, show_default=True,
               help="Framework reserve per GPU (CUDA context, NCCL, fragmentation), as `llm train` / `llm memory` "
                    "count it: what a mapping must leave free to fit.")
-@click.option("--top", type=int, default=10, show_default=True)
+@click.option("--top", type=int, default=10, show_default=True, help="Fitting mappings shown, fastest first.")
 @click.option("--max-cp", type=int, default=8, show_default=True,
               help="Largest context-parallel degree searched (1: no CP).")
 @click.option("--no-fsdp", is_flag=True, help="Leave FSDP / ZeRO-3 out of the search.")
@@ -322,6 +326,9 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                model_ref: str | None, tracking_uri: str | None) -> None:
     """Every (tp, pp, cp, dp, ep, micro-batch, vp, recompute, SP, distributed optimizer or FSDP) mapping that
     fits, fastest first (CP up to --max-cp, EP for MoE models only).
+
+    MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config or a Hugging Face config.json (or its
+    checkpoint directory), as `hybrid llm train` takes.
 
     With a calibrated --model (80% intervals), each mapping carries iteration_s_low / iteration_s_high and the
     picks whose interval overlaps the fastest pick's are flagged (overlaps_fastest; '~' in the table)."""
@@ -383,8 +390,19 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         payload["error"] = str(own_error)
     # the fastest pick's own warnings: a learned position table too short, TP above the KV heads
     kv_note = kv_replication_note(model, int(res["tp"].iloc[0])) if res is not None else ""
+    price_notes: list[str] = []
+    if prices is not None:  # as `llm train` says it; and a price that prices no searched system is no silent no-op
+        systems = list({t.key: t for t in targets.values()}.values())
+        if unpriced := [f"{t.key} ({t.device})" for t in systems if prices.price(t.key, t.device) is None]:
+            price_notes.append(f"no GPU-hour price given for {', '.join(unpriced)}: no cost per token for it")
+        if unused := prices.unused([(t.key, t.device) for t in systems]):
+            price_notes.append(f"the GPU-hour price of {', '.join(unused)} prices none of the systems searched "
+                               f"({', '.join(t.key for t in systems)}): ignored"
+                               + ("; a system's own price wins over its GPU's"
+                                  if set(unused) & {t.device for t in systems} else "")
+                               + ("" if others else " (--compare a system to rank it beside this one)"))
     if notes := [n for n in (model.position_note(base.seq(model)), kv_note and f"fastest mapping: {kv_note}",
-                             *([] if res is None else res.attrs.get("notes", []))) if n]:
+                             *([] if res is None else res.attrs.get("notes", [])), *price_notes) if n]:
         payload["notes"] = notes
         for note in notes:
             click.echo(f"warning: {note}", err=True)
@@ -408,7 +426,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
             "optimizer": "dist" if b0.distopt else ("fsdp" if b0.fsdp else "")},
             "iteration_s": float(b0.iteration_s), "engine_s": float(b0.engine_s),
             "tokens_per_s_per_gpu": float(b0.tokens_per_s_per_gpu),
-            "mfu": float(b0.mfu), "memory_gib": float(b0.memory_gib),
+            "mfu": float(b0.mfu), "memory_gib": float(b0.memory_gib), **_interval_of(b0),
             **({"gpu_hour_price": price, "cost_per_1m_tokens": None if price is None
                 else float(b0.cost_per_1m_tokens)} if prices is not None else {}),
             **({"run": training_run(run_tokens, float(b0.tokens_per_s_per_gpu) * gpus, gpus, price)}
@@ -432,18 +450,21 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                             "sp": bool(b.sp), "optimizer": "dist" if b.distopt else ("fsdp" if b.fsdp else "")},
                    iteration_s=float(b.iteration_s), engine_s=float(b.engine_s),
                    tokens_per_s_per_gpu=float(b.tokens_per_s_per_gpu),
-                   mfu=float(b.mfu), memory_gib=float(b.memory_gib))
+                   mfu=float(b.mfu), memory_gib=float(b.memory_gib), **_interval_of(b))
         if prices is not None:
             row.update(gpu_hour_price=p_other, cost_per_1m_tokens=(None if p_other is None
                                                                    else float(b.cost_per_1m_tokens)))
         if run_tokens is not None:
             row["run"] = training_run(run_tokens, float(b.tokens_per_s_per_gpu) * gpus, gpus, p_other)
-        ranking.append({**row, "note": ""})
+        # what its own search warns (bf16 on a GPU without bf16 units, ranked at its fp32 rate; a device costed as
+        # generic nodes; more nodes than the catalog describes; a partly filled node), as this run's are
+        ranking.append({**row, "note": "; ".join(best.attrs.get("notes", []))})
     if others:
         payload["compare"], by_cost = rank_compared(
             ranking, lambda r: math.inf if r["mapping"] is None else -r["tokens_per_s_per_gpu"], "cost_per_1m_tokens",
             lambda r: r["mapping"] is not None)
         payload["compare_ranked_by"] = "cost_per_1m_tokens" if by_cost else "tokens_per_s_per_gpu"
+        _flag_overlapping_systems(payload["compare"], by_cost)
         if own_error is not None and all(r["mapping"] is None for r in payload["compare"]):
             raise own_error  # nothing fits anywhere: this run's own one-line error, as without --compare
     if as_json:
@@ -462,6 +483,7 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
         _search_table(res, price, payload)
     if "compare" in payload:
         by_cost = payload["compare_ranked_by"] == "cost_per_1m_tokens"
+        intervals = "overlaps_first" in payload["compare"][0]
         click.echo("\nsystems by " + ("cost per million training tokens of their fastest mapping (lowest first):"
                                       if by_cost else "tokens/s per GPU of their fastest mapping (highest first):"))
         dash = "-"
@@ -481,10 +503,15 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
                      *([_num(r["gpu_hour_price"], "g"), _num(r["cost_per_1m_tokens"], ".4g")] if prices is not None
                        else []),
                      *([_num(r["run"]["days"], ".3g") if "run" in r else dash] if run_tokens is not None else []),
+                     *(["~" if r.get("overlaps_first") else ""] if intervals else []),
                      r["note"]] for r in payload["compare"]],
                    ["system", "device", "fastest mapping", "iter_s", "tokens/s/GPU", "mfu%",
                     *(["GPU-hour price", "per 1M tokens"] if prices is not None else []),
-                    *(["run days"] if run_tokens is not None else []), "note"])
+                    *(["run days"] if run_tokens is not None else []), *(["overlap"] if intervals else []),
+                    "note"])
+        if intervals and len(payload["compare"]) > 1:
+            click.echo(f"~: 80% interval overlaps the first system's ({sum(bool(r.get('overlaps_first')) for r in payload['compare'])} of "
+                       f"{len(payload['compare']) - 1}): the model cannot rank them apart at that confidence")
     shown_mfu = ([] if res is None else [float(res["mfu"].max())]) + [
         r["mfu"] for r in payload.get("compare", []) if r["mfu"] is not None]
     if shown_mfu and max(shown_mfu) > 1.0:  # as `llm train` says it, per mapping there (with its causal-FLOP MFU)
@@ -494,13 +521,43 @@ def search_cmd(model_name: str, system: str, gpus: int, global_batch: int, seq: 
     roofline_note(name)
 
 
+def _interval_of(best: Any) -> dict[str, float]:
+    """A compared system's fastest mapping's 80% interval (``iteration_s_low`` / ``_high``; {} without one)."""
+    if "iteration_s_low" not in best.index:
+        return {}
+    return {"iteration_s_low": float(best.iteration_s_low), "iteration_s_high": float(best.iteration_s_high)}
+
+
+def _flag_overlapping_systems(rows: list[dict[str, Any]], by_cost: bool) -> None:
+    """``overlaps_first`` on each ranked system with an interval (a calibrated --model): whether its 80% interval
+    overlaps the first-ranked system's, in the quantity ranked by (iteration time, the same tokens per iteration
+    everywhere; or cost per million tokens, proportional to it at each system's price), as the mapping table flags
+    the picks it cannot tell from the fastest. False for the first; absent without intervals."""
+    def span(r: dict[str, Any]) -> tuple[float, float] | None:
+        if r.get("iteration_s_low") is None or r.get("iteration_s") is None:
+            return None
+        scale = r["cost_per_1m_tokens"] / r["iteration_s"] if by_cost else 1.0
+        return r["iteration_s_low"] * scale, r["iteration_s_high"] * scale
+
+    first = span(rows[0]) if rows else None
+    if first is None:
+        return
+    for i, r in enumerate(rows):
+        if (own := span(r)) is not None:
+            r["overlaps_first"] = i > 0 and own[0] <= first[1] and own[1] >= first[0]
+
+
 def _search_table(res: Any, price: float | None, payload: dict[str, Any]) -> None:
     """`llm search`'s text output of its own system: the mappings, their notes, the price and run of the fastest."""
     intervals = "iteration_s_low" in res.columns
+
+    def sec(v: float) -> str:  # 4 significant digits: close picks differ in the third (0.8161 / 0.8173, not 0.82)
+        return "-" if v != v else f"{v:.4g}"
+
     echo_table([[r.tp, r.pp, r.cp, r.dp, r.ep, r.mb, r.vp, r.recompute, "y" if r.sp else "",
-                 "dist" if r.distopt else ("fsdp" if r.fsdp else ""), r.iteration_s, *([r.iteration_s_low, r.iteration_s_high, "~" if r.overlaps_fastest else ""]
-                                  if intervals else []), "-" if r.engine_s != r.engine_s else r.engine_s,
-                 r.mfu * 100, r.memory_gib]
+                 "dist" if r.distopt else ("fsdp" if r.fsdp else ""), sec(r.iteration_s),
+                 *([sec(r.iteration_s_low), sec(r.iteration_s_high), "~" if r.overlaps_fastest else ""]
+                   if intervals else []), sec(r.engine_s), r.mfu * 100, r.memory_gib]
                 for r in res.itertuples()],
                ["tp", "pp", "cp", "dp", "ep", "mb", "vp", "recompute", "sp", "optim", "iter_s",
                 *(["iter_low", "iter_high", "overlap"] if intervals else []), "engine_s", "mfu%", "mem_gib"])

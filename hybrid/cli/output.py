@@ -192,7 +192,8 @@ def gpu_hour_price_option(adds: str, example: str = "DGX-H100=3.9,A100-SXM4-80GB
 
 def compare_names(compare: str | None, catalog: Any) -> list[str]:
     """The systems or devices of a ``--compare`` option, each checked against ``catalog`` before anything is
-    predicted (a typo is an error now, not after the work); [] without the option."""
+    predicted (a typo is an error now, not after the work), each system once (the first of the names that resolve
+    to it: ``DGX-H100,dgx-h100`` was searched and ranked twice); [] without the option."""
     if compare is None:
         return []
     from hybrid.errors import InvalidInputError
@@ -201,9 +202,10 @@ def compare_names(compare: str | None, catalog: Any) -> list[str]:
     names = [c.strip() for c in compare.split(",") if c.strip()]
     if not names:
         raise InvalidInputError(f"--compare names no system (got {compare!r}); e.g. --compare DGX-H100,DGX-A100")
+    seen: dict[str, str] = {}
     for name in names:
-        resolve_system(catalog, name)  # a system, or a device's generic node
-    return names
+        seen.setdefault(resolve_system(catalog, name).key, name)  # a system, or a device's generic node
+    return list(seen.values())
 
 
 def named(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

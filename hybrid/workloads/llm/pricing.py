@@ -47,6 +47,15 @@ class GpuHourPrices:
             return self.by_key[system_key]
         return self.by_key.get(device_key, self.default)
 
+    def unused(self, deployments: Sequence[tuple[str | None, str]]) -> list[str]:
+        """The named prices (keys of ``by_key``) that :meth:`price` gives none of ``deployments`` ((system key,
+        device key) pairs): a system or GPU that was priced but not predicted, or a GPU whose system has its own
+        price. A price that prices nothing is most likely a mistake (a system left out of ``--compare``)."""
+        used = set()
+        for system_key, device_key in deployments:
+            used.add(system_key if system_key is not None and system_key in self.by_key else device_key)
+        return [k for k in self.by_key if k not in used]
+
 
 def _price_value(text: str, what: str) -> float:
     try:

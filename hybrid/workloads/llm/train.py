@@ -174,19 +174,33 @@ def _prepare(model: TransformerConfig, cfg: TrainingConfig, system: str,
     if cfg.tp > tgt.gpus_per_node:
         raise InvalidInputError(f"tensor parallel size {cfg.tp} exceeds the {tgt.gpus_per_node} GPUs of one "
                                 f"{tgt.system} node")
-    return cm, tgt, [tgt.comm_note] * bool(tgt.comm_note) + cluster_notes(cat, tgt.system, cfg.gpus,
-                                                                            tgt.gpus_per_node, tgt.device)
+    return cm, tgt, target_notes(cat, tgt, cfg)
+
+
+def target_notes(catalog: Any, tgt: Target, cfg: TrainingConfig) -> list[str]:
+    """Warnings about where a job of ``cfg`` runs: a bare CPU's collectives (``tgt.comm_note``), a dtype the GPU has
+    no units for (bf16 before Ampere: costed at the fp32 peak, :meth:`~hybrid.hardware.device.Device.slow_dtype_note`,
+    as inference says it) and the cluster's (:func:`~hybrid.ops.roofline.cluster_notes`, which refuses several nodes
+    of a single-node system)."""
+    slow = catalog.device(tgt.device).slow_dtype_note(cfg.dtype)
+    return ([tgt.comm_note] * bool(tgt.comm_note) + [slow] * bool(slow)
+            + cluster_notes(catalog, tgt.system, cfg.gpus, tgt.gpus_per_node, tgt.device))
 
 
 def job_notes(model: TransformerConfig, cfg: TrainingConfig) -> list[str]:
     """Warnings about the job itself: a sequence past a learned position table
     (:meth:`TransformerConfig.position_note`), TP above the KV heads (:func:`kv_replication_note`), selective
-    recomputation with FlashAttention (nothing to recompute)."""
+    recomputation with FlashAttention (nothing to recompute), expert beside tensor parallelism without SP
+    (Megatron-core refuses it; :func:`candidate_mappings` leaves it out)."""
     selective = ("selective recomputation with FlashAttention changes nothing: the s x s attention scores it would "
                  "recompute are never stored (FlashAttention's backward recomputes them anyway), so memory and time "
                  "are those of --recompute none; Korthikanti et al.'s selective saving is for unfused attention "
                  "(--no-flash-attention)") if cfg.recompute == "selective" and cfg.flash_attention else ""
-    return [n for n in (model.position_note(cfg.seq(model)), kv_replication_note(model, cfg.tp), selective) if n]
+    ep_sp = ("Megatron-core refuses expert parallelism beside tensor parallelism without sequence parallelism "
+             f"(ep {cfg.ep}, tp {cfg.tp}): add --sp (costed as given)"
+             if model.is_moe and cfg.ep > 1 and cfg.tp > 1 and not cfg.sp else "")
+    return [n for n in (model.position_note(cfg.seq(model)), kv_replication_note(model, cfg.tp), selective, ep_sp)
+            if n]
 
 
 def memory_only(model: TransformerConfig, cfg: TrainingConfig, system: str, catalog: Any = None
@@ -329,7 +343,8 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
 
     CP: degrees up to ``max_cp`` dividing the GPUs with the sequence divisible by 2 x CP (load-balanced causal
     ring), FlashAttention only (1 disables CP). EP: MoE models only, degrees dividing the number of experts and
-    the DP x CP group (the ranks experts are spread over, as ``train`` checks). Optimizer states: replicated,
+    the DP x CP group (the ranks experts are spread over, as ``train`` checks), with SP where TP > 1 too (as
+    Megatron-core requires). Optimizer states: replicated,
     the distributed optimizer (ZeRO-1) or, with ``fsdp``, FSDP / ZeRO-3 (both need DP > 1).
     """
     G = base.gpus
@@ -366,6 +381,9 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
     ok &= ~sp | ((t > 1) & ((s // c) % t == 0))  # SP splits each CP rank's tokens over TP
     ok &= (opt == "none") | (d > 1)
     ok &= (d * c) % e == 0
+    # Megatron-core refuses expert parallelism beside tensor parallelism without SP (ModelParallelConfig:
+    # "When using expert parallelism and tensor parallelism, sequence parallelism must be used")
+    ok &= ~((e > 1) & (t > 1) & ~sp)
     if not ok.any():
         # TP = PP = CP = 1, VP 1, no SP, replicated optimizer and EP 1 are always candidates, so only the batch split
         # can leave nothing: say which data-parallel degrees the GPUs allow and why
@@ -411,8 +429,7 @@ def search(model: TransformerConfig, base: TrainingConfig, system: str, cost_mod
     cm = _cost_model(cost_model, base)
     cat = model_catalog(cm)
     tgt = resolve_target(system, cat, base.dtype, comm_system, base.gpus)
-    cluster = ([tgt.comm_note] * bool(tgt.comm_note)  # a bare CPU's collectives on its gloo system
-               + cluster_notes(cat, tgt.system, base.gpus, tgt.gpus_per_node, tgt.device))  # refuses what cannot be
+    cluster = target_notes(cat, tgt, base)  # refuses what cannot be
     cand = candidate_mappings(model, base, tgt, **space)
     costs = cost_mappings(model, base, cand, tgt, cm)
     st = stage_times(model, base, costs)
