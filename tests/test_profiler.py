@@ -53,6 +53,31 @@ def test_a_memory_streaming_process_that_dies_is_an_error_not_a_hang():
     assert not mp.active_children()
 
 
+def test_shared_bandwidth_copies_fit_the_memory_available():
+    """Each streaming process copied the ceiling's whole buffer (source and destination): on a 2-core VM with a
+    480 MiB L3 that is 2 x 2 x 3.75 GiB = 15 GiB of a 23 GiB machine, enough for the OOM killer to pick any
+    process. The copy now shrinks to fit half the available memory (never under a quarter of the ceiling's copy,
+    still twice the cache), and a machine where even that does not fit is an error before any process starts."""
+    import multiprocessing as mp
+    import time
+
+    from hybrid.data.profiler.memory_sharing import measure_shared_bandwidth, shared_copy_bytes
+    from hybrid.errors import HybridError
+
+    gib = 2**30
+    ceiling = int(3.75 * gib)
+    assert shared_copy_bytes(ceiling, 2, 64 * gib) == ceiling  # room enough: the ceiling's copy
+    assert shared_copy_bytes(ceiling, 2, None) == ceiling  # memory unknown: no cap
+    small = shared_copy_bytes(ceiling, 2, 21 * gib)
+    assert ceiling // 4 <= small < ceiling and 2 * 2 * small <= 0.5 * 21 * gib and small % 4 == 0
+    with pytest.raises(HybridError, match="GiB of memory is available"):
+        shared_copy_bytes(ceiling, 64, 21 * gib)
+    t0 = time.monotonic()
+    with pytest.raises(HybridError, match="GiB of memory is available"):
+        measure_shared_bandwidth(ceiling, repeats=1, procs=2, trials=1, available=1 * gib)
+    assert time.monotonic() - t0 < 5 and not mp.active_children()
+
+
 def test_cpu_device_key():
     from hybrid.data.profiler.runner import cpu_device_key
 
