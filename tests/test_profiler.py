@@ -78,6 +78,21 @@ def test_shared_bandwidth_copies_fit_the_memory_available():
     assert time.monotonic() - t0 < 5 and not mp.active_children()
 
 
+def test_shared_bandwidth_never_exceeds_procs_lone_streams():
+    """Two one-thread copies streamed 2.86x the lone copy's rate on a shared VM (the lone copy slowed by another
+    tenant): mem_bw_shared_gbps was written as 2.86 x mem_bw, more than two cores can stream. The ratio the catalog
+    takes is at most the process count; the measured one is kept beside it."""
+    from hybrid.data.profiler.memory_sharing import SharedBandwidth
+
+    odd = SharedBandwidth(procs=2, alone=1e9, concurrent=(1.5e9, 1.36e9), nbytes=2**30)
+    assert odd.ratio == pytest.approx(2.86) and odd.bandwidth_ratio == 2.0
+    d = odd.details(9.76e9)
+    assert d["mem_bw_shared"] == pytest.approx(2 * 9.76e9) and d["shared_ratio"] == 2.0
+    assert d["shared_ratio_measured"] == pytest.approx(2.86) and d["shared_copy_bytes"] == 2**30
+    usual = SharedBandwidth(procs=2, alone=1e9, concurrent=(0.7e9, 0.74e9))
+    assert usual.details(10e9)["mem_bw_shared"] == pytest.approx(14.4e9)
+
+
 def test_cpu_device_key():
     from hybrid.data.profiler.runner import cpu_device_key
 

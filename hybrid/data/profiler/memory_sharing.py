@@ -35,6 +35,22 @@ class SharedBandwidth:
         """Total concurrent stream rate over the lone stream rate (1 = no more bandwidth than one core uses)."""
         return float(sum(self.concurrent) / self.alone)
 
+    @property
+    def bandwidth_ratio(self) -> float:
+        """:attr:`ratio`, at most ``procs``: what the memory system gives ``procs`` streams together over what it
+        gives one. ``procs`` one-thread copies cannot together stream more than ``procs`` times the lone copy; a
+        larger ratio means the lone copy was slowed by another tenant (2.86 for 2 streams seen on a shared 2-core
+        VM), and ``mem_bw_shared_gbps`` = ``mem_bw`` x ratio claimed 30 GB/s for two cores of 9.8 GB/s each."""
+        return float(min(self.ratio, self.procs))
+
+    def details(self, mem_bw: float) -> dict[str, float | int]:
+        """The ceilings' ``details`` of this measurement, with the device's lone-copy bandwidth ``mem_bw``
+        (bytes/s): ``mem_bw_shared`` (bytes/s) = ``mem_bw`` x :attr:`bandwidth_ratio`; ``shared_ratio_measured``
+        is the raw :attr:`ratio`."""
+        return {"shared_procs": self.procs, "shared_ratio": self.bandwidth_ratio,
+                "shared_ratio_measured": self.ratio, "mem_bw_shared": mem_bw * self.bandwidth_ratio,
+                "shared_copy_bytes": self.nbytes}
+
 
 #: Share of the memory available when the step starts that the streaming processes' buffers may take together.
 MEMORY_SHARE = 0.5

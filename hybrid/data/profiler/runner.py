@@ -211,8 +211,7 @@ def run_profile(options: ProfileOptions, outdir: str | os.PathLike | None = None
                 "mem_bw_shared_gbps")
             shared = None
         if shared is not None:
-            ceilings.details.update(shared_procs=shared.procs, shared_ratio=shared.ratio,
-                                    mem_bw_shared=ceilings.mem_bw * shared.ratio, shared_copy_bytes=shared.nbytes)
+            ceilings.details.update(shared.details(ceilings.mem_bw))
     durations["ceilings"] = time.perf_counter() - t0
     device_key, device_entry = _device_identity(backend, opts, ceilings)
     if opts.device_name and device_key != opts.device_name.strip():
