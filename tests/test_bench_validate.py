@@ -224,7 +224,7 @@ def test_cli_refuses_a_bad_results_table_before_fitting(tmp_path, capsys):
     from hybrid.data.paths import project_datasets_dir
 
     bad = tmp_path / "results.csv"
-    bad.write_text("config_name,plan_name,ranks,median_ms,std_ms\n")
+    bad.write_text("config_name,plan_name,ranks,median_ms,std_ms,config_file,plan_file\n")
     t0 = time.perf_counter()
     bundle = str(project_datasets_dir() / "cpu-amd-epyc-1c")
     assert cli_main(["bench", "validate", str(bad), "--bundle", bundle]) == 2
@@ -309,3 +309,36 @@ def test_saved_host_constants_are_strict_json(tmp_path):
     assert doc["fit"]["se_us"] == {"optimizer_step_us": None, "launch_us": None}
     assert doc["fit"]["identified"] == {"optimizer_step_us": False}
     assert load_overheads(path).to_dict()["optimizer_step_us"] == 80.0
+
+
+@pytest.mark.parametrize("column", ["config_file", "plan_file"])
+def test_cli_refuses_results_without_stored_file_columns_before_fitting(tmp_path, capsys, column):
+    """A results table without config_file / plan_file (the columns naming the stored YAMLs each row is predicted
+    on) was read, the predictor fitted, then failed with a bare "KeyError: 'config_file'". The missing column is
+    named, before any fit."""
+    from hybrid.cli.main import main as cli_main
+
+    cols = {"config_name": "c000", "plan_name": "sg", "ranks": 2, "median_ms": 50.0, "std_ms": 1.0,
+            "config_file": "configs/c000.yaml", "plan_file": "plans/c000/sg.yaml"}
+    cols.pop(column)
+    pd.DataFrame([cols]).to_csv(tmp_path / "results.csv", index=False)
+    assert cli_main(["bench", "validate", str(tmp_path / "results.csv"), "--roofline", "--system",
+                     "DGX-A100"]) == 2
+    err = capsys.readouterr().err
+    assert column in err and "KeyError" not in err and "[1/2]" not in err
+
+
+def test_validate_campaign_names_a_blank_stored_file_cell(tmp_path):
+    """An empty config_file cell was read as the file 'nan' beside the table."""
+    from hybrid.bench.validate import EnginePredictor, validate_campaign
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.errors import HybridError
+    from hybrid.hardware.catalog import default_catalog
+
+    pd.DataFrame([{"config_name": "c000", "plan_name": "sg", "ranks": 2, "median_ms": 50.0, "std_ms": 1.0,
+                   "config_file": "", "plan_file": "plans/c000/sg.yaml"}]).to_csv(tmp_path / "results.csv",
+                                                                                   index=False)
+    cat = default_catalog()
+    pred = EnginePredictor("roofline", RooflineCostModel(cat), cat, system="DGX-A100")
+    with pytest.raises(HybridError, match=r"row 2: column config_file is empty"):
+        validate_campaign(tmp_path / "results.csv", pred)

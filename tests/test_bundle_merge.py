@@ -256,3 +256,29 @@ def test_two_runs_on_a_gpu_the_catalog_does_not_know_merge(tmp_path):
             for i, f in enumerate(("gemm", "norm"))]
     with pytest.raises(InvalidInputError, match="catalog.toml entries differ"):  # not a profiler measurement
         merge_bundles(user, tmp_path / "uu")
+
+
+def test_an_existing_output_is_refused_before_the_bundles_are_read(tmp_path):
+    """Merging into an existing bundle without --force read and compared every bundle first: two CPU runs said
+    'warning: the runs measured ...'s ceilings slightly differently' and only then that the output exists. The
+    output is checked first: the error alone, no warning."""
+    import warnings
+
+    cpu = project_datasets_dir() / "cpu-amd-epyc-1c"
+    table, _ = load_bundle(cpu)
+    text = (cpu / "catalog.toml").read_text()
+    fam = family_array(table["op"])
+    a = write_bundle(tmp_path / "a", table[fam == "gemm"].reset_index(drop=True), text, {"date": "1"})
+    b = write_bundle(tmp_path / "b", table[fam == "embedding"].reset_index(drop=True),
+                     text.replace("mem_bw_gbps = 27.1029", "mem_bw_gbps = 26.5"), {"date": "2"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the ceilings warning would be raised before the output's error
+        with pytest.raises(InvalidInputError, match="already exists and is not empty"):
+            merge_bundles([a, b], _existing(tmp_path))
+
+
+def _existing(tmp_path: Path) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    return out

@@ -53,6 +53,46 @@ def test_a_memory_streaming_process_that_dies_is_an_error_not_a_hang():
     assert not mp.active_children()
 
 
+def test_shared_bandwidth_copies_fit_the_memory_available():
+    """Each streaming process copied the ceiling's whole buffer (source and destination): on a 2-core VM with a
+    480 MiB L3 that is 2 x 2 x 3.75 GiB = 15 GiB of a 23 GiB machine, enough for the OOM killer to pick any
+    process. The copy now shrinks to fit half the available memory (never under a quarter of the ceiling's copy,
+    still twice the cache), and a machine where even that does not fit is an error before any process starts."""
+    import multiprocessing as mp
+    import time
+
+    from hybrid.data.profiler.memory_sharing import measure_shared_bandwidth, shared_copy_bytes
+    from hybrid.errors import HybridError
+
+    gib = 2**30
+    ceiling = int(3.75 * gib)
+    assert shared_copy_bytes(ceiling, 2, 64 * gib) == ceiling  # room enough: the ceiling's copy
+    assert shared_copy_bytes(ceiling, 2, None) == ceiling  # memory unknown: no cap
+    small = shared_copy_bytes(ceiling, 2, 21 * gib)
+    assert ceiling // 4 <= small < ceiling and 2 * 2 * small <= 0.5 * 21 * gib and small % 4 == 0
+    with pytest.raises(HybridError, match="GiB of memory is available"):
+        shared_copy_bytes(ceiling, 64, 21 * gib)
+    t0 = time.monotonic()
+    with pytest.raises(HybridError, match="GiB of memory is available"):
+        measure_shared_bandwidth(ceiling, repeats=1, procs=2, trials=1, available=1 * gib)
+    assert time.monotonic() - t0 < 5 and not mp.active_children()
+
+
+def test_shared_bandwidth_never_exceeds_procs_lone_streams():
+    """Two one-thread copies streamed 2.86x the lone copy's rate on a shared VM (the lone copy slowed by another
+    tenant): mem_bw_shared_gbps was written as 2.86 x mem_bw, more than two cores can stream. The ratio the catalog
+    takes is at most the process count; the measured one is kept beside it."""
+    from hybrid.data.profiler.memory_sharing import SharedBandwidth
+
+    odd = SharedBandwidth(procs=2, alone=1e9, concurrent=(1.5e9, 1.36e9), nbytes=2**30)
+    assert odd.ratio == pytest.approx(2.86) and odd.bandwidth_ratio == 2.0
+    d = odd.details(9.76e9)
+    assert d["mem_bw_shared"] == pytest.approx(2 * 9.76e9) and d["shared_ratio"] == 2.0
+    assert d["shared_ratio_measured"] == pytest.approx(2.86) and d["shared_copy_bytes"] == 2**30
+    usual = SharedBandwidth(procs=2, alone=1e9, concurrent=(0.7e9, 0.74e9))
+    assert usual.details(10e9)["mem_bw_shared"] == pytest.approx(14.4e9)
+
+
 def test_cpu_device_key():
     from hybrid.data.profiler.runner import cpu_device_key
 
@@ -534,6 +574,26 @@ def test_skip_existing_leaves_out_collectives_measured_before(tmp_path):
                                    device_name="lab-box", skip_existing=(str(tmp_path / "t.csv"),)),
                     tmp_path / "b", log=said.append)
     assert "20 configuration(s) already in --skip-existing, not measured again" in said
+
+
+def test_the_gloo_latency_is_read_from_the_fastest_all_reduce_not_the_smallest():
+    """A quick profile on a busy 2-core VM measured the 16 B all_reduce at 3666 us, the 1 KiB one at 2566 us and the
+    64 KiB one at 185 us: intra_latency_us = 3666 / 2 = 1833 us, ten times any op's small-message time. A message
+    costs at least the latency (T(s) = steps x latency + s / bandwidth), so the fastest time of any size bounds it
+    best: 185 / 2 us."""
+    from hybrid.data.profiler.backend import Backend
+    from hybrid.data.profiler.runner import _system_entry
+
+    backend = Backend(torch, "cpu", 1)
+    rows = [{"op": "all_reduce", "size_bytes": s, "n_ranks": 2, "time_us": t}
+            for s, t in ((16, 3666.3), (1024, 2565.6), (65536, 184.66), (2**20, 964.2), (2**24, 14938.8))]
+    entry = _system_entry(backend, "cpu-x-1c", rows)
+    assert entry["intra_latency_us"] == pytest.approx(184.66 / 2)
+    assert entry["intra_node_gbps"] == pytest.approx(2**24 / 14938.8e-6 / 1e9)
+    assert "fastest all_reduce" in entry["source"]
+    # the ranks of the fewest processes only: 4 ranks pay 2 log2(4) steps of their own
+    more = rows + [{"op": "all_reduce", "size_bytes": 16, "n_ranks": 4, "time_us": 50.0}]
+    assert _system_entry(backend, "cpu-x-1c", more)["intra_latency_us"] == pytest.approx(184.66 / 2)
 
 
 def test_the_gloo_system_is_read_with_the_bus_factor_of_the_op_measured():

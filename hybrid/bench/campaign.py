@@ -212,8 +212,14 @@ def campaign_plans(config: DLRMConfig, seed: int = 0, predictor: Any = None,
 # ------------------------------------------------------------------------------------------ results table
 
 
-def read_results(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a campaign results table (CSV), checking the required columns and values."""
+#: Columns naming the config and plan YAMLs stored beside a results table (:func:`load_pair`), relative to it.
+STORED_FILE_COLUMNS = ("config_file", "plan_file")
+
+
+def read_results(path: str | os.PathLike, *, stored_files: bool = False) -> pd.DataFrame:
+    """Read a campaign results table (CSV), checking the required columns and values; with ``stored_files`` also
+    the :data:`STORED_FILE_COLUMNS` a prediction of each row reads its config and plan from
+    (:func:`check_stored_files`)."""
     p = Path(path)
     if p.is_dir():
         p = p / "results.csv"
@@ -221,7 +227,7 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
         raise InvalidInputError(f"results table not found: {p}")
     from hybrid.data.importers._common import read_csv_checked
 
-    need = ("config_name", "plan_name", "ranks", "median_ms", "std_ms")
+    need = ("config_name", "plan_name", "ranks", "median_ms", "std_ms", *(STORED_FILE_COLUMNS if stored_files else ()))
     # empty, header-only, malformed and truncated files (a last line cut mid-write) are errors naming the file
     try:
         df = read_csv_checked(p, need, what="campaign results")
@@ -246,7 +252,25 @@ def read_results(path: str | os.PathLike) -> pd.DataFrame:
         i = int(np.flatnonzero(dup)[0])
         raise SchemaError(f"{p}: row {i + 2}: duplicate (config, plan) "
                           f"({df['config_name'].iloc[i]}, {df['plan_name'].iloc[i]})")
+    if stored_files:
+        check_stored_files(df, p)
     return df
+
+
+def check_stored_files(table: pd.DataFrame, where: str | os.PathLike) -> None:
+    """:class:`SchemaError` naming the first missing :data:`STORED_FILE_COLUMNS` column or empty cell of ``table``
+    (read from ``where``): a missing column was a bare ``KeyError: 'config_file'`` after the predictor's fit, an
+    empty cell the config file ``nan`` beside the table."""
+    missing = [c for c in STORED_FILE_COLUMNS if c not in table.columns]
+    if missing:
+        raise SchemaError(f"{where}: missing column(s) {', '.join(repr(c) for c in missing)}, which name the config "
+                          "and plan files each row was measured on (configs/<config>.yaml, plans/<config>/<plan>.yaml,"
+                          " as `hybrid bench campaign` and `hybrid bench dlrm -o` write them)")
+    for c in STORED_FILE_COLUMNS:
+        blank = np.flatnonzero(table[c].isna().to_numpy() | (table[c].astype(str).str.strip() == "").to_numpy())
+        if len(blank):
+            raise SchemaError(f"{where}: row {int(blank[0]) + 2}: column {c} is empty (it names the file of the "
+                              f"row's {c.removesuffix('_file')}, relative to the table)")
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:

@@ -360,7 +360,7 @@ def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: Engi
 
     If ``fit_overheads``, the engine's host-overhead constants are also fitted (:meth:`Overheads.fit`) on a
     random half of the configs and the other half is scored with them (``split``)."""
-    from hybrid.bench.campaign import load_pair, read_results
+    from hybrid.bench.campaign import check_stored_files, load_pair, read_results
 
     _check_k(k)  # before any prediction
     _check_split_seed(split_seed)
@@ -368,9 +368,10 @@ def validate_campaign(results: str | os.PathLike | pd.DataFrame, predictor: Engi
         if campaign_dir is None:
             raise InvalidInputError("a results DataFrame needs campaign_dir (where configs/ and plans/ are)")
         table, base = results.copy(), Path(campaign_dir)
+        check_stored_files(table, "the results table")
     else:
         p = Path(results)
-        table = read_results(p)
+        table = read_results(p, stored_files=True)
         base = Path(campaign_dir) if campaign_dir else (p if p.is_dir() else p.parent)
     pairs = []
     for _, row in table.iterrows():

@@ -238,7 +238,7 @@ def validate(results_path: str, model_ref: str | None, tracking_uri: str | None,
     if not math.isfinite(k):
         raise InvalidInputError(f"--k must be a finite number >= 0, got {k}")
     overheads = load_overheads(overheads_file) if overheads_file else None  # a bad file fails before any fit
-    read_results(results_path)  # so does a bad results table (read again, with its configs, below)
+    read_results(results_path, stored_files=True)  # so does a bad results table (read again, with its configs, below)
     if not as_json:
         what = (f"loading {model_ref}" if model_ref else "building the roofline predictor" if roofline
                 else f"fitting a HybridPredictor on {bundle or 'the newest datasets/cpu-* bundle'}")

@@ -373,6 +373,7 @@ def merge_bundles(paths: Iterable[str | os.PathLike], outdir: str | os.PathLike,
     out = Path(outdir)
     if any(d.resolve() == out.resolve() for d in dirs):
         raise InvalidInputError(f"the output {out} is one of the bundles to merge; write to a new directory")
+    check_bundle_outdir(out, force)  # before the bundles are read and compared (their warnings, a slow load)
     tables, metas, bodies, texts = [], [], [], []
     for d in dirs:
         if not d.is_dir():
