@@ -257,7 +257,9 @@ def test_a_config_name_that_is_a_path_is_refused_before_measuring(tmp_path, caps
     sp = CampaignSpace(ranks=1, tables=(2, 2), rows=(100, 200), batch_sizes=(16,), pooling=(1, 2))
     cfg = generate_configs(1, seed=3, space=sp)[0]
     out = tmp_path / "a" / "b" / "res"
-    for name in ("../../escaped", "x/y", "..", ""):
+    with pytest.raises(InvalidInputError, match="name must be a non-empty string"):  # refused by the config itself
+        cfg.with_(name="")
+    for name in ("../../escaped", "x/y", ".."):
         write_document(cfg.with_(name=name).to_dict(), tmp_path / "c.yaml")
         assert main(["bench", "dlrm", str(tmp_path / "c.yaml"), "--ranks", "1", "--iters", "1", "--warmup", "0",
                      "-o", str(out) + "/"]) == 2
