@@ -738,3 +738,21 @@ def test_help_says_an_adaptation_has_no_lodo_split():
 
     out = " ".join(CliRunner().invoke(cli, ["calibrate", "--help"], terminal_width=200).output.split())
     assert "Not needed with --base: an adaptation has no such split" in out, out
+
+
+EXAMPLE_DLRM = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "dlrm_example.yaml"
+
+
+def test_host_bound_note_does_not_promise_a_model_changes_host_costs(flow):
+    """The example DLRM is host-bound; its host costs are the engine's constants whatever --model says (the note
+    said a calibrated --model, "measured host costs", would change the prediction: the host stayed 1170 us)."""
+    rc, out, err = cli(["simulate", str(EXAMPLE_DLRM), "--json"])
+    assert rc == 0, err
+    plain = json.loads(out)
+    rc, out, err = cli(["simulate", str(EXAMPLE_DLRM), "--json", "--model", "kern/2", "--tracking-uri", flow["uri"]])
+    assert rc == 0, err
+    corr = json.loads(out)
+    assert [r["host_us"] for r in corr["ranks"]] == [r["host_us"] for r in plain["ranks"]]
+    for data in (plain, corr):
+        note = next(n for n in data["notes"] if n.startswith("the iteration is host-bound"))
+        assert "no --model changes" in note and "measured host costs" not in note
