@@ -756,3 +756,20 @@ def test_host_bound_note_does_not_promise_a_model_changes_host_costs(flow):
     for data in (plain, corr):
         note = next(n for n in data["notes"] if n.startswith("the iteration is host-bound"))
         assert "no --model changes" in note and "measured host costs" not in note
+
+
+def test_shard_says_when_the_calibrated_model_gives_no_interval(flow):
+    """A kernel-only model has no collective band: simulate warned that the iteration has no interval, shard left its
+    "80% interval ms" column empty and said nothing."""
+    args = ["shard", str(EXAMPLE_DLRM), "--strategy", "size_greedy", "--time-budget", "0", "--model", "kern/2",
+            "--tracking-uri", flow["uri"]]
+    rc, out, err = cli([*args, "--json"])
+    assert rc == 0, err
+    data = json.loads(out)
+    assert "iteration_us_low" not in data["plans"][0]
+    assert data["interval_note"].startswith("no 80% interval")
+    assert "warning: no 80% interval" in err
+    rc, out, err = cli(args)
+    assert rc == 0 and "warning: no 80% interval" in err
+    rc, out, err = cli(["shard", str(EXAMPLE_DLRM), "--strategy", "size_greedy", "--time-budget", "0", "--json"])
+    assert rc == 0 and "interval_note" not in json.loads(out)  # the roofline: no interval asked for
