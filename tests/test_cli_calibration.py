@@ -738,3 +738,38 @@ def test_help_says_an_adaptation_has_no_lodo_split():
 
     out = " ".join(CliRunner().invoke(cli, ["calibrate", "--help"], terminal_width=200).output.split())
     assert "Not needed with --base: an adaptation has no such split" in out, out
+
+
+EXAMPLE_DLRM = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "dlrm_example.yaml"
+
+
+def test_host_bound_note_does_not_promise_a_model_changes_host_costs(flow):
+    """The example DLRM is host-bound; its host costs are the engine's constants whatever --model says (the note
+    said a calibrated --model, "measured host costs", would change the prediction: the host stayed 1170 us)."""
+    rc, out, err = cli(["simulate", str(EXAMPLE_DLRM), "--json"])
+    assert rc == 0, err
+    plain = json.loads(out)
+    rc, out, err = cli(["simulate", str(EXAMPLE_DLRM), "--json", "--model", "kern/2", "--tracking-uri", flow["uri"]])
+    assert rc == 0, err
+    corr = json.loads(out)
+    assert [r["host_us"] for r in corr["ranks"]] == [r["host_us"] for r in plain["ranks"]]
+    for data in (plain, corr):
+        note = next(n for n in data["notes"] if n.startswith("the iteration is host-bound"))
+        assert "no --model changes" in note and "measured host costs" not in note
+
+
+def test_shard_says_when_the_calibrated_model_gives_no_interval(flow):
+    """A kernel-only model has no collective band: simulate warned that the iteration has no interval, shard left its
+    "80% interval ms" column empty and said nothing."""
+    args = ["shard", str(EXAMPLE_DLRM), "--strategy", "size_greedy", "--time-budget", "0", "--model", "kern/2",
+            "--tracking-uri", flow["uri"]]
+    rc, out, err = cli([*args, "--json"])
+    assert rc == 0, err
+    data = json.loads(out)
+    assert "iteration_us_low" not in data["plans"][0]
+    assert data["interval_note"].startswith("no 80% interval")
+    assert "warning: no 80% interval" in err
+    rc, out, err = cli(args)
+    assert rc == 0 and "warning: no 80% interval" in err
+    rc, out, err = cli(["shard", str(EXAMPLE_DLRM), "--strategy", "size_greedy", "--time-budget", "0", "--json"])
+    assert rc == 0 and "interval_note" not in json.loads(out)  # the roofline: no interval asked for

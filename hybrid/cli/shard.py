@@ -106,6 +106,13 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
         best.plan.save(output)
     shown = shown_plans(result, top)
     host_memory = best.memory.host_memory_summary()  # the best plan's tables in host memory (each plan: --json)
+    interval_note = None
+    if model_ref and best.fits and not all(math.isfinite(x) for x in best.iteration_interval_us):
+        # as simulate says it: an empty "80% interval" column (a key missing in --json) is no answer
+        from hybrid.cli.output import NO_INTERVAL_NOTE
+
+        interval_note = NO_INTERVAL_NOTE.format(what="iteration")
+        click.echo(f"warning: {interval_note}", err=True)
     if host_memory is None and host_mem is not None:
         click.echo(f"note: {HOST_MEM_UNUSED_NOTE}", err=True)
         notes.append(HOST_MEM_UNUSED_NOTE)
@@ -113,6 +120,7 @@ def shard(config_path: str, gpus: int | None, system: str | None, top: int, stra
         echo_json({"config": config.name, "gpus": config.gpus, "system": config.system, "model": model_name,
                    "seconds": round(result.seconds, 3), "best": best.name, "best_plan_file": output,
                    "overlapping_best": result.info.get("overlapping_best", []), **({"notes": notes} if notes else {}),
+                   **({"interval_note": interval_note} if interval_note else {}),
                    **({"host_memory": host_memory} if host_memory is not None else {}),
                    "plans": [e.to_dict(with_plan=i == 0 or e is best) for i, e in enumerate(shown)]})
         return
