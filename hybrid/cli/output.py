@@ -4,39 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 
-
-def _default(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return str(obj)
+from hybrid.json_ready import json_ready
 
 
 def echo_json(obj: Any) -> None:
     """Print ``obj`` as JSON (NaN becomes null)."""
-    click.echo(json.dumps(_clean(obj), indent=2, default=_default))
-
-
-def _clean(obj: Any) -> Any:
-    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return _clean(obj.item())
-    return obj
+    click.echo(json.dumps(json_ready(obj), indent=2))
 
 
 def echo_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> None:

@@ -7,7 +7,6 @@ One process (``pid``) per rank and one thread (``tid``) per stream of that rank;
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -17,36 +16,10 @@ import numpy as np
 from hybrid.atomic import atomic_file
 from hybrid.engine.graph import KINDS, SYNC
 from hybrid.engine.simulate import SimResult
+from hybrid.json_ready import json_ready
 
 #: Stable thread ids for the usual streams (others follow in order of appearance).
 STREAM_TIDS = {"host": 0, "compute": 1, "comm": 2}
-
-
-def _clean(value: Any) -> Any:
-    """``value`` as JSON holds it: numpy scalars as numbers, NaN / inf as null (JSON has neither), arrays, sets and
-    tuples as lists, mappings with text keys, anything else (a path, an object) as its text."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (np.integer, int)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        v = float(value)
-        return v if math.isfinite(v) else None
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, np.ndarray):
-        return [_clean(v) for v in value.tolist()]
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        items = [_clean(v) for v in value]
-        try:
-            return sorted(items)
-        except TypeError:
-            return items
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    return str(value)
 
 
 #: Decimals (of a microsecond) the trace's ``ts`` and event ends are rounded to.
@@ -90,13 +63,13 @@ def chrome_trace(result: SimResult, name: str = "hybrid simulation") -> dict[str
             continue
         args: dict[str, Any] = {"kind": KINDS[g.kind[i]], "duration_us": round(float(result.durations[i]), 4)}
         if g.op_index[i] >= 0:
-            args.update({k: _clean(v) for k, v in ops[g.op_index[i]].items() if _clean(v) is not None})
+            args.update({k: json_ready(v) for k, v in ops[g.op_index[i]].items() if json_ready(v) is not None})
             if result.methods is not None:
                 args["method"] = str(result.methods[i])
         if g.group[i] >= 0:
             args["collective_id"] = int(g.group[i])
         if g.args[i]:
-            args.update({k: _clean(v) for k, v in g.args[i].items()})
+            args.update({k: json_ready(v) for k, v in g.args[i].items()})
         events.append({
             "ph": "X", "name": g.names[i], "cat": KINDS[g.kind[i]], "pid": int(g.rank[i]),
             "tid": tids[int(g.stream[i])], "ts": float(ts[i]), "dur": float(dur[i]), "args": args,
