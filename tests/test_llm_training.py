@@ -182,6 +182,36 @@ def test_closed_form_interleaved_bubble_counts_every_chunk_boundary_send():
     assert pred.closed_form_iteration_s == pytest.approx(pred.iteration_s, rel=0.005)
 
 
+def test_engine_extends_many_microbatches_exactly():
+    """Past a count the engine simulates two shorter pipelines and extends the steady state: the graph of every
+    microbatch took minutes and gigabytes for GPT-3 175B at pp 2 with global batch 8M (2M microbatches); the
+    extension equals the full graph (1F1B and interleaved) and the 8M job answers in seconds."""
+    import time
+
+    from hybrid.workloads.llm.costing import cost_mappings, mappings_frame
+    from hybrid.workloads.llm.schedule import simulate_mapping, stage_times
+    from hybrid.workloads.llm.train import _prepare
+
+    model = load_model("gpt3-175b")
+    for cfg in (TrainingConfig(gpus=64, tp=8, pp=2, global_batch=4 * 300, sp=True),
+                TrainingConfig(gpus=128, tp=8, pp=4, vp=3, global_batch=4 * 4 * 101, sp=True)):
+        cm, tgt, _ = _prepare(model, cfg, "DGX-A100", None, None)
+        costs = cost_mappings(model, cfg, mappings_frame(cfg), tgt, cm)
+        st = stage_times(model, cfg, costs)
+        _, full = simulate_mapping(st, 0, costs.mappings, cfg, max_microbatches=10**9)
+        _, fast = simulate_mapping(st, 0, costs.mappings, cfg, max_microbatches=40)
+        assert full["simulated_microbatches"] == cfg.num_microbatches and fast["simulated_microbatches"] <= 40
+        assert fast["iteration_s"] == pytest.approx(full["iteration_s"], rel=1e-9)
+        assert fast["pipeline_s"] == pytest.approx(full["pipeline_s"], rel=1e-9)
+    cfg = TrainingConfig(gpus=64, tp=8, pp=2, global_batch=8_000_000)
+    t0 = time.perf_counter()
+    pred = predict_training(model, cfg, "DGX-A100")
+    assert time.perf_counter() - t0 < 60
+    assert pred.simulated_microbatches is not None and pred.simulated_microbatches < 2_000_000
+    assert pred.iteration_s == pytest.approx(pred.closed_form_iteration_s, rel=1e-6)
+    assert pred.iteration_s == pytest.approx(1_071_293.2, rel=1e-6)
+
+
 @pytest.mark.parametrize(("pp", "vp", "m"), [(4, 1, 8), (4, 2, 8), (8, 3, 16), (2, 4, 2)])
 def test_schedule_order_runs_every_chunk_once(pp, vp, m):
     for r in range(pp):

@@ -199,6 +199,11 @@ def train(as_json: bool, trace_path: str | None, allow_oom: bool, gpu_hour_price
         assert pred.sim is not None
         write_chrome_trace(pred.sim, trace_path, name=f"{model.name} tp{cfg.tp} pp{cfg.pp} dp{cfg.dp}")
         summary["trace"] = str(trace_path)
+        if pred.simulated_microbatches is not None and pred.simulated_microbatches < cfg.num_microbatches:
+            note = (f"the trace shows {pred.simulated_microbatches} of the {cfg.num_microbatches} microbatches (the "
+                    "engine extends the repeating steady state exactly beyond them)")
+            summary["notes"] = [*summary.get("notes", []), note]
+            click.echo(f"note: {note}", err=True)
     if as_json:
         echo_json(summary)
         return

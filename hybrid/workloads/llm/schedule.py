@@ -29,7 +29,7 @@ optimizer without ``overlap_param_gather``) the parameter all-gather. The closed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,8 @@ from hybrid.workloads.llm.model import TransformerConfig
 
 #: Megatron-LM caps gradient buckets; a bucket per layer is close to its 40M-parameter default for large layers.
 MAX_BUCKETS_PER_CHUNK = 8
+#: Microbatches the engine simulates one by one; beyond, :func:`simulate_mapping` extends the steady state exactly.
+ENGINE_MAX_MICROBATCHES = 256
 
 
 @dataclass
@@ -329,10 +331,39 @@ def build_pipeline_graph(st: StageTimes, i: int, m: Any, cfg: TrainingConfig) ->
     return g, {"pipe_end_nodes": pipe_end}
 
 
-def simulate_mapping(st: StageTimes, i: int, m: Any, cfg: TrainingConfig) -> tuple[SimResult, dict[str, float]]:
-    """Engine simulation of mapping ``i``; returns the result and pipeline figures (seconds)."""
+def _simulate(st: StageTimes, i: int, m: Any, cfg: TrainingConfig) -> tuple[SimResult, float, float]:
     g, info = build_pipeline_graph(st, i, m, cfg)
     compiled = g.compile()
     res = simulate_durations(compiled, compiled.fixed_us.copy())
     pipe_end = max(float(res.finish[nid]) for nid in info["pipe_end_nodes"].values()) * 1e-6
-    return res, {"pipeline_s": pipe_end, "iteration_s": res.iteration_us * 1e-6}
+    return res, pipe_end, res.iteration_us * 1e-6
+
+
+def simulate_mapping(st: StageTimes, i: int, m: Any, cfg: TrainingConfig,
+                     max_microbatches: int = ENGINE_MAX_MICROBATCHES) -> tuple[SimResult, dict[str, float]]:
+    """Engine simulation of mapping ``i``; returns the result and pipeline figures (seconds).
+
+    Every microbatch is the same work, so past the warm-up the schedule repeats every ``pp`` microbatches (one
+    microbatch without interleaving) and the iteration grows by the same time per period. Beyond
+    ``max_microbatches`` the engine runs two shorter pipelines of ``n2 - pp`` and ``n2`` microbatches
+    (``n2 <= max_microbatches``, as many periods short of ``n`` as it takes) and the iteration and pipeline end are
+    extended by their difference per period (exact: the graph of every microbatch, 2 million of them for GPT-3
+    at global batch 8M, took minutes and gigabytes to say the same). The result (and a trace of it) is then the
+    ``n2``-microbatch pipeline's; figure ``simulated_microbatches`` says how many it ran."""
+    n = int(st.n_micro[i])
+    pp = int(m["pp"].iloc[i])
+    step = max(pp, 1)
+    cap = max(int(max_microbatches), 4 * step)
+    if n <= cap:
+        res, pipe, it = _simulate(st, i, m, cfg)
+        return res, {"pipeline_s": pipe, "iteration_s": it, "simulated_microbatches": float(n)}
+    n2 = n - ((n - cap) // step + (1 if (n - cap) % step else 0)) * step  # n2 <= cap, n2 = n (mod step)
+    n1 = n2 - step
+    short = replace(st, n_micro=np.array(st.n_micro, dtype=np.int64))
+    short.n_micro[i] = n1
+    _, pipe1, it1 = _simulate(short, i, m, cfg)
+    short.n_micro[i] = n2
+    res, pipe2, it2 = _simulate(short, i, m, cfg)
+    periods = (n - n2) / step
+    return res, {"pipeline_s": pipe2 + periods * (pipe2 - pipe1), "iteration_s": it2 + periods * (it2 - it1),
+                 "simulated_microbatches": float(n2)}

@@ -82,6 +82,9 @@ class TrainingPrediction:
     #: warnings about the job itself (:func:`job_notes`: a sequence past a learned position table, TP above the
     #: KV heads)
     notes: list[str] = field(default_factory=list)
+    #: microbatches in ``sim`` (and a trace of it): fewer than the job's past
+    #: :data:`~hybrid.workloads.llm.schedule.ENGINE_MAX_MICROBATCHES`, whose steady state is extended exactly
+    simulated_microbatches: int | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -283,9 +286,11 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
     cf = closed_form(st, costs.mappings, cfg)
     mem = memory_per_rank(model, cfg, costs.mappings, costs.params, tgt.mem_capacity)
     sim = None
+    simulated = None
     if engine:
         sim, fig = simulate_mapping(st, 0, costs.mappings, cfg)
         iteration, pipeline = fig["iteration_s"], fig["pipeline_s"]
+        simulated = int(fig["simulated_microbatches"])
     else:
         iteration, pipeline = float(cf["iteration_s"][0]), float(cf["pipeline_s"][0])
     n = float(st.n_micro[0])
@@ -326,7 +331,7 @@ def predict_training(model: TransformerConfig, cfg: TrainingConfig, system: str,
         bubble_closed_form_s=float(cf["bubble_closed_form_s"][0] * n / max(n, 1)),
         memory=mem.row(0), fits=bool(mem.fits[0]), fit_reason=mem.reason(0), model_flops=mf, hardware_flops=hf,
         placement=placement(cfg, tgt), sim=sim, ops=costs.ops, iteration_s_low=it_low, iteration_s_high=it_high,
-        notes=job_notes(model, cfg) + cluster)
+        notes=job_notes(model, cfg) + cluster, simulated_microbatches=simulated)
 
 
 # ============================================================================================== search
