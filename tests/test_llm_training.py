@@ -283,7 +283,13 @@ def test_cli_prices_a_training_run(capsys):
     rc = main([*args, "--gpu-hour-price", "H100=3"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["cost_per_1m_tokens"] is None and "cost" not in out["run"] and out["run"]["gpu_hours"] > 0
+    # a suffix after an exponent read 1.5e12T as 1.5e24 tokens (5.6e11 days for this job): refused, as is T twice
+    for bad in ("1.5e12T", "1.5e12 T", "2e3B", "1_000B", "-5B", "300BT"):
+        with pytest.raises(InvalidInputError, match="token count"):
+            parse_token_count(bad)
+    assert parse_token_count(" 1.5 T ") == 1.5e12 and parse_token_count(".5T") == 5e11
     for bad, msg in ((["--train-tokens", "0"], "at least 1"), (["--train-tokens", "lots"], "token count"),
+                     (["--train-tokens", "1.5e12T"], "plain decimal"),
                      (["--gpu-hour-price", "DGX-A100=free"], "not a number")):
         rc = main([*args[:-2], *bad])
         err = capsys.readouterr().err

@@ -16,6 +16,7 @@ throughput into a whole run's days, GPU-hours and cost:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,7 +126,13 @@ def parse_token_count(text: str) -> float:
     raw = str(text).strip()
     num, suffix = raw, ""
     if raw and raw[-1].lower() in TOKEN_SUFFIXES and raw[-1].isalpha():
-        num, suffix = raw[:-1], raw[-1].lower()
+        num, suffix = raw[:-1].strip(), raw[-1].lower()
+        # a suffix scales a plain decimal: "1.5e12T" (exponent and suffix, 1.5e24 tokens) is a typo for 1.5T or
+        # 1.5e12 (T read as "tokens"), never a count anyone trains on
+        if not re.fullmatch(r"\d+(\.\d*)?|\.\d+", num):
+            raise InvalidInputError(
+                f"cannot read a token count from {text!r}: a suffix (K/M/B/T) follows a plain decimal number, not "
+                f"{num!r} (examples: 300B, 1.5T, 2e12)")
     try:
         value = float(num) * TOKEN_SUFFIXES[suffix]
     except ValueError:
