@@ -293,6 +293,10 @@ def _batch_envelope(values: np.ndarray) -> np.ndarray:
 #: Most distinct prompt lengths of a trace that :meth:`StepCosts.build_bounds` puts on its chunk grid (each costs
 #: one more chunk length across the chunk-count x earlier-token grid, about 700 cost-model rows).
 PROMPT_GRID_POINTS = 4
+#: MLA projections that depend on the pass (:func:`~hybrid.workloads.llm.layer_ops.forward_layer_ops`): a decode
+#: step's absorbed per-head GEMMs, a prompt's latent up-projection
+MLA_DECODE_OPS = ("attn_q_absorb", "attn_v_absorb")
+MLA_PREFILL_OPS = ("attn_kv_b_proj",)
 
 
 @dataclass
@@ -325,6 +329,12 @@ class StepCosts:
     #: ranks that run attention side by side on requests of their own (attention data parallelism: ``tp``; else 1):
     #: the prompt chunks of one step spread over them
     dp_ranks: int = 1
+    #: MLA (DeepSeek): the projections a step runs on its prompt tokens apart from its decode tokens (on the
+    #: :attr:`tokens` grid; ``dense_us`` holds neither), as :func:`~hybrid.workloads.llm.inference.pass_ops` prices
+    #: a pass: prompt tokens expand the latent into per-head keys and values (``attn_kv_b_proj``), decode tokens
+    #: run the absorbed per-head GEMMs (``attn_q_absorb`` / ``attn_v_absorb``); None for other attention
+    mla_prefill_us: np.ndarray | None = None
+    mla_decode_us: np.ndarray | None = None
 
     @classmethod
     def build(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
@@ -399,6 +409,9 @@ class StepCosts:
             ((WN * WC).ravel(), WN.ravel(), WC.ravel(), WC.ravel()),
             ((PN * PC).ravel(), PN.ravel(), PC.ravel(), (PC + PX).ravel()),
         ]
+        mla = bool(s.model.is_mla)
+        if mla:  # the prompt tokens' MLA projections (a pass with new keys: not absorbed), on the dense grid
+            parts.append((tok, np.minimum(tok, float(dp)), np.full(len(tok), 2.0), np.full(len(tok), 2.0)))
         cat = [np.concatenate([p[j] for p in parts]) for j in range(4)]
         phase = np.concatenate([np.full(len(p[0]), f"part{i}", dtype=object) for i, p in enumerate(parts)])
         off = len(phase)
@@ -406,9 +419,14 @@ class StepCosts:
         # chunks x chunk x earlier tokens, ten times the other parts' scenarios
         n_ops = len(tok) + len(seq)
         whole = pass_ops(s, *(c[:n_ops] for c in cat), phase=phase[:n_ops])
-        att = pass_ops(s, *(c[n_ops:] for c in cat), phase=phase[n_ops:], names=("attention",))
+        n_att = n_ops + DB.size + WN.size + PN.size
+        att = pass_ops(s, *(c[n_ops:n_att] for c in cat), phase=phase[n_ops:n_att], names=("attention",))
         att = att.assign(scenario=att["scenario"].to_numpy() + n_ops)
-        costed = cost_ops(pd.concat([whole, att], ignore_index=True), cost_model, s.catalog)
+        tables = [whole, att]
+        if mla:
+            pro = pass_ops(s, *(c[n_att:] for c in cat), phase=phase[n_att:], names=MLA_PREFILL_OPS)
+            tables.append(pro.assign(scenario=pro["scenario"].to_numpy() + n_att))
+        costed = cost_ops(pd.concat(tables, ignore_index=True), cost_model, s.catalog)
         name = costed["name"].to_numpy()
         ph = costed["phase"].to_numpy()
         sc = costed["scenario"].to_numpy(dtype=np.int64)
@@ -437,7 +455,13 @@ class StepCosts:
                 return m
 
             # (the step total's own fit after: a no-op unless an op row was left unfitted, e.g. one with a zero)
-            dense = _never_falling(_batch_envelope(by_op((ph == "part0") & ~is_att & ~is_head, 0, len(tok))).sum(0))
+            is_dec_mla = np.isin(name, MLA_DECODE_OPS)
+            dense = _never_falling(_batch_envelope(by_op((ph == "part0") & ~is_att & ~is_head & ~is_dec_mla, 0,
+                                                         len(tok))).sum(0))
+            mla_pre = mla_dec = None
+            if mla:
+                mla_dec = _never_falling(_batch_envelope(by_op((ph == "part0") & is_dec_mla, 0, len(tok))).sum(0))
+                mla_pre = _never_falling(_batch_envelope(by_op(ph == "part5", n_att, off)).sum(0))
             head = _never_falling(_batch_envelope(by_op((ph == "part1") & is_head, len(tok), o2)).sum(axis=0))
             # decode attention: the static rule along the sequences at every context, then never falling in it
             dec = _never_falling(_batch_envelope(total((ph == "part2") & is_att)[o2: o3].reshape(DB.shape).T).T)
@@ -452,7 +476,8 @@ class StepCosts:
             # under the static batch's attention with a model fitted on the committed H100 bundle)
             pre = _never_falling(np.concatenate([fresh[:, :, None], after], axis=2), axes=(0, 1))
             pre = np.maximum.accumulate(pre, axis=2)
-            return cls(tok, dense, seq, head, db, dc, dec, pn, pc, px, pre, pre_roof, fixed, method, dp)
+            return cls(tok, dense, seq, head, db, dc, dec, pn, pc, px, pre, pre_roof, fixed, method, dp,
+                       mla_prefill_us=mla_pre, mla_decode_us=mla_dec)
 
         # the same kernels' roofline (analytical: never falling already), the same for every column
         roof = costed["roofline_us"].to_numpy(dtype=np.float64) * costed["count"].to_numpy()
@@ -498,6 +523,10 @@ class StepCosts:
     def step_us(self, tokens: float, seqs_out: float, n_dec: int, mean_ctx: float, chunks: np.ndarray,
                 chunk_ctx: np.ndarray) -> float:
         t = float(self._interp1(np.array([tokens]), self.tokens, self.dense_us)[0])
+        if self.mla_prefill_us is not None and len(chunks):
+            t += float(self._interp1(np.array([float(np.sum(chunks))]), self.tokens, self.mla_prefill_us)[0])
+        if self.mla_decode_us is not None and n_dec > 0:
+            t += float(self._interp1(np.array([float(n_dec)]), self.tokens, self.mla_decode_us)[0])
         if seqs_out > 0:
             t += float(self._interp1(np.array([seqs_out]), self.seqs, self.head_us)[0])
         if n_dec > 0:
@@ -562,6 +591,8 @@ class StepCosts:
         """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised)."""
         k = len(mean_ctx)
         t = self._interp1(np.full(k, float(n_dec)), self.tokens, self.dense_us)
+        if self.mla_decode_us is not None:
+            t = t + self._interp1(np.full(k, float(n_dec)), self.tokens, self.mla_decode_us)
         t = t + self._interp1(np.full(k, float(n_dec)), self.seqs, self.head_us)
         return t + self._interp2(np.full(k, float(n_dec)), np.asarray(mean_ctx, dtype=np.float64), self.dec_b,
                                  self.dec_ctx, self.dec_us)
