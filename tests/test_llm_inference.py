@@ -1277,6 +1277,24 @@ def test_expert_parallelism_inside_tp_moves_expert_shapes_not_memory_or_collecti
         replace(make_setup("mixtral-8x22b", "H200", tp=4, dtype="fp8"), tp=6, ep=3)
 
 
+def test_attention_data_parallelism_routes_only_the_requests_there_are():
+    """With attention data parallelism and fewer requests than ranks, the idle ranks route no tokens: the EP group
+    routed every rank's share as if each held as many requests as the busiest, so one DeepSeek-V3 request decoding
+    on 8 H200s hit 64 experts (8 per rank) instead of 8, and cost a batch of 8 (TPOT 17.76 ms both)."""
+    from hybrid.workloads.llm.layer_ops import busiest_rank_experts
+
+    adp = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    one, eight = (predict_static(adp, b, 512, 32) for b in (1, 8))
+    up = one.ops[(one.ops["phase"] == "decode") & (one.ops["name"] == "mlp_up_proj")
+                 & (one.ops["category"] == "moe")].iloc[0]
+    assert up["b"] == busiest_rank_experts(np.array([8.0]), 256, 8)[0] and up["m"] == pytest.approx(1.0)
+    assert one.tpot_ms < 0.8 * eight.tpot_ms
+    # as many requests as ranks: each rank's tokens, as before
+    up8 = eight.ops[(eight.ops["phase"] == "decode") & (eight.ops["name"] == "mlp_up_proj")
+                    & (eight.ops["category"] == "moe")].iloc[0]
+    assert up8["b"] == busiest_rank_experts(np.array([256 * -np.expm1(8 * np.log1p(-8 / 256))]), 256, 8)[0]
+
+
 def test_attention_data_parallelism_splits_requests_not_heads():
     """Attention DP (TensorRT-LLM's enable_attention_dp): each of the 8 ranks runs its eighth of the requests with
     every head and the whole dense weights; experts spread over the ranks, tokens sent by all-to-all. MLA's latent

@@ -235,6 +235,7 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     T = np.asarray(tokens, dtype=np.float64)
     B = np.asarray(seqs, dtype=np.float64)
     ep_ranks = 1
+    group_tokens = T  # attention data parallelism: the experts route every rank's tokens, idle ranks none
     if s.attention_dp:  # one rank's share of the requests, run whole; only the experts are spread (all-to-all)
         per_seq = T / np.maximum(B, 1.0)
         B = np.ceil(B / tp)
@@ -335,7 +336,8 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
         attention["softmax_overlap"] = s.softmax_overlap
     if s.attention_dp:  # experts over all the ranks, each with its own tokens: dispatch and combine all-to-alls
         moe_par = {"ep": ep_ranks, "ep_within_tp": False,
-                   "ep_nodes": max(1, math.ceil(ep_ranks / s.system.gpus_per_node))}
+                   "ep_nodes": max(1, math.ceil(ep_ranks / s.system.gpus_per_node)),
+                   "group_tokens": np.minimum(group_tokens, T * ep_ranks)}
     else:
         moe_par = {"ep": s.ep, "ep_within_tp": True}
     forward_layer_ops(m, emit, tokens=T, tp=tp, gemm_dtype=cdt, act_dtype=adt, act_bytes=ab, attention=attention,

@@ -104,14 +104,17 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
                       sp: np.ndarray | bool = False, tp_nodes: np.ndarray | int = 1, ep_nodes: np.ndarray | int = 1,
                       system: str = "", dropout: bool = False, fused_rope: bool = False,
                       dense_count: float = 1.0, moe_count: float = 0.0,
-                      mla_absorb: np.ndarray | bool = False, ep_within_tp: bool = False) -> None:
+                      mla_absorb: np.ndarray | bool = False, ep_within_tp: bool = False,
+                      group_tokens: np.ndarray | None = None) -> None:
     """Emit one layer's forward ops for every scenario (see the module docstring). ``tokens``: tokens through the
     layer's GEMMs on one rank; ``attention``: the attention row's columns (``count`` among them) or ``None``;
     ``dense_count`` / ``moe_count``: the share of dense and MoE MLP layers (training averages interleaved layers;
     inference has one kind). ``ep_within_tp`` (inference engines' MoE parallelism, TensorRT-LLM's ``moe_ep_size``
     x ``moe_tp_size`` = TP): the ``ep`` expert-parallel ranks are the TP ranks themselves, each holding whole
     experts split ``tp / ep`` ways and the same tokens, so no all-to-all (the MoE output joins the TP all-reduce)
-    and only the rank's experts that its ``tokens`` hit are computed."""
+    and only the rank's experts that its ``tokens`` hit are computed. ``group_tokens``: the tokens the EP group
+    routes in all (default ``tokens x ep``: every rank as loaded as this one; attention data parallelism with fewer
+    requests than ranks leaves some ranks without tokens)."""
     T = np.asarray(tokens)
     Tn = T if norm_tokens is None else np.asarray(norm_tokens)
     t = np.asarray(tp)
@@ -195,11 +198,12 @@ def forward_layer_ops(model: TransformerConfig, emit: Emit, *, tokens: np.ndarra
         else:  # the EP group routes T ep tokens; the step waits for the rank whose experts got most hits
             et = t
             ep_arr = np.asarray(ep, dtype=np.float64)
-            hit, _ = moe_routing(T * ep_arr, E, k, 1)
+            G = T * ep_arr if group_tokens is None else np.asarray(group_tokens, dtype=np.float64) * one
+            hit, _ = moe_routing(G, E, k, 1)
             local = busiest_rank_experts(hit, E, ep_arr)
-            _, per = moe_routing(T, E, k, ep)
-            # the busiest rank's routed rows: T k once every expert is hit (any training batch)
-            routed = np.where(hit >= E, T * k, local * per)
+            per = np.maximum(G * k / hit, 1.0)  # each hit expert's even share of the group's routed rows
+            # the busiest rank's routed rows: its share G k / ep once every expert is hit (any training batch)
+            routed = np.where(hit >= E, G * k / ep_arr, local * per)
         linear("moe_router", "moe", T, E, h, moe_count)
         ew("moe_permute", "moe", "copy", T * k * h, 2 * moe_count)  # permute and unpermute
         emit("compute", "mlp_up_proj", "moe", moe_count, "gemm", "experts", b=local, m=per, n=up_mult * fm // et,
