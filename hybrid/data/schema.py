@@ -365,6 +365,20 @@ def _validate(
                 i = int(np.flatnonzero(bad)[0])
                 raise _fail(df, i, b, problem.format(a=_show(df[a].iloc[i]), b=_show(df[b].iloc[i])), source)
 
+    # a collective of one rank communicates with nobody (nccl-tests times a local copy, busbw 0): a measurement of
+    # it was fitted as a collective and a table row to predict priced at the latency floor, where `predict
+    # collective` refuses fewer than 2 ranks (the nccl-tests importer skips such sections, with a warning)
+    if not prediction and "n_ranks" in df.columns:
+        from hybrid.ops.families import COLLECTIVE_OPS
+
+        ranks = pd.to_numeric(df["n_ranks"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        lone = df["op"].isin(COLLECTIVE_OPS).to_numpy(dtype=bool) & (ranks == 1)
+        if lone.any():
+            i = int(np.flatnonzero(lone)[0])
+            raise _fail(df, i, "n_ranks", f"a collective of 1 rank communicates with nobody ({int(lone.sum())} such "
+                        f"row(s)); {df['op'].iloc[i]} needs at least 2 ranks (drop the row, or give its ranks)",
+                        source)
+
     # an elementwise row's lines (rows x hidden: an interpolated map's, hybrid.ops.families.upsample_row) are its
     # elements; a row giving both shapes apart was priced on elements alone, the lines silently ignored
     if {"rows", "hidden", "elements"} <= set(df.columns):
