@@ -375,3 +375,25 @@ def test_predict_op_warns_of_an_elementwise_variant_without_counts():
                   ["variant=foo", "n_inputs=2", "n_outputs=1", "flops_per_element=3"]):
         rc, _, err = cli(["predict", "op", "elementwise", "-d", "H100", "elements=1M", *known])
         assert rc == 0 and "not one the library has counts for" not in err, (known, err)
+
+
+def test_predict_table_writes_the_catalogs_system_names(tmp_path):
+    """The device column was written as the catalog's key (h100 -> H100-SXM) but the system column as typed
+    (``dgx-h100``, `` DGX-H100 `` with its spaces, a device alias): the rows of one system came out under three
+    names. Catalog systems now come out as their key, a device named as a system (its generic node) as the
+    device's key, and the predictions are those of the resolved names."""
+    src, dst = tmp_path / "coll.csv", tmp_path / "out.csv"
+    src.write_text("device,op,size_bytes,n_ranks,n_nodes,system\n"
+                   "h100,all_reduce,1048576,8,1,dgx-h100\n"
+                   "H100,all_reduce,1048576,16,2,  DGX-H100 \n"
+                   "H100,all_reduce,1048576,8,1,DGX-H100\n"
+                   "h100,all_reduce,1048576,4,1,h100\n"
+                   "H100,gemm,,,,\n")
+    table = pd.read_csv(src).assign(m=[None] * 4 + [64], n=[None] * 4 + [64], k=[None] * 4 + [64])
+    table.to_csv(src, index=False)  # a kernel row beside them: no system, none written
+    rc, _, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 0, err
+    got = pd.read_csv(dst)
+    assert got["system"].tolist()[:4] == ["DGX-H100", "DGX-H100", "DGX-H100", "H100-SXM"]
+    assert pd.isna(got["system"].iloc[4])
+    assert got["predicted_us"].iloc[0] == got["predicted_us"].iloc[2]

@@ -473,7 +473,7 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     )
     from hybrid.corrections.predictor import MEASURED_COLUMNS
     from hybrid.data.bundle import CATALOG_FILE, bundle_catalog
-    from hybrid.data.schema import check_rows, check_table_path, read_table, validate
+    from hybrid.data.schema import check_rows, check_table_path, read_table, resolve_system_names, validate
     from hybrid.tracking.inputs import merge_catalog
 
     check_table_path(output)  # before any work: a bad name fails fast
@@ -490,6 +490,7 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     norm = validate(inputs, cat, source=str(path))
     with said_warnings():  # rows kept but said (a collective's device that is not its system's GPU)
         base = check_rows(norm, cat, str(path))  # the roofline's per-row checks, named by row and CSV line
+    norm = resolve_system_names(norm, cat)  # systems as the catalog names them, as the devices are
     if model_ref:
         loaded = load_model_for(model_ref, tracking_uri, cat, pd.unique(norm["device"].astype(str)),
                                 loaded=registered)

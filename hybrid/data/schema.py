@@ -726,6 +726,33 @@ def _check_systems(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
             raise UnknownDeviceError(f"{source}: row {i + 1} (CSV line {row_line(table, i)}): {exc}") from None
 
 
+def resolve_system_names(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """``table`` with its ``system`` column as the catalog names them, as :func:`validate` writes device keys: a
+    catalog system's key (``dgx-h100``, `` DGX-H100 `` -> ``DGX-H100``), a device named as a system (its generic
+    node) as the device's key; names neither resolves (and empty cells) are left as given. A copy; ``table``
+    itself when it has no ``system`` column."""
+    if "system" not in table.columns:
+        return table
+    from hybrid.ops.roofline import resolve_system
+
+    names = table["system"].astype("string").str.strip()
+    codes, uniques = pd.factorize(names)
+    keys: list[object] = []
+    for name in uniques:
+        key = catalog.resolve_system(str(name), missing_ok=True)
+        if key is None:
+            try:
+                key = resolve_system(catalog, str(name)).device  # a generic node: its device's key
+            except UnknownDeviceError:
+                key = None
+        keys.append(key)
+    resolved = np.array([*keys, None], dtype=object)[np.where(codes < 0, len(keys), codes)]
+    given = table["system"].to_numpy(dtype=object)
+    out = table.copy()
+    out["system"] = np.where(pd.isna(resolved), given, resolved)
+    return out
+
+
 def _check_stated_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
     """A collective row of a catalog system whose stated ``n_nodes`` cannot hold its ``n_ranks`` (more per node
     than the system's GPUs) is refused like the roofline refuses such a layout on several nodes. The roofline
