@@ -397,3 +397,24 @@ def test_predict_table_writes_the_catalogs_system_names(tmp_path):
     assert got["system"].tolist()[:4] == ["DGX-H100", "DGX-H100", "DGX-H100", "H100-SXM"]
     assert pd.isna(got["system"].iloc[4])
     assert got["predicted_us"].iloc[0] == got["predicted_us"].iloc[2]
+
+
+@pytest.mark.parametrize("text", ["64MiB", "64MB", "4KiB", "4096B", "1GB"])
+def test_a_byte_size_as_a_dimension_is_refused_by_gemm_and_op_alike(text):
+    """`predict op gemm m=64MiB` read the byte size as a count (67,108,864 rows) and timed that GEMM, while
+    `predict gemm -m 64MiB` was refused as "not a valid integer": a byte unit on a dimension is now refused by
+    both, saying that it is one; count suffixes (64K = 65,536) are read by both."""
+    for args in (["gemm", "-d", "H100", "-m", text, "-n", "8", "-k", "8"],
+                 ["op", "gemm", "-d", "H100", f"m={text}", "n=8", "k=8"]):
+        rc, out, err = cli(["predict", *args, "--json"])
+        assert rc == 2 and not out and "Traceback" not in err, (args, err)
+        assert f"{text!r} is a size in bytes" in err and "a count" in err, (args, err)
+    times = []
+    for args in (["gemm", "-d", "H100", "--dtype", "fp16", "-m", "64K", "-n", "8", "-k", "8"],
+                 ["op", "gemm", "-d", "H100", "--dtype", "fp16", "m=64K", "n=8", "k=8"]):
+        rc, out, err = cli(["predict", *args, "--json"])
+        assert rc == 0, err
+        got = json.loads(out)
+        assert got["flops"] == 2 * 65536 * 8 * 8, got  # m = 64K = 65,536
+        times.append(got["time_us"])
+    assert times[0] == times[1]
