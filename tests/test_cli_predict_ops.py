@@ -418,3 +418,25 @@ def test_a_byte_size_as_a_dimension_is_refused_by_gemm_and_op_alike(text):
         assert got["flops"] == 2 * 65536 * 8 * 8, got  # m = 64K = 65,536
         times.append(got["time_us"])
     assert times[0] == times[1]
+
+
+def test_a_bare_devices_collective_across_nodes_says_the_network_it_was_costed_on(tmp_path):
+    """A collective row across nodes with no system (or a device as its system) was costed on a generic node of its
+    device with a generic 100 Gb/s NIC per GPU, without a word (`predict collective -s H100 --nodes 2` says so):
+    16 ranks of H100 on 2 nodes came out 63.1 us for 1 MiB, 40% above DGX-H100's 45.2 us. Now one `warning:`
+    names the first such row, how many more, and the node and network assumed; single-node rows say nothing."""
+    src, dst = tmp_path / "coll.csv", tmp_path / "out.csv"
+    src.write_text("device,op,size_bytes,n_ranks,n_nodes,system\n"
+                   "H100,all_reduce,1048576,8,1,\n"
+                   "H100,all_reduce,1048576,16,2,\n"
+                   "H100,all_reduce,1048576,16,2,h100\n"
+                   "H100,all_reduce,1048576,16,2,DGX-H100\n")
+    rc, _, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, err
+    assert warnings[0].startswith(f"warning: {src}: row 2 (CSV line 3) and 1 more: collective across 2 nodes of "
+                                  "device H100-SXM with no catalog system: costed on generic nodes of"), err
+    assert "generic 100 Gb/s NIC per GPU" in warnings[0] and "system column" in warnings[0], err
+    got = pd.read_csv(dst)
+    assert got["predicted_us"].iloc[1] == got["predicted_us"].iloc[2] > got["predicted_us"].iloc[3]

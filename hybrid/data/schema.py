@@ -704,6 +704,7 @@ def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFra
     base.index = table.index
     _check_stated_nodes(table, catalog, source)
     _check_system_device(table, catalog, source)
+    _check_bare_nodes(table, catalog, source)
     return base
 
 
@@ -798,6 +799,50 @@ def _check_system_device(table: pd.DataFrame, catalog: Catalog, source: str) -> 
                       + f": collective of device {device} on system {system}, whose GPU is {holds}: costed on "
                       f"{system}'s fabric (a mislabelled system or device? fix it, or add a system of these nodes "
                       "to a catalog file, HYBRID_CATALOG)", DataQualityWarning, stacklevel=3)
+
+
+def _check_bare_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
+    """Collective rows across nodes (``n_nodes`` > 1) with no catalog system (none given, or a device named as the
+    system) are said in a :class:`~hybrid.errors.DataQualityWarning`, one per device, naming the first row, how
+    many more and the network assumed: the roofline costs them on generic nodes of the device
+    (:func:`hybrid.ops.roofline.system_for_device`, a generic NIC between nodes), as `predict collective -s DEVICE`
+    says; a table said nothing of it."""
+    if not {"n_nodes", "device"} <= set(table.columns):
+        return
+    from hybrid.ops.families import COLLECTIVE_OPS
+    from hybrid.ops.roofline import system_for_device
+
+    nodes = pd.to_numeric(table["n_nodes"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    across = table["op"].astype(str).isin(COLLECTIVE_OPS).to_numpy(dtype=bool) & (nodes > 1)
+    if not across.any():
+        return
+    names = (table["system"].astype("string").str.strip() if "system" in table.columns
+             else pd.Series(pd.NA, index=table.index, dtype="string"))
+    known = np.zeros(len(table), dtype=bool)
+    for name in pd.unique(names[across].dropna()):
+        if catalog.resolve_system(str(name), missing_ok=True) is not None:
+            known |= (names == name).fillna(False).to_numpy(dtype=bool)
+    bare = across & ~known
+    if not bare.any():
+        return
+    import warnings
+
+    from hybrid.errors import DataQualityWarning
+
+    devices = table["device"].astype(str).to_numpy()
+    for device in pd.unique(devices[bare]):
+        rows = np.flatnonzero(bare & (devices == device))
+        i = int(rows[0])
+        key = catalog.resolve_device(str(device), missing_ok=True)
+        if key is None:
+            continue
+        node = system_for_device(catalog.devices[key])
+        more = f" and {len(rows) - 1} more" if len(rows) > 1 else ""
+        warnings.warn(f"{source}: row {i + 1} (CSV line {row_line(table, i)}){more}: collective across "
+                      f"{int(nodes[i])} nodes of device {key} with no catalog system: costed on generic nodes of "
+                      f"{key} ({node.intra_fabric} within a node, {node.inter_fabric} between nodes); name the "
+                      "cluster in a system column (hybrid devices --systems) for its real network",
+                      DataQualityWarning, stacklevel=3)
 
 
 def system_device_mismatch(table: pd.DataFrame, catalog: Catalog) -> tuple[int, str, str, str, int] | None:
