@@ -562,6 +562,17 @@ def binary_file_reason(path: str | os.PathLike) -> str:
     return ""
 
 
+def bare_carriage_returns(head: bytes) -> str:
+    """Why a CSV starting with bytes ``head`` cannot be read ('' when it can): lines ended by a bare carriage return
+    (old Mac ``\\r``, no newline after it). pandas splits rows on them, but the checks on the bytes (the final
+    newline, each row's file line) count newlines: such a file was refused as a truncated one. Windows' ``\\r\\n``
+    is read; a ``\\r`` that is the probe's last byte may be half of one and is not counted."""
+    if re.search(rb"\r(?!\n)", head[:-1] if head.endswith(b"\r") else head) is None:
+        return ""
+    return ("old Mac line endings (lines end with a bare carriage return, \\r): convert them to newlines first "
+            "(e.g. `tr '\\r' '\\n'`)")
+
+
 def lacks_final_newline(path: str | os.PathLike) -> bool:
     """True when a file with some non-whitespace content does not end with a newline (a truncated table).
 
@@ -644,6 +655,10 @@ def read_table(
                 binary = binary_file_reason(p)
                 if binary:
                     raise SchemaError(f"{p}: {binary}" + import_hint(p))
+                with open(p, "rb") as fh:
+                    carriage = bare_carriage_returns(fh.read(TEXT_PROBE_BYTES))
+                if carriage:
+                    raise SchemaError(f"{p}: {carriage}")
                 if lacks_final_newline(p):
                     # tables are written with a final newline: without it the last value may be cut short
                     raise SchemaError(f"{p}: the last line has no final newline (truncated file?); its last "

@@ -20,6 +20,7 @@ from hybrid.data.schema import (
     COLUMN_BY_NAME,
     COLUMNS,
     REQUIRED,
+    bare_carriage_returns,
     binary_file_reason,
     csv_record_lines,
     validate,
@@ -87,6 +88,9 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
     binary = binary_file_reason(path)
     if binary:
         raise ImportFormatError(f"{path}: {binary} (expected a {what} CSV)")
+    carriage = bare_carriage_returns(raw)
+    if carriage:
+        raise ImportFormatError(f"{path}: {carriage}")
     try:
         df = pd.read_csv(path, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
