@@ -389,3 +389,17 @@ def test_a_collective_of_one_rank_is_refused(catalog, tmp_path, op):
     pd.DataFrame([{**row, "n_ranks": 2}, {**row, "n_ranks": 1}]).to_csv(path, index=False)
     with pytest.raises(SchemaError, match=r"one_rank.csv: row 2 \(CSV line 3\), column 'n_ranks'"):
         read_table(path, catalog)
+
+
+def test_record_lines_of_bytes_already_read_do_not_read_the_file_again(tmp_path):
+    """The CSV importers read a file's bytes (truncation, compression and binary checks), then
+    `csv_record_lines` read the whole file a second time to place rows after blank lines: the lines now come from
+    the bytes given (those the import parsed), and the file is not opened again."""
+    from hybrid.data.schema import csv_record_lines
+
+    data = b"a,b\n1,2\n\n3,4\n"
+    assert csv_record_lines(tmp_path / "never_written.csv", 2, data=data) == (2, 4)
+    p = tmp_path / "t.csv"
+    p.write_bytes(data)
+    assert csv_record_lines(p, 2) == (2, 4)
+    assert csv_record_lines(p, 2, data=b"a,b\n1,2\n3,4\n") is None

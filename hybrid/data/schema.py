@@ -119,15 +119,17 @@ def required_columns(op: str) -> tuple[str, ...]:
     return REQUIRED + fam.shape_columns
 
 
-def csv_record_lines(path: str | os.PathLike, n_rows: int | None = None) -> tuple[int, ...] | None:
+def csv_record_lines(path: str | os.PathLike, n_rows: int | None = None, *,
+                     data: bytes | None = None) -> tuple[int, ...] | None:
     """The 1-based file line on which each data row of CSV file ``path`` starts, as pandas reads the rows (blank
     lines skipped, a quoted field may span lines); None when that is simply 2, 3, ... (the common case, told from a
     quick look at the bytes). pandas skips blank lines, so an error placed at "position + 2" named an earlier line
-    than the row's after each blank line."""
+    than the row's after each blank line. ``data``: the file's bytes where the caller has read them already (the
+    file is then not read again)."""
     import csv
     import io
 
-    raw = Path(path).read_bytes()
+    raw = Path(path).read_bytes() if data is None else data
     body = raw.lstrip(b"\xef\xbb\xbf")
     text = body.rstrip(b"\r\n")
     # a blank line starts with a newline, a space, a tab or a carriage return after a newline (a quick scan first)
