@@ -120,6 +120,31 @@ def parse_size(text: str | int | float, whole: bool = False) -> int:
     return int(round(value))
 
 
+#: Count suffixes: a bare K/M/G/T, binary as in :func:`parse_size` (64K = 65,536 rows).
+_COUNT_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_count(text: str | int) -> int:
+    """Parse a dimension (rows, m, elements): ``4096``, or with a count suffix ``64K``, ``1M`` (binary, as
+    ``--size`` reads a bare K/M/G/T). A byte unit (``64MiB``, ``1MB``, ``4096B``) is refused: a dimension is a
+    count, not a size in bytes. Signs and zero pass through as integers for the caller's own bound checks."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    raw = str(text).strip()
+    if re.fullmatch(r"[+-]?[0-9]+", raw):
+        return int(raw)
+    match = _SIZE_RE.match(raw)
+    if match is not None and match.group(2).lower() not in _COUNT_UNITS and match.group(2).lower() in _SIZE_UNITS:
+        raise InvalidInputError(f"{text!r} is a size in bytes ({match.group(2)}); a dimension is a count: write it as "
+                                f"a number, or with a count suffix (64K = 65,536, 1M = 1,048,576)")
+    if match is None or match.group(2).lower() not in _COUNT_UNITS:
+        raise InvalidInputError(f"cannot parse {text!r} as a count (examples: 4096, 64K, 1M)")
+    value = float(match.group(1)) * _COUNT_UNITS[match.group(2).lower()]
+    if value != round(value) or value == float("inf"):
+        raise InvalidInputError(f"{text!r} is {value:,.12g}, not a whole number")
+    return int(round(value))
+
+
 def format_bytes(n: float) -> str:
     """``67108864`` -> ``64.0 MiB``."""
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

@@ -375,3 +375,68 @@ def test_predict_op_warns_of_an_elementwise_variant_without_counts():
                   ["variant=foo", "n_inputs=2", "n_outputs=1", "flops_per_element=3"]):
         rc, _, err = cli(["predict", "op", "elementwise", "-d", "H100", "elements=1M", *known])
         assert rc == 0 and "not one the library has counts for" not in err, (known, err)
+
+
+def test_predict_table_writes_the_catalogs_system_names(tmp_path):
+    """The device column was written as the catalog's key (h100 -> H100-SXM) but the system column as typed
+    (``dgx-h100``, `` DGX-H100 `` with its spaces, a device alias): the rows of one system came out under three
+    names. Catalog systems now come out as their key, a device named as a system (its generic node) as the
+    device's key, and the predictions are those of the resolved names."""
+    src, dst = tmp_path / "coll.csv", tmp_path / "out.csv"
+    src.write_text("device,op,size_bytes,n_ranks,n_nodes,system\n"
+                   "h100,all_reduce,1048576,8,1,dgx-h100\n"
+                   "H100,all_reduce,1048576,16,2,  DGX-H100 \n"
+                   "H100,all_reduce,1048576,8,1,DGX-H100\n"
+                   "h100,all_reduce,1048576,4,1,h100\n"
+                   "H100,gemm,,,,\n")
+    table = pd.read_csv(src).assign(m=[None] * 4 + [64], n=[None] * 4 + [64], k=[None] * 4 + [64])
+    table.to_csv(src, index=False)  # a kernel row beside them: no system, none written
+    rc, _, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 0, err
+    got = pd.read_csv(dst)
+    assert got["system"].tolist()[:4] == ["DGX-H100", "DGX-H100", "DGX-H100", "H100-SXM"]
+    assert pd.isna(got["system"].iloc[4])
+    assert got["predicted_us"].iloc[0] == got["predicted_us"].iloc[2]
+
+
+@pytest.mark.parametrize("text", ["64MiB", "64MB", "4KiB", "4096B", "1GB"])
+def test_a_byte_size_as_a_dimension_is_refused_by_gemm_and_op_alike(text):
+    """`predict op gemm m=64MiB` read the byte size as a count (67,108,864 rows) and timed that GEMM, while
+    `predict gemm -m 64MiB` was refused as "not a valid integer": a byte unit on a dimension is now refused by
+    both, saying that it is one; count suffixes (64K = 65,536) are read by both."""
+    for args in (["gemm", "-d", "H100", "-m", text, "-n", "8", "-k", "8"],
+                 ["op", "gemm", "-d", "H100", f"m={text}", "n=8", "k=8"]):
+        rc, out, err = cli(["predict", *args, "--json"])
+        assert rc == 2 and not out and "Traceback" not in err, (args, err)
+        assert f"{text!r} is a size in bytes" in err and "a count" in err, (args, err)
+    times = []
+    for args in (["gemm", "-d", "H100", "--dtype", "fp16", "-m", "64K", "-n", "8", "-k", "8"],
+                 ["op", "gemm", "-d", "H100", "--dtype", "fp16", "m=64K", "n=8", "k=8"]):
+        rc, out, err = cli(["predict", *args, "--json"])
+        assert rc == 0, err
+        got = json.loads(out)
+        assert got["flops"] == 2 * 65536 * 8 * 8, got  # m = 64K = 65,536
+        times.append(got["time_us"])
+    assert times[0] == times[1]
+
+
+def test_a_bare_devices_collective_across_nodes_says_the_network_it_was_costed_on(tmp_path):
+    """A collective row across nodes with no system (or a device as its system) was costed on a generic node of its
+    device with a generic 100 Gb/s NIC per GPU, without a word (`predict collective -s H100 --nodes 2` says so):
+    16 ranks of H100 on 2 nodes came out 63.1 us for 1 MiB, 40% above DGX-H100's 45.2 us. Now one `warning:`
+    names the first such row, how many more, and the node and network assumed; single-node rows say nothing."""
+    src, dst = tmp_path / "coll.csv", tmp_path / "out.csv"
+    src.write_text("device,op,size_bytes,n_ranks,n_nodes,system\n"
+                   "H100,all_reduce,1048576,8,1,\n"
+                   "H100,all_reduce,1048576,16,2,\n"
+                   "H100,all_reduce,1048576,16,2,h100\n"
+                   "H100,all_reduce,1048576,16,2,DGX-H100\n")
+    rc, _, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 0, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, err
+    assert warnings[0].startswith(f"warning: {src}: row 2 (CSV line 3) and 1 more: collective across 2 nodes of "
+                                  "device H100-SXM with no catalog system: costed on generic nodes of"), err
+    assert "generic 100 Gb/s NIC per GPU" in warnings[0] and "system column" in warnings[0], err
+    got = pd.read_csv(dst)
+    assert got["predicted_us"].iloc[1] == got["predicted_us"].iloc[2] > got["predicted_us"].iloc[3]

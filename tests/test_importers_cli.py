@@ -194,3 +194,41 @@ def test_a_canonical_table_given_to_an_importer_is_said_to_be_one(tmp_path, caps
         err = capsys.readouterr().err
         assert rc == 2 and "already a canonical measurement table" in err and "use it as it is" in err, (fmt, err)
         assert not (tmp_path / f"{fmt}.csv").exists()
+
+
+def test_old_mac_line_endings_are_read_or_refused_by_every_importer(shared_datasets, tmp_path):
+    """A file whose lines end with a bare carriage return (old Mac, ``\\r``): the CSV importers refused it as a
+    "truncated last line (line 457: 0 of 18 fields, no final newline)" and `read_table` as a truncated table, which
+    sent a user looking for a cut-off file. The CSV importers and canonical tables now say what it is; the
+    line-based readers (nccl-tests logs, LLMCompass tables) read it as the same rows as the file with newlines."""
+    import warnings
+
+    from hybrid.data.importers import IMPORTERS
+    from hybrid.errors import HybridError
+
+    warnings.simplefilter("ignore")
+    for fmt, importer in IMPORTERS.items():
+        files = sorted(importer.find(shared_datasets), key=lambda p: p.stat().st_size)
+        f = next(p for p in files if fmt != "nccl-tests" or b"Avg bus bandwidth" in p.read_bytes())
+        rel = f.relative_to(shared_datasets)  # (Vidur's device is in the path)
+        plain, mac = tmp_path / fmt / "plain" / rel, tmp_path / fmt / "mac" / rel
+        for p in (plain, mac):
+            p.parent.mkdir(parents=True)
+        shutil.copy(f, plain)
+        mac.write_bytes(f.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r"))
+        want = importer.function([plain]).drop(columns="source")
+        try:
+            got = importer.function([mac]).drop(columns="source")
+        except HybridError as exc:
+            assert str(exc).startswith(f"{mac}: old Mac line endings"), (fmt, str(exc))
+            assert "truncated" not in str(exc), (fmt, str(exc))
+        else:
+            pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True))
+    table = tmp_path / "table.csv"
+    table.write_bytes(b"device,op,m,n,k,time_us\rH100,gemm,64,64,64,3.5\r")
+    try:
+        read_table(table)
+    except HybridError as exc:
+        assert str(exc).startswith(f"{table}: old Mac line endings"), str(exc)
+    else:
+        raise AssertionError("read_table read a table with bare carriage returns")

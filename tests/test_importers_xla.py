@@ -319,3 +319,28 @@ def test_collectives_txtpb_throughput_that_is_not_positive_says_its_value(tmp_pa
     p.write_text(_one_collective("dimensions: 1024").replace(" network_throughput_bytes_per_sec: 1e11", ""))
     with pytest.raises(ImportFormatError, match=r"entry 1 \(all-reduce\): missing throughput"):
         import_xla_collectives(p, catalog=catalog)
+
+
+def test_txtpb_with_old_mac_line_endings_reads_as_with_newlines(shared_datasets, tmp_path, catalog):
+    """A text proto whose lines end with a bare carriage return: its leading ``# proto-file`` comment ran to the
+    end of the file (a comment ends at a newline), so the matmul table was refused as "no matmul entries", and
+    errors named line 1 for every line. Both tables now read as with newlines, and errors name the real line."""
+    raw = pd.read_csv(shared_datasets / "xla/matmul_sm90_H100.csv").head(60)
+    colls = pd.read_csv(shared_datasets / "xla/collectives_sm90_H100.csv")
+    for name, text, fn in (("default_matmul_perf_table.txtpb", _matmul_txtpb(raw), import_xla_matmul),
+                           ("default_collective_perf_table.txtpb", _collectives_txtpb(colls), import_xla_collectives)):
+        lf, cr = tmp_path / "lf" / name, tmp_path / "cr" / name
+        for p in (lf, cr):
+            p.parent.mkdir(exist_ok=True)
+        lf.write_text(text)
+        cr.write_bytes(text.encode().replace(b"\n", b"\r"))
+        want, got = fn(lf, catalog=catalog), fn(cr, catalog=catalog)
+        pd.testing.assert_frame_equal(got.drop(columns="source"), want.drop(columns="source"))
+        lf.write_text(text[:-30])
+        cr.write_bytes(text[:-30].encode().replace(b"\n", b"\r"))
+        errors = []
+        for p in (lf, cr):
+            with pytest.raises(ImportFormatError, match="file ends inside") as exc:
+                fn(p, catalog=catalog)
+            errors.append(str(exc.value).replace(str(p), "FILE"))
+        assert errors[0] == errors[1]

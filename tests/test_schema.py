@@ -373,3 +373,33 @@ def test_embedding_index_dist_contradicting_zipf_alpha_is_refused(dist, alpha, c
     assert needle in str(exc.value)
     assert len(validate(rows.head(2))) == 2
     assert len(validate(rows.head(2).drop(columns=["index_dist"]))) == 2  # no index_dist: the exponent says it
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "send_recv", "all_gather"])
+def test_a_collective_of_one_rank_is_refused(catalog, tmp_path, op):
+    """A collective of one rank communicates with nobody (nccl-tests prints a local copy, busbw 0): a measured row
+    of it was fitted as a collective and `predict table` priced one at the latency floor (10 us for 1 MiB), while
+    `predict collective --ranks 1` refuses it. The public imports hold none (nccl-tests skips such sections)."""
+    row = {"device": "H100-SXM", "op": op, "time_us": 5.0, "size_bytes": 1 << 20, "n_nodes": 1, "system": "DGX-H100"}
+    validate(pd.DataFrame([{**row, "n_ranks": 2}]), catalog)
+    with pytest.raises(SchemaError, match=r"row 1 \(CSV line 2\), column 'n_ranks': a collective of 1 rank "
+                                          r"communicates with nobody"):
+        validate(pd.DataFrame([{**row, "n_ranks": 1}]), catalog)
+    path = tmp_path / "one_rank.csv"
+    pd.DataFrame([{**row, "n_ranks": 2}, {**row, "n_ranks": 1}]).to_csv(path, index=False)
+    with pytest.raises(SchemaError, match=r"one_rank.csv: row 2 \(CSV line 3\), column 'n_ranks'"):
+        read_table(path, catalog)
+
+
+def test_record_lines_of_bytes_already_read_do_not_read_the_file_again(tmp_path):
+    """The CSV importers read a file's bytes (truncation, compression and binary checks), then
+    `csv_record_lines` read the whole file a second time to place rows after blank lines: the lines now come from
+    the bytes given (those the import parsed), and the file is not opened again."""
+    from hybrid.data.schema import csv_record_lines
+
+    data = b"a,b\n1,2\n\n3,4\n"
+    assert csv_record_lines(tmp_path / "never_written.csv", 2, data=data) == (2, 4)
+    p = tmp_path / "t.csv"
+    p.write_bytes(data)
+    assert csv_record_lines(p, 2) == (2, 4)
+    assert csv_record_lines(p, 2, data=b"a,b\n1,2\n3,4\n") is None

@@ -149,3 +149,20 @@ def test_download_urls_are_pinned():
     assert g.urls() == ["https://codeload.github.com/xxrjun/nccl-tests-cluster/tar.gz/"
                         "455de4f8dee2fa94cd4044a7109fd8c576f9e6c1"]
     assert get_source("xla-matmul").urls() == []  # derived: mirror only
+
+
+def test_the_sources_table_names_every_column():
+    """`hybrid data sources` printed its last column ("derived" on some rows) under no header: each column of the
+    table now has one, and the derived sources are the registry's."""
+    from cli_run import run_cli
+
+    rc, out, err = run_cli(["data", "sources"])
+    assert rc == 0, err
+    header, rule, *rows = out.splitlines()
+    widths = [len(d) for d in rule.split("  ")]
+    starts = [sum(widths[:i]) + 2 * i for i in range(len(widths))]
+    names = [header[s:s + w].strip() for s, w in zip(starts, widths, strict=True)]
+    assert all(names), names
+    assert names[-1] == "derived"
+    derived = {r[:starts[1]].strip() for r in rows if r[starts[-1]:].strip() == "yes"}
+    assert derived == {s.name for s in load_sources().values() if s.derived}

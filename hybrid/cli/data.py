@@ -225,8 +225,8 @@ def sources_cmd(as_json: bool) -> None:
         echo_json([{**s.to_dict(), "urls": s.urls()[:3]} for s in srcs.values()])
         return
     echo_table([[s.name, s.local_path, f"{s.repository}@{s.commit[:8]}" if s.repository else "-", s.license,
-                 s.importer or "-", len(s.files) or s.file_count, "derived" if s.derived else ""]
-                for s in srcs.values()], ["source", "local path", "upstream", "license", "importer", "files", ""])
+                 s.importer or "-", len(s.files) or s.file_count, "yes" if s.derived else ""]
+                for s in srcs.values()], ["source", "local path", "upstream", "license", "importer", "files", "derived"])
 
 
 @data.command("pull")

@@ -15,7 +15,7 @@ from hybrid.hardware.catalog import default_catalog
 from hybrid.ops.families import COLLECTIVE_OPS, family_array, family_of
 from hybrid.ops.roofline import cpu_collective_system, memory_fit, resolve_system, roofline
 from hybrid.ops.spec import Collective, Gemm
-from hybrid.units import dtype_bytes, format_bytes, normalize_dtype, parse_size
+from hybrid.units import dtype_bytes, format_bytes, normalize_dtype, parse_count, parse_size
 
 
 @click.group()
@@ -139,13 +139,28 @@ def _unseen_dtype(predictor, dtype: str) -> dict:
             "dtype_note": f"no {dtype} GEMM in the calibration ({', '.join(sorted(corr.fitted_dtypes))}): {how}"}
 
 
+class _Count(click.ParamType):
+    """A GEMM dimension as `predict op` reads one (:func:`~hybrid.units.parse_count`): 4096, 64K; 64MiB refused."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_count(value)
+        except InvalidInputError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+COUNT = _Count()
+
+
 @predict.command("gemm")
 @click.option("--device", "-d", required=True, callback=warn_arch_device, help="Catalog device (any alias).")
 @click.option("--dtype", default="bf16", show_default=True)
-@click.option("-m", type=int, required=True)
-@click.option("-n", type=int, required=True)
-@click.option("-k", type=int, required=True)
-@click.option("-b", "--batch", "b", type=int, default=1, show_default=True, help="Batch count (BMM).")
+@click.option("-m", type=COUNT, required=True)
+@click.option("-n", type=COUNT, required=True)
+@click.option("-k", type=COUNT, required=True)
+@click.option("-b", "--batch", "b", type=COUNT, default=1, show_default=True, help="Batch count (BMM).")
 @click.option("--json", "as_json", is_flag=True)
 @_model_options
 def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool, model_ref: str | None,
@@ -305,8 +320,8 @@ def _op_columns(family) -> tuple[str, ...]:
 
 
 def _op_value(key: str, text: str) -> object:
-    """``text`` as the schema's column ``key`` holds it: counts as integers (or sizes with a suffix, as
-    ``--size`` reads them: 64K, 1M, 1MB), fractions as floats, flags and names as given (the schema decides)."""
+    """``text`` as the schema's column ``key`` holds it: counts as integers (or with a count suffix,
+    :func:`~hybrid.units.parse_count`: 64K, 1M; a byte unit such as 1MB is refused), fractions as floats, flags and names as given (the schema decides)."""
     from hybrid.data.schema import COLUMN_BY_NAME
 
     kind = COLUMN_BY_NAME[key].kind
@@ -320,10 +335,9 @@ def _op_value(key: str, text: str) -> object:
         if kind == "float":
             raise InvalidInputError(f"{key}={text!r}: expected a number") from None
     try:
-        return parse_size(text, whole=True)
-    except InvalidInputError:
-        raise InvalidInputError(f"{key}={text!r}: expected a whole number (or a size as --size reads it: 64K and 1M are "
-                                f"2^10 and 2^20, 1MB 10^6)") from None
+        return parse_count(text)  # 64K, 1M; a byte unit (64MiB, 1MB) is refused, as `predict gemm -m` refuses it
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{key}={text}: {exc}") from None
 
 
 def op_frame(op: str, pairs: tuple[str, ...], dtype: str, device: str) -> tuple[pd.DataFrame, dict]:
@@ -418,7 +432,7 @@ def op_command(op: str, shape: tuple[str, ...], device: str, dtype: str, as_json
                tracking_uri: str | None) -> None:
     """One kernel of any op family by its op name (layernorm, softmax, elementwise, embedding_bag, attention,
     conv2d, gemm, ...), its shape as the measurement schema's columns: KEY=VALUE ... (`hybrid data schema`;
-    counts take --size's suffixes, elements=64M; direction=fwd|bwd, variant=gelu, causal=true, index_dist=zipf).
+    counts take K/M/G/T, elements=64M, and no byte unit; direction=fwd|bwd, variant=gelu, causal=true, index_dist=zipf).
 
     Example: hybrid predict op layernorm -d H100 --dtype bf16 rows=16384 hidden=8192 direction=bwd"""
     dtype = normalize_dtype(dtype)
@@ -473,7 +487,7 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     )
     from hybrid.corrections.predictor import MEASURED_COLUMNS
     from hybrid.data.bundle import CATALOG_FILE, bundle_catalog
-    from hybrid.data.schema import check_rows, check_table_path, read_table, validate
+    from hybrid.data.schema import check_rows, check_table_path, read_table, resolve_system_names, validate
     from hybrid.tracking.inputs import merge_catalog
 
     check_table_path(output)  # before any work: a bad name fails fast
@@ -490,6 +504,7 @@ def table_command(table: str, output: str, as_json: bool, model_ref: str | None,
     norm = validate(inputs, cat, source=str(path))
     with said_warnings():  # rows kept but said (a collective's device that is not its system's GPU)
         base = check_rows(norm, cat, str(path))  # the roofline's per-row checks, named by row and CSV line
+    norm = resolve_system_names(norm, cat)  # systems as the catalog names them, as the devices are
     if model_ref:
         loaded = load_model_for(model_ref, tracking_uri, cat, pd.unique(norm["device"].astype(str)),
                                 loaded=registered)

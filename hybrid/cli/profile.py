@@ -25,7 +25,7 @@ def _parse_ranks(value: str | None) -> tuple[int, ...] | None:
 
 
 @click.command("profile")
-@click.option("--quick", is_flag=True, help="Small sweeps (about a minute on 2 CPU cores); collectives with 2 ranks.")
+@click.option("--quick", is_flag=True, help="Small sweeps (1-3 minutes on 2 CPU cores, most of it the ceilings and pooling); collectives with 2 ranks.")
 @click.option("-o", "--output", "outdir", type=click.Path(), default=None, callback=named,
               help="Bundle directory to create [default: ./profile-<device key>].")
 @click.option("--device-name", default=None,

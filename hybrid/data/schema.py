@@ -119,15 +119,17 @@ def required_columns(op: str) -> tuple[str, ...]:
     return REQUIRED + fam.shape_columns
 
 
-def csv_record_lines(path: str | os.PathLike, n_rows: int | None = None) -> tuple[int, ...] | None:
+def csv_record_lines(path: str | os.PathLike, n_rows: int | None = None, *,
+                     data: bytes | None = None) -> tuple[int, ...] | None:
     """The 1-based file line on which each data row of CSV file ``path`` starts, as pandas reads the rows (blank
     lines skipped, a quoted field may span lines); None when that is simply 2, 3, ... (the common case, told from a
     quick look at the bytes). pandas skips blank lines, so an error placed at "position + 2" named an earlier line
-    than the row's after each blank line."""
+    than the row's after each blank line. ``data``: the file's bytes where the caller has read them already (the
+    file is then not read again)."""
     import csv
     import io
 
-    raw = Path(path).read_bytes()
+    raw = Path(path).read_bytes() if data is None else data
     body = raw.lstrip(b"\xef\xbb\xbf")
     text = body.rstrip(b"\r\n")
     # a blank line starts with a newline, a space, a tab or a carriage return after a newline (a quick scan first)
@@ -365,6 +367,20 @@ def _validate(
                 i = int(np.flatnonzero(bad)[0])
                 raise _fail(df, i, b, problem.format(a=_show(df[a].iloc[i]), b=_show(df[b].iloc[i])), source)
 
+    # a collective of one rank communicates with nobody (nccl-tests times a local copy, busbw 0): a measurement of
+    # it was fitted as a collective and a table row to predict priced at the latency floor, where `predict
+    # collective` refuses fewer than 2 ranks (the nccl-tests importer skips such sections, with a warning)
+    if not prediction and "n_ranks" in df.columns:
+        from hybrid.ops.families import COLLECTIVE_OPS
+
+        ranks = pd.to_numeric(df["n_ranks"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        lone = df["op"].isin(COLLECTIVE_OPS).to_numpy(dtype=bool) & (ranks == 1)
+        if lone.any():
+            i = int(np.flatnonzero(lone)[0])
+            raise _fail(df, i, "n_ranks", f"a collective of 1 rank communicates with nobody ({int(lone.sum())} such "
+                        f"row(s)); {df['op'].iloc[i]} needs at least 2 ranks (drop the row, or give its ranks)",
+                        source)
+
     # an elementwise row's lines (rows x hidden: an interpolated map's, hybrid.ops.families.upsample_row) are its
     # elements; a row giving both shapes apart was priced on elements alone, the lines silently ignored
     if {"rows", "hidden", "elements"} <= set(df.columns):
@@ -548,6 +564,17 @@ def binary_file_reason(path: str | os.PathLike) -> str:
     return ""
 
 
+def bare_carriage_returns(head: bytes) -> str:
+    """Why a CSV starting with bytes ``head`` cannot be read ('' when it can): lines ended by a bare carriage return
+    (old Mac ``\\r``, no newline after it). pandas splits rows on them, but the checks on the bytes (the final
+    newline, each row's file line) count newlines: such a file was refused as a truncated one. Windows' ``\\r\\n``
+    is read; a ``\\r`` that is the probe's last byte may be half of one and is not counted."""
+    if re.search(rb"\r(?!\n)", head[:-1] if head.endswith(b"\r") else head) is None:
+        return ""
+    return ("old Mac line endings (lines end with a bare carriage return, \\r): convert them to newlines first "
+            "(e.g. `tr '\\r' '\\n'`)")
+
+
 def lacks_final_newline(path: str | os.PathLike) -> bool:
     """True when a file with some non-whitespace content does not end with a newline (a truncated table).
 
@@ -630,6 +657,10 @@ def read_table(
                 binary = binary_file_reason(p)
                 if binary:
                     raise SchemaError(f"{p}: {binary}" + import_hint(p))
+                with open(p, "rb") as fh:
+                    carriage = bare_carriage_returns(fh.read(TEXT_PROBE_BYTES))
+                if carriage:
+                    raise SchemaError(f"{p}: {carriage}")
                 if lacks_final_newline(p):
                     # tables are written with a final newline: without it the last value may be cut short
                     raise SchemaError(f"{p}: the last line has no final newline (truncated file?); its last "
@@ -690,6 +721,7 @@ def check_rows(table: pd.DataFrame, catalog: Catalog, source: str) -> pd.DataFra
     base.index = table.index
     _check_stated_nodes(table, catalog, source)
     _check_system_device(table, catalog, source)
+    _check_bare_nodes(table, catalog, source)
     return base
 
 
@@ -710,6 +742,33 @@ def _check_systems(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
         except UnknownDeviceError as exc:
             i = int(np.flatnonzero(stated & (names == name).fillna(False).to_numpy(dtype=bool))[0])
             raise UnknownDeviceError(f"{source}: row {i + 1} (CSV line {row_line(table, i)}): {exc}") from None
+
+
+def resolve_system_names(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """``table`` with its ``system`` column as the catalog names them, as :func:`validate` writes device keys: a
+    catalog system's key (``dgx-h100``, `` DGX-H100 `` -> ``DGX-H100``), a device named as a system (its generic
+    node) as the device's key; names neither resolves (and empty cells) are left as given. A copy; ``table``
+    itself when it has no ``system`` column."""
+    if "system" not in table.columns:
+        return table
+    from hybrid.ops.roofline import resolve_system
+
+    names = table["system"].astype("string").str.strip()
+    codes, uniques = pd.factorize(names)
+    keys: list[object] = []
+    for name in uniques:
+        key = catalog.resolve_system(str(name), missing_ok=True)
+        if key is None:
+            try:
+                key = resolve_system(catalog, str(name)).device  # a generic node: its device's key
+            except UnknownDeviceError:
+                key = None
+        keys.append(key)
+    resolved = np.array([*keys, None], dtype=object)[np.where(codes < 0, len(keys), codes)]
+    given = table["system"].to_numpy(dtype=object)
+    out = table.copy()
+    out["system"] = np.where(pd.isna(resolved), given, resolved)
+    return out
 
 
 def _check_stated_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
@@ -757,6 +816,50 @@ def _check_system_device(table: pd.DataFrame, catalog: Catalog, source: str) -> 
                       + f": collective of device {device} on system {system}, whose GPU is {holds}: costed on "
                       f"{system}'s fabric (a mislabelled system or device? fix it, or add a system of these nodes "
                       "to a catalog file, HYBRID_CATALOG)", DataQualityWarning, stacklevel=3)
+
+
+def _check_bare_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> None:
+    """Collective rows across nodes (``n_nodes`` > 1) with no catalog system (none given, or a device named as the
+    system) are said in a :class:`~hybrid.errors.DataQualityWarning`, one per device, naming the first row, how
+    many more and the network assumed: the roofline costs them on generic nodes of the device
+    (:func:`hybrid.ops.roofline.system_for_device`, a generic NIC between nodes), as `predict collective -s DEVICE`
+    says; a table said nothing of it."""
+    if not {"n_nodes", "device"} <= set(table.columns):
+        return
+    from hybrid.ops.families import COLLECTIVE_OPS
+    from hybrid.ops.roofline import system_for_device
+
+    nodes = pd.to_numeric(table["n_nodes"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    across = table["op"].astype(str).isin(COLLECTIVE_OPS).to_numpy(dtype=bool) & (nodes > 1)
+    if not across.any():
+        return
+    names = (table["system"].astype("string").str.strip() if "system" in table.columns
+             else pd.Series(pd.NA, index=table.index, dtype="string"))
+    known = np.zeros(len(table), dtype=bool)
+    for name in pd.unique(names[across].dropna()):
+        if catalog.resolve_system(str(name), missing_ok=True) is not None:
+            known |= (names == name).fillna(False).to_numpy(dtype=bool)
+    bare = across & ~known
+    if not bare.any():
+        return
+    import warnings
+
+    from hybrid.errors import DataQualityWarning
+
+    devices = table["device"].astype(str).to_numpy()
+    for device in pd.unique(devices[bare]):
+        rows = np.flatnonzero(bare & (devices == device))
+        i = int(rows[0])
+        key = catalog.resolve_device(str(device), missing_ok=True)
+        if key is None:
+            continue
+        node = system_for_device(catalog.devices[key])
+        more = f" and {len(rows) - 1} more" if len(rows) > 1 else ""
+        warnings.warn(f"{source}: row {i + 1} (CSV line {row_line(table, i)}){more}: collective across "
+                      f"{int(nodes[i])} nodes of device {key} with no catalog system: costed on generic nodes of "
+                      f"{key} ({node.intra_fabric} within a node, {node.inter_fabric} between nodes); name the "
+                      "cluster in a system column (hybrid devices --systems) for its real network",
+                      DataQualityWarning, stacklevel=3)
 
 
 def system_device_mismatch(table: pd.DataFrame, catalog: Catalog) -> tuple[int, str, str, str, int] | None:

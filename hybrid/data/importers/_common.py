@@ -20,6 +20,7 @@ from hybrid.data.schema import (
     COLUMN_BY_NAME,
     COLUMNS,
     REQUIRED,
+    bare_carriage_returns,
     binary_file_reason,
     csv_record_lines,
     validate,
@@ -87,6 +88,9 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
     binary = binary_file_reason(path)
     if binary:
         raise ImportFormatError(f"{path}: {binary} (expected a {what} CSV)")
+    carriage = bare_carriage_returns(raw)
+    if carriage:
+        raise ImportFormatError(f"{path}: {carriage}")
     try:
         df = pd.read_csv(path, skipinitialspace=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
@@ -94,7 +98,7 @@ def read_csv_checked(path: Path, required: Sequence[str], *, what: str) -> pd.Da
         hint = "; the file looks truncated (no final newline)" if not raw.endswith(b"\n") else ""
         raise ImportFormatError(f"{path}: not a readable {what} CSV ({first}){hint}") from None
     df.columns = [str(c).strip() for c in df.columns]
-    if (lines := csv_record_lines(path, len(df))) is not None and len(lines) == len(df):
+    if (lines := csv_record_lines(path, len(df), data=raw)) is not None and len(lines) == len(df):
         # blank lines (which pandas skips) shifted the rows: the index holds each row's file line - 2, which
         # :func:`csv_line` names (it said the line before the row's after each blank line)
         df.index = pd.Index(np.asarray(lines, dtype=np.int64) - 2)

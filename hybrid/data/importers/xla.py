@@ -164,7 +164,9 @@ def _read_txtpb(path: Path) -> textproto.Message:
         raise ImportFormatError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     if not text.strip():
         raise ImportFormatError(f"{path}: file is empty")
-    return textproto.parse(text, str(path))
+    # Windows' and old Mac line endings as newlines: a comment ends at a newline (one ended by a bare carriage
+    # return ran to the end of the file) and errors count newlines for their line
+    return textproto.parse(text.replace("\r\n", "\n").replace("\r", "\n"), str(path))
 
 
 def import_xla_matmul(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
