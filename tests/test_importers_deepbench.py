@@ -43,6 +43,16 @@ def test_allreduce_table(shared_datasets, catalog):
     np.testing.assert_array_equal(df["n_nodes"], timed["num_nodes"].fillna(1))
     np.testing.assert_array_equal(df["n_ranks"], timed["num_gpus"])
     assert df["algorithm"].notna().all() and (df["time_us_std"] >= 0).all()
+    # each GPU's rows on the catalog's DeepBench set-up of that GPU (1.5625 GB/s per GPU between nodes), not on
+    # generic nodes of the device (12.5 GB/s): the roofline of a 4-node row moved 8x with the system
+    systems = df.groupby("device")["system"].unique().map(list).to_dict()
+    assert systems == {"GTX-1080Ti": ["DeepBench-1080Ti"], "M40": ["DeepBench-M40"],
+                       "P100-PCIE-16GB": ["DeepBench-P100"], "TitanX": ["DeepBench-TitanX"],
+                       "TitanX-Pascal": ["DeepBench-TitanX-Pascal"]}
+    # a system named by the caller wins; a device named by the caller is theirs, not DeepBench's set-up
+    with pytest.warns(DataImportWarning):
+        own = import_deepbench(path, catalog=catalog, device="P100-PCIE-16GB")
+    assert "system" not in own.columns or own["system"].isna().all()
 
 
 def test_registry_and_precision_strings(shared_datasets):

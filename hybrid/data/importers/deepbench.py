@@ -35,6 +35,7 @@ from hybrid.data.importers._common import (
     finish,
     numeric,
     read_csv_checked,
+    resolve_device_names,
     resolve_system_name,
     warn,
 )
@@ -172,7 +173,28 @@ def _allreduce(df: pd.DataFrame, path: Path, device: str | None, system: str | N
         out["algorithm"] = df["algorithm"].astype("string").str.strip().to_numpy()
     if system is not None:
         out["system"] = resolve_system_name(system, catalog, path)
+    elif device is None:
+        out["system"] = setup_systems(out["device"], catalog, path)
     return finish(out, path, catalog, source=f"deepbench:{display_path(path)}", device=device)
+
+
+#: What the catalog's entries of DeepBench's own all-reduce set-ups (one per GPU model) say in their ``source``.
+SETUP_SOURCE = "baidu-research/DeepBench"
+
+
+def setup_systems(gpus: pd.Series, catalog: Catalog, path: Path) -> np.ndarray:
+    """The catalog system of DeepBench's all-reduce set-up of each row's GPU (an entry whose ``source`` is
+    DeepBench's and whose device is the row's: ``DeepBench-P100``, 8 GPUs per node, its nodes' NIC), None where the
+    catalog has none. The sheets name only the GPU and the node count: without a system, rows across 2 and 4 nodes
+    were costed on generic nodes of the GPU (12.5 GB/s per GPU between nodes against the set-up's 1.5625)."""
+    names = gpus.astype(str)
+    keys = resolve_device_names(pd.unique(names), catalog, path)
+    setups: dict[str, str] = {}
+    for sys_key, sy in sorted(catalog.systems.items()):
+        if str(sy.source).startswith(SETUP_SOURCE):
+            setups.setdefault(sy.device, sys_key)
+    by_name = {name: setups.get(key) for name, key in keys.items()}
+    return names.map(by_name).to_numpy(dtype=object)
 
 
 def import_deepbench(paths: Iterable[str | os.PathLike] | str | os.PathLike, device: str | None = None,
