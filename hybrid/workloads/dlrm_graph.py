@@ -668,17 +668,19 @@ def build_dlrm_graph(
     pending: list[dict[int, int]] = []  # per layer: rank -> wgrad node
     pending_bytes = 0.0
     allreduces: list[dict[int, int]] = []
+    n_buckets = 0  # dense DDP buckets so far (the data-parallel tables' all-reduces are not DDP's first bucket)
 
     def flush(force: bool = False) -> None:
-        nonlocal pending, pending_bytes
-        cap = first_bucket_bytes if not allreduces else bucket_bytes
+        nonlocal pending, pending_bytes, n_buckets
+        cap = first_bucket_bytes if not n_buckets else bucket_bytes
         if pending and (force or pending_bytes >= cap):
             if R > 1:
                 last = pending[-1]
-                allreduces.append(coll(f"ddp all_reduce bucket {len(allreduces)}", cop("all_reduce", pending_bytes, R),
+                allreduces.append(coll(f"ddp all_reduce bucket {n_buckets}", cop("all_reduce", pending_bytes, R),
                                        deps={r: [last[r]] for r in all_ranks}, args={"bytes": pending_bytes}))
             else:
                 allreduces.append({})
+            n_buckets += 1
             pending, pending_bytes = [], 0.0
 
     inter_bwd: dict[int, int] = {}
