@@ -445,3 +445,23 @@ def test_breakdown_columns_add_up_as_the_docs_say(catalog):
     assert np.allclose(b["exposed_comm_us"] + b["overlapped_comm_us"], b["comm_us"])
     assert (b["host_us"] > 0).all() and (b["host_us"] <= res.iteration_us + 1e-9).all()
     assert sum(res.critical_path_summary().values()) == pytest.approx(res.iteration_us)
+
+
+def test_a_data_parallel_table_keeps_the_first_ddp_bucket():
+    """The data-parallel tables' all-reduce counted as DDP's first bucket: the dense gradients after it lost the
+    1 MiB first bucket and went as one 1.29 MB bucket after the last layer (named ``bucket 1``, no ``bucket 0``),
+    instead of 1.26 MB as soon as the top MLP and two bottom layers are done and 28.7 kB at the end."""
+    base = {"system": "DGX-H100", "gpus": 2, "tables": [{"name": "t0", "num_embeddings": 100_000},
+                                                        {"name": "t1", "num_embeddings": 1000}]}
+    c = DLRMConfig.from_dict(base)
+
+    def dense_buckets(plan: dict) -> list[tuple[str, float]]:
+        g = build_dlrm_graph(c, ShardingPlan.from_dict(plan)).graph.compile()
+        return [(g.names[i], g.args[i]["bytes"]) for i in range(g.n_real)
+                if g.rank[i] == 0 and g.names[i].startswith("ddp all_reduce bucket")]
+
+    tablewise = dense_buckets({"t0": 0, "t1": 1})
+    with_dp = dense_buckets({"t0": 0, "t1": "data_parallel"})
+    assert tablewise == [("ddp all_reduce bucket 0", 1256708.0), ("ddp all_reduce bucket 1", 28672.0)]
+    assert with_dp == tablewise
+    assert sum(b for _, b in with_dp) == c.dense_params() * c.dtype_bytes

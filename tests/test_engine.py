@@ -426,3 +426,17 @@ def test_chrome_trace_writes_node_args_json_cannot_hold_as_text(tmp_path):
     args = next(e for e in data["traceEvents"] if e["ph"] == "X")["args"]
     assert args["s"] == [2] and args["arr"] == [1.5, 2.5] and args["path"] == str(tmp_path)
     assert args["nested"] == [1.0, None] and args["n"] == 4
+
+
+def test_summary_counts_ops_not_their_cpu_launches(catalog):
+    """``n_ops`` of ``hybrid simulate``/``shard`` counted every real node, the host's launch events among them: a
+    graph of 2 kernels and one 2-rank collective said 8 ops (4 launches + 4 ops)."""
+    g = TaskGraph(2)
+    for r in range(2):
+        k = g.kernel(r, "gemm", {"op": "gemm", "device": "H100-SXM", "dtype": "bf16", "m": 256, "n": 256, "k": 256})
+    g.collective("ar", [0, 1], {"op": "all_reduce", "device": "H100-SXM", "system": "DGX-H100", "dtype": "bf16",
+                                "size_bytes": 4e6, "n_ranks": 2}, deps={0: [k], 1: [k - 2]})
+    g.add(0, "host", "optimizer.step", kind="cpu", overhead="optimizer_step")
+    r = simulate(g, RooflineCostModel(catalog))
+    assert r.graph.n_real == 9
+    assert r.summary()["n_ops"] == 4  # 2 gemms + the all-reduce on each of its 2 ranks

@@ -818,3 +818,34 @@ def test_a_baseline_gets_one_estimate_whichever_strategies_run(placement):
     assert alone.plan == both.by_name("size_greedy").plan
     assert np.isfinite(alone.estimate_us)
     assert alone.estimate_us == pytest.approx(both.by_name("size_greedy").estimate_us)
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_auto_placement_estimate_prices_the_tables_the_graph_spills_to_host(gpus):
+    """With ``embedding_placement: auto`` the graph moves a rank's largest tables to host memory once its tables
+    pass 80% of the GPU's memory (:data:`EMBEDDING_MEMORY_SHARE`), but the search estimated every plan that fit
+    the GPU as if all its tables were in HBM: a 72 GB table on one H100 was estimated at 1.4 us (19.0 us on 2
+    ranks) while the simulation read its lookups over PCIe. Each plan's estimate now prices every piece where
+    the graph places it, and a plan kept entirely in GPU memory never passes the 80% share."""
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.dlrm_graph import host_link_us, place_pieces, resolve_target, shard_pieces
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": gpus, "embedding_placement": "auto", "tables": [
+        {"name": "t0", "num_embeddings": 280_000_000}, {"name": "t1", "num_embeddings": 1000}]})
+    dev = resolve_target(c.system, default_catalog()).device
+    t0 = c.tables[0]
+    # t0's forward lookups alone, over the host link instead of HBM
+    link = float(host_link_us(dev, c.global_batch * t0.pooling_factor, t0.embedding_dim, c.embedding_dtype_bytes))
+    in_hbm = {e.plan: e.estimate_us for e in search_plans(c.with_(embedding_placement="hbm"), RooflineCostModel(),
+                                                          strategies=list(BASELINES)).evaluations}
+    r = search_plans(c, RooflineCostModel(), time_budget_s=0.5)
+    spilled = 0
+    for e in r.evaluations:
+        assert e.fits and np.isfinite(e.estimate_us), e.name
+        host = {p.table for p in place_pieces(c, shard_pieces(c, e.plan), dev) if p.host}
+        if "t0" in host:
+            spilled += 1
+            assert e.estimate_us > in_hbm[e.plan] + link, (e.name, e.estimate_us, in_hbm[e.plan], link)
+        else:  # the estimate of a plan kept in GPU memory is an HBM one (the 80% share holds)
+            assert memory_per_rank(c, e.plan).per_rank["host_embeddings"].sum() == 0
+    assert spilled > 0

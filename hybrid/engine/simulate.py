@@ -248,7 +248,8 @@ class SimResult:
             "iteration_us": float(self.iteration_us),
             **interval,
             "n_ranks": int(self.graph.n_ranks),
-            "n_ops": int(self.graph.n_real),  # ops (tasks) of the graph, every rank's
+            # ops of the graph, every rank's: its kernels and collectives, not the host's launch events
+            "n_ops": int(np.isin(self.graph.kind[:self.graph.n_real], (COMPUTE, COMM)).sum()),
             # microseconds by node kind (compute / comm / cpu, and the gaps between): ``critical_path_us`` names the
             # unit as every other time key does; ``critical_path`` is the same dict, kept for existing readers
             "critical_path_us": (cp := self.critical_path_summary()),

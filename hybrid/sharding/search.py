@@ -12,7 +12,9 @@
 
 The estimate (per rank: embedding kernel time, with the host link its lookups and updates cross for a table in
 host memory, priced as the graph prices it; plus all-to-all times from the per-rank send/receive volumes,
-row-wise reduce-scatter/all-gather and data-parallel all-reduce) is additive and updated incrementally, so
+row-wise reduce-scatter/all-gather and data-parallel all-reduce) is additive and updated incrementally (under
+``embedding_placement: auto`` the search keeps a rank's tables within the share of GPU memory the graph keeps them
+in, and each plan's final estimate prices every piece where the graph places it: :func:`plan_estimate`), so
 500 tables over 64 GPUs searches in about a second (experiments/engine_scaling/results.md).
 """
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ from hybrid.engine.costs import OpCostModel, default_cost_model, model_catalog, 
 from hybrid.engine.overheads import Overheads
 from hybrid.engine.simulate import SimResult, simulate
 from hybrid.errors import InvalidInputError
+from hybrid.hardware.device import Device
 from hybrid.ops.families import expected_unique_rows
 from hybrid.sharding.heuristics import BASELINES
 from hybrid.sharding.memory import (
@@ -49,10 +52,13 @@ from hybrid.workloads.dlrm_graph import (
     Target,
     build_dlrm_graph,
     collective_target,
+    embedding_hbm_budget,
     host_link_us,
     host_placement_allowed,
     host_update_passes,
+    place_pieces,
     resolve_target,
+    shard_pieces,
 )
 
 #: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml, 1024 and
@@ -95,8 +101,12 @@ def check_search_size(gpus: int, strategies: list[str] | tuple[str, ...] | None,
     raise InvalidInputError(msg)
 
 #: Coefficients of one placement option (see :func:`estimate_costs`); ``_HOST``: the bytes of weights and optimizer
-#: state each holder rank keeps of the table, which go to its node's host memory when the search plans them there.
-_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP, _HOST = range(11)
+#: state each holder rank keeps of the table, which go to its node's host memory when the search plans them there;
+#: ``_HBMW``: those it keeps in its GPU's memory (held to :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`
+#: under ``auto`` placement, past which the graph moves them to host memory).
+_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP, _HOST, _HBMW = range(12)
+#: Coefficients and state rows that differ between a piece in GPU memory and one in host memory.
+_PLACED_COLS, _PLACED_ROWS = [_EMB, _MEM, _HOST, _HBMW], [0, 1, 6, 7]
 #: Size grid (bytes) on which collective times are predicted once and interpolated.
 _GRID = np.logspace(2, 11.5, 48)
 
@@ -115,7 +125,7 @@ class CostTables:
 
     options: list[Option]
     emb_us: np.ndarray  # [T, O] embedding fwd+bwd marginal time on each holder rank
-    coeffs: np.ndarray  # [T, O, 11] additive coefficients (time, memory, communication volumes, host bytes)
+    coeffs: np.ndarray  # [T, O, 12] additive coefficients (time, memory, communication volumes, host/GPU bytes)
     grids: dict[str, np.ndarray]  # collective -> predicted us on _GRID
     dp_update_us_per_byte: float
     n_ranks: int
@@ -126,9 +136,15 @@ class CostTables:
     #: not stated, unchecked, as :func:`~hybrid.sharding.memory.memory_per_rank` leaves it) and its GPUs per node
     host_budget: float = math.inf
     gpus_per_node: int = 8
+    #: ``embedding_placement`` auto on a GPU: the bytes of tables' weights and state a rank may keep in GPU memory
+    #: (:func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`; inf: no limit), and the coefficients [T, O, 12]
+    #: with every sharded piece in GPU memory and in host memory, with the device, so that a plan is estimated
+    #: with each piece where the graph places it (:func:`plan_estimate`)
+    hbm_weight_budget: float = math.inf
+    placed: tuple[np.ndarray, np.ndarray, Device] | None = None
 
     def host_per_node(self, v: np.ndarray) -> np.ndarray:
-        """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 7, R]:
+        """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 8, R]:
         what the node's host memory takes when they all live there (``host``); under ``auto`` the graph keeps some
         in GPU memory (:func:`hybrid.workloads.dlrm_graph.place_pieces`), so this is an upper bound there, and a
         plan the search keeps passes the memory check's host test."""
@@ -246,13 +262,17 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     # indices plus one bag length per sample (a row-wise piece gets 1/k of the indices, every piece the lengths)
     idx = B * pool * INDEX_BYTES
     lengths = B * INDEX_BYTES
-    C = np.zeros((T, n_opt, 11))
+    C = np.zeros((T, n_opt, 12))
     w = rows * dims * config.embedding_dtype_bytes  # the tables' weights are in their own dtype (mixed precision)
     for j, o in enumerate(options):
         w_held = 0.0 if host_weights else w  # a sharded piece's weights and state (in host memory: none on the GPU)
         C[:, j, _EMB] = emb_us[:, j]
         if host_weights and o.type != "data_parallel":  # (replicated tables stay on the GPU: place_pieces)
             C[:, j, _HOST] = w / o.k * mult
+        else:
+            C[:, j, _HBMW] = w / o.k * mult  # (a data-parallel table: k = R, but every rank holds all of it)
+        if o.type == "data_parallel":
+            C[:, j, _HBMW] = w * mult
         if o.type in ("table_wise", "column_wise"):
             dk = dims / o.k
             C[:, j, _MEM] = frag * (w_held / o.k * mult + Bg * dk * eb * 6.0 + Bg * pool * 8.0 * 3.0)
@@ -274,9 +294,12 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     dev = target.device
     dp_update = (3.0 + mult) / dev.mem_bw * 1e6  # us per byte of dense table update (read/write w, g, state)
     host = {}
-    if host_weights and host_mem_per_node is not None and host_mem_per_node > 0:
+    auto = host_placement_allowed(config, dev) and config.embedding_placement == "auto"
+    if (host_weights or auto) and host_mem_per_node is not None and host_mem_per_node > 0:
         host = {"host_budget": HOST_EMBEDDING_SHARE * float(host_mem_per_node),
                 "gpus_per_node": int(target.gpus_per_node)}
+    if auto:  # the graph keeps a rank's tables in its GPU's memory up to this share of it, the rest in host memory
+        host["hbm_weight_budget"] = embedding_hbm_budget(dev)
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
                       config.dense_params() * eb, **host)
 
@@ -286,15 +309,15 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
 class _State:
     """Additive per-rank totals of a (partial) plan."""
 
-    v: np.ndarray  # [7, R]: emb, mem, osend, orecv, isend, irecv, host (weights and state in host memory)
+    v: np.ndarray  # [8, R]: emb, mem, osend, orecv, isend, irecv, host, hbm (weights and state in host / GPU memory)
     rw: float = 0.0
     dp: float = 0.0
 
 
 def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
-    """[n, 7, R] state change of adding n pieces with coefficient rows ``coef`` [n, 11] on holders ``H`` [n, R]."""
+    """[n, 8, R] state change of adding n pieces with coefficient rows ``coef`` [n, 12] on holders ``H`` [n, R]."""
     H = H.astype(np.float64)
-    out = np.empty((len(coef), 7, H.shape[1]))
+    out = np.empty((len(coef), 8, H.shape[1]))
     out[:, 0] = H * coef[:, _EMB, None]
     out[:, 1] = H * coef[:, _MEM, None]
     out[:, 2] = H * coef[:, _OSEND, None]
@@ -302,13 +325,15 @@ def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
     out[:, 4] = coef[:, _ISEND_ALL, None] + H * coef[:, _ISEND_H, None]
     out[:, 5] = H * coef[:, _IRECV_H, None]
     out[:, 6] = H * coef[:, _HOST, None]
+    out[:, 7] = H * coef[:, _HBMW, None]
     return out
 
 
 def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
                extra: np.ndarray | None = None) -> np.ndarray:
-    """Estimated iteration-dependent time (us) for states ``v`` [n, 7, R] (inf where a rank's memory overflows, or
-    a node's host memory the tables placed there: :meth:`CostTables.host_per_node`).
+    """Estimated iteration-dependent time (us) for states ``v`` [n, 8, R] (inf where a rank's memory overflows, or
+    a node's host memory the tables placed there: :meth:`CostTables.host_per_node`, or, under ``auto`` placement,
+    a rank's tables in GPU memory pass the share the graph keeps there: it would move some to host memory).
 
     ``extra`` (greedy construction): ``[embedding time, pooled-output bytes each rank will still receive,
     index bytes each rank will still send]`` of the tables not placed yet, so the estimate of a partial plan
@@ -335,6 +360,8 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
                 - costs.collective_us("all_reduce", costs.dense_bytes))
     obj += dp * costs.dp_update_us_per_byte
     over = v[:, 1].max(axis=1) > costs.budget
+    if math.isfinite(costs.hbm_weight_budget):
+        over |= v[:, 7].max(axis=1) > costs.hbm_weight_budget
     if math.isfinite(costs.host_budget):
         over |= (costs.host_per_node(v) > costs.host_budget).any(axis=1)
     return np.where(over, np.inf, obj)
@@ -355,7 +382,7 @@ class _Search:
         self.R = config.gpus
         self.T = len(config.tables)
         self.opt_index = {(o.type, o.k): j for j, o in enumerate(costs.options)}
-        self.state = _State(np.zeros((7, self.R)))
+        self.state = _State(np.zeros((8, self.R)))
         self.assign: list[tuple[int, tuple[int, ...]] | None] = [None] * self.T
 
     # state bookkeeping -------------------------------------------------------------------------------------
@@ -692,6 +719,45 @@ def evaluate_plan(config: DLRMConfig, plan: ShardingPlan, model: OpCostModel | N
     return ev
 
 
+def plan_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
+    """The search's estimate of ``plan`` (us; inf where it overflows a memory). Under ``auto`` placement
+    (``costs.placed``) each piece is priced where the graph places it
+    (:func:`hybrid.workloads.dlrm_graph.place_pieces`: a rank's largest tables in host memory once they pass
+    :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`), whichever placement ``costs`` planned with."""
+    if costs.placed is None:
+        return _Search(config, costs).load_plan(plan).objective()
+    hbm, host, device = costs.placed
+    s = _Search(config, replace(costs, coeffs=hbm)).load_plan(plan)
+    moved = [p for p in place_pieces(config, shard_pieces(config, plan), device) if p.host]
+    if moved:
+        index = {t.name: i for i, t in enumerate(config.tables)}
+        t = np.array([index[p.table] for p in moved])
+        j = np.array([s.assign[i][0] for i in t])
+        diff = host[t, j][:, _PLACED_COLS] - hbm[t, j][:, _PLACED_COLS]  # [pieces, 4]
+        ranks = np.array([p.rank for p in moved])
+        for row, col in zip(_PLACED_ROWS, range(len(_PLACED_COLS)), strict=True):
+            np.add.at(s.state.v[row], ranks, diff[:, col])
+    return s.objective()
+
+
+def _auto_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
+                host_mem_per_node: float | None = None) -> tuple[CostTables, CostTables]:
+    """``embedding_placement`` auto on a GPU: the cost tables with every table in GPU memory (plans held to the
+    share of it the graph keeps there) and with the sharded tables in host memory, each knowing both for
+    :func:`plan_estimate`."""
+    if host_mem_per_node is None:
+        system = model_catalog(model).systems.get(target.system)
+        host_mem_per_node = float(system.host_mem) if system is not None else None
+    hbm = estimate_costs(config, model, target, capacity, host_mem_per_node=host_mem_per_node)
+    host = _host_costs(config, model, target, capacity, host_mem_per_node)
+    placed = (hbm.coeffs, host.coeffs, target.device)
+    return replace(hbm, placed=placed), replace(host, placed=placed)
+
+
+def _is_auto(config: DLRMConfig, target: Target) -> bool:
+    return host_placement_allowed(config, target.device) and config.embedding_placement == "auto"
+
+
 def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
                      host_mem_per_node: float | None = None) -> tuple[CostTables, _Search | InvalidInputError]:
     """The cost tables a search plans with, and their greedy placement (or the error that none places every
@@ -701,6 +767,16 @@ def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, cap
     check holds it (``host_mem_per_node`` bytes, else the catalog's figure for the system); a config that fits the
     GPUs keeps its tables."""
     allowed = host_placement_allowed(config, target.device)
+    if _is_auto(config, target):  # GPU memory up to the graph's share, else the sharded tables in host memory
+        hbm, host = _auto_costs(config, model, target, capacity, host_mem_per_node)
+        try:
+            return hbm, _Search(config, hbm).greedy()
+        except InvalidInputError:
+            pass
+        try:
+            return host, _Search(config, host).greedy()
+        except InvalidInputError as exc:
+            return host, exc
     if not (allowed and config.embedding_placement == "host"):  # (``host``: every sharded table is there anyway)
         costs = estimate_costs(config, model, target, capacity)
         try:
@@ -734,10 +810,9 @@ def _baseline_costs(config: DLRMConfig, model: OpCostModel, target: Target, capa
     allowed = host_placement_allowed(config, target.device)
     if allowed and config.embedding_placement == "host":
         return _host_costs(config, model, target, capacity, host_mem_per_node)
-    costs = estimate_costs(config, model, target, capacity)
-    if allowed and any(not math.isfinite(_Search(config, costs).load_plan(p).objective()) for p in plans):
-        return _host_costs(config, model, target, capacity, host_mem_per_node)
-    return costs
+    if _is_auto(config, target):  # (either: each plan is estimated with its pieces where the graph places them)
+        return _auto_costs(config, model, target, capacity, host_mem_per_node)[0]
+    return estimate_costs(config, model, target, capacity)
 
 
 def greedy_plan(config: DLRMConfig, model: OpCostModel | None = None, *, capacity: float | None = None,
@@ -846,7 +921,7 @@ def search_plans(
     candidates: list[tuple[str, ShardingPlan, float]] = []
     for name, plan in baselines.items():
         if name in strategies:
-            candidates.append((name, plan, _Search(config, costs).load_plan(plan).objective()))
+            candidates.append((name, plan, plan_estimate(config, costs, plan)))
     greedy_plan = None
     stages.update()
     stages.set_postfix_str("greedy")
@@ -856,19 +931,19 @@ def search_plans(
         else:
             greedy_plan = greedy.plan()
             if "greedy" in strategies:
-                candidates.append(("greedy", greedy_plan, greedy.objective()))
+                candidates.append(("greedy", greedy_plan, plan_estimate(config, costs, greedy_plan)))
     stages.update()
     stages.set_postfix_str(f"local search (budget {time_budget_s:g} s)")
     if "search" in strategies:
         deadline = t0 + time_budget_s
         # local search from the predicted-cost greedy plan and the best `seeds` baselines by the estimate
-        by_estimate = sorted(baselines.items(), key=lambda kv: _Search(config, costs).load_plan(kv[1]).objective())
+        by_estimate = sorted(baselines.items(), key=lambda kv: plan_estimate(config, costs, kv[1]))
         seeds = ([("greedy", greedy_plan)] if greedy_plan is not None else []) + by_estimate[:search_seeds]
         found: dict[ShardingPlan, tuple[str, float]] = {}
         for seed_name, plan in seeds:
             s = _Search(config, costs).load_plan(plan).local_search(deadline=deadline)
             p = s.plan()
-            obj = s.objective()
+            obj = plan_estimate(config, costs, p)
             if p not in found or obj < found[p][1]:
                 found[p] = (f"search<{seed_name}>", obj)
         ranked = sorted(found.items(), key=lambda kv: kv[1][1])[:max(1, simulate_top)]

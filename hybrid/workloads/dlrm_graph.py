@@ -252,6 +252,13 @@ def host_placement_allowed(config: DLRMConfig, device: Device) -> bool:
     return config.embedding_placement != "hbm" and device.kind == "gpu"
 
 
+def embedding_hbm_budget(device: Device) -> float:
+    """Bytes of embedding tables (+ optimizer state) a rank keeps in its GPU's memory under ``auto`` placement:
+    :data:`EMBEDDING_MEMORY_SHARE` of it; the graph (:func:`place_pieces`) moves the rest to host memory and the
+    sharding planner's estimate (:func:`hybrid.sharding.search.estimate_costs`) holds its GPU plans to it."""
+    return EMBEDDING_MEMORY_SHARE * device.mem_capacity
+
+
 def place_pieces(config: DLRMConfig, pieces: list[ShardPiece], device: Device) -> list[ShardPiece]:
     """Mark the pieces stored in host memory: all sharded pieces (``host``), none (``hbm``), or per rank the
     largest pieces until the rest fits :data:`EMBEDDING_MEMORY_SHARE` of the GPU's memory (``auto``)."""
@@ -261,7 +268,7 @@ def place_pieces(config: DLRMConfig, pieces: list[ShardPiece], device: Device) -
     if placement == "host":
         return [replace(p, host=p.type != "data_parallel") for p in pieces]
     state = 2.0 if config.optimizer == "adagrad" else 1.0  # weights (+ Adagrad accumulator, same size)
-    budget = EMBEDDING_MEMORY_SHARE * device.mem_capacity
+    budget = embedding_hbm_budget(device)
     size = np.array([p.rows * p.dim * config.embedding_dtype_bytes * state for p in pieces])
     host = np.zeros(len(pieces), dtype=bool)
     ranks = np.array([p.rank for p in pieces])
@@ -668,17 +675,19 @@ def build_dlrm_graph(
     pending: list[dict[int, int]] = []  # per layer: rank -> wgrad node
     pending_bytes = 0.0
     allreduces: list[dict[int, int]] = []
+    n_buckets = 0  # dense DDP buckets so far (the data-parallel tables' all-reduces are not DDP's first bucket)
 
     def flush(force: bool = False) -> None:
-        nonlocal pending, pending_bytes
-        cap = first_bucket_bytes if not allreduces else bucket_bytes
+        nonlocal pending, pending_bytes, n_buckets
+        cap = first_bucket_bytes if not n_buckets else bucket_bytes
         if pending and (force or pending_bytes >= cap):
             if R > 1:
                 last = pending[-1]
-                allreduces.append(coll(f"ddp all_reduce bucket {len(allreduces)}", cop("all_reduce", pending_bytes, R),
+                allreduces.append(coll(f"ddp all_reduce bucket {n_buckets}", cop("all_reduce", pending_bytes, R),
                                        deps={r: [last[r]] for r in all_ranks}, args={"bytes": pending_bytes}))
             else:
                 allreduces.append({})
+            n_buckets += 1
             pending, pending_bytes = [], 0.0
 
     inter_bwd: dict[int, int] = {}
