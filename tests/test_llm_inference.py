@@ -2023,3 +2023,22 @@ def test_serve_help_says_its_pipeline_option_takes_one_stage_only(capsys):
     assert "simulates one pipeline stage: 1 only" in text
     assert main(["llm", "serve", "llama3-8b", "-s", "DGX-H100", "--pp", "2", "--rate", "1/s"]) == 2
     assert "pp = 1" in capsys.readouterr().err
+
+
+def test_prefill_final_norm_runs_over_every_prompt_token_the_output_layer_over_the_last():
+    """Engines apply the final norm to the whole hidden state of a pass and only then pick each sequence's last
+    token for the output layer (TensorRT-LLM: ``ln_f`` before ``gather_last_token_logits``; vLLM and Hugging Face
+    likewise): a prefill of 4 prompts of 128 tokens normalises 512 rows, its output layer multiplies 4. The norm
+    was costed over the 4 last tokens only (rows 4: 1/128 of its bytes)."""
+    from hybrid.workloads.llm.inference import cost_ops, pass_ops
+
+    s = make_setup("llama2-7b", "A100")
+    ops = pass_ops(s, np.array([512.0, 4.0]), np.array([4.0, 4.0]), np.array([128.0, 1.0]), np.array([128.0, 129.0]),
+                   np.array(["prefill", "decode"], dtype=object))
+    norm = ops[ops["name"] == "final_layernorm"].sort_values("scenario")
+    head = ops[ops["name"] == "lm_head"].sort_values("scenario")
+    assert norm["rows"].tolist() == [512.0, 4.0]
+    assert head["m"].tolist() == [4.0, 4.0]
+    # the prefill's norm reads and writes its 512 rows (fp16, 4096 wide): 508 rows more than the decode step's 4
+    costed = cost_ops(norm)
+    assert costed["bytes"].iloc[0] - costed["bytes"].iloc[1] == pytest.approx(508 * 4096 * 2 * 2, rel=0.01)

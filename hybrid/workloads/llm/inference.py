@@ -15,7 +15,8 @@ layer and sampling:
 ``post_attention_layernorm``, ``add`` second norm and residual adds
 ``mlp_up_proj``, ``mlp_act``,         MLP (gated SwiGLU or GeLU); MoE: router GEMM, then the active experts as a
 ``mlp_down_proj``                     batched GEMM (expected distinct experts for ``T x top-k`` routed tokens)
-``embedding``, ``final_layernorm``,   once per pass: embedding gather, the last tokens' norm, vocab-parallel output
+``embedding``, ``final_layernorm``,   once per pass: embedding gather, the final norm (every token of the pass: engines
+                                      normalise the whole hidden state, then pick the last tokens), vocab-parallel output
 ``lm_head``, ``logits_all_gather``,   GEMM, the TP gather of logits and a softmax/top-k over the vocabulary
 ``sampling``, ``pp_send_recv``        (``pp_send_recv`` between pipeline stages)
 ====================================  ==============================================================================
@@ -348,7 +349,9 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
     elem("embedding", "elementwise", T * h, "copy", 1.0)
     if m.position_embedding_type == "learned_absolute":  # GPT-2/MPT-style learned positions added to the input
         elem("position_embedding", "elementwise", T * h, "add", 1.0)
-    norm("final_layernorm", B, 1.0)
+    # the whole pass's hidden state, as engines run it (TensorRT-LLM's ``ln_f`` before gather_last_token_logits, vLLM
+    # and Hugging Face alike); only the output layer takes each sequence's last token
+    norm("final_layernorm", T, 1.0)
     if m.lm_head:
         gemm("lm_head", "lm_head", B, m.vocab_size / tp, h, 1.0)
         if tp > 1:

@@ -58,8 +58,9 @@ from hybrid.workloads.llm.kv_cache import (
     weight_bytes_per_gpu,
 )
 
-#: Ops whose cost depends on the number of sequences (the output layer), not on the tokens of a step.
-HEAD_OPS = ("final_layernorm", "lm_head", "logits_all_gather", "sampling")
+#: Ops whose cost depends on the number of sequences (the output layer), not on the tokens of a step (the final
+#: norm runs over every token of the step, before the last tokens are picked: a token op).
+HEAD_OPS = ("lm_head", "logits_all_gather", "sampling")
 
 
 # ------------------------------------------------------------------------------------------------ workload
