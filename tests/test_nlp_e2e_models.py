@@ -174,7 +174,7 @@ def test_a_new_model_traces_with_the_labels_layers(bench, tmp_path):
     two = bench.predict_row(tmp_path, row, "A100-PCIE-40GB", models, cache)["roofline"]
     one = bench.predict_row(tmp_path, pd.concat([row.drop("num_layer"), pd.Series({"num_layer": 1})]),
                             "A100-PCIE-40GB", models, cache)["roofline"]
-    assert set(cache) == {("gpt2_med", "inf", 128, 1, 2), ("gpt2_med", "inf", 128, 1, 1)}
+    assert set(cache) == {("gpt2_med", "inf", 128, 1, 2, False), ("gpt2_med", "inf", 128, 1, 1, False)}
     assert 0 < one < two
 
 
@@ -237,3 +237,50 @@ def test_labels_longer_than_the_position_table_are_skipped(bench, tmp_path):
     reasons = [bench.skip_reason(r, cat) for _, r in bench.read_labels(str(path)).iterrows()]
     assert reasons == ["seqlen longer than bert_large's 512 positions",
                        "seqlen longer than gpt2_large's 1024 positions", None, None]
+
+
+def test_single_gpu_training_steps_add_into_the_gradients_of_the_step_before(bench, tmp_path):
+    """NeuSight times 25 single-GPU training steps without zeroing the gradients (``measure_e2e``), so each labelled
+    backward adds every parameter's new gradient into the resident one; its multi-GPU loop zeroes them. The traced
+    step left the adds out (and the gradients out of the resident memory): 0 of GPT-2's 28 parameter adds."""
+    import math
+
+    from hybrid.data.traces import load_trace
+    from hybrid.data.traces.memory import memory_of
+    from hybrid.engine.costs import RooflineCostModel
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
+
+    assert bench.accumulates_gradients("train", "") and bench.accumulates_gradients("train", "fusion")
+    assert not any(bench.accumulates_gradients("train", x) for x in ("dp4", "tp4", "pp4_1"))
+    assert not bench.accumulates_gradients("inf", "")
+    _, cfg = bench.model_builder("gpt2_med", 2)
+    with torch.device("meta"):
+        params = list(tf.GPT2LMHeadModel(cfg).parameters())
+    n_params = sum(p.numel() for p in params)
+    cat = default_catalog()
+    models = {"roofline": (RooflineCostModel(cat), cat)}
+    row = pd.Series({"gpu": "NVIDIA_A100-PCIE-40GB", "model": "gpt2_med", "mode": "train", "seqlen": 128,
+                     "batch": 1, "extra": "", "num_layer": 2})
+    cache: dict = {}
+    single = bench.predict_row(tmp_path, row, "A100-PCIE-40GB", models, cache)["roofline"]
+    (acc,) = cache.values()
+    plain = load_trace(bench.record_trace("gpt2_med", "train", 128, 1, tmp_path, 2))
+
+    def adds(trace):  # the adds AccumulateGrad runs into a resident gradient, and the elements they add
+        ops = trace.ops
+        ids = set(ops.loc[ops["name"] == "torch::autograd::AccumulateGrad", "id"])
+        add = ops[(ops["name"] == "aten::add_") & ops["parent"].isin(ids)]
+        return len(add), sum(math.prod(d[0]) for d in add["dims"])
+
+    assert adds(plain) == (0, 0)
+    assert adds(acc) == (len(params), n_params)  # one add per parameter tensor, every weight once
+    # the gradients are resident when the step starts: the parameters' bytes twice (fp32), plus the input ids
+    res_acc, res_plain = memory_of(acc.meta).resident_bytes, memory_of(plain.meta).resident_bytes
+    assert res_acc - res_plain == 4 * n_params
+    # priced: 12 bytes per weight more (read both gradients, write one) than the step without: 0.94 GB, 0.6 ms at
+    # the A100's 1555 GB/s
+    it = build_trace_graph([plain], "A100-PCIE-40GB", cat, same_device=False)
+    without = predict_trace(it, RooflineCostModel(cat)).predicted_us / 1e3
+    floor = 12 * n_params / 1555e9 * 1e3
+    assert floor < single - without < 1.5 * floor

@@ -75,6 +75,25 @@ def test_a_meta_training_step_by_hand():
     assert m.resident_bytes + params + act <= m.peak_bytes <= m.resident_bytes + params + 2 * act + 64
 
 
+def test_gradients_left_by_an_earlier_backward_are_resident():
+    """A training step that adds into the gradients of the step before (no ``zero_grad``, as NeuSight's labelled
+    steps): the gradients autograd made have no Python object until ``.grad`` is read, and were not counted as
+    resident (1 x the parameters instead of 2 x), nor at all until the backward wrote into them."""
+    lin = torch.nn.Linear(1024, 512, device="meta")
+    x = torch.ones(64, 1024, device="meta")
+
+    def step():
+        torch.relu(lin(x)).sum().backward()
+
+    step()  # gradients made, never read
+    params = (1024 * 512 + 512) * 4
+    m = measure_step_memory(step, "meta")
+    assert m.resident_bytes == 2 * params + x.nbytes
+    assert m.end_bytes == m.resident_bytes  # added into in place: nothing new alive at the end
+    act = 64 * 512 * 4  # and the new gradients, alive until added into the resident ones
+    assert m.resident_bytes + params + act <= m.peak_bytes <= m.resident_bytes + params + 2 * act + 64
+
+
 def test_verdict_fractions_and_the_near_capacity_warning():
     m = StepMemory("meta", resident_bytes=10 << 30, peak_bytes=60 << 30, end_bytes=12 << 30)
     assert m.step_bytes == 50 << 30
@@ -115,7 +134,8 @@ def test_recorded_trace_carries_its_memory_and_predict_compares_it(meta_mlp_dir,
     mem = memory_of(load_trace(meta_mlp_dir / "kineto_rank0.json").meta)
     weights = 4 * (8192 * 8192 + 8192) * 4
     assert mem is not None and mem.device == "meta"
-    assert mem.resident_bytes == weights + 512 * 8192 * 4 and mem.end_bytes == mem.resident_bytes + weights
+    # measured on the call after the traced one: the gradients the traced call left (never zeroed) are resident
+    assert mem.resident_bytes == 2 * weights + 512 * 8192 * 4 and mem.end_bytes == mem.resident_bytes
 
     def predict(device: str, *extra: str) -> dict:
         code = cli_main(["trace", "predict", str(meta_mlp_dir), "--device", device, "--roofline", "--json", *extra])

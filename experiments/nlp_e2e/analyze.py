@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         dev = e2e.resolve_gpu(str(r["gpu"]), cat)
         key = (r["model"], r["mode"], int(r["seqlen"]), int(r["batch"]))
         if key not in cache:
-            cache[key] = load_trace(e2e.record_trace(*key, trace_dir))
+            cache[key] = load_trace(e2e.record_trace(*key, trace_dir,
+                                                     accumulate=e2e.accumulates_gradients(r["mode"], r["extra"])))
         for label, (model, mcat) in models.items():
             it = build_trace_graph([cache[key]], dev, mcat, same_device=False)
             p = predict_trace(it, model)

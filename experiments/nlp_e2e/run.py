@@ -11,9 +11,11 @@ architecture sizes; all layers, or the label's ``num_layer`` where it is > 0) on
 without data, so GPT-3 2.7B at batch 8 x 2048 fits in this VM) and one step is
 traced with ``torch.profiler`` exactly as NeuSight times it: inference = ``model(input_ids)`` in eval mode under
 ``no_grad`` (BERT: sequence classification); training = forward + cross-entropy + backward (BERT: pre-training
-heads), no optimizer step. The trace becomes the engine's task graph for the labelled GPU
-(``hybrid.workloads.trace_graph``; the traced host time is dropped: a meta-device trace says nothing about a GPU
-host, the engine's launch overheads stand in) and every op is costed
+heads), no optimizer step; a single-GPU training step starts with the gradients of the step before resident
+and adds into them, as NeuSight's 25 steps without ``zero_grad`` did (:func:`accumulates_gradients`). The trace
+becomes the engine's task graph for the labelled GPU (``hybrid.workloads.trace_graph``; the traced host time is
+dropped: a meta-device trace says nothing about a GPU host, the engine's launch overheads stand in) and every op
+is costed
 
 * by the roofline (catalog specs), and
 * by the calibrated predictor: a HybridPredictor fitted on every eager-PyTorch kernel collection at hand:
@@ -274,10 +276,24 @@ def legacy_bert_attention_mask():
         mb.eager_attention_forward = original
 
 
+def accumulates_gradients(mode: str, extra: str) -> bool:
+    """Whether the labelled step's backward adds into gradients left by the steps before it.
+
+    NeuSight's single-GPU labels (``neusight/Tracing/trace.py``, ``measure_e2e``) run 25 training steps of one
+    model without zeroing its gradients and keep the fastest 5 forward and backward times: from the second step
+    on, every parameter's ``AccumulateGrad`` adds the new gradient into the one already there (one ``add_`` per
+    parameter, 3 x 4 bytes per fp32 weight). Its multi-GPU labels (``dp``/``tp``/``pp``: an ``accelerate``
+    training loop) call ``optimizer.zero_grad()`` after each step, which sets the gradients to None: nothing to
+    add to."""
+    return mode == "train" and not str(extra).startswith(("dp", "tp", "pp"))
+
+
 def record_trace(name: str, mode: str, seq: int, batch: int, out: Path, n_layer: int | None = None,
-                 config_dir: str | Path | None = None) -> Path:
+                 config_dir: str | Path | None = None, accumulate: bool = False) -> Path:
     """Trace one NeuSight-style step of ``name`` on the meta device (cached in ``out``); ``n_layer`` and
-    ``config_dir`` as in :func:`model_builder`."""
+    ``config_dir`` as in :func:`model_builder`. ``accumulate`` (training only): the step starts with the
+    gradients of an earlier step resident and its backward adds into them (:func:`accumulates_gradients`); else
+    it starts without gradients."""
     import hashlib
 
     import torch
@@ -294,6 +310,8 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path, n_layer:
     # BERT traces carry the extended attention mask of NeuSight's transformers (legacy_bert_attention_mask)
     proto = "bert-extended-mask" if model_type == "bert" else ""
     # "step-memory": traces carry the step's tensor memory (hybrid.data.traces.memory) since 2026-11-30
+    accumulate = bool(accumulate) and mode == "train"
+    proto += "grad-accumulate" if accumulate else ""
     digest = hashlib.sha256((cfg.to_json_string() + torch.__version__ + proto + "step-memory").encode()).hexdigest()[:10]
     path = out / f"{name}-{mode}-{seq}-{batch}-{digest}"
     kin = path / "kineto_rank0.json"
@@ -324,10 +342,14 @@ def record_trace(name: str, mode: str, seq: int, batch: int, out: Path, n_layer:
                 legacy_bert_attention_mask() if model_type == "bert" else contextlib.nullcontext())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if accumulate:  # an earlier step's gradients, resident when the measured and the traced step start
+            with routing():
+                step()
         with routing():
             memory = measure_step_memory(step, "meta")
-        for prm in model.parameters():  # the traced step starts as the measured one did: no gradients to add to
-            prm.grad = None
+        if not accumulate:  # the traced step starts as the measured one did: no gradients to add to
+            for prm in model.parameters():
+                prm.grad = None
         with routing(), trace_step(path, execution_trace=False, device="meta", cuda=False, memory=memory):
             step()
     return kin
@@ -557,9 +579,11 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
         ranks = parallel_degree(extra)
         per_rank_batch = batch // ranks  # a whole number of rows per rank (skip_reason)
     layers = label_layers(row)  # the label's num_layer (None: the model's own)
-    key = (name, mode, seq, per_rank_batch, layers)
+    accumulate = accumulates_gradients(mode, extra)
+    key = (name, mode, seq, per_rank_batch, layers, accumulate)
     if key not in cache:
-        cache[key] = load_trace(record_trace(name, mode, seq, per_rank_batch, trace_dir, layers, config_dir))
+        cache[key] = load_trace(record_trace(name, mode, seq, per_rank_batch, trace_dir, layers, config_dir,
+                                             accumulate))
     trace = cache[key]
     transform, traces = None, [trace]
     _, cfg = model_builder(name, layers, config_dir)

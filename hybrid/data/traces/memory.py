@@ -166,6 +166,9 @@ def measure_step_memory(step: Callable[[], Any], device: str | None = None) -> S
         with warnings.catch_warnings():  # isinstance on some library objects warns of deprecated aliases
             warnings.simplefilter("ignore")
             resident_tensors = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+            # a parameter's gradient is resident too, but one that autograd made (a backward before this step)
+            # has no Python object until ``.grad`` is read, so the garbage collector does not list it
+            resident_tensors += [g for o in resident_tensors if o.is_leaf and isinstance(g := o.grad, torch.Tensor)]
         for obj in resident_tensors:  # resident: every tensor alive now, each storage once
             live.add(obj)
         del resident_tensors
