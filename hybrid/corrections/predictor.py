@@ -860,7 +860,9 @@ class HybridPredictor:
         reduced to its distinct rows first, see :func:`distinct_rows`.
 
         On GPUs, ``time_us`` and ``time_us_low`` of a floored family (convolutions) are never below its physical
-        floor, a multiple of ``roofline_us`` set by what measurements show (:mod:`hybrid.corrections.bounds`)."""
+        floor, a multiple of ``roofline_us`` set by what measurements show (:mod:`hybrid.corrections.bounds`); nor does a
+        few-shot scale (:meth:`adapt`) take ``time_us`` below the floor of the correction that answered the row
+        (``floor_us``: a GPU GEMM's roofline), where ``time_us_low`` stops: the interval contains its point."""
         if isinstance(table, pd.DataFrame) and len(table) >= DEDUP_MIN_ROWS:
             # measured columns are not inputs: a measured table (evaluate, hold-outs) de-duplicates too
             inputs = table.drop(columns=[c for c in MEASURED_COLUMNS if c in table.columns])
@@ -885,6 +887,7 @@ class HybridPredictor:
             warnings.warn(cross_kind_note(odd, self.catalog), TransferWarning, stacklevel=3)
         group = (np.array(groups, dtype=object)[group_codes] if (self.offsets or self.shifts or self.tilts)
                  else None)
+        corr_floor = None  # the answering correction's floor per row (``_interval_floor``), once computed
         if self.offsets or self.tilts:
             devices = norm["device"].to_numpy(dtype=object)
             roof = base["time_us"].to_numpy(dtype=np.float64)
@@ -897,6 +900,10 @@ class HybridPredictor:
                     rows = (group == key) & (devices == dev)
                     scale[rows] += adapt_mod.Tilt.from_json(obj).log_factor(roof[rows])  # type: ignore[union-attr]
             time = time * np.exp(scale)
+            # a scale below one moves the point, not the physics: the answering correction's floor (``floor_us``: a
+            # GPU GEMM does not beat its roofline) holds the point as it holds the interval's low end below
+            corr_floor = self._interval_floor(norm, base, (group_codes, groups))
+            time = np.maximum(time, corr_floor)
         if self.shifts:
             devices = norm["device"].to_numpy(dtype=object)
             roof = base["time_us"].to_numpy(dtype=np.float64)
@@ -925,7 +932,9 @@ class HybridPredictor:
                 out["interval_band"] = _text_array(list(APPLIED_BAND_NAMES), self.intervals.applied_bands(
                     method, methods, base["family"], bands))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
-                floor = np.maximum(self._interval_floor(norm, base, (group_codes, groups)), physical)
+                if corr_floor is None:
+                    corr_floor = self._interval_floor(norm, base, (group_codes, groups))
+                floor = np.maximum(corr_floor, physical)
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])
         if host or kernel_bound:
             fitted_host = np.minimum(self._host(norm, base, (group_codes, groups)), time)
