@@ -652,7 +652,11 @@ class HybridPredictor:
             keyed = set(self.systems_seen)
             for corr in self.corrections:
                 keyed |= {str(f.system) for f in getattr(corr, "fits", None) or () if hasattr(f, "system")}
-            sys_seen = isin_fast(_group_key(norm), sorted(keyed))
+            # the system key of the collective rows only (text per row: a few percent of a mixed table)
+            coll = np.flatnonzero(is_coll)
+            cols = [c for c in ("system", "device") if c in norm.columns]
+            sys_seen = np.zeros(len(norm), dtype=bool)
+            sys_seen[coll] = isin_fast(_group_key(norm[cols].iloc[coll]), sorted(keyed))
             band = np.where(is_coll & ~(seen & sys_seen), UNSEEN, band)
         return band
 
