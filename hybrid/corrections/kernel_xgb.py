@@ -1439,6 +1439,8 @@ class GemmXGB(DispatchXGB):
         dims = _gemm_dims(table)
         valid = compute & np.isfinite(dims).all(axis=0) & (dims > 0).all(axis=0)
         codes, keys = _gemm_keys(table)
+        split: list[np.ndarray] = []  # per dtype and kind: the rows to split, and their pieces
+        pieces: list[np.ndarray] = []
         for code, key in enumerate(keys):
             rows = np.nonzero(valid & (codes == code))[0]
             if key not in self.extents or not len(rows):
@@ -1446,9 +1448,12 @@ class GemmXGB(DispatchXGB):
             shapes = np.asarray(self.extents[key], dtype=np.float64)
             rows = rows[~covered(dims[:, rows], shapes)]  # a GEMM a fitted one covers is the trees' to predict
             if len(rows):
-                piece_dims, _ = split_pieces(dims[:, rows], shapes)
-                out[rows] = self._pieces_us(table.iloc[rows], baseline.iloc[rows], dims[:, rows], piece_dims,
-                                            catalog)
+                split.append(rows)
+                pieces.append(split_pieces(dims[:, rows], shapes)[0])
+        if split:  # the pieces of every dtype and kind priced in one call (each row on its own: the same prices)
+            rows = np.concatenate(split)
+            out[rows] = self._pieces_us(table.iloc[rows], baseline.iloc[rows], dims[:, rows],
+                                        np.concatenate(pieces, axis=1), catalog)
         return out
 
     def _pieces_us(self, table: pd.DataFrame, baseline: pd.DataFrame, dims: np.ndarray, piece_dims: np.ndarray,
