@@ -135,3 +135,23 @@ def test_extents_are_saved_merged_on_adaptation_and_checked_on_load(xla_bf16, ca
     (tmp_path / "m" / EXTENTS_FILE).write_text(json.dumps({"extents": {"bf16|gemm": [[1, 0, 2, 3]]}}))
     with pytest.raises(InvalidInputError, match="bad GEMM extents"):
         GemmXGB.load(tmp_path / "m")
+
+
+def test_pieces_of_every_dtype_and_kind_priced_in_one_call_give_each_row_its_own_bound(catalog):
+    """``split_bound_us`` prices the pieces of every dtype and kind (bmm or not) in one call: each row gets the
+    bound it gets alone, on a fitted and an unseen GPU (whose pieces the unseen-GPU envelope bounds)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "datasets"
+    table = pd.concat([pd.read_csv(root / d / "measurements.csv", low_memory=False) for d in ("H100-SXM", "H200")],
+                      ignore_index=True)
+    fit = table[table["op"].isin(["gemm", "linear", "bmm"])].reset_index(drop=True)
+    model = GemmXGB(XGBParams(seed=0, n_estimators=60)).fit(fit, roofline(fit, catalog), catalog)
+    q = pd.DataFrame({"device": ["H100-SXM", "A100-SXM4-80GB"] * 4, "op": ["bmm", "bmm", "gemm", "gemm"] * 2,
+                      "dtype": ["fp16"] * 4 + ["fp32"] * 4, "b": [4, 4, 1, 1] * 2, "m": 6144 * 4, "n": 8192 * 2,
+                      "k": 8192 * 2})
+    qb = roofline(q, catalog)
+    together = model.split_bound_us(q, qb, catalog)
+    alone = np.array([model.split_bound_us(q.iloc[[i]], qb.iloc[[i]], catalog)[0] for i in range(len(q))])
+    assert np.isfinite(together).sum() >= 4
+    np.testing.assert_array_equal(together, alone)

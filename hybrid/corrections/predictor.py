@@ -652,7 +652,11 @@ class HybridPredictor:
             keyed = set(self.systems_seen)
             for corr in self.corrections:
                 keyed |= {str(f.system) for f in getattr(corr, "fits", None) or () if hasattr(f, "system")}
-            sys_seen = isin_fast(_group_key(norm), sorted(keyed))
+            # the system key of the collective rows only (text per row: a few percent of a mixed table)
+            coll = np.flatnonzero(is_coll)
+            cols = [c for c in ("system", "device") if c in norm.columns]
+            sys_seen = np.zeros(len(norm), dtype=bool)
+            sys_seen[coll] = isin_fast(_group_key(norm[cols].iloc[coll]), sorted(keyed))
             band = np.where(is_coll & ~(seen & sys_seen), UNSEEN, band)
         return band
 
@@ -860,7 +864,9 @@ class HybridPredictor:
         reduced to its distinct rows first, see :func:`distinct_rows`.
 
         On GPUs, ``time_us`` and ``time_us_low`` of a floored family (convolutions) are never below its physical
-        floor, a multiple of ``roofline_us`` set by what measurements show (:mod:`hybrid.corrections.bounds`)."""
+        floor, a multiple of ``roofline_us`` set by what measurements show (:mod:`hybrid.corrections.bounds`); nor does a
+        few-shot scale (:meth:`adapt`) take ``time_us`` below the floor of the correction that answered the row
+        (``floor_us``: a GPU GEMM's roofline), where ``time_us_low`` stops: the interval contains its point."""
         if isinstance(table, pd.DataFrame) and len(table) >= DEDUP_MIN_ROWS:
             # measured columns are not inputs: a measured table (evaluate, hold-outs) de-duplicates too
             inputs = table.drop(columns=[c for c in MEASURED_COLUMNS if c in table.columns])
@@ -885,6 +891,7 @@ class HybridPredictor:
             warnings.warn(cross_kind_note(odd, self.catalog), TransferWarning, stacklevel=3)
         group = (np.array(groups, dtype=object)[group_codes] if (self.offsets or self.shifts or self.tilts)
                  else None)
+        corr_floor = None  # the answering correction's floor per row (``_interval_floor``), once computed
         if self.offsets or self.tilts:
             devices = norm["device"].to_numpy(dtype=object)
             roof = base["time_us"].to_numpy(dtype=np.float64)
@@ -897,6 +904,10 @@ class HybridPredictor:
                     rows = (group == key) & (devices == dev)
                     scale[rows] += adapt_mod.Tilt.from_json(obj).log_factor(roof[rows])  # type: ignore[union-attr]
             time = time * np.exp(scale)
+            # a scale below one moves the point, not the physics: the answering correction's floor (``floor_us``: a
+            # GPU GEMM does not beat its roofline) holds the point as it holds the interval's low end below
+            corr_floor = self._interval_floor(norm, base, (group_codes, groups))
+            time = np.maximum(time, corr_floor)
         if self.shifts:
             devices = norm["device"].to_numpy(dtype=object)
             roof = base["time_us"].to_numpy(dtype=np.float64)
@@ -925,7 +936,9 @@ class HybridPredictor:
                 out["interval_band"] = _text_array(list(APPLIED_BAND_NAMES), self.intervals.applied_bands(
                     method, methods, base["family"], bands))
                 out["time_us_low"], out["time_us_high"] = time * np.exp(lo), time * np.exp(hi)
-                floor = np.maximum(self._interval_floor(norm, base, (group_codes, groups)), physical)
+                if corr_floor is None:
+                    corr_floor = self._interval_floor(norm, base, (group_codes, groups))
+                floor = np.maximum(corr_floor, physical)
                 out["time_us_low"] = np.where(floor > 0, np.maximum(out["time_us_low"], floor), out["time_us_low"])
         if host or kernel_bound:
             fitted_host = np.minimum(self._host(norm, base, (group_codes, groups)), time)
