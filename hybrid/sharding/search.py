@@ -15,7 +15,9 @@ host memory, priced as the graph prices it; plus all-to-all times from the per-r
 row-wise reduce-scatter/all-gather and data-parallel all-reduce) is additive and updated incrementally (under
 ``embedding_placement: auto`` the search keeps a rank's tables within the share of GPU memory the graph keeps them
 in, and each plan's final estimate prices every piece where the graph places it: :func:`plan_estimate`), so
-500 tables over 64 GPUs searches in about a second (experiments/engine_scaling/results.md).
+500 tables over 64 GPUs searches in about a second (experiments/engine_scaling/results.md). The estimate a
+candidate is ranked by (:func:`plan_estimate`) is the longer of that GPU time plus the dense layers' kernels and
+the busiest host's time launching the plan's graph (small batches on fast GPUs are bound by the launches).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ import numpy as np
 import pandas as pd
 
 from hybrid.engine.costs import OpCostModel, default_cost_model, model_catalog, predict_times
+from hybrid.engine.graph import HOST, KINDS, CompiledGraph
 from hybrid.engine.overheads import Overheads
 from hybrid.engine.simulate import SimResult, simulate
 from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog
 from hybrid.hardware.device import Device
 from hybrid.ops.families import expected_unique_rows
 from hybrid.sharding.heuristics import BASELINES
@@ -142,6 +146,17 @@ class CostTables:
     #: with each piece where the graph places it (:func:`plan_estimate`)
     hbm_weight_budget: float = math.inf
     placed: tuple[np.ndarray, np.ndarray, Device] | None = None
+    #: the host side of a plan, which the additive terms above leave out: each rank's host launches every kernel
+    #: and collective of the iteration one after another (plus its per-iteration and optimizer host work), and a
+    #: plan with more fused lookup groups, data-parallel tables or column-wise reassembles launches more.
+    #: :func:`plan_estimate` takes each rank's host time from the plan's graph (``catalog``, ``overheads``: the
+    #: simulation's) and its GPU's time as the additive terms plus ``dense_us`` (the dense layers' kernels of a
+    #: rank, the same in every plan), whichever is longer; ``catalog`` None: the additive terms alone
+    catalog: Catalog | None = None
+    overheads: Overheads = field(default_factory=Overheads)
+    dense_us: float = 0.0
+    synchronous_host: bool = False  # a CPU device: the host waits for every kernel (host and kernel times add)
+    host_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def host_per_node(self, v: np.ndarray) -> np.ndarray:
         """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 8, R]:
@@ -300,8 +315,10 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
                 "gpus_per_node": int(target.gpus_per_node)}
     if auto:  # the graph keeps a rank's tables in its GPU's memory up to this share of it, the rest in host memory
         host["hbm_weight_budget"] = embedding_hbm_budget(dev)
+    catalog = model_catalog(model)
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
-                      config.dense_params() * eb, **host)
+                      config.dense_params() * eb, **host, catalog=catalog,
+                      dense_us=dense_kernel_us(config, model, catalog), synchronous_host=dev.kind == "cpu")
 
 
 # ------------------------------------------------------------------------------------------------ search state
@@ -584,9 +601,10 @@ class PlanEvaluation:
 
     name: str
     plan: ShardingPlan
-    #: the planner's additive estimate that ranks plans before they are simulated (embedding kernels of the busiest
-    #: rank plus the plan-dependent collectives; the dense MLPs, the host and overlap are left out): a ranking
-    #: score, not the iteration time (``iteration_us``)
+    #: the planner's estimate that ranks plans before they are simulated (:func:`plan_estimate`: the longer of the
+    #: busiest host's launches and the GPU's embedding kernels, plan-dependent collectives and dense layers; the
+    #: overlap of collectives with compute is left out): a lower bound of a host-bound iteration, a ranking score
+    #: otherwise, not the iteration time (``iteration_us``)
     estimate_us: float
     memory: MemoryReport
     iteration_us: float = float("nan")
@@ -719,8 +737,69 @@ def evaluate_plan(config: DLRMConfig, plan: ShardingPlan, model: OpCostModel | N
     return ev
 
 
+#: Names of the kernels of a DLRM graph's dense phases that belong to the embedding tables (priced by the additive
+#: terms of the estimate, or plan-dependent copies), not to the dense layers every plan runs alike.
+_PLAN_KERNELS = ("embedding", "feature slice", "pack", "reassemble", "row_wise", "input_dist", "output_dist")
+
+
+def dense_kernel_us(config: DLRMConfig, model: OpCostModel, catalog: Catalog | None = None) -> float:
+    """Predicted time (us) of the dense kernels of one rank's iteration (MLPs, interaction, loss, dense optimizer
+    step), which every plan runs alike: the kernels of the graph's dense phases on the busiest rank of a
+    table-wise plan, less those of the embedding tables."""
+    from hybrid.sharding.plan import Shard
+
+    catalog = catalog or model_catalog(model)
+    plan = ShardingPlan({t.name: Shard("table_wise", (0,)) for t in config.tables})
+    g = build_dlrm_graph(config.with_(plan=None), plan, catalog).graph.compile()
+    phase = np.array([*g.phase_names, ""])[g.phase[:g.n_real]] if g.phase is not None else np.full(g.n_real, "")
+    keep = ((g.rank[:g.n_real] == 0) & (g.kind[:g.n_real] == KINDS.index("compute"))
+            & np.isin(phase, ("dense_fwd", "backward", "optimizer"))
+            & np.array([not any(k in name for k in _PLAN_KERNELS) for name in g.names[:g.n_real]])
+            & (g.op_index[:g.n_real] >= 0))
+    if not keep.any():
+        return 0.0
+    ops = np.unique(g.op_index[:g.n_real][keep], return_counts=True)
+    times, _ = predict_times(model, g.ops.iloc[ops[0]].reset_index(drop=True))
+    return float(np.dot(np.nan_to_num(times, nan=0.0), ops[1]))
+
+
+def host_us_per_rank(graph: CompiledGraph, overheads: Overheads) -> np.ndarray:
+    """[ranks] time (us) each rank's host spends on its host stream (launches, per-iteration and optimizer work)."""
+    real = np.arange(len(graph.names)) < graph.n_real
+    host_streams = np.array([name == HOST for _, name in graph.stream_names])
+    on_host = real & (graph.stream >= 0)
+    on_host[on_host] = host_streams[graph.stream[on_host]]
+    dur = graph.fixed_us + overheads.vector()[graph.overhead]
+    return np.bincount(graph.rank[on_host], weights=dur[on_host], minlength=graph.n_ranks)
+
+
+def _plan_host_us(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
+    """The busiest rank's host time of ``plan``'s graph (us; cached per plan), 0 without ``costs.catalog``."""
+    if costs.catalog is None:
+        return 0.0
+    key = (plan, costs.overheads)
+    if key not in costs.host_cache:
+        graph = build_dlrm_graph(config.with_(plan=None), plan, costs.catalog).graph.compile()
+        costs.host_cache[key] = float(host_us_per_rank(graph, costs.overheads).max())
+    return costs.host_cache[key]
+
+
 def plan_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
-    """The search's estimate of ``plan`` (us; inf where it overflows a memory). Under ``auto`` placement
+    """The search's estimate of ``plan``'s iteration (us; inf where it overflows a memory): the longer of the
+    busiest host's time (every launch of the plan's graph, :func:`host_us_per_rank`) and the GPU's (the additive
+    terms, :func:`plan_gpu_estimate`, plus the dense layers' kernels, ``costs.dense_us``); on a CPU device,
+    whose host waits for every kernel, their sum."""
+    gpu = plan_gpu_estimate(config, costs, plan)
+    if not np.isfinite(gpu):
+        return gpu
+    host = _plan_host_us(config, costs, plan)
+    gpu += costs.dense_us
+    return host + gpu if costs.synchronous_host else max(host, gpu)
+
+
+def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
+    """The additive terms of the search's estimate of ``plan`` (us; inf where it overflows a memory): the busiest
+    rank's embedding kernels plus the plan-dependent collectives. Under ``auto`` placement
     (``costs.placed``) each piece is priced where the graph places it
     (:func:`hybrid.workloads.dlrm_graph.place_pieces`: a rank's largest tables in host memory once they pass
     :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`), whichever placement ``costs`` planned with."""
