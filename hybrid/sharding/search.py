@@ -15,7 +15,9 @@ host memory, priced as the graph prices it; plus all-to-all times from the per-r
 row-wise reduce-scatter/all-gather and data-parallel all-reduce) is additive and updated incrementally (under
 ``embedding_placement: auto`` the search keeps a rank's tables within the share of GPU memory the graph keeps them
 in, and each plan's final estimate prices every piece where the graph places it: :func:`plan_estimate`), so
-500 tables over 64 GPUs searches in about a second (experiments/engine_scaling/results.md).
+500 tables over 64 GPUs searches in about a second (experiments/engine_scaling/results.md). The estimate a
+candidate is ranked by (:func:`plan_estimate`) is the longer of that GPU time plus the dense layers' kernels and
+the busiest host's time launching the plan's graph (small batches on fast GPUs are bound by the launches).
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ import numpy as np
 import pandas as pd
 
 from hybrid.engine.costs import OpCostModel, default_cost_model, model_catalog, predict_times
+from hybrid.engine.graph import HOST, KINDS, CompiledGraph
 from hybrid.engine.overheads import Overheads
 from hybrid.engine.simulate import SimResult, simulate
 from hybrid.errors import InvalidInputError
+from hybrid.hardware.catalog import Catalog
 from hybrid.hardware.device import Device
 from hybrid.ops.families import expected_unique_rows
 from hybrid.sharding.heuristics import BASELINES
@@ -103,10 +107,15 @@ def check_search_size(gpus: int, strategies: list[str] | tuple[str, ...] | None,
 #: Coefficients of one placement option (see :func:`estimate_costs`); ``_HOST``: the bytes of weights and optimizer
 #: state each holder rank keeps of the table, which go to its node's host memory when the search plans them there;
 #: ``_HBMW``: those it keeps in its GPU's memory (held to :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`
-#: under ``auto`` placement, past which the graph moves them to host memory).
-_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP, _HOST, _HBMW = range(12)
+#: under ``auto`` placement, past which the graph moves them to host memory); ``_EMBF``: the forward lookups' share
+#: of ``_EMB`` (the all-to-alls between them and the backward synchronise the ranks: the iteration waits for the
+#: slowest rank's forward, then for the slowest rank's backward and update).
+_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP, _HOST, _HBMW, _EMBF = range(13)
+_N_COEFFS = 13
 #: Coefficients and state rows that differ between a piece in GPU memory and one in host memory.
-_PLACED_COLS, _PLACED_ROWS = [_EMB, _MEM, _HOST, _HBMW], [0, 1, 6, 7]
+_PLACED_COLS, _PLACED_ROWS = [_EMB, _MEM, _HOST, _HBMW, _EMBF], [0, 1, 6, 7, 8]
+#: Rows of a search state (:class:`_State`).
+_N_ROWS = 9
 #: Size grid (bytes) on which collective times are predicted once and interpolated.
 _GRID = np.logspace(2, 11.5, 48)
 
@@ -125,7 +134,7 @@ class CostTables:
 
     options: list[Option]
     emb_us: np.ndarray  # [T, O] embedding fwd+bwd marginal time on each holder rank
-    coeffs: np.ndarray  # [T, O, 12] additive coefficients (time, memory, communication volumes, host/GPU bytes)
+    coeffs: np.ndarray  # [T, O, 13] additive coefficients (time, memory, communication volumes, host/GPU bytes)
     grids: dict[str, np.ndarray]  # collective -> predicted us on _GRID
     dp_update_us_per_byte: float
     n_ranks: int
@@ -137,14 +146,25 @@ class CostTables:
     host_budget: float = math.inf
     gpus_per_node: int = 8
     #: ``embedding_placement`` auto on a GPU: the bytes of tables' weights and state a rank may keep in GPU memory
-    #: (:func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`; inf: no limit), and the coefficients [T, O, 12]
+    #: (:func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`; inf: no limit), and the coefficients [T, O, 13]
     #: with every sharded piece in GPU memory and in host memory, with the device, so that a plan is estimated
     #: with each piece where the graph places it (:func:`plan_estimate`)
     hbm_weight_budget: float = math.inf
     placed: tuple[np.ndarray, np.ndarray, Device] | None = None
+    #: the host side of a plan, which the additive terms above leave out: each rank's host launches every kernel
+    #: and collective of the iteration one after another (plus its per-iteration and optimizer host work), and a
+    #: plan with more fused lookup groups, data-parallel tables or column-wise reassembles launches more.
+    #: :func:`plan_estimate` takes each rank's host time from the plan's graph (``catalog``, ``overheads``: the
+    #: simulation's) and its GPU's time as the additive terms plus ``dense_us`` (the dense layers' kernels of a
+    #: rank, the same in every plan), whichever is longer; ``catalog`` None: the additive terms alone
+    catalog: Catalog | None = None
+    overheads: Overheads = field(default_factory=Overheads)
+    dense_us: float = 0.0
+    synchronous_host: bool = False  # a CPU device: the host waits for every kernel (host and kernel times add)
+    host_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def host_per_node(self, v: np.ndarray) -> np.ndarray:
-        """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 8, R]:
+        """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 9, R]:
         what the node's host memory takes when they all live there (``host``); under ``auto`` the graph keeps some
         in GPU memory (:func:`hybrid.workloads.dlrm_graph.place_pieces`), so this is an upper bound there, and a
         plan the search keeps passes the memory check's host test."""
@@ -239,7 +259,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     fwd, bwd = times[:n].reshape(T, n_opt), times[n:2 * n].reshape(T, n_opt)
     f_floor = times[2 * n]
     b_floor = np.where(bwd_variant == "dense_sgd", times[2 * n + 2], times[2 * n + 1])  # per option [n_opt]
-    emb_us = np.maximum(fwd - f_floor, 0.0) + np.maximum(bwd - b_floor, 0.0)
+    emb_fwd_us = np.maximum(fwd - f_floor, 0.0)
+    emb_us = emb_fwd_us + np.maximum(bwd - b_floor, 0.0)
     c0 = 2 * n + 3
     grids = {op: np.maximum(times[c0 + i * len(_GRID): c0 + (i + 1) * len(_GRID)], 1e-6)
              for i, op in enumerate(coll_ops)}
@@ -248,13 +269,15 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         # rows (and their optimizer state), over the host link instead of HBM, priced as the graph prices them
         looked_up = piece_batch * piece_pool
         unique = expected_unique_rows(piece_rows, looked_up, np.repeat(alpha, n_opt).reshape(T, n_opt))
-        link_us = (host_link_us(target.device, looked_up, piece_dim, config.embedding_dtype_bytes)
-                   + host_link_us(target.device, unique, piece_dim, config.embedding_dtype_bytes,
-                                  host_update_passes(config.optimizer)))
+        fwd_link_us = host_link_us(target.device, looked_up, piece_dim, config.embedding_dtype_bytes)
+        link_us = fwd_link_us + host_link_us(target.device, unique, piece_dim, config.embedding_dtype_bytes,
+                                             host_update_passes(config.optimizer))
         sharded = np.array([o.type != "data_parallel" for o in options])  # (replicated tables stay on the GPU)
         emb_us = emb_us + np.where(sharded, link_us, 0.0)
+        emb_fwd_us = emb_fwd_us + np.where(sharded, fwd_link_us, 0.0)
     valid = _valid(config, options)
     emb_us = np.where(valid, emb_us, np.inf)
+    emb_fwd_us = np.where(valid, emb_fwd_us, 0.0)  # (an invalid option's total is inf already)
     # additive coefficients per (table, option)
     mult = optimizer_multiplier(config)
     frag = 1.0 + FRAGMENTATION
@@ -262,11 +285,12 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     # indices plus one bag length per sample (a row-wise piece gets 1/k of the indices, every piece the lengths)
     idx = B * pool * INDEX_BYTES
     lengths = B * INDEX_BYTES
-    C = np.zeros((T, n_opt, 12))
+    C = np.zeros((T, n_opt, _N_COEFFS))
     w = rows * dims * config.embedding_dtype_bytes  # the tables' weights are in their own dtype (mixed precision)
     for j, o in enumerate(options):
         w_held = 0.0 if host_weights else w  # a sharded piece's weights and state (in host memory: none on the GPU)
         C[:, j, _EMB] = emb_us[:, j]
+        C[:, j, _EMBF] = emb_fwd_us[:, j]
         if host_weights and o.type != "data_parallel":  # (replicated tables stay on the GPU: place_pieces)
             C[:, j, _HOST] = w / o.k * mult
         else:
@@ -300,8 +324,10 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
                 "gpus_per_node": int(target.gpus_per_node)}
     if auto:  # the graph keeps a rank's tables in its GPU's memory up to this share of it, the rest in host memory
         host["hbm_weight_budget"] = embedding_hbm_budget(dev)
+    catalog = model_catalog(model)
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
-                      config.dense_params() * eb, **host)
+                      config.dense_params() * eb, **host, catalog=catalog,
+                      dense_us=dense_kernel_us(config, model, catalog), synchronous_host=dev.kind == "cpu")
 
 
 # ------------------------------------------------------------------------------------------------ search state
@@ -309,15 +335,17 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
 class _State:
     """Additive per-rank totals of a (partial) plan."""
 
-    v: np.ndarray  # [8, R]: emb, mem, osend, orecv, isend, irecv, host, hbm (weights and state in host / GPU memory)
+    #: [9, R]: emb, mem, osend, orecv, isend, irecv, host, hbm (weights and state in host / GPU memory), emb_fwd
+    #: (the forward share of emb)
+    v: np.ndarray
     rw: float = 0.0
     dp: float = 0.0
 
 
 def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
-    """[n, 8, R] state change of adding n pieces with coefficient rows ``coef`` [n, 12] on holders ``H`` [n, R]."""
+    """[n, 9, R] state change of adding n pieces with coefficient rows ``coef`` [n, 13] on holders ``H`` [n, R]."""
     H = H.astype(np.float64)
-    out = np.empty((len(coef), 8, H.shape[1]))
+    out = np.empty((len(coef), _N_ROWS, H.shape[1]))
     out[:, 0] = H * coef[:, _EMB, None]
     out[:, 1] = H * coef[:, _MEM, None]
     out[:, 2] = H * coef[:, _OSEND, None]
@@ -326,12 +354,13 @@ def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
     out[:, 5] = H * coef[:, _IRECV_H, None]
     out[:, 6] = H * coef[:, _HOST, None]
     out[:, 7] = H * coef[:, _HBMW, None]
+    out[:, 8] = H * coef[:, _EMBF, None]
     return out
 
 
 def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
                extra: np.ndarray | None = None) -> np.ndarray:
-    """Estimated iteration-dependent time (us) for states ``v`` [n, 8, R] (inf where a rank's memory overflows, or
+    """Estimated iteration-dependent time (us) for states ``v`` [n, 9, R] (inf where a rank's memory overflows, or
     a node's host memory the tables placed there: :meth:`CostTables.host_per_node`, or, under ``auto`` placement,
     a rank's tables in GPU memory pass the share the graph keeps there: it would move some to host memory).
 
@@ -340,7 +369,9 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
     is a lower bound of the final one (the embedding term is at least the average final load).
     """
     R = costs.n_ranks
-    emb = v[:, 0].max(axis=1)
+    # the slowest rank's forward lookups, then (after the all-to-alls, which every rank joins) the slowest rank's
+    # backward and update: not necessarily the same rank
+    emb = v[:, 8].max(axis=1) + (v[:, 0] - v[:, 8]).max(axis=1)
     if extra is not None:
         emb = np.maximum(emb, (v[:, 0].sum(axis=1) + extra[0]) / R)
     obj = emb.copy()
@@ -382,7 +413,7 @@ class _Search:
         self.R = config.gpus
         self.T = len(config.tables)
         self.opt_index = {(o.type, o.k): j for j, o in enumerate(costs.options)}
-        self.state = _State(np.zeros((8, self.R)))
+        self.state = _State(np.zeros((_N_ROWS, self.R)))
         self.assign: list[tuple[int, tuple[int, ...]] | None] = [None] * self.T
 
     # state bookkeeping -------------------------------------------------------------------------------------
@@ -584,9 +615,10 @@ class PlanEvaluation:
 
     name: str
     plan: ShardingPlan
-    #: the planner's additive estimate that ranks plans before they are simulated (embedding kernels of the busiest
-    #: rank plus the plan-dependent collectives; the dense MLPs, the host and overlap are left out): a ranking
-    #: score, not the iteration time (``iteration_us``)
+    #: the planner's estimate that ranks plans before they are simulated (:func:`plan_estimate`: the longer of the
+    #: busiest host's launches and the GPU's embedding kernels, plan-dependent collectives and dense layers; the
+    #: overlap of collectives with compute is left out): a lower bound of a host-bound iteration, a ranking score
+    #: otherwise, not the iteration time (``iteration_us``)
     estimate_us: float
     memory: MemoryReport
     iteration_us: float = float("nan")
@@ -719,8 +751,69 @@ def evaluate_plan(config: DLRMConfig, plan: ShardingPlan, model: OpCostModel | N
     return ev
 
 
+#: Names of the kernels of a DLRM graph's dense phases that belong to the embedding tables (priced by the additive
+#: terms of the estimate, or plan-dependent copies), not to the dense layers every plan runs alike.
+_PLAN_KERNELS = ("embedding", "feature slice", "pack", "reassemble", "row_wise", "input_dist", "output_dist")
+
+
+def dense_kernel_us(config: DLRMConfig, model: OpCostModel, catalog: Catalog | None = None) -> float:
+    """Predicted time (us) of the dense kernels of one rank's iteration (MLPs, interaction, loss, dense optimizer
+    step), which every plan runs alike: the kernels of the graph's dense phases on the busiest rank of a
+    table-wise plan, less those of the embedding tables."""
+    from hybrid.sharding.plan import Shard
+
+    catalog = catalog or model_catalog(model)
+    plan = ShardingPlan({t.name: Shard("table_wise", (0,)) for t in config.tables})
+    g = build_dlrm_graph(config.with_(plan=None), plan, catalog).graph.compile()
+    phase = np.array([*g.phase_names, ""])[g.phase[:g.n_real]] if g.phase is not None else np.full(g.n_real, "")
+    keep = ((g.rank[:g.n_real] == 0) & (g.kind[:g.n_real] == KINDS.index("compute"))
+            & np.isin(phase, ("dense_fwd", "backward", "optimizer"))
+            & np.array([not any(k in name for k in _PLAN_KERNELS) for name in g.names[:g.n_real]])
+            & (g.op_index[:g.n_real] >= 0))
+    if not keep.any():
+        return 0.0
+    ops = np.unique(g.op_index[:g.n_real][keep], return_counts=True)
+    times, _ = predict_times(model, g.ops.iloc[ops[0]].reset_index(drop=True))
+    return float(np.dot(np.nan_to_num(times, nan=0.0), ops[1]))
+
+
+def host_us_per_rank(graph: CompiledGraph, overheads: Overheads) -> np.ndarray:
+    """[ranks] time (us) each rank's host spends on its host stream (launches, per-iteration and optimizer work)."""
+    real = np.arange(len(graph.names)) < graph.n_real
+    host_streams = np.array([name == HOST for _, name in graph.stream_names])
+    on_host = real & (graph.stream >= 0)
+    on_host[on_host] = host_streams[graph.stream[on_host]]
+    dur = graph.fixed_us + overheads.vector()[graph.overhead]
+    return np.bincount(graph.rank[on_host], weights=dur[on_host], minlength=graph.n_ranks)
+
+
+def _plan_host_us(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
+    """The busiest rank's host time of ``plan``'s graph (us; cached per plan), 0 without ``costs.catalog``."""
+    if costs.catalog is None:
+        return 0.0
+    key = (plan, costs.overheads)
+    if key not in costs.host_cache:
+        graph = build_dlrm_graph(config.with_(plan=None), plan, costs.catalog).graph.compile()
+        costs.host_cache[key] = float(host_us_per_rank(graph, costs.overheads).max())
+    return costs.host_cache[key]
+
+
 def plan_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
-    """The search's estimate of ``plan`` (us; inf where it overflows a memory). Under ``auto`` placement
+    """The search's estimate of ``plan``'s iteration (us; inf where it overflows a memory): the longer of the
+    busiest host's time (every launch of the plan's graph, :func:`host_us_per_rank`) and the GPU's (the additive
+    terms, :func:`plan_gpu_estimate`, plus the dense layers' kernels, ``costs.dense_us``); on a CPU device,
+    whose host waits for every kernel, their sum."""
+    gpu = plan_gpu_estimate(config, costs, plan)
+    if not np.isfinite(gpu):
+        return gpu
+    host = _plan_host_us(config, costs, plan)
+    gpu += costs.dense_us
+    return host + gpu if costs.synchronous_host else max(host, gpu)
+
+
+def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
+    """The additive terms of the search's estimate of ``plan`` (us; inf where it overflows a memory): the busiest
+    rank's embedding kernels plus the plan-dependent collectives. Under ``auto`` placement
     (``costs.placed``) each piece is priced where the graph places it
     (:func:`hybrid.workloads.dlrm_graph.place_pieces`: a rank's largest tables in host memory once they pass
     :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`), whichever placement ``costs`` planned with."""
@@ -733,7 +826,7 @@ def plan_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> 
         index = {t.name: i for i, t in enumerate(config.tables)}
         t = np.array([index[p.table] for p in moved])
         j = np.array([s.assign[i][0] for i in t])
-        diff = host[t, j][:, _PLACED_COLS] - hbm[t, j][:, _PLACED_COLS]  # [pieces, 4]
+        diff = host[t, j][:, _PLACED_COLS] - hbm[t, j][:, _PLACED_COLS]  # [pieces, 5]
         ranks = np.array([p.rank for p in moved])
         for row, col in zip(_PLACED_ROWS, range(len(_PLACED_COLS)), strict=True):
             np.add.at(s.state.v[row], ranks, diff[:, col])
