@@ -2023,3 +2023,21 @@ def test_serve_help_says_its_pipeline_option_takes_one_stage_only(capsys):
     assert "simulates one pipeline stage: 1 only" in text
     assert main(["llm", "serve", "llama3-8b", "-s", "DGX-H100", "--pp", "2", "--rate", "1/s"]) == 2
     assert "pp = 1" in capsys.readouterr().err
+
+
+def test_serve_attention_dp_prices_a_step_at_its_busiest_rank():
+    """Attention data parallelism caches each request whole on one rank, so a step runs its non-expert ops at the
+    busiest rank's tokens (requests placed on the least-loaded rank, as a DP-attention scheduler does), and only
+    the experts see the whole EP group's tokens. Spreading a step's tokens evenly priced one 512-token prompt on 8
+    H200s as 64 tokens a rank: TTFT 31.1 ms against the static batch's 51.1; 4 and 9 requests disagreed too."""
+    import math
+
+    from hybrid.workloads.llm.serving import SchedulerConfig
+
+    s = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    for n in (1, 4, 8):  # every prompt prefilled in the first step
+        static = predict_static(s, n, 512, 32)
+        res = simulate(s, make_trace(math.inf, n, parse_dist("512"), parse_dist("32")),
+                       sched=SchedulerConfig(max_batched_tokens=4096))
+        assert np.median(res.ttft_ms) == pytest.approx(static.ttft_ms, rel=0.05), n
+        assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.05), n

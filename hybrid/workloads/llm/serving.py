@@ -297,6 +297,9 @@ PROMPT_GRID_POINTS = 4
 #: step's absorbed per-head GEMMs, a prompt's latent up-projection
 MLA_DECODE_OPS = ("attn_q_absorb", "attn_v_absorb")
 MLA_PREFILL_OPS = ("attn_kv_b_proj",)
+#: the routed experts' ops (category ``moe``): with attention data parallelism they run on the whole EP group's
+#: tokens, every other op on one rank's own
+EXPERT_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
 
 
 @dataclass
@@ -335,6 +338,10 @@ class StepCosts:
     #: run the absorbed per-head GEMMs (``attn_q_absorb`` / ``attn_v_absorb``); None for other attention
     mla_prefill_us: np.ndarray | None = None
     mla_decode_us: np.ndarray | None = None
+    #: attention data parallelism: the routed experts' ops at the EP group's tokens (on the :attr:`tokens` grid);
+    #: :attr:`dense_us` and the MLA projections then hold one rank's other ops at that rank's own tokens (a request
+    #: is cached whole on one rank, so a step waits for its busiest rank); None without attention data parallelism
+    group_us: np.ndarray | None = None
 
     @classmethod
     def build(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
@@ -397,11 +404,13 @@ class StepCosts:
         WN, WC = np.meshgrid(fit_n, pc, indexing="ij")  # whole prompts: chunks, chunk
         PN, PC, PX = np.meshgrid(pn, pc, px[1:], indexing="ij")  # chunks, chunk, earlier tokens: context PC + PX
         # one table: dense passes (T tokens, 1 sequence), heads (B sequences), decode and prefill attention; with
-        # attention data parallelism a step's tokens spread over the tp ranks (as tp sequences of T / tp tokens:
-        # pass_ops gives each rank its share of the sequences), not all on one rank as one sequence would
+        # attention data parallelism the dense pass is one rank's T tokens, whose experts route the T tokens alone:
+        # a step prices that rank's ops at its busiest rank's tokens and the experts at the group's (step_us). Spread
+        # evenly over the ranks (tp sequences of T / tp tokens), one 512-token DeepSeek-V3 prompt on 8 H200s was
+        # priced as 64 tokens a rank: TTFT 31.1 ms against the static batch's 51.1
         dp = s.tp if s.attention_dp else 1
         parts = [
-            (tok, np.minimum(tok, float(dp)), np.ones_like(tok), np.ones_like(tok)),  # dense(T): q_len 1
+            (tok, np.ones_like(tok), np.ones_like(tok), np.ones_like(tok)),  # dense(T): q_len 1
             (seq, seq, np.ones_like(seq), np.ones_like(seq)),  # head(B)
             (DB.ravel(), DB.ravel(), np.ones(DB.size), DC.ravel()),  # decode attention
             # prefill attention: ONE kernel over n chunks (the static batch's prefill row at batch n; with attention
@@ -411,7 +420,7 @@ class StepCosts:
         ]
         mla = bool(s.model.is_mla)
         if mla:  # the prompt tokens' MLA projections (a pass with new keys: not absorbed), on the dense grid
-            parts.append((tok, np.minimum(tok, float(dp)), np.full(len(tok), 2.0), np.full(len(tok), 2.0)))
+            parts.append((tok, np.ones_like(tok), np.full(len(tok), 2.0), np.full(len(tok), 2.0)))
         cat = [np.concatenate([p[j] for p in parts]) for j in range(4)]
         phase = np.concatenate([np.full(len(p[0]), f"part{i}", dtype=object) for i, p in enumerate(parts)])
         off = len(phase)
@@ -432,6 +441,7 @@ class StepCosts:
         sc = costed["scenario"].to_numpy(dtype=np.int64)
         is_att = name == "attention"
         is_head = np.isin(name, HEAD_OPS)
+        is_expert = np.isin(name, EXPERT_OPS) & (costed["category"].to_numpy() == "moe")
         # the custom all-reduce's times stand as they are (the static batch's envelope leaves them too: its two-shot
         # at a larger message is really faster than a smaller one's one-shot); other analytical times never fall
         analytical = costed["method"].to_numpy(dtype=str) == "p2p-allreduce"
@@ -460,6 +470,11 @@ class StepCosts:
             # (the step total's own fit after: a no-op unless an op row was left unfitted, e.g. one with a zero)
             is_dec_mla = np.isin(name, MLA_DECODE_OPS)
             base = (ph == "part0") & ~is_att & ~is_head & ~is_dec_mla
+            group = None
+            if dp > 1:  # the routed experts apart: the EP group's tokens
+                is_exp = base & is_expert
+                base = base & ~is_expert
+                group = _never_falling(_batch_envelope(by_op(is_exp, 0, len(tok))).sum(0))
             dense = (_never_falling(_batch_envelope(by_op(base & ~analytical, 0, len(tok))).sum(0))
                      + by_op(base & analytical, 0, len(tok)).sum(0))
             mla_pre = mla_dec = None
@@ -481,7 +496,7 @@ class StepCosts:
             pre = _never_falling(np.concatenate([fresh[:, :, None], after], axis=2), axes=(0, 1))
             pre = np.maximum.accumulate(pre, axis=2)
             return cls(tok, dense, seq, head, db, dc, dec, pn, pc, px, pre, pre_roof, fixed, method, dp,
-                       mla_prefill_us=mla_pre, mla_decode_us=mla_dec)
+                       mla_prefill_us=mla_pre, mla_decode_us=mla_dec, group_us=group)
 
         # the same kernels' roofline (analytical: never falling already), the same for every column
         roof = costed["roofline_us"].to_numpy(dtype=np.float64) * costed["count"].to_numpy()
@@ -524,13 +539,31 @@ class StepCosts:
             log_x = np.exp((1 - tx) * np.log(lo) + tx * np.log(hi))
         return np.where((lo > 0) & (hi > 0), log_x, (1 - tx) * lo + tx * hi)
 
+    def rank_us(self, prompt_tokens: np.ndarray, dec_tokens: np.ndarray) -> np.ndarray:
+        """The dense pass and MLA projections (not the routed experts' ops when :attr:`group_us` is set) of passes
+        of ``prompt_tokens + dec_tokens`` tokens, ``prompt_tokens`` of them prompt tokens (vectorised)."""
+        pre = np.asarray(prompt_tokens, dtype=np.float64)
+        dec = np.asarray(dec_tokens, dtype=np.float64)
+        t = self._interp1(pre + dec, self.tokens, self.dense_us)
+        if self.mla_prefill_us is not None:
+            t = t + np.where(pre > 0, self._interp1(pre, self.tokens, self.mla_prefill_us), 0.0)
+        if self.mla_decode_us is not None:
+            t = t + np.where(dec > 0, self._interp1(dec, self.tokens, self.mla_decode_us), 0.0)
+        return t
+
     def step_us(self, tokens: float, seqs_out: float, n_dec: int, mean_ctx: float, chunks: np.ndarray,
-                chunk_ctx: np.ndarray) -> float:
-        t = float(self._interp1(np.array([tokens]), self.tokens, self.dense_us)[0])
-        if self.mla_prefill_us is not None and len(chunks):
-            t += float(self._interp1(np.array([float(np.sum(chunks))]), self.tokens, self.mla_prefill_us)[0])
-        if self.mla_decode_us is not None and n_dec > 0:
-            t += float(self._interp1(np.array([float(n_dec)]), self.tokens, self.mla_decode_us)[0])
+                chunk_ctx: np.ndarray, rank_prompt: np.ndarray | None = None,
+                rank_dec: np.ndarray | None = None) -> float:
+        """One step's time. With attention data parallelism (:attr:`group_us`), ``rank_prompt`` / ``rank_dec``: each
+        rank's prompt and decode tokens in the step (the step waits for the busiest rank; the experts take the
+        whole step's ``tokens``); without them the step's tokens are taken as one rank's."""
+        pre_t = float(np.sum(chunks)) if len(chunks) else 0.0
+        if self.group_us is not None and rank_prompt is not None and rank_dec is not None:
+            t = float(self.rank_us(rank_prompt, rank_dec).max())
+        else:
+            t = float(self.rank_us(np.array([pre_t]), np.array([float(n_dec)]))[0])
+        if self.group_us is not None:
+            t += float(self._interp1(np.array([tokens]), self.tokens, self.group_us)[0])
         if seqs_out > 0:
             t += float(self._interp1(np.array([seqs_out]), self.seqs, self.head_us)[0])
         if n_dec > 0:
@@ -591,12 +624,14 @@ class StepCosts:
             return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
         return (1 - w) * lo + w * hi
 
-    def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray) -> np.ndarray:
-        """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised)."""
+    def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray, rank_dec: int | None = None) -> np.ndarray:
+        """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised);
+        ``rank_dec``: the busiest rank's requests with attention data parallelism (:attr:`group_us`)."""
         k = len(mean_ctx)
-        t = self._interp1(np.full(k, float(n_dec)), self.tokens, self.dense_us)
-        if self.mla_decode_us is not None:
-            t = t + self._interp1(np.full(k, float(n_dec)), self.tokens, self.mla_decode_us)
+        own = float(n_dec if rank_dec is None or self.group_us is None else rank_dec)
+        t = np.full(k, float(self.rank_us(np.zeros(1), np.array([own]))[0]))
+        if self.group_us is not None:
+            t = t + self._interp1(np.full(k, float(n_dec)), self.tokens, self.group_us)
         t = t + self._interp1(np.full(k, float(n_dec)), self.seqs, self.head_us)
         return t + self._interp2(np.full(k, float(n_dec)), np.asarray(mean_ctx, dtype=np.float64), self.dec_b,
                                  self.dec_ctx, self.dec_us)
@@ -739,6 +774,10 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     running: list[int] = []
+    # attention data parallelism: each request runs (and is cached) whole on one rank, the least loaded (fewest
+    # running requests, the lowest rank on a tie) when it is admitted, as DP-attention schedulers place them
+    dp = s.tp if s.attention_dp else 1
+    rank = np.zeros(n, dtype=np.int64)
     nxt = 0  # next request not yet admitted (FCFS)
     used = 0
     now = 0.0
@@ -749,7 +788,11 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             raise HybridError(f"the simulation's clock is no longer a finite time after {steps} steps (a step's cost "
                               "came out NaN or infinite); this is a bug, please report the command")
         # admit arrived requests in order while their whole KV cache fits
+        load = np.bincount(rank[running], minlength=dp) if dp > 1 else None
         while nxt < n and arr[nxt] <= now and len(running) < sched.max_seqs and used + need[nxt] <= cap:
+            if load is not None:
+                rank[nxt] = int(np.argmin(load))
+                load[rank[nxt]] += 1
             running.append(nxt)
             used += int(need[nxt])
             nxt += 1
@@ -763,7 +806,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             # decode-only stretch: nothing changes until a request finishes or an admissible one arrives, so the
             # steps up to that event are costed at once (contexts grow by one token per step)
             k = int((out[run] - generated[run]).min())
-            dts = costs.decode_steps_us(len(run), mean_context(s.model, inp[run] + generated[run], k)) / 1e6
+            busiest = int(np.bincount(rank[run], minlength=dp).max())
+            dts = costs.decode_steps_us(len(run), mean_context(s.model, inp[run] + generated[run], k), busiest) / 1e6
             ends = now + np.cumsum(dts)
             if nxt < n and len(running) < sched.max_seqs and used + need[nxt] <= cap and arr[nxt] < ends[-1]:
                 k = int(np.searchsorted(ends, arr[nxt], side="left")) + 1
@@ -782,7 +826,10 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         mean_ctx = float(mean_context(s.model, inp[dec] + generated[dec])[0]) if len(dec) else 0.0
         completes = pre_a[prefilled[pre_a] + chunks_a.astype(np.int64) >= inp[pre_a]] if len(pre_a) else pre_a
         tokens = len(dec) + float(chunks_a.sum())
-        dt = costs.step_us(tokens, len(dec) + len(completes), len(dec), mean_ctx, chunks_a, ctx_chunk) / 1e6
+        rank_pre = np.bincount(rank[pre_a], weights=chunks_a, minlength=dp) if len(pre_a) else np.zeros(dp)
+        rank_dec = np.bincount(rank[dec], minlength=dp).astype(np.float64)
+        dt = costs.step_us(tokens, len(dec) + len(completes), len(dec), mean_ctx, chunks_a, ctx_chunk, rank_pre,
+                           rank_dec) / 1e6
         now += dt
         steps += 1
         if len(pre_a):
