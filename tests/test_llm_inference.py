@@ -2041,3 +2041,25 @@ def test_serve_attention_dp_prices_a_step_at_its_busiest_rank():
                        sched=SchedulerConfig(max_batched_tokens=4096))
         assert np.median(res.ttft_ms) == pytest.approx(static.ttft_ms, rel=0.05), n
         assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.05), n
+
+
+def test_tied_output_layer_has_its_own_copy_on_the_last_pipeline_stage():
+    """With PP > 1 an engine's last stage holds its own copy of a tied embedding as the output layer (vLLM builds
+    ``embed_tokens`` on the first rank and, tied, on the last): Falcon-180B's last stage carries the output layer
+    and the final norm as an untied model's does; it was counted without the output layer, so the first stage
+    (embedding alone) came out the heavier by the final norm."""
+    from hybrid.workloads.llm.model import load_model, with_overrides
+
+    m = load_model("falcon-180b")
+    assert m.tied_output
+    untied = with_overrides(m, untie_embeddings_and_output_weights=True)
+    p = parse_precision("bf16")
+    c = m.param_counts()
+    for tp, pp in ((8, 2), (4, 4)):
+        assert weight_bytes_per_gpu(m, p, tp, pp) == pytest.approx(weight_bytes_per_gpu(untied, p, tp, pp),
+                                                                   rel=1e-12)
+    # the first stage's embedding against the last stage's output layer and final norm
+    layers = math.ceil(m.num_layers / 2) * (weight_bytes_per_gpu(m, p, 8, 1) - 2.0 * c["word_embedding"] / 8
+                                             - 2.0 * c["final_norm"]) / m.num_layers
+    assert weight_bytes_per_gpu(m, p, 8, 2) - layers == pytest.approx(2.0 * (c["word_embedding"] / 8
+                                                                             + c["final_norm"]), rel=1e-9)
