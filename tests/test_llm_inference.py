@@ -2063,3 +2063,25 @@ def test_tied_output_layer_has_its_own_copy_on_the_last_pipeline_stage():
                                              - 2.0 * c["final_norm"]) / m.num_layers
     assert weight_bytes_per_gpu(m, p, 8, 2) - layers == pytest.approx(2.0 * (c["word_embedding"] / 8
                                                                              + c["final_norm"]), rel=1e-9)
+
+
+def test_mla_chunk_after_earlier_tokens_expands_the_cached_latents_too():
+    """An MLA prompt chunk after earlier tokens of its prompt attends over per-head keys and values of the whole
+    context: vLLM's MLA prefill (``_compute_prefill_context``) gathers the cached prefix's latents and runs
+    ``kv_b_proj`` on them as well. The pass priced only the chunk's own latents (1024 rows of a chunk after 3072
+    cached tokens, not 1024 + 3072), and a serving step the same."""
+    from hybrid.workloads.llm.inference import pass_ops
+    from hybrid.workloads.llm.serving import StepCosts
+
+    s = make_setup("deepseek-v3", "H200", tp=8, dtype="fp8")
+    ops = pass_ops(s, np.array([1024.0, 1024.0]), np.ones(2), np.array([1024.0, 1024.0]), np.array([1024.0, 4096.0]),
+                   names=("attn_kv_b_proj", "attn_kv_b_proj_context"))
+    rows = {(int(r.scenario), r.name): float(r.m) for r in ops.itertuples()}
+    assert rows == {(0, "attn_kv_b_proj"): 1024.0, (1, "attn_kv_b_proj"): 1024.0,
+                    (1, "attn_kv_b_proj_context"): 3072.0}
+    costs = StepCosts.build(s, 2048, 8, 8192)
+    fresh, after = (costs.step_us(1024, 0, 0, 0.0, np.array([1024.0]), np.array([c])) for c in (1024.0, 4096.0))
+    prefix = float(costs._interp1(np.array([3072.0]), costs.tokens, costs.mla_prefill_us)[0])
+    att = costs.prefill_attention_us(np.array([1024.0]), np.array([3072.0]))
+    assert after - fresh == pytest.approx(prefix + att - costs.prefill_attention_us(np.array([1024.0]),
+                                                                                   np.array([0.0])), rel=1e-9)

@@ -539,29 +539,35 @@ class StepCosts:
             log_x = np.exp((1 - tx) * np.log(lo) + tx * np.log(hi))
         return np.where((lo > 0) & (hi > 0), log_x, (1 - tx) * lo + tx * hi)
 
-    def rank_us(self, prompt_tokens: np.ndarray, dec_tokens: np.ndarray) -> np.ndarray:
+    def rank_us(self, prompt_tokens: np.ndarray, dec_tokens: np.ndarray, prefix_tokens: Any = 0.0) -> np.ndarray:
         """The dense pass and MLA projections (not the routed experts' ops when :attr:`group_us` is set) of passes
-        of ``prompt_tokens + dec_tokens`` tokens, ``prompt_tokens`` of them prompt tokens (vectorised)."""
+        of ``prompt_tokens + dec_tokens`` tokens, ``prompt_tokens`` of them prompt tokens, whose chunks follow
+        ``prefix_tokens`` earlier prompt tokens in all (vectorised). MLA expands the prefix's cached latents too
+        (vLLM's ``_compute_prefill_context``: ``kv_b_proj`` over the gathered prefix, a GEMM of its own)."""
         pre = np.asarray(prompt_tokens, dtype=np.float64)
         dec = np.asarray(dec_tokens, dtype=np.float64)
         t = self._interp1(pre + dec, self.tokens, self.dense_us)
         if self.mla_prefill_us is not None:
+            fix = np.broadcast_to(np.asarray(prefix_tokens, dtype=np.float64), pre.shape)
             t = t + np.where(pre > 0, self._interp1(pre, self.tokens, self.mla_prefill_us), 0.0)
+            t = t + np.where(fix > 0, self._interp1(fix, self.tokens, self.mla_prefill_us), 0.0)
         if self.mla_decode_us is not None:
             t = t + np.where(dec > 0, self._interp1(dec, self.tokens, self.mla_decode_us), 0.0)
         return t
 
     def step_us(self, tokens: float, seqs_out: float, n_dec: int, mean_ctx: float, chunks: np.ndarray,
                 chunk_ctx: np.ndarray, rank_prompt: np.ndarray | None = None,
-                rank_dec: np.ndarray | None = None) -> float:
-        """One step's time. With attention data parallelism (:attr:`group_us`), ``rank_prompt`` / ``rank_dec``: each
-        rank's prompt and decode tokens in the step (the step waits for the busiest rank; the experts take the
-        whole step's ``tokens``); without them the step's tokens are taken as one rank's."""
+                rank_dec: np.ndarray | None = None, rank_prefix: np.ndarray | None = None) -> float:
+        """One step's time. With attention data parallelism (:attr:`group_us`), ``rank_prompt`` / ``rank_dec`` /
+        ``rank_prefix``: each rank's prompt and decode tokens in the step and its chunks' earlier prompt tokens (the
+        step waits for the busiest rank; the experts take the whole step's ``tokens``); without them the step's
+        tokens are taken as one rank's."""
         pre_t = float(np.sum(chunks)) if len(chunks) else 0.0
+        fix_t = float(np.sum(np.asarray(chunk_ctx, dtype=np.float64) - chunks)) if len(chunks) else 0.0
         if self.group_us is not None and rank_prompt is not None and rank_dec is not None:
-            t = float(self.rank_us(rank_prompt, rank_dec).max())
+            t = float(self.rank_us(rank_prompt, rank_dec, 0.0 if rank_prefix is None else rank_prefix).max())
         else:
-            t = float(self.rank_us(np.array([pre_t]), np.array([float(n_dec)]))[0])
+            t = float(self.rank_us(np.array([pre_t]), np.array([float(n_dec)]), fix_t)[0])
         if self.group_us is not None:
             t += float(self._interp1(np.array([tokens]), self.tokens, self.group_us)[0])
         if seqs_out > 0:
@@ -828,8 +834,10 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         tokens = len(dec) + float(chunks_a.sum())
         rank_pre = np.bincount(rank[pre_a], weights=chunks_a, minlength=dp) if len(pre_a) else np.zeros(dp)
         rank_dec = np.bincount(rank[dec], minlength=dp).astype(np.float64)
+        rank_fix = (np.bincount(rank[pre_a], weights=prefilled[pre_a].astype(np.float64), minlength=dp)
+                    if len(pre_a) else np.zeros(dp))
         dt = costs.step_us(tokens, len(dec) + len(completes), len(dec), mean_ctx, chunks_a, ctx_chunk, rank_pre,
-                           rank_dec) / 1e6
+                           rank_dec, rank_fix) / 1e6
         now += dt
         steps += 1
         if len(pre_a):
