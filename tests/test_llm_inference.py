@@ -2085,3 +2085,20 @@ def test_mla_chunk_after_earlier_tokens_expands_the_cached_latents_too():
     att = costs.prefill_attention_us(np.array([1024.0]), np.array([3072.0]))
     assert after - fresh == pytest.approx(prefix + att - costs.prefill_attention_us(np.array([1024.0]),
                                                                                    np.array([0.0])), rel=1e-9)
+
+
+def test_serve_attention_dp_admits_a_request_only_where_one_rank_can_cache_it():
+    """Each attention-DP rank caches its own requests: a request is admitted onto a rank whose own cache holds it.
+    Checked against the pooled cache of all 8 ranks, a ninth request of 60% of a rank's cache went onto a rank
+    already holding one (120% of its cache) instead of waiting for one to finish."""
+    from hybrid.workloads.llm.serving import SchedulerConfig, kv_capacity_tokens
+
+    # a reserve that leaves each rank about 78k tokens of cache (prompts within the model's 163,840 positions)
+    s = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True, reserve_gib=44)
+    sched = SchedulerConfig()
+    per_rank = kv_capacity_tokens(s, sched) // 8
+    size = int(per_rank * 0.6)
+    res = simulate(s, Trace(np.zeros(9), np.full(9, size - 4), np.full(9, 4)), sched=sched)
+    assert res.max_running == 8
+    small = simulate(s, Trace(np.zeros(9), np.full(9, per_rank // 3), np.full(9, 4)), sched=sched)
+    assert small.max_running == 9  # two a rank fit

@@ -781,9 +781,23 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     finish = np.full(n, np.nan)
     running: list[int] = []
     # attention data parallelism: each request runs (and is cached) whole on one rank, the least loaded (fewest
-    # running requests, the lowest rank on a tie) when it is admitted, as DP-attention schedulers place them
+    # running requests, the lowest rank on a tie) of those whose own cache holds it when it is admitted, as
+    # DP-attention schedulers place them (checked against the ranks' pooled cache, a ninth request of 60% of a
+    # rank's cache went onto a rank already holding one)
     dp = s.tp if s.attention_dp else 1
     rank = np.zeros(n, dtype=np.int64)
+
+    def place(i: int, running: list[int]) -> int:
+        """The rank request ``i`` is admitted onto now (0 without attention DP), or -1 when no cache holds it."""
+        if dp == 1:
+            return 0 if used + need[i] <= cap else -1
+        run_ = np.asarray(running, dtype=np.int64)
+        held = np.bincount(rank[run_], weights=need[run_].astype(np.float64), minlength=dp)
+        load = np.bincount(rank[run_], minlength=dp).astype(np.float64)
+        load[held + need[i] > per_rank] = np.inf
+        r = int(np.argmin(load))
+        return r if math.isfinite(load[r]) else -1
+
     nxt = 0  # next request not yet admitted (FCFS)
     used = 0
     now = 0.0
@@ -794,11 +808,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             raise HybridError(f"the simulation's clock is no longer a finite time after {steps} steps (a step's cost "
                               "came out NaN or infinite); this is a bug, please report the command")
         # admit arrived requests in order while their whole KV cache fits
-        load = np.bincount(rank[running], minlength=dp) if dp > 1 else None
-        while nxt < n and arr[nxt] <= now and len(running) < sched.max_seqs and used + need[nxt] <= cap:
-            if load is not None:
-                rank[nxt] = int(np.argmin(load))
-                load[rank[nxt]] += 1
+        while nxt < n and arr[nxt] <= now and len(running) < sched.max_seqs and (r := place(nxt, running)) >= 0:
+            rank[nxt] = r
             running.append(nxt)
             used += int(need[nxt])
             nxt += 1
@@ -815,7 +826,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             busiest = int(np.bincount(rank[run], minlength=dp).max())
             dts = costs.decode_steps_us(len(run), mean_context(s.model, inp[run] + generated[run], k), busiest) / 1e6
             ends = now + np.cumsum(dts)
-            if nxt < n and len(running) < sched.max_seqs and used + need[nxt] <= cap and arr[nxt] < ends[-1]:
+            if nxt < n and len(running) < sched.max_seqs and arr[nxt] < ends[-1] and place(nxt, running) >= 0:
                 k = int(np.searchsorted(ends, arr[nxt], side="left")) + 1
             now = float(ends[k - 1])
             steps += k
