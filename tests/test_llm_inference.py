@@ -2102,3 +2102,17 @@ def test_serve_attention_dp_admits_a_request_only_where_one_rank_can_cache_it():
     assert res.max_running == 8
     small = simulate(s, Trace(np.zeros(9), np.full(9, per_rank // 3), np.full(9, 4)), sched=sched)
     assert small.max_running == 9  # two a rank fit
+
+
+def test_serve_attention_dp_ranks_prefill_within_budgets_of_their_own():
+    """Each attention-DP rank schedules its own requests with its own token budget (SGLang's DP attention, TensorRT-
+    LLM's attention DP run a scheduler per rank): two 2048-token prompts on two ranks prefill in the same step, as
+    the static batch of 2 does. One budget of 2048 tokens for the whole group prefilled the second prompt a step
+    later, and once a prompt's chunk sat on one rank that step cost it whole (TTFT p100 2x the static batch's)."""
+    import math
+
+    s = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    static = predict_static(s, 2, 2048, 16)
+    res = simulate(s, make_trace(math.inf, 2, parse_dist("2048"), parse_dist("16")))
+    assert np.max(res.ttft_ms) == pytest.approx(static.ttft_ms, rel=0.05)
+    assert res.notes[0].startswith("scheduler: FCFS, chunked prefill, 2048 tokens/step per attention-DP rank")

@@ -368,7 +368,9 @@ class StepCosts:
         # requests decoding: 13.5 ms a step between the grid's 5 and 8 tokens, 14.6 at 6). Token and sequence counts
         # are all on the static batch's own grid (8 per octave, to at least BATCH_GRID_FIT) and each op is fitted
         # on its own (:func:`_batch_envelope`): a step prices an op where the static batch prices it
-        tok = batch_grid(max(max_tokens + max_seqs, BATCH_GRID_FIT))
+        # (attention data parallelism: every rank fills a budget of its own, and the experts route them all)
+        span = max_tokens * (s.tp if s.attention_dp else 1) + max_seqs
+        tok = batch_grid(max(span, BATCH_GRID_FIT))
         seq = batch_grid(max(max_seqs, BATCH_GRID_FIT))
         db, dc = seq, _log_grid(max_ctx, points // 2)
         w = s.model.kv_cap  # a sliding window, or an attention chunk (the same bound on what decode reads)
@@ -393,7 +395,7 @@ class StepCosts:
                 # 10 prompts of 1500 tokens in one step on an H100: TTFT 345 ms interpolated between 14336 and
                 # 15360 tokens, 364 ms at 15000 as the static batch)
                 whole = (batch_grid(max_seqs)[:, None] * own[None, :]).ravel()
-                tok = np.unique(np.append(tok, whole[whole <= max_tokens + max_seqs]))
+                tok = np.unique(np.append(tok, whole[whole <= span]))
         # a step's prompt chunks: n of them (at most the running requests), on the static batch's grid of batches.
         # Whole prompts (no earlier tokens) are the static batch's prefill rows, fitted along the same chain (to
         # BATCH_GRID_FIT chunks); chunks after earlier tokens have no static counterpart, and are costed only to the
@@ -717,12 +719,23 @@ def _retire(run: np.ndarray, generated: np.ndarray, out: np.ndarray, need: np.nd
     done_set = set(done.tolist())
     return used - int(need[done].sum()), [r for r in running if r not in done_set]
 
-def prompt_chunks(left: np.ndarray, budget: int) -> np.ndarray:
+def prompt_chunks(left: np.ndarray, budget: int | np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
     """Prompt tokens each waiting request gets this step, first come first served: request ``i`` takes up to its
-    ``left[i]`` remaining tokens from what the requests before it left of ``budget`` (vectorised)."""
+    ``left[i]`` remaining tokens from what the requests before it left of ``budget`` (vectorised). ``group``: each
+    request's scheduler (an attention-DP rank), ``budget`` then one per group: a request shares its own group's
+    budget with the requests of that group before it."""
     left = np.asarray(left, dtype=np.int64)
-    before = np.concatenate([[0], np.cumsum(left)[:-1]]) if len(left) else left
-    return np.clip(int(budget) - before, 0, left)
+    if group is None:
+        before = np.concatenate([[0], np.cumsum(left)[:-1]]) if len(left) else left
+        return np.clip(int(budget) - before, 0, left)  # type: ignore[arg-type]
+    g = np.asarray(group, dtype=np.int64)
+    order = np.argsort(g, kind="stable")  # FCFS within each group
+    lo, go = left[order], g[order]
+    ahead = np.cumsum(lo) - lo  # tokens of every request before it
+    starts = np.maximum.accumulate(np.where(np.r_[True, go[1:] != go[:-1]], np.arange(len(lo)), 0))
+    take = np.empty_like(left)
+    take[order] = np.clip(np.asarray(budget, dtype=np.int64)[go] - (ahead - ahead[starts]), 0, lo)
+    return take
 
 
 def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = None,
@@ -833,10 +846,15 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             generated[run] += k
             used, running = _retire(run, generated, out, need, finish, now, used, running)
             continue
-        budget = sched.max_batched_tokens - len(dec)
-        # prompt chunks, FCFS, within the token budget: each waiting prompt takes what the ones before it left
+        # prompt chunks, FCFS, within the token budget: each waiting prompt takes what the ones before it left;
+        # attention-DP ranks schedule their own requests, each with a budget of its own (SGLang's DP attention,
+        # TensorRT-LLM's attention DP: one scheduler per rank), which the ranks' prompts fill in the same step
         waiting = run[prefilled[run] < inp[run]]
-        take = prompt_chunks(inp[waiting] - prefilled[waiting], budget)
+        if dp > 1:
+            budget_r = sched.max_batched_tokens - np.bincount(rank[dec], minlength=dp)
+            take = prompt_chunks(inp[waiting] - prefilled[waiting], budget_r, rank[waiting])
+        else:
+            take = prompt_chunks(inp[waiting] - prefilled[waiting], sched.max_batched_tokens - len(dec))
         pre_a = waiting[take > 0].astype(np.int64)
         chunks_a = take[take > 0].astype(np.float64)
         ctx_chunk = prefilled[pre_a] + chunks_a if len(pre_a) else np.zeros(0)
@@ -865,7 +883,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     thr = float(out.sum()) / duration / s.gpus if duration > 0 else float("nan")
     growth = queue_growth_note(arr, ttft, duration)
     return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
-                       notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step, "
+                       notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step"
+                              f"{' per attention-DP rank' if dp > 1 else ''}, "
                               f"<= {sched.max_seqs} running, whole-request KV reservation ({cap} tokens/GPU)"]
                        + [x for x in [context_note(s.model, int((inp + out).max())), growth] if x],
                        overloaded=bool(growth))
