@@ -2116,3 +2116,5 @@ def test_serve_attention_dp_ranks_prefill_within_budgets_of_their_own():
     res = simulate(s, make_trace(math.inf, 2, parse_dist("2048"), parse_dist("16")))
     assert np.max(res.ttft_ms) == pytest.approx(static.ttft_ms, rel=0.05)
     assert res.notes[0].startswith("scheduler: FCFS, chunked prefill, 2048 tokens/step per attention-DP rank")
+    # the KV reservation per GPU is one rank's cache, not the 8 ranks' pooled
+    assert f"({res.kv_capacity_tokens // 8} tokens/GPU, {res.kv_capacity_tokens} over the 8 ranks)" in res.notes[0]

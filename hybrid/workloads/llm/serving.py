@@ -885,7 +885,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
                        notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step"
                               f"{' per attention-DP rank' if dp > 1 else ''}, "
-                              f"<= {sched.max_seqs} running, whole-request KV reservation ({cap} tokens/GPU)"]
+                              f"<= {sched.max_seqs} running, whole-request KV reservation ({per_rank} tokens/GPU"
+                              f"{f', {cap} over the {dp} ranks' if dp > 1 else ''})"]
                        + [x for x in [context_note(s.model, int((inp + out).max())), growth] if x],
                        overloaded=bool(growth))
 
