@@ -408,7 +408,8 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
 
     ``layers``: transformer-layer parameters per rank (dense parts / TP, experts / (TP x EP); KV projections of
     heads replicated when TP exceeds the KV heads, :func:`kv_width_split`);
-    ``first``/``last``: embedding (+ positions) on the first stage, output layer (or the tied copy) on the last.
+    ``first``/``last``: embedding (+ positions) on the first stage, output layer (or the tied copy) on the last;
+    ``middle``: the heaviest stage between them (0 with fewer than 3 stages); ``max``: the heaviest of all.
     """
     c = model.param_counts()
     t = m["tp"].to_numpy(np.float64)
@@ -437,7 +438,8 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
     first = layers + emb + np.where(pp > 1, 0.0, out)
     last = layers + out
     return {"layers": layers, "first": first, "last": np.where(pp > 1, last, first),
-            "max": np.maximum(first, last), "experts": experts, "expert_share": experts / np.maximum(layers, 1)}
+            "middle": np.where(pp > 2, layers, 0.0), "max": np.maximum(first, last), "experts": experts,
+            "expert_share": experts / np.maximum(layers, 1)}
 
 
 def _uneven_stage_params(model: TransformerConfig, m: pd.DataFrame, c: dict[str, int], kv_extra: np.ndarray,
@@ -456,7 +458,7 @@ def _uneven_stage_params(model: TransformerConfig, m: pd.DataFrame, c: dict[str,
     dense_layer = (attn + c["mlp_per_layer"]) / t
     moe_layer = (attn + c["moe_per_layer_total"] - routed) / t + routed / (t * ep)
     layers, experts = layers.copy(), experts.copy()
-    first, last, most = np.zeros(len(m)), np.zeros(len(m)), np.zeros(len(m))
+    first, last, most, middle = np.zeros(len(m)), np.zeros(len(m)), np.zeros(len(m)), np.zeros(len(m))
     for p_, v_ in {(int(a), int(b)) for a, b in zip(pp, vp, strict=True)}:
         sel = (pp == p_) & (vp == v_)
         if p_ == 1:
@@ -472,9 +474,11 @@ def _uneven_stage_params(model: TransformerConfig, m: pd.DataFrame, c: dict[str,
         busiest = np.argmax(total, axis=1)
         rows = np.arange(int(sel.sum()))
         first[sel], last[sel], most[sel] = total[:, 0], total[:, -1], total[rows, busiest]
+        if p_ > 2:
+            middle[sel] = total[:, 1:-1].max(axis=1)
         layers[sel] = rank_layers[rows, busiest]
         experts[sel] = n_moe[0, busiest] * routed / (t[sel] * ep[sel])
-    return {"layers": layers, "first": first, "last": last, "max": most, "experts": experts,
+    return {"layers": layers, "first": first, "last": last, "middle": middle, "max": most, "experts": experts,
             "expert_share": experts / np.maximum(layers, 1)}
 
 

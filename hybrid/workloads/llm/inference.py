@@ -345,6 +345,14 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
                       tp_nodes=max(1, math.ceil(tp / s.system.gpus_per_node)), system=s.system.key,
                       fused_rope=s.fused_rope, dense_count=1.0 - moe_share, moe_count=moe_share, mla_absorb=absorb,
                       **moe_par)
+    if m.is_mla:
+        # a prompt chunk after earlier tokens attends over per-head keys and values of its whole context: vLLM's MLA
+        # prefill (_compute_prefill_context) gathers the cached prefix's latents and expands them with kv_b_proj
+        # too, a GEMM of its own over the prefix tokens (the pass priced only the chunk's own latents)
+        nope, v = int(m.qk_head_dim), int(m.v_head_dim)  # type: ignore[arg-type]
+        prior = np.where(absorb, 0.0, B * np.maximum(kvn - qn, 0.0))
+        gemm("attn_kv_b_proj_context", "gemm", prior, qh * (nope + v), float(m.kv_lora_rank),
+             (prior > 0).astype(np.float64))
     # ---- once per pass on the bottleneck stage (pp = 1: both ends)
     elem("embedding", "elementwise", T * h, "copy", 1.0)
     if m.position_embedding_type == "learned_absolute":  # GPT-2/MPT-style learned positions added to the input

@@ -159,8 +159,8 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
     """Bytes of weights on the most loaded GPU (the bottleneck pipeline stage), from the model's exact parameter
     count (:meth:`TransformerConfig.param_counts`): GEMM weights in the weight format split over TP; biases and
     norms in 16 bit (counted whole on every rank); the word embedding (vocab-parallel) and a learned position
-    embedding stay 16 bit on the first stage, the final norm and an untied output layer (16 bit too: quantisers
-    leave it out) on the last. When TP
+    embedding stay 16 bit on the first stage, the final norm and the output layer (16 bit too: quantisers
+    leave it out; a tied one a copy of the embedding with PP > 1) on the last. When TP
     exceeds the KV heads, each rank holds whole replicated KV heads (``ceil(kv_heads / tp)`` of them, the K and V
     columns of :func:`hybrid.workloads.llm.costing.kv_width_split`), not ``kv_heads / tp`` of a head.
     ``attention_dp``: only the routed experts are split over the TP ranks (expert parallelism); attention, dense
@@ -187,6 +187,10 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
     # (vocab-parallel; a classifier's score layer is replicated)
     head = (c["output_layer"] / (split if model.lm_head else 1) * precision.act_bytes
             + c["final_norm"] * precision.act_bytes)
+    if pp > 1 and model.tied_output:
+        # a tied output layer is the embedding itself on one stage; with PP the last stage holds its own copy (vLLM
+        # builds embed_tokens on the first rank and, tied, on the last)
+        head += c["word_embedding"] / split * precision.act_bytes
     per_stage = math.ceil(model.num_layers / pp)
     if pp == 1 or not model.is_moe or model.num_dense_layers == 0:
         per_layer = layer_bytes(matrix, routed_expert_params(model))

@@ -140,20 +140,31 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     wb = 4.0 if fp32 else 2.0  # 16-bit weights (fp8 training keeps bf16 weights; the fp8 copies are transient)
     master = 0.0 if fp32 else 4.0  # fp32 training needs no separate master copy
     # ------------------------------------------------------------------ model states
-    P = params["max"]  # the most loaded rank (the first or last stage, or one with more MoE layers)
-    # sharded states (distributed optimizer, FSDP): dense parameters over DP x CP, experts over DP x CP / EP
-    shard = gradient_groups(m, params).sharded()
-    # FSDP: the fp32 flat-parameter shard is the master copy (4/dp), gradients 4/dp, Adam moments 8/dp
-    weights = np.where(fsdp, 4.0 * shard, wb * P)
-    grads = np.where(fsdp, 4.0 * shard, 4.0 * P)
-    optim = np.where(fsdp, 8.0 * shard, np.where(distopt, (8.0 + master) * shard, (8.0 + master) * P))
     layer_p = params["layers"] * pp / L
-    # FSDP: two layers gathered (the one computing and the prefetched one) with their gradients, both in the gather
-    # dtype (16-bit under mixed precision, fp32 for fp32 training); with PP
-    # the whole stage stays gathered through the step, its gradients accumulated unsharded in the reduce dtype
-    # (torchtitan / PyTorch pipelining, see schedule.py)
     pb, gb = DTYPE_BYTES[cfg.fsdp_gather_dtype], DTYPE_BYTES[cfg.grad_reduce_dtype]
-    gathered = np.where(fsdp, np.where(pp > 1, P * (pb + gb), 2 * layer_p * (pb + pb)), 0.0)
+
+    def states(P: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(weights, gradients, optimizer, gathered) of a rank holding ``P`` parameters."""
+        # sharded states (distributed optimizer, FSDP): dense parameters over DP x CP, experts over DP x CP / EP
+        shard = gradient_groups(m, {**params, "max": P}).sharded()
+        # FSDP: the fp32 flat-parameter shard is the master copy (4/dp), gradients 4/dp, Adam moments 8/dp
+        weights = np.where(fsdp, 4.0 * shard, wb * P)
+        grads = np.where(fsdp, 4.0 * shard, 4.0 * P)
+        optim = np.where(fsdp, 8.0 * shard, np.where(distopt, (8.0 + master) * shard, (8.0 + master) * P))
+        # FSDP: two layers gathered (the one computing and the prefetched one) with their gradients, both in the
+        # gather dtype (16-bit under mixed precision, fp32 for fp32 training); with PP the whole stage stays
+        # gathered through the step, its gradients accumulated unsharded in the reduce dtype (torchtitan / PyTorch
+        # pipelining, see schedule.py)
+        gathered = np.where(fsdp, np.where(pp > 1, P * (pb + gb), 2 * layer_p * (pb + pb)), 0.0)
+        return weights, grads, optim, gathered
+
+    # each stage's own parameters beside its own activations (below): the first stage's; a middle stage heavier
+    # than the first (more MoE layers) against the first stage's activations (a middle stage holds no more
+    # microbatches in flight: a bound); the last stage's beside its activations and logits
+    P_last = np.asarray(params["last"], dtype=np.float64)
+    P_first = np.maximum(params["first"], params.get("middle", 0.0))
+    first_states = states(P_first)
+    last_states = states(P_last)
     # ------------------------------------------------------------------ activations
     stored, full_layer = activation_bytes_per_token(model, cfg, tp, sp, rc, seq)
     if fp32:  # the formulas count 2-byte activations (dropout masks are counted twice here: a small excess)
@@ -188,10 +199,15 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     # the last stage: one microbatch in flight under 1F1B; (vp - 1) x pp + 1 chunks interleaved (its warm-up)
     chunks_last = np.where(vp > 1, np.minimum((vp - 1) * pp + 1, n_micro * vp), 1)
     last_only = tokens * stored * chunks_last * L / (pp * vp) + transient
-    last_acts = last_only + logits
-    first_total = acts
-    pick_last = (pp > 1) & (last_acts > first_total)
-    activations = np.where(pp > 1, np.where(pick_last, last_only, acts), acts)
+    # the peak is the stage whose whole sum is highest (its own states beside its own activations): the busiest
+    # stage's parameters beside the last stage's activations overstated a last-stage peak (GPT-3 125M on 2
+    # stages: the first stage's position table, 0.026 GiB)
+    last_total = sum(last_states) + last_only + logits
+    first_total = sum(first_states) + acts
+    pick_last = (pp > 1) & (last_total > first_total)
+    weights, grads, optim, gathered = (np.where(pick_last, b, a) for a, b in zip(first_states, last_states,
+                                                                                   strict=True))
+    activations = np.where(pick_last, last_only, acts)
     logits_part = np.where(pp > 1, np.where(pick_last, logits, 0.0), logits)
     reserve = np.full(len(m), cfg.reserve_gib * GIB)
     return MemoryBreakdown(weights, grads, optim, activations, logits_part, gathered, reserve, capacity)

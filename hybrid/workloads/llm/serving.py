@@ -298,6 +298,9 @@ PROMPT_GRID_POINTS = 4
 #: step's absorbed per-head GEMMs, a prompt's latent up-projection
 MLA_DECODE_OPS = ("attn_q_absorb", "attn_v_absorb")
 MLA_PREFILL_OPS = ("attn_kv_b_proj",)
+#: the routed experts' ops (category ``moe``): with attention data parallelism they run on the whole EP group's
+#: tokens, every other op on one rank's own
+EXPERT_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
 
 
 @dataclass
@@ -336,6 +339,10 @@ class StepCosts:
     #: run the absorbed per-head GEMMs (``attn_q_absorb`` / ``attn_v_absorb``); None for other attention
     mla_prefill_us: np.ndarray | None = None
     mla_decode_us: np.ndarray | None = None
+    #: attention data parallelism: the routed experts' ops at the EP group's tokens (on the :attr:`tokens` grid);
+    #: :attr:`dense_us` and the MLA projections then hold one rank's other ops at that rank's own tokens (a request
+    #: is cached whole on one rank, so a step waits for its busiest rank); None without attention data parallelism
+    group_us: np.ndarray | None = None
 
     @classmethod
     def build(cls, s: InferenceSetup, max_tokens: int, max_seqs: int, max_ctx: int,
@@ -362,7 +369,9 @@ class StepCosts:
         # requests decoding: 13.5 ms a step between the grid's 5 and 8 tokens, 14.6 at 6). Token and sequence counts
         # are all on the static batch's own grid (8 per octave, to at least BATCH_GRID_FIT) and each op is fitted
         # on its own (:func:`_batch_envelope`): a step prices an op where the static batch prices it
-        tok = batch_grid(max(max_tokens + max_seqs, BATCH_GRID_FIT))
+        # (attention data parallelism: every rank fills a budget of its own, and the experts route them all)
+        span = max_tokens * (s.tp if s.attention_dp else 1) + max_seqs
+        tok = batch_grid(max(span, BATCH_GRID_FIT))
         seq = batch_grid(max(max_seqs, BATCH_GRID_FIT))
         db, dc = seq, _log_grid(max_ctx, points // 2)
         w = s.model.kv_cap  # a sliding window, or an attention chunk (the same bound on what decode reads)
@@ -387,7 +396,7 @@ class StepCosts:
                 # 10 prompts of 1500 tokens in one step on an H100: TTFT 345 ms interpolated between 14336 and
                 # 15360 tokens, 364 ms at 15000 as the static batch)
                 whole = (batch_grid(max_seqs)[:, None] * own[None, :]).ravel()
-                tok = np.unique(np.append(tok, whole[whole <= max_tokens + max_seqs]))
+                tok = np.unique(np.append(tok, whole[whole <= span]))
         # a step's prompt chunks: n of them (at most the running requests), on the static batch's grid of batches.
         # Whole prompts (no earlier tokens) are the static batch's prefill rows, fitted along the same chain (to
         # BATCH_GRID_FIT chunks); chunks after earlier tokens have no static counterpart, and are costed only to the
@@ -398,11 +407,13 @@ class StepCosts:
         WN, WC = np.meshgrid(fit_n, pc, indexing="ij")  # whole prompts: chunks, chunk
         PN, PC, PX = np.meshgrid(pn, pc, px[1:], indexing="ij")  # chunks, chunk, earlier tokens: context PC + PX
         # one table: dense passes (T tokens, 1 sequence), heads (B sequences), decode and prefill attention; with
-        # attention data parallelism a step's tokens spread over the tp ranks (as tp sequences of T / tp tokens:
-        # pass_ops gives each rank its share of the sequences), not all on one rank as one sequence would
+        # attention data parallelism the dense pass is one rank's T tokens, whose experts route the T tokens alone:
+        # a step prices that rank's ops at its busiest rank's tokens and the experts at the group's (step_us). Spread
+        # evenly over the ranks (tp sequences of T / tp tokens), one 512-token DeepSeek-V3 prompt on 8 H200s was
+        # priced as 64 tokens a rank: TTFT 31.1 ms against the static batch's 51.1
         dp = s.tp if s.attention_dp else 1
         parts = [
-            (tok, np.minimum(tok, float(dp)), np.ones_like(tok), np.ones_like(tok)),  # dense(T): q_len 1
+            (tok, np.ones_like(tok), np.ones_like(tok), np.ones_like(tok)),  # dense(T): q_len 1
             (seq, seq, np.ones_like(seq), np.ones_like(seq)),  # head(B)
             (DB.ravel(), DB.ravel(), np.ones(DB.size), DC.ravel()),  # decode attention
             # prefill attention: ONE kernel over n chunks (the static batch's prefill row at batch n; with attention
@@ -412,7 +423,7 @@ class StepCosts:
         ]
         mla = bool(s.model.is_mla)
         if mla:  # the prompt tokens' MLA projections (a pass with new keys: not absorbed), on the dense grid
-            parts.append((tok, np.minimum(tok, float(dp)), np.full(len(tok), 2.0), np.full(len(tok), 2.0)))
+            parts.append((tok, np.ones_like(tok), np.full(len(tok), 2.0), np.full(len(tok), 2.0)))
         cat = [np.concatenate([p[j] for p in parts]) for j in range(4)]
         phase = np.concatenate([np.full(len(p[0]), f"part{i}", dtype=object) for i, p in enumerate(parts)])
         off = len(phase)
@@ -433,6 +444,7 @@ class StepCosts:
         sc = costed["scenario"].to_numpy(dtype=np.int64)
         is_att = name == "attention"
         is_head = np.isin(name, HEAD_OPS)
+        is_expert = np.isin(name, EXPERT_OPS) & (costed["category"].to_numpy() == "moe")
         # the custom all-reduce's times stand as they are (the static batch's envelope leaves them too: its two-shot
         # at a larger message is really faster than a smaller one's one-shot); other analytical times never fall
         analytical = costed["method"].to_numpy(dtype=str) == "p2p-allreduce"
@@ -461,6 +473,11 @@ class StepCosts:
             # (the step total's own fit after: a no-op unless an op row was left unfitted, e.g. one with a zero)
             is_dec_mla = np.isin(name, MLA_DECODE_OPS)
             base = (ph == "part0") & ~is_att & ~is_head & ~is_dec_mla
+            group = None
+            if dp > 1:  # the routed experts apart: the EP group's tokens
+                is_exp = base & is_expert
+                base = base & ~is_expert
+                group = _never_falling(_batch_envelope(by_op(is_exp, 0, len(tok))).sum(0))
             dense = (_never_falling(_batch_envelope(by_op(base & ~analytical, 0, len(tok))).sum(0))
                      + by_op(base & analytical, 0, len(tok)).sum(0))
             mla_pre = mla_dec = None
@@ -482,7 +499,7 @@ class StepCosts:
             pre = _never_falling(np.concatenate([fresh[:, :, None], after], axis=2), axes=(0, 1))
             pre = np.maximum.accumulate(pre, axis=2)
             return cls(tok, dense, seq, head, db, dc, dec, pn, pc, px, pre, pre_roof, fixed, method, dp,
-                       mla_prefill_us=mla_pre, mla_decode_us=mla_dec)
+                       mla_prefill_us=mla_pre, mla_decode_us=mla_dec, group_us=group)
 
         # the same kernels' roofline (analytical: never falling already), the same for every column
         roof = costed["roofline_us"].to_numpy(dtype=np.float64) * costed["count"].to_numpy()
@@ -525,13 +542,37 @@ class StepCosts:
             log_x = np.exp((1 - tx) * np.log(lo) + tx * np.log(hi))
         return np.where((lo > 0) & (hi > 0), log_x, (1 - tx) * lo + tx * hi)
 
+    def rank_us(self, prompt_tokens: np.ndarray, dec_tokens: np.ndarray, prefix_tokens: Any = 0.0) -> np.ndarray:
+        """The dense pass and MLA projections (not the routed experts' ops when :attr:`group_us` is set) of passes
+        of ``prompt_tokens + dec_tokens`` tokens, ``prompt_tokens`` of them prompt tokens, whose chunks follow
+        ``prefix_tokens`` earlier prompt tokens in all (vectorised). MLA expands the prefix's cached latents too
+        (vLLM's ``_compute_prefill_context``: ``kv_b_proj`` over the gathered prefix, a GEMM of its own)."""
+        pre = np.asarray(prompt_tokens, dtype=np.float64)
+        dec = np.asarray(dec_tokens, dtype=np.float64)
+        t = self._interp1(pre + dec, self.tokens, self.dense_us)
+        if self.mla_prefill_us is not None:
+            fix = np.broadcast_to(np.asarray(prefix_tokens, dtype=np.float64), pre.shape)
+            t = t + np.where(pre > 0, self._interp1(pre, self.tokens, self.mla_prefill_us), 0.0)
+            t = t + np.where(fix > 0, self._interp1(fix, self.tokens, self.mla_prefill_us), 0.0)
+        if self.mla_decode_us is not None:
+            t = t + np.where(dec > 0, self._interp1(dec, self.tokens, self.mla_decode_us), 0.0)
+        return t
+
     def step_us(self, tokens: float, seqs_out: float, n_dec: int, mean_ctx: float, chunks: np.ndarray,
-                chunk_ctx: np.ndarray) -> float:
-        t = float(self._interp1(np.array([tokens]), self.tokens, self.dense_us)[0])
-        if self.mla_prefill_us is not None and len(chunks):
-            t += float(self._interp1(np.array([float(np.sum(chunks))]), self.tokens, self.mla_prefill_us)[0])
-        if self.mla_decode_us is not None and n_dec > 0:
-            t += float(self._interp1(np.array([float(n_dec)]), self.tokens, self.mla_decode_us)[0])
+                chunk_ctx: np.ndarray, rank_prompt: np.ndarray | None = None,
+                rank_dec: np.ndarray | None = None, rank_prefix: np.ndarray | None = None) -> float:
+        """One step's time. With attention data parallelism (:attr:`group_us`), ``rank_prompt`` / ``rank_dec`` /
+        ``rank_prefix``: each rank's prompt and decode tokens in the step and its chunks' earlier prompt tokens (the
+        step waits for the busiest rank; the experts take the whole step's ``tokens``); without them the step's
+        tokens are taken as one rank's."""
+        pre_t = float(np.sum(chunks)) if len(chunks) else 0.0
+        fix_t = float(np.sum(np.asarray(chunk_ctx, dtype=np.float64) - chunks)) if len(chunks) else 0.0
+        if self.group_us is not None and rank_prompt is not None and rank_dec is not None:
+            t = float(self.rank_us(rank_prompt, rank_dec, 0.0 if rank_prefix is None else rank_prefix).max())
+        else:
+            t = float(self.rank_us(np.array([pre_t]), np.array([float(n_dec)]), fix_t)[0])
+        if self.group_us is not None:
+            t += float(self._interp1(np.array([tokens]), self.tokens, self.group_us)[0])
         if seqs_out > 0:
             t += float(self._interp1(np.array([seqs_out]), self.seqs, self.head_us)[0])
         if n_dec > 0:
@@ -592,12 +633,14 @@ class StepCosts:
             return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
         return (1 - w) * lo + w * hi
 
-    def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray) -> np.ndarray:
-        """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised)."""
+    def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray, rank_dec: int | None = None) -> np.ndarray:
+        """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised);
+        ``rank_dec``: the busiest rank's requests with attention data parallelism (:attr:`group_us`)."""
         k = len(mean_ctx)
-        t = self._interp1(np.full(k, float(n_dec)), self.tokens, self.dense_us)
-        if self.mla_decode_us is not None:
-            t = t + self._interp1(np.full(k, float(n_dec)), self.tokens, self.mla_decode_us)
+        own = float(n_dec if rank_dec is None or self.group_us is None else rank_dec)
+        t = np.full(k, float(self.rank_us(np.zeros(1), np.array([own]))[0]))
+        if self.group_us is not None:
+            t = t + self._interp1(np.full(k, float(n_dec)), self.tokens, self.group_us)
         t = t + self._interp1(np.full(k, float(n_dec)), self.seqs, self.head_us)
         return t + self._interp2(np.full(k, float(n_dec)), np.asarray(mean_ctx, dtype=np.float64), self.dec_b,
                                  self.dec_ctx, self.dec_us)
@@ -677,12 +720,23 @@ def _retire(run: np.ndarray, generated: np.ndarray, out: np.ndarray, need: np.nd
     done_set = set(done.tolist())
     return used - int(need[done].sum()), [r for r in running if r not in done_set]
 
-def prompt_chunks(left: np.ndarray, budget: int) -> np.ndarray:
+def prompt_chunks(left: np.ndarray, budget: int | np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
     """Prompt tokens each waiting request gets this step, first come first served: request ``i`` takes up to its
-    ``left[i]`` remaining tokens from what the requests before it left of ``budget`` (vectorised)."""
+    ``left[i]`` remaining tokens from what the requests before it left of ``budget`` (vectorised). ``group``: each
+    request's scheduler (an attention-DP rank), ``budget`` then one per group: a request shares its own group's
+    budget with the requests of that group before it."""
     left = np.asarray(left, dtype=np.int64)
-    before = np.concatenate([[0], np.cumsum(left)[:-1]]) if len(left) else left
-    return np.clip(int(budget) - before, 0, left)
+    if group is None:
+        before = np.concatenate([[0], np.cumsum(left)[:-1]]) if len(left) else left
+        return np.clip(int(budget) - before, 0, left)  # type: ignore[arg-type]
+    g = np.asarray(group, dtype=np.int64)
+    order = np.argsort(g, kind="stable")  # FCFS within each group
+    lo, go = left[order], g[order]
+    ahead = np.cumsum(lo) - lo  # tokens of every request before it
+    starts = np.maximum.accumulate(np.where(np.r_[True, go[1:] != go[:-1]], np.arange(len(lo)), 0))
+    take = np.empty_like(left)
+    take[order] = np.clip(np.asarray(budget, dtype=np.int64)[go] - (ahead - ahead[starts]), 0, lo)
+    return take
 
 
 def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = None,
@@ -740,6 +794,24 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
     running: list[int] = []
+    # attention data parallelism: each request runs (and is cached) whole on one rank, the least loaded (fewest
+    # running requests, the lowest rank on a tie) of those whose own cache holds it when it is admitted, as
+    # DP-attention schedulers place them (checked against the ranks' pooled cache, a ninth request of 60% of a
+    # rank's cache went onto a rank already holding one)
+    dp = s.tp if s.attention_dp else 1
+    rank = np.zeros(n, dtype=np.int64)
+
+    def place(i: int, running: list[int]) -> int:
+        """The rank request ``i`` is admitted onto now (0 without attention DP), or -1 when no cache holds it."""
+        if dp == 1:
+            return 0 if used + need[i] <= cap else -1
+        run_ = np.asarray(running, dtype=np.int64)
+        held = np.bincount(rank[run_], weights=need[run_].astype(np.float64), minlength=dp)
+        load = np.bincount(rank[run_], minlength=dp).astype(np.float64)
+        load[held + need[i] > per_rank] = np.inf
+        r = int(np.argmin(load))
+        return r if math.isfinite(load[r]) else -1
+
     nxt = 0  # next request not yet admitted (FCFS)
     used = 0
     now = 0.0
@@ -750,7 +822,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             raise HybridError(f"the simulation's clock is no longer a finite time after {steps} steps (a step's cost "
                               "came out NaN or infinite); this is a bug, please report the command")
         # admit arrived requests in order while their whole KV cache fits
-        while nxt < n and arr[nxt] <= now and len(running) < sched.max_seqs and used + need[nxt] <= cap:
+        while nxt < n and arr[nxt] <= now and len(running) < sched.max_seqs and (r := place(nxt, running)) >= 0:
+            rank[nxt] = r
             running.append(nxt)
             used += int(need[nxt])
             nxt += 1
@@ -764,26 +837,37 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             # decode-only stretch: nothing changes until a request finishes or an admissible one arrives, so the
             # steps up to that event are costed at once (contexts grow by one token per step)
             k = int((out[run] - generated[run]).min())
-            dts = costs.decode_steps_us(len(run), mean_context(s.model, inp[run] + generated[run], k)) / 1e6
+            busiest = int(np.bincount(rank[run], minlength=dp).max())
+            dts = costs.decode_steps_us(len(run), mean_context(s.model, inp[run] + generated[run], k), busiest) / 1e6
             ends = now + np.cumsum(dts)
-            if nxt < n and len(running) < sched.max_seqs and used + need[nxt] <= cap and arr[nxt] < ends[-1]:
+            if nxt < n and len(running) < sched.max_seqs and arr[nxt] < ends[-1] and place(nxt, running) >= 0:
                 k = int(np.searchsorted(ends, arr[nxt], side="left")) + 1
             now = float(ends[k - 1])
             steps += k
             generated[run] += k
             used, running = _retire(run, generated, out, need, finish, now, used, running)
             continue
-        budget = sched.max_batched_tokens - len(dec)
-        # prompt chunks, FCFS, within the token budget: each waiting prompt takes what the ones before it left
+        # prompt chunks, FCFS, within the token budget: each waiting prompt takes what the ones before it left;
+        # attention-DP ranks schedule their own requests, each with a budget of its own (SGLang's DP attention,
+        # TensorRT-LLM's attention DP: one scheduler per rank), which the ranks' prompts fill in the same step
         waiting = run[prefilled[run] < inp[run]]
-        take = prompt_chunks(inp[waiting] - prefilled[waiting], budget)
+        if dp > 1:
+            budget_r = sched.max_batched_tokens - np.bincount(rank[dec], minlength=dp)
+            take = prompt_chunks(inp[waiting] - prefilled[waiting], budget_r, rank[waiting])
+        else:
+            take = prompt_chunks(inp[waiting] - prefilled[waiting], sched.max_batched_tokens - len(dec))
         pre_a = waiting[take > 0].astype(np.int64)
         chunks_a = take[take > 0].astype(np.float64)
         ctx_chunk = prefilled[pre_a] + chunks_a if len(pre_a) else np.zeros(0)
         mean_ctx = float(mean_context(s.model, inp[dec] + generated[dec])[0]) if len(dec) else 0.0
         completes = pre_a[prefilled[pre_a] + chunks_a.astype(np.int64) >= inp[pre_a]] if len(pre_a) else pre_a
         tokens = len(dec) + float(chunks_a.sum())
-        dt = costs.step_us(tokens, len(dec) + len(completes), len(dec), mean_ctx, chunks_a, ctx_chunk) / 1e6
+        rank_pre = np.bincount(rank[pre_a], weights=chunks_a, minlength=dp) if len(pre_a) else np.zeros(dp)
+        rank_dec = np.bincount(rank[dec], minlength=dp).astype(np.float64)
+        rank_fix = (np.bincount(rank[pre_a], weights=prefilled[pre_a].astype(np.float64), minlength=dp)
+                    if len(pre_a) else np.zeros(dp))
+        dt = costs.step_us(tokens, len(dec) + len(completes), len(dec), mean_ctx, chunks_a, ctx_chunk, rank_pre,
+                           rank_dec, rank_fix) / 1e6
         now += dt
         steps += 1
         if len(pre_a):
@@ -800,8 +884,10 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     thr = float(out.sum()) / duration / s.gpus if duration > 0 else float("nan")
     growth = queue_growth_note(arr, ttft, duration)
     return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
-                       notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step, "
-                              f"<= {sched.max_seqs} running, whole-request KV reservation ({cap} tokens/GPU)"]
+                       notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step"
+                              f"{' per attention-DP rank' if dp > 1 else ''}, "
+                              f"<= {sched.max_seqs} running, whole-request KV reservation ({per_rank} tokens/GPU"
+                              f"{f', {cap} over the {dp} ranks' if dp > 1 else ''})"]
                        + [x for x in [context_note(s.model, int((inp + out).max())), growth] if x],
                        overloaded=bool(growth))
 
