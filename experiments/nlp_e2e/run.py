@@ -688,6 +688,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU ops with the kernel model's eager per-op times (its fitted dispatch included), "
                          "as before kernel times were the default")
+    ap.add_argument("--dispatch-on-host", action="store_true",
+                    help="prototype: also take off the host dispatch the pointwise trees learned inside the eager "
+                         "GPUs' per-op times (KernelTimeModel(learned_dispatch=True)), so a small op costs its "
+                         "device time on the GPU stream and its dispatch only on the host stream (the engine's "
+                         "launch overheads)")
     ap.add_argument("--intervals", action="store_true",
                     help="calibrate the model's 80%% prediction intervals too and report how many labels fall "
                          "inside the predicted iteration-time interval (several more fits)")
@@ -772,6 +777,12 @@ def main(argv: list[str] | None = None) -> int:
     mname = ""
     for held, batch in passes:
         calib, ccat, fitted_on, n_fit, mname = fit(() if held is None else (held,))
+        if args.dispatch_on_host and not args.as_fitted:
+            from hybrid.engine.costs import KernelTimeModel
+
+            # the learned per-GPU dispatch of the version-3 pointwise trees comes off too (the GEMMs' fitted
+            # constant already does); the engine's host stream carries every op's dispatch and launch
+            calib = KernelTimeModel(calib, learned_dispatch=True)
         models = {"roofline": (RooflineCostModel(cat), cat), "calibrated": (calib, ccat)}
         for r, dev in tqdm(batch, desc="label rows" if held is None else f"label rows ({held} held out)",
                            file=sys.stderr):
@@ -922,6 +933,7 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace, plot: st
            f"{' --model ' + str(args.model) if getattr(args, 'model', None) else ''}"
            f"{f' --seed {args.seed}' if getattr(args, 'seed', 0) else ''}"
            f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}"
+           f"{' --dispatch-on-host' if getattr(args, 'dispatch_on_host', False) else ''}"
            f"{' --intervals' if getattr(args, 'intervals', False) else ''}"
            f"{' --leave-one-gpu-out' if getattr(args, 'leave_one_gpu_out', False) else ''}"
            f"{f' --shots {args.shots}' if getattr(args, 'shots', 0) else ''}"

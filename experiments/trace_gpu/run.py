@@ -210,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU-stream ops with the models' eager per-op times (fitted dispatch included), as "
                          "before kernel times were the default")
+    ap.add_argument("--dispatch-on-host", action="store_true",
+                    help="prototype: the calibrated models also lose the host dispatch their pointwise trees learned "
+                         "inside eager per-op GPU times (KernelTimeModel(learned_dispatch=True))")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -262,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
                 krows = step_kernel_rows([args.cross_traces], xcat)
                 models[f"{Path(args.cross_bundle).name} bundle + traced kernels"] = (
                     HybridPredictor(catalog=xcat).fit(pd.concat([table, krows], ignore_index=True, sort=False)), xcat)
+    if args.dispatch_on_host and not args.as_fitted:
+        from hybrid.engine.costs import KernelTimeModel
+
+        models = {k: (m if k == "roofline" else KernelTimeModel(m, learned_dispatch=True), c)
+                  for k, (m, c) in models.items()}
     models["traced kernels"] = (TracedKernels(), cat)
     fit_s = time.time() - t0
     rows = []
