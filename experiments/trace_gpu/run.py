@@ -118,6 +118,10 @@ def kernel_families(units: pd.DataFrame, pred_durations: np.ndarray | None = Non
     return (u.groupby("label")["device_us"].sum() / 1e3).round(4).to_dict()
 
 
+#: prototype (``--learned-host-dispatch``): per predictor label, the engine overheads to use (None: the defaults)
+HOST_OVERHEADS: dict[str, Any] = {}
+
+
 def predict_one(name: str, files: list[str], models: dict, host: str, kernel_times: bool = True,
                 device: str = DEVICE) -> dict:
     from hybrid.data.traces import load_traces
@@ -136,7 +140,7 @@ def predict_one(name: str, files: list[str], models: dict, host: str, kernel_tim
         else:
             transform = split_attention
         it = build_trace_graph(traces, device, cat, host=host, transform=transform)
-        p = predict_trace(it, model, model_name=label, kernel_times=kernel_times)
+        p = predict_trace(it, model, model_name=label, kernel_times=kernel_times, overheads=HOST_OVERHEADS.get(label))
         bd = p.breakdown().set_index("label")
         out["pred"][label] = p.predicted_us / 1e3
         out["families"][label] = _with_attention_total((bd["predicted_us"] / 1e3).round(4).to_dict())
@@ -210,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU-stream ops with the models' eager per-op times (fitted dispatch included), as "
                          "before kernel times were the default")
+    ap.add_argument("--dispatch-on-host", action="store_true",
+                    help="prototype: the calibrated models also lose the host dispatch their pointwise trees learned "
+                         "inside eager per-op GPU times (KernelTimeModel(learned_dispatch=True))")
+    ap.add_argument("--learned-host-dispatch", action="store_true",
+                    help="prototype, with --dispatch-on-host: each calibrated model's per-op host cost (launch + "
+                         "framework) is the dispatch its pointwise trees learned for the device, not 15 us")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -262,6 +272,22 @@ def main(argv: list[str] | None = None) -> int:
                 krows = step_kernel_rows([args.cross_traces], xcat)
                 models[f"{Path(args.cross_bundle).name} bundle + traced kernels"] = (
                     HybridPredictor(catalog=xcat).fit(pd.concat([table, krows], ignore_index=True, sort=False)), xcat)
+    if args.dispatch_on_host and not args.as_fitted:
+        from hybrid.engine.costs import KernelTimeModel
+
+        if args.learned_host_dispatch:
+            from hybrid.engine.overheads import DEFAULT_KERNEL_LAUNCH_US, Overheads
+
+            for k, (m, _c) in models.items():
+                per = next((c.learned_dispatch for c in getattr(m, "corrections", [])
+                            if getattr(c, "learned_dispatch", None)), {})
+                d = per.get(args.device, per.get("*"))
+                if d is not None:
+                    HOST_OVERHEADS[k] = Overheads(framework_us=max(float(d) - DEFAULT_KERNEL_LAUNCH_US, 0.0),
+                                                  optimizer_step_us=0.0, iteration_us=0.0)
+            print({k: o.kernel_launch_us + o.framework_us for k, o in HOST_OVERHEADS.items()}, file=sys.stderr)
+        models = {k: (m if k == "roofline" else KernelTimeModel(m, learned_dispatch=True), c)
+                  for k, (m, c) in models.items()}
     models["traced kernels"] = (TracedKernels(), cat)
     fit_s = time.time() - t0
     rows = []
