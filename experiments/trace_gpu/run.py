@@ -118,11 +118,8 @@ def kernel_families(units: pd.DataFrame, pred_durations: np.ndarray | None = Non
     return (u.groupby("label")["device_us"].sum() / 1e3).round(4).to_dict()
 
 
-#: prototype (``--learned-host-dispatch``): per predictor label, the engine overheads to use (None: the defaults)
-HOST_OVERHEADS: dict[str, Any] = {}
-
-
 def predict_one(name: str, files: list[str], models: dict, host: str, kernel_times: bool = True,
+                host_overheads: dict[str, Any] | None = None,
                 device: str = DEVICE) -> dict:
     from hybrid.data.traces import load_traces
     from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
@@ -140,7 +137,8 @@ def predict_one(name: str, files: list[str], models: dict, host: str, kernel_tim
         else:
             transform = split_attention
         it = build_trace_graph(traces, device, cat, host=host, transform=transform)
-        p = predict_trace(it, model, model_name=label, kernel_times=kernel_times, overheads=HOST_OVERHEADS.get(label))
+        p = predict_trace(it, model, model_name=label, kernel_times=kernel_times,
+                         overheads=(host_overheads or {}).get(label))
         bd = p.breakdown().set_index("label")
         out["pred"][label] = p.predicted_us / 1e3
         out["families"][label] = _with_attention_total((bd["predicted_us"] / 1e3).round(4).to_dict())
@@ -272,10 +270,11 @@ def main(argv: list[str] | None = None) -> int:
                 krows = step_kernel_rows([args.cross_traces], xcat)
                 models[f"{Path(args.cross_bundle).name} bundle + traced kernels"] = (
                     HybridPredictor(catalog=xcat).fit(pd.concat([table, krows], ignore_index=True, sort=False)), xcat)
+    host_overheads: dict[str, Any] = {}  # prototype --learned-host-dispatch: engine overheads per predictor label
     if args.dispatch_on_host and not args.as_fitted:
         from hybrid.engine.costs import KernelTimeModel
 
-        if args.learned_host_dispatch:
+        if args.learned_host_dispatch:  # prototype: each calibrated model's per-op host cost, per predictor label
             from hybrid.engine.overheads import DEFAULT_KERNEL_LAUNCH_US, Overheads
 
             for k, (m, _c) in models.items():
@@ -283,9 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                             if getattr(c, "learned_dispatch", None)), {})
                 d = per.get(args.device, per.get("*"))
                 if d is not None:
-                    HOST_OVERHEADS[k] = Overheads(framework_us=max(float(d) - DEFAULT_KERNEL_LAUNCH_US, 0.0),
+                    host_overheads[k] = Overheads(framework_us=max(float(d) - DEFAULT_KERNEL_LAUNCH_US, 0.0),
                                                   optimizer_step_us=0.0, iteration_us=0.0)
-            print({k: o.kernel_launch_us + o.framework_us for k, o in HOST_OVERHEADS.items()}, file=sys.stderr)
+            print({k: o.kernel_launch_us + o.framework_us for k, o in host_overheads.items()}, file=sys.stderr)
         models = {k: (m if k == "roofline" else KernelTimeModel(m, learned_dispatch=True), c)
                   for k, (m, c) in models.items()}
     models["traced kernels"] = (TracedKernels(), cat)
@@ -294,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in meta["steps"]:
         name = s.get("trace") or f"{s['model']}-{s['dtype']}"  # record.py --attention sdpa names its traces apart
         r = predict_one(name, trace_files([base / name]), models, args.host, kernel_times=not args.as_fitted,
-                        device=args.device)
+                        device=args.device, host_overheads=host_overheads)
         r.update(model=s["model"], dtype=s["dtype"], measured_ms=float(s["step_ms"]),
                  spread_pct=float((np.max(s["times_ms"]) - np.min(s["times_ms"])) / s["step_ms"] * 100))
         r["error_pct"] = {k: (v / r["measured_ms"] - 1) * 100 for k, v in r["pred"].items()}
