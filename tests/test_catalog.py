@@ -86,8 +86,9 @@ def test_fp64_is_the_dgemm_rate_where_tensor_or_matrix_units_run_it(catalog) -> 
             checked += 1
             assert dev.peak("fp64") / 1e12 == pytest.approx(2 * float(found.group(1)), rel=0.02), key
     assert checked >= 20
+    # B200: the HGX B200 per-GPU FP64 / FP64 Tensor Core figure of NVIDIA's current spec (37; 40 was the 2024 launch one)
     for key, rate in (("A100-SXM4-80GB", 19.5), ("H100-SXM", 67), ("MI300X", 163.4), ("V100-SXM2-32GB", 7.8),
-                      ("B200", 40)):
+                      ("B200", 37)):
         assert catalog.device(key).peak("fp64") / 1e12 == pytest.approx(rate), key
 
 
@@ -933,6 +934,27 @@ def test_an_alias_two_entries_claim_names_the_catalog_file_that_made_the_clash(t
     site.write_text('[systems.DGX-A100]\naliases = ["DGX-H100"]\nhost_mem_borrowed_by = []\n', encoding="utf-8")
     with pytest.raises(InvalidInputError, match=rf"^catalog file {re.escape(str(site))}: system alias 'DGX-H100'"):
         Catalog.load(site)
+
+
+def test_blackwell_fp32_fp64_tf32_are_nvidias_current_per_gpu_figures(catalog) -> None:
+    """NVIDIA GB200 NVL72 / HGX B200 technical specifications (current revision), per-GPU columns: HGX B200 FP32 75,
+    FP64 / FP64 Tensor Core 37 TFLOPS; GB200 NVL72 FP32 80, FP64 40 (5,760 / 2,880 TF per 72-GPU rack). NVIDIA HGX
+    platform spec: HGX B200 600 TF FP32, 296 TF FP64, 18 PF TF32 with sparsity per 8 GPUs (1.125 PF dense each). The
+    catalog held the 2024 launch figures (B200 80 / 40, GB200 90 / 45) and 1.1 PF TF32: FP32 GEMMs and DGEMMs on a
+    B200 were priced 7-8% fast, on a GB200 12.5% fast, rates its own 148 SMs at their boost clock cannot reach."""
+    def tflops(key: str, dtype: str) -> float:
+        return catalog.device(key).peak(dtype) / 1e12
+
+    assert (tflops("B200", "fp32"), tflops("B200", "fp64"), tflops("B200", "tf32")) == pytest.approx((75, 37, 1125))
+    assert (tflops("GB200", "fp32"), tflops("GB200", "fp64"), tflops("GB200", "tf32")) == pytest.approx((80, 40, 1250))
+    # Blackwell runs FP64 at half the FP32 rate on every SM (64 FP64 / 128 FP32 lanes)
+    for key in ("B200", "GB200"):
+        assert tflops(key, "fp64") == pytest.approx(tflops(key, "fp32") / 2, rel=0.02), key
+    # the FP32 rate is what the SMs reach at the boost clock: 128 lanes x 2 FLOP (FMA) per SM per clock, within the
+    # datasheet's rounding (B200: 148 SMs x 256 x 1.965 GHz = 74.4 against 75)
+    for key in ("B200", "GB200", "B300", "GB300"):
+        dev = catalog.device(key)
+        assert dev.peak("fp32") == pytest.approx(dev.num_sms * 256 * dev.clock_mhz * 1e6, rel=0.01), key
 
 
 @pytest.mark.parametrize("key", ["B300", "GB300"])
