@@ -966,6 +966,21 @@ def test_blackwell_ultra_int8_is_the_cut_rate_not_fp16s(key: str, catalog) -> No
     assert dev.peak("int8") < catalog.devices["B200"].peak("int8") / 20
 
 
+def test_blackwell_ultra_rates_and_memory_are_nvidias(catalog) -> None:
+    """HGX B300 spec (NVIDIA, 2025): 18 PF TF32 with sparsity per 8 GPUs = 1.125 PF dense per GPU (the catalog had 1.1).
+    GB300 NVL72 spec: INT8 24 POPS with sparsity per 72 GPUs = 167 TOPS dense per GPU (the catalog had 139, B300's
+    125 scaled by the FP64 ratio, an estimate from before the figure was found). Memory: the capacity nvidia-smi
+    reports, as for every other entry (B200 183359 MiB, GB200 189471 MiB, H200 143771 MiB): B300 275040 MiB, GB300
+    284208 MiB. GB300 held 268 GiB (288e9 bytes), 9.5 GiB short of what a GB300 holds."""
+    b300, gb300 = catalog.device("B300"), catalog.device("GB300")
+    assert b300.peak("tf32") == pytest.approx(18e15 / 8 / 2)
+    assert gb300.peak("int8") == pytest.approx(24e15 / 72 / 2, rel=1e-3)
+    assert b300.mem_capacity / 2**20 == pytest.approx(275040, rel=1e-3)
+    assert gb300.mem_capacity / 2**20 == pytest.approx(284208, rel=1e-3)
+    # a name stating the label's 288 GB still reaches both parts
+    assert catalog.resolve_device("NVIDIA GB300 288GB") == "GB300" and catalog.resolve_device("B300 288GB") == "B300"
+
+
 def test_a_multi_node_system_without_a_network_is_refused_at_load(tmp_path: Path) -> None:
     """`max_nodes = 4` without `inter_node_gbps` (0 = a single node, by the field's definition) loaded, and
     collectives across its nodes were costed at a 12.5 GB/s NIC the file never stated (hybrid predict collective
