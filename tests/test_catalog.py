@@ -981,6 +981,19 @@ def test_blackwell_ultra_rates_and_memory_are_nvidias(catalog) -> None:
     assert catalog.resolve_device("NVIDIA GB300 288GB") == "GB300" and catalog.resolve_device("B300 288GB") == "B300"
 
 
+def test_blackwell_b200_hosts_on_pcie_gen5_blackwell_ultra_on_gen6(catalog) -> None:
+    """NVIDIA's HGX B200 per-GPU spec lists "PCIe Gen5: 128GB/s" (MLPerf B200 systems: "PCIe Gen5 x16"); PCIe 6.0 came
+    with Blackwell Ultra ("Inside NVIDIA Blackwell Ultra": PCIe 6.0 instead of 5.0). B100 / B200 / GB200 said gen 6:
+    tables placed in host memory on a DGX B200 were read at 121 GB/s, twice what its x16 Gen5 slot carries (63)."""
+    from hybrid.workloads.dlrm_graph import PCIE_X16_BW, host_link_bw
+
+    for key in ("B100", "B200", "GB200"):
+        assert catalog.device(key).pcie_generation == 5, key
+    assert host_link_bw(catalog.device("B200")) == PCIE_X16_BW[5]
+    for key in ("B300", "GB300"):
+        assert catalog.device(key).pcie_generation == 6, key
+
+
 def test_a_multi_node_system_without_a_network_is_refused_at_load(tmp_path: Path) -> None:
     """`max_nodes = 4` without `inter_node_gbps` (0 = a single node, by the field's definition) loaded, and
     collectives across its nodes were costed at a 12.5 GB/s NIC the file never stated (hybrid predict collective
