@@ -952,7 +952,7 @@ def test_blackwell_fp32_fp64_tf32_are_nvidias_current_per_gpu_figures(catalog) -
         assert tflops(key, "fp64") == pytest.approx(tflops(key, "fp32") / 2, rel=0.02), key
     # the FP32 rate is what the SMs reach at the boost clock: 128 lanes x 2 FLOP (FMA) per SM per clock, within the
     # datasheet's rounding (B200: 148 SMs x 256 x 1.965 GHz = 74.4 against 75)
-    for key in ("B200", "GB200", "B300", "GB300"):
+    for key in ("B100", "B200", "GB200", "B300", "GB300"):
         dev = catalog.device(key)
         assert dev.peak("fp32") == pytest.approx(dev.num_sms * 256 * dev.clock_mhz * 1e6, rel=0.01), key
 
