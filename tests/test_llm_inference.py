@@ -2062,6 +2062,32 @@ def test_serve_attention_dp_prices_a_step_at_its_busiest_rank():
         assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.05), n
 
 
+def test_serve_attention_dp_prices_the_busiest_ranks_own_requests():
+    """When the ranks' loads drift apart (requests finish at different times), a step's output layer and decode
+    attention run at the busiest rank's own requests and contexts, not at ceil(n / ranks) of the step's n. Qwen3-30B-A3B
+    on 4 H100s: 32 prompts of 8192 tokens placed 8 a rank, the 8 on rank 0 generating long, the others 2 tokens:
+    once the others finish, a decode step is rank 0's 8 requests (the static batch of 32's rank ops) beside the
+    routed experts of 8 tokens (the static batch of 8's). Priced at ceil(8 / 4) = 2 requests a rank, a step came
+    out 5.89 ms (the static batch of 8's 5.84) against 6.60 ms."""
+    from hybrid.workloads.llm.serving import SchedulerConfig
+
+    s = make_setup("qwen3-30b-a3b", system="DGX-H100", tp=4, ep=4, dtype="fp8", attention_dp=True)
+    n, lat = 32, {}
+    for long in (256, 512):  # the difference: steps 256..511 of the long requests, alone on rank 0
+        out = np.where(np.arange(n) % 4 == 0, long, 2)  # requests 0, 4, ... 28 are rank 0's (least loaded first)
+        res = simulate(s, Trace(np.zeros(n), np.full(n, 8192), out), sched=SchedulerConfig(8192, 64))
+        lat[long] = float(np.mean(res.latency_ms[out == long]))
+    step = (lat[512] - lat[256]) / 256
+
+    def decode_ms(batch: int, out: int, experts: bool) -> float:
+        d = predict_static(s, batch, 8192, out).breakdown_ms["decode"]
+        return sum(v for k, v in d.items() if (k in ("moe", "comm")) == experts)  # the experts and their all-to-alls
+
+    rank_ops = decode_ms(32, 512, False) - decode_ms(32, 256, False)
+    experts = decode_ms(8, 512, True) - decode_ms(8, 256, True)
+    assert step == pytest.approx((rank_ops + experts) / 256, rel=0.03)
+
+
 def test_tied_output_layer_has_its_own_copy_on_the_last_pipeline_stage():
     """With PP > 1 an engine's last stage holds its own copy of a tied embedding as the output layer (vLLM builds
     ``embed_tokens`` on the first rank and, tied, on the last): Falcon-180B's last stage carries the output layer
