@@ -2088,6 +2088,23 @@ def test_serve_attention_dp_prices_the_busiest_ranks_own_requests():
     assert step == pytest.approx((rank_ops + experts) / 256, rel=0.03)
 
 
+def test_serve_attention_dp_max_seqs_is_each_ranks_own():
+    """With attention data parallelism every rank schedules its own requests, and ``max_seqs`` is each rank's limit
+    (TensorRT-LLM admits up to tp x max_batch_size over its attention-DP ranks, vLLM runs a scheduler with its own
+    max_num_seqs per DP engine), as ``max_batched_tokens`` already was. Applied to the group, 2 running requests
+    left 2 of 4 ranks idle: 8 requests at once ran 2 at a time (TTFT p100 about 4x one request's)."""
+    from hybrid.workloads.llm.serving import SchedulerConfig
+
+    s = make_setup("qwen3-30b-a3b", system="DGX-H100", tp=4, ep=4, dtype="fp8", attention_dp=True)
+    sched = SchedulerConfig(max_batched_tokens=1024, max_seqs=2)
+    res = simulate(s, Trace(np.zeros(9), np.full(9, 256), np.full(9, 64)), sched=sched)
+    assert res.max_running == 8  # two on each of the 4 ranks; the ninth waits for one to finish
+    assert "<= 2 running per rank" in res.notes[0]
+    # every prompt of the first 8 prefilled in the first step (a rank's 2 x 256 tokens within its own 1024)
+    assert np.sort(res.ttft_ms)[7] == pytest.approx(np.min(res.ttft_ms), rel=1e-9)
+    assert np.max(res.ttft_ms) > 2 * np.min(res.ttft_ms)  # the ninth after a first request finished
+
+
 def test_tied_output_layer_has_its_own_copy_on_the_last_pipeline_stage():
     """With PP > 1 an engine's last stage holds its own copy of a tied embedding as the output layer (vLLM builds
     ``embed_tokens`` on the first rank and, tied, on the last): Falcon-180B's last stage carries the output layer

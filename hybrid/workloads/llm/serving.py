@@ -16,7 +16,7 @@ once per deployment (prefill attention over chunks x chunk x earlier tokens) wit
 
 Scheduler (stated, close to vLLM's with chunked prefill): first come, first served; a request is admitted when
 its whole KV cache (prompt + output tokens) fits in the free KV memory and fewer than ``max_seqs`` requests run
-(no preemption, as TensorRT-LLM's guaranteed-no-evict policy); each step carries one decode token per running
+(with attention data parallelism: on its rank, :class:`SchedulerConfig`) (no preemption, as TensorRT-LLM's guaranteed-no-evict policy); each step carries one decode token per running
 request plus prompt chunks up to ``max_batched_tokens``; a request's first token comes at the end of the step
 that finishes its prompt. Tensor parallelism only (one model replica; pipeline parallelism is refused).
 """
@@ -715,6 +715,12 @@ class ServeResult:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
+    """The engine's step limits. With attention data parallelism both are each rank's own, as TensorRT-LLM's
+    ``max_batch_size`` / ``max_num_tokens`` (every attention-DP rank schedules its own requests; the group admits up
+    to ``tp x max_batch_size``) and vLLM's ``max_num_seqs`` / ``max_num_batched_tokens`` (one scheduler per DP
+    engine) are; SGLang's ``--max-running-requests`` and ``--chunked-prefill-size`` are the group's (its DP
+    attention divides both by ``dp_size``): give SGLang's values divided by the ranks."""
+
     max_batched_tokens: int = 2048  # tokens per step (decode tokens + prompt chunks)
     max_seqs: int = 256  # running requests
 
@@ -736,7 +742,7 @@ def kv_capacity_tokens(s: InferenceSetup, sched: SchedulerConfig) -> int:
     free = (s.device.mem_capacity - s.reserve_gib * GIB
             - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp)
             - float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
-                                     math.ceil(sched.max_seqs / ranks), act_tp)))
+                                     sched.max_seqs, act_tp)))
     return ranks * int(max(free, 0) // kv_bytes_per_token(s.model, s.precision, s.tp, s.pp, s.attention_dp))
 
 
@@ -795,7 +801,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)
         w = weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp) / GIB
         act = float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
-                                     math.ceil(sched.max_seqs / ranks), act_tp)) / GIB
+                                     sched.max_seqs, act_tp)) / GIB
         raise InvalidInputError(
             f"does not fit: no memory left for the KV cache: weights {w:.1f} GiB + a step's activations {act:.1f} GiB "
             f"(--max-batched-tokens, --max-seqs) + reserve {s.reserve_gib:g} GiB per GPU of "
@@ -841,9 +847,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         run_ = np.asarray(running, dtype=np.int64)
         held = np.bincount(rank[run_], weights=need[run_].astype(np.float64), minlength=dp)
         load = np.bincount(rank[run_], minlength=dp).astype(np.float64)
-        if len(running) >= sched.max_seqs:
-            return -1
-        load[held + need[i] > per_rank] = np.inf
+        load[(held + need[i] > per_rank) | (load >= sched.max_seqs)] = np.inf
         r = int(np.argmin(load))
         return r if math.isfinite(load[r]) else -1
 
@@ -934,7 +938,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
                        notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step"
                               f"{' per attention-DP rank' if dp > 1 else ''}, "
-                              f"<= {sched.max_seqs} running, whole-request KV reservation ({per_rank} tokens/GPU"
+                              f"<= {sched.max_seqs} running{' per rank' if dp > 1 else ''}, whole-request KV reservation ({per_rank} tokens/GPU"
                               f"{f', {cap} over the {dp} ranks' if dp > 1 else ''})"]
                        + [x for x in [context_note(s.model, int((inp + out).max())), growth] if x],
                        overloaded=bool(growth))
