@@ -1201,6 +1201,41 @@ def test_trtllm_version_picks_the_decode_kernel_it_shipped():
     assert trtllm_decode_kernel("nightly", "falcon-180b", 8) == "grouped"
 
 
+def test_trtllm_engines_before_the_llm_api_keep_the_embedding_whole_on_every_rank(tmp_path):
+    """TensorRT-LLM's benchmark engines through 0.11 (``benchmarks/python/build.py``; the examples' converters
+    alike) leave ``use_parallel_embedding`` at False: the input embedding table is whole on every TP rank, and the
+    output layer a split copy of its own, Falcon's tied one too (``share_embedding_table`` needs a vocab-parallel
+    table). The v0.9.0 table's Falcon-180B rows on 8 A100s were sized with the tied table split 8 ways (0.24 GB per
+    GPU): the engine holds 1.93 GB, 1.69 GB more, so fewer requests fit (512 x 2176 tokens: 698 -> 663)."""
+    from hybrid.workloads.llm.model import load_model
+    from hybrid.workloads.llm.vendor_tables import predict_table, read_table, trtllm_parallel_embedding
+
+    assert not trtllm_parallel_embedding("v0.6.1") and not trtllm_parallel_embedding("v0.9.0")
+    assert trtllm_parallel_embedding("v0.12.0") and trtllm_parallel_embedding(None)
+    p = parse_precision("fp16")
+    falcon, llama = load_model("falcon-180b"), load_model("llama2-70b")
+    emb = falcon.param_counts()["word_embedding"]
+    # tied: the whole table beside the output layer's eighth, against one table split 8 ways
+    assert (weight_bytes_per_gpu(falcon, p, 8, 1, parallel_embedding=False)
+            - weight_bytes_per_gpu(falcon, p, 8, 1)) == pytest.approx(2.0 * emb, rel=1e-12)
+    # untied: the embedding whole instead of a quarter; the output layer split either way
+    lem = llama.param_counts()["word_embedding"]
+    assert (weight_bytes_per_gpu(llama, p, 4, 1, parallel_embedding=False)
+            - weight_bytes_per_gpu(llama, p, 4, 1)) == pytest.approx(2.0 * lem * 3 / 4, rel=1e-12)
+    path = tmp_path / "t.csv"
+    path.write_text("trtllm_version,gpu,precision,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "v0.9.0,A100,FP16,Falcon 180B,512,8,128,2048,266\n"
+                    "v0.12.0,A100,FP16,Falcon 180B,512,8,128,2048,266\n")
+    t = predict_table(read_table(path))
+    s = make_setup("falcon-180b", "A100", tp=8)
+    whole, split = (memory_plan(s.model, s.precision, s.device.mem_capacity, batch=512, input_len=128,
+                                output_len=2048, tp=8, parallel_embedding=pe).max_batch for pe in (False, True))
+    assert t["max_batch"].tolist() == [whole, split] and whole < split - 30
+    # the time is the same (an embedding lookup either way); only the memory moves
+    whole_s = make_setup("falcon-180b", "A100", tp=8, parallel_embedding=False)
+    assert predict_static(whole_s, 64, 128, 16).tpot_ms == predict_static(s, 64, 128, 16).tpot_ms
+
+
 def test_masked_mha_decode_reads_dram_once_and_l2_once_per_query_head(catalog):
     dev = catalog.device("A100")
     assert dev.l2_bandwidth() == pytest.approx(5120 * 1410e6, rel=1e-3)  # the whitepaper's 5120 B/clk

@@ -740,7 +740,7 @@ def kv_capacity_tokens(s: InferenceSetup, sched: SchedulerConfig) -> int:
     attention data parallelism the tokens the whole replica holds (each rank caches its own requests)."""
     ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)  # ranks holding different requests
     free = (s.device.mem_capacity - s.reserve_gib * GIB
-            - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp)
+            - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp, s.parallel_embedding)
             - float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
                                      sched.max_seqs, act_tp)))
     return ranks * int(max(free, 0) // kv_bytes_per_token(s.model, s.precision, s.tp, s.pp, s.attention_dp))
@@ -799,7 +799,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         need = np.ceil(cached_tokens(s.model, need)).astype(np.int64)
     if cap <= 0:  # say what takes the memory, as the static batch's plan does
         ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)
-        w = weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp) / GIB
+        w = weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp, s.parallel_embedding) / GIB
         act = float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
                                      sched.max_seqs, act_tp)) / GIB
         raise InvalidInputError(
