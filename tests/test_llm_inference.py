@@ -2140,6 +2140,19 @@ def test_serve_attention_dp_max_seqs_is_each_ranks_own():
     assert np.max(res.ttft_ms) > 2 * np.min(res.ttft_ms)  # the ninth after a first request finished
 
 
+def test_serve_attention_dp_kv_cache_leaves_room_for_a_ranks_whole_step():
+    """Each attention-DP rank runs steps of its own token budget, so its KV cache is what that step's activations
+    leave (the static plan of one rank prefilling a budget's worth of tokens). The activations were reserved for a
+    tp-th of the budget: DeepSeek-V3 on 8 H200s, 4096 tokens a step: 16,412 tokens a rank (1.2%) over."""
+    from hybrid.workloads.llm.serving import SchedulerConfig, kv_capacity_tokens
+
+    s = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    plan = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, input_len=4096, output_len=1, tp=8,
+                       attention_dp=True, prefill_tokens=4096)
+    per_rank = int((plan.capacity - plan.reserve - plan.weights - plan.activations) // plan.kv_per_token)
+    assert kv_capacity_tokens(s, SchedulerConfig(4096, 1)) == 8 * per_rank
+
+
 def test_tied_output_layer_has_its_own_copy_on_the_last_pipeline_stage():
     """With PP > 1 an engine's last stage holds its own copy of a tied embedding as the output layer (vLLM builds
     ``embed_tokens`` on the first rank and, tied, on the last): Falcon-180B's last stage carries the output layer

@@ -739,10 +739,11 @@ def kv_capacity_tokens(s: InferenceSetup, sched: SchedulerConfig) -> int:
     """Tokens of KV cache that fit beside the weights, the step's activations and the reserve (per GPU); with
     attention data parallelism the tokens the whole replica holds (each rank caches its own requests)."""
     ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)  # ranks holding different requests
+    # a step's activations: with attention data parallelism each rank runs a step of its own budget and requests
+    # (SchedulerConfig), not a tp-th of it
     free = (s.device.mem_capacity - s.reserve_gib * GIB
             - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp, s.parallel_embedding)
-            - float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
-                                     sched.max_seqs, act_tp)))
+            - float(activation_bytes(s.model, s.precision, sched.max_batched_tokens, sched.max_seqs, act_tp)))
     return ranks * int(max(free, 0) // kv_bytes_per_token(s.model, s.precision, s.tp, s.pp, s.attention_dp))
 
 
@@ -800,8 +801,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     if cap <= 0:  # say what takes the memory, as the static batch's plan does
         ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)
         w = weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp, s.parallel_embedding) / GIB
-        act = float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
-                                     sched.max_seqs, act_tp)) / GIB
+        act = float(activation_bytes(s.model, s.precision, sched.max_batched_tokens, sched.max_seqs, act_tp)) / GIB
         raise InvalidInputError(
             f"does not fit: no memory left for the KV cache: weights {w:.1f} GiB + a step's activations {act:.1f} GiB "
             f"(--max-batched-tokens, --max-seqs) + reserve {s.reserve_gib:g} GiB per GPU of "
