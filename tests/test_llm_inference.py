@@ -1136,6 +1136,17 @@ def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path
     assert list(predict_table(read_table(path))["batch_size"]) == [256]
     path.write_text("gpu,precision,model,tp_size,isl,first_token_latency_ms\nH100,FP8,Llama 3.1 8B,1,128,10\n")
     assert list(read_table(path)["batch_size"]) == [1]
+    # with attention DP max_batch_size is each rank's (TensorRT-LLM admits tp x max_batch_size): DeepSeek-R1 on 8
+    # H200s holds 5,136 requests of 1024 + 1024 tokens, which a group-wide cap had cut to 2048
+    path.write_text("gpu,precision,model,tp,ep,enable_attention_dp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "H200,FP8,DeepSeek-R1,8,8,true,1024,1024,1000\n")
+    sdp = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    fit_dp = int(memory_table(sdp.model, sdp.precision, sdp.device.mem_capacity, batch=np.array([1]),
+                              input_len=np.array([1024]), output_len=np.array([1024]), tp=8, pp=1,
+                              reserve_gib=sdp.reserve_gib, prefill_tokens=INFLIGHT_MAX_NUM_TOKENS,
+                              attention_dp=True)["max_batch"].iloc[0])
+    assert INFLIGHT_MAX_BATCH < fit_dp < 8 * INFLIGHT_MAX_BATCH
+    assert list(predict_table(read_table(path))["batch_size"]) == [fit_dp]
     # an expert-parallel column reaches the deployment (here EP 8 inside TP 8), and a bad one skips its row
     path.write_text("gpu,precision,model,batch_size,tp,ep_size,input_len,output_len,output_tokens_per_s_per_gpu\n"
                     "H200,FP8,Qwen3-235B-A22B,64,8,8,1024,1024,1000\n"

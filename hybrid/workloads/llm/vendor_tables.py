@@ -124,7 +124,10 @@ def inflight_batch(setup: Any, input_len: int, output_len: int, cap: int = INFLI
     batching): as many as the KV cache holds beside the weights at full length (prompts prefilled in chunks of
     :data:`INFLIGHT_MAX_NUM_TOKENS`), at most ``cap``; at least 1 (then it does not fit when none fits). Static
     batching at that batch stands for the in-flight steady state: the same prefill and decode work per request,
-    every decode step at the full concurrency."""
+    every decode step at the full concurrency. With attention data parallelism ``cap`` is each rank's
+    ``max_batch_size`` (TensorRT-LLM admits up to ``tp x max_batch_size`` requests over its attention-DP ranks)."""
+    if setup.attention_dp:
+        cap = int(cap) * setup.tp
     mem = memory_table(setup.model, setup.precision, setup.device.mem_capacity, batch=np.array([1]),
                        input_len=np.array([input_len]), output_len=np.array([output_len]), tp=setup.tp,
                        pp=setup.pp, reserve_gib=setup.reserve_gib, prefill_tokens=INFLIGHT_MAX_NUM_TOKENS,
