@@ -215,8 +215,8 @@ def test_serving_prompt_chunks_of_unequal_shapes_cost_their_summed_work_on_the_r
     """A step's unequal prompt chunks (a long prompt's chunk after thousands of its tokens beside fresh short
     prompts) are priced at their own roofline times the learned correction of one batched kernel of their mean
     shape: on the roofline the kernel's fixed cost (its latency term) once plus every chunk's work above it
-    (each chunk from the one-chunk table); with attention data parallelism the busiest rank's: ceil(n / ranks)
-    chunks of the mean work (a request is cached whole on one rank), at least the longest chunk."""
+    (each chunk from the one-chunk table); with attention data parallelism the chunks are one rank's own (a
+    request is cached whole on one rank; its tables are indexed by a rank's chunks)."""
     from hybrid.workloads.llm.serving import StepCosts
 
     steps = (([3000, 40, 40, 500, 7], [5000, 0, 0, 0, 0]), ([1, 2, 700, 16], [0, 9000, 0, 100]),
@@ -230,12 +230,11 @@ def test_serving_prompt_chunks_of_unequal_shapes_cost_their_summed_work_on_the_r
         for chunks, prior in steps:
             c, p = np.array(chunks, dtype=float), np.array(prior, dtype=float)
             work = costs._interp2(c, p, costs.pre_c, costs.pre_prior, one - base)
-            dp = costs.dp_ranks
-            want = base + (work.sum() if dp == 1 else max(work.mean() * -(-len(c) // dp), work.max()))
+            want = base + work.sum()
             assert costs.prefill_attention_us(c, p) == pytest.approx(want, rel=1e-6), (s.model.name, chunks, prior)
-        if costs.dp_ranks > 1:  # 9 equal prompts on 4 ranks: a rank holds 3 of them, as in the static batch
+        if costs.dp_ranks > 1:  # 9 equal prompts on 4 ranks: the busiest holds 3 of them, as in the static batch
             static = predict_static(s, 9, 100, 2).breakdown_ms["prefill"]["attention"] * 1e3
-            assert costs.prefill_attention_us(np.full(9, 100.0), np.zeros(9)) == pytest.approx(static, rel=0.01)
+            assert costs.prefill_attention_us(np.full(3, 100.0), np.zeros(3)) == pytest.approx(static, rel=0.01)
         # and one chunk alone costs its own roofline (interpolated in the one-chunk table, off its grid points)
         f = cost_ops(pass_ops(s, np.array([64.0]), np.array([1.0]), np.array([64.0]), np.array([64.0 + 512.0]),
                               "prefill", names=("attention",)))

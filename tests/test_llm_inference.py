@@ -1136,6 +1136,17 @@ def test_vendor_table_without_a_batch_size_runs_as_many_requests_as_fit(tmp_path
     assert list(predict_table(read_table(path))["batch_size"]) == [256]
     path.write_text("gpu,precision,model,tp_size,isl,first_token_latency_ms\nH100,FP8,Llama 3.1 8B,1,128,10\n")
     assert list(read_table(path)["batch_size"]) == [1]
+    # with attention DP max_batch_size is each rank's (TensorRT-LLM admits tp x max_batch_size): DeepSeek-R1 on 8
+    # H200s holds 5,136 requests of 1024 + 1024 tokens, which a group-wide cap had cut to 2048
+    path.write_text("gpu,precision,model,tp,ep,enable_attention_dp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "H200,FP8,DeepSeek-R1,8,8,true,1024,1024,1000\n")
+    sdp = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    fit_dp = int(memory_table(sdp.model, sdp.precision, sdp.device.mem_capacity, batch=np.array([1]),
+                              input_len=np.array([1024]), output_len=np.array([1024]), tp=8, pp=1,
+                              reserve_gib=sdp.reserve_gib, prefill_tokens=INFLIGHT_MAX_NUM_TOKENS,
+                              attention_dp=True)["max_batch"].iloc[0])
+    assert INFLIGHT_MAX_BATCH < fit_dp < 8 * INFLIGHT_MAX_BATCH
+    assert list(predict_table(read_table(path))["batch_size"]) == [fit_dp]
     # an expert-parallel column reaches the deployment (here EP 8 inside TP 8), and a bad one skips its row
     path.write_text("gpu,precision,model,batch_size,tp,ep_size,input_len,output_len,output_tokens_per_s_per_gpu\n"
                     "H200,FP8,Qwen3-235B-A22B,64,8,8,1024,1024,1000\n"
@@ -1199,6 +1210,41 @@ def test_trtllm_version_picks_the_decode_kernel_it_shipped():
     assert trtllm_decode_kernel("v0.9.0", "falcon-180b", 8) == "per_query_head"  # 29 per KV head, head size 64
     assert trtllm_decode_kernel("v0.12.0", "mistral-7b") == trtllm_decode_kernel(None, "mistral-7b") == "grouped"
     assert trtllm_decode_kernel("nightly", "falcon-180b", 8) == "grouped"
+
+
+def test_trtllm_engines_before_the_llm_api_keep_the_embedding_whole_on_every_rank(tmp_path):
+    """TensorRT-LLM's benchmark engines through 0.11 (``benchmarks/python/build.py``; the examples' converters
+    alike) leave ``use_parallel_embedding`` at False: the input embedding table is whole on every TP rank, and the
+    output layer a split copy of its own, Falcon's tied one too (``share_embedding_table`` needs a vocab-parallel
+    table). The v0.9.0 table's Falcon-180B rows on 8 A100s were sized with the tied table split 8 ways (0.24 GB per
+    GPU): the engine holds 1.93 GB, 1.69 GB more, so fewer requests fit (512 x 2176 tokens: 698 -> 663)."""
+    from hybrid.workloads.llm.model import load_model
+    from hybrid.workloads.llm.vendor_tables import predict_table, read_table, trtllm_parallel_embedding
+
+    assert not trtllm_parallel_embedding("v0.6.1") and not trtllm_parallel_embedding("v0.9.0")
+    assert trtllm_parallel_embedding("v0.12.0") and trtllm_parallel_embedding(None)
+    p = parse_precision("fp16")
+    falcon, llama = load_model("falcon-180b"), load_model("llama2-70b")
+    emb = falcon.param_counts()["word_embedding"]
+    # tied: the whole table beside the output layer's eighth, against one table split 8 ways
+    assert (weight_bytes_per_gpu(falcon, p, 8, 1, parallel_embedding=False)
+            - weight_bytes_per_gpu(falcon, p, 8, 1)) == pytest.approx(2.0 * emb, rel=1e-12)
+    # untied: the embedding whole instead of a quarter; the output layer split either way
+    lem = llama.param_counts()["word_embedding"]
+    assert (weight_bytes_per_gpu(llama, p, 4, 1, parallel_embedding=False)
+            - weight_bytes_per_gpu(llama, p, 4, 1)) == pytest.approx(2.0 * lem * 3 / 4, rel=1e-12)
+    path = tmp_path / "t.csv"
+    path.write_text("trtllm_version,gpu,precision,model,batch_size,tp,input_len,output_len,output_tokens_per_s_per_gpu\n"
+                    "v0.9.0,A100,FP16,Falcon 180B,512,8,128,2048,266\n"
+                    "v0.12.0,A100,FP16,Falcon 180B,512,8,128,2048,266\n")
+    t = predict_table(read_table(path))
+    s = make_setup("falcon-180b", "A100", tp=8)
+    whole, split = (memory_plan(s.model, s.precision, s.device.mem_capacity, batch=512, input_len=128,
+                                output_len=2048, tp=8, parallel_embedding=pe).max_batch for pe in (False, True))
+    assert t["max_batch"].tolist() == [whole, split] and whole < split - 30
+    # the time is the same (an embedding lookup either way); only the memory moves
+    whole_s = make_setup("falcon-180b", "A100", tp=8, parallel_embedding=False)
+    assert predict_static(whole_s, 64, 128, 16).tpot_ms == predict_static(s, 64, 128, 16).tpot_ms
 
 
 def test_masked_mha_decode_reads_dram_once_and_l2_once_per_query_head(catalog):
@@ -2060,6 +2106,62 @@ def test_serve_attention_dp_prices_a_step_at_its_busiest_rank():
                        sched=SchedulerConfig(max_batched_tokens=4096))
         assert np.median(res.ttft_ms) == pytest.approx(static.ttft_ms, rel=0.05), n
         assert np.median(res.tpot_ms) == pytest.approx(static.tpot_ms, rel=0.05), n
+
+
+def test_serve_attention_dp_prices_the_busiest_ranks_own_requests():
+    """When the ranks' loads drift apart (requests finish at different times), a step's output layer and decode
+    attention run at the busiest rank's own requests and contexts, not at ceil(n / ranks) of the step's n. Qwen3-30B-A3B
+    on 4 H100s: 32 prompts of 8192 tokens placed 8 a rank, the 8 on rank 0 generating long, the others 2 tokens:
+    once the others finish, a decode step is rank 0's 8 requests (the static batch of 32's rank ops) beside the
+    routed experts of 8 tokens (the static batch of 8's). Priced at ceil(8 / 4) = 2 requests a rank, a step came
+    out 5.89 ms (the static batch of 8's 5.84) against 6.60 ms."""
+    from hybrid.workloads.llm.serving import SchedulerConfig
+
+    s = make_setup("qwen3-30b-a3b", system="DGX-H100", tp=4, ep=4, dtype="fp8", attention_dp=True)
+    n, lat = 32, {}
+    for long in (256, 512):  # the difference: steps 256..511 of the long requests, alone on rank 0
+        out = np.where(np.arange(n) % 4 == 0, long, 2)  # requests 0, 4, ... 28 are rank 0's (least loaded first)
+        res = simulate(s, Trace(np.zeros(n), np.full(n, 8192), out), sched=SchedulerConfig(8192, 64))
+        lat[long] = float(np.mean(res.latency_ms[out == long]))
+    step = (lat[512] - lat[256]) / 256
+
+    def decode_ms(batch: int, out: int, experts: bool) -> float:
+        d = predict_static(s, batch, 8192, out).breakdown_ms["decode"]
+        return sum(v for k, v in d.items() if (k in ("moe", "comm")) == experts)  # the experts and their all-to-alls
+
+    rank_ops = decode_ms(32, 512, False) - decode_ms(32, 256, False)
+    experts = decode_ms(8, 512, True) - decode_ms(8, 256, True)
+    assert step == pytest.approx((rank_ops + experts) / 256, rel=0.03)
+
+
+def test_serve_attention_dp_max_seqs_is_each_ranks_own():
+    """With attention data parallelism every rank schedules its own requests, and ``max_seqs`` is each rank's limit
+    (TensorRT-LLM admits up to tp x max_batch_size over its attention-DP ranks, vLLM runs a scheduler with its own
+    max_num_seqs per DP engine), as ``max_batched_tokens`` already was. Applied to the group, 2 running requests
+    left 2 of 4 ranks idle: 8 requests at once ran 2 at a time (TTFT p100 about 4x one request's)."""
+    from hybrid.workloads.llm.serving import SchedulerConfig
+
+    s = make_setup("qwen3-30b-a3b", system="DGX-H100", tp=4, ep=4, dtype="fp8", attention_dp=True)
+    sched = SchedulerConfig(max_batched_tokens=1024, max_seqs=2)
+    res = simulate(s, Trace(np.zeros(9), np.full(9, 256), np.full(9, 64)), sched=sched)
+    assert res.max_running == 8  # two on each of the 4 ranks; the ninth waits for one to finish
+    assert "<= 2 running per rank" in res.notes[0]
+    # every prompt of the first 8 prefilled in the first step (a rank's 2 x 256 tokens within its own 1024)
+    assert np.sort(res.ttft_ms)[7] == pytest.approx(np.min(res.ttft_ms), rel=1e-9)
+    assert np.max(res.ttft_ms) > 2 * np.min(res.ttft_ms)  # the ninth after a first request finished
+
+
+def test_serve_attention_dp_kv_cache_leaves_room_for_a_ranks_whole_step():
+    """Each attention-DP rank runs steps of its own token budget, so its KV cache is what that step's activations
+    leave (the static plan of one rank prefilling a budget's worth of tokens). The activations were reserved for a
+    tp-th of the budget: DeepSeek-V3 on 8 H200s, 4096 tokens a step: 16,412 tokens a rank (1.2%) over."""
+    from hybrid.workloads.llm.serving import SchedulerConfig, kv_capacity_tokens
+
+    s = make_setup("deepseek-v3", "H200", tp=8, ep=8, dtype="fp8", attention_dp=True)
+    plan = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=1, input_len=4096, output_len=1, tp=8,
+                       attention_dp=True, prefill_tokens=4096)
+    per_rank = int((plan.capacity - plan.reserve - plan.weights - plan.activations) // plan.kv_per_token)
+    assert kv_capacity_tokens(s, SchedulerConfig(4096, 1)) == 8 * per_rank
 
 
 def test_tied_output_layer_has_its_own_copy_on_the_last_pipeline_stage():

@@ -436,8 +436,11 @@ def capacity(model_name: str, device: str | None, system: str | None, tp: int, p
 @click.option("--slo-percentile", type=float, default=99.0, show_default=True,
               help="Percentile of the requests' TTFT / TPOT / latency that must meet each --slo-* target.")
 @click.option("--max-batched-tokens", type=int, default=2048, show_default=True,
-              help="Tokens per engine step (per rank with --attention-dp: each rank schedules its own).")
-@click.option("--max-seqs", type=int, default=256, show_default=True, help="Requests running at once.")
+              help="Tokens per engine step (per rank with --attention-dp: each rank schedules its own; SGLang's "
+                   "--chunked-prefill-size is the group's: divide it by --tp).")
+@click.option("--max-seqs", type=int, default=256, show_default=True,
+              help="Requests running at once (per rank with --attention-dp, as TensorRT-LLM's max_batch_size and "
+                   "vLLM's max_num_seqs; SGLang's --max-running-requests is the group's: divide it by --tp).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Random seed of the arrivals and lengths (the same lengths at every rate).")
 @click.option("--compare", default=None,

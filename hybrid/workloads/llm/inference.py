@@ -129,6 +129,10 @@ class InferenceSetup:
     softmax_overlap: float | None = None
     #: how the precision was chosen when the user named none (a quantised checkpoint's format), for the notes
     precision_note: str = ""
+    #: the input embedding table split over the TP ranks (vocab-parallel, as vLLM and SGLang build it) or whole on
+    #: every rank (False: TensorRT-LLM engines built without ``use_parallel_embedding``, its benchmark builds' and
+    #: example converters' default), :func:`~hybrid.workloads.llm.kv_cache.weight_bytes_per_gpu`
+    parallel_embedding: bool = True
 
     def __post_init__(self) -> None:
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -183,7 +187,8 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
                dtype: str | None = None, weights: str | None = None, kv_dtype: str | None = None, tp: int = 1,
                pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB, attention_kernel: str = "grouped",
                fused_rope: bool = False, allreduce: str = "nccl", catalog: Catalog | None = None,
-               ep: int = 1, attention_dp: bool = False, softmax: str = "auto") -> InferenceSetup:
+               ep: int = 1, attention_dp: bool = False, softmax: str = "auto",
+               parallel_embedding: bool = True) -> InferenceSetup:
     """Resolve names into an :class:`InferenceSetup` (``system`` defaults to the catalog system of ``device``,
     else a generic node of it); checks TP/PP against the model and the dtype against the device. Without ``dtype``
     and ``weights``, a quantised checkpoint (``model.quantization``) is served in its own format
@@ -213,7 +218,7 @@ def make_setup(model: str | TransformerConfig | Any, device: str | None = None, 
         raise InvalidInputError(f"tp x pp = {tp * pp} GPUs exceeds system {sys_obj.key}")
     # tensor parallelism may span nodes (its all-reduces then cross the NICs: costed with n_nodes > 1)
     return InferenceSetup(dims, dev, sys_obj, prec, tp, pp, reserve_gib, attention_kernel, fused_rope, allreduce, cat,
-                          ep, attention_dp, softmax_schedule(softmax), note)
+                          ep, attention_dp, softmax_schedule(softmax), note, parallel_embedding)
 
 
 # ------------------------------------------------------------------------------------------------ op tables
@@ -659,7 +664,7 @@ def pipeline_on_engine(pp: int, micro: int, prefill_stage_us: float, decode_stag
 
 def _setup_key(s: InferenceSetup) -> tuple:
     return (s.model, s.device.key, s.system.key, s.precision, s.tp, s.pp, s.attention_kernel, s.fused_rope,
-            s.allreduce, s.ep, s.attention_dp, s.softmax_overlap)
+            s.allreduce, s.ep, s.attention_dp, s.softmax_overlap, s.parallel_embedding)
 
 
 #: Batches (sequences per microbatch) of the static-batch envelope (:func:`batch_grid`): every batch up to
@@ -994,7 +999,8 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
     Refuses (``InvalidInputError`` with the reason) a configuration whose memory does not fit unless
     ``check_memory`` is False (then ``memory.fits`` says so)."""
     mem = memory_plan(s.model, s.precision, s.device.mem_capacity, batch=batch, input_len=input_len,
-                      output_len=output_len, tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib, attention_dp=s.attention_dp)
+                      output_len=output_len, tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib, attention_dp=s.attention_dp,
+                      parallel_embedding=s.parallel_embedding)
     if check_memory and not mem.fits:
         raise InvalidInputError(f"does not fit: {mem.reason}")
     r = _static_batch([s], np.array([batch]), np.array([input_len]), np.array([output_len]), cost_model,
@@ -1090,7 +1096,7 @@ def predict_many(setups: list[InferenceSetup], batch: np.ndarray, input_len: np.
         s = setups[int(rows[0])]
         mem = memory_table(s.model, s.precision, s.device.mem_capacity, batch=batch[rows], input_len=input_len[rows],
                            output_len=output_len[rows], tp=s.tp, pp=s.pp, reserve_gib=s.reserve_gib,
-                           attention_dp=s.attention_dp)
+                           attention_dp=s.attention_dp, parallel_embedding=s.parallel_embedding)
         res.loc[rows, "max_batch"] = mem["max_batch"].to_numpy()
         res.loc[rows, "fits"] = mem["fits"].to_numpy()
         res.loc[rows, "memory_reason"] = mem["reason"].to_numpy()

@@ -155,7 +155,7 @@ def routed_expert_params(model: TransformerConfig) -> float:
 
 
 def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int = 1, pp: int = 1,
-                         attention_dp: bool = False) -> float:
+                         attention_dp: bool = False, parallel_embedding: bool = True) -> float:
     """Bytes of weights on the most loaded GPU (the bottleneck pipeline stage), from the model's exact parameter
     count (:meth:`TransformerConfig.param_counts`): GEMM weights in the weight format split over TP; biases and
     norms in 16 bit (counted whole on every rank); the word embedding (vocab-parallel) and a learned position
@@ -164,7 +164,10 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
     exceeds the KV heads, each rank holds whole replicated KV heads (``ceil(kv_heads / tp)`` of them, the K and V
     columns of :func:`hybrid.workloads.llm.costing.kv_width_split`), not ``kv_heads / tp`` of a head.
     ``attention_dp``: only the routed experts are split over the TP ranks (expert parallelism); attention, dense
-    layers, embeddings and the output layer are whole on every rank."""
+    layers, embeddings and the output layer are whole on every rank. ``parallel_embedding`` False: the input
+    embedding table is whole on every rank (TensorRT-LLM's engines without ``use_parallel_embedding``), and the
+    output layer, split over TP, is a copy of its own even when the model ties it to the embedding (TensorRT-LLM's
+    ``share_embedding_table`` needs a vocab-parallel table)."""
     c = model.param_counts()
     matrix = layer_matrix_params(model)
     per_layer_total = c["layers_total"] / model.num_layers
@@ -182,12 +185,12 @@ def weight_bytes_per_gpu(model: TransformerConfig, precision: Precision, tp: int
 
     if attention_dp:
         split = 1
-    embed = (c["word_embedding"] / split + c["position_embedding"]) * precision.act_bytes
+    embed = (c["word_embedding"] / (split if parallel_embedding else 1) + c["position_embedding"]) * precision.act_bytes
     # the output layer stays 16-bit in quantised deployments (:data:`hybrid.workloads.llm.inference.HEAD_16BIT`)
     # (vocab-parallel; a classifier's score layer is replicated)
     head = (c["output_layer"] / (split if model.lm_head else 1) * precision.act_bytes
             + c["final_norm"] * precision.act_bytes)
-    if pp > 1 and model.tied_output:
+    if model.tied_output and (pp > 1 or not parallel_embedding):
         # a tied output layer is the embedding itself on one stage; with PP the last stage holds its own copy (vLLM
         # builds embed_tokens on the first rank and, tied, on the last)
         head += c["word_embedding"] / split * precision.act_bytes
@@ -274,7 +277,7 @@ def check_generates(model: TransformerConfig, output_len: np.ndarray | int) -> N
 def memory_table(model: TransformerConfig, precision: Precision, capacity: float, *, batch: np.ndarray,
                  input_len: np.ndarray, output_len: np.ndarray, tp: int = 1, pp: int = 1,
                  reserve_gib: float = DEFAULT_RESERVE_GIB, prefill_tokens: int | None = None,
-                 attention_dp: bool = False) -> pd.DataFrame:
+                 attention_dp: bool = False, parallel_embedding: bool = True) -> pd.DataFrame:
     """Memory for many configurations of one deployment at once (arrays of batch, input and output lengths): the
     columns of :class:`MemoryPlan` per row. The largest batch is found by a vectorised bisection (memory grows
     with the batch). ``attention_dp``: the batch is spread over the TP ranks (each caches and runs its
@@ -287,7 +290,7 @@ def memory_table(model: TransformerConfig, precision: Precision, capacity: float
     if not (np.isfinite(reserve_gib) and reserve_gib >= 0):
         raise InvalidInputError(f"reserve must be a finite number >= 0 GiB, got {reserve_gib}")
     check_parallel(model, tp, pp)
-    w = weight_bytes_per_gpu(model, precision, tp, pp, attention_dp)
+    w = weight_bytes_per_gpu(model, precision, tp, pp, attention_dp, parallel_embedding)
     per_tok = kv_bytes_per_token(model, precision, tp, pp, attention_dp)
     per_req = per_tok * cached_tokens(model, inp + out)
     reserve = reserve_gib * GIB
@@ -339,7 +342,8 @@ def memory_table(model: TransformerConfig, precision: Precision, capacity: float
 
 def memory_plan(model: TransformerConfig, precision: Precision, capacity: float, *, batch: int, input_len: int,
                 output_len: int, tp: int = 1, pp: int = 1, reserve_gib: float = DEFAULT_RESERVE_GIB,
-                prefill_tokens: int | None = None, attention_dp: bool = False) -> MemoryPlan:
+                prefill_tokens: int | None = None, attention_dp: bool = False,
+                parallel_embedding: bool = True) -> MemoryPlan:
     """Memory for ``batch`` requests of ``input_len + output_len`` tokens (static batching: all prefilled at once,
     or at most ``prefill_tokens`` tokens per forward pass) and the largest batch that fits
     (:func:`memory_table` for one configuration)."""
@@ -357,7 +361,8 @@ def memory_plan(model: TransformerConfig, precision: Precision, capacity: float,
                                 "a prediction takes")
     r = memory_table(model, precision, capacity, batch=np.array([batch]), input_len=np.array([input_len]),
                      output_len=np.array([output_len]), tp=tp, pp=pp, reserve_gib=reserve_gib,
-                     prefill_tokens=prefill_tokens, attention_dp=attention_dp).iloc[0]
+                     prefill_tokens=prefill_tokens, attention_dp=attention_dp,
+                     parallel_embedding=parallel_embedding).iloc[0]
     return MemoryPlan(float(r.capacity), float(r.weights), float(r.kv_cache), float(r.activations), float(r.reserve),
                       float(r.kv_per_token), float(r.kv_per_request), int(r.max_batch), bool(r.fits), str(r.reason))
 

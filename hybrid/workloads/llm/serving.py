@@ -16,7 +16,7 @@ once per deployment (prefill attention over chunks x chunk x earlier tokens) wit
 
 Scheduler (stated, close to vLLM's with chunked prefill): first come, first served; a request is admitted when
 its whole KV cache (prompt + output tokens) fits in the free KV memory and fewer than ``max_seqs`` requests run
-(no preemption, as TensorRT-LLM's guaranteed-no-evict policy); each step carries one decode token per running
+(with attention data parallelism: on its rank, :class:`SchedulerConfig`) (no preemption, as TensorRT-LLM's guaranteed-no-evict policy); each step carries one decode token per running
 request plus prompt chunks up to ``max_batched_tokens``; a request's first token comes at the end of the step
 that finishes its prompt. Tensor parallelism only (one model replica; pipeline parallelism is refused).
 """
@@ -303,6 +303,17 @@ MLA_PREFILL_OPS = ("attn_kv_b_proj",)
 EXPERT_OPS = ("mlp_up_proj", "mlp_act", "mlp_down_proj")
 
 
+@dataclass(frozen=True)
+class RankLoads:
+    """One serving step's load on each attention-DP rank (:meth:`StepCosts.step_us`): output sequences, decode
+    requests and their mean context per rank, and the rank of each of the step's prompt chunks."""
+
+    seqs_out: np.ndarray
+    n_dec: np.ndarray
+    mean_ctx: np.ndarray
+    chunk_rank: np.ndarray
+
+
 @dataclass
 class StepCosts:
     """Interpolated per-step costs (microseconds) of one deployment."""
@@ -331,7 +342,7 @@ class StepCosts:
     #: the op-cost models that answered (``+``-joined ``method`` of the costed ops: ``roofline``, ``kernel-xgb``...)
     method: str = "roofline"
     #: ranks that run attention side by side on requests of their own (attention data parallelism: ``tp``; else 1):
-    #: the prompt chunks of one step spread over them
+    #: then :attr:`head_us`, :attr:`dec_us` and :attr:`pre_us` are one rank's, at its own sequences and chunks
     dp_ranks: int = 1
     #: MLA (DeepSeek): the projections a step runs on its prompt tokens apart from its decode tokens (on the
     #: :attr:`tokens` grid; ``dense_us`` holds neither), as :func:`~hybrid.workloads.llm.inference.pass_ops` prices
@@ -396,6 +407,8 @@ class StepCosts:
                 # 10 prompts of 1500 tokens in one step on an H100: TTFT 345 ms interpolated between 14336 and
                 # 15360 tokens, 364 ms at 15000 as the static batch)
                 whole = (batch_grid(max_seqs)[:, None] * own[None, :]).ravel()
+                if s.attention_dp:  # and the whole group's, where the routed experts price them
+                    whole = np.append(whole, (batch_grid(max_seqs * s.tp)[:, None] * own[None, :]).ravel())
                 tok = np.unique(np.append(tok, whole[whole <= span]))
         # a step's prompt chunks: n of them (at most the running requests), on the static batch's grid of batches.
         # Whole prompts (no earlier tokens) are the static batch's prefill rows, fitted along the same chain (to
@@ -412,14 +425,16 @@ class StepCosts:
         # evenly over the ranks (tp sequences of T / tp tokens), one 512-token DeepSeek-V3 prompt on 8 H200s was
         # priced as 64 tokens a rank: TTFT 31.1 ms against the static batch's 51.1
         dp = s.tp if s.attention_dp else 1
+        # with attention data parallelism the head, decode and prefill attention tables are one rank's, indexed by
+        # that rank's own sequences and chunks: pass_ops gives a rank ceil(n / tp) of a pass's n sequences, so a pass
+        # of dp x n sequences is one rank's n (a step then prices each rank's own requests, step_us)
         parts = [
             (tok, np.ones_like(tok), np.ones_like(tok), np.ones_like(tok)),  # dense(T): q_len 1
-            (seq, seq, np.ones_like(seq), np.ones_like(seq)),  # head(B)
-            (DB.ravel(), DB.ravel(), np.ones(DB.size), DC.ravel()),  # decode attention
-            # prefill attention: ONE kernel over n chunks (the static batch's prefill row at batch n; with attention
-            # data parallelism pass_ops gives a rank its ceil(n / tp) of them, as it does the static batch)
-            ((WN * WC).ravel(), WN.ravel(), WC.ravel(), WC.ravel()),
-            ((PN * PC).ravel(), PN.ravel(), PC.ravel(), (PC + PX).ravel()),
+            (seq * dp, seq * dp, np.ones_like(seq), np.ones_like(seq)),  # head(B)
+            (DB.ravel() * dp, DB.ravel() * dp, np.ones(DB.size), DC.ravel()),  # decode attention
+            # prefill attention: ONE kernel over n chunks (the static batch's prefill row at batch n)
+            ((WN * WC).ravel() * dp, WN.ravel() * dp, WC.ravel(), WC.ravel()),
+            ((PN * PC).ravel() * dp, PN.ravel() * dp, PC.ravel(), (PC + PX).ravel()),
         ]
         mla = bool(s.model.is_mla)
         if mla:  # the prompt tokens' MLA projections (a pass with new keys: not absorbed), on the dense grid
@@ -559,27 +574,36 @@ class StepCosts:
         return t
 
     def step_us(self, tokens: float, seqs_out: float, n_dec: int, mean_ctx: float, chunks: np.ndarray,
-                chunk_ctx: np.ndarray, rank_prompt: np.ndarray | None = None,
-                rank_dec: np.ndarray | None = None, rank_prefix: np.ndarray | None = None) -> float:
-        """One step's time. With attention data parallelism (:attr:`group_us`), ``rank_prompt`` / ``rank_dec`` /
-        ``rank_prefix``: each rank's prompt and decode tokens in the step and its chunks' earlier prompt tokens (the
-        step waits for the busiest rank; the experts take the whole step's ``tokens``); without them the step's
-        tokens are taken as one rank's."""
-        pre_t = float(np.sum(chunks)) if len(chunks) else 0.0
-        fix_t = float(np.sum(np.asarray(chunk_ctx, dtype=np.float64) - chunks)) if len(chunks) else 0.0
-        if self.group_us is not None and rank_prompt is not None and rank_dec is not None:
-            t = float(self.rank_us(rank_prompt, rank_dec, 0.0 if rank_prefix is None else rank_prefix).max())
+                chunk_ctx: np.ndarray, ranks: RankLoads | None = None) -> float:
+        """One step's time: ``tokens`` tokens, ``seqs_out`` sequences through the output layer, ``n_dec`` decode
+        tokens at the mean context ``mean_ctx``, prompt ``chunks`` reaching ``chunk_ctx`` tokens of their prompts.
+        With attention data parallelism (:attr:`group_us`), ``ranks``: each rank's own output sequences, decode
+        requests and their mean context, and the rank of each chunk. A request is cached and run whole on one rank,
+        so the step waits for its busiest rank (the largest of the ranks' own times: dense ops, output layer, decode
+        and prefill attention at that rank's own requests), and the routed experts take the whole step's
+        ``tokens``."""
+        chunks = np.asarray(chunks, dtype=np.float64)
+        chunk_ctx = np.asarray(chunk_ctx, dtype=np.float64)
+        if self.group_us is None or ranks is None:
+            out_r, dec_r, ctx_r = (np.array([float(v)]) for v in (seqs_out, n_dec, mean_ctx))
+            chunk_r = np.zeros(len(chunks), dtype=np.int64)
         else:
-            t = float(self.rank_us(np.array([pre_t]), np.array([float(n_dec)]), fix_t)[0])
+            out_r, dec_r, ctx_r = (np.asarray(v, dtype=np.float64) for v in (ranks.seqs_out, ranks.n_dec,
+                                                                              ranks.mean_ctx))
+            chunk_r = np.asarray(ranks.chunk_rank, dtype=np.int64)
+        n_r = len(out_r)
+        pre_r = np.bincount(chunk_r, weights=chunks, minlength=n_r)
+        fix_r = np.bincount(chunk_r, weights=chunk_ctx - chunks, minlength=n_r)
+        t = np.where(pre_r + dec_r > 0, self.rank_us(pre_r, dec_r, fix_r), 0.0)  # an idle rank waits
+        t = t + np.where(out_r > 0, self._interp1(out_r, self.seqs, self.head_us), 0.0)
+        t = t + np.where(dec_r > 0, self._interp2(dec_r, ctx_r, self.dec_b, self.dec_ctx, self.dec_us), 0.0)
+        for r in np.unique(chunk_r):  # one prefill attention kernel over each rank's own chunks
+            on = chunk_r == r
+            t[r] += self.prefill_attention_us(chunks[on], chunk_ctx[on] - chunks[on])
+        step = float(t.max())
         if self.group_us is not None:
-            t += float(self._interp1(np.array([tokens]), self.tokens, self.group_us)[0])
-        if seqs_out > 0:
-            t += float(self._interp1(np.array([seqs_out]), self.seqs, self.head_us)[0])
-        if n_dec > 0:
-            t += float(self._interp2(np.array([n_dec]), np.array([mean_ctx]), self.dec_b, self.dec_ctx, self.dec_us)[0])
-        if len(chunks):
-            t += self.prefill_attention_us(chunks, np.asarray(chunk_ctx, dtype=np.float64) - chunks)
-        return t
+            step += float(self._interp1(np.array([tokens]), self.tokens, self.group_us)[0])
+        return step
 
     def prefill_attention_us(self, chunks: np.ndarray, prior: np.ndarray) -> float:
         """One step's prompt chunks (``chunks[i]`` tokens after ``prior[i]`` earlier tokens of the prompt) as ONE
@@ -589,10 +613,11 @@ class StepCosts:
         :attr:`pre_roof`, the static batch's prefill row at batch ``n`` when the chunks are whole prompts).
 
         The roofline: the kernel's fixed cost (:attr:`pre_fixed_us`, the launches) once, plus each chunk's work
-        above it (one chunk's roofline less the fixed cost); with attention data parallelism the busiest rank's
-        work: ``ceil(n / ranks)`` chunks of the mean work, at least the longest chunk's (one rank runs it whole).
-        Equal chunks cost the batched row itself, so an offline burst of equal prompts costs what the static batch
-        does, with attention data parallelism too. Pricing each chunk as its own kernel and keeping one fixed cost was exact for
+        above it (one chunk's roofline less the fixed cost). With attention data parallelism the chunks are one
+        rank's own (its tables are indexed by a rank's chunks, :meth:`build_bounds`), and :meth:`step_us` takes the
+        busiest rank's. Equal chunks cost the batched row itself, so an offline burst of equal prompts costs what
+        the static batch does, with attention data parallelism too (its busiest rank holds ceil(n / ranks) of
+        them, as the static batch's rank does). Pricing each chunk as its own kernel and keeping one fixed cost was exact for
         the roofline but multiplied a learned correction of small chunks by their number (``hybrid quickstart``'s
         model, 200 prompts of 8 tokens in one step on 8 H100s: attention 20.8 ms against the static batch's 0.21,
         TTFT 35.7 ms against 15.1; on one H100 4.0 ms against 0.6); a one-token chunk's whole time taken as the
@@ -604,13 +629,7 @@ class StepCosts:
         # the work itself interpolated (a power of the chunk): a fixed cost ~100x a small chunk's work, interpolated
         # with it and taken off after, left that work several times off between grid chunks
         work = self._interp2(c, p, self.pre_c, self.pre_prior, np.maximum(self.pre_roof[0] - base, 0.0))
-        if self.dp_ranks <= 1:
-            roof = base + float(work.sum())
-        else:
-            # a request is cached whole on one rank, so the busiest rank holds ceil(n / ranks) of the chunks (as the
-            # static batch's rank holds ceil(batch / ranks) requests), and at least the longest; an even split of the
-            # work priced 9 equal prompts on 4 ranks at 2.25 chunks a rank, 25% under the static batch's 3
-            roof = base + max(float(work.mean()) * math.ceil(n / self.dp_ranks), float(work.max()))
+        roof = base + float(work.sum())
         c_mean, p_mean = float(c.mean()), float(p.mean())
         learned = self._interp_chunks(n, c_mean, p_mean, self.pre_us)
         analytical = self._interp_chunks(n, c_mean, p_mean, self.pre_roof)
@@ -633,17 +652,30 @@ class StepCosts:
             return math.exp((1 - w) * math.log(lo) + w * math.log(hi))
         return (1 - w) * lo + w * hi
 
-    def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray, rank_dec: int | None = None) -> np.ndarray:
-        """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised);
-        ``rank_dec``: the busiest rank's requests with attention data parallelism (:attr:`group_us`)."""
-        k = len(mean_ctx)
-        own = float(n_dec if rank_dec is None or self.group_us is None else rank_dec)
-        t = np.full(k, float(self.rank_us(np.zeros(1), np.array([own]))[0]))
+    def decode_steps_us(self, n_dec: int, mean_ctx: np.ndarray, rank_dec: np.ndarray | None = None,
+                        rank_ctx: np.ndarray | None = None) -> np.ndarray:
+        """Times of consecutive decode-only steps of ``n_dec`` requests at the given mean contexts (vectorised).
+        With attention data parallelism (:attr:`group_us`), ``rank_dec`` (each rank's requests) and ``rank_ctx``
+        (``[ranks, steps]``: each rank's own mean context, :func:`~hybrid.workloads.llm.kv_cache.mean_context` of
+        its requests): every step waits for its busiest rank (dense ops, output layer and decode attention at that
+        rank's own requests), and the routed experts take all ``n_dec`` tokens."""
+        ctx = np.asarray(mean_ctx, dtype=np.float64)
+        k = len(ctx)
+        if self.group_us is None or rank_dec is None:
+            b, c = np.array([[float(n_dec)]]), ctx[None, :]
+        else:
+            b = np.asarray(rank_dec, dtype=np.float64)[:, None]
+            c = np.asarray(ctx if rank_ctx is None else rank_ctx, dtype=np.float64).reshape(-1, k)
+            c = np.broadcast_to(c, (len(b), k))
+            keep = b[:, 0] > 0  # idle ranks wait
+            b, c = b[keep], c[keep]
+        bb = np.broadcast_to(b, c.shape)
+        own = (self.rank_us(np.zeros(len(b)), b[:, 0])[:, None] + self._interp1(b, self.seqs, self.head_us)
+               + self._interp2(bb, c, self.dec_b, self.dec_ctx, self.dec_us))
+        t = own.max(axis=0)
         if self.group_us is not None:
             t = t + self._interp1(np.full(k, float(n_dec)), self.tokens, self.group_us)
-        t = t + self._interp1(np.full(k, float(n_dec)), self.seqs, self.head_us)
-        return t + self._interp2(np.full(k, float(n_dec)), np.asarray(mean_ctx, dtype=np.float64), self.dec_b,
-                                 self.dec_ctx, self.dec_us)
+        return t
 
 
 # ------------------------------------------------------------------------------------------------ simulation
@@ -683,6 +715,12 @@ class ServeResult:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
+    """The engine's step limits. With attention data parallelism both are each rank's own, as TensorRT-LLM's
+    ``max_batch_size`` / ``max_num_tokens`` (every attention-DP rank schedules its own requests; the group admits up
+    to ``tp x max_batch_size``) and vLLM's ``max_num_seqs`` / ``max_num_batched_tokens`` (one scheduler per DP
+    engine) are; SGLang's ``--max-running-requests`` and ``--chunked-prefill-size`` are the group's (its DP
+    attention divides both by ``dp_size``): give SGLang's values divided by the ranks."""
+
     max_batched_tokens: int = 2048  # tokens per step (decode tokens + prompt chunks)
     max_seqs: int = 256  # running requests
 
@@ -701,10 +739,11 @@ def kv_capacity_tokens(s: InferenceSetup, sched: SchedulerConfig) -> int:
     """Tokens of KV cache that fit beside the weights, the step's activations and the reserve (per GPU); with
     attention data parallelism the tokens the whole replica holds (each rank caches its own requests)."""
     ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)  # ranks holding different requests
+    # a step's activations: with attention data parallelism each rank runs a step of its own budget and requests
+    # (SchedulerConfig), not a tp-th of it
     free = (s.device.mem_capacity - s.reserve_gib * GIB
-            - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp)
-            - float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
-                                     math.ceil(sched.max_seqs / ranks), act_tp)))
+            - weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp, s.parallel_embedding)
+            - float(activation_bytes(s.model, s.precision, sched.max_batched_tokens, sched.max_seqs, act_tp)))
     return ranks * int(max(free, 0) // kv_bytes_per_token(s.model, s.precision, s.tp, s.pp, s.attention_dp))
 
 
@@ -761,9 +800,8 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         need = np.ceil(cached_tokens(s.model, need)).astype(np.int64)
     if cap <= 0:  # say what takes the memory, as the static batch's plan does
         ranks, act_tp = (s.tp, 1) if s.attention_dp else (1, s.tp)
-        w = weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp) / GIB
-        act = float(activation_bytes(s.model, s.precision, math.ceil(sched.max_batched_tokens / ranks),
-                                     math.ceil(sched.max_seqs / ranks), act_tp)) / GIB
+        w = weight_bytes_per_gpu(s.model, s.precision, s.tp, s.pp, s.attention_dp, s.parallel_embedding) / GIB
+        act = float(activation_bytes(s.model, s.precision, sched.max_batched_tokens, sched.max_seqs, act_tp)) / GIB
         raise InvalidInputError(
             f"does not fit: no memory left for the KV cache: weights {w:.1f} GiB + a step's activations {act:.1f} GiB "
             f"(--max-batched-tokens, --max-seqs) + reserve {s.reserve_gib:g} GiB per GPU of "
@@ -802,15 +840,25 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     rank = np.zeros(n, dtype=np.int64)
 
     def place(i: int, running: list[int]) -> int:
-        """The rank request ``i`` is admitted onto now (0 without attention DP), or -1 when no cache holds it."""
+        """The rank request ``i`` is admitted onto now (0 without attention DP), or -1 when no cache holds it or
+        every rank runs ``max_seqs`` requests (an attention-DP rank's own limit)."""
         if dp == 1:
-            return 0 if used + need[i] <= cap else -1
+            return 0 if used + need[i] <= cap and len(running) < sched.max_seqs else -1
         run_ = np.asarray(running, dtype=np.int64)
         held = np.bincount(rank[run_], weights=need[run_].astype(np.float64), minlength=dp)
         load = np.bincount(rank[run_], minlength=dp).astype(np.float64)
-        load[held + need[i] > per_rank] = np.inf
+        load[(held + need[i] > per_rank) | (load >= sched.max_seqs)] = np.inf
         r = int(np.argmin(load))
         return r if math.isfinite(load[r]) else -1
+
+    def rank_contexts(ids: np.ndarray, k: int = 1) -> np.ndarray:
+        """``[dp, k]``: each rank's mean context over its requests among ``ids`` for ``k`` decode steps."""
+        ctx = (inp[ids] + generated[ids]).astype(np.float64)
+        if not s.model.kv_cap:  # the mean context, one token longer a step
+            held = np.bincount(rank[ids], minlength=dp)
+            mean = np.bincount(rank[ids], weights=ctx, minlength=dp) / np.maximum(held, 1)
+            return mean[:, None] + np.arange(k, dtype=np.float64)[None, :]
+        return np.stack([mean_context(s.model, ctx[rank[ids] == r], k) for r in range(dp)])
 
     nxt = 0  # next request not yet admitted (FCFS)
     used = 0
@@ -822,7 +870,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             raise HybridError(f"the simulation's clock is no longer a finite time after {steps} steps (a step's cost "
                               "came out NaN or infinite); this is a bug, please report the command")
         # admit arrived requests in order while their whole KV cache fits
-        while nxt < n and arr[nxt] <= now and len(running) < sched.max_seqs and (r := place(nxt, running)) >= 0:
+        while nxt < n and arr[nxt] <= now and (r := place(nxt, running)) >= 0:
             rank[nxt] = r
             running.append(nxt)
             used += int(need[nxt])
@@ -837,10 +885,14 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
             # decode-only stretch: nothing changes until a request finishes or an admissible one arrives, so the
             # steps up to that event are costed at once (contexts grow by one token per step)
             k = int((out[run] - generated[run]).min())
-            busiest = int(np.bincount(rank[run], minlength=dp).max())
-            dts = costs.decode_steps_us(len(run), mean_context(s.model, inp[run] + generated[run], k), busiest) / 1e6
+            ctx = mean_context(s.model, inp[run] + generated[run], k)
+            if dp > 1:  # each rank's own requests and contexts: the step waits for the busiest
+                dts = costs.decode_steps_us(len(run), ctx, np.bincount(rank[run], minlength=dp),
+                                            rank_contexts(run, k)) / 1e6
+            else:
+                dts = costs.decode_steps_us(len(run), ctx) / 1e6
             ends = now + np.cumsum(dts)
-            if nxt < n and len(running) < sched.max_seqs and arr[nxt] < ends[-1] and place(nxt, running) >= 0:
+            if nxt < n and arr[nxt] < ends[-1] and place(nxt, running) >= 0:
                 k = int(np.searchsorted(ends, arr[nxt], side="left")) + 1
             now = float(ends[k - 1])
             steps += k
@@ -862,12 +914,12 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
         mean_ctx = float(mean_context(s.model, inp[dec] + generated[dec])[0]) if len(dec) else 0.0
         completes = pre_a[prefilled[pre_a] + chunks_a.astype(np.int64) >= inp[pre_a]] if len(pre_a) else pre_a
         tokens = len(dec) + float(chunks_a.sum())
-        rank_pre = np.bincount(rank[pre_a], weights=chunks_a, minlength=dp) if len(pre_a) else np.zeros(dp)
-        rank_dec = np.bincount(rank[dec], minlength=dp).astype(np.float64)
-        rank_fix = (np.bincount(rank[pre_a], weights=prefilled[pre_a].astype(np.float64), minlength=dp)
-                    if len(pre_a) else np.zeros(dp))
-        dt = costs.step_us(tokens, len(dec) + len(completes), len(dec), mean_ctx, chunks_a, ctx_chunk, rank_pre,
-                           rank_dec, rank_fix) / 1e6
+        ranks = None
+        if dp > 1:  # each rank's own output sequences, decode requests and their mean context, prompt chunks
+            dec_r = np.bincount(rank[dec], minlength=dp)
+            ranks = RankLoads(dec_r + np.bincount(rank[completes], minlength=dp), dec_r,
+                              rank_contexts(dec)[:, 0] if len(dec) else np.zeros(dp), rank[pre_a])
+        dt = costs.step_us(tokens, len(dec) + len(completes), len(dec), mean_ctx, chunks_a, ctx_chunk, ranks) / 1e6
         now += dt
         steps += 1
         if len(pre_a):
@@ -886,7 +938,7 @@ def simulate(s: InferenceSetup, trace: Trace, cost_model: OpCostModel | None = N
     return ServeResult(trace_rate(trace), ttft, tpot, lat, thr, duration, steps, cap, max_running,
                        notes=[f"scheduler: FCFS, chunked prefill, {sched.max_batched_tokens} tokens/step"
                               f"{' per attention-DP rank' if dp > 1 else ''}, "
-                              f"<= {sched.max_seqs} running, whole-request KV reservation ({per_rank} tokens/GPU"
+                              f"<= {sched.max_seqs} running{' per rank' if dp > 1 else ''}, whole-request KV reservation ({per_rank} tokens/GPU"
                               f"{f', {cap} over the {dp} ranks' if dp > 1 else ''})"]
                        + [x for x in [context_note(s.model, int((inp + out).max())), growth] if x],
                        overloaded=bool(growth))

@@ -124,11 +124,14 @@ def inflight_batch(setup: Any, input_len: int, output_len: int, cap: int = INFLI
     batching): as many as the KV cache holds beside the weights at full length (prompts prefilled in chunks of
     :data:`INFLIGHT_MAX_NUM_TOKENS`), at most ``cap``; at least 1 (then it does not fit when none fits). Static
     batching at that batch stands for the in-flight steady state: the same prefill and decode work per request,
-    every decode step at the full concurrency."""
+    every decode step at the full concurrency. With attention data parallelism ``cap`` is each rank's
+    ``max_batch_size`` (TensorRT-LLM admits up to ``tp x max_batch_size`` requests over its attention-DP ranks)."""
+    if setup.attention_dp:
+        cap = int(cap) * setup.tp
     mem = memory_table(setup.model, setup.precision, setup.device.mem_capacity, batch=np.array([1]),
                        input_len=np.array([input_len]), output_len=np.array([output_len]), tp=setup.tp,
                        pp=setup.pp, reserve_gib=setup.reserve_gib, prefill_tokens=INFLIGHT_MAX_NUM_TOKENS,
-                       attention_dp=setup.attention_dp)
+                       attention_dp=setup.attention_dp, parallel_embedding=setup.parallel_embedding)
     most = int(mem["max_batch"].iloc[0])
     return max(1, min(most, int(cap))), most
 
@@ -162,6 +165,18 @@ def trtllm_allreduce(version: object) -> str:
     store-true flag). Tables without a version are taken as current (``custom``)."""
     ver = trtllm_version(version)
     return "custom" if ver is None or ver >= (0, 8) else "nccl"
+
+
+def trtllm_parallel_embedding(version: object) -> bool:
+    """Whether TensorRT-LLM ``version``'s benchmark engines split the input embedding table over the TP ranks. Up to
+    0.11 the performance pages' engines were built by ``benchmarks/python/build.py`` (gptSessionBenchmark), whose
+    model configs leave ``use_parallel_embedding`` at its default, False (as every ``examples/*/convert_checkpoint.py``
+    does, and 0.6's ``FalconForCausalLM`` built its ``Embedding`` without a TP group): the table is whole on every
+    rank, and a tied output layer (Falcon) a split copy of its own. Later releases benchmark through the LLM API
+    (``trtllm-bench``), which shards the table along the vocabulary by default; tables without a version are
+    taken as current (True)."""
+    ver = trtllm_version(version)
+    return ver is None or ver >= (0, 12)
 
 
 def read_table(path: str | os.PathLike, catalog: Catalog | None = None, empty_ok: bool = False) -> pd.DataFrame:
@@ -293,13 +308,13 @@ def predict_table(df: pd.DataFrame, cost_model: OpCostModel | None = None, *, de
     adps = (df["attention_dp"].map(_truthy).to_numpy() if "attention_dp" in df.columns
             else np.zeros(len(df), dtype=bool))
     setups, reasons = [], []
-    for m, d, tp, pp, ep, adp, pa, k, ar in zip(df["model_name"], devices, df["tp"], pps, eps, adps, precs, kernels,
-                                                reducers, strict=True):
+    for m, d, tp, pp, ep, adp, pa, k, ar, v in zip(df["model_name"], devices, df["tp"], pps, eps, adps, precs,
+                                                   kernels, reducers, versions, strict=True):
         pa = device_precision(pa, cat.devices[d].peak_flops)
         try:  # a row the library cannot deploy (heads not divisible, too many GPUs...) is skipped, not fatal
             setups.append(make_setup(m, d, system if d == sys_dev else None, tp=int(tp), pp=int(pp), ep=int(ep),
                                      attention_dp=bool(adp), attention_kernel=k, fused_rope=fused_rope, allreduce=ar,
-                                     **pa))
+                                     parallel_embedding=trtllm_parallel_embedding(v), **pa))
             reasons.append("")
         except InvalidInputError as exc:
             setups.append(None)
