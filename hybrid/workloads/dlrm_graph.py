@@ -32,12 +32,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device
-from hybrid.ops.families import expected_unique_rows
+from hybrid.ops.families import dense_sgd_update_share, expected_unique_rows
 from hybrid.sharding.plan import ShardingPlan, split_evenly
 from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.dlrm import DLRMConfig
@@ -748,9 +749,14 @@ def build_dlrm_graph(
                         g.kernel(r, f"embedding dp grad cast ({dt} -> {lo_dt})",
                                  cast(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"], "bwd"),
                                  deps=[inter_bwd[r]])
+                    # the profiled dense_sgd row is backward + SGD update; the update of a replicated table runs
+                    # in the optimizer phase (the dense step below, after its all-reduce): only the backward's
+                    # share (zero-filled table-sized gradient + scatter-add of the lookups) here
+                    row = emb(grp, "bwd", "dense_sgd")
+                    update = float(dense_sgd_update_share(pd.DataFrame([row]))[0])
                     dp_bwd[r] = g.kernel(
                         r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
-                        emb(grp, "bwd", "dense_sgd"), deps=[inter_bwd[r]])
+                        row, deps=[inter_bwd[r]], scale=1.0 - update)
         if hybrid_embedding is not None and R > 1 and dp_bwd:
             # HugeCTR reduces the frequent embeddings' gradients in its grouped weight-gradient buffer, in the
             # same all-reduce as the dense layers
