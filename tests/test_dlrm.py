@@ -485,3 +485,24 @@ def test_a_data_parallel_table_backward_zero_fills_its_gradient_and_steps_it_onc
     assert table_us <= bwd <= 1.1 * table_us, (bwd, table_us)
     steps = [res.durations[i] for i in range(g.n_real) if g.rank[i] == 0 and g.names[i] == "dense optimizer step"]
     assert max(steps) == pytest.approx(3 * table_us, rel=0.02)  # the update: once, in the optimizer phase
+
+
+def test_a_data_parallel_tables_optimizer_step_moves_the_tables_dtype(catalog):
+    """Mixed precision with FP32 tables (DeepLearningExamples' AMP: ``dtype: fp16``, ``embedding_dtype: fp32``): the
+    dense optimizer step over a replicated table reads and writes FP32 weights and gradients (its all-reduce already
+    sent FP32 gradients); it was priced in the dense dtype, half the bytes."""
+    rows = 1_000_000
+    c = config(dtype="fp16", embedding_dtype="fp32",
+               tables=[{"name": "big", "num_embeddings": 2_000_000, "pooling_factor": 10},
+                       {"name": "dp", "num_embeddings": rows, "pooling_factor": 2}],
+               plan={"big": {"type": "table_wise", "ranks": [0]}, "dp": {"type": "data_parallel"}})
+    g = build_dlrm_graph(c, catalog=catalog).graph.compile()
+    steps = [g.ops.iloc[g.op_index[i]] for i in range(g.n_real)
+             if g.rank[i] == 0 and g.names[i] == "dense optimizer step"]
+    table = [o for o in steps if float(o["elements"]) == rows * D]
+    assert len(table) == 1 and table[0]["dtype"] == "fp32"
+    assert {o["dtype"] for o in steps if float(o["elements"]) != rows * D} == {"fp16"}
+    res = simulate(g, RooflineCostModel(catalog), Overheads.zero())
+    dur = max(res.durations[i] for i in range(g.n_real) if g.rank[i] == 0 and g.names[i] == "dense optimizer step")
+    bw = catalog.device(catalog.systems["DGX-H100"].device).mem_bw
+    assert dur == pytest.approx(3 * rows * D * 4 / bw * 1e6, rel=0.02)  # 3 passes of 256 MB: 229 us, not 115

@@ -856,8 +856,12 @@ def build_dlrm_graph(
     for r in all_ranks:
         step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")
         deps = [ar[r] for ar in allreduces if r in ar]
-        params = dense_tensors(r) + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
-                                  for grp in groups[r] if not grp["sharded"]]
+        dense_params = dense_tensors(r)
+        params = dense_params + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
+                                 for grp in groups[r] if not grp["sharded"]]
+        # a replicated table's weights (and gradient) are in the tables' dtype, not the dense layers' (mixed
+        # precision with FP32 tables: the step moved half the bytes it does)
+        param_dtypes = [dt] * len(dense_params) + [emb_dt] * (len(params) - len(dense_params))
         if config.grad_scaler:
             # GradScaler: the dense (FP32 master) gradients unscaled and checked in one multi-tensor pass, the
             # found-inf flag read back by the host (scaler.step), then every sparse gradient's values unscaled
@@ -894,8 +898,9 @@ def build_dlrm_graph(
             if "sparse coalesce host waits" in work:  # coalescing reads the unique-row count back to the host
                 step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)", kind="cpu",
                              overhead="kernel_launch", deps=[done])
-        for j, n in enumerate(params):
-            g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n)),
+        for j, (n, p_dt) in enumerate(zip(params, param_dtypes, strict=True)):
+            g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n),
+                                                    dtype=p_dt),
                      deps=deps if j == 0 else (), host_deps=[step] if j == 0 else ())
     info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
             "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
