@@ -506,3 +506,15 @@ def test_a_data_parallel_tables_optimizer_step_moves_the_tables_dtype(catalog):
     dur = max(res.durations[i] for i in range(g.n_real) if g.rank[i] == 0 and g.names[i] == "dense optimizer step")
     bw = catalog.device(catalog.systems["DGX-H100"].device).mem_bw
     assert dur == pytest.approx(3 * rows * D * 4 / bw * 1e6, rel=0.02)  # 3 passes of 256 MB: 229 us, not 115
+
+
+def test_a_data_parallel_tables_gradient_is_one_ddp_bucket_not_split(catalog):
+    """DDP never splits a parameter across buckets: the fused replicated table (one ``nn.EmbeddingBag`` per dim,
+    1M x 64 FP32 = 256 MB of gradient) is one all-reduce; it went as ten all-reduces of at most 25 MiB."""
+    c = config(tables=[{"name": "big", "num_embeddings": 2_000_000, "pooling_factor": 10},
+                       {"name": "dp", "num_embeddings": 1_000_000, "pooling_factor": 2}],
+               plan={"big": {"type": "table_wise", "ranks": [0]}, "dp": {"type": "data_parallel"}})
+    g = build_dlrm_graph(c, catalog=catalog).graph.compile()
+    ars = [float(g.ops.iloc[g.op_index[i]]["size_bytes"]) for i in range(g.n_real)
+           if g.rank[i] == 0 and g.names[i].startswith("ddp all_reduce dp tables")]
+    assert ars == pytest.approx([1_000_000 * D * EB], rel=1e-6)

@@ -764,12 +764,25 @@ def build_dlrm_graph(
             pending.append(dict(dp_bwd))
             pending_bytes += vol.dp_grad_bytes
             return
-        remaining = vol.dp_grad_bytes if R > 1 else 0.0
-        while remaining > 0:
-            chunk = min(remaining, bucket_bytes)
-            allreduces.append(coll(f"ddp all_reduce dp tables {len(allreduces)}", cop("all_reduce", chunk, R),
-                                   deps={r: [dp_bwd[r]] for r in all_ranks}))
-            remaining -= chunk
+        if R <= 1:
+            return
+        # DDP buckets whole parameters (``_compute_bucket_assignment_by_size``): gradients join a bucket until it
+        # holds ``bucket_bytes`` or more, and a parameter larger than that is one bucket of its own, never split
+        # (one fused table per embedding dim: 256 MB of gradient went as ten 25 MiB all-reduces)
+        sizes = np.array([grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"]
+                          for grp in groups[0] if not grp["sharded"]], dtype=np.float64)
+        sizes *= vol.dp_grad_bytes / max(float(sizes.sum()), 1e-300)  # (the groups' rows are rounded means)
+        buckets, filled = [], 0.0
+        for size in sizes:
+            filled += float(size)
+            if filled >= bucket_bytes:
+                buckets.append(filled)
+                filled = 0.0
+        if filled > 0:
+            buckets.append(filled)
+        for nbytes in buckets:
+            allreduces.append(coll(f"ddp all_reduce dp tables {len(allreduces)}", cop("all_reduce", nbytes, R),
+                                   deps={r: [dp_bwd[r]] for r in all_ranks}, args={"bytes": nbytes}))
 
     for r in all_ranks:
         g.kernel(r, "loss bwd", kop("elementwise", variant="sigmoid", elements=B, direction="bwd"))
